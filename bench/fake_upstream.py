@@ -1,0 +1,54 @@
+"""A minimal OpenAI-compatible upstream for benchmarks: `python bench/fake_upstream.py PORT`.
+
+Answers chat completions instantly (JSON or SSE) so that what is measured is the proxy.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import uvicorn
+
+COMPLETION = json.dumps({
+    "id": "chatcmpl-bench", "object": "chat.completion", "created": 1, "model": "gpt-4o",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
+}).encode()
+
+
+def chunk(delta: dict, finish: str | None = None) -> bytes:
+    body = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4o",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+STREAM = [chunk({"role": "assistant", "content": ""}), chunk({"content": "ok"}), chunk({}, "stop"), b"data: [DONE]\n\n"]
+
+
+async def app(scope, receive, send):
+    if scope["type"] == "lifespan":
+        while (await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        await send({"type": "lifespan.shutdown.complete"})
+        return
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    if b'"stream": true' in body or b'"stream":true' in body:
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream")]})
+        for part in STREAM:
+            await send({"type": "http.response.body", "body": part, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"application/json"), (b"x-request-id", b"req_bench")]})
+    await send({"type": "http.response.body", "body": COMPLETION})
+
+
+if __name__ == "__main__":
+    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", access_log=False)

@@ -1,0 +1,4 @@
+from proxy.cli import main
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""The ASGI application: routes and the lifespan that owns the upstream client and the store.
+
+Request path for chat completions: app → chat (settings, plan) → store → upstream → reload loop.
+Everything else under /v1 is relayed unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from proxy.chat import chat_completions
+from proxy.config import ServerSettings
+from proxy.relay import relay
+from proxy.store import Store, open_store
+from proxy.upstream import Upstream
+
+log = logging.getLogger("proxy")
+ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+
+
+async def healthz(request: Request) -> JSONResponse:
+    return JSONResponse({"status": "ok"})
+
+
+async def readyz(request: Request) -> JSONResponse:
+    store: Store = request.app.state.store
+    if await store.ping():
+        return JSONResponse({"status": "ready", "store": "ok"})
+    return JSONResponse({"status": "unavailable", "store": "unreachable"}, status_code=503)
+
+
+def create_app(settings: ServerSettings | None = None) -> Starlette:
+    settings = settings or ServerSettings()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        app.state.settings = settings
+        app.state.upstream = Upstream(settings)
+        app.state.store = open_store(settings)
+        try:
+            yield
+        finally:
+            await app.state.upstream.aclose()
+            await app.state.store.close()
+
+    routes = [
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/{path:path}", relay, methods=ALL_METHODS),
+    ]
+    return Starlette(routes=routes, lifespan=lifespan)
+
+
+def create_app_from_env() -> Starlette:
+    """uvicorn factory: settings from OFFLOAD_* environment variables."""
+    settings = ServerSettings()
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    return create_app(settings)

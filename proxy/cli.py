@@ -1,0 +1,74 @@
+"""Command line: `offload-proxy serve …` (also `python -m proxy serve …`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from proxy.config import ServerSettings
+
+
+def _add_settings_options(parser: argparse.ArgumentParser) -> None:
+    """One option per ServerSettings field, documented from the field itself."""
+    for name, field in ServerSettings.model_fields.items():
+        env = f"OFFLOAD_{name.upper()}"
+        default = field.default
+        parser.add_argument(
+            f"--{name.replace('_', '-')}",
+            dest=name,
+            default=None,
+            metavar=name.upper(),
+            help=f"{field.description} [env {env}; default {default}]",
+        )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="offload-proxy",
+        description="OpenAI-compatible context-offload proxy. Point the OpenAI SDK's base_url at http://HOST:PORT/v1.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="Run the proxy server.")
+    _add_settings_options(serve)
+    return parser
+
+
+def resolve_settings(args: argparse.Namespace) -> ServerSettings:
+    """CLI values override the environment, which overrides the defaults."""
+    overrides = {
+        name: getattr(args, name)
+        for name in ServerSettings.model_fields
+        if getattr(args, name, None) is not None
+    }
+    return ServerSettings(**overrides)
+
+
+def serve(settings: ServerSettings) -> None:
+    import uvicorn
+
+    # Worker processes rebuild their settings from the environment, so export the resolved ones.
+    for name, value in settings.model_dump(exclude_none=True).items():
+        os.environ[f"OFFLOAD_{name.upper()}"] = str(value)
+    uvicorn.run(
+        "proxy.app:create_app_from_env",
+        factory=True,
+        host=settings.host,
+        port=settings.port,
+        workers=settings.workers,
+        log_level=settings.log_level,
+        loop="auto",  # uvloop when installed
+        http="auto",  # httptools when installed
+        timeout_keep_alive=75,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        try:
+            settings = resolve_settings(args)
+        except Exception as exc:  # pydantic ValidationError: show it, not a traceback
+            sys.exit(f"offload-proxy: invalid settings: {exc}")
+        serve(settings)

@@ -1,0 +1,41 @@
+"""Server configuration: CLI options and `OFFLOAD_*` environment variables (pydantic-settings)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ServerSettings(BaseSettings):
+    """Process-wide settings. Every field is settable as `OFFLOAD_<FIELD>` in the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="OFFLOAD_", extra="ignore")
+
+    host: str = Field("127.0.0.1", description="Interface to listen on.")
+    port: int = Field(8080, ge=0, le=65535, description="Port to listen on.")
+    upstream: str = Field(
+        "https://api.openai.com/v1", description="Upstream base URL, including /v1."
+    )
+    redis_url: str | None = Field(
+        None, description="redis:// or rediss:// URL; absent = embedded store in --data-dir."
+    )
+    data_dir: Path = Field(Path(".offload-data"), description="Embedded store location.")
+    workers: int = Field(1, ge=1, description="Worker processes.")
+    log_level: str = Field("info", description="critical|error|warning|info|debug.")
+    connect_timeout: float = Field(10.0, gt=0, description="Upstream connect timeout (s).")
+    read_timeout: float = Field(
+        600.0, gt=0, description="Max silence between two upstream chunks (s); streams may last longer."
+    )
+    max_connections: int = Field(1000, ge=1, description="Upstream connection pool size.")
+    store_ttl: int = Field(
+        7 * 24 * 3600, ge=60, description="Idle TTL (s) of offloaded content; every use extends it."
+    )
+    tenants_file: Path | None = Field(
+        None, description="TOML or YAML file of per-tenant setting overrides."
+    )
+
+    @property
+    def upstream_base(self) -> str:
+        return self.upstream.rstrip("/")

@@ -1,0 +1,51 @@
+"""Which headers cross the proxy, in each direction."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+# RFC 9110 §7.6.1 connection-specific headers, plus the ones httpx/uvicorn recompute themselves.
+HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+    }
+)
+OFFLOAD_PREFIX = b"x-offload-"
+
+
+def request_headers_for_upstream(
+    raw: Iterable[tuple[bytes, bytes]], *, body_replaced: bool = False
+) -> list[tuple[bytes, bytes]]:
+    """Client headers minus hop-by-hop, Host and every X-Offload-* header.
+
+    `body_replaced`: the proxy rewrote the body, so its length (and encoding) are recomputed.
+    """
+    drop = HOP_BY_HOP | {b"host"}
+    if body_replaced:
+        drop = drop | {b"content-length", b"content-encoding"}
+    return [
+        (k, v)
+        for k, v in raw
+        if (lk := k.lower()) not in drop and not lk.startswith(OFFLOAD_PREFIX)
+    ]
+
+
+def response_headers_for_client(
+    raw: Iterable[tuple[bytes, bytes]], *, decoded: bool = False
+) -> list[tuple[bytes, bytes]]:
+    """Upstream response headers minus hop-by-hop ones.
+
+    `decoded`: the proxy re-encodes the body itself, so length and content-encoding are dropped.
+    """
+    drop = HOP_BY_HOP
+    if decoded:
+        drop = drop | {b"content-length", b"content-encoding"}
+    return [(k, v) for k, v in raw if k.lower() not in drop]

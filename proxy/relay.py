@@ -1,0 +1,63 @@
+"""Transparent relay of any /v1 endpoint the proxy does not manage."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from proxy.disconnect import ClientDisconnected, ClientWatch
+from proxy.errors import ProxyError
+from proxy.headers import request_headers_for_upstream, response_headers_for_client
+from proxy.upstream import Upstream
+
+BODYLESS = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})
+
+
+def upstream_path(request: Request) -> str:
+    """What follows /v1/ in the client's path, kept as sent (percent-encoding included)."""
+    raw = request.scope.get("raw_path") or request.scope["path"].encode()
+    return raw.decode("latin-1").split("?", 1)[0].removeprefix("/v1").lstrip("/")
+
+
+async def close_after(response: httpx.Response, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """Yield `chunks` and always release the upstream connection (also on cancel)."""
+    try:
+        async for chunk in chunks:
+            yield chunk
+    finally:
+        await response.aclose()
+
+
+def stream_back(response: httpx.Response, extra_headers: list[tuple[bytes, bytes]] = ()) -> Response:
+    """Relay an upstream response as-is: status, headers, raw (still encoded) body chunks."""
+    out = StreamingResponse(close_after(response, response.aiter_raw()), status_code=response.status_code)
+    out.raw_headers = response_headers_for_client(response.headers.raw) + list(extra_headers)
+    return out
+
+
+def client_has_body(request: Request) -> bool:
+    headers = request.headers
+    return request.method not in BODYLESS or "content-length" in headers or "transfer-encoding" in headers
+
+
+async def relay(request: Request) -> Response:
+    upstream: Upstream = request.app.state.upstream
+    watch = ClientWatch(request, body_read=not client_has_body(request))
+    try:
+        response = await watch.run(
+            upstream.send(
+                request.method,
+                upstream_path(request),
+                query=request.scope.get("query_string", b""),
+                headers=request_headers_for_upstream(request.scope["headers"]),
+                content=watch.body() if client_has_body(request) else None,
+            )
+        )
+    except ProxyError as exc:
+        return exc.response()
+    except ClientDisconnected:
+        return Response(status_code=499)
+    return stream_back(response)

@@ -1,0 +1,52 @@
+"""The storage contract shared by the Redis and the embedded (SQLite) stores.
+
+Values are opaque bytes. Every key carries an idle TTL: `touch` and `get(..., ttl=)` push its
+expiry out again, so content that is still in use never expires mid-session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+
+class StoreUnavailable(Exception):
+    """The backing store cannot be reached (or timed out)."""
+
+
+class Store(Protocol):
+    async def put(self, key: str, value: bytes, ttl: int) -> None: ...
+
+    async def put_if_absent(self, key: str, value: bytes, ttl: int) -> bool:
+        """Atomic create; False when the key already exists (used as a lock)."""
+        ...
+
+    async def get(self, key: str, ttl: int | None = None) -> bytes | None:
+        """The value, or None; with `ttl`, its expiry is extended in the same step."""
+        ...
+
+    async def exists(self, key: str) -> bool: ...
+
+    async def touch(self, keys: Sequence[str], ttl: int) -> list[bool]:
+        """Extend the expiry of each key; returns for each whether it exists."""
+        ...
+
+    async def delete(self, key: str) -> None: ...
+
+    async def add_members(self, key: str, members: Sequence[str], ttl: int) -> None:
+        """Add to a set (idle TTL applies to the whole set)."""
+        ...
+
+    async def members(self, key: str) -> set[str]: ...
+
+    async def push(self, key: str, value: bytes, *, max_len: int, ttl: int) -> None:
+        """Append to a capped list (oldest dropped past max_len)."""
+        ...
+
+    async def items(self, key: str) -> list[bytes]:
+        """A capped list, oldest first."""
+        ...
+
+    async def ping(self) -> bool: ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,86 @@
+"""Redis store (redis-py asyncio). Several proxy processes share one Redis."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Sequence
+from typing import TypeVar
+
+import redis.asyncio as redis
+from redis.exceptions import RedisError
+
+from proxy.store.base import StoreUnavailable
+
+T = TypeVar("T")
+
+
+class RedisStore:
+    def __init__(self, url: str, *, timeout: float = 2.0) -> None:
+        self.client = redis.from_url(
+            url,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            health_check_interval=30,
+            retry_on_timeout=False,
+        )
+
+    @staticmethod
+    async def _call(awaitable: Awaitable[T]) -> T:
+        try:
+            return await awaitable
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable(f"redis: {exc}") from exc
+
+    async def put(self, key: str, value: bytes, ttl: int) -> None:
+        await self._call(self.client.set(key, value, ex=ttl))
+
+    async def put_if_absent(self, key: str, value: bytes, ttl: int) -> bool:
+        return bool(await self._call(self.client.set(key, value, ex=ttl, nx=True)))
+
+    async def get(self, key: str, ttl: int | None = None) -> bytes | None:
+        if ttl is None:
+            return await self._call(self.client.get(key))
+        return await self._call(self.client.getex(key, ex=ttl))
+
+    async def exists(self, key: str) -> bool:
+        return bool(await self._call(self.client.exists(key)))
+
+    async def touch(self, keys: Sequence[str], ttl: int) -> list[bool]:
+        if not keys:
+            return []
+        async with self.client.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.expire(key, ttl)
+            return [bool(r) for r in await self._call(pipe.execute())]
+
+    async def delete(self, key: str) -> None:
+        await self._call(self.client.delete(key))
+
+    async def add_members(self, key: str, members: Sequence[str], ttl: int) -> None:
+        if not members:
+            return
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.sadd(key, *members)
+            pipe.expire(key, ttl)
+            await self._call(pipe.execute())
+
+    async def members(self, key: str) -> set[str]:
+        return {m.decode() for m in await self._call(self.client.smembers(key))}
+
+    async def push(self, key: str, value: bytes, *, max_len: int, ttl: int) -> None:
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.rpush(key, value)
+            pipe.ltrim(key, -max_len, -1)
+            pipe.expire(key, ttl)
+            await self._call(pipe.execute())
+
+    async def items(self, key: str) -> list[bytes]:
+        return list(await self._call(self.client.lrange(key, 0, -1)))
+
+    async def ping(self) -> bool:
+        try:
+            return bool(await self._call(self.client.ping()))
+        except StoreUnavailable:
+            return False
+
+    async def close(self) -> None:
+        await self.client.aclose()

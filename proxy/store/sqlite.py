@@ -1,0 +1,168 @@
+"""Embedded store: one SQLite file in WAL mode, safe for several worker processes.
+
+All SQLite calls run on one dedicated thread per process, so the event loop never blocks on
+disk and the connection is never shared between threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TypeVar
+
+from proxy.store.base import StoreUnavailable
+
+T = TypeVar("T")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value BLOB NOT NULL, expires REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS members (key TEXT NOT NULL, member TEXT NOT NULL, expires REAL NOT NULL,
+                                    PRIMARY KEY (key, member));
+CREATE TABLE IF NOT EXISTS lists (id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL,
+                                  value BLOB NOT NULL, expires REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS lists_key ON lists (key, id);
+CREATE INDEX IF NOT EXISTS kv_expires ON kv (expires);
+"""
+PURGE_EVERY = 300.0  # seconds between sweeps of expired rows
+
+
+class SQLiteStore:
+    def __init__(self, data_dir: Path) -> None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.path = data_dir / "offload.sqlite3"
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="offload-sqlite")
+        self._db: sqlite3.Connection | None = None
+        self._last_purge = 0.0
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._db is None:
+            db = sqlite3.connect(self.path, timeout=10.0, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.executescript(SCHEMA)
+            self._db = db
+        return self._db
+
+    async def _run(self, fn: Callable[[sqlite3.Connection, float], T]) -> T:
+        def call() -> T:
+            db = self._connect()
+            now = time.time()
+            if now - self._last_purge > PURGE_EVERY:
+                self._last_purge = now
+                with db:
+                    for table in ("kv", "members", "lists"):
+                        db.execute(f"DELETE FROM {table} WHERE expires < ?", (now,))
+            return fn(db, now)
+
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(str(exc)) from exc
+
+    async def put(self, key: str, value: bytes, ttl: int) -> None:
+        def op(db: sqlite3.Connection, now: float) -> None:
+            db.execute("INSERT OR REPLACE INTO kv VALUES (?, ?, ?)", (key, value, now + ttl))
+
+        await self._run(op)
+
+    async def put_if_absent(self, key: str, value: bytes, ttl: int) -> bool:
+        def op(db: sqlite3.Connection, now: float) -> bool:
+            with db:
+                db.execute("DELETE FROM kv WHERE key = ? AND expires < ?", (key, now))
+                cur = db.execute("INSERT OR IGNORE INTO kv VALUES (?, ?, ?)", (key, value, now + ttl))
+                return cur.rowcount == 1
+
+        return await self._run(op)
+
+    async def get(self, key: str, ttl: int | None = None) -> bytes | None:
+        def op(db: sqlite3.Connection, now: float) -> bytes | None:
+            row = db.execute("SELECT value FROM kv WHERE key = ? AND expires >= ?", (key, now)).fetchone()
+            if row is not None and ttl is not None:
+                db.execute("UPDATE kv SET expires = ? WHERE key = ?", (now + ttl, key))
+            return None if row is None else bytes(row[0])
+
+        return await self._run(op)
+
+    async def exists(self, key: str) -> bool:
+        def op(db: sqlite3.Connection, now: float) -> bool:
+            return db.execute("SELECT 1 FROM kv WHERE key = ? AND expires >= ?", (key, now)).fetchone() is not None
+
+        return await self._run(op)
+
+    async def touch(self, keys: Sequence[str], ttl: int) -> list[bool]:
+        def op(db: sqlite3.Connection, now: float) -> list[bool]:
+            with db:
+                return [
+                    db.execute(
+                        "UPDATE kv SET expires = ? WHERE key = ? AND expires >= ?", (now + ttl, key, now)
+                    ).rowcount
+                    == 1
+                    for key in keys
+                ]
+
+        return await self._run(op) if keys else []
+
+    async def delete(self, key: str) -> None:
+        def op(db: sqlite3.Connection, now: float) -> None:
+            with db:
+                for table in ("kv", "members", "lists"):
+                    db.execute(f"DELETE FROM {table} WHERE key = ?", (key,))
+
+        await self._run(op)
+
+    async def add_members(self, key: str, members: Sequence[str], ttl: int) -> None:
+        def op(db: sqlite3.Connection, now: float) -> None:
+            with db:
+                db.executemany(
+                    "INSERT OR REPLACE INTO members VALUES (?, ?, ?)", [(key, m, now + ttl) for m in members]
+                )
+                db.execute("UPDATE members SET expires = ? WHERE key = ?", (now + ttl, key))
+
+        if members:
+            await self._run(op)
+
+    async def members(self, key: str) -> set[str]:
+        def op(db: sqlite3.Connection, now: float) -> set[str]:
+            rows = db.execute("SELECT member FROM members WHERE key = ? AND expires >= ?", (key, now))
+            return {row[0] for row in rows}
+
+        return await self._run(op)
+
+    async def push(self, key: str, value: bytes, *, max_len: int, ttl: int) -> None:
+        def op(db: sqlite3.Connection, now: float) -> None:
+            with db:
+                db.execute("INSERT INTO lists (key, value, expires) VALUES (?, ?, ?)", (key, value, now + ttl))
+                db.execute("UPDATE lists SET expires = ? WHERE key = ?", (now + ttl, key))
+                db.execute(
+                    "DELETE FROM lists WHERE key = ? AND id NOT IN "
+                    "(SELECT id FROM lists WHERE key = ? ORDER BY id DESC LIMIT ?)",
+                    (key, key, max_len),
+                )
+
+        await self._run(op)
+
+    async def items(self, key: str) -> list[bytes]:
+        def op(db: sqlite3.Connection, now: float) -> list[bytes]:
+            rows = db.execute("SELECT value FROM lists WHERE key = ? AND expires >= ? ORDER BY id", (key, now))
+            return [bytes(row[0]) for row in rows]
+
+        return await self._run(op)
+
+    async def ping(self) -> bool:
+        try:
+            return await self._run(lambda db, now: db.execute("SELECT 1").fetchone() == (1,))
+        except StoreUnavailable:
+            return False
+
+    async def close(self) -> None:
+        def op(db: sqlite3.Connection, now: float) -> None:
+            db.close()
+            self._db = None
+
+        if self._db is not None:
+            await self._run(op)
+        self._executor.shutdown(wait=True)

