@@ -6,6 +6,7 @@ Everything else under /v1 is relayed unchanged.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -17,8 +18,11 @@ from starlette.routing import Route
 
 from proxy.chat import chat_completions
 from proxy.config import ServerSettings
+from proxy.offload_api import get_offloaded, offload
+from proxy.offload_settings import SettingsResolver, load_tenants_file
 from proxy.relay import relay
 from proxy.store import Store, open_store
+from proxy.tokens import load_encoder
 from proxy.upstream import Upstream
 
 log = logging.getLogger("proxy")
@@ -38,10 +42,16 @@ async def readyz(request: Request) -> JSONResponse:
 
 def create_app(settings: ServerSettings | None = None) -> Starlette:
     settings = settings or ServerSettings()
+    resolver = SettingsResolver(
+        settings.offload_defaults(), load_tenants_file(settings.tenants_file), settings.header_caps
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         app.state.settings = settings
+        app.state.settings_resolver = resolver
+        for name in ("o200k_base", "cl100k_base"):  # load once now, not on a request
+            await asyncio.to_thread(load_encoder, name)
         app.state.upstream = Upstream(settings)
         app.state.store = open_store(settings)
         try:
@@ -54,6 +64,8 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/offload", offload, methods=["POST"]),
+        Route("/v1/offload/{ref}", get_offloaded, methods=["GET"]),
         Route("/v1/{path:path}", relay, methods=ALL_METHODS),
     ]
     return Starlette(routes=routes, lifespan=lifespan)

@@ -1,17 +1,29 @@
-"""POST /v1/chat/completions: parse, offload, forward, relay."""
+"""POST /v1/chat/completions: settings → plan → store → upstream → reload loop."""
 
 from __future__ import annotations
 
 import json
+import logging
+from typing import Any
 
+import httpx
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 
+from proxy import reload_loop
 from proxy.disconnect import ClientDisconnected, ClientWatch
 from proxy.errors import ProxyError, error_response
-from proxy.headers import request_headers_for_upstream
-from proxy.relay import stream_back
+from proxy.headers import request_headers_for_upstream, response_headers_for_client
+from proxy.plan import Plan, plan_compaction
+from proxy.refs import RefStore
+from proxy.relay import close_after, stream_back
+from proxy.reload_tools import RELOAD_TOOL_SCHEMAS, ReloadTools
+from proxy.store import StoreUnavailable
+from proxy.tenant import tenant_namespace
+from proxy.tokens import counter_for_model
 from proxy.upstream import Upstream
+
+log = logging.getLogger("proxy.chat")
 
 
 def parse_chat_body(raw: bytes) -> dict:
@@ -24,23 +36,88 @@ def parse_chat_body(raw: bytes) -> dict:
     return body
 
 
+def dumps(obj: Any) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def offload_headers(plan: Plan, warning: str | None) -> list[tuple[bytes, bytes]]:
+    headers = [
+        (b"x-offload-tokens-before", str(plan.tokens_before).encode()),
+        (b"x-offload-tokens-after", str(plan.tokens_after).encode()),
+        (b"x-offload-refs", str(len(plan.offloads)).encode()),
+    ]
+    if warning:
+        headers.append((b"x-offload-warning", warning.encode("ascii", "replace")))
+    return headers
+
+
 async def chat_completions(request: Request) -> Response:
-    upstream: Upstream = request.app.state.upstream
+    state = request.app.state
     raw = await request.body()
     try:
-        parse_chat_body(raw)
-        watch = ClientWatch(request, body_read=True)
-        response = await watch.run(
-            upstream.send(
-                "POST",
-                "chat/completions",
-                query=request.scope.get("query_string", b""),
-                headers=request_headers_for_upstream(request.scope["headers"]),
-                content=raw,
+        body = parse_chat_body(raw)
+        settings = state.settings_resolver.resolve(request.headers)
+    except ProxyError as exc:
+        return exc.response()
+
+    namespace = tenant_namespace(request.headers.get("authorization"), settings.tenant)
+    counter = counter_for_model(body.get("model") if isinstance(body.get("model"), str) else None)
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        messages = []  # nothing to plan; the upstream validates the request itself
+    plan = plan_compaction(messages, settings, counter, namespace)
+
+    refs = RefStore(state.store, namespace, state.settings.store_ttl)
+    warning = None
+    try:
+        await refs.save(plan.offloads, plan.refs, settings.session)
+    except StoreUnavailable as exc:
+        log.warning("store unavailable, forwarding without offload: %s", exc)
+        warning = "store unavailable; request forwarded without offloading"
+        plan = Plan(messages=messages, tokens_before=plan.tokens_before, tokens_after=plan.tokens_before)
+
+    inject = settings.reload_tools and bool(plan.refs) and warning is None
+    extra = offload_headers(plan, warning)
+    upstream: Upstream = state.upstream
+    headers = request_headers_for_upstream(request.scope["headers"], body_replaced=plan.changed or inject)
+    query = request.scope.get("query_string", b"")
+    watch = ClientWatch(request, body_read=True)
+
+    async def send(round_messages: list[Any], with_tools: bool) -> httpx.Response:
+        payload = {**body, "messages": round_messages}
+        if with_tools:
+            payload["tools"] = [*(body.get("tools") or []), *RELOAD_TOOL_SCHEMAS]
+        return await upstream.send("POST", "chat/completions", query=query, headers=headers, content=dumps(payload))
+
+    try:
+        if not inject:
+            content = dumps({**body, "messages": plan.messages}) if plan.changed else raw
+            response = await watch.run(
+                upstream.send("POST", "chat/completions", query=query, headers=headers, content=content)
             )
+            return stream_back(response, extra)
+
+        tools = ReloadTools(refs, counter, settings.max_reload_tokens, plan.refs, settings.session)
+        rounds = settings.max_reload_rounds
+        if body.get("stream"):
+            first = await watch.run(send(plan.messages, rounds > 0))
+            if first.status_code != 200:
+                return stream_back(first, extra)
+            out = StreamingResponse(
+                close_after(first, reload_loop.stream(first, plan.messages, send, tools, rounds)),
+                status_code=200,
+            )
+            out.raw_headers = response_headers_for_client(first.headers.raw, decoded=True) + extra
+            return out
+        result = await watch.run(reload_loop.complete(plan.messages, send, tools, rounds))
+        out = Response(result.body, status_code=result.status)
+        out.raw_headers = (
+            response_headers_for_client(result.response.headers.raw, decoded=True)
+            + [(b"content-length", str(len(result.body)).encode())]
+            + extra
         )
+        return out
     except ProxyError as exc:
         return exc.response()
     except ClientDisconnected:
         return error_response(499, "Client closed the request.")
-    return stream_back(response)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -42,6 +43,9 @@ def resolve_settings(args: argparse.Namespace) -> ServerSettings:
         for name in ServerSettings.model_fields
         if getattr(args, name, None) is not None
     }
+    for name, value in overrides.items():
+        if ServerSettings.model_fields[name].annotation == dict[str, int]:
+            overrides[name] = json.loads(value)
     return ServerSettings(**overrides)
 
 
@@ -50,7 +54,7 @@ def serve(settings: ServerSettings) -> None:
 
     # Worker processes rebuild their settings from the environment, so export the resolved ones.
     for name, value in settings.model_dump(exclude_none=True).items():
-        os.environ[f"OFFLOAD_{name.upper()}"] = str(value)
+        os.environ[f"OFFLOAD_{name.upper()}"] = json.dumps(value) if isinstance(value, dict) else str(value)
     uvicorn.run(
         "proxy.app:create_app_from_env",
         factory=True,

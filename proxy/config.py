@@ -36,6 +36,31 @@ class ServerSettings(BaseSettings):
         None, description="TOML or YAML file of per-tenant setting overrides."
     )
 
+    # Server-wide defaults of the per-request offload settings (see proxy.offload_settings);
+    # None = the built-in default. Each can be overridden per tenant and per request header.
+    mode: str | None = Field(None, description="Default X-Offload-Mode: auto|compact|compress|off.")
+    max_total_tokens: int | None = Field(None, description="Default X-Offload-Max-Total-Tokens (20000).")
+    max_tool_message_tokens: int | None = Field(
+        None, description="Default X-Offload-Max-Tool-Message-Tokens (2000)."
+    )
+    keep_recent: int | None = Field(None, description="Default X-Offload-Keep-Recent (1 compact, 2 compress).")
+    max_reload_tokens: int | None = Field(None, description="Default X-Offload-Max-Reload-Tokens (8000).")
+    max_reload_rounds: int | None = Field(None, description="Default X-Offload-Max-Reload-Rounds (4).")
+    reload_tools: str | None = Field(None, description="Default X-Offload-Reload-Tools: on|off.")
+    header_caps: dict[str, int] = Field(
+        default_factory=dict,
+        description='JSON object capping integer headers, e.g. {"max_reload_rounds": 8}.',
+    )
+
+    def offload_defaults(self) -> dict[str, object]:
+        from proxy.offload_settings import SETTING_FIELDS
+
+        return {
+            name: getattr(self, name)
+            for name in SETTING_FIELDS
+            if name in type(self).model_fields and getattr(self, name) is not None
+        }
+
     @property
     def upstream_base(self) -> str:
         return self.upstream.rstrip("/")

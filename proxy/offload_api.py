@@ -1,0 +1,69 @@
+"""Direct API for non-proxy use (ReMe-style), tenant-scoped like everything else.
+
+POST /v1/offload        {"messages": [...], "model"?: str} → reduced messages, refs, token counts
+GET  /v1/offload/{ref}  → the stored original
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from proxy.chat import parse_chat_body
+from proxy.errors import ProxyError
+from proxy.plan import plan_compaction
+from proxy.refs import RefStore
+from proxy.store import StoreUnavailable
+from proxy.tenant import tenant_namespace
+from proxy.tokens import counter_for_model
+
+
+def _scope(request: Request):
+    settings = request.app.state.settings_resolver.resolve(request.headers)
+    namespace = tenant_namespace(request.headers.get("authorization"), settings.tenant)
+    refs = RefStore(request.app.state.store, namespace, request.app.state.settings.store_ttl)
+    return settings, namespace, refs
+
+
+def _store_down(exc: StoreUnavailable) -> Response:
+    return ProxyError(503, f"Store unavailable: {exc}", type_="server_error", code="store_unavailable").response()
+
+
+async def offload(request: Request) -> Response:
+    try:
+        body = parse_chat_body(await request.body())
+        settings, namespace, refs = _scope(request)
+        messages = body.get("messages")
+        if not isinstance(messages, list):
+            raise ProxyError(400, "'messages' must be a list.", param="messages")
+    except ProxyError as exc:
+        return exc.response()
+    model = body.get("model") if isinstance(body.get("model"), str) else None
+    plan = plan_compaction(messages, settings, counter_for_model(model), namespace)
+    try:
+        await refs.save(plan.offloads, plan.refs, settings.session)
+    except StoreUnavailable as exc:
+        return _store_down(exc)
+    return JSONResponse(
+        {
+            "messages": plan.messages,
+            "refs": [{"ref": o.ref, "kind": o.kind, "tokens": o.tokens} for o in plan.offloads],
+            "tokens_before": plan.tokens_before,
+            "tokens_after": plan.tokens_after,
+        }
+    )
+
+
+async def get_offloaded(request: Request) -> Response:
+    ref = request.path_params["ref"]
+    try:
+        _, _, refs = _scope(request)
+        item = await refs.load(ref)
+    except ProxyError as exc:
+        return exc.response()
+    except StoreUnavailable as exc:
+        return _store_down(exc)
+    if item is None:
+        return ProxyError(404, f"No offloaded content ref={ref} for this credential.", code="ref_not_found",
+                          param="ref").response()
+    return JSONResponse({"ref": item.ref, "kind": item.kind, "content": item.text})

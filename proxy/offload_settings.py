@@ -1,0 +1,144 @@
+"""Per-request offload settings: server defaults ← tenants file ← X-Offload-* headers.
+
+Headers are validated with pydantic; a bad value is a 400 naming the header and what it allows.
+The server may cap what a header can ask for (`header_caps`).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from proxy.errors import ProxyError
+
+Mode = Literal["auto", "compact", "compress", "off"]
+HEADER_PREFIX = "x-offload-"
+IDENT_PATTERN = r"^[A-Za-z0-9._:@/-]{1,128}$"
+
+
+class OffloadSettings(BaseModel):
+    """Everything that decides what a request offloads. Field `foo_bar` ↔ header X-Offload-Foo-Bar."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Mode = "auto"
+    max_total_tokens: int = Field(20_000, ge=0, le=10_000_000)
+    max_tool_message_tokens: int = Field(2_000, ge=1, le=10_000_000)
+    keep_recent: int | None = Field(None, ge=0, le=10_000)
+    max_reload_tokens: int = Field(8_000, ge=100, le=1_000_000)
+    max_reload_rounds: int = Field(4, ge=0, le=50)
+    reload_tools: bool = True
+    tenant: str | None = Field(None, pattern=IDENT_PATTERN)
+    session: str | None = Field(None, pattern=IDENT_PATTERN)
+
+    @field_validator("reload_tools", mode="before")
+    @classmethod
+    def _on_off(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            lowered = value.strip().lower()
+            if lowered in ("on", "true", "1", "yes"):
+                return True
+            if lowered in ("off", "false", "0", "no"):
+                return False
+            raise ValueError("must be on or off")
+        return value
+
+    def keep_recent_for(self, default: int) -> int:
+        return default if self.keep_recent is None else self.keep_recent
+
+
+SETTING_FIELDS = tuple(OffloadSettings.model_fields)
+
+
+def header_name(field: str) -> str:
+    return "X-Offload-" + "-".join(part.capitalize() for part in field.split("_"))
+
+
+def _describe(field: str) -> str:
+    info = OffloadSettings.model_fields[field]
+    annotation = str(info.annotation)
+    if field == "mode":
+        return "one of auto, compact, compress, off"
+    if field == "reload_tools":
+        return "on or off"
+    if field in ("tenant", "session"):
+        return "1-128 characters of A-Z a-z 0-9 . _ : @ / -"
+    bounds = [m for m in info.metadata if hasattr(m, "ge") or hasattr(m, "le")]
+    low = next((m.ge for m in bounds if getattr(m, "ge", None) is not None), None)
+    high = next((m.le for m in bounds if getattr(m, "le", None) is not None), None)
+    return f"an integer from {low} to {high}" if "int" in annotation else annotation
+
+
+def load_tenants_file(path: Path | None) -> dict[str, dict[str, Any]]:
+    """`[tenants.<id>]` tables (TOML) or a `tenants:` mapping (YAML), each of setting overrides."""
+    if path is None:
+        return {}
+    text = path.read_text()
+    if path.suffix in (".yaml", ".yml"):
+        import yaml  # optional dependency, only for YAML tenants files
+
+        data = yaml.safe_load(text) or {}
+    else:
+        data = tomllib.loads(text)
+    tenants = data.get("tenants", data)
+    for tenant, overrides in tenants.items():
+        OffloadSettings(**{k: v for k, v in overrides.items() if k in SETTING_FIELDS})  # fail at startup
+    return tenants
+
+
+class SettingsResolver:
+    """Builds the OffloadSettings of one request."""
+
+    def __init__(
+        self,
+        defaults: Mapping[str, Any],
+        tenants: Mapping[str, Mapping[str, Any]] | None = None,
+        header_caps: Mapping[str, int] | None = None,
+    ) -> None:
+        self.defaults = OffloadSettings(**defaults)
+        self.tenants = tenants or {}
+        self.header_caps = dict(header_caps or {})
+
+    def tenant_overrides(self, tenant: str | None) -> dict[str, Any]:
+        """Setting overrides for a tenant (non-setting keys such as a prompt are read elsewhere)."""
+        raw = self.tenants.get(tenant or "", {})
+        return {k: v for k, v in raw.items() if k in SETTING_FIELDS}
+
+    def tenant_extra(self, tenant: str | None, key: str) -> Any:
+        return self.tenants.get(tenant or "", {}).get(key)
+
+    def resolve(self, headers: Mapping[str, str]) -> OffloadSettings:
+        from_headers: dict[str, str] = {}
+        for name, value in headers.items():
+            lname = name.lower()
+            if not lname.startswith(HEADER_PREFIX):
+                continue
+            field = lname[len(HEADER_PREFIX):].replace("-", "_")
+            if field in SETTING_FIELDS:
+                from_headers[field] = value.strip()
+        merged = self.defaults.model_dump(exclude_unset=False)
+        merged.update(self.tenant_overrides(from_headers.get("tenant")))
+        for field, value in from_headers.items():
+            try:
+                OffloadSettings(**{field: value})
+            except ValidationError as exc:
+                raise ProxyError(
+                    400,
+                    f"Invalid header {header_name(field)}: {value!r}; it must be {_describe(field)}.",
+                    code="invalid_offload_header",
+                    param=header_name(field),
+                ) from exc
+            cap = self.header_caps.get(field)
+            if cap is not None and int(value) > cap:
+                raise ProxyError(
+                    400,
+                    f"Invalid header {header_name(field)}: {value!r}; this server allows at most {cap}.",
+                    code="invalid_offload_header",
+                    param=header_name(field),
+                )
+            merged[field] = value
+        return OffloadSettings(**merged)

@@ -1,0 +1,70 @@
+"""Offloaded content in the store, scoped to one tenant namespace.
+
+Values are zlib-compressed. Every request that still references an item extends its idle TTL,
+so content in use never expires mid-session; content-addressed refs make saving idempotent.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from proxy.plan import Offload
+from proxy.store import Store
+from proxy.tenant import key
+
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class StoredItem:
+    ref: str
+    kind: str
+    text: str
+
+
+def encode_item(offload: Offload) -> bytes:
+    header = json.dumps({"v": FORMAT, "kind": offload.kind, "tokens": offload.tokens}).encode()
+    return zlib.compress(header + b"\n" + offload.text.encode("utf-8", "surrogatepass"), 6)
+
+
+def decode_item(ref: str, value: bytes) -> StoredItem:
+    header, _, body = zlib.decompress(value).partition(b"\n")
+    meta = json.loads(header)
+    return StoredItem(ref, meta.get("kind", "tool_result"), body.decode("utf-8", "surrogatepass"))
+
+
+class RefStore:
+    def __init__(self, store: Store, namespace: str, ttl: int) -> None:
+        self.store, self.namespace, self.ttl = store, namespace, ttl
+
+    def _key(self, ref: str) -> str:
+        return key(self.namespace, "item", ref)
+
+    async def save(self, offloads: Iterable[Offload], refs: Iterable[str], session: str | None = None) -> int:
+        """Make every ref in `refs` resolvable: extend the live ones, store the missing ones.
+
+        Returns how many items were written.
+        """
+        by_ref = {o.ref: o for o in offloads}
+        all_refs = list(dict.fromkeys([*refs, *by_ref]))
+        if not all_refs:
+            return 0
+        alive = await self.store.touch([self._key(r) for r in all_refs], self.ttl)
+        written = 0
+        for ref, exists in zip(all_refs, alive):
+            if not exists and ref in by_ref:
+                await self.store.put(self._key(ref), encode_item(by_ref[ref]), self.ttl)
+                written += 1
+        if session:
+            await self.store.add_members(key(self.namespace, "session", session), all_refs, self.ttl)
+        return written
+
+    async def load(self, ref: str) -> StoredItem | None:
+        value = await self.store.get(self._key(ref), ttl=self.ttl)
+        return None if value is None else decode_item(ref, value)
+
+    async def session_refs(self, session: str) -> set[str]:
+        return await self.store.members(key(self.namespace, "session", session))

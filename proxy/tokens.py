@@ -1,0 +1,149 @@
+"""Token counting with tiktoken, cached per content hash.
+
+A long conversation is resent every turn; only its new messages should cost CPU. Counts are
+cached by a digest of the text, so a history the proxy has seen before is not tokenised again.
+If an encoding cannot be loaded (offline, no cache), counts fall back to an estimate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from functools import lru_cache
+from typing import Any, Protocol
+
+log = logging.getLogger("proxy.tokens")
+
+CACHE_ENTRIES = 200_000
+UNCACHED_BELOW = 64  # characters: cheaper to encode than to hash
+MESSAGE_OVERHEAD = 3  # per message, as in OpenAI's accounting
+REPLY_PRIMING = 3
+
+
+class Encoder(Protocol):
+    def encode_ordinary(self, text: str) -> list[int]: ...
+
+
+class EstimateEncoder:
+    """Offline fallback: about 4 bytes of UTF-8 per token."""
+
+    name = "estimate"
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        return [0] * ((len(text.encode("utf-8", "surrogatepass")) + 3) // 4)
+
+
+def encoding_name_for_model(model: str | None) -> str:
+    name = (model or "").lower().rsplit("/", 1)[-1]
+    if name.startswith(("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o")):
+        return "o200k_base"
+    if name.startswith(("gpt-4", "gpt-3.5", "gpt-35", "text-embedding")):
+        return "cl100k_base"
+    return "o200k_base"
+
+
+@lru_cache(maxsize=None)
+def load_encoder(encoding_name: str) -> Encoder:
+    try:
+        import tiktoken
+
+        return tiktoken.get_encoding(encoding_name)
+    except Exception as exc:  # offline, corrupt cache, unknown name: never fail a request
+        log.warning("tiktoken encoding %s unavailable (%s); counting tokens by estimate", encoding_name, exc)
+        return EstimateEncoder()
+
+
+class _CountCache:
+    """A thread-safe LRU of (encoding, text digest) → token count."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.data: OrderedDict[bytes, int] = OrderedDict()
+        self.lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def get(self, key: bytes) -> int | None:
+        with self.lock:
+            value = self.data.get(key)
+            if value is not None:
+                self.data.move_to_end(key)
+                self.hits += 1
+            else:
+                self.misses += 1
+            return value
+
+    def put(self, key: bytes, value: int) -> None:
+        with self.lock:
+            self.data[key] = value
+            if len(self.data) > self.size:
+                self.data.popitem(last=False)
+
+
+_cache = _CountCache(CACHE_ENTRIES)
+
+
+class TokenCounter:
+    def __init__(self, encoding_name: str) -> None:
+        self.encoding_name = encoding_name
+        self.encoder = load_encoder(encoding_name)
+        self._salt = encoding_name.encode() + b"\0"
+
+    def text(self, text: str) -> int:
+        if len(text) < UNCACHED_BELOW:
+            return len(self.encoder.encode_ordinary(text))
+        key = hashlib.blake2b(self._salt + text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        count = _cache.get(key)
+        if count is None:
+            count = len(self.encoder.encode_ordinary(text))
+            _cache.put(key, count)
+        return count
+
+    def content(self, content: Any) -> int:
+        """A message's content: a string, or a list of parts (text counted, others estimated)."""
+        if content is None:
+            return 0
+        if isinstance(content, str):
+            return self.text(content)
+        if isinstance(content, list):
+            total = 0
+            for part in content:
+                if isinstance(part, dict) and isinstance(part.get("text"), str):
+                    total += self.text(part["text"])
+                elif isinstance(part, dict) and part.get("type") in ("image_url", "input_image"):
+                    total += 85  # low-detail image; providers bill more for high detail
+                else:
+                    total += self.text(json.dumps(part, ensure_ascii=False))
+            return total
+        return self.text(json.dumps(content, ensure_ascii=False))
+
+    def message(self, message: Any) -> int:
+        if not isinstance(message, dict):
+            return self.text(json.dumps(message, ensure_ascii=False))
+        total = MESSAGE_OVERHEAD + self.content(message.get("content"))
+        for key in ("role", "name"):
+            if isinstance(message.get(key), str):
+                total += self.text(message[key])
+        for call in message.get("tool_calls") or ():
+            function = call.get("function") if isinstance(call, dict) else None
+            if isinstance(function, dict):
+                total += 3 + self.text(str(function.get("name", ""))) + self.text(str(function.get("arguments", "")))
+        return total
+
+    def messages(self, messages: Iterable[Any]) -> int:
+        return sum(self.message(m) for m in messages) + REPLY_PRIMING
+
+    def tools(self, tools: Any) -> int:
+        return self.text(json.dumps(tools, ensure_ascii=False, sort_keys=True)) if tools else 0
+
+
+@lru_cache(maxsize=16)
+def counter_for_encoding(encoding_name: str) -> TokenCounter:
+    return TokenCounter(encoding_name)
+
+
+def counter_for_model(model: str | None) -> TokenCounter:
+    return counter_for_encoding(encoding_name_for_model(model))

@@ -1,0 +1,20 @@
+"""Small synthetic agent histories for tests."""
+
+from __future__ import annotations
+
+import json
+
+
+def big_text(label: str, lines: int = 400) -> str:
+    return "\n".join(f"{label} line {i}: value={i * 7} path=/src/{label}/mod{i}.py status=ok" for i in range(lines))
+
+
+def agent_history(steps: int = 6, lines: int = 300, system: str = "You are a coding agent.") -> list[dict]:
+    """system, user, then `steps` × (assistant tool call, tool result)."""
+    messages: list[dict] = [{"role": "system", "content": system}, {"role": "user", "content": "Fix the bug."}]
+    for i in range(steps):
+        call_id = f"call_{i}"
+        messages.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": "bash", "arguments": json.dumps({"cmd": f"cat f{i}"})}}]})
+        messages.append({"role": "tool", "tool_call_id": call_id, "content": big_text(f"step{i}", lines)})
+    return messages
