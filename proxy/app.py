@@ -18,7 +18,7 @@ from starlette.routing import Route
 
 from proxy.chat import chat_completions
 from proxy.config import ServerSettings
-from proxy.offload_api import get_offloaded, offload
+from proxy.offload_api import get_offloaded, list_events, offload
 from proxy.offload_settings import SettingsResolver, load_tenants_file
 from proxy.relay import relay
 from proxy.store import Store, open_store
@@ -65,6 +65,7 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
         Route("/readyz", readyz, methods=["GET"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/offload", offload, methods=["POST"]),
+        Route("/v1/offload/events", list_events, methods=["GET"]),
         Route("/v1/offload/{ref}", get_offloaded, methods=["GET"]),
         Route("/v1/{path:path}", relay, methods=ALL_METHODS),
     ]

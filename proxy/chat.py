@@ -10,15 +10,19 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from proxy import reload_loop
+from starlette.background import BackgroundTask
+
+from proxy import events, reload_loop
+from proxy.compression import Compressor, SummaryContext
 from proxy.disconnect import ClientDisconnected, ClientWatch
 from proxy.errors import ProxyError, error_response
 from proxy.headers import request_headers_for_upstream, response_headers_for_client
-from proxy.plan import Plan, plan_compaction
+from proxy.pipeline import Prepared, prepare
 from proxy.refs import RefStore
 from proxy.relay import close_after, stream_back
 from proxy.reload_tools import RELOAD_TOOL_SCHEMAS, ReloadTools
 from proxy.store import StoreUnavailable
+from proxy.summarizer import DEFAULT_PROMPT
 from proxy.tenant import tenant_namespace
 from proxy.tokens import counter_for_model
 from proxy.upstream import Upstream
@@ -40,15 +44,28 @@ def dumps(obj: Any) -> bytes:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def offload_headers(plan: Plan, warning: str | None) -> list[tuple[bytes, bytes]]:
+def offload_headers(prepared: Prepared) -> list[tuple[bytes, bytes]]:
+    plan = prepared.plan
     headers = [
+        (b"x-offload-action", prepared.action.encode()),
         (b"x-offload-tokens-before", str(plan.tokens_before).encode()),
         (b"x-offload-tokens-after", str(plan.tokens_after).encode()),
         (b"x-offload-refs", str(len(plan.offloads)).encode()),
     ]
-    if warning:
-        headers.append((b"x-offload-warning", warning.encode("ascii", "replace")))
+    if prepared.summary_tokens:
+        headers.append((b"x-offload-summary-tokens", str(prepared.summary_tokens).encode()))
+    if prepared.warnings:
+        headers.append((b"x-offload-warning", "; ".join(prepared.warnings).encode("ascii", "replace")))
     return headers
+
+
+def compressor_for(request: Request, body: dict, settings, namespace: str, headers) -> Compressor:
+    state = request.app.state
+    prompt = state.settings_resolver.tenant_extra(settings.tenant, "summary_prompt") or DEFAULT_PROMPT
+    model = settings.summary_model or (body.get("model") if isinstance(body.get("model"), str) else "gpt-4o-mini")
+    ctx = SummaryContext(state.upstream, headers, model, prompt, state.settings.summary_timeout,
+                         state.settings.summary_wait)
+    return Compressor(state.store, namespace, state.settings.store_ttl, ctx)
 
 
 async def chat_completions(request: Request) -> Response:
@@ -65,21 +82,28 @@ async def chat_completions(request: Request) -> Response:
     messages = body.get("messages")
     if not isinstance(messages, list):
         messages = []  # nothing to plan; the upstream validates the request itself
-    plan = plan_compaction(messages, settings, counter, namespace)
+    ttl = state.settings.store_ttl
+    refs = RefStore(state.store, namespace, ttl)
+    summary_headers = request_headers_for_upstream(request.scope["headers"], body_replaced=True)
+    compressor = compressor_for(request, body, settings, namespace, summary_headers)
+    prepared = await prepare(messages, settings, counter, namespace, refs, compressor)
+    plan = prepared.plan
+    for warning in prepared.warnings:
+        log.warning("offload: %s", warning)
 
-    refs = RefStore(state.store, namespace, state.settings.store_ttl)
-    warning = None
-    try:
-        await refs.save(plan.offloads, plan.refs, settings.session)
-    except StoreUnavailable as exc:
-        log.warning("store unavailable, forwarding without offload: %s", exc)
-        warning = "store unavailable; request forwarded without offloading"
-        plan = Plan(messages=messages, tokens_before=plan.tokens_before, tokens_after=plan.tokens_before)
-
-    inject = settings.reload_tools and bool(plan.refs) and warning is None
-    extra = offload_headers(plan, warning)
+    inject = settings.reload_tools and bool(plan.refs) and not prepared.store_failed
+    extra = offload_headers(prepared)
     upstream: Upstream = state.upstream
     headers = request_headers_for_upstream(request.scope["headers"], body_replaced=plan.changed or inject)
+    tools = ReloadTools(refs, counter, settings.max_reload_tokens, plan.refs, settings.session)
+
+    async def record_events() -> None:
+        try:
+            await events.record(state.store, namespace, settings.session, prepared.events + tools.events, ttl)
+        except StoreUnavailable:
+            pass
+
+    background = BackgroundTask(record_events)
     query = request.scope.get("query_string", b"")
     watch = ClientWatch(request, body_read=True)
 
@@ -95,9 +119,10 @@ async def chat_completions(request: Request) -> Response:
             response = await watch.run(
                 upstream.send("POST", "chat/completions", query=query, headers=headers, content=content)
             )
-            return stream_back(response, extra)
+            out = stream_back(response, extra)
+            out.background = background
+            return out
 
-        tools = ReloadTools(refs, counter, settings.max_reload_tokens, plan.refs, settings.session)
         rounds = settings.max_reload_rounds
         if body.get("stream"):
             first = await watch.run(send(plan.messages, rounds > 0))
@@ -106,11 +131,12 @@ async def chat_completions(request: Request) -> Response:
             out = StreamingResponse(
                 close_after(first, reload_loop.stream(first, plan.messages, send, tools, rounds)),
                 status_code=200,
+                background=background,
             )
             out.raw_headers = response_headers_for_client(first.headers.raw, decoded=True) + extra
             return out
         result = await watch.run(reload_loop.complete(plan.messages, send, tools, rounds))
-        out = Response(result.body, status_code=result.status)
+        out = Response(result.body, status_code=result.status, background=background)
         out.raw_headers = (
             response_headers_for_client(result.response.headers.raw, decoded=True)
             + [(b"content-length", str(len(result.body)).encode())]

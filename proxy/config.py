@@ -47,6 +47,12 @@ class ServerSettings(BaseSettings):
     max_reload_tokens: int | None = Field(None, description="Default X-Offload-Max-Reload-Tokens (8000).")
     max_reload_rounds: int | None = Field(None, description="Default X-Offload-Max-Reload-Rounds (4).")
     reload_tools: str | None = Field(None, description="Default X-Offload-Reload-Tools: on|off.")
+    summary_model: str | None = Field(None, description="Default X-Offload-Summary-Model (else the request's).")
+    compaction_ratio: float | None = Field(None, description="Default X-Offload-Compaction-Ratio (0.75).")
+    summary_timeout: float = Field(60.0, gt=0, description="Timeout (s) of one summarisation call.")
+    summary_wait: float = Field(
+        5.0, ge=0, description="How long (s) a request waits for a summary another request is making."
+    )
     header_caps: dict[str, int] = Field(
         default_factory=dict,
         description='JSON object capping integer headers, e.g. {"max_reload_rounds": 8}.',

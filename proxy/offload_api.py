@@ -9,9 +9,11 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from proxy.chat import parse_chat_body
+from proxy import events
+from proxy.chat import compressor_for, parse_chat_body
 from proxy.errors import ProxyError
-from proxy.plan import plan_compaction
+from proxy.headers import request_headers_for_upstream
+from proxy.pipeline import prepare
 from proxy.refs import RefStore
 from proxy.store import StoreUnavailable
 from proxy.tenant import tenant_namespace
@@ -39,19 +41,41 @@ async def offload(request: Request) -> Response:
     except ProxyError as exc:
         return exc.response()
     model = body.get("model") if isinstance(body.get("model"), str) else None
-    plan = plan_compaction(messages, settings, counter_for_model(model), namespace)
+    headers = request_headers_for_upstream(request.scope["headers"], body_replaced=True)
+    compressor = compressor_for(request, body, settings, namespace, headers)
+    prepared = await prepare(messages, settings, counter_for_model(model), namespace, refs, compressor)
+    if prepared.store_failed:
+        return _store_down(StoreUnavailable(prepared.warnings[0]))
+    plan = prepared.plan
     try:
-        await refs.save(plan.offloads, plan.refs, settings.session)
-    except StoreUnavailable as exc:
-        return _store_down(exc)
+        await events.record(request.app.state.store, namespace, settings.session, prepared.events,
+                            request.app.state.settings.store_ttl)
+    except StoreUnavailable:
+        pass
     return JSONResponse(
         {
             "messages": plan.messages,
             "refs": [{"ref": o.ref, "kind": o.kind, "tokens": o.tokens} for o in plan.offloads],
             "tokens_before": plan.tokens_before,
             "tokens_after": plan.tokens_after,
+            "action": prepared.action,
+            "summary_tokens": prepared.summary_tokens,
+            "warnings": prepared.warnings,
         }
     )
+
+
+async def list_events(request: Request) -> Response:
+    """GET /v1/offload/events?session=…: this tenant's events, newest last."""
+    try:
+        settings, namespace, _ = _scope(request)
+        session = request.query_params.get("session") or settings.session
+        data = await events.recent(request.app.state.store, namespace, session)
+    except ProxyError as exc:
+        return exc.response()
+    except StoreUnavailable as exc:
+        return _store_down(exc)
+    return JSONResponse({"object": "list", "data": data})
 
 
 async def get_offloaded(request: Request) -> Response:

@@ -34,6 +34,9 @@ class OffloadSettings(BaseModel):
     reload_tools: bool = True
     tenant: str | None = Field(None, pattern=IDENT_PATTERN)
     session: str | None = Field(None, pattern=IDENT_PATTERN)
+    group_token_threshold: int = Field(0, ge=0, le=10_000_000)
+    compaction_ratio: float = Field(0.75, ge=0.0, le=1.0)
+    summary_model: str | None = Field(None, pattern=r"^[A-Za-z0-9._:/-]{1,128}$")
 
     @field_validator("reload_tools", mode="before")
     @classmethod
@@ -65,8 +68,10 @@ def _describe(field: str) -> str:
         return "one of auto, compact, compress, off"
     if field == "reload_tools":
         return "on or off"
-    if field in ("tenant", "session"):
+    if field in ("tenant", "session", "summary_model"):
         return "1-128 characters of A-Z a-z 0-9 . _ : @ / -"
+    if field == "compaction_ratio":
+        return "a number from 0 to 1"
     bounds = [m for m in info.metadata if hasattr(m, "ge") or hasattr(m, "le")]
     low = next((m.ge for m in bounds if getattr(m, "ge", None) is not None), None)
     high = next((m.le for m in bounds if getattr(m, "le", None) is not None), None)
@@ -133,7 +138,7 @@ class SettingsResolver:
                     param=header_name(field),
                 ) from exc
             cap = self.header_caps.get(field)
-            if cap is not None and int(value) > cap:
+            if cap is not None and float(value) > cap:
                 raise ProxyError(
                     400,
                     f"Invalid header {header_name(field)}: {value!r}; this server allows at most {cap}.",

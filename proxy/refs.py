@@ -43,21 +43,21 @@ class RefStore:
     def _key(self, ref: str) -> str:
         return key(self.namespace, "item", ref)
 
-    async def save(self, offloads: Iterable[Offload], refs: Iterable[str], session: str | None = None) -> int:
+    async def save(self, offloads: Iterable[Offload], refs: Iterable[str], session: str | None = None) -> set[str]:
         """Make every ref in `refs` resolvable: extend the live ones, store the missing ones.
 
-        Returns how many items were written.
+        Returns the refs that were written now (not already stored).
         """
         by_ref = {o.ref: o for o in offloads}
         all_refs = list(dict.fromkeys([*refs, *by_ref]))
         if not all_refs:
-            return 0
+            return set()
         alive = await self.store.touch([self._key(r) for r in all_refs], self.ttl)
-        written = 0
+        written: set[str] = set()
         for ref, exists in zip(all_refs, alive):
             if not exists and ref in by_ref:
                 await self.store.put(self._key(ref), encode_item(by_ref[ref]), self.ttl)
-                written += 1
+                written.add(ref)
         if session:
             await self.store.add_members(key(self.namespace, "session", session), all_refs, self.ttl)
         return written

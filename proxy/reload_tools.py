@@ -12,6 +12,7 @@ from typing import Any
 
 import regex
 
+from proxy.events import event
 from proxy.markers import RELOAD_TOOL, SEARCH_TOOL
 from proxy.refs import RefStore
 from proxy.store import StoreUnavailable
@@ -86,6 +87,7 @@ class ReloadTools:
     ) -> None:
         self.refs, self.counter, self.max_tokens = refs, counter, max_tokens
         self.request_refs, self.session = request_refs, session
+        self.events: list[dict] = []  # one per call, recorded after the response
 
     async def scope(self) -> list[str]:
         """What `context_search` looks at without a ref: the session's items, else the request's."""
@@ -94,6 +96,11 @@ class ReloadTools:
         return sorted(set(self.request_refs) | await self.refs.session_refs(self.session))
 
     async def run(self, name: str, arguments: str) -> str:
+        result = await self._run(name, arguments)
+        self.events.append(event("reload", tool=name, arguments=arguments[:200], result_chars=len(result)))
+        return result
+
+    async def _run(self, name: str, arguments: str) -> str:
         try:
             args = json.loads(arguments or "{}")
             if not isinstance(args, dict):

@@ -1,0 +1,130 @@
+"""What to compress: pure functions over (messages, settings, prior summary), no IO.
+
+The compressible part lies between the leading system message(s) and the recent tail. The tail
+is extended backwards so an assistant tool-call message and its results are never separated.
+A summary covers messages[head:cut]; it is reused verbatim while the part after it stays under
+the trigger, and re-made (folding the old one) only when that part exceeds it again: large,
+rare steps, so the forwarded prefix stays byte-stable between them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.markers import MARKER_PREFIX, RELOAD_TOOL, SEARCH_TOOL
+from proxy.offload_settings import OffloadSettings
+from proxy.tokens import TokenCounter
+
+COMPRESS_KEEP_RECENT = 2
+SYSTEM_ROLES = ("system", "developer")
+
+
+def role(message: Any) -> str | None:
+    return message.get("role") if isinstance(message, dict) else None
+
+
+def split(messages: list[Any], keep_recent: int) -> tuple[int, int]:
+    """(head, tail): messages[:head] are the leading system messages, messages[tail:] the tail."""
+    head = 0
+    while head < len(messages) and role(messages[head]) in SYSTEM_ROLES:
+        head += 1
+    tail = max(head, len(messages) - keep_recent)
+    while tail > head and role(messages[tail]) == "tool":
+        tail -= 1  # step back onto the assistant message that made the calls
+    return head, tail
+
+
+def chain_hashes(messages: list[Any]) -> list[str]:
+    """hashes[i] identifies the exact prefix messages[:i]."""
+    out = [hashlib.blake2b(b"prefix", digest_size=16).hexdigest()]
+    for m in messages:
+        encoded = json.dumps(m, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass")
+        out.append(hashlib.blake2b(out[-1].encode() + encoded, digest_size=16).hexdigest())
+    return out
+
+
+@dataclass(frozen=True)
+class PriorSummary:
+    """A stored summary of messages[head:cut] of this very conversation."""
+
+    cut: int
+    text: str
+    ref: str
+    tokens: int
+    message: dict  # the exact summary message forwarded, reused byte for byte
+
+
+@dataclass(frozen=True)
+class Decision:
+    """`reuse`: forward with `prior`. `summarize`: make a summary of messages[head:cut]."""
+
+    action: str  # "none" | "reuse" | "summarize"
+    head: int
+    cut: int
+    prior: PriorSummary | None = None
+    new_messages: tuple[int, int] = (0, 0)  # the range the summariser must fold in
+
+
+def tokens_between(messages: list[Any], start: int, end: int, counter: TokenCounter) -> int:
+    return sum(counter.message(m) for m in messages[start:end] if role(m) not in SYSTEM_ROLES)
+
+
+def decide(
+    messages: list[Any], settings: OffloadSettings, counter: TokenCounter, prior: PriorSummary | None
+) -> Decision:
+    head, tail = split(messages, settings.keep_recent_for(COMPRESS_KEEP_RECENT))
+    trigger = settings.max_total_tokens
+    if prior is not None and head <= prior.cut <= tail:
+        if tokens_between(messages, prior.cut, tail, counter) <= trigger:
+            return Decision("reuse", head, prior.cut, prior)
+        return Decision("summarize", head, tail, prior, (prior.cut, tail))
+    if tail - head >= 2 and tokens_between(messages, head, tail, counter) > trigger:
+        return Decision("summarize", head, tail, None, (head, tail))
+    return Decision("none", head, head)
+
+
+def groups(messages: list[Any], start: int, end: int, threshold: int, counter: TokenCounter) -> list[tuple[int, int]]:
+    """Cut messages[start:end] into ranges of at most `threshold` tokens; pairs never split."""
+    if threshold <= 0:
+        return [(start, end)] if end > start else []
+    out: list[tuple[int, int]] = []
+    begin, size = start, 0
+    i = start
+    while i < end:
+        j = i + 1
+        while j < end and role(messages[j]) == "tool":
+            j += 1  # an assistant message and its tool results form one unit
+        unit = sum(counter.message(m) for m in messages[i:j])
+        if size and size + unit > threshold:
+            out.append((begin, i))
+            begin, size = i, 0
+        size += unit
+        i = j
+    if end > begin:
+        out.append((begin, end))
+    return out
+
+
+def summary_message(text: str, ref: str, count: int, tokens: int) -> dict:
+    return {
+        "role": "user",
+        "content": (
+            f"{MARKER_PREFIX}history: {count} earlier messages ({tokens} tokens) summarised, ref={ref}. "
+            f"{RELOAD_TOOL}(ref=\"{ref}\") returns them as JSON lines; "
+            f"{SEARCH_TOOL}(pattern, ref=\"{ref}\") searches them.]\n{text}"
+        ),
+    }
+
+
+def assemble(messages: list[Any], head: int, cut: int, summary: dict) -> list[Any]:
+    """System head, the summary, system messages from the summarised range (verbatim), the rest."""
+    middle_system = [m for m in messages[head:cut] if role(m) in SYSTEM_ROLES]
+    return [*messages[:head], summary, *middle_system, *messages[cut:]]
+
+
+def history_lines(messages: list[Any]) -> str:
+    """The stored form of summarised messages: one JSON object per line."""
+    return "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in messages if role(m) not in SYSTEM_ROLES)

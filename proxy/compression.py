@@ -1,0 +1,150 @@
+"""Compression at the edges: find a reusable summary, or make one (once, under a lock)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy import compress_plan as cp
+from proxy.events import event
+from proxy.markers import make_ref
+from proxy.offload_settings import OffloadSettings
+from proxy.plan import Offload
+from proxy.store import Store
+from proxy.summarizer import SummaryFailed, prompt_version, summarize
+from proxy.tenant import key
+from proxy.tokens import TokenCounter
+from proxy.upstream import Headers, Upstream
+
+CONV_ENTRIES = 8  # summaries remembered per conversation start (forks share a start)
+POLL = 0.1
+
+
+@dataclass
+class SummaryContext:
+    """What a summarisation call needs from the request."""
+
+    upstream: Upstream
+    headers: Headers
+    model: str
+    prompt: str
+    timeout: float
+    wait: float
+
+
+@dataclass
+class Compressed:
+    messages: list[Any] | None = None  # None: not compressed
+    offload: Offload | None = None  # the summarised originals, when newly made
+    summary_tokens: int = 0
+    warning: str | None = None
+    events: list[dict] = field(default_factory=list)
+
+
+class Compressor:
+    def __init__(self, store: Store, namespace: str, ttl: int, ctx: SummaryContext) -> None:
+        self.store, self.namespace, self.ttl, self.ctx = store, namespace, ttl, ctx
+        self.version = prompt_version(ctx.prompt)
+
+    def _summary_key(self, prefix_hash: str) -> str:
+        return key(self.namespace, "summary", f"{prefix_hash}:{self.version}")
+
+    async def _prior(self, chain: list[str], head: int, tail: int) -> cp.PriorSummary | None:
+        raw = await self.store.get(key(self.namespace, "conv", chain[head + 1]), ttl=self.ttl)
+        entries = json.loads(raw) if raw else []
+        for entry in sorted(entries, key=lambda e: -e["cut"]):
+            if entry["cut"] <= tail and chain[entry["cut"]] == entry["hash"]:
+                record = await self._load(entry["hash"])
+                if record is not None:
+                    return record
+        return None
+
+    async def _load(self, prefix_hash: str) -> cp.PriorSummary | None:
+        raw = await self.store.get(self._summary_key(prefix_hash), ttl=self.ttl)
+        if raw is None:
+            return None
+        r = json.loads(raw)
+        return cp.PriorSummary(r["cut"], r["text"], r["ref"], r["tokens"], r["message"])
+
+    async def run(
+        self, compacted: list[Any], originals: list[Any], settings: OffloadSettings, counter: TokenCounter,
+        allow_new: bool,
+    ) -> Compressed:
+        head, tail = cp.split(compacted, settings.keep_recent_for(cp.COMPRESS_KEEP_RECENT))
+        if tail - head < 2 or cp.tokens_between(compacted, head, tail, counter) <= settings.max_total_tokens:
+            return Compressed()
+        chain = cp.chain_hashes(compacted)
+        prior = await self._prior(chain, head, tail)
+        decision = cp.decide(compacted, settings, counter, prior)
+        if decision.action == "reuse":
+            assert prior is not None
+            return Compressed(cp.assemble(compacted, head, prior.cut, prior.message))
+        if decision.action != "summarize" or not allow_new:
+            return Compressed()
+        return await self._summarize_once(compacted, originals, settings, counter, chain, decision)
+
+    async def _summarize_once(self, compacted, originals, settings, counter, chain, decision) -> Compressed:
+        lock = key(self.namespace, "lock", f"{chain[decision.cut]}:{self.version}")
+        spans = cp.groups(compacted, *decision.new_messages, settings.group_token_threshold, counter)
+        if not await self.store.put_if_absent(lock, b"1", int(self.ctx.timeout * len(spans)) + 5):
+            deadline = time.monotonic() + self.ctx.wait
+            while time.monotonic() < deadline:
+                await asyncio.sleep(POLL)
+                record = await self._load(chain[decision.cut])
+                if record is not None:
+                    return Compressed(cp.assemble(compacted, decision.head, record.cut, record.message))
+            return Compressed(warning="a summary of this history is being made by another request")
+        try:
+            return await self._summarize(compacted, originals, counter, chain, decision, spans)
+        finally:
+            await self.store.delete(lock)
+
+    async def _summarize(self, compacted, originals, counter, chain, decision, spans) -> Compressed:
+        head, cut, prior = decision.head, decision.cut, decision.prior
+        start, end = decision.new_messages
+        started = time.monotonic()
+        texts, tokens_in, tokens_out = [], 0, 0
+        previous = prior.text if prior else None
+        try:
+            for g_start, g_end in spans:
+                part = [m for m in compacted[g_start:g_end] if cp.role(m) not in cp.SYSTEM_ROLES]
+                summary = await summarize(self.ctx.upstream, self.ctx.headers, self.ctx.model, self.ctx.prompt,
+                                          part, previous, self.ctx.timeout)
+                texts.append(summary.text)
+                tokens_in += summary.tokens_in
+                tokens_out += summary.tokens_out
+                previous = None  # only the first group updates the previous snapshot
+        except SummaryFailed as exc:
+            failed = event("summary_failure", reason=str(exc), messages=end - start,
+                           duration_ms=round((time.monotonic() - started) * 1e3))
+            return Compressed(warning=f"compression skipped: {exc}", summary_tokens=tokens_in + tokens_out,
+                              events=[failed])
+        text = "\n".join(texts)
+        history = cp.history_lines(originals[head:cut])
+        ref = make_ref(self.namespace, "history", history)
+        covered = sum(1 for m in originals[head:cut] if cp.role(m) not in cp.SYSTEM_ROLES)
+        covered_tokens = cp.tokens_between(originals, head, cut, counter)
+        message = cp.summary_message(text, ref, covered, covered_tokens)
+        record = {"cut": cut, "text": text, "ref": ref, "tokens": counter.text(text), "message": message}
+        await self.store.put(self._summary_key(chain[cut]), json.dumps(record).encode(), self.ttl)
+        await self._remember(chain, head, cut)
+        done = event("compression", messages=covered, tokens_before=covered_tokens,
+                     tokens_after=counter.message(message), summary_tokens_in=tokens_in,
+                     summary_tokens_out=tokens_out, duration_ms=round((time.monotonic() - started) * 1e3), ref=ref)
+        return Compressed(
+            cp.assemble(compacted, head, cut, message),
+            Offload(ref, "history", history, covered_tokens),
+            tokens_in + tokens_out,
+            events=[done],
+        )
+
+    async def _remember(self, chain: list[str], head: int, cut: int) -> None:
+        conv = key(self.namespace, "conv", chain[head + 1])
+        raw = await self.store.get(conv)
+        entries = [e for e in (json.loads(raw) if raw else []) if e["hash"] != chain[cut]]
+        entries = [*entries, {"cut": cut, "hash": chain[cut]}][-CONV_ENTRIES:]
+        await self.store.put(conv, json.dumps(entries).encode(), self.ttl)
+

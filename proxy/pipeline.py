@@ -1,0 +1,82 @@
+"""The offload pipeline of one request: compaction, then compression, then the store.
+
+Shared by the chat route, the direct offload API and `replay`, so all three behave the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.compression import Compressor
+from proxy.events import event
+from proxy.offload_settings import OffloadSettings
+from proxy.plan import Plan, plan_compaction, present_refs
+from proxy.refs import RefStore
+from proxy.store import StoreUnavailable
+from proxy.tokens import TokenCounter
+
+
+@dataclass
+class Prepared:
+    plan: Plan
+    action: str = "none"  # none | compact | compress | compact+compress
+    summary_tokens: int = 0
+    warnings: list[str] = field(default_factory=list)
+    events: list[dict] = field(default_factory=list)
+    store_failed: bool = False
+
+
+def _action(compacted: bool, compressed: bool) -> str:
+    return {(False, False): "none", (True, False): "compact", (False, True): "compress"}.get(
+        (compacted, compressed), "compact+compress"
+    )
+
+
+async def prepare(
+    messages: list[Any],
+    settings: OffloadSettings,
+    counter: TokenCounter,
+    namespace: str,
+    refs: RefStore,
+    compressor: Compressor | None,
+) -> Prepared:
+    """Reduce `messages` and make every reference in the result resolvable.
+
+    Never raises for the store: when it is unreachable the original messages go through,
+    with a warning.
+    """
+    compact_mode = settings.mode in ("auto", "compact")
+    compress_mode = settings.mode in ("auto", "compress") and compressor is not None
+    plan = plan_compaction(messages, settings if compact_mode else settings.model_copy(update={"mode": "off"}),
+                           counter, namespace)
+    result = Prepared(plan)
+    try:
+        if compress_mode:
+            before = max(plan.tokens_before, 1)
+            allow_new = settings.mode == "compress" or plan.tokens_after / before > settings.compaction_ratio
+            compressed = await compressor.run(plan.messages, messages, settings, counter, allow_new)
+            result.summary_tokens = compressed.summary_tokens
+            result.events += compressed.events
+            if compressed.warning:
+                result.warnings.append(compressed.warning)
+            if compressed.messages is not None:
+                offloads = plan.offloads + ([compressed.offload] if compressed.offload else [])
+                plan = Plan(compressed.messages, offloads, present_refs(compressed.messages), plan.tokens_before,
+                            counter.messages(compressed.messages))
+                result.plan = plan
+                result.action = "compress"
+        compacted = [o for o in plan.offloads if o.kind == "tool_result"]
+        result.action = _action(bool(compacted), result.action == "compress")
+        written = await refs.save(plan.offloads, plan.refs, settings.session)
+    except StoreUnavailable as exc:
+        return Prepared(
+            Plan(messages, tokens_before=plan.tokens_before, tokens_after=plan.tokens_before),
+            warnings=[f"store unavailable ({exc}); forwarded without offloading"],
+            store_failed=True,
+        )
+    new = [o for o in compacted if o.ref in written]
+    if new:  # an item compacted on an earlier turn is not a new action
+        result.events.insert(0, event("compaction", messages=len(new), tokens_before=plan.tokens_before,
+                                      tokens_after=plan.tokens_after, refs=[o.ref for o in new]))
+    return result

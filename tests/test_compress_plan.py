@@ -1,0 +1,88 @@
+"""The pure compression planner: split, pairing, groups, decisions, assembly."""
+
+from __future__ import annotations
+
+import json
+
+from proxy import compress_plan as cp
+from proxy.offload_settings import OffloadSettings
+from proxy.tokens import counter_for_model
+
+COUNTER = counter_for_model("gpt-4o")
+
+
+def call(i, n=1):
+    return {"role": "assistant", "content": None, "tool_calls": [
+        {"id": f"c{i}_{k}", "type": "function", "function": {"name": "f", "arguments": "{}"}} for k in range(n)]}
+
+
+def result(i, k=0, text="x"):
+    return {"role": "tool", "tool_call_id": f"c{i}_{k}", "content": text}
+
+
+def test_split_keeps_pairs_together():
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}, call(1), result(1),
+            call(2, 3), result(2, 0), result(2, 1), result(2, 2)]
+    head, tail = cp.split(msgs, keep_recent=2)
+    assert head == 1 and tail == 4  # the tail starts at the assistant message of call 2
+    assert cp.split(msgs, keep_recent=1) == (1, 4)
+    assert cp.split(msgs, keep_recent=4) == (1, 4)
+    assert cp.split(msgs, keep_recent=5) == (1, 2)
+
+
+def test_split_tiny_empty_and_all_system():
+    assert cp.split([], 2) == (0, 0)
+    assert cp.split([{"role": "user", "content": "hi"}], 2) == (0, 0)
+    assert cp.split([{"role": "system", "content": "a"}, {"role": "developer", "content": "b"}], 2) == (2, 2)
+
+
+def test_decide_triggers_only_above_threshold():
+    msgs = [{"role": "system", "content": "s"}] + [{"role": "user", "content": "word " * 100} for _ in range(10)]
+    settings = OffloadSettings(max_total_tokens=500)
+    d = cp.decide(msgs, settings, COUNTER, None)
+    assert (d.action, d.head, d.cut, d.new_messages) == ("summarize", 1, 9, (1, 9))
+    assert cp.decide(msgs, OffloadSettings(max_total_tokens=100_000), COUNTER, None).action == "none"
+
+
+def test_decide_reuses_prior_until_the_rest_grows_past_the_trigger():
+    msgs = [{"role": "system", "content": "s"}] + [{"role": "user", "content": "word " * 100} for _ in range(10)]
+    prior = cp.PriorSummary(cut=7, text="<state_snapshot/>", ref="r", tokens=3, message={})
+    settings = OffloadSettings(max_total_tokens=500)
+    assert cp.decide(msgs, settings, COUNTER, prior).action == "reuse"  # 2 messages after the cut
+    longer = msgs + [{"role": "user", "content": "word " * 100} for _ in range(8)]
+    d = cp.decide(longer, settings, COUNTER, prior)
+    assert d.action == "summarize" and d.new_messages == (7, d.cut) and d.prior is prior
+
+
+def test_system_messages_do_not_count_and_stay_verbatim():
+    sys_mid = {"role": "system", "content": "mid " * 1000}
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}, sys_mid,
+            {"role": "user", "content": "v"}, {"role": "user", "content": "w"}, {"role": "user", "content": "z"}]
+    assert cp.decide(msgs, OffloadSettings(max_total_tokens=50), COUNTER, None).action == "none"
+    summary = cp.summary_message("S", "ref1", 2, 10)
+    out = cp.assemble(msgs, 1, 4, summary)
+    assert out == [msgs[0], summary, sys_mid, msgs[4], msgs[5]]
+
+
+def test_groups_respect_threshold_and_pairs():
+    msgs = [{"role": "user", "content": "word " * 50}, call(1, 2), result(1, 0, "r " * 50), result(1, 1, "r " * 50),
+            {"role": "user", "content": "word " * 50}]
+    spans = cp.groups(msgs, 0, 5, 80, COUNTER)
+    assert spans[0] == (0, 1) and spans[-1][1] == 5
+    for start, end in spans:
+        assert cp.role(msgs[start]) != "tool"  # a group never begins inside a call's results
+    assert cp.groups(msgs, 0, 5, 0, COUNTER) == [(0, 5)]
+    assert cp.groups(msgs, 2, 2, 0, COUNTER) == []
+
+
+def test_chain_hashes_identify_prefixes():
+    a = [{"role": "user", "content": "1"}, {"role": "user", "content": "2"}]
+    b = [{"role": "user", "content": "1"}, {"role": "user", "content": "3"}]
+    ha, hb = cp.chain_hashes(a), cp.chain_hashes(b)
+    assert ha[:2] == hb[:2] and ha[2] != hb[2] and len(ha) == 3
+
+
+def test_history_lines_are_json_per_message():
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "a\nb"}, call(1)]
+    lines = cp.history_lines(msgs).splitlines()
+    assert [json.loads(line) for line in lines] == msgs[1:]

@@ -1,0 +1,152 @@
+"""Compression end to end: summaries via the upstream, reuse without new calls, failures, events."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import openai
+from starlette.responses import JSONResponse
+
+from tests.history import agent_history
+from tests.servers import completion
+
+COMPRESS = {"X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "1500", "X-Offload-Session": "sess-1"}
+
+
+def chat_history(turns: int) -> list[dict]:
+    messages = [{"role": "system", "content": "You are a helpful planner."}]
+    for i in range(turns):
+        messages.append({"role": "user", "content": f"Question {i}: " + "please consider the details " * 20})
+        messages.append({"role": "assistant", "content": f"Answer {i}: " + "here is a thorough reply " * 20})
+    messages.append({"role": "user", "content": "And now?"})
+    return messages
+
+
+def is_summary_call(rec) -> bool:
+    first = rec.json()["messages"][0]
+    return first["role"] == "system" and "<state_snapshot>" in first["content"]
+
+
+def summarizing(answer=lambda rec: JSONResponse(completion("Final answer")), *, fail: int | None = None,
+                delay: float = 0.0):
+    calls = []
+
+    async def handler(request, rec):
+        if is_summary_call(rec):
+            calls.append(rec)
+            await asyncio.sleep(delay)
+            if fail:
+                return JSONResponse({"error": {"message": "summarizer down", "type": "server_error"}},
+                                    status_code=fail)
+            n = len(calls)
+            return JSONResponse(completion(f"<state_snapshot><task_overview>plan #{n}</task_overview>"
+                                           f"</state_snapshot>", usage=(300, 40)))
+        return answer(rec)
+
+    return handler, calls
+
+
+def forwarded(upstream) -> list[list[dict]]:
+    return [r.json()["messages"] for r in upstream.chat_requests() if not is_summary_call(r)]
+
+
+def test_summary_replaces_old_history_and_is_reused_next_turn(client, upstream, proxy_url):
+    handler, calls = summarizing()
+    upstream.handler = handler
+    history = chat_history(12)
+    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=history, extra_headers=COMPRESS)
+    assert raw.parse().choices[0].message.content == "Final answer"
+    assert raw.headers["x-offload-action"] == "compress"
+    assert raw.headers["x-offload-summary-tokens"] == "340"
+    assert len(calls) == 1 and calls[0].json()["model"] == "gpt-4o"
+    assert calls[0].headers["authorization"] == "Bearer sk-test-key"
+    sent = forwarded(upstream)[0]
+    assert sent[0] == history[0]
+    assert "<state_snapshot>" in sent[1]["content"] and "ref=" in sent[1]["content"]
+    assert sent[2:] == history[-2:]  # the verbatim tail (keep_recent 2 for compression)
+    assert [t["function"]["name"] for t in upstream.chat_requests()[-1].json()["tools"]] == [
+        "context_reload", "context_search"]
+
+    # next turn: no new summarisation, forwarded prefix byte-stable
+    history2 = history + [{"role": "assistant", "content": "Final answer"}, {"role": "user", "content": "More?"}]
+    client.chat.completions.create(model="gpt-4o", messages=history2, extra_headers=COMPRESS)
+    assert len(calls) == 1
+    first, second = forwarded(upstream)
+    assert second[: len(first)] == first
+
+    # the summary's reference returns the original messages, one JSON object per line
+    ref = re.search(r"ref=([A-Za-z0-9_-]+)", sent[1]["content"]).group(1)
+    content = httpx.get(f"{proxy_url}/v1/offload/{ref}", headers={"authorization": "Bearer sk-test-key"}).json()
+    assert [json.loads(line) for line in content["content"].splitlines()] == history[1:-2]
+
+    # events: one compression, tenant-scoped
+    data = httpx.get(f"{proxy_url}/v1/offload/events", params={"session": "sess-1"},
+                     headers={"authorization": "Bearer sk-test-key"}).json()["data"]
+    assert [e["type"] for e in data].count("compression") == 1
+    assert data[0]["summary_tokens_in"] == 300 and data[0]["messages"] == len(history) - 3
+    other = httpx.get(f"{proxy_url}/v1/offload/events", params={"session": "sess-1"},
+                      headers={"authorization": "Bearer sk-other"}).json()["data"]
+    assert other == []
+
+
+def test_growth_past_the_trigger_folds_the_previous_summary(client, upstream):
+    handler, calls = summarizing()
+    upstream.handler = handler
+    history = chat_history(12)
+    headers = {**COMPRESS, "X-Offload-Tenant": "fold"}
+    client.chat.completions.create(model="gpt-4o", messages=history, extra_headers=headers)
+    longer = history + chat_history(14)[1:]
+    client.chat.completions.create(model="gpt-4o", messages=longer, extra_headers=headers)
+    assert len(calls) == 2
+    assert "Previous snapshot:\n<state_snapshot><task_overview>plan #1" in calls[1].json()["messages"][1]["content"]
+    assert "plan #2" in forwarded(upstream)[-1][1]["content"]
+
+
+def test_failing_summarizer_leaves_the_request_successful(client, upstream):
+    handler, calls = summarizing(fail=500)
+    upstream.handler = handler
+    headers = {**COMPRESS, "X-Offload-Tenant": "failing"}
+    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=chat_history(12),
+                                                           extra_headers=headers)
+    assert raw.parse().choices[0].message.content == "Final answer"
+    assert "compression skipped" in raw.headers["x-offload-warning"]
+    assert raw.headers["x-offload-action"] == "none"
+    assert forwarded(upstream)[0] == chat_history(12)
+    client.chat.completions.create(model="gpt-4o", messages=chat_history(12), extra_headers=headers)
+    assert len(calls) == 2  # the failure was not cached
+
+
+def test_concurrent_identical_requests_summarize_once(proxy_url, upstream):
+    handler, calls = summarizing(delay=0.5)
+    upstream.handler = handler
+    c = openai.OpenAI(base_url=f"{proxy_url}/v1", api_key="sk-concurrent", max_retries=0)
+
+    def one(_):
+        return c.chat.completions.with_raw_response.create(model="gpt-4o", messages=chat_history(12),
+                                                           extra_headers=COMPRESS)
+
+    with ThreadPoolExecutor(5) as pool:
+        results = list(pool.map(one, range(5)))
+    assert len(calls) == 1
+    assert all(r.parse().choices[0].message.content == "Final answer" for r in results)
+    assert {r.headers["x-offload-action"] for r in results} == {"compress"}
+
+
+def test_summary_model_header_and_auto_ratio(client, upstream):
+    handler, calls = summarizing()
+    upstream.handler = handler
+    # auto: big tool results compact well (ratio < 0.75), so no summary is needed
+    headers = {"X-Offload-Max-Total-Tokens": "1500", "X-Offload-Summary-Model": "gpt-4o-mini",
+               "X-Offload-Tenant": "auto"}
+    raw = client.chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=agent_history(steps=6), extra_headers=headers)
+    assert raw.headers["x-offload-action"] == "compact" and not calls
+    # auto with a history compaction cannot shrink: compaction, then compression
+    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=chat_history(12),
+                                                           extra_headers=headers)
+    assert raw.headers["x-offload-action"] == "compress"
+    assert calls[0].json()["model"] == "gpt-4o-mini"
