@@ -94,7 +94,8 @@ async def chat_completions(request: Request) -> Response:
     inject = settings.reload_tools and bool(plan.refs) and not prepared.store_failed
     extra = offload_headers(prepared)
     upstream: Upstream = state.upstream
-    headers = request_headers_for_upstream(request.scope["headers"], body_replaced=plan.changed or inject)
+    changed = prepared.action != "none"
+    headers = request_headers_for_upstream(request.scope["headers"], body_replaced=changed or inject)
     tools = ReloadTools(refs, counter, settings.max_reload_tokens, plan.refs, settings.session)
 
     async def record_events() -> None:
@@ -115,7 +116,7 @@ async def chat_completions(request: Request) -> Response:
 
     try:
         if not inject:
-            content = dumps({**body, "messages": plan.messages}) if plan.changed else raw
+            content = dumps({**body, "messages": plan.messages}) if changed else raw
             response = await watch.run(
                 upstream.send("POST", "chat/completions", query=query, headers=headers, content=content)
             )

@@ -150,3 +150,16 @@ def test_summary_model_header_and_auto_ratio(client, upstream):
                                                            extra_headers=headers)
     assert raw.headers["x-offload-action"] == "compress"
     assert calls[0].json()["model"] == "gpt-4o-mini"
+
+
+def test_reused_summary_is_forwarded_even_without_reload_tools(client, upstream):
+    handler, calls = summarizing()
+    upstream.handler = handler
+    headers = {**COMPRESS, "X-Offload-Tenant": "no-tools", "X-Offload-Reload-Tools": "off"}
+    for _ in range(2):
+        raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=chat_history(12),
+                                                               extra_headers=headers)
+        assert raw.headers["x-offload-action"] == "compress"
+    first, second = forwarded(upstream)
+    assert first == second and "<state_snapshot>" in second[1]["content"]
+    assert len(calls) == 1 and "tools" not in upstream.chat_requests()[-1].json()
