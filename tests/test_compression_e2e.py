@@ -163,3 +163,35 @@ def test_reused_summary_is_forwarded_even_without_reload_tools(client, upstream)
     first, second = forwarded(upstream)
     assert first == second and "<state_snapshot>" in second[1]["content"]
     assert len(calls) == 1 and "tools" not in upstream.chat_requests()[-1].json()
+
+
+def test_slow_or_unusable_summaries_are_warnings(make_proxy, upstream):
+    async def slow_then_garbage(request, rec):
+        if is_summary_call(rec):
+            if len(upstream.requests) == 1:
+                await asyncio.sleep(2)
+            return JSONResponse(completion("no snapshot here"))
+        return JSONResponse(completion("Final answer"))
+
+    upstream.handler = slow_then_garbage
+    with make_proxy(summary_timeout=0.3) as url:
+        c = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-slow", max_retries=0)
+        first = c.chat.completions.with_raw_response.create(model="gpt-4o", messages=chat_history(12),
+                                                             extra_headers=COMPRESS)
+        assert "timed out" in first.headers["x-offload-warning"]
+        second = c.chat.completions.with_raw_response.create(model="gpt-4o", messages=chat_history(12),
+                                                              extra_headers=COMPRESS)
+        assert "no <state_snapshot>" in second.headers["x-offload-warning"]
+        assert second.parse().choices[0].message.content == "Final answer"
+
+
+def test_tenant_prompt_from_tenants_file(make_proxy, upstream, tmp_path):
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text('[tenants.acme]\nsummary_prompt = "ACME PROMPT: write a <state_snapshot>."\n')
+    handler, calls = summarizing()
+    upstream.handler = handler
+    with make_proxy(tenants_file=tenants) as url:
+        c = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-acme", max_retries=0)
+        c.chat.completions.create(model="gpt-4o", messages=chat_history(12),
+                                  extra_headers={**COMPRESS, "X-Offload-Tenant": "acme"})
+    assert calls[0].json()["messages"][0]["content"].startswith("ACME PROMPT")
