@@ -33,6 +33,22 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="Run the proxy server.")
     _add_settings_options(serve)
+    replay = commands.add_parser(
+        "replay", help="Replay conversations (JSONL) turn by turn through the offload pipeline and report."
+    )
+    replay.add_argument("file", help="JSONL: one conversation per line with 'messages' and optional 'tools'.")
+    replay.add_argument("--out", default="replay-out", help="Directory for report.json and charts.")
+    replay.add_argument("--upstream", default=None, help="Real summariser upstream (default: a built-in fake).")
+    replay.add_argument("--api-key", default=None, help="Key for --upstream (default: $OPENAI_API_KEY).")
+    replay.add_argument("--model", default="gpt-4o", help="Model of the replayed requests (token counting, summaries).")
+    replay.add_argument("--redis-url", default=None, help="Replay against this Redis instead of an embedded store.")
+    replay.add_argument("--data-dir", default=None, help="Embedded store location (default: a temporary one).")
+    from proxy.offload_settings import OffloadSettings
+
+    for name, field in OffloadSettings.model_fields.items():
+        if name not in ("tenant", "session"):
+            replay.add_argument(f"--{name.replace('_', '-')}", dest=f"setting_{name}", default=None,
+                                help=f"Offload setting (default {field.default}).")
     return parser
 
 
@@ -68,9 +84,19 @@ def serve(settings: ServerSettings) -> None:
     )
 
 
+def replay(args: argparse.Namespace) -> None:
+    import asyncio
+
+    from proxy.replay_cli import run_replay
+
+    asyncio.run(run_replay(args))
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    if args.command == "serve":
+    if args.command == "replay":
+        replay(args)
+    elif args.command == "serve":
         try:
             settings = resolve_settings(args)
         except Exception as exc:  # pydantic ValidationError: show it, not a traceback

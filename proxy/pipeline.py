@@ -54,7 +54,12 @@ async def prepare(
     try:
         if compress_mode:
             before = max(plan.tokens_before, 1)
-            allow_new = settings.mode == "compress" or plan.tokens_after / before > settings.compaction_ratio
+            # auto: compress when compaction saved too little, or left the history over the trigger
+            allow_new = (
+                settings.mode == "compress"
+                or plan.tokens_after / before > settings.compaction_ratio
+                or plan.tokens_after > settings.max_total_tokens
+            )
             compressed = await compressor.run(plan.messages, messages, settings, counter, allow_new)
             result.summary_tokens = compressed.summary_tokens
             result.events += compressed.events

@@ -1,0 +1,52 @@
+"""The replay command on small conversations of our own."""
+
+from __future__ import annotations
+
+import json
+
+from proxy.cli import main
+from proxy.replay import common_prefix, prefix_reuse, turns_of
+from tests.history import agent_history
+
+
+def conversation(name: str, steps: int) -> dict:
+    messages = agent_history(steps=steps, lines=120)
+    for i in range(steps):  # medium chatter that compaction cannot shrink
+        messages += [{"role": "user", "content": f"note {i} " + "detail " * 150},
+                     {"role": "assistant", "content": f"ack {i} " + "reasoning " * 150}]
+    messages.append({"role": "assistant", "content": "done"})
+    return {"id": name, "messages": messages, "tools": [{"type": "function", "function": {
+        "name": "bash", "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}}]}
+
+
+def test_turns_are_requests_before_each_assistant_message():
+    messages = [{"role": "system"}, {"role": "user"}, {"role": "assistant"}, {"role": "tool"}, {"role": "assistant"}]
+    assert turns_of(messages) == [messages[:2], messages[:4]]
+
+
+def test_prefix_reuse_definition():
+    a, b, c = {"x": 1}, {"x": 2}, {"x": 3}
+    assert common_prefix([a, b], [a, b, c]) == 2
+    assert prefix_reuse([[a], [a, b], [a, b, c]], [[10], [10, 5], [10, 5, 1]]) == 1.0  # raw history
+    assert prefix_reuse([[a, b], [c]], [[10, 5], [1]]) == 0.0
+    assert prefix_reuse([[a, b], [a, c]], [[10, 30], [10, 30]]) == 0.25
+
+
+def test_replay_writes_report_and_charts(tmp_path, capsys):
+    traces = tmp_path / "conversations.jsonl"
+    traces.write_text("\n".join(json.dumps(conversation(f"conv-{n}", 8 + n)) for n in range(2)))
+    out = tmp_path / "out"
+    main(["replay", str(traces), "--out", str(out), "--max-total-tokens", "3000", "--data-dir", str(tmp_path / "d")])
+    report = json.loads((out / "report.json").read_text())
+    assert len(report["conversations"]) == 2
+    for entry in [report["overall"], *report["conversations"]]:
+        for key in ("turns", "raw_tokens", "forwarded_tokens", "prefix_reuse", "max_forwarded_turn", "summaries",
+                    "reload_exact_fraction", "ms_per_turn_cold", "ms_per_turn_steady"):
+            assert key in entry
+    o = report["overall"]
+    assert o["forwarded_tokens"] < o["raw_tokens"] and o["summaries"] >= 2 and o["refs"] > 2
+    assert o["reload_exact_fraction"] == 1.0 and o["turns_over_budget"] == 0
+    assert 0.3 < o["prefix_reuse"] <= 1.0
+    assert (out / "overall.png").stat().st_size > 1000 and (out / "conv-0.png").exists()
+    printed = capsys.readouterr().out
+    assert "OVERALL" in printed and "conv-1" in printed
