@@ -38,6 +38,17 @@ async def app(scope, receive, send):
         body += message.get("body", b"")
         if not message.get("more_body"):
             break
+    if b"<state_snapshot>" in body[:20000] and b"state snapshot" in body[:2000]:  # a summarisation call
+        snapshot = json.dumps({
+            "id": "chatcmpl-sum", "object": "chat.completion", "created": 1, "model": "gpt-4o",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content":
+                         "<state_snapshot><task_overview>benchmark</task_overview></state_snapshot>"}}],
+            "usage": {"prompt_tokens": len(body) // 4, "completion_tokens": 20, "total_tokens": len(body) // 4 + 20},
+        }).encode()
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(snapshot)).encode())]})
+        await send({"type": "http.response.body", "body": snapshot})
+        return
     if b'"stream": true' in body or b'"stream":true' in body:
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream")]})
@@ -46,7 +57,8 @@ async def app(scope, receive, send):
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return
     await send({"type": "http.response.start", "status": 200,
-                "headers": [(b"content-type", b"application/json"), (b"x-request-id", b"req_bench")]})
+                "headers": [(b"content-type", b"application/json"), (b"x-request-id", b"req_bench"),
+                            (b"content-length", str(len(COMPLETION)).encode())]})
     await send({"type": "http.response.body", "body": COMPLETION})
 
 

@@ -10,60 +10,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import platform
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
-from contextlib import contextmanager
-from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
+from common import machine, servers
 BODY = b'{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}'
 STREAM_BODY = b'{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"hi"}]}'
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_up(url: str) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(url, timeout=1)
-            return
-        except httpx.TransportError:
-            time.sleep(0.05)
-    raise RuntimeError(f"{url} did not come up")
-
-
-@contextmanager
-def servers():
-    up_port, proxy_port = free_port(), free_port()
-    data = tempfile.mkdtemp(prefix="bench-store-")
-    procs = [
-        subprocess.Popen([sys.executable, str(ROOT / "bench" / "fake_upstream.py"), str(up_port)]),
-        subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--port", str(proxy_port), "--upstream",
-                          f"http://127.0.0.1:{up_port}/v1", "--data-dir", data, "--log-level", "warning"],
-                         env={**os.environ, "OFFLOAD_LOG_LEVEL": "warning"}),
-    ]
-    try:
-        wait_up(f"http://127.0.0.1:{up_port}/")
-        wait_up(f"http://127.0.0.1:{proxy_port}/healthz")
-        yield f"http://127.0.0.1:{up_port}/v1", f"http://127.0.0.1:{proxy_port}/v1"
-    finally:
-        for p in procs:
-            p.terminate()
-            p.wait(timeout=10)
 
 
 async def sequential(base: str, n: int, body: bytes) -> list[float]:
@@ -116,9 +70,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=50)
     args = parser.parse_args()
-    print(f"machine: {platform.machine()} {os.cpu_count()} cores, {platform.python_implementation()} "
-          f"{platform.python_version()}, {platform.system()}")
-    with servers() as (direct, proxied):
+    print(machine())
+    with servers() as (direct, proxied, _):
         d = asyncio.run(sequential(direct, args.requests, BODY))
         p = asyncio.run(sequential(proxied, args.requests, BODY))
         print(f"sequential x{args.requests}  direct {ms(d)} | proxy {ms(p)} | total ratio "

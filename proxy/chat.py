@@ -120,7 +120,7 @@ async def chat_completions(request: Request) -> Response:
             response = await watch.run(
                 upstream.send("POST", "chat/completions", query=query, headers=headers, content=content)
             )
-            out = stream_back(response, extra)
+            out = await stream_back(response, extra)
             out.background = background
             return out
 
@@ -128,7 +128,7 @@ async def chat_completions(request: Request) -> Response:
         if body.get("stream"):
             first = await watch.run(send(plan.messages, rounds > 0))
             if first.status_code != 200:
-                return stream_back(first, extra)
+                return await stream_back(first, extra)
             out = StreamingResponse(
                 close_after(first, reload_loop.stream(first, plan.messages, send, tools, rounds)),
                 status_code=200,

@@ -31,10 +31,28 @@ async def close_after(response: httpx.Response, chunks: AsyncIterator[bytes]) ->
         await response.aclose()
 
 
-def stream_back(response: httpx.Response, extra_headers: list[tuple[bytes, bytes]] = ()) -> Response:
-    """Relay an upstream response as-is: status, headers, raw (still encoded) body chunks."""
-    out = StreamingResponse(close_after(response, response.aiter_raw()), status_code=response.status_code)
-    out.raw_headers = response_headers_for_client(response.headers.raw) + list(extra_headers)
+BUFFER_LIMIT = 256 * 1024  # a body of known, small length is read whole: cheaper than streaming it
+
+
+async def stream_back(response: httpx.Response, extra_headers: list[tuple[bytes, bytes]] = ()) -> Response:
+    """Relay an upstream response as-is: status, headers, raw (still encoded) body.
+
+    Streams (SSE, chunked, large) are relayed chunk by chunk as they arrive.
+    """
+    headers = response_headers_for_client(response.headers.raw) + list(extra_headers)
+    length = response.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) <= BUFFER_LIMIT:
+        try:
+            body = b"".join([chunk async for chunk in response.aiter_raw()])
+        except httpx.HTTPError as exc:
+            return ProxyError(502, f"Upstream response broke off ({type(exc).__name__}).", type_="server_error",
+                              code="upstream_unreachable").response()
+        finally:
+            await response.aclose()
+        out: Response = Response(body, status_code=response.status_code)
+    else:
+        out = StreamingResponse(close_after(response, response.aiter_raw()), status_code=response.status_code)
+    out.raw_headers = headers
     return out
 
 
@@ -60,4 +78,4 @@ async def relay(request: Request) -> Response:
         return exc.response()
     except ClientDisconnected:
         return Response(status_code=499)
-    return stream_back(response)
+    return await stream_back(response)

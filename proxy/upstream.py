@@ -10,33 +10,46 @@ from proxy.config import ServerSettings
 from proxy.errors import ProxyError
 
 Headers = list[tuple[bytes, bytes]]
+URL_CACHE = 1024
 
 
 class Upstream:
-    """Pooled keep-alive client; opened and closed by the app lifespan."""
+    """Pooled keep-alive connections to the upstream; opened and closed by the app lifespan."""
 
     def __init__(self, settings: ServerSettings, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.base = settings.upstream_base
-        self.client = httpx.AsyncClient(
-            timeout=httpx.Timeout(
-                connect=settings.connect_timeout,
-                read=settings.read_timeout,
-                write=settings.read_timeout,
-                pool=settings.connect_timeout,
-            ),
+        self.timeout = httpx.Timeout(
+            connect=settings.connect_timeout,
+            read=settings.read_timeout,
+            write=settings.read_timeout,
+            pool=settings.connect_timeout,
+        ).as_dict()
+        # The transport is used directly, without httpx.Client: a proxy must not keep cookies
+        # between clients, follow redirects or add default headers; it is also cheaper.
+        self.transport = transport or httpx.AsyncHTTPTransport(
             limits=httpx.Limits(
                 max_connections=settings.max_connections,
                 max_keepalive_connections=min(settings.max_connections, 200),
                 keepalive_expiry=60,
             ),
-            follow_redirects=False,
-            transport=transport,
         )
+        self._urls: dict[tuple[str, bytes], httpx.URL] = {}
 
     def url(self, path: str, query: bytes = b"") -> str:
         """`path` is relative to the upstream base (i.e. what follows /v1/)."""
         url = f"{self.base}/{path.lstrip('/')}"
         return f"{url}?{query.decode('latin-1')}" if query else url
+
+    def _parsed_url(self, path: str, query: bytes) -> httpx.URL:
+        """Parsing a URL costs more than the rest of building a request: keep the common ones."""
+        cache_key = (path, query)
+        parsed = self._urls.get(cache_key)
+        if parsed is None:
+            parsed = httpx.URL(self.url(path, query))
+            if len(self._urls) >= URL_CACHE:
+                self._urls.clear()
+            self._urls[cache_key] = parsed
+        return parsed
 
     async def send(
         self,
@@ -51,11 +64,11 @@ class Upstream:
 
         Raises ProxyError 502 when the upstream cannot be reached, 504 when it times out.
         """
-        request = self.client.build_request(
-            method, self.url(path, query), headers=headers, content=content
+        request = httpx.Request(
+            method, self._parsed_url(path, query), headers=headers, content=content, extensions={"timeout": self.timeout}
         )
         try:
-            return await self.client.send(request, stream=True)
+            return await self.transport.handle_async_request(request)
         except httpx.TimeoutException as exc:
             raise ProxyError(
                 504,
@@ -72,4 +85,4 @@ class Upstream:
             ) from exc
 
     async def aclose(self) -> None:
-        await self.client.aclose()
+        await self.transport.aclose()

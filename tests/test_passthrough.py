@@ -105,3 +105,20 @@ def test_health_endpoints(proxy_url):
     assert httpx.get(f"{proxy_url}/healthz").json() == {"status": "ok"}
     ready = httpx.get(f"{proxy_url}/readyz")
     assert ready.status_code == 200 and ready.json()["store"] == "ok"
+
+
+def test_no_cookies_kept_and_no_headers_added(proxy_url, upstream):
+    """The proxy is no client of its own: cookies are not replayed to others, nothing is added."""
+
+    async def handler(request, rec):
+        return JSONResponse({"ok": True}, headers={"set-cookie": "session=secret; Path=/"})
+
+    upstream.handler = handler
+    first = httpx.get(f"{proxy_url}/v1/a", headers={"authorization": "Bearer alice"})
+    assert first.headers["set-cookie"] == "session=secret; Path=/"  # relayed to its client...
+    with httpx.Client() as bare:
+        bare.get(f"{proxy_url}/v1/b", headers={"authorization": "Bearer bob", "accept-encoding": "identity"})
+    rec = upstream.requests[-1]
+    assert "cookie" not in rec.headers  # ...but never sent upstream for someone else
+    assert rec.headers["accept-encoding"] == "identity"
+    assert "python-httpx" not in rec.headers.get("user-agent", "")

@@ -1,0 +1,75 @@
+"""Shared benchmark plumbing: start the fake upstream and the proxy as real processes."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+if (SHARED / "tiktoken").is_dir():
+    os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(SHARED / "tiktoken"))
+
+
+def machine() -> str:
+    return (f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.python_implementation()} "
+            f"{platform.python_version()}, {platform.system()} {platform.release()}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_up(url: str) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url, timeout=1)
+            return
+        except httpx.TransportError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{url} did not come up")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+@contextmanager
+def servers(*proxy_args: str):
+    """(direct upstream base, proxy base, proxy process) on loopback; all stopped afterwards."""
+    up_port, proxy_port = free_port(), free_port()
+    data = tempfile.mkdtemp(prefix="bench-store-")
+    env = {**os.environ, "OFFLOAD_LOG_LEVEL": "warning"}
+    upstream = subprocess.Popen([sys.executable, str(ROOT / "bench" / "fake_upstream.py"), str(up_port)])
+    proxy = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--port", str(proxy_port), "--upstream",
+                              f"http://127.0.0.1:{up_port}/v1", "--data-dir", data, "--log-level", "warning",
+                              *proxy_args], env=env, cwd=ROOT)
+    try:
+        wait_up(f"http://127.0.0.1:{up_port}/")
+        wait_up(f"http://127.0.0.1:{proxy_port}/healthz")
+        yield f"http://127.0.0.1:{up_port}/v1", f"http://127.0.0.1:{proxy_port}/v1", proxy
+    finally:
+        for p in (proxy, upstream):
+            p.terminate()
+            p.wait(timeout=10)
