@@ -43,9 +43,14 @@ def wait_up(url: str) -> None:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU time of all threads of a process, in nanosecond resolution (Linux schedstat)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass  # a thread that ended meanwhile
+    return total / 1e9
 
 
 def rss_mb(pid: int) -> float:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 from collections.abc import AsyncIterator
 
@@ -21,6 +22,7 @@ from proxy.config import ServerSettings
 from proxy.offload_api import get_offloaded, list_events, offload
 from proxy.offload_settings import SettingsResolver, load_tenants_file
 from proxy.relay import relay
+from proxy.refs import TouchMemo
 from proxy.store import Store, open_store
 from proxy.tokens import load_encoder
 from proxy.upstream import Upstream
@@ -52,8 +54,10 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
         app.state.settings_resolver = resolver
         for name in ("o200k_base", "cl100k_base"):  # load once now, not on a request
             await asyncio.to_thread(load_encoder, name)
+        gc.freeze()  # what startup allocated lives forever: keep it out of every collection
         app.state.upstream = Upstream(settings)
         app.state.store = open_store(settings)
+        app.state.touch_memo = TouchMemo()
         try:
             yield
         finally:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -12,7 +11,7 @@ from starlette.responses import Response, StreamingResponse
 
 from starlette.background import BackgroundTask
 
-from proxy import events, reload_loop
+from proxy import events, jsonio, reload_loop
 from proxy.compression import Compressor, SummaryContext
 from proxy.disconnect import ClientDisconnected, ClientWatch
 from proxy.errors import ProxyError, error_response
@@ -32,16 +31,12 @@ log = logging.getLogger("proxy.chat")
 
 def parse_chat_body(raw: bytes) -> dict:
     try:
-        body = json.loads(raw)
+        body = jsonio.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ProxyError(400, f"Request body is not valid JSON: {exc}", code="invalid_json") from exc
     if not isinstance(body, dict):
         raise ProxyError(400, "Request body must be a JSON object.", code="invalid_json")
     return body
-
-
-def dumps(obj: Any) -> bytes:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def offload_headers(prepared: Prepared) -> list[tuple[bytes, bytes]]:
@@ -83,7 +78,7 @@ async def chat_completions(request: Request) -> Response:
     if not isinstance(messages, list):
         messages = []  # nothing to plan; the upstream validates the request itself
     ttl = state.settings.store_ttl
-    refs = RefStore(state.store, namespace, ttl)
+    refs = RefStore(state.store, namespace, ttl, state.touch_memo)
     summary_headers = request_headers_for_upstream(request.scope["headers"], body_replaced=True)
     compressor = compressor_for(request, body, settings, namespace, summary_headers)
     prepared = await prepare(messages, settings, counter, namespace, refs, compressor)
@@ -112,11 +107,11 @@ async def chat_completions(request: Request) -> Response:
         payload = {**body, "messages": round_messages}
         if with_tools:
             payload["tools"] = [*(body.get("tools") or []), *RELOAD_TOOL_SCHEMAS]
-        return await upstream.send("POST", "chat/completions", query=query, headers=headers, content=dumps(payload))
+        return await upstream.send("POST", "chat/completions", query=query, headers=headers, content=jsonio.dumps(payload))
 
     try:
         if not inject:
-            content = dumps({**body, "messages": plan.messages}) if changed else raw
+            content = jsonio.dumps({**body, "messages": plan.messages}) if changed else raw
             response = await watch.run(
                 upstream.send("POST", "chat/completions", query=query, headers=headers, content=content)
             )

@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from proxy import jsonio
 from proxy.markers import MARKER_PREFIX, RELOAD_TOOL, SEARCH_TOOL
 from proxy.offload_settings import OffloadSettings
 from proxy.tokens import TokenCounter
@@ -37,13 +38,66 @@ def split(messages: list[Any], keep_recent: int) -> tuple[int, int]:
     return head, tail
 
 
-def chain_hashes(messages: list[Any]) -> list[str]:
-    """hashes[i] identifies the exact prefix messages[:i]."""
-    out = [hashlib.blake2b(b"prefix", digest_size=16).hexdigest()]
-    for m in messages:
-        encoded = json.dumps(m, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass")
-        out.append(hashlib.blake2b(out[-1].encode() + encoded, digest_size=16).hexdigest())
-    return out
+class PrefixHashes:
+    """hashes[i] identifies the exact prefix messages[:i] (SHA-256 over length-framed JSON).
+
+    Computed lazily, as far as the highest index asked for, and finalised only at the indices
+    asked for: a reused summary needs only the prefix it covers to be hashed. Ask in rising
+    order; an index already passed is recomputed from the start.
+    """
+
+    def __init__(self, messages: list[Any]) -> None:
+        self._messages = messages
+        self._running = hashlib.sha256(b"offload-prefix-v1")
+        self._position = 0  # messages hashed into _running
+        self._known: dict[int, str] = {}
+
+    def __getitem__(self, index: int) -> str:
+        if not 0 <= index <= len(self._messages):
+            raise IndexError(index)
+        if index in self._known:
+            return self._known[index]
+        if index < self._position:
+            self._running, self._position = hashlib.sha256(b"offload-prefix-v1"), 0
+        update = self._running.update
+        for m in self._messages[self._position:index]:
+            encoded = jsonio.dumps(m, sort_keys=True)
+            update(len(encoded).to_bytes(8, "big"))
+            update(encoded)
+        self._position = index
+        self._known[index] = self._running.hexdigest()
+        return self._known[index]
+
+    def __len__(self) -> int:
+        return len(self._messages) + 1
+
+    def matches(self, index: int, expected: str, seen: "SeenPrefixes | None" = None) -> bool:
+        """Does messages[:index] hash to `expected`? A prefix this process already verified is
+        recognised by deep equality (C speed), without hashing it again."""
+        if seen is not None and seen.equal(expected, self._messages, index):
+            return True
+        if index > len(self._messages) or self[index] != expected:
+            return False
+        if seen is not None:
+            seen.add(expected, self._messages[:index])
+        return True
+
+
+class SeenPrefixes:
+    """Prefixes (hash → the messages) verified recently by this process, a bounded few."""
+
+    def __init__(self, size: int = 64) -> None:
+        self.size = size
+        self._prefixes: dict[str, list[Any]] = {}
+
+    def equal(self, prefix_hash: str, messages: list[Any], index: int) -> bool:
+        known = self._prefixes.get(prefix_hash)
+        return known is not None and len(known) == index and known == messages[:index]
+
+    def add(self, prefix_hash: str, prefix: list[Any]) -> None:
+        if len(self._prefixes) >= self.size:
+            del self._prefixes[next(iter(self._prefixes))]
+        self._prefixes[prefix_hash] = prefix
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,19 @@ from proxy.upstream import Headers, Upstream
 
 CONV_ENTRIES = 8  # summaries remembered per conversation start (forks share a start)
 POLL = 0.1
+# A summary record never changes once written (its key is the hash of what it summarises), so
+# this process keeps the ones it read; it re-reads one a minute to extend its idle TTL.
+RECORDS = 10_000
+RECORD_REFRESH = 60.0
+_records: dict[str, tuple[float, cp.PriorSummary]] = {}
+_seen = cp.SeenPrefixes()
+
+
+def _keep(summary_key: str, record: cp.PriorSummary) -> cp.PriorSummary:
+    if len(_records) > RECORDS:
+        _records.clear()
+    _records[summary_key] = (time.monotonic(), record)
+    return record
 
 
 @dataclass
@@ -52,22 +65,27 @@ class Compressor:
     def _summary_key(self, prefix_hash: str) -> str:
         return key(self.namespace, "summary", f"{prefix_hash}:{self.version}")
 
-    async def _prior(self, chain: list[str], head: int, tail: int) -> cp.PriorSummary | None:
+    async def _prior(self, chain: cp.PrefixHashes, head: int, tail: int) -> cp.PriorSummary | None:
         raw = await self.store.get(key(self.namespace, "conv", chain[head + 1]), ttl=self.ttl)
         entries = json.loads(raw) if raw else []
-        for entry in sorted(entries, key=lambda e: -e["cut"]):
-            if entry["cut"] <= tail and chain[entry["cut"]] == entry["hash"]:
-                record = await self._load(entry["hash"])
-                if record is not None:
-                    return record
+        matching = [e for e in sorted(entries, key=lambda e: e["cut"])  # rising: one pass of hashing
+                    if e["cut"] <= tail and chain.matches(e["cut"], e["hash"], _seen)]
+        for entry in reversed(matching):  # the longest summarised prefix first
+            record = await self._load(entry["hash"])
+            if record is not None:
+                return record
         return None
 
     async def _load(self, prefix_hash: str) -> cp.PriorSummary | None:
-        raw = await self.store.get(self._summary_key(prefix_hash), ttl=self.ttl)
+        summary_key = self._summary_key(prefix_hash)
+        known = _records.get(summary_key)
+        if known is not None and time.monotonic() - known[0] < RECORD_REFRESH:
+            return known[1]
+        raw = await self.store.get(summary_key, ttl=self.ttl)
         if raw is None:
             return None
         r = json.loads(raw)
-        return cp.PriorSummary(r["cut"], r["text"], r["ref"], r["tokens"], r["message"])
+        return _keep(summary_key, cp.PriorSummary(r["cut"], r["text"], r["ref"], r["tokens"], r["message"]))
 
     async def run(
         self, compacted: list[Any], originals: list[Any], settings: OffloadSettings, counter: TokenCounter,
@@ -76,7 +94,7 @@ class Compressor:
         head, tail = cp.split(compacted, settings.keep_recent_for(cp.COMPRESS_KEEP_RECENT))
         if tail - head < 2 or cp.tokens_between(compacted, head, tail, counter) <= settings.max_total_tokens:
             return Compressed()
-        chain = cp.chain_hashes(compacted)
+        chain = cp.PrefixHashes(compacted)
         prior = await self._prior(chain, head, tail)
         decision = cp.decide(compacted, settings, counter, prior)
         if decision.action == "reuse":
@@ -87,6 +105,9 @@ class Compressor:
         return await self._summarize_once(compacted, originals, settings, counter, chain, decision)
 
     async def _summarize_once(self, compacted, originals, settings, counter, chain, decision) -> Compressed:
+        made = await self._load(chain[decision.cut])  # another process may have made it already
+        if made is not None:
+            return Compressed(cp.assemble(compacted, decision.head, made.cut, made.message))
         lock = key(self.namespace, "lock", f"{chain[decision.cut]}:{self.version}")
         spans = cp.groups(compacted, *decision.new_messages, settings.group_token_threshold, counter)
         if not await self.store.put_if_absent(lock, b"1", int(self.ctx.timeout * len(spans)) + 5):
@@ -130,6 +151,8 @@ class Compressor:
         message = cp.summary_message(text, ref, covered, covered_tokens)
         record = {"cut": cut, "text": text, "ref": ref, "tokens": counter.text(text), "message": message}
         await self.store.put(self._summary_key(chain[cut]), json.dumps(record).encode(), self.ttl)
+        _keep(self._summary_key(chain[cut]), cp.PriorSummary(**record))
+        _seen.add(chain[cut], compacted[:cut])  # the next turn recognises this prefix without hashing
         await self._remember(chain, head, cut)
         done = event("compression", messages=covered, tokens_before=covered_tokens,
                      tokens_after=counter.message(message), summary_tokens_in=tokens_in,
@@ -141,7 +164,7 @@ class Compressor:
             events=[done],
         )
 
-    async def _remember(self, chain: list[str], head: int, cut: int) -> None:
+    async def _remember(self, chain: cp.PrefixHashes, head: int, cut: int) -> None:
         conv = key(self.namespace, "conv", chain[head + 1])
         raw = await self.store.get(conv)
         entries = [e for e in (json.loads(raw) if raw else []) if e["hash"] != chain[cut]]

@@ -46,6 +46,7 @@ async def prepare(
     Never raises for the store: when it is unreachable the original messages go through,
     with a warning.
     """
+    counter = counter.for_request()
     compact_mode = settings.mode in ("auto", "compact")
     compress_mode = settings.mode in ("auto", "compress") and compressor is not None
     plan = plan_compaction(messages, settings if compact_mode else settings.model_copy(update={"mode": "off"}),

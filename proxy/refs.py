@@ -7,6 +7,7 @@ so content in use never expires mid-session; content-addressed refs make saving 
 from __future__ import annotations
 
 import json
+import time
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -36,9 +37,31 @@ def decode_item(ref: str, value: bytes) -> StoredItem:
     return StoredItem(ref, meta.get("kind", "tool_result"), body.decode("utf-8", "surrogatepass"))
 
 
+class TouchMemo:
+    """Keys this process extended recently: extending a 7-day idle TTL once a minute is plenty.
+
+    Spares the store a round trip per request for a conversation whose items are all known.
+    """
+
+    def __init__(self, interval: float = 60.0, size: int = 100_000) -> None:
+        self.interval, self.size = interval, size
+        self._seen: dict[str, float] = {}
+
+    def fresh(self, key: str, now: float) -> bool:
+        seen = self._seen.get(key)
+        return seen is not None and now - seen < self.interval
+
+    def mark(self, keys: Iterable[str], now: float) -> None:
+        if len(self._seen) > self.size:
+            self._seen.clear()
+        for k in keys:
+            self._seen[k] = now
+
+
 class RefStore:
-    def __init__(self, store: Store, namespace: str, ttl: int) -> None:
+    def __init__(self, store: Store, namespace: str, ttl: int, memo: TouchMemo | None = None) -> None:
         self.store, self.namespace, self.ttl = store, namespace, ttl
+        self.memo = memo or TouchMemo(interval=0)
 
     def _key(self, ref: str) -> str:
         return key(self.namespace, "item", ref)
@@ -49,17 +72,23 @@ class RefStore:
         Returns the refs that were written now (not already stored).
         """
         by_ref = {o.ref: o for o in offloads}
-        all_refs = list(dict.fromkeys([*refs, *by_ref]))
-        if not all_refs:
+        now = time.monotonic()
+
+        def memo_key(ref: str) -> str:  # fresh per session, since session membership goes along
+            return f"{self._key(ref)}|{session or ''}"
+
+        stale = [r for r in dict.fromkeys([*refs, *by_ref]) if not self.memo.fresh(memo_key(r), now)]
+        if not stale:
             return set()
-        alive = await self.store.touch([self._key(r) for r in all_refs], self.ttl)
+        alive = await self.store.touch([self._key(r) for r in stale], self.ttl)
         written: set[str] = set()
-        for ref, exists in zip(all_refs, alive):
+        for ref, exists in zip(stale, alive):
             if not exists and ref in by_ref:
                 await self.store.put(self._key(ref), encode_item(by_ref[ref]), self.ttl)
                 written.add(ref)
         if session:
-            await self.store.add_members(key(self.namespace, "session", session), all_refs, self.ttl)
+            await self.store.add_members(key(self.namespace, "session", session), stale, self.ttl)
+        self.memo.mark([memo_key(r) for r, exists in zip(stale, alive) if exists or r in by_ref], now)
         return written
 
     async def load(self, ref: str) -> StoredItem | None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from proxy import sse
+from proxy import jsonio, sse
 from proxy.errors import ProxyError, error_body
 from proxy.markers import INJECTED_TOOLS
 from proxy.reload_tools import ReloadTools
@@ -89,7 +89,7 @@ async def complete(messages: list[Any], send: SendRound, tools: ReloadTools, max
         await response.aclose()
         if response.status_code != 200:
             return LoopResult(response.status_code, raw, response, round_)
-        completion = json.loads(raw)
+        completion = jsonio.loads(raw)
         usage = add_usage(usage, completion.get("usage"))
         choices = completion.get("choices") or [{}]
         message = choices[0].get("message") or {}
@@ -102,7 +102,7 @@ async def complete(messages: list[Any], send: SendRound, tools: ReloadTools, max
         strip_injected(completion)
         if usage is not None:
             completion["usage"] = usage
-        body = json.dumps(completion, ensure_ascii=False, separators=(",", ":")).encode()
+        body = jsonio.dumps(completion)
         return LoopResult(200, body, response, round_)
 
 
@@ -157,7 +157,7 @@ async def stream(
             async for data in sse.iter_data(response.aiter_bytes()):
                 if data == sse.DONE:
                     break
-                chunk = json.loads(data)
+                chunk = jsonio.loads(data)
                 if "error" in chunk and "choices" not in chunk:
                     yield sse.encode(chunk)
                     continue
@@ -213,7 +213,7 @@ async def stream(
 
 def _error_payload(raw: bytes, status: int) -> dict:
     try:
-        payload = json.loads(raw)
+        payload = jsonio.loads(raw)
         if isinstance(payload, dict) and "error" in payload:
             return payload
     except ValueError:

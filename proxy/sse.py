@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Any
+
+from proxy import jsonio
 
 DONE = "[DONE]"
 
@@ -37,8 +38,8 @@ async def iter_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:
 
 def encode(data: Any) -> bytes:
     """One `data:` event; dicts are JSON-encoded compactly."""
-    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    return b"data: " + text.encode("utf-8") + b"\n\n"
+    payload = data.encode("utf-8") if isinstance(data, str) else jsonio.dumps(data)
+    return b"data: " + payload + b"\n\n"
 
 
 DONE_EVENT = encode(DONE)

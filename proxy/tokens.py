@@ -7,11 +7,9 @@ If an encoding cannot be loaded (offline, no cache), counts fall back to an esti
 
 from __future__ import annotations
 
-import hashlib
+import itertools
 import json
 import logging
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any, Protocol
@@ -19,7 +17,8 @@ from typing import Any, Protocol
 log = logging.getLogger("proxy.tokens")
 
 CACHE_ENTRIES = 200_000
-UNCACHED_BELOW = 64  # characters: cheaper to encode than to hash
+UNCACHED_BELOW = 64  # characters: below this, cached by the text itself rather than a digest
+SHORT_ENTRIES = 50_000
 MESSAGE_OVERHEAD = 3  # per message, as in OpenAI's accounting
 REPLY_PRIMING = 3
 
@@ -58,29 +57,31 @@ def load_encoder(encoding_name: str) -> Encoder:
 
 
 class _CountCache:
-    """A thread-safe LRU of (encoding, text digest) → token count."""
+    """(encoding, hash(text), len(text)) → token count, oldest entries dropped first.
+
+    Python's string hash is computed once per string object and kept, so counting a message
+    twice in one request costs a dict lookup; a 64-bit hash plus the length makes a wrong
+    count from a collision practically impossible (and it could only skew an estimate).
+    """
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self.data: OrderedDict[bytes, int] = OrderedDict()
-        self.lock = threading.Lock()
+        self.data: dict[tuple[str, int, int], int] = {}
         self.hits = self.misses = 0
 
-    def get(self, key: bytes) -> int | None:
-        with self.lock:
-            value = self.data.get(key)
-            if value is not None:
-                self.data.move_to_end(key)
-                self.hits += 1
-            else:
-                self.misses += 1
-            return value
+    def get(self, key: tuple[str, int, int]) -> int | None:
+        value = self.data.get(key)
+        if value is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return value
 
-    def put(self, key: bytes, value: int) -> None:
-        with self.lock:
-            self.data[key] = value
-            if len(self.data) > self.size:
-                self.data.popitem(last=False)
+    def put(self, key: tuple[str, int, int], value: int) -> None:
+        if len(self.data) >= self.size:
+            for old in list(itertools.islice(self.data, self.size // 4)):
+                del self.data[old]
+        self.data[key] = value
 
 
 _cache = _CountCache(CACHE_ENTRIES)
@@ -88,20 +89,32 @@ _cache = _CountCache(CACHE_ENTRIES)
 
 def clear_cache() -> None:
     """Forget every cached count (benchmarks measure cold requests with it)."""
-    with _cache.lock:
-        _cache.data.clear()
+    _cache.data.clear()
 
 
 class TokenCounter:
     def __init__(self, encoding_name: str) -> None:
         self.encoding_name = encoding_name
         self.encoder = load_encoder(encoding_name)
-        self._salt = encoding_name.encode() + b"\0"
+        self._short: dict[str, int] = {}  # role names, tool names, ids: keyed by the text itself
+        self._messages: dict[int, tuple[Any, int]] | None = None
+
+    def for_request(self) -> "TokenCounter":
+        """A counter that also remembers each message object it counted, for one request."""
+        scoped = object.__new__(TokenCounter)
+        scoped.__dict__.update(self.__dict__)
+        scoped._messages = {}
+        return scoped
 
     def text(self, text: str) -> int:
         if len(text) < UNCACHED_BELOW:
-            return len(self.encoder.encode_ordinary(text))
-        key = hashlib.blake2b(self._salt + text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+            count = self._short.get(text)
+            if count is None:
+                count = len(self.encoder.encode_ordinary(text))
+                if len(self._short) < SHORT_ENTRIES:
+                    self._short[text] = count
+            return count
+        key = (self.encoding_name, hash(text), len(text))
         count = _cache.get(key)
         if count is None:
             count = len(self.encoder.encode_ordinary(text))
@@ -127,12 +140,25 @@ class TokenCounter:
         return self.text(json.dumps(content, ensure_ascii=False))
 
     def message(self, message: Any) -> int:
+        if self._messages is not None:
+            seen = self._messages.get(id(message))
+            if seen is not None and seen[0] is message:
+                return seen[1]
+            count = self._count_message(message)
+            self._messages[id(message)] = (message, count)
+            return count
+        return self._count_message(message)
+
+    def _count_message(self, message: Any) -> int:
         if not isinstance(message, dict):
             return self.text(json.dumps(message, ensure_ascii=False))
-        total = MESSAGE_OVERHEAD + self.content(message.get("content"))
-        for key in ("role", "name"):
-            if isinstance(message.get(key), str):
-                total += self.text(message[key])
+        content = message.get("content")
+        total = MESSAGE_OVERHEAD + (self.text(content) if type(content) is str else self.content(content))
+        role, name = message.get("role"), message.get("name")
+        if type(role) is str:
+            total += self.text(role)
+        if type(name) is str:
+            total += self.text(name)
         for call in message.get("tool_calls") or ():
             function = call.get("function") if isinstance(call, dict) else None
             if isinstance(function, dict):

@@ -78,8 +78,9 @@ def test_groups_respect_threshold_and_pairs():
 def test_chain_hashes_identify_prefixes():
     a = [{"role": "user", "content": "1"}, {"role": "user", "content": "2"}]
     b = [{"role": "user", "content": "1"}, {"role": "user", "content": "3"}]
-    ha, hb = cp.chain_hashes(a), cp.chain_hashes(b)
-    assert ha[:2] == hb[:2] and ha[2] != hb[2] and len(ha) == 3
+    ha, hb = cp.PrefixHashes(a), cp.PrefixHashes(b)
+    assert hb[2] != ha[2] and ha[1] == hb[1] and ha[0] == hb[0] and len(ha) == 3
+    assert cp.PrefixHashes(a)[2] == ha[2]  # the same prefix, the same hash, in any order of asking
 
 
 def test_history_lines_are_json_per_message():

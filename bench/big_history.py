@@ -1,0 +1,78 @@
+"""A 150K-token conversation built from real traces, sent to the proxy cold and then steady.
+
+    .venv/bin/python bench/big_history.py [--tokens 150000] [--rounds 5] [--repeats 20]
+
+Each round starts a fresh proxy (embedded store, default settings) in front of the local fake
+upstream, sends the conversation once (cold: nothing cached) and then `repeats` more times
+(steady), and reads the proxy process's own CPU time (all threads, Linux schedstat). The
+machine is shared and noisy, so medians over rounds are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import httpx
+
+from common import SHARED, cpu_seconds, machine, servers
+
+from proxy.tokens import counter_for_model
+
+
+def build(tokens: int) -> dict:
+    traces = sorted((json.loads(line) for line in (SHARED / "traces" / "traces.jsonl").open()),
+                    key=lambda t: -len(json.dumps(t["messages"])))
+    counter = counter_for_model("gpt-4o")
+    base = traces[0]
+    messages = list(base["messages"])
+    total = counter.messages(messages)
+    donors = iter(traces[1:])
+    while total < tokens:
+        for m in next(donors)["messages"][2:]:
+            messages.append(m)
+            total += counter.message(m)
+            if total >= tokens:
+                break
+    while messages[-1]["role"] == "assistant":
+        messages.pop()
+    return {"model": "gpt-4o", "messages": messages, "tools": base.get("tools") or []}
+
+
+def one_round(body: bytes, repeats: int) -> tuple[float, float, float, httpx.Response]:
+    """(cold CPU, second request CPU, steady mean CPU) in seconds."""
+    headers = {"authorization": "Bearer sk-bench", "content-type": "application/json"}
+    with servers() as (_, proxied, proc), httpx.Client(timeout=120) as client:
+        client.get(proxied.replace("/v1", "/healthz"))
+        samples = []
+        for _ in range(repeats + 1):
+            before = cpu_seconds(proc.pid)
+            r = client.post(f"{proxied}/chat/completions", content=body, headers=headers)
+            samples.append(cpu_seconds(proc.pid) - before)
+            assert r.status_code == 200, r.text
+    return samples[0], samples[1], statistics.mean(samples[2:]), r
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--tokens", type=int, default=150_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=20, help="steady requests per round")
+    args = parser.parse_args()
+    print(machine())
+    body = json.dumps(build(args.tokens)).encode()
+    tokens = counter_for_model("gpt-4o").messages(json.loads(body)["messages"])
+    rounds = [one_round(body, args.repeats) for _ in range(args.rounds)]
+    cold, second, steady = (statistics.median(r[i] for r in rounds) for i in range(3))
+    last = rounds[-1][3]
+    print(f"conversation: {len(body) / 1e6:.2f} MB, {tokens} tokens; action {last.headers['x-offload-action']}, "
+          f"forwarded {last.headers['x-offload-tokens-after']} tokens")
+    print(f"proxy CPU, median of {args.rounds} rounds: cold {cold * 1e3:.1f} ms | second request "
+          f"{second * 1e3:.1f} ms ({second / cold:.3f} of cold) | steady mean {steady * 1e3:.1f} ms "
+          f"({steady / cold:.3f} of cold)")
+
+
+if __name__ == "__main__":
+    main()
