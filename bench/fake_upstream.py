@@ -5,6 +5,7 @@ Answers chat completions instantly (JSON or SSE) so that what is measured is the
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 
@@ -50,9 +51,14 @@ async def app(scope, receive, send):
         await send({"type": "http.response.body", "body": snapshot})
         return
     if b'"stream": true' in body or b'"stream":true' in body:
+        headers = dict(scope["headers"])
+        chunks, delay = int(headers.get(b"x-bench-chunks", b"0")), int(headers.get(b"x-bench-delay-ms", b"0")) / 1e3
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream")]})
-        for part in STREAM:
+        parts = STREAM[:2] + [chunk({"content": f" word{i}"}) for i in range(chunks)] + STREAM[2:]
+        for part in parts:
+            if delay:
+                await asyncio.sleep(delay)
             await send({"type": "http.response.body", "body": part, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return

@@ -24,7 +24,7 @@ from proxy.offload_settings import SettingsResolver, load_tenants_file
 from proxy.relay import relay
 from proxy.refs import TouchMemo
 from proxy.store import Store, open_store
-from proxy.tokens import load_encoder
+from proxy.tokens import counter_for_encoding
 from proxy.upstream import Upstream
 
 log = logging.getLogger("proxy")
@@ -52,8 +52,7 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         app.state.settings = settings
         app.state.settings_resolver = resolver
-        for name in ("o200k_base", "cl100k_base"):  # load once now, not on a request
-            await asyncio.to_thread(load_encoder, name)
+        await asyncio.to_thread(counter_for_encoding, "o200k_base")  # now, not on a request
         gc.freeze()  # what startup allocated lives forever: keep it out of every collection
         app.state.upstream = Upstream(settings)
         app.state.store = open_store(settings)

@@ -23,7 +23,7 @@ from proxy.reload_tools import RELOAD_TOOL_SCHEMAS, ReloadTools
 from proxy.store import StoreUnavailable
 from proxy.summarizer import DEFAULT_PROMPT
 from proxy.tenant import tenant_namespace
-from proxy.tokens import counter_for_model
+from proxy.tokens import counter_for_model_async
 from proxy.upstream import Upstream
 
 log = logging.getLogger("proxy.chat")
@@ -73,7 +73,7 @@ async def chat_completions(request: Request) -> Response:
         return exc.response()
 
     namespace = tenant_namespace(request.headers.get("authorization"), settings.tenant)
-    counter = counter_for_model(body.get("model") if isinstance(body.get("model"), str) else None)
+    counter = await counter_for_model_async(body.get("model") if isinstance(body.get("model"), str) else None)
     messages = body.get("messages")
     if not isinstance(messages, list):
         messages = []  # nothing to plan; the upstream validates the request itself

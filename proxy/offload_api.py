@@ -17,7 +17,7 @@ from proxy.pipeline import prepare
 from proxy.refs import RefStore
 from proxy.store import StoreUnavailable
 from proxy.tenant import tenant_namespace
-from proxy.tokens import counter_for_model
+from proxy.tokens import counter_for_model_async
 
 
 def _scope(request: Request):
@@ -43,7 +43,8 @@ async def offload(request: Request) -> Response:
     model = body.get("model") if isinstance(body.get("model"), str) else None
     headers = request_headers_for_upstream(request.scope["headers"], body_replaced=True)
     compressor = compressor_for(request, body, settings, namespace, headers)
-    prepared = await prepare(messages, settings, counter_for_model(model), namespace, refs, compressor)
+    counter = await counter_for_model_async(model)
+    prepared = await prepare(messages, settings, counter, namespace, refs, compressor)
     if prepared.store_failed:
         return _store_down(StoreUnavailable(prepared.warnings[0]))
     plan = prepared.plan

@@ -7,6 +7,7 @@ If an encoding cannot be loaded (offline, no cache), counts fall back to an esti
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import logging
@@ -172,10 +173,24 @@ class TokenCounter:
         return self.text(json.dumps(tools, ensure_ascii=False, sort_keys=True)) if tools else 0
 
 
-@lru_cache(maxsize=16)
+_counters: dict[str, TokenCounter] = {}
+
+
 def counter_for_encoding(encoding_name: str) -> TokenCounter:
-    return TokenCounter(encoding_name)
+    counter = _counters.get(encoding_name)
+    if counter is None:
+        counter = _counters[encoding_name] = TokenCounter(encoding_name)
+    return counter
 
 
 def counter_for_model(model: str | None) -> TokenCounter:
     return counter_for_encoding(encoding_name_for_model(model))
+
+
+async def counter_for_model_async(model: str | None) -> TokenCounter:
+    """Like counter_for_model, but an encoding not loaded yet is loaded off the event loop
+    (it takes a few hundred ms and tens of MB, so only o200k_base is loaded at startup)."""
+    name = encoding_name_for_model(model)
+    if name not in _counters:
+        await asyncio.to_thread(counter_for_encoding, name)
+    return _counters[name]
