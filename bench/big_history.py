@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
+from pathlib import Path
 
 import httpx
 
@@ -22,14 +22,13 @@ from common import SHARED, cpu_seconds, machine, servers
 from proxy.tokens import counter_for_model
 
 
-def build(tokens: int) -> dict:
-    traces = sorted((json.loads(line) for line in (SHARED / "traces" / "traces.jsonl").open()),
-                    key=lambda t: -len(json.dumps(t["messages"])))
+def build(tokens: int, traces_file: Path = SHARED / "traces" / "traces.jsonl") -> dict:
+    traces = sorted((json.loads(line) for line in traces_file.open()), key=lambda t: -len(json.dumps(t["messages"])))
     counter = counter_for_model("gpt-4o")
     base = traces[0]
     messages = list(base["messages"])
     total = counter.messages(messages)
-    donors = iter(traces[1:])
+    donors = iter(traces[1:] * 1000)
     while total < tokens:
         for m in next(donors)["messages"][2:]:
             messages.append(m)
@@ -60,9 +59,10 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=150_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=20, help="steady requests per round")
+    parser.add_argument("--traces", type=Path, default=SHARED / "traces" / "traces.jsonl")
     args = parser.parse_args()
     print(machine())
-    body = json.dumps(build(args.tokens)).encode()
+    body = json.dumps(build(args.tokens, args.traces)).encode()
     tokens = counter_for_model("gpt-4o").messages(json.loads(body)["messages"])
     rounds = [one_round(body, args.repeats) for _ in range(args.rounds)]
     cold, second, steady = (statistics.median(r[i] for r in rounds) for i in range(3))
