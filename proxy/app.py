@@ -15,10 +15,12 @@ from collections.abc import AsyncIterator
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
+from starlette.middleware import Middleware
 from starlette.routing import Route
 
 from proxy.chat import chat_completions
 from proxy.config import ServerSettings
+from proxy.limits import BodyLimit
 from proxy.offload_api import get_offloaded, list_events, offload
 from proxy.offload_settings import SettingsResolver, load_tenants_file
 from proxy.relay import relay
@@ -72,7 +74,8 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
         Route("/v1/offload/{ref}", get_offloaded, methods=["GET"]),
         Route("/v1/{path:path}", relay, methods=ALL_METHODS),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    middleware = [Middleware(BodyLimit, max_bytes=settings.max_body_bytes)]
+    return Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
 
 
 def create_app_from_env() -> Starlette:

@@ -77,6 +77,9 @@ async def chat_completions(request: Request) -> Response:
     messages = body.get("messages")
     if not isinstance(messages, list):
         messages = []  # nothing to plan; the upstream validates the request itself
+    if len(messages) > state.settings.max_messages:
+        return ProxyError(400, f"Too many messages: {len(messages)} > {state.settings.max_messages}.",
+                          code="too_many_messages", param="messages").response()
     ttl = state.settings.store_ttl
     refs = RefStore(state.store, namespace, ttl, state.touch_memo)
     summary_headers = request_headers_for_upstream(request.scope["headers"], body_replaced=True)
@@ -119,19 +122,20 @@ async def chat_completions(request: Request) -> Response:
             out.background = background
             return out
 
-        rounds = settings.max_reload_rounds
+        budget = reload_loop.Budget(settings.max_reload_rounds, state.settings.reload_budget)
         if body.get("stream"):
-            first = await watch.run(send(plan.messages, rounds > 0))
+            offered = budget.more(0)
+            first = await watch.run(send(plan.messages, offered))
             if first.status_code != 200:
                 return await stream_back(first, extra)
             out = StreamingResponse(
-                close_after(first, reload_loop.stream(first, plan.messages, send, tools, rounds)),
+                close_after(first, reload_loop.stream(first, offered, plan.messages, send, tools, budget)),
                 status_code=200,
                 background=background,
             )
             out.raw_headers = response_headers_for_client(first.headers.raw, decoded=True) + extra
             return out
-        result = await watch.run(reload_loop.complete(plan.messages, send, tools, rounds))
+        result = await watch.run(reload_loop.complete(plan.messages, send, tools, budget))
         out = Response(result.body, status_code=result.status, background=background)
         out.raw_headers = (
             response_headers_for_client(result.response.headers.raw, decoded=True)

@@ -53,6 +53,12 @@ class ServerSettings(BaseSettings):
     summary_wait: float = Field(
         5.0, ge=0, description="How long (s) a request waits for a summary another request is making."
     )
+    reload_budget: float = Field(
+        120.0, gt=0, description="Total seconds the reload rounds of one request may take."
+    )
+    max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="Largest request body accepted (413 above).")
+    max_messages: int = Field(20_000, ge=1, description="Most messages a chat request may hold.")
+    store_timeout: float = Field(0.5, gt=0, description="Timeout (s) of one store operation.")
     header_caps: dict[str, int] = Field(
         default_factory=dict,
         description='JSON object capping integer headers, e.g. {"max_reload_rounds": 8}.',

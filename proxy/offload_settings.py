@@ -17,6 +17,7 @@ from proxy.errors import ProxyError
 
 Mode = Literal["auto", "compact", "compress", "off"]
 HEADER_PREFIX = "x-offload-"
+MAX_HEADER_VALUE = 256
 IDENT_PATTERN = r"^[A-Za-z0-9._:@/-]{1,128}$"
 
 
@@ -124,6 +125,9 @@ class SettingsResolver:
                 continue
             field = lname[len(HEADER_PREFIX):].replace("-", "_")
             if field in SETTING_FIELDS:
+                if len(value) > MAX_HEADER_VALUE:
+                    raise ProxyError(400, f"Header {header_name(field)} is longer than {MAX_HEADER_VALUE} characters.",
+                                     code="invalid_offload_header", param=header_name(field))
                 from_headers[field] = value.strip()
         merged = self.defaults.model_dump(exclude_unset=False)
         merged.update(self.tenant_overrides(from_headers.get("tenant")))

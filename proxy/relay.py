@@ -8,8 +8,9 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from proxy import sse
 from proxy.disconnect import ClientDisconnected, ClientWatch
-from proxy.errors import ProxyError
+from proxy.errors import ProxyError, stream_broke
 from proxy.headers import request_headers_for_upstream, response_headers_for_client
 from proxy.upstream import Upstream
 
@@ -51,9 +52,27 @@ async def stream_back(response: httpx.Response, extra_headers: list[tuple[bytes,
             await response.aclose()
         out: Response = Response(body, status_code=response.status_code)
     else:
-        out = StreamingResponse(close_after(response, response.aiter_raw()), status_code=response.status_code)
+        chunks = response.aiter_raw()
+        if is_plain_sse(response):
+            chunks = with_error_event(chunks)
+        out = StreamingResponse(close_after(response, chunks), status_code=response.status_code)
     out.raw_headers = headers
     return out
+
+
+def is_plain_sse(response: httpx.Response) -> bool:
+    return response.headers.get("content-type", "").startswith("text/event-stream") and (
+        response.headers.get("content-encoding", "identity") == "identity"
+    )
+
+
+async def with_error_event(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """An SSE stream that breaks off upstream ends with an error event and [DONE], not a cut."""
+    try:
+        async for chunk in chunks:
+            yield chunk
+    except httpx.HTTPError as exc:
+        yield b"\n\n" + sse.encode(stream_broke(exc)) + sse.DONE_EVENT
 
 
 def client_has_body(request: Request) -> bool:

@@ -8,6 +8,7 @@ final finish_reason, one [DONE]).
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,12 +16,25 @@ from typing import Any
 import httpx
 
 from proxy import jsonio, sse
-from proxy.errors import ProxyError, error_body
+from proxy.errors import ProxyError, error_body, stream_broke
 from proxy.markers import INJECTED_TOOLS
 from proxy.reload_tools import ReloadTools
 
 # send(messages, with_injected_tools) → the upstream response (headers received, body unread)
 SendRound = Callable[[list[Any], bool], Awaitable[httpx.Response]]
+
+
+@dataclass
+class Budget:
+    """How many more reload rounds a request may run: bounded by count and by total time."""
+
+    max_rounds: int
+    seconds: float
+    started: float = field(default_factory=time.monotonic)
+
+    def more(self, rounds_done: int) -> bool:
+        """May the next upstream call still offer the injected tools?"""
+        return rounds_done < self.max_rounds and time.monotonic() - self.started < self.seconds
 
 
 def add_usage(total: dict | None, usage: dict | None) -> dict | None:
@@ -78,13 +92,14 @@ class LoopResult:
     rounds: int
 
 
-async def complete(messages: list[Any], send: SendRound, tools: ReloadTools, max_rounds: int) -> LoopResult:
-    """Non-streaming: loop while the model calls only injected tools, at most `max_rounds` times."""
+async def complete(messages: list[Any], send: SendRound, tools: ReloadTools, budget: Budget) -> LoopResult:
+    """Non-streaming: loop while the model calls only injected tools, within the budget."""
     messages = list(messages)
     usage: dict | None = None
     round_ = 0
     while True:
-        response = await send(messages, round_ < max_rounds)
+        offered = budget.more(round_)
+        response = await send(messages, offered)
         raw = await response.aread()
         await response.aclose()
         if response.status_code != 200:
@@ -94,7 +109,7 @@ async def complete(messages: list[Any], send: SendRound, tools: ReloadTools, max
         choices = completion.get("choices") or [{}]
         message = choices[0].get("message") or {}
         calls = message.get("tool_calls") or []
-        if calls and round_ < max_rounds and all(is_injected(c) for c in calls):
+        if calls and offered and all(is_injected(c) for c in calls):
             messages.append({k: v for k, v in message.items() if k in ("role", "content", "tool_calls")})
             messages.extend(await run_calls(tools, calls))
             round_ += 1
@@ -140,75 +155,95 @@ def _filter_tool_deltas(delta: dict, state: _Round) -> None:
             del delta["tool_calls"]
 
 
-async def stream(
-    first: httpx.Response, messages: list[Any], send: SendRound, tools: ReloadTools, max_rounds: int
-) -> AsyncIterator[bytes]:
-    """Streaming: relay content deltas as they come, hide injected calls, chain the rounds."""
-    messages = list(messages)
-    response = first
-    identity: dict[str, Any] = {}
-    usage: dict | None = None
-    usage_template: dict | None = None
-    round_ = 0
-    try:
+class _Rounds:
+    """The state of a streamed completion across its rounds."""
+
+    def __init__(self, first: httpx.Response, messages: list[Any], send: SendRound, tools: ReloadTools,
+                 budget: Budget) -> None:
+        self.response, self.messages, self.send, self.tools, self.budget = first, list(messages), send, tools, budget
+        self.identity: dict[str, Any] = {}
+        self.usage: dict | None = None
+        self.usage_template: dict | None = None
+
+    def _rewrite(self, chunk: dict, state: _Round, round_: int, last_round: bool) -> bool:
+        """Adapt one chunk for the client in place; False when nothing is left to send."""
+        if not self.identity:
+            self.identity = {k: chunk[k] for k in ("id", "created", "model") if k in chunk}
+        else:
+            chunk.update(self.identity)
+        keep = False
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or {}
+            if round_ > 0:
+                delta.pop("role", None)
+            if choice.get("index", 0) == 0:
+                state.content += delta.get("content") or ""
+                _filter_tool_deltas(delta, state)
+            finish = choice.get("finish_reason")
+            if finish == "tool_calls" and state.injected_only():
+                choice["finish_reason"] = finish = "stop" if last_round else None
+            keep = keep or bool(delta) or finish is not None or choice.get("logprobs") is not None
+        return keep or not chunk.get("choices")
+
+    async def events(self, offered: bool) -> AsyncIterator[bytes]:
+        round_ = 0
         while True:
             state = _Round()
-            last_round = round_ >= max_rounds
-            async for data in sse.iter_data(response.aiter_bytes()):
+            async for data in sse.iter_data(self.response.aiter_bytes()):
                 if data == sse.DONE:
                     break
                 chunk = jsonio.loads(data)
                 if "error" in chunk and "choices" not in chunk:
                     yield sse.encode(chunk)
-                    continue
-                if not identity:
-                    identity = {k: chunk[k] for k in ("id", "created", "model") if k in chunk}
-                else:
-                    chunk.update(identity)
-                if chunk.get("usage") and not chunk.get("choices"):
-                    usage = add_usage(usage, chunk["usage"])
-                    usage_template = chunk
-                    continue
-                keep = False
-                for choice in chunk.get("choices") or ():
-                    delta = choice.get("delta") or {}
-                    if round_ > 0:
-                        delta.pop("role", None)
-                    if choice.get("index", 0) == 0:
-                        state.content += delta.get("content") or ""
-                        _filter_tool_deltas(delta, state)
-                    finish = choice.get("finish_reason")
-                    if finish == "tool_calls" and state.injected_only():
-                        if not last_round:
-                            choice["finish_reason"] = finish = None
-                        else:
-                            choice["finish_reason"] = finish = "stop"
-                    keep = keep or bool(delta) or finish is not None or choice.get("logprobs") is not None
-                if keep or not chunk.get("choices"):
+                elif chunk.get("usage") and not chunk.get("choices"):
+                    self.usage = add_usage(self.usage, chunk["usage"])  # summed, sent once at the end
+                    self.usage_template = chunk
+                elif self._rewrite(chunk, state, round_, not offered):
                     yield sse.encode(chunk)
-            await response.aclose()
-            if state.injected_only() and not last_round:
-                calls = list(state.injected.values())
-                messages.append({"role": "assistant", "content": state.content or None, "tool_calls": calls})
-                messages.extend(await run_calls(tools, calls))
-                round_ += 1
-                try:
-                    response = await send(messages, round_ < max_rounds)
-                except ProxyError as exc:
-                    yield sse.encode(exc.body())
-                    break
-                if response.status_code != 200:
-                    raw = await response.aread()
-                    await response.aclose()
-                    yield sse.encode(_error_payload(raw, response.status_code))
-                    break
-                continue
-            if usage_template is not None:
-                yield sse.encode({**usage_template, **identity, "usage": usage})
-            break
+            await self.response.aclose()
+            if not (state.injected_only() and offered):
+                break
+            calls = list(state.injected.values())
+            self.messages.append({"role": "assistant", "content": state.content or None, "tool_calls": calls})
+            self.messages.extend(await run_calls(self.tools, calls))
+            round_ += 1
+            offered = self.budget.more(round_)
+            try:
+                self.response = await self.send(self.messages, offered)
+            except ProxyError as exc:
+                yield sse.encode(exc.body())
+                return
+            if self.response.status_code != 200:
+                raw = await self.response.aread()
+                yield sse.encode(_error_payload(raw, self.response.status_code))
+                return
+        if self.usage_template is not None:
+            yield sse.encode({**self.usage_template, **self.identity, "usage": self.usage})
+
+
+async def stream(
+    first: httpx.Response,
+    offered: bool,
+    messages: list[Any],
+    send: SendRound,
+    tools: ReloadTools,
+    budget: Budget,
+) -> AsyncIterator[bytes]:
+    """Streaming: relay content deltas as they come, hide injected calls, chain the rounds.
+
+    `offered`: whether the first response was asked for with the injected tools. An upstream
+    that breaks off or times out mid-stream ends the stream with an SSE error event and [DONE].
+    """
+    rounds = _Rounds(first, messages, send, tools, budget)
+    try:
+        try:
+            async for event in rounds.events(offered):
+                yield event
+        except (httpx.HTTPError, ValueError) as exc:
+            yield sse.encode(stream_broke(exc))
         yield sse.DONE_EVENT
     finally:
-        await response.aclose()
+        await rounds.response.aclose()
 
 
 def _error_payload(raw: bytes, status: int) -> dict:

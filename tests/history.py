@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
+
+REF = re.compile(r"ref=([A-Za-z0-9_-]+)")
 
 
 def big_text(label: str, lines: int = 400) -> str:
@@ -18,3 +21,8 @@ def agent_history(steps: int = 6, lines: int = 300, system: str = "You are a cod
             {"id": call_id, "type": "function", "function": {"name": "bash", "arguments": json.dumps({"cmd": f"cat f{i}"})}}]})
         messages.append({"role": "tool", "tool_call_id": call_id, "content": big_text(f"step{i}", lines)})
     return messages
+
+
+def refs_sent(rec) -> list[str]:
+    """The references in the messages of a recorded upstream request."""
+    return REF.findall(json.dumps(rec.json()["messages"]))

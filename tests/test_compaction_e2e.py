@@ -10,17 +10,10 @@ import openai
 import pytest
 from starlette.responses import JSONResponse, StreamingResponse
 
-from tests.history import agent_history
+from tests.history import agent_history, refs_sent
 from tests.servers import completion, stream_chunks, tool_call
 
 HEADERS = {"X-Offload-Max-Total-Tokens": "1000", "X-Offload-Max-Tool-Message-Tokens": "500"}
-REF = re.compile(r"ref=([A-Za-z0-9_-]+)")
-
-
-def refs_sent(rec) -> list[str]:
-    return REF.findall(json.dumps(rec.json()["messages"]))
-
-
 def reload_then_answer(*, stream: bool, tool: str = "context_reload", args=None, usage=(100, 10)):
     """Upstream: 1st call → a call to an injected tool on the first ref; 2nd call → a final answer."""
 
