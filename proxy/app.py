@@ -26,6 +26,7 @@ from proxy.offload_settings import SettingsResolver, load_tenants_file
 from proxy.relay import relay
 from proxy.refs import TouchMemo
 from proxy.store import Store, open_store
+from proxy.store.guarded import GuardedStore
 from proxy.tokens import counter_for_encoding
 from proxy.upstream import Upstream
 
@@ -57,8 +58,10 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
         await asyncio.to_thread(counter_for_encoding, "o200k_base")  # now, not on a request
         gc.freeze()  # what startup allocated lives forever: keep it out of every collection
         app.state.upstream = Upstream(settings)
-        app.state.store = open_store(settings)
+        app.state.store = GuardedStore(open_store(settings), ping_timeout=settings.store_timeout)
         app.state.touch_memo = TouchMemo()
+        app.state.store.on_outage.append(app.state.touch_memo.clear)
+        app.state.store.start()
         try:
             yield
         finally:

@@ -51,6 +51,9 @@ class TouchMemo:
         seen = self._seen.get(key)
         return seen is not None and now - seen < self.interval
 
+    def clear(self) -> None:
+        self._seen.clear()
+
     def mark(self, keys: Iterable[str], now: float) -> None:
         if len(self._seen) > self.size:
             self._seen.clear()
