@@ -21,6 +21,7 @@ from starlette.routing import Route
 from proxy.chat import chat_completions
 from proxy.config import ServerSettings
 from proxy.limits import BodyLimit
+from proxy.observe import Metrics, Observe, configure_logging, metrics_endpoint
 from proxy.offload_api import get_offloaded, list_events, offload
 from proxy.offload_settings import SettingsResolver, load_tenants_file
 from proxy.relay import relay
@@ -50,15 +51,17 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
     resolver = SettingsResolver(
         settings.offload_defaults(), load_tenants_file(settings.tenants_file), settings.header_caps
     )
+    metrics = Metrics(tenant_label=settings.metrics_tenant_label)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         app.state.settings = settings
         app.state.settings_resolver = resolver
+        app.state.metrics = metrics
         await asyncio.to_thread(counter_for_encoding, "o200k_base")  # now, not on a request
         gc.freeze()  # what startup allocated lives forever: keep it out of every collection
         app.state.upstream = Upstream(settings)
-        app.state.store = GuardedStore(open_store(settings), ping_timeout=settings.store_timeout)
+        app.state.store = GuardedStore(open_store(settings), ping_timeout=settings.store_timeout, metrics=metrics)
         app.state.touch_memo = TouchMemo()
         app.state.store.on_outage.append(app.state.touch_memo.clear)
         app.state.store.start()
@@ -71,18 +74,22 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics_endpoint(settings.admin_token), methods=["GET"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/offload", offload, methods=["POST"]),
         Route("/v1/offload/events", list_events, methods=["GET"]),
         Route("/v1/offload/{ref}", get_offloaded, methods=["GET"]),
         Route("/v1/{path:path}", relay, methods=ALL_METHODS),
     ]
-    middleware = [Middleware(BodyLimit, max_bytes=settings.max_body_bytes)]
+    middleware = [Middleware(Observe, metrics=metrics), Middleware(BodyLimit, max_bytes=settings.max_body_bytes)]
     return Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
 
 
 def create_app_from_env() -> Starlette:
     """uvicorn factory: settings from OFFLOAD_* environment variables."""
     settings = ServerSettings()
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if settings.log_format == "json":
+        configure_logging(settings.log_level)
+    else:
+        logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     return create_app(settings)

@@ -11,7 +11,7 @@ from starlette.responses import Response, StreamingResponse
 
 from starlette.background import BackgroundTask
 
-from proxy import events, jsonio, reload_loop
+from proxy import events, jsonio, observe, reload_loop
 from proxy.compression import Compressor, SummaryContext
 from proxy.disconnect import ClientDisconnected, ClientWatch
 from proxy.errors import ProxyError, error_response
@@ -73,6 +73,7 @@ async def chat_completions(request: Request) -> Response:
         return exc.response()
 
     namespace = tenant_namespace(request.headers.get("authorization"), settings.tenant)
+    rec = observe.current.get()
     counter = await counter_for_model_async(body.get("model") if isinstance(body.get("model"), str) else None)
     messages = body.get("messages")
     if not isinstance(messages, list):
@@ -88,6 +89,13 @@ async def chat_completions(request: Request) -> Response:
     plan = prepared.plan
     for warning in prepared.warnings:
         log.warning("offload: %s", warning)
+    if rec is not None:
+        rec.tenant, rec.stream = namespace[:12], bool(body.get("stream"))
+        rec.model = body.get("model") if isinstance(body.get("model"), str) else None
+        rec.tokens_before, rec.tokens_after, rec.action = plan.tokens_before, plan.tokens_after, prepared.action
+        rec.refs_created, rec.offloaded_bytes = len(prepared.written), sum(len(o.text.encode()) for o in plan.offloads
+                                                                           if o.ref in prepared.written)
+        rec.warnings = prepared.warnings
 
     inject = settings.reload_tools and bool(plan.refs) and not prepared.store_failed
     extra = offload_headers(prepared)

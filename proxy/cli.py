@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Sequence
 
 from proxy.config import ServerSettings
@@ -68,6 +69,9 @@ def resolve_settings(args: argparse.Namespace) -> ServerSettings:
 def serve(settings: ServerSettings) -> None:
     import uvicorn
 
+    if settings.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # prometheus-client's multi-process mode: every worker writes its samples here.
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="offload-metrics-")
     # Worker processes rebuild their settings from the environment, so export the resolved ones.
     for name, value in settings.model_dump(exclude_none=True).items():
         os.environ[f"OFFLOAD_{name.upper()}"] = json.dumps(value) if isinstance(value, dict) else str(value)

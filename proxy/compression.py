@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy import compress_plan as cp
+from proxy import observe
 from proxy.events import event
 from proxy.markers import make_ref
 from proxy.offload_settings import OffloadSettings
@@ -27,6 +28,11 @@ RECORDS = 10_000
 RECORD_REFRESH = 60.0
 _records: dict[str, tuple[float, cp.PriorSummary]] = {}
 _seen = cp.SeenPrefixes()
+
+
+def _count_summary(ok: bool, seconds: float) -> None:
+    if (rec := observe.current.get()) is not None:
+        rec.count_summary(ok, seconds)
 
 
 def _keep(summary_key: str, record: cp.PriorSummary) -> cp.PriorSummary:
@@ -139,10 +145,12 @@ class Compressor:
                 tokens_out += summary.tokens_out
                 previous = None  # only the first group updates the previous snapshot
         except SummaryFailed as exc:
+            _count_summary(False, time.monotonic() - started)
             failed = event("summary_failure", reason=str(exc), messages=end - start,
                            duration_ms=round((time.monotonic() - started) * 1e3))
             return Compressed(warning=f"compression skipped: {exc}", summary_tokens=tokens_in + tokens_out,
                               events=[failed])
+        _count_summary(True, time.monotonic() - started)
         text = "\n".join(texts)
         history = cp.history_lines(originals[head:cut])
         ref = make_ref(self.namespace, "history", history)

@@ -24,6 +24,11 @@ class ServerSettings(BaseSettings):
     data_dir: Path = Field(Path(".offload-data"), description="Embedded store location.")
     workers: int = Field(1, ge=1, description="Worker processes.")
     log_level: str = Field("info", description="critical|error|warning|info|debug.")
+    log_format: str = Field("json", pattern="^(json|text)$", description="json (one object per line) or text.")
+    metrics_tenant_label: bool = Field(
+        False, description="Label request and token metrics with the tenant namespace hash."
+    )
+    admin_token: str | None = Field(None, description="Bearer token required by /metrics (and anything global).")
     connect_timeout: float = Field(10.0, gt=0, description="Upstream connect timeout (s).")
     read_timeout: float = Field(
         600.0, gt=0, description="Max silence between two upstream chunks (s); streams may last longer."

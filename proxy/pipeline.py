@@ -25,6 +25,7 @@ class Prepared:
     warnings: list[str] = field(default_factory=list)
     events: list[dict] = field(default_factory=list)
     store_failed: bool = False
+    written: set[str] = field(default_factory=set)  # refs stored for the first time by this request
 
 
 def _action(compacted: bool, compressed: bool) -> str:
@@ -74,7 +75,7 @@ async def prepare(
                 result.action = "compress"
         compacted = [o for o in plan.offloads if o.kind == "tool_result"]
         result.action = _action(bool(compacted), result.action == "compress")
-        written = await refs.save(plan.offloads, plan.refs, settings.session)
+        written = result.written = await refs.save(plan.offloads, plan.refs, settings.session)
     except StoreUnavailable as exc:
         return Prepared(
             Plan(messages, tokens_before=plan.tokens_before, tokens_after=plan.tokens_before),

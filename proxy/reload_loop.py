@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from proxy import jsonio, sse
+from proxy import jsonio, observe, sse
 from proxy.errors import ProxyError, error_body, stream_broke
 from proxy.markers import INJECTED_TOOLS
 from proxy.reload_tools import ReloadTools
@@ -52,6 +52,11 @@ def add_usage(total: dict | None, usage: dict | None) -> dict | None:
         elif isinstance(v, dict):
             out[k] = add_usage(out.get(k) if isinstance(out.get(k), dict) else None, v)
     return out
+
+
+def _count_round() -> None:
+    if (rec := observe.current.get()) is not None:
+        rec.reload_rounds += 1
 
 
 def is_injected(call: dict) -> bool:
@@ -113,6 +118,7 @@ async def complete(messages: list[Any], send: SendRound, tools: ReloadTools, bud
             messages.append({k: v for k, v in message.items() if k in ("role", "content", "tool_calls")})
             messages.extend(await run_calls(tools, calls))
             round_ += 1
+            _count_round()
             continue
         strip_injected(completion)
         if usage is not None:
@@ -207,6 +213,7 @@ class _Rounds:
             self.messages.append({"role": "assistant", "content": state.content or None, "tool_calls": calls})
             self.messages.extend(await run_calls(self.tools, calls))
             round_ += 1
+            _count_round()
             offered = self.budget.more(round_)
             try:
                 self.response = await self.send(self.messages, offered)

@@ -12,6 +12,7 @@ from typing import Any
 
 import regex
 
+from proxy import observe
 from proxy.events import event
 from proxy.markers import RELOAD_TOOL, SEARCH_TOOL
 from proxy.refs import RefStore
@@ -97,6 +98,8 @@ class ReloadTools:
 
     async def run(self, name: str, arguments: str) -> str:
         result = await self._run(name, arguments)
+        if (rec := observe.current.get()) is not None:
+            rec.count_reload(name)
         self.events.append(event("reload", tool=name, arguments=arguments[:200], result_chars=len(result)))
         return result
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterable
 
 import httpx
+
+from proxy import observe
 
 from proxy.config import ServerSettings
 from proxy.errors import ProxyError
@@ -67,8 +70,17 @@ class Upstream:
         request = httpx.Request(
             method, self._parsed_url(path, query), headers=headers, content=content, extensions={"timeout": self.timeout}
         )
+        rec = observe.current.get()
+        sent = time.perf_counter()
+        if rec is not None and rec.upstream_sent is None:
+            rec.upstream_sent = sent
         try:
-            return await self.transport.handle_async_request(request)
+            response = await self.transport.handle_async_request(request)
+            if rec is not None:
+                rec.upstream_status = response.status_code
+                if rec.upstream_ttfb is None:
+                    rec.upstream_ttfb = time.perf_counter() - sent
+            return response
         except httpx.TimeoutException as exc:
             raise ProxyError(
                 504,

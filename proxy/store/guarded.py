@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
+from proxy.observe import Metrics
 from proxy.store.base import Store, StoreUnavailable
 
 T = TypeVar("T")
@@ -21,8 +23,9 @@ log = logging.getLogger("proxy.store")
 
 
 class GuardedStore:
-    def __init__(self, inner: Store, *, ping_every: float = 1.0, ping_timeout: float = 1.0) -> None:
-        self.inner = inner
+    def __init__(self, inner: Store, *, ping_every: float = 1.0, ping_timeout: float = 1.0,
+                 metrics: Metrics | None = None) -> None:
+        self.inner, self.metrics = inner, metrics
         self.available = True
         self.ping_every, self.ping_timeout = ping_every, ping_timeout
         self.on_outage: list[Callable[[], None]] = []
@@ -40,11 +43,18 @@ class GuardedStore:
             if asyncio.iscoroutine(awaitable):
                 awaitable.close()
             raise StoreUnavailable("store marked unavailable; waiting for it to answer pings again")
+        started = time.perf_counter()
         try:
             return await awaitable
         except StoreUnavailable as exc:
+            if self.metrics:
+                self.metrics.store_errors.inc()
             self._down(exc)
             raise
+        finally:
+            if self.metrics:
+                op = awaitable.__qualname__.rsplit(".", 1)[-1] if hasattr(awaitable, "__qualname__") else "op"
+                self.metrics.store_seconds.labels(op).observe(time.perf_counter() - started)
 
     async def ping(self) -> bool:
         try:

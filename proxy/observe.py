@@ -1,0 +1,217 @@
+"""Observability: Prometheus metrics and one structured JSON log line per request.
+
+A `RequestRecord` travels with each request in a context variable; the handlers fill in what
+they know (tenant hash, model, tokens, action, reload rounds, upstream timings) and the
+middleware turns it into metrics and the log line when the response has been sent, streams
+included. No credential and no message content ever reaches a label or a log line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import multiprocess
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from proxy.errors import error_response
+
+access_log = logging.getLogger("proxy.access")
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+@dataclass
+class RequestRecord:
+    route: str
+    method: str
+    started: float = field(default_factory=time.perf_counter)
+    status: int = 0
+    request_id: str | None = None
+    tenant: str | None = None
+    model: str | None = None
+    stream: bool | None = None
+    tokens_before: int | None = None
+    tokens_after: int | None = None
+    action: str | None = None
+    refs_created: int = 0
+    offloaded_bytes: int = 0
+    reload_calls: int = 0
+    reload_rounds: int = 0
+    upstream_status: int | None = None
+    upstream_sent: float | None = None  # when the (first) upstream request left
+    upstream_ttfb: float | None = None  # seconds until its response headers
+    warnings: list[str] = field(default_factory=list)
+    metrics: "Metrics | None" = field(default=None, repr=False)
+
+    def count_reload(self, tool: str) -> None:
+        self.reload_calls += 1
+        if self.metrics:
+            self.metrics.reload_calls.labels(tool).inc()
+
+    def count_summary(self, ok: bool, seconds: float) -> None:
+        if self.metrics:
+            self.metrics.summaries.labels("ok" if ok else "failed").inc()
+            self.metrics.summary_seconds.observe(seconds)
+
+
+current: ContextVar[RequestRecord | None] = ContextVar("offload_request_record", default=None)
+
+
+class Metrics:
+    """The proxy's metrics, in a registry of their own (or the multi-process one)."""
+
+    def __init__(self, tenant_label: bool = False) -> None:
+        self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+        self.registry = CollectorRegistry()
+        self.tenant_label = tenant_label
+        tenant = ("tenant",) if tenant_label else ()
+        r = self.registry
+        self.requests = Counter("offload_requests_total", "Requests by route and status.",
+                                ("route", "status", *tenant), registry=r)
+        self.duration = Histogram("offload_request_seconds", "Whole request time, streams included.",
+                                  ("route",), buckets=LATENCY_BUCKETS, registry=r)
+        self.overhead = Histogram("offload_overhead_seconds", "Proxy time before the upstream request left.",
+                                  ("route",), buckets=LATENCY_BUCKETS, registry=r)
+        self.upstream_ttfb = Histogram("offload_upstream_ttfb_seconds", "Upstream time to response headers.",
+                                       ("route",), buckets=LATENCY_BUCKETS, registry=r)
+        self.upstream_latency = Histogram("offload_upstream_seconds", "Upstream time, first send to response end.",
+                                          ("route",), buckets=LATENCY_BUCKETS, registry=r)
+        self.tokens_before = Counter("offload_tokens_before_total", "Chat tokens as sent by clients.", tenant,
+                                     registry=r)
+        self.tokens_after = Counter("offload_tokens_after_total", "Chat tokens as forwarded upstream.", tenant,
+                                    registry=r)
+        self.offloaded_bytes = Counter("offload_offloaded_bytes_total", "Bytes newly stored.", registry=r)
+        self.refs_created = Counter("offload_refs_created_total", "References newly stored.", registry=r)
+        self.reload_calls = Counter("offload_reload_calls_total", "Injected tool calls run.", ("tool",), registry=r)
+        self.reload_rounds = Counter("offload_reload_rounds_total", "Extra upstream rounds for reloads.", registry=r)
+        self.summaries = Counter("offload_summaries_total", "Summarisation calls by outcome.", ("outcome",),
+                                 registry=r)
+        self.summary_seconds = Histogram("offload_summary_seconds", "Summarisation call time.",
+                                         buckets=LATENCY_BUCKETS, registry=r)
+        self.store_errors = Counter("offload_store_errors_total", "Store operations that failed.", registry=r)
+        self.store_seconds = Histogram("offload_store_seconds", "Store operation time.", ("op",),
+                                       buckets=LATENCY_BUCKETS, registry=r)
+
+    def render(self) -> bytes:
+        if self.multiprocess:
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)
+            return generate_latest(registry)
+        return generate_latest(self.registry)
+
+    def observe(self, rec: RequestRecord, elapsed: float) -> None:
+        tenant = (rec.tenant or "",) if self.tenant_label else ()
+        self.requests.labels(rec.route, str(rec.status), *tenant).inc()
+        self.duration.labels(rec.route).observe(elapsed)
+        if rec.upstream_sent is not None:
+            self.overhead.labels(rec.route).observe(rec.upstream_sent - rec.started)
+            self.upstream_latency.labels(rec.route).observe(time.perf_counter() - rec.upstream_sent)
+        if rec.upstream_ttfb is not None:
+            self.upstream_ttfb.labels(rec.route).observe(rec.upstream_ttfb)
+        if rec.tokens_before is not None:
+            before, after = (m.labels(*tenant) if tenant else m for m in (self.tokens_before, self.tokens_after))
+            before.inc(rec.tokens_before)
+            after.inc(rec.tokens_after or 0)
+        self.offloaded_bytes.inc(rec.offloaded_bytes)
+        self.refs_created.inc(rec.refs_created)
+        self.reload_rounds.inc(rec.reload_rounds)
+
+
+def route_of(path: str) -> str:
+    """A low-cardinality route label: managed routes by name, everything relayed as one."""
+    if path.startswith("/v1/chat/completions"):
+        return "chat"
+    if path.startswith("/v1/offload"):
+        return "offload_api"
+    if path.startswith("/v1/"):
+        return "relay"
+    return path.strip("/") or "root"
+
+
+class Observe:
+    """ASGI middleware: a RequestRecord per request, then metrics and the JSON log line."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rec = RequestRecord(route_of(scope["path"]), scope["method"], metrics=self.metrics)
+        token = current.set(rec)
+
+        async def recording_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                rec.status = message["status"]
+                for name, value in message.get("headers", ()):
+                    if name.lower() == b"x-request-id":
+                        rec.request_id = value.decode("latin-1")
+            await send(message)
+
+        try:
+            await self.app(scope, receive, recording_send)
+        finally:
+            current.reset(token)
+            elapsed = time.perf_counter() - rec.started
+            if rec.route not in ("healthz", "readyz", "metrics"):
+                try:
+                    self.metrics.observe(rec, elapsed)
+                    log_request(rec, elapsed)
+                except Exception:  # accounting must never break a request
+                    access_log.exception("could not record the request")
+
+
+def log_request(rec: RequestRecord, elapsed: float) -> None:
+    if not access_log.isEnabledFor(logging.INFO):
+        return
+    line = {k: v for k, v in vars(rec).items() if v is not None and v != []}
+    for internal in ("started", "metrics"):
+        line.pop(internal, None)
+    line.pop("upstream_sent", None)
+    line["duration_ms"] = round(elapsed * 1e3, 2)
+    if rec.upstream_sent is not None:
+        line["overhead_ms"] = round((rec.upstream_sent - rec.started) * 1e3, 2)
+    if rec.upstream_ttfb is not None:
+        line["upstream_ttfb_ms"] = round(rec.upstream_ttfb * 1e3, 2)
+        line.pop("upstream_ttfb", None)
+    access_log.info(json.dumps(line, separators=(",", ":")))
+
+
+class JsonFormatter(logging.Formatter):
+    """Every log record as one JSON object; access lines are already JSON and are merged in."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        base = {"time": round(record.created, 3), "level": record.levelname.lower(), "logger": record.name}
+        message = record.getMessage()
+        if record.name == access_log.name and message.startswith("{"):
+            return json.dumps({**base, "event": "request", **json.loads(message)}, separators=(",", ":"))
+        base["message"] = message
+        if record.exc_info:
+            base["exception"] = self.formatException(record.exc_info)
+        return json.dumps(base, separators=(",", ":"))
+
+
+def configure_logging(level: str) -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+def metrics_endpoint(admin_token: str | None):
+    async def endpoint(request: Request) -> Response:
+        if admin_token and request.headers.get("authorization", "") != f"Bearer {admin_token}":
+            return error_response(401, "This endpoint needs the admin token.", type_="authentication_error",
+                                  code="admin_token_required")
+        return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    return endpoint
