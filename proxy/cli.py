@@ -85,6 +85,7 @@ def serve(settings: ServerSettings) -> None:
         loop="auto",  # uvloop when installed
         http="auto",  # httptools when installed
         timeout_keep_alive=75,
+        timeout_graceful_shutdown=settings.shutdown_grace,
     )
 
 

@@ -61,6 +61,9 @@ class ServerSettings(BaseSettings):
     reload_budget: float = Field(
         120.0, gt=0, description="Total seconds the reload rounds of one request may take."
     )
+    shutdown_grace: float = Field(
+        30.0, ge=0, description="On SIGTERM, how long (s) in-flight requests and streams may take to finish."
+    )
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="Largest request body accepted (413 above).")
     max_messages: int = Field(20_000, ge=1, description="Most messages a chat request may hold.")
     store_timeout: float = Field(0.5, gt=0, description="Timeout (s) of one store operation.")
