@@ -21,6 +21,9 @@ class ServerSettings(BaseSettings):
     redis_url: str | None = Field(
         None, description="redis:// or rediss:// URL; absent = embedded store in --data-dir."
     )
+    redis_cluster: bool = Field(
+        False, description="Treat --redis-url as a Redis Cluster (also implied by a redis+cluster:// URL)."
+    )
     data_dir: Path = Field(Path(".offload-data"), description="Embedded store location.")
     workers: int = Field(1, ge=1, description="Worker processes.")
     log_level: str = Field("info", description="critical|error|warning|info|debug.")

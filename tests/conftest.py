@@ -16,7 +16,7 @@ import pytest  # noqa: E402
 
 from proxy.app import create_app  # noqa: E402
 from proxy.config import ServerSettings  # noqa: E402
-from tests.servers import FakeUpstream, RedisProcess, ServerThread, env_redis_url  # noqa: E402
+from tests.servers import FakeUpstream, RedisCluster, RedisProcess, ServerThread, env_redis_url  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -30,6 +30,19 @@ def redis_url() -> Iterator[str]:
         yield server.url
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url() -> Iterator[str]:
+    """REDIS_CLUSTER_URL if set, else a 3-master cluster of our own on loopback."""
+    if url := os.environ.get("REDIS_CLUSTER_URL"):
+        yield url
+        return
+    cluster = RedisCluster().start()
+    try:
+        yield cluster.url
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture(scope="session")

@@ -226,3 +226,60 @@ class RedisProcess:
 
 def env_redis_url() -> str | None:
     return os.environ.get("REDIS_URL") or None
+
+
+def free_cluster_port() -> int:
+    """A free port whose cluster bus port (+10000) is free too."""
+    import random
+
+    for _ in range(200):
+        port = random.randint(20000, 40000)
+        try:
+            for candidate in (port, port + 10000):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", candidate))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free port pair for a cluster node")
+
+
+class RedisCluster:
+    """Three redis-server masters in cluster mode on loopback, slots spread evenly."""
+
+    def __init__(self, masters: int = 3) -> None:
+        self.nodes = [RedisProcess(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
+                                    "--cluster-config-file", "nodes.conf"], port=free_cluster_port())
+                      for _ in range(masters)]
+
+    @property
+    def url(self) -> str:
+        return f"redis+cluster://127.0.0.1:{self.nodes[0].port}/0"
+
+    def start(self) -> "RedisCluster":
+        import redis
+
+        for node in self.nodes:
+            node.start()
+        clients = [redis.Redis(port=node.port) for node in self.nodes]
+        per = 16384 // len(clients)
+        for i, client in enumerate(clients):
+            end = 16384 if i == len(clients) - 1 else (i + 1) * per
+            client.execute_command("CLUSTER", "ADDSLOTS", *range(i * per, end))
+        for client in clients[1:]:
+            client.execute_command("CLUSTER", "MEET", "127.0.0.1", self.nodes[0].port)
+        deadline = time.monotonic() + 20
+        while True:
+            infos = [client.execute_command("CLUSTER", "INFO").decode() for client in clients]
+            if all("cluster_state:ok" in info and f"cluster_known_nodes:{len(clients)}" in info for info in infos):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError("redis cluster did not form: " + infos[0])
+            time.sleep(0.1)
+        for client in clients:
+            client.close()
+        return self
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()

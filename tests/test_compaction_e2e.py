@@ -195,9 +195,13 @@ def test_direct_offload_api(proxy_url, upstream):
     assert not upstream.requests
 
 
-@pytest.mark.parametrize("backend", ["embedded", "redis"])
+@pytest.mark.parametrize("backend", ["embedded", "redis", "cluster"])
 def test_refs_shared_between_processes_and_survive_restart(make_proxy, upstream, tmp_path, backend, request):
-    store = {"data_dir": tmp_path} if backend == "embedded" else {"redis_url": request.getfixturevalue("redis_url")}
+    store = {
+        "embedded": lambda: {"data_dir": tmp_path},
+        "redis": lambda: {"redis_url": request.getfixturevalue("redis_url")},
+        "cluster": lambda: {"redis_url": request.getfixturevalue("redis_cluster_url")},
+    }[backend]()
     history = agent_history(steps=4)
     with make_proxy(**store) as first:
         httpx.post(f"{first}/v1/chat/completions", json={"model": "gpt-4o", "messages": history},

@@ -14,18 +14,20 @@ from proxy.store.sqlite import SQLiteStore
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", "redis", "cluster"])
 async def store(request, tmp_path):
     if request.param == "sqlite":
         s = SQLiteStore(tmp_path)
-    else:
+    elif request.param == "redis":
         s = RedisStore(request.getfixturevalue("redis_url"))
+    else:
+        s = RedisStore(request.getfixturevalue("redis_cluster_url"))
     yield s
     await s.close()
 
 
 def key() -> str:
-    return f"test:{uuid.uuid4().hex}"
+    return f"off:{{{uuid.uuid4().hex}}}:test"  # hash-tagged like the proxy's own keys
 
 
 async def test_put_get_exists_delete(store):

@@ -10,7 +10,7 @@ def open_store(settings: ServerSettings) -> Store:
     if settings.redis_url:
         from proxy.store.redis import RedisStore
 
-        return RedisStore(settings.redis_url, timeout=settings.store_timeout)
+        return RedisStore(settings.redis_url, timeout=settings.store_timeout, cluster=settings.redis_cluster)
     from proxy.store.sqlite import SQLiteStore
 
     return SQLiteStore(settings.data_dir)

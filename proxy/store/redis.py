@@ -1,4 +1,4 @@
-"""Redis store (redis-py asyncio). Several proxy processes share one Redis."""
+"""Redis store (redis-py asyncio). Many proxy processes share one Redis or one Redis Cluster."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Sequence
 from typing import TypeVar
 
 import redis.asyncio as redis
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError
 
 from proxy.store.base import StoreUnavailable
@@ -13,15 +14,32 @@ from proxy.store.base import StoreUnavailable
 T = TypeVar("T")
 
 
+CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
+
+
+def is_cluster_url(url: str) -> bool:
+    return url.startswith(CLUSTER_SCHEMES)
+
+
 class RedisStore:
-    def __init__(self, url: str, *, timeout: float = 2.0) -> None:
-        self.client = redis.from_url(
-            url,
-            socket_timeout=timeout,
-            socket_connect_timeout=timeout,
-            health_check_interval=30,
-            retry_on_timeout=False,
-        )
+    """Redis or Redis Cluster (`cluster=True`, or a redis+cluster:// URL).
+
+    Every key of a tenant carries the namespace as a hash tag (`off:{ns}:…`), so the keys one
+    request touches together live in one slot and pipelines never cross nodes.
+    """
+
+    def __init__(self, url: str, *, timeout: float = 2.0, cluster: bool = False) -> None:
+        options = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+        if cluster or is_cluster_url(url):
+            url = url.replace("+cluster://", "://", 1)
+            self.client = RedisCluster.from_url(url, **options)
+        else:
+            self.client = redis.from_url(url, health_check_interval=30, retry_on_timeout=False, **options)
+
+    def _pipeline(self):
+        if isinstance(self.client, RedisCluster):
+            return self.client.pipeline()  # never transactional; keys of one call share a slot
+        return self.client.pipeline(transaction=False)
 
     @staticmethod
     async def _call(awaitable: Awaitable[T]) -> T:
@@ -47,7 +65,7 @@ class RedisStore:
     async def touch(self, keys: Sequence[str], ttl: int) -> list[bool]:
         if not keys:
             return []
-        async with self.client.pipeline(transaction=False) as pipe:
+        async with self._pipeline() as pipe:
             for key in keys:
                 pipe.expire(key, ttl)
             return [bool(r) for r in await self._call(pipe.execute())]
@@ -58,7 +76,7 @@ class RedisStore:
     async def add_members(self, key: str, members: Sequence[str], ttl: int) -> None:
         if not members:
             return
-        async with self.client.pipeline(transaction=False) as pipe:
+        async with self._pipeline() as pipe:
             pipe.sadd(key, *members)
             pipe.expire(key, ttl)
             await self._call(pipe.execute())
@@ -67,7 +85,7 @@ class RedisStore:
         return {m.decode() for m in await self._call(self.client.smembers(key))}
 
     async def push(self, key: str, value: bytes, *, max_len: int, ttl: int) -> None:
-        async with self.client.pipeline(transaction=False) as pipe:
+        async with self._pipeline() as pipe:
             pipe.rpush(key, value)
             pipe.ltrim(key, -max_len, -1)
             pipe.expire(key, ttl)
