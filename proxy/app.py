@@ -25,6 +25,7 @@ from proxy.observe import Metrics, Observe, configure_logging, metrics_endpoint
 from proxy.offload_api import get_offloaded, list_events, offload
 from proxy.offload_settings import SettingsResolver, load_tenants_file
 from proxy.relay import relay
+from proxy.sealing import Sealer
 from proxy.refs import TouchMemo
 from proxy.store import Store, open_store
 from proxy.store.guarded import GuardedStore
@@ -58,6 +59,7 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
         app.state.settings = settings
         app.state.settings_resolver = resolver
         app.state.metrics = metrics
+        app.state.sealer = Sealer(settings.encryption_key)
         await asyncio.to_thread(counter_for_encoding, "o200k_base")  # now, not on a request
         gc.freeze()  # what startup allocated lives forever: keep it out of every collection
         app.state.upstream = Upstream(settings)

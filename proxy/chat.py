@@ -25,6 +25,7 @@ from proxy.summarizer import DEFAULT_PROMPT
 from proxy.tenant import tenant_namespace
 from proxy.tokens import counter_for_model_async
 from proxy.upstream import Upstream
+from proxy.upstream_choice import chosen_base
 
 log = logging.getLogger("proxy.chat")
 
@@ -54,12 +55,12 @@ def offload_headers(prepared: Prepared) -> list[tuple[bytes, bytes]]:
     return headers
 
 
-def compressor_for(request: Request, body: dict, settings, namespace: str, headers) -> Compressor:
+def compressor_for(request: Request, body: dict, settings, namespace: str, headers, base: str | None) -> Compressor:
     state = request.app.state
     prompt = state.settings_resolver.tenant_extra(settings.tenant, "summary_prompt") or DEFAULT_PROMPT
     model = settings.summary_model or (body.get("model") if isinstance(body.get("model"), str) else "gpt-4o-mini")
     ctx = SummaryContext(state.upstream, headers, model, prompt, state.settings.summary_timeout,
-                         state.settings.summary_wait)
+                         state.settings.summary_wait, state.sealer, base)
     return Compressor(state.store, namespace, state.settings.store_ttl, ctx)
 
 
@@ -69,6 +70,7 @@ async def chat_completions(request: Request) -> Response:
     try:
         body = parse_chat_body(raw)
         settings = state.settings_resolver.resolve(request.headers)
+        base = chosen_base(request.headers, state.settings_resolver, state.settings.upstream_allowlist)
     except ProxyError as exc:
         return exc.response()
 
@@ -82,9 +84,9 @@ async def chat_completions(request: Request) -> Response:
         return ProxyError(400, f"Too many messages: {len(messages)} > {state.settings.max_messages}.",
                           code="too_many_messages", param="messages").response()
     ttl = state.settings.store_ttl
-    refs = RefStore(state.store, namespace, ttl, state.touch_memo)
+    refs = RefStore(state.store, namespace, ttl, state.touch_memo, state.sealer)
     summary_headers = request_headers_for_upstream(request.scope["headers"], body_replaced=True)
-    compressor = compressor_for(request, body, settings, namespace, summary_headers)
+    compressor = compressor_for(request, body, settings, namespace, summary_headers, base)
     prepared = await prepare(messages, settings, counter, namespace, refs, compressor)
     plan = prepared.plan
     for warning in prepared.warnings:
@@ -118,13 +120,14 @@ async def chat_completions(request: Request) -> Response:
         payload = {**body, "messages": round_messages}
         if with_tools:
             payload["tools"] = [*(body.get("tools") or []), *RELOAD_TOOL_SCHEMAS]
-        return await upstream.send("POST", "chat/completions", query=query, headers=headers, content=jsonio.dumps(payload))
+        return await upstream.send("POST", "chat/completions", query=query, headers=headers,
+                                   content=jsonio.dumps(payload), base=base)
 
     try:
         if not inject:
             content = jsonio.dumps({**body, "messages": plan.messages}) if changed else raw
             response = await watch.run(
-                upstream.send("POST", "chat/completions", query=query, headers=headers, content=content)
+                upstream.send("POST", "chat/completions", query=query, headers=headers, content=content, base=base)
             )
             out = await stream_back(response, extra)
             out.background = background

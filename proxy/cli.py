@@ -61,7 +61,7 @@ def resolve_settings(args: argparse.Namespace) -> ServerSettings:
         if getattr(args, name, None) is not None
     }
     for name, value in overrides.items():
-        if ServerSettings.model_fields[name].annotation == dict[str, int]:
+        if ServerSettings.model_fields[name].annotation in (dict[str, int], list[str]):
             overrides[name] = json.loads(value)
     return ServerSettings(**overrides)
 
@@ -74,7 +74,7 @@ def serve(settings: ServerSettings) -> None:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="offload-metrics-")
     # Worker processes rebuild their settings from the environment, so export the resolved ones.
     for name, value in settings.model_dump(exclude_none=True).items():
-        os.environ[f"OFFLOAD_{name.upper()}"] = json.dumps(value) if isinstance(value, dict) else str(value)
+        os.environ[f"OFFLOAD_{name.upper()}"] = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
     uvicorn.run(
         "proxy.app:create_app_from_env",
         factory=True,

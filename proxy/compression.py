@@ -14,6 +14,7 @@ from proxy.events import event
 from proxy.markers import make_ref
 from proxy.offload_settings import OffloadSettings
 from proxy.plan import Offload
+from proxy.sealing import Sealer
 from proxy.store import Store
 from proxy.summarizer import SummaryFailed, prompt_version, summarize
 from proxy.tenant import key
@@ -52,6 +53,8 @@ class SummaryContext:
     prompt: str
     timeout: float
     wait: float
+    sealer: Sealer = field(default_factory=lambda: Sealer(None))
+    base: str | None = None  # the upstream base URL when not the server's default
 
 
 @dataclass
@@ -88,6 +91,7 @@ class Compressor:
         if known is not None and time.monotonic() - known[0] < RECORD_REFRESH:
             return known[1]
         raw = await self.store.get(summary_key, ttl=self.ttl)
+        raw = None if raw is None else self.ctx.sealer.open(raw, summary_key)
         if raw is None:
             return None
         r = json.loads(raw)
@@ -139,7 +143,7 @@ class Compressor:
             for g_start, g_end in spans:
                 part = [m for m in compacted[g_start:g_end] if cp.role(m) not in cp.SYSTEM_ROLES]
                 summary = await summarize(self.ctx.upstream, self.ctx.headers, self.ctx.model, self.ctx.prompt,
-                                          part, previous, self.ctx.timeout)
+                                          part, previous, self.ctx.timeout, self.ctx.base)
                 texts.append(summary.text)
                 tokens_in += summary.tokens_in
                 tokens_out += summary.tokens_out
@@ -158,7 +162,8 @@ class Compressor:
         covered_tokens = cp.tokens_between(originals, head, cut, counter)
         message = cp.summary_message(text, ref, covered, covered_tokens)
         record = {"cut": cut, "text": text, "ref": ref, "tokens": counter.text(text), "message": message}
-        await self.store.put(self._summary_key(chain[cut]), json.dumps(record).encode(), self.ttl)
+        summary_key = self._summary_key(chain[cut])
+        await self.store.put(summary_key, self.ctx.sealer.seal(json.dumps(record).encode(), summary_key), self.ttl)
         _keep(self._summary_key(chain[cut]), cp.PriorSummary(**record))
         _seen.add(chain[cut], compacted[:cut])  # the next turn recognises this prefix without hashing
         await self._remember(chain, head, cut)

@@ -32,6 +32,13 @@ class ServerSettings(BaseSettings):
         False, description="Label request and token metrics with the tenant namespace hash."
     )
     admin_token: str | None = Field(None, description="Bearer token required by /metrics (and anything global).")
+    encryption_key: str | None = Field(
+        None, description="Secret for AES-256-GCM encryption at rest of stored content (absent = plain)."
+    )
+    upstream_allowlist: list[str] = Field(
+        default_factory=list,
+        description='JSON list of hosts (host or host:port) an X-Offload-Upstream header may name; empty = none.',
+    )
     connect_timeout: float = Field(10.0, gt=0, description="Upstream connect timeout (s).")
     read_timeout: float = Field(
         600.0, gt=0, description="Max silence between two upstream chunks (s); streams may last longer."

@@ -17,13 +17,15 @@ from proxy.pipeline import prepare
 from proxy.refs import RefStore
 from proxy.store import StoreUnavailable
 from proxy.tenant import tenant_namespace
+from proxy.upstream_choice import chosen_base
 from proxy.tokens import counter_for_model_async
 
 
 def _scope(request: Request):
     settings = request.app.state.settings_resolver.resolve(request.headers)
     namespace = tenant_namespace(request.headers.get("authorization"), settings.tenant)
-    refs = RefStore(request.app.state.store, namespace, request.app.state.settings.store_ttl)
+    refs = RefStore(request.app.state.store, namespace, request.app.state.settings.store_ttl,
+                    sealer=request.app.state.sealer)
     return settings, namespace, refs
 
 
@@ -38,11 +40,13 @@ async def offload(request: Request) -> Response:
         messages = body.get("messages")
         if not isinstance(messages, list):
             raise ProxyError(400, "'messages' must be a list.", param="messages")
+        base = chosen_base(request.headers, request.app.state.settings_resolver,
+                           request.app.state.settings.upstream_allowlist)
     except ProxyError as exc:
         return exc.response()
     model = body.get("model") if isinstance(body.get("model"), str) else None
     headers = request_headers_for_upstream(request.scope["headers"], body_replaced=True)
-    compressor = compressor_for(request, body, settings, namespace, headers)
+    compressor = compressor_for(request, body, settings, namespace, headers, base)
     counter = await counter_for_model_async(model)
     prepared = await prepare(messages, settings, counter, namespace, refs, compressor)
     if prepared.store_failed:

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from proxy.plan import Offload
+from proxy.sealing import Sealer
 from proxy.store import Store
 from proxy.tenant import key
 
@@ -62,9 +63,12 @@ class TouchMemo:
 
 
 class RefStore:
-    def __init__(self, store: Store, namespace: str, ttl: int, memo: TouchMemo | None = None) -> None:
+    def __init__(
+        self, store: Store, namespace: str, ttl: int, memo: TouchMemo | None = None, sealer: Sealer | None = None
+    ) -> None:
         self.store, self.namespace, self.ttl = store, namespace, ttl
         self.memo = memo or TouchMemo(interval=0)
+        self.sealer = sealer or Sealer(None)
 
     def _key(self, ref: str) -> str:
         return key(self.namespace, "item", ref)
@@ -87,7 +91,8 @@ class RefStore:
         written: set[str] = set()
         for ref, exists in zip(stale, alive):
             if not exists and ref in by_ref:
-                await self.store.put(self._key(ref), encode_item(by_ref[ref]), self.ttl)
+                value = self.sealer.seal(encode_item(by_ref[ref]), self._key(ref))
+                await self.store.put(self._key(ref), value, self.ttl)
                 written.add(ref)
         if session:
             await self.store.add_members(key(self.namespace, "session", session), stale, self.ttl)
@@ -96,7 +101,8 @@ class RefStore:
 
     async def load(self, ref: str) -> StoredItem | None:
         value = await self.store.get(self._key(ref), ttl=self.ttl)
-        return None if value is None else decode_item(ref, value)
+        opened = None if value is None else self.sealer.open(value, self._key(ref))
+        return None if opened is None else decode_item(ref, opened)
 
     async def session_refs(self, session: str) -> set[str]:
         return await self.store.members(key(self.namespace, "session", session))

@@ -13,6 +13,7 @@ from proxy.disconnect import ClientDisconnected, ClientWatch
 from proxy.errors import ProxyError, stream_broke
 from proxy.headers import request_headers_for_upstream, response_headers_for_client
 from proxy.upstream import Upstream
+from proxy.upstream_choice import chosen_base
 
 BODYLESS = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})
 
@@ -81,9 +82,11 @@ def client_has_body(request: Request) -> bool:
 
 
 async def relay(request: Request) -> Response:
-    upstream: Upstream = request.app.state.upstream
+    state = request.app.state
+    upstream: Upstream = state.upstream
     watch = ClientWatch(request, body_read=not client_has_body(request))
     try:
+        base = chosen_base(request.headers, state.settings_resolver, state.settings.upstream_allowlist)
         response = await watch.run(
             upstream.send(
                 request.method,
@@ -91,6 +94,7 @@ async def relay(request: Request) -> Response:
                 query=request.scope.get("query_string", b""),
                 headers=request_headers_for_upstream(request.scope["headers"]),
                 content=watch.body() if client_has_body(request) else None,
+                base=base,
             )
         )
     except ProxyError as exc:

@@ -79,6 +79,7 @@ async def summarize(
     messages: list[Any],
     previous: str | None,
     timeout: float,
+    base: str | None = None,
 ) -> Summary:
     user = ""
     if previous:
@@ -88,7 +89,7 @@ async def summarize(
     try:
         async with asyncio.timeout(timeout):
             response = await upstream.send(
-                "POST", "chat/completions", headers=headers, content=json.dumps(body).encode()
+                "POST", "chat/completions", headers=headers, content=json.dumps(body).encode(), base=base
             )
             raw = await response.aread()
             await response.aclose()

@@ -36,19 +36,19 @@ class Upstream:
                 keepalive_expiry=60,
             ),
         )
-        self._urls: dict[tuple[str, bytes], httpx.URL] = {}
+        self._urls: dict[tuple[str, bytes, str | None], httpx.URL] = {}
 
-    def url(self, path: str, query: bytes = b"") -> str:
+    def url(self, path: str, query: bytes = b"", base: str | None = None) -> str:
         """`path` is relative to the upstream base (i.e. what follows /v1/)."""
-        url = f"{self.base}/{path.lstrip('/')}"
+        url = f"{(base or self.base).rstrip('/')}/{path.lstrip('/')}"
         return f"{url}?{query.decode('latin-1')}" if query else url
 
-    def _parsed_url(self, path: str, query: bytes) -> httpx.URL:
+    def _parsed_url(self, path: str, query: bytes, base: str | None) -> httpx.URL:
         """Parsing a URL costs more than the rest of building a request: keep the common ones."""
-        cache_key = (path, query)
+        cache_key = (path, query, base)
         parsed = self._urls.get(cache_key)
         if parsed is None:
-            parsed = httpx.URL(self.url(path, query))
+            parsed = httpx.URL(self.url(path, query, base))
             if len(self._urls) >= URL_CACHE:
                 self._urls.clear()
             self._urls[cache_key] = parsed
@@ -62,13 +62,15 @@ class Upstream:
         query: bytes = b"",
         headers: Headers,
         content: bytes | AsyncIterable[bytes] | None = None,
+        base: str | None = None,
     ) -> httpx.Response:
         """Send and return as soon as the response headers arrive (body not read yet).
 
+        `base` replaces the configured upstream base URL (a tenant's own, or an allowed one).
         Raises ProxyError 502 when the upstream cannot be reached, 504 when it times out.
         """
         request = httpx.Request(
-            method, self._parsed_url(path, query), headers=headers, content=content, extensions={"timeout": self.timeout}
+            method, self._parsed_url(path, query, base), headers=headers, content=content, extensions={"timeout": self.timeout}
         )
         rec = observe.current.get()
         sent = time.perf_counter()
