@@ -33,7 +33,7 @@ def split(messages: list[Any], keep_recent: int) -> tuple[int, int]:
     while head < len(messages) and role(messages[head]) in SYSTEM_ROLES:
         head += 1
     tail = max(head, len(messages) - keep_recent)
-    while tail > head and role(messages[tail]) == "tool":
+    while head < tail < len(messages) and role(messages[tail]) == "tool":
         tail -= 1  # step back onto the assistant message that made the calls
     return head, tail
 

@@ -30,6 +30,12 @@ def test_split_keeps_pairs_together():
     assert cp.split(msgs, keep_recent=5) == (1, 2)
 
 
+def test_split_with_no_tail():
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}, call(1), result(1)]
+    assert cp.split(msgs, keep_recent=0) == (1, 4)
+    assert cp.split([None], keep_recent=0) == (0, 1)
+
+
 def test_split_tiny_empty_and_all_system():
     assert cp.split([], 2) == (0, 0)
     assert cp.split([{"role": "user", "content": "hi"}], 2) == (0, 0)
