@@ -18,6 +18,9 @@ class ServerSettings(BaseSettings):
     upstream: str = Field(
         "https://api.openai.com/v1", description="Upstream base URL, including /v1."
     )
+    upstream_api_key: str | None = Field(
+        None, description="Key sent upstream for requests that carry no Authorization header of their own."
+    )
     redis_url: str | None = Field(
         None, description="redis:// or rediss:// URL; absent = embedded store in --data-dir."
     )

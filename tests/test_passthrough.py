@@ -123,3 +123,11 @@ def test_no_cookies_kept_and_no_headers_added(proxy_url, upstream):
     assert "cookie" not in rec.headers  # ...but never sent upstream for someone else
     assert rec.headers["accept-encoding"] == "identity"
     assert rec.headers["user-agent"] == "agent/1"
+
+
+def test_server_key_only_for_requests_without_their_own(make_proxy, upstream):
+    with make_proxy(upstream_api_key="sk-server") as url:
+        httpx.get(f"{url}/v1/models")
+        assert upstream.requests[-1].headers["authorization"] == "Bearer sk-server"
+        httpx.get(f"{url}/v1/models", headers={"authorization": "Bearer sk-client"})
+        assert upstream.requests[-1].headers["authorization"] == "Bearer sk-client"
