@@ -6,16 +6,16 @@ import logging
 from typing import Any
 
 import httpx
+from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
-
-from starlette.background import BackgroundTask
 
 from proxy import events, jsonio, observe, reload_loop
 from proxy.compression import Compressor, SummaryContext
 from proxy.disconnect import ClientDisconnected, ClientWatch
 from proxy.errors import ProxyError, error_response
 from proxy.headers import request_headers_for_upstream, response_headers_for_client
+from proxy.offload_settings import OffloadSettings
 from proxy.pipeline import Prepared, prepare
 from proxy.refs import RefStore
 from proxy.relay import close_after, stream_back
@@ -24,10 +24,27 @@ from proxy.store import StoreUnavailable
 from proxy.summarizer import DEFAULT_PROMPT
 from proxy.tenant import tenant_namespace
 from proxy.tokens import counter_for_model_async
-from proxy.upstream import Upstream
 from proxy.upstream_choice import chosen_base
 
 log = logging.getLogger("proxy.chat")
+
+
+async def chat_completions(request: Request) -> Response:
+    try:
+        call = await ChatCall.open(request)
+    except ProxyError as exc:
+        return exc.response()
+    await call.offload()
+    try:
+        if not call.inject_reload_tools:
+            return await call.forward()
+        if call.body.get("stream"):
+            return await call.forward_streaming_with_reload()
+        return await call.forward_with_reload()
+    except ProxyError as exc:
+        return exc.response()
+    except ClientDisconnected:
+        return error_response(499, "Client closed the request.")
 
 
 def parse_chat_body(raw: bytes) -> dict:
@@ -38,6 +55,20 @@ def parse_chat_body(raw: bytes) -> dict:
     if not isinstance(body, dict):
         raise ProxyError(400, "Request body must be a JSON object.", code="invalid_json")
     return body
+
+
+def model_of(body: dict) -> str | None:
+    return body.get("model") if isinstance(body.get("model"), str) else None
+
+
+def compressor_for(request: Request, body: dict, settings: OffloadSettings, namespace: str,
+                   headers: list[tuple[bytes, bytes]], base: str | None) -> Compressor:
+    state = request.app.state
+    prompt = state.settings_resolver.tenant_extra(settings.tenant, "summary_prompt") or DEFAULT_PROMPT
+    model = settings.summary_model or model_of(body) or "gpt-4o-mini"
+    ctx = SummaryContext(state.upstream, headers, model, prompt, state.settings.summary_timeout,
+                         state.settings.summary_wait, state.sealer, base)
+    return Compressor(state.store, namespace, state.settings.store_ttl, ctx)
 
 
 def offload_headers(prepared: Prepared) -> list[tuple[bytes, bytes]]:
@@ -55,106 +86,113 @@ def offload_headers(prepared: Prepared) -> list[tuple[bytes, bytes]]:
     return headers
 
 
-def compressor_for(request: Request, body: dict, settings, namespace: str, headers, base: str | None) -> Compressor:
-    state = request.app.state
-    prompt = state.settings_resolver.tenant_extra(settings.tenant, "summary_prompt") or DEFAULT_PROMPT
-    model = settings.summary_model or (body.get("model") if isinstance(body.get("model"), str) else "gpt-4o-mini")
-    ctx = SummaryContext(state.upstream, headers, model, prompt, state.settings.summary_timeout,
-                         state.settings.summary_wait, state.sealer, base)
-    return Compressor(state.store, namespace, state.settings.store_ttl, ctx)
+class ChatCall:
+    """One chat completion request on its way through the proxy."""
 
+    def __init__(self, request: Request, raw: bytes, body: dict, settings: OffloadSettings, base: str | None) -> None:
+        self.request, self.raw, self.body, self.settings, self.base = request, raw, body, settings, base
+        self.state = request.app.state
+        self.namespace = tenant_namespace(request.headers.get("authorization"), settings.tenant)
+        messages = body.get("messages")
+        self.messages: list[Any] = messages if isinstance(messages, list) else []  # else: upstream validates
+        self.watch = ClientWatch(request, body_read=True)
+        self.query = request.scope.get("query_string", b"")
 
-async def chat_completions(request: Request) -> Response:
-    state = request.app.state
-    raw = await request.body()
-    try:
+    @classmethod
+    async def open(cls, request: Request) -> ChatCall:
+        """Parse and validate; raises ProxyError (400) for what the proxy itself refuses."""
+        state = request.app.state
+        raw = await request.body()
         body = parse_chat_body(raw)
         settings = state.settings_resolver.resolve(request.headers)
         base = chosen_base(request.headers, state.settings_resolver, state.settings.upstream_allowlist)
-    except ProxyError as exc:
-        return exc.response()
+        call = cls(request, raw, body, settings, base)
+        if len(call.messages) > state.settings.max_messages:
+            raise ProxyError(400, f"Too many messages: {len(call.messages)} > {state.settings.max_messages}.",
+                             code="too_many_messages", param="messages")
+        return call
 
-    namespace = tenant_namespace(request.headers.get("authorization"), settings.tenant)
-    rec = observe.current.get()
-    counter = await counter_for_model_async(body.get("model") if isinstance(body.get("model"), str) else None)
-    messages = body.get("messages")
-    if not isinstance(messages, list):
-        messages = []  # nothing to plan; the upstream validates the request itself
-    if len(messages) > state.settings.max_messages:
-        return ProxyError(400, f"Too many messages: {len(messages)} > {state.settings.max_messages}.",
-                          code="too_many_messages", param="messages").response()
-    ttl = state.settings.store_ttl
-    refs = RefStore(state.store, namespace, ttl, state.touch_memo, state.sealer)
-    summary_headers = request_headers_for_upstream(request.scope["headers"], body_replaced=True)
-    compressor = compressor_for(request, body, settings, namespace, summary_headers, base)
-    prepared = await prepare(messages, settings, counter, namespace, refs, compressor)
-    plan = prepared.plan
-    for warning in prepared.warnings:
-        log.warning("offload: %s", warning)
-    if rec is not None:
-        rec.tenant, rec.stream = namespace[:12], bool(body.get("stream"))
-        rec.model = body.get("model") if isinstance(body.get("model"), str) else None
+    async def offload(self) -> None:
+        """Plan and store (the pipeline), then prepare what goes upstream."""
+        self.counter = await counter_for_model_async(model_of(self.body))
+        self.refs = RefStore(self.state.store, self.namespace, self.state.settings.store_ttl, self.state.touch_memo,
+                             self.state.sealer)
+        summary_headers = request_headers_for_upstream(self.request.scope["headers"], body_replaced=True)
+        compressor = compressor_for(self.request, self.body, self.settings, self.namespace, summary_headers, self.base)
+        self.prepared = prepared = await prepare(self.messages, self.settings, self.counter, self.namespace,
+                                                 self.refs, compressor)
+        for warning in prepared.warnings:
+            log.warning("offload: %s", warning)
+        plan = prepared.plan
+        self.changed = prepared.action != "none"
+        self.inject_reload_tools = self.settings.reload_tools and bool(plan.refs) and not prepared.store_failed
+        self.headers = request_headers_for_upstream(self.request.scope["headers"],
+                                                    body_replaced=self.changed or self.inject_reload_tools)
+        self.tools = ReloadTools(self.refs, self.counter, self.settings.max_reload_tokens, plan.refs,
+                                 self.settings.session)
+        self.extra_headers = offload_headers(prepared)
+        self._note()
+
+    def _note(self) -> None:
+        """What the access log and the metrics need to know about this request."""
+        rec = observe.current.get()
+        if rec is None:
+            return
+        plan, prepared = self.prepared.plan, self.prepared
+        rec.tenant, rec.stream, rec.model = self.namespace[:12], bool(self.body.get("stream")), model_of(self.body)
         rec.tokens_before, rec.tokens_after, rec.action = plan.tokens_before, plan.tokens_after, prepared.action
-        rec.refs_created, rec.offloaded_bytes = len(prepared.written), sum(len(o.text.encode()) for o in plan.offloads
-                                                                           if o.ref in prepared.written)
+        rec.refs_created = len(prepared.written)
+        rec.offloaded_bytes = sum(len(o.text.encode()) for o in plan.offloads if o.ref in prepared.written)
         rec.warnings = prepared.warnings
 
-    inject = settings.reload_tools and bool(plan.refs) and not prepared.store_failed
-    extra = offload_headers(prepared)
-    upstream: Upstream = state.upstream
-    changed = prepared.action != "none"
-    headers = request_headers_for_upstream(request.scope["headers"], body_replaced=changed or inject)
-    tools = ReloadTools(refs, counter, settings.max_reload_tokens, plan.refs, settings.session)
+    def _record_events(self) -> BackgroundTask:
+        async def record() -> None:
+            try:
+                await events.record(self.state.store, self.namespace, self.settings.session,
+                                    self.prepared.events + self.tools.events, self.state.settings.store_ttl)
+            except StoreUnavailable:
+                pass
 
-    async def record_events() -> None:
-        try:
-            await events.record(state.store, namespace, settings.session, prepared.events + tools.events, ttl)
-        except StoreUnavailable:
-            pass
+        return BackgroundTask(record)
 
-    background = BackgroundTask(record_events)
-    query = request.scope.get("query_string", b"")
-    watch = ClientWatch(request, body_read=True)
+    async def _send(self, content: bytes) -> httpx.Response:
+        return await self.state.upstream.send("POST", "chat/completions", query=self.query, headers=self.headers,
+                                              content=content, base=self.base)
 
-    async def send(round_messages: list[Any], with_tools: bool) -> httpx.Response:
-        payload = {**body, "messages": round_messages}
+    async def send_round(self, messages: list[Any], with_tools: bool) -> httpx.Response:
+        payload = {**self.body, "messages": messages}
         if with_tools:
-            payload["tools"] = [*(body.get("tools") or []), *RELOAD_TOOL_SCHEMAS]
-        return await upstream.send("POST", "chat/completions", query=query, headers=headers,
-                                   content=jsonio.dumps(payload), base=base)
+            payload["tools"] = [*(self.body.get("tools") or []), *RELOAD_TOOL_SCHEMAS]
+        return await self._send(jsonio.dumps(payload))
 
-    try:
-        if not inject:
-            content = jsonio.dumps({**body, "messages": plan.messages}) if changed else raw
-            response = await watch.run(
-                upstream.send("POST", "chat/completions", query=query, headers=headers, content=content, base=base)
-            )
-            out = await stream_back(response, extra)
-            out.background = background
-            return out
+    async def forward(self) -> Response:
+        """No reload tools: the (reduced) request goes up, the answer comes back untouched."""
+        content = jsonio.dumps({**self.body, "messages": self.prepared.plan.messages}) if self.changed else self.raw
+        response = await self.watch.run(self._send(content))
+        out = await stream_back(response, self.extra_headers)
+        out.background = self._record_events()
+        return out
 
-        budget = reload_loop.Budget(settings.max_reload_rounds, state.settings.reload_budget)
-        if body.get("stream"):
-            offered = budget.more(0)
-            first = await watch.run(send(plan.messages, offered))
-            if first.status_code != 200:
-                return await stream_back(first, extra)
-            out = StreamingResponse(
-                close_after(first, reload_loop.stream(first, offered, plan.messages, send, tools, budget)),
-                status_code=200,
-                background=background,
-            )
-            out.raw_headers = response_headers_for_client(first.headers.raw, decoded=True) + extra
-            return out
-        result = await watch.run(reload_loop.complete(plan.messages, send, tools, budget))
-        out = Response(result.body, status_code=result.status, background=background)
+    async def forward_with_reload(self) -> Response:
+        budget = reload_loop.Budget(self.settings.max_reload_rounds, self.state.settings.reload_budget)
+        result = await self.watch.run(reload_loop.complete(self.prepared.plan.messages, self.send_round, self.tools,
+                                                           budget))
+        out = Response(result.body, status_code=result.status, background=self._record_events())
         out.raw_headers = (
             response_headers_for_client(result.response.headers.raw, decoded=True)
             + [(b"content-length", str(len(result.body)).encode())]
-            + extra
+            + self.extra_headers
         )
         return out
-    except ProxyError as exc:
-        return exc.response()
-    except ClientDisconnected:
-        return error_response(499, "Client closed the request.")
+
+    async def forward_streaming_with_reload(self) -> Response:
+        budget = reload_loop.Budget(self.settings.max_reload_rounds, self.state.settings.reload_budget)
+        messages = self.prepared.plan.messages
+        offered = budget.more(0)
+        first = await self.watch.run(self.send_round(messages, offered))
+        if first.status_code != 200:
+            return await stream_back(first, self.extra_headers)
+        events_ = reload_loop.stream(first, offered, messages, self.send_round, self.tools, budget)
+        out = StreamingResponse(close_after(first, events_), status_code=200, background=self._record_events())
+        out.raw_headers = response_headers_for_client(first.headers.raw, decoded=True) + self.extra_headers
+        return out
