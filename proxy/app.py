@@ -47,6 +47,17 @@ async def readyz(request: Request) -> JSONResponse:
     return JSONResponse({"status": "unavailable", "store": "unreachable"}, status_code=503)
 
 
+_frozen = False
+
+
+def _freeze_startup_objects() -> None:
+    """What startup allocated (modules, encoders) lives forever: keep it out of every collection."""
+    global _frozen
+    if not _frozen:
+        gc.freeze()
+        _frozen = True
+
+
 def create_app(settings: ServerSettings | None = None) -> Starlette:
     settings = settings or ServerSettings()
     resolver = SettingsResolver(
@@ -61,7 +72,7 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
         app.state.metrics = metrics
         app.state.sealer = Sealer(settings.encryption_key)
         await asyncio.to_thread(counter_for_encoding, "o200k_base")  # now, not on a request
-        gc.freeze()  # what startup allocated lives forever: keep it out of every collection
+        _freeze_startup_objects()
         app.state.upstream = Upstream(settings)
         app.state.store = GuardedStore(open_store(settings), ping_timeout=settings.store_timeout, metrics=metrics)
         app.state.touch_memo = TouchMemo()
