@@ -28,7 +28,7 @@ def test_big_history(tmp_path):
     traces = tmp_path / "traces.jsonl"
     traces.write_text("\n".join(json.dumps({"id": f"t{i}", "messages": agent_history(steps=4 + i)}) for i in range(2)))
     out = run("big_history.py", "--tokens", "30000", "--rounds", "1", "--repeats", "2", "--traces", str(traces))
-    assert "steady mean" in out and "compact" in out
+    assert "back to back" in out and "compact" in out
 
 
 def test_scale():
