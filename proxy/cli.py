@@ -75,6 +75,11 @@ def serve(settings: ServerSettings) -> None:
     # Worker processes rebuild their settings from the environment, so export the resolved ones.
     for name, value in settings.model_dump(exclude_none=True).items():
         os.environ[f"OFFLOAD_{name.upper()}"] = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+    json_logs = settings.log_format == "json"
+    if json_logs:  # uvicorn's own messages as JSON lines too; our access line replaces its own
+        from proxy.observe import configure_logging
+
+        configure_logging(settings.log_level)
     uvicorn.run(
         "proxy.app:create_app_from_env",
         factory=True,
@@ -86,6 +91,8 @@ def serve(settings: ServerSettings) -> None:
         http="auto",  # httptools when installed
         timeout_keep_alive=75,
         timeout_graceful_shutdown=settings.shutdown_grace,
+        log_config=None if json_logs else uvicorn.config.LOGGING_CONFIG,
+        access_log=not json_logs,
     )
 
 
