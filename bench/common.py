@@ -53,13 +53,6 @@ def cpu_seconds(pid: int) -> float:
     return total / 1e9
 
 
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 @contextmanager
 def servers(*proxy_args: str):
     """(direct upstream base, proxy base, proxy process) on loopback; all stopped afterwards."""

@@ -68,9 +68,6 @@ class PrefixHashes:
         self._known[index] = self._running.hexdigest()
         return self._known[index]
 
-    def __len__(self) -> int:
-        return len(self._messages) + 1
-
     def matches(self, index: int, expected: str, seen: "SeenPrefixes | None" = None) -> bool:
         """Does messages[:index] hash to `expected`? A prefix this process already verified is
         recognised by deep equality (C speed), without hashing it again."""

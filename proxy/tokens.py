@@ -88,11 +88,6 @@ class _CountCache:
 _cache = _CountCache(CACHE_ENTRIES)
 
 
-def clear_cache() -> None:
-    """Forget every cached count (benchmarks measure cold requests with it)."""
-    _cache.data.clear()
-
-
 class TokenCounter:
     def __init__(self, encoding_name: str) -> None:
         self.encoding_name = encoding_name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Sequence
 from typing import TypeVar
 
@@ -30,23 +31,39 @@ class RedisStore:
 
     def __init__(self, url: str, *, timeout: float = 2.0, cluster: bool = False) -> None:
         options = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+        self._ready = asyncio.Lock()
+        self._initialized = False
         if cluster or is_cluster_url(url):
             url = url.replace("+cluster://", "://", 1)
             self.client = RedisCluster.from_url(url, **options)
         else:
+            self._initialized = True
             self.client = redis.from_url(url, health_check_interval=30, retry_on_timeout=False, **options)
+
+    async def _initialize(self) -> None:
+        """A cluster client learns the slot map once, before concurrent use: redis-py's lazy
+        initialisation races when many commands arrive at once (and may retry a SET NX that
+        had in fact succeeded)."""
+        async with self._ready:
+            if not self._initialized:
+                await self.client.initialize()
+                self._initialized = True
 
     def _pipeline(self):
         if isinstance(self.client, RedisCluster):
             return self.client.pipeline()  # never transactional; keys of one call share a slot
         return self.client.pipeline(transaction=False)
 
-    @staticmethod
-    async def _call(awaitable: Awaitable[T]) -> T:
+    async def _call(self, awaitable: Awaitable[T]) -> T:
         try:
+            if not self._initialized:
+                await self._initialize()
             return await awaitable
         except (RedisError, OSError) as exc:
             raise StoreUnavailable(f"redis: {exc}") from exc
+        finally:
+            if asyncio.iscoroutine(awaitable) and awaitable.cr_frame is not None and not awaitable.cr_running:
+                awaitable.close()  # never awaited because initialisation failed
 
     async def put(self, key: str, value: bytes, ttl: int) -> None:
         await self._call(self.client.set(key, value, ex=ttl))
