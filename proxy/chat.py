@@ -20,7 +20,6 @@ from proxy.pipeline import Prepared, prepare
 from proxy.refs import RefStore
 from proxy.relay import close_after, stream_back
 from proxy.reload_tools import RELOAD_TOOL_SCHEMAS, ReloadTools
-from proxy.store import StoreUnavailable
 from proxy.summarizer import DEFAULT_PROMPT
 from proxy.tenant import tenant_namespace
 from proxy.tokens import counter_for_model_async
@@ -147,11 +146,8 @@ class ChatCall:
 
     def _record_events(self) -> BackgroundTask:
         async def record() -> None:
-            try:
-                await events.record(self.state.store, self.namespace, self.settings.session,
-                                    self.prepared.events + self.tools.events, self.state.settings.store_ttl)
-            except StoreUnavailable:
-                pass
+            await events.record(self.state.store, self.namespace, self.settings.session,
+                                self.prepared.events + self.tools.events, self.state.settings.store_ttl)
 
         return BackgroundTask(record)
 

@@ -6,7 +6,7 @@ import json
 import time
 from typing import Any
 
-from proxy.store import Store
+from proxy.store import Store, StoreUnavailable
 from proxy.tenant import key
 
 MAX_EVENTS = 500
@@ -18,9 +18,13 @@ def event(type_: str, **fields: Any) -> dict[str, Any]:
 
 
 async def record(store: Store, namespace: str, session: str | None, events: list[dict], ttl: int) -> None:
-    for e in events:
-        await store.push(key(namespace, "events", session or NO_SESSION), json.dumps(e).encode(),
-                         max_len=MAX_EVENTS, ttl=ttl)
+    """Append events; an unreachable store loses them (accounting never fails a request)."""
+    try:
+        for e in events:
+            await store.push(key(namespace, "events", session or NO_SESSION), json.dumps(e).encode(),
+                             max_len=MAX_EVENTS, ttl=ttl)
+    except StoreUnavailable:
+        pass
 
 
 async def recent(store: Store, namespace: str, session: str | None, limit: int = MAX_EVENTS) -> list[dict]:

@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from proxy import events
-from proxy.chat import compressor_for, parse_chat_body
+from proxy.chat import compressor_for, model_of, parse_chat_body
 from proxy.errors import ProxyError
 from proxy.headers import request_headers_for_upstream
 from proxy.pipeline import prepare
@@ -44,7 +44,7 @@ async def offload(request: Request) -> Response:
                            request.app.state.settings.upstream_allowlist)
     except ProxyError as exc:
         return exc.response()
-    model = body.get("model") if isinstance(body.get("model"), str) else None
+    model = model_of(body)
     headers = request_headers_for_upstream(request.scope["headers"], body_replaced=True)
     compressor = compressor_for(request, body, settings, namespace, headers, base)
     counter = await counter_for_model_async(model)
@@ -52,11 +52,8 @@ async def offload(request: Request) -> Response:
     if prepared.store_failed:
         return _store_down(StoreUnavailable(prepared.warnings[0]))
     plan = prepared.plan
-    try:
-        await events.record(request.app.state.store, namespace, settings.session, prepared.events,
-                            request.app.state.settings.store_ttl)
-    except StoreUnavailable:
-        pass
+    await events.record(request.app.state.store, namespace, settings.session, prepared.events,
+                        request.app.state.settings.store_ttl)
     return JSONResponse(
         {
             "messages": plan.messages,

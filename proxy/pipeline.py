@@ -29,9 +29,7 @@ class Prepared:
 
 
 def _action(compacted: bool, compressed: bool) -> str:
-    return {(False, False): "none", (True, False): "compact", (False, True): "compress"}.get(
-        (compacted, compressed), "compact+compress"
-    )
+    return "+".join(name for name, done in (("compact", compacted), ("compress", compressed)) if done) or "none"
 
 
 async def prepare(
@@ -53,6 +51,7 @@ async def prepare(
     plan = plan_compaction(messages, settings if compact_mode else settings.model_copy(update={"mode": "off"}),
                            counter, namespace)
     result = Prepared(plan)
+    compressed_now = False
     try:
         if compress_mode:
             before = max(plan.tokens_before, 1)
@@ -72,9 +71,9 @@ async def prepare(
                 plan = Plan(compressed.messages, offloads, present_refs(compressed.messages), plan.tokens_before,
                             counter.messages(compressed.messages))
                 result.plan = plan
-                result.action = "compress"
+                compressed_now = True
         compacted = [o for o in plan.offloads if o.kind == "tool_result"]
-        result.action = _action(bool(compacted), result.action == "compress")
+        result.action = _action(bool(compacted), compressed_now)
         written = result.written = await refs.save(plan.offloads, plan.refs, settings.session)
     except StoreUnavailable as exc:
         return Prepared(

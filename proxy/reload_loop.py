@@ -7,7 +7,7 @@ final finish_reason, one [DONE]).
 
 from __future__ import annotations
 
-import json
+import copy
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -42,7 +42,7 @@ def add_usage(total: dict | None, usage: dict | None) -> dict | None:
     if not usage:
         return total
     if not total:
-        return json.loads(json.dumps(usage))
+        return copy.deepcopy(usage)
     out = dict(total)
     for k, v in usage.items():
         if isinstance(v, bool) or v is None:

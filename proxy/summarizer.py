@@ -7,6 +7,7 @@ summary is handed to the model to update rather than starting over.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import re
@@ -35,6 +36,7 @@ SNAPSHOT_RE = re.compile(r"<state_snapshot>.*?</state_snapshot>", re.S)
 MESSAGE_CHARS = 6_000  # one message's share of the transcript
 
 
+@functools.lru_cache(maxsize=64)  # asked once per request; prompts are few
 def prompt_version(prompt: str) -> str:
     return hashlib.blake2b(prompt.encode(), digest_size=6).hexdigest()
 

@@ -10,7 +10,6 @@ import sys
 import time
 
 import httpx
-import pytest
 from starlette.responses import JSONResponse
 
 from proxy.tenant import tenant_namespace
