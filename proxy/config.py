@@ -80,6 +80,22 @@ class ServerSettings(BaseSettings):
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="Largest request body accepted (413 above).")
     max_messages: int = Field(20_000, ge=1, description="Most messages a chat request may hold.")
     store_timeout: float = Field(0.5, gt=0, description="Timeout (s) of one store operation.")
+    body_timeout: float = Field(
+        60.0, gt=0, description="Longest time (s) a client may take to send its request body (408 after)."
+    )
+    allow_anonymous: bool = Field(
+        False,
+        description="Serve requests that carry no credential at all; anonymous clients share one namespace.",
+    )
+    max_stored_bytes_per_namespace: int = Field(
+        1024**3, ge=0, description="Bytes one namespace may store (POST /v1/offload answers 429 beyond)."
+    )
+    search_timeout: float = Field(
+        2.0, gt=0, description="Total time (s) one context_search may take; it returns what it found so far."
+    )
+    search_max_bytes: int = Field(
+        32 * 1024 * 1024, ge=1024, description="Most bytes of offloaded content one context_search scans."
+    )
     header_caps: dict[str, int] = Field(
         default_factory=dict,
         description='JSON object capping integer headers, e.g. {"max_reload_rounds": 8}.',
