@@ -88,6 +88,17 @@ async def test_sets_and_capped_lists(store):
     assert await store.items(lst) == [b"2", b"3", b"4"]
 
 
+async def test_counters_are_atomic_and_expire(store):
+    k = key()
+    results = await asyncio.gather(*(store.incr(k, 10, ttl=60) for _ in range(20)))
+    assert sorted(results) == list(range(10, 201, 10))
+    assert await store.incr(k, -50, ttl=60) == 150
+    short = key()
+    assert await store.incr(short, 7, ttl=1) == 7
+    await asyncio.sleep(2.1)
+    assert await store.incr(short, 1, ttl=60) == 1  # expired: counted from 0 again
+
+
 async def test_ping(store):
     assert await store.ping()
 

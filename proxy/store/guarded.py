@@ -114,3 +114,6 @@ class GuardedStore:
 
     async def items(self, key: str) -> list[bytes]:
         return await self._call(self.inner.items(key))
+
+    async def incr(self, key: str, amount: int, ttl: int) -> int:
+        return await self._call(self.inner.incr(key, amount, ttl))

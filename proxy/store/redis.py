@@ -111,6 +111,13 @@ class RedisStore:
     async def items(self, key: str) -> list[bytes]:
         return list(await self._call(self.client.lrange(key, 0, -1)))
 
+    async def incr(self, key: str, amount: int, ttl: int) -> int:
+        async with self._pipeline() as pipe:
+            pipe.incrby(key, amount)
+            pipe.expire(key, ttl)
+            value, _ = await self._call(pipe.execute())
+            return int(value)
+
     async def ping(self) -> bool:
         try:
             return bool(await self._call(self.client.ping()))

@@ -152,6 +152,19 @@ class SQLiteStore:
 
         return await self._run(op)
 
+    async def incr(self, key: str, amount: int, ttl: int) -> int:
+        def op(db: sqlite3.Connection, now: float) -> int:
+            with db:
+                db.execute("DELETE FROM kv WHERE key = ? AND expires < ?", (key, now))
+                db.execute(
+                    "INSERT INTO kv VALUES (?, ?, ?) ON CONFLICT(key) DO UPDATE SET "
+                    "value = CAST(value AS INTEGER) + excluded.value, expires = excluded.expires",
+                    (key, amount, now + ttl),
+                )
+                return int(db.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()[0])
+
+        return await self._run(op)
+
     async def ping(self) -> bool:
         try:
             return await self._run(lambda db, now: db.execute("SELECT 1").fetchone() == (1,))
