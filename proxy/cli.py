@@ -106,6 +106,9 @@ def replay(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    from proxy.tokens import discover_tiktoken_cache
+
+    discover_tiktoken_cache()  # offline encodings in ../shared/tiktoken, for serve and replay alike
     if args.command == "replay":
         replay(args)
     elif args.command == "serve":

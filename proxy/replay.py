@@ -32,7 +32,7 @@ from proxy.reload_tools import ReloadTools
 from proxy.store import Store
 from proxy.summarizer import DEFAULT_PROMPT
 from proxy.tenant import tenant_namespace
-from proxy.tokens import TokenCounter, counter_for_encoding, counter_for_model
+from proxy.tokens import TokenCounter, counter_for_encoding, counter_for_model, counting_method
 from proxy.upstream import Upstream
 
 NEXT_OFFSET = re.compile(r"offset=(\d+)\)\.\]$")
@@ -119,6 +119,14 @@ class Replayer:
         self.store, self.settings, self.upstream, self.headers, self.model = store, settings, upstream, headers, model
         self.ttl = ttl
         self.json_counter = counter_for_encoding("o200k_base")
+
+    def token_counting(self) -> dict[str, Any]:
+        """How the report's tokens were counted: "tiktoken", or "estimate" when an encoding could
+        not be loaded (then every token figure is approximate)."""
+        counters = {c.encoding_name: c for c in (self.json_counter, counter_for_model(self.model))}
+        encodings = [counting_method(c) for c in counters.values()]
+        method = "estimate" if any(e["method"] == "estimate" for e in encodings) else "tiktoken"
+        return {"method": method, "encodings": encodings}
 
     async def _prepare(self, request: list[Any], namespace: str, counter: TokenCounter):
         refs = RefStore(self.store, namespace, self.ttl)
@@ -217,12 +225,29 @@ def load_conversations(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def report_dict(conversations: list[Conversation], settings: OffloadSettings) -> dict[str, Any]:
+def report_dict(conversations: list[Conversation], settings: OffloadSettings,
+                token_counting: dict[str, Any] | None = None) -> dict[str, Any]:
     per = []
     for c in conversations:
         entry = dict(c.__dict__)
         per.append(entry)
-    return {"settings": settings.model_dump(), "overall": overall(conversations), "conversations": per}
+    report = {"settings": settings.model_dump(), "overall": overall(conversations), "conversations": per}
+    if token_counting is not None:
+        report["token_counting"] = token_counting
+    return report
+
+
+def estimate_warning(token_counting: dict[str, Any]) -> str | None:
+    """The line printed to stderr when the report's tokens are estimates, else None."""
+    if token_counting.get("method") != "estimate":
+        return None
+    failed = [e for e in token_counting["encodings"] if e["method"] == "estimate"]
+    names = ", ".join(e["encoding"] for e in failed)
+    reason = "; ".join(f"{e['encoding']}: {str(e['error'])[:160]}" for e in failed)
+    where = failed[0]["cache_dir"] or "unset"
+    return (f"offload-proxy replay: WARNING: token counts are ESTIMATES (about 4 bytes per token), not {names} "
+            f"tokens: tiktoken could not load the encoding ({reason}). Point TIKTOKEN_CACHE_DIR at a folder "
+            f"holding the tiktoken files (TIKTOKEN_CACHE_DIR={where}).")
 
 
 def write_outputs(report: dict[str, Any], out: Path) -> list[Path]:

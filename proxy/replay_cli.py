@@ -9,7 +9,8 @@ import tempfile
 from pathlib import Path
 
 from proxy.offload_settings import OffloadSettings
-from proxy.replay import Replayer, load_conversations, report_dict, turns_of, upstream_for, write_outputs
+from proxy.replay import (Replayer, estimate_warning, load_conversations, report_dict, turns_of, upstream_for,
+                          write_outputs)
 from proxy.replay_report import table
 from proxy.store import Store
 
@@ -47,6 +48,10 @@ async def run_replay(args: argparse.Namespace) -> dict:
     key = args.api_key or os.environ.get("OPENAI_API_KEY", "")
     headers = [(b"authorization", f"Bearer {key}".encode())] if key else []
     replayer = Replayer(store, settings, upstream, headers, args.model)
+    counting = replayer.token_counting()
+    warning = estimate_warning(counting)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     bar = _progress(sum(len(turns_of(c["messages"])) for c in conversations))
     results = []
     try:
@@ -57,8 +62,10 @@ async def run_replay(args: argparse.Namespace) -> dict:
             bar.close()
         await upstream.aclose()
         await store.close()
-    report = report_dict(results, settings)
+    report = report_dict(results, settings, counting)
     written = write_outputs(report, Path(args.out))
     print(table(report))
     print("wrote " + ", ".join(str(p) for p in written[:3]) + (" …" if len(written) > 3 else ""))
+    if warning:  # again, after the table, where it cannot be missed
+        print(warning, file=sys.stderr, flush=True)
     return report

@@ -25,6 +25,11 @@ def table(report: dict[str, Any]) -> str:
     rows += ["-" * len(header), row("OVERALL", report["overall"])]
     o = report["overall"]
     rows.append(f"turns above max_total_tokens + system + tools + summary + tail: {o['turns_over_budget']}")
+    counting = report.get("token_counting")
+    if counting:
+        names = ", ".join(e["encoding"] for e in counting["encodings"])
+        rows.append(f"tokens: {names} via tiktoken" if counting["method"] == "tiktoken"
+                    else f"tokens: ESTIMATES (about 4 bytes per token; tiktoken could not load {names})")
     return "\n".join(rows)
 
 

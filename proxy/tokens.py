@@ -3,6 +3,11 @@
 A long conversation is resent every turn; only its new messages should cost CPU. Counts are
 cached by a digest of the text, so a history the proxy has seen before is not tokenised again.
 If an encoding cannot be loaded (offline, no cache), counts fall back to an estimate.
+
+tiktoken downloads its encodings on first use, which offline machines cannot do. When neither
+TIKTOKEN_CACHE_DIR nor DATA_GYM_CACHE_DIR is set, `discover_tiktoken_cache` points tiktoken at
+`../shared/tiktoken` next to the repository when that folder exists (every entry point calls it:
+`serve`, `replay`, and the first encoding load).
 """
 
 from __future__ import annotations
@@ -11,8 +16,10 @@ import asyncio
 import itertools
 import json
 import logging
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, MutableMapping, Sequence
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Protocol
 
 log = logging.getLogger("proxy.tokens")
@@ -46,15 +53,53 @@ def encoding_name_for_model(model: str | None) -> str:
     return "o200k_base"
 
 
+def tiktoken_cache_candidates() -> list[Path]:
+    """Where offline encodings are looked for: ../shared/tiktoken relative to the repository."""
+    repo = Path(__file__).resolve().parents[1]
+    return [repo.parent / "shared" / "tiktoken"]
+
+
+def discover_tiktoken_cache(environ: MutableMapping[str, str] | None = None,
+                            candidates: Sequence[Path] | None = None) -> str | None:
+    """The folder tiktoken loads encodings from: TIKTOKEN_CACHE_DIR (or DATA_GYM_CACHE_DIR) when
+    set, else the first existing candidate, which is then exported as TIKTOKEN_CACHE_DIR (so
+    worker processes inherit it). None: tiktoken's own default (a download on first use)."""
+    environ = os.environ if environ is None else environ
+    for name in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR"):
+        if environ.get(name):
+            return environ[name]
+    for candidate in tiktoken_cache_candidates() if candidates is None else candidates:
+        if candidate.is_dir():
+            environ["TIKTOKEN_CACHE_DIR"] = str(candidate.resolve())
+            return environ["TIKTOKEN_CACHE_DIR"]
+    return None
+
+
+_load_errors: dict[str, str] = {}
+
+
 @lru_cache(maxsize=None)
 def load_encoder(encoding_name: str) -> Encoder:
+    discover_tiktoken_cache()
     try:
         import tiktoken
 
         return tiktoken.get_encoding(encoding_name)
     except Exception as exc:  # offline, corrupt cache, unknown name: never fail a request
         log.warning("tiktoken encoding %s unavailable (%s); counting tokens by estimate", encoding_name, exc)
+        _load_errors[encoding_name] = f"{type(exc).__name__}: {exc}"
         return EstimateEncoder()
+
+
+def counting_method(counter: "TokenCounter") -> dict[str, str | None]:
+    """How `counter` counts: {"encoding", "method": "tiktoken" | "estimate", "cache_dir", "error"}."""
+    estimate = isinstance(counter.encoder, EstimateEncoder)
+    return {
+        "encoding": counter.encoding_name,
+        "method": "estimate" if estimate else "tiktoken",
+        "cache_dir": os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR"),
+        "error": _load_errors.get(counter.encoding_name, "not loadable") if estimate else None,
+    }
 
 
 class _CountCache:
