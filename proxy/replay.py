@@ -31,7 +31,7 @@ from proxy.refs import RefStore
 from proxy.reload_tools import ReloadTools
 from proxy.store import Store
 from proxy.summarizer import DEFAULT_PROMPT
-from proxy.tenant import tenant_namespace
+from proxy.tenant import key, tenant_namespace
 from proxy.tokens import TokenCounter, counter_for_encoding, counter_for_model, counting_method
 from proxy.upstream import Upstream
 
@@ -109,8 +109,24 @@ class Conversation:
     reload_exact_fraction: float = 1.0
     ms_per_turn_cold: float = 0.0
     ms_per_turn_steady: float = 0.0
+    store_was_fresh: bool = True  # False: the store already held this replay (summaries reused, fewer counted)
     raw_per_turn: list[int] = field(default_factory=list)
     forwarded_per_turn: list[int] = field(default_factory=list)
+
+
+def replay_namespace(index: int, conversation_id: str) -> str:
+    """The tenant namespace a replayed conversation runs in: a function of its position and id only."""
+    return tenant_namespace("replay", f"{index}:{conversation_id}")
+
+
+def forget_process_summaries(namespace: str) -> None:
+    """Drop this process's memo of summary records of `namespace` (left by an earlier replay in the
+    same process, e.g. on another store), so every replay counts the summaries it makes itself."""
+    from proxy import compression
+
+    tag = "{" + namespace + "}"
+    for summary_key in [k for k in compression._records if tag in k]:
+        compression._records.pop(summary_key, None)
 
 
 class Replayer:
@@ -134,9 +150,13 @@ class Replayer:
         return await prepare(request, self.settings, counter, namespace, refs,
                              Compressor(self.store, namespace, self.ttl, ctx))
 
-    async def conversation(self, conv: dict, tick=lambda: None) -> Conversation:
+    async def conversation(self, conv: dict, tick=lambda: None, index: int = 0) -> Conversation:
         out = Conversation(str(conv.get("id", "conversation")))
-        namespace = tenant_namespace("replay", f"{out.id}:{time.time_ns()}")  # a fresh namespace each run
+        # The same namespace on every run (refs are hashes of it, so their strings and token counts
+        # are stable); the position keeps two conversations with the same id apart.
+        namespace = replay_namespace(index, out.id)
+        forget_process_summaries(namespace)
+        out.store_was_fresh = await self.store.put_if_absent(key(namespace, "replay", "started"), b"1", self.ttl)
         counter = counter_for_model(self.model)
         requests = turns_of(conv["messages"])
         forwarded: list[list[Any]] = []

@@ -55,8 +55,13 @@ async def run_replay(args: argparse.Namespace) -> dict:
     bar = _progress(sum(len(turns_of(c["messages"])) for c in conversations))
     results = []
     try:
-        for conv in conversations:
-            results.append(await replayer.conversation(conv, (lambda: bar.update(1)) if bar else (lambda: None)))
+        for index, conv in enumerate(conversations):
+            results.append(await replayer.conversation(conv, (lambda: bar.update(1)) if bar else (lambda: None),
+                                                       index))
+            if not results[-1].store_was_fresh:
+                print(f"offload-proxy replay: WARNING: the store already holds a replay of {results[-1].id!r}: its "
+                      f"summaries are reused, so fewer are counted than on a fresh store (omit --data-dir for a "
+                      f"temporary store, or use an empty one)", file=sys.stderr, flush=True)
     finally:
         if bar:
             bar.close()

@@ -50,3 +50,42 @@ def test_replay_writes_report_and_charts(tmp_path, capsys):
     assert (out / "overall.png").stat().st_size > 1000 and (out / "conv-0.png").exists()
     printed = capsys.readouterr().out
     assert "OVERALL" in printed and "conv-1" in printed
+
+
+TIMING = ("ms_per_turn_cold", "ms_per_turn_steady")
+
+
+def without_timing(report: dict) -> dict:
+    strip = lambda entry: {k: v for k, v in entry.items() if k not in TIMING}  # noqa: E731
+    return {**report, "overall": strip(report["overall"]), "conversations": [strip(c) for c in report["conversations"]]}
+
+
+def test_two_runs_give_identical_figures(tmp_path, capsys):
+    traces = tmp_path / "conversations.jsonl"
+    traces.write_text("\n".join(json.dumps(conversation(f"conv-{n}", 8 + n)) for n in range(2)))
+    reports = []
+    for run in range(2):
+        out = tmp_path / f"out{run}"
+        main(["replay", str(traces), "--out", str(out), "--max-total-tokens", "3000"])
+        reports.append(json.loads((out / "report.json").read_text()))
+    first, second = map(without_timing, reports)
+    assert first["overall"]["refs"] > 2 and first["overall"]["summaries"] >= 2  # refs appear in the figures
+    assert first == second
+    for timing in TIMING:  # kept in the report, just not compared
+        assert timing in reports[0]["overall"] and timing in reports[0]["conversations"][0]
+    assert "already holds" not in capsys.readouterr().err
+
+
+def test_rerun_on_the_same_data_dir_says_the_store_was_not_fresh(tmp_path, capsys):
+    traces = tmp_path / "conversations.jsonl"
+    traces.write_text(json.dumps(conversation("conv-0", 8)))
+    reports = []
+    for run in range(2):
+        main(["replay", str(traces), "--out", str(tmp_path / f"out{run}"), "--max-total-tokens", "3000",
+              "--data-dir", str(tmp_path / "d")])
+        reports.append(json.loads((tmp_path / f"out{run}" / "report.json").read_text()))
+    assert reports[0]["conversations"][0]["store_was_fresh"] is True
+    assert reports[1]["conversations"][0]["store_was_fresh"] is False
+    # the forwarded payloads are the same (same refs, same summaries, reused this time) ...
+    assert reports[0]["conversations"][0]["forwarded_per_turn"] == reports[1]["conversations"][0]["forwarded_per_turn"]
+    assert "already holds a replay of 'conv-0'" in capsys.readouterr().err
