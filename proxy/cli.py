@@ -99,9 +99,13 @@ def serve(settings: ServerSettings) -> None:
 def replay(args: argparse.Namespace) -> None:
     import asyncio
 
+    from proxy.replay import ReplayInputError
     from proxy.replay_cli import run_replay
 
-    asyncio.run(run_replay(args))
+    try:
+        asyncio.run(run_replay(args))
+    except ReplayInputError as exc:  # a one-line error naming the line, not a traceback
+        sys.exit(f"offload-proxy replay: {exc}")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -241,8 +241,42 @@ def upstream_for(url: str | None) -> Upstream:
     return Upstream(ServerSettings(upstream="http://fake-summariser.invalid/v1"), transport=fake_summarizer())
 
 
+class ReplayInputError(ValueError):
+    """The conversations file cannot be replayed; the message names the file and line."""
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null",
+            int: "a number", float: "a number"}.get(type(value), type(value).__name__)
+
+
 def load_conversations(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """One conversation per non-blank line: a JSON object with a "messages" list (optional "id", "tools")."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ReplayInputError(f"{path}: cannot read it ({exc})") from None
+    conversations = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path} line {number}"
+        try:
+            conv = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ReplayInputError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(conv, dict):
+            raise ReplayInputError(f'{where}: expected a JSON object with a "messages" list, got {_kind(conv)}')
+        if "messages" not in conv:
+            raise ReplayInputError(f'{where}: the object has no "messages" (expected a list of chat messages)')
+        if not isinstance(conv["messages"], list):
+            raise ReplayInputError(f'{where}: "messages" is {_kind(conv["messages"])}, expected a list')
+        if conv.get("tools") is not None and not isinstance(conv["tools"], list):
+            raise ReplayInputError(f'{where}: "tools" is {_kind(conv["tools"])}, expected a list')
+        conversations.append(conv if "id" in conv else {**conv, "id": f"line-{number}"})
+    if not conversations:
+        raise ReplayInputError(f"{path}: no conversations in it (expected one JSON object per line)")
+    return conversations
 
 
 def report_dict(conversations: list[Conversation], settings: OffloadSettings,

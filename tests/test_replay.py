@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from proxy.cli import main
 from proxy.replay import common_prefix, prefix_reuse, turns_of
 from tests.history import agent_history
@@ -89,3 +91,41 @@ def test_rerun_on_the_same_data_dir_says_the_store_was_not_fresh(tmp_path, capsy
     # the forwarded payloads are the same (same refs, same summaries, reused this time) ...
     assert reports[0]["conversations"][0]["forwarded_per_turn"] == reports[1]["conversations"][0]["forwarded_per_turn"]
     assert "already holds a replay of 'conv-0'" in capsys.readouterr().err
+
+
+GOOD = json.dumps({"id": "ok", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})
+
+
+@pytest.mark.parametrize("bad, expected", [
+    ('{"id": "x", "turns": []}', 'line 3: the object has no "messages"'),
+    ('[{"role": "user", "content": "hi"}]', 'line 3: expected a JSON object with a "messages" list, got a list'),
+    ('{"messages": [', "line 3: not valid JSON"),
+    ('{"messages": "hello"}', 'line 3: "messages" is a string, expected a list'),
+    ('{"messages": [], "tools": {"a": 1}}', 'line 3: "tools" is an object, expected a list'),
+])
+def test_bad_line_is_a_one_line_error_naming_it(tmp_path, bad, expected):
+    traces = tmp_path / "c.jsonl"
+    traces.write_text(f"{GOOD}\n\n{bad}\n{GOOD}\n")  # line 2 is blank: numbers are the file's own
+    with pytest.raises(SystemExit) as info:
+        main(["replay", str(traces), "--out", str(tmp_path / "out")])
+    message = str(info.value.code)
+    assert message.startswith("offload-proxy replay: ") and f"c.jsonl {expected}" in message, message
+    assert "\n" not in message
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_file_from_the_command_line_exits_non_zero_without_traceback(tmp_path):
+    import subprocess
+    import sys
+
+    traces = tmp_path / "c.jsonl"
+    traces.write_text(f"{GOOD}\n[1, 2]\n")
+    done = subprocess.run([sys.executable, "-m", "proxy", "replay", str(traces), "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].endswith("line 2: expected a JSON object with a \"messages\" "
+                                                         "list, got a list")
+    missing = subprocess.run([sys.executable, "-m", "proxy", "replay", str(tmp_path / "nope.jsonl")],
+                             capture_output=True, text=True, timeout=60)
+    assert missing.returncode != 0 and "Traceback" not in missing.stderr and "nope.jsonl" in missing.stderr
