@@ -9,19 +9,44 @@ from typing import Any
 
 log = logging.getLogger("proxy.replay")
 
+NAME_WIDTH = 36  # the table's conversation column
+CHART_NAME_WIDTH = 28  # overall.png's bar labels
+
+
+def shorten(name: str, width: int) -> str:
+    """`name` in at most `width` characters: a long one keeps its head and its tail, where the ids
+    of one run usually differ (…django__django-11099 vs …django__django-12708)."""
+    if len(name) <= width:
+        return name
+    tail = (width - 1) // 2
+    return name[: width - 1 - tail] + "…" + name[len(name) - tail:]
+
+
+def unique_labels(names: list[str], width: int) -> list[str]:
+    """One label per name, at most `width` characters, all different: shortened names that still
+    collide (or equal names) get their 1-based position appended (`#3`)."""
+    labels = [shorten(n, width) for n in names]
+    counts = {label: labels.count(label) for label in labels}
+    for i, label in enumerate(labels):
+        if counts[label] > 1:
+            suffix = f" #{i + 1}"
+            labels[i] = shorten(names[i], width - len(suffix)) + suffix
+    return labels
+
 
 def table(report: dict[str, Any]) -> str:
-    header = (f"{'conversation':36} {'turns':>5} {'raw':>10} {'forwarded':>10} {'ratio':>6} {'prefix':>6} "
+    header = (f"{'conversation':{NAME_WIDTH}} {'turns':>5} {'raw':>10} {'forwarded':>10} {'ratio':>6} {'prefix':>6} "
               f"{'max turn':>8} {'sum.':>4} {'refs':>5} {'exact':>5} {'ms cold':>7} {'ms st.':>6}")
     rows = [header, "-" * len(header)]
 
     def row(name: str, r: dict[str, Any]) -> str:
         ratio = r["forwarded_tokens"] / r["raw_tokens"] if r["raw_tokens"] else 1.0
-        return (f"{name[:36]:36} {r['turns']:>5} {r['raw_tokens']:>10} {r['forwarded_tokens']:>10} {ratio:>6.3f} "
+        return (f"{name:{NAME_WIDTH}} {r['turns']:>5} {r['raw_tokens']:>10} {r['forwarded_tokens']:>10} {ratio:>6.3f} "
                 f"{r['prefix_reuse']:>6.3f} {r['max_forwarded_turn']:>8} {r['summaries']:>4} {r['refs']:>5} "
                 f"{r['reload_exact_fraction']:>5.2f} {r['ms_per_turn_cold']:>7.2f} {r['ms_per_turn_steady']:>6.2f}")
 
-    rows += [row(c["id"], c) for c in report["conversations"]]
+    names = unique_labels([c["id"] for c in report["conversations"]], NAME_WIDTH)
+    rows += [row(name, c) for name, c in zip(names, report["conversations"])]
     rows += ["-" * len(header), row("OVERALL", report["overall"])]
     o = report["overall"]
     rows.append(f"turns above max_total_tokens + system + tools + summary + tail: {o['turns_over_budget']}")
@@ -37,34 +62,71 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:80]
 
 
+def chart_names(ids: list[str]) -> list[str]:
+    """One PNG file name per conversation, all different (and never overall.png)."""
+    taken, names = {"overall"}, []
+    for i, conversation_id in enumerate(ids):
+        slug = _slug(conversation_id) or "conversation"
+        if slug in taken:
+            slug = f"{slug[:74]}-{i + 1}"
+        taken.add(slug)
+        names.append(f"{slug}.png")
+    return names
+
+
+def _thousands(value: float, _position: int) -> str:
+    if abs(value) >= 1e6:
+        return f"{value / 1e6:g}M"
+    return f"{value / 1e3:g}k" if value else "0"
+
+
+def conversation_chart(plt, c: dict[str, Any], max_total_tokens: int | None, path: Path) -> Path:
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    turns = range(1, len(c["raw_per_turn"]) + 1)
+    ax.plot(turns, c["forwarded_per_turn"], label="forwarded", color="tab:orange", linewidth=2.2, zorder=2)
+    # raw dashed on top: still visible where nothing is offloaded (forwarded == raw)
+    ax.plot(turns, c["raw_per_turn"], label="raw", color="tab:blue", linestyle="--", linewidth=1.4, zorder=3)
+    if max_total_tokens:
+        ax.axhline(max_total_tokens, color="grey", linestyle=":", linewidth=1.2, zorder=1,
+                   label=f"max_total_tokens ({max_total_tokens:,})")
+    ratio = c["forwarded_tokens"] / c["raw_tokens"] if c["raw_tokens"] else 1.0
+    ax.set(title=f"{shorten(c['id'], 70)}\nforwarded/raw {ratio:.3f}, {c['summaries']} summaries, "
+                 f"{c['refs']} refs", xlabel="turn", ylabel="tokens (o200k_base, message JSON)")
+    ax.title.set_fontsize(10)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_formatter(FuncFormatter(_thousands))
+    top = max([*c["raw_per_turn"], *c["forwarded_per_turn"], max_total_tokens or 0, 1])
+    ax.set_ylim(0, top * 1.12)  # headroom: the legend never sits on the max_total_tokens line
+    ax.legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path
+
+
 def write_charts(report: dict[str, Any], out: Path) -> list[Path]:
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import FuncFormatter
     except ImportError:
         log.warning("matplotlib is not installed: no charts (pip install 'offload-proxy[replay]')")
         return []
-    written = []
-    for c in report["conversations"]:
-        fig, ax = plt.subplots(figsize=(8, 4))
-        ax.plot(c["raw_per_turn"], label="raw")
-        ax.plot(c["forwarded_per_turn"], label="forwarded")
-        ax.set(title=c["id"][:70], xlabel="turn", ylabel="tokens (o200k_base, message JSON)")
-        ax.legend()
-        path = out / f"{_slug(c['id'])}.png"
-        fig.tight_layout()
-        fig.savefig(path, dpi=80)
-        plt.close(fig)
-        written.append(path)
+    conversations = report["conversations"]
+    max_total_tokens = report.get("settings", {}).get("max_total_tokens")
+    written = [conversation_chart(plt, c, max_total_tokens, out / name)
+               for c, name in zip(conversations, chart_names([c["id"] for c in conversations]))]
     fig, ax = plt.subplots(figsize=(10, 5))
-    names = [c["id"][:18] for c in report["conversations"]]
+    names = unique_labels([c["id"] for c in conversations], CHART_NAME_WIDTH)
     xs = range(len(names))
-    ax.bar([x - 0.2 for x in xs], [c["raw_tokens"] for c in report["conversations"]], width=0.4, label="raw")
-    ax.bar([x + 0.2 for x in xs], [c["forwarded_tokens"] for c in report["conversations"]], width=0.4,
-           label="forwarded")
-    ax.set_xticks(list(xs), names, rotation=60, ha="right", fontsize=7)
+    ax.bar([x - 0.2 for x in xs], [c["raw_tokens"] for c in conversations], width=0.4, label="raw")
+    ax.bar([x + 0.2 for x in xs], [c["forwarded_tokens"] for c in conversations], width=0.4, label="forwarded")
+    ax.set_xticks(list(xs), names, rotation=50, ha="right", rotation_mode="anchor", fontsize=8)
+    ax.yaxis.set_major_formatter(FuncFormatter(_thousands))
     o = report["overall"]
     ax.set(title=f"tokens summed over turns: forwarded/raw {o['forwarded_ratio']:.3f}, "
                  f"prefix reuse {o['prefix_reuse']:.3f}", ylabel="tokens")

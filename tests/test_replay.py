@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -129,3 +130,69 @@ def test_bad_file_from_the_command_line_exits_non_zero_without_traceback(tmp_pat
     missing = subprocess.run([sys.executable, "-m", "proxy", "replay", str(tmp_path / "nope.jsonl")],
                              capture_output=True, text=True, timeout=60)
     assert missing.returncode != 0 and "Traceback" not in missing.stderr and "nope.jsonl" in missing.stderr
+
+
+# ---------------------------------------------------------------- table and charts
+
+SAME_HEAD = ["msa-deepseek_chat_test_1-100-django__django-11099", "msa-deepseek_chat_test_1-100-django__django-12708",
+             "msa-deepseek_chat_test_1-100-django__django-13265"]
+
+
+def test_table_and_chart_labels_are_unique_when_ids_share_a_long_head():
+    from proxy.replay_report import CHART_NAME_WIDTH, NAME_WIDTH, chart_names, unique_labels
+
+    for width in (NAME_WIDTH, CHART_NAME_WIDTH, 18):
+        labels = unique_labels(SAME_HEAD, width)
+        assert len(set(labels)) == 3 and all(len(label) <= width for label in labels), labels
+    assert unique_labels(SAME_HEAD, NAME_WIDTH)[0].endswith("django-11099")  # the distinguishing tail is kept
+    assert unique_labels(["short", "short", "x" * 50, "x" * 50], 20) == [
+        "short #1", "short #2", "xxxxxxxx…xxxxxxxx #3", "xxxxxxxx…xxxxxxxx #4"]
+    names = chart_names(["a/b", "a b", "overall", "z" * 100, "z" * 90])
+    assert len(set(names)) == 5 and "overall.png" not in names
+
+
+def replay_report_for(ids: list[str], tmp_path, monkeypatch, capsys, steps: int = 6) -> tuple[dict, str, dict]:
+    """Replay conversations with these ids; returns the report, the printed table and the saved figures."""
+    import matplotlib.figure
+
+    saved: dict = {}
+    original = matplotlib.figure.Figure.savefig
+
+    def record(fig, path, *args, **kwargs):
+        saved[Path(path).name] = fig
+        fig.canvas.draw()  # ticks as they are drawn
+        return original(fig, path, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", record)
+    traces = tmp_path / "c.jsonl"
+    traces.write_text("\n".join(json.dumps({**conversation("x", steps), "id": i}) for i in ids))
+    capsys.readouterr()
+    main(["replay", str(traces), "--out", str(tmp_path / "out"), "--max-total-tokens", "3000"])
+    return json.loads((tmp_path / "out" / "report.json").read_text()), capsys.readouterr().out, saved
+
+
+def test_replay_table_and_overall_chart_tell_conversations_apart(tmp_path, monkeypatch, capsys):
+    report, printed, saved = replay_report_for(SAME_HEAD, tmp_path, monkeypatch, capsys)
+    rows = [line for line in printed.splitlines() if line.startswith("msa-")]
+    assert len(rows) == 3 and len({row.split()[0] for row in rows}) == 3
+    overall = saved["overall.png"].axes[0]
+    labels = [t.get_text() for t in overall.get_xticklabels()]
+    assert len(labels) == 3 and len(set(labels)) == 3 and all(label for label in labels)
+    assert len([name for name in saved if name != "overall.png"]) == 3
+    assert all((tmp_path / "out" / name).stat().st_size > 1000 for name in saved)
+
+
+def test_conversation_chart_shows_the_trigger_integer_turns_and_raw_on_top(tmp_path, monkeypatch, capsys):
+    report, _, saved = replay_report_for(["short"], tmp_path, monkeypatch, capsys, steps=1)
+    c = report["conversations"][0]
+    assert c["forwarded_per_turn"] == c["raw_per_turn"]  # nothing offloaded: the two lines coincide
+    ax = saved["short.png"].axes[0]
+    ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    trigger = next(line for label, line in lines.items() if label.startswith("max_total_tokens"))
+    assert set(trigger.get_ydata()) == {3000}
+    raw, forwarded = lines["raw"], lines["forwarded"]
+    assert list(raw.get_xdata()) == list(range(1, c["turns"] + 1))  # turn k is the k-th request
+    assert raw.get_zorder() > forwarded.get_zorder() and raw.get_linestyle() == "--"
+    assert ax.get_ylim()[1] > 3000  # the trigger line is inside the chart
