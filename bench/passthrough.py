@@ -17,12 +17,13 @@ import httpx
 
 from common import machine, servers
 BODY = b'{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}'
+AUTH = {"authorization": "Bearer sk-bench"}  # the proxy serves no anonymous request by default
 STREAM_BODY = b'{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"hi"}]}'
 
 
 async def sequential(base: str, n: int, body: bytes) -> list[float]:
     times = []
-    async with httpx.AsyncClient(timeout=30) as c:
+    async with httpx.AsyncClient(timeout=30, headers=AUTH) as c:
         for _ in range(10):  # warm-up: connections, caches
             await c.post(f"{base}/chat/completions", content=body)
         for _ in range(n):
@@ -35,7 +36,7 @@ async def sequential(base: str, n: int, body: bytes) -> list[float]:
 
 async def first_chunk(base: str, n: int) -> list[float]:
     times = []
-    async with httpx.AsyncClient(timeout=30) as c:
+    async with httpx.AsyncClient(timeout=30, headers=AUTH) as c:
         for i in range(n + 10):
             t = time.perf_counter()
             async with c.stream("POST", f"{base}/chat/completions", content=STREAM_BODY) as r:
@@ -48,7 +49,7 @@ async def first_chunk(base: str, n: int) -> list[float]:
 
 
 async def concurrent(base: str, n: int, width: int) -> float:
-    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=width)) as c:
+    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=width), headers=AUTH) as c:
         sem = asyncio.Semaphore(width)
 
         async def one():

@@ -29,7 +29,8 @@ def peak_rss_mb(pid: int) -> float:
 
 
 async def run(base: str, streams: int, chunks: int, delay_ms: int) -> tuple[list[float], list[str]]:
-    headers = {"x-bench-chunks": str(chunks), "x-bench-delay-ms": str(delay_ms), "content-type": "application/json"}
+    headers = {"x-bench-chunks": str(chunks), "x-bench-delay-ms": str(delay_ms), "content-type": "application/json",
+               "authorization": "Bearer sk-bench"}
     limits = httpx.Limits(max_connections=streams + 10, max_keepalive_connections=streams + 10)
     latencies: list[float] = []
     errors: list[str] = []

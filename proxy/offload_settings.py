@@ -117,7 +117,8 @@ class SettingsResolver:
     def tenant_extra(self, tenant: str | None, key: str) -> Any:
         return self.tenants.get(tenant or "", {}).get(key)
 
-    def resolve(self, headers: Mapping[str, str]) -> OffloadSettings:
+    def resolve(self, headers: Mapping[str, str], *, tenant: str | None = None) -> OffloadSettings:
+        """`tenant`: the tenants-file entry the caller belongs to (decided by its credential)."""
         from_headers: dict[str, str] = {}
         for name, value in headers.items():
             lname = name.lower()
@@ -130,7 +131,7 @@ class SettingsResolver:
                                      code="invalid_offload_header", param=header_name(field))
                 from_headers[field] = value.strip()
         merged = self.defaults.model_dump(exclude_unset=False)
-        merged.update(self.tenant_overrides(from_headers.get("tenant")))
+        merged.update(self.tenant_overrides(tenant))
         for field, value in from_headers.items():
             try:
                 OffloadSettings(**{field: value})

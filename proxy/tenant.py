@@ -1,21 +1,34 @@
-"""Tenant namespaces: content offloaded under one credential is invisible to every other.
+"""Tenant namespaces: content offloaded under one identity is invisible to every other.
 
-The namespace is a keyed hash of the Authorization credential and the X-Offload-Tenant value;
-the raw credential is never stored or logged.
+A namespace is a hash of who the caller is (a tenant of the tenants file, a client credential,
+or "anonymous") and the optional sub-tenant (`X-Offload-Tenant`); raw credentials are never
+stored or logged.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 
-NAMESPACE_VERSION = b"offload-ns-v1"
+NAMESPACE_VERSION = b"offload-ns-v2"
 
 
-def tenant_namespace(authorization: str | None, tenant: str | None) -> str:
+def namespace_for(kind: str, identity: Sequence[str], sub_tenant: str | None) -> str:
+    """`identity`: the tenant name, or the credentials presented (order does not matter)."""
     material = b"\0".join(
-        [NAMESPACE_VERSION, (authorization or "").strip().encode(), (tenant or "").encode()]
+        [NAMESPACE_VERSION, kind.encode(), *sorted(v.encode("utf-8", "surrogatepass") for v in set(identity)),
+         b"\1", (sub_tenant or "").encode()]
     )
     return hashlib.sha256(material).hexdigest()[:32]
+
+
+def tenant_namespace(credential: str | None, tenant: str | None) -> str:
+    """The namespace of a client credential (a bare key or an `Authorization` value)."""
+    value = (credential or "").strip()
+    scheme, _, token = value.partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        value = token.strip()
+    return namespace_for("credential", [value] if value else [], tenant)
 
 
 def key(namespace: str, kind: str, name: str) -> str:

@@ -21,8 +21,6 @@ class Upstream:
 
     def __init__(self, settings: ServerSettings, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.base = settings.upstream_base
-        self.default_auth = (b"authorization", f"Bearer {settings.upstream_api_key}".encode()) \
-            if settings.upstream_api_key else None
         self.timeout = httpx.Timeout(
             connect=settings.connect_timeout,
             read=settings.read_timeout,
@@ -71,8 +69,6 @@ class Upstream:
         `base` replaces the configured upstream base URL (a tenant's own, or an allowed one).
         Raises ProxyError 502 when the upstream cannot be reached, 504 when it times out.
         """
-        if self.default_auth and not any(k.lower() == b"authorization" for k, _ in headers):
-            headers = [*headers, self.default_auth]
         request = httpx.Request(
             method, self._parsed_url(path, query, base), headers=headers, content=content, extensions={"timeout": self.timeout}
         )

@@ -8,30 +8,49 @@ can never make the proxy send its credentials, or anyone's, to a host of its cho
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+from collections.abc import Mapping
 
-from starlette.datastructures import Headers
+import httpx
 
 from proxy.errors import ProxyError
-from proxy.offload_settings import SettingsResolver
 
 HEADER = "x-offload-upstream"
+PARAM = "X-Offload-Upstream"
 
 
-def chosen_base(headers: Headers, resolver: SettingsResolver, allowlist: list[str]) -> str | None:
-    """The base URL for this request, or None for the server's default."""
-    requested = headers.get(HEADER)
-    if requested:
-        parts = urlsplit(requested.strip())
-        host = (parts.hostname or "").lower()
-        hostport = f"{host}:{parts.port}" if parts.port else host
-        if parts.scheme not in ("http", "https") or not host:
-            raise ProxyError(400, "X-Offload-Upstream must be an http(s) URL.", code="invalid_upstream",
-                             param="X-Offload-Upstream")
-        allowed = {entry.lower() for entry in allowlist}
-        if host not in allowed and hostport not in allowed:
-            raise ProxyError(400, f"Upstream host {hostport!r} is not on this server's allowlist.",
-                             code="upstream_not_allowed", param="X-Offload-Upstream")
-        return requested.strip().rstrip("/")
-    tenant_upstream = resolver.tenant_extra(headers.get("x-offload-tenant"), "upstream")
-    return str(tenant_upstream).rstrip("/") if tenant_upstream else None
+def _invalid(why: str) -> ProxyError:
+    return ProxyError(400, f"X-Offload-Upstream must be an http(s) URL such as https://host/v1: {why}.",
+                      code="invalid_upstream", param=PARAM)
+
+
+def parse_upstream_url(value: str) -> httpx.URL:
+    """A strict parse: any whitespace or control character, a bad port or a bad host is refused."""
+    if any(ord(c) <= 0x20 or ord(c) == 0x7F for c in value):
+        raise _invalid("it contains whitespace or a control character")
+    try:
+        url = httpx.URL(value)
+        port = url.port
+    except (httpx.InvalidURL, ValueError, TypeError) as exc:
+        raise _invalid(str(exc) or "it does not parse") from exc
+    if url.scheme not in ("http", "https") or not url.host:
+        raise _invalid("it needs an http or https scheme and a host")
+    if url.userinfo or url.query or url.fragment:
+        raise _invalid("it may not carry credentials, a query or a fragment")
+    if port is not None and not 0 < port < 65536:
+        raise _invalid("its port is out of range")
+    return url
+
+
+def requested_base(headers: Mapping[str, str], allowlist: list[str]) -> str | None:
+    """The base URL an `X-Offload-Upstream` header asks for (allowlisted hosts only), else None."""
+    requested = (headers.get(HEADER) or "").strip()
+    if not requested:
+        return None
+    url = parse_upstream_url(requested)
+    host = url.host.lower()
+    hostport = f"{host}:{url.port}" if url.port else host
+    allowed = {entry.lower() for entry in allowlist}
+    if host not in allowed and hostport not in allowed:
+        raise ProxyError(400, f"Upstream host {hostport!r} is not on this server's allowlist.",
+                         code="upstream_not_allowed", param=PARAM)
+    return requested.rstrip("/")

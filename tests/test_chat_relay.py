@@ -95,7 +95,7 @@ def test_upstream_errors_relayed(client, upstream, status, exc, stream):
 
 def test_malformed_json_is_400(proxy_url, upstream):
     r = httpx.post(f"{proxy_url}/v1/chat/completions", content=b"{not json",
-                   headers={"content-type": "application/json"})
+                   headers={"content-type": "application/json", "authorization": "Bearer sk-test-key"})
     assert r.status_code == 400
     error = r.json()["error"]
     assert set(error) == {"message", "type", "param", "code"} and error["type"] == "invalid_request_error"
@@ -186,7 +186,7 @@ def test_client_disconnect_cancels_upstream(proxy_url, upstream, streaming):
     upstream.handler = _watching_handler(saw_disconnect, streaming)
     body = {"model": "gpt-4o", "messages": MESSAGES, "stream": streaming}
     start = time.monotonic()
-    with httpx.Client(timeout=httpx.Timeout(5, read=0.5)) as c:
+    with httpx.Client(timeout=httpx.Timeout(5, read=0.5), headers={"authorization": "Bearer sk-test-key"}) as c:
         try:
             with c.stream("POST", f"{proxy_url}/v1/chat/completions", json=body) as r:
                 for _ in r.iter_raw():

@@ -5,8 +5,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+import tomllib
 import yaml
 
+from proxy.caller import Gatekeeper
 from proxy.config import ServerSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +46,7 @@ def test_kubernetes_manifests():
     for path in (ROOT / "deploy" / "k8s").glob("*.yaml"):
         for doc in yaml.safe_load_all(path.read_text()):
             docs[doc["kind"]] = doc
-    assert {"Deployment", "Service", "ConfigMap", "HorizontalPodAutoscaler"} <= set(docs)
+    assert {"Deployment", "Service", "ConfigMap", "Secret", "HorizontalPodAutoscaler"} <= set(docs)
     spec = docs["Deployment"]["spec"]
     container = spec["template"]["spec"]["containers"][0]
     assert spec["replicas"] > 1
@@ -53,4 +56,21 @@ def test_kubernetes_manifests():
     grace = int(docs["ConfigMap"]["data"]["OFFLOAD_SHUTDOWN_GRACE"])
     assert spec["template"]["spec"]["terminationGracePeriodSeconds"] > grace
     assert docs["HorizontalPodAutoscaler"]["spec"]["scaleTargetRef"]["name"] == docs["Deployment"]["metadata"]["name"]
-    assert set(docs["ConfigMap"]["data"]) - {"tenants.toml"} <= SETTINGS
+    assert set(docs["ConfigMap"]["data"]) <= SETTINGS
+    volumes = {v["name"]: v for v in spec["template"]["spec"]["volumes"]}
+    assert volumes["tenants"]["secret"]["secretName"] == docs["Secret"]["metadata"]["name"]  # keys are secrets
+
+
+def test_compose_publishes_on_loopback_only():
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    assert all(str(p).startswith("127.0.0.1:") for p in compose["services"]["proxy"]["ports"])
+
+
+def test_example_secret_holds_proxy_keys_that_are_refused_as_they_are():
+    secret = yaml.safe_load((ROOT / "deploy" / "k8s" / "secret.example.yaml").read_text())["stringData"]
+    tenants = tomllib.loads(secret["tenants.toml"])["tenants"]
+    assert all(t["api_keys"] for t in tenants.values())
+    with pytest.raises(ValueError, match="example value"):
+        Gatekeeper(tenants, server_key=None, allow_anonymous=False, upstream_allowlist=[])
+    with pytest.raises(ValueError, match="example value"):
+        ServerSettings(upstream_api_key=secret["OFFLOAD_UPSTREAM_API_KEY"])

@@ -119,12 +119,16 @@ def test_fuzzed_chat_requests(app_client, payload, offload_headers):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(offload_headers=headers, path=st.sampled_from(["/v1/offload", "/v1/offload/events", "/v1/offload/abc"]))
-def test_fuzzed_offload_api(app_client, offload_headers, path):
+@given(offload_headers=headers, path=st.sampled_from(["/v1/offload", "/v1/offload/events", "/v1/offload/abc"]),
+       credential=st.sampled_from([{}, {"authorization": "Bearer sk-fuzz"}, {"x-api-key": "sk-fuzz"},
+                                   {"api-key": "sk-fuzz"}, {"authorization": "Bearer "}]))
+def test_fuzzed_offload_api(app_client, offload_headers, path, credential):
     client, _ = app_client
+    sent = {**offload_headers, **credential}
     if path == "/v1/offload":
         r = client.post(path, json={"messages": [{"role": "tool", "tool_call_id": "x", "content": "y" * 9000}]},
-                        headers=offload_headers)
+                        headers=sent)
     else:
-        r = client.get(path, headers=offload_headers)
-    assert r.status_code in (200, 400, 404), r.text
+        r = client.get(path, headers=sent)
+    anonymous = not any(v.removeprefix("Bearer ").strip() for v in credential.values())
+    assert r.status_code in ((401,) if anonymous else (200, 400, 404)), r.text

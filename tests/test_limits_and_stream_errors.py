@@ -30,7 +30,7 @@ def test_declared_body_too_large_is_413(make_proxy, upstream):
             for _ in range(10):
                 yield b"x" * 1000
 
-        r = httpx.post(f"{url}/v1/files", content=chunked())  # no Content-Length: counted as it comes
+        r = httpx.post(f"{url}/v1/files", content=chunked(), headers={"authorization": "Bearer sk-test-key"})  # no Content-Length: counted as it comes
         assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
 
 
@@ -68,7 +68,8 @@ def test_upstream_breaking_off_mid_stream_ends_with_an_error_event(make_proxy, u
     with make_proxy(read_timeout=0.5) as url:
         start = time.monotonic()
         with httpx.stream("POST", f"{url}/v1/chat/completions", json={"model": "gpt-4o", "stream": True,
-                                                                        "messages": MESSAGES}) as r:
+                                                                        "messages": MESSAGES},
+                          headers={"authorization": "Bearer sk-test-key"}) as r:
             text = b"".join(r.iter_bytes()).decode()
         assert time.monotonic() - start < 5
         events = [line[6:] for line in text.splitlines() if line.startswith("data: ")]

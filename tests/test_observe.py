@@ -49,7 +49,7 @@ def test_metrics_count_requests_tokens_refs_reloads(make_proxy, upstream):
     with make_proxy(metrics_tenant_label=True) as url:
         r = httpx.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": history}, headers=HEADERS)
         assert r.status_code == 200
-        httpx.get(f"{url}/v1/models")
+        httpx.get(f"{url}/v1/models", headers=HEADERS)
         text = httpx.get(f"{url}/metrics").text
     tenant = tenant_namespace(f"Bearer {SECRET}", None)[:12]
     assert sample(text, "offload_requests_total", route="chat", status="200", tenant=tenant) == 1
@@ -115,7 +115,7 @@ def test_workers_share_metrics_and_log_json(upstream, tmp_path):
             assert time.monotonic() < deadline, "workers did not come up"
             time.sleep(0.1)
         for _ in range(8):
-            with httpx.Client() as fresh:  # new connections, spread over the workers
+            with httpx.Client(headers=HEADERS) as fresh:  # new connections, spread over the workers
                 fresh.post(f"{url}/v1/chat/completions",
                            json={"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]})
         text = httpx.get(f"{url}/metrics").text

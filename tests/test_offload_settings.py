@@ -20,9 +20,9 @@ def test_headers_override_tenant_overrides_server_default(tmp_path):
     tenants.write_text('[tenants.acme]\nmax_total_tokens = 5000\nmode = "compact"\n')
     resolver = SettingsResolver({"max_total_tokens": 30000}, load_tenants_file(tenants))
     assert resolver.resolve({}).max_total_tokens == 30000
-    assert resolver.resolve({"X-Offload-Tenant": "acme"}).max_total_tokens == 5000
-    s = resolver.resolve({"x-offload-tenant": "acme", "X-Offload-Max-Total-Tokens": "7000",
-                          "X-Offload-Reload-Tools": "off", "X-Offload-Keep-Recent": "3"})
+    assert resolver.resolve({}, tenant="acme").max_total_tokens == 5000
+    s = resolver.resolve({"X-Offload-Max-Total-Tokens": "7000", "X-Offload-Reload-Tools": "off",
+                          "X-Offload-Keep-Recent": "3"}, tenant="acme")
     assert (s.max_total_tokens, s.mode, s.reload_tools, s.keep_recent) == (7000, "compact", False, 3)
 
 
@@ -30,7 +30,7 @@ def test_yaml_tenants_file(tmp_path):
     pytest.importorskip("yaml")
     tenants = tmp_path / "tenants.yaml"
     tenants.write_text("tenants:\n  acme:\n    max_reload_rounds: 2\n")
-    assert SettingsResolver({}, load_tenants_file(tenants)).resolve({"X-Offload-Tenant": "acme"}).max_reload_rounds == 2
+    assert SettingsResolver({}, load_tenants_file(tenants)).resolve({}, tenant="acme").max_reload_rounds == 2
 
 
 def test_bad_tenants_file_fails_at_startup(tmp_path):

@@ -58,7 +58,8 @@ def test_sigterm_lets_streams_finish_within_grace(upstream, tmp_path, grace, str
 
     def consume():
         try:
-            with httpx.stream("POST", f"{url}/v1/chat/completions", json=BODY, timeout=20) as r:
+            with httpx.stream("POST", f"{url}/v1/chat/completions", json=BODY, timeout=20,
+                              headers={"authorization": "Bearer sk-test-key"}) as r:
                 for part in r.iter_raw():
                     received.append(part)
                     started.set()

@@ -56,7 +56,8 @@ def test_app_relays_and_offloads_against_respx(tmp_path):
                 {"id": "c1", "type": "function", "function": {"name": "sh", "arguments": "{}"}}]},
             {"role": "tool", "tool_call_id": "c1", "content": big},
             {"role": "user", "content": "next"}]}
-        r = client.post("/v1/chat/completions", json=body, headers={"X-Offload-Max-Total-Tokens": "100"})
+        r = client.post("/v1/chat/completions", json=body,
+                        headers={"X-Offload-Max-Total-Tokens": "100", "Authorization": "Bearer k"})
         assert r.status_code == 200 and r.headers["x-offload-action"] == "compact"
         forwarded = chat.calls.last.request
         assert b"ref=" in forwarded.content and big.encode() not in forwarded.content

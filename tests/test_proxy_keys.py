@@ -1,0 +1,167 @@
+"""Proxy keys, client credentials and anonymous mode: who may use the proxy, and whose content they see."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from pydantic import ValidationError
+
+from proxy.caller import Gatekeeper
+from proxy.config import ServerSettings
+from tests.history import agent_history, refs_sent
+
+KEY_A = "pk-team-a-secret-0001"
+KEY_B = "pk-team-b-secret-0002"
+KEY_B2 = "pk-team-b-second-key"
+CHEAP = {"X-Offload-Max-Total-Tokens": "1000"}
+
+
+def tenants_file(tmp_path: Path, upstream_url: str = "", extra_b: str = "") -> Path:
+    path = tmp_path / "tenants.toml"
+    path.write_text(
+        f'[tenants.team-a]\napi_keys = ["{KEY_A}"]\nmax_total_tokens = 1000\n'
+        f'[tenants.team-b]\napi_keys = ["{KEY_B}", "sha256:{hashlib.sha256(KEY_B2.encode()).hexdigest()}"]\n'
+        f'upstream_api_key = "sk-team-b-upstream"\n{extra_b}'
+        f'[tenants.open]\nmax_total_tokens = 1000\n'
+    )
+    return path
+
+
+def chat(url: str, headers: dict, messages: list | None = None) -> httpx.Response:
+    body = {"model": "gpt-4o", "messages": messages or [{"role": "user", "content": "hi"}]}
+    return httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers, timeout=20)
+
+
+def credentials_sent(rec) -> dict[str, str]:
+    return {k: v for k, v in rec.headers.items() if k in ("authorization", "x-api-key", "api-key")}
+
+
+def test_server_key_requires_a_proxy_key_and_never_forwards_it(make_proxy, upstream, tmp_path):
+    with make_proxy(upstream_api_key="sk-server", tenants_file=tenants_file(tmp_path)) as url:
+        for path in ("/v1/chat/completions", "/v1/models", "/v1/offload", "/v1/offload/events", "/v1/offload/abc"):
+            r = httpx.request("POST" if path.endswith(("completions", "offload")) else "GET", f"{url}{path}", json={})
+            assert r.status_code == 401 and r.json()["error"]["code"] == "missing_api_key", path
+            assert "Authorization: Bearer" in r.json()["error"]["message"]
+        for wrong in ({"authorization": "Bearer sk-real-openai-key"}, {"x-api-key": "nope-nope-nope"},
+                      {"api-key": "azure-key"}):
+            r = chat(url, wrong)
+            assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+        assert not upstream.requests  # the operator's key was never used by them
+
+        assert chat(url, {"authorization": f"Bearer {KEY_A}"}).status_code == 200
+        assert credentials_sent(upstream.requests[-1]) == {"authorization": "Bearer sk-server"}
+        assert chat(url, {"x-api-key": KEY_A}).status_code == 200
+        assert credentials_sent(upstream.requests[-1]) == {"authorization": "Bearer sk-server"}
+        # team-b has its own upstream key; its second key is configured as a SHA-256 digest
+        for headers in ({"authorization": f"Bearer {KEY_B}"}, {"x-api-key": KEY_B2}):
+            assert httpx.get(f"{url}/v1/models", headers=headers).status_code == 200
+            assert credentials_sent(upstream.requests[-1]) == {"authorization": "Bearer sk-team-b-upstream"}
+        for rec in upstream.requests:
+            assert not any(key in str(rec.headers) for key in (KEY_A, KEY_B, KEY_B2))
+
+
+def test_the_key_decides_the_tenant_and_x_offload_tenant_only_narrows(make_proxy, upstream, tmp_path):
+    port = upstream.url.rsplit(":", 1)[1]
+    tenants = tenants_file(tmp_path, extra_b=f'upstream = "http://localhost:{port}/v1"\n')
+    history = agent_history(steps=4)
+    with make_proxy(upstream_api_key="sk-server", tenants_file=tenants) as url:
+        # team-a's settings (max_total_tokens = 1000) come from its key: its history is compacted
+        r = chat(url, {"authorization": f"Bearer {KEY_A}"}, history)
+        assert r.headers["x-offload-action"] == "compact"
+        ref = refs_sent(upstream.chat_requests()[-1])[0]
+        assert upstream.requests[-1].headers["host"] == f"127.0.0.1:{port}"
+        # naming team-b does not switch to team-b (its upstream, its key, its content): a sub-tenant of team-a
+        r = chat(url, {"authorization": f"Bearer {KEY_A}", "X-Offload-Tenant": "team-b"})
+        assert r.status_code == 200
+        assert upstream.requests[-1].headers["host"] == f"127.0.0.1:{port}"
+        assert credentials_sent(upstream.requests[-1]) == {"authorization": "Bearer sk-server"}
+
+        def read(headers: dict) -> int:
+            return httpx.get(f"{url}/v1/offload/{ref}", headers=headers).status_code
+
+        assert read({"authorization": f"Bearer {KEY_A}"}) == 200
+        assert read({"authorization": f"Bearer {KEY_A}", "X-Offload-Tenant": "sub"}) == 404  # narrower
+        assert read({"authorization": f"Bearer {KEY_B}"}) == 404
+        assert read({"authorization": f"Bearer {KEY_B}", "X-Offload-Tenant": "team-a"}) == 404
+        assert read({"X-Offload-Tenant": "team-a"}) == 401
+        # team-b's own upstream (a host alias of the fake) is used for team-b's key only
+        httpx.get(f"{url}/v1/models", headers={"authorization": f"Bearer {KEY_B}"})
+        assert upstream.requests[-1].headers["host"] == f"localhost:{port}"
+
+
+def test_without_a_server_key_every_credential_header_is_a_namespace(make_proxy, upstream, tmp_path):
+    history = agent_history(steps=4)
+    with make_proxy(tenants_file=tenants_file(tmp_path)) as url:
+        refs = {}
+        for name, headers in {"azure-1": {"api-key": "azure-key-1"}, "azure-2": {"api-key": "azure-key-2"},
+                              "anthropic": {"x-api-key": "sk-ant-1"}}.items():
+            r = chat(url, {**headers, **CHEAP, "X-Offload-Session": "s1"}, history)
+            assert r.status_code == 200 and r.headers["x-offload-action"] == "compact"
+            assert credentials_sent(upstream.requests[-1]) == headers  # the client's own credential, relayed
+            refs[name] = refs_sent(upstream.chat_requests()[-1])[0]
+        # equal content, different credentials: different refs, and none readable across
+        assert len(set(refs.values())) == 3
+        assert httpx.get(f"{url}/v1/offload/{refs['azure-1']}", headers={"api-key": "azure-key-1"}).status_code == 200
+        assert httpx.get(f"{url}/v1/offload/{refs['azure-1']}", headers={"api-key": "azure-key-2"}).status_code == 404
+        events = httpx.get(f"{url}/v1/offload/events?session=s1", headers={"api-key": "azure-key-2"}).json()["data"]
+        assert refs["azure-1"] not in str(events) and refs["azure-2"] in str(events)
+        # a tenant with proxy keys cannot be claimed by naming it; a tenant without may be, as before
+        r = chat(url, {"authorization": "Bearer sk-client", "X-Offload-Tenant": "team-a"})
+        assert r.status_code == 403 and r.json()["error"]["param"] == "X-Offload-Tenant"
+        assert chat(url, {"authorization": "Bearer sk-client", "X-Offload-Tenant": "open"}, history
+                    ).headers["x-offload-action"] == "compact"
+
+
+def test_anonymous_only_with_the_flag(make_proxy, upstream):
+    with make_proxy() as url:
+        r = chat(url, {})
+        assert r.status_code == 401 and "x-api-key" in r.json()["error"]["message"]
+        assert openai.OpenAI(base_url=f"{url}/v1", api_key="sk-any", max_retries=0).models.list()
+    with make_proxy(allow_anonymous=True) as url:
+        history = agent_history(steps=4)
+        r = chat(url, CHEAP, history)
+        assert r.status_code == 200 and r.headers["x-offload-action"] == "compact"
+        assert credentials_sent(upstream.requests[-1]) == {}
+        ref = refs_sent(upstream.chat_requests()[-1])[0]
+        assert httpx.get(f"{url}/v1/offload/{ref}").status_code == 200  # one shared anonymous namespace
+        r = httpx.get(f"{url}/v1/offload/events")
+        assert r.status_code == 401 and r.json()["error"]["code"] == "missing_api_key"
+    with make_proxy(allow_anonymous=True, upstream_api_key="sk-server") as url:
+        assert chat(url, {}).status_code == 200
+        assert credentials_sent(upstream.requests[-1]) == {"authorization": "Bearer sk-server"}
+        assert chat(url, {"authorization": "Bearer sk-guess"}).status_code == 401
+
+
+@pytest.mark.parametrize("value", ["http://a:b:c/", "http://[::1/", "http://a\tb/v1", "http://h:99999/v1",
+                                   "http://user:pw@h/v1", "javascript:alert(1)", "http://"])
+def test_malformed_upstream_header_is_400_everywhere(proxy_url, upstream, value):
+    headers = {"authorization": "Bearer sk-test-key", "X-Offload-Upstream": value}
+    for method, path in (("POST", "/v1/chat/completions"), ("GET", "/v1/models"), ("POST", "/v1/offload")):
+        r = httpx.request(method, f"{proxy_url}{path}", headers=headers,
+                          json={"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]})
+        assert r.status_code == 400, (path, r.text)
+        assert r.json()["error"]["code"] in ("invalid_upstream", "upstream_not_allowed")
+    assert not upstream.requests
+
+
+def test_placeholder_secrets_and_unsafe_tenants_files_are_refused():
+    for name in ("upstream_api_key", "admin_token", "encryption_key"):
+        with pytest.raises(ValidationError, match="example value"):
+            ServerSettings(**{name: "change-me: a secret"})
+    bad = [
+        ({"t": {"api_keys": ["change-me-please-now"]}}, "example value"),
+        ({"t": {"api_keys": ["short"]}}, "at least"),
+        ({"t": {"api_keys": "pk-not-a-list-of-keys"}}, "list"),
+        ({"t": {"api_keys": ["sha256:1234"]}}, "64 hex"),
+        ({"t": {"upstream_api_key": "sk-unprotected"}}, "needs api_keys"),
+        ({"a": {"api_keys": [KEY_A]}, "b": {"api_keys": [KEY_A]}}, "share"),
+    ]
+    for tenants, message in bad:
+        with pytest.raises(ValueError, match=message):
+            Gatekeeper(tenants, server_key=None, allow_anonymous=False, upstream_allowlist=[])
+    with pytest.raises(ValueError, match="example value"):
+        Gatekeeper({}, server_key="change-me", allow_anonymous=False, upstream_allowlist=[])
