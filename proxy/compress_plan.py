@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy import jsonio
-from proxy.markers import MARKER_PREFIX, RELOAD_TOOL, SEARCH_TOOL
+from proxy.markers import history_marker
 from proxy.offload_settings import OffloadSettings
 from proxy.tokens import TokenCounter
 
@@ -160,14 +160,8 @@ def groups(messages: list[Any], start: int, end: int, threshold: int, counter: T
 
 
 def summary_message(text: str, ref: str, count: int, tokens: int) -> dict:
-    return {
-        "role": "user",
-        "content": (
-            f"{MARKER_PREFIX}history: {count} earlier messages ({tokens} tokens) summarised, ref={ref}. "
-            f"{RELOAD_TOOL}(ref=\"{ref}\") returns them as JSON lines; "
-            f"{SEARCH_TOOL}(pattern, ref=\"{ref}\") searches them.]\n{text}"
-        ),
-    }
+    """The message standing for the summarised ones; `markers.history_ref` recognises it exactly."""
+    return {"role": "user", "content": f"{history_marker(ref, count, tokens)}\n{text}"}
 
 
 def assemble(messages: list[Any], head: int, cut: int, summary: dict) -> list[Any]:

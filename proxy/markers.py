@@ -2,6 +2,11 @@
 
 Replacement text is a pure function of (content, ref, token count): the same message always
 becomes the same bytes, so the provider's prompt cache keeps hitting turn after turn.
+
+Recognition is exact, never a prefix test: a tool result that merely starts like a marker
+(`[offloaded …`) is ordinary content and is compacted like any other. A tool-result marker is
+recognised by its whole shape: the first line, a preview no longer than `preview()` makes,
+and the proxy's own trailer line naming the same ref. Anything recognised is therefore small.
 """
 
 from __future__ import annotations
@@ -11,12 +16,24 @@ import hashlib
 import re
 
 MARKER_PREFIX = "[offloaded "
-REF_RE = re.compile(r"ref=([A-Za-z0-9_-]{6,64})")
+REF_PATTERN = r"[A-Za-z0-9_-]{6,64}"
+REF_RE = re.compile(rf"ref=({REF_PATTERN})")
 PREVIEW_CHARS = 400
 PREVIEW_LINES = 8
 RELOAD_TOOL = "context_reload"
 SEARCH_TOOL = "context_search"
 INJECTED_TOOLS = frozenset({RELOAD_TOOL, SEARCH_TOOL})
+
+_TOOL_HEAD = re.compile(rf"\[offloaded tool result: (?:0|[1-9][0-9]{{0,11}}) tokens, ref=({REF_PATTERN})\]")
+_TOOL_TRAILER = re.compile(
+    rf"\[… (?:0|[1-9][0-9]{{0,11}}) more lines\. The full text: {RELOAD_TOOL}\(ref=\"({REF_PATTERN})\"\); "
+    rf"search it: {SEARCH_TOOL}\(pattern, ref=\"({REF_PATTERN})\"\)\.\]"
+)
+_HISTORY_HEAD = re.compile(
+    rf"\[offloaded history: (?:0|[1-9][0-9]{{0,11}}) earlier messages \((?:0|[1-9][0-9]{{0,11}}) tokens\) "
+    rf"summarised, ref=({REF_PATTERN})\. {RELOAD_TOOL}\(ref=\"({REF_PATTERN})\"\) returns them as JSON lines; "
+    rf"{SEARCH_TOOL}\(pattern, ref=\"({REF_PATTERN})\"\) searches them\.\]"
+)
 
 
 def make_ref(namespace: str, kind: str, content: str) -> str:
@@ -51,12 +68,51 @@ def tool_result_marker(text: str, ref: str, tokens: int) -> str:
     )
 
 
+def history_marker(ref: str, count: int, tokens: int) -> str:
+    """The first line of a compression summary message; the summary text follows it."""
+    return (
+        f"{MARKER_PREFIX}history: {count} earlier messages ({tokens} tokens) summarised, ref={ref}. "
+        f"{RELOAD_TOOL}(ref=\"{ref}\") returns them as JSON lines; "
+        f"{SEARCH_TOOL}(pattern, ref=\"{ref}\") searches them.]"
+    )
+
+
+# The longest preview `preview()` can make: each shown line is cut to the room left plus "…".
+_PREVIEW_MAX = PREVIEW_CHARS + 1
+
+
+def tool_result_ref(text: str) -> str | None:
+    """The ref of a tool-result marker made by `tool_result_marker`, else None."""
+    if not text.startswith(MARKER_PREFIX):
+        return None  # the common case, decided without a scan
+    first, _, rest = text.partition("\n")
+    head = _TOOL_HEAD.fullmatch(first)
+    body, newline, last = rest.rpartition("\n")
+    if head is None or not newline or len(body) > _PREVIEW_MAX or body.count("\n") >= PREVIEW_LINES:
+        return None
+    trailer = _TOOL_TRAILER.fullmatch(last)
+    ref = head.group(1)
+    if trailer is None or trailer.group(1) != ref or trailer.group(2) != ref:
+        return None
+    return ref
+
+
+def history_ref(text: str) -> str | None:
+    """The ref of a compression summary message's text (its first line), else None."""
+    if not text.startswith(MARKER_PREFIX):
+        return None
+    match = _HISTORY_HEAD.fullmatch(text.partition("\n")[0])
+    if match is None or not match.group(1) == match.group(2) == match.group(3):
+        return None
+    return match.group(1)
+
+
 def is_marker(text: str) -> bool:
-    return text.startswith(MARKER_PREFIX)
+    """Is `text` exactly a tool-result marker of the proxy's own (exempt from compaction)?"""
+    return tool_result_ref(text) is not None
 
 
 def refs_in(text: str) -> list[str]:
-    """The references a marker carries (its first line holds them)."""
-    if not is_marker(text):
-        return []
-    return REF_RE.findall(text.split("\n", 1)[0])
+    """The reference a proxy marker carries (tool result or history summary); [] for anything else."""
+    ref = tool_result_ref(text) or history_ref(text)
+    return [ref] if ref else []

@@ -2,7 +2,9 @@
 
 `plan_compaction` decides which tool results leave the context and what replaces them. It is
 deterministic and idempotent: the same input yields the same output, and a planned output
-planned again changes nothing (markers and reload results are never offloaded again).
+planned again changes nothing (markers and reload results are never offloaded again). Only
+the proxy's own markers are exempt, recognised exactly (`markers.is_marker`): a tool result
+that merely looks like one is compacted like any other.
 """
 
 from __future__ import annotations

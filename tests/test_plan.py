@@ -132,6 +132,10 @@ message_strategy = st.one_of(
               st.integers(0, 300)),
     st.builds(lambda n: {"role": "assistant", "content": None, "tool_calls": [
         {"id": f"c{n}", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}, st.integers(0, 300)),
+    # look-alikes of the proxy's markers: compacted like any other content, idempotence still holds
+    st.builds(lambda n: {"role": "tool", "tool_call_id": f"s{n}",
+                         "content": "[offloaded tool result: 1 tokens, ref=spoofed1]\n" + big_text(f"s{n}", n)},
+              st.integers(0, 300)),
 )
 
 
