@@ -3,26 +3,34 @@
 A reload of content within the token budget returns the original text byte-for-byte with
 nothing added; larger content comes in pages of lines (very long lines are cut into chunks so
 that every byte is reachable), each page ending with a note on how to get the next one.
+
+Arguments come from the model and are checked strictly (`parse_arguments`): anything out of
+shape is answered to the model as an error text, never raised to the client. A search runs
+off the event loop under one deadline (see `proxy.search`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import math
+import time
 from typing import Any
-
-import regex
 
 from proxy import observe
 from proxy.events import event
-from proxy.markers import RELOAD_TOOL, SEARCH_TOOL
+from proxy.markers import INJECTED_TOOLS, RELOAD_TOOL, SEARCH_TOOL
 from proxy.refs import RefStore
+from proxy.search import (MAX_PATTERN_CHARS, SIZE, TIME, Hits, SearchLimits, compile_pattern, off_loop, scan,
+                          split_lines)
 from proxy.store import StoreUnavailable
 from proxy.tokens import TokenCounter
 
+log = logging.getLogger("proxy.reload_tools")
+
 SEGMENT_CHARS = 2_000  # a longer line is cut into chunks of this size for paging
-SEARCH_TIMEOUT = 1.0  # seconds for one pattern over one item
-MAX_MATCHES = 200
-MATCH_LINE_CHARS = 300
+MAX_LINE_NUMBER = 1_000_000_000  # offset and limit above this are refused, not clamped
+MAX_REF_CHARS = 200
 
 RELOAD_TOOL_SCHEMAS: list[dict[str, Any]] = [
     {
@@ -80,14 +88,58 @@ def unavailable(ref: str) -> str:
     return f"Reference ref={ref} is not available: unknown, expired, or not offloaded under this credential."
 
 
+class BadArguments(ValueError):
+    """Tool arguments the model must fix; the message is what it is told."""
+
+
+def _integer(args: dict, name: str, low: int) -> int | None:
+    value = args.get(name)
+    if value is None:
+        return None
+    integral = isinstance(value, int) or isinstance(value, float) and math.isfinite(value) and value.is_integer()
+    if isinstance(value, bool) or not integral:
+        raise BadArguments(f"{name} must be an integer, got {json.dumps(value)[:40]}")
+    if not low <= value <= MAX_LINE_NUMBER:
+        raise BadArguments(f"{name} must be between {low} and {MAX_LINE_NUMBER}")
+    return int(value)
+
+
+def _string(args: dict, name: str, limit: int, required: bool) -> str | None:
+    value = args.get(name)
+    if value is None or (value == "" and not required):
+        if required:
+            raise BadArguments(f"{name} is required")
+        return None
+    if not isinstance(value, str) or not 0 < len(value) <= limit:
+        raise BadArguments(f"{name} must be a string of 1 to {limit} characters")
+    return value
+
+
+def parse_arguments(name: str, arguments: Any) -> dict[str, Any]:
+    """The checked arguments of a call to one of INJECTED_TOOLS; raises BadArguments."""
+    try:  # NaN and ±Infinity parse (as floats), so that the check below names the field
+        args = json.loads(arguments or "{}") if isinstance(arguments, str) \
+            else arguments  # some upstreams send an object, not its JSON text
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, and integers past 4300 digits
+        raise BadArguments(f"not valid JSON ({exc})") from exc
+    if not isinstance(args, dict):
+        raise BadArguments("arguments must be a JSON object")
+    if name == RELOAD_TOOL:
+        return {"ref": _string(args, "ref", MAX_REF_CHARS, True), "offset": _integer(args, "offset", 0),
+                "limit": _integer(args, "limit", 1)}
+    return {"pattern": _string(args, "pattern", MAX_PATTERN_CHARS, True),
+            "ref": _string(args, "ref", MAX_REF_CHARS, False)}
+
+
 class ReloadTools:
     """Runs injected tool calls for one request, within one tenant namespace."""
 
     def __init__(
-        self, refs: RefStore, counter: TokenCounter, max_tokens: int, request_refs: list[str], session: str | None
+        self, refs: RefStore, counter: TokenCounter, max_tokens: int, request_refs: list[str], session: str | None,
+        limits: SearchLimits = SearchLimits(),
     ) -> None:
         self.refs, self.counter, self.max_tokens = refs, counter, max_tokens
-        self.request_refs, self.session = request_refs, session
+        self.request_refs, self.session, self.limits = request_refs, session, limits
         self.events: list[dict] = []  # one per call, recorded after the response
 
     async def scope(self) -> list[str]:
@@ -96,48 +148,46 @@ class ReloadTools:
             return self.request_refs
         return sorted(set(self.request_refs) | await self.refs.session_refs(self.session))
 
-    async def run(self, name: str, arguments: str) -> str:
-        result = await self._run(name, arguments)
+    async def run(self, name: str, arguments: str, deadline: float | None = None) -> str:
+        """The tool result for the model. `deadline` (monotonic): the end of the request's reload budget."""
+        result = await self._run(name, arguments, deadline)
         if (rec := observe.current.get()) is not None:
             rec.count_reload(name)
-        self.events.append(event("reload", tool=name, arguments=arguments[:200], result_chars=len(result)))
+        self.events.append(event("reload", tool=name, arguments=str(arguments)[:200], result_chars=len(result)))
         return result
 
-    async def _run(self, name: str, arguments: str) -> str:
+    async def _run(self, name: str, arguments: str, deadline: float | None) -> str:
+        if name not in INJECTED_TOOLS:
+            return f"Unknown tool {name}."
         try:
-            args = json.loads(arguments or "{}")
-            if not isinstance(args, dict):
-                raise ValueError("arguments must be a JSON object")
-        except ValueError as exc:
-            return f"Invalid arguments for {name}: {exc}"
+            args = parse_arguments(name, arguments)
+        except BadArguments as exc:
+            return f"Invalid arguments for {name}: {exc}."
         try:
             if name == RELOAD_TOOL:
-                return await self.reload(str(args.get("ref", "")), args.get("offset"), args.get("limit"))
-            if name == SEARCH_TOOL:
-                return await self.search(str(args.get("pattern", "")), args.get("ref"))
+                return await self.reload(args["ref"], args["offset"], args["limit"])
+            return await self.search(args["pattern"], args["ref"], deadline)
         except StoreUnavailable:
             return "The offloaded content is temporarily unavailable (store unreachable). Try again later."
-        return f"Unknown tool {name}."
+        except Exception:  # a bug here must not fail the client's request: the model is told
+            log.exception("%s failed", name)
+            return f"{name} failed with an internal error; the content may be retrieved another way."
 
-    async def reload(self, ref: str, offset: Any = None, limit: Any = None) -> str:
+    async def reload(self, ref: str, offset: int | None = None, limit: int | None = None) -> str:
         item = await self.refs.load(ref)
         if item is None:
             return unavailable(ref)
         text = item.text
         if offset is None and limit is None and self.counter.text(text) <= self.max_tokens:
             return text
-        try:
-            start = max(0, int(offset or 0))
-            wanted = max(1, int(limit)) if limit is not None else None
-        except (TypeError, ValueError):
-            return "offset and limit must be integers."
+        start = max(0, offset or 0)
         parts = segments(text)
         if start >= len(parts):
             return f"ref={ref} has {len(parts)} lines; offset {start} is past the end."
         page: list[str] = []
         used = 0
         for part in parts[start:]:
-            if wanted is not None and len(page) >= wanted:
+            if limit is not None and len(page) >= limit:
                 break
             cost = self.counter.text(part)
             if page and used + cost > self.max_tokens:
@@ -155,39 +205,83 @@ class ReloadTools:
             )
         return body + "\n" + note  # the page is everything before the last line
 
-    async def search(self, pattern: str, ref: Any = None) -> str:
+    async def search(self, pattern: str, ref: str | None = None, deadline: float | None = None) -> str:
+        """Matching lines, within `limits`: one deadline and a cap on the bytes scanned."""
+        started = time.monotonic()
+        own = started + self.limits.timeout
+        deadline = own if deadline is None else min(own, deadline)
         try:
-            compiled = regex.compile(pattern, regex.IGNORECASE | regex.MULTILINE)
-        except regex.error as exc:
+            compiled = await off_loop(compile_pattern, pattern)
+        except ValueError as exc:
             return f"Invalid regular expression {pattern!r}: {exc}"
-        refs = [str(ref)] if ref else await self.scope()
-        budget = self.max_tokens * 3  # characters, a cheap bound on the result size
-        lines: list[str] = []
-        size = 0
-        truncated = False
+        refs = [ref] if ref else await self.scope()
+        hits = Hits(max_chars=self.max_tokens * 3)  # characters, a cheap bound on the result size
+        room = self.limits.max_bytes
+        searched = 0
         for r in refs:
+            if time.monotonic() >= deadline:
+                hits.stopped = TIME
+                break
             item = await self.refs.load(r)
             if item is None:
                 if ref:
                     return unavailable(r)
                 continue
-            try:
-                for number, line in enumerate(item.text.splitlines()):
-                    if compiled.search(line, timeout=SEARCH_TIMEOUT):
-                        shown = line if len(line) <= MATCH_LINE_CHARS else line[:MATCH_LINE_CHARS] + "…"
-                        entry = f"ref={r} line {number}: {shown}"
-                        if len(lines) >= MAX_MATCHES or size + len(entry) > budget:
-                            truncated = True
-                            break
-                        lines.append(entry)
-                        size += len(entry) + 1
-            except TimeoutError:
-                return f"The pattern {pattern!r} took too long; use a simpler one."
-            if truncated:
+            lines, used, clipped = await off_loop(split_lines, item.text, room)
+            await off_loop(scan, compiled, r, lines, deadline, hits)
+            searched += 1
+            room -= used
+            if clipped and hits.stopped is None:
+                hits.stopped = SIZE
+            if hits.stopped is not None:
                 break
-        if not lines:
+        return self._answer(pattern, ref, refs, hits, searched, time.monotonic() - started, deadline < own)
+
+    def _answer(self, pattern: str, ref: str | None, refs: list[str], hits: Hits, searched: int, took: float,
+                budget_bound: bool) -> str:
+        lines = list(hits.lines)
+        if not lines and hits.stopped in (TIME, SIZE):
+            lines.append(f"No match for {pattern!r} so far.")
+        if hits.stopped == TIME:
+            limit = "the time left of this request's reload budget" if budget_bound else (
+                f"the search time limit of {self.limits.timeout:g} s")
+            lines.append(f"[Search stopped early after {took:.1f} s ({limit}); {len(hits.lines)} match(es) found "
+                         f"after looking into {searched} of {len(refs)} item(s). "
+                         f"Use a simpler pattern, or give a ref.]")
+        elif hits.stopped == SIZE:
+            lines.append(f"[Search stopped early: one search scans at most {self.limits.max_bytes} bytes of "
+                         f"offloaded content, and the rest was not searched. Give a ref to search one item.]")
+        elif not lines:
             where = f"ref={ref}" if ref else f"{len(refs)} offloaded item(s)"
             return f"No match for {pattern!r} in {where}."
-        if truncated:
-            lines.append(f"[{len(lines)} matches shown; more exist. Narrow the pattern or give a ref.]")
+        elif hits.stopped is not None:
+            lines.append(f"[{len(hits.lines)} matches shown; more exist. Narrow the pattern or give a ref.]")
         return "\n".join(lines)
+
+
+def colliding_tool_names(body: Any) -> list[str]:
+    """The injected tool names the client declares itself, in `tools` or legacy `functions`.
+
+    The proxy then neither offloads nor injects for the request: two tools of one name must
+    not go upstream, and a call to the client's own tool must reach the client.
+    """
+    if not isinstance(body, dict):
+        return []
+    declared: list[Any] = []
+    for entry in _list(body.get("tools")):
+        if isinstance(entry, dict):
+            declared.append(entry.get("name"))  # flat form
+            for kind in ("function", "custom"):
+                if isinstance(entry.get(kind), dict):
+                    declared.append(entry[kind].get("name"))
+    declared += [entry.get("name") for entry in _list(body.get("functions")) if isinstance(entry, dict)]
+    return sorted({name for name in declared if isinstance(name, str) and name in INJECTED_TOOLS})
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def collision_warning(names: list[str]) -> str:
+    return (f"the request declares its own tool named {' and '.join(names)}; "
+            "forwarded without offloading or reload tools")
