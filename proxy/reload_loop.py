@@ -3,11 +3,19 @@
 The client sees one ordinary completion: injected tool calls never reach it, `usage` is summed
 over every round, and a stream continues across rounds as one stream (one id, one model, one
 final finish_reason, one [DONE]).
+
+Several choices (`n` > 1): choice 0 drives the loop, as the only one whose tool calls are run.
+Choices 1… are the first round's answers, independent samples of the client's own prompt: in
+a stream they are relayed as they come in the first round and left out of later rounds; in a
+non-streamed completion they are taken from the first round too. In every choice, calls to
+the injected tools are removed, and a `tool_calls` finish_reason left with no call becomes
+`stop` (choice 0: once the loop ends).
 """
 
 from __future__ import annotations
 
 import copy
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -19,6 +27,8 @@ from proxy import jsonio, observe, sse
 from proxy.errors import ProxyError, error_body, stream_broke
 from proxy.markers import INJECTED_TOOLS
 from proxy.reload_tools import ReloadTools
+
+log = logging.getLogger("proxy.reload_loop")
 
 # send(messages, with_injected_tools) → the upstream response (headers received, body unread)
 SendRound = Callable[[list[Any], bool], Awaitable[httpx.Response]]
@@ -34,7 +44,12 @@ class Budget:
 
     def more(self, rounds_done: int) -> bool:
         """May the next upstream call still offer the injected tools?"""
-        return rounds_done < self.max_rounds and time.monotonic() - self.started < self.seconds
+        return rounds_done < self.max_rounds and time.monotonic() < self.deadline
+
+    @property
+    def deadline(self) -> float:
+        """When the budget ends (time.monotonic): a tool call may not run past it either."""
+        return self.started + self.seconds
 
 
 def add_usage(total: dict | None, usage: dict | None) -> dict | None:
@@ -59,16 +74,16 @@ def _count_round() -> None:
         rec.reload_rounds += 1
 
 
-def is_injected(call: dict) -> bool:
-    return (call.get("function") or {}).get("name") in INJECTED_TOOLS
+def is_injected(call: Any) -> bool:
+    return isinstance(call, dict) and (call.get("function") or {}).get("name") in INJECTED_TOOLS
 
 
-async def run_calls(tools: ReloadTools, calls: list[dict]) -> list[dict]:
+async def run_calls(tools: ReloadTools, calls: list[dict], deadline: float) -> list[dict]:
     """Tool messages answering the injected calls."""
     results = []
     for call in calls:
         function = call.get("function") or {}
-        content = await tools.run(function.get("name", ""), function.get("arguments", ""))
+        content = await tools.run(function.get("name", ""), function.get("arguments", ""), deadline)
         results.append({"role": "tool", "tool_call_id": call.get("id"), "content": content})
     return results
 
@@ -76,9 +91,9 @@ async def run_calls(tools: ReloadTools, calls: list[dict]) -> list[dict]:
 def strip_injected(completion: dict) -> None:
     """Remove injected tool calls from every choice of a final (non-stream) completion."""
     for choice in completion.get("choices") or ():
-        message = choice.get("message") or {}
-        calls = message.get("tool_calls")
-        if not calls:
+        message = choice.get("message") if isinstance(choice, dict) else None
+        calls = message.get("tool_calls") if isinstance(message, dict) else None
+        if not calls or not isinstance(calls, list):
             continue
         kept = [c for c in calls if not is_injected(c)]
         if kept:
@@ -101,6 +116,7 @@ async def complete(messages: list[Any], send: SendRound, tools: ReloadTools, bud
     """Non-streaming: loop while the model calls only injected tools, within the budget."""
     messages = list(messages)
     usage: dict | None = None
+    others: list[Any] | None = None  # choices 1…, kept from the first round
     round_ = 0
     while True:
         offered = budget.more(round_)
@@ -110,16 +126,23 @@ async def complete(messages: list[Any], send: SendRound, tools: ReloadTools, bud
         if response.status_code != 200:
             return LoopResult(response.status_code, raw, response, round_)
         completion = jsonio.loads(raw)
+        if not isinstance(completion, dict):
+            return LoopResult(200, raw, response, round_)  # not a completion: relayed as it is
         usage = add_usage(usage, completion.get("usage"))
-        choices = completion.get("choices") or [{}]
-        message = choices[0].get("message") or {}
+        choices = completion.get("choices") if isinstance(completion.get("choices"), list) else []
+        if others is None:
+            others = choices[1:]
+        first = choices[0] if choices and isinstance(choices[0], dict) else {}
+        message = first.get("message") if isinstance(first.get("message"), dict) else {}
         calls = message.get("tool_calls") or []
-        if calls and offered and all(is_injected(c) for c in calls):
+        if calls and offered and isinstance(calls, list) and all(is_injected(c) for c in calls):
             messages.append({k: v for k, v in message.items() if k in ("role", "content", "tool_calls")})
-            messages.extend(await run_calls(tools, calls))
+            messages.extend(await run_calls(tools, calls, budget.deadline))
             round_ += 1
             _count_round()
             continue
+        if round_ and choices:
+            completion["choices"] = [choices[0], *others]
         strip_injected(completion)
         if usage is not None:
             completion["usage"] = usage
@@ -128,8 +151,8 @@ async def complete(messages: list[Any], send: SendRound, tools: ReloadTools, bud
 
 
 @dataclass
-class _Round:
-    """What one streamed round announced, per (choice, tool-call index)."""
+class _Choice:
+    """What one choice announced in one streamed round."""
 
     injected: dict[int, dict] = field(default_factory=dict)  # tool index → accumulated call
     client_index: dict[int, int] = field(default_factory=dict)  # upstream index → client index
@@ -139,9 +162,23 @@ class _Round:
         return bool(self.injected) and not self.client_index
 
 
-def _filter_tool_deltas(delta: dict, state: _Round) -> None:
+@dataclass
+class _Round:
+    choices: dict[int, _Choice] = field(default_factory=dict)  # choice index → its state
+
+    def choice(self, index: int) -> _Choice:
+        return self.choices.setdefault(index, _Choice())
+
+    def continues(self, offered: bool) -> bool:
+        """Does the loop run another round? Only choice 0's calls are run."""
+        return offered and 0 in self.choices and self.choices[0].injected_only()
+
+
+def _filter_tool_deltas(delta: dict, state: _Choice) -> None:
     kept = []
     for tc in delta.get("tool_calls") or ():
+        if not isinstance(tc, dict):
+            continue
         index = tc.get("index", 0)
         if index not in state.injected and index not in state.client_index:
             name = (tc.get("function") or {}).get("name")
@@ -177,19 +214,29 @@ class _Rounds:
             self.identity = {k: chunk[k] for k in ("id", "created", "model") if k in chunk}
         else:
             chunk.update(self.identity)
-        keep = False
-        for choice in chunk.get("choices") or ():
+        choices = chunk.get("choices")
+        if not choices:
+            return True
+        kept = []
+        for choice in choices:
+            index = choice.get("index", 0)
+            if round_ > 0 and index != 0:
+                continue  # choices 1… were answered by the first round
             delta = choice.get("delta") or {}
             if round_ > 0:
                 delta.pop("role", None)
-            if choice.get("index", 0) == 0:
-                state.content += delta.get("content") or ""
-                _filter_tool_deltas(delta, state)
+            state_ = state.choice(index)
+            if index == 0:
+                state_.content += delta.get("content") or ""
+            _filter_tool_deltas(delta, state_)
             finish = choice.get("finish_reason")
-            if finish == "tool_calls" and state.injected_only():
-                choice["finish_reason"] = finish = "stop" if last_round else None
-            keep = keep or bool(delta) or finish is not None or choice.get("logprobs") is not None
-        return keep or not chunk.get("choices")
+            if finish == "tool_calls" and state_.injected_only():
+                # choice 0 goes on in the next round unless this is the last; the others end here
+                choice["finish_reason"] = finish = None if index == 0 and not last_round else "stop"
+            if delta or finish is not None or choice.get("logprobs") is not None:
+                kept.append(choice)
+        chunk["choices"] = kept
+        return bool(kept) or chunk.get("usage") is not None
 
     async def events(self, offered: bool) -> AsyncIterator[bytes]:
         round_ = 0
@@ -207,11 +254,12 @@ class _Rounds:
                 elif self._rewrite(chunk, state, round_, not offered):
                     yield sse.encode(chunk)
             await self.response.aclose()
-            if not (state.injected_only() and offered):
+            if not state.continues(offered):
                 break
-            calls = list(state.injected.values())
-            self.messages.append({"role": "assistant", "content": state.content or None, "tool_calls": calls})
-            self.messages.extend(await run_calls(self.tools, calls))
+            zero = state.choices[0]
+            calls = list(zero.injected.values())
+            self.messages.append({"role": "assistant", "content": zero.content or None, "tool_calls": calls})
+            self.messages.extend(await run_calls(self.tools, calls, self.budget.deadline))
             round_ += 1
             _count_round()
             offered = self.budget.more(round_)
@@ -238,8 +286,10 @@ async def stream(
 ) -> AsyncIterator[bytes]:
     """Streaming: relay content deltas as they come, hide injected calls, chain the rounds.
 
-    `offered`: whether the first response was asked for with the injected tools. An upstream
-    that breaks off or times out mid-stream ends the stream with an SSE error event and [DONE].
+    `offered`: whether the first response was asked for with the injected tools. Whatever goes
+    wrong midway (the upstream breaks off or times out, sends something that is not a chunk,
+    or a round fails in the proxy) ends the stream with an SSE error event and [DONE], never a
+    cut connection.
     """
     rounds = _Rounds(first, messages, send, tools, budget)
     try:
@@ -248,6 +298,10 @@ async def stream(
                 yield event
         except (httpx.HTTPError, ValueError) as exc:
             yield sse.encode(stream_broke(exc))
+        except Exception as exc:  # noqa: BLE001 - the stream must still end properly
+            log.exception("streamed reload round failed")
+            yield sse.encode(error_body(f"The proxy failed during a reload round ({type(exc).__name__}).",
+                                        "server_error", "proxy_error"))
         yield sse.DONE_EVENT
     finally:
         await rounds.response.aclose()
