@@ -8,7 +8,6 @@ import threading
 import time
 
 import httpx
-import openai
 import pytest
 from starlette.responses import JSONResponse, StreamingResponse
 
@@ -139,7 +138,7 @@ def test_a_round_failing_midway_ends_the_stream_with_error_then_done(proxy_url, 
 # ---------------------------------------------------------------- 3. several choices
 
 
-def multi_choice_stream(*steps: tuple[int, dict, str | None], usage: bool = False) -> list[bytes]:
+def multi_choice_stream(*steps: tuple[int, dict, str | None]) -> list[bytes]:
     base = {"id": "chatcmpl-n", "object": "chat.completion.chunk", "created": 1700000000, "model": "gpt-4o"}
     out = [sse({**base, "choices": [{"index": i, "delta": d, "logprobs": None, "finish_reason": f}]})
            for i, d, f in steps]
