@@ -7,7 +7,10 @@ import json
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
+from email.utils import formatdate
+from typing import Any
 
 from proxy.config import ServerSettings
 
@@ -80,20 +83,78 @@ def serve(settings: ServerSettings) -> None:
         from proxy.observe import configure_logging
 
         configure_logging(settings.log_level)
-    uvicorn.run(
-        "proxy.app:create_app_from_env",
+    uvicorn.run(**uvicorn_options(
+        "proxy.cli:create_served_app",
         factory=True,
         host=settings.host,
         port=settings.port,
         workers=settings.workers,
         log_level=settings.log_level,
-        loop="auto",  # uvloop when installed
-        http="auto",  # httptools when installed
-        timeout_keep_alive=75,
         timeout_graceful_shutdown=settings.shutdown_grace,
         log_config=None if json_logs else uvicorn.config.LOGGING_CONFIG,
         access_log=not json_logs,
-    )
+    ))
+
+
+def uvicorn_options(app: Any, **overrides: Any) -> dict[str, Any]:
+    """The keyword arguments of uvicorn.run / uvicorn.Config for serving `app`: used by `serve` and
+    by the test harness alike, so the tests run the server as it is deployed.
+
+    uvicorn's own Date and Server headers are off: it would add them to every response, so a
+    relayed one would carry two of each (the upstream's and uvicorn's). `DateHeader` gives a Date
+    to the responses that have none (the proxy's own); a relayed response keeps the upstream's
+    Date and Server. An import string names a factory that wraps its app itself."""
+    options: dict[str, Any] = {
+        "app": app if isinstance(app, str) else DateHeader(app),
+        "server_header": False,
+        "date_header": False,
+        "lifespan": "on",
+        "loop": "auto",  # uvloop when installed
+        "http": "auto",  # httptools when installed
+        "timeout_keep_alive": 75,
+    }
+    options.update(overrides)
+    return options
+
+
+def create_served_app() -> Any:
+    """uvicorn factory of `serve`: the app from OFFLOAD_* variables, with DateHeader."""
+    from proxy.app import create_app_from_env
+
+    return DateHeader(create_app_from_env())
+
+
+_date_cache: list[Any] = [0, b""]
+
+
+def http_date() -> bytes:
+    """The current time as an HTTP Date value, formatted once per second."""
+    now = int(time.time())
+    if now != _date_cache[0]:
+        _date_cache[:] = [now, formatdate(now, usegmt=True).encode()]
+    return _date_cache[1]
+
+
+class DateHeader:
+    """ASGI wrapper: a response without a Date header gets one (RFC 9110 §6.6.1: an origin server
+    with a clock sends Date); a response that has one (a relayed upstream answer) keeps it as is."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_date(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers") or ())
+                if not any(name.lower() == b"date" for name, _ in headers):
+                    message = {**message, "headers": [*headers, (b"date", http_date())]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_date)
 
 
 def replay(args: argparse.Namespace) -> None:

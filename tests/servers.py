@@ -21,6 +21,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from proxy.cli import uvicorn_options
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -33,7 +35,8 @@ class ServerThread:
 
     def __init__(self, app, port: int | None = None) -> None:
         self.port = port or free_port()
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
+        # the options `serve` runs with (no uvicorn Date/Server headers, DateHeader around the app)
+        config = uvicorn.Config(**uvicorn_options(app, host="127.0.0.1", port=self.port, log_level="warning"))
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
