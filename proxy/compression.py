@@ -64,6 +64,13 @@ class Compressed:
     summary_tokens: int = 0
     warning: str | None = None
     events: list[dict] = field(default_factory=list)
+    usage: dict | None = None  # the summarisation calls' usage, chat-completions shaped
+
+
+def summary_usage(tokens_in: int, tokens_out: int) -> dict | None:
+    if not tokens_in and not tokens_out:
+        return None
+    return {"prompt_tokens": tokens_in, "completion_tokens": tokens_out, "total_tokens": tokens_in + tokens_out}
 
 
 class Compressor:
@@ -153,7 +160,7 @@ class Compressor:
             failed = event("summary_failure", reason=str(exc), messages=end - start,
                            duration_ms=round((time.monotonic() - started) * 1e3))
             return Compressed(warning=f"compression skipped: {exc}", summary_tokens=tokens_in + tokens_out,
-                              events=[failed])
+                              events=[failed], usage=summary_usage(tokens_in, tokens_out))
         _count_summary(True, time.monotonic() - started)
         text = "\n".join(texts)
         history = cp.history_lines(originals[head:cut])
@@ -175,6 +182,7 @@ class Compressor:
             Offload(ref, "history", history, covered_tokens),
             tokens_in + tokens_out,
             events=[done],
+            usage=summary_usage(tokens_in, tokens_out),
         )
 
     async def _remember(self, chain: cp.PrefixHashes, head: int, cut: int) -> None:

@@ -22,6 +22,7 @@ class Prepared:
     plan: Plan
     action: str = "none"  # none | compact | compress | compact+compress
     summary_tokens: int = 0
+    summary_usage: dict | None = None  # added to the usage the client is answered with
     warnings: list[str] = field(default_factory=list)
     events: list[dict] = field(default_factory=list)
     store_failed: bool = False
@@ -63,6 +64,7 @@ async def prepare(
             )
             compressed = await compressor.run(plan.messages, messages, settings, counter, allow_new)
             result.summary_tokens = compressed.summary_tokens
+            result.summary_usage = compressed.usage
             result.events += compressed.events
             if compressed.warning:
                 result.warnings.append(compressed.warning)

@@ -112,10 +112,15 @@ class LoopResult:
     rounds: int
 
 
-async def complete(messages: list[Any], send: SendRound, tools: ReloadTools, budget: Budget) -> LoopResult:
-    """Non-streaming: loop while the model calls only injected tools, within the budget."""
+async def complete(messages: list[Any], send: SendRound, tools: ReloadTools, budget: Budget, *,
+                   extra_usage: dict | None = None) -> LoopResult:
+    """Non-streaming: loop while the model calls only injected tools, within the budget.
+
+    `extra_usage` (the proxy's own summarisation calls) is added to the usage the upstream reports.
+    """
     messages = list(messages)
     usage: dict | None = None
+    reported = False
     others: list[Any] | None = None  # choices 1…, kept from the first round
     round_ = 0
     while True:
@@ -128,7 +133,8 @@ async def complete(messages: list[Any], send: SendRound, tools: ReloadTools, bud
         completion = jsonio.loads(raw)
         if not isinstance(completion, dict):
             return LoopResult(200, raw, response, round_)  # not a completion: relayed as it is
-        usage = add_usage(usage, completion.get("usage"))
+        if isinstance(completion.get("usage"), dict):
+            usage, reported = add_usage(usage or add_usage(None, extra_usage), completion["usage"]), True
         choices = completion.get("choices") if isinstance(completion.get("choices"), list) else []
         if others is None:
             others = choices[1:]
@@ -144,7 +150,7 @@ async def complete(messages: list[Any], send: SendRound, tools: ReloadTools, bud
         if round_ and choices:
             completion["choices"] = [choices[0], *others]
         strip_injected(completion)
-        if usage is not None:
+        if reported:
             completion["usage"] = usage
         body = jsonio.dumps(completion)
         return LoopResult(200, body, response, round_)
@@ -202,10 +208,10 @@ class _Rounds:
     """The state of a streamed completion across its rounds."""
 
     def __init__(self, first: httpx.Response, messages: list[Any], send: SendRound, tools: ReloadTools,
-                 budget: Budget) -> None:
+                 budget: Budget, extra_usage: dict | None) -> None:
         self.response, self.messages, self.send, self.tools, self.budget = first, list(messages), send, tools, budget
         self.identity: dict[str, Any] = {}
-        self.usage: dict | None = None
+        self.usage: dict | None = add_usage(None, extra_usage)  # sent only if the upstream reports usage
         self.usage_template: dict | None = None
 
     def _rewrite(self, chunk: dict, state: _Round, round_: int, last_round: bool) -> bool:
@@ -283,6 +289,8 @@ async def stream(
     send: SendRound,
     tools: ReloadTools,
     budget: Budget,
+    *,
+    extra_usage: dict | None = None,
 ) -> AsyncIterator[bytes]:
     """Streaming: relay content deltas as they come, hide injected calls, chain the rounds.
 
@@ -291,7 +299,7 @@ async def stream(
     or a round fails in the proxy) ends the stream with an SSE error event and [DONE], never a
     cut connection.
     """
-    rounds = _Rounds(first, messages, send, tools, budget)
+    rounds = _Rounds(first, messages, send, tools, budget, extra_usage)
     try:
         try:
             async for event in rounds.events(offered):

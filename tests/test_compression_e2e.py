@@ -9,10 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import openai
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, StreamingResponse
 
 from tests.history import agent_history
-from tests.servers import completion
+from tests.servers import completion, stream_chunks
 
 COMPRESS = {"X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "1500", "X-Offload-Session": "sess-1"}
 
@@ -62,6 +62,8 @@ def test_summary_replaces_old_history_and_is_reused_next_turn(client, upstream, 
     assert raw.parse().choices[0].message.content == "Final answer"
     assert raw.headers["x-offload-action"] == "compress"
     assert raw.headers["x-offload-summary-tokens"] == "340"
+    usage = raw.parse().usage  # the answer's own (10, 5) plus the summary call's (300, 40)
+    assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (310, 45, 355)
     assert len(calls) == 1 and calls[0].json()["model"] == "gpt-4o"
     assert calls[0].headers["authorization"] == "Bearer sk-test-key"
     sent = forwarded(upstream)[0]
@@ -91,6 +93,35 @@ def test_summary_replaces_old_history_and_is_reused_next_turn(client, upstream, 
     other = httpx.get(f"{proxy_url}/v1/offload/events", params={"session": "sess-1"},
                       headers={"authorization": "Bearer sk-other"}).json()["data"]
     assert other == []
+
+
+def answer_streamed_when_asked(rec):
+    body = rec.json()
+    if not body.get("stream"):
+        return JSONResponse(completion("Final answer"))
+    usage = (10, 5) if (body.get("stream_options") or {}).get("include_usage") else None
+    return StreamingResponse(iter(stream_chunks("Final answer", usage=usage)), media_type="text/event-stream")
+
+
+def test_summary_usage_is_added_to_the_clients_usage_streamed_and_without_reload_tools(client, upstream):
+    handler, calls = summarizing(answer_streamed_when_asked)
+    upstream.handler = handler
+    history = chat_history(12)
+    headers = {**COMPRESS, "X-Offload-Tenant": "usage-stream"}
+    chunks = list(client.chat.completions.create(model="gpt-4o", messages=history, extra_headers=headers,
+                                                 stream=True, stream_options={"include_usage": True}))
+    assert len(calls) == 1
+    usage = [c.usage for c in chunks if c.usage]
+    assert len(usage) == 1 and (usage[0].prompt_tokens, usage[0].completion_tokens) == (310, 45)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices).strip() == "Final answer"
+    # the next turn reuses the summary: nothing more to pay, nothing added
+    again = client.chat.completions.create(model="gpt-4o", messages=history, extra_headers=headers)
+    assert len(calls) == 1 and again.usage.prompt_tokens == 10
+    # no reload tools: the answer is still completed with the summary's usage
+    off = {**COMPRESS, "X-Offload-Tenant": "usage-off", "X-Offload-Reload-Tools": "off"}
+    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=history, extra_headers=off)
+    assert len(calls) == 2 and "tools" not in upstream.chat_requests()[-1].json()
+    assert raw.parse().usage.prompt_tokens == 310 and raw.headers["x-offload-summary-tokens"] == "340"
 
 
 def test_growth_past_the_trigger_folds_the_previous_summary(client, upstream):
