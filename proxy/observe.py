@@ -40,7 +40,8 @@ class RequestRecord:
     tokens_before: int | None = None
     tokens_after: int | None = None
     action: str | None = None
-    refs_created: int = 0
+    refs: int | None = None  # references in the forwarded payload (X-Offload-Refs)
+    refs_created: int = 0  # of which stored for the first time by this request (X-Offload-Refs-Created)
     offloaded_bytes: int = 0
     reload_calls: int = 0
     reload_rounds: int = 0

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
+import time
 
 import httpx
 import openai
@@ -56,6 +58,23 @@ def test_long_history_is_compacted_and_reload_is_byte_exact(client, upstream):
     assert result.choices[0].message.content == f"Got {len(history[3]['content'])} chars"
     assert result.choices[0].message.tool_calls is None
     assert result.usage.prompt_tokens == 200 and result.usage.total_tokens == 220
+
+
+def test_refs_headers_agree_with_the_log_on_a_repeated_request(client, upstream, caplog):
+    history = agent_history(steps=4)
+    headers = {**HEADERS, "X-Offload-Tenant": "refs-count", "X-Offload-Reload-Tools": "off"}
+    counts = []
+    with caplog.at_level(logging.INFO, logger="proxy.access"):
+        for _ in range(2):
+            raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=history,
+                                                                   extra_headers=headers)
+            counts.append((raw.headers["x-offload-refs"], raw.headers["x-offload-refs-created"]))
+        deadline = time.monotonic() + 5
+        while len([r for r in caplog.records if r.name == "proxy.access"]) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    logged = [json.loads(r.getMessage()) for r in caplog.records if r.name == "proxy.access"][-2:]
+    assert counts == [("3", "3"), ("3", "0")]  # the second stored nothing but still carries 3 references
+    assert [(str(line["refs"]), str(line["refs_created"])) for line in logged] == counts
 
 
 def test_streaming_reload_is_one_seamless_stream(client, upstream):
