@@ -6,8 +6,8 @@ so content in use never expires mid-session; content-addressed refs make saving 
 
 from __future__ import annotations
 
+import asyncio
 import json
-import time
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -18,6 +18,7 @@ from proxy.store import Store
 from proxy.tenant import key
 
 FORMAT = 1
+TOUCH_SLACK = 60
 
 
 @dataclass(frozen=True)
@@ -38,40 +39,27 @@ def decode_item(ref: str, value: bytes) -> StoredItem:
     return StoredItem(ref, meta.get("kind", "tool_result"), body.decode("utf-8", "surrogatepass"))
 
 
-class TouchMemo:
-    """Keys this process extended recently: extending a 7-day idle TTL once a minute is plenty.
-
-    Spares the store a round trip per request for a conversation whose items are all known.
-    """
-
-    def __init__(self, interval: float = 60.0, size: int = 100_000) -> None:
-        self.interval, self.size = interval, size
-        self._seen: dict[str, float] = {}
-
-    def fresh(self, key: str, now: float) -> bool:
-        seen = self._seen.get(key)
-        return seen is not None and now - seen < self.interval
-
-    def clear(self) -> None:
-        self._seen.clear()
-
-    def mark(self, keys: Iterable[str], now: float) -> None:
-        if len(self._seen) > self.size:
-            self._seen.clear()
-        for k in keys:
-            self._seen[k] = now
+def touch_slack(ttl: int) -> int:
+    """Seconds an expiry may age before it is written again: extending a 7-day idle TTL once
+    a minute is plenty, and spares the store a write per item per request."""
+    return min(TOUCH_SLACK, ttl // 10)
 
 
 class RefStore:
-    def __init__(
-        self, store: Store, namespace: str, ttl: int, memo: TouchMemo | None = None, sealer: Sealer | None = None
-    ) -> None:
+    """Every save asks the store which items exist (one batched, read-only round trip in the
+    steady state): an item that vanished (eviction, FLUSHDB, a restarted Redis) is stored again
+    by the very next request that carries it. Nothing about the store is remembered between
+    requests; expiry writes are rate-limited by the store itself (`slack`)."""
+
+    def __init__(self, store: Store, namespace: str, ttl: int, sealer: Sealer | None = None) -> None:
         self.store, self.namespace, self.ttl = store, namespace, ttl
-        self.memo = memo or TouchMemo(interval=0)
         self.sealer = sealer or Sealer(None)
 
     def _key(self, ref: str) -> str:
         return key(self.namespace, "item", ref)
+
+    def _session_key(self, session: str) -> str:
+        return key(self.namespace, "session", session)
 
     async def save(self, offloads: Iterable[Offload], refs: Iterable[str], session: str | None = None) -> set[str]:
         """Make every ref in `refs` resolvable: extend the live ones, store the missing ones.
@@ -79,24 +67,23 @@ class RefStore:
         Returns the refs that were written now (not already stored).
         """
         by_ref = {o.ref: o for o in offloads}
-        now = time.monotonic()
-
-        def memo_key(ref: str) -> str:  # fresh per session, since session membership goes along
-            return f"{self._key(ref)}|{session or ''}"
-
-        stale = [r for r in dict.fromkeys([*refs, *by_ref]) if not self.memo.fresh(memo_key(r), now)]
-        if not stale:
+        wanted = list(dict.fromkeys([*refs, *by_ref]))
+        if not wanted:
             return set()
-        alive = await self.store.touch([self._key(r) for r in stale], self.ttl)
+        slack = touch_slack(self.ttl)
+        checks = [self.store.touch([self._key(r) for r in wanted], self.ttl, slack=slack)]
+        if session:
+            checks.append(self.store.add_members(self._session_key(session), wanted, self.ttl, slack=slack))
+        results = await asyncio.gather(*checks, return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
         written: set[str] = set()
-        for ref, exists in zip(stale, alive):
+        for ref, exists in zip(wanted, results[0]):
             if not exists and ref in by_ref:
                 value = self.sealer.seal(encode_item(by_ref[ref]), self._key(ref))
                 await self.store.put(self._key(ref), value, self.ttl)
                 written.add(ref)
-        if session:
-            await self.store.add_members(key(self.namespace, "session", session), stale, self.ttl)
-        self.memo.mark([memo_key(r) for r, exists in zip(stale, alive) if exists or r in by_ref], now)
         return written
 
     async def load(self, ref: str) -> StoredItem | None:
@@ -105,4 +92,4 @@ class RefStore:
         return None if opened is None else decode_item(ref, opened)
 
     async def session_refs(self, session: str) -> set[str]:
-        return await self.store.members(key(self.namespace, "session", session))
+        return await self.store.members(self._session_key(session))

@@ -99,6 +99,38 @@ async def test_counters_are_atomic_and_expire(store):
     assert await store.incr(short, 1, ttl=60) == 1  # expired: counted from 0 again
 
 
+async def test_touch_with_slack_asks_every_time_and_writes_expiries_rarely(store):
+    fresh, due, gone = key(), key(), key()
+    for k in (fresh, due, gone):
+        await store.put(k, b"v", ttl=2)
+    # 2 s left > ttl - slack = 1 s: existence is reported, the expiry is not rewritten
+    assert await store.touch([fresh, due, gone], ttl=3, slack=2) == [True, True, True]
+    await store.delete(gone)
+    assert await store.touch([gone, fresh], ttl=3, slack=2) == [False, True]  # never assumed from before
+    await asyncio.sleep(1.3)
+    assert await store.touch([due], ttl=3, slack=2) == [True]  # 0.7 s left < 1 s: extended to 3 s
+    await asyncio.sleep(1.0)
+    assert await store.get(fresh) is None  # its expiry was left alone
+    assert await store.get(due) == b"v"
+    assert await store.touch([fresh, due], ttl=3) == [False, True]  # no slack: always extended
+
+
+async def test_add_members_with_slack_adds_what_is_missing(store):
+    s = key()
+    await store.add_members(s, ["a", "b"], ttl=60, slack=30)
+    await store.add_members(s, ["b", "c"], ttl=60, slack=30)
+    await store.add_members(s, ["a", "b", "c"], ttl=60, slack=30)  # nothing to write
+    assert await store.members(s) == {"a", "b", "c"}
+    await store.delete(s)
+    await store.add_members(s, ["a"], ttl=60, slack=30)
+    assert await store.members(s) == {"a"}
+    short = key()
+    await store.add_members(short, ["x"], ttl=1, slack=0)
+    await store.add_members(short, ["x"], ttl=3, slack=1)  # 1 s left < 3 - 1: expiry due
+    await asyncio.sleep(1.3)
+    assert await store.members(short) == {"x"}
+
+
 async def test_ping(store):
     assert await store.ping()
 

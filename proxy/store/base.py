@@ -27,14 +27,17 @@ class Store(Protocol):
 
     async def exists(self, key: str) -> bool: ...
 
-    async def touch(self, keys: Sequence[str], ttl: int) -> list[bool]:
-        """Extend the expiry of each key; returns for each whether it exists."""
+    async def touch(self, keys: Sequence[str], ttl: int, *, slack: int = 0) -> list[bool]:
+        """For each key, whether it exists (asked of the backend on every call, never assumed);
+        each live key's expiry is pushed out to `ttl` unless more than `ttl - slack` seconds of
+        it are left, so with a slack a key in constant use is rewritten once per `slack` s."""
         ...
 
     async def delete(self, key: str) -> None: ...
 
-    async def add_members(self, key: str, members: Sequence[str], ttl: int) -> None:
-        """Add to a set (idle TTL applies to the whole set)."""
+    async def add_members(self, key: str, members: Sequence[str], ttl: int, *, slack: int = 0) -> None:
+        """Add to a set (idle TTL applies to the whole set). With a slack, a set that already
+        holds every member and has more than `ttl - slack` seconds left is not written."""
         ...
 
     async def members(self, key: str) -> set[str]: ...

@@ -1,9 +1,9 @@
 """A store that knows when its backend is down, so requests skip it instead of waiting.
 
 Every failure marks the store unavailable; from then on calls fail at once (offloading is
-skipped, requests go through unchanged) until a background ping succeeds again. Listeners
-hear about each outage: the proxy forgets what it believed was stored, because a backend that
-comes back may have lost it (content-addressed items are simply stored again).
+skipped, requests go through unchanged) until a background ping succeeds again. A backend
+that comes back may have lost data: every request asks the store which of its items exist, so
+lost content-addressed items are simply stored again by the next request carrying them.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from typing import TypeVar
 
 from proxy.observe import Metrics
@@ -28,14 +28,11 @@ class GuardedStore:
         self.inner, self.metrics = inner, metrics
         self.available = True
         self.ping_every, self.ping_timeout = ping_every, ping_timeout
-        self.on_outage: list[Callable[[], None]] = []
         self._monitor: asyncio.Task | None = None
 
     def _down(self, why: object) -> None:
         if self.available:
             log.warning("store unavailable: %s", why)
-            for listener in self.on_outage:
-                listener()
         self.available = False
 
     async def _call(self, awaitable: Awaitable[T]) -> T:
@@ -97,14 +94,14 @@ class GuardedStore:
     async def exists(self, key: str) -> bool:
         return await self._call(self.inner.exists(key))
 
-    async def touch(self, keys: Sequence[str], ttl: int) -> list[bool]:
-        return await self._call(self.inner.touch(keys, ttl))
+    async def touch(self, keys: Sequence[str], ttl: int, *, slack: int = 0) -> list[bool]:
+        return await self._call(self.inner.touch(keys, ttl, slack=slack))
 
     async def delete(self, key: str) -> None:
         await self._call(self.inner.delete(key))
 
-    async def add_members(self, key: str, members: Sequence[str], ttl: int) -> None:
-        await self._call(self.inner.add_members(key, members, ttl))
+    async def add_members(self, key: str, members: Sequence[str], ttl: int, *, slack: int = 0) -> None:
+        await self._call(self.inner.add_members(key, members, ttl, slack=slack))
 
     async def members(self, key: str) -> set[str]:
         return await self._call(self.inner.members(key))

@@ -79,9 +79,25 @@ class RedisStore:
     async def exists(self, key: str) -> bool:
         return bool(await self._call(self.client.exists(key)))
 
-    async def touch(self, keys: Sequence[str], ttl: int) -> list[bool]:
+    async def touch(self, keys: Sequence[str], ttl: int, *, slack: int = 0) -> list[bool]:
         if not keys:
             return []
+        if slack <= 0:
+            return await self._expire(keys, ttl)
+        # Read-only first (PTTL: -2 missing, -1 no expiry); EXPIRE, which is written to the AOF
+        # and the replicas, only for keys extended longer than `slack` seconds ago.
+        async with self._pipeline() as pipe:
+            for key in keys:
+                pipe.pttl(key)
+            remaining = await self._call(pipe.execute())
+        alive = [r != -2 for r in remaining]
+        due = [i for i, r in enumerate(remaining) if r == -1 or 0 <= r < (ttl - slack) * 1000]
+        if due:
+            for i, ok in zip(due, await self._expire([keys[i] for i in due], ttl)):
+                alive[i] = ok  # a key that vanished in between counts as missing
+        return alive
+
+    async def _expire(self, keys: Sequence[str], ttl: int) -> list[bool]:
         async with self._pipeline() as pipe:
             for key in keys:
                 pipe.expire(key, ttl)
@@ -90,11 +106,21 @@ class RedisStore:
     async def delete(self, key: str) -> None:
         await self._call(self.client.delete(key))
 
-    async def add_members(self, key: str, members: Sequence[str], ttl: int) -> None:
+    async def add_members(self, key: str, members: Sequence[str], ttl: int, *, slack: int = 0) -> None:
         if not members:
             return
+        if slack > 0:  # read-only first: write only what is missing, or an expiry that is due
+            async with self._pipeline() as pipe:
+                pipe.smismember(key, list(members))
+                pipe.pttl(key)
+                flags, remaining = await self._call(pipe.execute())
+            members = [m for m, present in zip(members, flags) if not present]
+            due = remaining == -1 or 0 <= remaining < (ttl - slack) * 1000
+            if not members and not due:
+                return
         async with self._pipeline() as pipe:
-            pipe.sadd(key, *members)
+            if members:
+                pipe.sadd(key, *members)
             pipe.expire(key, ttl)
             await self._call(pipe.execute())
 

@@ -28,6 +28,7 @@ CREATE INDEX IF NOT EXISTS lists_key ON lists (key, id);
 CREATE INDEX IF NOT EXISTS kv_expires ON kv (expires);
 """
 PURGE_EVERY = 300.0  # seconds between sweeps of expired rows
+BATCH = 500  # keys per IN (...) query, well under SQLite's bound-parameter limit
 
 
 class SQLiteStore:
@@ -93,16 +94,19 @@ class SQLiteStore:
 
         return await self._run(op)
 
-    async def touch(self, keys: Sequence[str], ttl: int) -> list[bool]:
+    async def touch(self, keys: Sequence[str], ttl: int, *, slack: int = 0) -> list[bool]:
         def op(db: sqlite3.Connection, now: float) -> list[bool]:
-            with db:
-                return [
-                    db.execute(
-                        "UPDATE kv SET expires = ? WHERE key = ? AND expires >= ?", (now + ttl, key, now)
-                    ).rowcount
-                    == 1
-                    for key in keys
-                ]
+            live: dict[str, float] = {}
+            for start in range(0, len(keys), BATCH):
+                batch = keys[start:start + BATCH]
+                marks = ",".join("?" * len(batch))
+                live.update(db.execute(f"SELECT key, expires FROM kv WHERE key IN ({marks}) AND expires >= ?",
+                                       (*batch, now)))
+            due = [(now + ttl, k, now) for k, expires in live.items() if expires <= now + ttl - slack]
+            if due:  # a read costs nothing; a write only when the expiry is `slack` seconds old
+                with db:
+                    db.executemany("UPDATE kv SET expires = ? WHERE key = ? AND expires >= ?", due)
+            return [k in live for k in keys]
 
         return await self._run(op) if keys else []
 
@@ -114,8 +118,13 @@ class SQLiteStore:
 
         await self._run(op)
 
-    async def add_members(self, key: str, members: Sequence[str], ttl: int) -> None:
+    async def add_members(self, key: str, members: Sequence[str], ttl: int, *, slack: int = 0) -> None:
         def op(db: sqlite3.Connection, now: float) -> None:
+            if slack > 0:  # read first: write only what is missing, or an expiry that is due
+                rows = db.execute("SELECT member, expires FROM members WHERE key = ? AND expires >= ?", (key, now))
+                present = dict(rows.fetchall())
+                if all(m in present for m in members) and min(present.values()) > now + ttl - slack:
+                    return
             with db:
                 db.executemany(
                     "INSERT OR REPLACE INTO members VALUES (?, ?, ?)", [(key, m, now + ttl) for m in members]
