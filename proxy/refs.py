@@ -59,7 +59,8 @@ class RefStore:
         return key(self.namespace, "item", ref)
 
     def _session_key(self, session: str) -> str:
-        return key(self.namespace, "session", session)
+        """With encryption at rest, the session id appears in the key only as a keyed hash."""
+        return key(self.namespace, "session", self.sealer.key_name(session, self.namespace))
 
     async def save(self, offloads: Iterable[Offload], refs: Iterable[str], session: str | None = None) -> set[str]:
         """Make every ref in `refs` resolvable: extend the live ones, store the missing ones.
