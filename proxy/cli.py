@@ -15,18 +15,22 @@ from typing import Any
 from proxy.config import ServerSettings
 
 
+def option(name: str) -> str:
+    return f"--{name.replace('_', '-')}"
+
+
 def _add_settings_options(parser: argparse.ArgumentParser) -> None:
-    """One option per ServerSettings field, documented from the field itself."""
+    """One option per ServerSettings field, documented from the field itself. A boolean field is a
+    plain flag (`--redis-cluster`), with `--no-redis-cluster` to turn it off."""
     for name, field in ServerSettings.model_fields.items():
         env = f"OFFLOAD_{name.upper()}"
-        default = field.default
-        parser.add_argument(
-            f"--{name.replace('_', '-')}",
-            dest=name,
-            default=None,
-            metavar=name.upper(),
-            help=f"{field.description} [env {env}; default {default}]",
-        )
+        default = field.get_default(call_default_factory=True)
+        help = f"{field.description} [env {env}; default {default}]"
+        if field.annotation is bool:
+            parser.add_argument(option(name), dest=name, default=None, action=argparse.BooleanOptionalAction,
+                                help=help)
+        else:
+            parser.add_argument(option(name), dest=name, default=None, metavar=name.upper(), help=help)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,10 +67,26 @@ def resolve_settings(args: argparse.Namespace) -> ServerSettings:
         for name in ServerSettings.model_fields
         if getattr(args, name, None) is not None
     }
-    for name, value in overrides.items():
-        if ServerSettings.model_fields[name].annotation in (dict[str, int], list[str]):
-            overrides[name] = json.loads(value)
-    return ServerSettings(**overrides)
+    return ServerSettings(**overrides)  # lists and maps are parsed by the fields' own validators
+
+
+def settings_error(exc: Exception) -> str:
+    """One line per invalid setting, naming its option and variable: what is wrong and what is expected."""
+    from pydantic import ValidationError
+
+    if not isinstance(exc, ValidationError):
+        return f"offload-proxy: invalid settings: {exc}"
+    lines = []
+    for error in exc.errors():
+        name = str(error["loc"][0]) if error.get("loc") else ""
+        message = error["msg"].removeprefix("Value error, ")
+        where = f"{option(name)} (env OFFLOAD_{name.upper()})" if name in ServerSettings.model_fields else "settings"
+        given = error.get("input")
+        shown = "" if error["type"] == "value_error" or not isinstance(given, (str, int, float)) else f" {given!r}"
+        if len(error.get("loc") or ()) > 1:  # an item of a list or map: which one
+            shown += f" (at {'.'.join(str(part) for part in error['loc'][1:])})"
+        lines.append(f"offload-proxy: invalid {where}{shown}: {message}")
+    return "\n".join(lines)
 
 
 def serve(settings: ServerSettings) -> None:
@@ -180,5 +200,5 @@ def main(argv: Sequence[str] | None = None) -> None:
         try:
             settings = resolve_settings(args)
         except Exception as exc:  # pydantic ValidationError: show it, not a traceback
-            sys.exit(f"offload-proxy: invalid settings: {exc}")
+            sys.exit(settings_error(exc))
         serve(settings)

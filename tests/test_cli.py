@@ -59,3 +59,92 @@ def test_python_m_proxy_serve_runs_with_embedded_store(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+# ---------------------------------------------------------------- list, map and boolean options
+
+from proxy.config import ServerSettings  # noqa: E402
+
+
+def settings_from(*argv: str) -> ServerSettings:
+    return resolve_settings(build_parser().parse_args(["serve", *argv]))
+
+
+def serve_error(*argv: str) -> str:
+    from proxy.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["serve", *argv])
+    return str(info.value.code)
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("api.example.com", ["api.example.com"]),
+    ("api.example.com, eu.example.com:8443", ["api.example.com", "eu.example.com:8443"]),
+    ('["api.example.com", "eu.example.com:8443"]', ["api.example.com", "eu.example.com:8443"]),
+    ("", []),
+])
+def test_upstream_allowlist_takes_commas_or_json(value, expected, monkeypatch):
+    assert settings_from("--upstream-allowlist", value).upstream_allowlist == expected
+    monkeypatch.setenv("OFFLOAD_UPSTREAM_ALLOWLIST", value)  # the environment variable alike
+    assert ServerSettings().upstream_allowlist == expected
+    assert settings_from().upstream_allowlist == expected
+
+
+@pytest.mark.parametrize("value", ['["api.example.com"', "https://api.example.com/v1", "a b"])
+def test_bad_upstream_allowlist_names_the_option_and_the_forms(value):
+    message = serve_error("--upstream-allowlist", value)
+    assert message.startswith("offload-proxy: invalid --upstream-allowlist (env OFFLOAD_UPSTREAM_ALLOWLIST)")
+    assert "separated by commas" in message and '["api.example.com"]' in message
+    assert "Expecting value: line 1 column 1" not in message and "\n" not in message
+
+
+@pytest.mark.parametrize("value, expected", [
+    ('{"max_reload_rounds": 8}', {"max_reload_rounds": 8}),
+    ("max_reload_rounds=8, max_total_tokens=50000", {"max_reload_rounds": 8, "max_total_tokens": 50000}),
+])
+def test_header_caps_takes_json_or_pairs(value, expected, monkeypatch):
+    assert settings_from("--header-caps", value).header_caps == expected
+    monkeypatch.setenv("OFFLOAD_HEADER_CAPS", value)
+    assert ServerSettings().header_caps == expected
+
+
+@pytest.mark.parametrize("value", ["{max_reload_rounds: 8}", "max_reload_rounds", "{"])
+def test_bad_header_caps_names_the_option_and_the_forms(value):
+    message = serve_error("--header-caps", value)
+    assert message.startswith("offload-proxy: invalid --header-caps (env OFFLOAD_HEADER_CAPS)")
+    assert '{"max_reload_rounds": 8}' in message and "max_reload_rounds=8" in message
+    assert "Expecting value: line 1 column 1" not in message
+
+
+def test_non_integer_header_cap_names_the_option_and_the_cap():
+    message = serve_error("--header-caps", "max_reload_rounds=eight")
+    assert "--header-caps" in message and "'eight'" in message and "max_reload_rounds" in message
+
+
+BOOLEANS = [name for name, field in ServerSettings.model_fields.items() if field.annotation is bool]
+
+
+def test_every_boolean_setting_is_a_plain_flag(monkeypatch):
+    assert {"metrics_tenant_label", "redis_cluster", "allow_anonymous"} <= set(BOOLEANS)
+    for name in BOOLEANS:
+        flag = "--" + name.replace("_", "-")
+        assert getattr(settings_from(flag), name) is True
+        assert getattr(settings_from(), name) is ServerSettings.model_fields[name].default
+        monkeypatch.setenv(f"OFFLOAD_{name.upper()}", "true")
+        assert getattr(settings_from(), name) is True
+        assert getattr(settings_from("--no-" + name.replace("_", "-")), name) is False  # CLI over env
+
+
+def test_boolean_flags_together_as_documented():
+    s = settings_from("--metrics-tenant-label", "--redis-cluster", "--allow-anonymous", "--port", "9000")
+    assert s.metrics_tenant_label and s.redis_cluster and s.allow_anonymous and s.port == 9000
+
+
+def test_help_is_generated_from_every_field():
+    out = subprocess.run([sys.executable, "-m", "proxy", "serve", "--help"], capture_output=True, text=True,
+                         check=True).stdout
+    for name in ServerSettings.model_fields:
+        assert "--" + name.replace("_", "-") in out and f"OFFLOAD_{name.upper()}" in out
+    for name in BOOLEANS:
+        assert "--no-" + name.replace("_", "-") in out
