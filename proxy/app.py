@@ -18,6 +18,7 @@ from starlette.responses import JSONResponse
 from starlette.middleware import Middleware
 from starlette.routing import Route
 
+from proxy.caller import CallerGate, Gatekeeper
 from proxy.chat import chat_completions
 from proxy.config import ServerSettings
 from proxy.limits import BodyLimit
@@ -26,7 +27,6 @@ from proxy.offload_api import get_offloaded, list_events, offload
 from proxy.offload_settings import SettingsResolver, load_tenants_file
 from proxy.relay import relay
 from proxy.sealing import Sealer
-from proxy.refs import TouchMemo
 from proxy.store import Store, open_store
 from proxy.store.guarded import GuardedStore
 from proxy.tokens import counter_for_encoding
@@ -60,9 +60,10 @@ def _freeze_startup_objects() -> None:
 
 def create_app(settings: ServerSettings | None = None) -> Starlette:
     settings = settings or ServerSettings()
-    resolver = SettingsResolver(
-        settings.offload_defaults(), load_tenants_file(settings.tenants_file), settings.header_caps
-    )
+    tenants = load_tenants_file(settings.tenants_file)
+    resolver = SettingsResolver(settings.offload_defaults(), tenants, settings.header_caps)
+    gatekeeper = Gatekeeper(tenants, server_key=settings.upstream_api_key, allow_anonymous=settings.allow_anonymous,
+                            upstream_allowlist=settings.upstream_allowlist)
     metrics = Metrics(tenant_label=settings.metrics_tenant_label)
 
     @contextlib.asynccontextmanager
@@ -70,13 +71,13 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
         app.state.settings = settings
         app.state.settings_resolver = resolver
         app.state.metrics = metrics
+        for note in gatekeeper.startup_notes():
+            log.warning("%s", note)
         app.state.sealer = Sealer(settings.encryption_key)
         await asyncio.to_thread(counter_for_encoding, "o200k_base")  # now, not on a request
         _freeze_startup_objects()
         app.state.upstream = Upstream(settings)
         app.state.store = GuardedStore(open_store(settings), ping_timeout=settings.store_timeout, metrics=metrics)
-        app.state.touch_memo = TouchMemo()
-        app.state.store.on_outage.append(app.state.touch_memo.clear)
         app.state.store.start()
         try:
             yield
@@ -94,7 +95,11 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
         Route("/v1/offload/{ref}", get_offloaded, methods=["GET"]),
         Route("/v1/{path:path}", relay, methods=ALL_METHODS),
     ]
-    middleware = [Middleware(Observe, metrics=metrics), Middleware(BodyLimit, max_bytes=settings.max_body_bytes)]
+    middleware = [
+        Middleware(Observe, metrics=metrics),
+        Middleware(BodyLimit, max_bytes=settings.max_body_bytes, idle_timeout=settings.body_timeout),
+        Middleware(CallerGate, gatekeeper=gatekeeper),
+    ]
     return Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
 
 

@@ -11,19 +11,20 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from proxy import events, jsonio, observe, reload_loop
+from proxy.caller import Caller
+from proxy.chat_body import parse_chat_body
 from proxy.compression import Compressor, SummaryContext
 from proxy.disconnect import ClientDisconnected, ClientWatch
 from proxy.errors import ProxyError, error_response
-from proxy.headers import request_headers_for_upstream, response_headers_for_client
+from proxy.headers import response_headers_for_client
 from proxy.offload_settings import OffloadSettings
 from proxy.pipeline import Prepared, prepare
 from proxy.refs import RefStore
 from proxy.relay import close_after, stream_back
-from proxy.reload_tools import RELOAD_TOOL_SCHEMAS, ReloadTools
+from proxy.reload_tools import RELOAD_TOOL_SCHEMAS, ReloadTools, colliding_tool_names, collision_warning
+from proxy.search import SearchLimits
 from proxy.summarizer import DEFAULT_PROMPT
-from proxy.tenant import tenant_namespace
 from proxy.tokens import counter_for_model_async
-from proxy.upstream_choice import chosen_base
 
 log = logging.getLogger("proxy.chat")
 
@@ -35,8 +36,8 @@ async def chat_completions(request: Request) -> Response:
         return exc.response()
     await call.offload()
     try:
-        if not call.inject_reload_tools:
-            return await call.forward()
+        if not call.inject_reload_tools and not call.prepared.summary_usage:
+            return await call.forward()  # the upstream's answer as it is
         if call.body.get("stream"):
             return await call.forward_streaming_with_reload()
         return await call.forward_with_reload()
@@ -46,28 +47,19 @@ async def chat_completions(request: Request) -> Response:
         return error_response(499, "Client closed the request.")
 
 
-def parse_chat_body(raw: bytes) -> dict:
-    try:
-        body = jsonio.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ProxyError(400, f"Request body is not valid JSON: {exc}", code="invalid_json") from exc
-    if not isinstance(body, dict):
-        raise ProxyError(400, "Request body must be a JSON object.", code="invalid_json")
-    return body
-
-
 def model_of(body: dict) -> str | None:
     return body.get("model") if isinstance(body.get("model"), str) else None
 
 
-def compressor_for(request: Request, body: dict, settings: OffloadSettings, namespace: str,
-                   headers: list[tuple[bytes, bytes]], base: str | None) -> Compressor:
+def compressor_for(request: Request, body: dict, settings: OffloadSettings, caller: Caller) -> Compressor:
+    """Summaries go to the caller's upstream with the caller's upstream credential."""
     state = request.app.state
-    prompt = state.settings_resolver.tenant_extra(settings.tenant, "summary_prompt") or DEFAULT_PROMPT
+    prompt = state.settings_resolver.tenant_extra(caller.tenant, "summary_prompt") or DEFAULT_PROMPT
     model = settings.summary_model or model_of(body) or "gpt-4o-mini"
+    headers = caller.upstream_headers(request.scope["headers"], body_replaced=True)
     ctx = SummaryContext(state.upstream, headers, model, prompt, state.settings.summary_timeout,
-                         state.settings.summary_wait, state.sealer, base)
-    return Compressor(state.store, namespace, state.settings.store_ttl, ctx)
+                         state.settings.summary_wait, state.sealer, caller.base)
+    return Compressor(state.store, caller.namespace, state.settings.store_ttl, ctx)
 
 
 def offload_headers(prepared: Prepared) -> list[tuple[bytes, bytes]]:
@@ -76,7 +68,8 @@ def offload_headers(prepared: Prepared) -> list[tuple[bytes, bytes]]:
         (b"x-offload-action", prepared.action.encode()),
         (b"x-offload-tokens-before", str(plan.tokens_before).encode()),
         (b"x-offload-tokens-after", str(plan.tokens_after).encode()),
-        (b"x-offload-refs", str(len(plan.offloads)).encode()),
+        (b"x-offload-refs", str(len(plan.refs)).encode()),  # references the forwarded payload carries
+        (b"x-offload-refs-created", str(len(prepared.written)).encode()),  # stored for the first time now
     ]
     if prepared.summary_tokens:
         headers.append((b"x-offload-summary-tokens", str(prepared.summary_tokens).encode()))
@@ -88,10 +81,11 @@ def offload_headers(prepared: Prepared) -> list[tuple[bytes, bytes]]:
 class ChatCall:
     """One chat completion request on its way through the proxy."""
 
-    def __init__(self, request: Request, raw: bytes, body: dict, settings: OffloadSettings, base: str | None) -> None:
-        self.request, self.raw, self.body, self.settings, self.base = request, raw, body, settings, base
+    def __init__(self, request: Request, raw: bytes, body: dict, settings: OffloadSettings) -> None:
+        self.request, self.raw, self.body, self.settings = request, raw, body, settings
         self.state = request.app.state
-        self.namespace = tenant_namespace(request.headers.get("authorization"), settings.tenant)
+        self.caller: Caller = request.state.caller
+        self.namespace, self.base = self.caller.namespace, self.caller.base
         messages = body.get("messages")
         self.messages: list[Any] = messages if isinstance(messages, list) else []  # else: upstream validates
         self.watch = ClientWatch(request, body_read=True)
@@ -103,9 +97,8 @@ class ChatCall:
         state = request.app.state
         raw = await request.body()
         body = parse_chat_body(raw)
-        settings = state.settings_resolver.resolve(request.headers)
-        base = chosen_base(request.headers, state.settings_resolver, state.settings.upstream_allowlist)
-        call = cls(request, raw, body, settings, base)
+        settings = state.settings_resolver.resolve(request.headers, tenant=request.state.caller.tenant)
+        call = cls(request, raw, body, settings)
         if len(call.messages) > state.settings.max_messages:
             raise ProxyError(400, f"Too many messages: {len(call.messages)} > {state.settings.max_messages}.",
                              code="too_many_messages", param="messages")
@@ -113,22 +106,25 @@ class ChatCall:
 
     async def offload(self) -> None:
         """Plan and store (the pipeline), then prepare what goes upstream."""
+        collisions = colliding_tool_names(self.body)
+        if collisions:  # the client's own context_reload/context_search: handled as X-Offload-Mode: off
+            self.settings = self.settings.model_copy(update={"mode": "off", "reload_tools": False})
         self.counter = await counter_for_model_async(model_of(self.body))
-        self.refs = RefStore(self.state.store, self.namespace, self.state.settings.store_ttl, self.state.touch_memo,
-                             self.state.sealer)
-        summary_headers = request_headers_for_upstream(self.request.scope["headers"], body_replaced=True)
-        compressor = compressor_for(self.request, self.body, self.settings, self.namespace, summary_headers, self.base)
+        self.refs = RefStore(self.state.store, self.namespace, self.state.settings.store_ttl, self.state.sealer)
+        compressor = compressor_for(self.request, self.body, self.settings, self.caller)
         self.prepared = prepared = await prepare(self.messages, self.settings, self.counter, self.namespace,
                                                  self.refs, compressor)
+        if collisions:
+            prepared.warnings.append(collision_warning(collisions))
         for warning in prepared.warnings:
             log.warning("offload: %s", warning)
         plan = prepared.plan
         self.changed = prepared.action != "none"
         self.inject_reload_tools = self.settings.reload_tools and bool(plan.refs) and not prepared.store_failed
-        self.headers = request_headers_for_upstream(self.request.scope["headers"],
+        self.headers = self.caller.upstream_headers(self.request.scope["headers"],
                                                     body_replaced=self.changed or self.inject_reload_tools)
         self.tools = ReloadTools(self.refs, self.counter, self.settings.max_reload_tokens, plan.refs,
-                                 self.settings.session)
+                                 self.settings.session, SearchLimits.of(self.state.settings))
         self.extra_headers = offload_headers(prepared)
         self._note()
 
@@ -140,14 +136,16 @@ class ChatCall:
         plan, prepared = self.prepared.plan, self.prepared
         rec.tenant, rec.stream, rec.model = self.namespace[:12], bool(self.body.get("stream")), model_of(self.body)
         rec.tokens_before, rec.tokens_after, rec.action = plan.tokens_before, plan.tokens_after, prepared.action
-        rec.refs_created = len(prepared.written)
-        rec.offloaded_bytes = sum(len(o.text.encode()) for o in plan.offloads if o.ref in prepared.written)
+        rec.refs, rec.refs_created = len(plan.refs), len(prepared.written)
+        rec.offloaded_bytes = sum(len(o.text.encode("utf-8", "surrogatepass")) for o in plan.offloads
+                                  if o.ref in prepared.written)
         rec.warnings = prepared.warnings
 
     def _record_events(self) -> BackgroundTask:
         async def record() -> None:
             await events.record(self.state.store, self.namespace, self.settings.session,
-                                self.prepared.events + self.tools.events, self.state.settings.store_ttl)
+                                self.prepared.events + self.tools.events, self.state.settings.store_ttl,
+                                sealer=self.state.sealer)
 
         return BackgroundTask(record)
 
@@ -169,10 +167,15 @@ class ChatCall:
         out.background = self._record_events()
         return out
 
+    def _budget(self) -> reload_loop.Budget:
+        """No reload rounds without injected tools (the loop then only adds the summary's usage)."""
+        rounds = self.settings.max_reload_rounds if self.inject_reload_tools else 0
+        return reload_loop.Budget(rounds, self.state.settings.reload_budget)
+
     async def forward_with_reload(self) -> Response:
-        budget = reload_loop.Budget(self.settings.max_reload_rounds, self.state.settings.reload_budget)
+        budget = self._budget()
         result = await self.watch.run(reload_loop.complete(self.prepared.plan.messages, self.send_round, self.tools,
-                                                           budget))
+                                                           budget, extra_usage=self.prepared.summary_usage))
         out = Response(result.body, status_code=result.status, background=self._record_events())
         out.raw_headers = (
             response_headers_for_client(result.response.headers.raw, decoded=True)
@@ -182,13 +185,14 @@ class ChatCall:
         return out
 
     async def forward_streaming_with_reload(self) -> Response:
-        budget = reload_loop.Budget(self.settings.max_reload_rounds, self.state.settings.reload_budget)
+        budget = self._budget()
         messages = self.prepared.plan.messages
         offered = budget.more(0)
         first = await self.watch.run(self.send_round(messages, offered))
         if first.status_code != 200:
             return await stream_back(first, self.extra_headers)
-        events_ = reload_loop.stream(first, offered, messages, self.send_round, self.tools, budget)
+        events_ = reload_loop.stream(first, offered, messages, self.send_round, self.tools, budget,
+                                     extra_usage=self.prepared.summary_usage)
         out = StreamingResponse(close_after(first, events_), status_code=200, background=self._record_events())
         out.raw_headers = response_headers_for_client(first.headers.raw, decoded=True) + self.extra_headers
         return out

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class ServerSettings(BaseSettings):
@@ -38,9 +40,10 @@ class ServerSettings(BaseSettings):
     encryption_key: str | None = Field(
         None, description="Secret for AES-256-GCM encryption at rest of stored content (absent = plain)."
     )
-    upstream_allowlist: list[str] = Field(
+    upstream_allowlist: Annotated[list[str], NoDecode] = Field(  # NoDecode: the validator parses both forms
         default_factory=list,
-        description='JSON list of hosts (host or host:port) an X-Offload-Upstream header may name; empty = none.',
+        description="Hosts (host or host:port) an X-Offload-Upstream header may name, separated by commas "
+        '(api.example.com,eu.example.com:8443) or as a JSON list; empty = none.',
     )
     connect_timeout: float = Field(10.0, gt=0, description="Upstream connect timeout (s).")
     read_timeout: float = Field(
@@ -81,14 +84,17 @@ class ServerSettings(BaseSettings):
     max_messages: int = Field(20_000, ge=1, description="Most messages a chat request may hold.")
     store_timeout: float = Field(0.5, gt=0, description="Timeout (s) of one store operation.")
     body_timeout: float = Field(
-        60.0, gt=0, description="Longest time (s) a client may take to send its request body (408 after)."
+        60.0, gt=0, description="Longest silence (s) between two chunks of a request body (408 after); "
+        "a slow but steady upload is never cut."
     )
     allow_anonymous: bool = Field(
         False,
         description="Serve requests that carry no credential at all; anonymous clients share one namespace.",
     )
     max_stored_bytes_per_namespace: int = Field(
-        1024**3, ge=0, description="Bytes one namespace may store (POST /v1/offload answers 429 beyond)."
+        1024**3, ge=0,
+        description="Bytes one namespace may store (0 = no limit); beyond it POST /v1/offload answers 429 "
+        "and chat requests go through without offloading.",
     )
     search_timeout: float = Field(
         2.0, gt=0, description="Total time (s) one context_search may take; it returns what it found so far."
@@ -96,10 +102,61 @@ class ServerSettings(BaseSettings):
     search_max_bytes: int = Field(
         32 * 1024 * 1024, ge=1024, description="Most bytes of offloaded content one context_search scans."
     )
-    header_caps: dict[str, int] = Field(
+    header_caps: Annotated[dict[str, int], NoDecode] = Field(
         default_factory=dict,
-        description='JSON object capping integer headers, e.g. {"max_reload_rounds": 8}.',
+        description='Caps on integer headers: a JSON object, e.g. {"max_reload_rounds": 8}, or '
+        "name=value pairs separated by commas (max_reload_rounds=8,max_total_tokens=50000).",
     )
+
+    @field_validator("upstream_allowlist", mode="before")
+    @classmethod
+    def _allowlist_forms(cls, value: object) -> object:
+        """CLI and OFFLOAD_UPSTREAM_ALLOWLIST alike: hosts separated by commas, or a JSON list."""
+        expected = ('expected hosts (host or host:port) separated by commas, e.g. api.example.com,eu.example.com:8443, '
+                    'or a JSON list, e.g. ["api.example.com"]')
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                try:
+                    value = json.loads(text)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{expected}; got {text!r}, which is not valid JSON ({exc.msg})") from None
+            else:
+                value = [host.strip() for host in text.split(",") if host.strip()]
+        if isinstance(value, list):
+            for host in value:
+                if not isinstance(host, str) or not host or any(c in host for c in "/ \t@"):
+                    raise ValueError(f"{expected}; {host!r} is not a host (no scheme, path or spaces)")
+        return value
+
+    @field_validator("header_caps", mode="before")
+    @classmethod
+    def _header_caps_forms(cls, value: object) -> object:
+        """CLI and OFFLOAD_HEADER_CAPS alike: a JSON object, or name=value pairs separated by commas."""
+        expected = ('expected a JSON object of integer caps, e.g. {"max_reload_rounds": 8}, or name=value pairs '
+                    "separated by commas, e.g. max_reload_rounds=8,max_total_tokens=50000")
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        if text.startswith("{"):
+            try:
+                return json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{expected}; got {text!r}, which is not valid JSON ({exc.msg})") from None
+        caps: dict[str, str] = {}
+        for pair in filter(None, (p.strip() for p in text.split(","))):
+            name, sep, number = pair.partition("=")
+            if not sep or not name.strip() or not number.strip():
+                raise ValueError(f"{expected}; got {text!r}")
+            caps[name.strip()] = number.strip()
+        return caps
+
+    @field_validator("upstream_api_key", "admin_token", "encryption_key")
+    @classmethod
+    def _not_the_example_value(cls, value: str | None) -> str | None:
+        if value and "change-me" in value.lower():
+            raise ValueError("is the example value 'change-me' from deploy/: set a real secret")
+        return value
 
     def offload_defaults(self) -> dict[str, object]:
         from proxy.offload_settings import SETTING_FIELDS

@@ -7,26 +7,26 @@ GET  /v1/offload/{ref}  → the stored original
 from __future__ import annotations
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from proxy import events
+from proxy.caller import Caller
+from proxy.offload_settings import OffloadSettings
 from proxy.chat import compressor_for, model_of, parse_chat_body
 from proxy.errors import ProxyError
-from proxy.headers import request_headers_for_upstream
+from proxy.jsonio import JSONResponse
 from proxy.pipeline import prepare
 from proxy.refs import RefStore
 from proxy.store import StoreUnavailable
-from proxy.tenant import tenant_namespace
-from proxy.upstream_choice import chosen_base
 from proxy.tokens import counter_for_model_async
 
 
-def _scope(request: Request):
-    settings = request.app.state.settings_resolver.resolve(request.headers)
-    namespace = tenant_namespace(request.headers.get("authorization"), settings.tenant)
-    refs = RefStore(request.app.state.store, namespace, request.app.state.settings.store_ttl,
+def _scope(request: Request) -> tuple[OffloadSettings, Caller, RefStore]:
+    caller: Caller = request.state.caller
+    settings = request.app.state.settings_resolver.resolve(request.headers, tenant=caller.tenant)
+    refs = RefStore(request.app.state.store, caller.namespace, request.app.state.settings.store_ttl,
                     sealer=request.app.state.sealer)
-    return settings, namespace, refs
+    return settings, caller, refs
 
 
 def _store_down(exc: StoreUnavailable) -> Response:
@@ -36,24 +36,22 @@ def _store_down(exc: StoreUnavailable) -> Response:
 async def offload(request: Request) -> Response:
     try:
         body = parse_chat_body(await request.body())
-        settings, namespace, refs = _scope(request)
+        settings, caller, refs = _scope(request)
         messages = body.get("messages")
         if not isinstance(messages, list):
             raise ProxyError(400, "'messages' must be a list.", param="messages")
-        base = chosen_base(request.headers, request.app.state.settings_resolver,
-                           request.app.state.settings.upstream_allowlist)
     except ProxyError as exc:
         return exc.response()
     model = model_of(body)
-    headers = request_headers_for_upstream(request.scope["headers"], body_replaced=True)
-    compressor = compressor_for(request, body, settings, namespace, headers, base)
+    namespace = caller.namespace
+    compressor = compressor_for(request, body, settings, caller)
     counter = await counter_for_model_async(model)
     prepared = await prepare(messages, settings, counter, namespace, refs, compressor)
     if prepared.store_failed:
         return _store_down(StoreUnavailable(prepared.warnings[0]))
     plan = prepared.plan
     await events.record(request.app.state.store, namespace, settings.session, prepared.events,
-                        request.app.state.settings.store_ttl)
+                        request.app.state.settings.store_ttl, sealer=request.app.state.sealer)
     return JSONResponse(
         {
             "messages": plan.messages,
@@ -70,9 +68,12 @@ async def offload(request: Request) -> Response:
 async def list_events(request: Request) -> Response:
     """GET /v1/offload/events?session=…: this tenant's events, newest last."""
     try:
-        settings, namespace, _ = _scope(request)
+        settings, caller, _ = _scope(request)
+        if caller.kind == "anonymous":
+            raise ProxyError(401, "Listing events needs a credential: anonymous clients share one namespace.",
+                             code="missing_api_key")
         session = request.query_params.get("session") or settings.session
-        data = await events.recent(request.app.state.store, namespace, session)
+        data = await events.recent(request.app.state.store, caller.namespace, session, sealer=request.app.state.sealer)
     except ProxyError as exc:
         return exc.response()
     except StoreUnavailable as exc:

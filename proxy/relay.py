@@ -2,26 +2,38 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
+from urllib.parse import unquote
 
 import httpx
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from proxy import sse
+from proxy.caller import Caller
 from proxy.disconnect import ClientDisconnected, ClientWatch
 from proxy.errors import ProxyError, stream_broke
-from proxy.headers import request_headers_for_upstream, response_headers_for_client
+from proxy.headers import response_headers_for_client
 from proxy.upstream import Upstream
-from proxy.upstream_choice import chosen_base
 
 BODYLESS = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})
 
 
 def upstream_path(request: Request) -> str:
-    """What follows /v1/ in the client's path, kept as sent (percent-encoding included)."""
+    """What follows /v1/ in the client's path, kept as sent (percent-encoding included).
+
+    Any dot-segment (`.` or `..`, also percent-encoded any number of times, behind an encoded
+    slash or a backslash, or with `;params`) is a 400: the relay never leaves the upstream's /v1.
+    """
     raw = request.scope.get("raw_path") or request.scope["path"].encode()
-    return raw.decode("latin-1").split("?", 1)[0].removeprefix("/v1").lstrip("/")
+    path = raw.decode("latin-1").split("?", 1)[0].removeprefix("/v1").lstrip("/")
+    decoded = path
+    while "%" in decoded and (once := unquote(decoded)) != decoded:  # shrinks every round: ends
+        decoded = once
+    if any(segment.split(";", 1)[0] in (".", "..") for segment in re.split(r"[/\\]", decoded)):
+        raise ProxyError(400, "The path must not contain '.' or '..' segments.", code="invalid_path")
+    return path
 
 
 async def close_after(response: httpx.Response, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
@@ -86,15 +98,15 @@ async def relay(request: Request) -> Response:
     upstream: Upstream = state.upstream
     watch = ClientWatch(request, body_read=not client_has_body(request))
     try:
-        base = chosen_base(request.headers, state.settings_resolver, state.settings.upstream_allowlist)
+        caller: Caller = request.state.caller
         response = await watch.run(
             upstream.send(
                 request.method,
                 upstream_path(request),
                 query=request.scope.get("query_string", b""),
-                headers=request_headers_for_upstream(request.scope["headers"]),
+                headers=caller.upstream_headers(request.scope["headers"]),
                 content=watch.body() if client_has_body(request) else None,
-                base=base,
+                base=caller.base,
             )
         )
     except ProxyError as exc:

@@ -11,6 +11,7 @@ import pytest
 from tests.history import agent_history, refs_sent
 
 SECRET = "sk-never-store-this-credential"
+AUTH = {"authorization": "Bearer sk-client"}
 
 
 def test_per_request_upstream_only_from_the_allowlist(make_proxy, upstream):
@@ -18,15 +19,15 @@ def test_per_request_upstream_only_from_the_allowlist(make_proxy, upstream):
     alias = f"http://localhost:{port}/v1"  # the same fake upstream under another host name
     body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
     with make_proxy() as url:
-        r = httpx.post(f"{url}/v1/chat/completions", json=body, headers={"X-Offload-Upstream": alias})
+        r = httpx.post(f"{url}/v1/chat/completions", json=body, headers={"X-Offload-Upstream": alias, **AUTH})
         assert r.status_code == 400 and r.json()["error"]["code"] == "upstream_not_allowed"
-        r = httpx.get(f"{url}/v1/models", headers={"X-Offload-Upstream": "http://evil.example/v1"})
+        r = httpx.get(f"{url}/v1/models", headers={"X-Offload-Upstream": "http://evil.example/v1", **AUTH})
         assert r.status_code == 400
         assert not upstream.requests
     with make_proxy(upstream_allowlist=[f"localhost:{port}"]) as url:
-        r = httpx.post(f"{url}/v1/chat/completions", json=body, headers={"X-Offload-Upstream": alias})
+        r = httpx.post(f"{url}/v1/chat/completions", json=body, headers={"X-Offload-Upstream": alias, **AUTH})
         assert r.status_code == 200 and upstream.requests[-1].headers["host"] == f"localhost:{port}"
-        r = httpx.post(f"{url}/v1/chat/completions", json=body, headers={"X-Offload-Upstream": "ftp://localhost/x"})
+        r = httpx.post(f"{url}/v1/chat/completions", json=body, headers={"X-Offload-Upstream": "ftp://localhost/x", **AUTH})
         assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_upstream"
         assert "x-offload-upstream" not in upstream.requests[-1].headers
 
