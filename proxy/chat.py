@@ -110,7 +110,8 @@ class ChatCall:
         if collisions:  # the client's own context_reload/context_search: handled as X-Offload-Mode: off
             self.settings = self.settings.model_copy(update={"mode": "off", "reload_tools": False})
         self.counter = await counter_for_model_async(model_of(self.body))
-        self.refs = RefStore(self.state.store, self.namespace, self.state.settings.store_ttl, self.state.sealer)
+        self.refs = RefStore(self.state.store, self.namespace, self.state.settings.store_ttl, self.state.sealer,
+                             quota=self.state.settings.max_stored_bytes_per_namespace)
         compressor = compressor_for(self.request, self.body, self.settings, self.caller)
         self.prepared = prepared = await prepare(self.messages, self.settings, self.counter, self.namespace,
                                                  self.refs, compressor)

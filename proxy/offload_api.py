@@ -25,7 +25,7 @@ def _scope(request: Request) -> tuple[OffloadSettings, Caller, RefStore]:
     caller: Caller = request.state.caller
     settings = request.app.state.settings_resolver.resolve(request.headers, tenant=caller.tenant)
     refs = RefStore(request.app.state.store, caller.namespace, request.app.state.settings.store_ttl,
-                    sealer=request.app.state.sealer)
+                    sealer=request.app.state.sealer, quota=request.app.state.settings.max_stored_bytes_per_namespace)
     return settings, caller, refs
 
 
@@ -47,6 +47,8 @@ async def offload(request: Request) -> Response:
     compressor = compressor_for(request, body, settings, caller)
     counter = await counter_for_model_async(model)
     prepared = await prepare(messages, settings, counter, namespace, refs, compressor)
+    if prepared.quota_exceeded:
+        return ProxyError(429, f"Nothing stored: {prepared.warnings[0]}.", code="storage_quota_exceeded").response()
     if prepared.store_failed:
         return _store_down(StoreUnavailable(prepared.warnings[0]))
     plan = prepared.plan

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from proxy.plan import Offload
 from proxy.sealing import Sealer
 from proxy.store import Store
+from proxy.quota import Quota
 from proxy.tenant import key
 
 FORMAT = 1
@@ -51,9 +52,11 @@ class RefStore:
     by the very next request that carries it. Nothing about the store is remembered between
     requests; expiry writes are rate-limited by the store itself (`slack`)."""
 
-    def __init__(self, store: Store, namespace: str, ttl: int, sealer: Sealer | None = None) -> None:
+    def __init__(self, store: Store, namespace: str, ttl: int, sealer: Sealer | None = None, *,
+                 quota: int = 0) -> None:
         self.store, self.namespace, self.ttl = store, namespace, ttl
         self.sealer = sealer or Sealer(None)
+        self.quota = Quota(store, namespace, limit=quota, ttl=ttl)
 
     def _key(self, ref: str) -> str:
         return key(self.namespace, "item", ref)
@@ -65,7 +68,8 @@ class RefStore:
     async def save(self, offloads: Iterable[Offload], refs: Iterable[str], session: str | None = None) -> set[str]:
         """Make every ref in `refs` resolvable: extend the live ones, store the missing ones.
 
-        Returns the refs that were written now (not already stored).
+        Returns the refs that were written now (not already stored). Raises QuotaExceeded,
+        storing nothing, when the new items would take the namespace past its quota.
         """
         by_ref = {o.ref: o for o in offloads}
         wanted = list(dict.fromkeys([*refs, *by_ref]))
@@ -79,13 +83,12 @@ class RefStore:
         for result in results:
             if isinstance(result, BaseException):
                 raise result
-        written: set[str] = set()
-        for ref, exists in zip(wanted, results[0]):
-            if not exists and ref in by_ref:
-                value = self.sealer.seal(encode_item(by_ref[ref]), self._key(ref))
-                await self.store.put(self._key(ref), value, self.ttl)
-                written.add(ref)
-        return written
+        new = {ref: self.sealer.seal(encode_item(by_ref[ref]), self._key(ref))
+               for ref, exists in zip(wanted, results[0]) if not exists and ref in by_ref}
+        await self.quota.charge(sum(len(value) for value in new.values()))
+        for ref, value in new.items():
+            await self.store.put(self._key(ref), value, self.ttl)
+        return set(new)
 
     async def load(self, ref: str) -> StoredItem | None:
         value = await self.store.get(self._key(ref), ttl=self.ttl)

@@ -165,3 +165,28 @@ def test_placeholder_secrets_and_unsafe_tenants_files_are_refused():
             Gatekeeper(tenants, server_key=None, allow_anonymous=False, upstream_allowlist=[])
     with pytest.raises(ValueError, match="example value"):
         Gatekeeper({}, server_key="change-me", allow_anonymous=False, upstream_allowlist=[])
+
+
+def test_storage_quota_per_namespace(make_proxy, upstream):
+    """POST /v1/offload answers 429 past the quota without storing; chat goes through unreduced."""
+    alice, bob = {"authorization": "Bearer sk-alice"}, {"authorization": "Bearer sk-bob"}
+    with make_proxy(max_stored_bytes_per_namespace=6000) as url:
+        def offload(headers: dict, steps: int, label: str) -> httpx.Response:
+            history = agent_history(steps=steps, system=label)
+            for m in history:  # distinct content per call, so each call stores anew
+                if m["role"] == "tool":
+                    m["content"] = f"{label}\n{m['content']}"
+            return httpx.post(f"{url}/v1/offload", json={"model": "gpt-4o", "messages": history},
+                              headers={**headers, **CHEAP})
+
+        first = offload(alice, 2, "one")
+        assert first.status_code == 200 and first.json()["refs"]  # ~2 compressed items, under 6000 bytes
+        refused = offload(alice, 6, "two")
+        assert refused.status_code == 429 and refused.json()["error"]["code"] == "storage_quota_exceeded"
+        assert offload(bob, 2, "one").status_code == 200  # the quota is per namespace
+        # nothing of the refused request was stored: its refs do not resolve
+        r = chat(url, {**alice, **CHEAP}, agent_history(steps=6, system="two"))
+        assert r.status_code == 200 and "quota" in r.headers["x-offload-warning"]
+        assert r.headers["x-offload-action"] == "none" and refs_sent(upstream.chat_requests()[-1]) == []
+        kept = first.json()["refs"][0]["ref"]
+        assert httpx.get(f"{url}/v1/offload/{kept}", headers=alice).status_code == 200
