@@ -201,4 +201,17 @@ def main(argv: Sequence[str] | None = None) -> None:
             settings = resolve_settings(args)
         except Exception as exc:  # pydantic ValidationError: show it, not a traceback
             sys.exit(settings_error(exc))
+        try:
+            check_tenants_file(settings)
+        except (OSError, ValueError) as exc:  # tomllib/yaml errors are ValueErrors too
+            sys.exit(f"offload-proxy: invalid --tenants-file {settings.tenants_file}: {exc}")
         serve(settings)
+
+
+def check_tenants_file(settings: ServerSettings) -> None:
+    """Read and check the tenants file before any worker starts (a worker would die on it)."""
+    from proxy.caller import Gatekeeper
+    from proxy.offload_settings import load_tenants_file
+
+    Gatekeeper(load_tenants_file(settings.tenants_file), server_key=settings.upstream_api_key,
+               allow_anonymous=settings.allow_anonymous, upstream_allowlist=settings.upstream_allowlist)

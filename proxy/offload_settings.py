@@ -90,9 +90,15 @@ def load_tenants_file(path: Path | None) -> dict[str, dict[str, Any]]:
         data = yaml.safe_load(text) or {}
     else:
         data = tomllib.loads(text)
-    tenants = data.get("tenants", data)
+    tenants = data.get("tenants", data) if isinstance(data, dict) else None
+    if not isinstance(tenants, dict) or not all(isinstance(v, dict) for v in tenants.values()):
+        raise ValueError("expected one table of settings per tenant, e.g. [tenants.team-a]")
     for tenant, overrides in tenants.items():
-        OffloadSettings(**{k: v for k, v in overrides.items() if k in SETTING_FIELDS})  # fail at startup
+        try:
+            OffloadSettings(**{k: v for k, v in overrides.items() if k in SETTING_FIELDS})  # fail at startup
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise ValueError(f"tenant {tenant!r}: {problems}") from None
     return tenants
 
 

@@ -148,3 +148,18 @@ def test_help_is_generated_from_every_field():
         assert "--" + name.replace("_", "-") in out and f"OFFLOAD_{name.upper()}" in out
     for name in BOOLEANS:
         assert "--no-" + name.replace("_", "-") in out
+
+
+@pytest.mark.parametrize("content, message", [
+    ('[tenants.t]\napi_keys = ["short"]\n', "tenant 't': a proxy key needs at least"),
+    ('[tenants.t]\nmax_total_tokens = "lots"\n', "tenant 't': max_total_tokens"),
+    ('[tenants]\nt = 5\n', "one table of settings per tenant"),
+    ('[tenants.t\n', "invalid --tenants-file"),
+])
+def test_bad_tenants_file_is_a_one_line_error_before_serving(tmp_path, content, message):
+    path = tmp_path / "tenants.toml"
+    path.write_text(content)
+    error = serve_error("--tenants-file", str(path))
+    assert message in error and "\n" not in error and "Traceback" not in error
+    assert "missing" in serve_error("--tenants-file", str(tmp_path / "missing.toml")) or \
+        "No such file" in serve_error("--tenants-file", str(tmp_path / "missing.toml"))
