@@ -53,10 +53,10 @@ class RefStore:
     requests; expiry writes are rate-limited by the store itself (`slack`)."""
 
     def __init__(self, store: Store, namespace: str, ttl: int, sealer: Sealer | None = None, *,
-                 quota: int = 0) -> None:
+                 quota: Quota | None = None) -> None:
         self.store, self.namespace, self.ttl = store, namespace, ttl
         self.sealer = sealer or Sealer(None)
-        self.quota = Quota(store, namespace, limit=quota, ttl=ttl)
+        self.quota = quota  # admits (or refuses) every write of new content
 
     def _key(self, ref: str) -> str:
         return key(self.namespace, "item", ref)
@@ -68,8 +68,8 @@ class RefStore:
     async def save(self, offloads: Iterable[Offload], refs: Iterable[str], session: str | None = None) -> set[str]:
         """Make every ref in `refs` resolvable: extend the live ones, store the missing ones.
 
-        Returns the refs that were written now (not already stored). Raises QuotaExceeded,
-        storing nothing, when the new items would take the namespace past its quota.
+        Returns the refs that were written now (not already stored). Raises what the quota
+        raises (QuotaExceeded, CredentialRejected), storing nothing, when it refuses the writes.
         """
         by_ref = {o.ref: o for o in offloads}
         wanted = list(dict.fromkeys([*refs, *by_ref]))
@@ -85,7 +85,8 @@ class RefStore:
                 raise result
         new = {ref: self.sealer.seal(encode_item(by_ref[ref]), self._key(ref))
                for ref, exists in zip(wanted, results[0]) if not exists and ref in by_ref}
-        await self.quota.charge(sum(len(value) for value in new.values()))
+        if new and self.quota is not None:
+            await self.quota.charge(sum(len(value) for value in new.values()))
         for ref, value in new.items():
             await self.store.put(self._key(ref), value, self.ttl)
         return set(new)
