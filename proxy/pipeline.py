@@ -13,7 +13,7 @@ from proxy.events import event
 from proxy.offload_settings import OffloadSettings
 from proxy.plan import Plan, plan_compaction, present_refs
 from proxy.refs import RefStore
-from proxy.quota import QuotaExceeded
+from proxy.quota import CredentialRejected, QuotaExceeded
 from proxy.store import StoreUnavailable
 from proxy.tokens import TokenCounter
 
@@ -27,7 +27,7 @@ class Prepared:
     warnings: list[str] = field(default_factory=list)
     events: list[dict] = field(default_factory=list)
     store_failed: bool = False  # nothing could be stored: the original messages go through
-    quota_exceeded: bool = False  # ...because of the namespace's storage quota
+    refused: Exception | None = None  # ...because the quota refused the writes (QuotaExceeded, CredentialRejected)
     written: set[str] = field(default_factory=set)  # refs stored for the first time by this request
 
 
@@ -79,13 +79,13 @@ async def prepare(
         compacted = [o for o in plan.offloads if o.kind == "tool_result"]
         result.action = _action(bool(compacted), compressed_now)
         written = result.written = await refs.save(plan.offloads, plan.refs, settings.session)
-    except (StoreUnavailable, QuotaExceeded) as exc:
-        why = str(exc) if isinstance(exc, QuotaExceeded) else f"store unavailable ({exc})"
+    except (StoreUnavailable, QuotaExceeded, CredentialRejected) as exc:
+        why = f"store unavailable ({exc})" if isinstance(exc, StoreUnavailable) else str(exc)
         return Prepared(
             Plan(messages, tokens_before=plan.tokens_before, tokens_after=plan.tokens_before),
             warnings=[f"{why}; forwarded without offloading"],
             store_failed=True,
-            quota_exceeded=isinstance(exc, QuotaExceeded),
+            refused=None if isinstance(exc, StoreUnavailable) else exc,
         )
     new = [o for o in compacted if o.ref in written]
     if new:  # an item compacted on an earlier turn is not a new action
