@@ -26,6 +26,7 @@ from proxy.observe import Metrics, Observe, configure_logging, metrics_endpoint
 from proxy.offload_api import get_offloaded, list_events, offload
 from proxy.offload_settings import SettingsResolver, load_tenants_file
 from proxy.relay import relay
+from proxy.quota import CredentialCheck
 from proxy.sealing import Sealer
 from proxy.store import Store, open_store
 from proxy.store.guarded import GuardedStore
@@ -63,7 +64,7 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
     tenants = load_tenants_file(settings.tenants_file)
     resolver = SettingsResolver(settings.offload_defaults(), tenants, settings.header_caps)
     gatekeeper = Gatekeeper(tenants, server_key=settings.upstream_api_key, allow_anonymous=settings.allow_anonymous,
-                            upstream_allowlist=settings.upstream_allowlist)
+                            upstream_allowlist=settings.upstream_allowlist, secret=settings.encryption_key)
     metrics = Metrics(tenant_label=settings.metrics_tenant_label)
 
     @contextlib.asynccontextmanager
@@ -74,6 +75,7 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
         for note in gatekeeper.startup_notes():
             log.warning("%s", note)
         app.state.sealer = Sealer(settings.encryption_key)
+        app.state.credential_check = CredentialCheck()
         await asyncio.to_thread(counter_for_encoding, "o200k_base")  # now, not on a request
         _freeze_startup_objects()
         app.state.upstream = Upstream(settings)

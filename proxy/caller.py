@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -31,6 +32,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from proxy.errors import ProxyError
 from proxy.headers import request_headers_for_upstream
 from proxy.tenant import namespace_for
+from proxy.upstream_choice import HEADER as UPSTREAM_HEADER
 from proxy.upstream_choice import requested_base
 
 log = logging.getLogger("proxy.caller")
@@ -109,26 +111,51 @@ def tenants_from_config(config: Mapping[str, Mapping[str, Any]]) -> dict[str, Te
     return tenants
 
 
+# What a caller on a shared upstream key (the operator's, used by every tenant) may relay:
+# endpoints that keep no state in the upstream account. Files, batches, vector stores, stored
+# responses and completions, fine-tunes… would be readable and deletable by every other tenant.
+STATELESS_ENDPOINTS = (
+    ("POST", re.compile(r"(chat/completions|completions|embeddings|moderations|responses|messages"
+                        r"|messages/count_tokens|responses/input_tokens|audio/(speech|transcriptions|translations)"
+                        r"|images/(generations|edits|variations))/?")),
+    ("GET", re.compile(r"models(/[^/]+)?/?")),
+)
+# Headers that pick an organisation or project of the account the credential belongs to.
+ACCOUNT_HEADERS = (b"openai-organization", b"openai-project")
+
+
 @dataclass(frozen=True)
 class Caller:
     """The identity of one request, as far as the proxy is concerned."""
 
     kind: Kind
-    namespace: str
+    namespace: str  # where its content is stored (tenant or credential, and sub-tenant)
+    scope: str  # the namespace of the tenant or credential as a whole: its storage quota
     tenant: str | None  # the tenants-file entry whose settings apply
     base: str | None  # upstream base URL; None = the server's
     upstream_credential: str | None  # replaces the client's credential headers, when set
-    strip_credentials: bool  # the client's credential headers stay here (a proxy key)
+    shared_key: bool = False  # upstream_credential is the server's, shared by every tenant
 
     def upstream_headers(self, raw: Iterable[tuple[bytes, bytes]], *, body_replaced: bool = False
                          ) -> list[tuple[bytes, bytes]]:
         """The client's headers as they go upstream, with the credential this caller may use."""
         headers = request_headers_for_upstream(raw, body_replaced=body_replaced)
-        if self.strip_credentials:
-            headers = [(k, v) for k, v in headers if k.lower() not in CREDENTIAL_HEADERS]
+        if self.kind != "client":  # a proxy key, or an empty credential: never relayed
+            drop = CREDENTIAL_HEADERS + ACCOUNT_HEADERS if self.upstream_credential else CREDENTIAL_HEADERS
+            headers = [(k, v) for k, v in headers if k.lower() not in drop]
         if self.upstream_credential:
             headers.append((b"authorization", f"Bearer {self.upstream_credential}".encode()))
         return headers
+
+    def check_relay(self, method: str, path: str) -> None:
+        """On a shared upstream key only stateless endpoints are relayed (403 otherwise)."""
+        if not self.shared_key:
+            return
+        if any(method == m and pattern.fullmatch(path) for m, pattern in STATELESS_ENDPOINTS):
+            return
+        raise ProxyError(403, f"{method} /v1/{path} keeps state in the upstream account, which this proxy's "
+                              "tenants share; the operator can give this tenant an upstream_api_key of its own.",
+                         code="endpoint_not_shared")
 
 
 def unauthorized(message: str, code: str) -> ProxyError:
@@ -136,13 +163,18 @@ def unauthorized(message: str, code: str) -> ProxyError:
 
 
 class Gatekeeper:
-    """Decides the Caller of each request from its credential headers and the tenants file."""
+    """Decides the Caller of each request from its credential headers and the tenants file.
+
+    `secret` (the encryption key, when set) keys the namespace hashes, so that someone who
+    reads the store cannot confirm a guessed tenant, credential or content from key names.
+    """
 
     def __init__(self, tenants: Mapping[str, Mapping[str, Any]], *, server_key: str | None,
-                 allow_anonymous: bool, upstream_allowlist: list[str]) -> None:
+                 allow_anonymous: bool, upstream_allowlist: list[str], secret: str | None = None) -> None:
         self.tenants = tenants_from_config(tenants)
         self.by_digest = {d: t for t in self.tenants.values() for d in t.key_digests}
         self.server_key, self.allow_anonymous, self.allowlist = server_key, allow_anonymous, upstream_allowlist
+        self.secret = secret
         if is_placeholder(server_key):
             raise ValueError(f"--upstream-api-key is the example value {PLACEHOLDER!r}")
 
@@ -163,30 +195,49 @@ class Gatekeeper:
                 return tenant
         return None
 
+    def _namespaces(self, kind: str, identity: list[str], sub: str | None) -> tuple[str, str]:
+        """(the namespace, the scope of its quota: the same without the sub-tenant)."""
+        scope = namespace_for(kind, identity, None, secret=self.secret)
+        return (namespace_for(kind, identity, sub, secret=self.secret) if sub else scope), scope
+
     def identify(self, headers: Headers) -> Caller:
         """Raises ProxyError 401 (no or wrong credential), 403 or 400 (a bad X-Offload-* header)."""
         credentials = presented_credentials(headers)
         sub = headers.get(TENANT_HEADER, "").strip() or None
         tenant = self._proxy_key_tenant(credentials)
         if tenant is not None:
-            return Caller("proxy_key", namespace_for("tenant", [tenant.name], sub), tenant.name,
-                          requested_base(headers, self.allowlist) or tenant.upstream,
-                          tenant.upstream_api_key or self.server_key, True)
+            self._no_requested_upstream(headers)
+            namespace, scope = self._namespaces("tenant", [tenant.name], sub)
+            return Caller("proxy_key", namespace, scope, tenant.name, tenant.upstream,
+                          tenant.upstream_api_key or self.server_key, shared_key=not tenant.upstream_api_key)
         if self.server_key and credentials:
             raise unauthorized("Invalid proxy key: this proxy accepts only the keys its operator issued "
                                "(Authorization: Bearer <proxy key>, or x-api-key).", "invalid_api_key")
         if not credentials:
             if not self.allow_anonymous:
-                raise unauthorized("This proxy needs a credential: send Authorization: Bearer <key> (or x-api-key): "
-                                   "your provider key, or a proxy key issued by the operator.", "missing_api_key")
-            return Caller("anonymous", namespace_for("anonymous", [], sub), None, requested_base(headers, self.allowlist),
-                          self.server_key, False)
+                wanted = "a proxy key issued by the operator" if self.server_key else "your provider API key"
+                raise unauthorized(f"This proxy needs a credential: send Authorization: Bearer <key> (or x-api-key) "
+                                   f"with {wanted}.", "missing_api_key")
+            if self.server_key:
+                self._no_requested_upstream(headers)
+            namespace, scope = self._namespaces("anonymous", [], sub)
+            return Caller("anonymous", namespace, scope, None, requested_base(headers, self.allowlist),
+                          self.server_key, shared_key=bool(self.server_key))
         named = self.tenants.get(sub or "")
         if named is not None and named.key_digests:
             raise ProxyError(403, "X-Offload-Tenant names a tenant that is reachable only with its own proxy key.",
                              code="tenant_requires_key", param="X-Offload-Tenant")
-        return Caller("client", namespace_for("credential", credentials, sub), sub,
-                      requested_base(headers, self.allowlist) or (named.upstream if named else None), None, False)
+        namespace, scope = self._namespaces("credential", credentials, sub)
+        return Caller("client", namespace, scope, sub,
+                      requested_base(headers, self.allowlist) or (named.upstream if named else None), None)
+
+    @staticmethod
+    def _no_requested_upstream(headers: Headers) -> None:
+        """A credential the proxy holds goes only where its configuration says."""
+        if headers.get(UPSTREAM_HEADER):
+            raise ProxyError(400, "X-Offload-Upstream is only for clients that send their own provider key; "
+                                  "with a proxy key the upstream comes from the tenants file.",
+                             code="upstream_not_allowed", param="X-Offload-Upstream")
 
 
 class CallerGate:

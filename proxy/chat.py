@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from proxy import events, jsonio, observe, reload_loop
-from proxy.caller import Caller
+from proxy.caller import ACCOUNT_HEADERS, CREDENTIAL_HEADERS, Caller
 from proxy.chat_body import parse_chat_body
 from proxy.compression import Compressor, SummaryContext
 from proxy.disconnect import ClientDisconnected, ClientWatch
@@ -19,6 +19,7 @@ from proxy.errors import ProxyError, error_response
 from proxy.headers import response_headers_for_client
 from proxy.offload_settings import OffloadSettings
 from proxy.pipeline import Prepared, prepare
+from proxy.quota import Quota
 from proxy.refs import RefStore
 from proxy.relay import close_after, stream_back
 from proxy.reload_tools import RELOAD_TOOL_SCHEMAS, ReloadTools, colliding_tool_names, collision_warning
@@ -60,6 +61,27 @@ def compressor_for(request: Request, body: dict, settings: OffloadSettings, call
     ctx = SummaryContext(state.upstream, headers, model, prompt, state.settings.summary_timeout,
                          state.settings.summary_wait, state.sealer, caller.base)
     return Compressor(state.store, caller.namespace, state.settings.store_ttl, ctx)
+
+
+def quota_for(request: Request, caller: Caller) -> Quota:
+    """The storage quota of the caller's tenant; a client's own key must also be one the
+    upstream accepts (asked once with `GET models`, remembered for a while)."""
+    state = request.app.state
+    verify = None
+    if caller.kind == "client":
+        async def ask() -> int | None:
+            headers = [(k, v) for k, v in caller.upstream_headers(request.scope["headers"], body_replaced=True)
+                       if k.lower() in CREDENTIAL_HEADERS + ACCOUNT_HEADERS]
+            try:
+                response = await state.upstream.send("GET", "models", headers=headers, base=caller.base)
+            except ProxyError:
+                return None
+            await response.aclose()
+            return response.status_code
+
+        verify = state.credential_check.verifier(caller.scope, ask)
+    return Quota(state.store, caller.scope, limit=state.settings.max_stored_bytes_per_namespace,
+                 ttl=state.settings.store_ttl, verify=verify)
 
 
 def offload_headers(prepared: Prepared) -> list[tuple[bytes, bytes]]:
@@ -111,7 +133,7 @@ class ChatCall:
             self.settings = self.settings.model_copy(update={"mode": "off", "reload_tools": False})
         self.counter = await counter_for_model_async(model_of(self.body))
         self.refs = RefStore(self.state.store, self.namespace, self.state.settings.store_ttl, self.state.sealer,
-                             quota=self.state.settings.max_stored_bytes_per_namespace)
+                             quota=quota_for(self.request, self.caller))
         compressor = compressor_for(self.request, self.body, self.settings, self.caller)
         self.prepared = prepared = await prepare(self.messages, self.settings, self.counter, self.namespace,
                                                  self.refs, compressor)
@@ -151,8 +173,11 @@ class ChatCall:
         return BackgroundTask(record)
 
     async def _send(self, content: bytes) -> httpx.Response:
-        return await self.state.upstream.send("POST", "chat/completions", query=self.query, headers=self.headers,
-                                              content=content, base=self.base)
+        response = await self.state.upstream.send("POST", "chat/completions", query=self.query,
+                                                  headers=self.headers, content=content, base=self.base)
+        if self.caller.kind == "client":  # what the upstream thinks of the client's own key
+            self.state.credential_check.remember(self.caller.scope, response.status_code)
+        return response
 
     async def send_round(self, messages: list[Any], with_tools: bool) -> httpx.Response:
         payload = {**self.body, "messages": messages}

@@ -12,10 +12,11 @@ from starlette.responses import Response
 from proxy import events
 from proxy.caller import Caller
 from proxy.offload_settings import OffloadSettings
-from proxy.chat import compressor_for, model_of, parse_chat_body
+from proxy.chat import compressor_for, model_of, quota_for, parse_chat_body
 from proxy.errors import ProxyError
 from proxy.jsonio import JSONResponse
 from proxy.pipeline import prepare
+from proxy.quota import CredentialRejected, QuotaExceeded
 from proxy.refs import RefStore
 from proxy.store import StoreUnavailable
 from proxy.tokens import counter_for_model_async
@@ -25,7 +26,7 @@ def _scope(request: Request) -> tuple[OffloadSettings, Caller, RefStore]:
     caller: Caller = request.state.caller
     settings = request.app.state.settings_resolver.resolve(request.headers, tenant=caller.tenant)
     refs = RefStore(request.app.state.store, caller.namespace, request.app.state.settings.store_ttl,
-                    sealer=request.app.state.sealer, quota=request.app.state.settings.max_stored_bytes_per_namespace)
+                    sealer=request.app.state.sealer, quota=quota_for(request, caller))
     return settings, caller, refs
 
 
@@ -47,8 +48,10 @@ async def offload(request: Request) -> Response:
     compressor = compressor_for(request, body, settings, caller)
     counter = await counter_for_model_async(model)
     prepared = await prepare(messages, settings, counter, namespace, refs, compressor)
-    if prepared.quota_exceeded:
+    if isinstance(prepared.refused, QuotaExceeded):
         return ProxyError(429, f"Nothing stored: {prepared.warnings[0]}.", code="storage_quota_exceeded").response()
+    if isinstance(prepared.refused, CredentialRejected):
+        return ProxyError(401, f"Nothing stored: {prepared.warnings[0]}.", code="invalid_api_key").response()
     if prepared.store_failed:
         return _store_down(StoreUnavailable(prepared.warnings[0]))
     plan = prepared.plan

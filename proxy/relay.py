@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterator
-from urllib.parse import unquote
 
 import httpx
 from starlette.requests import Request
@@ -16,6 +14,7 @@ from proxy.disconnect import ClientDisconnected, ClientWatch
 from proxy.errors import ProxyError, stream_broke
 from proxy.headers import response_headers_for_client
 from proxy.upstream import Upstream
+from proxy.upstream_choice import has_dot_segment
 
 BODYLESS = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})
 
@@ -28,10 +27,7 @@ def upstream_path(request: Request) -> str:
     """
     raw = request.scope.get("raw_path") or request.scope["path"].encode()
     path = raw.decode("latin-1").split("?", 1)[0].removeprefix("/v1").lstrip("/")
-    decoded = path
-    while "%" in decoded and (once := unquote(decoded)) != decoded:  # shrinks every round: ends
-        decoded = once
-    if any(segment.split(";", 1)[0] in (".", "..") for segment in re.split(r"[/\\]", decoded)):
+    if has_dot_segment(path):
         raise ProxyError(400, "The path must not contain '.' or '..' segments.", code="invalid_path")
     return path
 
@@ -99,10 +95,12 @@ async def relay(request: Request) -> Response:
     watch = ClientWatch(request, body_read=not client_has_body(request))
     try:
         caller: Caller = request.state.caller
+        path = upstream_path(request)
+        caller.check_relay(request.method, path)
         response = await watch.run(
             upstream.send(
                 request.method,
-                upstream_path(request),
+                path,
                 query=request.scope.get("query_string", b""),
                 headers=caller.upstream_headers(request.scope["headers"]),
                 content=watch.body() if client_has_body(request) else None,

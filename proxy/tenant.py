@@ -8,17 +8,25 @@ stored or logged.
 from __future__ import annotations
 
 import hashlib
+import hmac
 from collections.abc import Sequence
 
 NAMESPACE_VERSION = b"offload-ns-v2"
 
 
-def namespace_for(kind: str, identity: Sequence[str], sub_tenant: str | None) -> str:
-    """`identity`: the tenant name, or the credentials presented (order does not matter)."""
+def namespace_for(kind: str, identity: Sequence[str], sub_tenant: str | None, *, secret: str | None = None) -> str:
+    """`identity`: the tenant name, or the credentials presented (order does not matter).
+
+    With a `secret` (the encryption key) the hash is keyed: key names then reveal nothing that
+    could be confirmed by guessing a tenant name or a credential.
+    """
     material = b"\0".join(
         [NAMESPACE_VERSION, kind.encode(), *sorted(v.encode("utf-8", "surrogatepass") for v in set(identity)),
          b"\1", (sub_tenant or "").encode()]
     )
+    if secret:
+        keyed = hashlib.sha256(b"offload-ns-key\0" + secret.encode()).digest()
+        return hmac.new(keyed, material, hashlib.sha256).hexdigest()[:32]
     return hashlib.sha256(material).hexdigest()[:32]
 
 

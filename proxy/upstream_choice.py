@@ -8,7 +8,9 @@ can never make the proxy send its credentials, or anyone's, to a host of its cho
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from urllib.parse import unquote, urlsplit
 
 import httpx
 
@@ -16,6 +18,15 @@ from proxy.errors import ProxyError
 
 HEADER = "x-offload-upstream"
 PARAM = "X-Offload-Upstream"
+
+
+def has_dot_segment(path: str) -> bool:
+    """A `.` or `..` segment, also percent-encoded any number of times, behind an encoded slash
+    or a backslash, or with `;params`: such a path could leave the prefix it is appended to."""
+    decoded = path
+    while "%" in decoded and (once := unquote(decoded)) != decoded:  # shrinks every round: ends
+        decoded = once
+    return any(segment.split(";", 1)[0] in (".", "..") for segment in re.split(r"[/\\]", decoded))
 
 
 def _invalid(why: str) -> ProxyError:
@@ -38,6 +49,8 @@ def parse_upstream_url(value: str) -> httpx.URL:
         raise _invalid("it may not carry credentials, a query or a fragment")
     if port is not None and not 0 < port < 65536:
         raise _invalid("its port is out of range")
+    if has_dot_segment(urlsplit(value).path):  # as written: httpx would already have resolved them
+        raise _invalid("its path may not contain '.' or '..' segments")
     return url
 
 
@@ -48,9 +61,10 @@ def requested_base(headers: Mapping[str, str], allowlist: list[str]) -> str | No
         return None
     url = parse_upstream_url(requested)
     host = url.host.lower()
+    # "host" allows the scheme's default port only; "host:port" exactly that port
     hostport = f"{host}:{url.port}" if url.port else host
     allowed = {entry.lower() for entry in allowlist}
-    if host not in allowed and hostport not in allowed:
+    if hostport not in allowed:
         raise ProxyError(400, f"Upstream host {hostport!r} is not on this server's allowlist.",
                          code="upstream_not_allowed", param=PARAM)
     return requested.rstrip("/")

@@ -118,6 +118,10 @@ class Recorded:
     query: str
     headers: dict[str, str]
     body: bytes
+    header_list: list[tuple[str, str]] = field(default_factory=list)  # as sent, repeats included
+
+    def all(self, name: str) -> list[str]:
+        return [v for k, v in self.header_list if k == name]
 
     def json(self) -> dict:
         return json.loads(self.body)
@@ -151,7 +155,8 @@ class FakeUpstream:
 
     async def _endpoint(self, request: Request) -> Response:
         rec = Recorded(request.method, request.url.path, request.url.query,
-                       {k.lower(): v for k, v in request.headers.items()}, await request.body())
+                       {k.lower(): v for k, v in request.headers.items()}, await request.body(),
+                       [(k.lower(), v) for k, v in request.headers.items()])
         self.requests.append(rec)
         return await self.handler(request, rec)
 
@@ -165,6 +170,8 @@ def scripted(*responses: Callable[[Recorded], Response]) -> Handler:
     calls = {"n": 0}
 
     async def handler(request: Request, rec: Recorded) -> Response:
+        if not rec.path.endswith("/chat/completions"):  # e.g. the proxy checking a key on /models
+            return await default_handler(request, rec)
         i = min(calls["n"], len(responses) - 1)
         calls["n"] += 1
         return responses[i](rec)

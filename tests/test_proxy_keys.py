@@ -10,9 +10,12 @@ import openai
 import pytest
 from pydantic import ValidationError
 
+from starlette.responses import JSONResponse
+
 from proxy.caller import Gatekeeper
 from proxy.config import ServerSettings
 from tests.history import agent_history, refs_sent
+from tests.servers import completion
 
 KEY_A = "pk-team-a-secret-0001"
 KEY_B = "pk-team-b-secret-0002"
@@ -137,14 +140,18 @@ def test_anonymous_only_with_the_flag(make_proxy, upstream):
 
 
 @pytest.mark.parametrize("value", ["http://a:b:c/", "http://[::1/", "http://a\tb/v1", "http://h:99999/v1",
-                                   "http://user:pw@h/v1", "javascript:alert(1)", "http://"])
-def test_malformed_upstream_header_is_400_everywhere(proxy_url, upstream, value):
+                                   "http://user:pw@h/v1", "javascript:alert(1)", "http://",
+                                   "http://localhost/v1/../../", "http://localhost/v1/%2e%2e/x",
+                                   "http://localhost:1234/v1"])
+def test_malformed_or_unlisted_upstream_header_is_400_everywhere(make_proxy, upstream, value):
+    """`localhost` on the allowlist admits its default port only, and no path leaving the base."""
     headers = {"authorization": "Bearer sk-test-key", "X-Offload-Upstream": value}
-    for method, path in (("POST", "/v1/chat/completions"), ("GET", "/v1/models"), ("POST", "/v1/offload")):
-        r = httpx.request(method, f"{proxy_url}{path}", headers=headers,
-                          json={"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]})
-        assert r.status_code == 400, (path, r.text)
-        assert r.json()["error"]["code"] in ("invalid_upstream", "upstream_not_allowed")
+    with make_proxy(upstream_allowlist=["localhost"]) as url:
+        for method, path in (("POST", "/v1/chat/completions"), ("GET", "/v1/models"), ("POST", "/v1/offload")):
+            r = httpx.request(method, f"{url}{path}", headers=headers,
+                              json={"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]})
+            assert r.status_code == 400, (path, r.text)
+            assert r.json()["error"]["code"] in ("invalid_upstream", "upstream_not_allowed")
     assert not upstream.requests
 
 
@@ -190,3 +197,71 @@ def test_storage_quota_per_namespace(make_proxy, upstream):
         assert r.headers["x-offload-action"] == "none" and refs_sent(upstream.chat_requests()[-1]) == []
         kept = first.json()["refs"][0]["ref"]
         assert httpx.get(f"{url}/v1/offload/{kept}", headers=alice).status_code == 200
+
+
+def test_invented_client_keys_store_nothing(make_proxy, upstream):
+    """Without a server key the client's own key is relayed; one the upstream refuses stores nothing."""
+    async def handler(request, rec):
+        if rec.headers.get("authorization") == "Bearer sk-invented":
+            return JSONResponse({"error": {"message": "Incorrect API key", "type": "invalid_request_error",
+                                           "code": "invalid_api_key"}}, status_code=401)
+        return JSONResponse(completion("ok") if rec.path.endswith("completions") else {"object": "list", "data": []})
+
+    upstream.handler = handler
+    history = agent_history(steps=4)
+    with make_proxy() as url:
+        r = httpx.post(f"{url}/v1/offload", json={"model": "gpt-4o", "messages": history},
+                       headers={"authorization": "Bearer sk-invented", **CHEAP})
+        assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+        r = chat(url, {"authorization": "Bearer sk-invented", **CHEAP}, history)
+        assert r.status_code == 401  # the upstream's own answer, relayed; nothing was stored for it
+        assert refs_sent(upstream.chat_requests()[-1]) == [] and "credential" in r.headers["x-offload-warning"]
+        models_asked = len([q for q in upstream.requests if q.path == "/v1/models"])
+        assert models_asked == 1  # the refusal is remembered
+        ok = chat(url, {"authorization": "Bearer sk-real", **CHEAP}, history)
+        assert ok.status_code == 200 and ok.headers["x-offload-action"] == "compact"
+
+
+def test_shared_server_key_relays_only_stateless_endpoints(make_proxy, upstream, tmp_path):
+    with make_proxy(upstream_api_key="sk-server", tenants_file=tenants_file(tmp_path)) as url:
+        a = {"authorization": f"Bearer {KEY_A}", "OpenAI-Organization": "org-operator"}
+        for method, path in (("GET", "files"), ("GET", "files/file-of-b/content"), ("DELETE", "files/file-of-b"),
+                             ("GET", "responses/resp_of_b"), ("GET", "chat/completions"), ("POST", "batches"),
+                             ("GET", "vector_stores"), ("POST", "files"), ("GET", "chat%2Fcompletions")):
+            r = httpx.request(method, f"{url}/v1/{path}", headers=a)
+            assert r.status_code == 403 and r.json()["error"]["code"] == "endpoint_not_shared", (method, path)
+        assert not upstream.requests
+        for method, path in (("GET", "models"), ("GET", "models/gpt-4o"), ("POST", "embeddings")):
+            assert httpx.request(method, f"{url}/v1/{path}", headers=a, json={}).status_code == 200, path
+            assert "openai-organization" not in upstream.requests[-1].headers  # the operator's account
+        # a tenant with its own upstream key keeps state in its own account: everything is relayed
+        b = {"authorization": f"Bearer {KEY_B}"}
+        assert httpx.get(f"{url}/v1/files", headers=b).status_code == 200
+        assert credentials_sent(upstream.requests[-1]) == {"authorization": "Bearer sk-team-b-upstream"}
+        # and a proxy key's credential goes only where the tenants file says
+        r = httpx.get(f"{url}/v1/models", headers={**b, "X-Offload-Upstream": "http://127.0.0.1:1/v1"})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "upstream_not_allowed"
+
+
+def test_quota_is_per_tenant_not_per_sub_tenant(make_proxy, upstream, tmp_path):
+    with make_proxy(upstream_api_key="sk-server", tenants_file=tenants_file(tmp_path),
+                    max_stored_bytes_per_namespace=6000) as url:
+        stored = 0
+        for i in range(6):
+            history = agent_history(steps=2, system=f"sub {i}")
+            for m in history:
+                if m["role"] == "tool":
+                    m["content"] = f"sub {i}\n{m['content']}"
+            r = httpx.post(f"{url}/v1/offload", json={"model": "gpt-4o", "messages": history},
+                           headers={"authorization": f"Bearer {KEY_A}", "X-Offload-Tenant": f"rot{i}", **CHEAP})
+            stored += r.status_code == 200
+            assert r.status_code in (200, 429)
+        assert 1 <= stored < 6  # fresh sub-tenants do not buy a fresh quota
+
+
+def test_empty_credentials_never_reach_the_upstream_next_to_the_server_key(make_proxy, upstream):
+    with make_proxy(allow_anonymous=True, upstream_api_key="sk-server") as url:
+        r = httpx.get(f"{url}/v1/models", headers={"authorization": "Bearer", "api-key": ""})
+        assert r.status_code == 200
+        assert upstream.requests[-1].all("authorization") == ["Bearer sk-server"]
+        assert "api-key" not in upstream.requests[-1].headers

@@ -93,6 +93,7 @@ async def test_counters_are_atomic_and_expire(store):
     results = await asyncio.gather(*(store.incr(k, 10, ttl=60) for _ in range(20)))
     assert sorted(results) == list(range(10, 201, 10))
     assert await store.incr(k, -50, ttl=60) == 150
+    assert await store.get(k) == b"150"  # a value like any other: bytes
     short = key()
     assert await store.incr(short, 7, ttl=1) == 7
     await asyncio.sleep(2.1)

@@ -107,3 +107,14 @@ def test_hung_redis_cannot_stall_requests_and_reload_says_unavailable(make_proxy
         while "x-offload-warning" in post(url, history).headers:
             assert time.monotonic() < deadline, "offloading did not resume"
             time.sleep(0.2)
+
+
+@pytest.mark.parametrize("scheme", ["redis", "redis+cluster"])
+def test_unreachable_store_is_503_on_readyz_and_chat_still_answers(make_proxy, upstream, scheme):
+    from tests.servers import free_port
+
+    with make_proxy(redis_url=f"{scheme}://127.0.0.1:{free_port()}/0", store_timeout=0.3) as url:
+        ready = httpx.get(f"{url}/readyz", timeout=10)
+        assert ready.status_code == 503 and ready.json()["store"] == "unreachable"
+        r = post(url, agent_history(steps=4))
+        assert r.status_code == 200 and "store unavailable" in r.headers["x-offload-warning"]

@@ -8,7 +8,7 @@ from typing import TypeVar
 
 import redis.asyncio as redis
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from proxy.store.base import StoreUnavailable
 
@@ -59,7 +59,7 @@ class RedisStore:
             if not self._initialized:
                 await self._initialize()
             return await awaitable
-        except (RedisError, OSError) as exc:
+        except (RedisError, RedisClusterException, OSError) as exc:
             raise StoreUnavailable(f"redis: {exc}") from exc
         finally:
             if asyncio.iscoroutine(awaitable) and awaitable.cr_frame is not None and not awaitable.cr_running:

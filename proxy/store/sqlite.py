@@ -165,12 +165,14 @@ class SQLiteStore:
         def op(db: sqlite3.Connection, now: float) -> int:
             with db:
                 db.execute("DELETE FROM kv WHERE key = ? AND expires < ?", (key, now))
-                db.execute(
-                    "INSERT INTO kv VALUES (?, ?, ?) ON CONFLICT(key) DO UPDATE SET "
-                    "value = CAST(value AS INTEGER) + excluded.value, expires = excluded.expires",
-                    (key, amount, now + ttl),
-                )
-                return int(db.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()[0])
+                # one atomic statement; the value stays bytes (its decimal digits), as in Redis
+                row = db.execute(
+                    "INSERT INTO kv VALUES (?, CAST(? AS BLOB), ?) ON CONFLICT(key) DO UPDATE SET "
+                    "value = CAST(CAST(CAST(kv.value AS TEXT) AS INTEGER) + ? AS BLOB), expires = excluded.expires "
+                    "RETURNING value",
+                    (key, amount, now + ttl, amount),
+                ).fetchone()
+                return int(bytes(row[0]))
 
         return await self._run(op)
 
