@@ -205,6 +205,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             check_tenants_file(settings)
         except (OSError, ValueError) as exc:  # tomllib/yaml errors are ValueErrors too
             sys.exit(f"offload-proxy: invalid --tenants-file {settings.tenants_file}: {exc}")
+        if settings.redis_url is None:
+            try:
+                settings.data_dir.mkdir(parents=True, exist_ok=True)
+                (settings.data_dir / ".writable").touch()
+            except OSError as exc:
+                sys.exit(f"offload-proxy: --data-dir {settings.data_dir} is not a writable folder: {exc.strerror}")
         serve(settings)
 
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -18,20 +18,22 @@ class ServerSettings(BaseSettings):
     host: str = Field("127.0.0.1", description="Interface to listen on.")
     port: int = Field(8080, ge=0, le=65535, description="Port to listen on.")
     upstream: str = Field(
-        "https://api.openai.com/v1", description="Upstream base URL, including /v1."
+        "https://api.openai.com/v1", pattern=r"^https?://[^\s]+$", description="Upstream base URL, including /v1."
     )
     upstream_api_key: str | None = Field(
-        None, description="Key sent upstream for requests that carry no Authorization header of their own."
+        None, description="The operator's provider key. When set, clients must present proxy keys from the "
+        "tenants file (their own keys are refused) and the upstream gets this key instead.",
     )
     redis_url: str | None = Field(
-        None, description="redis:// or rediss:// URL; absent = embedded store in --data-dir."
+        None, description="redis://, rediss:// or redis+cluster:// URL; absent = embedded store in --data-dir."
     )
     redis_cluster: bool = Field(
         False, description="Treat --redis-url as a Redis Cluster (also implied by a redis+cluster:// URL)."
     )
     data_dir: Path = Field(Path(".offload-data"), description="Embedded store location.")
     workers: int = Field(1, ge=1, description="Worker processes.")
-    log_level: str = Field("info", description="critical|error|warning|info|debug.")
+    log_level: str = Field("info", pattern="^(critical|error|warning|info|debug|trace)$",
+                           description="critical|error|warning|info|debug.")
     log_format: str = Field("json", pattern="^(json|text)$", description="json (one object per line) or text.")
     metrics_tenant_label: bool = Field(
         False, description="Label request and token metrics with the tenant namespace hash."
@@ -54,7 +56,7 @@ class ServerSettings(BaseSettings):
         7 * 24 * 3600, ge=60, description="Idle TTL (s) of offloaded content; every use extends it."
     )
     tenants_file: Path | None = Field(
-        None, description="TOML or YAML file of per-tenant setting overrides."
+        None, description="TOML or YAML file of tenants: proxy keys, upstreams, per-tenant setting overrides."
     )
 
     # Server-wide defaults of the per-request offload settings (see proxy.offload_settings);
@@ -70,6 +72,9 @@ class ServerSettings(BaseSettings):
     reload_tools: str | None = Field(None, description="Default X-Offload-Reload-Tools: on|off.")
     summary_model: str | None = Field(None, description="Default X-Offload-Summary-Model (else the request's).")
     compaction_ratio: float | None = Field(None, description="Default X-Offload-Compaction-Ratio (0.75).")
+    group_token_threshold: int | None = Field(
+        None, description="Default X-Offload-Group-Token-Threshold (0: one summary call)."
+    )
     summary_timeout: float = Field(60.0, gt=0, description="Timeout (s) of one summarisation call.")
     summary_wait: float = Field(
         5.0, ge=0, description="How long (s) a request waits for a summary another request is making."
@@ -157,6 +162,25 @@ class ServerSettings(BaseSettings):
         if value and "change-me" in value.lower():
             raise ValueError("is the example value 'change-me' from deploy/: set a real secret")
         return value
+
+    @model_validator(mode="after")
+    def _offload_defaults_are_valid(self) -> "ServerSettings":
+        """The per-request defaults and header caps are checked now, not in the first request."""
+        from proxy.offload_settings import OffloadSettings
+
+        try:
+            OffloadSettings(**self.offload_defaults())
+        except ValidationError as exc:
+            problem = exc.errors()[0]
+            raise ValueError(f"--{'-'.join(map(str, problem['loc'])).replace('_', '-')}: {problem['msg']}") from None
+        numeric = {name for name, f in OffloadSettings.model_fields.items() if f.annotation in (int, float, int | None)}
+        if self.redis_cluster and not self.redis_url:
+            raise ValueError("--redis-cluster needs --redis-url (a node of the cluster)")
+        unknown = sorted(set(self.header_caps) - numeric)
+        if unknown:
+            raise ValueError(f"--header-caps: {', '.join(unknown)} is not a numeric setting; caps apply to "
+                             f"{', '.join(sorted(numeric))}")
+        return self
 
     def offload_defaults(self) -> dict[str, object]:
         from proxy.offload_settings import SETTING_FIELDS

@@ -56,6 +56,8 @@ class OffloadSettings(BaseModel):
 
 
 SETTING_FIELDS = tuple(OffloadSettings.model_fields)
+# What a tenants-file table may hold beside settings (read by proxy.caller and the summariser).
+TENANT_KEYS = frozenset({"api_keys", "upstream", "upstream_api_key", "summary_prompt"})
 
 
 def header_name(field: str) -> str:
@@ -94,6 +96,10 @@ def load_tenants_file(path: Path | None) -> dict[str, dict[str, Any]]:
     if not isinstance(tenants, dict) or not all(isinstance(v, dict) for v in tenants.values()):
         raise ValueError("expected one table of settings per tenant, e.g. [tenants.team-a]")
     for tenant, overrides in tenants.items():
+        unknown = sorted(set(overrides) - set(SETTING_FIELDS) - TENANT_KEYS - {"tenant", "session"})
+        if unknown:
+            raise ValueError(f"tenant {tenant!r}: unknown key {', '.join(unknown)} (settings: "
+                             f"{', '.join(SETTING_FIELDS)}; also {', '.join(sorted(TENANT_KEYS))})")
         try:
             OffloadSettings(**{k: v for k, v in overrides.items() if k in SETTING_FIELDS})  # fail at startup
         except ValidationError as exc:

@@ -32,6 +32,16 @@ def redis_url() -> Iterator[str]:
         server.stop()
 
 
+@pytest.fixture
+def private_redis_url() -> Iterator[str]:
+    """A redis-server of this test's own, always: for tests that wipe it (never REDIS_URL's)."""
+    server = RedisProcess().start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="session")
 def redis_cluster_url() -> Iterator[str]:
     """REDIS_CLUSTER_URL if set, else a 3-master cluster of our own on loopback."""

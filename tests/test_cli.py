@@ -127,6 +127,7 @@ BOOLEANS = [name for name, field in ServerSettings.model_fields.items() if field
 
 def test_every_boolean_setting_is_a_plain_flag(monkeypatch):
     assert {"metrics_tenant_label", "redis_cluster", "allow_anonymous"} <= set(BOOLEANS)
+    monkeypatch.setenv("OFFLOAD_REDIS_URL", "redis://127.0.0.1:6379/0")  # --redis-cluster needs one
     for name in BOOLEANS:
         flag = "--" + name.replace("_", "-")
         assert getattr(settings_from(flag), name) is True
@@ -137,7 +138,8 @@ def test_every_boolean_setting_is_a_plain_flag(monkeypatch):
 
 
 def test_boolean_flags_together_as_documented():
-    s = settings_from("--metrics-tenant-label", "--redis-cluster", "--allow-anonymous", "--port", "9000")
+    s = settings_from("--metrics-tenant-label", "--redis-cluster", "--redis-url", "redis://h:6379",
+                      "--allow-anonymous", "--port", "9000")
     assert s.metrics_tenant_label and s.redis_cluster and s.allow_anonymous and s.port == 9000
 
 
@@ -163,3 +165,24 @@ def test_bad_tenants_file_is_a_one_line_error_before_serving(tmp_path, content, 
     assert message in error and "\n" not in error and "Traceback" not in error
     assert "missing" in serve_error("--tenants-file", str(tmp_path / "missing.toml")) or \
         "No such file" in serve_error("--tenants-file", str(tmp_path / "missing.toml"))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--mode", "fast"], "--mode"),
+    (["--max-total-tokens", "-5"], "--max-total-tokens"),
+    (["--reload-tools", "maybe"], "--reload-tools"),
+    (["--log-level", "loud"], "--log-level"),
+    (["--upstream", "ftp://x"], "--upstream"),
+    (["--header-caps", "bogus=3"], "bogus is not a numeric setting"),
+    (["--redis-cluster"], "--redis-cluster needs --redis-url"),
+    (["--data-dir", "/proc/forbidden"], "--data-dir /proc/forbidden is not a writable folder"),
+])
+def test_every_invalid_option_is_one_line_naming_it(argv, message):
+    error = serve_error(*argv)
+    assert message in error and "\n" not in error and "Traceback" not in error
+
+
+def test_unknown_key_in_the_tenants_file_is_named(tmp_path):
+    path = tmp_path / "tenants.toml"
+    path.write_text('[tenants.t]\nmax_total_token = 5000\n')  # a typo
+    assert "unknown key max_total_token" in serve_error("--tenants-file", str(path))

@@ -71,10 +71,9 @@ def test_sqlite_events_and_session_ids_are_sealed(make_proxy, upstream, tmp_path
         assert events_of(url, AUTH) == found
 
 
-def test_redis_events_and_session_ids_are_sealed(make_proxy, upstream, redis_url):
-    client = redis.Redis.from_url(redis_url)
-    client.flushdb()
-    with make_proxy(redis_url=redis_url, encryption_key=KEY) as url:
+def test_redis_events_and_session_ids_are_sealed(make_proxy, upstream, private_redis_url):
+    client = redis.Redis.from_url(private_redis_url)
+    with make_proxy(redis_url=private_redis_url, encryption_key=KEY) as url:
         found = run_session(url, upstream)
         assert_events_readable(url, found)
     keys = list(client.scan_iter("off:*"))

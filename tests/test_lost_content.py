@@ -28,7 +28,7 @@ def post(url: str, messages: list) -> httpx.Response:
 class Backend:
     def __init__(self, name: str, request: pytest.FixtureRequest, tmp_path) -> None:
         self.name, self.tmp_path = name, tmp_path
-        self.url = request.getfixturevalue("redis_url") if name == "redis" else None
+        self.url = request.getfixturevalue("private_redis_url") if name == "redis" else None
 
     def options(self) -> dict:
         return {"redis_url": self.url} if self.url else {"data_dir": self.tmp_path}
