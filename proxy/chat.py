@@ -118,13 +118,9 @@ class ChatCall:
         """Parse and validate; raises ProxyError (400) for what the proxy itself refuses."""
         state = request.app.state
         raw = await request.body()
-        body = parse_chat_body(raw)
+        body = parse_chat_body(raw, max_messages=state.settings.max_messages)
         settings = state.settings_resolver.resolve(request.headers, tenant=request.state.caller.tenant)
-        call = cls(request, raw, body, settings)
-        if len(call.messages) > state.settings.max_messages:
-            raise ProxyError(400, f"Too many messages: {len(call.messages)} > {state.settings.max_messages}.",
-                             code="too_many_messages", param="messages")
-        return call
+        return cls(request, raw, body, settings)
 
     async def offload(self) -> None:
         """Plan and store (the pipeline), then prepare what goes upstream."""

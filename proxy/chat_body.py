@@ -31,7 +31,7 @@ _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a b
                dict: "an object", type(None): "null"}
 
 
-def parse_chat_body(raw: bytes) -> dict:
+def parse_chat_body(raw: bytes, *, max_messages: int | None = None) -> dict:
     """The request body as a dict, or ProxyError 400 (see the module docstring for the rule)."""
     try:
         body = jsonio.loads(raw)
@@ -42,6 +42,10 @@ def parse_chat_body(raw: bytes) -> dict:
     if not isinstance(body, dict):
         raise ProxyError(400, "Request body must be a JSON object.", code="invalid_json")
     check_chat_body(body)
+    messages = body.get("messages")
+    if max_messages is not None and isinstance(messages, list) and len(messages) > max_messages:
+        raise ProxyError(400, f"Too many messages: {len(messages)} > {max_messages}.", code="too_many_messages",
+                         param="messages")
     return body
 
 

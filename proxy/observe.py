@@ -8,6 +8,7 @@ included. No credential and no message content ever reaches a label or a log lin
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import os
@@ -210,7 +211,8 @@ def configure_logging(level: str) -> None:
 
 def metrics_endpoint(admin_token: str | None):
     async def endpoint(request: Request) -> Response:
-        if admin_token and request.headers.get("authorization", "") != f"Bearer {admin_token}":
+        presented = request.headers.get("authorization", "").encode()
+        if admin_token and not hmac.compare_digest(presented, f"Bearer {admin_token}".encode()):
             return error_response(401, "This endpoint needs the admin token.", type_="authentication_error",
                                   code="admin_token_required")
         return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE_LATEST)

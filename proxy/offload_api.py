@@ -36,7 +36,7 @@ def _store_down(exc: StoreUnavailable) -> Response:
 
 async def offload(request: Request) -> Response:
     try:
-        body = parse_chat_body(await request.body())
+        body = parse_chat_body(await request.body(), max_messages=request.app.state.settings.max_messages)
         settings, caller, refs = _scope(request)
         messages = body.get("messages")
         if not isinstance(messages, list):

@@ -40,6 +40,9 @@ def test_message_count_and_header_size_limits(make_proxy, upstream):
         with pytest.raises(openai.BadRequestError) as info:
             c.chat.completions.create(model="gpt-4o", messages=MESSAGES * 4)
         assert info.value.body["code"] == "too_many_messages"
+        r = httpx.post(f"{url}/v1/offload", json={"model": "gpt-4o", "messages": MESSAGES * 4},
+                       headers={"authorization": "Bearer k"})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "too_many_messages"  # the direct API too
         with pytest.raises(openai.BadRequestError) as info:
             c.chat.completions.create(model="gpt-4o", messages=MESSAGES, extra_headers={"X-Offload-Session": "s" * 300})
         assert "X-Offload-Session" in info.value.body["message"]
