@@ -20,6 +20,7 @@ from proxy.offload_settings import OffloadSettings
 from proxy.tokens import TokenCounter
 
 COMPRESS_KEEP_RECENT = 2
+MAX_GROUPS = 8  # summarisation calls one request may make (X-Offload-Group-Token-Threshold)
 SYSTEM_ROLES = ("system", "developer")
 
 
@@ -138,25 +139,49 @@ def decide(
 
 
 def groups(messages: list[Any], start: int, end: int, threshold: int, counter: TokenCounter) -> list[tuple[int, int]]:
-    """Cut messages[start:end] into ranges of at most `threshold` tokens; pairs never split."""
+    """Cut messages[start:end] into ranges of at most `threshold` tokens; pairs never split.
+
+    Each range costs one summarisation call, so there are never more than MAX_GROUPS of them:
+    when `threshold` would make more, the ranges grow (the smallest threshold that makes at
+    most MAX_GROUPS). A unit larger than the threshold is a range of its own.
+    """
+    if end <= start:
+        return []
     if threshold <= 0:
-        return [(start, end)] if end > start else []
-    out: list[tuple[int, int]] = []
-    begin, size = start, 0
+        return [(start, end)]
+    units: list[tuple[int, int]] = []  # (first message, tokens): an assistant message and its tool results
     i = start
     while i < end:
         j = i + 1
         while j < end and role(messages[j]) == "tool":
-            j += 1  # an assistant message and its tool results form one unit
-        unit = sum(counter.message(m) for m in messages[i:j])
-        if size and size + unit > threshold:
-            out.append((begin, i))
-            begin, size = i, 0
-        size += unit
+            j += 1
+        units.append((i, sum(counter.message(m) for m in messages[i:j])))
         i = j
-    if end > begin:
-        out.append((begin, end))
-    return out
+    cuts = _pack(units, threshold)
+    if len(cuts) > MAX_GROUPS:
+        # fewer ranges as the threshold grows (greedy packing is monotone): the smallest one that fits
+        low, high = threshold, max(threshold, sum(tokens for _, tokens in units))
+        while low < high:
+            middle = (low + high) // 2
+            if len(_pack(units, middle)) <= MAX_GROUPS:
+                high = middle
+            else:
+                low = middle + 1
+        cuts = _pack(units, low)
+    return [(begin, cuts[k + 1] if k + 1 < len(cuts) else end) for k, begin in enumerate(cuts)]
+
+
+def _pack(units: list[tuple[int, int]], threshold: int) -> list[int]:
+    """Where each range begins when units are packed in order, a range closed once the next
+    unit would take it past `threshold`."""
+    cuts: list[int] = []
+    size = 0
+    for first, tokens in units:
+        if not cuts or (size and size + tokens > threshold):
+            cuts.append(first)
+            size = 0
+        size += tokens
+    return cuts
 
 
 def summary_message(text: str, ref: str, count: int, tokens: int) -> dict:

@@ -81,6 +81,28 @@ def test_groups_respect_threshold_and_pairs():
     assert cp.groups(msgs, 2, 2, 0, COUNTER) == []
 
 
+def test_groups_never_make_more_summary_calls_than_the_cap():
+    words = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"word{i}"} for i in range(2000)]
+    spans = cp.groups(words, 0, 2000, 1, COUNTER)  # a threshold of 1 token: one group per message asked
+    assert len(spans) == 8, len(spans)  # compress_plan.MAX_GROUPS, not 2,000
+    assert spans[0][0] == 0 and spans[-1][1] == 2000
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))  # contiguous, in order, nothing left out
+    sizes = [sum(COUNTER.message(m) for m in words[a:b]) for a, b in spans]
+    assert max(sizes) - min(sizes) <= 2 * max(COUNTER.message(m) for m in words)  # alike units: even groups
+
+    # pairs still never split, and a unit bigger than the grown threshold is a group of its own
+    msgs = [{"role": "user", "content": "u"}]
+    for i in range(30):
+        msgs += [call(i, 3), result(i, 0), result(i, 1), result(i, 2, "big " * (400 if i == 7 else 1))]
+    spans = cp.groups(msgs, 0, len(msgs), 1, COUNTER)
+    assert len(spans) <= cp.MAX_GROUPS == 8 and spans[-1][1] == len(msgs)
+    assert all(cp.role(msgs[a]) != "tool" for a, _ in spans)
+
+    # under the cap, the threshold is kept as asked
+    few = words[:6]
+    assert cp.groups(few, 0, 6, 1, COUNTER) == [(i, i + 1) for i in range(6)]
+
+
 def test_chain_hashes_identify_prefixes():
     a = [{"role": "user", "content": "1"}, {"role": "user", "content": "2"}]
     b = [{"role": "user", "content": "1"}, {"role": "user", "content": "3"}]

@@ -226,3 +226,20 @@ def test_tenant_prompt_from_tenants_file(make_proxy, upstream, tmp_path):
         c.chat.completions.create(model="gpt-4o", messages=chat_history(12),
                                   extra_headers={**COMPRESS, "X-Offload-Tenant": "acme"})
     assert calls[0].json()["messages"][0]["content"].startswith("ACME PROMPT")
+
+
+def test_a_tiny_group_threshold_makes_at_most_max_groups_summary_calls(client, upstream):
+    handler, calls = summarizing()
+    upstream.handler = handler
+    words = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"word{i}"} for i in range(2000)]
+    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=words, extra_headers={
+        "X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "0", "X-Offload-Keep-Recent": "0",
+        "X-Offload-Group-Token-Threshold": "1", "X-Offload-Session": "tiny-groups"})
+    assert raw.parse().choices[0].message.content == "Final answer"
+    assert len(calls) == 8  # compress_plan.MAX_GROUPS, not one call per message (2,000)
+    assert raw.headers["x-offload-action"] == "compress"
+    transcripts = "\n".join(c.json()["messages"][-1]["content"] for c in calls)
+    assert all(re.search(rf"\bword{i}\b", transcripts) for i in range(2000))  # every message in one group
+    sent = forwarded(upstream)[0]
+    assert len(sent) == 1 and "<state_snapshot>" in sent[0]["content"]  # all 2,000 summarised into one message
+    assert sent[0]["content"].count("plan #") == 8
