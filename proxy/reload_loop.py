@@ -117,6 +117,7 @@ async def complete(messages: list[Any], send: SendRound, tools: ReloadTools, bud
     """Non-streaming: loop while the model calls only injected tools, within the budget.
 
     `extra_usage` (the proxy's own summarisation calls) is added to the usage the upstream reports.
+    A 200 answer that is not a JSON object raises ProxyError 502 (`upstream_error`).
     """
     messages = list(messages)
     usage: dict | None = None
@@ -130,9 +131,7 @@ async def complete(messages: list[Any], send: SendRound, tools: ReloadTools, bud
         await response.aclose()
         if response.status_code != 200:
             return LoopResult(response.status_code, raw, response, round_)
-        completion = jsonio.loads(raw)
-        if not isinstance(completion, dict):
-            return LoopResult(200, raw, response, round_)  # not a completion: relayed as it is
+        completion = _completion(raw, response)
         if isinstance(completion.get("usage"), dict):
             usage, reported = add_usage(usage or add_usage(None, extra_usage), completion["usage"]), True
         choices = completion.get("choices") if isinstance(completion.get("choices"), list) else []
@@ -154,6 +153,31 @@ async def complete(messages: list[Any], send: SendRound, tools: ReloadTools, bud
             completion["usage"] = usage
         body = jsonio.dumps(completion)
         return LoopResult(200, body, response, round_)
+
+
+def not_a_completion(detail: str, *, stream: bool = False) -> ProxyError:
+    """The 502 for a 200 answer the loop cannot read: an HTML page from a gateway, a JSON body
+    where a stream was asked for, a truncated body…"""
+    what = "chat completion stream" if stream else "chat completion"
+    return ProxyError(502, f"The upstream answered 200 with a body that is not a {what} ({detail}).",
+                      type_="server_error", code="upstream_error")
+
+
+def _describe(response: httpx.Response, size: int | None = None) -> str:
+    """What a body was, without its content: its media type (and size)."""
+    kind = response.headers.get("content-type") or "no content-type"
+    return kind if size is None else f"{kind}, {size} bytes"
+
+
+def _completion(raw: bytes, response: httpx.Response) -> dict:
+    """A 200 answer read as a chat completion (a JSON object), else ProxyError 502."""
+    try:
+        completion = jsonio.loads(raw)
+    except ValueError:
+        completion = None
+    if not isinstance(completion, dict):
+        raise not_a_completion(_describe(response, len(raw)))
+    return completion
 
 
 @dataclass
@@ -248,10 +272,19 @@ class _Rounds:
         round_ = 0
         while True:
             state = _Round()
+            chunks = 0
             async for data in sse.iter_data(self.response.aiter_bytes()):
                 if data == sse.DONE:
                     break
-                chunk = jsonio.loads(data)
+                try:
+                    chunk = jsonio.loads(data)
+                except ValueError:
+                    chunk = None
+                if not isinstance(chunk, dict):
+                    yield sse.encode(not_a_completion(f"{_describe(self.response)}: an event that is not a JSON "
+                                                      f"object", stream=True).body())
+                    return
+                chunks += 1
                 if "error" in chunk and "choices" not in chunk:
                     yield sse.encode(chunk)
                 elif chunk.get("usage") and not chunk.get("choices"):
@@ -260,6 +293,9 @@ class _Rounds:
                 elif self._rewrite(chunk, state, round_, not offered):
                     yield sse.encode(chunk)
             await self.response.aclose()
+            if not chunks:  # an HTML page, a JSON body, nothing at all: no chunk of a completion
+                yield sse.encode(not_a_completion(f"{_describe(self.response)}: no chunk", stream=True).body())
+                return
             if not state.continues(offered):
                 break
             zero = state.choices[0]
@@ -295,9 +331,9 @@ async def stream(
     """Streaming: relay content deltas as they come, hide injected calls, chain the rounds.
 
     `offered`: whether the first response was asked for with the injected tools. Whatever goes
-    wrong midway (the upstream breaks off or times out, sends something that is not a chunk,
-    or a round fails in the proxy) ends the stream with an SSE error event and [DONE], never a
-    cut connection.
+    wrong midway (the upstream breaks off or times out, sends something that is not a chunk or
+    a 200 answer with no chunk at all, or a round fails in the proxy) ends the stream with an
+    SSE error event and [DONE], never a cut connection.
     """
     rounds = _Rounds(first, messages, send, tools, budget, extra_usage)
     try:
