@@ -216,5 +216,9 @@ class ChatCall:
         events_ = reload_loop.stream(first, offered, messages, self.send_round, self.tools, budget,
                                      extra_usage=self.prepared.summary_usage)
         out = StreamingResponse(close_after(first, events_), status_code=200, background=self._record_events())
-        out.raw_headers = response_headers_for_client(first.headers.raw, decoded=True) + self.extra_headers
+        headers = response_headers_for_client(first.headers.raw, decoded=True)
+        if not first.headers.get("content-type", "").startswith("text/event-stream"):  # e.g. an HTML page:
+            headers = [(k, v) for k, v in headers if k.lower() != b"content-type"]  # the events are the proxy's
+            headers.append((b"content-type", b"text/event-stream; charset=utf-8"))
+        out.raw_headers = headers + self.extra_headers
         return out

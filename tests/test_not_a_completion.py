@@ -70,6 +70,7 @@ def test_a_non_completion_200_in_a_stream_is_an_error_event_then_done(proxy_url,
     r = post(proxy_url, stream=True)
     assert refs_sent(upstream.chat_requests()[0])
     assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("text/event-stream")  # the proxy's events, whatever came
     events = sse_events(r)
     assert events[-1] == "[DONE]" and len(events) >= 2, r.text
     error = json.loads(events[-2])["error"]
