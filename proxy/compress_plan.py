@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,20 +83,25 @@ class PrefixHashes:
 
 
 class SeenPrefixes:
-    """Prefixes (hash → the messages) verified recently by this process, a bounded few."""
+    """Prefixes (hash → the messages) verified recently by this process, a bounded few.
+
+    Shared by requests planned on the event loop and in the CPU pool (`proxy.cpu`): thread-safe.
+    """
 
     def __init__(self, size: int = 64) -> None:
         self.size = size
         self._prefixes: dict[str, list[Any]] = {}
+        self._lock = threading.Lock()
 
     def equal(self, prefix_hash: str, messages: list[Any], index: int) -> bool:
         known = self._prefixes.get(prefix_hash)
         return known is not None and len(known) == index and known == messages[:index]
 
     def add(self, prefix_hash: str, prefix: list[Any]) -> None:
-        if len(self._prefixes) >= self.size:
-            del self._prefixes[next(iter(self._prefixes))]
-        self._prefixes[prefix_hash] = prefix
+        with self._lock:
+            if len(self._prefixes) >= self.size:
+                del self._prefixes[next(iter(self._prefixes))]
+            self._prefixes[prefix_hash] = prefix
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from typing import Any
 
 from proxy import compress_plan as cp
 from proxy import observe
+from proxy.cpu import CPU, INLINE
 from proxy.events import event
 from proxy.markers import make_ref
 from proxy.offload_settings import OffloadSettings
@@ -81,11 +82,22 @@ class Compressor:
     def _summary_key(self, prefix_hash: str) -> str:
         return key(self.namespace, "summary", f"{prefix_hash}:{self.version}")
 
-    async def _prior(self, chain: cp.PrefixHashes, head: int, tail: int) -> cp.PriorSummary | None:
-        raw = await self.store.get(key(self.namespace, "conv", chain[head + 1]), ttl=self.ttl)
-        entries = json.loads(raw) if raw else []
-        matching = [e for e in sorted(entries, key=lambda e: e["cut"])  # rising: one pass of hashing
-                    if e["cut"] <= tail and chain.matches(e["cut"], e["hash"], _seen)]
+    async def _prior(self, compacted: list[Any], chain: cp.PrefixHashes, head: int, tail: int,
+                     cpu: CPU) -> cp.PriorSummary | None:
+        start = await cpu.for_part(compacted[:head + 1])(chain.__getitem__, head + 1)
+        raw = await self.store.get(key(self.namespace, "conv", start), ttl=self.ttl)
+        entries = [e for e in sorted(json.loads(raw) if raw else [], key=lambda e: e["cut"]) if e["cut"] <= tail]
+
+        def seen() -> list[bool]:  # prefixes this process verified already: recognised by equality
+            return [_seen.equal(e["hash"], compacted, e["cut"]) for e in entries]
+
+        def verified(pending: list[dict]) -> list[dict]:  # the others hashed, rising: one pass
+            return [e for e in pending if chain.matches(e["cut"], e["hash"], _seen)]
+
+        known = await cpu.light(seen) if entries else []
+        pending = [e for e, ok in zip(entries, known) if not ok]
+        matched = {id(e) for e in await cpu(verified, pending)} if pending else set()
+        matching = [e for e, ok in zip(entries, known) if ok or id(e) in matched]
         for entry in reversed(matching):  # the longest summarised prefix first
             record = await self._load(entry["hash"])
             if record is not None:
@@ -106,27 +118,31 @@ class Compressor:
 
     async def run(
         self, compacted: list[Any], originals: list[Any], settings: OffloadSettings, counter: TokenCounter,
-        allow_new: bool,
+        allow_new: bool, *, cpu: CPU = INLINE,
     ) -> Compressed:
+        """`cpu` runs the pure steps (token sums, prefix hashes, the stored history): off the
+        event loop for a large request. Token counts are the plan's: `counter` has them all."""
         head, tail = cp.split(compacted, settings.keep_recent_for(cp.COMPRESS_KEEP_RECENT))
-        if tail - head < 2 or cp.tokens_between(compacted, head, tail, counter) <= settings.max_total_tokens:
+        if tail - head < 2 or await cpu.light(cp.tokens_between, compacted, head, tail,
+                                              counter) <= settings.max_total_tokens:
             return Compressed()
         chain = cp.PrefixHashes(compacted)
-        prior = await self._prior(chain, head, tail)
-        decision = cp.decide(compacted, settings, counter, prior)
+        prior = await self._prior(compacted, chain, head, tail, cpu)
+        decision = await cpu.light(cp.decide, compacted, settings, counter, prior)
         if decision.action == "reuse":
             assert prior is not None
             return Compressed(cp.assemble(compacted, head, prior.cut, prior.message))
         if decision.action != "summarize" or not allow_new:
             return Compressed()
-        return await self._summarize_once(compacted, originals, settings, counter, chain, decision)
+        return await self._summarize_once(compacted, originals, settings, counter, chain, decision, cpu)
 
-    async def _summarize_once(self, compacted, originals, settings, counter, chain, decision) -> Compressed:
-        made = await self._load(chain[decision.cut])  # another process may have made it already
+    async def _summarize_once(self, compacted, originals, settings, counter, chain, decision, cpu) -> Compressed:
+        cut_hash = await cpu(chain.__getitem__, decision.cut)
+        made = await self._load(cut_hash)  # another process may have made it already
         if made is not None:
             return Compressed(cp.assemble(compacted, decision.head, made.cut, made.message))
-        lock = key(self.namespace, "lock", f"{chain[decision.cut]}:{self.version}")
-        spans = cp.groups(compacted, *decision.new_messages, settings.group_token_threshold, counter)
+        lock = key(self.namespace, "lock", f"{cut_hash}:{self.version}")
+        spans = await cpu.light(cp.groups, compacted, *decision.new_messages, settings.group_token_threshold, counter)
         if not await self.store.put_if_absent(lock, b"1", int(self.ctx.timeout * len(spans)) + 5):
             deadline = time.monotonic() + self.ctx.wait
             while time.monotonic() < deadline:
@@ -136,11 +152,11 @@ class Compressor:
                     return Compressed(cp.assemble(compacted, decision.head, record.cut, record.message))
             return Compressed(warning="a summary of this history is being made by another request")
         try:
-            return await self._summarize(compacted, originals, counter, chain, decision, spans)
+            return await self._summarize(compacted, originals, counter, chain, decision, spans, cpu)
         finally:
             await self.store.delete(lock)
 
-    async def _summarize(self, compacted, originals, counter, chain, decision, spans) -> Compressed:
+    async def _summarize(self, compacted, originals, counter, chain, decision, spans, cpu) -> Compressed:
         head, cut, prior = decision.head, decision.cut, decision.prior
         start, end = decision.new_messages
         started = time.monotonic()
@@ -163,10 +179,14 @@ class Compressor:
                               events=[failed], usage=summary_usage(tokens_in, tokens_out))
         _count_summary(True, time.monotonic() - started)
         text = "\n".join(texts)
-        history = cp.history_lines(originals[head:cut])
-        ref = make_ref(self.namespace, "history", history)
-        covered = sum(1 for m in originals[head:cut] if cp.role(m) not in cp.SYSTEM_ROLES)
-        covered_tokens = cp.tokens_between(originals, head, cut, counter)
+
+        def summarised() -> tuple[str, str, int, int]:
+            history = cp.history_lines(originals[head:cut])
+            covered = sum(1 for m in originals[head:cut] if cp.role(m) not in cp.SYSTEM_ROLES)
+            return (history, make_ref(self.namespace, "history", history), covered,
+                    cp.tokens_between(originals, head, cut, counter))
+
+        history, ref, covered, covered_tokens = await cpu(summarised)
         message = cp.summary_message(text, ref, covered, covered_tokens)
         record = {"cut": cut, "text": text, "ref": ref, "tokens": counter.text(text), "message": message}
         summary_key = self._summary_key(chain[cut])

@@ -1,6 +1,8 @@
 """The offload pipeline of one request: compaction, then compression, then the store.
 
 Shared by the chat route, the direct offload API and `replay`, so all three behave the same.
+The pure, CPU-heavy steps of a large request (planning with token counts, hashing, encoding
+what is stored) run off the event loop (`proxy.cpu`); a small request's run inline.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.compression import Compressor
+from proxy.cpu import CPU
 from proxy.events import event
 from proxy.offload_settings import OffloadSettings
 from proxy.plan import Plan, plan_compaction, present_refs
@@ -35,6 +38,11 @@ def _action(compacted: bool, compressed: bool) -> str:
     return "+".join(name for name, done in (("compact", compacted), ("compress", compressed)) if done) or "none"
 
 
+def _measure(messages: list[Any], counter: TokenCounter) -> tuple[list[str], int]:
+    """The refs `messages` carry, and their tokens."""
+    return present_refs(messages), counter.messages(messages)
+
+
 async def prepare(
     messages: list[Any],
     settings: OffloadSettings,
@@ -49,10 +57,11 @@ async def prepare(
     with a warning.
     """
     counter = counter.for_request()
+    cpu = CPU.for_messages(messages)
     compact_mode = settings.mode in ("auto", "compact")
     compress_mode = settings.mode in ("auto", "compress") and compressor is not None
-    plan = plan_compaction(messages, settings if compact_mode else settings.model_copy(update={"mode": "off"}),
-                           counter, namespace)
+    plan = await cpu(plan_compaction, messages,
+                     settings if compact_mode else settings.model_copy(update={"mode": "off"}), counter, namespace)
     result = Prepared(plan)
     compressed_now = False
     try:
@@ -64,7 +73,7 @@ async def prepare(
                 or plan.tokens_after / before > settings.compaction_ratio
                 or plan.tokens_after > settings.max_total_tokens
             )
-            compressed = await compressor.run(plan.messages, messages, settings, counter, allow_new)
+            compressed = await compressor.run(plan.messages, messages, settings, counter, allow_new, cpu=cpu)
             result.summary_tokens = compressed.summary_tokens
             result.summary_usage = compressed.usage
             result.events += compressed.events
@@ -72,13 +81,13 @@ async def prepare(
                 result.warnings.append(compressed.warning)
             if compressed.messages is not None:
                 offloads = plan.offloads + ([compressed.offload] if compressed.offload else [])
-                plan = Plan(compressed.messages, offloads, present_refs(compressed.messages), plan.tokens_before,
-                            counter.messages(compressed.messages))
+                refs_after, tokens_after = await cpu(_measure, compressed.messages, counter)
+                plan = Plan(compressed.messages, offloads, refs_after, plan.tokens_before, tokens_after)
                 result.plan = plan
                 compressed_now = True
         compacted = [o for o in plan.offloads if o.kind == "tool_result"]
         result.action = _action(bool(compacted), compressed_now)
-        written = result.written = await refs.save(plan.offloads, plan.refs, settings.session)
+        written = result.written = await refs.save(plan.offloads, plan.refs, settings.session, cpu=cpu)
     except (StoreUnavailable, QuotaExceeded, CredentialRejected) as exc:
         why = f"store unavailable ({exc})" if isinstance(exc, StoreUnavailable) else str(exc)
         return Prepared(

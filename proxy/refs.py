@@ -12,6 +12,7 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from proxy.cpu import CPU, INLINE
 from proxy.plan import Offload
 from proxy.sealing import Sealer
 from proxy.store import Store
@@ -65,11 +66,13 @@ class RefStore:
         """With encryption at rest, the session id appears in the key only as a keyed hash."""
         return key(self.namespace, "session", self.sealer.key_name(session, self.namespace))
 
-    async def save(self, offloads: Iterable[Offload], refs: Iterable[str], session: str | None = None) -> set[str]:
+    async def save(self, offloads: Iterable[Offload], refs: Iterable[str], session: str | None = None, *,
+                   cpu: CPU = INLINE) -> set[str]:
         """Make every ref in `refs` resolvable: extend the live ones, store the missing ones.
 
         Returns the refs that were written now (not already stored). Raises what the quota
         raises (QuotaExceeded, CredentialRejected), storing nothing, when it refuses the writes.
+        `cpu` runs the encoding (zlib, sealing) of the new items: off the event loop for a large request.
         """
         by_ref = {o.ref: o for o in offloads}
         wanted = list(dict.fromkeys([*refs, *by_ref]))
@@ -83,13 +86,16 @@ class RefStore:
         for result in results:
             if isinstance(result, BaseException):
                 raise result
-        new = {ref: self.sealer.seal(encode_item(by_ref[ref]), self._key(ref))
-               for ref, exists in zip(wanted, results[0]) if not exists and ref in by_ref}
+        missing = [by_ref[ref] for ref, exists in zip(wanted, results[0]) if not exists and ref in by_ref]
+        new = await cpu(self._encode, missing) if missing else {}
         if new and self.quota is not None:
             await self.quota.charge(sum(len(value) for value in new.values()))
         for ref, value in new.items():
             await self.store.put(self._key(ref), value, self.ttl)
         return set(new)
+
+    def _encode(self, offloads: list[Offload]) -> dict[str, bytes]:
+        return {o.ref: self.sealer.seal(encode_item(o), self._key(o.ref)) for o in offloads}
 
     async def load(self, ref: str) -> StoredItem | None:
         value = await self.store.get(self._key(ref), ttl=self.ttl)

@@ -4,6 +4,14 @@ Every failure marks the store unavailable; from then on calls fail at once (offl
 skipped, requests go through unchanged) until a background ping succeeds again. A backend
 that comes back may have lost data: every request asks the store which of its items exist, so
 lost content-addressed items are simply stored again by the next request carrying them.
+
+Timeouts are measured on the event loop, so a loop that is late (a long CPU-bound callback)
+makes them fire although the store answered in time. The store's health is never inferred
+from that: a ping's timeout counts only the time the loop was running on time (it is watched
+in steps, and a step the loop ran late does not count), a failed ping during which the loop
+was late is repeated, and if the loop stays late it decides nothing. A store call that fails
+only after longer than any store timeout allows (the loop, not the store, held it up) is
+not taken as an outage either: a ping decides.
 """
 
 from __future__ import annotations
@@ -21,6 +29,9 @@ from proxy.store.base import Store, StoreUnavailable
 T = TypeVar("T")
 log = logging.getLogger("proxy.store")
 
+PING_STEPS = 4  # a ping's timeout is watched in this many steps
+LATE_PINGS_GIVE_UP = 10  # a ping stops after this many timeouts' worth of wall time with the loop late
+
 
 class GuardedStore:
     def __init__(self, inner: Store, *, ping_every: float = 1.0, ping_timeout: float = 1.0,
@@ -28,12 +39,22 @@ class GuardedStore:
         self.inner, self.metrics = inner, metrics
         self.available = True
         self.ping_every, self.ping_timeout = ping_every, ping_timeout
+        # a call failing later than this was held up by the loop: the store's own timeouts
+        # (one to connect, one to answer: `--store-timeout` each) end it sooner
+        self.slow_failure = 2 * ping_timeout + 0.25
         self._monitor: asyncio.Task | None = None
+        self._confirming: asyncio.Task | None = None
 
     def _down(self, why: object) -> None:
         if self.available:
             log.warning("store unavailable: %s", why)
         self.available = False
+
+    def _confirm(self, why: object) -> None:
+        """A call failed, but too late to blame the store for sure: let a ping decide."""
+        log.info("store call failed after the event loop was late (%s); pinging to decide", why)
+        if self._confirming is None or self._confirming.done():
+            self._confirming = asyncio.get_running_loop().create_task(self.ping())
 
     async def _call(self, awaitable: Awaitable[T]) -> T:
         if not self.available:
@@ -46,7 +67,10 @@ class GuardedStore:
         except StoreUnavailable as exc:
             if self.metrics:
                 self.metrics.store_errors.inc()
-            self._down(exc)
+            if time.perf_counter() - started > self.slow_failure:
+                self._confirm(exc)
+            else:
+                self._down(exc)
             raise
         finally:
             if self.metrics:
@@ -54,17 +78,48 @@ class GuardedStore:
                 self.metrics.store_seconds.labels(op).observe(time.perf_counter() - started)
 
     async def ping(self) -> bool:
-        try:
-            ok = await asyncio.wait_for(self.inner.ping(), self.ping_timeout)
-        except (asyncio.TimeoutError, StoreUnavailable, OSError):
-            ok = False
-        if ok and not self.available:
-            log.warning("store available again")
+        """Ask the backend; True when the store is (now) considered available."""
+        ok, late = await self._probe()
+        if not ok and late:  # the loop, not the store, may be why: ask again
+            ok, late = await self._probe()
         if ok:
+            if not self.available:
+                log.warning("store available again")
             self.available = True
+        elif late:
+            log.info("store ping inconclusive: the event loop was late; availability unchanged")
         else:
             self._down("ping failed")
-        return ok
+        return self.available if late and not ok else ok
+
+    async def _probe(self) -> tuple[bool, bool]:
+        """(answered, loop_late): did the backend answer within `ping_timeout` seconds of time
+        the loop ran on time, and was the loop late meanwhile (then a failure proves nothing)."""
+        step = self.ping_timeout / PING_STEPS
+        task = asyncio.ensure_future(self.inner.ping())
+        started = time.monotonic()
+        on_time = 0  # steps waited with the loop on time
+        late = False
+        try:
+            while True:
+                begun = time.monotonic()
+                done, _ = await asyncio.wait({task}, timeout=step)
+                now = time.monotonic()
+                if now - begun > 2 * step:  # this step ran late: the loop was held up
+                    late = True
+                elif not done:
+                    on_time += 1
+                if done:
+                    try:
+                        return bool(task.result()), late
+                    except (StoreUnavailable, OSError):
+                        return False, late
+                if on_time >= PING_STEPS or now - started > LATE_PINGS_GIVE_UP * self.ping_timeout:
+                    return False, late
+        finally:
+            if not task.done():
+                task.cancel()
+                task.add_done_callback(_retrieve)
 
     async def _watch(self) -> None:
         while True:
@@ -76,6 +131,8 @@ class GuardedStore:
             self._monitor = asyncio.get_running_loop().create_task(self._watch())
 
     async def close(self) -> None:
+        if self._confirming is not None:
+            self._confirming.cancel()
         if self._monitor is not None:
             self._monitor.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -114,3 +171,9 @@ class GuardedStore:
 
     async def incr(self, key: str, amount: int, ttl: int) -> int:
         return await self._call(self.inner.incr(key, amount, ttl))
+
+
+def _retrieve(task: asyncio.Task) -> None:
+    """A ping abandoned at its timeout: its outcome is not needed (and never logged as lost)."""
+    if not task.cancelled():
+        task.exception()

@@ -1,0 +1,101 @@
+"""The CPU-heavy, pure part of a request's pipeline, off the event loop when it is large.
+
+Planning a large request (counting its tokens with tiktoken, hashing and serialising its
+messages, zlib-compressing what is stored) takes seconds of CPU for tens of MB: on the event
+loop it would stall every other request of the process (and make store timeouts fire late).
+So a large request runs that work in a small thread pool of its own: tiktoken, zlib and
+hashlib release the GIL on large inputs, and Python code between them gives the loop its turn
+every switch interval (5 ms), so other requests go on meanwhile. Small requests run it inline:
+a thread hop costs more than their whole plan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+# A request is large, and planned off the loop, past either bound.
+LARGE_CHARS = 256 * 1024  # characters of message text (contents, tool call arguments)
+LARGE_MESSAGES = 2_000
+WORKERS = max(2, min(4, os.cpu_count() or 1))  # large requests planned at once per process
+
+_executor: ThreadPoolExecutor | None = None
+
+
+def executor() -> ThreadPoolExecutor:
+    global _executor
+    if _executor is None:  # created on first use, so a forked worker makes its own
+        _executor = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="offload-cpu")
+    return _executor
+
+
+def text_size(messages: list[Any], limit: int | None = None) -> int:
+    """Characters of message text (contents, tool call arguments), counted up to `limit`.
+    Sizes only: no text is read or copied."""
+    chars = 0
+    for m in messages:
+        if type(m) is not dict:
+            continue
+        content = m.get("content")
+        if type(content) is str:
+            chars += len(content)
+        elif type(content) is list:
+            for part in content:
+                if type(part) is dict and type(part.get("text")) is str:
+                    chars += len(part["text"])
+        calls = m.get("tool_calls")
+        if type(calls) is list:
+            for call in calls:
+                function = call.get("function") if type(call) is dict else None
+                if type(function) is dict and type(function.get("arguments")) is str:
+                    chars += len(function["arguments"])
+        if limit is not None and chars > limit:
+            break
+    return chars
+
+
+class CPU:
+    """Runs the pure steps of one request's pipeline: inline, or in the pool when large.
+
+    `await cpu(fn, …)`: work that grows with the text (token counting, hashing, serialising,
+    compressing): in the pool when the request holds more than LARGE_CHARS of text or more
+    than LARGE_MESSAGES messages. `await cpu.light(fn, …)`: work that grows only with the
+    number of messages (sums of token counts already made): in the pool only past
+    LARGE_MESSAGES, so a large but short history pays no thread hop for it.
+
+    The functions must not touch the event loop; the caller awaits each one before going on,
+    so a request's own state is never used by two threads at once.
+    """
+
+    def __init__(self, large: bool, many: bool = False) -> None:
+        self.large, self.many = large or many, many
+
+    @classmethod
+    def for_messages(cls, messages: list[Any]) -> CPU:
+        many = len(messages) > LARGE_MESSAGES
+        return cls(many or text_size(messages, LARGE_CHARS) > LARGE_CHARS, many)
+
+    def for_part(self, messages: list[Any]) -> CPU:
+        """For a step that only reads `messages` (a part of the request's)."""
+        if not self.large or self.many:
+            return self
+        return CPU(text_size(messages, LARGE_CHARS) > LARGE_CHARS)
+
+    async def __call__(self, fn: Callable[..., T], *args: Any) -> T:
+        return await _run(fn, args) if self.large else fn(*args)
+
+    async def light(self, fn: Callable[..., T], *args: Any) -> T:
+        return await _run(fn, args) if self.many else fn(*args)
+
+
+async def _run(fn: Callable[..., T], args: tuple) -> T:
+    return await asyncio.get_running_loop().run_in_executor(executor(), functools.partial(fn, *args))
+
+
+INLINE = CPU(False)
