@@ -18,6 +18,7 @@ from starlette.responses import JSONResponse
 from starlette.middleware import Middleware
 from starlette.routing import Route
 
+from proxy import search
 from proxy.caller import CallerGate, Gatekeeper
 from proxy.chat import chat_completions
 from proxy.config import ServerSettings
@@ -84,6 +85,7 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
         try:
             yield
         finally:
+            await search.shutdown()  # the context_search worker processes
             await app.state.upstream.aclose()
             await app.state.store.close()
 

@@ -6,7 +6,7 @@ that every byte is reachable), each page ending with a note on how to get the ne
 
 Arguments come from the model and are checked strictly (`parse_arguments`): anything out of
 shape is answered to the model as an error text, never raised to the client. A search runs
-off the event loop under one deadline (see `proxy.search`).
+in a worker process under one deadline (see `proxy.search`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from proxy import observe
 from proxy.events import event
 from proxy.markers import INJECTED_TOOLS, RELOAD_TOOL, SEARCH_TOOL
 from proxy.refs import RefStore
-from proxy.search import (MAX_PATTERN_CHARS, SIZE, TIME, Hits, SearchLimits, compile_pattern, off_loop, scan,
-                          split_lines)
+from proxy.search import (EXPENSIVE, INTERRUPTED, MAX_PATTERN_CHARS, SIZE, TIME, Hits, Search, SearchLimits,
+                          check_pattern)
 from proxy.store import StoreUnavailable
 from proxy.tokens import TokenCounter
 
@@ -206,48 +206,71 @@ class ReloadTools:
         return body + "\n" + note  # the page is everything before the last line
 
     async def search(self, pattern: str, ref: str | None = None, deadline: float | None = None) -> str:
-        """Matching lines, within `limits`: one deadline and a cap on the bytes scanned."""
+        """Matching lines, within `limits`: one deadline and a cap on the bytes scanned.
+
+        The pattern is compiled and matched in a worker process (`proxy.search.Search`).
+        """
         started = time.monotonic()
         own = started + self.limits.timeout
         deadline = own if deadline is None else min(own, deadline)
         try:
-            compiled = await off_loop(compile_pattern, pattern)
+            check_pattern(pattern)
         except ValueError as exc:
             return f"Invalid regular expression {pattern!r}: {exc}"
-        refs = [ref] if ref else await self.scope()
         hits = Hits(max_chars=self.max_tokens * 3)  # characters, a cheap bound on the result size
-        room = self.limits.max_bytes
+        search = Search(pattern, deadline, hits)
         searched = 0
-        for r in refs:
-            if time.monotonic() >= deadline:
-                hits.stopped = TIME
-                break
-            item = await self.refs.load(r)
-            if item is None:
-                if ref:
-                    return unavailable(r)
-                continue
-            lines, used, clipped = await off_loop(split_lines, item.text, room)
-            await off_loop(scan, compiled, r, lines, deadline, hits)
-            searched += 1
-            room -= used
-            if clipped and hits.stopped is None:
-                hits.stopped = SIZE
-            if hits.stopped is not None:
-                break
-        return self._answer(pattern, ref, refs, hits, searched, time.monotonic() - started, deadline < own)
+        try:
+            error = await search.open()
+            if error is not None:
+                return f"Invalid regular expression {pattern!r}: {error}"
+            refs = [ref] if ref else await self.scope()
+            room = self.limits.max_bytes
+            for r in refs if search.compiled else ():
+                if time.monotonic() >= deadline:
+                    hits.stopped = TIME
+                    break
+                item = await self.refs.load(r)
+                if item is None:
+                    if ref:
+                        return unavailable(r)
+                    continue
+                room -= await search.scan(r, item.text, room)
+                searched += 1
+                if hits.stopped is not None:
+                    break
+        finally:
+            search.close()
+        took = time.monotonic() - started
+        limit = "the time left of this request's reload budget" if deadline < own else (
+            f"the search time limit of {self.limits.timeout:g} s")
+        if not search.compiled and not search.busy:
+            if hits.stopped == INTERRUPTED:
+                return "The search was interrupted: the proxy is shutting down."
+            if hits.stopped not in (TIME, EXPENSIVE):
+                raise RuntimeError("the search worker gave an unexpected answer")
+            why = f"compiling it did not finish within {limit}" if hits.stopped == TIME else (
+                "compiling it needed more memory than a search may use, or crashed the search worker")
+            return (f"The pattern {pattern!r} is too expensive: {why}. Use a simpler pattern "
+                    f"(fewer or smaller counted repeats x{{n}}, less nesting).")
+        return self._answer(pattern, ref, refs, hits, searched, took, limit, search.busy)
 
     def _answer(self, pattern: str, ref: str | None, refs: list[str], hits: Hits, searched: int, took: float,
-                budget_bound: bool) -> str:
+                limit: str, busy: bool) -> str:
         lines = list(hits.lines)
-        if not lines and hits.stopped in (TIME, SIZE):
+        if not lines and hits.stopped in (TIME, SIZE, EXPENSIVE, INTERRUPTED):
             lines.append(f"No match for {pattern!r} so far.")
         if hits.stopped == TIME:
-            limit = "the time left of this request's reload budget" if budget_bound else (
-                f"the search time limit of {self.limits.timeout:g} s")
-            lines.append(f"[Search stopped early after {took:.1f} s ({limit}); {len(hits.lines)} match(es) found "
-                         f"after looking into {searched} of {len(refs)} item(s). "
+            waited = "; every search worker was busy" if busy else ""
+            lines.append(f"[Search stopped early after {took:.1f} s ({limit}{waited}); {len(hits.lines)} match(es) "
+                         f"found after looking into {searched} of {len(refs)} item(s). "
                          f"Use a simpler pattern, or give a ref.]")
+        elif hits.stopped == EXPENSIVE:
+            lines.append(f"[Search stopped early: the pattern was too expensive (matching it needed more memory "
+                         f"than a search may use, or crashed the search worker); {len(hits.lines)} match(es) "
+                         f"found after looking into {searched} of {len(refs)} item(s). Use a simpler pattern.]")
+        elif hits.stopped == INTERRUPTED:
+            lines.append(f"[Search interrupted: the proxy is shutting down; {len(hits.lines)} match(es) found.]")
         elif hits.stopped == SIZE:
             lines.append(f"[Search stopped early: one search scans at most {self.limits.max_bytes} bytes of "
                          f"offloaded content, and the rest was not searched. Give a ref to search one item.]")

@@ -3,6 +3,7 @@ search patterns, non-finite numbers, several choices, and clients with tools of 
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
 import time
@@ -13,6 +14,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 
 from tests.history import agent_history, refs_sent
 from tests.servers import completion, sse, stream_chunks, tool_call
+from tests.test_search_workers import COMPILE_BOMBS, MB, rss, search_workers
 
 HEADERS = {"X-Offload-Max-Total-Tokens": "1000", "X-Offload-Max-Tool-Message-Tokens": "500"}
 RAW_HEADERS = {"authorization": "Bearer sk-test-key", **HEADERS}
@@ -54,21 +56,26 @@ def sse_events(text: str) -> list[str]:
 # ---------------------------------------------------------------- 1. search off the event loop
 
 
-def test_catastrophic_search_leaves_the_worker_free_and_stops_at_its_deadline(make_proxy, upstream):
-    history = agent_history(steps=2)
-    history[3]["content"] = "".join("a" * 40 + "!\n" for _ in range(2000))  # (a|a)+$ backtracks on every line
+def search_through_the_proxy(url: str, upstream, history: list[dict], pattern: str) -> tuple[str, list[float], float]:
+    """One chat request whose model calls context_search(pattern) on the first offloaded item.
+
+    Returns (the search's result as the model got it, /healthz latencies while it ran, seconds
+    between the two upstream calls: what the search took).
+    """
     times: list[float] = []
 
     async def handler(request, rec):
+        if not rec.path.endswith("/chat/completions"):  # the proxy checking the client's key on /models
+            return JSONResponse({"object": "list", "data": []})
         times.append(time.monotonic())
         last = run_by_proxy(rec)
         if last is None:
-            args = json.dumps({"pattern": "(a|a)+$", "ref": refs_sent(rec)[0]})
+            args = json.dumps({"pattern": pattern, "ref": refs_sent(rec)[0]})
             return JSONResponse(completion(None, tool_calls=[raw_call("context_search", args)]))
         return JSONResponse(completion(last["content"]))
 
     upstream.handler = handler
-    with make_proxy(search_timeout=1.5) as url, httpx.Client(base_url=url, timeout=5) as probe:
+    with httpx.Client(base_url=url, timeout=5) as probe:
         probe.get("/healthz")  # a warm connection: what is measured is the worker, not a handshake
         result: dict = {}
         chat = threading.Thread(target=lambda: result.update(r=httpx.post(
@@ -85,12 +92,42 @@ def test_catastrophic_search_leaves_the_worker_free_and_stops_at_its_deadline(ma
             latencies.append(time.monotonic() - started)
             time.sleep(0.05)
         chat.join(30)
+    return result["r"].json()["choices"][0]["message"]["content"], latencies, times[1] - times[0]
+
+
+def test_catastrophic_search_leaves_the_worker_free_and_stops_at_its_deadline(make_proxy, upstream):
+    history = agent_history(steps=2)
+    history[3]["content"] = "".join("a" * 40 + "!\n" for _ in range(2000))  # (a|a)+$ backtracks on every line
+    with make_proxy(search_timeout=1.5) as url:
+        answer, latencies, took = search_through_the_proxy(url, upstream, history, "(a|a)+$")
     assert latencies and max(latencies) < 0.05, latencies
     assert len(latencies) >= 5, latencies
-    answer = result["r"].json()["choices"][0]["message"]["content"]
     assert answer.startswith("No match for '(a|a)+$' so far.")
     assert "Search stopped early" in answer and "time limit of 1.5 s" in answer
-    assert 1.4 < times[1] - times[0] < 2.5  # the search took its deadline, not more
+    assert 1.4 < took < 2.5  # the search took its deadline, not more
+
+
+def test_compile_bombs_leave_the_worker_free_and_no_process_behind(make_proxy, upstream):
+    """Patterns that fool a check before compiling, or that regex's timeout cannot stop, are
+    compiled and matched in a worker process: the proxy's event loop and memory are untouched,
+    the search ends at its deadline, and no worker outlives the app."""
+    history = agent_history(steps=2)
+    gc.collect()
+    with make_proxy(search_timeout=1.5) as url:
+        search_through_the_proxy(url, upstream, history, "step0 line 3:")  # a worker is running: measure from here
+        before = rss()
+        for pattern in COMPILE_BOMBS[:3]:  # in this order: a proxy compiling in-process fails before the last
+            answer, latencies, took = search_through_the_proxy(url, upstream, history, pattern)
+            assert latencies and max(latencies) < 0.05, (pattern, latencies)
+            assert took < 1.5 + 0.6, (pattern, took)
+            assert rss() - before < 100 * MB, (pattern, (rss() - before) // MB)
+            assert answer.startswith((f"The pattern {pattern!r} is too expensive", f"No match for {pattern!r}")), (
+                pattern, answer)
+        assert "Search stopped early" in answer  # ((?1)|a): out of memory, or killed at its deadline
+        answer, _, _ = search_through_the_proxy(url, upstream, history, "step0 line 7:")  # on a new worker
+        assert answer.startswith("ref=") and "step0 line 7: value=49" in answer
+        assert len(search_workers(zombies=False)) == 1
+    assert search_workers() == []
 
 
 # ---------------------------------------------------------------- 2. arguments the model gets wrong

@@ -7,15 +7,22 @@ import time
 
 import pytest
 
-from proxy.plan import Offload
+from proxy.core.compaction import Offload
 from proxy.refs import RefStore
 from proxy.reload_tools import BadArguments, ReloadTools, colliding_tool_names, parse_arguments, segments
+from proxy import search
 from proxy.search import SearchLimits, expansion
 from proxy.store.sqlite import SQLiteStore
 from proxy.tokens import counter_for_model
 
 pytestmark = pytest.mark.anyio
 COUNTER = counter_for_model("gpt-4o")
+
+
+@pytest.fixture(autouse=True)
+def _search_workers_ended():
+    yield
+    search.end_all()  # each test's event loop has search workers of its own
 
 
 def test_segments_rebuild_the_text_exactly():
