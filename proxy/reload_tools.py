@@ -6,11 +6,14 @@ that every byte is reachable), each page ending with a note on how to get the ne
 
 Arguments come from the model and are checked strictly (`parse_arguments`): anything out of
 shape is answered to the model as an error text, never raised to the client. A search runs
-in a worker process under one deadline (see `proxy.search`).
+in a worker process under one deadline (see `proxy.search`). Splitting and counting a large
+item for `context_reload` run in a thread (`proxy.cpu`), a block at a time, not on the event loop.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import logging
 import math
@@ -18,19 +21,22 @@ import time
 from typing import Any
 
 from proxy import observe
+from proxy.cpu import CPU
 from proxy.events import event
 from proxy.markers import INJECTED_TOOLS, RELOAD_TOOL, SEARCH_TOOL
 from proxy.refs import RefStore
-from proxy.search import (EXPENSIVE, INTERRUPTED, MAX_PATTERN_CHARS, SIZE, TIME, Hits, Search, SearchLimits,
-                          check_pattern)
+from proxy.search import (EXPENSIVE, INTERRUPTED, LARGE_CHARS, MAX_PATTERN_CHARS, SIZE, TIME, Hits, Search,
+                          SearchLimits, check_pattern)
 from proxy.store import StoreUnavailable
-from proxy.tokens import TokenCounter
+from proxy.tokens import EstimateEncoder, TokenCounter
 
 log = logging.getLogger("proxy.reload_tools")
 
 SEGMENT_CHARS = 2_000  # a longer line is cut into chunks of this size for paging
 MAX_LINE_NUMBER = 1_000_000_000  # offset and limit above this are refused, not clamped
 MAX_REF_CHARS = 200
+BLOCK_CHARS = 1 << 20  # a large text is split into lines a block at a time
+OFF_LOOP = CPU(True)  # the pool of proxy.cpu: CPU-heavy work on large texts
 
 RELOAD_TOOL_SCHEMAS: list[dict[str, Any]] = [
     {
@@ -74,14 +80,39 @@ RELOAD_TOOL_SCHEMAS: list[dict[str, Any]] = [
 
 
 def segments(text: str) -> list[str]:
-    """Lines with their endings, long ones cut: ''.join(segments(t)) == t."""
+    """Lines with their endings, long ones cut: ''.join(segments(t)) == t.
+
+    Splits a block of about BLOCK_CHARS at a time (cut after a \n, so no line break is split):
+    run in a thread, it never holds the GIL long.
+    """
     out: list[str] = []
-    for line in text.splitlines(keepends=True):
-        if len(line) <= SEGMENT_CHARS:
-            out.append(line)
-        else:
-            out.extend(line[i:i + SEGMENT_CHARS] for i in range(0, len(line), SEGMENT_CHARS))
+    start, end_of_text = 0, len(text)
+    while start < end_of_text:
+        end = min(end_of_text, start + BLOCK_CHARS)
+        if end < end_of_text:
+            cut = text.rfind("\n", start, end)
+            if cut < 0:
+                cut = text.find("\n", end)  # one very long line: take it whole
+            end = end_of_text if cut < 0 else cut + 1
+        for line in text[start:end].splitlines(keepends=True):
+            if len(line) <= SEGMENT_CHARS:
+                out.append(line)
+            else:
+                out.extend(line[i:i + SEGMENT_CHARS] for i in range(0, len(line), SEGMENT_CHARS))
+        start = end
     return out
+
+
+@functools.lru_cache(maxsize=None)
+def _longest_token(encoder: Any) -> int | None:
+    """The most bytes one token stands for, when the encoder tells (tiktoken) or is the estimate."""
+    if isinstance(encoder, EstimateEncoder):
+        return 4
+    values = getattr(encoder, "token_byte_values", None)
+    try:
+        return max(map(len, values())) if callable(values) else None
+    except (TypeError, ValueError):
+        return None
 
 
 def unavailable(ref: str) -> str:
@@ -177,8 +208,19 @@ class ReloadTools:
         item = await self.refs.load(ref)
         if item is None:
             return unavailable(ref)
-        text = item.text
-        if offset is None and limit is None and self.counter.text(text) <= self.max_tokens:
+        if len(item.text) > LARGE_CHARS:  # counting and splitting take a while: not on the event loop
+            return await OFF_LOOP(self._reload, ref, item.text, offset, limit)
+        return self._reload(ref, item.text, offset, limit)
+
+    def _fits(self, text: str) -> bool:
+        """Is `text` within max_tokens? Not counted when its length alone says no."""
+        longest = _longest_token(self.counter.encoder)
+        if longest is not None and len(text) > self.max_tokens * longest:
+            return False  # every token stands for at most `longest` bytes, every character for at least one
+        return self.counter.text(text) <= self.max_tokens
+
+    def _reload(self, ref: str, text: str, offset: int | None, limit: int | None) -> str:
+        if offset is None and limit is None and self._fits(text):
             return text
         start = max(0, offset or 0)
         parts = segments(text)
@@ -186,7 +228,7 @@ class ReloadTools:
             return f"ref={ref} has {len(parts)} lines; offset {start} is past the end."
         page: list[str] = []
         used = 0
-        for part in parts[start:]:
+        for part in itertools.islice(parts, start, None):
             if limit is not None and len(page) >= limit:
                 break
             cost = self.counter.text(part)

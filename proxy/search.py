@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from proxy.config import ServerSettings
+from proxy.cpu import CPU
 from proxy.search_worker import (EXPENSIVE, HEAD, MATCHES, MAX_MATCHES, MEMORY_LIMIT, NICE, SIZE,  # noqa: F401
                                  TIME, Hits)
 
@@ -43,8 +44,9 @@ WORKERS = 2  # search worker processes per event loop (per proxy worker process)
 KILL_GRACE = 0.25  # seconds past its deadline a worker may take to answer before it is killed
 RECYCLE_RSS = 256 << 20  # a worker holding more memory than this after a search is replaced
 MAX_REPLY = 1 << 20  # bytes: a worker's message is small; a larger one ends the worker
-LARGE_CHARS = 1 << 20  # texts larger than this are prepared for a worker in a thread
+LARGE_CHARS = 1 << 20  # texts larger than this are prepared for a worker in a thread (proxy.cpu's)
 BLOCK_CHARS = 1 << 20  # ... a block at a time: no single C call holds the GIL long
+OFF_LOOP = CPU(True)
 INTERRUPTED = "interrupted"  # the proxy shut the workers down mid-search
 
 _ROOT = str(Path(__file__).resolve().parent.parent)
@@ -429,7 +431,7 @@ class Search:
             self.hits.stopped = SIZE
             return 0
         if len(text) > LARGE_CHARS:
-            chunks, more = await asyncio.to_thread(prefix_chunks, text, room)
+            chunks, more = await OFF_LOOP(prefix_chunks, text, room)
         else:
             chunks, more = prefix_chunks(text, room)
         hits = self.hits

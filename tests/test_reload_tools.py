@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from proxy.core.compaction import Offload
+from proxy.plan import Offload
 from proxy.refs import RefStore
 from proxy.reload_tools import BadArguments, ReloadTools, colliding_tool_names, parse_arguments, segments
 from proxy import search
@@ -29,6 +29,12 @@ def test_segments_rebuild_the_text_exactly():
     text = "a\r\nb\n" + "x" * 5000 + "\nlast"
     assert "".join(segments(text)) == text
     assert max(len(s) for s in segments(text)) <= 2000
+
+
+def test_segments_of_a_large_text_are_its_lines(monkeypatch):
+    monkeypatch.setattr("proxy.reload_tools.BLOCK_CHARS", 64)  # many blocks, cut after a \n
+    text = "".join(f"line {i}\r\n" if i % 3 else f"row {i}\u2028x\n" for i in range(200)) + "y" * 300 + "\rend"
+    assert segments(text) == [*text.splitlines(keepends=True)[:-2], "y" * 300 + "\r", "end"]
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from proxy import search
-from proxy.core.compaction import Offload
+from proxy.plan import Offload
 from proxy.refs import RefStore
 from proxy.reload_tools import ReloadTools
 from proxy.search import SearchLimits
@@ -215,6 +215,31 @@ async def test_shutdown_ends_every_worker_even_mid_search(refs):
     answer = await asyncio.wait_for(task, 5)
     assert time.monotonic() - started < 1.0
     assert "interrupted" in answer
+
+
+async def test_large_items_are_prepared_off_the_loop(tmp_path):
+    """A 40 MB item: reloading a page and searching it leave the event loop free."""
+    store = SQLiteStore(tmp_path)
+    refs = RefStore(store, "n" * 32, ttl=60)
+    text = "".join(f"line {i} path=/src/mod{i % 97}.py status=ok value={i * 7}\n" for i in range(750_000))
+    await refs.save([Offload("huge01", "tool_result", text, 10_000_000)], [])
+    tools = ReloadTools(refs, COUNTER, 500, ["huge01"], None, SearchLimits(timeout=5.0))
+    item = await refs.load("huge01")  # loading (decompressing) is the store's part; here: what follows
+    refs.load = lambda ref: _async(item)  # type: ignore[method-assign]
+    page, took, stall = await timed(tools.reload("huge01"))
+    assert page.startswith("line 0 path=/src/mod0.py") and "offset=" in page.rsplit("\n", 1)[1]
+    assert stall < 0.1, stall
+    page, took, stall = await timed(tools.reload("huge01", 700_000, 2))
+    assert page.startswith("line 700000 path=") and stall < 0.1, stall
+    answer, took, stall = await timed(tools.search(r"^line (1|500000|749999) "))  # 32 MiB: lines 0 to ~580000
+    assert answer.startswith("ref=huge01 line 1: line 1 path=/src/mod1.py status=ok value=7\n"
+                             "ref=huge01 line 500000: line 500000 path="), answer[:200]
+    assert "749999" not in answer and "scans at most 33554432 bytes" in answer and stall < 0.1, (answer, stall)
+    await store.close()
+
+
+async def _async(value):
+    return value
 
 
 async def test_prefix_chunks_cut_at_a_character_boundary():
