@@ -14,14 +14,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 # A request is large, and planned off the loop, past either bound.
-LARGE_CHARS = 256 * 1024  # characters of message text (contents, tool call arguments)
+LARGE_CHARS = 256 * 1024  # characters in the strings of the messages (or items)
 LARGE_MESSAGES = 2_000
 WORKERS = max(2, min(4, os.cpu_count() or 1))  # large requests planned at once per process
 
@@ -35,26 +35,21 @@ def executor() -> ThreadPoolExecutor:
     return _executor
 
 
-def text_size(messages: list[Any], limit: int | None = None) -> int:
-    """Characters of message text (contents, tool call arguments), counted up to `limit`.
-    Sizes only: no text is read or copied."""
+def text_size(items: Iterable[Any], limit: int | None = None) -> int:
+    """Characters in the strings of `items`, counted up to `limit` (then a little past it).
+
+    Any JSON shape: chat messages (contents, content parts, tool call arguments), Responses API
+    items, wherever a format keeps its text. Sizes only: no text is read or copied.
+    """
     chars = 0
-    for m in messages:
-        if type(m) is not dict:
-            continue
-        content = m.get("content")
-        if type(content) is str:
-            chars += len(content)
-        elif type(content) is list:
-            for part in content:
-                if type(part) is dict and type(part.get("text")) is str:
-                    chars += len(part["text"])
-        calls = m.get("tool_calls")
-        if type(calls) is list:
-            for call in calls:
-                function = call.get("function") if type(call) is dict else None
-                if type(function) is dict and type(function.get("arguments")) is str:
-                    chars += len(function["arguments"])
+    for item in items:
+        kind = type(item)
+        if kind is str:
+            chars += len(item)
+        elif kind is dict:
+            chars += text_size(item.values())
+        elif kind is list:
+            chars += text_size(item)
         if limit is not None and chars > limit:
             break
     return chars
@@ -81,11 +76,18 @@ class CPU:
         many = len(messages) > LARGE_MESSAGES
         return cls(many or text_size(messages, LARGE_CHARS) > LARGE_CHARS, many)
 
-    def for_part(self, messages: list[Any]) -> CPU:
-        """For a step that only reads `messages` (a part of the request's)."""
-        if not self.large or self.many:
+    def sized(self, chars: int, count: int) -> CPU:
+        """For a step over `count` items holding `chars` characters, a part of the request."""
+        if not self.large:
             return self
-        return CPU(text_size(messages, LARGE_CHARS) > LARGE_CHARS)
+        many = count > LARGE_MESSAGES
+        return CPU(many or chars > LARGE_CHARS, many)
+
+    def for_part(self, messages: list[Any]) -> CPU:
+        """For a step that only reads `messages`, a part of the request's."""
+        if not self.large or len(messages) > LARGE_MESSAGES:
+            return self.sized(0, len(messages))
+        return self.sized(text_size(messages, LARGE_CHARS), len(messages))
 
     async def __call__(self, fn: Callable[..., T], *args: Any) -> T:
         return await _run(fn, args) if self.large else fn(*args)

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from proxy import cpu, pipeline
+from proxy.formats.chat import VIEW
 from proxy.offload_settings import OffloadSettings
 from proxy.refs import RefStore
 from proxy.store.base import StoreUnavailable
@@ -115,6 +116,12 @@ def test_large_means_much_text_or_many_messages():
     many = cpu.CPU.for_messages([{"role": "user", "content": "x"}] * (cpu.LARGE_MESSAGES + 1))
     assert many.large and many.many
     assert not cpu.CPU.for_messages([{"role": "tool", "content": "x" * 300_000}]).many
+    # any shape: a Responses API item keeps its text elsewhere
+    assert cpu.CPU.for_messages([{"type": "function_call_output", "call_id": "c", "output": "x" * 300_000}]).large
+    # a step over a small part of a large request stays inline
+    large = cpu.CPU.for_messages([{"role": "system", "content": "s"}, {"role": "tool", "content": "x" * 300_000}])
+    assert large.large and not large.for_part([{"role": "system", "content": "s"}]).large
+    assert not cpu.INLINE.for_part([{"role": "tool", "content": "x" * 300_000}]).large  # small stays small
 
 
 async def test_a_large_request_is_planned_and_encoded_off_the_loop(tmp_path, monkeypatch):
@@ -138,7 +145,7 @@ async def test_a_large_request_is_planned_and_encoded_off_the_loop(tmp_path, mon
         messages = [{"role": "user", "content": "go"}, {"role": "tool", "tool_call_id": "c", "content": "line\n" * size},
                     {"role": "user", "content": "next"}]
         return await pipeline.prepare(messages, settings, counter_for_model("gpt-4o"), "n" * 32,
-                                      RefStore(store, "n" * 32, 60), None)
+                                      RefStore(store, "n" * 32, 60), None, view=VIEW)
 
     assert (await prepare(1000)).written  # 5 KB: inline
     assert threads == {"plan": {threading.current_thread().name}, "encode": {threading.current_thread().name}}
