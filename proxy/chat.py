@@ -16,6 +16,7 @@ from proxy.chat_body import parse_chat_body
 from proxy.compression import Compressor, SummaryContext
 from proxy.disconnect import ClientDisconnected, ClientWatch
 from proxy.errors import ProxyError, error_response
+from proxy.formats import chat as chat_format
 from proxy.headers import response_headers_for_client
 from proxy.offload_settings import OffloadSettings
 from proxy.pipeline import Prepared, prepare
@@ -132,7 +133,7 @@ class ChatCall:
                              quota=quota_for(self.request, self.caller))
         compressor = compressor_for(self.request, self.body, self.settings, self.caller)
         self.prepared = prepared = await prepare(self.messages, self.settings, self.counter, self.namespace,
-                                                 self.refs, compressor)
+                                                 self.refs, compressor, view=chat_format.VIEW)
         if collisions:
             prepared.warnings.append(collision_warning(collisions))
         for warning in prepared.warnings:
@@ -183,7 +184,7 @@ class ChatCall:
 
     async def forward(self) -> Response:
         """No reload tools: the (reduced) request goes up, the answer comes back untouched."""
-        content = jsonio.dumps({**self.body, "messages": self.prepared.plan.messages}) if self.changed else self.raw
+        content = jsonio.dumps({**self.body, "messages": self.prepared.plan.items}) if self.changed else self.raw
         response = await self.watch.run(self._send(content))
         out = await stream_back(response, self.extra_headers)
         out.background = self._record_events()
@@ -196,7 +197,7 @@ class ChatCall:
 
     async def forward_with_reload(self) -> Response:
         budget = self._budget()
-        result = await self.watch.run(reload_loop.complete(self.prepared.plan.messages, self.send_round, self.tools,
+        result = await self.watch.run(reload_loop.complete(self.prepared.plan.items, self.send_round, self.tools,
                                                            budget, extra_usage=self.prepared.summary_usage))
         out = Response(result.body, status_code=result.status, background=self._record_events())
         out.raw_headers = (
@@ -208,7 +209,7 @@ class ChatCall:
 
     async def forward_streaming_with_reload(self) -> Response:
         budget = self._budget()
-        messages = self.prepared.plan.messages
+        messages = self.prepared.plan.items
         offered = budget.more(0)
         first = await self.watch.run(self.send_round(messages, offered))
         if first.status_code != 200:

@@ -8,13 +8,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy import compress_plan as cp
+from proxy.core import compression as cp
+from proxy.core.compaction import Offload
+from proxy.core.view import ItemView
+from proxy.formats import chat
 from proxy import observe
 from proxy.cpu import CPU, INLINE
 from proxy.events import event
 from proxy.markers import make_ref
 from proxy.offload_settings import OffloadSettings
-from proxy.plan import Offload
 from proxy.sealing import Sealer
 from proxy.store import Store
 from proxy.summarizer import SummaryFailed, prompt_version, summarize
@@ -56,11 +58,12 @@ class SummaryContext:
     wait: float
     sealer: Sealer = field(default_factory=lambda: Sealer(None))
     base: str | None = None  # the upstream base URL when not the server's default
+    view: ItemView | None = None  # the wire format's history items (chat when None)
 
 
 @dataclass
 class Compressed:
-    messages: list[Any] | None = None  # None: not compressed
+    items: list[Any] | None = None  # None: not compressed
     offload: Offload | None = None  # the summarised originals, when newly made
     summary_tokens: int = 0
     warning: str | None = None
@@ -77,6 +80,7 @@ def summary_usage(tokens_in: int, tokens_out: int) -> dict | None:
 class Compressor:
     def __init__(self, store: Store, namespace: str, ttl: int, ctx: SummaryContext) -> None:
         self.store, self.namespace, self.ttl, self.ctx = store, namespace, ttl, ctx
+        self.view: ItemView = ctx.view or chat.VIEW
         self.version = prompt_version(ctx.prompt)
 
     def _summary_key(self, prefix_hash: str) -> str:
@@ -122,16 +126,16 @@ class Compressor:
     ) -> Compressed:
         """`cpu` runs the pure steps (token sums, prefix hashes, the stored history): off the
         event loop for a large request. Token counts are the plan's: `counter` has them all."""
-        head, tail = cp.split(compacted, settings.keep_recent_for(cp.COMPRESS_KEEP_RECENT))
-        if tail - head < 2 or await cpu.light(cp.tokens_between, compacted, head, tail,
+        head, tail = cp.split(compacted, self.view, settings.keep_recent_for(cp.COMPRESS_KEEP_RECENT))
+        if tail - head < 2 or await cpu.light(cp.tokens_between, compacted, self.view, head, tail,
                                               counter) <= settings.max_total_tokens:
             return Compressed()
         chain = cp.PrefixHashes(compacted)
         prior = await self._prior(compacted, chain, head, tail, cpu)
-        decision = await cpu.light(cp.decide, compacted, settings, counter, prior)
+        decision = await cpu.light(cp.decide, compacted, self.view, settings, counter, prior)
         if decision.action == "reuse":
             assert prior is not None
-            return Compressed(cp.assemble(compacted, head, prior.cut, prior.message))
+            return Compressed(cp.assemble(compacted, self.view, head, prior.cut, prior.message))
         if decision.action != "summarize" or not allow_new:
             return Compressed()
         return await self._summarize_once(compacted, originals, settings, counter, chain, decision, cpu)
@@ -140,16 +144,16 @@ class Compressor:
         cut_hash = await cpu(chain.__getitem__, decision.cut)
         made = await self._load(cut_hash)  # another process may have made it already
         if made is not None:
-            return Compressed(cp.assemble(compacted, decision.head, made.cut, made.message))
+            return Compressed(cp.assemble(compacted, self.view, decision.head, made.cut, made.message))
         lock = key(self.namespace, "lock", f"{cut_hash}:{self.version}")
-        spans = await cpu.light(cp.groups, compacted, *decision.new_messages, settings.group_token_threshold, counter)
+        spans = await cpu.light(cp.groups, compacted, self.view, *decision.new_items, settings.group_token_threshold, counter)
         if not await self.store.put_if_absent(lock, b"1", int(self.ctx.timeout * len(spans)) + 5):
             deadline = time.monotonic() + self.ctx.wait
             while time.monotonic() < deadline:
                 await asyncio.sleep(POLL)
                 record = await self._load(chain[decision.cut])
                 if record is not None:
-                    return Compressed(cp.assemble(compacted, decision.head, record.cut, record.message))
+                    return Compressed(cp.assemble(compacted, self.view, decision.head, record.cut, record.message))
             return Compressed(warning="a summary of this history is being made by another request")
         try:
             return await self._summarize(compacted, originals, counter, chain, decision, spans, cpu)
@@ -158,13 +162,13 @@ class Compressor:
 
     async def _summarize(self, compacted, originals, counter, chain, decision, spans, cpu) -> Compressed:
         head, cut, prior = decision.head, decision.cut, decision.prior
-        start, end = decision.new_messages
+        start, end = decision.new_items
         started = time.monotonic()
         texts, tokens_in, tokens_out = [], 0, 0
         previous = prior.text if prior else None
         try:
             for g_start, g_end in spans:
-                part = [m for m in compacted[g_start:g_end] if cp.role(m) not in cp.SYSTEM_ROLES]
+                part = [self.view.transcript(m) for m in compacted[g_start:g_end] if self.view.role(m) != "system"]
                 summary = await summarize(self.ctx.upstream, self.ctx.headers, self.ctx.model, self.ctx.prompt,
                                           part, previous, self.ctx.timeout, self.ctx.base)
                 texts.append(summary.text)
@@ -181,13 +185,13 @@ class Compressor:
         text = "\n".join(texts)
 
         def summarised() -> tuple[str, str, int, int]:
-            history = cp.history_lines(originals[head:cut])
-            covered = sum(1 for m in originals[head:cut] if cp.role(m) not in cp.SYSTEM_ROLES)
+            history = cp.history_lines(originals[head:cut], self.view)
+            covered = sum(1 for m in originals[head:cut] if self.view.role(m) != "system")
             return (history, make_ref(self.namespace, "history", history), covered,
-                    cp.tokens_between(originals, head, cut, counter))
+                    cp.tokens_between(originals, self.view, head, cut, counter))
 
         history, ref, covered, covered_tokens = await cpu(summarised)
-        message = cp.summary_message(text, ref, covered, covered_tokens)
+        message = cp.summary_item(self.view, text, ref, covered, covered_tokens)
         record = {"cut": cut, "text": text, "ref": ref, "tokens": counter.text(text), "message": message}
         summary_key = self._summary_key(chain[cut])
         await self.store.put(summary_key, self.ctx.sealer.seal(json.dumps(record).encode(), summary_key), self.ttl)
@@ -198,7 +202,7 @@ class Compressor:
                      tokens_after=counter.message(message), summary_tokens_in=tokens_in,
                      summary_tokens_out=tokens_out, duration_ms=round((time.monotonic() - started) * 1e3), ref=ref)
         return Compressed(
-            cp.assemble(compacted, head, cut, message),
+            cp.assemble(compacted, self.view, head, cut, message),
             Offload(ref, "history", history, covered_tokens),
             tokens_in + tokens_out,
             events=[done],

@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy import events
+from proxy.formats import chat
 from proxy.caller import Caller
 from proxy.offload_settings import OffloadSettings
 from proxy.chat import compressor_for, model_of, quota_for, parse_chat_body
@@ -47,7 +48,7 @@ async def offload(request: Request) -> Response:
     namespace = caller.namespace
     compressor = compressor_for(request, body, settings, caller)
     counter = await counter_for_model_async(model)
-    prepared = await prepare(messages, settings, counter, namespace, refs, compressor)
+    prepared = await prepare(messages, settings, counter, namespace, refs, compressor, view=chat.VIEW)
     if isinstance(prepared.refused, QuotaExceeded):
         return ProxyError(429, f"Nothing stored: {prepared.warnings[0]}.", code="storage_quota_exceeded").response()
     if isinstance(prepared.refused, CredentialRejected):
@@ -59,7 +60,7 @@ async def offload(request: Request) -> Response:
                         request.app.state.settings.store_ttl, sealer=request.app.state.sealer)
     return JSONResponse(
         {
-            "messages": plan.messages,
+            "messages": plan.items,
             "refs": [{"ref": o.ref, "kind": o.kind, "tokens": o.tokens} for o in plan.offloads],
             "tokens_before": plan.tokens_before,
             "tokens_after": plan.tokens_after,

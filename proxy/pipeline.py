@@ -14,7 +14,8 @@ from proxy.compression import Compressor
 from proxy.cpu import CPU
 from proxy.events import event
 from proxy.offload_settings import OffloadSettings
-from proxy.plan import Plan, plan_compaction, present_refs
+from proxy.core.compaction import Plan, plan_compaction, present_refs
+from proxy.core.view import ItemView
 from proxy.refs import RefStore
 from proxy.quota import CredentialRejected, QuotaExceeded
 from proxy.store import StoreUnavailable
@@ -38,9 +39,9 @@ def _action(compacted: bool, compressed: bool) -> str:
     return "+".join(name for name, done in (("compact", compacted), ("compress", compressed)) if done) or "none"
 
 
-def _measure(messages: list[Any], counter: TokenCounter) -> tuple[list[str], int]:
-    """The refs `messages` carry, and their tokens."""
-    return present_refs(messages), counter.messages(messages)
+def _measure(items: list[Any], view: ItemView, counter: TokenCounter) -> tuple[list[str], int]:
+    """The refs `items` carry, and their tokens."""
+    return present_refs(items, view), counter.messages(items)
 
 
 async def prepare(
@@ -50,8 +51,11 @@ async def prepare(
     namespace: str,
     refs: RefStore,
     compressor: Compressor | None,
+    *,
+    view: ItemView,
 ) -> Prepared:
-    """Reduce `messages` and make every reference in the result resolvable.
+    """Reduce `messages` (a wire format's history items, seen through `view`) and make every
+    reference in the result resolvable.
 
     Never raises for the store: when it is unreachable the original messages go through,
     with a warning.
@@ -60,7 +64,7 @@ async def prepare(
     cpu = CPU.for_messages(messages)
     compact_mode = settings.mode in ("auto", "compact")
     compress_mode = settings.mode in ("auto", "compress") and compressor is not None
-    plan = await cpu(plan_compaction, messages,
+    plan = await cpu(plan_compaction, messages, view,
                      settings if compact_mode else settings.model_copy(update={"mode": "off"}), counter, namespace)
     result = Prepared(plan)
     compressed_now = False
@@ -73,16 +77,16 @@ async def prepare(
                 or plan.tokens_after / before > settings.compaction_ratio
                 or plan.tokens_after > settings.max_total_tokens
             )
-            compressed = await compressor.run(plan.messages, messages, settings, counter, allow_new, cpu=cpu)
+            compressed = await compressor.run(plan.items, messages, settings, counter, allow_new, cpu=cpu)
             result.summary_tokens = compressed.summary_tokens
             result.summary_usage = compressed.usage
             result.events += compressed.events
             if compressed.warning:
                 result.warnings.append(compressed.warning)
-            if compressed.messages is not None:
+            if compressed.items is not None:
                 offloads = plan.offloads + ([compressed.offload] if compressed.offload else [])
-                refs_after, tokens_after = await cpu(_measure, compressed.messages, counter)
-                plan = Plan(compressed.messages, offloads, refs_after, plan.tokens_before, tokens_after)
+                refs_after, tokens_after = await cpu(_measure, compressed.items, view, counter)
+                plan = Plan(compressed.items, offloads, refs_after, plan.tokens_before, tokens_after)
                 result.plan = plan
                 compressed_now = True
         compacted = [o for o in plan.offloads if o.kind == "tool_result"]

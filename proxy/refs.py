@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from proxy.cpu import CPU, INLINE
-from proxy.plan import Offload
+from proxy.core.compaction import Offload
 from proxy.sealing import Sealer
 from proxy.store import Store
 from proxy.quota import Quota

@@ -22,7 +22,9 @@ from typing import Any
 
 import httpx
 
-from proxy import compress_plan as cp
+from proxy.core import compression as cp
+from proxy.formats import chat
+from proxy.markers import history_ref
 from proxy.compression import Compressor, SummaryContext
 from proxy.config import ServerSettings
 from proxy.offload_settings import OffloadSettings
@@ -88,10 +90,9 @@ def prefix_reuse(forwarded: list[list[Any]], tokens: list[list[int]]) -> float:
 
 def budget(forwarded: list[Any], tools: Any, settings: OffloadSettings, counter: TokenCounter) -> int:
     """max_total_tokens plus what is never compressed: system, tool schemas, summary, kept tail."""
-    head, tail = cp.split(forwarded, settings.keep_recent_for(cp.COMPRESS_KEEP_RECENT))
+    head, tail = cp.split(forwarded, chat.VIEW, settings.keep_recent_for(cp.COMPRESS_KEEP_RECENT))
     fixed = forwarded[:head] + forwarded[tail:]
-    summary = [m for m in forwarded[head:tail] if isinstance(m, dict) and str(m.get("content", "")).startswith(
-        "[offloaded history")]
+    summary = [m for m in forwarded[head:tail] if history_ref(chat.VIEW.text(m) or "")]
     return settings.max_total_tokens + counter.messages(fixed + summary) + counter.tools(tools)
 
 
@@ -148,7 +149,7 @@ class Replayer:
         refs = RefStore(self.store, namespace, self.ttl)
         ctx = SummaryContext(self.upstream, self.headers, self.model, DEFAULT_PROMPT, 120.0, 30.0)
         return await prepare(request, self.settings, counter, namespace, refs,
-                             Compressor(self.store, namespace, self.ttl, ctx))
+                             Compressor(self.store, namespace, self.ttl, ctx), view=chat.VIEW)
 
     async def conversation(self, conv: dict, tick=lambda: None, index: int = 0) -> Conversation:
         out = Conversation(str(conv.get("id", "conversation")))
@@ -167,7 +168,7 @@ class Replayer:
             start = time.perf_counter()
             prepared = await self._prepare(request, namespace, counter)
             cold += time.perf_counter() - start
-            sent = prepared.plan.messages
+            sent = prepared.plan.items
             out.summaries += sum(1 for e in prepared.events if e["type"] == "compression")
             for o in prepared.plan.offloads:
                 created.setdefault(o.ref, o.text)

@@ -41,25 +41,14 @@ def prompt_version(prompt: str) -> str:
     return hashlib.blake2b(prompt.encode(), digest_size=6).hexdigest()
 
 
-def render_transcript(messages: list[Any]) -> str:
-    lines = []
-    for m in messages:
-        if not isinstance(m, dict):
-            continue
-        content = m.get("content")
-        if isinstance(content, list):
-            content = "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
-        text = content if isinstance(content, str) else ""
+def render_transcript(lines: list[tuple[str, str]]) -> str:
+    """The summarised items, as (header, text) from their format's `ItemView.transcript`."""
+    out = []
+    for header, text in lines:
         if len(text) > MESSAGE_CHARS:
             text = text[: MESSAGE_CHARS // 2] + "\n[…]\n" + text[-MESSAGE_CHARS // 2:]
-        calls = [
-            f"{(c.get('function') or {}).get('name')}({(c.get('function') or {}).get('arguments', '')})"
-            for c in m.get("tool_calls") or ()
-            if isinstance(c, dict)
-        ]
-        header = f"[{m.get('role', '?')}]" + (f" calls {'; '.join(calls)}" if calls else "")
-        lines.append(f"{header}\n{text}".rstrip())
-    return "\n\n".join(lines)
+        out.append(f"{header}\n{text}".rstrip())
+    return "\n\n".join(out)
 
 
 class SummaryFailed(Exception):
@@ -78,7 +67,7 @@ async def summarize(
     headers: Headers,
     model: str,
     prompt: str,
-    messages: list[Any],
+    lines: list[tuple[str, str]],
     previous: str | None,
     timeout: float,
     base: str | None = None,
@@ -86,7 +75,7 @@ async def summarize(
     user = ""
     if previous:
         user += f"Previous snapshot:\n{previous}\n\nNew messages since then:\n\n"
-    user += render_transcript(messages)
+    user += render_transcript(lines)
     body = {"model": model, "messages": [{"role": "system", "content": prompt}, {"role": "user", "content": user}]}
     try:
         async with asyncio.timeout(timeout):

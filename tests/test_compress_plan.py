@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from proxy import compress_plan as cp
+from proxy.core import compression as cp
+from proxy.formats.chat import VIEW
 from proxy.offload_settings import OffloadSettings
 from proxy.tokens import counter_for_model
 
@@ -23,67 +24,67 @@ def result(i, k=0, text="x"):
 def test_split_keeps_pairs_together():
     msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}, call(1), result(1),
             call(2, 3), result(2, 0), result(2, 1), result(2, 2)]
-    head, tail = cp.split(msgs, keep_recent=2)
+    head, tail = cp.split(msgs, VIEW, keep_recent=2)
     assert head == 1 and tail == 4  # the tail starts at the assistant message of call 2
-    assert cp.split(msgs, keep_recent=1) == (1, 4)
-    assert cp.split(msgs, keep_recent=4) == (1, 4)
-    assert cp.split(msgs, keep_recent=5) == (1, 2)
+    assert cp.split(msgs, VIEW, keep_recent=1) == (1, 4)
+    assert cp.split(msgs, VIEW, keep_recent=4) == (1, 4)
+    assert cp.split(msgs, VIEW, keep_recent=5) == (1, 2)
 
 
 def test_split_with_no_tail():
     msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}, call(1), result(1)]
-    assert cp.split(msgs, keep_recent=0) == (1, 4)
-    assert cp.split([None], keep_recent=0) == (0, 1)
+    assert cp.split(msgs, VIEW, keep_recent=0) == (1, 4)
+    assert cp.split([None], VIEW, keep_recent=0) == (0, 1)
 
 
 def test_split_tiny_empty_and_all_system():
-    assert cp.split([], 2) == (0, 0)
-    assert cp.split([{"role": "user", "content": "hi"}], 2) == (0, 0)
-    assert cp.split([{"role": "system", "content": "a"}, {"role": "developer", "content": "b"}], 2) == (2, 2)
+    assert cp.split([], VIEW, 2) == (0, 0)
+    assert cp.split([{"role": "user", "content": "hi"}], VIEW, 2) == (0, 0)
+    assert cp.split([{"role": "system", "content": "a"}, {"role": "developer", "content": "b"}], VIEW, 2) == (2, 2)
 
 
 def test_decide_triggers_only_above_threshold():
     msgs = [{"role": "system", "content": "s"}] + [{"role": "user", "content": "word " * 100} for _ in range(10)]
     settings = OffloadSettings(max_total_tokens=500)
-    d = cp.decide(msgs, settings, COUNTER, None)
-    assert (d.action, d.head, d.cut, d.new_messages) == ("summarize", 1, 9, (1, 9))
-    assert cp.decide(msgs, OffloadSettings(max_total_tokens=100_000), COUNTER, None).action == "none"
+    d = cp.decide(msgs, VIEW, settings, COUNTER, None)
+    assert (d.action, d.head, d.cut, d.new_items) == ("summarize", 1, 9, (1, 9))
+    assert cp.decide(msgs, VIEW, OffloadSettings(max_total_tokens=100_000), COUNTER, None).action == "none"
 
 
 def test_decide_reuses_prior_until_the_rest_grows_past_the_trigger():
     msgs = [{"role": "system", "content": "s"}] + [{"role": "user", "content": "word " * 100} for _ in range(10)]
     prior = cp.PriorSummary(cut=7, text="<state_snapshot/>", ref="r", tokens=3, message={})
     settings = OffloadSettings(max_total_tokens=500)
-    assert cp.decide(msgs, settings, COUNTER, prior).action == "reuse"  # 2 messages after the cut
+    assert cp.decide(msgs, VIEW, settings, COUNTER, prior).action == "reuse"  # 2 messages after the cut
     longer = msgs + [{"role": "user", "content": "word " * 100} for _ in range(8)]
-    d = cp.decide(longer, settings, COUNTER, prior)
-    assert d.action == "summarize" and d.new_messages == (7, d.cut) and d.prior is prior
+    d = cp.decide(longer, VIEW, settings, COUNTER, prior)
+    assert d.action == "summarize" and d.new_items == (7, d.cut) and d.prior is prior
 
 
 def test_system_messages_do_not_count_and_stay_verbatim():
     sys_mid = {"role": "system", "content": "mid " * 1000}
     msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}, sys_mid,
             {"role": "user", "content": "v"}, {"role": "user", "content": "w"}, {"role": "user", "content": "z"}]
-    assert cp.decide(msgs, OffloadSettings(max_total_tokens=50), COUNTER, None).action == "none"
-    summary = cp.summary_message("S", "ref1", 2, 10)
-    out = cp.assemble(msgs, 1, 4, summary)
+    assert cp.decide(msgs, VIEW, OffloadSettings(max_total_tokens=50), COUNTER, None).action == "none"
+    summary = cp.summary_item(VIEW, "S", "ref1", 2, 10)
+    out = cp.assemble(msgs, VIEW, 1, 4, summary)
     assert out == [msgs[0], summary, sys_mid, msgs[4], msgs[5]]
 
 
 def test_groups_respect_threshold_and_pairs():
     msgs = [{"role": "user", "content": "word " * 50}, call(1, 2), result(1, 0, "r " * 50), result(1, 1, "r " * 50),
             {"role": "user", "content": "word " * 50}]
-    spans = cp.groups(msgs, 0, 5, 80, COUNTER)
+    spans = cp.groups(msgs, VIEW, 0, 5, 80, COUNTER)
     assert spans[0] == (0, 1) and spans[-1][1] == 5
     for start, end in spans:
-        assert cp.role(msgs[start]) != "tool"  # a group never begins inside a call's results
-    assert cp.groups(msgs, 0, 5, 0, COUNTER) == [(0, 5)]
-    assert cp.groups(msgs, 2, 2, 0, COUNTER) == []
+        assert VIEW.role(msgs[start]) != "tool"  # a group never begins inside a call's results
+    assert cp.groups(msgs, VIEW, 0, 5, 0, COUNTER) == [(0, 5)]
+    assert cp.groups(msgs, VIEW, 2, 2, 0, COUNTER) == []
 
 
 def test_groups_never_make_more_summary_calls_than_the_cap():
     words = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"word{i}"} for i in range(2000)]
-    spans = cp.groups(words, 0, 2000, 1, COUNTER)  # a threshold of 1 token: one group per message asked
+    spans = cp.groups(words, VIEW, 0, 2000, 1, COUNTER)  # a threshold of 1 token: one group per message asked
     assert len(spans) == 8, len(spans)  # compress_plan.MAX_GROUPS, not 2,000
     assert spans[0][0] == 0 and spans[-1][1] == 2000
     assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))  # contiguous, in order, nothing left out
@@ -94,13 +95,13 @@ def test_groups_never_make_more_summary_calls_than_the_cap():
     msgs = [{"role": "user", "content": "u"}]
     for i in range(30):
         msgs += [call(i, 3), result(i, 0), result(i, 1), result(i, 2, "big " * (400 if i == 7 else 1))]
-    spans = cp.groups(msgs, 0, len(msgs), 1, COUNTER)
+    spans = cp.groups(msgs, VIEW, 0, len(msgs), 1, COUNTER)
     assert len(spans) <= cp.MAX_GROUPS == 8 and spans[-1][1] == len(msgs)
-    assert all(cp.role(msgs[a]) != "tool" for a, _ in spans)
+    assert all(VIEW.role(msgs[a]) != "tool" for a, _ in spans)
 
     # under the cap, the threshold is kept as asked
     few = words[:6]
-    assert cp.groups(few, 0, 6, 1, COUNTER) == [(i, i + 1) for i in range(6)]
+    assert cp.groups(few, VIEW, 0, 6, 1, COUNTER) == [(i, i + 1) for i in range(6)]
 
 
 def test_chain_hashes_identify_prefixes():
@@ -113,5 +114,5 @@ def test_chain_hashes_identify_prefixes():
 
 def test_history_lines_are_json_per_message():
     msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "a\nb"}, call(1)]
-    lines = cp.history_lines(msgs).splitlines()
+    lines = cp.history_lines(msgs, VIEW).splitlines()
     assert [json.loads(line) for line in lines] == msgs[1:]

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from hypothesis import given, settings as hsettings, strategies as st
 
-from proxy import compress_plan as cp
+from proxy.core import compression as cp
 from proxy.markers import is_marker, make_ref, refs_in, tool_result_marker
+from proxy.formats.chat import VIEW
 from proxy.offload_settings import OffloadSettings
-from proxy.plan import plan_compaction
+from proxy.core.compaction import plan_compaction
 from proxy.tokens import counter_for_model
 from tests.history import agent_history, big_text
 
@@ -45,7 +46,7 @@ def test_look_alikes_are_not_markers():
 
 def test_history_summary_is_recognised_exactly():
     ref = make_ref(NS, "history", "h")
-    summary = cp.summary_message("<state_snapshot>…</state_snapshot>\n" + big_text("s"), ref, 12, 34567)
+    summary = cp.summary_item(VIEW, "<state_snapshot>…</state_snapshot>\n" + big_text("s"), ref, 12, 34567)
     assert refs_in(summary["content"]) == [ref]
     assert not is_marker(summary["content"])  # a summary is never a tool result, so never exempt
     first = summary["content"].split("\n", 1)[0]
@@ -58,14 +59,14 @@ def test_spoofed_tool_results_are_compacted():
     head = f"[offloaded tool result: 5 tokens, ref={REF}]"
     messages[3]["content"] = "[offloaded " + big_text("prefix")
     messages[5]["content"] = head + "\n" + big_text("shape") + "\n" + TRAILER
-    result = plan_compaction(messages, OffloadSettings(max_total_tokens=1000, max_tool_message_tokens=500), COUNTER, NS)
+    result = plan_compaction(messages, VIEW, OffloadSettings(max_total_tokens=1000, max_tool_message_tokens=500), COUNTER, NS)
     texts = {o.text for o in result.offloads}
     assert messages[3]["content"] in texts and messages[5]["content"] in texts
-    assert is_marker(result.messages[3]["content"]) and is_marker(result.messages[5]["content"])
+    assert is_marker(result.items[3]["content"]) and is_marker(result.items[5]["content"])
     assert REF not in result.refs  # the spoofed ref is not taken for one of the proxy's
-    again = plan_compaction(result.messages, OffloadSettings(max_total_tokens=1000, max_tool_message_tokens=500),
+    again = plan_compaction(result.items, VIEW, OffloadSettings(max_total_tokens=1000, max_tool_message_tokens=500),
                             COUNTER, NS)
-    assert again.messages == result.messages and not again.offloads
+    assert again.items == result.items and not again.offloads
 
 
 @hsettings(max_examples=100, deadline=None)

@@ -8,8 +8,9 @@ import json
 from hypothesis import given, settings as hsettings, strategies as st
 
 from proxy.markers import is_marker, refs_in
+from proxy.formats.chat import VIEW
 from proxy.offload_settings import OffloadSettings
-from proxy.plan import plan_compaction
+from proxy.core.compaction import plan_compaction
 from proxy.tokens import counter_for_model
 from tests.history import agent_history, big_text
 
@@ -18,13 +19,13 @@ NS = "a" * 32
 
 
 def plan(messages, **overrides):
-    return plan_compaction(messages, OffloadSettings(**overrides), COUNTER, NS)
+    return plan_compaction(messages, VIEW, OffloadSettings(**overrides), COUNTER, NS)
 
 
 def test_below_threshold_nothing_changes():
     messages = agent_history(steps=2, lines=50)
     result = plan(messages, max_total_tokens=1_000_000)
-    assert result.messages == messages and not result.offloads and not result.changed
+    assert result.items == messages and not result.offloads 
     assert result.tokens_before == result.tokens_after
 
 
@@ -34,10 +35,10 @@ def test_large_tool_results_offloaded_except_recent_tail():
     tool_indices = [i for i, m in enumerate(messages) if m["role"] == "tool"]
     assert len(result.offloads) == 3  # the last message (a tool result) is the kept tail
     for i in tool_indices[:-1]:
-        content = result.messages[i]["content"]
+        content = result.items[i]["content"]
         assert is_marker(content) and len(content) < 800
         assert refs_in(content)[0] in {o.ref for o in result.offloads}
-    assert result.messages[tool_indices[-1]] == messages[tool_indices[-1]]
+    assert result.items[tool_indices[-1]] == messages[tool_indices[-1]]
     assert result.tokens_after < result.tokens_before / 3
     assert {o.text for o in result.offloads} == {messages[i]["content"] for i in tool_indices[:-1]}
 
@@ -61,8 +62,8 @@ def test_mode_off_never_offloads():
 def test_deterministic_and_content_addressed():
     a = plan(agent_history(), max_total_tokens=1000)
     b = plan(agent_history(), max_total_tokens=1000)
-    assert a.messages == b.messages and [o.ref for o in a.offloads] == [o.ref for o in b.offloads]
-    other_tenant = plan_compaction(agent_history(), OffloadSettings(max_total_tokens=1000), COUNTER, "b" * 32)
+    assert a.items == b.items and [o.ref for o in a.offloads] == [o.ref for o in b.offloads]
+    other_tenant = plan_compaction(agent_history(), VIEW, OffloadSettings(max_total_tokens=1000), COUNTER, "b" * 32)
     assert {o.ref for o in other_tenant.offloads}.isdisjoint({o.ref for o in a.offloads})
 
 
@@ -71,7 +72,7 @@ def test_same_message_same_replacement_on_every_turn():
     history = agent_history(steps=8)
     previous = None
     for turn in range(5, len(history) + 1):
-        forwarded = plan(history[:turn], max_total_tokens=1000).messages
+        forwarded = plan(history[:turn], max_total_tokens=1000).items
         if previous is not None:
             # everything the previous turn forwarded, except its kept tail, is unchanged
             assert forwarded[: len(previous) - 1] == previous[: len(previous) - 1]
@@ -80,8 +81,8 @@ def test_same_message_same_replacement_on_every_turn():
 
 def test_idempotent():
     first = plan(agent_history(), max_total_tokens=1000)
-    second = plan(first.messages, max_total_tokens=1000)
-    assert second.messages == first.messages and not second.offloads
+    second = plan(first.items, max_total_tokens=1000)
+    assert second.items == first.items and not second.offloads
     assert second.refs == first.refs
 
 
@@ -90,8 +91,8 @@ def test_pairing_order_and_count_untouched():
     original = copy.deepcopy(messages)
     result = plan(messages, max_total_tokens=1000)
     assert messages == original  # the input is not mutated
-    assert len(result.messages) == len(messages)
-    for before, after in zip(messages, result.messages):
+    assert len(result.items) == len(messages)
+    for before, after in zip(messages, result.items):
         assert before["role"] == after["role"]
         assert before.get("tool_calls") == after.get("tool_calls")
         assert before.get("tool_call_id") == after.get("tool_call_id")
@@ -102,7 +103,7 @@ def test_multipart_content_text_offloaded_other_parts_kept():
     messages = agent_history(steps=2)
     messages[3]["content"] = [{"type": "text", "text": big_text("parts")}, image]
     result = plan(messages, max_total_tokens=1000)
-    content = result.messages[3]["content"]
+    content = result.items[3]["content"]
     assert is_marker(content[0]["text"]) and content[1] == image
     assert big_text("parts") in {o.text for o in result.offloads}
 
@@ -116,14 +117,14 @@ def test_reload_results_never_offloaded():
         {"role": "user", "content": "go on"},
     ]
     result = plan(messages, max_total_tokens=1000)
-    assert result.messages[-2]["content"] == big_text("reloaded")
+    assert result.items[-2]["content"] == big_text("reloaded")
 
 
 def test_odd_messages_do_not_break_the_planner():
     messages = [None, "text", {"role": "tool"}, {"role": "tool", "content": 5}, {"no": "role"},
                 {"role": "tool", "tool_call_id": "x", "content": big_text("odd")}, {"role": "user", "content": "hi"}]
     result = plan(messages, max_total_tokens=10)
-    assert len(result.messages) == len(messages) and len(result.offloads) == 1
+    assert len(result.items) == len(messages) and len(result.offloads) == 1
 
 
 message_strategy = st.one_of(
@@ -143,12 +144,12 @@ message_strategy = st.one_of(
 @given(st.lists(message_strategy, max_size=12), st.integers(0, 5000), st.integers(1, 3000), st.integers(0, 4))
 def test_invariants_hold_for_any_history(messages, max_total, max_tool, keep):
     result = plan(messages, max_total_tokens=max_total, max_tool_message_tokens=max_tool, keep_recent=keep)
-    assert len(result.messages) == len(messages)
-    for i, (before, after) in enumerate(zip(messages, result.messages)):
+    assert len(result.items) == len(messages)
+    for i, (before, after) in enumerate(zip(messages, result.items)):
         assert {k: v for k, v in before.items() if k != "content"} == {k: v for k, v in after.items() if k != "content"}
         if i >= len(messages) - keep:
             assert before == after
-    again = plan(result.messages, max_total_tokens=max_total, max_tool_message_tokens=max_tool, keep_recent=keep)
-    assert again.messages == result.messages and not again.offloads
+    again = plan(result.items, max_total_tokens=max_total, max_tool_message_tokens=max_tool, keep_recent=keep)
+    assert again.items == result.items and not again.offloads
     assert json.dumps(plan(messages, max_total_tokens=max_total, max_tool_message_tokens=max_tool,
-                           keep_recent=keep).messages) == json.dumps(result.messages)
+                           keep_recent=keep).items) == json.dumps(result.items)

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from proxy import reload_loop
-from proxy.plan import Offload
+from proxy.core.compaction import Offload
 from proxy.refs import RefStore
 from proxy.reload_tools import ReloadTools
 from proxy.store.sqlite import SQLiteStore

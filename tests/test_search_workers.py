@@ -106,7 +106,7 @@ async def test_compile_bombs_cost_the_proxy_neither_time_nor_memory(refs):
     for pattern in COMPILE_BOMBS:  # in this order: on a proxy that compiles in-process, fail before the last
         answer, took, stall = await timed(tools.search(pattern))
         assert took < 1.0 + 0.6, (pattern, took, answer)
-        assert stall < 0.1, (pattern, stall)  # in-process, the compile alone stalls the loop 0.5 to 25 s
+        assert stall < 0.25, (pattern, stall)  # in-process, the compile alone stalls the loop 0.5 to 25 s
         assert rss() - before < 100 * MB, (pattern, (rss() - before) // MB)
         assert answer.startswith((f"The pattern {pattern!r} is too expensive", f"No match for {pattern!r}")), answer
     assert "compiling it" in answer  # the last one can never be compiled in 1 GiB
@@ -133,15 +133,16 @@ async def test_matches_found_before_a_runaway_match_are_returned(refs):
 
 
 async def test_a_worker_that_does_not_answer_is_killed_at_the_deadline(refs):
-    tools = tools_for(refs, ["needles", "hard01"], timeout=1.0)
+    tools = tools_for(refs, ["needles", "hard01"], timeout=2.0)
+    assert await tools.search("needle 0", "needles") == "ref=needles line 0: needle 0"  # the worker has started
     started = time.monotonic()
     task = asyncio.ensure_future(tools.search("needle|(a|a)+$"))
     pid = await busy_worker(task)
     os.kill(pid, signal.SIGSTOP)  # as a match that never returns to check regex's timeout
     answer = await asyncio.wait_for(task, 5)
-    assert 1.0 < time.monotonic() - started < 1.0 + search.KILL_GRACE + 0.3
+    assert 2.0 < time.monotonic() - started < 2.0 + search.KILL_GRACE + 0.3
     assert answer.startswith("ref=needles line 0: needle 0\n") and "ref=needles line 4: needle 4" in answer
-    assert re.search(r"Search stopped early after 1\.\d s \(the search time limit of 1 s\); 5 match\(es\)", answer)
+    assert re.search(r"Search stopped early after 2\.\d s \(the search time limit of 2 s\); 5 match\(es\)", answer)
     assert pid not in [w.pid for w in search.pool().workers]
     for _ in range(500):  # reaped in a thread: soon
         if pid not in search_workers():
@@ -151,13 +152,16 @@ async def test_a_worker_that_does_not_answer_is_killed_at_the_deadline(refs):
 
 
 async def busy_worker(task: asyncio.Future) -> int:
-    """The worker running `task`'s search, once it has been matching for 0.2 s of CPU."""
+    """The worker running `task`'s search, once it has been matching for 0.1 s of CPU (after
+    what it used before: starting, earlier searches)."""
+    spent: dict[int, float] = {w.pid: cpu_seconds(w.pid) for w in search.pool().idle}
     for _ in range(1000):
         await asyncio.sleep(0.01)
-        pids = [w.pid for w in search.pool().workers]
-        if pids and cpu_seconds(pids[0]) > 0.2:
-            assert not task.done()
-            return pids[0]
+        assert not task.done()
+        for pid in [w.pid for w in search.pool().workers if w not in search.pool().idle]:
+            spent.setdefault(pid, 0.0)
+            if cpu_seconds(pid) > spent[pid] + 0.1:
+                return pid
     raise AssertionError("no busy worker")
 
 

@@ -1,0 +1,90 @@
+"""Compaction: which tool results leave the context, as a pure function of (items, settings).
+
+Deterministic and idempotent: the same input yields the same output, and a planned output
+planned again changes nothing (the proxy's own markers and the results of its reload tools
+are never offloaded again). Works on any wire format's history through its `ItemView`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.core.view import ItemView
+from proxy.markers import is_marker, make_ref, refs_in, tool_result_marker
+from proxy.offload_settings import OffloadSettings
+from proxy.tokens import TokenCounter
+
+COMPACT_KEEP_RECENT = 1
+
+
+@dataclass(frozen=True)
+class Offload:
+    """One piece of content to store under `ref`."""
+
+    ref: str
+    kind: str  # "tool_result" | "history"
+    text: str
+    tokens: int
+
+
+@dataclass
+class Plan:
+    items: list[Any]  # the history as it is forwarded
+    offloads: list[Offload] = field(default_factory=list)
+    refs: list[str] = field(default_factory=list)  # every ref in the forwarded items
+    tokens_before: int = 0
+    tokens_after: int = 0
+
+
+def injected_call_ids(items: list[Any], view: ItemView) -> set[str]:
+    """Ids of calls to the proxy's own reload tools: their results are never offloaded."""
+    ids: set[str] = set()
+    for item in items:
+        ids.update(view.injected_calls(item))
+    return ids
+
+
+def present_refs(items: list[Any], view: ItemView) -> list[str]:
+    """The references the proxy's markers in `items` carry, in order of appearance."""
+    seen: dict[str, None] = {}
+    for item in items:
+        text = view.text(item)
+        if text:
+            for ref in refs_in(text):
+                seen.setdefault(ref, None)
+    return list(seen)
+
+
+def plan_compaction(
+    items: list[Any], view: ItemView, settings: OffloadSettings, counter: TokenCounter, namespace: str
+) -> Plan:
+    """Replace every large tool result (outside the recent tail) once the history is too large."""
+    before = counter.messages(items)
+    plan = Plan(items=items, tokens_before=before, tokens_after=before)
+    if settings.mode == "off" or before <= settings.max_total_tokens:
+        plan.refs = present_refs(items, view)
+        return plan
+    last_eligible = len(items) - settings.keep_recent_for(COMPACT_KEEP_RECENT)
+    reload_ids = injected_call_ids(items, view)
+    out = list(items)
+    after = before
+    for i in range(max(0, last_eligible)):
+        item = items[i]
+        if view.role(item) != "tool" or view.answers(item) in reload_ids:
+            continue
+        text = view.tool_text(item)
+        if text is None or is_marker(text):
+            continue
+        tokens = counter.text(text)
+        if tokens <= settings.max_tool_message_tokens:
+            continue
+        ref = make_ref(namespace, "tool_result", text)
+        replaced = view.with_tool_text(item, tool_result_marker(text, ref, tokens))
+        out[i] = replaced
+        after += counter.message(replaced) - counter.message(item)
+        plan.offloads.append(Offload(ref, "tool_result", text, tokens))
+    plan.items = out
+    plan.tokens_after = after
+    plan.refs = present_refs(out, view)
+    return plan

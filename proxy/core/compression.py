@@ -1,0 +1,234 @@
+"""What to compress: pure functions over (items, settings, prior summary), no IO.
+
+The compressible part lies between the leading system items and the recent tail. A cut never
+falls between a tool call and its result, nor between items the format binds together
+(`ItemView.attached`). A summary covers items[head:cut]; it is reused verbatim while the part
+after it stays under the trigger, and re-made (folding the old one) only when that part
+exceeds it again: large, rare steps, so the forwarded prefix stays byte-stable between them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from proxy import jsonio
+from proxy.core.view import ItemView
+from proxy.markers import history_marker
+from proxy.offload_settings import OffloadSettings
+from proxy.tokens import TokenCounter
+
+COMPRESS_KEEP_RECENT = 2
+MAX_GROUPS = 8  # summarisation calls one request may make (X-Offload-Group-Token-Threshold)
+
+
+def can_cut(items: list[Any], view: ItemView, index: int) -> bool:
+    """May items[:index] be summarised while items[index:] stay? Not between a call and its
+    result, nor between items the format binds together."""
+    if index <= 0 or index >= len(items):
+        return True
+    if view.attached(items[index - 1], items[index]):
+        return False
+    made_after: set[str] = set()
+    answered_after: list[str] = []
+    for item in items[index:]:
+        made_after.update(view.calls(item))
+        answer = view.answers(item)
+        if answer is not None:
+            answered_after.append(answer)
+    open_ids = {a for a in answered_after if a not in made_after}
+    if not open_ids:
+        return True
+    return not any(open_ids.intersection(view.calls(item)) for item in items[:index])
+
+
+def split(items: list[Any], view: ItemView, keep_recent: int) -> tuple[int, int]:
+    """(head, tail): items[:head] are the leading system items, items[tail:] the kept tail."""
+    head = 0
+    while head < len(items) and view.role(items[head]) == "system":
+        head += 1
+    tail = max(head, len(items) - keep_recent)
+    while head < tail < len(items) and not can_cut(items, view, tail):
+        tail -= 1  # step back onto the item that made the calls
+    return head, tail
+
+
+class PrefixHashes:
+    """hashes[i] identifies the exact prefix items[:i] (SHA-256 over length-framed JSON).
+
+    Computed lazily, as far as the highest index asked for, and finalised only at the indices
+    asked for: a reused summary needs only the prefix it covers to be hashed. Ask in rising
+    order; an index already passed is recomputed from the start.
+    """
+
+    def __init__(self, items: list[Any]) -> None:
+        self._items = items
+        self._running = hashlib.sha256(b"offload-prefix-v1")
+        self._position = 0  # items hashed into _running
+        self._known: dict[int, str] = {}
+
+    def __getitem__(self, index: int) -> str:
+        if not 0 <= index <= len(self._items):
+            raise IndexError(index)
+        if index in self._known:
+            return self._known[index]
+        if index < self._position:
+            self._running, self._position = hashlib.sha256(b"offload-prefix-v1"), 0
+        update = self._running.update
+        for m in self._items[self._position:index]:
+            encoded = jsonio.dumps(m, sort_keys=True)
+            update(len(encoded).to_bytes(8, "big"))
+            update(encoded)
+        self._position = index
+        self._known[index] = self._running.hexdigest()
+        return self._known[index]
+
+    def matches(self, index: int, expected: str, seen: "SeenPrefixes | None" = None) -> bool:
+        """Does items[:index] hash to `expected`? A prefix this process already verified is
+        recognised by deep equality (C speed), without hashing it again."""
+        if seen is not None and seen.equal(expected, self._items, index):
+            return True
+        if index > len(self._items) or self[index] != expected:
+            return False
+        if seen is not None:
+            seen.add(expected, self._items[:index])
+        return True
+
+
+class SeenPrefixes:
+    """Prefixes (hash → the items) verified recently by this process, a bounded few.
+
+    Shared by requests planned on the event loop and in the CPU pool: thread-safe.
+    """
+
+    def __init__(self, size: int = 64) -> None:
+        self.size = size
+        self._prefixes: dict[str, list[Any]] = {}
+        self._lock = threading.Lock()
+
+    def equal(self, prefix_hash: str, items: list[Any], index: int) -> bool:
+        known = self._prefixes.get(prefix_hash)
+        return known is not None and len(known) == index and known == items[:index]
+
+    def add(self, prefix_hash: str, prefix: list[Any]) -> None:
+        with self._lock:
+            if len(self._prefixes) >= self.size:
+                del self._prefixes[next(iter(self._prefixes))]
+            self._prefixes[prefix_hash] = prefix
+
+
+@dataclass(frozen=True)
+class PriorSummary:
+    """A stored summary of items[head:cut] of this very conversation."""
+
+    cut: int
+    text: str
+    ref: str
+    tokens: int
+    message: Any  # the exact summary item forwarded, reused byte for byte
+
+
+@dataclass(frozen=True)
+class Decision:
+    """`reuse`: forward with `prior`. `summarize`: make a summary of items[head:cut]."""
+
+    action: str  # "none" | "reuse" | "summarize"
+    head: int
+    cut: int
+    prior: PriorSummary | None = None
+    new_items: tuple[int, int] = (0, 0)  # the range the summariser must fold in
+
+
+def tokens_between(items: list[Any], view: ItemView, start: int, end: int, counter: TokenCounter) -> int:
+    return sum(counter.message(m) for m in items[start:end] if view.role(m) != "system")
+
+
+def decide(items: list[Any], view: ItemView, settings: OffloadSettings, counter: TokenCounter,
+           prior: PriorSummary | None) -> Decision:
+    head, tail = split(items, view, settings.keep_recent_for(COMPRESS_KEEP_RECENT))
+    trigger = settings.max_total_tokens
+    if prior is not None and head <= prior.cut <= tail:
+        if tokens_between(items, view, prior.cut, tail, counter) <= trigger:
+            return Decision("reuse", head, prior.cut, prior)
+        return Decision("summarize", head, tail, prior, (prior.cut, tail))
+    if tail - head >= 2 and tokens_between(items, view, head, tail, counter) > trigger:
+        return Decision("summarize", head, tail, None, (head, tail))
+    return Decision("none", head, head)
+
+
+def units(items: list[Any], view: ItemView, start: int, end: int, counter: TokenCounter) -> list[tuple[int, int]]:
+    """(first item, tokens) of each smallest run of items[start:end] that may not be cut."""
+    last_answer: dict[str, int] = {}
+    for i in range(start, end):
+        answer = view.answers(items[i])
+        if answer is not None:
+            last_answer[answer] = i
+    out: list[tuple[int, int]] = []
+    open_until = -1  # the last index some call made so far is answered at
+    for i in range(start, end):
+        if not out or (i > open_until and not view.attached(items[i - 1], items[i])):
+            out.append((i, 0))
+        first, tokens = out[-1]
+        out[-1] = (first, tokens + counter.message(items[i]))
+        for call in view.calls(items[i]):
+            open_until = max(open_until, last_answer.get(call, -1))
+    return out
+
+
+def groups(items: list[Any], view: ItemView, start: int, end: int, threshold: int,
+           counter: TokenCounter) -> list[tuple[int, int]]:
+    """Cut items[start:end] into ranges of at most `threshold` tokens; pairs never split.
+
+    Each range costs one summarisation call, so there are never more than MAX_GROUPS of them:
+    when `threshold` would make more, the ranges grow (the smallest threshold that makes at
+    most MAX_GROUPS). A unit larger than the threshold is a range of its own.
+    """
+    if end <= start:
+        return []
+    if threshold <= 0:
+        return [(start, end)]
+    parts = units(items, view, start, end, counter)
+    cuts = _pack(parts, threshold)
+    if len(cuts) > MAX_GROUPS:
+        # fewer ranges as the threshold grows (greedy packing is monotone): the smallest one that fits
+        low, high = threshold, max(threshold, sum(tokens for _, tokens in parts))
+        while low < high:
+            middle = (low + high) // 2
+            if len(_pack(parts, middle)) <= MAX_GROUPS:
+                high = middle
+            else:
+                low = middle + 1
+        cuts = _pack(parts, low)
+    return [(begin, cuts[k + 1] if k + 1 < len(cuts) else end) for k, begin in enumerate(cuts)]
+
+
+def _pack(parts: list[tuple[int, int]], threshold: int) -> list[int]:
+    """Where each range begins when units are packed in order, a range closed once the next
+    unit would take it past `threshold`."""
+    cuts: list[int] = []
+    size = 0
+    for first, tokens in parts:
+        if not cuts or (size and size + tokens > threshold):
+            cuts.append(first)
+            size = 0
+        size += tokens
+    return cuts
+
+
+def summary_item(view: ItemView, text: str, ref: str, count: int, tokens: int) -> Any:
+    """The item standing for the summarised ones; `markers.history_ref` recognises it exactly."""
+    return view.summary_item(f"{history_marker(ref, count, tokens)}\n{text}")
+
+
+def assemble(items: list[Any], view: ItemView, head: int, cut: int, summary: Any) -> list[Any]:
+    """System head, the summary, system items from the summarised range (verbatim), the rest."""
+    middle_system = [m for m in items[head:cut] if view.role(m) == "system"]
+    return [*items[:head], summary, *middle_system, *items[cut:]]
+
+
+def history_lines(items: list[Any], view: ItemView) -> str:
+    """The stored form of summarised items: one JSON object per line."""
+    return "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in items if view.role(m) != "system")

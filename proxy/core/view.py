@@ -1,0 +1,57 @@
+"""How the format-neutral core sees one wire format's history.
+
+The planners (compaction, compression) work on a list of a format's own history items —
+chat messages, Responses input items, Anthropic messages — through an `ItemView`, so they
+never depend on a wire format and every format gets the same decisions: which tool results
+leave the context, where history may be cut without separating a call from its result, and
+what stands in for the summarised part.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+Role = str  # "system" | "user" | "assistant" | "tool" | "other"
+
+
+class ItemView(Protocol):
+    def role(self, item: Any) -> Role:
+        """"system" for system/developer instructions (never summarised), "tool" for a tool result."""
+        ...
+
+    def tool_text(self, item: Any) -> str | None:
+        """The offloadable text of a tool result (None: nothing to offload in this item)."""
+        ...
+
+    def with_tool_text(self, item: Any, text: str) -> Any:
+        """A copy of the tool result `item` whose offloadable text is `text` (ids, order kept)."""
+        ...
+
+    def text(self, item: Any) -> str | None:
+        """The item's visible text, where the proxy's markers (and their refs) are looked for."""
+        ...
+
+    def calls(self, item: Any) -> tuple[str, ...]:
+        """The ids of the tool calls this item makes."""
+        ...
+
+    def answers(self, item: Any) -> str | None:
+        """The id of the tool call this item answers (a tool result), else None."""
+        ...
+
+    def attached(self, previous: Any, item: Any) -> bool:
+        """`item` belongs with `previous` (a result after its call, an item after its reasoning):
+        no cut may fall between them."""
+        ...
+
+    def injected_calls(self, item: Any) -> tuple[str, ...]:
+        """The ids of this item's calls to the proxy's own reload tools (their results stay)."""
+        ...
+
+    def summary_item(self, text: str) -> Any:
+        """The item that stands for a summarised part of the history."""
+        ...
+
+    def transcript(self, item: Any) -> tuple[str, str]:
+        """(a header such as "[user]" or "[assistant] calls f(x)", the text) for the summariser."""
+        ...

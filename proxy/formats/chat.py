@@ -1,0 +1,107 @@
+"""The Chat Completions wire format: how its messages look to the format-neutral core.
+
+Requests carry `messages`; a tool result is a `role: "tool"` message answering the
+`tool_call_id` of an earlier assistant message's `tool_calls`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from proxy.core.view import Role
+from proxy.markers import INJECTED_TOOLS
+
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+
+
+def text_of(content: Any) -> str | None:
+    """The offloadable text of a content: a string, or the text parts of a list joined by newlines."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = [p["text"] for p in content if isinstance(p, dict) and p.get("type") == "text"
+                 and isinstance(p.get("text"), str)]
+        return "\n".join(texts) if texts else None
+    return None
+
+
+def with_text(content: Any, text: str) -> Any:
+    """`content` with its text replaced by `text`; non-text parts stay where they were."""
+    if isinstance(content, str):
+        return text
+    out: list[Any] = []
+    placed = False
+    for part in content:
+        if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
+            if not placed:
+                out.append({**part, "text": text})
+                placed = True
+        else:
+            out.append(part)
+    return out
+
+
+def _calls(message: Any) -> list[dict]:
+    if not isinstance(message, dict) or message.get("role") != "assistant":
+        return []
+    calls = message.get("tool_calls")
+    return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+
+
+class ChatView:
+    """`ItemView` over chat messages."""
+
+    def __init__(self, injected_names: frozenset[str]) -> None:
+        self.injected_names = injected_names
+
+    def role(self, item: Any) -> Role:
+        role = item.get("role") if isinstance(item, dict) else None
+        if role in ("system", "developer"):
+            return "system"
+        return role if role in ROLES else "other"
+
+    def tool_text(self, item: Any) -> str | None:
+        if not isinstance(item, dict) or item.get("role") != "tool":
+            return None
+        return text_of(item.get("content"))
+
+    def with_tool_text(self, item: Any, text: str) -> Any:
+        return {**item, "content": with_text(item["content"], text)}
+
+    def text(self, item: Any) -> str | None:
+        return text_of(item.get("content")) if isinstance(item, dict) else None
+
+    def calls(self, item: Any) -> tuple[str, ...]:
+        return tuple(c["id"] for c in _calls(item) if isinstance(c.get("id"), str))
+
+    def answers(self, item: Any) -> str | None:
+        if isinstance(item, dict) and item.get("role") == "tool":
+            call_id = item.get("tool_call_id")
+            return call_id if isinstance(call_id, str) else None
+        return None
+
+    def attached(self, previous: Any, item: Any) -> bool:
+        """Tool results follow the assistant message that made the calls."""
+        return isinstance(item, dict) and item.get("role") == "tool"
+
+    def injected_calls(self, item: Any) -> tuple[str, ...]:
+        return tuple(c.get("id") for c in _calls(item)
+                     if (c.get("function") or {}).get("name") in self.injected_names)
+
+    def summary_item(self, text: str) -> dict:
+        return {"role": "user", "content": text}
+
+    def transcript(self, item: Any) -> tuple[str, str]:
+        if not isinstance(item, dict):
+            return "[?]", json.dumps(item, ensure_ascii=False)
+        content = item.get("content")
+        if isinstance(content, list):
+            content = "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
+        calls = [f"{(c.get('function') or {}).get('name')}({(c.get('function') or {}).get('arguments', '')})"
+                 for c in _calls(item)]
+        header = f"[{item.get('role', '?')}]" + (f" calls {'; '.join(calls)}" if calls else "")
+        return header, content if isinstance(content, str) else ""
+
+
+VIEW = ChatView(INJECTED_TOOLS)
