@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from proxy import cpu, pipeline
+from proxy.formats.chat import VIEW
 from proxy.offload_settings import OffloadSettings
 from proxy.refs import RefStore
 from proxy.store.base import StoreUnavailable
@@ -144,7 +145,7 @@ async def test_a_large_request_is_planned_and_encoded_off_the_loop(tmp_path, mon
         messages = [{"role": "user", "content": "go"}, {"role": "tool", "tool_call_id": "c", "content": "line\n" * size},
                     {"role": "user", "content": "next"}]
         return await pipeline.prepare(messages, settings, counter_for_model("gpt-4o"), "n" * 32,
-                                      RefStore(store, "n" * 32, 60), None)
+                                      RefStore(store, "n" * 32, 60), None, view=VIEW)
 
     assert (await prepare(1000)).written  # 5 KB: inline
     assert threads == {"plan": {threading.current_thread().name}, "encode": {threading.current_thread().name}}
