@@ -89,7 +89,12 @@ def tools_for(refs: RefStore, items: list[str], timeout: float) -> ReloadTools:
 
 
 async def timed(coroutine) -> tuple[str, float, float]:
-    """(result, seconds taken, the event loop's longest stall meanwhile)."""
+    """(result, seconds taken, the event loop's longest stall meanwhile).
+
+    Tests allow stalls up to 0.25 s: on shared, loaded cores a descheduled loop or a pool
+    thread's start takes tens of ms; what they catch (compiling or splitting in the loop's
+    process, holding the GIL) stalls it 0.5 to 25 s.
+    """
     task = asyncio.ensure_future(coroutine)
     started, lags = time.monotonic(), [0.0]
     while not task.done():
@@ -127,7 +132,7 @@ async def test_matches_found_before_a_runaway_match_are_returned(refs):
     the deadline: the needles before it are kept either way."""
     tools = tools_for(refs, ["mixed1"], timeout=1.0)
     answer, took, stall = await timed(tools.search("needle|((?1)|a)"))
-    assert took < 1.0 + 0.6 and stall < 0.1, (took, stall)
+    assert took < 1.0 + 0.6 and stall < 0.25, (took, stall)
     assert answer.startswith("".join(f"ref=mixed1 line {i}: needle {i}\n" for i in range(5))), answer
     assert "Search stopped early" in answer and "5 match(es)" in answer
 
@@ -232,13 +237,13 @@ async def test_large_items_are_prepared_off_the_loop(tmp_path):
     refs.load = lambda ref: _async(item)  # type: ignore[method-assign]
     page, took, stall = await timed(tools.reload("huge01"))
     assert page.startswith("line 0 path=/src/mod0.py") and "offset=" in page.rsplit("\n", 1)[1]
-    assert stall < 0.1, stall
+    assert stall < 0.25, stall
     page, took, stall = await timed(tools.reload("huge01", 700_000, 2))
-    assert page.startswith("line 700000 path=") and stall < 0.1, stall
+    assert page.startswith("line 700000 path=") and stall < 0.25, stall
     answer, took, stall = await timed(tools.search(r"^line (1|500000|749999) "))  # 32 MiB: lines 0 to ~580000
     assert answer.startswith("ref=huge01 line 1: line 1 path=/src/mod1.py status=ok value=7\n"
                              "ref=huge01 line 500000: line 500000 path="), answer[:200]
-    assert "749999" not in answer and "scans at most 33554432 bytes" in answer and stall < 0.1, (answer, stall)
+    assert "749999" not in answer and "scans at most 33554432 bytes" in answer and stall < 0.25, (answer, stall)
     await store.close()
 
 
