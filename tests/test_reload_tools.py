@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from proxy.plan import Offload
+from proxy.core.compaction import Offload
 from proxy.refs import RefStore
 from proxy.reload_tools import BadArguments, ReloadTools, colliding_tool_names, parse_arguments, segments
 from proxy import search

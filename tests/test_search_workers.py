@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from proxy import search
-from proxy.plan import Offload
+from proxy.core.compaction import Offload
 from proxy.refs import RefStore
 from proxy.reload_tools import ReloadTools
 from proxy.search import SearchLimits
