@@ -100,7 +100,8 @@ class Compressor:
 
         known = await cpu.light(seen) if entries else []
         pending = [e for e, ok in zip(entries, known) if not ok]
-        matched = {id(e) for e in await cpu(verified, pending)} if pending else set()
+        hashing = cpu.for_part(compacted[:pending[-1]["cut"]]) if pending else cpu  # what is hashed, at most
+        matched = {id(e) for e in await hashing(verified, pending)} if pending else set()
         matching = [e for e, ok in zip(entries, known) if ok or id(e) in matched]
         for entry in reversed(matching):  # the longest summarised prefix first
             record = await self._load(entry["hash"])
@@ -141,7 +142,7 @@ class Compressor:
         return await self._summarize_once(compacted, originals, settings, counter, chain, decision, cpu)
 
     async def _summarize_once(self, compacted, originals, settings, counter, chain, decision, cpu) -> Compressed:
-        cut_hash = await cpu(chain.__getitem__, decision.cut)
+        cut_hash = await cpu.for_part(compacted[:decision.cut])(chain.__getitem__, decision.cut)
         made = await self._load(cut_hash)  # another process may have made it already
         if made is not None:
             return Compressed(cp.assemble(compacted, self.view, decision.head, made.cut, made.message))
@@ -190,7 +191,7 @@ class Compressor:
             return (history, make_ref(self.namespace, "history", history), covered,
                     cp.tokens_between(originals, self.view, head, cut, counter))
 
-        history, ref, covered, covered_tokens = await cpu(summarised)
+        history, ref, covered, covered_tokens = await cpu.for_part(originals[head:cut])(summarised)
         message = cp.summary_item(self.view, text, ref, covered, covered_tokens)
         record = {"cut": cut, "text": text, "ref": ref, "tokens": counter.text(text), "message": message}
         summary_key = self._summary_key(chain[cut])

@@ -85,7 +85,9 @@ async def prepare(
                 result.warnings.append(compressed.warning)
             if compressed.items is not None:
                 offloads = plan.offloads + ([compressed.offload] if compressed.offload else [])
-                refs_after, tokens_after = await cpu(_measure, compressed.items, view, counter)
+                # the reduced items: small but for a history that is large even once compressed
+                refs_after, tokens_after = await cpu.for_part(compressed.items)(_measure, compressed.items, view,
+                                                                                counter)
                 plan = Plan(compressed.items, offloads, refs_after, plan.tokens_before, tokens_after)
                 result.plan = plan
                 compressed_now = True

@@ -87,7 +87,9 @@ class RefStore:
             if isinstance(result, BaseException):
                 raise result
         missing = [by_ref[ref] for ref, exists in zip(wanted, results[0]) if not exists and ref in by_ref]
-        new = await cpu(self._encode, missing) if missing else {}
+        new: dict[str, bytes] = {}
+        if missing:  # sized by what is encoded: one small new item of a large request needs no thread hop
+            new = await cpu.sized(sum(len(o.text) for o in missing), len(missing))(self._encode, missing)
         if new and self.quota is not None:
             await self.quota.charge(sum(len(value) for value in new.values()))
         for ref, value in new.items():
