@@ -252,7 +252,7 @@ class Worker:
         try:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            return
+            return  # still in _live: the exit handler tries again
         _live.discard(self)
 
 
@@ -318,13 +318,22 @@ class Pool:
         self._reap(worker)
 
     def _reap(self, worker: Worker) -> None:
-        try:
-            future = asyncio.get_running_loop().run_in_executor(None, worker.reap)
-        except RuntimeError:  # the loop's executor is gone: the process was SIGKILLed, wait briefly
-            worker.reap(1.0)
-            return
-        self.reaping.add(future)
-        future.add_done_callback(self.reaping.discard)
+        """Reap a killed worker without a thread (starting one can stall the loop on a busy
+        machine): poll it, 5 ms after the kill then less and less often, for up to a minute."""
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        self.reaping.add(done)
+        done.add_done_callback(self.reaping.discard)
+
+        def poll(delay: float) -> None:
+            if worker.proc.poll() is not None or delay > 60:
+                worker.reap(0)
+                if not done.done():
+                    done.set_result(None)
+            else:
+                loop.call_later(delay, poll, delay * 2)
+
+        loop.call_later(0.005, poll, 0.01)
 
     async def close(self) -> None:
         """Kill every worker: idle ones are discarded; a search using one sees it end and gives it back."""
