@@ -1,0 +1,110 @@
+"""Responses requests: the history they carry, and the tools the proxy adds."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import Any
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Requests
+
+
+def history(body: dict) -> list:
+    """The request's `input` as a list of items (a new list; the items themselves are shared).
+
+    A string input becomes one user message `{"role": "user", "content": s}`. `with_history`
+    always writes a list, so a string input is turned into a list only when the caller rewrites
+    the history, i.e. only when something was offloaded (a single user message never is: a body
+    left alone keeps its string). Anything else (absent, null, malformed) is `[]`.
+    """
+    value = body.get("input") if isinstance(body, dict) else None
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    if isinstance(value, list):
+        return list(value)
+    return []
+
+
+def with_history(body: dict, items: list) -> dict:
+    """A new body whose `input` is `items`; every other key stays, in its order."""
+    return {**body, "input": list(items)}
+
+
+def responses_tool(schema: dict) -> dict:
+    """A Responses function tool from a chat-style schema (`{"type": "function", "function": {...}}`)."""
+    function = schema.get("function") if isinstance(schema.get("function"), dict) else schema
+    tool: dict[str, Any] = {"type": "function", "name": function["name"]}
+    if "description" in function:
+        tool["description"] = function["description"]
+    tool["parameters"] = function.get("parameters") or {"type": "object", "properties": {}}
+    tool["strict"] = False
+    return tool
+
+
+def _tool_names(tools: Any) -> set[str]:
+    """Names of the function/custom tools declared (nested ones in `namespace` tools included)."""
+    names: set[str] = set()
+    for tool in tools if isinstance(tools, list) else ():
+        if not isinstance(tool, dict):
+            continue
+        if tool.get("type") == "namespace":
+            names |= _tool_names(tool.get("tools"))
+        elif isinstance(tool.get("name"), str):
+            names.add(tool["name"])
+        if isinstance(tool.get("function"), dict) and isinstance(tool["function"].get("name"), str):
+            names.add(tool["function"]["name"])  # a chat-style entry sent by mistake
+    return names
+
+
+def inject_tools(body: dict, schemas: Sequence[dict]) -> dict:
+    """A new body with the injected tools appended after the client's own tools.
+
+    `schemas` are chat-style (`proxy.reload_tools.RELOAD_TOOL_SCHEMAS`); each becomes
+    `{"type": "function", "name", "description", "parameters", "strict": False}`. Client tools,
+    hosted ones included (`web_search`, `file_search`, `mcp`, `namespace`, `custom`, …), stay
+    untouched and in order; a name already declared at the top level is not added twice. When
+    `tool_choice` is `allowed_tools`, the injected tools are added to its list too (otherwise the
+    model could not call them). A `tools` value that is not a list is left for the upstream to
+    refuse: the body is returned unchanged (copied).
+    """
+    tools = body.get("tools")
+    if tools is None:
+        tools = []
+    if not isinstance(tools, list):
+        return dict(body)
+    declared = {t.get("name") for t in tools if isinstance(t, dict) and t.get("type") == "function"}
+    added = [tool for tool in map(responses_tool, schemas) if tool["name"] not in declared]
+    out = {**body, "tools": [*tools, *added]}
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict) and choice.get("type") == "allowed_tools" and isinstance(choice.get("tools"), list):
+        allowed = {t.get("name") for t in choice["tools"] if isinstance(t, dict) and t.get("type") == "function"}
+        out["tool_choice"] = {**choice, "tools": [*choice["tools"], *(
+            {"type": "function", "name": t["name"]} for t in added if t["name"] not in allowed)]}
+    return out
+
+
+def colliding_tool_names(body: dict, names: Collection[str]) -> set[str]:
+    """The injected names the client declares itself in `tools` (inside `namespace` tools too).
+
+    The caller then neither offloads nor injects: two tools of one name must not go upstream,
+    and a call to the client's own tool must reach the client.
+    """
+    if not isinstance(body, dict):
+        return set()
+    return _tool_names(body.get("tools")) & set(names)
+
+
+def _hide_tools(response: dict, names: Collection[str]) -> dict:
+    """`response` with the injected tools removed from its echo of `tools` and `tool_choice`."""
+    out = dict(response)
+    if isinstance(out.get("tools"), list):
+        out["tools"] = [t for t in out["tools"]
+                        if not (isinstance(t, dict) and t.get("type") == "function" and t.get("name") in names)]
+    choice = out.get("tool_choice")
+    if isinstance(choice, dict) and isinstance(choice.get("tools"), list):
+        out["tool_choice"] = {**choice, "tools": [
+            t for t in choice["tools"]
+            if not (isinstance(t, dict) and t.get("type") == "function" and t.get("name") in names)]}
+    return out

@@ -1,0 +1,155 @@
+"""Non-streamed reload rounds of the Responses API."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from proxy.formats.responses.items import _type, is_injected, needs_client
+from proxy.formats.responses.request import _hide_tools
+
+# ---------------------------------------------------------------------------------------------
+# Non-streamed rounds
+
+
+def _output(response: Any) -> list:
+    output = response.get("output") if isinstance(response, dict) else None
+    return output if isinstance(output, list) else []
+
+
+def injected_only(response: dict, names: Collection[str]) -> bool:
+    """Does the loop run another round: the response completed (or carries no status) and its
+    output holds at least one injected call and nothing waiting for the client? Messages,
+    reasoning and hosted tool calls (web search, MCP, …) may come with the injected calls."""
+    if not isinstance(response, dict) or response.get("status") not in (None, "completed"):
+        return False
+    output = _output(response)
+    return any(is_injected(i, names) for i in output) and not any(needs_client(i, names) for i in output)
+
+
+def calls_to_run(response: dict, names: Collection[str]) -> list[dict]:
+    """The injected function_call items of the response (each has `call_id`, `name`, `arguments`)."""
+    return [item for item in _output(response) if is_injected(item, names)]
+
+
+def round_items(response: dict, names: Collection[str]) -> list[dict]:
+    """The output items to append to `input` for the next round, in order: the round's
+    reasoning items, its messages and hosted calls, and the injected function_call items; the
+    `injected_results` follow them.
+
+    Only a round that `injected_only` accepts continues. A round mixing injected calls with
+    the client's calls ends the loop, as in the chat loop: the client's calls can only be
+    answered by the client and the API accepts no next round without their outputs. The
+    client then gets the response without the injected calls (`hide_injected`); those are
+    not run, and the model may ask again on the client's next turn. (Client calls are left
+    out here anyway.)
+
+    With `store: false`, a reasoning item can only be sent back with its `encrypted_content`
+    (`include: ["reasoning.encrypted_content"]`, which Codex asks for); when
+    `reasoning_replayable(body)` is false the caller should drop reasoning items from what it
+    appends.
+    """
+    return [item for item in _output(response) if isinstance(item, dict) and not needs_client(item, names)]
+
+
+def reasoning_replayable(body: dict) -> bool:
+    """Can the request's reasoning items be sent back in a next round? Not when `store` is false
+    and `include` lacks "reasoning.encrypted_content": the upstream then has no copy to refer to.
+    (The caller may instead add that `include` entry to the forwarded body.)"""
+    include = body.get("include") if isinstance(body.get("include"), list) else []
+    return body.get("store") is not False or "reasoning.encrypted_content" in include
+
+
+def injected_results(calls: Sequence[dict], results: Sequence[str]) -> list[dict]:
+    """`function_call_output` items answering `calls` (from `calls_to_run`) with `results`, pairwise."""
+    if len(calls) != len(results):
+        raise ValueError(f"{len(calls)} calls but {len(results)} results")
+    return [{"type": "function_call_output", "call_id": call.get("call_id"), "output": result}
+            for call, result in zip(calls, results)]
+
+
+def _hidden_flags(output: list, names: Collection[str]) -> list[bool]:
+    """Which output items the client must not see: the injected calls, and each reasoning item
+    followed only by injected calls (up to the next reasoning item or the end, at least one)."""
+    hidden = [is_injected(item, names) for item in output]
+    for i, item in enumerate(output):
+        if _type(item) != "reasoning":
+            continue
+        end = i + 1
+        while end < len(output) and _type(output[end]) != "reasoning":
+            end += 1
+        hidden[i] = end > i + 1 and all(hidden[i + 1:end])
+    return hidden
+
+
+def _output_text(output: list) -> str:
+    """What the SDK's `Response.output_text` computes: every message's output_text parts, joined."""
+    return "".join(part["text"] for item in output if _type(item) == "message"
+                   for part in (item.get("content") if isinstance(item.get("content"), list) else ())
+                   if isinstance(part, dict) and part.get("type") == "output_text"
+                   and isinstance(part.get("text"), str))
+
+
+def _with_output(response: dict, output: list) -> dict:
+    """`response` with `output` replaced and its `output_text` field (when present) recomputed."""
+    out = {**response, "output": output}
+    if "output_text" in out:
+        out["output_text"] = _output_text(output)
+    return out
+
+
+def hide_injected(response: dict, names: Collection[str]) -> dict:
+    """The response as the client gets it (a new dict): injected function_call items removed,
+    and the reasoning items that led only to injected calls; the injected tools removed from
+    the echoed `tools`; `output_text`, if present, kept consistent. Other keys keep their order."""
+    output = _output(response)
+    visible = [item for item, hidden in zip(output, _hidden_flags(output, names)) if not hidden]
+    return _with_output(_hide_tools(response, names), visible)
+
+
+def combine_rounds(responses: Sequence[dict], names: Collection[str], *, extra_usage: dict | None = None) -> dict:
+    """The one response the client gets from the rounds of a non-streamed reload loop.
+
+    The last round's response (its status, model, …) with the first round's `id` and
+    `created_at` (the same identity a stream announces, see `StreamRewriter`), the visible
+    output items of every round in order, and `usage` summed over the rounds plus
+    `extra_usage` (the proxy's own calls, in Responses shape) when any round reported usage.
+    """
+    if not responses:
+        raise ValueError("no rounds")
+    first, last = responses[0], responses[-1]
+    output = [item for response in responses for item in hide_injected(response, names)["output"]]
+    final = _with_output(_hide_tools(last, names), output)
+    for key in ("id", "created_at"):
+        if key in first:
+            final[key] = first[key]
+    usages = [r["usage"] for r in responses if isinstance(r.get("usage"), dict)]
+    if usages:
+        total = add_usage(None, extra_usage)
+        for usage in usages:
+            total = add_usage(total, usage)
+        final["usage"] = total
+    return final
+
+
+def add_usage(total: dict | None, usage: dict | None) -> dict | None:
+    """Sum two usage objects (`input_tokens`, `output_tokens`, `total_tokens`, and the numbers in
+    nested `*_details` objects); other values are kept from the first that has them. Returns a
+    new dict (None only when both are empty); neither argument is changed."""
+    if not usage:
+        return copy.deepcopy(total) if total else None
+    if not total:
+        return copy.deepcopy(usage)
+    out = copy.deepcopy(total)
+    for key, value in usage.items():
+        if isinstance(value, bool) or value is None:
+            out.setdefault(key, value)
+        elif isinstance(value, (int, float)):
+            current = out.get(key)
+            out[key] = (current if isinstance(current, (int, float)) and not isinstance(current, bool) else 0) + value
+        elif isinstance(value, dict):
+            out[key] = add_usage(out.get(key) if isinstance(out.get(key), dict) else None, value)
+        else:
+            out.setdefault(key, copy.deepcopy(value))
+    return out
