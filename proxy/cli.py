@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--model", default="gpt-4o", help="Model of the replayed requests (token counting, summaries).")
     replay.add_argument("--redis-url", default=None, help="Replay against this Redis instead of an embedded store.")
     replay.add_argument("--data-dir", default=None, help="Embedded store location (default: a temporary one).")
-    from proxy.offload_settings import OffloadSettings
+    from proxy.core.settings import OffloadSettings
 
     for name, field in OffloadSettings.model_fields.items():
         if name not in ("tenant", "session"):
@@ -100,7 +100,7 @@ def serve(settings: ServerSettings) -> None:
         os.environ[f"OFFLOAD_{name.upper()}"] = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
     json_logs = settings.log_format == "json"
     if json_logs:  # uvicorn's own messages as JSON lines too; our access line replaces its own
-        from proxy.observe import configure_logging
+        from proxy.http.observe import configure_logging
 
         configure_logging(settings.log_level)
     uvicorn.run(**uvicorn_options(
@@ -139,7 +139,7 @@ def uvicorn_options(app: Any, **overrides: Any) -> dict[str, Any]:
 
 def create_served_app() -> Any:
     """uvicorn factory of `serve`: the app from OFFLOAD_* variables, with DateHeader."""
-    from proxy.app import create_app_from_env
+    from proxy.http.app import create_app_from_env
 
     return DateHeader(create_app_from_env())
 
@@ -180,8 +180,8 @@ class DateHeader:
 def replay(args: argparse.Namespace) -> None:
     import asyncio
 
-    from proxy.replay import ReplayInputError
-    from proxy.replay_cli import run_replay
+    from proxy.replay.runner import ReplayInputError
+    from proxy.replay.cli import run_replay
 
     try:
         asyncio.run(run_replay(args))
@@ -191,7 +191,7 @@ def replay(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    from proxy.tokens import discover_tiktoken_cache
+    from proxy.core.tokens import discover_tiktoken_cache
 
     discover_tiktoken_cache()  # offline encodings in ../shared/tiktoken, for serve and replay alike
     if args.command == "replay":
@@ -216,8 +216,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def check_tenants_file(settings: ServerSettings) -> None:
     """Read and check the tenants file before any worker starts (a worker would die on it)."""
-    from proxy.caller import Gatekeeper
-    from proxy.offload_settings import load_tenants_file
+    from proxy.http.caller import Gatekeeper
+    from proxy.core.settings import load_tenants_file
 
     Gatekeeper(load_tenants_file(settings.tenants_file), server_key=settings.upstream_api_key,
                allow_anonymous=settings.allow_anonymous, upstream_allowlist=settings.upstream_allowlist)

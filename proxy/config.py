@@ -166,7 +166,7 @@ class ServerSettings(BaseSettings):
     @model_validator(mode="after")
     def _offload_defaults_are_valid(self) -> "ServerSettings":
         """The per-request defaults and header caps are checked now, not in the first request."""
-        from proxy.offload_settings import OffloadSettings
+        from proxy.core.settings import OffloadSettings
 
         try:
             OffloadSettings(**self.offload_defaults())
@@ -183,7 +183,7 @@ class ServerSettings(BaseSettings):
         return self
 
     def offload_defaults(self) -> dict[str, object]:
-        from proxy.offload_settings import SETTING_FIELDS
+        from proxy.core.settings import SETTING_FIELDS
 
         return {
             name: getattr(self, name)

@@ -14,9 +14,9 @@ if _shared_tiktoken.is_dir():
 import openai  # noqa: E402
 import pytest  # noqa: E402
 
-from proxy.app import create_app  # noqa: E402
+from proxy.http.app import create_app  # noqa: E402
 from proxy.config import ServerSettings  # noqa: E402
-from tests.servers import FakeUpstream, RedisCluster, RedisProcess, ServerThread, env_redis_url  # noqa: E402
+from tests.harness.servers import FakeUpstream, RedisCluster, RedisProcess, ServerThread, env_redis_url  # noqa: E402
 
 
 @pytest.fixture(scope="session")

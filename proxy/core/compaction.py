@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core.view import ItemView
-from proxy.markers import is_marker, make_ref, refs_in, tool_result_marker
-from proxy.offload_settings import OffloadSettings
-from proxy.tokens import TokenCounter
+from proxy.core.markers import is_marker, make_ref, refs_in, tool_result_marker
+from proxy.core.settings import OffloadSettings
+from proxy.core.tokens import TokenCounter
 
 COMPACT_KEEP_RECENT = 1
 

@@ -15,11 +15,11 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from proxy import jsonio
+from proxy.core import jsonio
 from proxy.core.view import ItemView
-from proxy.markers import history_marker
-from proxy.offload_settings import OffloadSettings
-from proxy.tokens import TokenCounter
+from proxy.core.markers import history_marker
+from proxy.core.settings import OffloadSettings
+from proxy.core.tokens import TokenCounter
 
 COMPRESS_KEEP_RECENT = 2
 MAX_GROUPS = 8  # summarisation calls one request may make (X-Offload-Group-Token-Threshold)

@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from proxy.core.view import Role
-from proxy.markers import INJECTED_TOOLS
+from proxy.core.markers import INJECTED_TOOLS
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 

@@ -23,7 +23,7 @@ import time
 from collections.abc import Awaitable, Sequence
 from typing import TypeVar
 
-from proxy.observe import Metrics
+from proxy.http.observe import Metrics
 from proxy.store.base import Store, StoreUnavailable
 
 T = TypeVar("T")

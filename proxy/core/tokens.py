@@ -1,0 +1,236 @@
+"""Token counting with tiktoken, cached per content hash.
+
+A long conversation is resent every turn; only its new messages should cost CPU. Counts are
+cached by a digest of the text, so a history the proxy has seen before is not tokenised again.
+If an encoding cannot be loaded (offline, no cache), counts fall back to an estimate.
+
+tiktoken downloads its encodings on first use, which offline machines cannot do. When neither
+TIKTOKEN_CACHE_DIR nor DATA_GYM_CACHE_DIR is set, `discover_tiktoken_cache` points tiktoken at
+`../shared/tiktoken` next to the repository when that folder exists (every entry point calls it:
+`serve`, `replay`, and the first encoding load).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import os
+from collections.abc import Iterable, MutableMapping, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Protocol
+
+log = logging.getLogger("proxy.core.tokens")
+
+CACHE_ENTRIES = 200_000
+UNCACHED_BELOW = 64  # characters: below this, cached by the text itself rather than a digest
+SHORT_ENTRIES = 50_000
+MESSAGE_OVERHEAD = 3  # per message, as in OpenAI's accounting
+REPLY_PRIMING = 3
+
+
+class Encoder(Protocol):
+    def encode_ordinary(self, text: str) -> list[int]: ...
+
+
+class EstimateEncoder:
+    """Offline fallback: about 4 bytes of UTF-8 per token."""
+
+    name = "estimate"
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        return [0] * ((len(text.encode("utf-8", "surrogatepass")) + 3) // 4)
+
+
+def encoding_name_for_model(model: str | None) -> str:
+    name = (model or "").lower().rsplit("/", 1)[-1]
+    if name.startswith(("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o")):
+        return "o200k_base"
+    if name.startswith(("gpt-4", "gpt-3.5", "gpt-35", "text-embedding")):
+        return "cl100k_base"
+    return "o200k_base"
+
+
+def tiktoken_cache_candidates() -> list[Path]:
+    """Where offline encodings are looked for: ../shared/tiktoken relative to the repository."""
+    repo = Path(__file__).resolve().parents[2]  # proxy/core/tokens.py → the repository
+    return [repo.parent / "shared" / "tiktoken"]
+
+
+def discover_tiktoken_cache(environ: MutableMapping[str, str] | None = None,
+                            candidates: Sequence[Path] | None = None) -> str | None:
+    """The folder tiktoken loads encodings from: TIKTOKEN_CACHE_DIR (or DATA_GYM_CACHE_DIR) when
+    set, else the first existing candidate, which is then exported as TIKTOKEN_CACHE_DIR (so
+    worker processes inherit it). None: tiktoken's own default (a download on first use)."""
+    environ = os.environ if environ is None else environ
+    for name in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR"):
+        if environ.get(name):
+            return environ[name]
+    for candidate in tiktoken_cache_candidates() if candidates is None else candidates:
+        if candidate.is_dir():
+            environ["TIKTOKEN_CACHE_DIR"] = str(candidate.resolve())
+            return environ["TIKTOKEN_CACHE_DIR"]
+    return None
+
+
+_load_errors: dict[str, str] = {}
+
+
+@lru_cache(maxsize=None)
+def load_encoder(encoding_name: str) -> Encoder:
+    discover_tiktoken_cache()
+    try:
+        import tiktoken
+
+        return tiktoken.get_encoding(encoding_name)
+    except Exception as exc:  # offline, corrupt cache, unknown name: never fail a request
+        log.warning("tiktoken encoding %s unavailable (%s); counting tokens by estimate", encoding_name, exc)
+        _load_errors[encoding_name] = f"{type(exc).__name__}: {exc}"
+        return EstimateEncoder()
+
+
+def counting_method(counter: "TokenCounter") -> dict[str, str | None]:
+    """How `counter` counts: {"encoding", "method": "tiktoken" | "estimate", "cache_dir", "error"}."""
+    estimate = isinstance(counter.encoder, EstimateEncoder)
+    return {
+        "encoding": counter.encoding_name,
+        "method": "estimate" if estimate else "tiktoken",
+        "cache_dir": os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR"),
+        "error": _load_errors.get(counter.encoding_name, "not loadable") if estimate else None,
+    }
+
+
+class _CountCache:
+    """(encoding, hash(text), len(text)) → token count, oldest entries dropped first.
+
+    Python's string hash is computed once per string object and kept, so counting a message
+    twice in one request costs a dict lookup; a 64-bit hash plus the length makes a wrong
+    count from a collision practically impossible (and it could only skew an estimate).
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.data: dict[tuple[str, int, int], int] = {}
+        self.hits = self.misses = 0
+
+    def get(self, key: tuple[str, int, int]) -> int | None:
+        value = self.data.get(key)
+        if value is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return value
+
+    def put(self, key: tuple[str, int, int], value: int) -> None:
+        if len(self.data) >= self.size:
+            for old in list(itertools.islice(self.data, self.size // 4)):
+                self.data.pop(old, None)  # another thread (proxy.cpu) may be evicting the same
+        self.data[key] = value
+
+
+_cache = _CountCache(CACHE_ENTRIES)
+
+
+class TokenCounter:
+    def __init__(self, encoding_name: str) -> None:
+        self.encoding_name = encoding_name
+        self.encoder = load_encoder(encoding_name)
+        self._short: dict[str, int] = {}  # role names, tool names, ids: keyed by the text itself
+        self._messages: dict[int, tuple[Any, int]] | None = None
+
+    def for_request(self) -> "TokenCounter":
+        """A counter that also remembers each message object it counted, for one request."""
+        scoped = object.__new__(TokenCounter)
+        scoped.__dict__.update(self.__dict__)
+        scoped._messages = {}
+        return scoped
+
+    def text(self, text: str) -> int:
+        if len(text) < UNCACHED_BELOW:
+            count = self._short.get(text)
+            if count is None:
+                count = len(self.encoder.encode_ordinary(text))
+                if len(self._short) < SHORT_ENTRIES:
+                    self._short[text] = count
+            return count
+        key = (self.encoding_name, hash(text), len(text))
+        count = _cache.get(key)
+        if count is None:
+            count = len(self.encoder.encode_ordinary(text))
+            _cache.put(key, count)
+        return count
+
+    def content(self, content: Any) -> int:
+        """A message's content: a string, or a list of parts (text counted, others estimated)."""
+        if content is None:
+            return 0
+        if isinstance(content, str):
+            return self.text(content)
+        if isinstance(content, list):
+            total = 0
+            for part in content:
+                if isinstance(part, dict) and isinstance(part.get("text"), str):
+                    total += self.text(part["text"])
+                elif isinstance(part, dict) and part.get("type") in ("image_url", "input_image"):
+                    total += 85  # low-detail image; providers bill more for high detail
+                else:
+                    total += self.text(json.dumps(part, ensure_ascii=False))
+            return total
+        return self.text(json.dumps(content, ensure_ascii=False))
+
+    def message(self, message: Any) -> int:
+        if self._messages is not None:
+            seen = self._messages.get(id(message))
+            if seen is not None and seen[0] is message:
+                return seen[1]
+            count = self._count_message(message)
+            self._messages[id(message)] = (message, count)
+            return count
+        return self._count_message(message)
+
+    def _count_message(self, message: Any) -> int:
+        if not isinstance(message, dict):
+            return self.text(json.dumps(message, ensure_ascii=False))
+        content = message.get("content")
+        total = MESSAGE_OVERHEAD + (self.text(content) if type(content) is str else self.content(content))
+        role, name = message.get("role"), message.get("name")
+        if type(role) is str:
+            total += self.text(role)
+        if type(name) is str:
+            total += self.text(name)
+        for call in message.get("tool_calls") or ():
+            function = call.get("function") if isinstance(call, dict) else None
+            if isinstance(function, dict):
+                total += 3 + self.text(str(function.get("name", ""))) + self.text(str(function.get("arguments", "")))
+        return total
+
+    def messages(self, messages: Iterable[Any]) -> int:
+        return sum(self.message(m) for m in messages) + REPLY_PRIMING
+
+    def tools(self, tools: Any) -> int:
+        return self.text(json.dumps(tools, ensure_ascii=False, sort_keys=True)) if tools else 0
+
+
+_counters: dict[str, TokenCounter] = {}
+
+
+def counter_for_encoding(encoding_name: str) -> TokenCounter:
+    counter = _counters.get(encoding_name)
+    if counter is None:
+        counter = _counters[encoding_name] = TokenCounter(encoding_name)
+    return counter
+
+
+def counter_for_model(model: str | None) -> TokenCounter:
+    return counter_for_encoding(encoding_name_for_model(model))
+
+
+async def counter_for_model_async(model: str | None) -> TokenCounter:
+    """Like counter_for_model, but an encoding not loaded yet is loaded off the event loop
+    (it takes a few hundred ms and tens of MB, so only o200k_base is loaded at startup)."""
+    name = encoding_name_for_model(model)
+    if name not in _counters:
+        await asyncio.to_thread(counter_for_encoding, name)
+    return _counters[name]

@@ -1,0 +1,174 @@
+"""Chat request bodies, parsed and checked where the proxy relies on their shape.
+
+The rule: every field the proxy itself reads must, when it is present and not null, have the
+shape the proxy relies on; otherwise the answer is a 400 `invalid_request_error` with code
+`invalid_type` whose `param` names the field (e.g. `messages[3].tool_calls[0].id`). Absent or
+null fields are not checked (whether a field is required is the upstream's call), and fields
+the proxy never reads (sampling parameters, `response_format`, …) go upstream as sent.
+
+What the proxy reads, and so checks:
+
+- the body: an object;
+- `messages`: a list of objects; in each, `role` a string, `content` a string or a list of
+  objects (a part's `text` a string), `tool_calls` a list of objects with a string `id` and a
+  `function` object (its `name` and `arguments` strings), `tool_call_id` a string;
+- `tools`: a list of objects; `stream`: a boolean.
+
+JSON nested deeper than MAX_DEPTH levels is a 400 with code `invalid_json`: the proxy
+re-serialises bodies it changes, and its serialisers refuse much deeper nesting than that.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.core import jsonio
+from proxy.errors import ProxyError
+
+MAX_DEPTH = 128  # well below orjson's serialisation limit (254 levels) and the stdlib's recursion limit
+
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", list: "an array",
+               dict: "an object", type(None): "null"}
+
+
+def parse_chat_body(raw: bytes, *, max_messages: int | None = None) -> dict:
+    """The request body as a dict, or ProxyError 400 (see the module docstring for the rule)."""
+    try:
+        body = jsonio.loads(raw)
+    except jsonio.TooDeep as exc:
+        raise _too_deep() from exc
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ProxyError(400, f"Request body is not valid JSON: {exc}", code="invalid_json") from exc
+    if not isinstance(body, dict):
+        raise ProxyError(400, "Request body must be a JSON object.", code="invalid_json")
+    check_chat_body(body)
+    messages = body.get("messages")
+    if max_messages is not None and isinstance(messages, list) and len(messages) > max_messages:
+        raise ProxyError(400, f"Too many messages: {len(messages)} > {max_messages}.", code="too_many_messages",
+                         param="messages")
+    return body
+
+
+def _too_deep() -> ProxyError:
+    return ProxyError(400, f"Request body nests JSON deeper than {MAX_DEPTH} levels.", code="invalid_json")
+
+
+def nested_deeper_than(value: Any, limit: int) -> bool:
+    """Does `value` hold arrays/objects more than `limit` levels deep? (Iterative: no recursion.)"""
+    stack = [(value, 1)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        node, depth = pop()
+        if depth > limit:
+            return True
+        for child in node.values() if type(node) is dict else node:
+            if type(child) is dict or type(child) is list:
+                push((child, depth + 1))
+    return False
+
+
+def _invalid(param: str, expected: str, value: Any) -> ProxyError:
+    got = _TYPE_NAMES.get(type(value), type(value).__name__)
+    return ProxyError(400, f"Invalid type for '{param}': expected {expected}, but got {got} instead.",
+                      code="invalid_type", param=param)
+
+
+def _nested(value: Any, level: int) -> None:
+    """`value` sits `level` deep in the body (the body is level 1): refuse it if it nests too far."""
+    if (type(value) is dict or type(value) is list) and nested_deeper_than(value, MAX_DEPTH - level + 1):
+        raise _too_deep()
+
+
+def _objects(value: Any, param: str) -> list[dict]:
+    """`value` must be a list of objects."""
+    if type(value) is not list:
+        raise _invalid(param, "an array of objects", value)
+    for i, item in enumerate(value):
+        if type(item) is not dict:
+            raise _invalid(f"{param}[{i}]", "an object", item)
+    return value
+
+
+def _strings(obj: dict, names: tuple[str, ...], param: str, level: int) -> None:
+    """Fields `names` of `obj` (at `level`) are strings when set; any other field is only depth-checked."""
+    for name, value in obj.items():
+        if value is None or type(value) is str:
+            continue
+        if name in names:
+            raise _invalid(f"{param}.{name}", "a string", value)
+        _nested(value, level + 1)
+
+
+def check_chat_body(body: dict) -> None:
+    """Raise ProxyError 400 for the first field the proxy reads that has the wrong shape, or
+    for nesting deeper than MAX_DEPTH. One pass; a plain string value costs one type check."""
+    for name, value in body.items():
+        if value is None:
+            continue
+        if name == "messages":
+            _check_messages(value)
+        elif name == "tools":
+            for tool in _objects(value, "tools"):
+                _nested(tool, 3)
+        elif name == "stream" and type(value) is not bool:
+            raise _invalid("stream", "a boolean", value)
+        else:
+            _nested(value, 2)
+
+
+def _check_messages(messages: Any) -> None:
+    """Inlined loops on purpose: this runs over every message of every request (0.6 MB bodies)."""
+    if type(messages) is not list:
+        raise _invalid("messages", "an array of objects", messages)
+    for i, message in enumerate(messages):
+        if type(message) is not dict:
+            raise _invalid(f"messages[{i}]", "an object", message)
+        for name, value in message.items():
+            if type(value) is str:
+                if name != "tool_calls":
+                    continue
+            elif value is None:
+                continue
+            if name == "tool_calls":
+                _check_tool_calls(value, f"messages[{i}].tool_calls")
+            elif name == "content":
+                _check_content(value, f"messages[{i}].content")
+            elif name == "role" or name == "tool_call_id":
+                raise _invalid(f"messages[{i}].{name}", "a string", value)
+            else:
+                _nested(value, 4)
+
+
+def _check_content(content: Any, param: str) -> None:
+    if type(content) is not list:
+        raise _invalid(param, "a string or an array of objects", content)
+    for j, part in enumerate(content):
+        if type(part) is not dict:
+            raise _invalid(f"{param}[{j}]", "an object", part)
+        _strings(part, ("text",), f"{param}[{j}]", 5)
+
+
+def _check_tool_calls(calls: Any, param: str) -> None:
+    if type(calls) is not list:
+        raise _invalid(param, "an array of objects", calls)
+    for j, call in enumerate(calls):
+        if type(call) is not dict:
+            raise _invalid(f"{param}[{j}]", "an object", call)
+        for name, value in call.items():
+            if type(value) is str:
+                if name != "function":
+                    continue
+            elif value is None:
+                continue
+            if name == "function" and type(value) is dict:
+                for key, inner in value.items():
+                    if type(inner) is not str and inner is not None:
+                        if key == "name" or key == "arguments":
+                            raise _invalid(f"{param}[{j}].function.{key}", "a string", inner)
+                        _nested(inner, 7)
+            elif name == "function":
+                raise _invalid(f"{param}[{j}].function", "an object", value)
+            elif name == "id":
+                raise _invalid(f"{param}[{j}].id", "a string", value)
+            else:
+                _nested(value, 6)

@@ -1,0 +1,117 @@
+"""The ASGI application: routes and the lifespan that owns the upstream client and the store.
+
+Request path for chat completions: app → chat (settings, plan) → store → upstream → reload loop.
+Everything else under /v1 is relayed unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+from collections.abc import AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.middleware import Middleware
+from starlette.routing import Route
+
+from proxy.reload import search
+from proxy.http.caller import CallerGate, Gatekeeper
+from proxy.http.chat import chat_completions
+from proxy.config import ServerSettings
+from proxy.http.limits import BodyLimit
+from proxy.http.observe import Metrics, Observe, configure_logging, metrics_endpoint
+from proxy.http.offload_api import get_offloaded, list_events, offload
+from proxy.core.settings import SettingsResolver, load_tenants_file
+from proxy.http.relay import relay
+from proxy.offload.quota import CredentialCheck
+from proxy.store.sealing import Sealer
+from proxy.store import Store, open_store
+from proxy.store.guarded import GuardedStore
+from proxy.core.tokens import counter_for_encoding
+from proxy.upstream.client import Upstream
+
+log = logging.getLogger("proxy")
+ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+
+
+async def healthz(request: Request) -> JSONResponse:
+    return JSONResponse({"status": "ok"})
+
+
+async def readyz(request: Request) -> JSONResponse:
+    store: Store = request.app.state.store
+    if await store.ping():
+        return JSONResponse({"status": "ready", "store": "ok"})
+    return JSONResponse({"status": "unavailable", "store": "unreachable"}, status_code=503)
+
+
+_frozen = False
+
+
+def _freeze_startup_objects() -> None:
+    """What startup allocated (modules, encoders) lives forever: keep it out of every collection."""
+    global _frozen
+    if not _frozen:
+        gc.freeze()
+        _frozen = True
+
+
+def create_app(settings: ServerSettings | None = None) -> Starlette:
+    settings = settings or ServerSettings()
+    tenants = load_tenants_file(settings.tenants_file)
+    resolver = SettingsResolver(settings.offload_defaults(), tenants, settings.header_caps)
+    gatekeeper = Gatekeeper(tenants, server_key=settings.upstream_api_key, allow_anonymous=settings.allow_anonymous,
+                            upstream_allowlist=settings.upstream_allowlist, secret=settings.encryption_key)
+    metrics = Metrics(tenant_label=settings.metrics_tenant_label)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        app.state.settings = settings
+        app.state.settings_resolver = resolver
+        app.state.metrics = metrics
+        for note in gatekeeper.startup_notes():
+            log.warning("%s", note)
+        app.state.sealer = Sealer(settings.encryption_key)
+        app.state.credential_check = CredentialCheck()
+        await asyncio.to_thread(counter_for_encoding, "o200k_base")  # now, not on a request
+        _freeze_startup_objects()
+        app.state.upstream = Upstream(settings)
+        app.state.store = GuardedStore(open_store(settings), ping_timeout=settings.store_timeout, metrics=metrics)
+        app.state.store.start()
+        try:
+            yield
+        finally:
+            await search.shutdown()  # the context_search worker processes
+            await app.state.upstream.aclose()
+            await app.state.store.close()
+
+    routes = [
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics_endpoint(settings.admin_token), methods=["GET"]),
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/offload", offload, methods=["POST"]),
+        Route("/v1/offload/events", list_events, methods=["GET"]),
+        Route("/v1/offload/{ref}", get_offloaded, methods=["GET"]),
+        Route("/v1/{path:path}", relay, methods=ALL_METHODS),
+    ]
+    middleware = [
+        Middleware(Observe, metrics=metrics),
+        Middleware(BodyLimit, max_bytes=settings.max_body_bytes, idle_timeout=settings.body_timeout),
+        Middleware(CallerGate, gatekeeper=gatekeeper),
+    ]
+    return Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
+
+
+def create_app_from_env() -> Starlette:
+    """uvicorn factory: settings from OFFLOAD_* environment variables."""
+    settings = ServerSettings()
+    if settings.log_format == "json":
+        configure_logging(settings.log_level)
+    else:
+        logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    return create_app(settings)

@@ -1,0 +1,261 @@
+"""Who is calling: the credential a request presents decides its namespace, its tenant, its
+upstream and the credential that goes upstream.
+
+Three kinds of caller, decided once per request by `Gatekeeper.identify`:
+
+- **proxy key** — a key listed under a tenant's `api_keys` in the tenants file. The key
+  decides the tenant; `X-Offload-Tenant` only narrows within it (a sub-tenant). The key never
+  leaves the proxy: the upstream gets the tenant's `upstream_api_key`, else the server's
+  `--upstream-api-key`, else no credential.
+- **client credential** — with no server key, the client's own `Authorization` / `x-api-key`
+  / `api-key` is relayed unchanged and is its namespace (all three headers count).
+- **anonymous** — no credential at all; served only with `--allow-anonymous`, and every
+  anonymous client shares one namespace.
+
+When the server holds an upstream key, anything but a proxy key (or, with
+`--allow-anonymous`, nothing) is refused with 401: the operator's key is never used by a
+client that did not prove it may.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from proxy.errors import ProxyError
+from proxy.http.headers import request_headers_for_upstream
+from proxy.offload.tenant import namespace_for
+from proxy.upstream.choice import HEADER as UPSTREAM_HEADER
+from proxy.upstream.choice import requested_base
+
+log = logging.getLogger("proxy.http.caller")
+
+CREDENTIAL_HEADERS = (b"authorization", b"x-api-key", b"api-key")
+TENANT_HEADER = "x-offload-tenant"
+DIGEST_PREFIX = "sha256:"
+PLACEHOLDER = "change-me"
+MIN_KEY_CHARS = 12
+
+Kind = Literal["proxy_key", "client", "anonymous"]
+
+
+def is_placeholder(secret: str | None) -> bool:
+    """The example value shipped in deploy/ files: never accepted as a real secret."""
+    return bool(secret) and PLACEHOLDER in secret.lower()
+
+
+def key_digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def presented_credentials(headers: Headers) -> list[str]:
+    """Every credential the request carries, without its `Bearer` scheme."""
+    found: list[str] = []
+    for name in CREDENTIAL_HEADERS:
+        for value in headers.getlist(name.decode()):
+            value = value.strip()
+            scheme, _, token = value.partition(" ")
+            if name == b"authorization" and scheme.lower() == "bearer":
+                value = token.strip()
+            if value:
+                found.append(value)
+    return found
+
+
+@dataclass(frozen=True)
+class Tenant:
+    name: str
+    key_digests: frozenset[str]
+    upstream: str | None
+    upstream_api_key: str | None
+
+
+def tenants_from_config(config: Mapping[str, Mapping[str, Any]]) -> dict[str, Tenant]:
+    """The access part of the tenants file; raises ValueError for anything unsafe."""
+    tenants: dict[str, Tenant] = {}
+    owner: dict[str, str] = {}
+    for name, entry in config.items():
+        keys = entry.get("api_keys", [])
+        if not isinstance(keys, list) or not all(isinstance(k, str) and k.strip() for k in keys):
+            raise ValueError(f"tenant {name!r}: api_keys must be a list of non-empty strings")
+        digests = set()
+        for k in keys:
+            if is_placeholder(k):
+                raise ValueError(f"tenant {name!r}: an api_keys entry is the example value {PLACEHOLDER!r}")
+            if k.startswith(DIGEST_PREFIX):
+                digest = k[len(DIGEST_PREFIX):].lower()
+                if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+                    raise ValueError(f"tenant {name!r}: {DIGEST_PREFIX} keys need 64 hex digits")
+            elif len(k) < MIN_KEY_CHARS:
+                raise ValueError(f"tenant {name!r}: a proxy key needs at least {MIN_KEY_CHARS} characters")
+            else:
+                digest = key_digest(k)
+            if owner.setdefault(digest, name) != name:
+                raise ValueError(f"tenants {owner[digest]!r} and {name!r} share a proxy key")
+            digests.add(digest)
+        upstream_key = entry.get("upstream_api_key")
+        if upstream_key is not None and (not isinstance(upstream_key, str) or not digests):
+            raise ValueError(f"tenant {name!r}: upstream_api_key needs api_keys (else any client could use it)")
+        if is_placeholder(upstream_key):
+            raise ValueError(f"tenant {name!r}: upstream_api_key is the example value {PLACEHOLDER!r}")
+        upstream = entry.get("upstream")
+        tenants[name] = Tenant(name, frozenset(digests), str(upstream).rstrip("/") if upstream else None,
+                               upstream_key)
+    return tenants
+
+
+# What a caller on a shared upstream key (the operator's, used by every tenant) may relay:
+# endpoints that keep no state in the upstream account. Files, batches, vector stores, stored
+# responses and completions, fine-tunes… would be readable and deletable by every other tenant.
+STATELESS_ENDPOINTS = (
+    ("POST", re.compile(r"(chat/completions|completions|embeddings|moderations|responses|messages"
+                        r"|messages/count_tokens|responses/input_tokens|audio/(speech|transcriptions|translations)"
+                        r"|images/(generations|edits|variations))/?")),
+    ("GET", re.compile(r"models(/[^/]+)?/?")),
+)
+# Headers that pick an organisation or project of the account the credential belongs to.
+ACCOUNT_HEADERS = (b"openai-organization", b"openai-project")
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The identity of one request, as far as the proxy is concerned."""
+
+    kind: Kind
+    namespace: str  # where its content is stored (tenant or credential, and sub-tenant)
+    scope: str  # the namespace of the tenant or credential as a whole: its storage quota
+    tenant: str | None  # the tenants-file entry whose settings apply
+    base: str | None  # upstream base URL; None = the server's
+    upstream_credential: str | None  # replaces the client's credential headers, when set
+    shared_key: bool = False  # upstream_credential is the server's, shared by every tenant
+
+    def upstream_headers(self, raw: Iterable[tuple[bytes, bytes]], *, body_replaced: bool = False
+                         ) -> list[tuple[bytes, bytes]]:
+        """The client's headers as they go upstream, with the credential this caller may use."""
+        headers = request_headers_for_upstream(raw, body_replaced=body_replaced)
+        if self.kind != "client":  # a proxy key, or an empty credential: never relayed
+            drop = CREDENTIAL_HEADERS + ACCOUNT_HEADERS if self.upstream_credential else CREDENTIAL_HEADERS
+            headers = [(k, v) for k, v in headers if k.lower() not in drop]
+        if self.upstream_credential:
+            headers.append((b"authorization", f"Bearer {self.upstream_credential}".encode()))
+        return headers
+
+    def check_relay(self, method: str, path: str) -> None:
+        """On a shared upstream key only stateless endpoints are relayed (403 otherwise)."""
+        if not self.shared_key:
+            return
+        if any(method == m and pattern.fullmatch(path) for m, pattern in STATELESS_ENDPOINTS):
+            return
+        raise ProxyError(403, f"{method} /v1/{path} keeps state in the upstream account, which this proxy's "
+                              "tenants share; the operator can give this tenant an upstream_api_key of its own.",
+                         code="endpoint_not_shared")
+
+
+def unauthorized(message: str, code: str) -> ProxyError:
+    return ProxyError(401, message, code=code)
+
+
+class Gatekeeper:
+    """Decides the Caller of each request from its credential headers and the tenants file.
+
+    `secret` (the encryption key, when set) keys the namespace hashes, so that someone who
+    reads the store cannot confirm a guessed tenant, credential or content from key names.
+    """
+
+    def __init__(self, tenants: Mapping[str, Mapping[str, Any]], *, server_key: str | None,
+                 allow_anonymous: bool, upstream_allowlist: list[str], secret: str | None = None) -> None:
+        self.tenants = tenants_from_config(tenants)
+        self.by_digest = {d: t for t in self.tenants.values() for d in t.key_digests}
+        self.server_key, self.allow_anonymous, self.allowlist = server_key, allow_anonymous, upstream_allowlist
+        self.secret = secret
+        if is_placeholder(server_key):
+            raise ValueError(f"--upstream-api-key is the example value {PLACEHOLDER!r}")
+
+    def startup_notes(self) -> list[str]:
+        notes = []
+        if self.allow_anonymous:
+            notes.append("--allow-anonymous: requests without a credential are served, and every anonymous "
+                         "client shares one namespace (they can read each other's offloaded content)")
+        if self.server_key and not self.by_digest and not self.allow_anonymous:
+            notes.append("--upstream-api-key is set but the tenants file lists no api_keys: every request "
+                         "will be refused (401) until proxy keys are configured")
+        return notes
+
+    def _proxy_key_tenant(self, credentials: list[str]) -> Tenant | None:
+        """Looked up by SHA-256 digest: the lookup's timing tells nothing about the keys."""
+        for credential in credentials:
+            if (tenant := self.by_digest.get(key_digest(credential))) is not None:
+                return tenant
+        return None
+
+    def _namespaces(self, kind: str, identity: list[str], sub: str | None) -> tuple[str, str]:
+        """(the namespace, the scope of its quota: the same without the sub-tenant)."""
+        scope = namespace_for(kind, identity, None, secret=self.secret)
+        return (namespace_for(kind, identity, sub, secret=self.secret) if sub else scope), scope
+
+    def identify(self, headers: Headers) -> Caller:
+        """Raises ProxyError 401 (no or wrong credential), 403 or 400 (a bad X-Offload-* header)."""
+        credentials = presented_credentials(headers)
+        sub = headers.get(TENANT_HEADER, "").strip() or None
+        tenant = self._proxy_key_tenant(credentials)
+        if tenant is not None:
+            self._no_requested_upstream(headers)
+            namespace, scope = self._namespaces("tenant", [tenant.name], sub)
+            return Caller("proxy_key", namespace, scope, tenant.name, tenant.upstream,
+                          tenant.upstream_api_key or self.server_key, shared_key=not tenant.upstream_api_key)
+        if self.server_key and credentials:
+            raise unauthorized("Invalid proxy key: this proxy accepts only the keys its operator issued "
+                               "(Authorization: Bearer <proxy key>, or x-api-key).", "invalid_api_key")
+        if not credentials:
+            if not self.allow_anonymous:
+                wanted = "a proxy key issued by the operator" if self.server_key else "your provider API key"
+                raise unauthorized(f"This proxy needs a credential: send Authorization: Bearer <key> (or x-api-key) "
+                                   f"with {wanted}.", "missing_api_key")
+            if self.server_key:
+                self._no_requested_upstream(headers)
+            namespace, scope = self._namespaces("anonymous", [], sub)
+            return Caller("anonymous", namespace, scope, None, requested_base(headers, self.allowlist),
+                          self.server_key, shared_key=bool(self.server_key))
+        named = self.tenants.get(sub or "")
+        if named is not None and named.key_digests:
+            raise ProxyError(403, "X-Offload-Tenant names a tenant that is reachable only with its own proxy key.",
+                             code="tenant_requires_key", param="X-Offload-Tenant")
+        namespace, scope = self._namespaces("credential", credentials, sub)
+        return Caller("client", namespace, scope, sub,
+                      requested_base(headers, self.allowlist) or (named.upstream if named else None), None)
+
+    @staticmethod
+    def _no_requested_upstream(headers: Headers) -> None:
+        """A credential the proxy holds goes only where its configuration says."""
+        if headers.get(UPSTREAM_HEADER):
+            raise ProxyError(400, "X-Offload-Upstream is only for clients that send their own provider key; "
+                                  "with a proxy key the upstream comes from the tenants file.",
+                             code="upstream_not_allowed", param="X-Offload-Upstream")
+
+
+class CallerGate:
+    """ASGI middleware: every request under /v1 is identified before any route runs.
+
+    The Caller is put in `scope["state"]["caller"]` (`request.state.caller` in a route);
+    a request that may not pass gets its 401/403/400 here.
+    """
+
+    def __init__(self, app: ASGIApp, gatekeeper: Gatekeeper) -> None:
+        self.app, self.gatekeeper = app, gatekeeper
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and (scope["path"] == "/v1" or scope["path"].startswith("/v1/")):
+            try:
+                caller = self.gatekeeper.identify(Headers(scope=scope))
+            except ProxyError as exc:
+                await exc.response()(scope, receive, send)
+                return
+            scope.setdefault("state", {})["caller"] = caller
+        await self.app(scope, receive, send)

@@ -1,0 +1,102 @@
+"""Direct API for non-proxy use (ReMe-style), tenant-scoped like everything else.
+
+POST /v1/offload        {"messages": [...], "model"?: str} → reduced messages, refs, token counts
+GET  /v1/offload/{ref}  → the stored original
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from proxy.offload import events
+from proxy.formats import chat
+from proxy.http.caller import Caller
+from proxy.core.settings import OffloadSettings
+from proxy.http.chat import compressor_for, model_of, quota_for, parse_chat_body
+from proxy.errors import ProxyError
+from proxy.core.jsonio import JSONResponse
+from proxy.offload.pipeline import prepare
+from proxy.offload.quota import CredentialRejected, QuotaExceeded
+from proxy.offload.refs import RefStore
+from proxy.store import StoreUnavailable
+from proxy.core.tokens import counter_for_model_async
+
+
+def _scope(request: Request) -> tuple[OffloadSettings, Caller, RefStore]:
+    caller: Caller = request.state.caller
+    settings = request.app.state.settings_resolver.resolve(request.headers, tenant=caller.tenant)
+    refs = RefStore(request.app.state.store, caller.namespace, request.app.state.settings.store_ttl,
+                    sealer=request.app.state.sealer, quota=quota_for(request, caller))
+    return settings, caller, refs
+
+
+def _store_down(exc: StoreUnavailable) -> Response:
+    return ProxyError(503, f"Store unavailable: {exc}", type_="server_error", code="store_unavailable").response()
+
+
+async def offload(request: Request) -> Response:
+    try:
+        body = parse_chat_body(await request.body(), max_messages=request.app.state.settings.max_messages)
+        settings, caller, refs = _scope(request)
+        messages = body.get("messages")
+        if not isinstance(messages, list):
+            raise ProxyError(400, "'messages' must be a list.", param="messages")
+    except ProxyError as exc:
+        return exc.response()
+    model = model_of(body)
+    namespace = caller.namespace
+    compressor = compressor_for(request, body, settings, caller)
+    counter = await counter_for_model_async(model)
+    prepared = await prepare(messages, settings, counter, namespace, refs, compressor, view=chat.VIEW)
+    if isinstance(prepared.refused, QuotaExceeded):
+        return ProxyError(429, f"Nothing stored: {prepared.warnings[0]}.", code="storage_quota_exceeded").response()
+    if isinstance(prepared.refused, CredentialRejected):
+        return ProxyError(401, f"Nothing stored: {prepared.warnings[0]}.", code="invalid_api_key").response()
+    if prepared.store_failed:
+        return _store_down(StoreUnavailable(prepared.warnings[0]))
+    plan = prepared.plan
+    await events.record(request.app.state.store, namespace, settings.session, prepared.events,
+                        request.app.state.settings.store_ttl, sealer=request.app.state.sealer)
+    return JSONResponse(
+        {
+            "messages": plan.items,
+            "refs": [{"ref": o.ref, "kind": o.kind, "tokens": o.tokens} for o in plan.offloads],
+            "tokens_before": plan.tokens_before,
+            "tokens_after": plan.tokens_after,
+            "action": prepared.action,
+            "summary_tokens": prepared.summary_tokens,
+            "warnings": prepared.warnings,
+        }
+    )
+
+
+async def list_events(request: Request) -> Response:
+    """GET /v1/offload/events?session=…: this tenant's events, newest last."""
+    try:
+        settings, caller, _ = _scope(request)
+        if caller.kind == "anonymous":
+            raise ProxyError(401, "Listing events needs a credential: anonymous clients share one namespace.",
+                             code="missing_api_key")
+        session = request.query_params.get("session") or settings.session
+        data = await events.recent(request.app.state.store, caller.namespace, session, sealer=request.app.state.sealer)
+    except ProxyError as exc:
+        return exc.response()
+    except StoreUnavailable as exc:
+        return _store_down(exc)
+    return JSONResponse({"object": "list", "data": data})
+
+
+async def get_offloaded(request: Request) -> Response:
+    ref = request.path_params["ref"]
+    try:
+        _, _, refs = _scope(request)
+        item = await refs.load(ref)
+    except ProxyError as exc:
+        return exc.response()
+    except StoreUnavailable as exc:
+        return _store_down(exc)
+    if item is None:
+        return ProxyError(404, f"No offloaded content ref={ref} for this credential.", code="ref_not_found",
+                          param="ref").response()
+    return JSONResponse({"ref": item.ref, "kind": item.kind, "content": item.text})

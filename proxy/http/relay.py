@@ -1,0 +1,114 @@
+"""Transparent relay of any /v1 endpoint the proxy does not manage."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from proxy.upstream import sse
+from proxy.http.caller import Caller
+from proxy.http.disconnect import ClientDisconnected, ClientWatch
+from proxy.errors import ProxyError, stream_broke
+from proxy.http.headers import response_headers_for_client
+from proxy.upstream.client import Upstream
+from proxy.upstream.choice import has_dot_segment
+
+BODYLESS = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})
+
+
+def upstream_path(request: Request) -> str:
+    """What follows /v1/ in the client's path, kept as sent (percent-encoding included).
+
+    Any dot-segment (`.` or `..`, also percent-encoded any number of times, behind an encoded
+    slash or a backslash, or with `;params`) is a 400: the relay never leaves the upstream's /v1.
+    """
+    raw = request.scope.get("raw_path") or request.scope["path"].encode()
+    path = raw.decode("latin-1").split("?", 1)[0].removeprefix("/v1").lstrip("/")
+    if has_dot_segment(path):
+        raise ProxyError(400, "The path must not contain '.' or '..' segments.", code="invalid_path")
+    return path
+
+
+async def close_after(response: httpx.Response, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """Yield `chunks` and always release the upstream connection (also on cancel)."""
+    try:
+        async for chunk in chunks:
+            yield chunk
+    finally:
+        await response.aclose()
+
+
+BUFFER_LIMIT = 256 * 1024  # a body of known, small length is read whole: cheaper than streaming it
+
+
+async def stream_back(response: httpx.Response, extra_headers: list[tuple[bytes, bytes]] = ()) -> Response:
+    """Relay an upstream response as-is: status, headers, raw (still encoded) body.
+
+    Streams (SSE, chunked, large) are relayed chunk by chunk as they arrive.
+    """
+    headers = response_headers_for_client(response.headers.raw) + list(extra_headers)
+    length = response.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) <= BUFFER_LIMIT:
+        try:
+            body = b"".join([chunk async for chunk in response.aiter_raw()])
+        except httpx.HTTPError as exc:
+            return ProxyError(502, f"Upstream response broke off ({type(exc).__name__}).", type_="server_error",
+                              code="upstream_unreachable").response()
+        finally:
+            await response.aclose()
+        out: Response = Response(body, status_code=response.status_code)
+    else:
+        chunks = response.aiter_raw()
+        if is_plain_sse(response):
+            chunks = with_error_event(chunks)
+        out = StreamingResponse(close_after(response, chunks), status_code=response.status_code)
+    out.raw_headers = headers
+    return out
+
+
+def is_plain_sse(response: httpx.Response) -> bool:
+    return response.headers.get("content-type", "").startswith("text/event-stream") and (
+        response.headers.get("content-encoding", "identity") == "identity"
+    )
+
+
+async def with_error_event(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """An SSE stream that breaks off upstream ends with an error event and [DONE], not a cut."""
+    try:
+        async for chunk in chunks:
+            yield chunk
+    except httpx.HTTPError as exc:
+        yield b"\n\n" + sse.encode(stream_broke(exc)) + sse.DONE_EVENT
+
+
+def client_has_body(request: Request) -> bool:
+    headers = request.headers
+    return request.method not in BODYLESS or "content-length" in headers or "transfer-encoding" in headers
+
+
+async def relay(request: Request) -> Response:
+    state = request.app.state
+    upstream: Upstream = state.upstream
+    watch = ClientWatch(request, body_read=not client_has_body(request))
+    try:
+        caller: Caller = request.state.caller
+        path = upstream_path(request)
+        caller.check_relay(request.method, path)
+        response = await watch.run(
+            upstream.send(
+                request.method,
+                path,
+                query=request.scope.get("query_string", b""),
+                headers=caller.upstream_headers(request.scope["headers"]),
+                content=watch.body() if client_has_body(request) else None,
+                base=caller.base,
+            )
+        )
+    except ProxyError as exc:
+        return exc.response()
+    except ClientDisconnected:
+        return Response(status_code=499)
+    return await stream_back(response)

@@ -1,0 +1,109 @@
+"""The offload pipeline of one request: compaction, then compression, then the store.
+
+Shared by the chat route, the direct offload API and `replay`, so all three behave the same.
+The pure, CPU-heavy steps of a large request (planning with token counts, hashing, encoding
+what is stored) run off the event loop (`proxy.cpu`); a small request's run inline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.offload.summaries import Compressor
+from proxy.offload.cpu import CPU
+from proxy.offload.events import event
+from proxy.core.settings import OffloadSettings
+from proxy.core.compaction import Plan, plan_compaction, present_refs
+from proxy.core.view import ItemView
+from proxy.offload.refs import RefStore
+from proxy.offload.quota import CredentialRejected, QuotaExceeded
+from proxy.store import StoreUnavailable
+from proxy.core.tokens import TokenCounter
+
+
+@dataclass
+class Prepared:
+    plan: Plan
+    action: str = "none"  # none | compact | compress | compact+compress
+    summary_tokens: int = 0
+    summary_usage: dict | None = None  # added to the usage the client is answered with
+    warnings: list[str] = field(default_factory=list)
+    events: list[dict] = field(default_factory=list)
+    store_failed: bool = False  # nothing could be stored: the original messages go through
+    refused: Exception | None = None  # ...because the quota refused the writes (QuotaExceeded, CredentialRejected)
+    written: set[str] = field(default_factory=set)  # refs stored for the first time by this request
+
+
+def _action(compacted: bool, compressed: bool) -> str:
+    return "+".join(name for name, done in (("compact", compacted), ("compress", compressed)) if done) or "none"
+
+
+def _measure(items: list[Any], view: ItemView, counter: TokenCounter) -> tuple[list[str], int]:
+    """The refs `items` carry, and their tokens."""
+    return present_refs(items, view), counter.messages(items)
+
+
+async def prepare(
+    messages: list[Any],
+    settings: OffloadSettings,
+    counter: TokenCounter,
+    namespace: str,
+    refs: RefStore,
+    compressor: Compressor | None,
+    *,
+    view: ItemView,
+) -> Prepared:
+    """Reduce `messages` (a wire format's history items, seen through `view`) and make every
+    reference in the result resolvable.
+
+    Never raises for the store: when it is unreachable the original messages go through,
+    with a warning.
+    """
+    counter = counter.for_request()
+    cpu = CPU.for_messages(messages)
+    compact_mode = settings.mode in ("auto", "compact")
+    compress_mode = settings.mode in ("auto", "compress") and compressor is not None
+    plan = await cpu(plan_compaction, messages, view,
+                     settings if compact_mode else settings.model_copy(update={"mode": "off"}), counter, namespace)
+    result = Prepared(plan)
+    compressed_now = False
+    try:
+        if compress_mode:
+            before = max(plan.tokens_before, 1)
+            # auto: compress when compaction saved too little, or left the history over the trigger
+            allow_new = (
+                settings.mode == "compress"
+                or plan.tokens_after / before > settings.compaction_ratio
+                or plan.tokens_after > settings.max_total_tokens
+            )
+            compressed = await compressor.run(plan.items, messages, settings, counter, allow_new, cpu=cpu)
+            result.summary_tokens = compressed.summary_tokens
+            result.summary_usage = compressed.usage
+            result.events += compressed.events
+            if compressed.warning:
+                result.warnings.append(compressed.warning)
+            if compressed.items is not None:
+                offloads = plan.offloads + ([compressed.offload] if compressed.offload else [])
+                # the reduced items: small but for a history that is large even once compressed
+                refs_after, tokens_after = await cpu.for_part(compressed.items)(_measure, compressed.items, view,
+                                                                                counter)
+                plan = Plan(compressed.items, offloads, refs_after, plan.tokens_before, tokens_after)
+                result.plan = plan
+                compressed_now = True
+        compacted = [o for o in plan.offloads if o.kind == "tool_result"]
+        result.action = _action(bool(compacted), compressed_now)
+        written = result.written = await refs.save(plan.offloads, plan.refs, settings.session, cpu=cpu)
+    except (StoreUnavailable, QuotaExceeded, CredentialRejected) as exc:
+        why = f"store unavailable ({exc})" if isinstance(exc, StoreUnavailable) else str(exc)
+        return Prepared(
+            Plan(messages, tokens_before=plan.tokens_before, tokens_after=plan.tokens_before),
+            warnings=[f"{why}; forwarded without offloading"],
+            store_failed=True,
+            refused=None if isinstance(exc, StoreUnavailable) else exc,
+        )
+    new = [o for o in compacted if o.ref in written]
+    if new:  # an item compacted on an earlier turn is not a new action
+        result.events.insert(0, event("compaction", messages=len(new), tokens_before=plan.tokens_before,
+                                      tokens_after=plan.tokens_after, refs=[o.ref for o in new]))
+    return result

@@ -1,0 +1,94 @@
+"""Who may make the proxy store content, and how much.
+
+Two checks run before any new content is written (`Quota.charge`):
+
+- **the storage quota** of the caller's tenant: bytes written, counted in the store (so every
+  worker and replica shares the count) in one counter per tenant whose idle TTL is the
+  content's: a safe upper bound of what the tenant holds, which starts again from 0 once the
+  tenant has been idle for a whole TTL. Sub-tenants (`X-Offload-Tenant`) share their tenant's
+  quota, so naming new ones buys nothing;
+- **the credential**, for callers whose key the proxy cannot vouch for (a client's own
+  provider key): the upstream must have accepted it recently (`CredentialCheck`), so an
+  invented key cannot use the proxy as free storage.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+from proxy.store import Store
+from proxy.offload.tenant import key
+
+Verify = Callable[[], Awaitable[bool]]
+
+
+class QuotaExceeded(Exception):
+    """Storing this would take the tenant past its quota; nothing was stored."""
+
+    def __init__(self, used: int, limit: int) -> None:
+        super().__init__(f"storage quota of this credential exhausted ({used} of {limit} bytes used)")
+        self.used, self.limit = used, limit
+
+
+class CredentialRejected(Exception):
+    """The upstream does not accept the caller's credential: nothing is stored for it."""
+
+    def __init__(self) -> None:
+        super().__init__("the upstream did not accept this credential, so nothing is stored for it")
+
+
+class Quota:
+    def __init__(self, store: Store, scope: str, *, limit: int, ttl: int, verify: Verify | None = None) -> None:
+        """`scope`: the namespace of the tenant as a whole (sub-tenants included)."""
+        self.store, self.limit, self.ttl, self.verify = store, limit, ttl, verify
+        self.key = key(scope, "usage", "bytes")
+
+    async def charge(self, nbytes: int) -> None:
+        """Admit `nbytes` about to be written, or raise (and count nothing)."""
+        if self.verify is not None and not await self.verify():
+            raise CredentialRejected()
+        if self.limit <= 0 or nbytes <= 0:
+            return
+        used = await self.store.incr(self.key, nbytes, self.ttl)
+        if used > self.limit:
+            await self.store.incr(self.key, -nbytes, self.ttl)
+            raise QuotaExceeded(used - nbytes, self.limit)
+
+
+class CredentialCheck:
+    """Remembers, per credential namespace, whether the upstream accepted it lately.
+
+    A credential is accepted when the upstream answered a request made with it with anything
+    but 401/403; one `GET models` with the credential is asked when nothing recent is known.
+    """
+
+    def __init__(self, ttl: float = 600.0, size: int = 10_000) -> None:
+        self.ttl, self.size = ttl, size
+        self._known: dict[str, tuple[float, bool]] = {}
+
+    def known(self, scope: str) -> bool | None:
+        entry = self._known.get(scope)
+        if entry is None or time.monotonic() - entry[0] > self.ttl:
+            return None
+        return entry[1]
+
+    def remember(self, scope: str, status: int) -> None:
+        """Note what the upstream answered a request made with this credential."""
+        if len(self._known) >= self.size:
+            self._known.clear()
+        self._known[scope] = (time.monotonic(), status not in (401, 403))
+
+    def verifier(self, scope: str, ask: Callable[[], Awaitable[int | None]]) -> Verify:
+        """`ask` answers the upstream's status for a request with the credential (None: no answer)."""
+        async def verify() -> bool:
+            known = self.known(scope)
+            if known is None:
+                status = await ask()
+                if status is None:
+                    return False  # cannot tell now: store nothing, remember nothing
+                self.remember(scope, status)
+                known = self.known(scope)
+            return bool(known)
+
+        return verify

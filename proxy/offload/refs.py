@@ -1,0 +1,108 @@
+"""Offloaded content in the store, scoped to one tenant namespace.
+
+Values are zlib-compressed. Every request that still references an item extends its idle TTL,
+so content in use never expires mid-session; content-addressed refs make saving idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from proxy.offload.cpu import CPU, INLINE
+from proxy.core.compaction import Offload
+from proxy.store.sealing import Sealer
+from proxy.store import Store
+from proxy.offload.quota import Quota
+from proxy.offload.tenant import key
+
+FORMAT = 1
+TOUCH_SLACK = 60
+
+
+@dataclass(frozen=True)
+class StoredItem:
+    ref: str
+    kind: str
+    text: str
+
+
+def encode_item(offload: Offload) -> bytes:
+    header = json.dumps({"v": FORMAT, "kind": offload.kind, "tokens": offload.tokens}).encode()
+    return zlib.compress(header + b"\n" + offload.text.encode("utf-8", "surrogatepass"), 6)
+
+
+def decode_item(ref: str, value: bytes) -> StoredItem:
+    header, _, body = zlib.decompress(value).partition(b"\n")
+    meta = json.loads(header)
+    return StoredItem(ref, meta.get("kind", "tool_result"), body.decode("utf-8", "surrogatepass"))
+
+
+def touch_slack(ttl: int) -> int:
+    """Seconds an expiry may age before it is written again: extending a 7-day idle TTL once
+    a minute is plenty, and spares the store a write per item per request."""
+    return min(TOUCH_SLACK, ttl // 10)
+
+
+class RefStore:
+    """Every save asks the store which items exist (one batched, read-only round trip in the
+    steady state): an item that vanished (eviction, FLUSHDB, a restarted Redis) is stored again
+    by the very next request that carries it. Nothing about the store is remembered between
+    requests; expiry writes are rate-limited by the store itself (`slack`)."""
+
+    def __init__(self, store: Store, namespace: str, ttl: int, sealer: Sealer | None = None, *,
+                 quota: Quota | None = None) -> None:
+        self.store, self.namespace, self.ttl = store, namespace, ttl
+        self.sealer = sealer or Sealer(None)
+        self.quota = quota  # admits (or refuses) every write of new content
+
+    def _key(self, ref: str) -> str:
+        return key(self.namespace, "item", ref)
+
+    def _session_key(self, session: str) -> str:
+        """With encryption at rest, the session id appears in the key only as a keyed hash."""
+        return key(self.namespace, "session", self.sealer.key_name(session, self.namespace))
+
+    async def save(self, offloads: Iterable[Offload], refs: Iterable[str], session: str | None = None, *,
+                   cpu: CPU = INLINE) -> set[str]:
+        """Make every ref in `refs` resolvable: extend the live ones, store the missing ones.
+
+        Returns the refs that were written now (not already stored). Raises what the quota
+        raises (QuotaExceeded, CredentialRejected), storing nothing, when it refuses the writes.
+        `cpu` runs the encoding (zlib, sealing) of the new items: off the event loop for a large request.
+        """
+        by_ref = {o.ref: o for o in offloads}
+        wanted = list(dict.fromkeys([*refs, *by_ref]))
+        if not wanted:
+            return set()
+        slack = touch_slack(self.ttl)
+        checks = [self.store.touch([self._key(r) for r in wanted], self.ttl, slack=slack)]
+        if session:
+            checks.append(self.store.add_members(self._session_key(session), wanted, self.ttl, slack=slack))
+        results = await asyncio.gather(*checks, return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        missing = [by_ref[ref] for ref, exists in zip(wanted, results[0]) if not exists and ref in by_ref]
+        new: dict[str, bytes] = {}
+        if missing:  # sized by what is encoded: one small new item of a large request needs no thread hop
+            new = await cpu.sized(sum(len(o.text) for o in missing), len(missing))(self._encode, missing)
+        if new and self.quota is not None:
+            await self.quota.charge(sum(len(value) for value in new.values()))
+        for ref, value in new.items():
+            await self.store.put(self._key(ref), value, self.ttl)
+        return set(new)
+
+    def _encode(self, offloads: list[Offload]) -> dict[str, bytes]:
+        return {o.ref: self.sealer.seal(encode_item(o), self._key(o.ref)) for o in offloads}
+
+    async def load(self, ref: str) -> StoredItem | None:
+        value = await self.store.get(self._key(ref), ttl=self.ttl)
+        opened = None if value is None else self.sealer.open(value, self._key(ref))
+        return None if opened is None else decode_item(ref, opened)
+
+    async def session_refs(self, session: str) -> set[str]:
+        return await self.store.members(self._session_key(session))

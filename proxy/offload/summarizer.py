@@ -1,0 +1,101 @@
+"""The LLM call that turns old history into a `<state_snapshot>`.
+
+Same upstream, the request's own credentials, non-streaming, bounded by a timeout. A previous
+summary is handed to the model to update rather than starting over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+
+from proxy.errors import ProxyError
+from proxy.upstream.client import Headers, Upstream
+
+DEFAULT_PROMPT = """You compress the history of an AI agent's work into a dense state snapshot that \
+replaces that history in the agent's context. The agent will continue from your snapshot alone.
+
+Write exactly one <state_snapshot> block with these sections:
+<task_overview>the user's goal and requirements, constraints and success criteria</task_overview>
+<current_state>what has been done and what holds now: files changed, commands run, results</current_state>
+<important_discoveries>facts learned, decisions and why, errors met and how they were solved</important_discoveries>
+<next_steps>what remains, in order</next_steps>
+<context_to_preserve>anything else the agent must not lose</context_to_preserve>
+
+Rules: keep file paths, identifiers, commands, numbers, URLs and error messages verbatim. Make \
+every reference self-contained (no "the file above"). Be dense; omit pleasantries. When a \
+previous snapshot is given, update it with the new messages: keep what still holds, correct \
+what changed, add what is new."""
+
+SNAPSHOT_RE = re.compile(r"<state_snapshot>.*?</state_snapshot>", re.S)
+MESSAGE_CHARS = 6_000  # one message's share of the transcript
+
+
+@functools.lru_cache(maxsize=64)  # asked once per request; prompts are few
+def prompt_version(prompt: str) -> str:
+    return hashlib.blake2b(prompt.encode(), digest_size=6).hexdigest()
+
+
+def render_transcript(lines: list[tuple[str, str]]) -> str:
+    """The summarised items, as (header, text) from their format's `ItemView.transcript`."""
+    out = []
+    for header, text in lines:
+        if len(text) > MESSAGE_CHARS:
+            text = text[: MESSAGE_CHARS // 2] + "\n[…]\n" + text[-MESSAGE_CHARS // 2:]
+        out.append(f"{header}\n{text}".rstrip())
+    return "\n\n".join(out)
+
+
+class SummaryFailed(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Summary:
+    text: str
+    tokens_in: int
+    tokens_out: int
+
+
+async def summarize(
+    upstream: Upstream,
+    headers: Headers,
+    model: str,
+    prompt: str,
+    lines: list[tuple[str, str]],
+    previous: str | None,
+    timeout: float,
+    base: str | None = None,
+) -> Summary:
+    user = ""
+    if previous:
+        user += f"Previous snapshot:\n{previous}\n\nNew messages since then:\n\n"
+    user += render_transcript(lines)
+    body = {"model": model, "messages": [{"role": "system", "content": prompt}, {"role": "user", "content": user}]}
+    try:
+        async with asyncio.timeout(timeout):
+            response = await upstream.send(
+                "POST", "chat/completions", headers=headers, content=json.dumps(body).encode(), base=base
+            )
+            raw = await response.aread()
+            await response.aclose()
+    except TimeoutError as exc:
+        raise SummaryFailed(f"summary call timed out after {timeout:g}s") from exc
+    except ProxyError as exc:
+        raise SummaryFailed(f"summary call failed: {exc.message}") from exc
+    if response.status_code != 200:
+        raise SummaryFailed(f"summary call answered {response.status_code}")
+    try:
+        data = json.loads(raw)
+        content = data["choices"][0]["message"]["content"] or ""
+        usage = data.get("usage") or {}
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise SummaryFailed("summary call returned an unusable body") from exc
+    match = SNAPSHOT_RE.search(content)
+    if not match:
+        raise SummaryFailed("summary has no <state_snapshot> block")
+    return Summary(match.group(0), int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))

@@ -1,0 +1,352 @@
+"""The tools the proxy injects and runs itself: `context_reload` and `context_search`.
+
+A reload of content within the token budget returns the original text byte-for-byte with
+nothing added; larger content comes in pages of lines (very long lines are cut into chunks so
+that every byte is reachable), each page ending with a note on how to get the next one.
+
+Arguments come from the model and are checked strictly (`parse_arguments`): anything out of
+shape is answered to the model as an error text, never raised to the client. A search runs
+in a worker process under one deadline (see `proxy.search`). Splitting and counting a large
+item for `context_reload` run in a thread (`proxy.cpu`), a block at a time, not on the event loop.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import logging
+import math
+import time
+from typing import Any
+
+from proxy.http import observe
+from proxy.offload.cpu import CPU
+from proxy.offload.events import event
+from proxy.core.markers import INJECTED_TOOLS, RELOAD_TOOL, SEARCH_TOOL
+from proxy.offload.refs import RefStore
+from proxy.reload.search import (EXPENSIVE, INTERRUPTED, LARGE_CHARS, MAX_PATTERN_CHARS, SIZE, TIME, Hits, Search,
+                          SearchLimits, check_pattern)
+from proxy.store import StoreUnavailable
+from proxy.core.tokens import EstimateEncoder, TokenCounter
+
+log = logging.getLogger("proxy.reload.tools")
+
+SEGMENT_CHARS = 2_000  # a longer line is cut into chunks of this size for paging
+MAX_LINE_NUMBER = 1_000_000_000  # offset and limit above this are refused, not clamped
+MAX_REF_CHARS = 200
+BLOCK_CHARS = 1 << 20  # a large text is split into lines a block at a time
+OFF_LOOP = CPU(True)  # the pool of proxy.cpu: CPU-heavy work on large texts
+
+RELOAD_TOOL_SCHEMAS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": RELOAD_TOOL,
+            "description": (
+                "Return offloaded context by its reference (the ref=... in an '[offloaded ...]' "
+                "marker): the full original text, or one page of its lines when it is large."
+            ),
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "ref": {"type": "string", "description": "The reference, e.g. from ref=AbC123."},
+                    "offset": {"type": "integer", "minimum": 0, "description": "First line (0-based)."},
+                    "limit": {"type": "integer", "minimum": 1, "description": "Number of lines."},
+                },
+                "required": ["ref"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": SEARCH_TOOL,
+            "description": (
+                "Search offloaded context with a case-insensitive regular expression. Returns "
+                "matching lines with their ref and line number. Searches one ref, or all of them."
+            ),
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "pattern": {"type": "string", "description": "A regular expression."},
+                    "ref": {"type": "string", "description": "Limit the search to this reference."},
+                },
+                "required": ["pattern"],
+            },
+        },
+    },
+]
+
+
+def segments(text: str) -> list[str]:
+    """Lines with their endings, long ones cut: ''.join(segments(t)) == t.
+
+    Splits a block of about BLOCK_CHARS at a time (cut after a \n, so no line break is split):
+    run in a thread, it never holds the GIL long.
+    """
+    out: list[str] = []
+    start, end_of_text = 0, len(text)
+    while start < end_of_text:
+        end = min(end_of_text, start + BLOCK_CHARS)
+        if end < end_of_text:
+            cut = text.rfind("\n", start, end)
+            if cut < 0:
+                cut = text.find("\n", end)  # one very long line: take it whole
+            end = end_of_text if cut < 0 else cut + 1
+        for line in text[start:end].splitlines(keepends=True):
+            if len(line) <= SEGMENT_CHARS:
+                out.append(line)
+            else:
+                out.extend(line[i:i + SEGMENT_CHARS] for i in range(0, len(line), SEGMENT_CHARS))
+        start = end
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _longest_token(encoder: Any) -> int | None:
+    """The most bytes one token stands for, when the encoder tells (tiktoken) or is the estimate."""
+    if isinstance(encoder, EstimateEncoder):
+        return 4
+    values = getattr(encoder, "token_byte_values", None)
+    try:
+        return max(map(len, values())) if callable(values) else None
+    except (TypeError, ValueError):
+        return None
+
+
+def unavailable(ref: str) -> str:
+    return f"Reference ref={ref} is not available: unknown, expired, or not offloaded under this credential."
+
+
+class BadArguments(ValueError):
+    """Tool arguments the model must fix; the message is what it is told."""
+
+
+def _integer(args: dict, name: str, low: int) -> int | None:
+    value = args.get(name)
+    if value is None:
+        return None
+    integral = isinstance(value, int) or isinstance(value, float) and math.isfinite(value) and value.is_integer()
+    if isinstance(value, bool) or not integral:
+        raise BadArguments(f"{name} must be an integer, got {json.dumps(value)[:40]}")
+    if not low <= value <= MAX_LINE_NUMBER:
+        raise BadArguments(f"{name} must be between {low} and {MAX_LINE_NUMBER}")
+    return int(value)
+
+
+def _string(args: dict, name: str, limit: int, required: bool) -> str | None:
+    value = args.get(name)
+    if value is None or (value == "" and not required):
+        if required:
+            raise BadArguments(f"{name} is required")
+        return None
+    if not isinstance(value, str) or not 0 < len(value) <= limit:
+        raise BadArguments(f"{name} must be a string of 1 to {limit} characters")
+    return value
+
+
+def parse_arguments(name: str, arguments: Any) -> dict[str, Any]:
+    """The checked arguments of a call to one of INJECTED_TOOLS; raises BadArguments."""
+    try:  # NaN and ±Infinity parse (as floats), so that the check below names the field
+        args = json.loads(arguments or "{}") if isinstance(arguments, str) \
+            else arguments  # some upstreams send an object, not its JSON text
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, and integers past 4300 digits
+        raise BadArguments(f"not valid JSON ({exc})") from exc
+    if not isinstance(args, dict):
+        raise BadArguments("arguments must be a JSON object")
+    if name == RELOAD_TOOL:
+        return {"ref": _string(args, "ref", MAX_REF_CHARS, True), "offset": _integer(args, "offset", 0),
+                "limit": _integer(args, "limit", 1)}
+    return {"pattern": _string(args, "pattern", MAX_PATTERN_CHARS, True),
+            "ref": _string(args, "ref", MAX_REF_CHARS, False)}
+
+
+class ReloadTools:
+    """Runs injected tool calls for one request, within one tenant namespace."""
+
+    def __init__(
+        self, refs: RefStore, counter: TokenCounter, max_tokens: int, request_refs: list[str], session: str | None,
+        limits: SearchLimits = SearchLimits(),
+    ) -> None:
+        self.refs, self.counter, self.max_tokens = refs, counter, max_tokens
+        self.request_refs, self.session, self.limits = request_refs, session, limits
+        self.events: list[dict] = []  # one per call, recorded after the response
+
+    async def scope(self) -> list[str]:
+        """What `context_search` looks at without a ref: the session's items, else the request's."""
+        if not self.session:
+            return self.request_refs
+        return sorted(set(self.request_refs) | await self.refs.session_refs(self.session))
+
+    async def run(self, name: str, arguments: str, deadline: float | None = None) -> str:
+        """The tool result for the model. `deadline` (monotonic): the end of the request's reload budget."""
+        result = await self._run(name, arguments, deadline)
+        if (rec := observe.current.get()) is not None:
+            rec.count_reload(name)
+        self.events.append(event("reload", tool=name, arguments=str(arguments)[:200], result_chars=len(result)))
+        return result
+
+    async def _run(self, name: str, arguments: str, deadline: float | None) -> str:
+        if name not in INJECTED_TOOLS:
+            return f"Unknown tool {name}."
+        try:
+            args = parse_arguments(name, arguments)
+        except BadArguments as exc:
+            return f"Invalid arguments for {name}: {exc}."
+        try:
+            if name == RELOAD_TOOL:
+                return await self.reload(args["ref"], args["offset"], args["limit"])
+            return await self.search(args["pattern"], args["ref"], deadline)
+        except StoreUnavailable:
+            return "The offloaded content is temporarily unavailable (store unreachable). Try again later."
+        except Exception:  # a bug here must not fail the client's request: the model is told
+            log.exception("%s failed", name)
+            return f"{name} failed with an internal error; the content may be retrieved another way."
+
+    async def reload(self, ref: str, offset: int | None = None, limit: int | None = None) -> str:
+        item = await self.refs.load(ref)
+        if item is None:
+            return unavailable(ref)
+        if len(item.text) > LARGE_CHARS:  # counting and splitting take a while: not on the event loop
+            return await OFF_LOOP(self._reload, ref, item.text, offset, limit)
+        return self._reload(ref, item.text, offset, limit)
+
+    def _fits(self, text: str) -> bool:
+        """Is `text` within max_tokens? Not counted when its length alone says no."""
+        longest = _longest_token(self.counter.encoder)
+        if longest is not None and len(text) > self.max_tokens * longest:
+            return False  # every token stands for at most `longest` bytes, every character for at least one
+        return self.counter.text(text) <= self.max_tokens
+
+    def _reload(self, ref: str, text: str, offset: int | None, limit: int | None) -> str:
+        if offset is None and limit is None and self._fits(text):
+            return text
+        start = max(0, offset or 0)
+        parts = segments(text)
+        if start >= len(parts):
+            return f"ref={ref} has {len(parts)} lines; offset {start} is past the end."
+        page: list[str] = []
+        used = 0
+        for part in itertools.islice(parts, start, None):
+            if limit is not None and len(page) >= limit:
+                break
+            cost = self.counter.text(part)
+            if page and used + cost > self.max_tokens:
+                break
+            page.append(part)
+            used += cost
+        end = start + len(page)
+        body = "".join(page)
+        if end >= len(parts):
+            note = f"[{RELOAD_TOOL}: lines {start}-{end - 1} of {len(parts)} of ref={ref}; this is the end.]"
+        else:
+            note = (
+                f"[{RELOAD_TOOL}: lines {start}-{end - 1} of {len(parts)} of ref={ref}. "
+                f"Next page: {RELOAD_TOOL}(ref=\"{ref}\", offset={end}).]"
+            )
+        return body + "\n" + note  # the page is everything before the last line
+
+    async def search(self, pattern: str, ref: str | None = None, deadline: float | None = None) -> str:
+        """Matching lines, within `limits`: one deadline and a cap on the bytes scanned.
+
+        The pattern is compiled and matched in a worker process (`proxy.search.Search`).
+        """
+        started = time.monotonic()
+        own = started + self.limits.timeout
+        deadline = own if deadline is None else min(own, deadline)
+        try:
+            check_pattern(pattern)
+        except ValueError as exc:
+            return f"Invalid regular expression {pattern!r}: {exc}"
+        hits = Hits(max_chars=self.max_tokens * 3)  # characters, a cheap bound on the result size
+        search = Search(pattern, deadline, hits)
+        searched = 0
+        try:
+            error = await search.open()
+            if error is not None:
+                return f"Invalid regular expression {pattern!r}: {error}"
+            refs = [ref] if ref else await self.scope()
+            room = self.limits.max_bytes
+            for r in refs if search.compiled else ():
+                if time.monotonic() >= deadline:
+                    hits.stopped = TIME
+                    break
+                item = await self.refs.load(r)
+                if item is None:
+                    if ref:
+                        return unavailable(r)
+                    continue
+                room -= await search.scan(r, item.text, room)
+                searched += 1
+                if hits.stopped is not None:
+                    break
+        finally:
+            search.close()
+        took = time.monotonic() - started
+        limit = "the time left of this request's reload budget" if deadline < own else (
+            f"the search time limit of {self.limits.timeout:g} s")
+        if not search.compiled and not search.busy:
+            if hits.stopped == INTERRUPTED:
+                return "The search was interrupted: the proxy is shutting down."
+            if hits.stopped not in (TIME, EXPENSIVE):
+                raise RuntimeError("the search worker gave an unexpected answer")
+            why = f"compiling it did not finish within {limit}" if hits.stopped == TIME else (
+                "compiling it needed more memory than a search may use, or crashed the search worker")
+            return (f"The pattern {pattern!r} is too expensive: {why}. Use a simpler pattern "
+                    f"(fewer or smaller counted repeats x{{n}}, less nesting).")
+        return self._answer(pattern, ref, refs, hits, searched, took, limit, search.busy)
+
+    def _answer(self, pattern: str, ref: str | None, refs: list[str], hits: Hits, searched: int, took: float,
+                limit: str, busy: bool) -> str:
+        lines = list(hits.lines)
+        if not lines and hits.stopped in (TIME, SIZE, EXPENSIVE, INTERRUPTED):
+            lines.append(f"No match for {pattern!r} so far.")
+        if hits.stopped == TIME:
+            waited = "; every search worker was busy" if busy else ""
+            lines.append(f"[Search stopped early after {took:.1f} s ({limit}{waited}); {len(hits.lines)} match(es) "
+                         f"found after looking into {searched} of {len(refs)} item(s). "
+                         f"Use a simpler pattern, or give a ref.]")
+        elif hits.stopped == EXPENSIVE:
+            lines.append(f"[Search stopped early: the pattern was too expensive (matching it needed more memory "
+                         f"than a search may use, or crashed the search worker); {len(hits.lines)} match(es) "
+                         f"found after looking into {searched} of {len(refs)} item(s). Use a simpler pattern.]")
+        elif hits.stopped == INTERRUPTED:
+            lines.append(f"[Search interrupted: the proxy is shutting down; {len(hits.lines)} match(es) found.]")
+        elif hits.stopped == SIZE:
+            lines.append(f"[Search stopped early: one search scans at most {self.limits.max_bytes} bytes of "
+                         f"offloaded content, and the rest was not searched. Give a ref to search one item.]")
+        elif not lines:
+            where = f"ref={ref}" if ref else f"{len(refs)} offloaded item(s)"
+            return f"No match for {pattern!r} in {where}."
+        elif hits.stopped is not None:
+            lines.append(f"[{len(hits.lines)} matches shown; more exist. Narrow the pattern or give a ref.]")
+        return "\n".join(lines)
+
+
+def colliding_tool_names(body: Any) -> list[str]:
+    """The injected tool names the client declares itself, in `tools` or legacy `functions`.
+
+    The proxy then neither offloads nor injects for the request: two tools of one name must
+    not go upstream, and a call to the client's own tool must reach the client.
+    """
+    if not isinstance(body, dict):
+        return []
+    declared: list[Any] = []
+    for entry in _list(body.get("tools")):
+        if isinstance(entry, dict):
+            declared.append(entry.get("name"))  # flat form
+            for kind in ("function", "custom"):
+                if isinstance(entry.get(kind), dict):
+                    declared.append(entry[kind].get("name"))
+    declared += [entry.get("name") for entry in _list(body.get("functions")) if isinstance(entry, dict)]
+    return sorted({name for name in declared if isinstance(name, str) and name in INJECTED_TOOLS})
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def collision_warning(names: list[str]) -> str:
+    return (f"the request declares its own tool named {' and '.join(names)}; "
+            "forwarded without offloading or reload tools")

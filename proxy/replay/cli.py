@@ -1,0 +1,76 @@
+"""The `replay` command: arguments → stores, settings, progress bar → report files."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from proxy.core.settings import OffloadSettings
+from proxy.replay.runner import (Replayer, estimate_warning, load_conversations, report_dict, turns_of, upstream_for,
+                          write_outputs)
+from proxy.replay.report import table
+from proxy.store import Store
+
+
+def _settings(args: argparse.Namespace) -> OffloadSettings:
+    values = {name: getattr(args, f"setting_{name}") for name in OffloadSettings.model_fields
+              if getattr(args, f"setting_{name}", None) is not None}
+    return OffloadSettings(**values)
+
+
+def _store(args: argparse.Namespace) -> Store:
+    if args.redis_url:
+        from proxy.store.redis import RedisStore
+
+        return RedisStore(args.redis_url)
+    from proxy.store.sqlite import SQLiteStore
+
+    return SQLiteStore(Path(args.data_dir or tempfile.mkdtemp(prefix="offload-replay-")))
+
+
+def _progress(total: int):
+    try:
+        from tqdm import tqdm
+
+        return tqdm(total=total, unit="turn", file=sys.stderr, disable=None)
+    except ImportError:
+        return None
+
+
+async def run_replay(args: argparse.Namespace) -> dict:
+    settings = _settings(args)
+    conversations = load_conversations(Path(args.file))
+    store = _store(args)
+    upstream = upstream_for(args.upstream)
+    key = args.api_key or os.environ.get("OPENAI_API_KEY", "")
+    headers = [(b"authorization", f"Bearer {key}".encode())] if key else []
+    replayer = Replayer(store, settings, upstream, headers, args.model)
+    counting = replayer.token_counting()
+    warning = estimate_warning(counting)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
+    bar = _progress(sum(len(turns_of(c["messages"])) for c in conversations))
+    results = []
+    try:
+        for index, conv in enumerate(conversations):
+            results.append(await replayer.conversation(conv, (lambda: bar.update(1)) if bar else (lambda: None),
+                                                       index))
+            if not results[-1].store_was_fresh:
+                print(f"offload-proxy replay: WARNING: the store already holds a replay of {results[-1].id!r}: its "
+                      f"summaries are reused, so fewer are counted than on a fresh store (omit --data-dir for a "
+                      f"temporary store, or use an empty one)", file=sys.stderr, flush=True)
+    finally:
+        if bar:
+            bar.close()
+        await upstream.aclose()
+        await store.close()
+    report = report_dict(results, settings, counting)
+    written = write_outputs(report, Path(args.out))
+    print(table(report))
+    print("wrote " + ", ".join(str(p) for p in written[:3]) + (" …" if len(written) > 3 else ""))
+    if warning:  # again, after the table, where it cannot be missed
+        print(warning, file=sys.stderr, flush=True)
+    return report

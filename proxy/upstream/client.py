@@ -1,0 +1,102 @@
+"""The one shared HTTP client to the upstream provider, and how its failures map to errors."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterable
+
+import httpx
+
+from proxy.http import observe
+
+from proxy.config import ServerSettings
+from proxy.errors import ProxyError
+
+Headers = list[tuple[bytes, bytes]]
+URL_CACHE = 1024
+
+
+class Upstream:
+    """Pooled keep-alive connections to the upstream; opened and closed by the app lifespan."""
+
+    def __init__(self, settings: ServerSettings, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.base = settings.upstream_base
+        self.timeout = httpx.Timeout(
+            connect=settings.connect_timeout,
+            read=settings.read_timeout,
+            write=settings.read_timeout,
+            pool=settings.connect_timeout,
+        ).as_dict()
+        # The transport is used directly, without httpx.Client: a proxy must not keep cookies
+        # between clients, follow redirects or add default headers; it is also cheaper.
+        self.transport = transport or httpx.AsyncHTTPTransport(
+            limits=httpx.Limits(
+                max_connections=settings.max_connections,
+                max_keepalive_connections=min(settings.max_connections, 200),
+                keepalive_expiry=60,
+            ),
+        )
+        self._urls: dict[tuple[str, bytes, str | None], httpx.URL] = {}
+
+    def url(self, path: str, query: bytes = b"", base: str | None = None) -> str:
+        """`path` is relative to the upstream base (i.e. what follows /v1/)."""
+        url = f"{(base or self.base).rstrip('/')}/{path.lstrip('/')}"
+        return f"{url}?{query.decode('latin-1')}" if query else url
+
+    def _parsed_url(self, path: str, query: bytes, base: str | None) -> httpx.URL:
+        """Parsing a URL costs more than the rest of building a request: keep the common ones."""
+        cache_key = (path, query, base)
+        parsed = self._urls.get(cache_key)
+        if parsed is None:
+            parsed = httpx.URL(self.url(path, query, base))
+            if len(self._urls) >= URL_CACHE:
+                self._urls.clear()
+            self._urls[cache_key] = parsed
+        return parsed
+
+    async def send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: bytes = b"",
+        headers: Headers,
+        content: bytes | AsyncIterable[bytes] | None = None,
+        base: str | None = None,
+    ) -> httpx.Response:
+        """Send and return as soon as the response headers arrive (body not read yet).
+
+        `base` replaces the configured upstream base URL (a tenant's own, or an allowed one).
+        Raises ProxyError 502 when the upstream cannot be reached, 504 when it times out.
+        """
+        request = httpx.Request(
+            method, self._parsed_url(path, query, base), headers=headers, content=content, extensions={"timeout": self.timeout}
+        )
+        rec = observe.current.get()
+        sent = time.perf_counter()
+        if rec is not None and rec.upstream_sent is None:
+            rec.upstream_sent = sent
+        try:
+            response = await self.transport.handle_async_request(request)
+            if rec is not None:
+                rec.upstream_status = response.status_code
+                if rec.upstream_ttfb is None:
+                    rec.upstream_ttfb = time.perf_counter() - sent
+            return response
+        except httpx.TimeoutException as exc:
+            raise ProxyError(
+                504,
+                f"Upstream timed out ({type(exc).__name__}).",
+                type_="server_error",
+                code="upstream_timeout",
+            ) from exc
+        except httpx.TransportError as exc:
+            raise ProxyError(
+                502,
+                f"Upstream unreachable ({type(exc).__name__}).",
+                type_="server_error",
+                code="upstream_unreachable",
+            ) from exc
+
+    async def aclose(self) -> None:
+        await self.transport.aclose()

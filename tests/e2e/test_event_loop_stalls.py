@@ -1,0 +1,200 @@
+"""One tenant's large request must not stall the others: its CPU-heavy planning runs off the
+event loop, and a loop held up by CPU work never makes the store look down."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from proxy.offload import cpu
+
+from proxy.offload import pipeline
+from proxy.formats.chat import VIEW
+from proxy.core.settings import OffloadSettings
+from proxy.offload.refs import RefStore
+from proxy.store.base import StoreUnavailable
+from proxy.store.guarded import GuardedStore
+from proxy.store.sqlite import SQLiteStore
+from proxy.core.tokens import counter_for_model
+
+pytestmark = pytest.mark.anyio
+
+
+def burn(seconds: float) -> None:
+    """CPU work on the calling thread (the event loop's, in these tests)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        hashlib.sha256(b"x" * 4096).digest()
+
+
+# ---------------------------------------------------------------- the store's health
+
+
+class _Inner(SQLiteStore):
+    """SQLite, with a ping and a get that can be made to fail or hang."""
+
+    def __init__(self, path: Path, ping: str = "ok", get: str = "ok") -> None:
+        super().__init__(path)
+        self.ping_mode, self.get_mode, self.pings = ping, get, 0
+
+    async def ping(self) -> bool:
+        self.pings += 1
+        if self.ping_mode == "down":
+            return False
+        if self.ping_mode == "hung":
+            await asyncio.sleep(60)
+        return await super().ping()
+
+    async def get(self, key: str, ttl: int | None = None) -> bytes | None:
+        if self.get_mode == "fails":
+            await asyncio.sleep(0.01)  # it would have failed at once, were the loop not held up
+            raise StoreUnavailable("redis: Timeout reading from socket")
+        return await super().get(key, ttl)
+
+
+async def test_a_ping_held_up_by_a_busy_loop_does_not_mark_the_store_down(tmp_path):
+    store = GuardedStore(_Inner(tmp_path), ping_timeout=0.3)
+    assert await store.ping()
+    ping = asyncio.ensure_future(store.ping())
+    await asyncio.sleep(0)  # the ping is under way...
+    burn(1.0)  # ...when the loop is held up for more than the ping timeout
+    assert await ping
+    assert store.available
+    await store.close()
+
+
+async def test_a_store_that_is_down_is_still_found_down_through_a_busy_loop(tmp_path):
+    store = GuardedStore(_Inner(tmp_path, ping="down"), ping_timeout=0.3)
+    ping = asyncio.ensure_future(store.ping())
+    await asyncio.sleep(0)
+    burn(1.0)
+    assert not await ping  # the first answer came late; the second, on time, decides
+    assert not store.available and store.inner.pings == 2
+    await store.close()
+
+
+async def test_a_hung_store_is_found_down_within_the_ping_timeout(tmp_path):
+    store = GuardedStore(_Inner(tmp_path, ping="hung"), ping_timeout=0.3)
+    started = time.monotonic()
+    assert not await store.ping()
+    assert not store.available and 0.25 < time.monotonic() - started < 2
+    await store.close()
+
+
+async def test_a_call_failing_only_after_a_busy_loop_leaves_the_decision_to_a_ping(tmp_path):
+    store = GuardedStore(_Inner(tmp_path, get="fails"), ping_timeout=0.3)
+    call = asyncio.ensure_future(store.get("k"))
+    await asyncio.sleep(0)
+    burn(1.0)
+    with pytest.raises(StoreUnavailable):
+        await call  # this request goes without the store...
+    assert store.available  # ...but the store is not marked down for everyone
+    await asyncio.sleep(0.5)
+    assert store.available and store.inner.pings == 1  # a ping confirmed it
+    with pytest.raises(StoreUnavailable):
+        await store.get("k")  # a failure in time still marks it down at once
+    assert not store.available
+    await store.close()
+
+
+# ---------------------------------------------------------------- planning off the loop
+
+
+def test_large_means_much_text_or_many_messages():
+    small = [{"role": "user", "content": "x" * 1000}] * 10
+    assert not cpu.CPU.for_messages(small).large
+    assert cpu.CPU.for_messages([{"role": "tool", "content": "x" * (cpu.LARGE_CHARS + 1)}]).large
+    assert cpu.CPU.for_messages([{"role": "user", "content": [{"type": "text", "text": "x" * 200_000}]},
+                                 {"role": "assistant", "tool_calls": [
+                                     {"function": {"name": "f", "arguments": "y" * 100_000}}]}]).large
+    many = cpu.CPU.for_messages([{"role": "user", "content": "x"}] * (cpu.LARGE_MESSAGES + 1))
+    assert many.large and many.many
+    assert not cpu.CPU.for_messages([{"role": "tool", "content": "x" * 300_000}]).many
+    # any shape: a Responses API item keeps its text elsewhere
+    assert cpu.CPU.for_messages([{"type": "function_call_output", "call_id": "c", "output": "x" * 300_000}]).large
+    # a step over a small part of a large request stays inline
+    large = cpu.CPU.for_messages([{"role": "system", "content": "s"}, {"role": "tool", "content": "x" * 300_000}])
+    assert large.large and not large.for_part([{"role": "system", "content": "s"}]).large
+    assert not cpu.INLINE.for_part([{"role": "tool", "content": "x" * 300_000}]).large  # small stays small
+
+
+async def test_a_large_request_is_planned_and_encoded_off_the_loop(tmp_path, monkeypatch):
+    threads: dict[str, set[str]] = {"plan": set(), "encode": set()}
+    plan, encode = pipeline.plan_compaction, RefStore._encode
+
+    def spy_plan(*args):
+        threads["plan"].add(threading.current_thread().name)
+        return plan(*args)
+
+    def spy_encode(self, offloads):
+        threads["encode"].add(threading.current_thread().name)
+        return encode(self, offloads)
+
+    monkeypatch.setattr(pipeline, "plan_compaction", spy_plan)
+    monkeypatch.setattr(RefStore, "_encode", spy_encode)
+    store = GuardedStore(SQLiteStore(tmp_path))
+    settings = OffloadSettings(mode="compact", max_total_tokens=100, max_tool_message_tokens=100)
+
+    async def prepare(size: int) -> pipeline.Prepared:
+        messages = [{"role": "user", "content": "go"}, {"role": "tool", "tool_call_id": "c", "content": "line\n" * size},
+                    {"role": "user", "content": "next"}]
+        return await pipeline.prepare(messages, settings, counter_for_model("gpt-4o"), "n" * 32,
+                                      RefStore(store, "n" * 32, 60), None, view=VIEW)
+
+    assert (await prepare(1000)).written  # 5 KB: inline
+    assert threads == {"plan": {threading.current_thread().name}, "encode": {threading.current_thread().name}}
+    threads["plan"].clear(), threads["encode"].clear()
+    assert (await prepare(100_000)).written  # 500 KB: in the pool
+    assert {name.split("_")[0] for name in threads["plan"] | threads["encode"]} == {"offload-cpu"}
+    await store.close()
+
+
+def _unique_words(chars: int, seed: int) -> str:
+    rnd = random.Random(seed)  # never counted before: tiktoken has to do the work
+    return " ".join(f"w{rnd.getrandbits(40):x}" for _ in range(chars // 12))
+
+
+def test_a_large_request_does_not_stall_other_tenants(make_proxy, upstream):
+    messages = [{"role": "user", "content": "go"}]
+    for i in range(16):
+        messages += [{"role": "assistant", "content": None, "tool_calls": [
+                         {"id": f"c{i}", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
+                     {"role": "tool", "tool_call_id": f"c{i}", "content": _unique_words(500_000, time.time_ns() + i)}]
+    messages.append({"role": "user", "content": "next"})
+    big = json.dumps({"model": "gpt-4o", "messages": messages}).encode()  # 8 MB, seconds of tiktoken
+    small = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
+    with make_proxy() as url, httpx.Client(timeout=60) as client:
+        client.post(f"{url}/v1/chat/completions", json=small, headers={"authorization": "Bearer sk-other"})
+        result: dict = {}
+
+        def large() -> None:
+            started = time.perf_counter()
+            result["response"] = httpx.post(f"{url}/v1/chat/completions", content=big, timeout=120, headers={
+                "authorization": "Bearer sk-large", "content-type": "application/json", "X-Offload-Mode": "compact"})
+            result["seconds"] = time.perf_counter() - started
+
+        thread = threading.Thread(target=large)
+        thread.start()
+        time.sleep(0.3)  # the body is in; its tokens are being counted
+        latencies = []
+        while thread.is_alive():
+            started = time.perf_counter()
+            r = client.post(f"{url}/v1/chat/completions", json=small, headers={"authorization": "Bearer sk-other"})
+            assert r.status_code == 200
+            latencies.append(time.perf_counter() - started)
+            time.sleep(0.02)
+        thread.join()
+    print(f"large request {result['seconds']:.2f} s; other tenant: {len(latencies)} requests, "
+          f"max {max(latencies) * 1e3:.0f} ms")
+    assert result["seconds"] > 1.0, "too little work to show anything"
+    assert len(latencies) >= 5 and max(latencies) < 0.4, (result["seconds"], latencies)
+    # and the store was not taken for down meanwhile: the large request itself was offloaded
+    assert result["response"].status_code == 200 and result["response"].headers["x-offload-action"] == "compact"

@@ -1,0 +1,263 @@
+"""The reload tools end to end against model behaviour that is hostile or unusual: catastrophic
+search patterns, non-finite numbers, several choices, and clients with tools of the same name."""
+
+from __future__ import annotations
+
+import gc
+import json
+import threading
+import time
+
+import httpx
+import pytest
+from starlette.responses import JSONResponse, StreamingResponse
+
+from tests.harness.history import agent_history, refs_sent
+from tests.harness.servers import completion, sse, stream_chunks, tool_call
+from tests.unit.reload.test_search import COMPILE_BOMBS, MB, rss, search_workers
+
+HEADERS = {"X-Offload-Max-Total-Tokens": "1000", "X-Offload-Max-Tool-Message-Tokens": "500"}
+RAW_HEADERS = {"authorization": "Bearer sk-test-key", **HEADERS}
+
+
+def raw_call(name: str, arguments: str, id: str = "proxy_1") -> dict:
+    return {"id": id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def run_by_proxy(rec) -> dict | None:
+    """The last message when it answers a call the upstream made to an injected tool (ids proxy_…)."""
+    last = rec.json()["messages"][-1]
+    return last if last["role"] == "tool" and last["tool_call_id"].startswith("proxy_") else None
+
+
+def call_then_echo(arguments, *, name: str = "context_reload", stream: bool = False):
+    """Upstream: 1st call → `name`(arguments(ref)); then a final answer quoting the tool result."""
+
+    async def handler(request, rec):
+        last = run_by_proxy(rec)
+        if last is None:
+            call = raw_call(name, arguments(refs_sent(rec)[0]))
+            if stream:
+                return StreamingResponse(iter(stream_chunks("Looking.", tool_calls=[call])),
+                                         media_type="text/event-stream")
+            return JSONResponse(completion("Looking.", tool_calls=[call]))
+        if stream:
+            return StreamingResponse(iter(stream_chunks("Told: " + last["content"][:60], id="chatcmpl-2")),
+                                     media_type="text/event-stream")
+        return JSONResponse(completion("Told: " + last["content"]))
+
+    return handler
+
+
+def sse_events(text: str) -> list[str]:
+    return [line[6:] for line in text.splitlines() if line.startswith("data: ")]
+
+
+# ---------------------------------------------------------------- 1. search off the event loop
+
+
+def search_through_the_proxy(url: str, upstream, history: list[dict], pattern: str) -> tuple[str, list[float], float]:
+    """One chat request whose model calls context_search(pattern) on the first offloaded item.
+
+    Returns (the search's result as the model got it, /healthz latencies while it ran, seconds
+    between the two upstream calls: what the search took).
+    """
+    times: list[float] = []
+
+    async def handler(request, rec):
+        if not rec.path.endswith("/chat/completions"):  # the proxy checking the client's key on /models
+            return JSONResponse({"object": "list", "data": []})
+        times.append(time.monotonic())
+        last = run_by_proxy(rec)
+        if last is None:
+            args = json.dumps({"pattern": pattern, "ref": refs_sent(rec)[0]})
+            return JSONResponse(completion(None, tool_calls=[raw_call("context_search", args)]))
+        return JSONResponse(completion(last["content"]))
+
+    upstream.handler = handler
+    with httpx.Client(base_url=url, timeout=5) as probe:
+        probe.get("/healthz")  # a warm connection: what is measured is the worker, not a handshake
+        result: dict = {}
+        chat = threading.Thread(target=lambda: result.update(r=httpx.post(
+            f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": history},
+            headers={"authorization": "Bearer sk-search", **HEADERS}, timeout=60)))
+        chat.start()
+        while not times:
+            time.sleep(0.01)
+        time.sleep(0.2)  # the search is running now
+        latencies = []
+        while chat.is_alive() and len(latencies) < 10:
+            started = time.monotonic()
+            assert probe.get("/healthz").status_code == 200
+            latencies.append(time.monotonic() - started)
+            time.sleep(0.05)
+        chat.join(30)
+    return result["r"].json()["choices"][0]["message"]["content"], latencies, times[1] - times[0]
+
+
+def test_catastrophic_search_leaves_the_worker_free_and_stops_at_its_deadline(make_proxy, upstream):
+    history = agent_history(steps=2)
+    history[3]["content"] = "".join("a" * 40 + "!\n" for _ in range(2000))  # (a|a)+$ backtracks on every line
+    with make_proxy(search_timeout=1.5) as url:
+        answer, latencies, took = search_through_the_proxy(url, upstream, history, "(a|a)+$")
+    assert latencies and max(latencies) < 0.05, latencies
+    assert len(latencies) >= 5, latencies
+    assert answer.startswith("No match for '(a|a)+$' so far.")
+    assert "Search stopped early" in answer and "time limit of 1.5 s" in answer
+    assert 1.4 < took < 2.5  # the search took its deadline, not more
+
+
+def test_compile_bombs_leave_the_worker_free_and_no_process_behind(make_proxy, upstream):
+    """Patterns that fool a check before compiling, or that regex's timeout cannot stop, are
+    compiled and matched in a worker process: the proxy's event loop and memory are untouched,
+    the search ends at its deadline, and no worker outlives the app."""
+    history = agent_history(steps=2)
+    gc.collect()
+    others = set(search_workers())  # other proxies of this test session (the shared one) keep theirs
+    with make_proxy(search_timeout=1.5) as url:
+        search_through_the_proxy(url, upstream, history, "step0 line 3:")  # a worker is running: measure from here
+        before = rss()
+        for pattern in COMPILE_BOMBS[:3]:  # in this order: a proxy compiling in-process fails before the last
+            answer, latencies, took = search_through_the_proxy(url, upstream, history, pattern)
+            assert latencies and max(latencies) < 0.05, (pattern, latencies)
+            assert took < 1.5 + 0.6, (pattern, took)
+            assert rss() - before < 100 * MB, (pattern, (rss() - before) // MB)
+            assert answer.startswith((f"The pattern {pattern!r} is too expensive", f"No match for {pattern!r}")), (
+                pattern, answer)
+        assert "Search stopped early" in answer  # ((?1)|a): out of memory, or killed at its deadline
+        answer, _, _ = search_through_the_proxy(url, upstream, history, "step0 line 7:")  # on a new worker
+        assert answer.startswith("ref=") and "step0 line 7: value=49" in answer
+        assert len(set(search_workers(zombies=False)) - others) == 1
+    assert set(search_workers()) - others == set()
+
+
+# ---------------------------------------------------------------- 2. arguments the model gets wrong
+
+BAD_OFFSETS = ["Infinity", "-Infinity", "NaN", "1e999", "1" + "0" * 40, '"12"', "true", "[3]"]
+
+
+@pytest.mark.parametrize("offset", BAD_OFFSETS)
+def test_bad_offset_is_answered_to_the_model(client, upstream, offset):
+    upstream.handler = call_then_echo(lambda ref: f'{{"ref": "{ref}", "offset": {offset}}}')
+    result = client.chat.completions.create(model="gpt-4o", messages=agent_history(steps=4), extra_headers=HEADERS)
+    told = upstream.chat_requests()[1].json()["messages"][-1]["content"]
+    assert told.startswith("Invalid arguments for context_reload: offset must be")
+    assert result.choices[0].message.content == "Told: " + told
+
+
+@pytest.mark.parametrize("offset", ["Infinity", "1e999", '"12"'])
+def test_bad_offset_in_a_stream_is_answered_to_the_model(proxy_url, upstream, offset):
+    upstream.handler = call_then_echo(lambda ref: f'{{"ref": "{ref}", "offset": {offset}}}', stream=True)
+    with httpx.stream("POST", f"{proxy_url}/v1/chat/completions", headers=RAW_HEADERS, timeout=20,
+                      json={"model": "gpt-4o", "messages": agent_history(steps=4), "stream": True}) as r:
+        events = sse_events(r.read().decode())
+    assert r.status_code == 200 and events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert not [c for c in chunks if "error" in c]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices"))
+    assert "Told: Invalid arguments for context_reload" in text
+
+
+def test_a_round_failing_midway_ends_the_stream_with_error_then_done(proxy_url, upstream):
+    async def handler(request, rec):
+        if run_by_proxy(rec) is None:
+            call = raw_call("context_reload", json.dumps({"ref": refs_sent(rec)[0]}))
+            return StreamingResponse(iter(stream_chunks("Looking.", tool_calls=[call])), media_type="text/event-stream")
+        return StreamingResponse(iter([sse({"choices": [{"index": 0, "delta": 5}]}), sse("[DONE]")]),
+                                 media_type="text/event-stream")
+
+    upstream.handler = handler
+    with httpx.stream("POST", f"{proxy_url}/v1/chat/completions", headers=RAW_HEADERS, timeout=20,
+                      json={"model": "gpt-4o", "messages": agent_history(steps=4), "stream": True}) as r:
+        events = sse_events(r.read().decode())
+    assert events[-1] == "[DONE]" and json.loads(events[-2])["error"]["type"] == "server_error"
+
+
+# ---------------------------------------------------------------- 3. several choices
+
+
+def multi_choice_stream(*steps: tuple[int, dict, str | None]) -> list[bytes]:
+    base = {"id": "chatcmpl-n", "object": "chat.completion.chunk", "created": 1700000000, "model": "gpt-4o"}
+    out = [sse({**base, "choices": [{"index": i, "delta": d, "logprobs": None, "finish_reason": f}]})
+           for i, d, f in steps]
+    return out + [sse("[DONE]")]
+
+
+def test_streamed_choices_never_show_injected_calls(client, upstream):
+    def calls(name: str, arguments: str, id: str) -> dict:
+        return {"tool_calls": [{"index": 0, "id": id, "type": "function",
+                                "function": {"name": name, "arguments": arguments}}]}
+
+    async def handler(request, rec):
+        if run_by_proxy(rec) is None:
+            ref = refs_sent(rec)[0]
+            steps = [(0, {"role": "assistant", "content": "A looks. "}, None),
+                     (1, {"role": "assistant", "content": "B looks. "}, None),
+                     (0, calls("context_reload", json.dumps({"ref": ref}), "proxy_r0"), None),
+                     (1, calls("context_search", json.dumps({"pattern": "step1"}), "s1"), None),
+                     (1, {}, "tool_calls"), (0, {}, "tool_calls")]
+        else:
+            steps = [(0, {"role": "assistant", "content": "A answers."}, None), (1, {"content": "B twice"}, None),
+                     (0, {}, "stop"), (1, {}, "stop")]
+        return StreamingResponse(iter(multi_choice_stream(*steps)), media_type="text/event-stream")
+
+    upstream.handler = handler
+    chunks = list(client.chat.completions.create(model="gpt-4o", messages=agent_history(steps=4), n=2, stream=True,
+                                                 extra_headers=HEADERS))
+    choices = [c for chunk in chunks for c in chunk.choices]
+    assert not [c for c in choices if c.delta.tool_calls]
+    assert sorted((c.index, c.finish_reason) for c in choices if c.finish_reason) == [(0, "stop"), (1, "stop")]
+    assert "".join(c.delta.content or "" for c in choices if c.index == 0) == "A looks. A answers."
+    assert "".join(c.delta.content or "" for c in choices if c.index == 1) == "B looks. "
+    assert len(upstream.chat_requests()) == 2
+
+
+def test_non_streamed_choices_never_show_injected_calls(client, upstream):
+    async def handler(request, rec):
+        body = completion("final")
+        if run_by_proxy(rec) is None:
+            ref = refs_sent(rec)[0]
+            body = completion(None, tool_calls=[tool_call("context_reload", {"ref": ref}, id="proxy_r0")])
+        other = completion("B", tool_calls=[tool_call("context_search", {"pattern": "x"}, id="s1")])["choices"][0]
+        body["choices"].append({**other, "index": 1})
+        return JSONResponse(body)
+
+    upstream.handler = handler
+    result = client.chat.completions.create(model="gpt-4o", messages=agent_history(steps=4), n=2,
+                                            extra_headers=HEADERS)
+    assert [c.message.tool_calls for c in result.choices] == [None, None]
+    assert [c.finish_reason for c in result.choices] == ["stop", "stop"]
+    assert [c.message.content for c in result.choices] == ["final", "B"]
+
+
+# ---------------------------------------------------------------- 4. the client's own tool of the same name
+
+CLIENT_SEARCH = {"type": "function", "function": {"name": "context_search", "description": "the client's own",
+                                                  "parameters": {"type": "object", "properties": {}}}}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_client_tool_named_like_an_injected_one_is_left_alone(client, upstream, stream):
+    history = agent_history(steps=4)
+    call = tool_call("context_search", {"query": "mine"}, id="client_call")
+    if stream:
+        upstream.handler = lambda request, rec: _async(StreamingResponse(
+            iter(stream_chunks(None, tool_calls=[call])), media_type="text/event-stream"))
+    else:
+        upstream.handler = lambda request, rec: _async(JSONResponse(completion(None, tool_calls=[call])))
+    raw = client.chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=history, tools=[CLIENT_SEARCH], stream=stream, extra_headers=HEADERS)
+    if stream:
+        deltas = [tc for chunk in raw.parse() for c in chunk.choices for tc in (c.delta.tool_calls or [])]
+        assert [d.function.name for d in deltas if d.function and d.function.name] == ["context_search"]
+    else:
+        assert [c.function.name for c in raw.parse().choices[0].message.tool_calls] == ["context_search"]
+    (sent,) = upstream.chat_requests()
+    names = [t["function"]["name"] for t in sent.json()["tools"]]
+    assert names == ["context_search"]
+    assert sent.json()["messages"] == history and not refs_sent(sent)  # nothing offloaded for this request
+    assert "context_search" in raw.headers["x-offload-warning"]
+
+
+async def _async(value):
+    return value

@@ -1,0 +1,198 @@
+"""The replay command on small conversations of our own."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from proxy.cli import main
+from proxy.replay.runner import common_prefix, prefix_reuse, turns_of
+from tests.harness.history import agent_history
+
+
+def conversation(name: str, steps: int) -> dict:
+    messages = agent_history(steps=steps, lines=120)
+    for i in range(steps):  # medium chatter that compaction cannot shrink
+        messages += [{"role": "user", "content": f"note {i} " + "detail " * 150},
+                     {"role": "assistant", "content": f"ack {i} " + "reasoning " * 150}]
+    messages.append({"role": "assistant", "content": "done"})
+    return {"id": name, "messages": messages, "tools": [{"type": "function", "function": {
+        "name": "bash", "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}}]}
+
+
+def test_turns_are_requests_before_each_assistant_message():
+    messages = [{"role": "system"}, {"role": "user"}, {"role": "assistant"}, {"role": "tool"}, {"role": "assistant"}]
+    assert turns_of(messages) == [messages[:2], messages[:4]]
+
+
+def test_prefix_reuse_definition():
+    a, b, c = {"x": 1}, {"x": 2}, {"x": 3}
+    assert common_prefix([a, b], [a, b, c]) == 2
+    assert prefix_reuse([[a], [a, b], [a, b, c]], [[10], [10, 5], [10, 5, 1]]) == 1.0  # raw history
+    assert prefix_reuse([[a, b], [c]], [[10, 5], [1]]) == 0.0
+    assert prefix_reuse([[a, b], [a, c]], [[10, 30], [10, 30]]) == 0.25
+
+
+def test_replay_writes_report_and_charts(tmp_path, capsys):
+    traces = tmp_path / "conversations.jsonl"
+    traces.write_text("\n".join(json.dumps(conversation(f"conv-{n}", 8 + n)) for n in range(2)))
+    out = tmp_path / "out"
+    main(["replay", str(traces), "--out", str(out), "--max-total-tokens", "3000", "--data-dir", str(tmp_path / "d")])
+    report = json.loads((out / "report.json").read_text())
+    assert len(report["conversations"]) == 2
+    for entry in [report["overall"], *report["conversations"]]:
+        for key in ("turns", "raw_tokens", "forwarded_tokens", "prefix_reuse", "max_forwarded_turn", "summaries",
+                    "reload_exact_fraction", "ms_per_turn_cold", "ms_per_turn_steady"):
+            assert key in entry
+    o = report["overall"]
+    assert o["forwarded_tokens"] < o["raw_tokens"] and o["summaries"] >= 2 and o["refs"] > 2
+    assert o["reload_exact_fraction"] == 1.0 and o["turns_over_budget"] == 0
+    assert 0.3 < o["prefix_reuse"] <= 1.0
+    assert (out / "overall.png").stat().st_size > 1000 and (out / "conv-0.png").exists()
+    printed = capsys.readouterr().out
+    assert "OVERALL" in printed and "conv-1" in printed
+
+
+TIMING = ("ms_per_turn_cold", "ms_per_turn_steady")
+
+
+def without_timing(report: dict) -> dict:
+    strip = lambda entry: {k: v for k, v in entry.items() if k not in TIMING}  # noqa: E731
+    return {**report, "overall": strip(report["overall"]), "conversations": [strip(c) for c in report["conversations"]]}
+
+
+def test_two_runs_give_identical_figures(tmp_path, capsys):
+    traces = tmp_path / "conversations.jsonl"
+    traces.write_text("\n".join(json.dumps(conversation(f"conv-{n}", 8 + n)) for n in range(2)))
+    reports = []
+    for run in range(2):
+        out = tmp_path / f"out{run}"
+        main(["replay", str(traces), "--out", str(out), "--max-total-tokens", "3000"])
+        reports.append(json.loads((out / "report.json").read_text()))
+    first, second = map(without_timing, reports)
+    assert first["overall"]["refs"] > 2 and first["overall"]["summaries"] >= 2  # refs appear in the figures
+    assert first == second
+    for timing in TIMING:  # kept in the report, just not compared
+        assert timing in reports[0]["overall"] and timing in reports[0]["conversations"][0]
+    assert "already holds" not in capsys.readouterr().err
+
+
+def test_rerun_on_the_same_data_dir_says_the_store_was_not_fresh(tmp_path, capsys):
+    traces = tmp_path / "conversations.jsonl"
+    traces.write_text(json.dumps(conversation("conv-0", 8)))
+    reports = []
+    for run in range(2):
+        main(["replay", str(traces), "--out", str(tmp_path / f"out{run}"), "--max-total-tokens", "3000",
+              "--data-dir", str(tmp_path / "d")])
+        reports.append(json.loads((tmp_path / f"out{run}" / "report.json").read_text()))
+    assert reports[0]["conversations"][0]["store_was_fresh"] is True
+    assert reports[1]["conversations"][0]["store_was_fresh"] is False
+    # the forwarded payloads are the same (same refs, same summaries, reused this time) ...
+    assert reports[0]["conversations"][0]["forwarded_per_turn"] == reports[1]["conversations"][0]["forwarded_per_turn"]
+    assert "already holds a replay of 'conv-0'" in capsys.readouterr().err
+
+
+GOOD = json.dumps({"id": "ok", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})
+
+
+@pytest.mark.parametrize("bad, expected", [
+    ('{"id": "x", "turns": []}', 'line 3: the object has no "messages"'),
+    ('[{"role": "user", "content": "hi"}]', 'line 3: expected a JSON object with a "messages" list, got a list'),
+    ('{"messages": [', "line 3: not valid JSON"),
+    ('{"messages": "hello"}', 'line 3: "messages" is a string, expected a list'),
+    ('{"messages": [], "tools": {"a": 1}}', 'line 3: "tools" is an object, expected a list'),
+])
+def test_bad_line_is_a_one_line_error_naming_it(tmp_path, bad, expected):
+    traces = tmp_path / "c.jsonl"
+    traces.write_text(f"{GOOD}\n\n{bad}\n{GOOD}\n")  # line 2 is blank: numbers are the file's own
+    with pytest.raises(SystemExit) as info:
+        main(["replay", str(traces), "--out", str(tmp_path / "out")])
+    message = str(info.value.code)
+    assert message.startswith("offload-proxy replay: ") and f"c.jsonl {expected}" in message, message
+    assert "\n" not in message
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_file_from_the_command_line_exits_non_zero_without_traceback(tmp_path):
+    import subprocess
+    import sys
+
+    traces = tmp_path / "c.jsonl"
+    traces.write_text(f"{GOOD}\n[1, 2]\n")
+    done = subprocess.run([sys.executable, "-m", "proxy", "replay", str(traces), "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].endswith("line 2: expected a JSON object with a \"messages\" "
+                                                         "list, got a list")
+    missing = subprocess.run([sys.executable, "-m", "proxy", "replay", str(tmp_path / "nope.jsonl")],
+                             capture_output=True, text=True, timeout=60)
+    assert missing.returncode != 0 and "Traceback" not in missing.stderr and "nope.jsonl" in missing.stderr
+
+
+# ---------------------------------------------------------------- table and charts
+
+SAME_HEAD = ["msa-deepseek_chat_test_1-100-django__django-11099", "msa-deepseek_chat_test_1-100-django__django-12708",
+             "msa-deepseek_chat_test_1-100-django__django-13265"]
+
+
+def test_table_and_chart_labels_are_unique_when_ids_share_a_long_head():
+    from proxy.replay.report import CHART_NAME_WIDTH, NAME_WIDTH, chart_names, unique_labels
+
+    for width in (NAME_WIDTH, CHART_NAME_WIDTH, 18):
+        labels = unique_labels(SAME_HEAD, width)
+        assert len(set(labels)) == 3 and all(len(label) <= width for label in labels), labels
+    assert unique_labels(SAME_HEAD, NAME_WIDTH)[0].endswith("django-11099")  # the distinguishing tail is kept
+    assert unique_labels(["short", "short", "x" * 50, "x" * 50], 20) == [
+        "short #1", "short #2", "xxxxxxxx…xxxxxxxx #3", "xxxxxxxx…xxxxxxxx #4"]
+    names = chart_names(["a/b", "a b", "overall", "z" * 100, "z" * 90])
+    assert len(set(names)) == 5 and "overall.png" not in names
+
+
+def replay_report_for(ids: list[str], tmp_path, monkeypatch, capsys, steps: int = 6) -> tuple[dict, str, dict]:
+    """Replay conversations with these ids; returns the report, the printed table and the saved figures."""
+    import matplotlib.figure
+
+    saved: dict = {}
+    original = matplotlib.figure.Figure.savefig
+
+    def record(fig, path, *args, **kwargs):
+        saved[Path(path).name] = fig
+        fig.canvas.draw()  # ticks as they are drawn
+        return original(fig, path, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", record)
+    traces = tmp_path / "c.jsonl"
+    traces.write_text("\n".join(json.dumps({**conversation("x", steps), "id": i}) for i in ids))
+    capsys.readouterr()
+    main(["replay", str(traces), "--out", str(tmp_path / "out"), "--max-total-tokens", "3000"])
+    return json.loads((tmp_path / "out" / "report.json").read_text()), capsys.readouterr().out, saved
+
+
+def test_replay_table_and_overall_chart_tell_conversations_apart(tmp_path, monkeypatch, capsys):
+    report, printed, saved = replay_report_for(SAME_HEAD, tmp_path, monkeypatch, capsys)
+    rows = [line for line in printed.splitlines() if line.startswith("msa-")]
+    assert len(rows) == 3 and len({row.split()[0] for row in rows}) == 3
+    overall = saved["overall.png"].axes[0]
+    labels = [t.get_text() for t in overall.get_xticklabels()]
+    assert len(labels) == 3 and len(set(labels)) == 3 and all(label for label in labels)
+    assert len([name for name in saved if name != "overall.png"]) == 3
+    assert all((tmp_path / "out" / name).stat().st_size > 1000 for name in saved)
+
+
+def test_conversation_chart_shows_the_trigger_integer_turns_and_raw_on_top(tmp_path, monkeypatch, capsys):
+    report, _, saved = replay_report_for(["short"], tmp_path, monkeypatch, capsys, steps=1)
+    c = report["conversations"][0]
+    assert c["forwarded_per_turn"] == c["raw_per_turn"]  # nothing offloaded: the two lines coincide
+    ax = saved["short.png"].axes[0]
+    ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    trigger = next(line for label, line in lines.items() if label.startswith("max_total_tokens"))
+    assert set(trigger.get_ydata()) == {3000}
+    raw, forwarded = lines["raw"], lines["forwarded"]
+    assert list(raw.get_xdata()) == list(range(1, c["turns"] + 1))  # turn k is the k-th request
+    assert raw.get_zorder() > forwarded.get_zorder() and raw.get_linestyle() == "--"
+    assert ax.get_ylim()[1] > 3000  # the trigger line is inside the chart

@@ -1,0 +1,120 @@
+"""Redis failing under the proxy: requests never fail, offloading resumes by itself."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+from starlette.responses import JSONResponse
+
+from tests.harness.history import agent_history, refs_sent
+from tests.harness.servers import RedisProcess, completion, tool_call
+
+HEADERS = {"X-Offload-Max-Total-Tokens": "1000", "authorization": "Bearer sk-faults"}
+
+
+@pytest.fixture
+def redis_server():
+    server = RedisProcess().start()
+    yield server
+    if server.proc and server.proc.poll() is None:
+        os.kill(server.proc.pid, signal.SIGCONT)
+    server.stop()
+
+
+def post(url: str, messages: list, timeout: float = 10) -> httpx.Response:
+    return httpx.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": messages},
+                      headers=HEADERS, timeout=timeout)
+
+
+def test_redis_killed_under_load_then_back(make_proxy, upstream, redis_server):
+    history = agent_history(steps=4)
+    with make_proxy(redis_url=redis_server.url, store_timeout=0.3) as url:
+        statuses: list[int] = []
+        warnings: list[str] = []
+        stop = threading.Event()
+
+        def load():
+            n = 0
+            while not stop.is_set():
+                n += 1
+                r = post(url, history + [{"role": "user", "content": f"again {threading.get_ident()} {n}"}])
+                statuses.append(r.status_code)
+                warnings.append(r.headers.get("x-offload-warning", ""))
+
+        workers = [threading.Thread(target=load) for _ in range(4)]
+        for w in workers:
+            w.start()
+        time.sleep(0.5)
+        redis_server.proc.kill()
+        redis_server.proc.wait()
+        time.sleep(1.0)
+        assert httpx.get(f"{url}/readyz").status_code == 503
+        down = post(url, history)
+        assert down.status_code == 200 and "store unavailable" in down.headers["x-offload-warning"]
+        assert refs_sent(upstream.chat_requests()[-1]) == []  # the original payload went through
+        redis_server.start()  # same port, empty
+        time.sleep(0.5)
+        stop.set()
+        for w in workers:
+            w.join()
+        assert set(statuses) == {200}, statuses
+        assert any("store unavailable" in w for w in warnings)
+        deadline = time.monotonic() + 10
+        while httpx.get(f"{url}/readyz").status_code != 200:
+            assert time.monotonic() < deadline, "never became ready again"
+            time.sleep(0.2)
+        back = post(url, history)
+        assert back.status_code == 200 and "x-offload-warning" not in back.headers
+        assert back.headers["x-offload-action"] == "compact"
+        ref = refs_sent(upstream.chat_requests()[-1])[0]
+        stored = httpx.get(f"{url}/v1/offload/{ref}", headers={"authorization": HEADERS["authorization"]})
+        assert stored.json()["content"] == history[3]["content"]
+
+
+def test_hung_redis_cannot_stall_requests_and_reload_says_unavailable(make_proxy, upstream, redis_server):
+    history = agent_history(steps=4)
+
+    async def handler(request, rec):
+        last = rec.json()["messages"][-1]
+        if (last["role"] == "tool" and last["tool_call_id"] == "call_x") or not refs_sent(rec):
+            return JSONResponse(completion("ok"))
+        os.kill(redis_server.proc.pid, signal.SIGSTOP)  # Redis hangs after the refs were stored
+        return JSONResponse(completion(None, tool_calls=[
+            tool_call("context_reload", {"ref": refs_sent(rec)[0]}, id="call_x")]))
+
+    upstream.handler = handler
+    with make_proxy(redis_url=redis_server.url, store_timeout=0.3) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-faults", max_retries=0)
+        start = time.monotonic()
+        result = client.chat.completions.create(model="gpt-4o", messages=history,
+                                                extra_headers={"X-Offload-Max-Total-Tokens": "1000"})
+        assert result.choices[0].message.content == "ok"
+        answer = upstream.chat_requests()[-1].json()["messages"][-1]["content"]
+        assert "temporarily unavailable" in answer
+        start = time.monotonic()
+        hung = post(url, agent_history(steps=5))  # Redis is still stopped
+        assert hung.status_code == 200 and "store unavailable" in hung.headers["x-offload-warning"]
+        assert time.monotonic() - start < 3
+        assert httpx.get(f"{url}/readyz", timeout=5).status_code == 503
+        os.kill(redis_server.proc.pid, signal.SIGCONT)
+        deadline = time.monotonic() + 10
+        while "x-offload-warning" in post(url, history).headers:
+            assert time.monotonic() < deadline, "offloading did not resume"
+            time.sleep(0.2)
+
+
+@pytest.mark.parametrize("scheme", ["redis", "redis+cluster"])
+def test_unreachable_store_is_503_on_readyz_and_chat_still_answers(make_proxy, upstream, scheme):
+    from tests.harness.servers import free_port
+
+    with make_proxy(redis_url=f"{scheme}://127.0.0.1:{free_port()}/0", store_timeout=0.3) as url:
+        ready = httpx.get(f"{url}/readyz", timeout=10)
+        assert ready.status_code == 503 and ready.json()["store"] == "unreachable"
+        r = post(url, agent_history(steps=4))
+        assert r.status_code == 200 and "store unavailable" in r.headers["x-offload-warning"]

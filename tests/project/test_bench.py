@@ -1,0 +1,36 @@
+"""The benchmarks run end to end on tiny inputs (their numbers are not asserted: no timed tests)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.harness.history import agent_history
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def run(script: str, *args: str) -> str:
+    done = subprocess.run([sys.executable, str(BENCH / script), *args], capture_output=True, text=True,
+                          timeout=120, cwd=BENCH.parent)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_passthrough():
+    out = run("passthrough.py", "--requests", "5", "--concurrency", "2")
+    assert "total ratio" in out and "first chunk" in out and "concurrent" in out
+
+
+def test_big_history(tmp_path):
+    traces = tmp_path / "traces.jsonl"
+    traces.write_text("\n".join(json.dumps({"id": f"t{i}", "messages": agent_history(steps=4 + i)}) for i in range(2)))
+    out = run("big_history.py", "--tokens", "30000", "--rounds", "1", "--repeats", "2", "--traces", str(traces))
+    assert "back to back" in out and "compact" in out
+
+
+def test_scale():
+    out = run("scale.py", "--streams", "10", "--chunks", "2", "--delay-ms", "1")
+    assert "0 errors" in out and "peak RSS" in out

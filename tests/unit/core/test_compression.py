@@ -1,0 +1,118 @@
+"""The pure compression planner: split, pairing, groups, decisions, assembly."""
+
+from __future__ import annotations
+
+import json
+
+from proxy.core import compression as cp
+from proxy.formats.chat import VIEW
+from proxy.core.settings import OffloadSettings
+from proxy.core.tokens import counter_for_model
+
+COUNTER = counter_for_model("gpt-4o")
+
+
+def call(i, n=1):
+    return {"role": "assistant", "content": None, "tool_calls": [
+        {"id": f"c{i}_{k}", "type": "function", "function": {"name": "f", "arguments": "{}"}} for k in range(n)]}
+
+
+def result(i, k=0, text="x"):
+    return {"role": "tool", "tool_call_id": f"c{i}_{k}", "content": text}
+
+
+def test_split_keeps_pairs_together():
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}, call(1), result(1),
+            call(2, 3), result(2, 0), result(2, 1), result(2, 2)]
+    head, tail = cp.split(msgs, VIEW, keep_recent=2)
+    assert head == 1 and tail == 4  # the tail starts at the assistant message of call 2
+    assert cp.split(msgs, VIEW, keep_recent=1) == (1, 4)
+    assert cp.split(msgs, VIEW, keep_recent=4) == (1, 4)
+    assert cp.split(msgs, VIEW, keep_recent=5) == (1, 2)
+
+
+def test_split_with_no_tail():
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}, call(1), result(1)]
+    assert cp.split(msgs, VIEW, keep_recent=0) == (1, 4)
+    assert cp.split([None], VIEW, keep_recent=0) == (0, 1)
+
+
+def test_split_tiny_empty_and_all_system():
+    assert cp.split([], VIEW, 2) == (0, 0)
+    assert cp.split([{"role": "user", "content": "hi"}], VIEW, 2) == (0, 0)
+    assert cp.split([{"role": "system", "content": "a"}, {"role": "developer", "content": "b"}], VIEW, 2) == (2, 2)
+
+
+def test_decide_triggers_only_above_threshold():
+    msgs = [{"role": "system", "content": "s"}] + [{"role": "user", "content": "word " * 100} for _ in range(10)]
+    settings = OffloadSettings(max_total_tokens=500)
+    d = cp.decide(msgs, VIEW, settings, COUNTER, None)
+    assert (d.action, d.head, d.cut, d.new_items) == ("summarize", 1, 9, (1, 9))
+    assert cp.decide(msgs, VIEW, OffloadSettings(max_total_tokens=100_000), COUNTER, None).action == "none"
+
+
+def test_decide_reuses_prior_until_the_rest_grows_past_the_trigger():
+    msgs = [{"role": "system", "content": "s"}] + [{"role": "user", "content": "word " * 100} for _ in range(10)]
+    prior = cp.PriorSummary(cut=7, text="<state_snapshot/>", ref="r", tokens=3, message={})
+    settings = OffloadSettings(max_total_tokens=500)
+    assert cp.decide(msgs, VIEW, settings, COUNTER, prior).action == "reuse"  # 2 messages after the cut
+    longer = msgs + [{"role": "user", "content": "word " * 100} for _ in range(8)]
+    d = cp.decide(longer, VIEW, settings, COUNTER, prior)
+    assert d.action == "summarize" and d.new_items == (7, d.cut) and d.prior is prior
+
+
+def test_system_messages_do_not_count_and_stay_verbatim():
+    sys_mid = {"role": "system", "content": "mid " * 1000}
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}, sys_mid,
+            {"role": "user", "content": "v"}, {"role": "user", "content": "w"}, {"role": "user", "content": "z"}]
+    assert cp.decide(msgs, VIEW, OffloadSettings(max_total_tokens=50), COUNTER, None).action == "none"
+    summary = cp.summary_item(VIEW, "S", "ref1", 2, 10)
+    out = cp.assemble(msgs, VIEW, 1, 4, summary)
+    assert out == [msgs[0], summary, sys_mid, msgs[4], msgs[5]]
+
+
+def test_groups_respect_threshold_and_pairs():
+    msgs = [{"role": "user", "content": "word " * 50}, call(1, 2), result(1, 0, "r " * 50), result(1, 1, "r " * 50),
+            {"role": "user", "content": "word " * 50}]
+    spans = cp.groups(msgs, VIEW, 0, 5, 80, COUNTER)
+    assert spans[0] == (0, 1) and spans[-1][1] == 5
+    for start, end in spans:
+        assert VIEW.role(msgs[start]) != "tool"  # a group never begins inside a call's results
+    assert cp.groups(msgs, VIEW, 0, 5, 0, COUNTER) == [(0, 5)]
+    assert cp.groups(msgs, VIEW, 2, 2, 0, COUNTER) == []
+
+
+def test_groups_never_make_more_summary_calls_than_the_cap():
+    words = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"word{i}"} for i in range(2000)]
+    spans = cp.groups(words, VIEW, 0, 2000, 1, COUNTER)  # a threshold of 1 token: one group per message asked
+    assert len(spans) == 8, len(spans)  # compress_plan.MAX_GROUPS, not 2,000
+    assert spans[0][0] == 0 and spans[-1][1] == 2000
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))  # contiguous, in order, nothing left out
+    sizes = [sum(COUNTER.message(m) for m in words[a:b]) for a, b in spans]
+    assert max(sizes) - min(sizes) <= 2 * max(COUNTER.message(m) for m in words)  # alike units: even groups
+
+    # pairs still never split, and a unit bigger than the grown threshold is a group of its own
+    msgs = [{"role": "user", "content": "u"}]
+    for i in range(30):
+        msgs += [call(i, 3), result(i, 0), result(i, 1), result(i, 2, "big " * (400 if i == 7 else 1))]
+    spans = cp.groups(msgs, VIEW, 0, len(msgs), 1, COUNTER)
+    assert len(spans) <= cp.MAX_GROUPS == 8 and spans[-1][1] == len(msgs)
+    assert all(VIEW.role(msgs[a]) != "tool" for a, _ in spans)
+
+    # under the cap, the threshold is kept as asked
+    few = words[:6]
+    assert cp.groups(few, VIEW, 0, 6, 1, COUNTER) == [(i, i + 1) for i in range(6)]
+
+
+def test_chain_hashes_identify_prefixes():
+    a = [{"role": "user", "content": "1"}, {"role": "user", "content": "2"}]
+    b = [{"role": "user", "content": "1"}, {"role": "user", "content": "3"}]
+    ha, hb = cp.PrefixHashes(a), cp.PrefixHashes(b)
+    assert hb[2] != ha[2] and ha[1] == hb[1] and ha[0] == hb[0]
+    assert cp.PrefixHashes(a)[2] == ha[2]  # the same prefix, the same hash, in any order of asking
+
+
+def test_history_lines_are_json_per_message():
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "a\nb"}, call(1)]
+    lines = cp.history_lines(msgs, VIEW).splitlines()
+    assert [json.loads(line) for line in lines] == msgs[1:]

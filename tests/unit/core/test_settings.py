@@ -1,0 +1,71 @@
+"""Per-request settings: defaults, tenants file, headers, validation, caps."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.errors import ProxyError
+from proxy.core.settings import SettingsResolver, header_name, load_tenants_file
+
+
+def test_defaults_match_the_documented_values():
+    s = SettingsResolver({}).resolve({})
+    assert (s.mode, s.max_total_tokens, s.max_tool_message_tokens, s.max_reload_tokens, s.max_reload_rounds,
+            s.reload_tools) == ("auto", 20000, 2000, 8000, 4, True)
+    assert s.keep_recent_for(1) == 1
+
+
+def test_headers_override_tenant_overrides_server_default(tmp_path):
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text('[tenants.acme]\nmax_total_tokens = 5000\nmode = "compact"\n')
+    resolver = SettingsResolver({"max_total_tokens": 30000}, load_tenants_file(tenants))
+    assert resolver.resolve({}).max_total_tokens == 30000
+    assert resolver.resolve({}, tenant="acme").max_total_tokens == 5000
+    s = resolver.resolve({"X-Offload-Max-Total-Tokens": "7000", "X-Offload-Reload-Tools": "off",
+                          "X-Offload-Keep-Recent": "3"}, tenant="acme")
+    assert (s.max_total_tokens, s.mode, s.reload_tools, s.keep_recent) == (7000, "compact", False, 3)
+
+
+def test_yaml_tenants_file(tmp_path):
+    pytest.importorskip("yaml")
+    tenants = tmp_path / "tenants.yaml"
+    tenants.write_text("tenants:\n  acme:\n    max_reload_rounds: 2\n")
+    assert SettingsResolver({}, load_tenants_file(tenants)).resolve({}, tenant="acme").max_reload_rounds == 2
+
+
+def test_bad_tenants_file_fails_at_startup(tmp_path):
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text('[tenants.acme]\nmax_total_tokens = -5\n')
+    with pytest.raises(Exception):
+        load_tenants_file(tenants)
+
+
+@pytest.mark.parametrize("header,value,expect", [
+    ("X-Offload-Mode", "squash", "one of auto, compact, compress, off"),
+    ("X-Offload-Max-Total-Tokens", "-1", "an integer from 0 to"),
+    ("X-Offload-Max-Reload-Rounds", "many", "an integer from 0 to 50"),
+    ("X-Offload-Reload-Tools", "maybe", "on or off"),
+    ("X-Offload-Tenant", "a b", "characters"),
+    ("X-Offload-Session", "x" * 200, "characters"),
+])
+def test_invalid_headers_name_the_header_and_the_range(header, value, expect):
+    with pytest.raises(ProxyError) as info:
+        SettingsResolver({}).resolve({header: value})
+    assert info.value.status == 400 and info.value.param == header
+    assert header in info.value.message and expect in info.value.message
+
+
+def test_server_caps_what_headers_may_ask():
+    resolver = SettingsResolver({}, header_caps={"max_reload_rounds": 3})
+    assert resolver.resolve({"X-Offload-Max-Reload-Rounds": "3"}).max_reload_rounds == 3
+    with pytest.raises(ProxyError) as info:
+        resolver.resolve({"X-Offload-Max-Reload-Rounds": "9"})
+    assert "at most 3" in info.value.message
+
+
+def test_unknown_offload_headers_are_ignored():
+    assert SettingsResolver({}).resolve({"X-Offload-Something-New": "1"}).mode == "auto"
+
+
+def test_header_names():
+    assert header_name("max_tool_message_tokens") == "X-Offload-Max-Tool-Message-Tokens"

@@ -1,0 +1,135 @@
+"""The reload loop over canned upstream responses: several choices, and streams that fail midway."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from proxy.reload import loop as reload_loop
+from proxy.core.compaction import Offload
+from proxy.offload.refs import RefStore
+from proxy.reload.tools import ReloadTools
+from proxy.store.sqlite import SQLiteStore
+from proxy.core.tokens import counter_for_model
+
+pytestmark = pytest.mark.anyio
+BASE = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+
+
+def chunk(index: int, delta: dict, finish: str | None = None) -> dict:
+    return {**BASE, "choices": [{"index": index, "delta": delta, "finish_reason": finish}]}
+
+
+def call_delta(name: str, arguments: str, id: str) -> dict:
+    return {"tool_calls": [{"index": 0, "id": id, "type": "function",
+                            "function": {"name": name, "arguments": arguments}}]}
+
+
+def sse_response(*events: dict | str) -> httpx.Response:
+    body = b"".join(b"data: " + (e if isinstance(e, str) else json.dumps(e)).encode() + b"\n\n" for e in events)
+    return httpx.Response(200, content=body + b"data: [DONE]\n\n", headers={"content-type": "text/event-stream"})
+
+
+@pytest.fixture
+async def tools(tmp_path):
+    store = SQLiteStore(tmp_path)
+    refs = RefStore(store, "n" * 32, ttl=60)
+    await refs.save([Offload("item01", "tool_result", "the original\n", 3)], [])
+    yield ReloadTools(refs, counter_for_model("gpt-4o"), 500, ["item01"], None)
+    await store.close()
+
+
+def scripted(*responses: httpx.Response):
+    """send() answering with `responses` in turn (a stream's first response is not asked for by the loop)."""
+    sent: list[tuple[list, bool]] = []
+
+    async def send(messages, with_tools):
+        sent.append((list(messages), with_tools))
+        return responses[len(sent) - 1]
+
+    return send, sent
+
+
+async def collect(first: httpx.Response, send, tools) -> list:
+    budget = reload_loop.Budget(max_rounds=4, seconds=60)
+    out = [e async for e in reload_loop.stream(first, True, [{"role": "user", "content": "q"}], send, tools, budget)]
+    events = [e.decode().removeprefix("data: ").strip() for e in out]
+    assert events[-1] == "[DONE]"
+    return [json.loads(e) for e in events[:-1]]
+
+
+async def test_streamed_choices_all_hide_injected_calls(tools):
+    first = sse_response(
+        chunk(0, {"role": "assistant", "content": "A looks. "}),
+        chunk(1, {"role": "assistant", "content": "B looks. "}),
+        chunk(0, call_delta("context_reload", '{"ref": "item01"}', "r0")),
+        chunk(1, call_delta("context_search", '{"pattern": "orig"}', "s1")),
+        chunk(1, {}, "tool_calls"),
+        chunk(0, {}, "tool_calls"),
+    )
+    second = sse_response(chunk(0, {"role": "assistant", "content": "A answers."}), chunk(1, {"content": "B again"}),
+                          chunk(1, {}, "stop"), chunk(0, {}, "stop"))
+    send, sent = scripted(second)
+    chunks = await collect(first, send, tools)
+    choices = [c for ch in chunks for c in ch["choices"]]
+    assert not [c for c in choices if c["delta"].get("tool_calls")]
+    finishes = [(c["index"], c["finish_reason"]) for c in choices if c["finish_reason"]]
+    assert sorted(finishes) == [(0, "stop"), (1, "stop")]  # one each: choice 1 ended in the first round
+    text = {i: "".join(c["delta"].get("content") or "" for c in choices if c["index"] == i) for i in (0, 1)}
+    assert text == {0: "A looks. A answers.", 1: "B looks. "}
+    assert len(sent) == 1 and sent[0][0][-1] == {"role": "tool", "tool_call_id": "r0", "content": "the original\n"}
+
+
+async def test_a_choice_other_than_0_never_starts_a_round(tools):
+    first = sse_response(chunk(0, {"role": "assistant", "content": "done"}),
+                         chunk(1, call_delta("context_reload", '{"ref": "item01"}', "r1")),
+                         chunk(0, {}, "stop"), chunk(1, {}, "tool_calls"))
+    send, sent = scripted(first)
+    chunks = await collect(first, send, tools)
+    assert [(c["index"], c["finish_reason"]) for ch in chunks for c in ch["choices"] if c["finish_reason"]] == [
+        (0, "stop"), (1, "stop")]
+    assert len(sent) == 0
+
+
+async def test_non_streamed_choices_all_hide_injected_calls(tools):
+    def completion(*messages: dict) -> httpx.Response:
+        choices = [{"index": i, "message": m, "finish_reason": "tool_calls" if m.get("tool_calls") else "stop"}
+                   for i, m in enumerate(messages)]
+        return httpx.Response(200, json={"id": "x", "object": "chat.completion", "choices": choices})
+
+    def calls(name: str, id: str) -> dict:
+        return {"role": "assistant", "content": None, "tool_calls": [
+            {"id": id, "type": "function", "function": {"name": name, "arguments": '{"ref": "item01"}'}}]}
+
+    send, sent = scripted(completion(calls("context_reload", "r0"), calls("context_reload", "r1")),
+                          completion({"role": "assistant", "content": "final"}, calls("context_search", "s1")))
+    result = await reload_loop.complete([{"role": "user", "content": "q"}], send, tools,
+                                        reload_loop.Budget(max_rounds=4, seconds=60))
+    choices = json.loads(result.body)["choices"]
+    assert [c["message"].get("tool_calls") for c in choices] == [None, None]
+    assert [c["finish_reason"] for c in choices] == ["stop", "stop"]
+    assert choices[0]["message"]["content"] == "final" and len(sent) == 2
+
+
+@pytest.mark.parametrize("second", ["[1, 2]", "5", '{"choices": [7]}', '{"choices": [{"delta": 3}]}'])
+async def test_anything_failing_in_a_streamed_round_ends_with_error_then_done(tools, second):
+    first = sse_response(chunk(0, {"role": "assistant", "content": "Looking. "}),
+                         chunk(0, call_delta("context_reload", '{"ref": "item01"}', "r0")), chunk(0, {}, "tool_calls"))
+    send, _ = scripted(sse_response(second))
+    chunks = await collect(first, send, tools)
+    assert chunks[0]["choices"][0]["delta"]["content"] == "Looking. "
+    assert chunks[-1]["error"]["type"] == "server_error"
+
+
+async def test_a_failing_tool_ends_the_stream_properly(tools):
+    class Broken(ReloadTools):
+        async def run(self, name: str, arguments: str, deadline: float | None = None) -> str:
+            raise RuntimeError("a bug")
+
+    broken = Broken(tools.refs, tools.counter, 500, [], None)
+    first = sse_response(chunk(0, call_delta("context_reload", '{"ref": "item01"}', "r0")), chunk(0, {}, "tool_calls"))
+    send, _ = scripted(first)
+    chunks = await collect(first, send, broken)
+    assert chunks[-1]["error"]["code"] == "proxy_error"

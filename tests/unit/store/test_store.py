@@ -1,0 +1,160 @@
+"""One contract, two stores: the embedded SQLite store and a real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from proxy.store.redis import RedisStore
+from proxy.store.sqlite import SQLiteStore
+
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["sqlite", "redis", "cluster"])
+async def store(request, tmp_path):
+    if request.param == "sqlite":
+        s = SQLiteStore(tmp_path)
+    elif request.param == "redis":
+        s = RedisStore(request.getfixturevalue("redis_url"))
+    else:
+        s = RedisStore(request.getfixturevalue("redis_cluster_url"))
+    yield s
+    await s.close()
+
+
+def key() -> str:
+    return f"off:{{{uuid.uuid4().hex}}}:test"  # hash-tagged like the proxy's own keys
+
+
+async def test_put_get_exists_delete(store):
+    k = key()
+    assert await store.get(k) is None
+    assert not await store.exists(k)
+    await store.put(k, b"\x00binary\xffvalue", ttl=60)
+    assert await store.get(k) == b"\x00binary\xffvalue"
+    assert await store.exists(k)
+    await store.delete(k)
+    assert await store.get(k) is None
+
+
+async def test_put_overwrites(store):
+    k = key()
+    await store.put(k, b"one", ttl=60)
+    await store.put(k, b"two", ttl=60)
+    assert await store.get(k) == b"two"
+
+
+async def test_idle_ttl_expires_and_touch_extends(store):
+    k, other = key(), key()
+    await store.put(k, b"v", ttl=1)
+    assert await store.touch([k, other], ttl=3) == [True, False]
+    await asyncio.sleep(1.3)
+    assert await store.get(k) == b"v"  # touched: still there past its first TTL
+    await store.put(other, b"w", ttl=1)
+    await asyncio.sleep(1.3)
+    assert await store.get(other) is None
+    assert not await store.exists(other)
+    assert await store.touch([other], ttl=60) == [False]
+
+
+async def test_get_with_ttl_extends(store):
+    k = key()
+    await store.put(k, b"v", ttl=1)
+    assert await store.get(k, ttl=3) == b"v"
+    await asyncio.sleep(1.3)
+    assert await store.get(k) == b"v"
+
+
+async def test_put_if_absent_is_a_lock(store):
+    k = key()
+    results = await asyncio.gather(*(store.put_if_absent(k, b"x", ttl=60) for _ in range(5)))
+    assert sorted(results) == [False, False, False, False, True]
+    await store.delete(k)
+    assert await store.put_if_absent(k, b"y", ttl=60)
+
+
+async def test_sets_and_capped_lists(store):
+    s, lst = key(), key()
+    assert await store.members(s) == set()
+    await store.add_members(s, ["a", "b"], ttl=60)
+    await store.add_members(s, ["b", "c"], ttl=60)
+    assert await store.members(s) == {"a", "b", "c"}
+    for i in range(5):
+        await store.push(lst, str(i).encode(), max_len=3, ttl=60)
+    assert await store.items(lst) == [b"2", b"3", b"4"]
+
+
+async def test_counters_are_atomic_and_expire(store):
+    k = key()
+    results = await asyncio.gather(*(store.incr(k, 10, ttl=60) for _ in range(20)))
+    assert sorted(results) == list(range(10, 201, 10))
+    assert await store.incr(k, -50, ttl=60) == 150
+    assert await store.get(k) == b"150"  # a value like any other: bytes
+    short = key()
+    assert await store.incr(short, 7, ttl=1) == 7
+    await asyncio.sleep(2.1)
+    assert await store.incr(short, 1, ttl=60) == 1  # expired: counted from 0 again
+
+
+async def test_touch_with_slack_asks_every_time_and_writes_expiries_rarely(store):
+    fresh, due, gone = key(), key(), key()
+    for k in (fresh, due, gone):
+        await store.put(k, b"v", ttl=2)
+    # 2 s left > ttl - slack = 1 s: existence is reported, the expiry is not rewritten
+    assert await store.touch([fresh, due, gone], ttl=3, slack=2) == [True, True, True]
+    await store.delete(gone)
+    assert await store.touch([gone, fresh], ttl=3, slack=2) == [False, True]  # never assumed from before
+    await asyncio.sleep(1.3)
+    assert await store.touch([due], ttl=3, slack=2) == [True]  # 0.7 s left < 1 s: extended to 3 s
+    await asyncio.sleep(1.0)
+    assert await store.get(fresh) is None  # its expiry was left alone
+    assert await store.get(due) == b"v"
+    assert await store.touch([fresh, due], ttl=3) == [False, True]  # no slack: always extended
+
+
+async def test_add_members_with_slack_adds_what_is_missing(store):
+    s = key()
+    await store.add_members(s, ["a", "b"], ttl=60, slack=30)
+    await store.add_members(s, ["b", "c"], ttl=60, slack=30)
+    await store.add_members(s, ["a", "b", "c"], ttl=60, slack=30)  # nothing to write
+    assert await store.members(s) == {"a", "b", "c"}
+    await store.delete(s)
+    await store.add_members(s, ["a"], ttl=60, slack=30)
+    assert await store.members(s) == {"a"}
+    short = key()
+    await store.add_members(short, ["x"], ttl=1, slack=0)
+    await store.add_members(short, ["x"], ttl=3, slack=1)  # 1 s left < 3 - 1: expiry due
+    await asyncio.sleep(1.3)
+    assert await store.members(short) == {"x"}
+
+
+async def test_ping(store):
+    assert await store.ping()
+
+
+async def test_sqlite_shared_between_processes_like_instances(tmp_path):
+    """Two store instances on one file (as two worker processes would be) see each other's writes."""
+    a, b = SQLiteStore(tmp_path), SQLiteStore(tmp_path)
+    await a.put("k", b"from-a", ttl=60)
+    assert await b.get("k") == b"from-a"
+    await a.close()
+    await b.close()
+    c = SQLiteStore(tmp_path)  # a restart keeps the data
+    assert await c.get("k") == b"from-a"
+    await c.close()
+
+
+async def test_redis_unreachable_raises_store_unavailable():
+    from proxy.store.base import StoreUnavailable
+    from tests.harness.servers import free_port
+
+    s = RedisStore(f"redis://127.0.0.1:{free_port()}/0", timeout=0.5)
+    with pytest.raises(StoreUnavailable):
+        await s.get("x")
+    assert not await s.ping()
+    await s.close()
+
