@@ -21,7 +21,7 @@ import httpx
 
 from common import SHARED, cpu_seconds, machine, servers
 
-from proxy.tokens import counter_for_model
+from proxy.core.tokens import counter_for_model
 
 SETTLE = 0.25
 
