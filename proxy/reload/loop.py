@@ -113,7 +113,6 @@ class LoopResult:
     status: int
     body: bytes
     response: httpx.Response  # the last upstream response (for its headers)
-    rounds: int
 
 
 async def complete(messages: list[Any], send: SendRound, tools: ReloadTools, budget: Budget, *,
@@ -134,7 +133,7 @@ async def complete(messages: list[Any], send: SendRound, tools: ReloadTools, bud
         raw = await response.aread()
         await response.aclose()
         if response.status_code != 200:
-            return LoopResult(response.status_code, raw, response, round_)
+            return LoopResult(response.status_code, raw, response)
         completion = _completion(raw, response)
         if isinstance(completion.get("usage"), dict):
             usage, reported = add_usage(usage or add_usage(None, extra_usage), completion["usage"]), True
@@ -156,7 +155,7 @@ async def complete(messages: list[Any], send: SendRound, tools: ReloadTools, bud
         if reported:
             completion["usage"] = usage
         body = jsonio.dumps(completion)
-        return LoopResult(200, body, response, round_)
+        return LoopResult(200, body, response)
 
 
 def not_a_completion(detail: str, *, stream: bool = False) -> ProxyError:

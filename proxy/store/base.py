@@ -25,8 +25,6 @@ class Store(Protocol):
         """The value, or None; with `ttl`, its expiry is extended in the same step."""
         ...
 
-    async def exists(self, key: str) -> bool: ...
-
     async def touch(self, keys: Sequence[str], ttl: int, *, slack: int = 0) -> list[bool]:
         """For each key, whether it exists (asked of the backend on every call, never assumed);
         each live key's expiry is pushed out to `ttl` unless more than `ttl - slack` seconds of

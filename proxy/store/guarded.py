@@ -148,9 +148,6 @@ class GuardedStore:
     async def get(self, key: str, ttl: int | None = None) -> bytes | None:
         return await self._call(self.inner.get(key, ttl))
 
-    async def exists(self, key: str) -> bool:
-        return await self._call(self.inner.exists(key))
-
     async def touch(self, keys: Sequence[str], ttl: int, *, slack: int = 0) -> list[bool]:
         return await self._call(self.inner.touch(keys, ttl, slack=slack))
 

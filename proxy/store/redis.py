@@ -76,9 +76,6 @@ class RedisStore:
             return await self._call(self.client.get(key))
         return await self._call(self.client.getex(key, ex=ttl))
 
-    async def exists(self, key: str) -> bool:
-        return bool(await self._call(self.client.exists(key)))
-
     async def touch(self, keys: Sequence[str], ttl: int, *, slack: int = 0) -> list[bool]:
         if not keys:
             return []

@@ -26,10 +26,6 @@ class Sealer:
             self._aead = AESGCM(hashlib.sha256(b"offload-proxy/at-rest/v1\0" + secret.encode()).digest())
             self._names = hashlib.sha256(b"offload-proxy/key-names/v1\0" + secret.encode()).digest()
 
-    @property
-    def enabled(self) -> bool:
-        return self._aead is not None
-
     def key_name(self, value: str, scope: str) -> str:
         """How `value` (a session id) appears in a store key name within `scope` (a namespace):
         as is without encryption; with it, a keyed hash."""

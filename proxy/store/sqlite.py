@@ -88,12 +88,6 @@ class SQLiteStore:
 
         return await self._run(op)
 
-    async def exists(self, key: str) -> bool:
-        def op(db: sqlite3.Connection, now: float) -> bool:
-            return db.execute("SELECT 1 FROM kv WHERE key = ? AND expires >= ?", (key, now)).fetchone() is not None
-
-        return await self._run(op)
-
     async def touch(self, keys: Sequence[str], ttl: int, *, slack: int = 0) -> list[bool]:
         def op(db: sqlite3.Connection, now: float) -> list[bool]:
             live: dict[str, float] = {}

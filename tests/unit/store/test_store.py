@@ -30,13 +30,11 @@ def key() -> str:
     return f"off:{{{uuid.uuid4().hex}}}:test"  # hash-tagged like the proxy's own keys
 
 
-async def test_put_get_exists_delete(store):
+async def test_put_get_delete(store):
     k = key()
     assert await store.get(k) is None
-    assert not await store.exists(k)
     await store.put(k, b"\x00binary\xffvalue", ttl=60)
     assert await store.get(k) == b"\x00binary\xffvalue"
-    assert await store.exists(k)
     await store.delete(k)
     assert await store.get(k) is None
 
@@ -57,7 +55,6 @@ async def test_idle_ttl_expires_and_touch_extends(store):
     await store.put(other, b"w", ttl=1)
     await asyncio.sleep(1.3)
     assert await store.get(other) is None
-    assert not await store.exists(other)
     assert await store.touch([other], ttl=60) == [False]
 
 
