@@ -46,9 +46,3 @@ class ProxyError(Exception):
 
     def body(self) -> dict:
         return error_body(self.message, self.type, self.code, self.param)
-
-
-def stream_broke(exc: Exception) -> dict:
-    """The SSE error event sent when an upstream stream breaks off or times out midway."""
-    kind = "upstream_timeout" if "Timeout" in type(exc).__name__ else "upstream_error"
-    return error_body(f"The upstream stream broke off ({type(exc).__name__}).", "server_error", kind)

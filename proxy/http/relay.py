@@ -11,7 +11,8 @@ from starlette.responses import Response, StreamingResponse
 from proxy.upstream import sse
 from proxy.http.caller import Caller
 from proxy.http.disconnect import ClientDisconnected, ClientWatch
-from proxy.errors import ProxyError, stream_broke
+from proxy.upstream.errors import stream_broke, upstream_error
+from proxy.errors import ProxyError
 from proxy.http.headers import response_headers_for_client
 from proxy.upstream.client import Upstream
 from proxy.upstream.choice import has_dot_segment
@@ -55,8 +56,7 @@ async def stream_back(response: httpx.Response, extra_headers: list[tuple[bytes,
         try:
             body = b"".join([chunk async for chunk in response.aiter_raw()])
         except httpx.HTTPError as exc:
-            return ProxyError(502, f"Upstream response broke off ({type(exc).__name__}).", type_="server_error",
-                              code="upstream_unreachable").response()
+            return upstream_error(exc).response()
         finally:
             await response.aclose()
         out: Response = Response(body, status_code=response.status_code)

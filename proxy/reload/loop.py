@@ -28,7 +28,8 @@ from proxy.core import jsonio
 from proxy.http import observe
 
 from proxy.upstream import sse
-from proxy.errors import ProxyError, error_body, stream_broke
+from proxy.upstream.errors import stream_broke
+from proxy.errors import ProxyError, error_body
 from proxy.core.markers import INJECTED_TOOLS
 from proxy.reload.tools import ReloadTools
 

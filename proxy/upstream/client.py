@@ -10,7 +10,7 @@ import httpx
 from proxy.http import observe
 
 from proxy.config import ServerSettings
-from proxy.errors import ProxyError
+from proxy.upstream.errors import upstream_error
 
 Headers = list[tuple[bytes, bytes]]
 URL_CACHE = 1024
@@ -83,20 +83,8 @@ class Upstream:
                 if rec.upstream_ttfb is None:
                     rec.upstream_ttfb = time.perf_counter() - sent
             return response
-        except httpx.TimeoutException as exc:
-            raise ProxyError(
-                504,
-                f"Upstream timed out ({type(exc).__name__}).",
-                type_="server_error",
-                code="upstream_timeout",
-            ) from exc
         except httpx.TransportError as exc:
-            raise ProxyError(
-                502,
-                f"Upstream unreachable ({type(exc).__name__}).",
-                type_="server_error",
-                code="upstream_unreachable",
-            ) from exc
+            raise upstream_error(exc) from exc
 
     async def aclose(self) -> None:
         await self.transport.aclose()

@@ -1,0 +1,35 @@
+"""How the upstream's failures become the proxy's own errors: one table, used for a request
+that fails before its answer, for a body that breaks off, and for a stream cut midway."""
+
+from __future__ import annotations
+
+import httpx
+
+from proxy.errors import ProxyError, error_body
+
+# The most specific first: the first row whose exception type matches decides.
+UPSTREAM_ERRORS: tuple[tuple[type[Exception], int, str, str], ...] = (
+    (httpx.TimeoutException, 504, "upstream_timeout", "Upstream timed out"),
+    (httpx.TransportError, 502, "upstream_unreachable", "Upstream unreachable"),
+    (httpx.HTTPError, 502, "upstream_error", "Upstream failed"),
+)
+
+
+def _row(exc: Exception) -> tuple[int, str, str]:
+    for kind, status, code, text in UPSTREAM_ERRORS:
+        if isinstance(exc, kind):
+            return status, code, text
+    return 502, "upstream_error", "Upstream failed"
+
+
+def upstream_error(exc: Exception) -> ProxyError:
+    """The error a client gets for an upstream request that failed before its answer."""
+    status, code, text = _row(exc)
+    return ProxyError(status, f"{text} ({type(exc).__name__}).", type_="server_error", code=code)
+
+
+def stream_broke(exc: Exception) -> dict:
+    """The SSE error event sent when an upstream stream breaks off or times out midway."""
+    _, code, _ = _row(exc)
+    kind = "upstream_timeout" if code == "upstream_timeout" else "upstream_error"
+    return error_body(f"The upstream stream broke off ({type(exc).__name__}).", "server_error", kind)

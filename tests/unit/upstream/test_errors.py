@@ -1,0 +1,32 @@
+"""The table mapping the upstream's failures to the proxy's errors."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from proxy.upstream.errors import UPSTREAM_ERRORS, stream_broke, upstream_error
+
+
+@pytest.mark.parametrize("exc, status, code", [
+    (httpx.ConnectTimeout("x"), 504, "upstream_timeout"),
+    (httpx.ReadTimeout("x"), 504, "upstream_timeout"),
+    (httpx.PoolTimeout("x"), 504, "upstream_timeout"),
+    (httpx.ConnectError("x"), 502, "upstream_unreachable"),
+    (httpx.RemoteProtocolError("x"), 502, "upstream_unreachable"),
+    (httpx.ReadError("x"), 502, "upstream_unreachable"),
+    (httpx.DecodingError("x"), 502, "upstream_error"),
+    (ValueError("x"), 502, "upstream_error"),
+])
+def test_each_failure_maps_to_one_status_and_code(exc, status, code):
+    error = upstream_error(exc)
+    assert (error.status, error.code, error.type) == (status, code, "server_error")
+    assert type(exc).__name__ in error.message
+    event = stream_broke(exc)["error"]
+    assert event["code"] == ("upstream_timeout" if code == "upstream_timeout" else "upstream_error")
+
+
+def test_rows_go_from_specific_to_general():
+    kinds = [kind for kind, *_ in UPSTREAM_ERRORS]
+    for i, kind in enumerate(kinds):
+        assert not any(issubclass(kind, earlier) for earlier in kinds[:i]), kind  # a row never shadowed
