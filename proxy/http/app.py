@@ -24,12 +24,13 @@ from proxy.http.chat import chat_completions
 from proxy.config import ServerSettings
 from proxy.http.limits import BodyLimit
 from proxy.http.observe import Metrics, Observe, configure_logging, metrics_endpoint
+from proxy.http.services import Services, services_of
 from proxy.http.offload_api import get_offloaded, list_events, offload
 from proxy.core.settings import SettingsResolver, load_tenants_file
 from proxy.http.relay import relay
 from proxy.offload.quota import CredentialCheck
 from proxy.store.sealing import Sealer
-from proxy.store import Store, open_store
+from proxy.store import open_store
 from proxy.store.guarded import GuardedStore
 from proxy.core.tokens import counter_for_encoding
 from proxy.upstream.client import Upstream
@@ -43,8 +44,7 @@ async def healthz(request: Request) -> JSONResponse:
 
 
 async def readyz(request: Request) -> JSONResponse:
-    store: Store = request.app.state.store
-    if await store.ping():
+    if await services_of(request).store.ping():
         return JSONResponse({"status": "ready", "store": "ok"})
     return JSONResponse({"status": "unavailable", "store": "unreachable"}, status_code=503)
 
@@ -70,29 +70,32 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        app.state.settings = settings
-        app.state.settings_resolver = resolver
-        app.state.metrics = metrics
         for note in gatekeeper.startup_notes():
             log.warning("%s", note)
-        app.state.sealer = Sealer(settings.encryption_key)
-        app.state.credential_check = CredentialCheck()
         await asyncio.to_thread(counter_for_encoding, "o200k_base")  # now, not on a request
         _freeze_startup_objects()
-        app.state.upstream = Upstream(settings)
-        app.state.store = GuardedStore(open_store(settings), ping_timeout=settings.store_timeout, metrics=metrics)
-        app.state.store.start()
+        services = Services(
+            settings=settings,
+            settings_resolver=resolver,
+            metrics=metrics,
+            sealer=Sealer(settings.encryption_key),
+            credential_check=CredentialCheck(),
+            upstream=Upstream(settings),
+            store=GuardedStore(open_store(settings), ping_timeout=settings.store_timeout, metrics=metrics),
+        )
+        app.state.services = services
+        services.store.start()
         try:
             yield
         finally:
             await search.shutdown()  # the context_search worker processes
-            await app.state.upstream.aclose()
-            await app.state.store.close()
+            await services.upstream.aclose()
+            await services.store.close()
 
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
-        Route("/metrics", metrics_endpoint(settings.admin_token), methods=["GET"]),
+        Route("/metrics", metrics_endpoint(settings.admin_token, metrics), methods=["GET"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/offload", offload, methods=["POST"]),
         Route("/v1/offload/events", list_events, methods=["GET"]),

@@ -21,6 +21,7 @@ from proxy.http.caller import ACCOUNT_HEADERS, CREDENTIAL_HEADERS, Caller
 from proxy.formats.chat_body import parse_chat_body
 from proxy.offload.summaries import Compressor, SummaryContext
 from proxy.http.disconnect import ClientDisconnected, ClientWatch
+from proxy.http.services import services_of
 from proxy.errors import ProxyError, error_response
 from proxy.formats import chat as chat_format
 from proxy.http.headers import response_headers_for_client
@@ -61,34 +62,34 @@ def model_of(body: dict) -> str | None:
 
 def compressor_for(request: Request, body: dict, settings: OffloadSettings, caller: Caller) -> Compressor:
     """Summaries go to the caller's upstream with the caller's upstream credential."""
-    state = request.app.state
-    prompt = state.settings_resolver.tenant_extra(caller.tenant, "summary_prompt") or DEFAULT_PROMPT
+    services = services_of(request)
+    prompt = services.settings_resolver.tenant_extra(caller.tenant, "summary_prompt") or DEFAULT_PROMPT
     model = settings.summary_model or model_of(body) or "gpt-4o-mini"
     headers = caller.upstream_headers(request.scope["headers"], body_replaced=True)
-    ctx = SummaryContext(state.upstream, headers, model, prompt, state.settings.summary_timeout,
-                         state.settings.summary_wait, state.sealer, caller.base)
-    return Compressor(state.store, caller.namespace, state.settings.store_ttl, ctx)
+    ctx = SummaryContext(services.upstream, headers, model, prompt, services.settings.summary_timeout,
+                         services.settings.summary_wait, services.sealer, caller.base)
+    return Compressor(services.store, caller.namespace, services.settings.store_ttl, ctx)
 
 
 def quota_for(request: Request, caller: Caller) -> Quota:
     """The storage quota of the caller's tenant; a client's own key must also be one the
     upstream accepts (asked once with `GET models`, remembered for a while)."""
-    state = request.app.state
+    services = services_of(request)
     verify = None
     if caller.kind == "client":
         async def ask() -> int | None:
             headers = [(k, v) for k, v in caller.upstream_headers(request.scope["headers"], body_replaced=True)
                        if k.lower() in CREDENTIAL_HEADERS + ACCOUNT_HEADERS]
             try:
-                response = await state.upstream.send("GET", "models", headers=headers, base=caller.base)
+                response = await services.upstream.send("GET", "models", headers=headers, base=caller.base)
             except ProxyError:
                 return None
             await response.aclose()
             return response.status_code
 
-        verify = state.credential_check.verifier(caller.scope, ask)
-    return Quota(state.store, caller.scope, limit=state.settings.max_stored_bytes_per_namespace,
-                 ttl=state.settings.store_ttl, verify=verify)
+        verify = services.credential_check.verifier(caller.scope, ask)
+    return Quota(services.store, caller.scope, limit=services.settings.max_stored_bytes_per_namespace,
+                 ttl=services.settings.store_ttl, verify=verify)
 
 
 def offload_headers(prepared: Prepared) -> list[tuple[bytes, bytes]]:
@@ -112,7 +113,7 @@ class ChatCall:
 
     def __init__(self, request: Request, raw: bytes, body: dict, settings: OffloadSettings) -> None:
         self.request, self.raw, self.body, self.settings = request, raw, body, settings
-        self.state = request.app.state
+        self.services = services_of(request)
         self.caller: Caller = request.state.caller
         self.namespace, self.base = self.caller.namespace, self.caller.base
         messages = body.get("messages")
@@ -123,10 +124,10 @@ class ChatCall:
     @classmethod
     async def open(cls, request: Request) -> ChatCall:
         """Parse and validate; raises ProxyError (400) for what the proxy itself refuses."""
-        state = request.app.state
+        services = services_of(request)
         raw = await request.body()
-        body = parse_chat_body(raw, max_messages=state.settings.max_messages)
-        settings = state.settings_resolver.resolve(request.headers, tenant=request.state.caller.tenant)
+        body = parse_chat_body(raw, max_messages=services.settings.max_messages)
+        settings = services.settings_resolver.resolve(request.headers, tenant=request.state.caller.tenant)
         return cls(request, raw, body, settings)
 
     async def offload(self) -> None:
@@ -135,7 +136,7 @@ class ChatCall:
         if collisions:  # the client's own context_reload/context_search: handled as X-Offload-Mode: off
             self.settings = self.settings.model_copy(update={"mode": "off", "reload_tools": False})
         self.counter = await counter_for_model_async(model_of(self.body))
-        self.refs = RefStore(self.state.store, self.namespace, self.state.settings.store_ttl, self.state.sealer,
+        self.refs = RefStore(self.services.store, self.namespace, self.services.settings.store_ttl, self.services.sealer,
                              quota=quota_for(self.request, self.caller))
         compressor = compressor_for(self.request, self.body, self.settings, self.caller)
         self.prepared = prepared = await prepare(self.messages, self.settings, self.counter, self.namespace,
@@ -150,7 +151,7 @@ class ChatCall:
         self.headers = self.caller.upstream_headers(self.request.scope["headers"],
                                                     body_replaced=self.changed or self.inject_reload_tools)
         self.tools = ReloadTools(self.refs, self.counter, self.settings.max_reload_tokens, plan.refs,
-                                 self.settings.session, SearchLimits.of(self.state.settings))
+                                 self.settings.session, SearchLimits.of(self.services.settings))
         self.extra_headers = offload_headers(prepared)
         self._note()
 
@@ -169,17 +170,17 @@ class ChatCall:
 
     def _record_events(self) -> BackgroundTask:
         async def record() -> None:
-            await events.record(self.state.store, self.namespace, self.settings.session,
-                                self.prepared.events + self.tools.events, self.state.settings.store_ttl,
-                                sealer=self.state.sealer)
+            await events.record(self.services.store, self.namespace, self.settings.session,
+                                self.prepared.events + self.tools.events, self.services.settings.store_ttl,
+                                sealer=self.services.sealer)
 
         return BackgroundTask(record)
 
     async def _send(self, content: bytes) -> httpx.Response:
-        response = await self.state.upstream.send("POST", "chat/completions", query=self.query,
+        response = await self.services.upstream.send("POST", "chat/completions", query=self.query,
                                                   headers=self.headers, content=content, base=self.base)
         if self.caller.kind == "client":  # what the upstream thinks of the client's own key
-            self.state.credential_check.remember(self.caller.scope, response.status_code)
+            self.services.credential_check.remember(self.caller.scope, response.status_code)
         return response
 
     async def send_round(self, messages: list[Any], with_tools: bool) -> httpx.Response:
@@ -199,7 +200,7 @@ class ChatCall:
     def _budget(self) -> reload_loop.Budget:
         """No reload rounds without injected tools (the loop then only adds the summary's usage)."""
         rounds = self.settings.max_reload_rounds if self.inject_reload_tools else 0
-        return reload_loop.Budget(rounds, self.state.settings.reload_budget)
+        return reload_loop.Budget(rounds, self.services.settings.reload_budget)
 
     async def forward_with_reload(self) -> Response:
         budget = self._budget()

@@ -209,12 +209,12 @@ def configure_logging(level: str) -> None:
     root.setLevel(level.upper())
 
 
-def metrics_endpoint(admin_token: str | None):
+def metrics_endpoint(admin_token: str | None, metrics: Metrics):
     async def endpoint(request: Request) -> Response:
         presented = request.headers.get("authorization", "").encode()
         if admin_token and not hmac.compare_digest(presented, f"Bearer {admin_token}".encode()):
             return error_response(401, "This endpoint needs the admin token.", type_="authentication_error",
                                   code="admin_token_required")
-        return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     return endpoint

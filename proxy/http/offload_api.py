@@ -14,6 +14,7 @@ from proxy.formats import chat
 from proxy.http.caller import Caller
 from proxy.core.settings import OffloadSettings
 from proxy.http.chat import compressor_for, model_of, quota_for, parse_chat_body
+from proxy.http.services import services_of
 from proxy.errors import ProxyError
 from proxy.core.jsonio import JSONResponse
 from proxy.offload.pipeline import prepare
@@ -25,9 +26,9 @@ from proxy.core.tokens import counter_for_model_async
 
 def _scope(request: Request) -> tuple[OffloadSettings, Caller, RefStore]:
     caller: Caller = request.state.caller
-    settings = request.app.state.settings_resolver.resolve(request.headers, tenant=caller.tenant)
-    refs = RefStore(request.app.state.store, caller.namespace, request.app.state.settings.store_ttl,
-                    sealer=request.app.state.sealer, quota=quota_for(request, caller))
+    settings = services_of(request).settings_resolver.resolve(request.headers, tenant=caller.tenant)
+    refs = RefStore(services_of(request).store, caller.namespace, services_of(request).settings.store_ttl,
+                    sealer=services_of(request).sealer, quota=quota_for(request, caller))
     return settings, caller, refs
 
 
@@ -37,7 +38,7 @@ def _store_down(exc: StoreUnavailable) -> Response:
 
 async def offload(request: Request) -> Response:
     try:
-        body = parse_chat_body(await request.body(), max_messages=request.app.state.settings.max_messages)
+        body = parse_chat_body(await request.body(), max_messages=services_of(request).settings.max_messages)
         settings, caller, refs = _scope(request)
         messages = body.get("messages")
         if not isinstance(messages, list):
@@ -56,8 +57,8 @@ async def offload(request: Request) -> Response:
     if prepared.store_failed:
         return _store_down(StoreUnavailable(prepared.warnings[0]))
     plan = prepared.plan
-    await events.record(request.app.state.store, namespace, settings.session, prepared.events,
-                        request.app.state.settings.store_ttl, sealer=request.app.state.sealer)
+    await events.record(services_of(request).store, namespace, settings.session, prepared.events,
+                        services_of(request).settings.store_ttl, sealer=services_of(request).sealer)
     return JSONResponse(
         {
             "messages": plan.items,
@@ -79,7 +80,7 @@ async def list_events(request: Request) -> Response:
             raise ProxyError(401, "Listing events needs a credential: anonymous clients share one namespace.",
                              code="missing_api_key")
         session = request.query_params.get("session") or settings.session
-        data = await events.recent(request.app.state.store, caller.namespace, session, sealer=request.app.state.sealer)
+        data = await events.recent(services_of(request).store, caller.namespace, session, sealer=services_of(request).sealer)
     except ProxyError as exc:
         return exc.response()
     except StoreUnavailable as exc:

@@ -12,6 +12,7 @@ from proxy.upstream import sse
 from proxy.http.caller import Caller
 from proxy.http.disconnect import ClientDisconnected, ClientWatch
 from proxy.upstream.errors import stream_broke, upstream_error
+from proxy.http.services import services_of
 from proxy.errors import ProxyError
 from proxy.http.headers import response_headers_for_client
 from proxy.upstream.client import Upstream
@@ -90,8 +91,8 @@ def client_has_body(request: Request) -> bool:
 
 
 async def relay(request: Request) -> Response:
-    state = request.app.state
-    upstream: Upstream = state.upstream
+    services = services_of(request)
+    upstream: Upstream = services.upstream
     watch = ClientWatch(request, body_read=not client_has_body(request))
     try:
         caller: Caller = request.state.caller

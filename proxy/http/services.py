@@ -1,0 +1,31 @@
+"""The long-lived objects every route uses, made once by the app's lifespan: one typed object
+instead of loose attributes on `app.state`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from starlette.requests import Request
+
+from proxy.config import ServerSettings
+from proxy.core.settings import SettingsResolver
+from proxy.http.observe import Metrics
+from proxy.offload.quota import CredentialCheck
+from proxy.store.guarded import GuardedStore
+from proxy.store.sealing import Sealer
+from proxy.upstream.client import Upstream
+
+
+@dataclass(frozen=True)
+class Services:
+    settings: ServerSettings
+    settings_resolver: SettingsResolver
+    metrics: Metrics
+    sealer: Sealer
+    credential_check: CredentialCheck
+    upstream: Upstream
+    store: GuardedStore
+
+
+def services_of(request: Request) -> Services:
+    return request.app.state.services
