@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.reload import search
+from proxy.reload import search, search_pool
 from proxy.core.compaction import Offload
 from proxy.offload.refs import RefStore
 from proxy.reload.tools import ReloadTools
@@ -283,7 +283,7 @@ async def test_lines_text_is_the_text_of_splitlines():
 
 
 async def test_a_worker_that_cannot_start_is_an_internal_error_not_the_patterns(refs, monkeypatch, caplog):
-    monkeypatch.setattr(search, "_BOOT", "raise SystemExit(5)")
+    monkeypatch.setattr(search_pool, "_BOOT", "raise SystemExit(5)")
     answer = await tools_for(refs, ["needles"], timeout=2.0).run("context_search", '{"pattern": "needle"}')
     assert answer.startswith("context_search failed with an internal error")
     assert "a search worker did not start" in caplog.text
