@@ -59,7 +59,7 @@ class ServerSettings(BaseSettings):
         None, description="TOML or YAML file of tenants: proxy keys, upstreams, per-tenant setting overrides."
     )
 
-    # Server-wide defaults of the per-request offload settings (see proxy.offload_settings);
+    # Server-wide defaults of the per-request offload settings (see proxy.core.settings);
     # None = the built-in default. Each can be overridden per tenant and per request header.
     mode: str | None = Field(None, description="Default X-Offload-Mode: auto|compact|compress|off.")
     max_total_tokens: int | None = Field(None, description="Default X-Offload-Max-Total-Tokens (20000).")

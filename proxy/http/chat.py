@@ -30,7 +30,8 @@ from proxy.offload.pipeline import Prepared, prepare
 from proxy.offload.quota import Quota
 from proxy.offload.refs import RefStore
 from proxy.http.relay import close_after, stream_back
-from proxy.reload.tools import RELOAD_TOOL_SCHEMAS, ReloadTools, colliding_tool_names, collision_warning
+from proxy.core.texts import RELOAD_TOOL_SCHEMAS
+from proxy.reload.tools import ReloadTools, colliding_tool_names, collision_warning
 from proxy.reload.search import SearchLimits
 from proxy.offload.summarizer import DEFAULT_PROMPT
 from proxy.core.tokens import counter_for_model_async

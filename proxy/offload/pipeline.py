@@ -2,7 +2,7 @@
 
 Shared by the chat route, the direct offload API and `replay`, so all three behave the same.
 The pure, CPU-heavy steps of a large request (planning with token counts, hashing, encoding
-what is stored) run off the event loop (`proxy.cpu`); a small request's run inline.
+what is stored) run off the event loop (`proxy.offload.cpu`); a small request's run inline.
 """
 
 from __future__ import annotations

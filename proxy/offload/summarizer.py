@@ -13,23 +13,11 @@ import json
 import re
 from dataclasses import dataclass
 
+from proxy.core import texts
 from proxy.errors import ProxyError
 from proxy.upstream.client import Headers, Upstream
 
-DEFAULT_PROMPT = """You compress the history of an AI agent's work into a dense state snapshot that \
-replaces that history in the agent's context. The agent will continue from your snapshot alone.
-
-Write exactly one <state_snapshot> block with these sections:
-<task_overview>the user's goal and requirements, constraints and success criteria</task_overview>
-<current_state>what has been done and what holds now: files changed, commands run, results</current_state>
-<important_discoveries>facts learned, decisions and why, errors met and how they were solved</important_discoveries>
-<next_steps>what remains, in order</next_steps>
-<context_to_preserve>anything else the agent must not lose</context_to_preserve>
-
-Rules: keep file paths, identifiers, commands, numbers, URLs and error messages verbatim. Make \
-every reference self-contained (no "the file above"). Be dense; omit pleasantries. When a \
-previous snapshot is given, update it with the new messages: keep what still holds, correct \
-what changed, add what is new."""
+DEFAULT_PROMPT = texts.SUMMARY_PROMPT
 
 SNAPSHOT_RE = re.compile(r"<state_snapshot>.*?</state_snapshot>", re.S)
 MESSAGE_CHARS = 6_000  # one message's share of the transcript

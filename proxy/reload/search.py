@@ -33,7 +33,7 @@ log = logging.getLogger("proxy.reload.search")
 
 MAX_PATTERN_CHARS = 1_000
 MAX_EXPANSION = 100_000  # a{100000} compiles in ~70 ms; nested counted repeats multiply
-LARGE_CHARS = 1 << 20  # texts larger than this are prepared for a worker in a thread (proxy.cpu's)
+LARGE_CHARS = 1 << 20  # texts larger than this are prepared for a worker in a thread (proxy.offload.cpu's)
 BLOCK_CHARS = 1 << 20  # ... a block at a time: no single C call holds the GIL long
 OFF_LOOP = CPU(True)
 

@@ -1,6 +1,6 @@
 """A `context_search` worker: a process of its own that compiles and runs model-chosen patterns.
 
-The proxy (`proxy.search`) starts a few of these and kills one whose search runs past its
+The proxy (`proxy.reload.search`) starts a few of these and kills one whose search runs past its
 deadline or that dies: a pattern can make `regex.compile` run for seconds without releasing
 the GIL and take gigabytes (`[[](?:a{1000}){3000}]`), and no check of the pattern before
 compiling can be trusted to catch every such case. Here that costs only this process. It caps

@@ -6,8 +6,8 @@ that every byte is reachable), each page ending with a note on how to get the ne
 
 Arguments come from the model and are checked strictly (`parse_arguments`): anything out of
 shape is answered to the model as an error text, never raised to the client. A search runs
-in a worker process under one deadline (see `proxy.search`). Splitting and counting a large
-item for `context_reload` run in a thread (`proxy.cpu`), a block at a time, not on the event loop.
+in a worker process under one deadline (see `proxy.reload.search`). Splitting and counting a large
+item for `context_reload` run in a thread (`proxy.offload.cpu`), a block at a time, not on the event loop.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from typing import Any
 from proxy.http import observe
 from proxy.offload.cpu import CPU
 from proxy.offload.events import event
-from proxy.core.markers import INJECTED_TOOLS, RELOAD_TOOL, SEARCH_TOOL
+from proxy.core import texts
+from proxy.core.markers import INJECTED_TOOLS, RELOAD_TOOL
 from proxy.offload.refs import RefStore
 from proxy.reload.search import (EXPENSIVE, INTERRUPTED, LARGE_CHARS, MAX_PATTERN_CHARS, SIZE, TIME, Hits, Search,
                           SearchLimits, check_pattern)
@@ -36,48 +37,7 @@ SEGMENT_CHARS = 2_000  # a longer line is cut into chunks of this size for pagin
 MAX_LINE_NUMBER = 1_000_000_000  # offset and limit above this are refused, not clamped
 MAX_REF_CHARS = 200
 BLOCK_CHARS = 1 << 20  # a large text is split into lines a block at a time
-OFF_LOOP = CPU(True)  # the pool of proxy.cpu: CPU-heavy work on large texts
-
-RELOAD_TOOL_SCHEMAS: list[dict[str, Any]] = [
-    {
-        "type": "function",
-        "function": {
-            "name": RELOAD_TOOL,
-            "description": (
-                "Return offloaded context by its reference (the ref=... in an '[offloaded ...]' "
-                "marker): the full original text, or one page of its lines when it is large."
-            ),
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "ref": {"type": "string", "description": "The reference, e.g. from ref=AbC123."},
-                    "offset": {"type": "integer", "minimum": 0, "description": "First line (0-based)."},
-                    "limit": {"type": "integer", "minimum": 1, "description": "Number of lines."},
-                },
-                "required": ["ref"],
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": SEARCH_TOOL,
-            "description": (
-                "Search offloaded context with a case-insensitive regular expression. Returns "
-                "matching lines with their ref and line number. Searches one ref, or all of them."
-            ),
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "pattern": {"type": "string", "description": "A regular expression."},
-                    "ref": {"type": "string", "description": "Limit the search to this reference."},
-                },
-                "required": ["pattern"],
-            },
-        },
-    },
-]
-
+OFF_LOOP = CPU(True)  # the pool of proxy.offload.cpu: CPU-heavy work on large texts
 
 def segments(text: str) -> list[str]:
     """Lines with their endings, long ones cut: ''.join(segments(t)) == t.
@@ -113,10 +73,6 @@ def _longest_token(encoder: Any) -> int | None:
         return max(map(len, values())) if callable(values) else None
     except (TypeError, ValueError):
         return None
-
-
-def unavailable(ref: str) -> str:
-    return f"Reference ref={ref} is not available: unknown, expired, or not offloaded under this credential."
 
 
 class BadArguments(ValueError):
@@ -189,25 +145,25 @@ class ReloadTools:
 
     async def _run(self, name: str, arguments: str, deadline: float | None) -> str:
         if name not in INJECTED_TOOLS:
-            return f"Unknown tool {name}."
+            return texts.unknown_tool(name)
         try:
             args = parse_arguments(name, arguments)
         except BadArguments as exc:
-            return f"Invalid arguments for {name}: {exc}."
+            return texts.invalid_arguments(name, exc)
         try:
             if name == RELOAD_TOOL:
                 return await self.reload(args["ref"], args["offset"], args["limit"])
             return await self.search(args["pattern"], args["ref"], deadline)
         except StoreUnavailable:
-            return "The offloaded content is temporarily unavailable (store unreachable). Try again later."
+            return texts.store_unavailable()
         except Exception:  # a bug here must not fail the client's request: the model is told
             log.exception("%s failed", name)
-            return f"{name} failed with an internal error; the content may be retrieved another way."
+            return texts.tool_failed(name)
 
     async def reload(self, ref: str, offset: int | None = None, limit: int | None = None) -> str:
         item = await self.refs.load(ref)
         if item is None:
-            return unavailable(ref)
+            return texts.unavailable(ref)
         if len(item.text) > LARGE_CHARS:  # counting and splitting take a while: not on the event loop
             return await OFF_LOOP(self._reload, ref, item.text, offset, limit)
         return self._reload(ref, item.text, offset, limit)
@@ -225,7 +181,7 @@ class ReloadTools:
         start = max(0, offset or 0)
         parts = segments(text)
         if start >= len(parts):
-            return f"ref={ref} has {len(parts)} lines; offset {start} is past the end."
+            return texts.past_the_end(ref, len(parts), start)
         page: list[str] = []
         used = 0
         for part in itertools.islice(parts, start, None):
@@ -238,19 +194,12 @@ class ReloadTools:
             used += cost
         end = start + len(page)
         body = "".join(page)
-        if end >= len(parts):
-            note = f"[{RELOAD_TOOL}: lines {start}-{end - 1} of {len(parts)} of ref={ref}; this is the end.]"
-        else:
-            note = (
-                f"[{RELOAD_TOOL}: lines {start}-{end - 1} of {len(parts)} of ref={ref}. "
-                f"Next page: {RELOAD_TOOL}(ref=\"{ref}\", offset={end}).]"
-            )
-        return body + "\n" + note  # the page is everything before the last line
+        return body + "\n" + texts.page_note(ref, start, end, len(parts))  # the page is everything before the last line
 
     async def search(self, pattern: str, ref: str | None = None, deadline: float | None = None) -> str:
         """Matching lines, within `limits`: one deadline and a cap on the bytes scanned.
 
-        The pattern is compiled and matched in a worker process (`proxy.search.Search`).
+        The pattern is compiled and matched in a worker process (`proxy.reload.search.Search`).
         """
         started = time.monotonic()
         own = started + self.limits.timeout
@@ -258,14 +207,14 @@ class ReloadTools:
         try:
             check_pattern(pattern)
         except ValueError as exc:
-            return f"Invalid regular expression {pattern!r}: {exc}"
+            return texts.invalid_pattern(pattern, exc)
         hits = Hits(max_chars=self.max_tokens * 3)  # characters, a cheap bound on the result size
         search = Search(pattern, deadline, hits)
         searched = 0
         try:
             error = await search.open()
             if error is not None:
-                return f"Invalid regular expression {pattern!r}: {error}"
+                return texts.invalid_pattern(pattern, error)
             refs = [ref] if ref else await self.scope()
             room = self.limits.max_bytes
             for r in refs if search.compiled else ():
@@ -275,7 +224,7 @@ class ReloadTools:
                 item = await self.refs.load(r)
                 if item is None:
                     if ref:
-                        return unavailable(r)
+                        return texts.unavailable(r)
                     continue
                 room -= await search.scan(r, item.text, room)
                 searched += 1
@@ -288,39 +237,33 @@ class ReloadTools:
             f"the search time limit of {self.limits.timeout:g} s")
         if not search.compiled and not search.busy:
             if hits.stopped == INTERRUPTED:
-                return "The search was interrupted: the proxy is shutting down."
+                return texts.search_interrupted()
             if hits.stopped not in (TIME, EXPENSIVE):
                 raise RuntimeError("the search worker gave an unexpected answer")
             why = f"compiling it did not finish within {limit}" if hits.stopped == TIME else (
                 "compiling it needed more memory than a search may use, or crashed the search worker")
-            return (f"The pattern {pattern!r} is too expensive: {why}. Use a simpler pattern "
-                    f"(fewer or smaller counted repeats x{{n}}, less nesting).")
+            return texts.too_expensive(pattern, why)
         return self._answer(pattern, ref, refs, hits, searched, took, limit, search.busy)
 
     def _answer(self, pattern: str, ref: str | None, refs: list[str], hits: Hits, searched: int, took: float,
                 limit: str, busy: bool) -> str:
         lines = list(hits.lines)
         if not lines and hits.stopped in (TIME, SIZE, EXPENSIVE, INTERRUPTED):
-            lines.append(f"No match for {pattern!r} so far.")
+            lines.append(texts.no_match_so_far(pattern))
         if hits.stopped == TIME:
             waited = "; every search worker was busy" if busy else ""
-            lines.append(f"[Search stopped early after {took:.1f} s ({limit}{waited}); {len(hits.lines)} match(es) "
-                         f"found after looking into {searched} of {len(refs)} item(s). "
-                         f"Use a simpler pattern, or give a ref.]")
+            lines.append(texts.stopped_at_time(took, limit, waited, len(hits.lines), searched, len(refs)))
         elif hits.stopped == EXPENSIVE:
-            lines.append(f"[Search stopped early: the pattern was too expensive (matching it needed more memory "
-                         f"than a search may use, or crashed the search worker); {len(hits.lines)} match(es) "
-                         f"found after looking into {searched} of {len(refs)} item(s). Use a simpler pattern.]")
+            lines.append(texts.stopped_expensive(len(hits.lines), searched, len(refs)))
         elif hits.stopped == INTERRUPTED:
-            lines.append(f"[Search interrupted: the proxy is shutting down; {len(hits.lines)} match(es) found.]")
+            lines.append(texts.interrupted_note(len(hits.lines)))
         elif hits.stopped == SIZE:
-            lines.append(f"[Search stopped early: one search scans at most {self.limits.max_bytes} bytes of "
-                         f"offloaded content, and the rest was not searched. Give a ref to search one item.]")
+            lines.append(texts.stopped_at_size(self.limits.max_bytes))
         elif not lines:
             where = f"ref={ref}" if ref else f"{len(refs)} offloaded item(s)"
-            return f"No match for {pattern!r} in {where}."
+            return texts.no_match(pattern, where)
         elif hits.stopped is not None:
-            lines.append(f"[{len(hits.lines)} matches shown; more exist. Narrow the pattern or give a ref.]")
+            lines.append(texts.more_matches(len(hits.lines)))
         return "\n".join(lines)
 
 

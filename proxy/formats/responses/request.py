@@ -61,7 +61,7 @@ def _tool_names(tools: Any) -> set[str]:
 def inject_tools(body: dict, schemas: Sequence[dict]) -> dict:
     """A new body with the injected tools appended after the client's own tools.
 
-    `schemas` are chat-style (`proxy.reload_tools.RELOAD_TOOL_SCHEMAS`); each becomes
+    `schemas` are chat-style (`proxy.core.texts.RELOAD_TOOL_SCHEMAS`); each becomes
     `{"type": "function", "name", "description", "parameters", "strict": False}`. Client tools,
     hosted ones included (`web_search`, `file_search`, `mcp`, `namespace`, `custom`, …), stay
     untouched and in order; a name already declared at the top level is not added twice. When

@@ -22,7 +22,7 @@ from proxy.formats.responses import (TERMINAL_EVENTS, ResponsesView, StreamRewri
 NAMES = frozenset({"context_reload", "context_search"})
 VIEW = ResponsesView(NAMES)
 
-# A trimmed copy of proxy.reload_tools.RELOAD_TOOL_SCHEMAS (chat-style).
+# A trimmed copy of proxy.core.texts.RELOAD_TOOL_SCHEMAS (chat-style).
 CHAT_SCHEMAS: list[dict[str, Any]] = [
     {"type": "function", "function": {
         "name": "context_reload", "description": "Return offloaded context by its reference.",

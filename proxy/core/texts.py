@@ -1,0 +1,149 @@
+"""Every text the model sees that the proxy writes, in one place.
+
+The markers that stand for offloaded content are in `proxy.core.markers`, beside the exact
+patterns that recognise them again; everything else is here: the injected tools' schemas, what
+the tools answer, and the summariser's prompt. Changing a text here changes what models read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.core.markers import RELOAD_TOOL, SEARCH_TOOL
+
+# The tools the proxy injects and runs itself, chat-style (each format converts them).
+RELOAD_TOOL_SCHEMAS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": RELOAD_TOOL,
+            "description": (
+                "Return offloaded context by its reference (the ref=... in an '[offloaded ...]' "
+                "marker): the full original text, or one page of its lines when it is large."
+            ),
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "ref": {"type": "string", "description": "The reference, e.g. from ref=AbC123."},
+                    "offset": {"type": "integer", "minimum": 0, "description": "First line (0-based)."},
+                    "limit": {"type": "integer", "minimum": 1, "description": "Number of lines."},
+                },
+                "required": ["ref"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": SEARCH_TOOL,
+            "description": (
+                "Search offloaded context with a case-insensitive regular expression. Returns "
+                "matching lines with their ref and line number. Searches one ref, or all of them."
+            ),
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "pattern": {"type": "string", "description": "A regular expression."},
+                    "ref": {"type": "string", "description": "Limit the search to this reference."},
+                },
+                "required": ["pattern"],
+            },
+        },
+    },
+]
+
+
+SUMMARY_PROMPT = """You compress the history of an AI agent's work into a dense state snapshot that \
+replaces that history in the agent's context. The agent will continue from your snapshot alone.
+
+Write exactly one <state_snapshot> block with these sections:
+<task_overview>the user's goal and requirements, constraints and success criteria</task_overview>
+<current_state>what has been done and what holds now: files changed, commands run, results</current_state>
+<important_discoveries>facts learned, decisions and why, errors met and how they were solved</important_discoveries>
+<next_steps>what remains, in order</next_steps>
+<context_to_preserve>anything else the agent must not lose</context_to_preserve>
+
+Rules: keep file paths, identifiers, commands, numbers, URLs and error messages verbatim. Make \
+every reference self-contained (no "the file above"). Be dense; omit pleasantries. When a \
+previous snapshot is given, update it with the new messages: keep what still holds, correct \
+what changed, add what is new."""
+
+
+# ---------------------------------------------------------------- what the reload tools answer
+
+def unknown_tool(name: str) -> str:
+    return f"Unknown tool {name}."
+
+
+def invalid_arguments(name: str, why: object) -> str:
+    return f"Invalid arguments for {name}: {why}."
+
+
+def store_unavailable() -> str:
+    return "The offloaded content is temporarily unavailable (store unreachable). Try again later."
+
+
+def tool_failed(name: str) -> str:
+    return f"{name} failed with an internal error; the content may be retrieved another way."
+
+
+def unavailable(ref: str) -> str:
+    return f"Reference ref={ref} is not available: unknown, expired, or not offloaded under this credential."
+
+
+def past_the_end(ref: str, lines: int, offset: int) -> str:
+    return f"ref={ref} has {lines} lines; offset {offset} is past the end."
+
+
+def page_note(ref: str, start: int, end: int, lines: int) -> str:
+    """The last line of a page of `context_reload`: where it stands, and how to get the next."""
+    if end >= lines:
+        return f"[{RELOAD_TOOL}: lines {start}-{end - 1} of {lines} of ref={ref}; this is the end.]"
+    return (f"[{RELOAD_TOOL}: lines {start}-{end - 1} of {lines} of ref={ref}. "
+            f"Next page: {RELOAD_TOOL}(ref=\"{ref}\", offset={end}).]")
+
+
+def invalid_pattern(pattern: str, error: object) -> str:
+    return f"Invalid regular expression {pattern!r}: {error}"
+
+
+def search_interrupted() -> str:
+    return "The search was interrupted: the proxy is shutting down."
+
+
+def too_expensive(pattern: str, why: str) -> str:
+    return (f"The pattern {pattern!r} is too expensive: {why}. Use a simpler pattern "
+            f"(fewer or smaller counted repeats x{{n}}, less nesting).")
+
+
+def no_match_so_far(pattern: str) -> str:
+    return f"No match for {pattern!r} so far."
+
+
+def no_match(pattern: str, where: str) -> str:
+    return f"No match for {pattern!r} in {where}."
+
+
+def stopped_at_time(took: float, limit: str, waited: str, found: int, searched: int, total: int) -> str:
+    return (f"[Search stopped early after {took:.1f} s ({limit}{waited}); {found} match(es) "
+            f"found after looking into {searched} of {total} item(s). "
+            f"Use a simpler pattern, or give a ref.]")
+
+
+def stopped_expensive(found: int, searched: int, total: int) -> str:
+    return (f"[Search stopped early: the pattern was too expensive (matching it needed more memory "
+            f"than a search may use, or crashed the search worker); {found} match(es) "
+            f"found after looking into {searched} of {total} item(s). Use a simpler pattern.]")
+
+
+def interrupted_note(found: int) -> str:
+    return f"[Search interrupted: the proxy is shutting down; {found} match(es) found.]"
+
+
+def stopped_at_size(max_bytes: int) -> str:
+    return (f"[Search stopped early: one search scans at most {max_bytes} bytes of "
+            f"offloaded content, and the rest was not searched. Give a ref to search one item.]")
+
+
+def more_matches(found: int) -> str:
+    return f"[{found} matches shown; more exist. Narrow the pattern or give a ref.]"
