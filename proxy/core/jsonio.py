@@ -20,8 +20,6 @@ import re
 from typing import Any
 
 import orjson
-from starlette.responses import JSONResponse as _StarletteJSONResponse
-
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -106,11 +104,3 @@ def dumps(obj: Any, *, sort_keys: bool = False) -> bytes:
         text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), sort_keys=sort_keys, allow_nan=False)
         # Raw surrogates can only stand inside JSON strings, where their escape means the same.
         return _LONE_SURROGATE.sub(_escape_surrogate, text).encode("utf-8")
-
-
-class JSONResponse(_StarletteJSONResponse):
-    """Starlette's JSONResponse, encoded by `dumps`: content with a lone surrogate (Starlette's
-    own encoder fails on it) goes out escaped, and large bodies are encoded faster."""
-
-    def render(self, content: Any) -> bytes:
-        return dumps(content)

@@ -13,12 +13,19 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from proxy.errors import ProxyError
 
 Mode = Literal["auto", "compact", "compress", "off"]
 HEADER_PREFIX = "x-offload-"
 MAX_HEADER_VALUE = 256
 IDENT_PATTERN = r"^[A-Za-z0-9._:@/-]{1,128}$"
+
+
+class SettingsError(ValueError):
+    """An X-Offload-* header the proxy refuses; the HTTP layer answers it with a 400 naming `param`."""
+
+    def __init__(self, message: str, *, param: str) -> None:
+        super().__init__(message)
+        self.message, self.param = message, param
 
 
 class OffloadSettings(BaseModel):
@@ -139,8 +146,8 @@ class SettingsResolver:
             field = lname[len(HEADER_PREFIX):].replace("-", "_")
             if field in SETTING_FIELDS:
                 if len(value) > MAX_HEADER_VALUE:
-                    raise ProxyError(400, f"Header {header_name(field)} is longer than {MAX_HEADER_VALUE} characters.",
-                                     code="invalid_offload_header", param=header_name(field))
+                    raise SettingsError(f"Header {header_name(field)} is longer than {MAX_HEADER_VALUE} characters.",
+                                        param=header_name(field))
                 from_headers[field] = value.strip()
         merged = self.defaults.model_dump(exclude_unset=False)
         merged.update(self.tenant_overrides(tenant))
@@ -148,19 +155,11 @@ class SettingsResolver:
             try:
                 OffloadSettings(**{field: value})
             except ValidationError as exc:
-                raise ProxyError(
-                    400,
-                    f"Invalid header {header_name(field)}: {value!r}; it must be {_describe(field)}.",
-                    code="invalid_offload_header",
-                    param=header_name(field),
-                ) from exc
+                raise SettingsError(f"Invalid header {header_name(field)}: {value!r}; it must be {_describe(field)}.",
+                                    param=header_name(field)) from exc
             cap = self.header_caps.get(field)
             if cap is not None and float(value) > cap:
-                raise ProxyError(
-                    400,
-                    f"Invalid header {header_name(field)}: {value!r}; this server allows at most {cap}.",
-                    code="invalid_offload_header",
-                    param=header_name(field),
-                )
+                raise SettingsError(f"Invalid header {header_name(field)}: {value!r}; this server allows at most {cap}.",
+                                    param=header_name(field))
             merged[field] = value
         return OffloadSettings(**merged)

@@ -25,7 +25,7 @@ from proxy.http.services import services_of
 from proxy.errors import ProxyError, error_response
 from proxy.formats import chat as chat_format
 from proxy.http.headers import response_headers_for_client
-from proxy.core.settings import OffloadSettings
+from proxy.core.settings import OffloadSettings, SettingsError
 from proxy.offload.pipeline import Prepared, prepare
 from proxy.offload.quota import Quota
 from proxy.offload.refs import RefStore
@@ -70,6 +70,14 @@ def compressor_for(request: Request, body: dict, settings: OffloadSettings, call
     ctx = SummaryContext(services.upstream, headers, model, prompt, services.settings.summary_timeout,
                          services.settings.summary_wait, services.sealer, caller.base)
     return Compressor(services.store, caller.namespace, services.settings.store_ttl, ctx)
+
+
+def request_settings(request: Request, caller: Caller) -> OffloadSettings:
+    """Server defaults ← the caller's tenant ← X-Offload-* headers; a refused header is a 400."""
+    try:
+        return services_of(request).settings_resolver.resolve(request.headers, tenant=caller.tenant)
+    except SettingsError as exc:
+        raise ProxyError(400, exc.message, code="invalid_offload_header", param=exc.param) from exc
 
 
 def quota_for(request: Request, caller: Caller) -> Quota:
@@ -128,7 +136,7 @@ class ChatCall:
         services = services_of(request)
         raw = await request.body()
         body = parse_chat_body(raw, max_messages=services.settings.max_messages)
-        settings = services.settings_resolver.resolve(request.headers, tenant=request.state.caller.tenant)
+        settings = request_settings(request, request.state.caller)
         return cls(request, raw, body, settings)
 
     async def offload(self) -> None:

@@ -13,10 +13,10 @@ from proxy.offload import events
 from proxy.formats import chat
 from proxy.http.caller import Caller
 from proxy.core.settings import OffloadSettings
-from proxy.http.chat import compressor_for, model_of, quota_for, parse_chat_body
+from proxy.http.chat import compressor_for, model_of, parse_chat_body, quota_for, request_settings
 from proxy.http.services import services_of
 from proxy.errors import ProxyError
-from proxy.core.jsonio import JSONResponse
+from proxy.http.responses import JSONResponse
 from proxy.offload.pipeline import prepare
 from proxy.offload.quota import CredentialRejected, QuotaExceeded
 from proxy.offload.refs import RefStore
@@ -26,7 +26,7 @@ from proxy.core.tokens import counter_for_model_async
 
 def _scope(request: Request) -> tuple[OffloadSettings, Caller, RefStore]:
     caller: Caller = request.state.caller
-    settings = services_of(request).settings_resolver.resolve(request.headers, tenant=caller.tenant)
+    settings = request_settings(request, caller)
     refs = RefStore(services_of(request).store, caller.namespace, services_of(request).settings.store_ttl,
                     sealer=services_of(request).sealer, quota=quota_for(request, caller))
     return settings, caller, refs
