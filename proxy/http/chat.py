@@ -67,8 +67,9 @@ def compressor_for(request: Request, body: dict, settings: OffloadSettings, call
     prompt = services.settings_resolver.tenant_extra(caller.tenant, "summary_prompt") or DEFAULT_PROMPT
     model = settings.summary_model or model_of(body) or "gpt-4o-mini"
     headers = caller.upstream_headers(request.scope["headers"], body_replaced=True)
-    ctx = SummaryContext(services.upstream, headers, model, prompt, services.settings.summary_timeout,
-                         services.settings.summary_wait, services.sealer, caller.base)
+    ctx = SummaryContext(upstream=services.upstream, headers=headers, model=model, prompt=prompt,
+                         timeout=services.settings.summary_timeout, wait=services.settings.summary_wait,
+                         sealer=services.sealer, base=caller.base)
     return Compressor(services.store, caller.namespace, services.settings.store_ttl, ctx)
 
 

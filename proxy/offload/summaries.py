@@ -46,7 +46,7 @@ def _keep(summary_key: str, record: cp.PriorSummary) -> cp.PriorSummary:
     return record
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SummaryContext:
     """What a summarisation call needs from the request."""
 

@@ -147,7 +147,8 @@ class Replayer:
 
     async def _prepare(self, request: list[Any], namespace: str, counter: TokenCounter):
         refs = RefStore(self.store, namespace, self.ttl)
-        ctx = SummaryContext(self.upstream, self.headers, self.model, DEFAULT_PROMPT, 120.0, 30.0)
+        ctx = SummaryContext(upstream=self.upstream, headers=self.headers, model=self.model, prompt=DEFAULT_PROMPT,
+                             timeout=120.0, wait=30.0)
         return await prepare(request, self.settings, counter, namespace, refs,
                              Compressor(self.store, namespace, self.ttl, ctx), view=chat.VIEW)
 
