@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse
 from starlette.middleware import Middleware
 from starlette.routing import Route
 
-from proxy.reload import search
+from proxy.reload import search_pool
 from proxy.http.caller import CallerGate, Gatekeeper
 from proxy.http.chat import chat_completions
 from proxy.config import ServerSettings
@@ -88,7 +88,7 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
         try:
             yield
         finally:
-            await search.shutdown()  # the context_search worker processes
+            await search_pool.shutdown()  # the context_search worker processes
             await services.upstream.aclose()
             await services.store.close()
 

@@ -31,7 +31,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from proxy.errors import ProxyError
 from proxy.http.headers import request_headers_for_upstream
-from proxy.offload.tenant import namespace_for
+from proxy.offload.tenant import bare_credential, namespace_for
 from proxy.upstream.choice import HEADER as UPSTREAM_HEADER
 from proxy.upstream.choice import requested_base
 
@@ -60,10 +60,7 @@ def presented_credentials(headers: Headers) -> list[str]:
     found: list[str] = []
     for name in CREDENTIAL_HEADERS:
         for value in headers.getlist(name.decode()):
-            value = value.strip()
-            scheme, _, token = value.partition(" ")
-            if name == b"authorization" and scheme.lower() == "bearer":
-                value = token.strip()
+            value = bare_credential(value) if name == b"authorization" else value.strip()
             if value:
                 found.append(value)
     return found

@@ -30,12 +30,16 @@ def namespace_for(kind: str, identity: Sequence[str], sub_tenant: str | None, *,
     return hashlib.sha256(material).hexdigest()[:32]
 
 
+def bare_credential(value: str) -> str:
+    """A credential without its `Bearer` scheme: `Bearer sk-x`, `bearer  sk-x` and `sk-x` are one."""
+    value = value.strip()
+    scheme, _, token = value.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else value
+
+
 def tenant_namespace(credential: str | None, tenant: str | None) -> str:
     """The namespace of a client credential (a bare key or an `Authorization` value)."""
-    value = (credential or "").strip()
-    scheme, _, token = value.partition(" ")
-    if scheme.lower() == "bearer" and token.strip():
-        value = token.strip()
+    value = bare_credential(credential or "")
     return namespace_for("credential", [value] if value else [], tenant)
 
 

@@ -24,8 +24,7 @@ from dataclasses import dataclass
 
 from proxy.config import ServerSettings
 from proxy.offload.cpu import CPU
-from proxy.reload.search_pool import (INTERRUPTED, KILL_GRACE, MAX_REPLY, RECYCLE_RSS, WORKERS,  # noqa: F401
-                                     Pool, Worker, WorkerGone, end_all, pool, shutdown)
+from proxy.reload.search_pool import INTERRUPTED, KILL_GRACE, Pool, Worker, WorkerGone, pool
 from proxy.reload.search_worker import (EXPENSIVE, HEAD, MATCHES, MAX_MATCHES, MEMORY_LIMIT, NICE, SIZE,  # noqa: F401
                                  TIME, Hits)
 

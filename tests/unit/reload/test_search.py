@@ -75,7 +75,7 @@ async def _no_worker_left_behind():
     gc.freeze()  # as the app does at startup: what is measured is the search, not a collection of pytest's objects
     yield
     gc.unfreeze()
-    await search.shutdown()
+    await search_pool.shutdown()
     assert own_workers() == []
 
 
@@ -155,10 +155,10 @@ async def test_a_worker_that_does_not_answer_is_killed_at_the_deadline(refs):
     pid = await busy_worker(task)
     os.kill(pid, signal.SIGSTOP)  # as a match that never returns to check regex's timeout
     answer = await asyncio.wait_for(task, 5)
-    assert 2.0 < time.monotonic() - started < 2.0 + search.KILL_GRACE + 0.3
+    assert 2.0 < time.monotonic() - started < 2.0 + search_pool.KILL_GRACE + 0.3
     assert answer.startswith("ref=needles line 0: needle 0\n") and "ref=needles line 4: needle 4" in answer
     assert re.search(r"Search stopped early after 2\.\d s \(the search time limit of 2 s\); 5 match\(es\)", answer)
-    assert pid not in [w.pid for w in search.pool().workers]
+    assert pid not in [w.pid for w in search_pool.pool().workers]
     for _ in range(500):  # reaped in a thread: soon
         if pid not in own_workers():
             break
@@ -169,11 +169,11 @@ async def test_a_worker_that_does_not_answer_is_killed_at_the_deadline(refs):
 async def busy_worker(task: asyncio.Future) -> int:
     """The worker running `task`'s search, once it has been matching for 0.1 s of CPU (after
     what it used before: starting, earlier searches)."""
-    spent: dict[int, float] = {w.pid: cpu_seconds(w.pid) for w in search.pool().idle}
+    spent: dict[int, float] = {w.pid: cpu_seconds(w.pid) for w in search_pool.pool().idle}
     for _ in range(1000):
         await asyncio.sleep(0.01)
         assert not task.done()
-        for pid in [w.pid for w in search.pool().workers if w not in search.pool().idle]:
+        for pid in [w.pid for w in search_pool.pool().workers if w not in search_pool.pool().idle]:
             spent.setdefault(pid, 0.0)
             if cpu_seconds(pid) > spent[pid] + 0.1:
                 return pid
@@ -191,15 +191,15 @@ async def test_a_worker_killed_mid_search_is_replaced(refs):
     assert answer.startswith("ref=needles line 0: needle 0\n") and "ref=needles line 4: needle 4" in answer
     assert "the pattern was too expensive" in answer and "crashed the search worker" in answer
     assert await tools.search("needle 2", "needles") == "ref=needles line 2: needle 2"
-    assert pid not in own_workers() and [w.pid for w in search.pool().workers] != [pid]
+    assert pid not in own_workers() and [w.pid for w in search_pool.pool().workers] != [pid]
 
 
 async def test_concurrent_searches_are_bounded_and_wait_within_their_deadline(refs):
     hogs = [asyncio.ensure_future(tools_for(refs, ["hard01"], timeout=3.0).search("(a|a)+$"))
-            for _ in range(search.WORKERS)]
+            for _ in range(search_pool.WORKERS)]
     for _ in range(1000):
         await asyncio.sleep(0.01)
-        if len(search.pool().workers) == search.WORKERS and not search.pool().idle:
+        if len(search_pool.pool().workers) == search_pool.WORKERS and not search_pool.pool().idle:
             break
     started = time.monotonic()
     waiting = [asyncio.ensure_future(tools_for(refs, ["needles"], timeout=0.5).search("needle"))
@@ -209,7 +209,7 @@ async def test_concurrent_searches_are_bounded_and_wait_within_their_deadline(re
         most = max(most, len(own_workers(zombies=False)))
         await asyncio.sleep(0.01)
     assert time.monotonic() - started < 0.5 + 0.3
-    assert most <= search.WORKERS
+    assert most <= search_pool.WORKERS
     for task in waiting:
         answer = task.result()
         assert answer.startswith("No match for 'needle' so far.") and "every search worker was busy" in answer
@@ -225,11 +225,11 @@ async def test_shutdown_ends_every_worker_even_mid_search(refs):
     task = asyncio.ensure_future(tools.search("(a|a)+$"))
     for _ in range(1000):
         await asyncio.sleep(0.01)
-        if search.pool().workers and not search.pool().idle:
+        if search_pool.pool().workers and not search_pool.pool().idle:
             break
     assert len(own_workers()) == 1
     started = time.monotonic()
-    await search.shutdown()
+    await search_pool.shutdown()
     assert own_workers() == []
     answer = await asyncio.wait_for(task, 5)
     assert time.monotonic() - started < 1.0

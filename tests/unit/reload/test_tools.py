@@ -10,7 +10,7 @@ import pytest
 from proxy.core.compaction import Offload
 from proxy.offload.refs import RefStore
 from proxy.reload.tools import BadArguments, ReloadTools, colliding_tool_names, parse_arguments, segments
-from proxy.reload import search
+from proxy.reload import search_pool
 from proxy.reload.search import SearchLimits, expansion
 from proxy.store.sqlite import SQLiteStore
 from proxy.core.tokens import counter_for_model
@@ -22,7 +22,7 @@ COUNTER = counter_for_model("gpt-4o")
 @pytest.fixture(autouse=True)
 def _search_workers_ended():
     yield
-    search.end_all()  # each test's event loop has search workers of its own
+    search_pool.end_all()  # each test's event loop has search workers of its own
 
 
 def test_segments_rebuild_the_text_exactly():
