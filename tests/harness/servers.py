@@ -1,10 +1,11 @@
-"""Test servers on loopback: uvicorn in a thread, a fake OpenAI upstream, a real redis-server."""
+"""Test servers on loopback: uvicorn in a thread, a fake OpenAI upstream (chat and Responses API), a real redis-server."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -23,6 +24,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from proxy.cli import uvicorn_options
+from tests.harness import responses as fake_responses
 
 
 def free_port() -> int:
@@ -131,12 +133,50 @@ class Recorded:
 Handler = Callable[[Request, Recorded], Awaitable[Response]]
 
 
+def is_responses_create(rec: Recorded) -> bool:
+    """`POST …/v1/responses`: a Responses API request (not a retrieval or a sub-path of one)."""
+    return rec.method == "POST" and rec.path.endswith("/responses")
+
+
+_RESPONSE_PATH = re.compile(r"/responses/(?P<id>[^/]+)(?P<rest>/input_items|/cancel)?$")
+
+
+def responses_default(rec: Recorded) -> Response | None:
+    """The Responses API's endpoints as OpenAI answers them, else None.
+
+    `POST /responses`: a text message (JSON, or SSE when `stream`); `GET /responses/{id}` the
+    stored response; `DELETE` `response.deleted`; `GET …/input_items` a list with one user
+    message; `POST …/cancel` the response, cancelled.
+    """
+    if is_responses_create(rec):
+        return fake_responses.answer(rec, fake_responses.message("Hello there"))
+    match = _RESPONSE_PATH.search(rec.path)
+    if not match:
+        return None
+    id, rest = match["id"], match["rest"]
+    if rec.method == "GET" and rest is None:
+        return JSONResponse(fake_responses.response(fake_responses.message("Hello there"), id=id,
+                                                    usage=fake_responses.usage()))
+    if rec.method == "DELETE" and rest is None:
+        return JSONResponse({"id": id, "object": "response.deleted", "deleted": True})
+    if rec.method == "GET" and rest == "/input_items":
+        item = {"id": "msg_input_1", "type": "message", "role": "user", "status": "completed",
+                "content": [{"type": "input_text", "text": "hello"}]}
+        return JSONResponse({"object": "list", "data": [item], "first_id": item["id"], "last_id": item["id"],
+                             "has_more": False})
+    if rec.method == "POST" and rest == "/cancel":
+        return JSONResponse(fake_responses.response(id=id, status="cancelled"))
+    return None
+
+
 async def default_handler(request: Request, rec: Recorded) -> Response:
     if rec.path.endswith("/chat/completions"):
         body = rec.json()
         if body.get("stream"):
             return StreamingResponse(iter(stream_chunks("Hello there")), media_type="text/event-stream")
         return JSONResponse(completion("Hello there"))
+    if (answer := responses_default(rec)) is not None:
+        return answer
     return JSONResponse({"path": rec.path, "method": rec.method})
 
 
@@ -154,6 +194,10 @@ class FakeUpstream:
     def chat_requests(self) -> list[Recorded]:
         return [r for r in self.requests if r.path.endswith("/chat/completions")]
 
+    def responses_requests(self) -> list[Recorded]:
+        """The `POST …/responses` requests (Responses API calls), in order."""
+        return [r for r in self.requests if is_responses_create(r)]
+
     async def _endpoint(self, request: Request) -> Response:
         rec = Recorded(request.method, request.url.path, request.url.query,
                        {k.lower(): v for k, v in request.headers.items()}, await request.body(),
@@ -167,14 +211,23 @@ class FakeUpstream:
 
 
 def scripted(*responses: Callable[[Recorded], Response]) -> Handler:
-    """A handler answering successive chat requests with the given factories (last one repeats)."""
-    calls = {"n": 0}
+    """A handler answering successive model requests with the given factories (last one repeats).
+
+    Chat requests (`…/chat/completions`) and Responses requests (`POST …/responses`) are counted
+    apart: each kind walks the factories from the first, so a summarisation call of the other
+    kind does not consume a step. Anything else gets `default_handler`.
+    """
+    calls = {"chat": 0, "responses": 0}
 
     async def handler(request: Request, rec: Recorded) -> Response:
-        if not rec.path.endswith("/chat/completions"):  # e.g. the proxy checking a key on /models
+        if rec.path.endswith("/chat/completions"):
+            kind = "chat"
+        elif is_responses_create(rec):
+            kind = "responses"
+        else:  # e.g. the proxy checking a key on /models
             return await default_handler(request, rec)
-        i = min(calls["n"], len(responses) - 1)
-        calls["n"] += 1
+        i = min(calls[kind], len(responses) - 1)
+        calls[kind] += 1
         return responses[i](rec)
 
     return handler
