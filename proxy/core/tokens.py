@@ -29,6 +29,8 @@ UNCACHED_BELOW = 64  # characters: below this, cached by the text itself rather 
 SHORT_ENTRIES = 50_000
 MESSAGE_OVERHEAD = 3  # per message, as in OpenAI's accounting
 REPLY_PRIMING = 3
+IMAGE_TOKENS = 85  # a low-detail image; providers bill more for high detail
+IMAGE_PARTS = frozenset({"image_url", "input_image", "computer_screenshot"})
 
 
 class Encoder(Protocol):
@@ -173,8 +175,8 @@ class TokenCounter:
             for part in content:
                 if isinstance(part, dict) and isinstance(part.get("text"), str):
                     total += self.text(part["text"])
-                elif isinstance(part, dict) and part.get("type") in ("image_url", "input_image"):
-                    total += 85  # low-detail image; providers bill more for high detail
+                elif isinstance(part, dict) and part.get("type") in IMAGE_PARTS:
+                    total += IMAGE_TOKENS
                 else:
                     total += self.text(json.dumps(part, ensure_ascii=False))
             return total
@@ -191,8 +193,13 @@ class TokenCounter:
         return self._count_message(message)
 
     def _count_message(self, message: Any) -> int:
+        """A chat message or a Responses message (role, content, chat's name and tool_calls), or
+        another Responses input item (`_count_item`)."""
         if not isinstance(message, dict):
             return self.text(json.dumps(message, ensure_ascii=False))
+        kind = message.get("type")
+        if kind is not None and kind != "message" and "role" not in message:  # only messages have a role
+            return self._count_item(kind, message)
         content = message.get("content")
         total = MESSAGE_OVERHEAD + (self.text(content) if type(content) is str else self.content(content))
         role, name = message.get("role"), message.get("name")
@@ -205,6 +212,34 @@ class TokenCounter:
             if isinstance(function, dict):
                 total += 3 + self.text(str(function.get("name", ""))) + self.text(str(function.get("arguments", "")))
         return total
+
+    def _count_item(self, kind: Any, item: dict) -> int:
+        """A Responses input item other than a message, counted like the chat message that
+        carries the same content: a call costs MESSAGE_OVERHEAD + name + arguments (as one of a
+        chat message's `tool_calls`), a tool result MESSAGE_OVERHEAD + its output."""
+        if kind == "function_call" or kind == "custom_tool_call":
+            args = item.get("arguments") if kind == "function_call" else item.get("input")
+            name = item.get("name")
+            return (MESSAGE_OVERHEAD + (self.text(name) if type(name) is str else 0)
+                    + (self.text(args) if type(args) is str else self.content(args)))
+        if type(kind) is str and kind.endswith("_output"):
+            output = item.get("output")
+            if type(output) is str:
+                return MESSAGE_OVERHEAD + self.text(output)
+            if isinstance(output, dict) and output.get("type") in IMAGE_PARTS:
+                return MESSAGE_OVERHEAD + IMAGE_TOKENS  # computer_call_output: a screenshot
+            return MESSAGE_OVERHEAD + self.content(output)  # parts, or shell output chunks as JSON
+        if kind == "reasoning":
+            total = MESSAGE_OVERHEAD
+            for key in ("summary", "content"):
+                parts = item.get(key)
+                if isinstance(parts, list):
+                    total += self.content(parts)
+            encrypted = item.get("encrypted_content")
+            if type(encrypted) is str:  # base64 of opaque data: its length says enough
+                total += (len(encrypted) + 3) // 4
+            return total
+        return self.text(json.dumps(item, ensure_ascii=False))
 
     def messages(self, messages: Iterable[Any]) -> int:
         return sum(self.message(m) for m in messages) + REPLY_PRIMING

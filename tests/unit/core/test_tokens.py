@@ -43,3 +43,77 @@ def test_unloadable_encoding_falls_back_to_an_estimate(monkeypatch):
         assert counter.text("x" * 400) == 100
     finally:
         tokens.load_encoder.cache_clear()
+
+
+# ---------------------------------------------------------------- Responses API input items
+
+def test_a_responses_message_counts_as_the_chat_message_with_the_same_text():
+    c = counter_for_model("gpt-4o")
+    chat = c.message({"role": "user", "content": "list the files"})
+    assert c.message({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "list the files"}]}) \
+        == chat
+    assert c.message({"role": "user", "content": "list the files"}) == chat  # an EasyInputMessage: no type
+    assert c.message({"type": "message", "role": "assistant",
+                      "content": [{"type": "output_text", "text": "list the files", "annotations": []}]}) == chat
+    image = {"type": "message", "role": "user", "content": [{"type": "input_image", "image_url": "data:…"}]}
+    assert c.message(image) == tokens.MESSAGE_OVERHEAD + c.text("user") + tokens.IMAGE_TOKENS
+
+
+def test_calls_and_results_cost_what_they_cost_in_a_chat_message():
+    c = counter_for_model("gpt-4o")
+    args = '{"cmd": "ls -la /tmp"}'
+    call = {"type": "function_call", "call_id": "call_1", "name": "bash", "arguments": args, "id": "fc_1",
+            "status": "completed"}
+    assert c.message(call) == 3 + c.text("bash") + c.text(args)  # ids and status are not billed as text
+    chat_call = c.message({"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": args}}]})
+    assert chat_call == c.message(call) + tokens.MESSAGE_OVERHEAD + c.text("assistant")
+    custom = {"type": "custom_tool_call", "call_id": "c", "name": "apply_patch", "input": "*** Begin Patch"}
+    assert c.message(custom) == 3 + c.text("apply_patch") + c.text("*** Begin Patch")
+
+    output = "total 0\n" * 50
+    result = {"type": "function_call_output", "call_id": "call_1", "output": output}
+    assert c.message(result) == 3 + c.text(output)
+    assert c.message({"role": "tool", "tool_call_id": "call_1", "content": output}) == c.message(result) + c.text("tool")
+    parts = {"type": "function_call_output", "call_id": "call_1",
+             "output": [{"type": "input_text", "text": output}, {"type": "input_image", "image_url": "x"}]}
+    assert c.message(parts) == 3 + c.text(output) + tokens.IMAGE_TOKENS
+    for kind in ("custom_tool_call_output", "local_shell_call_output", "apply_patch_call_output"):
+        assert c.message({"type": kind, "call_id": "c", "output": output}) == 3 + c.text(output)
+    screenshot = {"type": "computer_call_output", "call_id": "c",
+                  "output": {"type": "computer_screenshot", "image_url": "data:image/png;base64," + "A" * 100_000}}
+    assert c.message(screenshot) == 3 + tokens.IMAGE_TOKENS
+
+
+def test_reasoning_counts_its_summary_and_estimates_the_encrypted_content():
+    c = counter_for_model("gpt-4o")
+    summary = "Looking at the failing test first."
+    encrypted = "gAAAAABo" + "x" * 40_000
+    item = {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": summary}],
+            "encrypted_content": encrypted}
+    assert c.message(item) == 3 + c.text(summary) + len(encrypted) // 4
+    assert c.message({"type": "reasoning", "summary": []}) == 3
+
+
+def test_encrypted_content_is_not_tokenised(monkeypatch):
+    c = TokenCounter("o200k_base")
+    seen: list[int] = []
+    encode = c.encoder.encode_ordinary
+    monkeypatch.setattr(c, "encoder", type("Spy", (), {"encode_ordinary": lambda _, t: seen.append(len(t)) or encode(t)})())
+    c.message({"type": "reasoning", "summary": [], "encrypted_content": "Z" * 1_000_000})
+    assert all(n < 1000 for n in seen)
+
+
+def test_unknown_items_count_as_their_json():
+    import json
+
+    c = counter_for_model("gpt-4o")
+    for item in ({"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"query": "x"}},
+                 {"type": "item_reference", "id": "msg_1"}, {"type": 7}):
+        assert c.message(item) == c.text(json.dumps(item, ensure_ascii=False))
+
+
+def test_a_chat_message_with_a_type_key_is_still_a_chat_message():
+    c = counter_for_model("gpt-4o")
+    plain = {"role": "tool", "tool_call_id": "1", "content": "x" * 100}
+    assert c.message({**plain, "type": "function_call_output"}) == c.message(plain)
