@@ -93,7 +93,7 @@ def test_codex_exec_through_the_proxy(codex_binary, codex_proxy, upstream, tmp_p
                 and i["type"] == "function_call_output"]
     assert output["output"].startswith("[offloaded tool result: ") and len(output["output"]) < 2_000
     assert f"\n{LINES - 1}\n{LINES}" not in second.body.decode()
-    [ref] = REF.findall(json.dumps(input_items(second)))
+    [ref] = REF.findall(output["output"])
     replayed = [i for i in input_items(second) if i.get("type") == "reasoning"]
     assert [r["encrypted_content"] for r in replayed] == ["gAAAAB-codex-shell"]  # Codex's own replay
     added = input_items(third)[len(input_items(second)):]

@@ -115,7 +115,7 @@ def test_previous_response_id_with_a_new_output_is_relayed(client, upstream):
     [rec] = upstream.responses_requests()
     assert rec.json()["previous_response_id"] == "resp_prev_2"
     assert input_items(rec) == [function_call_output(CALL_ID, "exit code 0")]
-    assert rec.json()["tools"] == TOOLS
+    assert rec.json()["tools"][:2] == TOOLS
 
 
 # ---------------------------------------------------------------- a reload round
