@@ -9,10 +9,17 @@ import tempfile
 from pathlib import Path
 
 from proxy.core.settings import OffloadSettings
-from proxy.replay.runner import (Replayer, estimate_warning, load_conversations, report_dict, turns_of, upstream_for,
-                          write_outputs)
+from proxy.replay.runner import (FORMATS, Replayer, estimate_warning, load_conversations, report_dict, turns_of,
+                                 upstream_for, write_outputs)
 from proxy.replay.report import table
 from proxy.store import Store
+
+
+def add_format_argument(replay: argparse.ArgumentParser) -> None:
+    """`--format chat|responses`, for the `replay` subcommand's parser (proxy/cli.py)."""
+    replay.add_argument("--format", choices=FORMATS, default="chat",
+                        help="Wire format to replay in: chat messages as recorded (default), or the Responses "
+                             "API input items a client would send for them.")
 
 
 def _settings(args: argparse.Namespace) -> OffloadSettings:
@@ -47,7 +54,8 @@ async def run_replay(args: argparse.Namespace) -> dict:
     upstream = upstream_for(args.upstream)
     key = args.api_key or os.environ.get("OPENAI_API_KEY", "")
     headers = [(b"authorization", f"Bearer {key}".encode())] if key else []
-    replayer = Replayer(store, settings, upstream, headers, args.model)
+    format = getattr(args, "format", None) or "chat"
+    replayer = Replayer(store, settings, upstream, headers, args.model, format=format)
     counting = replayer.token_counting()
     warning = estimate_warning(counting)
     if warning:
@@ -67,7 +75,7 @@ async def run_replay(args: argparse.Namespace) -> dict:
             bar.close()
         await upstream.aclose()
         await store.close()
-    report = report_dict(results, settings, counting)
+    report = report_dict(results, settings, counting, format)
     written = write_outputs(report, Path(args.out))
     print(table(report))
     print("wrote " + ", ".join(str(p) for p in written[:3]) + (" …" if len(written) > 3 else ""))

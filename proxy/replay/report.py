@@ -50,6 +50,8 @@ def table(report: dict[str, Any]) -> str:
     rows += ["-" * len(header), row("OVERALL", report["overall"])]
     o = report["overall"]
     rows.append(f"turns above max_total_tokens + system + tools + summary + tail: {o['turns_over_budget']}")
+    if report.get("format") == "responses":
+        rows.append("format: responses (each chat trace replayed as Responses API input items)")
     counting = report.get("token_counting")
     if counting:
         names = ", ".join(e["encoding"] for e in counting["encodings"])
@@ -80,7 +82,8 @@ def _thousands(value: float, _position: int) -> str:
     return f"{value / 1e3:g}k" if value else "0"
 
 
-def conversation_chart(plt, c: dict[str, Any], max_total_tokens: int | None, path: Path) -> Path:
+def conversation_chart(plt, c: dict[str, Any], max_total_tokens: int | None, path: Path,
+                       unit: str = "message") -> Path:
     from matplotlib.ticker import FuncFormatter, MaxNLocator
 
     fig, ax = plt.subplots(figsize=(8, 4))
@@ -93,7 +96,7 @@ def conversation_chart(plt, c: dict[str, Any], max_total_tokens: int | None, pat
                    label=f"max_total_tokens ({max_total_tokens:,})")
     ratio = c["forwarded_tokens"] / c["raw_tokens"] if c["raw_tokens"] else 1.0
     ax.set(title=f"{shorten(c['id'], 70)}\nforwarded/raw {ratio:.3f}, {c['summaries']} summaries, "
-                 f"{c['refs']} refs", xlabel="turn", ylabel="tokens (o200k_base, message JSON)")
+                 f"{c['refs']} refs", xlabel="turn", ylabel=f"tokens (o200k_base, {unit} JSON)")
     ax.title.set_fontsize(10)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.yaxis.set_major_formatter(FuncFormatter(_thousands))
@@ -118,7 +121,8 @@ def write_charts(report: dict[str, Any], out: Path) -> list[Path]:
         return []
     conversations = report["conversations"]
     max_total_tokens = report.get("settings", {}).get("max_total_tokens")
-    written = [conversation_chart(plt, c, max_total_tokens, out / name)
+    unit = "item" if report.get("format") == "responses" else "message"
+    written = [conversation_chart(plt, c, max_total_tokens, out / name, unit)
                for c, name in zip(conversations, chart_names([c["id"] for c in conversations]))]
     fig, ax = plt.subplots(figsize=(10, 5))
     names = unique_labels([c["id"] for c in conversations], CHART_NAME_WIDTH)

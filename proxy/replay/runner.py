@@ -5,7 +5,11 @@ same pipeline the server runs (compaction, compression, the real store), with a 
 deterministic fake summariser unless --upstream names a real one. Writes DIR/report.json and
 PNG charts, and prints a table.
 
-Definitions: tokens are o200k_base tokens of each message's JSON. prefix_reuse = Σ over
+With format "responses", each chat trace is first converted to the Responses API input items a
+client would send for it (`proxy.formats.responses.from_chat`) and replayed through the
+Responses view; every figure is then computed the same way on items instead of messages.
+
+Definitions: tokens are o200k_base tokens of each message's (or item's) JSON. prefix_reuse = Σ over
 consecutive turns of the tokens of the longest common prefix of whole forwarded messages of
 turn k and k+1, divided by Σ tokens of forwarded turn k. reload_exact_fraction = share of
 references created during the replay whose context_reload returns the original byte-for-byte.
@@ -23,8 +27,11 @@ from typing import Any
 import httpx
 
 from proxy.core import compression as cp
+from proxy.core.view import ItemView
 from proxy.formats import chat
-from proxy.core.markers import history_ref
+from proxy.formats.responses.from_chat import items_with_offsets, tools_from_chat
+from proxy.formats.responses.items import ResponsesView
+from proxy.core.markers import INJECTED_TOOLS, history_ref
 from proxy.offload.summaries import Compressor, SummaryContext
 from proxy.config import ServerSettings
 from proxy.core.settings import OffloadSettings
@@ -38,6 +45,7 @@ from proxy.core.tokens import TokenCounter, counter_for_encoding, counter_for_mo
 from proxy.upstream.client import Upstream
 
 NEXT_OFFSET = re.compile(r"offset=(\d+)\)\.\]$")
+FORMATS = ("chat", "responses")  # the wire format conversations are replayed in
 
 
 def fake_summarizer() -> httpx.MockTransport:
@@ -88,11 +96,12 @@ def prefix_reuse(forwarded: list[list[Any]], tokens: list[list[int]]) -> float:
     return reused / total if total else 1.0
 
 
-def budget(forwarded: list[Any], tools: Any, settings: OffloadSettings, counter: TokenCounter) -> int:
+def budget(forwarded: list[Any], tools: Any, settings: OffloadSettings, counter: TokenCounter,
+           view: ItemView = chat.VIEW) -> int:
     """max_total_tokens plus what is never compressed: system, tool schemas, summary, kept tail."""
-    head, tail = cp.split(forwarded, chat.VIEW, settings.keep_recent_for(cp.COMPRESS_KEEP_RECENT))
+    head, tail = cp.split(forwarded, view, settings.keep_recent_for(cp.COMPRESS_KEEP_RECENT))
     fixed = forwarded[:head] + forwarded[tail:]
-    summary = [m for m in forwarded[head:tail] if history_ref(chat.VIEW.text(m) or "")]
+    summary = [m for m in forwarded[head:tail] if history_ref(view.text(m) or "")]
     return settings.max_total_tokens + counter.messages(fixed + summary) + counter.tools(tools)
 
 
@@ -120,6 +129,26 @@ def replay_namespace(index: int, conversation_id: str) -> str:
     return tenant_namespace("replay", f"{index}:{conversation_id}")
 
 
+def view_for(format: str) -> ItemView:
+    """How the pipeline sees the replayed history in this wire format."""
+    if format == "chat":
+        return chat.VIEW
+    if format == "responses":
+        return ResponsesView(INJECTED_TOOLS)
+    raise ValueError(f"unknown format {format!r} (expected one of {', '.join(FORMATS)})")
+
+
+def requests_of(conv: dict, format: str) -> tuple[list[list[Any]], Any]:
+    """The requests replayed for a conversation, one per turn (`turns_of` its messages), and its
+    tools, both in the wire format. Responses turns are slices of one conversion of the whole
+    conversation, so consecutive turns share their items as chat turns share their messages."""
+    requests = turns_of(conv["messages"])
+    if format == "chat":
+        return requests, conv.get("tools")
+    items, offsets = items_with_offsets(conv["messages"])
+    return [items[:offsets[len(request)]] for request in requests], tools_from_chat(conv.get("tools"))
+
+
 def forget_process_summaries(namespace: str) -> None:
     """Drop this process's memo of summary records of `namespace` (left by an earlier replay in the
     same process, e.g. on another store), so every replay counts the summaries it makes itself."""
@@ -132,9 +161,9 @@ def forget_process_summaries(namespace: str) -> None:
 
 class Replayer:
     def __init__(self, store: Store, settings: OffloadSettings, upstream: Upstream, headers: list, model: str,
-                 ttl: int = 7 * 24 * 3600) -> None:
+                 ttl: int = 7 * 24 * 3600, format: str = "chat") -> None:
         self.store, self.settings, self.upstream, self.headers, self.model = store, settings, upstream, headers, model
-        self.ttl = ttl
+        self.ttl, self.format, self.view = ttl, format, view_for(format)
         self.json_counter = counter_for_encoding("o200k_base")
 
     def token_counting(self) -> dict[str, Any]:
@@ -148,9 +177,9 @@ class Replayer:
     async def _prepare(self, request: list[Any], namespace: str, counter: TokenCounter):
         refs = RefStore(self.store, namespace, self.ttl)
         ctx = SummaryContext(upstream=self.upstream, headers=self.headers, model=self.model, prompt=DEFAULT_PROMPT,
-                             timeout=120.0, wait=30.0)
+                             timeout=120.0, wait=30.0, view=self.view)
         return await prepare(request, self.settings, counter, namespace, refs,
-                             Compressor(self.store, namespace, self.ttl, ctx), view=chat.VIEW)
+                             Compressor(self.store, namespace, self.ttl, ctx), view=self.view)
 
     async def conversation(self, conv: dict, tick=lambda: None, index: int = 0) -> Conversation:
         out = Conversation(str(conv.get("id", "conversation")))
@@ -160,7 +189,7 @@ class Replayer:
         forget_process_summaries(namespace)
         out.store_was_fresh = await self.store.put_if_absent(key(namespace, "replay", "started"), b"1", self.ttl)
         counter = counter_for_model(self.model)
-        requests = turns_of(conv["messages"])
+        requests, tools = requests_of(conv, self.format)
         forwarded: list[list[Any]] = []
         tokens: list[list[int]] = []
         created: dict[str, str] = {}
@@ -177,7 +206,7 @@ class Replayer:
             tokens.append(message_tokens(sent, self.json_counter))
             out.raw_per_turn.append(sum(message_tokens(request, self.json_counter)))
             out.forwarded_per_turn.append(sum(tokens[-1]))
-            if counter.messages(sent) > budget(sent, conv.get("tools"), self.settings, counter):
+            if counter.messages(sent) > budget(sent, tools, self.settings, counter, self.view):
                 out.turns_over_budget += 1
             tick()
         steady = 0.0
@@ -282,12 +311,13 @@ def load_conversations(path: Path) -> list[dict]:
 
 
 def report_dict(conversations: list[Conversation], settings: OffloadSettings,
-                token_counting: dict[str, Any] | None = None) -> dict[str, Any]:
+                token_counting: dict[str, Any] | None = None, format: str = "chat") -> dict[str, Any]:
     per = []
     for c in conversations:
         entry = dict(c.__dict__)
         per.append(entry)
-    report = {"settings": settings.model_dump(), "overall": overall(conversations), "conversations": per}
+    report = {"format": format, "settings": settings.model_dump(), "overall": overall(conversations),
+              "conversations": per}
     if token_counting is not None:
         report["token_counting"] = token_counting
     return report

@@ -196,3 +196,91 @@ def test_conversation_chart_shows_the_trigger_integer_turns_and_raw_on_top(tmp_p
     assert list(raw.get_xdata()) == list(range(1, c["turns"] + 1))  # turn k is the k-th request
     assert raw.get_zorder() > forwarded.get_zorder() and raw.get_linestyle() == "--"
     assert ax.get_ylim()[1] > 3000  # the trigger line is inside the chart
+
+
+# ---------------------------------------------------------------- --format responses
+
+def agent_trace(steps: int = 40) -> dict:
+    """A coding agent's trace in the shape of ../shared/traces: assistant text before some calls,
+    calls without text, parallel calls, tool results of varied sizes, the user chiming in."""
+    from tests.harness.history import big_text
+
+    messages = [{"role": "system", "content": "You are a coding agent. Use bash."},
+                {"role": "user", "content": "Fix the failing test in src/app. " * 5}]
+    made = 0
+    for i in range(steps):
+        text = None if i % 3 == 1 else f"Step {i}: " + "checking the next module and its tests; " * (5 + i % 7)
+        ids = [f"call_{made + k}" for k in range(2 if i % 5 == 4 else 1)]
+        made += len(ids)
+        messages.append({"role": "assistant", "content": text, "tool_calls": [
+            {"id": c, "type": "function", "function": {"name": "bash", "arguments": json.dumps({"cmd": f"grep x m{i}"})}}
+            for c in ids]})
+        messages += [{"role": "tool", "tool_call_id": c, "content": big_text(f"s{i}k{k}", 10 + (i * 37) % 160)}
+                     for k, c in enumerate(ids)]
+        if i % 9 == 8:
+            messages.append({"role": "user", "content": f"Note {i}: keep the public API unchanged. " * 6})
+    messages.append({"role": "assistant", "content": "Done: the test passes."})
+    return {"id": "agent-trace", "messages": messages, "tools": conversation("x", 0)["tools"]}
+
+
+async def replayed(conv: dict, format: str, tmp_path: Path, max_total_tokens: int = 5000):
+    from proxy.core.settings import OffloadSettings
+    from proxy.replay.runner import Replayer, upstream_for
+    from proxy.store.sqlite import SQLiteStore
+
+    store, upstream = SQLiteStore(tmp_path / f"{format}-{len(list(tmp_path.iterdir()))}"), upstream_for(None)
+    try:
+        replayer = Replayer(store, OffloadSettings(max_total_tokens=max_total_tokens), upstream, [], "gpt-4o",
+                            format=format)
+        return await replayer.conversation(conv)
+    finally:
+        await upstream.aclose()
+        await store.close()
+
+
+@pytest.mark.anyio
+async def test_responses_replay_agrees_with_chat_on_a_trace(tmp_path):
+    conv = agent_trace()
+    chat, responses = [await replayed(conv, f, tmp_path) for f in ("chat", "responses")]
+    assert chat.summaries >= 3 and chat.refs >= 10  # both compaction and compression at work
+    for c in (chat, responses):
+        assert c.reload_exact_fraction == 1.0 and c.turns_over_budget == 0 and c.turns == 41
+    ratio = lambda c: c.forwarded_tokens / c.raw_tokens  # noqa: E731
+    assert abs(ratio(responses) - ratio(chat)) <= 0.02, (ratio(chat), ratio(responses))
+    assert abs(responses.prefix_reuse - chat.prefix_reuse) <= 0.02, (chat.prefix_reuse, responses.prefix_reuse)
+    assert (responses.summaries, responses.refs) == (chat.summaries, chat.refs)
+
+
+@pytest.mark.anyio
+async def test_responses_replay_is_deterministic(tmp_path):
+    conv = agent_trace(20)
+    first, second = [await replayed(conv, "responses", tmp_path, 3000) for _ in range(2)]
+    strip = lambda c: {k: v for k, v in c.__dict__.items() if k not in TIMING}  # noqa: E731
+    assert first.summaries >= 1 and first.refs >= 1
+    assert strip(first) == strip(second)
+
+
+def test_replay_command_in_the_responses_format(tmp_path, capsys):
+    import asyncio
+
+    from proxy.cli import build_parser
+    from proxy.replay.cli import add_format_argument, run_replay
+
+    traces = tmp_path / "c.jsonl"
+    traces.write_text(json.dumps(agent_trace(12)))
+    argv = ["replay", str(traces), "--out", str(tmp_path / "out"), "--max-total-tokens", "3000"]
+    args = build_parser().parse_args(argv)
+    if not hasattr(args, "format"):  # until proxy/cli.py declares the flag (add_format_argument)
+        import argparse
+
+        parser = argparse.ArgumentParser()
+        add_format_argument(parser)
+        args.format = parser.parse_args(["--format", "responses"]).format
+    else:
+        args = build_parser().parse_args([*argv, "--format", "responses"])
+    asyncio.run(run_replay(args))
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["format"] == "responses"
+    o = report["overall"]
+    assert o["refs"] >= 1 and o["summaries"] >= 1 and o["reload_exact_fraction"] == 1.0
+    assert "format: responses" in capsys.readouterr().out

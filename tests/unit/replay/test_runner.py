@@ -1,0 +1,64 @@
+"""The replay runner in the two wire formats: requests per turn, the view, the pipeline's output."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.core.markers import history_ref
+from proxy.core.settings import OffloadSettings
+from proxy.formats import chat
+from proxy.formats.responses.from_chat import items_from_chat
+from proxy.formats.responses.items import ResponsesView
+from proxy.replay.runner import Replayer, budget, replay_namespace, requests_of, turns_of, upstream_for, view_for
+from proxy.store.sqlite import SQLiteStore
+from tests.harness.history import agent_history
+
+pytestmark = pytest.mark.anyio
+
+
+def conversation(steps: int = 8) -> dict:
+    messages = agent_history(steps=steps, lines=120)
+    for i in range(steps):  # assistant text before a call, as most traces have it
+        messages[2 + 2 * i]["content"] = f"Looking at f{i}. " + "thinking " * 40
+    messages.append({"role": "assistant", "content": "done"})
+    return {"id": "c", "messages": messages, "tools": [{"type": "function", "function": {"name": "bash"}}]}
+
+
+def test_views_by_format():
+    assert view_for("chat") is chat.VIEW
+    assert isinstance(view_for("responses"), ResponsesView)
+    with pytest.raises(ValueError, match="unknown format 'anthropic'"):
+        view_for("anthropic")
+
+
+def test_requests_are_the_same_turns_in_both_formats():
+    conv = conversation()
+    chat_requests, chat_tools = requests_of(conv, "chat")
+    items, tools = requests_of(conv, "responses")
+    assert chat_requests == turns_of(conv["messages"]) and chat_tools is conv["tools"]
+    assert tools == [{"type": "function", "name": "bash"}]
+    assert len(items) == len(chat_requests)
+    for request, converted in zip(chat_requests, items):
+        assert converted == items_from_chat(request)
+    for earlier, later in zip(items, items[1:]):  # each turn extends the previous one, sharing its items
+        assert all(a is b for a, b in zip(earlier, later)) and len(later) > len(earlier)
+
+
+async def test_a_responses_turn_is_compacted_and_compressed_in_the_responses_shape(tmp_path):
+    conv = conversation()
+    store, upstream = SQLiteStore(tmp_path), upstream_for(None)
+    try:
+        replayer = Replayer(store, OffloadSettings(max_total_tokens=1500), upstream, [], "gpt-4o", format="responses")
+        request = requests_of(conv, "responses")[0][-1]
+        counter = replayer.json_counter
+        prepared = await replayer._prepare(request, replay_namespace(0, "c"), counter)
+    finally:
+        await upstream.aclose()
+        await store.close()
+    sent = prepared.plan.items
+    assert prepared.action == "compact+compress"
+    assert all(isinstance(item, dict) and item.get("type") for item in sent)  # no chat message slipped in
+    summaries = [item for item in sent if history_ref(replayer.view.text(item) or "")]
+    assert summaries == [replayer.view.summary_item(replayer.view.text(summaries[0]))]
+    assert counter.messages(sent) <= budget(sent, requests_of(conv, "responses")[1], replayer.settings, counter,
+                                            replayer.view)
