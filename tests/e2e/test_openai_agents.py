@@ -67,16 +67,19 @@ def agents_proxy(make_proxy):
 
 
 @pytest.fixture
-def agent_client(agents_proxy, upstream):
-    """The agents' default OpenAI client, pointed at the proxy (restored afterwards)."""
+async def agent_client(agents_proxy, upstream):
+    """The agents' default OpenAI client, pointed at the proxy (restored, and closed on this test's loop)."""
     set_tracing_disabled(True)
     upstream.handler = model_handler
-    client = openai.AsyncOpenAI(base_url=f"{agents_proxy}/v1", api_key="sk-agents-key", max_retries=0, timeout=20)
     before = _openai_shared.get_default_openai_client()
-    set_default_openai_client(client, use_for_tracing=False)
-    calls.clear()
-    yield client
-    _openai_shared.set_default_openai_client(before)
+    async with openai.AsyncOpenAI(base_url=f"{agents_proxy}/v1", api_key="sk-agents-key", max_retries=0,
+                                  timeout=20) as client:
+        set_default_openai_client(client, use_for_tracing=False)
+        calls.clear()
+        try:
+            yield client
+        finally:
+            _openai_shared.set_default_openai_client(before)
 
 
 async def model_handler(request, rec):
@@ -134,10 +137,12 @@ async def test_a_run_continuing_from_earlier_items(agent_client, upstream):
     first = await Runner.run(agent(), "Why did the deploy fail?")
     ref = assert_reloaded_behind_the_agent(upstream)
     history = first.to_input_list() + [{"role": "user", "content": "Which disk was it?"}]
-    assert LOG in json.dumps(history)  # the agent holds the original output
+    [held] = [i for i in history if i.get("type") == "function_call_output"]
+    assert held["output"] == LOG  # the agent holds the original output
     result = await Runner.run(agent(), history)
     assert result.final_output == f"Continuing with refs {[ref]}."  # the same ref, the same marker
     later = upstream.responses_requests()[-1]
-    assert NEEDLE not in later.body.decode()
+    [offloaded] = [i for i in input_items(later) if i.get("type") == "function_call_output"]
+    assert offloaded["output"].startswith("[offloaded tool result: ") and REF.findall(offloaded["output"]) == [ref]
     assert input_items(later)[-1] == {"role": "user", "content": "Which disk was it?"}
     assert calls == ["read_deploy_log"]
