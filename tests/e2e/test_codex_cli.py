@@ -77,9 +77,11 @@ def test_codex_exec_through_the_proxy(codex_binary, codex_proxy, upstream, tmp_p
     [shell] = run.items("command_execution")
     assert f"seq 1 {LINES}" in shell["command"] and shell["exit_code"] == 0
     assert [m["text"] for m in run.items("agent_message")] == [FINAL]
+    assert [r["text"] for r in run.items("reasoning")] == ["**Running it**"]  # not the reasoning that led to the reload
     assert "context_reload" not in run.stdout and "context_reload" not in run.stderr
-    assert {k: run.usage()[k] for k in ("input_tokens", "cached_input_tokens", "output_tokens")} == {
-        "input_tokens": 23_000, "cached_input_tokens": 9_000, "output_tokens": 85}
+    keys = ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens")
+    assert {k: run.usage()[k] for k in keys} == {"input_tokens": 23_000, "cached_input_tokens": 9_000,
+                                                 "output_tokens": 85, "reasoning_output_tokens": 15}
 
     # upstream: the shell's output offloaded in the request after the shell call, then reloaded
     first, second, third = upstream.responses_requests()

@@ -200,6 +200,8 @@ def assert_one_stream(events_seen: list) -> None:
     assert "context_reload" not in json.dumps([e.model_dump(warnings=False) for e in events_seen])
     assert "".join(e.delta for e in events_seen if e.type == "response.output_text.delta") == ANSWER
     assert events_seen[0].response.id == events_seen[-1].response.id == "resp_round_1"
+    for announced in (events_seen[0].response, events_seen[-1].response):  # the echoed tools: the client's own
+        assert [getattr(t, "name", None) or t.type for t in announced.tools] == ["read_logs", "web_search"]
     assert_one_response(events_seen[-1].response)
 
 
