@@ -3,8 +3,9 @@
 The fake model makes Codex run a shell command printing 5000 lines; Codex sends the output back
 (`function_call_output`), the proxy offloads it and the fake model reloads it with
 `context_reload`, which the proxy answers itself; then the model answers. Codex sees its own shell
-call and the answer, never the reload, and its turn's usage counts every upstream round. Codex
-runs offline: a trap behind every proxy variable proves that it reached for nothing else.
+call and the answer, never the reload, and its turn's usage counts every upstream round. Its
+next turn (`codex exec resume --last`) sends the same history: the proxy forwards the same bytes
+(same ref, same marker), so the provider's prompt cache keeps hitting. Codex runs offline: a trap behind every proxy variable proves that it reached for nothing else.
 
 The Codex CLI is installed once with npm into .cache/npm-codex (tests/harness/codex.py); without
 npm on PATH this module is skipped.
@@ -45,8 +46,15 @@ def codex_proxy(make_proxy):
 
 
 def codex_model(rec):
-    """Run `seq 1 5000`; reload its output when it comes back offloaded; say what came back."""
-    last = input_items(rec)[-1]
+    """Run `seq 1 5000`; reload its output when it comes back offloaded; say what came back.
+
+    On a later turn (a user message after the shell call), answer with the refs it sees.
+    """
+    items = input_items(rec)
+    last = items[-1]
+    if last.get("role") == "user" and any(i.get("type") == "function_call" for i in items):
+        return answer(rec, message(f"FINAL 2: still offloaded as {REF.findall(json.dumps(items))}."),
+                      usage=usage(7_000, 12, cached=6_000))
     if last.get("type") == "function_call_output" and last["call_id"] == "call_reload_1":
         numbered = re.findall(r"^\d+$", last["output"], re.M)
         return answer(rec, message(f"FINAL: reloaded {len(numbered)} numbered lines."), usage=USAGE[2])
@@ -102,3 +110,14 @@ def test_codex_exec_through_the_proxy(codex_binary, codex_proxy, upstream, tmp_p
     assert [i.get("type") for i in added] == ["reasoning", "function_call", "function_call_output"]
     assert (added[1]["name"], json.loads(added[1]["arguments"])) == ("context_reload", {"ref": ref})
     assert SEQ in added[2]["output"]
+
+    # the next turn: Codex resends its history, the proxy forwards the same prefix, byte for byte
+    turn2 = codex.resume("What was the last number?", "-c", "tool_output_token_limit=200000")
+    assert turn2.returncode == 0, turn2.stderr[-3000:]
+    assert turn2.trapped == [] and turn2.items("command_execution") == []
+    assert [m["text"] for m in turn2.items("agent_message")] == [f"FINAL 2: still offloaded as {[ref]}."]
+    [fourth] = upstream.responses_requests()[3:]
+    prefix = input_items(second)
+    assert input_items(fourth)[:len(prefix)] == prefix
+    assert [(i.get("type"), i.get("role")) for i in input_items(fourth)[len(prefix):]] == [
+        ("message", "assistant"), ("message", "user")]

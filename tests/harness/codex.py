@@ -1,8 +1,9 @@
 """The real Codex CLI (npm `@openai/codex`) for end-to-end tests, offline.
 
 `install()` puts a pinned version under `<repo>/.cache/npm-codex` once (`npm install --prefix`)
-and reuses it afterwards. `Codex` runs `codex exec --json` with a CODEX_HOME of its own whose
-config.toml names one model provider (the given base URL, `wire_api = "responses"`), no update
+and reuses it afterwards. `Codex` runs `codex exec --json --strict-config` (a key this version
+does not know is an error, not silently ignored) with a CODEX_HOME of its own whose config.toml
+names one model provider (the given base URL, `wire_api = "responses"`), no update
 check, no analytics, no plugins, and every proxy variable pointing at a `Trap`: whatever Codex
 would fetch from the internet (the plugin marketplace at github.com, chatgpt.com, …) reaches the
 trap instead, which records the request line and hangs up. Loopback bypasses it (`NO_PROXY`).
@@ -144,6 +145,14 @@ class Codex:
     base_url: str  # the provider's base URL, ending in /v1
 
     def run(self, prompt: str, *options: str, timeout: float = 120) -> Run:
+        """`codex exec --json … <options> <prompt>`: a new session."""
+        return self._exec([*options, prompt], timeout)
+
+    def resume(self, prompt: str, *options: str, timeout: float = 120) -> Run:
+        """`codex exec --json … resume --last <options> <prompt>`: the next turn of the last session."""
+        return self._exec(["resume", "--last", *options, prompt], timeout)
+
+    def _exec(self, args: list[str], timeout: float) -> Run:
         self.home.mkdir(parents=True, exist_ok=True)
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.home / "config.toml").write_text(config_toml(self.base_url))
@@ -153,8 +162,8 @@ class Codex:
                    "CODEX_HOME": str(self.home), API_KEY_ENV: "sk-codex-test", "LANG": "C.UTF-8",
                    "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
                    **proxy_env, **{k.lower(): v for k, v in proxy_env.items()}}
-            argv = [str(self.binary), "exec", "--json", "--skip-git-repo-check",
-                    "--dangerously-bypass-approvals-and-sandbox", *options, prompt]
+            argv = [str(self.binary), "exec", "--json", "--strict-config", "--skip-git-repo-check",
+                    "--dangerously-bypass-approvals-and-sandbox", *args]
             with open(os.devnull, "rb") as stdin:
                 done = subprocess.run(argv, cwd=self.workdir, env=env, stdin=stdin, capture_output=True,
                                       text=True, timeout=timeout)
