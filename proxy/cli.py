@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--model", default="gpt-4o", help="Model of the replayed requests (token counting, summaries).")
     replay.add_argument("--redis-url", default=None, help="Replay against this Redis instead of an embedded store.")
     replay.add_argument("--data-dir", default=None, help="Embedded store location (default: a temporary one).")
+    from proxy.replay.cli import add_format_argument
+
+    add_format_argument(replay)
     from proxy.core.settings import OffloadSettings
 
     for name, field in OffloadSettings.model_fields.items():

@@ -20,7 +20,7 @@ from starlette.routing import Route
 
 from proxy.reload import search_pool
 from proxy.http.caller import CallerGate, Gatekeeper
-from proxy.http.chat import chat_completions
+from proxy.http.managed import chat_completions, responses
 from proxy.config import ServerSettings
 from proxy.http.limits import BodyLimit
 from proxy.http.observe import Metrics, Observe, configure_logging, metrics_endpoint
@@ -97,6 +97,7 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics_endpoint(settings.admin_token, metrics), methods=["GET"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/responses", responses, methods=["POST"]),
         Route("/v1/offload", offload, methods=["POST"]),
         Route("/v1/offload/events", list_events, methods=["GET"]),
         Route("/v1/offload/{ref}", get_offloaded, methods=["GET"]),

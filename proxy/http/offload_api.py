@@ -13,7 +13,8 @@ from proxy.offload import events
 from proxy.formats import chat
 from proxy.http.caller import Caller
 from proxy.core.settings import OffloadSettings
-from proxy.http.chat import compressor_for, model_of, parse_chat_body, quota_for, request_settings
+from proxy.formats.chat.body import parse_chat_body
+from proxy.http.managed import compressor_for, model_of, quota_for, request_settings
 from proxy.http.services import services_of
 from proxy.errors import ProxyError
 from proxy.http.responses import JSONResponse
@@ -47,7 +48,7 @@ async def offload(request: Request) -> Response:
         return exc.response()
     model = model_of(body)
     namespace = caller.namespace
-    compressor = compressor_for(request, body, settings, caller)
+    compressor = compressor_for(request, body, settings, caller, view=chat.VIEW)
     counter = await counter_for_model_async(model)
     prepared = await prepare(messages, settings, counter, namespace, refs, compressor, view=chat.VIEW)
     if isinstance(prepared.refused, QuotaExceeded):

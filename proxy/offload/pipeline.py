@@ -60,6 +60,8 @@ async def prepare(
     Never raises for the store: when it is unreachable the original messages go through,
     with a warning.
     """
+    if compressor is not None and compressor.view is not view:
+        raise ValueError("the compressor reads the items through another view than the planner")
     counter = counter.for_request()
     cpu = CPU.for_messages(messages)
     compact_mode = settings.mode in ("auto", "compact")

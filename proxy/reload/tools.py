@@ -18,6 +18,7 @@ import json
 import logging
 import math
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from proxy.http import observe
@@ -267,29 +268,7 @@ class ReloadTools:
         return "\n".join(lines)
 
 
-def colliding_tool_names(body: Any) -> list[str]:
-    """The injected tool names the client declares itself, in `tools` or legacy `functions`.
-
-    The proxy then neither offloads nor injects for the request: two tools of one name must
-    not go upstream, and a call to the client's own tool must reach the client.
-    """
-    if not isinstance(body, dict):
-        return []
-    declared: list[Any] = []
-    for entry in _list(body.get("tools")):
-        if isinstance(entry, dict):
-            declared.append(entry.get("name"))  # flat form
-            for kind in ("function", "custom"):
-                if isinstance(entry.get(kind), dict):
-                    declared.append(entry[kind].get("name"))
-    declared += [entry.get("name") for entry in _list(body.get("functions")) if isinstance(entry, dict)]
-    return sorted({name for name in declared if isinstance(name, str) and name in INJECTED_TOOLS})
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def collision_warning(names: list[str]) -> str:
+def collision_warning(names: Iterable[str]) -> str:
+    names = sorted(names)
     return (f"the request declares its own tool named {' and '.join(names)}; "
             "forwarded without offloading or reload tools")

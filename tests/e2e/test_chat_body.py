@@ -9,7 +9,7 @@ import json
 import httpx
 import pytest
 
-from proxy.formats.chat_body import MAX_DEPTH, parse_chat_body
+from proxy.formats.chat.body import MAX_DEPTH, parse_chat_body
 from proxy.errors import ProxyError
 from tests.harness.history import agent_history
 

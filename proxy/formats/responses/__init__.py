@@ -8,7 +8,10 @@ Pure functions and small classes over plain JSON values, no IO:
 - `rounds`: non-streamed reload rounds (`injected_only`, `calls_to_run`, `round_items`,
   `injected_results`, `hide_injected`, `combine_rounds`, `add_usage`);
 - `stream`: streamed reload rounds (`StreamRewriter`: the SSE events of successive upstream
-  rounds as the events of one response for the client).
+  rounds as the events of one response for the client);
+- `body`: request bodies parsed and checked (`parse_responses_body`);
+- `reload_rounds`: the reload rounds of one request (`ResponsesRounds`, a `proxy.core.rounds.Rounds`);
+- `wire`: all of it as a `proxy.core.wire.WireFormat` (`RESPONSES`).
 """
 
 from proxy.formats.responses.items import TERMINAL_EVENTS, ResponsesView, is_injected, needs_client
@@ -16,10 +19,13 @@ from proxy.formats.responses.request import colliding_tool_names, history, injec
 from proxy.formats.responses.rounds import (add_usage, calls_to_run, combine_rounds, hide_injected, injected_only,
                                             injected_results, reasoning_replayable, round_items)
 from proxy.formats.responses.stream import StreamRewriter
+from proxy.formats.responses.reload_rounds import ResponsesRounds
+from proxy.formats.responses.wire import RESPONSES, ResponsesFormat
 
 __all__ = [
     "ResponsesView", "history", "with_history", "inject_tools", "responses_tool", "colliding_tool_names",
     "is_injected", "needs_client", "injected_only", "calls_to_run", "round_items", "reasoning_replayable",
     "injected_results",
-    "hide_injected", "combine_rounds", "add_usage", "StreamRewriter", "TERMINAL_EVENTS",
+    "hide_injected", "combine_rounds", "add_usage", "StreamRewriter", "TERMINAL_EVENTS", "ResponsesRounds",
+    "RESPONSES", "ResponsesFormat",
 ]

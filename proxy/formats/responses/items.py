@@ -232,14 +232,18 @@ class ResponsesView:
         - `previous` is a `reasoning` item (it must stay with the item that follows it);
         - `item` is a tool result right after a call or another result (`fc1, fc2, out1, out2`:
           a cut anywhere inside would separate a call from its result);
-        - `item` is a call right after another call (parallel calls of one model turn).
+        - `item` is a call right after another call (parallel calls of one model turn) or right
+          after an assistant message (the text the model wrote with its calls, which chat keeps
+          in the same message as the calls).
         """
         if _type(previous) == "reasoning":
             return True
         previous_is_call = bool(self.calls(previous))
         if self.answers(item) is not None:
             return previous_is_call or self.answers(previous) is not None
-        return bool(self.calls(item)) and previous_is_call
+        if not self.calls(item):
+            return False
+        return previous_is_call or (_type(previous) == "message" and previous.get("role") == "assistant")
 
     def injected_calls(self, item: Any) -> tuple[str, ...]:
         """The `call_id` of a function_call to one of the injected tools."""

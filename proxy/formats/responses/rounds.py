@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from proxy.core.usage import add_usage
 from proxy.formats.responses.items import _type, is_injected, needs_client
 from proxy.formats.responses.request import _hide_tools
 
@@ -131,25 +131,3 @@ def combine_rounds(responses: Sequence[dict], names: Collection[str], *, extra_u
             total = add_usage(total, usage)
         final["usage"] = total
     return final
-
-
-def add_usage(total: dict | None, usage: dict | None) -> dict | None:
-    """Sum two usage objects (`input_tokens`, `output_tokens`, `total_tokens`, and the numbers in
-    nested `*_details` objects); other values are kept from the first that has them. Returns a
-    new dict (None only when both are empty); neither argument is changed."""
-    if not usage:
-        return copy.deepcopy(total) if total else None
-    if not total:
-        return copy.deepcopy(usage)
-    out = copy.deepcopy(total)
-    for key, value in usage.items():
-        if isinstance(value, bool) or value is None:
-            out.setdefault(key, value)
-        elif isinstance(value, (int, float)):
-            current = out.get(key)
-            out[key] = (current if isinstance(current, (int, float)) and not isinstance(current, bool) else 0) + value
-        elif isinstance(value, dict):
-            out[key] = add_usage(out.get(key) if isinstance(out.get(key), dict) else None, value)
-        else:
-            out.setdefault(key, copy.deepcopy(value))
-    return out

@@ -447,7 +447,7 @@ def test_round_items_calls_and_results() -> None:
                        {"type": "function_call_output", "call_id": "call_inj2", "output": "no match"}]
     nxt = [*history(CODEX_BODY), *round_items(response, NAMES), *results]
     tail = nxt[-7:]  # FCO, REASONING, ASSISTANT, INJECTED_FC, search, result, result
-    assert [VIEW.attached(a, b) for a, b in zip(tail, tail[1:])] == [False, True, False, True, True, True]
+    assert [VIEW.attached(a, b) for a, b in zip(tail, tail[1:])] == [False, True, True, True, True, True]
     assert round_items(_response("r", [INJECTED_FC, FC]), NAMES) == [INJECTED_FC]  # a client call is never appended
     with pytest.raises(ValueError):
         injected_results(calls, ["only one"])

@@ -7,6 +7,8 @@ import json
 import httpx
 import pytest
 
+from proxy.core.texts import RELOAD_TOOL_SCHEMAS
+from proxy.formats.chat.rounds import ChatRounds
 from proxy.reload import loop as reload_loop
 from proxy.core.compaction import Offload
 from proxy.offload.refs import RefStore
@@ -45,8 +47,8 @@ def scripted(*responses: httpx.Response):
     """send() answering with `responses` in turn (a stream's first response is not asked for by the loop)."""
     sent: list[tuple[list, bool]] = []
 
-    async def send(messages, with_tools):
-        sent.append((list(messages), with_tools))
+    async def send(body):
+        sent.append((list(body["messages"]), "tools" in body))
         return responses[len(sent) - 1]
 
     return send, sent
@@ -54,7 +56,9 @@ def scripted(*responses: httpx.Response):
 
 async def collect(first: httpx.Response, send, tools) -> list:
     budget = reload_loop.Budget(max_rounds=4, seconds=60)
-    out = [e async for e in reload_loop.stream(first, True, [{"role": "user", "content": "q"}], send, tools, budget)]
+    rounds = ChatRounds({}, [{"role": "user", "content": "q"}], RELOAD_TOOL_SCHEMAS)
+    rounds.request(True)  # what `first` answers
+    out = [e async for e in reload_loop.stream(first, rounds, send, tools, budget)]
     events = [e.decode().removeprefix("data: ").strip() for e in out]
     assert events[-1] == "[DONE]"
     return [json.loads(e) for e in events[:-1]]
@@ -105,8 +109,8 @@ async def test_non_streamed_choices_all_hide_injected_calls(tools):
 
     send, sent = scripted(completion(calls("context_reload", "r0"), calls("context_reload", "r1")),
                           completion({"role": "assistant", "content": "final"}, calls("context_search", "s1")))
-    result = await reload_loop.complete([{"role": "user", "content": "q"}], send, tools,
-                                        reload_loop.Budget(max_rounds=4, seconds=60))
+    rounds = ChatRounds({}, [{"role": "user", "content": "q"}], RELOAD_TOOL_SCHEMAS)
+    result = await reload_loop.complete(rounds, send, tools, reload_loop.Budget(max_rounds=4, seconds=60))
     choices = json.loads(result.body)["choices"]
     assert [c["message"].get("tool_calls") for c in choices] == [None, None]
     assert [c["finish_reason"] for c in choices] == ["stop", "stop"]

@@ -9,7 +9,8 @@ import pytest
 
 from proxy.core.compaction import Offload
 from proxy.offload.refs import RefStore
-from proxy.reload.tools import BadArguments, ReloadTools, colliding_tool_names, parse_arguments, segments
+from proxy.formats.chat.request import colliding_tool_names
+from proxy.reload.tools import BadArguments, ReloadTools, parse_arguments, segments
 from proxy.reload import search_pool
 from proxy.reload.search import SearchLimits, expansion
 from proxy.store.sqlite import SQLiteStore

@@ -1,4 +1,9 @@
-"""POST /v1/chat/completions: settings → plan → store → upstream → reload loop."""
+"""The managed endpoints (`POST /v1/chat/completions`, `POST /v1/responses`): one request path
+for every wire format: settings → plan → store → upstream → reload loop.
+
+The format (`proxy.core.wire.WireFormat`) reads and writes the body; everything else (settings,
+quota, the pipeline, headers, events, metrics, the reload loop) is the same for all.
+"""
 
 from __future__ import annotations
 
@@ -10,45 +15,53 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from proxy.offload import events
-
 from proxy.core import jsonio
-
-from proxy.http import observe
-
-from proxy.reload import loop as reload_loop
-from proxy.http.caller import ACCOUNT_HEADERS, CREDENTIAL_HEADERS, Caller
-from proxy.formats.chat_body import parse_chat_body
-from proxy.offload.summaries import Compressor, SummaryContext
-from proxy.http.disconnect import ClientDisconnected, ClientWatch
-from proxy.http.services import services_of
-from proxy.errors import ProxyError, error_response
-from proxy.formats import chat as chat_format
-from proxy.http.headers import response_headers_for_client
+from proxy.core.rounds import Rounds
 from proxy.core.settings import OffloadSettings, SettingsError
+from proxy.core.texts import RELOAD_TOOL_SCHEMAS
+from proxy.core.tokens import counter_for_model_async
+from proxy.core.view import ItemView
+from proxy.core.wire import WireFormat
+from proxy.errors import ProxyError, error_response
+from proxy.formats.chat import CHAT
+from proxy.formats.responses import RESPONSES
+from proxy.http import observe
+from proxy.http.caller import ACCOUNT_HEADERS, CREDENTIAL_HEADERS, Caller
+from proxy.http.disconnect import ClientDisconnected, ClientWatch
+from proxy.http.headers import response_headers_for_client
+from proxy.http.relay import close_after, stream_back
+from proxy.http.services import services_of
+from proxy.offload import chains, events
 from proxy.offload.pipeline import Prepared, prepare
 from proxy.offload.quota import Quota
 from proxy.offload.refs import RefStore
-from proxy.http.relay import close_after, stream_back
-from proxy.core.texts import RELOAD_TOOL_SCHEMAS
-from proxy.reload.tools import ReloadTools, colliding_tool_names, collision_warning
-from proxy.reload.search import SearchLimits
+from proxy.offload.summaries import Compressor, SummaryContext
 from proxy.offload.summarizer import DEFAULT_PROMPT
-from proxy.core.tokens import counter_for_model_async
+from proxy.reload import loop as reload_loop
+from proxy.reload.search import SearchLimits
+from proxy.reload.tools import ReloadTools, collision_warning
 
-log = logging.getLogger("proxy.http.chat")
+log = logging.getLogger("proxy.http.managed")
 
 
 async def chat_completions(request: Request) -> Response:
+    return await handle(request, CHAT)
+
+
+async def responses(request: Request) -> Response:
+    return await handle(request, RESPONSES)
+
+
+async def handle(request: Request, fmt: WireFormat) -> Response:
     try:
-        call = await ChatCall.open(request)
+        call = await ManagedCall.open(request, fmt)
     except ProxyError as exc:
         return exc.response()
     await call.offload()
     try:
         if not call.inject_reload_tools and not call.prepared.summary_usage:
             return await call.forward()  # the upstream's answer as it is
-        if call.body.get("stream"):
+        if call.body.get("stream") is True:
             return await call.forward_streaming_with_reload()
         return await call.forward_with_reload()
     except ProxyError as exc:
@@ -61,15 +74,17 @@ def model_of(body: dict) -> str | None:
     return body.get("model") if isinstance(body.get("model"), str) else None
 
 
-def compressor_for(request: Request, body: dict, settings: OffloadSettings, caller: Caller) -> Compressor:
-    """Summaries go to the caller's upstream with the caller's upstream credential."""
+def compressor_for(request: Request, body: dict, settings: OffloadSettings, caller: Caller, *,
+                   view: ItemView) -> Compressor:
+    """Summaries go to the caller's upstream (its chat completions endpoint, whatever the
+    request's format) with the caller's upstream credential; `view` reads the request's items."""
     services = services_of(request)
     prompt = services.settings_resolver.tenant_extra(caller.tenant, "summary_prompt") or DEFAULT_PROMPT
     model = settings.summary_model or model_of(body) or "gpt-4o-mini"
     headers = caller.upstream_headers(request.scope["headers"], body_replaced=True)
     ctx = SummaryContext(upstream=services.upstream, headers=headers, model=model, prompt=prompt,
                          timeout=services.settings.summary_timeout, wait=services.settings.summary_wait,
-                         sealer=services.sealer, base=caller.base)
+                         sealer=services.sealer, base=caller.base, view=view)
     return Compressor(services.store, caller.namespace, services.settings.store_ttl, ctx)
 
 
@@ -118,50 +133,67 @@ def offload_headers(prepared: Prepared) -> list[tuple[bytes, bytes]]:
     return headers
 
 
-class ChatCall:
-    """One chat completion request on its way through the proxy."""
+class ManagedCall:
+    """One request to a managed endpoint on its way through the proxy."""
 
-    def __init__(self, request: Request, raw: bytes, body: dict, settings: OffloadSettings) -> None:
-        self.request, self.raw, self.body, self.settings = request, raw, body, settings
+    def __init__(self, request: Request, fmt: WireFormat, *, raw: bytes, body: dict,
+                 settings: OffloadSettings) -> None:
+        self.request, self.fmt, self.raw, self.body, self.settings = request, fmt, raw, body, settings
         self.services = services_of(request)
         self.caller: Caller = request.state.caller
         self.namespace, self.base = self.caller.namespace, self.caller.base
-        messages = body.get("messages")
-        self.messages: list[Any] = messages if isinstance(messages, list) else []  # else: upstream validates
+        self.messages: list[Any] = fmt.history(body)
         self.watch = ClientWatch(request, body_read=True)
         self.query = request.scope.get("query_string", b"")
+        self.continued = False  # previous_response_id replaced by the response that holds the whole exchange
 
     @classmethod
-    async def open(cls, request: Request) -> ChatCall:
+    async def open(cls, request: Request, fmt: WireFormat) -> ManagedCall:
         """Parse and validate; raises ProxyError (400) for what the proxy itself refuses."""
         services = services_of(request)
         raw = await request.body()
-        body = parse_chat_body(raw, max_messages=services.settings.max_messages)
+        body = fmt.parse(raw, max_items=services.settings.max_messages)
         settings = request_settings(request, request.state.caller)
-        return cls(request, raw, body, settings)
+        return cls(request, fmt, raw=raw, body=body, settings=settings)
+
+    async def _continue_chain(self) -> None:
+        """A `previous_response_id` the client got from a reload loop names the first round's
+        response: continue from the one that holds the whole exchange (`proxy.offload.chains`)."""
+        previous = self.body.get("previous_response_id")
+        if not isinstance(previous, str):
+            return
+        services = self.services
+        later = await chains.resolve(services.store, self.namespace, previous, services.settings.store_ttl,
+                                     sealer=services.sealer)
+        if later and later != previous:
+            self.body = {**self.body, "previous_response_id": later}
+            self.continued = True
 
     async def offload(self) -> None:
         """Plan and store (the pipeline), then prepare what goes upstream."""
-        collisions = colliding_tool_names(self.body)
+        await self._continue_chain()
+        collisions = self.fmt.colliding_tool_names(self.body)
         if collisions:  # the client's own context_reload/context_search: handled as X-Offload-Mode: off
             self.settings = self.settings.model_copy(update={"mode": "off", "reload_tools": False})
         self.counter = await counter_for_model_async(model_of(self.body))
         self.refs = RefStore(self.services.store, self.namespace, self.services.settings.store_ttl, self.services.sealer,
                              quota=quota_for(self.request, self.caller))
-        compressor = compressor_for(self.request, self.body, self.settings, self.caller)
+        compressor = compressor_for(self.request, self.body, self.settings, self.caller, view=self.fmt.view)
         self.prepared = prepared = await prepare(self.messages, self.settings, self.counter, self.namespace,
-                                                 self.refs, compressor, view=chat_format.VIEW)
+                                                 self.refs, compressor, view=self.fmt.view)
         if collisions:
             prepared.warnings.append(collision_warning(collisions))
         for warning in prepared.warnings:
             log.warning("offload: %s", warning)
         plan = prepared.plan
-        self.changed = prepared.action != "none"
+        self.changed = prepared.action != "none" or self.continued
         self.inject_reload_tools = self.settings.reload_tools and bool(plan.refs) and not prepared.store_failed
         self.headers = self.caller.upstream_headers(self.request.scope["headers"],
                                                     body_replaced=self.changed or self.inject_reload_tools)
         self.tools = ReloadTools(self.refs, self.counter, self.settings.max_reload_tokens, plan.refs,
                                  self.settings.session, SearchLimits.of(self.services.settings))
+        self.rounds: Rounds = self.fmt.rounds(self.body, plan.items, RELOAD_TOOL_SCHEMAS,
+                                              extra_usage=prepared.summary_usage)
         self.extra_headers = offload_headers(prepared)
         self._note()
 
@@ -171,40 +203,46 @@ class ChatCall:
         if rec is None:
             return
         plan, prepared = self.prepared.plan, self.prepared
-        rec.tenant, rec.stream, rec.model = self.namespace[:12], bool(self.body.get("stream")), model_of(self.body)
+        rec.tenant, rec.stream, rec.model = self.namespace[:12], self.body.get("stream") is True, model_of(self.body)
         rec.tokens_before, rec.tokens_after, rec.action = plan.tokens_before, plan.tokens_after, prepared.action
         rec.refs, rec.refs_created = len(plan.refs), len(prepared.written)
         rec.offloaded_bytes = sum(len(o.text.encode("utf-8", "surrogatepass")) for o in plan.offloads
                                   if o.ref in prepared.written)
         rec.warnings = prepared.warnings
 
-    def _record_events(self) -> BackgroundTask:
+    def _after(self) -> BackgroundTask:
+        """Once the client has its answer: the events, and the response chain to remember."""
         async def record() -> None:
-            await events.record(self.services.store, self.namespace, self.settings.session,
-                                self.prepared.events + self.tools.events, self.services.settings.store_ttl,
-                                sealer=self.services.sealer)
+            services = self.services
+            await events.record(services.store, self.namespace, self.settings.session,
+                                self.prepared.events + self.tools.events, services.settings.store_ttl,
+                                sealer=services.sealer)
+            first, last = self.rounds.first_id, self.rounds.last_id
+            if first and last and first != last and self.body.get("store") is not False:
+                await chains.remember(services.store, self.namespace, first, last, services.settings.store_ttl,
+                                      sealer=services.sealer)
 
         return BackgroundTask(record)
 
     async def _send(self, content: bytes) -> httpx.Response:
-        response = await self.services.upstream.send("POST", "chat/completions", query=self.query,
+        response = await self.services.upstream.send("POST", self.fmt.endpoint, query=self.query,
                                                   headers=self.headers, content=content, base=self.base)
         if self.caller.kind == "client":  # what the upstream thinks of the client's own key
             self.services.credential_check.remember(self.caller.scope, response.status_code)
         return response
 
-    async def send_round(self, messages: list[Any], with_tools: bool) -> httpx.Response:
-        payload = {**self.body, "messages": messages}
-        if with_tools:
-            payload["tools"] = [*(self.body.get("tools") or []), *RELOAD_TOOL_SCHEMAS]
+    async def send_round(self, payload: dict) -> httpx.Response:
         return await self._send(jsonio.dumps(payload))
 
     async def forward(self) -> Response:
         """No reload tools: the (reduced) request goes up, the answer comes back untouched."""
-        content = jsonio.dumps({**self.body, "messages": self.prepared.plan.items}) if self.changed else self.raw
+        if self.changed:
+            content = jsonio.dumps(self.fmt.with_history(self.body, self.prepared.plan.items))
+        else:
+            content = self.raw
         response = await self.watch.run(self._send(content))
         out = await stream_back(response, self.extra_headers)
-        out.background = self._record_events()
+        out.background = self._after()
         return out
 
     def _budget(self) -> reload_loop.Budget:
@@ -214,9 +252,8 @@ class ChatCall:
 
     async def forward_with_reload(self) -> Response:
         budget = self._budget()
-        result = await self.watch.run(reload_loop.complete(self.prepared.plan.items, self.send_round, self.tools,
-                                                           budget, extra_usage=self.prepared.summary_usage))
-        out = Response(result.body, status_code=result.status, background=self._record_events())
+        result = await self.watch.run(reload_loop.complete(self.rounds, self.send_round, self.tools, budget))
+        out = Response(result.body, status_code=result.status, background=self._after())
         out.raw_headers = (
             response_headers_for_client(result.response.headers.raw, decoded=True)
             + [(b"content-length", str(len(result.body)).encode())]
@@ -226,14 +263,11 @@ class ChatCall:
 
     async def forward_streaming_with_reload(self) -> Response:
         budget = self._budget()
-        messages = self.prepared.plan.items
-        offered = budget.more(0)
-        first = await self.watch.run(self.send_round(messages, offered))
+        first = await self.watch.run(self.send_round(self.rounds.request(budget.more(0))))
         if first.status_code != 200:
             return await stream_back(first, self.extra_headers)
-        events_ = reload_loop.stream(first, offered, messages, self.send_round, self.tools, budget,
-                                     extra_usage=self.prepared.summary_usage)
-        out = StreamingResponse(close_after(first, events_), status_code=200, background=self._record_events())
+        events_ = reload_loop.stream(first, self.rounds, self.send_round, self.tools, budget)
+        out = StreamingResponse(close_after(first, events_), status_code=200, background=self._after())
         headers = response_headers_for_client(first.headers.raw, decoded=True)
         if not first.headers.get("content-type", "").startswith("text/event-stream"):  # e.g. an HTML page:
             headers = [(k, v) for k, v in headers if k.lower() != b"content-type"]  # the events are the proxy's

@@ -1,0 +1,13 @@
+"""The Chat Completions API (`POST /v1/chat/completions`) as one wire format of the core.
+
+- `items`: how the planners see chat messages (`ChatView`, `VIEW`, `text_of`, `with_text`);
+- `body`: request bodies parsed and checked (`parse_chat_body`);
+- `request`: the client's tools that collide with the injected ones;
+- `rounds`: the reload rounds of one request (`ChatRounds`), streamed and not;
+- `wire`: all of it as a `proxy.core.wire.WireFormat` (`CHAT`).
+"""
+
+from proxy.formats.chat.items import VIEW, ChatView, text_of, with_text
+from proxy.formats.chat.wire import CHAT, ChatFormat
+
+__all__ = ["VIEW", "ChatView", "text_of", "with_text", "CHAT", "ChatFormat"]

@@ -1,0 +1,217 @@
+"""Reload rounds of a chat completion (`proxy.core.rounds.Rounds` for Chat Completions).
+
+The client sees one ordinary completion: injected tool calls never reach it, `usage` is summed
+over every round, and a stream continues across rounds as one stream (one id, one model, one
+final finish_reason, one [DONE]).
+
+Several choices (`n` > 1): choice 0 drives the loop, as the only one whose tool calls are run.
+Choices 1… are the first round's answers, independent samples of the client's own prompt: in
+a stream they are relayed as they come in the first round and left out of later rounds; in a
+non-streamed completion they are taken from the first round too. In every choice, calls to
+the injected tools are removed, and a `tool_calls` finish_reason left with no call becomes
+`stop` (choice 0: once the loop ends).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.core.markers import INJECTED_TOOLS
+from proxy.core.rounds import ToolCall
+from proxy.core.usage import add_usage
+from proxy.upstream import sse
+
+
+def is_injected(call: Any) -> bool:
+    return isinstance(call, dict) and (call.get("function") or {}).get("name") in INJECTED_TOOLS
+
+
+def strip_injected(completion: dict) -> None:
+    """Remove injected tool calls from every choice of a final (non-stream) completion."""
+    for choice in completion.get("choices") or ():
+        message = choice.get("message") if isinstance(choice, dict) else None
+        calls = message.get("tool_calls") if isinstance(message, dict) else None
+        if not calls or not isinstance(calls, list):
+            continue
+        kept = [c for c in calls if not is_injected(c)]
+        if kept:
+            message["tool_calls"] = kept
+        else:
+            message.pop("tool_calls", None)
+            if choice.get("finish_reason") == "tool_calls":
+                choice["finish_reason"] = "stop"
+
+
+def _tool_calls(calls: Sequence[dict]) -> list[ToolCall]:
+    return [ToolCall((c.get("function") or {}).get("name", ""), (c.get("function") or {}).get("arguments", ""))
+            for c in calls]
+
+
+@dataclass
+class _Choice:
+    """What one choice announced in one streamed round."""
+
+    injected: dict[int, dict] = field(default_factory=dict)  # tool index → accumulated call
+    client_index: dict[int, int] = field(default_factory=dict)  # upstream index → client index
+    content: str = ""
+
+    def injected_only(self) -> bool:
+        return bool(self.injected) and not self.client_index
+
+
+def _filter_tool_deltas(delta: dict, state: _Choice) -> None:
+    kept = []
+    for tc in delta.get("tool_calls") or ():
+        if not isinstance(tc, dict):
+            continue
+        index = tc.get("index", 0)
+        if index not in state.injected and index not in state.client_index:
+            name = (tc.get("function") or {}).get("name")
+            if name in INJECTED_TOOLS:
+                state.injected[index] = {"id": tc.get("id"), "type": "function",
+                                         "function": {"name": name, "arguments": ""}}
+            else:
+                state.client_index[index] = len(state.client_index)
+        if index in state.injected:
+            state.injected[index]["function"]["arguments"] += (tc.get("function") or {}).get("arguments") or ""
+        else:
+            kept.append({**tc, "index": state.client_index[index]})
+    if "tool_calls" in delta:
+        if kept:
+            delta["tool_calls"] = kept
+        else:
+            del delta["tool_calls"]
+
+
+class ChatRounds:
+    """The reload rounds of one chat completion request (see the module docstring)."""
+
+    what = "chat completion"
+    closing = sse.DONE_EVENT
+    first_id = last_id = None  # chat completions are not continued from a stored id
+
+    def __init__(self, body: dict, messages: list[Any], tools: Sequence[dict], *,
+                 extra_usage: dict | None = None) -> None:
+        self.body, self.messages, self.tools = body, list(messages), list(tools)
+        self.extra_usage = extra_usage
+        self.round = 0
+        self.offered = False
+        self._pending: dict | None = None  # the assistant message whose injected calls are being run
+        # non-streamed
+        self._usage: dict | None = None
+        self._reported = False
+        self._others: list[Any] | None = None  # choices 1…, kept from the first round
+        self._final: dict | None = None
+        # streamed
+        self._identity: dict[str, Any] = {}
+        self._stream_usage: dict | None = add_usage(None, extra_usage)  # sent only if the upstream reports usage
+        self._usage_template: dict | None = None
+        self._choices: dict[int, _Choice] = {}
+
+    def request(self, offered: bool) -> dict:
+        self.offered = offered
+        payload = {**self.body, "messages": self.messages}
+        if offered:
+            payload["tools"] = [*(self.body.get("tools") or []), *self.tools]
+        return payload
+
+    def answer(self, results: list[str]) -> None:
+        message = self._pending or {}
+        self.messages.append(message)
+        calls = message.get("tool_calls") or []
+        self.messages.extend({"role": "tool", "tool_call_id": call.get("id"), "content": content}
+                             for call, content in zip(calls, results))
+        self.round += 1
+        self._pending = None
+        self._choices = {}
+
+    # -- non-streamed ------------------------------------------------------------------------
+
+    def take(self, answer: dict) -> list[ToolCall]:
+        if isinstance(answer.get("usage"), dict):
+            self._usage = add_usage(self._usage or add_usage(None, self.extra_usage), answer["usage"])
+            self._reported = True
+        choices = answer.get("choices") if isinstance(answer.get("choices"), list) else []
+        if self._others is None:
+            self._others = choices[1:]
+        first = choices[0] if choices and isinstance(choices[0], dict) else {}
+        message = first.get("message") if isinstance(first.get("message"), dict) else {}
+        calls = message.get("tool_calls") or []
+        if calls and self.offered and isinstance(calls, list) and all(is_injected(c) for c in calls):
+            self._pending = {k: v for k, v in message.items() if k in ("role", "content", "tool_calls")}
+            return _tool_calls(calls)
+        self._final = answer
+        return []
+
+    def result(self) -> dict:
+        completion = self._final or {}
+        choices = completion.get("choices") if isinstance(completion.get("choices"), list) else []
+        if self.round and choices:
+            completion["choices"] = [choices[0], *(self._others or [])]
+        strip_injected(completion)
+        if self._reported:
+            completion["usage"] = self._usage
+        return completion
+
+    # -- streamed ----------------------------------------------------------------------------
+
+    def feed(self, event: dict) -> list[dict]:
+        if "error" in event and "choices" not in event:
+            return [event]
+        if event.get("usage") and not event.get("choices"):
+            self._stream_usage = add_usage(self._stream_usage, event["usage"])  # summed, sent once at the end
+            self._usage_template = event
+            return []
+        return [event] if self._rewrite(event) else []
+
+    def _rewrite(self, chunk: dict) -> bool:
+        """Adapt one chunk for the client in place; False when nothing is left to send."""
+        if not self._identity:
+            self._identity = {k: chunk[k] for k in ("id", "created", "model") if k in chunk}
+        else:
+            chunk.update(self._identity)
+        choices = chunk.get("choices")
+        if not choices:
+            return True
+        kept = []
+        last_round = not self.offered
+        for choice in choices:
+            index = choice.get("index", 0)
+            if self.round > 0 and index != 0:
+                continue  # choices 1… were answered by the first round
+            delta = choice.get("delta") or {}
+            if self.round > 0:
+                delta.pop("role", None)
+            state = self._choices.setdefault(index, _Choice())
+            if index == 0:
+                state.content += delta.get("content") or ""
+            _filter_tool_deltas(delta, state)
+            finish = choice.get("finish_reason")
+            if finish == "tool_calls" and state.injected_only():
+                # choice 0 goes on in the next round unless this is the last; the others end here
+                choice["finish_reason"] = finish = None if index == 0 and not last_round else "stop"
+            if delta or finish is not None or choice.get("logprobs") is not None:
+                kept.append(choice)
+        chunk["choices"] = kept
+        return bool(kept) or chunk.get("usage") is not None
+
+    def calls(self) -> list[ToolCall]:
+        zero = self._choices.get(0)
+        if not (self.offered and zero is not None and zero.injected_only()):
+            return []
+        calls = list(zero.injected.values())
+        self._pending = {"role": "assistant", "content": zero.content or None, "tool_calls": calls}
+        return _tool_calls(calls)
+
+    def finish(self) -> list[dict]:
+        if self._usage_template is None:
+            return []
+        return [{**self._usage_template, **self._identity, "usage": self._stream_usage}]
+
+    def fail(self, error: dict) -> list[dict]:
+        return [error]
+
+    def encode(self, event: Any) -> bytes:
+        return sse.encode(event)

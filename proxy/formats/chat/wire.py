@@ -1,0 +1,36 @@
+"""Chat Completions as a `proxy.core.wire.WireFormat`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from proxy.formats.chat.body import parse_chat_body
+from proxy.formats.chat.items import VIEW
+from proxy.formats.chat.request import colliding_tool_names
+from proxy.formats.chat.rounds import ChatRounds
+
+
+class ChatFormat:
+    endpoint = "chat/completions"
+    view = VIEW
+
+    def parse(self, raw: bytes, *, max_items: int | None) -> dict:
+        return parse_chat_body(raw, max_messages=max_items)
+
+    def history(self, body: dict) -> list[Any]:
+        messages = body.get("messages")
+        return messages if isinstance(messages, list) else []  # else: the upstream validates
+
+    def with_history(self, body: dict, items: list[Any]) -> dict:
+        return {**body, "messages": items}
+
+    def colliding_tool_names(self, body: dict) -> set[str]:
+        return set(colliding_tool_names(body))
+
+    def rounds(self, body: dict, items: list[Any], tools: Sequence[dict], *,
+               extra_usage: dict | None) -> ChatRounds:
+        return ChatRounds(body, items, tools, extra_usage=extra_usage)
+
+
+CHAT = ChatFormat()

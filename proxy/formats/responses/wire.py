@@ -1,0 +1,41 @@
+"""The Responses API as a `proxy.core.wire.WireFormat`.
+
+The history the core reduces is `input` (a string input is one user message); `instructions`
+stays where it is, never summarised. What lives upstream (`previous_response_id`,
+`conversation`) is not the proxy's to reduce: only what the request carries is offloaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from proxy.core.markers import INJECTED_TOOLS
+from proxy.formats.responses.body import parse_responses_body
+from proxy.formats.responses.items import ResponsesView
+from proxy.formats.responses.reload_rounds import ResponsesRounds
+from proxy.formats.responses.request import colliding_tool_names, history, with_history
+
+
+class ResponsesFormat:
+    endpoint = "responses"
+    view = ResponsesView(INJECTED_TOOLS)
+
+    def parse(self, raw: bytes, *, max_items: int | None) -> dict:
+        return parse_responses_body(raw, max_items=max_items)
+
+    def history(self, body: dict) -> list[Any]:
+        return history(body)
+
+    def with_history(self, body: dict, items: list[Any]) -> dict:
+        return with_history(body, items)
+
+    def colliding_tool_names(self, body: dict) -> set[str]:
+        return colliding_tool_names(body, INJECTED_TOOLS)
+
+    def rounds(self, body: dict, items: list[Any], tools: Sequence[dict], *,
+               extra_usage: dict | None) -> ResponsesRounds:
+        return ResponsesRounds(body, items, tools, INJECTED_TOOLS, extra_usage=extra_usage)
+
+
+RESPONSES = ResponsesFormat()
