@@ -17,7 +17,7 @@ from proxy.formats.chat.body import parse_chat_body
 from proxy.http.managed import compressor_for, model_of, quota_for, request_settings
 from proxy.http.services import services_of
 from proxy.errors import ProxyError
-from proxy.http.responses import JSONResponse
+from proxy.http.json_response import JSONResponse
 from proxy.offload.pipeline import prepare
 from proxy.offload.quota import CredentialRejected, QuotaExceeded
 from proxy.offload.refs import RefStore

@@ -1,0 +1,71 @@
+"""Server-side state through reload rounds: the client continues from the id it got.
+
+After a reload round the client holds the first round's response id; upstream, the response
+that holds the whole exchange is the last round's. A later `previous_response_id` naming the
+first id goes up as the last one (per credential: another credential's request is untouched),
+and the rounds of a chained request are themselves chained from the previous round.
+"""
+
+from __future__ import annotations
+
+import time
+
+import openai
+
+from tests.e2e.test_responses_clients import HEADERS, TOOLS, history, reload_then_answer
+from tests.harness.responses import function_call_output, input_items
+from tests.harness.servers import default_handler
+
+
+def wait_for_chain(client: openai.OpenAI, upstream, first_id: str) -> str:
+    """The previous_response_id the upstream gets for `first_id` (the proxy remembers the chain
+    just after answering, so the first try may come too early)."""
+    deadline = time.monotonic() + 10
+    while True:
+        upstream.requests.clear()
+        client.responses.create(model="gpt-5", previous_response_id=first_id, input="and then?",
+                                extra_headers=HEADERS)
+        sent = upstream.responses_requests()[-1].json()["previous_response_id"]
+        if sent != first_id or time.monotonic() > deadline:
+            return sent
+        time.sleep(0.05)
+
+
+def test_continuing_from_the_id_of_a_reloaded_response(client, upstream, proxy_url):
+    upstream.handler = reload_then_answer()
+    result = client.responses.create(model="gpt-5", input=history(), tools=TOOLS, extra_headers=HEADERS)
+    assert result.id == "resp_round_1"
+    upstream.handler = default_handler
+    assert wait_for_chain(client, upstream, "resp_round_1") == "resp_round_2"
+
+    other = openai.OpenAI(base_url=f"{proxy_url}/v1", api_key="sk-another-key", max_retries=0, timeout=20)
+    upstream.requests.clear()
+    other.responses.create(model="gpt-5", previous_response_id="resp_round_1", input="mine?", extra_headers=HEADERS)
+    assert upstream.responses_requests()[-1].json()["previous_response_id"] == "resp_round_1"
+
+
+def test_a_stored_false_exchange_is_not_remembered(upstream, proxy_url):
+    client = openai.OpenAI(base_url=f"{proxy_url}/v1", api_key="sk-store-false-key", max_retries=0, timeout=20)
+    upstream.handler = reload_then_answer()
+    result = client.responses.create(model="gpt-5", input=history(), tools=TOOLS, store=False,
+                                     extra_headers=HEADERS)
+    assert result.id == "resp_round_1"
+    upstream.handler = default_handler
+    time.sleep(0.3)  # the chain would be remembered right after the answer
+    upstream.requests.clear()
+    client.responses.create(model="gpt-5", previous_response_id="resp_round_1", input="x", extra_headers=HEADERS)
+    assert upstream.responses_requests()[-1].json()["previous_response_id"] == "resp_round_1"
+
+
+def test_rounds_of_a_chained_request_are_chained(client, upstream):
+    upstream.handler = reload_then_answer()
+    items = history()
+    result = client.responses.create(model="gpt-5", previous_response_id="resp_before", input=items, tools=TOOLS,
+                                     extra_headers=HEADERS)
+    assert result.output_text and result.id == "resp_round_1"
+    first, second = upstream.responses_requests()
+    assert first.json()["previous_response_id"] == "resp_before"
+    assert second.json()["previous_response_id"] == "resp_round_1"
+    [out] = input_items(second)
+    assert out["type"] == "function_call_output" and out["call_id"] == "call_reload_1"
+    assert out == function_call_output("call_reload_1", out["output"]) and len(out["output"]) > 30_000
