@@ -1,6 +1,6 @@
 """A minimal OpenAI-compatible upstream for benchmarks: `python bench/fake_upstream.py PORT`.
 
-Answers chat completions instantly (JSON or SSE) so that what is measured is the proxy.
+Answers chat completions and Responses requests instantly (JSON or SSE) so that what is measured is the proxy.
 """
 
 from __future__ import annotations
@@ -25,6 +25,14 @@ def chunk(delta: dict, finish: str | None = None) -> bytes:
 
 
 STREAM = [chunk({"role": "assistant", "content": ""}), chunk({"content": "ok"}), chunk({}, "stop"), b"data: [DONE]\n\n"]
+
+
+RESPONSE = json.dumps({
+    "id": "resp_bench", "object": "response", "created_at": 1, "status": "completed", "model": "gpt-4o",
+    "output": [{"type": "message", "id": "msg_bench", "role": "assistant", "status": "completed",
+                "content": [{"type": "output_text", "text": "ok", "annotations": []}]}],
+    "usage": {"input_tokens": 10, "output_tokens": 1, "total_tokens": 11},
+}).encode()
 
 
 async def app(scope, receive, send):
@@ -62,10 +70,11 @@ async def app(scope, receive, send):
             await send({"type": "http.response.body", "body": part, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return
+    answer = RESPONSE if scope["path"].endswith("/responses") else COMPLETION
     await send({"type": "http.response.start", "status": 200,
                 "headers": [(b"content-type", b"application/json"), (b"x-request-id", b"req_bench"),
-                            (b"content-length", str(len(COMPLETION)).encode())]})
-    await send({"type": "http.response.body", "body": COMPLETION})
+                            (b"content-length", str(len(answer)).encode())]})
+    await send({"type": "http.response.body", "body": answer})
 
 
 if __name__ == "__main__":

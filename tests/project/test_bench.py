@@ -29,6 +29,7 @@ def test_big_history(tmp_path):
     traces.write_text("\n".join(json.dumps({"id": f"t{i}", "messages": agent_history(steps=4 + i)}) for i in range(2)))
     out = run("big_history.py", "--tokens", "30000", "--rounds", "1", "--repeats", "2", "--traces", str(traces))
     assert "back to back" in out and "compact" in out
+    assert "[responses] conversation" in out and "responses/chat steady per-turn CPU" in out
 
 
 def test_scale():
