@@ -179,8 +179,9 @@ class ManagedCall:
         self.refs = RefStore(self.services.store, self.namespace, self.services.settings.store_ttl, self.services.sealer,
                              quota=quota_for(self.request, self.caller))
         compressor = compressor_for(self.request, self.body, self.settings, self.caller, view=self.fmt.view)
-        self.prepared = prepared = await prepare(self.messages, self.settings, self.counter, self.namespace,
-                                                 self.refs, compressor, view=self.fmt.view)
+        self.prepared = prepared = await prepare(self.messages, self.settings, counter=self.counter,
+                                                 namespace=self.namespace, refs=self.refs, compressor=compressor,
+                                                 view=self.fmt.view)
         if collisions:
             prepared.warnings.append(collision_warning(collisions))
         for warning in prepared.warnings:
@@ -190,8 +191,9 @@ class ManagedCall:
         self.inject_reload_tools = self.settings.reload_tools and bool(plan.refs) and not prepared.store_failed
         self.headers = self.caller.upstream_headers(self.request.scope["headers"],
                                                     body_replaced=self.changed or self.inject_reload_tools)
-        self.tools = ReloadTools(self.refs, self.counter, self.settings.max_reload_tokens, plan.refs,
-                                 self.settings.session, SearchLimits.of(self.services.settings))
+        self.tools = ReloadTools(self.refs, self.counter, max_tokens=self.settings.max_reload_tokens,
+                                 request_refs=plan.refs, session=self.settings.session,
+                                 limits=SearchLimits.of(self.services.settings))
         self.rounds: Rounds = self.fmt.rounds(self.body, plan.items, RELOAD_TOOL_SCHEMAS,
                                               extra_usage=prepared.summary_usage)
         self.extra_headers = offload_headers(prepared)

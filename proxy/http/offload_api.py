@@ -50,7 +50,8 @@ async def offload(request: Request) -> Response:
     namespace = caller.namespace
     compressor = compressor_for(request, body, settings, caller, view=chat.VIEW)
     counter = await counter_for_model_async(model)
-    prepared = await prepare(messages, settings, counter, namespace, refs, compressor, view=chat.VIEW)
+    prepared = await prepare(messages, settings, counter=counter, namespace=namespace, refs=refs,
+                             compressor=compressor, view=chat.VIEW)
     if isinstance(prepared.refused, QuotaExceeded):
         return ProxyError(429, f"Nothing stored: {prepared.warnings[0]}.", code="storage_quota_exceeded").response()
     if isinstance(prepared.refused, CredentialRejected):

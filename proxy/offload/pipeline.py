@@ -47,11 +47,11 @@ def _measure(items: list[Any], view: ItemView, counter: TokenCounter) -> tuple[l
 async def prepare(
     messages: list[Any],
     settings: OffloadSettings,
+    *,
     counter: TokenCounter,
     namespace: str,
     refs: RefStore,
     compressor: Compressor | None,
-    *,
     view: ItemView,
 ) -> Prepared:
     """Reduce `messages` (a wire format's history items, seen through `view`) and make every

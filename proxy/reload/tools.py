@@ -123,8 +123,8 @@ class ReloadTools:
     """Runs injected tool calls for one request, within one tenant namespace."""
 
     def __init__(
-        self, refs: RefStore, counter: TokenCounter, max_tokens: int, request_refs: list[str], session: str | None,
-        limits: SearchLimits = SearchLimits(),
+        self, refs: RefStore, counter: TokenCounter, *, max_tokens: int, request_refs: list[str],
+        session: str | None, limits: SearchLimits = SearchLimits(),
     ) -> None:
         self.refs, self.counter, self.max_tokens = refs, counter, max_tokens
         self.request_refs, self.session, self.limits = request_refs, session, limits

@@ -178,8 +178,8 @@ class Replayer:
         refs = RefStore(self.store, namespace, self.ttl)
         ctx = SummaryContext(upstream=self.upstream, headers=self.headers, model=self.model, prompt=DEFAULT_PROMPT,
                              timeout=120.0, wait=30.0, view=self.view)
-        return await prepare(request, self.settings, counter, namespace, refs,
-                             Compressor(self.store, namespace, self.ttl, ctx), view=self.view)
+        return await prepare(request, self.settings, counter=counter, namespace=namespace, refs=refs,
+                             compressor=Compressor(self.store, namespace, self.ttl, ctx), view=self.view)
 
     async def conversation(self, conv: dict, tick=lambda: None, index: int = 0) -> Conversation:
         out = Conversation(str(conv.get("id", "conversation")))
@@ -219,8 +219,8 @@ class Replayer:
         out.max_forwarded_turn = max(out.forwarded_per_turn, default=0)
         out.prefix_reuse = prefix_reuse(forwarded, tokens)
         out.refs = len(created)
-        tools = ReloadTools(RefStore(self.store, namespace, self.ttl), counter, self.settings.max_reload_tokens,
-                            [], None)
+        tools = ReloadTools(RefStore(self.store, namespace, self.ttl), counter,
+                            max_tokens=self.settings.max_reload_tokens, request_refs=[], session=None)
         exact = [await reload_all(tools, ref) == text for ref, text in created.items()]
         out.reload_exact_fraction = sum(exact) / len(exact) if exact else 1.0
         out.ms_per_turn_cold = cold * 1e3 / max(out.turns, 1)

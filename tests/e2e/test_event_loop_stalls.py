@@ -146,8 +146,8 @@ async def test_a_large_request_is_planned_and_encoded_off_the_loop(tmp_path, mon
     async def prepare(size: int) -> pipeline.Prepared:
         messages = [{"role": "user", "content": "go"}, {"role": "tool", "tool_call_id": "c", "content": "line\n" * size},
                     {"role": "user", "content": "next"}]
-        return await pipeline.prepare(messages, settings, counter_for_model("gpt-4o"), "n" * 32,
-                                      RefStore(store, "n" * 32, 60), None, view=VIEW)
+        return await pipeline.prepare(messages, settings, counter=counter_for_model("gpt-4o"), namespace="n" * 32,
+                                      refs=RefStore(store, "n" * 32, 60), compressor=None, view=VIEW)
 
     assert (await prepare(1000)).written  # 5 KB: inline
     assert threads == {"plan": {threading.current_thread().name}, "encode": {threading.current_thread().name}}

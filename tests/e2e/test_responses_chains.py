@@ -11,10 +11,17 @@ from __future__ import annotations
 import time
 
 import openai
+import pytest
 
 from tests.e2e.test_responses_clients import HEADERS, TOOLS, history, reload_then_answer
 from tests.harness.responses import function_call_output, input_items
 from tests.harness.servers import default_handler
+
+
+@pytest.fixture
+def client(proxy_url, upstream) -> openai.OpenAI:
+    """A credential of this module's own: what it stores is not another test's business."""
+    return openai.OpenAI(base_url=f"{proxy_url}/v1", api_key="sk-chains-key", max_retries=0, timeout=20)
 
 
 def wait_for_chain(client: openai.OpenAI, upstream, first_id: str) -> str:

@@ -39,7 +39,7 @@ async def tools(tmp_path):
     store = SQLiteStore(tmp_path)
     refs = RefStore(store, "n" * 32, ttl=60)
     await refs.save([Offload("item01", "tool_result", "the original\n", 3)], [])
-    yield ReloadTools(refs, counter_for_model("gpt-4o"), 500, ["item01"], None)
+    yield ReloadTools(refs, counter_for_model("gpt-4o"), max_tokens=500, request_refs=["item01"], session=None)
     await store.close()
 
 
@@ -132,7 +132,7 @@ async def test_a_failing_tool_ends_the_stream_properly(tools):
         async def run(self, name: str, arguments: str, deadline: float | None = None) -> str:
             raise RuntimeError("a bug")
 
-    broken = Broken(tools.refs, tools.counter, 500, [], None)
+    broken = Broken(tools.refs, tools.counter, max_tokens=500, request_refs=[], session=None)
     first = sse_response(chunk(0, call_delta("context_reload", '{"ref": "item01"}', "r0")), chunk(0, {}, "tool_calls"))
     send, _ = scripted(first)
     chunks = await collect(first, send, broken)

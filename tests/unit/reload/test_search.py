@@ -95,7 +95,7 @@ async def refs(tmp_path):
 
 
 def tools_for(refs: RefStore, items: list[str], timeout: float) -> ReloadTools:
-    return ReloadTools(refs, COUNTER, 500, items, None, SearchLimits(timeout=timeout))
+    return ReloadTools(refs, COUNTER, max_tokens=500, request_refs=items, session=None, limits=SearchLimits(timeout=timeout))
 
 
 async def timed(coroutine) -> tuple[str, float, float]:
@@ -242,7 +242,8 @@ async def test_large_items_are_prepared_off_the_loop(tmp_path):
     refs = RefStore(store, "n" * 32, ttl=60)
     text = "".join(f"line {i} path=/src/mod{i % 97}.py status=ok value={i * 7}\n" for i in range(750_000))
     await refs.save([Offload("huge01", "tool_result", text, 10_000_000)], [])
-    tools = ReloadTools(refs, COUNTER, 500, ["huge01"], None, SearchLimits(timeout=5.0))
+    tools = ReloadTools(refs, COUNTER, max_tokens=500, request_refs=["huge01"], session=None,
+                        limits=SearchLimits(timeout=5.0))
     item = await refs.load("huge01")  # loading (decompressing) is the store's part; here: what follows
     refs.load = lambda ref: _async(item)  # type: ignore[method-assign]
     page, took, stall = await timed(tools.reload("huge01"))
@@ -295,7 +296,8 @@ async def test_a_line_cut_by_the_size_limit_is_not_searched(tmp_path):
     store = SQLiteStore(tmp_path)
     refs = RefStore(store, "n" * 32, ttl=60)
     await refs.save([Offload("long01", "tool_result", "x" * 5000 + "\nshort\n", 2000)], [])
-    tools = ReloadTools(refs, COUNTER, 500, ["long01"], None, SearchLimits(max_bytes=1024))
+    tools = ReloadTools(refs, COUNTER, max_tokens=500, request_refs=["long01"], session=None,
+                        limits=SearchLimits(max_bytes=1024))
     for pattern in ("^$", "x", "short"):
         answer = await tools.search(pattern)
         assert answer.startswith(f"No match for {pattern!r} so far.") and "scans at most 1024 bytes" in answer

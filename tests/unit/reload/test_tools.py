@@ -130,7 +130,8 @@ async def test_search_stops_at_its_deadline_with_what_it_found(tmp_path):
     needles = "".join(f"needle {i}\n" for i in range(5))
     hard = "".join("a" * 40 + "!\n" for _ in range(2000))  # (a|a)+$ backtracks exponentially on each line
     await refs.save([Offload("needles", "tool_result", needles, 10), Offload("hard01", "tool_result", hard, 9000)], [])
-    tools = ReloadTools(refs, COUNTER, 500, ["needles", "hard01"], None, SearchLimits(timeout=0.5))
+    tools = ReloadTools(refs, COUNTER, max_tokens=500, request_refs=["needles", "hard01"], session=None,
+                        limits=SearchLimits(timeout=0.5))
     started = time.monotonic()
     answer = await tools.run("context_search", '{"pattern": "needle|(a|a)+$"}')
     assert time.monotonic() - started < 1.0
@@ -138,7 +139,8 @@ async def test_search_stops_at_its_deadline_with_what_it_found(tmp_path):
     assert "ref=needles line 4: needle 4" in answer
     assert "Search stopped early" in answer and "time limit of 0.5 s" in answer
     # the request's reload budget bounds a search too
-    tools = ReloadTools(refs, COUNTER, 500, ["hard01"], None, SearchLimits(timeout=30))
+    tools = ReloadTools(refs, COUNTER, max_tokens=500, request_refs=["hard01"], session=None,
+                        limits=SearchLimits(timeout=30))
     started = time.monotonic()
     answer = await tools.run("context_search", '{"pattern": "(a|a)+$"}', deadline=time.monotonic() + 0.3)
     assert time.monotonic() - started < 0.8
@@ -150,7 +152,8 @@ async def test_search_leaves_the_event_loop_free(tmp_path):
     store = SQLiteStore(tmp_path)
     refs = RefStore(store, "n" * 32, ttl=60)
     await refs.save([Offload("hard01", "tool_result", "".join("a" * 40 + "!\n" for _ in range(2000)), 9000)], [])
-    tools = ReloadTools(refs, COUNTER, 500, ["hard01"], None, SearchLimits(timeout=1.0))
+    tools = ReloadTools(refs, COUNTER, max_tokens=500, request_refs=["hard01"], session=None,
+                        limits=SearchLimits(timeout=1.0))
     search = asyncio.ensure_future(tools.search("(a|a)+$"))
     lags = []
     while not search.done():
