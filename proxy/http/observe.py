@@ -130,6 +130,8 @@ def route_of(path: str) -> str:
     """A low-cardinality route label: managed routes by name, everything relayed as one."""
     if path.startswith("/v1/chat/completions"):
         return "chat"
+    if path == "/v1/responses":
+        return "responses"
     if path.startswith("/v1/offload"):
         return "offload_api"
     if path.startswith("/v1/"):

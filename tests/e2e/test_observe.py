@@ -112,3 +112,27 @@ def test_workers_share_metrics_and_log_json(upstream, tmp_path):
         _, err = proc.communicate(timeout=15)
     requests = [json.loads(line) for line in err.splitlines() if '"event":"request"' in line]
     assert len(requests) == 8 and all(r["route"] == "chat" for r in requests)
+
+
+def test_responses_requests_are_counted_as_their_own_route(make_proxy, upstream):
+    from tests.e2e.test_responses_clients import HEADERS as RESPONSES_HEADERS, history, reload_then_answer
+
+    upstream.handler = reload_then_answer()
+    with make_proxy() as url:
+        r = httpx.post(f"{url}/v1/responses", json={"model": "gpt-5", "input": history()},
+                       headers={**HEADERS, **RESPONSES_HEADERS})
+        assert r.status_code == 200 and r.headers["x-offload-action"] == "compact"
+        httpx.get(f"{url}/v1/responses/resp_round_1", headers=HEADERS)
+        text = httpx.get(f"{url}/metrics").text
+        deadline = time.monotonic() + 5
+        while True:  # events are recorded once the answer is sent
+            found = httpx.get(f"{url}/v1/offload/events", headers=HEADERS).json()["data"]
+            if len(found) >= 2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    assert sample(text, "offload_requests_total", route="responses", status="200") == 1
+    assert sample(text, "offload_requests_total", route="relay", status="200") == 1
+    assert sample(text, "offload_reload_rounds_total") == 1
+    assert sample(text, "offload_reload_calls_total", tool="context_reload") == 1
+    assert sample(text, "offload_refs_created_total") == 1
+    assert [e["type"] for e in found][:2] == ["compaction", "reload"]
