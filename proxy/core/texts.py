@@ -79,6 +79,10 @@ def invalid_arguments(name: str, why: object) -> str:
     return f"Invalid arguments for {name}: {why}."
 
 
+def too_many_calls(limit: int) -> str:
+    return f"Not run: at most {limit} calls to the context tools are run per turn. Ask for fewer at a time."
+
+
 def store_unavailable() -> str:
     return "The offloaded content is temporarily unavailable (store unreachable). Try again later."
 

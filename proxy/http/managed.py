@@ -55,10 +55,7 @@ async def responses(request: Request) -> Response:
 async def handle(request: Request, fmt: WireFormat) -> Response:
     try:
         call = await ManagedCall.open(request, fmt)
-    except ProxyError as exc:
-        return exc.response()
-    await call.offload()
-    try:
+        await call.offload()
         if not call.inject_reload_tools and not call.prepared.summary_usage:
             return await call.forward()  # the upstream's answer as it is
         if call.body.get("stream") is True:
@@ -68,6 +65,21 @@ async def handle(request: Request, fmt: WireFormat) -> Response:
         return exc.response()
     except ClientDisconnected:
         return error_response(499, "Client closed the request.")
+    except (RecursionError, ValueError, UnicodeError) as exc:  # e.g. an upstream answer nested too deep to re-encode
+        log.warning("request failed: %s: %s", type(exc).__name__, exc)
+        return ProxyError(502, f"The proxy could not process this exchange ({type(exc).__name__}).",
+                          type_="server_error", code="proxy_error").response()
+
+
+def server_state(body: dict) -> str | None:
+    """The field of a Responses body that names state stored upstream (None for chat bodies)."""
+    for name in ("previous_response_id", "conversation"):
+        if body.get(name):
+            return name
+    items = body.get("input")
+    if isinstance(items, list) and any(isinstance(i, dict) and i.get("type") == "item_reference" for i in items):
+        return "input"
+    return None
 
 
 def model_of(body: dict) -> str | None:
@@ -153,7 +165,15 @@ class ManagedCall:
         services = services_of(request)
         raw = await request.body()
         body = fmt.parse(raw, max_items=services.settings.max_messages)
-        settings = request_settings(request, request.state.caller)
+        caller: Caller = request.state.caller
+        if caller.shared_key and (state := server_state(body)):
+            raise ProxyError(403, f"'{state}' names state kept in the upstream account, which this proxy's "
+                                  "tenants share; send the whole history with store: false, or the operator can "
+                                  "give this tenant an upstream_api_key of its own.",
+                             code="endpoint_not_shared", param=state)
+        settings = request_settings(request, caller)
+        if body.get("background") is True:  # nobody would run the injected calls of a background response
+            settings = settings.model_copy(update={"reload_tools": False})
         return cls(request, fmt, raw=raw, body=body, settings=settings)
 
     async def _continue_chain(self) -> None:

@@ -10,6 +10,8 @@ sent).
 
 from __future__ import annotations
 
+import hashlib
+
 from proxy.offload.tenant import key
 from proxy.store import Store, StoreUnavailable
 from proxy.store.sealing import Sealer
@@ -18,7 +20,9 @@ MAX_ID_CHARS = 256
 
 
 def _key(namespace: str, response_id: str, sealer: Sealer) -> str:
-    return key(namespace, "chain", sealer.key_name(response_id, namespace))
+    """Ids are the upstream's or the client's text: hashed into the key name, never used raw."""
+    digest = hashlib.sha256(response_id.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+    return key(namespace, "chain", sealer.key_name(digest, namespace))
 
 
 async def remember(store: Store, namespace: str, first: str, last: str, ttl: int, *, sealer: Sealer) -> None:
@@ -26,7 +30,7 @@ async def remember(store: Store, namespace: str, first: str, last: str, ttl: int
         return
     name = _key(namespace, first, sealer)
     try:
-        await store.put(name, sealer.seal(last.encode(), name), ttl)
+        await store.put(name, sealer.seal(last.encode("utf-8", "surrogatepass"), name), ttl)
     except StoreUnavailable:
         pass
 
@@ -41,4 +45,4 @@ async def resolve(store: Store, namespace: str, response_id: str, ttl: int, *, s
     except StoreUnavailable:
         return None
     opened = sealer.open(value, name) if value is not None else None
-    return opened.decode() if opened else None
+    return opened.decode("utf-8", "replace") if opened else None

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from proxy.core import jsonio
+from proxy.core import jsonio, texts
 
 from proxy.http import observe
 
@@ -56,9 +56,15 @@ def _count_round() -> None:
         rec.reload_rounds += 1
 
 
+MAX_CALLS_PER_ROUND = 16
+
+
 async def run_calls(tools: ReloadTools, calls: list[ToolCall], deadline: float) -> list[str]:
-    """The results of the injected calls, in order."""
-    return [await tools.run(call.name, call.arguments, deadline) for call in calls]
+    """The results of the injected calls, in order. Past MAX_CALLS_PER_ROUND a call is answered
+    without being run: a model (or an injected prompt) asking for thousands of reloads at once
+    would otherwise make the next request as large as the whole store."""
+    results = [await tools.run(call.name, call.arguments, deadline) for call in calls[:MAX_CALLS_PER_ROUND]]
+    return results + [texts.too_many_calls(MAX_CALLS_PER_ROUND)] * len(calls[MAX_CALLS_PER_ROUND:])
 
 
 @dataclass

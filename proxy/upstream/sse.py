@@ -10,27 +10,43 @@ from proxy.core import jsonio
 DONE = "[DONE]"
 
 
+MAX_EVENT_BYTES = 64 * 1024 * 1024  # one event's lines; a larger one ends the stream (ValueError)
+
+
 async def iter_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:
-    """The `data` payload of each event in a byte stream (comments and other fields dropped)."""
-    buffer = b""
+    """The `data` payload of each event in a byte stream (comments and other fields dropped).
+
+    Linear in the stream's size however its chunks fall (a line is looked for only in bytes
+    not searched yet); an event whose lines exceed MAX_EVENT_BYTES raises ValueError.
+    """
+    buffer = bytearray()
+    searched = 0  # buffer[:searched] holds no newline
     data: list[str] = []
+    size = 0
     async for chunk in chunks:
         buffer += chunk
+        start = 0
         while True:
-            cut = buffer.find(b"\n")
+            cut = buffer.find(b"\n", max(start, searched))
             if cut < 0:
                 break
-            line = buffer[:cut].rstrip(b"\r").decode("utf-8")
-            buffer = buffer[cut + 1:]
+            line = bytes(buffer[start:cut]).rstrip(b"\r").decode("utf-8")
+            start = cut + 1
             if not line:
                 if data:
                     yield "\n".join(data)
-                    data = []
+                    data, size = [], 0
             elif line.startswith("data:"):
                 value = line[5:]
                 data.append(value[1:] if value.startswith(" ") else value)
-    if buffer.strip().startswith(b"data:"):
-        value = buffer.strip()[5:].decode("utf-8")
+                size += len(value)
+        del buffer[:start]
+        searched = len(buffer)
+        if size + len(buffer) > MAX_EVENT_BYTES:
+            raise ValueError(f"an event of the stream is larger than {MAX_EVENT_BYTES} bytes")
+    rest = bytes(buffer).strip()
+    if rest.startswith(b"data:"):
+        value = rest[5:].decode("utf-8")
         data.append(value[1:] if value.startswith(" ") else value)
     if data:
         yield "\n".join(data)

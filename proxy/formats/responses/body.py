@@ -79,7 +79,9 @@ def _check_items(items: Any) -> None:
                 continue
             if name in _ITEM_STRINGS:
                 raise _invalid(f"input[{i}].{name}", "a string", value)
-            if name in ("content", "output") and item.get("type") != "computer_call_output":
+            if name == "content" and item.get("type") not in (None, "message"):
+                _nested(value, 4)  # another item's content: not read by the proxy
+            elif name in ("content", "output") and item.get("type") != "computer_call_output":
                 _check_parts(value, f"input[{i}].{name}", name == "output")
             else:
                 _nested(value, 4)

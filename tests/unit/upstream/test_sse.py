@@ -35,3 +35,27 @@ async def test_trailing_event_without_blank_line():
 def test_encode():
     assert sse.encode({"a": "é"}) == 'data: {"a":"é"}\n\n'.encode()
     assert sse.DONE_EVENT == b"data: [DONE]\n\n"
+
+
+async def _chunks(parts):
+    for part in parts:
+        yield part
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 100])
+async def test_events_parse_the_same_however_the_chunks_fall(size):
+    body = b"data: a\n\ndata: b\r\ndata: c\r\n\r\n: comment\nevent: x\ndata:d\n\ndata: tail"
+    parts = [body[i:i + size] for i in range(0, len(body), size)]
+    assert [d async for d in sse.iter_data(_chunks(parts))] == ["a", "b\nc", "d", "tail"]
+
+
+@pytest.mark.anyio
+async def test_an_event_past_the_size_cap_ends_the_stream(monkeypatch):
+    monkeypatch.setattr(sse, "MAX_EVENT_BYTES", 1000)
+    parts = [b"data: ok\n\n", b"data: " + b"x" * 600, b"y" * 600, b"\n\n"]
+    seen = []
+    with pytest.raises(ValueError):
+        async for d in sse.iter_data(_chunks(parts)):
+            seen.append(d)
+    assert seen == ["ok"]
