@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from urllib.parse import quote, unquote
 
 import httpx
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from proxy.offload import chains
 from proxy.upstream import sse
 from proxy.http.caller import Caller
 from proxy.http.disconnect import ClientDisconnected, ClientWatch
@@ -112,4 +114,26 @@ async def relay(request: Request) -> Response:
         return exc.response()
     except ClientDisconnected:
         return Response(status_code=499)
+    if request.method == "DELETE" and response.status_code < 300:
+        await delete_chained(request, caller, path)
     return await stream_back(response)
+
+
+async def delete_chained(request: Request, caller: Caller, path: str) -> None:
+    """Deleting the response id a reload loop gave the client deletes the response holding the
+    whole exchange too (the last round's, `proxy.offload.chains`): it stores the reloaded content."""
+    name, _, response_id = path.partition("/")
+    if name != "responses" or not response_id or "/" in response_id:
+        return
+    services = services_of(request)
+    later = await chains.resolve(services.store, caller.namespace, unquote(response_id), services.settings.store_ttl,
+                                 sealer=services.sealer)
+    if not later:
+        return
+    try:
+        extra = await services.upstream.send("DELETE", f"responses/{quote(later, safe='')}",
+                                             headers=caller.upstream_headers(request.scope["headers"]),
+                                             base=caller.base)
+        await extra.aclose()
+    except ProxyError:
+        pass  # the client's own delete succeeded; the upstream's retention of the other is its own

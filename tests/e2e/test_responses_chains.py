@@ -76,3 +76,20 @@ def test_rounds_of_a_chained_request_are_chained(client, upstream):
     [out] = input_items(second)
     assert out["type"] == "function_call_output" and out["call_id"] == "call_reload_1"
     assert out == function_call_output("call_reload_1", out["output"]) and len(out["output"]) > 30_000
+
+
+def test_deleting_the_id_of_a_reloaded_response_deletes_the_exchange_too(proxy_url, upstream):
+    client = openai.OpenAI(base_url=f"{proxy_url}/v1", api_key="sk-delete-key", max_retries=0, timeout=20)
+    upstream.handler = reload_then_answer()
+    assert client.responses.create(model="gpt-5", input=history(), tools=TOOLS, extra_headers=HEADERS).id == \
+        "resp_round_1"
+    upstream.handler = default_handler
+    assert wait_for_chain(client, upstream, "resp_round_1") == "resp_round_2"
+    upstream.requests.clear()
+    client.responses.delete("resp_round_1")
+    assert [(r.method, r.path) for r in upstream.requests] == [
+        ("DELETE", "/v1/responses/resp_round_1"), ("DELETE", "/v1/responses/resp_round_2")]
+    assert upstream.requests[1].headers["authorization"] == "Bearer sk-delete-key"
+    upstream.requests.clear()
+    client.responses.delete("resp_unrelated")
+    assert [(r.method, r.path) for r in upstream.requests] == [("DELETE", "/v1/responses/resp_unrelated")]
