@@ -106,3 +106,22 @@ def test_injected_calls_past_the_cap_are_answered_without_running(make_proxy, up
                and i["call_id"] in {f"c{n}" for n in range(2000)}]
     assert len(outputs) == 2000 and outputs[-1].startswith("Not run: at most 16 calls")
     assert sum(o.startswith("Not run") for o in outputs) == 2000 - 16
+
+
+def test_events_before_an_injected_call_is_announced_stay_hidden(make_proxy, upstream):
+    """An upstream that sends function_call_arguments.delta before output_item.added (or only
+    output_item.done): the item is classified from the delta (no item → visible)."""
+    def first(rec):
+        ref = refs_in_input(rec)[0]
+        evs = events(response(function_call("context_reload", {"ref": ref}, call_id="call_r1", id="fc_r1"),
+                              id="resp_ev_1", usage=usage()))
+        added = next(i for i, e in enumerate(evs) if e["type"] == "response.output_item.added")
+        delta = next(i for i, e in enumerate(evs) if e["type"] == "response.function_call_arguments.delta")
+        evs[added], evs[delta] = evs[delta], evs[added]
+        return raw_stream(*map(data, evs))(rec)
+
+    upstream.handler = scripted(first, lambda rec: answer(rec, message("final"), id="resp_ev_2"))
+    with make_proxy() as url:
+        r, text = stream_post(url, {"model": "gpt-5", "input": history(), "tools": TOOLS})
+    assert r.status_code == 200
+    assert_sane_stream(text, "response.completed")

@@ -20,6 +20,7 @@ class _Item:
 
     index: int
     state: str  # "visible" | "hidden" | "pending" (a reasoning item waiting for what follows it)
+    #             | "unknown" (events came before the item was announced: held)
     injected: bool = False
     client: bool = False  # waits for the client
     client_index: int | None = None
@@ -189,11 +190,20 @@ class StreamRewriter:
             return [self._emit(event)]  # not about one output item (audio, …): relayed
         out: list[dict] = []
         state = self._items.get(index)
-        if state is None:
-            item = event.get("item")
-            if item is None and event.get("item_id") in self._hidden_ids:
+        item = event.get("item") if isinstance(event.get("item"), dict) else None
+        if state is None and item is None:
+            if event.get("item_id") in self._hidden_ids:
                 return []
-            state = self._classify(index, item if isinstance(item, dict) else None, out)
+            # an event before the item was announced: held until an event (or the end) says what it is
+            self._items[index] = _Item(index, "unknown", buffer=[event])
+            return []
+        if state is not None and state.state == "unknown":
+            if item is None:
+                state.buffer.append(event)
+                return []
+            state = self._resolve(state, item, out)
+        elif state is None:
+            state = self._classify(index, item, out)
         if kind == "response.output_item.done" and isinstance(event.get("item"), dict):
             state.done = event["item"]
             if state.state == "visible":
@@ -215,10 +225,27 @@ class StreamRewriter:
             event = {**event, "response": _hide_tools(response, self.names)}
         return [self._emit(event)]
 
+    def _resolve(self, state: _Item, item: dict, out: list[dict]) -> _Item:
+        """An item whose first events came before it was announced, now known: classified, and
+        its held events sent (visible), kept (pending) or dropped (hidden)."""
+        del self._items[state.index]
+        held = state.buffer
+        state = self._classify(state.index, item, out)
+        for event in held:
+            if state.state == "visible":
+                out.append(self._emit(event, state.client_index))
+            elif state.state == "pending":
+                state.buffer.append(event)
+        return state
+
     def _end(self, event: dict) -> list[dict]:
         out: list[dict] = []
-        self._settle(out)
         response = event.get("response") if isinstance(event.get("response"), dict) else {}
+        output = _output(response)
+        for state in [s for s in self._ordered() if s.state == "unknown"]:
+            item = output[state.index] if state.index < len(output) and isinstance(output[state.index], dict) else {}
+            self._resolve(state, item, out)
+        self._settle(out)
         self._note(response)
         if isinstance(response.get("usage"), dict):
             self._usage = add_usage(self._usage, response["usage"])

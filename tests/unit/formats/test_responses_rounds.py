@@ -154,3 +154,30 @@ def test_good_bodies_parse_as_sent() -> None:
     with pytest.raises(ProxyError) as caught:
         parse_responses_body(json.dumps({"input": [USER] * 5}).encode(), max_items=4)
     assert caught.value.code == "too_many_messages"
+
+
+def test_events_before_an_item_is_announced_are_held_until_it_is() -> None:
+    from proxy.formats.responses import StreamRewriter
+
+    rewriter = StreamRewriter(INJECTED_TOOLS)
+    created = {"type": "response.created", "sequence_number": 0,
+               "response": {"id": "resp_1", "object": "response", "status": "in_progress", "output": []}}
+    delta = {"type": "response.output_text.delta", "sequence_number": 1, "output_index": 0, "item_id": "msg_2",
+             "content_index": 0, "delta": "done"}
+    added = {"type": "response.output_item.added", "sequence_number": 2, "output_index": 0, "item": ANSWER}
+    assert len(rewriter.feed(created)) == 1
+    assert rewriter.feed(delta) == []  # nothing says yet whether it is the client's
+    out = rewriter.feed(added)
+    assert [e["type"] for e in out] == ["response.output_text.delta", "response.output_item.added"]
+    assert [e["sequence_number"] for e in out] == [1, 2]
+    # an injected call announced late: its early events are dropped
+    late = StreamRewriter(INJECTED_TOOLS)
+    late.feed(created)
+    args = {"type": "response.function_call_arguments.delta", "sequence_number": 1, "output_index": 0,
+            "item_id": "fc_r", "delta": '{"ref"'}
+    assert late.feed(args) == []
+    assert late.feed({"type": "response.output_item.done", "sequence_number": 2, "output_index": 0,
+                      "item": RELOAD}) == []
+    completed = {"type": "response.completed", "sequence_number": 3,
+                 "response": response("resp_1", [RELOAD])}
+    assert late.feed(completed) == [] and late.injected_only
