@@ -54,7 +54,8 @@ def test_a_responses_message_counts_as_the_chat_message_with_the_same_text():
         == chat
     assert c.message({"role": "user", "content": "list the files"}) == chat  # an EasyInputMessage: no type
     assert c.message({"type": "message", "role": "assistant",
-                      "content": [{"type": "output_text", "text": "list the files", "annotations": []}]}) == chat
+                      "content": [{"type": "output_text", "text": "list the files", "annotations": []}]}) == \
+        c.message({"role": "assistant", "content": "list the files"})
     image = {"type": "message", "role": "user", "content": [{"type": "input_image", "image_url": "data:…"}]}
     assert c.message(image) == tokens.MESSAGE_OVERHEAD + c.text("user") + tokens.IMAGE_TOKENS
 
