@@ -28,7 +28,11 @@ def history(body: dict) -> list:
 
 
 def with_history(body: dict, items: list) -> dict:
-    """A new body whose `input` is `items`; every other key stays, in its order."""
+    """A new body whose `input` is `items`; every other key stays, in its order. A string input
+    left as it was (the one user message `history` made of it) stays a string."""
+    value = body.get("input")
+    if isinstance(value, str) and len(items) == 1 and items[0] == {"role": "user", "content": value}:
+        return dict(body)
     return {**body, "input": list(items)}
 
 

@@ -333,7 +333,9 @@ def test_with_history_keeps_the_other_keys_in_their_order() -> None:
     assert out["input"] == items and out["input"] is not items
     assert CODEX_BODY["input"][4] is FCO  # the body given is not changed
     out = with_history({"model": "m", "input": "hi", "store": False}, [AGENTS_USER])
-    assert list(out) == ["model", "input", "store"]
+    assert list(out) == ["model", "input", "store"] and out["input"] == [AGENTS_USER]
+    string_body = {"model": "m", "input": "hi", "previous_response_id": "resp_2"}
+    assert with_history(string_body, history(string_body)) == string_body  # left as it was: still a string
 
 
 def test_responses_tool_from_a_chat_schema() -> None:
