@@ -19,6 +19,7 @@ class ToolCall:
 
     name: str
     arguments: str
+    call_id: str | None = None
 
 
 class Rounds(Protocol):
@@ -44,6 +45,10 @@ class Rounds(Protocol):
     # of the answer holding the whole exchange (the last round's); None elsewhere.
     first_id: str | None
     last_id: str | None
+    # Injected calls of the last round that came with calls of the client's own tools: the
+    # client gets its calls, these are hidden. Where the upstream keeps the exchange, their
+    # answers (`carried(results)`) must come first in the client's next input.
+    unanswered: list[ToolCall]
 
     def request(self, offered: bool) -> dict: ...
 
@@ -62,3 +67,6 @@ class Rounds(Protocol):
     def fail(self, error: dict) -> list[dict]: ...
 
     def encode(self, event: Any) -> bytes: ...
+
+    def carried(self, results: list[str]) -> list[Any]:
+        """Items answering `unanswered` with `results`, for the client's next request."""

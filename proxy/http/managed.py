@@ -158,6 +158,7 @@ class ManagedCall:
         self.watch = ClientWatch(request, body_read=True)
         self.query = request.scope.get("query_string", b"")
         self.continued = False  # previous_response_id replaced by the response that holds the whole exchange
+        self.carried: list[Any] = []  # answers to injected calls the client never saw: put first, never offloaded
 
     @classmethod
     async def open(cls, request: Request, fmt: WireFormat) -> ManagedCall:
@@ -177,17 +178,46 @@ class ManagedCall:
         return cls(request, fmt, raw=raw, body=body, settings=settings)
 
     async def _continue_chain(self) -> None:
-        """A `previous_response_id` the client got from a reload loop names the first round's
-        response: continue from the one that holds the whole exchange (`proxy.offload.chains`)."""
-        previous = self.body.get("previous_response_id")
-        if not isinstance(previous, str):
-            return
+        """Continue a stored exchange the way `proxy.offload.chains` remembers it: from the
+        response that holds the whole exchange, with the answers of the injected calls the
+        client never saw in front of its input."""
         services = self.services
-        later = await chains.resolve(services.store, self.namespace, previous, services.settings.store_ttl,
-                                     sealer=services.sealer)
-        if later and later != previous:
-            self.body = {**self.body, "previous_response_id": later}
+        previous = self.body.get("previous_response_id")
+        conversation = chains.conversation_key(self.body.get("conversation"))
+        name = previous if isinstance(previous, str) else conversation
+        if name is None:
+            return
+        found = await chains.resolve(services.store, self.namespace, name, services.settings.store_ttl,
+                                     sealer=services.sealer, once=name == conversation)
+        if found is None:
+            return
+        if found.response_id and found.response_id != previous and name == previous:
+            self.body = {**self.body, "previous_response_id": found.response_id}
             self.continued = True
+        if found.outputs:  # put in front of the reduced input: a reload result is never offloaded again
+            self.carried, self.continued = found.outputs, True
+
+    async def _settle_chain(self) -> None:
+        """After the last round, before the client's answer: what its next request needs."""
+        rounds, services = self.rounds, self.services
+        if self.body.get("store") is False or not rounds.first_id:
+            return
+        outputs: list[Any] = []
+        try:
+            if rounds.unanswered:
+                results = await reload_loop.run_calls(self.tools, rounds.unanswered, self.budget.deadline)
+                outputs = rounds.carried(results)
+            conversation = chains.conversation_key(self.body.get("conversation"))
+            if conversation and outputs:
+                await chains.remember(services.store, self.namespace, conversation, chains.Continuation(None, outputs),
+                                      services.settings.store_ttl, sealer=services.sealer)
+            elif not conversation and (rounds.last_id != rounds.first_id or outputs):
+                later = rounds.last_id if rounds.last_id != rounds.first_id else None
+                await chains.remember(services.store, self.namespace, rounds.first_id,
+                                      chains.Continuation(later, outputs), services.settings.store_ttl,
+                                      sealer=services.sealer)
+        except Exception:  # noqa: BLE001 - the client's answer never waits on this failing
+            log.exception("remembering the response chain failed")
 
     async def offload(self) -> None:
         """Plan and store (the pipeline), then prepare what goes upstream."""
@@ -214,7 +244,8 @@ class ManagedCall:
         self.tools = ReloadTools(self.refs, self.counter, max_tokens=self.settings.max_reload_tokens,
                                  request_refs=plan.refs, session=self.settings.session,
                                  limits=SearchLimits.of(self.services.settings))
-        self.rounds: Rounds = self.fmt.rounds(self.body, plan.items, RELOAD_TOOL_SCHEMAS,
+        self.items = [*self.carried, *plan.items]
+        self.rounds: Rounds = self.fmt.rounds(self.body, self.items, RELOAD_TOOL_SCHEMAS,
                                               extra_usage=prepared.summary_usage)
         self.extra_headers = offload_headers(prepared)
         self._note()
@@ -233,16 +264,12 @@ class ManagedCall:
         rec.warnings = prepared.warnings
 
     def _after(self) -> BackgroundTask:
-        """Once the client has its answer: the events, and the response chain to remember."""
+        """Once the client has its answer: the events."""
         async def record() -> None:
             services = self.services
             await events.record(services.store, self.namespace, self.settings.session,
                                 self.prepared.events + self.tools.events, services.settings.store_ttl,
                                 sealer=services.sealer)
-            first, last = self.rounds.first_id, self.rounds.last_id
-            if first and last and first != last and self.body.get("store") is not False:
-                await chains.remember(services.store, self.namespace, first, last, services.settings.store_ttl,
-                                      sealer=services.sealer)
 
         return BackgroundTask(record)
 
@@ -259,7 +286,7 @@ class ManagedCall:
     async def forward(self) -> Response:
         """No reload tools: the (reduced) request goes up, the answer comes back untouched."""
         if self.changed:
-            content = jsonio.dumps(self.fmt.with_history(self.body, self.prepared.plan.items))
+            content = jsonio.dumps(self.fmt.with_history(self.body, self.items))
         else:
             content = self.raw
         response = await self.watch.run(self._send(content))
@@ -273,8 +300,10 @@ class ManagedCall:
         return reload_loop.Budget(rounds, self.services.settings.reload_budget)
 
     async def forward_with_reload(self) -> Response:
-        budget = self._budget()
+        budget = self.budget = self._budget()
         result = await self.watch.run(reload_loop.complete(self.rounds, self.send_round, self.tools, budget))
+        if result.status == 200:
+            await self._settle_chain()
         out = Response(result.body, status_code=result.status, background=self._after())
         out.raw_headers = (
             response_headers_for_client(result.response.headers.raw, decoded=True)
@@ -284,11 +313,12 @@ class ManagedCall:
         return out
 
     async def forward_streaming_with_reload(self) -> Response:
-        budget = self._budget()
+        budget = self.budget = self._budget()
         first = await self.watch.run(self.send_round(self.rounds.request(budget.more(0))))
         if first.status_code != 200:
             return await stream_back(first, self.extra_headers)
-        events_ = reload_loop.stream(first, self.rounds, self.send_round, self.tools, budget)
+        events_ = reload_loop.stream(first, self.rounds, self.send_round, self.tools, budget,
+                                     before_finish=self._settle_chain)
         out = StreamingResponse(close_after(first, events_), status_code=200, background=self._after())
         headers = response_headers_for_client(first.headers.raw, decoded=True)
         if not first.headers.get("content-type", "").startswith("text/event-stream"):  # e.g. an HTML page:

@@ -126,9 +126,10 @@ async def delete_chained(request: Request, caller: Caller, path: str) -> None:
     if name != "responses" or not response_id or "/" in response_id:
         return
     services = services_of(request)
-    later = await chains.resolve(services.store, caller.namespace, unquote(response_id), services.settings.store_ttl,
+    found = await chains.resolve(services.store, caller.namespace, unquote(response_id), services.settings.store_ttl,
                                  sealer=services.sealer)
-    if not later:
+    later = found.response_id if found else None
+    if not later or later == unquote(response_id):
         return
     try:
         extra = await services.upstream.send("DELETE", f"responses/{quote(later, safe='')}",

@@ -1,16 +1,27 @@
-"""Response ids the client got for a stored exchange that lives upstream under another id.
+"""What a later request continuing a stored exchange needs: the id to continue from, and the
+answers to injected calls the client never saw.
 
 After reload rounds, the client holds the first round's response id (a stream announces it
 first), but the upstream response holding the whole exchange (the client's input, the
 injected calls, their results and the answer) is the last round's. A later request naming the
-first id as `previous_response_id` continues from the last one. Per namespace, with the
-store's idle TTL; an unreachable store only loses the mapping (the request then goes up as
-sent).
+first id as `previous_response_id` continues from the last one.
+
+When the last round asked for the client's tools and an injected tool at once, the client
+gets its calls and the injected one is run by the proxy; its `function_call_output` is kept
+here and put in front of the client's next input (which the upstream requires: every call
+of a stored response needs its output). For a `conversation` the same holds, keyed by the
+conversation id, once.
+
+Per namespace, with the store's idle TTL; an unreachable store only loses the record (the
+request then goes up as sent).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
 
 from proxy.offload.tenant import key
 from proxy.store import Store, StoreUnavailable
@@ -25,24 +36,53 @@ def _key(namespace: str, response_id: str, sealer: Sealer) -> str:
     return key(namespace, "chain", sealer.key_name(digest, namespace))
 
 
-async def remember(store: Store, namespace: str, first: str, last: str, ttl: int, *, sealer: Sealer) -> None:
-    if first == last or len(first) > MAX_ID_CHARS or len(last) > MAX_ID_CHARS:
+@dataclass
+class Continuation:
+    """How to continue from an id the client holds."""
+
+    response_id: str | None = None  # continue from this one instead (None: as sent)
+    outputs: list[Any] = field(default_factory=list)  # input items to put first
+
+
+def conversation_key(conversation: Any) -> str | None:
+    """The key a `conversation` (an id, or `{"id": …}`) is remembered under."""
+    if isinstance(conversation, dict):
+        conversation = conversation.get("id")
+    return f"conversation\0{conversation}" if isinstance(conversation, str) and conversation else None
+
+
+async def remember(store: Store, namespace: str, name: str, continuation: Continuation, ttl: int, *,
+                   sealer: Sealer) -> None:
+    if len(name) > MAX_ID_CHARS or len(continuation.response_id or "") > MAX_ID_CHARS:
         return
-    name = _key(namespace, first, sealer)
+    store_key = _key(namespace, name, sealer)
+    value = json.dumps({"id": continuation.response_id, "outputs": continuation.outputs}).encode()
     try:
-        await store.put(name, sealer.seal(last.encode("utf-8", "surrogatepass"), name), ttl)
+        await store.put(store_key, sealer.seal(value, store_key), ttl)
     except StoreUnavailable:
         pass
 
 
-async def resolve(store: Store, namespace: str, response_id: str, ttl: int, *, sealer: Sealer) -> str | None:
-    """The id to continue from instead of `response_id`, if the proxy remembers one."""
-    if len(response_id) > MAX_ID_CHARS:
+async def resolve(store: Store, namespace: str, name: str, ttl: int, *, sealer: Sealer,
+                  once: bool = False) -> Continuation | None:
+    """How to continue from `name` (a response id, or a `conversation_key`), if remembered;
+    `once`: forgotten as it is read."""
+    if len(name) > MAX_ID_CHARS:
         return None
-    name = _key(namespace, response_id, sealer)
+    store_key = _key(namespace, name, sealer)
     try:
-        value = await store.get(name, ttl=ttl)
+        value = await store.get(store_key, ttl=ttl)
+        if value is not None and once:
+            await store.delete(store_key)
     except StoreUnavailable:
         return None
-    opened = sealer.open(value, name) if value is not None else None
-    return opened.decode("utf-8", "replace") if opened else None
+    opened = sealer.open(value, store_key) if value is not None else None
+    try:
+        record = json.loads(opened) if opened else None
+    except ValueError:
+        return None
+    if not isinstance(record, dict):
+        return None
+    response_id = record.get("id") if isinstance(record.get("id"), str) else None
+    outputs = record.get("outputs") if isinstance(record.get("outputs"), list) else []
+    return Continuation(response_id, outputs)

@@ -120,7 +120,8 @@ def _answer(raw: bytes, response: httpx.Response, what: str) -> dict:
 
 
 async def _events(first: httpx.Response, rounds: Rounds, send: SendRound, tools: ReloadTools,
-                  budget: Budget, holder: list[httpx.Response]) -> AsyncIterator[dict]:
+                  budget: Budget, holder: list[httpx.Response],
+                  before_finish: Callable[[], Awaitable[None]] | None) -> AsyncIterator[dict]:
     """The events for the client (not yet encoded); an error event ends them early."""
     response = first
     round_ = 0
@@ -164,24 +165,28 @@ async def _events(first: httpx.Response, rounds: Rounds, send: SendRound, tools:
             for out in rounds.fail(_error_payload(raw, response.status_code)):
                 yield out
             return
+    if before_finish is not None:
+        await before_finish()
     for out in rounds.finish():
         yield out
 
 
 async def stream(first: httpx.Response, rounds: Rounds, send: SendRound, tools: ReloadTools,
-                 budget: Budget) -> AsyncIterator[bytes]:
+                 budget: Budget, *, before_finish: Callable[[], Awaitable[None]] | None = None,
+                 ) -> AsyncIterator[bytes]:
     """Streaming: relay events as they come, hide injected calls, chain the rounds.
 
     `first` is the response to `rounds.request(...)` already sent (its status checked by the
     caller). Whatever goes wrong midway (the upstream breaks off or times out, sends something
     that is not an event of an answer or a 200 answer with no event at all, or a round fails in
     the proxy) ends the stream with the format's error event (`rounds.fail`) and its closing,
-    never a cut connection.
+    never a cut connection. `before_finish` runs once the last round has ended, before the
+    events that end the stream are sent.
     """
     holder = [first]
     try:
         try:
-            async for event in _events(first, rounds, send, tools, budget, holder):
+            async for event in _events(first, rounds, send, tools, budget, holder, before_finish):
                 yield rounds.encode(event)
         except (httpx.HTTPError, ValueError) as exc:
             for event in rounds.fail(stream_broke(exc)):

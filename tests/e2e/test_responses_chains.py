@@ -93,3 +93,49 @@ def test_deleting_the_id_of_a_reloaded_response_deletes_the_exchange_too(proxy_u
     upstream.requests.clear()
     client.responses.delete("resp_unrelated")
     assert [(r.method, r.path) for r in upstream.requests] == [("DELETE", "/v1/responses/resp_unrelated")]
+
+
+def mixed_round(response_id: str):
+    """The model calls the client's tool and context_reload at once, then answers."""
+    from tests.harness.responses import answering, function_call, message, refs_in_input
+    from tests.harness.servers import scripted
+
+    def first(rec):
+        return answering(function_call("read_logs", {"path": "/other.log"}, call_id="call_client_2", id="fc_c2"),
+                         function_call("context_reload", {"ref": refs_in_input(rec)[0]}, call_id="call_inj_2",
+                                       id="fc_i2"), id=response_id)(rec)
+
+    return scripted(first, answering(message("all done"), id=f"{response_id}_next"))
+
+
+def test_an_injected_call_beside_the_clients_is_answered_in_the_clients_next_request(proxy_url, upstream):
+    client = openai.OpenAI(base_url=f"{proxy_url}/v1", api_key="sk-mixed-key", max_retries=0, timeout=20)
+    upstream.handler = mixed_round("resp_mix_1")
+    result = client.responses.create(model="gpt-5", input=history(), tools=TOOLS, extra_headers=HEADERS)
+    assert result.id == "resp_mix_1"
+    assert [(o.type, o.call_id) for o in result.output] == [("function_call", "call_client_2")]
+    upstream.requests.clear()
+    client.responses.create(model="gpt-5", previous_response_id="resp_mix_1", tools=TOOLS, extra_headers=HEADERS,
+                            input=[function_call_output("call_client_2", "no such file")])
+    [sent] = upstream.responses_requests()
+    assert sent.json()["previous_response_id"] == "resp_mix_1"
+    carried, own = input_items(sent)
+    assert carried["type"] == "function_call_output" and carried["call_id"] == "call_inj_2"
+    assert len(carried["output"]) > 30_000  # the reloaded log: every call of the stored response has its output
+    assert own == function_call_output("call_client_2", "no such file")
+
+
+def test_in_a_conversation_the_answer_is_carried_once(proxy_url, upstream):
+    client = openai.OpenAI(base_url=f"{proxy_url}/v1", api_key="sk-conversation-key", max_retries=0, timeout=20)
+    upstream.handler = mixed_round("resp_conv_1")
+    events = list(client.responses.create(model="gpt-5", input=history(), tools=TOOLS, conversation="conv_9",
+                                          stream=True, extra_headers=HEADERS))
+    done = [e for e in events if e.type == "response.completed"]
+    assert [o.call_id for o in done[0].response.output] == ["call_client_2"]
+    for expected in (["call_inj_2", "call_client_2"], ["call_client_2"]):
+        upstream.requests.clear()
+        client.responses.create(model="gpt-5", conversation="conv_9", tools=TOOLS, extra_headers=HEADERS,
+                                input=[function_call_output("call_client_2", "no such file")])
+        [sent] = upstream.responses_requests()
+        assert sent.json()["conversation"] == "conv_9" and "previous_response_id" not in sent.json()
+        assert [i["call_id"] for i in input_items(sent)] == expected

@@ -91,6 +91,7 @@ class ChatRounds:
     what = "chat completion"
     closing = sse.DONE_EVENT
     first_id = last_id = None  # chat completions are not continued from a stored id
+    unanswered: list[ToolCall] = []  # the client resends its history, without the hidden calls
 
     def __init__(self, body: dict, messages: list[Any], tools: Sequence[dict], *,
                  extra_usage: dict | None = None) -> None:
@@ -215,3 +216,6 @@ class ChatRounds:
 
     def encode(self, event: Any) -> bytes:
         return sse.encode(event)
+
+    def carried(self, results: list[str]) -> list[Any]:
+        return []

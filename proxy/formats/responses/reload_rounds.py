@@ -46,6 +46,11 @@ def usage_from_chat(usage: dict | None) -> dict | None:
             "total_tokens": usage.get("total_tokens") or prompt + completion}
 
 
+def _tool_calls(calls: list[dict]) -> list[ToolCall]:
+    return [ToolCall(str(c.get("name") or ""), c.get("arguments") if isinstance(c.get("arguments"), str) else "",
+                     c.get("call_id") if isinstance(c.get("call_id"), str) else None) for c in calls]
+
+
 def _replayable_items(items: list[dict], replayable: bool) -> list[dict]:
     if replayable:
         return items
@@ -77,6 +82,7 @@ class ResponsesRounds:
         self._rewriter = StreamRewriter(names, extra_usage=self.extra_usage)
         self.first_id: str | None = None
         self.last_id: str | None = None
+        self.unanswered: list[ToolCall] = []
 
     def request(self, offered: bool) -> dict:
         self.offered = offered
@@ -103,8 +109,12 @@ class ResponsesRounds:
 
     def _calls(self, done: list[dict], calls: list[dict]) -> list[ToolCall]:
         self._pending = (done, calls)
-        return [ToolCall(str(c.get("name") or ""), c.get("arguments") if isinstance(c.get("arguments"), str) else "")
-                for c in calls]
+        return _tool_calls(calls)
+
+    def _stop(self, calls: list[dict]) -> list[ToolCall]:
+        """The loop ends: injected calls still in the round (beside the client's) stay unanswered."""
+        self.unanswered = _tool_calls(calls) if self.offered else []
+        return []
 
     # -- non-streamed ------------------------------------------------------------------------
 
@@ -113,7 +123,7 @@ class ResponsesRounds:
         self._note(answer.get("id"))
         if self.offered and injected_only(answer, self.names):
             return self._calls(round_items(answer, self.names), calls_to_run(answer, self.names))
-        return []
+        return self._stop(calls_to_run(answer, self.names))
 
     def result(self) -> dict:
         return combine_rounds(self._answers, self.names, extra_usage=self.extra_usage)
@@ -128,7 +138,7 @@ class ResponsesRounds:
     def calls(self) -> list[ToolCall]:
         rewriter = self._rewriter
         if not (self.offered and rewriter.injected_only):
-            return []
+            return self._stop(rewriter.calls_to_run if rewriter.ended and not rewriter.errored else [])
         return self._calls(rewriter.round_items, rewriter.calls_to_run)
 
     def finish(self) -> list[dict]:
@@ -141,6 +151,10 @@ class ResponsesRounds:
         detail = error.get("error") if isinstance(error.get("error"), dict) else {}
         code = detail.get("code") if detail.get("code") in ERROR_CODES else "server_error"
         return self._rewriter.fail(str(detail.get("message") or "The request failed."), code=code)
+
+    def carried(self, results: list[str]) -> list[dict]:
+        return [{"type": "function_call_output", "call_id": call.call_id, "output": result}
+                for call, result in zip(self.unanswered, results)]
 
     def encode(self, event: Any) -> bytes:
         kind = event.get("type") if isinstance(event, dict) else None
