@@ -24,6 +24,11 @@ def test_passthrough():
     assert "total ratio" in out and "first chunk" in out and "concurrent" in out
 
 
+def test_concurrency():
+    out = run("concurrency.py", "--concurrency", "3", "--requests", "6", "--repeats", "2", "--sequential", "4")
+    assert "throughput ratio" in out and "sequential" in out and "first chunk" in out and "target" in out
+
+
 def test_big_history(tmp_path):
     traces = tmp_path / "traces.jsonl"
     traces.write_text("\n".join(json.dumps({"id": f"t{i}", "messages": agent_history(steps=4 + i)}) for i in range(2)))
