@@ -22,7 +22,7 @@ import statistics
 import time
 from pathlib import Path
 
-import httpx
+import httpx2
 
 from common import SHARED, cpu_seconds, machine, servers
 
@@ -57,10 +57,10 @@ def as_responses(chat: dict) -> dict:
             "store": False}
 
 
-def one_round(body: bytes, repeats: int, endpoint: str) -> tuple[float, float, float, httpx.Response]:
+def one_round(body: bytes, repeats: int, endpoint: str) -> tuple[float, float, float, httpx2.Response]:
     """(cold CPU, second request CPU, back-to-back steady mean CPU), in seconds."""
     headers = {"authorization": "Bearer sk-bench", "content-type": "application/json"}
-    with servers() as (_, proxied, proc), httpx.Client(timeout=120) as client:
+    with servers() as (_, proxied, proc), httpx2.Client(timeout=120) as client:
         client.get(proxied.replace("/v1", "/healthz"))
 
         def measured(count: int, settle: float) -> float:

@@ -3,7 +3,7 @@
     .venv/bin/python bench/passthrough.py [--requests 200] [--concurrency 50]
 
 Both servers run as separate processes (uvicorn, uvloop, httptools) on loopback; the client is
-httpx with keep-alive. Prints mean latency and the proxy/direct ratio.
+httpx2 with keep-alive. Prints mean latency and the proxy/direct ratio.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import asyncio
 import statistics
 import time
 
-import httpx
+import httpx2
 
 from common import machine, servers
 BODY = b'{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}'
@@ -23,7 +23,7 @@ STREAM_BODY = b'{"model":"gpt-4o","stream":true,"messages":[{"role":"user","cont
 
 async def sequential(base: str, n: int, body: bytes) -> list[float]:
     times = []
-    async with httpx.AsyncClient(timeout=30, headers=AUTH) as c:
+    async with httpx2.AsyncClient(timeout=30, headers=AUTH) as c:
         for _ in range(10):  # warm-up: connections, caches
             await c.post(f"{base}/chat/completions", content=body)
         for _ in range(n):
@@ -36,7 +36,7 @@ async def sequential(base: str, n: int, body: bytes) -> list[float]:
 
 async def first_chunk(base: str, n: int) -> list[float]:
     times = []
-    async with httpx.AsyncClient(timeout=30, headers=AUTH) as c:
+    async with httpx2.AsyncClient(timeout=30, headers=AUTH) as c:
         for i in range(n + 10):
             t = time.perf_counter()
             async with c.stream("POST", f"{base}/chat/completions", content=STREAM_BODY) as r:
@@ -49,7 +49,7 @@ async def first_chunk(base: str, n: int) -> list[float]:
 
 
 async def concurrent(base: str, n: int, width: int) -> float:
-    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=width), headers=AUTH) as c:
+    async with httpx2.AsyncClient(timeout=60, limits=httpx2.Limits(max_connections=width), headers=AUTH) as c:
         sem = asyncio.Semaphore(width)
 
         async def one():

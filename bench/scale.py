@@ -14,7 +14,7 @@ import statistics
 import time
 from pathlib import Path
 
-import httpx
+import httpx2
 
 from common import machine, servers
 
@@ -31,10 +31,10 @@ def peak_rss_mb(pid: int) -> float:
 async def run(base: str, streams: int, chunks: int, delay_ms: int) -> tuple[list[float], list[str]]:
     headers = {"x-bench-chunks": str(chunks), "x-bench-delay-ms": str(delay_ms), "content-type": "application/json",
                "authorization": "Bearer sk-bench"}
-    limits = httpx.Limits(max_connections=streams + 10, max_keepalive_connections=streams + 10)
+    limits = httpx2.Limits(max_connections=streams + 10, max_keepalive_connections=streams + 10)
     latencies: list[float] = []
     errors: list[str] = []
-    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+    async with httpx2.AsyncClient(timeout=120, limits=limits) as client:
 
         async def one() -> None:
             start = time.perf_counter()
@@ -44,7 +44,7 @@ async def run(base: str, streams: int, chunks: int, delay_ms: int) -> tuple[list
                 if r.status_code != 200 or not body.rstrip().endswith(b"data: [DONE]"):
                     errors.append(f"status {r.status_code}")
                     return
-            except httpx.HTTPError as exc:
+            except httpx2.HTTPError as exc:
                 errors.append(type(exc).__name__)
                 return
             latencies.append(time.perf_counter() - start)

@@ -7,6 +7,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx2
+
+# respx (the upstream faked in unit tests) imports httpx and patches httpcore: aliased to httpx2 and
+# httpcore2, the proxy's client, before anything imports them (so respx's pytest plugin, which would
+# import httpx first, is off: `-p no:respx` in pyproject.toml).
+httpx2.alias_httpx()
+
 _shared_tiktoken = Path(__file__).resolve().parents[2] / "shared" / "tiktoken"
 if _shared_tiktoken.is_dir():
     os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(_shared_tiktoken))

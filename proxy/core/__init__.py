@@ -1,4 +1,4 @@
-"""The offload core: pure and format-neutral (no starlette, httpx or store imports).
+"""The offload core: pure and format-neutral (no starlette, httpx2 or store imports).
 
 How a wire format's history looks to the planners (`view`), what leaves the context
 (`compaction`, `compression`), the texts the model sees in its place (`markers`), the

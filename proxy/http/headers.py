@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-# RFC 9110 §7.6.1 connection-specific headers, plus the ones httpx/uvicorn recompute themselves.
+# RFC 9110 §7.6.1 connection-specific headers, plus the ones httpx2/uvicorn recompute themselves.
 HOP_BY_HOP = frozenset(
     {
         b"connection",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import httpx
+import httpx2
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -273,14 +273,14 @@ class ManagedCall:
 
         return BackgroundTask(record)
 
-    async def _send(self, content: bytes) -> httpx.Response:
+    async def _send(self, content: bytes) -> httpx2.Response:
         response = await self.services.upstream.send("POST", self.fmt.endpoint, query=self.query,
                                                   headers=self.headers, content=content, base=self.base)
         if self.caller.kind == "client":  # what the upstream thinks of the client's own key
             self.services.credential_check.remember(self.caller.scope, response.status_code)
         return response
 
-    async def send_round(self, payload: dict) -> httpx.Response:
+    async def send_round(self, payload: dict) -> httpx2.Response:
         return await self._send(jsonio.dumps(payload))
 
     async def forward(self) -> Response:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from urllib.parse import quote, unquote
 
-import httpx
+import httpx2
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
@@ -36,7 +36,7 @@ def upstream_path(request: Request) -> str:
     return path
 
 
-async def close_after(response: httpx.Response, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+async def close_after(response: httpx2.Response, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     """Yield `chunks` and always release the upstream connection (also on cancel)."""
     try:
         async for chunk in chunks:
@@ -48,7 +48,7 @@ async def close_after(response: httpx.Response, chunks: AsyncIterator[bytes]) ->
 BUFFER_LIMIT = 256 * 1024  # a body of known, small length is read whole: cheaper than streaming it
 
 
-async def stream_back(response: httpx.Response, extra_headers: list[tuple[bytes, bytes]] = ()) -> Response:
+async def stream_back(response: httpx2.Response, extra_headers: list[tuple[bytes, bytes]] = ()) -> Response:
     """Relay an upstream response as-is: status, headers, raw (still encoded) body.
 
     Streams (SSE, chunked, large) are relayed chunk by chunk as they arrive.
@@ -58,7 +58,7 @@ async def stream_back(response: httpx.Response, extra_headers: list[tuple[bytes,
     if length is not None and length.isdigit() and int(length) <= BUFFER_LIMIT:
         try:
             body = b"".join([chunk async for chunk in response.aiter_raw()])
-        except httpx.HTTPError as exc:
+        except httpx2.HTTPError as exc:
             return upstream_error(exc).response()
         finally:
             await response.aclose()
@@ -72,7 +72,7 @@ async def stream_back(response: httpx.Response, extra_headers: list[tuple[bytes,
     return out
 
 
-def is_plain_sse(response: httpx.Response) -> bool:
+def is_plain_sse(response: httpx2.Response) -> bool:
     return response.headers.get("content-type", "").startswith("text/event-stream") and (
         response.headers.get("content-encoding", "identity") == "identity"
     )
@@ -83,7 +83,7 @@ async def with_error_event(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]
     try:
         async for chunk in chunks:
             yield chunk
-    except httpx.HTTPError as exc:
+    except httpx2.HTTPError as exc:
         yield b"\n\n" + sse.encode(stream_broke(exc)) + sse.DONE_EVENT
 
 

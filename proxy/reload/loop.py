@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
-import httpx
+import httpx2
 
 from proxy.core import jsonio, texts
 
@@ -30,7 +30,7 @@ from proxy.reload.tools import ReloadTools
 log = logging.getLogger("proxy.reload.loop")
 
 # send(body) → the upstream response (headers received, body unread)
-SendRound = Callable[[dict], Awaitable[httpx.Response]]
+SendRound = Callable[[dict], Awaitable[httpx2.Response]]
 
 
 @dataclass
@@ -71,7 +71,7 @@ async def run_calls(tools: ReloadTools, calls: list[ToolCall], deadline: float) 
 class LoopResult:
     status: int
     body: bytes
-    response: httpx.Response  # the last upstream response (for its headers)
+    response: httpx2.Response  # the last upstream response (for its headers)
 
 
 async def complete(rounds: Rounds, send: SendRound, tools: ReloadTools, budget: Budget) -> LoopResult:
@@ -102,13 +102,13 @@ def not_a_completion(detail: str, *, what: str = "chat completion", stream: bool
                       type_="server_error", code="upstream_error")
 
 
-def _describe(response: httpx.Response, size: int | None = None) -> str:
+def _describe(response: httpx2.Response, size: int | None = None) -> str:
     """What a body was, without its content: its media type (and size)."""
     kind = response.headers.get("content-type") or "no content-type"
     return kind if size is None else f"{kind}, {size} bytes"
 
 
-def _answer(raw: bytes, response: httpx.Response, what: str) -> dict:
+def _answer(raw: bytes, response: httpx2.Response, what: str) -> dict:
     """A 200 answer read as a JSON object, else ProxyError 502."""
     try:
         completion = jsonio.loads(raw)
@@ -119,8 +119,8 @@ def _answer(raw: bytes, response: httpx.Response, what: str) -> dict:
     return completion
 
 
-async def _events(first: httpx.Response, rounds: Rounds, send: SendRound, tools: ReloadTools,
-                  budget: Budget, holder: list[httpx.Response],
+async def _events(first: httpx2.Response, rounds: Rounds, send: SendRound, tools: ReloadTools,
+                  budget: Budget, holder: list[httpx2.Response],
                   before_finish: Callable[[], Awaitable[None]] | None) -> AsyncIterator[dict]:
     """The events for the client (not yet encoded); an error event ends them early."""
     response = first
@@ -171,7 +171,7 @@ async def _events(first: httpx.Response, rounds: Rounds, send: SendRound, tools:
         yield out
 
 
-async def stream(first: httpx.Response, rounds: Rounds, send: SendRound, tools: ReloadTools,
+async def stream(first: httpx2.Response, rounds: Rounds, send: SendRound, tools: ReloadTools,
                  budget: Budget, *, before_finish: Callable[[], Awaitable[None]] | None = None,
                  ) -> AsyncIterator[bytes]:
     """Streaming: relay events as they come, hide injected calls, chain the rounds.
@@ -188,7 +188,7 @@ async def stream(first: httpx.Response, rounds: Rounds, send: SendRound, tools: 
         try:
             async for event in _events(first, rounds, send, tools, budget, holder, before_finish):
                 yield rounds.encode(event)
-        except (httpx.HTTPError, ValueError) as exc:
+        except (httpx2.HTTPError, ValueError) as exc:
             for event in rounds.fail(stream_broke(exc)):
                 yield rounds.encode(event)
         except Exception as exc:  # noqa: BLE001 - the stream must still end properly

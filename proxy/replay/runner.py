@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 
 from proxy.core import compression as cp
 from proxy.core.view import ItemView
@@ -48,10 +48,10 @@ NEXT_OFFSET = re.compile(r"offset=(\d+)\)\.\]$")
 FORMATS = ("chat", "responses")  # the wire format conversations are replayed in
 
 
-def fake_summarizer() -> httpx.MockTransport:
+def fake_summarizer() -> httpx2.MockTransport:
     """A deterministic stand-in for the summarisation model: a snapshot built from its input."""
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(request: httpx2.Request) -> httpx2.Response:
         transcript = json.loads(request.content)["messages"][-1]["content"]
         lines = [line for line in transcript.splitlines() if line.strip()]
         errors = [line[:200] for line in lines if re.search(r"error|fail|exception", line, re.I)][:8]
@@ -64,10 +64,10 @@ def fake_summarizer() -> httpx.MockTransport:
             "<context_to_preserve></context_to_preserve>\n</state_snapshot>"
         )
         usage = {"prompt_tokens": len(transcript) // 4, "completion_tokens": len(snapshot) // 4}
-        return httpx.Response(200, json={"choices": [{"message": {"role": "assistant", "content": snapshot}}],
-                                         "usage": usage})
+        return httpx2.Response(200, json={"choices": [{"message": {"role": "assistant", "content": snapshot}}],
+                                          "usage": usage})
 
-    return httpx.MockTransport(handler)
+    return httpx2.MockTransport(handler)
 
 
 def turns_of(messages: list[Any]) -> list[list[Any]]:

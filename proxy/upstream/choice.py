@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from urllib.parse import unquote, urlsplit
 
-import httpx
+import httpx2
 
 from proxy.errors import ProxyError
 
@@ -34,14 +34,14 @@ def _invalid(why: str) -> ProxyError:
                       code="invalid_upstream", param=PARAM)
 
 
-def parse_upstream_url(value: str) -> httpx.URL:
+def parse_upstream_url(value: str) -> httpx2.URL:
     """A strict parse: any whitespace or control character, a bad port or a bad host is refused."""
     if any(ord(c) <= 0x20 or ord(c) == 0x7F for c in value):
         raise _invalid("it contains whitespace or a control character")
     try:
-        url = httpx.URL(value)
+        url = httpx2.URL(value)
         port = url.port
-    except (httpx.InvalidURL, ValueError, TypeError) as exc:
+    except (httpx2.InvalidURL, ValueError, TypeError) as exc:
         raise _invalid(str(exc) or "it does not parse") from exc
     if url.scheme not in ("http", "https") or not url.host:
         raise _invalid("it needs an http or https scheme and a host")
@@ -49,7 +49,7 @@ def parse_upstream_url(value: str) -> httpx.URL:
         raise _invalid("it may not carry credentials, a query or a fragment")
     if port is not None and not 0 < port < 65536:
         raise _invalid("its port is out of range")
-    if has_dot_segment(urlsplit(value).path):  # as written: httpx would already have resolved them
+    if has_dot_segment(urlsplit(value).path):  # as written: httpx2 would already have resolved them
         raise _invalid("its path may not contain '.' or '..' segments")
     return url
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterable
 
-import httpx
+import httpx2
 
 from proxy.http import observe
 
@@ -19,36 +19,36 @@ URL_CACHE = 1024
 class Upstream:
     """Pooled keep-alive connections to the upstream; opened and closed by the app lifespan."""
 
-    def __init__(self, settings: ServerSettings, transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(self, settings: ServerSettings, transport: httpx2.AsyncBaseTransport | None = None) -> None:
         self.base = settings.upstream_base
-        self.timeout = httpx.Timeout(
+        self.timeout = httpx2.Timeout(
             connect=settings.connect_timeout,
             read=settings.read_timeout,
             write=settings.read_timeout,
             pool=settings.connect_timeout,
         ).as_dict()
-        # The transport is used directly, without httpx.Client: a proxy must not keep cookies
+        # The transport is used directly, without httpx2.Client: a proxy must not keep cookies
         # between clients, follow redirects or add default headers; it is also cheaper.
-        self.transport = transport or httpx.AsyncHTTPTransport(
-            limits=httpx.Limits(
+        self.transport = transport or httpx2.AsyncHTTPTransport(
+            limits=httpx2.Limits(
                 max_connections=settings.max_connections,
                 max_keepalive_connections=min(settings.max_connections, 200),
                 keepalive_expiry=60,
             ),
         )
-        self._urls: dict[tuple[str, bytes, str | None], httpx.URL] = {}
+        self._urls: dict[tuple[str, bytes, str | None], httpx2.URL] = {}
 
     def url(self, path: str, query: bytes = b"", base: str | None = None) -> str:
         """`path` is relative to the upstream base (i.e. what follows /v1/)."""
         url = f"{(base or self.base).rstrip('/')}/{path.lstrip('/')}"
         return f"{url}?{query.decode('latin-1')}" if query else url
 
-    def _parsed_url(self, path: str, query: bytes, base: str | None) -> httpx.URL:
+    def _parsed_url(self, path: str, query: bytes, base: str | None) -> httpx2.URL:
         """Parsing a URL costs more than the rest of building a request: keep the common ones."""
         cache_key = (path, query, base)
         parsed = self._urls.get(cache_key)
         if parsed is None:
-            parsed = httpx.URL(self.url(path, query, base))
+            parsed = httpx2.URL(self.url(path, query, base))
             if len(self._urls) >= URL_CACHE:
                 self._urls.clear()
             self._urls[cache_key] = parsed
@@ -63,13 +63,13 @@ class Upstream:
         headers: Headers,
         content: bytes | AsyncIterable[bytes] | None = None,
         base: str | None = None,
-    ) -> httpx.Response:
+    ) -> httpx2.Response:
         """Send and return as soon as the response headers arrive (body not read yet).
 
         `base` replaces the configured upstream base URL (a tenant's own, or an allowed one).
         Raises ProxyError 502 when the upstream cannot be reached, 504 when it times out.
         """
-        request = httpx.Request(
+        request = httpx2.Request(
             method, self._parsed_url(path, query, base), headers=headers, content=content, extensions={"timeout": self.timeout}
         )
         rec = observe.current.get()
@@ -83,7 +83,7 @@ class Upstream:
                 if rec.upstream_ttfb is None:
                     rec.upstream_ttfb = time.perf_counter() - sent
             return response
-        except httpx.TransportError as exc:
+        except httpx2.TransportError as exc:
             raise upstream_error(exc) from exc
 
     async def aclose(self) -> None:

@@ -3,15 +3,15 @@ that fails before its answer, for a body that breaks off, and for a stream cut m
 
 from __future__ import annotations
 
-import httpx
+import httpx2
 
 from proxy.errors import ProxyError, error_body
 
 # The most specific first: the first row whose exception type matches decides.
 UPSTREAM_ERRORS: tuple[tuple[type[Exception], int, str, str], ...] = (
-    (httpx.TimeoutException, 504, "upstream_timeout", "Upstream timed out"),
-    (httpx.TransportError, 502, "upstream_unreachable", "Upstream unreachable"),
-    (httpx.HTTPError, 502, "upstream_error", "Upstream failed"),
+    (httpx2.TimeoutException, 504, "upstream_timeout", "Upstream timed out"),
+    (httpx2.TransportError, 502, "upstream_unreachable", "Upstream unreachable"),
+    (httpx2.HTTPError, 502, "upstream_error", "Upstream failed"),
 )
 
 

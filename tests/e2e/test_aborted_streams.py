@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 from starlette.responses import StreamingResponse
 
@@ -31,8 +31,8 @@ def proxy_process(upstream, tmp_path):
 
 async def abort_streams(url: str, count: int, width: int = 50) -> int:
     got_first = 0
-    limits = httpx.Limits(max_connections=width)
-    async with httpx.AsyncClient(timeout=10, limits=limits) as client:
+    limits = httpx2.Limits(max_connections=width)
+    async with httpx2.AsyncClient(timeout=10, limits=limits) as client:
         gate = asyncio.Semaphore(width)
 
         async def one() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import json
 
-import httpx
+import httpx2
 import pytest
 
 from proxy.formats.chat.body import MAX_DEPTH, parse_chat_body
@@ -110,7 +110,7 @@ def test_accepted_shapes_are_returned_untouched():
 def test_proxy_answers_400_and_sends_nothing_upstream(proxy_url, upstream, change, param):
     body = history_with(change)
     for route in ("/v1/chat/completions", "/v1/offload"):
-        r = httpx.post(f"{proxy_url}{route}", content=json.dumps(body), headers=HEADERS, timeout=20)
+        r = httpx2.post(f"{proxy_url}{route}", content=json.dumps(body), headers=HEADERS, timeout=20)
         assert r.status_code == 400, (route, r.status_code, r.text)
         assert r.json() == {"error": {"message": r.json()["error"]["message"], "type": "invalid_request_error",
                                       "param": param, "code": "invalid_type"}}
@@ -122,7 +122,7 @@ def test_deeply_nested_bodies_are_400_not_500(proxy_url, upstream, levels):
     messages = json.dumps(agent_history(steps=4)).encode()
     raw = b'{"model":"gpt-4o","messages":' + messages + b',"metadata":' + b"[" * levels + b"]" * levels + b"}"
     for route in ("/v1/chat/completions", "/v1/offload"):
-        r = httpx.post(f"{proxy_url}{route}", content=raw, headers=HEADERS, timeout=20)
+        r = httpx2.post(f"{proxy_url}{route}", content=raw, headers=HEADERS, timeout=20)
         assert r.status_code == 400, (route, r.status_code, r.text[:300])
         assert r.json()["error"]["code"] == "invalid_json"
     assert upstream.requests == []
@@ -132,7 +132,7 @@ def test_null_optional_fields_still_offload(proxy_url, upstream):
     body = history_with(lambda b: b.update(tools=None, stream=None))
     body["messages"][2]["function_call"] = None
     original = copy.deepcopy(body)
-    r = httpx.post(f"{proxy_url}/v1/chat/completions", content=json.dumps(body), headers=HEADERS, timeout=20)
+    r = httpx2.post(f"{proxy_url}/v1/chat/completions", content=json.dumps(body), headers=HEADERS, timeout=20)
     assert r.status_code == 200, r.text
     assert r.headers["x-offload-action"] != "none"
     sent = upstream.chat_requests()[-1].json()

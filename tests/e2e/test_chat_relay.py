@@ -6,7 +6,7 @@ import asyncio
 import threading
 import time
 
-import httpx
+import httpx2
 import openai
 import pytest
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -45,8 +45,8 @@ def test_request_and_response_bodies_are_byte_exact(proxy_url, upstream):
         return Response(answer, media_type="application/json")
 
     upstream.handler = handler
-    r = httpx.post(f"{proxy_url}/v1/chat/completions", content=sent,
-                   headers={"content-type": "application/json", "authorization": "Bearer k"})
+    r = httpx2.post(f"{proxy_url}/v1/chat/completions", content=sent,
+                    headers={"content-type": "application/json", "authorization": "Bearer k"})
     assert upstream.requests[-1].body == sent
     assert r.content == answer
 
@@ -94,8 +94,8 @@ def test_upstream_errors_relayed(client, upstream, status, exc, stream):
 
 
 def test_malformed_json_is_400(proxy_url, upstream):
-    r = httpx.post(f"{proxy_url}/v1/chat/completions", content=b"{not json",
-                   headers={"content-type": "application/json", "authorization": "Bearer sk-test-key"})
+    r = httpx2.post(f"{proxy_url}/v1/chat/completions", content=b"{not json",
+                    headers={"content-type": "application/json", "authorization": "Bearer sk-test-key"})
     assert r.status_code == 400
     error = r.json()["error"]
     assert set(error) == {"message", "type", "param", "code"} and error["type"] == "invalid_request_error"
@@ -186,12 +186,12 @@ def test_client_disconnect_cancels_upstream(proxy_url, upstream, streaming):
     upstream.handler = _watching_handler(saw_disconnect, streaming)
     body = {"model": "gpt-4o", "messages": MESSAGES, "stream": streaming}
     start = time.monotonic()
-    with httpx.Client(timeout=httpx.Timeout(5, read=0.5), headers={"authorization": "Bearer sk-test-key"}) as c:
+    with httpx2.Client(timeout=httpx2.Timeout(5, read=0.5), headers={"authorization": "Bearer sk-test-key"}) as c:
         try:
             with c.stream("POST", f"{proxy_url}/v1/chat/completions", json=body) as r:
                 for _ in r.iter_raw():
                     break  # got the first bytes, now hang up
-        except httpx.ReadTimeout:
+        except httpx2.ReadTimeout:
             pass
     assert saw_disconnect.wait(5), "upstream request was not cancelled"
     assert time.monotonic() - start < 5

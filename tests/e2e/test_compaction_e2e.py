@@ -7,7 +7,7 @@ import logging
 import re
 import time
 
-import httpx
+import httpx2
 import openai
 import pytest
 from starlette.responses import JSONResponse, StreamingResponse
@@ -183,12 +183,12 @@ def test_two_credentials_cannot_read_each_others_refs(proxy_url, upstream):
     bob.chat.completions.create(model="gpt-4o", messages=agent_history(steps=4, lines=250), extra_headers=HEADERS)
     assert "not available" in upstream.chat_requests()[1].json()["messages"][-1]["content"]
     # and through the direct API
-    assert httpx.get(f"{proxy_url}/v1/offload/{alice_ref}", headers={"authorization": "Bearer sk-bob"}).status_code == 404
-    ok = httpx.get(f"{proxy_url}/v1/offload/{alice_ref}", headers={"authorization": "Bearer sk-alice"})
+    assert httpx2.get(f"{proxy_url}/v1/offload/{alice_ref}", headers={"authorization": "Bearer sk-bob"}).status_code == 404
+    ok = httpx2.get(f"{proxy_url}/v1/offload/{alice_ref}", headers={"authorization": "Bearer sk-alice"})
     assert ok.status_code == 200 and ok.json()["content"] == history[3]["content"]
     # the tenant header is part of the namespace too
-    other = httpx.get(f"{proxy_url}/v1/offload/{alice_ref}",
-                      headers={"authorization": "Bearer sk-alice", "x-offload-tenant": "team-b"})
+    other = httpx2.get(f"{proxy_url}/v1/offload/{alice_ref}",
+                       headers={"authorization": "Bearer sk-alice", "x-offload-tenant": "team-b"})
     assert other.status_code == 404
 
 
@@ -203,13 +203,13 @@ def test_bad_header_is_a_400_naming_it(client, upstream):
 
 def test_direct_offload_api(proxy_url, upstream):
     history = agent_history(steps=4)
-    r = httpx.post(f"{proxy_url}/v1/offload", json={"messages": history, "model": "gpt-4o"},
-                   headers={"authorization": "Bearer sk-direct", **HEADERS})
+    r = httpx2.post(f"{proxy_url}/v1/offload", json={"messages": history, "model": "gpt-4o"},
+                    headers={"authorization": "Bearer sk-direct", **HEADERS})
     data = r.json()
     assert r.status_code == 200 and len(data["refs"]) == 3 and data["tokens_after"] < data["tokens_before"]
     assert len(data["messages"]) == len(history)
     ref = data["refs"][0]["ref"]
-    back = httpx.get(f"{proxy_url}/v1/offload/{ref}", headers={"authorization": "Bearer sk-direct"}).json()
+    back = httpx2.get(f"{proxy_url}/v1/offload/{ref}", headers={"authorization": "Bearer sk-direct"}).json()
     assert back["content"] == history[3]["content"]
     # no completion asked; the client's own key was checked once with the upstream before storing
     assert [(r.method, r.path, r.headers["authorization"]) for r in upstream.requests] == [
@@ -225,12 +225,12 @@ def test_refs_shared_between_processes_and_survive_restart(make_proxy, upstream,
     }[backend]()
     history = agent_history(steps=4)
     with make_proxy(**store) as first:
-        httpx.post(f"{first}/v1/chat/completions", json={"model": "gpt-4o", "messages": history},
-                   headers={"authorization": "Bearer sk-shared", **HEADERS})
+        httpx2.post(f"{first}/v1/chat/completions", json={"model": "gpt-4o", "messages": history},
+                    headers={"authorization": "Bearer sk-shared", **HEADERS})
         ref = refs_sent(upstream.chat_requests()[0])[0]
         with make_proxy(**store) as second:  # another process on the same store
-            r = httpx.get(f"{second}/v1/offload/{ref}", headers={"authorization": "Bearer sk-shared"})
+            r = httpx2.get(f"{second}/v1/offload/{ref}", headers={"authorization": "Bearer sk-shared"})
             assert r.json()["content"] == history[3]["content"]
     with make_proxy(**store) as restarted:
-        r = httpx.get(f"{restarted}/v1/offload/{ref}", headers={"authorization": "Bearer sk-shared"})
+        r = httpx2.get(f"{restarted}/v1/offload/{ref}", headers={"authorization": "Bearer sk-shared"})
         assert r.json()["content"] == history[3]["content"]

@@ -7,7 +7,7 @@ import json
 import re
 from concurrent.futures import ThreadPoolExecutor
 
-import httpx
+import httpx2
 import openai
 from starlette.responses import JSONResponse, StreamingResponse
 
@@ -82,16 +82,16 @@ def test_summary_replaces_old_history_and_is_reused_next_turn(client, upstream, 
 
     # the summary's reference returns the original messages, one JSON object per line
     ref = re.search(r"ref=([A-Za-z0-9_-]+)", sent[1]["content"]).group(1)
-    content = httpx.get(f"{proxy_url}/v1/offload/{ref}", headers={"authorization": "Bearer sk-test-key"}).json()
+    content = httpx2.get(f"{proxy_url}/v1/offload/{ref}", headers={"authorization": "Bearer sk-test-key"}).json()
     assert [json.loads(line) for line in content["content"].splitlines()] == history[1:-2]
 
     # events: one compression, tenant-scoped
-    data = httpx.get(f"{proxy_url}/v1/offload/events", params={"session": "sess-1"},
-                     headers={"authorization": "Bearer sk-test-key"}).json()["data"]
+    data = httpx2.get(f"{proxy_url}/v1/offload/events", params={"session": "sess-1"},
+                      headers={"authorization": "Bearer sk-test-key"}).json()["data"]
     assert [e["type"] for e in data].count("compression") == 1
     assert data[0]["summary_tokens_in"] == 300 and data[0]["messages"] == len(history) - 3
-    other = httpx.get(f"{proxy_url}/v1/offload/events", params={"session": "sess-1"},
-                      headers={"authorization": "Bearer sk-other"}).json()["data"]
+    other = httpx2.get(f"{proxy_url}/v1/offload/events", params={"session": "sess-1"},
+                       headers={"authorization": "Bearer sk-other"}).json()["data"]
     assert other == []
 
 

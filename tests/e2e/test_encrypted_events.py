@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 import time
 
-import httpx
+import httpx2
 import pytest
 import redis
 from starlette.responses import JSONResponse
@@ -28,16 +28,16 @@ def search_then_answer(rec):
 
 def events_of(url: str, headers: dict, session: str | None = SESSION) -> list[dict]:
     params = {"session": session} if session else {}
-    r = httpx.get(f"{url}/v1/offload/events", params=params, headers=headers, timeout=10)
+    r = httpx2.get(f"{url}/v1/offload/events", params=params, headers=headers, timeout=10)
     assert r.status_code == 200, r.text
     return r.json()["data"]
 
 
 def run_session(url: str, upstream) -> list[dict]:
     upstream.handler = scripted(search_then_answer, lambda rec: JSONResponse(completion("done")))
-    r = httpx.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": agent_history(steps=4)},
-                   headers={**AUTH, "X-Offload-Max-Total-Tokens": "1000", "X-Offload-Mode": "compact",
-                            "X-Offload-Session": SESSION}, timeout=20)
+    r = httpx2.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": agent_history(steps=4)},
+                    headers={**AUTH, "X-Offload-Max-Total-Tokens": "1000", "X-Offload-Mode": "compact",
+                             "X-Offload-Session": SESSION}, timeout=20)
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "done", r.text
     deadline = time.monotonic() + 5
     while len(found := events_of(url, AUTH)) < 2 and time.monotonic() < deadline:

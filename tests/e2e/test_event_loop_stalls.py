@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 
 from proxy.offload import cpu
@@ -171,13 +171,13 @@ def test_a_large_request_does_not_stall_other_tenants(make_proxy, upstream):
     messages.append({"role": "user", "content": "next"})
     big = json.dumps({"model": "gpt-4o", "messages": messages}).encode()  # 8 MB, seconds of tiktoken
     small = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
-    with make_proxy() as url, httpx.Client(timeout=60) as client:
+    with make_proxy() as url, httpx2.Client(timeout=60) as client:
         client.post(f"{url}/v1/chat/completions", json=small, headers={"authorization": "Bearer sk-other"})
         result: dict = {}
 
         def large() -> None:
             started = time.perf_counter()
-            result["response"] = httpx.post(f"{url}/v1/chat/completions", content=big, timeout=120, headers={
+            result["response"] = httpx2.post(f"{url}/v1/chat/completions", content=big, timeout=120, headers={
                 "authorization": "Bearer sk-large", "content-type": "application/json", "X-Offload-Mode": "compact"})
             result["seconds"] = time.perf_counter() - started
 

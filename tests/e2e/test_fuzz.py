@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-import httpx
+import httpx2
 import pytest
 import respx
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -22,7 +22,7 @@ from tests.harness.history import REF
 BASE = "http://fuzz-upstream.test/v1"
 
 
-def upstream_answer(request: httpx.Request) -> httpx.Response:
+def upstream_answer(request: httpx2.Request) -> httpx2.Response:
     body = json.loads(request.content)
     messages = body.get("messages") if isinstance(body, dict) else None
     first = messages[0] if isinstance(messages, list) and messages else {}
@@ -30,10 +30,10 @@ def upstream_answer(request: httpx.Request) -> httpx.Response:
         content = "<state_snapshot><current_state>fuzz</current_state></state_snapshot>"
     else:
         content = "ok"
-    return httpx.Response(200, json={"id": "x", "object": "chat.completion", "created": 1, "model": "m",
-                                     "choices": [{"index": 0, "finish_reason": "stop",
-                                                  "message": {"role": "assistant", "content": content}}],
-                                     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+    return httpx2.Response(200, json={"id": "x", "object": "chat.completion", "created": 1, "model": "m",
+                                      "choices": [{"index": 0, "finish_reason": "stop",
+                                                   "message": {"role": "assistant", "content": content}}],
+                                      "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
 
 
 @pytest.fixture(scope="module")

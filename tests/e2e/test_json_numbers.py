@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-import httpx
+import httpx2
 import pytest
 from starlette.responses import Response
 
@@ -51,9 +51,9 @@ def test_dumps_never_writes_nan_or_infinity():
             jsonio.dumps({"t": value, "seed": BIG})  # the stdlib fallback (a big integer) refuses
 
 
-def _post(url: str, path: str, body: bytes, headers: dict | None = None) -> httpx.Response:
-    return httpx.post(f"{url}/v1/{path}", content=body, timeout=20,
-                      headers={**COMPACT, "content-type": "application/json", **(headers or {})})
+def _post(url: str, path: str, body: bytes, headers: dict | None = None) -> httpx2.Response:
+    return httpx2.post(f"{url}/v1/{path}", content=body, timeout=20,
+                       headers={**COMPACT, "content-type": "application/json", **(headers or {})})
 
 
 @pytest.mark.parametrize("path", ["chat/completions", "offload"])

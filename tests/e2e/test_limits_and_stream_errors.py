@@ -6,7 +6,7 @@ import asyncio
 import json
 import time
 
-import httpx
+import httpx2
 import openai
 import pytest
 from starlette.responses import JSONResponse, StreamingResponse
@@ -30,7 +30,7 @@ def test_declared_body_too_large_is_413(make_proxy, upstream):
             for _ in range(10):
                 yield b"x" * 1000
 
-        r = httpx.post(f"{url}/v1/files", content=chunked(), headers={"authorization": "Bearer sk-test-key"})  # no Content-Length: counted as it comes
+        r = httpx2.post(f"{url}/v1/files", content=chunked(), headers={"authorization": "Bearer sk-test-key"})  # no Content-Length: counted as it comes
         assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
 
 
@@ -40,8 +40,8 @@ def test_message_count_and_header_size_limits(make_proxy, upstream):
         with pytest.raises(openai.BadRequestError) as info:
             c.chat.completions.create(model="gpt-4o", messages=MESSAGES * 4)
         assert info.value.body["code"] == "too_many_messages"
-        r = httpx.post(f"{url}/v1/offload", json={"model": "gpt-4o", "messages": MESSAGES * 4},
-                       headers={"authorization": "Bearer k"})
+        r = httpx2.post(f"{url}/v1/offload", json={"model": "gpt-4o", "messages": MESSAGES * 4},
+                        headers={"authorization": "Bearer k"})
         assert r.status_code == 400 and r.json()["error"]["code"] == "too_many_messages"  # the direct API too
         with pytest.raises(openai.BadRequestError) as info:
             c.chat.completions.create(model="gpt-4o", messages=MESSAGES, extra_headers={"X-Offload-Session": "s" * 300})
@@ -70,9 +70,9 @@ def test_upstream_breaking_off_mid_stream_ends_with_an_error_event(make_proxy, u
     upstream.handler = _breaking_stream(3, how)
     with make_proxy(read_timeout=0.5) as url:
         start = time.monotonic()
-        with httpx.stream("POST", f"{url}/v1/chat/completions", json={"model": "gpt-4o", "stream": True,
-                                                                        "messages": MESSAGES},
-                          headers={"authorization": "Bearer sk-test-key"}) as r:
+        with httpx2.stream("POST", f"{url}/v1/chat/completions", json={"model": "gpt-4o", "stream": True,
+                                                                         "messages": MESSAGES},
+                           headers={"authorization": "Bearer sk-test-key"}) as r:
             text = b"".join(r.iter_bytes()).decode()
         assert time.monotonic() - start < 5
         events = [line[6:] for line in text.splitlines() if line.startswith("data: ")]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 
-import httpx
+import httpx2
 import pytest
 import redis
 from starlette.responses import JSONResponse
@@ -18,9 +18,9 @@ HEADERS = {"authorization": "Bearer sk-lost", "X-Offload-Max-Total-Tokens": "100
            "X-Offload-Session": SESSION}
 
 
-def post(url: str, messages: list) -> httpx.Response:
-    r = httpx.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": messages}, headers=HEADERS,
-                   timeout=20)
+def post(url: str, messages: list) -> httpx2.Response:
+    r = httpx2.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": messages}, headers=HEADERS,
+                    timeout=20)
     assert r.status_code == 200, r.text
     return r
 
@@ -75,6 +75,6 @@ def test_content_lost_between_two_requests_is_stored_again_by_the_next(make_prox
         originals = [m["content"] for m in history if m["role"] == "tool"]
         assert reload_result["tool_call_id"] == "call_r" and reload_result["content"] in originals
         for ref in refs:
-            got = httpx.get(f"{url}/v1/offload/{ref}", headers=HEADERS, timeout=20)
+            got = httpx2.get(f"{url}/v1/offload/{ref}", headers=HEADERS, timeout=20)
             assert got.status_code == 200 and got.json()["content"] in originals
         assert store.session_members() == set(refs)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-import httpx
+import httpx2
 import pytest
 from starlette.responses import JSONResponse, Response
 
@@ -31,12 +31,12 @@ def reload_call_streamed(rec) -> Response:
     return Response(b"".join(chunks), media_type="text/event-stream")
 
 
-def post(url: str, stream: bool = False) -> httpx.Response:
+def post(url: str, stream: bool = False) -> httpx2.Response:
     body = {"model": "gpt-4o", "messages": agent_history(steps=4), "stream": stream}
-    return httpx.post(f"{url}/v1/chat/completions", json=body, headers=HEADERS, timeout=20)
+    return httpx2.post(f"{url}/v1/chat/completions", json=body, headers=HEADERS, timeout=20)
 
 
-def sse_events(r: httpx.Response) -> list[str]:
+def sse_events(r: httpx2.Response) -> list[str]:
     return [line[len("data: "):] for line in r.text.split("\n") if line.startswith("data: ")]
 
 

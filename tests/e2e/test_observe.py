@@ -7,7 +7,7 @@ import logging
 import re
 import time
 
-import httpx
+import httpx2
 from starlette.responses import JSONResponse
 
 from proxy.offload.tenant import tenant_namespace
@@ -45,10 +45,10 @@ def test_metrics_count_requests_tokens_refs_reloads(make_proxy, upstream):
     upstream.handler = handler
     history = agent_history(steps=4)
     with make_proxy(metrics_tenant_label=True) as url:
-        r = httpx.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": history}, headers=HEADERS)
+        r = httpx2.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": history}, headers=HEADERS)
         assert r.status_code == 200
-        httpx.get(f"{url}/v1/models", headers=HEADERS)
-        text = httpx.get(f"{url}/metrics").text
+        httpx2.get(f"{url}/v1/models", headers=HEADERS)
+        text = httpx2.get(f"{url}/metrics").text
     tenant = tenant_namespace(f"Bearer {SECRET}", None)[:12]
     assert sample(text, "offload_requests_total", route="chat", status="200", tenant=tenant) == 1
     assert sample(text, "offload_requests_total", route="relay", status="200") == 1
@@ -66,11 +66,11 @@ def test_metrics_count_requests_tokens_refs_reloads(make_proxy, upstream):
 
 def test_tenant_label_only_when_enabled_and_admin_token(make_proxy, upstream):
     with make_proxy(admin_token="adm1n") as url:
-        httpx.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]},
-                   headers=HEADERS)
-        assert httpx.get(f"{url}/metrics").status_code == 401
-        assert httpx.get(f"{url}/metrics", headers={"authorization": "Bearer wrong"}).status_code == 401
-        text = httpx.get(f"{url}/metrics", headers={"authorization": "Bearer adm1n"}).text
+        httpx2.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]},
+                    headers=HEADERS)
+        assert httpx2.get(f"{url}/metrics").status_code == 401
+        assert httpx2.get(f"{url}/metrics", headers={"authorization": "Bearer wrong"}).status_code == 401
+        text = httpx2.get(f"{url}/metrics", headers={"authorization": "Bearer adm1n"}).text
     assert sample(text, "offload_requests_total", route="chat", status="200") == 1
     assert "tenant=" not in text
 
@@ -102,10 +102,10 @@ def test_workers_share_metrics_and_log_json(upstream, tmp_path):
     proc = proxy.proc
     try:
         for _ in range(8):
-            with httpx.Client(headers=HEADERS) as fresh:  # new connections, spread over the workers
+            with httpx2.Client(headers=HEADERS) as fresh:  # new connections, spread over the workers
                 fresh.post(f"{url}/v1/chat/completions",
                            json={"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]})
-        text = httpx.get(f"{url}/metrics").text
+        text = httpx2.get(f"{url}/metrics").text
         assert sample(text, "offload_requests_total", route="chat", status="200") == 8
     finally:
         proc.terminate()
@@ -119,14 +119,14 @@ def test_responses_requests_are_counted_as_their_own_route(make_proxy, upstream)
 
     upstream.handler = reload_then_answer()
     with make_proxy() as url:
-        r = httpx.post(f"{url}/v1/responses", json={"model": "gpt-5", "input": history()},
-                       headers={**HEADERS, **RESPONSES_HEADERS})
+        r = httpx2.post(f"{url}/v1/responses", json={"model": "gpt-5", "input": history()},
+                        headers={**HEADERS, **RESPONSES_HEADERS})
         assert r.status_code == 200 and r.headers["x-offload-action"] == "compact"
-        httpx.get(f"{url}/v1/responses/resp_round_1", headers=HEADERS)
-        text = httpx.get(f"{url}/metrics").text
+        httpx2.get(f"{url}/v1/responses/resp_round_1", headers=HEADERS)
+        text = httpx2.get(f"{url}/metrics").text
         deadline = time.monotonic() + 5
         while True:  # events are recorded once the answer is sent
-            found = httpx.get(f"{url}/v1/offload/events", headers=HEADERS).json()["data"]
+            found = httpx2.get(f"{url}/v1/offload/events", headers=HEADERS).json()["data"]
             if len(found) >= 2 or time.monotonic() > deadline:
                 break
             time.sleep(0.05)

@@ -6,7 +6,7 @@ import gzip
 import io
 import json
 
-import httpx
+import httpx2
 from starlette.responses import JSONResponse, Response
 
 RELAYED_HEADERS = {
@@ -57,8 +57,8 @@ def test_unknown_path_method_query_and_body(proxy_url, upstream):
         return Response(b"teapot-body", status_code=418, headers={"x-odd": "1"}, media_type="text/plain")
 
     upstream.handler = handler
-    r = httpx.put(f"{proxy_url}/v1/some/new/thing%2Fx?a=1&b=%20two", content=b"\x00\x01raw",
-                  headers={"x-y": "z", "authorization": "Bearer k"})
+    r = httpx2.put(f"{proxy_url}/v1/some/new/thing%2Fx?a=1&b=%20two", content=b"\x00\x01raw",
+                   headers={"x-y": "z", "authorization": "Bearer k"})
     assert (r.status_code, r.content, r.headers["x-odd"]) == (418, b"teapot-body", "1")
     rec = upstream.requests[-1]
     assert (rec.method, rec.path, rec.query, rec.body) == ("PUT", "/v1/some/new/thing/x", "a=1&b=%20two", b"\x00\x01raw")
@@ -97,14 +97,14 @@ def test_compressed_response_passes_untouched(proxy_url, upstream):
         return Response(gzip.compress(body), headers={"content-encoding": "gzip"}, media_type="application/json")
 
     upstream.handler = handler
-    r = httpx.get(f"{proxy_url}/v1/anything", headers={"accept-encoding": "gzip", "authorization": "Bearer k"})
+    r = httpx2.get(f"{proxy_url}/v1/anything", headers={"accept-encoding": "gzip", "authorization": "Bearer k"})
     assert r.headers["content-encoding"] == "gzip"
     assert r.json() == {"ok": True}
 
 
 def test_health_endpoints(proxy_url):
-    assert httpx.get(f"{proxy_url}/healthz").json() == {"status": "ok"}
-    ready = httpx.get(f"{proxy_url}/readyz")
+    assert httpx2.get(f"{proxy_url}/healthz").json() == {"status": "ok"}
+    ready = httpx2.get(f"{proxy_url}/readyz")
     assert ready.status_code == 200 and ready.json()["store"] == "ok"
 
 
@@ -115,9 +115,9 @@ def test_no_cookies_kept_and_no_headers_added(proxy_url, upstream):
         return JSONResponse({"ok": True}, headers={"set-cookie": "session=secret; Path=/"})
 
     upstream.handler = handler
-    first = httpx.get(f"{proxy_url}/v1/a", headers={"authorization": "Bearer alice"})
+    first = httpx2.get(f"{proxy_url}/v1/a", headers={"authorization": "Bearer alice"})
     assert first.headers["set-cookie"] == "session=secret; Path=/"  # relayed to its client...
-    with httpx.Client() as bare:
+    with httpx2.Client() as bare:
         bare.get(f"{proxy_url}/v1/b", headers={"authorization": "Bearer bob", "accept-encoding": "identity",
                                                 "user-agent": "agent/1"})
     rec = upstream.requests[-1]

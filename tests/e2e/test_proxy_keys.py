@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-import httpx
+import httpx2
 import openai
 import pytest
 from pydantic import ValidationError
@@ -34,9 +34,9 @@ def tenants_file(tmp_path: Path, upstream_url: str = "", extra_b: str = "") -> P
     return path
 
 
-def chat(url: str, headers: dict, messages: list | None = None) -> httpx.Response:
+def chat(url: str, headers: dict, messages: list | None = None) -> httpx2.Response:
     body = {"model": "gpt-4o", "messages": messages or [{"role": "user", "content": "hi"}]}
-    return httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers, timeout=20)
+    return httpx2.post(f"{url}/v1/chat/completions", json=body, headers=headers, timeout=20)
 
 
 def credentials_sent(rec) -> dict[str, str]:
@@ -46,7 +46,7 @@ def credentials_sent(rec) -> dict[str, str]:
 def test_server_key_requires_a_proxy_key_and_never_forwards_it(make_proxy, upstream, tmp_path):
     with make_proxy(upstream_api_key="sk-server", tenants_file=tenants_file(tmp_path)) as url:
         for path in ("/v1/chat/completions", "/v1/models", "/v1/offload", "/v1/offload/events", "/v1/offload/abc"):
-            r = httpx.request("POST" if path.endswith(("completions", "offload")) else "GET", f"{url}{path}", json={})
+            r = httpx2.request("POST" if path.endswith(("completions", "offload")) else "GET", f"{url}{path}", json={})
             assert r.status_code == 401 and r.json()["error"]["code"] == "missing_api_key", path
             assert "Authorization: Bearer" in r.json()["error"]["message"]
         for wrong in ({"authorization": "Bearer sk-real-openai-key"}, {"x-api-key": "nope-nope-nope"},
@@ -61,7 +61,7 @@ def test_server_key_requires_a_proxy_key_and_never_forwards_it(make_proxy, upstr
         assert credentials_sent(upstream.requests[-1]) == {"authorization": "Bearer sk-server"}
         # team-b has its own upstream key; its second key is configured as a SHA-256 digest
         for headers in ({"authorization": f"Bearer {KEY_B}"}, {"x-api-key": KEY_B2}):
-            assert httpx.get(f"{url}/v1/models", headers=headers).status_code == 200
+            assert httpx2.get(f"{url}/v1/models", headers=headers).status_code == 200
             assert credentials_sent(upstream.requests[-1]) == {"authorization": "Bearer sk-team-b-upstream"}
         for rec in upstream.requests:
             assert not any(key in str(rec.headers) for key in (KEY_A, KEY_B, KEY_B2))
@@ -84,7 +84,7 @@ def test_the_key_decides_the_tenant_and_x_offload_tenant_only_narrows(make_proxy
         assert credentials_sent(upstream.requests[-1]) == {"authorization": "Bearer sk-server"}
 
         def read(headers: dict) -> int:
-            return httpx.get(f"{url}/v1/offload/{ref}", headers=headers).status_code
+            return httpx2.get(f"{url}/v1/offload/{ref}", headers=headers).status_code
 
         assert read({"authorization": f"Bearer {KEY_A}"}) == 200
         assert read({"authorization": f"Bearer {KEY_A}", "X-Offload-Tenant": "sub"}) == 404  # narrower
@@ -92,7 +92,7 @@ def test_the_key_decides_the_tenant_and_x_offload_tenant_only_narrows(make_proxy
         assert read({"authorization": f"Bearer {KEY_B}", "X-Offload-Tenant": "team-a"}) == 404
         assert read({"X-Offload-Tenant": "team-a"}) == 401
         # team-b's own upstream (a host alias of the fake) is used for team-b's key only
-        httpx.get(f"{url}/v1/models", headers={"authorization": f"Bearer {KEY_B}"})
+        httpx2.get(f"{url}/v1/models", headers={"authorization": f"Bearer {KEY_B}"})
         assert upstream.requests[-1].headers["host"] == f"localhost:{port}"
 
 
@@ -108,9 +108,9 @@ def test_without_a_server_key_every_credential_header_is_a_namespace(make_proxy,
             refs[name] = refs_sent(upstream.chat_requests()[-1])[0]
         # equal content, different credentials: different refs, and none readable across
         assert len(set(refs.values())) == 3
-        assert httpx.get(f"{url}/v1/offload/{refs['azure-1']}", headers={"api-key": "azure-key-1"}).status_code == 200
-        assert httpx.get(f"{url}/v1/offload/{refs['azure-1']}", headers={"api-key": "azure-key-2"}).status_code == 404
-        events = httpx.get(f"{url}/v1/offload/events?session=s1", headers={"api-key": "azure-key-2"}).json()["data"]
+        assert httpx2.get(f"{url}/v1/offload/{refs['azure-1']}", headers={"api-key": "azure-key-1"}).status_code == 200
+        assert httpx2.get(f"{url}/v1/offload/{refs['azure-1']}", headers={"api-key": "azure-key-2"}).status_code == 404
+        events = httpx2.get(f"{url}/v1/offload/events?session=s1", headers={"api-key": "azure-key-2"}).json()["data"]
         assert refs["azure-1"] not in str(events) and refs["azure-2"] in str(events)
         # a tenant with proxy keys cannot be claimed by naming it; a tenant without may be, as before
         r = chat(url, {"authorization": "Bearer sk-client", "X-Offload-Tenant": "team-a"})
@@ -130,8 +130,8 @@ def test_anonymous_only_with_the_flag(make_proxy, upstream):
         assert r.status_code == 200 and r.headers["x-offload-action"] == "compact"
         assert credentials_sent(upstream.requests[-1]) == {}
         ref = refs_sent(upstream.chat_requests()[-1])[0]
-        assert httpx.get(f"{url}/v1/offload/{ref}").status_code == 200  # one shared anonymous namespace
-        r = httpx.get(f"{url}/v1/offload/events")
+        assert httpx2.get(f"{url}/v1/offload/{ref}").status_code == 200  # one shared anonymous namespace
+        r = httpx2.get(f"{url}/v1/offload/events")
         assert r.status_code == 401 and r.json()["error"]["code"] == "missing_api_key"
     with make_proxy(allow_anonymous=True, upstream_api_key="sk-server") as url:
         assert chat(url, {}).status_code == 200
@@ -148,8 +148,8 @@ def test_malformed_or_unlisted_upstream_header_is_400_everywhere(make_proxy, ups
     headers = {"authorization": "Bearer sk-test-key", "X-Offload-Upstream": value}
     with make_proxy(upstream_allowlist=["localhost"]) as url:
         for method, path in (("POST", "/v1/chat/completions"), ("GET", "/v1/models"), ("POST", "/v1/offload")):
-            r = httpx.request(method, f"{url}{path}", headers=headers,
-                              json={"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]})
+            r = httpx2.request(method, f"{url}{path}", headers=headers,
+                               json={"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]})
             assert r.status_code == 400, (path, r.text)
             assert r.json()["error"]["code"] in ("invalid_upstream", "upstream_not_allowed")
     assert not upstream.requests
@@ -178,13 +178,13 @@ def test_storage_quota_per_namespace(make_proxy, upstream):
     """POST /v1/offload answers 429 past the quota without storing; chat goes through unreduced."""
     alice, bob = {"authorization": "Bearer sk-alice"}, {"authorization": "Bearer sk-bob"}
     with make_proxy(max_stored_bytes_per_namespace=6000) as url:
-        def offload(headers: dict, steps: int, label: str) -> httpx.Response:
+        def offload(headers: dict, steps: int, label: str) -> httpx2.Response:
             history = agent_history(steps=steps, system=label)
             for m in history:  # distinct content per call, so each call stores anew
                 if m["role"] == "tool":
                     m["content"] = f"{label}\n{m['content']}"
-            return httpx.post(f"{url}/v1/offload", json={"model": "gpt-4o", "messages": history},
-                              headers={**headers, **CHEAP})
+            return httpx2.post(f"{url}/v1/offload", json={"model": "gpt-4o", "messages": history},
+                               headers={**headers, **CHEAP})
 
         first = offload(alice, 2, "one")
         assert first.status_code == 200 and first.json()["refs"]  # ~2 compressed items, under 6000 bytes
@@ -196,7 +196,7 @@ def test_storage_quota_per_namespace(make_proxy, upstream):
         assert r.status_code == 200 and "quota" in r.headers["x-offload-warning"]
         assert r.headers["x-offload-action"] == "none" and refs_sent(upstream.chat_requests()[-1]) == []
         kept = first.json()["refs"][0]["ref"]
-        assert httpx.get(f"{url}/v1/offload/{kept}", headers=alice).status_code == 200
+        assert httpx2.get(f"{url}/v1/offload/{kept}", headers=alice).status_code == 200
 
 
 def test_invented_client_keys_store_nothing(make_proxy, upstream):
@@ -210,8 +210,8 @@ def test_invented_client_keys_store_nothing(make_proxy, upstream):
     upstream.handler = handler
     history = agent_history(steps=4)
     with make_proxy() as url:
-        r = httpx.post(f"{url}/v1/offload", json={"model": "gpt-4o", "messages": history},
-                       headers={"authorization": "Bearer sk-invented", **CHEAP})
+        r = httpx2.post(f"{url}/v1/offload", json={"model": "gpt-4o", "messages": history},
+                        headers={"authorization": "Bearer sk-invented", **CHEAP})
         assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
         r = chat(url, {"authorization": "Bearer sk-invented", **CHEAP}, history)
         assert r.status_code == 401  # the upstream's own answer, relayed; nothing was stored for it
@@ -228,18 +228,18 @@ def test_shared_server_key_relays_only_stateless_endpoints(make_proxy, upstream,
         for method, path in (("GET", "files"), ("GET", "files/file-of-b/content"), ("DELETE", "files/file-of-b"),
                              ("GET", "responses/resp_of_b"), ("GET", "chat/completions"), ("POST", "batches"),
                              ("GET", "vector_stores"), ("POST", "files"), ("GET", "chat%2Fcompletions")):
-            r = httpx.request(method, f"{url}/v1/{path}", headers=a)
+            r = httpx2.request(method, f"{url}/v1/{path}", headers=a)
             assert r.status_code == 403 and r.json()["error"]["code"] == "endpoint_not_shared", (method, path)
         assert not upstream.requests
         for method, path in (("GET", "models"), ("GET", "models/gpt-4o"), ("POST", "embeddings")):
-            assert httpx.request(method, f"{url}/v1/{path}", headers=a, json={}).status_code == 200, path
+            assert httpx2.request(method, f"{url}/v1/{path}", headers=a, json={}).status_code == 200, path
             assert "openai-organization" not in upstream.requests[-1].headers  # the operator's account
         # a tenant with its own upstream key keeps state in its own account: everything is relayed
         b = {"authorization": f"Bearer {KEY_B}"}
-        assert httpx.get(f"{url}/v1/files", headers=b).status_code == 200
+        assert httpx2.get(f"{url}/v1/files", headers=b).status_code == 200
         assert credentials_sent(upstream.requests[-1]) == {"authorization": "Bearer sk-team-b-upstream"}
         # and a proxy key's credential goes only where the tenants file says
-        r = httpx.get(f"{url}/v1/models", headers={**b, "X-Offload-Upstream": "http://127.0.0.1:1/v1"})
+        r = httpx2.get(f"{url}/v1/models", headers={**b, "X-Offload-Upstream": "http://127.0.0.1:1/v1"})
         assert r.status_code == 400 and r.json()["error"]["code"] == "upstream_not_allowed"
 
 
@@ -252,8 +252,8 @@ def test_quota_is_per_tenant_not_per_sub_tenant(make_proxy, upstream, tmp_path):
             for m in history:
                 if m["role"] == "tool":
                     m["content"] = f"sub {i}\n{m['content']}"
-            r = httpx.post(f"{url}/v1/offload", json={"model": "gpt-4o", "messages": history},
-                           headers={"authorization": f"Bearer {KEY_A}", "X-Offload-Tenant": f"rot{i}", **CHEAP})
+            r = httpx2.post(f"{url}/v1/offload", json={"model": "gpt-4o", "messages": history},
+                            headers={"authorization": f"Bearer {KEY_A}", "X-Offload-Tenant": f"rot{i}", **CHEAP})
             stored += r.status_code == 200
             assert r.status_code in (200, 429)
         assert 1 <= stored < 6  # fresh sub-tenants do not buy a fresh quota
@@ -261,7 +261,7 @@ def test_quota_is_per_tenant_not_per_sub_tenant(make_proxy, upstream, tmp_path):
 
 def test_empty_credentials_never_reach_the_upstream_next_to_the_server_key(make_proxy, upstream):
     with make_proxy(allow_anonymous=True, upstream_api_key="sk-server") as url:
-        r = httpx.get(f"{url}/v1/models", headers={"authorization": "Bearer", "api-key": ""})
+        r = httpx2.get(f"{url}/v1/models", headers={"authorization": "Bearer", "api-key": ""})
         assert r.status_code == 200
         assert upstream.requests[-1].all("authorization") == ["Bearer sk-server"]
         assert "api-key" not in upstream.requests[-1].headers

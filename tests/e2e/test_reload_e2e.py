@@ -8,7 +8,7 @@ import json
 import threading
 import time
 
-import httpx
+import httpx2
 import pytest
 from starlette.responses import JSONResponse, StreamingResponse
 
@@ -75,10 +75,10 @@ def search_through_the_proxy(url: str, upstream, history: list[dict], pattern: s
         return JSONResponse(completion(last["content"]))
 
     upstream.handler = handler
-    with httpx.Client(base_url=url, timeout=5) as probe:
+    with httpx2.Client(base_url=url, timeout=5) as probe:
         probe.get("/healthz")  # a warm connection: what is measured is the worker, not a handshake
         result: dict = {}
-        chat = threading.Thread(target=lambda: result.update(r=httpx.post(
+        chat = threading.Thread(target=lambda: result.update(r=httpx2.post(
             f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": history},
             headers={"authorization": "Bearer sk-search", **HEADERS}, timeout=60)))
         chat.start()
@@ -148,8 +148,8 @@ def test_bad_offset_is_answered_to_the_model(client, upstream, offset):
 @pytest.mark.parametrize("offset", ["Infinity", "1e999", '"12"'])
 def test_bad_offset_in_a_stream_is_answered_to_the_model(proxy_url, upstream, offset):
     upstream.handler = call_then_echo(lambda ref: f'{{"ref": "{ref}", "offset": {offset}}}', stream=True)
-    with httpx.stream("POST", f"{proxy_url}/v1/chat/completions", headers=RAW_HEADERS, timeout=20,
-                      json={"model": "gpt-4o", "messages": agent_history(steps=4), "stream": True}) as r:
+    with httpx2.stream("POST", f"{proxy_url}/v1/chat/completions", headers=RAW_HEADERS, timeout=20,
+                       json={"model": "gpt-4o", "messages": agent_history(steps=4), "stream": True}) as r:
         events = sse_events(r.read().decode())
     assert r.status_code == 200 and events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
@@ -167,8 +167,8 @@ def test_a_round_failing_midway_ends_the_stream_with_error_then_done(proxy_url, 
                                  media_type="text/event-stream")
 
     upstream.handler = handler
-    with httpx.stream("POST", f"{proxy_url}/v1/chat/completions", headers=RAW_HEADERS, timeout=20,
-                      json={"model": "gpt-4o", "messages": agent_history(steps=4), "stream": True}) as r:
+    with httpx2.stream("POST", f"{proxy_url}/v1/chat/completions", headers=RAW_HEADERS, timeout=20,
+                       json={"model": "gpt-4o", "messages": agent_history(steps=4), "stream": True}) as r:
         events = sse_events(r.read().decode())
     assert events[-1] == "[DONE]" and json.loads(events[-2])["error"]["type"] == "server_error"
 

@@ -8,7 +8,7 @@ import json
 import socket
 import time
 
-import httpx
+import httpx2
 import pytest
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
@@ -45,11 +45,11 @@ def history(log: str = LOG) -> list[dict]:
 
 
 def post(url: str, body: dict | bytes, key: str = "sk-tenant-a-000000", headers: dict | None = None,
-         **kwargs) -> httpx.Response:
+         **kwargs) -> httpx2.Response:
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return httpx.post(f"{url}/v1/responses", content=content, timeout=20,
-                      headers={"authorization": f"Bearer {key}", "content-type": "application/json",
-                               **HEADERS, **(headers or {})}, **kwargs)
+    return httpx2.post(f"{url}/v1/responses", content=content, timeout=20,
+                       headers={"authorization": f"Bearer {key}", "content-type": "application/json",
+                                **HEADERS, **(headers or {})}, **kwargs)
 
 
 def outputs_sent(rec) -> list[str]:
@@ -216,7 +216,7 @@ def test_shared_key_refuses_stored_response_endpoints_and_never_leaks_credential
                              ("GET", "responses%2Fresp_a_1"), ("GET", "Responses/resp_a_1"),
                              ("GET", "conversations/conv_1"), ("GET", "conversations/conv_1/items"),
                              ("POST", "conversations"), ("GET", "responses")):
-            r = httpx.request(method, f"{url}/v1/{path}", headers=h)
+            r = httpx2.request(method, f"{url}/v1/{path}", headers=h)
             assert r.status_code in (400, 403), (method, path, r.status_code)
             assert set(r.json()["error"]) == {"message", "type", "param", "code"}
         assert not upstream.requests
@@ -267,9 +267,9 @@ def round_one_events(rec, *, ref: str | None = None) -> list[dict]:
 
 
 def stream_post(url: str, body: dict, key: str = "sk-tenant-a-000000", headers: dict | None = None,
-                timeout: float = 20) -> tuple[httpx.Response, str]:
-    with httpx.stream("POST", f"{url}/v1/responses", json={**body, "stream": True}, timeout=timeout,
-                      headers={"authorization": f"Bearer {key}", **HEADERS, **(headers or {})}) as r:
+                timeout: float = 20) -> tuple[httpx2.Response, str]:
+    with httpx2.stream("POST", f"{url}/v1/responses", json={**body, "stream": True}, timeout=timeout,
+                       headers={"authorization": f"Bearer {key}", **HEADERS, **(headers or {})}) as r:
         return r, r.read().decode()
 
 
@@ -703,8 +703,8 @@ def test_events_and_the_offload_api_stay_per_credential(make_proxy, upstream):
         [ref_a] = refs_in_input(upstream.responses_requests()[0])
 
         def listed(key: str) -> list[dict]:
-            got = httpx.get(f"{url}/v1/offload/events", params={"session": "shared-name"},
-                            headers={"authorization": f"Bearer {key}"}, timeout=10)
+            got = httpx2.get(f"{url}/v1/offload/events", params={"session": "shared-name"},
+                             headers={"authorization": f"Bearer {key}"}, timeout=10)
             assert got.status_code == 200
             return got.json()["data"]
 
@@ -713,7 +713,7 @@ def test_events_and_the_offload_api_stay_per_credential(make_proxy, upstream):
             assert time.monotonic() < deadline, listed(a)
             time.sleep(0.05)
         assert listed(b) == []
-        own = httpx.get(f"{url}/v1/offload/{ref_a}", headers={"authorization": f"Bearer {a}"})
+        own = httpx2.get(f"{url}/v1/offload/{ref_a}", headers={"authorization": f"Bearer {a}"})
         assert own.status_code == 200 and NEEDLE in own.json()["content"]
-        other = httpx.get(f"{url}/v1/offload/{ref_a}", headers={"authorization": f"Bearer {b}"})
+        other = httpx2.get(f"{url}/v1/offload/{ref_a}", headers={"authorization": f"Bearer {b}"})
         assert other.status_code == 404 and NEEDLE not in other.text

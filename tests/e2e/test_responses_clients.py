@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-import httpx
+import httpx2
 import openai
 import pytest
 
@@ -99,8 +99,8 @@ def test_a_large_output_goes_upstream_as_a_marker(client, upstream):
 def test_a_small_request_is_relayed_byte_for_byte(proxy_url, upstream):
     body = json.dumps({"model": "gpt-5", "input": [{"role": "user", "content": "hi"}], "tools": TOOLS,
                        "previous_response_id": "resp_prev_1", "store": True}, indent=1).encode()
-    r = httpx.post(f"{proxy_url}/v1/responses", content=body, timeout=20,
-                   headers={"authorization": "Bearer sk-test-key", "content-type": "application/json", **HEADERS})
+    r = httpx2.post(f"{proxy_url}/v1/responses", content=body, timeout=20,
+                    headers={"authorization": "Bearer sk-test-key", "content-type": "application/json", **HEADERS})
     assert r.status_code == 200 and r.json()["output"][0]["content"][0]["text"] == "Hello there"
     [rec] = upstream.responses_requests()
     assert rec.body == body
@@ -226,9 +226,9 @@ def test_reload_round_is_invisible_to_the_stream_helper(client, upstream):
 def test_reload_round_in_a_raw_stream_keeps_the_sse_framing(proxy_url, upstream):
     """Each event as `event: <type>` + `data: <json>`, and no `[DONE]` (the API sends none)."""
     upstream.handler = reload_then_answer()
-    with httpx.stream("POST", f"{proxy_url}/v1/responses", timeout=20,
-                      headers={"authorization": "Bearer sk-test-key", **HEADERS},
-                      json={"model": "gpt-5", "input": history(), "tools": TOOLS, "stream": True}) as r:
+    with httpx2.stream("POST", f"{proxy_url}/v1/responses", timeout=20,
+                       headers={"authorization": "Bearer sk-test-key", **HEADERS},
+                       json={"model": "gpt-5", "input": history(), "tools": TOOLS, "stream": True}) as r:
         text = r.read().decode()
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
     assert "[DONE]" not in text

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-import httpx
+import httpx2
 import pytest
 from starlette.responses import JSONResponse
 
@@ -54,8 +54,8 @@ def test_an_upstream_item_too_deep_to_re_encode_is_a_502_or_a_failed_stream(make
             assert r.status_code == 200
             assert_sane_stream(text)
         else:
-            r = httpx.post(f"{url}/v1/responses", json={"model": "gpt-5", "input": history(), "tools": TOOLS},
-                           headers={"authorization": "Bearer sk-a-000000000", **HEADERS}, timeout=20)
+            r = httpx2.post(f"{url}/v1/responses", json={"model": "gpt-5", "input": history(), "tools": TOOLS},
+                            headers={"authorization": "Bearer sk-a-000000000", **HEADERS}, timeout=20)
             assert r.status_code == 502 and r.json()["error"]["code"] == "proxy_error", r.text[:200]
 
 

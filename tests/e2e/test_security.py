@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
-import httpx
+import httpx2
 import openai
 import pytest
 
@@ -19,15 +19,15 @@ def test_per_request_upstream_only_from_the_allowlist(make_proxy, upstream):
     alias = f"http://localhost:{port}/v1"  # the same fake upstream under another host name
     body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
     with make_proxy() as url:
-        r = httpx.post(f"{url}/v1/chat/completions", json=body, headers={"X-Offload-Upstream": alias, **AUTH})
+        r = httpx2.post(f"{url}/v1/chat/completions", json=body, headers={"X-Offload-Upstream": alias, **AUTH})
         assert r.status_code == 400 and r.json()["error"]["code"] == "upstream_not_allowed"
-        r = httpx.get(f"{url}/v1/models", headers={"X-Offload-Upstream": "http://evil.example/v1", **AUTH})
+        r = httpx2.get(f"{url}/v1/models", headers={"X-Offload-Upstream": "http://evil.example/v1", **AUTH})
         assert r.status_code == 400
         assert not upstream.requests
     with make_proxy(upstream_allowlist=[f"localhost:{port}"]) as url:
-        r = httpx.post(f"{url}/v1/chat/completions", json=body, headers={"X-Offload-Upstream": alias, **AUTH})
+        r = httpx2.post(f"{url}/v1/chat/completions", json=body, headers={"X-Offload-Upstream": alias, **AUTH})
         assert r.status_code == 200 and upstream.requests[-1].headers["host"] == f"localhost:{port}"
-        r = httpx.post(f"{url}/v1/chat/completions", json=body, headers={"X-Offload-Upstream": "ftp://localhost/x", **AUTH})
+        r = httpx2.post(f"{url}/v1/chat/completions", json=body, headers={"X-Offload-Upstream": "ftp://localhost/x", **AUTH})
         assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_upstream"
         assert "x-offload-upstream" not in upstream.requests[-1].headers
 
@@ -45,8 +45,8 @@ def test_tenant_upstream_from_the_tenants_file(make_proxy, upstream, tmp_path):
 
 
 def offload_history(url: str, history: list) -> str:
-    r = httpx.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": history},
-                   headers={"authorization": f"Bearer {SECRET}", "X-Offload-Max-Total-Tokens": "1000"})
+    r = httpx2.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": history},
+                    headers={"authorization": f"Bearer {SECRET}", "X-Offload-Max-Total-Tokens": "1000"})
     assert r.status_code == 200
     return r.headers["x-offload-refs"]
 
@@ -56,13 +56,13 @@ def test_encryption_at_rest(make_proxy, upstream, tmp_path):
     with make_proxy(data_dir=tmp_path, encryption_key="correct horse battery staple") as url:
         assert offload_history(url, history) == "3"
         ref = refs_sent(upstream.chat_requests()[-1])[0]
-        ok = httpx.get(f"{url}/v1/offload/{ref}", headers={"authorization": f"Bearer {SECRET}"})
+        ok = httpx2.get(f"{url}/v1/offload/{ref}", headers={"authorization": f"Bearer {SECRET}"})
         assert ok.json()["content"] == history[3]["content"]
     raw = b"".join(row[0] for row in sqlite3.connect(tmp_path / "offload.sqlite3").execute("SELECT value FROM kv"))
     assert b"step0 line" not in raw and SECRET.encode() not in raw
     for key in (None, "another key"):
         with make_proxy(data_dir=tmp_path, encryption_key=key) as url:
-            r = httpx.get(f"{url}/v1/offload/{ref}", headers={"authorization": f"Bearer {SECRET}"})
+            r = httpx2.get(f"{url}/v1/offload/{ref}", headers={"authorization": f"Bearer {SECRET}"})
             assert r.status_code == 404  # sealed content does not open without its key
 
 
@@ -73,7 +73,7 @@ def test_credentials_are_never_stored(make_proxy, upstream, tmp_path, backend, r
     options = {"data_dir": tmp_path} if backend == "embedded" else {"redis_url": request.getfixturevalue("redis_url")}
     with make_proxy(**options) as url:
         offload_history(url, agent_history(steps=4))
-        httpx.get(f"{url}/v1/offload/events", headers={"authorization": f"Bearer {SECRET}"})
+        httpx2.get(f"{url}/v1/offload/events", headers={"authorization": f"Bearer {SECRET}"})
     if backend == "embedded":
         dump = (tmp_path / "offload.sqlite3").read_bytes()
         for extra in tmp_path.glob("offload.sqlite3-*"):

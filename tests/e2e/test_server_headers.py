@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from email.utils import parsedate_to_datetime
 
-import httpx
+import httpx2
 from starlette.responses import JSONResponse, StreamingResponse
 
 from tests.harness.servers import ProxyProcess, stream_chunks
@@ -33,7 +33,7 @@ def like_a_real_upstream(extra: dict[str, str] | None = None):
     return handler
 
 
-def assert_one_date(response: httpx.Response) -> None:
+def assert_one_date(response: httpx2.Response) -> None:
     dates = response.headers.get_list("date")
     assert len(dates) == 1, response.headers.raw
     parsedate_to_datetime(dates[0])  # a valid HTTP date
@@ -41,7 +41,7 @@ def assert_one_date(response: httpx.Response) -> None:
 
 def test_relayed_response_has_one_date_and_one_server(proxy_url, upstream):
     upstream.handler = like_a_real_upstream()
-    response = httpx.get(f"{proxy_url}/v1/models", headers=AUTH, timeout=10)
+    response = httpx2.get(f"{proxy_url}/v1/models", headers=AUTH, timeout=10)
     assert response.status_code == 200 and response.json()["data"][0]["id"] == "gpt-4o"
     assert_one_date(response)
     assert response.headers.get_list("server") == ["fake-openai"]  # the upstream's, once
@@ -49,17 +49,17 @@ def test_relayed_response_has_one_date_and_one_server(proxy_url, upstream):
 
 def test_relayed_date_is_the_upstreams_own(proxy_url, upstream):
     upstream.handler = like_a_real_upstream({"date": UPSTREAM_DATE})
-    response = httpx.get(f"{proxy_url}/v1/models", headers=AUTH, timeout=10)
+    response = httpx2.get(f"{proxy_url}/v1/models", headers=AUTH, timeout=10)
     assert response.headers.get_list("date") == [UPSTREAM_DATE]
 
 
 def test_chat_completions_have_one_date_and_at_most_one_server(proxy_url, upstream):
     upstream.handler = like_a_real_upstream()
     body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
-    plain = httpx.post(f"{proxy_url}/v1/chat/completions", json=body, headers=AUTH, timeout=10)
+    plain = httpx2.post(f"{proxy_url}/v1/chat/completions", json=body, headers=AUTH, timeout=10)
     assert plain.status_code == 200
-    with httpx.stream("POST", f"{proxy_url}/v1/chat/completions", json={**body, "stream": True}, headers=AUTH,
-                      timeout=10) as streamed:
+    with httpx2.stream("POST", f"{proxy_url}/v1/chat/completions", json={**body, "stream": True}, headers=AUTH,
+                       timeout=10) as streamed:
         assert streamed.status_code == 200
         streamed.read()
     for response in (plain, streamed):
@@ -68,8 +68,8 @@ def test_chat_completions_have_one_date_and_at_most_one_server(proxy_url, upstre
 
 
 def test_the_proxys_own_responses_have_a_date(proxy_url, upstream):
-    health = httpx.get(f"{proxy_url}/healthz", timeout=10)
-    bad = httpx.post(f"{proxy_url}/v1/chat/completions", content=b"{not json", headers=AUTH, timeout=10)
+    health = httpx2.get(f"{proxy_url}/healthz", timeout=10)
+    bad = httpx2.post(f"{proxy_url}/v1/chat/completions", content=b"{not json", headers=AUTH, timeout=10)
     assert health.status_code == 200 and bad.status_code == 400
     for response in (health, bad):
         assert_one_date(response)
@@ -78,12 +78,12 @@ def test_the_proxys_own_responses_have_a_date(proxy_url, upstream):
 
 
 def test_the_fake_upstream_sends_a_date_of_its_own(upstream):
-    response = httpx.get(f"{upstream.url}/v1/models", timeout=10)
+    response = httpx2.get(f"{upstream.url}/v1/models", timeout=10)
     assert_one_date(response)
 
 
 def test_python_m_proxy_serve_answers_with_one_date_and_no_duplicate_server(tmp_path):
     with ProxyProcess("--log-level", "warning", data_dir=tmp_path / "data") as proxy:
-        health = httpx.get(f"{proxy.url}/healthz", timeout=5)
+        health = httpx2.get(f"{proxy.url}/healthz", timeout=5)
         assert_one_date(health)
         assert len(health.headers.get_list("server")) <= 1

@@ -7,7 +7,7 @@ import signal
 import threading
 import time
 
-import httpx
+import httpx2
 import pytest
 from starlette.responses import StreamingResponse
 
@@ -46,12 +46,12 @@ def test_sigterm_lets_streams_finish_within_grace(upstream, tmp_path, grace, str
 
     def consume():
         try:
-            with httpx.stream("POST", f"{url}/v1/chat/completions", json=BODY, timeout=20,
-                              headers={"authorization": "Bearer sk-test-key"}) as r:
+            with httpx2.stream("POST", f"{url}/v1/chat/completions", json=BODY, timeout=20,
+                               headers={"authorization": "Bearer sk-test-key"}) as r:
                 for part in r.iter_raw():
                     received.append(part)
                     started.set()
-        except httpx.HTTPError as exc:
+        except httpx2.HTTPError as exc:
             outcome["error"] = exc
         started.set()
 
@@ -61,8 +61,8 @@ def test_sigterm_lets_streams_finish_within_grace(upstream, tmp_path, grace, str
     sent = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     time.sleep(0.3)
-    with pytest.raises(httpx.TransportError):  # no new requests once shutting down
-        httpx.get(f"{url}/healthz", timeout=1)
+    with pytest.raises(httpx2.TransportError):  # no new requests once shutting down
+        httpx2.get(f"{url}/healthz", timeout=1)
     proc.wait(timeout=grace + 10)
     took = time.monotonic() - sent
     reader.join(10)

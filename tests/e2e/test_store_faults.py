@@ -7,7 +7,7 @@ import signal
 import threading
 import time
 
-import httpx
+import httpx2
 import openai
 import pytest
 from starlette.responses import JSONResponse
@@ -27,9 +27,9 @@ def redis_server():
     server.stop()
 
 
-def post(url: str, messages: list, timeout: float = 10) -> httpx.Response:
-    return httpx.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": messages},
-                      headers=HEADERS, timeout=timeout)
+def post(url: str, messages: list, timeout: float = 10) -> httpx2.Response:
+    return httpx2.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": messages},
+                       headers=HEADERS, timeout=timeout)
 
 
 def test_redis_killed_under_load_then_back(make_proxy, upstream, redis_server):
@@ -54,7 +54,7 @@ def test_redis_killed_under_load_then_back(make_proxy, upstream, redis_server):
         redis_server.proc.kill()
         redis_server.proc.wait()
         time.sleep(1.0)
-        assert httpx.get(f"{url}/readyz").status_code == 503
+        assert httpx2.get(f"{url}/readyz").status_code == 503
         down = post(url, history)
         assert down.status_code == 200 and "store unavailable" in down.headers["x-offload-warning"]
         assert refs_sent(upstream.chat_requests()[-1]) == []  # the original payload went through
@@ -66,14 +66,14 @@ def test_redis_killed_under_load_then_back(make_proxy, upstream, redis_server):
         assert set(statuses) == {200}, statuses
         assert any("store unavailable" in w for w in warnings)
         deadline = time.monotonic() + 10
-        while httpx.get(f"{url}/readyz").status_code != 200:
+        while httpx2.get(f"{url}/readyz").status_code != 200:
             assert time.monotonic() < deadline, "never became ready again"
             time.sleep(0.2)
         back = post(url, history)
         assert back.status_code == 200 and "x-offload-warning" not in back.headers
         assert back.headers["x-offload-action"] == "compact"
         ref = refs_sent(upstream.chat_requests()[-1])[0]
-        stored = httpx.get(f"{url}/v1/offload/{ref}", headers={"authorization": HEADERS["authorization"]})
+        stored = httpx2.get(f"{url}/v1/offload/{ref}", headers={"authorization": HEADERS["authorization"]})
         assert stored.json()["content"] == history[3]["content"]
 
 
@@ -101,7 +101,7 @@ def test_hung_redis_cannot_stall_requests_and_reload_says_unavailable(make_proxy
         hung = post(url, agent_history(steps=5))  # Redis is still stopped
         assert hung.status_code == 200 and "store unavailable" in hung.headers["x-offload-warning"]
         assert time.monotonic() - start < 3
-        assert httpx.get(f"{url}/readyz", timeout=5).status_code == 503
+        assert httpx2.get(f"{url}/readyz", timeout=5).status_code == 503
         os.kill(redis_server.proc.pid, signal.SIGCONT)
         deadline = time.monotonic() + 10
         while "x-offload-warning" in post(url, history).headers:
@@ -114,7 +114,7 @@ def test_unreachable_store_is_503_on_readyz_and_chat_still_answers(make_proxy, u
     from tests.harness.servers import free_port
 
     with make_proxy(redis_url=f"{scheme}://127.0.0.1:{free_port()}/0", store_timeout=0.3) as url:
-        ready = httpx.get(f"{url}/readyz", timeout=10)
+        ready = httpx2.get(f"{url}/readyz", timeout=10)
         assert ready.status_code == 503 and ready.json()["store"] == "unreachable"
         r = post(url, agent_history(steps=4))
         assert r.status_code == 200 and "store unavailable" in r.headers["x-offload-warning"]

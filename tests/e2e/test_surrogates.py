@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-import httpx
+import httpx2
 from starlette.responses import JSONResponse
 
 from proxy.core import jsonio
@@ -43,7 +43,7 @@ def test_rewritten_body_is_valid_utf8_and_reload_is_exact(proxy_url, upstream):
                                                                    id="call_r")]))
 
     upstream.handler = scripted(reload_first, lambda rec: JSONResponse(completion("done")))
-    r = httpx.post(f"{proxy_url}/v1/chat/completions", content=body.encode("ascii"), timeout=20, headers={
+    r = httpx2.post(f"{proxy_url}/v1/chat/completions", content=body.encode("ascii"), timeout=20, headers={
         "authorization": "Bearer sk-surrogate", "content-type": "application/json",
         "X-Offload-Max-Total-Tokens": "100", "X-Offload-Max-Tool-Message-Tokens": "200",
         "X-Offload-Mode": "compact"})
@@ -68,12 +68,12 @@ def test_direct_api_answers_with_lone_surrogates(proxy_url, upstream):
     body = json.dumps({"model": "gpt-4o", "messages": messages})
     headers = {"authorization": "Bearer sk-surrogate-api", "X-Offload-Max-Total-Tokens": "100",
                "X-Offload-Max-Tool-Message-Tokens": "200", "X-Offload-Mode": "compact"}
-    r = httpx.post(f"{proxy_url}/v1/offload", content=body, headers=headers, timeout=20)
+    r = httpx2.post(f"{proxy_url}/v1/offload", content=body, headers=headers, timeout=20)
     assert r.status_code == 200, r.text
     reduced = json.loads(r.content.decode("utf-8"))
     assert reduced["messages"][-1] == messages[-1] and reduced["refs"]
     ref = reduced["refs"][0]["ref"]
     original = next(m["content"] for m, s in zip(messages, reduced["messages"]) if f"ref={ref}" in str(s["content"]))
-    got = httpx.get(f"{proxy_url}/v1/offload/{ref}", headers=headers, timeout=20)
+    got = httpx2.get(f"{proxy_url}/v1/offload/{ref}", headers=headers, timeout=20)
     assert got.status_code == 200, got.text
     assert json.loads(got.content.decode("utf-8"))["content"] == original

@@ -363,15 +363,15 @@ class ProxyProcess:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "ProxyProcess":
-        import httpx
+        import httpx2
 
         self.proc = subprocess.Popen(self.argv, stderr=subprocess.PIPE if self.capture else None, text=True)
         deadline = time.monotonic() + self.ready_within
         while True:
             try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                if httpx2.get(f"{self.url}/readyz", timeout=1).status_code == 200:
                     return self
-            except httpx.TransportError:
+            except httpx2.TransportError:
                 pass
             assert time.monotonic() < deadline and self.proc.poll() is None, "the proxy did not come up"
             time.sleep(0.1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-import httpx
+import httpx2
 import pytest
 
 from proxy.core.texts import RELOAD_TOOL_SCHEMAS
@@ -29,9 +29,9 @@ def call_delta(name: str, arguments: str, id: str) -> dict:
                             "function": {"name": name, "arguments": arguments}}]}
 
 
-def sse_response(*events: dict | str) -> httpx.Response:
+def sse_response(*events: dict | str) -> httpx2.Response:
     body = b"".join(b"data: " + (e if isinstance(e, str) else json.dumps(e)).encode() + b"\n\n" for e in events)
-    return httpx.Response(200, content=body + b"data: [DONE]\n\n", headers={"content-type": "text/event-stream"})
+    return httpx2.Response(200, content=body + b"data: [DONE]\n\n", headers={"content-type": "text/event-stream"})
 
 
 @pytest.fixture
@@ -43,7 +43,7 @@ async def tools(tmp_path):
     await store.close()
 
 
-def scripted(*responses: httpx.Response):
+def scripted(*responses: httpx2.Response):
     """send() answering with `responses` in turn (a stream's first response is not asked for by the loop)."""
     sent: list[tuple[list, bool]] = []
 
@@ -54,7 +54,7 @@ def scripted(*responses: httpx.Response):
     return send, sent
 
 
-async def collect(first: httpx.Response, send, tools) -> list:
+async def collect(first: httpx2.Response, send, tools) -> list:
     budget = reload_loop.Budget(max_rounds=4, seconds=60)
     rounds = ChatRounds({}, [{"role": "user", "content": "q"}], RELOAD_TOOL_SCHEMAS)
     rounds.request(True)  # what `first` answers
@@ -98,10 +98,10 @@ async def test_a_choice_other_than_0_never_starts_a_round(tools):
 
 
 async def test_non_streamed_choices_all_hide_injected_calls(tools):
-    def completion(*messages: dict) -> httpx.Response:
+    def completion(*messages: dict) -> httpx2.Response:
         choices = [{"index": i, "message": m, "finish_reason": "tool_calls" if m.get("tool_calls") else "stop"}
                    for i, m in enumerate(messages)]
-        return httpx.Response(200, json={"id": "x", "object": "chat.completion", "choices": choices})
+        return httpx2.Response(200, json={"id": "x", "object": "chat.completion", "choices": choices})
 
     def calls(name: str, id: str) -> dict:
         return {"role": "assistant", "content": None, "tool_calls": [

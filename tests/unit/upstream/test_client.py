@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import httpx
+import httpx2
 import pytest
 import respx
 from starlette.testclient import TestClient
@@ -23,10 +23,10 @@ def test_url_keeps_path_and_query():
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("error,status,code", [
-    (httpx.ConnectError("refused"), 502, "upstream_unreachable"),
-    (httpx.ConnectTimeout("slow"), 504, "upstream_timeout"),
-    (httpx.ReadTimeout("slow"), 504, "upstream_timeout"),
-    (httpx.RemoteProtocolError("garbage"), 502, "upstream_unreachable"),
+    (httpx2.ConnectError("refused"), 502, "upstream_unreachable"),
+    (httpx2.ConnectTimeout("slow"), 504, "upstream_timeout"),
+    (httpx2.ReadTimeout("slow"), 504, "upstream_timeout"),
+    (httpx2.RemoteProtocolError("garbage"), 502, "upstream_unreachable"),
 ])
 async def test_transport_errors_map_to_openai_errors(error, status, code):
     up = Upstream(ServerSettings(upstream=BASE))
@@ -41,9 +41,9 @@ async def test_transport_errors_map_to_openai_errors(error, status, code):
 def test_app_relays_and_offloads_against_respx(tmp_path):
     app = create_app(ServerSettings(upstream=BASE, data_dir=tmp_path))
     with respx.mock(assert_all_called=True) as mock, TestClient(app) as client:
-        models = mock.get(f"{BASE}/models").mock(return_value=httpx.Response(
+        models = mock.get(f"{BASE}/models").mock(return_value=httpx2.Response(
             200, json={"object": "list", "data": []}, headers={"x-request-id": "req_respx"}))
-        chat = mock.post(f"{BASE}/chat/completions").mock(return_value=httpx.Response(
+        chat = mock.post(f"{BASE}/chat/completions").mock(return_value=httpx2.Response(
             200, json={"id": "x", "object": "chat.completion", "choices": []}))
         r = client.get("/v1/models", headers={"X-Offload-Mode": "off", "Authorization": "Bearer k"})
         assert r.status_code == 200 and r.headers["x-request-id"] == "req_respx"

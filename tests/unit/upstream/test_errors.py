@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import httpx
+import httpx2
 import pytest
 
 from proxy.upstream.errors import UPSTREAM_ERRORS, stream_broke, upstream_error
 
 
 @pytest.mark.parametrize("exc, status, code", [
-    (httpx.ConnectTimeout("x"), 504, "upstream_timeout"),
-    (httpx.ReadTimeout("x"), 504, "upstream_timeout"),
-    (httpx.PoolTimeout("x"), 504, "upstream_timeout"),
-    (httpx.ConnectError("x"), 502, "upstream_unreachable"),
-    (httpx.RemoteProtocolError("x"), 502, "upstream_unreachable"),
-    (httpx.ReadError("x"), 502, "upstream_unreachable"),
-    (httpx.DecodingError("x"), 502, "upstream_error"),
+    (httpx2.ConnectTimeout("x"), 504, "upstream_timeout"),
+    (httpx2.ReadTimeout("x"), 504, "upstream_timeout"),
+    (httpx2.PoolTimeout("x"), 504, "upstream_timeout"),
+    (httpx2.ConnectError("x"), 502, "upstream_unreachable"),
+    (httpx2.RemoteProtocolError("x"), 502, "upstream_unreachable"),
+    (httpx2.ReadError("x"), 502, "upstream_unreachable"),
+    (httpx2.DecodingError("x"), 502, "upstream_error"),
     (ValueError("x"), 502, "upstream_error"),
 ])
 def test_each_failure_maps_to_one_status_and_code(exc, status, code):
