@@ -11,6 +11,7 @@ from proxy.http import observe
 
 from proxy.config import ServerSettings
 from proxy.upstream.errors import upstream_error
+from proxy.upstream.pool import pooled_transport
 
 Headers = list[tuple[bytes, bytes]]
 URL_CACHE = 1024
@@ -29,13 +30,7 @@ class Upstream:
         ).as_dict()
         # The transport is used directly, without httpx2.Client: a proxy must not keep cookies
         # between clients, follow redirects or add default headers; it is also cheaper.
-        self.transport = transport or httpx2.AsyncHTTPTransport(
-            limits=httpx2.Limits(
-                max_connections=settings.max_connections,
-                max_keepalive_connections=min(settings.max_connections, 200),
-                keepalive_expiry=60,
-            ),
-        )
+        self.transport = transport or pooled_transport(settings)
         self._urls: dict[tuple[str, bytes, str | None], httpx2.URL] = {}
 
     def url(self, path: str, query: bytes = b"", base: str | None = None) -> str:
