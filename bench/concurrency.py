@@ -32,15 +32,20 @@ def sdk(base: str) -> AsyncOpenAI:
     return AsyncOpenAI(base_url=base, api_key="sk-bench", max_retries=0, timeout=60)
 
 
-async def concurrent(client: AsyncOpenAI, n: int, width: int) -> float:
-    """Requests per second with `width` requests in flight until `n` are done."""
+async def concurrent(client: AsyncOpenAI, n: int, width: int, errors: list[str] | None = None) -> float:
+    """Requests per second with `width` requests in flight until `n` are done; failures go to `errors`."""
     left = n
 
     async def worker() -> None:
         nonlocal left
         while left > 0:
             left -= 1
-            await client.chat.completions.create(model="gpt-4o", messages=MESSAGES)
+            try:
+                await client.chat.completions.create(model="gpt-4o", messages=MESSAGES)
+            except Exception as exc:
+                if errors is None:
+                    raise
+                errors.append(f"{type(exc).__name__}: {exc}"[:120])
 
     start = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(width)))
@@ -80,12 +85,12 @@ async def measure(direct: str, proxied: str, proc, args) -> None:
         await sequential(client, 5)
         await first_chunk(client, 5)
 
-    ratios, cpu_ms = [], []
+    ratios, cpu_ms, errors = [], [], []
     for rep in range(args.repeats):
         rates = {}
         for name in (("direct", "proxy") if rep % 2 == 0 else ("proxy", "direct")):
             before = cpu_seconds(proc.pid)
-            rates[name] = await concurrent(clients[name], args.requests, args.concurrency)
+            rates[name] = await concurrent(clients[name], args.requests, args.concurrency, errors)
             if name == "proxy":
                 cpu_ms.append((cpu_seconds(proc.pid) - before) / args.requests * 1e3)
         ratios.append(rates["proxy"] / rates["direct"])
@@ -95,7 +100,9 @@ async def measure(direct: str, proxied: str, proc, args) -> None:
     print(f"{args.concurrency}-way concurrent x{args.requests}, {args.repeats} repetitions: throughput ratio "
           f"proxy/direct median {median:.2f} (target >= {TARGET_CONCURRENT}: {verdict(median >= TARGET_CONCURRENT)}), "
           f"min {worst:.2f} (target >= {TARGET_WORST}: {verdict(worst >= TARGET_WORST)}); proxy CPU "
-          f"{statistics.median(cpu_ms):.2f} ms per request (median)", flush=True)
+          f"{statistics.median(cpu_ms):.2f} ms per request (median); {len(errors)} errors", flush=True)
+    if errors:
+        print("errors:", sorted(set(errors)))
 
     latency = {name: [] for name in clients}
     for rep in range(2):  # two halves, alternating, against drift
