@@ -32,6 +32,7 @@ from proxy.http.headers import response_headers_for_client
 from proxy.http.relay import close_after, stream_back
 from proxy.http.services import services_of
 from proxy.offload import chains, events
+from proxy.core.compaction import Plan
 from proxy.offload.pipeline import Prepared, prepare
 from proxy.offload.quota import Quota
 from proxy.offload.refs import RefStore
@@ -219,6 +220,14 @@ class ManagedCall:
         except Exception:  # noqa: BLE001 - the client's answer never waits on this failing
             log.exception("remembering the response chain failed")
 
+    def _nothing_to_offload(self) -> bool:
+        """A body of fewer bytes than the smallest threshold has fewer tokens than it (a token is
+        at least a byte): nothing can be compacted or summarised; without `ref=` it carries no
+        reference to offer the reload tools for. The pipeline is skipped (most small requests)."""
+        settings = self.settings
+        return (not self.carried and len(self.raw) <= min(settings.max_total_tokens, settings.max_tool_message_tokens)
+                and b"ref=" not in self.raw)
+
     async def offload(self) -> None:
         """Plan and store (the pipeline), then prepare what goes upstream."""
         await self._continue_chain()
@@ -228,10 +237,14 @@ class ManagedCall:
         self.counter = await counter_for_model_async(model_of(self.body))
         self.refs = RefStore(self.services.store, self.namespace, self.services.settings.store_ttl, self.services.sealer,
                              quota=quota_for(self.request, self.caller))
-        compressor = compressor_for(self.request, self.body, self.settings, self.caller, view=self.fmt.view)
-        self.prepared = prepared = await prepare(self.messages, self.settings, counter=self.counter,
-                                                 namespace=self.namespace, refs=self.refs, compressor=compressor,
-                                                 view=self.fmt.view)
+        if self._nothing_to_offload():
+            tokens = self.counter.messages(self.messages)
+            self.prepared = prepared = Prepared(Plan(self.messages, tokens_before=tokens, tokens_after=tokens))
+        else:
+            compressor = compressor_for(self.request, self.body, self.settings, self.caller, view=self.fmt.view)
+            self.prepared = prepared = await prepare(self.messages, self.settings, counter=self.counter,
+                                                     namespace=self.namespace, refs=self.refs, compressor=compressor,
+                                                     view=self.fmt.view)
         if collisions:
             prepared.warnings.append(collision_warning(collisions))
         for warning in prepared.warnings:
