@@ -43,21 +43,24 @@ class ClientWatch:
             pass
 
     async def run(self, work: Awaitable[T]) -> T:
-        """Await `work`; if the client disconnects first, cancel it and raise ClientDisconnected."""
-        task = asyncio.ensure_future(work)
-        watcher = asyncio.ensure_future(self._disconnected())
+        """Await `work` in this task; if the client disconnects first, cancel it and raise
+        ClientDisconnected. (One watcher task, not a second task for the work: cheaper.)"""
+        current = asyncio.current_task()
+        gone = False
+
+        async def watch() -> None:
+            nonlocal gone
+            await self._disconnected()
+            gone = True
+            if current is not None:
+                current.cancel()
+
+        watcher = asyncio.ensure_future(watch())
         try:
-            await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
-        except BaseException:
-            task.cancel()
+            return await work
+        except asyncio.CancelledError:
+            if gone and current is not None and current.uncancel() == 0:
+                raise ClientDisconnected() from None
             raise
         finally:
             watcher.cancel()
-        if not task.done():
-            task.cancel()
-            try:
-                await task
-            except BaseException:
-                pass
-            raise ClientDisconnected()
-        return task.result()
