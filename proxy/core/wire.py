@@ -18,6 +18,7 @@ from proxy.core.view import ItemView
 class WireFormat(Protocol):
     endpoint: str  # the upstream path under /v1, e.g. "chat/completions"
     view: ItemView
+    stored: bool  # may a request continue state stored upstream (previous_response_id, conversation)?
 
     def parse(self, raw: bytes, *, max_items: int | None) -> dict:
         """The body as a JSON object; raises the HTTP layer's 400 error for a malformed one."""

@@ -160,6 +160,7 @@ class ManagedCall:
         self.query = request.scope.get("query_string", b"")
         self.continued = False  # previous_response_id replaced by the response that holds the whole exchange
         self.carried: list[Any] = []  # answers to injected calls the client never saw: put first, never offloaded
+        self.used_up: str | None = None  # a conversation's record, forgotten when the upstream accepts the request
 
     @classmethod
     async def open(cls, request: Request, fmt: WireFormat) -> ManagedCall:
@@ -183,15 +184,19 @@ class ManagedCall:
         response that holds the whole exchange, with the answers of the injected calls the
         client never saw in front of its input."""
         services = self.services
+        if not self.fmt.stored:
+            return
         previous = self.body.get("previous_response_id")
         conversation = chains.conversation_key(self.body.get("conversation"))
         name = previous if isinstance(previous, str) else conversation
         if name is None:
             return
         found = await chains.resolve(services.store, self.namespace, name, services.settings.store_ttl,
-                                     sealer=services.sealer, once=name == conversation)
+                                     sealer=services.sealer)
         if found is None:
             return
+        if name == conversation and found.outputs:
+            self.used_up = conversation  # forgotten once the upstream has taken them (a 200)
         if found.response_id and found.response_id != previous and name == previous:
             self.body = {**self.body, "previous_response_id": found.response_id}
             self.continued = True
@@ -225,8 +230,9 @@ class ManagedCall:
         at least a byte): nothing can be compacted or summarised; without `ref=` it carries no
         reference to offer the reload tools for. The pipeline is skipped (most small requests)."""
         settings = self.settings
-        return (not self.carried and len(self.raw) <= min(settings.max_total_tokens, settings.max_tool_message_tokens)
-                and b"ref=" not in self.raw)
+        limit = min(settings.max_total_tokens, settings.max_tool_message_tokens)
+        return (not self.carried and len(self.raw) <= limit and b"ref=" not in self.raw
+                and b"\\u" not in self.raw)  # an escape could spell "ref="
 
     async def offload(self) -> None:
         """Plan and store (the pipeline), then prepare what goes upstream."""
@@ -237,8 +243,9 @@ class ManagedCall:
         self.counter = await counter_for_model_async(model_of(self.body))
         self.refs = RefStore(self.services.store, self.namespace, self.services.settings.store_ttl, self.services.sealer,
                              quota=quota_for(self.request, self.caller))
-        if self._nothing_to_offload():
-            tokens = self.counter.messages(self.messages)
+        tokens = self.counter.messages(self.messages) if self._nothing_to_offload() else None
+        if tokens is not None and tokens <= min(self.settings.max_total_tokens, self.settings.max_tool_message_tokens):
+            # (an image part counts more tokens than its bytes: the count decides)
             self.prepared = prepared = Prepared(Plan(self.messages, tokens_before=tokens, tokens_after=tokens))
         else:
             compressor = compressor_for(self.request, self.body, self.settings, self.caller, view=self.fmt.view)
@@ -291,6 +298,9 @@ class ManagedCall:
                                                   headers=self.headers, content=content, base=self.base)
         if self.caller.kind == "client":  # what the upstream thinks of the client's own key
             self.services.credential_check.remember(self.caller.scope, response.status_code)
+        if self.used_up and response.status_code == 200:
+            used_up, self.used_up = self.used_up, None
+            await chains.forget(self.services.store, self.namespace, used_up, sealer=self.services.sealer)
         return response
 
     async def send_round(self, payload: dict) -> httpx2.Response:

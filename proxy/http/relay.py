@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
 import httpx2
 from starlette.requests import Request
@@ -123,16 +123,20 @@ async def delete_chained(request: Request, caller: Caller, path: str) -> None:
     """Deleting the response id a reload loop gave the client deletes the response holding the
     whole exchange too (the last round's, `proxy.offload.chains`): it stores the reloaded content."""
     name, _, response_id = path.partition("/")
-    if name != "responses" or not response_id or "/" in response_id:
+    response_id = unquote(response_id)
+    if name != "responses" or not chains.plain_id(response_id):
         return
     services = services_of(request)
-    found = await chains.resolve(services.store, caller.namespace, unquote(response_id), services.settings.store_ttl,
+    found = await chains.resolve(services.store, caller.namespace, response_id, services.settings.store_ttl,
                                  sealer=services.sealer)
-    later = found.response_id if found else None
-    if not later or later == unquote(response_id):
+    if found is None:
         return
-    try:
-        extra = await services.upstream.send("DELETE", f"responses/{quote(later, safe='')}",
+    await chains.forget(services.store, caller.namespace, response_id, sealer=services.sealer)
+    later = found.response_id
+    if not later or later == response_id:
+        return
+    try:  # `later` is a plain id (chains.plain_id): the path stays /v1/responses/{id}
+        extra = await services.upstream.send("DELETE", f"responses/{later}",
                                              headers=caller.upstream_headers(request.scope["headers"]),
                                              base=caller.base)
         await extra.aclose()

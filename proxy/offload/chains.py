@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,12 @@ from proxy.store import Store, StoreUnavailable
 from proxy.store.sealing import Sealer
 
 MAX_ID_CHARS = 256
+_ID = re.compile(r"[A-Za-z0-9_-]{1,256}")  # what an upstream response id looks like: nothing else is used
+
+
+def plain_id(value: object) -> bool:
+    """Is `value` an id the proxy may put in a path or a body (`resp_…`)?"""
+    return isinstance(value, str) and _ID.fullmatch(value) is not None
 
 
 def _key(namespace: str, response_id: str, sealer: Sealer) -> str:
@@ -53,7 +60,7 @@ def conversation_key(conversation: Any) -> str | None:
 
 async def remember(store: Store, namespace: str, name: str, continuation: Continuation, ttl: int, *,
                    sealer: Sealer) -> None:
-    if len(name) > MAX_ID_CHARS or len(continuation.response_id or "") > MAX_ID_CHARS:
+    if len(name) > MAX_ID_CHARS or (continuation.response_id is not None and not plain_id(continuation.response_id)):
         return
     store_key = _key(namespace, name, sealer)
     value = json.dumps({"id": continuation.response_id, "outputs": continuation.outputs}).encode()
@@ -63,17 +70,20 @@ async def remember(store: Store, namespace: str, name: str, continuation: Contin
         pass
 
 
-async def resolve(store: Store, namespace: str, name: str, ttl: int, *, sealer: Sealer,
-                  once: bool = False) -> Continuation | None:
-    """How to continue from `name` (a response id, or a `conversation_key`), if remembered;
-    `once`: forgotten as it is read."""
+async def forget(store: Store, namespace: str, name: str, *, sealer: Sealer) -> None:
+    try:
+        await store.delete(_key(namespace, name, sealer))
+    except StoreUnavailable:
+        pass
+
+
+async def resolve(store: Store, namespace: str, name: str, ttl: int, *, sealer: Sealer) -> Continuation | None:
+    """How to continue from `name` (a response id, or a `conversation_key`), if remembered."""
     if len(name) > MAX_ID_CHARS:
         return None
     store_key = _key(namespace, name, sealer)
     try:
         value = await store.get(store_key, ttl=ttl)
-        if value is not None and once:
-            await store.delete(store_key)
     except StoreUnavailable:
         return None
     opened = sealer.open(value, store_key) if value is not None else None
@@ -83,6 +93,6 @@ async def resolve(store: Store, namespace: str, name: str, ttl: int, *, sealer: 
         return None
     if not isinstance(record, dict):
         return None
-    response_id = record.get("id") if isinstance(record.get("id"), str) else None
+    response_id = record.get("id") if plain_id(record.get("id")) else None
     outputs = record.get("outputs") if isinstance(record.get("outputs"), list) else []
     return Continuation(response_id, outputs)

@@ -14,6 +14,7 @@ from proxy.formats.chat.rounds import ChatRounds
 class ChatFormat:
     endpoint = "chat/completions"
     view = VIEW
+    stored = False
 
     def parse(self, raw: bytes, *, max_items: int | None) -> dict:
         return parse_chat_body(raw, max_messages=max_items)

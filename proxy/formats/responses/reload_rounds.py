@@ -113,7 +113,7 @@ class ResponsesRounds:
 
     def _stop(self, calls: list[dict]) -> list[ToolCall]:
         """The loop ends: injected calls still in the round (beside the client's) stay unanswered."""
-        self.unanswered = _tool_calls(calls) if self.offered else []
+        self.unanswered = _tool_calls(calls)
         return []
 
     # -- non-streamed ------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from proxy.formats.responses.request import colliding_tool_names, history, with_
 class ResponsesFormat:
     endpoint = "responses"
     view = ResponsesView(INJECTED_TOOLS)
+    stored = True
 
     def parse(self, raw: bytes, *, max_items: int | None) -> dict:
         return parse_responses_body(raw, max_items=max_items)
