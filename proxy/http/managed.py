@@ -225,14 +225,18 @@ class ManagedCall:
         except Exception:  # noqa: BLE001 - the client's answer never waits on this failing
             log.exception("remembering the response chain failed")
 
-    def _nothing_to_offload(self) -> bool:
-        """A body of fewer bytes than the smallest threshold has fewer tokens than it (a token is
-        at least a byte): nothing can be compacted or summarised; without `ref=` it carries no
-        reference to offer the reload tools for. The pipeline is skipped (most small requests)."""
+    def _small_tokens(self) -> int | None:
+        """The tokens of a request too small to offload anything, else None (the pipeline runs).
+
+        Small: fewer bytes than the smallest threshold (without `ref=`, nor an escape that could
+        spell it: no reference to offer the reload tools for), and then fewer tokens too (an image
+        part counts more tokens than its bytes). The pipeline is skipped (most small requests)."""
         settings = self.settings
         limit = min(settings.max_total_tokens, settings.max_tool_message_tokens)
-        return (not self.carried and len(self.raw) <= limit and b"ref=" not in self.raw
-                and b"\\u" not in self.raw)  # an escape could spell "ref="
+        if self.carried or len(self.raw) > limit or b"ref=" in self.raw or b"\\u" in self.raw:
+            return None
+        tokens = self.counter.messages(self.messages)
+        return tokens if tokens <= limit else None
 
     async def offload(self) -> None:
         """Plan and store (the pipeline), then prepare what goes upstream."""
@@ -243,9 +247,8 @@ class ManagedCall:
         self.counter = await counter_for_model_async(model_of(self.body))
         self.refs = RefStore(self.services.store, self.namespace, self.services.settings.store_ttl, self.services.sealer,
                              quota=quota_for(self.request, self.caller))
-        tokens = self.counter.messages(self.messages) if self._nothing_to_offload() else None
-        if tokens is not None and tokens <= min(self.settings.max_total_tokens, self.settings.max_tool_message_tokens):
-            # (an image part counts more tokens than its bytes: the count decides)
+        tokens = self._small_tokens()
+        if tokens is not None:
             self.prepared = prepared = Prepared(Plan(self.messages, tokens_before=tokens, tokens_after=tokens))
         else:
             compressor = compressor_for(self.request, self.body, self.settings, self.caller, view=self.fmt.view)

@@ -22,81 +22,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.core import jsonio
 from proxy.errors import ProxyError
+from proxy.formats.json_body import MAX_DEPTH, invalid, load_object, nested, objects, strings
 
-MAX_DEPTH = 128  # well below orjson's serialisation limit (254 levels) and the stdlib's recursion limit
-
-_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", list: "an array",
-               dict: "an object", type(None): "null"}
-
+__all__ = ["MAX_DEPTH", "parse_chat_body", "check_chat_body"]
 
 def parse_chat_body(raw: bytes, *, max_messages: int | None = None) -> dict:
     """The request body as a dict, or ProxyError 400 (see the module docstring for the rule)."""
-    try:
-        body = jsonio.loads(raw)
-    except jsonio.TooDeep as exc:
-        raise _too_deep() from exc
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ProxyError(400, f"Request body is not valid JSON: {exc}", code="invalid_json") from exc
-    if not isinstance(body, dict):
-        raise ProxyError(400, "Request body must be a JSON object.", code="invalid_json")
+    body = load_object(raw)
     check_chat_body(body)
     messages = body.get("messages")
     if max_messages is not None and isinstance(messages, list) and len(messages) > max_messages:
         raise ProxyError(400, f"Too many messages: {len(messages)} > {max_messages}.", code="too_many_messages",
                          param="messages")
     return body
-
-
-def _too_deep() -> ProxyError:
-    return ProxyError(400, f"Request body nests JSON deeper than {MAX_DEPTH} levels.", code="invalid_json")
-
-
-def nested_deeper_than(value: Any, limit: int) -> bool:
-    """Does `value` hold arrays/objects more than `limit` levels deep? (Iterative: no recursion.)"""
-    stack = [(value, 1)]
-    pop, push = stack.pop, stack.append
-    while stack:
-        node, depth = pop()
-        if depth > limit:
-            return True
-        for child in node.values() if type(node) is dict else node:
-            if type(child) is dict or type(child) is list:
-                push((child, depth + 1))
-    return False
-
-
-def _invalid(param: str, expected: str, value: Any) -> ProxyError:
-    got = _TYPE_NAMES.get(type(value), type(value).__name__)
-    return ProxyError(400, f"Invalid type for '{param}': expected {expected}, but got {got} instead.",
-                      code="invalid_type", param=param)
-
-
-def _nested(value: Any, level: int) -> None:
-    """`value` sits `level` deep in the body (the body is level 1): refuse it if it nests too far."""
-    if (type(value) is dict or type(value) is list) and nested_deeper_than(value, MAX_DEPTH - level + 1):
-        raise _too_deep()
-
-
-def _objects(value: Any, param: str) -> list[dict]:
-    """`value` must be a list of objects."""
-    if type(value) is not list:
-        raise _invalid(param, "an array of objects", value)
-    for i, item in enumerate(value):
-        if type(item) is not dict:
-            raise _invalid(f"{param}[{i}]", "an object", item)
-    return value
-
-
-def _strings(obj: dict, names: tuple[str, ...], param: str, level: int) -> None:
-    """Fields `names` of `obj` (at `level`) are strings when set; any other field is only depth-checked."""
-    for name, value in obj.items():
-        if value is None or type(value) is str:
-            continue
-        if name in names:
-            raise _invalid(f"{param}.{name}", "a string", value)
-        _nested(value, level + 1)
 
 
 def check_chat_body(body: dict) -> None:
@@ -108,21 +47,21 @@ def check_chat_body(body: dict) -> None:
         if name == "messages":
             _check_messages(value)
         elif name == "tools":
-            for tool in _objects(value, "tools"):
-                _nested(tool, 3)
+            for tool in objects(value, "tools"):
+                nested(tool, 3)
         elif name == "stream" and type(value) is not bool:
-            raise _invalid("stream", "a boolean", value)
+            raise invalid("stream", "a boolean", value)
         else:
-            _nested(value, 2)
+            nested(value, 2)
 
 
 def _check_messages(messages: Any) -> None:
     """Inlined loops on purpose: this runs over every message of every request (0.6 MB bodies)."""
     if type(messages) is not list:
-        raise _invalid("messages", "an array of objects", messages)
+        raise invalid("messages", "an array of objects", messages)
     for i, message in enumerate(messages):
         if type(message) is not dict:
-            raise _invalid(f"messages[{i}]", "an object", message)
+            raise invalid(f"messages[{i}]", "an object", message)
         for name, value in message.items():
             if type(value) is str:
                 if name != "tool_calls":
@@ -134,26 +73,26 @@ def _check_messages(messages: Any) -> None:
             elif name == "content":
                 _check_content(value, f"messages[{i}].content")
             elif name == "role" or name == "tool_call_id":
-                raise _invalid(f"messages[{i}].{name}", "a string", value)
+                raise invalid(f"messages[{i}].{name}", "a string", value)
             else:
-                _nested(value, 4)
+                nested(value, 4)
 
 
 def _check_content(content: Any, param: str) -> None:
     if type(content) is not list:
-        raise _invalid(param, "a string or an array of objects", content)
+        raise invalid(param, "a string or an array of objects", content)
     for j, part in enumerate(content):
         if type(part) is not dict:
-            raise _invalid(f"{param}[{j}]", "an object", part)
-        _strings(part, ("text",), f"{param}[{j}]", 5)
+            raise invalid(f"{param}[{j}]", "an object", part)
+        strings(part, ("text",), f"{param}[{j}]", 5)
 
 
 def _check_tool_calls(calls: Any, param: str) -> None:
     if type(calls) is not list:
-        raise _invalid(param, "an array of objects", calls)
+        raise invalid(param, "an array of objects", calls)
     for j, call in enumerate(calls):
         if type(call) is not dict:
-            raise _invalid(f"{param}[{j}]", "an object", call)
+            raise invalid(f"{param}[{j}]", "an object", call)
         for name, value in call.items():
             if type(value) is str:
                 if name != "function":
@@ -164,11 +103,11 @@ def _check_tool_calls(calls: Any, param: str) -> None:
                 for key, inner in value.items():
                     if type(inner) is not str and inner is not None:
                         if key == "name" or key == "arguments":
-                            raise _invalid(f"{param}[{j}].function.{key}", "a string", inner)
-                        _nested(inner, 7)
+                            raise invalid(f"{param}[{j}].function.{key}", "a string", inner)
+                        nested(inner, 7)
             elif name == "function":
-                raise _invalid(f"{param}[{j}].function", "an object", value)
+                raise invalid(f"{param}[{j}].function", "an object", value)
             elif name == "id":
-                raise _invalid(f"{param}[{j}].id", "a string", value)
+                raise invalid(f"{param}[{j}].id", "a string", value)
             else:
-                _nested(value, 6)
+                nested(value, 6)

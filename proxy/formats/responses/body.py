@@ -1,6 +1,6 @@
 """Responses request bodies, parsed and checked where the proxy relies on their shape.
 
-The rule is chat's (`proxy.formats.chat_body`): every field the proxy reads must, when present
+The rule is chat's (`proxy.formats.json_body`): every field the proxy reads must, when present
 and not null, have the shape the proxy relies on, else a 400 `invalid_type` naming the field;
 the rest goes upstream as sent. What the proxy reads, and so checks:
 
@@ -15,9 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.core import jsonio
 from proxy.errors import ProxyError
-from proxy.formats.chat.body import _invalid, _nested, _objects, _strings, _too_deep
+from proxy.formats.json_body import invalid, load_object, nested, objects, strings
 
 _ITEM_STRINGS = ("type", "role", "call_id", "name", "arguments", "id")
 _BOOLEANS = ("stream", "store")
@@ -26,14 +25,7 @@ _STRINGS = ("instructions", "previous_response_id", "model")
 
 def parse_responses_body(raw: bytes, *, max_items: int | None = None) -> dict:
     """The request body as a dict, or ProxyError 400 (see the module docstring)."""
-    try:
-        body = jsonio.loads(raw)
-    except jsonio.TooDeep as exc:
-        raise _too_deep() from exc
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ProxyError(400, f"Request body is not valid JSON: {exc}", code="invalid_json") from exc
-    if not isinstance(body, dict):
-        raise ProxyError(400, "Request body must be a JSON object.", code="invalid_json")
+    body = load_object(raw)
     check_responses_body(body)
     items = body.get("input")
     if max_items is not None and isinstance(items, list) and len(items) > max_items:
@@ -50,50 +42,50 @@ def check_responses_body(body: dict) -> None:
             if type(value) is not str:
                 _check_items(value)
         elif name == "tools":
-            for tool in _objects(value, "tools"):
-                _nested(tool, 3)
+            for tool in objects(value, "tools"):
+                nested(tool, 3)
         elif name in _BOOLEANS:
             if type(value) is not bool:
-                raise _invalid(name, "a boolean", value)
+                raise invalid(name, "a boolean", value)
         elif name in _STRINGS:
             if type(value) is not str:
-                raise _invalid(name, "a string", value)
+                raise invalid(name, "a string", value)
         elif name == "include":
             if type(value) is not list:
-                raise _invalid(name, "an array", value)
-            _nested(value, 2)
+                raise invalid(name, "an array", value)
+            nested(value, 2)
         else:
-            _nested(value, 2)
+            nested(value, 2)
 
 
 def _check_items(items: Any) -> None:
     if type(items) is not list:
-        raise _invalid("input", "a string or an array of objects", items)
+        raise invalid("input", "a string or an array of objects", items)
     for i, item in enumerate(items):
         if type(item) is not dict:
-            raise _invalid(f"input[{i}]", "an object", item)
+            raise invalid(f"input[{i}]", "an object", item)
         for name, value in item.items():
             if value is None or (type(value) is str and name not in ("content", "output")):
                 continue
             if type(value) is str:
                 continue
             if name in _ITEM_STRINGS:
-                raise _invalid(f"input[{i}].{name}", "a string", value)
+                raise invalid(f"input[{i}].{name}", "a string", value)
             if name == "content" and item.get("type") not in (None, "message"):
-                _nested(value, 4)  # another item's content: not read by the proxy
+                nested(value, 4)  # another item's content: not read by the proxy
             elif name in ("content", "output") and item.get("type") != "computer_call_output":
                 _check_parts(value, f"input[{i}].{name}", name == "output")
             else:
-                _nested(value, 4)
+                nested(value, 4)
 
 
 def _check_parts(parts: Any, param: str, output: bool) -> None:
     if type(parts) is not list:
         if output:  # some tool results carry an object (a screenshot, a shell result): not read here
-            _nested(parts, 4)
+            nested(parts, 4)
             return
-        raise _invalid(param, "a string or an array of objects", parts)
+        raise invalid(param, "a string or an array of objects", parts)
     for j, part in enumerate(parts):
         if type(part) is not dict:
-            raise _invalid(f"{param}[{j}]", "an object", part)
-        _strings(part, ("text",), f"{param}[{j}]", 5)
+            raise invalid(f"{param}[{j}]", "an object", part)
+        strings(part, ("text",), f"{param}[{j}]", 5)

@@ -208,11 +208,15 @@ class StreamRewriter:
             state.done = event["item"]
             if state.state == "visible":
                 self._visible[state.client_index] = state.done
+        self._route(state, event, out)
+        return out
+
+    def _route(self, state: _Item, event: dict, out: list[dict]) -> None:
+        """One event of a classified item: sent (visible), held (pending) or dropped (hidden)."""
         if state.state == "visible":
             out.append(self._emit(event, state.client_index))
         elif state.state == "pending":
             state.buffer.append(event)
-        return out
 
     def _start(self, event: dict) -> list[dict]:
         response = event.get("response") if isinstance(event.get("response"), dict) else None
@@ -232,10 +236,7 @@ class StreamRewriter:
         held = state.buffer
         state = self._classify(state.index, item, out)
         for event in held:
-            if state.state == "visible":
-                out.append(self._emit(event, state.client_index))
-            elif state.state == "pending":
-                state.buffer.append(event)
+            self._route(state, event, out)
         return state
 
     def _end(self, event: dict) -> list[dict]:
