@@ -8,7 +8,8 @@ import httpx2
 import pytest
 
 from proxy.config import ServerSettings
-from proxy.upstream.pool import _ProbedBackend, pooled_transport
+from proxy.upstream.network import AsyncioBackend
+from proxy.upstream.pool import pooled_transport
 
 RESPONSE = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
 
@@ -29,7 +30,7 @@ async def test_a_connection_closed_by_the_server_while_idle_is_replaced():
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
     transport = pooled_transport(ServerSettings(upstream=url))
-    assert isinstance(transport._pool._network_backend, _ProbedBackend)  # httpx2's internals as expected
+    assert isinstance(transport._pool._network_backend, AsyncioBackend)  # httpx2's internals as expected
     try:
         async def get() -> bytes:
             response = await transport.handle_async_request(httpx2.Request("GET", url))
