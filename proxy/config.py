@@ -72,12 +72,26 @@ class ServerSettings(BaseSettings):
     reload_tools: str | None = Field(None, description="Default X-Offload-Reload-Tools: on|off.")
     summary_model: str | None = Field(None, description="Default X-Offload-Summary-Model (else the request's).")
     compaction_ratio: float | None = Field(None, description="Default X-Offload-Compaction-Ratio (0.75).")
+    precompress_ratio: float | None = Field(
+        None, description="Default X-Offload-Precompress-Ratio (0.8): start a summary in the background once "
+        "what it would fold reaches this share of max-total-tokens (0: only when crossed)."
+    )
+    hard_max_tokens: int | None = Field(
+        None, description="Default X-Offload-Hard-Max-Tokens (2 x max-total-tokens, capped by the model's "
+        "context window when known): above it a request waits for its summary instead of going out without."
+    )
     group_token_threshold: int | None = Field(
         None, description="Default X-Offload-Group-Token-Threshold (0: one summary call)."
     )
     summary_timeout: float = Field(60.0, gt=0, description="Timeout (s) of one summarisation call.")
     summary_wait: float = Field(
         5.0, ge=0, description="How long (s) a request waits for a summary another request is making."
+    )
+    summary_concurrency: int = Field(
+        4, ge=1, le=1000, description="Summaries one worker makes at once in the background."
+    )
+    summary_queue: int = Field(
+        64, ge=0, le=100_000, description="Background summaries waiting for a slot, at most (more are not started)."
     )
     reload_budget: float = Field(
         120.0, gt=0, description="Total seconds the reload rounds of one request may take."

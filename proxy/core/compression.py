@@ -129,6 +129,8 @@ class PriorSummary:
     ref: str
     tokens: int
     message: Any  # the exact summary item forwarded, reused byte for byte
+    usage: tuple[int, int] = (0, 0)  # the summarisation calls' (input, output) tokens
+    bill: bool = False  # made in the background: its usage goes to the first response using it
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,12 @@ class OffloadSettings(BaseModel):
     session: str | None = Field(None, pattern=IDENT_PATTERN)
     group_token_threshold: int = Field(0, ge=0, le=10_000_000)
     compaction_ratio: float = Field(0.75, ge=0.0, le=1.0)
+    # A summary is started in the background once what it would fold reaches this share of the
+    # trigger (0: never ahead of time); the turn that crosses the trigger then finds it ready.
+    precompress_ratio: float = Field(0.8, ge=0.0, le=1.0)
+    # Above this many forwarded tokens a turn waits for its summary (None: 2 x max_total_tokens,
+    # capped by the model's context window when known); below it, it goes out without.
+    hard_max_tokens: int | None = Field(None, ge=1, le=10_000_000)
     summary_model: str | None = Field(None, pattern=r"^[A-Za-z0-9._:/-]{1,128}$")
 
     @field_validator("reload_tools", mode="before")
@@ -80,7 +86,7 @@ def _describe(field: str) -> str:
         return "on or off"
     if field in ("tenant", "session", "summary_model"):
         return "1-128 characters of A-Z a-z 0-9 . _ : @ / -"
-    if field == "compaction_ratio":
+    if field in ("compaction_ratio", "precompress_ratio"):
         return "a number from 0 to 1"
     bounds = [m for m in info.metadata if hasattr(m, "ge") or hasattr(m, "le")]
     low = next((m.ge for m in bounds if getattr(m, "ge", None) is not None), None)

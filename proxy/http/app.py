@@ -28,6 +28,7 @@ from proxy.http.services import Services, services_of
 from proxy.http.offload_api import get_offloaded, list_events, offload
 from proxy.core.settings import SettingsResolver, load_tenants_file
 from proxy.http.relay import relay
+from proxy.offload.background import SummaryScheduler
 from proxy.offload.quota import CredentialCheck
 from proxy.store.sealing import Sealer
 from proxy.store import open_store
@@ -82,12 +83,17 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
             credential_check=CredentialCheck(),
             upstream=Upstream(settings),
             store=GuardedStore(open_store(settings), ping_timeout=settings.store_timeout, metrics=metrics),
+            summaries=SummaryScheduler(concurrency=settings.summary_concurrency, queue=settings.summary_queue,
+                                       max_age=2 * settings.summary_timeout, on_change=metrics.summaries_state),
         )
         app.state.services = services
+        metrics.watch_summaries(services.summaries.state)
         services.store.start()
         try:
             yield
         finally:
+            # uvicorn has given the requests their grace already; summaries still running get their own
+            await services.summaries.shutdown(settings.shutdown_grace)
             await search_pool.shutdown()  # the context_search worker processes
             await services.upstream.aclose()
             await services.store.close()

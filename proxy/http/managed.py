@@ -88,16 +88,19 @@ def model_of(body: dict) -> str | None:
 
 
 def compressor_for(request: Request, body: dict, settings: OffloadSettings, caller: Caller, *,
-                   view: ItemView) -> Compressor:
+                   view: ItemView, refs: RefStore, background: bool = True) -> Compressor:
     """Summaries go to the caller's upstream (its chat completions endpoint, whatever the
-    request's format) with the caller's upstream credential; `view` reads the request's items."""
+    request's format) with the caller's upstream credential; `view` reads the request's items.
+    `background`: made ahead of time and not waited for below the hard limit (else inline)."""
     services = services_of(request)
     prompt = services.settings_resolver.tenant_extra(caller.tenant, "summary_prompt") or DEFAULT_PROMPT
     model = settings.summary_model or model_of(body) or "gpt-4o-mini"
     headers = caller.upstream_headers(request.scope["headers"], body_replaced=True)
     ctx = SummaryContext(upstream=services.upstream, headers=headers, model=model, prompt=prompt,
                          timeout=services.settings.summary_timeout, wait=services.settings.summary_wait,
-                         sealer=services.sealer, base=caller.base, view=view)
+                         sealer=services.sealer, base=caller.base, view=view, background=services.summaries if background else None,
+                         session=settings.session, request_model=model_of(body), metrics=services.metrics,
+                         refs=refs)
     return Compressor(services.store, caller.namespace, services.settings.store_ttl, ctx)
 
 
@@ -251,7 +254,8 @@ class ManagedCall:
         if tokens is not None:
             self.prepared = prepared = Prepared(Plan(self.messages, tokens_before=tokens, tokens_after=tokens))
         else:
-            compressor = compressor_for(self.request, self.body, self.settings, self.caller, view=self.fmt.view)
+            compressor = compressor_for(self.request, self.body, self.settings, self.caller, view=self.fmt.view,
+                                        refs=self.refs)
             self.prepared = prepared = await prepare(self.messages, self.settings, counter=self.counter,
                                                      namespace=self.namespace, refs=self.refs, compressor=compressor,
                                                      view=self.fmt.view)

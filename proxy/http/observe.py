@@ -14,9 +14,11 @@ import logging
 import os
 import time
 from contextvars import ContextVar
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import multiprocess
 from starlette.requests import Request
 from starlette.responses import Response
@@ -59,8 +61,7 @@ class RequestRecord:
 
     def count_summary(self, ok: bool, seconds: float) -> None:
         if self.metrics:
-            self.metrics.summaries.labels("ok" if ok else "failed").inc()
-            self.metrics.summary_seconds.observe(seconds)
+            self.metrics.count_summary(ok, seconds)
 
 
 current: ContextVar[RequestRecord | None] = ContextVar("offload_request_record", default=None)
@@ -97,11 +98,39 @@ class Metrics:
                                  registry=r)
         self.summary_seconds = Histogram("offload_summary_seconds", "Summarisation call time.",
                                          buckets=LATENCY_BUCKETS, registry=r)
+        self.summaries_queued = Gauge("offload_summaries_queued", "Background summaries waiting for a slot.",
+                                      registry=r, multiprocess_mode="livesum")
+        self.summaries_running = Gauge("offload_summaries_in_flight", "Background summaries being made.",
+                                       registry=r, multiprocess_mode="livesum")
+        self.summaries_oldest = Gauge("offload_summaries_oldest_seconds",
+                                      "Age of the oldest background summary queued or in flight.",
+                                      registry=r, multiprocess_mode="livemax")
+        self.summaries_dropped = Gauge("offload_summaries_dropped", "Background summaries never started "
+                                       "(queue full, waited too long, shut down).", registry=r,
+                                       multiprocess_mode="livesum")
+        self._summaries_state: Callable[[], Any] | None = None
         self.store_errors = Counter("offload_store_errors_total", "Store operations that failed.", registry=r)
         self.store_seconds = Histogram("offload_store_seconds", "Store operation time.", ("op",),
                                        buckets=LATENCY_BUCKETS, registry=r)
 
+    def summaries_state(self, state: Any) -> None:
+        """The background summaries' scheduler state (proxy.offload.background.SchedulerState)."""
+        self.summaries_queued.set(state.queued)
+        self.summaries_running.set(state.running)
+        self.summaries_oldest.set(round(state.oldest_seconds, 3))
+        self.summaries_dropped.set(state.dropped)
+
+    def count_summary(self, ok: bool, seconds: float) -> None:
+        self.summaries.labels("ok" if ok else "failed").inc()
+        self.summary_seconds.observe(seconds)
+
+    def watch_summaries(self, state: Callable[[], Any]) -> None:
+        """Read the scheduler's state at every scrape too (the age of the oldest job grows between changes)."""
+        self._summaries_state = state
+
     def render(self) -> bytes:
+        if self._summaries_state is not None:
+            self.summaries_state(self._summaries_state())
         if self.multiprocess:
             registry = CollectorRegistry()
             multiprocess.MultiProcessCollector(registry)

@@ -48,7 +48,8 @@ async def offload(request: Request) -> Response:
         return exc.response()
     model = model_of(body)
     namespace = caller.namespace
-    compressor = compressor_for(request, body, settings, caller, view=chat.VIEW)
+    # the caller asked for the reduced messages now: a summary they need is made before answering
+    compressor = compressor_for(request, body, settings, caller, view=chat.VIEW, refs=refs, background=False)
     counter = await counter_for_model_async(model)
     prepared = await prepare(messages, settings, counter=counter, namespace=namespace, refs=refs,
                              compressor=compressor, view=chat.VIEW)

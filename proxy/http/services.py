@@ -10,6 +10,7 @@ from starlette.requests import Request
 from proxy.config import ServerSettings
 from proxy.core.settings import SettingsResolver
 from proxy.http.observe import Metrics
+from proxy.offload.background import SummaryScheduler
 from proxy.offload.quota import CredentialCheck
 from proxy.store.guarded import GuardedStore
 from proxy.store.sealing import Sealer
@@ -25,6 +26,7 @@ class Services:
     credential_check: CredentialCheck
     upstream: Upstream
     store: GuardedStore
+    summaries: SummaryScheduler  # summaries made in the background
 
 
 def services_of(request: Request) -> Services:

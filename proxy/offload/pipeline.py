@@ -25,7 +25,8 @@ from proxy.core.tokens import TokenCounter
 @dataclass
 class Prepared:
     plan: Plan
-    action: str = "none"  # none | compact | compress | compact+compress
+    action: str = "none"  # none | compact | compress | compact+compress; "compress-pending" for compress when
+    # the summary this turn needed was not ready and is being made in the background
     summary_tokens: int = 0
     summary_usage: dict | None = None  # added to the usage the client is answered with
     warnings: list[str] = field(default_factory=list)
@@ -35,8 +36,9 @@ class Prepared:
     written: set[str] = field(default_factory=set)  # refs stored for the first time by this request
 
 
-def _action(compacted: bool, compressed: bool) -> str:
-    return "+".join(name for name, done in (("compact", compacted), ("compress", compressed)) if done) or "none"
+def _action(compacted: bool, compressed: bool, pending: bool = False) -> str:
+    compress = "compress-pending" if pending else "compress"
+    return "+".join(name for name, done in (("compact", compacted), (compress, compressed or pending)) if done) or "none"
 
 
 def _measure(items: list[Any], view: ItemView, counter: TokenCounter) -> tuple[list[str], int]:
@@ -69,7 +71,7 @@ async def prepare(
     plan = await cpu(plan_compaction, messages, view,
                      settings if compact_mode else settings.model_copy(update={"mode": "off"}), counter, namespace)
     result = Prepared(plan)
-    compressed_now = False
+    compressed_now = pending = False
     try:
         if compress_mode:
             before = max(plan.tokens_before, 1)
@@ -83,6 +85,7 @@ async def prepare(
             result.summary_tokens = compressed.summary_tokens
             result.summary_usage = compressed.usage
             result.events += compressed.events
+            pending = compressed.pending
             if compressed.warning:
                 result.warnings.append(compressed.warning)
             if compressed.items is not None:
@@ -94,7 +97,7 @@ async def prepare(
                 result.plan = plan
                 compressed_now = True
         compacted = [o for o in plan.offloads if o.kind == "tool_result"]
-        result.action = _action(bool(compacted), compressed_now)
+        result.action = _action(bool(compacted), compressed_now, pending)
         written = result.written = await refs.save(plan.offloads, plan.refs, settings.session, cpu=cpu)
     except (StoreUnavailable, QuotaExceeded, CredentialRejected) as exc:
         why = f"store unavailable ({exc})" if isinstance(exc, StoreUnavailable) else str(exc)

@@ -1,4 +1,11 @@
-"""Compression at the edges: find a reusable summary, or make one (once, under a lock)."""
+"""Compression at the edges: find a reusable summary, or make one (once, under a lock).
+
+A summary is made ahead of time in the background when a scheduler is given (the server's):
+the turn that crosses the trigger then finds it ready, and a turn that finds nothing ready
+goes out without one unless it is above the hard limit (`proxy.core.precompress`). Summaries
+are keyed by the hash of the client's own (uncompacted) history prefix they cover, so one made
+before compaction started is found after it.
+"""
 
 from __future__ import annotations
 
@@ -9,16 +16,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core import compression as cp
+from proxy.core import precompress
 from proxy.core.compaction import Offload
 from proxy.core.view import ItemView
 from proxy.formats import chat
 from proxy.http import observe
+from proxy.offload import events as session_events
+from proxy.offload.background import SummaryScheduler
 from proxy.offload.cpu import CPU, INLINE
 from proxy.offload.events import event
+from proxy.offload.quota import CredentialRejected, QuotaExceeded
+from proxy.offload.refs import RefStore
 from proxy.core.markers import make_ref
 from proxy.core.settings import OffloadSettings
 from proxy.store.sealing import Sealer
-from proxy.store import Store
+from proxy.store import Store, StoreUnavailable
 from proxy.offload.summarizer import SummaryFailed, prompt_version, summarize
 from proxy.offload.tenant import key
 from proxy.core.tokens import TokenCounter
@@ -34,9 +46,12 @@ _records: dict[str, tuple[float, cp.PriorSummary]] = {}
 _seen = cp.SeenPrefixes()
 
 
-def _count_summary(ok: bool, seconds: float) -> None:
+def _count_summary(ok: bool, seconds: float, metrics: observe.Metrics | None = None) -> None:
+    """Into the request's record, or straight into `metrics` for a summary made in the background."""
     if (rec := observe.current.get()) is not None:
         rec.count_summary(ok, seconds)
+    elif metrics is not None:
+        metrics.count_summary(ok, seconds)
 
 
 def _keep(summary_key: str, record: cp.PriorSummary) -> cp.PriorSummary:
@@ -59,6 +74,11 @@ class SummaryContext:
     sealer: Sealer = field(default_factory=lambda: Sealer(None))
     base: str | None = None  # the upstream base URL when not the server's default
     view: ItemView | None = None  # the wire format's history items (chat when None)
+    background: SummaryScheduler | None = None  # None: every summary is made inline
+    session: str | None = None  # where a background summary's events go
+    request_model: str | None = None  # the conversation's model (its context window caps the hard limit)
+    metrics: observe.Metrics | None = None  # for summaries made in the background
+    refs: RefStore | None = None  # where a background summary stores the originals it covers
 
 
 @dataclass
@@ -69,6 +89,9 @@ class Compressed:
     warning: str | None = None
     events: list[dict] = field(default_factory=list)
     usage: dict | None = None  # the summarisation calls' usage, chat-completions shaped
+    pending: bool = False  # the summary this turn needed is being made in the background
+    usage_in: int = 0  # what the summary just made cost, however it is billed
+    usage_out: int = 0
 
 
 def summary_usage(tokens_in: int, tokens_out: int) -> dict | None:
@@ -86,21 +109,24 @@ class Compressor:
     def _summary_key(self, prefix_hash: str) -> str:
         return key(self.namespace, "summary", f"{prefix_hash}:{self.version}")
 
-    async def _prior(self, compacted: list[Any], chain: cp.PrefixHashes, head: int, tail: int,
+    def _lock_key(self, prefix_hash: str) -> str:
+        return key(self.namespace, "lock", f"{prefix_hash}:{self.version}")
+
+    async def _prior(self, originals: list[Any], chain: cp.PrefixHashes, head: int, tail: int,
                      cpu: CPU) -> cp.PriorSummary | None:
-        start = await cpu.for_part(compacted[:head + 1])(chain.__getitem__, head + 1)
+        start = await cpu.for_part(originals[:head + 1])(chain.__getitem__, head + 1)
         raw = await self.store.get(key(self.namespace, "conv", start), ttl=self.ttl)
         entries = [e for e in sorted(json.loads(raw) if raw else [], key=lambda e: e["cut"]) if e["cut"] <= tail]
 
         def seen() -> list[bool]:  # prefixes this process verified already: recognised by equality
-            return [_seen.equal(e["hash"], compacted, e["cut"]) for e in entries]
+            return [_seen.equal(e["hash"], originals, e["cut"]) for e in entries]
 
         def verified(pending: list[dict]) -> list[dict]:  # the others hashed, rising: one pass
             return [e for e in pending if chain.matches(e["cut"], e["hash"], _seen)]
 
         known = await cpu.light(seen) if entries else []
         pending = [e for e, ok in zip(entries, known) if not ok]
-        hashing = cpu.for_part(compacted[:pending[-1]["cut"]]) if pending else cpu  # what is hashed, at most
+        hashing = cpu.for_part(originals[:pending[-1]["cut"]]) if pending else cpu  # what is hashed, at most
         matched = {id(e) for e in await hashing(verified, pending)} if pending else set()
         matching = [e for e, ok in zip(entries, known) if ok or id(e) in matched]
         for entry in reversed(matching):  # the longest summarised prefix first
@@ -119,34 +145,122 @@ class Compressor:
         if raw is None:
             return None
         r = json.loads(raw)
-        return _keep(summary_key, cp.PriorSummary(r["cut"], r["text"], r["ref"], r["tokens"], r["message"]))
+        return _keep(summary_key, cp.PriorSummary(r["cut"], r["text"], r["ref"], r["tokens"], r["message"],
+                                                  tuple(r.get("usage") or (0, 0)), bool(r.get("bill"))))
 
     async def run(
         self, compacted: list[Any], originals: list[Any], settings: OffloadSettings, counter: TokenCounter,
         allow_new: bool, *, cpu: CPU = INLINE,
     ) -> Compressed:
         """`cpu` runs the pure steps (token sums, prefix hashes, the stored history): off the
-        event loop for a large request. Token counts are the plan's: `counter` has them all."""
+        event loop for a large request. Token counts are the plan's: `counter` has them all.
+        `compacted` and `originals` hold the same items in the same places (compaction
+        replaces items one for one)."""
         head, tail = cp.split(compacted, self.view, settings.keep_recent_for(cp.COMPRESS_KEEP_RECENT))
-        if tail - head < 2 or await cpu.light(cp.tokens_between, compacted, self.view, head, tail,
-                                              counter) <= settings.max_total_tokens:
+        if tail - head < 2:
             return Compressed()
-        chain = cp.PrefixHashes(compacted)
-        prior = await self._prior(compacted, chain, head, tail, cpu)
+        trigger = settings.max_total_tokens
+        foldable = await cpu.light(cp.tokens_between, compacted, self.view, head, tail, counter)
+        early = self.ctx.background is not None and settings.precompress_ratio > 0
+        if foldable <= trigger and not (early and foldable >= settings.precompress_ratio * trigger):
+            return Compressed()
+        chain = cp.PrefixHashes(originals)
+        prior = await self._prior(originals, chain, head, tail, cpu)
+        if foldable <= trigger:  # below the trigger: what is forwarded stays as it is; prepare the summary
+            await self._ahead(compacted, originals, settings, counter, chain, prior, cpu)
+            return Compressed()
         decision = await cpu.light(cp.decide, compacted, self.view, settings, counter, prior)
         if decision.action == "reuse":
             assert prior is not None
-            return Compressed(cp.assemble(compacted, self.view, head, prior.cut, prior.message))
+            reused = Compressed(cp.assemble(compacted, self.view, head, prior.cut, prior.message))
+            await self._bill(prior, reused)
+            await self._ahead(compacted, originals, settings, counter, chain, prior, cpu)
+            return reused
         if decision.action != "summarize" or not allow_new:
             return Compressed()
+        if self.ctx.background is not None:
+            # What goes out without the new summary: the prior one and what follows it, or all.
+            fallback = (cp.assemble(compacted, self.view, head, prior.cut, prior.message)
+                        if prior is not None and decision.prior is prior else None)
+            forwarded = await cpu.light(counter.messages, fallback if fallback is not None else compacted)
+            if forwarded <= precompress.hard_limit(settings, self.ctx.request_model):
+                pending = Compressed(fallback, pending=True)
+                if prior is not None and fallback is not None:
+                    await self._bill(prior, pending)
+                await self._start(compacted, originals, settings, counter, chain, decision, cpu)
+                return pending
         return await self._summarize_once(compacted, originals, settings, counter, chain, decision, cpu)
 
+    async def _bill(self, prior: cp.PriorSummary, into: Compressed) -> None:
+        """A summary made in the background is paid by the first response that uses it."""
+        if not prior.bill or not any(prior.usage):
+            return
+        if await self.store.put_if_absent(key(self.namespace, "billed", prior.ref), b"1", self.ttl):
+            into.summary_tokens = sum(prior.usage)
+            into.usage = summary_usage(*prior.usage)
+
+    async def _ahead(self, compacted, originals, settings, counter, chain, prior, cpu) -> None:
+        decision = await cpu.light(precompress.ahead, compacted, self.view, settings, counter, prior)
+        if decision is not None:
+            await self._start(compacted, originals, settings, counter, chain, decision, cpu)
+
+    async def _start(self, compacted, originals, settings, counter, chain, decision, cpu) -> None:
+        """Hand the summary to the scheduler: one per conversation at a time in this process;
+        across requests and replicas, the store's lock on the summarised prefix decides."""
+        scheduler = self.ctx.background
+        assert scheduler is not None
+        conversation = f"{self.namespace}:{await cpu.light(chain.__getitem__, decision.head + 1)}"
+        if scheduler.busy(conversation):
+            return
+
+        async def job() -> None:
+            await self._in_background(compacted, originals, settings, counter, chain, decision)
+
+        scheduler.submit(conversation, job)
+
+    async def _in_background(self, compacted, originals, settings, counter, chain, decision) -> None:
+        cpu = CPU.for_messages(originals)
+        started = time.monotonic()
+        made: list[dict] = []
+        try:
+            cut_hash = await cpu.for_part(originals[:decision.cut])(chain.__getitem__, decision.cut)
+            if await self._load(cut_hash) is not None:  # made already; where the next turn looks for it
+                await self._remember(chain, decision.head, decision.cut)
+                return
+            spans = await cpu.light(cp.groups, compacted, self.view, *decision.new_items,
+                                    settings.group_token_threshold, counter)
+            lock = self._lock_key(cut_hash)
+            if not await self.store.put_if_absent(lock, b"1", int(self.ctx.timeout * len(spans)) + 5):
+                return  # another request or replica is making it
+            try:
+                await self._record([event("summary_started", messages=decision.new_items[1] - decision.new_items[0])],
+                                   settings)
+                result = await self._summarize(compacted, originals, counter, chain, decision, spans, cpu,
+                                               bill=True, session=settings.session)
+            finally:
+                await self.store.delete(lock)
+        except StoreUnavailable as exc:
+            result = Compressed(warning=f"compression skipped: store unavailable ({exc})")
+        except (QuotaExceeded, CredentialRejected) as exc:
+            result = Compressed(warning=f"compression skipped: {exc}")
+        duration = round((time.monotonic() - started) * 1e3)
+        if result.items is not None:
+            made.append(event("summary_ready", duration_ms=duration, summary_tokens_in=result.usage_in,
+                              summary_tokens_out=result.usage_out))
+        else:
+            made.append(event("summary_failed", reason=result.warning or "", duration_ms=duration))
+        await self._record([*result.events, *made], settings)
+
+    async def _record(self, new: list[dict], settings: OffloadSettings) -> None:
+        await session_events.record(self.store, self.namespace, self.ctx.session or settings.session, new,
+                                    self.ttl, sealer=self.ctx.sealer)
+
     async def _summarize_once(self, compacted, originals, settings, counter, chain, decision, cpu) -> Compressed:
-        cut_hash = await cpu.for_part(compacted[:decision.cut])(chain.__getitem__, decision.cut)
+        cut_hash = await cpu.for_part(originals[:decision.cut])(chain.__getitem__, decision.cut)
         made = await self._load(cut_hash)  # another process may have made it already
         if made is not None:
             return Compressed(cp.assemble(compacted, self.view, decision.head, made.cut, made.message))
-        lock = key(self.namespace, "lock", f"{cut_hash}:{self.version}")
+        lock = self._lock_key(cut_hash)
         spans = await cpu.light(cp.groups, compacted, self.view, *decision.new_items, settings.group_token_threshold, counter)
         if not await self.store.put_if_absent(lock, b"1", int(self.ctx.timeout * len(spans)) + 5):
             deadline = time.monotonic() + self.ctx.wait
@@ -161,7 +275,11 @@ class Compressor:
         finally:
             await self.store.delete(lock)
 
-    async def _summarize(self, compacted, originals, counter, chain, decision, spans, cpu) -> Compressed:
+    async def _summarize(self, compacted, originals, counter, chain, decision, spans, cpu, *,
+                         bill: bool = False, session: str | None = None) -> Compressed:
+        """Make the summary of items[head:cut] and store it. `bill` (made in the background):
+        the originals it covers are stored here, before the summary can be found, and its usage
+        is reported by the first response that uses it instead of by this one."""
         head, cut, prior = decision.head, decision.cut, decision.prior
         start, end = decision.new_items
         started = time.monotonic()
@@ -177,12 +295,12 @@ class Compressor:
                 tokens_out += summary.tokens_out
                 previous = None  # only the first group updates the previous snapshot
         except SummaryFailed as exc:
-            _count_summary(False, time.monotonic() - started)
+            _count_summary(False, time.monotonic() - started, self.ctx.metrics)
             failed = event("summary_failure", reason=str(exc), messages=end - start,
                            duration_ms=round((time.monotonic() - started) * 1e3))
             return Compressed(warning=f"compression skipped: {exc}", summary_tokens=tokens_in + tokens_out,
                               events=[failed], usage=summary_usage(tokens_in, tokens_out))
-        _count_summary(True, time.monotonic() - started)
+        _count_summary(True, time.monotonic() - started, self.ctx.metrics)
         text = "\n".join(texts)
 
         def summarised() -> tuple[str, str, int, int]:
@@ -193,21 +311,27 @@ class Compressor:
 
         history, ref, covered, covered_tokens = await cpu.for_part(originals[head:cut])(summarised)
         message = cp.summary_item(self.view, text, ref, covered, covered_tokens)
-        record = {"cut": cut, "text": text, "ref": ref, "tokens": counter.text(text), "message": message}
+        offload = Offload(ref, "history", history, covered_tokens)
+        if bill and self.ctx.refs is not None:
+            await self.ctx.refs.save([offload], [ref], session, cpu=cpu)
+        record = {"cut": cut, "text": text, "ref": ref, "tokens": counter.text(text), "message": message,
+                  "usage": [tokens_in, tokens_out], "bill": bill}
         summary_key = self._summary_key(chain[cut])
         await self.store.put(summary_key, self.ctx.sealer.seal(json.dumps(record).encode(), summary_key), self.ttl)
-        _keep(self._summary_key(chain[cut]), cp.PriorSummary(**record))
-        _seen.add(chain[cut], compacted[:cut])  # the next turn recognises this prefix without hashing
+        _keep(summary_key, cp.PriorSummary(cut, text, ref, record["tokens"], message, (tokens_in, tokens_out), bill))
+        _seen.add(chain[cut], originals[:cut])  # the next turn recognises this prefix without hashing
         await self._remember(chain, head, cut)
         done = event("compression", messages=covered, tokens_before=covered_tokens,
                      tokens_after=counter.message(message), summary_tokens_in=tokens_in,
                      summary_tokens_out=tokens_out, duration_ms=round((time.monotonic() - started) * 1e3), ref=ref)
         return Compressed(
             cp.assemble(compacted, self.view, head, cut, message),
-            Offload(ref, "history", history, covered_tokens),
-            tokens_in + tokens_out,
+            offload,
+            0 if bill else tokens_in + tokens_out,
             events=[done],
-            usage=summary_usage(tokens_in, tokens_out),
+            usage=None if bill else summary_usage(tokens_in, tokens_out),
+            usage_in=tokens_in,
+            usage_out=tokens_out,
         )
 
     async def _remember(self, chain: cp.PrefixHashes, head: int, cut: int) -> None:
@@ -216,4 +340,3 @@ class Compressor:
         entries = [e for e in (json.loads(raw) if raw else []) if e["hash"] != chain[cut]]
         entries = [*entries, {"cut": cut, "hash": chain[cut]}][-CONV_ENTRIES:]
         await self.store.put(conv, json.dumps(entries).encode(), self.ttl)
-

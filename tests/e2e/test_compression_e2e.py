@@ -14,7 +14,10 @@ from starlette.responses import JSONResponse, StreamingResponse
 from tests.harness.history import agent_history
 from tests.harness.servers import completion, stream_chunks
 
-COMPRESS = {"X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "1500", "X-Offload-Session": "sess-1"}
+# Summaries made inline, the request waiting for them: a hard limit below any history, nothing made
+# ahead of time (summaries made in the background: test_background_summaries.py).
+INLINE = {"X-Offload-Hard-Max-Tokens": "1", "X-Offload-Precompress-Ratio": "0"}
+COMPRESS = {"X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "1500", "X-Offload-Session": "sess-1", **INLINE}
 
 
 def chat_history(turns: int) -> list[dict]:
@@ -172,7 +175,7 @@ def test_summary_model_header_and_auto_ratio(client, upstream):
     upstream.handler = handler
     # auto: big tool results compact well (ratio < 0.75), so no summary is needed
     headers = {"X-Offload-Max-Total-Tokens": "1500", "X-Offload-Summary-Model": "gpt-4o-mini",
-               "X-Offload-Tenant": "auto"}
+               "X-Offload-Tenant": "auto", **INLINE}
     raw = client.chat.completions.with_raw_response.create(
         model="gpt-4o", messages=agent_history(steps=6), extra_headers=headers)
     assert raw.headers["x-offload-action"] == "compact" and not calls

@@ -46,7 +46,8 @@ def test_small_body_of_images_skips_compression(proxy_url, upstream):
         raw = json.dumps({"model": "gpt-5", "input": items}, separators=(",", ":")).encode()
         upstream.requests.clear()
         r = post(proxy_url, raw, headers={"X-Offload-Max-Total-Tokens": "350", "X-Offload-Max-Tool-Message-Tokens": limit,
-                                           "X-Offload-Mode": "auto", "X-Offload-Max-Reload-Tokens": "1000"})
+                                           "X-Offload-Mode": "auto", "X-Offload-Max-Reload-Tokens": "1000",
+                                           "X-Offload-Hard-Max-Tokens": "1", "X-Offload-Precompress-Ratio": "0"})
         got[limit] = (len(raw), r.headers["x-offload-action"], r.headers["x-offload-tokens-before"])
     print(got)
     assert got["4000"][1] == got["100"][1], got

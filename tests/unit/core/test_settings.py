@@ -12,6 +12,9 @@ def test_defaults_match_the_documented_values():
     assert (s.mode, s.max_total_tokens, s.max_tool_message_tokens, s.max_reload_tokens, s.max_reload_rounds,
             s.reload_tools) == ("auto", 20000, 2000, 8000, 4, True)
     assert s.keep_recent_for(1) == 1
+    assert (s.precompress_ratio, s.hard_max_tokens) == (0.8, None)
+    s = SettingsResolver({}).resolve({"X-Offload-Precompress-Ratio": "0", "X-Offload-Hard-Max-Tokens": "50000"})
+    assert (s.precompress_ratio, s.hard_max_tokens) == (0.0, 50000)
 
 
 def test_headers_override_tenant_overrides_server_default(tmp_path):
@@ -46,6 +49,10 @@ def test_bad_tenants_file_fails_at_startup(tmp_path):
     ("X-Offload-Reload-Tools", "maybe", "on or off"),
     ("X-Offload-Tenant", "a b", "characters"),
     ("X-Offload-Session", "x" * 200, "characters"),
+    ("X-Offload-Precompress-Ratio", "1.5", "a number from 0 to 1"),
+    ("X-Offload-Precompress-Ratio", "nan", "a number from 0 to 1"),
+    ("X-Offload-Hard-Max-Tokens", "0", "an integer from 1 to 10000000"),
+    ("X-Offload-Hard-Max-Tokens", "1e9", "an integer from 1 to 10000000"),
 ])
 def test_invalid_headers_name_the_header_and_the_range(header, value, expect):
     with pytest.raises(SettingsError) as info:  # the core's own error; the HTTP layer makes it a 400

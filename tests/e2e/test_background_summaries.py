@@ -1,0 +1,262 @@
+"""Summaries made in the background: no turn waits for one below the hard limit, the turn after
+finds it, and it is the summary an inline one would have been (byte for byte)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx2
+import openai
+import pytest
+from starlette.responses import JSONResponse
+
+from proxy.core import compression
+from proxy.core.tokens import counter_for_model
+from proxy.offload import summaries
+from tests.e2e.test_compression_e2e import chat_history, forwarded, is_summary_call
+from tests.harness.servers import ProxyProcess, completion
+
+SESSION = "bg-1"
+BACKGROUND = {"X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "1500", "X-Offload-Session": SESSION,
+              "X-Offload-Precompress-Ratio": "0"}
+SNAPSHOT = "<state_snapshot><task_overview>the plan so far</task_overview></state_snapshot>"
+
+
+@pytest.fixture(autouse=True)
+def _one_process_per_store(monkeypatch):
+    """Each test's proxy has a store of its own, but all run in this one process: what a process
+    remembers of the summaries it saw (by tenant and prefix) must not carry over from a test to
+    the next, as it never carries over from one deployment's store to another's."""
+    monkeypatch.setattr(summaries, "_records", {})
+    monkeypatch.setattr(summaries, "_seen", compression.SeenPrefixes())
+
+
+@pytest.fixture
+def key() -> str:
+    """A tenant of this test's own on the shared proxy (its store is shared by the session's tests)."""
+    return f"sk-{uuid.uuid4().hex}"
+
+
+@pytest.fixture
+def client(proxy_url, upstream, key) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{proxy_url}/v1", api_key=key, max_retries=0, timeout=20)
+
+
+def gated_summaries(gate: threading.Event | None = None, *, fail: bool = False):
+    """A summariser that answers once `gate` is set (at once without one); the same text every time."""
+    calls = []
+
+    async def handler(request, rec):
+        if is_summary_call(rec):
+            calls.append(rec)
+            if gate is not None:
+                await asyncio.to_thread(gate.wait, 20)
+            if fail:
+                return JSONResponse({"error": {"message": "down", "type": "server_error"}}, status_code=500)
+            return JSONResponse(completion(SNAPSHOT, usage=(300, 40)))
+        return JSONResponse(completion("Final answer"))
+
+    return handler, calls
+
+
+def session_events(proxy_url: str, key: str) -> list[dict]:
+    return httpx2.get(f"{proxy_url}/v1/offload/events", params={"session": SESSION},
+                      headers={"authorization": f"Bearer {key}"}).json()["data"]
+
+
+def wait_for_event(proxy_url: str, kind: str, key: str, timeout: float = 20) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = [e for e in session_events(proxy_url, key) if e["type"] == kind]
+        if found:
+            return found[-1]
+        time.sleep(0.05)
+    raise AssertionError(f"no {kind} event: {[e['type'] for e in session_events(proxy_url, key)]}")
+
+
+def wait_until(condition, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def metric(proxy_url: str, name: str) -> float:
+    for line in httpx2.get(f"{proxy_url}/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not exposed")
+
+
+def test_the_crossing_turn_goes_out_before_its_summary_and_the_next_one_uses_it(client, upstream, proxy_url, key):
+    gate = threading.Event()
+    upstream.handler, calls = gated_summaries(gate)
+    history = chat_history(12)
+    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=history, extra_headers=BACKGROUND)
+    # answered while the summariser is still held: nothing waited for it
+    assert raw.headers["x-offload-action"] == "compress-pending"
+    assert "x-offload-summary-tokens" not in raw.headers
+    assert raw.parse().usage.prompt_tokens == 10  # the answer's own: the summary is not paid yet
+    assert forwarded(upstream)[0] == history  # compress mode, nothing compacted: the history as it came
+    wait_until(lambda: len(calls) == 1)  # the summary call, made after the answer went out
+    assert metric(proxy_url, "offload_summaries_in_flight") == 1
+    assert metric(proxy_url, "offload_summaries_oldest_seconds") > 0
+    started = wait_for_event(proxy_url, "summary_started", key)
+    assert started["messages"] == len(history) - 3
+
+    gate.set()
+    ready = wait_for_event(proxy_url, "summary_ready", key)
+    assert ready["summary_tokens_in"] == 300 and ready["summary_tokens_out"] == 40 and ready["duration_ms"] >= 0
+    assert metric(proxy_url, "offload_summaries_in_flight") == 0
+
+    history2 = history + [{"role": "assistant", "content": "Final answer"}, {"role": "user", "content": "More?"}]
+    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=history2,
+                                                           extra_headers=BACKGROUND)
+    assert raw.headers["x-offload-action"] == "compress"
+    assert raw.headers["x-offload-summary-tokens"] == "340"  # paid by the first response that uses it
+    usage = raw.parse().usage
+    assert (usage.prompt_tokens, usage.completion_tokens) == (310, 45)
+    sent = forwarded(upstream)[-1]
+    assert sent[0] == history[0] and SNAPSHOT in sent[1]["content"] and sent[2:] == history2[-4:]
+    assert len(calls) == 1
+
+    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=history2,
+                                                           extra_headers=BACKGROUND)
+    assert raw.headers["x-offload-action"] == "compress" and "x-offload-summary-tokens" not in raw.headers
+    assert raw.parse().usage.prompt_tokens == 10  # paid once
+    assert forwarded(upstream)[-1] == sent  # byte-stable
+    # the summarised originals are stored under the summary's ref, reloadable
+    ref = sent[1]["content"].split("ref=")[1].split(".")[0]
+    content = httpx2.get(f"{proxy_url}/v1/offload/{ref}", headers={"authorization": f"Bearer {key}"}).json()
+    assert [json.loads(line) for line in content["content"].splitlines()] == history[1:-2]
+
+
+def test_a_background_summary_forwards_the_bytes_an_inline_one_would(make_proxy, upstream):
+    upstream.handler, calls = gated_summaries()
+    history = chat_history(12)
+    inline = {**BACKGROUND, "X-Offload-Hard-Max-Tokens": "1"}  # above the hard limit: the turn waits
+    sent = {}
+    for name, headers in (("inline", inline), ("background", BACKGROUND)):
+        summaries._records.clear()  # as if each proxy ran in a process of its own
+        with make_proxy() as url:  # a store of its own each
+            c = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-same", max_retries=0, timeout=20)
+            raw = c.chat.completions.with_raw_response.create(model="gpt-4o", messages=history, extra_headers=headers)
+            if name == "background":
+                assert raw.headers["x-offload-action"] == "compress-pending"
+                wait_for_event(url, "summary_ready", "sk-same")
+                raw = c.chat.completions.with_raw_response.create(model="gpt-4o", messages=history,
+                                                                  extra_headers=headers)
+            assert raw.headers["x-offload-action"] == "compress"
+            sent[name] = forwarded(upstream)[-1]
+    assert sent["inline"] == sent["background"] and SNAPSHOT in sent["inline"][1]["content"]
+    assert len(calls) == 2
+
+
+def test_above_the_hard_limit_the_turn_waits_for_its_summary(client, upstream):
+    upstream.handler, calls = gated_summaries()
+    history = chat_history(12)
+    tokens = counter_for_model("gpt-4o").messages(history)
+    headers = {**BACKGROUND, "X-Offload-Hard-Max-Tokens": str(tokens - 1)}
+    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=history, extra_headers=headers)
+    assert raw.headers["x-offload-action"] == "compress" and raw.headers["x-offload-summary-tokens"] == "340"
+    assert len(calls) == 1 and SNAPSHOT in forwarded(upstream)[0][1]["content"]
+    # just under it: the turn goes out without waiting
+    headers["X-Offload-Hard-Max-Tokens"] = str(tokens)
+    headers["X-Offload-Session"] = "bg-other"
+    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=chat_history(13),
+                                                           extra_headers=headers)
+    assert raw.headers["x-offload-action"] == "compress"  # the summary of turn 12's prefix, reused
+
+
+def test_a_summary_made_ahead_of_time_is_ready_when_the_trigger_is_crossed(client, upstream, proxy_url, key):
+    upstream.handler, calls = gated_summaries()
+    counter = counter_for_model("gpt-4o")
+    before, after = chat_history(10), chat_history(12)
+    # the trigger between the two: turn 10 folds 80-100 % of it (ahead of time), turn 12 crosses it
+    foldable = lambda h: counter.messages(h[1:-2])  # noqa: E731 - between the system item and the kept tail
+    trigger = int(foldable(before) / 0.9)
+    assert 0.8 * trigger <= foldable(before) <= trigger < foldable(after)
+    headers = {**BACKGROUND, "X-Offload-Max-Total-Tokens": str(trigger), "X-Offload-Precompress-Ratio": "0.8"}
+    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=before, extra_headers=headers)
+    assert raw.headers["x-offload-action"] == "none"  # below the trigger: forwarded as it came
+    assert forwarded(upstream)[0] == before
+    wait_for_event(proxy_url, "summary_ready", key)
+    assert len(calls) == 1
+
+    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=after, extra_headers=headers)
+    assert raw.headers["x-offload-action"] == "compress"  # ready: nobody waits, nothing is pending
+    sent = forwarded(upstream)[-1]
+    assert SNAPSHOT in sent[1]["content"] and sent[2:] == after[len(before) - 2:]
+    assert len(calls) == 1
+
+
+def test_concurrent_turns_on_two_replicas_make_one_summary(make_proxy, upstream, redis_url):
+    gate = threading.Event()
+    upstream.handler, calls = gated_summaries(gate)
+    history = chat_history(14)
+    headers = {**BACKGROUND, "X-Offload-Session": "bg-replicas"}
+    with make_proxy(redis_url=redis_url) as one, make_proxy(redis_url=redis_url) as two:
+        clients = [openai.OpenAI(base_url=f"{url}/v1", api_key="sk-replicas", max_retries=0, timeout=20)
+                   for url in (one, two)]
+
+        def turn(i: int) -> str:
+            return clients[i % 2].chat.completions.with_raw_response.create(
+                model="gpt-4o", messages=history, extra_headers=headers).headers["x-offload-action"]
+
+        with ThreadPoolExecutor(6) as pool:
+            actions = list(pool.map(turn, range(6)))
+        assert set(actions) == {"compress-pending"}
+        wait_until(lambda: len(calls) >= 1)
+        time.sleep(0.3)  # any second job would have called the summariser by now
+        assert len(calls) == 1
+        gate.set()
+        deadline = time.monotonic() + 20
+        while turn(0) != "compress":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert turn(1) == "compress" and len(calls) == 1
+
+
+def test_a_failed_background_summary_is_an_event_and_the_next_turn_tries_again(client, upstream, proxy_url, key):
+    upstream.handler, calls = gated_summaries(fail=True)
+    history = chat_history(12)
+    headers = {**BACKGROUND, "X-Offload-Session": SESSION}
+    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=history, extra_headers=headers)
+    assert raw.headers["x-offload-action"] == "compress-pending" and raw.parse().choices[0].message.content
+    failed = wait_for_event(proxy_url, "summary_failed", key)
+    assert "500" in failed["reason"] and failed["duration_ms"] >= 0
+    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=history, extra_headers=headers)
+    assert raw.headers["x-offload-action"] == "compress-pending"
+    wait_until(lambda: len(calls) == 2)
+
+
+def test_shutdown_with_a_summary_in_flight_cancels_it_within_the_grace(upstream, tmp_path):
+    gate = threading.Event()  # never set: the summariser hangs until the test ends
+    upstream.handler, calls = gated_summaries(gate)
+    args = ("--upstream", f"{upstream.url}/v1", "--shutdown-grace", "0.5", "--log-format", "text")
+    try:
+        proxy = ProxyProcess(*args, data_dir=tmp_path, capture=True).start()
+        c = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-shutdown", max_retries=0, timeout=20)
+        raw = c.chat.completions.with_raw_response.create(model="gpt-4o", messages=chat_history(12),
+                                                          extra_headers=BACKGROUND)
+        assert raw.headers["x-offload-action"] == "compress-pending"
+        wait_until(lambda: len(calls) == 1)
+        stopped = time.monotonic()
+        err = proxy.stop()
+        assert time.monotonic() - stopped < 10, err  # not the 20 s the summariser would hold it
+        assert "Traceback" not in err, err
+
+        # its lock went with it: the same turn on a restarted proxy starts the summary again
+        with ProxyProcess(*args, data_dir=tmp_path) as again:
+            c = openai.OpenAI(base_url=f"{again.url}/v1", api_key="sk-shutdown", max_retries=0, timeout=20)
+            raw = c.chat.completions.with_raw_response.create(model="gpt-4o", messages=chat_history(12),
+                                                              extra_headers=BACKGROUND)
+            assert raw.headers["x-offload-action"] == "compress-pending"
+            wait_until(lambda: len(calls) == 2)
+    finally:
+        gate.set()
