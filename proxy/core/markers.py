@@ -5,8 +5,9 @@ becomes the same bytes, so the provider's prompt cache keeps hitting turn after 
 
 Recognition is exact, never a prefix test: a tool result that merely starts like a marker
 (`[offloaded …`) is ordinary content and is compacted like any other. A tool-result marker is
-recognised by its whole shape: the first line, a preview no longer than `preview()` makes,
-and the proxy's own trailer line naming the same ref. Anything recognised is therefore small.
+recognised by its whole shape: the first line, a preview within the bounds `proxy.core.preview`
+keeps (lines and characters), and the proxy's own trailer line naming the same ref. Anything
+recognised is therefore small.
 """
 
 from __future__ import annotations
@@ -15,18 +16,20 @@ import base64
 import hashlib
 import re
 
+from proxy.core.preview import MAX_CHARS as PREVIEW_CHARS, MAX_LINES as PREVIEW_LINES, preview
+
 MARKER_PREFIX = "[offloaded "
 REF_PATTERN = r"[A-Za-z0-9_-]{6,64}"
 REF_RE = re.compile(rf"ref=({REF_PATTERN})")
-PREVIEW_CHARS = 400
-PREVIEW_LINES = 8
 RELOAD_TOOL = "context_reload"
 SEARCH_TOOL = "context_search"
 INJECTED_TOOLS = frozenset({RELOAD_TOOL, SEARCH_TOOL})
 
 _TOOL_HEAD = re.compile(rf"\[offloaded tool result: (?:0|[1-9][0-9]{{0,11}}) tokens, ref=({REF_PATTERN})\]")
+_COUNT = r"(?:0|[1-9][0-9]{0,11})"
 _TOOL_TRAILER = re.compile(
-    rf"\[… (?:0|[1-9][0-9]{{0,11}}) more lines\. The full text: {RELOAD_TOOL}\(ref=\"({REF_PATTERN})\"\); "
+    rf"\[… ({_COUNT}) of ({_COUNT}) lines not shown \({_COUNT} chars in all\)\. "
+    rf"The full text: {RELOAD_TOOL}\(ref=\"({REF_PATTERN})\"\); "
     rf"search it: {SEARCH_TOOL}\(pattern, ref=\"({REF_PATTERN})\"\)\.\]"
 )
 _HISTORY_HEAD = re.compile(
@@ -44,26 +47,14 @@ def make_ref(namespace: str, kind: str, content: str) -> str:
     return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
-def preview(text: str) -> tuple[str, int]:
-    """The first lines of `text` (at most PREVIEW_CHARS), and how many lines were left out."""
-    lines = text.splitlines()
-    shown: list[str] = []
-    size = 0
-    for line in lines[:PREVIEW_LINES]:
-        room = PREVIEW_CHARS - size
-        if room <= 0:
-            break
-        shown.append(line if len(line) <= room else line[:room] + "…")
-        size += len(shown[-1]) + 1
-    return "\n".join(shown), len(lines) - len(shown)
-
-
 def tool_result_marker(text: str, ref: str, tokens: int) -> str:
-    head, hidden = preview(text)
+    """The head line, the preview (`proxy.core.preview`), the trailer: sizes and how to get the rest."""
+    shown = preview(text)
     return (
         f"{MARKER_PREFIX}tool result: {tokens} tokens, ref={ref}]\n"
-        f"{head}\n"
-        f"[… {hidden} more lines. The full text: {RELOAD_TOOL}(ref=\"{ref}\"); "
+        f"{shown.body}\n"
+        f"[… {shown.hidden} of {shown.lines} lines not shown ({shown.chars} chars in all). "
+        f"The full text: {RELOAD_TOOL}(ref=\"{ref}\"); "
         f"search it: {SEARCH_TOOL}(pattern, ref=\"{ref}\").]"
     )
 
@@ -77,10 +68,6 @@ def history_marker(ref: str, count: int, tokens: int) -> str:
     )
 
 
-# The longest preview `preview()` can make: each shown line is cut to the room left plus "…".
-_PREVIEW_MAX = PREVIEW_CHARS + 1
-
-
 def tool_result_ref(text: str) -> str | None:
     """The ref of a tool-result marker made by `tool_result_marker`, else None."""
     if not text.startswith(MARKER_PREFIX):
@@ -88,12 +75,14 @@ def tool_result_ref(text: str) -> str | None:
     first, _, rest = text.partition("\n")
     head = _TOOL_HEAD.fullmatch(first)
     body, newline, last = rest.rpartition("\n")
-    if head is None or not newline or len(body) > _PREVIEW_MAX or body.count("\n") >= PREVIEW_LINES:
+    if head is None or not newline or len(body) > PREVIEW_CHARS or body.count("\n") >= PREVIEW_LINES:
         return None
     trailer = _TOOL_TRAILER.fullmatch(last)
     ref = head.group(1)
-    if trailer is None or trailer.group(1) != ref or trailer.group(2) != ref:
+    if trailer is None or trailer.group(3) != ref or trailer.group(4) != ref:
         return None
+    if int(trailer.group(1)) > int(trailer.group(2)):
+        return None  # more lines hidden than the text has: not the proxy's
     return ref
 
 

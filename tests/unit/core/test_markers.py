@@ -6,6 +6,7 @@ from hypothesis import given, settings as hsettings, strategies as st
 
 from proxy.core import compression as cp
 from proxy.core.markers import is_marker, make_ref, refs_in, tool_result_marker
+from proxy.core.preview import MAX_CHARS, MAX_LINES
 from proxy.formats.chat import VIEW
 from proxy.core.settings import OffloadSettings
 from proxy.core.compaction import plan_compaction
@@ -15,7 +16,7 @@ from tests.harness.history import agent_history, big_text
 COUNTER = counter_for_model("gpt-4o")
 NS = "a" * 32
 REF = make_ref(NS, "tool_result", "x")
-TRAILER = (f'[… 392 more lines. The full text: context_reload(ref="{REF}"); '
+TRAILER = (f'[… 392 of 400 lines not shown (24000 chars in all). The full text: context_reload(ref="{REF}"); '
            f'search it: context_search(pattern, ref="{REF}").]')
 
 
@@ -36,12 +37,17 @@ def test_look_alikes_are_not_markers():
         head + "\npreview\n" + TRAILER.replace(REF, "otherRef99"),  # the trailer names another ref
         head.replace(REF, "bad ref!") + "\npreview\n" + TRAILER,  # an ill-formed ref
         head + "\npreview\n" + TRAILER + "\nmore after the trailer",
-        head + "\n" + "\n".join(["l"] * 9) + "\n" + TRAILER,  # more preview lines than the proxy shows
+        head + "\n" + "\n".join(["l"] * (MAX_LINES + 1)) + "\n" + TRAILER,  # more preview lines than the proxy shows
+        head + "\n" + "x" * (MAX_CHARS + 1) + "\n" + TRAILER,  # a longer preview than the proxy makes
+        head + "\npreview\n" + TRAILER.replace("392 of 400", "401 of 400"),  # more hidden than there are
+        head + "\npreview\n" + TRAILER.replace(" (24000 chars in all)", ""),  # the old trailer's shape
     ]
     for text in spoofs:
         assert not is_marker(text), text[:80]
         assert refs_in(text) == []
     assert is_marker(head + "\npreview\n" + TRAILER)  # the same pieces, in the proxy's own shape
+    assert is_marker(head + "\n" + "\n".join(["l"] * MAX_LINES) + "\n" + TRAILER)
+    assert is_marker(head + "\n" + "x" * MAX_CHARS + "\n" + TRAILER)
 
 
 def test_history_summary_is_recognised_exactly():

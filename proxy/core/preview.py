@@ -1,0 +1,329 @@
+"""The preview a tool-result marker shows: what matters of a large output, in a bounded size.
+
+Test runs, tracebacks and build logs put what matters at the end, and errors in the middle,
+so the first lines alone lose it. A text preview keeps the first line, the last lines, and
+lines in between that carry errors, failures, tracebacks, warnings, `file:line` references and
+paths, with each gap marked `… N lines …`. A JSON output (the whole text one object or array)
+shows its shape instead: keys, array lengths, the first items.
+
+A pure function of the text (the marker's bytes, and so the provider's prompt cache, depend
+on it), linear in its size, never raising: every pattern below has bounded repeats and is
+matched on at most SCAN_WIDTH characters of a line. Whatever the text, the body has at most
+MAX_LINES lines and MAX_CHARS characters: `markers.tool_result_ref` relies on these bounds.
+The words here are part of the marker (see `proxy.core.markers`), not of `proxy.core.texts`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from itertools import compress, islice, repeat
+from typing import Any
+
+MAX_CHARS = 700  # the body, "\n" between lines included
+MAX_LINES = 16
+WIDTH = 160  # a first or last line is cut here (plus "…")
+SIGNAL_WIDTH = 120  # a line picked from the middle is cut here
+SCAN_WIDTH = 300  # the characters of a line the signal patterns look at
+SCAN_LINES = 2000  # the lines looked at for signals at each end of the text (all, when fewer)
+JSON_MAX_CHARS = 2_000_000  # a larger text is previewed by its lines, never parsed
+
+# What makes a middle line worth its room, most important first: a class is one pattern searched
+# in a line and one matched at its start. Every repeat is bounded and every searched alternative
+# begins with a literal (so the regex engine skips ahead to its first characters): a line costs
+# O(SCAN_WIDTH) at most, and at most 2 * SCAN_LINES lines are looked at.
+_FAILURE_SEARCH = (  # a line stating an error: also what `error_lines` finds for the summary index
+    r"FAILED\b|ERROR\b|Error(?<![\w.]Error)(?:\[\w{1,12}\])?: {1,4}\S|error(?:\[\w{1,12}\])?: {1,4}\S"
+    r"|fatal error: |Fatal error: "
+    r"|error TS\d{1,6}|Error \d{1,4}\b|npm ERR!|panicked at|Segmentation fault|core dumped"
+    r"|command not found|No such file or directory|Permission denied|undefined reference"
+    r"|Assertion failed|assertion failed"
+)
+# an exception's name starting the line, as a traceback ends (`KeyError: 'x'`, pytest's `E   ValueError: …`)
+_FAILURE_START = r"(?:E {1,12})?\s{0,12}[A-Za-z_][\w.]{0,100}(?:Error|Exception|Exit|Interrupt)(?::|$)"
+_FAILURES = (re.compile(_FAILURE_SEARCH), re.compile(_FAILURE_START))
+_CLASSES = (  # (search, match at the start, candidates tried: the selection's cost stays bounded)
+    (re.compile(r"Traceback \(most recent call last\)|" + _FAILURE_SEARCH), _FAILURES[1], 48),
+    (re.compile(r"FAILURES?\b|FAIL\b|ERRORS\b|FATAL\b|PANIC\b|warning(?:\[\w{1,12}\])?:|Warning(?:\[\w{1,12}\])?:"
+                r'|WARNING\b|File "[^"]{1,400}", line \d'),  # around an error: frames, warnings, headers
+     re.compile(r"E {1,12}\S|> {1,12}\S|\s{0,12}--> |\s{0,12}[A-Z]\w{0,60}Warning\b"), 24),
+    (re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,9}(?::\d{1,7}\b|\(\d{1,7},\d{1,7}\))"), None, 12),  # file:line
+    (re.compile(r"/[\w.-]{1,80}(?:/|\.\w)"), None, 4),  # paths
+)
+
+
+@dataclass(frozen=True)
+class Preview:
+    body: str  # at most MAX_LINES lines, MAX_CHARS characters
+    hidden: int  # lines of the text not shown (a line cut to its width counts as shown)
+    lines: int  # lines of the text, as str.splitlines() counts them
+    chars: int
+
+
+def preview(text: str) -> Preview:
+    """The preview of `text`: its JSON shape when it is one JSON object or array, else its lines."""
+    lines = text.splitlines()
+    everything = _whole(lines)
+    if everything is not None:
+        return Preview(everything, 0, len(lines), len(text))
+    shape = json_shape(text)
+    if shape is not None:
+        return Preview(_clamp(shape), len(lines), len(lines), len(text))
+    shown, count = line_preview(lines, max_chars=MAX_CHARS, max_lines=MAX_LINES)
+    return Preview(_clamp(shown), len(lines) - count, len(lines), len(text))
+
+
+def _whole(lines: list[str]) -> str | None:
+    """All the lines, when they fit uncut."""
+    if len(lines) > MAX_LINES or any(len(line) > WIDTH for line in lines):
+        return None
+    body = "\n".join(lines)
+    return body if len(body) <= MAX_CHARS else None
+
+
+def _clamp(body: list[str]) -> str:
+    """The bounds, enforced whatever the layout above did (a guard: layouts stay inside them)."""
+    return "\n".join(body[:MAX_LINES])[:MAX_CHARS]
+
+
+def _cut(line: str, width: int) -> str:
+    return line if len(line) <= width else line[:width] + "…"
+
+
+def gap(count: int) -> str:
+    return f"… {count} line …" if count == 1 else f"… {count} lines …"
+
+
+# ---------------------------------------------------------------- lines
+
+def signal_lines(lines: list[str], search: re.Pattern[str], start: re.Pattern[str] | None = None, *,
+                 lo: int = 0, hi: int | None = None) -> list[int]:
+    """Indices of lines[lo:hi] that `search` finds something in or `start` matches at their
+    start (looking at SCAN_WIDTH characters of each): all of them when there are at most
+    2 * SCAN_LINES, else those among the first and the last SCAN_LINES."""
+    hi = len(lines) if hi is None else hi
+    if hi - lo <= 2 * SCAN_LINES:
+        spans = [(lo, hi)] if hi > lo else []
+    else:
+        spans = [(lo, lo + SCAN_LINES), (hi - SCAN_LINES, hi)]
+    found: list[int] = []
+    for begin, end in spans:
+        part = lines[begin:end]
+        hits = map(search.search, part, repeat(0), repeat(SCAN_WIDTH))
+        if start is not None:
+            hits = map(_either, hits, map(start.match, part, repeat(0), repeat(SCAN_WIDTH)))
+        found += compress(range(begin, end), hits)
+    return found
+
+
+def _either(a: object, b: object) -> bool:
+    return a is not None or b is not None
+
+
+def error_lines(text: str) -> list[str]:
+    """The lines of `text` that state an error (whitespace squeezed, cut to SIGNAL_WIDTH), in order."""
+    lines = text.splitlines()
+    return [_cut(" ".join(lines[i][:SCAN_WIDTH].split()), SIGNAL_WIDTH) for i in signal_lines(lines, *_FAILURES)]
+
+
+def line_preview(lines: list[str], *, max_chars: int, max_lines: int) -> tuple[list[str], int]:
+    """(the preview's lines, how many of `lines` they show).
+
+    Picked in this order while they fit: the first line, the last three, signal lines (errors
+    first; within a class alternately the first and the last not yet shown), then more lines
+    from the end and the start, two from the end for one from the start.
+    """
+    n = len(lines)
+    first = next((i for i in range(n) if lines[i].strip()), n)
+    if first == n:
+        return [], 0
+    last = next(i for i in range(n - 1, -1, -1) if lines[i].strip())
+    chosen: dict[int, int] = {}  # line index → width
+
+    def fits(index: int, width: int) -> bool:
+        trial = {**chosen, index: width}
+        body = _render(lines, trial, first, last)
+        return len(body) <= max_lines and sum(map(len, body)) + len(body) - 1 <= max_chars
+
+    def take(index: int, width: int) -> bool:
+        if index in chosen:
+            return True
+        if not fits(index, width):
+            return False
+        chosen[index] = width
+        return True
+
+    take(first, WIDTH)
+    for index in range(last, max(first, last - 3), -1):
+        if not take(index, WIDTH):
+            break
+    shown = {_cut(lines[i], SIGNAL_WIDTH) for i in chosen}
+    for search, start, tries in _CLASSES:
+        hits = signal_lines(lines, search, start, lo=first + 1, hi=last)
+        for index in _alternate(hits, tries):
+            text = _cut(lines[index], SIGNAL_WIDTH)
+            if index not in chosen and text not in shown and take(index, SIGNAL_WIDTH):
+                shown.add(text)
+    head, tail = first + 1, last - 1
+    head_open = tail_open = True
+    step = 0
+    while (head_open or tail_open) and head <= tail:
+        if tail_open and (step % 3 != 2 or not head_open):
+            tail_open = take(tail, WIDTH)
+            tail -= 1
+        else:
+            head_open = take(head, WIDTH)
+            head += 1
+        step += 1
+    return _render(lines, chosen, first, last), len(chosen)
+
+
+def _alternate(items: list[int], limit: int) -> list[int]:
+    """items[0], items[-1], items[1], items[-2], …, at most `limit` of them."""
+    out: list[int] = []
+    low, high = 0, len(items) - 1
+    while low <= high and len(out) < limit:
+        out.append(items[low])
+        low += 1
+        if low <= high and len(out) < limit:
+            out.append(items[high])
+            high -= 1
+    return out
+
+
+def _render(lines: list[str], chosen: dict[int, int], first: int, last: int) -> list[str]:
+    """The chosen lines in order, cut to their widths, a gap line wherever lines are left out
+    (blank lines before the first or after the last non-blank line are left out silently)."""
+    out: list[str] = []
+    previous = -1
+    for index in sorted(chosen):
+        skipped = index - previous - 1
+        if skipped and (previous >= 0 or index > first):
+            out.append(gap(skipped))
+        out.append(_cut(lines[index], chosen[index]))
+        previous = index
+    if previous < last:
+        out.append(gap(len(lines) - previous - 1))
+    return out
+
+
+# ---------------------------------------------------------------- JSON
+
+_DEPTH = 3  # containers deeper than this show only their size
+_STRING = 48  # a string value shows this many characters
+_ITEMS = 24  # members of one container looked at
+
+
+def json_shape(text: str) -> list[str] | None:
+    """The shape of `text` when it is one JSON object or array (else None), in preview lines.
+
+    An object whose one string value holds most of the text (`{"output": "<a log>",
+    "metadata": {…}}`, as some agents wrap a command's output) shows its other keys, then that
+    string's line preview.
+    """
+    stripped = text.strip()
+    if len(stripped) > JSON_MAX_CHARS or stripped[:1] not in ("{", "[") or stripped[-1:] not in ("}", "]"):
+        return None
+    try:
+        value = json.loads(stripped)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(value, (dict, list)):
+        return None
+    try:
+        if isinstance(value, dict):
+            return _object_lines(value, len(text))
+        return _array_lines(value)
+    except RecursionError:  # not expected (depth is bounded); the lines are previewed instead
+        return None
+
+
+def _object_lines(value: dict[str, Any], size: int) -> list[str]:
+    big = max(((k, v) for k, v in value.items() if isinstance(v, str)), key=lambda kv: len(kv[1]),
+              default=None)
+    if big is not None and len(big[1]) > MAX_CHARS and 2 * len(big[1]) >= size:
+        key, string = big
+        out = [f"JSON object, {_count(len(value), 'key')}; {_key(key)} is shown below as lines:"]
+        others = list(islice(((k, v) for k, v in value.items() if k != key), MAX_LINES))
+        out += _members(others, len(value) - 1, max_chars=MAX_CHARS // 3, max_lines=4, more="key")
+        used = sum(map(len, out)) + len(out)
+        body, _ = line_preview(string.splitlines(), max_chars=MAX_CHARS - used, max_lines=MAX_LINES - len(out))
+        return out + body
+    out = [f"JSON object, {_count(len(value), 'key')}:"]
+    return out + _members(list(islice(value.items(), MAX_LINES)), len(value), max_chars=MAX_CHARS - len(out[0]) - 1,
+                          max_lines=MAX_LINES - 1, more="key")
+
+
+def _array_lines(value: list[Any]) -> list[str]:
+    out = [f"JSON array, {_count(len(value), 'item')}:"]
+    members = list(enumerate(value[:MAX_LINES]))
+    return out + _members(members, len(value), max_chars=MAX_CHARS - len(out[0]) - 1,
+                          max_lines=MAX_LINES - 1, more="item", labelled=True)
+
+
+def _members(members: list[tuple[Any, Any]], total: int, *, max_chars: int, max_lines: int, more: str,
+             labelled: bool = False) -> list[str]:
+    """One line per member (`"key": shape` or `[i] shape`) while they fit, then `… N more keys`."""
+    out: list[str] = []
+    used = 0
+    reserve = 24  # room kept for the closing "… N more" line
+    for position, (key, member) in enumerate(members[:max_lines]):
+        label = f"[{key}]" if labelled else _key(key)
+        room = min(SIGNAL_WIDTH, max_chars - used - reserve) - len(label) - 2
+        if room < 8 or len(out) >= max_lines - 1 and position < total - 1:
+            break
+        out.append(f"{label}: {_shape(member, room, 1)}")
+        used += len(out[-1]) + 1
+    if len(out) < total:
+        out.append(f"… {total - len(out)} more {more}{'' if total - len(out) == 1 else 's'}")
+    return out
+
+
+def _shape(value: Any, room: int, depth: int) -> str:
+    """`value` in at most `room` characters: scalars as JSON (strings cut), containers by their
+    first members and size."""
+    if room < 2:
+        return "…"
+    if isinstance(value, dict):
+        if depth >= _DEPTH or room < 12:
+            return _fit(f"{{…{_count(len(value), 'key')}}}", room)
+        parts = [(_key(k), v) for k, v in islice(value.items(), _ITEMS)]
+        return _container("{", "}", parts, len(value), room, depth)
+    if isinstance(value, list):
+        if depth >= _DEPTH or room < 12:
+            return _fit(f"[…{_count(len(value), 'item')}]", room)
+        return _container("[", "]", [(None, v) for v in value[:_ITEMS]], len(value), room, depth)
+    if isinstance(value, str):
+        shown = value if len(value) <= _STRING else value[:_STRING] + "…"
+        return _fit(json.dumps(shown, ensure_ascii=False), room)
+    return _fit(json.dumps(value), room)
+
+
+def _container(opening: str, closing: str, parts: list[tuple[str | None, Any]], total: int, room: int,
+               depth: int) -> str:
+    out = opening
+    for shown, (label, member) in enumerate(parts):
+        rest = total - shown
+        tail = f"… +{rest}" + closing
+        prefix = (", " if shown else "") + (f"{label}: " if label is not None else "")
+        left = room - len(out) - len(prefix) - len(closing) - (len(tail) + 2 if rest > 1 else 0)
+        if left < 4:
+            return out + (", " if shown else "") + tail
+        out += prefix + _shape(member, left, depth + 1)
+    if total > len(parts):
+        out += f", … +{total - len(parts)}"
+    return _fit(out + closing, room)
+
+
+def _fit(text: str, room: int) -> str:
+    return text if len(text) <= room else text[:max(room - 1, 0)] + "…"
+
+
+def _key(key: Any) -> str:
+    key = str(key)
+    return json.dumps(key if len(key) <= _STRING else key[:_STRING] + "…", ensure_ascii=False)
+
+
+def _count(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
