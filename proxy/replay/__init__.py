@@ -1,2 +1,4 @@
 """`python -m proxy replay`: conversations replayed turn by turn through the pipeline (`runner`),
-the report and charts (`report`), the command line (`cli`)."""
+the figures that are pure functions of the histories (`metrics`: prefix reuse, recall, cache cost,
+latency), the simulated summariser and the record of its requests (`simulation`), the report and
+charts (`report`), the command line (`cli`)."""

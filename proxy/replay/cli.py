@@ -16,10 +16,25 @@ from proxy.store import Store
 
 
 def add_format_argument(replay: argparse.ArgumentParser) -> None:
-    """`--format chat|responses`, for the `replay` subcommand's parser (proxy/cli.py)."""
+    """The arguments proxy/cli.py leaves to this module, for the `replay` subcommand's parser:
+    `--format chat|responses`, and the latency simulation (`--summary-delay-ms`, `--turn-latency-ms`)."""
     replay.add_argument("--format", choices=FORMATS, default="chat",
                         help="Wire format to replay in: chat messages as recorded (default), or the Responses "
                              "API input items a client would send for them.")
+    replay.add_argument("--summary-delay-ms", type=_milliseconds, default=None,
+                        help="The built-in summariser answers after this long (real sleeps); the report then "
+                             "gives each turn's added latency (p50, p99, max) and the stalled turns (added "
+                             "latency above half this delay).")
+    replay.add_argument("--turn-latency-ms", type=_milliseconds, default=0.0,
+                        help="Each turn's simulated upstream takes this long after the pipeline (background "
+                             "work may run meanwhile). Default 0.")
+
+
+def _milliseconds(value: str) -> float:
+    number = float(value)
+    if not 0 <= number <= 3_600_000:
+        raise argparse.ArgumentTypeError(f"expected milliseconds from 0 to 3600000, got {value}")
+    return number
 
 
 def _settings(args: argparse.Namespace) -> OffloadSettings:
@@ -51,11 +66,16 @@ async def run_replay(args: argparse.Namespace) -> dict:
     settings = _settings(args)
     conversations = load_conversations(Path(args.file))
     store = _store(args)
-    upstream = upstream_for(args.upstream)
+    delay = getattr(args, "summary_delay_ms", None)
+    if delay is not None and args.upstream:
+        print("offload-proxy replay: --summary-delay-ms delays the built-in summariser only; with --upstream the "
+              "real one's answer time is what the latency figures show", file=sys.stderr, flush=True)
+    upstream = upstream_for(args.upstream, 0 if args.upstream else delay or 0)
     key = args.api_key or os.environ.get("OPENAI_API_KEY", "")
     headers = [(b"authorization", f"Bearer {key}".encode())] if key else []
     format = getattr(args, "format", None) or "chat"
-    replayer = Replayer(store, settings, upstream, headers, args.model, format=format)
+    replayer = Replayer(store, settings, upstream, headers, args.model, format=format, summary_delay_ms=delay,
+                        turn_latency_ms=getattr(args, "turn_latency_ms", 0.0) or 0.0)
     counting = replayer.token_counting()
     warning = estimate_warning(counting)
     if warning:

@@ -35,21 +35,39 @@ def unique_labels(names: list[str], width: int) -> list[str]:
 
 
 def table(report: dict[str, Any]) -> str:
+    timed = report["overall"].get("latency") is not None
     header = (f"{'conversation':{NAME_WIDTH}} {'turns':>5} {'raw':>10} {'forwarded':>10} {'ratio':>6} {'prefix':>6} "
-              f"{'max turn':>8} {'sum.':>4} {'refs':>5} {'exact':>5} {'ms cold':>7} {'ms st.':>6}")
+              f"{'cache':>6} {'recall':>6} {'max turn':>8} {'sum.':>4} {'refs':>5} {'exact':>5} {'ms cold':>7} "
+              f"{'ms st.':>6}" + (f" {'p99 ms':>8} {'stall':>5}" if timed else ""))
     rows = [header, "-" * len(header)]
 
     def row(name: str, r: dict[str, Any]) -> str:
         ratio = r["forwarded_tokens"] / r["raw_tokens"] if r["raw_tokens"] else 1.0
-        return (f"{name:{NAME_WIDTH}} {r['turns']:>5} {r['raw_tokens']:>10} {r['forwarded_tokens']:>10} {ratio:>6.3f} "
-                f"{r['prefix_reuse']:>6.3f} {r['max_forwarded_turn']:>8} {r['summaries']:>4} {r['refs']:>5} "
+        line = (f"{name:{NAME_WIDTH}} {r['turns']:>5} {r['raw_tokens']:>10} {r['forwarded_tokens']:>10} {ratio:>6.3f} "
+                f"{r['prefix_reuse']:>6.3f} {r.get('cache_cost_ratio', 1.0):>6.3f} {r.get('recall', 1.0):>6.3f} "
+                f"{r['max_forwarded_turn']:>8} {r['summaries']:>4} {r['refs']:>5} "
                 f"{r['reload_exact_fraction']:>5.2f} {r['ms_per_turn_cold']:>7.2f} {r['ms_per_turn_steady']:>6.2f}")
+        if timed:
+            lat = r.get("latency") or {}
+            line += f" {lat.get('added_ms_p99', 0):>8.1f} {lat.get('stalled_turns', 0):>5}"
+        return line
 
     names = unique_labels([c["id"] for c in report["conversations"]], NAME_WIDTH)
     rows += [row(name, c) for name, c in zip(names, report["conversations"])]
     rows += ["-" * len(header), row("OVERALL", report["overall"])]
     o = report["overall"]
     rows.append(f"turns above max_total_tokens + system + tools + summary + tail: {o['turns_over_budget']}")
+    if "recall" in o:
+        rows.append(f"cache = cache_cost_ratio: input cost with cached prefixes at 10 %, forwarded turns and "
+                    f"{o['summary_calls']} summary calls over raw history; recall = {o['recall_found']} of "
+                    f"{o['recall_identifiers']} identifiers the model took from earlier tool results still forwarded")
+    if timed:
+        lat = o["latency"]
+        rows.append(f"added latency per turn (prepare's wall time, before the request goes upstream): "
+                    f"p50 {lat['added_ms_p50']:.1f} ms, p99 {lat['added_ms_p99']:.1f} ms, max {lat['added_ms_max']:.1f} ms; "
+                    f"stalled turns (added latency > half the summary delay, {lat['stall_threshold_ms']:g} ms): "
+                    f"{lat['stalled_turns']} of {o['turns']} (summary delay {lat['summary_delay_ms']:g} ms, "
+                    f"turn latency {lat['turn_latency_ms']:g} ms)")
     if report.get("format") == "responses":
         rows.append("format: responses (each chat trace replayed as Responses API input items)")
     counting = report.get("token_counting")

@@ -9,14 +9,21 @@ With format "responses", each chat trace is first converted to the Responses API
 client would send for it (`proxy.formats.responses.from_chat`) and replayed through the
 Responses view; every figure is then computed the same way on items instead of messages.
 
-Definitions: tokens are o200k_base tokens of each message's (or item's) JSON. prefix_reuse = Σ over
-consecutive turns of the tokens of the longest common prefix of whole forwarded messages of
-turn k and k+1, divided by Σ tokens of forwarded turn k. reload_exact_fraction = share of
-references created during the replay whose context_reload returns the original byte-for-byte.
+Definitions (see `proxy.replay.metrics`): tokens are o200k_base tokens of each message's (or
+item's) JSON. prefix_reuse = Σ over consecutive turns of the tokens of the longest common prefix
+of whole forwarded messages of turn k and k+1, divided by Σ tokens of forwarded turn k.
+reload_exact_fraction = share of references created during the replay whose context_reload
+returns the original byte-for-byte. recall = share of the identifiers the model wrote that only an
+earlier tool result had shown and that the forwarded turn still carries. cache_cost_ratio =
+input cost with a prompt cache (cached prefix at 10 %) of the forwarded turns and the summary
+calls they made, over that of the raw turns. With a summary delay (`summary_delay_ms`, the fake
+summariser's answer time; `turn_latency_ms`, the simulated upstream's per turn), `latency` gives
+the added latency of each turn (the wall time of its `prepare`) and the turns stalled by a summary.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -24,14 +31,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx2
-
 from proxy.core import compression as cp
 from proxy.core.view import ItemView
 from proxy.formats import chat
 from proxy.formats.responses.from_chat import items_with_offsets, tools_from_chat
 from proxy.formats.responses.items import ResponsesView
 from proxy.core.markers import INJECTED_TOOLS, history_ref
+from proxy.core.texts import RELOAD_TOOL_SCHEMAS
+from proxy.formats.responses.request import inject_tools
 from proxy.offload.summaries import Compressor, SummaryContext
 from proxy.config import ServerSettings
 from proxy.core.settings import OffloadSettings
@@ -43,57 +50,26 @@ from proxy.offload.summarizer import DEFAULT_PROMPT
 from proxy.offload.tenant import key, tenant_namespace
 from proxy.core.tokens import TokenCounter, counter_for_encoding, counter_for_model, counting_method
 from proxy.upstream.client import Upstream
+from proxy.upstream.pool import pooled_transport
+from proxy.replay import metrics
+from proxy.replay.metrics import common_prefix, prefix_reuse  # noqa: F401  (imported from here too)
+from proxy.replay.simulation import SummaryRecorder, fake_summarizer, recording, request_items
 
 NEXT_OFFSET = re.compile(r"offset=(\d+)\)\.\]$")
 FORMATS = ("chat", "responses")  # the wire format conversations are replayed in
 
 
-def fake_summarizer() -> httpx2.MockTransport:
-    """A deterministic stand-in for the summarisation model: a snapshot built from its input."""
-
-    def handler(request: httpx2.Request) -> httpx2.Response:
-        transcript = json.loads(request.content)["messages"][-1]["content"]
-        lines = [line for line in transcript.splitlines() if line.strip()]
-        errors = [line[:200] for line in lines if re.search(r"error|fail|exception", line, re.I)][:8]
-        recent = [line[:200] for line in lines if line.startswith("[")][-6:]
-        snapshot = (
-            "<state_snapshot>\n<task_overview>" + " ".join(lines[:6])[:800] + "</task_overview>\n"
-            "<current_state>" + "\n".join(recent) + "</current_state>\n"
-            "<important_discoveries>" + "\n".join(errors) + "</important_discoveries>\n"
-            "<next_steps>Continue from the current state.</next_steps>\n"
-            "<context_to_preserve></context_to_preserve>\n</state_snapshot>"
-        )
-        usage = {"prompt_tokens": len(transcript) // 4, "completion_tokens": len(snapshot) // 4}
-        return httpx2.Response(200, json={"choices": [{"message": {"role": "assistant", "content": snapshot}}],
-                                          "usage": usage})
-
-    return httpx2.MockTransport(handler)
+def answer_positions(messages: list[Any]) -> list[int]:
+    """Where the assistant messages the turns are replayed for stand (never the first message)."""
+    return [k for k, m in enumerate(messages) if k > 0 and isinstance(m, dict) and m.get("role") == "assistant"]
 
 
 def turns_of(messages: list[Any]) -> list[list[Any]]:
-    return [messages[:k] for k, m in enumerate(messages) if k > 0 and isinstance(m, dict)
-            and m.get("role") == "assistant"]
+    return [messages[:k] for k in answer_positions(messages)]
 
 
 def message_tokens(messages: list[Any], counter: TokenCounter) -> list[int]:
     return [counter.text(json.dumps(m, ensure_ascii=False)) for m in messages]
-
-
-def common_prefix(a: list[Any], b: list[Any]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
-def prefix_reuse(forwarded: list[list[Any]], tokens: list[list[int]]) -> float:
-    reused = total = 0
-    for k in range(len(forwarded) - 1):
-        reused += sum(tokens[k][: common_prefix(forwarded[k], forwarded[k + 1])])
-        total += sum(tokens[k])
-    return reused / total if total else 1.0
 
 
 def budget(forwarded: list[Any], tools: Any, settings: OffloadSettings, counter: TokenCounter,
@@ -120,8 +96,18 @@ class Conversation:
     ms_per_turn_cold: float = 0.0
     ms_per_turn_steady: float = 0.0
     store_was_fresh: bool = True  # False: the store already held this replay (summaries reused, fewer counted)
+    recall: float = 1.0
+    recall_identifiers: int = 0  # Σ over turns of the identifiers only an earlier tool result had shown
+    recall_found: int = 0  # of which the forwarded turn carried
+    cache_cost_ratio: float = 1.0
+    cache_cost: float = 0.0  # forwarded turns + summary calls, cached prefixes at 10 %, in tokens
+    raw_cache_cost: float = 0.0  # the raw turns, the same way
+    summary_calls: int = 0  # requests the summariser received
+    summary_input_tokens: int = 0  # their history's tokens
+    latency: dict[str, Any] | None = None  # only with a summary delay: see metrics.latency
     raw_per_turn: list[int] = field(default_factory=list)
     forwarded_per_turn: list[int] = field(default_factory=list)
+    added_ms_per_turn: list[float] | None = None  # only with a summary delay
 
 
 def replay_namespace(index: int, conversation_id: str) -> str:
@@ -149,6 +135,16 @@ def requests_of(conv: dict, format: str) -> tuple[list[list[Any]], Any]:
     return [items[:offsets[len(request)]] for request in requests], tools_from_chat(conv.get("tools"))
 
 
+def answers_of(conv: dict, format: str) -> tuple[list[Any], list[tuple[int, int]]]:
+    """The whole conversation in the wire format, and where each turn's assistant answer stands in
+    it (start, end): the request of turn k is history[:start] (`requests_of`)."""
+    positions = answer_positions(conv["messages"])
+    if format == "chat":
+        return conv["messages"], [(k, k + 1) for k in positions]
+    items, offsets = items_with_offsets(conv["messages"])
+    return items, [(offsets[k], offsets[k + 1]) for k in positions]
+
+
 def forget_process_summaries(namespace: str) -> None:
     """Drop this process's memo of summary records of `namespace` (left by an earlier replay in the
     same process, e.g. on another store), so every replay counts the summaries it makes itself."""
@@ -161,9 +157,13 @@ def forget_process_summaries(namespace: str) -> None:
 
 class Replayer:
     def __init__(self, store: Store, settings: OffloadSettings, upstream: Upstream, headers: list, model: str,
-                 ttl: int = 7 * 24 * 3600, format: str = "chat") -> None:
+                 ttl: int = 7 * 24 * 3600, format: str = "chat", summary_delay_ms: float | None = None,
+                 turn_latency_ms: float = 0.0) -> None:
+        """`summary_delay_ms` (the delay `upstream_for` gave the fake summariser) turns on the latency
+        report; `turn_latency_ms`: each turn sleeps that long after its pipeline (the upstream's answer)."""
         self.store, self.settings, self.upstream, self.headers, self.model = store, settings, upstream, headers, model
         self.ttl, self.format, self.view = ttl, format, view_for(format)
+        self.summary_delay_ms, self.turn_latency_ms = summary_delay_ms, turn_latency_ms
         self.json_counter = counter_for_encoding("o200k_base")
 
     def token_counting(self) -> dict[str, Any]:
@@ -181,6 +181,15 @@ class Replayer:
         return await prepare(request, self.settings, counter=counter, namespace=namespace, refs=refs,
                              compressor=Compressor(self.store, namespace, self.ttl, ctx), view=self.view)
 
+    def forwarded_tools(self, tools: Any, prepared: Any) -> Any:
+        """The tools the server would forward with this turn: the client's, plus the reload tools
+        when the payload carries a reference (as proxy/http/managed.py decides)."""
+        if not (self.settings.reload_tools and prepared.plan.refs and not prepared.store_failed):
+            return tools
+        if self.format == "chat":
+            return [*(tools or []), *RELOAD_TOOL_SCHEMAS]
+        return inject_tools({"tools": tools}, RELOAD_TOOL_SCHEMAS)["tools"]
+
     async def conversation(self, conv: dict, tick=lambda: None, index: int = 0) -> Conversation:
         out = Conversation(str(conv.get("id", "conversation")))
         # The same namespace on every run (refs are hashes of it, so their strings and token counts
@@ -190,25 +199,36 @@ class Replayer:
         out.store_was_fresh = await self.store.put_if_absent(key(namespace, "replay", "started"), b"1", self.ttl)
         counter = counter_for_model(self.model)
         requests, tools = requests_of(conv, self.format)
+        history, answers = answers_of(conv, self.format)
+        history_tokens = message_tokens(history, self.json_counter)
         forwarded: list[list[Any]] = []
         tokens: list[list[int]] = []
+        sent_tools: list[Any] = []
         created: dict[str, str] = {}
-        cold = 0.0
-        for request in requests:
+        sink: list = []  # the summary requests, by turn
+        added: list[float] = []
+        for k, request in enumerate(requests):
+            recording(sink, k)
             start = time.perf_counter()
             prepared = await self._prepare(request, namespace, counter)
-            cold += time.perf_counter() - start
+            added.append((time.perf_counter() - start) * 1e3)
+            if self.turn_latency_ms:
+                await asyncio.sleep(self.turn_latency_ms / 1e3)  # the upstream answers; background work runs
             sent = prepared.plan.items
             out.summaries += sum(1 for e in prepared.events if e["type"] == "compression")
             for o in prepared.plan.offloads:
                 created.setdefault(o.ref, o.text)
             forwarded.append(sent)
+            sent_tools.append(self.forwarded_tools(tools, prepared))
             tokens.append(message_tokens(sent, self.json_counter))
-            out.raw_per_turn.append(sum(message_tokens(request, self.json_counter)))
+            out.raw_per_turn.append(sum(history_tokens[:len(request)]))
             out.forwarded_per_turn.append(sum(tokens[-1]))
             if counter.messages(sent) > budget(sent, tools, self.settings, counter, self.view):
                 out.turns_over_budget += 1
             tick()
+        if isinstance(self.upstream.transport, SummaryRecorder):
+            await self.upstream.transport.idle()  # a summary the last turns left running
+        recording(None)
         steady = 0.0
         for request in requests:  # the same requests again: caches warm, summaries stored
             start = time.perf_counter()
@@ -219,13 +239,34 @@ class Replayer:
         out.max_forwarded_turn = max(out.forwarded_per_turn, default=0)
         out.prefix_reuse = prefix_reuse(forwarded, tokens)
         out.refs = len(created)
-        tools = ReloadTools(RefStore(self.store, namespace, self.ttl), counter,
-                            max_tokens=self.settings.max_reload_tokens, request_refs=[], session=None)
-        exact = [await reload_all(tools, ref) == text for ref, text in created.items()]
+        reload_tools = ReloadTools(RefStore(self.store, namespace, self.ttl), counter,
+                                   max_tokens=self.settings.max_reload_tokens, request_refs=[], session=None)
+        exact = [await reload_all(reload_tools, ref) == text for ref, text in created.items()]
         out.reload_exact_fraction = sum(exact) / len(exact) if exact else 1.0
-        out.ms_per_turn_cold = cold * 1e3 / max(out.turns, 1)
+        out.ms_per_turn_cold = sum(added) / max(out.turns, 1)
         out.ms_per_turn_steady = steady * 1e3 / max(out.turns, 1)
+        self._figures(out, history, answers, requests, history_tokens, forwarded, tokens, sent_tools, sink)
+        if self.summary_delay_ms is not None:
+            out.added_ms_per_turn = [round(ms, 3) for ms in added]
+            out.latency = metrics.latency(added, self.summary_delay_ms, self.turn_latency_ms)
         return out
+
+    def _figures(self, out: Conversation, history, answers, requests, history_tokens, forwarded, tokens,
+                 sent_tools, sink) -> None:
+        """recall and the cache cost (`proxy.replay.metrics`)."""
+        recall = metrics.Recall()
+        for turn in metrics.recall(history, answers, forwarded, lambda item: self.view.role(item) == "tool"):
+            recall.add(turn)
+        out.recall, out.recall_identifiers, out.recall_found = recall.value, recall.kept, recall.found
+        calls = []
+        for turn, body in sink:
+            items, call_tools = request_items(body)
+            calls.append(metrics.SummaryCall(turn, items, call_tools, message_tokens(items, self.json_counter)))
+        out.summary_calls = len(calls)
+        out.summary_input_tokens = sum(sum(c.tokens) for c in calls)
+        out.cache_cost = metrics.cache_cost(forwarded, tokens, sent_tools, calls)
+        out.raw_cache_cost = metrics.cache_cost(requests, [history_tokens[:len(r)] for r in requests])
+        out.cache_cost_ratio = out.cache_cost / out.raw_cache_cost if out.raw_cache_cost else 1.0
 
 
 async def reload_all(tools: ReloadTools, ref: str) -> str | None:
@@ -249,6 +290,9 @@ def overall(conversations: list[Conversation]) -> dict[str, Any]:
     turns = sum(c.turns for c in conversations)
     refs = sum(c.refs for c in conversations)
     weight = sum(c.raw_tokens for c in conversations) or 1
+    kept, found = sum(c.recall_identifiers for c in conversations), sum(c.recall_found for c in conversations)
+    cost, raw_cost = sum(c.cache_cost for c in conversations), sum(c.raw_cache_cost for c in conversations)
+    timed = [c for c in conversations if c.latency is not None]
     return {
         "conversations": len(conversations),
         "turns": turns,
@@ -263,13 +307,28 @@ def overall(conversations: list[Conversation]) -> dict[str, Any]:
         "reload_exact_fraction": (sum(c.reload_exact_fraction * c.refs for c in conversations) / refs) if refs else 1.0,
         "ms_per_turn_cold": sum(c.ms_per_turn_cold * c.turns for c in conversations) / max(turns, 1),
         "ms_per_turn_steady": sum(c.ms_per_turn_steady * c.turns for c in conversations) / max(turns, 1),
+        "recall": found / kept if kept else 1.0,
+        "recall_identifiers": kept,
+        "recall_found": found,
+        "cache_cost_ratio": cost / raw_cost if raw_cost else 1.0,
+        "cache_cost": cost,
+        "raw_cache_cost": raw_cost,
+        "summary_calls": sum(c.summary_calls for c in conversations),
+        "summary_input_tokens": sum(c.summary_input_tokens for c in conversations),
+        "latency": metrics.latency([ms for c in timed for ms in c.added_ms_per_turn or []],
+                                   timed[0].latency["summary_delay_ms"], timed[0].latency["turn_latency_ms"])
+        if timed else None,
     }
 
 
-def upstream_for(url: str | None) -> Upstream:
+def upstream_for(url: str | None, summary_delay_ms: float = 0) -> Upstream:
+    """The summariser's upstream (the built-in fake unless `url`), recording the requests it gets
+    (`proxy.replay.simulation`); the fake answers after `summary_delay_ms`."""
     if url:
-        return Upstream(ServerSettings(upstream=url, read_timeout=120))
-    return Upstream(ServerSettings(upstream="http://fake-summariser.invalid/v1"), transport=fake_summarizer())
+        settings = ServerSettings(upstream=url, read_timeout=120)
+        return Upstream(settings, transport=SummaryRecorder(pooled_transport(settings)))
+    return Upstream(ServerSettings(upstream="http://fake-summariser.invalid/v1"),
+                    transport=SummaryRecorder(fake_summarizer(summary_delay_ms)))
 
 
 class ReplayInputError(ValueError):

@@ -1,0 +1,188 @@
+"""The replay's figures that are pure functions of the replayed and forwarded histories.
+
+Format-neutral: an item is a chat message or a Responses input item, and `item_text` reads
+either shape, so the same conversation gives the same recall in both formats.
+
+- prefix_reuse: Σ over consecutive turns of the tokens of the longest common prefix of whole
+  forwarded items of turn k and k+1, divided by Σ tokens of forwarded turn k.
+- recall: for each turn k, the identifiers (`IDENTIFIER`) the model wrote in assistant message
+  k (its text and its tool calls' names and arguments) that occur in the text of an earlier tool
+  result and in no earlier non-tool item ("kept": facts only a tool result had told it);
+  recall = Σ kept that occur verbatim (as a substring) in the text of turn k's forwarded items /
+  Σ kept. An identifier counts once per turn.
+- cache cost: a turn costs its tokens minus 0.9 × the tokens of its longest common whole-item
+  prefix with the previous turn (a provider's cached input at 10 % of the price); a summary
+  call costs its input tokens, discounted the same way against the previous forwarded turn only
+  when it carries the same tools. cache_cost_ratio = (forwarded turns + summary calls) / raw turns.
+- latency: per-turn added latency (the wall time of the pipeline's `prepare`), p50 / p99 (nearest
+  rank) / max, and the stalled turns: those whose added latency exceeds half the summary delay.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:[./][A-Za-z0-9_]+)+|[A-Za-z]+_[A-Za-z0-9_]+|\b\d{3,}\b")
+CACHED_PRICE = 0.1  # a cached input token costs 10 % of an uncached one
+SEPARATOR = "\0"  # between the texts of two items: no identifier spans it
+
+
+def common_prefix(a: list[Any], b: list[Any]) -> int:
+    """The number of leading whole items `a` and `b` share."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def prefix_reuse(forwarded: list[list[Any]], tokens: list[list[int]]) -> float:
+    reused = total = 0
+    for k in range(len(forwarded) - 1):
+        reused += sum(tokens[k][: common_prefix(forwarded[k], forwarded[k + 1])])
+        total += sum(tokens[k])
+    return reused / total if total else 1.0
+
+
+# ------------------------------------------------------------------------------------- recall
+
+def _content_texts(content: Any) -> list[str]:
+    """A content (or a tool output): a string, or the `text` of its parts (chat `text`,
+    Responses `input_text` / `output_text`)."""
+    if isinstance(content, str):
+        return [content]
+    if isinstance(content, list):
+        return [p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
+    return []
+
+
+def _call_texts(call: Any) -> list[str]:
+    """A call's name and arguments: a chat tool call (`function` or `custom`) or a Responses
+    `function_call` / `custom_tool_call` item."""
+    if not isinstance(call, dict):
+        return []
+    inner = call.get("function") if isinstance(call.get("function"), dict) else call.get("custom")
+    source = inner if isinstance(inner, dict) else call
+    return [v for v in (source.get("name"), source.get("arguments"), source.get("input")) if isinstance(v, str)]
+
+
+def item_text(item: Any) -> str:
+    """All the text the model sees of one item: its content (string or parts), a tool result's
+    output, and its tool calls' names and arguments (chat `tool_calls`, or a call item itself)."""
+    if not isinstance(item, dict):
+        return ""
+    texts = _content_texts(item.get("content")) + _content_texts(item.get("output"))
+    calls = item.get("tool_calls")
+    for call in calls if isinstance(calls, list) else ():
+        texts += _call_texts(call)
+    if item.get("type") in ("function_call", "custom_tool_call"):
+        texts += _call_texts(item)
+    return "\n".join(t for t in texts if t)
+
+
+def items_text(items: Sequence[Any]) -> str:
+    return SEPARATOR.join(item_text(item) for item in items)
+
+
+def identifiers(text: str) -> set[str]:
+    return set(IDENTIFIER.findall(text))
+
+
+@dataclass
+class Recall:
+    kept: int = 0  # identifiers only an earlier tool result had shown (Σ over turns)
+    found: int = 0  # of which the forwarded turn still carries
+
+    @property
+    def value(self) -> float:
+        return self.found / self.kept if self.kept else 1.0
+
+    def add(self, other: Recall) -> None:
+        self.kept += other.kept
+        self.found += other.found
+
+
+def recall(history: list[Any], answers: list[tuple[int, int]], forwarded: list[list[Any]],
+           is_tool: Callable[[Any], bool]) -> list[Recall]:
+    """Per turn: `answers[k] = (start, end)` are the items of assistant message k in `history`
+    (the request of turn k is history[:start], ascending), `forwarded[k]` what turn k forwarded."""
+    out = []
+    tool_texts: list[str] = []
+    other_texts: list[str] = []
+    tool_blob = other_blob = ""
+    seen = 0
+    for (start, end), sent in zip(answers, forwarded):
+        if start > seen:
+            for item in history[seen:start]:
+                (tool_texts if is_tool(item) else other_texts).append(item_text(item))
+            tool_blob, other_blob = SEPARATOR.join(tool_texts), SEPARATOR.join(other_texts)
+            seen = start
+        written = identifiers(items_text(history[start:end]))
+        kept = [x for x in written if x in tool_blob and x not in other_blob]
+        text = items_text(sent) if kept else ""
+        out.append(Recall(len(kept), sum(1 for x in kept if x in text)))
+    return out
+
+
+# --------------------------------------------------------------------------------- cache cost
+
+@dataclass
+class SummaryCall:
+    """One request the summariser received: its history items, tools, and their tokens."""
+    turn: int  # the replayed turn (0-based) whose pipeline made the call
+    items: list[Any]
+    tools: Any
+    tokens: list[int]
+
+
+def cached_cost(items: list[Any], tokens: list[int], previous: list[Any] | None) -> float:
+    """`tokens` summed, the common whole-item prefix with `previous` at CACHED_PRICE."""
+    shared = common_prefix(items, previous) if previous is not None else 0
+    return sum(tokens) - (1 - CACHED_PRICE) * sum(tokens[:shared])
+
+
+def same_tools(a: Any, b: Any) -> bool:
+    return (a or []) == (b or [])
+
+
+def cache_cost(turns: list[list[Any]], tokens: list[list[int]], tools: list[Any] | None = None,
+               summaries: Sequence[SummaryCall] = ()) -> float:
+    """The input cost of `turns` (and of the summary calls they made) with a prompt cache: see
+    the module's docstring. `tools[k]` are the tools turn k forwarded."""
+    total = 0.0
+    for k, (items, counts) in enumerate(zip(turns, tokens)):
+        total += cached_cost(items, counts, turns[k - 1] if k else None)
+    for call in summaries:
+        k = call.turn
+        same = k > 0 and tools is not None and same_tools(call.tools, tools[k - 1])
+        total += cached_cost(call.items, call.tokens, turns[k - 1] if same else None)
+    return total
+
+
+# ------------------------------------------------------------------------------------ latency
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """Nearest rank: the smallest value with at least p % of the values at or below it."""
+    ordered = sorted(values)
+    if not ordered:
+        return 0.0
+    return ordered[max(math.ceil(p / 100 * len(ordered)), 1) - 1]
+
+
+def latency(added_ms: Sequence[float], summary_delay_ms: float, turn_latency_ms: float) -> dict[str, Any]:
+    """The added latency of the turns: p50, p99, max, and the turns stalled by a summary."""
+    threshold = summary_delay_ms / 2
+    return {
+        "summary_delay_ms": summary_delay_ms,
+        "turn_latency_ms": turn_latency_ms,
+        "added_ms_p50": round(percentile(added_ms, 50), 2),
+        "added_ms_p99": round(percentile(added_ms, 99), 2),
+        "added_ms_max": round(max(added_ms, default=0.0), 2),
+        "stall_threshold_ms": threshold,
+        "stalled_turns": sum(1 for ms in added_ms if ms > threshold),
+    }

@@ -1,0 +1,116 @@
+"""The replay's simulation: the summariser's requests recorded per turn, its delay, the latency report."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextvars
+import json
+import time
+
+import httpx2
+import pytest
+
+from proxy.core.settings import OffloadSettings
+from proxy.replay.cli import add_format_argument
+from proxy.replay.report import table
+from proxy.replay.runner import Replayer, report_dict, upstream_for
+from proxy.replay.simulation import SummaryRecorder, fake_summarizer, recording, request_items
+from proxy.store.sqlite import SQLiteStore
+from tests.unit.replay.test_runner import conversation
+
+pytestmark = pytest.mark.anyio
+
+URL = "http://fake-summariser.invalid/v1/chat/completions"
+BODY = {"model": "m", "messages": [{"role": "system", "content": "Summarise."},
+                                   {"role": "user", "content": "[user]\nfix it\n\n[tool]\nerror: boom"}]}
+
+
+async def send(transport: httpx2.AsyncBaseTransport, body: dict, url: str = URL) -> httpx2.Response:
+    return await transport.handle_async_request(httpx2.Request("POST", url, json=body))
+
+
+async def test_the_fake_summariser_answers_after_its_delay_and_builds_a_snapshot():
+    started = time.perf_counter()
+    response = await send(fake_summarizer(delay_ms=30), BODY)
+    assert time.perf_counter() - started >= 0.03
+    content = json.loads(await response.aread())["choices"][0]["message"]["content"]
+    assert content.startswith("<state_snapshot>") and "error: boom" in content
+    answer = json.loads(await (await send(fake_summarizer(), {"input": "x"}, URL.replace("chat/completions",
+                                                                                           "responses"))).aread())
+    assert answer["output"][0]["content"][0]["text"].startswith("<state_snapshot>")
+
+
+async def test_summary_requests_are_recorded_for_their_turn_even_from_another_context():
+    recorder, sink = SummaryRecorder(fake_summarizer()), []
+    recording(sink, 3)
+    await send(recorder, BODY)
+    tools = [{"type": "function", "function": {"name": "bash"}}]
+    # a task started in a context of its own (a background scheduler's): the turn being replayed
+    await asyncio.get_running_loop().create_task(send(recorder, {**BODY, "tools": tools}),
+                                                 context=contextvars.Context())
+    recording(None)  # e.g. the steady pass: nothing recorded
+    await send(recorder, BODY)
+    assert [(turn, body.get("tools")) for turn, body in sink] == [(3, None), (3, tools)]
+    assert request_items(sink[1][1]) == (BODY["messages"], tools)
+    assert request_items({"instructions": "be brief", "input": "hi"})[0] == [
+        {"type": "message", "role": "system", "content": [{"type": "input_text", "text": "be brief"}]},
+        {"role": "user", "content": "hi"}]
+
+
+def quoting_conversation() -> dict:
+    """The runner's test conversation, its assistant naming paths from the tool result before the
+    previous one: one near its head (kept in a compacted preview), one deep in it (only in the
+    offloaded original)."""
+    conv = conversation()
+    for i in range(2, 8):
+        conv["messages"][2 + 2 * i]["content"] = (f"Looking at src/step{i - 2}/mod3.py and src/step{i - 2}/mod110.py. "
+                                                  + "thinking " * 40)
+    return conv
+
+
+async def replay(tmp_path, **kwargs):
+    store, upstream = SQLiteStore(tmp_path), upstream_for(None, kwargs.get("summary_delay_ms") or 0)
+    try:
+        replayer = Replayer(store, OffloadSettings(max_total_tokens=1500, max_tool_message_tokens=300), upstream,
+                            [], "gpt-4o", **kwargs)
+        return await replayer.conversation(quoting_conversation())
+    finally:
+        await upstream.aclose()
+        await store.close()
+
+
+async def test_summary_calls_are_counted_in_the_cache_cost(tmp_path):
+    out = await replay(tmp_path)
+    assert out.summaries >= 1 and out.summary_calls == out.summaries  # one group each
+    assert out.summary_input_tokens > 0
+    assert out.cache_cost_ratio == pytest.approx(out.cache_cost / out.raw_cache_cost)
+    assert out.recall_identifiers == 12  # two paths a turn, 6 turns
+    # the deep ones are offloaded (and a summary may drop the others): some found, never all
+    assert 0 < out.recall_found < 12 and out.recall == out.recall_found / 12
+    assert out.latency is None and out.added_ms_per_turn is None  # no delay: no timing in the figures
+
+
+async def test_latency_report_counts_the_turns_that_waited_for_a_summary(tmp_path):
+    out = await replay(tmp_path, summary_delay_ms=80, turn_latency_ms=5)
+    figures = out.latency
+    assert figures["stall_threshold_ms"] == 40 and figures["turn_latency_ms"] == 5
+    assert figures["stalled_turns"] == sum(ms > 40 for ms in out.added_ms_per_turn)
+    # Summaries are made inline: each turn that made one waited the summary delay for it.
+    assert figures["stalled_turns"] == out.summaries >= 1
+    assert figures["added_ms_max"] >= 80 and figures["added_ms_p50"] < 40
+    report = report_dict([out], OffloadSettings(), format="chat")
+    assert report["overall"]["latency"]["stalled_turns"] == figures["stalled_turns"]
+    printed = table(report)
+    assert "stalled turns (added latency > half the summary delay, 40 ms)" in printed
+    assert "recall" in printed.splitlines()[0] and "stall" in printed.splitlines()[0]
+
+
+def test_latency_arguments():
+    parser = argparse.ArgumentParser()
+    add_format_argument(parser)
+    args = parser.parse_args(["--summary-delay-ms", "1500", "--turn-latency-ms", "200"])
+    assert (args.summary_delay_ms, args.turn_latency_ms) == (1500.0, 200.0)
+    assert parser.parse_args([]).summary_delay_ms is None
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--summary-delay-ms", "-1"])
