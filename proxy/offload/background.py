@@ -1,5 +1,8 @@
 """Summaries made in the background: a bounded number at once, a bounded queue, one per key.
 
+Bounded three ways against one caller crowding out the others or the memory: jobs per tenant
+(`per_tenant`, queued and running), and the weight (tokens of history) all jobs hold together.
+
 A job holds what its summarisation call needs, the caller's credentials included, only while
 it waits or runs: a queued job older than `max_age` is dropped unstarted, a finished one is
 forgotten at once, and at shutdown the queue is dropped and what runs gets `grace` seconds
@@ -25,6 +28,8 @@ class _Job:
     key: str
     run: Callable[[], Awaitable[None]]
     queued: float
+    tenant: str
+    weight: int
 
 
 @dataclass(frozen=True)
@@ -37,11 +42,16 @@ class SchedulerState:
 
 class SummaryScheduler:
     def __init__(self, *, concurrency: int = 4, queue: int = 64, max_age: float = 120.0,
+                 per_tenant: int | None = None, max_weight: int = 32_000_000,
                  on_change: Callable[[SchedulerState], None] | None = None) -> None:
         self.concurrency, self.queue_size, self.max_age = concurrency, queue, max_age
+        self.per_tenant = per_tenant or concurrency
+        self.max_weight = max_weight
         self._queue: deque[_Job] = deque()
         self._running: dict[str, tuple[asyncio.Task[None], float]] = {}
-        self._keys: set[str] = set()
+        self._jobs: dict[str, _Job] = {}  # queued or running, by key
+        self._tenants: dict[str, int] = {}
+        self._weight = 0
         self._closed = False
         self._dropped = 0
         self._idle = asyncio.Event()
@@ -50,20 +60,25 @@ class SummaryScheduler:
 
     def busy(self, key: str) -> bool:
         """Is a job with this key queued or running here?"""
-        return key in self._keys
+        return key in self._jobs
 
-    def submit(self, key: str, run: Callable[[], Awaitable[None]]) -> bool:
-        """Start `run` now or when a slot frees; False when the same key is already here, the
-        queue is full or the scheduler is closed (nothing started)."""
-        if self._closed or key in self._keys:
+    def submit(self, key: str, run: Callable[[], Awaitable[None]], *, tenant: str = "", weight: int = 0) -> bool:
+        """Start `run` now or when a slot frees; False (nothing started) when the same key is
+        already here, the queue, the tenant's share or the weight is full, or it is closed.
+        `weight`: what the job holds in memory (tokens of history), released when it ends."""
+        if self._closed or key in self._jobs:
             return False
-        if len(self._running) >= self.concurrency and len(self._queue) >= self.queue_size:
+        if ((len(self._running) >= self.concurrency and len(self._queue) >= self.queue_size)
+                or self._tenants.get(tenant, 0) >= self.per_tenant
+                or (self._jobs and self._weight + weight > self.max_weight)):
             self._dropped += 1
             self._changed()
             return False
-        self._keys.add(key)
+        job = _Job(key, run, time.monotonic(), tenant, weight)
+        self._jobs[key] = job
+        self._tenants[tenant] = self._tenants.get(tenant, 0) + 1
+        self._weight += weight
         self._idle.clear()
-        job = _Job(key, run, time.monotonic())
         if len(self._running) < self.concurrency:
             self._start(job)
         else:
@@ -84,14 +99,24 @@ class SummaryScheduler:
         except Exception:  # a job reports its own failures; this is a bug, not a failed summary
             log.exception("background summary crashed")
 
+    def _forget(self, key: str) -> None:
+        job = self._jobs.pop(key, None)
+        if job is not None:
+            self._weight -= job.weight
+            left = self._tenants.get(job.tenant, 1) - 1
+            if left > 0:
+                self._tenants[job.tenant] = left
+            else:
+                self._tenants.pop(job.tenant, None)
+
     def _finished(self, key: str) -> None:
         self._running.pop(key, None)
-        self._keys.discard(key)
+        self._forget(key)
         now = time.monotonic()
         while self._queue and len(self._running) < self.concurrency and not self._closed:
             job = self._queue.popleft()
             if now - job.queued > self.max_age:  # its turn is long gone: do not start it late
-                self._keys.discard(job.key)
+                self._forget(job.key)
                 self._dropped += 1
                 continue
             self._start(job)
@@ -117,7 +142,7 @@ class SummaryScheduler:
         """Drop the queue; give running jobs `grace` seconds, then cancel them."""
         self._closed = True
         for job in self._queue:
-            self._keys.discard(job.key)
+            self._forget(job.key)
         self._dropped += len(self._queue)
         self._queue.clear()
         tasks = [task for task, _ in self._running.values()]

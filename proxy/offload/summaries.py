@@ -216,7 +216,8 @@ class Compressor:
         async def job() -> None:
             await self._in_background(compacted, originals, settings, counter, chain, decision)
 
-        scheduler.submit(conversation, job)
+        weight = await cpu.light(counter.messages, originals)  # counted already: what the job holds
+        scheduler.submit(conversation, job, tenant=self.namespace, weight=weight)
 
     async def _in_background(self, compacted, originals, settings, counter, chain, decision) -> None:
         cpu = CPU.for_messages(originals)

@@ -26,7 +26,7 @@ def blocked(log: list[str], name: str, gate: asyncio.Event):
 
 async def test_at_most_concurrency_run_the_rest_wait_in_order_and_a_key_runs_once():
     gate, log, states = asyncio.Event(), [], []
-    scheduler = SummaryScheduler(concurrency=2, queue=2, on_change=states.append)
+    scheduler = SummaryScheduler(concurrency=2, queue=2, per_tenant=100, on_change=states.append)
     assert scheduler.submit("a", blocked(log, "a", gate)) and scheduler.submit("b", blocked(log, "b", gate))
     assert not scheduler.submit("a", blocked(log, "a2", gate))  # the same key: already here
     assert scheduler.submit("c", blocked(log, "c", gate)) and scheduler.submit("d", blocked(log, "d", gate))
@@ -46,7 +46,7 @@ async def test_at_most_concurrency_run_the_rest_wait_in_order_and_a_key_runs_onc
 
 async def test_a_queued_job_older_than_max_age_is_dropped_unstarted():
     gate, log = asyncio.Event(), []
-    scheduler = SummaryScheduler(concurrency=1, queue=5, max_age=0.05)
+    scheduler = SummaryScheduler(concurrency=1, queue=5, max_age=0.05, per_tenant=100)
     scheduler.submit("a", blocked(log, "a", gate))
     scheduler.submit("b", blocked(log, "b", gate))
     await asyncio.sleep(0.1)
@@ -60,7 +60,7 @@ async def test_a_failing_job_frees_its_slot():
     async def boom() -> None:
         raise RuntimeError("bug")
 
-    scheduler = SummaryScheduler(concurrency=1, queue=1)
+    scheduler = SummaryScheduler(concurrency=1, queue=1, per_tenant=100)
     done = []
 
     async def after() -> None:
@@ -83,7 +83,7 @@ async def test_shutdown_drops_the_queue_waits_the_grace_then_cancels():
             cancelled.append(True)
             raise
 
-    scheduler = SummaryScheduler(concurrency=2, queue=5)
+    scheduler = SummaryScheduler(concurrency=2, queue=5, per_tenant=100)
     scheduler.submit("quick", blocked(log, "quick", quick))
     scheduler.submit("stuck", stubborn)
     scheduler.submit("queued", blocked(log, "queued", quick))
@@ -93,3 +93,20 @@ async def test_shutdown_drops_the_queue_waits_the_grace_then_cancels():
     assert log == ["start quick", "end quick"]  # finished within the grace; the queued one never started
     assert cancelled == [True] and scheduler.state().running == 0 and scheduler.state().dropped == 1
     assert not scheduler.submit("late", blocked(log, "late", quick))  # closed
+
+
+async def test_one_tenant_cannot_take_every_slot_nor_the_memory():
+    gate, log = asyncio.Event(), []
+    scheduler = SummaryScheduler(concurrency=2, queue=10, per_tenant=2, max_weight=1000)
+    assert scheduler.submit("t1:a", blocked(log, "a", gate), tenant="t1", weight=100)
+    assert scheduler.submit("t1:b", blocked(log, "b", gate), tenant="t1", weight=100)
+    assert not scheduler.submit("t1:c", blocked(log, "c", gate), tenant="t1", weight=100)  # its share is used
+    assert scheduler.submit("t2:a", blocked(log, "t2a", gate), tenant="t2", weight=700)  # another tenant: queued
+    assert not scheduler.submit("t3:a", blocked(log, "t3a", gate), tenant="t3", weight=200)  # 900 + 200 > 1000
+    assert scheduler.state().dropped == 2
+    gate.set()
+    await asyncio.wait_for(scheduler.idle(), 5)
+    # all released: a job heavier than the limit still runs when it is alone
+    assert scheduler.submit("t3:a", blocked(log, "t3a", gate), tenant="t3", weight=5000)
+    await asyncio.wait_for(scheduler.idle(), 5)
+    assert "end t3a" in log and scheduler._weight == 0 and scheduler._tenants == {}
