@@ -34,7 +34,7 @@ JSON_MAX_CHARS = 2_000_000  # a larger text is previewed by its lines, never par
 # begins with a literal (so the regex engine skips ahead to its first characters): a line costs
 # O(SCAN_WIDTH) at most, and at most 2 * SCAN_LINES lines are looked at.
 _FAILURE_SEARCH = (  # a line stating an error: also what `error_lines` finds for the summary index
-    r"FAILED\b|ERROR\b|Error(?<![\w.]Error)(?:\[\w{1,12}\])?: {1,4}\S|error(?:\[\w{1,12}\])?: {1,4}\S"
+    r"FAILED(?<![\w.]FAILED)\b|ERROR(?<![\w.]ERROR)\b|Error(?<![\w.]Error)(?:\[\w{1,12}\])?: {1,4}\S|error(?:\[\w{1,12}\])?: {1,4}\S"
     r"|fatal error: |Fatal error: "
     r"|error TS\d{1,6}|Error \d{1,4}\b|npm ERR!|panicked at|Segmentation fault|core dumped"
     r"|command not found|No such file or directory|Permission denied|undefined reference"
@@ -215,13 +215,8 @@ _STRING = 48  # a string value shows this many characters
 _ITEMS = 24  # members of one container looked at
 
 
-def json_shape(text: str) -> list[str] | None:
-    """The shape of `text` when it is one JSON object or array (else None), in preview lines.
-
-    An object whose one string value holds most of the text (`{"output": "<a log>",
-    "metadata": {…}}`, as some agents wrap a command's output) shows its other keys, then that
-    string's line preview.
-    """
+def _json(text: str) -> dict[str, Any] | list[Any] | None:
+    """`text` parsed, when it is one JSON object or array no longer than JSON_MAX_CHARS."""
     stripped = text.strip()
     if len(stripped) > JSON_MAX_CHARS or stripped[:1] not in ("{", "[") or stripped[-1:] not in ("}", "]"):
         return None
@@ -229,7 +224,31 @@ def json_shape(text: str) -> list[str] | None:
         value = json.loads(stripped)
     except (ValueError, RecursionError):
         return None
-    if not isinstance(value, (dict, list)):
+    return value if isinstance(value, (dict, list)) else None
+
+
+def _wrapped(value: dict[str, Any], size: int) -> tuple[str, str] | None:
+    """(key, string) of the one string value holding most of a JSON object's text, if any:
+    `{"output": "<a log>", "metadata": {…}}`, as some agents wrap a command's output."""
+    big = max(((k, v) for k, v in value.items() if isinstance(v, str)), key=lambda kv: len(kv[1]), default=None)
+    return big if big is not None and len(big[1]) > MAX_CHARS and 2 * len(big[1]) >= size else None
+
+
+def plain_text(text: str) -> str:
+    """The command output a JSON wrapper holds (see `_wrapped`), else `text` itself."""
+    value = _json(text)
+    wrapped = _wrapped(value, len(text)) if isinstance(value, dict) else None
+    return wrapped[1] if wrapped else text
+
+
+def json_shape(text: str) -> list[str] | None:
+    """The shape of `text` when it is one JSON object or array (else None), in preview lines.
+
+    A wrapped command output (see `_wrapped`) shows the object's other keys, then the output's
+    line preview.
+    """
+    value = _json(text)
+    if value is None:
         return None
     try:
         if isinstance(value, dict):
@@ -240,10 +259,9 @@ def json_shape(text: str) -> list[str] | None:
 
 
 def _object_lines(value: dict[str, Any], size: int) -> list[str]:
-    big = max(((k, v) for k, v in value.items() if isinstance(v, str)), key=lambda kv: len(kv[1]),
-              default=None)
-    if big is not None and len(big[1]) > MAX_CHARS and 2 * len(big[1]) >= size:
-        key, string = big
+    wrapped = _wrapped(value, size)
+    if wrapped is not None:
+        key, string = wrapped
         out = [f"JSON object, {_count(len(value), 'key')}; {_key(key)} is shown below as lines:"]
         others = list(islice(((k, v) for k, v in value.items() if k != key), MAX_LINES))
         out += _members(others, len(value) - 1, max_chars=MAX_CHARS // 3, max_lines=4, more="key")

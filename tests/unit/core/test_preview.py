@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
 from proxy.core.markers import make_ref, tool_result_marker, tool_result_ref
-from proxy.core.preview import MAX_CHARS, MAX_LINES, SCAN_LINES, WIDTH, error_lines, json_shape, preview
+from proxy.core.preview import (MAX_CHARS, MAX_LINES, SCAN_LINES, WIDTH, error_lines, json_shape, plain_text,
+                                preview)
 
 REF = make_ref("a" * 32, "tool_result", "x")
 
@@ -215,6 +216,11 @@ def test_error_lines_for_the_index():
         "FAILED tests/unit/test_header.py::test_parse_header - AssertionError: assert {'version': 1} == {'version': 2}"]
     assert error_lines(python_traceback()) == ["KeyError: 'label'"]
     assert error_lines("except ValueError:\n    raise KeyError(key)\nall good") == []  # code is not an error
+    assert error_lines('TYPE_ERROR = "x"\n52 logging.ERROR: {"red"}\nif FAILED_ONCE:') == []  # nor are names
+    assert error_lines("ERROR: pip's resolver\nx FAILED y") == ["ERROR: pip's resolver", "x FAILED y"]
+    wrapped = json.dumps({"output": "\n".join(["ok"] * 400 + ["KeyError: 'k'"]), "metadata": {"exit_code": 1}})
+    assert error_lines(plain_text(wrapped)) == ["KeyError: 'k'"]  # a JSON-wrapped output is read as its lines
+    assert plain_text('{"a": 1}') == '{"a": 1}' and plain_text("plain") == "plain"
 
 
 # ---- bounded, stable, recognised ------------------------------------------------------------------
