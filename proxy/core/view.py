@@ -35,6 +35,11 @@ class ItemView(Protocol):
         """The ids of the tool calls this item makes."""
         ...
 
+    def call_details(self, item: Any) -> tuple[tuple[str, str], ...]:
+        """(name, arguments) of each tool call this item makes, the arguments as the model wrote
+        them: a JSON object's text, or a custom tool's free-form input (e.g. a patch)."""
+        ...
+
     def answers(self, item: Any) -> str | None:
         """The id of the tool call this item answers (a tool result), else None."""
         ...

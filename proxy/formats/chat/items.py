@@ -75,6 +75,19 @@ class ChatView:
     def calls(self, item: Any) -> tuple[str, ...]:
         return tuple(c["id"] for c in _calls(item) if isinstance(c.get("id"), str))
 
+    def call_details(self, item: Any) -> tuple[tuple[str, str], ...]:
+        """(name, arguments) of each function call; a custom tool call's input as its arguments."""
+        out: list[tuple[str, str]] = []
+        for call in _calls(item):
+            kind = "custom" if call.get("type") == "custom" else "function"
+            body = call.get(kind) if isinstance(call.get(kind), dict) else {}
+            arguments = body.get("input" if kind == "custom" else "arguments")
+            if not isinstance(arguments, str):
+                arguments = "" if arguments is None else json.dumps(arguments, ensure_ascii=False)
+            name = body.get("name")
+            out.append((name if isinstance(name, str) else "", arguments))
+        return tuple(out)
+
     def answers(self, item: Any) -> str | None:
         if isinstance(item, dict) and item.get("role") == "tool":
             call_id = item.get("tool_call_id")

@@ -211,6 +211,26 @@ class ResponsesView:
             return (item["id"],)
         return ()
 
+    def call_details(self, item: Any) -> tuple[tuple[str, str], ...]:
+        """(name, arguments) of a call item: a function call's `arguments`, a custom tool call's
+        `input`; a shell call's `action`, an apply_patch call's `operation` and a computer call's
+        `action` as JSON text (names "local_shell", "shell", "apply_patch", "computer"); an
+        mcp_call as "server.name"."""
+        kind = _type(item)
+        if kind in ("function_call", "custom_tool_call", "mcp_call"):
+            name = item.get("name") if isinstance(item.get("name"), str) else ""
+            prefix = item.get("server_label") if kind == "mcp_call" else item.get("namespace")
+            if isinstance(prefix, str) and prefix:
+                name = f"{prefix}.{name}"
+            arguments = item.get("input" if kind == "custom_tool_call" else "arguments")
+            return ((name, arguments if isinstance(arguments, str) else ""),)
+        field = {"local_shell_call": ("local_shell", "action"), "shell_call": ("shell", "action"),
+                 "apply_patch_call": ("apply_patch", "operation"), "computer_call": ("computer", "action")}.get(kind or "")
+        if field is None:
+            return ()
+        value = item.get(field[1])
+        return ((field[0], json.dumps(value, ensure_ascii=False) if value is not None else ""),)
+
     def answers(self, item: Any) -> str | None:
         """The `call_id` a tool result answers (`approval_request_id` for an mcp_approval_response;
         a local_shell_call_output without call_id names the call by its `id`)."""
