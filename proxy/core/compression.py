@@ -220,9 +220,12 @@ def _pack(parts: list[tuple[int, int]], threshold: int) -> list[int]:
     return cuts
 
 
-def summary_item(view: ItemView, text: str, ref: str, count: int, tokens: int) -> Any:
-    """The item standing for the summarised ones; `markers.history_ref` recognises it exactly."""
-    return view.summary_item(f"{history_marker(ref, count, tokens)}\n{text}")
+def summary_item(view: ItemView, text: str, ref: str, count: int, tokens: int, *, index: str = "") -> Any:
+    """The item standing for the summarised ones: the marker line (`markers.history_ref`
+    recognises it exactly), the index of the summarised items (`proxy.core.summary_index`) if
+    any, the summary."""
+    marker = history_marker(ref, count, tokens)
+    return view.summary_item(f"{marker}\n{index}\n{text}" if index else f"{marker}\n{text}")
 
 
 def assemble(items: list[Any], view: ItemView, head: int, cut: int, summary: Any) -> list[Any]:

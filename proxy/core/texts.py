@@ -1,8 +1,9 @@
 """Every text the model sees that the proxy writes, in one place.
 
-The markers that stand for offloaded content are in `proxy.core.markers`, beside the exact
-patterns that recognise them again; everything else is here: the injected tools' schemas, what
-the tools answer, and the summariser's prompt. Changing a text here changes what models read.
+The markers that stand for offloaded content are in `proxy.core.markers` (the few words of
+their previews in `proxy.core.preview`), beside the exact patterns that recognise them again;
+everything else is here: the injected tools' schemas, what the tools answer, the summariser's
+prompt, and the index of a summarised part. Changing a text here changes what models read.
 """
 
 from __future__ import annotations
@@ -67,6 +68,24 @@ Rules: keep file paths, identifiers, commands, numbers, URLs and error messages 
 every reference self-contained (no "the file above"). Be dense; omit pleasantries. When a \
 previous snapshot is given, update it with the new messages: keep what still holds, correct \
 what changed, add what is new."""
+
+# The summary asked for at the end of the conversation itself (`--summary-request prefix`): the
+# same tools and messages as the turns (a provider's prompt cache serves them), then this message.
+SUMMARY_INSTRUCTION = """Stop here: do not answer the conversation above and do not call any tool. \
+The history above is about to be replaced in your context by a dense state snapshot, and you will \
+continue from that snapshot alone. Write it now.
+
+Write exactly one <state_snapshot> block, covering everything above this message, with these sections:
+<task_overview>the user's goal and requirements, constraints and success criteria</task_overview>
+<current_state>what has been done and what holds now: files changed, commands run, results</current_state>
+<important_discoveries>facts learned, decisions and why, errors met and how they were solved</important_discoveries>
+<next_steps>what remains, in order</next_steps>
+<context_to_preserve>anything else you must not lose</context_to_preserve>
+
+Rules: keep file paths, identifiers, commands, numbers, URLs and error messages verbatim. Make \
+every reference self-contained (no "the file above"). Be dense; omit pleasantries. When the history \
+starts with an earlier snapshot (a message marked "[offloaded history: ...]"), fold it in: keep what \
+still holds, correct what changed, add what is new. Answer with the block only."""
 
 
 # ---------------------------------------------------------------- what the reload tools answer
@@ -151,3 +170,18 @@ def stopped_at_size(max_bytes: int) -> str:
 
 def more_matches(found: int) -> str:
     return f"[{found} matches shown; more exist. Narrow the pattern or give a ref.]"
+
+
+# ---------------------------------------------------------------- the index of a summarised part
+# (proxy.core.summary_index): placed between a history summary's marker line and its snapshot.
+
+INDEX_OPEN = "<index>"
+INDEX_CLOSE = "</index>"
+INDEX_FILES = "files read or edited: "
+INDEX_COMMANDS = "commands run: "
+INDEX_ERRORS = "errors seen: "
+
+
+def index_more(count: int) -> str:
+    """Ends an index line whose entries did not all fit."""
+    return f"+{count} more"

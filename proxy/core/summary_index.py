@@ -1,0 +1,225 @@
+"""A short, deterministic index of a summarised part of the history.
+
+A summary is the summariser's prose; what an agent most often needs back from the part it
+replaced is concrete: which files it read or edited, which commands it ran, which errors it
+saw. The index lists them, read straight from the items (tool-call arguments, tool results),
+so it is exact where the summary may paraphrase, and byte-stable: the same items always give
+the same index. Each list keeps first-seen order without repeats; the whole index stays under
+INDEX_CHARS (≈ 300 tokens), a list that does not fit ends with "+N more".
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from typing import Any
+
+from proxy.core import texts
+from proxy.core.preview import error_lines, plain_text
+from proxy.core.view import ItemView
+
+INDEX_CHARS = 1200  # the whole index, tags included (≈ 4 characters a token)
+FILE_CHARS = 100  # one path (its end is kept)
+COMMAND_CHARS = 80  # one command: its first line
+ERROR_CHARS = 100  # one error line
+ARGUMENTS_MAX = 1_000_000  # larger arguments are not parsed
+
+_PATH_KEYS = ("path", "file", "file_path", "filepath", "filename", "file_name", "target_file", "notebook_path",
+              "paths", "files")
+_COMMAND_KEYS = ("command", "cmd", "commands")
+_EDITOR_VERBS = frozenset({"view", "create", "str_replace", "insert", "undo_edit", "read", "write", "edit",
+                           "append", "delete"})
+_SHELLS = frozenset({"bash", "sh", "zsh", "dash"})
+_SHELL_NAME = re.compile(r"bash|shell|exec|run|terminal|command|cmd|^sh$", re.I)
+_PATTERN_FIRST = frozenset({"sed", "grep", "egrep", "fgrep", "rg", "ag", "awk", "perl"})  # first argument is a script
+_NO_FILE_ARGS = frozenset({"cd", "pushd", "echo", "printf", "export"})
+_PUNCTUATION = frozenset(";&|()<>")
+_REDIRECTS = frozenset({">", ">>", ">|", "&>", "&>>", "<"})
+_PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.{1,400})$|^\*\*\* Move to: (.{1,400})$", re.M)
+_FILE_TOKEN = re.compile(r"[\w.~/+@-]{1,400}")
+_EXTENSION = re.compile(r"[^/.]\.[A-Za-z][A-Za-z0-9]{0,7}$")
+_CD_PREFIX = re.compile(r"^(?:cd [^;&|\n]{1,400}? ?&& ?)+")
+
+
+class _Seen:
+    """Distinct entries in first-seen order."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, None] = {}
+
+    def add(self, entry: str) -> None:
+        if entry:
+            self.entries.setdefault(entry, None)
+
+
+def summary_index(items: list[Any], view: ItemView) -> str:
+    """`<index>` with the files, commands and errors of `items`, one line each ("" if none)."""
+    files, commands, errors = _Seen(), _Seen(), _Seen()
+    for item in items:
+        for name, arguments in view.call_details(item):
+            _read_call(name, arguments, files, commands)
+        if view.role(item) == "tool":
+            text = view.tool_text(item)
+            if text:
+                for line in error_lines(plain_text(text)):
+                    errors.add(_cut(line, ERROR_CHARS))
+    lists = [(texts.INDEX_FILES, ", ", list(files.entries)), (texts.INDEX_COMMANDS, "; ", list(commands.entries)),
+             (texts.INDEX_ERRORS, "; ", list(errors.entries))]
+    lists = [entry for entry in lists if entry[2]]
+    if not lists:
+        return ""
+    room = INDEX_CHARS - len(texts.INDEX_OPEN) - len(texts.INDEX_CLOSE) - 2 * len(lists)
+    lines = [_line(label, separator, entries, share)
+             for (label, separator, entries), share in zip(lists, _shares([_need(*e) for e in lists], room))]
+    return "\n".join([texts.INDEX_OPEN, *lines, texts.INDEX_CLOSE])
+
+
+# ---------------------------------------------------------------- reading a call
+
+def _read_call(name: str, arguments: str, files: _Seen, commands: _Seen) -> None:
+    value: Any = arguments
+    if len(arguments) <= ARGUMENTS_MAX and arguments.lstrip().startswith(("{", "[")):
+        try:
+            value = json.loads(arguments)
+        except (ValueError, RecursionError):
+            value = arguments
+    strings: list[str] = []
+    if isinstance(value, dict):
+        editor = "editor" in name.lower() or name.lower() in ("edit", "write", "read", "view")
+        for key in _PATH_KEYS:
+            for path in _strings(value.get(key)):
+                files.add(_path(path))
+        for key in _COMMAND_KEYS:
+            raw = value.get(key)
+            if isinstance(raw, str) and (editor or raw in _EDITOR_VERBS) and any(k in value for k in _PATH_KEYS):
+                continue  # an editor's verb (str_replace_editor's command="view"), not a shell command
+            if isinstance(raw, str) and not _SHELL_NAME.search(name) and " " not in raw.strip():
+                continue  # one word given to a tool that is no shell: a verb (task_tracker's "plan")
+            for command in _commands(raw, key == "commands"):
+                commands.add(_command(command))
+                for path in _command_files(command):
+                    files.add(_path(path))
+        strings = [v for v in value.values() if isinstance(v, str)]
+    elif isinstance(value, str):
+        strings = [value]
+    for string in strings:
+        if "*** " in string:
+            for match in _PATCH_FILE.finditer(string[:ARGUMENTS_MAX]):
+                files.add(_path((match.group(1) or match.group(2)).strip()))
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [v for v in value[:100] if isinstance(v, str)]
+    return []
+
+
+def _commands(raw: Any, many: bool) -> list[str]:
+    """The command lines of a `command`/`cmd` argument: a string, or an argv (`["bash", "-lc",
+    "…"]` is its script); `commands` (a shell call's) is a list of command lines."""
+    if isinstance(raw, str):
+        return [raw]
+    if not isinstance(raw, list) or not raw or not all(isinstance(part, str) for part in raw):
+        return []
+    if many:
+        return raw[:100]
+    if len(raw) == 3 and raw[0].rsplit("/", 1)[-1] in _SHELLS and raw[1] in ("-c", "-lc", "-ic"):
+        return [raw[2]]
+    return [" ".join(raw)]
+
+
+def _command(command: str) -> str:
+    """The command's first line, whitespace squeezed, a leading `cd … &&` dropped, cut."""
+    first, _, rest = command.strip().partition("\n")
+    first = _CD_PREFIX.sub("", " ".join(first[:4 * COMMAND_CHARS].split()))
+    if rest.strip():
+        first += " …"
+    return _cut(first, COMMAND_CHARS)
+
+
+def _command_files(command: str) -> list[str]:
+    """Paths among a command's arguments (its first line): tokens with a file extension, not
+    options, not the program, not a search pattern or sed script, not a `cd` target."""
+    line = command.strip().partition("\n")[0][:2000]
+    try:
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        tokens = list(lexer)
+    except ValueError:  # an unclosed quote
+        tokens = line.split()
+    found: list[str] = []
+    program: str | None = None  # the program of the simple command being read
+    pattern_pending = skip_next = target_next = False
+    for token in tokens:
+        if token and set(token) <= _PUNCTUATION:
+            if token in _REDIRECTS:
+                target_next = True  # `> file`: the file is written, whatever the program
+            else:
+                program = None  # `|`, `&&`, `;`: another command begins
+            continue
+        if target_next:
+            target_next = False
+        elif program is None:
+            program = token.rsplit("/", 1)[-1]
+            pattern_pending = program in _PATTERN_FIRST
+            continue
+        elif skip_next or program in _NO_FILE_ARGS:
+            skip_next = False
+            continue
+        elif token.startswith("-"):
+            skip_next = token in ("-e", "-f", "--regexp")
+            pattern_pending = pattern_pending and token not in ("-e", "--regexp")
+            continue
+        elif pattern_pending:
+            pattern_pending = False
+            continue
+        path = token.split("::", 1)[0]  # a pytest node id
+        if _FILE_TOKEN.fullmatch(path) and _EXTENSION.search(path) and path != "/dev/null":
+            found.append(path)
+    return found
+
+
+def _path(path: str) -> str:
+    path = " ".join(path.split())
+    while path.startswith("./"):
+        path = path[2:]
+    return path if len(path) <= FILE_CHARS else "…" + path[-(FILE_CHARS - 1):]
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+# ---------------------------------------------------------------- fitting the lines
+
+def _need(label: str, separator: str, entries: list[str]) -> int:
+    return len(label) + sum(map(len, entries)) + len(separator) * (len(entries) - 1)
+
+
+def _shares(needs: list[int], room: int) -> list[int]:
+    """Room for each line: the smallest needs are met in full, the rest share what is left
+    equally (deterministic water-filling)."""
+    shares = [0] * len(needs)
+    left, waiting = room, sorted(range(len(needs)), key=lambda i: (needs[i], i))
+    while waiting:
+        equal = left // len(waiting)
+        index = waiting.pop(0)
+        shares[index] = min(needs[index], equal)
+        left -= shares[index]
+    return shares
+
+
+def _line(label: str, separator: str, entries: list[str], room: int) -> str:
+    """`label` and as many entries as fit in `room`, then "+N more" for the rest."""
+    line = label
+    for shown, entry in enumerate(entries):
+        rest = len(entries) - shown - 1
+        more = len(separator) + len(texts.index_more(rest)) if rest else 0
+        candidate = line + (separator if shown else "") + entry
+        if len(candidate) + more > room:
+            return line + (separator if shown else "") + texts.index_more(len(entries) - shown)
+        line = candidate
+    return line

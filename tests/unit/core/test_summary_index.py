@@ -1,0 +1,181 @@
+"""The index of a summarised part: files, commands and errors read straight from the items, in
+chat and in Responses format alike, bounded and byte-stable."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings as hsettings, strategies as st
+
+from proxy.core import compression as cp
+from proxy.core.markers import history_ref, is_marker, make_ref
+from proxy.core.summary_index import INDEX_CHARS, summary_index
+from proxy.formats.chat import VIEW as CHAT
+from proxy.formats.responses import ResponsesView
+from proxy.formats.responses.from_chat import items_from_chat
+
+RESPONSES = ResponsesView(())
+
+PYTEST_FAILURE = "\n".join([
+    "============================= test session starts ==============================",
+    "collected 12 items", "", "tests/test_app.py ..F.........", "",
+    "=================================== FAILURES ===================================",
+    ">       assert total([1, 2]) == 3",
+    "E       AssertionError: assert 2 == 3",
+    "tests/test_app.py:14: AssertionError",
+    "=========================== short test summary info ============================",
+    "FAILED tests/test_app.py::test_total - AssertionError: assert 2 == 3",
+    "========================= 1 failed, 11 passed in 0.12s ========================="])
+SOURCE = "\n".join(f"{i:6}\tdef f{i}(x):\n        return x + {i}" for i in range(40))
+
+
+def call(call_id: str, name: str, arguments: dict) -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+def agent_history() -> list[dict]:
+    """An agent fixing a bug: reads, searches, edits with an editor and a patch, runs the tests."""
+    return [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "tests/test_app.py fails; fix src/app.py."},
+        {"role": "assistant", "content": "Looking at the code.", "tool_calls": [
+            call("c1", "bash", {"command": "cd /repo && cat src/app.py"}),
+            call("c2", "bash", {"command": "grep -rn 'def total' src/ tests/test_app.py"})]},
+        {"role": "tool", "tool_call_id": "c1", "content": SOURCE},
+        {"role": "tool", "tool_call_id": "c2", "content": "src/app.py:3:def total(xs):"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            call("c3", "bash", {"command": "cd /repo && python -m pytest tests/test_app.py::test_total -x -q"})]},
+        {"role": "tool", "tool_call_id": "c3", "content": PYTEST_FAILURE},
+        {"role": "assistant", "content": None, "tool_calls": [
+            call("c4", "str_replace_editor", {"command": "view", "path": "/repo/src/util.py"}),
+            call("c5", "str_replace_editor", {"command": "str_replace", "path": "/repo/src/app.py",
+                                              "old_str": "return sum(xs[1:])", "new_str": "return sum(xs)"})]},
+        {"role": "tool", "tool_call_id": "c4", "content": "def helper():\n    pass"},
+        {"role": "tool", "tool_call_id": "c5", "content": "The file /repo/src/app.py has been edited."},
+        {"role": "assistant", "content": None, "tool_calls": [
+            call("c6", "apply_patch", {"input": "*** Begin Patch\n*** Update File: src/app.py\n@@\n-x\n+y\n"
+                                                "*** Add File: tests/test_extra.py\n+def test_x(): pass\n*** End Patch"}),
+            call("c7", "bash", {"command": "python -c 'import app'\necho done"}),
+            call("c8", "task_tracker", {"command": "plan", "task_list": []})]},
+        {"role": "tool", "tool_call_id": "c6", "content": "Done!"},
+        {"role": "tool", "tool_call_id": "c7", "content": "Traceback (most recent call last):\n"
+                                                          '  File "<string>", line 1, in <module>\n'
+                                                          "ModuleNotFoundError: No module named 'app'"},
+        {"role": "tool", "tool_call_id": "c8", "content": "ok"},
+        {"role": "assistant", "content": "Fixed."},
+    ]
+
+
+EXPECTED = "\n".join([
+    "<index>",
+    "files read or edited: src/app.py, tests/test_app.py, /repo/src/util.py, /repo/src/app.py, tests/test_extra.py",
+    "commands run: cat src/app.py; grep -rn 'def total' src/ tests/test_app.py; "
+    "python -m pytest tests/test_app.py::test_total -x -q; python -c 'import app' …",
+    "errors seen: E AssertionError: assert 2 == 3; FAILED tests/test_app.py::test_total - AssertionError: assert 2 == 3; "
+    "ModuleNotFoundError: No module named 'app'",
+    "</index>",
+])
+
+
+def test_a_chat_history_is_indexed():
+    assert summary_index(agent_history(), CHAT) == EXPECTED
+
+
+def test_the_same_history_in_responses_format_gives_the_same_index():
+    items = items_from_chat(agent_history())
+    assert any(item.get("type") == "function_call" for item in items)
+    assert summary_index(items, RESPONSES) == EXPECTED
+
+
+def test_responses_native_calls_are_indexed():
+    items = [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]},
+        {"type": "local_shell_call", "id": "ls1", "call_id": "s1", "status": "completed",
+         "action": {"type": "exec", "command": ["bash", "-lc", "sed -n '1,40p' proxy/core/view.py"], "env": {}}},
+        {"type": "local_shell_call_output", "call_id": "s1", "output": "class ItemView(Protocol):"},
+        {"type": "shell_call", "id": "sh1", "call_id": "s2", "status": "completed",
+         "action": {"commands": ["make test", "cat build/log.txt"], "timeout_ms": 1000}},
+        {"type": "shell_call_output", "call_id": "s2", "output": [{"stdout": "", "stderr": "", "outcome": {}}]},
+        {"type": "apply_patch_call", "id": "ap1", "call_id": "p1", "status": "completed",
+         "operation": {"type": "update_file", "path": "proxy/core/texts.py", "diff": "@@\n-a\n+b"}},
+        {"type": "apply_patch_call_output", "call_id": "p1", "status": "completed", "output": "patched"},
+        {"type": "custom_tool_call", "id": "ct1", "call_id": "p2", "name": "apply_patch",
+         "input": "*** Begin Patch\n*** Delete File: old/thing.py\n*** End Patch"},
+        {"type": "custom_tool_call_output", "call_id": "p2", "output": "Done"},
+        {"type": "function_call", "id": "fc1", "call_id": "f1", "name": "exec_command",
+         "arguments": json.dumps({"cmd": ["bash", "-lc", "cargo build"], "workdir": "/w"})},
+        {"type": "function_call_output", "call_id": "f1", "output": json.dumps({
+            "output": "\n".join([f"   Compiling dep{i} v0.1.0" for i in range(80)]
+                                + ["error[E0308]: mismatched types", " --> src/main.rs:4:5"]),
+            "metadata": {"exit_code": 101}})},
+    ]
+    assert summary_index(items, RESPONSES) == "\n".join([
+        "<index>",
+        "files read or edited: proxy/core/view.py, build/log.txt, proxy/core/texts.py, old/thing.py",
+        "commands run: sed -n '1,40p' proxy/core/view.py; make test; cat build/log.txt; cargo build",
+        "errors seen: error[E0308]: mismatched types",
+        "</index>",
+    ])
+
+
+def test_nothing_to_index_is_an_empty_index():
+    chat = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}]
+    assert summary_index(chat, CHAT) == "" and summary_index([], CHAT) == ""
+
+
+def test_long_lists_are_capped_with_a_count_of_the_rest():
+    history: list[dict] = []
+    for i in range(300):
+        history.append({"role": "assistant", "content": None, "tool_calls": [
+            call(f"c{i}", "bash", {"command": f"cat src/module_{i:03}/implementation_file_{i}.py"})]})
+        history.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"ValueError: broken thing number {i}"})
+    index = summary_index(history, CHAT)
+    assert len(index) <= INDEX_CHARS and index == summary_index(history, CHAT)
+    files, commands, errors = index.split("\n")[1:4]
+    assert files.startswith("files read or edited: src/module_000/implementation_file_0.py, ")
+    assert files.endswith(" more") and commands.endswith(" more") and errors.endswith(" more")
+    shown = files.removeprefix("files read or edited: ").split(", ")
+    assert int(shown[-1].split()[0].lstrip("+")) == 300 - (len(shown) - 1)  # "+N more" counts the rest
+
+
+def test_a_short_list_leaves_its_room_to_the_others():
+    history = [{"role": "assistant", "content": None, "tool_calls": [call("c0", "bash", {"command": "ls"})]},
+               {"role": "tool", "tool_call_id": "c0", "content": "\n".join(f"error: problem {i} " + "x" * 60
+                                                                           for i in range(40))}]
+    errors = summary_index(history, CHAT).split("\n")[2]
+    assert len(errors) > 900  # the errors take what the one command leaves
+
+
+def test_the_summary_item_carries_the_index_and_is_recognised():
+    ref = make_ref("a" * 32, "history", "h")
+    index = summary_index(agent_history(), CHAT)
+    for view in (CHAT, RESPONSES):
+        item = cp.summary_item(view, "<state_snapshot>…</state_snapshot>", ref, 12, 3456, index=index)
+        text = view.text(item)
+        assert history_ref(text) == ref and not is_marker(text)
+        marker, rest = text.split("\n", 1)
+        assert rest == index + "\n<state_snapshot>…</state_snapshot>"
+        plain = cp.summary_item(view, "<state_snapshot>…</state_snapshot>", ref, 12, 3456)
+        assert view.text(plain) == marker + "\n<state_snapshot>…</state_snapshot>"  # no index: as before
+
+
+arguments = st.one_of(
+    st.text(max_size=300),
+    st.dictionaries(st.sampled_from(["command", "cmd", "path", "file", "commands", "input", "paths", "x"]),
+                    st.one_of(st.text(max_size=200), st.lists(st.text(max_size=40), max_size=5), st.integers()),
+                    max_size=4).map(json.dumps),
+)
+
+
+@hsettings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["bash", "str_replace_editor", "apply_patch", "x"]), arguments,
+                          st.text(max_size=300)), max_size=30))
+def test_any_history_gives_a_bounded_stable_index(calls):
+    history: list[dict] = []
+    for n, (name, args, result) in enumerate(calls):
+        history.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{n}", "type": "function", "function": {"name": name, "arguments": args}}]})
+        history.append({"role": "tool", "tool_call_id": f"c{n}", "content": result})
+    index = summary_index(history, CHAT)
+    assert index == summary_index(history, CHAT) and len(index) <= INDEX_CHARS
+    assert index == "" or (index.startswith("<index>\n") and index.endswith("\n</index>"))
