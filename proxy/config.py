@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -86,6 +86,12 @@ class ServerSettings(BaseSettings):
     summary_timeout: float = Field(60.0, gt=0, description="Timeout (s) of one summarisation call.")
     summary_wait: float = Field(
         5.0, ge=0, description="How long (s) a request waits for a summary another request is making."
+    )
+    summary_request: Literal["prefix", "transcript"] = Field(
+        "prefix", description="How a summary is asked for: prefix (the conversation as its turns send it, the "
+        "same tools and messages, then one instruction: a provider's prompt cache bills the history at its "
+        "cached price) or transcript (a system prompt and a rendering of the history, on chat completions: "
+        "for upstreams without prefix caching)."
     )
     summary_concurrency: int = Field(
         4, ge=1, le=1000, description="Summaries one worker makes at once in the background."

@@ -2,8 +2,9 @@
 
 One `WireFormat` per managed endpoint: it parses a request body, reads the history the core
 reduces and writes the reduced history back (byte-stable: every other key kept, in order),
-names the tools a client declares that collide with the injected ones, and makes the
-`Rounds` (`proxy.core.rounds`) of one request for the reload loop.
+names the tools a client declares that collide with the injected ones, makes the
+`Rounds` (`proxy.core.rounds`) of one request for the reload loop, and asks for a summary the
+way the conversation itself is sent (`summary_request`, `summary_answer`).
 """
 
 from __future__ import annotations
@@ -32,3 +33,18 @@ class WireFormat(Protocol):
     def rounds(self, body: dict, items: list[Any], tools: Sequence[dict], *,
                extra_usage: dict | None) -> Rounds:
         """`tools`: the injected tools' chat-style schemas; `extra_usage`: chat-shaped."""
+
+    def summary_request(self, body: dict, prefix: list[Any], instruction: str, tools: Sequence[dict], *,
+                        model: str) -> tuple[str, dict]:
+        """(endpoint under /v1, body) of the request asking for a summary of `prefix`.
+
+        `body` is the client's request; `prefix` the items a turn forwarded first (sent byte for
+        byte, so a provider's prompt cache serves them), followed by `instruction` as one user
+        message; `tools` the injected tools' chat-style schemas when the turn carried them (added
+        as the turn adds them: the tools too are byte-identical). No tool may be called, nothing
+        is streamed, stored or continued, and the keys that would shape or bound the answer are
+        left out; `model` replaces the request's."""
+
+    def summary_answer(self, answer: Any) -> tuple[str, int, int]:
+        """(text, input tokens, output tokens) of the upstream's answer to `summary_request`;
+        ValueError for an answer without that shape."""

@@ -20,7 +20,6 @@ from proxy.core.rounds import Rounds
 from proxy.core.settings import OffloadSettings, SettingsError
 from proxy.core.texts import RELOAD_TOOL_SCHEMAS
 from proxy.core.tokens import counter_for_model_async
-from proxy.core.view import ItemView
 from proxy.core.wire import WireFormat
 from proxy.errors import ProxyError, error_response
 from proxy.formats.chat import CHAT
@@ -37,7 +36,7 @@ from proxy.offload.pipeline import Prepared, prepare
 from proxy.offload.quota import Quota
 from proxy.offload.refs import RefStore
 from proxy.offload.summaries import Compressor, SummaryContext
-from proxy.offload.summarizer import DEFAULT_PROMPT
+from proxy.offload.summarizer import DEFAULT_INSTRUCTION, DEFAULT_PROMPT
 from proxy.reload import loop as reload_loop
 from proxy.reload.search import SearchLimits
 from proxy.reload.tools import ReloadTools, collision_warning
@@ -88,19 +87,24 @@ def model_of(body: dict) -> str | None:
 
 
 def compressor_for(request: Request, body: dict, settings: OffloadSettings, caller: Caller, *,
-                   view: ItemView, refs: RefStore, background: bool = True) -> Compressor:
-    """Summaries go to the caller's upstream (its chat completions endpoint, whatever the
-    request's format) with the caller's upstream credential; `view` reads the request's items.
-    `background`: made ahead of time and not waited for below the hard limit (else inline)."""
+                   fmt: WireFormat, refs: RefStore, background: bool = True) -> Compressor:
+    """Summaries go to the caller's upstream with the caller's upstream credential: in the
+    request's own format and endpoint (the prefix shape, `fmt` builds the request), or to chat
+    completions whatever the format (`--summary-request transcript`); `fmt.view` reads the
+    request's items. `background`: made ahead of time and not waited for below the hard limit
+    (else inline). A tenant's `summary_prompt` replaces the transcript's system prompt and the
+    prefix shape's instruction alike."""
     services = services_of(request)
-    prompt = services.settings_resolver.tenant_extra(caller.tenant, "summary_prompt") or DEFAULT_PROMPT
+    custom = services.settings_resolver.tenant_extra(caller.tenant, "summary_prompt")
     model = settings.summary_model or model_of(body) or "gpt-4o-mini"
     headers = caller.upstream_headers(request.scope["headers"], body_replaced=True)
-    ctx = SummaryContext(upstream=services.upstream, headers=headers, model=model, prompt=prompt,
+    ctx = SummaryContext(upstream=services.upstream, headers=headers, model=model, prompt=custom or DEFAULT_PROMPT,
                          timeout=services.settings.summary_timeout, wait=services.settings.summary_wait,
-                         sealer=services.sealer, base=caller.base, view=view, background=services.summaries if background else None,
+                         sealer=services.sealer, base=caller.base, view=fmt.view,
+                         background=services.summaries if background else None,
                          session=settings.session, request_model=model_of(body), metrics=services.metrics,
-                         refs=refs)
+                         refs=refs, wire=fmt, body=body, summary_request=services.settings.summary_request,
+                         instruction=custom or DEFAULT_INSTRUCTION)
     return Compressor(services.store, caller.namespace, services.settings.store_ttl, ctx)
 
 
@@ -254,7 +258,7 @@ class ManagedCall:
         if tokens is not None:
             self.prepared = prepared = Prepared(Plan(self.messages, tokens_before=tokens, tokens_after=tokens))
         else:
-            compressor = compressor_for(self.request, self.body, self.settings, self.caller, view=self.fmt.view,
+            compressor = compressor_for(self.request, self.body, self.settings, self.caller, fmt=self.fmt,
                                         refs=self.refs)
             self.prepared = prepared = await prepare(self.messages, self.settings, counter=self.counter,
                                                      namespace=self.namespace, refs=self.refs, compressor=compressor,

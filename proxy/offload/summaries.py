@@ -5,6 +5,12 @@ the turn that crosses the trigger then finds it ready, and a turn that finds not
 goes out without one unless it is above the hard limit (`proxy.core.precompress`). Summaries
 are keyed by the hash of the client's own (uncompacted) history prefix they cover, so one made
 before compaction started is found after it.
+
+A summary is asked for in one of two shapes (`SummaryContext.summary_request`): "prefix" (the
+default) sends the conversation as the turns send it, the same tools and the same leading items
+byte for byte, then one instruction, in one call, so a provider's prompt cache bills the
+history at its cached price; "transcript" sends a system prompt and a rendering of the items to
+chat completions, in groups of `group_token_threshold` tokens, for upstreams without a cache.
 """
 
 from __future__ import annotations
@@ -17,7 +23,9 @@ from typing import Any
 
 from proxy.core import compression as cp
 from proxy.core import precompress
-from proxy.core.compaction import Offload
+from proxy.core.compaction import Offload, present_refs
+from proxy.core.texts import RELOAD_TOOL_SCHEMAS
+from proxy.core.wire import WireFormat
 from proxy.core.view import ItemView
 from proxy.formats import chat
 from proxy.http import observe
@@ -31,7 +39,8 @@ from proxy.core.markers import make_ref
 from proxy.core.settings import OffloadSettings
 from proxy.store.sealing import Sealer
 from proxy.store import Store, StoreUnavailable
-from proxy.offload.summarizer import SummaryFailed, prompt_version, summarize
+from proxy.offload.summarizer import DEFAULT_INSTRUCTION, Summary, SummaryFailed, prompt_version, summarize, \
+    summarize_prefix
 from proxy.offload.tenant import key
 from proxy.core.tokens import TokenCounter
 from proxy.upstream.client import Headers, Upstream
@@ -79,6 +88,12 @@ class SummaryContext:
     request_model: str | None = None  # the conversation's model (its context window caps the hard limit)
     metrics: observe.Metrics | None = None  # for summaries made in the background
     refs: RefStore | None = None  # where a background summary stores the originals it covers
+    # The prefix shape (see the module docstring) needs the request's wire format and body; without
+    # them, or with summary_request "transcript", summaries are transcripts sent to chat completions.
+    wire: WireFormat | None = None
+    body: dict | None = None  # the client's request body (its tools, instructions, sampling, …)
+    summary_request: str = "prefix"  # "prefix" | "transcript"
+    instruction: str = DEFAULT_INSTRUCTION  # what the prefix shape appends
 
 
 @dataclass
@@ -103,8 +118,9 @@ def summary_usage(tokens_in: int, tokens_out: int) -> dict | None:
 class Compressor:
     def __init__(self, store: Store, namespace: str, ttl: int, ctx: SummaryContext) -> None:
         self.store, self.namespace, self.ttl, self.ctx = store, namespace, ttl, ctx
-        self.view: ItemView = ctx.view or chat.VIEW
-        self.version = prompt_version(ctx.prompt)
+        self.view: ItemView = ctx.view or (ctx.wire.view if ctx.wire is not None else chat.VIEW)
+        self.prefix = ctx.summary_request == "prefix" and ctx.wire is not None and ctx.body is not None
+        self.version = prompt_version(ctx.instruction if self.prefix else ctx.prompt)
 
     def _summary_key(self, prefix_hash: str) -> str:
         return key(self.namespace, "summary", f"{prefix_hash}:{self.version}")
@@ -228,16 +244,15 @@ class Compressor:
             if await self._load(cut_hash) is not None:  # made already; where the next turn looks for it
                 await self._remember(chain, decision.head, decision.cut)
                 return
-            spans = await cpu.light(cp.groups, compacted, self.view, *decision.new_items,
-                                    settings.group_token_threshold, counter)
+            spans = await self._spans(compacted, settings, counter, decision, cpu)
             lock = self._lock_key(cut_hash)
             if not await self.store.put_if_absent(lock, b"1", int(self.ctx.timeout * len(spans)) + 5):
                 return  # another request or replica is making it
             try:
                 await self._record([event("summary_started", messages=decision.new_items[1] - decision.new_items[0])],
                                    settings)
-                result = await self._summarize(compacted, originals, counter, chain, decision, spans, cpu,
-                                               bill=True, session=settings.session)
+                result = await self._summarize(compacted, originals, settings, counter, chain, decision, spans,
+                                               cpu, bill=True, session=settings.session)
             finally:
                 await self.store.delete(lock)
         except StoreUnavailable as exc:
@@ -262,7 +277,7 @@ class Compressor:
         if made is not None:
             return Compressed(cp.assemble(compacted, self.view, decision.head, made.cut, made.message))
         lock = self._lock_key(cut_hash)
-        spans = await cpu.light(cp.groups, compacted, self.view, *decision.new_items, settings.group_token_threshold, counter)
+        spans = await self._spans(compacted, settings, counter, decision, cpu)
         if not await self.store.put_if_absent(lock, b"1", int(self.ctx.timeout * len(spans)) + 5):
             deadline = time.monotonic() + self.ctx.wait
             while time.monotonic() < deadline:
@@ -272,37 +287,72 @@ class Compressor:
                     return Compressed(cp.assemble(compacted, self.view, decision.head, record.cut, record.message))
             return Compressed(warning="a summary of this history is being made by another request")
         try:
-            return await self._summarize(compacted, originals, counter, chain, decision, spans, cpu)
+            return await self._summarize(compacted, originals, settings, counter, chain, decision, spans, cpu)
         finally:
             await self.store.delete(lock)
 
-    async def _summarize(self, compacted, originals, counter, chain, decision, spans, cpu, *,
+    async def _spans(self, compacted, settings, counter, decision, cpu) -> list[tuple[int, int]]:
+        """The ranges summarised by one call each: the whole new range in the prefix shape."""
+        if self.prefix:
+            return [decision.new_items]
+        return await cpu.light(cp.groups, compacted, self.view, *decision.new_items, settings.group_token_threshold,
+                               counter)
+
+    def summary_request(self, compacted: list[Any], settings: OffloadSettings,
+                        decision: cp.Decision) -> tuple[str, dict]:
+        """The prefix shape's request: what this turn forwards before items[cut] (the prior
+        summary folded in as the turns forward it), then the instruction. It carries the reload
+        tools when the turns carry them (as `proxy.http.managed` decides): the reload tools are
+        on, with rounds to offer them in, and the history this turn forwards without the new
+        summary holds a reference (a compacted result, the prior summary). Only a turn whose
+        store failed went without them unknown to this request: a missed cache, not an error."""
+        head, cut, prior = decision.head, decision.cut, decision.prior
+        whole = cp.assemble(compacted, self.view, head, prior.cut, prior.message) if prior else compacted
+        prefix = whole[:len(whole) - (len(compacted) - cut)]
+        offered = settings.reload_tools and settings.max_reload_rounds > 0 and bool(present_refs(whole, self.view))
+        assert self.ctx.wire is not None and self.ctx.body is not None
+        return self.ctx.wire.summary_request(self.ctx.body, prefix, self.ctx.instruction,
+                                             RELOAD_TOOL_SCHEMAS if offered else (), model=self.ctx.model)
+
+    async def _calls(self, compacted, settings, decision, spans, cpu, made: list[Summary]) -> None:
+        """The summarisation calls, into `made`: one in the prefix shape, one per span in the
+        transcript shape (the first updating the prior summary). SummaryFailed at the first that
+        fails (`made` then holds those before it)."""
+        ctx = self.ctx
+        if self.prefix:
+            assert ctx.wire is not None
+            request = await cpu.for_part(compacted)(self.summary_request, compacted, settings, decision)
+            made.append(await summarize_prefix(ctx.upstream, ctx.headers, request, ctx.wire.summary_answer,
+                                               ctx.timeout, ctx.base))
+            return
+        previous = decision.prior.text if decision.prior else None
+        for g_start, g_end in spans:
+            part = [self.view.transcript(m) for m in compacted[g_start:g_end] if self.view.role(m) != "system"]
+            made.append(await summarize(ctx.upstream, ctx.headers, ctx.model, ctx.prompt, part, previous,
+                                        ctx.timeout, ctx.base))
+            previous = None  # only the first group updates the previous snapshot
+
+    async def _summarize(self, compacted, originals, settings, counter, chain, decision, spans, cpu, *,
                          bill: bool = False, session: str | None = None) -> Compressed:
         """Make the summary of items[head:cut] and store it. `bill` (made in the background):
         the originals it covers are stored here, before the summary can be found, and its usage
         is reported by the first response that uses it instead of by this one."""
-        head, cut, prior = decision.head, decision.cut, decision.prior
+        head, cut = decision.head, decision.cut
         start, end = decision.new_items
         started = time.monotonic()
-        texts, tokens_in, tokens_out = [], 0, 0
-        previous = prior.text if prior else None
+        made: list[Summary] = []
         try:
-            for g_start, g_end in spans:
-                part = [self.view.transcript(m) for m in compacted[g_start:g_end] if self.view.role(m) != "system"]
-                summary = await summarize(self.ctx.upstream, self.ctx.headers, self.ctx.model, self.ctx.prompt,
-                                          part, previous, self.ctx.timeout, self.ctx.base)
-                texts.append(summary.text)
-                tokens_in += summary.tokens_in
-                tokens_out += summary.tokens_out
-                previous = None  # only the first group updates the previous snapshot
+            await self._calls(compacted, settings, decision, spans, cpu, made)
         except SummaryFailed as exc:
+            tokens_in, tokens_out = sum(s.tokens_in for s in made), sum(s.tokens_out for s in made)
             _count_summary(False, time.monotonic() - started, self.ctx.metrics)
             failed = event("summary_failure", reason=str(exc), messages=end - start,
                            duration_ms=round((time.monotonic() - started) * 1e3))
             return Compressed(warning=f"compression skipped: {exc}", summary_tokens=tokens_in + tokens_out,
                               events=[failed], usage=summary_usage(tokens_in, tokens_out))
         _count_summary(True, time.monotonic() - started, self.ctx.metrics)
-        text = "\n".join(texts)
+        text = "\n".join(summary.text for summary in made)
+        tokens_in, tokens_out = sum(s.tokens_in for s in made), sum(s.tokens_out for s in made)
 
         def summarised() -> tuple[str, str, int, int]:
             history = cp.history_lines(originals[head:cut], self.view)

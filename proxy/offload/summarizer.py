@@ -1,7 +1,13 @@
 """The LLM call that turns old history into a `<state_snapshot>`.
 
-Same upstream, the request's own credentials, non-streaming, bounded by a timeout. A previous
-summary is handed to the model to update rather than starting over.
+Same upstream, the request's own credentials, non-streaming, bounded by a timeout. Two shapes:
+
+- prefix (`summarize_prefix`, the default): the conversation as its turns send it (the same
+  tools and leading items, byte for byte, so the provider's prompt cache serves them), then one
+  instruction; the wire format builds the request and reads the answer;
+- transcript (`summarize`, `--summary-request transcript`): a system prompt and one user message
+  rendering the items, on chat completions, for upstreams without prefix caching; a previous
+  summary is handed to the model to update rather than starting over.
 """
 
 from __future__ import annotations
@@ -9,15 +15,17 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
-import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from proxy.core import texts
+from proxy.core import jsonio, texts
 from proxy.errors import ProxyError
 from proxy.upstream.client import Headers, Upstream
 
-DEFAULT_PROMPT = texts.SUMMARY_PROMPT
+DEFAULT_PROMPT = texts.SUMMARY_PROMPT  # the transcript shape's system prompt
+DEFAULT_INSTRUCTION = texts.SUMMARY_INSTRUCTION  # the prefix shape's last message
 
 SNAPSHOT_RE = re.compile(r"<state_snapshot>.*?</state_snapshot>", re.S)
 MESSAGE_CHARS = 6_000  # one message's share of the transcript
@@ -64,11 +72,34 @@ async def summarize(
         user += f"Previous snapshot:\n{previous}\n\nNew messages since then:\n\n"
     user += render_transcript(lines)
     body = {"model": model, "messages": [{"role": "system", "content": prompt}, {"role": "user", "content": user}]}
+    return await _call(upstream, headers, "chat/completions", body, _chat_answer, timeout, base)
+
+
+async def summarize_prefix(
+    upstream: Upstream,
+    headers: Headers,
+    request: tuple[str, dict],
+    read: Callable[[Any], tuple[str, int, int]],
+    timeout: float,
+    base: str | None = None,
+) -> Summary:
+    """`request`: (endpoint, body) from the wire format's `summary_request`; `read` its
+    `summary_answer`."""
+    endpoint, body = request
+    return await _call(upstream, headers, endpoint, body, read, timeout, base)
+
+
+def _chat_answer(data: Any) -> tuple[str, int, int]:
+    content = data["choices"][0]["message"]["content"] or ""
+    usage = data.get("usage") or {}
+    return content, int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+
+
+async def _call(upstream: Upstream, headers: Headers, endpoint: str, body: dict,
+                read: Callable[[Any], tuple[str, int, int]], timeout: float, base: str | None) -> Summary:
     try:
         async with asyncio.timeout(timeout):
-            response = await upstream.send(
-                "POST", "chat/completions", headers=headers, content=json.dumps(body).encode(), base=base
-            )
+            response = await upstream.send("POST", endpoint, headers=headers, content=jsonio.dumps(body), base=base)
             raw = await response.aread()
             await response.aclose()
     except TimeoutError as exc:
@@ -78,12 +109,10 @@ async def summarize(
     if response.status_code != 200:
         raise SummaryFailed(f"summary call answered {response.status_code}")
     try:
-        data = json.loads(raw)
-        content = data["choices"][0]["message"]["content"] or ""
-        usage = data.get("usage") or {}
-    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        content, tokens_in, tokens_out = read(jsonio.loads(raw))
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError) as exc:
         raise SummaryFailed("summary call returned an unusable body") from exc
-    match = SNAPSHOT_RE.search(content)
+    match = SNAPSHOT_RE.search(content if isinstance(content, str) else "")
     if not match:
         raise SummaryFailed("summary has no <state_snapshot> block")
-    return Summary(match.group(0), int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
+    return Summary(match.group(0), tokens_in, tokens_out)

@@ -11,8 +11,9 @@ import httpx2
 import openai
 from starlette.responses import JSONResponse, StreamingResponse
 
+from proxy.core.texts import RELOAD_TOOL_SCHEMAS, SUMMARY_INSTRUCTION
 from tests.harness.history import agent_history
-from tests.harness.servers import completion, stream_chunks
+from tests.harness.servers import SUMMARY_TEXTS, completion, stream_chunks, summary_shape
 
 # Summaries made inline, the request waiting for them: a hard limit below any history, nothing made
 # ahead of time (summaries made in the background: test_background_summaries.py).
@@ -29,9 +30,12 @@ def chat_history(turns: int) -> list[dict]:
     return messages
 
 
+ACME_PROMPT = "ACME PROMPT: write a <state_snapshot>."  # a tenant's summary_prompt (test_tenant_prompt…)
+
+
 def is_summary_call(rec) -> bool:
-    first = rec.json()["messages"][0]
-    return first["role"] == "system" and "<state_snapshot>" in first["content"]
+    """One of the proxy's summary calls, either shape (exact: `tests.harness.servers.summary_shape`)."""
+    return summary_shape(rec, (*SUMMARY_TEXTS, ACME_PROMPT)) is not None
 
 
 def summarizing(answer=lambda rec: JSONResponse(completion("Final answer")), *, fail: int | None = None,
@@ -128,14 +132,40 @@ def test_summary_usage_is_added_to_the_clients_usage_streamed_and_without_reload
 
 
 def test_growth_past_the_trigger_folds_the_previous_summary(client, upstream):
+    """The prefix shape (the default): the summary call is the conversation as the previous turn
+    forwarded it (its summary first), the same tools, then the instruction."""
     handler, calls = summarizing()
     upstream.handler = handler
     history = chat_history(12)
     headers = {**COMPRESS, "X-Offload-Tenant": "fold"}
     client.chat.completions.create(model="gpt-4o", messages=history, extra_headers=headers)
+    previous = [r for r in upstream.chat_requests() if not is_summary_call(r)][-1].json()
     longer = history + chat_history(14)[1:]
     client.chat.completions.create(model="gpt-4o", messages=longer, extra_headers=headers)
     assert len(calls) == 2
+    asked = calls[1].json()
+    assert summary_shape(calls[1]) == "prefix" and calls[1].path == "/v1/chat/completions"
+    sent = previous["messages"]  # the whole of it: the longer history's part to summarise holds it all
+    assert json.dumps(asked["messages"][:len(sent)]) == json.dumps(sent)
+    assert "plan #1" in asked["messages"][1]["content"]  # the summary to fold, as the turn forwarded it
+    assert asked["messages"][-1] == {"role": "user", "content": SUMMARY_INSTRUCTION}
+    assert json.dumps(asked["tools"]) == json.dumps(previous["tools"])
+    assert [t["function"]["name"] for t in asked["tools"]] == [t["function"]["name"] for t in RELOAD_TOOL_SCHEMAS]
+    assert (asked["tool_choice"], asked["stream"]) == ("none", False)
+    assert "plan #2" in forwarded(upstream)[-1][1]["content"]
+
+
+def test_transcript_shape_folds_the_previous_summary(make_proxy, upstream):
+    handler, calls = summarizing()
+    upstream.handler = handler
+    with make_proxy(summary_request="transcript") as url:
+        c = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-transcript", max_retries=0)
+        history = chat_history(12)
+        c.chat.completions.create(model="gpt-4o", messages=history, extra_headers=COMPRESS)
+        c.chat.completions.create(model="gpt-4o", messages=history + chat_history(14)[1:], extra_headers=COMPRESS)
+    assert len(calls) == 2 and {summary_shape(c) for c in calls} == {"transcript"}
+    first = calls[0].json()
+    assert set(first) == {"model", "messages"} and first["messages"][0]["content"].startswith("You compress")
     assert "Previous snapshot:\n<state_snapshot><task_overview>plan #1" in calls[1].json()["messages"][1]["content"]
     assert "plan #2" in forwarded(upstream)[-1][1]["content"]
 
@@ -176,8 +206,8 @@ def test_summary_model_header_and_auto_ratio(client, upstream):
     # auto: big tool results compact well (ratio < 0.75), so no summary is needed
     headers = {"X-Offload-Max-Total-Tokens": "1500", "X-Offload-Summary-Model": "gpt-4o-mini",
                "X-Offload-Tenant": "auto", **INLINE}
-    raw = client.chat.completions.with_raw_response.create(
-        model="gpt-4o", messages=agent_history(steps=6), extra_headers=headers)
+    raw = client.chat.completions.with_raw_response.create(  # 40k tokens, 8.6k once compacted (700-char previews)
+        model="gpt-4o", messages=agent_history(steps=6), extra_headers={**headers, "X-Offload-Max-Total-Tokens": "10000"})
     assert raw.headers["x-offload-action"] == "compact" and not calls
     # auto with a history compaction cannot shrink: compaction, then compression
     raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=chat_history(12),
@@ -221,23 +251,31 @@ def test_slow_or_unusable_summaries_are_warnings(make_proxy, upstream):
 
 def test_tenant_prompt_from_tenants_file(make_proxy, upstream, tmp_path):
     tenants = tmp_path / "tenants.toml"
-    tenants.write_text('[tenants.acme]\nsummary_prompt = "ACME PROMPT: write a <state_snapshot>."\n')
+    tenants.write_text(f'[tenants.acme]\nsummary_prompt = "{ACME_PROMPT}"\n')
     handler, calls = summarizing()
     upstream.handler = handler
     with make_proxy(tenants_file=tenants) as url:
         c = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-acme", max_retries=0)
         c.chat.completions.create(model="gpt-4o", messages=chat_history(12),
                                   extra_headers={**COMPRESS, "X-Offload-Tenant": "acme"})
-    assert calls[0].json()["messages"][0]["content"].startswith("ACME PROMPT")
+    assert calls[0].json()["messages"][-1] == {"role": "user", "content": ACME_PROMPT}  # the instruction
 
 
-def test_a_tiny_group_threshold_makes_at_most_max_groups_summary_calls(client, upstream):
+def test_a_tiny_group_threshold_makes_at_most_max_groups_summary_calls(make_proxy, upstream):
     handler, calls = summarizing()
     upstream.handler = handler
     words = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"word{i}"} for i in range(2000)]
-    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=words, extra_headers={
-        "X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "0", "X-Offload-Keep-Recent": "0",
-        "X-Offload-Group-Token-Threshold": "1", "X-Offload-Session": "tiny-groups"})
+    headers = {"X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "0", "X-Offload-Keep-Recent": "0",
+               "X-Offload-Group-Token-Threshold": "1", "X-Offload-Session": "tiny-groups"}
+    with make_proxy(summary_request="prefix") as url:  # groups are the transcript's: one call in the prefix shape
+        c = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-groups", max_retries=0)
+        c.chat.completions.create(model="gpt-4o", messages=words, extra_headers=headers)
+    assert len(calls) == 1 and calls[0].json()["messages"] == [*words, {"role": "user", "content": SUMMARY_INSTRUCTION}]
+    calls.clear()
+    upstream.requests.clear()
+    with make_proxy(summary_request="transcript") as url:
+        c = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-groups", max_retries=0)
+        raw = c.chat.completions.with_raw_response.create(model="gpt-4o", messages=words, extra_headers=headers)
     assert raw.parse().choices[0].message.content == "Final answer"
     assert len(calls) == 8  # compress_plan.MAX_GROUPS, not one call per message (2,000)
     assert raw.headers["x-offload-action"] == "compress"

@@ -15,6 +15,7 @@ import respx
 from hypothesis import HealthCheck, given, settings, strategies as st
 from starlette.testclient import TestClient
 
+from proxy.core.texts import SUMMARY_INSTRUCTION, SUMMARY_PROMPT
 from proxy.http.app import create_app
 from proxy.config import ServerSettings
 from tests.harness.history import REF
@@ -26,7 +27,9 @@ def upstream_answer(request: httpx2.Request) -> httpx2.Response:
     body = json.loads(request.content)
     messages = body.get("messages") if isinstance(body, dict) else None
     first = messages[0] if isinstance(messages, list) and messages else {}
-    if isinstance(first, dict) and "<state_snapshot>" in str(first.get("content")):
+    last = messages[-1] if isinstance(messages, list) and messages else {}
+    if last == {"role": "user", "content": SUMMARY_INSTRUCTION} or first == {"role": "system",
+                                                                            "content": SUMMARY_PROMPT}:
         content = "<state_snapshot><current_state>fuzz</current_state></state_snapshot>"
     else:
         content = "ok"

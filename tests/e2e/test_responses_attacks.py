@@ -26,7 +26,7 @@ from tests.harness.responses import (
     response,
     usage,
 )
-from tests.harness.servers import completion, scripted
+from tests.harness.servers import is_summary_call, scripted, snapshot_answer
 
 HEADERS = {"X-Offload-Max-Total-Tokens": "1000", "X-Offload-Max-Tool-Message-Tokens": "500",
            "X-Offload-Max-Reload-Tokens": "50000"}
@@ -226,12 +226,12 @@ def test_shared_key_refuses_stored_response_endpoints_and_never_leaks_credential
                  headers={"x-api-key": KEY_A, "api-key": KEY_A, "X-Offload-Session": "s1"})
         assert r.status_code == 200, r.text
         assert len(upstream.responses_requests()) == 2
-        # and the summariser's calls (chat completions, made for a Responses request) the same
+        # and the summariser's calls (on /responses, made for a Responses request) the same
         from tests.unit.formats.test_responses_attacks import agent_history
 
         async def handler(request, rec):
-            if rec.path.endswith("/chat/completions"):
-                return JSONResponse(completion("<state_snapshot>so far</state_snapshot>"))
+            if is_summary_call(rec):
+                return snapshot_answer(rec, "<state_snapshot>so far</state_snapshot>")
             return answer(rec, message("fine"))
 
         upstream.handler = handler
@@ -239,7 +239,8 @@ def test_shared_key_refuses_stored_response_endpoints_and_never_leaks_credential
         r = post(url, {"model": "gpt-5", "input": items}, key=KEY_A,
                  headers={"x-api-key": KEY_A, "X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "2000"})
         assert r.status_code == 200 and "compress" in r.headers["x-offload-action"]
-        assert upstream.chat_requests() and len(upstream.responses_requests()) == 3
+        assert len(upstream.summary_requests()) == 1 and len(upstream.responses_requests()) == 4  # 2 + it + 1
+        assert upstream.summary_requests()[0].path == "/v1/responses"
         for rec in upstream.requests:
             sent = json.dumps(rec.header_list)
             assert KEY_A not in sent and "x-offload" not in sent.lower()
@@ -562,8 +563,8 @@ def test_compression_keeps_pairs_and_the_recent_tail_verbatim(proxy_url, upstrea
     )
 
     async def handler(request, rec):
-        if rec.path.endswith("/chat/completions"):  # the summariser
-            return JSONResponse(completion("<state_snapshot>the story so far</state_snapshot>"))
+        if is_summary_call(rec):  # the summariser
+            return snapshot_answer(rec, "<state_snapshot>the story so far</state_snapshot>")
         return answer(rec, message("fine"))
 
     upstream.handler = handler
@@ -572,7 +573,7 @@ def test_compression_keeps_pairs_and_the_recent_tail_verbatim(proxy_url, upstrea
              headers={"X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "2000", "X-Offload-Keep-Recent": "5"})
     assert r.status_code == 200, r.text
     assert "compress" in r.headers["x-offload-action"]
-    [rec] = upstream.responses_requests()
+    [rec] = [r for r in upstream.responses_requests() if not is_summary_call(r)]
     sent = input_items(rec)
     [at] = [i for i, item in enumerate(sent) if "earlier messages" in json.dumps(item)]
     kept = sent[at + 1:]
@@ -661,7 +662,7 @@ def test_a_failing_summariser_never_fails_a_responses_request(proxy_url, upstrea
     from tests.unit.formats.test_responses_attacks import agent_history
 
     async def handler(request, rec):
-        if rec.path.endswith("/chat/completions"):
+        if is_summary_call(rec):
             return JSONResponse({"error": {"message": "boom", "type": "server_error"}}, status_code=500)
         return answer(rec, message("fine"))
 
@@ -670,8 +671,8 @@ def test_a_failing_summariser_never_fails_a_responses_request(proxy_url, upstrea
     r = post(proxy_url, {"model": "gpt-5", "input": items},
              headers={"X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "2000"})
     assert r.status_code == 200 and r.json()["output"][0]["content"][0]["text"] == "fine"
-    assert upstream.chat_requests()  # the summariser was asked, and failed
-    [rec] = upstream.responses_requests()
+    assert upstream.summary_requests()  # the summariser was asked, and failed
+    [rec] = [r for r in upstream.responses_requests() if not is_summary_call(r)]
     assert len(input_items(rec)) == len(items)  # nothing summarised, nothing lost
 
 

@@ -26,15 +26,14 @@ def test_escaped_marker_is_treated_like_the_plain_one(make_proxy, upstream):
         assert got["plain"] == got["escaped"], got
 
 
-from starlette.responses import JSONResponse
 from tests.harness.responses import answer
-from tests.harness.servers import completion
+from tests.harness.servers import is_summary_call, snapshot_answer
 
 
 def test_small_body_of_images_skips_compression(proxy_url, upstream):
     async def handler(request, rec):
-        if rec.path.endswith("/chat/completions"):
-            return JSONResponse(completion("<state_snapshot>so far</state_snapshot>"))
+        if is_summary_call(rec):
+            return snapshot_answer(rec, "<state_snapshot>so far</state_snapshot>")
         return answer(rec, message("fine"))
     upstream.handler = handler
     i = {"type": "input_image", "image_url": "u"}

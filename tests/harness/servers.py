@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from proxy.cli import uvicorn_options
+from proxy.core.texts import SUMMARY_INSTRUCTION, SUMMARY_PROMPT
 from tests.harness import responses as fake_responses
 
 
@@ -169,6 +170,57 @@ def responses_default(rec: Recorded) -> Response | None:
     return None
 
 
+# ---------------------------------------------------------------- the proxy's summary calls
+
+SUMMARY_TEXTS = (SUMMARY_INSTRUCTION, SUMMARY_PROMPT)  # the instruction (prefix shape), the prompt (transcript)
+SNAPSHOT = "<state_snapshot><task_overview>the plan so far</task_overview></state_snapshot>"
+
+
+def summary_shape(rec: Recorded, texts: tuple[str, ...] = SUMMARY_TEXTS) -> str | None:
+    """Is `rec` one of the proxy's summary calls, and of which shape? Exact, never fuzzy:
+
+    - "prefix": its last chat message, or last Responses input item, is the user message the
+      proxy appends, whose text is one of `texts` (`proxy.core.texts.SUMMARY_INSTRUCTION`, or a
+      tenant's prompt the test names);
+    - "transcript": on chat completions, a system message whose text is one of `texts`, then one
+      user message (the transcript);
+    - None: anything else.
+    """
+    if rec.method != "POST":
+        return None
+    try:
+        body = rec.json()
+    except ValueError:
+        return None
+    if not isinstance(body, dict):
+        return None
+    if rec.path.endswith("/chat/completions") and isinstance(body.get("messages"), list) and body["messages"]:
+        messages = body["messages"]
+        if any(messages[-1] == {"role": "user", "content": text} for text in texts):
+            return "prefix"
+        if (len(messages) == 2 and any(messages[0] == {"role": "system", "content": text} for text in texts)
+                and isinstance(messages[1], dict) and messages[1].get("role") == "user"):
+            return "transcript"
+    elif is_responses_create(rec) and isinstance(body.get("input"), list) and body["input"]:
+        last = body["input"][-1]
+        if any(last == {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+               for text in texts):
+            return "prefix"
+    return None
+
+
+def is_summary_call(rec: Recorded, texts: tuple[str, ...] = SUMMARY_TEXTS) -> bool:
+    return summary_shape(rec, texts) is not None
+
+
+def snapshot_answer(rec: Recorded, text: str = SNAPSHOT, usage: tuple[int, int] = (300, 40)) -> Response:
+    """A summary call's answer in its endpoint's shape (chat completion or Responses response)."""
+    if is_responses_create(rec):
+        return JSONResponse(fake_responses.response(fake_responses.message(text), request=rec.json(),
+                                                    usage=fake_responses.usage(*usage)))
+    return JSONResponse(completion(text, usage=usage))
+
+
 async def default_handler(request: Request, rec: Recorded) -> Response:
     if rec.path.endswith("/chat/completions"):
         body = rec.json()
@@ -198,6 +250,10 @@ class FakeUpstream:
         """The `POST …/responses` requests (Responses API calls), in order."""
         return [r for r in self.requests if is_responses_create(r)]
 
+    def summary_requests(self) -> list[Recorded]:
+        """The proxy's summary calls (`summary_shape`), in order."""
+        return [r for r in self.requests if is_summary_call(r)]
+
     async def _endpoint(self, request: Request) -> Response:
         rec = Recorded(request.method, request.url.path, request.url.query,
                        {k.lower(): v for k, v in request.headers.items()}, await request.body(),
@@ -214,12 +270,14 @@ def scripted(*responses: Callable[[Recorded], Response]) -> Handler:
     """A handler answering successive model requests with the given factories (last one repeats).
 
     Chat requests (`…/chat/completions`) and Responses requests (`POST …/responses`) are counted
-    apart: each kind walks the factories from the first, so a summarisation call of the other
-    kind does not consume a step. Anything else gets `default_handler`.
+    apart: each kind walks the factories from the first. The proxy's summary calls consume no
+    step: they get `snapshot_answer`. Anything else gets `default_handler`.
     """
     calls = {"chat": 0, "responses": 0}
 
     async def handler(request: Request, rec: Recorded) -> Response:
+        if is_summary_call(rec):
+            return snapshot_answer(rec)
         if rec.path.endswith("/chat/completions"):
             kind = "chat"
         elif is_responses_create(rec):

@@ -4,6 +4,7 @@
 - `body`: request bodies parsed and checked (`parse_chat_body`);
 - `request`: the client's tools that collide with the injected ones;
 - `rounds`: the reload rounds of one request (`ChatRounds`), streamed and not;
+- `summary`: a summary asked for the way the conversation is sent (`summary_request`, `summary_answer`);
 - `wire`: all of it as a `proxy.core.wire.WireFormat` (`CHAT`).
 """
 

@@ -9,6 +9,7 @@ from proxy.formats.chat.body import parse_chat_body
 from proxy.formats.chat.items import VIEW
 from proxy.formats.chat.request import colliding_tool_names
 from proxy.formats.chat.rounds import ChatRounds
+from proxy.formats.chat import summary
 
 
 class ChatFormat:
@@ -32,6 +33,13 @@ class ChatFormat:
     def rounds(self, body: dict, items: list[Any], tools: Sequence[dict], *,
                extra_usage: dict | None) -> ChatRounds:
         return ChatRounds(body, items, tools, extra_usage=extra_usage)
+
+    def summary_request(self, body: dict, prefix: list[Any], instruction: str, tools: Sequence[dict], *,
+                        model: str) -> tuple[str, dict]:
+        return summary.summary_request(body, prefix, instruction, tools, model=model)
+
+    def summary_answer(self, answer: Any) -> tuple[str, int, int]:
+        return summary.summary_answer(answer)
 
 
 CHAT = ChatFormat()

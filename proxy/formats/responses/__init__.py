@@ -11,6 +11,7 @@ Pure functions and small classes over plain JSON values, no IO:
   rounds as the events of one response for the client);
 - `body`: request bodies parsed and checked (`parse_responses_body`);
 - `reload_rounds`: the reload rounds of one request (`ResponsesRounds`, a `proxy.core.rounds.Rounds`);
+- `summary`: a summary asked for the way the conversation is sent (`summary_request`, `summary_answer`);
 - `wire`: all of it as a `proxy.core.wire.WireFormat` (`RESPONSES`).
 """
 

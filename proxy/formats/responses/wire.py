@@ -15,6 +15,7 @@ from proxy.formats.responses.body import parse_responses_body
 from proxy.formats.responses.items import ResponsesView
 from proxy.formats.responses.reload_rounds import ResponsesRounds
 from proxy.formats.responses.request import colliding_tool_names, history, with_history
+from proxy.formats.responses import summary
 
 
 class ResponsesFormat:
@@ -37,6 +38,13 @@ class ResponsesFormat:
     def rounds(self, body: dict, items: list[Any], tools: Sequence[dict], *,
                extra_usage: dict | None) -> ResponsesRounds:
         return ResponsesRounds(body, items, tools, INJECTED_TOOLS, extra_usage=extra_usage)
+
+    def summary_request(self, body: dict, prefix: list[Any], instruction: str, tools: Sequence[dict], *,
+                        model: str) -> tuple[str, dict]:
+        return summary.summary_request(body, prefix, instruction, tools, model=model)
+
+    def summary_answer(self, answer: Any) -> tuple[str, int, int]:
+        return summary.summary_answer(answer)
 
 
 RESPONSES = ResponsesFormat()
