@@ -9,9 +9,8 @@ import tempfile
 from pathlib import Path
 
 from proxy.core.settings import OffloadSettings
-from proxy.replay.runner import (FORMATS, Replayer, estimate_warning, load_conversations, report_dict, turns_of,
-                                 upstream_for, write_outputs)
-from proxy.replay.report import table
+from proxy.replay.runner import FORMATS, Replayer, load_conversations, turns_of, upstream_for
+from proxy.replay.report import estimate_warning, report_dict, table, write_outputs
 from proxy.store import Store
 
 
@@ -28,6 +27,10 @@ def add_format_argument(replay: argparse.ArgumentParser) -> None:
     replay.add_argument("--turn-latency-ms", type=_milliseconds, default=0.0,
                         help="Each turn's simulated upstream takes this long after the pipeline (background "
                              "work may run meanwhile). Default 0.")
+    replay.add_argument("--inline-summaries", action="store_true",
+                        help="Make each summary in the turn that needs it, none ahead of time (as before "
+                             "background summaries), instead of in the background "
+                             "as the server does.")
 
 
 def _milliseconds(value: str) -> float:
@@ -75,7 +78,8 @@ async def run_replay(args: argparse.Namespace) -> dict:
     headers = [(b"authorization", f"Bearer {key}".encode())] if key else []
     format = getattr(args, "format", None) or "chat"
     replayer = Replayer(store, settings, upstream, headers, args.model, format=format, summary_delay_ms=delay,
-                        turn_latency_ms=getattr(args, "turn_latency_ms", 0.0) or 0.0)
+                        turn_latency_ms=getattr(args, "turn_latency_ms", 0.0) or 0.0,
+                        inline_summaries=bool(getattr(args, "inline_summaries", False)))
     counting = replayer.token_counting()
     warning = estimate_warning(counting)
     if warning:
@@ -96,6 +100,7 @@ async def run_replay(args: argparse.Namespace) -> dict:
         await upstream.aclose()
         await store.close()
     report = report_dict(results, settings, counting, format)
+    report["summaries_made"] = "inline" if replayer.inline_summaries else "background"
     written = write_outputs(report, Path(args.out))
     print(table(report))
     print("wrote " + ", ".join(str(p) for p in written[:3]) + (" …" if len(written) > 3 else ""))

@@ -1,16 +1,90 @@
-"""Presentation of a replay: the printed table and the PNG charts (matplotlib, when installed)."""
+"""The report of a replay: report.json's figures (overall and per conversation), the printed
+table and the PNG charts (matplotlib, when installed)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from pathlib import Path
 from typing import Any
 
+from proxy.core.settings import OffloadSettings
+from proxy.replay import metrics
+
 log = logging.getLogger("proxy.replay")
 
 NAME_WIDTH = 36  # the table's conversation column
 CHART_NAME_WIDTH = 28  # overall.png's bar labels
+
+
+def overall(conversations: list[Any]) -> dict[str, Any]:
+    raw = sum(c.raw_tokens for c in conversations)
+    fwd = sum(c.forwarded_tokens for c in conversations)
+    turns = sum(c.turns for c in conversations)
+    refs = sum(c.refs for c in conversations)
+    weight = sum(c.raw_tokens for c in conversations) or 1
+    kept, found = sum(c.recall_identifiers for c in conversations), sum(c.recall_found for c in conversations)
+    cost, raw_cost = sum(c.cache_cost for c in conversations), sum(c.raw_cache_cost for c in conversations)
+    timed = [c for c in conversations if c.latency is not None]
+    return {
+        "conversations": len(conversations),
+        "turns": turns,
+        "raw_tokens": raw,
+        "forwarded_tokens": fwd,
+        "forwarded_ratio": fwd / raw if raw else 1.0,
+        "prefix_reuse": sum(c.prefix_reuse * c.raw_tokens for c in conversations) / weight,
+        "max_forwarded_turn": max((c.max_forwarded_turn for c in conversations), default=0),
+        "turns_over_budget": sum(c.turns_over_budget for c in conversations),
+        "summaries": sum(c.summaries for c in conversations),
+        "refs": refs,
+        "reload_exact_fraction": (sum(c.reload_exact_fraction * c.refs for c in conversations) / refs) if refs else 1.0,
+        "ms_per_turn_cold": sum(c.ms_per_turn_cold * c.turns for c in conversations) / max(turns, 1),
+        "ms_per_turn_steady": sum(c.ms_per_turn_steady * c.turns for c in conversations) / max(turns, 1),
+        "recall": found / kept if kept else 1.0,
+        "recall_identifiers": kept,
+        "recall_found": found,
+        "cache_cost_ratio": cost / raw_cost if raw_cost else 1.0,
+        "cache_cost": cost,
+        "raw_cache_cost": raw_cost,
+        "summary_calls": sum(c.summary_calls for c in conversations),
+        "summary_input_tokens": sum(c.summary_input_tokens for c in conversations),
+        "latency": metrics.latency([ms for c in timed for ms in c.added_ms_per_turn or []],
+                                   timed[0].latency["summary_delay_ms"], timed[0].latency["turn_latency_ms"])
+        if timed else None,
+    }
+
+
+def report_dict(conversations: list[Any], settings: OffloadSettings,
+                token_counting: dict[str, Any] | None = None, format: str = "chat") -> dict[str, Any]:
+    per = []
+    for c in conversations:
+        entry = dict(c.__dict__)
+        per.append(entry)
+    report = {"format": format, "settings": settings.model_dump(), "overall": overall(conversations),
+              "conversations": per}
+    if token_counting is not None:
+        report["token_counting"] = token_counting
+    return report
+
+
+def estimate_warning(token_counting: dict[str, Any]) -> str | None:
+    """The line printed to stderr when the report's tokens are estimates, else None."""
+    if token_counting.get("method") != "estimate":
+        return None
+    failed = [e for e in token_counting["encodings"] if e["method"] == "estimate"]
+    names = ", ".join(e["encoding"] for e in failed)
+    reason = "; ".join(f"{e['encoding']}: {str(e['error'])[:160]}" for e in failed)
+    where = failed[0]["cache_dir"] or "unset"
+    return (f"offload-proxy replay: WARNING: token counts are ESTIMATES (about 4 bytes per token), not {names} "
+            f"tokens: tiktoken could not load the encoding ({reason}). Point TIKTOKEN_CACHE_DIR at a folder "
+            f"holding the tiktoken files (TIKTOKEN_CACHE_DIR={where}).")
+
+
+def write_outputs(report: dict[str, Any], out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(report, indent=2))
+    return [out / "report.json", *write_charts(report, out)]
 
 
 def shorten(name: str, width: int) -> str:
@@ -70,6 +144,8 @@ def table(report: dict[str, Any]) -> str:
                     f"turn latency {lat['turn_latency_ms']:g} ms)")
     if report.get("format") == "responses":
         rows.append("format: responses (each chat trace replayed as Responses API input items)")
+    if report.get("summaries_made") == "inline":
+        rows.append("summaries: inline (made by the turn that needs one, none ahead of time)")
     counting = report.get("token_counting")
     if counting:
         names = ", ".join(e["encoding"] for e in counting["encodings"])

@@ -53,7 +53,9 @@ from proxy.upstream.client import Upstream
 from proxy.upstream.pool import pooled_transport
 from proxy.replay import metrics
 from proxy.replay.metrics import common_prefix, prefix_reuse  # noqa: F401  (imported from here too)
-from proxy.replay.simulation import SummaryRecorder, fake_summarizer, recording, request_items
+from proxy.replay.simulation import SummaryRecorder, TurnScheduler, fake_summarizer, recording, request_items
+from proxy.offload.events import recent
+from proxy.store.sealing import Sealer
 
 NEXT_OFFSET = re.compile(r"offset=(\d+)\)\.\]$")
 FORMATS = ("chat", "responses")  # the wire format conversations are replayed in
@@ -155,15 +157,36 @@ def forget_process_summaries(namespace: str) -> None:
         compression._records.pop(summary_key, None)
 
 
+class CapturingRefs(RefStore):
+    """The store a background summary saves the originals it covers in; remembers them (ref → text)."""
+
+    def __init__(self, store: Store, namespace: str, ttl: int, created: dict[str, str]) -> None:
+        super().__init__(store, namespace, ttl)
+        self.created = created
+
+    async def save(self, offloads, refs, session=None, **kwargs):
+        offloads = list(offloads)
+        for o in offloads:
+            self.created.setdefault(o.ref, o.text)
+        return await super().save(offloads, refs, session, **kwargs)
+
+
 class Replayer:
     def __init__(self, store: Store, settings: OffloadSettings, upstream: Upstream, headers: list, model: str,
                  ttl: int = 7 * 24 * 3600, format: str = "chat", summary_delay_ms: float | None = None,
-                 turn_latency_ms: float = 0.0) -> None:
-        """`summary_delay_ms` (the delay `upstream_for` gave the fake summariser) turns on the latency
-        report; `turn_latency_ms`: each turn sleeps that long after its pipeline (the upstream's answer)."""
+                 turn_latency_ms: float = 0.0, inline_summaries: bool = False) -> None:
+        """Summaries are made in the background as the server makes them (`inline_summaries`: by the
+        turn that needs one, none ahead of time, as before background summaries). `summary_delay_ms`
+        (the delay `upstream_for` gave the fake summariser) turns on the latency report and lets
+        background summaries run while the next turns go (else each is waited for after its turn,
+        so figures are deterministic); `turn_latency_ms`: each turn sleeps that long after its
+        pipeline (the upstream answering)."""
         self.store, self.settings, self.upstream, self.headers, self.model = store, settings, upstream, headers, model
         self.ttl, self.format, self.view = ttl, format, view_for(format)
         self.summary_delay_ms, self.turn_latency_ms = summary_delay_ms, turn_latency_ms
+        self.inline_summaries = inline_summaries
+        if inline_summaries:
+            self.settings = settings.model_copy(update={"precompress_ratio": 0.0})
         self.json_counter = counter_for_encoding("o200k_base")
 
     def token_counting(self) -> dict[str, Any]:
@@ -174,10 +197,13 @@ class Replayer:
         method = "estimate" if any(e["method"] == "estimate" for e in encodings) else "tiktoken"
         return {"method": method, "encodings": encodings}
 
-    async def _prepare(self, request: list[Any], namespace: str, counter: TokenCounter):
+    async def _prepare(self, request: list[Any], namespace: str, counter: TokenCounter,
+                       scheduler: TurnScheduler | None = None, created: dict[str, str] | None = None):
         refs = RefStore(self.store, namespace, self.ttl)
         ctx = SummaryContext(upstream=self.upstream, headers=self.headers, model=self.model, prompt=DEFAULT_PROMPT,
-                             timeout=120.0, wait=30.0, view=self.view)
+                             timeout=120.0, wait=30.0, view=self.view, background=scheduler,
+                             request_model=self.model, refs=CapturingRefs(self.store, namespace, self.ttl,
+                                                                          {} if created is None else created))
         return await prepare(request, self.settings, counter=counter, namespace=namespace, refs=refs,
                              compressor=Compressor(self.store, namespace, self.ttl, ctx), view=self.view)
 
@@ -207,13 +233,16 @@ class Replayer:
         created: dict[str, str] = {}
         sink: list = []  # the summary requests, by turn
         added: list[float] = []
+        scheduler = None if self.inline_summaries else TurnScheduler()
         for k, request in enumerate(requests):
             recording(sink, k)
             start = time.perf_counter()
-            prepared = await self._prepare(request, namespace, counter)
+            prepared = await self._prepare(request, namespace, counter, scheduler, created)
             added.append((time.perf_counter() - start) * 1e3)
             if self.turn_latency_ms:
                 await asyncio.sleep(self.turn_latency_ms / 1e3)  # the upstream answers; background work runs
+            if scheduler is not None and self.summary_delay_ms is None:
+                await scheduler.idle()  # deterministic: a summary started by this turn is ready for the next
             sent = prepared.plan.items
             out.summaries += sum(1 for e in prepared.events if e["type"] == "compression")
             for o in prepared.plan.offloads:
@@ -226,14 +255,19 @@ class Replayer:
             if counter.messages(sent) > budget(sent, tools, self.settings, counter, self.view):
                 out.turns_over_budget += 1
             tick()
-        if isinstance(self.upstream.transport, SummaryRecorder):
-            await self.upstream.transport.idle()  # a summary the last turns left running
+        await self._settle(scheduler)  # what the last turns left running
+        if scheduler is not None:  # summaries made in the background: their events are in the store
+            made = await recent(self.store, namespace, None, sealer=Sealer(None))
+            out.summaries += sum(1 for e in made if e["type"] == "compression")
         recording(None)
         steady = 0.0
         for request in requests:  # the same requests again: caches warm, summaries stored
             start = time.perf_counter()
-            await self._prepare(request, namespace, counter)
+            await self._prepare(request, namespace, counter, scheduler)
             steady += time.perf_counter() - start
+        await self._settle(scheduler)
+        if scheduler is not None:
+            await scheduler.shutdown(grace=0)
         out.turns = len(requests)
         out.raw_tokens, out.forwarded_tokens = sum(out.raw_per_turn), sum(out.forwarded_per_turn)
         out.max_forwarded_turn = max(out.forwarded_per_turn, default=0)
@@ -250,6 +284,12 @@ class Replayer:
             out.added_ms_per_turn = [round(ms, 3) for ms in added]
             out.latency = metrics.latency(added, self.summary_delay_ms, self.turn_latency_ms)
         return out
+
+    async def _settle(self, scheduler: TurnScheduler | None) -> None:
+        if scheduler is not None:
+            await scheduler.idle()
+        if isinstance(self.upstream.transport, SummaryRecorder):
+            await self.upstream.transport.idle()
 
     def _figures(self, out: Conversation, history, answers, requests, history_tokens, forwarded, tokens,
                  sent_tools, sink) -> None:
@@ -282,43 +322,6 @@ async def reload_all(tools: ReloadTools, ref: str) -> str | None:
         if match is None:
             return "".join(pages)
         page = await tools.reload(ref, int(match.group(1)))
-
-
-def overall(conversations: list[Conversation]) -> dict[str, Any]:
-    raw = sum(c.raw_tokens for c in conversations)
-    fwd = sum(c.forwarded_tokens for c in conversations)
-    turns = sum(c.turns for c in conversations)
-    refs = sum(c.refs for c in conversations)
-    weight = sum(c.raw_tokens for c in conversations) or 1
-    kept, found = sum(c.recall_identifiers for c in conversations), sum(c.recall_found for c in conversations)
-    cost, raw_cost = sum(c.cache_cost for c in conversations), sum(c.raw_cache_cost for c in conversations)
-    timed = [c for c in conversations if c.latency is not None]
-    return {
-        "conversations": len(conversations),
-        "turns": turns,
-        "raw_tokens": raw,
-        "forwarded_tokens": fwd,
-        "forwarded_ratio": fwd / raw if raw else 1.0,
-        "prefix_reuse": sum(c.prefix_reuse * c.raw_tokens for c in conversations) / weight,
-        "max_forwarded_turn": max((c.max_forwarded_turn for c in conversations), default=0),
-        "turns_over_budget": sum(c.turns_over_budget for c in conversations),
-        "summaries": sum(c.summaries for c in conversations),
-        "refs": refs,
-        "reload_exact_fraction": (sum(c.reload_exact_fraction * c.refs for c in conversations) / refs) if refs else 1.0,
-        "ms_per_turn_cold": sum(c.ms_per_turn_cold * c.turns for c in conversations) / max(turns, 1),
-        "ms_per_turn_steady": sum(c.ms_per_turn_steady * c.turns for c in conversations) / max(turns, 1),
-        "recall": found / kept if kept else 1.0,
-        "recall_identifiers": kept,
-        "recall_found": found,
-        "cache_cost_ratio": cost / raw_cost if raw_cost else 1.0,
-        "cache_cost": cost,
-        "raw_cache_cost": raw_cost,
-        "summary_calls": sum(c.summary_calls for c in conversations),
-        "summary_input_tokens": sum(c.summary_input_tokens for c in conversations),
-        "latency": metrics.latency([ms for c in timed for ms in c.added_ms_per_turn or []],
-                                   timed[0].latency["summary_delay_ms"], timed[0].latency["turn_latency_ms"])
-        if timed else None,
-    }
 
 
 def upstream_for(url: str | None, summary_delay_ms: float = 0) -> Upstream:
@@ -367,37 +370,3 @@ def load_conversations(path: Path) -> list[dict]:
     if not conversations:
         raise ReplayInputError(f"{path}: no conversations in it (expected one JSON object per line)")
     return conversations
-
-
-def report_dict(conversations: list[Conversation], settings: OffloadSettings,
-                token_counting: dict[str, Any] | None = None, format: str = "chat") -> dict[str, Any]:
-    per = []
-    for c in conversations:
-        entry = dict(c.__dict__)
-        per.append(entry)
-    report = {"format": format, "settings": settings.model_dump(), "overall": overall(conversations),
-              "conversations": per}
-    if token_counting is not None:
-        report["token_counting"] = token_counting
-    return report
-
-
-def estimate_warning(token_counting: dict[str, Any]) -> str | None:
-    """The line printed to stderr when the report's tokens are estimates, else None."""
-    if token_counting.get("method") != "estimate":
-        return None
-    failed = [e for e in token_counting["encodings"] if e["method"] == "estimate"]
-    names = ", ".join(e["encoding"] for e in failed)
-    reason = "; ".join(f"{e['encoding']}: {str(e['error'])[:160]}" for e in failed)
-    where = failed[0]["cache_dir"] or "unset"
-    return (f"offload-proxy replay: WARNING: token counts are ESTIMATES (about 4 bytes per token), not {names} "
-            f"tokens: tiktoken could not load the encoding ({reason}). Point TIKTOKEN_CACHE_DIR at a folder "
-            f"holding the tiktoken files (TIKTOKEN_CACHE_DIR={where}).")
-
-
-def write_outputs(report: dict[str, Any], out: Path) -> list[Path]:
-    from proxy.replay.report import write_charts
-
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "report.json").write_text(json.dumps(report, indent=2))
-    return [out / "report.json", *write_charts(report, out)]

@@ -6,7 +6,9 @@
 - `SummaryRecorder`: a transport wrapper that records every summary request (its history items
   and tools) for the turn that triggered it. The replayer names the turn with `recording(sink, k)`
   before the turn's pipeline runs; the name is a context variable, so a summary made by a task
-  the pipeline starts (in the background) is still attributed to that turn.
+  the pipeline starts is still attributed to that turn.
+- `TurnScheduler`: the server's scheduler of background summaries, whose jobs (run in a context
+  of their own) keep the turn that started them.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import asyncio
 import contextvars
 import json
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx2
@@ -23,6 +26,7 @@ from proxy.core.markers import INJECTED_TOOLS
 from proxy.formats import chat
 from proxy.formats.responses.from_chat import items_from_message
 from proxy.formats.responses.items import ResponsesView
+from proxy.offload.background import SummaryScheduler
 
 Sink = list  # of (turn, body) pairs: the summary requests of one replayed conversation
 _UNSET: Any = object()
@@ -36,6 +40,29 @@ def recording(sink: Sink | None, turn: int = 0) -> None:
     value = None if sink is None else (sink, turn)
     _TURN.set(value)
     _current[0] = value
+
+
+def _target() -> tuple[Sink, int] | None:
+    target = _TURN.get()
+    return _current[0] if target is _UNSET else target
+
+
+def keep_turn(run: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+    """`run`, attributing what it sends to the turn current now, whatever context it runs in."""
+    target = _target()
+
+    async def attributed() -> None:
+        _TURN.set(target)
+        await run()
+
+    return attributed
+
+
+class TurnScheduler(SummaryScheduler):
+    """The server's scheduler of background summaries; each job records for the turn that started it."""
+
+    def submit(self, key: str, run: Callable[[], Awaitable[None]], **kwargs: Any) -> bool:
+        return super().submit(key, keep_turn(run), **kwargs)
 
 
 def request_items(body: dict) -> tuple[list[Any], Any]:
@@ -59,9 +86,7 @@ class SummaryRecorder(httpx2.AsyncBaseTransport):
         self.in_flight = 0
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        target = _TURN.get()
-        if target is _UNSET:
-            target = _current[0]
+        target = _target()
         if target is not None:
             body = json.loads(await request.aread())
             target[0].append((target[1], body))

@@ -13,8 +13,8 @@ import pytest
 
 from proxy.core.settings import OffloadSettings
 from proxy.replay.cli import add_format_argument
-from proxy.replay.report import table
-from proxy.replay.runner import Replayer, report_dict, upstream_for
+from proxy.replay.report import report_dict, table
+from proxy.replay.runner import Replayer, upstream_for
 from proxy.replay.simulation import SummaryRecorder, fake_summarizer, recording, request_items
 from proxy.store.sqlite import SQLiteStore
 from tests.unit.replay.test_runner import conversation
@@ -69,11 +69,11 @@ def quoting_conversation() -> dict:
     return conv
 
 
-async def replay(tmp_path, **kwargs):
+async def replay(tmp_path, settings: dict | None = None, **kwargs):
     store, upstream = SQLiteStore(tmp_path), upstream_for(None, kwargs.get("summary_delay_ms") or 0)
     try:
-        replayer = Replayer(store, OffloadSettings(max_total_tokens=1500, max_tool_message_tokens=300), upstream,
-                            [], "gpt-4o", **kwargs)
+        settings = OffloadSettings(max_total_tokens=1500, max_tool_message_tokens=300, **(settings or {}))
+        replayer = Replayer(store, settings, upstream, [], "gpt-4o", **kwargs)
         return await replayer.conversation(quoting_conversation())
     finally:
         await upstream.aclose()
@@ -92,13 +92,18 @@ async def test_summary_calls_are_counted_in_the_cache_cost(tmp_path):
 
 
 async def test_latency_report_counts_the_turns_that_waited_for_a_summary(tmp_path):
-    out = await replay(tmp_path, summary_delay_ms=80, turn_latency_ms=5)
+    out = await replay(tmp_path / "inline", summary_delay_ms=80, turn_latency_ms=5, inline_summaries=True)
     figures = out.latency
     assert figures["stall_threshold_ms"] == 40 and figures["turn_latency_ms"] == 5
     assert figures["stalled_turns"] == sum(ms > 40 for ms in out.added_ms_per_turn)
-    # Summaries are made inline: each turn that made one waited the summary delay for it.
+    # Summaries made inline: each turn that made one waited the summary delay for it.
     assert figures["stalled_turns"] == out.summaries >= 1
     assert figures["added_ms_max"] >= 80 and figures["added_ms_p50"] < 40
+    # In the background, below the hard limit: no turn waits, the summaries are still made and paid.
+    background = await replay(tmp_path / "background", {"hard_max_tokens": 1_000_000}, summary_delay_ms=80,
+                              turn_latency_ms=5)
+    assert background.latency["stalled_turns"] == 0
+    assert background.summaries >= 1 and background.summary_calls == background.summaries
     report = report_dict([out], OffloadSettings(), format="chat")
     assert report["overall"]["latency"]["stalled_turns"] == figures["stalled_turns"]
     printed = table(report)

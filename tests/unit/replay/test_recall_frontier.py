@@ -1,0 +1,25 @@
+"""bench/recall_frontier.py end to end on a tiny trace (its figures are the replay's: not asserted here)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.unit.replay.test_runner import conversation
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_recall_frontier_writes_its_chart_and_table(tmp_path):
+    traces = tmp_path / "traces.jsonl"
+    traces.write_text(json.dumps(conversation()) + "\n")
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "recall_frontier.py"), "--traces", str(traces),
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads((tmp_path / "out" / "recall_frontier.json").read_text())
+    assert [r["setting"] for r in rows][:2] == ["auto (default)", "compact only"]
+    assert all(0 <= r["recall"] <= 1 and 0 < r["forwarded_ratio"] <= 1 for r in rows)
+    assert (tmp_path / "out" / "recall_frontier.png").stat().st_size > 1000
+    assert "fwd/raw" in done.stdout and "compact only" in done.stdout
