@@ -8,8 +8,26 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from pathlib import Path
 
 import uvicorn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's proxy package
+from proxy.core.texts import SUMMARY_INSTRUCTION, SUMMARY_PROMPT  # noqa: E402
+
+# The proxy's summary calls, recognised exactly: the instruction as the last chat message or the
+# last Responses input item (the prefix shape, the body's end), or the summariser's system prompt
+# as the first message (the transcript shape, the body's start).
+_INSTRUCTION = json.dumps(SUMMARY_INSTRUCTION).encode()
+PREFIX_ENDS = (b'{"role":"user","content":' + _INSTRUCTION + b"}]",
+               b'{"type":"message","role":"user","content":[{"type":"input_text","text":' + _INSTRUCTION + b"}]}]")
+TRANSCRIPT_START = b'"messages":[{"role":"system","content":' + json.dumps(SUMMARY_PROMPT).encode() + b"}"
+
+
+def is_summary_call(body: bytes) -> bool:
+    if any(end in body for end in PREFIX_ENDS):
+        return True
+    return TRANSCRIPT_START in body[:len(TRANSCRIPT_START) + 200]
 
 COMPLETION = json.dumps({
     "id": "chatcmpl-bench", "object": "chat.completion", "created": 1, "model": "gpt-4o",
@@ -47,13 +65,22 @@ async def app(scope, receive, send):
         body += message.get("body", b"")
         if not message.get("more_body"):
             break
-    if b"<state_snapshot>" in body[:20000] and b"state snapshot" in body[:2000]:  # a summarisation call
-        snapshot = json.dumps({
-            "id": "chatcmpl-sum", "object": "chat.completion", "created": 1, "model": "gpt-4o",
-            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content":
-                         "<state_snapshot><task_overview>benchmark</task_overview></state_snapshot>"}}],
-            "usage": {"prompt_tokens": len(body) // 4, "completion_tokens": 20, "total_tokens": len(body) // 4 + 20},
-        }).encode()
+    if is_summary_call(body):
+        text = "<state_snapshot><task_overview>benchmark</task_overview></state_snapshot>"
+        if scope["path"].rstrip("/").endswith("/responses"):
+            snapshot = json.dumps({
+                "id": "resp_sum", "object": "response", "created_at": 1, "status": "completed", "model": "gpt-4o",
+                "output": [{"type": "message", "id": "msg_sum", "role": "assistant", "status": "completed",
+                            "content": [{"type": "output_text", "text": text, "annotations": []}]}],
+                "usage": {"input_tokens": len(body) // 4, "output_tokens": 20, "total_tokens": len(body) // 4 + 20},
+            }).encode()
+        else:
+            snapshot = json.dumps({
+                "id": "chatcmpl-sum", "object": "chat.completion", "created": 1, "model": "gpt-4o",
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
+                "usage": {"prompt_tokens": len(body) // 4, "completion_tokens": 20,
+                          "total_tokens": len(body) // 4 + 20},
+            }).encode()
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", b"application/json"), (b"content-length", str(len(snapshot)).encode())]})
         await send({"type": "http.response.body", "body": snapshot})
