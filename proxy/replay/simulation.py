@@ -23,9 +23,11 @@ from typing import Any
 import httpx2
 
 from proxy.core.markers import INJECTED_TOOLS
+from proxy.core.texts import SUMMARY_INSTRUCTION
 from proxy.formats import chat
 from proxy.formats.responses.from_chat import items_from_message
 from proxy.formats.responses.items import ResponsesView
+from proxy.formats.responses.summary import instruction_item
 from proxy.offload.background import SummaryScheduler
 
 Sink = list  # of (turn, body) pairs: the summary requests of one replayed conversation
@@ -106,10 +108,13 @@ class SummaryRecorder(httpx2.AsyncBaseTransport):
 
 
 def _transcript(body: dict) -> str:
-    """What the fake summarises: the transcript the summariser sends today (its last message,
-    after the system prompt), or else every non-system item rendered the same way."""
+    """What the fake summarises: in the prefix shape (its last message or item is the instruction,
+    exactly), the items before the instruction, rendered as the transcript shape renders them; in
+    the transcript shape, the transcript (its last message, after the system prompt)."""
     items, _ = request_items(body)
-    if len(items) == 2 and isinstance(items[-1], dict) and isinstance(items[-1].get("content"), str):
+    if items and items[-1] in ({"role": "user", "content": SUMMARY_INSTRUCTION}, instruction_item(SUMMARY_INSTRUCTION)):
+        items = items[:-1]
+    elif len(items) == 2 and isinstance(items[-1], dict) and isinstance(items[-1].get("content"), str):
         return items[-1]["content"]
     view = chat.VIEW if "messages" in body else ResponsesView(INJECTED_TOOLS)
     lines = [view.transcript(item) for item in items if view.role(item) != "system"]

@@ -119,3 +119,17 @@ def test_latency_arguments():
     assert parser.parse_args([]).summary_delay_ms is None
     with pytest.raises(SystemExit):
         parser.parse_args(["--summary-delay-ms", "-1"])
+
+
+async def test_the_fake_summariser_summarises_the_prefix_before_the_instruction():
+    from proxy.core.texts import SUMMARY_INSTRUCTION
+    from proxy.formats.chat import CHAT
+    from proxy.formats.responses import RESPONSES
+
+    prefix = [{"role": "user", "content": "fix it, error: boom"}]  # one item: not taken for a transcript
+    for fmt in (CHAT, RESPONSES):
+        endpoint, body = fmt.summary_request({"model": "m"}, prefix, SUMMARY_INSTRUCTION, (), model="m")
+        answer = json.loads(await (await send(fake_summarizer(), body, URL.replace("chat/completions",
+                                                                                  endpoint))).aread())
+        text, _, _ = fmt.summary_answer(answer)
+        assert "error: boom" in text and "Stop here" not in text, fmt.endpoint
