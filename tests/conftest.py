@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -78,6 +79,24 @@ def upstream(_fake_upstream_server) -> Iterator[FakeUpstream]:
     fake.reset()
 
 
+LIVE_APPS: list = []  # the proxies make_proxy is serving right now
+
+
+@pytest.fixture(autouse=True)
+def _background_summaries_end_with_their_test():
+    """A summary the proxy makes in the background may still be on its way when a test ends; the
+    next test on the same (session-wide) proxy and fake upstream must not see its call."""
+    yield
+    deadline = time.monotonic() + 20
+    for app in list(LIVE_APPS):
+        services = getattr(app.state, "services", None)
+        while services is not None and time.monotonic() < deadline:
+            state = services.summaries.state()
+            if not state.running and not state.queued:
+                break
+            time.sleep(0.01)
+
+
 @pytest.fixture(scope="session")
 def make_proxy(_fake_upstream_server, tmp_path_factory):
     """Start a proxy in front of the fake upstream: `with make_proxy(**settings) as url: ...`."""
@@ -87,8 +106,13 @@ def make_proxy(_fake_upstream_server, tmp_path_factory):
         _, fake_server = _fake_upstream_server
         options = {"upstream": f"{fake_server.url}/v1", "data_dir": tmp_path_factory.mktemp("store")}
         options.update(overrides)
-        with ServerThread(create_app(ServerSettings(**options))) as server:
-            yield server.url
+        app = create_app(ServerSettings(**options))
+        with ServerThread(app) as server:
+            LIVE_APPS.append(app)
+            try:
+                yield server.url
+            finally:
+                LIVE_APPS.remove(app)
 
     return start
 

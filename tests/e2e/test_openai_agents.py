@@ -47,7 +47,7 @@ def fake_model(rec):
     items = input_items(rec)
     last = items[-1]
     if last.get("type") == "function_call_output" and last["call_id"] == "call_reload_1":
-        errors = [line for line in last["output"].splitlines() if " ERROR " in line]
+        errors = [line for line in last["output"].splitlines() if " NOTICE " in line]
         return answer(rec, message(f"Found: {errors}"), usage=usage(2_000, 20))
     if last.get("type") == "function_call_output":
         refs = REF.findall(last["output"])

@@ -21,7 +21,8 @@ from tests.harness.servers import scripted
 
 HEADERS = {"X-Offload-Max-Total-Tokens": "1000", "X-Offload-Max-Tool-Message-Tokens": "500",
            "X-Offload-Max-Reload-Tokens": "50000"}
-NEEDLE = "2024-05-01T12:06:17Z ERROR deploy-7 disk quota exceeded on /var/lib/app (wanted 512 MiB)"
+# An ordinary-looking line in the middle: no error word, no path, so no preview keeps it in view; only a reload finds it.
+NEEDLE = "2024-05-01T12:06:17Z NOTICE deploy-7 rollout paused at 512 MiB by the quota"
 LOG = "\n".join(NEEDLE if i == 377 else
                 f"2024-05-01T12:{i // 60:02d}:{i % 60:02d}Z INFO worker-{i % 7} GET /api/items/{i} 200 {i % 97} ms"
                 for i in range(480))

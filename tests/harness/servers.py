@@ -244,11 +244,14 @@ class FakeUpstream:
         self.requests.clear()
 
     def chat_requests(self) -> list[Recorded]:
-        return [r for r in self.requests if r.path.endswith("/chat/completions")]
+        """The chat completions the proxy forwarded, in order: its summary calls are not among
+        them (they may come at any time: a summary is made in the background; see summary_requests)."""
+        return [r for r in self.requests if r.path.endswith("/chat/completions") and not is_summary_call(r)]
 
     def responses_requests(self) -> list[Recorded]:
-        """The `POST …/responses` requests (Responses API calls), in order."""
-        return [r for r in self.requests if is_responses_create(r)]
+        """The `POST …/responses` requests (Responses API calls) the proxy forwarded, in order,
+        its summary calls left out."""
+        return [r for r in self.requests if is_responses_create(r) and not is_summary_call(r)]
 
     def summary_requests(self) -> list[Recorded]:
         """The proxy's summary calls (`summary_shape`), in order."""
