@@ -297,6 +297,7 @@ class ManagedCall:
     def _after(self) -> BackgroundTask:
         """Once the client has its answer: the events."""
         async def record() -> None:
+            self.prepared.start_background()  # if the upstream never answered
             services = self.services
             await events.record(services.store, self.namespace, self.settings.session,
                                 self.prepared.events + self.tools.events, services.settings.store_ttl,
@@ -309,6 +310,7 @@ class ManagedCall:
                                                   headers=self.headers, content=content, base=self.base)
         if self.caller.kind == "client":  # what the upstream thinks of the client's own key
             self.services.credential_check.remember(self.caller.scope, response.status_code)
+        self.prepared.start_background()  # the turn is out and answering: now its summaries
         if self.used_up and response.status_code == 200:
             used_up, self.used_up = self.used_up, None
             await chains.forget(self.services.store, self.namespace, used_up, sealer=self.services.sealer)

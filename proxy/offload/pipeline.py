@@ -7,6 +7,7 @@ what is stored) run off the event loop (`proxy.offload.cpu`); a small request's 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,14 @@ class Prepared:
     store_failed: bool = False  # nothing could be stored: the original messages go through
     refused: Exception | None = None  # ...because the quota refused the writes (QuotaExceeded, CredentialRejected)
     written: set[str] = field(default_factory=set)  # refs stored for the first time by this request
+    # Background summaries to start once the turn's upstream request is out (`start_background`).
+    deferred: list[Callable[[], object]] = field(default_factory=list)
+
+    def start_background(self) -> None:
+        """Hand the summaries this turn prepared to the scheduler (once; later calls do nothing)."""
+        deferred, self.deferred = self.deferred, []
+        for start in deferred:
+            start()
 
 
 def _action(compacted: bool, compressed: bool, pending: bool = False) -> str:
@@ -85,6 +94,7 @@ async def prepare(
             result.summary_tokens = compressed.summary_tokens
             result.summary_usage = compressed.usage
             result.events += compressed.events
+            result.deferred = compressor.deferred
             pending = compressed.pending
             if compressed.warning:
                 result.warnings.append(compressed.warning)

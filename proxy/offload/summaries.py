@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,6 +122,7 @@ class Compressor:
         self.view: ItemView = ctx.view or (ctx.wire.view if ctx.wire is not None else chat.VIEW)
         self.prefix = ctx.summary_request == "prefix" and ctx.wire is not None and ctx.body is not None
         self.version = prompt_version(ctx.instruction if self.prefix else ctx.prompt)
+        self.deferred: list[Callable[[], object]] = []  # background summaries to start once the turn is out
 
     def _summary_key(self, prefix_hash: str) -> str:
         return key(self.namespace, "summary", f"{prefix_hash}:{self.version}")
@@ -221,8 +223,10 @@ class Compressor:
             await self._start(compacted, originals, settings, counter, chain, decision, cpu)
 
     async def _start(self, compacted, originals, settings, counter, chain, decision, cpu) -> None:
-        """Hand the summary to the scheduler: one per conversation at a time in this process;
-        across requests and replicas, the store's lock on the summarised prefix decides."""
+        """Ready the summary for the scheduler, to be handed to it (`deferred`) once this turn's
+        own upstream request has gone out and answered: the summary call must not hold the turn
+        up nor race it. One per conversation at a time in this process; across requests and
+        replicas, the store's lock on the summarised prefix decides."""
         scheduler = self.ctx.background
         assert scheduler is not None
         conversation = f"{self.namespace}:{await cpu.light(chain.__getitem__, decision.head + 1)}"
@@ -233,7 +237,7 @@ class Compressor:
             await self._in_background(compacted, originals, settings, counter, chain, decision)
 
         weight = await cpu.light(counter.messages, originals)  # counted already: what the job holds
-        scheduler.submit(conversation, job, tenant=self.namespace, weight=weight)
+        self.deferred.append(lambda: scheduler.submit(conversation, job, tenant=self.namespace, weight=weight))
 
     async def _in_background(self, compacted, originals, settings, counter, chain, decision) -> None:
         cpu = CPU.for_messages(originals)

@@ -204,7 +204,7 @@ def test_bad_header_is_a_400_naming_it(client, upstream):
 def test_direct_offload_api(proxy_url, upstream):
     history = agent_history(steps=4)
     r = httpx2.post(f"{proxy_url}/v1/offload", json={"messages": history, "model": "gpt-4o"},
-                    headers={"authorization": "Bearer sk-direct", **HEADERS})
+                    headers={"authorization": "Bearer sk-direct", **HEADERS, "X-Offload-Mode": "compact"})
     data = r.json()
     assert r.status_code == 200 and len(data["refs"]) == 3 and data["tokens_after"] < data["tokens_before"]
     assert len(data["messages"]) == len(history)
