@@ -227,6 +227,7 @@ def test_reused_summary_is_forwarded_even_without_reload_tools(client, upstream)
     first, second = forwarded(upstream)
     assert first == second and "<state_snapshot>" in second[1]["content"]
     assert len(calls) == 1 and "tools" not in upstream.chat_requests()[-1].json()
+    assert "tools" not in calls[0].json() and "tool_choice" not in calls[0].json()  # as the turns: none
 
 
 def test_slow_or_unusable_summaries_are_warnings(make_proxy, upstream):
