@@ -16,7 +16,8 @@ from proxy.store import Store
 
 def add_format_argument(replay: argparse.ArgumentParser) -> None:
     """The arguments proxy/cli.py leaves to this module, for the `replay` subcommand's parser:
-    `--format chat|responses`, and the latency simulation (`--summary-delay-ms`, `--turn-latency-ms`)."""
+    `--format chat|responses`, how summaries are made (`--inline-summaries`, `--summary-request`)
+    and the latency simulation (`--summary-delay-ms`, `--turn-latency-ms`)."""
     replay.add_argument("--format", choices=FORMATS, default="chat",
                         help="Wire format to replay in: chat messages as recorded (default), or the Responses "
                              "API input items a client would send for them.")
@@ -29,8 +30,10 @@ def add_format_argument(replay: argparse.ArgumentParser) -> None:
                              "work may run meanwhile). Default 0.")
     replay.add_argument("--inline-summaries", action="store_true",
                         help="Make each summary in the turn that needs it, none ahead of time (as before "
-                             "background summaries), instead of in the background "
-                             "as the server does.")
+                             "background summaries), instead of in the background as the server does.")
+    replay.add_argument("--summary-request", choices=("prefix", "transcript"), default="prefix",
+                        help="How summaries are asked for, as the server's option of that name: prefix (the "
+                             "turn's own request, then an instruction; default) or transcript.")
 
 
 def _milliseconds(value: str) -> float:
@@ -79,7 +82,8 @@ async def run_replay(args: argparse.Namespace) -> dict:
     format = getattr(args, "format", None) or "chat"
     replayer = Replayer(store, settings, upstream, headers, args.model, format=format, summary_delay_ms=delay,
                         turn_latency_ms=getattr(args, "turn_latency_ms", 0.0) or 0.0,
-                        inline_summaries=bool(getattr(args, "inline_summaries", False)))
+                        inline_summaries=bool(getattr(args, "inline_summaries", False)),
+                        summary_request=getattr(args, "summary_request", None) or "prefix")
     counting = replayer.token_counting()
     warning = estimate_warning(counting)
     if warning:
@@ -101,6 +105,7 @@ async def run_replay(args: argparse.Namespace) -> dict:
         await store.close()
     report = report_dict(results, settings, counting, format)
     report["summaries_made"] = "inline" if replayer.inline_summaries else "background"
+    report["summary_request"] = replayer.summary_request
     written = write_outputs(report, Path(args.out))
     print(table(report))
     print("wrote " + ", ".join(str(p) for p in written[:3]) + (" …" if len(written) > 3 else ""))

@@ -34,6 +34,8 @@ from typing import Any
 from proxy.core import compression as cp
 from proxy.core.view import ItemView
 from proxy.formats import chat
+from proxy.formats.chat import CHAT
+from proxy.formats.responses import RESPONSES
 from proxy.formats.responses.from_chat import items_with_offsets, tools_from_chat
 from proxy.formats.responses.items import ResponsesView
 from proxy.core.markers import INJECTED_TOOLS, history_ref
@@ -174,17 +176,20 @@ class CapturingRefs(RefStore):
 class Replayer:
     def __init__(self, store: Store, settings: OffloadSettings, upstream: Upstream, headers: list, model: str,
                  ttl: int = 7 * 24 * 3600, format: str = "chat", summary_delay_ms: float | None = None,
-                 turn_latency_ms: float = 0.0, inline_summaries: bool = False) -> None:
+                 turn_latency_ms: float = 0.0, inline_summaries: bool = False,
+                 summary_request: str = "prefix") -> None:
         """Summaries are made in the background as the server makes them (`inline_summaries`: by the
         turn that needs one, none ahead of time, as before background summaries). `summary_delay_ms`
         (the delay `upstream_for` gave the fake summariser) turns on the latency report and lets
         background summaries run while the next turns go (else each is waited for after its turn,
         so figures are deterministic); `turn_latency_ms`: each turn sleeps that long after its
-        pipeline (the upstream answering)."""
+        pipeline (the upstream answering). `summary_request`: the shape summaries are asked for in
+        (the server's `--summary-request`: "prefix", the turn's own request, or "transcript")."""
         self.store, self.settings, self.upstream, self.headers, self.model = store, settings, upstream, headers, model
         self.ttl, self.format, self.view = ttl, format, view_for(format)
         self.summary_delay_ms, self.turn_latency_ms = summary_delay_ms, turn_latency_ms
-        self.inline_summaries = inline_summaries
+        self.inline_summaries, self.summary_request = inline_summaries, summary_request
+        self.wire = CHAT if format == "chat" else RESPONSES
         if inline_summaries:
             self.settings = settings.model_copy(update={"precompress_ratio": 0.0})
         self.json_counter = counter_for_encoding("o200k_base")
@@ -197,20 +202,27 @@ class Replayer:
         method = "estimate" if any(e["method"] == "estimate" for e in encodings) else "tiktoken"
         return {"method": method, "encodings": encodings}
 
-    async def _prepare(self, request: list[Any], namespace: str, counter: TokenCounter,
+    async def _prepare(self, request: list[Any], namespace: str, counter: TokenCounter, tools: Any = None,
                        scheduler: TurnScheduler | None = None, created: dict[str, str] | None = None):
         refs = RefStore(self.store, namespace, self.ttl)
+        body = {"model": self.model, ("messages" if self.format == "chat" else "input"): request}
+        if tools:
+            body["tools"] = tools
         ctx = SummaryContext(upstream=self.upstream, headers=self.headers, model=self.model, prompt=DEFAULT_PROMPT,
                              timeout=120.0, wait=30.0, view=self.view, background=scheduler,
                              request_model=self.model, refs=CapturingRefs(self.store, namespace, self.ttl,
-                                                                          {} if created is None else created))
+                                                                          {} if created is None else created),
+                             wire=self.wire, body=body, summary_request=self.summary_request)
         return await prepare(request, self.settings, counter=counter, namespace=namespace, refs=refs,
                              compressor=Compressor(self.store, namespace, self.ttl, ctx), view=self.view)
 
     def forwarded_tools(self, tools: Any, prepared: Any) -> Any:
         """The tools the server would forward with this turn: the client's, plus the reload tools
-        when the payload carries a reference (as proxy/http/managed.py decides)."""
-        if not (self.settings.reload_tools and prepared.plan.refs and not prepared.store_failed):
+        when the payload carries a reference and rounds are left to offer them in (as
+        proxy/http/managed.py decides)."""
+        settings = self.settings
+        if not (settings.reload_tools and settings.max_reload_rounds > 0 and prepared.plan.refs
+                and not prepared.store_failed):
             return tools
         if self.format == "chat":
             return [*(tools or []), *RELOAD_TOOL_SCHEMAS]
@@ -237,10 +249,11 @@ class Replayer:
         for k, request in enumerate(requests):
             recording(sink, k)
             start = time.perf_counter()
-            prepared = await self._prepare(request, namespace, counter, scheduler, created)
+            prepared = await self._prepare(request, namespace, counter, tools, scheduler, created)
             added.append((time.perf_counter() - start) * 1e3)
             if self.turn_latency_ms:
                 await asyncio.sleep(self.turn_latency_ms / 1e3)  # the upstream answers; background work runs
+            prepared.start_background()  # as the server does once the turn's upstream request has answered
             if scheduler is not None and self.summary_delay_ms is None:
                 await scheduler.idle()  # deterministic: a summary started by this turn is ready for the next
             sent = prepared.plan.items
@@ -263,8 +276,9 @@ class Replayer:
         steady = 0.0
         for request in requests:  # the same requests again: caches warm, summaries stored
             start = time.perf_counter()
-            await self._prepare(request, namespace, counter, scheduler)
+            steady_prepared = await self._prepare(request, namespace, counter, tools, scheduler)
             steady += time.perf_counter() - start
+            steady_prepared.start_background()
         await self._settle(scheduler)
         if scheduler is not None:
             await scheduler.shutdown(grace=0)

@@ -14,7 +14,8 @@ import pytest
 from proxy.core.settings import OffloadSettings
 from proxy.replay.cli import add_format_argument
 from proxy.replay.report import report_dict, table
-from proxy.replay.runner import Replayer, upstream_for
+from proxy.offload.summarizer import DEFAULT_PROMPT
+from proxy.replay.runner import Replayer, replay_namespace, requests_of, upstream_for
 from proxy.replay.simulation import SummaryRecorder, fake_summarizer, recording, request_items
 from proxy.store.sqlite import SQLiteStore
 from tests.unit.replay.test_runner import conversation
@@ -78,6 +79,31 @@ async def replay(tmp_path, settings: dict | None = None, **kwargs):
     finally:
         await upstream.aclose()
         await store.close()
+
+
+async def test_summary_requests_are_recorded_as_sent_in_both_shapes(tmp_path):
+    conv = quoting_conversation()
+    requests, tools = requests_of(conv, "chat")
+    for shape in ("prefix", "transcript"):
+        store, upstream = SQLiteStore(tmp_path / shape), upstream_for(None)
+        try:
+            replayer = Replayer(store, OffloadSettings(max_total_tokens=1500, max_tool_message_tokens=300), upstream,
+                                [], "gpt-4o", summary_request=shape)
+            sink: list = []
+            recording(sink, 4)
+            await replayer._prepare(requests[-1], replay_namespace(0, "c"), replayer.json_counter, tools)
+            recording(None)
+        finally:
+            await upstream.aclose()
+            await store.close()
+        [(turn, body)] = sink
+        items, call_tools = request_items(body)
+        assert turn == 4
+        if shape == "prefix":  # the turn's own request: its system message and tools first, then the instruction
+            assert items[0] == conv["messages"][0] and items[-1]["role"] == "user"
+            assert call_tools[0] == tools[0] and body["tool_choice"] == "none"
+        else:  # a fresh transcript: nothing a provider could have cached
+            assert items[0] == {"role": "system", "content": DEFAULT_PROMPT} and call_tools is None
 
 
 async def test_summary_calls_are_counted_in_the_cache_cost(tmp_path):
