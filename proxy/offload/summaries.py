@@ -218,6 +218,8 @@ class Compressor:
             into.usage = summary_usage(*prior.usage)
 
     async def _ahead(self, compacted, originals, settings, counter, chain, prior, cpu) -> None:
+        if self.ctx.background is None:  # inline only: a summary is made when a turn needs it
+            return
         decision = await cpu.light(precompress.ahead, compacted, self.view, settings, counter, prior)
         if decision is not None:
             await self._start(compacted, originals, settings, counter, chain, decision, cpu)

@@ -260,3 +260,26 @@ def test_shutdown_with_a_summary_in_flight_cancels_it_within_the_grace(upstream,
             wait_until(lambda: len(calls) == 2)
     finally:
         gate.set()
+
+
+def test_the_direct_api_reuses_a_summary_near_the_trigger_without_a_scheduler(proxy_url, upstream, key):
+    """POST /v1/offload makes what it needs inline (no background): reusing a summary whose
+    following part nears the trigger must not try to make the next one ahead of time."""
+    upstream.handler, calls = gated_summaries()
+    counter = counter_for_model("gpt-4o")
+    headers = {**BACKGROUND, "authorization": f"Bearer {key}", "X-Offload-Precompress-Ratio": "0.8"}
+
+    def offload(history):
+        r = httpx2.post(f"{proxy_url}/v1/offload", json={"messages": history, "model": "gpt-4o"}, headers=headers)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    first = offload(chat_history(12))
+    assert first["action"] == "compress" and len(calls) == 1
+    longer = next(h for h in (chat_history(n) for n in range(13, 30))
+                  if counter.messages(h[24:-2]) >= 0.8 * 1500)
+    assert counter.messages(longer[24:-2]) <= 1500  # reused, not made again: the part after it is under the trigger
+    second = offload(longer)
+    assert second["action"] == "compress" and second["messages"][1] == first["messages"][1]
+    time.sleep(0.2)
+    assert len(calls) == 1  # nothing made ahead of time either
