@@ -15,7 +15,8 @@ from starlette.responses import JSONResponse
 from tests.harness.history import agent_history, refs_sent
 from tests.harness.servers import RedisProcess, completion, tool_call
 
-HEADERS = {"X-Offload-Max-Total-Tokens": "1000", "authorization": "Bearer sk-faults"}
+# Compaction only: these tests are about the store (the previews alone leave this history above the trigger).
+HEADERS = {"X-Offload-Max-Total-Tokens": "1000", "X-Offload-Mode": "compact", "authorization": "Bearer sk-faults"}
 
 
 @pytest.fixture
@@ -93,7 +94,7 @@ def test_hung_redis_cannot_stall_requests_and_reload_says_unavailable(make_proxy
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-faults", max_retries=0)
         start = time.monotonic()
         result = client.chat.completions.create(model="gpt-4o", messages=history,
-                                                extra_headers={"X-Offload-Max-Total-Tokens": "1000"})
+                                                extra_headers={"X-Offload-Max-Total-Tokens": "1000", "X-Offload-Mode": "compact"})
         assert result.choices[0].message.content == "ok"
         answer = upstream.chat_requests()[-1].json()["messages"][-1]["content"]
         assert "temporarily unavailable" in answer
