@@ -190,8 +190,6 @@ class Replayer:
         self.summary_delay_ms, self.turn_latency_ms = summary_delay_ms, turn_latency_ms
         self.inline_summaries, self.summary_request = inline_summaries, summary_request
         self.wire = CHAT if format == "chat" else RESPONSES
-        if inline_summaries:
-            self.settings = settings.model_copy(update={"precompress_ratio": 0.0})
         self.json_counter = counter_for_encoding("o200k_base")
 
     def token_counting(self) -> dict[str, Any]:
