@@ -24,6 +24,7 @@ from typing import Any
 
 from proxy.core import compression as cp
 from proxy.core import precompress
+from proxy.core.summary_index import summary_index
 from proxy.core.compaction import Offload, present_refs
 from proxy.core.texts import RELOAD_TOOL_SCHEMAS
 from proxy.core.wire import WireFormat
@@ -360,14 +361,16 @@ class Compressor:
         text = "\n".join(summary.text for summary in made)
         tokens_in, tokens_out = sum(s.tokens_in for s in made), sum(s.tokens_out for s in made)
 
-        def summarised() -> tuple[str, str, int, int]:
+        def summarised() -> tuple[str, str, int, int, str]:
             history = cp.history_lines(originals[head:cut], self.view)
             covered = sum(1 for m in originals[head:cut] if self.view.role(m) != "system")
             return (history, make_ref(self.namespace, "history", history), covered,
-                    cp.tokens_between(originals, self.view, head, cut, counter))
+                    cp.tokens_between(originals, self.view, head, cut, counter),
+                    summary_index(originals[head:cut], self.view))
 
-        history, ref, covered, covered_tokens = await cpu.for_part(originals[head:cut])(summarised)
-        message = cp.summary_item(self.view, text, ref, covered, covered_tokens)
+        history, ref, covered, covered_tokens, index = await cpu.for_part(originals[head:cut])(summarised)
+        # beside the model's snapshot, what exists behind the ref: files, commands, errors, verbatim
+        message = cp.summary_item(self.view, text, ref, covered, covered_tokens, index=index)
         offload = Offload(ref, "history", history, covered_tokens)
         if bill and self.ctx.refs is not None:
             await self.ctx.refs.save([offload], [ref], session, cpu=cpu)

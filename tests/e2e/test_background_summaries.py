@@ -19,6 +19,7 @@ from proxy.core import compression
 from proxy.core.tokens import counter_for_model
 from proxy.offload import summaries
 from tests.e2e.test_compression_e2e import chat_history, forwarded, is_summary_call
+from tests.harness.history import agent_history
 from tests.harness.servers import ProxyProcess, completion
 
 SESSION = "bg-1"
@@ -283,3 +284,16 @@ def test_the_direct_api_reuses_a_summary_near_the_trigger_without_a_scheduler(pr
     assert second["action"] == "compress" and second["messages"][1] == first["messages"][1]
     time.sleep(0.2)
     assert len(calls) == 1  # nothing made ahead of time either
+
+
+def test_the_summary_message_carries_an_index_of_what_it_summarised(client, upstream, key):
+    upstream.handler, calls = gated_summaries()
+    history = agent_history(steps=6, lines=40)
+    history.append({"role": "user", "content": "Now fix it."})
+    headers = {**BACKGROUND, "X-Offload-Max-Total-Tokens": "1000", "X-Offload-Hard-Max-Tokens": "1"}
+    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=history, extra_headers=headers)
+    assert raw.headers["x-offload-action"] == "compress"
+    summary = forwarded(upstream)[-1][1]["content"]
+    index = summary[summary.index("<index>"):summary.index("</index>")]
+    assert "commands run: cat f0; cat f1" in index  # the commands the summarised calls ran, verbatim
+    assert summary.index("</index>") < summary.index(SNAPSHOT)  # beside the snapshot, before it
