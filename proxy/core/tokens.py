@@ -27,6 +27,7 @@ log = logging.getLogger("proxy.core.tokens")
 CACHE_ENTRIES = 200_000
 UNCACHED_BELOW = 64  # characters: below this, cached by the text itself rather than a digest
 SHORT_ENTRIES = 50_000
+LONG_PIECE = 50_000  # characters: a text the encoder cannot take whole is counted in pieces of this size
 MESSAGE_OVERHEAD = 3  # per message, as in OpenAI's accounting
 REPLY_PRIMING = 3
 IMAGE_TOKENS = 85  # a low-detail image; providers bill more for high detail
@@ -160,9 +161,27 @@ class TokenCounter:
         key = (self.encoding_name, hash(text), len(text))
         count = _cache.get(key)
         if count is None:
-            count = len(self.encoder.encode_ordinary(text))
+            count = self._long(text)
             _cache.put(key, count)
         return count
+
+    def _long(self, text: str) -> int:
+        """tiktoken's regex gives up on a whitespace run of ~1M characters and panics (a
+        BaseException: openai/tiktoken#15): such a text is counted in pieces."""
+        try:
+            return len(self.encoder.encode_ordinary(text))
+        except (KeyboardInterrupt, SystemExit, GeneratorExit):
+            raise
+        except BaseException:
+            return sum(self._encoded(text[start:start + LONG_PIECE]) for start in range(0, len(text), LONG_PIECE))
+
+    def _encoded(self, text: str) -> int:
+        try:
+            return len(self.encoder.encode_ordinary(text))
+        except (KeyboardInterrupt, SystemExit, GeneratorExit):
+            raise
+        except BaseException:  # a panic in the encoder: never a failed request
+            return len(EstimateEncoder().encode_ordinary(text))
 
     def content(self, content: Any) -> int:
         """A message's content: a string, or a list of parts (text counted, others estimated)."""

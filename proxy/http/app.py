@@ -83,7 +83,9 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
             credential_check=CredentialCheck(),
             upstream=Upstream(settings),
             store=GuardedStore(open_store(settings), ping_timeout=settings.store_timeout, metrics=metrics),
+            # one credential (whatever its X-Offload-Tenant) holds half the slots at most, queued or running
             summaries=SummaryScheduler(concurrency=settings.summary_concurrency, queue=settings.summary_queue,
+                                       per_tenant=max(1, settings.summary_concurrency // 2),
                                        max_age=2 * settings.summary_timeout, on_change=metrics.summaries_state),
         )
         app.state.services = services

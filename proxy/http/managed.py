@@ -103,7 +103,7 @@ def compressor_for(request: Request, body: dict, settings: OffloadSettings, call
                          sealer=services.sealer, base=caller.base, view=fmt.view,
                          background=services.summaries if background else None,
                          session=settings.session, request_model=model_of(body), metrics=services.metrics,
-                         refs=refs, wire=fmt, body=body, summary_request=services.settings.summary_request,
+                         refs=refs, tenant_scope=caller.scope, wire=fmt, body=body, summary_request=services.settings.summary_request,
                          instruction=custom or DEFAULT_INSTRUCTION)
     return Compressor(services.store, caller.namespace, services.settings.store_ttl, ctx)
 

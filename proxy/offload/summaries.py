@@ -90,6 +90,7 @@ class SummaryContext:
     request_model: str | None = None  # the conversation's model (its context window caps the hard limit)
     metrics: observe.Metrics | None = None  # for summaries made in the background
     refs: RefStore | None = None  # where a background summary stores the originals it covers
+    tenant_scope: str | None = None  # whose share of the background slots (the credential, not X-Offload-Tenant)
     # The prefix shape (see the module docstring) needs the request's wire format and body; without
     # them, or with summary_request "transcript", summaries are transcripts sent to chat completions.
     wire: WireFormat | None = None
@@ -240,7 +241,8 @@ class Compressor:
             await self._in_background(compacted, originals, settings, counter, chain, decision)
 
         weight = await cpu.light(counter.messages, originals)  # counted already: what the job holds
-        self.deferred.append(lambda: scheduler.submit(conversation, job, tenant=self.namespace, weight=weight))
+        tenant = self.ctx.tenant_scope or self.namespace  # the credential's: sub-tenants share its slots
+        self.deferred.append(lambda: scheduler.submit(conversation, job, tenant=tenant, weight=weight))
 
     async def _in_background(self, compacted, originals, settings, counter, chain, decision) -> None:
         cpu = CPU.for_messages(originals)
@@ -272,7 +274,10 @@ class Compressor:
                               summary_tokens_out=result.usage_out))
         else:
             made.append(event("summary_failed", reason=result.warning or "", duration_ms=duration))
-        await self._record([*result.events, *made], settings)
+        try:
+            await self._record([*result.events, *made], settings)
+        except StoreUnavailable:
+            pass  # the events are lost with the store; the summary itself was made or reported above
 
     async def _record(self, new: list[dict], settings: OffloadSettings) -> None:
         await session_events.record(self.store, self.namespace, self.ctx.session or settings.session, new,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
-import re
+import httpx2
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +27,7 @@ from proxy.upstream.client import Headers, Upstream
 DEFAULT_PROMPT = texts.SUMMARY_PROMPT  # the transcript shape's system prompt
 DEFAULT_INSTRUCTION = texts.SUMMARY_INSTRUCTION  # the prefix shape's last message
 
-SNAPSHOT_RE = re.compile(r"<state_snapshot>.*?</state_snapshot>", re.S)
+SNAPSHOT_OPEN, SNAPSHOT_CLOSE = "<state_snapshot>", "</state_snapshot>"
 MESSAGE_CHARS = 6_000  # one message's share of the transcript
 
 
@@ -95,24 +95,50 @@ def _chat_answer(data: Any) -> tuple[str, int, int]:
     return content, int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
 
 
+MAX_ANSWER_BYTES = 8 * 1024 * 1024  # a summary answer larger than this is refused, not read into memory
+
+
+def snapshot_in(content: str) -> str | None:
+    """The first `<state_snapshot>…</state_snapshot>` block, found in linear time (a lazy regex
+    over an answer repeating the opening tag is quadratic: seconds on the event loop)."""
+    start = content.find(SNAPSHOT_OPEN)
+    if start < 0:
+        return None
+    end = content.find(SNAPSHOT_CLOSE, start + len(SNAPSHOT_OPEN))
+    return None if end < 0 else content[start:end + len(SNAPSHOT_CLOSE)]
+
+
+async def _read_answer(response: httpx2.Response) -> bytes:
+    body = bytearray()
+    async for chunk in response.aiter_bytes():
+        body += chunk
+        if len(body) > MAX_ANSWER_BYTES:
+            raise SummaryFailed(f"summary answer is larger than {MAX_ANSWER_BYTES} bytes")
+    return bytes(body)
+
+
 async def _call(upstream: Upstream, headers: Headers, endpoint: str, body: dict,
                 read: Callable[[Any], tuple[str, int, int]], timeout: float, base: str | None) -> Summary:
     try:
         async with asyncio.timeout(timeout):
             response = await upstream.send("POST", endpoint, headers=headers, content=jsonio.dumps(body), base=base)
-            raw = await response.aread()
-            await response.aclose()
+            try:
+                raw = await _read_answer(response)
+            finally:
+                await response.aclose()
     except TimeoutError as exc:
         raise SummaryFailed(f"summary call timed out after {timeout:g}s") from exc
     except ProxyError as exc:
         raise SummaryFailed(f"summary call failed: {exc.message}") from exc
+    except httpx2.HTTPError as exc:  # the answer broke off while it was read
+        raise SummaryFailed(f"summary answer broke off: {type(exc).__name__}") from exc
     if response.status_code != 200:
         raise SummaryFailed(f"summary call answered {response.status_code}")
     try:
         content, tokens_in, tokens_out = read(jsonio.loads(raw))
     except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError) as exc:
         raise SummaryFailed("summary call returned an unusable body") from exc
-    match = SNAPSHOT_RE.search(content if isinstance(content, str) else "")
-    if not match:
+    snapshot = snapshot_in(content) if isinstance(content, str) else None
+    if snapshot is None:
         raise SummaryFailed("summary has no <state_snapshot> block")
-    return Summary(match.group(0), tokens_in, tokens_out)
+    return Summary(snapshot, tokens_in, tokens_out)

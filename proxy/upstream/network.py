@@ -185,6 +185,9 @@ class AsyncioStream(httpcore2.AsyncNetworkStream):
             raise httpcore2.ConnectError(str(exc)) from exc
         if transport is None:
             raise httpcore2.ConnectError("the connection closed during the TLS handshake")
+        # start_tls does not call connection_made again: reading is paused and resumed on the
+        # TLS transport from now on (pausing the raw one would never be undone)
+        self._connection.transport = transport
         return AsyncioStream(transport, self._connection)
 
     def get_extra_info(self, info: str) -> Any:

@@ -297,3 +297,24 @@ def test_the_summary_message_carries_an_index_of_what_it_summarised(client, upst
     index = summary[summary.index("<index>"):summary.index("</index>")]
     assert "commands run: cat f0; cat f1" in index  # the commands the summarised calls ran, verbatim
     assert summary.index("</index>") < summary.index(SNAPSHOT)  # beside the snapshot, before it
+
+
+def test_one_credential_cannot_take_every_background_slot_through_sub_tenants(make_proxy, upstream):
+    gate = threading.Event()
+    upstream.handler, calls = gated_summaries(gate)
+    try:
+        with make_proxy(summary_concurrency=2, summary_queue=0) as url:
+            def turn(key: str, tenant: str) -> str:
+                c = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=20)
+                return c.chat.completions.with_raw_response.create(
+                    model="gpt-4o", messages=chat_history(12),
+                    extra_headers={**BACKGROUND, "X-Offload-Tenant": tenant}).headers["x-offload-action"]
+
+            for sub in ("t1", "t2", "t3"):  # three namespaces of one credential
+                assert turn("sk-greedy", sub) == "compress-pending"
+            wait_until(lambda: len(calls) == 1)
+            assert turn("sk-other", "t1") == "compress-pending"
+            wait_until(lambda: len(calls) == 2)  # another credential still gets its slot
+            assert [c.headers["authorization"] for c in calls] == ["Bearer sk-greedy", "Bearer sk-other"]
+    finally:
+        gate.set()
