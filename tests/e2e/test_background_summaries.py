@@ -23,8 +23,10 @@ from tests.harness.history import agent_history
 from tests.harness.servers import ProxyProcess, completion
 
 SESSION = "bg-1"
+# A hard limit far above these histories (however tokens are counted: tiktoken, or the estimate
+# without its files): no turn waits unless a test sets a lower one.
 BACKGROUND = {"X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "1500", "X-Offload-Session": SESSION,
-              "X-Offload-Precompress-Ratio": "0"}
+              "X-Offload-Precompress-Ratio": "0", "X-Offload-Hard-Max-Tokens": "100000"}
 SNAPSHOT = "<state_snapshot><task_overview>the plan so far</task_overview></state_snapshot>"
 
 
@@ -240,8 +242,9 @@ def test_shutdown_with_a_summary_in_flight_cancels_it_within_the_grace(upstream,
     gate = threading.Event()  # never set: the summariser hangs until the test ends
     upstream.handler, calls = gated_summaries(gate)
     args = ("--upstream", f"{upstream.url}/v1", "--shutdown-grace", "0.5", "--log-format", "text")
+    proxy = ProxyProcess(*args, data_dir=tmp_path, capture=True)
     try:
-        proxy = ProxyProcess(*args, data_dir=tmp_path, capture=True).start()
+        proxy.start()
         c = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-shutdown", max_retries=0, timeout=20)
         raw = c.chat.completions.with_raw_response.create(model="gpt-4o", messages=chat_history(12),
                                                           extra_headers=BACKGROUND)
@@ -261,6 +264,8 @@ def test_shutdown_with_a_summary_in_flight_cancels_it_within_the_grace(upstream,
             wait_until(lambda: len(calls) == 2)
     finally:
         gate.set()
+        if proxy.proc is not None and proxy.proc.poll() is None:
+            proxy.proc.kill()  # a failed assertion must not leave it running
 
 
 def test_the_direct_api_reuses_a_summary_near_the_trigger_without_a_scheduler(proxy_url, upstream, key):

@@ -48,7 +48,9 @@ def test_replay_writes_report_and_charts(tmp_path, capsys):
             assert key in entry
     o = report["overall"]
     assert o["forwarded_tokens"] < o["raw_tokens"] and o["summaries"] >= 2 and o["refs"] > 2
-    assert o["reload_exact_fraction"] == 1.0 and o["turns_over_budget"] == 0
+    # summaries made in the background: a turn may go out above the budget while its summary is
+    # made (how many depends on how tokens are counted), never above the hard limit
+    assert o["reload_exact_fraction"] == 1.0 and o["max_forwarded_turn"] <= 2 * 3000 + 3000
     assert 0.3 < o["prefix_reuse"] <= 1.0
     assert (out / "overall.png").stat().st_size > 1000 and (out / "conv-0.png").exists()
     printed = capsys.readouterr().out
