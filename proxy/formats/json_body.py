@@ -6,6 +6,7 @@ shape is a 400 `invalid_type` naming it (`param`), in the OpenAI error shape.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from proxy.core import jsonio
@@ -77,4 +78,15 @@ def load_object(raw: bytes) -> dict:
         raise ProxyError(400, f"Request body is not valid JSON: {exc}", code="invalid_json") from exc
     if not isinstance(body, dict):
         raise ProxyError(400, "Request body must be a JSON object.", code="invalid_json")
+    return body
+
+
+def parse_body(raw: bytes, check: Callable[[dict], None], *, items: str, noun: str, limit: int | None) -> dict:
+    """The body as a JSON object checked by `check` (its format's field shapes), or ProxyError
+    400; more than `limit` entries in its list `items` is a 400 `too_many_messages` too."""
+    body = load_object(raw)
+    check(body)
+    listed = body.get(items)
+    if limit is not None and isinstance(listed, list) and len(listed) > limit:
+        raise ProxyError(400, f"Too many {noun}: {len(listed)} > {limit}.", code="too_many_messages", param=items)
     return body

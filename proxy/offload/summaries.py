@@ -249,13 +249,11 @@ class Compressor:
         started = time.monotonic()
         made: list[dict] = []
         try:
-            cut_hash = await cpu.for_part(originals[:decision.cut])(chain.__getitem__, decision.cut)
-            if await self._load(cut_hash) is not None:  # made already; where the next turn looks for it
+            made_before, spans, lock = await self._claim(compacted, originals, settings, counter, chain, decision, cpu)
+            if made_before is not None:  # made already; where the next turn looks for it
                 await self._remember(chain, decision.head, decision.cut)
                 return
-            spans = await self._spans(compacted, settings, counter, decision, cpu)
-            lock = self._lock_key(cut_hash)
-            if not await self.store.put_if_absent(lock, b"1", int(self.ctx.timeout * len(spans)) + 5):
+            if lock is None:
                 return  # another request or replica is making it
             try:
                 await self._record([event("summary_started", messages=decision.new_items[1] - decision.new_items[0])],
@@ -283,14 +281,24 @@ class Compressor:
         await session_events.record(self.store, self.namespace, self.ctx.session or settings.session, new,
                                     self.ttl, sealer=self.ctx.sealer)
 
-    async def _summarize_once(self, compacted, originals, settings, counter, chain, decision, cpu) -> Compressed:
+    async def _claim(self, compacted, originals, settings, counter, chain, decision,
+                     cpu) -> tuple[cp.PriorSummary | None, list[tuple[int, int]], str | None]:
+        """(the summary of this cut if one is made already, the ranges to summarise, the store's
+        lock on this cut if this request now holds it: None while another request makes it)."""
         cut_hash = await cpu.for_part(originals[:decision.cut])(chain.__getitem__, decision.cut)
         made = await self._load(cut_hash)  # another process may have made it already
         if made is not None:
-            return Compressed(cp.assemble(compacted, self.view, decision.head, made.cut, made.message))
-        lock = self._lock_key(cut_hash)
+            return made, [], None
         spans = await self._spans(compacted, settings, counter, decision, cpu)
-        if not await self.store.put_if_absent(lock, b"1", int(self.ctx.timeout * len(spans)) + 5):
+        lock = self._lock_key(cut_hash)
+        held = await self.store.put_if_absent(lock, b"1", int(self.ctx.timeout * len(spans)) + 5)
+        return None, spans, lock if held else None
+
+    async def _summarize_once(self, compacted, originals, settings, counter, chain, decision, cpu) -> Compressed:
+        made, spans, lock = await self._claim(compacted, originals, settings, counter, chain, decision, cpu)
+        if made is not None:
+            return Compressed(cp.assemble(compacted, self.view, decision.head, made.cut, made.message))
+        if lock is None:
             deadline = time.monotonic() + self.ctx.wait
             while time.monotonic() < deadline:
                 await asyncio.sleep(POLL)

@@ -22,20 +22,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.errors import ProxyError
-from proxy.formats.json_body import MAX_DEPTH, invalid, load_object, nested, objects, strings
+from proxy.formats.json_body import MAX_DEPTH, invalid, nested, objects, parse_body, strings
 
 __all__ = ["MAX_DEPTH", "parse_chat_body", "check_chat_body"]
 
 def parse_chat_body(raw: bytes, *, max_messages: int | None = None) -> dict:
     """The request body as a dict, or ProxyError 400 (see the module docstring for the rule)."""
-    body = load_object(raw)
-    check_chat_body(body)
-    messages = body.get("messages")
-    if max_messages is not None and isinstance(messages, list) and len(messages) > max_messages:
-        raise ProxyError(400, f"Too many messages: {len(messages)} > {max_messages}.", code="too_many_messages",
-                         param="messages")
-    return body
+    return parse_body(raw, check_chat_body, items="messages", noun="messages", limit=max_messages)
 
 
 def check_chat_body(body: dict) -> None:

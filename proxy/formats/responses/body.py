@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.errors import ProxyError
-from proxy.formats.json_body import invalid, load_object, nested, objects, strings
+from proxy.formats.json_body import invalid, nested, objects, parse_body, strings
 
 _ITEM_STRINGS = ("type", "role", "call_id", "name", "arguments", "id")
 _BOOLEANS = ("stream", "store")
@@ -25,13 +24,7 @@ _STRINGS = ("instructions", "previous_response_id", "model")
 
 def parse_responses_body(raw: bytes, *, max_items: int | None = None) -> dict:
     """The request body as a dict, or ProxyError 400 (see the module docstring)."""
-    body = load_object(raw)
-    check_responses_body(body)
-    items = body.get("input")
-    if max_items is not None and isinstance(items, list) and len(items) > max_items:
-        raise ProxyError(400, f"Too many input items: {len(items)} > {max_items}.", code="too_many_messages",
-                         param="input")
-    return body
+    return parse_body(raw, check_responses_body, items="input", noun="input items", limit=max_items)
 
 
 def check_responses_body(body: dict) -> None:

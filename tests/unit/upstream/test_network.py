@@ -68,6 +68,11 @@ async def echo_head(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) 
         await writer.drain()
 
 
+async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Accepts, then neither reads nor answers."""
+    await asyncio.sleep(30)
+
+
 async def test_writes_made_without_yielding_leave_together_and_a_pause_sends_what_is_held():
     received: list[bytes] = []
     arrived = asyncio.Event()
@@ -114,10 +119,7 @@ async def test_a_large_write_leaves_at_once_and_waits_for_the_socket_to_drain():
 
 
 async def test_a_write_to_a_reader_that_never_reads_times_out():
-    async def stall(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await asyncio.sleep(30)
-
-    async with Server(stall) as server:
+    async with Server(silent) as server:
         stream = await connect(server)
         with pytest.raises(httpcore2.WriteTimeout):
             for _ in range(4096):  # up to 256 MiB; the socket buffers fill long before
@@ -126,9 +128,6 @@ async def test_a_write_to_a_reader_that_never_reads_times_out():
 
 
 async def test_a_read_times_out_when_nothing_arrives():
-    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await asyncio.sleep(30)
-
     async with Server(silent) as server:
         stream = await connect(server)
         with pytest.raises(httpcore2.ReadTimeout):
@@ -215,9 +214,6 @@ async def test_requests_through_the_pool_reuse_one_connection_and_carry_bodies_w
 
 
 async def test_a_closed_upstream_port_is_a_502_and_silence_a_504():
-    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await asyncio.sleep(30)
-
     probe = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
     port = probe.sockets[0].getsockname()[1]
     probe.close()
