@@ -223,4 +223,5 @@ def check_tenants_file(settings: ServerSettings) -> None:
     from proxy.core.settings import load_tenants_file
 
     Gatekeeper(load_tenants_file(settings.tenants_file), server_key=settings.upstream_api_key,
+               anthropic_key=settings.anthropic_api_key, anthropic_upstream=settings.anthropic_upstream,
                allow_anonymous=settings.allow_anonymous, upstream_allowlist=settings.upstream_allowlist)

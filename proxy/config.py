@@ -24,6 +24,15 @@ class ServerSettings(BaseSettings):
         None, description="The operator's provider key. When set, clients must present proxy keys from the "
         "tenants file (their own keys are refused) and the upstream gets this key instead.",
     )
+    anthropic_upstream: str = Field(
+        "https://api.anthropic.com", pattern=r"^https?://[^\s]+$",
+        description="Upstream of the Anthropic Messages API (/v1/messages and requests carrying "
+        "anthropic-version), as ANTHROPIC_BASE_URL is written: without /v1.",
+    )
+    anthropic_api_key: str | None = Field(
+        None, description="The operator's Anthropic key, sent as x-api-key for proxy-key callers on the "
+        "Anthropic API (as --upstream-api-key is for OpenAI's). When set, clients must present proxy keys.",
+    )
     redis_url: str | None = Field(
         None, description="redis://, rediss:// or redis+cluster:// URL; absent = embedded store in --data-dir."
     )
@@ -176,7 +185,7 @@ class ServerSettings(BaseSettings):
             caps[name.strip()] = number.strip()
         return caps
 
-    @field_validator("upstream_api_key", "admin_token", "encryption_key")
+    @field_validator("upstream_api_key", "anthropic_api_key", "admin_token", "encryption_key")
     @classmethod
     def _not_the_example_value(cls, value: str | None) -> str | None:
         if value and "change-me" in value.lower():
@@ -214,3 +223,15 @@ class ServerSettings(BaseSettings):
     @property
     def upstream_base(self) -> str:
         return self.upstream.rstrip("/")
+
+    @property
+    def anthropic_base(self) -> str:
+        """The Anthropic upstream with /v1: what managed and relayed paths are appended to."""
+        return anthropic_base(self.anthropic_upstream)
+
+
+def anthropic_base(url: str) -> str:
+    """An Anthropic base URL as ANTHROPIC_BASE_URL writes it (`https://host`), or with its /v1,
+    as the base the proxy appends `messages` to (`https://host/v1`)."""
+    url = url.rstrip("/")
+    return url if url.endswith("/v1") else f"{url}/v1"

@@ -1,14 +1,41 @@
-"""OpenAI-shaped errors: `{"error": {"message", "type", "param", "code"}}`."""
+"""The proxy's own errors, in the shape of the API the client speaks.
+
+OpenAI (chat completions, Responses, every other OpenAI route): `{"error": {"message", "type",
+"param", "code"}}`. Anthropic (`/v1/messages…`, or any request carrying `anthropic-version`):
+`{"type": "error", "error": {"type", "message"}}`, its `type` chosen by status as Anthropic does.
+"""
 
 from __future__ import annotations
 
 import json
+from typing import Literal
 
 from starlette.responses import Response
+
+Shape = Literal["openai", "anthropic"]
+
+# Anthropic's error types by HTTP status (https://docs.anthropic.com/en/api/errors)
+ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
+                   403: "permission_error", 404: "not_found_error", 408: "timeout_error",
+                   413: "request_too_large", 429: "rate_limit_error", 499: "api_error", 504: "timeout_error",
+                   529: "overloaded_error"}
 
 
 def error_body(message: str, type_: str, code: str | None = None, param: str | None = None) -> dict:
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def anthropic_error_body(status: int, message: str) -> dict:
+    kind = ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def anthropic_error_event(error: dict) -> dict:
+    """An OpenAI-shaped error body (`error_body`) as Anthropic's stream `error` event."""
+    detail = error.get("error") if isinstance(error.get("error"), dict) else {}
+    message = str(detail.get("message") or "The request failed.")
+    kind = "overloaded_error" if detail.get("code") == "rate_limit_exceeded" else "api_error"
+    return {"type": "error", "error": {"type": kind, "message": message}}
 
 
 def error_response(
@@ -18,12 +45,13 @@ def error_response(
     type_: str = "invalid_request_error",
     code: str | None = None,
     param: str | None = None,
+    shape: Shape = "openai",
 ) -> Response:
-    return Response(
-        json.dumps(error_body(message, type_, code, param)),
-        status_code=status,
-        media_type="application/json",
-    )
+    if shape == "anthropic":
+        body = anthropic_error_body(status, message)
+    else:
+        body = error_body(message, type_, code, param)
+    return Response(json.dumps(body), status_code=status, media_type="application/json")
 
 
 class ProxyError(Exception):
@@ -41,8 +69,9 @@ class ProxyError(Exception):
         super().__init__(message)
         self.status, self.message, self.type, self.code, self.param = status, message, type_, code, param
 
-    def response(self) -> Response:
-        return error_response(self.status, self.message, type_=self.type, code=self.code, param=self.param)
+    def response(self, shape: Shape = "openai") -> Response:
+        return error_response(self.status, self.message, type_=self.type, code=self.code, param=self.param,
+                              shape=shape)
 
     def body(self) -> dict:
         return error_body(self.message, self.type, self.code, self.param)

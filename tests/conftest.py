@@ -104,7 +104,8 @@ def make_proxy(_fake_upstream_server, tmp_path_factory):
     @contextmanager
     def start(**overrides) -> Iterator[str]:
         _, fake_server = _fake_upstream_server
-        options = {"upstream": f"{fake_server.url}/v1", "data_dir": tmp_path_factory.mktemp("store")}
+        options = {"upstream": f"{fake_server.url}/v1", "anthropic_upstream": fake_server.url,
+                   "data_dir": tmp_path_factory.mktemp("store")}
         options.update(overrides)
         app = create_app(ServerSettings(**options))
         with ServerThread(app) as server:

@@ -6,13 +6,18 @@ Three kinds of caller, decided once per request by `Gatekeeper.identify`:
 - **proxy key** — a key listed under a tenant's `api_keys` in the tenants file. The key
   decides the tenant; `X-Offload-Tenant` only narrows within it (a sub-tenant). The key never
   leaves the proxy: the upstream gets the tenant's `upstream_api_key`, else the server's
-  `--upstream-api-key`, else no credential.
+  `--upstream-api-key`, else no credential (on the Anthropic API: `anthropic_api_key`, else
+  `--anthropic-api-key`, sent as `x-api-key`).
 - **client credential** — with no server key, the client's own `Authorization` / `x-api-key`
   / `api-key` is relayed unchanged and is its namespace (all three headers count).
 - **anonymous** — no credential at all; served only with `--allow-anonymous`, and every
   anonymous client shares one namespace.
 
-When the server holds an upstream key, anything but a proxy key (or, with
+Each request speaks one provider's API (`proxy.http.family`): OpenAI's upstream is
+`--upstream` (or the tenant's `upstream`), Anthropic's `--anthropic-upstream` (or the tenant's
+`anthropic_upstream`).
+
+When the server holds an upstream key (either provider's), anything but a proxy key (or, with
 `--allow-anonymous`, nothing) is refused with 401: the operator's key is never used by a
 client that did not prove it may.
 """
@@ -29,7 +34,9 @@ from typing import Any, Literal
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from proxy.config import anthropic_base
 from proxy.errors import ProxyError
+from proxy.http.family import Family, family_of
 from proxy.http.headers import request_headers_for_upstream
 from proxy.offload.tenant import bare_credential, namespace_for
 from proxy.upstream.choice import HEADER as UPSTREAM_HEADER
@@ -72,6 +79,14 @@ class Tenant:
     key_digests: frozenset[str]
     upstream: str | None
     upstream_api_key: str | None
+    anthropic_upstream: str | None = None  # with its /v1
+    anthropic_api_key: str | None = None
+
+    def base(self, family: Family) -> str | None:
+        return self.anthropic_upstream if family == "anthropic" else self.upstream
+
+    def key(self, family: Family) -> str | None:
+        return self.anthropic_api_key if family == "anthropic" else self.upstream_api_key
 
 
 def tenants_from_config(config: Mapping[str, Mapping[str, Any]]) -> dict[str, Tenant]:
@@ -97,14 +112,17 @@ def tenants_from_config(config: Mapping[str, Mapping[str, Any]]) -> dict[str, Te
             if owner.setdefault(digest, name) != name:
                 raise ValueError(f"tenants {owner[digest]!r} and {name!r} share a proxy key")
             digests.add(digest)
-        upstream_key = entry.get("upstream_api_key")
-        if upstream_key is not None and (not isinstance(upstream_key, str) or not digests):
-            raise ValueError(f"tenant {name!r}: upstream_api_key needs api_keys (else any client could use it)")
-        if is_placeholder(upstream_key):
-            raise ValueError(f"tenant {name!r}: upstream_api_key is the example value {PLACEHOLDER!r}")
-        upstream = entry.get("upstream")
+        held = {}
+        for field in ("upstream_api_key", "anthropic_api_key"):
+            upstream_key = held[field] = entry.get(field)
+            if upstream_key is not None and (not isinstance(upstream_key, str) or not digests):
+                raise ValueError(f"tenant {name!r}: {field} needs api_keys (else any client could use it)")
+            if is_placeholder(upstream_key):
+                raise ValueError(f"tenant {name!r}: {field} is the example value {PLACEHOLDER!r}")
+        upstream, anthropic = entry.get("upstream"), entry.get("anthropic_upstream")
         tenants[name] = Tenant(name, frozenset(digests), str(upstream).rstrip("/") if upstream else None,
-                               upstream_key)
+                               held["upstream_api_key"], anthropic_base(str(anthropic)) if anthropic else None,
+                               held["anthropic_api_key"])
     return tenants
 
 
@@ -132,6 +150,7 @@ class Caller:
     base: str | None  # upstream base URL; None = the server's
     upstream_credential: str | None  # replaces the client's credential headers, when set
     shared_key: bool = False  # upstream_credential is the server's, shared by every tenant
+    family: Family = "openai"  # the provider API the request speaks: how upstream_credential is sent
 
     def upstream_headers(self, raw: Iterable[tuple[bytes, bytes]], *, body_replaced: bool = False
                          ) -> list[tuple[bytes, bytes]]:
@@ -140,7 +159,9 @@ class Caller:
         if self.kind != "client":  # a proxy key, or an empty credential: never relayed
             drop = CREDENTIAL_HEADERS + ACCOUNT_HEADERS if self.upstream_credential else CREDENTIAL_HEADERS
             headers = [(k, v) for k, v in headers if k.lower() not in drop]
-        if self.upstream_credential:
+        if self.upstream_credential and self.family == "anthropic":
+            headers.append((b"x-api-key", self.upstream_credential.encode()))
+        elif self.upstream_credential:
             headers.append((b"authorization", f"Bearer {self.upstream_credential}".encode()))
         return headers
 
@@ -167,13 +188,18 @@ class Gatekeeper:
     """
 
     def __init__(self, tenants: Mapping[str, Mapping[str, Any]], *, server_key: str | None,
-                 allow_anonymous: bool, upstream_allowlist: list[str], secret: str | None = None) -> None:
+                 allow_anonymous: bool, upstream_allowlist: list[str], secret: str | None = None,
+                 anthropic_key: str | None = None, anthropic_upstream: str = "https://api.anthropic.com") -> None:
         self.tenants = tenants_from_config(tenants)
         self.by_digest = {d: t for t in self.tenants.values() for d in t.key_digests}
-        self.server_key, self.allow_anonymous, self.allowlist = server_key, allow_anonymous, upstream_allowlist
+        self.keys: dict[Family, str | None] = {"openai": server_key, "anthropic": anthropic_key}
+        self.server_key = server_key or anthropic_key  # either held key puts the proxy in proxy-key mode
+        self.allow_anonymous, self.allowlist = allow_anonymous, upstream_allowlist
+        self.anthropic_base = anthropic_base(anthropic_upstream)
         self.secret = secret
-        if is_placeholder(server_key):
-            raise ValueError(f"--upstream-api-key is the example value {PLACEHOLDER!r}")
+        for option, key in (("--upstream-api-key", server_key), ("--anthropic-api-key", anthropic_key)):
+            if is_placeholder(key):
+                raise ValueError(f"{option} is the example value {PLACEHOLDER!r}")
 
     def startup_notes(self) -> list[str]:
         notes = []
@@ -181,8 +207,8 @@ class Gatekeeper:
             notes.append("--allow-anonymous: requests without a credential are served, and every anonymous "
                          "client shares one namespace (they can read each other's offloaded content)")
         if self.server_key and not self.by_digest and not self.allow_anonymous:
-            notes.append("--upstream-api-key is set but the tenants file lists no api_keys: every request "
-                         "will be refused (401) until proxy keys are configured")
+            notes.append("an operator key (--upstream-api-key or --anthropic-api-key) is set but the tenants file "
+                         "lists no api_keys: every request will be refused (401) until proxy keys are configured")
         return notes
 
     def _proxy_key_tenant(self, credentials: list[str]) -> Tenant | None:
@@ -197,16 +223,26 @@ class Gatekeeper:
         scope = namespace_for(kind, identity, None, secret=self.secret)
         return (namespace_for(kind, identity, sub, secret=self.secret) if sub else scope), scope
 
-    def identify(self, headers: Headers) -> Caller:
+    def _default_base(self, family: Family) -> str | None:
+        """The server's upstream for `family` (None: `--upstream`, which the upstream client knows)."""
+        return self.anthropic_base if family == "anthropic" else None
+
+    def _requested_base(self, headers: Headers, family: Family) -> str | None:
+        requested = requested_base(headers, self.allowlist)
+        return anthropic_base(requested) if requested and family == "anthropic" else requested
+
+    def identify(self, headers: Headers, family: Family = "openai") -> Caller:
         """Raises ProxyError 401 (no or wrong credential), 403 or 400 (a bad X-Offload-* header)."""
         credentials = presented_credentials(headers)
         sub = headers.get(TENANT_HEADER, "").strip() or None
         tenant = self._proxy_key_tenant(credentials)
+        held = self.keys[family]
         if tenant is not None:
             self._no_requested_upstream(headers)
             namespace, scope = self._namespaces("tenant", [tenant.name], sub)
-            return Caller("proxy_key", namespace, scope, tenant.name, tenant.upstream,
-                          tenant.upstream_api_key or self.server_key, shared_key=not tenant.upstream_api_key)
+            own = tenant.key(family)
+            return Caller("proxy_key", namespace, scope, tenant.name, tenant.base(family) or self._default_base(family),
+                          own or held, shared_key=not own, family=family)
         if self.server_key and credentials:
             raise unauthorized("Invalid proxy key: this proxy accepts only the keys its operator issued "
                                "(Authorization: Bearer <proxy key>, or x-api-key).", "invalid_api_key")
@@ -218,15 +254,16 @@ class Gatekeeper:
             if self.server_key:
                 self._no_requested_upstream(headers)
             namespace, scope = self._namespaces("anonymous", [], sub)
-            return Caller("anonymous", namespace, scope, None, requested_base(headers, self.allowlist),
-                          self.server_key, shared_key=bool(self.server_key))
+            return Caller("anonymous", namespace, scope, None,
+                          self._requested_base(headers, family) or self._default_base(family),
+                          held, shared_key=bool(held), family=family)
         named = self.tenants.get(sub or "")
         if named is not None and named.key_digests:
             raise ProxyError(403, "X-Offload-Tenant names a tenant that is reachable only with its own proxy key.",
                              code="tenant_requires_key", param="X-Offload-Tenant")
         namespace, scope = self._namespaces("credential", credentials, sub)
-        return Caller("client", namespace, scope, sub,
-                      requested_base(headers, self.allowlist) or (named.upstream if named else None), None)
+        base = self._requested_base(headers, family) or (named.base(family) if named else None)
+        return Caller("client", namespace, scope, sub, base or self._default_base(family), None, family=family)
 
     @staticmethod
     def _no_requested_upstream(headers: Headers) -> None:
@@ -249,10 +286,11 @@ class CallerGate:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and (scope["path"] == "/v1" or scope["path"].startswith("/v1/")):
+            family = family_of(scope)
             try:
-                caller = self.gatekeeper.identify(Headers(scope=scope))
+                caller = self.gatekeeper.identify(Headers(scope=scope), family)
             except ProxyError as exc:
-                await exc.response()(scope, receive, send)
+                await exc.response(family)(scope, receive, send)
                 return
             scope.setdefault("state", {})["caller"] = caller
         await self.app(scope, receive, send)

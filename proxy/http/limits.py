@@ -1,4 +1,5 @@
-"""Request body limits, enforced before any work is done, in OpenAI's error shape: a body
+"""Request body limits, enforced before any work is done, in the shape of the API the client
+speaks (`proxy.http.family`): a body
 larger than `--max-body-bytes` is a 413, a body that stalls for `--body-timeout` is a 408.
 """
 
@@ -9,7 +10,8 @@ import asyncio
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from proxy.errors import error_response
+from proxy.errors import Shape, error_response
+from proxy.http.family import family_of
 
 
 def _closing(response: Response) -> Response:
@@ -41,21 +43,22 @@ class BodyLimit:
     def __init__(self, app: ASGIApp, max_bytes: int, idle_timeout: float | None = None) -> None:
         self.app, self.max_bytes, self.idle_timeout = app, max_bytes, idle_timeout
 
-    def _too_large(self) -> Response:
+    def _too_large(self, shape: Shape) -> Response:
         message = f"Request body exceeds {self.max_bytes} bytes."
-        return _closing(error_response(413, message, code="request_too_large"))
+        return _closing(error_response(413, message, code="request_too_large", shape=shape))
 
-    def _too_slow(self) -> Response:
+    def _too_slow(self, shape: Shape) -> Response:
         message = f"No part of the request body arrived for {self.idle_timeout:g} s."
-        return _closing(error_response(408, message, code="request_timeout"))
+        return _closing(error_response(408, message, code="request_timeout", shape=shape))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        shape = family_of(scope)
         for name, value in scope["headers"]:
             if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
-                await self._too_large()(scope, receive, send)
+                await self._too_large(shape)(scope, receive, send)
                 return
         seen = 0
         body_done = False
@@ -70,13 +73,13 @@ class BodyLimit:
                 try:
                     message = await asyncio.wait_for(receive(), self.idle_timeout)
                 except asyncio.TimeoutError:
-                    refused = self._too_slow()
+                    refused = self._too_slow(shape)
                     raise BodyRefused(refused) from None
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 body_done = not message.get("more_body", False)
                 if seen > self.max_bytes:
-                    refused = self._too_large()
+                    refused = self._too_large(shape)
                     raise BodyRefused(refused)
             elif message["type"] == "http.disconnect":
                 body_done = True

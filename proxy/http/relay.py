@@ -12,10 +12,11 @@ from starlette.responses import Response, StreamingResponse
 from proxy.offload import chains
 from proxy.upstream import sse
 from proxy.http.caller import Caller
+from proxy.http.family import family_of
 from proxy.http.disconnect import ClientDisconnected, ClientWatch
 from proxy.upstream.errors import stream_broke, upstream_error
 from proxy.http.services import services_of
-from proxy.errors import ProxyError
+from proxy.errors import ProxyError, Shape, anthropic_error_event
 from proxy.http.headers import response_headers_for_client
 from proxy.upstream.client import Upstream
 from proxy.upstream.choice import has_dot_segment
@@ -48,10 +49,12 @@ async def close_after(response: httpx2.Response, chunks: AsyncIterator[bytes]) -
 BUFFER_LIMIT = 256 * 1024  # a body of known, small length is read whole: cheaper than streaming it
 
 
-async def stream_back(response: httpx2.Response, extra_headers: list[tuple[bytes, bytes]] = ()) -> Response:
+async def stream_back(response: httpx2.Response, extra_headers: list[tuple[bytes, bytes]] = (), *,
+                      shape: Shape = "openai") -> Response:
     """Relay an upstream response as-is: status, headers, raw (still encoded) body.
 
-    Streams (SSE, chunked, large) are relayed chunk by chunk as they arrive.
+    Streams (SSE, chunked, large) are relayed chunk by chunk as they arrive; a stream that
+    breaks off ends with an error event in `shape`.
     """
     headers = response_headers_for_client(response.headers.raw) + list(extra_headers)
     length = response.headers.get("content-length")
@@ -59,14 +62,14 @@ async def stream_back(response: httpx2.Response, extra_headers: list[tuple[bytes
         try:
             body = b"".join([chunk async for chunk in response.aiter_raw()])
         except httpx2.HTTPError as exc:
-            return upstream_error(exc).response()
+            return upstream_error(exc).response(shape)
         finally:
             await response.aclose()
         out: Response = Response(body, status_code=response.status_code)
     else:
         chunks = response.aiter_raw()
         if is_plain_sse(response):
-            chunks = with_error_event(chunks)
+            chunks = with_error_event(chunks, shape)
         out = StreamingResponse(close_after(response, chunks), status_code=response.status_code)
     out.raw_headers = headers
     return out
@@ -78,13 +81,17 @@ def is_plain_sse(response: httpx2.Response) -> bool:
     )
 
 
-async def with_error_event(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """An SSE stream that breaks off upstream ends with an error event and [DONE], not a cut."""
+async def with_error_event(chunks: AsyncIterator[bytes], shape: Shape = "openai") -> AsyncIterator[bytes]:
+    """An SSE stream that breaks off upstream ends with an error event (and [DONE] for OpenAI's
+    streams; Anthropic's `error` event ends its own), not a cut."""
     try:
         async for chunk in chunks:
             yield chunk
     except httpx2.HTTPError as exc:
-        yield b"\n\n" + sse.encode(stream_broke(exc)) + sse.DONE_EVENT
+        if shape == "anthropic":
+            yield b"\n\nevent: error\n" + sse.encode(anthropic_error_event(stream_broke(exc)))
+        else:
+            yield b"\n\n" + sse.encode(stream_broke(exc)) + sse.DONE_EVENT
 
 
 def client_has_body(request: Request) -> bool:
@@ -111,12 +118,12 @@ async def relay(request: Request) -> Response:
             )
         )
     except ProxyError as exc:
-        return exc.response()
+        return exc.response(family_of(request.scope))
     except ClientDisconnected:
         return Response(status_code=499)
     if request.method == "DELETE" and response.status_code < 300:
         await delete_chained(request, caller, path)
-    return await stream_back(response)
+    return await stream_back(response, shape=family_of(request.scope))
 
 
 async def delete_chained(request: Request, caller: Caller, path: str) -> None:

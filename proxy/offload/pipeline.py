@@ -64,9 +64,11 @@ async def prepare(
     refs: RefStore,
     compressor: Compressor | None,
     view: ItemView,
+    new_summaries: bool = True,
 ) -> Prepared:
     """Reduce `messages` (a wire format's history items, seen through `view`) and make every
-    reference in the result resolvable.
+    reference in the result resolvable. `new_summaries`: False uses the summaries the store
+    holds and never makes a new one (nor waits for one).
 
     Never raises for the store: when it is unreachable the original messages go through,
     with a warning.
@@ -85,7 +87,7 @@ async def prepare(
         if compress_mode:
             before = max(plan.tokens_before, 1)
             # auto: compress when compaction saved too little, or left the history over the trigger
-            allow_new = (
+            allow_new = new_summaries and (
                 settings.mode == "compress"
                 or plan.tokens_after / before > settings.compaction_ratio
                 or plan.tokens_after > settings.max_total_tokens

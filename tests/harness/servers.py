@@ -1,4 +1,5 @@
-"""Test servers on loopback: uvicorn in a thread, a fake OpenAI upstream (chat and Responses API), a real redis-server."""
+"""Test servers on loopback: uvicorn in a thread, a fake upstream speaking OpenAI's chat and Responses
+APIs and Anthropic's Messages API, a real redis-server."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from starlette.routing import Route
 
 from proxy.cli import uvicorn_options
 from proxy.core.texts import SUMMARY_INSTRUCTION, SUMMARY_PROMPT
+from tests.harness import anthropic as fake_anthropic
 from tests.harness import responses as fake_responses
 
 
@@ -184,6 +186,8 @@ def summary_shape(rec: Recorded, texts: tuple[str, ...] = SUMMARY_TEXTS) -> str 
       tenant's prompt the test names);
     - "transcript": on chat completions, a system message whose text is one of `texts`, then one
       user message (the transcript);
+    - "prefix" too: an Anthropic Messages request whose last message is that user message
+      (one text block);
     - None: anything else.
     """
     if rec.method != "POST":
@@ -206,6 +210,10 @@ def summary_shape(rec: Recorded, texts: tuple[str, ...] = SUMMARY_TEXTS) -> str 
         if any(last == {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
                for text in texts):
             return "prefix"
+    elif fake_anthropic.is_messages_create(rec) and isinstance(body.get("messages"), list) and body["messages"]:
+        last = body["messages"][-1]
+        if any(last == {"role": "user", "content": [{"type": "text", "text": text}]} for text in texts):
+            return "prefix"
     return None
 
 
@@ -214,7 +222,11 @@ def is_summary_call(rec: Recorded, texts: tuple[str, ...] = SUMMARY_TEXTS) -> bo
 
 
 def snapshot_answer(rec: Recorded, text: str = SNAPSHOT, usage: tuple[int, int] = (300, 40)) -> Response:
-    """A summary call's answer in its endpoint's shape (chat completion or Responses response)."""
+    """A summary call's answer in its endpoint's shape (chat completion, Responses response or
+    Anthropic message)."""
+    if fake_anthropic.is_messages_create(rec):
+        return JSONResponse(fake_anthropic.message(fake_anthropic.text(text), model=rec.json().get("model", "claude"),
+                                                   usage=fake_anthropic.usage(*usage)))
     if is_responses_create(rec):
         return JSONResponse(fake_responses.response(fake_responses.message(text), request=rec.json(),
                                                     usage=fake_responses.usage(*usage)))
@@ -229,6 +241,10 @@ async def default_handler(request: Request, rec: Recorded) -> Response:
         return JSONResponse(completion("Hello there"))
     if (answer := responses_default(rec)) is not None:
         return answer
+    if fake_anthropic.is_messages_create(rec):
+        return fake_anthropic.answer(rec, fake_anthropic.message(fake_anthropic.text("Hello there")))
+    if rec.method == "POST" and rec.path.endswith("/v1/messages/count_tokens"):
+        return fake_anthropic.count_answer(rec)
     return JSONResponse({"path": rec.path, "method": rec.method})
 
 
@@ -253,6 +269,11 @@ class FakeUpstream:
         its summary calls left out."""
         return [r for r in self.requests if is_responses_create(r) and not is_summary_call(r)]
 
+    def messages_requests(self) -> list[Recorded]:
+        """The Anthropic `POST …/v1/messages` requests the proxy forwarded, in order, its summary
+        calls left out."""
+        return [r for r in self.requests if fake_anthropic.is_messages_create(r) and not is_summary_call(r)]
+
     def summary_requests(self) -> list[Recorded]:
         """The proxy's summary calls (`summary_shape`), in order."""
         return [r for r in self.requests if is_summary_call(r)]
@@ -272,11 +293,12 @@ class FakeUpstream:
 def scripted(*responses: Callable[[Recorded], Response]) -> Handler:
     """A handler answering successive model requests with the given factories (last one repeats).
 
-    Chat requests (`…/chat/completions`) and Responses requests (`POST …/responses`) are counted
-    apart: each kind walks the factories from the first. The proxy's summary calls consume no
+    Chat requests (`…/chat/completions`), Responses requests (`POST …/responses`) and Anthropic
+    Messages requests (`POST …/v1/messages`) are counted apart: each kind walks the factories
+    from the first. The proxy's summary calls consume no
     step: they get `snapshot_answer`. Anything else gets `default_handler`.
     """
-    calls = {"chat": 0, "responses": 0}
+    calls = {"chat": 0, "responses": 0, "messages": 0}
 
     async def handler(request: Request, rec: Recorded) -> Response:
         if is_summary_call(rec):
@@ -285,6 +307,8 @@ def scripted(*responses: Callable[[Recorded], Response]) -> Handler:
             kind = "chat"
         elif is_responses_create(rec):
             kind = "responses"
+        elif fake_anthropic.is_messages_create(rec):
+            kind = "messages"
         else:  # e.g. the proxy checking a key on /models
             return await default_handler(request, rec)
         i = min(calls[kind], len(responses) - 1)
