@@ -1,0 +1,35 @@
+"""The Anthropic Messages API (`POST /v1/messages`) as one wire format of the format-neutral core.
+
+Pure functions and small classes over plain JSON values, no IO:
+
+- `items`: how the planners see the history (`MessagesView`, an `ItemView`): one item per
+  message, a user message of several blocks holding tool results split into parts (the private
+  keys `PART`, `SUMMARY` mark a later part and the summary item; they never reach the upstream);
+- `request`: the history a request carries (`history`, `with_history`, `messages_of`) and the
+  tools the proxy adds (`inject_tools`, `anthropic_tool`, `colliding_tool_names`);
+- `body`: request bodies parsed and checked (`parse_messages_body`);
+- `rounds`: non-streamed reload rounds (`injected_only`, `calls_to_run`, `tool_calls`,
+  `assistant_turn`, `tool_results`, `combine_rounds`, `usage_from_chat`);
+- `stream`: streamed reload rounds (`StreamRewriter`: the SSE events of successive upstream
+  rounds as the events of one message for the client);
+- `reload_rounds`: the reload rounds of one request (`MessagesRounds`, a `proxy.core.rounds.Rounds`);
+- `summary`: a summary asked for the way the conversation is sent (`summary_request`, `summary_answer`);
+- `from_chat`: chat traces as Messages requests and back (`replay --format anthropic`);
+- `wire`: all of it as a `proxy.core.wire.WireFormat` (`MESSAGES`).
+"""
+
+from proxy.formats.messages.items import PART, PRIVATE_KEYS, SUMMARY, MessagesView, is_injected, split_message
+from proxy.formats.messages.request import (anthropic_tool, colliding_tool_names, history, inject_tools, messages_of,
+                                            with_history)
+from proxy.formats.messages.rounds import (assistant_turn, calls_to_run, combine_rounds, injected_only, tool_calls,
+                                           tool_results, usage_from_chat)
+from proxy.formats.messages.stream import StreamRewriter
+from proxy.formats.messages.reload_rounds import MessagesRounds
+from proxy.formats.messages.wire import MESSAGES, MessagesFormat
+
+__all__ = [
+    "PART", "SUMMARY", "PRIVATE_KEYS", "MessagesView", "is_injected", "split_message", "history", "with_history",
+    "messages_of", "inject_tools", "anthropic_tool", "colliding_tool_names", "injected_only", "calls_to_run",
+    "tool_calls", "assistant_turn", "tool_results", "combine_rounds", "usage_from_chat", "StreamRewriter",
+    "MessagesRounds", "MESSAGES", "MessagesFormat",
+]

@@ -1,0 +1,236 @@
+"""Anthropic Messages API history items, and how the core sees them (`MessagesView`).
+
+The history is `messages`; `system` lies outside it and is never summarised. A message's
+`content` is a string or a list of blocks: `text`, `image`, `document`, `search_result`,
+`tool_use` / `tool_result`, `thinking` (with its `signature`), `redacted_thinking`,
+`server_tool_use` and the server tools' results (`web_search_tool_result`, …, any type ending
+in `_tool_result`), and blocks of types this module does not know, which are kept verbatim.
+
+One item is one message, except a user message holding `tool_result` blocks and more than one
+block: the core's view sees at most one tool result per item, so that message is split into
+one item per block. The first part is the message itself with only its first block (every
+other key kept); each later part is `{"role", "content": [block], PART: k}` (k ≥ 1, its place
+in the message). `attached` binds a part to what precedes it, so no cut falls inside a message,
+and `proxy.formats.messages.request.with_history` regroups the parts into exactly the original
+message and drops the private keys, which never reach the upstream. The first part carries no
+private key, so a message of one tool result and the first part of a longer one are the same
+item, and the items of a prefix of the messages are a prefix of their items.
+
+The summary item (`MessagesView.summary_item`) is a user message with one text block and the
+private key SUMMARY; `with_history` merges it into the user message that follows it (see there).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Iterable
+from typing import Any
+
+from proxy.core.view import ItemView, Role
+
+PART = "x-offload-part"  # on a later part of a split user message: its place (1, 2, …) in the message
+SUMMARY = "x-offload-summary"  # on the item standing for a summarised part of the history
+PRIVATE_KEYS = (PART, SUMMARY)
+
+
+def blocks_of(content: Any) -> list[Any]:
+    """A content as a list of blocks: a list as it is, a string as one text block, else []."""
+    if isinstance(content, list):
+        return content
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return []
+
+
+def block_type(block: Any) -> str | None:
+    kind = block.get("type") if isinstance(block, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+def is_tool_use(block: Any) -> bool:
+    return block_type(block) == "tool_use"
+
+
+def is_injected(block: Any, names: Collection[str]) -> bool:
+    """Is `block` a call to one of the proxy's injected tools (a client `tool_use` of that name)?"""
+    return is_tool_use(block) and block.get("name") in names
+
+
+def is_part(item: Any) -> bool:
+    """A later part of a split user message (it belongs to the item before it)."""
+    return isinstance(item, dict) and PART in item
+
+
+def is_summary(item: Any) -> bool:
+    return isinstance(item, dict) and item.get(SUMMARY) is True
+
+
+def has_tool_result(content: Any) -> bool:
+    return isinstance(content, list) and any(block_type(b) == "tool_result" for b in content)
+
+
+def split_message(message: Any) -> list[Any]:
+    """The history items of one message (see the module docstring)."""
+    if not isinstance(message, dict) or message.get("role") != "user":
+        return [message]
+    content = message.get("content")
+    if not isinstance(content, list) or len(content) < 2 or not has_tool_result(content):
+        return [message]
+    first = {**message, "content": content[:1]}
+    return [first, *({"role": "user", "content": [block], PART: k} for k, block in enumerate(content[1:], 1))]
+
+
+def text_blocks_text(blocks: Any) -> str | None:
+    """The `text` of the text blocks of `blocks` joined by newlines (None: no text block)."""
+    if isinstance(blocks, str):
+        return blocks
+    if not isinstance(blocks, list):
+        return None
+    texts = [b["text"] for b in blocks if block_type(b) == "text" and isinstance(b.get("text"), str)]
+    return "\n".join(texts) if texts else None
+
+
+def tool_result_block(item: Any) -> dict | None:
+    """The tool_result block of an item that is one (a user message of that one block), else None."""
+    if not isinstance(item, dict) or item.get("role") != "user":
+        return None
+    content = item.get("content")
+    if isinstance(content, list) and len(content) == 1 and block_type(content[0]) == "tool_result":
+        return content[0]
+    return None
+
+
+def result_text(block: dict) -> str | None:
+    """A tool_result's offloadable text: its string content, or its content of text blocks only
+    (joined by newlines). None when it holds anything else (an image, a document, …) or nothing."""
+    content = block.get("content")
+    if isinstance(content, str):
+        return content
+    if (isinstance(content, list) and content
+            and all(block_type(b) == "text" and isinstance(b.get("text"), str) for b in content)):
+        return "\n".join(b["text"] for b in content)
+    return None
+
+
+def with_result_text(block: dict, text: str) -> dict:
+    """`block` (a tool_result) whose content is `text`, every other key kept. A list of text
+    blocks becomes one text block (the first one's keys, with the last `cache_control` any of
+    them carried: a client's breakpoint inside the result stays on it)."""
+    content = block.get("content")
+    if not isinstance(content, list):
+        return {**block, "content": text}
+    merged = {**content[0], "text": text}
+    marks = [b["cache_control"] for b in content if isinstance(b, dict) and "cache_control" in b]
+    if marks:
+        merged["cache_control"] = marks[-1]
+    return {**block, "content": [merged]}
+
+
+def input_text(value: Any) -> str:
+    """A tool_use `input` as JSON text: the same input always gives the same text."""
+    return "" if value is None else json.dumps(value, ensure_ascii=False)
+
+
+def _label(block: Any) -> str:
+    """A block as the summariser reads it."""
+    kind = block_type(block)
+    if kind == "text":
+        return block.get("text") if isinstance(block.get("text"), str) else ""
+    if kind == "thinking":
+        return f"[thinking] {block.get('thinking') or ''}".rstrip()
+    if kind == "redacted_thinking":
+        return ""
+    if kind == "tool_use":
+        return ""  # in the header
+    if kind in ("image", "document"):
+        title = block.get("title") if isinstance(block.get("title"), str) else ""
+        return f"[{kind} {title}]".replace(" ]", "]")
+    if kind in ("server_tool_use", "mcp_tool_use"):
+        return f"[{kind.replace('_', ' ')}] {block.get('name') or '?'}({input_text(block.get('input'))})"
+    if kind == "tool_result":
+        return result_text(block) or json.dumps(block.get("content"), ensure_ascii=False)
+    rest = {k: v for k, v in block.items() if k not in ("type", "cache_control")} if isinstance(block, dict) else block
+    return f"[{kind or '?'}] {json.dumps(rest, ensure_ascii=False)}"
+
+
+class MessagesView:
+    """`ItemView` over Anthropic history items (see the module docstring)."""
+
+    def __init__(self, injected_names: Iterable[str]) -> None:
+        self.injected_names = frozenset(injected_names)
+
+    def role(self, item: Any) -> Role:
+        """"tool" for an item that is one tool_result, "user"/"assistant" for the rest of those
+        messages, "other" for anything else; never "system" (`system` is not in the history)."""
+        role = item.get("role") if isinstance(item, dict) else None
+        if role == "user":
+            return "tool" if tool_result_block(item) is not None else "user"
+        return "assistant" if role == "assistant" else "other"
+
+    def tool_text(self, item: Any) -> str | None:
+        block = tool_result_block(item)
+        return None if block is None else result_text(block)
+
+    def with_tool_text(self, item: Any, text: str) -> Any:
+        """A copy of the tool result `item` whose content is `text`: `tool_use_id`, `is_error`,
+        `cache_control` and every other key kept. ValueError for an item without offloadable text."""
+        block = tool_result_block(item)
+        if block is None or result_text(block) is None:
+            raise ValueError("not a tool result with text")
+        return {**item, "content": [with_result_text(block, text)]}
+
+    def text(self, item: Any) -> str | None:
+        """A tool result's text, or a message's text blocks: where markers and refs are looked for."""
+        block = tool_result_block(item)
+        if block is not None:
+            return result_text(block)
+        return text_blocks_text(item.get("content")) if isinstance(item, dict) else None
+
+    def _tool_uses(self, item: Any) -> list[dict]:
+        if not isinstance(item, dict) or item.get("role") != "assistant" or not isinstance(item.get("content"), list):
+            return []
+        return [b for b in item["content"] if is_tool_use(b)]
+
+    def calls(self, item: Any) -> tuple[str, ...]:
+        """The ids of an assistant message's `tool_use` blocks (server tools are not calls the
+        core pairs: their results are in the same message)."""
+        return tuple(b["id"] for b in self._tool_uses(item) if isinstance(b.get("id"), str))
+
+    def call_details(self, item: Any) -> tuple[tuple[str, str], ...]:
+        return tuple((b.get("name") if isinstance(b.get("name"), str) else "", input_text(b.get("input")))
+                     for b in self._tool_uses(item))
+
+    def answers(self, item: Any) -> str | None:
+        block = tool_result_block(item)
+        call_id = block.get("tool_use_id") if block is not None else None
+        return call_id if isinstance(call_id, str) else None
+
+    def attached(self, previous: Any, item: Any) -> bool:
+        """A later part of a message belongs to the part before it (no cut inside a message); a
+        tool result stays with the assistant message that made calls right before it."""
+        if is_part(item):
+            return True
+        return self.answers(item) is not None and bool(self.calls(previous))
+
+    def injected_calls(self, item: Any) -> tuple[str, ...]:
+        return tuple(b["id"] for b in self._tool_uses(item)
+                     if b.get("name") in self.injected_names and isinstance(b.get("id"), str))
+
+    def summary_item(self, text: str) -> dict:
+        return {"role": "user", "content": [{"type": "text", "text": text}], SUMMARY: True}
+
+    def transcript(self, item: Any) -> tuple[str, str]:
+        if not isinstance(item, dict):
+            return "[?]", json.dumps(item, ensure_ascii=False)
+        block = tool_result_block(item)
+        if block is not None:
+            error = " error" if block.get("is_error") is True else ""
+            return f"[tool result{error} ({self.answers(item) or '?'})]", _label(block)
+        calls = [f"{b.get('name') or '?'}({input_text(b.get('input'))})" for b in self._tool_uses(item)]
+        role = item.get("role") if isinstance(item.get("role"), str) else "?"
+        header = f"[{role}]" + (f" calls {'; '.join(calls)}" if calls else "")
+        labels = [_label(b) for b in blocks_of(item.get("content"))]
+        return header, "\n".join(label for label in labels if label)
+
+
+_VIEW_CHECK: ItemView = MessagesView(())  # the protocol is satisfied (checked by type checkers)

@@ -1,0 +1,129 @@
+"""Reload rounds of a Messages request (`proxy.core.rounds.Rounds` for `POST /v1/messages`).
+
+The API keeps no state: every round sends the whole reduced history again, with each earlier
+round's assistant message (all its blocks, thinking included) and one user message of
+`tool_result` blocks answering its injected calls appended.
+
+The client gets one message: the first round's `id` (a stream announces it before anyone
+knows whether more rounds follow), the visible blocks of every round, the last round's
+`stop_reason`, and `usage` summed over the rounds plus the proxy's own summary calls
+(`extra_usage`, chat-shaped, added to `input_tokens` / `output_tokens`). `first_id` and
+`last_id` stay None: nothing is stored upstream, nothing to continue.
+
+Once a round has called the injected tools, every later request lists them, offered or not:
+the API refuses a history holding `tool_use` blocks when no tools are defined. A last round
+(not offered) that calls them anyway ends the loop like any other; its injected calls are
+hidden and its `tool_use` stop becomes `end_turn`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from proxy.core import jsonio
+from proxy.core.rounds import ToolCall
+from proxy.formats.messages.request import inject_tools, with_history
+from proxy.formats.messages.rounds import (assistant_turn, calls_to_run, combine_rounds, content_of, injected_only,
+                                           tool_calls, tool_results, usage_from_chat)
+from proxy.formats.messages.stream import ERROR_TYPES, StreamRewriter
+
+# The proxy's own error codes (OpenAI-shaped errors) as Anthropic error types.
+_ERROR_CODES = {"rate_limit_exceeded": "rate_limit_error", "upstream_timeout": "timeout_error"}
+
+
+def error_type(error: Any) -> str:
+    """The Anthropic error type of an error body: an Anthropic body's own type (a relayed upstream
+    error), else by the proxy's code (`rate_limit_exceeded`, `upstream_timeout`), else api_error."""
+    if not isinstance(error, dict):
+        return "api_error"
+    detail = error.get("error") if isinstance(error.get("error"), dict) else {}
+    if error.get("type") == "error" and detail.get("type") in ERROR_TYPES:
+        return detail["type"]
+    return _ERROR_CODES.get(detail.get("code"), "api_error")
+
+
+class MessagesRounds:
+    """The reload rounds of one Messages request (see the module docstring)."""
+
+    what = "message"
+    closing = b""
+    first_id: str | None = None
+    last_id: str | None = None
+
+    def __init__(self, body: dict, items: list[Any], tools: Sequence[dict], names: frozenset[str], *,
+                 extra_usage: dict | None = None) -> None:
+        self.body, self.items, self.tools, self.names = body, list(items), list(tools), names
+        self.extra_usage = usage_from_chat(extra_usage)
+        self.round = 0
+        self.offered = False
+        self._pending: tuple[dict, list[dict]] | None = None  # the round's assistant message, its injected calls
+        self._answers: list[dict] = []
+        self._rewriter = StreamRewriter(names, extra_usage=self.extra_usage)
+        self.unanswered: list[ToolCall] = []
+
+    def request(self, offered: bool) -> dict:
+        self.offered = offered
+        payload = with_history(self.body, self.items)
+        return inject_tools(payload, self.tools) if offered or self.round else payload
+
+    def answer(self, results: list[str]) -> None:
+        if self._pending is None:
+            raise ValueError("no round asked for calls")
+        message, calls = self._pending
+        self.items += [message, tool_results(calls, results)]
+        self.round += 1
+        self._pending = None
+        self._rewriter.next_round()
+
+    def _calls(self, message: dict, calls: list[dict]) -> list[ToolCall]:
+        self._pending = (message, calls)
+        return tool_calls(calls)
+
+    def _stop(self, calls: list[dict]) -> list[ToolCall]:
+        """The loop ends: injected calls still in the round (beside the client's) stay unanswered."""
+        self.unanswered = tool_calls(calls)
+        return []
+
+    # -- non-streamed ------------------------------------------------------------------------
+
+    def take(self, answer: dict) -> list[ToolCall]:
+        self._answers.append(answer)
+        if self.offered and injected_only(answer, self.names):
+            return self._calls(assistant_turn(content_of(answer)), calls_to_run(answer, self.names))
+        return self._stop(calls_to_run(answer, self.names))
+
+    def result(self) -> dict:
+        return combine_rounds(self._answers, self.names, extra_usage=self.extra_usage)
+
+    # -- streamed ----------------------------------------------------------------------------
+
+    def feed(self, event: dict) -> list[dict]:
+        return self._rewriter.feed(event)
+
+    def calls(self) -> list[ToolCall]:
+        rewriter = self._rewriter
+        if not (rewriter.ended and not rewriter.errored):
+            return self._stop([])
+        if self.offered and rewriter.injected_only:
+            return self._calls(rewriter.round_message(), rewriter.calls_to_run)
+        return self._stop(rewriter.calls_to_run)
+
+    def finish(self) -> list[dict]:
+        return self._rewriter.finish()
+
+    def fail(self, error: dict) -> list[dict]:
+        detail = error.get("error") if isinstance(error.get("error"), dict) else {}
+        return self._rewriter.fail(str(detail.get("message") or "The request failed."), kind=error_type(error))
+
+    def encode(self, event: Any) -> bytes:
+        kind = event.get("type") if isinstance(event, dict) else None
+        head = b"event: " + kind.encode() + b"\n" if isinstance(kind, str) and kind.isprintable() else b""
+        return head + b"data: " + jsonio.dumps(event) + b"\n\n"
+
+    def carried(self, results: list[str]) -> list[Any]:
+        """The user message answering `unanswered` (nothing is stored upstream: unused by the proxy)."""
+        if not self.unanswered:
+            return []
+        return [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.call_id, "content": result}
+                                             for call, result in zip(self.unanswered, results)]}]

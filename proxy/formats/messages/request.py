@@ -1,0 +1,136 @@
+"""Messages requests: the history they carry (`history`, `with_history`), and the tools the
+proxy adds (`inject_tools`, `colliding_tool_names`)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from proxy.formats.messages.items import (PRIVATE_KEYS, blocks_of, has_tool_result, is_part, is_summary,
+                                          split_message)
+
+
+def history(body: dict) -> list[Any]:
+    """The history items of the request's `messages` (a split user message gives several, see
+    `proxy.formats.messages.items`); [] when `messages` is not a list (the upstream refuses it)."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    if not isinstance(messages, list):
+        return []
+    return [item for message in messages for item in split_message(message)]
+
+
+def messages_of(items: list[Any]) -> list[Any]:
+    """The messages `items` stand for: parts regrouped into their message, a summary item merged
+    into the user message after it, the private keys dropped (see `with_history`)."""
+    groups: list[list[Any]] = []
+    for item in items:
+        if is_part(item) and groups and not is_summary(groups[-1][0]):
+            groups[-1].append(item)
+        else:
+            groups.append([item])
+    out: list[Any] = []
+    i = 0
+    while i < len(groups):
+        group = groups[i]
+        if is_summary(group[0]) and i + 1 < len(groups) and _mergeable(groups[i + 1]):
+            out.append(_merged(group[0], _message(groups[i + 1])))
+            i += 2
+            continue
+        out.append(_message(group))
+        i += 1
+    return out
+
+
+def with_history(body: dict, items: list[Any]) -> dict:
+    """A new body whose `messages` are those `items` stand for (`messages_of`); every other key
+    stays, in its order. `with_history(body, history(body))` is `body`, byte for byte.
+
+    The summary item is merged into the user message right after it (its text block first), so
+    roles still alternate and the messages are those the client sent, less the summarised
+    ones. It stays a user message of its own before an assistant message, at the end, and
+    before a user message holding `tool_result` blocks (those must open their message, right
+    after the `tool_use` they answer; the core never leaves one whose call was summarised)."""
+    return {**body, "messages": messages_of(items)}
+
+
+def _clean(item: Any) -> Any:
+    if isinstance(item, dict) and any(key in item for key in PRIVATE_KEYS):
+        return {k: v for k, v in item.items() if k not in PRIVATE_KEYS}
+    return item
+
+
+def _message(group: list[Any]) -> Any:
+    """One message from its parts (a single item is itself, private keys dropped)."""
+    head = _clean(group[0])
+    if len(group) == 1:
+        return head
+    content = list(blocks_of(head.get("content")))
+    for part in group[1:]:
+        content += blocks_of(part.get("content"))
+    return {**head, "content": content}
+
+
+def _mergeable(group: list[Any]) -> bool:
+    head = group[0]
+    if not isinstance(head, dict) or head.get("role") != "user" or is_summary(head) or is_part(head):
+        return False
+    content = head.get("content")
+    return isinstance(content, (str, list)) and not any(
+        has_tool_result(item.get("content")) for item in group if isinstance(item, dict))
+
+
+def _merged(summary: dict, message: dict) -> dict:
+    return {**message, "content": [*blocks_of(summary.get("content")), *blocks_of(message.get("content"))]}
+
+
+# ---------------------------------------------------------------------------------------------
+# Tools
+
+
+def anthropic_tool(schema: dict) -> dict:
+    """An Anthropic client tool from a chat-style schema (`{"type": "function", "function": {...}}`)."""
+    function = schema.get("function") if isinstance(schema.get("function"), dict) else schema
+    tool: dict[str, Any] = {"name": function["name"]}
+    if "description" in function:
+        tool["description"] = function["description"]
+    tool["input_schema"] = function.get("parameters") or {"type": "object", "properties": {}}
+    return tool
+
+
+def _tool_names(tools: Any) -> set[str]:
+    names: set[str] = set()
+    for tool in tools if isinstance(tools, list) else ():
+        if not isinstance(tool, dict):
+            continue
+        if isinstance(tool.get("name"), str):
+            names.add(tool["name"])
+        if isinstance(tool.get("function"), dict) and isinstance(tool["function"].get("name"), str):
+            names.add(tool["function"]["name"])  # a chat-style entry sent by mistake
+    return names
+
+
+def inject_tools(body: dict, schemas: Sequence[dict]) -> dict:
+    """A new body with the injected tools (`schemas`, chat-style, e.g.
+    `proxy.core.texts.RELOAD_TOOL_SCHEMAS`) appended after the client's own tools as
+    `{"name", "description", "input_schema"}`: the same schemas always give the same bytes.
+    Client tools (server tools too) stay untouched and in order; a name already declared is not
+    added twice; `tool_choice` is left as the client sent it (`none` keeps the model from calling
+    any tool, the injected ones too; `{"type": "tool", "name": X}` forces the client's X). No
+    schemas, or a `tools` value that is not a list (the upstream refuses it): the body unchanged."""
+    tools = body.get("tools")
+    if tools is None:
+        tools = []
+    if not schemas or not isinstance(tools, list):
+        return dict(body)
+    declared = _tool_names(tools)
+    added = [tool for tool in map(anthropic_tool, schemas) if tool["name"] not in declared]
+    return {**body, "tools": [*tools, *added]}
+
+
+def colliding_tool_names(body: Any, names: Collection[str]) -> set[str]:
+    """The injected names the client declares itself in `tools`: the caller then neither
+    offloads nor injects (two tools of one name must not go upstream, and a call to the
+    client's own tool must reach the client)."""
+    if not isinstance(body, dict):
+        return set()
+    return _tool_names(body.get("tools")) & set(names)

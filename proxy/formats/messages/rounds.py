@@ -1,0 +1,111 @@
+"""Non-streamed reload rounds of the Messages API: what a round asks for, what the next round
+sends, and the one message the client gets."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from proxy.core.rounds import ToolCall
+from proxy.core.usage import add_usage
+from proxy.formats.messages.items import block_type, input_text, is_injected, is_tool_use
+
+
+def content_of(message: Any) -> list:
+    content = message.get("content") if isinstance(message, dict) else None
+    return content if isinstance(content, list) else []
+
+
+def injected_only(answer: Any, names: Collection[str]) -> bool:
+    """Does the loop run another round: the model stopped to use tools (`stop_reason`
+    "tool_use"), at least one of them injected and none of the client's? Text, thinking and
+    server tools (web search, code execution, …) may come with the injected calls."""
+    if not isinstance(answer, dict) or answer.get("stop_reason") != "tool_use":
+        return False
+    content = content_of(answer)
+    return any(is_injected(b, names) for b in content) and not any(
+        is_tool_use(b) and not is_injected(b, names) for b in content)
+
+
+def calls_to_run(answer: Any, names: Collection[str]) -> list[dict]:
+    """The injected tool_use blocks of the answer, in order."""
+    return [block for block in content_of(answer) if is_injected(block, names)]
+
+
+def tool_calls(blocks: Sequence[dict]) -> list[ToolCall]:
+    """The injected tool_use blocks as the loop runs them: the input as JSON text (`{}` when absent)."""
+    return [ToolCall(str(b.get("name") or ""), input_text(b["input"] if b.get("input") is not None else {}),
+                     b.get("id") if isinstance(b.get("id"), str) else None) for b in blocks]
+
+
+def assistant_turn(content: list) -> dict:
+    """The round's assistant message for the next round: every block as the upstream sent it
+    (thinking and redacted_thinking included, which the API requires back with the tool
+    results), less empty text blocks (which the API refuses in a request)."""
+    return {"role": "assistant", "content": [
+        block for block in content if not (block_type(block) == "text" and block.get("text") == "")]}
+
+
+def tool_results(calls: Sequence[dict], results: Sequence[str]) -> dict:
+    """The user message answering `calls` (tool_use blocks) with `results`, one tool_result each, in order."""
+    if len(calls) != len(results):
+        raise ValueError(f"{len(calls)} calls but {len(results)} results")
+    return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.get("id"), "content": result}
+                                        for call, result in zip(calls, results)]}
+
+
+def visible(content: list, names: Collection[str]) -> list:
+    """The blocks the client sees: all but the calls to the injected tools."""
+    return [block for block in content if not is_injected(block, names)]
+
+
+def client_stop_reason(stop_reason: Any, content: list) -> Any:
+    """`tool_use` with no tool_use left for the client (only injected ones were hidden) is `end_turn`."""
+    if stop_reason == "tool_use" and not any(is_tool_use(b) for b in content):
+        return "end_turn"
+    return stop_reason
+
+
+def usage_from_chat(usage: dict | None) -> dict | None:
+    """A chat-shaped usage (the proxy's own summary calls) in the Messages shape."""
+    if not usage:
+        return None
+    return {"input_tokens": usage.get("prompt_tokens") or 0, "output_tokens": usage.get("completion_tokens") or 0}
+
+
+def sum_usage(usages: Sequence[Any], extra_usage: dict | None) -> dict | None:
+    """Every numeric field summed over the rounds (`cache_*` and nested counts included), plus
+    `extra_usage` (Messages-shaped); None when no round reported usage."""
+    reported = [u for u in usages if isinstance(u, dict)]
+    if not reported:
+        return None
+    total = add_usage(None, extra_usage)
+    for usage in reported:
+        total = add_usage(total, usage)
+    return total
+
+
+def combine_rounds(answers: Sequence[dict], names: Collection[str], *, extra_usage: dict | None = None) -> dict:
+    """The one message the client gets from the rounds of a non-streamed reload loop.
+
+    The last round's message (its `stop_reason`, `stop_sequence`, `model`, …) with the first
+    round's `id` (the id a stream announces in `message_start`, before anyone knows whether
+    more rounds follow), the visible blocks of every round in order (what the stream shows
+    too: each round's text and thinking, never an injected tool_use), and `usage` summed over
+    the rounds plus `extra_usage` (Messages-shaped). A `tool_use` stop with no tool_use left
+    becomes `end_turn`.
+    """
+    if not answers:
+        raise ValueError("no rounds")
+    first, last = answers[0], answers[-1]
+    final = dict(last)
+    if isinstance(last.get("content"), list) or len(answers) > 1:
+        final["content"] = [block for answer in answers for block in visible(content_of(answer), names)]
+    if "id" in first:
+        final["id"] = first["id"]
+    if "stop_reason" in final:
+        final["stop_reason"] = client_stop_reason(final["stop_reason"], content_of(final))
+    total = sum_usage([a.get("usage") for a in answers], extra_usage)
+    if total is not None:
+        final["usage"] = total
+    return final

@@ -1,0 +1,227 @@
+"""Streamed reload rounds of the Messages API: the SSE events of successive upstream rounds as
+the events of one message for the client.
+
+An Anthropic stream is `message_start`, then per content block `content_block_start`,
+`content_block_delta`… and `content_block_stop` (each with the block's `index`), then
+`message_delta` (`stop_reason`, `usage`) and `message_stop`; `ping` may come anywhere, and an
+`error` event ends a stream that fails midway. What the client sees (`StreamRewriter`):
+
+- one `message_start`, the first round's (its id, model and first usage);
+- the blocks of every round, the calls to the injected tools left out (all their events), and
+  the `index` of the visible blocks renumbered contiguously from 0 across the rounds (the
+  anthropic SDK keeps blocks in a list it indexes with it);
+- `ping` as it comes; an upstream `error` event relayed, which ends the stream;
+- one `message_delta` at the very end: the last round's (`stop_reason`, `stop_sequence`, …),
+  its `usage` the sum over the rounds (`input_tokens`, `output_tokens`, `cache_*`, …; the
+  SDK overwrites its usage with the counts a `message_delta` carries), then one `message_stop`.
+
+Each round's own message is rebuilt from its events (text, thinking with its signature,
+tool_use with its input parsed from the `input_json_delta` fragments, server tool blocks as
+announced) for the next round's request.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.formats.messages.items import block_type, is_injected, is_tool_use
+from proxy.core.usage import add_usage
+from proxy.formats.messages.rounds import assistant_turn, client_stop_reason
+
+_INPUT_BLOCKS = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})  # their input comes as JSON fragments
+ERROR_TYPES = frozenset({
+    "invalid_request_error", "authentication_error", "billing_error", "permission_error", "not_found_error",
+    "request_too_large", "rate_limit_error", "api_error", "timeout_error", "overloaded_error",
+})
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+@dataclass
+class _Block:
+    """One content block of the current round, by its upstream `index`."""
+
+    block: dict
+    hidden: bool  # a call to an injected tool
+    client_index: int | None = None
+    fragments: list[str] = field(default_factory=list)  # input_json_delta partial_json, in order
+
+    def finished(self) -> dict:
+        """The block as sent back in a request: a tool's input parsed from its fragments
+        (`{}` for none; the raw text under `_raw` if it is not a JSON object)."""
+        if block_type(self.block) not in _INPUT_BLOCKS or not self.fragments:
+            if block_type(self.block) in _INPUT_BLOCKS and self.block.get("input") is None:
+                return {**self.block, "input": {}}
+            return self.block
+        text = "".join(self.fragments)
+        try:
+            value = json.loads(text) if text.strip() else {}
+        except ValueError:
+            value = None
+        return {**self.block, "input": value if isinstance(value, dict) else {"_raw": text}}
+
+
+def _apply(block: dict, delta: dict, state: _Block) -> None:
+    """Grow the rebuilt `block` by one delta (the anthropic SDK's rules)."""
+    kind = delta.get("type")
+    if kind == "text_delta" and isinstance(delta.get("text"), str):
+        block["text"] = (block.get("text") if isinstance(block.get("text"), str) else "") + delta["text"]
+    elif kind == "thinking_delta" and isinstance(delta.get("thinking"), str):
+        block["thinking"] = (block.get("thinking") if isinstance(block.get("thinking"), str) else "") + delta["thinking"]
+    elif kind == "signature_delta" and isinstance(delta.get("signature"), str):
+        block["signature"] = delta["signature"]
+    elif kind == "citations_delta" and "citation" in delta:
+        block["citations"] = [*(block.get("citations") or []), delta["citation"]]
+    elif kind == "input_json_delta" and isinstance(delta.get("partial_json"), str):
+        state.fragments.append(delta["partial_json"])
+
+
+def _counts(usage: dict) -> dict:
+    """The counts of a usage object (numbers and nested counts), for a `message_delta`."""
+    return {k: v for k, v in usage.items() if _int(v) is not None or isinstance(v, (float, dict))}
+
+
+class StreamRewriter:
+    """Rewrites the events of successive upstream rounds into one message stream (see the
+    module docstring). Feed each round's events to `feed` and send what it returns; once the
+    round's stream has ended, `injected_only` says whether the loop may go on (then
+    `round_message` and `calls_to_run` make the next request, and `next_round()` starts it);
+    `finish()` gives the last events, `fail(...)` an error event instead."""
+
+    def __init__(self, injected_names: Iterable[str], *, extra_usage: dict | None = None) -> None:
+        self.names = frozenset(injected_names)
+        self.message_id: str | None = None  # the first round's: what the client sees
+        self.round = 0
+        self._started = False
+        self._next_index = 0
+        self._usage: dict | None = add_usage(None, extra_usage)  # the finished rounds' sum
+        self._finished = False
+        self._new_round()
+
+    def _new_round(self) -> None:
+        self._blocks: dict[int, _Block] = {}
+        self._round_usage: dict | None = None
+        self._delta: dict | None = None
+        self._stop: dict | None = None
+        self._errored = False
+
+    # -- what the loop asks after a round ------------------------------------------------------
+
+    @property
+    def ended(self) -> bool:
+        """The round's message is complete (`message_stop`, or a `message_delta` with a stop reason)."""
+        return self._stop is not None or (self._delta is not None and self._stop_reason() is not None)
+
+    @property
+    def errored(self) -> bool:
+        return self._errored
+
+    def _stop_reason(self) -> Any:
+        delta = self._delta.get("delta") if self._delta is not None else None
+        return delta.get("stop_reason") if isinstance(delta, dict) else None
+
+    def _ordered(self) -> list[_Block]:
+        return [self._blocks[i] for i in sorted(self._blocks)]
+
+    @property
+    def injected_only(self) -> bool:
+        """The round ended to use tools, at least one injected and none of the client's."""
+        blocks = self._ordered()
+        return (self.ended and not self._errored and self._stop_reason() == "tool_use"
+                and any(b.hidden for b in blocks) and not any(is_tool_use(b.block) and not b.hidden for b in blocks))
+
+    @property
+    def calls_to_run(self) -> list[dict]:
+        """The round's injected tool_use blocks (input parsed), in order."""
+        return [b.finished() for b in self._ordered() if b.hidden]
+
+    def round_message(self) -> dict:
+        """The round's assistant message, every block rebuilt (see `rounds.assistant_turn`)."""
+        return assistant_turn([b.finished() for b in self._ordered()])
+
+    def next_round(self) -> None:
+        """Start the next round: the ended round's usage is counted, its held events dropped."""
+        self._usage = add_usage(self._usage, self._round_usage)
+        self.round += 1
+        self._new_round()
+
+    # -- the end ---------------------------------------------------------------------------------
+
+    def finish(self) -> list[dict]:
+        """The last events for the client: one `message_delta` (the last round's, summed usage)
+        and `message_stop`. An error event instead when the round never completed; nothing
+        after an error event."""
+        if self._finished or self._errored:
+            return []
+        if not (self._started and self.ended):
+            return self.fail("The upstream's stream ended before the message completed.")
+        self._finished = True
+        template = self._delta or {"type": "message_delta", "delta": {"stop_reason": None, "stop_sequence": None}}
+        delta = dict(template.get("delta") if isinstance(template.get("delta"), dict) else {})
+        visible = [b.block for b in self._ordered() if not b.hidden]
+        if "stop_reason" in delta:
+            delta["stop_reason"] = client_stop_reason(delta["stop_reason"], visible)
+        usage = add_usage(self._usage, self._round_usage) or {}
+        return [{**template, "delta": delta, "usage": _counts(usage)}, self._stop or {"type": "message_stop"}]
+
+    def fail(self, message: str, *, kind: str = "api_error") -> list[dict]:
+        """An `error` event ending the stream (once)."""
+        if self._finished:
+            return []
+        self._finished = True
+        return [{"type": "error", "error": {"type": kind if kind in ERROR_TYPES else "api_error", "message": message}}]
+
+    # -- events ----------------------------------------------------------------------------------
+
+    def feed(self, event: dict) -> list[dict]:
+        """The events to send the client now for one upstream event (none or one)."""
+        if not isinstance(event, dict) or self._finished:
+            return []
+        kind = event.get("type")
+        if kind == "message_start":
+            return self._start(event)
+        if kind == "message_delta":
+            self._delta = event
+            if isinstance(event.get("usage"), dict):
+                base = self._round_usage or {}
+                self._round_usage = {**base, **{k: v for k, v in event["usage"].items() if v is not None}}
+            return []
+        if kind == "message_stop":
+            self._stop = event
+            return []
+        if kind == "error":
+            self._errored = self._finished = True
+            return [event]
+        index = _int(event.get("index"))
+        if index is None:
+            return [event]  # ping, and events of no block
+        state = self._blocks.get(index)
+        if kind == "content_block_start":
+            block = event.get("content_block") if isinstance(event.get("content_block"), dict) else {}
+            state = self._blocks[index] = _Block(copy.deepcopy(block), hidden=is_injected(block, self.names))
+        elif state is None:  # an event of a block never announced: shown, not rebuilt
+            state = self._blocks[index] = _Block({}, hidden=False)
+        if kind == "content_block_delta" and isinstance(event.get("delta"), dict):
+            _apply(state.block, event["delta"], state)
+        if state.hidden:
+            return []
+        if state.client_index is None:
+            state.client_index, self._next_index = self._next_index, self._next_index + 1
+        return [{**event, "index": state.client_index}]
+
+    def _start(self, event: dict) -> list[dict]:
+        message = event.get("message") if isinstance(event.get("message"), dict) else {}
+        if isinstance(message.get("usage"), dict):
+            self._round_usage = dict(message["usage"])
+        if self._started:
+            return []
+        self._started = True
+        if isinstance(message.get("id"), str):
+            self.message_id = message["id"]
+        return [event]

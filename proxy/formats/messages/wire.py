@@ -1,0 +1,50 @@
+"""The Anthropic Messages API as a `proxy.core.wire.WireFormat`.
+
+The history the core reduces is `messages` (a user message of several blocks holding tool
+results split into parts, see `proxy.formats.messages.items`); `system` stays where it is,
+never summarised. Nothing is stored upstream (`stored` is False).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from proxy.core.markers import INJECTED_TOOLS
+from proxy.formats.messages import summary
+from proxy.formats.messages.body import parse_messages_body
+from proxy.formats.messages.items import MessagesView
+from proxy.formats.messages.reload_rounds import MessagesRounds
+from proxy.formats.messages.request import colliding_tool_names, history, with_history
+
+
+class MessagesFormat:
+    endpoint = "messages"
+    view = MessagesView(INJECTED_TOOLS)
+    stored = False
+
+    def parse(self, raw: bytes, *, max_items: int | None) -> dict:
+        return parse_messages_body(raw, max_items=max_items)
+
+    def history(self, body: dict) -> list[Any]:
+        return history(body)
+
+    def with_history(self, body: dict, items: list[Any]) -> dict:
+        return with_history(body, items)
+
+    def colliding_tool_names(self, body: dict) -> set[str]:
+        return colliding_tool_names(body, INJECTED_TOOLS)
+
+    def rounds(self, body: dict, items: list[Any], tools: Sequence[dict], *,
+               extra_usage: dict | None) -> MessagesRounds:
+        return MessagesRounds(body, items, tools, INJECTED_TOOLS, extra_usage=extra_usage)
+
+    def summary_request(self, body: dict, prefix: list[Any], instruction: str, tools: Sequence[dict], *,
+                        model: str) -> tuple[str, dict]:
+        return summary.summary_request(body, prefix, instruction, tools, model=model)
+
+    def summary_answer(self, answer: Any) -> tuple[str, int, int]:
+        return summary.summary_answer(answer)
+
+
+MESSAGES = MessagesFormat()
