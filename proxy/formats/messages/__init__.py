@@ -3,7 +3,7 @@
 Pure functions and small classes over plain JSON values, no IO:
 
 - `items`: how the planners see the history (`MessagesView`, an `ItemView`): one item per
-  message, a user message of several blocks holding tool results split into parts (the private
+  message, a user message holding several tool results split into parts (the private
   keys `PART`, `SUMMARY` mark a later part and the summary item; they never reach the upstream);
 - `request`: the history a request carries (`history`, `with_history`, `messages_of`) and the
   tools the proxy adds (`inject_tools`, `anthropic_tool`, `colliding_tool_names`);

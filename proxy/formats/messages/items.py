@@ -6,15 +6,19 @@ The history is `messages`; `system` lies outside it and is never summarised. A m
 `server_tool_use` and the server tools' results (`web_search_tool_result`, …, any type ending
 in `_tool_result`), and blocks of types this module does not know, which are kept verbatim.
 
-One item is one message, except a user message holding `tool_result` blocks and more than one
-block: the core's view sees at most one tool result per item, so that message is split into
-one item per block. The first part is the message itself with only its first block (every
-other key kept); each later part is `{"role", "content": [block], PART: k}` (k ≥ 1, its place
-in the message). `attached` binds a part to what precedes it, so no cut falls inside a message,
-and `proxy.formats.messages.request.with_history` regroups the parts into exactly the original
-message and drops the private keys, which never reach the upstream. The first part carries no
-private key, so a message of one tool result and the first part of a longer one are the same
-item, and the items of a prefix of the messages are a prefix of their items.
+One item is one message, except a user message holding several `tool_result` blocks: the
+core's view sees at most one tool result per item, so that message is split into parts, a new
+part at each `tool_result` block. A part is a tool_result followed by the blocks after it up
+to the next tool_result (Claude Code puts a `<system-reminder>` text after the results: it
+stays with the last result, so the newest result is the last item, as in chat); blocks before
+the first tool_result are a part of their own. The first part is the message itself with only
+its first blocks (every other key kept); each later part is `{"role", "content": [...], PART: k}`
+(k ≥ 1, its place in the message). `attached` binds a part to what precedes it, so no cut falls
+inside a message, and `proxy.formats.messages.request.with_history` regroups the parts into
+exactly the original message and drops the private keys, which never reach the upstream. The
+first part carries no private key, so a message of one tool result and the first part of a
+longer one are the same item, and the items of a prefix of the messages are a prefix of their
+items.
 
 The summary item (`MessagesView.summary_item`) is a user message with one text block and the
 private key SUMMARY; `with_history` merges it into the user message that follows it (see there).
@@ -71,13 +75,18 @@ def has_tool_result(content: Any) -> bool:
 
 def split_message(message: Any) -> list[Any]:
     """The history items of one message (see the module docstring)."""
-    if not isinstance(message, dict) or message.get("role") != "user":
+    if not isinstance(message, dict) or message.get("role") != "user" or not has_tool_result(message.get("content")):
         return [message]
-    content = message.get("content")
-    if not isinstance(content, list) or len(content) < 2 or not has_tool_result(content):
+    parts: list[list[Any]] = []
+    for block in message["content"]:
+        if block_type(block) == "tool_result" or not parts:
+            parts.append([block])
+        else:
+            parts[-1].append(block)
+    if len(parts) == 1:
         return [message]
-    first = {**message, "content": content[:1]}
-    return [first, *({"role": "user", "content": [block], PART: k} for k, block in enumerate(content[1:], 1))]
+    return [{**message, "content": parts[0]},
+            *({"role": "user", "content": blocks, PART: k} for k, blocks in enumerate(parts[1:], 1))]
 
 
 def text_blocks_text(blocks: Any) -> str | None:
@@ -91,11 +100,13 @@ def text_blocks_text(blocks: Any) -> str | None:
 
 
 def tool_result_block(item: Any) -> dict | None:
-    """The tool_result block of an item that is one (a user message of that one block), else None."""
+    """The tool_result of an item that is one (a user message, or a part, opening with its only
+    tool_result block), else None."""
     if not isinstance(item, dict) or item.get("role") != "user":
         return None
     content = item.get("content")
-    if isinstance(content, list) and len(content) == 1 and block_type(content[0]) == "tool_result":
+    if (isinstance(content, list) and content and block_type(content[0]) == "tool_result"
+            and not has_tool_result(content[1:])):
         return content[0]
     return None
 
@@ -172,15 +183,17 @@ class MessagesView:
         return None if block is None else result_text(block)
 
     def with_tool_text(self, item: Any, text: str) -> Any:
-        """A copy of the tool result `item` whose content is `text`: `tool_use_id`, `is_error`,
-        `cache_control` and every other key kept. ValueError for an item without offloadable text."""
+        """A copy of the tool result `item` whose result is `text`: `tool_use_id`, `is_error`,
+        `cache_control`, every other key and the blocks after it kept. ValueError for an item
+        without offloadable text."""
         block = tool_result_block(item)
         if block is None or result_text(block) is None:
             raise ValueError("not a tool result with text")
-        return {**item, "content": [with_result_text(block, text)]}
+        return {**item, "content": [with_result_text(block, text), *item["content"][1:]]}
 
     def text(self, item: Any) -> str | None:
-        """A tool result's text, or a message's text blocks: where markers and refs are looked for."""
+        """A tool result's text (only: a marker is the whole text), or a message's text blocks:
+        where markers and refs are looked for."""
         block = tool_result_block(item)
         if block is not None:
             return result_text(block)
@@ -225,7 +238,8 @@ class MessagesView:
         block = tool_result_block(item)
         if block is not None:
             error = " error" if block.get("is_error") is True else ""
-            return f"[tool result{error} ({self.answers(item) or '?'})]", _label(block)
+            labels = [_label(b) for b in item["content"]]
+            return f"[tool result{error} ({self.answers(item) or '?'})]", "\n".join(label for label in labels if label)
         calls = [f"{b.get('name') or '?'}({input_text(b.get('input'))})" for b in self._tool_uses(item)]
         role = item.get("role") if isinstance(item.get("role"), str) else "?"
         header = f"[{role}]" + (f" calls {'; '.join(calls)}" if calls else "")

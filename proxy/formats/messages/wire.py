@@ -1,7 +1,7 @@
 """The Anthropic Messages API as a `proxy.core.wire.WireFormat`.
 
-The history the core reduces is `messages` (a user message of several blocks holding tool
-results split into parts, see `proxy.formats.messages.items`); `system` stays where it is,
+The history the core reduces is `messages` (a user message holding several tool results split
+into parts, see `proxy.formats.messages.items`); `system` stays where it is,
 never summarised. Nothing is stored upstream (`stored` is False).
 """
 

@@ -93,14 +93,13 @@ def test_the_view_is_an_item_view_and_the_format_is_stateless():
     assert isinstance(checked, MessagesView) and MESSAGES.endpoint == "messages" and MESSAGES.stored is False
 
 
-def test_one_item_per_message_and_parts_for_several_tool_results():
+def test_one_item_per_message_and_a_part_per_tool_result():
     items = history(BODY)
-    assert len(items) == len(MESSAGES_) + 2  # U4's three blocks are three items
+    assert len(items) == len(MESSAGES_) + 1  # U4's two results are two items, the reminder with the last
     assert items[4] == {"role": "user", "content": [U4["content"][0]]}  # the first part: the message itself
-    assert items[5] == {"role": "user", "content": [U4["content"][1]], PART: 1}
-    assert items[6] == {"role": "user", "content": [REMINDER], PART: 2}
-    assert [VIEW.role(i) for i in items] == ["user", "assistant", "tool", "assistant", "tool", "tool", "user",
-                                             "assistant", "tool", "assistant", "user"]
+    assert items[5] == {"role": "user", "content": [U4["content"][1], REMINDER], PART: 1}
+    assert [VIEW.role(i) for i in items] == ["user", "assistant", "tool", "assistant", "tool", "tool", "assistant",
+                                             "tool", "assistant", "user"]
     assert items[0] is U0 and items[1] is A1  # unsplit messages are shared, not copied
     json.dumps(items)  # plain JSON values
 
@@ -119,8 +118,8 @@ def test_tool_text_of_strings_and_text_blocks_only():
     items = history(BODY)
     assert VIEW.tool_text(items[2]) == BIG
     assert VIEW.tool_text(items[4]) == BIG + "\nEOF"
-    assert VIEW.tool_text(items[5]) == BIG
-    assert VIEW.tool_text(items[8]) == ""
+    assert VIEW.tool_text(items[5]) == BIG and VIEW.text(items[5]) == BIG  # not the reminder after it
+    assert VIEW.tool_text(items[7]) == ""
     image = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [
         {"type": "text", "text": "a screenshot"},
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}]}]}
@@ -135,8 +134,8 @@ def test_with_tool_text_keeps_every_key_and_the_cache_breakpoint():
     items = history(BODY)
     replaced = VIEW.with_tool_text(items[5], "marker")
     assert replaced == {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_01C",
-                                                     "content": "marker", "cache_control": {"type": "ephemeral"}}],
-                        PART: 1}
+                                                     "content": "marker", "cache_control": {"type": "ephemeral"}},
+                                                    REMINDER], PART: 1}
     replaced = VIEW.with_tool_text(items[2], "marker")
     assert list(replaced["content"][0]) == ["tool_use_id", "type", "content", "is_error"]  # order kept
     inner = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [
@@ -152,7 +151,7 @@ def test_text_attached_injected_and_transcript():
     assert VIEW.text(U8) == "Thanks. Now run the linter." and VIEW.text(items[2]) == BIG
     assert VIEW.text(A1) == "I'll run the tests."  # not the thinking
     assert [VIEW.attached(a, b) for a, b in zip(items, items[1:])] == [
-        False, True, False, True, True, True, False, True, False, False]
+        False, True, False, True, True, False, True, False, False]
     reload = {"role": "assistant", "content": [
         {"type": "tool_use", "id": "toolu_r", "name": "context_reload", "input": {"ref": "abc123"}},
         {"type": "tool_use", "id": "toolu_x", "name": "Bash", "input": {}}]}
@@ -160,6 +159,7 @@ def test_text_attached_injected_and_transcript():
     assert VIEW.transcript(A1) == ('[assistant] calls Bash({"command": "pytest -q"})',
                                    "[thinking] I should run the tests first.\nI'll run the tests.")
     assert VIEW.transcript(items[2]) == ("[tool result (toolu_01A)]", BIG)
+    assert VIEW.transcript(items[5]) == ("[tool result (toolu_01C)]", BIG + "\n" + REMINDER["text"])
     assert VIEW.transcript(U8) == ("[user]", "Thanks. Now run the linter.")
     header, text = VIEW.transcript(A5)
     assert header.startswith("[assistant] calls Bash(") and "[server tool use] web_search(" in text
@@ -192,8 +192,9 @@ def test_odd_messages_survive_unchanged():
                                          "content": [{"type": "text", "text": "r"}]}]}]
     body = {"messages": odd}
     items = history(body)
-    assert len(items) == len(odd) + 2
-    assert items[0] == {"role": "user", "content": [odd[0]["content"][0]], "x-extra": 1}
+    assert len(items) == len(odd) + 1
+    assert items[0] == {"role": "user", "content": odd[0]["content"][:2], "x-extra": 1}
+    assert VIEW.role(items[0]) == "tool" and VIEW.tool_text(items[0]) == "x"
     assert dumps(with_history(body, items)) == dumps(body)
     assert VIEW.role("not a message") == "other" and VIEW.role(odd[4]) == "other"
 
@@ -212,7 +213,26 @@ def test_items_of_a_prefix_are_a_prefix_of_the_items():
 
 def test_a_part_without_its_message_becomes_a_message_of_its_own():
     items = history(BODY)
-    assert messages_of(items[5:7]) == [{"role": "user", "content": [U4["content"][1], REMINDER]}]
+    assert messages_of(items[5:6]) == [{"role": "user", "content": [U4["content"][1], REMINDER]}]
+
+
+def test_blocks_before_the_first_result_are_a_part_of_their_own():
+    late = {"role": "user", "content": [REMINDER, {"type": "tool_result", "tool_use_id": "a", "content": "x"},
+                                        {"type": "tool_result", "tool_use_id": "b", "content": "y"}]}
+    items = history({"messages": [late]})
+    assert [VIEW.role(i) for i in items] == ["user", "tool", "tool"] and items[0] == {**late, "content": [REMINDER]}
+    assert messages_of(items) == [late]
+
+
+def test_the_newest_result_is_the_last_item_and_stays():
+    calls = {"role": "assistant", "content": [
+        {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {}},
+        {"type": "tool_use", "id": "toolu_2", "name": "Bash", "input": {}}]}
+    results = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": BIG},
+                                           {"type": "tool_result", "tool_use_id": "toolu_2", "content": BIG + "!"},
+                                           REMINDER]}
+    plan = plan_compaction(history({"messages": [U0, calls, results]}), VIEW, settings(), COUNTER, NS)
+    assert [o.text for o in plan.offloads] == [BIG]  # like chat: the last tool result is the kept tail
 
 
 # ---- the summary item --------------------------------------------------------------------------
@@ -282,12 +302,12 @@ def test_compaction_never_offloads_results_of_injected_calls():
 def test_cuts_never_fall_inside_a_message_nor_between_a_call_and_its_result():
     items = history(BODY)
     allowed = [i for i in range(1, len(items)) if cp.can_cut(items, VIEW, i)]
-    assert allowed == [1, 3, 7, 9, 10]  # before A1, A3, A5, A7, U8
+    assert allowed == [1, 3, 6, 8, 9]  # before A1, A3, A5, A7, U8
     for keep in range(len(items)):
         head, tail = cp.split(items, VIEW, keep)
         assert head == 0 and (tail in allowed or tail in (0, len(items)))
     assert cp.units(items, VIEW, 0, len(items), COUNTER)[1][0] == 1
-    assert [first for first, _ in cp.units(items, VIEW, 0, len(items), COUNTER)] == [0, 1, 3, 7, 9, 10]
+    assert [first for first, _ in cp.units(items, VIEW, 0, len(items), COUNTER)] == [0, 1, 3, 6, 8, 9]
 
 
 @pytest.mark.parametrize("keep", [1, 2, 3, 5])

@@ -30,7 +30,7 @@ def turn_and_summary(body: dict, items: list, cut: int, injected: bool) -> tuple
 @pytest.mark.parametrize("injected", [True, False])
 def test_the_summary_request_starts_with_the_turns_own_request(injected):
     items = MESSAGES.history(CLIENT)
-    cut = 9  # before A7: a message boundary (U4 is three items)
+    cut = items.index(MESSAGES_[7])  # before A7: a message boundary
     turn, request = turn_and_summary(CLIENT, items, cut, injected)
     n = len(MESSAGES_) - 2  # the messages before A7
     assert jsonio.dumps(request["messages"][:n]) == jsonio.dumps(turn["messages"][:n])
