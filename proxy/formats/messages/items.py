@@ -1,6 +1,7 @@
 """Anthropic Messages API history items, and how the core sees them (`MessagesView`).
 
-The history is `messages`; `system` lies outside it and is never summarised. A message's
+The history is `messages`; `system` lies outside it and is never summarised (nor is a message
+of role `system`, which Claude Code sends inside `messages`). A message's
 `content` is a string or a list of blocks: `text`, `image`, `document`, `search_result`,
 `tool_use` / `tool_result`, `thinking` (with its `signature`), `redacted_thinking`,
 `server_tool_use` and the server tools' results (`web_search_tool_result`, …, any type ending
@@ -172,11 +173,13 @@ class MessagesView:
 
     def role(self, item: Any) -> Role:
         """"tool" for an item that is one tool_result, "user"/"assistant" for the rest of those
-        messages, "other" for anything else; never "system" (`system` is not in the history)."""
+        messages, "system" for a message of role `system` (Claude Code sends its environment so,
+        per turn, beside the top-level `system`, which is not in the history): never summarised,
+        kept verbatim; "other" for anything else."""
         role = item.get("role") if isinstance(item, dict) else None
         if role == "user":
             return "tool" if tool_result_block(item) is not None else "user"
-        return "assistant" if role == "assistant" else "other"
+        return role if role in ("assistant", "system") else "other"
 
     def tool_text(self, item: Any) -> str | None:
         block = tool_result_block(item)

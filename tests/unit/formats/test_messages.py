@@ -166,9 +166,22 @@ def test_text_attached_injected_and_transcript():
     assert "[web_search_tool_result]" in text and "Found it." in text
 
 
-def test_system_is_outside_the_history_and_never_a_system_role():
+def test_the_top_level_system_is_outside_the_history():
     assert all(VIEW.role(i) != "system" for i in history(BODY))
     assert with_history(BODY, history(BODY))["system"] is SYSTEM
+
+
+def test_a_system_message_in_the_history_is_never_summarised():
+    env = {"role": "system", "content": "# Environment\nWorking directory: /repo",
+           "output_config": {"effort": "medium"}}  # Claude Code's per-turn environment message
+    body = {**BODY, "messages": [U0, env, *MESSAGES_[1:]]}
+    items = history(body)
+    assert VIEW.role(items[1]) == "system" and dumps(with_history(body, items)) == dumps(body)
+    head, tail = cp.split(items, VIEW, 2)
+    summary = VIEW.summary_item("snapshot")
+    out = with_history(body, cp.assemble(items, VIEW, head, tail, summary))["messages"]
+    assert out[:2] == [{"role": "user", "content": [{"type": "text", "text": "snapshot"}]}, env]
+    assert "Environment" not in cp.history_lines(items[head:tail], VIEW)
 
 
 # ---- round trips ------------------------------------------------------------------------------
@@ -185,7 +198,7 @@ def test_odd_messages_survive_unchanged():
                                         {"type": "tool_result", "tool_use_id": "b", "content": None}],
             "x-extra": 1},
            "not a message", {"role": "user"}, {"role": "assistant", "content": None},
-           {"role": "system", "content": "misplaced"},
+           {"role": "tool", "content": "misplaced"},
            {"role": "user", "content": [{"type": "document", "source": {"type": "text", "data": "d",
                                                                          "media_type": "text/plain"}},
                                         {"type": "search_result", "source": "s", "title": "t",
