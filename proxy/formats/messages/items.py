@@ -10,8 +10,9 @@ in `_tool_result`), and blocks of types this module does not know, which are kep
 One item is one message, except a user message holding several `tool_result` blocks: the
 core's view sees at most one tool result per item, so that message is split into parts, a new
 part at each `tool_result` block. A part is a tool_result followed by the blocks after it up
-to the next tool_result (Claude Code puts a `<system-reminder>` text after the results: it
-stays with the last result, so the newest result is the last item, as in chat); blocks before
+to the next tool_result (a text a client adds after the results, such as Claude Code's
+`<system-reminder>`, stays with the last one, so the newest result is the last item, as in
+chat, and compaction's recent tail keeps it); blocks before
 the first tool_result are a part of their own. The first part is the message itself with only
 its first blocks (every other key kept); each later part is `{"role", "content": [...], PART: k}`
 (k ≥ 1, its place in the message). `attached` binds a part to what precedes it, so no cut falls
