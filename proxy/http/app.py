@@ -1,7 +1,9 @@
 """The ASGI application: routes and the lifespan that owns the upstream client and the store.
 
-Request path for chat completions: app → chat (settings, plan) → store → upstream → reload loop.
-Everything else under /v1 is relayed unchanged.
+Request path of the managed endpoints (chat completions, Responses, Anthropic Messages): app →
+http.managed (settings, the format's body) → offload (plan, store) → upstream → reload loop.
+Everything else under /v1 is relayed unchanged, to OpenAI's or Anthropic's upstream
+(`proxy.http.family`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from starlette.routing import Route
 
 from proxy.reload import search_pool
 from proxy.http.caller import CallerGate, Gatekeeper
-from proxy.http.managed import chat_completions, responses
+from proxy.http.managed import chat_completions, count_tokens, messages, responses
 from proxy.config import ServerSettings
 from proxy.http.limits import BodyLimit
 from proxy.http.observe import Metrics, Observe, configure_logging, metrics_endpoint
@@ -65,7 +67,8 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
     settings = settings or ServerSettings()
     tenants = load_tenants_file(settings.tenants_file)
     resolver = SettingsResolver(settings.offload_defaults(), tenants, settings.header_caps)
-    gatekeeper = Gatekeeper(tenants, server_key=settings.upstream_api_key, allow_anonymous=settings.allow_anonymous,
+    gatekeeper = Gatekeeper(tenants, server_key=settings.upstream_api_key, anthropic_key=settings.anthropic_api_key,
+                            anthropic_upstream=settings.anthropic_upstream, allow_anonymous=settings.allow_anonymous,
                             upstream_allowlist=settings.upstream_allowlist, secret=settings.encryption_key)
     metrics = Metrics(tenant_label=settings.metrics_tenant_label)
 
@@ -106,6 +109,8 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
         Route("/metrics", metrics_endpoint(settings.admin_token, metrics), methods=["GET"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/responses", responses, methods=["POST"]),
+        Route("/v1/messages", messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
         Route("/v1/offload", offload, methods=["POST"]),
         Route("/v1/offload/events", list_events, methods=["GET"]),
         Route("/v1/offload/{ref}", get_offloaded, methods=["GET"]),

@@ -1,5 +1,6 @@
-"""The managed endpoints (`POST /v1/chat/completions`, `POST /v1/responses`): one request path
-for every wire format: settings → plan → store → upstream → reload loop.
+"""The managed endpoints (`POST /v1/chat/completions`, `POST /v1/responses`, `POST /v1/messages`
+and `POST /v1/messages/count_tokens`): one request path for every wire format: settings → plan →
+store → upstream → reload loop.
 
 The format (`proxy.core.wire.WireFormat`) reads and writes the body; everything else (settings,
 quota, the pipeline, headers, events, metrics, the reload loop) is the same for all.
@@ -23,7 +24,9 @@ from proxy.core.tokens import counter_for_model_async
 from proxy.core.wire import WireFormat
 from proxy.errors import ProxyError, error_response
 from proxy.formats.chat import CHAT
+from proxy.formats.messages import MESSAGES
 from proxy.formats.responses import RESPONSES
+from proxy.http.family import family_of
 from proxy.http import observe
 from proxy.http.caller import ACCOUNT_HEADERS, CREDENTIAL_HEADERS, Caller
 from proxy.http.disconnect import ClientDisconnected, ClientWatch
@@ -52,8 +55,12 @@ async def responses(request: Request) -> Response:
     return await handle(request, RESPONSES)
 
 
+async def messages(request: Request) -> Response:
+    return await handle(request, MESSAGES)
+
+
 async def handle(request: Request, fmt: WireFormat) -> Response:
-    try:
+    async def run() -> Response:
         call = await ManagedCall.open(request, fmt)
         await call.offload()
         if not call.inject_reload_tools and not call.prepared.summary_usage:
@@ -61,14 +68,40 @@ async def handle(request: Request, fmt: WireFormat) -> Response:
         if call.body.get("stream") is True:
             return await call.forward_streaming_with_reload()
         return await call.forward_with_reload()
+
+    return await answered(request, run)
+
+
+async def count_tokens(request: Request) -> Response:
+    """`POST /v1/messages/count_tokens`: the body reduced as `POST /v1/messages` would reduce it
+    (summaries ready in the store are used, none is started nor waited for), with the reload
+    tools when the turn would carry them, counted by the upstream: a client deciding its own
+    compaction from this count sees what the proxy will really send."""
+    async def run() -> Response:
+        call = await ManagedCall.open(request, MESSAGES)
+        await call.offload(new_summaries=False)
+        offered = call.inject_reload_tools
+        content = jsonio.dumps(call.rounds.request(offered)) if call.changed or offered else call.raw
+        response = await call.watch.run(call.services.upstream.send(
+            "POST", "messages/count_tokens", query=call.query, headers=call.headers, content=content, base=call.base))
+        return await stream_back(response, call.extra_headers, shape="anthropic")
+
+    return await answered(request, run)
+
+
+async def answered(request: Request, run) -> Response:
+    """`run()`'s response, or the proxy's own error in the shape of the API the client speaks."""
+    shape = family_of(request.scope)
+    try:
+        return await run()
     except ProxyError as exc:
-        return exc.response()
+        return exc.response(shape)
     except ClientDisconnected:
-        return error_response(499, "Client closed the request.")
+        return error_response(499, "Client closed the request.", shape=shape)
     except (RecursionError, ValueError, UnicodeError) as exc:  # e.g. an upstream answer nested too deep to re-encode
         log.warning("request failed: %s: %s", type(exc).__name__, exc)
         return ProxyError(502, f"The proxy could not process this exchange ({type(exc).__name__}).",
-                          type_="server_error", code="proxy_error").response()
+                          type_="server_error", code="proxy_error").response(shape)
 
 
 def server_state(body: dict) -> str | None:
@@ -90,7 +123,8 @@ def compressor_for(request: Request, body: dict, settings: OffloadSettings, call
                    fmt: WireFormat, refs: RefStore, background: bool = True) -> Compressor:
     """Summaries go to the caller's upstream with the caller's upstream credential: in the
     request's own format and endpoint (the prefix shape, `fmt` builds the request), or to chat
-    completions whatever the format (`--summary-request transcript`); `fmt.view` reads the
+    completions whatever the format (`--summary-request transcript`, OpenAI's formats only: an
+    Anthropic upstream has no chat completions, and caches prefixes); `fmt.view` reads the
     request's items. `background`: made ahead of time and not waited for below the hard limit
     (else inline). A tenant's `summary_prompt` replaces the transcript's system prompt and the
     prefix shape's instruction alike."""
@@ -103,7 +137,8 @@ def compressor_for(request: Request, body: dict, settings: OffloadSettings, call
                          sealer=services.sealer, base=caller.base, view=fmt.view,
                          background=services.summaries if background else None,
                          session=settings.session, request_model=model_of(body), metrics=services.metrics,
-                         refs=refs, tenant_scope=caller.scope, wire=fmt, body=body, summary_request=services.settings.summary_request,
+                         refs=refs, tenant_scope=caller.scope, wire=fmt, body=body,
+                         summary_request="prefix" if caller.family == "anthropic" else services.settings.summary_request,
                          instruction=custom or DEFAULT_INSTRUCTION)
     return Compressor(services.store, caller.namespace, services.settings.store_ttl, ctx)
 
@@ -124,7 +159,7 @@ def quota_for(request: Request, caller: Caller) -> Quota:
     if caller.kind == "client":
         async def ask() -> int | None:
             headers = [(k, v) for k, v in caller.upstream_headers(request.scope["headers"], body_replaced=True)
-                       if k.lower() in CREDENTIAL_HEADERS + ACCOUNT_HEADERS]
+                       if k.lower() in CREDENTIAL_HEADERS + ACCOUNT_HEADERS + (b"anthropic-version",)]
             try:
                 response = await services.upstream.send("GET", "models", headers=headers, base=caller.base)
             except ProxyError:
@@ -245,8 +280,9 @@ class ManagedCall:
         tokens = self.counter.messages(self.messages)
         return tokens if tokens <= limit else None
 
-    async def offload(self) -> None:
-        """Plan and store (the pipeline), then prepare what goes upstream."""
+    async def offload(self, *, new_summaries: bool = True) -> None:
+        """Plan and store (the pipeline), then prepare what goes upstream. `new_summaries`:
+        False uses the summaries ready in the store and never makes one (counting tokens)."""
         await self._continue_chain()
         collisions = self.fmt.colliding_tool_names(self.body)
         if collisions:  # the client's own context_reload/context_search: handled as X-Offload-Mode: off
@@ -262,7 +298,7 @@ class ManagedCall:
                                         refs=self.refs)
             self.prepared = prepared = await prepare(self.messages, self.settings, counter=self.counter,
                                                      namespace=self.namespace, refs=self.refs, compressor=compressor,
-                                                     view=self.fmt.view)
+                                                     view=self.fmt.view, new_summaries=new_summaries)
         if collisions:
             prepared.warnings.append(collision_warning(collisions))
         for warning in prepared.warnings:
@@ -326,7 +362,7 @@ class ManagedCall:
         else:
             content = self.raw
         response = await self.watch.run(self._send(content))
-        out = await stream_back(response, self.extra_headers)
+        out = await stream_back(response, self.extra_headers, shape=self.caller.family)
         out.background = self._after()
         return out
 
@@ -352,7 +388,7 @@ class ManagedCall:
         budget = self.budget = self._budget()
         first = await self.watch.run(self.send_round(self.rounds.request(budget.more(0))))
         if first.status_code != 200:
-            return await stream_back(first, self.extra_headers)
+            return await stream_back(first, self.extra_headers, shape=self.caller.family)
         events_ = reload_loop.stream(first, self.rounds, self.send_round, self.tools, budget,
                                      before_finish=self._settle_chain)
         out = StreamingResponse(close_after(first, events_), status_code=200, background=self._after())
