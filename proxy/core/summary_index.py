@@ -4,8 +4,15 @@ A summary is the summariser's prose; what an agent most often needs back from th
 replaced is concrete: which files it read or edited, which commands it ran, which errors it
 saw. The index lists them, read straight from the items (tool-call arguments, tool results),
 so it is exact where the summary may paraphrase, and byte-stable: the same items always give
-the same index. Each list keeps first-seen order without repeats; the whole index stays under
-INDEX_CHARS (≈ 300 tokens), a list that does not fit ends with "+N more".
+the same index. Each of these lists keeps first-seen order without repeats, and the three stay
+under LISTS_CHARS (≈ 300 tokens); a list that does not fit ends with "+N more".
+
+A last line names what only the results showed: the structured names (dotted names, paths,
+snake_case names) that the tool results carried and the agent's own messages and calls never
+wrote — the functions, modules and files it looked at and has not yet used, which it most often
+needs again. Those seen in more results come first, then the most recent; a name inside one
+already listed is not repeated. It takes what the other lines leave of INDEX_CHARS (≈ 600
+tokens for the whole index); `context_search` finds the rest behind the ref.
 """
 
 from __future__ import annotations
@@ -19,7 +26,12 @@ from proxy.core import texts
 from proxy.core.preview import error_lines, plain_text
 from proxy.core.view import ItemView
 
-INDEX_CHARS = 1200  # the whole index, tags included (≈ 4 characters a token)
+INDEX_CHARS = 2400  # the whole index, tags included (≈ 4 characters a token)
+LISTS_CHARS = 1200  # the files, commands and errors lines, tags included
+INDEX_NAMES = "names in results: "  # the label of the names line (the others are in proxy.core.texts)
+NAME_MIN = 4  # shorter names are not listed
+NAME_SCAN = 200_000  # the characters of one item the names are looked for in
+NAMES_TRIED = 5_000  # the best-ranked names tried for the line (its cost stays bounded)
 FILE_CHARS = 100  # one path (its end is kept)
 COMMAND_CHARS = 80  # one command: its first line
 ERROR_CHARS = 100  # one error line
@@ -40,6 +52,10 @@ _PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.{1,400})$|^\*\*
 _FILE_TOKEN = re.compile(r"[\w.~/+@-]{1,400}")
 _EXTENSION = re.compile(r"[^/.]\.[A-Za-z][A-Za-z0-9]{0,7}$")
 _CD_PREFIX = re.compile(r"^(?:cd [^;&|\n]{1,400}? ?&& ?)+")
+# A structured name: dotted or slashed (`pkg.mod.func`, `src/app.py`) or snake_case; bounded
+# repeats, so a long run of word characters costs linear time.
+_NAME = re.compile(r"(?<![\w./])(?:(?:\.{0,2}/)?[A-Za-z_]\w{0,80}(?:[./]\w{1,80}){1,16}"
+                   r"|_{0,4}[A-Za-z][A-Za-z0-9]{0,80}_\w{1,80})")
 
 
 class _Seen:
@@ -54,25 +70,64 @@ class _Seen:
 
 
 def summary_index(items: list[Any], view: ItemView) -> str:
-    """`<index>` with the files, commands and errors of `items`, one line each ("" if none)."""
+    """`<index>` with the files, commands, errors and names of `items`, one line each ("" if none)."""
     files, commands, errors = _Seen(), _Seen(), _Seen()
-    for item in items:
-        for name, arguments in view.call_details(item):
+    written: set[str] = set()  # the names the agent's own items wrote
+    shown: dict[str, list[int]] = {}  # name → [results it is in, the last of them]
+    for position, item in enumerate(items):
+        details = view.call_details(item)
+        for name, arguments in details:
             _read_call(name, arguments, files, commands)
         if view.role(item) == "tool":
             text = view.tool_text(item)
             if text:
-                for line in error_lines(plain_text(text)):
+                text = plain_text(text)  # a command's output, not the JSON wrapping it
+                for line in error_lines(text):
                     errors.add(_cut(line, ERROR_CHARS))
+                for found in set(_NAME.findall(text, 0, NAME_SCAN)):
+                    seen = shown.setdefault(found, [0, 0])
+                    seen[0] += 1
+                    seen[1] = position
+        else:
+            for text in (view.text(item) or "", *(arguments for _, arguments in details)):
+                written.update(_NAME.findall(text, 0, NAME_SCAN))
     lists = [(texts.INDEX_FILES, ", ", list(files.entries)), (texts.INDEX_COMMANDS, "; ", list(commands.entries)),
              (texts.INDEX_ERRORS, "; ", list(errors.entries))]
     lists = [entry for entry in lists if entry[2]]
-    if not lists:
+    names = _names(shown, written)
+    if not lists and not names:
         return ""
-    room = INDEX_CHARS - len(texts.INDEX_OPEN) - len(texts.INDEX_CLOSE) - 2 * len(lists)
+    room = LISTS_CHARS - len(texts.INDEX_OPEN) - len(texts.INDEX_CLOSE) - 2 * len(lists)
     lines = [_line(label, separator, entries, share)
              for (label, separator, entries), share in zip(lists, _shares([_need(*e) for e in lists], room))]
-    return "\n".join([texts.INDEX_OPEN, *lines, texts.INDEX_CLOSE])
+    used = len(texts.INDEX_OPEN) + len(texts.INDEX_CLOSE) + 1 + sum(len(line) + 1 for line in lines)
+    named = _names_line(names, INDEX_CHARS - used - 1)  # the index as it is, and the names line's "\n"
+    if named:
+        lines.append(named)
+    return "\n".join([texts.INDEX_OPEN, *lines, texts.INDEX_CLOSE]) if lines else ""
+
+
+def _names(shown: dict[str, list[int]], written: set[str]) -> list[str]:
+    """The names the results showed and the agent never wrote: those in more results first,
+    then the most recent, then in character order."""
+    return sorted((name for name in shown if len(name) >= NAME_MIN and name not in written),
+                  key=lambda name: (-shown[name][0], -shown[name][1], name))
+
+
+def _names_line(names: list[str], room: int) -> str:
+    """The label and the names that fit in `room` characters, in rank order ("" if none fits).
+    A name inside one already listed is left out; one too long for what is left does not stop
+    the shorter ones after it."""
+    listed: list[str] = []
+    used = len(INDEX_NAMES)
+    for name in names[:NAMES_TRIED]:
+        if room - used < len(", ") + NAME_MIN:
+            break
+        if used + len(", ") * bool(listed) + len(name) > room or any(name in other for other in listed):
+            continue
+        used += len(", ") * bool(listed) + len(name)
+        listed.append(name)
+    return INDEX_NAMES + ", ".join(listed) if listed else ""
 
 
 # ---------------------------------------------------------------- reading a call

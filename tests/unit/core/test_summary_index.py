@@ -1,5 +1,5 @@
-"""The index of a summarised part: files, commands and errors read straight from the items, in
-chat and in Responses format alike, bounded and byte-stable."""
+"""The index of a summarised part: files, commands, errors and the names only the results showed,
+read straight from the items, in chat and in Responses format alike, bounded and byte-stable."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given, settings as hsettings, strategies as st
 
 from proxy.core import compression as cp
 from proxy.core.markers import history_ref, is_marker, make_ref
-from proxy.core.summary_index import INDEX_CHARS, summary_index
+from proxy.core.summary_index import INDEX_CHARS, LISTS_CHARS, summary_index
 from proxy.formats.chat import VIEW as CHAT
 from proxy.formats.responses import ResponsesView
 from proxy.formats.responses.from_chat import items_from_chat
@@ -114,8 +114,48 @@ def test_responses_native_calls_are_indexed():
         "files read or edited: proxy/core/view.py, build/log.txt, proxy/core/texts.py, old/thing.py",
         "commands run: sed -n '1,40p' proxy/core/view.py; make test; cat build/log.txt; cargo build",
         "errors seen: error[E0308]: mismatched types",
+        "names in results: src/main.rs, v0.1.0",  # from the output the JSON wraps, not its keys
         "</index>",
     ])
+
+
+def test_names_only_the_results_showed_recurring_first_then_recent():
+    """The agent read a module, grepped for a function and ran a test; the index names what the
+    results showed and the agent has not written: seen in more results first, then the latest."""
+    history = [
+        {"role": "user", "content": "Fix parse_config in pkg/config.py."},
+        {"role": "assistant", "content": None, "tool_calls": [call("c1", "bash", {"command": "cat pkg/config.py"})]},
+        {"role": "tool", "tool_call_id": "c1", "content": "from pkg.loader import read_yaml_file\n"
+                                                          "def parse_config(path):\n    return read_yaml_file(path)"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            call("c2", "bash", {"command": "grep -rn read_yaml_file pkg"})]},
+        {"role": "tool", "tool_call_id": "c2", "content": "pkg/loader.py:7:def read_yaml_file(path):\n"
+                                                          "pkg/loader.py:9:    return yaml.safe_load(fh)"},
+        {"role": "assistant", "content": None, "tool_calls": [call("c3", "bash", {"command": "pytest -q"})]},
+        {"role": "tool", "tool_call_id": "c3", "content": "tests/test_config.py::test_defaults PASSED\n"
+                                                          "pkg/loader.py:9: in read_yaml_file"},
+    ]
+    names = summary_index(history, CHAT).split("\n")[-2]
+    # read_yaml_file and parse_config: the agent wrote them (its grep, the task); pkg/loader.py is
+    # in two results; the last result's names next (in character order), then the earlier ones
+    assert names == "names in results: pkg/loader.py, test_defaults, tests/test_config.py, yaml.safe_load, pkg.loader"
+    assert summary_index(history, CHAT) == summary_index(history, CHAT)
+
+
+def test_names_fill_what_the_other_lines_leave_and_no_more():
+    history: list[dict] = []
+    for i in range(200):
+        history.append({"role": "assistant", "content": None, "tool_calls": [
+            call(f"c{i}", "bash", {"command": f"python -m tool_{i} --verbose"})]})
+        history.append({"role": "tool", "tool_call_id": f"c{i}",
+                        "content": f"loaded package_{i}.module_{i}.function_name_{i} from lib/path_{i}/file_{i}.py"})
+    index = summary_index(history, CHAT)
+    lines = index.split("\n")
+    assert len(index) <= INDEX_CHARS and len(index) > INDEX_CHARS - 40  # the names take the room left
+    assert len("\n".join([*lines[:-2], lines[-1]])) <= LISTS_CHARS  # the other lines keep their own cap
+    names = lines[-2].removeprefix("names in results: ").split(", ")
+    assert names[0] == "lib/path_199/file_199.py"  # each in one result: the most recent first
+    assert "tool_199" not in lines[-2]  # the agent wrote it
 
 
 def test_nothing_to_index_is_an_empty_index():
