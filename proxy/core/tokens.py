@@ -31,7 +31,7 @@ LONG_PIECE = 50_000  # characters: a text the encoder cannot take whole is count
 MESSAGE_OVERHEAD = 3  # per message, as in OpenAI's accounting
 REPLY_PRIMING = 3
 IMAGE_TOKENS = 85  # a low-detail image; providers bill more for high detail
-IMAGE_PARTS = frozenset({"image_url", "input_image", "computer_screenshot"})
+IMAGE_PARTS = frozenset({"image_url", "input_image", "computer_screenshot", "image"})  # "image": Anthropic's
 
 
 class Encoder(Protocol):
@@ -190,16 +190,35 @@ class TokenCounter:
         if isinstance(content, str):
             return self.text(content)
         if isinstance(content, list):
-            total = 0
-            for part in content:
-                if isinstance(part, dict) and isinstance(part.get("text"), str):
-                    total += self.text(part["text"])
-                elif isinstance(part, dict) and part.get("type") in IMAGE_PARTS:
-                    total += IMAGE_TOKENS
-                else:
-                    total += self.text(json.dumps(part, ensure_ascii=False))
-            return total
+            return sum(self._part(part) for part in content)
         return self.text(json.dumps(content, ensure_ascii=False))
+
+    def _part(self, part: Any) -> int:
+        """One part of a content list: text by its text, an image by IMAGE_TOKENS, Anthropic's
+        blocks by what they carry (a tool call's name and input, a tool result's content, a
+        document's text or the size of its base64 data), anything else by its JSON."""
+        if not isinstance(part, dict):
+            return self.text(json.dumps(part, ensure_ascii=False))
+        kind = part.get("type")
+        if isinstance(part.get("text"), str):
+            return self.text(part["text"])
+        if kind in IMAGE_PARTS:
+            return IMAGE_TOKENS
+        if kind == "thinking" and isinstance(part.get("thinking"), str):
+            return self.text(part["thinking"])  # the signature is opaque: not billed as text
+        if kind == "tool_use" or kind == "server_tool_use":
+            return 3 + self.text(str(part.get("name", ""))) + self.text(json.dumps(part.get("input"), ensure_ascii=False))
+        if kind == "tool_result":
+            inner = part.get("content")
+            return 3 + (self.text(inner) if type(inner) is str else self.content(inner))
+        if kind == "document" and isinstance(part.get("source"), dict):
+            data = part["source"].get("data")
+            if part["source"].get("type") == "text" and type(data) is str:
+                return self.text(data)
+            if type(data) is str:  # base64: its length says enough
+                return (len(data) + 3) // 4
+            return self.content(part["source"].get("content"))
+        return self.text(json.dumps(part, ensure_ascii=False))
 
     def message(self, message: Any) -> int:
         if self._messages is not None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from proxy.core import tokens
 from proxy.core.tokens import EstimateEncoder, TokenCounter, counter_for_model, encoding_name_for_model
 
@@ -118,3 +120,22 @@ def test_a_chat_message_with_a_type_key_is_still_a_chat_message():
     c = counter_for_model("gpt-4o")
     plain = {"role": "tool", "tool_call_id": "1", "content": "x" * 100}
     assert c.message({**plain, "type": "function_call_output"}) == c.message(plain)
+
+
+def test_anthropic_blocks_count_what_they_carry():
+    c = counter_for_model("claude-sonnet-4-5")
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "A" * 400_000}}
+    assert c.content([image]) == tokens.IMAGE_TOKENS  # not its 400 KB of base64
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "hello world"}, image]}
+    assert c.content([result]) == 3 + c.text("hello world") + tokens.IMAGE_TOKENS
+    assert c.content([{"type": "tool_result", "tool_use_id": "t", "content": "ok"}]) == 3 + c.text("ok")
+    call = {"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {"cmd": "ls"}}
+    assert c.content([call]) == 3 + c.text("bash") + c.text('{"cmd": "ls"}')
+    thinking = {"type": "thinking", "thinking": "Let me see.", "signature": "S" * 4000}
+    assert c.content([thinking]) == c.text("Let me see.")
+    pdf = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "B" * 8000}}
+    assert c.content([pdf]) == 2000
+    plain = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "some text"}}
+    assert c.content([plain]) == c.text("some text")
+    unknown = {"type": "mystery", "x": 1}
+    assert c.content([unknown]) == c.text(json.dumps(unknown))
