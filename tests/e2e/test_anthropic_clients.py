@@ -294,3 +294,33 @@ def test_content_stays_in_its_namespace(proxy_url, upstream):
     bearer = httpx2.get(f"{proxy_url}/v1/offload/{ref}", headers={"authorization": "Bearer sk-ant-owner-key"},
                         timeout=20)
     assert bearer.status_code == 200  # the same credential as an OAuth-style bearer token: the same namespace
+
+
+def test_proxy_keys_and_the_anthropic_upstream(make_proxy, upstream, tmp_path):
+    """A proxy key on the Anthropic API: the operator's Anthropic key goes as x-api-key to the
+    Anthropic upstream (here under a path of its own), for managed and relayed requests alike;
+    on the OpenAI API the same key gets OpenAI's upstream and key."""
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text('[tenants.team-a]\napi_keys = ["pk-team-a-secret-0001"]\n')
+    with make_proxy(anthropic_upstream=f"{upstream.url}/anth", anthropic_api_key="sk-ant-server",
+                    upstream_api_key="sk-openai-server", tenants_file=tenants) as url:
+        c = anthropic.Anthropic(base_url=url, api_key="pk-team-a-secret-0001", max_retries=0, timeout=20)
+        assert c.messages.create(model=MODEL, max_tokens=64,
+                                 messages=[{"role": "user", "content": "hi"}]).content[0].text == "Hello there"
+        c.models.list()  # relayed: it carries anthropic-version
+        c.messages.count_tokens(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+        paths = [r.path for r in upstream.requests]
+        assert paths == ["/anth/v1/messages", "/anth/v1/models", "/anth/v1/messages/count_tokens"]
+        for rec in upstream.requests:
+            assert rec.headers["x-api-key"] == "sk-ant-server" and "authorization" not in rec.headers
+            assert "pk-team-a" not in json.dumps(rec.headers)
+        upstream.requests.clear()
+        r = httpx2.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": [
+            {"role": "user", "content": "hi"}]}, headers={"authorization": "Bearer pk-team-a-secret-0001"}, timeout=20)
+        assert r.status_code == 200
+        [rec] = upstream.requests
+        assert rec.path == "/v1/chat/completions" and rec.headers["authorization"] == "Bearer sk-openai-server"
+        assert "x-api-key" not in rec.headers
+        # a client's own Anthropic key is refused: the proxy holds keys
+        refused = httpx2.post(f"{url}/v1/messages", json={}, headers={"x-api-key": "sk-ant-someone"}, timeout=20)
+        assert refused.status_code == 401 and refused.json()["error"]["type"] == "authentication_error"
