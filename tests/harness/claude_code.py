@@ -69,6 +69,11 @@ What Claude Code 2.1.330 sends, per `-p` run (measured against a scripted fake u
   breakpoint and the system message's first form, every round and `--continue` turn resends
   the earlier messages, `system` and `tools` unchanged; `metadata.user_id` (its session id)
   stays the same across `--continue`. A `--continue` turn's user message is the prompt alone.
+- After a few tool rounds with no text from the model (seen on the 6th request of a run whose 5
+  answers were Bash calls alone), the request ends with one more message of role `system`
+  after the last tool_result message: "The user hasn't heard from you in a while. As you
+  continue, keep them updated when there's something to tell — a finding, a change of plan."
+  (one text block, carrying the message breakpoint).
 - Tool output is trimmed (no trailing newline or spaces): `cat f` comes back as `f.strip()`.
 - Bash output longer than `bashOutputMaxChars` (settings.json; default 30000, clamped to
   4000-128000) is not sent: Claude Code saves it under CLAUDE_CONFIG_DIR/projects/…/
