@@ -151,6 +151,11 @@ def request_settings(request: Request, caller: Caller) -> OffloadSettings:
         raise ProxyError(400, exc.message, code="invalid_offload_header", param=exc.param) from exc
 
 
+# Headers the check of a client's key sends with it: an Anthropic OAuth token is accepted only
+# with its `anthropic-beta` (`oauth-2025-04-20`), a 401 without.
+CHECK_HEADERS = CREDENTIAL_HEADERS + ACCOUNT_HEADERS + (b"anthropic-version", b"anthropic-beta")
+
+
 def quota_for(request: Request, caller: Caller) -> Quota:
     """The storage quota of the caller's tenant; a client's own key must also be one the
     upstream accepts (asked once with `GET models`, remembered for a while)."""
@@ -159,7 +164,7 @@ def quota_for(request: Request, caller: Caller) -> Quota:
     if caller.kind == "client":
         async def ask() -> int | None:
             headers = [(k, v) for k, v in caller.upstream_headers(request.scope["headers"], body_replaced=True)
-                       if k.lower() in CREDENTIAL_HEADERS + ACCOUNT_HEADERS + (b"anthropic-version",)]
+                       if k.lower() in CHECK_HEADERS]
             try:
                 response = await services.upstream.send("GET", "models", headers=headers, base=caller.base)
             except ProxyError:

@@ -1,0 +1,193 @@
+"""Attacks on the Anthropic Messages API of the proxy (`POST /v1/messages`, `…/count_tokens`):
+hostile and malformed bodies, credentials and namespaces, paths and upstreams, an upstream
+that misbehaves. Every bad input gets an Anthropic-shaped 4xx, never a 500 nor a silent change."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import httpx2
+import pytest
+
+from tests.harness.anthropic import answer, message, parse_sse, text, tool_use
+from tests.harness.servers import scripted
+
+MODEL = "claude-sonnet-4-5"
+HEADERS = {"X-Offload-Max-Total-Tokens": "1000", "X-Offload-Max-Tool-Message-Tokens": "500",
+           "anthropic-version": "2023-06-01"}
+BIG = "\n".join(f"line {i}: " + "lorem ipsum dolor sit amet " * 3 for i in range(600))
+
+
+def key() -> str:
+    return f"sk-ant-attack-{uuid.uuid4().hex}"
+
+
+def post(url: str, body, *, path: str = "/v1/messages", headers: dict | None = None, api_key: str | None = None,
+         raw: bytes | None = None) -> httpx2.Response:
+    content = raw if raw is not None else json.dumps(body).encode()
+    return httpx2.post(f"{url}{path}", content=content, timeout=20,
+                       headers={**HEADERS, "content-type": "application/json", "x-api-key": api_key or key(),
+                                **(headers or {})})
+
+
+def assert_anthropic_error(r: httpx2.Response, status: int) -> dict:
+    assert r.status_code == status, (r.status_code, r.text[:500])
+    body = r.json()
+    assert set(body) == {"type", "error"} and body["type"] == "error", body
+    assert set(body["error"]) == {"type", "message"} and body["error"]["message"], body
+    return body["error"]
+
+
+def base(messages, **extra) -> dict:
+    return {"model": MODEL, "max_tokens": 64, "messages": messages, **extra}
+
+
+BAD_BODIES = [
+    ("messages-string", base("hello")),
+    ("messages-object", base({"role": "user"})),
+    ("message-number", base([1])),
+    ("message-null", base([None])),
+    ("role-number", base([{"role": 1, "content": "x"}])),
+    ("content-number", base([{"role": "user", "content": 5}])),
+    ("content-object", base([{"role": "user", "content": {"type": "text", "text": "x"}}])),
+    ("block-number", base([{"role": "user", "content": [1]}])),
+    ("block-null", base([{"role": "user", "content": [None]}])),
+    ("block-list", base([{"role": "user", "content": [[{"type": "text", "text": "x"}]]}])),
+    ("block-type-number", base([{"role": "user", "content": [{"type": 3, "text": "x"}]}])),
+    ("block-text-list", base([{"role": "user", "content": [{"type": "text", "text": ["x"]}]}])),
+    ("tool-result-number", base([{"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t", "content": 5}]}])),
+    ("tool-result-object", base([{"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t", "content": {"type": "text", "text": "x"}}]}])),
+    ("tool-result-inner-number", base([{"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t", "content": [1]}]}])),
+    ("tool-result-inner-text-number", base([{"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t", "content": [{"type": "text", "text": 5}]}]}])),
+    ("tool-use-id-number", base([{"role": "assistant", "content": [
+        {"type": "tool_use", "id": 5, "name": "x", "input": {}}]}])),
+    ("private-part", base([{"role": "user", "content": "x", "x-offload-part": 1}])),
+    ("private-summary", base([{"role": "user", "content": "x", "x-offload-summary": True}])),
+    ("stream-string", base([{"role": "user", "content": "x"}], stream="true")),
+    ("stream-number", base([{"role": "user", "content": "x"}], stream=1)),
+    ("system-number", base([{"role": "user", "content": "x"}], system=5)),
+    ("system-block-number", base([{"role": "user", "content": "x"}], system=[5])),
+    ("tools-object", base([{"role": "user", "content": "x"}], tools={"name": "x"})),
+    ("tools-number-entry", base([{"role": "user", "content": "x"}], tools=[5])),
+    ("model-number", {**base([{"role": "user", "content": "x"}]), "model": 5}),
+    ("body-array", [base([{"role": "user", "content": "x"}])]),
+    ("deep", base([{"role": "user", "content": [{"type": "text", "text": "x", "extra": json.loads("[" * 300 + "]" * 300)}]}])),
+]
+
+
+@pytest.mark.parametrize("path", ["/v1/messages", "/v1/messages/count_tokens", "/v1/messages?beta=true"])
+@pytest.mark.parametrize("name,body", BAD_BODIES, ids=[n for n, _ in BAD_BODIES])
+def test_bad_bodies_are_anthropic_400s(proxy_url, upstream, name, body, path):
+    r = post(proxy_url, body, path=path)
+    assert_anthropic_error(r, 400)
+    assert not upstream.requests
+
+
+@pytest.mark.parametrize("raw", [b"", b"{", b"not json", b"\xff\xfe", b'{"messages": [}', b"null", b"1e400",
+                                 b'{"model": NaN}', b'{"a": "\\ud800"', b"[" * 5000 + b"]" * 5000])
+def test_unparsable_bodies(proxy_url, upstream, raw):
+    assert_anthropic_error(post(proxy_url, None, raw=raw), 400)
+    assert not upstream.requests
+
+
+def shape(messages: list) -> list:
+    """Each message's role and block types, in order."""
+    return [(m.get("role"), [b.get("type") if isinstance(b, dict) else type(b).__name__ for b in m["content"]]
+             if isinstance(m.get("content"), list) else type(m.get("content")).__name__) for m in messages]
+
+
+def odd_history() -> list:
+    """A history the proxy must offload in, full of shapes it must carry through unchanged."""
+    big = {"type": "tool_result", "tool_use_id": "toolu_a", "content": BIG, "cache_control": {"type": "ephemeral"}}
+    return [
+        {"role": "system", "content": "Environment: linux"},
+        {"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}},
+                                     {"type": "mystery_block", "payload": {"n": 10 ** 30}}]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_a", "name": "Bash", "input": {"c": 1}},
+                                          {"type": "tool_use", "id": "toolu_b", "name": "Bash", "input": "raw"},
+                                          {"type": "tool_use", "name": "NoId", "input": None}]},
+        {"role": "user", "content": [
+            {"type": "text", "text": "before"},
+            big,
+            {"type": "tool_result", "tool_use_id": "toolu_b", "content": [{"type": "text", "text": BIG + "B"},
+                                                                         {"type": "text", "text": "tail"}]},
+            {"type": "tool_result", "tool_use_id": "toolu_b", "content": [
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]},
+            {"type": "tool_result", "tool_use_id": "missing", "is_error": True, "content": []},
+            {"type": "tool_result", "content": BIG + "C"},
+            {"type": "tool_result", "tool_use_id": "toolu_a", "content": None},
+            {"type": "text", "text": "<system-reminder>after</system-reminder>"}]},
+        {"role": "assistant", "content": "ok"},
+        {"role": "system", "content": [{"type": "text", "text": "mid system"}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_a", "content": BIG + "D"}] * 3},
+        {"role": "assistant", "content": []},
+        {"role": "user", "content": "last \ud83d question"},
+    ]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_odd_histories_keep_their_shape(proxy_url, upstream, stream):
+    upstream.handler = scripted(lambda rec: answer(rec, message(text("fine"))))
+    sent = odd_history()
+    r = post(proxy_url, base(sent, stream=stream, tools=[{"name": "Bash", "input_schema": {"type": "object"}}]))
+    assert r.status_code == 200, r.text[:500]
+    assert r.headers["x-offload-action"] != "none"
+    [rec] = upstream.messages_requests()
+    got = rec.json()["messages"]
+    assert shape(got) == shape(sent)
+    assert got[0] == sent[0] and got[1] == sent[1] and got[2] == sent[2] and got[5] == sent[5]
+    assert got[3]["content"][0] == sent[3]["content"][0]
+    assert got[3]["content"][-1] == sent[3]["content"][-1]
+    assert got[3]["content"][1]["cache_control"] == {"type": "ephemeral"}
+    assert [b.get("tool_use_id") for b in got[3]["content"]] == [b.get("tool_use_id") for b in sent[3]["content"]]
+    assert got[-1] == sent[-1]
+    assert got[3]["content"][1]["content"].startswith("[offloaded tool result")
+    assert len(json.dumps(got[3]["content"][1])) < len(json.dumps(sent[3]["content"][1])) // 4
+
+
+def test_count_tokens_of_odd_histories(proxy_url, upstream):
+    upstream.handler = scripted(lambda rec: answer(rec, message(text("fine"))))
+    upstream.handler = lambda request, rec: _count(rec)
+    r = post(proxy_url, base(odd_history()), path="/v1/messages/count_tokens")
+    assert r.status_code == 200, r.text[:500]
+    [rec] = [q for q in upstream.requests if q.path.endswith("/count_tokens")]
+    assert shape(rec.json()["messages"]) == shape(odd_history())
+
+
+async def _count(rec):
+    from tests.harness.anthropic import count_answer
+    return count_answer(rec)
+
+
+OAUTH_BETA = "oauth-2025-04-20"
+
+
+def test_an_oauth_token_is_checked_the_way_the_api_accepts_it(proxy_url, upstream):
+    """Claude Code on a subscription sends `Authorization: Bearer <oauth token>` with
+    `anthropic-beta: oauth-2025-04-20`; the API refuses such a token without the beta (401).
+    The proxy's one-time check of a new credential (`GET /v1/models`) carries the beta too, so
+    the first request of an OAuth client is offloaded like any other."""
+    async def handler(request, rec):
+        if rec.method == "GET" and rec.path.endswith("/v1/models"):
+            if OAUTH_BETA not in rec.headers.get("anthropic-beta", ""):
+                from starlette.responses import JSONResponse
+                return JSONResponse({"type": "error", "error": {"type": "authentication_error",
+                                     "message": "OAuth authentication is currently not supported."}}, 401)
+        return await default(request, rec)
+
+    from tests.harness.servers import default_handler as default
+    upstream.handler = handler
+    token = f"sk-ant-oat01-{uuid.uuid4().hex}"
+    sent = odd_history()
+    r = httpx2.post(f"{proxy_url}/v1/messages", content=json.dumps(base(sent)), timeout=20,
+                    headers={**HEADERS, "authorization": f"Bearer {token}", "content-type": "application/json",
+                             "anthropic-beta": f"claude-code-20250219,{OAUTH_BETA}"})
+    assert r.status_code == 200, r.text[:300]
+    assert r.headers["x-offload-action"].startswith("compact") and int(r.headers["x-offload-refs-created"]) > 0
+    [check] = [q for q in upstream.requests if q.method == "GET"]
+    assert check.headers["authorization"] == f"Bearer {token}"
