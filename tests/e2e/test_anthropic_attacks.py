@@ -191,3 +191,90 @@ def test_an_oauth_token_is_checked_the_way_the_api_accepts_it(proxy_url, upstrea
     assert r.headers["x-offload-action"].startswith("compact") and int(r.headers["x-offload-refs-created"]) > 0
     [check] = [q for q in upstream.requests if q.method == "GET"]
     assert check.headers["authorization"] == f"Bearer {token}"
+
+
+# -- an upstream that misbehaves ------------------------------------------------------------
+
+
+def the_ref(rec) -> str:
+    from proxy.core.markers import REF_RE
+    return REF_RE.findall(json.dumps(rec.json()["messages"]))[0]
+
+
+def reload_first(then):
+    """Round 1: the model reloads the first ref it sees; round 2: `then(rec)`."""
+    def first(rec):
+        return answer(rec, message(text("Let me look."), tool_use("context_reload", {"ref": the_ref(rec)},
+                                                                    id="toolu_reload_x")))
+    return scripted(first, then)
+
+
+def sse(*chunks: bytes):
+    from starlette.responses import StreamingResponse
+    return StreamingResponse(iter(chunks), media_type="text/event-stream")
+
+
+def ev(kind: str, **data) -> bytes:
+    return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
+
+
+def history_to_offload() -> list:
+    return [{"role": "user", "content": "Run it."},
+            {"role": "assistant", "content": [tool_use("Bash", {"c": "x"}, id="toolu_big")]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_big", "content": BIG}]},
+            {"role": "assistant", "content": "Done."},
+            {"role": "user", "content": "What did it say?"}]
+
+
+BASH = [{"name": "Bash", "input_schema": {"type": "object"}}]
+
+
+def test_a_reload_round_answered_with_html(proxy_url, upstream):
+    from starlette.responses import HTMLResponse
+    upstream.handler = reload_first(lambda rec: HTMLResponse("<html>bad gateway</html>"))
+    error = assert_anthropic_error(post(proxy_url, base(history_to_offload(), tools=BASH)), 502)
+    assert error["type"] == "api_error"
+
+
+@pytest.mark.parametrize("second", ["cut", "error", "html", "500", "out-of-order", "no-delta"])
+def test_a_streamed_reload_round_that_misbehaves(proxy_url, upstream, second):
+    def then(rec):
+        from starlette.responses import HTMLResponse, JSONResponse
+        start = ev("message_start", message={"id": "msg_2", "type": "message", "role": "assistant", "content": [],
+                                             "model": MODEL, "usage": {"input_tokens": 7, "output_tokens": 1}})
+        if second == "cut":
+            return sse(start, ev("content_block_start", index=0, content_block={"type": "text", "text": ""}),
+                       ev("content_block_delta", index=0, delta={"type": "text_delta", "text": "half"}))
+        if second == "error":
+            return sse(start, ev("error", error={"type": "overloaded_error", "message": "Overloaded"}))
+        if second == "html":
+            return HTMLResponse("<html>oops</html>")
+        if second == "500":
+            return JSONResponse({"type": "error", "error": {"type": "api_error", "message": "boom"}}, 500)
+        if second == "out-of-order":
+            return sse(ev("content_block_delta", index=0, delta={"type": "text_delta", "text": "early"}), start,
+                       ev("content_block_start", index=0, content_block={"type": "text", "text": ""}),
+                       ev("content_block_stop", index=0), ev("content_block_stop", index=5),
+                       ev("message_delta", delta={"stop_reason": "end_turn"}, usage={"output_tokens": 3}),
+                       ev("message_stop"))
+        return sse(start, ev("content_block_start", index=0, content_block={"type": "text", "text": ""}),
+                   ev("content_block_stop", index=0), ev("message_stop"))
+
+    upstream.handler = reload_first(then)
+    r = post(proxy_url, base(history_to_offload(), tools=BASH, stream=True))
+    assert r.status_code == 200
+    got = parse_sse(r.content)
+    kinds = [e["type"] for e in got]
+    assert kinds.count("message_start") == 1 and kinds[0] == "message_start"
+    assert not any(e.get("content_block", {}).get("name") == "context_reload" for e in got)
+    if second in ("out-of-order", "no-delta"):
+        assert kinds[-2:] == ["message_delta", "message_stop"] and "error" not in kinds
+        assert got[-2]["usage"]["input_tokens"] >= 7
+    else:
+        assert kinds[-1] == "error" and "message_stop" not in kinds, kinds
+        assert set(got[-1]["error"]) == {"type", "message"}
+    blocks = [e for e in got if e["type"].startswith("content_block")]
+    starts = [e["index"] for e in blocks if e["type"] == "content_block_start"]
+    assert starts == list(range(len(starts)))
+    for e in blocks:  # every event of a block carries an index the client was told about
+        assert e["index"] in starts or e["type"] != "content_block_start"

@@ -77,7 +77,8 @@ def _apply(block: dict, delta: dict, state: _Block) -> None:
     elif kind == "signature_delta" and isinstance(delta.get("signature"), str):
         block["signature"] = delta["signature"]
     elif kind == "citations_delta" and "citation" in delta:
-        block["citations"] = [*(block.get("citations") or []), delta["citation"]]
+        known = block.get("citations")
+        block["citations"] = [*(known if isinstance(known, list) else []), delta["citation"]]
     elif kind == "input_json_delta" and isinstance(delta.get("partial_json"), str):
         state.fragments.append(delta["partial_json"])
 
@@ -202,9 +203,11 @@ class StreamRewriter:
         if index is None:
             return [event]  # ping, and events of no block
         state = self._blocks.get(index)
-        if kind == "content_block_start":
+        if kind == "content_block_start":  # the index it had (an event before its start) stays its index
             block = event.get("content_block") if isinstance(event.get("content_block"), dict) else {}
-            state = self._blocks[index] = _Block(copy.deepcopy(block), hidden=is_injected(block, self.names))
+            shown = state.client_index if state is not None and not state.hidden else None
+            state = self._blocks[index] = _Block(copy.deepcopy(block), hidden=is_injected(block, self.names),
+                                                 client_index=shown)
         elif state is None:  # an event of a block never announced: shown, not rebuilt
             state = self._blocks[index] = _Block({}, hidden=False)
         if kind == "content_block_delta" and isinstance(event.get("delta"), dict):

@@ -1,0 +1,44 @@
+"""The Messages adapter against hostile or broken input: events out of order, odd blocks, and
+histories whose shape must come out exactly as it went in."""
+
+from __future__ import annotations
+
+from proxy.core.markers import INJECTED_TOOLS
+from proxy.formats.messages.stream import StreamRewriter
+
+START = {"type": "message_start", "message": {"id": "msg_1", "usage": {"input_tokens": 5, "output_tokens": 1}}}
+
+
+def feed(*events: dict) -> tuple[StreamRewriter, list[dict]]:
+    rewriter, out = StreamRewriter(INJECTED_TOOLS), []
+    for event in events:
+        out += rewriter.feed(event)
+    return rewriter, out
+
+
+def indices(out: list[dict]) -> list[tuple[str, int]]:
+    return [(e["type"], e["index"]) for e in out if "index" in e]
+
+
+def test_a_delta_before_its_start_keeps_one_index():
+    _, out = feed(START, {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "a"}},
+                  {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+                  {"type": "content_block_stop", "index": 0},
+                  {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}})
+    assert indices(out) == [("content_block_delta", 0), ("content_block_start", 0), ("content_block_stop", 0),
+                            ("content_block_start", 1)]
+
+
+def test_a_repeated_start_keeps_its_index():
+    block = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+    _, out = feed(START, block, block, {"type": "content_block_stop", "index": 0})
+    assert indices(out) == [("content_block_start", 0), ("content_block_start", 0), ("content_block_stop", 0)]
+
+
+def test_citations_that_are_not_a_list_are_not_spread():
+    rewriter, _ = feed(START, {"type": "content_block_start", "index": 0,
+                               "content_block": {"type": "text", "text": "", "citations": "bad"}},
+                       {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "y"}},
+                       {"type": "content_block_delta", "index": 0,
+                        "delta": {"type": "citations_delta", "citation": {"cited_text": "x"}}})
+    assert rewriter.round_message()["content"][0]["citations"] == [{"cited_text": "x"}]
