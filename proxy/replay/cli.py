@@ -19,8 +19,8 @@ def add_format_argument(replay: argparse.ArgumentParser) -> None:
     `--format chat|responses`, how summaries are made (`--inline-summaries`, `--summary-request`)
     and the latency simulation (`--summary-delay-ms`, `--turn-latency-ms`)."""
     replay.add_argument("--format", choices=FORMATS, default="chat",
-                        help="Wire format to replay in: chat messages as recorded (default), or the Responses "
-                             "API input items a client would send for them.")
+                        help="Wire format to replay in: chat messages as recorded (default), the Responses "
+                             "API input items a client would send for them, or the Anthropic Messages request.")
     replay.add_argument("--summary-delay-ms", type=_milliseconds, default=None,
                         help="The built-in summariser answers after this long (real sleeps); the report then "
                              "gives each turn's added latency (p50, p99, max) and the stalled turns (added "

@@ -1,7 +1,8 @@
 """The replay's figures that are pure functions of the replayed and forwarded histories.
 
-Format-neutral: an item is a chat message or a Responses input item, and `item_text` reads
-either shape, so the same conversation gives the same recall in both formats.
+Format-neutral: an item is a chat message, a Responses input item or an Anthropic message (or
+part of one), and `item_text` reads every shape, so the same conversation gives the same recall
+in every format.
 
 - prefix_reuse: Σ over consecutive turns of the tokens of the longest common prefix of whole
   forwarded items of turn k and k+1, divided by Σ tokens of forwarded turn k.
@@ -20,6 +21,7 @@ either shape, so the same conversation gives the same recall in both formats.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -53,12 +55,21 @@ def prefix_reuse(forwarded: list[list[Any]], tokens: list[list[int]]) -> float:
 
 def _content_texts(content: Any) -> list[str]:
     """A content (or a tool output): a string, or the `text` of its parts (chat `text`,
-    Responses `input_text` / `output_text`)."""
+    Responses `input_text` / `output_text`, Anthropic `text`), an Anthropic `tool_result`'s
+    content and a `tool_use`'s name and input (as JSON)."""
     if isinstance(content, str):
         return [content]
-    if isinstance(content, list):
-        return [p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
-    return []
+    texts: list[str] = []
+    for part in content if isinstance(content, list) else ():
+        if not isinstance(part, dict):
+            continue
+        if isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif part.get("type") == "tool_result":
+            texts += _content_texts(part.get("content"))
+        elif part.get("type") == "tool_use" and isinstance(part.get("name"), str):
+            texts += [part["name"], json.dumps(part.get("input"), ensure_ascii=False)]
+    return texts
 
 
 def _call_texts(call: Any) -> list[str]:

@@ -144,6 +144,8 @@ def table(report: dict[str, Any]) -> str:
                     f"turn latency {lat['turn_latency_ms']:g} ms)")
     if report.get("format") == "responses":
         rows.append("format: responses (each chat trace replayed as Responses API input items)")
+    elif report.get("format") == "anthropic":
+        rows.append("format: anthropic (each chat trace replayed as an Anthropic Messages request)")
     if report.get("summaries_made") == "inline":
         rows.append("summaries: inline (made by the turn that needs one, none ahead of time)")
     counting = report.get("token_counting")
@@ -215,7 +217,7 @@ def write_charts(report: dict[str, Any], out: Path) -> list[Path]:
         return []
     conversations = report["conversations"]
     max_total_tokens = report.get("settings", {}).get("max_total_tokens")
-    unit = "item" if report.get("format") == "responses" else "message"
+    unit = "item" if report.get("format") in ("responses", "anthropic") else "message"
     written = [conversation_chart(plt, c, max_total_tokens, out / name, unit)
                for c, name in zip(conversations, chart_names([c["id"] for c in conversations]))]
     fig, ax = plt.subplots(figsize=(10, 5))

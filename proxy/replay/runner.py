@@ -5,9 +5,10 @@ same pipeline the server runs (compaction, compression, the real store), with a 
 deterministic fake summariser unless --upstream names a real one. Writes DIR/report.json and
 PNG charts, and prints a table.
 
-With format "responses", each chat trace is first converted to the Responses API input items a
-client would send for it (`proxy.formats.responses.from_chat`) and replayed through the
-Responses view; every figure is then computed the same way on items instead of messages.
+With format "responses" (or "anthropic"), each chat trace is first converted to the Responses
+API input items (or the Anthropic Messages request) a client would send for it
+(`proxy.formats.responses.from_chat`, `proxy.formats.messages.from_chat`) and replayed through
+that format's view; every figure is then computed the same way on its items instead of messages.
 
 Definitions (see `proxy.replay.metrics`): tokens are o200k_base tokens of each message's (or
 item's) JSON. prefix_reuse = Σ over consecutive turns of the tokens of the longest common prefix
@@ -35,8 +36,10 @@ from proxy.core import compression as cp
 from proxy.core.view import ItemView
 from proxy.formats import chat
 from proxy.formats.chat import CHAT
+from proxy.formats import messages as anthropic
+from proxy.formats.messages import from_chat as anthropic_from_chat
 from proxy.formats.responses import RESPONSES
-from proxy.formats.responses.from_chat import items_with_offsets, tools_from_chat
+from proxy.formats.responses import from_chat as _responses
 from proxy.formats.responses.items import ResponsesView
 from proxy.core.markers import INJECTED_TOOLS, history_ref
 from proxy.core.texts import RELOAD_TOOL_SCHEMAS
@@ -60,7 +63,8 @@ from proxy.offload.events import recent
 from proxy.store.sealing import Sealer
 
 NEXT_OFFSET = re.compile(r"offset=(\d+)\)\.\]$")
-FORMATS = ("chat", "responses")  # the wire format conversations are replayed in
+FORMATS = ("chat", "responses", "anthropic")  # the wire format conversations are replayed in
+WIRES = {"chat": CHAT, "responses": RESPONSES, "anthropic": anthropic.MESSAGES}
 
 
 def answer_positions(messages: list[Any]) -> list[int]:
@@ -125,6 +129,8 @@ def view_for(format: str) -> ItemView:
         return chat.VIEW
     if format == "responses":
         return ResponsesView(INJECTED_TOOLS)
+    if format == "anthropic":
+        return anthropic.MESSAGES.view
     raise ValueError(f"unknown format {format!r} (expected one of {', '.join(FORMATS)})")
 
 
@@ -135,8 +141,10 @@ def requests_of(conv: dict, format: str) -> tuple[list[list[Any]], Any]:
     requests = turns_of(conv["messages"])
     if format == "chat":
         return requests, conv.get("tools")
-    items, offsets = items_with_offsets(conv["messages"])
-    return [items[:offsets[len(request)]] for request in requests], tools_from_chat(conv.get("tools"))
+    convert = anthropic_from_chat if format == "anthropic" else None
+    items, offsets = (convert or _responses).items_with_offsets(conv["messages"])
+    tools = (convert or _responses).tools_from_chat(conv.get("tools"))
+    return [items[:offsets[len(request)]] for request in requests], tools
 
 
 def answers_of(conv: dict, format: str) -> tuple[list[Any], list[tuple[int, int]]]:
@@ -145,7 +153,7 @@ def answers_of(conv: dict, format: str) -> tuple[list[Any], list[tuple[int, int]
     positions = answer_positions(conv["messages"])
     if format == "chat":
         return conv["messages"], [(k, k + 1) for k in positions]
-    items, offsets = items_with_offsets(conv["messages"])
+    items, offsets = (anthropic_from_chat if format == "anthropic" else _responses).items_with_offsets(conv["messages"])
     return items, [(offsets[k], offsets[k + 1]) for k in positions]
 
 
@@ -189,8 +197,9 @@ class Replayer:
         self.ttl, self.format, self.view = ttl, format, view_for(format)
         self.summary_delay_ms, self.turn_latency_ms = summary_delay_ms, turn_latency_ms
         self.inline_summaries, self.summary_request = inline_summaries, summary_request
-        self.wire = CHAT if format == "chat" else RESPONSES
+        self.wire = WIRES[format]
         self.json_counter = counter_for_encoding("o200k_base")
+        self._system: dict = {}  # an Anthropic conversation's `system` (its leading system messages)
 
     def token_counting(self) -> dict[str, Any]:
         """How the report's tokens were counted: "tiktoken", or "estimate" when an encoding could
@@ -203,7 +212,9 @@ class Replayer:
     async def _prepare(self, request: list[Any], namespace: str, counter: TokenCounter, tools: Any = None,
                        scheduler: TurnScheduler | None = None, created: dict[str, str] | None = None):
         refs = RefStore(self.store, namespace, self.ttl)
-        body = {"model": self.model, ("messages" if self.format == "chat" else "input"): request}
+        body = {"model": self.model, ("input" if self.format == "responses" else "messages"): request}
+        if self.format == "anthropic":
+            body = anthropic.MESSAGES.with_history({**self._system, **body, "max_tokens": 4096}, request)
         if tools:
             body["tools"] = tools
         ctx = SummaryContext(upstream=self.upstream, headers=self.headers, model=self.model, prompt=DEFAULT_PROMPT,
@@ -213,6 +224,14 @@ class Replayer:
                              wire=self.wire, body=body, summary_request=self.summary_request)
         return await prepare(request, self.settings, counter=counter, namespace=namespace, refs=refs,
                              compressor=Compressor(self.store, namespace, self.ttl, ctx), view=self.view)
+
+    def on_the_wire(self, items: list[Any]) -> list[Any]:
+        """The forwarded items as the upstream reads them: an Anthropic summary item merged into
+        the user message after it (and parts regrouped) as `with_history` sends them, then split
+        again the way the view splits any request (so a summary call's items compare to them)."""
+        if self.format != "anthropic":
+            return items
+        return anthropic.history({"messages": anthropic.messages_of(items)})
 
     def forwarded_tools(self, tools: Any, prepared: Any) -> Any:
         """The tools the server would forward with this turn: the client's, plus the reload tools
@@ -224,7 +243,8 @@ class Replayer:
             return tools
         if self.format == "chat":
             return [*(tools or []), *RELOAD_TOOL_SCHEMAS]
-        return inject_tools({"tools": tools}, RELOAD_TOOL_SCHEMAS)["tools"]
+        inject = anthropic.inject_tools if self.format == "anthropic" else inject_tools
+        return inject({"tools": tools}, RELOAD_TOOL_SCHEMAS)["tools"]
 
     async def conversation(self, conv: dict, tick=lambda: None, index: int = 0) -> Conversation:
         out = Conversation(str(conv.get("id", "conversation")))
@@ -234,6 +254,8 @@ class Replayer:
         forget_process_summaries(namespace)
         out.store_was_fresh = await self.store.put_if_absent(key(namespace, "replay", "started"), b"1", self.ttl)
         counter = counter_for_model(self.model)
+        system = anthropic_from_chat.system_from_chat(conv["messages"]) if self.format == "anthropic" else None
+        self._system = {"system": system} if system else {}
         requests, tools = requests_of(conv, self.format)
         history, answers = answers_of(conv, self.format)
         history_tokens = message_tokens(history, self.json_counter)
@@ -254,7 +276,7 @@ class Replayer:
             prepared.start_background()  # as the server does once the turn's upstream request has answered
             if scheduler is not None and self.summary_delay_ms is None:
                 await scheduler.idle()  # deterministic: a summary started by this turn is ready for the next
-            sent = prepared.plan.items
+            sent = self.on_the_wire(prepared.plan.items)
             out.summaries += sum(1 for e in prepared.events if e["type"] == "compression")
             for o in prepared.plan.offloads:
                 created.setdefault(o.ref, o.text)
@@ -311,8 +333,8 @@ class Replayer:
             recall.add(turn)
         out.recall, out.recall_identifiers, out.recall_found = recall.value, recall.kept, recall.found
         calls = []
-        for turn, body in sink:
-            items, call_tools = request_items(body)
+        for turn, body, path in sink:
+            items, call_tools = request_items(body, path)
             calls.append(metrics.SummaryCall(turn, items, call_tools, message_tokens(items, self.json_counter)))
         out.summary_calls = len(calls)
         out.summary_input_tokens = sum(sum(c.tokens) for c in calls)

@@ -25,12 +25,15 @@ import httpx2
 from proxy.core.markers import INJECTED_TOOLS
 from proxy.core.texts import SUMMARY_INSTRUCTION
 from proxy.formats import chat
+from proxy.formats.messages import MESSAGES
+from proxy.formats.messages.from_chat import message_answer
+from proxy.formats.messages.summary import instruction_message
 from proxy.formats.responses.from_chat import items_from_message
 from proxy.formats.responses.items import ResponsesView
 from proxy.formats.responses.summary import instruction_item
 from proxy.offload.background import SummaryScheduler
 
-Sink = list  # of (turn, body) pairs: the summary requests of one replayed conversation
+Sink = list  # of (turn, body, URL path): the summary requests of one replayed conversation
 _UNSET: Any = object()
 _TURN: contextvars.ContextVar[tuple[Sink, int] | None] = contextvars.ContextVar("replay_turn", default=_UNSET)
 _current: list[tuple[Sink, int] | None] = [None]  # for a task started outside any turn's context
@@ -67,9 +70,12 @@ class TurnScheduler(SummaryScheduler):
         return super().submit(key, keep_turn(run), **kwargs)
 
 
-def request_items(body: dict) -> tuple[list[Any], Any]:
-    """The history a summary request carries (chat `messages`, or Responses `instructions` and
-    `input`), and its tools."""
+def request_items(body: dict, path: str = "") -> tuple[list[Any], Any]:
+    """The history a summary request carries (chat `messages`, Anthropic `messages` as the
+    Messages view's items when `path` is `…/messages`, or Responses `instructions` and `input`),
+    and its tools."""
+    if is_anthropic(path):
+        return MESSAGES.history(body), body.get("tools")
     if "messages" in body:
         items = body["messages"] if isinstance(body["messages"], list) else []
     else:
@@ -91,7 +97,7 @@ class SummaryRecorder(httpx2.AsyncBaseTransport):
         target = _target()
         if target is not None:
             body = json.loads(await request.aread())
-            target[0].append((target[1], body))
+            target[0].append((target[1], body, request.url.path))
         self.in_flight += 1
         try:
             return await self.inner.handle_async_request(request)
@@ -107,16 +113,21 @@ class SummaryRecorder(httpx2.AsyncBaseTransport):
         await self.inner.aclose()
 
 
-def _transcript(body: dict) -> str:
+def is_anthropic(path: str) -> bool:
+    return path.rstrip("/").endswith("/messages")
+
+
+def _transcript(body: dict, path: str = "") -> str:
     """What the fake summarises: in the prefix shape (its last message or item is the instruction,
     exactly), the items before the instruction, rendered as the transcript shape renders them; in
     the transcript shape, the transcript (its last message, after the system prompt)."""
-    items, _ = request_items(body)
-    if items and items[-1] in ({"role": "user", "content": SUMMARY_INSTRUCTION}, instruction_item(SUMMARY_INSTRUCTION)):
+    items, _ = request_items(body, path)
+    if items and items[-1] in ({"role": "user", "content": SUMMARY_INSTRUCTION}, instruction_item(SUMMARY_INSTRUCTION),
+                               instruction_message(SUMMARY_INSTRUCTION)):
         items = items[:-1]
     elif len(items) == 2 and isinstance(items[-1], dict) and isinstance(items[-1].get("content"), str):
         return items[-1]["content"]
-    view = chat.VIEW if "messages" in body else ResponsesView(INJECTED_TOOLS)
+    view = MESSAGES.view if is_anthropic(path) else chat.VIEW if "messages" in body else ResponsesView(INJECTED_TOOLS)
     lines = [view.transcript(item) for item in items if view.role(item) != "system"]
     return "\n\n".join(f"{header}\n{text}".rstrip() for header, text in lines)
 
@@ -128,7 +139,7 @@ def fake_summarizer(delay_ms: float = 0) -> httpx2.MockTransport:
     async def handler(request: httpx2.Request) -> httpx2.Response:
         if delay_ms:
             await asyncio.sleep(delay_ms / 1e3)
-        transcript = _transcript(json.loads(request.content))
+        transcript = _transcript(json.loads(request.content), request.url.path)
         lines = [line for line in transcript.splitlines() if line.strip()]
         errors = [line[:200] for line in lines if re.search(r"error|fail|exception", line, re.I)][:8]
         recent = [line[:200] for line in lines if line.startswith("[")][-6:]
@@ -140,6 +151,9 @@ def fake_summarizer(delay_ms: float = 0) -> httpx2.MockTransport:
             "<context_to_preserve></context_to_preserve>\n</state_snapshot>"
         )
         tokens_in, tokens_out = len(transcript) // 4, len(snapshot) // 4
+        if is_anthropic(request.url.path):
+            return httpx2.Response(200, json=message_answer(snapshot, model="replay", input_tokens=tokens_in,
+                                                            output_tokens=tokens_out))
         if request.url.path.rstrip("/").endswith("/responses"):
             return httpx2.Response(200, json={
                 "object": "response", "status": "completed",

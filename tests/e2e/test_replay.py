@@ -294,3 +294,41 @@ def test_replay_command_in_the_responses_format(tmp_path, capsys):
     o = report["overall"]
     assert o["refs"] >= 1 and o["summaries"] >= 1 and o["reload_exact_fraction"] == 1.0
     assert "format: responses" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- --format anthropic
+
+@pytest.mark.anyio
+async def test_anthropic_replay_agrees_with_chat_on_a_trace(tmp_path):
+    """The chat traces converted to Anthropic Messages requests: within 0.02 of the chat replay on
+    forwarded/raw and prefix reuse, the same offloads, every ref reloads exactly; the summary calls
+    go to /messages in the conversation's shape (their items compare to the forwarded turns')."""
+    conv = agent_trace()
+    chat, anthropic = [await replayed(conv, f, tmp_path) for f in ("chat", "anthropic")]
+    assert anthropic.reload_exact_fraction == 1.0 and anthropic.turns == 41
+    ratio = lambda c: c.forwarded_tokens / c.raw_tokens  # noqa: E731
+    assert abs(ratio(anthropic) - ratio(chat)) <= 0.02, (ratio(chat), ratio(anthropic))
+    assert abs(anthropic.prefix_reuse - chat.prefix_reuse) <= 0.02, (chat.prefix_reuse, anthropic.prefix_reuse)
+    assert (anthropic.summaries, anthropic.refs) == (chat.summaries, chat.refs)
+    assert anthropic.summary_calls == chat.summary_calls >= 3
+    assert abs(anthropic.recall - chat.recall) <= 0.02, (chat.recall, anthropic.recall)
+    assert abs(anthropic.cache_cost_ratio - chat.cache_cost_ratio) <= 0.05, (chat.cache_cost_ratio,
+                                                                             anthropic.cache_cost_ratio)
+
+
+def test_replay_command_in_the_anthropic_format(tmp_path, capsys):
+    import asyncio
+
+    from proxy.cli import build_parser
+    from proxy.replay.cli import run_replay
+
+    traces = tmp_path / "c.jsonl"
+    traces.write_text(json.dumps(agent_trace(12)))
+    args = build_parser().parse_args(["replay", str(traces), "--out", str(tmp_path / "out"),
+                                      "--max-total-tokens", "3000", "--format", "anthropic"])
+    asyncio.run(run_replay(args))
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["format"] == "anthropic"
+    o = report["overall"]
+    assert o["refs"] >= 1 and o["summaries"] >= 1 and o["reload_exact_fraction"] == 1.0
+    assert "format: anthropic" in capsys.readouterr().out

@@ -79,6 +79,16 @@ def test_recall_is_the_same_on_responses_items():
     assert [(t.kept, t.found) for t in turns] == EXPECTED
 
 
+def test_recall_is_the_same_on_anthropic_items():
+    from proxy.formats.messages import MESSAGES
+    from proxy.formats.messages.from_chat import items_with_offsets
+
+    items, answers = answers_of({"messages": HISTORY}, "anthropic")
+    forwarded = [items_with_offsets(f)[0] for f in FORWARDED]
+    turns = metrics.recall(items, answers, forwarded, is_tool(MESSAGES.view))
+    assert [(t.kept, t.found) for t in turns] == EXPECTED
+
+
 def test_an_identifier_an_earlier_user_message_named_is_not_counted():
     tool = {"role": "tool", "tool_call_id": "c1", "content": "the value is in settings_local.py.bak and 31337"}
     answer = {"role": "assistant", "content": "settings_local and 31337 it is"}

@@ -7,6 +7,7 @@ import pytest
 from proxy.core.markers import history_ref
 from proxy.core.settings import OffloadSettings
 from proxy.formats import chat
+from proxy.formats.messages import MESSAGES
 from proxy.formats.responses.from_chat import items_from_chat
 from proxy.formats.responses.items import ResponsesView
 from proxy.replay.runner import Replayer, budget, replay_namespace, requests_of, turns_of, upstream_for, view_for
@@ -27,8 +28,9 @@ def conversation(steps: int = 8) -> dict:
 def test_views_by_format():
     assert view_for("chat") is chat.VIEW
     assert isinstance(view_for("responses"), ResponsesView)
-    with pytest.raises(ValueError, match="unknown format 'anthropic'"):
-        view_for("anthropic")
+    assert view_for("anthropic") is MESSAGES.view
+    with pytest.raises(ValueError, match="unknown format 'gemini'"):
+        view_for("gemini")
 
 
 def test_requests_are_the_same_turns_in_both_formats():

@@ -52,7 +52,7 @@ async def test_summary_requests_are_recorded_for_their_turn_even_from_another_co
                                                  context=contextvars.Context())
     recording(None)  # e.g. the steady pass: nothing recorded
     await send(recorder, BODY)
-    assert [(turn, body.get("tools")) for turn, body in sink] == [(3, None), (3, tools)]
+    assert [(turn, body.get("tools")) for turn, body, _ in sink] == [(3, None), (3, tools)]
     assert request_items(sink[1][1]) == (BODY["messages"], tools)
     assert request_items({"instructions": "be brief", "input": "hi"})[0] == [
         {"type": "message", "role": "system", "content": [{"type": "input_text", "text": "be brief"}]},
@@ -96,7 +96,7 @@ async def test_summary_requests_are_recorded_as_sent_in_both_shapes(tmp_path):
         finally:
             await upstream.aclose()
             await store.close()
-        [(turn, body)] = sink
+        [(turn, body, _)] = sink
         items, call_tools = request_items(body)
         assert turn == 4
         if shape == "prefix":  # the turn's own request: its system message and tools first, then the instruction
