@@ -6,7 +6,7 @@ expiry out again, so content that is still in use never expires mid-session.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 
@@ -50,6 +50,23 @@ class Store(Protocol):
 
     async def incr(self, key: str, amount: int, ttl: int) -> int:
         """Add `amount` to an integer counter (created at 0) atomically; its idle TTL restarts."""
+        ...
+
+    async def incr_fields(self, key: str, amounts: Mapping[str, int | float], ttl: int) -> None:
+        """Add to numeric fields of a hash atomically (each created at 0; an int stays an int);
+        the whole hash's idle TTL restarts."""
+        ...
+
+    async def hashes(self, keys: Sequence[str]) -> list[dict[str, int | float]]:
+        """The fields of each hash, in the order of `keys` ({} for a missing one)."""
+        ...
+
+    async def rank(self, key: str, member: str, score: float, ttl: int, *, drop_below: float | None = None) -> None:
+        """Set a member's score in a ranked set; with `drop_below`, members scored lower go."""
+        ...
+
+    async def ranked(self, key: str, offset: int, limit: int) -> tuple[int, list[tuple[str, float]]]:
+        """(how many members, a page of them: highest score first)."""
         ...
 
     async def ping(self) -> bool: ...

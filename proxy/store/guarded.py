@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import TypeVar
 
 from proxy.http.observe import Metrics
@@ -168,6 +168,18 @@ class GuardedStore:
 
     async def incr(self, key: str, amount: int, ttl: int) -> int:
         return await self._call(self.inner.incr(key, amount, ttl))
+
+    async def incr_fields(self, key: str, amounts: Mapping[str, int | float], ttl: int) -> None:
+        await self._call(self.inner.incr_fields(key, amounts, ttl))
+
+    async def hashes(self, keys: Sequence[str]) -> list[dict[str, int | float]]:
+        return await self._call(self.inner.hashes(keys))
+
+    async def rank(self, key: str, member: str, score: float, ttl: int, *, drop_below: float | None = None) -> None:
+        await self._call(self.inner.rank(key, member, score, ttl, drop_below=drop_below))
+
+    async def ranked(self, key: str, offset: int, limit: int) -> tuple[int, list[tuple[str, float]]]:
+        return await self._call(self.inner.ranked(key, offset, limit))
 
 
 def _retrieve(task: asyncio.Task) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import TypeVar
 
 import redis.asyncio as redis
@@ -141,6 +141,44 @@ class RedisStore:
             value, _ = await self._call(pipe.execute())
             return int(value)
 
+    async def incr_fields(self, key: str, amounts: Mapping[str, int | float], ttl: int) -> None:
+        if not amounts:
+            return
+        async with self._pipeline() as pipe:
+            for field, amount in amounts.items():
+                if isinstance(amount, int):
+                    pipe.hincrby(key, field, amount)
+                else:
+                    pipe.hincrbyfloat(key, field, amount)
+            pipe.expire(key, ttl)
+            await self._call(pipe.execute())
+
+    async def hashes(self, keys: Sequence[str]) -> list[dict[str, int | float]]:
+        if not keys:
+            return []
+        async with self._pipeline() as pipe:  # a cluster pipeline sends each key to its node
+            for key in keys:
+                pipe.hgetall(key)
+            found = await self._call(pipe.execute())
+        return [{f.decode(): _number(v) for f, v in fields.items()} for fields in found]
+
+    async def rank(self, key: str, member: str, score: float, ttl: int, *, drop_below: float | None = None) -> None:
+        async with self._pipeline() as pipe:
+            pipe.zadd(key, {member: score})
+            if drop_below is not None:
+                pipe.zremrangebyscore(key, "-inf", f"({drop_below}")
+            pipe.expire(key, ttl)
+            await self._call(pipe.execute())
+
+    async def ranked(self, key: str, offset: int, limit: int) -> tuple[int, list[tuple[str, float]]]:
+        if limit <= 0:  # ZREVRANGE 0 -1 would be the whole set
+            return int(await self._call(self.client.zcard(key))), []
+        async with self._pipeline() as pipe:
+            pipe.zcard(key)
+            pipe.zrevrange(key, offset, offset + limit - 1, withscores=True)
+            total, page = await self._call(pipe.execute())
+        return int(total), [(m.decode(), float(s)) for m, s in page]
+
     async def ping(self) -> bool:
         try:
             return bool(await self._call(self.client.ping()))
@@ -149,3 +187,12 @@ class RedisStore:
 
     async def close(self) -> None:
         await self.client.aclose()
+
+
+def _number(raw: bytes) -> int | float:
+    """A hash field as HINCRBY / HINCRBYFLOAT left it: an int when it is one."""
+    text = raw.decode()
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
@@ -26,7 +26,13 @@ CREATE TABLE IF NOT EXISTS lists (id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT
                                   value BLOB NOT NULL, expires REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS lists_key ON lists (key, id);
 CREATE INDEX IF NOT EXISTS kv_expires ON kv (expires);
+CREATE TABLE IF NOT EXISTS hashes (key TEXT NOT NULL, field TEXT NOT NULL, value NUMERIC NOT NULL,
+                                   expires REAL NOT NULL, PRIMARY KEY (key, field));
+CREATE TABLE IF NOT EXISTS ranked (key TEXT NOT NULL, member TEXT NOT NULL, score REAL NOT NULL,
+                                   expires REAL NOT NULL, PRIMARY KEY (key, member));
+CREATE INDEX IF NOT EXISTS ranked_score ON ranked (key, score);
 """
+TABLES = ("kv", "members", "lists", "hashes", "ranked")
 PURGE_EVERY = 300.0  # seconds between sweeps of expired rows
 BATCH = 500  # keys per IN (...) query, well under SQLite's bound-parameter limit
 
@@ -55,7 +61,7 @@ class SQLiteStore:
             if now - self._last_purge > PURGE_EVERY:
                 self._last_purge = now
                 with db:
-                    for table in ("kv", "members", "lists"):
+                    for table in TABLES:
                         db.execute(f"DELETE FROM {table} WHERE expires < ?", (now,))
             return fn(db, now)
 
@@ -107,7 +113,7 @@ class SQLiteStore:
     async def delete(self, key: str) -> None:
         def op(db: sqlite3.Connection, now: float) -> None:
             with db:
-                for table in ("kv", "members", "lists"):
+                for table in TABLES:
                     db.execute(f"DELETE FROM {table} WHERE key = ?", (key,))
 
         await self._run(op)
@@ -167,6 +173,54 @@ class SQLiteStore:
                     (key, amount, now + ttl, amount),
                 ).fetchone()
                 return int(bytes(row[0]))
+
+        return await self._run(op)
+
+    async def incr_fields(self, key: str, amounts: Mapping[str, int | float], ttl: int) -> None:
+        def op(db: sqlite3.Connection, now: float) -> None:
+            with db:
+                db.execute("DELETE FROM hashes WHERE key = ? AND expires < ?", (key, now))  # expired: from 0
+                db.executemany(
+                    "INSERT INTO hashes VALUES (?, ?, ?, ?) ON CONFLICT(key, field) DO UPDATE SET "
+                    "value = hashes.value + excluded.value",
+                    [(key, field, amount, now + ttl) for field, amount in amounts.items()],
+                )
+                db.execute("UPDATE hashes SET expires = ? WHERE key = ?", (now + ttl, key))
+
+        if amounts:
+            await self._run(op)
+
+    async def hashes(self, keys: Sequence[str]) -> list[dict[str, int | float]]:
+        def op(db: sqlite3.Connection, now: float) -> list[dict[str, int | float]]:
+            found: dict[str, dict[str, int | float]] = {}
+            for start in range(0, len(keys), BATCH):
+                batch = keys[start:start + BATCH]
+                marks = ",".join("?" * len(batch))
+                rows = db.execute(f"SELECT key, field, value FROM hashes WHERE key IN ({marks}) AND expires >= ?",
+                                  (*batch, now))
+                for k, field, value in rows:
+                    found.setdefault(k, {})[field] = value
+            return [found.get(k, {}) for k in keys]
+
+        return await self._run(op) if keys else []
+
+    async def rank(self, key: str, member: str, score: float, ttl: int, *, drop_below: float | None = None) -> None:
+        # each member carries its own expiry (rewriting a whole large set's would cost a write
+        # per member); as in Redis, a set nobody writes to for `ttl` seconds is gone
+        def op(db: sqlite3.Connection, now: float) -> None:
+            with db:
+                db.execute("INSERT OR REPLACE INTO ranked VALUES (?, ?, ?, ?)", (key, member, score, now + ttl))
+                if drop_below is not None:
+                    db.execute("DELETE FROM ranked WHERE key = ? AND score < ?", (key, drop_below))
+
+        await self._run(op)
+
+    async def ranked(self, key: str, offset: int, limit: int) -> tuple[int, list[tuple[str, float]]]:
+        def op(db: sqlite3.Connection, now: float) -> tuple[int, list[tuple[str, float]]]:
+            (total,) = db.execute("SELECT count(*) FROM ranked WHERE key = ? AND expires >= ?", (key, now)).fetchone()
+            rows = db.execute("SELECT member, score FROM ranked WHERE key = ? AND expires >= ? "
+                              "ORDER BY score DESC, member DESC LIMIT ? OFFSET ?", (key, now, max(limit, 0), offset))
+            return total, [(m, float(sc)) for m, sc in rows]
 
         return await self._run(op)
 

@@ -155,3 +155,80 @@ async def test_redis_unreachable_raises_store_unavailable():
     assert not await s.ping()
     await s.close()
 
+
+
+async def test_hash_counters_add_atomically_keep_ints_and_expire(store):
+    k, missing = key(), key()
+    await asyncio.gather(*(store.incr_fields(k, {"requests": 1, "tokens": 100, "usd": 0.25}, ttl=60)
+                           for _ in range(20)))
+    await store.incr_fields(k, {"requests": -5, "action:compact": 2}, ttl=60)
+    await store.incr_fields(k, {}, ttl=60)  # nothing to add: nothing written
+    [fields, empty] = await store.hashes([k, missing])
+    assert fields == {"requests": 15, "tokens": 2000, "usd": pytest.approx(5.0), "action:compact": 2}
+    assert isinstance(fields["requests"], int) and isinstance(fields["tokens"], int)
+    assert empty == {}
+    assert await store.hashes([]) == []
+    short = key()
+    await store.incr_fields(short, {"n": 3}, ttl=1)
+    await asyncio.sleep(2.1)
+    assert await store.hashes([short]) == [{}]
+    await store.incr_fields(short, {"n": 1}, ttl=60)  # expired: counted from 0 again
+    assert await store.hashes([short]) == [{"n": 1}]
+    await store.delete(short)
+    assert await store.hashes([short]) == [{}]
+
+
+async def test_hashes_read_many_keys_in_order(store):
+    tag = uuid.uuid4().hex
+    keys = [f"off:{{{tag}}}:h:{i}" for i in range(1200)]  # more than one SQL batch
+    for i in (0, 599, 1199):
+        await store.incr_fields(keys[i], {"i": i + 1}, ttl=60)
+    found = await store.hashes(keys)
+    assert len(found) == 1200
+    assert {i: f for i, f in enumerate(found) if f} == {0: {"i": 1}, 599: {"i": 600}, 1199: {"i": 1200}}
+
+
+async def test_hashes_across_slots_on_one_call(store):
+    """Keys of different tenants (different hash tags: other slots on a cluster) read together."""
+    keys = [key() for _ in range(8)]
+    for i, k in enumerate(keys):
+        await store.incr_fields(k, {"n": i}, ttl=60)
+    assert [f.get("n") for f in await store.hashes(keys)] == list(range(8))
+
+
+async def test_ranked_set_pages_newest_first_and_drops_old(store):
+    k = key()
+    assert await store.ranked(k, 0, 10) == (0, [])
+    for i in range(30):
+        await store.rank(k, f"s{i:02}", float(i), ttl=60)
+    await store.rank(k, "s05", 100.0, ttl=60)  # seen again: moves to the front, not added twice
+    total, page = await store.ranked(k, 0, 3)
+    assert total == 30 and page == [("s05", 100.0), ("s29", 29.0), ("s28", 28.0)]
+    total, page = await store.ranked(k, 28, 10)
+    assert total == 30 and page == [("s01", 1.0), ("s00", 0.0)]
+    assert await store.ranked(k, 0, 0) == (30, [])
+    assert await store.ranked(k, 40, 5) == (30, [])
+    await store.rank(k, "s30", 30.0, ttl=60, drop_below=10.0)
+    total, page = await store.ranked(k, 0, 100)
+    assert total == 22 and [m for m, _ in page][-1] == "s10"  # s10..s30 and s05
+    short = key()
+    await store.rank(short, "x", 1.0, ttl=1)
+    await asyncio.sleep(2.1)
+    assert await store.ranked(short, 0, 10) == (0, [])
+
+
+async def test_ranked_set_of_ten_thousand_pages_fast(store):
+    import time
+
+    k = key()
+    if isinstance(store, SQLiteStore):
+        for i in range(10_000):
+            await store.rank(k, f"session-{i:05}", float(i), ttl=60)
+    else:
+        await store.client.zadd(k, {f"session-{i:05}": float(i) for i in range(10_000)})
+        await store.client.expire(k, 60)
+    started = time.perf_counter()
+    for offset in (0, 5_000, 9_950):
+        total, page = await store.ranked(k, offset, 50)
+        assert total == 10_000 and len(page) == 50 and page[0][0] == f"session-{9_999 - offset:05}"
+    assert time.perf_counter() - started < 0.5
