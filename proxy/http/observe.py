@@ -161,6 +161,10 @@ def route_of(path: str) -> str:
         return "chat"
     if path == "/v1/responses":
         return "responses"
+    if path == "/v1/messages":
+        return "messages"
+    if path == "/v1/messages/count_tokens":
+        return "count_tokens"
     if path.startswith("/v1/offload"):
         return "offload_api"
     if path.startswith("/v1/"):

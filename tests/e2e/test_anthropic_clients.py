@@ -324,3 +324,12 @@ def test_proxy_keys_and_the_anthropic_upstream(make_proxy, upstream, tmp_path):
         # a client's own Anthropic key is refused: the proxy holds keys
         refused = httpx2.post(f"{url}/v1/messages", json={}, headers={"x-api-key": "sk-ant-someone"}, timeout=20)
         assert refused.status_code == 401 and refused.json()["error"]["type"] == "authentication_error"
+
+
+def test_metrics_name_the_anthropic_routes(proxy_url, upstream):
+    c = client(proxy_url)
+    c.messages.create(model=MODEL, max_tokens=64, messages=[{"role": "user", "content": "hi"}])
+    c.messages.count_tokens(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+    text = httpx2.get(f"{proxy_url}/metrics", timeout=20).text
+    for route in ("messages", "count_tokens"):
+        assert f'offload_requests_total{{route="{route}",status="200"}}' in text, route
