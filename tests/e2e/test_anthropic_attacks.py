@@ -278,3 +278,153 @@ def test_a_streamed_reload_round_that_misbehaves(proxy_url, upstream, second):
     assert starts == list(range(len(starts)))
     for e in blocks:  # every event of a block carries an index the client was told about
         assert e["index"] in starts or e["type"] != "content_block_start"
+
+
+# -- paths, upstreams and errors before the route ---------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/v1/messages/./count_tokens", "/v1/messages/%2e%2e/files",
+                                  "/v1/messages/batches/%252e%252e%252fx", "/v1/messages/batches/..%5Cfiles",
+                                  "/v1/messages/batches/x;/..", "/v1/messages/.%2e"])
+def test_relayed_message_paths_stay_under_v1(proxy_url, upstream, path):
+    from tests.harness import rawhttp
+    r = rawhttp.send(proxy_url, "GET", path, {**HEADERS, "x-api-key": key()})
+    assert r.status == 400, (r.status, r.body[:300])
+    assert r.json()["type"] == "error" and r.json()["error"]["type"] == "invalid_request_error"
+    assert not upstream.requests
+
+
+def test_errors_before_the_route_are_anthropic_shaped(make_proxy, upstream):
+    with make_proxy(max_body_bytes=2000, body_timeout=0.5) as url:
+        too_big = post(url, base([{"role": "user", "content": "x" * 5000}]))
+        assert assert_anthropic_error(too_big, 413)["type"] == "request_too_large"
+
+        def slow():
+            yield b'{"model": "x", '
+            import time
+            time.sleep(2)
+            yield b'"messages": []}'
+
+        stalled = httpx2.post(f"{url}/v1/messages/count_tokens", content=slow(), timeout=20,
+                              headers={"x-api-key": key(), "content-type": "application/json"})
+        assert assert_anthropic_error(stalled, 408)["type"] == "timeout_error"
+        anonymous = httpx2.post(f"{url}/v1/messages?beta=true", json={}, timeout=20)
+        assert assert_anthropic_error(anonymous, 401)["type"] == "authentication_error"
+    assert not upstream.requests
+
+
+def test_shared_anthropic_key_refuses_batches(make_proxy, upstream, tmp_path):
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text('[tenants.a]\napi_keys = ["pk-tenant-a-0123456789"]\n')
+    with make_proxy(anthropic_api_key="sk-ant-operator-key", tenants_file=str(tenants)) as url:
+        for method, path in [("GET", "/v1/messages/batches"), ("POST", "/v1/messages/batches"),
+                             ("GET", "/v1/messages/batches/msgbatch_1/results"), ("GET", "/v1/files"),
+                             ("DELETE", "/v1/messages/batches/msgbatch_1")]:
+            r = httpx2.request(method, f"{url}{path}", timeout=20,
+                               headers={"x-api-key": "pk-tenant-a-0123456789", "anthropic-version": "2023-06-01"})
+            assert assert_anthropic_error(r, 403)["type"] == "permission_error", path
+        r = post(url, base([{"role": "user", "content": "hi"}]), api_key="pk-tenant-a-0123456789",
+                 headers={"X-Offload-Upstream": "https://evil.example"})
+        assert_anthropic_error(r, 400)
+    assert not upstream.requests
+
+
+def test_thousands_of_tool_results_in_one_message(proxy_url, upstream):
+    import time
+    n = 3000
+    chunk = "\n".join(f"row {j}: " + "alpha beta gamma delta " * 4 for j in range(40))
+    calls = [{"type": "tool_use", "id": f"toolu_{i}", "name": "Bash", "input": {"i": i}} for i in range(n)]
+    results = [{"type": "tool_result", "tool_use_id": f"toolu_{i}",
+                "content": f"{i}\n{chunk}" if i % 10 == 0 else f"short {i}"} for i in range(n)]
+    sent = [{"role": "user", "content": "go"}, {"role": "assistant", "content": calls},
+            {"role": "user", "content": [*results, {"type": "text", "text": "all done"}]},
+            {"role": "user", "content": "and?"}]
+    started = time.monotonic()
+    r = post(proxy_url, base(sent, tools=BASH))
+    assert r.status_code == 200, r.text[:300]
+    assert time.monotonic() - started < 30
+    assert r.headers["x-offload-action"].startswith("compact"), dict(r.headers)
+    [rec] = upstream.messages_requests()
+    got = rec.json()["messages"]
+    assert shape(got) == shape(sent) and got[1] == sent[1]
+    assert [b.get("tool_use_id") for b in got[2]["content"]] == [b.get("tool_use_id") for b in sent[2]["content"]]
+
+
+# -- summaries that go wrong, compression around odd messages ----------------------------------
+
+from tests.e2e.test_anthropic_compression import INLINE, SNAPSHOT, SYSTEM, conversation, tool_pairs_whole  # noqa: E402
+
+
+@pytest.fixture
+def _fresh_summaries(monkeypatch):
+    from proxy.core import compression
+    from proxy.offload import summaries
+    monkeypatch.setattr(summaries, "_records", {})
+    monkeypatch.setattr(summaries, "_seen", compression.SeenPrefixes())
+
+
+GARBAGE = {
+    "html": lambda: __import__("starlette.responses", fromlist=["HTMLResponse"]).HTMLResponse("<html>hi</html>"),
+    "content-string": lambda: _json({"type": "message", "content": "a snapshot?", "usage": {}}),
+    "content-null": lambda: _json({"type": "message", "content": None}),
+    "tool-use-only": lambda: _json(message(tool_use("bash", {"cmd": "ls"}))),
+    "empty-text": lambda: _json(message(text(""))),
+    "usage-garbage": lambda: _json({**message(text(SNAPSHOT)), "usage": {"input_tokens": "many", "output_tokens": -5}}),
+    "array": lambda: _json([1, 2]),
+    "429": lambda: _json({"type": "error", "error": {"type": "rate_limit_error", "message": "slow"}}, 429),
+}
+
+
+def _json(value, status: int = 200):
+    from starlette.responses import JSONResponse
+    return JSONResponse(value, status_code=status)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("kind", list(GARBAGE))
+def test_a_garbage_summary_never_fails_the_request(proxy_url, upstream, _fresh_summaries, kind, stream):
+    from tests.harness.servers import is_summary_call
+
+    async def handler(request, rec):
+        if is_summary_call(rec):
+            return GARBAGE[kind]()
+        return answer(rec, message(text("Nearly there.")))
+
+    upstream.handler = handler
+    sent = conversation(8)
+    r = post(proxy_url, base(sent, system=SYSTEM, stream=stream), headers=INLINE)
+    assert r.status_code == 200, r.text[:300]
+    if stream:
+        assert [e["type"] for e in parse_sse(r.content)][-1] == "message_stop"
+    else:
+        assert r.json()["content"][0]["text"] == "Nearly there."
+    assert upstream.summary_requests()
+    got = upstream.messages_requests()[-1].json()["messages"]
+    if kind == "usage-garbage":  # a snapshot with unreadable usage is still a snapshot
+        assert SNAPSHOT in json.dumps(got) and "compress" in r.headers["x-offload-action"]
+    else:
+        assert got == sent  # fail-open: as sent
+
+
+def test_compression_around_system_messages(proxy_url, upstream, _fresh_summaries):
+    """Claude Code's role "system" messages inside `messages` are kept verbatim and in order."""
+    from tests.harness.servers import is_summary_call, snapshot_answer
+
+    async def handler(request, rec):
+        if is_summary_call(rec):
+            return snapshot_answer(rec, SNAPSHOT, usage=(300, 40))
+        return answer(rec, message(text("Nearly there.")))
+
+    upstream.handler = handler
+    sent = conversation(8)
+    notes = [{"role": "system", "content": f"note {i}"} for i in range(3)]
+    sent = [sent[0], notes[0], *sent[1:5], notes[1], *sent[5:], notes[2]]
+    r = post(proxy_url, base(sent, system=SYSTEM), headers=INLINE)
+    assert r.status_code == 200, r.text[:300]
+    assert "compress" in r.headers["x-offload-action"]
+    got = upstream.messages_requests()[-1].json()["messages"]
+    assert len(got) < len(sent)
+    assert [m for m in got if m["role"] == "system"] == notes
+    assert got[-1] == notes[2] and got[-2] == sent[-2]
+    tool_pairs_whole(got)
+    assert SNAPSHOT in json.dumps(got)
