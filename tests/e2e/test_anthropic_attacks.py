@@ -428,3 +428,64 @@ def test_compression_around_system_messages(proxy_url, upstream, _fresh_summarie
     assert got[-1] == notes[2] and got[-2] == sent[-2]
     tool_pairs_whole(got)
     assert SNAPSHOT in json.dumps(got)
+
+
+@pytest.mark.parametrize("status", [400, 401, 429, 500, 529])
+def test_count_tokens_upstream_errors_are_relayed(proxy_url, upstream, status):
+    error = {"type": "error", "error": {"type": "api_error", "message": f"status {status}"}}
+
+    async def handler(request, rec):
+        if rec.path.endswith("/count_tokens"):
+            return _json(error, status)
+        from tests.harness.servers import default_handler
+        return await default_handler(request, rec)
+
+    upstream.handler = handler
+    r = post(proxy_url, base(history_to_offload(), tools=BASH), path="/v1/messages/count_tokens")
+    assert r.status_code == status and r.json() == error
+    assert r.headers["x-offload-action"].startswith("compact")
+
+
+@pytest.mark.parametrize("path", ["/v1/messages", "/v1/messages/count_tokens"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_unreachable_anthropic_upstream(make_proxy, upstream, path, stream):
+    with make_proxy(anthropic_upstream="http://127.0.0.1:9", connect_timeout=1) as url:
+        r = post(url, base(history_to_offload(), tools=BASH, stream=stream), path=path)
+        assert assert_anthropic_error(r, 502)["type"] == "api_error"
+
+
+@pytest.mark.parametrize("tool", [{"name": "context_reload", "input_schema": {"type": "object"}},
+                                  {"type": "function", "function": {"name": "context_search"}},
+                                  {"type": "custom", "name": "context_search", "input_schema": {"type": "object"}}])
+def test_a_client_tool_named_like_a_reload_tool(proxy_url, upstream, tool):
+    """The client's own context_reload/context_search: nothing offloaded nor injected, its calls reach it."""
+    upstream.handler = scripted(lambda rec: answer(rec, message(tool_use(tool.get("name") or "context_search",
+                                                                         {"ref": "abcdef"}))))
+    sent = base(history_to_offload(), tools=[*BASH, tool])
+    r = post(proxy_url, sent)
+    assert r.status_code == 200 and r.json()["stop_reason"] == "tool_use"
+    assert [b["type"] for b in r.json()["content"]] == ["tool_use"]
+    assert r.headers["x-offload-action"] == "none" and r.headers.get("x-offload-warning")
+    [rec] = upstream.messages_requests()
+    assert rec.json() == sent
+
+
+def test_the_client_keeps_its_cache_breakpoints_and_tool_choice(proxy_url, upstream):
+    """Breakpoints everywhere (more than the API allows: the upstream's to refuse) stay as sent;
+    the proxy adds none; tool_choice is kept."""
+    upstream.handler = scripted(lambda rec: answer(rec, message(text("ok"))))
+    mark = {"type": "ephemeral"}
+    sent = history_to_offload()
+    sent[0] = {"role": "user", "content": [{"type": "text", "text": "Run it.", "cache_control": mark}] * 3}
+    sent[2]["content"][0]["cache_control"] = mark
+    sent[-1] = {"role": "user", "content": [{"type": "text", "text": "What?", "cache_control": mark}]}
+    body = base(sent, tools=[{**BASH[0], "cache_control": mark}], tool_choice={"type": "auto",
+                                                                             "disable_parallel_tool_use": True},
+                system=[{"type": "text", "text": "sys", "cache_control": mark}])
+    r = post(proxy_url, body)
+    assert r.status_code == 200
+    [rec] = upstream.messages_requests()
+    got = rec.json()
+    assert json.dumps(got).count("cache_control") == json.dumps(body).count("cache_control") == 7
+    assert got["tool_choice"] == body["tool_choice"] and got["system"] == body["system"]
+    assert got["messages"][2]["content"][0]["cache_control"] == mark
