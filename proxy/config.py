@@ -141,6 +141,30 @@ class ServerSettings(BaseSettings):
         description='Caps on integer headers: a JSON object, e.g. {"max_reload_rounds": 8}, or '
         "name=value pairs separated by commas (max_reload_rounds=8,max_total_tokens=50000).",
     )
+    stats_retention: Annotated[int, NoDecode] = Field(
+        14 * 24 * 3600, description="How long usage statistics are kept: seconds, or a duration such as 14d or 36h "
+        "(at least 1d)."
+    )
+    prices: Annotated[dict[str, tuple[float, float]], NoDecode] = Field(
+        default_factory=dict,
+        description="Input prices ($ per million tokens: uncached/cached) valuing the tokens saved, over the "
+        "built-in table: model=input/cached pairs separated by commas (gpt-4o=2.5/1.25,*=3/0.3; a name is "
+        'a prefix of model names, * the fallback), or a JSON object ({"gpt-4o": [2.5, 1.25]}).',
+    )
+
+    @field_validator("stats_retention", mode="before")
+    @classmethod
+    def _retention_forms(cls, value: object) -> int:
+        from proxy.stats.buckets import parse_retention
+
+        return parse_retention(value)
+
+    @field_validator("prices", mode="before")
+    @classmethod
+    def _price_forms(cls, value: object) -> dict[str, tuple[float, float]]:
+        from proxy.stats.prices import parse_prices
+
+        return {name: (price.input, price.cached) for name, price in parse_prices(value).items()}
 
     @field_validator("upstream_allowlist", mode="before")
     @classmethod

@@ -1,0 +1,77 @@
+"""Reading statistics back for the JSON API: a window's totals and series, the tenants table,
+a tenant's sessions (paged) and one session's turns."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from proxy.stats.buckets import ALL, Span, merged, rollup, tenants_key
+from proxy.stats.recorder import session_keys, sessions_key
+from proxy.stats.turns import headline, point
+from proxy.store.base import Store
+from proxy.store.sealing import Sealer
+
+
+def display_name(namespace: str, names: Mapping[str, str]) -> str:
+    """The tenants-file name of a proxy key's namespace, else the namespace's first 12 digits."""
+    return names.get(namespace) or namespace[:12]
+
+
+async def window_stats(store: Store, span: Span, namespace: str | None) -> dict[str, Any]:
+    """Totals and time series of one tenant (None: all tenants) over `span`."""
+    starts = span.starts(span.window.series)
+    buckets = await store.hashes(span.series_keys(namespace or ALL))
+    series = rollup(starts, buckets, span.points(), span.window.step)
+    return {
+        "totals": headline(merged(fields for _, fields in series)),
+        "series": [point(t, fields) for t, fields in series],
+    }
+
+
+async def tenant_rows(store: Store, span: Span, names: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Every tenant active in the span with its totals, most raw tokens first."""
+    active: set[str] = set()
+    for day in span.days():
+        active |= await store.members(tenants_key(day))
+    namespaces = sorted(active)
+    per = len(span.starts(span.window.rows))
+    found = await store.hashes([k for ns in namespaces for k in span.row_keys(ns)])
+    rows = []
+    for i, ns in enumerate(namespaces):
+        totals = headline(merged(found[i * per:(i + 1) * per]))
+        if totals["requests"]:
+            rows.append({"tenant": ns, "name": display_name(ns, names), "totals": totals})
+    rows.sort(key=lambda r: (-r["totals"]["tokens_before"], r["tenant"]))
+    return rows
+
+
+def _session_row(name: str, last: float, fields: Mapping[str, int | float]) -> dict[str, Any]:
+    models = {k.split(":", 1)[1]: int(v) for k, v in fields.items() if k.startswith("model:")}
+    totals = headline(fields)
+    return {"id": name, "last_seen": round(last, 3), "turns": totals.pop("requests"), "models": models, **totals}
+
+
+async def sessions_page(store: Store, namespace: str, offset: int, limit: int) -> tuple[int, list[dict[str, Any]]]:
+    """(how many sessions the tenant has, one page of them: the most recently active first)."""
+    total, page = await store.ranked(sessions_key(namespace), offset, limit)
+    found = await store.hashes([session_keys(namespace, name)[1] for name, _ in page])
+    return total, [_session_row(name, last, fields) for (name, last), fields in zip(page, found)]
+
+
+async def session_detail(store: Store, namespace: str, session: str, sealer: Sealer) -> dict[str, Any] | None:
+    """A session's totals and its last turns (oldest first); None when it has none. `session`
+    is the id the client sent, or the name the listing shows (with encryption at rest: its
+    keyed hash)."""
+    for name in dict.fromkeys((sealer.key_name(session, namespace), session)):
+        turns_key, totals_key = session_keys(namespace, name)
+        items = await store.items(turns_key)
+        if not items:
+            continue
+        opened = (sealer.open(item, turns_key) for item in items)
+        turns = [json.loads(item) for item in opened if item is not None]
+        [fields] = await store.hashes([totals_key])
+        last = turns[-1]["time"] if turns else 0.0
+        return {**_session_row(name, last, fields), "turns_kept": len(turns), "data": turns}
+    return None

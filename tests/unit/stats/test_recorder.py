@@ -1,0 +1,250 @@
+"""The recorder: turns queued without awaiting, flushed in the background into the store's
+buckets and sessions, read back; a failing store loses turns (counted), never raises."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from proxy.http.observe import RequestRecord
+from proxy.stats import reader
+from proxy.stats.buckets import ALL, bucket_key, bucket_start, span_of, tenants_key, ttl_of
+from proxy.stats.prices import PriceTable
+from proxy.stats.recorder import SESSION_TURNS, Recorder, session_keys, sessions_key, turn_of
+from proxy.stats.turns import Turn, headline, turn_fields
+from proxy.store.base import StoreUnavailable
+from proxy.store.sealing import Sealer
+from proxy.store.sqlite import SQLiteStore
+
+pytestmark = pytest.mark.anyio
+A, B = "a" * 32, "b" * 32
+PRICES = PriceTable()
+
+
+def turn(ns: str = A, *, session: str | None = None, t: float | None = None, **fields) -> Turn:
+    base = dict(namespace=ns, session=session, time=t if t is not None else time.time(), route="chat",
+                model="gpt-4o", status=200, stream=False, tokens_before=1000, tokens_after=400, action="compact")
+    return Turn(**{**base, **fields})
+
+
+def test_turn_fields():
+    f = turn_fields(turn(reload_rounds=2, searches=1, warnings=1, store_warnings=1), PRICES)
+    assert f["requests"] == 1 and f["tokens_before"] == 1000 and f["tokens_after"] == 400
+    assert f["action:compact"] == 1 and f["reload_rounds"] == 2 and f["searches"] == 1
+    assert f["usd_before"] == pytest.approx(PRICES.cost("gpt-4o", 1000))
+    assert "summaries_reused" not in f and "errors" not in f  # zeros are not written
+    assert turn_fields(turn(action="compress"), PRICES)["summaries_reused"] == 1
+    made = turn_fields(turn(action="compact+compress", summaries_made=1), PRICES)
+    assert made["summaries_made"] == 1 and "summaries_reused" not in made
+    pending = turn_fields(turn(action="compact+compress-pending"), PRICES)
+    assert pending["summaries_pending"] == 1 and "summaries_reused" not in pending
+    assert turn_fields(turn(status=502), PRICES)["errors"] == 1
+
+
+def test_headline_of_nothing_and_of_something():
+    empty = headline({})
+    assert empty["requests"] == 0 and empty["forwarded_ratio"] is None and empty["reload_rate"] is None
+    assert empty["actions"]["none"] == 0 and empty["summaries"] == {"made": 0, "reused": 0, "failed": 0, "pending": 0}
+    h = headline({"requests": 4, "tokens_before": 1000, "tokens_after": 250, "usd_before": 0.5, "usd_after": 0.125,
+                  "reload_rounds": 1, "summaries_pending": 2, "action:compact": 3, "action:none": 1})
+    assert h["tokens_saved"] == 750 and h["forwarded_ratio"] == 0.25 and h["reload_rate"] == 0.25
+    assert h["cost_saved_usd"] == 0.375 and h["stalls_avoided"] == 2 and h["summaries"]["pending"] == 2
+    assert h["actions"]["compact"] == 3 and h["actions"]["none"] == 1
+
+
+def test_turn_of_a_request_record():
+    rec = RequestRecord("chat", "POST")
+    caller = SimpleNamespace(namespace=A)
+    scope = {"path": "/v1/chat/completions", "state": {"caller": caller},
+             "headers": [(b"x-offload-session", b"run-1"), (b"authorization", b"Bearer sk-secret")]}
+    assert turn_of(rec, scope) is None  # nothing planned: not a managed turn
+    rec.tokens_before, rec.tokens_after, rec.action, rec.model, rec.status = 900, 300, "compact", "gpt-4o", 200
+    rec.refs, rec.refs_created, rec.reload_rounds = 3, 2, 1
+    rec.count_reload("context_search")
+    rec.count_reload("context_reload")
+    rec.count_summary(True, 0.1)
+    rec.count_summary(False, 0.1)
+    rec.warnings = ["store unavailable (down); forwarded without offloading"]
+    t = turn_of(rec, scope)
+    assert t is not None and t.namespace == A and t.session == "run-1" and t.route == "chat"
+    assert (t.tokens_before, t.tokens_after, t.refs, t.refs_created, t.reload_rounds) == (900, 300, 3, 2, 1)
+    assert (t.searches, t.summaries_made, t.summaries_failed, t.warnings, t.store_warnings) == (1, 1, 1, 1, 1)
+    assert "sk-secret" not in repr(t)
+    bad = {**scope, "headers": [(b"x-offload-session", b"bad id with spaces")]}
+    assert turn_of(rec, bad).session is None
+    assert turn_of(rec, {**scope, "path": "/v1/messages/count_tokens"}) is None
+    assert turn_of(rec, {**scope, "path": "/v1/messages"}).route == "messages"
+    assert turn_of(rec, {"path": "/v1/chat/completions", "headers": []}) is None  # no caller
+
+
+async def test_flush_writes_buckets_sessions_and_tenants(tmp_path):
+    store = SQLiteStore(tmp_path)
+    recorder = Recorder(PRICES, retention=14 * 86400)
+    recorder.start(store, Sealer(None))
+    now = time.time()
+    for i in range(3):
+        recorder.record(turn(A, session="s1", t=now, reload_rounds=i))
+    recorder.record(turn(B, t=now, action="none", tokens_after=1000))
+    recorder.record(turn(A, session="s2", t=now, model="claude-sonnet-4-5"))
+    assert recorder.snapshot().queued == 5
+    assert await recorder.flush() == 5
+    assert recorder.snapshot().recorded == 5 and recorder.snapshot().queued == 0
+    [minute_a, hour_all, day_b] = await store.hashes([
+        bucket_key(A, "m", bucket_start(now, "m")), bucket_key(ALL, "h", bucket_start(now, "h")),
+        bucket_key(B, "d", bucket_start(now, "d"))])
+    assert minute_a["requests"] == 4 and minute_a["tokens_before"] == 4000 and minute_a["reload_rounds"] == 3
+    assert hour_all["requests"] == 5 and hour_all["tokens_after"] == 4 * 400 + 1000
+    assert day_b == {"requests": 1, "tokens_before": 1000, "tokens_after": 1000, "action:none": 1,
+                     "usd_before": pytest.approx(PRICES.cost("gpt-4o", 1000)),
+                     "usd_after": pytest.approx(PRICES.cost("gpt-4o", 1000))}
+    assert await store.members(tenants_key(bucket_start(now, "d"))) == {A, B}
+
+    span = span_of("1h", now)
+    mine = await reader.window_stats(store, span, A)
+    assert mine["totals"]["requests"] == 4 and mine["totals"]["tokens_saved"] == 2400
+    assert sum(p["requests"] for p in mine["series"]) == 4 and mine["series"][-1]["requests"] == 4
+    everyone = await reader.window_stats(store, span, None)
+    assert everyone["totals"]["requests"] == 5
+    rows = await reader.tenant_rows(store, span, {A: "acme"})
+    assert [(r["tenant"], r["name"], r["totals"]["requests"]) for r in rows] == [(A, "acme", 4), (B, B[:12], 1)]
+
+    total, page = await reader.sessions_page(store, A, 0, 10)
+    assert total == 2 and {r["id"] for r in page} == {"s1", "s2"}
+    s1 = next(r for r in page if r["id"] == "s1")
+    assert s1["turns"] == 3 and s1["tokens_before"] == 3000 and s1["models"] == {"gpt-4o": 3}
+    detail = await reader.session_detail(store, A, "s1", Sealer(None))
+    assert [t["reload_rounds"] for t in detail["data"]] == [0, 1, 2] and detail["turns"] == 3
+    assert detail["data"][0]["model"] == "gpt-4o" and "namespace" not in detail["data"][0]
+    assert await reader.session_detail(store, B, "s1", Sealer(None)) is None  # another tenant's: not there
+    assert await reader.sessions_page(store, B, 0, 10) == (0, [])
+    await recorder.stop()
+    await store.close()
+
+
+async def test_session_keeps_its_last_turns_sealed_with_encryption(tmp_path):
+    store = SQLiteStore(tmp_path)
+    sealer = Sealer("a-secret-for-tests")
+    recorder = Recorder(PRICES, retention=86400)
+    recorder.start(store, sealer)
+    for i in range(SESSION_TURNS + 5):
+        recorder.record(turn(A, session="secret-run", tokens_before=i))
+    await recorder.flush()
+    name = sealer.key_name("secret-run", A)
+    assert name != "secret-run"
+    turns_key, _ = session_keys(A, name)
+    raw = await store.items(turns_key)
+    assert len(raw) == SESSION_TURNS and all(b"tokens_before" not in item for item in raw)  # sealed
+    total, page = await reader.sessions_page(store, A, 0, 10)
+    assert total == 1 and page[0]["id"] == name and page[0]["turns"] == SESSION_TURNS + 5
+    by_id = await reader.session_detail(store, A, "secret-run", sealer)
+    by_name = await reader.session_detail(store, A, name, sealer)
+    assert by_id == by_name and [t["tokens_before"] for t in by_id["data"]][:2] == [5, 6]
+    await recorder.stop()
+    await store.close()
+
+
+async def test_background_task_flushes_and_stop_flushes_the_rest(tmp_path):
+    store = SQLiteStore(tmp_path)
+    recorder = Recorder(PRICES, retention=86400, flush_every=0.05)
+    recorder.start(store, Sealer(None))
+    recorder.record(turn(A))
+    for _ in range(100):
+        await asyncio.sleep(0.02)
+        if recorder.snapshot().recorded:
+            break
+    assert recorder.snapshot().recorded == 1
+    recorder.flush_every = 3600  # the task sleeps now: only stop() can write the next one
+    await asyncio.sleep(0.1)
+    recorder.record(turn(A))
+    await recorder.stop()
+    assert recorder.snapshot().recorded == 2
+    [hour] = await store.hashes([bucket_key(A, "h", bucket_start(time.time(), "h"))])
+    assert hour["requests"] == 2
+    await store.close()
+
+
+class FailingStore:
+    """Every write fails as an unreachable store does."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def incr_fields(self, *args, **kwargs):
+        self.calls += 1
+        raise StoreUnavailable("down")
+
+    add_members = push = rank = incr_fields
+
+
+async def test_a_failing_store_drops_turns_and_counts_them():
+    recorder = Recorder(PRICES, retention=86400)
+    store = FailingStore()
+    recorder.start(store, Sealer(None))
+    recorder.record(turn(A, session="s"))
+    recorder.record(turn(B))
+    assert await recorder.flush() == 0  # no exception
+    state = recorder.snapshot()
+    assert state.dropped == 2 and state.flush_failures == 1 and state.recorded == 0 and state.queued == 0
+    assert store.calls
+    await recorder.stop()
+
+
+async def test_a_full_queue_drops_new_turns():
+    recorder = Recorder(PRICES, retention=86400, max_queue=3)
+    for _ in range(5):
+        recorder.record(turn(A))
+    assert recorder.snapshot().queued == 3 and recorder.snapshot().dropped == 2
+    assert await recorder.flush() == 0  # not started: nothing to write to, the queue waits
+    assert recorder.snapshot().queued == 3
+
+
+async def test_retention_as_ttls_and_old_sessions_leave_the_index(tmp_path):
+    store = SQLiteStore(tmp_path)
+    retention = 86400
+    recorder = Recorder(PRICES, retention=retention)
+    recorder.start(store, Sealer(None))
+    now = time.time()
+    recorder.record(turn(A, session="new", t=now))
+    recorder.record(turn(A, session="old", t=now - 2 * retention))
+    await recorder.flush()
+    total, page = await store.ranked(sessions_key(A), 0, 10)
+    assert total == 1 and page[0][0] == "new"  # older than the retention: dropped from the index
+    await recorder.stop()
+    await store.close()
+
+
+class RecordingStore:
+    def __init__(self) -> None:
+        self.ttls: dict[str, int] = {}
+
+    async def incr_fields(self, key, amounts, ttl):
+        self.ttls[key] = ttl
+
+    async def add_members(self, key, members, ttl, *, slack=0):
+        self.ttls[key] = ttl
+
+    async def push(self, key, value, *, max_len, ttl):
+        self.ttls[key] = ttl
+
+    async def rank(self, key, member, score, ttl, *, drop_below=None):
+        self.ttls[key] = ttl
+
+
+async def test_every_key_gets_its_retention_ttl():
+    store, retention = RecordingStore(), 3 * 86400
+    recorder = Recorder(PRICES, retention=retention)
+    recorder.start(store, Sealer(None))
+    now = time.time()
+    recorder.record(turn(A, session="s", t=now))
+    await recorder.flush()
+    await recorder.stop()
+    expected = {bucket_key(A, g, bucket_start(now, g)): ttl_of(g, retention) for g in ("m", "h", "d")}
+    expected.update({bucket_key(ALL, g, bucket_start(now, g)): ttl_of(g, retention) for g in ("m", "h")})
+    expected[tenants_key(bucket_start(now, "d"))] = ttl_of("d", retention)
+    expected.update({k: retention for k in (*session_keys(A, "s"), sessions_key(A))})
+    assert store.ttls == expected
+    assert expected[bucket_key(A, "m", bucket_start(now, "m"))] == 2 * 86400
+    assert expected[bucket_key(A, "d", bucket_start(now, "d"))] == 4 * 86400
