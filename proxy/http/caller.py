@@ -119,11 +119,25 @@ def tenants_from_config(config: Mapping[str, Mapping[str, Any]]) -> dict[str, Te
                 raise ValueError(f"tenant {name!r}: {field} needs api_keys (else any client could use it)")
             if is_placeholder(upstream_key):
                 raise ValueError(f"tenant {name!r}: {field} is the example value {PLACEHOLDER!r}")
-        upstream, anthropic = entry.get("upstream"), entry.get("anthropic_upstream")
-        tenants[name] = Tenant(name, frozenset(digests), str(upstream).rstrip("/") if upstream else None,
-                               held["upstream_api_key"], anthropic_base(str(anthropic)) if anthropic else None,
+        upstream, anthropic = (_tenant_url(name, entry, field) for field in ("upstream", "anthropic_upstream"))
+        tenants[name] = Tenant(name, frozenset(digests), upstream.rstrip("/") if upstream else None,
+                               held["upstream_api_key"], anthropic_base(anthropic) if anthropic else None,
                                held["anthropic_api_key"])
     return tenants
+
+
+_TENANT_URL = re.compile(r"https?://[^\s?#]+")
+
+
+def _tenant_url(name: str, entry: Mapping[str, Any], field: str) -> str | None:
+    """A tenant's `upstream` / `anthropic_upstream`: an http(s) URL without query or fragment
+    (the proxy appends paths to it), or ValueError at startup rather than a failing request."""
+    value = entry.get(field)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _TENANT_URL.fullmatch(value):
+        raise ValueError(f"tenant {name!r}: {field} must be an http(s) URL without whitespace, query or fragment")
+    return value
 
 
 # What a caller on a shared upstream key (the operator's, used by every tenant) may relay:

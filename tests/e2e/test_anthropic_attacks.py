@@ -489,3 +489,19 @@ def test_the_client_keeps_its_cache_breakpoints_and_tool_choice(proxy_url, upstr
     assert json.dumps(got).count("cache_control") == json.dumps(body).count("cache_control") == 7
     assert got["tool_choice"] == body["tool_choice"] and got["system"] == body["system"]
     assert got["messages"][2]["content"][0]["cache_control"] == mark
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_lone_surrogate_survives_offload_and_reload(proxy_url, upstream, stream):
+    """Truncated tool output often ends inside a surrogate pair: offloaded, reloaded and sent
+    upstream again, it stays the same escaped character, the JSON always valid UTF-8."""
+    upstream.handler = reload_first(lambda rec: answer(rec, message(text("ok"))))
+    sent = history_to_offload()
+    sent[2]["content"][0]["content"] = [{"type": "text", "text": BIG + " cut \ud83d"}, {"type": "text", "text": "x"}]
+    r = post(proxy_url, base(sent, tools=BASH, stream=stream), headers={"X-Offload-Max-Reload-Tokens": "50000"})
+    assert r.status_code == 200, r.text[:300]
+    first, second = upstream.messages_requests()
+    for rec in (first, second):
+        rec.body.decode("utf-8")  # valid UTF-8
+    [result] = second.json()["messages"][-1]["content"]
+    assert result["tool_use_id"] == "toolu_reload_x" and "cut \ud83d" in result["content"]

@@ -3,8 +3,11 @@ histories whose shape must come out exactly as it went in."""
 
 from __future__ import annotations
 
+import pytest
+
 from proxy.core.markers import INJECTED_TOOLS
 from proxy.formats.messages.stream import StreamRewriter
+from proxy.http.caller import tenants_from_config
 
 START = {"type": "message_start", "message": {"id": "msg_1", "usage": {"input_tokens": 5, "output_tokens": 1}}}
 
@@ -42,3 +45,17 @@ def test_citations_that_are_not_a_list_are_not_spread():
                        {"type": "content_block_delta", "index": 0,
                         "delta": {"type": "citations_delta", "citation": {"cited_text": "x"}}})
     assert rewriter.round_message()["content"][0]["citations"] == [{"cited_text": "x"}]
+
+
+@pytest.mark.parametrize("field", ["upstream", "anthropic_upstream"])
+@pytest.mark.parametrize("value", ["api.anthropic.com", "https://host/v1?key=x", "https://host/#x", 42, "",
+                                   "ftp://host", "https://ho st/v1", ["https://host"]])
+def test_a_tenant_upstream_must_be_a_plain_url(field, value):
+    """Checked at startup: a query would swallow the paths the proxy appends, a bare host fails every request."""
+    with pytest.raises(ValueError, match=field):
+        tenants_from_config({"a": {"api_keys": ["pk-tenant-a-0123456789"], field: value}})
+
+
+def test_tenant_upstreams_as_written():
+    tenant = tenants_from_config({"a": {"upstream": "https://gw.example/v1/", "anthropic_upstream": "http://h:8/"}})["a"]
+    assert (tenant.base("openai"), tenant.base("anthropic")) == ("https://gw.example/v1", "http://h:8/v1")
