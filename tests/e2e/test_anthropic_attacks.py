@@ -505,3 +505,45 @@ def test_a_lone_surrogate_survives_offload_and_reload(proxy_url, upstream, strea
         rec.body.decode("utf-8")  # valid UTF-8
     [result] = second.json()["messages"][-1]["content"]
     assert result["tool_use_id"] == "toolu_reload_x" and "cut \ud83d" in result["content"]
+
+
+# -- whose content a request can read -----------------------------------------------------------
+
+
+def offloaded_ref(proxy_url, upstream, headers: dict) -> str:
+    upstream.handler = scripted(lambda rec: answer(rec, message(text(the_ref(rec)))))
+    r = httpx2.post(f"{proxy_url}/v1/messages", json=base(history_to_offload(), tools=BASH), timeout=20,
+                    headers={**HEADERS, **headers})
+    assert r.status_code == 200, r.text[:300]
+    return r.json()["content"][0]["text"]
+
+
+def readable(proxy_url, ref: str, headers: list[tuple[str, str]]) -> bool:
+    r = httpx2.get(f"{proxy_url}/v1/offload/{ref}", headers=headers, timeout=20)
+    assert r.status_code in (200, 401, 404), r.text[:300]
+    return r.status_code == 200
+
+
+def test_namespaces_of_credential_headers(proxy_url, upstream):
+    a, b = key(), key()
+    ref = offloaded_ref(proxy_url, upstream, {"x-api-key": a, "authorization": f"Bearer {b}"})
+    assert readable(proxy_url, ref, [("x-api-key", a), ("authorization", f"Bearer {b}")])
+    assert readable(proxy_url, ref, [("x-api-key", b), ("authorization", f"bearer  {a}")])  # the same two
+    for alone in ([("x-api-key", a)], [("authorization", f"Bearer {b}")], [("x-api-key", a), ("x-api-key", a)],
+                  [("x-api-key", a), ("authorization", "Bearer")], [("x-api-key", a), ("api-key", b + "x")]):
+        assert not readable(proxy_url, ref, alone), alone
+    mine = offloaded_ref(proxy_url, upstream, {"x-api-key": a})
+    assert readable(proxy_url, mine, [("x-api-key", a), ("x-api-key", a), ("x-api-key", "")])  # empty: nothing
+    assert readable(proxy_url, mine, [("authorization", f"Bearer {a}")])
+    assert not readable(proxy_url, mine, [("x-api-key", a), ("authorization", f"Bearer {b}")])
+    assert not readable(proxy_url, mine, [("x-api-key", a), ("x-offload-tenant", "sub")])
+    assert not readable(proxy_url, mine, [("x-api-key", a.upper())])
+    assert not readable(proxy_url, mine, [("x-api-key", "")])
+
+
+def test_a_sub_tenant_only_narrows(proxy_url, upstream):
+    a = key()
+    ref = offloaded_ref(proxy_url, upstream, {"x-api-key": a, "X-Offload-Tenant": "team-1"})
+    assert readable(proxy_url, ref, [("x-api-key", a), ("x-offload-tenant", "team-1")])
+    assert not readable(proxy_url, ref, [("x-api-key", a)])
+    assert not readable(proxy_url, ref, [("x-api-key", key()), ("x-offload-tenant", "team-1")])
