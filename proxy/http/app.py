@@ -30,6 +30,9 @@ from proxy.http.services import Services, services_of
 from proxy.http.offload_api import get_offloaded, list_events, offload
 from proxy.core.settings import SettingsResolver, load_tenants_file
 from proxy.http.relay import relay
+from proxy.http.stats_api import AdminGate, StatsApi, tenant_names
+from proxy.stats.prices import PriceTable
+from proxy.stats.recorder import Recorder
 from proxy.offload.background import SummaryScheduler
 from proxy.offload.quota import CredentialCheck
 from proxy.store.sealing import Sealer
@@ -71,6 +74,8 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
                             anthropic_upstream=settings.anthropic_upstream, allow_anonymous=settings.allow_anonymous,
                             upstream_allowlist=settings.upstream_allowlist, secret=settings.encryption_key)
     metrics = Metrics(tenant_label=settings.metrics_tenant_label)
+    recorder = Recorder(PriceTable(settings.prices), settings.stats_retention)
+    stats_api = StatsApi(tenant_names(gatekeeper.tenants, settings.encryption_key))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -90,10 +95,12 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
             summaries=SummaryScheduler(concurrency=settings.summary_concurrency, queue=settings.summary_queue,
                                        per_tenant=max(1, settings.summary_concurrency // 2),
                                        max_age=2 * settings.summary_timeout, on_change=metrics.summaries_state),
+            recorder=recorder,
         )
         app.state.services = services
         metrics.watch_summaries(services.summaries.state)
         services.store.start()
+        recorder.start(services.store, services.sealer)
         try:
             yield
         finally:
@@ -101,6 +108,7 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
             await services.summaries.shutdown(settings.shutdown_grace)
             await search_pool.shutdown()  # the context_search worker processes
             await services.upstream.aclose()
+            await recorder.stop()  # what the last second queued
             await services.store.close()
 
     routes = [
@@ -113,12 +121,14 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
         Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
         Route("/v1/offload", offload, methods=["POST"]),
         Route("/v1/offload/events", list_events, methods=["GET"]),
+        *stats_api.routes(),
         Route("/v1/offload/{ref}", get_offloaded, methods=["GET"]),
         Route("/v1/{path:path}", relay, methods=ALL_METHODS),
     ]
     middleware = [
-        Middleware(Observe, metrics=metrics),
+        Middleware(Observe, metrics=metrics, on_finished=recorder.observe),
         Middleware(BodyLimit, max_bytes=settings.max_body_bytes, idle_timeout=settings.body_timeout),
+        Middleware(AdminGate, admin_token=settings.admin_token, stats=stats_api),
         Middleware(CallerGate, gatekeeper=gatekeeper),
     ]
     return Starlette(routes=routes, lifespan=lifespan, middleware=middleware)

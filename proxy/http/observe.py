@@ -48,6 +48,9 @@ class RequestRecord:
     offloaded_bytes: int = 0
     reload_calls: int = 0
     reload_rounds: int = 0
+    searches: int = 0  # context_search calls run
+    summaries_made: int = 0  # summaries this request made (not those made in the background)
+    summaries_failed: int = 0
     upstream_status: int | None = None
     upstream_sent: float | None = None  # when the (first) upstream request left
     upstream_ttfb: float | None = None  # seconds until its response headers
@@ -56,10 +59,13 @@ class RequestRecord:
 
     def count_reload(self, tool: str) -> None:
         self.reload_calls += 1
+        self.searches += tool == "context_search"
         if self.metrics:
             self.metrics.reload_calls.labels(tool).inc()
 
     def count_summary(self, ok: bool, seconds: float) -> None:
+        self.summaries_made += ok
+        self.summaries_failed += not ok
         if self.metrics:
             self.metrics.count_summary(ok, seconds)
 
@@ -173,10 +179,12 @@ def route_of(path: str) -> str:
 
 
 class Observe:
-    """ASGI middleware: a RequestRecord per request, then metrics and the JSON log line."""
+    """ASGI middleware: a RequestRecord per request, then metrics, the JSON log line and
+    `on_finished` (the usage statistics: it must not block)."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
-        self.app, self.metrics = app, metrics
+    def __init__(self, app: ASGIApp, metrics: Metrics,
+                 on_finished: Callable[[RequestRecord, Scope], None] | None = None) -> None:
+        self.app, self.metrics, self.on_finished = app, metrics, on_finished
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -202,6 +210,8 @@ class Observe:
                 try:
                     self.metrics.observe(rec, elapsed)
                     log_request(rec, elapsed)
+                    if self.on_finished is not None:
+                        self.on_finished(rec, scope)
                 except Exception:  # accounting must never break a request
                     access_log.exception("could not record the request")
 

@@ -12,6 +12,7 @@ from proxy.core.settings import SettingsResolver
 from proxy.http.observe import Metrics
 from proxy.offload.background import SummaryScheduler
 from proxy.offload.quota import CredentialCheck
+from proxy.stats.recorder import Recorder
 from proxy.store.guarded import GuardedStore
 from proxy.store.sealing import Sealer
 from proxy.upstream.client import Upstream
@@ -27,6 +28,7 @@ class Services:
     upstream: Upstream
     store: GuardedStore
     summaries: SummaryScheduler  # summaries made in the background
+    recorder: Recorder  # usage statistics, written in the background
 
 
 def services_of(request: Request) -> Services:

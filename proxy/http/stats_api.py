@@ -1,0 +1,187 @@
+"""Usage statistics as JSON: what the dashboard draws, and what scripts may read.
+
+GET /v1/offload/stats?window=1h|24h|7d|30d[&tenant=]   totals and a time series of a window
+GET /v1/offload/sessions[?tenant=&limit=&offset=]       a tenant's sessions, last active first
+GET /v1/offload/sessions/{id}[?tenant=]                 one session's totals and last turns
+
+Access: a tenant's credential (its proxy key, or its own provider key) reads its own namespace
+only; `tenant=` naming another is refused (403). The admin token (`--admin-token`, as
+`Authorization: Bearer <token>`) reads every tenant: the all-tenants totals and the tenants
+table by default, one tenant with `tenant=` (a tenants-file name or a namespace).
+
+The admin token is recognised by `AdminGate`, in front of `CallerGate`: on these routes it is
+answered here and never identified as a client credential; on any other /v1 route it is
+refused (403), so it is never relayed upstream nor becomes a namespace.
+"""
+
+from __future__ import annotations
+
+import hmac
+import re
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from starlette.datastructures import Headers
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route, Router
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from proxy.errors import ProxyError
+from proxy.http.caller import Caller, presented_credentials
+from proxy.http.json_response import JSONResponse
+from proxy.http.services import services_of
+from proxy.offload.tenant import namespace_for
+from proxy.stats import reader
+from proxy.stats.buckets import WINDOWS, span_of
+from proxy.store import StoreUnavailable
+
+STATS_PATHS = re.compile(r"/v1/offload/(stats|sessions(/[^/]+)?)/?")
+NAMESPACE = re.compile(r"[0-9a-f]{32}")
+DEFAULT_LIMIT, MAX_LIMIT = 50, 500
+
+
+class StatsApi:
+    """The routes, knowing the tenants-file names (`names`: namespace → name)."""
+
+    def __init__(self, names: Mapping[str, str]) -> None:
+        self.names = dict(names)
+        self.by_name = {name: ns for ns, name in self.names.items()}
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/v1/offload/stats", self.stats, methods=["GET"]),
+            Route("/v1/offload/sessions", self.sessions, methods=["GET"]),
+            Route("/v1/offload/sessions/{session}", self.session, methods=["GET"]),
+        ]
+
+    def _named(self, value: str) -> str:
+        """A `tenant=` value as a namespace: a tenants-file name, or a namespace itself."""
+        if value in self.by_name:
+            return self.by_name[value]
+        if NAMESPACE.fullmatch(value):
+            return value
+        raise ProxyError(404, f"No tenant {value!r}.", code="tenant_not_found", param="tenant")
+
+    def namespace(self, request: Request, *, required: bool) -> str | None:
+        """Whose statistics the request may read: its own namespace; an admin's `tenant=`
+        (None: all tenants, unless `required`)."""
+        wanted = request.query_params.get("tenant", "").strip()
+        if request.scope.get("state", {}).get("admin"):
+            if not wanted and required:
+                raise ProxyError(400, "The admin token reads one tenant here: add ?tenant=<name or namespace>.",
+                                 code="tenant_required", param="tenant")
+            return self._named(wanted) if wanted else None
+        caller: Caller = request.state.caller
+        if wanted and wanted != caller.namespace and self.by_name.get(wanted) != caller.namespace:
+            raise ProxyError(403, "This credential reads its own tenant's statistics only.",
+                             type_="permission_error", code="tenant_forbidden", param="tenant")
+        return caller.namespace
+
+    def _tenant(self, namespace: str | None) -> dict[str, Any]:
+        return {"tenant": namespace, "name": reader.display_name(namespace, self.names) if namespace else None}
+
+    async def stats(self, request: Request) -> Response:
+        async def run() -> dict[str, Any]:
+            window = request.query_params.get("window", "24h")
+            if window not in WINDOWS:
+                raise ProxyError(400, f"window must be one of {', '.join(WINDOWS)}; got {window!r}.",
+                                 code="invalid_window", param="window")
+            namespace = self.namespace(request, required=False)
+            services = services_of(request)
+            span = span_of(window, time.time())
+            body: dict[str, Any] = {"object": "offload.stats", "window": window, **self._tenant(namespace),
+                                    "from": span.start, "to": span.end, "now": span.now, "step": span.window.step}
+            body.update(await reader.window_stats(services.store, span, namespace))
+            if namespace is None:  # the admin's view of all tenants
+                body["tenants"] = await reader.tenant_rows(services.store, span, self.names)
+                state = services.recorder.snapshot()
+                body["recorder"] = {"queued": state.queued, "recorded": state.recorded, "dropped": state.dropped,
+                                    "flush_failures": state.flush_failures}
+            return body
+
+        return await answer(run)
+
+    async def sessions(self, request: Request) -> Response:
+        async def run() -> dict[str, Any]:
+            namespace = self.namespace(request, required=True)
+            assert namespace is not None
+            limit = _int(request, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+            offset = _int(request, "offset", 0, 0, 10**9)
+            total, rows = await reader.sessions_page(services_of(request).store, namespace, offset, limit)
+            return {"object": "list", **self._tenant(namespace), "total": total, "offset": offset, "limit": limit,
+                    "has_more": offset + len(rows) < total, "data": rows}
+
+        return await answer(run)
+
+    async def session(self, request: Request) -> Response:
+        async def run() -> dict[str, Any]:
+            namespace = self.namespace(request, required=True)
+            assert namespace is not None
+            services = services_of(request)
+            found = await reader.session_detail(services.store, namespace, request.path_params["session"],
+                                                services.sealer)
+            if found is None:
+                raise ProxyError(404, "No statistics for this session.", code="session_not_found")
+            return {"object": "offload.session", **self._tenant(namespace), **found}
+
+        return await answer(run)
+
+
+async def answer(run) -> Response:
+    try:
+        return JSONResponse(await run(), headers={"cache-control": "no-store"})
+    except ProxyError as exc:
+        return exc.response()
+    except StoreUnavailable as exc:
+        return ProxyError(503, f"Store unavailable: {exc}", type_="server_error",
+                          code="store_unavailable").response()
+
+
+def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = low - 1
+    if not low <= value <= high:
+        raise ProxyError(400, f"{name} must be an integer from {low} to {high}; got {raw!r}.",
+                         code="invalid_parameter", param=name)
+    return value
+
+
+def tenant_names(tenants: Mapping[str, object], secret: str | None) -> dict[str, str]:
+    """namespace → name of every tenant of the tenants file (as `Gatekeeper` derives them)."""
+    return {namespace_for("tenant", [name], None, secret=secret): name for name in tenants}
+
+
+class AdminGate:
+    """ASGI middleware before `CallerGate`: a /v1 request presenting the admin token (in any
+    credential header) is answered by the statistics routes as the admin, or refused (403)
+    on any other route: the admin token never goes upstream nor names a namespace."""
+
+    def __init__(self, app: ASGIApp, admin_token: str | None, stats: StatsApi) -> None:
+        self.app = app
+        self.token = admin_token.encode() if admin_token else None
+        self.router = Router(routes=stats.routes())
+
+    def _is_admin(self, scope: Scope) -> bool:
+        presented = presented_credentials(Headers(scope=scope))
+        # every credential compared (constant time each), none skipped on the first match
+        return bool(self.token) and sum(hmac.compare_digest(c.encode(), self.token) for c in presented) > 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/v1/") and self._is_admin(scope):
+            if STATS_PATHS.fullmatch(scope["path"]):
+                scope.setdefault("state", {})["admin"] = True
+                await self.router(scope, receive, send)
+                return
+            error = ProxyError(403, "The admin token is not a client credential: it reads /v1/offload/stats and "
+                                    "/v1/offload/sessions only.", type_="permission_error",
+                               code="admin_token_not_a_credential")
+            await error.response()(scope, receive, send)
+            return
+        await self.app(scope, receive, send)

@@ -1,0 +1,267 @@
+"""The usage statistics API through the real proxy: traffic sent with the openai SDK first,
+then the API's numbers equal what the responses' X-Offload-* headers said; tenants see only
+themselves, the admin token sees all and is never a client credential; windows; paging; a
+failing store never fails a request."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx2
+import openai
+import pytest
+
+from proxy.offload.tenant import namespace_for
+from proxy.stats.recorder import session_keys, sessions_key
+from proxy.store.sqlite import SQLiteStore
+from tests.harness.history import agent_history
+from tests.harness.servers import free_port
+
+ADMIN = "admin-token-for-stats-tests"
+KEY_A, KEY_B = "pk-stats-team-a-0001", "pk-stats-team-b-0002"
+CLIENT_KEY = "sk-stats-client-key"
+CHEAP = {"X-Offload-Max-Total-Tokens": "1000"}
+
+
+def tenants_file(tmp_path: Path) -> Path:
+    path = tmp_path / "tenants.toml"
+    path.write_text(f'[tenants.team-a]\napi_keys = ["{KEY_A}"]\n[tenants.team-b]\napi_keys = ["{KEY_B}"]\n')
+    return path
+
+
+def send(url: str, key: str, history: list, *, session: str | None = None, stream: bool = False) -> dict[str, str]:
+    """One chat completion through the openai SDK; the response's headers."""
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=30)
+    headers = {**CHEAP, **({"X-Offload-Session": session} if session else {})}
+    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=history, stream=stream,
+                                                           extra_headers=headers)
+    parsed = raw.parse()
+    if stream:
+        list(parsed)
+    return dict(raw.headers)
+
+
+def api(url: str, path: str, key: str, **params) -> httpx2.Response:
+    return httpx2.get(f"{url}{path}", params=params, headers={"authorization": f"Bearer {key}"}, timeout=10)
+
+
+def stats_when(url: str, key: str, requests: int, **params) -> dict:
+    """The stats once the recorder has flushed `requests` turns (about a second after them)."""
+    deadline = time.monotonic() + 10
+    while True:
+        r = api(url, "/v1/offload/stats", key, **params)
+        assert r.status_code == 200, r.text
+        if r.json()["totals"]["requests"] >= requests or time.monotonic() > deadline:
+            return r.json()
+        time.sleep(0.2)
+
+
+def test_numbers_equal_what_was_sent(make_proxy, upstream):
+    """Turns of one session and one without: totals, series, actions, the session's turns."""
+    histories = [agent_history(steps=s) for s in (2, 4, 6)] + [[{"role": "user", "content": "hi"}]]
+    with make_proxy() as url:
+        sent = [send(url, CLIENT_KEY, h, session="run-1") for h in histories]
+        sent.append(send(url, CLIENT_KEY, agent_history(steps=5), session="run-1", stream=True))
+        sent.append(send(url, CLIENT_KEY, agent_history(steps=3)))  # no session: counted, not listed
+        before = [int(h["x-offload-tokens-before"]) for h in sent]
+        after = [int(h["x-offload-tokens-after"]) for h in sent]
+        actions = Counter(h["x-offload-action"] for h in sent)
+        assert after != before and "compact" in "".join(actions)  # something was offloaded
+
+        body = stats_when(url, CLIENT_KEY, len(sent), window="1h")
+        ns = namespace_for("credential", [CLIENT_KEY], None)
+        assert body["object"] == "offload.stats" and body["window"] == "1h"
+        assert body["tenant"] == ns and body["name"] == ns[:12] and CLIENT_KEY not in str(body)
+        totals = body["totals"]
+        assert totals["requests"] == len(sent)
+        assert totals["tokens_before"] == sum(before) and totals["tokens_after"] == sum(after)
+        assert totals["tokens_saved"] == sum(before) - sum(after)
+        assert totals["forwarded_ratio"] == round(sum(after) / sum(before), 4)
+        assert {k: v for k, v in totals["actions"].items() if v} == dict(actions)
+        assert totals["cost_saved_usd"] > 0 and totals["cost_before_usd"] > totals["cost_after_usd"]
+        assert totals["errors"] == 0 and totals["reload_rounds"] == 0
+        series = body["series"]
+        assert len(series) <= 60 and series[-1]["t"] <= body["now"] < series[-1]["t"] + 60
+        assert sum(p["tokens_before"] for p in series) == sum(before)
+        assert sum(p["tokens_after"] for p in series) == sum(after)
+        assert body["step"] == 60 and body["from"] == series[0]["t"] and "tenants" not in body
+
+        for window in ("24h", "7d", "30d"):  # the same turns, read from other buckets
+            other = stats_when(url, CLIENT_KEY, len(sent), window=window)
+            assert other["totals"] == totals, window
+            assert sum(p["tokens_after"] for p in other["series"]) == sum(after)
+        bad = api(url, "/v1/offload/stats", CLIENT_KEY, window="2h")
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_window"
+        assert bad.json()["error"]["param"] == "window"
+
+        listing = api(url, "/v1/offload/sessions", CLIENT_KEY).json()
+        assert listing["object"] == "list" and listing["total"] == 1 and listing["has_more"] is False
+        [row] = listing["data"]
+        assert row["id"] == "run-1" and row["turns"] == 5 and row["models"] == {"gpt-4o": 5}
+        assert row["tokens_before"] == sum(before[:5]) and row["tokens_after"] == sum(after[:5])
+        assert row["last_seen"] <= time.time()
+        detail = api(url, "/v1/offload/sessions/run-1", CLIENT_KEY).json()
+        assert detail["object"] == "offload.session" and detail["id"] == "run-1" and detail["turns_kept"] == 5
+        assert [t["tokens_before"] for t in detail["data"]] == before[:5]
+        assert [t["tokens_after"] for t in detail["data"]] == after[:5]
+        assert [t["action"] for t in detail["data"]] == [h["x-offload-action"] for h in sent[:5]]
+        assert [t["refs"] for t in detail["data"]] == [int(h["x-offload-refs"]) for h in sent[:5]]
+        assert [t["stream"] for t in detail["data"]] == [False] * 4 + [True]
+        assert all(t["model"] == "gpt-4o" and t["route"] == "chat" and t["status"] == 200 for t in detail["data"])
+        missing = api(url, "/v1/offload/sessions/run-2", CLIENT_KEY)
+        assert missing.status_code == 404 and missing.json()["error"]["code"] == "session_not_found"
+
+
+def test_reload_rounds_and_searches_are_counted(make_proxy, upstream):
+    from starlette.responses import JSONResponse
+
+    from tests.harness.history import refs_sent
+    from tests.harness.servers import completion, tool_call
+
+    async def handler(request, rec):
+        messages = rec.json()["messages"]
+        if messages[-1].get("tool_call_id") == "search_1":
+            return JSONResponse(completion("found it"))
+        if messages[-1].get("tool_call_id") == "reload_1":
+            return JSONResponse(completion(None, tool_calls=[tool_call("context_search", {"query": "value=7"},
+                                                                       id="search_1")]))
+        if refs_sent(rec):
+            return JSONResponse(completion(None, tool_calls=[tool_call("context_reload", {"ref": refs_sent(rec)[0]},
+                                                                       id="reload_1")]))
+        return JSONResponse(completion("hi"))
+
+    upstream.handler = handler
+    with make_proxy() as url:
+        send(url, "sk-stats-reloader", agent_history(steps=4), session="reloads")
+        totals = stats_when(url, "sk-stats-reloader", 1, window="1h")["totals"]
+        assert totals["reload_rounds"] == 2 and totals["searches"] == 1 and totals["reload_rate"] == 2.0
+        [turn] = api(url, "/v1/offload/sessions/reloads", "sk-stats-reloader").json()["data"]
+        assert turn["reload_rounds"] == 2 and turn["searches"] == 1
+
+
+def test_tenants_see_themselves_and_the_admin_sees_all(make_proxy, upstream, tmp_path):
+    with make_proxy(upstream_api_key="sk-server-upstream", tenants_file=tenants_file(tmp_path),
+                    admin_token=ADMIN) as url:
+        a = [send(url, KEY_A, agent_history(steps=4), session="a-run") for _ in range(2)]
+        b = [send(url, KEY_B, agent_history(steps=3), session="b-run")]
+        ns_a, ns_b = (namespace_for("tenant", [name], None) for name in ("team-a", "team-b"))
+
+        mine = stats_when(url, KEY_A, 2, window="1h")
+        assert mine["tenant"] == ns_a and mine["name"] == "team-a" and mine["totals"]["requests"] == 2
+        assert mine["totals"]["tokens_before"] == sum(int(h["x-offload-tokens-before"]) for h in a)
+        assert api(url, "/v1/offload/stats", KEY_A, tenant="team-a").status_code == 200
+        assert api(url, "/v1/offload/stats", KEY_A, tenant=ns_a).status_code == 200
+        for other in ("team-b", ns_b, "nobody"):
+            for path in ("/v1/offload/stats", "/v1/offload/sessions", "/v1/offload/sessions/b-run"):
+                refused = api(url, path, KEY_A, tenant=other)
+                assert refused.status_code == 403 and refused.json()["error"]["code"] == "tenant_forbidden"
+                assert "b-run" not in refused.text
+        listing = api(url, "/v1/offload/sessions", KEY_A).json()
+        assert [r["id"] for r in listing["data"]] == ["a-run"]
+        assert api(url, "/v1/offload/sessions/b-run", KEY_A).status_code == 404  # B's session: not A's
+
+        everyone = stats_when(url, ADMIN, 3, window="24h")
+        assert everyone["tenant"] is None and everyone["totals"]["requests"] == 3
+        assert everyone["totals"]["tokens_before"] == sum(int(h["x-offload-tokens-before"]) for h in a + b)
+        rows = {r["name"]: r for r in everyone["tenants"]}
+        assert set(rows) == {"team-a", "team-b"} and rows["team-b"]["tenant"] == ns_b
+        assert rows["team-a"]["totals"]["requests"] == 2 and rows["team-b"]["totals"]["requests"] == 1
+        assert everyone["recorder"]["dropped"] == 0 and everyone["recorder"]["recorded"] >= 3
+        one = api(url, "/v1/offload/stats", ADMIN, window="24h", tenant="team-b").json()
+        assert one["tenant"] == ns_b and one["totals"]["requests"] == 1 and "tenants" not in one
+        assert api(url, "/v1/offload/stats", ADMIN, tenant=ns_b).json()["totals"]["requests"] == 1
+        assert api(url, "/v1/offload/stats", ADMIN, tenant="nobody").status_code == 404
+        assert api(url, "/v1/offload/sessions", ADMIN, tenant="team-b").json()["data"][0]["id"] == "b-run"
+        assert api(url, "/v1/offload/sessions/b-run", ADMIN, tenant="team-b").json()["turns"] == 1
+        needs = api(url, "/v1/offload/sessions", ADMIN)
+        assert needs.status_code == 400 and needs.json()["error"]["code"] == "tenant_required"
+
+        # the admin token is no client credential: never relayed, never a namespace
+        count = len(upstream.requests)
+        for headers in ({"authorization": f"Bearer {ADMIN}"}, {"x-api-key": ADMIN}):
+            r = httpx2.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": []},
+                            headers=headers, timeout=10)
+            assert r.status_code == 403 and r.json()["error"]["code"] == "admin_token_not_a_credential"
+        assert httpx2.get(f"{url}/v1/models", headers={"authorization": f"Bearer {ADMIN}"}).status_code == 403
+        assert len(upstream.requests) == count
+        assert api(url, "/v1/offload/stats", "pk-wrong-key-000").status_code == 401
+        assert httpx2.get(f"{url}/v1/offload/stats").status_code == 401
+
+
+def test_without_an_admin_token_it_is_a_client_key_like_any(make_proxy, upstream):
+    """No --admin-token: nothing is admin; a client key reads its own (empty) namespace."""
+    with make_proxy() as url:
+        body = api(url, "/v1/offload/stats", "admin-ish-client-key", window="7d").json()
+        assert body["tenant"] == namespace_for("credential", ["admin-ish-client-key"], None)
+        assert body["totals"]["requests"] == 0 and "tenants" not in body
+        assert len(body["series"]) <= 7 * 24 and body["step"] == 3600
+
+
+def test_admin_token_is_not_relayed_in_client_key_mode(make_proxy, upstream):
+    with make_proxy(admin_token=ADMIN) as url:
+        r = httpx2.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": [{"role": "user",
+                        "content": "hi"}]}, headers={"authorization": f"Bearer {ADMIN}"}, timeout=10)
+        assert r.status_code == 403 and not upstream.requests
+        assert api(url, "/v1/offload/stats", ADMIN).json()["tenant"] is None
+
+
+def test_sessions_page_fast_with_ten_thousand(make_proxy, upstream, tmp_path):
+    data_dir = tmp_path / "store"
+    key = "sk-stats-many-sessions"
+    ns = namespace_for("credential", [key], None)
+
+    async def fill() -> None:
+        store = SQLiteStore(data_dir)
+        now = time.time()
+
+        def op(db, _now):
+            with db:
+                db.executemany("INSERT INTO ranked VALUES (?, ?, ?, ?)",
+                               [(sessions_key(ns), f"s{i:05}", now - 10_000 + i, now + 3600) for i in range(10_000)])
+                db.executemany("INSERT INTO hashes VALUES (?, ?, ?, ?)",
+                               [(session_keys(ns, f"s{i:05}")[1], "requests", i % 7 + 1, now + 3600)
+                                for i in range(10_000)])
+
+        await store._run(op)
+        await store.close()
+
+    asyncio.run(fill())
+    with make_proxy(data_dir=data_dir) as url:
+        send(url, key, agent_history(steps=2), session="s-live")
+        deadline = time.monotonic() + 10
+        while api(url, "/v1/offload/sessions", key).json()["total"] < 10_001 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        seen: list[str] = []
+        started = time.perf_counter()
+        for offset in (0, 50, 5_000, 9_990):
+            page = api(url, "/v1/offload/sessions", key, limit=50, offset=offset).json()
+            assert page["total"] == 10_001 and page["offset"] == offset and page["limit"] == 50
+            seen += [r["id"] for r in page["data"]]
+        elapsed = time.perf_counter() - started
+        assert seen[0] == "s-live" and seen[1] == "s09999" and seen[50] == "s09950"  # last active first
+        assert seen[100] == "s05000" and seen[-1] == "s00000" and len(seen) == 50 + 50 + 50 + 11
+        last = api(url, "/v1/offload/sessions", key, limit=50, offset=9_990).json()
+        assert last["has_more"] is False and len(last["data"]) == 11
+        assert api(url, "/v1/offload/sessions", key, limit=5).json()["has_more"] is True
+        assert elapsed < 2.0, elapsed
+        row = api(url, "/v1/offload/sessions", key, limit=1, offset=1).json()["data"][0]
+        assert row["id"] == "s09999" and row["turns"] == 9_999 % 7 + 1
+        for bad in ({"limit": "0"}, {"limit": "501"}, {"offset": "-1"}, {"limit": "x"}):
+            r = api(url, "/v1/offload/sessions", key, **bad)
+            assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_parameter"
+
+
+def test_a_failing_store_never_fails_a_request(make_proxy, upstream):
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    with make_proxy(redis_url=dead, store_timeout=0.2, admin_token=ADMIN) as url:
+        for _ in range(3):
+            headers = send(url, "sk-stats-no-store", agent_history(steps=3), session="lost")
+            assert "store unavailable" in headers["x-offload-warning"]
+        time.sleep(1.5)  # a flush: refused by the store, dropped
+        r = api(url, "/v1/offload/stats", "sk-stats-no-store")
+        assert r.status_code == 503 and r.json()["error"]["code"] == "store_unavailable"
+        assert api(url, "/v1/offload/sessions", "sk-stats-no-store").status_code == 503
+        assert send(url, "sk-stats-no-store", [{"role": "user", "content": "still fine"}])
