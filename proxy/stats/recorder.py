@@ -95,6 +95,7 @@ class Recorder:
         self._store: Store | None = None
         self._sealer = Sealer(None)
         self._task: asyncio.Task | None = None
+        self._flushing: asyncio.Future | None = None
 
     def record(self, turn: Turn) -> None:
         if len(self._queue) >= self.max_queue:
@@ -119,13 +120,20 @@ class Recorder:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+
+        async def last() -> None:
+            if self._flushing is not None:  # a flush the cancellation did not interrupt
+                await self._flushing
+            await self.flush()
+
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self.flush(), timeout)
+            await asyncio.wait_for(last(), timeout)
 
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self.flush_every)
-            await self.flush()
+            self._flushing = asyncio.ensure_future(self.flush())
+            await asyncio.shield(self._flushing)  # stopping waits for it instead of cutting it
 
     async def flush(self) -> int:
         """Write what is queued; the number of turns written (0 when the store failed)."""
