@@ -30,12 +30,16 @@ def anthropic_error_body(status: int, message: str) -> dict:
     return {"type": "error", "error": {"type": kind, "message": message}}
 
 
+# The proxy's own error codes (OpenAI-shaped errors) as Anthropic error types; any other is api_error.
+ANTHROPIC_CODES = {"rate_limit_exceeded": "rate_limit_error", "upstream_timeout": "timeout_error"}
+
+
 def anthropic_error_event(error: dict) -> dict:
-    """An OpenAI-shaped error body (`error_body`) as Anthropic's stream `error` event."""
+    """An OpenAI-shaped error body (`error_body`) as Anthropic's stream `error` event, its type by
+    the proxy's code (`ANTHROPIC_CODES`): a relayed stream that times out says so as a reload round's does."""
     detail = error.get("error") if isinstance(error.get("error"), dict) else {}
     message = str(detail.get("message") or "The request failed.")
-    kind = "overloaded_error" if detail.get("code") == "rate_limit_exceeded" else "api_error"
-    return {"type": "error", "error": {"type": kind, "message": message}}
+    return {"type": "error", "error": {"type": ANTHROPIC_CODES.get(detail.get("code"), "api_error"), "message": message}}
 
 
 def error_response(

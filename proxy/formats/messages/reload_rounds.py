@@ -23,13 +23,12 @@ from typing import Any
 
 from proxy.core import jsonio
 from proxy.core.rounds import ToolCall
+from proxy.errors import ANTHROPIC_CODES
 from proxy.formats.messages.request import inject_tools, with_history
 from proxy.formats.messages.rounds import (assistant_turn, calls_to_run, combine_rounds, content_of, injected_only,
                                            tool_calls, tool_results, usage_from_chat)
 from proxy.formats.messages.stream import ERROR_TYPES, StreamRewriter
 
-# The proxy's own error codes (OpenAI-shaped errors) as Anthropic error types.
-_ERROR_CODES = {"rate_limit_exceeded": "rate_limit_error", "upstream_timeout": "timeout_error"}
 
 
 def error_type(error: Any) -> str:
@@ -40,7 +39,7 @@ def error_type(error: Any) -> str:
     detail = error.get("error") if isinstance(error.get("error"), dict) else {}
     if error.get("type") == "error" and detail.get("type") in ERROR_TYPES:
         return detail["type"]
-    return _ERROR_CODES.get(detail.get("code"), "api_error")
+    return ANTHROPIC_CODES.get(detail.get("code"), "api_error")
 
 
 class MessagesRounds:

@@ -59,3 +59,17 @@ def test_a_tenant_upstream_must_be_a_plain_url(field, value):
 def test_tenant_upstreams_as_written():
     tenant = tenants_from_config({"a": {"upstream": "https://gw.example/v1/", "anthropic_upstream": "http://h:8/"}})["a"]
     assert (tenant.base("openai"), tenant.base("anthropic")) == ("https://gw.example/v1", "http://h:8/v1")
+
+
+def test_a_timeout_is_a_timeout_error_in_every_anthropic_stream():
+    """A relayed stream that times out and a reload round that times out say the same."""
+    import httpx2
+
+    from proxy.errors import anthropic_error_event
+    from proxy.formats.messages.reload_rounds import error_type
+    from proxy.upstream.errors import stream_broke
+
+    broke = stream_broke(httpx2.ReadTimeout("slow"))
+    assert anthropic_error_event(broke)["error"]["type"] == error_type(broke) == "timeout_error"
+    other = stream_broke(httpx2.RemoteProtocolError("cut"))
+    assert anthropic_error_event(other)["error"]["type"] == error_type(other) == "api_error"
