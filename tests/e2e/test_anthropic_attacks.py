@@ -10,6 +10,13 @@ import uuid
 import httpx2
 import pytest
 
+from tests.e2e.test_anthropic_compression import (
+    INLINE,
+    SNAPSHOT,
+    SYSTEM,
+    conversation,
+    tool_pairs_whole,
+)
 from tests.harness.anthropic import answer, message, parse_sse, text, tool_use
 from tests.harness.servers import scripted
 
@@ -173,11 +180,11 @@ def test_an_oauth_token_is_checked_the_way_the_api_accepts_it(proxy_url, upstrea
     The proxy's one-time check of a new credential (`GET /v1/models`) carries the beta too, so
     the first request of an OAuth client is offloaded like any other."""
     async def handler(request, rec):
-        if rec.method == "GET" and rec.path.endswith("/v1/models"):
-            if OAUTH_BETA not in rec.headers.get("anthropic-beta", ""):
-                from starlette.responses import JSONResponse
-                return JSONResponse({"type": "error", "error": {"type": "authentication_error",
-                                     "message": "OAuth authentication is currently not supported."}}, 401)
+        if (rec.method == "GET" and rec.path.endswith("/v1/models")
+                and OAUTH_BETA not in rec.headers.get("anthropic-beta", "")):
+            return _json({"type": "error", "error": {"type": "authentication_error",
+                                                     "message": "OAuth authentication is currently not supported."}},
+                         401)
         return await default(request, rec)
 
     from tests.harness.servers import default_handler as default
@@ -351,8 +358,6 @@ def test_thousands_of_tool_results_in_one_message(proxy_url, upstream):
 
 
 # -- summaries that go wrong, compression around odd messages ----------------------------------
-
-from tests.e2e.test_anthropic_compression import INLINE, SNAPSHOT, SYSTEM, conversation, tool_pairs_whole  # noqa: E402
 
 
 @pytest.fixture
