@@ -22,8 +22,17 @@ from starlette.types import Scope
 
 from proxy.core.settings import IDENT_PATTERN
 from proxy.offload.tenant import key
-from proxy.stats.buckets import ALL, ALL_GRAINS, TENANT_GRAINS, Fields, add, bucket_key, bucket_start, tenants_key, \
-    ttl_of
+from proxy.stats.buckets import (
+    ALL,
+    ALL_GRAINS,
+    TENANT_GRAINS,
+    Fields,
+    add,
+    bucket_key,
+    bucket_start,
+    tenants_key,
+    ttl_of,
+)
 from proxy.stats.prices import PriceTable
 from proxy.stats.turns import Turn, turn_fields
 from proxy.store.base import Store

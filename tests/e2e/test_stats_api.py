@@ -12,7 +12,6 @@ from pathlib import Path
 
 import httpx2
 import openai
-import pytest
 
 from proxy.offload.tenant import namespace_for
 from proxy.stats.recorder import session_keys, sessions_key

@@ -5,7 +5,17 @@ from __future__ import annotations
 import pytest
 
 from proxy.stats.buckets import (
-    DAY, HOUR, MINUTE, WINDOWS, bucket_key, bucket_start, merged, parse_retention, rollup, span_of, tenants_key,
+    DAY,
+    HOUR,
+    MINUTE,
+    WINDOWS,
+    bucket_key,
+    bucket_start,
+    merged,
+    parse_retention,
+    rollup,
+    span_of,
+    tenants_key,
     ttl_of,
 )
 
