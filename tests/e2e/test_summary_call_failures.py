@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 from starlette.responses import JSONResponse, StreamingResponse
 
 from tests.e2e.test_summary_requests import chat_turns, turn
