@@ -22,7 +22,8 @@ from starlette.routing import Route
 
 from proxy.reload import search_pool
 from proxy.http.caller import CallerGate, Gatekeeper
-from proxy.http.managed import chat_completions, count_tokens, messages, responses
+from proxy.http.count_tokens import count_tokens
+from proxy.http.managed import chat_completions, messages, responses
 from proxy.config import ServerSettings
 from proxy.http.limits import BodyLimit
 from proxy.http.observe import Metrics, Observe, configure_logging, metrics_endpoint

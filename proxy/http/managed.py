@@ -72,23 +72,6 @@ async def handle(request: Request, fmt: WireFormat) -> Response:
     return await answered(request, run)
 
 
-async def count_tokens(request: Request) -> Response:
-    """`POST /v1/messages/count_tokens`: the body reduced as `POST /v1/messages` would reduce it
-    (summaries ready in the store are used, none is started nor waited for), with the reload
-    tools when the turn would carry them, counted by the upstream: a client deciding its own
-    compaction from this count sees what the proxy will really send."""
-    async def run() -> Response:
-        call = await ManagedCall.open(request, MESSAGES)
-        await call.offload(new_summaries=False)
-        offered = call.inject_reload_tools
-        content = jsonio.dumps(call.rounds.request(offered)) if call.changed or offered else call.raw
-        response = await call.watch.run(call.services.upstream.send(
-            "POST", "messages/count_tokens", query=call.query, headers=call.headers, content=content, base=call.base))
-        return await stream_back(response, call.extra_headers, shape="anthropic")
-
-    return await answered(request, run)
-
-
 async def answered(request: Request, run) -> Response:
     """`run()`'s response, or the proxy's own error in the shape of the API the client speaks."""
     shape = family_of(request.scope)

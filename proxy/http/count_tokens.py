@@ -1,0 +1,28 @@
+"""`POST /v1/messages/count_tokens`: Anthropic's token count of what the proxy will really send."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from proxy.core import jsonio
+from proxy.formats.messages import MESSAGES
+from proxy.http.managed import ManagedCall, answered
+from proxy.http.relay import stream_back
+
+
+async def count_tokens(request: Request) -> Response:
+    """`POST /v1/messages/count_tokens`: the body reduced as `POST /v1/messages` would reduce it
+    (summaries ready in the store are used, none is started nor waited for), with the reload
+    tools when the turn would carry them, counted by the upstream: a client deciding its own
+    compaction from this count sees what the proxy will really send."""
+    async def run() -> Response:
+        call = await ManagedCall.open(request, MESSAGES)
+        await call.offload(new_summaries=False)
+        offered = call.inject_reload_tools
+        content = jsonio.dumps(call.rounds.request(offered)) if call.changed or offered else call.raw
+        response = await call.watch.run(call.services.upstream.send(
+            "POST", "messages/count_tokens", query=call.query, headers=call.headers, content=content, base=call.base))
+        return await stream_back(response, call.extra_headers, shape="anthropic")
+
+    return await answered(request, run)
