@@ -185,8 +185,9 @@ class Caller:
             return
         if any(method == m and pattern.fullmatch(path) for m, pattern in STATELESS_ENDPOINTS):
             return
+        own_key = "anthropic_api_key" if self.family == "anthropic" else "upstream_api_key"
         raise ProxyError(403, f"{method} /v1/{path} keeps state in the upstream account, which this proxy's "
-                              "tenants share; the operator can give this tenant an upstream_api_key of its own.",
+                              f"tenants share; the operator can give this tenant an {own_key} of its own.",
                          code="endpoint_not_shared")
 
 

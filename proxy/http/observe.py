@@ -152,7 +152,7 @@ class Metrics:
             self.upstream_latency.labels(rec.route).observe(time.perf_counter() - rec.upstream_sent)
         if rec.upstream_ttfb is not None:
             self.upstream_ttfb.labels(rec.route).observe(rec.upstream_ttfb)
-        if rec.tokens_before is not None:
+        if rec.tokens_before is not None and rec.route != "count_tokens":  # counting sends nothing to the model
             before, after = (m.labels(*tenant) if tenant else m for m in (self.tokens_before, self.tokens_after))
             before.inc(rec.tokens_before)
             after.inc(rec.tokens_after or 0)

@@ -333,3 +333,13 @@ def test_metrics_name_the_anthropic_routes(proxy_url, upstream):
     text = httpx2.get(f"{proxy_url}/metrics", timeout=20).text
     for route in ("messages", "count_tokens"):
         assert f'offload_requests_total{{route="{route}",status="200"}}' in text, route
+
+
+def test_count_tokens_is_not_counted_as_traffic(proxy_url, upstream):
+    def tokens_total(text: str) -> float:
+        return sum(float(line.split()[-1]) for line in text.splitlines()
+                   if line.startswith("offload_tokens_before_total"))
+
+    before = tokens_total(httpx2.get(f"{proxy_url}/metrics", timeout=20).text)
+    client(proxy_url).messages.count_tokens(model=MODEL, messages=history(), tools=TOOLS)
+    assert tokens_total(httpx2.get(f"{proxy_url}/metrics", timeout=20).text) == before
