@@ -8,7 +8,7 @@ OpenAI (chat completions, Responses, every other OpenAI route): `{"error": {"mes
 from __future__ import annotations
 
 import json
-from typing import Literal
+from typing import Any, Literal
 
 from starlette.responses import Response
 
@@ -34,12 +34,21 @@ def anthropic_error_body(status: int, message: str) -> dict:
 ANTHROPIC_CODES = {"rate_limit_exceeded": "rate_limit_error", "upstream_timeout": "timeout_error"}
 
 
-def anthropic_error_event(error: dict) -> dict:
-    """An OpenAI-shaped error body (`error_body`) as Anthropic's stream `error` event, its type by
-    the proxy's code (`ANTHROPIC_CODES`): a relayed stream that times out says so as a reload round's does."""
+ANTHROPIC_ERROR_TYPES = frozenset(ANTHROPIC_TYPES.values()) | {"api_error"}
+
+
+def anthropic_error_event(error: Any) -> dict:
+    """An error body as Anthropic's stream `error` event: an Anthropic body (a relayed upstream
+    error) keeps its own type; an OpenAI-shaped one (`error_body`, the proxy's own) gets the type
+    of its code (`ANTHROPIC_CODES`), else api_error. A relayed stream that breaks off and a
+    reload round that fails say the same."""
+    error = error if isinstance(error, dict) else {}
     detail = error.get("error") if isinstance(error.get("error"), dict) else {}
-    message = str(detail.get("message") or "The request failed.")
-    return {"type": "error", "error": {"type": ANTHROPIC_CODES.get(detail.get("code"), "api_error"), "message": message}}
+    if error.get("type") == "error" and detail.get("type") in ANTHROPIC_ERROR_TYPES:
+        kind = detail["type"]
+    else:
+        kind = ANTHROPIC_CODES.get(detail.get("code"), "api_error")
+    return {"type": "error", "error": {"type": kind, "message": str(detail.get("message") or "The request failed.")}}
 
 
 def error_response(

@@ -12,7 +12,6 @@ from starlette.responses import Response, StreamingResponse
 from proxy.offload import chains
 from proxy.upstream import sse
 from proxy.http.caller import Caller
-from proxy.http.family import family_of
 from proxy.http.disconnect import ClientDisconnected, ClientWatch
 from proxy.upstream.errors import stream_broke, upstream_error
 from proxy.http.services import services_of
@@ -89,7 +88,7 @@ async def with_error_event(chunks: AsyncIterator[bytes], shape: Shape = "openai"
             yield chunk
     except httpx2.HTTPError as exc:
         if shape == "anthropic":
-            yield b"\n\nevent: error\n" + sse.encode(anthropic_error_event(stream_broke(exc)))
+            yield b"\n\n" + sse.encode_typed(anthropic_error_event(stream_broke(exc)))
         else:
             yield b"\n\n" + sse.encode(stream_broke(exc)) + sse.DONE_EVENT
 
@@ -103,8 +102,8 @@ async def relay(request: Request) -> Response:
     services = services_of(request)
     upstream: Upstream = services.upstream
     watch = ClientWatch(request, body_read=not client_has_body(request))
+    caller: Caller = request.state.caller  # every /v1 request has one (CallerGate)
     try:
-        caller: Caller = request.state.caller
         path = upstream_path(request)
         caller.check_relay(request.method, path)
         response = await watch.run(
@@ -118,12 +117,12 @@ async def relay(request: Request) -> Response:
             )
         )
     except ProxyError as exc:
-        return exc.response(family_of(request.scope))
+        return exc.response(caller.family)
     except ClientDisconnected:
         return Response(status_code=499)
     if request.method == "DELETE" and response.status_code < 300:
         await delete_chained(request, caller, path)
-    return await stream_back(response, shape=family_of(request.scope))
+    return await stream_back(response, shape=caller.family)
 
 
 async def delete_chained(request: Request, caller: Caller, path: str) -> None:

@@ -59,3 +59,11 @@ def encode(data: Any) -> bytes:
 
 
 DONE_EVENT = encode(DONE)
+
+
+def encode_typed(event: Any) -> bytes:
+    """One event named by its `type` (`event: <type>` then `data:`), as the Responses and
+    Anthropic streams write them; an event without a printable type gets no `event:` line."""
+    kind = event.get("type") if isinstance(event, dict) else None
+    head = b"event: " + kind.encode() + b"\n" if isinstance(kind, str) and kind.isprintable() else b""
+    return head + encode(event)

@@ -21,25 +21,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from proxy.core import jsonio
 from proxy.core.rounds import ToolCall
-from proxy.errors import ANTHROPIC_CODES
+from proxy.errors import anthropic_error_event
 from proxy.formats.messages.request import inject_tools, with_history
 from proxy.formats.messages.rounds import (assistant_turn, calls_to_run, combine_rounds, content_of, injected_only,
                                            tool_calls, tool_results, usage_from_chat)
-from proxy.formats.messages.stream import ERROR_TYPES, StreamRewriter
+from proxy.formats.messages.stream import StreamRewriter
+from proxy.upstream import sse
 
 
 
 def error_type(error: Any) -> str:
-    """The Anthropic error type of an error body: an Anthropic body's own type (a relayed upstream
-    error), else by the proxy's code (`rate_limit_exceeded`, `upstream_timeout`), else api_error."""
-    if not isinstance(error, dict):
-        return "api_error"
-    detail = error.get("error") if isinstance(error.get("error"), dict) else {}
-    if error.get("type") == "error" and detail.get("type") in ERROR_TYPES:
-        return detail["type"]
-    return ANTHROPIC_CODES.get(detail.get("code"), "api_error")
+    """The Anthropic error type of an error body (`proxy.errors.anthropic_error_event`)."""
+    return anthropic_error_event(error)["error"]["type"]
 
 
 class MessagesRounds:
@@ -112,13 +106,11 @@ class MessagesRounds:
         return self._rewriter.finish()
 
     def fail(self, error: dict) -> list[dict]:
-        detail = error.get("error") if isinstance(error.get("error"), dict) else {}
-        return self._rewriter.fail(str(detail.get("message") or "The request failed."), kind=error_type(error))
+        detail = anthropic_error_event(error)["error"]
+        return self._rewriter.fail(detail["message"], kind=detail["type"])
 
     def encode(self, event: Any) -> bytes:
-        kind = event.get("type") if isinstance(event, dict) else None
-        head = b"event: " + kind.encode() + b"\n" if isinstance(kind, str) and kind.isprintable() else b""
-        return head + b"data: " + jsonio.dumps(event) + b"\n\n"
+        return sse.encode_typed(event)
 
     def carried(self, results: list[str]) -> list[Any]:
         """The user message answering `unanswered` (nothing is stored upstream: unused by the proxy)."""

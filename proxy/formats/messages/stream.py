@@ -28,15 +28,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.errors import ANTHROPIC_ERROR_TYPES
 from proxy.formats.messages.items import block_type, is_injected, is_tool_use
 from proxy.core.usage import add_usage
 from proxy.formats.messages.rounds import assistant_turn, client_stop_reason
 
 _INPUT_BLOCKS = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})  # their input comes as JSON fragments
-ERROR_TYPES = frozenset({
-    "invalid_request_error", "authentication_error", "billing_error", "permission_error", "not_found_error",
-    "request_too_large", "rate_limit_error", "api_error", "timeout_error", "overloaded_error",
-})
+ERROR_TYPES = ANTHROPIC_ERROR_TYPES  # the error types a client may be sent
 
 
 def _int(value: Any) -> int | None:

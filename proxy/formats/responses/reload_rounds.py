@@ -25,13 +25,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from proxy.core import jsonio
 from proxy.core.rounds import ToolCall
 from proxy.formats.responses.items import _type
 from proxy.formats.responses.request import inject_tools, with_history
 from proxy.formats.responses.rounds import (calls_to_run, combine_rounds, injected_only, injected_results,
                                             reasoning_replayable, round_items)
 from proxy.formats.responses.stream import StreamRewriter
+from proxy.upstream import sse
 
 # `response.error.code` values the openai SDK accepts (a fixed set); anything else is sent as server_error.
 ERROR_CODES = frozenset({"server_error", "rate_limit_exceeded", "invalid_prompt"})
@@ -157,6 +157,4 @@ class ResponsesRounds:
                 for call, result in zip(self.unanswered, results)]
 
     def encode(self, event: Any) -> bytes:
-        kind = event.get("type") if isinstance(event, dict) else None
-        head = b"event: " + kind.encode() + b"\n" if isinstance(kind, str) and kind.isprintable() else b""
-        return head + b"data: " + jsonio.dumps(event) + b"\n\n"
+        return sse.encode_typed(event)
