@@ -23,6 +23,7 @@ from starlette.routing import Route
 from proxy.reload import search_pool
 from proxy.http.caller import CallerGate, Gatekeeper
 from proxy.http.count_tokens import count_tokens
+from proxy.http.dashboard import Dashboard
 from proxy.http.managed import chat_completions, messages, responses
 from proxy.config import ServerSettings
 from proxy.http.limits import BodyLimit
@@ -116,6 +117,7 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics_endpoint(settings.admin_token, metrics), methods=["GET"]),
+        *Dashboard().routes(),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/responses", responses, methods=["POST"]),
         Route("/v1/messages", messages, methods=["POST"]),

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hmac
 import re
 import time
+from dataclasses import asdict
 from collections.abc import Mapping
 from typing import Any
 
@@ -91,14 +92,17 @@ class StatsApi:
             namespace = self.namespace(request, required=False)
             services = services_of(request)
             span = span_of(window, time.time())
+            admin = bool(request.scope.get("state", {}).get("admin"))
             body: dict[str, Any] = {"object": "offload.stats", "window": window, **self._tenant(namespace),
+                                    "viewer": "admin" if admin else "tenant",
                                     "from": span.start, "to": span.end, "now": span.now, "step": span.window.step}
             body.update(await reader.window_stats(services.store, span, namespace))
+            body["health"] = {"store": await services.store.ping()}
+            if admin:  # this worker's background work, which no tenant's credential sees
+                body["health"]["scheduler"] = asdict(services.summaries.state())
             if namespace is None:  # the admin's view of all tenants
                 body["tenants"] = await reader.tenant_rows(services.store, span, self.names)
-                state = services.recorder.snapshot()
-                body["recorder"] = {"queued": state.queued, "recorded": state.recorded, "dropped": state.dropped,
-                                    "flush_failures": state.flush_failures}
+                body["recorder"] = asdict(services.recorder.snapshot())
             return body
 
         return await answer(run)

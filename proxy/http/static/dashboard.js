@@ -1,0 +1,307 @@
+/* The dashboard: signs in with a token, then draws the JSON API's answers and refreshes them
+   every few seconds. Every string from the API is written as text (textContent), never as HTML. */
+"use strict";
+(function () {
+  const REFRESH_MS = 5000;
+  const PAGE = 25;
+  const TOKEN_KEY = "offload-dashboard-token";
+  const ACTIONS = [
+    ["compact", "Compaction", "c-compact"],
+    ["compress", "Compression", "c-compress"],
+    ["compact+compress", "Both", "c-both"],
+    ["pending", "Summary pending", "c-pending"],
+  ];
+  const $ = (id) => document.getElementById(id);
+  const state = { token: sessionStorage.getItem(TOKEN_KEY), window: "24h", tenant: null, offset: 0,
+                  session: null, paused: false, busy: false, last: null, admin: null };
+
+  /* ---- formatting ---- */
+  const int = (v) => (v === null || v === undefined ? "–" : Math.round(v).toLocaleString("en-US"));
+  const pct = (v) => (v === null || v === undefined ? "–" : (v * 100).toFixed(1) + "%");
+  const usd = (v) => (v === null || v === undefined ? "–" : "$" + v.toFixed(Math.abs(v) < 1 ? 4 : 2));
+  const compact = (v) => (v >= 1e6 ? (v / 1e6).toFixed(v >= 1e7 ? 0 : 1) + "M" : v >= 1e3 ? (v / 1e3).toFixed(v >= 1e4 ? 0 : 1) + "k" : String(Math.round(v)));
+  const clock = (t, step) => {
+    const d = new Date(t * 1000);
+    if (step >= 86400 || (step >= 3600 && state.window !== "24h")) {
+      return d.toLocaleDateString("en-GB", { day: "2-digit", month: "short" }) + (step < 86400 ? " " + d.toLocaleTimeString("en-GB", { hour: "2-digit", minute: "2-digit" }) : "");
+    }
+    return d.toLocaleTimeString("en-GB", { hour: "2-digit", minute: "2-digit" });
+  };
+  const ago = (t) => {
+    const s = Math.max(0, Date.now() / 1000 - t);
+    return s < 60 ? Math.round(s) + " s ago" : s < 3600 ? Math.round(s / 60) + " min ago" : s < 86400 ? Math.round(s / 3600) + " h ago" : Math.round(s / 86400) + " d ago";
+  };
+
+  /* ---- DOM ---- */
+  function h(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (k === "onclick") node.addEventListener("click", v);
+      else if (k === "class") node.className = v;
+      else node.setAttribute(k, v);
+    }
+    for (const c of children) node.append(c instanceof Node ? c : document.createTextNode(c === null || c === undefined ? "" : String(c)));
+    return node;
+  }
+  function table(el, columns, rows, onRow) {
+    const head = h("tr", {}, ...columns.map(([label, , cls]) => h("th", { class: cls || "" }, label)));
+    const body = rows.map((row) => {
+      const cells = columns.map(([, value, cls], i) => {
+        const content = value(row);
+        return h("td", { class: cls || "" }, i === 0 && onRow ? h("button", { type: "button", class: "link", onclick: () => onRow(row) }, content) : content);
+      });
+      return h("tr", onRow ? { class: "clickable" } : {}, ...cells);
+    });
+    el.replaceChildren(h("thead", {}, head), h("tbody", {}, ...body));
+  }
+
+  /* ---- the API ---- */
+  async function api(path, params) {
+    const query = new URLSearchParams(Object.entries(params || {}).filter(([, v]) => v !== null && v !== undefined && v !== ""));
+    const response = await fetch(path + (query.toString() ? "?" + query : ""), {
+      headers: { Authorization: "Bearer " + state.token }, cache: "no-store" });
+    let body = null;
+    try { body = await response.json(); } catch (e) { body = null; }
+    if (!response.ok) {
+      const message = (body && body.error && body.error.message) || `HTTP ${response.status}`;
+      const err = new Error(message);
+      err.status = response.status;
+      throw err;
+    }
+    return body;
+  }
+
+  /* ---- the view's state in the URL fragment (never the token) ---- */
+  function readHash() {
+    const p = new URLSearchParams(location.hash.slice(1));
+    if (["1h", "24h", "7d", "30d"].includes(p.get("window"))) state.window = p.get("window");
+    state.tenant = p.get("tenant") || null;
+    state.session = p.get("session") || null;
+    state.offset = Math.max(0, parseInt(p.get("offset") || "0", 10) || 0);
+  }
+  function writeHash() {
+    const p = new URLSearchParams({ window: state.window });
+    if (state.tenant) p.set("tenant", state.tenant);
+    if (state.offset) p.set("offset", String(state.offset));
+    if (state.session) p.set("session", state.session);
+    history.replaceState(null, "", "#" + p);
+  }
+
+  /* ---- rendering ---- */
+  function headline(totals) {
+    const values = {
+      tokens_saved: [int(totals.tokens_saved), `${int(totals.tokens_before)} raw → ${int(totals.tokens_after)} forwarded`],
+      cost_saved_usd: [usd(totals.cost_saved_usd), `${usd(totals.cost_before_usd)} → ${usd(totals.cost_after_usd)} of input`],
+      forwarded_ratio: [pct(totals.forwarded_ratio), "of the raw tokens went upstream"],
+      prefix_reuse: [pct(totals.prefix_reuse), totals.prefix_tokens !== undefined ? `${int(totals.prefix_tokens)} tokens in cacheable prefixes` : ""],
+      reload_rate: [pct(totals.reload_rate), `${int(totals.reload_rounds)} reload rounds, ${int(totals.searches)} searches`],
+      requests: [int(totals.requests), `${int(totals.errors)} errors`],
+    };
+    for (const card of document.querySelectorAll("#headline .card")) {
+      const [value, sub] = values[card.dataset.field];
+      card.querySelector(".value").textContent = value;
+      card.querySelector(".sub").textContent = sub;
+    }
+  }
+
+  function charts(stats) {
+    const series = stats.series;
+    const label = (i) => clock(series[i].t, stats.step);
+    const count = series.length;
+    OffloadCharts.lines($("chart-tokens"), {
+      count, label: "Raw and forwarded tokens over time", xLabel: label, yFormat: compact,
+      series: [
+        { name: "Raw", cls: "c-raw", values: series.map((p) => p.tokens_before) },
+        { name: "Forwarded", cls: "c-fwd", values: series.map((p) => p.tokens_after) },
+      ],
+      title: (i) => `${label(i)}\nRaw: ${int(series[i].tokens_before)}\nForwarded: ${int(series[i].tokens_after)}\nRequests: ${int(series[i].requests)}`,
+    });
+    const byAction = (p, key) => Object.entries(p.actions || {}).reduce((a, [name, n]) =>
+      a + (key === "pending" ? (name.endsWith("-pending") ? n : 0) : name === key ? n : 0), 0);
+    OffloadCharts.bars($("chart-actions"), {
+      count, label: "Offload actions and reload rounds over time", xLabel: label, yFormat: compact,
+      stacks: ACTIONS.map(([key, name, cls]) => ({ name, cls, values: series.map((p) => byAction(p, key)) })),
+      line: { name: "Reload rounds", cls: "c-reload", values: series.map((p) => p.reload_rounds) },
+      title: (i) => `${label(i)}\n` + ACTIONS.map(([key, name]) => `${name}: ${byAction(series[i], key)}`).join("\n") + `\nReload rounds: ${series[i].reload_rounds}`,
+    });
+  }
+
+  function health(stats) {
+    const t = stats.totals, s = t.summaries, hl = stats.health || {};
+    const rows = [
+      ["Store", hl.store === undefined ? "–" : hl.store ? "reachable" : "UNREACHABLE", hl.store === false],
+      ["Summaries made", int(s.made)],
+      ["Summaries reused", int(s.reused)],
+      ["Summaries failed", int(s.failed), s.failed > 0],
+      ["Turns not kept waiting (summary pending)", int(t.stalls_avoided)],
+      ["Store warnings", int(t.store_warnings), t.store_warnings > 0],
+      ["Errors", int(t.errors), t.errors > 0],
+    ];
+    if (hl.scheduler) {
+      rows.push(["Summaries running / queued", `${hl.scheduler.running} / ${hl.scheduler.queued}`]);
+      rows.push(["Oldest summary job", hl.scheduler.oldest_seconds.toFixed(1) + " s", hl.scheduler.oldest_seconds > 60]);
+      rows.push(["Summary jobs dropped", int(hl.scheduler.dropped), hl.scheduler.dropped > 0]);
+    }
+    if (stats.recorder) {
+      rows.push(["Statistics queued / dropped", `${int(stats.recorder.queued)} / ${int(stats.recorder.dropped)}`, stats.recorder.dropped > 0]);
+    }
+    $("health-list").replaceChildren(...rows.map(([k, v, bad]) => h("div", {}, h("dt", {}, k), h("dd", { class: bad ? "bad" : "" }, v))));
+  }
+
+  function tenants(stats) {
+    const rows = stats.tenants || [];
+    $("tenants").hidden = !state.admin || state.tenant !== null;
+    table($("tenants-table"), [
+      ["Tenant", (r) => r.name], ["Requests", (r) => int(r.totals.requests), "num"],
+      ["Raw tokens", (r) => int(r.totals.tokens_before), "num"], ["Forwarded", (r) => int(r.totals.tokens_after), "num"],
+      ["Saved", (r) => int(r.totals.tokens_saved), "num"], ["Fwd / raw", (r) => pct(r.totals.forwarded_ratio), "num"],
+      ["Money saved", (r) => usd(r.totals.cost_saved_usd), "num"], ["Reload rate", (r) => pct(r.totals.reload_rate), "num"],
+    ], rows, (r) => { state.tenant = r.tenant; state.offset = 0; state.session = null; refresh(); });
+    if (!rows.length) $("tenants-table").append(h("caption", {}, "No tenant sent a managed request in this window."));
+  }
+
+  function sessions(page) {
+    $("sessions").hidden = false;
+    $("sessions-count").textContent = `(${int(page.total)})`;
+    table($("sessions-table"), [
+      ["Session", (r) => r.id], ["Last active", (r) => ago(r.last_seen)], ["Turns", (r) => int(r.turns), "num"],
+      ["Raw tokens", (r) => int(r.tokens_before), "num"], ["Forwarded", (r) => int(r.tokens_after), "num"],
+      ["Fwd / raw", (r) => pct(r.forwarded_ratio), "num"], ["Reload rounds", (r) => int(r.reload_rounds), "num"],
+      ["Model", (r) => Object.keys(r.models || {}).join(", ")],
+    ], page.data, (r) => { state.session = r.id; refresh(); });
+    if (!page.data.length) $("sessions-table").append(h("caption", {}, "No session yet: sessions are named by the X-Offload-Session header or by their first messages."));
+    const last = Math.min(page.total, page.offset + page.data.length);
+    $("page").textContent = page.total ? `${int(page.offset + 1)}–${int(last)} of ${int(page.total)}` : "";
+    $("prev").disabled = page.offset <= 0;
+    $("next").disabled = !page.has_more;
+  }
+
+  function session(detail) {
+    $("session").hidden = false;
+    $("session-id").textContent = detail.id;
+    $("session-summary").textContent = `${int(detail.turns)} turns (last ${int(detail.turns_kept)} kept) · ${int(detail.tokens_before)} raw → ${int(detail.tokens_after)} forwarded (${pct(detail.forwarded_ratio)}) · ${int(detail.reload_rounds)} reload rounds · last active ${ago(detail.last_seen)}`;
+    const turns = detail.data;
+    const label = (i) => String(detail.turns - turns.length + i + 1);
+    OffloadCharts.lines($("chart-session"), {
+      count: turns.length, label: "Tokens per turn of this session", xLabel: label, yFormat: compact,
+      series: [
+        { name: "Raw", cls: "c-raw", values: turns.map((t) => t.tokens_before) },
+        { name: "Forwarded", cls: "c-fwd", values: turns.map((t) => t.tokens_after) },
+      ],
+      markers: turns.flatMap((t, i) => t.action === "none" ? [] : [{ i, value: t.tokens_after, cls: t.action.includes("compress") ? "c-compress" : "c-compact" }]),
+      legendExtra: [{ name: "Compaction", cls: "c-compact" }, { name: "Compression", cls: "c-compress" }],
+      title: (i) => `Turn ${label(i)} · ${turns[i].action}\nRaw: ${int(turns[i].tokens_before)}\nForwarded: ${int(turns[i].tokens_after)}\nRefs: ${turns[i].refs} · Reload rounds: ${turns[i].reload_rounds}`,
+    });
+    table($("turns-table"), [
+      ["Turn", (t) => label(turns.indexOf(t))], ["Time", (t) => new Date(t.time * 1000).toLocaleTimeString("en-GB")],
+      ["Route", (t) => t.route], ["Model", (t) => t.model || ""], ["Action", (t) => t.action],
+      ["Raw", (t) => int(t.tokens_before), "num"], ["Forwarded", (t) => int(t.tokens_after), "num"],
+      ["Refs", (t) => int(t.refs), "num"], ["Reloads", (t) => int(t.reload_rounds), "num"], ["Status", (t) => t.status, "num"],
+    ], [...turns].reverse());
+  }
+
+  /* ---- the loop ---- */
+  async function refresh() {
+    if (!state.token) return;
+    if (state.busy) { state.again = true; return; }  // a click during a refresh: once more after it
+    state.busy = true;
+    state.again = false;
+    writeHash();
+    for (const b of document.querySelectorAll("#windows button")) b.classList.toggle("on", b.dataset.window === state.window);
+    try {
+      if (state.admin === null) {  // who is looking: the admin reads any tenant, a tenant only its own
+        state.admin = (await api("/v1/offload/stats", { window: "1h" })).viewer === "admin";
+      }
+      if (!state.admin) state.tenant = null;
+      const stats = await api("/v1/offload/stats", { window: state.window, tenant: state.tenant });
+      $("scope").textContent = stats.tenant ? `Tenant ${stats.name}` : "All tenants";
+      if (state.admin && stats.tenant) $("scope").append(" ", h("button", { type: "button", class: "quiet", onclick: () => { state.tenant = null; state.session = null; state.offset = 0; refresh(); } }, "All tenants"));
+      headline(stats.totals);
+      charts(stats);
+      health(stats);
+      tenants(stats);
+      if (stats.tenant) {
+        sessions(await api("/v1/offload/sessions", { tenant: state.admin ? stats.tenant : null, offset: state.offset, limit: PAGE }));
+      } else {
+        $("sessions").hidden = true;
+      }
+      if (stats.tenant && state.session) {
+        try {
+          session(await api("/v1/offload/sessions/" + encodeURIComponent(state.session), { tenant: state.admin ? stats.tenant : null }));
+        } catch (e) {
+          if (e.status !== 404) throw e;
+          state.session = null;
+          $("session").hidden = true;
+        }
+      } else {
+        $("session").hidden = true;
+      }
+      state.last = new Date();
+      $("updated").textContent = `Updated ${state.last.toLocaleTimeString("en-GB")}` + (state.paused ? " · paused" : ` · every ${REFRESH_MS / 1000} s`);
+      $("error").hidden = true;
+      document.body.dataset.loaded = String((+document.body.dataset.loaded || 0) + 1);
+    } catch (e) {
+      if (e.status === 401 || e.status === 403) {
+        signOut(e.message);
+      } else {
+        $("error").textContent = "Could not refresh: " + e.message;
+        $("error").hidden = false;
+      }
+    } finally {
+      state.busy = false;
+      if (state.again) refresh();
+    }
+  }
+
+  function show(signedIn) {
+    $("signin").hidden = signedIn;
+    $("board").hidden = !signedIn;
+    for (const id of ["windows", "pause", "signout"]) $(id).hidden = !signedIn;
+  }
+
+  function signOut(message) {
+    sessionStorage.removeItem(TOKEN_KEY);
+    state.token = null;
+    state.admin = null;
+    show(false);
+    $("signin-error").textContent = message || "";
+    $("scope").textContent = "";
+    $("updated").textContent = "";
+  }
+
+  async function signIn(event) {
+    event.preventDefault();
+    state.token = $("token").value.trim();
+    $("token").value = "";
+    try {
+      await api("/v1/offload/stats", { window: "1h" });
+    } catch (e) {
+      return signOut(e.status === 401 || e.status === 403 ? e.message : "Could not reach the proxy: " + e.message);
+    }
+    sessionStorage.setItem(TOKEN_KEY, state.token);
+    $("signin-error").textContent = "";
+    show(true);
+    refresh();
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    readHash();
+    $("signin").addEventListener("submit", signIn);
+    $("signout").addEventListener("click", () => signOut(""));
+    $("pause").addEventListener("click", () => {
+      state.paused = !state.paused;
+      $("pause").textContent = state.paused ? "Resume" : "Pause";
+      refresh();
+    });
+    for (const b of document.querySelectorAll("#windows button")) {
+      b.addEventListener("click", () => { state.window = b.dataset.window; refresh(); });
+    }
+    $("prev").addEventListener("click", () => { state.offset = Math.max(0, state.offset - PAGE); refresh(); });
+    $("next").addEventListener("click", () => { state.offset += PAGE; refresh(); });
+    $("session-close").addEventListener("click", () => { state.session = null; refresh(); });
+    let resize = null;
+    window.addEventListener("resize", () => { clearTimeout(resize); resize = setTimeout(refresh, 200); });
+    setInterval(() => { if (!state.paused && !document.hidden) refresh(); }, REFRESH_MS);
+    if (state.token) { show(true); refresh(); } else { show(false); }
+  });
+})();
