@@ -37,9 +37,7 @@ from proxy.core.view import ItemView
 from proxy.formats import chat
 from proxy.formats.chat import CHAT
 from proxy.formats import messages as anthropic
-from proxy.formats.messages import from_chat as anthropic_from_chat
 from proxy.formats.responses import RESPONSES
-from proxy.formats.responses import from_chat as _responses
 from proxy.formats.responses.items import ResponsesView
 from proxy.core.markers import INJECTED_TOOLS, history_ref
 from proxy.core.texts import RELOAD_TOOL_SCHEMAS
@@ -58,22 +56,14 @@ from proxy.upstream.client import Upstream
 from proxy.upstream.pool import pooled_transport
 from proxy.replay import metrics
 from proxy.replay.metrics import common_prefix, prefix_reuse  # noqa: F401  (imported from here too)
+from proxy.replay.turns import (  # noqa: F401  (imported from here too)
+    FORMATS, answer_positions, answers_of, request_body, requests_of, system_of, turns_of)
 from proxy.replay.simulation import SummaryRecorder, TurnScheduler, fake_summarizer, recording, request_items
 from proxy.offload.events import recent
 from proxy.store.sealing import Sealer
 
 NEXT_OFFSET = re.compile(r"offset=(\d+)\)\.\]$")
-FORMATS = ("chat", "responses", "anthropic")  # the wire format conversations are replayed in
 WIRES = {"chat": CHAT, "responses": RESPONSES, "anthropic": anthropic.MESSAGES}
-
-
-def answer_positions(messages: list[Any]) -> list[int]:
-    """Where the assistant messages the turns are replayed for stand (never the first message)."""
-    return [k for k, m in enumerate(messages) if k > 0 and isinstance(m, dict) and m.get("role") == "assistant"]
-
-
-def turns_of(messages: list[Any]) -> list[list[Any]]:
-    return [messages[:k] for k in answer_positions(messages)]
 
 
 def message_tokens(messages: list[Any], counter: TokenCounter) -> list[int]:
@@ -134,29 +124,6 @@ def view_for(format: str) -> ItemView:
     raise ValueError(f"unknown format {format!r} (expected one of {', '.join(FORMATS)})")
 
 
-def requests_of(conv: dict, format: str) -> tuple[list[list[Any]], Any]:
-    """The requests replayed for a conversation, one per turn (`turns_of` its messages), and its
-    tools, both in the wire format. Responses turns are slices of one conversion of the whole
-    conversation, so consecutive turns share their items as chat turns share their messages."""
-    requests = turns_of(conv["messages"])
-    if format == "chat":
-        return requests, conv.get("tools")
-    convert = anthropic_from_chat if format == "anthropic" else None
-    items, offsets = (convert or _responses).items_with_offsets(conv["messages"])
-    tools = (convert or _responses).tools_from_chat(conv.get("tools"))
-    return [items[:offsets[len(request)]] for request in requests], tools
-
-
-def answers_of(conv: dict, format: str) -> tuple[list[Any], list[tuple[int, int]]]:
-    """The whole conversation in the wire format, and where each turn's assistant answer stands in
-    it (start, end): the request of turn k is history[:start] (`requests_of`)."""
-    positions = answer_positions(conv["messages"])
-    if format == "chat":
-        return conv["messages"], [(k, k + 1) for k in positions]
-    items, offsets = (anthropic_from_chat if format == "anthropic" else _responses).items_with_offsets(conv["messages"])
-    return items, [(offsets[k], offsets[k + 1]) for k in positions]
-
-
 def forget_process_summaries(namespace: str) -> None:
     """Drop this process's memo of summary records of `namespace` (left by an earlier replay in the
     same process, e.g. on another store), so every replay counts the summaries it makes itself."""
@@ -199,7 +166,7 @@ class Replayer:
         self.inline_summaries, self.summary_request = inline_summaries, summary_request
         self.wire = WIRES[format]
         self.json_counter = counter_for_encoding("o200k_base")
-        self._system: dict = {}  # an Anthropic conversation's `system` (its leading system messages)
+        self._system: str | None = None  # an Anthropic conversation's `system` (its leading system messages)
 
     def token_counting(self) -> dict[str, Any]:
         """How the report's tokens were counted: "tiktoken", or "estimate" when an encoding could
@@ -212,11 +179,7 @@ class Replayer:
     async def _prepare(self, request: list[Any], namespace: str, counter: TokenCounter, tools: Any = None,
                        scheduler: TurnScheduler | None = None, created: dict[str, str] | None = None):
         refs = RefStore(self.store, namespace, self.ttl)
-        body = {"model": self.model, ("input" if self.format == "responses" else "messages"): request}
-        if self.format == "anthropic":
-            body = anthropic.MESSAGES.with_history({**self._system, **body, "max_tokens": 4096}, request)
-        if tools:
-            body["tools"] = tools
+        body = request_body(request, format=self.format, model=self.model, tools=tools, system=self._system)
         ctx = SummaryContext(upstream=self.upstream, headers=self.headers, model=self.model, prompt=DEFAULT_PROMPT,
                              timeout=120.0, wait=30.0, view=self.view, background=scheduler,
                              request_model=self.model, refs=CapturingRefs(self.store, namespace, self.ttl,
@@ -254,8 +217,7 @@ class Replayer:
         forget_process_summaries(namespace)
         out.store_was_fresh = await self.store.put_if_absent(key(namespace, "replay", "started"), b"1", self.ttl)
         counter = counter_for_model(self.model)
-        system = anthropic_from_chat.system_from_chat(conv["messages"]) if self.format == "anthropic" else None
-        self._system = {"system": system} if system else {}
+        self._system = system_of(conv, self.format)
         requests, tools = requests_of(conv, self.format)
         history, answers = answers_of(conv, self.format)
         history_tokens = message_tokens(history, self.json_counter)
