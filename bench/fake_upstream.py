@@ -1,6 +1,7 @@
 """A minimal OpenAI-compatible upstream for benchmarks: `python bench/fake_upstream.py PORT`.
 
-Answers chat completions and Responses requests instantly (JSON or SSE) so that what is measured is the proxy.
+Answers chat completions and Responses requests instantly (JSON or SSE) so that what is measured is the proxy,
+and Anthropic Messages requests (`POST /v1/messages`, JSON only), the proxy's summary calls included.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ import uvicorn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's proxy package
 from proxy.core.texts import SUMMARY_INSTRUCTION, SUMMARY_PROMPT  # noqa: E402
 
-# The proxy's summary calls, recognised exactly: the instruction as the last chat message or the
-# last Responses input item (the prefix shape, the body's end), or the summariser's system prompt
-# as the first message (the transcript shape, the body's start).
+# The proxy's summary calls, recognised exactly: the instruction as the last chat message, the
+# last Responses input item or the last block of the last Anthropic message (the prefix shape), or
+# the summariser's system prompt as the first message (the transcript shape, the body's start).
 _INSTRUCTION = json.dumps(SUMMARY_INSTRUCTION).encode()
 PREFIX_ENDS = (b'{"role":"user","content":' + _INSTRUCTION + b"}]",
-               b'{"type":"message","role":"user","content":[{"type":"input_text","text":' + _INSTRUCTION + b"}]}]")
+               b'{"type":"message","role":"user","content":[{"type":"input_text","text":' + _INSTRUCTION + b"}]}]",
+               b'{"type":"text","text":' + _INSTRUCTION + b"}]}]")
 TRANSCRIPT_START = b'"messages":[{"role":"system","content":' + json.dumps(SUMMARY_PROMPT).encode() + b"}"
 
 
@@ -53,6 +55,22 @@ RESPONSE = json.dumps({
 }).encode()
 
 
+def anthropic_message(text: str, input_tokens: int = 10, output_tokens: int = 1) -> bytes:
+    """An Anthropic Messages answer."""
+    return json.dumps({
+        "id": "msg_bench", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+        "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
+        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
+    }).encode()
+
+
+def is_messages(scope) -> bool:
+    return scope["method"] == "POST" and scope["path"].rstrip("/").endswith("/messages")
+
+
+MESSAGE = anthropic_message("ok")
+
+
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
         while (await receive())["type"] != "lifespan.shutdown":
@@ -67,7 +85,9 @@ async def app(scope, receive, send):
             break
     if is_summary_call(body):
         text = "<state_snapshot><task_overview>benchmark</task_overview></state_snapshot>"
-        if scope["path"].rstrip("/").endswith("/responses"):
+        if is_messages(scope):
+            snapshot = anthropic_message(text, len(body) // 4, 20)
+        elif scope["path"].rstrip("/").endswith("/responses"):
             snapshot = json.dumps({
                 "id": "resp_sum", "object": "response", "created_at": 1, "status": "completed", "model": "gpt-4o",
                 "output": [{"type": "message", "id": "msg_sum", "role": "assistant", "status": "completed",
@@ -97,7 +117,7 @@ async def app(scope, receive, send):
             await send({"type": "http.response.body", "body": part, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return
-    answer = RESPONSE if scope["path"].endswith("/responses") else COMPLETION
+    answer = RESPONSE if scope["path"].endswith("/responses") else MESSAGE if is_messages(scope) else COMPLETION
     await send({"type": "http.response.start", "status": 200,
                 "headers": [(b"content-type", b"application/json"), (b"x-request-id", b"req_bench"),
                             (b"content-length", str(len(answer)).encode())]})
