@@ -45,15 +45,18 @@ def build_parser() -> argparse.ArgumentParser:
         "replay", help="Replay conversations (JSONL) turn by turn through the offload pipeline and report."
     )
     replay.add_argument("file", help="JSONL: one conversation per line with 'messages' and optional 'tools'.")
-    replay.add_argument("--out", default="replay-out", help="Directory for report.json and charts.")
+    replay.add_argument("--out", default=None, help="Directory for report.json and charts (default replay-out; "
+                                                     "with --target: report.json, only when given).")
     replay.add_argument("--upstream", default=None, help="Real summariser upstream (default: a built-in fake).")
-    replay.add_argument("--api-key", default=None, help="Key for --upstream (default: $OPENAI_API_KEY).")
+    replay.add_argument("--api-key", default=None, help="Key for --upstream, or for --target the caller's key "
+                                                        "(default: $OPENAI_API_KEY).")
     replay.add_argument("--model", default="gpt-4o", help="Model of the replayed requests (token counting, summaries).")
     replay.add_argument("--redis-url", default=None, help="Replay against this Redis instead of an embedded store.")
     replay.add_argument("--data-dir", default=None, help="Embedded store location (default: a temporary one).")
-    from proxy.replay.cli import add_format_argument
+    from proxy.replay.cli import add_format_argument, add_target_arguments
 
     add_format_argument(replay)
+    add_target_arguments(replay)
     from proxy.core.settings import OffloadSettings
 
     for name, field in OffloadSettings.model_fields.items():
@@ -185,15 +188,22 @@ def replay(args: argparse.Namespace) -> None:
 
     from proxy.replay.runner import ReplayInputError
     from proxy.replay.cli import run_replay
+    from proxy.replay.target import TargetError, run_target
 
     try:
-        asyncio.run(run_replay(args))
-    except ReplayInputError as exc:  # a one-line error naming the line, not a traceback
+        asyncio.run(run_target(args) if args.target else run_replay(args))
+    except (ReplayInputError, TargetError) as exc:  # one line (the input's line, the proxy), not a traceback
         sys.exit(f"offload-proxy replay: {exc}")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "replay":
+        from proxy.replay.cli import target_usage_error
+
+        if (problem := target_usage_error(args)) is not None:
+            parser.error(f"replay: {problem}")  # exit status 2, as argparse's own errors
     from proxy.core.tokens import discover_tiktoken_cache
 
     discover_tiktoken_cache()  # offline encodings in ../shared/tiktoken, for serve and replay alike

@@ -11,6 +11,7 @@ from pathlib import Path
 from proxy.core.settings import OffloadSettings
 from proxy.replay.runner import FORMATS, Replayer, load_conversations, turns_of, upstream_for
 from proxy.replay.report import estimate_warning, report_dict, table, write_outputs
+from proxy.replay.target import DEFAULT_CONCURRENCY, api_key_of, target_url
 from proxy.store import Store
 
 
@@ -25,15 +26,59 @@ def add_format_argument(replay: argparse.ArgumentParser) -> None:
                         help="The built-in summariser answers after this long (real sleeps); the report then "
                              "gives each turn's added latency (p50, p99, max) and the stalled turns (added "
                              "latency above half this delay).")
-    replay.add_argument("--turn-latency-ms", type=_milliseconds, default=0.0,
+    replay.add_argument("--turn-latency-ms", type=_milliseconds, default=None,
                         help="Each turn's simulated upstream takes this long after the pipeline (background "
                              "work may run meanwhile). Default 0.")
     replay.add_argument("--inline-summaries", action="store_true",
                         help="Make each summary in the turn that needs it, none ahead of time (as before "
                              "background summaries), instead of in the background as the server does.")
-    replay.add_argument("--summary-request", choices=("prefix", "transcript"), default="prefix",
+    replay.add_argument("--summary-request", choices=("prefix", "transcript"), default=None,
                         help="How summaries are asked for, as the server's option of that name: prefix (the "
                              "turn's own request, then an instruction; default) or transcript.")
+
+
+def add_target_arguments(replay: argparse.ArgumentParser) -> None:
+    """`--target URL` and `--concurrency N`: send the turns to a running proxy (`proxy.replay.target`)."""
+    replay.add_argument("--target", type=target_url, default=None, metavar="URL",
+                        help="Send every turn over HTTP to the proxy running at URL (with or without /v1), "
+                             "one X-Offload-Session per conversation, so the traffic shows on its statistics "
+                             "and dashboard; its own upstream answers. Needs --api-key (or $OPENAI_API_KEY; "
+                             "$ANTHROPIC_API_KEY for --format anthropic).")
+    replay.add_argument("--concurrency", type=_concurrency, default=None,
+                        help=f"With --target: conversations sent at once (default {DEFAULT_CONCURRENCY}); the "
+                             f"turns of one conversation go in order.")
+
+
+IN_PROCESS_ONLY = (("redis_url", "--redis-url"), ("data_dir", "--data-dir"), ("upstream", "--upstream"),
+                   ("summary_delay_ms", "--summary-delay-ms"), ("turn_latency_ms", "--turn-latency-ms"),
+                   ("inline_summaries", "--inline-summaries"), ("summary_request", "--summary-request"))
+
+
+def target_usage_error(args: argparse.Namespace) -> str | None:
+    """What is wrong with the `replay` arguments as regards `--target`, else None: options of the
+    in-process replay given with it, `--concurrency` without it, or no key for it."""
+    if not getattr(args, "target", None):
+        return "--concurrency applies to --target only" if getattr(args, "concurrency", None) else None
+    given = [flag for dest, flag in IN_PROCESS_ONLY if getattr(args, dest, None) not in (None, False)]
+    given += [f"--{name.replace('_', '-')}" for name in OffloadSettings.model_fields
+              if getattr(args, f"setting_{name}", None) is not None]
+    if given:
+        return (f"--target cannot be combined with {', '.join(given)}: they set up the in-process replay, "
+                f"while the running proxy uses its own store, upstream and settings")
+    if not api_key_of(args):
+        env = "ANTHROPIC_API_KEY" if getattr(args, "format", None) == "anthropic" else "OPENAI_API_KEY"
+        return f"--target needs --api-key KEY (or ${env}): the credential the proxy knows the caller by"
+    return None
+
+
+def _concurrency(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if not 1 <= number <= 256:
+        raise argparse.ArgumentTypeError(f"expected a number of conversations from 1 to 256, got {value}")
+    return number
 
 
 def _milliseconds(value: str) -> float:
@@ -106,7 +151,7 @@ async def run_replay(args: argparse.Namespace) -> dict:
     report = report_dict(results, settings, counting, format)
     report["summaries_made"] = "inline" if replayer.inline_summaries else "background"
     report["summary_request"] = replayer.summary_request
-    written = write_outputs(report, Path(args.out))
+    written = write_outputs(report, Path(args.out or "replay-out"))
     print(table(report))
     print("wrote " + ", ".join(str(p) for p in written[:3]) + (" …" if len(written) > 3 else ""))
     if warning:  # again, after the table, where it cannot be missed
