@@ -8,6 +8,7 @@ quota, the pipeline, headers, events, metrics, the reload loop) is the same for 
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -27,7 +28,7 @@ from proxy.formats.chat import CHAT
 from proxy.formats.messages import MESSAGES
 from proxy.formats.responses import RESPONSES
 from proxy.http.family import family_of
-from proxy.http import observe
+from proxy.http import accounting
 from proxy.http.caller import ACCOUNT_HEADERS, CREDENTIAL_HEADERS, Caller
 from proxy.http.disconnect import ClientDisconnected, ClientWatch
 from proxy.http.headers import response_headers_for_client
@@ -122,7 +123,8 @@ def compressor_for(request: Request, body: dict, settings: OffloadSettings, call
                          session=settings.session, request_model=model_of(body), metrics=services.metrics,
                          refs=refs, tenant_scope=caller.scope, wire=fmt, body=body,
                          summary_request="prefix" if caller.family == "anthropic" else services.settings.summary_request,
-                         instruction=custom or DEFAULT_INSTRUCTION)
+                         instruction=custom or DEFAULT_INSTRUCTION,
+                         tally=functools.partial(services.recorder.count_summary, caller.namespace))
     return Compressor(services.store, caller.namespace, services.settings.store_ttl, ctx)
 
 
@@ -191,6 +193,7 @@ class ManagedCall:
         self.continued = False  # previous_response_id replaced by the response that holds the whole exchange
         self.carried: list[Any] = []  # answers to injected calls the client never saw: put first, never offloaded
         self.used_up: str | None = None  # a conversation's record, forgotten when the upstream accepts the request
+        self.previous = body.get("previous_response_id")  # as the client sent it (the statistics' session)
 
     @classmethod
     async def open(cls, request: Request, fmt: WireFormat) -> ManagedCall:
@@ -303,25 +306,13 @@ class ManagedCall:
         self.rounds: Rounds = self.fmt.rounds(self.body, self.items, RELOAD_TOOL_SCHEMAS,
                                               extra_usage=prepared.summary_usage)
         self.extra_headers = offload_headers(prepared)
-        self._note()
-
-    def _note(self) -> None:
-        """What the access log and the metrics need to know about this request."""
-        rec = observe.current.get()
-        if rec is None:
-            return
-        plan, prepared = self.prepared.plan, self.prepared
-        rec.tenant, rec.stream, rec.model = self.namespace[:12], self.body.get("stream") is True, model_of(self.body)
-        rec.tokens_before, rec.tokens_after, rec.action = plan.tokens_before, plan.tokens_after, prepared.action
-        rec.refs, rec.refs_created = len(plan.refs), len(prepared.written)
-        rec.offloaded_bytes = sum(len(o.text.encode("utf-8", "surrogatepass")) for o in plan.offloads
-                                  if o.ref in prepared.written)
-        rec.warnings = prepared.warnings
+        self.rec = accounting.note(self)  # what the access log, the metrics and the statistics learn
 
     def _after(self) -> BackgroundTask:
         """Once the client has its answer: the events."""
         async def record() -> None:
             self.prepared.start_background()  # if the upstream never answered
+            accounting.learn_reply(self, self.rounds.first_id)
             services = self.services
             await events.record(services.store, self.namespace, self.settings.session,
                                 self.prepared.events + self.tools.events, services.settings.store_ttl,
@@ -330,6 +321,8 @@ class ManagedCall:
         return BackgroundTask(record)
 
     async def _send(self, content: bytes) -> httpx2.Response:
+        if self.rec is not None and self.rec.forwarded is None:  # the turn's first: its prefix reuse, measured later
+            self.rec.forwarded = content
         response = await self.services.upstream.send("POST", self.fmt.endpoint, query=self.query,
                                                   headers=self.headers, content=content, base=self.base)
         if self.caller.kind == "client":  # what the upstream thinks of the client's own key
@@ -351,6 +344,7 @@ class ManagedCall:
             content = self.raw
         response = await self.watch.run(self._send(content))
         out = await stream_back(response, self.extra_headers, shape=self.caller.family)
+        accounting.tap_reply(self, out)
         out.background = self._after()
         return out
 

@@ -56,6 +56,14 @@ class RequestRecord:
     upstream_ttfb: float | None = None  # seconds until its response headers
     warnings: list[str] = field(default_factory=list)
     metrics: "Metrics | None" = field(default=None, repr=False)
+    # For the usage statistics (proxy.stats.recorder), never logged but the session: the session
+    # derived from the conversation when no X-Offload-Session came, the previous_response_id a
+    # Responses turn continues from, its stored answer's id, and the body of its first upstream
+    # request (prefix reuse; dropped once measured).
+    session: str | None = None
+    continues: str | None = field(default=None, repr=False)
+    response_id: str | None = field(default=None, repr=False)
+    forwarded: bytes | None = field(default=None, repr=False)
 
     def count_reload(self, tool: str) -> None:
         self.reload_calls += 1
@@ -220,7 +228,7 @@ def log_request(rec: RequestRecord, elapsed: float) -> None:
     if not access_log.isEnabledFor(logging.INFO):
         return
     line = {k: v for k, v in vars(rec).items() if v is not None and v != []}
-    for internal in ("started", "metrics"):
+    for internal in ("started", "metrics", "continues", "response_id", "forwarded"):
         line.pop(internal, None)
     line.pop("upstream_sent", None)
     line["duration_ms"] = round(elapsed * 1e3, 2)

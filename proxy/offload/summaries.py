@@ -57,12 +57,16 @@ _records: dict[str, tuple[float, cp.PriorSummary]] = {}
 _seen = cp.SeenPrefixes()
 
 
-def _count_summary(ok: bool, seconds: float, metrics: observe.Metrics | None = None) -> None:
-    """Into the request's record, or straight into `metrics` for a summary made in the background."""
+def _count_summary(ok: bool, seconds: float, ctx: SummaryContext) -> None:
+    """Into the request's record (its turn's statistics count it), or for a summary made in the
+    background (its job runs in a context of its own: no record) into the metrics and the
+    tenant's statistics (`tally`) straight away: once either way."""
     if (rec := observe.current.get()) is not None:
-        rec.count_summary(ok, seconds)
-    elif metrics is not None:
-        metrics.count_summary(ok, seconds)
+        return rec.count_summary(ok, seconds)
+    if ctx.metrics is not None:
+        ctx.metrics.count_summary(ok, seconds)
+    if ctx.tally is not None:
+        ctx.tally(ok)
 
 
 def _keep(summary_key: str, record: cp.PriorSummary) -> cp.PriorSummary:
@@ -89,6 +93,7 @@ class SummaryContext:
     session: str | None = None  # where a background summary's events go
     request_model: str | None = None  # the conversation's model (its context window caps the hard limit)
     metrics: observe.Metrics | None = None  # for summaries made in the background
+    tally: Callable[[bool], None] | None = None  # the tenant's statistics, for those too (ok or failed)
     refs: RefStore | None = None  # where a background summary stores the originals it covers
     tenant_scope: str | None = None  # whose share of the background slots (the credential, not X-Offload-Tenant)
     # The prefix shape (see the module docstring) needs the request's wire format and body; without
@@ -365,12 +370,12 @@ class Compressor:
             await self._calls(compacted, settings, decision, spans, cpu, made)
         except SummaryFailed as exc:
             tokens_in, tokens_out = sum(s.tokens_in for s in made), sum(s.tokens_out for s in made)
-            _count_summary(False, time.monotonic() - started, self.ctx.metrics)
+            _count_summary(False, time.monotonic() - started, self.ctx)
             failed = event("summary_failure", reason=str(exc), messages=end - start,
                            duration_ms=round((time.monotonic() - started) * 1e3))
             return Compressed(warning=f"compression skipped: {exc}", summary_tokens=tokens_in + tokens_out,
                               events=[failed], usage=summary_usage(tokens_in, tokens_out))
-        _count_summary(True, time.monotonic() - started, self.ctx.metrics)
+        _count_summary(True, time.monotonic() - started, self.ctx)
         text = "\n".join(summary.text for summary in made)
         tokens_in, tokens_out = sum(s.tokens_in for s in made), sum(s.tokens_out for s in made)
 

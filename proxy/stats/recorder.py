@@ -4,6 +4,12 @@ contributes and a restart loses at most the last second.
 
 A full queue drops the turn, and a flush the store refuses drops its turns: both are counted,
 neither fails a request.
+
+Besides turns: the prefix reuse of each turn's forwarded body (`proxy.stats.prefix`, measured
+here once the response is complete, a large body off the event loop), the summaries made in
+the background (`count_summary`, added to the tenant's buckets when they finish), and the
+sessions of turns without `X-Offload-Session` (derived by `proxy.stats.session_id`; a Responses
+turn continuing from a `previous_response_id` is given its session here, `proxy.stats.replies`).
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import re
 import time
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from starlette.types import Scope
 
@@ -33,7 +39,10 @@ from proxy.stats.buckets import (
     tenants_key,
     ttl_of,
 )
+from proxy.stats.prefix import PrefixCache
 from proxy.stats.prices import PriceTable
+from proxy.stats.replies import Replies
+from proxy.stats.session_id import from_name
 from proxy.stats.turns import Turn, turn_fields
 from proxy.store.base import Store
 from proxy.store.sealing import Sealer
@@ -44,6 +53,7 @@ SESSION_TURNS = 200  # turns kept per session
 MAX_MODEL = 100  # characters of a model name kept (it is the client's string)
 SESSION_HEADER = b"x-offload-session"
 UNMANAGED = ("/v1/messages/count_tokens",)  # counts tokens, forwards no turn
+INLINE_BYTES = 256 * 1024  # a forwarded body up to this size is hashed on the event loop (about 1 ms)
 ROUTES = (("chat", "/chat/completions"), ("responses", "/responses"), ("messages", "/messages"))
 _session_id = re.compile(IDENT_PATTERN)
 
@@ -54,11 +64,14 @@ def turn_of(rec, scope: Scope) -> Turn | None:
     caller = scope.get("state", {}).get("caller")
     if rec.tokens_before is None or caller is None or scope.get("path") in UNMANAGED:
         return None
-    session = None
+    session, header = None, False
     for name, value in scope.get("headers", ()):
         if name.lower() == SESSION_HEADER:
             text = value.decode("latin-1").strip()
-            session = text if _session_id.match(text) else None
+            session, header = (text if _session_id.match(text) else None), True
+    if not header:  # derived from the conversation (proxy.stats.session_id), or found at the flush
+        session = getattr(rec, "session", None)
+    continues = getattr(rec, "continues", None) if session is None and not header else None
     path = scope.get("path", "")
     route = next((name for name, suffix in ROUTES if path.endswith(suffix)), rec.route)
     return Turn(
@@ -70,6 +83,7 @@ def turn_of(rec, scope: Scope) -> Turn | None:
         reload_rounds=rec.reload_rounds, searches=getattr(rec, "searches", 0),
         summaries_made=getattr(rec, "summaries_made", 0), summaries_failed=getattr(rec, "summaries_failed", 0),
         warnings=len(rec.warnings), store_warnings=sum("store unavailable" in w for w in rec.warnings),
+        continues=continues, response_id=getattr(rec, "response_id", None) if not header else None,
     )
 
 
@@ -88,19 +102,25 @@ def sessions_key(namespace: str) -> str:
 class RecorderState:
     queued: int = 0
     recorded: int = 0  # turns added to the store by this worker
-    dropped: int = 0  # turns lost: queue full, or the store refused their flush
+    dropped: int = 0  # turns (and background summaries) lost: queue full, or the store refused their flush
     flush_failures: int = 0
 
 
 class Recorder:
-    """One per worker. `record` is synchronous and cheap; `start`/`stop` from the lifespan."""
+    """One per worker. `record`, `observe` and `count_summary` are synchronous and cheap;
+    `start`/`stop` from the lifespan."""
 
     def __init__(self, prices: PriceTable, retention: int, *, max_queue: int = 10_000,
-                 flush_every: float = 1.0) -> None:
+                 flush_every: float = 1.0, prefixes: PrefixCache | None = None) -> None:
         self.prices, self.retention = prices, retention
         self.max_queue, self.flush_every = max_queue, flush_every
         self.state = RecorderState()
+        self.prefixes = prefixes or PrefixCache()
+        self.replies = Replies()
         self._queue: deque[Turn] = deque()
+        self._waiting: list[Turn] = []  # continuing a response not known yet: they wait one flush
+        self._tallies: dict[tuple[str, int], Fields] = {}  # (namespace, minute) -> background summaries
+        self._hashing: set[asyncio.Future] = set()  # large bodies being hashed off the loop
         self._store: Store | None = None
         self._sealer = Sealer(None)
         self._task: asyncio.Task | None = None
@@ -113,9 +133,40 @@ class Recorder:
         self._queue.append(turn)
 
     def observe(self, rec, scope: Scope) -> None:
-        """`Observe`'s `on_finished`: queue the turn of a finished managed request."""
-        if (turn := turn_of(rec, scope)) is not None:
+        """`Observe`'s `on_finished` (the response has been sent): queue the turn of a finished
+        managed request, with the prefix reuse of the body it forwarded (then dropped)."""
+        forwarded = getattr(rec, "forwarded", None)
+        rec.forwarded = None
+        if (turn := turn_of(rec, scope)) is None:
+            return
+        if not forwarded:
             self.record(turn)
+            return
+        try:
+            loop = asyncio.get_running_loop() if len(forwarded) > INLINE_BYTES else None
+        except RuntimeError:
+            loop = None
+        if loop is None:
+            self.record(_reused(turn, self.prefixes.reuse(turn.namespace, forwarded)))
+            return
+        hashing = loop.run_in_executor(None, self.prefixes.reuse, turn.namespace, forwarded)
+        self._hashing.add(hashing)
+
+        def hashed(done: asyncio.Future) -> None:
+            self._hashing.discard(done)
+            failed = done.cancelled() or done.exception() is not None
+            self.record(_reused(turn, 0.0 if failed else done.result()))
+
+        hashing.add_done_callback(hashed)
+
+    def count_summary(self, namespace: str, ok: bool) -> None:
+        """A summary made in the background (after its turn was answered): counted in the
+        tenant's buckets as made or failed when it finishes, flushed with the turns."""
+        minute = bucket_start(time.time(), "m")
+        if (namespace, minute) not in self._tallies and len(self._tallies) >= self.max_queue:
+            self.state.dropped += 1
+            return
+        add(self._tallies.setdefault((namespace, minute), {}), {"summaries_made" if ok else "summaries_failed": 1})
 
     def start(self, store: Store, sealer: Sealer) -> None:
         self._store, self._sealer = store, sealer
@@ -133,7 +184,10 @@ class Recorder:
         async def last() -> None:
             if self._flushing is not None:  # a flush the cancellation did not interrupt
                 await self._flushing
-            await self.flush()
+            if self._hashing:
+                await asyncio.wait(set(self._hashing))
+                await asyncio.sleep(0)  # their turns recorded
+            await self.flush(final=True)
 
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(last(), timeout)
@@ -144,38 +198,70 @@ class Recorder:
             self._flushing = asyncio.ensure_future(self.flush())
             await asyncio.shield(self._flushing)  # stopping waits for it instead of cutting it
 
-    async def flush(self) -> int:
-        """Write what is queued; the number of turns written (0 when the store failed)."""
-        if not self._queue or self._store is None:
+    async def flush(self, *, final: bool = False) -> int:
+        """Write what is queued; the number of turns written (0 when the store failed).
+        `final`: no turn waits for a later flush."""
+        store = self._store
+        if store is None or not (self._queue or self._waiting or self._tallies):
             return 0
-        turns = list(self._queue)
+        waited, turns = len(self._waiting), [*self._waiting, *self._queue]
         self._queue.clear()
+        self._waiting = []
+        tallies, self._tallies = self._tallies, {}
         try:
-            await self._write(self._store, turns)
+            ready, later = await self._sessions(store, turns, waited, final)
+            await self._write(store, ready, tallies)
         except Exception as exc:  # the store (or anything) failed: these turns are lost, counted
             self.state.flush_failures += 1
-            self.state.dropped += len(turns)
+            self.state.dropped += len(turns) + sum(int(n) for fields in tallies.values() for n in fields.values())
             log.warning("statistics of %d turns dropped: %s", len(turns), exc)
             return 0
-        self.state.recorded += len(turns)
-        return len(turns)
+        self._waiting = later
+        self.state.recorded += len(ready)
+        return len(ready)
 
     def snapshot(self) -> RecorderState:
-        return RecorderState(len(self._queue), self.state.recorded, self.state.dropped, self.state.flush_failures)
+        queued = len(self._queue) + len(self._waiting) + len(self._hashing)
+        return RecorderState(queued, self.state.recorded, self.state.dropped, self.state.flush_failures)
 
-    async def _write(self, store: Store, turns: Iterable[Turn]) -> None:
+    async def _sessions(self, store: Store, turns: list[Turn], waited: int,
+                        final: bool) -> tuple[list[Turn], list[Turn]]:
+        """(the turns to write now, with the sessions of those continuing a stored response; those
+        to keep for the next flush). A turn whose response is not known yet waits one flush (the
+        turn that made it may be another worker's, queued still), then starts a session of its own.
+        The first `waited` turns have waited already."""
+        ready, later = [], []
+        for i, turn in enumerate(turns):
+            if turn.session is None and turn.continues is not None:
+                found = await self.replies.find(store, turn.namespace, turn.continues, self._sealer)
+                if found is None and i >= waited and not final:
+                    later.append(turn)
+                    continue
+                turn = replace(turn, session=found or from_name(turn.namespace, "response", turn.continues))
+            if turn.session is not None and turn.response_id is not None:
+                await self.replies.remember(store, turn.namespace, turn.response_id, turn.session, self.retention,
+                                            self._sealer)
+            ready.append(turn)
+        return ready, later
+
+    def _add(self, buckets: dict[str, tuple[Fields, int]], namespace: str, t: float, fields: Fields) -> None:
+        for scope, grains in ((namespace, TENANT_GRAINS), (ALL, ALL_GRAINS)):
+            for grain in grains:
+                k = bucket_key(scope, grain, bucket_start(t, grain))
+                add(buckets.setdefault(k, ({}, ttl_of(grain, self.retention)))[0], fields)
+
+    async def _write(self, store: Store, turns: Iterable[Turn], tallies: dict[tuple[str, int], Fields]) -> None:
         buckets: dict[str, tuple[Fields, int]] = {}  # key -> (fields, ttl)
         sessions: dict[tuple[str, str], list[tuple[Turn, Fields]]] = {}
         days: dict[int, set[str]] = {}
         for turn in turns:
             fields = turn_fields(turn, self.prices)
-            for scope, grains in ((turn.namespace, TENANT_GRAINS), (ALL, ALL_GRAINS)):
-                for grain in grains:
-                    k = bucket_key(scope, grain, bucket_start(turn.time, grain))
-                    add(buckets.setdefault(k, ({}, ttl_of(grain, self.retention)))[0], fields)
+            self._add(buckets, turn.namespace, turn.time, fields)
             days.setdefault(bucket_start(turn.time, "d"), set()).add(turn.namespace)
             if turn.session is not None:
                 sessions.setdefault((turn.namespace, turn.session), []).append((turn, fields))
+        for (namespace, minute), fields in tallies.items():
+            self._add(buckets, namespace, minute, fields)
         await asyncio.gather(*(store.incr_fields(k, fields, ttl) for k, (fields, ttl) in buckets.items()))
         for day, namespaces in days.items():
             await store.add_members(tenants_key(day), sorted(namespaces), ttl_of("d", self.retention), slack=3600)
@@ -197,3 +283,8 @@ class Recorder:
         await store.incr_fields(totals_key, totals, ttl)
         last = max(turn.time for turn, _ in done)
         await store.rank(sessions_key(namespace), name, last, ttl, drop_below=time.time() - ttl)
+
+
+def _reused(turn: Turn, share: float) -> Turn:
+    """`turn` with the tokens a prompt cache could serve: `share` of those it forwarded."""
+    return replace(turn, prefix_tokens=round(turn.tokens_after * share)) if share else turn

@@ -12,7 +12,8 @@ from proxy.stats.prices import PriceTable
 
 ACTIONS = ("none", "compact", "compress", "compact+compress", "compress-pending", "compact+compress-pending")
 COUNTERS = ("requests", "tokens_before", "tokens_after", "reload_rounds", "searches", "summaries_made",
-            "summaries_reused", "summaries_failed", "summaries_pending", "warnings", "store_warnings", "errors")
+            "summaries_reused", "summaries_failed", "summaries_pending", "warnings", "store_warnings", "errors",
+            "prefix_tokens")
 MONEY = ("usd_before", "usd_after")
 
 
@@ -38,11 +39,17 @@ class Turn:
     summaries_failed: int = 0
     warnings: int = 0
     store_warnings: int = 0
+    prefix_tokens: int = 0  # of tokens_after, the share a provider's prompt cache could serve (proxy.stats.prefix)
+    # Linking a Responses turn to its session (proxy.stats.replies), never listed: the response id
+    # it continues from (when its session is to be found from it), the id of its stored answer.
+    continues: str | None = None
+    response_id: str | None = None
 
     def row(self) -> dict[str, Any]:
         """As a session lists it."""
         row = asdict(self)
-        del row["namespace"], row["session"]
+        for name in ("namespace", "session", "continues", "response_id"):
+            del row[name]
         row["time"] = round(self.time, 3)
         return row
 
@@ -67,6 +74,7 @@ def turn_fields(turn: Turn, prices: PriceTable) -> Fields:
         "warnings": turn.warnings,
         "store_warnings": turn.store_warnings,
         "errors": int(turn.status >= 400),
+        "prefix_tokens": turn.prefix_tokens,
         "usd_before": prices.cost(turn.model, turn.tokens_before),
         "usd_after": prices.cost(turn.model, turn.tokens_after),
     }
@@ -86,6 +94,8 @@ def headline(fields: Mapping[str, int | float]) -> dict[str, Any]:
         "tokens_after": after,
         "tokens_saved": before - after,
         "forwarded_ratio": round(after / before, 4) if before else None,
+        "prefix_tokens": n["prefix_tokens"],
+        "prefix_reuse": round(n["prefix_tokens"] / after, 4) if after else None,
         "cost_before_usd": usd_before,
         "cost_after_usd": usd_after,
         "cost_saved_usd": round(usd_before - usd_after, 6),
@@ -110,6 +120,7 @@ def point(start: int, fields: Mapping[str, int | float]) -> dict[str, Any]:
         "requests": int(fields.get("requests", 0)),
         "tokens_before": int(fields.get("tokens_before", 0)),
         "tokens_after": int(fields.get("tokens_after", 0)),
+        "prefix_tokens": int(fields.get("prefix_tokens", 0)),
         "reload_rounds": int(fields.get("reload_rounds", 0)),
         "actions": actions,
     }

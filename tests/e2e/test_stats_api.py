@@ -64,7 +64,7 @@ def test_numbers_equal_what_was_sent(make_proxy, upstream):
     with make_proxy() as url:
         sent = [send(url, CLIENT_KEY, h, session="run-1") for h in histories]
         sent.append(send(url, CLIENT_KEY, agent_history(steps=5), session="run-1", stream=True))
-        sent.append(send(url, CLIENT_KEY, agent_history(steps=3)))  # no session: counted, not listed
+        sent.append(send(url, CLIENT_KEY, agent_history(steps=3)))  # no header: a session derived from it
         before = [int(h["x-offload-tokens-before"]) for h in sent]
         after = [int(h["x-offload-tokens-after"]) for h in sent]
         actions = Counter(h["x-offload-action"] for h in sent)
@@ -97,8 +97,10 @@ def test_numbers_equal_what_was_sent(make_proxy, upstream):
         assert bad.json()["error"]["param"] == "window"
 
         listing = api(url, "/v1/offload/sessions", CLIENT_KEY).json()
-        assert listing["object"] == "list" and listing["total"] == 1 and listing["has_more"] is False
-        [row] = listing["data"]
+        assert listing["object"] == "list" and listing["total"] == 2 and listing["has_more"] is False
+        [row] = [r for r in listing["data"] if r["id"] == "run-1"]
+        [auto] = [r for r in listing["data"] if r["id"] != "run-1"]
+        assert auto["id"].startswith("auto-") and auto["turns"] == 1 and auto["tokens_before"] == before[5]
         assert row["id"] == "run-1" and row["turns"] == 5 and row["models"] == {"gpt-4o": 5}
         assert row["tokens_before"] == sum(before[:5]) and row["tokens_after"] == sum(after[:5])
         assert row["last_seen"] <= time.time()

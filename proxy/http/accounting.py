@@ -1,0 +1,105 @@
+"""What the access log, the metrics and the usage statistics learn of a managed turn, on its
+`RequestRecord` (`proxy.http.observe`): the plan's figures, the session of a client that sends
+no `X-Offload-Session` (`proxy.stats.session_id`), and for a Responses turn whose answer is
+stored upstream, that answer's id, so a later turn continuing from it is given the same
+session (`proxy.stats.replies`).
+
+Only cheap work happens here, on the request path: the session digest covers the first items
+of the history only, and an answer's id is read from its first bytes as they pass.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterable, AsyncIterator
+from typing import TYPE_CHECKING
+
+from starlette.responses import Response, StreamingResponse
+
+from proxy.http import observe
+from proxy.offload import chains
+from proxy.stats import session_id
+
+if TYPE_CHECKING:
+    from proxy.http.managed import ManagedCall
+
+PEEK = 8192  # bytes of an answer looked at for its id
+_RESPONSE_ID = re.compile(rb'"id"\s*:\s*"([A-Za-z0-9_-]{1,256})"')
+
+
+def note(call: ManagedCall) -> observe.RequestRecord | None:
+    """Fill in the request's record once the turn is planned (None: no record)."""
+    rec = observe.current.get()
+    if rec is None:
+        return None
+    plan, prepared, body = call.prepared.plan, call.prepared, call.body
+    rec.tenant, rec.stream = call.namespace[:12], body.get("stream") is True
+    rec.model = body.get("model") if isinstance(body.get("model"), str) else None
+    rec.tokens_before, rec.tokens_after, rec.action = plan.tokens_before, plan.tokens_after, prepared.action
+    rec.refs, rec.refs_created = len(plan.refs), len(prepared.written)
+    rec.offloaded_bytes = sum(len(o.text.encode("utf-8", "surrogatepass")) for o in plan.offloads
+                              if o.ref in prepared.written)
+    rec.warnings = prepared.warnings
+    if not call.settings.session and rec.route != "count_tokens":  # X-Offload-Session wins
+        rec.session, rec.continues = session_of(call)
+    return rec
+
+
+def session_of(call: ManagedCall) -> tuple[str | None, str | None]:
+    """(the session derived from the conversation, the response id a continuing Responses turn
+    names instead: its session is that response's, found when the turn is recorded)."""
+    body, namespace = call.body, call.namespace
+    if call.fmt.stored:
+        if (conversation := chains.conversation_key(body.get("conversation"))) is not None:
+            return session_id.from_name(namespace, "conversation", conversation), None
+        if isinstance(call.previous, str) and call.previous:
+            return None, call.previous
+    system = (body.get("system"), body.get("instructions"))  # Anthropic's, Responses'; chat: in the messages
+    return session_id.from_history(namespace, call.messages, call.fmt.view.role, system), None
+
+
+def _wants_reply(call: ManagedCall) -> observe.RequestRecord | None:
+    """The record, when this turn's answer is stored upstream and its id names its session."""
+    rec = call.rec
+    if rec is None or (rec.session is None and rec.continues is None):
+        return None
+    return rec if call.fmt.stored and call.body.get("store") is not False else None
+
+
+def learn_reply(call: ManagedCall, response_id: str | None) -> None:
+    """The id of the answer the client got (after reload rounds: the first round's)."""
+    if response_id and (rec := _wants_reply(call)) is not None and rec.response_id is None:
+        rec.response_id = response_id
+
+
+def first_id(head: bytes) -> str | None:
+    found = _RESPONSE_ID.search(head[:PEEK])
+    return found.group(1).decode() if found else None
+
+
+def tap_reply(call: ManagedCall, out: Response) -> None:
+    """Read the id of an answer relayed as it came (a Response object, or a stream whose first
+    event carries it) from its first bytes, as they go to the client."""
+    rec = _wants_reply(call)
+    if rec is None or out.status_code != 200:
+        return
+    if any(k.lower() == b"content-encoding" and v.lower() != b"identity" for k, v in out.raw_headers):
+        return
+    if isinstance(out, StreamingResponse):
+        out.body_iterator = _peeking(out.body_iterator, rec)
+    else:
+        rec.response_id = rec.response_id or first_id(bytes(out.body))
+
+
+async def _peeking(chunks: AsyncIterable, rec: observe.RequestRecord) -> AsyncIterator:
+    head = b""
+    try:
+        async for chunk in chunks:
+            if rec.response_id is None and len(head) < PEEK:
+                head += chunk if isinstance(chunk, bytes) else str(chunk).encode()
+                rec.response_id = first_id(head)
+            yield chunk
+    finally:
+        close = getattr(chunks, "aclose", None)
+        if close is not None:  # the relay releases the upstream connection there
+            await close()
