@@ -16,16 +16,20 @@
                   session: null, paused: false, busy: false, last: null, admin: null };
 
   /* ---- formatting ---- */
-  const int = (v) => (v === null || v === undefined ? "–" : Math.round(v).toLocaleString("en-US"));
+  const NUMBER = new Intl.NumberFormat("en-US", { maximumFractionDigits: 0 });
+  const int = (v) => (v === null || v === undefined ? "–" : NUMBER.format(Math.round(v)));
   const pct = (v) => (v === null || v === undefined ? "–" : (v * 100).toFixed(1) + "%");
   const usd = (v) => (v === null || v === undefined ? "–" : "$" + v.toFixed(Math.abs(v) < 1 ? 4 : 2));
   const compact = (v) => (v >= 1e6 ? (v / 1e6).toFixed(v >= 1e7 ? 0 : 1) + "M" : v >= 1e3 ? (v / 1e3).toFixed(v >= 1e4 ? 0 : 1) + "k" : String(Math.round(v)));
+  // formatters made once: a locale formatter per call costs more than drawing the whole chart
+  const DAY = new Intl.DateTimeFormat("en-GB", { day: "2-digit", month: "short" });
+  const DAY_TIME = new Intl.DateTimeFormat("en-GB", { day: "2-digit", month: "short", hour: "2-digit", minute: "2-digit" });
+  const TIME = new Intl.DateTimeFormat("en-GB", { hour: "2-digit", minute: "2-digit" });
+  const SECONDS = new Intl.DateTimeFormat("en-GB", { hour: "2-digit", minute: "2-digit", second: "2-digit" });
   const clock = (t, step) => {
     const d = new Date(t * 1000);
-    if (step >= 86400 || (step >= 3600 && state.window !== "24h")) {
-      return d.toLocaleDateString("en-GB", { day: "2-digit", month: "short" }) + (step < 86400 ? " " + d.toLocaleTimeString("en-GB", { hour: "2-digit", minute: "2-digit" }) : "");
-    }
-    return d.toLocaleTimeString("en-GB", { hour: "2-digit", minute: "2-digit" });
+    if (step >= 86400) return DAY.format(d);
+    return (step >= 3600 && state.window !== "24h" ? DAY_TIME : TIME).format(d);
   };
   const ago = (t) => {
     const s = Math.max(0, Date.now() / 1000 - t);
@@ -193,7 +197,7 @@
       title: (i) => `Turn ${label(i)} · ${turns[i].action}\nRaw: ${int(turns[i].tokens_before)}\nForwarded: ${int(turns[i].tokens_after)}\nRefs: ${turns[i].refs} · Reload rounds: ${turns[i].reload_rounds}`,
     });
     table($("turns-table"), [
-      ["Turn", (t) => label(turns.indexOf(t))], ["Time", (t) => new Date(t.time * 1000).toLocaleTimeString("en-GB")],
+      ["Turn", (t) => label(turns.indexOf(t))], ["Time", (t) => SECONDS.format(new Date(t.time * 1000))],
       ["Route", (t) => t.route], ["Model", (t) => t.model || ""], ["Action", (t) => t.action],
       ["Raw", (t) => int(t.tokens_before), "num"], ["Forwarded", (t) => int(t.tokens_after), "num"],
       ["Refs", (t) => int(t.refs), "num"], ["Reloads", (t) => int(t.reload_rounds), "num"], ["Status", (t) => t.status, "num"],
@@ -237,7 +241,7 @@
         $("session").hidden = true;
       }
       state.last = new Date();
-      $("updated").textContent = `Updated ${state.last.toLocaleTimeString("en-GB")}` + (state.paused ? " · paused" : ` · every ${REFRESH_MS / 1000} s`);
+      $("updated").textContent = `Updated ${SECONDS.format(state.last)}` + (state.paused ? " · paused" : ` · every ${REFRESH_MS / 1000} s`);
       $("error").hidden = true;
       document.body.dataset.loaded = String((+document.body.dataset.loaded || 0) + 1);
     } catch (e) {
@@ -274,7 +278,7 @@
     state.token = $("token").value.trim();
     $("token").value = "";
     try {
-      await api("/v1/offload/stats", { window: "1h" });
+      state.admin = (await api("/v1/offload/stats", { window: "1h" })).viewer === "admin";
     } catch (e) {
       return signOut(e.status === 401 || e.status === 403 ? e.message : "Could not reach the proxy: " + e.message);
     }
