@@ -61,7 +61,8 @@ def servers(*proxy_args: str):
     env = {**os.environ, "OFFLOAD_LOG_LEVEL": "warning"}
     upstream = subprocess.Popen([sys.executable, str(ROOT / "bench" / "fake_upstream.py"), str(up_port)])
     proxy = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--port", str(proxy_port), "--upstream",
-                              f"http://127.0.0.1:{up_port}/v1", "--data-dir", data, "--log-level", "warning",
+                              f"http://127.0.0.1:{up_port}/v1", "--anthropic-upstream",
+                              f"http://127.0.0.1:{up_port}", "--data-dir", data, "--log-level", "warning",
                               *proxy_args], env=env, cwd=ROOT)
     try:
         wait_up(f"http://127.0.0.1:{up_port}/")

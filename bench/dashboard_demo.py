@@ -58,10 +58,13 @@ def photograph(root: str, out: Path) -> list[Path]:
         page.screenshot(path=str(shots[0]), full_page=True)
         page.locator("#tenants-table tbody tr", has_text="team-chat").locator("button.link").click()
         page.wait_for_selector("#sessions-table tbody button.link")
-        page.locator("#sessions-table tbody tr button.link").nth(2).click()
+        raw = [int(t.replace(",", "")) for t in page.locator("#sessions-table tbody td:nth-child(4)").all_inner_texts()]
+        page.locator("#sessions-table tbody tr button.link").nth(raw.index(max(raw))).click()  # the largest
         page.wait_for_selector("#session:not([hidden]) #chart-session svg")
         page.wait_for_timeout(500)
-        page.screenshot(path=str(shots[1]), full_page=True)
+        page.locator("#session h2").scroll_into_view_if_needed()
+        page.screenshot(path=str(shots[1]), clip={"x": 0, "y": page.locator("#session").bounding_box()["y"] - 8,
+                                                  "width": 1280, "height": 560}, full_page=True)
         if console.errors:
             raise SystemExit(f"the page logged errors: {console.errors}")
     return shots

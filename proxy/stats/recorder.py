@@ -21,7 +21,7 @@ import logging
 import re
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, replace
 
 from starlette.types import Scope
@@ -49,6 +49,7 @@ from proxy.store.sealing import Sealer
 
 log = logging.getLogger("proxy.stats")
 
+WRITES_AT_ONCE = 16  # store writes of one flush in flight at once
 SESSION_TURNS = 200  # turns kept per session
 MAX_MODEL = 100  # characters of a model name kept (it is the client's string)
 SESSION_HEADER = b"x-offload-session"
@@ -262,11 +263,11 @@ class Recorder:
                 sessions.setdefault((turn.namespace, turn.session), []).append((turn, fields))
         for (namespace, minute), fields in tallies.items():
             self._add(buckets, namespace, minute, fields)
-        await asyncio.gather(*(store.incr_fields(k, fields, ttl) for k, (fields, ttl) in buckets.items()))
+        await _bounded(store.incr_fields(k, fields, ttl) for k, (fields, ttl) in buckets.items())
         for day, namespaces in days.items():
             await store.add_members(tenants_key(day), sorted(namespaces), ttl_of("d", self.retention), slack=3600)
-        for (namespace, session), done in sessions.items():
-            await self._write_session(store, namespace, session, done)
+        await _bounded(self._write_session(store, namespace, session, done)
+                       for (namespace, session), done in sessions.items())
 
     async def _write_session(self, store: Store, namespace: str, session: str,
                              done: list[tuple[Turn, Fields]]) -> None:
@@ -283,6 +284,18 @@ class Recorder:
         await store.incr_fields(totals_key, totals, ttl)
         last = max(turn.time for turn, _ in done)
         await store.rank(sessions_key(namespace), name, last, ttl, drop_below=time.time() - ttl)
+
+
+async def _bounded(writes: Iterable[Awaitable[None]], limit: int = WRITES_AT_ONCE) -> None:
+    """Await `writes`, `limit` at a time: a burst of buckets or sessions never takes more of the
+    store's connections than that (a Redis pool refuses past its size)."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(write: Awaitable[None]) -> None:
+        async with gate:
+            await write
+
+    await asyncio.gather(*(one(w) for w in writes))
 
 
 def _reused(turn: Turn, share: float) -> Turn:

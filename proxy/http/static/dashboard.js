@@ -137,7 +137,7 @@
       ["Summaries made", int(s.made)],
       ["Summaries reused", int(s.reused)],
       ["Summaries failed", int(s.failed), s.failed > 0],
-      ["Turns not kept waiting (summary pending)", int(t.stalls_avoided)],
+      ["Stalls avoided (summary pending)", int(t.stalls_avoided)],
       ["Store warnings", int(t.store_warnings), t.store_warnings > 0],
       ["Errors", int(t.errors), t.errors > 0],
     ];

@@ -13,7 +13,7 @@ from proxy.http.observe import RequestRecord
 from proxy.stats import reader
 from proxy.stats.buckets import ALL, bucket_key, bucket_start, span_of, tenants_key, ttl_of
 from proxy.stats.prices import PriceTable
-from proxy.stats.recorder import SESSION_TURNS, Recorder, session_keys, sessions_key, turn_of
+from proxy.stats.recorder import SESSION_TURNS, WRITES_AT_ONCE, Recorder, session_keys, sessions_key, turn_of
 from proxy.stats.turns import Turn, headline, turn_fields
 from proxy.store.base import StoreUnavailable
 from proxy.store.sealing import Sealer
@@ -248,6 +248,40 @@ async def test_every_key_gets_its_retention_ttl():
     assert store.ttls == expected
     assert expected[bucket_key(A, "m", bucket_start(now, "m"))] == 2 * 86400
     assert expected[bucket_key(A, "d", bucket_start(now, "d"))] == 4 * 86400
+
+
+class CountingStore(RecordingStore):
+    """How many writes are in flight at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = self.most = 0
+
+    async def _in_flight(self) -> None:
+        self.now += 1
+        self.most = max(self.most, self.now)
+        await asyncio.sleep(0.001)
+        self.now -= 1
+
+    async def incr_fields(self, key, amounts, ttl):
+        await self._in_flight()
+
+    async def push(self, key, value, *, max_len, ttl):
+        await self._in_flight()
+
+
+async def test_a_burst_of_buckets_and_sessions_is_written_a_few_at_a_time():
+    """A flush holding hundreds of buckets and sessions keeps at most WRITES_AT_ONCE writes in
+    flight: a Redis connection pool refuses more than its size (seen: 10,000 turns in one flush)."""
+    store = CountingStore()
+    recorder = Recorder(PRICES, retention=86400, max_queue=5000)
+    recorder.start(store, Sealer(None))
+    now = time.time()
+    for i in range(600):  # 600 minutes, 600 sessions
+        recorder.record(turn(A, session=f"s{i}", t=now - 60 * i))
+    assert await recorder.flush() == 600
+    assert 1 < store.most <= WRITES_AT_ONCE
+    await recorder.stop()
 
 
 @pytest.fixture(params=["sqlite", "redis", "cluster"])
