@@ -183,7 +183,12 @@ def route_of(path: str) -> str:
         return "offload_api"
     if path.startswith("/v1/"):
         return "relay"
-    return path.strip("/") or "root"
+    if path == "/dashboard" or path.startswith("/dashboard/"):
+        return "dashboard"
+    # anything else by its own name only when it is one of ours: a client-chosen path never
+    # becomes a label value (each would be a new time series, kept for the process's life)
+    name = path.strip("/")
+    return name if name in ("healthz", "readyz", "metrics") else "other"
 
 
 class Observe:

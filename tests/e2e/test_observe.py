@@ -64,6 +64,20 @@ def test_metrics_count_requests_tokens_refs_reloads(make_proxy, upstream):
     assert SECRET not in text and "step0 line" not in text
 
 
+def test_paths_a_client_chooses_never_become_route_labels(make_proxy, upstream):
+    """Each label value is a time series kept for the process's life: random paths are one label."""
+    with make_proxy() as url:
+        for i in range(5):
+            assert httpx2.get(f"{url}/no-such-page-{i}").status_code == 404
+            assert httpx2.get(f"{url}/dashboard/no-such-file-{i}.js").status_code == 404
+        assert httpx2.get(f"{url}/dashboard").status_code == 200
+        text = httpx2.get(f"{url}/metrics").text
+    assert "no-such" not in text
+    assert sample(text, "offload_requests_total", route="other", status="404") == 5
+    assert sample(text, "offload_requests_total", route="dashboard", status="404") == 5
+    assert sample(text, "offload_requests_total", route="dashboard", status="200") == 1
+
+
 def test_tenant_label_only_when_enabled_and_admin_token(make_proxy, upstream):
     with make_proxy(admin_token="adm1n") as url:
         httpx2.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]},
