@@ -47,7 +47,7 @@ class ServerSettings(BaseSettings):
     metrics_tenant_label: bool = Field(
         False, description="Label request and token metrics with the tenant namespace hash."
     )
-    admin_token: str | None = Field(None, description="Bearer token required by /metrics (and anything global).")
+    admin_token: str | None = Field(None, description="Bearer token required by /metrics; reads every tenant's statistics and dashboard.")
     encryption_key: str | None = Field(
         None, description="Secret for AES-256-GCM encryption at rest of stored content (absent = plain)."
     )
