@@ -97,6 +97,19 @@ def _background_summaries_end_with_their_test():
             time.sleep(0.01)
 
 
+@pytest.fixture
+def fresh_summary_memory(monkeypatch):
+    """Each test's proxy has a store of its own, but all run in this one process: what a process
+    remembers of the summaries it saw (by tenant and prefix) must not carry over from a test to
+    the next, as it never carries over from one deployment's store to another's. Modules whose
+    tests count summaries use it: `pytestmark = pytest.mark.usefixtures("fresh_summary_memory")`."""
+    from proxy.core import compression
+    from proxy.offload import summaries
+
+    monkeypatch.setattr(summaries, "_records", {})
+    monkeypatch.setattr(summaries, "_seen", compression.SeenPrefixes())
+
+
 @pytest.fixture(scope="session")
 def make_proxy(_fake_upstream_server, tmp_path_factory):
     """Start a proxy in front of the fake upstream: `with make_proxy(**settings) as url: ...`."""

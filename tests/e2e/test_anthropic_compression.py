@@ -16,10 +16,8 @@ import httpx2
 import pytest
 from starlette.responses import JSONResponse
 
-from proxy.core import compression
 from proxy.core.markers import refs_in
 from proxy.core.texts import SUMMARY_INSTRUCTION
-from proxy.offload import summaries
 from tests.harness.anthropic import answer, is_messages_create, message, text, thinking, tool_use
 from tests.harness.servers import default_handler, is_summary_call, snapshot_answer
 
@@ -33,10 +31,7 @@ INLINE = {"X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "1500", "X
 SNAPSHOT = "<state_snapshot><task_overview>the plan so far</task_overview></state_snapshot>"
 
 
-@pytest.fixture(autouse=True)
-def _one_process_per_store(monkeypatch):
-    monkeypatch.setattr(summaries, "_records", {})
-    monkeypatch.setattr(summaries, "_seen", compression.SeenPrefixes())
+pytestmark = pytest.mark.usefixtures("fresh_summary_memory")
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ import openai
 import pytest
 from starlette.responses import JSONResponse
 
-from proxy.core import compression
 from proxy.core.tokens import counter_for_model
 from proxy.offload import summaries
 from tests.e2e.test_compression_e2e import chat_history, forwarded, is_summary_call
@@ -30,13 +29,7 @@ BACKGROUND = {"X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "1500"
 SNAPSHOT = "<state_snapshot><task_overview>the plan so far</task_overview></state_snapshot>"
 
 
-@pytest.fixture(autouse=True)
-def _one_process_per_store(monkeypatch):
-    """Each test's proxy has a store of its own, but all run in this one process: what a process
-    remembers of the summaries it saw (by tenant and prefix) must not carry over from a test to
-    the next, as it never carries over from one deployment's store to another's."""
-    monkeypatch.setattr(summaries, "_records", {})
-    monkeypatch.setattr(summaries, "_seen", compression.SeenPrefixes())
+pytestmark = pytest.mark.usefixtures("fresh_summary_memory")
 
 
 @pytest.fixture

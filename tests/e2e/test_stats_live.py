@@ -12,21 +12,16 @@ import httpx2
 import openai
 import pytest
 
-from proxy.core import compression
-from proxy.offload import summaries
 from tests.e2e.test_background_summaries import BACKGROUND, gated_summaries, wait_for_event
 from tests.e2e.test_compression_e2e import chat_history
 
 
-@pytest.fixture(autouse=True)
-def _one_process_per_store(monkeypatch):
-    """As in test_background_summaries: what this process remembers of summaries starts empty."""
-    monkeypatch.setattr(summaries, "_records", {})
-    monkeypatch.setattr(summaries, "_seen", compression.SeenPrefixes())
+pytestmark = pytest.mark.usefixtures("fresh_summary_memory")
 
 
 @pytest.fixture
 def key() -> str:
+    """A tenant of this test's own on the shared proxy."""
     return f"sk-{uuid.uuid4().hex}"
 
 
