@@ -39,7 +39,8 @@ from proxy.core.compaction import Plan
 from proxy.offload.pipeline import Prepared, prepare
 from proxy.offload.quota import Quota
 from proxy.offload.refs import RefStore
-from proxy.offload.summaries import Compressor, SummaryContext
+from proxy.offload.summaries import Compressor
+from proxy.offload.summary_context import SummaryContext
 from proxy.offload.summarizer import DEFAULT_INSTRUCTION, DEFAULT_PROMPT
 from proxy.reload import loop as reload_loop
 from proxy.reload.search import SearchLimits

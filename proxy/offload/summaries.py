@@ -19,7 +19,6 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core import compression as cp
@@ -27,25 +26,19 @@ from proxy.core import precompress
 from proxy.core.summary_index import summary_index
 from proxy.core.compaction import Offload, present_refs
 from proxy.core.texts import RELOAD_TOOL_SCHEMAS
-from proxy.core.wire import WireFormat
 from proxy.core.view import ItemView
 from proxy.formats import chat
-from proxy.http import observe
 from proxy.offload import events as session_events
-from proxy.offload.background import SummaryScheduler
 from proxy.offload.cpu import CPU, INLINE
 from proxy.offload.events import event
 from proxy.offload.quota import CredentialRejected, QuotaExceeded
-from proxy.offload.refs import RefStore
 from proxy.core.markers import make_ref
 from proxy.core.settings import OffloadSettings
-from proxy.store.sealing import Sealer
 from proxy.store import Store, StoreUnavailable
-from proxy.offload.summarizer import DEFAULT_INSTRUCTION, Summary, SummaryFailed, prompt_version, summarize, \
-    summarize_prefix
+from proxy.offload.summarizer import Summary, SummaryFailed, prompt_version, summarize, summarize_prefix
+from proxy.offload.summary_context import Compressed, SummaryContext, count_summary, summary_usage
 from proxy.offload.tenant import key
 from proxy.core.tokens import TokenCounter
-from proxy.upstream.client import Headers, Upstream
 
 CONV_ENTRIES = 8  # summaries remembered per conversation start (forks share a start)
 POLL = 0.1
@@ -57,70 +50,11 @@ _records: dict[str, tuple[float, cp.PriorSummary]] = {}
 _seen = cp.SeenPrefixes()
 
 
-def _count_summary(ok: bool, seconds: float, ctx: SummaryContext) -> None:
-    """Into the request's record (its turn's statistics count it), or for a summary made in the
-    background (its job runs in a context of its own: no record) into the metrics and the
-    tenant's statistics (`tally`) straight away: once either way."""
-    if (rec := observe.current.get()) is not None:
-        return rec.count_summary(ok, seconds)
-    if ctx.metrics is not None:
-        ctx.metrics.count_summary(ok, seconds)
-    if ctx.tally is not None:
-        ctx.tally(ok)
-
-
 def _keep(summary_key: str, record: cp.PriorSummary) -> cp.PriorSummary:
     if len(_records) > RECORDS:
         _records.clear()
     _records[summary_key] = (time.monotonic(), record)
     return record
-
-
-@dataclass(kw_only=True)
-class SummaryContext:
-    """What a summarisation call needs from the request."""
-
-    upstream: Upstream
-    headers: Headers
-    model: str
-    prompt: str
-    timeout: float
-    wait: float
-    sealer: Sealer = field(default_factory=lambda: Sealer(None))
-    base: str | None = None  # the upstream base URL when not the server's default
-    view: ItemView | None = None  # the wire format's history items (chat when None)
-    background: SummaryScheduler | None = None  # None: every summary is made inline
-    session: str | None = None  # where a background summary's events go
-    request_model: str | None = None  # the conversation's model (its context window caps the hard limit)
-    metrics: observe.Metrics | None = None  # for summaries made in the background
-    tally: Callable[[bool], None] | None = None  # the tenant's statistics, for those too (ok or failed)
-    refs: RefStore | None = None  # where a background summary stores the originals it covers
-    tenant_scope: str | None = None  # whose share of the background slots (the credential, not X-Offload-Tenant)
-    # The prefix shape (see the module docstring) needs the request's wire format and body; without
-    # them, or with summary_request "transcript", summaries are transcripts sent to chat completions.
-    wire: WireFormat | None = None
-    body: dict | None = None  # the client's request body (its tools, instructions, sampling, …)
-    summary_request: str = "prefix"  # "prefix" | "transcript"
-    instruction: str = DEFAULT_INSTRUCTION  # what the prefix shape appends
-
-
-@dataclass
-class Compressed:
-    items: list[Any] | None = None  # None: not compressed
-    offload: Offload | None = None  # the summarised originals, when newly made
-    summary_tokens: int = 0
-    warning: str | None = None
-    events: list[dict] = field(default_factory=list)
-    usage: dict | None = None  # the summarisation calls' usage, chat-completions shaped
-    pending: bool = False  # the summary this turn needed is being made in the background
-    usage_in: int = 0  # what the summary just made cost, however it is billed
-    usage_out: int = 0
-
-
-def summary_usage(tokens_in: int, tokens_out: int) -> dict | None:
-    if not tokens_in and not tokens_out:
-        return None
-    return {"prompt_tokens": tokens_in, "completion_tokens": tokens_out, "total_tokens": tokens_in + tokens_out}
 
 
 class Compressor:
@@ -370,12 +304,12 @@ class Compressor:
             await self._calls(compacted, settings, decision, spans, cpu, made)
         except SummaryFailed as exc:
             tokens_in, tokens_out = sum(s.tokens_in for s in made), sum(s.tokens_out for s in made)
-            _count_summary(False, time.monotonic() - started, self.ctx)
+            count_summary(False, time.monotonic() - started, self.ctx)
             failed = event("summary_failure", reason=str(exc), messages=end - start,
                            duration_ms=round((time.monotonic() - started) * 1e3))
             return Compressed(warning=f"compression skipped: {exc}", summary_tokens=tokens_in + tokens_out,
                               events=[failed], usage=summary_usage(tokens_in, tokens_out))
-        _count_summary(True, time.monotonic() - started, self.ctx)
+        count_summary(True, time.monotonic() - started, self.ctx)
         text = "\n".join(summary.text for summary in made)
         tokens_in, tokens_out = sum(s.tokens_in for s in made), sum(s.tokens_out for s in made)
 

@@ -42,7 +42,8 @@ from proxy.formats.responses.items import ResponsesView
 from proxy.core.markers import INJECTED_TOOLS, history_ref
 from proxy.core.texts import RELOAD_TOOL_SCHEMAS
 from proxy.formats.responses.request import inject_tools
-from proxy.offload.summaries import Compressor, SummaryContext
+from proxy.offload.summaries import Compressor
+from proxy.offload.summary_context import SummaryContext
 from proxy.config import ServerSettings
 from proxy.core.settings import OffloadSettings
 from proxy.offload.pipeline import prepare

@@ -13,7 +13,7 @@ import pytest
 
 from proxy.http import observe
 from proxy.http.observe import Observe, RequestRecord
-from proxy.offload.summaries import SummaryContext, _count_summary
+from proxy.offload.summary_context import SummaryContext, count_summary
 from proxy.stats import reader
 from proxy.stats.buckets import ALL, bucket_key, bucket_start, span_of, tenants_key
 from proxy.stats.prefix import BLOCK
@@ -140,11 +140,11 @@ def test_a_summary_is_counted_once_in_the_request_or_in_the_background():
     rec = RequestRecord("chat", "POST")
     token = observe.current.set(rec)
     try:
-        _count_summary(True, 0.1, ctx)  # inline: the request's record only (its turn counts it)
+        count_summary(True, 0.1, ctx)  # inline: the request's record only (its turn counts it)
     finally:
         observe.current.reset(token)
     assert rec.summaries_made == 1 and tallies == [] and metrics_calls == []
-    contextvars.Context().run(_count_summary, False, 0.1, ctx)  # a background job's own context
+    contextvars.Context().run(count_summary, False, 0.1, ctx)  # a background job's own context
     assert tallies == [False] and metrics_calls == [False] and rec.summaries_failed == 0
 
 

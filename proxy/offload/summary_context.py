@@ -1,0 +1,78 @@
+"""What a summarisation call needs from its request (`SummaryContext`), what compressing a
+history gives back (`Compressed`), and where a summary is counted: once, in the request's
+record or, made in the background, in the metrics and the tenant's statistics."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.core.compaction import Offload
+from proxy.core.view import ItemView
+from proxy.core.wire import WireFormat
+from proxy.http import observe
+from proxy.offload.background import SummaryScheduler
+from proxy.offload.refs import RefStore
+from proxy.offload.summarizer import DEFAULT_INSTRUCTION
+from proxy.store.sealing import Sealer
+from proxy.upstream.client import Headers, Upstream
+
+
+def count_summary(ok: bool, seconds: float, ctx: SummaryContext) -> None:
+    """Into the request's record (its turn's statistics count it), or for a summary made in the
+    background (its job runs in a context of its own: no record) into the metrics and the
+    tenant's statistics (`tally`) straight away: once either way."""
+    if (rec := observe.current.get()) is not None:
+        return rec.count_summary(ok, seconds)
+    if ctx.metrics is not None:
+        ctx.metrics.count_summary(ok, seconds)
+    if ctx.tally is not None:
+        ctx.tally(ok)
+
+
+@dataclass(kw_only=True)
+class SummaryContext:
+    """What a summarisation call needs from the request."""
+
+    upstream: Upstream
+    headers: Headers
+    model: str
+    prompt: str
+    timeout: float
+    wait: float
+    sealer: Sealer = field(default_factory=lambda: Sealer(None))
+    base: str | None = None  # the upstream base URL when not the server's default
+    view: ItemView | None = None  # the wire format's history items (chat when None)
+    background: SummaryScheduler | None = None  # None: every summary is made inline
+    session: str | None = None  # where a background summary's events go
+    request_model: str | None = None  # the conversation's model (its context window caps the hard limit)
+    metrics: observe.Metrics | None = None  # for summaries made in the background
+    tally: Callable[[bool], None] | None = None  # the tenant's statistics, for those too (ok or failed)
+    refs: RefStore | None = None  # where a background summary stores the originals it covers
+    tenant_scope: str | None = None  # whose share of the background slots (the credential, not X-Offload-Tenant)
+    # The prefix shape (see the module docstring) needs the request's wire format and body; without
+    # them, or with summary_request "transcript", summaries are transcripts sent to chat completions.
+    wire: WireFormat | None = None
+    body: dict | None = None  # the client's request body (its tools, instructions, sampling, …)
+    summary_request: str = "prefix"  # "prefix" | "transcript"
+    instruction: str = DEFAULT_INSTRUCTION  # what the prefix shape appends
+
+
+@dataclass
+class Compressed:
+    items: list[Any] | None = None  # None: not compressed
+    offload: Offload | None = None  # the summarised originals, when newly made
+    summary_tokens: int = 0
+    warning: str | None = None
+    events: list[dict] = field(default_factory=list)
+    usage: dict | None = None  # the summarisation calls' usage, chat-completions shaped
+    pending: bool = False  # the summary this turn needed is being made in the background
+    usage_in: int = 0  # what the summary just made cost, however it is billed
+    usage_out: int = 0
+
+
+def summary_usage(tokens_in: int, tokens_out: int) -> dict | None:
+    if not tokens_in and not tokens_out:
+        return None
+    return {"prompt_tokens": tokens_in, "completion_tokens": tokens_out, "total_tokens": tokens_in + tokens_out}
