@@ -38,7 +38,8 @@ from proxy.stats import reader
 from proxy.stats.buckets import WINDOWS, span_of
 from proxy.store import StoreUnavailable
 
-STATS_PATHS = re.compile(r"/v1/offload/(stats|sessions(/[^/]+)?)/?")
+# a session id may hold `/` (X-Offload-Session admits it): the drill-down takes the rest of the path
+STATS_PATHS = re.compile(r"/v1/offload/(stats|sessions)/?|/v1/offload/sessions/.+")
 NAMESPACE = re.compile(r"[0-9a-f]{32}")
 DEFAULT_LIMIT, MAX_LIMIT = 50, 500
 
@@ -54,7 +55,7 @@ class StatsApi:
         return [
             Route("/v1/offload/stats", self.stats, methods=["GET"]),
             Route("/v1/offload/sessions", self.sessions, methods=["GET"]),
-            Route("/v1/offload/sessions/{session}", self.session, methods=["GET"]),
+            Route("/v1/offload/sessions/{session:path}", self.session, methods=["GET"]),
         ]
 
     def _named(self, value: str) -> str:
@@ -75,6 +76,9 @@ class StatsApi:
                                  code="tenant_required", param="tenant")
             return self._named(wanted) if wanted else None
         caller: Caller = request.state.caller
+        if caller.kind == "anonymous":  # one namespace for every anonymous client: as with events
+            raise ProxyError(401, "Statistics need a credential: anonymous clients share one namespace.",
+                             code="missing_api_key")
         if wanted and wanted != caller.namespace and self.by_name.get(wanted) != caller.namespace:
             raise ProxyError(403, "This credential reads its own tenant's statistics only.",
                              type_="permission_error", code="tenant_forbidden", param="tenant")

@@ -13,6 +13,8 @@ from proxy.stats.turns import headline, point
 from proxy.store.base import Store
 from proxy.store.sealing import Sealer
 
+MAX_MODELS = 8  # models listed per session, most turns first
+
 
 def display_name(namespace: str, names: Mapping[str, str]) -> str:
     """The tenants-file name of a proxy key's namespace, else the namespace's first 12 digits."""
@@ -48,9 +50,13 @@ async def tenant_rows(store: Store, span: Span, names: Mapping[str, str]) -> lis
 
 
 def _session_row(name: str, last: float, fields: Mapping[str, int | float]) -> dict[str, Any]:
-    models = {k.split(":", 1)[1]: int(v) for k, v in fields.items() if k.startswith("model:")}
+    """A session's totals; of its models (the client's strings, any number of them) the
+    `MAX_MODELS` with most turns, and how many others there were."""
+    used = sorted(((k.split(":", 1)[1], int(v)) for k, v in fields.items() if k.startswith("model:")),
+                  key=lambda m: (-m[1], m[0]))
     totals = headline(fields)
-    return {"id": name, "last_seen": round(last, 3), "turns": totals.pop("requests"), "models": models, **totals}
+    return {"id": name, "last_seen": round(last, 3), "turns": totals.pop("requests"),
+            "models": dict(used[:MAX_MODELS]), "models_other": max(0, len(used) - MAX_MODELS), **totals}
 
 
 async def sessions_page(store: Store, namespace: str, offset: int, limit: int) -> tuple[int, list[dict[str, Any]]]:

@@ -56,7 +56,9 @@ SESSION_HEADER = b"x-offload-session"
 UNMANAGED = ("/v1/messages/count_tokens",)  # counts tokens, forwards no turn
 INLINE_BYTES = 256 * 1024  # a forwarded body up to this size is hashed on the event loop (about 1 ms)
 ROUTES = (("chat", "/chat/completions"), ("responses", "/responses"), ("messages", "/messages"))
+REFUSED = (401, 403)  # the upstream's answers to a credential it does not accept
 _session_id = re.compile(IDENT_PATTERN)
+_surrogates = re.compile("[\ud800-\udfff]")  # valid in JSON, but no store can encode them
 
 
 def turn_of(rec, scope: Scope) -> Turn | None:
@@ -65,6 +67,8 @@ def turn_of(rec, scope: Scope) -> Turn | None:
     caller = scope.get("state", {}).get("caller")
     if rec.tokens_before is None or caller is None or scope.get("path") in UNMANAGED:
         return None
+    if getattr(caller, "kind", None) == "client" and getattr(rec, "upstream_status", None) in REFUSED:  # any key:
+        return None  # only those the upstream accepts become tenants (nothing is stored for the others)
     session, header = None, False
     for name, value in scope.get("headers", ()):
         if name.lower() == SESSION_HEADER:
@@ -77,7 +81,7 @@ def turn_of(rec, scope: Scope) -> Turn | None:
     route = next((name for name, suffix in ROUTES if path.endswith(suffix)), rec.route)
     return Turn(
         namespace=caller.namespace, session=session, time=time.time(), route=route,
-        model=(rec.model or "")[:MAX_MODEL] or None,
+        model=_surrogates.sub("\ufffd", (rec.model or "")[:MAX_MODEL]) or None,
         status=rec.status, stream=bool(rec.stream), tokens_before=rec.tokens_before,
         tokens_after=rec.tokens_after if rec.tokens_after is not None else rec.tokens_before,
         action=rec.action or "none", refs=rec.refs or 0, refs_created=rec.refs_created,
@@ -90,8 +94,10 @@ def turn_of(rec, scope: Scope) -> Turn | None:
 
 def session_keys(namespace: str, session_name: str) -> tuple[str, str]:
     """(the list of a session's turns, the hash of its totals); `session_name` as
-    `Sealer.key_name` writes the session id."""
-    return key(namespace, "stats", f"session:{session_name}:turns"), key(namespace, "stats", f"session:{session_name}")
+    `Sealer.key_name` writes the session id. Both end with the name, after a prefix of their
+    own: a suffix after it would let one session's key be another's (`x`'s turns were the
+    totals of `x:turns`, a key of the wrong type that failed every flush holding it)."""
+    return key(namespace, "stats", f"turns:{session_name}"), key(namespace, "stats", f"session:{session_name}")
 
 
 def sessions_key(namespace: str) -> str:
