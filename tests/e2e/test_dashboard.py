@@ -288,3 +288,31 @@ def test_ten_thousand_sessions_are_paged(make_proxy, redis_url, tmp_path, chromi
         assert page.inner_text("#page") == "1–25 of 10,000" and page.locator("#prev").is_disabled()
         print("screenshot:", screenshot(page, "dashboard-10000-sessions"))
         assert console.errors == []
+
+
+def test_links_the_api_refuses_fall_back_to_a_view_that_loads(make_proxy, tmp_path, chromium):
+    """What the address holds is the visitor's to edit: an unknown tenant or an offset past the
+    API's range left the page on an error with no way back but editing the address; a session id
+    with `/` (X-Offload-Session admits it) opens, and the admin stays signed in."""
+    with make_proxy(admin_token=ADMIN, tenants_file=tenants_file(tmp_path, **{"dash-a": KEY_A})) as url:
+        send(url, KEY_A, agent_history(steps=2), session="team/run-1")
+        for i in range(10):
+            send(url, KEY_A, agent_history(steps=2), session="zoo", model=f"model-{i}")
+        stats_when(url, ADMIN, 11)
+        time.sleep(1.5)  # the sessions are written after the buckets
+        page, console = open_page(chromium, f"{url}/dashboard#window=1h&tenant=nobody&session=x")
+        sign_in(page, ADMIN)
+        assert page.inner_text("#scope") == "All tenants" and column(page, "tenants-table", 1) == ["dash-a"]
+        assert "No tenant 'nobody'" in page.inner_text("#error") and "tenant=nobody" not in page.url
+        page, console = open_page(chromium, f"{url}/dashboard#window=1h&tenant={ns('dash-a')}&offset=99999999999")
+        sign_in(page, ADMIN)
+        assert sorted(column(page, "sessions-table", 1)) == ["team/run-1", "zoo"]
+        assert "offset" in page.inner_text("#error") and "offset=" not in page.url
+        models = column(page, "sessions-table", 8)[column(page, "sessions-table", 1).index("zoo")]
+        assert models.endswith("+2 more") and models.count("model-") == 8
+        seen = loads(page)
+        page.locator("#sessions-table tbody tr", has_text="team/run-1").locator("button.link").click()
+        wait_loaded(page, seen)
+        assert page.inner_text("#session-id") == "team/run-1" and page.locator("#board").is_visible()
+        assert page.evaluate("() => sessionStorage.getItem('offload-dashboard-token')") == ADMIN
+        assert [text for _, text in console.errors if "status of 400" not in text] == []

@@ -13,7 +13,7 @@
   ];
   const $ = (id) => document.getElementById(id);
   const state = { token: sessionStorage.getItem(TOKEN_KEY), window: "24h", tenant: null, offset: 0,
-                  session: null, paused: false, busy: false, last: null, admin: null };
+                  session: null, paused: false, busy: false, last: null, admin: null, notice: null };
 
   /* ---- formatting ---- */
   const NUMBER = new Intl.NumberFormat("en-US", { maximumFractionDigits: 0 });
@@ -70,6 +70,7 @@
       const message = (body && body.error && body.error.message) || `HTTP ${response.status}`;
       const err = new Error(message);
       err.status = response.status;
+      err.code = body && body.error && body.error.code;
       throw err;
     }
     return body;
@@ -171,7 +172,7 @@
       ["Session", (r) => r.id], ["Last active", (r) => ago(r.last_seen)], ["Turns", (r) => int(r.turns), "num"],
       ["Raw tokens", (r) => int(r.tokens_before), "num"], ["Forwarded", (r) => int(r.tokens_after), "num"],
       ["Fwd / raw", (r) => pct(r.forwarded_ratio), "num"], ["Reload rounds", (r) => int(r.reload_rounds), "num"],
-      ["Model", (r) => Object.keys(r.models || {}).join(", ")],
+      ["Model", (r) => Object.keys(r.models || {}).join(", ") + (r.models_other ? ` +${int(r.models_other)} more` : "")],
     ], page.data, (r) => { state.session = r.id; refresh(); });
     if (!page.data.length) $("sessions-table").append(h("caption", {}, "No session yet: sessions are named by the X-Offload-Session header or by their first messages."));
     const last = Math.min(page.total, page.offset + page.data.length);
@@ -242,11 +243,20 @@
       }
       state.last = new Date();
       $("updated").textContent = `Updated ${SECONDS.format(state.last)}` + (state.paused ? " · paused" : ` · every ${REFRESH_MS / 1000} s`);
-      $("error").hidden = true;
+      $("error").textContent = state.notice || "";
+      $("error").hidden = !state.notice;
+      state.notice = null;
       document.body.dataset.loaded = String((+document.body.dataset.loaded || 0) + 1);
     } catch (e) {
       if (e.status === 401 || e.status === 403) {
         signOut(e.message);
+      } else if ((e.code === "tenant_not_found" && state.tenant) || (e.code === "invalid_parameter" && state.offset)) {
+        // the address named a tenant or a page the API refuses: back to a view that loads, saying why
+        state.notice = e.message;
+        if (e.code === "tenant_not_found") state.tenant = null;
+        state.offset = 0;
+        state.session = null;
+        state.again = true;
       } else {
         $("error").textContent = "Could not refresh: " + e.message;
         $("error").hidden = false;
