@@ -79,7 +79,8 @@ class StatsApi:
         if caller.kind == "anonymous":  # one namespace for every anonymous client: as with events
             raise ProxyError(401, "Statistics need a credential: anonymous clients share one namespace.",
                              code="missing_api_key")
-        if wanted and wanted != caller.namespace and self.by_name.get(wanted) != caller.namespace:
+        own = {caller.namespace, reader.display_name(caller.namespace, self.names)}  # as `tenant`, as `name`
+        if wanted and wanted not in own and self.by_name.get(wanted) != caller.namespace:
             raise ProxyError(403, "This credential reads its own tenant's statistics only.",
                              type_="permission_error", code="tenant_forbidden", param="tenant")
         return caller.namespace

@@ -266,3 +266,18 @@ def test_a_failing_store_never_fails_a_request(make_proxy, upstream):
         assert r.status_code == 503 and r.json()["error"]["code"] == "store_unavailable"
         assert api(url, "/v1/offload/sessions", "sk-stats-no-store").status_code == 503
         assert send(url, "sk-stats-no-store", [{"role": "user", "content": "still fine"}])
+
+
+def test_a_key_without_a_tenants_file_name_may_name_itself_as_the_api_names_it(make_proxy, upstream):
+    """Its `name` is its namespace's first 12 digits: `tenant=<name>` reads itself; another's is refused."""
+    with make_proxy() as url:
+        send(url, CLIENT_KEY, agent_history(steps=2), session="mine")
+        send(url, "sk-someone-else-0001", agent_history(steps=2), session="theirs")
+        me = stats_when(url, CLIENT_KEY, 1, window="1h")
+        assert me["name"] == me["tenant"][:12]
+        assert api(url, "/v1/offload/stats", CLIENT_KEY, tenant=me["name"]).json()["totals"]["requests"] == 1
+        assert [r["id"] for r in api(url, "/v1/offload/sessions", CLIENT_KEY, tenant=me["name"]).json()["data"]] \
+            == ["mine"]
+        other = namespace_for("credential", ["sk-someone-else-0001"], None)
+        for name in (other[:12], other):
+            assert api(url, "/v1/offload/sessions", CLIENT_KEY, tenant=name).status_code == 403
