@@ -27,6 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from proxy.errors import error_response
 
 access_log = logging.getLogger("proxy.access")
+MAX_TENANT_LABELS = 1000  # tenants with series of their own (clients make namespaces): the rest are "other"
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
@@ -88,6 +89,7 @@ class Metrics:
         self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
         self.registry = CollectorRegistry()
         self.tenant_label = tenant_label
+        self._tenants: set[str] = set()  # label values given so far
         tenant = ("tenant",) if tenant_label else ()
         r = self.registry
         self.requests = Counter("offload_requests_total", "Requests by route and status.",
@@ -151,8 +153,16 @@ class Metrics:
             return generate_latest(registry)
         return generate_latest(self.registry)
 
+    def _tenant(self, namespace: str) -> str:
+        """`namespace` as a label value: each is a series kept for the process's life."""
+        if namespace not in self._tenants:
+            if len(self._tenants) >= MAX_TENANT_LABELS:
+                return "other"
+            self._tenants.add(namespace)
+        return namespace
+
     def observe(self, rec: RequestRecord, elapsed: float) -> None:
-        tenant = (rec.tenant or "",) if self.tenant_label else ()
+        tenant = (self._tenant(rec.tenant or ""),) if self.tenant_label else ()
         self.requests.labels(rec.route, str(rec.status), *tenant).inc()
         self.duration.labels(rec.route).observe(elapsed)
         if rec.upstream_sent is not None:
