@@ -123,6 +123,7 @@ def site(make_proxy, tmp_path_factory):
 def test_loads_without_console_errors_and_headline_equals_the_api(site, chromium):
     page, console = open_page(chromium, f"{site}/dashboard#window=1h")
     assert page.locator("#signin").is_visible() and not page.locator("#board").is_visible()
+    assert page.locator("#windows").is_hidden() and page.locator("#signout").is_hidden()
     sign_in(page, ADMIN)
     stats = api(site, "/v1/offload/stats", ADMIN, window="1h")
     totals = stats["totals"]
@@ -142,7 +143,7 @@ def test_loads_without_console_errors_and_headline_equals_the_api(site, chromium
     assert page.locator("#chart-tokens svg polyline").count() == 2  # raw and forwarded
     assert page.locator("#chart-actions svg rect.bar").count() >= 1
     assert stats["viewer"] == "admin" and stats["health"]["store"] is True
-    assert "reachable" in page.inner_text("#health-list") and "Summaries running" in page.inner_text("#health-list")
+    assert "reachable" in page.inner_text("#health-list") and "Summary jobs running" in page.inner_text("#health-list")
     print("screenshot:", screenshot(page, "dashboard-admin-1280"))
     assert console.errors == []
 
@@ -153,6 +154,11 @@ def test_reads_well_on_a_phone(site, chromium):
     overflow = page.evaluate("() => document.documentElement.scrollWidth - document.documentElement.clientWidth")
     assert overflow <= 0  # wide tables scroll inside their panel, the page never sideways
     assert page.locator('#headline .card[data-field="tokens_saved"]').is_visible()
+    # the tables keep the columns that matter most and fit the width without scrolling
+    widths = page.evaluate("() => [...document.querySelectorAll('.table-wrap')].map(w => [w.parentElement.id, w.scrollWidth, w.clientWidth])")
+    assert all(scroll <= client for _, scroll, client in widths), widths
+    assert page.locator("#tenants-table th", has_text="Fwd / raw").is_visible()
+    assert page.locator("#tenants-table th", has_text="Money saved").is_hidden()
     print("screenshot:", screenshot(page, "dashboard-phone-390"))
     assert console.errors == []
 
@@ -197,7 +203,7 @@ def test_a_tenant_key_sees_its_own_tenant_only(site, chromium):
     assert page.locator("#tenants").is_hidden()
     assert sorted(column(page, "sessions-table", 1)) == ["a-build", "a-review"]
     assert page.locator("#session").is_hidden()
-    assert "Summaries running" not in page.inner_text("#health-list")
+    assert "Summary jobs running" not in page.inner_text("#health-list")
     text = page.inner_text("body")
     assert "dash-b" not in text and "b-secret-run" not in text
     # the page's own token cannot read the other tenant through the API either
@@ -316,3 +322,16 @@ def test_links_the_api_refuses_fall_back_to_a_view_that_loads(make_proxy, tmp_pa
         assert page.inner_text("#session-id") == "team/run-1" and page.locator("#board").is_visible()
         assert page.evaluate("() => sessionStorage.getItem('offload-dashboard-token')") == ADMIN
         assert [text for _, text in console.errors if "status of 400" not in text] == []
+
+
+def test_a_key_with_nothing_recorded_is_told_so(site, chromium):
+    """Where the proxy holds no upstream key any key is a tenant's own: a mistyped admin token opens
+    an empty tenant, and the page says what that likely means."""
+    page, console = open_page(chromium, f"{site}/dashboard#window=1h")
+    sign_in(page, ADMIN + "-typo")
+    assert page.locator("#hint").is_visible() and "mistyped admin token" in page.inner_text("#hint")
+    assert card(page, "requests") == "0"
+    page.click("#signout")
+    sign_in(page, KEY_A)
+    assert page.locator("#hint").is_hidden()
+    assert console.errors == []

@@ -19,7 +19,7 @@
   const NUMBER = new Intl.NumberFormat("en-US", { maximumFractionDigits: 0 });
   const int = (v) => (v === null || v === undefined ? "–" : NUMBER.format(Math.round(v)));
   const pct = (v) => (v === null || v === undefined ? "–" : (v * 100).toFixed(1) + "%");
-  const usd = (v) => (v === null || v === undefined ? "–" : "$" + v.toFixed(Math.abs(v) < 1 ? 4 : 2));
+  const usd = (v) => (v === null || v === undefined ? "–" : "$" + v.toFixed(v === 0 || Math.abs(v) >= 1 ? 2 : 4));
   const compact = (v) => (v >= 1e6 ? (v / 1e6).toFixed(v >= 1e7 ? 0 : 1) + "M" : v >= 1e3 ? (v / 1e3).toFixed(v >= 1e4 ? 0 : 1) + "k" : String(Math.round(v)));
   // formatters made once: a locale formatter per call costs more than drawing the whole chart
   const DAY = new Intl.DateTimeFormat("en-GB", { day: "2-digit", month: "short" });
@@ -32,8 +32,8 @@
     return (step >= 3600 && state.window !== "24h" ? DAY_TIME : TIME).format(d);
   };
   const ago = (t) => {
-    const s = Math.max(0, Date.now() / 1000 - t);
-    return s < 60 ? Math.round(s) + " s ago" : s < 3600 ? Math.round(s / 60) + " min ago" : s < 86400 ? Math.round(s / 3600) + " h ago" : Math.round(s / 86400) + " d ago";
+    const s = Math.max(0, Math.floor(Date.now() / 1000 - t));
+    return s < 60 ? s + " s ago" : s < 3600 ? Math.floor(s / 60) + " min ago" : s < 86400 ? Math.floor(s / 3600) + " h ago" : Math.floor(s / 86400) + " d ago";
   };
 
   /* ---- DOM ---- */
@@ -143,12 +143,12 @@
       ["Errors", int(t.errors), t.errors > 0],
     ];
     if (hl.scheduler) {
-      rows.push(["Summaries running / queued", `${hl.scheduler.running} / ${hl.scheduler.queued}`]);
-      rows.push(["Oldest summary job", hl.scheduler.oldest_seconds.toFixed(1) + " s", hl.scheduler.oldest_seconds > 60]);
-      rows.push(["Summary jobs dropped", int(hl.scheduler.dropped), hl.scheduler.dropped > 0]);
+      rows.push(["Summary jobs running / queued (this worker, now)", `${hl.scheduler.running} / ${hl.scheduler.queued}`]);
+      rows.push(["Oldest summary job (now)", hl.scheduler.oldest_seconds.toFixed(1) + " s", hl.scheduler.oldest_seconds > 60]);
+      rows.push(["Summary jobs dropped (this worker, since start)", int(hl.scheduler.dropped), hl.scheduler.dropped > 0]);
     }
     if (stats.recorder) {
-      rows.push(["Statistics queued / dropped", `${int(stats.recorder.queued)} / ${int(stats.recorder.dropped)}`, stats.recorder.dropped > 0]);
+      rows.push(["Statistics queued / dropped (this worker, since start)", `${int(stats.recorder.queued)} / ${int(stats.recorder.dropped)}`, stats.recorder.dropped > 0]);
     }
     $("health-list").replaceChildren(...rows.map(([k, v, bad]) => h("div", {}, h("dt", {}, k), h("dd", { class: bad ? "bad" : "" }, v))));
   }
@@ -157,10 +157,10 @@
     const rows = stats.tenants || [];
     $("tenants").hidden = !state.admin || state.tenant !== null;
     table($("tenants-table"), [
-      ["Tenant", (r) => r.name], ["Requests", (r) => int(r.totals.requests), "num"],
+      ["Tenant", (r) => r.name], ["Requests", (r) => int(r.totals.requests), "num opt"],
       ["Raw tokens", (r) => int(r.totals.tokens_before), "num"], ["Forwarded", (r) => int(r.totals.tokens_after), "num"],
-      ["Saved", (r) => int(r.totals.tokens_saved), "num"], ["Fwd / raw", (r) => pct(r.totals.forwarded_ratio), "num"],
-      ["Money saved", (r) => usd(r.totals.cost_saved_usd), "num"], ["Reload rate", (r) => pct(r.totals.reload_rate), "num"],
+      ["Saved", (r) => int(r.totals.tokens_saved), "num opt"], ["Fwd / raw", (r) => pct(r.totals.forwarded_ratio), "num"],
+      ["Money saved", (r) => usd(r.totals.cost_saved_usd), "num opt"], ["Reload rate", (r) => pct(r.totals.reload_rate), "num opt"],
     ], rows, (r) => { state.tenant = r.tenant; state.offset = 0; state.session = null; refresh(); });
     if (!rows.length) $("tenants-table").append(h("caption", {}, "No tenant sent a managed request in this window."));
   }
@@ -169,10 +169,10 @@
     $("sessions").hidden = false;
     $("sessions-count").textContent = `(${int(page.total)})`;
     table($("sessions-table"), [
-      ["Session", (r) => r.id], ["Last active", (r) => ago(r.last_seen)], ["Turns", (r) => int(r.turns), "num"],
+      ["Session", (r) => r.id], ["Last active", (r) => ago(r.last_seen), "opt"], ["Turns", (r) => int(r.turns), "num"],
       ["Raw tokens", (r) => int(r.tokens_before), "num"], ["Forwarded", (r) => int(r.tokens_after), "num"],
-      ["Fwd / raw", (r) => pct(r.forwarded_ratio), "num"], ["Reload rounds", (r) => int(r.reload_rounds), "num"],
-      ["Model", (r) => Object.keys(r.models || {}).join(", ") + (r.models_other ? ` +${int(r.models_other)} more` : "")],
+      ["Fwd / raw", (r) => pct(r.forwarded_ratio), "num"], ["Reload rounds", (r) => int(r.reload_rounds), "num opt"],
+      ["Model", (r) => Object.keys(r.models || {}).join(", ") + (r.models_other ? ` +${int(r.models_other)} more` : ""), "opt"],
     ], page.data, (r) => { state.session = r.id; refresh(); });
     if (!page.data.length) $("sessions-table").append(h("caption", {}, "No session yet: sessions are named by the X-Offload-Session header or by their first messages."));
     const last = Math.min(page.total, page.offset + page.data.length);
@@ -198,10 +198,10 @@
       title: (i) => `Turn ${label(i)} · ${turns[i].action}\nRaw: ${int(turns[i].tokens_before)}\nForwarded: ${int(turns[i].tokens_after)}\nRefs: ${turns[i].refs} · Reload rounds: ${turns[i].reload_rounds}`,
     });
     table($("turns-table"), [
-      ["Turn", (t) => label(turns.indexOf(t))], ["Time", (t) => SECONDS.format(new Date(t.time * 1000))],
-      ["Route", (t) => t.route], ["Model", (t) => t.model || ""], ["Action", (t) => t.action],
+      ["Turn", (t) => label(turns.indexOf(t))], ["Time", (t) => SECONDS.format(new Date(t.time * 1000)), "opt"],
+      ["Route", (t) => t.route, "opt"], ["Model", (t) => t.model || "", "opt"], ["Action", (t) => t.action],
       ["Raw", (t) => int(t.tokens_before), "num"], ["Forwarded", (t) => int(t.tokens_after), "num"],
-      ["Refs", (t) => int(t.refs), "num"], ["Reloads", (t) => int(t.reload_rounds), "num"], ["Status", (t) => t.status, "num"],
+      ["Refs", (t) => int(t.refs), "num opt"], ["Reloads", (t) => int(t.reload_rounds), "num opt"], ["Status", (t) => t.status, "num opt"],
     ], [...turns].reverse());
   }
 
@@ -226,8 +226,12 @@
       health(stats);
       tenants(stats);
       if (stats.tenant) {
-        sessions(await api("/v1/offload/sessions", { tenant: state.admin ? stats.tenant : null, offset: state.offset, limit: PAGE }));
+        const page = await api("/v1/offload/sessions", { tenant: state.admin ? stats.tenant : null, offset: state.offset, limit: PAGE });
+        sessions(page);
+        // nothing ever recorded for this key: often a mistyped token where any key is a tenant's own
+        $("hint").hidden = state.admin || page.total > 0 || stats.totals.requests > 0;
       } else {
+        $("hint").hidden = true;
         $("sessions").hidden = true;
       }
       if (stats.tenant && state.session) {
