@@ -54,6 +54,7 @@ def photograph(root: str, out: Path) -> list[Path]:
         page.fill("#token", ADMIN)
         page.click("#signin button[type=submit]")
         page.wait_for_selector("body[data-loaded]")
+        page.mouse.move(1, 1)  # no hover highlight left on a chart
         page.wait_for_timeout(500)
         page.screenshot(path=str(shots[0]), full_page=True)
         page.locator("#tenants-table tbody tr", has_text="team-chat").locator("button.link").click()
@@ -62,9 +63,9 @@ def photograph(root: str, out: Path) -> list[Path]:
         page.locator("#sessions-table tbody tr button.link").nth(raw.index(max(raw))).click()  # the largest
         page.wait_for_selector("#session:not([hidden]) #chart-session svg")
         page.wait_for_timeout(500)
-        page.locator("#session h2").scroll_into_view_if_needed()
-        page.screenshot(path=str(shots[1]), clip={"x": 0, "y": page.locator("#session").bounding_box()["y"] - 8,
-                                                  "width": 1280, "height": 560}, full_page=True)
+        page.mouse.move(1, 1)
+        top = page.evaluate("() => document.getElementById('session').getBoundingClientRect().top + window.scrollY")
+        page.screenshot(path=str(shots[1]), full_page=True, clip={"x": 0, "y": top - 8, "width": 1280, "height": 560})
         if console.errors:
             raise SystemExit(f"the page logged errors: {console.errors}")
     return shots
