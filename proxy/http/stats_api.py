@@ -106,7 +106,7 @@ class StatsApi:
             if admin:  # this worker's background work, which no tenant's credential sees
                 body["health"]["scheduler"] = asdict(services.summaries.state())
             if namespace is None:  # the admin's view of all tenants
-                body["tenants"] = await reader.tenant_rows(services.store, span, self.names)
+                body["tenants"], body["tenants_truncated"] = await reader.tenant_rows(services.store, span, self.names)
                 body["recorder"] = asdict(services.recorder.snapshot())
             return body
 

@@ -26,6 +26,7 @@ MINUTE, HOUR, DAY = 60, 3600, 86400
 GRAINS: dict[str, int] = {"m": MINUTE, "h": HOUR, "d": DAY}
 TENANT_GRAINS = ("m", "h", "d")  # buckets written per tenant
 ALL_GRAINS = ("m", "h")  # buckets written for all tenants together
+TOP_GRAINS = ("h", "d")  # rankings of the tenants written
 ALL = "all"  # the scope of the all-tenants buckets (a namespace is 32 hex digits: never this)
 MINUTES_KEPT = 2 * DAY  # minute buckets serve the windows up to 24 h only
 DEFAULT_RETENTION = 14 * DAY
@@ -44,9 +45,10 @@ def bucket_key(scope: str, grain: str, start: int) -> str:
     return key(scope, "stats", f"{grain}:{start}")
 
 
-def tenants_key(day: int) -> str:
-    """The set of namespaces that sent a managed request on the UTC day starting at `day`."""
-    return key(ALL, "stats", f"tenants:{day}")
+def top_key(grain: str, start: int) -> str:
+    """The namespaces that sent a managed request in the `grain` bucket starting at `start`,
+    ranked by their raw tokens (the tenants table reads the first of them only)."""
+    return key(ALL, "stats", f"top:{grain}:{start}")
 
 
 def ttl_of(grain: str, retention: int) -> int:
@@ -100,9 +102,11 @@ class Span:
     def row_keys(self, scope: str) -> list[str]:
         return [bucket_key(scope, self.window.rows, s) for s in self.starts(self.window.rows)]
 
-    def days(self) -> list[int]:
-        """UTC days the span touches (whose tenant sets name who was active in it)."""
-        return list(range(bucket_start(self.start, "d"), self.now + 1, DAY))
+    def top_keys(self) -> list[str]:
+        """The rankings of tenants (`top_key`) of the hours (windows up to 24 h) or the days the
+        span touches."""
+        grain = "d" if self.window.align == "d" else "h"
+        return [top_key(grain, s) for s in range(bucket_start(self.start, grain), self.now + 1, GRAINS[grain])]
 
 
 def span_of(window: str, now: float) -> Span:

@@ -7,13 +7,14 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from proxy.stats.buckets import ALL, Span, merged, rollup, tenants_key
+from proxy.stats.buckets import ALL, Fields, Span, add, merged, rollup
 from proxy.stats.recorder import session_keys, sessions_key
 from proxy.stats.turns import headline, point
 from proxy.store.base import Store
 from proxy.store.sealing import Sealer
 
 MAX_MODELS = 8  # models listed per session, most turns first
+MAX_TENANT_ROWS = 100  # tenants listed, most raw tokens first
 
 
 def display_name(namespace: str, names: Mapping[str, str]) -> str:
@@ -32,12 +33,19 @@ async def window_stats(store: Store, span: Span, namespace: str | None) -> dict[
     }
 
 
-async def tenant_rows(store: Store, span: Span, names: Mapping[str, str]) -> list[dict[str, Any]]:
-    """Every tenant active in the span with its totals, most raw tokens first."""
-    active: set[str] = set()
-    for day in span.days():
-        active |= await store.members(tenants_key(day))
-    namespaces = sorted(active)
+async def tenant_rows(store: Store, span: Span, names: Mapping[str, str]) -> tuple[list[dict[str, Any]], bool]:
+    """The tenants with most raw tokens in the span (`MAX_TENANT_ROWS` at most) with their
+    totals, most raw tokens first; and whether there were more. Namespaces are the clients' to
+    make (sub-tenants, keys), so what is read is bounded whatever their number: the first of each
+    hour's or day's ranking (`top_key`), then the buckets of the first of those only."""
+    scores: Fields = {}
+    more = False
+    for top in span.top_keys():
+        total, first = await store.ranked(top, 0, MAX_TENANT_ROWS)
+        more |= total > MAX_TENANT_ROWS
+        add(scores, dict(first))
+    more |= len(scores) > MAX_TENANT_ROWS
+    namespaces = sorted(scores, key=lambda ns: (-scores[ns], ns))[:MAX_TENANT_ROWS]
     per = len(span.starts(span.window.rows))
     found = await store.hashes([k for ns in namespaces for k in span.row_keys(ns)])
     rows = []
@@ -46,7 +54,7 @@ async def tenant_rows(store: Store, span: Span, names: Mapping[str, str]) -> lis
         if totals["requests"]:
             rows.append({"tenant": ns, "name": display_name(ns, names), "totals": totals})
     rows.sort(key=lambda r: (-r["totals"]["tokens_before"], r["tenant"]))
-    return rows
+    return rows, more
 
 
 def _session_row(name: str, last: float, fields: Mapping[str, int | float]) -> dict[str, Any]:

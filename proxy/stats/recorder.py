@@ -32,11 +32,12 @@ from proxy.stats.buckets import (
     ALL,
     ALL_GRAINS,
     TENANT_GRAINS,
+    TOP_GRAINS,
     Fields,
     add,
     bucket_key,
     bucket_start,
-    tenants_key,
+    top_key,
     ttl_of,
 )
 from proxy.stats.prefix import PrefixCache
@@ -260,18 +261,19 @@ class Recorder:
     async def _write(self, store: Store, turns: Iterable[Turn], tallies: dict[tuple[str, int], Fields]) -> None:
         buckets: dict[str, tuple[Fields, int]] = {}  # key -> (fields, ttl)
         sessions: dict[tuple[str, str], list[tuple[Turn, Fields]]] = {}
-        days: dict[int, set[str]] = {}
+        tops: dict[str, tuple[Fields, int]] = {}  # key -> (raw tokens by namespace, ttl)
         for turn in turns:
             fields = turn_fields(turn, self.prices)
             self._add(buckets, turn.namespace, turn.time, fields)
-            days.setdefault(bucket_start(turn.time, "d"), set()).add(turn.namespace)
+            for grain in TOP_GRAINS:
+                k = top_key(grain, bucket_start(turn.time, grain))
+                add(tops.setdefault(k, ({}, ttl_of(grain, self.retention)))[0], {turn.namespace: turn.tokens_before})
             if turn.session is not None:
                 sessions.setdefault((turn.namespace, turn.session), []).append((turn, fields))
         for (namespace, minute), fields in tallies.items():
             self._add(buckets, namespace, minute, fields)
         await _bounded(store.incr_fields(k, fields, ttl) for k, (fields, ttl) in buckets.items())
-        for day, namespaces in days.items():
-            await store.add_members(tenants_key(day), sorted(namespaces), ttl_of("d", self.retention), slack=3600)
+        await _bounded(store.rank_add(k, amounts, ttl) for k, (amounts, ttl) in tops.items())
         await _bounded(self._write_session(store, namespace, session, done)
                        for (namespace, session), done in sessions.items())
 

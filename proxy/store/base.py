@@ -65,6 +65,10 @@ class Store(Protocol):
         """Set a member's score in a ranked set; with `drop_below`, members scored lower go."""
         ...
 
+    async def rank_add(self, key: str, amounts: Mapping[str, float], ttl: int) -> None:
+        """Add to members' scores in a ranked set (a new member starts from 0); idle TTL."""
+        ...
+
     async def ranked(self, key: str, offset: int, limit: int) -> tuple[int, list[tuple[str, float]]]:
         """(how many members, a page of them: highest score first)."""
         ...

@@ -178,6 +178,9 @@ class GuardedStore:
     async def rank(self, key: str, member: str, score: float, ttl: int, *, drop_below: float | None = None) -> None:
         await self._call(self.inner.rank(key, member, score, ttl, drop_below=drop_below))
 
+    async def rank_add(self, key: str, amounts: Mapping[str, float], ttl: int) -> None:
+        await self._call(self.inner.rank_add(key, amounts, ttl))
+
     async def ranked(self, key: str, offset: int, limit: int) -> tuple[int, list[tuple[str, float]]]:
         return await self._call(self.inner.ranked(key, offset, limit))
 

@@ -170,6 +170,15 @@ class RedisStore:
             pipe.expire(key, ttl)
             await self._call(pipe.execute())
 
+    async def rank_add(self, key: str, amounts: Mapping[str, float], ttl: int) -> None:
+        if not amounts:
+            return
+        async with self._pipeline() as pipe:
+            for member, amount in amounts.items():
+                pipe.zincrby(key, amount, member)
+            pipe.expire(key, ttl)
+            await self._call(pipe.execute())
+
     async def ranked(self, key: str, offset: int, limit: int) -> tuple[int, list[tuple[str, float]]]:
         if limit <= 0:  # ZREVRANGE 0 -1 would be the whole set
             return int(await self._call(self.client.zcard(key))), []

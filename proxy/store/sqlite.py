@@ -215,6 +215,19 @@ class SQLiteStore:
 
         await self._run(op)
 
+    async def rank_add(self, key: str, amounts: Mapping[str, float], ttl: int) -> None:
+        def op(db: sqlite3.Connection, now: float) -> None:
+            with db:  # an expired member starts again from 0
+                db.executemany(
+                    "INSERT INTO ranked VALUES (?, ?, ?, ?) ON CONFLICT(key, member) DO UPDATE SET "
+                    "score = CASE WHEN ranked.expires >= ? THEN ranked.score + excluded.score "
+                    "ELSE excluded.score END, expires = excluded.expires",
+                    [(key, member, amount, now + ttl, now) for member, amount in amounts.items()],
+                )
+
+        if amounts:
+            await self._run(op)
+
     async def ranked(self, key: str, offset: int, limit: int) -> tuple[int, list[tuple[str, float]]]:
         def op(db: sqlite3.Connection, now: float) -> tuple[int, list[tuple[str, float]]]:
             (total,) = db.execute("SELECT count(*) FROM ranked WHERE key = ? AND expires >= ?", (key, now)).fetchone()

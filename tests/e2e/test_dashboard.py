@@ -335,3 +335,18 @@ def test_a_key_with_nothing_recorded_is_told_so(site, chromium):
     sign_in(page, KEY_A)
     assert page.locator("#hint").is_hidden()
     assert console.errors == []
+
+
+def test_a_truncated_tenants_table_says_so(make_proxy, tmp_path, chromium, monkeypatch):
+    from proxy.stats import reader
+
+    monkeypatch.setattr(reader, "MAX_TENANT_ROWS", 1)
+    with make_proxy(admin_token=ADMIN, tenants_file=tenants_file(tmp_path, **{"dash-a": KEY_A, "dash-b": KEY_B})) as url:
+        send(url, KEY_A, agent_history(steps=4), session="a")
+        send(url, KEY_B, agent_history(steps=2), session="b")
+        stats_when(url, ADMIN, 2)
+        page, console = open_page(chromium, f"{url}/dashboard#window=1h")
+        sign_in(page, ADMIN)
+        assert column(page, "tenants-table", 1) == ["dash-a"]
+        assert "with most raw tokens; there were more" in page.inner_text("#tenants-table caption")
+        assert console.errors == []

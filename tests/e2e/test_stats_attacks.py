@@ -154,3 +154,22 @@ def test_a_session_lists_its_most_used_models_only(make_proxy, upstream):
         assert len(row["models"]) == 8 and row["models"]["model-13"] == 4 and row["models_other"] == 6, row
         detail = api(url, "/v1/offload/sessions/zoo", "sk-many-models").json()
         assert len(detail["models"]) == 8 and detail["models_other"] == 6
+
+
+def test_sub_tenants_by_the_thousand_leave_the_tenants_table_bounded(make_proxy, upstream, tmp_path, monkeypatch):
+    """Each X-Offload-Tenant value is a namespace of its own: the admin's table lists the tenants
+    with most raw tokens (`MAX_TENANT_ROWS`) and says there were more."""
+    from proxy.stats import reader
+
+    monkeypatch.setattr(reader, "MAX_TENANT_ROWS", 3)
+    with make_proxy(upstream_api_key="sk-server-upstream", admin_token=ADMIN,
+                    tenants_file=tenants_file(tmp_path)) as url:
+        for i in range(6):
+            r = httpx2.post(f"{url}/v1/chat/completions", headers={"authorization": f"Bearer {KEY_A}",
+                            "X-Offload-Tenant": f"sub-{i}"}, timeout=20,
+                            json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi " * (i + 1)}]})
+            assert r.status_code == 200
+        body = admin_stats_when(url, 6)
+        subs = [namespace_for("tenant", ["team-a"], f"sub-{i}") for i in (5, 4, 3)]
+        assert [row["tenant"] for row in body["tenants"]] == subs and body["tenants_truncated"] is True
+        assert api(url, "/v1/offload/stats", ADMIN, window="30d").json()["tenants_truncated"] is True

@@ -163,6 +163,7 @@
       ["Money saved", (r) => usd(r.totals.cost_saved_usd), "num opt"], ["Reload rate", (r) => pct(r.totals.reload_rate), "num opt"],
     ], rows, (r) => { state.tenant = r.tenant; state.offset = 0; state.session = null; refresh(); });
     if (!rows.length) $("tenants-table").append(h("caption", {}, "No tenant sent a managed request in this window."));
+    else if (stats.tenants_truncated) $("tenants-table").append(h("caption", {}, `The ${int(rows.length)} tenants with most raw tokens; there were more.`));
   }
 
   function sessions(page) {

@@ -15,7 +15,7 @@ from proxy.stats.buckets import (
     parse_retention,
     rollup,
     span_of,
-    tenants_key,
+    top_key,
     ttl_of,
 )
 
@@ -34,7 +34,7 @@ def test_bucket_starts_are_aligned_to_their_grain():
 def test_keys_carry_the_tenant_as_a_hash_tag():
     assert bucket_key(NS, "h", 3600) == f"off:{{{NS}}}:stats:h:3600"
     assert bucket_key("all", "m", 60) == "off:{all}:stats:m:60"
-    assert tenants_key(86400) == "off:{all}:stats:tenants:86400"
+    assert top_key("d", 86400) == "off:{all}:stats:top:d:86400"
 
 
 def test_ttls_follow_the_retention():
@@ -60,7 +60,9 @@ def test_windows_read_their_buckets(window, points, step, series, rows):
     assert starts[0] == span.start and starts[-1] == bucket_start(NOW, series)
     assert span.series_keys(NS)[-1] == bucket_key(NS, series, bucket_start(NOW, series))
     assert span.row_keys(NS)[0] == bucket_key(NS, rows, span.start)
-    assert span.days()[-1] == bucket_start(NOW, "d") and span.days()[0] == bucket_start(span.start, "d")
+    grain = "d" if window in ("7d", "30d") else "h"  # the rankings of tenants: hours, or days
+    assert span.top_keys()[-1] == top_key(grain, bucket_start(NOW, grain))
+    assert span.top_keys()[0] == top_key(grain, bucket_start(span.start, grain))
 
 
 def test_window_spans_exactly():
@@ -75,7 +77,8 @@ def test_window_spans_exactly():
     assert week.start == bucket_start(NOW, "d") - 6 * DAY and len(week.starts("d")) == 7
     assert len(week.starts("h")) == 6 * 24 + 23
     month = span_of("30d", NOW)
-    assert len(month.starts("d")) == 30 and len(month.days()) == 30
+    assert len(month.starts("d")) == 30 and len(month.top_keys()) == 30
+    assert len(one.top_keys()) == 2 and len(day.top_keys()) == 24  # the hour before the 1h window's start too
     assert len(month.points()) == 29 * 4 + 4  # 6-hour points; today's 00, 06, 12, 18
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from proxy.http.observe import RequestRecord
 from proxy.stats import reader
-from proxy.stats.buckets import ALL, bucket_key, bucket_start, span_of, tenants_key, ttl_of
+from proxy.stats.buckets import ALL, bucket_key, bucket_start, span_of, top_key, ttl_of
 from proxy.stats.prices import PriceTable
 from proxy.stats.recorder import SESSION_TURNS, WRITES_AT_ONCE, Recorder, session_keys, sessions_key, turn_of
 from proxy.stats.turns import Turn, headline, turn_fields
@@ -100,7 +100,7 @@ async def test_flush_writes_buckets_sessions_and_tenants(tmp_path):
     assert day_b == {"requests": 1, "tokens_before": 1000, "tokens_after": 1000, "action:none": 1,
                      "usd_before": pytest.approx(PRICES.cost("gpt-4o", 1000)),
                      "usd_after": pytest.approx(PRICES.cost("gpt-4o", 1000))}
-    assert await store.members(tenants_key(bucket_start(now, "d"))) == {A, B}
+    assert await store.ranked(top_key("d", bucket_start(now, "d")), 0, 10) == (2, [(A, 4000.0), (B, 1000.0)])
 
     span = span_of("1h", now)
     mine = await reader.window_stats(store, span, A)
@@ -108,7 +108,8 @@ async def test_flush_writes_buckets_sessions_and_tenants(tmp_path):
     assert sum(p["requests"] for p in mine["series"]) == 4 and mine["series"][-1]["requests"] == 4
     everyone = await reader.window_stats(store, span, None)
     assert everyone["totals"]["requests"] == 5
-    rows = await reader.tenant_rows(store, span, {A: "acme"})
+    rows, more = await reader.tenant_rows(store, span, {A: "acme"})
+    assert more is False
     assert [(r["tenant"], r["name"], r["totals"]["requests"]) for r in rows] == [(A, "acme", 4), (B, B[:12], 1)]
 
     total, page = await reader.sessions_page(store, A, 0, 10)
@@ -176,7 +177,7 @@ class FailingStore:
         self.calls += 1
         raise StoreUnavailable("down")
 
-    add_members = push = rank = incr_fields
+    add_members = push = rank = rank_add = incr_fields
 
 
 async def test_a_failing_store_drops_turns_and_counts_them():
@@ -226,6 +227,9 @@ class RecordingStore:
     async def add_members(self, key, members, ttl, *, slack=0):
         self.ttls[key] = ttl
 
+    async def rank_add(self, key, amounts, ttl):
+        self.ttls[key] = ttl
+
     async def push(self, key, value, *, max_len, ttl):
         self.ttls[key] = ttl
 
@@ -243,7 +247,7 @@ async def test_every_key_gets_its_retention_ttl():
     await recorder.stop()
     expected = {bucket_key(A, g, bucket_start(now, g)): ttl_of(g, retention) for g in ("m", "h", "d")}
     expected.update({bucket_key(ALL, g, bucket_start(now, g)): ttl_of(g, retention) for g in ("m", "h")})
-    expected[tenants_key(bucket_start(now, "d"))] = ttl_of("d", retention)
+    expected.update({top_key(g, bucket_start(now, g)): ttl_of(g, retention) for g in ("h", "d")})
     expected.update({k: retention for k in (*session_keys(A, "s"), sessions_key(A))})
     assert store.ttls == expected
     assert expected[bucket_key(A, "m", bucket_start(now, "m"))] == 2 * 86400
@@ -321,7 +325,7 @@ async def test_recorded_and_read_back_on_every_store(any_store):
         assert total == 1 and row["id"] == f"s{i}" and row["turns"] == i + 1
         detail = await reader.session_detail(any_store, ns, f"s{i}", Sealer(None))
         assert len(detail["data"]) == i + 1
-    rows = {r["tenant"]: r["totals"]["requests"] for r in await reader.tenant_rows(any_store, span, {})}
+    rows = {r["tenant"]: r["totals"]["requests"] for r in (await reader.tenant_rows(any_store, span, {}))[0]}
     assert {ns: rows.get(ns) for ns in tenants} == {ns: i + 1 for i, ns in enumerate(tenants)}
     everyone = await reader.window_stats(any_store, span, None)
     assert everyone["totals"]["requests"] >= 10  # a shared Redis may hold other tests' turns too

@@ -15,7 +15,7 @@ from proxy.http import observe
 from proxy.http.observe import Observe, RequestRecord
 from proxy.offload.summary_context import SummaryContext, count_summary
 from proxy.stats import reader
-from proxy.stats.buckets import ALL, bucket_key, bucket_start, span_of, tenants_key
+from proxy.stats.buckets import ALL, bucket_key, bucket_start, span_of, top_key
 from proxy.stats.prefix import BLOCK
 from proxy.stats.prices import PriceTable
 from proxy.stats.recorder import INLINE_BYTES, Recorder, turn_of
@@ -125,7 +125,7 @@ async def test_background_summaries_are_counted_in_the_tenant_buckets(store):
     assert hour_all == {"summaries_made": 3, "summaries_failed": 1}
     totals = (await reader.window_stats(store, span_of("24h", now), A))["totals"]
     assert totals["summaries"] == {"made": 2, "reused": 0, "failed": 1, "pending": 0} and totals["requests"] == 0
-    assert await store.members(tenants_key(bucket_start(now, "d"))) == set()  # no turn: not an active tenant
+    assert await store.ranked(top_key("d", bucket_start(now, "d")), 0, 10) == (0, [])  # no turn: not active
     assert await recorder.flush() == 0  # written once
     [again] = await store.hashes([bucket_key(A, "m", bucket_start(now, "m"))])
     assert again == minute_a

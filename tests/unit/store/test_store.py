@@ -232,3 +232,17 @@ async def test_ranked_set_of_ten_thousand_pages_fast(store):
         total, page = await store.ranked(k, offset, 50)
         assert total == 10_000 and len(page) == 50 and page[0][0] == f"session-{9_999 - offset:05}"
     assert time.perf_counter() - started < 0.5
+
+
+async def test_rank_add_sums_scores_and_expires(store):
+    k = key()
+    await store.rank_add(k, {"a": 5, "b": 1.5}, ttl=60)
+    await store.rank_add(k, {"b": 10, "c": 2}, ttl=60)
+    await store.rank_add(k, {}, ttl=60)
+    assert await store.ranked(k, 0, 2) == (3, [("b", 11.5), ("a", 5.0)])
+    short = key()
+    await store.rank_add(short, {"x": 3}, ttl=1)
+    await asyncio.sleep(1.3)
+    assert await store.ranked(short, 0, 10) == (0, [])
+    await store.rank_add(short, {"x": 1}, ttl=60)  # expired: from 0 again
+    assert await store.ranked(short, 0, 10) == (1, [("x", 1.0)])
