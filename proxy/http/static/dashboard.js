@@ -280,6 +280,7 @@
 
   function signOut(message) {
     sessionStorage.removeItem(TOKEN_KEY);
+    delete document.body.dataset.loaded;  // nothing drawn for the next token yet
     state.token = null;
     state.admin = null;
     show(false);
