@@ -167,7 +167,7 @@ def test_sub_tenants_by_the_thousand_leave_the_tenants_table_bounded(make_proxy,
         for i in range(6):
             r = httpx2.post(f"{url}/v1/chat/completions", headers={"authorization": f"Bearer {KEY_A}",
                             "X-Offload-Tenant": f"sub-{i}"}, timeout=20,
-                            json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi " * (i + 1)}]})
+                            json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi " * (20 * (i + 1))}]})
             assert r.status_code == 200
         body = admin_stats_when(url, 6)
         subs = [namespace_for("tenant", ["team-a"], f"sub-{i}") for i in (5, 4, 3)]
