@@ -4,11 +4,24 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+
+
+def json_or_commas(text: str, *, opener: str, expected: str) -> Any:
+    """A list-like option as given on the command line or in the environment: JSON when it starts
+    with `opener` (`[` or `{`), else its comma-separated parts, stripped, empty ones left out.
+    ValueError, starting with `expected`, for JSON that does not parse."""
+    text = text.strip()
+    if text.startswith(opener):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{expected}; got {text!r}, which is not valid JSON ({exc.msg})") from None
+    return [part.strip() for part in text.split(",") if part.strip()]
 
 class ServerSettings(BaseSettings):
     """Process-wide settings. Every field is settable as `OFFLOAD_<FIELD>` in the environment."""
@@ -173,14 +186,7 @@ class ServerSettings(BaseSettings):
         expected = ('expected hosts (host or host:port) separated by commas, e.g. api.example.com,eu.example.com:8443, '
                     'or a JSON list, e.g. ["api.example.com"]')
         if isinstance(value, str):
-            text = value.strip()
-            if text.startswith("["):
-                try:
-                    value = json.loads(text)
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{expected}; got {text!r}, which is not valid JSON ({exc.msg})") from None
-            else:
-                value = [host.strip() for host in text.split(",") if host.strip()]
+            value = json_or_commas(value, opener="[", expected=expected)
         if isinstance(value, list):
             for host in value:
                 if not isinstance(host, str) or not host or any(c in host for c in "/ \t@"):
@@ -195,17 +201,14 @@ class ServerSettings(BaseSettings):
                     "separated by commas, e.g. max_reload_rounds=8,max_total_tokens=50000")
         if not isinstance(value, str):
             return value
-        text = value.strip()
-        if text.startswith("{"):
-            try:
-                return json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{expected}; got {text!r}, which is not valid JSON ({exc.msg})") from None
+        parts = json_or_commas(value, opener="{", expected=expected)
+        if not isinstance(parts, list):
+            return parts
         caps: dict[str, str] = {}
-        for pair in filter(None, (p.strip() for p in text.split(","))):
+        for pair in parts:
             name, sep, number = pair.partition("=")
             if not sep or not name.strip() or not number.strip():
-                raise ValueError(f"{expected}; got {text!r}")
+                raise ValueError(f"{expected}; got {value.strip()!r}")
             caps[name.strip()] = number.strip()
         return caps
 

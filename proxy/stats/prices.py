@@ -7,9 +7,10 @@ any `provider/` prefix; `*` is the fallback for every other model.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from proxy.config import json_or_commas
 
 FALLBACK = "*"
 # Share of an agent turn's input a provider's prompt cache serves: each turn resends the last
@@ -52,15 +53,10 @@ def parse_prices(value: object) -> dict[str, Price]:
     expected = ('expected model=input/cached pairs in $ per million tokens separated by commas, e.g. '
                 'gpt-4o=2.5/1.25,*=3/0.3, or a JSON object, e.g. {"gpt-4o": [2.5, 1.25]}')
     if isinstance(value, str):
-        text = value.strip()
-        if text.startswith("{"):
-            try:
-                value = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{expected}; got {text!r}, which is not valid JSON ({exc.msg})") from None
-        else:
+        value = json_or_commas(value, opener="{", expected=expected)
+        if isinstance(value, list):
             pairs: dict[str, object] = {}
-            for pair in filter(None, (p.strip() for p in text.split(","))):
+            for pair in value:
                 name, sep, numbers = pair.partition("=")
                 if not sep or not name.strip():
                     raise ValueError(f"{expected}; got {pair!r}")
