@@ -12,7 +12,8 @@ from typing import Any
 from proxy.core import jsonio
 from proxy.errors import ProxyError
 
-MAX_DEPTH = 128  # well below orjson's serialisation limit (254 levels) and the stdlib's recursion limit
+MAX_DEPTH = 128
+LARGE_BODY = 1024 * 1024  # bytes: parsed and checked off the event loop (`proxy.offload.cpu.parse_request`)  # well below orjson's serialisation limit (254 levels) and the stdlib's recursion limit
 
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", list: "an array",
                dict: "an object", type(None): "null"}
@@ -71,7 +72,7 @@ def strings(obj: dict, names: tuple[str, ...], param: str, level: int) -> None:
 def load_object(raw: bytes) -> dict:
     """The body as a JSON object, or ProxyError 400 `invalid_json`."""
     try:
-        body = jsonio.loads(raw)
+        body = jsonio.loads_yielding(raw) if len(raw) > LARGE_BODY else jsonio.loads(raw)
     except jsonio.TooDeep as exc:
         raise too_deep() from exc
     except (ValueError, UnicodeDecodeError) as exc:

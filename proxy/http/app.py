@@ -22,6 +22,7 @@ from starlette.routing import Route
 
 from proxy.reload import search_pool
 from proxy.http.caller import CallerGate, Gatekeeper
+from proxy.http.canonical_path import CanonicalPath
 from proxy.http.count_tokens import count_tokens
 from proxy.http.dashboard import Dashboard
 from proxy.http.managed import chat_completions, messages, responses
@@ -129,6 +130,7 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
         Route("/v1/{path:path}", relay, methods=ALL_METHODS),
     ]
     middleware = [
+        Middleware(CanonicalPath),
         Middleware(Observe, metrics=metrics, on_finished=recorder.observe),
         Middleware(BodyLimit, max_bytes=settings.max_body_bytes, idle_timeout=settings.body_timeout),
         Middleware(AdminGate, admin_token=settings.admin_token, stats=stats_api),

@@ -38,6 +38,7 @@ from proxy.config import anthropic_base
 from proxy.errors import ProxyError
 from proxy.http.family import Family, family_of
 from proxy.http.headers import request_headers_for_upstream
+from proxy.http.shared_state import stored_state
 from proxy.offload.tenant import bare_credential, namespace_for
 from proxy.upstream.choice import HEADER as UPSTREAM_HEADER
 from proxy.upstream.choice import requested_base
@@ -178,6 +179,16 @@ class Caller:
         elif self.upstream_credential:
             headers.append((b"authorization", f"Bearer {self.upstream_credential}".encode()))
         return headers
+
+    def check_body(self, body: Any) -> None:
+        """On a shared upstream key a body may not name state stored upstream (403 otherwise)."""
+        if not self.shared_key or (state := stored_state(body)) is None:
+            return
+        own_key = "anthropic_api_key" if self.family == "anthropic" else "upstream_api_key"
+        raise ProxyError(403, f"'{state}' names state kept in the upstream account, which this proxy's tenants "
+                              "share; send the whole history (store: false) and no stored files, or the operator "
+                              f"can give this tenant an {own_key} of its own.",
+                         code="endpoint_not_shared", param=state)
 
     def check_relay(self, method: str, path: str) -> None:
         """On a shared upstream key only stateless endpoints are relayed (403 otherwise)."""

@@ -34,7 +34,8 @@ from proxy.http.disconnect import ClientDisconnected, ClientWatch
 from proxy.http.headers import response_headers_for_client
 from proxy.http.relay import close_after, stream_back
 from proxy.http.services import services_of
-from proxy.offload import chains, events
+from proxy.formats.json_body import LARGE_BODY
+from proxy.offload import chains, cpu, events
 from proxy.core.compaction import Plan
 from proxy.offload.pipeline import Prepared, prepare
 from proxy.offload.quota import Quota
@@ -87,17 +88,6 @@ async def answered(request: Request, run) -> Response:
         log.warning("request failed: %s: %s", type(exc).__name__, exc)
         return ProxyError(502, f"The proxy could not process this exchange ({type(exc).__name__}).",
                           type_="server_error", code="proxy_error").response(shape)
-
-
-def server_state(body: dict) -> str | None:
-    """The field of a Responses body that names state stored upstream (None for chat bodies)."""
-    for name in ("previous_response_id", "conversation"):
-        if body.get(name):
-            return name
-    items = body.get("input")
-    if isinstance(items, list) and any(isinstance(i, dict) and i.get("type") == "item_reference" for i in items):
-        return "input"
-    return None
 
 
 def model_of(body: dict) -> str | None:
@@ -201,13 +191,14 @@ class ManagedCall:
         """Parse and validate; raises ProxyError (400) for what the proxy itself refuses."""
         services = services_of(request)
         raw = await request.body()
-        body = fmt.parse(raw, max_items=services.settings.max_messages)
         caller: Caller = request.state.caller
-        if caller.shared_key and (state := server_state(body)):
-            raise ProxyError(403, f"'{state}' names state kept in the upstream account, which this proxy's "
-                                  "tenants share; send the whole history with store: false, or the operator can "
-                                  "give this tenant an upstream_api_key of its own.",
-                             code="endpoint_not_shared", param=state)
+
+        def parsed() -> dict:
+            body = fmt.parse(raw, max_items=services.settings.max_messages)
+            caller.check_body(body)
+            return body
+
+        body = await cpu.off_loop(parsed) if len(raw) > LARGE_BODY else parsed()
         settings = request_settings(request, caller)
         if body.get("background") is True:  # nobody would run the injected calls of a background response
             settings = settings.model_copy(update={"reload_tools": False})

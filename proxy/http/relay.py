@@ -9,7 +9,8 @@ import httpx2
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from proxy.offload import chains
+from proxy.formats.json_body import LARGE_BODY, load_object
+from proxy.offload import chains, cpu
 from proxy.upstream import sse
 from proxy.http.caller import Caller
 from proxy.http.disconnect import ClientDisconnected, ClientWatch
@@ -106,13 +107,17 @@ async def relay(request: Request) -> Response:
     try:
         path = upstream_path(request)
         caller.check_relay(request.method, path)
+        content: bytes | AsyncIterator[bytes] | None = watch.body() if client_has_body(request) else None
+        if caller.shared_key and request.method == "POST" and content is not None:
+            content = await checked_body(request, caller)
+            watch = ClientWatch(request, body_read=True)
         response = await watch.run(
             upstream.send(
                 request.method,
                 path,
                 query=request.scope.get("query_string", b""),
                 headers=caller.upstream_headers(request.scope["headers"]),
-                content=watch.body() if client_has_body(request) else None,
+                content=content,
                 base=caller.base,
             )
         )
@@ -123,6 +128,21 @@ async def relay(request: Request) -> Response:
     if request.method == "DELETE" and response.status_code < 300:
         await delete_chained(request, caller, path)
     return await stream_back(response, shape=caller.family)
+
+
+async def checked_body(request: Request, caller: Caller) -> bytes:
+    """A body relayed on the shared key (e.g. `responses/input_tokens`), read whole (it is under
+    --max-body-bytes) and refused (403) when it names state stored upstream, like a managed
+    endpoint's. A body that is no JSON object goes as it is (multipart uploads); one that says
+    it is JSON and is not is a 400, as the upstream would answer."""
+    raw = await request.body()
+    if not raw.lstrip()[:1] == b"{":
+        if "json" in request.headers.get("content-type", ""):
+            raise ProxyError(400, "Request body is not a JSON object.", code="invalid_json")
+        return raw
+    body = await cpu.off_loop(load_object, raw) if len(raw) > LARGE_BODY else load_object(raw)
+    caller.check_body(body)
+    return raw
 
 
 async def delete_chained(request: Request, caller: Caller, path: str) -> None:

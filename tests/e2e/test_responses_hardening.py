@@ -76,7 +76,7 @@ def test_on_a_shared_key_state_stored_upstream_is_refused(make_proxy, upstream, 
         r = post(url, {"model": "gpt-5", "conversation": "conv_a", "input": "hi"}, key=KEY_B)
         assert r.status_code == 403 and r.json()["error"]["param"] == "conversation"
         r = post(url, {"model": "gpt-5", "input": [{"type": "item_reference", "id": "msg_a"}]}, key=KEY_B)
-        assert r.status_code == 403 and r.json()["error"]["param"] == "input" and not upstream.responses_requests()
+        assert r.status_code == 403 and r.json()["error"]["param"] == "input[0]" and not upstream.responses_requests()
 
 
 def test_a_background_request_gets_no_reload_tools(make_proxy, upstream):

@@ -1,0 +1,39 @@
+"""One spelling of each path before routing: `/v1//messages`, `/v1/responses/` and
+`/v1/chat//completions/` reach the managed endpoints (and their checks) like `/v1/messages`,
+never the relay behind them.
+
+Only the decoded `path` that routing, the API family and the metrics read is rewritten: runs
+of slashes become one and a trailing slash goes. `raw_path`, which the relay forwards, stays
+as the client sent it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+_SLASHES = re.compile(r"//+")
+
+
+def canonical(path: str) -> str:
+    if "//" in path:
+        path = _SLASHES.sub("/", path)
+    if len(path) > 1 and path.endswith("/"):
+        path = path.rstrip("/") or "/"
+    return path
+
+
+class CanonicalPath:
+    """ASGI middleware: `scope["path"]` in its one spelling (see the module docstring)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            path = scope.get("path", "")
+            fixed = canonical(path)
+            if fixed != path:
+                scope = {**scope, "path": fixed}
+        await self.app(scope, receive, send)
