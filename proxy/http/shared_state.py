@@ -81,8 +81,12 @@ def stored_state(body: Any) -> str | None:
     prompt = body.get("prompt")  # Responses: a stored prompt (a legacy completion's prompt is text)
     if type(prompt) is dict and _named(prompt.get("id")):
         return "prompt"
-    if type(body.get("container")) is str and body["container"]:  # Anthropic code execution
+    container = body.get("container")  # Anthropic code execution: an existing one, or custom skills
+    if (type(container) is str and container) or (type(container) is dict and _named(container.get("id"))):
         return "container"
+    if type(container) is dict and type(container.get("skills")) is list and any(
+            type(skill) is dict and skill.get("type") != "anthropic" for skill in container["skills"]):
+        return "container.skills"
     for list_name in _ITEM_LISTS:
         items = body.get(list_name)
         if type(items) is not list:
@@ -94,6 +98,8 @@ def stored_state(body: Any) -> str | None:
                 return f"input[{i}]"
             if _file_of(item):
                 return f"{list_name}[{i}]"
+            if type(item.get("audio")) is dict and _named(item["audio"].get("id")):  # chat: an earlier audio answer
+                return f"{list_name}[{i}].audio"
             for part in _parts(item):
                 if type(part) is dict and _file_of(part):
                     return f"{list_name}[{i}].content"

@@ -20,6 +20,9 @@ from proxy.http.shared_state import stored_state
      "tools[0].container.file_ids"),
     ({"images": [{"file_id": "file-1"}]}, "images[0]"),
     ({"mask": {"file_id": "file-1"}}, "mask"),
+    ({"container": {"id": "container_1"}}, "container"),
+    ({"container": {"skills": [{"type": "custom", "skill_id": "skill_1"}]}}, "container.skills"),
+    ({"messages": [{"role": "assistant", "audio": {"id": "audio_1"}}]}, "messages[0].audio"),
 ])
 def test_named_state(body, param):
     assert stored_state(body) == param
@@ -33,6 +36,8 @@ def test_named_state(body, param):
     {"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]},
     {"tools": [{"type": "code_interpreter", "container": {"type": "auto"}}], "messages": "x"},
     {"input": [1, "x", None, {"type": "input_image", "image_url": "data:image/png;base64,AA=="}]},
+    {"container": {"skills": [{"type": "anthropic", "skill_id": "pptx"}]}},
+    {"messages": [{"role": "assistant", "audio": None}]},
     [], "x", None,
 ])
 def test_no_state(body):
