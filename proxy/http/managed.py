@@ -172,13 +172,13 @@ def offload_headers(prepared: Prepared) -> list[tuple[bytes, bytes]]:
 class ManagedCall:
     """One request to a managed endpoint on its way through the proxy."""
 
-    def __init__(self, request: Request, fmt: WireFormat, *, raw: bytes, body: dict,
+    def __init__(self, request: Request, fmt: WireFormat, *, raw: bytes, body: dict, history: list[Any],
                  settings: OffloadSettings) -> None:
         self.request, self.fmt, self.raw, self.body, self.settings = request, fmt, raw, body, settings
         self.services = services_of(request)
         self.caller: Caller = request.state.caller
         self.namespace, self.base = self.caller.namespace, self.caller.base
-        self.messages: list[Any] = fmt.history(body)
+        self.messages: list[Any] = history
         self.watch = ClientWatch(request, body_read=True)
         self.query = request.scope.get("query_string", b"")
         self.continued = False  # previous_response_id replaced by the response that holds the whole exchange
@@ -188,21 +188,25 @@ class ManagedCall:
 
     @classmethod
     async def open(cls, request: Request, fmt: WireFormat) -> ManagedCall:
-        """Parse and validate; raises ProxyError (400) for what the proxy itself refuses."""
+        """Read, parse and validate; raises ProxyError (400) for what the proxy itself refuses.
+        A body over LARGE_BODY is joined, parsed, checked and split into its history off the
+        event loop (tens of MB take seconds of CPU)."""
         services = services_of(request)
-        raw = await request.body()
+        chunks = [chunk async for chunk in request.stream() if chunk]
         caller: Caller = request.state.caller
 
-        def parsed() -> dict:
+        def parsed() -> tuple[bytes, dict, list[Any]]:
+            raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
             body = fmt.parse(raw, max_items=services.settings.max_messages)
             caller.check_body(body)
-            return body
+            return raw, body, fmt.history(body)
 
-        body = await cpu.off_loop(parsed) if len(raw) > LARGE_BODY else parsed()
+        large = sum(map(len, chunks)) > LARGE_BODY
+        raw, body, history = await cpu.off_loop(parsed) if large else parsed()
         settings = request_settings(request, caller)
         if body.get("background") is True:  # nobody would run the injected calls of a background response
             settings = settings.model_copy(update={"reload_tools": False})
-        return cls(request, fmt, raw=raw, body=body, settings=settings)
+        return cls(request, fmt, raw=raw, body=body, history=history, settings=settings)
 
     async def _continue_chain(self) -> None:
         """Continue a stored exchange the way `proxy.offload.chains` remembers it: from the

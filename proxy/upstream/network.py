@@ -27,6 +27,7 @@ READ_HIGH_WATER = 256 * 1024
 # Writes made without yielding to the event loop leave together (see AsyncioStream.write), or as
 # soon as this much is held.
 WRITE_BATCH = 64 * 1024
+WRITE_SLICE = 1024 * 1024  # a larger write is handed to the transport in pieces of this size
 
 
 class _Connection(asyncio.Protocol):
@@ -143,6 +144,9 @@ class AsyncioStream(httpcore2.AsyncNetworkStream):
             await self._drained(timeout)
         if connection.lost or self._transport.is_closing():
             raise httpcore2.WriteError(str(connection.error or "the connection is closed"))
+        if len(buffer) > WRITE_SLICE:  # tens of MB: handed over a slice at a time, the loop free between
+            await self._write_large(buffer, timeout)
+            return
         self._held.append(buffer)
         self._held_bytes += len(buffer)
         if self._held_bytes >= WRITE_BATCH:
@@ -151,6 +155,21 @@ class AsyncioStream(httpcore2.AsyncNetworkStream):
                 await self._drained(timeout)
         elif len(self._held) == 1:
             asyncio.get_running_loop().call_soon(self._send_held)
+
+    async def _write_large(self, buffer: bytes, timeout: float | None) -> None:
+        """What is held, then `buffer` in WRITE_SLICE pieces, each once the kernel has taken the
+        last: one transport.write of 50 MB copies it whole on the event loop."""
+        self._send_held()
+        view = memoryview(buffer)
+        for start in range(0, len(view), WRITE_SLICE):
+            connection = self._connection
+            if connection.write_paused:
+                await self._drained(timeout)
+            if connection.lost or self._transport.is_closing():
+                raise httpcore2.WriteError(str(connection.error or "the connection is closed"))
+            self._transport.write(view[start:start + WRITE_SLICE])
+        if self._connection.write_paused:
+            await self._drained(timeout)
 
     def _send_held(self) -> None:
         if not self._held:
