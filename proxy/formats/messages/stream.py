@@ -60,7 +60,7 @@ class _Block:
         text = "".join(self.fragments)
         try:
             value = json.loads(text) if text.strip() else {}
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested past what the parser reads
             value = None
         return {**self.block, "input": value if isinstance(value, dict) else {"_raw": text}}
 
