@@ -3,9 +3,8 @@
     .venv/bin/python bench/run_all.py
 
 pass-through overhead (passthrough.py), the same through the openai SDK with 50 requests in
-flight (concurrency.py), the 150K-token history cold vs steady (big_history.py), long streamed answers through the reload path vs relayed
-(reload_stream.py) and 500
-concurrent streams (scale.py). The savings on real traces come from
+flight (concurrency.py), the 150K-token history cold vs steady (big_history.py), long streamed
+answers through the reload path vs relayed (reload_stream.py) and 500 concurrent streams (scale.py). The savings on real traces come from
 `python -m proxy replay ../shared/traces/traces.jsonl`.
 """
 

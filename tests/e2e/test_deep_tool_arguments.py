@@ -14,7 +14,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from tests.harness import anthropic as fake_anthropic
 from tests.harness import responses as fake_responses
 from tests.harness.history import agent_history
-from tests.harness.servers import completion, scripted, sse, stream_chunks
+from tests.harness.servers import completion, scripted, stream_chunks
 
 LEVELS = 200_000
 DEEP = "[" * LEVELS + "]" * LEVELS  # a valid JSON text, far past any parser's recursion
@@ -111,8 +111,9 @@ def ev(kind: str, **data) -> bytes:
 
 def messages_first_streamed(rec):
     """A tool_use whose input_json_delta fragments nest LEVELS deep, in a few pieces."""
-    start = ev("message_start", message={"id": "msg_deep_1", "type": "message", "role": "assistant", "content": [],
-                                         "model": "claude-sonnet-4-5", "usage": {"input_tokens": 7, "output_tokens": 1}})
+    start = ev("message_start", message={"id": "msg_deep_1", "type": "message", "role": "assistant",
+                                         "content": [], "model": "claude-sonnet-4-5",
+                                         "usage": {"input_tokens": 7, "output_tokens": 1}})
     pieces = [DEEP_OBJECT[i:i + 100_000] for i in range(0, len(DEEP_OBJECT), 100_000)]
     block = {"type": "tool_use", "id": "toolu_deep", "name": "context_reload", "input": {}}
     return StreamingResponse(iter([
@@ -140,7 +141,8 @@ def messages_first_json(rec):
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_messages(proxy_url, upstream, no_traceback, stream):
-    final = lambda rec: fake_anthropic.answer(rec, fake_anthropic.message(fake_anthropic.text("Final answer.")))  # noqa: E731
+    def final(rec):
+        return fake_anthropic.answer(rec, fake_anthropic.message(fake_anthropic.text("Final answer.")))
     upstream.handler = scripted(messages_first_streamed if stream else messages_first_json, final)
     history = [{"role": "user", "content": "Run it."},
                {"role": "assistant", "content": [fake_anthropic.tool_use("Bash", {"c": "x"}, id="toolu_big")]},
