@@ -1,7 +1,9 @@
 """A minimal OpenAI-compatible upstream for benchmarks: `python bench/fake_upstream.py PORT`.
 
 Answers chat completions and Responses requests instantly (JSON or SSE) so that what is measured is the proxy,
-and Anthropic Messages requests (`POST /v1/messages`, JSON only), the proxy's summary calls included.
+and Anthropic Messages requests (`POST /v1/messages`, JSON; SSE with `x-bench-deltas`), the proxy's
+summary calls included. A streamed request with `x-bench-deltas: N` (and `x-bench-delta-chars: K`,
+4 by default) gets an answer of N text deltas of K characters, as chat chunks or Messages events.
 """
 
 from __future__ import annotations
@@ -71,6 +73,35 @@ def is_messages(scope) -> bool:
 MESSAGE = anthropic_message("ok")
 
 
+def anthropic_event(kind: str, **data) -> bytes:
+    return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
+
+
+def long_answer(messages: bool, deltas: int, chars: int) -> list[bytes]:
+    """A streamed answer of `deltas` text deltas of `chars` characters each (chat or Messages events)."""
+    piece = ("abcdefghij" * (chars // 10 + 1))[:chars]
+    if not messages:
+        return [STREAM[0], *(chunk({"content": piece}) for _ in range(deltas)), *STREAM[2:]]
+    start = {"id": "msg_bench", "type": "message", "role": "assistant", "content": [], "model": "claude-sonnet-4-5",
+             "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 1}}
+    delta = anthropic_event("content_block_delta", index=0, delta={"type": "text_delta", "text": piece})
+    return [anthropic_event("message_start", message=start),
+            anthropic_event("content_block_start", index=0, content_block={"type": "text", "text": ""}),
+            *(delta for _ in range(deltas)), anthropic_event("content_block_stop", index=0),
+            anthropic_event("message_delta", delta={"stop_reason": "end_turn", "stop_sequence": None},
+                            usage={"output_tokens": deltas}),
+            anthropic_event("message_stop")]
+
+
+async def long_stream(send, messages: bool, deltas: int, chars: int) -> None:
+    """`long_answer`, written 512 events at a time (the proxy reads them one by one all the same)."""
+    events = long_answer(messages, deltas, chars)
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+    for i in range(0, len(events), 512):
+        await send({"type": "http.response.body", "body": b"".join(events[i:i + 512]), "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
         while (await receive())["type"] != "lifespan.shutdown":
@@ -107,6 +138,10 @@ async def app(scope, receive, send):
         return
     if b'"stream": true' in body or b'"stream":true' in body:
         headers = dict(scope["headers"])
+        if b"x-bench-deltas" in headers:
+            await long_stream(send, is_messages(scope), int(headers[b"x-bench-deltas"]),
+                              int(headers.get(b"x-bench-delta-chars", b"4")))
+            return
         chunks, delay = int(headers.get(b"x-bench-chunks", b"0")), int(headers.get(b"x-bench-delay-ms", b"0")) / 1e3
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream")]})

@@ -3,8 +3,8 @@
     .venv/bin/python bench/run_all.py
 
 pass-through overhead (passthrough.py), the same through the openai SDK with 50 requests in
-flight (concurrency.py), the 150K-token history cold vs steady (big_history.py) and 500
-concurrent streams (scale.py). The savings on real traces come from
+flight (concurrency.py), the 150K-token history cold vs steady (big_history.py), long streamed
+answers through the reload path vs relayed (reload_stream.py) and 500 concurrent streams (scale.py). The savings on real traces come from
 `python -m proxy replay ../shared/traces/traces.jsonl`.
 """
 
@@ -17,6 +17,6 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 if __name__ == "__main__":
-    for script in ("passthrough.py", "concurrency.py", "big_history.py", "scale.py"):
+    for script in ("passthrough.py", "concurrency.py", "big_history.py", "reload_stream.py", "scale.py"):
         print(f"\n== {script}", flush=True)
         subprocess.run([sys.executable, str(HERE / script)], check=True, cwd=HERE.parent)

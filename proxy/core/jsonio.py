@@ -69,6 +69,22 @@ def _maybe_rounded_integer(value: Any) -> bool:
     return False
 
 
+def nested_deeper_than(value: Any, limit: int) -> bool:
+    """Does `value` hold arrays/objects more than `limit` levels deep? (Iterative: no recursion.)"""
+    if type(value) is not dict and type(value) is not list:
+        return False
+    stack = [(value, 1)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        node, depth = pop()
+        if depth > limit:
+            return True
+        for child in node.values() if type(node) is dict else node:
+            if type(child) is dict or type(child) is list:
+                push((child, depth + 1))
+    return False
+
+
 def loads(raw: bytes | str) -> Any:
     """Parse JSON. Raises ValueError for invalid JSON (NonFinite for a non-finite number,
     TooDeep for nesting past the parsers' depth)."""

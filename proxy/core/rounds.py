@@ -18,7 +18,7 @@ class ToolCall:
     """A call to one of the injected tools, as the loop runs it."""
 
     name: str
-    arguments: str
+    arguments: Any  # JSON text; an object when the upstream sent one (or a text could not be written)
     call_id: str | None = None
 
 

@@ -98,6 +98,16 @@ def invalid_arguments(name: str, why: object) -> str:
     return f"Invalid arguments for {name}: {why}."
 
 
+def arguments_too_deep(limit: int) -> str:
+    """Why arguments are refused that nest past `limit` levels (completes `invalid_arguments`)."""
+    return f"arguments nest deeper than {limit} levels; these tools take a flat JSON object such as {{\"ref\": \"…\"}}"
+
+
+def input_not_repeated() -> str:
+    """Stands in a history for a tool call's input nested too deeply to send back upstream."""
+    return "(arguments nested too deeply to repeat here)"
+
+
 def too_many_calls(limit: int) -> str:
     return f"Not run: at most {limit} calls to the context tools are run per turn. Ask for fewer at a time."
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from proxy.core import jsonio
+from proxy.core.jsonio import nested_deeper_than
 from proxy.errors import ProxyError
 
 MAX_DEPTH = 128
@@ -21,20 +22,6 @@ _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a b
 
 def too_deep() -> ProxyError:
     return ProxyError(400, f"Request body nests JSON deeper than {MAX_DEPTH} levels.", code="invalid_json")
-
-
-def nested_deeper_than(value: Any, limit: int) -> bool:
-    """Does `value` hold arrays/objects more than `limit` levels deep? (Iterative: no recursion.)"""
-    stack = [(value, 1)]
-    pop, push = stack.pop, stack.append
-    while stack:
-        node, depth = pop()
-        if depth > limit:
-            return True
-        for child in node.values() if type(node) is dict else node:
-            if type(child) is dict or type(child) is list:
-                push((child, depth + 1))
-    return False
 
 
 def invalid(param: str, expected: str, value: Any) -> ProxyError:

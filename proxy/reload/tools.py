@@ -24,7 +24,7 @@ from typing import Any
 from proxy.http import observe
 from proxy.offload.cpu import CPU
 from proxy.offload.events import event
-from proxy.core import texts
+from proxy.core import jsonio, texts
 from proxy.core.markers import INJECTED_TOOLS, RELOAD_TOOL
 from proxy.offload.refs import RefStore
 from proxy.reload.search import (EXPENSIVE, INTERRUPTED, LARGE_CHARS, MAX_PATTERN_CHARS, SIZE, TIME, Hits, Search,
@@ -37,6 +37,8 @@ log = logging.getLogger("proxy.reload.tools")
 SEGMENT_CHARS = 2_000  # a longer line is cut into chunks of this size for paging
 MAX_LINE_NUMBER = 1_000_000_000  # offset and limit above this are refused, not clamped
 MAX_REF_CHARS = 200
+MAX_ARGUMENT_DEPTH = 32  # the tools take flat objects: deeper arguments are refused (and never recursed into)
+PREVIEW_CHARS = 200  # of a call's arguments, in its event
 BLOCK_CHARS = 1 << 20  # a large text is split into lines a block at a time
 OFF_LOOP = CPU(True)  # the pool of proxy.offload.cpu: CPU-heavy work on large texts
 
@@ -104,12 +106,20 @@ def _string(args: dict, name: str, limit: int, required: bool) -> str | None:
 
 
 def parse_arguments(name: str, arguments: Any) -> dict[str, Any]:
-    """The checked arguments of a call to one of INJECTED_TOOLS; raises BadArguments."""
+    """The checked arguments of a call to one of INJECTED_TOOLS; raises BadArguments.
+
+    Nesting past MAX_ARGUMENT_DEPTH is refused as such, however deep (the parser's own
+    RecursionError included): the model chose it, the model is told.
+    """
     try:  # NaN and ±Infinity parse (as floats), so that the check below names the field
         args = json.loads(arguments or "{}") if isinstance(arguments, str) \
             else arguments  # some upstreams send an object, not its JSON text
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError, and integers past 4300 digits
+    except RecursionError as exc:
+        raise BadArguments(texts.arguments_too_deep(MAX_ARGUMENT_DEPTH)) from exc
+    except ValueError as exc:  # JSONDecodeError, and integers past 4300 digits
         raise BadArguments(f"not valid JSON ({exc})") from exc
+    if jsonio.nested_deeper_than(args, MAX_ARGUMENT_DEPTH):
+        raise BadArguments(texts.arguments_too_deep(MAX_ARGUMENT_DEPTH))
     if not isinstance(args, dict):
         raise BadArguments("arguments must be a JSON object")
     if name == RELOAD_TOOL:
@@ -117,6 +127,18 @@ def parse_arguments(name: str, arguments: Any) -> dict[str, Any]:
                 "limit": _integer(args, "limit", 1)}
     return {"pattern": _string(args, "pattern", MAX_PATTERN_CHARS, True),
             "ref": _string(args, "ref", MAX_REF_CHARS, False)}
+
+
+def _preview(arguments: Any) -> str:
+    """The start of a call's arguments as text; an object is written as JSON unless it nests too deep."""
+    if isinstance(arguments, str):
+        return arguments[:PREVIEW_CHARS]
+    if jsonio.nested_deeper_than(arguments, MAX_ARGUMENT_DEPTH):
+        return texts.input_not_repeated()
+    try:
+        return jsonio.dumps(arguments)[:PREVIEW_CHARS].decode("utf-8", "ignore")
+    except (TypeError, ValueError):
+        return str(type(arguments).__name__)
 
 
 class ReloadTools:
@@ -136,15 +158,15 @@ class ReloadTools:
             return self.request_refs
         return sorted(set(self.request_refs) | await self.refs.session_refs(self.session))
 
-    async def run(self, name: str, arguments: str, deadline: float | None = None) -> str:
+    async def run(self, name: str, arguments: Any, deadline: float | None = None) -> str:
         """The tool result for the model. `deadline` (monotonic): the end of the request's reload budget."""
         result = await self._run(name, arguments, deadline)
         if (rec := observe.current.get()) is not None:
             rec.count_reload(name)
-        self.events.append(event("reload", tool=name, arguments=str(arguments)[:200], result_chars=len(result)))
+        self.events.append(event("reload", tool=name, arguments=_preview(arguments), result_chars=len(result)))
         return result
 
-    async def _run(self, name: str, arguments: str, deadline: float | None) -> str:
+    async def _run(self, name: str, arguments: Any, deadline: float | None) -> str:
         if name not in INJECTED_TOOLS:
             return texts.unknown_tool(name)
         try:

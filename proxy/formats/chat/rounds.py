@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.core.growing_text import GrowingText
 from proxy.core.markers import INJECTED_TOOLS
 from proxy.core.rounds import ToolCall
 from proxy.core.usage import add_usage
@@ -53,9 +54,15 @@ def _tool_calls(calls: Sequence[dict]) -> list[ToolCall]:
 class _Choice:
     """What one choice announced in one streamed round."""
 
-    injected: dict[int, dict] = field(default_factory=dict)  # tool index → accumulated call
+    injected: dict[int, dict] = field(default_factory=dict)  # tool index → the call as announced
+    arguments: dict[int, GrowingText] = field(default_factory=dict)  # tool index → its arguments so far
     client_index: dict[int, int] = field(default_factory=dict)  # upstream index → client index
-    content: str = ""
+    content: GrowingText = field(default_factory=GrowingText)
+
+    def injected_calls(self) -> list[dict]:
+        """The injected calls, their arguments whole."""
+        return [{**call, "function": {**call["function"], "arguments": self.arguments[index].text()}}
+                for index, call in self.injected.items()]
 
     def injected_only(self) -> bool:
         return bool(self.injected) and not self.client_index
@@ -70,12 +77,14 @@ def _filter_tool_deltas(delta: dict, state: _Choice) -> None:
         if index not in state.injected and index not in state.client_index:
             name = (tc.get("function") or {}).get("name")
             if name in INJECTED_TOOLS:
-                state.injected[index] = {"id": tc.get("id"), "type": "function",
-                                         "function": {"name": name, "arguments": ""}}
+                state.injected[index] = {"id": tc.get("id"), "type": "function", "function": {"name": name}}
+                state.arguments[index] = GrowingText()
             else:
                 state.client_index[index] = len(state.client_index)
         if index in state.injected:
-            state.injected[index]["function"]["arguments"] += (tc.get("function") or {}).get("arguments") or ""
+            arguments = (tc.get("function") or {}).get("arguments")
+            if isinstance(arguments, str):
+                state.arguments[index].add(arguments)
         else:
             kept.append({**tc, "index": state.client_index[index]})
     if "tool_calls" in delta:
@@ -187,7 +196,8 @@ class ChatRounds:
                 delta.pop("role", None)
             state = self._choices.setdefault(index, _Choice())
             if index == 0:
-                state.content += delta.get("content") or ""
+                if isinstance(delta.get("content"), str):
+                    state.content.add(delta["content"])
             _filter_tool_deltas(delta, state)
             finish = choice.get("finish_reason")
             if finish == "tool_calls" and state.injected_only():
@@ -202,8 +212,8 @@ class ChatRounds:
         zero = self._choices.get(0)
         if not (self.offered and zero is not None and zero.injected_only()):
             return []
-        calls = list(zero.injected.values())
-        self._pending = {"role": "assistant", "content": zero.content or None, "tool_calls": calls}
+        calls = zero.injected_calls()
+        self._pending = {"role": "assistant", "content": zero.content.text() or None, "tool_calls": calls}
         return _tool_calls(calls)
 
     def finish(self) -> list[dict]:

@@ -6,8 +6,11 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from proxy.core import texts
+from proxy.core.jsonio import nested_deeper_than
 from proxy.core.rounds import ToolCall
 from proxy.core.usage import add_usage
+from proxy.formats.json_body import MAX_DEPTH
 from proxy.formats.messages.items import block_type, input_text, is_injected, is_tool_use
 
 
@@ -32,18 +35,39 @@ def calls_to_run(answer: Any, names: Collection[str]) -> list[dict]:
     return [block for block in content_of(answer) if is_injected(block, names)]
 
 
+def _arguments(value: Any) -> Any:
+    """A tool_use input as the loop runs it: JSON text (`{}` when absent); the model's own text
+    when it was no JSON object (`{"_raw": text}`); the object itself when it nests too deep to
+    write (the tools refuse it as such)."""
+    if value is None:
+        return "{}"
+    if type(value) is dict and len(value) == 1 and type(value.get("_raw")) is str:
+        return value["_raw"]
+    if nested_deeper_than(value, MAX_DEPTH):
+        return value
+    return input_text(value)
+
+
 def tool_calls(blocks: Sequence[dict]) -> list[ToolCall]:
-    """The injected tool_use blocks as the loop runs them: the input as JSON text (`{}` when absent)."""
-    return [ToolCall(str(b.get("name") or ""), input_text(b["input"] if b.get("input") is not None else {}),
+    """The injected tool_use blocks as the loop runs them (see `_arguments`)."""
+    return [ToolCall(str(b.get("name") or ""), _arguments(b.get("input")),
                      b.get("id") if isinstance(b.get("id"), str) else None) for b in blocks]
+
+
+def _sendable(block: Any) -> Any:
+    """A block with an input nesting past MAX_DEPTH gets a note instead: it could not be written."""
+    if isinstance(block, dict) and nested_deeper_than(block.get("input"), MAX_DEPTH):
+        return {**block, "input": {"_raw": texts.input_not_repeated()}}
+    return block
 
 
 def assistant_turn(content: list) -> dict:
     """The round's assistant message for the next round: every block as the upstream sent it
     (thinking and redacted_thinking included, which the API requires back with the tool
-    results), less empty text blocks (which the API refuses in a request)."""
+    results), less empty text blocks (which the API refuses in a request), a tool input too
+    deep to send back replaced by a note."""
     return {"role": "assistant", "content": [
-        block for block in content if not (block_type(block) == "text" and block.get("text") == "")]}
+        _sendable(block) for block in content if not (block_type(block) == "text" and block.get("text") == "")]}
 
 
 def tool_results(calls: Sequence[dict], results: Sequence[str]) -> dict:

@@ -30,6 +30,7 @@ from typing import Any
 
 from proxy.errors import ANTHROPIC_ERROR_TYPES
 from proxy.formats.messages.items import block_type, is_injected, is_tool_use
+from proxy.core.growing_text import GrowingText
 from proxy.core.usage import add_usage
 from proxy.formats.messages.rounds import assistant_turn, client_stop_reason
 
@@ -41,44 +42,65 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+_GROWING = {"text_delta": "text", "thinking_delta": "thinking"}  # delta type → the block's field it extends
+
+
 @dataclass
 class _Block:
-    """One content block of the current round, by its upstream `index`."""
+    """One content block of the current round, by its upstream `index`. What its deltas add is
+    collected apart (`grown`, `citations`, `fragments`) and put into the block by `finished`."""
 
     block: dict
     hidden: bool  # a call to an injected tool
     client_index: int | None = None
-    fragments: list[str] = field(default_factory=list)  # input_json_delta partial_json, in order
+    grown: dict[str, GrowingText] = field(default_factory=dict)  # "text" / "thinking" → the field so far
+    citations: list | None = None  # the block's citations so far, once a citations_delta came
+    fragments: GrowingText = field(default_factory=GrowingText)  # input_json_delta partial_json, in order
+
+    def _rebuilt(self) -> dict:
+        if not self.grown and self.citations is None:
+            return self.block
+        block = {**self.block, **{name: text.text() for name, text in self.grown.items()}}
+        if self.citations is not None:
+            block["citations"] = list(self.citations)
+        return block
 
     def finished(self) -> dict:
-        """The block as sent back in a request: a tool's input parsed from its fragments
-        (`{}` for none; the raw text under `_raw` if it is not a JSON object)."""
-        if block_type(self.block) not in _INPUT_BLOCKS or not self.fragments:
-            if block_type(self.block) in _INPUT_BLOCKS and self.block.get("input") is None:
-                return {**self.block, "input": {}}
-            return self.block
-        text = "".join(self.fragments)
+        """The block as sent back in a request: its text and thinking whole, a tool's input
+        parsed from its fragments (`{}` for none; the raw text under `_raw` if it is not a JSON
+        object)."""
+        block = self._rebuilt()
+        if block_type(block) not in _INPUT_BLOCKS or not self.fragments:
+            if block_type(block) in _INPUT_BLOCKS and block.get("input") is None:
+                return {**block, "input": {}}
+            return block
+        text = self.fragments.text()
         try:
             value = json.loads(text) if text.strip() else {}
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested past what the parser reads
             value = None
-        return {**self.block, "input": value if isinstance(value, dict) else {"_raw": text}}
+        return {**block, "input": value if isinstance(value, dict) else {"_raw": text}}
 
 
-def _apply(block: dict, delta: dict, state: _Block) -> None:
-    """Grow the rebuilt `block` by one delta (the anthropic SDK's rules)."""
+def _apply(delta: dict, state: _Block) -> None:
+    """Grow the block by one delta (the anthropic SDK's rules), in time linear in what it adds."""
     kind = delta.get("type")
-    if kind == "text_delta" and isinstance(delta.get("text"), str):
-        block["text"] = (block.get("text") if isinstance(block.get("text"), str) else "") + delta["text"]
-    elif kind == "thinking_delta" and isinstance(delta.get("thinking"), str):
-        block["thinking"] = (block.get("thinking") if isinstance(block.get("thinking"), str) else "") + delta["thinking"]
+    name = _GROWING.get(kind)
+    if name is not None and isinstance(delta.get(name), str):
+        text = state.grown.get(name)
+        if text is None:
+            start = state.block.get(name)
+            text = state.grown[name] = GrowingText(start if isinstance(start, str) else "")
+        text.add(delta[name])
     elif kind == "signature_delta" and isinstance(delta.get("signature"), str):
-        block["signature"] = delta["signature"]
+        state.block["signature"] = delta["signature"]
     elif kind == "citations_delta" and "citation" in delta:
-        known = block.get("citations")
-        block["citations"] = [*(known if isinstance(known, list) else []), delta["citation"]]
+        if state.citations is None:
+            known = state.block.get("citations")
+            state.citations = list(known) if isinstance(known, list) else []
+        state.citations.append(delta["citation"])
     elif kind == "input_json_delta" and isinstance(delta.get("partial_json"), str):
-        state.fragments.append(delta["partial_json"])
+        state.fragments.add(delta["partial_json"])
 
 
 def _counts(usage: dict) -> dict:
@@ -209,7 +231,7 @@ class StreamRewriter:
         elif state is None:  # an event of a block never announced: shown, not rebuilt
             state = self._blocks[index] = _Block({}, hidden=False)
         if kind == "content_block_delta" and isinstance(event.get("delta"), dict):
-            _apply(state.block, event["delta"], state)
+            _apply(event["delta"], state)
         if state.hidden:
             return []
         if state.client_index is None:

@@ -295,8 +295,9 @@ def test_streamed_input_edge_cases():
                   {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 9}}]:
         rounds.feed(event)
     calls = rounds.calls()  # complete without message_stop: the message_delta carried the stop
+    # the model's own text, not an object: run as it was written, the tools answer "must be a JSON object"
     assert [(c.name, c.arguments) for c in calls] == [("context_search", "{}"),
-                                                      ("context_reload", '{"_raw": "[\\"not\\", \\"an object\\"]"}')]
+                                                      ("context_reload", '["not", "an object"]')]
 
 
 def test_server_tools_citations_and_unknown_deltas_pass_through():
@@ -392,3 +393,32 @@ async def test_the_reload_loop_answers_one_message(tools):
     result = await reload_loop.complete(rounds, send, tools, reload_loop.Budget(max_rounds=4, seconds=60))
     final = json.loads(result.body)
     assert result.status == 200 and final["id"] == "msg_01" and final["content"] == [THINK, SAY, FINAL]
+
+
+def test_an_injected_input_too_deep_to_write_is_refused_and_not_sent_back():
+    """A non-streamed answer may carry an input up to 1,000 levels deep (what orjson reads): the
+    tools are given the object (they refuse it as too deep), the history a note in its place."""
+    from proxy.formats.messages.rounds import assistant_turn, tool_calls
+    deep = {"ref": json.loads("[" * 900 + "]" * 900)}
+    block = {"type": "tool_use", "id": "toolu_d", "name": "context_reload", "input": deep}
+    [call] = tool_calls([block])
+    assert call.arguments is deep
+    sent = assistant_turn([block])["content"][0]
+    assert sent["input"] == {"_raw": "(arguments nested too deeply to repeat here)"}
+    assert json.loads(json.dumps(sent))  # writable
+
+
+def test_a_streamed_input_past_the_parsers_recursion_is_run_as_its_text():
+    rounds = rounds_for()
+    rounds.request(True)
+    deep = '{"ref": ' + "[" * 200_000 + "]" * 200_000 + "}"
+    for event in [{"type": "message_start", "message": {**ROUND1, "content": [], "usage": usage(1, 1)}},
+                  {"type": "content_block_start", "index": 0, "content_block": {**RELOAD, "input": {}}},
+                  *({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta",
+                                                                           "partial_json": deep[i:i + 1000]}}
+                    for i in range(0, len(deep), 1000)),
+                  {"type": "content_block_stop", "index": 0},
+                  {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 9}}]:
+        rounds.feed(event)
+    [call] = rounds.calls()
+    assert call.arguments == deep

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
@@ -194,3 +195,20 @@ def test_colliding_tool_names():
                  {"tools": [None, 5, "context_search", {"function": "context_search"}, {"function": {"name": 5}}]},
                  {"functions": [["context_reload"]]}, {"tools": [fn("bash")]}, [], None):
         assert colliding_tool_names(body) == [], body
+
+
+@pytest.mark.parametrize("arguments", [
+    "[" * 200_000 + "]" * 200_000,  # past the parser's recursion: RecursionError, not a crash
+    '{"ref": ' + "[" * 40 + "]" * 40 + "}",  # parsed, but past MAX_ARGUMENT_DEPTH
+    {"ref": json.loads("[" * 900 + "]" * 900)},  # an object the upstream sent (never written out, never repr'd)
+])
+def test_arguments_nested_too_deep_are_refused_as_such(arguments):
+    with pytest.raises(BadArguments, match="arguments nest deeper than 32 levels"):
+        parse_arguments("context_reload", arguments)
+
+
+async def test_a_deep_call_is_answered_and_recorded_without_recursion(tools):
+    deep = {"ref": json.loads("[" * 900 + "]" * 900)}
+    told = await tools.run("context_reload", deep)
+    assert told.startswith("Invalid arguments for context_reload: arguments nest deeper than 32 levels")
+    assert tools.events[-1]["arguments"] == "(arguments nested too deeply to repeat here)"
