@@ -4,7 +4,7 @@
 
 pass-through overhead (passthrough.py), the same through the openai SDK with 50 requests in
 flight (concurrency.py), the 150K-token history cold vs steady (big_history.py) and 500
-concurrent streams (scale.py). The savings on real traces come from
+concurrent streams (scale.py), compressed request bodies decoded (body_decoding.py). The savings on real traces come from
 `python -m proxy replay ../shared/traces/traces.jsonl`.
 """
 
@@ -17,6 +17,6 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 if __name__ == "__main__":
-    for script in ("passthrough.py", "concurrency.py", "big_history.py", "scale.py"):
+    for script in ("passthrough.py", "concurrency.py", "big_history.py", "scale.py", "body_decoding.py"):
         print(f"\n== {script}", flush=True)
         subprocess.run([sys.executable, str(HERE / script)], check=True, cwd=HERE.parent)

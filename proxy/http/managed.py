@@ -29,6 +29,7 @@ from proxy.formats.messages import MESSAGES
 from proxy.formats.responses import RESPONSES
 from proxy.http.family import family_of
 from proxy.http import accounting
+from proxy.http.body_encoding import decoded
 from proxy.http.caller import ACCOUNT_HEADERS, CREDENTIAL_HEADERS, Caller
 from proxy.http.disconnect import ClientDisconnected, ClientWatch
 from proxy.http.headers import response_headers_for_client
@@ -183,8 +184,10 @@ class ManagedCall:
     """One request to a managed endpoint on its way through the proxy."""
 
     def __init__(self, request: Request, fmt: WireFormat, *, raw: bytes, body: dict,
-                 settings: OffloadSettings) -> None:
+                 settings: OffloadSettings, decoded: bool = False) -> None:
+        # `raw`: the body as sent, its Content-Encoding undone (`decoded`: there was one)
         self.request, self.fmt, self.raw, self.body, self.settings = request, fmt, raw, body, settings
+        self.decoded = decoded
         self.services = services_of(request)
         self.caller: Caller = request.state.caller
         self.namespace, self.base = self.caller.namespace, self.caller.base
@@ -200,7 +203,8 @@ class ManagedCall:
     async def open(cls, request: Request, fmt: WireFormat) -> ManagedCall:
         """Parse and validate; raises ProxyError (400) for what the proxy itself refuses."""
         services = services_of(request)
-        raw = await request.body()
+        raw, was_encoded = await decoded(await request.body(), request.headers.getlist("content-encoding"),
+                                         limit=services.settings.max_body_bytes)
         body = fmt.parse(raw, max_items=services.settings.max_messages)
         caller: Caller = request.state.caller
         if caller.shared_key and (state := server_state(body)):
@@ -211,7 +215,7 @@ class ManagedCall:
         settings = request_settings(request, caller)
         if body.get("background") is True:  # nobody would run the injected calls of a background response
             settings = settings.model_copy(update={"reload_tools": False})
-        return cls(request, fmt, raw=raw, body=body, settings=settings)
+        return cls(request, fmt, raw=raw, body=body, settings=settings, decoded=was_encoded)
 
     async def _continue_chain(self) -> None:
         """Continue a stored exchange the way `proxy.offload.chains` remembers it: from the
@@ -298,8 +302,8 @@ class ManagedCall:
         plan = prepared.plan
         self.changed = prepared.action != "none" or self.continued
         self.inject_reload_tools = self.settings.reload_tools and bool(plan.refs) and not prepared.store_failed
-        self.headers = self.caller.upstream_headers(self.request.scope["headers"],
-                                                    body_replaced=self.changed or self.inject_reload_tools)
+        self.headers = self.caller.upstream_headers(
+            self.request.scope["headers"], body_replaced=self.changed or self.inject_reload_tools or self.decoded)
         self.tools = ReloadTools(self.refs, self.counter, max_tokens=self.settings.max_reload_tokens,
                                  request_refs=plan.refs, session=self.settings.session,
                                  limits=SearchLimits.of(self.services.settings))
