@@ -4,7 +4,9 @@
 
 pass-through overhead (passthrough.py), the same through the openai SDK with 50 requests in
 flight (concurrency.py), the 150K-token history cold vs steady (big_history.py), long streamed
-answers through the reload path vs relayed (reload_stream.py) and 500 concurrent streams (scale.py). The savings on real traces come from
+answers through the reload path vs relayed (reload_stream.py), 500 concurrent streams (scale.py),
+compressed request bodies decoded (body_decoding.py) and /healthz while bodies of tens of MB are
+sent (large_bodies.py). The savings on real traces come from
 `python -m proxy replay ../shared/traces/traces.jsonl`.
 """
 
@@ -17,6 +19,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 if __name__ == "__main__":
-    for script in ("passthrough.py", "concurrency.py", "big_history.py", "reload_stream.py", "scale.py"):
+    for script in ("passthrough.py", "concurrency.py", "big_history.py", "reload_stream.py", "scale.py",
+                   "body_decoding.py", "large_bodies.py"):
         print(f"\n== {script}", flush=True)
         subprocess.run([sys.executable, str(HERE / script)], check=True, cwd=HERE.parent)

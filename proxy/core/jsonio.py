@@ -1,6 +1,6 @@
 """JSON in and out of the proxy: orjson (several times faster on 1 MB chat bodies), with the
 standard library as a fallback for what orjson refuses or would change (lone surrogates,
-integers past 64 bits).
+integers past 64 bits). Input bytes must be valid UTF-8 (`\\ud83d`, an escape, is valid).
 
 Output is always valid UTF-8: a lone surrogate (`"\\ud83d"` in a request, common in truncated
 tool output) goes out escaped exactly like that, never as the invalid bytes it would encode to.
@@ -85,6 +85,17 @@ def nested_deeper_than(value: Any, limit: int) -> bool:
     return False
 
 
+def _utf8_text(raw: bytes) -> str:
+    """JSON bytes are UTF-8 (RFC 8259 §8.1; a UTF-8 byte order mark is allowed, as the stdlib
+    allows it). The stdlib's bytes path would also take UTF-16/32 and, decoding with
+    `surrogatepass`, a surrogate encoded as bytes (`\\xed\\xa0\\xbd`): invalid UTF-8 that a body
+    forwarded unchanged would carry upstream. Both are a ValueError here."""
+    try:
+        return bytes(raw).decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not valid UTF-8 (byte {exc.start}: {exc.reason})") from None
+
+
 def loads(raw: bytes | str) -> Any:
     """Parse JSON. Raises ValueError for invalid JSON (NonFinite for a non-finite number,
     TooDeep for nesting past the parsers' depth)."""
@@ -98,6 +109,8 @@ def loads(raw: bytes | str) -> Any:
             return value
     # orjson refuses lone surrogates and overflowing numbers, and rounds integers past 64
     # bits: the stdlib parser reads these exactly, and refuses every non-finite number.
+    if not isinstance(raw, str):
+        raw = _utf8_text(raw)
     try:
         return json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
     except RecursionError:
@@ -137,7 +150,7 @@ def loads_yielding(raw: bytes) -> Any:
     A document of few containers (large strings) is still orjson's: fast, and short-held."""
     if _containers(raw, MANY_CONTAINERS) <= MANY_CONTAINERS:
         return loads(raw)
-    text = raw.decode("utf-8")  # strict: invalid UTF-8 is a UnicodeDecodeError (a ValueError)
+    text = _utf8_text(raw)  # strict: invalid UTF-8 is a ValueError
     try:
         return json.loads(text, object_hook=_keep, parse_int=_yielding_int, parse_constant=_reject_constant,
                           parse_float=_finite_float)

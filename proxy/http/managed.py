@@ -29,6 +29,7 @@ from proxy.formats.messages import MESSAGES
 from proxy.formats.responses import RESPONSES
 from proxy.http.family import family_of
 from proxy.http import accounting
+from proxy.http.body_encoding import codings_of, decode
 from proxy.http.caller import ACCOUNT_HEADERS, CREDENTIAL_HEADERS, Caller
 from proxy.http.disconnect import ClientDisconnected, ClientWatch
 from proxy.http.headers import response_headers_for_client
@@ -173,8 +174,10 @@ class ManagedCall:
     """One request to a managed endpoint on its way through the proxy."""
 
     def __init__(self, request: Request, fmt: WireFormat, *, raw: bytes, body: dict, history: list[Any],
-                 settings: OffloadSettings) -> None:
+                 settings: OffloadSettings, decoded: bool = False) -> None:
+        # `raw`: the body as sent, its Content-Encoding undone (`decoded`: there was one)
         self.request, self.fmt, self.raw, self.body, self.settings = request, fmt, raw, body, settings
+        self.decoded = decoded
         self.services = services_of(request)
         self.caller: Caller = request.state.caller
         self.namespace, self.base = self.caller.namespace, self.caller.base
@@ -192,21 +195,25 @@ class ManagedCall:
         A body over LARGE_BODY is joined, parsed, checked and split into its history off the
         event loop (tens of MB take seconds of CPU)."""
         services = services_of(request)
+        codings = codings_of(request.headers.getlist("content-encoding"))  # 415 for an unknown one
         chunks = [chunk async for chunk in request.stream() if chunk]
         caller: Caller = request.state.caller
 
         def parsed() -> tuple[bytes, dict, list[Any]]:
             raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            if codings:
+                raw = decode(raw, codings, limit=services.settings.max_body_bytes)
             body = fmt.parse(raw, max_items=services.settings.max_messages)
             caller.check_body(body)
             return raw, body, fmt.history(body)
 
-        large = sum(map(len, chunks)) > LARGE_BODY
+        # a compressed body's decoded size is unknown until decoded: always off the loop
+        large = bool(codings) or sum(map(len, chunks)) > LARGE_BODY
         raw, body, history = await cpu.off_loop(parsed) if large else parsed()
         settings = request_settings(request, caller)
         if body.get("background") is True:  # nobody would run the injected calls of a background response
             settings = settings.model_copy(update={"reload_tools": False})
-        return cls(request, fmt, raw=raw, body=body, history=history, settings=settings)
+        return cls(request, fmt, raw=raw, body=body, history=history, settings=settings, decoded=bool(codings))
 
     async def _continue_chain(self) -> None:
         """Continue a stored exchange the way `proxy.offload.chains` remembers it: from the
@@ -293,8 +300,8 @@ class ManagedCall:
         plan = prepared.plan
         self.changed = prepared.action != "none" or self.continued
         self.inject_reload_tools = self.settings.reload_tools and bool(plan.refs) and not prepared.store_failed
-        self.headers = self.caller.upstream_headers(self.request.scope["headers"],
-                                                    body_replaced=self.changed or self.inject_reload_tools)
+        self.headers = self.caller.upstream_headers(
+            self.request.scope["headers"], body_replaced=self.changed or self.inject_reload_tools or self.decoded)
         self.tools = ReloadTools(self.refs, self.counter, max_tokens=self.settings.max_reload_tokens,
                                  request_refs=plan.refs, session=self.settings.session,
                                  limits=SearchLimits.of(self.services.settings))

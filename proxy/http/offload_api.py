@@ -11,6 +11,7 @@ from starlette.responses import Response
 
 from proxy.offload import events
 from proxy.formats import chat
+from proxy.http.body_encoding import decoded
 from proxy.http.caller import Caller
 from proxy.core.settings import OffloadSettings
 from proxy.formats.chat.body import parse_chat_body
@@ -39,7 +40,10 @@ def _store_down(exc: StoreUnavailable) -> Response:
 
 async def offload(request: Request) -> Response:
     try:
-        body = parse_chat_body(await request.body(), max_messages=services_of(request).settings.max_messages)
+        limits = services_of(request).settings
+        raw, _ = await decoded(await request.body(), request.headers.getlist("content-encoding"),
+                               limit=limits.max_body_bytes)
+        body = parse_chat_body(raw, max_messages=limits.max_messages)
         settings, caller, refs = _scope(request)
         messages = body.get("messages")
         if not isinstance(messages, list):

@@ -40,3 +40,8 @@ def test_big_history(tmp_path):
 def test_scale():
     out = run("scale.py", "--streams", "10", "--chunks", "2", "--delay-ms", "1")
     assert "0 errors" in out and "peak RSS" in out
+
+
+def test_body_decoding():
+    out = run("body_decoding.py", "--megabytes", "1")
+    assert all(coding in out for coding in ("gzip", "deflate", "br", "zstd")) and "event-loop gap" in out

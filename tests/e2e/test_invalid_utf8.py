@@ -1,0 +1,70 @@
+"""Request bodies that are not valid UTF-8 (a surrogate encoded as bytes, `\\xed\\xa0\\xbd`; a
+UTF-16 body) are a 400 `invalid_json` in the endpoint's own shape on every managed endpoint,
+never forwarded: the upstream always receives valid UTF-8. A lone surrogate written as a JSON
+escape (`\\ud83d`) is valid JSON text and still goes through (tests/e2e/test_surrogates.py)."""
+
+from __future__ import annotations
+
+import json
+
+import httpx2
+import pytest
+
+ENDPOINTS = {  # path: a small body of its format, the text {TEXT} put in its one user message
+    "/v1/chat/completions": {"model": "gpt-4o", "messages": [{"role": "user", "content": "TEXT"}]},
+    "/v1/responses": {"model": "gpt-5", "input": [{"role": "user", "content": "TEXT"}]},
+    "/v1/messages": {"model": "claude-sonnet-4-5", "max_tokens": 16, "messages": [{"role": "user", "content": "TEXT"}]},
+    "/v1/messages/count_tokens": {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "TEXT"}]},
+}
+
+
+def body_with(path: str, text: bytes) -> bytes:
+    return json.dumps(ENDPOINTS[path]).encode().replace(b"TEXT", text)
+
+
+def post(url: str, path: str, content: bytes) -> httpx2.Response:
+    headers = {"authorization": "Bearer sk-utf8-test", "content-type": "application/json"}
+    if path.startswith("/v1/messages"):
+        headers = {"x-api-key": "sk-ant-utf8-test", "anthropic-version": "2023-06-01",
+                   "content-type": "application/json"}
+    return httpx2.post(f"{url}{path}", content=content, headers=headers, timeout=20)
+
+
+def assert_invalid_json(r: httpx2.Response, path: str) -> str:
+    assert r.status_code == 400, (r.status_code, r.text[:300])
+    body = r.json()
+    if path.startswith("/v1/messages"):
+        assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error", body
+        return body["error"]["message"]
+    assert body["error"]["code"] == "invalid_json", body
+    return body["error"]["message"]
+
+
+@pytest.mark.parametrize("path", list(ENDPOINTS))
+@pytest.mark.parametrize("text", [b"hi \xed\xa0\xbd", b"hi \xed\xa0\xbd\xed\xb8\x80", b"cut \xf0\x9f\x98", b"\xff latin"],
+                         ids=["lone-surrogate-bytes", "surrogate-pair-bytes", "truncated-sequence", "invalid-byte"])
+def test_invalid_utf8_is_refused_not_forwarded(proxy_url, upstream, path, text):
+    r = post(proxy_url, path, body_with(path, text))
+    message = assert_invalid_json(r, path)
+    assert "UTF-8" in message, message
+    assert upstream.requests == []
+
+
+@pytest.mark.parametrize("path", list(ENDPOINTS))
+def test_utf16_body_is_refused(proxy_url, upstream, path):
+    r = post(proxy_url, path, json.dumps(ENDPOINTS[path]).encode("utf-16"))
+    assert_invalid_json(r, path)
+    assert upstream.requests == []
+
+
+@pytest.mark.parametrize("path", list(ENDPOINTS))
+def test_escaped_lone_surrogate_and_utf8_bom_still_go_through(proxy_url, upstream, path):
+    """The fallback parser still reads what orjson refuses but is valid: an escaped lone
+    surrogate, a UTF-8 byte order mark; the body goes up as it came (valid UTF-8)."""
+    for content in (body_with(path, b"hi \\ud83d"), b"\xef\xbb\xbf" + body_with(path, "caf\u00e9".encode())):
+        upstream.requests.clear()
+        r = post(proxy_url, path, content)
+        assert r.status_code == 200, (r.status_code, r.text[:300])
+        (sent,) = upstream.requests
+        assert sent.body == content
+        sent.body.decode("utf-8")  # strict

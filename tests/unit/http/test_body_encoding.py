@@ -1,0 +1,178 @@
+"""Request bodies with a Content-Encoding: each coding decoded, stacked codings undone last
+first, bombs stopped at the limit without being inflated, corrupt streams a 400, unknown
+codings a 415."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import threading
+import tracemalloc
+import zlib
+
+import brotli
+import pytest
+import zstandard
+
+from proxy.errors import ProxyError
+from proxy.http import body_encoding
+from proxy.http.body_encoding import codings_of, decode, decoded
+
+BODY = b'{"model": "gpt-4o", "messages": [{"role": "user", "content": "' + os.urandom(3000).hex().encode() * 20 + b'"}]}'
+LIMIT = 1 << 20
+
+
+def raw_deflate(data: bytes) -> bytes:
+    c = zlib.compressobj(wbits=-15)
+    return c.compress(data) + c.flush()
+
+
+ENCODE = {
+    "gzip": gzip.compress,
+    "x-gzip": gzip.compress,
+    "deflate": zlib.compress,
+    "br": brotli.compress,
+    "zstd": zstandard.ZstdCompressor().compress,
+}
+
+
+@pytest.mark.parametrize("coding", list(ENCODE))
+def test_each_coding_decodes(coding):
+    assert decode(ENCODE[coding](BODY), [coding], limit=LIMIT) == BODY
+
+
+def test_raw_deflate_is_accepted_as_deflate():
+    assert decode(raw_deflate(BODY), ["deflate"], limit=LIMIT) == BODY
+
+
+@pytest.mark.parametrize("coding", ["gzip", "zstd"])
+def test_concatenated_members_and_frames_decode_whole(coding):
+    half = len(BODY) // 2
+    assert decode(ENCODE[coding](BODY[:half]) + ENCODE[coding](BODY[half:]), [coding], limit=LIMIT) == BODY
+
+
+def test_gzip_padded_with_zeros():
+    assert decode(gzip.compress(BODY) + bytes(8), ["gzip"], limit=LIMIT) == BODY
+
+
+def test_stacked_codings_are_undone_last_first():
+    sent = brotli.compress(zstandard.ZstdCompressor().compress(gzip.compress(BODY)))
+    codings = codings_of(["gzip, zstd", "br"])  # two header lines: one list, in order
+    assert codings == ["gzip", "zstd", "br"]
+    assert decode(sent, codings, limit=LIMIT) == BODY
+
+
+def test_identity_and_empty_values_are_no_coding():
+    assert codings_of(["identity", " , IDENTITY "]) == []
+    assert codings_of(["Identity, GZip"]) == ["gzip"]
+    assert codings_of([]) == []
+
+
+@pytest.mark.parametrize("coding", list(ENCODE))
+def test_an_empty_body_stays_empty(coding):
+    assert decode(b"", [coding], limit=LIMIT) == b""
+
+
+@pytest.mark.parametrize("header", ["compress", "gzip, lzma", "snappy", "x" * 500])
+def test_an_unknown_coding_is_a_415(header):
+    with pytest.raises(ProxyError) as err:
+        codings_of([header])
+    assert err.value.status == 415 and err.value.code == "unsupported_content_encoding"
+    assert len(err.value.message) < 200
+
+
+@pytest.mark.parametrize("coding", list(ENCODE))
+def test_exactly_the_limit_decodes_one_byte_more_is_a_413(coding):
+    data = (BODY * 100)[:LIMIT]
+    assert decode(ENCODE[coding](data), [coding], limit=LIMIT) == data
+    with pytest.raises(ProxyError) as err:
+        decode(ENCODE[coding](data + b" "), [coding], limit=LIMIT)
+    assert err.value.status == 413 and err.value.code == "request_too_large"
+
+
+def zeros_zstd(size: int) -> bytes:
+    """`size` zero bytes as one zstd frame, compressed piece by piece (never held whole)."""
+    c = zstandard.ZstdCompressor().compressobj()
+    piece = bytes(1 << 20)
+    return b"".join([c.compress(piece) for _ in range(size >> 20)] + [c.flush()])
+
+
+@pytest.fixture(scope="module")
+def bombs() -> dict[str, bytes]:
+    zeros = bytes(64 << 20)
+    made = {"gzip": gzip.compress(zeros, 9), "deflate": zlib.compress(zeros, 9), "raw-deflate": raw_deflate(zeros),
+            "br": brotli.compress(zeros, quality=5), "zstd": zeros_zstd(1 << 30)}
+    made["gzip-in-br"] = brotli.compress(made["gzip"])
+    return made
+
+
+@pytest.mark.parametrize("name", ["gzip", "deflate", "raw-deflate", "br", "zstd", "gzip-in-br"])
+def test_a_bomb_is_a_413_without_being_inflated(bombs, name):
+    """64 MiB of zeros (1 GiB for zstd, ~32 KB sent) against a 1 MiB limit: refused, and at no
+    time more than a few MiB held."""
+    bomb = bombs[name]
+    codings = {"raw-deflate": ["deflate"], "gzip-in-br": ["gzip", "br"]}.get(name, [name])
+    assert len(bomb) < 200_000
+    tracemalloc.start()
+    try:
+        with pytest.raises(ProxyError) as err:
+            decode(bomb, codings, limit=LIMIT)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert err.value.status == 413 and err.value.code == "request_too_large"
+    assert f"exceeds {LIMIT} bytes" in err.value.message
+    print(name, len(bomb), "bytes sent; peak memory", peak)
+    assert peak < 4 * LIMIT + len(bomb), peak
+
+
+def test_a_bomb_decoder_stops_just_past_the_limit(bombs, monkeypatch):
+    """What the decoders made before the refusal: the limit + 1 byte for zlib, at most 512 KiB
+    more for brotli and zstd (their output bound is coarser)."""
+    made: dict[str, int] = {}
+    add = body_encoding._Sink.add
+
+    def counting(self, chunk):
+        made[name] = len(self.out) + len(chunk)
+        add(self, chunk)
+
+    monkeypatch.setattr(body_encoding._Sink, "add", counting)
+    for name in ("gzip", "deflate", "raw-deflate", "br", "zstd"):
+        with pytest.raises(ProxyError):
+            decode(bombs[name], ["deflate" if name == "raw-deflate" else name], limit=LIMIT)
+    print(made)
+    assert made["gzip"] == made["deflate"] == made["raw-deflate"] == LIMIT + 1
+    assert LIMIT < made["br"] <= LIMIT + (512 << 10) and LIMIT < made["zstd"] <= LIMIT + (512 << 10)
+
+
+@pytest.mark.parametrize("coding", list(ENCODE))
+@pytest.mark.parametrize("damage", ["truncated", "half", "garbage", "trailing", "plain-json"])
+def test_a_corrupt_stream_is_a_400(coding, damage):
+    sent = ENCODE[coding](BODY)
+    sent = {"truncated": sent[:-1], "half": sent[: len(sent) // 2], "garbage": os.urandom(200),
+            "trailing": sent + b"garbage!", "plain-json": BODY}[damage]
+    with pytest.raises(ProxyError) as err:
+        decode(sent, [coding], limit=LIMIT)
+    assert err.value.status == 400 and err.value.code == "invalid_body", err.value.message
+    assert f"could not be decoded as {coding}" in err.value.message
+
+
+
+@pytest.mark.anyio
+async def test_a_large_body_is_decoded_off_the_event_loop(monkeypatch):
+    threads: list[str] = []
+    real = body_encoding.decode
+
+    def spy(raw, codings, *, limit):
+        threads.append(threading.current_thread().name)
+        return real(raw, codings, limit=limit)
+
+    monkeypatch.setattr(body_encoding, "decode", spy)
+    small = gzip.compress(BODY)
+    large = gzip.compress(os.urandom(body_encoding.LARGE_BYTES))
+    assert await decoded(small, ["gzip"], limit=LIMIT) == (BODY, True)
+    assert (await decoded(large, ["gzip"], limit=LIMIT))[1]
+    assert await decoded(BODY, ["identity"], limit=LIMIT) == (BODY, False)
+    assert threads[0] == threading.current_thread().name
+    assert threads[1].startswith("offload-cpu")
+    assert len(threads) == 2
