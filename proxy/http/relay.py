@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from proxy.formats.json_body import LARGE_BODY, load_object
+from proxy.http.body_encoding import codings_of, decode
 from proxy.offload import chains, cpu
 from proxy.upstream import sse
 from proxy.http.caller import Caller
@@ -133,16 +134,26 @@ async def relay(request: Request) -> Response:
 async def checked_body(request: Request, caller: Caller) -> bytes:
     """A body relayed on the shared key (e.g. `responses/input_tokens`), read whole (it is under
     --max-body-bytes) and refused (403) when it names state stored upstream, like a managed
-    endpoint's. A body that is no JSON object goes as it is (multipart uploads); one that says
-    it is JSON and is not is a 400, as the upstream would answer."""
+    endpoint's; a compressed one is read through its Content-Encoding and relayed as sent. A
+    body that is no JSON object goes as it is (multipart uploads); one that says it is JSON and
+    is not is a 400, as the upstream would answer."""
     raw = await request.body()
-    if not raw.lstrip()[:1] == b"{":
-        if "json" in request.headers.get("content-type", ""):
-            raise ProxyError(400, "Request body is not a JSON object.", code="invalid_json")
-        return raw
-    body = await cpu.off_loop(load_object, raw) if len(raw) > LARGE_BODY else load_object(raw)
-    caller.check_body(body)
-    return raw
+    codings = codings_of(request.headers.getlist("content-encoding"))  # what cannot be read is not relayed
+    limit = services_of(request).settings.max_body_bytes
+
+    def check() -> None:
+        plain = decode(raw, codings, limit=limit) if codings else raw
+        if not plain.lstrip()[:1] == b"{":
+            if "json" in request.headers.get("content-type", ""):
+                raise ProxyError(400, "Request body is not a JSON object.", code="invalid_json")
+            return
+        caller.check_body(load_object(plain))
+
+    if codings or len(raw) > LARGE_BODY:
+        await cpu.off_loop(check)
+    else:
+        check()
+    return raw  # as sent, still encoded
 
 
 async def delete_chained(request: Request, caller: Caller, path: str) -> None:

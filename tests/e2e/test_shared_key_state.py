@@ -97,3 +97,25 @@ def test_anthropic_state_is_refused_on_a_shared_key(make_proxy, upstream, tmp_pa
             assert r.status_code == 403, (path, fields, r.text[:200])
             assert r.json()["type"] == "error" and r.json()["error"]["type"] == "permission_error", r.text[:200]
         assert not upstream.requests
+
+
+@pytest.mark.parametrize("coding", ["gzip", "br", "zstd"])
+def test_a_compressed_relayed_body_is_read_for_stored_state(make_proxy, upstream, tmp_path, coding):
+    """The check reads the body through its Content-Encoding; a clean one goes up as sent."""
+    import gzip
+
+    import brotli
+    import orjson
+    import zstandard
+    compress = {"gzip": gzip.compress, "br": brotli.compress, "zstd": zstandard.ZstdCompressor().compress}[coding]
+    headers = {"authorization": f"Bearer {KEY_A}", "content-type": "application/json", "content-encoding": coding}
+    with make_proxy(upstream_api_key="sk-server", tenants_file=shared_key_tenants(tmp_path)) as url:
+        upstream.requests.clear()
+        bad = compress(orjson.dumps({"model": "gpt-5", "previous_response_id": "resp_OTHER"}))
+        r = httpx2.post(f"{url}/v1/responses/input_tokens", content=bad, headers=headers)
+        assert r.status_code == 403 and r.json()["error"]["param"] == "previous_response_id", r.text[:200]
+        assert not upstream.requests
+        good = compress(orjson.dumps({"model": "gpt-5", "input": "hi"}))
+        httpx2.post(f"{url}/v1/responses/input_tokens", content=good, headers=headers)
+        [sent] = upstream.requests
+        assert sent.body == good and sent.headers.get("content-encoding") == coding
