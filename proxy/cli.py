@@ -105,6 +105,9 @@ def serve(settings: ServerSettings) -> None:
     for name, value in settings.model_dump(exclude_none=True).items():
         os.environ[f"OFFLOAD_{name.upper()}"] = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
     json_logs = settings.log_format == "json"
+    from proxy.http import log_clip
+
+    log_clip.install()  # the supervisor's lines too (the workers install it in create_app)
     if json_logs:  # uvicorn's own messages as JSON lines too; our access line replaces its own
         from proxy.http.observe import configure_logging
 

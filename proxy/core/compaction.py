@@ -71,10 +71,10 @@ def plan_compaction(
     after = before
     for i in range(max(0, last_eligible)):
         item = items[i]
-        if view.role(item) != "tool" or view.answers(item) in reload_ids:
-            continue
+        # Whatever carries a tool's result: a tool message, or an item holding its own result
+        # (a Responses `mcp_call`, whose call fields stay as they are).
         text = view.tool_text(item)
-        if text is None or is_marker(text):
+        if text is None or is_marker(text) or view.answers(item) in reload_ids:
             continue
         tokens = counter.text(text)
         if tokens <= settings.max_tool_message_tokens:

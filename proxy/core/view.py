@@ -20,7 +20,8 @@ class ItemView(Protocol):
         ...
 
     def tool_text(self, item: Any) -> str | None:
-        """The offloadable text of a tool result (None: nothing to offload in this item)."""
+        """The offloadable text of a tool result, or of an item that carries its own result (a
+        Responses `mcp_call`): compaction offloads it. None: nothing to offload in this item."""
         ...
 
     def with_tool_text(self, item: Any, text: str) -> Any:

@@ -28,6 +28,7 @@ from proxy.http.dashboard import Dashboard
 from proxy.http.managed import chat_completions, messages, responses
 from proxy.config import ServerSettings
 from proxy.http.limits import BodyLimit
+from proxy.http import log_clip
 from proxy.http.observe import Metrics, Observe, configure_logging, metrics_endpoint
 from proxy.http.services import Services, services_of
 from proxy.http.offload_api import get_offloaded, list_events, offload
@@ -71,6 +72,7 @@ def _freeze_startup_objects() -> None:
 
 def create_app(settings: ServerSettings | None = None) -> Starlette:
     settings = settings or ServerSettings()
+    log_clip.install()  # client text in log lines, clipped (json or text, ours or uvicorn's)
     tenants = load_tenants_file(settings.tenants_file)
     resolver = SettingsResolver(settings.offload_defaults(), tenants, settings.header_caps)
     gatekeeper = Gatekeeper(tenants, server_key=settings.upstream_api_key, anthropic_key=settings.anthropic_api_key,
@@ -83,7 +85,7 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         for note in gatekeeper.startup_notes():
-            log.warning("%s", note)
+            log.warning(note)  # ours (an argument would be clipped as client text)
         await asyncio.to_thread(counter_for_encoding, "o200k_base")  # now, not on a request
         _freeze_startup_objects()
         services = Services(

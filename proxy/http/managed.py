@@ -44,7 +44,7 @@ from proxy.offload.refs import RefStore
 from proxy.offload.summaries import Compressor
 from proxy.offload.summary_context import SummaryContext
 from proxy.offload.summarizer import DEFAULT_INSTRUCTION, DEFAULT_PROMPT
-from proxy.reload import loop as reload_loop
+from proxy.reload import loop as reload_loop, search_pool
 from proxy.reload.search import SearchLimits
 from proxy.reload.tools import ReloadTools, collision_warning
 
@@ -300,6 +300,8 @@ class ManagedCall:
         plan = prepared.plan
         self.changed = prepared.action != "none" or self.continued
         self.inject_reload_tools = self.settings.reload_tools and bool(plan.refs) and not prepared.store_failed
+        if self.inject_reload_tools:
+            search_pool.warm()  # the model may search: its workers start while the upstream answers
         self.headers = self.caller.upstream_headers(
             self.request.scope["headers"], body_replaced=self.changed or self.inject_reload_tools or self.decoded)
         self.tools = ReloadTools(self.refs, self.counter, max_tokens=self.settings.max_reload_tokens,

@@ -3,7 +3,8 @@
 A `RequestRecord` travels with each request in a context variable; the handlers fill in what
 they know (tenant hash, model, tokens, action, reload rounds, upstream timings) and the
 middleware turns it into metrics and the log line when the response has been sent, streams
-included. No credential and no message content ever reaches a label or a log line.
+included. No credential and no message content ever reaches a label or a log line, and no
+client-chosen string longer than `log_clip.MAX_LOGGED_CHARS` does.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.errors import error_response
+from proxy.http import log_clip
+from proxy.http.log_clip import clip_value
 
 access_log = logging.getLogger("proxy.access")
 MAX_TENANT_LABELS = 1000  # tenants with series of their own (clients make namespaces): the rest are "other"
@@ -246,6 +249,7 @@ def log_request(rec: RequestRecord, elapsed: float) -> None:
     for internal in ("started", "metrics", "continues", "response_id", "forwarded"):
         line.pop(internal, None)
     line.pop("upstream_sent", None)
+    line = {k: clip_value(v) for k, v in line.items()}  # the model, the session, warnings: the client's text
     line["duration_ms"] = round(elapsed * 1e3, 2)
     if rec.upstream_sent is not None:
         line["overhead_ms"] = round((rec.upstream_sent - rec.started) * 1e3, 2)
@@ -262,14 +266,18 @@ class JsonFormatter(logging.Formatter):
         base = {"time": round(record.created, 3), "level": record.levelname.lower(), "logger": record.name}
         message = record.getMessage()
         if record.name == access_log.name and message.startswith("{"):
-            return json.dumps({**base, "event": "request", **json.loads(message)}, separators=(",", ":"))
+            try:
+                return json.dumps({**base, "event": "request", **json.loads(message)}, separators=(",", ":"))
+            except ValueError:
+                pass  # clipped (proxy.http.log_clip): logged as a message
         base["message"] = message
         if record.exc_info:
-            base["exception"] = self.formatException(record.exc_info)
+            base["exception"] = record.exc_text or self.formatException(record.exc_info)
         return json.dumps(base, separators=(",", ":"))
 
 
 def configure_logging(level: str) -> None:
+    log_clip.install()
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()

@@ -4,8 +4,9 @@ The pattern is chosen by the model, so it may be catastrophic to match (`(a|a)+$
 compile (`[[](?:a{1000}){3000}]`: seconds of C code holding the GIL, gigabytes), or both. No
 check of the pattern can be trusted to see every such case, so none is the boundary: both
 steps run in a few long-lived worker processes (`proxy.search_worker`, at most `WORKERS` per
-event loop, started when first needed), each capped to `MEMORY_LIMIT` of address space. A
-search holds one worker under one deadline; the worker stops itself at the deadline (the
+event loop, started ahead or when first needed), each capped to `MEMORY_LIMIT` of address space. A
+search holds one worker under one deadline (a worker still starting is waited for apart: its
+start moves the deadline on); the worker stops itself at the deadline (the
 `regex` timeout) and streams each matching line back as it finds it. One that has not answered
 `KILL_GRACE` after the deadline is killed (SIGKILL) and replaced, and so is one that dies (out
 of memory, a signal): the search returns the matches received so far with a note saying why.
@@ -20,11 +21,12 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from dataclasses import dataclass
 
 from proxy.config import ServerSettings
 from proxy.offload.cpu import CPU
-from proxy.reload.search_pool import INTERRUPTED, KILL_GRACE, Pool, Worker, WorkerGone, pool
+from proxy.reload.search_pool import INTERRUPTED, KILL_GRACE, START_TIMEOUT, Pool, Worker, WorkerGone, pool
 from proxy.reload.search_worker import (EXPENSIVE, HEAD, MATCHES, MAX_MATCHES, MEMORY_LIMIT, NICE, SIZE,  # noqa: F401
                                  TIME, Hits)
 
@@ -167,7 +169,8 @@ class Search:
         self.pool: Pool | None = None
         self.worker: Worker | None = None
         self.compiled = False
-        self.busy = False  # no worker was free before the deadline
+        self.busy = False  # no worker was free (or none started) before the deadline
+        self.start_wait = 0.0  # seconds spent waiting for a worker to start (the deadline moved on by them)
         self.idle = True  # no request to the worker is unanswered
 
     @property
@@ -185,6 +188,8 @@ class Search:
         if self.worker is None:
             self.busy, self.hits.stopped = True, TIME
             return None
+        if not self.worker.ready and not await self._started():
+            return None
         reply = await self._ask({"op": "compile", "pattern": self.pattern, "deadline": self.deadline})
         if reply is None:
             return None
@@ -192,6 +197,29 @@ class Search:
             return str(reply["error"])
         self.compiled = bool(reply.get("compiled"))
         return None
+
+    async def _started(self) -> bool:
+        """Wait for a worker still starting, apart from the search's time: the deadline moves on
+        by the wait (a start on a loaded host is not the pattern's cost). False if it never
+        started within START_TIMEOUT (reported as no worker free: `busy`)."""
+        worker = self.worker
+        assert worker is not None
+        began = time.monotonic()
+        try:
+            await worker.started(until=began + START_TIMEOUT)
+        except TimeoutError:
+            self._lose(TIME, f"did not start within {START_TIMEOUT:g} s")
+            self.busy = True
+            return False
+        except WorkerGone as exc:
+            killed = worker.killed
+            self._lose(INTERRUPTED if killed else EXPENSIVE, str(exc))
+            if not killed:  # not the pattern's doing: the proxy's own problem
+                raise RuntimeError(f"a search worker did not start: it {exc} (see its output above)") from exc
+            return False
+        self.start_wait = time.monotonic() - began
+        self.deadline += self.start_wait
+        return True
 
     async def scan(self, ref: str, text: str, room: int) -> int:
         """Search `ref`'s text, at most `room` bytes of it. Returns the bytes sent to the worker."""

@@ -1,5 +1,7 @@
-"""The search worker processes: started when first needed, at most WORKERS per event loop,
-killed and replaced when they overrun or die, ended with the app (`shutdown`)."""
+"""The search worker processes: started ahead (`warm`, when a request is offered the reload
+tools) or when first needed, at most WORKERS per event loop, killed and replaced when they
+overrun or die, ended with the app (`shutdown`). A worker's start is not a search's time: a
+search waits for it apart (`START_TIMEOUT`) and then gets its whole deadline."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import sys
 import weakref
 from pathlib import Path
 
+from proxy.offload.cpu import executor
 from proxy.reload.search_worker import HEAD, MEMORY_LIMIT, NICE  # noqa: F401
 
 log = logging.getLogger("proxy.reload.search")
@@ -23,6 +26,7 @@ KILL_GRACE = 0.25  # seconds past its deadline a worker may take to answer befor
 RECYCLE_RSS = 256 << 20  # a worker holding more memory than this after a search is replaced
 MAX_REPLY = 1 << 20  # bytes: a worker's message is small; a larger one ends the worker
 INTERRUPTED = "interrupted"  # the proxy shut the workers down mid-search
+START_TIMEOUT = 10.0  # seconds a worker may take to start (a loaded host) before a search gives up on it
 
 _ROOT = str(Path(__file__).resolve().parents[2])
 _BOOT = (f"import sys; sys.path.insert(0, {_ROOT!r}); "
@@ -91,6 +95,21 @@ class Worker:
 
     async def receive(self, *, until: float) -> dict:
         """The worker's next message; TimeoutError at `until` (monotonic), WorkerGone if it is gone."""
+        while True:
+            message = await self._next(until)
+            if "ready" not in message:
+                return message
+            self.ready = True
+
+    async def started(self, *, until: float) -> None:
+        """Returns once the worker has said it started (at once if it has); TimeoutError at
+        `until`, WorkerGone if it died or spoke first."""
+        while not self.ready:
+            if "ready" not in await self._next(until):
+                raise WorkerGone("an answer before it started")
+            self.ready = True
+
+    async def _next(self, until: float) -> dict:
         loop = asyncio.get_running_loop()
         async with asyncio.timeout_at(until):
             while True:
@@ -107,10 +126,7 @@ class Worker:
                             raise WorkerGone("a malformed message") from exc
                         if not isinstance(message, dict):
                             raise WorkerGone("a malformed message")
-                        if "ready" not in message:
-                            return message
-                        self.ready = True
-                        continue
+                        return message
                 try:
                     data = await loop.sock_recv(self.sock, 1 << 16)
                 except OSError as exc:
@@ -144,6 +160,20 @@ class Worker:
 _live: set[Worker] = set()  # every worker not yet reaped, whatever its loop
 
 
+def _spawn(count: int) -> list[Worker]:
+    """`count` new workers (in a thread: spawning a process is not the event loop's work)."""
+    workers: list[Worker] = []
+    try:
+        for _ in range(count):
+            workers.append(Worker())
+    except BaseException:
+        for worker in workers:
+            worker.kill()
+            worker.sock.close()
+        raise
+    return workers
+
+
 @atexit.register
 def end_all() -> None:
     """Kill and reap every worker of this process, whatever its loop (at exit; tests)."""
@@ -162,7 +192,31 @@ class Pool:
         self.idle: list[Worker] = []
         self.workers: set[Worker] = set()
         self.reaping: set[asyncio.Future] = set()
+        self.warming: asyncio.Future | None = None
         self.closed = False
+
+    def warm(self) -> None:
+        """Start the missing workers in the background (spawned in a thread, off the loop), so
+        that the coming searches find them started. Nothing to do while a start is under way."""
+        missing = self.size - len(self.workers)
+        if self.closed or missing <= 0 or self.warming is not None:
+            return
+        self.warming = asyncio.get_running_loop().run_in_executor(executor(), _spawn, missing)
+        self.warming.add_done_callback(self._warmed)
+
+    def _warmed(self, spawning: asyncio.Future) -> None:
+        self.warming = None
+        if spawning.cancelled():
+            return  # the loop is closing: the exit handler ends them
+        if (exc := spawning.exception()) is not None:
+            log.warning("could not start the search workers: %s", exc)
+            return
+        for worker in spawning.result():
+            if self.closed or len(self.workers) >= self.size:
+                self.discard(worker)
+            else:
+                self.workers.add(worker)
+                self.idle.append(worker)
 
     async def acquire(self, until: float) -> Worker | None:
         """A worker for one search, or None when none is free before `until` (monotonic)."""
@@ -223,6 +277,8 @@ class Pool:
     async def close(self) -> None:
         """Kill every worker: idle ones are discarded; a search using one sees it end and gives it back."""
         self.closed = True
+        if self.warming is not None:  # its workers are discarded as soon as they are spawned
+            await asyncio.wait([self.warming], timeout=5)
         for worker in list(self.workers):
             if worker in self.idle:
                 self.discard(worker)
@@ -243,6 +299,11 @@ def pool() -> Pool:
     if found is None:
         found = _pools[loop] = Pool()
     return found
+
+
+def warm() -> None:
+    """Start the running loop's workers ahead of the searches (see `Pool.warm`)."""
+    pool().warm()
 
 
 async def shutdown() -> None:

@@ -227,6 +227,8 @@ class ReloadTools:
         started = time.monotonic()
         own = started + self.limits.timeout
         deadline = own if deadline is None else min(own, deadline)
+        limit = "the time left of this request's reload budget" if deadline < own else (
+            f"the search time limit of {self.limits.timeout:g} s")
         try:
             check_pattern(pattern)
         except ValueError as exc:
@@ -238,6 +240,7 @@ class ReloadTools:
             error = await search.open()
             if error is not None:
                 return texts.invalid_pattern(pattern, error)
+            deadline = search.deadline  # later by a worker's start, if it had to start
             refs = [ref] if ref else await self.scope()
             room = self.limits.max_bytes
             for r in refs if search.compiled else ():
@@ -255,9 +258,7 @@ class ReloadTools:
                     break
         finally:
             search.close()
-        took = time.monotonic() - started
-        limit = "the time left of this request's reload budget" if deadline < own else (
-            f"the search time limit of {self.limits.timeout:g} s")
+        took = time.monotonic() - started - search.start_wait
         if not search.compiled and not search.busy:
             if hits.stopped == INTERRUPTED:
                 return texts.search_interrupted()

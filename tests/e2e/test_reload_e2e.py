@@ -12,6 +12,8 @@ import httpx2
 import pytest
 from starlette.responses import JSONResponse, StreamingResponse
 
+from proxy.reload import search_pool
+
 from tests.harness.history import agent_history, refs_sent
 from tests.harness.servers import completion, sse, stream_chunks, tool_call
 from tests.unit.reload.test_search import COMPILE_BOMBS, MB, rss, search_workers
@@ -127,7 +129,8 @@ def test_compile_bombs_leave_the_worker_free_and_no_process_behind(make_proxy, u
         assert "Search stopped early" in answer  # ((?1)|a): out of memory, or killed at its deadline
         answer, _, _ = search_through_the_proxy(url, upstream, history, "step0 line 7:")  # on a new worker
         assert answer.startswith("ref=") and "step0 line 7: value=49" in answer
-        assert len(set(search_workers(zombies=False)) - others) == 1
+        # the killed ones are gone (each request offered the tools warms the pool: up to WORKERS)
+        assert 1 <= len(set(search_workers(zombies=False)) - others) <= search_pool.WORKERS
     assert set(search_workers()) - others == set()
 
 

@@ -439,18 +439,21 @@ class RedisCluster:
 class ProxyProcess:
     """`python -m proxy serve …` on a free loopback port, as a user runs it; ready when `/readyz` is."""
 
-    def __init__(self, *args: str, data_dir: Path | str, capture: bool = False, ready_within: float = 20) -> None:
+    def __init__(self, *args: str, data_dir: Path | str, capture: bool = False, capture_stdout: bool = False,
+                 ready_within: float = 20) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.argv = [sys.executable, "-m", "proxy", "serve", "--port", str(self.port), "--data-dir", str(data_dir),
                      *args]
-        self.capture, self.ready_within = capture, ready_within
+        self.capture, self.capture_stdout, self.ready_within = capture, capture_stdout, ready_within
         self.proc: subprocess.Popen | None = None
+        self.stdout = ""  # what it wrote to stdout, once stopped (with capture_stdout)
 
     def start(self) -> "ProxyProcess":
         import httpx2
 
-        self.proc = subprocess.Popen(self.argv, stderr=subprocess.PIPE if self.capture else None, text=True)
+        self.proc = subprocess.Popen(self.argv, stderr=subprocess.PIPE if self.capture else None,
+                                     stdout=subprocess.PIPE if self.capture_stdout else None, text=True)
         deadline = time.monotonic() + self.ready_within
         while True:
             try:
@@ -466,7 +469,8 @@ class ProxyProcess:
         if self.proc is None:
             return ""
         self.proc.terminate()
-        _, err = self.proc.communicate(timeout=15)
+        out, err = self.proc.communicate(timeout=15)
+        self.stdout = out or ""
         return err or ""
 
     def __enter__(self) -> "ProxyProcess":

@@ -116,9 +116,11 @@ async def timed(coroutine) -> tuple[str, float, float]:
 
 async def test_compile_bombs_cost_the_proxy_neither_time_nor_memory(refs):
     tools = tools_for(refs, ["rows01"], timeout=1.0)
-    assert "ref=rows01 line 1: row 1 " in await tools.search(r"^row 1\b")  # a worker is running: measure from here
+    assert "ref=rows01 line 1: row 1 " in await tools.search(r"^row 1\b")
     before = rss()
     for pattern in COMPILE_BOMBS:  # in this order: on a proxy that compiles in-process, fail before the last
+        # a worker is running (the bomb before killed its own): measure from here, not a process's start
+        assert "ref=rows01 line 1: row 1 " in await tools.search(r"^row 1\b")
         answer, took, stall = await timed(tools.search(pattern))
         assert took < 1.0 + 0.6, (pattern, took, answer)
         assert stall < 0.25, (pattern, stall)  # in-process, the compile alone stalls the loop 0.5 to 25 s
@@ -126,6 +128,43 @@ async def test_compile_bombs_cost_the_proxy_neither_time_nor_memory(refs):
         assert answer.startswith((f"The pattern {pattern!r} is too expensive", f"No match for {pattern!r}")), answer
     assert "compiling it" in answer  # the last one can never be compiled in 1 GiB
     assert "ref=rows01 line 7: row 7 " in await tools.search(r"^row 7\b")  # replaced: the next search works
+
+
+async def test_a_worker_still_starting_does_not_count_against_the_deadline(refs, monkeypatch):
+    """A worker that takes longer to start than the whole search may (a loaded host): the
+    pattern is not reported too expensive, and the search gets its whole time once it runs."""
+    monkeypatch.setattr(search_pool, "_BOOT", "import time; time.sleep(1.5); " + search_pool._BOOT)
+    tools = tools_for(refs, ["rows01"], timeout=1.0)
+    started = time.monotonic()
+    answer = await tools.search(r"^row 1\b")
+    assert time.monotonic() - started > 1.5
+    assert answer == "ref=rows01 line 1: row 1 " + "a" * 30, answer
+    assert "ref=rows01 line 1999: row 1999" in await tools.search(r"^row 1999\b")  # the same worker, started
+
+
+async def test_a_worker_that_never_starts_is_no_verdict_on_the_pattern(refs, monkeypatch):
+    monkeypatch.setattr(search_pool, "_BOOT", "import time; time.sleep(30)")
+    monkeypatch.setattr(search, "START_TIMEOUT", 0.5)
+    tools = tools_for(refs, ["rows01"], timeout=1.0)
+    answer = await tools.search(r"^row 1\b")
+    assert "too expensive" not in answer and "every search worker was busy" in answer, answer
+    assert search_pool.pool().workers == set()  # killed, replaced when next needed
+
+
+async def test_warm_starts_the_workers_ahead_of_the_searches(refs):
+    search_pool.warm()
+    search_pool.warm()  # once is enough: no second set
+    warming = search_pool.pool().warming
+    assert warming is not None
+    await warming
+    await asyncio.sleep(0)
+    pids = {w.pid for w in search_pool.pool().idle}
+    assert len(pids) == search_pool.WORKERS and set(own_workers(zombies=False)) == pids
+    tools = tools_for(refs, ["rows01"], timeout=1.0)
+    assert "ref=rows01 line 1: row 1 " in await tools.search(r"^row 1\b")
+    assert {w.pid for w in search_pool.pool().workers} == pids
+    search_pool.warm()  # every worker started: nothing to do
+    assert search_pool.pool().warming is None
 
 
 async def test_many_large_counted_repeats_leave_no_memory_behind(refs):
