@@ -233,6 +233,14 @@ class MessagesView:
         return tuple(b["id"] for b in self._tool_uses(item)
                      if b.get("name") in self.injected_names and isinstance(b.get("id"), str))
 
+    def is_provider_compaction(self, item: Any) -> bool:
+        """A message holding a `compaction` block (`compact_20260112`): opaque as a whole."""
+        return isinstance(item, dict) and any(block_type(b) == "compaction" for b in
+                                              (item.get("content") if isinstance(item.get("content"), list) else ()))
+
+    def is_compaction_trigger(self, item: Any) -> bool:
+        return False  # Messages has none: compaction follows the edit's trigger
+
     def summary_item(self, text: str) -> dict:
         return {"role": "user", "content": [{"type": "text", "text": text}], SUMMARY: True}
 
