@@ -59,7 +59,7 @@ def present_refs(items: list[Any], view: ItemView) -> list[str]:
 
 def plan_compaction(
     items: list[Any], view: ItemView, settings: OffloadSettings, counter: TokenCounter, namespace: str,
-    *, provider: ProviderContext = NONE,
+    provider: ProviderContext = NONE,
 ) -> Plan:
     """Replace every large tool result (outside the recent tail) once the history is too large.
 

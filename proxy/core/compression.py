@@ -50,7 +50,7 @@ def split(items: list[Any], view: ItemView, keep_recent: int) -> tuple[int, int]
     """(head, tail): items[:head] are kept as they are: the leading system items, or everything
     up to the newest provider compaction item and the system items right after it (the provider
     ignores what precedes that item: nothing there is summarised or counted); items[tail:] the
-    kept tail, which always holds a `compaction_trigger` (it must stay the last item)."""
+    kept tail, which holds the `compaction_trigger` ending `items` (it must stay the last item)."""
     head = live_start(items, view)
     while head < len(items) and view.role(items[head]) == "system":
         head += 1

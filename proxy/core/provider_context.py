@@ -59,11 +59,9 @@ def live_start(items: list[Any], view: ItemView) -> int:
 
 
 def trigger_index(items: list[Any], view: ItemView) -> int | None:
-    """The index of the first `compaction_trigger` item, if any (the API wants it last)."""
-    for i, item in enumerate(items):
-        if view.is_compaction_trigger(item):
-            return i
-    return None
+    """The index of the `compaction_trigger` item that ends `items`, if one does (the API
+    refuses one anywhere else)."""
+    return len(items) - 1 if items and view.is_compaction_trigger(items[-1]) else None
 
 
 def clearable_calls(items: list[Any], view: ItemView, provider: ProviderContext, start: int = 0) -> set[str]:

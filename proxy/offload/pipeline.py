@@ -7,7 +7,6 @@ what is stored) run off the event loop (`proxy.offload.cpu`); a small request's 
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,8 +83,9 @@ async def prepare(
     cpu = CPU.for_messages(messages)
     compact_mode = settings.mode in ("auto", "compact")
     compress_mode = settings.mode in ("auto", "compress") and compressor is not None and not provider.compacts
-    plan = await cpu(functools.partial(plan_compaction, provider=provider), messages, view,
-                     settings if compact_mode else settings.model_copy(update={"mode": "off"}), counter, namespace)
+    plan = await cpu(plan_compaction, messages, view,
+                     settings if compact_mode else settings.model_copy(update={"mode": "off"}), counter, namespace,
+                     provider)
     result = Prepared(plan)
     compressed_now = pending = False
     try:

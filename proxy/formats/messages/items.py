@@ -235,8 +235,10 @@ class MessagesView:
 
     def is_provider_compaction(self, item: Any) -> bool:
         """A message holding a `compaction` block (`compact_20260112`): opaque as a whole."""
-        return isinstance(item, dict) and any(block_type(b) == "compaction" for b in
-                                              (item.get("content") if isinstance(item.get("content"), list) else ()))
+        if not isinstance(item, dict) or item.get("role") != "assistant":
+            return False
+        content = item.get("content")
+        return isinstance(content, list) and any(block_type(b) == "compaction" for b in content)
 
     def is_compaction_trigger(self, item: Any) -> bool:
         return False  # Messages has none: compaction follows the edit's trigger

@@ -127,7 +127,8 @@ def provider_context(body: dict, view: ItemView) -> ProviderContext:
     entries = body.get("context_management") if isinstance(body, dict) else None
     compacts = isinstance(entries, list) and any(
         isinstance(e, dict) and e.get("type") == "compaction" for e in entries)
-    trigger = any(view.is_compaction_trigger(item) for item in history(body))
+    items = body.get("input") if isinstance(body, dict) else None
+    trigger = isinstance(items, list) and bool(items) and view.is_compaction_trigger(items[-1])
     if not (compacts or trigger):
         return NONE
     return ProviderContext(compacts=True, trigger=trigger)
