@@ -12,6 +12,7 @@ from typing import Any
 
 from proxy.core.view import ItemView
 from proxy.core.markers import is_marker, make_ref, refs_in, tool_result_marker
+from proxy.core.provider_context import NONE, ProviderContext, clearable_calls, live_start
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import TokenCounter
 
@@ -57,22 +58,32 @@ def present_refs(items: list[Any], view: ItemView) -> list[str]:
 
 
 def plan_compaction(
-    items: list[Any], view: ItemView, settings: OffloadSettings, counter: TokenCounter, namespace: str
+    items: list[Any], view: ItemView, settings: OffloadSettings, counter: TokenCounter, namespace: str,
+    provider: ProviderContext = NONE,
 ) -> Plan:
-    """Replace every large tool result (outside the recent tail) once the history is too large."""
+    """Replace every large tool result (outside the recent tail) once the history is too large.
+
+    Only the items after the newest provider compaction item count and are compacted (the
+    provider ignores those before it), and none whose result the provider's own clear edit may
+    clear (`proxy.core.provider_context`)."""
     before = counter.messages(items)
     plan = Plan(items=items, tokens_before=before, tokens_after=before)
-    if settings.mode == "off" or before <= settings.max_total_tokens:
+    start = live_start(items, view)
+    live = before if start == 0 else counter.messages(items[start:])
+    if settings.mode == "off" or live <= settings.max_total_tokens:
         plan.refs = present_refs(items, view)
         return plan
     last_eligible = len(items) - settings.keep_recent_for(COMPACT_KEEP_RECENT)
     reload_ids = injected_call_ids(items, view)
+    left_to_provider = clearable_calls(items, view, provider, start)
     out = list(items)
     after = before
-    for i in range(max(0, last_eligible)):
+    for i in range(start, max(start, last_eligible)):
         item = items[i]
         # Whatever carries a tool's result: a tool message, or an item holding its own result
-        # (a Responses `mcp_call`, whose call fields stay as they are).
+        # (a Responses `mcp_call`, whose call fields stay as they are); not what the provider clears.
+        if left_to_provider and view.answers(item) in left_to_provider:
+            continue
         text = view.tool_text(item)
         if text is None or is_marker(text) or view.answers(item) in reload_ids:
             continue

@@ -18,6 +18,7 @@ from typing import Any
 from proxy.core import jsonio
 from proxy.core.view import ItemView
 from proxy.core.markers import history_marker
+from proxy.core.provider_context import live_start, trigger_index
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import TokenCounter
 
@@ -46,11 +47,17 @@ def can_cut(items: list[Any], view: ItemView, index: int) -> bool:
 
 
 def split(items: list[Any], view: ItemView, keep_recent: int) -> tuple[int, int]:
-    """(head, tail): items[:head] are the leading system items, items[tail:] the kept tail."""
-    head = 0
+    """(head, tail): items[:head] are kept as they are: the leading system items, or everything
+    up to the newest provider compaction item and the system items right after it (the provider
+    ignores what precedes that item: nothing there is summarised or counted); items[tail:] the
+    kept tail, which holds the `compaction_trigger` ending `items` (it must stay the last item)."""
+    head = live_start(items, view)
     while head < len(items) and view.role(items[head]) == "system":
         head += 1
     tail = max(head, len(items) - keep_recent)
+    trigger = trigger_index(items, view)
+    if trigger is not None:
+        tail = max(head, min(tail, trigger))
     while head < tail < len(items) and not can_cut(items, view, tail):
         tail -= 1  # step back onto the item that made the calls
     return head, tail

@@ -54,6 +54,16 @@ class ItemView(Protocol):
         """The ids of this item's calls to the proxy's own reload tools (their results stay)."""
         ...
 
+    def is_provider_compaction(self, item: Any) -> bool:
+        """Is `item` a provider's compacted state (a Responses `compaction` item, a Messages
+        message holding a `compaction` block)? Opaque: never summarised, compacted or moved, and
+        the provider ignores what precedes it (`proxy.core.provider_context`)."""
+        ...
+
+    def is_compaction_trigger(self, item: Any) -> bool:
+        """Is `item` a request to compact now (Responses `compaction_trigger`, always last)?"""
+        ...
+
     def summary_item(self, text: str) -> Any:
         """The item that stands for a summarised part of the history."""
         ...

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from proxy.core.provider_context import ProviderContext
 from proxy.core.rounds import Rounds
 from proxy.core.view import ItemView
 
@@ -29,6 +30,10 @@ class WireFormat(Protocol):
     def with_history(self, body: dict, items: list[Any]) -> dict: ...
 
     def colliding_tool_names(self, body: dict) -> set[str]: ...
+
+    def provider_context(self, body: dict) -> ProviderContext:
+        """What the request asks the provider to do with its context (`context_management`, a
+        `compaction_trigger`): the planners step aside where the provider acts."""
 
     def rounds(self, body: dict, items: list[Any], tools: Sequence[dict], *,
                extra_usage: dict | None) -> Rounds:

@@ -281,6 +281,7 @@ class ManagedCall:
         collisions = self.fmt.colliding_tool_names(self.body)
         if collisions:  # the client's own context_reload/context_search: handled as X-Offload-Mode: off
             self.settings = self.settings.model_copy(update={"mode": "off", "reload_tools": False})
+        self.provider = self.fmt.provider_context(self.body)  # the provider's own context management
         self.counter = await counter_for_model_async(model_of(self.body))
         self.refs = RefStore(self.services.store, self.namespace, self.services.settings.store_ttl, self.services.sealer,
                              quota=quota_for(self.request, self.caller))
@@ -292,14 +293,17 @@ class ManagedCall:
                                         refs=self.refs)
             self.prepared = prepared = await prepare(self.messages, self.settings, counter=self.counter,
                                                      namespace=self.namespace, refs=self.refs, compressor=compressor,
-                                                     view=self.fmt.view, new_summaries=new_summaries)
+                                                     view=self.fmt.view, new_summaries=new_summaries,
+                                                     provider=self.provider)
         if collisions:
             prepared.warnings.append(collision_warning(collisions))
         for warning in prepared.warnings:
             log.warning("offload: %s", warning)
         plan = prepared.plan
         self.changed = prepared.action != "none" or self.continued
-        self.inject_reload_tools = self.settings.reload_tools and bool(plan.refs) and not prepared.store_failed
+        # a compaction_trigger asks for a compaction, not a turn: it stays the last item, no round follows it
+        self.inject_reload_tools = (self.settings.reload_tools and bool(plan.refs) and not prepared.store_failed
+                                    and not self.provider.trigger)
         if self.inject_reload_tools:
             search_pool.warm()  # the model may search: its workers start while the upstream answers
         self.headers = self.caller.upstream_headers(

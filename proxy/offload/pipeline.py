@@ -16,6 +16,7 @@ from proxy.offload.cpu import CPU
 from proxy.offload.events import event
 from proxy.core.settings import OffloadSettings
 from proxy.core.compaction import Plan, plan_compaction, present_refs
+from proxy.core.provider_context import NONE, ProviderContext
 from proxy.core.view import ItemView
 from proxy.offload.refs import RefStore
 from proxy.offload.quota import CredentialRejected, QuotaExceeded
@@ -65,10 +66,13 @@ async def prepare(
     compressor: Compressor | None,
     view: ItemView,
     new_summaries: bool = True,
+    provider: ProviderContext = NONE,
 ) -> Prepared:
     """Reduce `messages` (a wire format's history items, seen through `view`) and make every
     reference in the result resolvable. `new_summaries`: False uses the summaries the store
-    holds and never makes a new one (nor waits for one).
+    holds and never makes a new one (nor waits for one). `provider`: the context management
+    the request asks of the provider; the proxy steps aside where it acts (no compression of a
+    history the provider compacts, no compaction of what its clear edit may clear).
 
     Never raises for the store: when it is unreachable the original messages go through,
     with a warning.
@@ -78,9 +82,10 @@ async def prepare(
     counter = counter.for_request()
     cpu = CPU.for_messages(messages)
     compact_mode = settings.mode in ("auto", "compact")
-    compress_mode = settings.mode in ("auto", "compress") and compressor is not None
+    compress_mode = settings.mode in ("auto", "compress") and compressor is not None and not provider.compacts
     plan = await cpu(plan_compaction, messages, view,
-                     settings if compact_mode else settings.model_copy(update={"mode": "off"}), counter, namespace)
+                     settings if compact_mode else settings.model_copy(update={"mode": "off"}), counter, namespace,
+                     provider)
     result = Prepared(plan)
     compressed_now = pending = False
     try:

@@ -115,7 +115,8 @@ class Compressor:
         event loop for a large request. Token counts are the plan's: `counter` has them all.
         `compacted` and `originals` hold the same items in the same places (compaction
         replaces items one for one)."""
-        head, tail = cp.split(compacted, self.view, settings.keep_recent_for(cp.COMPRESS_KEEP_RECENT))
+        # off the loop for many items: the split scans them all for a provider compaction item
+        head, tail = await cpu.light(cp.split, compacted, self.view, settings.keep_recent_for(cp.COMPRESS_KEEP_RECENT))
         if tail - head < 2:
             return Compressed()
         trigger = settings.max_total_tokens

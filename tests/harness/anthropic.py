@@ -49,13 +49,17 @@ def usage(input_tokens: int = 10, output_tokens: int = 5, *, cache_read: int = 0
 
 
 def message(*content: dict, model: str = "claude-sonnet-4-5", id: str | None = None, stop_reason: str | None = None,
-            usage: dict | None = None) -> dict:
-    """A Message; `stop_reason` defaults to tool_use when a client tool is called, else end_turn."""
+            usage: dict | None = None, context_management: dict | None = None) -> dict:
+    """A Message; `stop_reason` defaults to tool_use when a client tool is called, else end_turn;
+    `context_management` (the applied edits) when given."""
     if stop_reason is None:
         stop_reason = "tool_use" if any(block.get("type") == "tool_use" for block in content) else "end_turn"
-    return {"id": id or _id("msg"), "type": "message", "role": "assistant", "model": model,
-            "content": list(content), "stop_reason": stop_reason, "stop_sequence": None,
-            "usage": usage if usage is not None else _default_usage()}
+    out = {"id": id or _id("msg"), "type": "message", "role": "assistant", "model": model,
+           "content": list(content), "stop_reason": stop_reason, "stop_sequence": None,
+           "usage": usage if usage is not None else _default_usage()}
+    if context_management is not None:
+        out["context_management"] = context_management
+    return out
 
 
 _default_usage = usage
@@ -74,6 +78,10 @@ def _block_events(index: int, block: dict) -> list[bytes]:
         half = len(arguments) // 2
         start = {**block, "input": {}}
         deltas = [{"type": "input_json_delta", "partial_json": part} for part in (arguments[:half], arguments[half:])]
+    elif kind == "compaction":  # its summary comes whole in one compaction_delta
+        start = {"type": "compaction", "content": None}
+        deltas = [{"type": "compaction_delta", "content": block.get("content"),
+                   "encrypted_content": block.get("encrypted_content")}]
     elif kind == "thinking":
         start = {"type": "thinking", "thinking": "", "signature": ""}
         deltas = [{"type": "thinking_delta", "thinking": block["thinking"]},
@@ -95,8 +103,11 @@ def events(msg: dict) -> list[bytes]:
         out += _block_events(index, block)
         if index == 0:
             out.append(_event("ping", {}))
-    out.append(_event("message_delta", {"delta": {"stop_reason": msg["stop_reason"], "stop_sequence": None},
-                                        "usage": {"output_tokens": usage_.get("output_tokens", 0)}}))
+    delta = {"delta": {"stop_reason": msg["stop_reason"], "stop_sequence": None},
+             "usage": {"output_tokens": usage_.get("output_tokens", 0)}}
+    if "context_management" in msg:
+        delta["context_management"] = msg["context_management"]
+    out.append(_event("message_delta", delta))
     out.append(_event("message_stop", {}))
     return out
 
@@ -129,3 +140,35 @@ def parse_sse(raw: bytes) -> list[dict]:
             if line.startswith("data: "):
                 out.append(json.loads(line[len("data: "):]))
     return out
+
+
+# ---------------------------------------------------------------- Anthropic's own context management
+
+COMPACTION_BLOCK = {"type": "compaction", "content": "The user asked about the deploy; it paused at the quota.",
+                    "encrypted_content": "EpYBCkYIBxgCKkDnative+compaction/state=="}
+APPLIED_CLEAR = {"type": "clear_tool_uses_20250919", "cleared_tool_uses": 2, "cleared_input_tokens": 51234}
+APPLIED_THINKING = {"type": "clear_thinking_20251015", "cleared_thinking_turns": 1, "cleared_input_tokens": 812}
+
+
+def native_answer(rec: Any) -> Response | None:
+    """How Anthropic answers a request carrying `context_management` edits (its triggers taken as
+    crossed), else None: `context_management.applied_edits` for the clearing edits and, with
+    `compact_20260112`, a `compaction` block first in the content (`stop_reason: "compaction"`
+    when `pause_after_compaction`)."""
+    body = rec.json() if rec.body else {}
+    config = body.get("context_management")
+    edits = config.get("edits") if isinstance(config, dict) else None
+    if not isinstance(edits, list):
+        return None
+    kinds = {e.get("type"): e for e in edits if isinstance(e, dict)}
+    applied = [edit for kind, edit in (("clear_tool_uses_20250919", APPLIED_CLEAR),
+                                       ("clear_thinking_20251015", APPLIED_THINKING)) if kind in kinds]
+    compact = kinds.get("compact_20260112")
+    if compact is None:
+        return answer(rec, message(text("Answered with cleared context."),
+                                   context_management={"applied_edits": applied}))
+    if compact.get("pause_after_compaction") is True:
+        return answer(rec, message(COMPACTION_BLOCK, stop_reason="compaction",
+                                   context_management={"applied_edits": applied}))
+    return answer(rec, message(COMPACTION_BLOCK, text("Compacted and answered."),
+                               context_management={"applied_edits": applied}))

@@ -230,3 +230,31 @@ def refs_in_input(rec) -> list[str]:
 def tool_names(rec) -> list[str | None]:
     """The `name` (or the `type`, for hosted tools) of each tool of a recorded request."""
     return [t.get("name") or t.get("type") for t in rec.json().get("tools") or []]
+
+
+# ---------------------------------------------------------------- OpenAI's own context management
+
+def compaction(encrypted_content: str | None = None, *, id: str | None = None) -> dict:
+    """A provider `compaction` item: opaque (`encrypted_content`), sent back by the client."""
+    return {"id": id or _id("cmp"), "type": "compaction",
+            "encrypted_content": encrypted_content or "gAAAAABpZ" + "Kx7/q+w=" * 40}
+
+
+NATIVE_COMPACTION = compaction("gAAAAABnative-compaction/9+Zq==", id="cmp_native_1")
+
+
+def native_answer(rec) -> Response | None:
+    """How OpenAI answers a request carrying its own context management, else None: with
+    `context_management` compaction the output opens with a `compaction` item (the threshold
+    taken as crossed), then the message; a request ending with `compaction_trigger` gets only
+    the compaction item."""
+    body = rec.json() if rec.body else {}
+    entries = body.get("context_management")
+    compacts = isinstance(entries, list) and any(isinstance(e, dict) and e.get("type") == "compaction"
+                                                 for e in entries)
+    items = body.get("input") if isinstance(body.get("input"), list) else []
+    if items and isinstance(items[-1], dict) and items[-1].get("type") == "compaction_trigger":
+        return answer(rec, NATIVE_COMPACTION)
+    if compacts:
+        return answer(rec, NATIVE_COMPACTION, message("Compacted and answered"))
+    return None

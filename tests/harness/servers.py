@@ -147,12 +147,14 @@ _RESPONSE_PATH = re.compile(r"/responses/(?P<id>[^/]+)(?P<rest>/input_items|/can
 def responses_default(rec: Recorded) -> Response | None:
     """The Responses API's endpoints as OpenAI answers them, else None.
 
-    `POST /responses`: a text message (JSON, or SSE when `stream`); `GET /responses/{id}` the
+    `POST /responses`: a text message (JSON, or SSE when `stream`), or OpenAI's answer to its
+    own context management (`responses.native_answer`); `GET /responses/{id}` the
     stored response; `DELETE` `response.deleted`; `GET …/input_items` a list with one user
     message; `POST …/cancel` the response, cancelled.
     """
     if is_responses_create(rec):
-        return fake_responses.answer(rec, fake_responses.message("Hello there"))
+        native = fake_responses.native_answer(rec)
+        return native if native is not None else fake_responses.answer(rec, fake_responses.message("Hello there"))
     match = _RESPONSE_PATH.search(rec.path)
     if not match:
         return None
@@ -242,7 +244,9 @@ async def default_handler(request: Request, rec: Recorded) -> Response:
     if (answer := responses_default(rec)) is not None:
         return answer
     if fake_anthropic.is_messages_create(rec):
-        return fake_anthropic.answer(rec, fake_anthropic.message(fake_anthropic.text("Hello there")))
+        native = fake_anthropic.native_answer(rec)
+        return native if native is not None else fake_anthropic.answer(
+            rec, fake_anthropic.message(fake_anthropic.text("Hello there")))
     if rec.method == "POST" and rec.path.endswith("/v1/messages/count_tokens"):
         return fake_anthropic.count_answer(rec)
     return JSONResponse({"path": rec.path, "method": rec.method})

@@ -102,6 +102,12 @@ class ChatView:
         return tuple(c.get("id") for c in _calls(item)
                      if (c.get("function") or {}).get("name") in self.injected_names)
 
+    def is_provider_compaction(self, item: Any) -> bool:
+        return False  # chat completions has no server-side compaction
+
+    def is_compaction_trigger(self, item: Any) -> bool:
+        return False
+
     def summary_item(self, text: str) -> dict:
         return {"role": "user", "content": text}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from proxy.core.provider_context import NONE, ProviderContext
 from proxy.formats.chat.body import parse_chat_body
 from proxy.formats.chat.items import VIEW
 from proxy.formats.chat.request import colliding_tool_names
@@ -29,6 +30,9 @@ class ChatFormat:
 
     def colliding_tool_names(self, body: dict) -> set[str]:
         return set(colliding_tool_names(body))
+
+    def provider_context(self, body: dict) -> ProviderContext:
+        return NONE  # chat completions has no server-side context management
 
     def rounds(self, body: dict, items: list[Any], tools: Sequence[dict], *,
                extra_usage: dict | None) -> ChatRounds:

@@ -233,6 +233,16 @@ class MessagesView:
         return tuple(b["id"] for b in self._tool_uses(item)
                      if b.get("name") in self.injected_names and isinstance(b.get("id"), str))
 
+    def is_provider_compaction(self, item: Any) -> bool:
+        """A message holding a `compaction` block (`compact_20260112`): opaque as a whole."""
+        if not isinstance(item, dict) or item.get("role") != "assistant":
+            return False
+        content = item.get("content")
+        return isinstance(content, list) and any(block_type(b) == "compaction" for b in content)
+
+    def is_compaction_trigger(self, item: Any) -> bool:
+        return False  # Messages has none: compaction follows the edit's trigger
+
     def summary_item(self, text: str) -> dict:
         return {"role": "user", "content": [{"type": "text", "text": text}], SUMMARY: True}
 

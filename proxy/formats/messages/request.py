@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from proxy.core.provider_context import DEFAULT_KEEP_TOOL_USES, NONE, ProviderContext
 from proxy.formats.messages.items import (PRIVATE_KEYS, blocks_of, has_tool_result, is_part, is_summary,
                                           split_message)
 
@@ -134,3 +135,36 @@ def colliding_tool_names(body: Any, names: Collection[str]) -> set[str]:
     if not isinstance(body, dict):
         return set()
     return _tool_names(body.get("tools")) & set(names)
+
+
+# ---------------------------------------------------------------------------------------------
+# The provider's own context management
+
+
+def provider_context(body: Any) -> ProviderContext:
+    """`context_management.edits` (beta `context-management-2025-06-27` / `compact-2026-01-12`):
+    `compact_20260112` has Anthropic summarise the history itself; `clear_tool_uses_20250919`
+    clears older tool results (all but the `keep` most recent tool uses, `exclude_tools`
+    spared); `clear_thinking_20251015` touches only thinking blocks, which the proxy never
+    alters (see `proxy.core.provider_context`)."""
+    config = body.get("context_management") if isinstance(body, dict) else None
+    edits = config.get("edits") if isinstance(config, dict) else None
+    if not isinstance(edits, list):
+        return NONE
+    compacts = clears = False
+    keep, exclude = DEFAULT_KEEP_TOOL_USES, frozenset[str]()
+    for edit in edits:
+        kind = edit.get("type") if isinstance(edit, dict) else None
+        if kind == "compact_20260112":
+            compacts = True
+        elif kind == "clear_tool_uses_20250919":
+            clears = True
+            value = edit.get("keep")
+            if isinstance(value, dict) and value.get("type") == "tool_uses" and type(value.get("value")) is int:
+                keep = max(0, value["value"])
+            names = edit.get("exclude_tools")
+            if isinstance(names, list):
+                exclude = frozenset(n for n in names if isinstance(n, str))
+    if not (compacts or clears):
+        return NONE
+    return ProviderContext(compacts=compacts, clears_tool_results=clears, keep_tool_uses=keep, exclude_tools=exclude)

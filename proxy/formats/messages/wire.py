@@ -11,11 +11,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from proxy.core.markers import INJECTED_TOOLS
+from proxy.core.provider_context import ProviderContext
 from proxy.formats.messages import summary
 from proxy.formats.messages.body import parse_messages_body
 from proxy.formats.messages.items import MessagesView
 from proxy.formats.messages.reload_rounds import MessagesRounds
-from proxy.formats.messages.request import colliding_tool_names, history, with_history
+from proxy.formats.messages.request import colliding_tool_names, history, provider_context, with_history
 
 
 class MessagesFormat:
@@ -34,6 +35,9 @@ class MessagesFormat:
 
     def colliding_tool_names(self, body: dict) -> set[str]:
         return colliding_tool_names(body, INJECTED_TOOLS)
+
+    def provider_context(self, body: dict) -> ProviderContext:
+        return provider_context(body)
 
     def rounds(self, body: dict, items: list[Any], tools: Sequence[dict], *,
                extra_usage: dict | None) -> MessagesRounds:

@@ -271,6 +271,13 @@ class ResponsesView:
             return (item["call_id"],)
         return ()
 
+    def is_provider_compaction(self, item: Any) -> bool:
+        """A `compaction` item (from `context_management` or `/responses/compact`): opaque."""
+        return _type(item) == "compaction"
+
+    def is_compaction_trigger(self, item: Any) -> bool:
+        return _type(item) == "compaction_trigger"
+
     def summary_item(self, text: str) -> dict:
         """A user message carrying the summary."""
         return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from proxy.core.provider_context import NONE, ProviderContext
+from proxy.core.view import ItemView
 
 
 # ---------------------------------------------------------------------------------------------
@@ -112,3 +114,21 @@ def _hide_tools(response: dict, names: Collection[str]) -> dict:
             t for t in choice["tools"]
             if not (isinstance(t, dict) and t.get("type") == "function" and t.get("name") in names)]}
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The provider's own context management
+
+
+def provider_context(body: dict, view: ItemView) -> ProviderContext:
+    """`context_management: [{"type": "compaction", ...}]` has OpenAI compact the input once it
+    crosses `compact_threshold`, and a `compaction_trigger` input item compacts it now: either
+    way the provider summarises this history (see `proxy.core.provider_context`)."""
+    entries = body.get("context_management") if isinstance(body, dict) else None
+    compacts = isinstance(entries, list) and any(
+        isinstance(e, dict) and e.get("type") == "compaction" for e in entries)
+    items = body.get("input") if isinstance(body, dict) else None
+    trigger = isinstance(items, list) and bool(items) and view.is_compaction_trigger(items[-1])
+    if not (compacts or trigger):
+        return NONE
+    return ProviderContext(compacts=True, trigger=trigger)

@@ -11,10 +11,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from proxy.core.markers import INJECTED_TOOLS
+from proxy.core.provider_context import ProviderContext
 from proxy.formats.responses.body import parse_responses_body
 from proxy.formats.responses.items import ResponsesView
 from proxy.formats.responses.reload_rounds import ResponsesRounds
-from proxy.formats.responses.request import colliding_tool_names, history, with_history
+from proxy.formats.responses.request import colliding_tool_names, history, provider_context, with_history
 from proxy.formats.responses import summary
 
 
@@ -34,6 +35,9 @@ class ResponsesFormat:
 
     def colliding_tool_names(self, body: dict) -> set[str]:
         return colliding_tool_names(body, INJECTED_TOOLS)
+
+    def provider_context(self, body: dict) -> ProviderContext:
+        return provider_context(body, self.view)
 
     def rounds(self, body: dict, items: list[Any], tools: Sequence[dict], *,
                extra_usage: dict | None) -> ResponsesRounds:
