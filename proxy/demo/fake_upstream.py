@@ -1,22 +1,28 @@
-"""A minimal OpenAI-compatible upstream for benchmarks: `python bench/fake_upstream.py PORT`.
+"""A minimal OpenAI-compatible upstream, no model behind it: `python -m proxy.demo.fake_upstream PORT
+[--reload-once]` (the benchmarks' and `offload-proxy demo`'s; `bench/fake_upstream.py` runs it too).
 
 Answers chat completions and Responses requests instantly (JSON or SSE) so that what is measured is the proxy,
 and Anthropic Messages requests (`POST /v1/messages`, JSON; SSE with `x-bench-deltas`), the proxy's
 summary calls included. A streamed request with `x-bench-deltas: N` (and `x-bench-delta-chars: K`,
 4 by default) gets an answer of N text deltas of K characters, as chat chunks or Messages events.
+
+With `--reload-once` (the demo's), it plays a model that reads each offloaded tool result once:
+a non-streamed request that offers `context_reload` and carries a tool-result marker whose ref it
+has not reloaded yet (per endpoint) is answered with a call to `context_reload` for the newest
+such ref; the proxy runs it and asks again, and that round is answered as usual.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
-import sys
-from pathlib import Path
+import re
 
 import uvicorn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's proxy package
-from proxy.core.texts import SUMMARY_INSTRUCTION, SUMMARY_PROMPT  # noqa: E402
+from proxy.core.markers import RELOAD_TOOL
+from proxy.core.texts import SUMMARY_INSTRUCTION, SUMMARY_PROMPT
 
 # The proxy's summary calls, recognised exactly: the instruction as the last chat message, the
 # last Responses input item or the last block of the last Anthropic message (the prefix shape), or
@@ -153,11 +159,77 @@ async def app(scope, receive, send):
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return
     answer = RESPONSE if scope["path"].endswith("/responses") else MESSAGE if is_messages(scope) else COMPLETION
+    if RELOADED is not None and (ref := ref_to_reload(scope["path"], body)) is not None:
+        answer = reload_call(scope["path"], ref, len(RELOADED))
     await send({"type": "http.response.start", "status": 200,
                 "headers": [(b"content-type", b"application/json"), (b"x-request-id", b"req_bench"),
                             (b"content-length", str(len(answer)).encode())]})
     await send({"type": "http.response.body", "body": answer})
 
 
+# ------------------------------------------------------------------ --reload-once (the demo's model)
+
+RELOADED: set[tuple[str, str]] | None = None  # (endpoint, ref) reloaded so far; None: never reload
+TOOL_MARKER = re.compile(rb"\[offloaded tool result: \d+ tokens, ref=([A-Za-z0-9_-]{6,64})\]")
+RELOAD_ID = "demo_reload_"  # in the ids of the calls it makes: a request holding one is a reload round
+
+
+def is_streamed(body: bytes) -> bool:
+    return b'"stream": true' in body or b'"stream":true' in body
+
+
+def offers_reload(body: bytes) -> bool:
+    """The request offers the reload tool (its name as a JSON value; the markers name it in prose only)."""
+    return any(f'"name"{gap}"{RELOAD_TOOL}"'.encode() in body for gap in (":", ": "))
+
+
+def ref_to_reload(path: str, body: bytes) -> str | None:
+    """The newest tool-result ref of `body` not reloaded yet on `path` (then remembered), else None."""
+    if not offers_reload(body) or RELOAD_ID.encode() in body or is_streamed(body):
+        return None
+    for match in reversed(TOOL_MARKER.findall(body)):
+        key = (path.rstrip("/"), match.decode())
+        if key not in RELOADED:
+            RELOADED.add(key)
+            return key[1]
+    return None
+
+
+def reload_call(path: str, ref: str, n: int) -> bytes:
+    """An answer calling `context_reload(ref)`, in the endpoint's format."""
+    arguments = json.dumps({"ref": ref})
+    if path.rstrip("/").endswith("/responses"):
+        return json.dumps({
+            "id": f"resp_{RELOAD_ID}{n}", "object": "response", "created_at": 1, "status": "completed",
+            "model": "gpt-4o", "output": [{"type": "function_call", "id": f"fc_{RELOAD_ID}{n}",
+                                           "call_id": f"call_{RELOAD_ID}{n}", "name": RELOAD_TOOL,
+                                           "arguments": arguments, "status": "completed"}],
+            "usage": {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15}}).encode()
+    if path.rstrip("/").endswith("/messages"):
+        return json.dumps({
+            "id": f"msg_{RELOAD_ID}{n}", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+            "content": [{"type": "tool_use", "id": f"toolu_{RELOAD_ID}{n}", "name": RELOAD_TOOL, "input": {"ref": ref}}],
+            "stop_reason": "tool_use", "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 5}}).encode()
+    return json.dumps({
+        "id": f"chatcmpl-{RELOAD_ID}{n}", "object": "chat.completion", "created": 1, "model": "gpt-4o",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+            "role": "assistant", "content": None, "tool_calls": [{
+                "id": f"call_{RELOAD_ID}{n}", "type": "function",
+                "function": {"name": RELOAD_TOOL, "arguments": arguments}}]}}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}).encode()
+
+
+def main(argv: list[str] | None = None) -> None:
+    global RELOADED
+    parser = argparse.ArgumentParser(description="A minimal fake upstream (chat, Responses, Anthropic Messages).")
+    parser.add_argument("port", type=int)
+    parser.add_argument("--reload-once", action="store_true",
+                        help="Call context_reload once for each offloaded tool result seen (the demo's model).")
+    args = parser.parse_args(argv)
+    if args.reload_once:
+        RELOADED = set()
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+
+
 if __name__ == "__main__":
-    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", access_log=False)
+    main()
