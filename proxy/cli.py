@@ -209,9 +209,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "replay":
-        from proxy.replay.cli import target_usage_error
+        from proxy.replay.cli import compare_usage_error, target_usage_error
 
-        if (problem := target_usage_error(args)) is not None:
+        if (problem := target_usage_error(args) or compare_usage_error(args)) is not None:
             parser.error(f"replay: {problem}")  # exit status 2, as argparse's own errors
     from proxy.core.tokens import discover_tiktoken_cache
 

@@ -81,6 +81,13 @@ def target_usage_error(args: argparse.Namespace) -> str | None:
     return None
 
 
+def compare_usage_error(args: argparse.Namespace) -> str | None:
+    """`--mask-keep` without `--compare`, else None."""
+    if getattr(args, "mask_keep", None) is not None and not getattr(args, "compare", False):
+        return "--mask-keep applies to --compare only"
+    return None
+
+
 def _concurrency(value: str) -> int:
     try:
         number = int(value)

@@ -65,3 +65,9 @@ def test_mask_keep_must_be_a_count(capsys):
     with pytest.raises(SystemExit) as exit:
         main(["replay", "x.jsonl", "--compare", "--mask-keep", "-1"])
     assert exit.value.code == 2 and "expected a number of tool results" in capsys.readouterr().err
+
+
+def test_mask_keep_needs_compare(capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["replay", "x.jsonl", "--mask-keep", "5"])
+    assert exit.value.code == 2 and "--mask-keep applies to --compare only" in capsys.readouterr().err
