@@ -59,7 +59,7 @@ def servers(*proxy_args: str):
     up_port, proxy_port = free_port(), free_port()
     data = tempfile.mkdtemp(prefix="bench-store-")
     env = {**os.environ, "OFFLOAD_LOG_LEVEL": "warning"}
-    upstream = subprocess.Popen([sys.executable, str(ROOT / "bench" / "fake_upstream.py"), str(up_port)])
+    upstream = subprocess.Popen([sys.executable, "-m", "proxy.demo.fake_upstream", str(up_port)], cwd=ROOT)
     proxy = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--port", str(proxy_port), "--upstream",
                               f"http://127.0.0.1:{up_port}/v1", "--anthropic-upstream",
                               f"http://127.0.0.1:{up_port}", "--data-dir", data, "--log-level", "warning",

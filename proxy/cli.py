@@ -63,6 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
         if name not in ("tenant", "session"):
             replay.add_argument(f"--{name.replace('_', '-')}", dest=f"setting_{name}", default=None,
                                 help=f"Offload setting (default {field.default}).")
+    demo = commands.add_parser(
+        "demo", help="See it work with no key and no network: a bundled fake upstream, a bundled agent "
+                     "conversation replayed in each format, a table, and the dashboard until Ctrl-C.")
+    from proxy.demo.run import add_arguments as add_demo_arguments
+
+    add_demo_arguments(demo)
     return parser
 
 
@@ -203,15 +209,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "replay":
-        from proxy.replay.cli import target_usage_error
+        from proxy.replay.cli import compare_usage_error, target_usage_error
 
-        if (problem := target_usage_error(args)) is not None:
+        if (problem := target_usage_error(args) or compare_usage_error(args)) is not None:
             parser.error(f"replay: {problem}")  # exit status 2, as argparse's own errors
     from proxy.core.tokens import discover_tiktoken_cache
 
     discover_tiktoken_cache()  # offline encodings in ../shared/tiktoken, for serve and replay alike
     if args.command == "replay":
         replay(args)
+    elif args.command == "demo":
+        from proxy.demo.run import run_demo
+
+        sys.exit(run_demo(args))
     elif args.command == "serve":
         try:
             settings = resolve_settings(args)

@@ -195,3 +195,9 @@ INDEX_ERRORS = "errors seen: "
 def index_more(count: int) -> str:
     """Ends an index line whose entries did not all fit."""
     return f"+{count} more"
+
+
+# ------------------------------------------- `replay --compare`'s baselines (proxy.replay.baselines)
+# Not the proxy's own behaviour: what the simple strategies it is compared with would send.
+
+MASKED_TOOL_RESULT = "[Old tool output omitted for brevity.]"  # observation masking's placeholder

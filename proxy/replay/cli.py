@@ -9,7 +9,9 @@ import tempfile
 from pathlib import Path
 
 from proxy.core.settings import OffloadSettings
-from proxy.replay.runner import FORMATS, Replayer, load_conversations, turns_of, upstream_for
+from proxy.replay.baselines import MASK_KEEP
+from proxy.replay.runner import FORMATS, Replayer, load_conversations, turns_of, upstream_for, view_for
+from proxy.replay import compare
 from proxy.replay.report import estimate_warning, report_dict, table, write_outputs
 from proxy.replay.target import DEFAULT_CONCURRENCY, api_key_of, target_url
 from proxy.store import Store
@@ -32,6 +34,13 @@ def add_format_argument(replay: argparse.ArgumentParser) -> None:
     replay.add_argument("--inline-summaries", action="store_true",
                         help="Make each summary in the turn that needs it, none ahead of time (as before "
                              "background summaries), instead of in the background as the server does.")
+    replay.add_argument("--compare", action="store_true",
+                        help="Also measure the simple strategies on the same turns, side by side with the proxy: "
+                             "observation masking (tool results but the last --mask-keep replaced by a "
+                             "placeholder) and middle-out truncation (whole messages dropped from the middle "
+                             "down to --max-total-tokens).")
+    replay.add_argument("--mask-keep", type=_mask_keep, default=None,
+                        help=f"With --compare: tool results observation masking keeps (default {MASK_KEEP}).")
     replay.add_argument("--summary-request", choices=("prefix", "transcript"), default=None,
                         help="How summaries are asked for, as the server's option of that name: prefix (the "
                              "turn's own request, then an instruction; default) or transcript.")
@@ -51,7 +60,8 @@ def add_target_arguments(replay: argparse.ArgumentParser) -> None:
 
 IN_PROCESS_ONLY = (("redis_url", "--redis-url"), ("data_dir", "--data-dir"), ("upstream", "--upstream"),
                    ("summary_delay_ms", "--summary-delay-ms"), ("turn_latency_ms", "--turn-latency-ms"),
-                   ("inline_summaries", "--inline-summaries"), ("summary_request", "--summary-request"))
+                   ("inline_summaries", "--inline-summaries"), ("summary_request", "--summary-request"),
+                   ("compare", "--compare"), ("mask_keep", "--mask-keep"))
 
 
 def target_usage_error(args: argparse.Namespace) -> str | None:
@@ -71,6 +81,13 @@ def target_usage_error(args: argparse.Namespace) -> str | None:
     return None
 
 
+def compare_usage_error(args: argparse.Namespace) -> str | None:
+    """`--mask-keep` without `--compare`, else None."""
+    if getattr(args, "mask_keep", None) is not None and not getattr(args, "compare", False):
+        return "--mask-keep applies to --compare only"
+    return None
+
+
 def _concurrency(value: str) -> int:
     try:
         number = int(value)
@@ -78,6 +95,16 @@ def _concurrency(value: str) -> int:
         number = 0
     if not 1 <= number <= 256:
         raise argparse.ArgumentTypeError(f"expected a number of conversations from 1 to 256, got {value}")
+    return number
+
+
+def _mask_keep(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if not 0 <= number <= 10_000:
+        raise argparse.ArgumentTypeError(f"expected a number of tool results from 0 to 10000, got {value}")
     return number
 
 
@@ -111,6 +138,15 @@ def _progress(total: int):
         return tqdm(total=total, unit="turn", file=sys.stderr, disable=None)
     except ImportError:
         return None
+
+
+def compared(args: argparse.Namespace, conversations: list[dict], settings: OffloadSettings, format: str,
+             report: dict) -> dict:
+    """`--compare`: the baselines' figures on the same conversations, with the proxy's (the replay's)."""
+    keep = MASK_KEEP if getattr(args, "mask_keep", None) is None else args.mask_keep
+    rows = compare.compare(conversations, format=format, view=view_for(format), budget=settings.max_total_tokens,
+                           model=args.model, keep=keep)
+    return compare.with_proxy(rows, report["overall"], f"offload proxy (mode {settings.mode})")
 
 
 async def run_replay(args: argparse.Namespace) -> dict:
@@ -153,6 +189,11 @@ async def run_replay(args: argparse.Namespace) -> dict:
     report["summary_request"] = replayer.summary_request
     written = write_outputs(report, Path(args.out or "replay-out"))
     print(table(report))
+    if getattr(args, "compare", False):
+        report["compare"] = compared(args, conversations, settings, format, report)
+        write_outputs(report, Path(args.out or "replay-out"))
+        print()
+        print(compare.table(report["compare"]))
     print("wrote " + ", ".join(str(p) for p in written[:3]) + (" …" if len(written) > 3 else ""))
     if warning:  # again, after the table, where it cannot be missed
         print(warning, file=sys.stderr, flush=True)

@@ -32,3 +32,15 @@ def test_build_requirements_admit_a_current_setuptools():
     setuptools = next(Requirement(r) for r in config["build-system"]["requires"]
                       if Requirement(r).name == "setuptools")
     assert setuptools.specifier.contains("80.9.0") and setuptools.specifier.contains("84.0.0")
+
+
+def test_the_demo_ships_its_conversation_and_fake_upstream():
+    """`offload-proxy demo` runs from an installed package: its data is package data, its fake
+    upstream a module of the package (not bench/)."""
+    config = tomllib.loads(PYPROJECT.read_text())
+    patterns = config["tool"]["setuptools"]["package-data"]["proxy.demo"]
+    demo = PYPROJECT.parent / "proxy" / "demo"
+    shipped = {p.name for pattern in patterns for p in demo.glob(pattern)}
+    assert "conversation.jsonl" in shipped
+    assert (demo / "fake_upstream.py").exists() and (demo / "__init__.py").exists()
+    assert any(include == "proxy*" for include in config["tool"]["setuptools"]["packages"]["find"]["include"])

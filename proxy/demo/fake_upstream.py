@@ -1,0 +1,235 @@
+"""A minimal OpenAI-compatible upstream, no model behind it: `python -m proxy.demo.fake_upstream PORT
+[--reload-once]` (the benchmarks' and `offload-proxy demo`'s; `bench/fake_upstream.py` runs it too).
+
+Answers chat completions and Responses requests instantly (JSON or SSE) so that what is measured is the proxy,
+and Anthropic Messages requests (`POST /v1/messages`, JSON; SSE with `x-bench-deltas`), the proxy's
+summary calls included. A streamed request with `x-bench-deltas: N` (and `x-bench-delta-chars: K`,
+4 by default) gets an answer of N text deltas of K characters, as chat chunks or Messages events.
+
+With `--reload-once` (the demo's), it plays a model that reads each offloaded tool result once:
+a non-streamed request that offers `context_reload` and carries a tool-result marker whose ref it
+has not reloaded yet (per endpoint) is answered with a call to `context_reload` for the newest
+such ref; the proxy runs it and asks again, and that round is answered as usual.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+
+import uvicorn
+
+from proxy.core.markers import RELOAD_TOOL
+from proxy.core.texts import SUMMARY_INSTRUCTION, SUMMARY_PROMPT
+
+# The proxy's summary calls, recognised exactly: the instruction as the last chat message, the
+# last Responses input item or the last block of the last Anthropic message (the prefix shape), or
+# the summariser's system prompt as the first message (the transcript shape, the body's start).
+_INSTRUCTION = json.dumps(SUMMARY_INSTRUCTION).encode()
+PREFIX_ENDS = (b'{"role":"user","content":' + _INSTRUCTION + b"}]",
+               b'{"type":"message","role":"user","content":[{"type":"input_text","text":' + _INSTRUCTION + b"}]}]",
+               b'{"type":"text","text":' + _INSTRUCTION + b"}]}]")
+TRANSCRIPT_START = b'"messages":[{"role":"system","content":' + json.dumps(SUMMARY_PROMPT).encode() + b"}"
+
+
+def is_summary_call(body: bytes) -> bool:
+    if any(end in body for end in PREFIX_ENDS):
+        return True
+    return TRANSCRIPT_START in body[:len(TRANSCRIPT_START) + 200]
+
+COMPLETION = json.dumps({
+    "id": "chatcmpl-bench", "object": "chat.completion", "created": 1, "model": "gpt-4o",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
+}).encode()
+
+
+def chunk(delta: dict, finish: str | None = None) -> bytes:
+    body = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4o",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+STREAM = [chunk({"role": "assistant", "content": ""}), chunk({"content": "ok"}), chunk({}, "stop"), b"data: [DONE]\n\n"]
+
+
+RESPONSE = json.dumps({
+    "id": "resp_bench", "object": "response", "created_at": 1, "status": "completed", "model": "gpt-4o",
+    "output": [{"type": "message", "id": "msg_bench", "role": "assistant", "status": "completed",
+                "content": [{"type": "output_text", "text": "ok", "annotations": []}]}],
+    "usage": {"input_tokens": 10, "output_tokens": 1, "total_tokens": 11},
+}).encode()
+
+
+def anthropic_message(text: str, input_tokens: int = 10, output_tokens: int = 1) -> bytes:
+    """An Anthropic Messages answer."""
+    return json.dumps({
+        "id": "msg_bench", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+        "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
+        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
+    }).encode()
+
+
+def is_messages(scope) -> bool:
+    return scope["method"] == "POST" and scope["path"].rstrip("/").endswith("/messages")
+
+
+MESSAGE = anthropic_message("ok")
+
+
+def anthropic_event(kind: str, **data) -> bytes:
+    return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
+
+
+def long_answer(messages: bool, deltas: int, chars: int) -> list[bytes]:
+    """A streamed answer of `deltas` text deltas of `chars` characters each (chat or Messages events)."""
+    piece = ("abcdefghij" * (chars // 10 + 1))[:chars]
+    if not messages:
+        return [STREAM[0], *(chunk({"content": piece}) for _ in range(deltas)), *STREAM[2:]]
+    start = {"id": "msg_bench", "type": "message", "role": "assistant", "content": [], "model": "claude-sonnet-4-5",
+             "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 1}}
+    delta = anthropic_event("content_block_delta", index=0, delta={"type": "text_delta", "text": piece})
+    return [anthropic_event("message_start", message=start),
+            anthropic_event("content_block_start", index=0, content_block={"type": "text", "text": ""}),
+            *(delta for _ in range(deltas)), anthropic_event("content_block_stop", index=0),
+            anthropic_event("message_delta", delta={"stop_reason": "end_turn", "stop_sequence": None},
+                            usage={"output_tokens": deltas}),
+            anthropic_event("message_stop")]
+
+
+async def long_stream(send, messages: bool, deltas: int, chars: int) -> None:
+    """`long_answer`, written 512 events at a time (the proxy reads them one by one all the same)."""
+    events = long_answer(messages, deltas, chars)
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+    for i in range(0, len(events), 512):
+        await send({"type": "http.response.body", "body": b"".join(events[i:i + 512]), "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def app(scope, receive, send):
+    if scope["type"] == "lifespan":
+        while (await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        await send({"type": "lifespan.shutdown.complete"})
+        return
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    if is_summary_call(body):
+        text = "<state_snapshot><task_overview>benchmark</task_overview></state_snapshot>"
+        if is_messages(scope):
+            snapshot = anthropic_message(text, len(body) // 4, 20)
+        elif scope["path"].rstrip("/").endswith("/responses"):
+            snapshot = json.dumps({
+                "id": "resp_sum", "object": "response", "created_at": 1, "status": "completed", "model": "gpt-4o",
+                "output": [{"type": "message", "id": "msg_sum", "role": "assistant", "status": "completed",
+                            "content": [{"type": "output_text", "text": text, "annotations": []}]}],
+                "usage": {"input_tokens": len(body) // 4, "output_tokens": 20, "total_tokens": len(body) // 4 + 20},
+            }).encode()
+        else:
+            snapshot = json.dumps({
+                "id": "chatcmpl-sum", "object": "chat.completion", "created": 1, "model": "gpt-4o",
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
+                "usage": {"prompt_tokens": len(body) // 4, "completion_tokens": 20,
+                          "total_tokens": len(body) // 4 + 20},
+            }).encode()
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(snapshot)).encode())]})
+        await send({"type": "http.response.body", "body": snapshot})
+        return
+    if b'"stream": true' in body or b'"stream":true' in body:
+        headers = dict(scope["headers"])
+        if b"x-bench-deltas" in headers:
+            await long_stream(send, is_messages(scope), int(headers[b"x-bench-deltas"]),
+                              int(headers.get(b"x-bench-delta-chars", b"4")))
+            return
+        chunks, delay = int(headers.get(b"x-bench-chunks", b"0")), int(headers.get(b"x-bench-delay-ms", b"0")) / 1e3
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream")]})
+        parts = STREAM[:2] + [chunk({"content": f" word{i}"}) for i in range(chunks)] + STREAM[2:]
+        for part in parts:
+            if delay:
+                await asyncio.sleep(delay)
+            await send({"type": "http.response.body", "body": part, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return
+    answer = RESPONSE if scope["path"].endswith("/responses") else MESSAGE if is_messages(scope) else COMPLETION
+    if RELOADED is not None and (ref := ref_to_reload(scope["path"], body)) is not None:
+        answer = reload_call(scope["path"], ref, len(RELOADED))
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"application/json"), (b"x-request-id", b"req_bench"),
+                            (b"content-length", str(len(answer)).encode())]})
+    await send({"type": "http.response.body", "body": answer})
+
+
+# ------------------------------------------------------------------ --reload-once (the demo's model)
+
+RELOADED: set[tuple[str, str]] | None = None  # (endpoint, ref) reloaded so far; None: never reload
+TOOL_MARKER = re.compile(rb"\[offloaded tool result: \d+ tokens, ref=([A-Za-z0-9_-]{6,64})\]")
+RELOAD_ID = "demo_reload_"  # in the ids of the calls it makes: a request holding one is a reload round
+
+
+def is_streamed(body: bytes) -> bool:
+    return b'"stream": true' in body or b'"stream":true' in body
+
+
+def offers_reload(body: bytes) -> bool:
+    """The request offers the reload tool (its name as a JSON value; the markers name it in prose only)."""
+    return any(f'"name"{gap}"{RELOAD_TOOL}"'.encode() in body for gap in (":", ": "))
+
+
+def ref_to_reload(path: str, body: bytes) -> str | None:
+    """The newest tool-result ref of `body` not reloaded yet on `path` (then remembered), else None."""
+    if not offers_reload(body) or RELOAD_ID.encode() in body or is_streamed(body):
+        return None
+    for match in reversed(TOOL_MARKER.findall(body)):
+        key = (path.rstrip("/"), match.decode())
+        if key not in RELOADED:
+            RELOADED.add(key)
+            return key[1]
+    return None
+
+
+def reload_call(path: str, ref: str, n: int) -> bytes:
+    """An answer calling `context_reload(ref)`, in the endpoint's format."""
+    arguments = json.dumps({"ref": ref})
+    if path.rstrip("/").endswith("/responses"):
+        return json.dumps({
+            "id": f"resp_{RELOAD_ID}{n}", "object": "response", "created_at": 1, "status": "completed",
+            "model": "gpt-4o", "output": [{"type": "function_call", "id": f"fc_{RELOAD_ID}{n}",
+                                           "call_id": f"call_{RELOAD_ID}{n}", "name": RELOAD_TOOL,
+                                           "arguments": arguments, "status": "completed"}],
+            "usage": {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15}}).encode()
+    if path.rstrip("/").endswith("/messages"):
+        return json.dumps({
+            "id": f"msg_{RELOAD_ID}{n}", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+            "content": [{"type": "tool_use", "id": f"toolu_{RELOAD_ID}{n}", "name": RELOAD_TOOL, "input": {"ref": ref}}],
+            "stop_reason": "tool_use", "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 5}}).encode()
+    return json.dumps({
+        "id": f"chatcmpl-{RELOAD_ID}{n}", "object": "chat.completion", "created": 1, "model": "gpt-4o",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+            "role": "assistant", "content": None, "tool_calls": [{
+                "id": f"call_{RELOAD_ID}{n}", "type": "function",
+                "function": {"name": RELOAD_TOOL, "arguments": arguments}}]}}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}).encode()
+
+
+def main(argv: list[str] | None = None) -> None:
+    global RELOADED
+    parser = argparse.ArgumentParser(description="A minimal fake upstream (chat, Responses, Anthropic Messages).")
+    parser.add_argument("port", type=int)
+    parser.add_argument("--reload-once", action="store_true",
+                        help="Call context_reload once for each offloaded tool result seen (the demo's model).")
+    args = parser.parse_args(argv)
+    if args.reload_once:
+        RELOADED = set()
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,237 @@
+"""`offload-proxy demo` (scripts/demo): the proxy at work with no key and no network.
+
+Starts the bundled fake upstream (`proxy.demo.fake_upstream --reload-once`: no model behind it;
+it answers "ok", and calls `context_reload` once for each offloaded tool result it sees) and a
+proxy on the embedded store in a temporary folder, both on free loopback ports, with an admin
+token made for this run. It then replays the bundled agent conversation (`conversation.jsonl`)
+into the proxy in each wire format, as `replay --target` sends turns (`proxy.replay.target`),
+one session per format; prints each turn's raw and forwarded tokens, the proxy's action and the
+reload rounds (read back from the statistics API), then the totals; and leaves the proxy and
+its dashboard running until Ctrl-C (`--no-wait`: stops after the tables).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import FrameType
+
+import httpx2
+
+from proxy.demo.table import FormatRun, steps, totals_table, turn_table
+from proxy.replay.runner import load_conversations
+from proxy.replay.target import PATHS, send_all
+from proxy.replay.turns import turns_of
+
+CONVERSATION = Path(__file__).with_name("conversation.jsonl")
+MODELS = {"chat": "gpt-4o", "responses": "gpt-4o", "anthropic": "claude-sonnet-4"}
+STARTUP_SECONDS = 60.0
+STATS_SECONDS = 15.0  # the recorder writes about once a second
+
+
+class DemoError(RuntimeError):
+    """The demo cannot go on; the message says why (one paragraph)."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--port", type=int, default=0,
+                        help="The proxy's (and the dashboard's) port on 127.0.0.1 (default: a free one).")
+    parser.add_argument("--no-wait", action="store_true",
+                        help="Stop after printing the tables instead of keeping the dashboard up until Ctrl-C.")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Progress:
+    """Turns sent so far, on one line of stderr (a line per format when stderr is not a terminal)."""
+
+    def __init__(self, label: str, total: int) -> None:
+        self.label, self.total, self.done = label, total, 0
+        self.live = sys.stderr.isatty()
+
+    def tick(self) -> None:
+        self.done += 1
+        if self.live:
+            filled = 30 * self.done // max(self.total, 1)
+            print(f"\r  {self.label:10} [{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} turns",
+                  end="", file=sys.stderr, flush=True)
+
+    def close(self, seconds: float) -> None:
+        if self.live:
+            print(f" ({seconds:.1f} s)", file=sys.stderr, flush=True)
+        else:
+            print(f"  {self.label:10} {self.done}/{self.total} turns ({seconds:.1f} s)", file=sys.stderr, flush=True)
+
+
+class Servers:
+    """The fake upstream and the proxy, as child processes; `stop` ends both and removes the data."""
+
+    def __init__(self, port: int, admin_token: str) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="offload-demo-"))
+        self.upstream_port, self.port = free_port(), port or free_port()
+        self.root = f"http://127.0.0.1:{self.port}"
+        self.log = self.folder / "servers.log"
+        self.admin_token = admin_token
+        self.processes: list[subprocess.Popen] = []
+
+    def start(self) -> None:
+        out = self.log.open("ab")
+        upstream = f"http://127.0.0.1:{self.upstream_port}"
+        commands = [
+            [sys.executable, "-m", "proxy.demo.fake_upstream", str(self.upstream_port), "--reload-once"],
+            [sys.executable, "-m", "proxy", "serve", "--host", "127.0.0.1", "--port", str(self.port),
+             "--upstream", f"{upstream}/v1", "--anthropic-upstream", upstream, "--data-dir",
+             str(self.folder / "store"), "--admin-token", self.admin_token, "--log-level", "warning"],
+        ]
+        for command in commands:  # a session of their own: Ctrl-C reaches the demo, which stops them
+            self.processes.append(subprocess.Popen(command, stdout=out, stderr=out, stdin=subprocess.DEVNULL,
+                                                   start_new_session=True))
+        self._wait_up(f"{upstream}/", self.processes[0])
+        self._wait_up(f"{self.root}/healthz", self.processes[1])
+
+    def _wait_up(self, url: str, process: subprocess.Popen) -> None:
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise DemoError(f"a server exited at startup (status {process.returncode}):\n{self.log_tail()}")
+            try:
+                httpx2.get(url, timeout=2)
+                return
+            except httpx2.TransportError:
+                time.sleep(0.1)
+        raise DemoError(f"{url} did not answer within {STARTUP_SECONDS:g} s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def exited(self) -> subprocess.Popen | None:
+        return next((p for p in self.processes if p.poll() is not None), None)
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):
+            if process.poll() is None:
+                process.terminate()
+        for process in self.processes:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+async def replay(root: str, key: str, conversation: dict) -> list[FormatRun]:
+    """The conversation in each format, one after the other, one session each."""
+    runs = []
+    for format, model in MODELS.items():
+        session = f"{conversation['id']}-{format}"
+        progress = Progress(format, len(turns_of(conversation["messages"])))
+        start = time.monotonic()
+        [sent] = await send_all([{**conversation, "id": session}], target=root, format=format, model=model,
+                                api_key=key, concurrency=1, tick=progress.tick)
+        progress.close(time.monotonic() - start)
+        runs.append(FormatRun(format, PATHS[format], sent.session, sent.turns))
+    return runs
+
+
+async def read_statistics(root: str, key: str, runs: list[FormatRun]) -> dict | None:
+    """Each run's reload rounds per turn, from the statistics API, once the recorder has written
+    every turn (else they stay unknown, shown as "?"); the tenant's totals (None: not read)."""
+    deadline = time.monotonic() + STATS_SECONDS
+    async with httpx2.AsyncClient(timeout=10, headers={"authorization": f"Bearer {key}"}) as client:
+        for run in runs:
+            while True:
+                response = await client.get(f"{root}/v1/offload/sessions/{run.session}")
+                body = response.json() if response.status_code == 200 else {}
+                rows = body.get("data") or []
+                if len(rows) >= len(run.turns) or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.3)
+            if len(rows) >= len(run.turns):
+                run.reloads = [int(row.get("reload_rounds", 0)) for row in rows[-len(run.turns):]]
+        response = await client.get(f"{root}/v1/offload/stats", params={"window": "1h"})
+        return response.json().get("totals") if response.status_code == 200 else None
+
+
+def token_note() -> str | None:
+    """A line when token counts are estimates (tiktoken's encodings cannot be loaded, e.g. offline)."""
+    from proxy.core.tokens import counter_for_encoding, counting_method
+
+    method = counting_method(counter_for_encoding("o200k_base"))
+    if method["method"] != "estimate":
+        return None
+    return ("tokens: ESTIMATES (about 4 bytes a token): tiktoken's o200k_base encoding could not be loaded "
+            "(offline and no TIKTOKEN_CACHE_DIR); the ratios are close to the real ones.")
+
+
+def wait_for_ctrl_c(servers: Servers) -> int:
+    """Until Ctrl-C (or SIGTERM), or until a server exits on its own (status 1)."""
+    stop: list[int] = []
+
+    def request_stop(signum: int, _frame: FrameType | None) -> None:
+        stop.append(signum)
+
+    previous = signal.signal(signal.SIGTERM, request_stop)
+    try:
+        while not stop:
+            if (gone := servers.exited()) is not None:
+                print(f"offload-proxy demo: a server exited (status {gone.returncode}):\n{servers.log_tail()}",
+                      file=sys.stderr)
+                return 1
+            time.sleep(0.3)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return 0
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    conversation = load_conversations(CONVERSATION)[0]
+    admin_token = secrets.token_urlsafe(18)
+    key = "demo-" + secrets.token_hex(8)  # the caller's "provider key": relayed to the fake, names the tenant
+    servers = Servers(args.port, admin_token)
+    try:
+        print(f"Starting the fake upstream and the proxy (embedded store in {servers.folder}) ...",
+              file=sys.stderr, flush=True)
+        servers.start()
+        turns = len(turns_of(conversation["messages"]))
+        print(f"Replaying the bundled conversation ({conversation['id']}: {turns} turns, an agent fixing a bug) "
+              f"in each wire format ...", file=sys.stderr, flush=True)
+        runs = asyncio.run(replay(servers.root, key, conversation))
+        tenant = asyncio.run(read_statistics(servers.root, key, runs))
+        labels = steps(conversation["messages"])
+        print(turn_table(runs, labels) + "\n")
+        print(totals_table(runs, tenant))
+        if note := token_note():
+            print(note)
+        print(f"\nDashboard:   {servers.root}/dashboard\nAdmin token: {admin_token}\n"
+              f"Proxy:       {servers.root}/v1 (its upstream: the bundled fake, no model behind it)", flush=True)
+        if args.no_wait:
+            return 0
+        print("Sign in with the admin token (made for this run). Ctrl-C stops the demo and removes its data.",
+              flush=True)
+        return wait_for_ctrl_c(servers)
+    except DemoError as exc:
+        print(f"offload-proxy demo: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # before the tables: stop quietly
+        return 130
+    finally:
+        servers.stop()

@@ -1,0 +1,132 @@
+"""`offload-proxy demo` (scripts/demo) as a user runs it: a subprocess, its printed tables, the
+dashboard and the statistics API reachable with the printed one-time admin token until Ctrl-C,
+and offline (no tiktoken encodings: estimated counts)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from proxy.demo.table import steps
+from proxy.replay.runner import load_conversations
+from proxy.demo.run import CONVERSATION
+
+TURNS = len(steps(load_conversations(CONVERSATION)[0]["messages"]))
+FORMATS = ("chat", "responses", "anthropic")
+TURN_ROW = re.compile(r"^\s*(\d+)  .{34} +(\d+) +(\d+) +(\d+) +(\d+) +[\d.]+  (.+?) +(\d+)/(\d+)/(\d+)$")
+TOTAL_ROW = re.compile(r"^(chat|responses|anthropic) +(\d+) +(\d+) +(\d+) +(\d+) +([\d.]+) +(\d+) +(\d+) +(\d+)$")
+
+
+def demo_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "proxy", "demo", *args]
+
+
+def parse(stdout: str) -> dict:
+    lines = stdout.splitlines()
+    turns = [m.groups() for m in map(TURN_ROW.match, lines) if m]
+    totals = {m.group(1): [int(x) if x.isdigit() else float(x) for x in m.groups()[1:]]
+              for m in map(TOTAL_ROW.match, lines) if m}
+    url = re.search(r"^Dashboard: +(http://127\.0\.0\.1:\d+/dashboard)$", stdout, re.M)
+    token = re.search(r"^Admin token: +(\S+)$", stdout, re.M)
+    return {"turns": turns, "totals": totals, "url": url and url.group(1), "token": token and token.group(1)}
+
+
+def check_tables(found: dict) -> None:
+    assert [int(t[0]) for t in found["turns"]] == list(range(1, TURNS + 1))
+    actions = {t[5] for t in found["turns"]}
+    assert {"none", "compact", "compact+compress"} <= actions, actions
+    assert set(found["totals"]) == set(FORMATS)
+    for format, (turns, errors, raw, forwarded, ratio, compacted, compressed, reloads) in found["totals"].items():
+        assert turns == TURNS and errors == 0, format
+        assert 0 < forwarded < 0.6 * raw and ratio < 0.6, format  # compaction and compression saved tokens
+        assert compacted > 0 and compressed > 0 and reloads > 0, format  # the fake model reloaded offloaded results
+    assert all(int(t[3]) < int(t[1]) for t in found["turns"][-5:])  # the last turns forwarded less than raw
+    assert found["url"] and found["token"] and len(found["token"]) >= 20
+
+
+def store_folder(stderr: str) -> Path:
+    return Path(re.search(r"embedded store in (\S+)\)", stderr).group(1))
+
+
+def test_demo_no_wait_prints_the_tables_and_stops(tmp_path):
+    done = subprocess.run(demo_command("--no-wait"), capture_output=True, text=True, timeout=240, cwd=tmp_path,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = parse(done.stdout)
+    check_tables(found)
+    assert "the statistics API: %d requests" % (3 * TURNS) in done.stdout
+    assert all(f"{format:10} {TURNS}/{TURNS} turns" in done.stderr for format in FORMATS)  # the progress
+    assert not store_folder(done.stderr).exists()  # its temporary data removed
+    with pytest.raises(httpx2.TransportError):  # the proxy stopped
+        httpx2.get(found["url"], timeout=2)
+
+
+def test_two_runs_print_different_admin_tokens(tmp_path):
+    tokens = []
+    for _ in range(2):
+        done = subprocess.run(demo_command("--no-wait"), capture_output=True, text=True, timeout=240, cwd=tmp_path,
+                              stdin=subprocess.DEVNULL)
+        tokens.append(parse(done.stdout)["token"])
+    assert tokens[0] and tokens[1] and tokens[0] != tokens[1]
+
+
+def test_demo_keeps_the_dashboard_up_with_the_printed_token_until_ctrl_c(tmp_path):
+    process = subprocess.Popen(demo_command(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               cwd=tmp_path, stdin=subprocess.DEVNULL)
+    errors: list[str] = []
+    threading.Thread(target=lambda: errors.extend(process.stderr), daemon=True).start()
+    lines: list[str] = []
+    timer = threading.Timer(240, process.kill)
+    timer.start()
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            if line.startswith("Sign in with the admin token"):
+                break
+        found = parse("".join(lines))
+        check_tables(found)
+        root = found["url"].removesuffix("/dashboard")
+        page = httpx2.get(found["url"], timeout=10)
+        assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+        admin = {"authorization": f"Bearer {found['token']}"}
+        stats = httpx2.get(f"{root}/v1/offload/stats", params={"window": "1h"}, headers=admin, timeout=10)
+        assert stats.status_code == 200, stats.text
+        totals = stats.json()["totals"]
+        assert totals["requests"] == 3 * TURNS and totals["tokens_saved"] > 0 and totals["reload_rounds"] > 0
+        other = httpx2.get(f"{root}/v1/offload/stats", params={"window": "1h"},
+                           headers={"authorization": "Bearer not-the-token"}, timeout=10)
+        # without an upstream key any other key is some tenant's own provider key: it sees nothing of the demo's
+        assert other.status_code == 200 and other.json()["totals"]["requests"] == 0
+        assert process.poll() is None  # still up
+        process.send_signal(signal.SIGINT)  # Ctrl-C
+        assert process.wait(timeout=30) == 0
+    finally:
+        timer.cancel()
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    with pytest.raises(httpx2.TransportError):
+        httpx2.get(found["url"], timeout=2)
+    assert not store_folder("".join(errors)).exists()
+
+
+def test_demo_works_offline_without_tiktoken_encodings(tmp_path):
+    """A fresh clone without ../shared and no network: tokens are estimated, the demo runs all the same."""
+    empty = tmp_path / "no-encodings"
+    empty.mkdir()
+    env = {**os.environ, "TIKTOKEN_CACHE_DIR": str(empty), "HTTPS_PROXY": "http://127.0.0.1:9",
+           "HTTP_PROXY": "http://127.0.0.1:9", "NO_PROXY": "127.0.0.1,localhost"}  # any download: refused
+    done = subprocess.run(demo_command("--no-wait"), capture_output=True, text=True, timeout=240, cwd=tmp_path,
+                          env=env, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    check_tables(parse(done.stdout))
+    assert "tokens: ESTIMATES" in done.stdout
+    assert not list(empty.iterdir())  # nothing was downloaded
