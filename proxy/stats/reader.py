@@ -17,6 +17,7 @@ from proxy.store.sealing import Sealer
 MAX_MODELS = 8  # models listed per session, most turns first
 MAX_TENANT_ROWS = 100  # tenants listed, most raw tokens first
 PLAIN = Sealer(None)
+LABEL_READS_AT_ONCE = 16  # the labels of a tenants table (100 at most): store reads in flight at once
 
 
 def display_name(namespace: str, names: Mapping[str, str]) -> str:
@@ -30,7 +31,13 @@ async def labels(store: Store, namespaces: Sequence[str], names: Mapping[str, st
     `name/sub`, a client key's fingerprint), None when nothing was (or it is the tenants-file
     name): read for the namespaces without a tenants-file name only."""
     wanted = [ns for ns in dict.fromkeys(namespaces) if ns not in names]
-    found = await asyncio.gather(*(store.get(label_key(ns)) for ns in wanted))
+    gate = asyncio.Semaphore(LABEL_READS_AT_ONCE)
+
+    async def read(ns: str) -> bytes | None:
+        async with gate:
+            return await store.get(label_key(ns))
+
+    found = await asyncio.gather(*(read(ns) for ns in wanted))
     opened = {ns: sealer.open(raw, label_key(ns)) if raw is not None else None for ns, raw in zip(wanted, found)}
     return {ns: opened.get(ns).decode("utf-8", "replace") if opened.get(ns) else None for ns in namespaces}
 

@@ -178,7 +178,7 @@
       ["Saved", (r) => int(r.totals.tokens_saved), "num opt"], ["Fwd / raw", (r) => pct(r.totals.forwarded_ratio), "num"],
       ["Money saved", (r) => usd(r.totals.cost_saved_usd), "num opt"], ["Reload rate", (r) => pct(r.totals.reload_rate), "num opt"],
     ], rows, (r) => { state.tenant = r.tenant; state.offset = 0; state.session = null; refresh(); },
-    (r) => `Open the sessions of ${r.label || r.name}`);
+    (r) => `Open the sessions of ${r.label || r.name} (namespace ${r.tenant})`);
     if (!rows.length) $("tenants-table").append(h("caption", {}, "No tenant sent a managed request in this window."));
     else if (stats.tenants_truncated) $("tenants-table").append(h("caption", {}, `The ${int(rows.length)} tenants with most raw tokens; there were more.`));
   }
