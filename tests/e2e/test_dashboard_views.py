@@ -161,9 +161,15 @@ def test_a_phone_has_a_compact_header_and_a_wide_table_says_it_scrolls(keyed, ch
     back = page.evaluate("""() => { const b = document.querySelector('#scope button').getBoundingClientRect();
         const s = document.querySelector('#scope').getBoundingClientRect(); return [b.width, b.right, s.right]; }""")
     assert back[0] > 40 and back[1] <= back[2] + 0.5 and back[1] <= 390, back  # whole, not cut by the name
-    page.evaluate("() => window.scrollTo(0, 0)")
-    print("screenshot:", screenshot(page, "dashboard-phone-390-tenant"))
+    y_axis = page.locator('#chart-actions text.tick[text-anchor="end"]').evaluate_all(  # 2 turns: 0, 1, 2
+        "ticks => ticks.map(t => t.textContent)")
+    assert len(set(y_axis)) == len(y_axis) and y_axis[0] == "0", y_axis
     seen = loads(page)
+    page.locator("#sessions-table tbody tr", has_text="proj-review").click()
+    seen = wait_loaded(page, seen)
+    assert page.inner_text("#session-id") == "proj-review"
+    page.evaluate("() => window.scrollTo(0, 0)")
+    print("screenshot:", screenshot(page, "dashboard-phone-390-session"))
     page.click("#scope button")
     wait_loaded(page, seen)
     assert page.inner_text("#scope") == "All tenants"
