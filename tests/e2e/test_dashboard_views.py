@@ -52,6 +52,7 @@ def test_client_keys_show_as_their_fingerprint(keyed, chromium):
     text = page.inner_text("body")
     for key in (PROJ, ANT):
         assert key[:9] not in text and key[12:-4] not in text and key[-5:] not in text
+    assert page.locator("#tenants .scroll-hint").is_hidden()  # it fits: no hint
     print("screenshot:", screenshot(page, "dashboard-client-keys"))
     seen = loads(page)
     page.locator("#tenants-table tbody tr", has_text="sk-proj…AbCd").click()
@@ -131,6 +132,7 @@ def test_a_whole_row_opens_by_click_or_enter(keyed, chromium):
             break
     else:
         pytest.fail("no sessions row is reachable with the keyboard")
+    print("screenshot:", screenshot(page, "dashboard-row-focused"))
     assert console.errors == []
 
 
