@@ -313,3 +313,15 @@ def test_client_keys_are_labelled_by_their_fingerprint_only(make_proxy, upstream
             for key in (proj, ant):
                 assert key[:9] not in text and key[-5:] not in text and key[12:-4] not in text
         assert "AbCd" not in "".join(answers[2:])  # the other tenant's label
+
+
+def test_a_key_fingerprint_is_sealed_at_rest_with_an_encryption_key(make_proxy, upstream, tmp_path):
+    key = "sk-proj-" + "Tn5c" * 12 + "QrSt"
+    with make_proxy(data_dir=tmp_path, encryption_key="labels at rest are sealed too", admin_token=ADMIN) as url:
+        send(url, key, agent_history(steps=2), session="s")
+        stats_when(url, key, 1, window="1h")
+        assert api(url, "/v1/offload/stats", key, window="1h").json()["label"] == "sk-proj…QrSt"
+        assert [r["label"] for r in api(url, "/v1/offload/stats", ADMIN, window="1h").json()["tenants"]] \
+            == ["sk-proj…QrSt"]
+    dump = b"".join(path.read_bytes() for path in tmp_path.glob("offload.sqlite3*"))
+    assert b":stats:label" in dump and b"QrSt" not in dump
