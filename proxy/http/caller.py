@@ -37,6 +37,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from proxy.config import anthropic_base
 from proxy.errors import ProxyError
 from proxy.http.family import Family, family_of
+from proxy.http.fingerprint import credential_label, with_sub
 from proxy.http.headers import request_headers_for_upstream
 from proxy.http.shared_state import stored_state
 from proxy.offload.tenant import bare_credential, namespace_for
@@ -166,6 +167,9 @@ class Caller:
     upstream_credential: str | None  # replaces the client's credential headers, when set
     shared_key: bool = False  # upstream_credential is the server's, shared by every tenant
     family: Family = "openai"  # the provider API the request speaks: how upstream_credential is sent
+    # what the statistics call the namespace (proxy.http.fingerprint): the tenant's name, or its
+    # key's fingerprint, with the sub-tenant; None: its hash. Never the credential.
+    label: str | None = None
 
     def upstream_headers(self, raw: Iterable[tuple[bytes, bytes]], *, body_replaced: bool = False
                          ) -> list[tuple[bytes, bytes]]:
@@ -268,7 +272,7 @@ class Gatekeeper:
             namespace, scope = self._namespaces("tenant", [tenant.name], sub)
             own = tenant.key(family)
             return Caller("proxy_key", namespace, scope, tenant.name, tenant.base(family) or self._default_base(family),
-                          own or held, shared_key=not own, family=family)
+                          own or held, shared_key=not own, family=family, label=with_sub(tenant.name, sub))
         if self.server_key and credentials:
             raise unauthorized("Invalid proxy key: this proxy accepts only the keys its operator issued "
                                "(Authorization: Bearer <proxy key>, or x-api-key).", "invalid_api_key")
@@ -282,14 +286,15 @@ class Gatekeeper:
             namespace, scope = self._namespaces("anonymous", [], sub)
             return Caller("anonymous", namespace, scope, None,
                           self._requested_base(headers, family) or self._default_base(family),
-                          held, shared_key=bool(held), family=family)
+                          held, shared_key=bool(held), family=family, label=with_sub("anonymous", sub))
         named = self.tenants.get(sub or "")
         if named is not None and named.key_digests:
             raise ProxyError(403, "X-Offload-Tenant names a tenant that is reachable only with its own proxy key.",
                              code="tenant_requires_key", param="X-Offload-Tenant")
         namespace, scope = self._namespaces("credential", credentials, sub)
         base = self._requested_base(headers, family) or (named.base(family) if named else None)
-        return Caller("client", namespace, scope, sub, base or self._default_base(family), None, family=family)
+        return Caller("client", namespace, scope, sub, base or self._default_base(family), None, family=family,
+                      label=credential_label(credentials, sub))
 
     @staticmethod
     def _no_requested_upstream(headers: Headers) -> None:

@@ -85,8 +85,15 @@ class StatsApi:
                              type_="permission_error", code="tenant_forbidden", param="tenant")
         return caller.namespace
 
-    def _tenant(self, namespace: str | None) -> dict[str, Any]:
-        return {"tenant": namespace, "name": reader.display_name(namespace, self.names) if namespace else None}
+    async def _tenant(self, request: Request, namespace: str | None) -> dict[str, Any]:
+        """`tenant`, `name` (its tenants-file name, else 12 digits of it: a `tenant=` value) and
+        `label` (what a person calls it: the name, else its key's fingerprint, else `name`)."""
+        if namespace is None:
+            return {"tenant": None, "name": None, "label": None}
+        services = services_of(request)
+        name = reader.display_name(namespace, self.names)
+        found = await reader.labels(services.store, [namespace], self.names, services.sealer)
+        return {"tenant": namespace, "name": name, "label": found[namespace] or name}
 
     async def stats(self, request: Request) -> Response:
         async def run() -> dict[str, Any]:
@@ -98,7 +105,8 @@ class StatsApi:
             services = services_of(request)
             span = span_of(window, time.time())
             admin = bool(request.scope.get("state", {}).get("admin"))
-            body: dict[str, Any] = {"object": "offload.stats", "window": window, **self._tenant(namespace),
+            body: dict[str, Any] = {"object": "offload.stats", "window": window,
+                                    **await self._tenant(request, namespace),
                                     "viewer": "admin" if admin else "tenant",
                                     "from": span.start, "to": span.end, "now": span.now, "step": span.window.step}
             body.update(await reader.window_stats(services.store, span, namespace))
@@ -106,7 +114,8 @@ class StatsApi:
             if admin:  # this worker's background work, which no tenant's credential sees
                 body["health"]["scheduler"] = asdict(services.summaries.state())
             if namespace is None:  # the admin's view of all tenants
-                body["tenants"], body["tenants_truncated"] = await reader.tenant_rows(services.store, span, self.names)
+                body["tenants"], body["tenants_truncated"] = await reader.tenant_rows(services.store, span, self.names,
+                                                                                      services.sealer)
                 body["recorder"] = asdict(services.recorder.snapshot())
             return body
 
@@ -119,8 +128,8 @@ class StatsApi:
             limit = _int(request, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
             offset = _int(request, "offset", 0, 0, 10**9)
             total, rows = await reader.sessions_page(services_of(request).store, namespace, offset, limit)
-            return {"object": "list", **self._tenant(namespace), "total": total, "offset": offset, "limit": limit,
-                    "has_more": offset + len(rows) < total, "data": rows}
+            return {"object": "list", **await self._tenant(request, namespace), "total": total, "offset": offset,
+                    "limit": limit, "has_more": offset + len(rows) < total, "data": rows}
 
         return await answer(run)
 
@@ -133,7 +142,7 @@ class StatsApi:
                                                 services.sealer)
             if found is None:
                 raise ProxyError(404, "No statistics for this session.", code="session_not_found")
-            return {"object": "offload.session", **self._tenant(namespace), **found}
+            return {"object": "offload.session", **await self._tenant(request, namespace), **found}
 
         return await answer(run)
 

@@ -3,18 +3,21 @@ a tenant's sessions (paged) and one session's turns."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from proxy.stats.buckets import ALL, Fields, Span, add, merged, rollup
-from proxy.stats.recorder import session_keys, sessions_key
+from proxy.stats.recorder import label_key, session_keys, sessions_key
 from proxy.stats.turns import headline, point
 from proxy.store.base import Store
 from proxy.store.sealing import Sealer
 
 MAX_MODELS = 8  # models listed per session, most turns first
 MAX_TENANT_ROWS = 100  # tenants listed, most raw tokens first
+PLAIN = Sealer(None)
+LABEL_READS_AT_ONCE = 16  # the labels of a tenants table (100 at most): store reads in flight at once
 
 
 def display_name(namespace: str, names: Mapping[str, str]) -> str:
@@ -22,18 +25,39 @@ def display_name(namespace: str, names: Mapping[str, str]) -> str:
     return names.get(namespace) or namespace[:12]
 
 
+async def labels(store: Store, namespaces: Sequence[str], names: Mapping[str, str],
+                 sealer: Sealer = PLAIN) -> dict[str, str | None]:
+    """namespace → what the recorder was told to call it (`Caller.label`: a sub-tenant's
+    `name/sub`, a client key's fingerprint), None when nothing was (or it is the tenants-file
+    name): read for the namespaces without a tenants-file name only."""
+    wanted = [ns for ns in dict.fromkeys(namespaces) if ns not in names]
+    gate = asyncio.Semaphore(LABEL_READS_AT_ONCE)
+
+    async def read(ns: str) -> bytes | None:
+        async with gate:
+            return await store.get(label_key(ns))
+
+    found = await asyncio.gather(*(read(ns) for ns in wanted))
+    opened = {ns: sealer.open(raw, label_key(ns)) if raw is not None else None for ns, raw in zip(wanted, found)}
+    return {ns: opened.get(ns).decode("utf-8", "replace") if opened.get(ns) else None for ns in namespaces}
+
+
 async def window_stats(store: Store, span: Span, namespace: str | None) -> dict[str, Any]:
-    """Totals and time series of one tenant (None: all tenants) over `span`."""
+    """Totals and time series of one tenant (None: all tenants) over `span`, and when its
+    first request of the span was (the dashboard's default window fits the data)."""
     starts = span.starts(span.window.series)
     buckets = await store.hashes(span.series_keys(namespace or ALL))
     series = rollup(starts, buckets, span.points(), span.window.step)
     return {
         "totals": headline(merged(fields for _, fields in series)),
         "series": [point(t, fields) for t, fields in series],
+        # the start of the window's first bucket (minute; hour for 7d and 30d) with a request
+        "first_seen": next((start for start, fields in zip(starts, buckets) if fields.get("requests")), None),
     }
 
 
-async def tenant_rows(store: Store, span: Span, names: Mapping[str, str]) -> tuple[list[dict[str, Any]], bool]:
+async def tenant_rows(store: Store, span: Span, names: Mapping[str, str],
+                      sealer: Sealer = PLAIN) -> tuple[list[dict[str, Any]], bool]:
     """The tenants with most raw tokens in the span (`MAX_TENANT_ROWS` at most) with their
     totals, most raw tokens first; and whether there were more. Namespaces are the clients' to
     make (sub-tenants, keys), so what is read is bounded whatever their number: the first of each
@@ -53,6 +77,9 @@ async def tenant_rows(store: Store, span: Span, names: Mapping[str, str]) -> tup
         totals = headline(merged(found[i * per:(i + 1) * per]))
         if totals["requests"]:
             rows.append({"tenant": ns, "name": display_name(ns, names), "totals": totals})
+    labelled = await labels(store, [r["tenant"] for r in rows], names, sealer)
+    for row in rows:
+        row["label"] = labelled[row["tenant"]] or row["name"]
     rows.sort(key=lambda r: (-r["totals"]["tokens_before"], r["tenant"]))
     return rows, more
 

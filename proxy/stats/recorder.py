@@ -51,6 +51,8 @@ from proxy.store.sealing import Sealer
 log = logging.getLogger("proxy.stats")
 
 WRITES_AT_ONCE = 16  # store writes of one flush in flight at once
+LABEL_REWRITE = 3600  # a tenant's label is written again (its TTL renewed) after this many seconds
+MAX_LABELS = 10_000  # labels remembered as written (then forgotten, and written again)
 SESSION_TURNS = 200  # turns kept per session
 MAX_MODEL = 100  # characters of a model name kept (it is the client's string)
 SESSION_HEADER = b"x-offload-session"
@@ -90,6 +92,7 @@ def turn_of(rec, scope: Scope) -> Turn | None:
         summaries_made=getattr(rec, "summaries_made", 0), summaries_failed=getattr(rec, "summaries_failed", 0),
         warnings=len(rec.warnings), store_warnings=sum("store unavailable" in w for w in rec.warnings),
         continues=continues, response_id=getattr(rec, "response_id", None) if not header else None,
+        label=getattr(caller, "label", None),
     )
 
 
@@ -104,6 +107,11 @@ def session_keys(namespace: str, session_name: str) -> tuple[str, str]:
 def sessions_key(namespace: str) -> str:
     """A tenant's sessions, ranked by the time of their last turn."""
     return key(namespace, "stats", "sessions")
+
+
+def label_key(namespace: str) -> str:
+    """What the dashboard calls a tenant (`Caller.label`: its name, or its key's fingerprint)."""
+    return key(namespace, "stats", "label")
 
 
 @dataclass
@@ -129,6 +137,7 @@ class Recorder:
         self._waiting: list[Turn] = []  # continuing a response not known yet: they wait one flush
         self._tallies: dict[tuple[str, int], Fields] = {}  # (namespace, minute) -> background summaries
         self._hashing: set[asyncio.Future] = set()  # large bodies being hashed off the loop
+        self._labelled: dict[str, tuple[str, float]] = {}  # namespace -> (label, when it was written)
         self._store: Store | None = None
         self._sealer = Sealer(None)
         self._task: asyncio.Task | None = None
@@ -258,7 +267,7 @@ class Recorder:
                 k = bucket_key(scope, grain, bucket_start(t, grain))
                 add(buckets.setdefault(k, ({}, ttl_of(grain, self.retention)))[0], fields)
 
-    async def _write(self, store: Store, turns: Iterable[Turn], tallies: dict[tuple[str, int], Fields]) -> None:
+    async def _write(self, store: Store, turns: list[Turn], tallies: dict[tuple[str, int], Fields]) -> None:
         buckets: dict[str, tuple[Fields, int]] = {}  # key -> (fields, ttl)
         sessions: dict[tuple[str, str], list[tuple[Turn, Fields]]] = {}
         tops: dict[str, tuple[Fields, int]] = {}  # key -> (raw tokens by namespace, ttl)
@@ -272,10 +281,30 @@ class Recorder:
                 sessions.setdefault((turn.namespace, turn.session), []).append((turn, fields))
         for (namespace, minute), fields in tallies.items():
             self._add(buckets, namespace, minute, fields)
+        labels = self._labels_due(turns)
         await _bounded(store.incr_fields(k, fields, ttl) for k, (fields, ttl) in buckets.items())
+        await _bounded(store.put(label_key(ns), self._sealer.seal(label.encode(), label_key(ns)),
+                                 ttl_of("d", self.retention))
+                       for ns, label in labels.items())
+        now = time.time()
+        if len(self._labelled) + len(labels) > MAX_LABELS:
+            self._labelled.clear()
+        self._labelled.update((ns, (label, now)) for ns, label in labels.items())
         await _bounded(store.rank_add(k, amounts, ttl) for k, (amounts, ttl) in tops.items())
         await _bounded(self._write_session(store, namespace, session, done)
                        for (namespace, session), done in sessions.items())
+
+    def _labels_due(self, turns: Iterable[Turn]) -> dict[str, str]:
+        """The labels of these turns' tenants not written lately (or changed since)."""
+        due: dict[str, str] = {}
+        now = time.time()
+        for turn in turns:
+            if turn.label is None or turn.namespace in due:
+                continue
+            written = self._labelled.get(turn.namespace)
+            if written is None or written[0] != turn.label or now - written[1] > LABEL_REWRITE:
+                due[turn.namespace] = turn.label
+        return due
 
     async def _write_session(self, store: Store, namespace: str, session: str,
                              done: list[tuple[Turn, Fields]]) -> None:

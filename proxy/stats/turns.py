@@ -44,11 +44,13 @@ class Turn:
     # it continues from (when its session is to be found from it), the id of its stored answer.
     continues: str | None = None
     response_id: str | None = None
+    label: str | None = None  # what the dashboard calls the namespace (Caller.label), never listed
+
 
     def row(self) -> dict[str, Any]:
         """As a session lists it."""
         row = asdict(self)
-        for name in ("namespace", "session", "continues", "response_id"):
+        for name in ("namespace", "session", "continues", "response_id", "label"):
             del row[name]
         row["time"] = round(self.time, 3)
         return row

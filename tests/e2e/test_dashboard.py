@@ -167,12 +167,12 @@ def test_drill_down_from_tenant_to_session(site, chromium):
     page, console = open_page(chromium, f"{site}/dashboard#window=1h")
     sign_in(page, ADMIN)
     seen = loads(page)
-    page.locator("#tenants-table tbody tr", has_text="dash-a").locator("button.link").click()
+    page.locator("#tenants-table tbody tr", has_text="dash-a").click()
     seen = wait_loaded(page, seen)
     assert page.inner_text("#scope").startswith("Tenant dash-a")
     assert page.locator("#tenants").is_hidden()
     assert sorted(column(page, "sessions-table", 1)) == ["a-build", "a-review"]
-    page.locator("#sessions-table tbody tr", has_text="a-build").locator("button.link").click()
+    page.locator("#sessions-table tbody tr", has_text="a-build").click()
     wait_loaded(page, seen)
     detail = api(site, "/v1/offload/sessions/a-build", ADMIN, tenant="dash-a")
     assert page.inner_text("#session-id") == "a-build"
@@ -317,7 +317,7 @@ def test_links_the_api_refuses_fall_back_to_a_view_that_loads(make_proxy, tmp_pa
         models = column(page, "sessions-table", 8)[column(page, "sessions-table", 1).index("zoo")]
         assert models.endswith("+2 more") and models.count("model-") == 8
         seen = loads(page)
-        page.locator("#sessions-table tbody tr", has_text="team/run-1").locator("button.link").click()
+        page.locator("#sessions-table tbody tr", has_text="team/run-1").click()
         wait_loaded(page, seen)
         assert page.inner_text("#session-id") == "team/run-1" and page.locator("#board").is_visible()
         assert page.evaluate("() => sessionStorage.getItem('offload-dashboard-token')") == ADMIN

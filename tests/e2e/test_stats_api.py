@@ -281,3 +281,47 @@ def test_a_key_without_a_tenants_file_name_may_name_itself_as_the_api_names_it(m
         other = namespace_for("credential", ["sk-someone-else-0001"], None)
         for name in (other[:12], other):
             assert api(url, "/v1/offload/sessions", CLIENT_KEY, tenant=name).status_code == 403
+
+
+def test_client_keys_are_labelled_by_their_fingerprint_only(make_proxy, upstream):
+    """Client-key mode: a tenant is a hash of its key, so the API labels it with the key's
+    vendor prefix and last 4 characters; the admin sees every label, a tenant its own only, and no
+    answer holds more of a key."""
+    proj, ant = "sk-proj-" + "Zq4r" * 12 + "AbCd", "sk-ant-api03-" + "Lm7p" * 12 + "WXYZ"
+    with make_proxy(admin_token=ADMIN) as url:
+        send(url, proj, agent_history(steps=2), session="p")
+        send(url, ant, agent_history(steps=2), session="a")
+        send(url, "sk-short-0001", agent_history(steps=2), session="s")
+        stats_when(url, ADMIN, 3, window="1h")
+        time.sleep(1.2)  # the sessions are written after the buckets
+        everything = api(url, "/v1/offload/stats", ADMIN, window="1h").json()
+        assert everything["first_seen"] <= everything["now"] < everything["first_seen"] + 3600
+        labels = sorted(r["label"] for r in everything["tenants"])
+        short = namespace_for("credential", ["sk-short-0001"], None)
+        assert labels == sorted(["sk-proj…AbCd", "sk-ant…WXYZ", short[:12]])
+        mine = api(url, "/v1/offload/stats", proj, window="1h").json()
+        assert mine["label"] == "sk-proj…AbCd" and mine["name"] == mine["tenant"][:12] and "tenants" not in mine
+        assert api(url, "/v1/offload/sessions", proj).json()["label"] == "sk-proj…AbCd"
+        assert api(url, "/v1/offload/sessions/p", proj).json()["label"] == "sk-proj…AbCd"
+        one = api(url, "/v1/offload/stats", ADMIN, window="1h", tenant=mine["tenant"]).json()
+        assert one["label"] == "sk-proj…AbCd"
+        answers = [api(url, path, key, **params).text for path, key, params in [
+            ("/v1/offload/stats", ADMIN, {"window": "1h"}), ("/v1/offload/stats", proj, {}),
+            ("/v1/offload/stats", ant, {"window": "7d"}), ("/v1/offload/sessions", ant, {}),
+            ("/v1/offload/sessions/a", ant, {})]]
+        for text in answers:
+            for key in (proj, ant):
+                assert key[:9] not in text and key[-5:] not in text and key[12:-4] not in text
+        assert "AbCd" not in "".join(answers[2:])  # the other tenant's label
+
+
+def test_a_key_fingerprint_is_sealed_at_rest_with_an_encryption_key(make_proxy, upstream, tmp_path):
+    key = "sk-proj-" + "Tn5c" * 12 + "QrSt"
+    with make_proxy(data_dir=tmp_path, encryption_key="labels at rest are sealed too", admin_token=ADMIN) as url:
+        send(url, key, agent_history(steps=2), session="s")
+        stats_when(url, key, 1, window="1h")
+        assert api(url, "/v1/offload/stats", key, window="1h").json()["label"] == "sk-proj…QrSt"
+        assert [r["label"] for r in api(url, "/v1/offload/stats", ADMIN, window="1h").json()["tenants"]] \
+            == ["sk-proj…QrSt"]
+    dump = b"".join(path.read_bytes() for path in tmp_path.glob("offload.sqlite3*"))
+    assert b":stats:label" in dump and b"QrSt" not in dump

@@ -20,7 +20,7 @@
 
   function yTicks(max) {
     if (!(max > 0)) return [0, 1];
-    const step = niceStep(max / 4);
+    const step = Math.max(1, niceStep(max / 4));  // what is drawn is counted: 0, 1, 2, never 0.5 shown as "1"
     const ticks = [];
     for (let v = 0; v < max + step * 0.999; v += step) ticks.push(v);
     return ticks;

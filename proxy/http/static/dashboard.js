@@ -12,7 +12,9 @@
     ["pending", "Summary pending", "c-pending"],
   ];
   const $ = (id) => document.getElementById(id);
-  const state = { token: sessionStorage.getItem(TOKEN_KEY), window: "24h", tenant: null, offset: 0,
+  const STATS = "/v1/offload/stats";
+  // window: null until the address names one or the first answers pick the one that fits the data
+  const state = { token: sessionStorage.getItem(TOKEN_KEY), window: null, tenant: null, offset: 0,
                   session: null, paused: false, busy: false, last: null, admin: null, notice: null };
 
   /* ---- formatting ---- */
@@ -47,16 +49,30 @@
     for (const c of children) node.append(c instanceof Node ? c : document.createTextNode(c === null || c === undefined ? "" : String(c)));
     return node;
   }
-  function table(el, columns, rows, onRow) {
+  // a row with `onRow` opens on a click anywhere in it, or on Enter once focused (Tab reaches it)
+  function table(el, columns, rows, onRow, rowLabel) {
     const head = h("tr", {}, ...columns.map(([label, , cls]) => h("th", { class: cls || "" }, label)));
     const body = rows.map((row) => {
       const cells = columns.map(([, value, cls], i) => {
         const content = value(row);
-        return h("td", { class: cls || "" }, i === 0 && onRow ? h("button", { type: "button", class: "link", onclick: () => onRow(row) }, content) : content);
+        return h("td", { class: cls || "" }, i === 0 && onRow ? h("span", { class: "link" }, content) : content);
       });
-      return h("tr", onRow ? { class: "clickable" } : {}, ...cells);
+      if (!onRow) return h("tr", {}, ...cells);
+      const tr = h("tr", { class: "clickable", tabindex: "0", title: rowLabel(row) }, ...cells);
+      tr.addEventListener("click", () => onRow(row));
+      tr.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); onRow(row); } });
+      return tr;
     });
     el.replaceChildren(h("thead", {}, head), h("tbody", {}, ...body));
+    scrollHints();
+  }
+
+  /* a table wider than its panel scrolls inside it: a fade and "scroll →" say so until its end is in view */
+  function scrollHints() {
+    for (const wrap of document.querySelectorAll(".table-wrap")) {
+      const more = wrap.scrollWidth - wrap.clientWidth - wrap.scrollLeft > 2;
+      wrap.parentElement.classList.toggle("more", more);
+    }
   }
 
   /* ---- the API ---- */
@@ -79,7 +95,7 @@
   /* ---- the view's state in the URL fragment (never the token) ---- */
   function readHash() {
     const p = new URLSearchParams(location.hash.slice(1));
-    if (["1h", "24h", "7d", "30d"].includes(p.get("window"))) state.window = p.get("window");
+    state.window = ["1h", "24h", "7d", "30d"].includes(p.get("window")) ? p.get("window") : null;
     state.tenant = p.get("tenant") || null;
     state.session = p.get("session") || null;
     state.offset = Math.max(0, parseInt(p.get("offset") || "0", 10) || 0);
@@ -157,11 +173,12 @@
     const rows = stats.tenants || [];
     $("tenants").hidden = !state.admin || state.tenant !== null;
     table($("tenants-table"), [
-      ["Tenant", (r) => r.name], ["Requests", (r) => int(r.totals.requests), "num opt"],
+      ["Tenant", (r) => r.label || r.name], ["Requests", (r) => int(r.totals.requests), "num opt"],
       ["Raw tokens", (r) => int(r.totals.tokens_before), "num"], ["Forwarded", (r) => int(r.totals.tokens_after), "num"],
       ["Saved", (r) => int(r.totals.tokens_saved), "num opt"], ["Fwd / raw", (r) => pct(r.totals.forwarded_ratio), "num"],
       ["Money saved", (r) => usd(r.totals.cost_saved_usd), "num opt"], ["Reload rate", (r) => pct(r.totals.reload_rate), "num opt"],
-    ], rows, (r) => { state.tenant = r.tenant; state.offset = 0; state.session = null; refresh(); });
+    ], rows, (r) => { state.tenant = r.tenant; state.offset = 0; state.session = null; refresh(); },
+    (r) => `Open the sessions of ${r.label || r.name} (namespace ${r.tenant})`);
     if (!rows.length) $("tenants-table").append(h("caption", {}, "No tenant sent a managed request in this window."));
     else if (stats.tenants_truncated) $("tenants-table").append(h("caption", {}, `The ${int(rows.length)} tenants with most raw tokens; there were more.`));
   }
@@ -174,7 +191,7 @@
       ["Raw tokens", (r) => int(r.tokens_before), "num"], ["Forwarded", (r) => int(r.tokens_after), "num"],
       ["Fwd / raw", (r) => pct(r.forwarded_ratio), "num"], ["Reload rounds", (r) => int(r.reload_rounds), "num opt"],
       ["Model", (r) => Object.keys(r.models || {}).join(", ") + (r.models_other ? ` +${int(r.models_other)} more` : ""), "opt"],
-    ], page.data, (r) => { state.session = r.id; refresh(); });
+    ], page.data, (r) => { state.session = r.id; refresh(); }, (r) => `Open session ${r.id}`);
     if (!page.data.length) $("sessions-table").append(h("caption", {}, "No session yet: sessions are named by the X-Offload-Session header or by their first messages."));
     const last = Math.min(page.total, page.offset + page.data.length);
     $("page").textContent = page.total ? `${int(page.offset + 1)}–${int(last)} of ${int(page.total)}` : "";
@@ -212,15 +229,15 @@
     if (state.busy) { state.again = true; return; }  // a click during a refresh: once more after it
     state.busy = true;
     state.again = false;
-    writeHash();
-    for (const b of document.querySelectorAll("#windows button")) b.classList.toggle("on", b.dataset.window === state.window);
     try {
-      if (state.admin === null) {  // who is looking: the admin reads any tenant, a tenant only its own
-        state.admin = (await api("/v1/offload/stats", { window: "1h" })).viewer === "admin";
-      }
+      if (state.admin === null) await probe();
       if (!state.admin) state.tenant = null;
-      const stats = await api("/v1/offload/stats", { window: state.window, tenant: state.tenant });
-      $("scope").textContent = stats.tenant ? `Tenant ${stats.name}` : "All tenants";
+      if (state.window === null) state.window = await fitWindow();
+      writeHash();
+      for (const b of document.querySelectorAll("#windows button")) b.classList.toggle("on", b.dataset.window === state.window);
+      const stats = await api(STATS, { window: state.window, tenant: state.tenant });
+      $("scope").replaceChildren(h("span", { class: "scope-name", title: stats.tenant ? `namespace ${stats.tenant}` : "" },
+        stats.tenant ? `Tenant ${stats.label || stats.name}` : "All tenants"));
       if (state.admin && stats.tenant) $("scope").append(" ", h("button", { type: "button", class: "quiet", onclick: () => { state.tenant = null; state.session = null; state.offset = 0; refresh(); } }, "All tenants"));
       headline(stats.totals);
       charts(stats);
@@ -247,10 +264,12 @@
         $("session").hidden = true;
       }
       state.last = new Date();
-      $("updated").textContent = `Updated ${SECONDS.format(state.last)}` + (state.paused ? " · paused" : ` · every ${REFRESH_MS / 1000} s`);
+      $("updated").replaceChildren(`Updated ${SECONDS.format(state.last)}`,
+        state.paused ? " · paused" : h("span", { class: "every" }, ` · every ${REFRESH_MS / 1000} s`));
       $("error").textContent = state.notice || "";
       $("error").hidden = !state.notice;
       state.notice = null;
+      scrollHints();
       document.body.dataset.loaded = String((+document.body.dataset.loaded || 0) + 1);
     } catch (e) {
       if (e.status === 401 || e.status === 403) {
@@ -272,9 +291,32 @@
     }
   }
 
+  /* who is looking: the admin reads any tenant, a tenant only its own */
+  async function probe() {
+    state.admin = (await api(STATS, { window: "1h" })).viewer === "admin";
+  }
+
+  /* the window that fits the data: 1 h while there is less than an hour of it (or none), else the
+     shortest of 24 h, 7 d and 30 d holding its first request; the visitor's choice from then on */
+  async function fitWindow() {
+    const tenant = state.admin ? state.tenant : null;
+    try {
+      for (const window of ["24h", "7d", "30d"]) {
+        const stats = await api(STATS, { window, tenant });
+        if (stats.first_seen === null || stats.first_seen === undefined) continue;
+        return window === "24h" && stats.now - stats.first_seen < 3600 ? "1h" : window;
+      }
+      return "1h";
+    } catch (e) {
+      if (e.status === 401 || e.status === 403) throw e;
+      return "24h";  // the view's own request says what is wrong
+    }
+  }
+
   function show(signedIn) {
     $("signin").hidden = signedIn;
     $("board").hidden = !signedIn;
+    document.body.classList.toggle("signed-in", signedIn);
     for (const id of ["windows", "pause", "signout"]) $(id).hidden = !signedIn;
   }
 
@@ -294,7 +336,7 @@
     state.token = $("token").value.trim();
     $("token").value = "";
     try {
-      state.admin = (await api("/v1/offload/stats", { window: "1h" })).viewer === "admin";
+      await probe();
     } catch (e) {
       return signOut(e.status === 401 || e.status === 403 ? e.message : "Could not reach the proxy: " + e.message);
     }
@@ -319,8 +361,9 @@
     $("prev").addEventListener("click", () => { state.offset = Math.max(0, state.offset - PAGE); refresh(); });
     $("next").addEventListener("click", () => { state.offset += PAGE; refresh(); });
     $("session-close").addEventListener("click", () => { state.session = null; refresh(); });
+    for (const wrap of document.querySelectorAll(".table-wrap")) wrap.addEventListener("scroll", scrollHints, { passive: true });
     let resize = null;
-    window.addEventListener("resize", () => { clearTimeout(resize); resize = setTimeout(refresh, 200); });
+    window.addEventListener("resize", () => { scrollHints(); clearTimeout(resize); resize = setTimeout(refresh, 200); });
     setInterval(() => { if (!state.paused && !document.hidden) refresh(); }, REFRESH_MS);
     if (state.token) { show(true); refresh(); } else { show(false); }
   });
