@@ -1,7 +1,14 @@
 """JSON request bodies, checked where the proxy reads them: shared by every wire format's `body`.
 
 A body must be a JSON object no deeper than MAX_DEPTH; a field the proxy reads with the wrong
-shape is a 400 `invalid_type` naming it (`param`), in the OpenAI error shape.
+type is a 400 `invalid_type` naming it (`param`), in the endpoint's error shape.
+
+One mechanism for the three formats: a `Shape` says, per field name, which JSON types the code
+reading that field relies on (`of`, `STRING`, a nested `Shape`, …), and `check_body` walks the
+body along it in one pass. A field read anywhere (a format's modules, the core, the token
+counter, the reload tools, the summary requests) is declared in a shape, or the code reading
+it must take any JSON value. `item_fields` and `part_shape` are what the format-neutral core
+reads of every format's history items and content parts (`proxy.core.tokens` above all).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.errors import ProxyError
-from proxy.formats.json_body import (BOOLEAN, STRING, TOOL, Shape, an_object, check_body, 
+from proxy.formats.json_body import (BOOLEAN, STRING, TOOL, Shape, an_object, check_body,
                                      item_fields, objects, parse_body, part_shape, text_or_objects)
 from proxy.formats.messages.items import PRIVATE_KEYS
 
