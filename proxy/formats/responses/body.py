@@ -1,25 +1,44 @@
 """Responses request bodies, parsed and checked where the proxy relies on their shape.
 
-The rule is chat's (`proxy.formats.json_body`): every field the proxy reads must, when present
-and not null, have the shape the proxy relies on, else a 400 `invalid_type` naming the field;
-the rest goes upstream as sent. What the proxy reads, and so checks:
+The rule is chat's (`proxy.formats.chat.body`): every field the proxy reads anywhere (this
+format's modules, the core, `proxy.core.tokens`, the reload tools' collision check and
+injection) must, when present and not null, have the JSON type the code reading it relies on,
+else a 400 `invalid_type` naming the field; the rest goes upstream as sent. What the proxy
+reads, and so checks:
 
-- the body: an object; `input`: a string or a list of objects; in each item, `type`, `role`,
-  `call_id`, `name`, `arguments` strings; `content`, and a tool result's `output`: a string or a
-  list of objects (a part's `text` a string);
-- `instructions`, `previous_response_id`: strings; `tools`: a list of objects; `stream`, `store`:
-  booleans; `include`: a list.
+- the body: an object; `model`, `instructions`, `previous_response_id` strings; `stream`,
+  `store`, `background` booleans; `include` a list; `conversation` a string or an object (its
+  `id` a string); `text` an object;
+- `input`: a string or a list of objects; in each item, `type`, `role`, `id`, `call_id`, `name`,
+  `namespace`, `arguments`, `server_label`, `approval_request_id` strings; `content` a string
+  or a list of parts; `output` (a tool result's) a string, a list of parts or an object (its
+  `type` a string); `input` (a custom tool call's) a string, a list of parts or an object;
+  `summary` (a reasoning item's) a list of parts; `tool_calls` a list of calls
+  (`json_body.item_fields`: what the token counter reads of any item);
+- a part: an object; `type`, `text` strings (a `tool_result` part's `content`, a `document`
+  part's `source.content`: a string or a list of parts);
+- `tools`: a list of objects (`type`, `name` strings, `function` an object with a string `name`,
+  a `namespace` tool's `tools` the same); `tool_choice`: a string or an object (`type`, `name`
+  strings, `tools` a list of objects with `type` and `name` strings).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from proxy.formats.json_body import (ARRAY, BOOLEAN, STRING, TOOL, Shape, of, an_object, check_body, item_fields,
+                                     objects, parse_body, part_shape)
 
-from proxy.formats.json_body import invalid, nested, objects, parse_body, strings
-
-_ITEM_STRINGS = ("type", "role", "call_id", "name", "arguments", "id")
-_BOOLEANS = ("stream", "store")
-_STRINGS = ("instructions", "previous_response_id", "model")
+ITEM = Shape({**item_fields(part_shape()), **{name: STRING for name in (
+    "id", "call_id", "namespace", "server_label", "approval_request_id")}})
+RESPONSES_TOOL = Shape(TOOL.fields)
+RESPONSES_TOOL.variant("namespace", tools=objects(RESPONSES_TOOL))
+CHOICE = Shape({"type": STRING, "name": STRING, "tools": objects(Shape({"type": STRING, "name": STRING}))})
+BODY = Shape({
+    "input": of("a string or an array of objects", text=True, objs=ITEM),
+    "tools": objects(RESPONSES_TOOL), "tool_choice": of("a string or an object", text=True, obj=CHOICE),
+    "model": STRING, "instructions": STRING, "previous_response_id": STRING,
+    "stream": BOOLEAN, "store": BOOLEAN, "background": BOOLEAN, "include": ARRAY,
+    "conversation": of("a string or an object", text=True, obj=Shape({"id": STRING})), "text": an_object(),
+})
 
 
 def parse_responses_body(raw: bytes, *, max_items: int | None = None) -> dict:
@@ -28,57 +47,4 @@ def parse_responses_body(raw: bytes, *, max_items: int | None = None) -> dict:
 
 
 def check_responses_body(body: dict) -> None:
-    for name, value in body.items():
-        if value is None:
-            continue
-        if name == "input":
-            if type(value) is not str:
-                _check_items(value)
-        elif name == "tools":
-            for tool in objects(value, "tools"):
-                nested(tool, 3)
-        elif name in _BOOLEANS:
-            if type(value) is not bool:
-                raise invalid(name, "a boolean", value)
-        elif name in _STRINGS:
-            if type(value) is not str:
-                raise invalid(name, "a string", value)
-        elif name == "include":
-            if type(value) is not list:
-                raise invalid(name, "an array", value)
-            nested(value, 2)
-        else:
-            nested(value, 2)
-
-
-def _check_items(items: Any) -> None:
-    if type(items) is not list:
-        raise invalid("input", "a string or an array of objects", items)
-    for i, item in enumerate(items):
-        if type(item) is not dict:
-            raise invalid(f"input[{i}]", "an object", item)
-        for name, value in item.items():
-            if value is None or (type(value) is str and name not in ("content", "output")):
-                continue
-            if type(value) is str:
-                continue
-            if name in _ITEM_STRINGS:
-                raise invalid(f"input[{i}].{name}", "a string", value)
-            if name == "content" and item.get("type") not in (None, "message"):
-                nested(value, 4)  # another item's content: not read by the proxy
-            elif name in ("content", "output") and item.get("type") != "computer_call_output":
-                _check_parts(value, f"input[{i}].{name}", name == "output")
-            else:
-                nested(value, 4)
-
-
-def _check_parts(parts: Any, param: str, output: bool) -> None:
-    if type(parts) is not list:
-        if output:  # some tool results carry an object (a screenshot, a shell result): not read here
-            nested(parts, 4)
-            return
-        raise invalid(param, "a string or an array of objects", parts)
-    for j, part in enumerate(parts):
-        if type(part) is not dict:
-            raise invalid(f"{param}[{j}]", "an object", part)
-        strings(part, ("text",), f"{param}[{j}]", 5)
+    check_body(body, BODY)
