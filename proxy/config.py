@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from proxy.option_text import json_or_commas
 
-
-def json_or_commas(text: str, *, opener: str, expected: str) -> Any:
-    """A list-like option as given on the command line or in the environment: JSON when it starts
-    with `opener` (`[` or `{`), else its comma-separated parts, stripped, empty ones left out.
-    ValueError, starting with `expected`, for JSON that does not parse."""
-    text = text.strip()
-    if text.startswith(opener):
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{expected}; got {text!r}, which is not valid JSON ({exc.msg})") from None
-    return [part.strip() for part in text.split(",") if part.strip()]
 
 class ServerSettings(BaseSettings):
     """Process-wide settings. Every field is settable as `OFFLOAD_<FIELD>` in the environment."""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from proxy.core.settings import OffloadSettings
 from proxy.replay.runner import FORMATS, Replayer, load_conversations, turns_of, upstream_for
-from proxy.replay.report import estimate_warning, report_dict, table, write_outputs
+from proxy.replay.report import estimate_warning, progress_bar, report_dict, table, write_outputs
 from proxy.replay.target import DEFAULT_CONCURRENCY, api_key_of, target_url
 from proxy.store import Store
 
@@ -104,15 +104,6 @@ def _store(args: argparse.Namespace) -> Store:
     return SQLiteStore(Path(args.data_dir or tempfile.mkdtemp(prefix="offload-replay-")))
 
 
-def _progress(total: int):
-    try:
-        from tqdm import tqdm
-
-        return tqdm(total=total, unit="turn", file=sys.stderr, disable=None)
-    except ImportError:
-        return None
-
-
 async def run_replay(args: argparse.Namespace) -> dict:
     settings = _settings(args)
     conversations = load_conversations(Path(args.file))
@@ -133,7 +124,7 @@ async def run_replay(args: argparse.Namespace) -> dict:
     warning = estimate_warning(counting)
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    bar = _progress(sum(len(turns_of(c["messages"])) for c in conversations))
+    bar = progress_bar(sum(len(turns_of(c["messages"])) for c in conversations))
     results = []
     try:
         for index, conv in enumerate(conversations):
