@@ -22,7 +22,7 @@ from proxy.core import jsonio, texts
 from proxy.http import observe
 
 from proxy.upstream import sse
-from proxy.upstream.errors import stream_broke
+from proxy.upstream.errors import response_host, stream_broke, upstream_error
 from proxy.errors import ProxyError, error_body
 from proxy.core.rounds import Rounds, ToolCall
 from proxy.reload.tools import ReloadTools
@@ -82,8 +82,12 @@ async def complete(rounds: Rounds, send: SendRound, tools: ReloadTools, budget: 
     round_ = 0
     while True:
         response = await send(rounds.request(budget.more(round_)))
-        raw = await response.aread()
-        await response.aclose()
+        try:
+            raw = await response.aread()
+        except httpx2.HTTPError as exc:  # broke off or timed out before the whole answer
+            raise upstream_error(exc, response_host(response)) from exc
+        finally:
+            await response.aclose()
         if response.status_code != 200:
             return LoopResult(response.status_code, raw, response)
         calls = rounds.take(_answer(raw, response, rounds.what))
@@ -189,7 +193,7 @@ async def stream(first: httpx2.Response, rounds: Rounds, send: SendRound, tools:
             async for event in _events(first, rounds, send, tools, budget, holder, before_finish):
                 yield rounds.encode(event)
         except (httpx2.HTTPError, ValueError) as exc:
-            for event in rounds.fail(stream_broke(exc)):
+            for event in rounds.fail(stream_broke(exc, response_host(holder[0]))):
                 yield rounds.encode(event)
         except Exception as exc:  # noqa: BLE001 - the stream must still end properly
             log.exception("streamed reload round failed")
