@@ -123,3 +123,25 @@ def test_upstream_timeouts_are_504_naming_its_host(make_proxy, upstream):
         assert r.status_code == 504 and host in r.json()["error"]["message"]
         r = httpx2.post(f"{url}/v1/chat/completions", json={**CHAT, "stream": True}, headers=KEY)
         assert r.status_code == 200 and f"The upstream stream at {host} broke off (ReadTimeout)" in r.text
+
+
+def test_a_reload_round_whose_body_stalls_is_a_504_naming_the_host(make_proxy, upstream):
+    """Through the reload loop (the request has references): the answer's headers come, its body
+    does not."""
+    from tests.harness.history import agent_history
+
+    async def stalls(request, rec):
+        async def body():
+            yield b'{"id": "chatcmpl-1", '
+            await asyncio.sleep(3)
+            yield b"}"
+        return StreamingResponse(body(), media_type="application/json")
+
+    upstream.handler = stalls
+    host = upstream.url.removeprefix("http://")
+    with make_proxy(read_timeout=0.3) as url:
+        r = httpx2.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": agent_history(steps=2)},
+                        headers={**KEY, "X-Offload-Max-Total-Tokens": "1000",
+                                 "X-Offload-Max-Tool-Message-Tokens": "500"}, timeout=20)
+        assert r.status_code == 504, r.text
+        assert r.json()["error"]["message"] == f"Upstream timed out at {host} (ReadTimeout)."
