@@ -31,7 +31,7 @@ from proxy.http.managed import chat_completions, messages, responses
 from proxy.config import ServerSettings
 from proxy.http.limits import BodyLimit
 from proxy.http import log_clip
-from proxy.http.observe import Metrics, Observe, configure_logging, metrics_endpoint
+from proxy.http.observe import Metrics, Observe, configure_logging, configure_text_logging, metrics_endpoint
 from proxy.http.services import Services, services_of
 from proxy.http.offload_api import get_offloaded, list_events, offload
 from proxy.core.settings import SettingsResolver, load_tenants_file
@@ -150,5 +150,5 @@ def create_app_from_env() -> Starlette:
     if settings.log_format == "json":
         configure_logging(settings.log_level)
     else:
-        logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+        configure_text_logging(settings.log_level)
     return create_app(settings)
