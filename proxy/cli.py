@@ -114,10 +114,11 @@ def serve(settings: ServerSettings) -> None:
     from proxy.http import log_clip
 
     log_clip.install()  # the supervisor's lines too (the workers install it in create_app)
-    if json_logs:  # uvicorn's own messages as JSON lines too; our access line replaces its own
+    if json_logs:  # uvicorn's own messages as JSON lines too
         from proxy.http.observe import configure_logging
 
         configure_logging(settings.log_level)
+    show_banner(settings)
     uvicorn.run(**uvicorn_options(
         "proxy.cli:create_served_app",
         factory=True,
@@ -127,8 +128,24 @@ def serve(settings: ServerSettings) -> None:
         log_level=settings.log_level,
         timeout_graceful_shutdown=settings.shutdown_grace,
         log_config=None if json_logs else uvicorn.config.LOGGING_CONFIG,
-        access_log=not json_logs,
+        access_log=False,  # the proxy's own access line (proxy.http.observe) is the one line per request
     ))
+
+
+def show_banner(settings: ServerSettings) -> None:
+    """The startup banner (`proxy.banner`), once, from the process that starts the workers: plain
+    lines on stderr, or with --log-format json one log record per line."""
+    import logging
+
+    from proxy.banner import banner_lines
+    from proxy.core.settings import load_tenants_file
+
+    lines = banner_lines(settings, load_tenants_file(settings.tenants_file))
+    if settings.log_format == "json":
+        for line in lines:
+            logging.getLogger("proxy.startup").info(line.strip())
+    else:
+        print("\n".join(lines), file=sys.stderr, flush=True)
 
 
 def uvicorn_options(app: Any, **overrides: Any) -> dict[str, Any]:

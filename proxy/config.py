@@ -2,26 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from proxy.option_text import json_or_commas
+from proxy.upstream.base_url import anthropic_base, openai_base
 
-
-def json_or_commas(text: str, *, opener: str, expected: str) -> Any:
-    """A list-like option as given on the command line or in the environment: JSON when it starts
-    with `opener` (`[` or `{`), else its comma-separated parts, stripped, empty ones left out.
-    ValueError, starting with `expected`, for JSON that does not parse."""
-    text = text.strip()
-    if text.startswith(opener):
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{expected}; got {text!r}, which is not valid JSON ({exc.msg})") from None
-    return [part.strip() for part in text.split(",") if part.strip()]
 
 class ServerSettings(BaseSettings):
     """Process-wide settings. Every field is settable as `OFFLOAD_<FIELD>` in the environment."""
@@ -31,7 +20,8 @@ class ServerSettings(BaseSettings):
     host: str = Field("127.0.0.1", description="Interface to listen on.")
     port: int = Field(8080, ge=0, le=65535, description="Port to listen on.")
     upstream: str = Field(
-        "https://api.openai.com/v1", pattern=r"^https?://[^\s]+$", description="Upstream base URL, including /v1."
+        "https://api.openai.com/v1", pattern=r"^https?://[^\s]+$",
+        description="Upstream base URL, as an OpenAI SDK's base_url (https://host/v1; a bare https://host gets /v1).",
     )
     upstream_api_key: str | None = Field(
         None, description="The operator's provider key. When set, clients must present proxy keys from the "
@@ -40,7 +30,7 @@ class ServerSettings(BaseSettings):
     anthropic_upstream: str = Field(
         "https://api.anthropic.com", pattern=r"^https?://[^\s]+$",
         description="Upstream of the Anthropic Messages API (/v1/messages and requests carrying "
-        "anthropic-version), as ANTHROPIC_BASE_URL is written: without /v1.",
+        "anthropic-version), as ANTHROPIC_BASE_URL is written (https://host), or with /v1.",
     )
     anthropic_api_key: str | None = Field(
         None, description="The operator's Anthropic key, sent as x-api-key for proxy-key callers on the "
@@ -249,16 +239,10 @@ class ServerSettings(BaseSettings):
 
     @property
     def upstream_base(self) -> str:
-        return self.upstream.rstrip("/")
+        """The OpenAI upstream with its /v1 (`--upstream` as written, with or without it)."""
+        return openai_base(self.upstream)
 
     @property
     def anthropic_base(self) -> str:
-        """The Anthropic upstream with /v1: what managed and relayed paths are appended to."""
+        """The Anthropic upstream with its /v1: what managed and relayed paths are appended to."""
         return anthropic_base(self.anthropic_upstream)
-
-
-def anthropic_base(url: str) -> str:
-    """An Anthropic base URL as ANTHROPIC_BASE_URL writes it (`https://host`), or with its /v1,
-    as the base the proxy appends `messages` to (`https://host/v1`)."""
-    url = url.rstrip("/")
-    return url if url.endswith("/v1") else f"{url}/v1"

@@ -89,9 +89,19 @@ def load_encoder(encoding_name: str) -> Encoder:
 
         return tiktoken.get_encoding(encoding_name)
     except Exception as exc:  # offline, corrupt cache, unknown name: never fail a request
-        log.warning("tiktoken encoding %s unavailable (%s); counting tokens by estimate", encoding_name, exc)
+        log.warning(estimate_note(encoding_name, exc))  # the message: an argument is clipped as client text
         _load_errors[encoding_name] = f"{type(exc).__name__}: {exc}"
         return EstimateEncoder()
+
+
+def estimate_note(encoding_name: str, exc: Exception) -> str:
+    """One line on an encoding that could not be loaded: what it means and how to fix it (not
+    the download's error, a screenful when there is no network)."""
+    cache = os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR")
+    where = f"not in TIKTOKEN_CACHE_DIR={cache}" if cache else "no TIKTOKEN_CACHE_DIR"
+    return (f"tiktoken encoding {encoding_name} not loaded ({where}, download failed: {type(exc).__name__}): "
+            f"token counts are estimated (about 4 bytes a token); to count exactly, set TIKTOKEN_CACHE_DIR to a "
+            f"folder holding {encoding_name}'s file (or let the proxy download it once)")
 
 
 def counting_method(counter: "TokenCounter") -> dict[str, str | None]:

@@ -12,16 +12,30 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterable, AsyncIterator
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from starlette.responses import Response, StreamingResponse
 
+from proxy.core.settings import OffloadSettings
+from proxy.core.wire import WireFormat
 from proxy.http import observe
 from proxy.offload import chains
+from proxy.offload.pipeline import Prepared
 from proxy.stats import session_id
 
-if TYPE_CHECKING:
-    from proxy.http.managed import ManagedCall
+
+class ManagedCall(Protocol):
+    """What this module reads of a managed turn (`proxy.http.managed.ManagedCall`, which uses
+    this module: named here by its shape, so neither imports the other)."""
+
+    prepared: Prepared
+    body: dict
+    namespace: str
+    settings: OffloadSettings
+    fmt: WireFormat
+    previous: Any
+    messages: list[Any]
+    rec: observe.RequestRecord | None
 
 PEEK = 8192  # bytes of an answer looked at for its id
 _RESPONSE_ID = re.compile(rb'"id"\s*:\s*"([A-Za-z0-9_-]{1,256})"')

@@ -15,6 +15,7 @@ import logging
 from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.middleware import Middleware
@@ -25,11 +26,12 @@ from proxy.http.caller import CallerGate, Gatekeeper
 from proxy.http.canonical_path import CanonicalPath
 from proxy.http.count_tokens import count_tokens
 from proxy.http.dashboard import Dashboard
+from proxy.http.routing_errors import not_routed
 from proxy.http.managed import chat_completions, messages, responses
 from proxy.config import ServerSettings
 from proxy.http.limits import BodyLimit
 from proxy.http import log_clip
-from proxy.http.observe import Metrics, Observe, configure_logging, metrics_endpoint
+from proxy.http.observe import Metrics, Observe, configure_logging, configure_text_logging, metrics_endpoint
 from proxy.http.services import Services, services_of
 from proxy.http.offload_api import get_offloaded, list_events, offload
 from proxy.core.settings import SettingsResolver, load_tenants_file
@@ -138,7 +140,8 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
         Middleware(AdminGate, admin_token=settings.admin_token, stats=stats_api),
         Middleware(CallerGate, gatekeeper=gatekeeper),
     ]
-    return Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
+    return Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
+                     exception_handlers={HTTPException: not_routed})
 
 
 def create_app_from_env() -> Starlette:
@@ -147,5 +150,5 @@ def create_app_from_env() -> Starlette:
     if settings.log_format == "json":
         configure_logging(settings.log_level)
     else:
-        logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+        configure_text_logging(settings.log_level)
     return create_app(settings)

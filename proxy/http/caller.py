@@ -34,7 +34,6 @@ from typing import Any, Literal
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from proxy.config import anthropic_base
 from proxy.errors import ProxyError
 from proxy.http.family import Family, family_of
 from proxy.http.fingerprint import credential_label, with_sub
@@ -43,6 +42,7 @@ from proxy.http.shared_state import stored_state
 from proxy.offload.tenant import bare_credential, namespace_for
 from proxy.upstream.choice import HEADER as UPSTREAM_HEADER
 from proxy.upstream.choice import requested_base
+from proxy.upstream.base_url import anthropic_base, openai_base
 
 log = logging.getLogger("proxy.http.caller")
 
@@ -122,7 +122,7 @@ def tenants_from_config(config: Mapping[str, Mapping[str, Any]]) -> dict[str, Te
             if is_placeholder(upstream_key):
                 raise ValueError(f"tenant {name!r}: {field} is the example value {PLACEHOLDER!r}")
         upstream, anthropic = (_tenant_url(name, entry, field) for field in ("upstream", "anthropic_upstream"))
-        tenants[name] = Tenant(name, frozenset(digests), upstream.rstrip("/") if upstream else None,
+        tenants[name] = Tenant(name, frozenset(digests), openai_base(upstream) if upstream else None,
                                held["upstream_api_key"], anthropic_base(anthropic) if anthropic else None,
                                held["anthropic_api_key"])
     return tenants
@@ -259,7 +259,9 @@ class Gatekeeper:
 
     def _requested_base(self, headers: Headers, family: Family) -> str | None:
         requested = requested_base(headers, self.allowlist)
-        return anthropic_base(requested) if requested and family == "anthropic" else requested
+        if not requested:
+            return None
+        return anthropic_base(requested) if family == "anthropic" else openai_base(requested)
 
     def identify(self, headers: Headers, family: Family = "openai") -> Caller:
         """Raises ProxyError 401 (no or wrong credential), 403 or 400 (a bad X-Offload-* header)."""

@@ -378,6 +378,7 @@ class ManagedCall:
             response_headers_for_client(result.response.headers.raw, decoded=True)
             + [(b"content-length", str(len(result.body)).encode())]
             + self.extra_headers
+            + [(reload_loop.RELOAD_ROUNDS_HEADER, str(result.rounds).encode())]
         )
         return out
 

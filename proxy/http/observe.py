@@ -38,6 +38,7 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2
 class RequestRecord:
     route: str
     method: str
+    path: str | None = None  # as routed (canonical); clipped in the log line
     started: float = field(default_factory=time.perf_counter)
     status: int = 0
     request_id: str | None = None
@@ -216,7 +217,7 @@ class Observe:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        rec = RequestRecord(route_of(scope["path"]), scope["method"], metrics=self.metrics)
+        rec = RequestRecord(route_of(scope["path"]), scope["method"], scope["path"], metrics=self.metrics)
         token = current.set(rec)
 
         async def recording_send(message: Message) -> None:
@@ -274,6 +275,40 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             base["exception"] = record.exc_text or self.formatException(record.exc_info)
         return json.dumps(base, separators=(",", ":"))
+
+
+class TextFormatter(logging.Formatter):
+    """`--log-format text`: a line per record; an access line as `METHOD path status duration`
+    then what else it knows, `key=value`, zeros left out."""
+
+    LEAD = ("method", "path", "status", "duration_ms")
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        message = record.message
+        if record.name == access_log.name and message.startswith("{"):
+            try:
+                line = json.loads(message)
+            except ValueError:
+                line = None  # clipped (proxy.http.log_clip): logged as it is
+            if isinstance(line, dict):
+                lead = [f"{line.get('method', '')} {line.get('path', '')} {line.get('status', '')}",
+                        f"{line.get('duration_ms', '')}ms"]
+                rest = [f"{k}={json.dumps(v) if isinstance(v, (list, dict)) else v}" for k, v in line.items()
+                        if k not in self.LEAD and v not in (0, False)]
+                record.message = " ".join(lead + rest)
+        return super().formatMessage(record)
+
+
+def configure_text_logging(level: str) -> None:
+    log_clip.install()
+    handler = logging.StreamHandler()
+    handler.setFormatter(TextFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
 
 
 def configure_logging(level: str) -> None:

@@ -15,7 +15,7 @@ from proxy.offload import chains, cpu
 from proxy.upstream import sse
 from proxy.http.caller import Caller
 from proxy.http.disconnect import ClientDisconnected, ClientWatch
-from proxy.upstream.errors import stream_broke, upstream_error
+from proxy.upstream.errors import response_host, stream_broke, upstream_error
 from proxy.http.services import services_of
 from proxy.errors import ProxyError, Shape, anthropic_error_event
 from proxy.http.headers import response_headers_for_client
@@ -63,14 +63,14 @@ async def stream_back(response: httpx2.Response, extra_headers: list[tuple[bytes
         try:
             body = b"".join([chunk async for chunk in response.aiter_raw()])
         except httpx2.HTTPError as exc:
-            return upstream_error(exc).response(shape)
+            return upstream_error(exc, response_host(response)).response(shape)
         finally:
             await response.aclose()
         out: Response = Response(body, status_code=response.status_code)
     else:
         chunks = response.aiter_raw()
         if is_plain_sse(response):
-            chunks = with_error_event(chunks, shape)
+            chunks = with_error_event(chunks, shape, host=response_host(response))
         out = StreamingResponse(close_after(response, chunks), status_code=response.status_code)
     out.raw_headers = headers
     return out
@@ -82,7 +82,8 @@ def is_plain_sse(response: httpx2.Response) -> bool:
     )
 
 
-async def with_error_event(chunks: AsyncIterator[bytes], shape: Shape = "openai") -> AsyncIterator[bytes]:
+async def with_error_event(chunks: AsyncIterator[bytes], shape: Shape = "openai", *,
+                           host: str | None = None) -> AsyncIterator[bytes]:
     """An SSE stream that breaks off upstream ends with an error event (and [DONE] for OpenAI's
     streams; Anthropic's `error` event ends its own), not a cut."""
     try:
@@ -90,9 +91,9 @@ async def with_error_event(chunks: AsyncIterator[bytes], shape: Shape = "openai"
             yield chunk
     except httpx2.HTTPError as exc:
         if shape == "anthropic":
-            yield b"\n\n" + sse.encode_typed(anthropic_error_event(stream_broke(exc)))
+            yield b"\n\n" + sse.encode_typed(anthropic_error_event(stream_broke(exc, host)))
         else:
-            yield b"\n\n" + sse.encode(stream_broke(exc)) + sse.DONE_EVENT
+            yield b"\n\n" + sse.encode(stream_broke(exc, host)) + sse.DONE_EVENT
 
 
 def client_has_body(request: Request) -> bool:

@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.middleware.exceptions import ExceptionMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route, Router
@@ -32,6 +34,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from proxy.errors import ProxyError
 from proxy.http.caller import Caller, presented_credentials
 from proxy.http.json_response import JSONResponse
+from proxy.http.routing_errors import not_routed
 from proxy.http.services import services_of
 from proxy.offload.tenant import namespace_for
 from proxy.stats import reader
@@ -184,7 +187,7 @@ class AdminGate:
     def __init__(self, app: ASGIApp, admin_token: str | None, stats: StatsApi) -> None:
         self.app = app
         self.token = admin_token.encode() if admin_token else None
-        self.router = Router(routes=stats.routes())
+        self.router = ExceptionMiddleware(Router(routes=stats.routes()), handlers={HTTPException: not_routed})
 
     def _is_admin(self, scope: Scope) -> bool:
         presented = presented_credentials(Headers(scope=scope))

@@ -22,7 +22,7 @@ from proxy.core import jsonio, texts
 from proxy.http import observe
 
 from proxy.upstream import sse
-from proxy.upstream.errors import stream_broke
+from proxy.upstream.errors import response_host, stream_broke, upstream_error
 from proxy.errors import ProxyError, error_body
 from proxy.core.rounds import Rounds, ToolCall
 from proxy.reload.tools import ReloadTools
@@ -72,6 +72,7 @@ class LoopResult:
     status: int
     body: bytes
     response: httpx2.Response  # the last upstream response (for its headers)
+    rounds: int = 0  # reload rounds run (each one more upstream call)
 
 
 async def complete(rounds: Rounds, send: SendRound, tools: ReloadTools, budget: Budget) -> LoopResult:
@@ -82,13 +83,17 @@ async def complete(rounds: Rounds, send: SendRound, tools: ReloadTools, budget: 
     round_ = 0
     while True:
         response = await send(rounds.request(budget.more(round_)))
-        raw = await response.aread()
-        await response.aclose()
+        try:
+            raw = await response.aread()
+        except httpx2.HTTPError as exc:  # broke off or timed out before the whole answer
+            raise upstream_error(exc, response_host(response)) from exc
+        finally:
+            await response.aclose()
         if response.status_code != 200:
-            return LoopResult(response.status_code, raw, response)
+            return LoopResult(response.status_code, raw, response, round_)
         calls = rounds.take(_answer(raw, response, rounds.what))
         if not calls:
-            return LoopResult(200, jsonio.dumps(rounds.result()), response)
+            return LoopResult(200, jsonio.dumps(rounds.result()), response, round_)
         rounds.answer(await run_calls(tools, calls, budget.deadline))
         round_ += 1
         _count_round()
@@ -120,9 +125,10 @@ def _answer(raw: bytes, response: httpx2.Response, what: str) -> dict:
 
 
 async def _events(first: httpx2.Response, rounds: Rounds, send: SendRound, tools: ReloadTools,
-                  budget: Budget, holder: list[httpx2.Response],
+                  budget: Budget, holder: list[httpx2.Response], done: list[int],
                   before_finish: Callable[[], Awaitable[None]] | None) -> AsyncIterator[dict]:
-    """The events for the client (not yet encoded); an error event ends them early."""
+    """The events for the client (not yet encoded); an error event ends them early. `done[0]`:
+    the reload rounds run so far."""
     response = first
     round_ = 0
     while True:
@@ -153,6 +159,7 @@ async def _events(first: httpx2.Response, rounds: Rounds, send: SendRound, tools
             break
         rounds.answer(await run_calls(tools, calls, budget.deadline))
         round_ += 1
+        done[0] = round_
         _count_round()
         try:
             response = holder[0] = await send(rounds.request(budget.more(round_)))
@@ -181,25 +188,37 @@ async def stream(first: httpx2.Response, rounds: Rounds, send: SendRound, tools:
     that is not an event of an answer or a 200 answer with no event at all, or a round fails in
     the proxy) ends the stream with the format's error event (`rounds.fail`) and its closing,
     never a cut connection. `before_finish` runs once the last round has ended, before the
-    events that end the stream are sent.
+    events that end the stream are sent. The reload rounds run are told last, in an SSE comment
+    (`reload_rounds_comment`) before the format's closing: every SSE client skips comments.
     """
     holder = [first]
+    done = [0]
     try:
         try:
-            async for event in _events(first, rounds, send, tools, budget, holder, before_finish):
+            async for event in _events(first, rounds, send, tools, budget, holder, done, before_finish):
                 yield rounds.encode(event)
         except (httpx2.HTTPError, ValueError) as exc:
-            for event in rounds.fail(stream_broke(exc)):
+            for event in rounds.fail(stream_broke(exc, response_host(holder[0]))):
                 yield rounds.encode(event)
         except Exception as exc:  # noqa: BLE001 - the stream must still end properly
             log.exception("streamed reload round failed")
             for event in rounds.fail(error_body(f"The proxy failed during a reload round ({type(exc).__name__}).",
                                                 "server_error", "proxy_error")):
                 yield rounds.encode(event)
+        yield reload_rounds_comment(done[0])
         if rounds.closing:
             yield rounds.closing
     finally:
         await holder[0].aclose()
+
+
+RELOAD_ROUNDS_HEADER = b"x-offload-reload-rounds"
+
+
+def reload_rounds_comment(count: int) -> bytes:
+    """How a stream tells its reload rounds (a non-streamed answer: the X-Offload-Reload-Rounds
+    header): an SSE comment, which SDKs and SSE parsers skip."""
+    return b": x-offload-reload-rounds: %d\n\n" % count
 
 
 def _error_payload(raw: bytes, status: int) -> dict:

@@ -12,7 +12,7 @@ from proxy.core.settings import OffloadSettings
 from proxy.replay.baselines import MASK_KEEP
 from proxy.replay.runner import FORMATS, Replayer, load_conversations, turns_of, upstream_for, view_for
 from proxy.replay import compare
-from proxy.replay.report import estimate_warning, report_dict, table, write_outputs
+from proxy.replay.report import estimate_warning, progress_bar, report_dict, table, write_outputs
 from proxy.replay.target import DEFAULT_CONCURRENCY, api_key_of, target_url
 from proxy.store import Store
 
@@ -131,15 +131,6 @@ def _store(args: argparse.Namespace) -> Store:
     return SQLiteStore(Path(args.data_dir or tempfile.mkdtemp(prefix="offload-replay-")))
 
 
-def _progress(total: int):
-    try:
-        from tqdm import tqdm
-
-        return tqdm(total=total, unit="turn", file=sys.stderr, disable=None)
-    except ImportError:
-        return None
-
-
 def compared(args: argparse.Namespace, conversations: list[dict], settings: OffloadSettings, format: str,
              report: dict) -> dict:
     """`--compare`: the baselines' figures on the same conversations, with the proxy's (the replay's)."""
@@ -169,7 +160,7 @@ async def run_replay(args: argparse.Namespace) -> dict:
     warning = estimate_warning(counting)
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    bar = _progress(sum(len(turns_of(c["messages"])) for c in conversations))
+    bar = progress_bar(sum(len(turns_of(c["messages"])) for c in conversations))
     results = []
     try:
         for index, conv in enumerate(conversations):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,16 @@ log = logging.getLogger("proxy.replay")
 
 NAME_WIDTH = 36  # the table's conversation column
 CHART_NAME_WIDTH = 28  # overall.png's bar labels
+
+
+def progress_bar(total: int):
+    """A progress bar of `total` turns on stderr (tqdm, when installed and stderr is a terminal), else None."""
+    try:
+        from tqdm import tqdm
+
+        return tqdm(total=total, unit="turn", file=sys.stderr, disable=None)
+    except ImportError:
+        return None
 
 
 def overall(conversations: list[Any]) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from typing import Any
 import httpx2
 
 from proxy.core.settings import IDENT_PATTERN
-from proxy.replay.report import NAME_WIDTH, unique_labels
+from proxy.replay.report import NAME_WIDTH, progress_bar, unique_labels
 from proxy.replay.runner import load_conversations
 from proxy.replay.turns import request_body, requests_of, system_of, turns_of
 
@@ -276,8 +276,6 @@ async def send_all(conversations: list[dict], *, target: str, format: str, model
 
 async def run_target(args: argparse.Namespace) -> dict[str, Any]:
     """The `replay --target` command: send, print the table, write report.json (with --out)."""
-    from proxy.replay.cli import _progress
-
     conversations = load_conversations(Path(args.file))
     format = getattr(args, "format", None) or "chat"
     api_key = api_key_of(args)
@@ -285,7 +283,7 @@ async def run_target(args: argparse.Namespace) -> dict[str, Any]:
         raise TargetError("--target needs --api-key (or $OPENAI_API_KEY / $ANTHROPIC_API_KEY)")
     concurrency = args.concurrency or DEFAULT_CONCURRENCY
     total = sum(len(turns_of(c["messages"])) for c in conversations)
-    bar = _progress(total)
+    bar = progress_bar(total)
     try:
         sent = await send_all(conversations, target=args.target, format=format, model=args.model, api_key=api_key,
                               concurrency=concurrency, tick=(lambda: bar.update(1)) if bar else (lambda: None))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from proxy.config import json_or_commas
+from proxy.option_text import json_or_commas
 
 FALLBACK = "*"
 # Share of an agent turn's input a provider's prompt cache serves: each turn resends the last

@@ -10,7 +10,7 @@ import httpx2
 from proxy.http import observe
 
 from proxy.config import ServerSettings
-from proxy.upstream.errors import upstream_error
+from proxy.upstream.errors import host_of, upstream_error
 from proxy.upstream.pool import pooled_transport
 
 Headers = list[tuple[bytes, bytes]]
@@ -73,13 +73,14 @@ class Upstream:
             rec.upstream_sent = sent
         try:
             response = await self.transport.handle_async_request(request)
+            response.request = request  # its host names the upstream in an error reading the body
             if rec is not None:
                 rec.upstream_status = response.status_code
                 if rec.upstream_ttfb is None:
                     rec.upstream_ttfb = time.perf_counter() - sent
             return response
         except httpx2.TransportError as exc:
-            raise upstream_error(exc) from exc
+            raise upstream_error(exc, host_of(request.url)) from exc
 
     async def aclose(self) -> None:
         await self.transport.aclose()

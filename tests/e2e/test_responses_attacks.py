@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import socket
 import time
 
@@ -275,13 +276,17 @@ def stream_post(url: str, body: dict, key: str = "sk-tenant-a-000000", headers: 
         return r, r.read().decode()
 
 
+RELOAD_ROUNDS = re.compile(r": x-offload-reload-rounds: \d+")
+
+
 def assert_sane_stream(text: str, terminal: str | None = None) -> list[dict]:
     """Well framed (every `event:` line names its data's type, on a line of its own), one terminal
     event and last, sequence numbers strictly increasing ints, contiguous output indexes, and no
     trace of the injected tools."""
     for block in text.split("\n\n"):
         for line in block.split("\n"):
-            assert line == "" or line.startswith(("event: ", "data: ")), repr(line[:200])
+            assert line == "" or line.startswith(("event: ", "data: ")) or RELOAD_ROUNDS.fullmatch(line), \
+                repr(line[:200])  # the proxy's own comment (reload rounds run) the only other line
     got = parse_sse(text)
     kinds = [e.get("type") for e in got]
     terminals = [k for k in kinds if k in ("response.completed", "response.failed", "response.incomplete")]

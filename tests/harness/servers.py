@@ -444,24 +444,27 @@ class ProxyProcess:
     """`python -m proxy serve …` on a free loopback port, as a user runs it; ready when `/readyz` is."""
 
     def __init__(self, *args: str, data_dir: Path | str, capture: bool = False, capture_stdout: bool = False,
-                 ready_within: float = 20) -> None:
+                 ready_within: float = 20, env: dict[str, str] | None = None, ready_path: str = "/readyz") -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.argv = [sys.executable, "-m", "proxy", "serve", "--port", str(self.port), "--data-dir", str(data_dir),
                      *args]
         self.capture, self.capture_stdout, self.ready_within = capture, capture_stdout, ready_within
+        self.env, self.ready_path = env, ready_path  # env: the whole environment (None: this process's)
         self.proc: subprocess.Popen | None = None
         self.stdout = ""  # what it wrote to stdout, once stopped (with capture_stdout)
+        self.stderr = ""  # what it wrote to stderr, once stopped (with capture)
 
     def start(self) -> "ProxyProcess":
         import httpx2
 
         self.proc = subprocess.Popen(self.argv, stderr=subprocess.PIPE if self.capture else None,
-                                     stdout=subprocess.PIPE if self.capture_stdout else None, text=True)
+                                     stdout=subprocess.PIPE if self.capture_stdout else None, text=True,
+                                     env=self.env)
         deadline = time.monotonic() + self.ready_within
         while True:
             try:
-                if httpx2.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                if httpx2.get(f"{self.url}{self.ready_path}", timeout=1).status_code == 200:
                     return self
             except httpx2.TransportError:
                 pass
@@ -474,8 +477,8 @@ class ProxyProcess:
             return ""
         self.proc.terminate()
         out, err = self.proc.communicate(timeout=15)
-        self.stdout = out or ""
-        return err or ""
+        self.stdout, self.stderr = out or "", err or ""
+        return self.stderr
 
     def __enter__(self) -> "ProxyProcess":
         return self.start()

@@ -59,7 +59,8 @@ async def collect(first: httpx2.Response, send, tools) -> list:
     rounds = ChatRounds({}, [{"role": "user", "content": "q"}], RELOAD_TOOL_SCHEMAS)
     rounds.request(True)  # what `first` answers
     out = [e async for e in reload_loop.stream(first, rounds, send, tools, budget)]
-    events = [e.decode().removeprefix("data: ").strip() for e in out]
+    assert out[-2].startswith(b": x-offload-reload-rounds: ")  # the rounds run, in a comment before [DONE]
+    events = [e.decode().removeprefix("data: ").strip() for e in out if not e.startswith(b":")]
     assert events[-1] == "[DONE]"
     return [json.loads(e) for e in events[:-1]]
 

@@ -30,3 +30,17 @@ def test_rows_go_from_specific_to_general():
     kinds = [kind for kind, *_ in UPSTREAM_ERRORS]
     for i, kind in enumerate(kinds):
         assert not any(issubclass(kind, earlier) for earlier in kinds[:i]), kind  # a row never shadowed
+
+
+def test_the_upstream_is_named_by_host_and_port_only():
+    from proxy.upstream.errors import host_of, response_host
+
+    url = httpx2.URL("https://user:pw@api.example.com:8443/v1/chat?key=secret")
+    assert host_of(url) == "api.example.com:8443" and host_of(httpx2.URL("https://api.example.com/v1")) == "api.example.com"
+    error = upstream_error(httpx2.ConnectError("x"), host_of(url))
+    assert error.message == "Upstream unreachable at api.example.com:8443 (ConnectError)."
+    assert stream_broke(httpx2.ReadTimeout("x"), "h:1")["error"]["message"] == "The upstream stream at h:1 broke off (ReadTimeout)."
+    response = httpx2.Response(200)
+    assert response_host(response) is None
+    response.request = httpx2.Request("GET", url)
+    assert response_host(response) == "api.example.com:8443"

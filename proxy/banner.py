@@ -1,0 +1,92 @@
+"""What `offload-proxy serve` says once at startup: where it listens, where each API goes, where
+content is stored, what it offloads, who may call it, and where its dashboard and metrics are.
+
+Built from the settings alone (no store, no network), so it goes out before the first worker
+starts. A Redis URL is shown without its password; no key or token is ever shown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from proxy import __version__
+from proxy.config import ServerSettings
+from proxy.core.settings import OffloadSettings
+
+
+def redacted_url(url: str) -> str:
+    """`url` without its password (`redis://user:***@host`) nor its query's values (redis-py
+    also reads `?password=`); the rest as written."""
+    parts = urlsplit(url)
+    if parts.password is not None:
+        host = parts.netloc.rpartition("@")[2]
+        parts = parts._replace(netloc=f"{parts.username or ''}:***@{host}")
+    if parts.query:
+        parts = parts._replace(query="&".join(f"{pair.partition('=')[0]}=***" for pair in parts.query.split("&")))
+    return urlunsplit(parts)
+
+
+def listen_url(settings: ServerSettings) -> str:
+    host = settings.host
+    host = f"[{host}]" if ":" in host else host
+    return f"http://{host}:{settings.port}"
+
+
+def _store(settings: ServerSettings) -> str:
+    if settings.redis_url:
+        cluster = " (cluster)" if settings.redis_cluster or "+cluster://" in settings.redis_url else ""
+        return f"Redis {redacted_url(settings.redis_url)}{cluster}"
+    return f"SQLite {(settings.data_dir / 'offload.sqlite3').resolve()}"
+
+
+def _offload(settings: ServerSettings, tenants: int) -> str:
+    defaults = OffloadSettings(**settings.offload_defaults())
+    what = {"auto": f"its tool results over {defaults.max_tool_message_tokens} tokens compacted, then older "
+                    "turns summarised if still too large",
+            "compact": f"its tool results over {defaults.max_tool_message_tokens} tokens compacted",
+            "compress": "its older turns summarised"}.get(defaults.mode)
+    if what is None:
+        line = "mode off (requests go upstream unchanged)"
+    else:
+        line = (f"mode {defaults.mode}: a history over {defaults.max_total_tokens} tokens gets {what}; reload tools "
+                f"{'on' if defaults.reload_tools else 'off'} (at most {defaults.max_reload_rounds} rounds)")
+    overrides = f"; {tenants} tenant(s) and X-Offload-* headers may change them" if tenants else \
+        "; X-Offload-* headers may change them"
+    return line + overrides
+
+
+def _auth(settings: ServerSettings, tenants: Mapping[str, Mapping[str, Any]]) -> str:
+    keyed = sum(1 for entry in tenants.values() if entry.get("api_keys"))
+    held = [name for name, key in (("--upstream-api-key", settings.upstream_api_key),
+                                   ("--anthropic-api-key", settings.anthropic_api_key)) if key]
+    if held:
+        line = (f"proxy keys required ({keyed} tenant(s) with api_keys); the upstream gets the operator's key "
+                f"({', '.join(held)}) or a tenant's own")
+    else:
+        line = "client keys relayed: each caller's own provider key goes upstream and is its namespace"
+        if keyed:
+            line += f"; proxy keys of {keyed} tenant(s) accepted too"
+    if settings.allow_anonymous:
+        line += "; anonymous requests served too (--allow-anonymous: one shared namespace)"
+    return line
+
+
+def banner_lines(settings: ServerSettings, tenants: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
+    """The startup banner, one string per line. `tenants`: the tenants file's tables."""
+    tenants = tenants or {}
+    root = listen_url(settings)
+    metrics = f"{root}/metrics" + (" (admin token required)" if settings.admin_token else "")
+    return [
+        f"offload-proxy {__version__}",
+        f"  listening   {root}  (OpenAI SDKs: base_url {root}/v1; Anthropic SDKs and Claude Code: {root})",
+        f"  openai      {settings.upstream_base}/…  (chat/completions and responses managed, the rest relayed)",
+        f"  anthropic   {settings.anthropic_base}/…  (messages managed, the rest relayed)",
+        f"  store       {_store(settings)}",
+        f"  offload     {_offload(settings, len(tenants))}",
+        f"  auth        {_auth(settings, tenants)}",
+        f"  dashboard   {root}/dashboard",
+        f"  metrics     {metrics}",
+        f"  workers     {settings.workers}; logs {settings.log_format} at {settings.log_level}",
+    ]
