@@ -66,10 +66,10 @@ class Compressor:
         self.deferred: list[Callable[[], object]] = []  # background summaries to start once the turn is out
 
     def _summary_key(self, prefix_hash: str) -> str:
-        return key(self.namespace, "summary", f"{prefix_hash}:{self.version}")
+        return key(self.namespace, "summary", f"{prefix_hash}:{self.version}:{cp.LAYOUT}")
 
     def _lock_key(self, prefix_hash: str) -> str:
-        return key(self.namespace, "lock", f"{prefix_hash}:{self.version}")
+        return key(self.namespace, "lock", f"{prefix_hash}:{self.version}:{cp.LAYOUT}")
 
     async def _prior(self, originals: list[Any], chain: cp.PrefixHashes, head: int, tail: int,
                      cpu: CPU) -> cp.PriorSummary | None:
