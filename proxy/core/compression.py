@@ -171,15 +171,24 @@ def tokens_between(items: list[Any], view: ItemView, start: int, end: int, count
     return sum(counter.message(m) for m in items[start:end] if view.role(m) != "system")
 
 
+def trigger(items: list[Any], view: ItemView, head: int, settings: OffloadSettings, counter: TokenCounter) -> int:
+    """What the part after the head may hold before it is summarised: max_total_tokens less the
+    task's tokens (the task counts against the trigger as before it was pinned, so what is
+    forwarded stays as large), at least half of max_total_tokens (a long task never makes every
+    turn summarise)."""
+    limit = settings.max_total_tokens
+    return max(limit - tokens_between(items, view, 0, head, counter), limit // 2)
+
+
 def decide(items: list[Any], view: ItemView, settings: OffloadSettings, counter: TokenCounter,
            prior: PriorSummary | None) -> Decision:
     head, tail = split(items, view, settings.keep_recent_for(COMPRESS_KEEP_RECENT))
-    trigger = settings.max_total_tokens
+    limit = trigger(items, view, head, settings, counter)
     if prior is not None and head <= prior.cut <= tail:
-        if tokens_between(items, view, prior.cut, tail, counter) <= trigger:
+        if tokens_between(items, view, prior.cut, tail, counter) <= limit:
             return Decision("reuse", head, prior.cut, prior)
         return Decision("summarize", head, tail, prior, (prior.cut, tail))
-    if tail - head >= 2 and tokens_between(items, view, head, tail, counter) > trigger:
+    if tail - head >= 2 and tokens_between(items, view, head, tail, counter) > limit:
         return Decision("summarize", head, tail, None, (head, tail))
     return Decision("none", head, head)
 

@@ -118,7 +118,7 @@ class Compressor:
         head, tail = cp.split(compacted, self.view, settings.keep_recent_for(cp.COMPRESS_KEEP_RECENT))
         if tail - head < 2:
             return Compressed()
-        trigger = settings.max_total_tokens
+        trigger = await cpu.light(cp.trigger, compacted, self.view, head, settings, counter)
         foldable = await cpu.light(cp.tokens_between, compacted, self.view, head, tail, counter)
         early = self.ctx.background is not None and settings.precompress_ratio > 0
         if foldable <= trigger and not (early and foldable >= settings.precompress_ratio * trigger):

@@ -80,11 +80,25 @@ def test_the_task_is_never_summarised_and_the_summary_follows_it():
     summary = cp.summary_item(VIEW, "S", "ref1", 3, 10)
     out = cp.assemble(msgs, VIEW, d.head, d.cut, summary)
     assert out[:3] == [msgs[0], task, summary] and out[3:] == msgs[d.cut:]
-    # the task counts against no trigger: however long, a history of it alone is never summarised
+    # however long, the task alone is never summarised
     long_task = [{"role": "system", "content": "s"}, {"role": "user", "content": "word " * 5000}, call(1), result(1)]
     assert cp.decide(long_task, VIEW, OffloadSettings(max_total_tokens=100), COUNTER, None).action == "none"
     # a history that starts with no user message pins nothing
     assert cp.split([{"role": "system", "content": "s"}, call(1), result(1), call(2), result(2)], VIEW, 2) == (1, 3)
+
+
+def test_the_task_counts_against_the_trigger_down_to_half_of_it():
+    settings = OffloadSettings(max_total_tokens=1000)
+    short = [{"role": "system", "content": "s " * 500}, {"role": "user", "content": "word " * 100}, call(1)]
+    task_tokens = COUNTER.message(short[1])
+    assert cp.trigger(short, VIEW, 2, settings, COUNTER) == 1000 - task_tokens  # the system message does not count
+    long = [{"role": "system", "content": "s"}, {"role": "user", "content": "word " * 5000}, call(1)]
+    assert cp.trigger(long, VIEW, 2, settings, COUNTER) == 500
+    # a window that fits the trigger alone but not beside the task is summarised
+    msgs = short + [result(1, 0, "r " * 450), call(2), result(2, 0, "r " * 450), call(3), result(3)]
+    window = cp.tokens_between(msgs, VIEW, 2, 7, COUNTER)
+    assert window <= 1000 < window + task_tokens
+    assert cp.decide(msgs, VIEW, settings, COUNTER, None).action == "summarize"
 
 
 def test_later_user_messages_stay_verbatim_most_recent_first_up_to_the_budget():
