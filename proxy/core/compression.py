@@ -66,6 +66,11 @@ def task_end(items: list[Any], view: ItemView, start: int) -> int:
     return end
 
 
+def task_text(items: list[Any], view: ItemView, head: int) -> str:
+    """The text of the task: of the non-system items of the head."""
+    return "\n".join(view.text(m) or "" for m in items[:head] if view.role(m) != "system")
+
+
 def split(items: list[Any], view: ItemView, keep_recent: int) -> tuple[int, int]:
     """(head, tail): items[:head] are the leading system items and the task (`task_end`),
     items[tail:] the kept tail."""

@@ -318,7 +318,7 @@ class Compressor:
             covered = sum(1 for m in originals[head:cut] if self.view.role(m) != "system")
             return (history, make_ref(self.namespace, "history", history), covered,
                     cp.tokens_between(originals, self.view, head, cut, counter),
-                    summary_index(originals[head:cut], self.view))
+                    summary_index(originals[head:cut], self.view, task=cp.task_text(originals, self.view, head)))
 
         history, ref, covered, covered_tokens, index = await cpu.for_part(originals[head:cut])(summarised)
         # beside the model's snapshot, what exists behind the ref: files, commands, errors, verbatim
