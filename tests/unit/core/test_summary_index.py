@@ -254,7 +254,7 @@ def test_the_machinery_of_the_interpreter_and_test_runners_is_never_named():
         assert work in names, work
 
 
-def test_names_of_the_task_first_then_of_files_edited_then_recurring():
+def test_names_of_files_edited_first_then_recurring_never_the_tasks_own():
     task = "separability_matrix of nested CompoundModels is wrong (astropy/modeling/separable.py)"
     history = [
         {"role": "assistant", "content": None, "tool_calls": [call("c1", "bash", {"command": "cat util.py"})]},
@@ -272,9 +272,10 @@ def test_names_of_the_task_first_then_of_files_edited_then_recurring():
         {"role": "tool", "tool_call_id": "c4", "content": "edited"},
     ]
     names = summary_index(history, CHAT, task=task).split("\n")[-2].removeprefix("names in results: ").split(", ")
-    # a part of a task's name (`separable`); the task's own names are not repeated (it stays verbatim);
-    # then what the view of the file later edited showed; then a name in two results; then the rest
-    assert names == ["separable._separable_matrix_of", "core_function", "recurring_name", "helper_once"]
+    # what the view of the file later edited showed; then a name in two results; then the rest; the
+    # task's own names are not repeated (it stays verbatim before the summary)
+    assert names == ["core_function", "recurring_name", "separable._separable_matrix_of", "helper_once"]
+    assert "astropy/modeling/separable.py" not in summary_index(history, CHAT, task=task)
     assert summary_index(history, CHAT, task=task) == summary_index(history, CHAT, task=task)
 
 
