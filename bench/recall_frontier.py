@@ -13,9 +13,10 @@ marked) and DIR/recall_frontier.json. The figures are those of replay's report.j
 
 Then, when the traces name two frameworks or more (`framework`), the defaults' figures per
 framework and the leave-one-framework-out figures (`proxy.replay.lofo`): for each framework, the
-setting chosen on the others' traces (auto: the highest recall with cache_cost_ratio ≤ 0.48 and
-prefix reuse ≥ 0.95; compaction only: the compact setting of highest recall) measured on its
-own, and the mean over the frameworks left out.
+setting chosen on the others' traces (auto: the knee, the highest recall − ½ × cache_cost_ratio
+with prefix reuse ≥ 0.94; compaction only: the compact setting of highest recall) measured on
+its own, the mean over the frameworks left out and the pooled figures (all conversations, each
+with the setting chosen without its framework).
 """
 
 from __future__ import annotations
@@ -92,6 +93,9 @@ def lofo_table(title: str, held: list[lofo.HeldOut], rows: list[dict]) -> str:
     m = lofo.mean([h.figures for h in held])
     lines.append(f"{'mean':16} {'':40} {m['recall']:>6.3f} {m['cache_cost_ratio']:>6.3f} {m['prefix_reuse']:>6.3f} "
                  f"{m['forwarded_ratio']:>7.3f}")
+    p = lofo.pooled(held, overall)
+    lines.append(f"{'pooled':16} {'(each conversation, its own choice)':40} {p['recall']:>6.3f} "
+                 f"{p['cache_cost_ratio']:>6.3f} {p['prefix_reuse']:>6.3f} {p['forwarded_ratio']:>7.3f}")
     return "\n".join(lines)
 
 
@@ -145,12 +149,13 @@ async def main() -> None:
         print(f"{name}: forwarded/raw {figures['forwarded_ratio']:.3f}, recall {figures['recall']:.3f}", flush=True)
     compact = [i for i, r in enumerate(rows) if r["settings"].get("mode") == "compact"]
     tracks = [("auto", [i for i in range(len(rows)) if i not in compact], lofo.choose),
-              ("compaction only", compact, lambda part: lofo.choose(part, cost_budget=1.0))]
+              ("compaction only", compact, lambda part: lofo.choose(part, cost_weight=0.0))]
     held_out = {name: lofo.leave_one_out(results, frameworks, overall, candidates=indices, pick=pick)
                 for name, indices, pick in tracks if indices}
     args.out.mkdir(parents=True, exist_ok=True)
     summary = {name: {"held_out": [{"framework": h.framework, "chosen": rows[h.chosen]["setting"], **h.figures}
-                                   for h in held], "mean": lofo.mean([h.figures for h in held])}
+                                   for h in held], "mean": lofo.mean([h.figures for h in held]),
+                      "pooled": {k: v for k, v in lofo.pooled(held, overall).items() if k != "latency"}}
                for name, held in held_out.items() if held}
     (args.out / "recall_frontier.json").write_text(json.dumps({"settings": rows, "leave_one_framework_out": summary},
                                                               indent=2, default=str))

@@ -2,9 +2,12 @@
 
 Settings tuned on the traces they are measured on flatter themselves. Given the replayed
 conversations of several settings, each tagged with the agent framework it came from, this
-picks a setting on all frameworks but one (`choose`: the highest recall within a cost and
-prefix-reuse budget, else the cheapest) and reports its figures on the framework left out; the
-mean over the frameworks left out is the figure that says how the choice generalises.
+picks a setting on all frameworks but one (`choose`: the knee of the recall/cost frontier, see
+there) and reports its figures on the framework left out. Two aggregates say how the choice
+generalises: the mean over the frameworks left out, and the pooled figures (every conversation
+replayed with the setting chosen without its framework, summed as `overall` sums). The mean
+weighs a framework whose traces never reach the trigger (cost 1.0, recall 1.0) as much as one
+whose traces are long; the pooled figures weigh each by its tokens.
 Pure: it works on `overall`-shaped dicts (see `proxy.replay.report.overall`).
 """
 
@@ -14,8 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-COST_BUDGET = 0.48  # cache_cost_ratio a chosen setting may reach on the frameworks it is chosen on
-PREFIX_BUDGET = 0.95  # prefix reuse it must keep there
+PREFIX_BUDGET = 0.94  # prefix reuse a chosen setting must keep on the frameworks it is chosen on
+COST_WEIGHT = 0.5  # the knee: a setting must buy at least this much recall per unit of cache_cost_ratio
 FIGURES = ("recall", "cache_cost_ratio", "prefix_reuse", "forwarded_ratio")
 
 Overall = Callable[[list[Any]], dict[str, Any]]
@@ -28,16 +31,16 @@ def framework_of(conversation: dict) -> str:
     return name if isinstance(name, str) and name else "unknown"
 
 
-def choose(rows: Sequence[dict[str, Any]], *, cost_budget: float = COST_BUDGET,
+def choose(rows: Sequence[dict[str, Any]], *, cost_weight: float = COST_WEIGHT,
            prefix_budget: float = PREFIX_BUDGET) -> int:
     """The index of the setting to pick from `rows` (figures measured on the training traces):
-    the highest recall among those within both budgets, ties to the cheaper and then the
-    earlier; when none is within them, the cheapest."""
-    within = [i for i, r in enumerate(rows)
-              if r["cache_cost_ratio"] <= cost_budget and r["prefix_reuse"] >= prefix_budget]
-    if within:
-        return min(within, key=lambda i: (-rows[i]["recall"], rows[i]["cache_cost_ratio"], i))
-    return min(range(len(rows)), key=lambda i: (rows[i]["cache_cost_ratio"], i))
+    the knee of the recall/cost frontier, i.e. the highest recall − cost_weight ×
+    cache_cost_ratio (going further right must buy at least `cost_weight` of recall per unit of
+    cost), among those keeping prefix reuse ≥ `prefix_budget` (all of them when none does);
+    ties to the cheaper, then the earlier. `cost_weight` 0: the highest recall."""
+    within = [i for i, r in enumerate(rows) if r["prefix_reuse"] >= prefix_budget] or list(range(len(rows)))
+    return min(within, key=lambda i: (-(rows[i]["recall"] - cost_weight * rows[i]["cache_cost_ratio"]),
+                                      rows[i]["cache_cost_ratio"], i))
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,7 @@ class HeldOut:
     framework: str
     chosen: int  # the index of the setting chosen on the other frameworks
     figures: dict[str, Any]  # that setting's figures on this framework
+    conversations: tuple[Any, ...] = ()  # this framework's conversations replayed with that setting
 
 
 def by_framework(results: Sequence[Any], frameworks: Sequence[str], overall: Overall) -> dict[str, dict[str, Any]]:
@@ -68,8 +72,14 @@ def leave_one_out(per_setting: Sequence[Sequence[Any]], frameworks: Sequence[str
         train = [[r for r, f in zip(per_setting[s], frameworks) if f != name] for s in indices]
         chosen = indices[pick([overall(part) for part in train])]
         test = [r for r, f in zip(per_setting[chosen], frameworks) if f == name]
-        out.append(HeldOut(name, chosen, overall(test)))
+        out.append(HeldOut(name, chosen, overall(test), tuple(test)))
     return out
+
+
+def pooled(held: Sequence[HeldOut], overall: Overall) -> dict[str, Any]:
+    """The figures of every held-out conversation together (each replayed with the setting chosen
+    without its framework), summed as `overall` sums."""
+    return overall([c for h in held for c in h.conversations]) if held else {}
 
 
 def mean(figures: Sequence[dict[str, Any]]) -> dict[str, float]:
