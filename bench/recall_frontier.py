@@ -29,6 +29,7 @@ from pathlib import Path
 
 from common import SHARED
 
+from proxy.core import summary_index
 from proxy.core.settings import OffloadSettings
 from proxy.replay import lofo
 from proxy.replay.report import overall
@@ -47,8 +48,23 @@ SETTINGS: list[tuple[str, dict]] = [
 ]
 
 
-async def replay(conversations: list[dict], settings: OffloadSettings, format: str) -> list:
-    """The replayed conversations (`proxy.replay.runner.Conversation`), in order."""
+def offload_settings(values: dict) -> OffloadSettings:
+    return OffloadSettings(**{k: v for k, v in values.items() if k != "index_chars"})
+
+
+async def replay(conversations: list[dict], values: dict, format: str) -> list:
+    """The replayed conversations (`proxy.replay.runner.Conversation`), in order. `values`: the
+    offload settings, and `index_chars`, the summary index's size (`summary_index.INDEX_CHARS`,
+    a constant of the proxy swept here)."""
+    default = summary_index.INDEX_CHARS
+    summary_index.INDEX_CHARS = values.get("index_chars", default)
+    try:
+        return await _replay(conversations, offload_settings(values), format)
+    finally:
+        summary_index.INDEX_CHARS = default
+
+
+async def _replay(conversations: list[dict], settings: OffloadSettings, format: str) -> list:
     with tempfile.TemporaryDirectory(prefix="recall-frontier-") as data:
         store, upstream = SQLiteStore(Path(data)), upstream_for(None)
         try:
@@ -141,7 +157,7 @@ async def main() -> None:
     frameworks = [lofo.framework_of(conv) for conv in conversations]
     rows, results = [], []
     for name, values in SETTINGS[:max(args.first, 1)]:
-        replayed = await replay(conversations, OffloadSettings(**values), args.format)
+        replayed = await replay(conversations, values, args.format)
         figures = overall(replayed)
         results.append(replayed)
         rows.append({"setting": name, "settings": values, **figures,
