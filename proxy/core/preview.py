@@ -74,7 +74,7 @@ def preview(text: str) -> Preview:
     shape = json_shape(text)
     if shape is not None:
         return Preview(_clamp(shape), len(lines), len(lines), len(text))
-    typed = kind_preview(lines, max_chars=MAX_CHARS, max_lines=MAX_LINES)
+    typed = kind_preview(text, lines, max_chars=MAX_CHARS, max_lines=MAX_LINES)
     if typed is not None:
         shown, count = typed
         return Preview(_clamp(shown), max(len(lines) - count, 0), len(lines), len(text))

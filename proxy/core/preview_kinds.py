@@ -16,7 +16,8 @@ from __future__ import annotations
 import re
 
 SCAN_WIDTH = 300
-SCAN_LINES = 4000  # lines looked at for definitions, hunks or rows (a longer text: its first ones)
+SCAN_LINES = 4000  # lines looked at for hunks or rows (a longer text: its first ones)
+SCAN_CHARS = 400_000  # characters looked at for definitions and to recognise a kind
 DEF_WIDTH = 72  # one definition's line in an outline
 MIN_DEFINITIONS = 3
 
@@ -47,38 +48,48 @@ def _fit(out: list[str], line: str, max_chars: int, max_lines: int) -> bool:
 
 # ---------------------------------------------------------------- source code
 
-def _code_line(line: str) -> tuple[int | None, str]:
-    """(its line number when the view numbers it, the code)."""
-    numbered = _NUMBERED.match(line, 0, SCAN_WIDTH)
-    if numbered is not None and numbered.end() < len(line) + 1:
-        return int(numbered.group(1)), line[numbered.end():]
-    return None, line
+_NUMBER = r"[ \t]{0,8}(\d{1,7})(?:\t|→|[:|] ?| {2})"
+_NUMBERED_LINE = re.compile("^" + _NUMBER, re.M)
+# a definition line, found in the whole text at once (C speed): its number when the view numbers
+# it, its indentation, the code
+_DEFINITION_LINE = re.compile("^(?:" + _NUMBER + ")?([ \t]{0,40})((?:" + _DEFINITION.pattern + ")[^\n]{0,300})",
+                              re.M)
+_CODE_START_LINE = re.compile("^(?:" + _NUMBER + ")?" + _CODE_START.pattern, re.M)
+_DEFINITION_GATE = re.compile(r"(?:def|class|function|fn|func|interface|struct|enum|trait|impl|module|object|type)"
+                              r"\s{1,4}[A-Za-z_$(]")
 
 
-def source_outline(lines: list[str], *, max_chars: int, max_lines: int) -> tuple[list[str], int] | None:
+def source_outline(text: str, lines: list[str], *, max_chars: int,
+                   max_lines: int) -> tuple[list[str], int] | None:
     """A file view: its first line (often the path), the definitions (`N: def f(x):`, top-level
     ones first when not all fit, shown in file order), the lines stating errors outside the
     file's code, the count of definitions and lines. None unless the text reads as code: at
     least MIN_DEFINITIONS definitions, and most of its lines numbered, or a definition every
     40 lines, or an import (or the like) among its first 40 lines."""
-    scanned = lines[:SCAN_LINES]
-    numbered = 0
-    definitions: list[tuple[int, int, str]] = []  # (indent, index, "N: code")
-    failures: list[tuple[int, str]] = []
-    for index, line in enumerate(scanned):
-        number, code = _code_line(line)
-        numbered += number is not None
-        stripped = code.lstrip()
-        if _DEFINITION.match(stripped, 0, SCAN_WIDTH):
-            label = number if number is not None else index + 1
-            definitions.append((len(code) - len(stripped), index, f"{label}: {_cut(code.rstrip(), DEF_WIDTH)}"))
-        elif number is None and _FAILURE.search(line, 0, SCAN_WIDTH) and len(failures) < 4:  # not the file's code
-            failures.append((index, _cut(line.strip(), DEF_WIDTH + 20)))
+    head = text[:SCAN_CHARS]
+    definitions: list[tuple[int, int, str]] = []  # (indent, line index, "N: code")
+    index, position = 0, 0
+    for found in _DEFINITION_LINE.finditer(head):
+        index += head.count("\n", position, found.start())
+        position = found.start()
+        number, indent, code = found.group(1), found.group(2), found.group(3)
+        label = number if number is not None else str(index + 1)
+        definitions.append((len(indent), index, f"{label}: {_cut(indent + code.rstrip(), DEF_WIDTH)}"))
     if len(definitions) < MIN_DEFINITIONS:
         return None
-    starts = any(_CODE_START.match(_code_line(line)[1], 0, SCAN_WIDTH) for line in scanned[:40])
-    if numbered < len(scanned) // 2 and len(definitions) * 40 < len(scanned) and not starts:
+    scanned = head.count("\n") + 1
+    numbered = len(_NUMBERED_LINE.findall(head))
+    starts = _CODE_START_LINE.search("\n".join(lines[:40])) is not None
+    if numbered < scanned // 2 and len(definitions) * 40 < scanned and not starts:
         return None  # neither a numbered view nor code: a log that mentions a few defs
+    failures: list[tuple[int, str]] = []
+    for found in _FAILURE.finditer(head):
+        begin = head.rfind("\n", 0, found.start()) + 1
+        line = head[begin:head.find("\n", found.start()) % (len(head) + 1)]
+        if _NUMBERED_LINE.match(line) is None:  # not a line of the file's code
+            failures.append((head.count("\n", 0, begin), _cut(line.strip(), DEF_WIDTH + 20)))
+            if len(failures) == 2:
+                break
     out: list[str] = []
     first = next((line for line in lines if line.strip()), "")
     _fit(out, _cut(first, 160), max_chars, max_lines)
@@ -87,14 +98,24 @@ def source_outline(lines: list[str], *, max_chars: int, max_lines: int) -> tuple
     room_lines, room_chars = max_lines - 1, max_chars - len(closing) - 1
     chosen: list[tuple[int, str]] = []
     body: list[str] = list(out)
-    for index, text in failures[:2]:  # what went wrong first: it is what the model acts on
-        if _fit(body, text, room_chars, room_lines):
-            chosen.append((index, text))
-    for indent, index, text in sorted(definitions, key=lambda d: (d[0] > 0, d[1])):
-        if _fit(body, text, room_chars, room_lines):
-            chosen.append((index, text))
-    shown = out + [text for _, text in sorted(chosen)] + [closing]
+    for index, line in failures:  # what went wrong first: it is what the model acts on
+        if _fit(body, line, room_chars, room_lines):
+            chosen.append((index, line))
+    for indent, index, line in sorted(definitions, key=lambda d: (d[0] > 0, d[1])):
+        if len(body) >= room_lines:
+            break
+        if _fit(body, line, room_chars, room_lines):
+            chosen.append((index, line))
+    shown = out + [line for _, line in sorted(chosen)] + [closing]
     return shown, len(chosen) + 1
+
+
+def _code_line(line: str) -> tuple[int | None, str]:
+    """(its line number when the view numbers it, the code)."""
+    numbered = _NUMBERED.match(line, 0, SCAN_WIDTH)
+    if numbered is not None:
+        return int(numbered.group(1)), line[numbered.end():]
+    return None, line
 
 
 # ---------------------------------------------------------------- diffs
@@ -165,10 +186,21 @@ def table_rows(lines: list[str], *, max_chars: int, max_lines: int) -> tuple[lis
     return out, count + 1
 
 
-def kind_preview(lines: list[str], *, max_chars: int, max_lines: int) -> tuple[list[str], int] | None:
-    """The preview of a diff, a file view or a table (in that order of trial), else None."""
-    for layout in (diff_headers, source_outline, table_rows):
-        found = layout(lines, max_chars=max_chars, max_lines=max_lines)
+def kind_preview(text: str, lines: list[str], *, max_chars: int,
+                 max_lines: int) -> tuple[list[str], int] | None:
+    """The preview of a diff, a file view or a table (in that order of trial), else None. Each
+    layout is tried only when a cheap look at the text allows it (a preview is made for every
+    compacted result of every turn)."""
+    head = text[:SCAN_CHARS]
+    if ("\n@@ -" in head or head.startswith("@@ -")) and _DIFF_FILE.search(head) is not None:
+        found = diff_headers(lines, max_chars=max_chars, max_lines=max_lines)
         if found is not None:
             return found
+    if len(_DEFINITION_GATE.findall(head, 0, SCAN_CHARS)) >= MIN_DEFINITIONS:
+        found = source_outline(text, lines, max_chars=max_chars, max_lines=max_lines)
+        if found is not None:
+            return found
+    first = next((line for line in lines[:50] if line.strip()), "")
+    if first.count(",") >= 2 or first.count("|") >= 2 or "\t" in first:
+        return table_rows(lines, max_chars=max_chars, max_lines=max_lines)
     return None
