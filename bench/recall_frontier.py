@@ -36,14 +36,21 @@ from proxy.replay.report import overall
 from proxy.replay.runner import Replayer, load_conversations, upstream_for
 from proxy.store.sqlite import SQLiteStore
 
+# Every row names its trigger and index size, so a row means the same whatever the defaults are.
 SETTINGS: list[tuple[str, dict]] = [
-    ("auto (default)", {}),
-    ("compact only", {"mode": "compact"}),
-    ("auto, max_total_tokens 10000", {"max_total_tokens": 10_000}),
-    ("auto, max_total_tokens 40000", {"max_total_tokens": 40_000}),
-    ("auto, max_tool_message_tokens 500", {"max_tool_message_tokens": 500}),
-    ("compact, max_tool_message_tokens 500", {"mode": "compact", "max_tool_message_tokens": 500}),
-    ("compact, max_tool_message_tokens 200", {"mode": "compact", "max_tool_message_tokens": 200}),
+    ("auto (default: max_total_tokens 20000, index 8000)", {"max_total_tokens": 20_000, "index_chars": 8000}),
+    ("compact only (default)", {"mode": "compact", "max_total_tokens": 20_000}),
+    ("auto, max_total_tokens 20000, index 2400", {"max_total_tokens": 20_000, "index_chars": 2400}),
+    ("auto, max_total_tokens 20000, index 4800", {"max_total_tokens": 20_000, "index_chars": 4800}),
+    ("auto, max_total_tokens 20000, index 6000", {"max_total_tokens": 20_000, "index_chars": 6000}),
+    ("auto, max_total_tokens 20000, index 10000", {"max_total_tokens": 20_000, "index_chars": 10_000}),
+    ("auto, max_total_tokens 20000, index 12000", {"max_total_tokens": 20_000, "index_chars": 12_000}),
+    ("auto, max_total_tokens 18000, index 6000", {"max_total_tokens": 18_000, "index_chars": 6000}),
+    ("auto, max_total_tokens 16000, index 6000", {"max_total_tokens": 16_000, "index_chars": 6000}),
+    ("auto, max_total_tokens 10000, index 8000", {"max_total_tokens": 10_000, "index_chars": 8000}),
+    ("auto, max_total_tokens 40000, index 8000", {"max_total_tokens": 40_000, "index_chars": 8000}),
+    ("compact, max_tool_message_tokens 500", {"mode": "compact", "max_total_tokens": 20_000,
+                                              "max_tool_message_tokens": 500}),
     ("compact, max_total_tokens 10000", {"mode": "compact", "max_total_tokens": 10_000}),
 ]
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from proxy.core import summary_index
 from tests.unit.replay.test_runner import conversation
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -22,7 +23,8 @@ def test_recall_frontier_writes_its_chart_and_table(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     written = json.loads((tmp_path / "out" / "recall_frontier.json").read_text())
     rows = written["settings"]
-    assert [r["setting"] for r in rows][:2] == ["auto (default)", "compact only"]
+    assert [r["setting"].split(" (")[0] for r in rows][:2] == ["auto", "compact only"]
+    assert "default" in rows[0]["setting"] and rows[0]["settings"]["index_chars"] == summary_index.INDEX_CHARS
     assert all(0 <= r["recall"] <= 1 and 0 < r["forwarded_ratio"] <= 1 for r in rows)
     assert (tmp_path / "out" / "recall_frontier.png").stat().st_size > 1000
     assert "fwd/raw" in done.stdout and "compact only" in done.stdout
