@@ -20,7 +20,7 @@ often needs again. Never the interpreter's, the installed packages' or a test ru
 crowd out the work's. Ranked by relevance: a name a result of a file later edited showed, then
 one seen in more than one result, then the rest; within each the most results, then the most
 recent. A name inside one already listed is not repeated. It takes what the other lines leave
-of INDEX_CHARS (≈ 2,000 tokens for the whole index, the knee of recall against cost measured
+of INDEX_CHARS (≈ 2,500 tokens for the whole index, the knee of recall against cost measured
 leaving one agent framework out: bench/recall_frontier.py); `context_search` finds the rest
 behind the ref.
 """
@@ -36,7 +36,7 @@ from proxy.core import texts
 from proxy.core.preview import error_lines, plain_text
 from proxy.core.view import ItemView
 
-INDEX_CHARS = 8000  # the whole index, tags included (≈ 2,000 tokens): the knee, see bench/recall_frontier.py
+INDEX_CHARS = 10_000  # the whole index, tags included (≈ 2,500 tokens): the knee, see bench/recall_frontier.py
 LISTS_CHARS = 1200  # the files, commands and errors lines, tags included
 INDEX_NAMES = "names in results: "  # the label of the names line (the others are in proxy.core.texts)
 NAME_MIN = 4  # shorter names are not listed
