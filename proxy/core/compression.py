@@ -1,6 +1,11 @@
 """What to compress: pure functions over (items, settings, prior summary), no IO.
 
-The compressible part lies between the leading system items and the recent tail. A cut never
+The compressible part lies between the head and the recent tail. The head is the leading
+system items and the task: the first user message when it follows them, which is never
+summarised (with a summariser that keeps little, the task would otherwise survive only as
+lists of files and errors). Later user messages of a summarised part stay verbatim after the
+summary, the most recent ones up to USER_KEEP_CHARS, so the summary stands for the tool
+traffic and the assistant's turns. A cut never
 falls between a tool call and its result, nor between items the format binds together
 (`ItemView.attached`). A summary covers items[head:cut]; it is reused verbatim while the part
 after it stays under the trigger, and re-made (folding the old one) only when that part
@@ -23,6 +28,11 @@ from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import TokenCounter
 
 COMPRESS_KEEP_RECENT = 2
+# Later user messages kept verbatim from a summarised part: the most recent, whole, while their
+# text totals at most this (≈ 2,000 tokens, a tenth of the default trigger; Codex CLI keeps
+# 20 K tokens of them against a window ten times larger).
+USER_KEEP_CHARS = 8_000
+LAYOUT = "task-kept-1"  # where items go around a summary: part of a stored summary's key
 MAX_GROUPS = 8  # summarisation calls one request may make (X-Offload-Group-Token-Threshold)
 
 
@@ -46,14 +56,33 @@ def can_cut(items: list[Any], view: ItemView, index: int) -> bool:
     return not any(open_ids.intersection(view.calls(item)) for item in items[:index])
 
 
+def task_end(items: list[Any], view: ItemView, start: int) -> int:
+    """The end of the task: of the user message at items[start] and the parts attached to it,
+    when items[start] is one (else `start`)."""
+    if start >= len(items) or view.role(items[start]) != "user":
+        return start
+    end = start + 1
+    while end < len(items) and view.attached(items[end - 1], items[end]):
+        end += 1
+    return end
+
+
+def task_text(items: list[Any], view: ItemView, head: int) -> str:
+    """The text of the task: of the non-system items of the head."""
+    return "\n".join(view.text(m) or "" for m in items[:head] if view.role(m) != "system")
+
+
 def split(items: list[Any], view: ItemView, keep_recent: int) -> tuple[int, int]:
     """(head, tail): items[:head] are kept as they are: the leading system items, or everything
     up to the newest provider compaction item and the system items right after it (the provider
-    ignores what precedes that item: nothing there is summarised or counted); items[tail:] the
-    kept tail, which holds the `compaction_trigger` ending `items` (it must stay the last item)."""
-    head = live_start(items, view)
+    ignores what precedes that item: nothing there is summarised or counted), then the task
+    (`task_end`: the first user message, when no provider compaction item holds it); items[tail:] the kept tail, which holds the `compaction_trigger` ending `items`
+    (it must stay the last item)."""
+    head = start = live_start(items, view)
     while head < len(items) and view.role(items[head]) == "system":
         head += 1
+    if start == 0:  # after a provider compaction item, the task is inside that item
+        head = task_end(items, view, head)
     tail = max(head, len(items) - keep_recent)
     trigger = trigger_index(items, view)
     if trigger is not None:
@@ -155,15 +184,24 @@ def tokens_between(items: list[Any], view: ItemView, start: int, end: int, count
     return sum(counter.message(m) for m in items[start:end] if view.role(m) != "system")
 
 
+def trigger(items: list[Any], view: ItemView, head: int, settings: OffloadSettings, counter: TokenCounter) -> int:
+    """What the part after the head may hold before it is summarised: max_total_tokens less the
+    task's tokens (the task counts against the trigger as before it was pinned, so what is
+    forwarded stays as large), at least half of max_total_tokens (a long task never makes every
+    turn summarise)."""
+    limit = settings.max_total_tokens
+    return max(limit - tokens_between(items, view, 0, head, counter), limit // 2)
+
+
 def decide(items: list[Any], view: ItemView, settings: OffloadSettings, counter: TokenCounter,
            prior: PriorSummary | None) -> Decision:
     head, tail = split(items, view, settings.keep_recent_for(COMPRESS_KEEP_RECENT))
-    trigger = settings.max_total_tokens
+    limit = trigger(items, view, head, settings, counter)
     if prior is not None and head <= prior.cut <= tail:
-        if tokens_between(items, view, prior.cut, tail, counter) <= trigger:
+        if tokens_between(items, view, prior.cut, tail, counter) <= limit:
             return Decision("reuse", head, prior.cut, prior)
         return Decision("summarize", head, tail, prior, (prior.cut, tail))
-    if tail - head >= 2 and tokens_between(items, view, head, tail, counter) > trigger:
+    if tail - head >= 2 and tokens_between(items, view, head, tail, counter) > limit:
         return Decision("summarize", head, tail, None, (head, tail))
     return Decision("none", head, head)
 
@@ -235,10 +273,29 @@ def summary_item(view: ItemView, text: str, ref: str, count: int, tokens: int, *
     return view.summary_item(f"{marker}\n{index}\n{text}" if index else f"{marker}\n{text}")
 
 
+def kept_users(items: list[Any], view: ItemView, head: int, cut: int) -> set[int]:
+    """The later user messages of items[head:cut] that stay verbatim: whole messages (no part
+    attached before or after), the most recent first while their text fits USER_KEEP_CHARS."""
+    kept: set[int] = set()
+    room = USER_KEEP_CHARS
+    for i in range(cut - 1, head - 1, -1):
+        if view.role(items[i]) != "user" or (i > head and view.attached(items[i - 1], items[i])) \
+                or (i + 1 < len(items) and view.attached(items[i], items[i + 1])):
+            continue
+        size = len(view.text(items[i]) or "")
+        if size > room:
+            break
+        room -= size
+        kept.add(i)
+    return kept
+
+
 def assemble(items: list[Any], view: ItemView, head: int, cut: int, summary: Any) -> list[Any]:
-    """System head, the summary, system items from the summarised range (verbatim), the rest."""
-    middle_system = [m for m in items[head:cut] if view.role(m) == "system"]
-    return [*items[:head], summary, *middle_system, *items[cut:]]
+    """The head (system items, the task), the summary, the system items and kept user messages
+    (`kept_users`) of the summarised range verbatim and in order, the rest."""
+    users = kept_users(items, view, head, cut)
+    middle = [m for i, m in enumerate(items[head:cut], head) if i in users or view.role(m) == "system"]
+    return [*items[:head], summary, *middle, *items[cut:]]
 
 
 def history_lines(items: list[Any], view: ItemView) -> str:

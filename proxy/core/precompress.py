@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.core.compression import Decision, PriorSummary, split, tokens_between, COMPRESS_KEEP_RECENT
+from proxy.core.compression import Decision, PriorSummary, split, tokens_between, trigger, COMPRESS_KEEP_RECENT
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import TokenCounter
 from proxy.core.view import ItemView
@@ -61,6 +61,7 @@ def ahead(items: list[Any], view: ItemView, settings: OffloadSettings, counter: 
     head, tail = split(items, view, settings.keep_recent_for(COMPRESS_KEEP_RECENT))
     usable = prior is not None and head <= prior.cut <= tail
     start = prior.cut if usable else head
-    if tail - start < 2 or tokens_between(items, view, start, tail, counter) < ratio * settings.max_total_tokens:
+    limit = trigger(items, view, head, settings, counter)
+    if tail - start < 2 or tokens_between(items, view, start, tail, counter) < ratio * limit:
         return None
     return Decision("summarize", head, tail, prior if usable else None, (start, tail))

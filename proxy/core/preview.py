@@ -4,7 +4,9 @@ Test runs, tracebacks and build logs put what matters at the end, and errors in 
 so the first lines alone lose it. A text preview keeps the first line, the last lines, and
 lines in between that carry errors, failures, tracebacks, warnings, `file:line` references and
 paths, with each gap marked `… N lines …`. A JSON output (the whole text one object or array)
-shows its shape instead: keys, array lengths, the first items.
+shows its shape instead: keys, array lengths, the first items; a diff, a file view or a table
+its own layout (`proxy.core.preview_kinds`: hunk headers, an outline of definitions, header
+and first rows).
 
 A pure function of the text (the marker's bytes, and so the provider's prompt cache, depend
 on it), linear in its size, never raising: every pattern below has bounded repeats and is
@@ -20,6 +22,8 @@ import re
 from dataclasses import dataclass
 from itertools import compress, islice, repeat
 from typing import Any
+
+from proxy.core.preview_kinds import kind_preview
 
 MAX_CHARS = 700  # the body, "\n" between lines included
 MAX_LINES = 16
@@ -70,6 +74,10 @@ def preview(text: str) -> Preview:
     shape = json_shape(text)
     if shape is not None:
         return Preview(_clamp(shape), len(lines), len(lines), len(text))
+    typed = kind_preview(text, lines, max_chars=MAX_CHARS, max_lines=MAX_LINES)
+    if typed is not None:
+        shown, count = typed
+        return Preview(_clamp(shown), max(len(lines) - count, 0), len(lines), len(text))
     shown, count = line_preview(lines, max_chars=MAX_CHARS, max_lines=MAX_LINES)
     return Preview(_clamp(shown), len(lines) - count, len(lines), len(text))
 

@@ -7,12 +7,22 @@ so it is exact where the summary may paraphrase, and byte-stable: the same items
 the same index. Each of these lists keeps first-seen order without repeats, and the three stay
 under LISTS_CHARS (≈ 300 tokens); a list that does not fit ends with "+N more".
 
+Each file says where its content lives: `@N`, the line of the summary's ref (0-based, as
+`context_reload`'s offset counts) holding the last result that showed it, and `:a-b`, the lines
+of the file that result showed when known (an editor's view range, `sed -n a,bp`, numbered
+output), so a model can reload precisely.
+
 A last line names what only the results showed: the structured names (dotted names, paths,
-snake_case names) that the tool results carried and the agent's own messages and calls never
-wrote — the functions, modules and files it looked at and has not yet used, which it most often
-needs again. Those seen in more results come first, then the most recent; a name inside one
-already listed is not repeated. It takes what the other lines leave of INDEX_CHARS (≈ 600
-tokens for the whole index); `context_search` finds the rest behind the ref.
+snake_case names) that the tool results carried and the agent's own messages, calls and task
+never wrote — the functions, modules and files it looked at and has not yet used, which it most
+often needs again. Never the interpreter's, the installed packages' or a test runner's own
+(`NOISE`: a traceback's frames in `site-packages` or the standard library, `<frozen …>`): they
+crowd out the work's. Ranked by relevance: a name a result of a file later edited showed, then
+one seen in more than one result, then the rest; within each the most results, then the most
+recent. A name inside one already listed is not repeated. It takes what the other lines leave
+of INDEX_CHARS (≈ 2,500 tokens for the whole index, the knee of recall against cost measured
+leaving one agent framework out: bench/recall_frontier.py); `context_search` finds the rest
+behind the ref.
 """
 
 from __future__ import annotations
@@ -26,7 +36,7 @@ from proxy.core import texts
 from proxy.core.preview import error_lines, plain_text
 from proxy.core.view import ItemView
 
-INDEX_CHARS = 2400  # the whole index, tags included (≈ 4 characters a token)
+INDEX_CHARS = 10_000  # the whole index, tags included (≈ 2,500 tokens): the knee, see bench/recall_frontier.py
 LISTS_CHARS = 1200  # the files, commands and errors lines, tags included
 INDEX_NAMES = "names in results: "  # the label of the names line (the others are in proxy.core.texts)
 NAME_MIN = 4  # shorter names are not listed
@@ -42,6 +52,17 @@ _PATH_KEYS = ("path", "file", "file_path", "filepath", "filename", "file_name", 
 _COMMAND_KEYS = ("command", "cmd", "commands")
 _EDITOR_VERBS = frozenset({"view", "create", "str_replace", "insert", "undo_edit", "read", "write", "edit",
                            "append", "delete"})
+_EDITS = frozenset({"create", "str_replace", "insert", "undo_edit", "write", "edit", "append", "delete"})
+_EDIT_TOOL = re.compile(r"^(?:edit|write|multiedit|create_file|write_file|replace|str_replace|apply_patch|patch)$",
+                        re.I)
+# Lines of the interpreter's, an installed package's or a test runner's own machinery, whose
+# names are never the work's: frames and paths under site-packages, the standard library, frozen
+# modules, node_modules, cargo's registry.
+NOISE = re.compile(r"site-packages|dist-packages|/lib/python\d|<frozen |/usr/lib/|/usr/local/lib/|node_modules/"
+                   r"|\.cargo/registry/|/rustc/|/lib/jvm/|importlib\._bootstrap")
+_FRAME = re.compile(r'\s{0,12}File "[^"]{1,400}", line \d')
+_SED_RANGE = re.compile(r"sed -n ['\"]?(\d{1,7}),(\d{1,7})p")
+_NUMBERED = re.compile(r"\s{0,8}(\d{1,7})(?:\t|[:|] | {2})")  # `cat -n`, an editor's view: the line number
 _SHELLS = frozenset({"bash", "sh", "zsh", "dash"})
 _SHELL_NAME = re.compile(r"bash|shell|exec|run|terminal|command|cmd|^sh$", re.I)
 _PATTERN_FIRST = frozenset({"sed", "grep", "egrep", "fgrep", "rg", "ag", "awk", "perl"})  # first argument is a script
@@ -69,29 +90,55 @@ class _Seen:
             self.entries.setdefault(entry, None)
 
 
-def summary_index(items: list[Any], view: ItemView) -> str:
-    """`<index>` with the files, commands, errors and names of `items`, one line each ("" if none)."""
+def summary_index(items: list[Any], view: ItemView, *, task: str = "") -> str:
+    """`<index>` with the files, commands, errors and names of `items`, one line each ("" if none).
+    `task`: the text of the task (kept verbatim before the summary): its names are not listed."""
     files, commands, errors = _Seen(), _Seen(), _Seen()
-    written: set[str] = set()  # the names the agent's own items wrote
+    written: set[str] = set(_NAME.findall(task, 0, NAME_SCAN))  # the names the agent's own items wrote
     shown: dict[str, list[int]] = {}  # name → [results it is in, the last of them]
+    calls: dict[str, tuple[list[str], str]] = {}  # call id → (its files, the lines it asked for)
+    where: dict[str, str] = {}  # file → "@line:a-b" of the last result that showed it
+    edited: set[str] = set()
+    from_files: dict[int, list[str]] = {}  # position of a result → the files its call named
+    line = 0  # the line of the ref's JSON lines the item is on (system items are not stored)
     for position, item in enumerate(items):
         details = view.call_details(item)
-        for name, arguments in details:
-            _read_call(name, arguments, files, commands)
-        if view.role(item) == "tool":
+        ids = view.calls(item)
+        for number, (name, arguments) in enumerate(details):
+            named, edit, asked = _read_call(name, arguments, files, commands)
+            if edit:
+                edited.update(named)
+            if len(ids) == len(details):
+                calls[ids[number]] = (named, asked)
+        role = view.role(item)
+        if role == "tool":
+            answer = view.answers(item)
+            named, asked = calls.get(answer, ([], "")) if answer is not None else ([], "")
             text = view.tool_text(item)
+            text = plain_text(text) if text else ""  # a command's output, not the JSON wrapping it
+            span = asked or _numbered_span(text)
+            for path in named:
+                where[path] = f"@{line}" + (f":{span}" if span else "")
+            from_files[position] = named
             if text:
-                text = plain_text(text)  # a command's output, not the JSON wrapping it
-                for line in error_lines(text):
-                    errors.add(_cut(line, ERROR_CHARS))
-                for found in set(_NAME.findall(text, 0, NAME_SCAN)):
-                    seen = shown.setdefault(found, [0, 0])
+                for error in error_lines(text):
+                    errors.add(_cut(error, ERROR_CHARS))
+                for found in set(_NAME.findall(_without_noise(text[:NAME_SCAN]))):
+                    seen = shown.setdefault(found, [0, 0, 0])
                     seen[0] += 1
                     seen[1] = position
         else:
             for text in (view.text(item) or "", *(arguments for _, arguments in details)):
                 written.update(_NAME.findall(text, 0, NAME_SCAN))
-    lists = [(texts.INDEX_FILES, ", ", list(files.entries)), (texts.INDEX_COMMANDS, "; ", list(commands.entries)),
+        if role != "system":
+            line += 1
+    for position, named in from_files.items():  # a result that showed a file later edited
+        if edited.intersection(named):
+            for found in _results_names(items[position], view):
+                if found in shown:
+                    shown[found][2] = 1
+    located = [path + where.get(path, "") for path in files.entries]
+    lists = [(texts.INDEX_FILES, ", ", located), (texts.INDEX_COMMANDS, "; ", list(commands.entries)),
              (texts.INDEX_ERRORS, "; ", list(errors.entries))]
     lists = [entry for entry in lists if entry[2]]
     names = _names(shown, written)
@@ -107,11 +154,45 @@ def summary_index(items: list[Any], view: ItemView) -> str:
     return "\n".join([texts.INDEX_OPEN, *lines, texts.INDEX_CLOSE]) if lines else ""
 
 
+def _without_noise(text: str) -> str:
+    """`text` without the lines of the interpreter's and installed packages' machinery (`NOISE`),
+    nor the source line a traceback prints under such a frame."""
+    if NOISE.search(text) is None:
+        return text
+    kept: list[str] = []
+    skip_next = False
+    for line in text.splitlines():
+        if skip_next and line.startswith(" ") and _FRAME.match(line) is None:
+            skip_next = False
+            continue
+        skip_next = False
+        if NOISE.search(line, 0, 400) is not None:
+            skip_next = _FRAME.match(line) is not None
+            continue
+        kept.append(line)
+    return "\n".join(kept)
+
+
+def _results_names(item: Any, view: ItemView) -> set[str]:
+    text = view.tool_text(item)
+    return set(_NAME.findall(_without_noise(plain_text(text)[:NAME_SCAN]))) if text else set()
+
+
+def _relevance(seen: list[int]) -> int:
+    """0: shown by a result of a file later edited; 1: in more than one result; 2: the rest.
+    (Ranking names that share a part with the task's first lost recall on the shared traces,
+    0.853 → 0.828: the task's neighbours are not what the agent reaches for next.)"""
+    if seen[2]:
+        return 0
+    return 1 if seen[0] > 1 else 2
+
+
 def _names(shown: dict[str, list[int]], written: set[str]) -> list[str]:
-    """The names the results showed and the agent never wrote: those in more results first,
-    then the most recent, then in character order."""
-    return sorted((name for name in shown if len(name) >= NAME_MIN and name not in written),
-                  key=lambda name: (-shown[name][0], -shown[name][1], name))
+    """The names the results showed and the agent never wrote, none of the machinery's: by
+    relevance, then those in more results, then the most recent, then in character order."""
+    return sorted((name for name in shown if len(name) >= NAME_MIN and name not in written
+                   and NOISE.search(name) is None),
+                  key=lambda name: (_relevance(shown[name]), -shown[name][0], -shown[name][1], name))
 
 
 def _names_line(names: list[str], room: int) -> str:
@@ -132,7 +213,12 @@ def _names_line(names: list[str], room: int) -> str:
 
 # ---------------------------------------------------------------- reading a call
 
-def _read_call(name: str, arguments: str, files: _Seen, commands: _Seen) -> None:
+def _read_call(name: str, arguments: str, files: _Seen, commands: _Seen) -> tuple[list[str], bool, str]:
+    """Adds the call's files and commands; (its files, whether it edits them, "a-b" when it asks
+    for lines a to b of a file)."""
+    named = _Seen()
+    edit = False
+    asked = ""
     value: Any = arguments
     if len(arguments) <= ARGUMENTS_MAX and arguments.lstrip().startswith(("{", "[")):
         try:
@@ -142,9 +228,14 @@ def _read_call(name: str, arguments: str, files: _Seen, commands: _Seen) -> None
     strings: list[str] = []
     if isinstance(value, dict):
         editor = "editor" in name.lower() or name.lower() in ("edit", "write", "read", "view")
+        verb = value.get("command")
+        edit = (verb in _EDITS if isinstance(verb, str) else False) or _EDIT_TOOL.match(name) is not None
+        span = value.get("view_range")
+        if isinstance(span, list) and len(span) == 2 and all(isinstance(v, int) for v in span):
+            asked = f"{span[0]}-{span[1]}" if span[1] >= 0 else f"{span[0]}-"
         for key in _PATH_KEYS:
             for path in _strings(value.get(key)):
-                files.add(_path(path))
+                named.add(_path(path))
         for key in _COMMAND_KEYS:
             raw = value.get(key)
             if isinstance(raw, str) and (editor or raw in _EDITOR_VERBS) and any(k in value for k in _PATH_KEYS):
@@ -154,14 +245,36 @@ def _read_call(name: str, arguments: str, files: _Seen, commands: _Seen) -> None
             for command in _commands(raw, key == "commands"):
                 commands.add(_command(command))
                 for path in _command_files(command):
-                    files.add(_path(path))
+                    named.add(_path(path))
+                sed = _SED_RANGE.search(command, 0, 2000)
+                if sed is not None:
+                    asked = f"{sed.group(1)}-{sed.group(2)}"
+                edit = edit or " -i" in command[:2000] and command.lstrip().startswith("sed")
         strings = [v for v in value.values() if isinstance(v, str)]
     elif isinstance(value, str):
         strings = [value]
     for string in strings:
         if "*** " in string:
             for match in _PATCH_FILE.finditer(string[:ARGUMENTS_MAX]):
-                files.add(_path((match.group(1) or match.group(2)).strip()))
+                named.add(_path((match.group(1) or match.group(2)).strip()))
+                edit = True
+    for path in named.entries:
+        files.add(path)
+    return list(named.entries), edit, asked
+
+
+def _numbered_span(text: str) -> str:
+    """"a-b" when the output is numbered lines (`cat -n`, an editor's view), from the first
+    and last numbered lines, else ""."""
+    lines = text.splitlines()
+    if len(lines) < 3:
+        return ""
+    head = [m for m in map(_NUMBERED.match, lines[:8]) if m is not None]
+    tail = [m for m in map(_NUMBERED.match, lines[-8:]) if m is not None]
+    if len(head) < 3 or not tail:
+        return ""
+    first, last = int(head[0].group(1)), int(tail[-1].group(1))
+    return f"{first}-{last}" if last > first else ""
 
 
 def _strings(value: Any) -> list[str]:

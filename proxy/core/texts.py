@@ -187,7 +187,7 @@ def more_matches(found: int) -> str:
 
 INDEX_OPEN = "<index>"
 INDEX_CLOSE = "</index>"
-INDEX_FILES = "files read or edited: "
+INDEX_FILES = "files read or edited (@offset in the ref:lines shown): "
 INDEX_COMMANDS = "commands run: "
 INDEX_ERRORS = "errors seen: "
 

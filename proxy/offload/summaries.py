@@ -66,10 +66,10 @@ class Compressor:
         self.deferred: list[Callable[[], object]] = []  # background summaries to start once the turn is out
 
     def _summary_key(self, prefix_hash: str) -> str:
-        return key(self.namespace, "summary", f"{prefix_hash}:{self.version}")
+        return key(self.namespace, "summary", f"{prefix_hash}:{self.version}:{cp.LAYOUT}")
 
     def _lock_key(self, prefix_hash: str) -> str:
-        return key(self.namespace, "lock", f"{prefix_hash}:{self.version}")
+        return key(self.namespace, "lock", f"{prefix_hash}:{self.version}:{cp.LAYOUT}")
 
     async def _prior(self, originals: list[Any], chain: cp.PrefixHashes, head: int, tail: int,
                      cpu: CPU) -> cp.PriorSummary | None:
@@ -119,7 +119,7 @@ class Compressor:
         head, tail = await cpu.light(cp.split, compacted, self.view, settings.keep_recent_for(cp.COMPRESS_KEEP_RECENT))
         if tail - head < 2:
             return Compressed()
-        trigger = settings.max_total_tokens
+        trigger = await cpu.light(cp.trigger, compacted, self.view, head, settings, counter)
         foldable = await cpu.light(cp.tokens_between, compacted, self.view, head, tail, counter)
         early = self.ctx.background is not None and settings.precompress_ratio > 0
         if foldable <= trigger and not (early and foldable >= settings.precompress_ratio * trigger):
@@ -319,7 +319,7 @@ class Compressor:
             covered = sum(1 for m in originals[head:cut] if self.view.role(m) != "system")
             return (history, make_ref(self.namespace, "history", history), covered,
                     cp.tokens_between(originals, self.view, head, cut, counter),
-                    summary_index(originals[head:cut], self.view))
+                    summary_index(originals[head:cut], self.view, task=cp.task_text(originals, self.view, head)))
 
         history, ref, covered, covered_tokens, index = await cpu.for_part(originals[head:cut])(summarised)
         # beside the model's snapshot, what exists behind the ref: files, commands, errors, verbatim

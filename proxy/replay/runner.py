@@ -73,10 +73,16 @@ def message_tokens(messages: list[Any], counter: TokenCounter) -> list[int]:
 
 def budget(forwarded: list[Any], tools: Any, settings: OffloadSettings, counter: TokenCounter,
            view: ItemView = chat.VIEW) -> int:
-    """max_total_tokens plus what is never compressed: system, tool schemas, summary, kept tail."""
+    """max_total_tokens plus what is never compressed: system, the task, tool schemas, summary
+    and the messages kept verbatim right after it (system, user), kept tail."""
     head, tail = cp.split(forwarded, view, settings.keep_recent_for(cp.COMPRESS_KEEP_RECENT))
     fixed = forwarded[:head] + forwarded[tail:]
     summary = [m for m in forwarded[head:tail] if history_ref(view.text(m) or "")]
+    if summary:
+        after = forwarded.index(summary[0], head) + 1
+        while after < tail and view.role(forwarded[after]) in ("system", "user"):
+            summary.append(forwarded[after])
+            after += 1
     return settings.max_total_tokens + counter.messages(fixed + summary) + counter.tools(tools)
 
 

@@ -110,17 +110,19 @@ def test_inline_summary_asked_of_the_anthropic_upstream_and_merged(proxy_url, up
     assert sent[-1] == history[-1] and len(sent) < len(history)
     first = sent[0]
     assert first["role"] == "user"
-    assert first["content"][0]["type"] == "text" and SNAPSHOT in first["content"][0]["text"]
-    assert "ref=" in first["content"][0]["text"]
+    # the task stays, the summary after it in the same user message (roles alternate)
+    assert first["content"][0] == {"type": "text", "text": history[0]["content"]}
+    assert first["content"][1]["type"] == "text" and SNAPSHOT in first["content"][1]["text"]
+    assert "ref=" in first["content"][1]["text"]
     assert not any(k.startswith("x-offload") for m in sent for k in m)
     assert not any(k.startswith("x-offload") for m in sent if isinstance(m["content"], list)
                    for b in m["content"] for k in b)
     tool_pairs_whole(sent)
-    # the kept part starts with the model's turn: the summary is a user message of its own before it
-    assert first["content"] == [first["content"][0]] and sent[1]["role"] == "assistant"
+    # the kept part starts with the model's turn: the task and the summary are the user message before it
+    assert len(first["content"]) == 2 and sent[1]["role"] == "assistant"
 
     # the originals stay retrievable under the summary's ref
-    [ref] = refs_in(first["content"][0]["text"])
+    [ref] = refs_in(first["content"][1]["text"])
     stored = httpx2.get(f"{proxy_url}/v1/offload/{ref}", headers={"x-api-key": key}, timeout=20)
     assert stored.status_code == 200 and "make step0" in stored.text
 

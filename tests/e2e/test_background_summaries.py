@@ -103,7 +103,7 @@ def test_the_crossing_turn_goes_out_before_its_summary_and_the_next_one_uses_it(
     assert metric(proxy_url, "offload_summaries_in_flight") == 1
     assert metric(proxy_url, "offload_summaries_oldest_seconds") > 0
     started = wait_for_event(proxy_url, "summary_started", key)
-    assert started["messages"] == len(history) - 3
+    assert started["messages"] == len(history) - 4  # not the system message, the task, the kept tail
 
     gate.set()
     ready = wait_for_event(proxy_url, "summary_ready", key)
@@ -118,7 +118,8 @@ def test_the_crossing_turn_goes_out_before_its_summary_and_the_next_one_uses_it(
     usage = raw.parse().usage
     assert (usage.prompt_tokens, usage.completion_tokens) == (310, 45)
     sent = forwarded(upstream)[-1]
-    assert sent[0] == history[0] and SNAPSHOT in sent[1]["content"] and sent[2:] == history2[-4:]
+    assert sent[:2] == history[:2] and SNAPSHOT in sent[2]["content"] and sent[-4:] == history2[-4:]
+    assert sent[3:-4] == [m for m in history2[2:-4] if m["role"] == "user"]  # later questions kept verbatim
     assert len(calls) == 1
 
     raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=history2,
@@ -127,9 +128,9 @@ def test_the_crossing_turn_goes_out_before_its_summary_and_the_next_one_uses_it(
     assert raw.parse().usage.prompt_tokens == 10  # paid once
     assert forwarded(upstream)[-1] == sent  # byte-stable
     # the summarised originals are stored under the summary's ref, reloadable
-    ref = sent[1]["content"].split("ref=")[1].split(".")[0]
+    ref = sent[2]["content"].split("ref=")[1].split(".")[0]
     content = httpx2.get(f"{proxy_url}/v1/offload/{ref}", headers={"authorization": f"Bearer {key}"}).json()
-    assert [json.loads(line) for line in content["content"].splitlines()] == history[1:-2]
+    assert [json.loads(line) for line in content["content"].splitlines()] == history[2:-2]
 
 
 def test_a_background_summary_forwards_the_bytes_an_inline_one_would(make_proxy, upstream):
@@ -149,7 +150,7 @@ def test_a_background_summary_forwards_the_bytes_an_inline_one_would(make_proxy,
                                                                   extra_headers=headers)
             assert raw.headers["x-offload-action"] == "compress"
             sent[name] = forwarded(upstream)[-1]
-    assert sent["inline"] == sent["background"] and SNAPSHOT in sent["inline"][1]["content"]
+    assert sent["inline"] == sent["background"] and SNAPSHOT in sent["inline"][2]["content"]
     assert len(calls) == 2
 
 
@@ -160,7 +161,7 @@ def test_above_the_hard_limit_the_turn_waits_for_its_summary(client, upstream):
     headers = {**BACKGROUND, "X-Offload-Hard-Max-Tokens": str(tokens - 1)}
     raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=history, extra_headers=headers)
     assert raw.headers["x-offload-action"] == "compress" and raw.headers["x-offload-summary-tokens"] == "340"
-    assert len(calls) == 1 and SNAPSHOT in forwarded(upstream)[0][1]["content"]
+    assert len(calls) == 1 and SNAPSHOT in forwarded(upstream)[0][2]["content"]
     # just under it: the turn goes out without waiting
     headers["X-Offload-Hard-Max-Tokens"] = str(tokens)
     headers["X-Offload-Session"] = "bg-other"
@@ -174,9 +175,10 @@ def test_a_summary_made_ahead_of_time_is_ready_when_the_trigger_is_crossed(clien
     counter = counter_for_model("gpt-4o")
     before, after = chat_history(10), chat_history(12)
     # the trigger between the two: turn 10 folds 80-100 % of it (ahead of time), turn 12 crosses it
-    foldable = lambda h: counter.messages(h[1:-2])  # noqa: E731 - between the system item and the kept tail
-    trigger = int(foldable(before) / 0.9)
-    assert 0.8 * trigger <= foldable(before) <= trigger < foldable(after)
+    foldable = lambda h: sum(map(counter.message, h[2:-2]))  # noqa: E731 - between the task and the kept tail
+    limit = int(foldable(before) / 0.9)  # what the part after the task may hold: the trigger less the task
+    assert 0.8 * limit <= foldable(before) <= limit < foldable(after)
+    trigger = limit + counter.message(before[1])
     headers = {**BACKGROUND, "X-Offload-Max-Total-Tokens": str(trigger), "X-Offload-Precompress-Ratio": "0.8"}
     raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=before, extra_headers=headers)
     assert raw.headers["x-offload-action"] == "none"  # below the trigger: forwarded as it came
@@ -187,7 +189,8 @@ def test_a_summary_made_ahead_of_time_is_ready_when_the_trigger_is_crossed(clien
     raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=after, extra_headers=headers)
     assert raw.headers["x-offload-action"] == "compress"  # ready: nobody waits, nothing is pending
     sent = forwarded(upstream)[-1]
-    assert SNAPSHOT in sent[1]["content"] and sent[2:] == after[len(before) - 2:]
+    kept = [m for m in after[2:len(before) - 2] if m["role"] == "user"]  # later questions, verbatim
+    assert SNAPSHOT in sent[2]["content"] and sent[3:] == kept + after[len(before) - 2:]
     assert len(calls) == 1
 
 
@@ -279,7 +282,7 @@ def test_the_direct_api_reuses_a_summary_near_the_trigger_without_a_scheduler(pr
                   if counter.messages(h[24:-2]) >= 0.8 * 1500)
     assert counter.messages(longer[24:-2]) <= 1500  # reused, not made again: the part after it is under the trigger
     second = offload(longer)
-    assert second["action"] == "compress" and second["messages"][1] == first["messages"][1]
+    assert second["action"] == "compress" and second["messages"][2] == first["messages"][2]
     time.sleep(0.2)
     assert len(calls) == 1  # nothing made ahead of time either
 
@@ -291,7 +294,7 @@ def test_the_summary_message_carries_an_index_of_what_it_summarised(client, upst
     headers = {**BACKGROUND, "X-Offload-Max-Total-Tokens": "1000", "X-Offload-Hard-Max-Tokens": "1"}
     raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=history, extra_headers=headers)
     assert raw.headers["x-offload-action"] == "compress"
-    summary = forwarded(upstream)[-1][1]["content"]
+    summary = forwarded(upstream)[-1][2]["content"]  # after the system message and the task
     index = summary[summary.index("<index>"):summary.index("</index>")]
     assert "commands run: cat f0; cat f1" in index  # the commands the summarised calls ran, verbatim
     assert summary.index("</index>") < summary.index(SNAPSHOT)  # beside the snapshot, before it

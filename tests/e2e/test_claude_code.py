@@ -302,7 +302,11 @@ def test_claude_code_history_compressed_inline(claude_binary, claude_proxy, upst
     environment = rounds[1].json()["messages"][1]
     assert environment["role"] == "system" and environment["content"].startswith("# Environment")
     assert all(r.json()["messages"][1] == environment for r in rounds[1:])
-    assert final["messages"][0]["content"][0]["text"].startswith("[offloaded history: ")
+    # the task (Claude Code's first user message) stays, the summary joins its message after it
+    task = rounds[0].json()["messages"][0]["content"]
+    task = task if isinstance(task, list) else [{"type": "text", "text": task}]
+    blocks = final["messages"][0]["content"]
+    assert blocks[:len(task)] == task and blocks[len(task)]["text"].startswith("[offloaded history: ")
     # the summaries' usage in Claude Code's count
     got = run.usage()
     assert (got["input_tokens"], got["output_tokens"]) == (1_000 * len(rounds) + 300 * len(calls),

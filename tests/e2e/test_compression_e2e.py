@@ -74,9 +74,11 @@ def test_summary_replaces_old_history_and_is_reused_next_turn(client, upstream, 
     assert len(calls) == 1 and calls[0].json()["model"] == "gpt-4o"
     assert calls[0].headers["authorization"] == "Bearer sk-test-key"
     sent = forwarded(upstream)[0]
-    assert sent[0] == history[0]
-    assert "<state_snapshot>" in sent[1]["content"] and "ref=" in sent[1]["content"]
-    assert sent[2:] == history[-2:]  # the verbatim tail (keep_recent 2 for compression)
+    assert sent[:2] == history[:2]  # the system message and the task (the first user message) stay
+    assert "<state_snapshot>" in sent[2]["content"] and "ref=" in sent[2]["content"]
+    later_questions = [m for m in history[2:-2] if m["role"] == "user"]  # 11 × ≈ 570 characters: all fit
+    assert sent[3:-2] == later_questions  # later user messages stay verbatim, after the summary, in order
+    assert sent[-2:] == history[-2:]  # the verbatim tail (keep_recent 2 for compression)
     assert [t["function"]["name"] for t in upstream.chat_requests()[-1].json()["tools"]] == [
         "context_reload", "context_search"]
 
@@ -88,15 +90,15 @@ def test_summary_replaces_old_history_and_is_reused_next_turn(client, upstream, 
     assert second[: len(first)] == first
 
     # the summary's reference returns the original messages, one JSON object per line
-    ref = re.search(r"ref=([A-Za-z0-9_-]+)", sent[1]["content"]).group(1)
+    ref = re.search(r"ref=([A-Za-z0-9_-]+)", sent[2]["content"]).group(1)
     content = httpx2.get(f"{proxy_url}/v1/offload/{ref}", headers={"authorization": "Bearer sk-test-key"}).json()
-    assert [json.loads(line) for line in content["content"].splitlines()] == history[1:-2]
+    assert [json.loads(line) for line in content["content"].splitlines()] == history[2:-2]
 
     # events: one compression, tenant-scoped
     data = httpx2.get(f"{proxy_url}/v1/offload/events", params={"session": "sess-1"},
                       headers={"authorization": "Bearer sk-test-key"}).json()["data"]
     assert [e["type"] for e in data].count("compression") == 1
-    assert data[0]["summary_tokens_in"] == 300 and data[0]["messages"] == len(history) - 3
+    assert data[0]["summary_tokens_in"] == 300 and data[0]["messages"] == len(history) - 4
     other = httpx2.get(f"{proxy_url}/v1/offload/events", params={"session": "sess-1"},
                        headers={"authorization": "Bearer sk-other"}).json()["data"]
     assert other == []
@@ -147,12 +149,12 @@ def test_growth_past_the_trigger_folds_the_previous_summary(client, upstream):
     assert summary_shape(calls[1]) == "prefix" and calls[1].path == "/v1/chat/completions"
     sent = previous["messages"]  # the whole of it: the longer history's part to summarise holds it all
     assert json.dumps(asked["messages"][:len(sent)]) == json.dumps(sent)
-    assert "plan #1" in asked["messages"][1]["content"]  # the summary to fold, as the turn forwarded it
+    assert "plan #1" in asked["messages"][2]["content"]  # the summary to fold, as the turn forwarded it (after the task)
     assert asked["messages"][-1] == {"role": "user", "content": SUMMARY_INSTRUCTION}
     assert json.dumps(asked["tools"]) == json.dumps(previous["tools"])
     assert [t["function"]["name"] for t in asked["tools"]] == [t["function"]["name"] for t in RELOAD_TOOL_SCHEMAS]
     assert (asked["tool_choice"], asked["stream"]) == ("none", False)
-    assert "plan #2" in forwarded(upstream)[-1][1]["content"]
+    assert "plan #2" in forwarded(upstream)[-1][2]["content"]
 
 
 def test_transcript_shape_folds_the_previous_summary(make_proxy, upstream):
@@ -167,7 +169,7 @@ def test_transcript_shape_folds_the_previous_summary(make_proxy, upstream):
     first = calls[0].json()
     assert set(first) == {"model", "messages"} and first["messages"][0]["content"].startswith("You compress")
     assert "Previous snapshot:\n<state_snapshot><task_overview>plan #1" in calls[1].json()["messages"][1]["content"]
-    assert "plan #2" in forwarded(upstream)[-1][1]["content"]
+    assert "plan #2" in forwarded(upstream)[-1][2]["content"]
 
 
 def test_failing_summarizer_leaves_the_request_successful(client, upstream):
@@ -225,7 +227,7 @@ def test_reused_summary_is_forwarded_even_without_reload_tools(client, upstream)
                                                                extra_headers=headers)
         assert raw.headers["x-offload-action"] == "compress"
     first, second = forwarded(upstream)
-    assert first == second and "<state_snapshot>" in second[1]["content"]
+    assert first == second and "<state_snapshot>" in second[2]["content"]
     assert len(calls) == 1 and "tools" not in upstream.chat_requests()[-1].json()
     assert "tools" not in calls[0].json() and "tool_choice" not in calls[0].json()  # as the turns: none
 
@@ -265,7 +267,8 @@ def test_tenant_prompt_from_tenants_file(make_proxy, upstream, tmp_path):
 def test_a_tiny_group_threshold_makes_at_most_max_groups_summary_calls(make_proxy, upstream):
     handler, calls = summarizing()
     upstream.handler = handler
-    words = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"word{i}"} for i in range(2000)]
+    # the model's messages only: no task to keep, no later user messages kept beside the summary
+    words = [{"role": "assistant", "content": f"word{i}"} for i in range(2000)]
     headers = {"X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "0", "X-Offload-Keep-Recent": "0",
                "X-Offload-Group-Token-Threshold": "1", "X-Offload-Session": "tiny-groups"}
     with make_proxy(summary_request="prefix") as url:  # groups are the transcript's: one call in the prefix shape

@@ -33,9 +33,23 @@ def messages_of(items: list[Any]) -> list[Any]:
     i = 0
     while i < len(groups):
         group = groups[i]
+        if is_summary(group[0]) and i > 0 and _mergeable(groups[i - 1]):
+            # after the task (a user message kept before it): one user message of the task, the
+            # summary and the plain user messages kept after it, so roles still alternate
+            out[-1] = _merged(out[-1], group[0], after=True)
+            i += 1
+            while i < len(groups) and _mergeable(groups[i]):
+                out[-1] = _merged(out[-1], _message(groups[i]), after=True)
+                i += 1
+            continue
         if is_summary(group[0]) and i + 1 < len(groups) and _mergeable(groups[i + 1]):
+            # no task before it (e.g. after a provider compaction block): the summary opens the
+            # next user message, and the plain user messages kept after that join it too
             out.append(_merged(group[0], _message(groups[i + 1])))
             i += 2
+            while i < len(groups) and _mergeable(groups[i]):
+                out[-1] = _merged(out[-1], _message(groups[i]), after=True)
+                i += 1
             continue
         out.append(_message(group))
         i += 1
@@ -48,7 +62,8 @@ def with_history(body: dict, items: list[Any]) -> dict:
 
     The summary item is merged into the user message right after it (its text block first), so
     roles still alternate and the messages are those the client sent, less the summarised
-    ones. It stays a user message of its own before an assistant message, at the end, and
+    ones; after the task (a plain user message right before it), into the task instead, with the
+    plain user messages kept after it. It stays a user message of its own before an assistant message, at the end, and
     before a user message holding `tool_result` blocks (those must open their message, right
     after the `tool_use` they answer; the core never leaves one whose call was summarised)."""
     return {**body, "messages": messages_of(items)}
@@ -80,7 +95,11 @@ def _mergeable(group: list[Any]) -> bool:
         has_tool_result(item.get("content")) for item in group if isinstance(item, dict))
 
 
-def _merged(summary: dict, message: dict) -> dict:
+def _merged(summary: dict, message: dict, *, after: bool = False) -> dict:
+    """`summary`'s blocks first, then `message`'s, in `message`; `after`: the second's blocks
+    appended to the first (private keys dropped)."""
+    if after:
+        return {**_clean(summary), "content": [*blocks_of(summary.get("content")), *blocks_of(message.get("content"))]}
     return {**message, "content": [*blocks_of(summary.get("content")), *blocks_of(message.get("content"))]}
 
 

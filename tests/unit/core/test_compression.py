@@ -25,26 +25,26 @@ def test_split_keeps_pairs_together():
     msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}, call(1), result(1),
             call(2, 3), result(2, 0), result(2, 1), result(2, 2)]
     head, tail = cp.split(msgs, VIEW, keep_recent=2)
-    assert head == 1 and tail == 4  # the tail starts at the assistant message of call 2
-    assert cp.split(msgs, VIEW, keep_recent=1) == (1, 4)
-    assert cp.split(msgs, VIEW, keep_recent=4) == (1, 4)
-    assert cp.split(msgs, VIEW, keep_recent=5) == (1, 2)
+    assert head == 2 and tail == 4  # the head holds the task; the tail starts at the assistant message of call 2
+    assert cp.split(msgs, VIEW, keep_recent=1) == (2, 4)
+    assert cp.split(msgs, VIEW, keep_recent=4) == (2, 4)
+    assert cp.split(msgs, VIEW, keep_recent=5) == (2, 2)
 
 
 def test_split_with_no_tail():
     msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}, call(1), result(1)]
-    assert cp.split(msgs, VIEW, keep_recent=0) == (1, 4)
+    assert cp.split(msgs, VIEW, keep_recent=0) == (2, 4)
     assert cp.split([None], VIEW, keep_recent=0) == (0, 1)
 
 
 def test_split_tiny_empty_and_all_system():
     assert cp.split([], VIEW, 2) == (0, 0)
-    assert cp.split([{"role": "user", "content": "hi"}], VIEW, 2) == (0, 0)
+    assert cp.split([{"role": "user", "content": "hi"}], VIEW, 2) == (1, 1)  # the task alone
     assert cp.split([{"role": "system", "content": "a"}, {"role": "developer", "content": "b"}], VIEW, 2) == (2, 2)
 
 
 def test_decide_triggers_only_above_threshold():
-    msgs = [{"role": "system", "content": "s"}] + [{"role": "user", "content": "word " * 100} for _ in range(10)]
+    msgs = [{"role": "system", "content": "s"}] + [{"role": "assistant", "content": "word " * 100} for _ in range(10)]
     settings = OffloadSettings(max_total_tokens=500)
     d = cp.decide(msgs, VIEW, settings, COUNTER, None)
     assert (d.action, d.head, d.cut, d.new_items) == ("summarize", 1, 9, (1, 9))
@@ -63,12 +63,60 @@ def test_decide_reuses_prior_until_the_rest_grows_past_the_trigger():
 
 def test_system_messages_do_not_count_and_stay_verbatim():
     sys_mid = {"role": "system", "content": "mid " * 1000}
-    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}, sys_mid,
-            {"role": "user", "content": "v"}, {"role": "user", "content": "w"}, {"role": "user", "content": "z"}]
+    msgs = [{"role": "system", "content": "s"}, {"role": "assistant", "content": "u"}, sys_mid,
+            {"role": "assistant", "content": "v"}, {"role": "assistant", "content": "w"},
+            {"role": "assistant", "content": "z"}]
     assert cp.decide(msgs, VIEW, OffloadSettings(max_total_tokens=50), COUNTER, None).action == "none"
     summary = cp.summary_item(VIEW, "S", "ref1", 2, 10)
     out = cp.assemble(msgs, VIEW, 1, 4, summary)
     assert out == [msgs[0], summary, sys_mid, msgs[4], msgs[5]]
+
+
+def test_the_task_is_never_summarised_and_the_summary_follows_it():
+    task = {"role": "user", "content": "Fix the bug in astropy/io/fits/card.py " + "detail " * 300}
+    msgs = [{"role": "system", "content": "s"}, task] + [m for i in range(6) for m in (call(i), result(i, 0, "r " * 200))]
+    d = cp.decide(msgs, VIEW, OffloadSettings(max_total_tokens=300), COUNTER, None)
+    assert d.action == "summarize" and d.head == 2 and d.new_items[0] == 2  # the task is in the head
+    summary = cp.summary_item(VIEW, "S", "ref1", 3, 10)
+    out = cp.assemble(msgs, VIEW, d.head, d.cut, summary)
+    assert out[:3] == [msgs[0], task, summary] and out[3:] == msgs[d.cut:]
+    # however long, the task alone is never summarised
+    long_task = [{"role": "system", "content": "s"}, {"role": "user", "content": "word " * 5000}, call(1), result(1)]
+    assert cp.decide(long_task, VIEW, OffloadSettings(max_total_tokens=100), COUNTER, None).action == "none"
+    # a history that starts with no user message pins nothing
+    assert cp.split([{"role": "system", "content": "s"}, call(1), result(1), call(2), result(2)], VIEW, 2) == (1, 3)
+
+
+def test_the_task_counts_against_the_trigger_down_to_half_of_it():
+    settings = OffloadSettings(max_total_tokens=1000)
+    short = [{"role": "system", "content": "s " * 500}, {"role": "user", "content": "word " * 100}, call(1)]
+    task_tokens = COUNTER.message(short[1])
+    assert cp.trigger(short, VIEW, 2, settings, COUNTER) == 1000 - task_tokens  # the system message does not count
+    long = [{"role": "system", "content": "s"}, {"role": "user", "content": "word " * 5000}, call(1)]
+    assert cp.trigger(long, VIEW, 2, settings, COUNTER) == 500
+    # a window that fits the trigger alone but not beside the task is summarised
+    msgs = short + [result(1, 0, "r " * 450), call(2), result(2, 0, "r " * 450), call(3), result(3)]
+    window = cp.tokens_between(msgs, VIEW, 2, 7, COUNTER)
+    assert window <= 1000 < window + task_tokens
+    assert cp.decide(msgs, VIEW, settings, COUNTER, None).action == "summarize"
+
+
+def test_later_user_messages_stay_verbatim_most_recent_first_up_to_the_budget():
+    def user(n, size=10):
+        return {"role": "user", "content": f"u{n} " + "x" * size}
+
+    big = cp.USER_KEEP_CHARS // 2
+    msgs = [{"role": "system", "content": "s"}, user(0), call(1), result(1), user(1, big), call(2), result(2),
+            user(2, big), call(3), result(3), user(3), call(4), result(4), user(4)]
+    summary = cp.summary_item(VIEW, "S", "ref1", 9, 10)
+    assert cp.kept_users(msgs, VIEW, 2, 12) == {10, 7}  # user(3), then user(2); user(1) no longer fits
+    out = cp.assemble(msgs, VIEW, 2, 12, summary)
+    assert out == [msgs[0], msgs[1], summary, msgs[7], msgs[10], *msgs[12:]]
+    # a pure function of the summarised range: the same range, the same bytes, whatever follows it
+    longer = msgs + [call(5), result(5), user(5)]
+    assert json.dumps(cp.assemble(longer, VIEW, 2, 12, summary)[:5]) == json.dumps(out[:5])
+    # the budget stops at the first message that does not fit: the kept ones are the most recent
+    assert cp.kept_users(msgs, VIEW, 2, 9) == {7}
 
 
 def test_groups_respect_threshold_and_pairs():

@@ -13,7 +13,8 @@ SYSTEM = {"role": "system", "content": "s"}
 
 
 def history(n: int) -> list[dict]:
-    return [SYSTEM] + [{"role": "user", "content": f"m{i} " + "word " * 99} for i in range(n)]
+    """The system message and `n` assistant messages (no user message: no task pinned in the head)."""
+    return [SYSTEM] + [{"role": "assistant", "content": f"m{i} " + "word " * 99} for i in range(n)]
 
 
 def foldable(items: list[dict]) -> int:
@@ -54,7 +55,7 @@ def test_ahead_never_splits_a_call_from_its_result():
     call = {"role": "assistant", "content": None, "tool_calls": [
         {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}
     items = history(6) + [call, {"role": "tool", "tool_call_id": "c1", "content": "word " * 100},
-                          {"role": "user", "content": "next"}]
+                          {"role": "assistant", "content": "next"}]
     d = precompress.ahead(items, VIEW, OffloadSettings(max_total_tokens=100), COUNTER, None)
     assert d is not None and cp.can_cut(items, VIEW, d.cut) and items[d.cut] is call
 

@@ -68,7 +68,7 @@ def test_split_starts_after_the_newest_compaction_item():
 
 def test_compaction_trigger_stays_in_the_tail_even_with_no_kept_tail():
     items = [*(user(f"m {k}") for k in range(5)), {"type": "compaction_trigger"}]
-    assert cp.split(items, RV, keep_recent=0) == (0, 5)
+    assert cp.split(items, RV, keep_recent=0) == (1, 5)  # the first user message is the task: never summarised
 
 
 def test_items_before_the_compaction_never_count_nor_go_into_a_summary():

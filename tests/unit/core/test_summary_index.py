@@ -4,6 +4,7 @@ read straight from the items, in chat and in Responses format alike, bounded and
 from __future__ import annotations
 
 import json
+import re
 
 from hypothesis import given, settings as hsettings, strategies as st
 
@@ -66,9 +67,11 @@ def agent_history() -> list[dict]:
     ]
 
 
+FILES = "files read or edited (@offset in the ref:lines shown): "
 EXPECTED = "\n".join([
     "<index>",
-    "files read or edited: src/app.py, tests/test_app.py, /repo/src/util.py, /repo/src/app.py, tests/test_extra.py",
+    # each file with the line of the ref (0-based, system items not stored) of the last result that showed it
+    FILES + "src/app.py@10, tests/test_app.py@5, /repo/src/util.py@7, /repo/src/app.py@8, tests/test_extra.py@10",
     "commands run: cat src/app.py; grep -rn 'def total' src/ tests/test_app.py; "
     "python -m pytest tests/test_app.py::test_total -x -q; python -c 'import app' …",
     "errors seen: E AssertionError: assert 2 == 3; FAILED tests/test_app.py::test_total - AssertionError: assert 2 == 3; "
@@ -84,7 +87,10 @@ def test_a_chat_history_is_indexed():
 def test_the_same_history_in_responses_format_gives_the_same_index():
     items = items_from_chat(agent_history())
     assert any(item.get("type") == "function_call" for item in items)
-    assert summary_index(items, RESPONSES) == EXPECTED
+    index = summary_index(items, RESPONSES)
+    # the same index but where the files are: one call per item in Responses, so other lines of the ref
+    assert re.sub(r"@\d+", "@N", index) == re.sub(r"@\d+", "@N", EXPECTED)
+    assert "src/app.py@15, tests/test_app.py@7," in index
 
 
 def test_responses_native_calls_are_indexed():
@@ -111,7 +117,7 @@ def test_responses_native_calls_are_indexed():
     ]
     assert summary_index(items, RESPONSES) == "\n".join([
         "<index>",
-        "files read or edited: proxy/core/view.py, build/log.txt, proxy/core/texts.py, old/thing.py",
+        FILES + "proxy/core/view.py@2:1-40, build/log.txt@4, proxy/core/texts.py@6, old/thing.py@8",
         "commands run: sed -n '1,40p' proxy/core/view.py; make test; cat build/log.txt; cargo build",
         "errors seen: error[E0308]: mismatched types",
         "names in results: src/main.rs, v0.1.0",  # from the output the JSON wraps, not its keys
@@ -172,9 +178,9 @@ def test_long_lists_are_capped_with_a_count_of_the_rest():
     index = summary_index(history, CHAT)
     assert len(index) <= INDEX_CHARS and index == summary_index(history, CHAT)
     files, commands, errors = index.split("\n")[1:4]
-    assert files.startswith("files read or edited: src/module_000/implementation_file_0.py, ")
+    assert files.startswith(FILES + "src/module_000/implementation_file_0.py@1, ")
     assert files.endswith(" more") and commands.endswith(" more") and errors.endswith(" more")
-    shown = files.removeprefix("files read or edited: ").split(", ")
+    shown = files.removeprefix(FILES).split(", ")
     assert int(shown[-1].split()[0].lstrip("+")) == 300 - (len(shown) - 1)  # "+N more" counts the rest
 
 
@@ -219,3 +225,70 @@ def test_any_history_gives_a_bounded_stable_index(calls):
     index = summary_index(history, CHAT)
     assert index == summary_index(history, CHAT) and len(index) <= INDEX_CHARS
     assert index == "" or (index.startswith("<index>\n") and index.endswith("\n</index>"))
+
+
+TRACEBACK = "\n".join([
+    "Traceback (most recent call last):",
+    '  File "/opt/miniconda3/lib/python3.11/importlib/__init__.py", line 126, in import_module',
+    "    return _bootstrap._gcd_import(name[level:], package, level)",
+    '  File "<frozen importlib._bootstrap>", line 1204, in _gcd_import',
+    '  File "/usr/lib/python3/dist-packages/pluggy/_hooks.py", line 493, in __call__',
+    "    return self._hookexec(self.name, self._hookimpls.copy(), kwargs, firstresult)",
+    '  File "/repo/astropy/modeling/separable.py", line 101, in separability_matrix',
+    "    separable_matrix = _separable(transform)",
+    "NotImplementedError: compound_model._cstack is missing",
+])
+
+
+def test_the_machinery_of_the_interpreter_and_test_runners_is_never_named():
+    history = [
+        {"role": "assistant", "content": None, "tool_calls": [call("c1", "bash", {"command": "python repro.py"})]},
+        {"role": "tool", "tool_call_id": "c1", "content": TRACEBACK},
+    ]
+    names = summary_index(history, CHAT).split("\n")[-2]
+    assert names.startswith("names in results: ")
+    for noise in ("_bootstrap", "_gcd_import", "importlib", "miniconda3", "pluggy", "_hookexec", "self._hookimpls.copy",
+                  "site-packages", "dist-packages"):
+        assert noise not in names, noise
+    for work in ("/repo/astropy/modeling/separable.py", "separable_matrix", "compound_model._cstack"):
+        assert work in names, work
+
+
+def test_names_of_files_edited_first_then_recurring_never_the_tasks_own():
+    task = "separability_matrix of nested CompoundModels is wrong (astropy/modeling/separable.py)"
+    history = [
+        {"role": "assistant", "content": None, "tool_calls": [call("c1", "bash", {"command": "cat util.py"})]},
+        {"role": "tool", "tool_call_id": "c1", "content": "helper_once defined\nrecurring_name used"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            call("c2", "str_replace_editor", {"command": "view", "path": "/repo/core.py"})]},
+        {"role": "tool", "tool_call_id": "c2", "content": "def core_function(): pass"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            call("c3", "bash", {"command": "grep -rn matrix astropy"})]},
+        {"role": "tool", "tool_call_id": "c3", "content": "separable._separable_matrix_of is here; astropy/modeling/separable.py;\n"
+                                                          "recurring_name"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            call("c4", "str_replace_editor", {"command": "str_replace", "path": "/repo/core.py", "old_str": "a",
+                                              "new_str": "b"})]},
+        {"role": "tool", "tool_call_id": "c4", "content": "edited"},
+    ]
+    names = summary_index(history, CHAT, task=task).split("\n")[-2].removeprefix("names in results: ").split(", ")
+    # what the view of the file later edited showed; then a name in two results; then the rest; the
+    # task's own names are not repeated (it stays verbatim before the summary)
+    assert names == ["core_function", "recurring_name", "separable._separable_matrix_of", "helper_once"]
+    assert "astropy/modeling/separable.py" not in summary_index(history, CHAT, task=task)
+    assert summary_index(history, CHAT, task=task) == summary_index(history, CHAT, task=task)
+
+
+def test_files_say_which_lines_were_shown():
+    numbered = "\n".join(f"{n:6}\tline {n}" for n in range(600, 651))
+    history = [
+        {"role": "assistant", "content": None, "tool_calls": [
+            call("c1", "bash", {"command": "sed -n '120,180p' src/a.py"}),
+            call("c2", "str_replace_editor", {"command": "view", "path": "/repo/b.py", "view_range": [30, 90]}),
+            call("c3", "bash", {"command": "cat -n src/c.py | head -700 | tail -51"})]},
+        {"role": "tool", "tool_call_id": "c1", "content": "x = 1"},
+        {"role": "tool", "tool_call_id": "c2", "content": "y = 2"},
+        {"role": "tool", "tool_call_id": "c3", "content": numbered},
+    ]
+    files = summary_index(history, CHAT).split("\n")[1]
+    assert files == FILES + "src/a.py@1:120-180, /repo/b.py@2:30-90, src/c.py@3:600-650"

@@ -180,7 +180,9 @@ def test_a_system_message_in_the_history_is_never_summarised():
     head, tail = cp.split(items, VIEW, 2)
     summary = VIEW.summary_item("snapshot")
     out = with_history(body, cp.assemble(items, VIEW, head, tail, summary))["messages"]
-    assert out[:2] == [{"role": "user", "content": [{"type": "text", "text": "snapshot"}]}, env]
+    # the task stays, the summary joins its message; the system message right after, verbatim
+    assert head == 1 and out[:2] == [{"role": "user", "content": [*U0["content"], {"type": "text", "text": "snapshot"}]},
+                                     env]
     assert "Environment" not in cp.history_lines(items[head:tail], VIEW)
 
 
@@ -318,7 +320,7 @@ def test_cuts_never_fall_inside_a_message_nor_between_a_call_and_its_result():
     assert allowed == [1, 3, 6, 8, 9]  # before A1, A3, A5, A7, U8
     for keep in range(len(items)):
         head, tail = cp.split(items, VIEW, keep)
-        assert head == 0 and (tail in allowed or tail in (0, len(items)))
+        assert head == 1 and (tail in allowed or tail in (1, len(items)))  # the task (U0) is the head
     assert cp.units(items, VIEW, 0, len(items), COUNTER)[1][0] == 1
     assert [first for first, _ in cp.units(items, VIEW, 0, len(items), COUNTER)] == [0, 1, 3, 6, 8, 9]
 
@@ -331,7 +333,8 @@ def test_compression_assembles_valid_alternating_messages(keep):
     out = with_history(BODY, cp.assemble(items, VIEW, head, tail, summary))["messages"]
     roles = [m["role"] for m in out]
     assert all(a != b for a, b in zip(roles, roles[1:])) and roles[0] == "user"
-    assert history_ref(out[0]["content"][0]["text"]) == "REFabc123"
+    assert out[0]["content"][:2] == U0["content"]  # the task, then the summary in the same message
+    assert history_ref(out[0]["content"][2]["text"]) == "REFabc123"
     kept_ids = [b.get("id") or b.get("tool_use_id") for m in out[1:] for b in (m["content"] if isinstance(
         m["content"], list) else []) if b.get("type") in ("tool_use", "tool_result")]
     uses = [i for i in kept_ids if i in {"toolu_01A", "toolu_01B", "toolu_01C", "toolu_01D"}]
@@ -349,8 +352,18 @@ def test_a_summary_cut_before_a_user_turn_merges_into_it():
     cut = items.index(later)
     assert cp.can_cut(items, VIEW, cut)
     summary = VIEW.summary_item("snapshot")
-    out = with_history(BODY, cp.assemble(items, VIEW, 0, cut, summary))["messages"]
-    assert out[0] == {"role": "user", "content": [{"type": "text", "text": "snapshot"},
+    out = with_history(BODY, cp.assemble(items, VIEW, 0, cut, summary))["messages"]  # no task kept (head 0)
+    # U0 and U8, plain user messages of the summarised part, stay after the summary, then `later`:
+    # all in the one user message the summary opens, so roles still alternate
+    assert out[0] == {"role": "user", "content": [{"type": "text", "text": "snapshot"}, *U0["content"],
+                                                  {"type": "text", "text": U8["content"]},
+                                                  {"type": "text", "text": "And the docs?"}]}
+    assert out[1:] == [{"role": "assistant", "content": "Sure."}, {"role": "user", "content": "Go"}]
+    # with the task kept (the head the split makes), the summary and the kept user messages join it
+    head, _ = cp.split(items, VIEW, 2)
+    out = with_history(BODY, cp.assemble(items, VIEW, head, cut, summary))["messages"]
+    assert out[0] == {"role": "user", "content": [*U0["content"], {"type": "text", "text": "snapshot"},
+                                                  {"type": "text", "text": U8["content"]},
                                                   {"type": "text", "text": "And the docs?"}]}
     assert len(out) == 3
 

@@ -11,6 +11,7 @@ from proxy.core.compaction import plan_compaction
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model
 from proxy.formats.messages import MESSAGES, PRIVATE_KEYS, history, with_history
+from proxy.formats.messages.items import blocks_of
 
 VIEW = MESSAGES.view
 COUNTER = counter_for_model("claude-sonnet-4-5")
@@ -85,21 +86,49 @@ def test_compaction_keeps_every_message_whole(messages):
     assert not any(isinstance(m, dict) and key in m for m in out for key in PRIVATE_KEYS)  # not as text: content may say it
 
 
+def _plain_user(message) -> bool:
+    """A user message a summary item may join (text, no tool_result)."""
+    return isinstance(message, dict) and message.get("role") == "user" and isinstance(
+        message.get("content"), (str, list)) and not any(
+        isinstance(b, dict) and b.get("type") == "tool_result" for b in blocks_of(message["content"]))
+
+
+def test_the_summary_after_the_task_joins_its_message_so_roles_alternate():
+    task = {"role": "user", "content": "Fix the failing build."}
+    later = {"role": "user", "content": [{"type": "text", "text": "Also keep the logs."}]}
+    call = {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {}}]}
+    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}]}
+    answer = {"role": "assistant", "content": "Done."}
+    body = {"messages": [task, call, result, later, answer, {"role": "user", "content": "Next?"}]}
+    items = history(body)
+    summary = VIEW.summary_item("S")
+    out = with_history(body, cp.assemble(items, VIEW, 1, 4, summary))["messages"]
+    assert out == [{"role": "user", "content": [{"type": "text", "text": "Fix the failing build."},
+                                                {"type": "text", "text": "S"}, *later["content"]]},
+                   answer, {"role": "user", "content": "Next?"}]
+
+
 @hsettings(max_examples=200, deadline=None)
 @given(conversations, st.integers(min_value=0, max_value=6))
 def test_compression_cuts_between_messages_only(messages, keep):
     body = {"messages": messages}
     items = history(body)
     head, tail = cp.split(items, VIEW, keep)
-    summary = VIEW.summary_item("snapshot")
+    snapshot = {"type": "text", "text": "⟦the summary of this test⟧"}
+    summary = VIEW.summary_item(snapshot["text"])
     out = with_history(body, cp.assemble(items, VIEW, head, tail, summary))["messages"]
     kept = with_history(body, items[tail:])["messages"]
-    assert head == 0
-    # the kept messages are the client's last ones, whole (the first may have the summary in front)
-    assert len(out) in (len(kept), len(kept) + 1) and kept == messages[len(messages) - len(kept):]
-    if len(out) == len(kept) and kept:
-        first = out[0]
-        assert first["content"][0] == {"type": "text", "text": "snapshot"}
-        assert _shape([{**first, "content": first["content"][1:]}])[0][1] == _shape(kept[:1])[0][1] or \
-            isinstance(kept[0].get("content"), str)
+    assert head == cp.task_end(items, VIEW, 0)  # the task (a first user message, whole), when there is one
+    task = with_history(body, items[:head])["messages"]
+    assert len(task) == (1 if head else 0) and task == messages[:len(task)]
+    # the task opens the output, the summary once, the kept messages are the client's last ones, whole
+    # (the first may be merged after the summary's block)
+    if task and isinstance(task[0].get("content"), (str, list)):
+        assert blocks_of(out[0]["content"])[:len(blocks_of(task[0]["content"]))] == blocks_of(task[0]["content"])
+    assert sum(block == snapshot for m in out if isinstance(m, dict) for block in blocks_of(m.get("content"))) == 1
+    assert kept == messages[len(messages) - len(kept):]
+    # from the first kept message that no summary can join (not a plain user message), all as sent
+    plain = next((i for i, m in enumerate(kept) if not _plain_user(m)), len(kept))
+    if plain < len(kept):
+        assert out[len(out) - (len(kept) - plain):] == kept[plain:]
     assert not any(isinstance(m, dict) and key in m for m in out for key in PRIVATE_KEYS)  # not as text: content may say it

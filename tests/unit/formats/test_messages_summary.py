@@ -11,7 +11,7 @@ from proxy.core.texts import RELOAD_TOOL_SCHEMAS, SUMMARY_INSTRUCTION
 from proxy.formats.messages import MESSAGES
 from proxy.formats.messages.from_chat import message_answer
 from proxy.formats.messages.summary import SUMMARY_MAX_TOKENS, instruction_message, summary_max_tokens
-from tests.unit.formats.test_messages import BODY, MESSAGES_, U8
+from tests.unit.formats.test_messages import BODY, MESSAGES_, U0, U8
 
 VIEW = MESSAGES.view
 INSTRUCTION = instruction_message(SUMMARY_INSTRUCTION)
@@ -53,14 +53,17 @@ def test_a_prefix_with_the_prior_summary_is_forwarded_as_the_turn_forwards_it():
                                  {"role": "user", "content": "Go on."}]}
     items = MESSAGES.history(body)
     summary = cp.summary_item(VIEW, "<state_snapshot>s</state_snapshot>", "REFabc123", 11, 900)
-    whole = cp.assemble(items, VIEW, 0, items.index(later), summary)  # the summary merges into `later`
+    whole = cp.assemble(items, VIEW, 1, items.index(later), summary)  # [U0, summary, U8 (kept), later, …]
     turn = MESSAGES.rounds(body, whole, RELOAD_TOOL_SCHEMAS, extra_usage=None).request(True)
     _, request = MESSAGES.summary_request(body, whole[:3], SUMMARY_INSTRUCTION, RELOAD_TOOL_SCHEMAS, model="m")
-    assert jsonio.dumps(request["messages"][:2]) == jsonio.dumps(turn["messages"][:2])  # 3 items, 2 messages
-    assert request["messages"][0]["content"][1] == {"type": "text", "text": "And the docs?"}
-    assert request["messages"][2:] == [INSTRUCTION]
-    _, alone = MESSAGES.summary_request(body, whole[:1], SUMMARY_INSTRUCTION, (), model="m")
-    assert alone["messages"] == [{"role": "user", "content": summary["content"]}, INSTRUCTION]  # never merged into
+    # one user message of the task, the summary and U8; the turn's holds `later` too, after the same blocks
+    first = request["messages"][0]["content"]
+    assert jsonio.dumps(turn["messages"][0]["content"][:len(first)]) == jsonio.dumps(first)
+    assert turn["messages"][0]["content"][len(first):] == [{"type": "text", "text": "And the docs?"}]
+    assert request["messages"][1:] == [INSTRUCTION]
+    _, alone = MESSAGES.summary_request(body, whole[:2], SUMMARY_INSTRUCTION, (), model="m")
+    # the task and the summary, one message; the instruction never merged into it
+    assert alone["messages"] == [{"role": "user", "content": [*U0["content"], *summary["content"]]}, INSTRUCTION]
 
 
 @pytest.mark.parametrize("choice, expected", [
