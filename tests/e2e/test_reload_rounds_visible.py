@@ -4,6 +4,8 @@ SDKs skip (their streams parse as before)."""
 
 from __future__ import annotations
 
+import uuid
+
 import httpx2
 import openai
 
@@ -14,9 +16,11 @@ from tests.harness.history import agent_history
 
 COMMENT = ": x-offload-reload-rounds: {}\n\n"
 
+KEY = f"sk-rounds-{uuid.uuid4().hex}"  # a namespace of its own: other tests store the same histories
+
 
 def chat_client(proxy_url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{proxy_url}/v1", api_key="sk-test-key", max_retries=0, timeout=20,
+    return openai.OpenAI(base_url=f"{proxy_url}/v1", api_key=KEY, max_retries=0, timeout=20,
                          default_headers=HEADERS)
 
 
@@ -39,7 +43,7 @@ def test_chat_stream_ends_with_the_rounds_comment_the_sdk_skips(proxy_url, upstr
     text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
     assert text.startswith("Looking. Told: ")  # the hidden round's text streams as it comes
     with httpx2.stream("POST", f"{proxy_url}/v1/chat/completions", timeout=20,
-                       headers={"authorization": "Bearer sk-test-key", **HEADERS},
+                       headers={"authorization": f"Bearer {KEY}", **HEADERS},
                        json={"model": "gpt-4o", "messages": agent_history(steps=3), "stream": True}) as r:
         body = r.read().decode()
     assert "x-offload-reload-rounds" not in r.headers  # not known when the headers go out
@@ -48,7 +52,7 @@ def test_chat_stream_ends_with_the_rounds_comment_the_sdk_skips(proxy_url, upstr
 
 def test_responses_stream_ends_with_the_rounds_comment_the_sdk_skips(proxy_url, upstream):
     upstream.handler = responses.reload_then_answer()
-    client = openai.OpenAI(base_url=f"{proxy_url}/v1", api_key="sk-test-key", max_retries=0, timeout=20)
+    client = openai.OpenAI(base_url=f"{proxy_url}/v1", api_key=KEY, max_retries=0, timeout=20)
     raw = client.responses.with_raw_response.create(model="gpt-5", input=responses.history(), tools=responses.TOOLS,
                                                     extra_headers=responses.HEADERS)
     assert raw.headers["x-offload-reload-rounds"] == "1"
@@ -58,7 +62,7 @@ def test_responses_stream_ends_with_the_rounds_comment_the_sdk_skips(proxy_url, 
         responses.assert_one_stream(list(stream))
     upstream.handler = responses.reload_then_answer()
     with httpx2.stream("POST", f"{proxy_url}/v1/responses", timeout=20,
-                       headers={"authorization": "Bearer sk-test-key", **responses.HEADERS},
+                       headers={"authorization": f"Bearer {KEY}", **responses.HEADERS},
                        json={"model": "gpt-5", "input": responses.history(), "tools": responses.TOOLS,
                              "stream": True}) as r:
         body = r.read().decode()
