@@ -124,6 +124,18 @@ def test_large_means_much_text_or_many_messages():
     large = cpu.CPU.for_messages([{"role": "system", "content": "s"}, {"role": "tool", "content": "x" * 300_000}])
     assert large.large and not large.for_part([{"role": "system", "content": "s"}]).large
     assert not cpu.INLINE.for_part([{"role": "tool", "content": "x" * 300_000}]).large  # small stays small
+    # few messages holding many values but little text (a tool input of deep objects, an array of
+    # numbers or empty strings): every value costs a visit of the token counter, as a character does
+    deep: object = 1
+    for _ in range(60):
+        deep = {"a": [deep]}
+    for value in ([deep] * 5_000, list(range(cpu.LARGE_CHARS + 1)), [""] * (cpu.LARGE_CHARS + 1)):
+        tool_use = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": [
+            {"type": "tool_use", "id": "t", "name": "f", "input": {"x": value}}]}]
+        assert cpu.CPU.for_messages(tool_use).large
+    # and it is measured only as far as the bound: the walk stops past it, at any depth (it runs on the loop)
+    nested = [{"role": "user", "content": [{"type": "text", "text": "x" * (cpu.LARGE_CHARS + 1)}, *[{"a": 1}] * 100_000]}]
+    assert cpu.LARGE_CHARS < cpu.text_size(nested, cpu.LARGE_CHARS) < cpu.LARGE_CHARS + 100
 
 
 async def test_a_large_request_is_planned_and_encoded_off_the_loop(tmp_path, monkeypatch):
