@@ -211,3 +211,25 @@ def test_a_large_request_does_not_stall_other_tenants(make_proxy, upstream):
     assert len(latencies) >= 5 and max(latencies) < 0.4, (result["seconds"], latencies)
     # and the store was not taken for down meanwhile: the large request itself was offloaded
     assert result["response"].status_code == 200 and result["response"].headers["x-offload-action"] == "compact"
+
+
+def test_the_split_of_a_large_request_of_few_messages_runs_off_the_loop(make_proxy, upstream, monkeypatch):
+    """The compressor's split scans every block of every message for a provider compaction
+    block: for few messages of many blocks (tens of MB) that is seconds on the loop."""
+    from proxy.core import compression
+
+    threads: set[str] = set()
+    split = compression.split
+
+    def spy(*args):
+        threads.add(threading.current_thread().name)
+        return split(*args)
+
+    monkeypatch.setattr(compression, "split", spy)
+    part = {"type": "text", "text": ""}
+    messages = [{"role": ("user", "assistant")[i % 2], "content": [part] * 5_000} for i in range(41)]
+    with make_proxy() as url:
+        r = httpx2.post(f"{url}/v1/messages", json={"model": "claude-sonnet-4", "max_tokens": 5, "messages": messages},
+                        headers={"x-api-key": "sk-ant-own-0001", "anthropic-version": "2023-06-01"}, timeout=60)
+    assert r.status_code == 200, r.text[:200]
+    assert threads and {name.split("_")[0] for name in threads} == {"offload-cpu"}, threads
