@@ -24,7 +24,9 @@ OFFLOAD_PREFIX = b"x-offload-"
 def request_headers_for_upstream(
     raw: Iterable[tuple[bytes, bytes]], *, body_replaced: bool = False
 ) -> list[tuple[bytes, bytes]]:
-    """Client headers minus hop-by-hop, Host and every X-Offload-* header.
+    """Client headers minus hop-by-hop, Host and every X-Offload-* header, each value without
+    the whitespace around it (RFC 9110 §5.5: no part of the value; uvicorn's parser may keep a
+    trailing one, which the upstream client refuses to send).
 
     `body_replaced`: the proxy rewrote the body, so its length (and encoding) are recomputed.
     """
@@ -32,7 +34,7 @@ def request_headers_for_upstream(
     if body_replaced:
         drop = drop | {b"content-length", b"content-encoding"}
     return [
-        (k, v)
+        (k, v.strip(b" \t"))
         for k, v in raw
         if (lk := k.lower()) not in drop and not lk.startswith(OFFLOAD_PREFIX)
     ]

@@ -132,21 +132,28 @@ async def relay(request: Request) -> Response:
     return await stream_back(response, shape=caller.family)
 
 
+def is_multipart(request: Request) -> bool:
+    """Every Content-Type the request carries is multipart/form-data (an upload)."""
+    types = [value.split(";", 1)[0].strip().lower() for value in request.headers.getlist("content-type")]
+    return bool(types) and all(kind == "multipart/form-data" for kind in types)
+
+
 async def checked_body(request: Request, caller: Caller) -> bytes:
     """A body relayed on the shared key (e.g. `responses/input_tokens`), read whole (it is under
     --max-body-bytes) and refused (403) when it names state stored upstream, like a managed
-    endpoint's; a compressed one is read through its Content-Encoding and relayed as sent. A
-    body that is no JSON object goes as it is (multipart uploads); one that says it is JSON and
-    is not is a 400, as the upstream would answer."""
+    endpoint's; a compressed one is read through its Content-Encoding and relayed as sent. Only
+    an upload (multipart/form-data) or an empty body goes unread; any other must be a JSON object
+    in UTF-8, whatever its Content-Type says (an upstream may read JSON behind a byte order mark,
+    in UTF-16, or with no Content-Type at all): else a 400, as the upstream would answer."""
     raw = await request.body()
     codings = codings_of(request.headers.getlist("content-encoding"))  # what cannot be read is not relayed
     limit = services_of(request).settings.max_body_bytes
+    if is_multipart(request):
+        return raw
 
     def check() -> None:
         plain = decode(raw, codings, limit=limit) if codings else raw
-        if not plain.lstrip()[:1] == b"{":
-            if "json" in request.headers.get("content-type", ""):
-                raise ProxyError(400, "Request body is not a JSON object.", code="invalid_json")
+        if not plain.strip():
             return
         caller.check_body(load_object(plain))
 

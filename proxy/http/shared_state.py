@@ -28,11 +28,12 @@ def _named(value: Any) -> bool:
 
 def _is_reference(item: dict) -> bool:
     """A Responses input item that points at a stored item: `type: item_reference`, or an item
-    with no type (or a null one) that is no message (the API reads `{"id": …}` as a reference)."""
+    with no type (or a null one) that is no message (no role, or a null one: the API reads
+    `{"id": …}` as a reference)."""
     kind = item.get("type")
     if kind == "item_reference":
         return True
-    return kind is None and "role" not in item and "id" in item
+    return kind is None and item.get("role") is None and "id" in item
 
 
 def _file_of(part: dict) -> bool:

@@ -36,20 +36,26 @@ def executor() -> ThreadPoolExecutor:
 
 
 def text_size(items: Iterable[Any], limit: int | None = None) -> int:
-    """Characters in the strings of `items`, counted up to `limit` (then a little past it).
+    """Characters in the strings of `items`, plus one for every other value (an object, an
+    array, a number: each costs the token counter a visit, as a character does), counted up to
+    `limit` (then a little past it: the walk stops there, at any depth).
 
     Any JSON shape: chat messages (contents, content parts, tool call arguments), Responses API
-    items, wherever a format keeps its text. Sizes only: no text is read or copied.
+    items, wherever a format keeps its text. Sizes only: no text is read or copied. A body of
+    many small values in few messages (a tool input of deep objects, a long array of numbers)
+    is large too.
     """
     chars = 0
     for item in items:
         kind = type(item)
         if kind is str:
-            chars += len(item)
+            chars += len(item) or 1
         elif kind is dict:
-            chars += text_size(item.values())
+            chars += 1 + text_size(item.values(), None if limit is None else limit - chars)
         elif kind is list:
-            chars += text_size(item)
+            chars += 1 + text_size(item, None if limit is None else limit - chars)
+        else:
+            chars += 1
         if limit is not None and chars > limit:
             break
     return chars

@@ -115,8 +115,9 @@ class Compressor:
         event loop for a large request. Token counts are the plan's: `counter` has them all.
         `compacted` and `originals` hold the same items in the same places (compaction
         replaces items one for one)."""
-        # off the loop for many items: the split scans them all for a provider compaction item
-        head, tail = await cpu.light(cp.split, compacted, self.view, settings.keep_recent_for(cp.COMPRESS_KEEP_RECENT))
+        # off the loop for a large request: the split scans every block of every item for a provider
+        # compaction block (few messages of many blocks are as slow as many messages)
+        head, tail = await cpu(cp.split, compacted, self.view, settings.keep_recent_for(cp.COMPRESS_KEEP_RECENT))
         if tail - head < 2:
             return Compressed()
         trigger = await cpu.light(cp.trigger, compacted, self.view, head, settings, counter)

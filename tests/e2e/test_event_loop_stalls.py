@@ -124,6 +124,18 @@ def test_large_means_much_text_or_many_messages():
     large = cpu.CPU.for_messages([{"role": "system", "content": "s"}, {"role": "tool", "content": "x" * 300_000}])
     assert large.large and not large.for_part([{"role": "system", "content": "s"}]).large
     assert not cpu.INLINE.for_part([{"role": "tool", "content": "x" * 300_000}]).large  # small stays small
+    # few messages holding many values but little text (a tool input of deep objects, an array of
+    # numbers or empty strings): every value costs a visit of the token counter, as a character does
+    deep: object = 1
+    for _ in range(60):
+        deep = {"a": [deep]}
+    for value in ([deep] * 5_000, list(range(cpu.LARGE_CHARS + 1)), [""] * (cpu.LARGE_CHARS + 1)):
+        tool_use = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": [
+            {"type": "tool_use", "id": "t", "name": "f", "input": {"x": value}}]}]
+        assert cpu.CPU.for_messages(tool_use).large
+    # and it is measured only as far as the bound: the walk stops past it, at any depth (it runs on the loop)
+    nested = [{"role": "user", "content": [{"type": "text", "text": "x" * (cpu.LARGE_CHARS + 1)}, *[{"a": 1}] * 100_000]}]
+    assert cpu.LARGE_CHARS < cpu.text_size(nested, cpu.LARGE_CHARS) < cpu.LARGE_CHARS + 100
 
 
 async def test_a_large_request_is_planned_and_encoded_off_the_loop(tmp_path, monkeypatch):
@@ -199,3 +211,25 @@ def test_a_large_request_does_not_stall_other_tenants(make_proxy, upstream):
     assert len(latencies) >= 5 and max(latencies) < 0.4, (result["seconds"], latencies)
     # and the store was not taken for down meanwhile: the large request itself was offloaded
     assert result["response"].status_code == 200 and result["response"].headers["x-offload-action"] == "compact"
+
+
+def test_the_split_of_a_large_request_of_few_messages_runs_off_the_loop(make_proxy, upstream, monkeypatch):
+    """The compressor's split scans every block of every message for a provider compaction
+    block: for few messages of many blocks (tens of MB) that is seconds on the loop."""
+    from proxy.core import compression
+
+    threads: set[str] = set()
+    split = compression.split
+
+    def spy(*args):
+        threads.add(threading.current_thread().name)
+        return split(*args)
+
+    monkeypatch.setattr(compression, "split", spy)
+    part = {"type": "text", "text": ""}
+    messages = [{"role": ("user", "assistant")[i % 2], "content": [part] * 5_000} for i in range(41)]
+    with make_proxy() as url:
+        r = httpx2.post(f"{url}/v1/messages", json={"model": "claude-sonnet-4", "max_tokens": 5, "messages": messages},
+                        headers={"x-api-key": "sk-ant-own-0001", "anthropic-version": "2023-06-01"}, timeout=60)
+    assert r.status_code == 200, r.text[:200]
+    assert threads and {name.split("_")[0] for name in threads} == {"offload-cpu"}, threads

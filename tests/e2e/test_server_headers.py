@@ -87,3 +87,40 @@ def test_python_m_proxy_serve_answers_with_one_date_and_no_duplicate_server(tmp_
         health = httpx2.get(f"{proxy.url}/healthz", timeout=5)
         assert_one_date(health)
         assert len(health.headers.get_list("server")) <= 1
+
+
+def _raw_post(url: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes]:
+    """A request written byte for byte (httpx2 would refuse the header values sent here)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    where = urlsplit(url)
+    lines = [f"POST {path} HTTP/1.1", f"host: {where.netloc}", f"content-length: {len(body)}", "connection: close",
+             *(f"{name}:{value}" for name, value in headers.items())]
+    with socket.create_connection((where.hostname, where.port), timeout=20) as s:
+        s.sendall("\r\n".join(lines).encode("latin-1") + b"\r\n\r\n" + body)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), rest
+
+
+def test_whitespace_around_a_header_value_is_not_sent_upstream(proxy_url, upstream):
+    """RFC 9110 §5.5: whitespace around a field value is no part of it. The HTTP parser in front
+    of the proxy may keep it; the client to the upstream refuses it (a 502 'upstream
+    unreachable' for a well-formed request): the proxy sends the value without it."""
+    import gzip
+
+    chat = b'{"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}'
+    for path, body, extra in [("/v1/chat/completions", chat, {}),
+                              ("/v1/embeddings", b'{"model": "e", "input": "x"}', {}),
+                              ("/v1/embeddings", gzip.compress(b'{"model": "e", "input": "x"}'),
+                               {"content-encoding": " gzip \t"})]:
+        upstream.requests.clear()
+        headers = {"authorization": " Bearer sk-test ", "content-type": "application/json ", "x-client-note": " padded\t",
+                   **extra}
+        status, answer = _raw_post(proxy_url, path, headers, body)
+        assert status == 200, (path, status, answer[:200])
+        [sent] = upstream.requests
+        assert sent.headers["x-client-note"] == "padded" and sent.headers["content-type"] == "application/json"

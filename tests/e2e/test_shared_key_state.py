@@ -13,6 +13,7 @@ from tests.e2e.test_responses_attacks import KEY_A, KEY_B, shared_key_tenants
 RESPONSES_STATE = [
     ({"input": [{"id": "msg_OTHER"}]}, "input[0]"),
     ({"input": [{"type": None, "id": "msg_OTHER"}]}, "input[0]"),
+    ({"input": [{"role": None, "id": "msg_OTHER"}]}, "input[0]"),  # a null role is no role: no message
     ({"input": [{"role": "user", "content": "hi"}, {"type": "item_reference", "id": "msg_OTHER"}]}, "input[1]"),
     ({"input": "hi", "previous_response_id": "resp_OTHER"}, "previous_response_id"),
     ({"input": "hi", "conversation": {"id": "conv_OTHER"}}, "conversation"),
@@ -75,6 +76,36 @@ def test_relayed_json_bodies_naming_files_are_refused_on_a_shared_key(make_proxy
         # a legacy completion's prompt is text, not a stored prompt
         r = _post(url, "/v1/completions", {"model": "gpt-3.5-turbo-instruct", "prompt": "Say hi"})
         assert r.status_code != 403, r.text[:200]
+
+
+@pytest.mark.parametrize("spelling", ["bom", "utf-16", "utf-32"])
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded"])
+def test_a_relayed_body_that_is_json_in_another_spelling_is_read_for_stored_state(make_proxy, upstream, tmp_path,
+                                                                                   spelling, content_type):
+    """A JSON body behind a byte order mark, or in UTF-16/32 (which a JSON parser reading bytes may
+    take), sent without a JSON content type, is not relayed unread on the shared key."""
+    import orjson
+    text = orjson.dumps({"model": "gpt-5", "input": "hi", "previous_response_id": "resp_OTHER"}).decode()
+    raw = {"bom": b"\xef\xbb\xbf" + text.encode(), "utf-16": text.encode("utf-16"),
+           "utf-32": text.encode("utf-32")}[spelling]
+    headers = {"authorization": f"Bearer {KEY_A}"} | ({"content-type": content_type} if content_type else {})
+    with make_proxy(upstream_api_key="sk-server", tenants_file=shared_key_tenants(tmp_path)) as url:
+        upstream.requests.clear()
+        r = httpx2.post(f"{url}/v1/responses/input_tokens", content=raw, headers=headers)
+        assert r.status_code in (400, 403), (r.status_code, r.text[:200])
+        assert r.json()["error"]["code"] in ("endpoint_not_shared", "invalid_json"), r.text[:200]
+        assert not upstream.requests, [(rec.path, rec.body[:80]) for rec in upstream.requests]
+
+
+def test_a_relayed_multipart_upload_goes_as_sent_on_a_shared_key(make_proxy, upstream, tmp_path):
+    with make_proxy(upstream_api_key="sk-server", tenants_file=shared_key_tenants(tmp_path)) as url:
+        upstream.requests.clear()
+        r = httpx2.post(f"{url}/v1/audio/transcriptions", data={"model": "whisper-1"},
+                        files={"file": ("a.wav", b"RIFF....WAVE", "audio/wav")},
+                        headers={"authorization": f"Bearer {KEY_A}"})
+        assert r.status_code < 400, r.text[:200]
+        [sent] = upstream.requests
+        assert b"whisper-1" in sent.body
 
 
 ANTHROPIC_STATE = [
