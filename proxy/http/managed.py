@@ -306,7 +306,9 @@ class ManagedCall:
         for warning in prepared.warnings:
             log.warning("offload: %s", warning)
         plan = prepared.plan
-        self.changed = prepared.action != "none" or self.continued
+        # on the shared key the upstream gets the object the checks read (a duplicate key could
+        # otherwise show it a value the proxy never saw): re-serialised, as a changed body is
+        self.changed = prepared.action != "none" or self.continued or self.caller.shared_key
         # a compaction_trigger asks for a compaction, not a turn: it stays the last item, no round follows it
         self.inject_reload_tools = (self.settings.reload_tools and bool(plan.refs) and not prepared.store_failed
                                     and not self.provider.trigger)

@@ -9,6 +9,7 @@ import httpx2
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from proxy.core import jsonio
 from proxy.formats.json_body import LARGE_BODY, load_object
 from proxy.http.body_encoding import codings_of, decode
 from proxy.offload import chains, cpu
@@ -110,15 +111,16 @@ async def relay(request: Request) -> Response:
         path = upstream_path(request)
         caller.check_relay(request.method, path)
         content: bytes | AsyncIterator[bytes] | None = watch.body() if client_has_body(request) else None
+        replaced = False
         if caller.shared_key and request.method == "POST" and content is not None:
-            content = await checked_body(request, caller)
+            content, replaced = await checked_body(request, caller)
             watch = ClientWatch(request, body_read=True)
         response = await watch.run(
             upstream.send(
                 request.method,
                 path,
                 query=request.scope.get("query_string", b""),
-                headers=caller.upstream_headers(request.scope["headers"]),
+                headers=caller.upstream_headers(request.scope["headers"], body_replaced=replaced),
                 content=content,
                 base=caller.base,
             )
@@ -138,30 +140,31 @@ def is_multipart(request: Request) -> bool:
     return bool(types) and all(kind == "multipart/form-data" for kind in types)
 
 
-async def checked_body(request: Request, caller: Caller) -> bytes:
+async def checked_body(request: Request, caller: Caller) -> tuple[bytes, bool]:
     """A body relayed on the shared key (e.g. `responses/input_tokens`), read whole (it is under
     --max-body-bytes) and refused (403) when it names state stored upstream, like a managed
-    endpoint's; a compressed one is read through its Content-Encoding and relayed as sent. Only
-    an upload (multipart/form-data) or an empty body goes unread; any other must be a JSON object
-    in UTF-8, whatever its Content-Type says (an upstream may read JSON behind a byte order mark,
-    in UTF-16, or with no Content-Type at all): else a 400, as the upstream would answer."""
+    endpoint's. Only an upload (multipart/form-data) or an empty body goes unread, as sent; any
+    other must be a JSON object in UTF-8 (compressed or not), whatever its Content-Type says (an
+    upstream may read JSON behind a byte order mark, in UTF-16, or with no Content-Type at all):
+    else a 400, as the upstream would answer. What goes upstream is then the object the check
+    read, re-serialised (True: the body was replaced), so a duplicate key cannot show the upstream
+    another value than the one checked."""
     raw = await request.body()
     codings = codings_of(request.headers.getlist("content-encoding"))  # what cannot be read is not relayed
     limit = services_of(request).settings.max_body_bytes
     if is_multipart(request):
-        return raw
+        return raw, False
 
-    def check() -> None:
+    def check() -> bytes | None:
         plain = decode(raw, codings, limit=limit) if codings else raw
         if not plain.strip():
-            return
-        caller.check_body(load_object(plain))
+            return None
+        body = load_object(plain)
+        caller.check_body(body)
+        return jsonio.dumps(body)
 
-    if codings or len(raw) > LARGE_BODY:
-        await cpu.off_loop(check)
-    else:
-        check()
-    return raw  # as sent, still encoded
+    checked = await cpu.off_loop(check) if codings or len(raw) > LARGE_BODY else check()
+    return (raw, False) if checked is None else (checked, True)
 
 
 async def delete_chained(request: Request, caller: Caller, path: str) -> None:

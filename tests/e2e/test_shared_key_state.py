@@ -132,7 +132,7 @@ def test_anthropic_state_is_refused_on_a_shared_key(make_proxy, upstream, tmp_pa
 
 @pytest.mark.parametrize("coding", ["gzip", "br", "zstd"])
 def test_a_compressed_relayed_body_is_read_for_stored_state(make_proxy, upstream, tmp_path, coding):
-    """The check reads the body through its Content-Encoding; a clean one goes up as sent."""
+    """The check reads the body through its Content-Encoding; a clean one goes up as read."""
     import gzip
 
     import brotli
@@ -148,5 +148,23 @@ def test_a_compressed_relayed_body_is_read_for_stored_state(make_proxy, upstream
         assert not upstream.requests
         good = compress(orjson.dumps({"model": "gpt-5", "input": "hi"}))
         httpx2.post(f"{url}/v1/responses/input_tokens", content=good, headers=headers)
+        [sent] = upstream.requests  # the object the check read, decoded and re-serialised
+        assert orjson.loads(sent.body) == {"model": "gpt-5", "input": "hi"}
+        assert sent.headers.get("content-encoding") is None
+
+
+@pytest.mark.parametrize(("path", "family"), [("/v1/responses", "openai"), ("/v1/responses/input_tokens", "openai"),
+                                              ("/v1/chat/completions", "openai"), ("/v1/messages", "anthropic")])
+def test_a_duplicate_key_never_shows_the_upstream_another_value(make_proxy, upstream, tmp_path, path, family):
+    """The proxy reads the last of two duplicate keys; the upstream gets the object it read."""
+    options = {"anthropic_api_key": "sk-ant-server"} if family == "anthropic" else {"upstream_api_key": "sk-server"}
+    field = "container" if family == "anthropic" else "previous_response_id"
+    body = (b'{"model": "m", "max_tokens": 5, "' + field.encode() + b'": "OTHER", "' + field.encode() + b'": null, '
+            b'"input": "hi", "messages": [{"role": "user", "content": "hi"}]}')
+    headers = {"authorization": f"Bearer {KEY_A}", "content-type": "application/json", "anthropic-version": "2023-06-01"}
+    with make_proxy(tenants_file=shared_key_tenants(tmp_path), **options) as url:
+        upstream.requests.clear()
+        r = httpx2.post(f"{url}{path}", content=body, headers=headers)
+        assert r.status_code == 200, r.text[:200]
         [sent] = upstream.requests
-        assert sent.body == good and sent.headers.get("content-encoding") == coding
+        assert b"OTHER" not in sent.body and sent.body.count(field.encode()) <= 1, sent.body[:300]
