@@ -117,47 +117,6 @@ def loads(raw: bytes | str) -> Any:
         raise TooDeep("JSON nested too deeply") from None
 
 
-# A document holding more containers than this is parsed by `loads_yielding` in the standard
-# library with a hook per object, not by orjson in one call: orjson holds the GIL for the whole
-# document (about 1 µs per object: 2 s for 2 M objects), the hook lets the interpreter switch
-# threads between objects. Counted cheaply (braces and brackets, also those inside strings).
-MANY_CONTAINERS = 50_000
-_COUNT_SLICE = 4 * 1024 * 1024  # counted a slice at a time: other threads run between slices
-
-
-def _containers(raw: bytes, limit: int) -> int:
-    """Braces and brackets in `raw` (an upper bound on its objects and arrays), counted up to `limit`."""
-    count = 0
-    for start in range(0, len(raw), _COUNT_SLICE):
-        end = start + _COUNT_SLICE
-        count += raw.count(b"{", start, end) + raw.count(b"[", start, end)
-        if count > limit:
-            break
-    return count
-
-
-def _keep(obj: dict) -> dict:
-    return obj
-
-
-def _yielding_int(text: str) -> int:
-    return int(text)
-
-
-def loads_yielding(raw: bytes) -> Any:
-    """`loads` for a large body parsed off the event loop: the same values and errors, but a
-    document of many containers never holds the GIL for long (the loop's other requests go on).
-    A document of few containers (large strings) is still orjson's: fast, and short-held."""
-    if _containers(raw, MANY_CONTAINERS) <= MANY_CONTAINERS:
-        return loads(raw)
-    text = _utf8_text(raw)  # strict: invalid UTF-8 is a ValueError
-    try:
-        return json.loads(text, object_hook=_keep, parse_int=_yielding_int, parse_constant=_reject_constant,
-                          parse_float=_finite_float)
-    except RecursionError:
-        raise TooDeep("JSON nested too deeply") from None
-
-
 def _escape_surrogate(match: re.Match[str]) -> str:
     return f"\\u{ord(match.group()):04x}"
 

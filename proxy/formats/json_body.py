@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from proxy.core import jsonio
+from proxy.core import jsonio, large_json
 from proxy.core.jsonio import nested_deeper_than
 from proxy.errors import ProxyError
 
@@ -221,7 +221,7 @@ def check_body(body: dict, shape: Shape) -> None:
 def load_object(raw: bytes) -> dict:
     """The body as a JSON object, or ProxyError 400 `invalid_json`."""
     try:
-        body = jsonio.loads_yielding(raw) if len(raw) > LARGE_BODY else jsonio.loads(raw)
+        body = large_json.loads_yielding(raw) if len(raw) > LARGE_BODY else jsonio.loads(raw)
     except jsonio.TooDeep as exc:
         raise too_deep() from exc
     except (ValueError, UnicodeDecodeError) as exc:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.core import jsonio
 from proxy.formats.messages import MESSAGES
 from proxy.http.managed import ManagedCall, answered
 from proxy.http.relay import stream_back
@@ -20,7 +19,7 @@ async def count_tokens(request: Request) -> Response:
         call = await ManagedCall.open(request, MESSAGES)
         await call.offload(new_summaries=False)
         offered = call.inject_reload_tools
-        content = jsonio.dumps(call.rounds.request(offered)) if call.changed or offered else call.raw
+        content = await call.serialised(call.rounds.request(offered)) if call.changed or offered else call.raw
         response = await call.watch.run(call.services.upstream.send(
             "POST", "messages/count_tokens", query=call.query, headers=call.headers, content=content, base=call.base))
         return await stream_back(response, call.extra_headers, shape="anthropic")

@@ -17,7 +17,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from proxy.core import jsonio
+from proxy.core import jsonio, large_json
 from proxy.core.rounds import Rounds
 from proxy.core.settings import OffloadSettings, SettingsError
 from proxy.core.texts import RELOAD_TOOL_SCHEMAS
@@ -32,7 +32,7 @@ from proxy.http import accounting
 from proxy.http.body_encoding import codings_of, decode
 from proxy.http.caller import ACCOUNT_HEADERS, CREDENTIAL_HEADERS, Caller
 from proxy.http.disconnect import ClientDisconnected, ClientWatch
-from proxy.http.headers import response_headers_for_client
+from proxy.http.headers import offload_headers, response_headers_for_client
 from proxy.http.relay import close_after, stream_back
 from proxy.http.services import services_of
 from proxy.formats.json_body import LARGE_BODY
@@ -158,22 +158,6 @@ def quota_for(request: Request, caller: Caller) -> Quota:
         verify = services.credential_check.verifier(caller.scope, ask)
     return Quota(services.store, caller.scope, limit=services.settings.max_stored_bytes_per_namespace,
                  ttl=services.settings.store_ttl, verify=verify)
-
-
-def offload_headers(prepared: Prepared) -> list[tuple[bytes, bytes]]:
-    plan = prepared.plan
-    headers = [
-        (b"x-offload-action", prepared.action.encode()),
-        (b"x-offload-tokens-before", str(plan.tokens_before).encode()),
-        (b"x-offload-tokens-after", str(plan.tokens_after).encode()),
-        (b"x-offload-refs", str(len(plan.refs)).encode()),  # references the forwarded payload carries
-        (b"x-offload-refs-created", str(len(prepared.written)).encode()),  # stored for the first time now
-    ]
-    if prepared.summary_tokens:
-        headers.append((b"x-offload-summary-tokens", str(prepared.summary_tokens).encode()))
-    if prepared.warnings:
-        headers.append((b"x-offload-warning", "; ".join(prepared.warnings).encode("ascii", "replace")))
-    return headers
 
 
 class ManagedCall:
@@ -350,13 +334,19 @@ class ManagedCall:
             await chains.forget(self.services.store, self.namespace, used_up, sealer=self.services.sealer)
         return response
 
+    async def serialised(self, payload: dict) -> bytes:
+        """The payload as it goes upstream: a large one written off the loop, a piece at a time."""
+        if len(self.raw) > LARGE_BODY:
+            return await cpu.off_loop(large_json.dumps_yielding, payload)
+        return jsonio.dumps(payload)
+
     async def send_round(self, payload: dict) -> httpx2.Response:
-        return await self._send(jsonio.dumps(payload))
+        return await self._send(await self.serialised(payload))
 
     async def forward(self) -> Response:
         """No reload tools: the (reduced) request goes up, the answer comes back untouched."""
         if self.changed:
-            content = jsonio.dumps(self.fmt.with_history(self.body, self.items))
+            content = await self.serialised(self.fmt.with_history(self.body, self.items))
         else:
             content = self.raw
         response = await self.watch.run(self._send(content))
