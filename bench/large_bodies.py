@@ -60,6 +60,19 @@ def huge_strings(fmt: str, mb: int) -> tuple[str, bytes]:
     return "/chat/completions", orjson.dumps({"model": "gpt-4o", "messages": msgs})
 
 
+def plain_values(fmt: str, count: int) -> tuple[str, bytes]:
+    """A short history beside a field the proxy does not read holding `count` bare values
+    (empty strings and small numbers): no object for a parser to call back on."""
+    padding = b"[" + b",".join([b'""', b"7"] * (count // 2)) + b"]"
+    if fmt == "responses":
+        path, head = "/responses", b'{"model":"gpt-4o","input":"hi","x_padding":'
+    elif fmt == "messages":
+        path, head = "/messages", b'{"model":"gpt-4o","max_tokens":16,"messages":[{"role":"user","content":"hi"}],"x_padding":'
+    else:
+        path, head = "/chat/completions", b'{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"x_padding":'
+    return path, head + padding + b"}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=1)
@@ -72,6 +85,7 @@ def main() -> None:
         bodies.append((f"{fmt}: {args.messages} messages x {args.parts} parts",
                        *many_objects(fmt, args.messages, args.parts)))
         bodies.append((f"{fmt}: 40 MB in 8 tool results", *huge_strings(fmt, 40)))
+        bodies.append((f"{fmt}: 12 M bare values", *plain_values(fmt, 12_000_000)))
     with servers("--max-body-bytes", str(64 * 1024 * 1024)) as (_, proxy, _process):
         base = proxy.removesuffix("/v1")
         latencies: list[float] = []

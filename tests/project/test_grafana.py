@@ -386,6 +386,6 @@ def test_the_dashboard_covers_savings_reloads_summaries_latency_and_store():
 
 def test_the_dashboard_is_documented():
     assert "deploy/grafana/offload-proxy.json" in (ROOT / "deploy" / "k8s" / "README.md").read_text()
-    readme = (ROOT / "README.md").read_text()
-    observability = readme.split("### Observability", 1)[1].split("\n### ", 1)[0]
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    observability = operations.split("## Observability", 1)[1].split("\n## ", 1)[0]
     assert "deploy/grafana/offload-proxy.json" in observability

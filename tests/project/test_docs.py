@@ -1,0 +1,88 @@
+"""The README stays a short front page, and every relative link in it and in docs/ resolves:
+to an existing file and, for `#anchor`, to a heading of that file (GitHub's anchor rule)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+README_MAX_LINES = 250
+
+FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.M | re.S)
+INLINE_CODE = re.compile(r"`[^`\n]*`")
+LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+HEADING = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t#]*$", re.M)
+
+
+def prose(text: str) -> str:
+    """The text outside fenced code blocks (a `#` line in a shell block is no heading)."""
+    return FENCE.sub("", text)
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lowercase, punctuation other than '-' and '_' removed,
+    each space a '-'. Inline markup goes as punctuation does; a link keeps its text."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading).strip().lower()
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    seen: dict[str, int] = {}
+    found = set()
+    for heading in HEADING.findall(prose(path.read_text())):
+        base = anchor(heading)
+        count = seen.get(base, 0)
+        seen[base] = count + 1
+        found.add(base if count == 0 else f"{base}-{count}")
+    return found
+
+
+def relative_links(path: Path) -> list[str]:
+    text = INLINE_CODE.sub("", prose(path.read_text()))
+    return [target for target in LINK.findall(text)
+            if not re.match(r"[a-z][a-z0-9+.-]*:", target, re.I)]
+
+
+def test_the_readme_is_short():
+    lines = (ROOT / "README.md").read_text().count("\n")
+    assert lines < README_MAX_LINES, f"README.md has {lines} lines: move reference text to docs/"
+
+
+def test_the_docs_pages_exist():
+    assert len(PAGES) > 1
+    readme_links = {target.split("#")[0] for target in relative_links(ROOT / "README.md")}
+    for page in PAGES[1:]:
+        assert f"docs/{page.name}" in readme_links, f"the README's table of contents misses {page.name}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
+def test_every_relative_link_resolves(page: Path):
+    broken = []
+    for target in relative_links(page):
+        file_part, _, fragment = target.partition("#")
+        linked = (page.parent / file_part).resolve() if file_part else page
+        if not linked.exists():
+            broken.append(f"{target}: no such file")
+        elif fragment and linked.suffix == ".md" and fragment not in anchors(linked):
+            broken.append(f"{target}: no heading with anchor #{fragment} in {linked.name}")
+    assert not broken, broken
+
+
+def test_anchor_rule():
+    assert anchor("Anthropic Messages / Claude Code") == "anthropic-messages--claude-code"
+    assert anchor("Compression (modes `compress` and `auto`)") == "compression-modes-compress-and-auto"
+    assert anchor("Savings on your own traffic: `replay`") == "savings-on-your-own-traffic-replay"
+    assert anchor("snake_case and-dash") == "snake_case-and-dash"
+
+
+def test_a_broken_link_is_found(tmp_path: Path):
+    (tmp_path / "a.md").write_text("# Title\n\n```bash\n# not a heading\n```\n\n[ok](#title) [bad](#not-a-heading)"
+                                   " [gone](b.md) `[code](c.md)` [web](https://example.com)\n")
+    targets = relative_links(tmp_path / "a.md")
+    assert targets == ["#title", "#not-a-heading", "b.md"]
+    assert anchors(tmp_path / "a.md") == {"title"}
