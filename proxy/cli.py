@@ -115,7 +115,7 @@ def serve(settings: ServerSettings) -> None:
 
     log_clip.install()  # the supervisor's lines too (the workers install it in create_app)
     if json_logs:  # uvicorn's own messages as JSON lines too
-        from proxy.http.observe import configure_logging
+        from proxy.http.telemetry import configure_logging
 
         configure_logging(settings.log_level)
     show_banner(settings)
@@ -128,7 +128,7 @@ def serve(settings: ServerSettings) -> None:
         log_level=settings.log_level,
         timeout_graceful_shutdown=settings.shutdown_grace,
         log_config=None if json_logs else uvicorn.config.LOGGING_CONFIG,
-        access_log=False,  # the proxy's own access line (proxy.http.observe) is the one line per request
+        access_log=False,  # the proxy's own access line (proxy.http.telemetry) is the one line per request
     ))
 
 

@@ -139,7 +139,7 @@ class _CountCache:
     def put(self, key: tuple[str, int, int], value: int) -> None:
         if len(self.data) >= self.size:
             for old in list(itertools.islice(self.data, self.size // 4)):
-                self.data.pop(old, None)  # another thread (proxy.offload.cpu) may be evicting the same
+                self.data.pop(old, None)  # another thread (proxy.offload.cpu_pool) may be evicting the same
         self.data[key] = value
 
 

@@ -21,7 +21,7 @@ from proxy.core.jsonio import nested_deeper_than
 from proxy.errors import ProxyError
 
 MAX_DEPTH = 128
-LARGE_BODY = 1024 * 1024  # bytes: parsed and checked off the event loop (`proxy.offload.cpu.parse_request`)  # well below orjson's serialisation limit (254 levels) and the stdlib's recursion limit
+LARGE_BODY = 1024 * 1024  # bytes: parsed and checked off the event loop (`proxy.offload.cpu_pool.parse_request`)  # well below orjson's serialisation limit (254 levels) and the stdlib's recursion limit
 
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", list: "an array",
                dict: "an object", type(None): "null"}

@@ -1,5 +1,5 @@
 """What the access log, the metrics and the usage statistics learn of a managed turn, on its
-`RequestRecord` (`proxy.http.observe`): the plan's figures, the session of a client that sends
+`RequestRecord` (`proxy.http.telemetry`): the plan's figures, the session of a client that sends
 no `X-Offload-Session` (`proxy.stats.session_id`), and for a Responses turn whose answer is
 stored upstream, that answer's id, so a later turn continuing from it is given the same
 session (`proxy.stats.replies`).
@@ -18,8 +18,8 @@ from starlette.responses import Response, StreamingResponse
 
 from proxy.core.settings import OffloadSettings
 from proxy.core.wire import WireFormat
-from proxy.http import observe
-from proxy.offload import chains
+from proxy.http import telemetry
+from proxy.offload import response_chains
 from proxy.offload.pipeline import Prepared
 from proxy.stats import session_id
 
@@ -35,15 +35,15 @@ class ManagedCall(Protocol):
     fmt: WireFormat
     previous: Any
     messages: list[Any]
-    rec: observe.RequestRecord | None
+    rec: telemetry.RequestRecord | None
 
 PEEK = 8192  # bytes of an answer looked at for its id
 _RESPONSE_ID = re.compile(rb'"id"\s*:\s*"([A-Za-z0-9_-]{1,256})"')
 
 
-def note(call: ManagedCall) -> observe.RequestRecord | None:
+def note(call: ManagedCall) -> telemetry.RequestRecord | None:
     """Fill in the request's record once the turn is planned (None: no record)."""
-    rec = observe.current.get()
+    rec = telemetry.current.get()
     if rec is None:
         return None
     plan, prepared, body = call.prepared.plan, call.prepared, call.body
@@ -64,7 +64,7 @@ def session_of(call: ManagedCall) -> tuple[str | None, str | None]:
     names instead: its session is that response's, found when the turn is recorded)."""
     body, namespace = call.body, call.namespace
     if call.fmt.stored:
-        if (conversation := chains.conversation_key(body.get("conversation"))) is not None:
+        if (conversation := response_chains.conversation_key(body.get("conversation"))) is not None:
             return session_id.from_name(namespace, "conversation", conversation), None
         if isinstance(call.previous, str) and call.previous:
             return None, call.previous
@@ -72,7 +72,7 @@ def session_of(call: ManagedCall) -> tuple[str | None, str | None]:
     return session_id.from_history(namespace, call.messages, call.fmt.view.role, system), None
 
 
-def _wants_reply(call: ManagedCall) -> observe.RequestRecord | None:
+def _wants_reply(call: ManagedCall) -> telemetry.RequestRecord | None:
     """The record, when this turn's answer is stored upstream and its id names its session."""
     rec = call.rec
     if rec is None or (rec.session is None and rec.continues is None):
@@ -105,7 +105,7 @@ def tap_reply(call: ManagedCall, out: Response) -> None:
         rec.response_id = rec.response_id or first_id(bytes(out.body))
 
 
-async def _peeking(chunks: AsyncIterable, rec: observe.RequestRecord) -> AsyncIterator:
+async def _peeking(chunks: AsyncIterable, rec: telemetry.RequestRecord) -> AsyncIterator:
     head = b""
     try:
         async for chunk in chunks:

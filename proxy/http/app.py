@@ -31,7 +31,7 @@ from proxy.http.managed import chat_completions, messages, responses
 from proxy.config import ServerSettings
 from proxy.http.limits import BodyLimit
 from proxy.http import log_clip
-from proxy.http.observe import Metrics, Observe, configure_logging, configure_text_logging, metrics_endpoint
+from proxy.http.telemetry import Metrics, Observe, configure_logging, configure_text_logging, metrics_endpoint
 from proxy.http.services import Services, services_of
 from proxy.http.offload_api import get_offloaded, list_events, offload
 from proxy.core.settings import SettingsResolver, load_tenants_file

@@ -8,7 +8,7 @@ decompression bomb is a 413 once the limit is passed, never inflated whole (gzip
 stop at the limit + 1 byte, br and zstd within 512 KiB past it). A corrupt or
 truncated stream is a 400 `invalid_body`, an unknown coding a 415
 `unsupported_content_encoding`. Codings stacked in the header (`gzip, br`) are undone last
-first; `identity` is none. A large body is decoded in the CPU pool (`proxy.offload.cpu`):
+first; `identity` is none. A large body is decoded in the CPU pool (`proxy.offload.cpu_pool`):
 zlib, zstd and brotli release the GIL while they work.
 """
 
@@ -21,7 +21,7 @@ import brotli
 import zstandard
 
 from proxy.errors import ProxyError
-from proxy.offload import cpu
+from proxy.offload import cpu_pool
 
 PIECE = 1 << 20  # the most output one call of the zlib decoder makes (zstd and brotli: see below)
 LARGE_BYTES = 256 * 1024  # a compressed body past this is decoded off the event loop
@@ -169,5 +169,5 @@ async def decoded(raw: bytes, header_values: Iterable[str], *, limit: int) -> tu
     codings = codings_of(header_values)
     if not codings:
         return raw, False
-    runner = cpu.CPU(len(raw) > LARGE_BYTES)
+    runner = cpu_pool.CPU(len(raw) > LARGE_BYTES)
     return await runner(lambda: decode(raw, codings, limit=limit)), True

@@ -4,7 +4,7 @@ header values, tool names, …; any of them may be a megabyte, and a log line mu
 One mechanism for every log record of the process (the proxy's, uvicorn's access and error
 lines, whatever the format, json or text): `install()` makes each record clip its string
 arguments to MAX_LOGGED_CHARS, its whole message to MAX_MESSAGE_CHARS and each line of its
-traceback to MAX_MESSAGE_CHARS. The access line (`proxy.http.observe.log_request`) is built
+traceback to MAX_MESSAGE_CHARS. The access line (`proxy.http.telemetry.log_request`) is built
 from values clipped with `clip` / `clip_value`.
 """
 

@@ -36,7 +36,7 @@ from proxy.http.headers import offload_headers, response_headers_for_client
 from proxy.http.relay import close_after, stream_back
 from proxy.http.services import services_of
 from proxy.formats.json_body import LARGE_BODY
-from proxy.offload import chains, cpu, events
+from proxy.offload import cpu_pool, events, response_chains
 from proxy.core.compaction import Plan
 from proxy.offload.pipeline import Prepared, prepare
 from proxy.offload.quota import Quota
@@ -199,25 +199,25 @@ class ManagedCall:
 
         # a compressed body's decoded size is unknown until decoded: always off the loop
         large = bool(codings) or sum(map(len, chunks)) > LARGE_BODY
-        raw, body, history = await cpu.off_loop(parsed) if large else parsed()
+        raw, body, history = await cpu_pool.off_loop(parsed) if large else parsed()
         settings = request_settings(request, caller)
         if body.get("background") is True:  # nobody would run the injected calls of a background response
             settings = settings.model_copy(update={"reload_tools": False})
         return cls(request, fmt, raw=raw, body=body, history=history, settings=settings, decoded=bool(codings))
 
     async def _continue_chain(self) -> None:
-        """Continue a stored exchange the way `proxy.offload.chains` remembers it: from the
+        """Continue a stored exchange the way `proxy.offload.response_chains` remembers it: from the
         response that holds the whole exchange, with the answers of the injected calls the
         client never saw in front of its input."""
         services = self.services
         if not self.fmt.stored:
             return
         previous = self.body.get("previous_response_id")
-        conversation = chains.conversation_key(self.body.get("conversation"))
+        conversation = response_chains.conversation_key(self.body.get("conversation"))
         name = previous if isinstance(previous, str) else conversation
         if name is None:
             return
-        found = await chains.resolve(services.store, self.namespace, name, services.settings.store_ttl,
+        found = await response_chains.resolve(services.store, self.namespace, name, services.settings.store_ttl,
                                      sealer=services.sealer)
         if found is None:
             return
@@ -239,14 +239,14 @@ class ManagedCall:
             if rounds.unanswered:
                 results = await reload_loop.run_calls(self.tools, rounds.unanswered, self.budget.deadline)
                 outputs = rounds.carried(results)
-            conversation = chains.conversation_key(self.body.get("conversation"))
+            conversation = response_chains.conversation_key(self.body.get("conversation"))
             if conversation and outputs:
-                await chains.remember(services.store, self.namespace, conversation, chains.Continuation(None, outputs),
+                await response_chains.remember(services.store, self.namespace, conversation, response_chains.Continuation(None, outputs),
                                       services.settings.store_ttl, sealer=services.sealer)
             elif not conversation and (rounds.last_id != rounds.first_id or outputs):
                 later = rounds.last_id if rounds.last_id != rounds.first_id else None
-                await chains.remember(services.store, self.namespace, rounds.first_id,
-                                      chains.Continuation(later, outputs), services.settings.store_ttl,
+                await response_chains.remember(services.store, self.namespace, rounds.first_id,
+                                      response_chains.Continuation(later, outputs), services.settings.store_ttl,
                                       sealer=services.sealer)
         except Exception:  # noqa: BLE001 - the client's answer never waits on this failing
             log.exception("remembering the response chain failed")
@@ -331,13 +331,13 @@ class ManagedCall:
         self.prepared.start_background()  # the turn is out and answering: now its summaries
         if self.used_up and response.status_code == 200:
             used_up, self.used_up = self.used_up, None
-            await chains.forget(self.services.store, self.namespace, used_up, sealer=self.services.sealer)
+            await response_chains.forget(self.services.store, self.namespace, used_up, sealer=self.services.sealer)
         return response
 
     async def serialised(self, payload: dict) -> bytes:
         """The payload as it goes upstream: a large one written off the loop, a piece at a time."""
         if len(self.raw) > LARGE_BODY:
-            return await cpu.off_loop(large_json.dumps_yielding, payload)
+            return await cpu_pool.off_loop(large_json.dumps_yielding, payload)
         return jsonio.dumps(payload)
 
     async def send_round(self, payload: dict) -> httpx2.Response:

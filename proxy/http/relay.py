@@ -12,7 +12,7 @@ from starlette.responses import Response, StreamingResponse
 from proxy.core import jsonio
 from proxy.formats.json_body import LARGE_BODY, load_object
 from proxy.http.body_encoding import codings_of, decode
-from proxy.offload import chains, cpu
+from proxy.offload import cpu_pool, response_chains
 from proxy.upstream import sse
 from proxy.http.caller import Caller
 from proxy.http.disconnect import ClientDisconnected, ClientWatch
@@ -163,27 +163,27 @@ async def checked_body(request: Request, caller: Caller) -> tuple[bytes, bool]:
         caller.check_body(body)
         return jsonio.dumps(body)
 
-    checked = await cpu.off_loop(check) if codings or len(raw) > LARGE_BODY else check()
+    checked = await cpu_pool.off_loop(check) if codings or len(raw) > LARGE_BODY else check()
     return (raw, False) if checked is None else (checked, True)
 
 
 async def delete_chained(request: Request, caller: Caller, path: str) -> None:
     """Deleting the response id a reload loop gave the client deletes the response holding the
-    whole exchange too (the last round's, `proxy.offload.chains`): it stores the reloaded content."""
+    whole exchange too (the last round's, `proxy.offload.response_chains`): it stores the reloaded content."""
     name, _, response_id = path.partition("/")
     response_id = unquote(response_id)
-    if name != "responses" or not chains.plain_id(response_id):
+    if name != "responses" or not response_chains.plain_id(response_id):
         return
     services = services_of(request)
-    found = await chains.resolve(services.store, caller.namespace, response_id, services.settings.store_ttl,
+    found = await response_chains.resolve(services.store, caller.namespace, response_id, services.settings.store_ttl,
                                  sealer=services.sealer)
     if found is None:
         return
-    await chains.forget(services.store, caller.namespace, response_id, sealer=services.sealer)
+    await response_chains.forget(services.store, caller.namespace, response_id, sealer=services.sealer)
     later = found.response_id
     if not later or later == response_id:
         return
-    try:  # `later` is a plain id (chains.plain_id): the path stays /v1/responses/{id}
+    try:  # `later` is a plain id (response_chains.plain_id): the path stays /v1/responses/{id}
         extra = await services.upstream.send("DELETE", f"responses/{later}",
                                              headers=caller.upstream_headers(request.scope["headers"]),
                                              base=caller.base)

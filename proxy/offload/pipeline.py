@@ -2,7 +2,7 @@
 
 Shared by the chat route, the direct offload API and `replay`, so all three behave the same.
 The pure, CPU-heavy steps of a large request (planning with token counts, hashing, encoding
-what is stored) run off the event loop (`proxy.offload.cpu`); a small request's run inline.
+what is stored) run off the event loop (`proxy.offload.cpu_pool`); a small request's run inline.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.offload.summaries import Compressor
-from proxy.offload.cpu import CPU
+from proxy.offload.cpu_pool import CPU
 from proxy.offload.events import event
 from proxy.core.settings import OffloadSettings
 from proxy.core.compaction import Plan, plan_compaction, present_refs

@@ -12,7 +12,7 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from proxy.offload.cpu import CPU, INLINE
+from proxy.offload.cpu_pool import CPU, INLINE
 from proxy.core.compaction import Offload
 from proxy.store.sealing import Sealer
 from proxy.store import Store

@@ -29,7 +29,7 @@ from proxy.core.texts import RELOAD_TOOL_SCHEMAS
 from proxy.core.view import ItemView
 from proxy.formats import chat
 from proxy.offload import events as session_events
-from proxy.offload.cpu import CPU, INLINE
+from proxy.offload.cpu_pool import CPU, INLINE
 from proxy.offload.events import event
 from proxy.offload.quota import CredentialRejected, QuotaExceeded
 from proxy.core.markers import make_ref

@@ -11,7 +11,7 @@ from typing import Any
 from proxy.core.compaction import Offload
 from proxy.core.view import ItemView
 from proxy.core.wire import WireFormat
-from proxy.http import observe
+from proxy.http import telemetry
 from proxy.offload.background import SummaryScheduler
 from proxy.offload.refs import RefStore
 from proxy.offload.summarizer import DEFAULT_INSTRUCTION
@@ -23,7 +23,7 @@ def count_summary(ok: bool, seconds: float, ctx: SummaryContext) -> None:
     """Into the request's record (its turn's statistics count it), or for a summary made in the
     background (its job runs in a context of its own: no record) into the metrics and the
     tenant's statistics (`tally`) straight away: once either way."""
-    if (rec := observe.current.get()) is not None:
+    if (rec := telemetry.current.get()) is not None:
         return rec.count_summary(ok, seconds)
     if ctx.metrics is not None:
         ctx.metrics.count_summary(ok, seconds)
@@ -47,7 +47,7 @@ class SummaryContext:
     background: SummaryScheduler | None = None  # None: every summary is made inline
     session: str | None = None  # where a background summary's events go
     request_model: str | None = None  # the conversation's model (its context window caps the hard limit)
-    metrics: observe.Metrics | None = None  # for summaries made in the background
+    metrics: telemetry.Metrics | None = None  # for summaries made in the background
     tally: Callable[[bool], None] | None = None  # the tenant's statistics, for those too (ok or failed)
     refs: RefStore | None = None  # where a background summary stores the originals it covers
     tenant_scope: str | None = None  # whose share of the background slots (the credential, not X-Offload-Tenant)

@@ -19,7 +19,7 @@ import httpx2
 
 from proxy.core import jsonio, texts
 
-from proxy.http import observe
+from proxy.http import telemetry
 
 from proxy.upstream import sse
 from proxy.upstream.errors import response_host, stream_broke, upstream_error
@@ -52,7 +52,7 @@ class Budget:
 
 
 def _count_round() -> None:
-    if (rec := observe.current.get()) is not None:
+    if (rec := telemetry.current.get()) is not None:
         rec.reload_rounds += 1
 
 

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 
 from proxy.config import ServerSettings
-from proxy.offload.cpu import CPU
+from proxy.offload.cpu_pool import CPU
 from proxy.reload.search_pool import INTERRUPTED, KILL_GRACE, START_TIMEOUT, Pool, Worker, WorkerGone, pool
 from proxy.reload.search_worker import (EXPENSIVE, HEAD, MATCHES, MAX_MATCHES, MEMORY_LIMIT, NICE, SIZE,  # noqa: F401
                                  TIME, Hits)
@@ -34,7 +34,7 @@ log = logging.getLogger("proxy.reload.search")
 
 MAX_PATTERN_CHARS = 1_000
 MAX_EXPANSION = 100_000  # a{100000} compiles in ~70 ms; nested counted repeats multiply
-LARGE_CHARS = 1 << 20  # texts larger than this are prepared for a worker in a thread (proxy.offload.cpu's)
+LARGE_CHARS = 1 << 20  # texts larger than this are prepared for a worker in a thread (proxy.offload.cpu_pool's)
 BLOCK_CHARS = 1 << 20  # ... a block at a time: no single C call holds the GIL long
 OFF_LOOP = CPU(True)
 

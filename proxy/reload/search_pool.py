@@ -16,7 +16,7 @@ import sys
 import weakref
 from pathlib import Path
 
-from proxy.offload.cpu import executor
+from proxy.offload.cpu_pool import executor
 from proxy.reload.search_worker import HEAD, MEMORY_LIMIT, NICE  # noqa: F401
 
 log = logging.getLogger("proxy.reload.search")

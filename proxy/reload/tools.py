@@ -7,7 +7,7 @@ that every byte is reachable), each page ending with a note on how to get the ne
 Arguments come from the model and are checked strictly (`parse_arguments`): anything out of
 shape is answered to the model as an error text, never raised to the client. A search runs
 in a worker process under one deadline (see `proxy.reload.search`). Splitting and counting a large
-item for `context_reload` run in a thread (`proxy.offload.cpu`), a block at a time, not on the event loop.
+item for `context_reload` run in a thread (`proxy.offload.cpu_pool`), a block at a time, not on the event loop.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from proxy.http import observe
-from proxy.offload.cpu import CPU
+from proxy.http import telemetry
+from proxy.offload.cpu_pool import CPU
 from proxy.offload.events import event
 from proxy.core import jsonio, texts
 from proxy.core.markers import INJECTED_TOOLS, RELOAD_TOOL
@@ -40,7 +40,7 @@ MAX_REF_CHARS = 200
 MAX_ARGUMENT_DEPTH = 32  # the tools take flat objects: deeper arguments are refused (and never recursed into)
 PREVIEW_CHARS = 200  # of a call's arguments, in its event
 BLOCK_CHARS = 1 << 20  # a large text is split into lines a block at a time
-OFF_LOOP = CPU(True)  # the pool of proxy.offload.cpu: CPU-heavy work on large texts
+OFF_LOOP = CPU(True)  # the pool of proxy.offload.cpu_pool: CPU-heavy work on large texts
 
 def segments(text: str) -> list[str]:
     """Lines with their endings, long ones cut: ''.join(segments(t)) == t.
@@ -161,7 +161,7 @@ class ReloadTools:
     async def run(self, name: str, arguments: Any, deadline: float | None = None) -> str:
         """The tool result for the model. `deadline` (monotonic): the end of the request's reload budget."""
         result = await self._run(name, arguments, deadline)
-        if (rec := observe.current.get()) is not None:
+        if (rec := telemetry.current.get()) is not None:
             rec.count_reload(name)
         self.events.append(event("reload", tool=name, arguments=_preview(arguments), result_chars=len(result)))
         return result

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterable
 
 import httpx2
 
-from proxy.http import observe
+from proxy.http import telemetry
 
 from proxy.config import ServerSettings
 from proxy.upstream.errors import host_of, upstream_error
@@ -67,7 +67,7 @@ class Upstream:
         request = httpx2.Request(
             method, self._parsed_url(path, query, base), headers=headers, content=content, extensions={"timeout": self.timeout}
         )
-        rec = observe.current.get()
+        rec = telemetry.current.get()
         sent = time.perf_counter()
         if rec is not None and rec.upstream_sent is None:
             rec.upstream_sent = sent

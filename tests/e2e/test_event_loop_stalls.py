@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from proxy.offload import cpu
+from proxy.offload import cpu_pool
 
 from proxy.offload import pipeline
 from proxy.formats.chat import VIEW
@@ -110,32 +110,32 @@ async def test_a_call_failing_only_after_a_busy_loop_leaves_the_decision_to_a_pi
 
 def test_large_means_much_text_or_many_messages():
     small = [{"role": "user", "content": "x" * 1000}] * 10
-    assert not cpu.CPU.for_messages(small).large
-    assert cpu.CPU.for_messages([{"role": "tool", "content": "x" * (cpu.LARGE_CHARS + 1)}]).large
-    assert cpu.CPU.for_messages([{"role": "user", "content": [{"type": "text", "text": "x" * 200_000}]},
+    assert not cpu_pool.CPU.for_messages(small).large
+    assert cpu_pool.CPU.for_messages([{"role": "tool", "content": "x" * (cpu_pool.LARGE_CHARS + 1)}]).large
+    assert cpu_pool.CPU.for_messages([{"role": "user", "content": [{"type": "text", "text": "x" * 200_000}]},
                                  {"role": "assistant", "tool_calls": [
                                      {"function": {"name": "f", "arguments": "y" * 100_000}}]}]).large
-    many = cpu.CPU.for_messages([{"role": "user", "content": "x"}] * (cpu.LARGE_MESSAGES + 1))
+    many = cpu_pool.CPU.for_messages([{"role": "user", "content": "x"}] * (cpu_pool.LARGE_MESSAGES + 1))
     assert many.large and many.many
-    assert not cpu.CPU.for_messages([{"role": "tool", "content": "x" * 300_000}]).many
+    assert not cpu_pool.CPU.for_messages([{"role": "tool", "content": "x" * 300_000}]).many
     # any shape: a Responses API item keeps its text elsewhere
-    assert cpu.CPU.for_messages([{"type": "function_call_output", "call_id": "c", "output": "x" * 300_000}]).large
+    assert cpu_pool.CPU.for_messages([{"type": "function_call_output", "call_id": "c", "output": "x" * 300_000}]).large
     # a step over a small part of a large request stays inline
-    large = cpu.CPU.for_messages([{"role": "system", "content": "s"}, {"role": "tool", "content": "x" * 300_000}])
+    large = cpu_pool.CPU.for_messages([{"role": "system", "content": "s"}, {"role": "tool", "content": "x" * 300_000}])
     assert large.large and not large.for_part([{"role": "system", "content": "s"}]).large
-    assert not cpu.INLINE.for_part([{"role": "tool", "content": "x" * 300_000}]).large  # small stays small
+    assert not cpu_pool.INLINE.for_part([{"role": "tool", "content": "x" * 300_000}]).large  # small stays small
     # few messages holding many values but little text (a tool input of deep objects, an array of
     # numbers or empty strings): every value costs a visit of the token counter, as a character does
     deep: object = 1
     for _ in range(60):
         deep = {"a": [deep]}
-    for value in ([deep] * 5_000, list(range(cpu.LARGE_CHARS + 1)), [""] * (cpu.LARGE_CHARS + 1)):
+    for value in ([deep] * 5_000, list(range(cpu_pool.LARGE_CHARS + 1)), [""] * (cpu_pool.LARGE_CHARS + 1)):
         tool_use = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": [
             {"type": "tool_use", "id": "t", "name": "f", "input": {"x": value}}]}]
-        assert cpu.CPU.for_messages(tool_use).large
+        assert cpu_pool.CPU.for_messages(tool_use).large
     # and it is measured only as far as the bound: the walk stops past it, at any depth (it runs on the loop)
-    nested = [{"role": "user", "content": [{"type": "text", "text": "x" * (cpu.LARGE_CHARS + 1)}, *[{"a": 1}] * 100_000]}]
-    assert cpu.LARGE_CHARS < cpu.text_size(nested, cpu.LARGE_CHARS) < cpu.LARGE_CHARS + 100
+    nested = [{"role": "user", "content": [{"type": "text", "text": "x" * (cpu_pool.LARGE_CHARS + 1)}, *[{"a": 1}] * 100_000]}]
+    assert cpu_pool.LARGE_CHARS < cpu_pool.text_size(nested, cpu_pool.LARGE_CHARS) < cpu_pool.LARGE_CHARS + 100
 
 
 async def test_a_large_request_is_planned_and_encoded_off_the_loop(tmp_path, monkeypatch):

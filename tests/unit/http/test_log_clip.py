@@ -6,7 +6,7 @@ import json
 import logging
 
 from proxy.http.log_clip import MAX_LOGGED_CHARS, MAX_MESSAGE_CHARS, ClippedRecord, clip, clip_value
-from proxy.http.observe import JsonFormatter
+from proxy.http.telemetry import JsonFormatter
 
 
 def record(msg: object, args: object = (), exc_info: object = None) -> ClippedRecord:

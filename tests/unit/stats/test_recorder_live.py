@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from proxy.http import observe
-from proxy.http.observe import Observe, RequestRecord
+from proxy.http import telemetry
+from proxy.http.telemetry import Observe, RequestRecord
 from proxy.offload.summary_context import SummaryContext, count_summary
 from proxy.stats import reader
 from proxy.stats.buckets import ALL, bucket_key, bucket_start, span_of, top_key
@@ -138,11 +138,11 @@ def test_a_summary_is_counted_once_in_the_request_or_in_the_background():
     ctx = SummaryContext(upstream=None, headers=[], model="m", prompt="p", timeout=1, wait=1, metrics=metrics,
                          tally=tallies.append)
     rec = RequestRecord("chat", "POST")
-    token = observe.current.set(rec)
+    token = telemetry.current.set(rec)
     try:
         count_summary(True, 0.1, ctx)  # inline: the request's record only (its turn counts it)
     finally:
-        observe.current.reset(token)
+        telemetry.current.reset(token)
     assert rec.summaries_made == 1 and tallies == [] and metrics_calls == []
     contextvars.Context().run(count_summary, False, 0.1, ctx)  # a background job's own context
     assert tallies == [False] and metrics_calls == [False] and rec.summaries_failed == 0
@@ -227,7 +227,7 @@ async def test_on_finished_runs_after_the_whole_body_is_sent():
     order: list[str] = []
 
     async def app(scope, receive, send):
-        observe.current.get().forwarded = b"x" * 10
+        telemetry.current.get().forwarded = b"x" * 10
         await send({"type": "http.response.start", "status": 200, "headers": []})
         for more in (True, False):
             await send({"type": "http.response.body", "body": b"chunk", "more_body": more})
