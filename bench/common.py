@@ -14,6 +14,8 @@ from pathlib import Path
 
 import httpx2
 
+from proxy.demo.run import wait_up as demo_wait_up
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 if (SHARED / "tiktoken").is_dir():
@@ -32,14 +34,8 @@ def free_port() -> int:
 
 
 def wait_up(url: str) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            httpx2.get(url, timeout=1)
-            return
-        except httpx2.TransportError:
-            time.sleep(0.05)
-    raise RuntimeError(f"{url} did not come up")
+    if not demo_wait_up(url, timeout=20):
+        raise RuntimeError(f"{url} did not come up")
 
 
 def cpu_seconds(pid: int) -> float:

@@ -38,6 +38,20 @@ STARTUP_SECONDS = 60.0
 STATS_SECONDS = 15.0  # the recorder writes about once a second
 
 
+def wait_up(url: str, process: subprocess.Popen | None = None, *, timeout: float = STARTUP_SECONDS) -> bool:
+    """Does `url` answer within `timeout` seconds (False as soon as `process` exits)? Also the benchmarks'."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            return False
+        try:
+            httpx2.get(url, timeout=2)
+            return True
+        except httpx2.TransportError:
+            time.sleep(0.05)
+    return False
+
+
 class DemoError(RuntimeError):
     """The demo cannot go on; the message says why (one paragraph)."""
 
@@ -103,16 +117,9 @@ class Servers:
         self._wait_up(f"{self.root}/healthz", self.processes[1])
 
     def _wait_up(self, url: str, process: subprocess.Popen) -> None:
-        deadline = time.monotonic() + STARTUP_SECONDS
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise DemoError(f"a server exited at startup (status {process.returncode}):\n{self.log_tail()}")
-            try:
-                httpx2.get(url, timeout=2)
-                return
-            except httpx2.TransportError:
-                time.sleep(0.1)
-        raise DemoError(f"{url} did not answer within {STARTUP_SECONDS:g} s:\n{self.log_tail()}")
+        if not wait_up(url, process, timeout=STARTUP_SECONDS):
+            state = "exited at startup" if process.poll() is not None else f"did not answer within {STARTUP_SECONDS:g} s"
+            raise DemoError(f"{url}: the server {state}:\n{self.log_tail()}")
 
     def log_tail(self, lines: int = 20) -> str:
         try:

@@ -74,6 +74,7 @@ def test_two_runs_print_different_admin_tokens(tmp_path):
     for _ in range(2):
         done = subprocess.run(demo_command("--no-wait"), capture_output=True, text=True, timeout=240, cwd=tmp_path,
                               stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, (done.stdout[-1500:], done.stderr[-1500:])
         tokens.append(parse(done.stdout)["token"])
     assert tokens[0] and tokens[1] and tokens[0] != tokens[1]
 
