@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.core import texts
+from proxy.core.media import plan_media
 from proxy.core.view import ItemView
 from proxy.core.markers import is_marker, make_ref, refs_in, tool_result_marker
 from proxy.core.settings import OffloadSettings
@@ -23,7 +25,7 @@ class Offload:
     """One piece of content to store under `ref`."""
 
     ref: str
-    kind: str  # "tool_result" | "history"
+    kind: str  # "tool_result" | "history" | "image" | "document" | "audio" (`proxy.core.media`)
     text: str
     tokens: int
 
@@ -51,24 +53,33 @@ def present_refs(items: list[Any], view: ItemView) -> list[str]:
     for item in items:
         text = view.text(item)
         if text:
-            for ref in refs_in(text):
+            for ref in refs_in(text) or texts.media_refs_in(text):
                 seen.setdefault(ref, None)
     return list(seen)
 
 
 def plan_compaction(
-    items: list[Any], view: ItemView, settings: OffloadSettings, counter: TokenCounter, namespace: str
+    items: list[Any], view: ItemView, settings: OffloadSettings, counter: TokenCounter, namespace: str, *,
+    compact: bool = True,
 ) -> Plan:
-    """Replace every large tool result (outside the recent tail) once the history is too large."""
+    """Replace the older images and large documents (`proxy.core.media`, whatever the history's
+    size, unless the mode is off), then, when `compact` and the history is too large, every
+    large tool result outside the recent tail."""
     before = counter.messages(items)
     plan = Plan(items=items, tokens_before=before, tokens_after=before)
-    if settings.mode == "off" or before <= settings.max_total_tokens:
+    media = plan_media(items, view, settings, counter, namespace)
+    if media.offloads:
+        plan.offloads = [Offload(o.ref, o.kind, o.text, o.tokens) for o in media.offloads]
+        plan.tokens_after = before + sum(counter.message(new) - counter.message(old)
+                                         for new, old in zip(media.items, items) if new is not old)
+        items = plan.items = media.items
+    if settings.mode == "off" or not compact or plan.tokens_after <= settings.max_total_tokens:
         plan.refs = present_refs(items, view)
         return plan
     last_eligible = len(items) - settings.keep_recent_for(COMPACT_KEEP_RECENT)
     reload_ids = injected_call_ids(items, view)
     out = list(items)
-    after = before
+    after = plan.tokens_after
     for i in range(max(0, last_eligible)):
         item = items[i]
         # Whatever carries a tool's result: a tool message, or an item holding its own result

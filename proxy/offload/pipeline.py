@@ -79,8 +79,7 @@ async def prepare(
     cpu = CPU.for_messages(messages)
     compact_mode = settings.mode in ("auto", "compact")
     compress_mode = settings.mode in ("auto", "compress") and compressor is not None
-    plan = await cpu(plan_compaction, messages, view,
-                     settings if compact_mode else settings.model_copy(update={"mode": "off"}), counter, namespace)
+    plan = await cpu(plan_compaction, messages, view, settings, counter, namespace, compact=compact_mode)
     result = Prepared(plan)
     compressed_now = pending = False
     try:
@@ -108,7 +107,7 @@ async def prepare(
                 plan = Plan(compressed.items, offloads, refs_after, plan.tokens_before, tokens_after)
                 result.plan = plan
                 compressed_now = True
-        compacted = [o for o in plan.offloads if o.kind == "tool_result"]
+        compacted = [o for o in plan.offloads if o.kind not in ("history",)]
         result.action = _action(bool(compacted), compressed_now, pending)
         written = result.written = await refs.save(plan.offloads, plan.refs, settings.session, cpu=cpu)
     except (StoreUnavailable, QuotaExceeded, CredentialRejected) as exc:
