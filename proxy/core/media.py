@@ -63,6 +63,14 @@ class Reloaded:
         return self.data_url.partition(",")[2]
 
 
+ToolResult = str | Reloaded  # what an injected call gives back
+
+
+def as_text(result: ToolResult) -> str:
+    """A result where only text can go (a call the client's next request answers)."""
+    return result if isinstance(result, str) else texts.media_carried(result.kind, result.ref)
+
+
 def _describe_image(part: MediaPart) -> tuple[str, int] | None:
     split = split_data_url(part.inline or "")
     if split is None:
