@@ -37,6 +37,7 @@ class Plan:
     refs: list[str] = field(default_factory=list)  # every ref in the forwarded items
     tokens_before: int = 0
     tokens_after: int = 0
+    media_tokens_saved: int = 0  # of tokens_before - tokens_after, what offloading images and documents saved
 
 
 def injected_call_ids(items: list[Any], view: ItemView) -> set[str]:
@@ -73,6 +74,7 @@ def plan_compaction(
         plan.tokens_after = before + sum(counter.message(new) - counter.message(old)
                                          for new, old in zip(media.items, items) if new is not old)
         items = plan.items = media.items
+        plan.media_tokens_saved = before - plan.tokens_after
     if settings.mode == "off" or not compact or plan.tokens_after <= settings.max_total_tokens:
         plan.refs = present_refs(items, view)
         return plan

@@ -106,7 +106,8 @@ async def prepare(
                 # the reduced items: small but for a history that is large even once compressed
                 refs_after, tokens_after = await cpu.for_part(compressed.items)(_measure, compressed.items, view,
                                                                                 counter)
-                plan = Plan(compressed.items, offloads, refs_after, plan.tokens_before, tokens_after)
+                plan = Plan(compressed.items, offloads, refs_after, plan.tokens_before, tokens_after,
+                            plan.media_tokens_saved)
                 result.plan = plan
                 compressed_now = True
         compacted = [o for o in plan.offloads if o.kind not in ("history",)]

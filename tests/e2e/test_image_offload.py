@@ -184,3 +184,16 @@ def test_responses_screenshots_offloaded_and_reloaded(make_proxy, upstream, stre
     output = [i for i in reload_round.json()["input"] if i.get("call_id") == "call_reload"][-1]
     assert output["type"] == "function_call_output"
     assert output["output"] == [{"type": "input_image", "image_url": URLS[0]}]
+
+
+def test_the_statistics_count_image_tokens_saved_apart_from_text(make_proxy, upstream):
+    from tests.e2e.test_stats_api import stats_when
+
+    upstream.handler = scripted(lambda rec: JSONResponse(completion("ok")))
+    with make_proxy() as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-image-stats", max_retries=0, timeout=30)
+        raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=_chat_messages())
+        before, after = int(raw.headers["x-offload-tokens-before"]), int(raw.headers["x-offload-tokens-after"])
+        totals = stats_when(url, "sk-image-stats", 1, window="1h")["totals"]
+    assert totals["tokens_saved"] == before - after > 3 * 1000
+    assert totals["image_tokens_saved"] == before - after and totals["text_tokens_saved"] == 0
