@@ -71,11 +71,12 @@ def session(index: int, steps: int) -> dict:
                                          "parameters": {"type": "object", "properties": {"action": {"type": "string"}}}}}]}
 
 
-def replay(trace: Path, fmt: str, out: Path) -> dict:
+def replay(trace: Path, fmt: str, out: Path, batch: int) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    subprocess.run([sys.executable, "-m", "proxy", "replay", str(trace), "--format", fmt, "--out", str(out / fmt)],
-                   check=True, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
-    return json.loads((out / fmt / "report.json").read_text())
+    where = out / f"{fmt}-batch{batch}"
+    subprocess.run([sys.executable, "-m", "proxy", "replay", str(trace), "--format", fmt, "--out", str(where),
+                    "--image-batch", str(batch)], check=True, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+    return json.loads((where / "report.json").read_text())
 
 
 def last_turn_bodies(conversation: dict) -> list[tuple[str, str, bytes]]:
@@ -149,6 +150,7 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("/tmp/computer-use-bench"))
     parser.add_argument("--rounds", type=int, default=2, help="times the last turns are sent to the server")
+    parser.add_argument("--batches", default="1,10", help="X-Offload-Image-Batch values to replay with (1: default)")
     args = parser.parse_args()
     print(machine())
     args.out.mkdir(parents=True, exist_ok=True)
@@ -159,15 +161,15 @@ def main() -> None:
                   if m["role"] == "user" and isinstance(m["content"], list)]
     print(f"{args.sessions} sessions x {args.steps} steps, screenshots 1280x800 PNG, "
           f"{statistics.mean(shot_chars) / 1e3:.0f} KB of base64 each; trace {trace.stat().st_size / 1e6:.1f} MB")
-    print(f"{'format':<10} {'forwarded/raw':>13} {'prefix reuse':>12} {'reload exact':>12} {'refs':>5} "
+    print(f"{'format':<10} {'batch':>5} {'forwarded/raw':>13} {'prefix reuse':>12} {'reload exact':>12} {'refs':>5} "
           f"{'ms/turn cold':>12} {'ms/turn steady':>14} {'MB/s hashed':>11}")
-    for fmt in ("chat", "responses", "anthropic"):
-        o = replay(trace, fmt, args.out)["overall"]
+    for fmt, batch in [(f, int(b)) for b in args.batches.split(",") if b for f in ("chat", "responses", "anthropic")]:
+        o = replay(trace, fmt, args.out, batch)["overall"]
         ratio = o["forwarded_tokens"] / o["raw_tokens"]
         # each turn hashes every offloaded screenshot it carries again (the mean turn: half the session's)
         per_turn = statistics.mean(shot_chars) * (args.steps + 1) / 2
         cold, steady = o.get("ms_per_turn_cold") or 0, o.get("ms_per_turn_steady") or 0
-        print(f"{fmt:<10} {ratio:>13.3f} {o['prefix_reuse']:>12.3f} {o['reload_exact_fraction']:>12.2f} "
+        print(f"{fmt:<10} {batch:>5} {ratio:>13.3f} {o['prefix_reuse']:>12.3f} {o['reload_exact_fraction']:>12.2f} "
               f"{o.get('refs', 0):>5} {cold:>12.1f} {steady:>14.1f} "
               f"{per_turn / 1e3 / max(steady, 1e-9):>11.0f}")
     print("targets: forwarded/raw <= 0.15, prefix reuse >= 0.90, reload exact 1.00")

@@ -94,7 +94,8 @@ def _describe_binary(part: MediaPart) -> tuple[str, int] | None:
 
 def plan_media(items: list[Any], view: ItemView, settings: OffloadSettings, counter: TokenCounter,
                namespace: str) -> MediaPlan:
-    """Replace the images before the most recent `keep_images`, and the large documents."""
+    """Replace the images before the most recent `keep_images` (in whole batches of
+    `image_batch`), and the large documents."""
     plan = MediaPlan(items)
     if settings.mode == "off":
         return plan
@@ -105,7 +106,8 @@ def plan_media(items: list[Any], view: ItemView, settings: OffloadSettings, coun
     if not found:
         return plan
     images = [entry for entry in found if entry[2].kind == "image"]
-    old_images = images[: max(0, len(images) - settings.keep_images)]
+    older = max(0, len(images) - settings.keep_images)
+    old_images = images[: older - older % settings.image_batch]
     last_document_item = len(items) - DOCUMENT_KEEP_RECENT
     candidates = old_images + [e for e in found if e[2].kind != "image" and e[0] < last_document_item]
     markers: dict[int, dict[int, str]] = {}

@@ -146,3 +146,10 @@ def test_anthropic_image_blocks_inside_tool_results():
     assert plan.items[5]["content"][0]["content"][0]["type"] == "image"
     assert [o.text for o in plan.offloads] == [f"data:image/png;base64,{b64(s)}" for s in SHOTS[:2]]
     assert MESSAGES.text(plan.items[1]) == first["content"][0]["text"] and len(plan.refs) == 2
+
+
+def test_images_are_offloaded_in_batches_so_the_prefix_changes_once_per_batch():
+    urls = [data_url(s) for s in SHOTS]
+    batch = OffloadSettings(image_batch=2)
+    offloaded = [len(plan_media(_chat(urls[:n]), CHAT, batch, COUNTER, "ns").offloads) for n in range(1, 7)]
+    assert offloaded == [0, 0, 0, 0, 2, 2]  # 4 images: one older than the last three, not a whole batch
