@@ -60,7 +60,7 @@ def present_refs(items: list[Any], view: ItemView) -> list[str]:
 
 
 def plan_compaction(
-    items: list[Any], view: ItemView, settings: OffloadSettings, counter: TokenCounter, namespace: str, *,
+    items: list[Any], view: ItemView, settings: OffloadSettings, counter: TokenCounter, namespace: str,
     compact: bool = True,
 ) -> Plan:
     """Replace the older images and large documents (`proxy.core.media`, whatever the history's

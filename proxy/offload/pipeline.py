@@ -7,7 +7,6 @@ what is stored) run off the event loop (`proxy.offload.cpu`); a small request's 
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,8 +79,7 @@ async def prepare(
     cpu = CPU.for_messages(messages)
     compact_mode = settings.mode in ("auto", "compact")
     compress_mode = settings.mode in ("auto", "compress") and compressor is not None
-    plan = await cpu(functools.partial(plan_compaction, compact=compact_mode), messages, view, settings, counter,
-                     namespace)
+    plan = await cpu(plan_compaction, messages, view, settings, counter, namespace, compact_mode)
     result = Prepared(plan)
     compressed_now = pending = False
     try:
