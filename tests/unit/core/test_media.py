@@ -153,3 +153,18 @@ def test_images_are_offloaded_in_batches_so_the_prefix_changes_once_per_batch():
     batch = OffloadSettings(image_batch=2)
     offloaded = [len(plan_media(_chat(urls[:n]), CHAT, batch, COUNTER, "ns").offloads) for n in range(1, 7)]
     assert offloaded == [0, 0, 0, 0, 2, 2]  # 4 images: one older than the last three, not a whole batch
+
+
+def test_anthropic_documents_offloaded_when_large_urls_never():
+    pdf = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0x" * 2_000},
+           "title": "report.pdf"}
+    small = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0x"}}
+    text = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "plain " * 5_000}}
+    url = {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}
+    items = [{"role": "user", "content": [pdf, small, text, url, url, url, url]}, {"role": "assistant", "content": "ok"}]
+    plan = plan_media(items, MESSAGES, SETTINGS, COUNTER, "ns")
+    blocks = plan.items[0]["content"]
+    assert blocks[0] == {"type": "text", "text": blocks[0]["text"]}
+    assert blocks[0]["text"].startswith("[document offloaded: application/pdf, 12,000 bytes, ~4,000 tokens, ref=")
+    assert blocks[1:] == [small, text, url, url, url, url]  # small, text (counted as text), URLs (never fetched)
+    assert [o.text for o in plan.offloads] == ["data:application/pdf;base64," + "JVBERi0x" * 2_000]
