@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import ROOT, machine, servers  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
-from tests.harness.screens import b64, data_url, screenshot  # noqa: E402
+from tests.harness.screens import data_url, screenshot  # noqa: E402
 
 ACTIONS = ("left_click", "type", "scroll", "left_click", "key")
 PAGE = "\n".join(f"Result {i}: Train {i:02d}:40 to Lyon, platform {i % 9}, 2nd class from {29 + i} EUR"
