@@ -79,6 +79,9 @@ class ServerSettings(BaseSettings):
         None, description="Default X-Offload-Max-Tool-Message-Tokens (2000)."
     )
     keep_recent: int | None = Field(None, description="Default X-Offload-Keep-Recent (1 compact, 2 compress).")
+    keep_images: int | None = Field(None, description="Default X-Offload-Keep-Images (3): older images are offloaded.")
+    image_batch: int | None = Field(None, description="Default X-Offload-Image-Batch (1): images offloaded so many "
+                                    "at a time (the prefix changes once per batch).")
     max_reload_tokens: int | None = Field(None, description="Default X-Offload-Max-Reload-Tokens (8000).")
     max_reload_rounds: int | None = Field(None, description="Default X-Offload-Max-Reload-Rounds (4).")
     reload_tools: str | None = Field(None, description="Default X-Offload-Reload-Tools: on|off.")

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.core import texts
+from proxy.core.media import plan_media
 from proxy.core.view import ItemView
 from proxy.core.markers import is_marker, make_ref, refs_in, tool_result_marker
 from proxy.core.provider_context import NONE, ProviderContext, clearable_calls, live_start
@@ -24,7 +26,7 @@ class Offload:
     """One piece of content to store under `ref`."""
 
     ref: str
-    kind: str  # "tool_result" | "history"
+    kind: str  # "tool_result" | "history" | "image" | "document" | "audio" (`proxy.core.media`)
     text: str
     tokens: int
 
@@ -36,6 +38,7 @@ class Plan:
     refs: list[str] = field(default_factory=list)  # every ref in the forwarded items
     tokens_before: int = 0
     tokens_after: int = 0
+    media_tokens_saved: int = 0  # of tokens_before - tokens_after, what offloading images and documents saved
 
 
 def injected_call_ids(items: list[Any], view: ItemView) -> set[str]:
@@ -52,7 +55,7 @@ def present_refs(items: list[Any], view: ItemView) -> list[str]:
     for item in items:
         text = view.text(item)
         if text:
-            for ref in refs_in(text):
+            for ref in refs_in(text) or texts.media_refs_in(text):
                 seen.setdefault(ref, None)
     return list(seen)
 
@@ -60,24 +63,34 @@ def present_refs(items: list[Any], view: ItemView) -> list[str]:
 def plan_compaction(
     items: list[Any], view: ItemView, settings: OffloadSettings, counter: TokenCounter, namespace: str,
     provider: ProviderContext = NONE,
+    compact: bool = True,
 ) -> Plan:
-    """Replace every large tool result (outside the recent tail) once the history is too large.
+    """Replace the older images and large documents (`proxy.core.media`, whatever the history's
+    size, unless the mode is off), then, when `compact` and the history is too large, every
+    large tool result outside the recent tail.
 
-    Only the items after the newest provider compaction item count and are compacted (the
-    provider ignores those before it), and none whose result the provider's own clear edit may
-    clear (`proxy.core.provider_context`)."""
+    Only the items after the newest provider compaction item count and are replaced (the
+    provider ignores those before it, which go as sent), and no tool result the provider's own
+    clear edit may clear (`proxy.core.provider_context`)."""
     before = counter.messages(items)
     plan = Plan(items=items, tokens_before=before, tokens_after=before)
     start = live_start(items, view)
-    live = before if start == 0 else counter.messages(items[start:])
-    if settings.mode == "off" or live <= settings.max_total_tokens:
+    media = plan_media(items[start:], view, settings, counter, namespace)
+    if media.offloads:
+        plan.offloads = [Offload(o.ref, o.kind, o.text, o.tokens) for o in media.offloads]
+        plan.tokens_after = before + sum(counter.message(new) - counter.message(old)
+                                         for new, old in zip(media.items, items[start:]) if new is not old)
+        items = plan.items = [*items[:start], *media.items]
+        plan.media_tokens_saved = before - plan.tokens_after
+    live = plan.tokens_after if start == 0 else counter.messages(items[start:])
+    if settings.mode == "off" or not compact or live <= settings.max_total_tokens:
         plan.refs = present_refs(items, view)
         return plan
     last_eligible = len(items) - settings.keep_recent_for(COMPACT_KEEP_RECENT)
     reload_ids = injected_call_ids(items, view)
     left_to_provider = clearable_calls(items, view, provider, start)
     out = list(items)
-    after = before
+    after = plan.tokens_after
     for i in range(start, max(start, last_eligible)):
         item = items[i]
         # Whatever carries a tool's result: a tool message, or an item holding its own result

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from proxy.core.media import ToolResult
+
 
 @dataclass(frozen=True)
 class ToolCall:
@@ -52,7 +54,9 @@ class Rounds(Protocol):
 
     def request(self, offered: bool) -> dict: ...
 
-    def answer(self, results: list[str]) -> None: ...
+    def answer(self, results: list[ToolResult]) -> None:
+        """A result is a text, or reloaded media (`proxy.core.media.Reloaded`) the format shows
+        as itself where it can."""
 
     def take(self, answer: dict) -> list[ToolCall]: ...
 
@@ -68,5 +72,5 @@ class Rounds(Protocol):
 
     def encode(self, event: Any) -> bytes: ...
 
-    def carried(self, results: list[str]) -> list[Any]:
+    def carried(self, results: list[ToolResult]) -> list[Any]:
         """Items answering `unanswered` with `results`, for the client's next request."""

@@ -8,9 +8,10 @@ prompt, and the index of a summarised part. Changing a text here changes what mo
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from proxy.core.markers import RELOAD_TOOL, SEARCH_TOOL
+from proxy.core.markers import REF_PATTERN, RELOAD_TOOL, SEARCH_TOOL
 
 # The tools the proxy injects and runs itself, chat-style (each format converts them).
 RELOAD_TOOL_SCHEMAS: list[dict[str, Any]] = [
@@ -20,7 +21,8 @@ RELOAD_TOOL_SCHEMAS: list[dict[str, Any]] = [
             "name": RELOAD_TOOL,
             "description": (
                 "Return offloaded context by its reference (the ref=... in an '[offloaded ...]' "
-                "marker): the full original text, or one page of its lines when it is large."
+                "marker): the full original text, or one page of its lines when it is large; "
+                "an offloaded image or document is given back as itself."
             ),
             "parameters": {
                 "type": "object",
@@ -86,6 +88,65 @@ Rules: keep file paths, identifiers, commands, numbers, URLs and error messages 
 every reference self-contained (no "the file above"). Be dense; omit pleasantries. When the history \
 starts with an earlier snapshot (a message marked "[offloaded history: ...]"), fold it in: keep what \
 still holds, correct what changed, add what is new. Answer with the block only."""
+
+
+# ---------------------------------------------------------------- offloaded images and documents
+
+MEDIA_KINDS = ("image", "document", "audio")
+# `media_marker`'s text, exactly (a text part of its own: recognised only when it is the whole part).
+MEDIA_MARKER_RE = re.compile(
+    rf"\[(image|document|audio) offloaded: [^\]\n]{{1,80}}, ~(?:0|[1-9][0-9]{{0,2}}(?:,[0-9]{{3}}){{0,4}}) tokens, "
+    rf"ref=({REF_PATTERN})\]")
+
+
+def media_marker(kind: str, what: str, tokens: int, ref: str) -> str:
+    """What stands in place of an offloaded image, document or audio part, e.g.
+    `[image offloaded: png 1280×800, ~1,105 tokens, ref=…]`: the same bytes, the same text."""
+    return f"[{kind} offloaded: {what}, ~{tokens:,} tokens, ref={ref}]"
+
+
+def media_ref(text: str) -> str | None:
+    """The ref of a text that is exactly a `media_marker`, else None."""
+    if not text.startswith("[") or len(text) > 200:
+        return None
+    match = MEDIA_MARKER_RE.fullmatch(text)
+    return match.group(2) if match else None
+
+
+def media_refs_in(text: str) -> list[str]:
+    """The refs of the lines of `text` that are exactly media markers (a content's text parts are
+    joined by newlines: a marker is one of them)."""
+    if " offloaded: " not in text:
+        return []
+    return [ref for line in text.split("\n") if (ref := media_ref(line))]
+
+
+def media_follows(kind: str, ref: str) -> str:
+    """Chat's answer to a reload of an image ref (a tool message carries text only)."""
+    return f"The {kind} of ref={ref} follows in the next message."
+
+
+def media_reloaded(kind: str, ref: str) -> str:
+    """The text before a reloaded image in chat's user message."""
+    return f"[{RELOAD_TOOL}(ref=\"{ref}\"): the offloaded {kind}]"
+
+
+def media_not_here(kind: str, ref: str) -> str:
+    """A reload of a kind of content the format cannot carry back (audio in a tool result)."""
+    return f"ref={ref} is an offloaded {kind}; this API cannot show it again in a tool result."
+
+
+def media_carried(kind: str, ref: str) -> str:
+    """An injected reload left unanswered in a round the client must finish: no binary there."""
+    return f"ref={ref} is an offloaded {kind}; reload it again to see it."
+
+
+def media_not_searchable(ref: str, kind: str) -> str:
+    return f"ref={ref} is an offloaded {kind}: binary content is not searched. {RELOAD_TOOL}(ref=\"{ref}\") shows it."
+
+
+def media_skipped(count: int) -> str:
+    return f"[{count} offloaded image(s)/document(s) skipped: binary content is not searched.]"
 
 
 # ---------------------------------------------------------------- what the reload tools answer

@@ -22,6 +22,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol
 
+from proxy.core.images import image_tokens, split_data_url
+
 log = logging.getLogger("proxy.core.tokens")
 
 CACHE_ENTRIES = 200_000
@@ -30,8 +32,31 @@ SHORT_ENTRIES = 50_000
 LONG_PIECE = 50_000  # characters: a text the encoder cannot take whole is counted in pieces of this size
 MESSAGE_OVERHEAD = 3  # per message, as in OpenAI's accounting
 REPLY_PRIMING = 3
-IMAGE_TOKENS = 85  # a low-detail image; providers bill more for high detail
 IMAGE_PARTS = frozenset({"image_url", "input_image", "computer_screenshot", "image"})  # "image": Anthropic's
+# A Responses item whose screenshot was offloaded carries the marker under this private key
+# (`proxy.formats.responses.request.with_history` turns it into a message after the item).
+NOTE_KEY = "x-offload-note"
+
+
+def binary_tokens(data: Any) -> int:
+    """Base64 content other than an image (a document, audio): estimated from its length, never
+    tokenised as text (a data URL's header included)."""
+    return (len(data) + 3) // 4 if type(data) is str else 0
+
+
+def part_image_tokens(part: dict) -> int:
+    """An image part as its provider bills it (`proxy.core.images`): a chat `image_url`, a
+    Responses `input_image` or `computer_screenshot` (OpenAI), an Anthropic `image` block."""
+    if part.get("type") == "image":
+        source = part.get("source")
+        data = source.get("data") if isinstance(source, dict) and source.get("type") == "base64" else None
+        return image_tokens(data if type(data) is str else None, billing="anthropic")
+    url = part.get("image_url")
+    detail = part.get("detail")
+    if isinstance(url, dict):  # chat: {"url", "detail"}
+        url, detail = url.get("url"), url.get("detail")
+    inline = split_data_url(url) if type(url) is str else None
+    return image_tokens(inline[1] if inline else None, billing="openai", detail=detail if type(detail) is str else None)
 
 
 class Encoder(Protocol):
@@ -204,7 +229,7 @@ class TokenCounter:
         return self.text(json.dumps(content, ensure_ascii=False))
 
     def _part(self, part: Any) -> int:
-        """One part of a content list: text by its text, an image by IMAGE_TOKENS, Anthropic's
+        """One part of a content list: text by its text, an image as billed (`part_image_tokens`), Anthropic's
         blocks by what they carry (a tool call's name and input, a tool result's content, a
         document's text or the size of its base64 data), anything else by its JSON."""
         if not isinstance(part, dict):
@@ -213,7 +238,13 @@ class TokenCounter:
         if isinstance(part.get("text"), str):
             return self.text(part["text"])
         if kind in IMAGE_PARTS:
-            return IMAGE_TOKENS
+            return part_image_tokens(part)
+        if kind == "input_audio" and isinstance(part.get("input_audio"), dict):
+            return binary_tokens(part["input_audio"].get("data"))
+        if kind == "file" and isinstance(part.get("file"), dict) and type(part["file"].get("file_data")) is str:
+            return binary_tokens(part["file"]["file_data"])
+        if kind == "input_file" and type(part.get("file_data")) is str:
+            return binary_tokens(part["file_data"])
         if kind == "thinking" and isinstance(part.get("thinking"), str):
             return self.text(part["thinking"])  # the signature is opaque: not billed as text
         if kind == "tool_use" or kind == "server_tool_use":
@@ -226,7 +257,7 @@ class TokenCounter:
             if part["source"].get("type") == "text" and type(data) is str:
                 return self.text(data)
             if type(data) is str:  # base64: its length says enough
-                return (len(data) + 3) // 4
+                return binary_tokens(data)
             return self.content(part["source"].get("content"))
         return self.text(json.dumps(part, ensure_ascii=False))
 
@@ -274,8 +305,10 @@ class TokenCounter:
             output = item.get("output")
             if type(output) is str:
                 return MESSAGE_OVERHEAD + self.text(output)
-            if isinstance(output, dict) and output.get("type") in IMAGE_PARTS:
-                return MESSAGE_OVERHEAD + IMAGE_TOKENS  # computer_call_output: a screenshot
+            if isinstance(output, dict) and output.get("type") in IMAGE_PARTS:  # computer_call_output: a screenshot
+                note = item.get(NOTE_KEY)
+                return MESSAGE_OVERHEAD + part_image_tokens(output) + (
+                    MESSAGE_OVERHEAD + self.text(note) if type(note) is str else 0)
             return MESSAGE_OVERHEAD + self.content(output)  # parts, or shell output chunks as JSON
         if kind == "reasoning":
             total = MESSAGE_OVERHEAD

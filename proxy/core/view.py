@@ -9,9 +9,21 @@ what stands in for the summarised part.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 Role = str  # "system" | "user" | "assistant" | "tool" | "other"
+
+
+@dataclass(frozen=True)
+class MediaPart:
+    """An image, document or audio part of an item, as the media planner (`proxy.core.media`) sees it."""
+
+    kind: str  # "image" | "document" | "audio"
+    inline: str | None  # its bytes as a data URL (what is stored, and given back); None: a URL, a file id
+    billing: str = "openai"  # whose billing counts an image: "openai" | "anthropic"
+    detail: str | None = None  # an OpenAI image's `detail`
 
 
 class ItemView(Protocol):
@@ -62,6 +74,15 @@ class ItemView(Protocol):
 
     def is_compaction_trigger(self, item: Any) -> bool:
         """Is `item` a request to compact now (Responses `compaction_trigger`, always last)?"""
+        ...
+
+    def media(self, item: Any) -> tuple[MediaPart, ...]:
+        """The item's images, documents and audio parts, in order (inside its tool results too)."""
+        ...
+
+    def with_media(self, item: Any, markers: Mapping[int, str]) -> Any:
+        """A copy of `item` whose media part k (in `media` order) is replaced by the text
+        `markers[k]`, for every k given; everything else kept."""
         ...
 
     def summary_item(self, text: str) -> Any:

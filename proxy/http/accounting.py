@@ -51,6 +51,7 @@ def note(call: ManagedCall) -> telemetry.RequestRecord | None:
     rec.model = body.get("model") if isinstance(body.get("model"), str) else None
     rec.tokens_before, rec.tokens_after, rec.action = plan.tokens_before, plan.tokens_after, prepared.action
     rec.refs, rec.refs_created = len(plan.refs), len(prepared.written)
+    rec.image_tokens_saved = plan.media_tokens_saved
     rec.offloaded_bytes = sum(len(o.text.encode("utf-8", "surrogatepass")) for o in plan.offloads
                               if o.ref in prepared.written)
     rec.warnings = prepared.warnings

@@ -51,6 +51,7 @@ class RequestRecord:
     refs: int | None = None  # references in the forwarded payload (X-Offload-Refs)
     refs_created: int = 0  # of which stored for the first time by this request (X-Offload-Refs-Created)
     offloaded_bytes: int = 0
+    image_tokens_saved: int = 0  # by offloading images and documents (the dashboard shows them apart)
     reload_calls: int = 0
     reload_rounds: int = 0
     searches: int = 0  # context_search calls run

@@ -83,9 +83,7 @@ async def prepare(
     cpu = CPU.for_messages(messages)
     compact_mode = settings.mode in ("auto", "compact")
     compress_mode = settings.mode in ("auto", "compress") and compressor is not None and not provider.compacts
-    plan = await cpu(plan_compaction, messages, view,
-                     settings if compact_mode else settings.model_copy(update={"mode": "off"}), counter, namespace,
-                     provider)
+    plan = await cpu(plan_compaction, messages, view, settings, counter, namespace, provider, compact_mode)
     result = Prepared(plan)
     compressed_now = pending = False
     try:
@@ -110,10 +108,11 @@ async def prepare(
                 # the reduced items: small but for a history that is large even once compressed
                 refs_after, tokens_after = await cpu.for_part(compressed.items)(_measure, compressed.items, view,
                                                                                 counter)
-                plan = Plan(compressed.items, offloads, refs_after, plan.tokens_before, tokens_after)
+                plan = Plan(compressed.items, offloads, refs_after, plan.tokens_before, tokens_after,
+                            plan.media_tokens_saved)
                 result.plan = plan
                 compressed_now = True
-        compacted = [o for o in plan.offloads if o.kind == "tool_result"]
+        compacted = [o for o in plan.offloads if o.kind not in ("history",)]
         result.action = _action(bool(compacted), compressed_now, pending)
         written = result.written = await refs.save(plan.offloads, plan.refs, settings.session, cpu=cpu)
     except (StoreUnavailable, QuotaExceeded, CredentialRejected) as exc:

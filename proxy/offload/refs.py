@@ -30,9 +30,13 @@ class StoredItem:
     text: str
 
 
+BINARY_KINDS = frozenset({"image", "document", "audio"})  # base64 of compressed data: zlib's fastest level
+
+
 def encode_item(offload: Offload) -> bytes:
     header = json.dumps({"v": FORMAT, "kind": offload.kind, "tokens": offload.tokens}).encode()
-    return zlib.compress(header + b"\n" + offload.text.encode("utf-8", "surrogatepass"), 6)
+    level = 1 if offload.kind in BINARY_KINDS else 6
+    return zlib.compress(header + b"\n" + offload.text.encode("utf-8", "surrogatepass"), level)
 
 
 def decode_item(ref: str, value: bytes) -> StoredItem:

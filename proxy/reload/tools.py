@@ -26,6 +26,7 @@ from proxy.offload.cpu_pool import CPU
 from proxy.offload.events import event
 from proxy.core import jsonio, texts
 from proxy.core.markers import INJECTED_TOOLS, RELOAD_TOOL
+from proxy.core.media import Reloaded, ToolResult
 from proxy.offload.refs import RefStore
 from proxy.reload.search import (EXPENSIVE, INTERRUPTED, LARGE_CHARS, MAX_PATTERN_CHARS, SIZE, TIME, Hits, Search,
                           SearchLimits, check_pattern)
@@ -158,15 +159,17 @@ class ReloadTools:
             return self.request_refs
         return sorted(set(self.request_refs) | await self.refs.session_refs(self.session))
 
-    async def run(self, name: str, arguments: Any, deadline: float | None = None) -> str:
-        """The tool result for the model. `deadline` (monotonic): the end of the request's reload budget."""
+    async def run(self, name: str, arguments: Any, deadline: float | None = None) -> ToolResult:
+        """The tool result for the model: a text, or reloaded media (`Reloaded`), which the
+        format shows as itself. `deadline` (monotonic): the end of the request's reload budget."""
         result = await self._run(name, arguments, deadline)
         if (rec := telemetry.current.get()) is not None:
             rec.count_reload(name)
-        self.events.append(event("reload", tool=name, arguments=_preview(arguments), result_chars=len(result)))
+        size = len(result) if isinstance(result, str) else len(result.data_url)
+        self.events.append(event("reload", tool=name, arguments=_preview(arguments), result_chars=size))
         return result
 
-    async def _run(self, name: str, arguments: Any, deadline: float | None) -> str:
+    async def _run(self, name: str, arguments: Any, deadline: float | None) -> ToolResult:
         if name not in INJECTED_TOOLS:
             return texts.unknown_tool(name)
         try:
@@ -183,10 +186,12 @@ class ReloadTools:
             log.exception("%s failed", name)
             return texts.tool_failed(name)
 
-    async def reload(self, ref: str, offset: int | None = None, limit: int | None = None) -> str:
+    async def reload(self, ref: str, offset: int | None = None, limit: int | None = None) -> ToolResult:
         item = await self.refs.load(ref)
         if item is None:
             return texts.unavailable(ref)
+        if item.kind in texts.MEDIA_KINDS:  # an image, a document: itself, whole, byte for byte
+            return Reloaded(ref, item.kind, item.text)
         if len(item.text) > LARGE_CHARS:  # counting and splitting take a while: not on the event loop
             return await OFF_LOOP(self._reload, ref, item.text, offset, limit)
         return self._reload(ref, item.text, offset, limit)
@@ -235,7 +240,7 @@ class ReloadTools:
             return texts.invalid_pattern(pattern, exc)
         hits = Hits(max_chars=self.max_tokens * 3)  # characters, a cheap bound on the result size
         search = Search(pattern, deadline, hits)
-        searched = 0
+        searched = skipped = 0
         try:
             error = await search.open()
             if error is not None:
@@ -252,6 +257,11 @@ class ReloadTools:
                     if ref:
                         return texts.unavailable(r)
                     continue
+                if item.kind in texts.MEDIA_KINDS:
+                    if ref:
+                        return texts.media_not_searchable(r, item.kind)
+                    skipped += 1
+                    continue
                 room -= await search.scan(r, item.text, room)
                 searched += 1
                 if hits.stopped is not None:
@@ -267,7 +277,8 @@ class ReloadTools:
             why = f"compiling it did not finish within {limit}" if hits.stopped == TIME else (
                 "compiling it needed more memory than a search may use, or crashed the search worker")
             return texts.too_expensive(pattern, why)
-        return self._answer(pattern, ref, refs, hits, searched, took, limit, search.busy)
+        answer = self._answer(pattern, ref, refs, hits, searched, took, limit, search.busy)
+        return f"{answer}\n{texts.media_skipped(skipped)}" if skipped else answer
 
     def _answer(self, pattern: str, ref: str | None, refs: list[str], hits: Hits, searched: int, took: float,
                 limit: str, busy: bool) -> str:

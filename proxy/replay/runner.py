@@ -52,7 +52,9 @@ from proxy.reload.tools import ReloadTools
 from proxy.store import Store
 from proxy.offload.summarizer import DEFAULT_PROMPT
 from proxy.offload.tenant import key, tenant_namespace
-from proxy.core.tokens import TokenCounter, counter_for_encoding, counter_for_model, counting_method
+from proxy.core.media import Reloaded
+from proxy.core.tokens import (IMAGE_PARTS, TokenCounter, counter_for_encoding, counter_for_model, counting_method,
+                               part_image_tokens)
 from proxy.upstream.client import Upstream
 from proxy.upstream.pool import pooled_transport
 from proxy.replay import metrics
@@ -68,7 +70,32 @@ WIRES = {"chat": CHAT, "responses": RESPONSES, "anthropic": anthropic.MESSAGES}
 
 
 def message_tokens(messages: list[Any], counter: TokenCounter) -> list[int]:
-    return [counter.text(json.dumps(m, ensure_ascii=False)) for m in messages]
+    """Tokens of each message's JSON; its images and base64 documents as their provider bills
+    them, never their base64 tokenised as text."""
+    out = []
+    for message in messages:
+        binary: list[int] = []
+        out.append(counter.text(json.dumps(_without_binary(message, binary, counter), ensure_ascii=False)) + sum(binary))
+    return out
+
+
+_BINARY_PARTS = frozenset({"file", "input_file", "input_audio", "document"})
+
+
+def _without_binary(value: Any, costs: list[int], counter: TokenCounter) -> Any:
+    """`value` with each image / base64 part replaced by its type alone, its billed tokens in `costs`."""
+    if isinstance(value, list):
+        return [_without_binary(v, costs, counter) for v in value]
+    if not isinstance(value, dict):
+        return value
+    kind = value.get("type")
+    if kind in IMAGE_PARTS:
+        costs.append(part_image_tokens(value))
+        return {"type": kind}
+    if kind in _BINARY_PARTS and len(json.dumps(value)) > 1_000:
+        costs.append(counter.content([value]))
+        return {"type": kind}
+    return {k: _without_binary(v, costs, counter) for k, v in value.items()}
 
 
 def budget(forwarded: list[Any], tools: Any, settings: OffloadSettings, counter: TokenCounter,
@@ -315,6 +342,8 @@ class Replayer:
 async def reload_all(tools: ReloadTools, ref: str) -> str | None:
     """What the model gets by calling context_reload until the last page."""
     first = await tools.reload(ref)
+    if isinstance(first, Reloaded):
+        return first.data_url  # an image or a document: given back whole
     if not first.endswith("this is the end.]") and NEXT_OFFSET.search(first) is None:
         return first  # it fit: the original, nothing added
     pages, page = [], first

@@ -13,7 +13,7 @@ from proxy.stats.prices import PriceTable
 ACTIONS = ("none", "compact", "compress", "compact+compress", "compress-pending", "compact+compress-pending")
 COUNTERS = ("requests", "tokens_before", "tokens_after", "reload_rounds", "searches", "summaries_made",
             "summaries_reused", "summaries_failed", "summaries_pending", "warnings", "store_warnings", "errors",
-            "prefix_tokens")
+            "prefix_tokens", "image_tokens_saved")
 MONEY = ("usd_before", "usd_after")
 
 
@@ -39,6 +39,7 @@ class Turn:
     summaries_failed: int = 0
     warnings: int = 0
     store_warnings: int = 0
+    image_tokens_saved: int = 0  # of tokens_before - tokens_after, by offloading images and documents
     prefix_tokens: int = 0  # of tokens_after, the share a provider's prompt cache could serve (proxy.stats.prefix)
     # Linking a Responses turn to its session (proxy.stats.replies), never listed: the response id
     # it continues from (when its session is to be found from it), the id of its stored answer.
@@ -77,6 +78,7 @@ def turn_fields(turn: Turn, prices: PriceTable) -> Fields:
         "store_warnings": turn.store_warnings,
         "errors": int(turn.status >= 400),
         "prefix_tokens": turn.prefix_tokens,
+        "image_tokens_saved": turn.image_tokens_saved,
         "usd_before": prices.cost(turn.model, turn.tokens_before),
         "usd_after": prices.cost(turn.model, turn.tokens_after),
     }
@@ -95,6 +97,8 @@ def headline(fields: Mapping[str, int | float]) -> dict[str, Any]:
         "tokens_before": before,
         "tokens_after": after,
         "tokens_saved": before - after,
+        "image_tokens_saved": n["image_tokens_saved"],
+        "text_tokens_saved": before - after - n["image_tokens_saved"],
         "forwarded_ratio": round(after / before, 4) if before else None,
         "prefix_tokens": n["prefix_tokens"],
         "prefix_reuse": round(n["prefix_tokens"] / after, 4) if after else None,
@@ -123,6 +127,7 @@ def point(start: int, fields: Mapping[str, int | float]) -> dict[str, Any]:
         "tokens_before": int(fields.get("tokens_before", 0)),
         "tokens_after": int(fields.get("tokens_after", 0)),
         "prefix_tokens": int(fields.get("prefix_tokens", 0)),
+        "image_tokens_saved": int(fields.get("image_tokens_saved", 0)),
         "reload_rounds": int(fields.get("reload_rounds", 0)),
         "actions": actions,
     }

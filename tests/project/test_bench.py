@@ -45,3 +45,11 @@ def test_scale():
 def test_body_decoding():
     out = run("body_decoding.py", "--megabytes", "1")
     assert all(coding in out for coding in ("gzip", "deflate", "br", "zstd")) and "event-loop gap" in out
+
+
+def test_computer_use(tmp_path):
+    out = run("computer_use.py", "--steps", "5", "--sessions", "1", "--rounds", "1", "--batches", "1",
+              "--out", str(tmp_path))
+    assert "1 sessions x 5 steps" in out and "/healthz meanwhile" in out
+    rows = [line.split() for line in out.splitlines() if line.split()[:2] in (["chat", "1"], ["anthropic", "1"])]
+    assert len(rows) == 2 and all(row[4] == "1.00" for row in rows)  # reload exact

@@ -7,9 +7,11 @@ Requests carry `messages`; a tool result is a `role: "tool"` message answering t
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
-from proxy.core.view import Role
+from proxy.core.images import split_data_url
+from proxy.core.view import MediaPart, Role
 from proxy.core.markers import INJECTED_TOOLS
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
@@ -40,6 +42,35 @@ def with_text(content: Any, text: str) -> Any:
         else:
             out.append(part)
     return out
+
+
+def media_part(part: Any) -> MediaPart | None:
+    """An `image_url`, `file` or `input_audio` part as the media planner sees it, else None."""
+    kind = part.get("type") if isinstance(part, dict) else None
+    if kind == "image_url":
+        image = part.get("image_url")
+        url, detail = (image.get("url"), image.get("detail")) if isinstance(image, dict) else (image, None)
+        inline = url if isinstance(url, str) and url.startswith("data:") else None
+        return MediaPart("image", inline, "openai", detail if isinstance(detail, str) else None)
+    if kind == "file" and isinstance(part.get("file"), dict):
+        data = part["file"].get("file_data")
+        return MediaPart("document", data if isinstance(data, str) and data.startswith("data:") else None)
+    if kind == "input_audio" and isinstance(part.get("input_audio"), dict):
+        audio = part["input_audio"]
+        data, fmt = audio.get("data"), audio.get("format")
+        ok = isinstance(data, str) and isinstance(fmt, str) and fmt.isalnum()
+        return MediaPart("audio", f"data:audio/{fmt};base64,{data}" if ok else None)
+    return None
+
+
+def reloaded_part(kind: str, data_url: str, ref: str) -> dict:
+    """The content part showing reloaded media again (a chat user message's)."""
+    if kind == "image":
+        return {"type": "image_url", "image_url": {"url": data_url}}
+    if kind == "audio":
+        media_type, payload = split_data_url(data_url) or ("audio/wav", "")
+        return {"type": "input_audio", "input_audio": {"data": payload, "format": media_type.partition("/")[2]}}
+    return {"type": "file", "file": {"file_data": data_url, "filename": ref}}
 
 
 def _calls(message: Any) -> list[dict]:
@@ -107,6 +138,23 @@ class ChatView:
 
     def is_compaction_trigger(self, item: Any) -> bool:
         return False
+
+    def media(self, item: Any) -> tuple[MediaPart, ...]:
+        content = item.get("content") if isinstance(item, dict) else None
+        if not isinstance(content, list):
+            return ()
+        return tuple(part for part in map(media_part, content) if part is not None)
+
+    def with_media(self, item: Any, markers: Mapping[int, str]) -> Any:
+        out: list[Any] = []
+        k = 0
+        for part in item["content"]:
+            if media_part(part) is not None:
+                if k in markers:
+                    part = {"type": "text", "text": markers[k]}
+                k += 1
+            out.append(part)
+        return {**item, "content": out}
 
     def summary_item(self, text: str) -> dict:
         return {"role": "user", "content": text}

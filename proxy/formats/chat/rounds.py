@@ -18,10 +18,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.core import texts
 from proxy.core.growing_text import GrowingText
+from proxy.core.media import Reloaded, ToolResult
 from proxy.core.markers import INJECTED_TOOLS
 from proxy.core.rounds import ToolCall
 from proxy.core.usage import add_usage
+from proxy.formats.chat.items import reloaded_part
 from proxy.upstream import sse
 
 
@@ -127,12 +130,22 @@ class ChatRounds:
             payload["tools"] = [*(self.body.get("tools") or []), *self.tools]
         return payload
 
-    def answer(self, results: list[str]) -> None:
+    def answer(self, results: list[ToolResult]) -> None:
+        """A tool message carries text only: reloaded media is answered with a short text, and
+        shown in a user message after the round's tool messages (inside the hidden round)."""
         message = self._pending or {}
         self.messages.append(message)
         calls = message.get("tool_calls") or []
-        self.messages.extend({"role": "tool", "tool_call_id": call.get("id"), "content": content}
+        self.messages.extend({"role": "tool", "tool_call_id": call.get("id"),
+                              "content": content if isinstance(content, str) else texts.media_follows(content.kind, content.ref)}
                              for call, content in zip(calls, results))
+        shown: list[dict] = []
+        for result in results:
+            if isinstance(result, Reloaded):
+                shown += [{"type": "text", "text": texts.media_reloaded(result.kind, result.ref)},
+                          reloaded_part(result.kind, result.data_url, result.ref)]
+        if shown:
+            self.messages.append({"role": "user", "content": shown})
         self.round += 1
         self._pending = None
         self._choices = {}
@@ -227,5 +240,5 @@ class ChatRounds:
     def encode(self, event: Any) -> bytes:
         return sse.encode(event)
 
-    def carried(self, results: list[str]) -> list[Any]:
+    def carried(self, results: list[ToolResult]) -> list[Any]:
         return []

@@ -29,10 +29,11 @@ private key SUMMARY; `with_history` merges it into the user message that follows
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from proxy.core.view import ItemView, Role
+from proxy.core.images import split_data_url
+from proxy.core.view import ItemView, MediaPart, Role
 
 PART = "x-offload-part"  # on a later part of a split user message: its place (1, 2, …) in the message
 SUMMARY = "x-offload-summary"  # on the item standing for a summarised part of the history
@@ -139,6 +140,61 @@ def with_result_text(block: dict, text: str) -> dict:
     return {**block, "content": [merged]}
 
 
+def media_block(block: Any) -> MediaPart | None:
+    """An `image` or `document` block as the media planner sees it (its base64 source inline)."""
+    kind = block_type(block)
+    if kind not in ("image", "document"):
+        return None
+    source = block.get("source")
+    if not isinstance(source, dict) or source.get("type") == "text" or source.get("type") == "content":
+        return None  # a text document is text: counted as such
+    data, media_type = source.get("data"), source.get("media_type")
+    inline = (f"data:{media_type};base64,{data}" if source.get("type") == "base64" and isinstance(data, str)
+              and isinstance(media_type, str) and "," not in media_type and ";" not in media_type else None)
+    return MediaPart(kind, inline, "anthropic")
+
+
+def reloaded_block(kind: str, data_url: str) -> dict:
+    """The block showing reloaded media again (an image or a document, base64)."""
+    media_type, data = split_data_url(data_url) or ("application/octet-stream", "")
+    return {"type": "image" if kind == "image" else "document",
+            "source": {"type": "base64", "media_type": media_type, "data": data}}
+
+
+def _marker_block(block: dict, text: str) -> dict:
+    out: dict[str, Any] = {"type": "text", "text": text}
+    if "cache_control" in block:
+        out["cache_control"] = block["cache_control"]  # a client's breakpoint stays where it was
+    return out
+
+
+def _blocks_media(blocks: Any) -> list[MediaPart]:
+    found: list[MediaPart] = []
+    for block in blocks if isinstance(blocks, list) else ():
+        part = media_block(block)
+        if part is not None:
+            found.append(part)
+        elif block_type(block) == "tool_result":
+            found += _blocks_media(block.get("content"))
+    return found
+
+
+def _replace_media(blocks: list[Any], markers: Mapping[int, str], start: int) -> tuple[list[Any], int]:
+    """`blocks` with media block k (counted from `start`) replaced by markers[k]; the next k."""
+    out: list[Any] = []
+    k = start
+    for block in blocks:
+        if media_block(block) is not None:
+            if k in markers:
+                block = _marker_block(block, markers[k])
+            k += 1
+        elif block_type(block) == "tool_result" and isinstance(block.get("content"), list):
+            inner, k = _replace_media(block["content"], markers, k)
+            block = {**block, "content": inner}
+        out.append(block)
+    return out, k
+
+
 def input_text(value: Any) -> str:
     """A tool_use `input` as JSON text: the same input always gives the same text."""
     return "" if value is None else json.dumps(value, ensure_ascii=False)
@@ -242,6 +298,15 @@ class MessagesView:
 
     def is_compaction_trigger(self, item: Any) -> bool:
         return False  # Messages has none: compaction follows the edit's trigger
+
+    def media(self, item: Any) -> tuple[MediaPart, ...]:
+        """Image and document blocks of a message, inside its tool_result blocks too."""
+        if not isinstance(item, dict) or item.get("role") != "user":
+            return ()
+        return tuple(_blocks_media(item.get("content")))
+
+    def with_media(self, item: Any, markers: Mapping[int, str]) -> Any:
+        return {**item, "content": _replace_media(item["content"], markers, 0)[0]}
 
     def summary_item(self, text: str) -> dict:
         return {"role": "user", "content": [{"type": "text", "text": text}], SUMMARY: True}

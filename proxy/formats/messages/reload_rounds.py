@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from proxy.core.media import ToolResult, as_text
 from proxy.core.rounds import ToolCall
 from proxy.errors import anthropic_error_event
 from proxy.formats.messages.request import inject_tools, with_history
@@ -60,7 +61,7 @@ class MessagesRounds:
         payload = with_history(self.body, self.items)
         return inject_tools(payload, self.tools) if offered or self.round else payload
 
-    def answer(self, results: list[str]) -> None:
+    def answer(self, results: list[ToolResult]) -> None:
         if self._pending is None:
             raise ValueError("no round asked for calls")
         message, calls = self._pending
@@ -112,9 +113,9 @@ class MessagesRounds:
     def encode(self, event: Any) -> bytes:
         return sse.encode_typed(event)
 
-    def carried(self, results: list[str]) -> list[Any]:
+    def carried(self, results: list[ToolResult]) -> list[Any]:
         """The user message answering `unanswered` (nothing is stored upstream: unused by the proxy)."""
         if not self.unanswered:
             return []
-        return [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.call_id, "content": result}
+        return [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.call_id, "content": as_text(result)}
                                              for call, result in zip(self.unanswered, results)]}]

@@ -8,10 +8,11 @@ from typing import Any
 
 from proxy.core import texts
 from proxy.core.jsonio import nested_deeper_than
+from proxy.core.media import ToolResult
 from proxy.core.rounds import ToolCall
 from proxy.core.usage import add_usage
 from proxy.formats.json_body import MAX_DEPTH
-from proxy.formats.messages.items import block_type, input_text, is_injected, is_tool_use
+from proxy.formats.messages.items import block_type, input_text, is_injected, is_tool_use, reloaded_block
 
 
 def content_of(message: Any) -> list:
@@ -70,12 +71,22 @@ def assistant_turn(content: list) -> dict:
         _sendable(block) for block in content if not (block_type(block) == "text" and block.get("text") == "")]}
 
 
-def tool_results(calls: Sequence[dict], results: Sequence[str]) -> dict:
-    """The user message answering `calls` (tool_use blocks) with `results`, one tool_result each, in order."""
+def tool_results(calls: Sequence[dict], results: Sequence[ToolResult]) -> dict:
+    """The user message answering `calls` (tool_use blocks) with `results`, one tool_result each,
+    in order; reloaded media as an image or document block."""
     if len(calls) != len(results):
         raise ValueError(f"{len(calls)} calls but {len(results)} results")
-    return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.get("id"), "content": result}
+    return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.get("id"),
+                                         "content": _result_content(result)}
                                         for call, result in zip(calls, results)]}
+
+
+def _result_content(result: ToolResult) -> Any:
+    if isinstance(result, str):
+        return result
+    if result.kind in ("image", "document"):
+        return [reloaded_block(result.kind, result.data_url)]
+    return texts.media_not_here(result.kind, result.ref)
 
 
 def visible(content: list, names: Collection[str]) -> list:

@@ -23,10 +23,11 @@ injected names and which carries no `namespace` (a namespaced function belongs t
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from proxy.core.view import ItemView, Role
+from proxy.core.tokens import NOTE_KEY
+from proxy.core.view import ItemView, MediaPart, Role
 
 
 SYSTEM_ROLES = frozenset({"system", "developer"})
@@ -108,6 +109,49 @@ def _with_parts_text(parts: Any, text: str) -> Any:
     if not placed:
         out.insert(0, {"type": "input_text", "text": text})
     return out
+
+
+# What an offloaded screenshot becomes in a `computer_call_output` (whose output must be an image):
+# a 1×1 grey PNG; the marker follows the item as a user message (`request.with_history`).
+PLACEHOLDER_PNG = ("data:image/png;base64,"
+                   "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGNoaGgAAAMEAYFL09IQAAAAAElFTkSuQmCC")
+
+
+def _inline(url: Any) -> str | None:
+    return url if isinstance(url, str) and url.startswith("data:") else None
+
+
+def media_part(part: Any) -> MediaPart | None:
+    """An `input_image` or `input_file` part (or a `computer_screenshot`) as the planner sees it."""
+    kind = part.get("type") if isinstance(part, dict) else None
+    if kind in ("input_image", "computer_screenshot"):
+        detail = part.get("detail")
+        inline = _inline(part.get("image_url"))
+        if inline == PLACEHOLDER_PNG:
+            return None  # an offloaded screenshot's stand-in
+        return MediaPart("image", inline, "openai", detail if isinstance(detail, str) else None)
+    if kind == "input_file" and (part.get("file_data") is not None or part.get("file_id") is not None):
+        return MediaPart("document", _inline(part.get("file_data")))
+    return None
+
+
+def reloaded_output(kind: str, data_url: str, ref: str) -> list[dict]:
+    """A `function_call_output`'s output showing reloaded media again."""
+    if kind == "image":
+        return [{"type": "input_image", "image_url": data_url}]
+    return [{"type": "input_file", "file_data": data_url, "filename": ref}]
+
+
+def _media_parts(item: Any) -> tuple[str | None, list[Any]]:
+    """Where an item keeps its media: ("content" | "output", the parts), or (None, [])."""
+    kind = _type(item)
+    if kind == "message" and isinstance(item.get("content"), list):
+        return "content", item["content"]
+    if kind in ("function_call_output", "custom_tool_call_output") and isinstance(item.get("output"), list):
+        return "output", item["output"]
+    if kind == "computer_call_output" and isinstance(item.get("output"), dict):
+        return "output", [item["output"]]
+    return None, []
 
 
 def _part_label(part: Any) -> str:
@@ -196,10 +240,32 @@ class ResponsesView:
         return {**item, "output": _with_parts_text(item["output"], text)}
 
     def text(self, item: Any) -> str | None:
-        """A message's text parts, or a tool result's text: where markers and refs are looked for."""
+        """A message's text parts, or a tool result's text: where markers and refs are looked for
+        (an offloaded screenshot's marker, under NOTE_KEY, too)."""
         if _type(item) == "message":
             return _parts_text(item.get("content"))
+        if isinstance(item, dict) and isinstance(item.get(NOTE_KEY), str):
+            return item[NOTE_KEY]
         return self.tool_text(item)
+
+    def media(self, item: Any) -> tuple[MediaPart, ...]:
+        return tuple(part for part in map(media_part, _media_parts(item)[1]) if part is not None)
+
+    def with_media(self, item: Any, markers: Mapping[int, str]) -> Any:
+        """Parts become `input_text` markers; a computer_call_output's screenshot becomes
+        PLACEHOLDER_PNG and its marker is kept under NOTE_KEY."""
+        key, parts = _media_parts(item)
+        if _type(item) == "computer_call_output":
+            return {**item, "output": {**item["output"], "image_url": PLACEHOLDER_PNG}, NOTE_KEY: markers[0]}
+        out: list[Any] = []
+        k = 0
+        for part in parts:
+            if media_part(part) is not None:
+                if k in markers:
+                    part = {"type": "input_text", "text": markers[k]}
+                k += 1
+            out.append(part)
+        return {**item, key: out}
 
     def calls(self, item: Any) -> tuple[str, ...]:
         """The `call_id` of a call item (an `mcp_approval_request` counts with its `id`)."""

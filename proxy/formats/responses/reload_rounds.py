@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from proxy.core.media import ToolResult, as_text
 from proxy.core.rounds import ToolCall
 from proxy.formats.responses.items import _type
 from proxy.formats.responses.request import inject_tools, with_history
@@ -94,7 +95,7 @@ class ResponsesRounds:
                 payload["previous_response_id"] = self.last_id
         return inject_tools(payload, self.tools) if offered else payload
 
-    def answer(self, results: list[str]) -> None:
+    def answer(self, results: list[ToolResult]) -> None:
         done, calls = self._pending
         self._results = injected_results(calls, results)
         self.items += [*_replayable_items(done, self._replayable), *self._results]
@@ -152,8 +153,8 @@ class ResponsesRounds:
         code = detail.get("code") if detail.get("code") in ERROR_CODES else "server_error"
         return self._rewriter.fail(str(detail.get("message") or "The request failed."), code=code)
 
-    def carried(self, results: list[str]) -> list[dict]:
-        return [{"type": "function_call_output", "call_id": call.call_id, "output": result}
+    def carried(self, results: list[ToolResult]) -> list[dict]:
+        return [{"type": "function_call_output", "call_id": call.call_id, "output": as_text(result)}
                 for call, result in zip(self.unanswered, results)]
 
     def encode(self, event: Any) -> bytes:

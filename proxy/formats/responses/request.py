@@ -7,6 +7,7 @@ from typing import Any
 
 from proxy.core.provider_context import NONE, ProviderContext
 from proxy.core.view import ItemView
+from proxy.core.tokens import NOTE_KEY
 
 
 # ---------------------------------------------------------------------------------------------
@@ -31,11 +32,23 @@ def history(body: dict) -> list:
 
 def with_history(body: dict, items: list) -> dict:
     """A new body whose `input` is `items`; every other key stays, in its order. A string input
-    left as it was (the one user message `history` made of it) stays a string."""
+    left as it was (the one user message `history` made of it) stays a string. An item whose
+    screenshot was offloaded (its marker under NOTE_KEY) goes out without the key, followed by a
+    user message holding the marker."""
     value = body.get("input")
     if isinstance(value, str) and len(items) == 1 and items[0] == {"role": "user", "content": value}:
         return dict(body)
-    return {**body, "input": list(items)}
+    return {**body, "input": [out for item in items for out in _expanded(item)]}
+
+
+def _expanded(item: Any) -> tuple[Any, ...]:
+    if not (isinstance(item, dict) and NOTE_KEY in item):
+        return (item,)
+    note = item[NOTE_KEY]
+    rest = {k: v for k, v in item.items() if k != NOTE_KEY}
+    if not isinstance(note, str):
+        return (rest,)
+    return rest, {"type": "message", "role": "user", "content": [{"type": "input_text", "text": note}]}
 
 
 def responses_tool(schema: dict) -> dict:

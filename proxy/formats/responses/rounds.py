@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from proxy.core import texts
+from proxy.core.media import ToolResult
 from proxy.core.usage import add_usage
-from proxy.formats.responses.items import _type, is_injected, needs_client
+from proxy.formats.responses.items import _type, is_injected, needs_client, reloaded_output
 from proxy.formats.responses.request import _hide_tools
 
 # ---------------------------------------------------------------------------------------------
@@ -61,12 +63,21 @@ def reasoning_replayable(body: dict) -> bool:
     return body.get("store") is not False or "reasoning.encrypted_content" in include
 
 
-def injected_results(calls: Sequence[dict], results: Sequence[str]) -> list[dict]:
-    """`function_call_output` items answering `calls` (from `calls_to_run`) with `results`, pairwise."""
+def injected_results(calls: Sequence[dict], results: Sequence[ToolResult]) -> list[dict]:
+    """`function_call_output` items answering `calls` (from `calls_to_run`) with `results`, pairwise;
+    reloaded media as an `input_image` / `input_file` output."""
     if len(calls) != len(results):
         raise ValueError(f"{len(calls)} calls but {len(results)} results")
-    return [{"type": "function_call_output", "call_id": call.get("call_id"), "output": result}
+    return [{"type": "function_call_output", "call_id": call.get("call_id"), "output": _result_output(result)}
             for call, result in zip(calls, results)]
+
+
+def _result_output(result: ToolResult) -> Any:
+    if isinstance(result, str):
+        return result
+    if result.kind in ("image", "document"):
+        return reloaded_output(result.kind, result.data_url, result.ref)
+    return texts.media_not_here(result.kind, result.ref)
 
 
 def _hidden_flags(output: list, names: Collection[str]) -> list[bool]:

@@ -111,7 +111,8 @@
   /* ---- rendering ---- */
   function headline(totals) {
     const values = {
-      tokens_saved: [int(totals.tokens_saved), `${int(totals.tokens_before)} raw → ${int(totals.tokens_after)} forwarded`],
+      tokens_saved: [int(totals.tokens_saved), `${int(totals.tokens_before)} raw → ${int(totals.tokens_after)} forwarded; ` +
+        `${int(totals.text_tokens_saved)} text, ${int(totals.image_tokens_saved)} images`],
       cost_saved_usd: [usd(totals.cost_saved_usd), `${usd(totals.cost_before_usd)} → ${usd(totals.cost_after_usd)} of input`],
       forwarded_ratio: [pct(totals.forwarded_ratio), "of the raw tokens went upstream"],
       prefix_reuse: [pct(totals.prefix_reuse), totals.prefix_tokens !== undefined ? `${int(totals.prefix_tokens)} tokens in cacheable prefixes` : ""],

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 from proxy.core import tokens
+from proxy.core.images import FALLBACK_ANTHROPIC, FALLBACK_OPENAI
+from tests.harness.screens import b64, data_url, screenshot as shot
 from proxy.core.tokens import EstimateEncoder, TokenCounter, counter_for_model, encoding_name_for_model
 
 
@@ -24,7 +26,7 @@ def test_counts_messages_tool_calls_and_parts():
     assert with_call > 10
     parts = c.message({"role": "user", "content": [{"type": "text", "text": "hello world"},
                                                    {"type": "image_url", "image_url": {"url": "x"}}]})
-    assert parts == plain + 85
+    assert parts == plain + FALLBACK_OPENAI  # a URL is not fetched: the fallback
     assert c.tools([{"type": "function", "function": {"name": "f", "parameters": {}}}]) > 0
 
 
@@ -59,7 +61,7 @@ def test_a_responses_message_counts_as_the_chat_message_with_the_same_text():
                       "content": [{"type": "output_text", "text": "list the files", "annotations": []}]}) == \
         c.message({"role": "assistant", "content": "list the files"})
     image = {"type": "message", "role": "user", "content": [{"type": "input_image", "image_url": "data:…"}]}
-    assert c.message(image) == tokens.MESSAGE_OVERHEAD + c.text("user") + tokens.IMAGE_TOKENS
+    assert c.message(image) == tokens.MESSAGE_OVERHEAD + c.text("user") + FALLBACK_OPENAI  # unreadable
 
 
 def test_calls_and_results_cost_what_they_cost_in_a_chat_message():
@@ -80,12 +82,14 @@ def test_calls_and_results_cost_what_they_cost_in_a_chat_message():
     assert c.message({"role": "tool", "tool_call_id": "call_1", "content": output}) == c.message(result) + c.text("tool")
     parts = {"type": "function_call_output", "call_id": "call_1",
              "output": [{"type": "input_text", "text": output}, {"type": "input_image", "image_url": "x"}]}
-    assert c.message(parts) == 3 + c.text(output) + tokens.IMAGE_TOKENS
+    assert c.message(parts) == 3 + c.text(output) + FALLBACK_OPENAI
     for kind in ("custom_tool_call_output", "local_shell_call_output", "apply_patch_call_output"):
         assert c.message({"type": kind, "call_id": "c", "output": output}) == 3 + c.text(output)
     screenshot = {"type": "computer_call_output", "call_id": "c",
                   "output": {"type": "computer_screenshot", "image_url": "data:image/png;base64," + "A" * 100_000}}
-    assert c.message(screenshot) == 3 + tokens.IMAGE_TOKENS
+    assert c.message(screenshot) == 3 + FALLBACK_OPENAI
+    real = {**screenshot, "output": {"type": "computer_screenshot", "image_url": data_url(shot(1))}}
+    assert c.message(real) == 3 + 1105
 
 
 def test_reasoning_counts_its_summary_and_estimates_the_encrypted_content():
@@ -125,9 +129,11 @@ def test_a_chat_message_with_a_type_key_is_still_a_chat_message():
 def test_anthropic_blocks_count_what_they_carry():
     c = counter_for_model("claude-sonnet-4-5")
     image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "A" * 400_000}}
-    assert c.content([image]) == tokens.IMAGE_TOKENS  # not its 400 KB of base64
+    assert c.content([image]) == FALLBACK_ANTHROPIC  # not its 400 KB of base64
+    real = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64(shot(1))}}
+    assert c.content([real]) == 1366
     result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "hello world"}, image]}
-    assert c.content([result]) == 3 + c.text("hello world") + tokens.IMAGE_TOKENS
+    assert c.content([result]) == 3 + c.text("hello world") + FALLBACK_ANTHROPIC
     assert c.content([{"type": "tool_result", "tool_use_id": "t", "content": "ok"}]) == 3 + c.text("ok")
     call = {"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {"cmd": "ls"}}
     assert c.content([call]) == 3 + c.text("bash") + c.text('{"cmd": "ls"}')
@@ -139,3 +145,20 @@ def test_anthropic_blocks_count_what_they_carry():
     assert c.content([plain]) == c.text("some text")
     unknown = {"type": "mystery", "x": 1}
     assert c.content([unknown]) == c.text(json.dumps(unknown))
+
+
+def test_images_are_billed_from_their_header_and_base64_is_never_tokenised(monkeypatch):
+    c = TokenCounter("o200k_base")
+    seen: list[int] = []
+    encode = c.encoder.encode_ordinary
+    monkeypatch.setattr(c, "encoder", type("Spy", (), {"encode_ordinary": lambda _, t: seen.append(len(t)) or encode(t)})())
+    url = data_url(shot(2))
+    chat = [{"type": "image_url", "image_url": {"url": url}}, {"type": "image_url", "image_url": {"url": url, "detail": "low"}},
+            {"type": "input_image", "image_url": url, "detail": "high"}, {"type": "input_image", "file_id": "file-1"},
+            {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]
+    assert [c.content([p]) for p in chat] == [1105, 85, 1105, FALLBACK_OPENAI, FALLBACK_OPENAI]
+    docs = [{"type": "file", "file": {"file_data": "data:application/pdf;base64," + "A" * 400_000}},
+            {"type": "input_file", "file_data": "data:application/pdf;base64," + "A" * 400_000},
+            {"type": "input_audio", "input_audio": {"data": "A" * 400_000, "format": "wav"}}]
+    assert all(100_000 <= c.content([p]) <= 100_010 for p in docs)
+    assert all(n < 1000 for n in seen)

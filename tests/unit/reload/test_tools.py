@@ -212,3 +212,21 @@ async def test_a_deep_call_is_answered_and_recorded_without_recursion(tools):
     told = await tools.run("context_reload", deep)
     assert told.startswith("Invalid arguments for context_reload: arguments nest deeper than 32 levels")
     assert tools.events[-1]["arguments"] == "(arguments nested too deeply to repeat here)"
+
+
+async def test_an_image_ref_reloads_as_the_image_and_search_skips_it(tmp_path):
+    from proxy.core import texts
+    from proxy.core.media import Reloaded
+
+    store = SQLiteStore(tmp_path)
+    refs = RefStore(store, "n" * 32, ttl=60)
+    url = "data:image/png;base64," + "iVBORw0KGgo" + "A" * 200_001  # a base64 payload past any page size
+    await refs.save([Offload("image1", "image", url, 1105), Offload("text01", "tool_result", "row needle\n", 3)], [],
+                    session="s1")
+    tools = ReloadTools(refs, COUNTER, max_tokens=500, request_refs=["image1", "text01"], session="s1")
+    try:
+        assert await tools.run("context_reload", '{"ref": "image1"}') == Reloaded("image1", "image", url)
+        assert await tools.search("needle") == "ref=text01 line 0: row needle\n" + texts.media_skipped(1)
+        assert await tools.search("A", "image1") == texts.media_not_searchable("image1", "image")
+    finally:
+        await store.close()

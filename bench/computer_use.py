@@ -1,0 +1,180 @@
+"""Computer-use sessions: screenshots offloaded by content hash, in all three formats.
+
+    .venv/bin/python bench/computer_use.py [--steps 60] [--sessions 2] [--out /tmp/cu-bench]
+
+Generates sessions of a computer-use agent (a task, then per step a click / type / scroll call of
+a `computer` tool, its short result, now and then a page's text, and a real 1280×800 PNG
+screenshot that changes a little at each step, as chat browser agents send it: a user message
+with an `image_url` data URL), writes them as a replay trace (`sessions.jsonl`), and replays it
+with the default settings in the three formats (`replay --format chat|responses|anthropic`;
+Responses gets `input_image` parts, Anthropic base64 `image` blocks). Prints forwarded/raw,
+prefix reuse, reload exact and the pipeline's CPU per turn with the base64 bytes it hashes per
+second. Then sends the last turn of a session (60 screenshots, ~20 MB) to a real `serve` in the
+three formats (Responses: `computer_call_output` screenshots; Anthropic: images inside
+`tool_result`s) and prints /healthz p50 / p99 while it is processed (target p99 <= 100 ms).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx2
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import ROOT, machine, servers  # noqa: E402
+
+sys.path.insert(0, str(ROOT))
+from tests.harness.screens import data_url, screenshot  # noqa: E402
+
+ACTIONS = ("left_click", "type", "scroll", "left_click", "key")
+PAGE = "\n".join(f"Result {i}: Train {i:02d}:40 to Lyon, platform {i % 9}, 2nd class from {29 + i} EUR"
+                 for i in range(40))
+
+
+def _action(step: int) -> dict:
+    kind = ACTIONS[step % len(ACTIONS)]
+    if kind == "type":
+        return {"action": "type", "text": f"query {step}"}
+    if kind == "scroll":
+        return {"action": "scroll", "coordinate": [640, 400], "scroll_direction": "down", "scroll_amount": 3}
+    if kind == "key":
+        return {"action": "key", "text": "Return"}
+    return {"action": "left_click", "coordinate": [(97 * step) % 1240, 120 + (53 * step) % 600]}
+
+
+def session(index: int, steps: int) -> dict:
+    """One computer-use session in chat messages."""
+    shots = [data_url(screenshot(step + 1000 * index)) for step in range(steps)]
+    messages: list[dict] = [{"role": "system", "content": "You operate a desktop through the computer tool. "
+                                                          "Each step returns a screenshot."},
+                            {"role": "user", "content": "Book the cheapest train to Lyon tomorrow morning."}]
+    for step in range(steps):
+        call_id = f"call_{index}_{step}"
+        messages.append({"role": "assistant", "content": f"Step {step}: next action.", "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": "computer",
+                                                             "arguments": json.dumps(_action(step))}}]})
+        result = PAGE if step % 15 == 7 else "done"
+        messages.append({"role": "tool", "tool_call_id": call_id, "content": result})
+        messages.append({"role": "user", "content": [{"type": "text", "text": f"Screenshot after step {step}."},
+                                                     {"type": "image_url", "image_url": {"url": shots[step]}}]})
+    return {"id": f"computer-use-{index}", "messages": messages, "tools": [{
+        "type": "function", "function": {"name": "computer", "description": "Use the computer.",
+                                         "parameters": {"type": "object", "properties": {"action": {"type": "string"}}}}}]}
+
+
+def replay(trace: Path, fmt: str, out: Path, batch: int) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    where = out / f"{fmt}-batch{batch}"
+    subprocess.run([sys.executable, "-m", "proxy", "replay", str(trace), "--format", fmt, "--out", str(where),
+                    "--image-batch", str(batch)], check=True, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+    return json.loads((where / "report.json").read_text())
+
+
+def last_turn_bodies(conversation: dict) -> list[tuple[str, str, bytes]]:
+    """The session's last request in the three formats, screenshots where each API has them."""
+    messages = conversation["messages"]
+    chat = {"model": "gpt-4o", "messages": messages}
+    items: list[dict] = [{"role": "user", "content": messages[1]["content"]}]
+    blocks: list[dict] = [{"role": "user", "content": messages[1]["content"]}]
+    for i in range(2, len(messages), 3):
+        call = messages[i]["tool_calls"][0]
+        shot = messages[i + 2]["content"][1]["image_url"]["url"]
+        items += [{"type": "computer_call", "id": f"cu_{i}", "call_id": call["id"], "status": "completed",
+                   "action": {"type": "click", "button": "left", "x": 1, "y": 2}, "pending_safety_checks": []},
+                  {"type": "computer_call_output", "call_id": call["id"],
+                   "output": {"type": "computer_screenshot", "image_url": shot}}]
+        blocks += [{"role": "assistant", "content": [{"type": "tool_use", "id": f"toolu_{i}", "name": "computer",
+                                                      "input": json.loads(call["function"]["arguments"])}]},
+                   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": [
+                       {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                                    "data": shot.partition(",")[2]}}]}]}]
+    blocks.append({"role": "assistant", "content": "Checking."})
+    blocks.append({"role": "user", "content": "Go on."})
+    return [("chat", "/chat/completions", orjson.dumps(chat)),
+            ("responses", "/responses", orjson.dumps({"model": "computer-use-preview", "input": items,
+                                                      "truncation": "auto"})),
+            ("anthropic", "/messages", orjson.dumps({"model": "claude-sonnet-4-5", "max_tokens": 64,
+                                                     "messages": blocks}))]
+
+
+def healthz_while(bodies: list[tuple[str, str, bytes]], rounds: int) -> None:
+    with servers() as (_, proxy, _process):
+        base = proxy.removesuffix("/v1")
+        latencies: list[float] = []
+        done = threading.Event()
+
+        def probe() -> None:
+            with httpx2.Client(timeout=30) as c:
+                while not done.is_set():
+                    t = time.perf_counter()
+                    c.get(f"{base}/healthz")
+                    latencies.append(time.perf_counter() - t)
+                    time.sleep(0.02)
+
+        headers = {"authorization": "Bearer sk-bench-0000", "anthropic-version": "2023-06-01",
+                   "content-type": "application/json"}
+        prober = threading.Thread(target=probe)
+        with httpx2.Client(timeout=600) as client:
+            client.get(f"{base}/healthz")
+            prober.start()
+            try:
+                for turn in range(rounds):
+                    for name, path, raw in bodies:
+                        t = time.perf_counter()
+                        r = client.post(f"{proxy}{path}", content=raw, headers=headers)
+                        print(f"  {name} turn {turn + 1}: {len(raw) / 1e6:.1f} MB -> {r.status_code} in "
+                              f"{time.perf_counter() - t:.2f} s, tokens {r.headers.get('x-offload-tokens-before')} -> "
+                              f"{r.headers.get('x-offload-tokens-after')}, refs {r.headers.get('x-offload-refs')} "
+                              f"({r.headers.get('x-offload-refs-created')} new)", flush=True)
+            finally:
+                done.set()
+                prober.join()
+        ms = sorted(x * 1000 for x in latencies)
+        p99 = ms[min(len(ms) - 1, int(len(ms) * 0.99))]
+        print(f"/healthz meanwhile: {len(ms)} probes, p50 {statistics.median(ms):.1f} ms, p99 {p99:.1f} ms, "
+              f"max {ms[-1]:.1f} ms (target p99 <= 100 ms)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--sessions", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=Path("/tmp/computer-use-bench"))
+    parser.add_argument("--rounds", type=int, default=2, help="times the last turns are sent to the server")
+    parser.add_argument("--batches", default="1,10", help="X-Offload-Image-Batch values to replay with (1: default)")
+    args = parser.parse_args()
+    print(machine())
+    args.out.mkdir(parents=True, exist_ok=True)
+    trace = args.out / "sessions.jsonl"
+    conversations = [session(i, args.steps) for i in range(args.sessions)]
+    trace.write_text("".join(json.dumps(c) + "\n" for c in conversations))
+    shot_chars = [len(m["content"][1]["image_url"]["url"]) for m in conversations[0]["messages"]
+                  if m["role"] == "user" and isinstance(m["content"], list)]
+    print(f"{args.sessions} sessions x {args.steps} steps, screenshots 1280x800 PNG, "
+          f"{statistics.mean(shot_chars) / 1e3:.0f} KB of base64 each; trace {trace.stat().st_size / 1e6:.1f} MB")
+    print(f"{'format':<10} {'batch':>5} {'forwarded/raw':>13} {'prefix reuse':>12} {'reload exact':>12} {'refs':>5} "
+          f"{'ms/turn cold':>12} {'ms/turn steady':>14} {'MB/s hashed':>11}")
+    for fmt, batch in [(f, int(b)) for b in args.batches.split(",") if b for f in ("chat", "responses", "anthropic")]:
+        o = replay(trace, fmt, args.out, batch)["overall"]
+        ratio = o["forwarded_tokens"] / o["raw_tokens"]
+        # each turn hashes every offloaded screenshot it carries again (the mean turn: half the session's)
+        per_turn = statistics.mean(shot_chars) * (args.steps + 1) / 2
+        cold, steady = o.get("ms_per_turn_cold") or 0, o.get("ms_per_turn_steady") or 0
+        print(f"{fmt:<10} {batch:>5} {ratio:>13.3f} {o['prefix_reuse']:>12.3f} {o['reload_exact_fraction']:>12.2f} "
+              f"{o.get('refs', 0):>5} {cold:>12.1f} {steady:>14.1f} "
+              f"{per_turn / 1e3 / max(steady, 1e-9):>11.0f}")
+    print("targets: forwarded/raw <= 0.15, prefix reuse >= 0.90, reload exact 1.00")
+    healthz_while(last_turn_bodies(conversations[0]), args.rounds)
+
+
+if __name__ == "__main__":
+    main()

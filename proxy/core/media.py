@@ -1,0 +1,132 @@
+"""Images, documents and audio leave the context by content hash: which, and what replaces them.
+
+A pure function of (items, settings), like compaction: images older than the most recent
+`keep_images` of the conversation, and base64 documents and audio above
+`max_tool_message_tokens` outside the recent tail, are stored and replaced by a one-line text
+marker (`proxy.core.texts.media_marker`). The ref is a hash of the bytes (as a data URL) in the
+namespace, so an image resent every turn is stored once and always becomes the same marker:
+the forwarded prefix stays byte-stable turn after turn.
+
+Only content whose bytes are in the request is offloaded (a URL or a file id is counted, never
+fetched), and only an image whose header is readable and agrees with its declared media type:
+anything else (invalid base64, a lying media type, an empty payload) is forwarded as it came,
+for the upstream to judge, so nothing the proxy changes can reach the upstream corrupted.
+Nothing is decoded but the first bytes of an image's header (`proxy.core.images`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.core import texts
+from proxy.core.images import MEDIA_TYPES, header_of, image_tokens, split_data_url
+from proxy.core.markers import make_ref
+from proxy.core.settings import OffloadSettings
+from proxy.core.tokens import TokenCounter, binary_tokens
+from proxy.core.view import ItemView, MediaPart
+
+DOCUMENT_KEEP_RECENT = 1  # items at the end whose documents stay (as compaction's tail)
+
+
+@dataclass(frozen=True)
+class MediaOffload:
+    """One image, document or audio part to store under `ref` (its data URL is `text`)."""
+
+    ref: str
+    kind: str
+    text: str
+    tokens: int
+
+
+@dataclass
+class MediaPlan:
+    items: list[Any]
+    offloads: list[MediaOffload] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Reloaded:
+    """What `context_reload` of a media ref gives back: each format shows it as itself."""
+
+    ref: str
+    kind: str
+    data_url: str
+
+    @property
+    def media_type(self) -> str:
+        split = split_data_url(self.data_url)
+        return split[0] if split else "application/octet-stream"
+
+    @property
+    def base64(self) -> str:
+        return self.data_url.partition(",")[2]
+
+
+ToolResult = str | Reloaded  # what an injected call gives back
+
+
+def as_text(result: ToolResult) -> str:
+    """A result where only text can go (a call the client's next request answers)."""
+    return result if isinstance(result, str) else texts.media_carried(result.kind, result.ref)
+
+
+def _describe_image(part: MediaPart) -> tuple[str, int] | None:
+    split = split_data_url(part.inline or "")
+    if split is None:
+        return None
+    declared, payload = split
+    info = header_of(payload)
+    if info is None or MEDIA_TYPES[info.format] != declared:
+        return None  # unreadable, or not what it says it is: forwarded as it came
+    tokens = image_tokens(payload, billing=part.billing, detail=part.detail)
+    return f"{info.format} {info.width}×{info.height}", tokens
+
+
+def _describe_binary(part: MediaPart) -> tuple[str, int] | None:
+    split = split_data_url(part.inline or "")
+    if split is None or not split[1]:
+        return None
+    declared, payload = split
+    size = len(payload) * 3 // 4 - payload[-2:].count("=")
+    return f"{declared or 'unknown type'}, {size:,} bytes", binary_tokens(payload)
+
+
+def plan_media(items: list[Any], view: ItemView, settings: OffloadSettings, counter: TokenCounter,
+               namespace: str) -> MediaPlan:
+    """Replace the images before the most recent `keep_images` (in whole batches of
+    `image_batch`), and the large documents."""
+    plan = MediaPlan(items)
+    if settings.mode == "off":
+        return plan
+    found: list[tuple[int, int, MediaPart]] = []
+    for i, item in enumerate(items):
+        for k, part in enumerate(view.media(item)):
+            found.append((i, k, part))
+    if not found:
+        return plan
+    images = [entry for entry in found if entry[2].kind == "image"]
+    older = max(0, len(images) - settings.keep_images)
+    old_images = images[: older - older % settings.image_batch]
+    last_document_item = len(items) - DOCUMENT_KEEP_RECENT
+    candidates = old_images + [e for e in found if e[2].kind != "image" and e[0] < last_document_item]
+    markers: dict[int, dict[int, str]] = {}
+    stored: dict[str, MediaOffload] = {}
+    for i, k, part in candidates:
+        if part.inline is None:
+            continue
+        described = _describe_image(part) if part.kind == "image" else _describe_binary(part)
+        if described is None:
+            continue
+        what, tokens = described
+        if part.kind != "image" and tokens <= settings.max_tool_message_tokens:
+            continue
+        ref = make_ref(namespace, part.kind, part.inline)
+        markers.setdefault(i, {})[k] = texts.media_marker(part.kind, what, tokens, ref)
+        stored.setdefault(ref, MediaOffload(ref, part.kind, part.inline, tokens))
+    if not markers:
+        return plan
+    out = list(items)
+    for i, replaced in markers.items():
+        out[i] = view.with_media(items[i], replaced)
+    return MediaPlan(out, list(stored.values()))

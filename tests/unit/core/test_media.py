@@ -1,0 +1,170 @@
+"""Images and documents leave the context by content hash, in all three formats."""
+
+from __future__ import annotations
+
+import json
+
+from proxy.core import texts
+from proxy.core.compaction import plan_compaction
+from proxy.core.media import plan_media
+from proxy.core.settings import OffloadSettings
+from proxy.core.tokens import NOTE_KEY, counter_for_model
+from proxy.formats.chat.items import VIEW as CHAT
+from proxy.formats.messages.items import MessagesView
+from proxy.formats.responses.items import PLACEHOLDER_PNG, ResponsesView
+from proxy.formats.responses.request import with_history
+from tests.harness.screens import b64, data_url, screenshot
+
+COUNTER = counter_for_model("gpt-4o")
+SETTINGS = OffloadSettings()
+RESPONSES = ResponsesView(("context_reload", "context_search"))
+MESSAGES = MessagesView(("context_reload", "context_search"))
+SHOTS = [screenshot(step) for step in range(6)]
+
+
+def _chat(urls: list[str]) -> list[dict]:
+    items: list[dict] = [{"role": "system", "content": "You drive a browser."}]
+    for step, url in enumerate(urls):
+        items.append({"role": "user", "content": [{"type": "text", "text": f"step {step}"},
+                                                  {"type": "image_url", "image_url": {"url": url}}]})
+        items.append({"role": "assistant", "content": f"clicked {step}"})
+    return items
+
+
+def test_chat_images_before_the_most_recent_three_become_markers():
+    items = _chat([data_url(s) for s in SHOTS])
+    plan = plan_compaction(items, CHAT, SETTINGS, COUNTER, "ns")
+    parts = [m["content"][1] for m in plan.items if m["role"] == "user"]
+    assert [p["type"] for p in parts] == ["text"] * 3 + ["image_url"] * 3
+    assert parts[3:] == [m["content"][1] for m in items if m["role"] == "user"][3:]
+    marker = parts[0]["text"]
+    assert texts.MEDIA_MARKER_RE.fullmatch(marker)
+    assert marker.startswith("[image offloaded: png 1280×800, ~1,105 tokens, ref=")
+    assert [o.kind for o in plan.offloads] == ["image"] * 3
+    assert plan.offloads[0].text == data_url(SHOTS[0])  # the data URL, byte for byte
+    assert plan.refs == [o.ref for o in plan.offloads]
+    assert plan.tokens_before - plan.tokens_after > 3 * 1000
+    again = plan_compaction(plan.items, CHAT, SETTINGS, COUNTER, "ns")  # idempotent
+    assert json.dumps(again.items) == json.dumps(plan.items) and not again.offloads
+
+
+def test_the_same_bytes_give_the_same_ref_and_marker_turn_after_turn():
+    urls = [data_url(s) for s in SHOTS]
+    first = plan_media(_chat(urls[:5]), CHAT, SETTINGS, COUNTER, "ns")
+    second = plan_media(_chat(urls[:6]), CHAT, SETTINGS, COUNTER, "ns")
+    assert json.dumps(second.items[:5]) == json.dumps(first.items[:5])  # the prefix stays byte-stable
+    repeated = plan_media(_chat([urls[0]] * 5), CHAT, SETTINGS, COUNTER, "ns")
+    assert len(repeated.offloads) == 1  # stored once
+    other = plan_media(_chat(urls[:5]), CHAT, SETTINGS, COUNTER, "other-namespace")
+    assert other.offloads[0].ref != first.offloads[0].ref
+
+
+def test_what_cannot_be_read_or_lies_is_forwarded_as_it_came():
+    png = b64(SHOTS[0])
+    odd = ["data:image/jpeg;base64," + png, "data:image/png;base64,!!!not-base64!!!", "data:image/png;base64,",
+           "https://example.com/shot.png", "data:image/png;base64," + b64(b"GIF89a")]
+    items = _chat(odd + [data_url(s) for s in SHOTS[:3]])
+    plan = plan_media(items, CHAT, SETTINGS, COUNTER, "ns")
+    assert plan.items == items and not plan.offloads
+
+
+def test_keep_images_and_mode_off():
+    items = _chat([data_url(s) for s in SHOTS])
+    assert len(plan_media(items, CHAT, OffloadSettings(keep_images=0), COUNTER, "ns").offloads) == 6
+    assert not plan_media(items, CHAT, OffloadSettings(keep_images=6), COUNTER, "ns").offloads
+    assert not plan_media(items, CHAT, OffloadSettings(mode="off"), COUNTER, "ns").offloads
+    assert len(plan_compaction(items, CHAT, OffloadSettings(mode="compress"), COUNTER, "ns", compact=False).offloads) == 3
+
+
+def test_large_base64_documents_and_audio_are_offloaded_small_ones_stay():
+    big = "data:application/pdf;base64," + "JVBERi0x" * 2_000
+    small = "data:application/pdf;base64,JVBERi0x"
+    items = [{"role": "user", "content": [{"type": "file", "file": {"file_data": big, "filename": "a.pdf"}},
+                                          {"type": "file", "file": {"file_data": small, "filename": "b.pdf"}},
+                                          {"type": "input_audio", "input_audio": {"data": "UklG" * 3000, "format": "wav"}}]},
+             {"role": "assistant", "content": "read"}]
+    plan = plan_media(items, CHAT, SETTINGS, COUNTER, "ns")
+    kinds = [p["type"] for p in plan.items[0]["content"]]
+    assert kinds == ["text", "file", "text"]
+    assert plan.items[0]["content"][0]["text"].startswith("[document offloaded: application/pdf, 12,000 bytes, ~4,000 tokens")
+    assert [o.kind for o in plan.offloads] == ["document", "audio"]
+    assert plan.offloads[1].text == "data:audio/wav;base64," + "UklG" * 3000
+
+
+def _computer_session() -> list[dict]:
+    items: list[dict] = [{"role": "user", "content": "Book a flight."}]
+    for step, shot in enumerate(SHOTS):
+        items.append({"type": "computer_call", "id": f"cu_{step}", "call_id": f"call_{step}",
+                      "action": {"type": "click", "x": step, "y": 1}, "pending_safety_checks": [], "status": "completed"})
+        items.append({"type": "computer_call_output", "call_id": f"call_{step}",
+                      "output": {"type": "computer_screenshot", "image_url": data_url(shot)}})
+    return items
+
+
+def test_responses_screenshots_become_a_placeholder_and_a_marker_message_upstream():
+    items = _computer_session()
+    plan = plan_compaction(items, RESPONSES, SETTINGS, COUNTER, "ns")
+    outputs = [i for i in plan.items if i.get("type") == "computer_call_output"]
+    assert [o["output"]["image_url"] == PLACEHOLDER_PNG for o in outputs] == [True] * 3 + [False] * 3
+    assert len(plan.items) == len(items)  # one for one (compression relies on it)
+    assert len(plan.refs) == 3 and all(texts.media_ref(o[NOTE_KEY]) for o in outputs[:3])
+    body = with_history({"model": "m", "input": items}, plan.items)
+    assert len(body["input"]) == len(items) + 3 and NOTE_KEY not in json.dumps(body)
+    assert body["input"][3] == {"type": "message", "role": "user",
+                                "content": [{"type": "input_text", "text": outputs[0][NOTE_KEY]}]}
+    assert plan_compaction(plan.items, RESPONSES, SETTINGS, COUNTER, "ns").items == plan.items
+
+
+def test_responses_input_image_and_input_file_parts():
+    items = [{"role": "user", "content": [{"type": "input_text", "text": f"look {i}"},
+                                          {"type": "input_image", "image_url": data_url(s), "detail": "high"}]}
+             for i, s in enumerate(SHOTS[:4])]
+    items.append({"type": "function_call_output", "call_id": "c",
+                  "output": [{"type": "input_file", "file_data": "data:application/pdf;base64," + "A" * 40_000,
+                              "filename": "x.pdf"}, {"type": "input_image", "file_id": "file-123"}]})
+    plan = plan_media(items + [{"role": "user", "content": "go"}], RESPONSES, SETTINGS, COUNTER, "ns")
+    assert plan.items[0]["content"][1]["type"] == "input_text"
+    assert plan.items[4]["output"][0]["type"] == "input_text"
+    assert plan.items[4]["output"][1] == {"type": "input_image", "file_id": "file-123"}  # not in the request: kept
+    assert sorted(o.kind for o in plan.offloads) == ["document", "image", "image"]  # 5 images, 3 kept
+
+
+def test_anthropic_image_blocks_inside_tool_results():
+    def block(shot: bytes) -> dict:
+        return {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64(shot)}}
+
+    items: list[dict] = []
+    for step, shot in enumerate(SHOTS[:5]):
+        items.append({"role": "assistant", "content": [{"type": "tool_use", "id": f"t{step}", "name": "computer",
+                                                        "input": {"action": "screenshot"}}]})
+        items.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{step}",
+                                                   "content": [block(shot)], "cache_control": {"type": "ephemeral"}}]})
+    plan = plan_compaction(items, MESSAGES, SETTINGS, COUNTER, "ns")
+    first = plan.items[1]["content"][0]
+    assert first["tool_use_id"] == "t0" and first["cache_control"] == {"type": "ephemeral"}
+    assert first["content"][0]["text"].startswith("[image offloaded: png 1280×800, ~1,366 tokens, ref=")
+    assert plan.items[5]["content"][0]["content"][0]["type"] == "image"
+    assert [o.text for o in plan.offloads] == [f"data:image/png;base64,{b64(s)}" for s in SHOTS[:2]]
+    assert MESSAGES.text(plan.items[1]) == first["content"][0]["text"] and len(plan.refs) == 2
+
+
+def test_images_are_offloaded_in_batches_so_the_prefix_changes_once_per_batch():
+    urls = [data_url(s) for s in SHOTS]
+    batch = OffloadSettings(image_batch=2)
+    offloaded = [len(plan_media(_chat(urls[:n]), CHAT, batch, COUNTER, "ns").offloads) for n in range(1, 7)]
+    assert offloaded == [0, 0, 0, 0, 2, 2]  # 4 images: one older than the last three, not a whole batch
+
+
+def test_anthropic_documents_offloaded_when_large_urls_never():
+    pdf = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0x" * 2_000},
+           "title": "report.pdf"}
+    small = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0x"}}
+    text = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "plain " * 5_000}}
+    url = {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}
+    items = [{"role": "user", "content": [pdf, small, text, url, url, url, url]}, {"role": "assistant", "content": "ok"}]
+    plan = plan_media(items, MESSAGES, SETTINGS, COUNTER, "ns")
+    blocks = plan.items[0]["content"]
+    assert blocks[0] == {"type": "text", "text": blocks[0]["text"]}
+    assert blocks[0]["text"].startswith("[document offloaded: application/pdf, 12,000 bytes, ~4,000 tokens, ref=")
+    assert blocks[1:] == [small, text, url, url, url, url]  # small, text (counted as text), URLs (never fetched)
+    assert [o.text for o in plan.offloads] == ["data:application/pdf;base64," + "JVBERi0x" * 2_000]
