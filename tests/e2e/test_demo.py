@@ -131,3 +131,27 @@ def test_demo_works_offline_without_tiktoken_encodings(tmp_path):
     check_tables(parse(done.stdout))
     assert "tokens: ESTIMATES" in done.stdout
     assert not list(empty.iterdir())  # nothing was downloaded
+
+
+def test_the_anthropic_sdk_streams_through_the_proxy_from_the_bundled_fake(tmp_path):
+    import anthropic
+
+    from proxy.demo.run import free_port, wait_up
+    from tests.harness.servers import ProxyProcess
+
+    port = free_port()
+    fake = subprocess.Popen([sys.executable, "-m", "proxy.demo.fake_upstream", str(port)], stdin=subprocess.DEVNULL)
+    try:
+        assert wait_up(f"http://127.0.0.1:{port}/", fake, timeout=30)
+        upstream = f"http://127.0.0.1:{port}"
+        with ProxyProcess("--upstream", f"{upstream}/v1", "--anthropic-upstream", upstream, "--log-level", "warning",
+                          data_dir=tmp_path / "data") as proxy:
+            client = anthropic.Anthropic(base_url=proxy.url, api_key="sk-ant-demo-key", max_retries=0, timeout=20)
+            with client.messages.stream(model="claude-sonnet-4", max_tokens=50,
+                                        messages=[{"role": "user", "content": "hi"}]) as stream:
+                texts = list(stream.text_stream)
+                final = stream.get_final_message()
+        assert "".join(texts) == "ok" and final.stop_reason == "end_turn" and final.content[0].text == "ok"
+    finally:
+        fake.terminate()
+        fake.wait(timeout=15)
