@@ -254,7 +254,30 @@ def main(argv: Sequence[str] | None = None) -> None:
                 (settings.data_dir / ".writable").touch()
             except OSError as exc:
                 sys.exit(f"offload-proxy: --data-dir {settings.data_dir} is not a writable folder: {exc.strerror}")
+        if (problem := listen_problem(settings.host, settings.port)) is not None:
+            sys.exit(f"offload-proxy: {problem}")
         serve(settings)
+
+
+def listen_problem(host: str, port: int) -> str | None:
+    """Why the server could not listen on host:port (one line), else None: checked before the
+    banner, where uvicorn would only log `[Errno 98]` after it."""
+    import errno
+    import socket
+
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            sock.bind(address)
+    except socket.gaierror as exc:
+        return f"--host {host}: cannot be resolved ({exc.strerror})"
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            return f"port {port} is in use: choose another with --port"
+        return f"cannot listen on {host}:{port}: {exc.strerror} (choose another --host or --port)"
+    return None
 
 
 def check_tenants_file(settings: ServerSettings) -> None:

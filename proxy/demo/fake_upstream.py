@@ -2,8 +2,8 @@
 [--reload-once]` (the benchmarks' and `offload-proxy demo`'s; `bench/fake_upstream.py` runs it too).
 
 Answers chat completions and Responses requests instantly (JSON or SSE) so that what is measured is the proxy,
-and Anthropic Messages requests (`POST /v1/messages`, JSON; SSE with `x-bench-deltas`), the proxy's
-summary calls included. A streamed request with `x-bench-deltas: N` (and `x-bench-delta-chars: K`,
+and Anthropic Messages requests (`POST /v1/messages`, JSON, or streamed as Messages SSE events), the
+proxy's summary calls included. A streamed request with `x-bench-deltas: N` (and `x-bench-delta-chars: K`,
 4 by default) gets an answer of N text deltas of K characters, as chat chunks or Messages events.
 
 With `--reload-once` (the demo's), it plays a model that reads each offloaded tool result once:
@@ -83,20 +83,27 @@ def anthropic_event(kind: str, **data) -> bytes:
     return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
 
 
+def anthropic_stream(pieces: list[str]) -> list[bytes]:
+    """A streamed Messages answer: one text block, a `text_delta` per piece, in the event order the
+    Anthropic API (and its SDKs' `messages.stream`) uses."""
+    start = {"id": "msg_bench", "type": "message", "role": "assistant", "content": [], "model": "claude-sonnet-4-5",
+             "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 1}}
+    return [anthropic_event("message_start", message=start),
+            anthropic_event("content_block_start", index=0, content_block={"type": "text", "text": ""}),
+            *(anthropic_event("content_block_delta", index=0, delta={"type": "text_delta", "text": piece})
+              for piece in pieces),
+            anthropic_event("content_block_stop", index=0),
+            anthropic_event("message_delta", delta={"stop_reason": "end_turn", "stop_sequence": None},
+                            usage={"output_tokens": len(pieces)}),
+            anthropic_event("message_stop")]
+
+
 def long_answer(messages: bool, deltas: int, chars: int) -> list[bytes]:
     """A streamed answer of `deltas` text deltas of `chars` characters each (chat or Messages events)."""
     piece = ("abcdefghij" * (chars // 10 + 1))[:chars]
     if not messages:
         return [STREAM[0], *(chunk({"content": piece}) for _ in range(deltas)), *STREAM[2:]]
-    start = {"id": "msg_bench", "type": "message", "role": "assistant", "content": [], "model": "claude-sonnet-4-5",
-             "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 1}}
-    delta = anthropic_event("content_block_delta", index=0, delta={"type": "text_delta", "text": piece})
-    return [anthropic_event("message_start", message=start),
-            anthropic_event("content_block_start", index=0, content_block={"type": "text", "text": ""}),
-            *(delta for _ in range(deltas)), anthropic_event("content_block_stop", index=0),
-            anthropic_event("message_delta", delta={"stop_reason": "end_turn", "stop_sequence": None},
-                            usage={"output_tokens": deltas}),
-            anthropic_event("message_stop")]
+    return anthropic_stream([piece] * deltas)
 
 
 async def long_stream(send, messages: bool, deltas: int, chars: int) -> None:
@@ -151,7 +158,11 @@ async def app(scope, receive, send):
         chunks, delay = int(headers.get(b"x-bench-chunks", b"0")), int(headers.get(b"x-bench-delay-ms", b"0")) / 1e3
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream")]})
-        parts = STREAM[:2] + [chunk({"content": f" word{i}"}) for i in range(chunks)] + STREAM[2:]
+        words = [f" word{i}" for i in range(chunks)]
+        if is_messages(scope):  # Messages events, as the Anthropic SDKs read them
+            parts = anthropic_stream(["ok", *words])
+        else:
+            parts = STREAM[:2] + [chunk({"content": word}) for word in words] + STREAM[2:]
         for part in parts:
             if delay:
                 await asyncio.sleep(delay)

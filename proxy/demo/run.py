@@ -7,13 +7,18 @@ token made for this run. It then replays the bundled agent conversation (`conver
 into the proxy in each wire format, as `replay --target` sends turns (`proxy.replay.target`),
 one session per format; prints each turn's raw and forwarded tokens, the proxy's action and the
 reload rounds (read back from the statistics API), then the totals; and leaves the proxy and
-its dashboard running until Ctrl-C (`--no-wait`: stops after the tables).
+its dashboard running until Ctrl-C or SIGTERM (`--no-wait`: stops after the tables, and prints
+no dashboard URL nor token). Its servers run in sessions of their own (a terminal's Ctrl-C
+reaches the demo only, which stops them); on Linux they also get SIGTERM when the demo dies,
+even killed (PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
+import os
 import secrets
 import shutil
 import signal
@@ -22,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
@@ -59,6 +65,8 @@ class DemoError(RuntimeError):
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=0,
                         help="The proxy's (and the dashboard's) port on 127.0.0.1 (default: a free one).")
+    parser.add_argument("--upstream-port", type=int, default=0,
+                        help="The bundled fake upstream's port on 127.0.0.1 (default: a free one).")
     parser.add_argument("--no-wait", action="store_true",
                         help="Stop after printing the tables instead of keeping the dashboard up until Ctrl-C.")
 
@@ -90,12 +98,34 @@ class Progress:
             print(f"  {self.label:10} {self.done}/{self.total} turns ({seconds:.1f} s)", file=sys.stderr, flush=True)
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A `preexec_fn` that has the child sent SIGTERM when this process dies, however it dies
+    (Linux's PR_SET_PDEATHSIG); None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # died before the prctl: no signal would come
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
+
+
 class Servers:
     """The fake upstream and the proxy, as child processes; `stop` ends both and removes the data."""
 
-    def __init__(self, port: int, admin_token: str) -> None:
+    def __init__(self, port: int, admin_token: str, *, upstream_port: int = 0) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="offload-demo-"))
-        self.upstream_port, self.port = free_port(), port or free_port()
+        self.upstream_port, self.port = upstream_port or free_port(), port or free_port()
         self.root = f"http://127.0.0.1:{self.port}"
         self.log = self.folder / "servers.log"
         self.admin_token = admin_token
@@ -112,7 +142,7 @@ class Servers:
         ]
         for command in commands:  # a session of their own: Ctrl-C reaches the demo, which stops them
             self.processes.append(subprocess.Popen(command, stdout=out, stderr=out, stdin=subprocess.DEVNULL,
-                                                   start_new_session=True))
+                                                   start_new_session=True, preexec_fn=die_with_parent()))
         self._wait_up(f"{upstream}/", self.processes[0])
         self._wait_up(f"{self.root}/healthz", self.processes[1])
 
@@ -188,13 +218,15 @@ def token_note() -> str | None:
 
 
 def wait_for_ctrl_c(servers: Servers) -> int:
-    """Until Ctrl-C (or SIGTERM), or until a server exits on its own (status 1)."""
+    """Until Ctrl-C or SIGTERM, or until a server exits on its own (status 1). Both handlers are
+    installed here: a demo started with SIGINT ignored (in the background from a script, as a CI
+    runner does) stops on Ctrl-C all the same."""
     stop: list[int] = []
 
     def request_stop(signum: int, _frame: FrameType | None) -> None:
         stop.append(signum)
 
-    previous = signal.signal(signal.SIGTERM, request_stop)
+    previous = {signum: signal.signal(signum, request_stop) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         while not stop:
             if (gone := servers.exited()) is not None:
@@ -205,7 +237,8 @@ def wait_for_ctrl_c(servers: Servers) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     return 0
 
 
@@ -213,7 +246,10 @@ def run_demo(args: argparse.Namespace) -> int:
     conversation = load_conversations(CONVERSATION)[0]
     admin_token = secrets.token_urlsafe(18)
     key = "demo-" + secrets.token_hex(8)  # the caller's "provider key": relayed to the fake, names the tenant
-    servers = Servers(args.port, admin_token)
+    servers = Servers(args.port, admin_token, upstream_port=args.upstream_port)
+    # Until the tables, SIGTERM (and Ctrl-C, even if ignored at startup) stop the demo as Ctrl-C
+    # does: its servers stopped and its data removed.
+    previous = {signum: signal.signal(signum, signal.default_int_handler) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         print(f"Starting the fake upstream and the proxy (embedded store in {servers.folder}) ...",
               file=sys.stderr, flush=True)
@@ -228,10 +264,10 @@ def run_demo(args: argparse.Namespace) -> int:
         print(totals_table(runs, tenant))
         if note := token_note():
             print(note)
+        if args.no_wait:  # the servers stop now: no dashboard to sign in to
+            return 0
         print(f"\nDashboard:   {servers.root}/dashboard\nAdmin token: {admin_token}\n"
               f"Proxy:       {servers.root}/v1 (its upstream: the bundled fake, no model behind it)", flush=True)
-        if args.no_wait:
-            return 0
         print("Sign in with the admin token (made for this run). Ctrl-C stops the demo and removes its data.",
               flush=True)
         return wait_for_ctrl_c(servers)
@@ -242,3 +278,5 @@ def run_demo(args: argparse.Namespace) -> int:
         return 130
     finally:
         servers.stop()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

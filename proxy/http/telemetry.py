@@ -261,6 +261,13 @@ def log_request(rec: RequestRecord, elapsed: float) -> None:
     access_log.info(json.dumps(line, separators=(",", ":")))
 
 
+def json_line(value: dict) -> str:
+    """`value` as one line of JSON, non-ASCII text kept as is (written UTF-8, not `\\u2026`); the
+    Unicode line and paragraph separators stay escaped so that no line reader splits the record."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+
+
 class JsonFormatter(logging.Formatter):
     """Every log record as one JSON object; access lines are already JSON and are merged in."""
 
@@ -269,13 +276,13 @@ class JsonFormatter(logging.Formatter):
         message = record.getMessage()
         if record.name == access_log.name and message.startswith("{"):
             try:
-                return json.dumps({**base, "event": "request", **json.loads(message)}, separators=(",", ":"))
+                return json_line({**base, "event": "request", **json.loads(message)})
             except ValueError:
                 pass  # clipped (proxy.http.log_clip): logged as a message
         base["message"] = message
         if record.exc_info:
             base["exception"] = record.exc_text or self.formatException(record.exc_info)
-        return json.dumps(base, separators=(",", ":"))
+        return json_line(base)
 
 
 class TextFormatter(logging.Formatter):

@@ -162,3 +162,17 @@ def test_unknown_key_in_the_tenants_file_is_named(tmp_path):
     path = tmp_path / "tenants.toml"
     path.write_text('[tenants.t]\nmax_total_token = 5000\n')  # a typo
     assert "unknown key max_total_token" in serve_error("--tenants-file", str(path))
+
+
+def test_a_busy_port_is_one_line_before_the_banner(tmp_path):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "proxy", "serve", "--host", "127.0.0.1", "--port", str(port),
+                               "--data-dir", str(tmp_path / "data")], capture_output=True, text=True, timeout=60,
+                              stdin=subprocess.DEVNULL)
+    assert done.returncode == 1
+    assert done.stderr.strip() == f"offload-proxy: port {port} is in use: choose another with --port"

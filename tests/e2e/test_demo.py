@@ -17,7 +17,7 @@ import pytest
 
 from proxy.demo.table import steps
 from proxy.replay.runner import load_conversations
-from proxy.demo.run import CONVERSATION
+from proxy.demo.run import CONVERSATION, free_port
 
 TURNS = len(steps(load_conversations(CONVERSATION)[0]["messages"]))
 FORMATS = ("chat", "responses", "anthropic")
@@ -49,43 +49,42 @@ def check_tables(found: dict) -> None:
         assert 0 < forwarded < 0.6 * raw and ratio < 0.6, format  # compaction and compression saved tokens
         assert compacted > 0 and compressed > 0 and reloads > 0, format  # the fake model reloaded offloaded results
     assert all(int(t[3]) < int(t[1]) for t in found["turns"][-5:])  # the last turns forwarded less than raw
-    assert found["url"] and found["token"] and len(found["token"]) >= 20
 
 
 def store_folder(stderr: str) -> Path:
     return Path(re.search(r"embedded store in (\S+)\)", stderr).group(1))
 
 
-def test_demo_no_wait_prints_the_tables_and_stops(tmp_path):
-    done = subprocess.run(demo_command("--no-wait"), capture_output=True, text=True, timeout=240, cwd=tmp_path,
-                          stdin=subprocess.DEVNULL)
+def test_demo_no_wait_prints_the_tables_and_stops_on_the_ports_asked(tmp_path):
+    port, upstream_port = free_port(), free_port()
+    done = subprocess.run(demo_command("--no-wait", "--port", str(port), "--upstream-port", str(upstream_port)),
+                          capture_output=True, text=True, timeout=240, cwd=tmp_path, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr[-3000:]
     found = parse(done.stdout)
     check_tables(found)
+    assert found["url"] is None and found["token"] is None  # the dashboard is down already: not offered
+    assert "Sign in" not in done.stdout and "Proxy:" not in done.stdout
     assert "the statistics API: %d requests" % (3 * TURNS) in done.stdout
     assert all(f"{format:10} {TURNS}/{TURNS} turns" in done.stderr for format in FORMATS)  # the progress
     assert not store_folder(done.stderr).exists()  # its temporary data removed
-    with pytest.raises(httpx2.TransportError):  # the proxy stopped
-        httpx2.get(found["url"], timeout=2)
+    for url in (f"http://127.0.0.1:{port}/healthz", f"http://127.0.0.1:{upstream_port}/"):  # both stopped
+        with pytest.raises(httpx2.TransportError):
+            httpx2.get(url, timeout=2)
 
 
-def test_two_runs_print_different_admin_tokens(tmp_path):
-    tokens = []
-    for _ in range(2):
-        done = subprocess.run(demo_command("--no-wait"), capture_output=True, text=True, timeout=240, cwd=tmp_path,
-                              stdin=subprocess.DEVNULL)
-        assert done.returncode == 0, (done.stdout[-1500:], done.stderr[-1500:])
-        tokens.append(parse(done.stdout)["token"])
-    assert tokens[0] and tokens[1] and tokens[0] != tokens[1]
+def ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a background job of a script (a CI runner) starts
 
 
 def test_demo_keeps_the_dashboard_up_with_the_printed_token_until_ctrl_c(tmp_path):
-    process = subprocess.Popen(demo_command(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               cwd=tmp_path, stdin=subprocess.DEVNULL)
+    """Started with SIGINT ignored, as in CI: Ctrl-C stops it all the same."""
+    upstream = f"http://127.0.0.1:{free_port()}"
+    process = subprocess.Popen(demo_command("--upstream-port", upstream.rpartition(":")[2]), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               cwd=tmp_path, stdin=subprocess.DEVNULL, preexec_fn=ignore_sigint)
     errors: list[str] = []
     threading.Thread(target=lambda: errors.extend(process.stderr), daemon=True).start()
     lines: list[str] = []
-    timer = threading.Timer(240, process.kill)
+    timer = threading.Timer(240, process.terminate)  # SIGTERM: the demo still stops its servers
     timer.start()
     try:
         for line in process.stdout:
@@ -94,6 +93,7 @@ def test_demo_keeps_the_dashboard_up_with_the_printed_token_until_ctrl_c(tmp_pat
                 break
         found = parse("".join(lines))
         check_tables(found)
+        assert found["url"] and found["token"] and len(found["token"]) >= 20
         root = found["url"].removesuffix("/dashboard")
         page = httpx2.get(found["url"], timeout=10)
         assert page.status_code == 200 and "text/html" in page.headers["content-type"]
@@ -106,16 +106,22 @@ def test_demo_keeps_the_dashboard_up_with_the_printed_token_until_ctrl_c(tmp_pat
                            headers={"authorization": "Bearer not-the-token"}, timeout=10)
         # without an upstream key any other key is some tenant's own provider key: it sees nothing of the demo's
         assert other.status_code == 200 and other.json()["totals"]["requests"] == 0
+        assert httpx2.get(f"{upstream}/", timeout=10).status_code  # the fake upstream on the port asked
         assert process.poll() is None  # still up
         process.send_signal(signal.SIGINT)  # Ctrl-C
         assert process.wait(timeout=30) == 0
     finally:
         timer.cancel()
         if process.poll() is None:
-            process.kill()
-            process.wait()
-    with pytest.raises(httpx2.TransportError):
-        httpx2.get(found["url"], timeout=2)
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+    for url in (found["url"], f"{upstream}/"):  # both servers stopped
+        with pytest.raises(httpx2.TransportError):
+            httpx2.get(url, timeout=2)
     assert not store_folder("".join(errors)).exists()
 
 
@@ -131,3 +137,27 @@ def test_demo_works_offline_without_tiktoken_encodings(tmp_path):
     check_tables(parse(done.stdout))
     assert "tokens: ESTIMATES" in done.stdout
     assert not list(empty.iterdir())  # nothing was downloaded
+
+
+def test_the_anthropic_sdk_streams_through_the_proxy_from_the_bundled_fake(tmp_path):
+    import anthropic
+
+    from proxy.demo.run import free_port, wait_up
+    from tests.harness.servers import ProxyProcess
+
+    port = free_port()
+    fake = subprocess.Popen([sys.executable, "-m", "proxy.demo.fake_upstream", str(port)], stdin=subprocess.DEVNULL)
+    try:
+        assert wait_up(f"http://127.0.0.1:{port}/", fake, timeout=30)
+        upstream = f"http://127.0.0.1:{port}"
+        with ProxyProcess("--upstream", f"{upstream}/v1", "--anthropic-upstream", upstream, "--log-level", "warning",
+                          data_dir=tmp_path / "data") as proxy:
+            client = anthropic.Anthropic(base_url=proxy.url, api_key="sk-ant-demo-key", max_retries=0, timeout=20)
+            with client.messages.stream(model="claude-sonnet-4", max_tokens=50,
+                                        messages=[{"role": "user", "content": "hi"}]) as stream:
+                texts = list(stream.text_stream)
+                final = stream.get_final_message()
+        assert "".join(texts) == "ok" and final.stop_reason == "end_turn" and final.content[0].text == "ok"
+    finally:
+        fake.terminate()
+        fake.wait(timeout=15)

@@ -76,6 +76,7 @@ def test_json_banner_is_json_lines(tmp_path, upstream):
     records = [json.loads(line) for line in proxy.stderr.splitlines() if line.startswith("{")]
     banner = [r["message"] for r in records if r.get("logger") == "proxy.startup"]
     assert banner[0].startswith("offload-proxy ") and any(m.startswith("store") for m in banner)
+    assert any("/…" in m for m in banner) and "\\u2026" not in proxy.stderr  # UTF-8 as written, not escaped
     assert all(line.startswith("{") for line in proxy.stderr.splitlines() if line.strip())
 
 

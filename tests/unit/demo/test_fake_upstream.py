@@ -48,3 +48,53 @@ def test_off_by_default():
 def test_the_call_in_each_format(path, find):
     call = find(json.loads(fake_upstream.reload_call(path, "refAAAAAA", 3)))
     assert call["name"] == "context_reload" and json.loads(call["arguments"]) == {"ref": "refAAAAAA"}
+
+
+async def answer(path: str, body: dict, headers: dict[str, str] | None = None) -> tuple[dict, bytes]:
+    """The fake's answer to one request, called as an ASGI app: its start message and its body."""
+    request = [{"type": "http.request", "body": json.dumps(body).encode(), "more_body": False}]
+    sent: list[dict] = []
+
+    async def receive():
+        return request.pop(0)
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": path,
+             "headers": [(k.encode(), v.encode()) for k, v in (headers or {}).items()]}
+    await fake_upstream.app(scope, receive, send)
+    return sent[0], b"".join(m.get("body", b"") for m in sent[1:])
+
+
+def events(stream: bytes) -> list[tuple[str, dict]]:
+    found = []
+    for block in stream.decode().split("\n\n"):
+        if block.strip():
+            kind, data = block.split("\n")
+            found.append((kind.removeprefix("event: "), json.loads(data.removeprefix("data: "))))
+    return found
+
+
+MESSAGE_EVENTS = ["message_start", "content_block_start", "content_block_delta", "content_block_stop",
+                  "message_delta", "message_stop"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("headers, text", [({}, "ok"), ({"x-bench-chunks": "2"}, "ok word0 word1")])
+async def test_a_streamed_messages_request_gets_messages_events(headers, text):
+    body = {"model": "claude-sonnet-4", "max_tokens": 10, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    start, stream = await answer("/v1/messages", body, headers)
+    assert start["status"] == 200 and (b"content-type", b"text/event-stream") in start["headers"]
+    found = events(stream)
+    assert all(kind == data["type"] for kind, data in found)
+    assert list(dict.fromkeys(kind for kind, _ in found)) == MESSAGE_EVENTS
+    assert "".join(data["delta"]["text"] for kind, data in found if kind == "content_block_delta") == text
+    assert found[-2][1]["delta"]["stop_reason"] == "end_turn"
+
+
+@pytest.mark.anyio
+async def test_a_streamed_chat_request_still_gets_chat_chunks():
+    body = {"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    _, stream = await answer("/v1/chat/completions", body)
+    assert stream.startswith(b"data: {") and b"chat.completion.chunk" in stream and stream.endswith(b"data: [DONE]\n\n")
