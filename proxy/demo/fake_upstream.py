@@ -2,7 +2,8 @@
 [--reload-once]` (the benchmarks' and `offload-proxy demo`'s; `bench/fake_upstream.py` runs it too).
 
 Answers chat completions and Responses requests instantly (JSON or SSE) so that what is measured is the proxy,
-and Anthropic Messages requests (`POST /v1/messages`, JSON, or streamed as Messages SSE events), the
+and Anthropic Messages requests (`POST /v1/messages`, JSON, or streamed as Messages SSE events; a streamed
+Responses request gets Responses events), the
 proxy's summary calls included. A streamed request with `x-bench-deltas: N` (and `x-bench-delta-chars: K`,
 4 by default) gets an answer of N text deltas of K characters, as chat chunks or Messages events.
 
@@ -61,6 +62,30 @@ RESPONSE = json.dumps({
                 "content": [{"type": "output_text", "text": "ok", "annotations": []}]}],
     "usage": {"input_tokens": 10, "output_tokens": 1, "total_tokens": 11},
 }).encode()
+
+
+def responses_stream(pieces: list[str]) -> list[bytes]:
+    """A streamed Responses answer: one message of one output_text part, a delta per piece, in
+    the event order the API (and the openai SDK's `responses.stream`) uses."""
+    text = "".join(pieces)
+    final = json.loads(RESPONSE)
+    final["output"][0]["content"][0]["text"] = text
+    item = {**final["output"][0], "status": "in_progress", "content": []}
+    part = {"type": "output_text", "text": "", "annotations": []}
+    events = [("response.created", {"response": {**final, "status": "in_progress", "output": []}}),
+              ("response.output_item.added", {"output_index": 0, "item": item}),
+              ("response.content_part.added", {"item_id": item["id"], "output_index": 0, "content_index": 0,
+                                               "part": part})]
+    events += [("response.output_text.delta", {"item_id": item["id"], "output_index": 0, "content_index": 0,
+                                               "delta": piece, "logprobs": []}) for piece in pieces]
+    events += [("response.output_text.done", {"item_id": item["id"], "output_index": 0, "content_index": 0,
+                                              "text": text, "logprobs": []}),
+               ("response.content_part.done", {"item_id": item["id"], "output_index": 0, "content_index": 0,
+                                               "part": {**part, "text": text}}),
+               ("response.output_item.done", {"output_index": 0, "item": final["output"][0]}),
+               ("response.completed", {"response": final})]
+    return [f"event: {kind}\ndata: {json.dumps({'type': kind, 'sequence_number': n, **data})}\n\n".encode()
+            for n, (kind, data) in enumerate(events)]
 
 
 def anthropic_message(text: str, input_tokens: int = 10, output_tokens: int = 1) -> bytes:
@@ -161,6 +186,8 @@ async def app(scope, receive, send):
         words = [f" word{i}" for i in range(chunks)]
         if is_messages(scope):  # Messages events, as the Anthropic SDKs read them
             parts = anthropic_stream(["ok", *words])
+        elif scope["path"].rstrip("/").endswith("/responses"):  # Responses events, as the openai SDK reads them
+            parts = responses_stream(["ok", *words])
         else:
             parts = STREAM[:2] + [chunk({"content": word}) for word in words] + STREAM[2:]
         for part in parts:

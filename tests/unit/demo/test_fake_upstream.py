@@ -98,3 +98,19 @@ async def test_a_streamed_chat_request_still_gets_chat_chunks():
     body = {"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
     _, stream = await answer("/v1/chat/completions", body)
     assert stream.startswith(b"data: {") and b"chat.completion.chunk" in stream and stream.endswith(b"data: [DONE]\n\n")
+
+
+def test_a_streamed_responses_request_gets_responses_events_the_sdk_reads():
+    """The openai SDK's `responses.stream` reads the fake's events to the final text."""
+    import openai
+
+    from proxy.demo import fake_upstream
+    from tests.harness.servers import ServerThread
+
+    with ServerThread(fake_upstream.app) as server:
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="sk-fake", max_retries=0, timeout=10)
+        with client.responses.stream(model="gpt-4o", input="hi", extra_headers={"x-bench-chunks": "2"}) as stream:
+            kinds = [event.type for event in stream]
+            final = stream.get_final_response()
+    assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+    assert final.output_text == "ok word0 word1"
