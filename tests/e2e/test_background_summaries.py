@@ -15,7 +15,10 @@ import openai
 import pytest
 from starlette.responses import JSONResponse
 
+from proxy.core import compression as cp
+from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model
+from proxy.formats.chat import VIEW
 from proxy.offload import summaries
 from tests.e2e.test_compression_e2e import chat_history, forwarded, is_summary_call
 from tests.harness.history import agent_history
@@ -276,11 +279,24 @@ def test_the_direct_api_reuses_a_summary_near_the_trigger_without_a_scheduler(pr
         assert r.status_code == 200, r.text
         return r.json()
 
+    settings = OffloadSettings(max_total_tokens=1500, precompress_ratio=0.8)
+    keep = settings.keep_recent_for(cp.COMPRESS_KEEP_RECENT)
+    head, cut = cp.split(chat_history(12), VIEW, keep)  # the first summary covers history[head:cut]
     first = offload(chat_history(12))
     assert first["action"] == "compress" and len(calls) == 1
+    assert f"{cut - head} earlier messages" in first["messages"][2]["content"]
+
+    def after_cut(history: list[dict]) -> tuple[int, int]:
+        """The tokens after the first summary's cut (up to the kept tail), and the trigger: both
+        by the counter in use, tiktoken or the estimate, as the proxy counts them."""
+        tail = cp.split(history, VIEW, keep)[1]
+        return (cp.tokens_between(history, VIEW, cut, tail, counter),
+                cp.trigger(history, VIEW, head, settings, counter))
+
     longer = next(h for h in (chat_history(n) for n in range(13, 30))
-                  if counter.messages(h[24:-2]) >= 0.8 * 1500)
-    assert counter.messages(longer[24:-2]) <= 1500  # reused, not made again: the part after it is under the trigger
+                  if after_cut(h)[0] >= settings.precompress_ratio * after_cut(h)[1])
+    tokens, trigger = after_cut(longer)
+    assert tokens <= trigger  # reused, not made again: the part after it is under the trigger
     second = offload(longer)
     assert second["action"] == "compress" and second["messages"][2] == first["messages"][2]
     time.sleep(0.2)

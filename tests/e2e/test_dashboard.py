@@ -7,6 +7,7 @@ sessions are paged. Screenshots land in .cache/screenshots/."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import httpx2
 import openai
 import pytest
+from playwright.sync_api import expect
 
 from proxy.offload.tenant import namespace_for
 from proxy.stats.prices import PriceTable
@@ -82,6 +84,18 @@ def wait_loaded(page, after: int = 0) -> int:
     """Until the page has drawn the API's answers more than `after` times."""
     page.wait_for_function(f"() => Number(document.body.dataset.loaded || 0) > {after}", timeout=15_000)
     return loads(page)
+
+
+def wait_shown(page, selector: str, text: str | re.Pattern[str]) -> None:
+    """Until `selector` shows `text` (a pattern: matches it). After a click, a load alone says
+    nothing: the page refreshes itself every 5 s, and a refresh under way when the click came
+    completes (and counts) before the one that draws the view asked for."""
+    expect(page.locator(selector)).to_have_text(text, timeout=15_000)
+
+
+def scope_of(label: str) -> re.Pattern[str]:
+    """The header's scope once a tenant is open (its "All tenants" button beside the name)."""
+    return re.compile("^" + re.escape(f"Tenant {label}"))
 
 
 def sign_in(page, token: str) -> None:
@@ -166,14 +180,13 @@ def test_reads_well_on_a_phone(site, chromium):
 def test_drill_down_from_tenant_to_session(site, chromium):
     page, console = open_page(chromium, f"{site}/dashboard#window=1h")
     sign_in(page, ADMIN)
-    seen = loads(page)
     page.locator("#tenants-table tbody tr", has_text="dash-a").click()
-    seen = wait_loaded(page, seen)
-    assert page.inner_text("#scope").startswith("Tenant dash-a")
+    wait_shown(page, "#scope", scope_of("dash-a"))
+    expect(page.locator("#sessions-table tbody tr")).to_have_count(2, timeout=15_000)  # drawn after the scope
     assert page.locator("#tenants").is_hidden()
     assert sorted(column(page, "sessions-table", 1)) == ["a-build", "a-review"]
     page.locator("#sessions-table tbody tr", has_text="a-build").click()
-    wait_loaded(page, seen)
+    wait_shown(page, "#session-id", "a-build")  # the whole session view is drawn at once
     detail = api(site, "/v1/offload/sessions/a-build", ADMIN, tenant="dash-a")
     assert page.inner_text("#session-id") == "a-build"
     turns = detail["data"]
@@ -284,14 +297,12 @@ def test_ten_thousand_sessions_are_paged(make_proxy, redis_url, tmp_path, chromi
         assert page.locator("#sessions-table tbody tr").count() == 25
         assert page.inner_text("#page") == "1–25 of 10,000"
         assert column(page, "sessions-table", 1)[0] == "s-09999"  # the most recent first
-        seen = loads(page)
         page.click("#next")
-        seen = wait_loaded(page, seen)
-        assert page.inner_text("#page") == "26–50 of 10,000"
+        wait_shown(page, "#page", "26–50 of 10,000")  # drawn with the table, after it
         assert column(page, "sessions-table", 1)[0] == "s-09974"
         page.click("#prev")
-        wait_loaded(page, seen)
-        assert page.inner_text("#page") == "1–25 of 10,000" and page.locator("#prev").is_disabled()
+        wait_shown(page, "#page", "1–25 of 10,000")
+        assert page.locator("#prev").is_disabled()
         print("screenshot:", screenshot(page, "dashboard-10000-sessions"))
         assert console.errors == []
 
@@ -316,10 +327,9 @@ def test_links_the_api_refuses_fall_back_to_a_view_that_loads(make_proxy, tmp_pa
         assert "offset" in page.inner_text("#error") and "offset=" not in page.url
         models = column(page, "sessions-table", 8)[column(page, "sessions-table", 1).index("zoo")]
         assert models.endswith("+2 more") and models.count("model-") == 8
-        seen = loads(page)
         page.locator("#sessions-table tbody tr", has_text="team/run-1").click()
-        wait_loaded(page, seen)
-        assert page.inner_text("#session-id") == "team/run-1" and page.locator("#board").is_visible()
+        wait_shown(page, "#session-id", "team/run-1")
+        assert page.locator("#board").is_visible()
         assert page.evaluate("() => sessionStorage.getItem('offload-dashboard-token')") == ADMIN
         assert [text for _, text in console.errors if "status of 400" not in text] == []
 

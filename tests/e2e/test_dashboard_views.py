@@ -10,6 +10,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from playwright.sync_api import expect
 
 from proxy.offload.tenant import namespace_for
 from proxy.stats.prices import PriceTable
@@ -17,8 +18,8 @@ from proxy.stats.recorder import Recorder
 from proxy.stats.turns import Turn
 from proxy.store.redis import RedisStore
 from proxy.store.sealing import Sealer
-from tests.e2e.test_dashboard import (ADMIN, api, chromium, column, loads, send, sign_in, stats_when,  # noqa: F401
-                                      tenants_file, wait_loaded)
+from tests.e2e.test_dashboard import (ADMIN, api, chromium, column, scope_of, send, sign_in,  # noqa: F401
+                                      stats_when, tenants_file, wait_loaded, wait_shown)
 from tests.harness.browser import open_page, screenshot
 from tests.harness.history import agent_history
 
@@ -54,10 +55,9 @@ def test_client_keys_show_as_their_fingerprint(keyed, chromium):
         assert key[:9] not in text and key[12:-4] not in text and key[-5:] not in text
     assert page.locator("#tenants .scroll-hint").is_hidden()  # it fits: no hint
     print("screenshot:", screenshot(page, "dashboard-client-keys"))
-    seen = loads(page)
     page.locator("#tenants-table tbody tr", has_text="sk-proj…AbCd").click()
-    wait_loaded(page, seen)
-    assert page.inner_text("#scope").startswith("Tenant sk-proj…AbCd")
+    wait_shown(page, "#scope", scope_of("sk-proj…AbCd"))
+    expect(page.locator("#sessions-table tbody tr")).to_have_count(2, timeout=15_000)  # drawn after the scope
     assert sorted(column(page, "sessions-table", 1)) == ["proj-build", "proj-review"]
     page.click("#signout")
     sign_in(page, ANT)  # a tenant sees its own label, and no other
@@ -115,15 +115,13 @@ def test_a_whole_row_opens_by_click_or_enter(keyed, chromium):
     sign_in(page, ADMIN)
     row = page.locator("#tenants-table tbody tr", has_text="sk-ant…WXYZ")
     assert row.get_attribute("tabindex") == "0"
-    seen = loads(page)
     row.locator("td").nth(3).click()  # a number cell, not the name
-    seen = wait_loaded(page, seen)
-    assert page.inner_text("#scope").startswith("Tenant sk-ant…WXYZ")
+    wait_shown(page, "#scope", scope_of("sk-ant…WXYZ"))
     session_row = page.locator("#sessions-table tbody tr", has_text="ant-run")
-    session_row.focus()
+    session_row.focus()  # waits for the row
     page.keyboard.press("Enter")
-    wait_loaded(page, seen)
-    assert page.inner_text("#session-id") == "ant-run" and page.locator("#session").is_visible()
+    wait_shown(page, "#session-id", "ant-run")
+    assert page.locator("#session").is_visible()
     # Tab reaches the rows: from the page's first control to a row without a mouse
     page.focus("#session-close")
     for _ in range(12):
@@ -155,9 +153,8 @@ def test_a_phone_has_a_compact_header_and_a_wide_table_says_it_scrolls(keyed, ch
     page.wait_for_function("() => !document.querySelector('#tenants .table-box').classList.contains('more')")
     assert hint.is_hidden()  # its end is in view
     assert page.locator("#health .scroll-hint").count() == 0
-    seen = loads(page)
     page.locator("#tenants-table tbody tr", has_text="sk-proj…AbCd").click()  # the scope holds a button too
-    wait_loaded(page, seen)
+    wait_shown(page, "#scope", scope_of("sk-proj…AbCd"))  # the header, its button and the charts: drawn at once
     header = page.evaluate("() => document.querySelector('header.bar').getBoundingClientRect().height")
     assert header <= 60, header
     back = page.evaluate("""() => { const b = document.querySelector('#scope button').getBoundingClientRect();
@@ -166,13 +163,10 @@ def test_a_phone_has_a_compact_header_and_a_wide_table_says_it_scrolls(keyed, ch
     y_axis = page.locator('#chart-actions text.tick[text-anchor="end"]').evaluate_all(  # 2 turns: 0, 1, 2
         "ticks => ticks.map(t => t.textContent)")
     assert len(set(y_axis)) == len(y_axis) and y_axis[0] == "0", y_axis
-    seen = loads(page)
     page.locator("#sessions-table tbody tr", has_text="proj-review").click()
-    seen = wait_loaded(page, seen)
-    assert page.inner_text("#session-id") == "proj-review"
+    wait_shown(page, "#session-id", "proj-review")
     page.evaluate("() => window.scrollTo(0, 0)")
     print("screenshot:", screenshot(page, "dashboard-phone-390-session"))
     page.click("#scope button")
-    wait_loaded(page, seen)
-    assert page.inner_text("#scope") == "All tenants"
+    wait_shown(page, "#scope", "All tenants")
     assert console.errors == []

@@ -11,7 +11,8 @@ import json
 
 import httpx2
 
-from tests.harness.history import big_text
+from proxy.core.tokens import counter_for_model
+from tests.harness.history import big_text_over
 from tests.harness.responses import answering, function_call, input_items, message, refs_in_input
 from tests.harness.servers import scripted
 from tests.unit.formats.test_responses_compaction import OFFLOADED
@@ -23,7 +24,7 @@ HEADERS = {"authorization": "Bearer sk-test-key", "X-Offload-Max-Total-Tokens": 
 
 def labelled(output: dict, label: str) -> tuple[dict, str]:
     """`output` with a text of its own (texts differ, so refs do): the item and the text."""
-    text = big_text(label, 250)
+    text = big_text_over(4_800, counter_for_model("gpt-5"), label)  # by the counter in use
     value = output["output"]
     if isinstance(value, list):
         value = [{**part, "text": text} if part.get("type") == "input_text" else part for part in value]

@@ -12,6 +12,19 @@ def big_text(label: str, lines: int = 400) -> str:
     return "\n".join(f"{label} line {i}: value={i * 7} path=/src/{label}/mod{i}.py status=ok" for i in range(lines))
 
 
+def big_text_over(tokens: int, counter, label: str = "out") -> str:
+    """`big_text` with the fewest lines `counter` counts as more than `tokens`: the same size in
+    tokens whether tiktoken's encodings are there or the proxy estimates without them."""
+    lines = 1
+    while counter.text(big_text(label, lines)) <= tokens:
+        lines *= 2
+    low, high = lines // 2, lines  # low is at most `tokens` (or 0), high over it
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if counter.text(big_text(label, middle)) <= tokens else (low, middle)
+    return big_text(label, high)
+
+
 def agent_history(steps: int = 6, lines: int = 300, system: str = "You are a coding agent.") -> list[dict]:
     """system, user, then `steps` × (assistant tool call, tool result)."""
     messages: list[dict] = [{"role": "system", "content": system}, {"role": "user", "content": "Fix the bug."}]

@@ -94,9 +94,14 @@ def test_the_task_counts_against_the_trigger_down_to_half_of_it():
     assert cp.trigger(short, VIEW, 2, settings, COUNTER) == 1000 - task_tokens  # the system message does not count
     long = [{"role": "system", "content": "s"}, {"role": "user", "content": "word " * 5000}, call(1)]
     assert cp.trigger(long, VIEW, 2, settings, COUNTER) == 500
-    # a window that fits the trigger alone but not beside the task is summarised
-    msgs = short + [result(1, 0, "r " * 450), call(2), result(2, 0, "r " * 450), call(3), result(3)]
-    window = cp.tokens_between(msgs, VIEW, 2, 7, COUNTER)
+    # a window that fits the trigger alone but not beside the task is summarised: the results are
+    # padded until it no longer fits beside the task by the counter in use (tiktoken or the estimate)
+    def padded(words: int) -> list:
+        return short + [result(1, 0, "r " * words), call(2), result(2, 0, "r " * words), call(3), result(3)]
+
+    assert cp.split(padded(1), VIEW, cp.COMPRESS_KEEP_RECENT) == (2, 6)  # the window: call(1) to result(2)
+    msgs = next(m for m in map(padded, range(1, 2000)) if cp.tokens_between(m, VIEW, 2, 6, COUNTER) + task_tokens > 1000)
+    window = cp.tokens_between(msgs, VIEW, 2, 6, COUNTER)
     assert window <= 1000 < window + task_tokens
     assert cp.decide(msgs, VIEW, settings, COUNTER, None).action == "summarize"
 

@@ -18,13 +18,13 @@ from proxy.core.markers import is_marker, refs_in
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model
 from proxy.formats.responses import ResponsesView
-from tests.harness.history import big_text
+from tests.harness.history import big_text_over
 
 VIEW = ResponsesView({"context_reload", "context_search"})
 COUNTER = counter_for_model("gpt-4o")
 NS = "b" * 32
 SETTINGS = OffloadSettings(max_total_tokens=1000, max_tool_message_tokens=500)
-BIG = big_text("out", 250)  # 4.8 K tokens
+BIG = big_text_over(4_800, COUNTER)  # 4.8 K tokens by the counter in use (tiktoken or the estimate)
 USER = {"role": "user", "content": "Go on."}
 
 # (name, the call before the output or None, the output item, the text that is offloaded)
