@@ -92,6 +92,7 @@ def test_demo_keeps_the_dashboard_up_with_the_printed_token_until_ctrl_c(tmp_pat
             if line.startswith("Sign in with the admin token"):
                 break
         found = parse("".join(lines))
+        assert found["turns"], ("".join(lines)[-1500:], "".join(errors)[-3000:])  # why it did not get there
         check_tables(found)
         assert found["url"] and found["token"] and len(found["token"]) >= 20
         root = found["url"].removesuffix("/dashboard")
