@@ -68,3 +68,36 @@ def servers(*proxy_args: str):
         for p in (proxy, upstream):
             p.terminate()
             p.wait(timeout=10)
+
+
+@contextmanager
+def healthz_probe(base: str, label: str = "/healthz meanwhile"):
+    """Probe `{base}/healthz` every 20 ms from a thread while the block runs; then print how long
+    the answers took: p50, p99 and max in ms (the event loop's no-stall target: p99 <= 100 ms)."""
+    import statistics
+    import threading
+
+    latencies: list[float] = []
+    done = threading.Event()
+
+    def probe() -> None:
+        with httpx2.Client(timeout=30) as c:
+            while not done.is_set():
+                t = time.perf_counter()
+                c.get(f"{base}/healthz")
+                latencies.append(time.perf_counter() - t)
+                time.sleep(0.02)
+
+    httpx2.get(f"{base}/healthz", timeout=30)
+    prober = threading.Thread(target=probe)
+    prober.start()
+    try:
+        yield latencies
+    finally:
+        done.set()
+        prober.join()
+    ms = sorted(x * 1000 for x in latencies) or [0.0]
+    p99 = ms[min(len(ms) - 1, int(len(ms) * 0.99))]
+    print(f"{label}: {len(latencies)} probes, p50 {statistics.median(ms):.1f} ms, p99 {p99:.1f} ms, "
+          f"max {ms[-1]:.1f} ms (target p99 <= 100 ms)")
+

@@ -22,7 +22,6 @@ import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -30,7 +29,7 @@ import httpx2
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, machine, servers  # noqa: E402
+from common import ROOT, healthz_probe, machine, servers  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
 from tests.harness.screens import data_url, screenshot  # noqa: E402
@@ -108,40 +107,17 @@ def last_turn_bodies(conversation: dict) -> list[tuple[str, str, bytes]]:
 
 def healthz_while(bodies: list[tuple[str, str, bytes]], rounds: int) -> None:
     with servers() as (_, proxy, _process):
-        base = proxy.removesuffix("/v1")
-        latencies: list[float] = []
-        done = threading.Event()
-
-        def probe() -> None:
-            with httpx2.Client(timeout=30) as c:
-                while not done.is_set():
-                    t = time.perf_counter()
-                    c.get(f"{base}/healthz")
-                    latencies.append(time.perf_counter() - t)
-                    time.sleep(0.02)
-
         headers = {"authorization": "Bearer sk-bench-0000", "anthropic-version": "2023-06-01",
                    "content-type": "application/json"}
-        prober = threading.Thread(target=probe)
-        with httpx2.Client(timeout=600) as client:
-            client.get(f"{base}/healthz")
-            prober.start()
-            try:
-                for turn in range(rounds):
-                    for name, path, raw in bodies:
-                        t = time.perf_counter()
-                        r = client.post(f"{proxy}{path}", content=raw, headers=headers)
-                        print(f"  {name} turn {turn + 1}: {len(raw) / 1e6:.1f} MB -> {r.status_code} in "
-                              f"{time.perf_counter() - t:.2f} s, tokens {r.headers.get('x-offload-tokens-before')} -> "
-                              f"{r.headers.get('x-offload-tokens-after')}, refs {r.headers.get('x-offload-refs')} "
-                              f"({r.headers.get('x-offload-refs-created')} new)", flush=True)
-            finally:
-                done.set()
-                prober.join()
-        ms = sorted(x * 1000 for x in latencies)
-        p99 = ms[min(len(ms) - 1, int(len(ms) * 0.99))]
-        print(f"/healthz meanwhile: {len(ms)} probes, p50 {statistics.median(ms):.1f} ms, p99 {p99:.1f} ms, "
-              f"max {ms[-1]:.1f} ms (target p99 <= 100 ms)")
+        with httpx2.Client(timeout=600) as client, healthz_probe(proxy.removesuffix("/v1")):
+            for turn in range(rounds):
+                for name, path, raw in bodies:
+                    t = time.perf_counter()
+                    r = client.post(f"{proxy}{path}", content=raw, headers=headers)
+                    print(f"  {name} turn {turn + 1}: {len(raw) / 1e6:.1f} MB -> {r.status_code} in "
+                          f"{time.perf_counter() - t:.2f} s, tokens {r.headers.get('x-offload-tokens-before')} -> "
+                          f"{r.headers.get('x-offload-tokens-after')}, refs {r.headers.get('x-offload-refs')} "
+                          f"({r.headers.get('x-offload-refs-created')} new)", flush=True)
 
 
 def main() -> None:

@@ -10,9 +10,7 @@ Prints the bodies' sizes and answer times, then /healthz p50 / p99 / max in ms (
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -20,7 +18,7 @@ import httpx2
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, servers  # noqa: E402
+from common import healthz_probe, machine, servers  # noqa: E402
 
 
 def many_objects(fmt: str, messages: int, parts: int) -> tuple[str, bytes]:
@@ -87,39 +85,14 @@ def main() -> None:
         bodies.append((f"{fmt}: 40 MB in 8 tool results", *huge_strings(fmt, 40)))
         bodies.append((f"{fmt}: 12 M bare values", *plain_values(fmt, 12_000_000)))
     with servers("--max-body-bytes", str(64 * 1024 * 1024)) as (_, proxy, _process):
-        base = proxy.removesuffix("/v1")
-        latencies: list[float] = []
-        done = threading.Event()
-
-        def probe() -> None:
-            with httpx2.Client(timeout=30) as c:
-                while not done.is_set():
-                    t = time.perf_counter()
-                    c.get(f"{base}/healthz")
-                    latencies.append(time.perf_counter() - t)
-                    time.sleep(0.02)
-
         headers = {"authorization": "Bearer sk-bench-0000", "anthropic-version": "2023-06-01"}
-        with httpx2.Client(timeout=600) as client:
-            client.get(f"{base}/healthz")
-            prober = threading.Thread(target=probe)
-            prober.start()
-            try:
-                for _ in range(args.rounds):
-                    for name, path, raw in bodies:
-                        t = time.perf_counter()
-                        r = client.post(f"{proxy}{path}", content=raw,
-                                        headers={**headers, "content-type": "application/json"})
-                        print(f"  {name}: {len(raw) / 1e6:.1f} MB -> {r.status_code} "
-                              f"in {time.perf_counter() - t:.2f} s ({r.headers.get('x-offload-action', '-')})",
-                              flush=True)
-            finally:
-                done.set()
-                prober.join()
-        ms = sorted(x * 1000 for x in latencies)
-        p99 = ms[min(len(ms) - 1, int(len(ms) * 0.99))]
-        print(f"/healthz while sending: {len(ms)} probes, p50 {statistics.median(ms):.1f} ms, "
-              f"p99 {p99:.1f} ms, max {ms[-1]:.1f} ms (target p99 <= 100 ms)")
+        with httpx2.Client(timeout=600) as client, healthz_probe(proxy.removesuffix("/v1"), "/healthz while sending"):
+            for _ in range(args.rounds):
+                for name, path, raw in bodies:
+                    t = time.perf_counter()
+                    r = client.post(f"{proxy}{path}", content=raw, headers={**headers, "content-type": "application/json"})
+                    print(f"  {name}: {len(raw) / 1e6:.1f} MB -> {r.status_code} "
+                          f"in {time.perf_counter() - t:.2f} s ({r.headers.get('x-offload-action', '-')})", flush=True)
 
 
 if __name__ == "__main__":
