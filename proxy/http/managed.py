@@ -199,7 +199,7 @@ class ManagedCall:
 
         # a compressed body's decoded size is unknown until decoded: always off the loop
         large = bool(codings) or sum(map(len, chunks)) > LARGE_BODY
-        raw, body, history = await cpu_pool.off_loop(parsed) if large else parsed()
+        raw, body, history = await cpu_pool.CPU(large)(parsed)
         settings = request_settings(request, caller)
         if body.get("background") is True:  # nobody would run the injected calls of a background response
             settings = settings.model_copy(update={"reload_tools": False})
@@ -337,7 +337,7 @@ class ManagedCall:
     async def serialised(self, payload: dict) -> bytes:
         """The payload as it goes upstream: a large one written off the loop, a piece at a time."""
         if len(self.raw) > LARGE_BODY:
-            return await cpu_pool.off_loop(large_json.dumps_yielding, payload)
+            return await cpu_pool.CPU(True)(large_json.dumps_yielding, payload)
         return jsonio.dumps(payload)
 
     async def send_round(self, payload: dict) -> httpx2.Response:

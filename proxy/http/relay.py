@@ -163,7 +163,7 @@ async def checked_body(request: Request, caller: Caller) -> tuple[bytes, bool]:
         caller.check_body(body)
         return jsonio.dumps(body)
 
-    checked = await cpu_pool.off_loop(check) if codings or len(raw) > LARGE_BODY else check()
+    checked = await cpu_pool.CPU(bool(codings) or len(raw) > LARGE_BODY)(check)
     return (raw, False) if checked is None else (checked, True)
 
 

@@ -310,22 +310,21 @@ class TextFormatter(logging.Formatter):
         return super().formatMessage(record)
 
 
-def configure_text_logging(level: str) -> None:
+def _configure(level: str, formatter: logging.Formatter) -> None:
     log_clip.install()
     handler = logging.StreamHandler()
-    handler.setFormatter(TextFormatter())
+    handler.setFormatter(formatter)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+
+
+def configure_text_logging(level: str) -> None:
+    _configure(level, TextFormatter())
 
 
 def configure_logging(level: str) -> None:
-    log_clip.install()
-    handler = logging.StreamHandler()
-    handler.setFormatter(JsonFormatter())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
+    _configure(level, JsonFormatter())
 
 
 def metrics_endpoint(admin_token: str | None, metrics: Metrics):

@@ -102,11 +102,6 @@ class CPU:
         return await _run(fn, args) if self.many else fn(*args)
 
 
-async def off_loop(fn: Callable[..., T], *args: Any) -> T:
-    """`fn(*args)` in the pool: work on one large input (parsing and checking a request body)."""
-    return await _run(fn, args)
-
-
 async def _run(fn: Callable[..., T], args: tuple) -> T:
     return await asyncio.get_running_loop().run_in_executor(executor(), functools.partial(fn, *args))
 
