@@ -98,6 +98,11 @@ class ServerSettings(BaseSettings):
     group_token_threshold: int | None = Field(
         None, description="Default X-Offload-Group-Token-Threshold (0: one summary call)."
     )
+    context_management: str | None = Field(
+        None, description="Default X-Offload-Context-Management: relay|emulate|auto (auto). Who applies a request's "
+        "context_management and POST /v1/responses/compact: the upstream (relay), the proxy with its own summaries "
+        "and refs (emulate), or auto: relay to api.openai.com and api.anthropic.com, emulate for any other upstream."
+    )
     summary_timeout: float = Field(60.0, gt=0, description="Timeout (s) of one summarisation call.")
     summary_wait: float = Field(
         5.0, ge=0, description="How long (s) a request waits for a summary another request is making."

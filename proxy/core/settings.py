@@ -15,6 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 
 Mode = Literal["auto", "compact", "compress", "off"]
+# Who applies a request's `context_management` (and `/responses/compact`): the upstream
+# (relay), the proxy (emulate), or the upstream when it is OpenAI's or Anthropic's own API (auto).
+ContextManagement = Literal["relay", "emulate", "auto"]
 HEADER_PREFIX = "x-offload-"
 MAX_HEADER_VALUE = 256
 IDENT_PATTERN = r"^[A-Za-z0-9._:@/-]{1,128}$"
@@ -55,6 +58,7 @@ class OffloadSettings(BaseModel):
     # capped by the model's context window when known); below it, it goes out without.
     hard_max_tokens: int | None = Field(None, ge=1, le=10_000_000)
     summary_model: str | None = Field(None, pattern=r"^[A-Za-z0-9._:/-]{1,128}$")
+    context_management: ContextManagement = "auto"
 
     @field_validator("reload_tools", mode="before")
     @classmethod
@@ -87,6 +91,8 @@ def _describe(field: str) -> str:
     annotation = str(info.annotation)
     if field == "mode":
         return "one of auto, compact, compress, off"
+    if field == "context_management":
+        return "one of relay, emulate, auto"
     if field == "reload_tools":
         return "on or off"
     if field in ("tenant", "session", "summary_model"):

@@ -8,7 +8,6 @@ quota, the pipeline, headers, events, metrics, the reload loop) is the same for 
 
 from __future__ import annotations
 
-import functools
 import logging
 from typing import Any
 
@@ -19,8 +18,8 @@ from starlette.responses import Response, StreamingResponse
 
 from proxy.core import jsonio, large_json
 from proxy.core.rounds import Rounds
-from proxy.core.settings import OffloadSettings, SettingsError
 from proxy.core.texts import RELOAD_TOOL_SCHEMAS
+from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model_async
 from proxy.core.wire import WireFormat
 from proxy.errors import ProxyError, error_response
@@ -30,20 +29,20 @@ from proxy.formats.responses import RESPONSES
 from proxy.http.family import family_of
 from proxy.http import accounting
 from proxy.http.body_encoding import codings_of, decode
-from proxy.http.caller import ACCOUNT_HEADERS, CREDENTIAL_HEADERS, Caller
+from proxy.http.call_parts import compressor_for, model_of, quota_for, request_settings
+from proxy.http.caller import Caller
 from proxy.http.disconnect import ClientDisconnected, ClientWatch
 from proxy.http.headers import offload_headers, response_headers_for_client
 from proxy.http.relay import close_after, stream_back
 from proxy.http.services import services_of
 from proxy.formats.json_body import LARGE_BODY
+from proxy.emulation import request as emulation_request
 from proxy.offload import cpu_pool, events, response_chains
+from proxy.offload.compaction_records import CompactionRecords
+from proxy.upstream.native import emulates
 from proxy.core.compaction import Plan
 from proxy.offload.pipeline import Prepared, prepare
-from proxy.offload.quota import Quota
 from proxy.offload.refs import RefStore
-from proxy.offload.summaries import Compressor
-from proxy.offload.summary_context import SummaryContext
-from proxy.offload.summarizer import DEFAULT_INSTRUCTION, DEFAULT_PROMPT
 from proxy.reload import loop as reload_loop, search_pool
 from proxy.reload.search import SearchLimits
 from proxy.reload.tools import ReloadTools, collision_warning
@@ -95,69 +94,6 @@ async def answered(request: Request, run) -> Response:
         log.exception("bug: request failed on a value of an unexpected type")
         return ProxyError(500, f"The proxy failed on this request ({type(exc).__name__}).",
                           type_="server_error", code="proxy_error").response(shape)
-
-
-def model_of(body: dict) -> str | None:
-    return body.get("model") if isinstance(body.get("model"), str) else None
-
-
-def compressor_for(request: Request, body: dict, settings: OffloadSettings, caller: Caller, *,
-                   fmt: WireFormat, refs: RefStore, background: bool = True) -> Compressor:
-    """Summaries go to the caller's upstream with the caller's upstream credential: in the
-    request's own format and endpoint (the prefix shape, `fmt` builds the request), or to chat
-    completions whatever the format (`--summary-request transcript`, OpenAI's formats only: an
-    Anthropic upstream has no chat completions, and caches prefixes); `fmt.view` reads the
-    request's items. `background`: made ahead of time and not waited for below the hard limit
-    (else inline). A tenant's `summary_prompt` replaces the transcript's system prompt and the
-    prefix shape's instruction alike."""
-    services = services_of(request)
-    custom = services.settings_resolver.tenant_extra(caller.tenant, "summary_prompt")
-    model = settings.summary_model or model_of(body) or "gpt-4o-mini"
-    headers = caller.upstream_headers(request.scope["headers"], body_replaced=True)
-    ctx = SummaryContext(upstream=services.upstream, headers=headers, model=model, prompt=custom or DEFAULT_PROMPT,
-                         timeout=services.settings.summary_timeout, wait=services.settings.summary_wait,
-                         sealer=services.sealer, base=caller.base, view=fmt.view,
-                         background=services.summaries if background else None,
-                         session=settings.session, request_model=model_of(body), metrics=services.metrics,
-                         refs=refs, tenant_scope=caller.scope, wire=fmt, body=body,
-                         summary_request="prefix" if caller.family == "anthropic" else services.settings.summary_request,
-                         instruction=custom or DEFAULT_INSTRUCTION,
-                         tally=functools.partial(services.recorder.count_summary, caller.namespace))
-    return Compressor(services.store, caller.namespace, services.settings.store_ttl, ctx)
-
-
-def request_settings(request: Request, caller: Caller) -> OffloadSettings:
-    """Server defaults ← the caller's tenant ← X-Offload-* headers; a refused header is a 400."""
-    try:
-        return services_of(request).settings_resolver.resolve(request.headers, tenant=caller.tenant)
-    except SettingsError as exc:
-        raise ProxyError(400, exc.message, code="invalid_offload_header", param=exc.param) from exc
-
-
-# Headers the check of a client's key sends with it: an Anthropic OAuth token is accepted only
-# with its `anthropic-beta` (`oauth-2025-04-20`), a 401 without.
-CHECK_HEADERS = CREDENTIAL_HEADERS + ACCOUNT_HEADERS + (b"anthropic-version", b"anthropic-beta")
-
-
-def quota_for(request: Request, caller: Caller) -> Quota:
-    """The storage quota of the caller's tenant; a client's own key must also be one the
-    upstream accepts (asked once with `GET models`, remembered for a while)."""
-    services = services_of(request)
-    verify = None
-    if caller.kind == "client":
-        async def ask() -> int | None:
-            headers = [(k, v) for k, v in caller.upstream_headers(request.scope["headers"], body_replaced=True)
-                       if k.lower() in CHECK_HEADERS]
-            try:
-                response = await services.upstream.send("GET", "models", headers=headers, base=caller.base)
-            except ProxyError:
-                return None
-            await response.aclose()
-            return response.status_code
-
-        verify = services.credential_check.verifier(caller.scope, ask)
-    return Quota(services.store, caller.scope, limit=services.settings.max_stored_bytes_per_namespace,
-                 ttl=services.settings.store_ttl, verify=verify)
 
 
 class ManagedCall:
@@ -268,6 +204,7 @@ class ManagedCall:
         """Plan and store (the pipeline), then prepare what goes upstream. `new_summaries`:
         False uses the summaries ready in the store and never makes one (counting tokens)."""
         await self._continue_chain()
+        await self._begin_emulation()
         collisions = self.fmt.colliding_tool_names(self.body)
         if collisions:  # the client's own context_reload/context_search: handled as X-Offload-Mode: off
             self.settings = self.settings.model_copy(update={"mode": "off", "reload_tools": False})
@@ -292,7 +229,8 @@ class ManagedCall:
         plan = prepared.plan
         # on the shared key the upstream gets the object the checks read (a duplicate key could
         # otherwise show it a value the proxy never saw): re-serialised, as a changed body is
-        self.changed = prepared.action != "none" or self.continued or self.caller.shared_key
+        self.changed = (prepared.action != "none" or self.continued or self.caller.shared_key
+                        or self.emulation.changed)
         # a compaction_trigger asks for a compaction, not a turn: it stays the last item, no round follows it
         self.inject_reload_tools = (self.settings.reload_tools and bool(plan.refs) and not prepared.store_failed
                                     and not self.provider.trigger)
@@ -308,6 +246,17 @@ class ManagedCall:
                                               extra_usage=prepared.summary_usage)
         self.extra_headers = offload_headers(prepared)
         self.rec = accounting.note(self)  # what the access log, the metrics and the statistics learn
+
+    async def _begin_emulation(self) -> None:
+        """The providers' context management, when the proxy applies it (`proxy.emulation`)."""
+        services = self.services
+        self.records = CompactionRecords(services.store, self.namespace, services.settings.store_ttl,
+                                         services.sealer, secret=services.settings.encryption_key)
+        base = self.base or services.settings.upstream_base
+        self.emulation = await emulation_request.begin(
+            self.body, self.messages, view=self.fmt.view, tokens=self.fmt is RESPONSES, records=self.records,
+            emulating=emulates(self.settings.context_management, base))
+        self.body, self.messages = self.emulation.body, self.emulation.items
 
     def _after(self) -> BackgroundTask:
         """Once the client has its answer: the events."""

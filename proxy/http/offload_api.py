@@ -15,7 +15,7 @@ from proxy.http.body_encoding import decoded
 from proxy.http.caller import Caller
 from proxy.core.settings import OffloadSettings
 from proxy.formats.chat.body import parse_chat_body
-from proxy.http.managed import compressor_for, model_of, quota_for, request_settings
+from proxy.http.call_parts import compressor_for, model_of, quota_for, request_settings
 from proxy.http.services import services_of
 from proxy.errors import ProxyError
 from proxy.http.json_response import JSONResponse

@@ -152,6 +152,29 @@ class Compressor:
                 return pending
         return await self._summarize_once(compacted, originals, settings, counter, chain, decision, cpu)
 
+    async def fold(self, compacted: list[Any], originals: list[Any], settings: OffloadSettings,
+                   counter: TokenCounter, *, keep_recent: int, cpu: CPU = INLINE) -> Compressed:
+        """Summarise everything between the head and the `keep_recent` last items now, whatever
+        the trigger: an emulated provider compaction (`proxy.emulation`). A summary of this very
+        prefix made earlier (by a turn, in the background, by an earlier compaction) is used as
+        it is, else folded into the new one; made once under the lock, like every summary.
+        `items` is None when there is nothing to fold or no summary could be made (`warning`)."""
+        head, tail = await cpu(cp.split, compacted, self.view, keep_recent)
+        if tail - head < 1:
+            return Compressed()
+        chain = cp.PrefixHashes(originals)
+        prior = await self._prior(originals, chain, head, tail, cpu)
+        if prior is not None and prior.cut == tail:
+            done = Compressed(cp.assemble(compacted, self.view, head, prior.cut, prior.message), summary_at=head)
+            await self._bill(prior, done)
+            return done
+        start = prior.cut if prior is not None and head <= prior.cut < tail else head
+        decision = cp.Decision("summarize", head, tail, prior if start != head else None, (start, tail))
+        made = await self._summarize_once(compacted, originals, settings, counter, chain, decision, cpu)
+        if made.items is not None:
+            made.summary_at = head
+        return made
+
     async def _bill(self, prior: cp.PriorSummary, into: Compressed) -> None:
         """A summary made in the background is paid by the first response that uses it."""
         if not prior.bill or not any(prior.usage):

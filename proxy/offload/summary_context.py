@@ -70,6 +70,7 @@ class Compressed:
     pending: bool = False  # the summary this turn needed is being made in the background
     usage_in: int = 0  # what the summary just made cost, however it is billed
     usage_out: int = 0
+    summary_at: int | None = None  # `fold`: the index of the summary item in `items`
 
 
 def summary_usage(tokens_in: int, tokens_out: int) -> dict | None:

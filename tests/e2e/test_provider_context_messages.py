@@ -60,14 +60,18 @@ def compact_json(value) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+# the fake upstream plays Anthropic's own API, which applies context management itself
+RELAY = {"X-Offload-Context-Management": "relay"}
+
+
 def post(proxy_url: str, body: dict, headers: dict, key: str) -> httpx2.Response:
     return httpx2.post(f"{proxy_url}/v1/messages", content=compact_json(body), timeout=30,
                        headers={"x-api-key": key, "anthropic-version": "2023-06-01",
-                                "content-type": "application/json", **headers})
+                                "content-type": "application/json", **RELAY, **headers})
 
 
 def sdk(proxy_url: str, key: str, headers: dict) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=proxy_url, api_key=key, max_retries=0, timeout=30, default_headers=headers)
+    return anthropic.Anthropic(base_url=proxy_url, api_key=key, max_retries=0, timeout=30, default_headers={**RELAY, **headers})
 
 
 @pytest.fixture

@@ -24,6 +24,8 @@ MODEL = "gpt-5"
 INLINE = {"X-Offload-Max-Total-Tokens": "1500", "X-Offload-Hard-Max-Tokens": "1", "X-Offload-Precompress-Ratio": "0",
           "X-Offload-Max-Tool-Message-Tokens": "300"}
 CLIENT_COMPACTION = fake.compaction("gAAAAABclient+state/" + "Zm9vYmFy" * 30 + "==", id="cmp_client_1")
+# the fake upstream plays OpenAI's own API, which applies context management itself
+RELAY = {"X-Offload-Context-Management": "relay"}
 CONTEXT_MANAGEMENT = [{"type": "compaction", "compact_threshold": 1000}]
 
 
@@ -52,7 +54,7 @@ def compact_json(value) -> bytes:
 
 def post(proxy_url: str, body: dict, headers: dict, key: str) -> httpx2.Response:
     return httpx2.post(f"{proxy_url}/v1/responses", content=compact_json(body), timeout=30,
-                       headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json", **headers})
+                       headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json", **RELAY, **headers})
 
 
 @pytest.fixture
@@ -138,7 +140,7 @@ def test_a_compaction_trigger_stays_last_and_no_reload_round_follows(proxy_url, 
 
 def test_the_openai_sdk_round_trips_a_compaction_through_the_proxy(proxy_url, upstream, key):
     client = openai.OpenAI(base_url=f"{proxy_url}/v1", api_key=key, max_retries=0, timeout=30,
-                           default_headers={**INLINE, "X-Offload-Mode": "auto"})
+                           default_headers={**INLINE, **RELAY, "X-Offload-Mode": "auto"})
     items = [user("start"), *TOOL_TURN, *NEW]
     first = client.responses.create(model=MODEL, store=False, input=items, context_management=CONTEXT_MANAGEMENT)
     assert first.output[0].type == "compaction"

@@ -1,0 +1,82 @@
+"""The per-request parts of a managed call, from the server's services: its settings, its
+storage quota, its compressor (shared by the managed endpoints and `POST /v1/offload`)."""
+
+from __future__ import annotations
+
+import functools
+
+from starlette.requests import Request
+
+from proxy.core.settings import OffloadSettings, SettingsError
+from proxy.core.wire import WireFormat
+from proxy.errors import ProxyError
+from proxy.http.caller import ACCOUNT_HEADERS, CREDENTIAL_HEADERS, Caller
+from proxy.http.services import services_of
+from proxy.offload.quota import Quota
+from proxy.offload.refs import RefStore
+from proxy.offload.summaries import Compressor
+from proxy.offload.summary_context import SummaryContext
+from proxy.offload.summarizer import DEFAULT_INSTRUCTION, DEFAULT_PROMPT
+
+
+def model_of(body: dict) -> str | None:
+    return body.get("model") if isinstance(body.get("model"), str) else None
+
+
+def compressor_for(request: Request, body: dict, settings: OffloadSettings, caller: Caller, *,
+                   fmt: WireFormat, refs: RefStore, background: bool = True) -> Compressor:
+    """Summaries go to the caller's upstream with the caller's upstream credential: in the
+    request's own format and endpoint (the prefix shape, `fmt` builds the request), or to chat
+    completions whatever the format (`--summary-request transcript`, OpenAI's formats only: an
+    Anthropic upstream has no chat completions, and caches prefixes); `fmt.view` reads the
+    request's items. `background`: made ahead of time and not waited for below the hard limit
+    (else inline). A tenant's `summary_prompt` replaces the transcript's system prompt and the
+    prefix shape's instruction alike."""
+    services = services_of(request)
+    custom = services.settings_resolver.tenant_extra(caller.tenant, "summary_prompt")
+    model = settings.summary_model or model_of(body) or "gpt-4o-mini"
+    headers = caller.upstream_headers(request.scope["headers"], body_replaced=True)
+    ctx = SummaryContext(upstream=services.upstream, headers=headers, model=model, prompt=custom or DEFAULT_PROMPT,
+                         timeout=services.settings.summary_timeout, wait=services.settings.summary_wait,
+                         sealer=services.sealer, base=caller.base, view=fmt.view,
+                         background=services.summaries if background else None,
+                         session=settings.session, request_model=model_of(body), metrics=services.metrics,
+                         refs=refs, tenant_scope=caller.scope, wire=fmt, body=body,
+                         summary_request="prefix" if caller.family == "anthropic" else services.settings.summary_request,
+                         instruction=custom or DEFAULT_INSTRUCTION,
+                         tally=functools.partial(services.recorder.count_summary, caller.namespace))
+    return Compressor(services.store, caller.namespace, services.settings.store_ttl, ctx)
+
+
+def request_settings(request: Request, caller: Caller) -> OffloadSettings:
+    """Server defaults ← the caller's tenant ← X-Offload-* headers; a refused header is a 400."""
+    try:
+        return services_of(request).settings_resolver.resolve(request.headers, tenant=caller.tenant)
+    except SettingsError as exc:
+        raise ProxyError(400, exc.message, code="invalid_offload_header", param=exc.param) from exc
+
+
+# Headers the check of a client's key sends with it: an Anthropic OAuth token is accepted only
+# with its `anthropic-beta` (`oauth-2025-04-20`), a 401 without.
+CHECK_HEADERS = CREDENTIAL_HEADERS + ACCOUNT_HEADERS + (b"anthropic-version", b"anthropic-beta")
+
+
+def quota_for(request: Request, caller: Caller) -> Quota:
+    """The storage quota of the caller's tenant; a client's own key must also be one the
+    upstream accepts (asked once with `GET models`, remembered for a while)."""
+    services = services_of(request)
+    verify = None
+    if caller.kind == "client":
+        async def ask() -> int | None:
+            headers = [(k, v) for k, v in caller.upstream_headers(request.scope["headers"], body_replaced=True)
+                       if k.lower() in CHECK_HEADERS]
+            try:
+                response = await services.upstream.send("GET", "models", headers=headers, base=caller.base)
+            except ProxyError:
+                return None
+            await response.aclose()
+            return response.status_code
+
+        verify = services.credential_check.verifier(caller.scope, ask)
+    return Quota(services.store, caller.scope, limit=services.settings.max_stored_bytes_per_namespace,
+                 ttl=services.settings.store_ttl, verify=verify)

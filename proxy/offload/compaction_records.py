@@ -1,0 +1,58 @@
+"""What an emulated compaction token stands for, kept in the namespace's store.
+
+A record is the list of history items (in the request's own format) that replace the
+`compaction` item carrying the token on later requests: the proxy's summary item, whose `ref=`
+keeps every summarised byte reloadable, and whatever else the compaction kept that the client
+may drop. Records are written once (their id is a hash of their content), sealed at rest like
+every offload, and their idle TTL is extended each time a request uses them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from proxy.core import compaction_token
+from proxy.core.compaction_token import TokenError
+from proxy.offload.quota import Quota
+from proxy.offload.tenant import key
+from proxy.store import Store
+from proxy.store.sealing import Sealer
+
+__all__ = ["CompactionRecords", "TokenError"]
+
+
+class CompactionRecords:
+    def __init__(self, store: Store, namespace: str, ttl: int, sealer: Sealer, *, secret: str | None = None,
+                 quota: Quota | None = None) -> None:
+        """`secret`: the server's encryption key (it keys the tokens' tags too), if any."""
+        self.store, self.namespace, self.ttl, self.sealer = store, namespace, ttl, sealer
+        self.secret, self.quota = secret, quota
+
+    def _key(self, record_id: str) -> str:
+        return key(self.namespace, "compaction", record_id)
+
+    async def save(self, items: list[Any]) -> str:
+        """Store `items` and answer the token that stands for them (the same items, the same token).
+        Raises what the store and the quota raise."""
+        content = json.dumps(items, ensure_ascii=False, separators=(",", ":")).encode()
+        record_id = compaction_token.record_id_for(self.namespace, content)
+        store_key = self._key(record_id.hex())
+        if not (await self.store.touch([store_key], self.ttl))[0]:
+            sealed = self.sealer.seal(content, store_key)
+            if self.quota is not None:
+                await self.quota.charge(len(sealed))
+            await self.store.put(store_key, sealed, self.ttl)
+        return compaction_token.make_token(record_id, self.namespace, self.secret)
+
+    async def load(self, token: str) -> list[Any] | None:
+        """The items a token of ours stands for; None when the store no longer holds them (expired,
+        evicted). TokenError for a token this namespace may not use (another's, malformed)."""
+        record_id = compaction_token.read_token(token, self.namespace, self.secret)
+        store_key = self._key(record_id)
+        value = await self.store.get(store_key, ttl=self.ttl)
+        opened = None if value is None else self.sealer.open(value, store_key)
+        if opened is None:
+            return None
+        items = json.loads(opened)
+        return items if isinstance(items, list) else None
