@@ -13,7 +13,10 @@ from proxy.stats.prices import PriceTable
 ACTIONS = ("none", "compact", "compress", "compact+compress", "compress-pending", "compact+compress-pending")
 COUNTERS = ("requests", "tokens_before", "tokens_after", "reload_rounds", "searches", "summaries_made",
             "summaries_reused", "summaries_failed", "summaries_pending", "warnings", "store_warnings", "errors",
-            "prefix_tokens", "image_tokens_saved")
+            "prefix_tokens", "image_tokens_saved", "emulated_compactions", "context_edits")
+# What X-Offload-Action adds when the proxy applied the provider's context management itself
+# (`proxy.emulation`): counted apart, the offload action is what is left.
+EMULATED = {"emulated-compaction": "emulated_compactions", "context-edits": "context_edits"}
 MONEY = ("usd_before", "usd_after")
 
 
@@ -57,17 +60,26 @@ class Turn:
         return row
 
 
+def split_action(action: str) -> tuple[str, set[str]]:
+    """(the offload action, the emulated parts) of an X-Offload-Action value."""
+    parts = action.split("+")
+    emulated = {p for p in parts if p in EMULATED}
+    return "+".join(p for p in parts if p not in EMULATED) or "none", emulated
+
+
 def turn_fields(turn: Turn, prices: PriceTable) -> Fields:
     """What one turn adds to a bucket. A summary is *reused* when the turn went out compressed
     without making one; *pending* when it went out uncompressed while its summary was being
     made in the background (a stall avoided: the turn did not wait)."""
-    compressed = "compress" in turn.action
-    pending = "compress-pending" in turn.action
+    action, emulated = split_action(turn.action)
+    compressed = "compress" in action
+    pending = "compress-pending" in action
     fields: Fields = {
         "requests": 1,
         "tokens_before": turn.tokens_before,
         "tokens_after": turn.tokens_after,
-        f"action:{turn.action}": 1,
+        f"action:{action}": 1,
+        **{EMULATED[part]: 1 for part in emulated},
         "reload_rounds": turn.reload_rounds,
         "searches": turn.searches,
         "summaries_made": turn.summaries_made,
@@ -115,6 +127,7 @@ def headline(fields: Mapping[str, int | float]) -> dict[str, Any]:
         "warnings": n["warnings"],
         "store_warnings": n["store_warnings"],
         "errors": n["errors"],
+        "emulated": {"compactions": n["emulated_compactions"], "context_edits": n["context_edits"]},
     }
 
 

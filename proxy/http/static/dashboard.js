@@ -156,6 +156,8 @@
       ["Summaries reused", int(s.reused)],
       ["Summaries failed", int(s.failed), s.failed > 0],
       ["Stalls avoided (summary pending)", int(t.stalls_avoided)],
+      ["Compactions emulated", int((t.emulated || {}).compactions)],
+      ["Context edits emulated", int((t.emulated || {}).context_edits)],
       ["Store warnings", int(t.store_warnings), t.store_warnings > 0],
       ["Errors", int(t.errors), t.errors > 0],
     ];

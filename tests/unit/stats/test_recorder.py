@@ -44,6 +44,15 @@ def test_turn_fields():
     assert turn_fields(turn(status=502), PRICES)["errors"] == 1
 
 
+def test_emulated_context_management_is_counted_apart_from_the_offload_action():
+    both = turn_fields(turn(action="compact+emulated-compaction"), PRICES)
+    assert both["action:compact"] == 1 and both["emulated_compactions"] == 1 and "context_edits" not in both
+    alone = turn_fields(turn(action="context-edits"), PRICES)
+    assert alone["action:none"] == 1 and alone["context_edits"] == 1
+    h = headline({**both, **{"action:none": 1, "context_edits": 2}})
+    assert h["emulated"] == {"compactions": 1, "context_edits": 2} and h["actions"]["compact"] == 1
+
+
 def test_headline_of_nothing_and_of_something():
     empty = headline({})
     assert empty["requests"] == 0 and empty["forwarded_ratio"] is None and empty["reload_rate"] is None
