@@ -36,8 +36,10 @@ class WireFormat(Protocol):
         `compaction_trigger`): the planners step aside where the provider acts."""
 
     def rounds(self, body: dict, items: list[Any], tools: Sequence[dict], *,
-               extra_usage: dict | None) -> Rounds:
-        """`tools`: the injected tools' chat-style schemas; `extra_usage`: chat-shaped."""
+               extra_usage: dict | None, lead: Sequence[dict] = ()) -> Rounds:
+        """`tools`: the injected tools' chat-style schemas; `extra_usage`: chat-shaped; `lead`: the
+        proxy's own output (Responses items, Messages blocks) first in the answer (an emulated
+        compaction); chat completions have none."""
 
     def summary_request(self, body: dict, prefix: list[Any], instruction: str, tools: Sequence[dict], *,
                         model: str) -> tuple[str, dict]:

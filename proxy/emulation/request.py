@@ -13,7 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.core.view import ItemView
+from proxy.emulation.compaction_blocks import replace_compaction_blocks
+from proxy.emulation.threshold import Threshold, messages_threshold, responses_threshold
 from proxy.emulation.tokens_in_input import replace_tokens
+from proxy.formats.messages.request import history as messages_history
 from proxy.errors import ProxyError
 from proxy.offload.compaction_records import CompactionRecords
 from proxy.store import StoreUnavailable
@@ -26,6 +29,7 @@ class Emulation:
     items: list[Any]  # the history as it goes on (the proxy's tokens replaced)
     asked: Any = None  # the `context_management` the client asked for, when the proxy applies it
     replaced: bool = False  # a token of ours was replaced: the body must be re-serialised
+    threshold: Threshold | None = None  # the threshold compaction asked, when the proxy applies it
 
     @property
     def changed(self) -> bool:
@@ -33,19 +37,27 @@ class Emulation:
 
 
 async def begin(body: dict, items: list[Any], *, view: ItemView, emulating: bool, tokens: bool,
-                records: CompactionRecords) -> Emulation:
-    """`tokens`: the format's items may carry the proxy's compaction tokens (Responses)."""
+                records: CompactionRecords, blocks: bool = False) -> Emulation:
+    """`tokens`: the format's items may carry the proxy's compaction tokens (Responses);
+    `blocks`: its messages may hold `compaction` blocks (Messages, `compaction_blocks`)."""
     result = Emulation(emulating, body, items)
-    if tokens:
-        try:
+    if emulating and "context_management" in body:  # checked first: a malformed one is a 400 whatever the input
+        asked = body["context_management"]
+        result.threshold = responses_threshold(asked) if tokens else messages_threshold(asked) if blocks else None
+        result.asked = asked
+        result.body = body = {k: v for k, v in body.items() if k != "context_management"}
+    try:
+        if tokens:
             replaced = await replace_tokens(items, view, records, emulating=emulating)
-        except StoreUnavailable as exc:
-            raise ProxyError(503, "The proxy's store is unavailable, and this input holds a compaction item whose "
-                                  f"content the store keeps; try again ({exc}).", type_="server_error",
-                             code="store_unavailable") from exc
-        if replaced is not None:
-            result.items, result.replaced = replaced, True
-    if emulating and "context_management" in body:
-        result.asked = body["context_management"]
-        result.body = {k: v for k, v in body.items() if k != "context_management"}
+            if replaced is not None:
+                result.items, result.replaced = replaced, True
+        elif blocks and isinstance(body.get("messages"), list):
+            messages = await replace_compaction_blocks(body["messages"], records, emulating=emulating)
+            if messages is not None:
+                result.body = {**body, "messages": messages}
+                result.items, result.replaced = messages_history(result.body), True
+    except StoreUnavailable as exc:
+        raise ProxyError(503, "The proxy's store is unavailable, and this input holds a compaction item whose "
+                              f"content the store keeps; try again ({exc}).", type_="server_error",
+                         code="store_unavailable") from exc
     return result

@@ -36,7 +36,8 @@ from proxy.http.headers import offload_headers, response_headers_for_client
 from proxy.http.relay import close_after, stream_back
 from proxy.http.services import services_of
 from proxy.formats.json_body import LARGE_BODY
-from proxy.emulation import request as emulation_request
+from proxy.emulation import inline, request as emulation_request
+from proxy.emulation.threshold import without_emulated_betas
 from proxy.offload import cpu_pool, events, response_chains
 from proxy.offload.compaction_records import CompactionRecords
 from proxy.upstream.native import emulates
@@ -66,7 +67,9 @@ async def handle(request: Request, fmt: WireFormat) -> Response:
     async def run() -> Response:
         call = await ManagedCall.open(request, fmt)
         await call.offload()
-        if not call.inject_reload_tools and not call.prepared.summary_usage:
+        if call.inline.paused:  # the compaction alone answers: no turn (pause_after_compaction)
+            return inline.paused_response(call)
+        if not call.inject_reload_tools and not call.prepared.summary_usage and not call.inline.lead:
             return await call.forward()  # the upstream's answer as it is
         if call.body.get("stream") is True:
             return await call.forward_streaming_with_reload()
@@ -208,7 +211,8 @@ class ManagedCall:
         collisions = self.fmt.colliding_tool_names(self.body)
         if collisions:  # the client's own context_reload/context_search: handled as X-Offload-Mode: off
             self.settings = self.settings.model_copy(update={"mode": "off", "reload_tools": False})
-        self.provider = self.fmt.provider_context(self.body)  # the provider's own context management
+        # the provider's own context management (the emulation's when the proxy applies it)
+        self.provider = inline.provider_for(self.fmt.provider_context(self.body), self.emulation)
         self.counter = await counter_for_model_async(model_of(self.body))
         self.refs = RefStore(self.services.store, self.namespace, self.services.settings.store_ttl, self.services.sealer,
                              quota=quota_for(self.request, self.caller))
@@ -222,6 +226,7 @@ class ManagedCall:
                                                      namespace=self.namespace, refs=self.refs, compressor=compressor,
                                                      view=self.fmt.view, new_summaries=new_summaries,
                                                      provider=self.provider)
+        self.inline = await inline.compact(self, new_summaries=new_summaries)
         if collisions:
             prepared.warnings.append(collision_warning(collisions))
         for warning in prepared.warnings:
@@ -238,12 +243,14 @@ class ManagedCall:
             search_pool.warm()  # the model may search: its workers start while the upstream answers
         self.headers = self.caller.upstream_headers(
             self.request.scope["headers"], body_replaced=self.changed or self.inject_reload_tools or self.decoded)
+        if self.emulation.emulating:
+            self.headers = without_emulated_betas(self.headers)
         self.tools = ReloadTools(self.refs, self.counter, max_tokens=self.settings.max_reload_tokens,
                                  request_refs=plan.refs, session=self.settings.session,
                                  limits=SearchLimits.of(self.services.settings))
         self.items = [*self.carried, *plan.items]
         self.rounds: Rounds = self.fmt.rounds(self.body, self.items, RELOAD_TOOL_SCHEMAS,
-                                              extra_usage=prepared.summary_usage)
+                                              extra_usage=prepared.summary_usage, lead=self.inline.lead)
         self.extra_headers = offload_headers(prepared)
         self.rec = accounting.note(self)  # what the access log, the metrics and the statistics learn
 
@@ -255,10 +262,10 @@ class ManagedCall:
         base = self.base or services.settings.upstream_base
         self.emulation = await emulation_request.begin(
             self.body, self.messages, view=self.fmt.view, tokens=self.fmt is RESPONSES, records=self.records,
-            emulating=emulates(self.settings.context_management, base))
+            emulating=emulates(self.settings.context_management, base), blocks=self.fmt is MESSAGES)
         self.body, self.messages = self.emulation.body, self.emulation.items
 
-    def _after(self) -> BackgroundTask:
+    def after(self) -> BackgroundTask:
         """Once the client has its answer: the events."""
         async def record() -> None:
             self.prepared.start_background()  # if the upstream never answered
@@ -301,7 +308,7 @@ class ManagedCall:
         response = await self.watch.run(self._send(content))
         out = await stream_back(response, self.extra_headers, shape=self.caller.family)
         accounting.tap_reply(self, out)
-        out.background = self._after()
+        out.background = self.after()
         return out
 
     def _budget(self) -> reload_loop.Budget:
@@ -314,7 +321,7 @@ class ManagedCall:
         result = await self.watch.run(reload_loop.complete(self.rounds, self.send_round, self.tools, budget))
         if result.status == 200:
             await self._settle_chain()
-        out = Response(result.body, status_code=result.status, background=self._after())
+        out = Response(result.body, status_code=result.status, background=self.after())
         out.raw_headers = (
             response_headers_for_client(result.response.headers.raw, decoded=True)
             + [(b"content-length", str(len(result.body)).encode())]
@@ -330,7 +337,7 @@ class ManagedCall:
             return await stream_back(first, self.extra_headers, shape=self.caller.family)
         events_ = reload_loop.stream(first, self.rounds, self.send_round, self.tools, budget,
                                      before_finish=self._settle_chain)
-        out = StreamingResponse(close_after(first, events_), status_code=200, background=self._after())
+        out = StreamingResponse(close_after(first, events_), status_code=200, background=self.after())
         headers = response_headers_for_client(first.headers.raw, decoded=True)
         if not first.headers.get("content-type", "").startswith("text/event-stream"):  # e.g. an HTML page:
             headers = [(k, v) for k, v in headers if k.lower() != b"content-type"]  # the events are the proxy's

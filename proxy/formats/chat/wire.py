@@ -35,7 +35,9 @@ class ChatFormat:
         return NONE  # chat completions has no server-side context management
 
     def rounds(self, body: dict, items: list[Any], tools: Sequence[dict], *,
-               extra_usage: dict | None) -> ChatRounds:
+               extra_usage: dict | None, lead: Sequence[dict] = ()) -> ChatRounds:
+        if lead:  # chat completions have no context management to emulate
+            raise ValueError("chat completions carry no lead output")
         return ChatRounds(body, items, tools, extra_usage=extra_usage)
 
     def summary_request(self, body: dict, prefix: list[Any], instruction: str, tools: Sequence[dict], *,

@@ -46,14 +46,16 @@ class MessagesRounds:
     last_id: str | None = None
 
     def __init__(self, body: dict, items: list[Any], tools: Sequence[dict], names: frozenset[str], *,
-                 extra_usage: dict | None = None) -> None:
+                 extra_usage: dict | None = None, lead: Sequence[dict] = ()) -> None:
+        """`lead`: the proxy's own blocks, first in the client's answer (an emulated compaction)."""
         self.body, self.items, self.tools, self.names = body, list(items), list(tools), names
         self.extra_usage = usage_from_chat(extra_usage)
         self.round = 0
         self.offered = False
         self._pending: tuple[dict, list[dict]] | None = None  # the round's assistant message, its injected calls
         self._answers: list[dict] = []
-        self._rewriter = StreamRewriter(names, extra_usage=self.extra_usage)
+        self.lead = list(lead)
+        self._rewriter = StreamRewriter(names, extra_usage=self.extra_usage, lead=self.lead)
         self.unanswered: list[ToolCall] = []
 
     def request(self, offered: bool) -> dict:
@@ -88,7 +90,7 @@ class MessagesRounds:
         return self._stop(calls_to_run(answer, self.names))
 
     def result(self) -> dict:
-        return combine_rounds(self._answers, self.names, extra_usage=self.extra_usage)
+        return combine_rounds(self._answers, self.names, extra_usage=self.extra_usage, lead=self.lead)
 
     # -- streamed ----------------------------------------------------------------------------
 

@@ -120,7 +120,8 @@ def sum_usage(usages: Sequence[Any], extra_usage: dict | None) -> dict | None:
     return total
 
 
-def combine_rounds(answers: Sequence[dict], names: Collection[str], *, extra_usage: dict | None = None) -> dict:
+def combine_rounds(answers: Sequence[dict], names: Collection[str], *, extra_usage: dict | None = None,
+                   lead: Sequence[dict] = ()) -> dict:
     """The one message the client gets from the rounds of a non-streamed reload loop.
 
     The last round's message (its `stop_reason`, `stop_sequence`, `model`, …) with the first
@@ -128,14 +129,14 @@ def combine_rounds(answers: Sequence[dict], names: Collection[str], *, extra_usa
     more rounds follow), the visible blocks of every round in order (what the stream shows
     too: each round's text and thinking, never an injected tool_use), and `usage` summed over
     the rounds plus `extra_usage` (Messages-shaped). A `tool_use` stop with no tool_use left
-    becomes `end_turn`.
+    becomes `end_turn`. `lead`: the proxy's own blocks, first (an emulated compaction block).
     """
     if not answers:
         raise ValueError("no rounds")
     first, last = answers[0], answers[-1]
     final = dict(last)
-    if isinstance(last.get("content"), list) or len(answers) > 1:
-        final["content"] = [block for answer in answers for block in visible(content_of(answer), names)]
+    if isinstance(last.get("content"), list) or len(answers) > 1 or lead:
+        final["content"] = [*lead, *(block for answer in answers for block in visible(content_of(answer), names))]
     if "id" in first:
         final["id"] = first["id"]
     if "stop_reason" in final:

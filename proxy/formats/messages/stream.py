@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,11 +101,27 @@ def _apply(delta: dict, state: _Block) -> None:
         state.citations.append(delta["citation"])
     elif kind == "input_json_delta" and isinstance(delta.get("partial_json"), str):
         state.fragments.add(delta["partial_json"])
+    elif kind == "compaction_delta":  # a provider's compaction block comes whole in one delta
+        state.block.update({k: delta.get(k) for k in ("content", "encrypted_content") if k in delta})
 
 
 def _counts(usage: dict) -> dict:
     """The counts of a usage object (numbers and nested counts), for a `message_delta`."""
     return {k: v for k, v in usage.items() if _int(v) is not None or isinstance(v, (float, dict))}
+
+
+def block_events(index: int, block: dict) -> list[dict]:
+    """A whole block as Anthropic streams it: `content_block_start`, one delta, `content_block_stop`.
+    A `compaction` block starts empty and comes in one `compaction_delta`; others start whole."""
+    if block_type(block) == "compaction":
+        start = {"type": "compaction", "content": None, "encrypted_content": None}
+        deltas = [{"type": "compaction_delta", "content": block.get("content"),
+                   "encrypted_content": block.get("encrypted_content")}]
+    else:
+        start, deltas = block, []
+    return ([{"type": "content_block_start", "index": index, "content_block": start}]
+            + [{"type": "content_block_delta", "index": index, "delta": delta} for delta in deltas]
+            + [{"type": "content_block_stop", "index": index}])
 
 
 class StreamRewriter:
@@ -115,12 +131,16 @@ class StreamRewriter:
     `round_message` and `calls_to_run` make the next request, and `next_round()` starts it);
     `finish()` gives the last events, `fail(...)` an error event instead."""
 
-    def __init__(self, injected_names: Iterable[str], *, extra_usage: dict | None = None) -> None:
+    def __init__(self, injected_names: Iterable[str], *, extra_usage: dict | None = None,
+                 lead: Sequence[dict] = ()) -> None:
+        """`lead`: the proxy's own blocks (an emulated compaction block), at the first indexes,
+        streamed whole right after `message_start`."""
         self.names = frozenset(injected_names)
         self.message_id: str | None = None  # the first round's: what the client sees
         self.round = 0
         self._started = False
-        self._next_index = 0
+        self._lead = list(lead)
+        self._next_index = len(self._lead)
         self._usage: dict | None = add_usage(None, extra_usage)  # the finished rounds' sum
         self._finished = False
         self._new_round()
@@ -247,4 +267,4 @@ class StreamRewriter:
         self._started = True
         if isinstance(message.get("id"), str):
             self.message_id = message["id"]
-        return [event]
+        return [event, *(e for index, block in enumerate(self._lead) for e in block_events(index, block))]

@@ -65,7 +65,8 @@ class ResponsesRounds:
     closing = b""
 
     def __init__(self, body: dict, items: list[Any], tools: Sequence[dict], names: frozenset[str], *,
-                 extra_usage: dict | None = None) -> None:
+                 extra_usage: dict | None = None, lead: Sequence[dict] = ()) -> None:
+        """`lead`: the proxy's own output items, first in the client's answer (an emulated compaction)."""
         self.body, self.items, self.tools, self.names = body, list(items), list(tools), names
         self.extra_usage = usage_from_chat(extra_usage)
         self.round = 0
@@ -80,7 +81,8 @@ class ResponsesRounds:
         self._pending: tuple[list[dict], list[dict]] = ([], [])  # the round's items, its injected calls
         self._results: list[dict] = []  # what a chained round sends
         self._answers: list[dict] = []
-        self._rewriter = StreamRewriter(names, extra_usage=self.extra_usage)
+        self.lead = list(lead)
+        self._rewriter = StreamRewriter(names, extra_usage=self.extra_usage, lead=self.lead)
         self.first_id: str | None = None
         self.last_id: str | None = None
         self.unanswered: list[ToolCall] = []
@@ -127,7 +129,7 @@ class ResponsesRounds:
         return self._stop(calls_to_run(answer, self.names))
 
     def result(self) -> dict:
-        return combine_rounds(self._answers, self.names, extra_usage=self.extra_usage)
+        return combine_rounds(self._answers, self.names, extra_usage=self.extra_usage, lead=self.lead)
 
     # -- streamed ----------------------------------------------------------------------------
 

@@ -119,18 +119,20 @@ def hide_injected(response: dict, names: Collection[str]) -> dict:
     return _with_output(_hide_tools(response, names), visible)
 
 
-def combine_rounds(responses: Sequence[dict], names: Collection[str], *, extra_usage: dict | None = None) -> dict:
+def combine_rounds(responses: Sequence[dict], names: Collection[str], *, extra_usage: dict | None = None,
+                   lead: Sequence[dict] = ()) -> dict:
     """The one response the client gets from the rounds of a non-streamed reload loop.
 
     The last round's response (its status, model, …) with the first round's `id` and
     `created_at` (the same identity a stream announces, see `StreamRewriter`), the visible
     output items of every round in order, and `usage` summed over the rounds plus
     `extra_usage` (the proxy's own calls, in Responses shape) when any round reported usage.
+    `lead`: the proxy's own output items, first (an emulated compaction item).
     """
     if not responses:
         raise ValueError("no rounds")
     first, last = responses[0], responses[-1]
-    output = [item for response in responses for item in hide_injected(response, names)["output"]]
+    output = [*lead, *(item for response in responses for item in hide_injected(response, names)["output"])]
     final = _with_output(_hide_tools(last, names), output)
     for key in ("id", "created_at"):
         if key in first:

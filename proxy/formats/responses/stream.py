@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,15 +88,19 @@ class StreamRewriter:
     The events given to `feed` are not changed; relayed events are shallow copies.
     """
 
-    def __init__(self, injected_names: Iterable[str], *, extra_usage: dict | None = None) -> None:
+    def __init__(self, injected_names: Iterable[str], *, extra_usage: dict | None = None,
+                 lead: Sequence[dict] = ()) -> None:
+        """`lead`: the proxy's own output items (an emulated compaction item), first in the
+        output: announced (`output_item.added` and `.done`) once the response has started."""
         self.names = frozenset(injected_names)
         self.response_id: str | None = None  # the first round's: what the client sees
         self.last_response_id: str | None = None
         self.round = 0
         self._sequence: int | None = None
         self._first: dict | None = None  # the first round's response object (created / in_progress)
-        self._visible: dict[int, dict] = {}  # client output_index → finished item
-        self._next_index = 0
+        self._visible: dict[int, dict] = dict(enumerate(lead))  # client output_index → finished item
+        self._next_index = len(lead)
+        self._lead = list(lead)  # still to announce
         self._usage: dict | None = add_usage(None, extra_usage)
         self._usage_reported = False
         self._finished = False
@@ -178,6 +182,8 @@ class StreamRewriter:
         kind = event.get("type")
         if kind in _START_EVENTS:
             return self._start(event)
+        if self._lead:
+            return self._announce_lead() + self.feed(event)
         if kind in TERMINAL_EVENTS:
             return self._end(event)
         if kind == "error":
@@ -228,6 +234,13 @@ class StreamRewriter:
             self._first = response
             event = {**event, "response": _hide_tools(response, self.names)}
         return [self._emit(event)]
+
+    def _announce_lead(self) -> list[dict]:
+        """The lead items' events, before the first event of the upstream's own output."""
+        lead, self._lead = self._lead, []
+        return [self._emit({"type": kind, "output_index": index, "item": item, "sequence_number": 0})
+                for index, item in enumerate(lead)
+                for kind in ("response.output_item.added", "response.output_item.done")]
 
     def _resolve(self, state: _Item, item: dict, out: list[dict]) -> _Item:
         """An item whose first events came before it was announced, now known: classified, and

@@ -40,8 +40,8 @@ class ResponsesFormat:
         return provider_context(body, self.view)
 
     def rounds(self, body: dict, items: list[Any], tools: Sequence[dict], *,
-               extra_usage: dict | None) -> ResponsesRounds:
-        return ResponsesRounds(body, items, tools, INJECTED_TOOLS, extra_usage=extra_usage)
+               extra_usage: dict | None, lead: Sequence[dict] = ()) -> ResponsesRounds:
+        return ResponsesRounds(body, items, tools, INJECTED_TOOLS, extra_usage=extra_usage, lead=lead)
 
     def summary_request(self, body: dict, prefix: list[Any], instruction: str, tools: Sequence[dict], *,
                         model: str) -> tuple[str, dict]:

@@ -1,0 +1,148 @@
+"""Threshold compaction emulated inside a turn (Responses `context_management` compaction,
+Messages `compact_20260112`).
+
+When the history as the proxy would forward it (after its own compaction, counted with the
+request's counter) holds more tokens than the threshold, the proxy compacts in this request:
+`Compressor.fold` summarises all but the head (system items, the task) and the recent tail,
+the reduced history goes upstream, and the answer opens with the compaction the client keeps
+instead of everything before it:
+
+- Responses: a `compaction` item whose `encrypted_content` is the proxy's token; its record
+  (`CompactionRecords`) is everything the client may drop: the whole reduced input forwarded
+  now, less the system/developer items (the summary with its `ref=`, the kept user messages,
+  the tail verbatim). `tokens_in_input` expands it on the next request.
+- Messages: a `compaction` block whose `content` is the proxy's summary (its marker line with
+  `ref=`) and whose `encrypted_content` is the token of the messages forwarded now;
+  `compaction_blocks` expands it on the next request. With `pause_after_compaction` the answer
+  is that block alone (`stop_reason: "compaction"`) and no turn is asked of the upstream.
+
+While a threshold compaction is asked, the proxy never compresses the history on its own (two
+summaries of one history would fight): the emulation plays the provider (`provider_for`).
+A failing summariser or store never fails the turn: it goes on uncompacted, with a warning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.responses import Response, StreamingResponse
+
+from proxy.core import jsonio
+from proxy.core.compaction import Plan, present_refs
+from proxy.core.compression import COMPRESS_KEEP_RECENT
+from proxy.core.markers import refs_in
+from proxy.core.provider_context import ProviderContext
+from proxy.core.usage import add_usage
+from proxy.emulation.request import Emulation
+from proxy.formats.messages import compaction as messages_compaction
+from proxy.formats.messages.request import messages_of
+from proxy.http.call_parts import compressor_for
+from proxy.offload.cpu_pool import CPU
+from proxy.offload.events import event
+from proxy.offload.quota import CredentialRejected, QuotaExceeded
+from proxy.store import StoreUnavailable
+from proxy.upstream import sse
+
+log = logging.getLogger("proxy.emulation.inline")
+ACTION = "emulated-compaction"
+
+
+@dataclass
+class Inline:
+    """What an emulated threshold compaction adds to the turn."""
+
+    lead: list[dict] = field(default_factory=list)  # first in the answer: the compaction item / block
+    paused: bool = False  # Messages pause_after_compaction: the answer is the lead alone
+    tokens_in: int = 0  # the summary's own usage, for a paused answer
+    tokens_out: int = 0
+
+
+def provider_for(provider: ProviderContext, emulation: Emulation) -> ProviderContext:
+    """While the proxy applies a threshold compaction, it does not compress on its own too."""
+    if emulation.threshold is None:
+        return provider
+    return dataclasses.replace(provider, compacts=True)
+
+
+def _text(item: Any) -> str:
+    content = item.get("content") if isinstance(item, dict) else None
+    if isinstance(content, str):
+        return content
+    return "".join(b["text"] for b in content or () if isinstance(b, dict) and isinstance(b.get("text"), str))
+
+
+async def compact(call: Any, *, new_summaries: bool = True) -> Inline:
+    """The threshold compaction of a `ManagedCall` (`proxy.http.managed`) once its pipeline has
+    run: `call.prepared` is updated (the reduced plan, the summary's usage, events, action) and
+    the lead returned. Nothing without an asked threshold, below it, or when counting tokens
+    (`new_summaries` False: no summary is made for a count)."""
+    threshold = call.emulation.threshold
+    if threshold is None or not new_summaries:
+        return Inline()
+    prepared, settings, counter, view = call.prepared, call.settings, call.counter, call.fmt.view
+    items = prepared.plan.items
+    cpu = CPU.for_messages(items)
+    tokens = await cpu.light(counter.messages, items)
+    limit = threshold.tokens if threshold.tokens is not None else settings.max_total_tokens
+    if tokens <= limit:
+        return Inline()
+    compressor = compressor_for(call.request, call.body, settings, call.caller, fmt=call.fmt, refs=call.refs,
+                                background=False)
+    if threshold.instructions:
+        compressor.ctx.instruction = threshold.instructions
+    made = await compressor.fold(items, call.messages, settings, counter,
+                                 keep_recent=settings.keep_recent_for(COMPRESS_KEEP_RECENT), cpu=cpu)
+    if made.items is None or made.summary_at is None:
+        prepared.warnings.append(f"threshold compaction not made: {made.warning or 'nothing to summarise'}")
+        return Inline()
+    reduced = made.items
+    messages = call.fmt is not None and call.fmt.endpoint == "messages"
+    record = messages_of(reduced) if messages else [m for m in reduced if view.role(m) != "system"]
+    refs = await cpu.light(present_refs, reduced, view)
+    try:
+        written = await call.refs.save([made.offload] if made.offload else [], refs, settings.session)
+        token = await call.records.save(record)
+    except (StoreUnavailable, QuotaExceeded, CredentialRejected) as exc:
+        prepared.warnings.append(f"threshold compaction not made: the store refused it ({exc})")
+        return Inline()
+    summary = _text(reduced[made.summary_at])
+    if messages:
+        lead = {"type": "compaction", "content": summary, "encrypted_content": token}
+    else:
+        lead = {"id": "cmp_" + hashlib.sha256(token.encode()).hexdigest()[:40], "type": "compaction",
+                "encrypted_content": token}
+    plan = prepared.plan
+    after = await cpu.light(counter.messages, reduced)
+    prepared.plan = Plan(reduced, [*plan.offloads, *([made.offload] if made.offload else [])], refs,
+                         plan.tokens_before, after, plan.media_tokens_saved)
+    prepared.written |= written
+    prepared.summary_tokens += made.summary_tokens
+    prepared.summary_usage = add_usage(prepared.summary_usage, made.usage)
+    summary_refs = refs_in(summary)
+    prepared.events += [*made.events, event("provider_compaction", emulated=True, endpoint=call.fmt.endpoint,
+                                            messages=len(items) - len(reduced) + 1, tokens_before=tokens,
+                                            tokens_after=after, ref=summary_refs[0] if summary_refs else None)]
+    prepared.action = ACTION if prepared.action == "none" else f"{prepared.action}+{ACTION}"
+    usage = made.usage or {}
+    return Inline([lead], paused=messages and threshold.pause, tokens_in=usage.get("prompt_tokens") or 0,
+                  tokens_out=usage.get("completion_tokens") or 0)
+
+
+def paused_response(call: Any) -> Response:
+    """The answer of a Messages turn paused after its compaction (no upstream call)."""
+    inline: Inline = call.inline
+    message = messages_compaction.paused_message(inline.lead[0], model=call.body.get("model"),
+                                                 tokens_in=inline.tokens_in, tokens_out=inline.tokens_out)
+    if call.body.get("stream") is True:
+        events = messages_compaction.paused_events(message)
+        out: Response = StreamingResponse(iter([sse.encode_typed(e) for e in events]),
+                                          media_type="text/event-stream; charset=utf-8")
+    else:
+        out = Response(jsonio.dumps(message), media_type="application/json")
+    out.raw_headers = [*out.raw_headers, *call.extra_headers]
+    out.background = call.after()
+    return out
