@@ -74,7 +74,7 @@ def responses_threshold(asked: Any) -> Threshold | None:
             raise _bad(f"context_management[{i}].type {entry['type'][:40]!r} is not supported; use \"compaction\".",
                        f"context_management[{i}].type")
         if found is not None:
-            raise _bad("context_management holds more than one compaction entry.", f"context_management[{i}]")
+            raise _bad(f"context_management[{i}] is a second compaction entry; one at most.", f"context_management[{i}]")
         value = entry.get("compact_threshold")
         found = Threshold(None if value is None else _tokens(value, f"context_management[{i}].compact_threshold"))
     return found
@@ -96,7 +96,7 @@ def messages_threshold(asked: Any) -> Threshold | None:
             continue
         param = f"context_management.edits[{i}]"
         if found is not None:
-            raise _bad(f"context_management.edits holds more than one {COMPACT_EDIT} edit.", param)
+            raise _bad(f"{param} is a second {COMPACT_EDIT} edit; one at most.", param)
         trigger = edit.get("trigger")
         tokens = ANTHROPIC_DEFAULT_TRIGGER
         if trigger is not None:
