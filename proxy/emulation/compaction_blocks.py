@@ -52,7 +52,7 @@ def _refused(param: str, why: str) -> ProxyError:
 
 def _record_messages(items: Any, param: str) -> list[dict]:
     if not isinstance(items, list) or not all(isinstance(m, dict) and m.get("role") in ("user", "assistant")
-                                              for m in items):
+                                              and "type" not in m for m in items):  # a Responses item has a type
         raise _refused(param, "its token stands for no Messages history (it was made for another API)")
     return items
 
