@@ -12,11 +12,12 @@ import uuid
 import httpx2
 import openai
 import pytest
+from starlette.responses import JSONResponse, Response
 
 from proxy.core.compaction_token import PREFIX
 from proxy.core.markers import refs_in
 from tests.harness import responses as fake
-from tests.harness.servers import SNAPSHOT, is_summary_call, scripted, snapshot_answer
+from tests.harness.servers import SNAPSHOT, RedisProcess, is_summary_call, scripted
 
 pytestmark = pytest.mark.usefixtures("fresh_summary_memory")
 
@@ -158,11 +159,9 @@ def test_nothing_to_fold_still_answers_a_compaction_standing_for_the_input(proxy
 
 
 def test_a_failing_summary_fails_the_compaction(proxy_url, upstream, key):
-    upstream.handler = scripted(lambda rec: fake.answer(rec, fake.message("Hello")))
-
     async def failing(request, rec):
         if is_summary_call(rec):
-            return httpx_error()
+            return JSONResponse({"error": {"message": "overloaded", "type": "server_error"}}, status_code=500)
         return fake.answer(rec, fake.message("Hello"))
 
     upstream.handler = failing
@@ -170,12 +169,7 @@ def test_a_failing_summary_fails_the_compaction(proxy_url, upstream, key):
                     headers={"Authorization": f"Bearer {key}"}, timeout=30)
     assert r.status_code == 502, r.text
     assert r.json()["error"]["code"] == "compaction_failed" and r.json()["error"]["type"] == "server_error"
-
-
-def httpx_error():
-    from starlette.responses import JSONResponse
-
-    return JSONResponse({"error": {"message": "overloaded", "type": "server_error"}}, status_code=500)
+    assert not upstream.responses_requests()
 
 
 def test_relayed_byte_for_byte_to_a_native_upstream(proxy_url, upstream, key):
@@ -184,8 +178,6 @@ def test_relayed_byte_for_byte_to_a_native_upstream(proxy_url, upstream, key):
     answer = json.dumps(native, separators=(",", ":")).encode()
 
     async def handler(request, rec):
-        from starlette.responses import Response
-
         return Response(answer, media_type="application/json")
 
     upstream.handler = handler
@@ -200,3 +192,25 @@ def test_relayed_byte_for_byte_to_a_native_upstream(proxy_url, upstream, key):
     client = sdk(proxy_url, key, **{"X-Offload-Context-Management": "relay"})
     assert client.responses.compact(model=MODEL, input=HISTORY).output[-1].encrypted_content == \
         fake.NATIVE_COMPACTION["encrypted_content"]
+
+
+def test_a_store_that_is_down_fails_the_compaction_with_a_503(make_proxy, upstream, key):
+    server = RedisProcess().start()
+    try:
+        with make_proxy(redis_url=server.url, store_timeout=0.3) as url:
+            assert sdk(url, key).responses.compact(model=MODEL, input=HISTORY).output[-1].type == "compaction"
+            server.proc.kill()
+            server.proc.wait()
+            r = httpx2.post(f"{url}/v1/responses/compact", json={"model": MODEL, "input": [*HISTORY, user("more")]},
+                            headers={"Authorization": f"Bearer {key}"}, timeout=30)
+            assert r.status_code == 503, r.text
+            assert r.json()["error"]["code"] == "store_unavailable" and "try again" in r.json()["error"]["message"]
+    finally:
+        server.stop()
+
+
+def test_the_compaction_is_recorded_as_a_managed_request(make_proxy, upstream, key):
+    with make_proxy(admin_token="admin-secret-token-0123456789") as url:
+        sdk(url, key).responses.compact(model=MODEL, input=HISTORY)
+        metrics = httpx2.get(f"{url}/metrics", headers={"Authorization": "Bearer admin-secret-token-0123456789"}).text
+    assert 'route="responses_compact"' in metrics
