@@ -22,7 +22,7 @@ from typing import Any
 
 from proxy.core import jsonio
 from proxy.core.view import ItemView
-from proxy.core.markers import history_marker
+from proxy.core.markers import history_marker, history_ref
 from proxy.core.provider_context import live_start, trigger_index
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import TokenCounter
@@ -275,14 +275,19 @@ def summary_item(view: ItemView, text: str, ref: str, count: int, tokens: int, *
 
 def kept_users(items: list[Any], view: ItemView, head: int, cut: int) -> set[int]:
     """The later user messages of items[head:cut] that stay verbatim: whole messages (no part
-    attached before or after), the most recent first while their text fits USER_KEEP_CHARS."""
+    attached before or after), the most recent first while their text fits USER_KEEP_CHARS. An
+    earlier summary of the proxy's (a user message too, e.g. what an emulated compaction token
+    stood for) is summarised with the rest, never kept beside the new one."""
     kept: set[int] = set()
     room = USER_KEEP_CHARS
     for i in range(cut - 1, head - 1, -1):
         if view.role(items[i]) != "user" or (i > head and view.attached(items[i - 1], items[i])) \
                 or (i + 1 < len(items) and view.attached(items[i], items[i + 1])):
             continue
-        size = len(view.text(items[i]) or "")
+        text = view.text(items[i]) or ""
+        if history_ref(text) is not None:
+            continue
+        size = len(text)
         if size > room:
             break
         room -= size

@@ -194,11 +194,13 @@ class ManagedCall:
         """The tokens of a request too small to offload anything, else None (the pipeline runs).
 
         Small: fewer bytes than the smallest threshold (without `ref=`, nor an escape that could
-        spell it: no reference to offer the reload tools for), and then fewer tokens too (an image
+        spell it, nor a compaction token standing for one: no reference to offer the reload tools
+        for), and then fewer tokens too (an image
         part counts more tokens than its bytes). The pipeline is skipped (most small requests)."""
         settings = self.settings
         limit = min(settings.max_total_tokens, settings.max_tool_message_tokens)
-        if self.carried or len(self.raw) > limit or b"ref=" in self.raw or b"\\u" in self.raw:
+        if self.carried or self.emulation.replaced or len(self.raw) > limit or b"ref=" in self.raw \
+                or b"\\u" in self.raw:  # a compaction token replaced: its summary's ref= is not in the raw body
             return None
         tokens = self.counter.messages(self.messages)
         return tokens if tokens <= limit else None

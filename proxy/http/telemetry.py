@@ -190,6 +190,8 @@ def route_of(path: str) -> str:
         return "chat"
     if path == "/v1/responses":
         return "responses"
+    if path == "/v1/responses/compact":
+        return "responses_compact"
     if path == "/v1/messages":
         return "messages"
     if path == "/v1/messages/count_tokens":

@@ -124,6 +124,15 @@ def test_later_user_messages_stay_verbatim_most_recent_first_up_to_the_budget():
     assert cp.kept_users(msgs, VIEW, 2, 9) == {7}
 
 
+def test_an_earlier_summary_in_the_range_is_summarised_not_kept():
+    earlier = cp.summary_item(VIEW, "older summary", "refOld12", 5, 100)  # a user message, e.g. a token's record
+    later = {"role": "user", "content": "later"}
+    msgs = [{"role": "user", "content": "task"}, earlier, later, call(1), result(1)]
+    assert cp.kept_users(msgs, VIEW, 1, 5) == {2}
+    summary = cp.summary_item(VIEW, "S", "refNew12", 4, 10)
+    assert cp.assemble(msgs, VIEW, 1, 5, summary) == [msgs[0], summary, later]
+
+
 def test_groups_respect_threshold_and_pairs():
     msgs = [{"role": "user", "content": "word " * 50}, call(1, 2), result(1, 0, "r " * 50), result(1, 1, "r " * 50),
             {"role": "user", "content": "word " * 50}]

@@ -1,0 +1,86 @@
+"""`POST /v1/responses/compact` emulated: the history summarised now by the proxy's own
+summariser, and a token of the proxy's standing for what the client may drop.
+
+The history (the request's `input`, the proxy's own newest token in it already replaced by
+what it stands for: `proxy.emulation.request.begin`) is folded whole (`Compressor.fold`,
+keep_recent 0): what stays is the head (system items, the task), the summary item, and the
+system items and later user messages `proxy.core.compression.assemble` keeps. All of that is
+the compaction's record (`CompactionRecords.save`), and the summarised originals are stored
+under the summary's `ref=`, so a later request carrying the token gets, in its place, the
+task, the summary (every byte behind it reloadable) and the kept user messages, in their
+order. The client is answered, as OpenAI answers, the user messages (the task and the kept
+ones) followed by one compaction item carrying the token.
+
+Nothing to fold (the history is the task alone, or empty): the record is the history as it is
+(the token stands for it unchanged). A summary that cannot be made, or a store that cannot
+keep the record, fails the compaction (`CompactionFailed`): a compaction that cannot compact
+says so rather than answer a token standing for nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.core.compaction import present_refs
+from proxy.core.tokens import TokenCounter
+from proxy.core.settings import OffloadSettings
+from proxy.core.view import ItemView
+from proxy.offload.compaction_records import CompactionRecords
+from proxy.offload.cpu_pool import CPU
+from proxy.offload.events import event
+from proxy.offload.refs import RefStore
+from proxy.offload.summaries import Compressor
+
+ENDPOINT = "responses/compact"
+
+
+class CompactionFailed(Exception):
+    """No summary could be made of this history (the summariser's reason in the message)."""
+
+
+@dataclass
+class Compaction:
+    token: str
+    record: list[Any]  # what the token stands for
+    kept_users: list[Any]  # the user messages of the record, in order: what the client keeps
+    tokens_before: int  # of the history compacted
+    tokens_after: int  # of the record
+    tokens_in: int = 0  # what the summary calls used (0: a summary of this history was made before)
+    tokens_out: int = 0
+    ref: str | None = None  # the summary's, when there is one
+    written: set[str] = field(default_factory=set)  # refs stored for the first time
+    events: list[dict] = field(default_factory=list)
+
+
+async def compact(items: list[Any], *, view: ItemView, compressor: Compressor, refs: RefStore,
+                  records: CompactionRecords, settings: OffloadSettings, counter: TokenCounter) -> Compaction:
+    """Summarise `items` and store what the token stands for. CompactionFailed when the summary
+    could not be made; the store's and the quota's exceptions as they come (StoreUnavailable,
+    QuotaExceeded, CredentialRejected)."""
+    cpu = CPU.for_messages(items)
+    folded = await compressor.fold(items, items, settings, counter, keep_recent=0, cpu=cpu)
+    if folded.items is None and folded.warning:
+        raise CompactionFailed(folded.warning)
+    record = folded.items if folded.items is not None else list(items)
+    at = folded.summary_at if folded.items is not None else None
+    written: set[str] = set()
+    ref = None
+    if at is not None:
+        if folded.offload is not None:  # newly made: its originals behind the ref
+            ref = folded.offload.ref
+            written = await refs.save([folded.offload], [ref], settings.session, cpu=cpu)
+        else:  # made before (and stored then): kept alive as long as the record
+            found = present_refs([record[at]], view)
+            ref = found[0] if found else None
+            if found:
+                written = await refs.save([], found, settings.session, cpu=cpu)
+    token = await records.save(record)
+    kept = [m for i, m in enumerate(record) if i != at and view.role(m) == "user"]
+    tokens_before = await cpu.light(counter.messages, items)
+    tokens_after = await cpu.light(counter.messages, record)
+    done = event("provider_compaction", emulated=True, endpoint=ENDPOINT,
+                 messages=len(items) - len(record) + (1 if at is not None else 0),
+                 tokens_before=tokens_before, tokens_after=tokens_after, ref=ref)
+    return Compaction(token, record, kept, tokens_before, tokens_after, folded.usage_in, folded.usage_out, ref,
+                      written, [*folded.events, done])

@@ -1,0 +1,87 @@
+"""`POST /v1/responses/compact` in OpenAI's shapes: its request body, checked where the proxy
+reads it, and the `response.compaction` object the proxy answers when it emulates the endpoint
+(`proxy.emulation.compact`). Pure.
+
+The request (openai-python `types/responses/response_compact_params.py`): `model` (required, a
+string), `input` (a string or a list of input items), `instructions` (a string),
+`previous_response_id` (a string); the rest (`prompt_cache_key`, `service_tier`, …) is not read.
+The answer (`types/responses/compacted_response.py`): `{"id", "object": "response.compaction",
+"created_at", "output", "usage"}`, its `output` "a list of all user messages, followed by a
+single compaction item" (`{"type": "compaction", "id", "encrypted_content"}`), its `usage` the
+Responses API's (`input_tokens`, `input_tokens_details`, `output_tokens`,
+`output_tokens_details`, `total_tokens`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from proxy.errors import ProxyError
+from proxy.formats.json_body import STRING, Shape, check_body, load_object, of
+from proxy.formats.responses.body import ITEM
+
+BODY = Shape({
+    "input": of("a string or an array of objects", text=True, objs=ITEM),
+    "model": STRING, "instructions": STRING, "previous_response_id": STRING,
+})
+# What a summary call of the compaction may carry of the client's body (the rest of a compact
+# body, `image`, `prompt_cache_options`, is no parameter of `POST /v1/responses`).
+SUMMARY_FIELDS = ("model", "instructions", "prompt_cache_key", "prompt_cache_retention", "service_tier")
+
+
+def parse_compact_body(raw: bytes, *, max_items: int | None = None) -> dict:
+    """The body as a dict, or ProxyError 400 in OpenAI's shape: a field of another JSON type,
+    no `model`, neither `input` nor `previous_response_id`, more than `max_items` input items."""
+    body = load_object(raw)
+    check_body(body, BODY)
+    if not isinstance(body.get("model"), str):
+        raise ProxyError(400, "Missing required parameter: 'model'.", code="missing_required_parameter",
+                         param="model")
+    items = body.get("input")
+    if items is None and not isinstance(body.get("previous_response_id"), str):
+        raise ProxyError(400, "Missing required parameter: 'input' (or 'previous_response_id').",
+                         code="missing_required_parameter", param="input")
+    if max_items is not None and isinstance(items, list) and len(items) > max_items:
+        raise ProxyError(400, f"Too many input items: {len(items)} > {max_items}.", code="too_many_messages",
+                         param="input")
+    return body
+
+
+def summary_body(body: dict) -> dict:
+    """What the summary calls take of the compact request (`SUMMARY_FIELDS`, and `input`)."""
+    return {k: body[k] for k in (*SUMMARY_FIELDS, "input") if k in body}
+
+
+def output_message(item: dict) -> dict:
+    """A kept user message as an output item: `type` "message" and its content as parts (an
+    input item may leave out `type` and give its content as a string)."""
+    out = {"type": "message", **item}
+    if isinstance(out.get("content"), str):
+        out["content"] = [{"type": "input_text", "text": out["content"]}]
+    return out
+
+
+def _digest(token: str, purpose: str) -> str:
+    return hashlib.sha256(f"{purpose}\0{token}".encode()).hexdigest()[:48]
+
+
+def compaction_item(token: str) -> dict:
+    """The compaction output item carrying the proxy's token (its id derived from the token)."""
+    return {"id": f"cmp_{_digest(token, 'item')}", "type": "compaction", "encrypted_content": token}
+
+
+def usage(tokens_in: int, tokens_out: int) -> dict:
+    """The Responses API's usage object for what the compaction's summary calls used."""
+    return {"input_tokens": tokens_in, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "output_tokens": tokens_out, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": tokens_in + tokens_out}
+
+
+def compacted_response(token: str, kept_users: list[Any], *, created_at: int, tokens_in: int = 0,
+                       tokens_out: int = 0) -> dict:
+    """The `response.compaction` object: the kept user messages, then the compaction item. The
+    same token gives the same ids (and output); `created_at` is the time it was answered."""
+    return {"id": f"resp_{_digest(token, 'response')}", "object": "response.compaction", "created_at": created_at,
+            "output": [*(output_message(m) for m in kept_users), compaction_item(token)],
+            "usage": usage(tokens_in, tokens_out)}

@@ -1,0 +1,134 @@
+"""`POST /v1/responses/compact`: relayed unchanged to an upstream that compacts natively,
+emulated for one that does not (`proxy.upstream.native.emulates`; `proxy.emulation.compact`).
+
+Emulated, the request is read in OpenAI's shape (`proxy.formats.responses.compact`): a field of
+another JSON type, no `model` or no `input` is a 400; `previous_response_id` is a 400 too (the
+proxy keeps no stored chain it could compact, and most upstreams that need the emulation keep
+none either: the client sends the history as `input`). The answer is a `response.compaction`.
+A compaction that cannot be made is an error in OpenAI's shape: the summary failed (502), the
+store is unavailable (503), the quota is spent (429).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from proxy.core.tokens import counter_for_model_async
+from proxy.emulation import request as emulation_request
+from proxy.emulation.compact import CompactionFailed, compact
+from proxy.errors import ProxyError
+from proxy.formats.json_body import LARGE_BODY
+from proxy.formats.responses import RESPONSES
+from proxy.formats.responses.compact import compacted_response, parse_compact_body, summary_body
+from proxy.http import telemetry
+from proxy.http.body_encoding import codings_of, decode
+from proxy.http.call_parts import compressor_for, quota_for, request_settings
+from proxy.http.caller import Caller
+from proxy.http.json_response import JSONResponse
+from proxy.http.managed import answered
+from proxy.http.relay import relay
+from proxy.http.services import services_of
+from proxy.offload import cpu_pool, events
+from proxy.offload.compaction_records import CompactionRecords
+from proxy.offload.quota import CredentialRejected, QuotaExceeded
+from proxy.offload.refs import RefStore
+from proxy.stats import session_id
+from proxy.store import StoreUnavailable
+from proxy.upstream.native import emulates
+
+log = logging.getLogger("proxy.http.compact")
+ACTION = "emulated-compaction"
+
+
+async def responses_compact(request: Request) -> Response:
+    caller: Caller = request.state.caller
+    services = services_of(request)
+    try:
+        settings = request_settings(request, caller)
+    except ProxyError as exc:
+        return exc.response(caller.family)
+    if not emulates(settings.context_management, caller.base or services.settings.upstream_base):
+        return await relay(request)
+    return await answered(request, lambda: _emulated(request, caller, settings))
+
+
+async def _read(request: Request, caller: Caller) -> dict:
+    limits = services_of(request).settings
+    codings = codings_of(request.headers.getlist("content-encoding"))  # 415 for an unknown one
+    raw = await request.body()
+
+    def parsed() -> dict:
+        plain = decode(raw, codings, limit=limits.max_body_bytes) if codings else raw
+        body = parse_compact_body(plain, max_items=limits.max_messages)
+        caller.check_body(body)
+        return body
+
+    return await cpu_pool.CPU(bool(codings) or len(raw) > LARGE_BODY)(parsed)
+
+
+async def _emulated(request: Request, caller: Caller, settings) -> Response:
+    services = services_of(request)
+    body = await _read(request, caller)
+    if isinstance(body.get("previous_response_id"), str):
+        raise ProxyError(400, "This proxy compacts the history it is sent: with an upstream that does not compact "
+                              "natively, previous_response_id is not supported by /v1/responses/compact; send the "
+                              "history as 'input' (openai-agents: compaction_mode=\"input\").",
+                         code="unsupported_parameter", param="previous_response_id")
+    ttl = services.settings.store_ttl
+    quota = quota_for(request, caller)
+    records = CompactionRecords(services.store, caller.namespace, ttl, services.sealer,
+                                secret=services.settings.encryption_key, quota=quota)
+    items = RESPONSES.history(body)
+    try:
+        begun = await emulation_request.begin(body, items, view=RESPONSES.view, emulating=True, tokens=True,
+                                              records=records)
+        items = begun.items
+        refs = RefStore(services.store, caller.namespace, ttl, services.sealer, quota=quota)
+        compressor = compressor_for(request, summary_body(body), settings, caller, fmt=RESPONSES, refs=refs,
+                                    background=False)
+        counter = await counter_for_model_async(body["model"])
+        done = await compact(items, view=RESPONSES.view, compressor=compressor, refs=refs, records=records,
+                             settings=settings, counter=counter)
+    except CompactionFailed as exc:
+        raise ProxyError(502, f"The compaction failed: no summary of this history could be made ({exc}).",
+                         type_="server_error", code="compaction_failed") from None
+    except StoreUnavailable as exc:
+        raise ProxyError(503, f"The compaction failed: the proxy's store is unavailable ({exc}); try again.",
+                         type_="server_error", code="store_unavailable") from None
+    except QuotaExceeded as exc:
+        raise ProxyError(429, f"The compaction failed: {exc}.", code="storage_quota_exceeded") from None
+    except CredentialRejected as exc:
+        raise ProxyError(401, f"The compaction failed: {exc}.", code="invalid_api_key") from None
+    session = settings.session or session_id.from_history(caller.namespace, items, RESPONSES.view.role,
+                                                          (None, body.get("instructions")))
+    await events.record(services.store, caller.namespace, session, done.events, services.settings.store_ttl,
+                        sealer=services.sealer)
+    _note(body, caller, done, session, explicit=bool(settings.session))
+    answer = compacted_response(done.token, done.kept_users, created_at=int(time.time()), tokens_in=done.tokens_in,
+                                tokens_out=done.tokens_out)
+    out = JSONResponse(answer)
+    out.raw_headers += [
+        (b"x-offload-action", ACTION.encode()),
+        (b"x-offload-tokens-before", str(done.tokens_before).encode()),
+        (b"x-offload-tokens-after", str(done.tokens_after).encode()),
+        (b"x-offload-refs-created", str(len(done.written)).encode()),
+    ]
+    if done.tokens_in or done.tokens_out:
+        out.raw_headers.append((b"x-offload-summary-tokens", str(done.tokens_in + done.tokens_out).encode()))
+    return out
+
+
+def _note(body: dict, caller: Caller, done, session: str | None, *, explicit: bool) -> None:
+    """The request's record, as a managed turn's (the access log, the metrics, the statistics)."""
+    rec = telemetry.current.get()
+    if rec is None:
+        return
+    rec.tenant, rec.stream, rec.model = caller.namespace[:12], False, body["model"]
+    rec.tokens_before, rec.tokens_after, rec.action = done.tokens_before, done.tokens_after, ACTION
+    rec.refs, rec.refs_created = (1 if done.ref else 0), len(done.written)
+    if not explicit:
+        rec.session = session
