@@ -105,6 +105,28 @@ def last_turn_bodies(conversation: dict) -> list[tuple[str, str, bytes]]:
                                                      "messages": blocks}))]
 
 
+def ref_cost(shot: str, rounds: int = 50) -> None:
+    """What a screenshot's ref costs: hashed (a new screenshot, or a cache miss) and remembered
+    (`proxy.core.ref_cache`: the same bytes again, compared whole)."""
+    from proxy.core.markers import make_ref
+    from proxy.core.ref_cache import RefCache
+
+    start = time.perf_counter()
+    for _ in range(rounds):
+        make_ref("bench", "image", shot)
+    hashed = (time.perf_counter() - start) / rounds
+    cache = RefCache()
+    cache.ref("bench", "image", shot)
+    copies = [(shot + " ")[:-1] for _ in range(rounds)]  # equal, other objects: as each request parses them
+    start = time.perf_counter()
+    for copy in copies:
+        cache.ref("bench", "image", copy)
+    remembered = (time.perf_counter() - start) / rounds
+    print(f"ref of one screenshot ({len(shot) / 1e3:.0f} KB): hashed {hashed * 1e3:.2f} ms "
+          f"({len(shot) / hashed / 1e6:.0f} MB/s blake2b), remembered {remembered * 1e6:.0f} us "
+          f"({len(shot) / remembered / 1e6:.0f} MB/s compared)")
+
+
 def healthz_while(bodies: list[tuple[str, str, bytes]], rounds: int) -> None:
     with servers() as (_, proxy, _process):
         headers = {"authorization": "Bearer sk-bench-0000", "anthropic-version": "2023-06-01",
@@ -138,17 +160,19 @@ def main() -> None:
     print(f"{args.sessions} sessions x {args.steps} steps, screenshots 1280x800 PNG, "
           f"{statistics.mean(shot_chars) / 1e3:.0f} KB of base64 each; trace {trace.stat().st_size / 1e6:.1f} MB")
     print(f"{'format':<10} {'batch':>5} {'forwarded/raw':>13} {'prefix reuse':>12} {'reload exact':>12} {'refs':>5} "
-          f"{'ms/turn cold':>12} {'ms/turn steady':>14} {'MB/s hashed':>11}")
+          f"{'ms/turn cold':>12} {'ms/turn steady':>14} {'MB/s carried':>12}")
     for fmt, batch in [(f, int(b)) for b in args.batches.split(",") if b for f in ("chat", "responses", "anthropic")]:
         o = replay(trace, fmt, args.out, batch)["overall"]
         ratio = o["forwarded_tokens"] / o["raw_tokens"]
-        # each turn hashes every offloaded screenshot it carries again (the mean turn: half the session's)
+        # the base64 of the screenshots a turn carries (the mean turn: half the session's), each one
+        # read for its header and, once offloaded, mapped to its ref (hashed once, then remembered)
         per_turn = statistics.mean(shot_chars) * (args.steps + 1) / 2
         cold, steady = o.get("ms_per_turn_cold") or 0, o.get("ms_per_turn_steady") or 0
         print(f"{fmt:<10} {batch:>5} {ratio:>13.3f} {o['prefix_reuse']:>12.3f} {o['reload_exact_fraction']:>12.2f} "
               f"{o.get('refs', 0):>5} {cold:>12.1f} {steady:>14.1f} "
-              f"{per_turn / 1e3 / max(steady, 1e-9):>11.0f}")
+              f"{per_turn / 1e3 / max(steady, 1e-9):>12.0f}")
     print("targets: forwarded/raw <= 0.15, prefix reuse >= 0.90, reload exact 1.00")
+    ref_cost(conversations[0]["messages"][4]["content"][1]["image_url"]["url"])
     healthz_while(last_turn_bodies(conversations[0]), args.rounds)
 
 

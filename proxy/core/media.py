@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core import texts
-from proxy.core.images import MEDIA_TYPES, header_of, image_tokens, split_data_url
-from proxy.core.markers import make_ref
+from proxy.core.images import MEDIA_TYPES, data_url_header, info_tokens, split_data_url
+from proxy.core.ref_cache import MEDIA_REFS
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import TokenCounter, binary_tokens
 from proxy.core.view import ItemView, MediaPart
@@ -72,14 +72,13 @@ def as_text(result: ToolResult) -> str:
 
 
 def _describe_image(part: MediaPart) -> tuple[str, int] | None:
-    split = split_data_url(part.inline or "")
-    if split is None:
+    read = data_url_header(part.inline or "")
+    if read is None:
         return None
-    declared, payload = split
-    info = header_of(payload)
+    declared, info = read
     if info is None or MEDIA_TYPES[info.format] != declared:
         return None  # unreadable, or not what it says it is: forwarded as it came
-    tokens = image_tokens(payload, billing=part.billing, detail=part.detail)
+    tokens = info_tokens(info, billing=part.billing, detail=part.detail)
     return f"{info.format} {info.width}×{info.height}", tokens
 
 
@@ -121,7 +120,7 @@ def plan_media(items: list[Any], view: ItemView, settings: OffloadSettings, coun
         what, tokens = described
         if part.kind != "image" and tokens <= settings.max_tool_message_tokens:
             continue
-        ref = make_ref(namespace, part.kind, part.inline)
+        ref = MEDIA_REFS.ref(namespace, part.kind, part.inline)
         markers.setdefault(i, {})[k] = texts.media_marker(part.kind, what, tokens, ref)
         stored.setdefault(ref, MediaOffload(ref, part.kind, part.inline, tokens))
     if not markers:

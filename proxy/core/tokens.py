@@ -22,7 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol
 
-from proxy.core.images import image_tokens, split_data_url
+from proxy.core.images import data_url_header, image_tokens, info_tokens
 
 log = logging.getLogger("proxy.core.tokens")
 
@@ -55,8 +55,8 @@ def part_image_tokens(part: dict) -> int:
     detail = part.get("detail")
     if isinstance(url, dict):  # chat: {"url", "detail"}
         url, detail = url.get("url"), url.get("detail")
-    inline = split_data_url(url) if type(url) is str else None
-    return image_tokens(inline[1] if inline else None, billing="openai", detail=detail if type(detail) is str else None)
+    inline = data_url_header(url) if type(url) is str else None
+    return info_tokens(inline[1] if inline else None, billing="openai", detail=detail if type(detail) is str else None)
 
 
 class Encoder(Protocol):
