@@ -12,6 +12,8 @@ TIKTOKEN_CACHE_DIR nor DATA_GYM_CACHE_DIR is set, `discover_tiktoken_cache` poin
 
 from __future__ import annotations
 
+import re
+
 import asyncio
 import itertools
 import json
@@ -30,6 +32,11 @@ CACHE_ENTRIES = 200_000
 UNCACHED_BELOW = 64  # characters: below this, cached by the text itself rather than a digest
 SHORT_ENTRIES = 50_000
 LONG_PIECE = 50_000  # characters: a text the encoder cannot take whole is counted in pieces of this size
+# BPE merges within one regex piece take time that grows faster than its length: a 50 MB run
+# without whitespace ("aaaa…") would take ~25 s. Runs longer than this are counted in slices of
+# it (a boundary may shift a count by a token or two: ~0.1 % of such a run).
+LONG_RUN = 2_048
+_LONG_RUN = re.compile(r"\S{%d,}" % LONG_RUN)
 MESSAGE_OVERHEAD = 3  # per message, as in OpenAI's accounting
 REPLY_PRIMING = 3
 IMAGE_PARTS = frozenset({"image_url", "input_image", "computer_screenshot", "image"})  # "image": Anthropic's
@@ -202,13 +209,25 @@ class TokenCounter:
 
     def _long(self, text: str) -> int:
         """tiktoken's regex gives up on a whitespace run of ~1M characters and panics (a
-        BaseException: openai/tiktoken#15): such a text is counted in pieces."""
+        BaseException: openai/tiktoken#15): such a text is counted in pieces. A long run
+        without whitespace is counted in slices (`LONG_RUN`)."""
+        if _LONG_RUN.search(text) is not None:
+            return self._sliced(text)
         try:
             return len(self.encoder.encode_ordinary(text))
         except (KeyboardInterrupt, SystemExit, GeneratorExit):
             raise
         except BaseException:
             return sum(self._encoded(text[start:start + LONG_PIECE]) for start in range(0, len(text), LONG_PIECE))
+
+    def _sliced(self, text: str) -> int:
+        count, at = 0, 0
+        for run in _LONG_RUN.finditer(text):
+            if run.start() > at:
+                count += self._encoded(text[at:run.start()])
+            count += sum(self._encoded(text[k:k + LONG_RUN]) for k in range(run.start(), run.end(), LONG_RUN))
+            at = run.end()
+        return count + (self._encoded(text[at:]) if at < len(text) else 0)
 
     def _encoded(self, text: str) -> int:
         try:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from proxy.core import tokens
 from proxy.core.images import FALLBACK_ANTHROPIC, FALLBACK_OPENAI
 from tests.harness.screens import b64, data_url, screenshot as shot
@@ -162,3 +164,15 @@ def test_images_are_billed_from_their_header_and_base64_is_never_tokenised(monke
             {"type": "input_audio", "input_audio": {"data": "A" * 400_000, "format": "wav"}}]
     assert all(100_000 <= c.content([p]) <= 100_010 for p in docs)
     assert all(n < 1000 for n in seen)
+
+
+@pytest.mark.parametrize("run", ["a" * 30_000, "ab" * 15_000, "x1/" * 10_000])
+def test_a_long_run_without_whitespace_is_counted_in_slices_close_to_whole(run):
+    """BPE time grows faster than a piece's length: a long run is counted in LONG_RUN slices."""
+    counter = tokens.counter_for_encoding("o200k_base")  # the estimate without the encodings: the same holds
+    text = f"before {run} after"
+    whole = len(counter.encoder.encode_ordinary(text))
+    sliced = counter._sliced(text)
+    assert tokens._LONG_RUN.search(text) is not None
+    assert abs(sliced - whole) <= max(2, whole // 100)
+    assert counter.text(text) == sliced
