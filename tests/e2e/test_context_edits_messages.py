@@ -237,3 +237,21 @@ def test_relay_to_a_native_upstream_byte_for_byte(proxy_url, upstream, key, stre
     else:
         assert r.json()["context_management"] == applied
     assert r.headers["x-offload-action"] == "none"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_with_a_paused_emulated_compaction_the_answer_carries_the_applied_edits(proxy_url, upstream, key, stream):
+    """Clearing first, then compact_20260112 folds what is left and pauses: no turn upstream,
+    the compaction block alone, and the clearing edits in `applied_edits`."""
+    messages = [*tool_turns(["bash", "read_spec", "bash", "bash", "bash"]), {"role": "user", "content": "Status?"}]
+    upstream.handler = scripted(lambda rec: fake.answer(rec, fake.message(fake.text("not asked"))))
+    compact = {"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 1000},
+               "pause_after_compaction": True}
+    answer, headers = call(sdk(proxy_url, key), stream, messages=messages, tools=TOOLS,
+                           context_management={"edits": [THINK, CLEAR, compact]},
+                           betas=[BETA_CLEAR, "compact-2026-01-12"])
+    assert answer.stop_reason == "compaction" and [b.type for b in answer.content] == ["compaction"]
+    [applied] = answer.context_management.applied_edits
+    assert applied.type == "clear_tool_uses_20250919" and applied.cleared_tool_uses == 2
+    assert upstream.messages_requests() == [] and "context-edits" in headers["x-offload-action"]
+    assert "emulated-compaction" in headers["x-offload-action"]
