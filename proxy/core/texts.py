@@ -262,3 +262,15 @@ def index_more(count: int) -> str:
 # Not the proxy's own behaviour: what the simple strategies it is compared with would send.
 
 MASKED_TOOL_RESULT = "[Old tool output omitted for brevity.]"  # observation masking's placeholder
+
+
+# ------------------------------------------------- Anthropic's clear_tool_uses edit, emulated
+# (`proxy.formats.messages.edits`): a cleared tool_use `input` becomes {CLEARED_INPUT_KEY: text}.
+
+CLEARED_INPUT_KEY = "offloaded_input"
+
+
+def cleared_tool_input(ref: str, tokens: int) -> str:
+    """Stands for a tool call's input cleared by a `clear_tool_uses_20250919` edit (its JSON text stored)."""
+    return (f"[offloaded tool input: {tokens} tokens, ref={ref}. "
+            f"The full input (JSON): {RELOAD_TOOL}(ref=\"{ref}\").]")

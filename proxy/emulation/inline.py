@@ -137,6 +137,8 @@ def paused_response(call: Any) -> Response:
     inline: Inline = call.inline
     message = messages_compaction.paused_message(inline.lead[0], model=call.body.get("model"),
                                                  tokens_in=inline.tokens_in, tokens_out=inline.tokens_out)
+    if call.rounds.context_management is not None:  # clearing edits applied too (`proxy.emulation.edits`)
+        message["context_management"] = call.rounds.context_management
     if call.body.get("stream") is True:
         events = messages_compaction.paused_events(message)
         out: Response = StreamingResponse(iter([sse.encode_typed(e) for e in events]),

@@ -30,6 +30,9 @@ class Emulation:
     asked: Any = None  # the `context_management` the client asked for, when the proxy applies it
     replaced: bool = False  # a token of ours was replaced: the body must be re-serialised
     threshold: Threshold | None = None  # the threshold compaction asked, when the proxy applies it
+    # what the answer's `context_management.applied_edits` says (Messages, `proxy.emulation.edits`);
+    # None: the answer is not rewritten for it
+    applied_edits: list[dict] | None = None
 
     @property
     def changed(self) -> bool:

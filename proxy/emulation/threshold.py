@@ -17,14 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.emulation.betas import EMULATED_BETAS, without_emulated_betas  # noqa: F401 - where they were first
 from proxy.errors import ProxyError
 
 MIN_THRESHOLD = 1000
 MAX_ENTRIES = 32  # context_management entries / edits read per request
 ANTHROPIC_DEFAULT_TRIGGER = 150_000  # compact_20260112's default trigger (input tokens)
 COMPACT_EDIT = "compact_20260112"
-# the betas that ask Anthropic for context management: not sent to an upstream the proxy emulates it for
-EMULATED_BETAS = frozenset({"compact-2026-01-12", "context-management-2025-06-27"})
 
 
 @dataclass(frozen=True)
@@ -111,18 +110,3 @@ def messages_threshold(asked: Any) -> Threshold | None:
             raise _bad(f"{param}.instructions must be a non-empty string.", f"{param}.instructions")
         found = Threshold(tokens, pause, instructions)
     return found
-
-
-def without_emulated_betas(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """`anthropic-beta` without the context-management betas (the upstream does not apply them:
-    the proxy does); other betas kept in order, the header dropped when none is left."""
-    out: list[tuple[bytes, bytes]] = []
-    for name, value in headers:
-        if name.lower() == b"anthropic-beta":
-            kept = [v.strip() for v in value.split(b",")
-                    if v.strip() and v.strip().decode("latin-1") not in EMULATED_BETAS]
-            if not kept:
-                continue
-            value = b",".join(kept)
-        out.append((name, value))
-    return out

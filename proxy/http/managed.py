@@ -36,8 +36,8 @@ from proxy.http.headers import offload_headers, response_headers_for_client
 from proxy.http.relay import close_after, stream_back
 from proxy.http.services import services_of
 from proxy.formats.json_body import LARGE_BODY
-from proxy.emulation import inline, request as emulation_request
-from proxy.emulation.threshold import without_emulated_betas
+from proxy.emulation import edits as emulation_edits, inline, request as emulation_request
+from proxy.emulation.betas import without_emulated_betas
 from proxy.offload import cpu_pool, events, response_chains
 from proxy.offload.compaction_records import CompactionRecords
 from proxy.upstream.native import emulates
@@ -69,7 +69,8 @@ async def handle(request: Request, fmt: WireFormat) -> Response:
         await call.offload()
         if call.inline.paused:  # the compaction alone answers: no turn (pause_after_compaction)
             return inline.paused_response(call)
-        if not call.inject_reload_tools and not call.prepared.summary_usage and not call.inline.lead:
+        if (not call.inject_reload_tools and not call.prepared.summary_usage and not call.inline.lead
+                and call.emulation.applied_edits is None):
             return await call.forward()  # the upstream's answer as it is
         if call.body.get("stream") is True:
             return await call.forward_streaming_with_reload()
@@ -199,8 +200,9 @@ class ManagedCall:
         part counts more tokens than its bytes). The pipeline is skipped (most small requests)."""
         settings = self.settings
         limit = min(settings.max_total_tokens, settings.max_tool_message_tokens)
-        if self.carried or self.emulation.replaced or len(self.raw) > limit or b"ref=" in self.raw \
-                or b"\\u" in self.raw:  # a compaction token replaced: its summary's ref= is not in the raw body
+        # a compaction token replaced, or content cleared by an edit: their ref= is not in the raw body
+        if (self.carried or self.emulation.replaced or self.edits.offloads or len(self.raw) > limit
+                or b"ref=" in self.raw or b"\\u" in self.raw):
             return None
         tokens = self.counter.messages(self.messages)
         return tokens if tokens <= limit else None
@@ -218,6 +220,10 @@ class ManagedCall:
         self.counter = await counter_for_model_async(model_of(self.body))
         self.refs = RefStore(self.services.store, self.namespace, self.services.settings.store_ttl, self.services.sealer,
                              quota=quota_for(self.request, self.caller))
+        self.edits = await emulation_edits.apply(self.emulation, self.messages, fmt=self.fmt, body=self.body,
+                                                 counter=self.counter, refs=self.refs, namespace=self.namespace,
+                                                 session=self.settings.session)
+        self.messages = self.edits.items
         tokens = self._small_tokens()
         if tokens is not None:
             self.prepared = prepared = Prepared(Plan(self.messages, tokens_before=tokens, tokens_after=tokens))
@@ -253,6 +259,7 @@ class ManagedCall:
         self.items = [*self.carried, *plan.items]
         self.rounds: Rounds = self.fmt.rounds(self.body, self.items, RELOAD_TOOL_SCHEMAS,
                                               extra_usage=prepared.summary_usage, lead=self.inline.lead)
+        emulation_edits.settle(self.edits, prepared, self.rounds)
         self.extra_headers = offload_headers(prepared)
         self.rec = accounting.note(self)  # what the access log, the metrics and the statistics learn
 

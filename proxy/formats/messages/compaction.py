@@ -25,14 +25,17 @@ def paused_message(block: dict, *, model: Any, tokens_in: int, tokens_out: int) 
 
 
 def paused_events(message: dict) -> list[dict]:
-    """The same message streamed: message_start, the block's events, message_delta, message_stop."""
+    """The same message streamed: message_start, the block's events, message_delta (with the
+    message's `context_management`, if any), message_stop."""
     usage = message["usage"]
     start = {**message, "content": [], "stop_reason": None,
              "usage": {k: v for k, v in usage.items() if k != "iterations"} | {"output_tokens": 0}}
     out = [{"type": "message_start", "message": start}]
     for index, block in enumerate(message["content"]):
         out += block_events(index, block)
-    out.append({"type": "message_delta", "delta": {"stop_reason": "compaction", "stop_sequence": None},
-                "usage": usage})
+    delta = {"type": "message_delta", "delta": {"stop_reason": "compaction", "stop_sequence": None}, "usage": usage}
+    if "context_management" in message:
+        delta["context_management"] = message["context_management"]
+    out.append(delta)
     out.append({"type": "message_stop"})
     return out

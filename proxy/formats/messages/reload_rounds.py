@@ -44,6 +44,9 @@ class MessagesRounds:
     closing = b""
     first_id: str | None = None
     last_id: str | None = None
+    # the `context_management` the client's message carries when the proxy applied the edits
+    # itself (`proxy.emulation.edits`): on the message, or on a stream's last `message_delta`
+    context_management: dict | None = None
 
     def __init__(self, body: dict, items: list[Any], tools: Sequence[dict], names: frozenset[str], *,
                  extra_usage: dict | None = None, lead: Sequence[dict] = ()) -> None:
@@ -90,7 +93,10 @@ class MessagesRounds:
         return self._stop(calls_to_run(answer, self.names))
 
     def result(self) -> dict:
-        return combine_rounds(self._answers, self.names, extra_usage=self.extra_usage, lead=self.lead)
+        final = combine_rounds(self._answers, self.names, extra_usage=self.extra_usage, lead=self.lead)
+        if self.context_management is not None:
+            final["context_management"] = self.context_management
+        return final
 
     # -- streamed ----------------------------------------------------------------------------
 
@@ -106,7 +112,7 @@ class MessagesRounds:
         return self._stop(rewriter.calls_to_run)
 
     def finish(self) -> list[dict]:
-        return self._rewriter.finish()
+        return self._rewriter.finish(context_management=self.context_management)
 
     def fail(self, error: dict) -> list[dict]:
         detail = anthropic_error_event(error)["error"]

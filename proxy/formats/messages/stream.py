@@ -194,10 +194,10 @@ class StreamRewriter:
 
     # -- the end ---------------------------------------------------------------------------------
 
-    def finish(self) -> list[dict]:
-        """The last events for the client: one `message_delta` (the last round's, summed usage)
-        and `message_stop`. An error event instead when the round never completed; nothing
-        after an error event."""
+    def finish(self, *, context_management: dict | None = None) -> list[dict]:
+        """The last events for the client: one `message_delta` (the last round's, summed usage,
+        `context_management` when given, as Anthropic sends it there) and `message_stop`. An
+        error event instead when the round never completed; nothing after an error event."""
         if self._finished or self._errored:
             return []
         if not (self._started and self.ended):
@@ -209,7 +209,10 @@ class StreamRewriter:
         if "stop_reason" in delta:
             delta["stop_reason"] = client_stop_reason(delta["stop_reason"], visible)
         usage = add_usage(self._usage, self._round_usage) or {}
-        return [{**template, "delta": delta, "usage": _counts(usage)}, self._stop or {"type": "message_stop"}]
+        last = {**template, "delta": delta, "usage": _counts(usage)}
+        if context_management is not None:
+            last["context_management"] = context_management
+        return [last, self._stop or {"type": "message_stop"}]
 
     def fail(self, message: str, *, kind: str = "api_error") -> list[dict]:
         """An `error` event ending the stream (once)."""

@@ -1,0 +1,113 @@
+"""Anthropic's clearing edits (`clear_tool_uses_20250919`, `clear_thinking_20251015`) applied by
+the proxy for an upstream that does not apply them (the IO side; the rules are
+`proxy.formats.messages.edits`, the config `proxy.formats.messages.edits_config`).
+
+`apply` checks the request's `context_management` (a 400 for a bad one), applies the edits to
+the history before the proxy's own planning, and stores what the cleared tool results and
+inputs were, so every marker stays reloadable. When nothing can be stored the tool results stay
+as they are (a warning says so) and only thinking is cleared: a marker whose ref resolves to
+nothing would lose the content. `settle` tells the rest of the request: `X-Offload-Action`
+gains `+context-edits`, a `context_edit` event is recorded, and the answer (streamed or not)
+carries `context_management.applied_edits` (`MessagesRounds.context_management`).
+`count_answer` gives `count_tokens` Anthropic's `context_management.original_input_tokens`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx2
+from starlette.responses import Response
+
+from proxy.core import jsonio
+from proxy.core.compaction import Offload
+from proxy.core.tokens import TokenCounter
+from proxy.core.wire import WireFormat
+from proxy.emulation.request import Emulation
+from proxy.formats.messages import MESSAGES
+from proxy.formats.messages.edits import apply_edits
+from proxy.formats.messages.edits_config import parse_context_management
+from proxy.http.headers import response_headers_for_client
+from proxy.http.relay import stream_back
+from proxy.offload import cpu_pool
+from proxy.offload.events import event
+from proxy.offload.quota import CredentialRejected, QuotaExceeded
+from proxy.offload.refs import RefStore
+from proxy.store import StoreUnavailable
+
+log = logging.getLogger("proxy.emulation.edits")
+
+ACTION = "context-edits"
+
+
+@dataclass
+class EditsDone:
+    items: list[Any]
+    applied: list[dict] | None = None  # None: no edits emulated in this request
+    offloads: list[Offload] = field(default_factory=list)
+    cleared_tokens: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+
+async def apply(emulation: Emulation, items: list[Any], *, fmt: WireFormat, body: dict, counter: TokenCounter,
+                refs: RefStore, namespace: str, session: str | None) -> EditsDone:
+    """The history with the request's clearing edits applied (see the module docstring)."""
+    if not emulation.emulating or emulation.asked is None or fmt is not MESSAGES:
+        return EditsDone(items)
+    edits = parse_context_management(emulation.asked)
+    counter = counter.for_request()
+    fixed = counter.content(body.get("system")) + counter.tools(body.get("tools"))
+    run = functools.partial(apply_edits, items, edits, MESSAGES.view, counter, namespace=namespace,
+                            fixed_tokens=fixed)
+    cpu = cpu_pool.CPU.for_messages(items)
+    edited = await cpu(run)
+    warnings: list[str] = []
+    if edited.offloads:
+        try:
+            await refs.save(edited.offloads, [o.ref for o in edited.offloads], session, cpu=cpu)
+        except (StoreUnavailable, QuotaExceeded, CredentialRejected) as exc:
+            why = f"store unavailable ({exc})" if isinstance(exc, StoreUnavailable) else str(exc)
+            warnings.append(f"{why}; clear_tool_uses_20250919 not applied (the cleared content could not be kept)")
+            log.warning("context edits: %s", warnings[-1])
+            edited = await cpu(functools.partial(run, clear_tool_uses_=False))
+    emulation.applied_edits = edited.applied
+    return EditsDone(edited.items, edited.applied, edited.offloads, edited.cleared_tokens, warnings)
+
+
+def settle(done: EditsDone, prepared: Any, rounds: Any) -> None:
+    """After planning: the action, event and warnings of the edits, and the answer's field."""
+    if done.applied is None:
+        return
+    if done.applied:
+        prepared.action = ACTION if prepared.action == "none" else f"{prepared.action}+{ACTION}"
+        prepared.events.append(event("context_edit", emulated=True, edits=done.applied))
+        prepared.plan.tokens_before += done.cleared_tokens  # what the client sent
+    prepared.warnings += done.warnings
+    rounds.context_management = {"applied_edits": done.applied}
+
+
+async def count_answer(response: httpx2.Response, done: EditsDone, extra_headers: list[tuple[bytes, bytes]]
+                       ) -> Response:
+    """`count_tokens`' answer: the upstream's count of the edited request, with
+    `context_management.original_input_tokens` (that count plus what the edits cleared, counted
+    by the proxy) as Anthropic answers; anything but a 200 count relayed as it is."""
+    if response.status_code != 200:
+        return await stream_back(response, extra_headers, shape="anthropic")
+    try:
+        raw = await response.aread()
+    finally:
+        await response.aclose()
+    try:
+        answer = jsonio.loads(raw)
+    except ValueError:
+        answer = None
+    if isinstance(answer, dict) and type(answer.get("input_tokens")) is int:
+        answer["context_management"] = {"original_input_tokens": answer["input_tokens"] + done.cleared_tokens}
+        raw = jsonio.dumps(answer)
+    out = Response(raw, status_code=200)
+    out.raw_headers = (response_headers_for_client(response.headers.raw, decoded=True)
+                       + [(b"content-length", str(len(raw)).encode())] + list(extra_headers))
+    return out
