@@ -17,11 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.emulation.betas import EMULATED_BETAS, without_emulated_betas  # noqa: F401 - where they were first
+from proxy.formats.messages.edits_config import MAX_EDITS
 from proxy.errors import ProxyError
 
 MIN_THRESHOLD = 1000
-MAX_ENTRIES = 32  # context_management entries / edits read per request
+MAX_ENTRIES = MAX_EDITS  # context_management entries / edits read per request (one limit for both checks)
 ANTHROPIC_DEFAULT_TRIGGER = 150_000  # compact_20260112's default trigger (input tokens)
 COMPACT_EDIT = "compact_20260112"
 

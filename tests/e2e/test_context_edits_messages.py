@@ -185,7 +185,7 @@ def post(proxy_url: str, path: str, body: dict, key: str, headers: dict | None =
     ({"edits": [{**THINK, "keep": {"type": "thinking_turns", "value": "1"}}]}, "expected an integer"),
     ({"edits": "clear"}, "context_management.edits"),
     ({"edits": [THINK] * 10_000}, "at most"),
-    ({"edits": [THINK] * 17}, "at most 16 edits"),
+    ({"edits": [THINK] * 17}, "at most 16"),
 ])
 def test_a_bad_config_is_a_400_in_anthropics_shape(proxy_url, upstream, key, config, says):
     body = {"model": MODEL, "max_tokens": 10, "messages": thinking_turns(1), "context_management": config}

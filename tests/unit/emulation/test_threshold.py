@@ -5,7 +5,8 @@ import pytest
 
 from proxy.emulation.compaction_blocks import replace_compaction_blocks
 from proxy.emulation.threshold import (ANTHROPIC_DEFAULT_TRIGGER, MAX_ENTRIES, Threshold, messages_threshold,
-                                       responses_threshold, without_emulated_betas)
+                                       responses_threshold)
+from proxy.emulation.betas import without_emulated_betas
 from proxy.errors import ProxyError
 from proxy.offload.compaction_records import CompactionRecords
 from proxy.store.sealing import Sealer
