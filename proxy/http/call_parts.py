@@ -9,6 +9,7 @@ from starlette.requests import Request
 
 from proxy.core.settings import OffloadSettings, SettingsError
 from proxy.core.wire import WireFormat
+from proxy.emulation.betas import without_emulated_betas
 from proxy.errors import ProxyError
 from proxy.http.caller import ACCOUNT_HEADERS, CREDENTIAL_HEADERS, Caller
 from proxy.http.services import services_of
@@ -35,7 +36,9 @@ def compressor_for(request: Request, body: dict, settings: OffloadSettings, call
     services = services_of(request)
     custom = services.settings_resolver.tenant_extra(caller.tenant, "summary_prompt")
     model = settings.summary_model or model_of(body) or "gpt-4o-mini"
-    headers = caller.upstream_headers(request.scope["headers"], body_replaced=True)
+    # a summary call carries no context_management: the betas the proxy emulates have no place on it
+    # (an upstream that knows them not may refuse the call, and the compaction with it)
+    headers = without_emulated_betas(caller.upstream_headers(request.scope["headers"], body_replaced=True))
     ctx = SummaryContext(upstream=services.upstream, headers=headers, model=model, prompt=custom or DEFAULT_PROMPT,
                          timeout=services.settings.summary_timeout, wait=services.settings.summary_wait,
                          sealer=services.sealer, base=caller.base, view=fmt.view,
@@ -68,8 +71,8 @@ def quota_for(request: Request, caller: Caller) -> Quota:
     verify = None
     if caller.kind == "client":
         async def ask() -> int | None:
-            headers = [(k, v) for k, v in caller.upstream_headers(request.scope["headers"], body_replaced=True)
-                       if k.lower() in CHECK_HEADERS]
+            headers = [(k, v) for k, v in without_emulated_betas(
+                caller.upstream_headers(request.scope["headers"], body_replaced=True)) if k.lower() in CHECK_HEADERS]
             try:
                 response = await services.upstream.send("GET", "models", headers=headers, base=caller.base)
             except ProxyError:
