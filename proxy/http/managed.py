@@ -267,7 +267,8 @@ class ManagedCall:
         """The providers' context management, when the proxy applies it (`proxy.emulation`)."""
         services = self.services
         self.records = CompactionRecords(services.store, self.namespace, services.settings.store_ttl,
-                                         services.sealer, secret=services.settings.encryption_key)
+                                         services.sealer, secret=services.settings.encryption_key,
+                                         api="messages" if self.fmt is MESSAGES else "responses")
         base = self.base or services.settings.upstream_base
         self.emulation = await emulation_request.begin(
             self.body, self.messages, view=self.fmt.view, tokens=self.fmt is RESPONSES, records=self.records,

@@ -44,3 +44,16 @@ def test_a_flipped_bit_is_refused():
 @pytest.mark.parametrize("value", [None, 1, [], {}, "gAAAAABfoo", ""])
 def test_other_values_are_not_ours(value):
     assert not ct.is_ours(value)
+
+
+def test_a_token_is_read_by_the_api_it_was_made_for_only():
+    rid = ct.record_id_for("ns", b"[]")
+    responses, messages = ct.make_token(rid, "ns", "s"), ct.make_token(rid, "ns", "s", api="messages")
+    assert responses != messages
+    assert ct.read_token(responses, "ns", "s") == ct.read_token(messages, "ns", "s", api="messages") == rid.hex()
+    with pytest.raises(ct.TokenError, match="another API"):
+        ct.read_token(messages, "ns", "s")
+    with pytest.raises(ct.TokenError, match="another API"):
+        ct.read_token(responses, "ns", "s", api="messages")
+    with pytest.raises(ct.TokenError, match="not issued"):  # another namespace's, of either API
+        ct.read_token(messages, "ns-b", "s", api="messages")
