@@ -268,6 +268,7 @@ class ManagedCall:
         services = self.services
         self.records = CompactionRecords(services.store, self.namespace, services.settings.store_ttl,
                                          services.sealer, secret=services.settings.encryption_key,
+                                         quota=quota_for(self.request, self.caller),
                                          api="messages" if self.fmt is MESSAGES else "responses")
         base = self.base or services.settings.upstream_base
         self.emulation = await emulation_request.begin(
