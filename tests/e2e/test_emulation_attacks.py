@@ -1,0 +1,269 @@
+"""The attack list on the emulation of the providers' context management (issue 22, part 2),
+beyond `test_responses_compact_attacks.py`: whose content each token can open (proxy keys and
+their sub-tenants, anonymous callers, clients' own keys; a guessed record id; with and without
+--encryption-key; on the embedded store and on a real Redis), tokens moved between the two
+APIs, relay/emulate switched mid-session, what reaches the upstream, lists and values sized to
+stall the worker (with /healthz answering meanwhile), and an upstream that fails mid-turn."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+import uuid
+
+import httpx2
+import pytest
+from starlette.datastructures import Headers
+
+from proxy.core import compaction_token
+from proxy.core.compaction_token import PREFIX, is_ours
+from proxy.http.caller import Gatekeeper
+from tests.harness import anthropic as afake
+from tests.harness import responses as fake
+from tests.harness.servers import scripted
+
+pytestmark = pytest.mark.usefixtures("fresh_summary_memory")
+
+MODEL, CLAUDE = "gpt-5", "claude-sonnet-4-5"
+BIG = "\n".join(f"line {i}: step {i} ok" for i in range(800))
+HISTORY = [
+    {"type": "message", "role": "user", "content": "Task: build."},
+    {"type": "function_call", "call_id": "c1", "name": "build", "arguments": "{}"},
+    {"type": "function_call_output", "call_id": "c1", "output": BIG},
+    {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "built"}]},
+]
+KEY_A, KEY_B = "pk-tenant-a-0123456789abcdef", "pk-tenant-b-0123456789abcdef"
+TENANTS = f'[tenants.a]\napi_keys = ["{KEY_A}"]\n[tenants.b]\napi_keys = ["{KEY_B}"]\n'
+
+
+def words(label: str, n: int) -> str:
+    return f"{label}: " + " ".join(f"{label}w{k}" for k in range(n))
+
+
+MESSAGES = [{"role": "user", "content": "the task: fix the build"},
+            *[{"role": "assistant", "content": words(f"a{k}", 300)} if k % 2 == 0
+              else {"role": "user", "content": f"u{k}: go on"} for k in range(8)],
+            {"role": "user", "content": "and now?"}]
+COMPACT_EDIT = {"edits": [{"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 1000}}]}
+
+
+def new_key() -> str:
+    return f"sk-{uuid.uuid4().hex}"
+
+
+def post(url: str, path: str, body, key: str | None, **headers: str) -> httpx2.Response:
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    auth = {} if key is None else {"Authorization": f"Bearer {key}"}
+    return httpx2.post(f"{url}/v1/{path}", content=content, timeout=120,
+                       headers={**auth, "Content-Type": "application/json", **headers})
+
+
+def post_messages(url: str, body: dict, key: str, path: str = "messages", **headers: str) -> httpx2.Response:
+    return httpx2.post(f"{url}/v1/{path}", json={"model": CLAUDE, "max_tokens": 512, **body}, timeout=120,
+                       headers={"x-api-key": key, "anthropic-version": "2023-06-01", **headers})
+
+
+@pytest.fixture(autouse=True)
+def answers(upstream):
+    def answer(rec):
+        if afake.is_messages_create(rec):
+            return afake.answer(rec, afake.message(afake.text("Done.")))
+        return fake.answer(rec, fake.message("Hello there"))
+    upstream.handler = scripted(answer)
+
+
+def token_of(url: str, key: str | None, **headers: str) -> str:
+    r = post(url, "responses/compact", {"model": MODEL, "input": HISTORY}, key, **headers)
+    assert r.status_code == 200, r.text
+    token = r.json()["output"][-1]["encrypted_content"]
+    assert token.startswith(PREFIX)
+    return token
+
+
+def block_of(url: str, key: str, **headers: str) -> dict:
+    """An Anthropic compaction block the proxy made (threshold compaction, paused)."""
+    edit = {"edits": [{**COMPACT_EDIT["edits"][0], "pause_after_compaction": True}]}
+    r = post_messages(url, {"messages": MESSAGES, "context_management": edit}, key, **headers)
+    assert r.status_code == 200, r.text
+    block = r.json()["content"][0]
+    assert block["type"] == "compaction" and is_ours(block["encrypted_content"])
+    return block
+
+
+def continued(token: str) -> dict:
+    return {"model": MODEL, "store": False,
+            "input": [{"type": "compaction", "id": "cmp_x", "encrypted_content": token},
+                      {"type": "message", "role": "user", "content": "next"}]}
+
+
+def assert_refused(r: httpx2.Response, why: str) -> None:
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["code"] == "invalid_compaction", r.text
+    assert why in error["message"], r.text
+
+
+def forwarded_bytes(upstream) -> bytes:
+    return b"".join(r.body for r in upstream.requests)
+
+
+# ---------------------------------------------------------------- whose content a token opens
+
+STORES = ["embedded", "redis"]
+
+
+@pytest.fixture(params=[(s, k) for s in STORES for k in (None, "correct horse battery staple")],
+                ids=lambda p: f"{p[0]}-{'key' if p[1] else 'nokey'}")
+def store_options(request, tmp_path) -> dict:
+    backend, secret = request.param
+    options: dict = {"data_dir": tmp_path}
+    if backend == "redis":
+        options["redis_url"] = request.getfixturevalue("redis_url")
+    if secret:
+        options["encryption_key"] = secret
+    return options
+
+
+def test_tokens_are_bound_to_tenant_sub_tenant_and_caller_kind(make_proxy, upstream, tmp_path, store_options):
+    """Proxy keys (tenants file + --upstream-api-key): another tenant, a sub-tenant of the same
+    tenant, the tenant without the sub-tenant it used, an anonymous caller: none opens the token."""
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text(TENANTS)
+    with make_proxy(tenants_file=tenants, upstream_api_key="sk-operator-0123456789", allow_anonymous=True,
+                    **store_options) as url:
+        a = token_of(url, KEY_A)
+        a_sub = token_of(url, KEY_A, **{"X-Offload-Tenant": "alice"})
+        anon = token_of(url, None)
+        for path in ("responses", "responses/compact"):
+            assert post(url, path, continued(a), KEY_A).status_code == 200  # its own: fine
+            assert_refused(post(url, path, continued(a), KEY_B), "not issued to this credential")
+            assert_refused(post(url, path, continued(a), KEY_A, **{"X-Offload-Tenant": "alice"}), "not issued")
+            assert_refused(post(url, path, continued(a_sub), KEY_A), "not issued")
+            assert_refused(post(url, path, continued(a_sub), KEY_A, **{"X-Offload-Tenant": "bob"}), "not issued")
+            assert_refused(post(url, path, continued(a), None), "not issued")
+            assert_refused(post(url, path, continued(anon), KEY_A), "not issued")
+            assert_refused(post(url, path, continued(anon), None, **{"X-Offload-Tenant": "x"}), "not issued")
+    sent = forwarded_bytes(upstream)
+    assert PREFIX.encode() not in sent and b"pk-tenant" not in sent
+
+
+def test_clients_own_keys_and_a_guessed_record_id(make_proxy, upstream, store_options):
+    """Without a server secret the tag's key is public, so B can mint a well-formed token naming
+    A's record id: it still opens nothing, the record is looked up in B's namespace only."""
+    with make_proxy(**store_options) as url:
+        key_a, key_b = new_key(), new_key()
+        token = token_of(url, key_a)
+        assert_refused(post(url, "responses", continued(token), key_b), "not issued")
+        secret = store_options.get("encryption_key")
+        record_id = compaction_token.read_token(token, _namespace(key_a, secret), secret)
+        minted = compaction_token.make_token(bytes.fromhex(record_id), _namespace(key_b, secret), secret)
+        r = post(url, "responses", continued(minted), key_b)
+        assert_refused(r, "no longer holds what it stood for")
+        assert not [r for r in upstream.requests if key_b in r.headers.get("authorization", "")]
+
+
+def _namespace(key: str, secret: str | None) -> str:
+    """The namespace a proxy with `secret` gives a client's own `key` (as its Gatekeeper decides)."""
+    gate = Gatekeeper({}, server_key=None, allow_anonymous=False, upstream_allowlist=[], secret=secret)
+    return gate.identify(Headers({"authorization": f"Bearer {key}"})).namespace
+
+
+# ---------------------------------------------------------------- tokens moved between the two APIs
+
+def test_a_responses_token_in_an_anthropic_block_is_refused(proxy_url, upstream):
+    key = new_key()
+    token = token_of(proxy_url, key)
+    block = {"type": "compaction", "content": "summary", "encrypted_content": token}
+    body = {"messages": [{"role": "assistant", "content": [block]}, {"role": "user", "content": "next"}]}
+    for path in ("messages", "messages/count_tokens"):
+        for mode in ("emulate", "relay"):
+            r = post_messages(proxy_url, body, key, path=path, **{"X-Offload-Context-Management": mode})
+            assert r.status_code == 400, r.text
+            assert r.json()["type"] == "error" and "another API" in r.json()["error"]["message"], r.text
+    assert PREFIX.encode() not in forwarded_bytes(upstream)
+
+
+def test_an_anthropic_token_in_a_responses_item_is_refused(proxy_url, upstream):
+    key = new_key()
+    block = block_of(proxy_url, key)
+    upstream.requests.clear()
+    for path in ("responses", "responses/compact"):
+        for mode in ("emulate", "relay"):
+            r = post(proxy_url, path, continued(block["encrypted_content"]), key,
+                     **{"X-Offload-Context-Management": mode})
+            assert_refused(r, "another API")
+    assert not upstream.requests
+
+
+# ---------------------------------------------------------------- relay and emulate, switched mid-session
+
+def test_a_token_made_emulating_is_expanded_when_relayed(proxy_url, upstream):
+    """Switched to a native upstream (relay) later, a token of the proxy's never leaves it: the
+    native upstream gets what it stands for (the summary with its ref=), on every endpoint."""
+    key = new_key()
+    token = token_of(proxy_url, key)
+    block = block_of(proxy_url, key)
+    upstream.requests.clear()
+    relay = {"X-Offload-Context-Management": "relay"}
+    assert post(proxy_url, "responses", continued(token), key, **relay).status_code == 200
+    assert post(proxy_url, "responses/compact", continued(token), key, **relay).status_code == 200
+    body = {"messages": [{"role": "assistant", "content": [block]}, {"role": "user", "content": "next"}]}
+    assert post_messages(proxy_url, body, key, **relay).status_code == 200
+    assert post_messages(proxy_url, body, key, path="messages/count_tokens", **relay).status_code == 200
+    paths = [r.path for r in upstream.requests]
+    assert paths == ["/v1/responses", "/v1/responses/compact", "/v1/messages", "/v1/messages/count_tokens"], paths
+    for rec in upstream.requests:
+        assert PREFIX.encode() not in rec.body, rec.path
+        assert b"ref=" in rec.body, rec.path  # the summary the token stood for
+
+
+# ---------------------------------------------------------------- what reaches an emulated upstream
+
+def test_an_emulated_upstream_gets_no_context_management_beta_or_offload_header(proxy_url, upstream):
+    key = new_key()
+    headers = {"X-Offload-Context-Management": "emulate", "X-Offload-Session": "s1",
+               "anthropic-beta": "compact-2026-01-12,context-management-2025-06-27,files-api-2025-04-14"}
+    body = {"messages": MESSAGES, "context_management": {"edits": [
+        {"type": "clear_thinking_20251015", "keep": "all"}, COMPACT_EDIT["edits"][0]]}, "stream": True}
+    r = post_messages(proxy_url, body, key, **headers)
+    assert r.status_code == 200, r.text
+    r = post(proxy_url, "responses", {"model": MODEL, "input": MESSAGES, "context_management": [
+        {"type": "compaction", "compact_threshold": 1000}]}, key, **headers)
+    assert r.status_code == 200, r.text
+    assert r.json()["output"][0]["type"] == "compaction"
+    turns = upstream.messages_requests() + upstream.responses_requests()
+    assert len(turns) == 2
+    for rec in upstream.requests:
+        assert b"context_management" not in rec.body and PREFIX.encode() not in rec.body
+        assert not [k for k, _ in rec.header_list if k.startswith("x-offload")], rec.header_list
+        assert rec.headers.get("anthropic-beta") in (None, "files-api-2025-04-14"), rec.headers
+
+
+def _stored(data_dir) -> dict[str, int]:
+    """What an embedded store holds: the bytes the quota counted, of the refs' originals, of the
+    compaction records."""
+    import sqlite3
+
+    with sqlite3.connect(data_dir / "offload.sqlite3") as db:
+        rows = db.execute("SELECT key, value FROM kv").fetchall()
+    return {"used": sum(int(v) for k, v in rows if k.endswith(":usage:bytes")),
+            "items": sum(len(v) for k, v in rows if ":item:" in k),
+            "records": sum(len(v) for k, v in rows if ":compaction:" in k)}
+
+
+def test_an_inline_compactions_record_is_charged_to_the_quota(make_proxy, upstream, tmp_path):
+    """What a threshold compaction's token stands for is stored content like any offload: counted
+    in the tenant's storage quota (and refused for a credential the upstream does not accept)."""
+    with make_proxy(data_dir=tmp_path / "1", max_stored_bytes_per_namespace=10**9) as url:
+        block_of(url, new_key())
+    stored = _stored(tmp_path / "1")
+    assert stored["records"] and stored["used"] == stored["items"] + stored["records"], stored
+    edit = {"edits": [{**COMPACT_EDIT["edits"][0], "pause_after_compaction": True}]}
+    with make_proxy(data_dir=tmp_path / "2", max_stored_bytes_per_namespace=stored["used"] - 1) as url:
+        r = post_messages(url, {"messages": MESSAGES, "context_management": edit}, new_key())
+    assert r.status_code == 200, r.text
+    assert [b["type"] for b in r.json()["content"]] == ["text"]  # no compaction standing for nothing: a turn
+    assert "quota" in r.headers.get("x-offload-warning", ""), r.headers
+    assert _stored(tmp_path / "2")["records"] == 0
