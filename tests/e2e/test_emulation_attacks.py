@@ -267,3 +267,126 @@ def test_an_inline_compactions_record_is_charged_to_the_quota(make_proxy, upstre
     assert [b["type"] for b in r.json()["content"]] == ["text"]  # no compaction standing for nothing: a turn
     assert "quota" in r.headers.get("x-offload-warning", ""), r.headers
     assert _stored(tmp_path / "2")["records"] == 0
+
+
+# ---------------------------------------------------------------- sized to stall the worker
+
+class HealthWatch:
+    """Polls /healthz while a request runs: the slowest answer tells whether the event loop stalled
+    (printed for the record, never asserted: no timing assertions)."""
+
+    def __init__(self, url: str) -> None:
+        self.url, self.worst, self.stop = url, 0.0, threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with httpx2.Client(timeout=60) as c:
+            while not self.stop.is_set():
+                start = time.monotonic()
+                assert c.get(f"{self.url}/healthz").status_code == 200
+                self.worst = max(self.worst, time.monotonic() - start)
+                time.sleep(0.02)
+
+    def __enter__(self) -> "HealthWatch":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def watched(url: str, label: str, send) -> httpx2.Response:
+    with HealthWatch(url) as watch:
+        start = time.monotonic()
+        r = send()
+        took = time.monotonic() - start
+    print(f"\n[attack] {label}: {r.status_code} in {took:.2f}s, /healthz worst {watch.worst * 1000:.0f} ms")
+    return r
+
+
+def test_twenty_thousand_of_the_proxys_compaction_items_before_a_foreign_one_relayed(proxy_url, upstream):
+    key = new_key()
+    token = token_of(proxy_url, key)
+    ours = {"type": "compaction", "encrypted_content": token}
+    items = [ours] * 19_990 + [{"type": "compaction", "encrypted_content": "gAAAAABforeign=="},
+                              {"type": "message", "role": "user", "content": "next"}]
+    upstream.requests.clear()
+    r = watched(proxy_url, "19,990 own tokens + a foreign one, relay", lambda: post(
+        proxy_url, "responses", {"model": MODEL, "input": items, "store": False}, key,
+        **{"X-Offload-Context-Management": "relay"}))
+    assert r.status_code == 200, r.text[:300]
+    (sent,) = upstream.responses_requests()
+    assert PREFIX.encode() not in sent.body and len(sent.json()["input"]) == 2  # the foreign item, the message
+
+
+def test_ten_thousand_compaction_blocks(proxy_url, upstream):
+    key = new_key()
+    block = block_of(proxy_url, key)
+    messages = [{"role": "assistant", "content": [block]}] * 10_000 + [{"role": "user", "content": "next"}]
+    r = watched(proxy_url, "10,000 compaction blocks", lambda: post_messages(proxy_url, {"messages": messages}, key))
+    assert r.status_code == 200, r.text[:300]
+
+
+def clear_over(n: int) -> list[dict]:
+    out: list[dict] = [{"role": "user", "content": "go"}]
+    for i in range(n):
+        out.append({"role": "assistant", "content": [{"type": "tool_use", "id": f"toolu_{i}", "name": f"t{i % 7}",
+                                                      "input": {"i": i}}]})
+        out.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{i}",
+                                                 "content": f"result {i} " * 100}]})
+    return out
+
+
+def test_a_clear_edit_over_ten_thousand_tool_uses(proxy_url, upstream):
+    """The most tool uses a request may hold under the default --max-messages (20,000)."""
+    edit = {"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens", "value": 1000},
+            "keep": {"type": "tool_uses", "value": 1}, "exclude_tools": [f"x{i}" for i in range(1000)],
+            "clear_tool_inputs": True}
+    body = {"messages": clear_over(9_999), "context_management": {"edits": [edit]}}
+    r = watched(proxy_url, "clear_tool_uses over 9,999 tool uses", lambda: post_messages(proxy_url, body, new_key()))
+    assert r.status_code == 200, r.text[:300]
+    (applied,) = r.json()["context_management"]["applied_edits"]
+    assert applied["cleared_tool_uses"] == 9_998
+
+
+def test_thinking_blocks_galore(proxy_url, upstream):
+    messages: list[dict] = []
+    for t in range(5_000):
+        messages.append({"role": "user", "content": f"q{t}"})
+        messages.append({"role": "assistant", "content": [
+            *({"type": "thinking", "thinking": f"thought {t}.{k}", "signature": "sig"} for k in range(20)),
+            {"type": "text", "text": f"a{t}"}]})
+    messages.append({"role": "user", "content": "last"})
+    body = {"messages": messages, "context_management": {"edits": [
+        {"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": 1}}]}}
+    r = watched(proxy_url, "clear_thinking over 100,000 thinking blocks", lambda: post_messages(proxy_url, body,
+                                                                                              new_key()))
+    assert r.status_code == 200, r.text[:300]
+    (applied,) = r.json()["context_management"]["applied_edits"]
+    assert applied["cleared_thinking_turns"] == 4_999
+
+
+@pytest.mark.parametrize("body", [
+    {"context_management": {"edits": [{"type": "clear_tool_uses_20250919",
+                                        "exclude_tools": [f"t{i}" for i in range(100_000)]}]}},
+    {"context_management": {"edits": [{"type": "clear_thinking_20251015"}] * 10_000}},
+    {"context_management": {"edits": [{"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens",
+                                                                                          "value": 10**30}}]}},
+    {"context_management": {"edits": [{"type": "clear_thinking_20251015"}], "x": [[[[[[[[[[[[[[]]]]]]]]]]]]]]}},
+], ids=["100k-exclude_tools", "10k-edits", "huge-trigger", "unknown-nested-field"])
+def test_oversized_edits_are_a_400_before_any_is_read(proxy_url, upstream, body):
+    r = watched(proxy_url, "oversized edits", lambda: post_messages(proxy_url, {"messages": MESSAGES, **body},
+                                                                     new_key()))
+    assert r.status_code == 400 and r.json()["type"] == "error", r.text[:300]
+    assert not upstream.requests
+
+
+def test_ten_thousand_context_management_entries_and_a_huge_threshold(proxy_url, upstream):
+    key = new_key()
+    r = post(proxy_url, "responses", {"model": MODEL, "input": "hi", "context_management": [
+        {"type": "compaction", "compact_threshold": 1000}] * 10_000}, key)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "context_management", r.text[:300]
+    r = post(proxy_url, "responses", {"model": MODEL, "input": MESSAGES, "context_management": [
+        {"type": "compaction", "compact_threshold": 10**300}]}, key)
+    assert r.status_code == 200 and r.json()["output"][0]["type"] == "message", r.text[:300]
