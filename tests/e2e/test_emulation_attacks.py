@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import threading
 import time
 import uuid
@@ -390,3 +391,78 @@ def test_ten_thousand_context_management_entries_and_a_huge_threshold(proxy_url,
     r = post(proxy_url, "responses", {"model": MODEL, "input": MESSAGES, "context_management": [
         {"type": "compaction", "compact_threshold": 10**300}]}, key)
     assert r.status_code == 200 and r.json()["output"][0]["type"] == "message", r.text[:300]
+
+
+# ---------------------------------------------------------------- every new field, every JSON type
+
+TYPES = [None, True, 1.5, 10**40, "s", ["s"], {"k": 1}, [[[]]]]
+
+
+def _ok_or_400(r: httpx2.Response, shape: str) -> None:
+    assert r.status_code in (200, 400), r.text[:300]
+    if r.status_code == 400:
+        body = r.json()
+        error = body["error"] if shape == "openai" else body["error"]
+        assert shape == "openai" or body["type"] == "error", r.text[:300]
+        assert error["message"] and "Traceback" not in r.text
+
+
+RESPONSES_FIELDS = [
+    lambda v: {"context_management": v},
+    lambda v: {"context_management": [v]},
+    lambda v: {"context_management": [{"type": v}]},
+    lambda v: {"context_management": [{"type": "compaction", "compact_threshold": v}]},
+    lambda v: {"input": [{"type": "compaction", "encrypted_content": v}, {"role": "user", "content": "x"}]},
+    lambda v: {"input": [{"type": "compaction", "id": v, "encrypted_content": "gAAAA=="}]},
+]
+MESSAGES_FIELDS = [
+    lambda v: {"context_management": v},
+    lambda v: {"context_management": {"edits": v}},
+    lambda v: {"context_management": {"edits": [v]}},
+    *[lambda v, f=f, t=t: {"context_management": {"edits": [{"type": t, f: v}]}}
+      for t, fields in (("clear_tool_uses_20250919", ("trigger", "keep", "clear_at_least", "exclude_tools",
+                                                       "clear_tool_inputs")),
+                        ("clear_thinking_20251015", ("keep",)),
+                        ("compact_20260112", ("trigger", "pause_after_compaction", "instructions")))
+      for f in fields],
+    lambda v: {"context_management": {"edits": [{"type": "clear_tool_uses_20250919",
+                                                 "trigger": {"type": "input_tokens", "value": v}}]}},
+    lambda v: {"context_management": {"edits": [{"type": "clear_tool_uses_20250919",
+                                                 "keep": {"type": "tool_uses", "value": v}}]}},
+    lambda v: {"context_management": {"edits": [{"type": "compact_20260112",
+                                                 "trigger": {"type": "input_tokens", "value": v}}]}},
+    *[lambda v, f=f: {"messages": [{"role": "assistant", "content": [{"type": "compaction", f: v}]},
+                                   {"role": "user", "content": "x"}]}
+      for f in ("content", "encrypted_content", "cache_control")],
+]
+
+
+@pytest.mark.parametrize("field", range(len(RESPONSES_FIELDS)))
+def test_every_responses_field_of_every_json_type(proxy_url, upstream, field, caplog):
+    key = new_key()
+    for value in TYPES:
+        body = {"model": MODEL, "input": MESSAGES, **RESPONSES_FIELDS[field](value)}
+        for path in ("responses", "responses/compact"):
+            _ok_or_400(post(proxy_url, path, body, key), "openai")
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+
+
+@pytest.mark.parametrize("field", range(len(MESSAGES_FIELDS)))
+def test_every_messages_field_of_every_json_type(proxy_url, upstream, field, caplog):
+    key = new_key()
+    for value in TYPES:
+        body = {"messages": MESSAGES, **MESSAGES_FIELDS[field](value)}
+        for path in ("messages", "messages/count_tokens"):
+            _ok_or_400(post_messages(proxy_url, body, key, path=path), "anthropic")
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+
+
+@pytest.mark.parametrize("value", ["", "x", "EMULATE", "relay,emulate", "r elay", "a" * 5000])
+def test_a_bad_context_management_header_is_a_400(proxy_url, upstream, value):
+    for path in ("responses", "responses/compact"):
+        r = httpx2.post(f"{proxy_url}/v1/{path}", json={"model": MODEL, "input": "hi"}, timeout=30,
+                        headers={"Authorization": f"Bearer {new_key()}",
+                                 "X-Offload-Context-Management": value.encode().decode("latin-1")})
+        assert r.status_code in (200, 400), r.text
+        if value.strip().lower() not in ("relay", "emulate", "auto", ""):
+            assert r.status_code == 400 and "Context-Management" in r.text, (value, r.text)
