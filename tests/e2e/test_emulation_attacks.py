@@ -466,3 +466,89 @@ def test_a_bad_context_management_header_is_a_400(proxy_url, upstream, value):
         assert r.status_code in (200, 400), r.text
         if value.strip().lower() not in ("relay", "emulate", "auto", ""):
             assert r.status_code == 400 and "Context-Management" in r.text, (value, r.text)
+
+
+# ---------------------------------------------------------------- an upstream or summariser failing mid-turn
+
+THRESHOLD = [{"type": "compaction", "compact_threshold": 1000}]
+
+
+def _summary_or(turn):
+    from tests.harness.servers import default_handler, is_summary_call, snapshot_answer
+
+    async def handler(request, rec):
+        if is_summary_call(rec):
+            return snapshot_answer(rec)
+        if rec.method != "POST":  # the credential check's GET models
+            return await default_handler(request, rec)
+        return turn(rec)
+    return handler
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("api", ["responses", "messages"])
+def test_the_upstream_answers_an_error_after_the_compaction_was_made(proxy_url, upstream, stream, api):
+    from starlette.responses import JSONResponse
+
+    upstream.handler = _summary_or(lambda rec: JSONResponse({"error": {"message": "overloaded", "type": "x"}},
+                                                            status_code=529))
+    if api == "responses":
+        r = post(proxy_url, "responses", {"model": MODEL, "input": MESSAGES, "context_management": THRESHOLD,
+                                          "stream": stream}, new_key())
+    else:
+        r = post_messages(proxy_url, {"messages": MESSAGES, "context_management": COMPACT_EDIT, "stream": stream},
+                          new_key())
+    assert r.status_code == 529, r.text[:300]
+    assert "overloaded" in r.text and PREFIX not in r.text  # the upstream's error; no compaction without its turn
+
+
+@pytest.mark.parametrize("api", ["responses", "messages"])
+def test_the_upstream_stream_breaks_after_the_lead(proxy_url, upstream, api):
+    from starlette.responses import StreamingResponse
+
+    def broken(rec):
+        msg = afake.message(afake.text("Done " * 50)) if api == "messages" else None
+        chunks = (afake.events(msg) if api == "messages"
+                  else fake.sse_stream(fake.response(fake.message("Done " * 50), request=rec.json())))
+
+        async def body():
+            for chunk in chunks[:3]:
+                yield chunk if isinstance(chunk, bytes) else chunk.encode()
+            raise RuntimeError("connection reset")
+        return StreamingResponse(body(), media_type="text/event-stream")
+
+    upstream.handler = _summary_or(broken)
+    if api == "responses":
+        r = post(proxy_url, "responses", {"model": MODEL, "input": MESSAGES, "context_management": THRESHOLD,
+                                          "stream": True}, new_key())
+    else:
+        r = post_messages(proxy_url, {"messages": MESSAGES, "context_management": COMPACT_EDIT, "stream": True},
+                          new_key())
+    assert r.status_code == 200
+    assert PREFIX in r.text  # the lead came first
+    ending = "event: response.failed" if api == "responses" else "event: error"
+    assert ending in r.text, r.text[-800:]  # the break said in the stream's own terms, after the lead
+
+
+@pytest.mark.parametrize("api", ["responses", "messages"])
+def test_a_failing_summariser_makes_no_compaction_item_standing_for_nothing(proxy_url, upstream, api):
+    from starlette.responses import JSONResponse
+
+    from tests.harness.servers import default_handler, is_summary_call
+
+    async def answer(request, rec):  # not `scripted`: it answers the summary calls itself
+        if is_summary_call(rec):
+            return JSONResponse({"error": {"message": "down"}}, status_code=500)
+        return await default_handler(request, rec)
+    upstream.handler = answer
+    if api == "responses":
+        r = post(proxy_url, "responses", {"model": MODEL, "input": MESSAGES, "context_management": THRESHOLD},
+                 new_key())
+        kinds = [item["type"] for item in r.json()["output"]]
+    else:
+        r = post_messages(proxy_url, {"messages": MESSAGES, "context_management": COMPACT_EDIT}, new_key())
+        kinds = [block["type"] for block in r.json()["content"]]
+    assert r.status_code == 200 and "compaction" not in kinds, r.text[:300]
+    assert "compaction not made" in r.headers.get("x-offload-warning", ""), r.headers
+    r = post(proxy_url, "responses/compact", {"model": MODEL, "input": HISTORY}, new_key())
+    assert r.status_code == 502 and r.json()["error"]["code"] == "compaction_failed", r.text
