@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.formats.messages.edits_config import MAX_EDITS
+from proxy.formats.messages.edits_config import MAX_EDITS, MAX_VALUE
 from proxy.errors import ProxyError
 
 MIN_THRESHOLD = 1000
@@ -46,8 +46,8 @@ def _integer(value: Any) -> bool:
 def _tokens(value: Any, param: str) -> int:
     if not _integer(value):
         raise _bad(f"{param} must be an integer (a number of tokens), not {type(value).__name__}.", param)
-    if value < MIN_THRESHOLD:
-        raise _bad(f"{param} must be at least {MIN_THRESHOLD} tokens.", param)
+    if not MIN_THRESHOLD <= value <= MAX_VALUE:
+        raise _bad(f"{param} must be from {MIN_THRESHOLD} to {MAX_VALUE} tokens.", param)
     return value
 
 

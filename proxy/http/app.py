@@ -25,6 +25,7 @@ from proxy.reload import search_pool
 from proxy.http.caller import CallerGate, Gatekeeper
 from proxy.http.canonical_path import CanonicalPath
 from proxy.http.compact import responses_compact
+from proxy.http.token_relay import responses_input_tokens
 from proxy.http.count_tokens import count_tokens
 from proxy.http.dashboard import Dashboard
 from proxy.http.routing_errors import not_routed
@@ -127,6 +128,7 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/responses", responses, methods=["POST"]),
         Route("/v1/responses/compact", responses_compact, methods=["POST"]),
+        Route("/v1/responses/input_tokens", responses_input_tokens, methods=["POST"]),
         Route("/v1/messages", messages, methods=["POST"]),
         Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
         Route("/v1/offload", offload, methods=["POST"]),

@@ -17,25 +17,20 @@ import time
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.core import jsonio
-from proxy.core.compaction_token import ANY_VERSION
 from proxy.core.tokens import counter_for_model_async
 from proxy.emulation import request as emulation_request
 from proxy.emulation.compact import CompactionFailed, compact
 from proxy.errors import ProxyError
-from proxy.formats.json_body import LARGE_BODY
 from proxy.formats.responses import RESPONSES
 from proxy.formats.responses.compact import compacted_response, parse_compact_body, summary_body
 from proxy.http import telemetry
-from proxy.http.body_encoding import codings_of, decode
 from proxy.http.call_parts import compressor_for, quota_for, request_settings
 from proxy.http.caller import Caller
 from proxy.http.json_response import JSONResponse
 from proxy.http.managed import answered
-from proxy.http.disconnect import ClientWatch
-from proxy.http.relay import relay, stream_back
+from proxy.http.token_relay import read_body, relay_tokens_expanded
 from proxy.http.services import services_of
-from proxy.offload import cpu_pool, events
+from proxy.offload import events
 from proxy.offload.compaction_records import CompactionRecords
 from proxy.offload.quota import CredentialRejected, QuotaExceeded
 from proxy.offload.refs import RefStore
@@ -55,47 +50,13 @@ async def responses_compact(request: Request) -> Response:
     except ProxyError as exc:
         return exc.response(caller.family)
     if not emulates(settings.context_management, caller.base or services.settings.upstream_base):
-        return await answered(request, lambda: _relayed(request, caller))
+        return await answered(request, lambda: relay_tokens_expanded(
+            request, caller, "responses/compact", parse=lambda raw, limit: parse_compact_body(raw, max_items=limit)))
     return await answered(request, lambda: _emulated(request, caller, settings))
 
 
-async def _relayed(request: Request, caller: Caller) -> Response:
-    """Relayed to a native upstream as sent, unless the input holds a compaction token of the
-    proxy's (made while it emulated, e.g. before the session moved to OpenAI): no upstream can
-    read one, so the newest is replaced by what it stands for, as on `POST /v1/responses`."""
-    raw = await request.body()
-    if not request.headers.get("content-encoding") and ANY_VERSION.encode() not in raw and b"\\u" not in raw:
-        return await relay(request)
-    services = services_of(request)
-    body = await _read(request, caller)
-    records = CompactionRecords(services.store, caller.namespace, services.settings.store_ttl, services.sealer,
-                                secret=services.settings.encryption_key)
-    begun = await emulation_request.begin(body, RESPONSES.history(body), view=RESPONSES.view, emulating=False,
-                                          tokens=True, records=records)
-    if not begun.replaced:
-        return await relay(request)
-    caller.check_relay("POST", "responses/compact")
-    content = jsonio.dumps({**body, "input": begun.items})
-    watch = ClientWatch(request, body_read=True)
-    response = await watch.run(services.upstream.send(
-        "POST", "responses/compact", query=request.scope.get("query_string", b""),
-        headers=caller.upstream_headers(request.scope["headers"], body_replaced=True), content=content,
-        base=caller.base))
-    return await stream_back(response, shape=caller.family)
-
-
 async def _read(request: Request, caller: Caller) -> dict:
-    limits = services_of(request).settings
-    codings = codings_of(request.headers.getlist("content-encoding"))  # 415 for an unknown one
-    raw = await request.body()
-
-    def parsed() -> dict:
-        plain = decode(raw, codings, limit=limits.max_body_bytes) if codings else raw
-        body = parse_compact_body(plain, max_items=limits.max_messages)
-        caller.check_body(body)
-        return body
-
-    return await cpu_pool.CPU(bool(codings) or len(raw) > LARGE_BODY)(parsed)
+    return await read_body(request, caller, parse=lambda raw, limit: parse_compact_body(raw, max_items=limit))
 
 
 async def _emulated(request: Request, caller: Caller, settings) -> Response:

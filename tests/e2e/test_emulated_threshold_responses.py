@@ -151,12 +151,15 @@ def test_malformed_context_management_is_a_400(proxy_url, upstream, key, entries
     assert not upstream.requests
 
 
-def test_a_huge_threshold_is_never_crossed(proxy_url, upstream, key):
+def test_the_largest_threshold_is_never_crossed_and_a_larger_one_refused(proxy_url, upstream, key):
     body = {"model": MODEL, "store": False, "input": HISTORY,
-            "context_management": [{"type": "compaction", "compact_threshold": 10 ** 30}]}
+            "context_management": [{"type": "compaction", "compact_threshold": 2**31 - 1}]}
     r = post(proxy_url, body, key)
     assert r.status_code == 200 and [o["type"] for o in r.json()["output"]] == ["message"]
     assert not upstream.summary_requests()
+    body["context_management"][0]["compact_threshold"] = 10 ** 30
+    r = post(proxy_url, body, key)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "context_management[0].compact_threshold"
 
 
 def test_relayed_to_a_native_upstream_the_fields_go_on_byte_for_byte(proxy_url, upstream, key):

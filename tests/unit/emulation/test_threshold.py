@@ -18,7 +18,9 @@ def test_responses_threshold_reads_one_compaction_entry():
     assert responses_threshold([]) is None
     assert responses_threshold([{"type": "compaction", "compact_threshold": 2000}]) == Threshold(2000)
     assert responses_threshold([{"type": "compaction"}]) == Threshold(None)  # the proxy's own trigger
-    assert responses_threshold([{"type": "compaction", "compact_threshold": 10 ** 40}]).tokens == 10 ** 40
+    assert responses_threshold([{"type": "compaction", "compact_threshold": 2**31 - 1}]).tokens == 2**31 - 1
+    with pytest.raises(ProxyError):
+        responses_threshold([{"type": "compaction", "compact_threshold": 2**31}])
 
 
 @pytest.mark.parametrize("value", ["2000", 2000.0, True, False, -1, 0, 999, [2000], {"n": 2000}])

@@ -1,0 +1,81 @@
+"""Relayed Responses paths whose input may hold the proxy's compaction tokens.
+
+A token is made while the proxy emulates compaction; a session may later reach a native
+upstream (the tenant's upstream changed, `X-Offload-Context-Management: relay`). No upstream
+can read a token, and it must not leave the proxy: on `POST /v1/responses/compact` (relayed to a
+native upstream) and `POST /v1/responses/input_tokens` the newest one is replaced by what it
+stands for, as on `POST /v1/responses`; another namespace's, a forged or an expired one is a
+400. A body without one is relayed as sent, byte for byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from proxy.core import jsonio
+from proxy.core.compaction_token import ANY_VERSION
+from proxy.emulation import request as emulation_request
+from proxy.formats.json_body import LARGE_BODY
+from proxy.formats.responses import RESPONSES
+from proxy.http.body_encoding import codings_of, decode
+from proxy.http.caller import Caller
+from proxy.http.disconnect import ClientWatch
+from proxy.http.managed import answered
+from proxy.http.relay import relay, stream_back
+from proxy.http.services import services_of
+from proxy.offload import cpu_pool
+from proxy.offload.compaction_records import CompactionRecords
+
+Parse = Callable[[bytes, int], dict]
+
+
+async def read_body(request: Request, caller: Caller, *, parse: Parse) -> dict:
+    """The body decoded (415 for an unknown coding), parsed by `parse(raw, max_items)` (400 for
+    a bad one) and checked for the caller (`Caller.check_body`): off the loop when large."""
+    limits = services_of(request).settings
+    codings = codings_of(request.headers.getlist("content-encoding"))
+    raw = await request.body()
+
+    def parsed() -> dict:
+        plain = decode(raw, codings, limit=limits.max_body_bytes) if codings else raw
+        body = parse(plain, limits.max_messages)
+        caller.check_body(body)
+        return body
+
+    return await cpu_pool.CPU(bool(codings) or len(raw) > LARGE_BODY)(parsed)
+
+
+async def relay_tokens_expanded(request: Request, caller: Caller, path: str, *, parse: Parse) -> Response:
+    """`path` (under /v1) relayed; `parse(raw, max_items)` reads its body (400 for a bad one)."""
+    raw = await request.body()
+    codings = codings_of(request.headers.getlist("content-encoding"))  # 415 for an unknown one
+    if not codings and ANY_VERSION.encode() not in raw and b"\\u" not in raw:
+        return await relay(request)
+    services = services_of(request)
+    limits = services.settings
+    body = await read_body(request, caller, parse=parse)
+    records = CompactionRecords(services.store, caller.namespace, limits.store_ttl, services.sealer,
+                                secret=limits.encryption_key)
+    begun = await emulation_request.begin(body, RESPONSES.history(body), view=RESPONSES.view, emulating=False,
+                                          tokens=True, records=records)
+    if not begun.replaced:
+        return await relay(request)
+    caller.check_relay("POST", path)
+    content = jsonio.dumps({**body, "input": begun.items})
+    watch = ClientWatch(request, body_read=True)
+    response = await watch.run(services.upstream.send(
+        "POST", path, query=request.scope.get("query_string", b""),
+        headers=caller.upstream_headers(request.scope["headers"], body_replaced=True), content=content,
+        base=caller.base))
+    return await stream_back(response, shape=caller.family)
+
+
+async def responses_input_tokens(request: Request) -> Response:
+    """`POST /v1/responses/input_tokens`: relayed (every upstream that has it counts natively)."""
+    caller: Caller = request.state.caller
+    return await answered(request, lambda: relay_tokens_expanded(
+        request, caller, "responses/input_tokens",
+        parse=lambda raw, limit: RESPONSES.parse(raw, max_items=limit)))
