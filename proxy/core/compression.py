@@ -23,7 +23,7 @@ from typing import Any
 from proxy.core import jsonio
 from proxy.core.view import ItemView
 from proxy.core.markers import history_marker, history_ref
-from proxy.core.provider_context import live_start, trigger_index
+from proxy.core.provider_context import client_summary_end, live_start, trigger_index
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import TokenCounter
 
@@ -76,13 +76,16 @@ def split(items: list[Any], view: ItemView, keep_recent: int) -> tuple[int, int]
     """(head, tail): items[:head] are kept as they are: the leading system items, or everything
     up to the newest provider compaction item and the system items right after it (the provider
     ignores what precedes that item: nothing there is summarised or counted), then the task
-    (`task_end`: the first user message, when no provider compaction item holds it); items[tail:] the kept tail, which holds the `compaction_trigger` ending `items`
+    (`task_end`: the first user message, when no provider compaction item holds it), or
+    everything up to the newest client compaction summary when later (`client_summary_end`);
+    items[tail:] the kept tail, which holds the `compaction_trigger` ending `items`
     (it must stay the last item)."""
     head = start = live_start(items, view)
     while head < len(items) and view.role(items[head]) == "system":
         head += 1
     if start == 0:  # after a provider compaction item, the task is inside that item
         head = task_end(items, view, head)
+    head = max(head, client_summary_end(items, view, start))  # a client's own summary: kept, never folded
     tail = max(head, len(items) - keep_recent)
     trigger = trigger_index(items, view)
     if trigger is not None:

@@ -16,6 +16,12 @@ that the client sends back and before which the provider ignores everything. The
 - When the provider clears old tool results (`clear_tool_uses_20250919`), the proxy compacts
   only what that edit leaves: the results of the most recent `keep` tool uses and of the
   `exclude_tools` (`clearable_calls`).
+- A client that compacts by itself (Codex CLI with any provider but OpenAI's: a summarisation
+  turn, then a new history of its initial context, the recent user messages and one user
+  message holding the summary) leaves a boundary too, but the upstream reads what precedes
+  it: that part still counts, yet stays verbatim, and the proxy's summaries start after the
+  newest client summary (`client_summary_end`): one summary never folds the client's compacted
+  state together with the work after it.
 
 Each format reads its own request into a `ProviderContext` (`WireFormat.provider_context`) and
 marks its items through `ItemView.is_provider_compaction` / `is_compaction_trigger`.
@@ -29,6 +35,11 @@ from typing import Any
 from proxy.core.view import ItemView
 
 DEFAULT_KEEP_TOOL_USES = 3  # Anthropic's default `keep` of clear_tool_uses_20250919
+# How a client's own compaction summary begins: Codex CLI's (codex-rs/core/templates/compact/
+# summary_prefix.md, its first sentence; the summary follows the whole template and a newline).
+CLIENT_SUMMARY_PREFIXES = (
+    "Another language model started to solve this problem and produced a summary of its thinking process.",
+)
 
 
 @dataclass(frozen=True)
@@ -56,6 +67,15 @@ def live_start(items: list[Any], view: ItemView) -> int:
         if view.is_provider_compaction(items[i]):
             return i + 1
     return 0
+
+
+def client_summary_end(items: list[Any], view: ItemView, start: int = 0) -> int:
+    """The index after the newest client compaction summary in items[start:] (a user message
+    whose text begins with one of CLIENT_SUMMARY_PREFIXES), else `start`."""
+    for i in range(len(items) - 1, start - 1, -1):
+        if view.role(items[i]) == "user" and (view.text(items[i]) or "").startswith(CLIENT_SUMMARY_PREFIXES):
+            return i + 1
+    return start
 
 
 def trigger_index(items: list[Any], view: ItemView) -> int | None:

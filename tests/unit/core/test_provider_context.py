@@ -9,7 +9,8 @@ import copy
 from proxy.core import compression as cp
 from proxy.core.compaction import plan_compaction
 from proxy.core.markers import is_marker
-from proxy.core.provider_context import ProviderContext, clearable_calls, live_start, trigger_index
+from proxy.core.provider_context import (CLIENT_SUMMARY_PREFIXES, ProviderContext, clearable_calls, client_summary_end,
+                                         live_start, trigger_index)
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model
 from proxy.formats.chat import VIEW as CHAT_VIEW
@@ -119,3 +120,58 @@ def test_compaction_leaves_to_the_clear_edit_what_it_may_clear():
                  and is_marker(item["output"])}
     assert compacted == {4, 6, 8}  # c2 (excluded), c3 and c4 (the 2 kept); c1 is the provider's to clear
     assert len(plan_compaction(items, RV, settings, COUNTER, NS).offloads) == 4  # without the edit: all
+
+
+# Codex CLI's local compaction: the summary user message it builds (codex-rs/core/templates/compact/summary_prefix.md)
+CODEX_SUMMARY = (CLIENT_SUMMARY_PREFIXES[0] + " You also have access to the state of the tools that were used by "
+                 "that language model. [...] use the information in this summary to assist with your own analysis:\n"
+                 "steps 1-3 done")
+
+
+def codex_summary(view_kind="responses"):
+    if view_kind == "chat":
+        return user(CODEX_SUMMARY)
+    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": CODEX_SUMMARY}]}
+
+
+def test_client_summary_end_is_after_the_newest_client_summary():
+    first, second = codex_summary(), codex_summary()
+    items = [user("task"), first, call(1), output(1, "x"), second, user("go on")]
+    assert client_summary_end(items, RV) == 5  # the newest one
+    assert client_summary_end(items[:4], RV) == 2
+    assert client_summary_end([user("task"), call(1)], RV) == 0
+    assert client_summary_end([user("task"), call(1)], RV, start=1) == 1
+    assert client_summary_end([user("a"), user(CODEX_SUMMARY)], CHAT_VIEW) == 2
+    assert client_summary_end([{"role": "user", "content": [{"type": "text", "text": CODEX_SUMMARY}]}], MV) == 1
+    # only a user message: the same text from the model, or inside a tool result, is no boundary
+    said = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": CODEX_SUMMARY}]}
+    assert client_summary_end([user("task"), said, call(1), output(1, CODEX_SUMMARY)], RV) == 0
+    # nor a user message that merely quotes it later on
+    assert client_summary_end([user("task"), user("see: " + CODEX_SUMMARY)], RV) == 0
+
+
+def test_no_summary_folds_a_client_summary_with_what_follows_it():
+    """After Codex compacted, its history is [instructions, context, recent user messages, the
+    summary, new work]: the proxy summarises only the new work, the rest stays verbatim, in place."""
+    kept = [{"role": "developer", "content": "d"}, user("<environment_context/>"), user("Run six steps."),
+            codex_summary()]
+    work = [x for k in range(4, 12) for x in (call(k), output(k, "word " * 120))]
+    items = [*kept, *work]
+    head, tail = cp.split(items, RV, keep_recent=2)
+    assert head == len(kept) and tail == len(items) - 2
+    d = cp.decide(items, RV, OffloadSettings(max_total_tokens=500), COUNTER, None)
+    assert d.action == "summarize" and d.head == len(kept)
+    assembled = cp.assemble(items, RV, d.head, d.cut, RV.summary_item("S"))
+    assert assembled[:len(kept)] == kept and assembled[len(kept)] == RV.summary_item("S")
+    # without the client summary the same history is summarised from after the task (its first user message)
+    plain = [*kept[:3], *work]
+    assert cp.decide(plain, RV, OffloadSettings(max_total_tokens=500), COUNTER, None).head == 2
+    # and nothing is summarised while the work after the client summary stays small
+    assert cp.decide([*kept, *work[:2]], RV, OffloadSettings(max_total_tokens=500), COUNTER, None).action == "none"
+
+
+def test_a_provider_compaction_item_after_a_client_summary_wins():
+    items = [user("task"), codex_summary(), user("a"), COMPACTION, *(user(f"new {k}") for k in range(6))]
+    assert cp.split(items, RV, keep_recent=2) == (4, len(items) - 2)
+    items = [user("task"), COMPACTION, user("a"), codex_summary(), *(user(f"new {k}") for k in range(6))]
+    assert cp.split(items, RV, keep_recent=2) == (4, len(items) - 2)
