@@ -81,12 +81,9 @@ async def replace_compaction_blocks(messages: list[Any], records: CompactionReco
     after = ([{**holder, "content": rest}] if rest else []) + messages[i + 1:]
     if ours:
         try:
-            stands_for = await records.load(sealed)
+            stands_for = await records.stands_for(sealed)
         except TokenError as exc:
             raise _refused(param, str(exc)) from None
-        if stands_for is None:
-            raise _refused(param, "the proxy's store no longer holds what it stood for (it expired after "
-                                  "--store-ttl unused, or was evicted); send the history without it")
         return [*_record_messages(stands_for, param), *after]
     if content is None:  # a failed compaction: a no-op
         return [*messages[:i], *([{**holder, "content": rest}] if rest else []), *messages[i + 1:]]

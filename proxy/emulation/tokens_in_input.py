@@ -49,11 +49,8 @@ async def replace_tokens(items: list[Any], view: ItemView, records: CompactionRe
         ours_before = {i for i in range(newest) if is_ours(_content(items[i])) and view.is_provider_compaction(items[i])}
         return [m for i, m in enumerate(items) if i not in ours_before] if ours_before else None
     try:
-        stands_for = await records.load(content)
+        stands_for = await records.stands_for(content)
     except TokenError as exc:
         raise _refused(newest, str(exc)) from None
-    if stands_for is None:
-        raise _refused(newest, "the proxy's store no longer holds what it stood for (it expired after "
-                               "--store-ttl unused, or was evicted); send the history without it")
     kept = [m for m in items[:newest] if view.role(m) == "system"]
     return [*kept, *stands_for, *items[newest + 1:]]

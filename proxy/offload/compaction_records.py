@@ -57,3 +57,12 @@ class CompactionRecords:
             return None
         items = json.loads(opened)
         return items if isinstance(items, list) else None
+
+    async def stands_for(self, token: str) -> list[Any]:
+        """What a token of ours stands for; TokenError when it may not be used here, or when the
+        store no longer holds its record (the message says which)."""
+        items = await self.load(token)
+        if items is None:
+            raise TokenError("the proxy's store no longer holds what it stood for (it expired after --store-ttl "
+                             "unused, or was evicted); send the history without it")
+        return items

@@ -7,7 +7,6 @@ stall the worker (with /healthz answering meanwhile), and an upstream that fails
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import threading
@@ -24,6 +23,7 @@ from proxy.http.caller import Gatekeeper
 from tests.harness import anthropic as afake
 from tests.harness import responses as fake
 from tests.harness.servers import scripted
+from tests.harness.compaction import assert_refused, continued
 
 pytestmark = pytest.mark.usefixtures("fresh_summary_memory")
 
@@ -91,19 +91,6 @@ def block_of(url: str, key: str, **headers: str) -> dict:
     block = r.json()["content"][0]
     assert block["type"] == "compaction" and is_ours(block["encrypted_content"])
     return block
-
-
-def continued(token: str) -> dict:
-    return {"model": MODEL, "store": False,
-            "input": [{"type": "compaction", "id": "cmp_x", "encrypted_content": token},
-                      {"type": "message", "role": "user", "content": "next"}]}
-
-
-def assert_refused(r: httpx2.Response, why: str) -> None:
-    assert r.status_code == 400, r.text
-    error = r.json()["error"]
-    assert error["code"] == "invalid_compaction", r.text
-    assert why in error["message"], r.text
 
 
 def forwarded_bytes(upstream) -> bytes:

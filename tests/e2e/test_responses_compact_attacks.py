@@ -16,6 +16,8 @@ from proxy.core.compaction_token import PREFIX
 from proxy.core.compression import USER_KEEP_CHARS
 from tests.harness import responses as fake
 from tests.harness.servers import scripted
+from tests.harness.compaction import continued
+from tests.harness.compaction import assert_refused as refused
 
 pytestmark = pytest.mark.usefixtures("fresh_summary_memory")
 
@@ -52,17 +54,8 @@ def token_of(url: str, key: str) -> str:
     return token
 
 
-def continued(token: str) -> dict:
-    return {"model": MODEL, "store": False,
-            "input": [{"type": "compaction", "id": "cmp_x", "encrypted_content": token},
-                      {"type": "message", "role": "user", "content": "next"}]}
-
-
 def assert_refused(r: httpx2.Response, why: str) -> None:
-    assert r.status_code == 400, r.text
-    error = r.json()["error"]
-    assert error["code"] == "invalid_compaction" and error["param"] == "input[0].encrypted_content"
-    assert why in error["message"]
+    refused(r, why, param="input[0].encrypted_content")
 
 
 @pytest.mark.parametrize("path", ["responses", "responses/compact"])
