@@ -94,8 +94,12 @@ async def compact(call: Any, *, new_summaries: bool = True) -> Inline:
                                 background=False)
     if threshold.instructions:
         compressor.ctx.instruction = threshold.instructions
-    made = await compressor.fold(items, call.messages, settings, counter,
-                                 keep_recent=settings.keep_recent_for(COMPRESS_KEEP_RECENT), cpu=cpu)
+    try:
+        made = await compressor.fold(items, call.messages, settings, counter,
+                                     keep_recent=settings.keep_recent_for(COMPRESS_KEEP_RECENT), cpu=cpu)
+    except (StoreUnavailable, QuotaExceeded, CredentialRejected) as exc:
+        prepared.warnings.append(f"threshold compaction not made: store unavailable ({exc})")
+        return Inline()
     if made.items is None or made.summary_at is None:
         prepared.warnings.append(f"threshold compaction not made: {made.warning or 'nothing to summarise'}")
         return Inline()

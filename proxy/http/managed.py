@@ -43,6 +43,7 @@ from proxy.offload.compaction_records import CompactionRecords
 from proxy.upstream.native import emulates
 from proxy.core.compaction import Plan
 from proxy.offload.pipeline import Prepared, prepare
+from proxy.store import StoreUnavailable
 from proxy.offload.refs import RefStore
 from proxy.reload import loop as reload_loop, search_pool
 from proxy.reload.search import SearchLimits
@@ -98,6 +99,12 @@ async def answered(request: Request, run) -> Response:
         log.exception("bug: request failed on a value of an unexpected type")
         return ProxyError(500, f"The proxy failed on this request ({type(exc).__name__}).",
                           type_="server_error", code="proxy_error").response(shape)
+    except StoreUnavailable as exc:
+        # A bug too: every step that uses the store degrades when it fails (a warning, the
+        # request goes on); one that let it through still answers in the API's shape.
+        log.exception("bug: the store's failure reached the request")
+        return ProxyError(503, f"The proxy's store is unavailable ({exc}); try again.", type_="server_error",
+                          code="store_unavailable").response(shape)
 
 
 class ManagedCall:

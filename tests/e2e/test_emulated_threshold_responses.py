@@ -16,8 +16,9 @@ import pytest
 
 from proxy.core.compaction_token import is_ours
 from proxy.core.markers import refs_in
+from proxy.core.compaction_token import PREFIX
 from tests.harness import responses as fake
-from tests.harness.servers import scripted
+from tests.harness.servers import RedisProcess, scripted
 
 pytestmark = pytest.mark.usefixtures("fresh_summary_memory")
 
@@ -171,3 +172,22 @@ def test_relayed_to_a_native_upstream_the_fields_go_on_byte_for_byte(proxy_url, 
                              "X-Offload-Context-Management": "relay", "X-Offload-Mode": "off"})
     assert r.status_code == 200 and r.json()["output"][0] == fake.NATIVE_COMPACTION
     assert upstream.responses_requests()[0].body == raw and not upstream.summary_requests()
+
+
+def test_a_store_that_is_down_makes_no_compaction_and_the_turn_goes_on(make_proxy, upstream, key):
+    """A failing store never fails the turn: no compaction item (it could stand for nothing),
+    the history goes uncompacted, with a warning."""
+    server = RedisProcess().start()
+    try:
+        with make_proxy(redis_url=server.url, store_timeout=0.3) as url:
+            server.proc.kill()
+            server.proc.wait()
+            r = post(url, {"model": MODEL, "store": False, "input": HISTORY, "context_management": CM}, key)
+            assert r.status_code == 200, r.text
+            assert [o["type"] for o in r.json()["output"]] == ["message"]
+            assert "emulated-compaction" not in r.headers["x-offload-action"]
+            assert "store" in r.headers["x-offload-warning"]
+            sent = fake.input_items(upstream.responses_requests()[-1])
+            assert sent == HISTORY and PREFIX.encode() not in upstream.responses_requests()[-1].body
+    finally:
+        server.stop()

@@ -7,6 +7,7 @@ native upstream (`X-Offload-Context-Management: relay`)."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 
 import httpx2
@@ -212,5 +213,13 @@ def test_a_store_that_is_down_fails_the_compaction_with_a_503(make_proxy, upstre
 def test_the_compaction_is_recorded_as_a_managed_request(make_proxy, upstream, key):
     with make_proxy(admin_token="admin-secret-token-0123456789") as url:
         sdk(url, key).responses.compact(model=MODEL, input=HISTORY)
-        metrics = httpx2.get(f"{url}/metrics", headers={"Authorization": "Bearer admin-secret-token-0123456789"}).text
+        admin = {"Authorization": "Bearer admin-secret-token-0123456789"}
+        metrics = httpx2.get(f"{url}/metrics", headers=admin).text
+        deadline = time.monotonic() + 10  # the recorder flushes about once a second
+        while (totals := httpx2.get(f"{url}/v1/offload/stats", params={"window": "1h"}, headers=admin,
+                                    timeout=10).json()["totals"])["requests"] < 1:
+            assert time.monotonic() < deadline, totals
+            time.sleep(0.2)
     assert 'route="responses_compact"' in metrics
+    # the dashboard's count: emulated apart from the offload action
+    assert totals["emulated"] == {"compactions": 1, "context_edits": 0}, totals
