@@ -147,7 +147,7 @@ def _tenant_url(name: str, entry: Mapping[str, Any], field: str) -> str | None:
 # responses and completions, fine-tunes… would be readable and deletable by every other tenant.
 STATELESS_ENDPOINTS = (
     ("POST", re.compile(r"(chat/completions|completions|embeddings|moderations|responses|messages"
-                        r"|messages/count_tokens|responses/input_tokens|audio/(speech|transcriptions|translations)"
+                        r"|messages/count_tokens|responses/input_tokens|responses/compact|audio/(speech|transcriptions|translations)"
                         r"|images/(generations|edits|variations))/?")),
     ("GET", re.compile(r"models(/[^/]+)?/?")),
 )

@@ -234,6 +234,13 @@ def test_shared_server_key_relays_only_stateless_endpoints(make_proxy, upstream,
         for method, path in (("GET", "models"), ("GET", "models/gpt-4o"), ("POST", "embeddings")):
             assert httpx2.request(method, f"{url}/v1/{path}", headers=a, json={}).status_code == 200, path
             assert "openai-organization" not in upstream.requests[-1].headers  # the operator's account
+        # a compaction of the history sent (relayed to a native upstream) keeps no state either
+        r = httpx2.post(f"{url}/v1/responses/compact", headers={**a, "X-Offload-Context-Management": "relay"},
+                        json={"model": "gpt-5", "input": "hi"})
+        assert r.status_code == 200 and upstream.requests[-1].path == "/v1/responses/compact"
+        r = httpx2.post(f"{url}/v1/responses/compact", headers={**a, "X-Offload-Context-Management": "relay"},
+                        json={"model": "gpt-5", "previous_response_id": "resp_of_b"})
+        assert r.status_code == 403 and r.json()["error"]["param"] == "previous_response_id"
         # a tenant with its own upstream key keeps state in its own account: everything is relayed
         b = {"authorization": f"Bearer {KEY_B}"}
         assert httpx2.get(f"{url}/v1/files", headers=b).status_code == 200
