@@ -73,6 +73,17 @@ def _auth(settings: ServerSettings, tenants: Mapping[str, Mapping[str, Any]]) ->
     return line
 
 
+def _context_management(settings: ServerSettings) -> str:
+    """Who applies the providers' context management, for each of the server's upstreams."""
+    from proxy.upstream.native import emulates
+
+    setting = settings.context_management or "auto"
+    who = {base: "emulated by the proxy" if emulates(setting, base) else "relayed to the provider"
+           for base in (settings.upstream_base, settings.anthropic_base)}
+    return (f"{setting}: openai {who[settings.upstream_base]}, anthropic {who[settings.anthropic_base]} "
+            "(--context-management)")
+
+
 def banner_lines(settings: ServerSettings, tenants: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
     """The startup banner, one string per line. `tenants`: the tenants file's tables."""
     tenants = tenants or {}
@@ -85,6 +96,7 @@ def banner_lines(settings: ServerSettings, tenants: Mapping[str, Mapping[str, An
         f"  anthropic   {settings.anthropic_base}/…  (messages managed, the rest relayed)",
         f"  store       {_store(settings)}",
         f"  offload     {_offload(settings, len(tenants))}",
+        f"  context     {_context_management(settings)}",
         f"  auth        {_auth(settings, tenants)}",
         f"  dashboard   {root}/dashboard",
         f"  metrics     {metrics}",
