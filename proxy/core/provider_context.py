@@ -18,7 +18,7 @@ that the client sends back and before which the provider ignores everything. The
   `exclude_tools` (`clearable_calls`).
 - A client that compacts by itself (Codex CLI with any provider but OpenAI's: a summarisation
   turn, then a new history of its initial context, the recent user messages and one user
-  message holding the summary) leaves a boundary too, but the upstream reads what precedes
+  message holding the summary; Claude Code's /compact and auto-compaction likewise) leaves a boundary too, but the upstream reads what precedes
   it: that part still counts, yet stays verbatim, and the proxy's summaries start after the
   newest client summary (`client_summary_end`): one summary never folds the client's compacted
   state together with the work after it.
@@ -36,9 +36,11 @@ from proxy.core.view import ItemView
 
 DEFAULT_KEEP_TOOL_USES = 3  # Anthropic's default `keep` of clear_tool_uses_20250919
 # How a client's own compaction summary begins: Codex CLI's (codex-rs/core/templates/compact/
-# summary_prefix.md, its first sentence; the summary follows the whole template and a newline).
+# summary_prefix.md, its first sentence; the summary follows the whole template and a newline),
+# Claude Code's after /compact or its auto-compaction (the first sentence, as its CLI writes it).
 CLIENT_SUMMARY_PREFIXES = (
     "Another language model started to solve this problem and produced a summary of its thinking process.",
+    "This session is being continued from a previous conversation that ran out of context.",
 )
 
 

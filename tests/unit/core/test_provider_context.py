@@ -150,6 +150,13 @@ def test_client_summary_end_is_after_the_newest_client_summary():
     assert client_summary_end([user("task"), user("see: " + CODEX_SUMMARY)], RV) == 0
 
 
+def test_claude_codes_compaction_summary_is_a_boundary_too():
+    claude = {"role": "user", "content": [{"type": "text", "text": CLIENT_SUMMARY_PREFIXES[1] + " The summary below "
+                                           "covers the earlier portion of the conversation.\n\nSummary: ..."}]}
+    items = [{"role": "user", "content": "task"}, claude, {"role": "user", "content": "go on"}]
+    assert client_summary_end(items, MV) == 2
+
+
 def test_no_summary_folds_a_client_summary_with_what_follows_it():
     """After Codex compacted, its history is [instructions, context, recent user messages, the
     summary, new work]: the proxy summarises only the new work, the rest stays verbatim, in place."""
