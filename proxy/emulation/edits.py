@@ -9,7 +9,8 @@ as they are (a warning says so) and only thinking is cleared: a marker whose ref
 nothing would lose the content. `settle` tells the rest of the request: `X-Offload-Action`
 gains `+context-edits`, a `context_edit` event is recorded, and the answer (streamed or not)
 carries `context_management.applied_edits` (`MessagesRounds.context_management`).
-`count_answer` gives `count_tokens` Anthropic's `context_management.original_input_tokens`.
+`count_tokens` adds Anthropic's `context_management.original_input_tokens`
+(`proxy.http.emulated_answers`).
 """
 
 from __future__ import annotations
@@ -19,10 +20,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx2
-from starlette.responses import Response
 
-from proxy.core import jsonio
 from proxy.core.compaction import Offload
 from proxy.core.tokens import TokenCounter
 from proxy.core.wire import WireFormat
@@ -30,8 +28,6 @@ from proxy.emulation.request import Emulation
 from proxy.formats.messages import MESSAGES
 from proxy.formats.messages.edits import apply_edits
 from proxy.formats.messages.edits_config import parse_context_management
-from proxy.http.headers import response_headers_for_client
-from proxy.http.relay import stream_back
 from proxy.offload import cpu_pool
 from proxy.offload.events import event
 from proxy.offload.quota import CredentialRejected, QuotaExceeded
@@ -87,27 +83,3 @@ def settle(done: EditsDone, prepared: Any, rounds: Any) -> None:
         prepared.plan.tokens_before += done.cleared_tokens  # what the client sent
     prepared.warnings += done.warnings
     rounds.context_management = {"applied_edits": done.applied}
-
-
-async def count_answer(response: httpx2.Response, done: EditsDone, extra_headers: list[tuple[bytes, bytes]]
-                       ) -> Response:
-    """`count_tokens`' answer: the upstream's count of the edited request, with
-    `context_management.original_input_tokens` (that count plus what the edits cleared, counted
-    by the proxy) as Anthropic answers; anything but a 200 count relayed as it is."""
-    if response.status_code != 200:
-        return await stream_back(response, extra_headers, shape="anthropic")
-    try:
-        raw = await response.aread()
-    finally:
-        await response.aclose()
-    try:
-        answer = jsonio.loads(raw)
-    except ValueError:
-        answer = None
-    if isinstance(answer, dict) and type(answer.get("input_tokens")) is int:
-        answer["context_management"] = {"original_input_tokens": answer["input_tokens"] + done.cleared_tokens}
-        raw = jsonio.dumps(answer)
-    out = Response(raw, status_code=200)
-    out.raw_headers = (response_headers_for_client(response.headers.raw, decoded=True)
-                       + [(b"content-length", str(len(raw)).encode())] + list(extra_headers))
-    return out

@@ -14,7 +14,8 @@ instead of everything before it:
 - Messages: a `compaction` block whose `content` is the proxy's summary (its marker line with
   `ref=`) and whose `encrypted_content` is the token of the messages forwarded now;
   `compaction_blocks` expands it on the next request. With `pause_after_compaction` the answer
-  is that block alone (`stop_reason: "compaction"`) and no turn is asked of the upstream.
+  is that block alone (`stop_reason: "compaction"`, `proxy.http.emulated_answers`) and no turn
+  is asked of the upstream.
 
 While a threshold compaction is asked, the proxy never compresses the history on its own (two
 summaries of one history would fight): the emulation plays the provider (`provider_for`).
@@ -27,25 +28,21 @@ import dataclasses
 import hashlib
 import logging
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
-from starlette.responses import Response, StreamingResponse
-
-from proxy.core import jsonio
 from proxy.core.compaction import Plan, present_refs
 from proxy.core.compression import COMPRESS_KEEP_RECENT
 from proxy.core.markers import refs_in
 from proxy.core.provider_context import ProviderContext
 from proxy.core.usage import add_usage
 from proxy.emulation.request import Emulation
-from proxy.formats.messages import compaction as messages_compaction
 from proxy.formats.messages.request import messages_of
-from proxy.http.call_parts import compressor_for
 from proxy.offload.cpu_pool import CPU
 from proxy.offload.events import event
+from proxy.offload.summaries import Compressor
 from proxy.offload.quota import CredentialRejected, QuotaExceeded
 from proxy.store import StoreUnavailable
-from proxy.upstream import sse
 
 log = logging.getLogger("proxy.emulation.inline")
 ACTION = "emulated-compaction"
@@ -75,7 +72,7 @@ def _text(item: Any) -> str:
     return "".join(b["text"] for b in content or () if isinstance(b, dict) and isinstance(b.get("text"), str))
 
 
-async def compact(call: Any, *, new_summaries: bool = True) -> Inline:
+async def compact(call: Any, *, compressor: Callable[[], Compressor], new_summaries: bool = True) -> Inline:
     """The threshold compaction of a `ManagedCall` (`proxy.http.managed`) once its pipeline has
     run: `call.prepared` is updated (the reduced plan, the summary's usage, events, action) and
     the lead returned. Nothing without an asked threshold, below it, or when counting tokens
@@ -90,12 +87,11 @@ async def compact(call: Any, *, new_summaries: bool = True) -> Inline:
     limit = threshold.tokens if threshold.tokens is not None else settings.max_total_tokens
     if tokens <= limit:
         return Inline()
-    compressor = compressor_for(call.request, call.body, settings, call.caller, fmt=call.fmt, refs=call.refs,
-                                background=False)
+    folder = compressor()  # made inline (not in the background), with the request's summariser
     if threshold.instructions:
-        compressor.ctx.instruction = threshold.instructions
+        folder.ctx.instruction = threshold.instructions
     try:
-        made = await compressor.fold(items, call.messages, settings, counter,
+        made = await folder.fold(items, call.messages, settings, counter,
                                      keep_recent=settings.keep_recent_for(COMPRESS_KEEP_RECENT), cpu=cpu)
     except (StoreUnavailable, QuotaExceeded, CredentialRejected) as exc:
         prepared.warnings.append(f"threshold compaction not made: store unavailable ({exc})")
@@ -134,21 +130,3 @@ async def compact(call: Any, *, new_summaries: bool = True) -> Inline:
     usage = made.usage or {}
     return Inline([lead], paused=messages and threshold.pause, tokens_in=usage.get("prompt_tokens") or 0,
                   tokens_out=usage.get("completion_tokens") or 0)
-
-
-def paused_response(call: Any) -> Response:
-    """The answer of a Messages turn paused after its compaction (no upstream call)."""
-    inline: Inline = call.inline
-    message = messages_compaction.paused_message(inline.lead[0], model=call.body.get("model"),
-                                                 tokens_in=inline.tokens_in, tokens_out=inline.tokens_out)
-    if call.rounds.context_management is not None:  # clearing edits applied too (`proxy.emulation.edits`)
-        message["context_management"] = call.rounds.context_management
-    if call.body.get("stream") is True:
-        events = messages_compaction.paused_events(message)
-        out: Response = StreamingResponse(iter([sse.encode_typed(e) for e in events]),
-                                          media_type="text/event-stream; charset=utf-8")
-    else:
-        out = Response(jsonio.dumps(message), media_type="application/json")
-    out.raw_headers = [*out.raw_headers, *call.extra_headers]
-    out.background = call.after()
-    return out

@@ -5,8 +5,8 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.emulation import edits as emulation_edits
 from proxy.formats.messages import MESSAGES
+from proxy.http import emulated_answers
 from proxy.http.managed import ManagedCall, answered
 from proxy.http.relay import stream_back
 
@@ -17,7 +17,7 @@ async def count_tokens(request: Request) -> Response:
     tools when the turn would carry them, counted by the upstream: a client deciding its own
     compaction from this count sees what the proxy will really send. With `context_management`
     edits the proxy applies itself, the count is of the edited request and
-    `context_management.original_input_tokens` adds what the edits cleared (`proxy.emulation.edits`)."""
+    `context_management.original_input_tokens` adds what the edits cleared (`proxy.http.emulated_answers`)."""
     async def run() -> Response:
         call = await ManagedCall.open(request, MESSAGES)
         await call.offload(new_summaries=False)
@@ -26,7 +26,7 @@ async def count_tokens(request: Request) -> Response:
         response = await call.watch.run(call.services.upstream.send(
             "POST", "messages/count_tokens", query=call.query, headers=call.headers, content=content, base=call.base))
         if call.emulation.applied_edits is not None:  # the edits the proxy applied: Anthropic's original count
-            return await emulation_edits.count_answer(response, call.edits, call.extra_headers)
+            return await emulated_answers.count_answer(response, call.edits, call.extra_headers)
         return await stream_back(response, call.extra_headers, shape="anthropic")
 
     return await answered(request, run)

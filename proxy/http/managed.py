@@ -8,6 +8,7 @@ quota, the pipeline, headers, events, metrics, the reload loop) is the same for 
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -29,6 +30,7 @@ from proxy.formats.responses import RESPONSES
 from proxy.http.family import family_of
 from proxy.http import accounting
 from proxy.http.body_encoding import codings_of, decode
+from proxy.http import emulated_answers
 from proxy.http.call_parts import compressor_for, model_of, quota_for, request_settings
 from proxy.http.caller import Caller
 from proxy.http.disconnect import ClientDisconnected, ClientWatch
@@ -69,7 +71,7 @@ async def handle(request: Request, fmt: WireFormat) -> Response:
         call = await ManagedCall.open(request, fmt)
         await call.offload()
         if call.inline.paused:  # the compaction alone answers: no turn (pause_after_compaction)
-            return inline.paused_response(call)
+            return emulated_answers.paused_response(call)
         if (not call.inject_reload_tools and not call.prepared.summary_usage and not call.inline.lead
                 and call.emulation.applied_edits is None):
             return await call.forward()  # the upstream's answer as it is
@@ -241,7 +243,9 @@ class ManagedCall:
                                                      namespace=self.namespace, refs=self.refs, compressor=compressor,
                                                      view=self.fmt.view, new_summaries=new_summaries,
                                                      provider=self.provider)
-        self.inline = await inline.compact(self, new_summaries=new_summaries)
+        self.inline = await inline.compact(self, new_summaries=new_summaries, compressor=functools.partial(
+            compressor_for, self.request, self.body, self.settings, self.caller, fmt=self.fmt, refs=self.refs,
+            background=False))
         if collisions:
             prepared.warnings.append(collision_warning(collisions))
         for warning in prepared.warnings:

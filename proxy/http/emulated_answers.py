@@ -1,0 +1,60 @@
+"""The answers the proxy writes itself when it emulates the providers' context management: a
+Messages turn paused after its compaction (no upstream call), and `count_tokens` with the
+clearing edits' `original_input_tokens` (`proxy.emulation`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx2
+from starlette.responses import Response, StreamingResponse
+
+from proxy.core import jsonio
+from proxy.emulation.edits import EditsDone
+from proxy.emulation.inline import Inline
+from proxy.formats.messages import compaction as messages_compaction
+from proxy.http.headers import response_headers_for_client
+from proxy.http.relay import stream_back
+from proxy.upstream import sse
+
+
+def paused_response(call: Any) -> Response:
+    """The answer of a Messages turn paused after its compaction (no upstream call)."""
+    inline: Inline = call.inline
+    message = messages_compaction.paused_message(inline.lead[0], model=call.body.get("model"),
+                                                 tokens_in=inline.tokens_in, tokens_out=inline.tokens_out)
+    if call.rounds.context_management is not None:  # clearing edits applied too (`proxy.emulation.edits`)
+        message["context_management"] = call.rounds.context_management
+    if call.body.get("stream") is True:
+        events = messages_compaction.paused_events(message)
+        out: Response = StreamingResponse(iter([sse.encode_typed(e) for e in events]),
+                                          media_type="text/event-stream; charset=utf-8")
+    else:
+        out = Response(jsonio.dumps(message), media_type="application/json")
+    out.raw_headers = [*out.raw_headers, *call.extra_headers]
+    out.background = call.after()
+    return out
+
+
+async def count_answer(response: httpx2.Response, done: EditsDone, extra_headers: list[tuple[bytes, bytes]]
+                       ) -> Response:
+    """`count_tokens`' answer: the upstream's count of the edited request, with
+    `context_management.original_input_tokens` (that count plus what the edits cleared, counted
+    by the proxy) as Anthropic answers; anything but a 200 count relayed as it is."""
+    if response.status_code != 200:
+        return await stream_back(response, extra_headers, shape="anthropic")
+    try:
+        raw = await response.aread()
+    finally:
+        await response.aclose()
+    try:
+        answer = jsonio.loads(raw)
+    except ValueError:
+        answer = None
+    if isinstance(answer, dict) and type(answer.get("input_tokens")) is int:
+        answer["context_management"] = {"original_input_tokens": answer["input_tokens"] + done.cleared_tokens}
+        raw = jsonio.dumps(answer)
+    out = Response(raw, status_code=200)
+    out.raw_headers = (response_headers_for_client(response.headers.raw, decoded=True)
+                       + [(b"content-length", str(len(raw)).encode())] + list(extra_headers))
+    return out
