@@ -18,24 +18,13 @@ from proxy.core.compaction_token import is_ours
 from proxy.core.markers import refs_in
 from proxy.core.compaction_token import PREFIX
 from tests.harness import responses as fake
+from tests.harness.responses import user_message as user, assistant_message as assistant, words
 from tests.harness.servers import RedisProcess, scripted
 
 pytestmark = pytest.mark.usefixtures("fresh_summary_memory")
 
 MODEL = "gpt-5"
 CM = [{"type": "compaction", "compact_threshold": 1000}]
-
-
-def user(text: str) -> dict:
-    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
-
-
-def assistant(text: str) -> dict:
-    return {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
-
-
-def words(label: str, n: int) -> str:
-    return f"{label}: " + " ".join(f"{label}w{k}" for k in range(n))
 
 
 HISTORY = [{"type": "message", "role": "developer", "content": "Be brief."}, user("the task: fix the build"),

@@ -15,6 +15,7 @@ import pytest
 
 from proxy.core.markers import refs_in
 from tests.harness import responses as fake
+from tests.harness.responses import user_message as user, assistant_message as assistant, words
 from tests.harness.servers import is_summary_call, scripted
 
 pytestmark = pytest.mark.usefixtures("fresh_summary_memory")
@@ -27,18 +28,6 @@ CLIENT_COMPACTION = fake.compaction("gAAAAABclient+state/" + "Zm9vYmFy" * 30 + "
 # the fake upstream plays OpenAI's own API, which applies context management itself
 RELAY = {"X-Offload-Context-Management": "relay"}
 CONTEXT_MANAGEMENT = [{"type": "compaction", "compact_threshold": 1000}]
-
-
-def user(text: str) -> dict:
-    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
-
-
-def assistant(text: str) -> dict:
-    return {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
-
-
-def words(label: str, n: int) -> str:
-    return f"{label}: " + " ".join(f"{label}w{k}" for k in range(n))
 
 
 OLD = [user(words(f"old{k}", 300)) if k % 2 == 0 else assistant(words(f"old{k}", 300)) for k in range(6)]

@@ -18,20 +18,13 @@ from starlette.responses import JSONResponse, Response
 from proxy.core.compaction_token import PREFIX
 from proxy.core.markers import refs_in
 from tests.harness import responses as fake
+from tests.harness.responses import user_message as user, assistant_message as assistant
 from tests.harness.servers import SNAPSHOT, RedisProcess, is_summary_call, scripted
 
 pytestmark = pytest.mark.usefixtures("fresh_summary_memory")
 
 MODEL = "gpt-5"
 RELOAD = {"X-Offload-Max-Reload-Tokens": "100000"}
-
-
-def user(text: str) -> dict:
-    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
-
-
-def assistant(text: str) -> dict:
-    return {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
 
 
 BIG_OUTPUT = "\n".join(f"line {i}: build step {i} finished with status ok in {i % 13} ms" for i in range(400))

@@ -258,3 +258,18 @@ def native_answer(rec) -> Response | None:
     if compacts:
         return answer(rec, NATIVE_COMPACTION, message("Compacted and answered"))
     return None
+
+
+def user_message(text: str) -> dict:
+    """A Responses user message item with one input_text part."""
+    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+
+
+def assistant_message(text: str) -> dict:
+    """A Responses assistant message item with one output_text part (as sent back as input)."""
+    return {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
+
+
+def words(label: str, n: int) -> str:
+    """`n` distinct words of `label`: text whose every word can be told apart."""
+    return f"{label}: " + " ".join(f"{label}w{k}" for k in range(n))
