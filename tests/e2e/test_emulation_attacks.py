@@ -23,18 +23,12 @@ from proxy.http.caller import Gatekeeper
 from tests.harness import anthropic as afake
 from tests.harness import responses as fake
 from tests.harness.servers import scripted
-from tests.harness.compaction import assert_refused, continued
+from tests.harness.compaction import BUILD_HISTORY, BUILD_OUTPUT, assert_refused, continued
 
 pytestmark = pytest.mark.usefixtures("fresh_summary_memory")
 
 MODEL, CLAUDE = "gpt-5", "claude-sonnet-4-5"
-BIG = "\n".join(f"line {i}: step {i} ok" for i in range(800))
-HISTORY = [
-    {"type": "message", "role": "user", "content": "Task: build."},
-    {"type": "function_call", "call_id": "c1", "name": "build", "arguments": "{}"},
-    {"type": "function_call_output", "call_id": "c1", "output": BIG},
-    {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "built"}]},
-]
+BIG, HISTORY = BUILD_OUTPUT, BUILD_HISTORY
 KEY_A, KEY_B = "pk-tenant-a-0123456789abcdef", "pk-tenant-b-0123456789abcdef"
 TENANTS = f'[tenants.a]\napi_keys = ["{KEY_A}"]\n[tenants.b]\napi_keys = ["{KEY_B}"]\n'
 

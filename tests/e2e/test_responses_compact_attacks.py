@@ -16,19 +16,13 @@ from proxy.core.compaction_token import PREFIX
 from proxy.core.compression import USER_KEEP_CHARS
 from tests.harness import responses as fake
 from tests.harness.servers import scripted
-from tests.harness.compaction import continued
+from tests.harness.compaction import BUILD_HISTORY, BUILD_OUTPUT, continued
 from tests.harness.compaction import assert_refused as refused
 
 pytestmark = pytest.mark.usefixtures("fresh_summary_memory")
 
 MODEL = "gpt-5"
-BIG = "\n".join(f"line {i}: step {i} ok" for i in range(800))
-HISTORY = [
-    {"type": "message", "role": "user", "content": "Task: build."},
-    {"type": "function_call", "call_id": "c1", "name": "build", "arguments": "{}"},
-    {"type": "function_call_output", "call_id": "c1", "output": BIG},
-    {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "built"}]},
-]
+BIG, HISTORY = BUILD_OUTPUT, BUILD_HISTORY
 
 
 def post(url: str, path: str, body, key: str, **kwargs) -> httpx2.Response:

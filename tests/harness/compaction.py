@@ -4,6 +4,15 @@ from __future__ import annotations
 
 import httpx2
 
+# A history worth compacting: a task, and a build whose 800-line output the proxy offloads.
+BUILD_OUTPUT = "\n".join(f"line {i}: step {i} ok" for i in range(800))
+BUILD_HISTORY = [
+    {"type": "message", "role": "user", "content": "Task: build."},
+    {"type": "function_call", "call_id": "c1", "name": "build", "arguments": "{}"},
+    {"type": "function_call_output", "call_id": "c1", "output": BUILD_OUTPUT},
+    {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "built"}]},
+]
+
 
 def continued(token: str, *, model: str = "gpt-5") -> dict:
     """A Responses request sent from a compaction item carrying `token` on."""
