@@ -26,6 +26,7 @@ import re
 
 import httpx2
 
+from proxy.core.markers import history_ref
 from proxy.core.provider_context import CLIENT_SUMMARY_PREFIXES
 from tests.e2e.test_codex_cli import codex_binary  # noqa: F401  (the session fixture installing Codex)
 from tests.harness.codex import Codex
@@ -65,6 +66,24 @@ def done_steps(items: list[dict]) -> int:
                + [int(k) for k in re.findall(r"call_step_(\d+)", blob)], default=0)
 
 
+def item_text(item: dict) -> str:
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    return "".join(p.get("text", "") for p in content or () if isinstance(p, dict))
+
+
+def last_step_output(reloaded: str) -> str:
+    """The last step's output in what a reload returned: the output itself (a compacted tool
+    result), or its item among the JSON lines of a summarised history."""
+    for line in reloaded.splitlines():
+        if line.startswith("{"):
+            item = json.loads(line)
+            if item.get("type") == "function_call_output" and item.get("call_id") == f"call_step_{STEPS}":
+                return item["output"]
+    return reloaded
+
+
 def step_command(k: int) -> str:
     return f"seq {k * 100_000} {k * 100_000 + LINES - 1}"
 
@@ -74,6 +93,7 @@ class Model:
 
     def __init__(self) -> None:
         self.reloaded_from: str | None = None  # the call whose offloaded output it reloaded
+        self.reloaded_ref: str | None = None  # ...by this ref: its marker's, or that of the summary folding it
 
     def __call__(self, rec):
         items = input_items(rec)
@@ -81,7 +101,7 @@ class Model:
         if is_user(last, COMPACT_PROMPT):
             return answer(rec, message(f"Steps so far: steps-done={done_steps(items)}."), usage=usage(900, 40))
         if last.get("type") == "function_call_output" and last["call_id"] == "call_reload":
-            numbered = re.findall(r"^\d{6}$", last["output"], re.M)
+            numbered = re.findall(r"^\d{6}$", last_step_output(last["output"]), re.M)
             return answer(rec, message(f"FINAL: {STEPS} steps; reloaded {len(numbered)} lines from {numbered[0]}."),
                           usage=usage(2_000, 20))
         done = done_steps(items)
@@ -90,9 +110,13 @@ class Model:
             return answer(rec, function_call("exec_command", {"cmd": CHECK, "login": False}, call_id="call_check"),
                           usage=usage(2_000, 20))
         if done >= STEPS:
-            [*_, (call_id, ref)] = [(i["call_id"], m[1]) for i in items if i.get("type") == "function_call_output"
-                                    and (m := TOOL_MARKER.match(i["output"]))]
-            self.reloaded_from = call_id
+            marked = [(i["call_id"], m[1]) for i in items if i.get("type") == "function_call_output"
+                      and (m := TOOL_MARKER.match(i["output"]))]
+            if marked and marked[-1][0] == f"call_step_{STEPS}":
+                call_id, ref = marked[-1]
+            else:  # the proxy's summary folded the last step (where it cuts depends on the token counter)
+                call_id, ref = f"call_step_{STEPS}", [r for i in items if (r := history_ref(item_text(i)))][-1]
+            self.reloaded_from, self.reloaded_ref = call_id, ref
             return answer(rec, function_call("context_reload", {"ref": ref}, call_id="call_reload"),
                           usage=usage(2_000, 20))
         k = done + 1
@@ -191,5 +215,8 @@ def test_codex_compacts_and_the_proxy_never_summarises_across_it(codex_binary, m
         reload_round = [r for r in requests if input_items(r)[-1].get("call_id") == "call_reload"]
         assert len(reload_round) == 1
         reload_call, reload_output = input_items(reload_round[0])[-2:]
-        assert json.loads(reload_call["arguments"]) == {"ref": offloaded_last}
-        assert "\n".join(str(STEPS * 100_000 + n) for n in range(LINES)) in reload_output["output"]
+        # the newest marker of the last step's output, or (once a summary folded it: where the proxy
+        # cuts depends on its token counter, tiktoken or the estimate) that summary's ref
+        assert json.loads(reload_call["arguments"]) == {"ref": model.reloaded_ref}
+        assert model.reloaded_ref == offloaded_last or model.reloaded_ref in summarised
+        assert "\n".join(str(STEPS * 100_000 + n) for n in range(LINES)) in last_step_output(reload_output["output"])
