@@ -61,7 +61,8 @@ def test_client_keys_show_as_their_fingerprint(keyed, chromium):
     assert sorted(column(page, "sessions-table", 1)) == ["proj-build", "proj-review"]
     page.click("#signout")
     sign_in(page, ANT)  # a tenant sees its own label, and no other
-    assert page.inner_text("#scope") == "Tenant sk-ant…WXYZ"
+    # waited for, not read at once: the load count sign_in waits on did not restart at the sign-out
+    wait_shown(page, "#scope", "Tenant sk-ant…WXYZ")
     assert "AbCd" not in page.inner_text("body") and short not in page.inner_text("body")
     assert console.errors == []
 
