@@ -24,6 +24,7 @@ from typing import Any
 from proxy.core.compaction import Offload
 from proxy.core.tokens import TokenCounter
 from proxy.core.wire import WireFormat
+from proxy.emulation import EDITS_ACTION
 from proxy.emulation.request import Emulation
 from proxy.formats.messages import MESSAGES
 from proxy.formats.messages.edits import apply_edits
@@ -36,7 +37,6 @@ from proxy.store import StoreUnavailable
 
 log = logging.getLogger("proxy.emulation.edits")
 
-ACTION = "context-edits"
 
 
 @dataclass
@@ -78,7 +78,7 @@ def settle(done: EditsDone, prepared: Any, rounds: Any) -> None:
     if done.applied is None:
         return
     if done.applied:
-        prepared.action = ACTION if prepared.action == "none" else f"{prepared.action}+{ACTION}"
+        prepared.add_action(EDITS_ACTION)
         prepared.events.append(event("context_edit", emulated=True, edits=done.applied))
         prepared.plan.tokens_before += done.cleared_tokens  # what the client sent
     prepared.warnings += done.warnings

@@ -25,7 +25,6 @@ A failing summariser or store never fails the turn: it goes on uncompacted, with
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 from dataclasses import dataclass, field
 from collections.abc import Callable
@@ -36,7 +35,9 @@ from proxy.core.compression import COMPRESS_KEEP_RECENT
 from proxy.core.markers import refs_in
 from proxy.core.provider_context import ProviderContext
 from proxy.core.usage import add_usage
+from proxy.emulation import COMPACTION_ACTION
 from proxy.emulation.request import Emulation
+from proxy.formats.responses.compact import compaction_item
 from proxy.formats.messages.request import messages_of
 from proxy.offload.cpu_pool import CPU
 from proxy.offload.events import event
@@ -45,7 +46,6 @@ from proxy.offload.quota import CredentialRejected, QuotaExceeded
 from proxy.store import StoreUnavailable
 
 log = logging.getLogger("proxy.emulation.inline")
-ACTION = "emulated-compaction"
 
 
 @dataclass
@@ -113,8 +113,7 @@ async def compact(call: Any, *, compressor: Callable[[], Compressor], new_summar
     if messages:
         lead = {"type": "compaction", "content": summary, "encrypted_content": token}
     else:
-        lead = {"id": "cmp_" + hashlib.sha256(token.encode()).hexdigest()[:40], "type": "compaction",
-                "encrypted_content": token}
+        lead = compaction_item(token)
     plan = prepared.plan
     after = await cpu.light(counter.messages, reduced)
     prepared.plan = Plan(reduced, [*plan.offloads, *([made.offload] if made.offload else [])], refs,
@@ -126,7 +125,7 @@ async def compact(call: Any, *, compressor: Callable[[], Compressor], new_summar
     prepared.events += [*made.events, event("provider_compaction", emulated=True, endpoint=call.fmt.endpoint,
                                             messages=len(items) - len(reduced) + 1, tokens_before=tokens,
                                             tokens_after=after, ref=summary_refs[0] if summary_refs else None)]
-    prepared.action = ACTION if prepared.action == "none" else f"{prepared.action}+{ACTION}"
+    prepared.add_action(COMPACTION_ACTION)
     usage = made.usage or {}
     return Inline([lead], paused=messages and threshold.pause, tokens_in=usage.get("prompt_tokens") or 0,
                   tokens_out=usage.get("completion_tokens") or 0)

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy.core.tokens import counter_for_model_async
-from proxy.emulation import request as emulation_request
+from proxy.emulation import COMPACTION_ACTION, request as emulation_request
 from proxy.emulation.compact import CompactionFailed, compact
 from proxy.errors import ProxyError
 from proxy.formats.responses import RESPONSES
@@ -39,7 +39,6 @@ from proxy.store import StoreUnavailable
 from proxy.upstream.native import emulates
 
 log = logging.getLogger("proxy.http.compact")
-ACTION = "emulated-compaction"
 
 
 async def responses_compact(request: Request) -> Response:
@@ -101,7 +100,7 @@ async def _emulated(request: Request, caller: Caller, settings) -> Response:
                                 tokens_out=done.tokens_out)
     out = JSONResponse(answer)
     out.raw_headers += [
-        (b"x-offload-action", ACTION.encode()),
+        (b"x-offload-action", COMPACTION_ACTION.encode()),
         (b"x-offload-tokens-before", str(done.tokens_before).encode()),
         (b"x-offload-tokens-after", str(done.tokens_after).encode()),
         (b"x-offload-refs-created", str(len(done.written)).encode()),
@@ -117,7 +116,7 @@ def _note(body: dict, caller: Caller, done, session: str | None, *, explicit: bo
     if rec is None:
         return
     rec.tenant, rec.stream, rec.model = caller.namespace[:12], False, body["model"]
-    rec.tokens_before, rec.tokens_after, rec.action = done.tokens_before, done.tokens_after, ACTION
+    rec.tokens_before, rec.tokens_after, rec.action = done.tokens_before, done.tokens_after, COMPACTION_ACTION
     rec.refs, rec.refs_created = (1 if done.ref else 0), len(done.written)
     if not explicit:
         rec.session = session

@@ -39,6 +39,10 @@ class Prepared:
     # Background summaries to start once the turn's upstream request is out (`start_background`).
     deferred: list[Callable[[], object]] = field(default_factory=list)
 
+    def add_action(self, part: str) -> None:
+        """`part` (an emulated step, `proxy.emulation`) added to the action: alone, or after a `+`."""
+        self.action = part if self.action == "none" else f"{self.action}+{part}"
+
     def start_background(self) -> None:
         """Hand the summaries this turn prepared to the scheduler (once; later calls do nothing)."""
         deferred, self.deferred = self.deferred, []

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from proxy.emulation import COMPACTION_ACTION, EDITS_ACTION
 from proxy.stats.buckets import Fields
 from proxy.stats.prices import PriceTable
 
@@ -16,7 +17,7 @@ COUNTERS = ("requests", "tokens_before", "tokens_after", "reload_rounds", "searc
             "prefix_tokens", "image_tokens_saved", "emulated_compactions", "context_edits")
 # What X-Offload-Action adds when the proxy applied the provider's context management itself
 # (`proxy.emulation`): counted apart, the offload action is what is left.
-EMULATED = {"emulated-compaction": "emulated_compactions", "context-edits": "context_edits"}
+EMULATED = {COMPACTION_ACTION: "emulated_compactions", EDITS_ACTION: "context_edits"}
 MONEY = ("usd_before", "usd_after")
 
 
