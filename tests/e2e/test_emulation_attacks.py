@@ -481,6 +481,14 @@ def _summary_or(turn):
     return handler
 
 
+def threshold_turn(url: str, api: str, *, stream: bool = False) -> httpx2.Response:
+    """A turn over its threshold compaction, in `api`'s own terms (Responses or Messages)."""
+    if api == "responses":
+        return post(url, "responses", {"model": MODEL, "input": MESSAGES, "context_management": THRESHOLD,
+                                       "stream": stream}, new_key())
+    return post_messages(url, {"messages": MESSAGES, "context_management": COMPACT_EDIT, "stream": stream}, new_key())
+
+
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("api", ["responses", "messages"])
 def test_the_upstream_answers_an_error_after_the_compaction_was_made(proxy_url, upstream, stream, api):
@@ -488,12 +496,7 @@ def test_the_upstream_answers_an_error_after_the_compaction_was_made(proxy_url, 
 
     upstream.handler = _summary_or(lambda rec: JSONResponse({"error": {"message": "overloaded", "type": "x"}},
                                                             status_code=529))
-    if api == "responses":
-        r = post(proxy_url, "responses", {"model": MODEL, "input": MESSAGES, "context_management": THRESHOLD,
-                                          "stream": stream}, new_key())
-    else:
-        r = post_messages(proxy_url, {"messages": MESSAGES, "context_management": COMPACT_EDIT, "stream": stream},
-                          new_key())
+    r = threshold_turn(proxy_url, api, stream=stream)
     assert r.status_code == 529, r.text[:300]
     assert "overloaded" in r.text and PREFIX not in r.text  # the upstream's error; no compaction without its turn
 
@@ -514,12 +517,7 @@ def test_the_upstream_stream_breaks_after_the_lead(proxy_url, upstream, api):
         return StreamingResponse(body(), media_type="text/event-stream")
 
     upstream.handler = _summary_or(broken)
-    if api == "responses":
-        r = post(proxy_url, "responses", {"model": MODEL, "input": MESSAGES, "context_management": THRESHOLD,
-                                          "stream": True}, new_key())
-    else:
-        r = post_messages(proxy_url, {"messages": MESSAGES, "context_management": COMPACT_EDIT, "stream": True},
-                          new_key())
+    r = threshold_turn(proxy_url, api, stream=True)
     assert r.status_code == 200
     assert PREFIX in r.text  # the lead came first
     ending = "event: response.failed" if api == "responses" else "event: error"
@@ -537,13 +535,8 @@ def test_a_failing_summariser_makes_no_compaction_item_standing_for_nothing(prox
             return JSONResponse({"error": {"message": "down"}}, status_code=500)
         return await default_handler(request, rec)
     upstream.handler = answer
-    if api == "responses":
-        r = post(proxy_url, "responses", {"model": MODEL, "input": MESSAGES, "context_management": THRESHOLD},
-                 new_key())
-        kinds = [item["type"] for item in r.json()["output"]]
-    else:
-        r = post_messages(proxy_url, {"messages": MESSAGES, "context_management": COMPACT_EDIT}, new_key())
-        kinds = [block["type"] for block in r.json()["content"]]
+    r = threshold_turn(proxy_url, api)
+    kinds = [part["type"] for part in r.json()["output" if api == "responses" else "content"]]
     assert r.status_code == 200 and "compaction" not in kinds, r.text[:300]
     assert "compaction not made" in r.headers.get("x-offload-warning", ""), r.headers
     r = post(proxy_url, "responses/compact", {"model": MODEL, "input": HISTORY}, new_key())
