@@ -24,8 +24,8 @@ SUITE = {
 }
 
 
-def run_suite(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
-    for name, text in SUITE.items():
+def run_suite(tmp_path: Path, suite: dict[str, str] = SUITE, **env: str) -> subprocess.CompletedProcess:
+    for name, text in suite.items():
         (tmp_path / name).write_text(text)
     environ = {k: v for k, v in os.environ.items() if k != "CI"}
     environ.update(PYTHONPATH=str(ROOT), **env)
@@ -44,12 +44,7 @@ def test_a_missing_prerequisite_is_named_at_the_end(tmp_path):
 
 
 def test_nothing_missing_says_nothing(tmp_path):
-    suite = {**SUITE, "test_needs_npm.py": "def test_runs():\n    pass\n"}
-    for name, text in suite.items():
-        (tmp_path / name).write_text(text)
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
-                          timeout=120)
+    done = run_suite(tmp_path, {**SUITE, "test_needs_npm.py": "def test_runs():\n    pass\n"})
     assert done.returncode == 0 and "MISSING" not in done.stdout, done.stdout
 
 
