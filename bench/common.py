@@ -50,12 +50,14 @@ def cpu_seconds(pid: int) -> float:
 
 
 @contextmanager
-def servers(*proxy_args: str):
-    """(direct upstream base, proxy base, proxy process) on loopback; all stopped afterwards."""
+def servers(*proxy_args: str, upstream_args: tuple[str, ...] = ()):
+    """(direct upstream base, proxy base, proxy process) on loopback; all stopped afterwards.
+    `upstream_args`: the fake upstream's options (`--reload-once`)."""
     up_port, proxy_port = free_port(), free_port()
     data = tempfile.mkdtemp(prefix="bench-store-")
     env = {**os.environ, "OFFLOAD_LOG_LEVEL": "warning"}
-    upstream = subprocess.Popen([sys.executable, "-m", "proxy.demo.fake_upstream", str(up_port)], cwd=ROOT)
+    upstream = subprocess.Popen([sys.executable, "-m", "proxy.demo.fake_upstream", str(up_port), *upstream_args],
+                                cwd=ROOT)
     proxy = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--port", str(proxy_port), "--upstream",
                               f"http://127.0.0.1:{up_port}/v1", "--anthropic-upstream",
                               f"http://127.0.0.1:{up_port}", "--data-dir", data, "--log-level", "warning",

@@ -3,7 +3,7 @@
     .venv/bin/python bench/concurrency.py [--concurrency 50] [--requests 1000] [--repeats 7] [--sequential 300]
 
 The client is the real openai SDK (AsyncOpenAI, default settings, no retries); the upstream is the
-fast local fake (bench/fake_upstream.py); the proxy is one uvicorn worker on loopback with the
+fast local fake (proxy.demo.fake_upstream); the proxy is one uvicorn worker on loopback with the
 embedded store and default settings. Direct and through-the-proxy runs alternate, so that the
 noise of a shared machine falls on both. Prints, each beside its target:
 

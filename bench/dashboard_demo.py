@@ -3,9 +3,10 @@ then the page photographed in headless Chromium.
 
     .venv/bin/python bench/dashboard_demo.py [../shared/traces/traces.jsonl] [--out docs]
 
-Starts the local fake upstream and a proxy (embedded store, two tenants by proxy key, an admin
-token), replays the traces with `replay --target` (chat format as tenant `team-chat`, Anthropic
-format as `team-claude`), then signs in as the admin and saves `dashboard.png` (all tenants) and
+Starts the local fake upstream (`--reload-once`: its model reloads each offloaded result once,
+so reload rounds show) and a proxy (embedded store, two tenants by proxy key, an admin token), replays the traces with `replay --target` (chat format as tenant `team-chat`, Anthropic
+format as `team-claude`), then signs in as the admin (the page picks the window that fits the
+data) and saves `dashboard.png` (all tenants) and
 `dashboard-session.png` (one tenant's sessions and one session's turns) into `--out`.
 """
 
@@ -50,17 +51,17 @@ def photograph(root: str, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     shots = [out / "dashboard.png", out / "dashboard-session.png"]
     with browser() as launched:
-        page, console = open_page(launched, f"{root}/dashboard#window=1h", width=1280, height=900)
+        page, console = open_page(launched, f"{root}/dashboard", width=1280, height=900)
         page.fill("#token", ADMIN)
         page.click("#signin button[type=submit]")
         page.wait_for_selector("body[data-loaded]")
         page.mouse.move(1, 1)  # no hover highlight left on a chart
         page.wait_for_timeout(500)
         page.screenshot(path=str(shots[0]), full_page=True)
-        page.locator("#tenants-table tbody tr", has_text="team-chat").locator("button.link").click()
-        page.wait_for_selector("#sessions-table tbody button.link")
+        page.locator("#tenants-table tbody tr", has_text="team-chat").click()  # a whole row opens
+        page.wait_for_selector("#sessions-table tbody tr.clickable")
         raw = [int(t.replace(",", "")) for t in page.locator("#sessions-table tbody td:nth-child(4)").all_inner_texts()]
-        page.locator("#sessions-table tbody tr button.link").nth(raw.index(max(raw))).click()  # the largest
+        page.locator("#sessions-table tbody tr.clickable").nth(raw.index(max(raw))).click()  # the largest
         page.wait_for_selector("#session:not([hidden]) #chart-session svg")
         page.wait_for_timeout(500)
         page.mouse.move(1, 1)
@@ -79,7 +80,8 @@ def main() -> None:
     traces = Path(args.traces)
     tenants = Path(tempfile.mkdtemp(prefix="demo-")) / "tenants.toml"
     tenants.write_text("".join(f'[tenants.{name}]\napi_keys = ["{key}"]\n' for name, (key, _) in TENANTS.items()))
-    with servers("--tenants-file", str(tenants), "--admin-token", ADMIN) as (_, base, _proxy):
+    with servers("--tenants-file", str(tenants), "--admin-token", ADMIN,
+                 upstream_args=("--reload-once",)) as (_, base, _proxy):
         root = base.removesuffix("/v1")
         for key, format in TENANTS.values():
             replay(root, traces, key, format)

@@ -25,6 +25,7 @@ import pytest  # noqa: E402
 from proxy.http.app import create_app  # noqa: E402
 from proxy.config import ServerSettings  # noqa: E402
 from tests.harness.servers import FakeUpstream, RedisCluster, RedisProcess, ServerThread, env_redis_url  # noqa: E402
+from tests.harness.prerequisites import pytest_terminal_summary  # noqa: E402,F401  (what did not run, and why)
 
 
 @pytest.fixture(scope="session")

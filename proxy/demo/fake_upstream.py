@@ -1,5 +1,5 @@
 """A minimal OpenAI-compatible upstream, no model behind it: `python -m proxy.demo.fake_upstream PORT
-[--reload-once]` (the benchmarks' and `offload-proxy demo`'s; `bench/fake_upstream.py` runs it too).
+[--reload-once]` (the benchmarks', the docs' recipes' and `offload-proxy demo`'s: the only one).
 
 Answers chat completions and Responses requests instantly (JSON or SSE) so that what is measured is the proxy,
 and Anthropic Messages requests (`POST /v1/messages`, JSON, or streamed as Messages SSE events; a streamed

@@ -174,10 +174,11 @@ class Servers:
 
 
 async def replay(root: str, key: str, conversation: dict) -> list[FormatRun]:
-    """The conversation in each format, one after the other, one session each."""
+    """The conversation in each format, one after the other, one session each (named format
+    first: a dashboard that shortens a long name still tells them apart)."""
     runs = []
     for format, model in MODELS.items():
-        session = f"{conversation['id']}-{format}"
+        session = f"{format}-{conversation['id']}"
         progress = Progress(format, len(turns_of(conversation["messages"])))
         start = time.monotonic()
         [sent] = await send_all([{**conversation, "id": session}], target=root, format=format, model=model,

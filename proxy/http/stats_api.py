@@ -1,6 +1,6 @@
 """Usage statistics as JSON: what the dashboard draws, and what scripts may read.
 
-GET /v1/offload/stats?window=1h|24h|7d|30d[&tenant=]   totals and a time series of a window
+GET /v1/offload/stats?window=15m|1h|24h|7d|30d[&tenant=]   totals and a time series of a window
 GET /v1/offload/sessions[?tenant=&limit=&offset=]       a tenant's sessions, last active first
 GET /v1/offload/sessions/{id}[?tenant=]                 one session's totals and last turns
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import tempfile
@@ -141,6 +142,9 @@ def compared(args: argparse.Namespace, conversations: list[dict], settings: Offl
 
 
 async def run_replay(args: argparse.Namespace) -> dict:
+    # an encoding that cannot be loaded is said once, after the table (`estimate_warning`), not
+    # also by the token counter's own log line
+    logging.getLogger("proxy.core.tokens").setLevel(logging.ERROR)
     settings = _settings(args)
     conversations = load_conversations(Path(args.file))
     store = _store(args)
@@ -158,8 +162,6 @@ async def run_replay(args: argparse.Namespace) -> dict:
                         summary_request=getattr(args, "summary_request", None) or "prefix")
     counting = replayer.token_counting()
     warning = estimate_warning(counting)
-    if warning:
-        print(warning, file=sys.stderr, flush=True)
     bar = progress_bar(sum(len(turns_of(c["messages"])) for c in conversations))
     results = []
     try:
@@ -186,6 +188,6 @@ async def run_replay(args: argparse.Namespace) -> dict:
         print()
         print(compare.table(report["compare"]))
     print("wrote " + ", ".join(str(p) for p in written[:3]) + (" …" if len(written) > 3 else ""))
-    if warning:  # again, after the table, where it cannot be missed
+    if warning:  # once, after the table, where it cannot be missed
         print(warning, file=sys.stderr, flush=True)
     return report

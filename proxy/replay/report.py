@@ -189,8 +189,16 @@ def _thousands(value: float, _position: int) -> str:
     return f"{value / 1e3:g}k" if value else "0"
 
 
+def counted_as(report: dict[str, Any]) -> str:
+    """What the report's tokens are, for a chart's axis: the encoding, or that they are estimates."""
+    counting = report.get("token_counting") or {}
+    if counting.get("method") == "estimate":
+        return "estimated, ~4 bytes each"
+    return ", ".join(e["encoding"] for e in counting.get("encodings", [])[:1]) or "o200k_base"
+
+
 def conversation_chart(plt, c: dict[str, Any], max_total_tokens: int | None, path: Path,
-                       unit: str = "message") -> Path:
+                       unit: str = "message", counted: str = "o200k_base") -> Path:
     from matplotlib.ticker import FuncFormatter, MaxNLocator
 
     fig, ax = plt.subplots(figsize=(8, 4))
@@ -203,7 +211,7 @@ def conversation_chart(plt, c: dict[str, Any], max_total_tokens: int | None, pat
                    label=f"max_total_tokens ({max_total_tokens:,})")
     ratio = c["forwarded_tokens"] / c["raw_tokens"] if c["raw_tokens"] else 1.0
     ax.set(title=f"{shorten(c['id'], 70)}\nforwarded/raw {ratio:.3f}, {c['summaries']} summaries, "
-                 f"{c['refs']} refs", xlabel="turn", ylabel=f"tokens (o200k_base, {unit} JSON)")
+                 f"{c['refs']} refs", xlabel="turn", ylabel=f"tokens ({counted}, {unit} JSON)")
     ax.title.set_fontsize(10)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.yaxis.set_major_formatter(FuncFormatter(_thousands))
@@ -229,7 +237,8 @@ def write_charts(report: dict[str, Any], out: Path) -> list[Path]:
     conversations = report["conversations"]
     max_total_tokens = report.get("settings", {}).get("max_total_tokens")
     unit = "item" if report.get("format") in ("responses", "anthropic") else "message"
-    written = [conversation_chart(plt, c, max_total_tokens, out / name, unit)
+    counted = counted_as(report)
+    written = [conversation_chart(plt, c, max_total_tokens, out / name, unit, counted)
                for c, name in zip(conversations, chart_names([c["id"] for c in conversations]))]
     fig, ax = plt.subplots(figsize=(10, 5))
     names = unique_labels([c["id"] for c in conversations], CHART_NAME_WIDTH)
@@ -240,7 +249,7 @@ def write_charts(report: dict[str, Any], out: Path) -> list[Path]:
     ax.yaxis.set_major_formatter(FuncFormatter(_thousands))
     o = report["overall"]
     ax.set(title=f"tokens summed over turns: forwarded/raw {o['forwarded_ratio']:.3f}, "
-                 f"prefix reuse {o['prefix_reuse']:.3f}", ylabel="tokens")
+                 f"prefix reuse {o['prefix_reuse']:.3f}", ylabel=f"tokens ({counted})")
     ax.legend()
     fig.tight_layout()
     path = out / "overall.png"

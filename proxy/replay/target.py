@@ -7,8 +7,8 @@ statistics and dashboard, one session per conversation. The proxy's own upstream
 
 Conversations run concurrently (`--concurrency`); the turns of one run in order. What the proxy
 did is read from its response headers (`X-Offload-Tokens-Before`, `X-Offload-Tokens-After`,
-`X-Offload-Action`); a turn answered with another status than 200 is counted and reported, never
-fatal. A proxy that cannot be reached at all, or a run in which every turn failed, is a
+`X-Offload-Action`, `X-Offload-Reload-Rounds`); a turn answered with another status than 200 is
+counted and reported, never fatal. A proxy that cannot be reached at all, or a run in which every turn failed, is a
 `TargetError` (one line, exit status 1).
 """
 
@@ -116,6 +116,7 @@ class TurnResult:
     tokens_after: int | None = None
     action: str | None = None
     error: str | None = None
+    reload_rounds: int | None = None  # X-Offload-Reload-Rounds: absent when nothing was reloadable
 
 
 @dataclass
@@ -154,7 +155,8 @@ def one_line(text: str) -> str:
 def turn_result(response: httpx2.Response) -> TurnResult:
     headers = response.headers
     result = TurnResult(response.status_code, _int(headers.get("x-offload-tokens-before")),
-                        _int(headers.get("x-offload-tokens-after")), headers.get("x-offload-action"))
+                        _int(headers.get("x-offload-tokens-after")), headers.get("x-offload-action"),
+                        reload_rounds=_int(headers.get("x-offload-reload-rounds")))
     if response.status_code != 200:
         result.error = f"HTTP {response.status_code}: {error_message(response)}"
     return result
@@ -209,6 +211,7 @@ def _totals(turns: list[TurnResult]) -> dict[str, Any]:
         "raw_tokens": raw, "forwarded_tokens": forwarded,
         "forwarded_ratio": round(forwarded / raw, 4) if raw else None,
         "actions": dict(sorted(Counter(t.action for t in turns if t.action).items())),
+        "reload_rounds": sum(t.reload_rounds or 0 for t in turns),
         "errors_by_status": {str(s): n for s, n in sorted(Counter(t.status for t in failed).items())},
         "first_error": failed[0].error if failed else None,
     }
@@ -234,13 +237,13 @@ def _actions(actions: dict[str, int]) -> str:
 def table(report: dict[str, Any]) -> str:
     """The printed summary: one row per conversation, the totals, the actions and the errors."""
     header = (f"{'conversation':{NAME_WIDTH}} {'turns':>5} {'ok':>5} {'raw':>10} {'forwarded':>10} {'ratio':>6} "
-              f"{'errors':>6}  actions")
+              f"{'errors':>6} {'reloads':>7}  actions")
     rows = [header, "-" * len(header)]
 
     def row(name: str, r: dict[str, Any]) -> str:
         ratio = f"{r['forwarded_ratio']:.3f}" if r["forwarded_ratio"] is not None else "-"
         return (f"{name:{NAME_WIDTH}} {r['turns']:>5} {r['answered']:>5} {r['raw_tokens']:>10} "
-                f"{r['forwarded_tokens']:>10} {ratio:>6} {r['errors']:>6}  {_actions(r['actions'])}")
+                f"{r['forwarded_tokens']:>10} {ratio:>6} {r['errors']:>6} {r['reload_rounds']:>7}  {_actions(r['actions'])}")
 
     names = unique_labels([c["id"] for c in report["conversations"]], NAME_WIDTH)
     rows += [row(name, c) for name, c in zip(names, report["conversations"])]
@@ -250,7 +253,8 @@ def table(report: dict[str, Any]) -> str:
     rows.append(f"{o['conversations']} conversations, {o['turns']} turns to {report['target']} "
                 f"({report['format']}, model {report['model']}): raw tokens {o['raw_tokens']}, forwarded tokens "
                 f"{o['forwarded_tokens']}, forwarded/raw {ratio} (the proxy's X-Offload-Tokens-Before/-After)")
-    rows.append(f"actions: {_actions(o['actions'])}")
+    rows.append(f"actions: {_actions(o['actions'])}; reload rounds the model ran through the proxy: "
+                f"{o['reload_rounds']} (X-Offload-Reload-Rounds)")
     if o["errors"]:
         statuses = ", ".join(f"{'no answer' if s == '0' else 'HTTP ' + s} × {n}"
                              for s, n in o["errors_by_status"].items())

@@ -7,6 +7,7 @@ grain and reads, for its time series, the finer buckets it covers:
 
 | window | span            | series from | step   | tenants table from |
 | ------ | --------------- | ----------- | ------ | ------------------ |
+| `15m`  | 15 minutes      | minutes     | 1 min  | minutes            |
 | `1h`   | 60 minutes      | minutes     | 1 min  | minutes            |
 | `24h`  | 24 hours        | minutes     | 15 min | hours              |
 | `7d`   | 7 days (UTC)    | hours       | 1 h    | days               |
@@ -71,6 +72,7 @@ class Window:
 
 
 WINDOWS: dict[str, Window] = {
+    "15m": Window("15m", "m", 15, "m", MINUTE, "m"),
     "1h": Window("1h", "m", 60, "m", MINUTE, "m"),
     "24h": Window("24h", "h", 24, "m", 15 * MINUTE, "h"),
     "7d": Window("7d", "d", 7, "h", HOUR, "d"),

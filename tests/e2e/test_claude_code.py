@@ -16,7 +16,7 @@ summary (`X-Offload-Hard-Max-Tokens`): the summary call goes to the fake's `/v1/
 Claude Code's credential, and the run still finishes.
 
 Claude Code is installed once with npm into .cache/npm-claude-code (tests/harness/claude_code.py);
-without npm on PATH this module is skipped.
+without npm on PATH this module is skipped (CI=true: fails), and the run ends saying so.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from tests.harness.claude_code import (
     tool_uses,
     usage,
 )
+from tests.harness.prerequisites import require
 from tests.harness.servers import (
     SNAPSHOT,
     default_handler,
@@ -67,8 +68,8 @@ INJECTED = ("context_reload", "context_search")
 
 @pytest.fixture(scope="session")
 def claude_binary():
-    if shutil.which("npm") is None:
-        pytest.skip("npm is not on PATH: Claude Code cannot be installed")
+    require(shutil.which("npm") is not None, "npm",
+            "not on PATH: Claude Code (npm @anthropic-ai/claude-code) cannot be installed")
     return install()  # an install that fails is a failure, not a skip
 
 

@@ -8,7 +8,7 @@ next turn (`codex exec resume --last`) sends the same history: the proxy forward
 (same ref, same marker), so the provider's prompt cache keeps hitting. Codex runs offline: a trap behind every proxy variable proves that it reached for nothing else.
 
 The Codex CLI is installed once with npm into .cache/npm-codex (tests/harness/codex.py); without
-npm on PATH this module is skipped.
+npm on PATH this module is skipped (CI=true: fails), and the run ends saying so.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import shutil
 import pytest
 
 from tests.harness.codex import Codex, install
+from tests.harness.prerequisites import require
 from tests.harness.responses import REF, answer, function_call, input_items, message, reasoning, usage
 from tests.harness.servers import default_handler, is_responses_create
 
@@ -34,8 +35,7 @@ FINAL = f"FINAL: reloaded {LINES} numbered lines."
 
 @pytest.fixture(scope="session")
 def codex_binary():
-    if shutil.which("npm") is None:
-        pytest.skip("npm is not on PATH: the Codex CLI cannot be installed")
+    require(shutil.which("npm") is not None, "npm", "not on PATH: the Codex CLI (npm @openai/codex) cannot be installed")
     return install()  # an install that fails is a failure, not a skip
 
 

@@ -340,6 +340,7 @@ def test_a_key_with_nothing_recorded_is_told_so(site, chromium):
     page, console = open_page(chromium, f"{site}/dashboard#window=1h")
     sign_in(page, ADMIN + "-typo")
     assert page.locator("#hint").is_visible() and "mistyped admin token" in page.inner_text("#hint")
+    assert page.inner_text("#hint strong") == "No traffic recorded for this key yet — check the token."
     assert card(page, "requests") == "0"
     page.click("#signout")
     sign_in(page, KEY_A)

@@ -26,6 +26,7 @@ from tests.harness.history import agent_history
 PROJ = "sk-proj-" + "Hk3v" * 14 + "AbCd"
 ANT = "sk-ant-api03-" + "Pw8n" * 14 + "WXYZ"
 SHORT = "sk-short-0001"  # too short for a fingerprint: its hash
+LONG_SESSIONS = [f"demo-fix-invoice-rounding-{f}" for f in ("chat", "responses", "anthropic")]  # alike but the end
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +37,9 @@ def keyed(make_proxy):
         send(url, PROJ, agent_history(steps=4), session="proj-review")
         send(url, ANT, agent_history(steps=3), session="ant-run")
         send(url, SHORT, agent_history(steps=2), session="short-run")
-        stats_when(url, ADMIN, 4)
+        for name in LONG_SESSIONS:
+            send(url, SHORT, agent_history(steps=1), session=name)
+        stats_when(url, ADMIN, 4 + len(LONG_SESSIONS))
         time.sleep(1.2)  # the sessions are written after the buckets
         yield url
 
@@ -70,7 +73,8 @@ def test_client_keys_show_as_their_fingerprint(keyed, chromium):
 def test_the_default_window_fits_fresh_data(keyed, chromium):
     page, console = open_page(chromium, f"{keyed}/dashboard")
     sign_in(page, PROJ)
-    assert window_on(page) == "1 h" and "window=1h" in page.url  # minutes old: not a sliver of 24 h
+    assert window_on(page) == "15 m" and "window=15m" in page.url  # minutes old: not a sliver of 1 h or 24 h
+    assert len(api(keyed, "/v1/offload/stats", PROJ, window="15m")["series"]) == 15  # a point a minute
     page.click('#windows button[data-window="24h"]')  # the visitor's choice stays
     page.wait_for_function("() => location.hash.includes('window=24h')")
     page.reload()
@@ -80,9 +84,9 @@ def test_the_default_window_fits_fresh_data(keyed, chromium):
 
 
 def test_the_default_window_fits_older_data(make_proxy, redis_url, tmp_path, chromium):
-    """Data hours old opens 24 h; data days old (none today) opens 7 d; none at all opens 1 h."""
+    """Data half an hour old opens 1 h; hours old 24 h; days old (none today) 7 d; none at all 15 m."""
     stamp = int(time.time())
-    names = {f"hours-{stamp}": ("pk-dash-hours-0004", 3 * 3600), f"days-{stamp}": ("pk-dash-days-0005", 3 * 86400),
+    names = {f"half-{stamp}": ("pk-dash-half-0007", 1800), f"hours-{stamp}": ("pk-dash-hours-0004", 3 * 3600), f"days-{stamp}": ("pk-dash-days-0005", 3 * 86400),
              f"none-{stamp}": ("pk-dash-none-0006", None)}
 
     async def seed() -> None:
@@ -101,7 +105,8 @@ def test_the_default_window_fits_older_data(make_proxy, redis_url, tmp_path, chr
         pool.submit(asyncio.run, seed()).result()
     keys = {name: key for name, (key, _) in names.items()}
     with make_proxy(redis_url=redis_url, tenants_file=tenants_file(tmp_path, **keys)) as url:
-        for name, expected in ((f"hours-{stamp}", "24 h"), (f"days-{stamp}", "7 d"), (f"none-{stamp}", "1 h")):
+        for name, expected in ((f"half-{stamp}", "1 h"), (f"hours-{stamp}", "24 h"), (f"days-{stamp}", "7 d"),
+                               (f"none-{stamp}", "15 m")):
             page, console = open_page(chromium, f"{url}/dashboard")
             sign_in(page, keys[name])
             assert window_on(page) == expected, name
@@ -170,4 +175,24 @@ def test_a_phone_has_a_compact_header_and_a_wide_table_says_it_scrolls(keyed, ch
     print("screenshot:", screenshot(page, "dashboard-phone-390-session"))
     page.click("#scope button")
     wait_shown(page, "#scope", "All tenants")
+    assert console.errors == []
+
+
+@pytest.mark.parametrize("width, shown", [(1280, 28), (390, 16)])
+def test_long_session_ids_alike_but_their_end_stay_apart(keyed, chromium, width, shown):
+    """The demo's three sessions differ by their end only: cut at the end they looked the same."""
+    page, console = open_page(chromium, f"{keyed}/dashboard#window=1h", width=width, height=900)
+    sign_in(page, SHORT)
+    expect(page.locator("#sessions-table tbody tr")).to_have_count(4, timeout=15_000)
+    names = column(page, "sessions-table", 1)
+    long = [n for n in names if n != "short-run"]
+    assert len(set(long)) == 3 and all(len(n) == shown and "…" in n for n in long), long
+    assert sorted(n.rpartition("…")[2][-4:] for n in long) == ["chat", "nses", "opic"]
+    for name in long:  # the cell is not cut further by its column
+        cell = page.locator("#sessions-table tbody tr .link", has_text=name)
+        assert cell.evaluate("c => c.scrollWidth <= c.clientWidth"), name
+    row = page.locator("#sessions-table tbody tr", has_text=next(n for n in long if n.endswith("chat")))
+    assert row.get_attribute("title") == "Open session demo-fix-invoice-rounding-chat"
+    row.click()
+    wait_shown(page, "#session-id", "demo-fix-invoice-rounding-chat")  # the whole id in the drill-down
     assert console.errors == []

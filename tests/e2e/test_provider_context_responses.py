@@ -18,7 +18,10 @@ from tests.harness import responses as fake
 from tests.harness.responses import user_message as user, assistant_message as assistant, words
 from tests.harness.servers import is_summary_call, scripted
 
-pytestmark = pytest.mark.usefixtures("fresh_summary_memory")
+# the SDK's Pydantic serializer warnings are errors here: one came from the README's example (see
+# test_the_readmes_compaction_example_runs_without_a_warning in test_responses_compact.py)
+pytestmark = [pytest.mark.usefixtures("fresh_summary_memory"),
+              pytest.mark.filterwarnings("error:Pydantic serializer warnings:UserWarning")]
 
 MODEL = "gpt-5"
 # the summary made inline when needed: the turn's forwarded input is the one to check

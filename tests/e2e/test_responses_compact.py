@@ -7,8 +7,11 @@ native upstream (`X-Offload-Context-Management: relay`)."""
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
+import warnings
+from pathlib import Path
 
 import httpx2
 import openai
@@ -21,7 +24,9 @@ from tests.harness import responses as fake
 from tests.harness.responses import user_message as user, assistant_message as assistant
 from tests.harness.servers import SNAPSHOT, RedisProcess, is_summary_call, scripted
 
-pytestmark = pytest.mark.usefixtures("fresh_summary_memory")
+# the SDK's Pydantic serializer warnings are errors here: the README's example printed one
+pytestmark = [pytest.mark.usefixtures("fresh_summary_memory"),
+              pytest.mark.filterwarnings("error:Pydantic serializer warnings:UserWarning")]
 
 MODEL = "gpt-5"
 RELOAD = {"X-Offload-Max-Reload-Tokens": "100000"}
@@ -216,3 +221,26 @@ def test_the_compaction_is_recorded_as_a_managed_request(make_proxy, upstream, k
     assert 'route="responses_compact"' in metrics
     # the dashboard's count: emulated apart from the offload action
     assert totals["emulated"] == {"compactions": 1, "context_edits": 0}, totals
+
+
+def readme_compaction_example() -> str:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    [block] = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "responses.compact(" in b]
+    return block
+
+
+def test_the_readmes_compaction_example_runs_without_a_warning(proxy_url, upstream, key):
+    """The README's example as written. The SDK types a compaction's kept user messages
+    (`input_text`, as OpenAI answers them) as its assistant output messages: passing those objects
+    back into `responses.create` made Pydantic print a serializer warning; the example passes dicts."""
+    client = sdk(proxy_url, key)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run = {"client": client, "history": HISTORY}
+        exec(readme_compaction_example(), run)
+    assert run["compacted"].output[-1].type == "compaction" and run["reply"].output
+    sent = fake.input_items(upstream.responses_requests()[-1])
+    assert sent[0] == TASK and sent[-1] == {"role": "user", "content": "next"}
+    assert SNAPSHOT in sent[1]["content"][0]["text"]  # the summary in the compaction item's place
+    with pytest.warns(UserWarning, match="Pydantic serializer warnings"):  # the objects themselves: the warning
+        client.responses.create(model=MODEL, input=[*run["compacted"].output, user("next")])

@@ -88,10 +88,12 @@ def test_numbers_equal_what_was_sent(make_proxy, upstream):
         assert sum(p["tokens_after"] for p in series) == sum(after)
         assert body["step"] == 60 and body["from"] == series[0]["t"] and "tenants" not in body
 
-        for window in ("24h", "7d", "30d"):  # the same turns, read from other buckets
+        for window in ("15m", "24h", "7d", "30d"):  # the same turns, read from other buckets
             other = stats_when(url, CLIENT_KEY, len(sent), window=window)
             assert other["totals"] == totals, window
             assert sum(p["tokens_after"] for p in other["series"]) == sum(after)
+        quarter = api(url, "/v1/offload/stats", CLIENT_KEY, window="15m").json()  # seconds old: all in it
+        assert quarter["step"] == 60 and len(quarter["series"]) == 15 and quarter["to"] - quarter["from"] == 900
         bad = api(url, "/v1/offload/stats", CLIENT_KEY, window="2h")
         assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_window"
         assert bad.json()["error"]["param"] == "window"

@@ -97,3 +97,26 @@ def test_replay_reports_tiktoken_when_loaded(tmp_path, capsys):
     loaded = not isinstance(counter_for_encoding("o200k_base").encoder, EstimateEncoder)
     assert report["token_counting"]["method"] == ("tiktoken" if loaded else "estimate")
     assert ("ESTIMATES" in capsys.readouterr().err) == (not loaded)
+
+
+def test_replay_by_estimate_says_it_once_and_its_charts_say_so(tmp_path):
+    """The estimate was said three times (the counter's log line, before and after the table), and
+    the chart's axis still read o200k_base. An empty cache and a proxy that refuses every
+    download make the encoding unloadable anywhere."""
+    traces = tmp_path / "c.jsonl"
+    traces.write_text(json.dumps(small_conversation()) + "\n")
+    (tmp_path / "empty").mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TIKTOKEN_CACHE_DIR": str(tmp_path / "empty"),
+           "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9", "NO_PROXY": ""}
+    done = subprocess.run([sys.executable, "-m", "proxy", "replay", str(traces), "--out", str(tmp_path / "out")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stderr.splitlines() if "estimat" in line.lower()]
+    assert len(said) == 1 and "ESTIMATES" in said[0] and "TIKTOKEN_CACHE_DIR" in said[0], said
+    assert "tokens: ESTIMATES" in done.stdout  # the table's own line
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    from proxy.replay.report import counted_as
+
+    assert counted_as(report) == "estimated, ~4 bytes each"
+    assert counted_as({"token_counting": {"method": "tiktoken", "encodings": [{"encoding": "o200k_base"}]}}) == \
+        "o200k_base"

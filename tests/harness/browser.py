@@ -2,7 +2,8 @@
 Playwright pointed at that binary (Playwright's own browser downloads are never used).
 
 `scripts/test` installs the package when it is missing and the machine can (apt-get as root). Where no
-browser can be found the page tests fail under CI (CI=true) and are skipped, saying why, elsewhere.
+browser can be found the page tests fail under CI (CI=true) and are skipped elsewhere, listed at the
+end of the run (tests/harness/prerequisites.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from tests.harness.prerequisites import require
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / ".cache" / "screenshots"
@@ -30,12 +33,9 @@ def chromium_path() -> str | None:
 
 def require_chromium() -> str:
     path = chromium_path()
-    if path is None:
-        why = ("no Chromium found (set $CHROMIUM, or `apt-get install chromium`; scripts/test installs it when "
-               "it runs as root on Debian or Ubuntu)")
-        if os.environ.get("CI"):
-            pytest.fail(why)
-        pytest.skip(why)
+    require(path is not None, "Chromium", "none found (set $CHROMIUM, or `apt-get install chromium`; scripts/test "
+                                          "installs it when it runs as root on Debian or Ubuntu)")
+    assert path is not None
     return path
 
 

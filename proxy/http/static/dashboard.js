@@ -33,6 +33,13 @@
     if (step >= 86400) return DAY.format(d);
     return (step >= 3600 && state.window !== "24h" ? DAY_TIME : TIME).format(d);
   };
+  // a long session id keeps its start and its end (ids often differ at the end only), cut in the middle
+  const shortId = (id) => {
+    const width = matchMedia("(max-width: 640px)").matches ? 16 : 28, chars = Array.from(id);  // by code point
+    if (chars.length <= width) return id;
+    const head = Math.ceil((width - 1) / 2);
+    return chars.slice(0, head).join("") + "…" + chars.slice(chars.length - (width - 1 - head)).join("");
+  };
   const ago = (t) => {
     const s = Math.max(0, Math.floor(Date.now() / 1000 - t));
     return s < 60 ? s + " s ago" : s < 3600 ? Math.floor(s / 60) + " min ago" : s < 86400 ? Math.floor(s / 3600) + " h ago" : Math.floor(s / 86400) + " d ago";
@@ -95,7 +102,7 @@
   /* ---- the view's state in the URL fragment (never the token) ---- */
   function readHash() {
     const p = new URLSearchParams(location.hash.slice(1));
-    state.window = ["1h", "24h", "7d", "30d"].includes(p.get("window")) ? p.get("window") : null;
+    state.window = ["15m", "1h", "24h", "7d", "30d"].includes(p.get("window")) ? p.get("window") : null;
     state.tenant = p.get("tenant") || null;
     state.session = p.get("session") || null;
     state.offset = Math.max(0, parseInt(p.get("offset") || "0", 10) || 0);
@@ -190,7 +197,7 @@
     $("sessions").hidden = false;
     $("sessions-count").textContent = `(${int(page.total)})`;
     table($("sessions-table"), [
-      ["Session", (r) => r.id], ["Last active", (r) => ago(r.last_seen), "opt"], ["Turns", (r) => int(r.turns), "num"],
+      ["Session", (r) => shortId(r.id)], ["Last active", (r) => ago(r.last_seen), "opt"], ["Turns", (r) => int(r.turns), "num"],
       ["Raw tokens", (r) => int(r.tokens_before), "num"], ["Forwarded", (r) => int(r.tokens_after), "num"],
       ["Fwd / raw", (r) => pct(r.forwarded_ratio), "num"], ["Reload rounds", (r) => int(r.reload_rounds), "num opt"],
       ["Model", (r) => Object.keys(r.models || {}).join(", ") + (r.models_other ? ` +${int(r.models_other)} more` : ""), "opt"],
@@ -299,17 +306,21 @@
     state.admin = (await api(STATS, { window: "1h" })).viewer === "admin";
   }
 
-  /* the window that fits the data: 1 h while there is less than an hour of it (or none), else the
-     shortest of 24 h, 7 d and 30 d holding its first request; the visitor's choice from then on */
+  /* the window that fits the data: 15 m while all of it is in the last 15 minutes (or there is
+     none), 1 h while there is less than an hour of it, else the shortest of 24 h, 7 d and 30 d
+     holding its first request; the visitor's choice from then on */
   async function fitWindow() {
     const tenant = state.admin ? state.tenant : null;
     try {
       for (const window of ["24h", "7d", "30d"]) {
         const stats = await api(STATS, { window, tenant });
         if (stats.first_seen === null || stats.first_seen === undefined) continue;
-        return window === "24h" && stats.now - stats.first_seen < 3600 ? "1h" : window;
+        if (window !== "24h") return window;
+        // 15m is the minute holding now and the 14 before it (first_seen is a minute's start)
+        if (stats.first_seen >= Math.floor(stats.now / 60) * 60 - 14 * 60) return "15m";
+        return stats.now - stats.first_seen < 3600 ? "1h" : "24h";
       }
-      return "1h";
+      return "15m";
     } catch (e) {
       if (e.status === 401 || e.status === 403) throw e;
       return "24h";  // the view's own request says what is wrong

@@ -107,7 +107,8 @@ def _proxy(seen: list[httpx2.Request], fail_on: str | None = None):
         size = len(request.content)
         return httpx2.Response(200, json={}, headers={"x-offload-tokens-before": str(size),
                                                       "x-offload-tokens-after": str(size // 2),
-                                                      "x-offload-action": "compact" if size > 400 else "none"})
+                                                      "x-offload-action": "compact" if size > 400 else "none",
+                                                      "x-offload-reload-rounds": "2"})
 
     return httpx2.MockTransport(handle)
 
@@ -136,6 +137,8 @@ async def test_every_turn_goes_to_the_endpoint_in_order(format):
     assert o["raw_tokens"] == sum(len(r.content) for r in seen)
     assert o["forwarded_tokens"] == sum(len(r.content) // 2 for r in seen)
     assert sum(o["actions"].values()) == 4 and report["target"] == "http://proxy.test"
+    assert o["reload_rounds"] == 8  # X-Offload-Reload-Rounds: 2 on each of the 4 turns
+    assert f"reload rounds the model ran through the proxy: {o['reload_rounds']}" in table(report)
 
 
 @pytest.mark.anyio
@@ -148,6 +151,7 @@ async def test_a_failing_turn_is_counted_and_the_rest_go_on():
     assert (o["turns"], o["answered"], o["errors"], o["errors_by_status"]) == (4, 2, 2, {"500": 2})
     assert o["first_error"] == "bad turn 1: HTTP 500: upstream broke"
     assert report["conversations"][1]["per_turn"][0] == {"status": 500, "error": "HTTP 500: upstream broke"}
+    assert o["reload_rounds"] == 4  # the 2 answered turns' (a failed one has no header)
     printed = table(report)
     assert "errors: 2 of 4 turns (HTTP 500 × 2); first: bad turn 1: HTTP 500: upstream broke" in printed
     assert f"raw tokens {o['raw_tokens']}, forwarded tokens {o['forwarded_tokens']}" in printed

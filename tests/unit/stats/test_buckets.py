@@ -45,14 +45,14 @@ def test_ttls_follow_the_retention():
 
 
 @pytest.mark.parametrize("window, points, step, series, rows", [
-    ("1h", 60, MINUTE, "m", "m"), ("24h", 96, 15 * MINUTE, "m", "h"), ("7d", 168, HOUR, "h", "d"),
+    ("15m", 15, MINUTE, "m", "m"), ("1h", 60, MINUTE, "m", "m"), ("24h", 96, 15 * MINUTE, "m", "h"), ("7d", 168, HOUR, "h", "d"),
     ("30d", 120, 6 * HOUR, "h", "d"),
 ])
 def test_windows_read_their_buckets(window, points, step, series, rows):
     span = span_of(window, NOW)
     assert span.window is WINDOWS[window] and span.window.step == step
     assert span.start < NOW < span.end
-    assert (span.end - span.start) == {"1h": HOUR, "24h": DAY, "7d": 7 * DAY, "30d": 30 * DAY}[window]
+    assert (span.end - span.start) == {"15m": 15 * MINUTE, "1h": HOUR, "24h": DAY, "7d": 7 * DAY, "30d": 30 * DAY}[window]
     # the span ends with the bucket holding now: points and buckets stop there
     assert span.points()[-1] <= NOW < span.points()[-1] + step
     assert span.points()[0] == span.start and len(span.points()) <= points
@@ -68,6 +68,8 @@ def test_windows_read_their_buckets(window, points, step, series, rows):
 def test_window_spans_exactly():
     one = span_of("1h", NOW)
     assert one.start == bucket_start(NOW, "m") - 59 * MINUTE and len(one.starts("m")) == 60
+    quarter = span_of("15m", NOW)  # the minute holding now and the 14 before, one point each
+    assert quarter.start == bucket_start(NOW, "m") - 14 * MINUTE and len(quarter.points()) == 15
     assert len(one.points()) == 60
     day = span_of("24h", NOW)
     assert day.start == bucket_start(NOW, "h") - 23 * HOUR
