@@ -38,6 +38,7 @@ class GuardedStore:
                  metrics: Metrics | None = None) -> None:
         self.inner, self.metrics = inner, metrics
         self.available = True
+        self._show(True)
         self.ping_every, self.ping_timeout = ping_every, ping_timeout
         # a call failing later than this was held up by the loop: the store's own timeouts
         # (one to connect, one to answer: `--store-timeout` each) end it sooner
@@ -45,10 +46,16 @@ class GuardedStore:
         self._monitor: asyncio.Task | None = None
         self._confirming: asyncio.Task | None = None
 
+    def _show(self, available: bool) -> None:
+        """`offload_store_up`: what this process currently makes of the store."""
+        if self.metrics:
+            self.metrics.store_up.set(1 if available else 0)
+
     def _down(self, why: object) -> None:
         if self.available:
             log.warning("store unavailable: %s", why)
         self.available = False
+        self._show(False)
 
     def _confirm(self, why: object) -> None:
         """A call failed, but too late to blame the store for sure: let a ping decide."""
@@ -86,6 +93,7 @@ class GuardedStore:
             if not self.available:
                 log.warning("store available again")
             self.available = True
+            self._show(True)
         elif late:
             log.info("store ping inconclusive: the event loop was late; availability unchanged")
         else:
