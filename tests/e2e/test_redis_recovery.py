@@ -14,18 +14,20 @@ import httpx2
 import pytest
 
 from tests.harness.history import agent_history
-from tests.harness.servers import ProxyProcess, RedisProcess
+from tests.harness.servers import ProxyProcess, RedisCluster, RedisProcess
 
 ADMIN = "admin-recovery"
 HEADERS = {"X-Offload-Max-Total-Tokens": "1000", "X-Offload-Mode": "compact", "authorization": "Bearer sk-recovery"}
 
 
-@pytest.fixture
-def redis_server() -> Iterator[RedisProcess]:
-    server = RedisProcess().start()  # restarted on its own port by the tests
+@pytest.fixture(params=["redis"])
+def redis_server(request) -> Iterator[RedisProcess | RedisCluster]:
+    """Ours (restarted on its own ports): one Redis, or (`cluster`) a 3-master cluster."""
+    server = RedisCluster().start() if request.param == "cluster" else RedisProcess().start()
     yield server
-    if server.proc and server.proc.poll() is None:
-        os.kill(server.proc.pid, signal.SIGCONT)
+    for node in getattr(server, "nodes", [server]):
+        if node.proc and node.proc.poll() is None:
+            os.kill(node.proc.pid, signal.SIGCONT)
     server.stop()
 
 
@@ -69,12 +71,11 @@ def totals(url: str) -> dict:
     return r.json()["totals"] if r.status_code == 200 else {}
 
 
+@pytest.mark.parametrize("redis_server", ["redis", "cluster"], indirect=True)
 def test_a_restart_between_turns_degrades_no_turn(replicas, redis_server, upstream):
     before = [turn(replicas[n % 2], n) for n in range(4)]
     assert all(managed(r) for r in before)
-    redis_server.proc.terminate()  # no traffic meanwhile; it comes back empty, on the same port
-    redis_server.proc.wait()
-    redis_server.start()
+    redis_server.restart()  # no traffic meanwhile; it comes back empty, on the same port(s)
     after = []
     for n in range(4, 10):
         started = time.monotonic()

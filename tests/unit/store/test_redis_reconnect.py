@@ -7,11 +7,9 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
 import uuid
 
 import pytest
-import redis as sync_redis
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError, TimeoutError
 
@@ -73,9 +71,7 @@ async def test_a_restart_between_commands_fails_none_and_applies_none_twice():
     store = RedisStore(server.url, timeout=0.5)
     try:
         await every_kind_of_command(store, "a", 8)  # eight pooled connections on each client
-        server.proc.terminate()
-        server.proc.wait()
-        server.start()  # same port, empty
+        server.restart()  # same port, empty
         for result in await every_kind_of_command(store, "a", 8):
             assert result == (1, [b"row"], [{"requests": 1}])
     finally:
@@ -93,26 +89,13 @@ def own_cluster():
     cluster.stop()
 
 
-def restart(cluster: RedisCluster) -> None:
-    for node in cluster.nodes:  # its data gone, its slots kept (nodes.conf stays in its directory)
-        node.proc.terminate()
-        node.proc.wait()
-        node.start()
-    deadline = time.monotonic() + 30
-    for node in cluster.nodes:
-        with sync_redis.Redis(port=node.port) as client:
-            while "cluster_state:ok" not in client.execute_command("CLUSTER", "INFO").decode():
-                assert time.monotonic() < deadline, "the cluster did not come back"
-                time.sleep(0.1)
-
-
 async def test_a_cluster_restarted_between_commands_fails_none(own_cluster):
     store = RedisStore(own_cluster.url, timeout=0.5)
     try:
         tags = [f"t{i}" for i in range(6)]  # spread over the nodes' slots
         for tag in tags:
             await every_kind_of_command(store, tag, 3)
-        restart(own_cluster)
+        own_cluster.restart()
         for tag in tags:
             for result in await every_kind_of_command(store, tag, 3):
                 assert result == (1, [b"row"], [{"requests": 1}])
