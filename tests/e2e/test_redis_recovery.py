@@ -58,12 +58,11 @@ def readiness(url: str) -> dict:
     return r.json()
 
 
-def wait_until(check, what: str, within: float = 15) -> float:
+def wait_until(check, what: str, within: float = 15) -> None:
     started = time.monotonic()
     while not check():
         assert time.monotonic() - started < within, what
         time.sleep(0.05)
-    return time.monotonic() - started
 
 
 def totals(url: str) -> dict:
@@ -97,13 +96,12 @@ def test_a_hung_redis_keeps_the_fleet_ready_and_the_statistics_whole(replicas, r
     assert all(readiness(url) == {"status": "ready", "store": "unavailable", "degraded": True} for url in replicas)
     assert not any(managed(r) for r in served[2:])
     os.kill(redis_server.proc.pid, signal.SIGCONT)
-    back = max(wait_until(lambda u=url: not readiness(u)["degraded"], "the store never came back") for url in replicas)
-    print(f"both replicas saw the store again within {back:.2f} s")
-    for n in range(6, 10):
+    for n in range(6, 10):  # at once: the first turn once Redis is back is managed, none after flaps
         started = time.monotonic()
         served.append(turn(replicas[n % 2], n))
         print(f"turn {n} after the recovery: {time.monotonic() - started:.3f} s, managed={managed(served[-1])}")
     assert [managed(r) for r in served[6:]] == [True] * 4
+    assert all(readiness(url) == {"status": "ready", "store": "ok", "degraded": False} for url in replicas)
     raw = sum(int(r.headers["x-offload-tokens-before"]) for r in served)
     forwarded = sum(int(r.headers["x-offload-tokens-after"]) for r in served)
     wait_until(lambda: totals(replicas[1]).get("requests") == len(served), "turns served while down were lost")

@@ -152,3 +152,33 @@ async def test_the_store_up_gauge_follows_the_guards_view():
     assert await guarded.ping() is False and store_up(metrics) == 0
     inner.down = False
     assert await guarded.ping() is True and store_up(metrics) == 1
+
+
+async def test_the_first_call_after_the_store_is_back_uses_it_without_waiting_for_the_monitor():
+    inner = Switch()
+    guarded = GuardedStore(inner, ping_every=3600, ping_timeout=0.2)  # its background ping never comes
+    inner.down = True
+    with pytest.raises(StoreUnavailable):
+        await guarded.get("k")
+    with pytest.raises(StoreUnavailable):  # still down: asked again, refused at once
+        await guarded.get("k")
+    inner.down = False
+    await asyncio.sleep(0.3)  # past the recheck interval
+    assert await guarded.get("k") is None and guarded.available
+
+
+async def test_a_store_that_never_answers_its_ping_is_skipped_not_waited_for():
+    class Hung(Switch):
+        async def ping(self) -> bool:
+            await asyncio.Event().wait()  # a hung Redis
+            return True
+
+    inner = Hung()
+    guarded = GuardedStore(inner, ping_every=3600, ping_timeout=0.2)
+    inner.down = True
+    with pytest.raises(StoreUnavailable):
+        await guarded.get("k")
+    for _ in range(3):  # each call waits a fraction of the ping's timeout at most, then goes on without
+        with pytest.raises(StoreUnavailable):
+            await guarded.get("k")
+    await guarded.close()
