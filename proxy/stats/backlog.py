@@ -56,9 +56,9 @@ class Backlog:
 
     async def write(self, store: Store, *, retention: int, max_rows: int, now: float) -> int:
         """Write what is due; the number of turns now written in full (0 unless nothing is left)."""
-        await _each(self.buckets, lambda k, v: store.incr_fields(k, v[0], v[1]))
-        await _each(self.tops, lambda k, v: store.rank_add(k, v[0], v[1]))
-        await _each(self.sessions, lambda k, due: _write_session(store, due, retention=retention,
+        await write_each(self.buckets, lambda k, v: store.incr_fields(k, v[0], v[1]))
+        await write_each(self.tops, lambda k, v: store.rank_add(k, v[0], v[1]))
+        await write_each(self.sessions, lambda k, due: _write_session(store, due, retention=retention,
                                                                  max_rows=max_rows, now=now))
         if self:
             return 0
@@ -79,8 +79,9 @@ async def _write_session(store: Store, due: SessionDue, *, retention: int, max_r
         due.last = None
 
 
-async def _each(due: dict, write: Callable[[object, object], Awaitable[None]], limit: int = WRITES_AT_ONCE) -> None:
-    """Make each write of `due`, `limit` at a time (a burst never takes more of the store's
+async def write_each(due: dict, write: Callable[[object, object], Awaitable[None]],
+                     limit: int = WRITES_AT_ONCE) -> None:
+    """Make each write of `due` (key -> value), `limit` at a time (a burst never takes more of the store's
     connections: a Redis pool refuses past its size); those made leave `due`, the others stay."""
     gate = asyncio.Semaphore(limit)
     done: list = []

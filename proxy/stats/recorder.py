@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from starlette.types import Scope
 
 from proxy.core.settings import IDENT_PATTERN
-from proxy.stats.backlog import Backlog
+from proxy.stats.backlog import Backlog, write_each
 from proxy.offload.tenant import key
 from proxy.stats.buckets import (
     ALL,
@@ -258,11 +258,10 @@ class Recorder:
         self._waiting = later
         self._merge(ready)
         labels = self._labels_due(ready)
-        try:
-            await asyncio.gather(*(store.put(label_key(ns), self._sealer.seal(label.encode(), label_key(ns)),
-                                             ttl_of("d", self.retention)) for ns, label in labels.items()))
-        except Exception:  # written again with the tenant's next turn
-            labels = {}
+        refused = dict(labels)  # those not written are written again with the tenant's next turn
+        await write_each(refused, lambda ns, label: store.put(
+            label_key(ns), self._sealer.seal(label.encode(), label_key(ns)), ttl_of("d", self.retention)))
+        labels = {ns: label for ns, label in labels.items() if ns not in refused}
         now = time.time()
         if len(self._labelled) + len(labels) > MAX_LABELS:
             self._labelled.clear()

@@ -43,7 +43,8 @@ def test_every_expression_reads_only_what_the_proxy_exports():
         for call in calls(tree):
             if call.name in RANGE_FUNCTIONS:
                 arg = call.args[0]
-                assert isinstance(arg, Selector) and arg.range == "fixed", rule["alert"]  # a duration, no Grafana variable
+                # a duration, never a Grafana variable
+                assert isinstance(arg, Selector) and arg.range == "fixed", rule["alert"]
                 if call.name in COUNTER_FUNCTIONS:
                     assert KINDS[arg.name] in ("counter", "histogram"), f"{rule['alert']}: {call.name} of a gauge"
                 else:
