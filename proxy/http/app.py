@@ -58,9 +58,12 @@ async def healthz(request: Request) -> JSONResponse:
 
 
 async def readyz(request: Request) -> JSONResponse:
+    """Ready while the proxy can answer, which it does with its store down too (unoffloaded:
+    degraded). A 503 here would take every replica out of its load balancer at once, the store
+    being shared; the store's health is `offload_store_up`'s to alert on."""
     if await services_of(request).store.ping():
-        return JSONResponse({"status": "ready", "store": "ok"})
-    return JSONResponse({"status": "unavailable", "store": "unreachable"}, status_code=503)
+        return JSONResponse({"status": "ready", "store": "ok", "degraded": False})
+    return JSONResponse({"status": "ready", "store": "unavailable", "degraded": True})
 
 
 _frozen = False
@@ -83,7 +86,7 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
                             anthropic_upstream=settings.anthropic_upstream, allow_anonymous=settings.allow_anonymous,
                             upstream_allowlist=settings.upstream_allowlist, secret=settings.encryption_key)
     metrics = Metrics(tenant_label=settings.metrics_tenant_label)
-    recorder = Recorder(PriceTable(settings.prices), settings.stats_retention)
+    recorder = Recorder(PriceTable(settings.prices), settings.stats_retention, on_dropped=metrics.stats_dropped.inc)
     stats_api = StatsApi(tenant_names(gatekeeper.tenants, settings.encryption_key))
 
     @contextlib.asynccontextmanager

@@ -133,6 +133,11 @@ class Metrics:
         self.store_errors = Counter("offload_store_errors_total", "Store operations that failed.", registry=r)
         self.store_seconds = Histogram("offload_store_seconds", "Store operation time.", ("op",),
                                        buckets=LATENCY_BUCKETS, registry=r)
+        self.store_up = Gauge("offload_store_up", "1 while the store answers, 0 while it is skipped as down "
+                              "(requests then go out without offloading).", registry=r, multiprocess_mode="livemin")
+        self.stats_dropped = Counter("offload_stats_dropped_total", "Turns (and background summaries) the usage "
+                                     "statistics lost: more held while the store was down than they keep.",
+                                     registry=r)
 
     def summaries_state(self, state: Any) -> None:
         """The background summaries' scheduler state (proxy.offload.background.SchedulerState)."""

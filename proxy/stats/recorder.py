@@ -2,8 +2,10 @@
 background task adds them to the store about once a second, so every worker and replica
 contributes and a restart loses at most the last second.
 
-A full queue drops the turn, and a flush the store refuses drops its turns: both are counted,
-neither fails a request.
+A flush the store refuses keeps its turns (`proxy.stats.backlog`) and writes them once it is
+back, in the buckets of the minute they were served; past `max_queue` turns held (queued or
+unwritten), new turns are dropped and counted (`on_dropped` too: `offload_stats_dropped_total`).
+Nothing of it fails a request.
 
 Besides turns: the prefix reuse of each turn's forwarded body (`proxy.stats.prefix`, measured
 here once the response is complete, a large body off the event loop), the summaries made in
@@ -21,12 +23,13 @@ import logging
 import re
 import time
 from collections import deque
-from collections.abc import Awaitable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from starlette.types import Scope
 
 from proxy.core.settings import IDENT_PATTERN
+from proxy.stats.backlog import Backlog, write_each
 from proxy.offload.tenant import key
 from proxy.stats.buckets import (
     ALL,
@@ -50,7 +53,6 @@ from proxy.store.sealing import Sealer
 
 log = logging.getLogger("proxy.stats")
 
-WRITES_AT_ONCE = 16  # store writes of one flush in flight at once
 LABEL_REWRITE = 3600  # a tenant's label is written again (its TTL renewed) after this many seconds
 MAX_LABELS = 10_000  # labels remembered as written (then forgotten, and written again)
 SESSION_TURNS = 200  # turns kept per session
@@ -117,10 +119,10 @@ def label_key(namespace: str) -> str:
 
 @dataclass
 class RecorderState:
-    queued: int = 0
+    queued: int = 0  # turns held: queued, or waiting for the store to be written
     recorded: int = 0  # turns added to the store by this worker
-    dropped: int = 0  # turns (and background summaries) lost: queue full, or the store refused their flush
-    flush_failures: int = 0
+    dropped: int = 0  # turns (and background summaries) lost: more held than `max_queue`, or left at shutdown
+    flush_failures: int = 0  # flushes the store refused (their turns were kept)
 
 
 class Recorder:
@@ -128,13 +130,17 @@ class Recorder:
     `start`/`stop` from the lifespan."""
 
     def __init__(self, prices: PriceTable, retention: int, *, max_queue: int = 10_000,
-                 flush_every: float = 1.0, prefixes: PrefixCache | None = None) -> None:
+                 flush_every: float = 1.0, prefixes: PrefixCache | None = None,
+                 on_dropped: Callable[[int], None] | None = None) -> None:
         self.prices, self.retention = prices, retention
+        self.on_dropped = on_dropped
         self.max_queue, self.flush_every = max_queue, flush_every
         self.state = RecorderState()
         self.prefixes = prefixes or PrefixCache()
         self.replies = Replies()
         self._queue: deque[Turn] = deque()
+        self._backlog = Backlog()  # what the store refused so far
+        self._one_flush = asyncio.Lock()
         self._waiting: list[Turn] = []  # continuing a response not known yet: they wait one flush
         self._tallies: dict[tuple[str, int], Fields] = {}  # (namespace, minute) -> background summaries
         self._hashing: set[asyncio.Future] = set()  # large bodies being hashed off the loop
@@ -145,10 +151,15 @@ class Recorder:
         self._flushing: asyncio.Future | None = None
 
     def record(self, turn: Turn) -> None:
-        if len(self._queue) >= self.max_queue:
-            self.state.dropped += 1
+        if len(self._queue) + self._backlog.held >= self.max_queue:
+            self._drop(1)
             return
         self._queue.append(turn)
+
+    def _drop(self, count: int) -> None:
+        self.state.dropped += count
+        if self.on_dropped is not None and count:
+            self.on_dropped(count)
 
     def observe(self, rec, scope: Scope) -> None:
         """`Observe`'s `on_finished` (the response has been sent): queue the turn of a finished
@@ -182,7 +193,7 @@ class Recorder:
         tenant's buckets as made or failed when it finishes, flushed with the turns."""
         minute = bucket_start(time.time(), "m")
         if (namespace, minute) not in self._tallies and len(self._tallies) >= self.max_queue:
-            self.state.dropped += 1
+            self._drop(1)
             return
         add(self._tallies.setdefault((namespace, minute), {}), {"summaries_made" if ok else "summaries_failed": 1})
 
@@ -209,6 +220,10 @@ class Recorder:
 
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(last(), timeout)
+        left = len(self._queue) + len(self._waiting) + self._backlog.held
+        if left:
+            log.warning("statistics of %d turns not written at shutdown (the store is unavailable)", left)
+            self._drop(left)
 
     async def _run(self) -> None:
         while True:
@@ -217,29 +232,49 @@ class Recorder:
             await asyncio.shield(self._flushing)  # stopping waits for it instead of cutting it
 
     async def flush(self, *, final: bool = False) -> int:
-        """Write what is queued; the number of turns written (0 when the store failed).
-        `final`: no turn waits for a later flush."""
+        """Write what is queued, and what earlier flushes could not; the number of turns now
+        written in full (0 while the store refuses any of it). `final`: no turn waits for a
+        later flush. One flush at a time: two would both write the backlog."""
+        async with self._one_flush:
+            return await self._flush(final)
+
+    async def _flush(self, final: bool) -> int:
         store = self._store
-        if store is None or not (self._queue or self._waiting or self._tallies):
+        if store is None or not (self._queue or self._waiting or self._tallies or self._backlog):
             return 0
         waited, turns = len(self._waiting), [*self._waiting, *self._queue]
         self._queue.clear()
         self._waiting = []
         tallies, self._tallies = self._tallies, {}
+        for (namespace, minute), fields in tallies.items():
+            self._add(namespace, minute, fields)
         try:
             ready, later = await self._sessions(store, turns, waited, final)
-            await self._write(store, ready, tallies)
-        except Exception as exc:  # the store (or anything) failed: these turns are lost, counted
+        except Exception as exc:  # the store is down: the turns wait in the queue, none is lost
             self.state.flush_failures += 1
-            self.state.dropped += len(turns) + sum(int(n) for fields in tallies.values() for n in fields.values())
-            log.warning("statistics of %d turns dropped: %s", len(turns), exc)
+            self._queue.extendleft(reversed(turns))
+            log.info("statistics of %d turns kept for later: %s", len(turns), exc)
             return 0
         self._waiting = later
-        self.state.recorded += len(ready)
-        return len(ready)
+        self._merge(ready)
+        labels = self._labels_due(ready)
+        refused = dict(labels)  # those not written are written again with the tenant's next turn
+        await write_each(refused, lambda ns, label: store.put(
+            label_key(ns), self._sealer.seal(label.encode(), label_key(ns)), ttl_of("d", self.retention)))
+        labels = {ns: label for ns, label in labels.items() if ns not in refused}
+        now = time.time()
+        if len(self._labelled) + len(labels) > MAX_LABELS:
+            self._labelled.clear()
+        self._labelled.update((ns, (label, now)) for ns, label in labels.items())
+        written = await self._backlog.write(store, retention=self.retention, max_rows=SESSION_TURNS, now=now)
+        if self._backlog:
+            self.state.flush_failures += 1
+            log.info("statistics of %d turns kept until the store answers", self._backlog.held)
+        self.state.recorded += written
+        return written
 
     def snapshot(self) -> RecorderState:
-        queued = len(self._queue) + len(self._waiting) + len(self._hashing)
+        queued = len(self._queue) + len(self._waiting) + len(self._hashing) + self._backlog.held
         return RecorderState(queued, self.state.recorded, self.state.dropped, self.state.flush_failures)
 
     async def _sessions(self, store: Store, turns: list[Turn], waited: int,
@@ -262,38 +297,32 @@ class Recorder:
             ready.append(turn)
         return ready, later
 
-    def _add(self, buckets: dict[str, tuple[Fields, int]], namespace: str, t: float, fields: Fields) -> None:
+    def _add(self, namespace: str, t: float, fields: Fields) -> None:
         for scope, grains in ((namespace, TENANT_GRAINS), (ALL, ALL_GRAINS)):
             for grain in grains:
-                k = bucket_key(scope, grain, bucket_start(t, grain))
-                add(buckets.setdefault(k, ({}, ttl_of(grain, self.retention)))[0], fields)
+                self._backlog.add_bucket(bucket_key(scope, grain, bucket_start(t, grain)), fields,
+                                         ttl_of(grain, self.retention))
 
-    async def _write(self, store: Store, turns: list[Turn], tallies: dict[tuple[str, int], Fields]) -> None:
-        buckets: dict[str, tuple[Fields, int]] = {}  # key -> (fields, ttl)
-        sessions: dict[tuple[str, str], list[tuple[Turn, Fields]]] = {}
-        tops: dict[str, tuple[Fields, int]] = {}  # key -> (raw tokens by namespace, ttl)
+    def _merge(self, turns: list[Turn]) -> None:
+        """These turns' writes, added to the backlog (each turn to the buckets of its own time)."""
         for turn in turns:
             fields = turn_fields(turn, self.prices)
-            self._add(buckets, turn.namespace, turn.time, fields)
+            self._add(turn.namespace, turn.time, fields)
             for grain in TOP_GRAINS:
-                k = top_key(grain, bucket_start(turn.time, grain))
-                add(tops.setdefault(k, ({}, ttl_of(grain, self.retention)))[0], {turn.namespace: turn.tokens_before})
-            if turn.session is not None:
-                sessions.setdefault((turn.namespace, turn.session), []).append((turn, fields))
-        for (namespace, minute), fields in tallies.items():
-            self._add(buckets, namespace, minute, fields)
-        labels = self._labels_due(turns)
-        await _bounded(store.incr_fields(k, fields, ttl) for k, (fields, ttl) in buckets.items())
-        await _bounded(store.put(label_key(ns), self._sealer.seal(label.encode(), label_key(ns)),
-                                 ttl_of("d", self.retention))
-                       for ns, label in labels.items())
-        now = time.time()
-        if len(self._labelled) + len(labels) > MAX_LABELS:
-            self._labelled.clear()
-        self._labelled.update((ns, (label, now)) for ns, label in labels.items())
-        await _bounded(store.rank_add(k, amounts, ttl) for k, (amounts, ttl) in tops.items())
-        await _bounded(self._write_session(store, namespace, session, done)
-                       for (namespace, session), done in sessions.items())
+                self._backlog.add_top(top_key(grain, bucket_start(turn.time, grain)),
+                                      {turn.namespace: turn.tokens_before}, ttl_of(grain, self.retention))
+            if turn.session is None:
+                continue
+            name = self._sealer.key_name(turn.session, turn.namespace)
+            turns_key, totals_key = session_keys(turn.namespace, name)
+            due = self._backlog.session(turn.namespace, name, turns_key=turns_key, totals_key=totals_key,
+                                        index_key=sessions_key(turn.namespace))
+            due.rows.append(self._sealer.seal(json.dumps(turn.row()).encode(), turns_key))
+            add(due.totals, fields)
+            if turn.model:
+                add(due.totals, {f"model:{turn.model}": 1})
+            due.last = max(due.last or 0.0, turn.time)
+        self._backlog.held += len(turns)
 
     def _labels_due(self, turns: Iterable[Turn]) -> dict[str, str]:
         """The labels of these turns' tenants not written lately (or changed since)."""
@@ -306,34 +335,6 @@ class Recorder:
             if written is None or written[0] != turn.label or now - written[1] > LABEL_REWRITE:
                 due[turn.namespace] = turn.label
         return due
-
-    async def _write_session(self, store: Store, namespace: str, session: str,
-                             done: list[tuple[Turn, Fields]]) -> None:
-        name = self._sealer.key_name(session, namespace)
-        turns_key, totals_key = session_keys(namespace, name)
-        ttl = self.retention
-        totals: Fields = {}
-        for turn, fields in done:
-            await store.push(turns_key, self._sealer.seal(json.dumps(turn.row()).encode(), turns_key),
-                             max_len=SESSION_TURNS, ttl=ttl)
-            add(totals, fields)
-            if turn.model:
-                add(totals, {f"model:{turn.model}": 1})
-        await store.incr_fields(totals_key, totals, ttl)
-        last = max(turn.time for turn, _ in done)
-        await store.rank(sessions_key(namespace), name, last, ttl, drop_below=time.time() - ttl)
-
-
-async def _bounded(writes: Iterable[Awaitable[None]], limit: int = WRITES_AT_ONCE) -> None:
-    """Await `writes`, `limit` at a time: a burst of buckets or sessions never takes more of the
-    store's connections than that (a Redis pool refuses past its size)."""
-    gate = asyncio.Semaphore(limit)
-
-    async def one(write: Awaitable[None]) -> None:
-        async with gate:
-            await write
-
-    await asyncio.gather(*(one(w) for w in writes))
 
 
 def _reused(turn: Turn, share: float) -> Turn:

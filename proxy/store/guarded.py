@@ -1,7 +1,9 @@
 """A store that knows when its backend is down, so requests skip it instead of waiting.
 
 Every failure marks the store unavailable; from then on calls fail at once (offloading is
-skipped, requests go through unchanged) until a background ping succeeds again. A backend
+skipped, requests go through unchanged) until a ping succeeds again: a background one every
+second, or one a request starts (at most every `RECHECK_EVERY` s, waited for briefly), so that
+the first request once the store is back uses it. A backend
 that comes back may have lost data: every request asks the store which of its items exist, so
 lost content-addressed items are simply stored again by the next request carrying them.
 
@@ -29,6 +31,8 @@ from proxy.store.base import Store, StoreUnavailable
 T = TypeVar("T")
 log = logging.getLogger("proxy.store")
 
+RECHECK_EVERY = 0.25  # while down, a request asks the store again at most this often (seconds)
+RECHECK_WAIT = 0.05  # and waits this long at most for the answer (capped at a quarter of the ping timeout)
 PING_STEPS = 4  # a ping's timeout is watched in this many steps
 LATE_PINGS_GIVE_UP = 10  # a ping stops after this many timeouts' worth of wall time with the loop late
 
@@ -38,17 +42,26 @@ class GuardedStore:
                  metrics: Metrics | None = None) -> None:
         self.inner, self.metrics = inner, metrics
         self.available = True
+        self._show(True)
         self.ping_every, self.ping_timeout = ping_every, ping_timeout
         # a call failing later than this was held up by the loop: the store's own timeouts
         # (one to connect, one to answer: `--store-timeout` each) end it sooner
         self.slow_failure = 2 * ping_timeout + 0.25
         self._monitor: asyncio.Task | None = None
         self._confirming: asyncio.Task | None = None
+        self._recheck: asyncio.Future | None = None
+        self._recheck_at = 0.0
+
+    def _show(self, available: bool) -> None:
+        """`offload_store_up`: what this process currently makes of the store."""
+        if self.metrics:
+            self.metrics.store_up.set(1 if available else 0)
 
     def _down(self, why: object) -> None:
         if self.available:
             log.warning("store unavailable: %s", why)
         self.available = False
+        self._show(False)
 
     def _confirm(self, why: object) -> None:
         """A call failed, but too late to blame the store for sure: let a ping decide."""
@@ -56,8 +69,23 @@ class GuardedStore:
         if self._confirming is None or self._confirming.done():
             self._confirming = asyncio.get_running_loop().create_task(self.ping())
 
+    async def _recovered(self) -> bool:
+        """Marked down: is the store back since the last ping? The first request to come after
+        it is should be served offloaded, not the ones after the next background ping. A ping
+        starts at most every `RECHECK_EVERY` s; the requests meanwhile share it, waiting
+        `RECHECK_WAIT` s at most (a hung store costs them that, once per recheck), else they
+        go on without the store at once."""
+        now = time.monotonic()
+        if self._recheck is None or (self._recheck.done() and now - self._recheck_at >= RECHECK_EVERY):
+            self._recheck_at = now
+            self._recheck = asyncio.ensure_future(self.ping())
+            self._recheck.add_done_callback(_retrieve)
+        if not self._recheck.done():
+            await asyncio.wait({self._recheck}, timeout=min(RECHECK_WAIT, self.ping_timeout / 4))
+        return self.available
+
     async def _call(self, awaitable: Awaitable[T]) -> T:
-        if not self.available:
+        if not self.available and not await self._recovered():
             if asyncio.iscoroutine(awaitable):
                 awaitable.close()
             raise StoreUnavailable("store marked unavailable; waiting for it to answer pings again")
@@ -86,6 +114,7 @@ class GuardedStore:
             if not self.available:
                 log.warning("store available again")
             self.available = True
+            self._show(True)
         elif late:
             log.info("store ping inconclusive: the event loop was late; availability unchanged")
         else:
@@ -131,8 +160,9 @@ class GuardedStore:
             self._monitor = asyncio.get_running_loop().create_task(self._watch())
 
     async def close(self) -> None:
-        if self._confirming is not None:
-            self._confirming.cancel()
+        for task in (self._confirming, self._recheck):
+            if task is not None:
+                task.cancel()
         if self._monitor is not None:
             self._monitor.cancel()
             with contextlib.suppress(asyncio.CancelledError):

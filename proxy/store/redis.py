@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Mapping, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from typing import TypeVar
 
 import redis.asyncio as redis
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import RedisClusterException, RedisError
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff, NoBackoff
+from redis.exceptions import (ClusterDownError, ConnectionError, RedisClusterException, RedisError,
+                              SlotNotCoveredError)
+from redis.maint_notifications import MaintNotificationsConfig
 
 from proxy.store.base import StoreUnavailable
 
@@ -16,6 +21,11 @@ T = TypeVar("T")
 
 
 CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
+RETRIES = 2  # a command failing with a connection error is sent again this many times at most
+CLUSTER_RETRIES = 1  # on a cluster (whose pipelines also retry timeouts, after 0.25 s: redis-py's rule)
+RETRY_BASE = 0.01  # backoff before retry n: RETRY_BASE * 2**n seconds, capped (below)
+HEALTH_CHECK_EVERY = 10  # seconds: a pooled connection idle longer is PINGed before its next command
+ALWAYS = 0.001  # a health check interval that PINGs before every command (a connection is never this idle)
 
 
 def is_cluster_url(url: str) -> bool:
@@ -30,15 +40,16 @@ class RedisStore:
     """
 
     def __init__(self, url: str, *, timeout: float = 2.0, cluster: bool = False) -> None:
-        options = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
         self._ready = asyncio.Lock()
         self._initialized = False
         if cluster or is_cluster_url(url):
             url = url.replace("+cluster://", "://", 1)
-            self.client = RedisCluster.from_url(url, **options)
+            self.client = _Cluster.from_url(url, **connection_options(timeout, cluster=True))
+            self._once = _Cluster.from_url(url, **connection_options(timeout, retry=False, cluster=True))
         else:
             self._initialized = True
-            self.client = redis.from_url(url, health_check_interval=30, retry_on_timeout=False, **options)
+            self.client = redis.from_url(url, **connection_options(timeout))
+            self._once = redis.from_url(url, **connection_options(timeout, retry=False))
 
     async def _initialize(self) -> None:
         """A cluster client learns the slot map once, before concurrent use: redis-py's lazy
@@ -47,12 +58,24 @@ class RedisStore:
         async with self._ready:
             if not self._initialized:
                 await self.client.initialize()
+                await self._once.initialize()
                 self._initialized = True
 
-    def _pipeline(self):
-        if isinstance(self.client, RedisCluster):
-            return self.client.pipeline()  # never transactional; keys of one call share a slot
-        return self.client.pipeline(transaction=False)
+    @contextlib.asynccontextmanager
+    async def _pipeline(self, *, once: bool = False) -> AsyncIterator:
+        """A pipeline; `once`: of commands that must not be sent twice (see `connection_options`).
+        A cluster pipeline reads the slot map again on entering after a failure: that failing is
+        the store being unavailable too."""
+        client = self._once if once else self.client
+        try:
+            if not self._initialized:
+                await self._initialize()
+            # never transactional; keys of one call share a slot
+            pipeline = client.pipeline() if isinstance(client, RedisCluster) else client.pipeline(transaction=False)
+            async with pipeline as pipe:
+                yield pipe
+        except (RedisError, RedisClusterException, OSError) as exc:
+            raise StoreUnavailable(f"redis: {exc}") from exc
 
     async def _call(self, awaitable: Awaitable[T]) -> T:
         try:
@@ -69,7 +92,7 @@ class RedisStore:
         await self._call(self.client.set(key, value, ex=ttl))
 
     async def put_if_absent(self, key: str, value: bytes, ttl: int) -> bool:
-        return bool(await self._call(self.client.set(key, value, ex=ttl, nx=True)))
+        return bool(await self._call(self._once.set(key, value, ex=ttl, nx=True)))  # a lock: never resent
 
     async def get(self, key: str, ttl: int | None = None) -> bytes | None:
         if ttl is None:
@@ -125,7 +148,7 @@ class RedisStore:
         return {m.decode() for m in await self._call(self.client.smembers(key))}
 
     async def push(self, key: str, value: bytes, *, max_len: int, ttl: int) -> None:
-        async with self._pipeline() as pipe:
+        async with self._pipeline(once=True) as pipe:
             pipe.rpush(key, value)
             pipe.ltrim(key, -max_len, -1)
             pipe.expire(key, ttl)
@@ -135,7 +158,7 @@ class RedisStore:
         return list(await self._call(self.client.lrange(key, 0, -1)))
 
     async def incr(self, key: str, amount: int, ttl: int) -> int:
-        async with self._pipeline() as pipe:
+        async with self._pipeline(once=True) as pipe:
             pipe.incrby(key, amount)
             pipe.expire(key, ttl)
             value, _ = await self._call(pipe.execute())
@@ -144,7 +167,7 @@ class RedisStore:
     async def incr_fields(self, key: str, amounts: Mapping[str, int | float], ttl: int) -> None:
         if not amounts:
             return
-        async with self._pipeline() as pipe:
+        async with self._pipeline(once=True) as pipe:
             for field, amount in amounts.items():
                 if isinstance(amount, int):
                     pipe.hincrby(key, field, amount)
@@ -173,7 +196,7 @@ class RedisStore:
     async def rank_add(self, key: str, amounts: Mapping[str, float], ttl: int) -> None:
         if not amounts:
             return
-        async with self._pipeline() as pipe:
+        async with self._pipeline(once=True) as pipe:
             for member, amount in amounts.items():
                 pipe.zincrby(key, amount, member)
             pipe.expire(key, ttl)
@@ -196,6 +219,45 @@ class RedisStore:
 
     async def close(self) -> None:
         await self.client.aclose()
+        await self._once.aclose()
+
+
+class _Cluster(RedisCluster):
+    """A cluster client that re-sends a command after a connection error (a node restarted,
+    its pooled connections are stale: the slot map is read again first) or while the cluster
+    heals, never after a timeout: a hung node would hold every call for a timeout per attempt.
+    (Cluster pipelines follow redis-py's own rule, timeouts included: `CLUSTER_RETRIES`.)"""
+
+    ERRORS_ALLOW_RETRY = (ConnectionError, ClusterDownError, SlotNotCoveredError)
+
+
+def connection_options(timeout: float, *, retry: bool = True, cluster: bool = False) -> dict:
+    """The client options: what survives a Redis restart, and what stays bounded in an outage.
+
+    - Maintenance notifications off: with them on (redis-py 8's default on RESP3, "auto"), the
+      pool no longer checks a pooled connection for the server's close before handing it out
+      (redis/redis-py#4252), so after a restart every pooled connection failed once.
+    - Connections idle over `HEALTH_CHECK_EVERY` s are PINGed before reuse.
+    - `retry`: a command failing with a connection error (reset, refused, closed by the server)
+      is sent again up to `RETRIES` times after an exponential backoff (`RETRY_BASE` doubling,
+      capped at a fifth of the timeout: 0.06 s in all with the default 0.5 s), on a fresh
+      connection. A timeout is never retried: a hung Redis is the guarded store's to skip
+      (`proxy.store.guarded`), each retry would add a whole timeout to the request.
+    - `retry=False` for the commands a second delivery would apply twice (INCRBY, HINCRBY,
+      HINCRBYFLOAT, ZINCRBY, RPUSH, SET NX as a lock): a connection error after the command was
+      sent says nothing of whether Redis ran it. Standalone, they are never resent: the pool's
+      check finds a connection the server closed before it is used. A cluster node's pool has
+      no such check, so there (`cluster`) every such command is preceded by a PING on its
+      connection, and resent only after a connection error (the PING's, in practice: a node
+      that dies between the PING and the command is the one case that may apply it twice).
+    """
+    backoff = ExponentialBackoff(cap=min(0.1, timeout / 5), base=RETRY_BASE)
+    resend = retry or cluster
+    retries = CLUSTER_RETRIES if cluster else RETRIES
+    policy = Retry(backoff, retries, supported_errors=(ConnectionError,)) if resend else Retry(NoBackoff(), 0)
+    return {"socket_timeout": timeout, "socket_connect_timeout": timeout, "retry": policy,
+            "health_check_interval": HEALTH_CHECK_EVERY if retry else ALWAYS if cluster else 0,
+            "maint_notifications_config": MaintNotificationsConfig(enabled=False)}
 
 
 def _number(raw: bytes) -> int | float:

@@ -56,12 +56,13 @@ def test_banner_says_where_everything_is(tmp_path, upstream):
 
 
 def test_banner_never_shows_a_redis_password(tmp_path):
-    port = closed_port()  # no Redis there: the proxy still starts (/healthz), its store unready
+    port = closed_port()  # no Redis there: the proxy still starts, ready but degraded
     url = f"redis://:t0p-s3cret@127.0.0.1:{port}/0?password=0ther-s3cret"
     proxy = ProxyProcess("--log-format", "text", "--redis-url", url, "--upstream-api-key", "sk-operator-key-123",
                          data_dir=tmp_path / "data", capture=True, capture_stdout=True, ready_path="/healthz")
     with proxy:
-        assert httpx2.get(f"{proxy.url}/readyz").status_code == 503
+        ready = httpx2.get(f"{proxy.url}/readyz")
+        assert ready.status_code == 200 and ready.json()["degraded"] is True
     stderr = proxy.stderr
     banner = banner_of(stderr)
     assert banner["store"] == f"Redis redis://:***@127.0.0.1:{port}/0?password=***"

@@ -370,6 +370,13 @@ class RedisProcess:
                 time.sleep(0.05)
         raise RuntimeError("redis-server did not start")
 
+    def restart(self) -> "RedisProcess":
+        """Stop (SIGTERM) and start again on the same port and directory: its data is gone (no
+        persistence), a cluster node's nodes.conf (its slots) kept."""
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+        return self.start()
+
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
@@ -431,6 +438,21 @@ class RedisCluster:
             time.sleep(0.1)
         for client in clients:
             client.close()
+        return self
+
+    def restart(self) -> "RedisCluster":
+        """Every node restarted on its port (empty, its slots kept), then until the cluster is ok."""
+        import redis
+
+        for node in self.nodes:
+            node.restart()
+        deadline = time.monotonic() + 30
+        for node in self.nodes:
+            with redis.Redis(port=node.port) as client:
+                while "cluster_state:ok" not in client.execute_command("CLUSTER", "INFO").decode():
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("redis cluster did not come back")
+                    time.sleep(0.1)
         return self
 
     def stop(self) -> None:

@@ -174,7 +174,7 @@
       rows.push(["Summary jobs dropped (this worker, since start)", int(hl.scheduler.dropped), hl.scheduler.dropped > 0]);
     }
     if (stats.recorder) {
-      rows.push(["Statistics queued / dropped (this worker, since start)", `${int(stats.recorder.queued)} / ${int(stats.recorder.dropped)}`, stats.recorder.dropped > 0]);
+      rows.push(["Statistics held / dropped (this worker, since start)", `${int(stats.recorder.queued)} / ${int(stats.recorder.dropped)}`, stats.recorder.dropped > 0]);
     }
     $("health-list").replaceChildren(...rows.map(([k, v, bad]) => h("div", {}, h("dt", {}, k), h("dd", { class: bad ? "bad" : "" }, v))));
   }

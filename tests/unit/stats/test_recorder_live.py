@@ -245,19 +245,6 @@ async def test_on_finished_runs_after_the_whole_body_is_sent():
     assert order == ["http.response.start", "http.response.body:more", "http.response.body", "finished:True"]
 
 
-async def test_a_failing_store_drops_background_counts_too():
-    from tests.unit.stats.test_recorder import FailingStore
-
-    recorder = Recorder(PRICES, retention=86400)
-    recorder.start(FailingStore(), Sealer(None))
-    recorder.count_summary(A, True)
-    recorder.count_summary(A, False)
-    recorder.record(turn())
-    assert await recorder.flush() == 0
-    assert recorder.snapshot().dropped == 3 and recorder.snapshot().flush_failures == 1
-    await recorder.stop()
-
-
 def test_the_id_of_an_answer_from_its_first_bytes():
     from proxy.http.accounting import first_id
 
