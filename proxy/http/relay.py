@@ -140,24 +140,39 @@ def is_multipart(request: Request) -> bool:
     return bool(types) and all(kind == "multipart/form-data" for kind in types)
 
 
+_BOMS = (b"\xef\xbb\xbf", b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff", b"\xff\xfe", b"\xfe\xff")
+
+
+def looks_like_json(plain: bytes) -> bool:
+    """Does a body open as a JSON object or array would (after a byte order mark, whitespace, and
+    the zero bytes of UTF-16/32)? A multipart body opens with its boundary (`--…`)."""
+    head = plain[:256]
+    for bom in _BOMS:
+        if head.startswith(bom):
+            head = head[len(bom):]
+            break
+    head = head.replace(b"\x00", b"").lstrip(b" \t\r\n")
+    return head[:1] in (b"{", b"[")
+
+
 async def checked_body(request: Request, caller: Caller) -> tuple[bytes, bool]:
     """A body relayed on the shared key (e.g. `responses/input_tokens`), read whole (it is under
     --max-body-bytes) and refused (403) when it names state stored upstream, like a managed
-    endpoint's. Only an upload (multipart/form-data) or an empty body goes unread, as sent; any
-    other must be a JSON object in UTF-8 (compressed or not), whatever its Content-Type says (an
-    upstream may read JSON behind a byte order mark, in UTF-16, or with no Content-Type at all):
-    else a 400, as the upstream would answer. What goes upstream is then the object the check
-    read, re-serialised (True: the body was replaced), so a duplicate key cannot show the upstream
-    another value than the one checked."""
+    endpoint's. Only a real upload (multipart/form-data whose bytes are not JSON) or an empty body
+    goes unread, as sent; any other must be a JSON object in UTF-8 (compressed or not), whatever
+    its Content-Type says (an upstream may read JSON behind a byte order mark, in UTF-16, with
+    no Content-Type at all, or labelled multipart/form-data): else a 400, as the upstream would
+    answer. What goes upstream is then the object the check read, re-serialised (True: the body
+    was replaced), so a duplicate key cannot show the upstream another value than the one
+    checked."""
     raw = await request.body()
     codings = codings_of(request.headers.getlist("content-encoding"))  # what cannot be read is not relayed
     limit = services_of(request).settings.max_body_bytes
-    if is_multipart(request):
-        return raw, False
+    upload = is_multipart(request)
 
     def check() -> bytes | None:
         plain = decode(raw, codings, limit=limit) if codings else raw
-        if not plain.strip():
+        if not plain.strip() or (upload and not looks_like_json(plain)):
             return None
         body = load_object(plain)
         caller.check_body(body)
