@@ -287,3 +287,39 @@ def test_chat_a_token_pasted_as_text_is_content(tenant, upstream, data):
     (sent,) = upstream.chat_requests()
     assert [m["content"] for m in _received(sent)["messages"]] == [m["content"] for m in messages]
     _assert_nothing_leaked(upstream)
+
+
+# ---------------------------------------------------------------- relayed paths that carry items
+
+@pytest.mark.parametrize(("path", "family"), [("messages/batches", "anthropic"), ("messages//batches/", "anthropic"),
+                                              ("conversations", "openai"), ("conversations/conv_1/items", "openai")])
+def test_a_relayed_body_carrying_items_never_takes_a_token_upstream(tenant, upstream, path, family):
+    """Endpoints the proxy does not manage but whose body holds a history (Anthropic message
+    batches, items added to an OpenAI conversation): a token of ours in an `encrypted_content`
+    is a 400 (the proxy cannot expand it there); pasted as text it goes on; without one the body
+    is relayed byte for byte."""
+    token = tenant["messages" if family == "anthropic" else "responses"][0]
+    if family == "anthropic":
+        def body(block):
+            return {"requests": [{"custom_id": "a", "params": {"model": CLAUDE, "max_tokens": 5, "messages": [
+                {"role": "assistant", "content": [block]}, {"role": "user", "content": "next"}]}}]}
+        carried = body({"type": "compaction", "content": "s", "encrypted_content": token})
+        pasted = body({"type": "text", "text": f"see {token}"})
+    else:
+        def body(item):
+            return {"items": [item, {"type": "message", "role": "user", "content": "next"}]}
+        carried = body({"type": "compaction", "encrypted_content": token.upper()})
+        pasted = body({"type": "message", "role": "user", "content": f"see {token}"})
+    for compressed in (False, True):
+        upstream.requests.clear()
+        r = _send(tenant["url"], tenant["key"], path, carried, family=family, mode="relay", compressed=compressed)
+        assert r.status_code == 400 and "compaction token" in r.text, r.text[:300]
+        assert not upstream.requests
+        r = _send(tenant["url"], tenant["key"], path, pasted, family=family, mode="relay", compressed=compressed)
+        assert r.status_code == 200 and _received(upstream.requests[-1]) == pasted, r.text[:300]
+    plain = json.dumps(body({"type": "text", "text": "hi"} if family == "anthropic" else
+                            {"type": "message", "role": "user", "content": "hi"}), indent=1).encode()
+    headers = ({"x-api-key": tenant["key"], "anthropic-version": "2023-06-01"} if family == "anthropic"
+               else {"Authorization": f"Bearer {tenant['key']}"})
+    r = httpx2.post(f"{tenant['url']}/v1/{path}", content=plain, headers=headers, timeout=30)
+    assert r.status_code == 200 and upstream.requests[-1].body == plain
