@@ -173,6 +173,15 @@ def _messages_expectation(blocks: list[tuple[str, dict]]) -> str:
     return "200"
 
 
+def _variant(body: dict, path: str, threshold: Any) -> dict:
+    """`body` as the path's variant asks: streamed (`…-stream`), with a threshold compaction (`…-threshold`)."""
+    if path.endswith("-stream"):
+        return {**body, "stream": True}
+    if path.endswith("-threshold"):
+        return {**body, "context_management": threshold}
+    return body
+
+
 def _send(url: str, key: str, path: str, body: dict, *, family: str, mode: str, compressed: bool) -> httpx2.Response:
     content = json.dumps(body).encode()
     headers = {"Content-Type": "application/json", "X-Offload-Context-Management": mode}
@@ -219,13 +228,8 @@ def test_responses_tokens_anywhere_never_reach_the_upstream(tenant, upstream, pa
     elements = data.draw(st.lists(_elements("responses", tenant["responses"]), min_size=1, max_size=7))
     compressed = data.draw(st.booleans())
     items = [item for _, item in elements] + [{"type": "message", "role": "user", "content": f"next {FILLER}"}]
-    body: dict = {"model": MODEL, "input": items}
-    if path != "responses/compact":
-        body["store"] = False
-    if path == "responses-stream":
-        body["stream"] = True
-    if path == "responses-threshold":
-        body["context_management"] = THRESHOLD
+    body = _variant({"model": MODEL, "input": items, **({} if path == "responses/compact" else {"store": False})},
+                    path, THRESHOLD)
     endpoint = path.split("-")[0]
     emulating = mode == "emulate" and endpoint != "responses/input_tokens"  # input_tokens is always relayed
     expected = _responses_expectation([k for k, _ in elements], emulating=emulating)
@@ -253,11 +257,7 @@ def test_messages_tokens_anywhere_never_reach_the_upstream(tenant, upstream, pat
     compressed = data.draw(st.booleans())
     messages = [{"role": role, "content": [block for _, block in blocks]} for role, blocks in messages_drawn]
     messages.append({"role": "user", "content": f"next {FILLER}"})
-    body: dict = {"model": CLAUDE, "max_tokens": 64, "messages": messages}
-    if path == "messages-stream":
-        body["stream"] = True
-    if path == "messages-threshold":
-        body["context_management"] = COMPACT_EDIT
+    body = _variant({"model": CLAUDE, "max_tokens": 64, "messages": messages}, path, COMPACT_EDIT)
     expected = _messages_expectation([b for _, blocks in messages_drawn for b in blocks])
     upstream.requests.clear()
     r = _send(tenant["url"], tenant["key"], path.split("-")[0], body, family="anthropic", mode=mode,
