@@ -42,8 +42,8 @@ ID_BYTES = TAG_BYTES = 16
 MAX_TOKEN_CHARS = 256  # ours are 66 characters; a longer "token" is nothing to look up
 BODY_CHARS = 43  # base64url of ID_BYTES + TAG_BYTES, unpadded
 _CANONICAL = re.compile(r"[A-Za-z0-9_-]{%d}" % BODY_CHARS)
-_ANY_VERSION_BYTES = re.compile(re.escape(ANY_VERSION.encode()), re.IGNORECASE)
 SEALED_FIELD = "encrypted_content"  # the field a compaction item (block) carries its state in
+_SEALED_KEY = f'"{SEALED_FIELD}"'.encode()
 APIS = ("responses", "messages")  # whose items a record holds (Responses input items, Messages messages)
 
 
@@ -82,9 +82,10 @@ def is_ours(value: object) -> bool:
 
 
 def may_hold_token(text: bytes) -> bool:
-    """Could a JSON document (its bytes, escapes undone) hold a token of ours anywhere? A quick
-    test before `sealed_fields` walks it."""
-    return _ANY_VERSION_BYTES.search(text) is not None
+    """Could a JSON document (its bytes, escapes undone) hold a token of ours where one counts?
+    Only if it has an `encrypted_content` key (a fast test, about 6 ms for 20 MB, before
+    `sealed_fields` walks it). A token elsewhere is text, never read."""
+    return _SEALED_KEY in text
 
 
 def sealed_fields(value: Any, path: str = "") -> Iterator[str]:

@@ -29,7 +29,9 @@ from proxy.emulation.threshold import Threshold, messages_threshold, responses_t
 from proxy.emulation.tokens_in_input import replace_tokens
 from proxy.formats.messages.request import history as messages_history
 from proxy.errors import ProxyError
+from proxy.formats.json_body import LARGE_BODY
 from proxy.offload.compaction_records import CompactionRecords
+from proxy.offload.cpu_pool import CPU
 from proxy.store import StoreUnavailable
 
 
@@ -83,10 +85,14 @@ async def begin(body: dict, items: list[Any], *, view: ItemView, emulating: bool
     """`tokens`: the format's items may carry the proxy's compaction tokens (Responses);
     `blocks`: its messages may hold `compaction` blocks (Messages, `compaction_blocks`); `raw`:
     the body's bytes, when at hand (a quick test that it holds no token at all)."""
-    text = raw if raw is not None and b"\\u" not in raw else jsonio.dumps(body)
-    scan = may_hold_token(text)
+    cpu = CPU(raw is None or len(raw) > LARGE_BODY)  # a large body is walked off the event loop
+    if raw is not None and b"\\u" not in raw:
+        scan = may_hold_token(raw)
+    else:  # an escape may spell one: read the document itself
+        scan = await cpu(lambda: may_hold_token(jsonio.dumps(body)))
     if scan:  # before anything else: no token in another position is expanded, nor sent
-        _stray(body, where="", settled=_compaction_position(body, tokens=tokens, blocks=blocks))
+        settled = _compaction_position(body, tokens=tokens, blocks=blocks)
+        await cpu(lambda: _stray(body, where="", settled=settled))
     result = Emulation(emulating, body, items)
     if emulating and "context_management" in body:  # checked first: a malformed one is a 400 whatever the input
         asked = body["context_management"]
