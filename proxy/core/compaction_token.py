@@ -15,6 +15,15 @@ token is therefore bound to its namespace twice: another credential's tag does n
 its record is not in the other's store. The token holds no content: the content stays in the
 store, reloadable and encrypted at rest like every offload. The version lets a later format
 recognise and refuse (or read) older tokens.
+
+Only the canonical spelling is read: the prefix, then exactly 43 characters of the URL-safe
+base64 alphabet, no padding, no whitespace, the unused low bits zero (the spelling `make_token`
+writes). Anything else that claims to be ours (any case, around whitespace) is refused, never
+read leniently nor passed on as someone else's.
+
+Where a token is one: as the value of an `encrypted_content` field (a Responses item, a Messages
+block, at any depth: `sealed_fields`). The same characters inside text (a message, a tool
+output) are content like any other and are never read.
 """
 
 from __future__ import annotations
@@ -23,11 +32,18 @@ import base64
 import binascii
 import hashlib
 import hmac
+import re
+from collections.abc import Iterator
+from typing import Any
 
 PREFIX = "offload-compaction-v1:"
 ANY_VERSION = "offload-compaction-v"  # what a token of ours starts with, whatever its version
 ID_BYTES = TAG_BYTES = 16
 MAX_TOKEN_CHARS = 256  # ours are 66 characters; a longer "token" is nothing to look up
+BODY_CHARS = 43  # base64url of ID_BYTES + TAG_BYTES, unpadded
+_CANONICAL = re.compile(r"[A-Za-z0-9_-]{%d}" % BODY_CHARS)
+SEALED_FIELD = "encrypted_content"  # the field a compaction item (block) carries its state in
+_SEALED_KEY = f'"{SEALED_FIELD}"'.encode()
 APIS = ("responses", "messages")  # whose items a record holds (Responses input items, Messages messages)
 
 
@@ -59,24 +75,54 @@ def make_token(record_id: bytes, namespace: str, secret: str | None = None, api:
 
 
 def is_ours(value: object) -> bool:
-    """Does `value` (an `encrypted_content`) claim to be one of the proxy's tokens?"""
-    return isinstance(value, str) and value.startswith(ANY_VERSION)
+    """Does `value` (an `encrypted_content`) claim to be one of the proxy's tokens, in any
+    spelling (case, surrounding whitespace)? Such a value is read (`read_token`) or refused,
+    never forwarded: a provider's encrypted state never holds these characters."""
+    return isinstance(value, str) and (ANY_VERSION in value or ANY_VERSION in value[:MAX_TOKEN_CHARS].lower())
+
+
+def may_hold_token(text: bytes) -> bool:
+    """Could a JSON document (its bytes, escapes undone) hold a token of ours where one counts?
+    Only if it has an `encrypted_content` key (a fast test, about 6 ms for 20 MB, before
+    `sealed_fields` walks it). A token elsewhere is text, never read."""
+    return _SEALED_KEY in text
+
+
+def sealed_fields(value: Any, path: str = "") -> Iterator[str]:
+    """The paths (`input[3].encrypted_content`, `messages[0].content[1].encrypted_content`) of the
+    `encrypted_content` fields holding a token of ours in `value`, at any depth (iterative: a
+    deep document costs no recursion)."""
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        node, at = stack.pop()
+        if type(node) is dict:
+            for k, v in node.items():
+                here = f"{at}.{k}" if at else str(k)
+                if k == SEALED_FIELD and is_ours(v):
+                    yield here
+                elif type(v) is dict or type(v) is list:
+                    stack.append((v, here))
+        elif type(node) is list:
+            stack.extend((v, f"{at}[{i}]") for i, v in reversed(list(enumerate(node)))
+                         if type(v) is dict or type(v) is list)
 
 
 def read_token(token: str, namespace: str, secret: str | None = None, api: str = "responses") -> str:
     """The record id (hex) a token of ours names; TokenError when it may not be used here (by
     this namespace, in this API's requests)."""
     if not token.startswith(PREFIX):
-        raise TokenError("it is a compaction token of a version this proxy does not read")
+        if token.startswith(ANY_VERSION):
+            raise TokenError("it is a compaction token of a version this proxy does not read")
+        raise TokenError("it is not a compaction token this proxy issued (not its exact spelling)")
     body = token[len(PREFIX):]
-    if len(body) > MAX_TOKEN_CHARS:
-        raise TokenError("it is not a compaction token this proxy issued")
+    if not _CANONICAL.fullmatch(body):
+        raise TokenError("it is not a compaction token this proxy issued (not its exact spelling)")
     try:
-        raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+        raw = base64.urlsafe_b64decode(body + "=")
     except (binascii.Error, ValueError):
         raise TokenError("it is not a compaction token this proxy issued") from None
-    if len(raw) != ID_BYTES + TAG_BYTES:
-        raise TokenError("it is not a compaction token this proxy issued")
+    if len(raw) != ID_BYTES + TAG_BYTES or base64.urlsafe_b64encode(raw).decode().rstrip("=") != body:
+        raise TokenError("it is not a compaction token this proxy issued (not its exact spelling)")
     record_id, tag = raw[:ID_BYTES], raw[ID_BYTES:]
     if not hmac.compare_digest(tag, _tag(record_id, namespace, secret, api)):
         if any(hmac.compare_digest(tag, _tag(record_id, namespace, secret, other)) for other in APIS if other != api):

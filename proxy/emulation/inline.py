@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from proxy.core.compaction import Plan, present_refs
+from proxy.core.compaction_token import TokenError
 from proxy.core.compression import COMPRESS_KEEP_RECENT
 from proxy.core.markers import refs_in
 from proxy.core.provider_context import ProviderContext
@@ -106,7 +107,7 @@ async def compact(call: Any, *, compressor: Callable[[], Compressor], new_summar
     try:
         written = await call.refs.save([made.offload] if made.offload else [], refs, settings.session)
         token = await call.records.save(record)
-    except (StoreUnavailable, QuotaExceeded, CredentialRejected) as exc:
+    except (StoreUnavailable, QuotaExceeded, CredentialRejected, TokenError) as exc:
         prepared.warnings.append(f"threshold compaction not made: the store refused it ({exc})")
         return Inline()
     summary = _text(reduced[made.summary_at])

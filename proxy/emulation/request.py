@@ -1,10 +1,19 @@
 """What one managed request needs of the emulation before it is planned.
 
 `begin` decides whether the proxy applies the request's context management itself
-(`proxy.upstream.native.emulates`), replaces the proxy's own compaction tokens in a Responses
-input (whichever way: no upstream can read them), and, when emulating, takes
-`context_management` out of the body that goes upstream (an upstream without it would refuse
-or ignore it) and keeps it in `asked` for the emulation to apply.
+(`proxy.upstream.native.emulates`), settles the proxy's own compaction tokens (whichever way),
+and, when emulating, takes `context_management` out of the body that goes upstream (an
+upstream without it would refuse or ignore it) and keeps it in `asked` for the emulation to
+apply.
+
+It is the one place that keeps the rule: no compaction token of the proxy's reaches any
+upstream. Every managed request (chat, Responses, Messages, `count_tokens`) and the relayed
+Responses paths (`/responses/input_tokens`, `/responses/compact`, emulated or relayed) go
+through it. A token in a compaction position (a Responses `compaction` item, a Messages
+`compaction` block) is expanded or dropped by its format's rule (`tokens_in_input`,
+`compaction_blocks`); one in any other `encrypted_content` (a reasoning item, a block nested
+in a tool result, a chat message) is a 400 `invalid_compaction` naming the field. Text that
+merely spells a token is content and goes as it is.
 """
 
 from __future__ import annotations
@@ -12,13 +21,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.core import jsonio
+from proxy.core.compaction_token import may_hold_token, sealed_fields
 from proxy.core.view import ItemView
 from proxy.emulation.compaction_blocks import replace_compaction_blocks
 from proxy.emulation.threshold import Threshold, messages_threshold, responses_threshold
 from proxy.emulation.tokens_in_input import replace_tokens
 from proxy.formats.messages.request import history as messages_history
 from proxy.errors import ProxyError
+from proxy.formats.json_body import LARGE_BODY
 from proxy.offload.compaction_records import CompactionRecords
+from proxy.offload.cpu_pool import CPU
 from proxy.store import StoreUnavailable
 
 
@@ -28,7 +41,7 @@ class Emulation:
     body: dict  # the body as it goes on (without `context_management` when emulating)
     items: list[Any]  # the history as it goes on (the proxy's tokens replaced)
     asked: Any = None  # the `context_management` the client asked for, when the proxy applies it
-    replaced: bool = False  # a token of ours was replaced: the body must be re-serialised
+    replaced: bool = False  # a token of ours was replaced (or may be spelled in it): the body is re-serialised
     threshold: Threshold | None = None  # the threshold compaction asked, when the proxy applies it
     # what the answer's `context_management.applied_edits` says (Messages, `proxy.emulation.edits`);
     # None: the answer is not rewritten for it
@@ -39,10 +52,47 @@ class Emulation:
         return self.replaced or self.asked is not None
 
 
+def _stray(value: Any, *, where: str, settled: Any = None) -> None:
+    """ProxyError 400 for a token of ours in an `encrypted_content` of `value` that is not a
+    compaction position (`settled(path)` says which ones its format settles)."""
+    for path in sealed_fields(value, where):
+        if settled is None or not settled(path):
+            raise ProxyError(400, f"{path} holds a compaction token of this proxy's outside a compaction item: only a "
+                                  "`compaction` item (Responses) or block (Messages) may carry one.",
+                             code="invalid_compaction", param=path)
+
+
+def _compaction_position(body: dict, *, tokens: bool, blocks: bool):
+    """Does a path name the `encrypted_content` of a top-level compaction item (block)?"""
+    def settled(path: str) -> bool:
+        try:
+            if tokens and path.startswith("input["):
+                index = path[len("input["):].removesuffix("].encrypted_content")
+                return index.isdigit() and body["input"][int(index)].get("type") == "compaction"
+            if blocks and path.startswith("messages["):
+                i, _, rest = path[len("messages["):].partition("].content[")
+                j = rest.removesuffix("].encrypted_content")
+                return (i.isdigit() and j.isdigit()
+                        and body["messages"][int(i)]["content"][int(j)].get("type") == "compaction")
+        except (KeyError, IndexError, TypeError, AttributeError):
+            return False
+        return False
+    return settled
+
+
 async def begin(body: dict, items: list[Any], *, view: ItemView, emulating: bool, tokens: bool,
-                records: CompactionRecords, blocks: bool = False) -> Emulation:
+                records: CompactionRecords, blocks: bool = False, raw: bytes | None = None) -> Emulation:
     """`tokens`: the format's items may carry the proxy's compaction tokens (Responses);
-    `blocks`: its messages may hold `compaction` blocks (Messages, `compaction_blocks`)."""
+    `blocks`: its messages may hold `compaction` blocks (Messages, `compaction_blocks`); `raw`:
+    the body's bytes, when at hand (a quick test that it holds no token at all)."""
+    cpu = CPU(raw is None or len(raw) > LARGE_BODY)  # a large body is walked off the event loop
+    if raw is not None and b"\\u" not in raw:
+        scan = may_hold_token(raw)
+    else:  # an escape may spell one: read the document itself
+        scan = await cpu(lambda: may_hold_token(jsonio.dumps(body)))
+    if scan:  # before anything else: no token in another position is expanded, nor sent
+        settled = _compaction_position(body, tokens=tokens, blocks=blocks)
+        await cpu(lambda: _stray(body, where="", settled=settled))
     result = Emulation(emulating, body, items)
     if emulating and "context_management" in body:  # checked first: a malformed one is a 400 whatever the input
         asked = body["context_management"]
@@ -59,6 +109,11 @@ async def begin(body: dict, items: list[Any], *, view: ItemView, emulating: bool
             if messages is not None:
                 result.body = {**body, "messages": messages}
                 result.items, result.replaced = messages_history(result.body), True
+        if scan and result.replaced:  # what the records brought: none may hold a token any more
+            _stray(result.items if tokens else result.body.get("messages"), where="input" if tokens else "messages")
+        # the upstream gets the object checked, re-serialised: a duplicate key in the bytes as sent
+        # cannot show it a token the check never saw
+        result.replaced = result.replaced or scan
     except StoreUnavailable as exc:
         raise ProxyError(503, "The proxy's store is unavailable, and this input holds a compaction item whose "
                               f"content the store keeps; try again ({exc}).", type_="server_error",

@@ -284,7 +284,7 @@ class ManagedCall:
         base = self.base or services.settings.upstream_base
         self.emulation = await emulation_request.begin(
             self.body, self.messages, view=self.fmt.view, tokens=self.fmt is RESPONSES, records=self.records,
-            emulating=emulates(self.settings.context_management, base), blocks=self.fmt is MESSAGES)
+            emulating=emulates(self.settings.context_management, base), blocks=self.fmt is MESSAGES, raw=self.raw)
         self.body, self.messages = self.emulation.body, self.emulation.items
 
     def after(self) -> BackgroundTask:

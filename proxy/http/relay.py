@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from urllib.parse import unquote
 
@@ -10,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from proxy.core import jsonio
+from proxy.core.compaction_token import may_hold_token, sealed_fields
 from proxy.formats.json_body import LARGE_BODY, load_object
 from proxy.http.body_encoding import codings_of, decode
 from proxy.offload import cpu_pool, response_chains
@@ -24,6 +26,10 @@ from proxy.upstream.client import Upstream
 from proxy.upstream.choice import has_dot_segment
 
 BODYLESS = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})
+# Relayed paths whose JSON body carries a history's items (Anthropic message batches, items of
+# an OpenAI conversation): read whole, so that no compaction token of the proxy's goes upstream
+# (`refuse_tokens`). Every other body streams through as it arrives.
+CARRIES_ITEMS = re.compile(r"(messages/+batches|conversations(/+[^/?]+/+items)?)/*")
 
 
 def upstream_path(request: Request) -> str:
@@ -112,8 +118,10 @@ async def relay(request: Request) -> Response:
         caller.check_relay(request.method, path)
         content: bytes | AsyncIterator[bytes] | None = watch.body() if client_has_body(request) else None
         replaced = False
-        if caller.shared_key and request.method == "POST" and content is not None:
-            content, replaced = await checked_body(request, caller)
+        shared = caller.shared_key and request.method == "POST"
+        if content is not None and (shared or (request.method == "POST" and CARRIES_ITEMS.fullmatch(path))):
+            # read whole (it is under --max-body-bytes): checked for the shared key, and for tokens
+            content, replaced = await checked_body(request, caller, shared=shared)
             watch = ClientWatch(request, body_read=True)
         response = await watch.run(
             upstream.send(
@@ -140,28 +148,73 @@ def is_multipart(request: Request) -> bool:
     return bool(types) and all(kind == "multipart/form-data" for kind in types)
 
 
-async def checked_body(request: Request, caller: Caller) -> tuple[bytes, bool]:
-    """A body relayed on the shared key (e.g. `responses/input_tokens`), read whole (it is under
+_BOMS = (b"\xef\xbb\xbf", b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff", b"\xff\xfe", b"\xfe\xff")
+
+
+def looks_like_json(plain: bytes) -> bool:
+    """Does a body open as a JSON object or array would (after a byte order mark, whitespace, and
+    the zero bytes of UTF-16/32)? A multipart body opens with its boundary (`--…`)."""
+    head = plain[:256]
+    for bom in _BOMS:
+        if head.startswith(bom):
+            head = head[len(bom):]
+            break
+    head = head.replace(b"\x00", b"").lstrip(b" \t\r\n")
+    return head[:1] in (b"{", b"[")
+
+
+def refuse_tokens(body: dict) -> None:
+    """ProxyError 400 for a compaction token of the proxy's in an `encrypted_content` of a relayed
+    body (a Messages batch, items added to a conversation, …): no upstream may get one, and only
+    the managed paths know what it stands for."""
+    for path in sealed_fields(body):
+        raise ProxyError(400, f"{path} holds a compaction token of this proxy's, which no upstream can read; on "
+                              "this endpoint it is not replaced by what it stands for: send that history instead "
+                              "(or send the request through /v1/responses or /v1/messages).",
+                         code="invalid_compaction", param=path)
+
+
+async def checked_body(request: Request, caller: Caller, *, shared: bool = True) -> tuple[bytes, bool]:
+    """A relayed body, read whole, never holding a compaction token of the proxy's in an
+    `encrypted_content` (400 `refuse_tokens`; a body that spells one anywhere goes on as the
+    object read, re-serialised). Without `shared` that is all: anything else goes as sent.
+
+    `shared`: a body relayed on the shared key (e.g. `responses/input_tokens`), read whole (it is under
     --max-body-bytes) and refused (403) when it names state stored upstream, like a managed
-    endpoint's. Only an upload (multipart/form-data) or an empty body goes unread, as sent; any
-    other must be a JSON object in UTF-8 (compressed or not), whatever its Content-Type says (an
-    upstream may read JSON behind a byte order mark, in UTF-16, or with no Content-Type at all):
-    else a 400, as the upstream would answer. What goes upstream is then the object the check
-    read, re-serialised (True: the body was replaced), so a duplicate key cannot show the upstream
-    another value than the one checked."""
+    endpoint's. Only a real upload (multipart/form-data whose bytes are not JSON) or an empty body
+    goes unread, as sent; any other must be a JSON object in UTF-8 (compressed or not), whatever
+    its Content-Type says (an upstream may read JSON behind a byte order mark, in UTF-16, with
+    no Content-Type at all, or labelled multipart/form-data): else a 400, as the upstream would
+    answer. What goes upstream is then the object the check read, re-serialised (True: the body
+    was replaced), so a duplicate key cannot show the upstream another value than the one
+    checked."""
     raw = await request.body()
-    codings = codings_of(request.headers.getlist("content-encoding"))  # what cannot be read is not relayed
+    try:
+        codings = codings_of(request.headers.getlist("content-encoding"))  # what cannot be read is not relayed
+    except ProxyError:
+        if shared:
+            raise
+        return raw, False  # a coding the proxy cannot undo: the upstream's to judge, as before
     limit = services_of(request).settings.max_body_bytes
-    if is_multipart(request):
-        return raw, False
+    upload = is_multipart(request)
 
     def check() -> bytes | None:
         plain = decode(raw, codings, limit=limit) if codings else raw
-        if not plain.strip():
+        if not plain.strip() or (upload and not looks_like_json(plain)):
             return None
-        body = load_object(plain)
+        spelt = may_hold_token(plain) or b"\\u" in plain
+        if not shared and not (spelt and looks_like_json(plain)):
+            return None
+        try:
+            body = load_object(plain)
+        except ProxyError:
+            if shared:
+                raise
+            return None  # no JSON object: the upstream judges it (no field of it can carry a token)
         caller.check_body(body)
-        return jsonio.dumps(body)
+        if spelt:
+            refuse_tokens(body)
+        return jsonio.dumps(body) if shared or spelt else None  # the object checked, not a duplicate key
 
     checked = await cpu_pool.CPU(bool(codings) or len(raw) > LARGE_BODY)(check)
     return (raw, False) if checked is None else (checked, True)

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy.core import jsonio
-from proxy.core.compaction_token import ANY_VERSION
+from proxy.core.compaction_token import may_hold_token
 from proxy.emulation import request as emulation_request
 from proxy.formats.json_body import LARGE_BODY
 from proxy.formats.responses import RESPONSES
@@ -52,7 +52,7 @@ async def relay_tokens_expanded(request: Request, caller: Caller, path: str, *, 
     """`path` (under /v1) relayed; `parse(raw, max_items)` reads its body (400 for a bad one)."""
     raw = await request.body()
     codings = codings_of(request.headers.getlist("content-encoding"))  # 415 for an unknown one
-    if not codings and ANY_VERSION.encode() not in raw and b"\\u" not in raw:
+    if not codings and not may_hold_token(raw) and b"\\u" not in raw:
         return await relay(request)
     services = services_of(request)
     limits = services.settings

@@ -4,7 +4,9 @@ A record is the list of history items (in the request's own format) that replace
 `compaction` item carrying the token on later requests: the proxy's summary item, whose `ref=`
 keeps every summarised byte reloadable, and whatever else the compaction kept that the client
 may drop. Records are written once (their id is a hash of their content), sealed at rest like
-every offload, and their idle TTL is extended each time a request uses them.
+every offload, and their idle TTL is extended each time a request uses them. A record never
+holds a token of ours in a compaction position (`save` refuses one): expanding a record never
+sends one upstream.
 """
 
 from __future__ import annotations
@@ -35,8 +37,11 @@ class CompactionRecords:
 
     async def save(self, items: list[Any]) -> str:
         """Store `items` and answer the token that stands for them (the same items, the same token).
-        Raises what the store and the quota raise."""
+        Raises what the store and the quota raise; TokenError when `items` hold a token of ours
+        in an `encrypted_content` (the request's own were settled before: a bug otherwise)."""
         content = json.dumps(items, ensure_ascii=False, separators=(",", ":")).encode()
+        if compaction_token.may_hold_token(content) and next(compaction_token.sealed_fields(items), None):
+            raise TokenError("a compaction record may not hold a compaction token (it would reach the upstream)")
         record_id = compaction_token.record_id_for(self.namespace, content)
         store_key = self._key(record_id.hex())
         if not (await self.store.touch([store_key], self.ttl))[0]:

@@ -244,3 +244,32 @@ def test_the_readmes_compaction_example_runs_without_a_warning(proxy_url, upstre
     assert SNAPSHOT in sent[1]["content"][0]["text"]  # the summary in the compaction item's place
     with pytest.warns(UserWarning, match="Pydantic serializer warnings"):  # the objects themselves: the warning
         client.responses.create(model=MODEL, input=[*run["compacted"].output, user("next")])
+
+
+DEVELOPER = {"type": "message", "role": "developer", "content": "Always answer in French."}
+
+
+@pytest.mark.parametrize("where", ["before", "after", "not re-sent"])
+def test_a_developer_item_reaches_the_upstream_once_after_a_compaction(proxy_url, upstream, key, where):
+    """OpenAI's compact output is the user messages and the compaction item; clients re-send their
+    instructions with it (agents before it, Codex after it, before the next turn) or not at all:
+    each way, the developer item the compaction saw goes upstream once."""
+    client = sdk(proxy_url, key)
+    compacted = client.responses.compact(model=MODEL, input=[DEVELOPER, *HISTORY])
+    kept = [o.model_dump(exclude_unset=True, warnings=False) for o in compacted.output]
+    follow = {"before": [DEVELOPER, *kept], "after": [*kept, DEVELOPER], "not re-sent": kept}[where]
+    client.responses.create(model=MODEL, store=False, input=[*follow, user("next")])
+    sent = upstream.responses_requests()[-1].body.decode()
+    assert sent.count("Always answer in French.") == 1, sent[:2000]
+
+
+def test_a_developer_item_reaches_the_upstream_once_after_a_threshold_compaction(proxy_url, upstream, key):
+    client = sdk(proxy_url, key)
+    big = [DEVELOPER, *HISTORY, user("Summarise the build " + " ".join(f"w{i}" for i in range(600)))]
+    first = client.responses.create(model=MODEL, store=False, input=big,
+                                    context_management=[{"type": "compaction", "compact_threshold": 1000}])
+    item = first.output[0].model_dump(exclude_unset=True, warnings=False)
+    assert item["type"] == "compaction"
+    client.responses.create(model=MODEL, store=False, input=[DEVELOPER, item, user("next")])
+    sent = upstream.responses_requests()[-1].body.decode()
+    assert sent.count("Always answer in French.") == 1 and PREFIX not in sent, sent[:2000]

@@ -168,3 +168,52 @@ def test_a_duplicate_key_never_shows_the_upstream_another_value(make_proxy, upst
         assert r.status_code == 200, r.text[:200]
         [sent] = upstream.requests
         assert b"OTHER" not in sent.body and sent.body.count(field.encode()) <= 1, sent.body[:300]
+
+
+CONTENT_TYPES = ["multipart/form-data; boundary=xyz", "multipart/form-data", "text/plain", None,
+                 "application/x-www-form-urlencoded"]
+SHARED_ROUTES = [  # (path, family, relay header): managed and relayed routes taking a JSON body
+    ("/v1/responses/input_tokens", "openai", False), ("/v1/responses/compact", "openai", True),
+    ("/v1/responses", "openai", False), ("/v1/chat/completions", "openai", False),
+    ("/v1/embeddings", "openai", False), ("/v1/messages", "anthropic", False),
+    ("/v1/messages/count_tokens", "anthropic", False),
+]
+
+
+@pytest.mark.parametrize("content_type", CONTENT_TYPES)
+def test_a_json_body_is_read_for_stored_state_whatever_its_content_type(make_proxy, upstream, tmp_path, content_type):
+    """A JSON body labelled multipart/form-data (or text/plain, or nothing) is still JSON to an
+    upstream that reads it: on the shared key it is checked like any other."""
+    import orjson
+    with make_proxy(upstream_api_key="sk-server", anthropic_api_key="sk-ant-server",
+                    tenants_file=shared_key_tenants(tmp_path)) as url:
+        upstream.requests.clear()
+        for path, family, relay in SHARED_ROUTES:
+            field = "container" if family == "anthropic" else "previous_response_id"
+            body = {"model": "m", "max_tokens": 5, "input": "hi", "messages": [{"role": "user", "content": "hi"}],
+                    field: "OTHER"}
+            headers = {"authorization": f"Bearer {KEY_A}", "anthropic-version": "2023-06-01"}
+            headers |= {"content-type": content_type} if content_type else {}
+            headers |= {"X-Offload-Context-Management": "relay"} if relay else {}
+            for raw in (orjson.dumps(body), b"\xef\xbb\xbf \n" + orjson.dumps(body)):
+                r = httpx2.post(f"{url}{path}", content=raw, headers=headers)
+                assert r.status_code == 403, (path, content_type, r.status_code, r.text[:200])
+            # JSON that cannot be read is refused, not relayed unread
+            r = httpx2.post(f"{url}{path}", content=b'{"' + field.encode() + b'": "OTHER",', headers=headers)
+            assert r.status_code == 400, (path, content_type, r.status_code, r.text[:200])
+        assert not upstream.requests, [(rec.path, rec.body[:80]) for rec in upstream.requests]
+
+
+def test_a_real_multipart_upload_goes_unchanged_even_naming_a_field(make_proxy, upstream, tmp_path):
+    """A real upload (its bytes open with the boundary) is no JSON: relayed byte for byte."""
+    with make_proxy(upstream_api_key="sk-server", tenants_file=shared_key_tenants(tmp_path)) as url:
+        upstream.requests.clear()
+        request = httpx2.Request("POST", f"{url}/v1/audio/transcriptions",
+                                 data={"model": "whisper-1", "previous_response_id": "x"},
+                                 files={"file": ("a.json", b'{"previous_response_id": "resp_OTHER"}', "text/json")},
+                                 headers={"authorization": f"Bearer {KEY_A}"})
+        raw = request.read()
+        r = httpx2.Client().send(request)
+        assert r.status_code < 400, r.text[:200]
+        [sent] = upstream.requests
+        assert sent.body == raw and sent.headers["content-type"].startswith("multipart/form-data")

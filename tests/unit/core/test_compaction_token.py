@@ -57,3 +57,60 @@ def test_a_token_is_read_by_the_api_it_was_made_for_only():
         ct.read_token(responses, "ns", "s", api="messages")
     with pytest.raises(ct.TokenError, match="not issued"):  # another namespace's, of either API
         ct.read_token(messages, "ns-b", "s", api="messages")
+
+
+def _canonical() -> str:
+    return ct.make_token(ct.record_id_for("ns", b"[1]"), "ns", "s")
+
+
+@pytest.mark.parametrize("spelling", [
+    lambda t: t + "=",  # padding
+    lambda t: t + "==",
+    lambda t: t[:40] + "!!" + t[40:],  # characters outside the alphabet, skipped by a lenient decoder
+    lambda t: t[:40] + "\n" + t[40:],  # whitespace inside
+    lambda t: t + "\n", lambda t: " " + t, lambda t: t + " ",
+    lambda t: ct.PREFIX + t[len(ct.PREFIX):][:-2] + "+/",  # the standard alphabet's characters
+    lambda t: t[:-1],  # a character short
+    lambda t: t + "A",  # a character more
+    lambda t: t.upper(), lambda t: ct.PREFIX.upper() + t[len(ct.PREFIX):],
+    lambda t: t[:-1] + chr(ord(t[-1]) ^ 1),  # the last character's unused bits set (same bytes, another spelling)
+])
+def test_only_the_canonical_spelling_is_read(spelling):
+    token = _canonical()
+    assert ct.read_token(token, "ns", "s")  # the token itself reads back
+    other = spelling(token)
+    assert other != token and ct.is_ours(other)
+    with pytest.raises(ct.TokenError):
+        ct.read_token(other, "ns", "s")
+
+
+def test_the_unused_bits_of_the_last_character_are_checked():
+    token = _canonical()
+    body = token[len(ct.PREFIX):]
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    last = alphabet.index(body[-1])
+    assert last % 4 == 0  # 32 bytes in 43 characters: two bits to spare, written as zeros
+    for spare in (1, 2, 3):
+        same_bytes = ct.PREFIX + body[:-1] + alphabet[last + spare]
+        assert base64.urlsafe_b64decode(same_bytes[len(ct.PREFIX):] + "=") == base64.urlsafe_b64decode(body + "=")
+        with pytest.raises(ct.TokenError, match="exact spelling"):
+            ct.read_token(same_bytes, "ns", "s")
+
+
+@pytest.mark.parametrize("value", [" offload-compaction-v1:x", "OFFLOAD-COMPACTION-V1:x", "x" * 100 + "Offload-Compaction-v1"])
+def test_any_spelling_claiming_to_be_ours_is_ours(value):
+    assert ct.is_ours(value)
+
+
+def test_sealed_fields_finds_a_token_in_any_encrypted_content_at_any_depth():
+    token = _canonical()
+    doc = {"input": [{"type": "message", "content": [{"type": "input_text", "text": token}]},
+                     {"type": "reasoning", "encrypted_content": token},
+                     {"type": "x", "deep": [[{"encrypted_content": " " + token}]]},
+                     {"type": "compaction", "encrypted_content": "gAAAAAprovider"}]}
+    assert list(ct.sealed_fields(doc)) == ["input[1].encrypted_content", "input[2].deep[0][0].encrypted_content"]
+    deep: dict = {"encrypted_content": token}
+    for _ in range(5000):  # no recursion limit
+        deep = {"a": [deep]}
+    assert len(list(ct.sealed_fields(deep))) == 1
+    assert ct.may_hold_token(b'{"encrypted_content":"x"}') and not ct.may_hold_token(b'{"a":"offload-compaction-v1:"}')

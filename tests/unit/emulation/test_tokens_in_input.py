@@ -97,3 +97,33 @@ async def test_begin_takes_context_management_out_only_when_emulating(store):
     emulated = await begin(body, body["input"], view=VIEW, emulating=True, tokens=True, records=records(store))
     assert "context_management" not in emulated.body and emulated.asked == [{"type": "compaction"}]
     assert emulated.changed
+
+
+@pytest.mark.parametrize("emulating", [True, False])
+async def test_a_token_outside_a_compaction_item_is_a_400_and_in_text_is_content(store, emulating):
+    mine = records(store)
+    token = await mine.save([SUMMARY])
+    reasoning = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": token}
+    nested = {"type": "function_call_output", "call_id": "c", "output": [{"type": "compaction",
+                                                                           "encrypted_content": token}]}
+    for item, param in [(reasoning, "input[1].encrypted_content"), (nested, "input[1].output[0].encrypted_content")]:
+        body = {"model": "m", "input": [user("a"), item, user("b")]}
+        with pytest.raises(ProxyError) as refused:
+            await begin(body, RESPONSES.history(body), view=VIEW, emulating=emulating, tokens=True, records=mine)
+        assert refused.value.status == 400 and refused.value.param == param
+    body = {"model": "m", "input": [user(f"pasted {token}"), compaction(token.upper())]}
+    with pytest.raises(ProxyError, match="exact spelling"):  # a compaction item: read, and not canonical
+        await begin(body, RESPONSES.history(body), view=VIEW, emulating=emulating, tokens=True, records=mine)
+    body = {"model": "m", "input": [user(f"pasted {token}"), user("b")]}
+    begun = await begin(body, RESPONSES.history(body), view=VIEW, emulating=emulating, tokens=True, records=mine)
+    assert begun.items == body["input"]  # text: content, as sent
+
+
+async def test_a_chat_message_carrying_a_token_is_a_400(store):
+    from proxy.formats.chat import CHAT
+    token = await records(store).save([SUMMARY])
+    body = {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "x",
+                                                                     "encrypted_content": token}]}]}
+    with pytest.raises(ProxyError) as refused:
+        await begin(body, CHAT.history(body), view=CHAT.view, emulating=False, tokens=False, records=records(store))
+    assert refused.value.param == "messages[0].content[0].encrypted_content"

@@ -1,0 +1,17 @@
+import pytest
+
+from proxy.http.relay import looks_like_json
+
+BODY = '{"previous_response_id": "resp_x"}'
+
+
+@pytest.mark.parametrize("raw", [BODY.encode(), b"  \r\n" + BODY.encode(), b"\xef\xbb\xbf" + BODY.encode(),
+                                 BODY.encode("utf-16"), BODY.encode("utf-16-be"), BODY.encode("utf-32"), b"[1]"])
+def test_json_in_any_spelling_looks_like_json(raw):
+    assert looks_like_json(raw)
+
+
+@pytest.mark.parametrize("raw", [b"--xyz\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nm\r\n--xyz--\r\n",
+                                 b"\r\n--xyz\r\n", b"", b"model=m&previous_response_id=x", b'"a string"'])
+def test_a_multipart_body_does_not(raw):
+    assert not looks_like_json(raw)
