@@ -256,6 +256,13 @@ def main(argv: Sequence[str] | None = None) -> None:
                 sys.exit(f"offload-proxy: --data-dir {settings.data_dir} is not a writable folder: {exc.strerror}")
         if (problem := listen_problem(settings.host, settings.port)) is not None:
             sys.exit(f"offload-proxy: {problem}")
+        from proxy.offload.canary import CanaryMismatch, startup_check
+
+        try:  # replicas sharing a store share its secrets (proxy.offload.canary)
+            if (note := startup_check(settings)) is not None:
+                print(f"offload-proxy: warning: {note}", file=sys.stderr, flush=True)
+        except CanaryMismatch as exc:
+            sys.exit(f"offload-proxy: {exc}")
         serve(settings)
 
 

@@ -43,8 +43,7 @@ from proxy.stats.prices import PriceTable
 from proxy.stats.recorder import Recorder
 from proxy.offload.background import SummaryScheduler
 from proxy.offload.quota import CredentialCheck
-from proxy.store.sealing import Sealer
-from proxy.store import open_store
+from proxy.store import open_store, sealer_for
 from proxy.store.guarded import GuardedStore
 from proxy.core.tokens import counter_for_encoding
 from proxy.upstream.client import Upstream
@@ -81,10 +80,10 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
     resolver = SettingsResolver(settings.offload_defaults(), tenants, settings.header_caps)
     gatekeeper = Gatekeeper(tenants, server_key=settings.upstream_api_key, anthropic_key=settings.anthropic_api_key,
                             anthropic_upstream=settings.anthropic_upstream, allow_anonymous=settings.allow_anonymous,
-                            upstream_allowlist=settings.upstream_allowlist, secret=settings.encryption_key)
+                            upstream_allowlist=settings.upstream_allowlist, secret=settings.names_key)
     metrics = Metrics(tenant_label=settings.metrics_tenant_label)
     recorder = Recorder(PriceTable(settings.prices), settings.stats_retention)
-    stats_api = StatsApi(tenant_names(gatekeeper.tenants, settings.encryption_key))
+    stats_api = StatsApi(tenant_names(gatekeeper.tenants, settings.names_key))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -96,7 +95,7 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
             settings=settings,
             settings_resolver=resolver,
             metrics=metrics,
-            sealer=Sealer(settings.encryption_key),
+            sealer=sealer_for(settings),
             credential_check=CredentialCheck(),
             upstream=Upstream(settings),
             store=GuardedStore(open_store(settings), ping_timeout=settings.store_timeout, metrics=metrics),

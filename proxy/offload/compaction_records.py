@@ -25,7 +25,7 @@ __all__ = ["CompactionRecords", "TokenError"]
 class CompactionRecords:
     def __init__(self, store: Store, namespace: str, ttl: int, sealer: Sealer, *, secret: str | None = None,
                  quota: Quota | None = None, api: str = "responses") -> None:
-        """`secret`: the server's encryption key (it keys the tokens' tags too), if any; `api`:
+        """`secret`: the server's names key (`ServerSettings.names_key`: it keys the tokens' tags), if any; `api`:
         whose items the records hold ("responses" or "messages"; a token is read by its own API only)."""
         self.store, self.namespace, self.ttl, self.sealer = store, namespace, ttl, sealer
         self.secret, self.quota, self.api = secret, quota, api

@@ -19,7 +19,7 @@ SHARDS = 256  # hash-tag shards per namespace: a large tenant's keys spread over
 def namespace_for(kind: str, identity: Sequence[str], sub_tenant: str | None, *, secret: str | None = None) -> str:
     """`identity`: the tenant name, or the credentials presented (order does not matter).
 
-    With a `secret` (the encryption key) the hash is keyed: key names then reveal nothing that
+    With a `secret` (the names key: --namespace-key, else the encryption key) the hash is keyed: key names then reveal nothing that
     could be confirmed by guessing a tenant name or a credential.
     """
     material = b"\0".join(

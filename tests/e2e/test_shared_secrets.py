@@ -1,0 +1,67 @@
+"""Replicas sharing a store share its secrets: `offload-proxy serve` with another
+--encryption-key than the store's exits at once, saying so; a rotation (--encryption-key new,
+--encryption-key-previous old, --namespace-key old) keeps what was stored before readable:
+refs, and emulated compaction tokens."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import httpx2
+
+from tests.harness import responses as fake
+from tests.harness.compaction import BUILD_HISTORY, continued
+from tests.harness.history import agent_history, refs_sent
+from tests.harness.servers import ProxyProcess, free_port, scripted
+
+OLD, NEW = "the old encryption key of the fleet", "the new encryption key of the fleet"
+CLIENT = "sk-a-client-of-the-fleet"
+AUTH = {"authorization": f"Bearer {CLIENT}"}
+
+
+def serve(*args: str) -> list[str]:
+    return [sys.executable, "-m", "proxy", "serve", "--port", str(free_port()), *args]
+
+
+def test_a_replica_with_another_key_refuses_to_start_and_a_rotation_reads_what_was_stored(
+        upstream, private_redis_url, tmp_path):
+    common = ("--redis-url", private_redis_url, "--upstream", f"{upstream.url}/v1", "--log-level", "warning")
+    history = agent_history(steps=4)
+    with ProxyProcess(*common, "--encryption-key", OLD, data_dir=tmp_path) as proxy:
+        r = httpx2.post(f"{proxy.url}/v1/chat/completions", json={"model": "gpt-4o", "messages": history},
+                        headers={**AUTH, "X-Offload-Max-Total-Tokens": "1000"}, timeout=60)
+        assert r.status_code == 200 and r.headers["x-offload-refs"] == "3"
+        ref = refs_sent(upstream.chat_requests()[-1])[0]
+        upstream.handler = scripted(lambda rec: fake.answer(rec, fake.message("Hello there")))  # summaries: snapshots
+        r = httpx2.post(f"{proxy.url}/v1/responses/compact", json={"model": "gpt-5", "input": BUILD_HISTORY},
+                        headers=AUTH, timeout=60)
+        assert r.status_code == 200, r.text
+        token = r.json()["output"][-1]["encrypted_content"]
+
+    done = subprocess.run(serve(*common, "--encryption-key", NEW, "--data-dir", str(tmp_path)), capture_output=True,
+                          text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode != 0
+    [line] = done.stderr.strip().splitlines()
+    assert "--encryption-key does not open the store's canary" in line and "same --encryption-key" in line
+
+    rotating = ("--encryption-key", NEW, "--encryption-key-previous", OLD, "--namespace-key", OLD)
+    with ProxyProcess(*common, *rotating, data_dir=tmp_path) as proxy:
+        r = httpx2.get(f"{proxy.url}/v1/offload/{ref}", headers=AUTH, timeout=30)
+        assert r.status_code == 200 and r.json()["content"] == history[3]["content"]
+        r = httpx2.post(f"{proxy.url}/v1/responses", json=continued(token), headers=AUTH, timeout=60)
+        assert r.status_code == 200, r.text  # the token made under the old key still stands for its record
+
+    # once the fleet runs the new key, a replica started with the old one alone is refused
+    done = subprocess.run(serve(*common, "--encryption-key", OLD, "--data-dir", str(tmp_path)), capture_output=True,
+                          text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode != 0 and "does not open the store's canary" in done.stderr
+
+
+def test_a_store_down_at_startup_does_not_hold_the_replica_back(upstream, tmp_path):
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    proxy = ProxyProcess("--redis-url", dead, "--upstream", f"{upstream.url}/v1", "--encryption-key", OLD,
+                         data_dir=tmp_path, capture=True, ready_path="/healthz")
+    with proxy:
+        assert httpx2.get(f"{proxy.url}/healthz").status_code == 200
+    assert "canary was not checked" in proxy.stderr
