@@ -40,8 +40,8 @@ from proxy.core.settings import SettingsResolver, load_tenants_file
 from proxy.http.relay import relay
 from proxy.http.stats_api import AdminGate, StatsApi, tenant_names
 from proxy.stats.prices import PriceTable
-from proxy.stats.recorder import Recorder
-from proxy.offload.background import SummaryScheduler
+from proxy.stats.recorder import STOP_TIMEOUT, Recorder
+from proxy.offload.background import CANCEL_WAIT, SummaryScheduler
 from proxy.offload.quota import CredentialCheck
 from proxy.store import open_store, sealer_for
 from proxy.store.guarded import GuardedStore
@@ -60,6 +60,14 @@ async def readyz(request: Request) -> JSONResponse:
     if await services_of(request).store.ping():
         return JSONResponse({"status": "ready", "store": "ok"})
     return JSONResponse({"status": "unavailable", "store": "unreachable"}, status_code=503)
+
+
+def shutdown_budget(settings: ServerSettings) -> float:
+    """The longest time (s) from SIGTERM to exit: the requests' and streams' grace (uvicorn's), then
+    the lifespan's: the background summaries' grace, the wait for those cancelled past it, the
+    search workers' reaping, the statistics' last flush, and a second for the rest. An
+    orchestrator's grace period must cover it."""
+    return 2 * settings.shutdown_grace + CANCEL_WAIT + search_pool.REAP_WAIT + STOP_TIMEOUT + 1
 
 
 _frozen = False
