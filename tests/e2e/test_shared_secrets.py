@@ -61,7 +61,19 @@ def test_a_replica_with_another_key_refuses_to_start_and_a_rotation_reads_what_w
 def test_a_store_down_at_startup_does_not_hold_the_replica_back(upstream, tmp_path):
     dead = f"redis://127.0.0.1:{free_port()}/0"
     proxy = ProxyProcess("--redis-url", dead, "--upstream", f"{upstream.url}/v1", "--encryption-key", OLD,
-                         data_dir=tmp_path, capture=True, ready_path="/healthz")
+                         "--log-format", "text", data_dir=tmp_path, capture=True, ready_path="/healthz")
     with proxy:
         assert httpx2.get(f"{proxy.url}/healthz").status_code == 200
-    assert "canary was not checked" in proxy.stderr
+    assert "offload-proxy: warning: the store's secrets canary was not checked" in proxy.stderr
+
+
+def test_the_unchecked_warning_is_a_json_line_with_json_logs(upstream, tmp_path):
+    import json
+
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    proxy = ProxyProcess("--redis-url", dead, "--upstream", f"{upstream.url}/v1", "--log-format", "json",
+                         data_dir=tmp_path, capture=True, ready_path="/healthz")
+    with proxy:
+        pass
+    records = [json.loads(line) for line in proxy.stderr.splitlines() if line.strip()]
+    assert any(r["level"] == "warning" and "canary was not checked" in r["message"] for r in records)
