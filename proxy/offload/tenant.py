@@ -54,7 +54,13 @@ def key(namespace: str, kind: str, name: str) -> str:
     bucket) thus spread over up to 256 slots, i.e. every node; nothing the proxy does needs two
     keys in one slot (no MULTI/EXEC, no Lua: its pipelines are non-transactional, a cluster
     pipeline sends each command to its node). The tag form is the key layout's version: the
-    layout before it (`off:{<namespace>}:…`, one slot per tenant) is never read.
+    layout before it (`unsharded_key`, one slot per tenant) is read for compaction records only.
     """
     shard = zlib.crc32(f"{kind}:{name}".encode("utf-8", "surrogatepass")) % SHARDS
     return f"off:{{{namespace}:{shard:02x}}}:{kind}:{name}"
+
+
+def unsharded_key(namespace: str, kind: str, name: str) -> str:
+    """A key of the layout before the shards (`off:{<namespace>}:…`): read only where what it
+    held cannot be made again (an emulated compaction's record: the client holds just the token)."""
+    return f"off:{{{namespace}}}:{kind}:{name}"
