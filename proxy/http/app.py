@@ -42,6 +42,7 @@ from proxy.http.stats_api import AdminGate, StatsApi, tenant_names
 from proxy.stats.prices import PriceTable
 from proxy.stats.recorder import STOP_TIMEOUT, Recorder
 from proxy.offload.background import CANCEL_WAIT, SummaryScheduler
+from proxy.offload.canary import watch_if_unchecked
 from proxy.offload.quota import CredentialCheck
 from proxy.store import open_store, sealer_for
 from proxy.store.guarded import GuardedStore
@@ -117,9 +118,12 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
         metrics.watch_summaries(services.summaries.state)
         services.store.start()
         recorder.start(services.store, services.sealer)
+        canary = watch_if_unchecked(services.store, services.sealer, settings.names_key, workers=settings.workers)
         try:
             yield
         finally:
+            if canary is not None:
+                canary.cancel()
             # uvicorn has given the requests their grace already; summaries still running get their own
             await services.summaries.shutdown(settings.shutdown_grace)
             await search_pool.shutdown()  # the context_search worker processes

@@ -13,18 +13,28 @@ with its encryption key (plain without one). Every replica reads it at startup:
   sealed again with this key, with a warning (what was stored without a key lives in
   namespaces this replica does not read).
 
-A store that cannot be reached is not waited for: the check is skipped (`CanaryUnchecked`) and
-made at the next start.
+A store that cannot be reached at startup is not waited for: the server starts, and each
+worker makes the check in the background once the store answers (`watch`); a mismatch found
+then stops the server (SIGTERM), whose next start refuses with the reason.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
+import logging
+import os
+import signal
+from collections.abc import Callable
 
 from proxy.offload.tenant import key
-from proxy.store import Store
+from proxy.store import Store, StoreUnavailable
 from proxy.store.sealing import Sealer
+
+log = logging.getLogger("proxy")
+UNCHECKED_ENV = "_OFFLOAD_CANARY_UNCHECKED"  # set by `serve` for its workers when the store did not answer
+RETRY = 5.0  # seconds between two attempts of a worker's check
 
 CANARY_KEY = key("proxy", "canary", "v1")  # "proxy" is no namespace (those are 32 hex digits)
 TTL = 400 * 86400  # renewed at every start
@@ -91,5 +101,36 @@ def startup_check(settings) -> str | None:
     try:
         return asyncio.run(run())
     except (StoreUnavailable, asyncio.TimeoutError, OSError) as exc:
-        return (f"the store's secrets canary was not checked (the store is unreachable: {exc}); "
-                "the next start checks it")
+        os.environ[UNCHECKED_ENV] = "1"  # the workers (this process, or spawned with its environment)
+        return (f"the store's secrets canary was not checked (the store is unreachable: {exc or 'timed out'}); "
+                "the workers check it once the store answers")
+
+
+async def watch(store: Store, sealer: Sealer, names_key: str | None, *, stop: Callable[[], None],
+                every: float = RETRY) -> None:
+    """The check the startup could not make, made once the store answers: on a mismatch it is
+    logged and `stop` called."""
+    while True:
+        try:
+            note = await check(store, sealer, names_key)
+        except StoreUnavailable:
+            await asyncio.sleep(every)
+            continue
+        except CanaryMismatch as exc:
+            log.error("%s: stopping", exc)
+            stop()
+            return
+        if note is not None:
+            log.warning(note)
+        return
+
+
+def watch_if_unchecked(store: Store, sealer: Sealer, names_key: str | None, *, workers: int) -> asyncio.Task | None:
+    """A worker's `watch`, when `serve` could not check the store at startup (None otherwise)."""
+    if os.environ.get(UNCHECKED_ENV) != "1":
+        return None
+
+    def stop() -> None:  # the supervisor when there is one: it stops every worker
+        os.kill(os.getppid() if workers > 1 else os.getpid(), signal.SIGTERM)
+
+    return asyncio.get_running_loop().create_task(watch(store, sealer, names_key, stop=stop))

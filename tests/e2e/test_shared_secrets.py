@@ -67,6 +67,43 @@ def test_a_store_down_at_startup_does_not_hold_the_replica_back(upstream, tmp_pa
     assert "offload-proxy: warning: the store's secrets canary was not checked" in proxy.stderr
 
 
+def test_a_replica_that_started_unchecked_stops_once_the_store_answers_with_another_key(
+        upstream, private_redis_url, tmp_path):
+    """The fleet's canary is there, but the store's writes are paused while the replica starts
+    (its startup check times out); once they resume, its workers check and stop it."""
+    import asyncio
+
+    import redis
+
+    from proxy.offload.canary import check
+    from proxy.store.redis import RedisStore
+    from proxy.store.sealing import Sealer
+
+    async def fleet() -> None:
+        store = RedisStore(private_redis_url)
+        await check(store, Sealer(OLD), OLD)
+        await store.close()
+
+    asyncio.run(fleet())
+    admin = redis.Redis.from_url(private_redis_url)
+    admin.execute_command("CLIENT", "PAUSE", "120000", "WRITE")
+    proxy = ProxyProcess("--redis-url", private_redis_url, "--upstream", f"{upstream.url}/v1", "--workers", "2",
+                         "--encryption-key", NEW, "--log-format", "text", data_dir=tmp_path, capture=True,
+                         ready_path="/healthz", ready_within=60)
+    try:
+        with proxy:
+            assert httpx2.get(f"{proxy.url}/healthz").status_code == 200  # it started
+            admin.execute_command("CLIENT", "UNPAUSE")
+            proxy.proc.wait(timeout=120)  # stopped by its workers' check
+            proxy.stop()
+    finally:
+        admin.execute_command("CLIENT", "UNPAUSE")
+        admin.close()
+    assert "canary was not checked" in proxy.stderr
+    assert "--encryption-key does not open the store's canary" in proxy.stderr and "stopping" in proxy.stderr
+
+
+
 def test_the_unchecked_warning_is_a_json_line_with_json_logs(upstream, tmp_path):
     import json
 
