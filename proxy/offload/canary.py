@@ -29,7 +29,7 @@ import signal
 from collections.abc import Callable
 
 from proxy.offload.tenant import key
-from proxy.store import Store, StoreUnavailable
+from proxy.store import Store, StoreUnavailable, open_store, sealer_for
 from proxy.store.sealing import Sealer
 
 log = logging.getLogger("proxy")
@@ -86,9 +86,6 @@ def startup_check(settings) -> str | None:
     """`offload-proxy serve`, before any worker starts: CanaryMismatch when this replica must not
     start; else a line to show (a warning, or that the store could not be asked), or None.
     `settings`: the ServerSettings."""
-    import asyncio
-
-    from proxy.store import StoreUnavailable, open_store, sealer_for
 
     async def run() -> str | None:
         store = open_store(settings)
