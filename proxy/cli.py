@@ -101,7 +101,10 @@ def settings_error(exc: Exception) -> str:
     return "\n".join(lines)
 
 
-def serve(settings: ServerSettings) -> None:
+def serve(settings: ServerSettings, *, notes: Sequence[str] = ()) -> None:
+    """`notes`: warnings shown after the banner, in the log format."""
+    import logging
+
     import uvicorn
 
     if settings.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -119,6 +122,11 @@ def serve(settings: ServerSettings) -> None:
 
         configure_logging(settings.log_level)
     show_banner(settings)
+    for note in notes:
+        if json_logs:
+            logging.getLogger("proxy.startup").warning(note)
+        else:
+            print(f"offload-proxy: warning: {note}", file=sys.stderr, flush=True)
     uvicorn.run(**uvicorn_options(
         "proxy.cli:create_served_app",
         factory=True,
@@ -256,7 +264,13 @@ def main(argv: Sequence[str] | None = None) -> None:
                 sys.exit(f"offload-proxy: --data-dir {settings.data_dir} is not a writable folder: {exc.strerror}")
         if (problem := listen_problem(settings.host, settings.port)) is not None:
             sys.exit(f"offload-proxy: {problem}")
-        serve(settings)
+        from proxy.offload.canary import CanaryMismatch, startup_check
+
+        try:  # replicas sharing a store share its secrets (proxy.offload.canary)
+            note = startup_check(settings)
+        except CanaryMismatch as exc:
+            sys.exit(f"offload-proxy: {exc}")
+        serve(settings, notes=[note] if note else [])
 
 
 def listen_problem(host: str, port: int) -> str | None:

@@ -52,7 +52,16 @@ class ServerSettings(BaseSettings):
     )
     admin_token: str | None = Field(None, description="Bearer token required by /metrics; reads every tenant's statistics and dashboard.")
     encryption_key: str | None = Field(
-        None, description="Secret for AES-256-GCM encryption at rest of stored content (absent = plain)."
+        None, description="Secret for AES-256-GCM encryption at rest of stored content (absent = plain). Every "
+        "replica sharing a store needs the same one (a replica with another refuses to start)."
+    )
+    encryption_key_previous: str | None = Field(
+        None, description="The --encryption-key before a rotation: what it sealed is still read, new values are "
+        "sealed with --encryption-key. Needs --namespace-key (docs/security.md: rotating the key)."
+    )
+    namespace_key: str | None = Field(
+        None, description="Secret that keys tenant namespaces, session names in store keys and compaction tokens "
+        "(default: --encryption-key). Keep it when rotating --encryption-key, so no tenant's store moves."
     )
     upstream_allowlist: Annotated[list[str], NoDecode] = Field(  # NoDecode: the validator parses both forms
         default_factory=list,
@@ -210,7 +219,8 @@ class ServerSettings(BaseSettings):
             caps[name.strip()] = number.strip()
         return caps
 
-    @field_validator("upstream_api_key", "anthropic_api_key", "admin_token", "encryption_key")
+    @field_validator("upstream_api_key", "anthropic_api_key", "admin_token", "encryption_key",
+                     "encryption_key_previous", "namespace_key")
     @classmethod
     def _not_the_example_value(cls, value: str | None) -> str | None:
         if value and "change-me" in value.lower():
@@ -230,6 +240,10 @@ class ServerSettings(BaseSettings):
         numeric = {name for name, f in OffloadSettings.model_fields.items() if f.annotation in (int, float, int | None)}
         if self.redis_cluster and not self.redis_url:
             raise ValueError("--redis-cluster needs --redis-url (a node of the cluster)")
+        if self.encryption_key_previous and not (self.encryption_key and self.namespace_key):
+            raise ValueError("--encryption-key-previous needs --encryption-key (the new key) and --namespace-key "
+                             "(the key namespaces were derived from: the old --encryption-key, unless every "
+                             "tenant's stored content is to start afresh)")
         unknown = sorted(set(self.header_caps) - numeric)
         if unknown:
             raise ValueError(f"--header-caps: {', '.join(unknown)} is not a numeric setting; caps apply to "
@@ -244,6 +258,12 @@ class ServerSettings(BaseSettings):
             for name in SETTING_FIELDS
             if name in type(self).model_fields and getattr(self, name) is not None
         }
+
+    @property
+    def names_key(self) -> str | None:
+        """What keys namespaces, session names in store keys and compaction tokens: stable across a
+        rotation of the sealing key."""
+        return self.namespace_key or self.encryption_key
 
     @property
     def upstream_base(self) -> str:

@@ -10,7 +10,7 @@ The record id names the stored items the token stands for (the summary with its 
 what the compaction kept), in the namespace that made it; the tag is an HMAC of the version, the
 namespace, the id and the API whose items the record holds (Responses items, or Messages
 messages: a token moved from one API's compaction into the other's is refused, not read as the
-other's history), keyed by the server's secret (`--encryption-key`) when there is one. A
+other's history), keyed by the server's names key (`--namespace-key`, else `--encryption-key`) when there is one. A
 token is therefore bound to its namespace twice: another credential's tag does not verify, and
 its record is not in the other's store. The token holds no content: the content stays in the
 store, reloadable and encrypted at rest like every offload. The version lets a later format

@@ -40,11 +40,11 @@ from proxy.core.settings import SettingsResolver, load_tenants_file
 from proxy.http.relay import relay
 from proxy.http.stats_api import AdminGate, StatsApi, tenant_names
 from proxy.stats.prices import PriceTable
-from proxy.stats.recorder import Recorder
-from proxy.offload.background import SummaryScheduler
+from proxy.stats.recorder import STOP_TIMEOUT, Recorder
+from proxy.offload.background import CANCEL_WAIT, SummaryScheduler
+from proxy.offload.canary import watch_if_unchecked
 from proxy.offload.quota import CredentialCheck
-from proxy.store.sealing import Sealer
-from proxy.store import open_store
+from proxy.store import open_store, sealer_for
 from proxy.store.guarded import GuardedStore
 from proxy.core.tokens import counter_for_encoding
 from proxy.upstream.client import Upstream
@@ -66,6 +66,14 @@ async def readyz(request: Request) -> JSONResponse:
     return JSONResponse({"status": "ready", "store": "unavailable", "degraded": True})
 
 
+def shutdown_budget(settings: ServerSettings) -> float:
+    """The longest time (s) from SIGTERM to exit: the requests' and streams' grace (uvicorn's), then
+    the lifespan's: the background summaries' grace, the wait for those cancelled past it, the
+    search workers' reaping, the statistics' last flush, and a second for the rest. An
+    orchestrator's grace period must cover it."""
+    return 2 * settings.shutdown_grace + CANCEL_WAIT + search_pool.REAP_WAIT + STOP_TIMEOUT + 1
+
+
 _frozen = False
 
 
@@ -84,10 +92,10 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
     resolver = SettingsResolver(settings.offload_defaults(), tenants, settings.header_caps)
     gatekeeper = Gatekeeper(tenants, server_key=settings.upstream_api_key, anthropic_key=settings.anthropic_api_key,
                             anthropic_upstream=settings.anthropic_upstream, allow_anonymous=settings.allow_anonymous,
-                            upstream_allowlist=settings.upstream_allowlist, secret=settings.encryption_key)
+                            upstream_allowlist=settings.upstream_allowlist, secret=settings.names_key)
     metrics = Metrics(tenant_label=settings.metrics_tenant_label)
     recorder = Recorder(PriceTable(settings.prices), settings.stats_retention, on_dropped=metrics.stats_dropped.inc)
-    stats_api = StatsApi(tenant_names(gatekeeper.tenants, settings.encryption_key))
+    stats_api = StatsApi(tenant_names(gatekeeper.tenants, settings.names_key))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -99,7 +107,7 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
             settings=settings,
             settings_resolver=resolver,
             metrics=metrics,
-            sealer=Sealer(settings.encryption_key),
+            sealer=sealer_for(settings),
             credential_check=CredentialCheck(),
             upstream=Upstream(settings),
             store=GuardedStore(open_store(settings), ping_timeout=settings.store_timeout, metrics=metrics),
@@ -113,9 +121,12 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
         metrics.watch_summaries(services.summaries.state)
         services.store.start()
         recorder.start(services.store, services.sealer)
+        canary = watch_if_unchecked(services.store, services.sealer, settings.names_key, workers=settings.workers)
         try:
             yield
         finally:
+            if canary is not None:
+                canary.cancel()
             # uvicorn has given the requests their grace already; summaries still running get their own
             await services.summaries.shutdown(settings.shutdown_grace)
             await search_pool.shutdown()  # the context_search worker processes

@@ -213,8 +213,9 @@ def unauthorized(message: str, code: str) -> ProxyError:
 class Gatekeeper:
     """Decides the Caller of each request from its credential headers and the tenants file.
 
-    `secret` (the encryption key, when set) keys the namespace hashes, so that someone who
-    reads the store cannot confirm a guessed tenant, credential or content from key names.
+    `secret` (the names key: --namespace-key, else the encryption key, when set) keys the
+    namespace hashes, so that someone who reads the store cannot confirm a guessed tenant,
+    credential or content from key names.
     """
 
     def __init__(self, tenants: Mapping[str, Mapping[str, Any]], *, server_key: str | None,

@@ -69,7 +69,7 @@ async def _emulated(request: Request, caller: Caller, settings) -> Response:
     ttl = services.settings.store_ttl
     quota = quota_for(request, caller)
     records = CompactionRecords(services.store, caller.namespace, ttl, services.sealer,
-                                secret=services.settings.encryption_key, quota=quota)
+                                secret=services.settings.names_key, quota=quota)
     items = RESPONSES.history(body)
     try:
         begun = await emulation_request.begin(body, items, view=RESPONSES.view, emulating=True, tokens=True,

@@ -278,7 +278,7 @@ class ManagedCall:
         """The providers' context management, when the proxy applies it (`proxy.emulation`)."""
         services = self.services
         self.records = CompactionRecords(services.store, self.namespace, services.settings.store_ttl,
-                                         services.sealer, secret=services.settings.encryption_key,
+                                         services.sealer, secret=services.settings.names_key,
                                          quota=quota_for(self.request, self.caller),
                                          api="messages" if self.fmt is MESSAGES else "responses")
         base = self.base or services.settings.upstream_base

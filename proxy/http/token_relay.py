@@ -58,7 +58,7 @@ async def relay_tokens_expanded(request: Request, caller: Caller, path: str, *, 
     limits = services.settings
     body = await read_body(request, caller, parse=parse)
     records = CompactionRecords(services.store, caller.namespace, limits.store_ttl, services.sealer,
-                                secret=limits.encryption_key)
+                                secret=limits.names_key)
     begun = await emulation_request.begin(body, RESPONSES.history(body), view=RESPONSES.view, emulating=False,
                                           tokens=True, records=records)
     if not begun.replaced:

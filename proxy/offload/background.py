@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 log = logging.getLogger("proxy")
+CANCEL_WAIT = 5.0  # at shutdown, how long (s) the jobs cancelled past their grace get to end
 
 
 @dataclass
@@ -151,5 +152,5 @@ class SummaryScheduler:
             for task in late:
                 task.cancel()
             if late:
-                await asyncio.wait(late, timeout=5)
+                await asyncio.wait(late, timeout=CANCEL_WAIT)
         self._changed()

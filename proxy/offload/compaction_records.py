@@ -17,7 +17,7 @@ from typing import Any
 from proxy.core import compaction_token
 from proxy.core.compaction_token import TokenError
 from proxy.offload.quota import Quota
-from proxy.offload.tenant import key
+from proxy.offload.tenant import key, unsharded_key
 from proxy.store import Store
 from proxy.store.sealing import Sealer
 
@@ -27,7 +27,7 @@ __all__ = ["CompactionRecords", "TokenError"]
 class CompactionRecords:
     def __init__(self, store: Store, namespace: str, ttl: int, sealer: Sealer, *, secret: str | None = None,
                  quota: Quota | None = None, api: str = "responses") -> None:
-        """`secret`: the server's encryption key (it keys the tokens' tags too), if any; `api`:
+        """`secret`: the server's names key (`ServerSettings.names_key`: it keys the tokens' tags), if any; `api`:
         whose items the records hold ("responses" or "messages"; a token is read by its own API only)."""
         self.store, self.namespace, self.ttl, self.sealer = store, namespace, ttl, sealer
         self.secret, self.quota, self.api = secret, quota, api
@@ -58,10 +58,23 @@ class CompactionRecords:
         store_key = self._key(record_id)
         value = await self.store.get(store_key, ttl=self.ttl)
         opened = None if value is None else self.sealer.open(value, store_key)
+        if value is None:
+            opened = await self._moved(record_id, store_key)
         if opened is None:
             return None
         items = json.loads(opened)
         return items if isinstance(items, list) else None
+
+    async def _moved(self, record_id: str, store_key: str) -> bytes | None:
+        """A record stored before keys had shards, moved to its key now (the client holds only the
+        token: nothing could store it again); None when there is none."""
+        old_key = unsharded_key(self.namespace, "compaction", record_id)
+        value = await self.store.get(old_key)
+        opened = None if value is None else self.sealer.open(value, old_key)
+        if opened is not None:
+            await self.store.put(store_key, self.sealer.seal(opened, store_key), self.ttl)
+            await self.store.delete(old_key)
+        return opened
 
     async def stands_for(self, token: str) -> list[Any]:
         """What a token of ours stands for; TokenError when it may not be used here, or when the

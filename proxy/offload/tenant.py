@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import zlib
 from collections.abc import Sequence
 
 NAMESPACE_VERSION = b"offload-ns-v2"
+SHARDS = 256  # hash-tag shards per namespace: a large tenant's keys spread over every node of a cluster
 
 
 def namespace_for(kind: str, identity: Sequence[str], sub_tenant: str | None, *, secret: str | None = None) -> str:
     """`identity`: the tenant name, or the credentials presented (order does not matter).
 
-    With a `secret` (the encryption key) the hash is keyed: key names then reveal nothing that
+    With a `secret` (the names key: --namespace-key, else the encryption key) the hash is keyed: key names then reveal nothing that
     could be confirmed by guessing a tenant name or a credential.
     """
     material = b"\0".join(
@@ -44,5 +46,21 @@ def tenant_namespace(credential: str | None, tenant: str | None) -> str:
 
 
 def key(namespace: str, kind: str, name: str) -> str:
-    """Store key. `{namespace}` is a Redis Cluster hash tag: one tenant's keys share a slot."""
+    """Store key `off:{<namespace>:<shard>}:<kind>:<name>`.
+
+    The braces are the Redis Cluster hash tag: the namespace (so the key still names its tenant,
+    and no name a client chooses can pick the slot) and a shard, 2 hex digits of a CRC-32 of
+    `<kind>:<name>`. A tenant's keys (and the all-tenant statistics, scope `all`, one shard per
+    bucket) thus spread over up to 256 slots, i.e. every node; nothing the proxy does needs two
+    keys in one slot (no MULTI/EXEC, no Lua: its pipelines are non-transactional, a cluster
+    pipeline sends each command to its node). The tag form is the key layout's version: the
+    layout before it (`unsharded_key`, one slot per tenant) is read for compaction records only.
+    """
+    shard = zlib.crc32(f"{kind}:{name}".encode("utf-8", "surrogatepass")) % SHARDS
+    return f"off:{{{namespace}:{shard:02x}}}:{kind}:{name}"
+
+
+def unsharded_key(namespace: str, kind: str, name: str) -> str:
+    """A key of the layout before the shards (`off:{<namespace>}:…`): read only where what it
+    held cannot be made again (an emulated compaction's record: the client holds just the token)."""
     return f"off:{{{namespace}}}:{kind}:{name}"

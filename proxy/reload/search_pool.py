@@ -22,6 +22,7 @@ from proxy.reload.search_worker import HEAD, MEMORY_LIMIT, NICE  # noqa: F401
 log = logging.getLogger("proxy.reload.search")
 
 WORKERS = 2  # search worker processes per event loop (per proxy worker process)
+REAP_WAIT = 5.0  # at shutdown, how long (s) the killed workers get to be reaped
 KILL_GRACE = 0.25  # seconds past its deadline a worker may take to answer before it is killed
 RECYCLE_RSS = 256 << 20  # a worker holding more memory than this after a search is replaced
 MAX_REPLY = 1 << 20  # bytes: a worker's message is small; a larger one ends the worker
@@ -286,7 +287,7 @@ class Pool:
                 worker.kill()
                 self._reap(worker)
         if self.reaping:
-            await asyncio.wait(list(self.reaping), timeout=5)
+            await asyncio.wait(list(self.reaping), timeout=REAP_WAIT)
 
 
 _pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Pool] = weakref.WeakKeyDictionary()

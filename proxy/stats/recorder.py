@@ -53,6 +53,7 @@ from proxy.store.sealing import Sealer
 
 log = logging.getLogger("proxy.stats")
 
+STOP_TIMEOUT = 2.0  # at shutdown, how long (s) the last flush may take
 LABEL_REWRITE = 3600  # a tenant's label is written again (its TTL renewed) after this many seconds
 MAX_LABELS = 10_000  # labels remembered as written (then forgotten, and written again)
 SESSION_TURNS = 200  # turns kept per session
@@ -202,7 +203,7 @@ class Recorder:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
-    async def stop(self, timeout: float = 2.0) -> None:
+    async def stop(self, timeout: float = STOP_TIMEOUT) -> None:
         """Stop the task and flush what is queued (for `timeout` seconds at most)."""
         if self._task is not None:
             self._task.cancel()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from proxy.config import ServerSettings
 from proxy.store.base import Store, StoreUnavailable
+from proxy.store.sealing import Sealer
 
 
 def open_store(settings: ServerSettings) -> Store:
@@ -16,4 +17,10 @@ def open_store(settings: ServerSettings) -> Store:
     return SQLiteStore(settings.data_dir)
 
 
-__all__ = ["Store", "StoreUnavailable", "open_store"]
+def sealer_for(settings: ServerSettings) -> Sealer:
+    """Seals with --encryption-key, opens with it or --encryption-key-previous, keys names with
+    --namespace-key (by default the encryption key)."""
+    return Sealer(settings.encryption_key, previous=settings.encryption_key_previous, names=settings.names_key)
+
+
+__all__ = ["Store", "StoreUnavailable", "open_store", "sealer_for"]

@@ -35,8 +35,9 @@ def is_cluster_url(url: str) -> bool:
 class RedisStore:
     """Redis or Redis Cluster (`cluster=True`, or a redis+cluster:// URL).
 
-    Every key of a tenant carries the namespace as a hash tag (`off:{ns}:…`), so the keys one
-    request touches together live in one slot and pipelines never cross nodes.
+    A tenant's keys spread over many slots (`proxy.offload.tenant.key`): the pipelines here are
+    never transactional and hold single-key commands only, so on a cluster each command goes to
+    its own node (one round trip per node, in parallel) and no operation needs two keys in one slot.
     """
 
     def __init__(self, url: str, *, timeout: float = 2.0, cluster: bool = False) -> None:
@@ -70,7 +71,7 @@ class RedisStore:
         try:
             if not self._initialized:
                 await self._initialize()
-            # never transactional; keys of one call share a slot
+            # never transactional: each command goes to its key's node
             pipeline = client.pipeline() if isinstance(client, RedisCluster) else client.pipeline(transaction=False)
             async with pipeline as pipe:
                 yield pipe

@@ -5,6 +5,11 @@ With `--encryption-key`, every stored value that holds content or what was done 
 associated data, so a value copied under another key (another tenant's) does not open.
 Session ids, which would otherwise appear in store key names, appear there only as a keyed
 hash (`key_name`): equal for equal sessions, unreadable without the key.
+
+Two secrets, so that the sealing key can be rotated without moving anything: values are sealed
+with the current key and opened with it or the previous one (`--encryption-key-previous`);
+names are keyed by the names key (`--namespace-key`, by default the encryption key), which a
+rotation keeps.
 """
 
 from __future__ import annotations
@@ -16,19 +21,28 @@ import os
 MAGIC = b"\x00E1"  # zlib output never starts with a NUL byte
 
 
-class Sealer:
-    def __init__(self, secret: str | None) -> None:
-        self._aead = None
-        self._names: bytes | None = None
-        if secret:
-            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+def _aead(secret: str):
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-            self._aead = AESGCM(hashlib.sha256(b"offload-proxy/at-rest/v1\0" + secret.encode()).digest())
-            self._names = hashlib.sha256(b"offload-proxy/key-names/v1\0" + secret.encode()).digest()
+    return AESGCM(hashlib.sha256(b"offload-proxy/at-rest/v1\0" + secret.encode()).digest())
+
+
+class Sealer:
+    def __init__(self, secret: str | None, *, previous: str | None = None, names: str | None = None) -> None:
+        """`secret`: the sealing key; `previous`: the one before a rotation (opens, never seals);
+        `names`: what keys `key_name` (default: `secret`)."""
+        self._aead = _aead(secret) if secret else None
+        self._previous = _aead(previous) if previous and previous != secret else None
+        names = names or secret
+        self._names = hashlib.sha256(b"offload-proxy/key-names/v1\0" + names.encode()).digest() if names else None
+
+    @property
+    def seals(self) -> bool:
+        return self._aead is not None
 
     def key_name(self, value: str, scope: str) -> str:
         """How `value` (a session id) appears in a store key name within `scope` (a namespace):
-        as is without encryption; with it, a keyed hash."""
+        as is without a names key; with it, a keyed hash."""
         if self._names is None:
             return value
         material = scope.encode() + b"\0" + value.encode("utf-8", "surrogatepass")
@@ -41,14 +55,21 @@ class Sealer:
         return MAGIC + nonce + self._aead.encrypt(nonce, value, store_key.encode())
 
     def open(self, value: bytes, store_key: str) -> bytes | None:
-        """The plain value; None when it cannot be opened (sealed without a key, or tampered with)."""
+        """The plain value; None when it cannot be opened (sealed without a key, under another
+        key, or tampered with)."""
+        return self.opened(value, store_key)[0]
+
+    def opened(self, value: bytes, store_key: str) -> tuple[bytes | None, str | None]:
+        """(the plain value or None, what opened it: "plain", "current", "previous" or None)."""
         if not value.startswith(MAGIC):
-            return value
-        if self._aead is None:
-            return None
+            return value, "plain"
         from cryptography.exceptions import InvalidTag
 
-        try:
-            return self._aead.decrypt(value[3:15], value[15:], store_key.encode())
-        except InvalidTag:
-            return None
+        for which, aead in (("current", self._aead), ("previous", self._previous)):
+            if aead is None:
+                continue
+            try:
+                return aead.decrypt(value[3:15], value[15:], store_key.encode()), which
+            except InvalidTag:
+                pass
+        return None, None

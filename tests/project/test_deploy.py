@@ -49,7 +49,7 @@ def test_kubernetes_manifests():
     assert {"Deployment", "Service", "ConfigMap", "Secret", "HorizontalPodAutoscaler"} <= set(docs)
     spec = docs["Deployment"]["spec"]
     container = spec["template"]["spec"]["containers"][0]
-    assert spec["replicas"] > 1
+    assert "replicas" not in spec and docs["HorizontalPodAutoscaler"]["spec"]["minReplicas"] > 1  # the HPA's
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["resources"]["requests"]
@@ -74,3 +74,73 @@ def test_example_secret_holds_proxy_keys_that_are_refused_as_they_are():
         Gatekeeper(tenants, server_key=None, allow_anonymous=False, upstream_allowlist=[])
     with pytest.raises(ValueError, match="example value"):
         ServerSettings(upstream_api_key=secret["OFFLOAD_UPSTREAM_API_KEY"])
+
+
+K8S_VERSION = "1.30"  # the oldest Kubernetes the manifests are checked against (matchLabelKeys: 1.27+)
+PROXY_MIB, SUPERVISOR_MIB = 150, 70  # measured, as docs/operations.md ("Memory") says
+
+
+def manifests() -> dict[str, dict]:
+    return {doc["kind"]: doc for path in sorted((ROOT / "deploy" / "k8s").glob("*.yaml"))
+            for doc in yaml.safe_load_all(path.read_text())}
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "deploy" / "k8s").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_manifest_is_valid_against_the_kubernetes_schema(path):
+    """kubernetes-validate bundles the API's JSON schemas: no cluster and no network needed.
+    Strict: a misspelt or misplaced field is an error, not ignored."""
+    import kubernetes_validate
+
+    for doc in yaml.safe_load_all(path.read_text()):
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def test_the_schema_check_finds_a_misplaced_field():
+    import kubernetes_validate
+
+    deployment = manifests()["Deployment"]
+    deployment["spec"]["template"]["spec"]["containers"][0]["topologySpreadConstraints"] = []
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, K8S_VERSION, strict=True)
+
+
+def test_the_deployment_survives_drains_and_spreads_over_nodes():
+    docs = manifests()
+    pods = docs["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    budget = docs["PodDisruptionBudget"]["spec"]
+    assert budget["selector"]["matchLabels"].items() <= pods.items()
+    assert budget.get("maxUnavailable") == 1 or budget["minAvailable"] < docs["HorizontalPodAutoscaler"]["spec"][
+        "minReplicas"]
+    spread = docs["Deployment"]["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert {c["topologyKey"] for c in spread} == {"kubernetes.io/hostname", "topology.kubernetes.io/zone"}
+    assert all(c["labelSelector"]["matchLabels"].items() <= pods.items() and c["maxSkew"] == 1 for c in spread)
+
+
+def test_the_grace_period_covers_the_longest_shutdown():
+    """preStop, then the requests' grace, then the background summaries' (proxy.http.app.shutdown_budget)."""
+    from proxy.http.app import shutdown_budget
+
+    docs = manifests()
+    pod = docs["Deployment"]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    pre_stop = container["lifecycle"]["preStop"]["exec"]["command"]
+    sleep = float(re.search(r"sleep\((\d+(?:\.\d+)?)\)", " ".join(pre_stop)).group(1))
+    settings = ServerSettings(shutdown_grace=float(docs["ConfigMap"]["data"]["OFFLOAD_SHUTDOWN_GRACE"]))
+    assert pod["terminationGracePeriodSeconds"] >= sleep + shutdown_budget(settings)
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["proxy"]
+    assert float(compose["stop_grace_period"].rstrip("s")) >= shutdown_budget(ServerSettings())  # default grace
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+
+
+def test_the_memory_limit_covers_the_documented_worst_case():
+    from proxy.reload.search_pool import WORKERS
+    from proxy.reload.search_worker import MEMORY_LIMIT
+
+    docs = manifests()
+    workers = int(docs["ConfigMap"]["data"]["OFFLOAD_WORKERS"])
+    worst = SUPERVISOR_MIB + workers * (PROXY_MIB + WORKERS * (MEMORY_LIMIT >> 20))
+    limit = docs["Deployment"]["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"]
+    number, unit = re.fullmatch(r"(\d+)(Mi|Gi)", limit).groups()
+    assert int(number) * (1024 if unit == "Gi" else 1) >= worst
+    memory = (ROOT / "docs" / "operations.md").read_text()
+    assert f"{PROXY_MIB} MiB" in memory and f"{SUPERVISOR_MIB} MiB" in memory and f"{MEMORY_LIMIT >> 20} MiB" in memory

@@ -1,10 +1,24 @@
-"""Tenant namespaces and store keys."""
+"""Tenant namespaces and store keys; how a tenant's keys spread over a real Redis Cluster."""
 
 from __future__ import annotations
 
+import time
+import uuid
+from collections import Counter
+
+import pytest
 from redis.crc import key_slot
 
-from proxy.offload.tenant import key, tenant_namespace
+from proxy.core.compaction import Offload
+from proxy.offload import events
+from proxy.offload.refs import RefStore
+from proxy.offload.tenant import SHARDS, key, tenant_namespace
+from proxy.stats.buckets import ALL, DAY, bucket_key, bucket_start, top_key
+from proxy.stats.prices import PriceTable
+from proxy.stats.recorder import Recorder
+from proxy.stats.turns import Turn
+from proxy.store.redis import RedisStore
+from proxy.store.sealing import Sealer
 
 
 def test_namespace_depends_on_credential_and_tenant_and_hides_both():
@@ -14,11 +28,74 @@ def test_namespace_depends_on_credential_and_tenant_and_hides_both():
     assert "sk-a" not in a and len(a) == 32
 
 
-def test_all_keys_of_a_tenant_share_one_cluster_slot():
+def test_a_tenants_keys_carry_its_namespace_in_their_hash_tag_and_spread_over_slots():
     ns = tenant_namespace("Bearer sk-a", "t")
-    keys = [key(ns, kind, name) for kind, name in
-            [("item", "r1"), ("item", "r2"), ("session", "s"), ("events", "-"), ("summary", "h:v"), ("lock", "h"),
-             ("conv", "c")]]
-    assert len({key_slot(k.encode()) for k in keys}) == 1
-    other = key(tenant_namespace("Bearer sk-b", None), "item", "r1")
-    assert other != keys[0] and other.startswith(f"off:{{{tenant_namespace('Bearer sk-b', None)}}}:")
+    keys = [key(ns, "item", f"r{i}") for i in range(2000)]
+    assert all(k.startswith(f"off:{{{ns}:") and k.index("}") == len("off:{") + 32 + 3 for k in keys)
+    assert len({key_slot(k.encode()) for k in keys}) == SHARDS  # every shard used
+    assert key(ns, "item", "r1") == key(ns, "item", "r1")  # stable: a replica finds what another wrote
+    other = tenant_namespace("Bearer sk-b", None)
+    assert key(other, "item", "r1") != key(ns, "item", "r1") and f"{{{other}:" in key(other, "item", "r1")
+
+
+def test_a_name_a_client_chooses_cannot_move_the_hash_tag():
+    ns = "a" * 32
+    chosen = key(ns, "session", "{x}")
+    tag = chosen[len("off:{"):chosen.index("}")]  # Redis hashes the first {…}: the proxy's
+    assert tag.startswith(ns) and key_slot(chosen.encode()) == key_slot(tag.encode()) != key_slot(b"x")
+
+
+def test_all_tenant_statistics_of_a_day_spread_over_slots():
+    day = bucket_start(time.time(), "d")
+    keys = [bucket_key(ALL, "m", day + 60 * i) for i in range(1440)] + \
+           [bucket_key(ALL, "h", day + 3600 * i) for i in range(24)] + [top_key("h", day + 3600 * i) for i in range(24)]
+    slots = Counter(key_slot(k.encode()) for k in keys)
+    assert len(slots) > 200 and max(slots.values()) < 0.02 * len(keys)
+
+
+def masters(url: str) -> list:
+    import redis
+    from redis.cluster import RedisCluster
+
+    cluster = RedisCluster.from_url(url.replace("+cluster://", "://", 1))
+    try:
+        return [redis.Redis(host=n.host, port=n.port) for n in cluster.get_primaries()]
+    finally:
+        cluster.close()
+
+
+@pytest.mark.anyio
+async def test_a_large_tenant_spreads_over_every_master_of_a_real_cluster(redis_cluster_url):
+    """One tenant with many sessions and refs, events and statistics: no master holds most of it."""
+    ns = uuid.uuid4().hex
+    store = RedisStore(redis_cluster_url)
+    recorder = Recorder(PriceTable(), retention=DAY)
+    try:
+        refs = RefStore(store, ns, ttl=600)
+        for s in range(20):
+            offloads = [Offload(f"ref{s}-{i}", "tool_result", f"content {s} {i}", 3) for i in range(15)]
+            # a turn's save touches every ref of its history at once: one pipeline over many nodes
+            assert len(await refs.save(offloads, [o.ref for o in offloads], session=f"session-{s}")) == 15
+            assert await refs.save(offloads, [o.ref for o in offloads], session=f"session-{s}") == set()
+            await events.record(store, ns, f"session-{s}", [events.event("compaction")], 600, sealer=Sealer(None))
+        recorder.start(store, Sealer(None))
+        now = time.time()
+        for s in range(20):
+            recorder.record(Turn(namespace=ns, session=f"session-{s}", time=now, route="chat", model="gpt-4o",
+                                 status=200, stream=False, tokens_before=1000, tokens_after=400, action="compact"))
+        assert await recorder.flush() == 20
+        assert (await refs.load("ref7-3")).text == "content 7 3"
+        assert await refs.session_refs("session-4") == {f"ref4-{i}" for i in range(15)}
+    finally:
+        await recorder.stop()
+        await store.close()
+    nodes = masters(redis_cluster_url)
+    try:
+        per_master = [sum(1 for _ in node.scan_iter(match=f"off:{{{ns}:*", count=1000)) for node in nodes]
+    finally:
+        for node in nodes:
+            node.close()
+    total = sum(per_master)
+    print(f"\n{total} keys of one tenant per master: {per_master}")
+    assert len(per_master) == 3 and total >= 300 + 20 + 20 + 20  # items, session sets, events, stats
+    assert all(n <= 0.6 * total for n in per_master) and all(n > 0 for n in per_master)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from proxy.stats.buckets import (
@@ -31,10 +33,11 @@ def test_bucket_starts_are_aligned_to_their_grain():
     assert bucket_start(3600.0, "h") == 3600 and bucket_start(3599.999, "h") == 0
 
 
-def test_keys_carry_the_tenant_as_a_hash_tag():
-    assert bucket_key(NS, "h", 3600) == f"off:{{{NS}}}:stats:h:3600"
-    assert bucket_key("all", "m", 60) == "off:{all}:stats:m:60"
-    assert top_key("d", 86400) == "off:{all}:stats:top:d:86400"
+def test_keys_carry_the_tenant_and_a_shard_of_the_bucket_as_a_hash_tag():
+    assert re.fullmatch(rf"off:\{{{NS}:[0-9a-f]{{2}}\}}:stats:h:3600", bucket_key(NS, "h", 3600))
+    assert re.fullmatch(r"off:\{all:[0-9a-f]{2}\}:stats:m:60", bucket_key("all", "m", 60))
+    assert re.fullmatch(r"off:\{all:[0-9a-f]{2}\}:stats:top:d:86400", top_key("d", 86400))
+    assert len({bucket_key("all", "m", 60 * i).split("}")[0] for i in range(60)}) > 40  # an hour: ~60 slots
 
 
 def test_ttls_follow_the_retention():
