@@ -96,14 +96,15 @@ def inflating(path: str, inflated: int, coding: str) -> bytes:
 
 
 def one_large_message(mb: float, *, turns: int = 1) -> list[dict]:
-    """A Responses history: the task, `turns` short exchanges, then one user message of `mb` MB."""
+    """A Responses history whose task is one user message of `mb` MB (a pasted log), then
+    `turns` short exchanges. Every compaction keeps the task: its record holds the message."""
     line = "a line of pasted log output with words, numbers 0123456789 and symbols {}[]()\n"
     text = (line * (int(mb * 1024 * 1024) // len(line) + 1))[: int(mb * 1024 * 1024)]
-    items: list[dict] = [{"role": "user", "content": "Task: read the log below and fix what it reports."}]
+    items: list[dict] = [{"role": "user", "content": f"Task: read this log and fix what it reports.\n{text}"}]
     for i in range(turns):
         items += [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": f"Step {i} done."}]},
                   {"role": "user", "content": f"Go on with step {i + 1}."}]
-    return [*items, {"role": "user", "content": text}]
+    return items
 
 
 def show(name: str, raw_size: int, r: httpx2.Response, seconds: float) -> None:
