@@ -153,32 +153,31 @@ def compressed_cases(proxy: str, headers: dict, args: argparse.Namespace) -> Non
 
 def compact_cases(proxy: str, headers: dict, args: argparse.Namespace) -> None:
     base = proxy.removesuffix("/v1")
-    token = None
+    mid = args.compact_mb[min(1, len(args.compact_mb) - 1)]  # input_tokens and the threshold compaction's size
+    tokens: dict[float, str] = {}
     with httpx2.Client(timeout=600) as client:
         for mb in args.compact_mb:
             raw = orjson.dumps({"model": "gpt-4o", "input": one_large_message(mb)})
             with healthz_probe(base, f"/healthz during an emulated compact of a {mb} MB message"):
                 r = post(client, f"{proxy}/responses/compact", f"compact of a {mb} MB message", raw, headers)
             if r.status_code == 200:
-                token = r.json()["output"][-1]["encrypted_content"]
-        if token is not None:
-            body = orjson.dumps({"model": "gpt-4o", "input": [{"type": "compaction", "encrypted_content": token},
+                tokens[mb] = r.json()["output"][-1]["encrypted_content"]
+        if mid in tokens:
+            body = orjson.dumps({"model": "gpt-4o", "input": [{"type": "compaction", "encrypted_content": tokens[mid]},
                                                              {"role": "user", "content": "next"}]})
-            with healthz_probe(base, f"/healthz during input_tokens carrying the {args.compact_mb[-1]} MB record's "
-                                     f"token ({len(body)} B) x {args.clients} clients"):
+            with healthz_probe(base, f"/healthz during input_tokens carrying the {mid} MB record's token "
+                                     f"({len(body)} B) x {args.clients} clients"):
                 t = time.perf_counter()
-                answers = from_clients(args.clients, lambda c: [c.post(
-                    f"{proxy}/responses/input_tokens", content=body,
-                    headers={**headers, "content-type": "application/json"}) for _ in range(3)][-1])
-                print(f"  input_tokens: {len(answers)} clients x 3 x {len(body)} B -> {sorted({r.status_code for r in answers})} "
+                answers = from_clients(args.clients, lambda c: c.post(
+                    f"{proxy}/responses/input_tokens", content=body, headers={**headers, "content-type": "application/json"}))
+                print(f"  input_tokens: {len(answers)} x {len(body)} B -> {sorted({r.status_code for r in answers})} "
                       f"in {time.perf_counter() - t:.2f} s", flush=True)
-        mb = args.compact_mb[min(1, len(args.compact_mb) - 1)]
         for stream in (False, True):
-            raw = orjson.dumps({"model": "gpt-4o", "stream": stream, "input": one_large_message(mb, turns=12),
+            raw = orjson.dumps({"model": "gpt-4o", "stream": stream, "input": one_large_message(mid, turns=12),
                                 "context_management": [{"type": "compaction", "compact_threshold": 1000}]})
-            with healthz_probe(base, f"/healthz during a threshold compaction of a {mb} MB message"
+            with healthz_probe(base, f"/healthz during a threshold compaction of a {mid} MB message"
                                      f"{' (streamed)' if stream else ''}"):
-                post(client, f"{proxy}/responses", f"threshold compaction, {mb} MB, stream={stream}", raw, headers)
+                post(client, f"{proxy}/responses", f"threshold compaction, {mid} MB, stream={stream}", raw, headers)
 
 
 def main() -> None:
