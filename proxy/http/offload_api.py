@@ -6,6 +6,8 @@ GET  /v1/offload/{ref}  → the stored original
 
 from __future__ import annotations
 
+import functools
+
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -15,6 +17,8 @@ from proxy.http.body_encoding import decoded
 from proxy.http.caller import Caller
 from proxy.core.settings import OffloadSettings
 from proxy.formats.chat.body import parse_chat_body
+from proxy.formats.json_body import LARGE_BODY
+from proxy.offload.cpu_pool import CPU
 from proxy.http.call_parts import compressor_for, model_of, quota_for, request_settings
 from proxy.http.services import services_of
 from proxy.errors import ProxyError
@@ -43,7 +47,7 @@ async def offload(request: Request) -> Response:
         limits = services_of(request).settings
         raw, _ = await decoded(await request.body(), request.headers.getlist("content-encoding"),
                                limit=limits.max_body_bytes)
-        body = parse_chat_body(raw, max_messages=limits.max_messages)
+        body = await CPU(len(raw) > LARGE_BODY)(functools.partial(parse_chat_body, max_messages=limits.max_messages), raw)
         settings, caller, refs = _scope(request)
         messages = body.get("messages")
         if not isinstance(messages, list):

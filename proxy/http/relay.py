@@ -11,7 +11,7 @@ from starlette.responses import Response, StreamingResponse
 
 from proxy.core import jsonio
 from proxy.formats.json_body import LARGE_BODY, load_object
-from proxy.http.body_encoding import codings_of, decode
+from proxy.http.body_encoding import codings_of, decoded_body
 from proxy.offload import cpu_pool, response_chains
 from proxy.upstream import sse
 from proxy.http.caller import Caller
@@ -155,15 +155,16 @@ async def checked_body(request: Request, caller: Caller) -> tuple[bytes, bool]:
     if is_multipart(request):
         return raw, False
 
+    plain = await decoded_body(raw, codings, limit=limit)  # on the loop only while it inflates to little
+
     def check() -> bytes | None:
-        plain = decode(raw, codings, limit=limit) if codings else raw
         if not plain.strip():
             return None
         body = load_object(plain)
         caller.check_body(body)
         return jsonio.dumps(body)
 
-    checked = await cpu_pool.CPU(bool(codings) or len(raw) > LARGE_BODY)(check)
+    checked = await cpu_pool.CPU(len(plain) > LARGE_BODY)(check)
     return (raw, False) if checked is None else (checked, True)
 
 

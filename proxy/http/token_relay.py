@@ -20,7 +20,7 @@ from proxy.core.compaction_token import ANY_VERSION
 from proxy.emulation import request as emulation_request
 from proxy.formats.json_body import LARGE_BODY
 from proxy.formats.responses import RESPONSES
-from proxy.http.body_encoding import codings_of, decode
+from proxy.http.body_encoding import codings_of, decoded_body
 from proxy.http.caller import Caller
 from proxy.http.disconnect import ClientWatch
 from proxy.http.managed import answered
@@ -39,13 +39,14 @@ async def read_body(request: Request, caller: Caller, *, parse: Parse) -> dict:
     codings = codings_of(request.headers.getlist("content-encoding"))
     raw = await request.body()
 
+    plain = await decoded_body(raw, codings, limit=limits.max_body_bytes)  # on the loop only while it inflates to little
+
     def parsed() -> dict:
-        plain = decode(raw, codings, limit=limits.max_body_bytes) if codings else raw
         body = parse(plain, limits.max_messages)
         caller.check_body(body)
         return body
 
-    return await cpu_pool.CPU(bool(codings) or len(raw) > LARGE_BODY)(parsed)
+    return await cpu_pool.CPU(len(plain) > LARGE_BODY)(parsed)
 
 
 async def relay_tokens_expanded(request: Request, caller: Caller, path: str, *, parse: Parse) -> Response:

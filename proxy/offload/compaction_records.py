@@ -5,15 +5,20 @@ A record is the list of history items (in the request's own format) that replace
 keeps every summarised byte reloadable, and whatever else the compaction kept that the client
 may drop. Records are written once (their id is a hash of their content), sealed at rest like
 every offload, and their idle TTL is extended each time a request uses them.
+
+A record is JSON as `proxy.core.jsonio` writes it (a lone surrogate escaped, valid UTF-8), so it
+reads back exactly as it came in. A large one (a task of tens of MB is kept whole) is written,
+hashed and sealed, and read back, in the CPU pool (`proxy.offload.cpu_pool`), a piece at a time
+(`proxy.core.large_json`).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from proxy.core import compaction_token
+from proxy.core import compaction_token, jsonio, large_json
 from proxy.core.compaction_token import TokenError
+from proxy.offload.cpu_pool import CPU, LARGE_CHARS
 from proxy.offload.quota import Quota
 from proxy.offload.tenant import key
 from proxy.store import Store
@@ -33,14 +38,26 @@ class CompactionRecords:
     def _key(self, record_id: str) -> str:
         return key(self.namespace, "compaction", record_id)
 
+    def _encoded(self, items: list[Any], large: bool) -> tuple[bytes, bytes]:
+        """The record's bytes, and its id."""
+        content = large_json.dumps_yielding(items) if large else jsonio.dumps(items)
+        return content, compaction_token.record_id_for(self.namespace, content)
+
+    def _opened(self, value: bytes, store_key: str, large: bool) -> list[Any] | None:
+        opened = self.sealer.open(value, store_key)
+        if opened is None:
+            return None
+        items = large_json.loads_yielding(opened) if large else jsonio.loads(opened)
+        return items if isinstance(items, list) else None
+
     async def save(self, items: list[Any]) -> str:
         """Store `items` and answer the token that stands for them (the same items, the same token).
         Raises what the store and the quota raise."""
-        content = json.dumps(items, ensure_ascii=False, separators=(",", ":")).encode()
-        record_id = compaction_token.record_id_for(self.namespace, content)
+        cpu = CPU.for_messages(items)
+        content, record_id = await cpu(self._encoded, items, cpu.large)
         store_key = self._key(record_id.hex())
         if not (await self.store.touch([store_key], self.ttl))[0]:
-            sealed = self.sealer.seal(content, store_key)
+            sealed = await cpu(self.sealer.seal, content, store_key)
             if self.quota is not None:
                 await self.quota.charge(len(sealed))
             await self.store.put(store_key, sealed, self.ttl)
@@ -52,11 +69,10 @@ class CompactionRecords:
         record_id = compaction_token.read_token(token, self.namespace, self.secret, self.api)
         store_key = self._key(record_id)
         value = await self.store.get(store_key, ttl=self.ttl)
-        opened = None if value is None else self.sealer.open(value, store_key)
-        if opened is None:
+        if value is None:
             return None
-        items = json.loads(opened)
-        return items if isinstance(items, list) else None
+        large = len(value) > LARGE_CHARS
+        return await CPU(large)(self._opened, value, store_key, large)
 
     async def stands_for(self, token: str) -> list[Any]:
         """What a token of ours stands for; TokenError when it may not be used here, or when the
