@@ -271,7 +271,7 @@ class ManagedCall:
                                               extra_usage=prepared.summary_usage, lead=self.inline.lead)
         emulation_edits.settle(self.edits, prepared, self.rounds)
         self.extra_headers = offload_headers(prepared)
-        self.rec = accounting.note(self)  # what the access log, the metrics and the statistics learn
+        self.rec = await accounting.note(self)  # what the access log, the metrics and the statistics learn
 
     async def _begin_emulation(self) -> None:
         """The providers' context management, when the proxy applies it (`proxy.emulation`)."""

@@ -22,7 +22,7 @@ from proxy.offload.cpu_pool import CPU
 from proxy.http.call_parts import compressor_for, model_of, quota_for, request_settings
 from proxy.http.services import services_of
 from proxy.errors import ProxyError
-from proxy.http.json_response import JSONResponse
+from proxy.http.json_response import JSONResponse, json_answer
 from proxy.offload.pipeline import prepare
 from proxy.offload.quota import CredentialRejected, QuotaExceeded
 from proxy.offload.refs import RefStore
@@ -70,7 +70,7 @@ async def offload(request: Request) -> Response:
     plan = prepared.plan
     await events.record(services_of(request).store, namespace, settings.session, prepared.events,
                         services_of(request).settings.store_ttl, sealer=services_of(request).sealer)
-    return JSONResponse(
+    return await json_answer(
         {
             "messages": plan.items,
             "refs": [{"ref": o.ref, "kind": o.kind, "tokens": o.tokens} for o in plan.offloads],
@@ -79,7 +79,8 @@ async def offload(request: Request) -> Response:
             "action": prepared.action,
             "summary_tokens": prepared.summary_tokens,
             "warnings": prepared.warnings,
-        }
+        },
+        cpu=CPU.for_messages(plan.items),
     )
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.core import jsonio
+from proxy.core import jsonio, large_json
 from proxy.core.compaction_token import ANY_VERSION
 from proxy.emulation import request as emulation_request
 from proxy.formats.json_body import LARGE_BODY
@@ -65,7 +65,8 @@ async def relay_tokens_expanded(request: Request, caller: Caller, path: str, *, 
     if not begun.replaced:
         return await relay(request)
     caller.check_relay("POST", path)
-    content = jsonio.dumps({**body, "input": begun.items})
+    cpu = cpu_pool.CPU.for_messages(begun.items)  # what a token stands for may be tens of MB
+    content = await cpu(large_json.dumps_yielding if cpu.large else jsonio.dumps, {**body, "input": begun.items})
     watch = ClientWatch(request, body_read=True)
     response = await watch.run(services.upstream.send(
         "POST", path, query=request.scope.get("query_string", b""),

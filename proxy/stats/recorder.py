@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 
 from starlette.types import Scope
 
+from proxy.core import jsonio
 from proxy.core.settings import IDENT_PATTERN
 from proxy.offload.tenant import key
 from proxy.stats.buckets import (
@@ -284,7 +285,7 @@ class Recorder:
             self._add(buckets, namespace, minute, fields)
         labels = self._labels_due(turns)
         await _bounded(store.incr_fields(k, fields, ttl) for k, (fields, ttl) in buckets.items())
-        await _bounded(store.put(label_key(ns), self._sealer.seal(label.encode(), label_key(ns)),
+        await _bounded(store.put(label_key(ns), self._sealer.seal(jsonio.text_bytes(label), label_key(ns)),
                                  ttl_of("d", self.retention))
                        for ns, label in labels.items())
         now = time.time()
