@@ -189,6 +189,7 @@ def main() -> None:
     parser.add_argument("--values", type=int, default=12_000_000, help="the bare values' count")
     parser.add_argument("--clients", type=int, default=8, help="clients sending at once (compressed, input_tokens)")
     parser.add_argument("--inflate-mb", type=int, default=80, help="what a compressed body inflates to")
+    parser.add_argument("--max-body-mb", type=int, default=64, help="the proxy's --max-body-bytes, in MB")
     parser.add_argument("--compact-mb", type=lambda v: [float(x) for x in v.split(",")], default=[3, 12, 60],
                         help="the large message's sizes, comma-separated")
     parser.add_argument("--only", choices=("sending", "compressed", "compact"), help="one group of cases")
@@ -201,7 +202,7 @@ def main() -> None:
         bodies.append((f"{fmt}: {args.huge_mb} MB in {max(1, args.huge_mb // 5)} tool results",
                        *huge_strings(fmt, args.huge_mb)))
         bodies.append((f"{fmt}: {args.values:,} bare values", *plain_values(fmt, args.values)))
-    with servers("--max-body-bytes", str(64 * 1024 * 1024)) as (_, proxy, _process):
+    with servers("--max-body-bytes", str(args.max_body_mb * 1024 * 1024)) as (_, proxy, _process):
         headers = {"authorization": "Bearer sk-bench-0000", "anthropic-version": "2023-06-01"}
         if args.only in (None, "sending"):
             with httpx2.Client(timeout=600) as client, healthz_probe(proxy.removesuffix("/v1"), "/healthz while sending"):
