@@ -32,6 +32,11 @@ CACHE_ENTRIES = 200_000
 UNCACHED_BELOW = 64  # characters: below this, cached by the text itself rather than a digest
 SHORT_ENTRIES = 50_000
 LONG_PIECE = 50_000  # characters: a text the encoder cannot take whole is counted in pieces of this size
+# A text longer than this is counted a piece at a time, each cut after a line break where there
+# is one: tiktoken works without the GIL, but makes the list of a text's tokens with it (about
+# 30 ms a million tokens), which would hold up the event loop while a large request is counted
+# in another thread. A cut after a line break is where tiktoken's own pre-tokeniser splits.
+COUNT_PIECE = 256 * 1024
 # BPE merges within one regex piece take time that grows faster than its length: a 50 MB run
 # without whitespace ("aaaa…") would take ~25 s. Runs longer than this are counted in slices of
 # it (a boundary may shift a count by a token or two: ~0.1 % of such a run).
@@ -178,6 +183,19 @@ class _CountCache:
 _cache = _CountCache(CACHE_ENTRIES)
 
 
+def _pieces(text: str) -> Iterable[str]:
+    """`text` in pieces of at most COUNT_PIECE characters, each ending after a line break when
+    its second half holds one."""
+    start = 0
+    while len(text) - start > COUNT_PIECE:
+        end = start + COUNT_PIECE
+        cut = text.rfind("\n", start + COUNT_PIECE // 2, end)
+        end = cut + 1 if cut >= 0 else end
+        yield text[start:end]
+        start = end
+    yield text[start:]
+
+
 class TokenCounter:
     def __init__(self, encoding_name: str) -> None:
         self.encoding_name = encoding_name
@@ -213,6 +231,8 @@ class TokenCounter:
         without whitespace is counted in slices (`LONG_RUN`)."""
         if _LONG_RUN.search(text) is not None:
             return self._sliced(text)
+        if len(text) > COUNT_PIECE:
+            return sum(self._long(piece) for piece in _pieces(text))
         try:
             return len(self.encoder.encode_ordinary(text))
         except (KeyboardInterrupt, SystemExit, GeneratorExit):
