@@ -34,8 +34,9 @@ SHORT_ENTRIES = 50_000
 LONG_PIECE = 50_000  # characters: a text the encoder cannot take whole is counted in pieces of this size
 # A text longer than this is counted a piece at a time, each cut after a line break where there
 # is one: tiktoken works without the GIL, but makes the list of a text's tokens with it (about
-# 30 ms a million tokens), which would hold up the event loop while a large request is counted
-# in another thread. A cut after a line break is where tiktoken's own pre-tokeniser splits.
+# 30 ms a million tokens), and the search for long runs holds it for its whole text (0.4 s for
+# 12 MB): either would hold up the event loop while a large request is counted in another
+# thread. A cut after a line break is where tiktoken's own pre-tokeniser splits.
 COUNT_PIECE = 256 * 1024
 # BPE merges within one regex piece take time that grows faster than its length: a 50 MB run
 # without whitespace ("aaaa…") would take ~25 s. Runs longer than this are counted in slices of
@@ -229,10 +230,10 @@ class TokenCounter:
         """tiktoken's regex gives up on a whitespace run of ~1M characters and panics (a
         BaseException: openai/tiktoken#15): such a text is counted in pieces. A long run
         without whitespace is counted in slices (`LONG_RUN`)."""
+        if len(text) > COUNT_PIECE:  # before the search too: a regex holds the GIL for all of its text
+            return sum(self._long(piece) for piece in _pieces(text))
         if _LONG_RUN.search(text) is not None:
             return self._sliced(text)
-        if len(text) > COUNT_PIECE:
-            return sum(self._long(piece) for piece in _pieces(text))
         try:
             return len(self.encoder.encode_ordinary(text))
         except (KeyboardInterrupt, SystemExit, GeneratorExit):
