@@ -112,4 +112,5 @@ async def get_offloaded(request: Request) -> Response:
     if item is None:
         return ProxyError(404, f"No offloaded content ref={ref} for this credential.", code="ref_not_found",
                           param="ref").response()
-    return JSONResponse({"ref": item.ref, "kind": item.kind, "content": item.text})
+    return await json_answer({"ref": item.ref, "kind": item.kind, "content": item.text},
+                             cpu=CPU(len(item.text) > LARGE_BODY))
