@@ -133,3 +133,18 @@ def dumps(obj: Any, *, sort_keys: bool = False) -> bytes:
         text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), sort_keys=sort_keys, allow_nan=False)
         # Raw surrogates can only stand inside JSON strings, where their escape means the same.
         return _LONE_SURROGATE.sub(_escape_surrogate, text).encode("utf-8")
+
+
+def text_bytes(text: str) -> bytes:
+    """A plain text as the store keeps it: UTF-8, a lone surrogate kept (`surrogatepass`), so
+    `stored_text` gives back exactly the string that came in."""
+    return text.encode("utf-8", "surrogatepass")
+
+
+def stored_text(raw: bytes) -> str:
+    """`text_bytes`'s string back; bytes that are not its (a store written by something else)
+    are read with U+FFFD in place of what does not decode, never an error."""
+    try:
+        return raw.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return raw.decode("utf-8", "replace")

@@ -29,6 +29,7 @@ MANY_CONTAINERS = 50_000
 MANY_VALUES = 200_000  # commas
 _SLICE = 4 * 1024 * 1024  # bytes counted at a time: other threads run between slices
 _PIECE = 512  # dumps_yielding: a list this long, or any dict at the top levels, is written by parts
+_STRING = 1 << 20  # dumps_yielding: a string longer than this is escaped a slice at a time
 
 
 def _count(raw: bytes, marks: tuple[bytes, ...], limit: int) -> int:
@@ -75,9 +76,12 @@ def loads_yielding(raw: bytes) -> Any:
 
 def dumps_yielding(obj: Any, *, depth: int = 0) -> bytes:
     """`jsonio.dumps(obj)`, byte for byte, written a piece at a time: the dicts of the top
-    levels key by key and long lists element by element, so no single call holds the GIL for
-    the whole document."""
+    levels key by key, long lists element by element and long strings a slice at a time
+    (escaping is per character, and a str holds code points: no slice splits a character),
+    so no single call holds the GIL for the whole document."""
     kind = type(obj)
+    if kind is str and len(obj) > _STRING:
+        return b'"' + b"".join(jsonio.dumps(obj[at:at + _STRING])[1:-1] for at in range(0, len(obj), _STRING)) + b'"'
     if kind is dict and depth < 4:
         return b"{" + b",".join(jsonio.dumps(str(k)) + b":" + dumps_yielding(v, depth=depth + 1)
                                 for k, v in obj.items()) + b"}"

@@ -32,6 +32,12 @@ CACHE_ENTRIES = 200_000
 UNCACHED_BELOW = 64  # characters: below this, cached by the text itself rather than a digest
 SHORT_ENTRIES = 50_000
 LONG_PIECE = 50_000  # characters: a text the encoder cannot take whole is counted in pieces of this size
+# A text longer than this is counted a piece at a time, each cut after a line break where there
+# is one: tiktoken works without the GIL, but makes the list of a text's tokens with it (about
+# 30 ms a million tokens), and the search for long runs holds it for its whole text (0.4 s for
+# 12 MB): either would hold up the event loop while a large request is counted in another
+# thread. A cut after a line break is where tiktoken's own pre-tokeniser splits.
+COUNT_PIECE = 256 * 1024
 # BPE merges within one regex piece take time that grows faster than its length: a 50 MB run
 # without whitespace ("aaaa…") would take ~25 s. Runs longer than this are counted in slices of
 # it (a boundary may shift a count by a token or two: ~0.1 % of such a run).
@@ -178,6 +184,19 @@ class _CountCache:
 _cache = _CountCache(CACHE_ENTRIES)
 
 
+def _pieces(text: str) -> Iterable[str]:
+    """`text` in pieces of at most COUNT_PIECE characters, each ending after a line break when
+    its second half holds one."""
+    start = 0
+    while len(text) - start > COUNT_PIECE:
+        end = start + COUNT_PIECE
+        cut = text.rfind("\n", start + COUNT_PIECE // 2, end)
+        end = cut + 1 if cut >= 0 else end
+        yield text[start:end]
+        start = end
+    yield text[start:]
+
+
 class TokenCounter:
     def __init__(self, encoding_name: str) -> None:
         self.encoding_name = encoding_name
@@ -211,6 +230,8 @@ class TokenCounter:
         """tiktoken's regex gives up on a whitespace run of ~1M characters and panics (a
         BaseException: openai/tiktoken#15): such a text is counted in pieces. A long run
         without whitespace is counted in slices (`LONG_RUN`)."""
+        if len(text) > COUNT_PIECE:  # before the search too: a regex holds the GIL for all of its text
+            return sum(self._long(piece) for piece in _pieces(text))
         if _LONG_RUN.search(text) is not None:
             return self._sliced(text)
         try:

@@ -77,8 +77,8 @@ async def compact(items: list[Any], *, view: ItemView, compressor: Compressor, r
                 written = await refs.save([], found, settings.session, cpu=cpu)
     token = await records.save(record)
     kept = [m for i, m in enumerate(record) if i != at and view.role(m) == "user"]
-    tokens_before = await cpu.light(counter.messages, items)
-    tokens_after = await cpu.light(counter.messages, record)
+    tokens_before = await cpu(counter.messages, items)  # new strings (a loaded record's) are hashed for their count
+    tokens_after = await cpu(counter.messages, record)
     done = event("provider_compaction", emulated=True, endpoint=ENDPOINT,
                  messages=len(items) - len(record) + (1 if at is not None else 0),
                  tokens_before=tokens_before, tokens_after=tokens_after, ref=ref)

@@ -103,9 +103,9 @@ async def compact(call: Any, *, compressor: Callable[[], Compressor], new_summar
     reduced = made.items
     messages = call.fmt is not None and call.fmt.endpoint == "messages"
     record = messages_of(reduced) if messages else [m for m in reduced if view.role(m) != "system"]
-    refs = await cpu.light(present_refs, reduced, view)
+    refs = await cpu(present_refs, reduced, view)  # reads every text: a large task's too
     try:
-        written = await call.refs.save([made.offload] if made.offload else [], refs, settings.session)
+        written = await call.refs.save([made.offload] if made.offload else [], refs, settings.session, cpu=cpu)
         token = await call.records.save(record)
     except (StoreUnavailable, QuotaExceeded, CredentialRejected, TokenError) as exc:
         prepared.warnings.append(f"threshold compaction not made: the store refused it ({exc})")
@@ -116,7 +116,7 @@ async def compact(call: Any, *, compressor: Callable[[], Compressor], new_summar
     else:
         lead = compaction_item(token)
     plan = prepared.plan
-    after = await cpu.light(counter.messages, reduced)
+    after = await cpu(counter.messages, reduced)
     prepared.plan = Plan(reduced, [*plan.offloads, *([made.offload] if made.offload else [])], refs,
                          plan.tokens_before, after, plan.media_tokens_saved)
     prepared.written |= written

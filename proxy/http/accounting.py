@@ -5,7 +5,8 @@ stored upstream, that answer's id, so a later turn continuing from it is given t
 session (`proxy.stats.replies`).
 
 Only cheap work happens here, on the request path: the session digest covers the first items
-of the history only, and an answer's id is read from its first bytes as they pass.
+of the history only (in the CPU pool when they are large: a task of tens of MB), and an answer's
+id is read from its first bytes as they pass.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from proxy.core.settings import OffloadSettings
 from proxy.core.wire import WireFormat
 from proxy.http import telemetry
 from proxy.offload import response_chains
+from proxy.offload.cpu_pool import CPU
 from proxy.offload.pipeline import Prepared
 from proxy.stats import session_id
 
@@ -41,7 +43,7 @@ PEEK = 8192  # bytes of an answer looked at for its id
 _RESPONSE_ID = re.compile(rb'"id"\s*:\s*"([A-Za-z0-9_-]{1,256})"')
 
 
-def note(call: ManagedCall) -> telemetry.RequestRecord | None:
+async def note(call: ManagedCall) -> telemetry.RequestRecord | None:
     """Fill in the request's record once the turn is planned (None: no record)."""
     rec = telemetry.current.get()
     if rec is None:
@@ -52,15 +54,18 @@ def note(call: ManagedCall) -> telemetry.RequestRecord | None:
     rec.tokens_before, rec.tokens_after, rec.action = plan.tokens_before, plan.tokens_after, prepared.action
     rec.refs, rec.refs_created = len(plan.refs), len(prepared.written)
     rec.image_tokens_saved = plan.media_tokens_saved
-    rec.offloaded_bytes = sum(len(o.text.encode("utf-8", "surrogatepass")) for o in plan.offloads
-                              if o.ref in prepared.written)
+    rec.offloaded_bytes = sum(_utf8_size(o.text) for o in plan.offloads if o.ref in prepared.written)
     rec.warnings = prepared.warnings
     if not call.settings.session and rec.route != "count_tokens":  # X-Offload-Session wins
-        rec.session, rec.continues = session_of(call)
+        rec.session, rec.continues = await session_of(call)
     return rec
 
 
-def session_of(call: ManagedCall) -> tuple[str | None, str | None]:
+def _utf8_size(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))  # isascii: O(1)
+
+
+async def session_of(call: ManagedCall) -> tuple[str | None, str | None]:
     """(the session derived from the conversation, the response id a continuing Responses turn
     names instead: its session is that response's, found when the turn is recorded)."""
     body, namespace = call.body, call.namespace
@@ -70,7 +75,8 @@ def session_of(call: ManagedCall) -> tuple[str | None, str | None]:
         if isinstance(call.previous, str) and call.previous:
             return None, call.previous
     system = (body.get("system"), body.get("instructions"))  # Anthropic's, Responses'; chat: in the messages
-    return session_id.from_history(namespace, call.messages, call.fmt.view.role, system), None
+    cpu = CPU.for_messages(call.messages[:session_id.MAX_ITEMS])
+    return await cpu(session_id.from_history, namespace, call.messages, call.fmt.view.role, system), None
 
 
 def _wants_reply(call: ManagedCall) -> telemetry.RequestRecord | None:

@@ -8,14 +8,19 @@ decompression bomb is a 413 once the limit is passed, never inflated whole (gzip
 stop at the limit + 1 byte, br and zstd within 512 KiB past it). A corrupt or
 truncated stream is a 400 `invalid_body`, an unknown coding a 415
 `unsupported_content_encoding`. Codings stacked in the header (`gzip, br`) are undone last
-first; `identity` is none. A large body is decoded in the CPU pool (`proxy.offload.cpu_pool`):
-zlib, zstd and brotli release the GIL while they work.
+first; `identity` is none.
+
+Where a body is decoded depends on what it inflates to, not on its size on the wire (a few
+hundred bytes of br can make 64 MB): `decoded_body` starts on the event loop, a bounded piece
+at a time, and hands the rest to the CPU pool (`proxy.offload.cpu_pool`) once the output passes
+ON_LOOP_BYTES (a compressed body past that is sent there at once). zlib, zstd and brotli
+release the GIL while they work.
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable
 
 import brotli
 import zstandard
@@ -24,11 +29,12 @@ from proxy.errors import ProxyError
 from proxy.offload import cpu_pool
 
 PIECE = 1 << 20  # the most output one call of the zlib decoder makes (zstd and brotli: see below)
-LARGE_BYTES = 256 * 1024  # a compressed body past this is decoded off the event loop
 # zstd's densest block (RLE: 4 bytes for 128 KiB) makes at most this many bytes per input byte;
 # its decoder has no output bound, so it is fed input pieces small enough for the room left.
 ZSTD_MAX_RATIO = 1 << 15
 ZSTD_MIN_INPUT = 4  # then one call makes at most 128 KiB (+ one 128 KiB block) past the limit
+ON_LOOP_BYTES = 256 * 1024  # decoded on the event loop up to this much output, the rest in the CPU pool
+ZSTD_ON_LOOP_INPUT = 64  # zstd's input per call on the loop: at most 2 MiB of output (its densest blocks)
 
 
 class TooLarge(Exception):
@@ -39,11 +45,17 @@ class Corrupt(Exception):
     """The bytes are not a complete stream of their coding."""
 
 
+class _Where:
+    """Where the decoding runs now: on the event loop (zstd is then fed small inputs) or not."""
+
+    on_loop = False
+
+
 class _Sink:
     """The decoded bytes, refused past `limit`."""
 
-    def __init__(self, limit: int) -> None:
-        self.limit, self.out = limit, bytearray()
+    def __init__(self, limit: int, where: _Where | None = None) -> None:
+        self.limit, self.out, self.where = limit, bytearray(), where or _Where()
 
     def room(self) -> int:
         """How many more bytes a decoder may make: one past the limit proves it exceeded."""
@@ -55,7 +67,10 @@ class _Sink:
             raise TooLarge
 
 
-def _zlib(data: bytes, sink: _Sink, wbits: int) -> None:
+Steps = Generator[int, None, None]  # a decoder: the bytes each call made, a call at a time
+
+
+def _zlib(data: bytes, sink: _Sink, wbits: int) -> Steps:
     """zlib-family streams (one after another for gzip's concatenated members), fed PIECE
     bytes of input at a time (its unconsumed tail is copied on every call)."""
     while True:
@@ -70,6 +85,7 @@ def _zlib(data: bytes, sink: _Sink, wbits: int) -> None:
             except zlib.error as exc:
                 raise Corrupt(str(exc)) from None
             sink.add(chunk)
+            yield len(chunk)
             pending = d.unconsumed_tail
             if not chunk and not pending and at >= len(view) and not d.eof:
                 raise Corrupt("the stream ends early")
@@ -80,17 +96,17 @@ def _zlib(data: bytes, sink: _Sink, wbits: int) -> None:
             return
 
 
-def _gzip(data: bytes, sink: _Sink) -> None:
-    _zlib(data, sink, 31)
+def _gzip(data: bytes, sink: _Sink) -> Steps:
+    return _zlib(data, sink, 31)
 
 
-def _deflate(data: bytes, sink: _Sink) -> None:
+def _deflate(data: bytes, sink: _Sink) -> Steps:
     """`deflate` is zlib-wrapped (RFC 9110); raw deflate is accepted too, as browsers do."""
     zlib_header = len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
-    _zlib(data, sink, 15 if zlib_header else -15)
+    return _zlib(data, sink, 15 if zlib_header else -15)
 
 
-def _brotli(data: bytes, sink: _Sink) -> None:
+def _brotli(data: bytes, sink: _Sink) -> Steps:
     """All input in the first call, then calls with none until the stream is finished (its
     output buffer may outgrow the bound it is given up to twice: the bound is a quarter PIECE)."""
     d = brotli.Decompressor()
@@ -99,6 +115,7 @@ def _brotli(data: bytes, sink: _Sink) -> None:
         while True:
             chunk = d.process(pending, output_buffer_limit=min(PIECE // 4, sink.room()))
             sink.add(chunk)
+            yield len(chunk)
             if d.is_finished():
                 return
             if not chunk and not pending:  # no input left, no progress: the stream stops short
@@ -108,7 +125,7 @@ def _brotli(data: bytes, sink: _Sink) -> None:
         raise Corrupt(str(exc) or "invalid brotli data") from None
 
 
-def _zstd(data: bytes, sink: _Sink) -> None:
+def _zstd(data: bytes, sink: _Sink) -> Steps:
     """Frame after frame (a decompressobj ends with its frame: `eof`, the rest `unused_data`)."""
     decompressor = zstandard.ZstdDecompressor()
     while data:
@@ -117,8 +134,12 @@ def _zstd(data: bytes, sink: _Sink) -> None:
         try:
             while at < len(view) and not d.eof:
                 step = max(ZSTD_MIN_INPUT, min(PIECE, sink.room() // ZSTD_MAX_RATIO))
-                sink.add(d.decompress(view[at:at + step]))
+                if sink.where.on_loop:
+                    step = min(step, ZSTD_ON_LOOP_INPUT)
+                chunk = d.decompress(view[at:at + step])
+                sink.add(chunk)
                 at += step
+                yield len(chunk)
         except zstandard.ZstdError as exc:
             raise Corrupt(str(exc)) from None
         if not d.eof:
@@ -126,7 +147,7 @@ def _zstd(data: bytes, sink: _Sink) -> None:
         data = d.unused_data + data[at:] if at < len(data) else d.unused_data
 
 
-DECODERS: dict[str, Callable[[bytes, _Sink], None]] = {
+DECODERS: dict[str, Callable[[bytes, _Sink], Steps]] = {
     "gzip": _gzip, "x-gzip": _gzip, "deflate": _deflate, "br": _brotli, "zstd": _zstd,
 }
 
@@ -143,16 +164,15 @@ def codings_of(values: Iterable[str]) -> list[str]:
     return codings
 
 
-def decode(raw: bytes, codings: list[str], *, limit: int) -> bytes:
-    """`raw` with `codings` undone (the last applied first), at most `limit` bytes at every
-    step; ProxyError 413 past the limit, 400 for a stream its coding cannot decode."""
+def _steps(raw: bytes, codings: list[str], limit: int, where: _Where) -> Generator[int, None, bytes]:
+    """`raw` with `codings` undone, a decoder call at a time (each yields the bytes it made)."""
     data = raw
     for coding in reversed(codings):
         if not data:  # an empty body says nothing in any coding
             continue
-        sink = _Sink(limit)
+        sink = _Sink(limit, where)
         try:
-            DECODERS[coding](data, sink)
+            yield from DECODERS[coding](data, sink)
         except TooLarge:
             raise ProxyError(413, f"Request body exceeds {limit} bytes once decoded ({coding}).",
                              code="request_too_large") from None
@@ -163,11 +183,42 @@ def decode(raw: bytes, codings: list[str], *, limit: int) -> bytes:
     return data
 
 
+def _finish(steps: Generator[int, None, bytes]) -> bytes:
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+
+
+def decode(raw: bytes, codings: list[str], *, limit: int) -> bytes:
+    """`raw` with `codings` undone (the last applied first), at most `limit` bytes at every
+    step; ProxyError 413 past the limit, 400 for a stream its coding cannot decode."""
+    return _finish(_steps(raw, codings, limit, _Where()))
+
+
+async def decoded_body(raw: bytes, codings: list[str], *, limit: int) -> bytes:
+    """`decode(raw, codings)`, on the event loop while the output stays under ON_LOOP_BYTES,
+    then (or for a compressed body past it) in the CPU pool."""
+    if not codings:
+        return raw
+    where = _Where()
+    steps = _steps(raw, codings, limit, where)
+    if len(raw) <= ON_LOOP_BYTES:
+        where.on_loop, made = True, 0
+        try:
+            while made <= ON_LOOP_BYTES:
+                made += next(steps)
+        except StopIteration as done:
+            return done.value
+        where.on_loop = False
+    return await cpu_pool.CPU(True)(_finish, steps)
+
+
 async def decoded(raw: bytes, header_values: Iterable[str], *, limit: int) -> tuple[bytes, bool]:
     """The body as the proxy reads it, and whether it was decoded (its Content-Encoding then
-    no longer holds). A large compressed body is decoded in the CPU pool."""
+    no longer holds): `decoded_body`."""
     codings = codings_of(header_values)
     if not codings:
         return raw, False
-    runner = cpu_pool.CPU(len(raw) > LARGE_BYTES)
-    return await runner(lambda: decode(raw, codings, limit=limit)), True
+    return await decoded_body(raw, codings, limit=limit), True

@@ -26,12 +26,13 @@ from proxy.formats.responses.compact import compacted_response, parse_compact_bo
 from proxy.http import telemetry
 from proxy.http.call_parts import compressor_for, quota_for, request_settings
 from proxy.http.caller import Caller
-from proxy.http.json_response import JSONResponse
+from proxy.http.json_response import json_answer
 from proxy.http.managed import answered
 from proxy.http.token_relay import read_body, relay_tokens_expanded
 from proxy.http.services import services_of
 from proxy.offload import events
 from proxy.offload.compaction_records import CompactionRecords
+from proxy.offload.cpu_pool import CPU
 from proxy.offload.quota import CredentialRejected, QuotaExceeded
 from proxy.offload.refs import RefStore
 from proxy.stats import session_id
@@ -91,14 +92,15 @@ async def _emulated(request: Request, caller: Caller, settings) -> Response:
         raise ProxyError(429, f"The compaction failed: {exc}.", code="storage_quota_exceeded") from None
     except CredentialRejected as exc:
         raise ProxyError(401, f"The compaction failed: {exc}.", code="invalid_api_key") from None
-    session = settings.session or session_id.from_history(caller.namespace, items, RESPONSES.view.role,
-                                                          (None, body.get("instructions")))
+    cpu = CPU.for_messages(done.record)  # a large task is kept whole: in the record and in the answer
+    session = settings.session or await cpu(session_id.from_history, caller.namespace, items, RESPONSES.view.role,
+                                            (None, body.get("instructions")))
     await events.record(services.store, caller.namespace, session, done.events, services.settings.store_ttl,
                         sealer=services.sealer)
     _note(body, caller, done, session, explicit=bool(settings.session))
     answer = compacted_response(done.token, done.kept_users, created_at=int(time.time()), tokens_in=done.tokens_in,
                                 tokens_out=done.tokens_out)
-    out = JSONResponse(answer)
+    out = await json_answer(answer, cpu=cpu)
     out.raw_headers += [
         (b"x-offload-action", COMPACTION_ACTION.encode()),
         (b"x-offload-tokens-before", str(done.tokens_before).encode()),

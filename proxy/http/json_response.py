@@ -5,8 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from starlette.responses import JSONResponse as _StarletteJSONResponse
+from starlette.responses import Response
 
+from proxy.core import large_json
 from proxy.core.jsonio import dumps
+from proxy.offload.cpu_pool import CPU
 
 
 class JSONResponse(_StarletteJSONResponse):
@@ -15,3 +18,11 @@ class JSONResponse(_StarletteJSONResponse):
 
     def render(self, content: Any) -> bytes:
         return dumps(content)
+
+
+async def json_answer(content: Any, *, cpu: CPU) -> Response:
+    """A JSONResponse of `content`; written in the CPU pool, a piece at a time
+    (`large_json.dumps_yielding`), when `cpu` is large (tens of MB take a good part of a second)."""
+    if not cpu.large:
+        return JSONResponse(content)
+    return Response(await cpu(large_json.dumps_yielding, content), media_type="application/json")

@@ -29,7 +29,7 @@ from proxy.formats.messages import MESSAGES
 from proxy.formats.responses import RESPONSES
 from proxy.http.family import family_of
 from proxy.http import accounting
-from proxy.http.body_encoding import codings_of, decode
+from proxy.http.body_encoding import codings_of, decoded_body
 from proxy.http import emulated_answers
 from proxy.http.call_parts import compressor_for, model_of, quota_for, request_settings
 from proxy.http.caller import Caller
@@ -138,17 +138,16 @@ class ManagedCall:
         chunks = [chunk async for chunk in request.stream() if chunk]
         caller: Caller = request.state.caller
 
+        if codings:  # decided on what it inflates to (`body_encoding.decoded_body`)
+            chunks = [await decoded_body(b"".join(chunks), codings, limit=services.settings.max_body_bytes)]
+
         def parsed() -> tuple[bytes, dict, list[Any]]:
             raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-            if codings:
-                raw = decode(raw, codings, limit=services.settings.max_body_bytes)
             body = fmt.parse(raw, max_items=services.settings.max_messages)
             caller.check_body(body)
             return raw, body, fmt.history(body)
 
-        # a compressed body's decoded size is unknown until decoded: always off the loop
-        large = bool(codings) or sum(map(len, chunks)) > LARGE_BODY
-        raw, body, history = await cpu_pool.CPU(large)(parsed)
+        raw, body, history = await cpu_pool.CPU(sum(map(len, chunks)) > LARGE_BODY)(parsed)
         settings = request_settings(request, caller)
         if body.get("background") is True:  # nobody would run the injected calls of a background response
             settings = settings.model_copy(update={"reload_tools": False})
@@ -272,7 +271,7 @@ class ManagedCall:
                                               extra_usage=prepared.summary_usage, lead=self.inline.lead)
         emulation_edits.settle(self.edits, prepared, self.rounds)
         self.extra_headers = offload_headers(prepared)
-        self.rec = accounting.note(self)  # what the access log, the metrics and the statistics learn
+        self.rec = await accounting.note(self)  # what the access log, the metrics and the statistics learn
 
     async def _begin_emulation(self) -> None:
         """The providers' context management, when the proxy applies it (`proxy.emulation`)."""

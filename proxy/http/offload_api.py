@@ -6,6 +6,8 @@ GET  /v1/offload/{ref}  → the stored original
 
 from __future__ import annotations
 
+import functools
+
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -15,10 +17,12 @@ from proxy.http.body_encoding import decoded
 from proxy.http.caller import Caller
 from proxy.core.settings import OffloadSettings
 from proxy.formats.chat.body import parse_chat_body
+from proxy.formats.json_body import LARGE_BODY
+from proxy.offload.cpu_pool import CPU
 from proxy.http.call_parts import compressor_for, model_of, quota_for, request_settings
 from proxy.http.services import services_of
 from proxy.errors import ProxyError
-from proxy.http.json_response import JSONResponse
+from proxy.http.json_response import JSONResponse, json_answer
 from proxy.offload.pipeline import prepare
 from proxy.offload.quota import CredentialRejected, QuotaExceeded
 from proxy.offload.refs import RefStore
@@ -43,7 +47,7 @@ async def offload(request: Request) -> Response:
         limits = services_of(request).settings
         raw, _ = await decoded(await request.body(), request.headers.getlist("content-encoding"),
                                limit=limits.max_body_bytes)
-        body = parse_chat_body(raw, max_messages=limits.max_messages)
+        body = await CPU(len(raw) > LARGE_BODY)(functools.partial(parse_chat_body, max_messages=limits.max_messages), raw)
         settings, caller, refs = _scope(request)
         messages = body.get("messages")
         if not isinstance(messages, list):
@@ -66,7 +70,7 @@ async def offload(request: Request) -> Response:
     plan = prepared.plan
     await events.record(services_of(request).store, namespace, settings.session, prepared.events,
                         services_of(request).settings.store_ttl, sealer=services_of(request).sealer)
-    return JSONResponse(
+    return await json_answer(
         {
             "messages": plan.items,
             "refs": [{"ref": o.ref, "kind": o.kind, "tokens": o.tokens} for o in plan.offloads],
@@ -75,7 +79,8 @@ async def offload(request: Request) -> Response:
             "action": prepared.action,
             "summary_tokens": prepared.summary_tokens,
             "warnings": prepared.warnings,
-        }
+        },
+        cpu=CPU.for_messages(plan.items),
     )
 
 
@@ -107,4 +112,5 @@ async def get_offloaded(request: Request) -> Response:
     if item is None:
         return ProxyError(404, f"No offloaded content ref={ref} for this credential.", code="ref_not_found",
                           param="ref").response()
-    return JSONResponse({"ref": item.ref, "kind": item.kind, "content": item.text})
+    return await json_answer({"ref": item.ref, "kind": item.kind, "content": item.text},
+                             cpu=CPU(len(item.text) > LARGE_BODY))

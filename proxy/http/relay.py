@@ -13,7 +13,7 @@ from starlette.responses import Response, StreamingResponse
 from proxy.core import jsonio
 from proxy.core.compaction_token import may_hold_token, sealed_fields
 from proxy.formats.json_body import LARGE_BODY, load_object
-from proxy.http.body_encoding import codings_of, decode
+from proxy.http.body_encoding import codings_of, decoded_body
 from proxy.offload import cpu_pool, response_chains
 from proxy.upstream import sse
 from proxy.http.caller import Caller
@@ -198,8 +198,9 @@ async def checked_body(request: Request, caller: Caller, *, shared: bool = True)
     limit = services_of(request).settings.max_body_bytes
     upload = is_multipart(request)
 
+    plain = await decoded_body(raw, codings, limit=limit)  # on the loop only while it inflates to little
+
     def check() -> bytes | None:
-        plain = decode(raw, codings, limit=limit) if codings else raw
         if not plain.strip() or (upload and not looks_like_json(plain)):
             return None
         spelt = may_hold_token(plain) or b"\\u" in plain
@@ -216,7 +217,7 @@ async def checked_body(request: Request, caller: Caller, *, shared: bool = True)
             refuse_tokens(body)
         return jsonio.dumps(body) if shared or spelt else None  # the object checked, not a duplicate key
 
-    checked = await cpu_pool.CPU(bool(codings) or len(raw) > LARGE_BODY)(check)
+    checked = await cpu_pool.CPU(len(plain) > LARGE_BODY)(check)
     return (raw, False) if checked is None else (checked, True)
 
 

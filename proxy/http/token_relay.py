@@ -15,12 +15,12 @@ from collections.abc import Callable
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.core import jsonio
-from proxy.core.compaction_token import may_hold_token
+from proxy.core import jsonio, large_json
+from proxy.core.compaction_token import ANY_VERSION, may_hold_token
 from proxy.emulation import request as emulation_request
 from proxy.formats.json_body import LARGE_BODY
 from proxy.formats.responses import RESPONSES
-from proxy.http.body_encoding import codings_of, decode
+from proxy.http.body_encoding import codings_of, decoded_body
 from proxy.http.caller import Caller
 from proxy.http.disconnect import ClientWatch
 from proxy.http.managed import answered
@@ -39,13 +39,14 @@ async def read_body(request: Request, caller: Caller, *, parse: Parse) -> dict:
     codings = codings_of(request.headers.getlist("content-encoding"))
     raw = await request.body()
 
+    plain = await decoded_body(raw, codings, limit=limits.max_body_bytes)  # on the loop only while it inflates to little
+
     def parsed() -> dict:
-        plain = decode(raw, codings, limit=limits.max_body_bytes) if codings else raw
         body = parse(plain, limits.max_messages)
         caller.check_body(body)
         return body
 
-    return await cpu_pool.CPU(bool(codings) or len(raw) > LARGE_BODY)(parsed)
+    return await cpu_pool.CPU(len(plain) > LARGE_BODY)(parsed)
 
 
 async def relay_tokens_expanded(request: Request, caller: Caller, path: str, *, parse: Parse) -> Response:
@@ -64,7 +65,8 @@ async def relay_tokens_expanded(request: Request, caller: Caller, path: str, *, 
     if not begun.replaced:
         return await relay(request)
     caller.check_relay("POST", path)
-    content = jsonio.dumps({**body, "input": begun.items})
+    cpu = cpu_pool.CPU.for_messages(begun.items)  # what a token stands for may be tens of MB
+    content = await cpu(large_json.dumps_yielding if cpu.large else jsonio.dumps, {**body, "input": begun.items})
     watch = ClientWatch(request, body_read=True)
     response = await watch.run(services.upstream.send(
         "POST", path, query=request.scope.get("query_string", b""),

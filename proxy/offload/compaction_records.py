@@ -7,15 +7,20 @@ may drop. Records are written once (their id is a hash of their content), sealed
 every offload, and their idle TTL is extended each time a request uses them. A record never
 holds a token of ours in a compaction position (`save` refuses one): expanding a record never
 sends one upstream.
+
+A record is JSON as `proxy.core.jsonio` writes it (a lone surrogate escaped, valid UTF-8), so it
+reads back exactly as it came in. A large one (a task of tens of MB is kept whole) is written,
+hashed and sealed, and read back, in the CPU pool (`proxy.offload.cpu_pool`), a piece at a time
+(`proxy.core.large_json`).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from proxy.core import compaction_token
+from proxy.core import compaction_token, jsonio, large_json
 from proxy.core.compaction_token import TokenError
+from proxy.offload.cpu_pool import CPU, LARGE_CHARS
 from proxy.offload.quota import Quota
 from proxy.offload.tenant import key, unsharded_key
 from proxy.store import Store
@@ -35,17 +40,29 @@ class CompactionRecords:
     def _key(self, record_id: str) -> str:
         return key(self.namespace, "compaction", record_id)
 
+    def _encoded(self, items: list[Any], large: bool) -> tuple[bytes, bytes]:
+        """The record's bytes, and its id."""
+        content = large_json.dumps_yielding(items) if large else jsonio.dumps(items)
+        if compaction_token.may_hold_token(content) and next(compaction_token.sealed_fields(items), None):
+            raise TokenError("a compaction record may not hold a compaction token (it would reach the upstream)")
+        return content, compaction_token.record_id_for(self.namespace, content)
+
+    def _opened(self, value: bytes, store_key: str, large: bool) -> list[Any] | None:
+        opened = self.sealer.open(value, store_key)
+        if opened is None:
+            return None
+        items = large_json.loads_yielding(opened) if large else jsonio.loads(opened)
+        return items if isinstance(items, list) else None
+
     async def save(self, items: list[Any]) -> str:
         """Store `items` and answer the token that stands for them (the same items, the same token).
         Raises what the store and the quota raise; TokenError when `items` hold a token of ours
         in an `encrypted_content` (the request's own were settled before: a bug otherwise)."""
-        content = json.dumps(items, ensure_ascii=False, separators=(",", ":")).encode()
-        if compaction_token.may_hold_token(content) and next(compaction_token.sealed_fields(items), None):
-            raise TokenError("a compaction record may not hold a compaction token (it would reach the upstream)")
-        record_id = compaction_token.record_id_for(self.namespace, content)
+        cpu = CPU.for_messages(items)
+        content, record_id = await cpu(self._encoded, items, cpu.large)
         store_key = self._key(record_id.hex())
         if not (await self.store.touch([store_key], self.ttl))[0]:
-            sealed = self.sealer.seal(content, store_key)
+            sealed = await cpu(self.sealer.seal, content, store_key)
             if self.quota is not None:
                 await self.quota.charge(len(sealed))
             await self.store.put(store_key, sealed, self.ttl)
@@ -57,24 +74,25 @@ class CompactionRecords:
         record_id = compaction_token.read_token(token, self.namespace, self.secret, self.api)
         store_key = self._key(record_id)
         value = await self.store.get(store_key, ttl=self.ttl)
-        opened = None if value is None else self.sealer.open(value, store_key)
         if value is None:
-            opened = await self._moved(record_id, store_key)
-        if opened is None:
-            return None
-        items = json.loads(opened)
-        return items if isinstance(items, list) else None
+            value = await self._moved(record_id, store_key)
+            if value is None:
+                return None
+        large = len(value) > LARGE_CHARS
+        return await CPU(large)(self._opened, value, store_key, large)
 
     async def _moved(self, record_id: str, store_key: str) -> bytes | None:
         """A record stored before keys had shards, moved to its key now (the client holds only the
-        token: nothing could store it again); None when there is none."""
+        token: nothing could store it again): its value as sealed at `store_key`, or None."""
         old_key = unsharded_key(self.namespace, "compaction", record_id)
         value = await self.store.get(old_key)
         opened = None if value is None else self.sealer.open(value, old_key)
-        if opened is not None:
-            await self.store.put(store_key, self.sealer.seal(opened, store_key), self.ttl)
-            await self.store.delete(old_key)
-        return opened
+        if opened is None:
+            return None
+        sealed = self.sealer.seal(opened, store_key)
+        await self.store.put(store_key, sealed, self.ttl)
+        await self.store.delete(old_key)
+        return sealed
 
     async def stands_for(self, token: str) -> list[Any]:
         """What a token of ours stands for; TokenError when it may not be used here, or when the

@@ -21,6 +21,7 @@ from proxy.offload.tenant import key
 
 FORMAT = 1
 TOUCH_SLACK = 60
+LARGE_STORED = 32 * 1024  # bytes stored (zlib-compressed text): opened and inflated off the event loop past this
 
 
 @dataclass(frozen=True)
@@ -104,9 +105,17 @@ class RefStore:
         return {o.ref: self.sealer.seal(encode_item(o), self._key(o.ref)) for o in offloads}
 
     async def load(self, ref: str) -> StoredItem | None:
-        value = await self.store.get(self._key(ref), ttl=self.ttl)
-        opened = None if value is None else self.sealer.open(value, self._key(ref))
-        return None if opened is None else decode_item(ref, opened)
+        """The stored item; opened and inflated in the CPU pool when it is large."""
+        store_key = self._key(ref)
+        value = await self.store.get(store_key, ttl=self.ttl)
+        if value is None:
+            return None
+
+        def opened() -> StoredItem | None:
+            plain = self.sealer.open(value, store_key)
+            return None if plain is None else decode_item(ref, plain)
+
+        return await CPU(len(value) > LARGE_STORED)(opened)
 
     async def session_refs(self, session: str) -> set[str]:
         return await self.store.members(self._session_key(session))

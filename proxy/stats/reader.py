@@ -8,6 +8,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from proxy.core import jsonio
 from proxy.stats.buckets import ALL, Fields, Span, add, merged, rollup
 from proxy.stats.recorder import label_key, session_keys, sessions_key
 from proxy.stats.turns import headline, point
@@ -39,7 +40,7 @@ async def labels(store: Store, namespaces: Sequence[str], names: Mapping[str, st
 
     found = await asyncio.gather(*(read(ns) for ns in wanted))
     opened = {ns: sealer.open(raw, label_key(ns)) if raw is not None else None for ns, raw in zip(wanted, found)}
-    return {ns: opened.get(ns).decode("utf-8", "replace") if opened.get(ns) else None for ns in namespaces}
+    return {ns: jsonio.stored_text(opened.get(ns)) if opened.get(ns) else None for ns in namespaces}
 
 
 async def window_stats(store: Store, span: Span, namespace: str | None) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 
 from starlette.types import Scope
 
+from proxy.core import jsonio
 from proxy.core.settings import IDENT_PATTERN
 from proxy.stats.backlog import Backlog, write_each
 from proxy.offload.tenant import key
@@ -261,7 +262,7 @@ class Recorder:
         labels = self._labels_due(ready)
         refused = dict(labels)  # those not written are written again with the tenant's next turn
         await write_each(refused, lambda ns, label: store.put(
-            label_key(ns), self._sealer.seal(label.encode(), label_key(ns)), ttl_of("d", self.retention)))
+            label_key(ns), self._sealer.seal(jsonio.text_bytes(label), label_key(ns)), ttl_of("d", self.retention)))
         labels = {ns: label for ns, label in labels.items() if ns not in refused}
         now = time.time()
         if len(self._labelled) + len(labels) > MAX_LABELS:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 
+from proxy.core import jsonio
 from proxy.offload.tenant import key
 from proxy.store.base import Store
 from proxy.store.sealing import Sealer
@@ -41,7 +42,7 @@ class Replies:
         store_key = reply_key(namespace, response_id, sealer)
         raw = await store.get(store_key)
         opened = sealer.open(raw, store_key) if raw is not None else None
-        return opened.decode("utf-8", "replace") if opened else None
+        return jsonio.stored_text(opened) if opened else None
 
     async def remember(self, store: Store, namespace: str, response_id: str, session: str, ttl: int,
                        sealer: Sealer) -> None:
@@ -52,4 +53,4 @@ class Replies:
         while len(self._known) > self.max_known:
             self._known.popitem(last=False)
         store_key = reply_key(namespace, response_id, sealer)
-        await store.put(store_key, sealer.seal(session.encode(), store_key), ttl)
+        await store.put(store_key, sealer.seal(jsonio.text_bytes(session), store_key), ttl)

@@ -53,3 +53,17 @@ def test_computer_use(tmp_path):
     assert "1 sessions x 5 steps" in out and "/healthz meanwhile" in out
     rows = [line.split() for line in out.splitlines() if line.split()[:2] in (["chat", "1"], ["anthropic", "1"])]
     assert len(rows) == 2 and all(row[4] == "1.00" for row in rows)  # reload exact
+
+
+def test_large_bodies():
+    out = run("large_bodies.py", "--messages", "3", "--parts", "3", "--huge-mb", "1", "--values", "1000",
+              "--clients", "2", "--max-body-mb", "2", "--inflate-mb", "3", "--compact-mb", "0.05,0.2")
+    assert "/healthz while sending" in out and " -> 200 " in out
+    for path in ("/offload", "/chat/completions", "/responses", "/messages"):
+        for coding in ("br", "gzip", "zstd"):
+            assert f"  {path} {coding}: 2 bodies of" in out and f"/healthz during {path} {coding} (" in out
+    assert out.count("-> [413]") == 12  # past the limit once inflated
+    assert "compact of a 0.2 MB message: 0.2" in out and "-> 200" in out and "(emulated-compaction)" in out
+    assert "input_tokens: 2 x" in out and "-> [200]" in out
+    assert out.count("(emulated-compaction)") == 4  # the two compacts, the threshold compactions streamed and not
+    assert out.count("/healthz during") == 12 + 2 + 1 + 2 and "p99" in out

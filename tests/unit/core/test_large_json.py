@@ -81,3 +81,12 @@ def test_long_plain_arrays_take_the_python_scanner(monkeypatch):
 ])
 def test_dumps_yielding_writes_the_same_bytes(obj):
     assert large_json.dumps_yielding(obj) == jsonio.dumps(obj)
+
+
+def test_dumps_yielding_writes_a_long_string_by_slices_byte_for_byte(monkeypatch):
+    monkeypatch.setattr(large_json, "_STRING", 7)
+    every = "".join(chr(c) for c in range(0x800) if not 0xD800 <= c <= 0xDFFF)
+    for text in ('q"\\\n\t\x00\x1f\x7f/é\u2028 😀' * 5, every, "lone \ud83d then \udc00 end " * 3, "short"):
+        for value in (text, {"k": [text, {"t": text}]}, [[[[[text]]]]]):
+            assert large_json.dumps_yielding(value) == jsonio.dumps(value)
+            assert jsonio.loads(large_json.dumps_yielding(value)) == value

@@ -176,3 +176,20 @@ def test_a_long_run_without_whitespace_is_counted_in_slices_close_to_whole(run):
     assert tokens._LONG_RUN.search(text) is not None
     assert abs(sliced - whole) <= max(2, whole // 100)
     assert counter.text(text) == sliced
+
+
+def test_a_long_text_is_counted_by_pieces_cut_after_line_breaks():
+    """Past COUNT_PIECE characters a text is counted a piece at a time (each tiktoken call, and
+    each regex search, holds the GIL only for its piece); cut after line breaks, the count is the
+    whole text's."""
+    from proxy.core import tokens
+
+    text = "".join(f"line {i}: status ok, took {i % 97} ms\n" for i in range(40_000))
+    pieces = list(tokens._pieces(text))
+    assert "".join(pieces) == text and len(pieces) > 4
+    assert all(len(p) <= tokens.COUNT_PIECE and p.endswith("\n") for p in pieces[:-1])
+    counter = tokens.counter_for_model("gpt-4o")
+    assert counter.text(text) == len(counter.encoder.encode_ordinary(text))
+    no_breaks = "word " * 200_000  # no line break: cut where the piece ends
+    assert all(len(p) <= tokens.COUNT_PIECE for p in tokens._pieces(no_breaks))
+    assert abs(counter.text(no_breaks) - len(counter.encoder.encode_ordinary(no_breaks))) <= len(no_breaks) // tokens.COUNT_PIECE + 1

@@ -158,21 +158,52 @@ def test_a_corrupt_stream_is_a_400(coding, damage):
 
 
 
-@pytest.mark.anyio
-async def test_a_large_body_is_decoded_off_the_event_loop(monkeypatch):
+@pytest.fixture
+def decoder_threads(monkeypatch) -> list[str]:
+    """The threads each decoder call ran on, in order."""
     threads: list[str] = []
-    real = body_encoding.decode
+    for coding, real in list(body_encoding.DECODERS.items()):
+        def spy(data, sink, real=real):
+            for made in real(data, sink):
+                threads.append(threading.current_thread().name)
+                yield made
+        monkeypatch.setitem(body_encoding.DECODERS, coding, spy)
+    return threads
 
-    def spy(raw, codings, *, limit):
-        threads.append(threading.current_thread().name)
-        return real(raw, codings, limit=limit)
 
-    monkeypatch.setattr(body_encoding, "decode", spy)
-    small = gzip.compress(BODY)
-    large = gzip.compress(os.urandom(body_encoding.LARGE_BYTES))
-    assert await decoded(small, ["gzip"], limit=LIMIT) == (BODY, True)
-    assert (await decoded(large, ["gzip"], limit=LIMIT))[1]
+@pytest.mark.anyio
+@pytest.mark.parametrize("coding", list(ENCODE))
+async def test_where_a_body_is_decoded_depends_on_what_it_inflates_to(coding, decoder_threads):
+    here = threading.current_thread().name
+    small = ENCODE[coding](BODY)
+    assert await decoded(small, [coding], limit=LIMIT) == (BODY, True)
+    assert set(decoder_threads) == {here}  # small once inflated: on the loop, no thread hop
+    decoder_threads.clear()
+    # a few hundred bytes on the wire, megabytes once inflated: the loop decodes a bounded piece
+    # of it, then hands the rest to the CPU pool
+    plain = b'{"messages": [{"role": "user", "content": "' + b" " * (8 << 20) + b'"}]}'
+    assert await decoded(ENCODE[coding](plain), [coding], limit=16 << 20) == (plain, True)
+    on_loop = decoder_threads.index(next(t for t in decoder_threads if t != here))
+    assert on_loop >= 1 and set(decoder_threads[:on_loop]) == {here}
+    assert {t.split("_")[0] for t in decoder_threads[on_loop:]} == {"offload-cpu"}
+    # a bomb too: still a 413 at the limit, its inflating off the loop
+    decoder_threads.clear()
+    with pytest.raises(ProxyError) as err:
+        await decoded(ENCODE[coding](plain), [coding], limit=4 << 20)
+    assert err.value.status == 413
+    assert decoder_threads[-1].startswith("offload-cpu")
+    # a compressed body large on the wire goes to the pool at once
+    decoder_threads.clear()
+    large = os.urandom(body_encoding.ON_LOOP_BYTES + 1)
+    assert await decoded(ENCODE[coding](large), [coding], limit=LIMIT) == (large, True)
+    assert {t.split("_")[0] for t in decoder_threads} == {"offload-cpu"}
     assert await decoded(BODY, ["identity"], limit=LIMIT) == (BODY, False)
-    assert threads[0] == threading.current_thread().name
-    assert threads[1].startswith("offload-cpu")
-    assert len(threads) == 2
+
+
+def test_zstd_makes_bounded_pieces_on_the_loop():
+    """On the loop, zstd is fed small inputs: its densest blocks (RLE) make at most a few MB a call."""
+    bomb = zstandard.ZstdCompressor(level=19).compress(b" " * (64 << 20))
+    where = body_encoding._Where()
+    where.on_loop = True
+    steps = body_encoding._steps(bomb, ["zstd"], 128 << 20, where)
+    assert max(next(steps) for _ in range(20)) <= body_encoding.ZSTD_ON_LOOP_INPUT * body_encoding.ZSTD_MAX_RATIO + (256 << 10)
