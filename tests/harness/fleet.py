@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -17,8 +18,9 @@ from tests.harness.servers import ProxyProcess
 def replicas(count: int, *args: str, **options) -> Iterator[list[ProxyProcess]]:
     """`count` proxy processes (`python -m proxy serve *args`), started side by side, each with a
     data directory of its own (the store they share is the one `args` name: `--redis-url`)."""
-    procs = [ProxyProcess(*args, "--log-level", "warning", data_dir=tempfile.mkdtemp(prefix="offload-replica-"), **options)
-             for _ in range(count)]
+    options.setdefault("ready_within", 90)  # several start side by side: slow on a busy machine
+    dirs = [tempfile.mkdtemp(prefix="offload-replica-") for _ in range(count)]
+    procs = [ProxyProcess(*args, "--log-level", "warning", data_dir=d, **options) for d in dirs]
     try:
         with ThreadPoolExecutor(count) as pool:
             list(pool.map(ProxyProcess.start, procs))
@@ -27,6 +29,8 @@ def replicas(count: int, *args: str, **options) -> Iterator[list[ProxyProcess]]:
         for proc in procs:
             if proc.proc is not None and proc.proc.poll() is None:
                 proc.stop()
+        for d in dirs:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def background_jobs(url: str) -> int:

@@ -53,3 +53,10 @@ def test_computer_use(tmp_path):
     assert "1 sessions x 5 steps" in out and "/healthz meanwhile" in out
     rows = [line.split() for line in out.splitlines() if line.split()[:2] in (["chat", "1"], ["anthropic", "1"])]
     assert len(rows) == 2 and all(row[4] == "1.00" for row in rows)  # reload exact
+
+
+def test_fleet():
+    out = run("fleet.py", "--turns", "5", "--delays", "0", "--replicas", "1,2", "--gap", "0", "--synthetic",
+              "--max-total-tokens", "3000")
+    rows = [line.split() for line in out.splitlines() if line.split()[:1] == ["0"]]
+    assert "summary calls" in out and [row[1] for row in rows] == ["1", "2"]
