@@ -6,9 +6,10 @@ redis-server (`--cluster`: a 3-master Redis Cluster), with the fake upstream hol
 call `delay` seconds. Prints, per replica count and delay: the summary calls the upstream got,
 the summary tokens billed to clients (X-Offload-Summary-Tokens), the prefix switches (turns whose
 forwarded items do not extend the previous turn's: the provider's cached prefix is lost),
-forwarded / raw tokens and the cache-weighted cost (`proxy.replay.metrics.cache_cost`: cached
-input at 10 %, summary calls included) over the raw turns'. The target: every column equal
-across replica counts, for every delay.
+forwarded / raw tokens, the cache-weighted cost (`proxy.replay.metrics.cache_cost`: cached
+input at 10 %, summary calls included) over the raw turns', and how many forwarded bodies differ
+from the first replica count's (refs aside: each run has a namespace of its own). The target:
+every column equal across replica counts, for every delay, and no body different.
 
     .venv/bin/python bench/fleet.py [--turns 66] [--delays 0,1,3] [--replicas 1,2,3] [--cluster]
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sys
 import time
 import uuid
@@ -39,6 +41,21 @@ from tests.harness.history import agent_history  # noqa: E402
 from tests.harness.servers import RedisCluster, RedisProcess, ServerThread  # noqa: E402
 
 TRACES = SHARED / "traces" / "traces.jsonl"
+REF = re.compile(r"ref=([A-Za-z0-9_-]{16})\b")
+ID16 = re.compile(r"[A-Za-z0-9_-]{16}")
+
+
+def without_refs(bodies: list[bytes]) -> list[str]:
+    """The bodies with each ref (a hash keyed by the run's own namespace) replaced by its rank of
+    first appearance: two runs' bodies compare equal when all but their namespaces is."""
+    names: dict[str, str] = {}
+    out = []
+    for body in bodies:
+        text = body.decode()
+        for ref in REF.findall(text):
+            names.setdefault(ref, f"ref{len(names):013d}")
+        out.append(ID16.sub(lambda m: names.get(m.group(0), m.group(0)), text))
+    return out
 
 
 class Upstream:
@@ -53,12 +70,7 @@ class Upstream:
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             return await fake_upstream.app(scope, receive, send)
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await fake_upstream.read_body(receive)
         if fake_upstream.is_summary_call(body):
             self.summaries.append((len(self.turns), body, scope["path"]))
             await asyncio.sleep(self.delay)
@@ -105,8 +117,11 @@ def run(urls: list[str], upstream: Upstream, requests: list[list[dict]], tools: 
             billed += int(reply.headers.get("x-offload-summary-tokens") or 0)
             time.sleep(gap)
     wait_until(lambda: idle(urls), timeout=600, what="the last summaries")
-    return {"billed": billed, "turns": [json.loads(b) for b in upstream.turns],
-            "summaries": list(upstream.summaries)}
+    turns = without_refs(upstream.turns)
+    summaries = without_refs([body for _, body, _ in upstream.summaries])
+    return {"billed": billed, "bodies": turns, "turns": [json.loads(t) for t in turns],
+            "summaries": [(turn, json.loads(body), path)
+                          for (turn, _, path), body in zip(upstream.summaries, summaries)]}
 
 
 def figures(made: dict, requests: list[list[dict]], counter) -> dict:
@@ -115,15 +130,14 @@ def figures(made: dict, requests: list[list[dict]], counter) -> dict:
     raw_tokens = [message_tokens(r, counter) for r in requests]
     calls = []
     for turn, body, path in made["summaries"]:
-        items, call_tools = request_items(json.loads(body), path)
+        items, call_tools = request_items(body, path)
         calls.append(metrics.SummaryCall(turn, items, call_tools, message_tokens(items, counter)))
     tools = [t.get("tools") for t in made["turns"]]
     switches = sum(1 for a, b in zip(forwarded, forwarded[1:]) if metrics.common_prefix(a, b) < len(a))
     raw_cost = metrics.cache_cost(requests, raw_tokens)
     return {"summary calls": len(calls), "billed": made["billed"], "prefix switches": switches,
-            # to 3 places: refs (a hash each, in each run's namespace) tokenise a token or so apart
-            "forwarded/raw": round(sum(map(sum, tokens)) / sum(map(sum, raw_tokens)), 3),
-            "cache cost": round(metrics.cache_cost(forwarded, tokens, tools, calls) / raw_cost, 3)}
+            "forwarded/raw": sum(map(sum, tokens)) / sum(map(sum, raw_tokens)),
+            "cache cost": metrics.cache_cost(forwarded, tokens, tools, calls) / raw_cost}
 
 
 def main() -> None:
@@ -157,14 +171,17 @@ def main() -> None:
                 upstream.delay = delay
                 for n in counts:
                     made = run([p.url for p in fleet[:n]], upstream, requests, tools, args.gap, headers)
-                    rows.append((delay, n, figures(made, requests, counter)))
+                    if n == counts[0]:
+                        first = made
+                    differ = sum(a != b for a, b in zip(made["bodies"], first["bodies"]))
+                    rows.append((delay, n, {**figures(made, requests, counter), "differ": differ}))
     finally:
         redis.stop()
     print(f"{'delay s':>7} {'replicas':>8} {'summary calls':>13} {'billed':>7} {'prefix switches':>15} "
-          f"{'forwarded/raw':>13} {'cache cost':>10}")
+          f"{'forwarded/raw':>13} {'cache cost':>10} {f'bodies != {counts[0]} replica':>18}")
     for delay, n, f in rows:
         print(f"{delay:>7g} {n:>8} {f['summary calls']:>13} {f['billed']:>7} {f['prefix switches']:>15} "
-              f"{f['forwarded/raw']:>13.3f} {f['cache cost']:>10.3f}")
+              f"{f['forwarded/raw']:>13.3f} {f['cache cost']:>10.3f} {f['differ']:>18}")
     same = all(f == next(g for d, _, g in rows if d == delay) for delay, _, f in rows)
     print("equal across replica counts for every delay" if same else "NOT equal across replica counts")
 
