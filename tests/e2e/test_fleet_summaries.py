@@ -110,7 +110,8 @@ def test_two_replicas_on_one_redis_make_the_summaries_one_replica_makes(upstream
     check_same_as_one_replica(made, one_replica)
 
 
-def test_three_replicas_on_a_redis_cluster_make_the_summaries_one_replica_makes(upstream, redis_cluster_url, one_replica):
+def test_three_replicas_on_a_redis_cluster_make_the_summaries_one_replica_makes(upstream, redis_cluster_url,
+                                                                                one_replica):
     with replicas(3, "--upstream", f"{upstream.url}/v1", "--redis-url", redis_cluster_url) as fleet:
         made = run([p.url for p in fleet], upstream, one_replica["credential"])
     check_same_as_one_replica(made, one_replica)
