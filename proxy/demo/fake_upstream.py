@@ -140,18 +140,23 @@ async def long_stream(send, messages: bool, deltas: int, chars: int) -> None:
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
+async def read_body(receive) -> bytes:
+    """A request's whole body (ASGI)."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return body
+
+
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
         while (await receive())["type"] != "lifespan.shutdown":
             await send({"type": "lifespan.startup.complete"})
         await send({"type": "lifespan.shutdown.complete"})
         return
-    body = b""
-    while True:
-        message = await receive()
-        body += message.get("body", b"")
-        if not message.get("more_body"):
-            break
+    body = await read_body(receive)
     if is_summary_call(body):
         text = "<state_snapshot><task_overview>benchmark</task_overview></state_snapshot>"
         if is_messages(scope):

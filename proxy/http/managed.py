@@ -289,7 +289,7 @@ class ManagedCall:
     def after(self) -> BackgroundTask:
         """Once the client has its answer: the events."""
         async def record() -> None:
-            self.prepared.start_background()  # if the upstream never answered
+            await self.prepared.start_background()  # if the upstream never answered
             accounting.learn_reply(self, self.rounds.first_id)
             services = self.services
             await events.record(services.store, self.namespace, self.settings.session,
@@ -305,7 +305,7 @@ class ManagedCall:
                                                   headers=self.headers, content=content, base=self.base)
         if self.caller.kind == "client":  # what the upstream thinks of the client's own key
             self.services.credential_check.remember(self.caller.scope, response.status_code)
-        self.prepared.start_background()  # the turn is out and answering: now its summaries
+        await self.prepared.start_background()  # the turn is out and answering: now its summaries
         if self.used_up and response.status_code == 200:
             used_up, self.used_up = self.used_up, None
             await response_chains.forget(self.services.store, self.namespace, used_up, sealer=self.services.sealer)

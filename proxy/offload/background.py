@@ -31,6 +31,7 @@ class _Job:
     queued: float
     tenant: str
     weight: int
+    on_end: Callable[[], None] | None = None  # called once it has ended or was dropped
 
 
 @dataclass(frozen=True)
@@ -63,10 +64,12 @@ class SummaryScheduler:
         """Is a job with this key queued or running here?"""
         return key in self._jobs
 
-    def submit(self, key: str, run: Callable[[], Awaitable[None]], *, tenant: str = "", weight: int = 0) -> bool:
+    def submit(self, key: str, run: Callable[[], Awaitable[None]], *, tenant: str = "", weight: int = 0,
+               on_end: Callable[[], None] | None = None) -> bool:
         """Start `run` now or when a slot frees; False (nothing started) when the same key is
         already here, the queue, the tenant's share or the weight is full, or it is closed.
-        `weight`: what the job holds in memory (tokens of history), released when it ends."""
+        `weight`: what the job holds in memory (tokens of history), released when it ends.
+        `on_end`: called when the job has ended, or was dropped without ever running."""
         if self._closed or key in self._jobs:
             return False
         if ((len(self._running) >= self.concurrency and len(self._queue) >= self.queue_size)
@@ -75,7 +78,7 @@ class SummaryScheduler:
             self._dropped += 1
             self._changed()
             return False
-        job = _Job(key, run, time.monotonic(), tenant, weight)
+        job = _Job(key, run, time.monotonic(), tenant, weight, on_end)
         self._jobs[key] = job
         self._tenants[tenant] = self._tenants.get(tenant, 0) + 1
         self._weight += weight
@@ -109,6 +112,11 @@ class SummaryScheduler:
                 self._tenants[job.tenant] = left
             else:
                 self._tenants.pop(job.tenant, None)
+            if job.on_end is not None:
+                try:
+                    job.on_end()
+                except Exception:  # the scheduler's own bookkeeping must go on
+                    log.exception("a background summary's end callback failed")
 
     def _finished(self, key: str) -> None:
         self._running.pop(key, None)

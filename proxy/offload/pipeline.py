@@ -7,7 +7,7 @@ what is stored) run off the event loop (`proxy.offload.cpu_pool`); a small reque
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,17 +37,19 @@ class Prepared:
     refused: Exception | None = None  # ...because the quota refused the writes (QuotaExceeded, CredentialRejected)
     written: set[str] = field(default_factory=set)  # refs stored for the first time by this request
     # Background summaries to start once the turn's upstream request is out (`start_background`).
-    deferred: list[Callable[[], object]] = field(default_factory=list)
+    deferred: list[Callable[[], Awaitable[object]]] = field(default_factory=list)
 
     def add_action(self, part: str) -> None:
         """`part` (an emulated step, `proxy.emulation`) added to the action: alone, or after a `+`."""
         self.action = part if self.action == "none" else f"{self.action}+{part}"
 
-    def start_background(self) -> None:
-        """Hand the summaries this turn prepared to the scheduler (once; later calls do nothing)."""
+    async def start_background(self) -> None:
+        """Hand the summaries this turn prepared to the scheduler (once; later calls do nothing),
+        each under its conversation's lease: taken before this returns, so a turn that follows
+        this one's answer, on any replica, finds it."""
         deferred, self.deferred = self.deferred, []
         for start in deferred:
-            start()
+            await start()
 
 
 def _action(compacted: bool, compressed: bool, pending: bool = False) -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from proxy.core import compression as cp
@@ -29,6 +29,7 @@ from proxy.core.texts import RELOAD_TOOL_SCHEMAS
 from proxy.core.view import ItemView
 from proxy.formats import chat
 from proxy.offload import events as session_events
+from proxy.offload import lease
 from proxy.offload.cpu_pool import CPU, INLINE
 from proxy.offload.events import event
 from proxy.offload.quota import CredentialRejected, QuotaExceeded
@@ -63,7 +64,8 @@ class Compressor:
         self.view: ItemView = ctx.view or (ctx.wire.view if ctx.wire is not None else chat.VIEW)
         self.prefix = ctx.summary_request == "prefix" and ctx.wire is not None and ctx.body is not None
         self.version = prompt_version(ctx.instruction if self.prefix else ctx.prompt)
-        self.deferred: list[Callable[[], object]] = []  # background summaries to start once the turn is out
+        # background summaries to start once the turn is out
+        self.deferred: list[Callable[[], Awaitable[object]]] = []
 
     def _summary_key(self, prefix_hash: str) -> str:
         return key(self.namespace, "summary", f"{prefix_hash}:{self.version}:{cp.LAYOUT}")
@@ -193,20 +195,31 @@ class Compressor:
     async def _start(self, compacted, originals, settings, counter, chain, decision, cpu) -> None:
         """Ready the summary for the scheduler, to be handed to it (`deferred`) once this turn's
         own upstream request has gone out and answered: the summary call must not hold the turn
-        up nor race it. One per conversation at a time in this process; across requests and
-        replicas, the store's lock on the summarised prefix decides."""
+        up nor race it. One per conversation at a time, in this process (the scheduler) and
+        across replicas (the conversation's lease in the store, `proxy.offload.lease`): a turn
+        that finds one under way, for a shorter prefix, starts none and finds it once stored."""
         scheduler = self.ctx.background
         assert scheduler is not None
-        conversation = f"{self.namespace}:{await cpu.light(chain.__getitem__, decision.head + 1)}"
-        if scheduler.busy(conversation):
-            return
+        start = await cpu.light(chain.__getitem__, decision.head + 1)
+        conversation = f"{self.namespace}:{start}"
+        lease_key = key(self.namespace, "lease", start)
+        try:
+            if scheduler.busy(conversation) or await lease.held(self.store, lease_key):
+                return
+        except StoreUnavailable:
+            return  # no lease to be had: no background summary (it could not be stored either)
 
         async def job() -> None:
             await self._in_background(compacted, originals, settings, counter, chain, decision)
 
         weight = await cpu.light(counter.messages, originals)  # counted already: what the job holds
         tenant = self.ctx.tenant_scope or self.namespace  # the credential's: sub-tenants share its slots
-        self.deferred.append(lambda: scheduler.submit(conversation, job, tenant=tenant, weight=weight))
+
+        def submit(run, on_end) -> bool:
+            return scheduler.submit(conversation, run, tenant=tenant, weight=weight, on_end=on_end)
+
+        ttl = lease.lease_ttl(self.ctx.timeout)
+        self.deferred.append(lambda: lease.submit_leased(self.store, lease_key, ttl, job, submit))
 
     async def _in_background(self, compacted, originals, settings, counter, chain, decision) -> None:
         cpu = CPU.for_messages(originals)

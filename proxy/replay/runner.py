@@ -269,7 +269,7 @@ class Replayer:
             added.append((time.perf_counter() - start) * 1e3)
             if self.turn_latency_ms:
                 await asyncio.sleep(self.turn_latency_ms / 1e3)  # the upstream answers; background work runs
-            prepared.start_background()  # as the server does once the turn's upstream request has answered
+            await prepared.start_background()  # as the server does once the turn's upstream request has answered
             if scheduler is not None and self.summary_delay_ms is None:
                 await scheduler.idle()  # deterministic: a summary started by this turn is ready for the next
             sent = self.on_the_wire(prepared.plan.items)
@@ -294,7 +294,7 @@ class Replayer:
             start = time.perf_counter()
             steady_prepared = await self._prepare(request, namespace, counter, tools, scheduler)
             steady += time.perf_counter() - start
-            steady_prepared.start_background()
+            await steady_prepared.start_background()
         await self._settle(scheduler)
         if scheduler is not None:
             await scheduler.shutdown(grace=0)

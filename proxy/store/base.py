@@ -33,6 +33,16 @@ class Store(Protocol):
 
     async def delete(self, key: str) -> None: ...
 
+    async def delete_if(self, key: str, value: bytes) -> bool:
+        """Compare-and-delete: delete the key only while it holds `value` (a lease's owner
+        token), atomically; False when it holds another value or is gone."""
+        ...
+
+    async def extend_if(self, key: str, value: bytes, ttl: int) -> bool:
+        """Compare-and-extend: push the key's expiry out to `ttl` only while it holds `value`,
+        atomically; False when it holds another value or is gone (a lease lost)."""
+        ...
+
     async def add_members(self, key: str, members: Sequence[str], ttl: int, *, slack: int = 0) -> None:
         """Add to a set (idle TTL applies to the whole set). With a slack, a set that already
         holds every member and has more than `ttl - slack` seconds left is not written."""

@@ -184,6 +184,12 @@ class GuardedStore:
     async def delete(self, key: str) -> None:
         await self._call(self.inner.delete(key))
 
+    async def delete_if(self, key: str, value: bytes) -> bool:
+        return await self._call(self.inner.delete_if(key, value))
+
+    async def extend_if(self, key: str, value: bytes, ttl: int) -> bool:
+        return await self._call(self.inner.extend_if(key, value, ttl))
+
     async def add_members(self, key: str, members: Sequence[str], ttl: int, *, slack: int = 0) -> None:
         await self._call(self.inner.add_members(key, members, ttl, slack=slack))
 

@@ -20,6 +20,10 @@ from proxy.store.base import StoreUnavailable
 T = TypeVar("T")
 
 
+# Compare-and-delete, compare-and-extend: one key each, so a script runs on its slot's node in a Cluster.
+DELETE_IF = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+EXTEND_IF = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('expire', KEYS[1], ARGV[2]) end return 0"
+
 CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
 RETRIES = 2  # a command failing with a connection error is sent again this many times at most
 CLUSTER_RETRIES = 1  # on a cluster (whose pipelines also retry timeouts, after 0.25 s: redis-py's rule)
@@ -126,6 +130,12 @@ class RedisStore:
 
     async def delete(self, key: str) -> None:
         await self._call(self.client.delete(key))
+
+    async def delete_if(self, key: str, value: bytes) -> bool:
+        return bool(await self._call(self.client.eval(DELETE_IF, 1, key, value)))
+
+    async def extend_if(self, key: str, value: bytes, ttl: int) -> bool:
+        return bool(await self._call(self.client.eval(EXTEND_IF, 1, key, value, ttl)))
 
     async def add_members(self, key: str, members: Sequence[str], ttl: int, *, slack: int = 0) -> None:
         if not members:

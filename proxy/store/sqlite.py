@@ -118,6 +118,23 @@ class SQLiteStore:
 
         await self._run(op)
 
+    async def delete_if(self, key: str, value: bytes) -> bool:
+        def op(db: sqlite3.Connection, now: float) -> bool:
+            with db:
+                cur = db.execute("DELETE FROM kv WHERE key = ? AND value = ? AND expires >= ?", (key, value, now))
+                return cur.rowcount == 1
+
+        return await self._run(op)
+
+    async def extend_if(self, key: str, value: bytes, ttl: int) -> bool:
+        def op(db: sqlite3.Connection, now: float) -> bool:
+            with db:
+                cur = db.execute("UPDATE kv SET expires = ? WHERE key = ? AND value = ? AND expires >= ?",
+                                 (now + ttl, key, value, now))
+                return cur.rowcount == 1
+
+        return await self._run(op)
+
     async def add_members(self, key: str, members: Sequence[str], ttl: int, *, slack: int = 0) -> None:
         def op(db: sqlite3.Connection, now: float) -> None:
             if slack > 0:  # read first: write only what is missing, or an expiry that is due

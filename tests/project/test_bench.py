@@ -67,3 +67,10 @@ def test_large_bodies():
     assert "input_tokens: 2 x" in out and "-> [200]" in out
     assert out.count("(emulated-compaction)") == 4  # the two compacts, the threshold compactions streamed and not
     assert out.count("/healthz during") == 12 + 2 + 1 + 2 and "p99" in out
+
+
+def test_fleet():
+    out = run("fleet.py", "--turns", "5", "--delays", "0", "--replicas", "1,2", "--gap", "0", "--synthetic",
+              "--max-total-tokens", "3000")
+    rows = [line.split() for line in out.splitlines() if line.split()[:1] == ["0"]]
+    assert "summary calls" in out and [row[1] for row in rows] == ["1", "2"]

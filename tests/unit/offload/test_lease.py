@@ -1,0 +1,120 @@
+"""A conversation's lease on its background summary: owned, renewed, released, never another's."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from proxy.offload import lease
+from proxy.offload.background import SummaryScheduler
+from proxy.store import StoreUnavailable
+from proxy.store.guarded import GuardedStore
+from proxy.store.sqlite import SQLiteStore
+
+pytestmark = pytest.mark.anyio
+
+KEY = "off:{ns}:lease:conv"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def store(tmp_path):
+    s = SQLiteStore(tmp_path)
+    yield s
+    await s.close()
+
+
+def test_the_ttl_follows_the_summary_timeout_within_bounds():
+    assert [lease.lease_ttl(t) for t in (0.2, 1, 2.5, 60)] == [1, 1, 3, lease.LEASE_MAX]
+
+
+async def test_one_owner_at_a_time_and_a_release_frees_it(store):
+    first = await lease.Lease.take(store, KEY, 60)
+    assert first is not None and await lease.held(store, KEY)
+    assert await lease.Lease.take(store, KEY, 60) is None
+    await first.release()
+    assert not await lease.held(store, KEY)
+    second = await lease.Lease.take(store, KEY, 60)
+    assert second is not None and second.owner != first.owner
+    await first.release()  # once only: the second owner's lease stays
+    assert await lease.held(store, KEY)
+    await second.release()
+
+
+async def test_a_lease_is_renewed_past_its_ttl_while_held(store):
+    held = await lease.Lease.take(store, KEY, 1)
+    await asyncio.sleep(1.6)
+    assert await lease.held(store, KEY)
+    await held.release()
+    assert not await lease.held(store, KEY)
+
+
+async def test_a_lapsed_lease_taken_by_another_is_not_released_by_the_first(store):
+    first = await lease.Lease.take(store, KEY, 1)
+    first._keeper.cancel()  # as if its replica stalled: no renewal
+    await asyncio.sleep(1.2)
+    second = await lease.Lease.take(store, KEY, 60)
+    assert second is not None
+    await first.release()
+    assert await store.get(KEY) == second.owner
+    await second.release()
+
+
+async def test_the_job_releases_its_lease_before_the_scheduler_counts_it_done(store):
+    scheduler, gate, seen = SummaryScheduler(), asyncio.Event(), []
+
+    async def run() -> None:
+        await gate.wait()
+
+    def submit(job, on_end) -> bool:
+        return scheduler.submit("conv", job, on_end=on_end)
+
+    assert await lease.submit_leased(store, KEY, 60, run, submit)
+    assert scheduler.busy("conv") and await lease.held(store, KEY)
+    assert not await lease.submit_leased(store, KEY, 60, run, submit)  # held: nothing submitted
+    scheduler._on_change = lambda state: seen.append(state.running)
+    gate.set()
+    await asyncio.wait_for(scheduler.idle(), 5)
+    assert not await lease.held(store, KEY) and seen[-1] == 0
+
+
+async def test_a_refused_or_dropped_job_frees_its_lease(store):
+    full = SummaryScheduler(concurrency=1, queue=0)
+    gate = asyncio.Event()
+
+    async def run() -> None:
+        await gate.wait()
+
+    assert full.submit("other", run)
+    assert not await lease.submit_leased(store, KEY, 60, run,
+                                         lambda job, on_end: full.submit("conv", job, on_end=on_end))
+    assert not await lease.held(store, KEY)  # refused: released at once
+
+    queued = SummaryScheduler(concurrency=1, queue=4, per_tenant=10)
+    assert queued.submit("other", run)
+    assert await lease.submit_leased(store, KEY, 60, run,
+                                     lambda job, on_end: queued.submit("conv", job, on_end=on_end))
+    await queued.shutdown(grace=0)  # the queued job is dropped unstarted
+    for _ in range(100):
+        if not await lease.held(store, KEY):
+            break
+        await asyncio.sleep(0.01)
+    assert not await lease.held(store, KEY)
+    gate.set()
+    await full.shutdown(grace=1)
+
+
+async def test_a_store_that_is_down_starts_no_job_and_fails_nothing(store):
+    guarded = GuardedStore(store)
+    guarded.available = False
+    with pytest.raises(StoreUnavailable):
+        await lease.held(guarded, KEY)
+    submitted = []
+    assert not await lease.submit_leased(guarded, KEY, 60, asyncio.sleep,
+                                         lambda job, on_end: submitted.append(job) or True)
+    assert submitted == []
