@@ -18,7 +18,6 @@ import uuid
 import httpx2
 import pytest
 
-from proxy.offload.tenant import key as store_key
 from proxy.offload.tenant import tenant_namespace
 from tests.harness.fleet import background_jobs, idle, replicas, wait_until
 from tests.harness.history import agent_history
@@ -122,7 +121,7 @@ def test_a_killed_replicas_lease_lapses_and_a_later_turn_makes_the_summary(upstr
 
     credential = f"sk-fleet-kill-{uuid.uuid4().hex}"
     summariser = upstream.handler = Summariser()
-    leases = f"{store_key(tenant_namespace(credential, None), 'lease', '')}*"
+    leases = f"off:{{{tenant_namespace(credential, None)}:*}}:lease:*"  # in any of the tenant's shards
     history = turns(HISTORY)
     db = redis.Redis.from_url(private_redis_url)
     # a summary timeout of 2 s: a lease of 2 s, renewed every 0.7 s while its summary is made
