@@ -214,8 +214,10 @@ def token_note() -> str | None:
     method = counting_method(counter_for_encoding("o200k_base"))
     if method["method"] != "estimate":
         return None
+    cache = os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR")
+    where = f"not in TIKTOKEN_CACHE_DIR={cache}" if cache else "offline and no TIKTOKEN_CACHE_DIR"
     return ("tokens: ESTIMATES (about 4 bytes a token): tiktoken's o200k_base encoding could not be loaded "
-            "(offline and no TIKTOKEN_CACHE_DIR); the ratios are close to the real ones.")
+            f"({where}); the ratios are close to the real ones.")
 
 
 def wait_for_ctrl_c(servers: Servers) -> int:
