@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
+import weakref
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from proxy.core import compression as cp
@@ -44,17 +45,28 @@ from proxy.core.tokens import TokenCounter
 CONV_ENTRIES = 8  # summaries remembered per conversation start (forks share a start)
 POLL = 0.1
 # A summary record never changes once written (its key is the hash of what it summarises), so
-# this process keeps the ones it read; it re-reads one a minute to extend its idle TTL.
+# this process keeps the ones it read, per store (a record another store holds is no record of
+# this one's: a replay or a test runs several stores in one process); it re-reads one a minute
+# to extend its idle TTL.
 RECORDS = 10_000
 RECORD_REFRESH = 60.0
-_records: dict[str, tuple[float, cp.PriorSummary]] = {}
+_records: MutableMapping[object, dict[str, tuple[float, cp.PriorSummary]]] = weakref.WeakKeyDictionary()
 _seen = cp.SeenPrefixes()
 
 
-def _keep(summary_key: str, record: cp.PriorSummary) -> cp.PriorSummary:
-    if len(_records) > RECORDS:
-        _records.clear()
-    _records[summary_key] = (time.monotonic(), record)
+def _memo(store: object) -> dict[str, tuple[float, cp.PriorSummary]]:
+    """The records this process read from or wrote to `store`."""
+    found = _records.get(store)
+    if found is None:
+        found = _records[store] = {}
+    return found
+
+
+def _keep(store: object, summary_key: str, record: cp.PriorSummary) -> cp.PriorSummary:
+    memo = _memo(store)
+    if len(memo) > RECORDS:
+        memo.clear()
+    memo[summary_key] = (time.monotonic(), record)
     return record
 
 
@@ -98,7 +110,7 @@ class Compressor:
 
     async def _load(self, prefix_hash: str) -> cp.PriorSummary | None:
         summary_key = self._summary_key(prefix_hash)
-        known = _records.get(summary_key)
+        known = _memo(self.store).get(summary_key)
         if known is not None and time.monotonic() - known[0] < RECORD_REFRESH:
             return known[1]
         raw = await self.store.get(summary_key, ttl=self.ttl)
@@ -106,7 +118,7 @@ class Compressor:
         if raw is None:
             return None
         r = json.loads(raw)
-        return _keep(summary_key, cp.PriorSummary(r["cut"], r["text"], r["ref"], r["tokens"], r["message"],
+        return _keep(self.store, summary_key, cp.PriorSummary(r["cut"], r["text"], r["ref"], r["tokens"], r["message"],
                                                   tuple(r.get("usage") or (0, 0)), bool(r.get("bill"))))
 
     async def run(
@@ -368,7 +380,8 @@ class Compressor:
                   "usage": [tokens_in, tokens_out], "bill": bill}
         summary_key = self._summary_key(chain[cut])
         await self.store.put(summary_key, self.ctx.sealer.seal(json.dumps(record).encode(), summary_key), self.ttl)
-        _keep(summary_key, cp.PriorSummary(cut, text, ref, record["tokens"], message, (tokens_in, tokens_out), bill))
+        _keep(self.store, summary_key,
+              cp.PriorSummary(cut, text, ref, record["tokens"], message, (tokens_in, tokens_out), bill))
         _seen.add(chain[cut], originals[:cut])  # the next turn recognises this prefix without hashing
         await self._remember(chain, head, cut)
         done = event("compression", messages=covered, tokens_before=covered_tokens,

@@ -163,9 +163,10 @@ def forget_process_summaries(namespace: str) -> None:
     same process, e.g. on another store), so every replay counts the summaries it makes itself."""
     from proxy.offload import summaries as compression
 
-    tag = "{" + namespace + "}"
-    for summary_key in [k for k in compression._records if tag in k]:
-        compression._records.pop(summary_key, None)
+    tags = ("{" + namespace + "}", "{" + namespace + ":")  # a key's hash tag: the namespace, then its shard
+    for memo in list(compression._records.values()):
+        for summary_key in [k for k in memo if any(tag in k for tag in tags)]:
+            memo.pop(summary_key, None)
 
 
 class CapturingRefs(RefStore):
