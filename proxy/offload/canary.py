@@ -122,6 +122,20 @@ async def watch(store: Store, sealer: Sealer, names_key: str | None, *, stop: Ca
         return
 
 
+def after_serve(settings) -> None:
+    """`offload-proxy serve` once its server has stopped: when the workers were to make the check
+    (the store did not answer at startup), it is made again, so that a server its workers stopped
+    for a mismatch exits with the reason and status 1 (several workers: the supervisor would
+    otherwise end as after an operator's SIGTERM, with 0, and a supervisor restarting only
+    failures would take the mismatch for a normal stop). `settings`: the ServerSettings."""
+    if os.environ.get(UNCHECKED_ENV) != "1":
+        return
+    try:
+        startup_check(settings)  # a store still unreachable: bounded, and the stop goes on
+    except CanaryMismatch as exc:
+        raise SystemExit(f"offload-proxy: {exc}") from None
+
+
 def watch_if_unchecked(store: Store, sealer: Sealer, names_key: str | None, *, workers: int) -> asyncio.Task | None:
     """A worker's `watch`, when `serve` could not check the store at startup (None otherwise)."""
     if os.environ.get(UNCHECKED_ENV) != "1":
