@@ -82,6 +82,11 @@ async def check(store: Store, sealer: Sealer, names_key: str | None) -> str | No
     return None
 
 
+def check_timeout(store_timeout: float) -> float:
+    """How long (s) `serve`'s check may take (at startup, and after the server stopped)."""
+    return max(2.0, 4 * store_timeout)
+
+
 def startup_check(settings) -> str | None:
     """`offload-proxy serve`, before any worker starts: CanaryMismatch when this replica must not
     start; else a line to show (a warning, or that the store could not be asked), or None.
@@ -91,7 +96,7 @@ def startup_check(settings) -> str | None:
         store = open_store(settings)
         try:
             return await asyncio.wait_for(check(store, sealer_for(settings), settings.names_key),
-                                          max(2.0, 4 * settings.store_timeout))
+                                          check_timeout(settings.store_timeout))
         finally:
             await store.close()
 
