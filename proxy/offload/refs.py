@@ -21,6 +21,8 @@ from proxy.offload.tenant import key
 
 FORMAT = 1
 TOUCH_SLACK = 60
+RESEALED_MAX = 100_000  # store keys remembered as sealed again during a key rotation (then forgotten)
+_resealed: set[str] = set()  # ...by this process: each written once, not at every request carrying it
 LARGE_STORED = 32 * 1024  # bytes stored (zlib-compressed text): opened and inflated off the event loop past this
 
 
@@ -92,13 +94,25 @@ class RefStore:
             if isinstance(result, BaseException):
                 raise result
         missing = [by_ref[ref] for ref, exists in zip(wanted, results[0]) if not exists and ref in by_ref]
+        # During a key rotation an item in use (its TTL extended by every request carrying it) would
+        # stay sealed with the old key until the rotation's end made it unreadable: the content
+        # this request carries is sealed again, once per process, replacing what is stored.
+        again = [by_ref[ref] for ref, exists in zip(wanted, results[0])
+                 if exists and ref in by_ref and self._key(ref) not in _resealed] if self.sealer.rotating else []
         new: dict[str, bytes] = {}
-        if missing:  # sized by what is encoded: one small new item of a large request needs no thread hop
-            new = await cpu.sized(sum(len(o.text) for o in missing), len(missing))(self._encode, missing)
+        if missing or again:  # sized by what is encoded: one small new item of a large request needs no thread hop
+            encode = [*missing, *again]
+            new = await cpu.sized(sum(len(o.text) for o in encode), len(encode))(self._encode, encode)
+        resealed = {ref: new.pop(ref) for ref in [o.ref for o in again]}
         if new and self.quota is not None:
             await self.quota.charge(sum(len(value) for value in new.values()))
         for ref, value in new.items():
             await self.store.put(self._key(ref), value, self.ttl)
+        for ref, value in resealed.items():
+            await self.store.put(self._key(ref), value, self.ttl)
+            if len(_resealed) >= RESEALED_MAX:
+                _resealed.clear()
+            _resealed.add(self._key(ref))
         return set(new)
 
     def _encode(self, offloads: list[Offload]) -> dict[str, bytes]:
