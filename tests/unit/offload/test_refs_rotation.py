@@ -50,3 +50,14 @@ async def test_without_a_rotation_an_item_carried_again_is_not_written(store):
     await refs.save([item], [item.ref])
     before = store.puts
     assert await refs.save([item], [item.ref]) == set() and store.puts == before
+
+
+async def test_an_item_only_referred_to_during_a_rotation_reads_after_it(store):
+    """A placeholder's ref (the request carries no content for it) is read and sealed again."""
+    ns, item = uuid.uuid4().hex, Offload(f"r{uuid.uuid4().hex[:12]}", "tool_result", "referred to " * 50, 100)
+    await RefStore(store, ns, 600, Sealer(OLD)).save([item], [item.ref])
+    rotating = RefStore(store, ns, 600, Sealer(NEW, previous=OLD))
+    before = store.puts
+    assert await rotating.save([], [item.ref]) == set() and store.puts == before + 1
+    assert await rotating.save([], [item.ref]) == set() and store.puts == before + 1  # once per process
+    assert (await RefStore(store, ns, 600, Sealer(NEW)).load(item.ref)).text == item.text
