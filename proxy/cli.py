@@ -264,13 +264,14 @@ def main(argv: Sequence[str] | None = None) -> None:
                 sys.exit(f"offload-proxy: --data-dir {settings.data_dir} is not a writable folder: {exc.strerror}")
         if (problem := listen_problem(settings.host, settings.port)) is not None:
             sys.exit(f"offload-proxy: {problem}")
-        from proxy.offload.canary import CanaryMismatch, startup_check
+        from proxy.offload.canary import CanaryMismatch, after_serve, startup_check
 
         try:  # replicas sharing a store share its secrets (proxy.offload.canary)
             note = startup_check(settings)
         except CanaryMismatch as exc:
             sys.exit(f"offload-proxy: {exc}")
         serve(settings, notes=[note] if note else [])
+        after_serve(settings)  # a mismatch the workers found once the store answered: status 1
 
 
 def listen_problem(host: str, port: int) -> str | None:

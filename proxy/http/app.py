@@ -42,7 +42,7 @@ from proxy.http.stats_api import AdminGate, StatsApi, tenant_names
 from proxy.stats.prices import PriceTable
 from proxy.stats.recorder import STOP_TIMEOUT, Recorder
 from proxy.offload.background import CANCEL_WAIT, SummaryScheduler
-from proxy.offload.canary import watch_if_unchecked
+from proxy.offload.canary import check_timeout, watch_if_unchecked
 from proxy.offload.quota import CredentialCheck
 from proxy.store import open_store, sealer_for
 from proxy.store.guarded import GuardedStore
@@ -69,9 +69,11 @@ async def readyz(request: Request) -> JSONResponse:
 def shutdown_budget(settings: ServerSettings) -> float:
     """The longest time (s) from SIGTERM to exit: the requests' and streams' grace (uvicorn's), then
     the lifespan's: the background summaries' grace, the wait for those cancelled past it, the
-    search workers' reaping, the statistics' last flush, and a second for the rest. An
-    orchestrator's grace period must cover it."""
-    return 2 * settings.shutdown_grace + CANCEL_WAIT + search_pool.REAP_WAIT + STOP_TIMEOUT + 1
+    search workers' reaping, the statistics' last flush, the secrets check made again when the
+    store did not answer at startup (`proxy.offload.canary.after_serve`), and a second for the
+    rest. An orchestrator's grace period must cover it."""
+    return (2 * settings.shutdown_grace + CANCEL_WAIT + search_pool.REAP_WAIT + STOP_TIMEOUT
+            + check_timeout(settings.store_timeout) + 1)
 
 
 _frozen = False

@@ -82,6 +82,11 @@ async def check(store: Store, sealer: Sealer, names_key: str | None) -> str | No
     return None
 
 
+def check_timeout(store_timeout: float) -> float:
+    """How long (s) `serve`'s check may take (at startup, and after the server stopped)."""
+    return max(2.0, 4 * store_timeout)
+
+
 def startup_check(settings) -> str | None:
     """`offload-proxy serve`, before any worker starts: CanaryMismatch when this replica must not
     start; else a line to show (a warning, or that the store could not be asked), or None.
@@ -91,7 +96,7 @@ def startup_check(settings) -> str | None:
         store = open_store(settings)
         try:
             return await asyncio.wait_for(check(store, sealer_for(settings), settings.names_key),
-                                          max(2.0, 4 * settings.store_timeout))
+                                          check_timeout(settings.store_timeout))
         finally:
             await store.close()
 
@@ -120,6 +125,20 @@ async def watch(store: Store, sealer: Sealer, names_key: str | None, *, stop: Ca
         if note is not None:
             log.warning(note)
         return
+
+
+def after_serve(settings) -> None:
+    """`offload-proxy serve` once its server has stopped: when the workers were to make the check
+    (the store did not answer at startup), it is made again, so that a server its workers stopped
+    for a mismatch exits with the reason and status 1 (several workers: the supervisor would
+    otherwise end as after an operator's SIGTERM, with 0, and a supervisor restarting only
+    failures would take the mismatch for a normal stop). `settings`: the ServerSettings."""
+    if os.environ.get(UNCHECKED_ENV) != "1":
+        return
+    try:
+        startup_check(settings)  # a store still unreachable: bounded, and the stop goes on
+    except CanaryMismatch as exc:
+        raise SystemExit(f"offload-proxy: {exc}") from None
 
 
 def watch_if_unchecked(store: Store, sealer: Sealer, names_key: str | None, *, workers: int) -> asyncio.Task | None:

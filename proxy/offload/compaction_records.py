@@ -12,10 +12,16 @@ A record is JSON as `proxy.core.jsonio` writes it (a lone surrogate escaped, val
 reads back exactly as it came in. A large one (a task of tens of MB is kept whole) is written,
 hashed and sealed, and read back, in the CPU pool (`proxy.offload.cpu_pool`), a piece at a time
 (`proxy.core.large_json`).
+
+A record opened with the encryption key before a rotation (`--encryption-key-previous`) is
+sealed again with the current key as it is read: the client holds only the token, so nothing
+else would ever store it again, and a record in use (its TTL extended at every use) would
+otherwise stay sealed with the old key until the rotation's end made it unreadable.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from proxy.core import compaction_token, jsonio, large_json
@@ -23,7 +29,7 @@ from proxy.core.compaction_token import TokenError
 from proxy.offload.cpu_pool import CPU, LARGE_CHARS
 from proxy.offload.quota import Quota
 from proxy.offload.tenant import key, unsharded_key
-from proxy.store import Store
+from proxy.store import Store, StoreUnavailable
 from proxy.store.sealing import Sealer
 
 __all__ = ["CompactionRecords", "TokenError"]
@@ -47,12 +53,15 @@ class CompactionRecords:
             raise TokenError("a compaction record may not hold a compaction token (it would reach the upstream)")
         return content, compaction_token.record_id_for(self.namespace, content)
 
-    def _opened(self, value: bytes, store_key: str, large: bool) -> list[Any] | None:
-        opened = self.sealer.open(value, store_key)
+    def _opened(self, value: bytes, store_key: str, large: bool) -> tuple[list[Any] | None, bytes | None]:
+        """The items, and the value sealed again with the current key when the previous one opened it."""
+        opened, by = self.sealer.opened(value, store_key)
         if opened is None:
-            return None
+            return None, None
         items = large_json.loads_yielding(opened) if large else jsonio.loads(opened)
-        return items if isinstance(items, list) else None
+        if not isinstance(items, list):
+            return None, None
+        return items, (self.sealer.seal(opened, store_key) if by == "previous" else None)
 
     async def save(self, items: list[Any]) -> str:
         """Store `items` and answer the token that stands for them (the same items, the same token).
@@ -79,7 +88,11 @@ class CompactionRecords:
             if value is None:
                 return None
         large = len(value) > LARGE_CHARS
-        return await CPU(large)(self._opened, value, store_key, large)
+        items, resealed = await CPU(large)(self._opened, value, store_key, large)
+        if resealed is not None:  # a rotation under way: readable after it too
+            with contextlib.suppress(StoreUnavailable):  # read already: sealed again at a later use
+                await self.store.put(store_key, resealed, self.ttl)
+        return items
 
     async def _moved(self, record_id: str, store_key: str) -> bytes | None:
         """A record stored before keys had shards, moved to its key now (the client holds only the

@@ -21,6 +21,16 @@ from proxy.offload.tenant import key
 
 FORMAT = 1
 TOUCH_SLACK = 60
+RESEALED_MAX = 100_000  # store keys remembered as sealed again during a key rotation (then forgotten)
+_resealed: set[str] = set()  # ...by this process: each written once, not at every request carrying it
+
+
+def _remember_resealed(store_key: str) -> None:
+    if len(_resealed) >= RESEALED_MAX:
+        _resealed.clear()
+    _resealed.add(store_key)
+
+
 LARGE_STORED = 32 * 1024  # bytes stored (zlib-compressed text): opened and inflated off the event loop past this
 
 
@@ -92,14 +102,35 @@ class RefStore:
             if isinstance(result, BaseException):
                 raise result
         missing = [by_ref[ref] for ref, exists in zip(wanted, results[0]) if not exists and ref in by_ref]
+        # During a key rotation an item in use (its TTL extended by every request carrying it) would
+        # stay sealed with the old key until the rotation's end made it unreadable: the content
+        # this request carries is sealed again, once per process, replacing what is stored.
+        # What it only refers to (a placeholder, a summary's ref) is read and sealed again when the old key opens it.
+        due = [ref for ref, exists in zip(wanted, results[0])
+               if exists and self._key(ref) not in _resealed] if self.sealer.rotating else []
+        again = [by_ref[ref] for ref in due if ref in by_ref]
+        await asyncio.gather(*(self._reseal_stored(ref) for ref in due if ref not in by_ref))
         new: dict[str, bytes] = {}
-        if missing:  # sized by what is encoded: one small new item of a large request needs no thread hop
-            new = await cpu.sized(sum(len(o.text) for o in missing), len(missing))(self._encode, missing)
+        if missing or again:  # sized by what is encoded: one small new item of a large request needs no thread hop
+            encode = [*missing, *again]
+            new = await cpu.sized(sum(len(o.text) for o in encode), len(encode))(self._encode, encode)
+        resealed = {ref: new.pop(ref) for ref in [o.ref for o in again]}
         if new and self.quota is not None:
             await self.quota.charge(sum(len(value) for value in new.values()))
         for ref, value in new.items():
             await self.store.put(self._key(ref), value, self.ttl)
+        for ref, value in resealed.items():
+            await self.store.put(self._key(ref), value, self.ttl)
+            _remember_resealed(self._key(ref))
         return set(new)
+
+    async def _reseal_stored(self, ref: str) -> None:
+        store_key = self._key(ref)
+        value = await self.store.get(store_key)
+        plain, by = (None, None) if value is None else self.sealer.opened(value, store_key)
+        if by == "previous":
+            await self.store.put(store_key, self.sealer.seal(plain, store_key), self.ttl)
+        _remember_resealed(store_key)
 
     def _encode(self, offloads: list[Offload]) -> dict[str, bytes]:
         return {o.ref: self.sealer.seal(encode_item(o), self._key(o.ref)) for o in offloads}

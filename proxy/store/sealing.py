@@ -37,6 +37,11 @@ class Sealer:
         self._names = hashlib.sha256(b"offload-proxy/key-names/v1\0" + names.encode()).digest() if names else None
 
     @property
+    def rotating(self) -> bool:
+        """Is a previous key given (a rotation under way: what it sealed is to be sealed again)?"""
+        return self._previous is not None
+
+    @property
     def seals(self) -> bool:
         return self._aead is not None
 

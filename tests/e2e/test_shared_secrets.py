@@ -94,13 +94,16 @@ def test_a_replica_that_started_unchecked_stops_once_the_store_answers_with_anot
         with proxy:
             assert httpx2.get(f"{proxy.url}/healthz").status_code == 200  # it started
             admin.execute_command("CLIENT", "UNPAUSE")
-            proxy.proc.wait(timeout=120)  # stopped by its workers' check
+            # stopped by its workers' check: a failure for its supervisor (status 1), not a normal stop
+            assert proxy.proc.wait(timeout=120) == 1
             proxy.stop()
     finally:
         admin.execute_command("CLIENT", "UNPAUSE")
         admin.close()
     assert "canary was not checked" in proxy.stderr
     assert "--encryption-key does not open the store's canary" in proxy.stderr and "stopping" in proxy.stderr
+    last = proxy.stderr.strip().splitlines()[-1]  # the supervisor's last word: the reason
+    assert last.startswith("offload-proxy: --encryption-key does not open the store's canary"), last
 
 
 

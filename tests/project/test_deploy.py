@@ -144,3 +144,17 @@ def test_the_memory_limit_covers_the_documented_worst_case():
     assert int(number) * (1024 if unit == "Gi" else 1) >= worst
     memory = (ROOT / "docs" / "operations.md").read_text()
     assert f"{PROXY_MIB} MiB" in memory and f"{SUPERVISOR_MIB} MiB" in memory and f"{MEMORY_LIMIT >> 20} MiB" in memory
+
+
+def test_the_shutdown_budget_covers_the_secrets_check_made_after_the_server_stopped():
+    """`serve` checks the canary again once its server has stopped when the store did not answer
+    at startup (proxy.offload.canary.after_serve): bounded by the check's timeout, in the budget."""
+    from proxy.http.app import shutdown_budget
+    from proxy.offload.background import CANCEL_WAIT
+    from proxy.offload.canary import check_timeout
+    from proxy.reload.search_pool import REAP_WAIT
+    from proxy.stats.recorder import STOP_TIMEOUT
+
+    settings = ServerSettings(shutdown_grace=0, store_timeout=3.0)
+    assert check_timeout(3.0) == 12.0
+    assert shutdown_budget(settings) >= CANCEL_WAIT + REAP_WAIT + STOP_TIMEOUT + check_timeout(3.0)
