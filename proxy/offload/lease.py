@@ -109,7 +109,12 @@ async def submit_leased(store: Store, key: str, ttl: int, run: Callable[[], Awai
         finally:
             await lease.release()
 
-    if not submit(job, lease.release_soon):
+    try:
+        submitted = submit(job, lease.release_soon)
+    except BaseException:
+        await lease.release()  # never a lease renewed for a job nobody runs
+        raise
+    if not submitted:
         await lease.release()
         return False
     return True

@@ -122,3 +122,12 @@ async def test_a_store_that_is_down_starts_no_job_and_fails_nothing(store):
     assert not await lease.submit_leased(guarded, KEY, 60, asyncio.sleep,
                                          lambda job, on_end: submitted.append(job) or True)
     assert submitted == []
+
+
+async def test_a_scheduler_that_raises_frees_the_lease(store):
+    def broken(job, on_end) -> bool:
+        raise RuntimeError("scheduler bug")
+
+    with pytest.raises(RuntimeError):
+        await lease.submit_leased(store, KEY, 60, asyncio.sleep, broken)
+    assert not await lease.held(store, KEY)
