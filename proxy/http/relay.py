@@ -45,6 +45,15 @@ def upstream_path(request: Request) -> str:
     return path
 
 
+def carries_items(path: str) -> bool:
+    """Is `path` (as sent, percent-encoding kept) one of `CARRIES_ITEMS`, in any spelling the
+    upstream decodes to it (`messages/batch%65s`, `conversations%2Fc/items`, encoded again)?"""
+    decoded = path
+    while "%" in decoded and (once := unquote(decoded)) != decoded:  # shrinks every round: ends
+        decoded = once
+    return bool(CARRIES_ITEMS.fullmatch(path) or CARRIES_ITEMS.fullmatch(decoded.split("?", 1)[0]))
+
+
 async def close_after(response: httpx2.Response, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     """Yield `chunks` and always release the upstream connection (also on cancel)."""
     try:
@@ -119,7 +128,7 @@ async def relay(request: Request) -> Response:
         content: bytes | AsyncIterator[bytes] | None = watch.body() if client_has_body(request) else None
         replaced = False
         shared = caller.shared_key and request.method == "POST"
-        if content is not None and (shared or (request.method == "POST" and CARRIES_ITEMS.fullmatch(path))):
+        if content is not None and (shared or (request.method == "POST" and carries_items(path))):
             # read whole (it is under --max-body-bytes): checked for the shared key, and for tokens
             content, replaced = await checked_body(request, caller, shared=shared)
             watch = ClientWatch(request, body_read=True)
