@@ -32,6 +32,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import json
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -89,6 +90,16 @@ def may_hold_token(text: bytes) -> bool:
 
 
 _FOUND = object()  # sealed_fields' mark of a token found in an array
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _field_path(at: str, key: str) -> str:
+    """`at.key`, or `at["key"]` (JSON-quoted) for a key that is no plain name: a key spelled
+    `input[1]` must not name the path of `input`'s second item (whose compaction position its
+    caller would then accept)."""
+    if _NAME.fullmatch(key):
+        return f"{at}.{key}" if at else key
+    return f"{at}[{json.dumps(key)}]"
 
 
 def sealed_fields(value: Any, path: str = "") -> Iterator[str]:
@@ -102,7 +113,7 @@ def sealed_fields(value: Any, path: str = "") -> Iterator[str]:
         node, at, sealed = stack.pop()  # sealed: inside the value of an `encrypted_content`
         if type(node) is dict:
             for k, v in node.items():
-                here = f"{at}.{k}" if at else str(k)
+                here = _field_path(at, k)
                 if (k == SEALED_FIELD or sealed) and is_ours(v):
                     yield here
                 elif type(v) is dict or type(v) is list:

@@ -74,7 +74,7 @@ def _compaction_position(body: dict, *, tokens: bool, blocks: bool):
                 j = rest.removesuffix("].encrypted_content")
                 return (i.isdigit() and j.isdigit()
                         and body["messages"][int(i)]["content"][int(j)].get("type") == "compaction")
-        except (KeyError, IndexError, TypeError, AttributeError):
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError):
             return False
         return False
     return settled

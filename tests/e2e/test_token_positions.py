@@ -364,3 +364,28 @@ def test_a_token_inside_an_encrypted_content_of_another_type_is_refused(tenant, 
                       family="anthropic", mode=mode, compressed=False)
             _check(r, "400", upstream, family="anthropic", label=f"{path}:wrapped")
     _assert_nothing_leaked(upstream)
+
+
+@pytest.mark.parametrize("mode", ["relay", "emulate"])
+def test_a_key_spelling_a_compaction_position_is_no_compaction_position(tenant, upstream, mode):
+    """A top-level key named like the path of a compaction item (`"input[0]"`, `"messages[0].content[0]"`,
+    `"input[²]"`) holding a token: a 400, not taken for the compaction item it spells (its token went
+    upstream as it was), nor a 500."""
+    token, block_token = tenant["responses"][0], tenant["messages"][0]
+    user = {"type": "message", "role": "user", "content": "next"}
+    for key in ("input[0]", "input[²]"):
+        for path in ("responses", "responses/input_tokens", "responses/compact"):
+            upstream.requests.clear()
+            body = {"model": MODEL, "input": [{"type": "compaction", "encrypted_content": token}, user],
+                    key: {"encrypted_content": token}}
+            r = _send(tenant["url"], tenant["key"], path, body, family="openai", mode=mode, compressed=False)
+            _check(r, "400", upstream, family="openai", label=f"{path}:key-path")
+            assert r.json()["error"]["param"] == f'["{key}"].encrypted_content'.replace("²", "\\u00b2"), r.text[:300]
+    for path in ("messages", "messages/count_tokens"):
+        upstream.requests.clear()
+        messages = [{"role": "assistant", "content": [{"type": "compaction", "encrypted_content": block_token}]},
+                    {"role": "user", "content": "next"}]
+        body = {"model": CLAUDE, "max_tokens": 64, "messages": messages,
+                "messages[0].content[0]": {"encrypted_content": block_token}}
+        r = _send(tenant["url"], tenant["key"], path, body, family="anthropic", mode=mode, compressed=False)
+        _check(r, "400", upstream, family="anthropic", label=f"{path}:key-path")

@@ -125,3 +125,12 @@ def test_sealed_fields_finds_a_token_inside_an_encrypted_content_of_another_type
                      {"type": "compaction", "encrypted_content": [None, "gAAAA", 3, {"d": None}]},
                      {"type": "x", "other": [token]}]}
     assert list(ct.sealed_fields(doc)) == ["input[0].encrypted_content[0]", "input[1].encrypted_content.a[1].b"]
+
+
+def test_sealed_fields_quotes_a_key_that_is_no_plain_name():
+    """A key spelled like a path (`input[1]`, `a.b`) is named quoted: no path of one field is
+    another's."""
+    token = _canonical()
+    doc = {"input[1]": {"encrypted_content": token}, "input": [{"x-y": {"encrypted_content": token}}]}
+    assert sorted(ct.sealed_fields(doc)) == sorted(['["input[1]"].encrypted_content',
+                                                    'input[0]["x-y"].encrypted_content'])
