@@ -99,7 +99,7 @@ def _in_compaction_positions(value: Any) -> list[str]:
         if isinstance(node, dict):
             inside = inside or node.get("type") == "compaction"
             # inside an `encrypted_content` of another JSON type (an array, an object) counts too
-            stack.extend((v, inside or k == "encrypted_content") for v in node.values())
+            stack.extend((v, inside or k == "encrypted_content") for k, v in node.items())
         elif isinstance(node, list):
             stack.extend((v, inside) for v in node)
         elif isinstance(node, str) and inside and (is_ours(node) or PREFIX in node):
