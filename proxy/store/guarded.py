@@ -111,10 +111,16 @@ class GuardedStore:
         same time share one ping: a flood of `/readyz` (no credential needed) against a hung
         store is one probe in flight, not a connection and a timeout each (64 at once held
         /healthz up to 1.1 s)."""
-        if self._pinging is None or self._pinging.done():
-            self._pinging = asyncio.ensure_future(self._ping())
-            self._pinging.add_done_callback(_retrieve)
-        return await asyncio.shield(self._pinging)
+        if self._pinging is not None and not self._pinging.done():
+            return await asyncio.shield(self._pinging)
+        shared = self._pinging = asyncio.get_running_loop().create_future()
+        answer = self.available  # what the others are told if this ping is cancelled
+        try:  # run by its first caller, at once (not a task started later)
+            answer = await self._ping()
+            return answer
+        finally:
+            if not shared.done():  # (close() may have cancelled it)
+                shared.set_result(answer)
 
     async def _ping(self) -> bool:
         ok, late = await self._probe()
