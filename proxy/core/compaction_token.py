@@ -32,6 +32,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import json
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -88,23 +89,44 @@ def may_hold_token(text: bytes) -> bool:
     return _SEALED_KEY in text
 
 
+_FOUND = object()  # sealed_fields' mark of a token found in an array
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _field_path(at: str, key: str) -> str:
+    """`at.key`, or `at["key"]` (JSON-quoted) for a key that is no plain name: a key spelled
+    `input[1]` must not name the path of `input`'s second item (whose compaction position its
+    caller would then accept)."""
+    if _NAME.fullmatch(key):
+        return f"{at}.{key}" if at else key
+    return f"{at}[{json.dumps(key)}]"
+
+
 def sealed_fields(value: Any, path: str = "") -> Iterator[str]:
     """The paths (`input[3].encrypted_content`, `messages[0].content[1].encrypted_content`) of the
     `encrypted_content` fields holding a token of ours in `value`, at any depth (iterative: a
-    deep document costs no recursion)."""
-    stack: list[tuple[Any, str]] = [(value, path)]
+    deep document costs no recursion). An `encrypted_content` that is an array or an object
+    holding one (`["offload-compaction-v1:…"]`) names the string's own path inside it
+    (`input[0].encrypted_content[0]`): no compaction position, and never forwarded."""
+    stack: list[tuple[Any, str, bool]] = [(value, path, False)]
     while stack:
-        node, at = stack.pop()
+        node, at, sealed = stack.pop()  # sealed: inside the value of an `encrypted_content`
         if type(node) is dict:
             for k, v in node.items():
-                here = f"{at}.{k}" if at else str(k)
-                if k == SEALED_FIELD and is_ours(v):
+                here = _field_path(at, k)
+                if (k == SEALED_FIELD or sealed) and is_ours(v):
                     yield here
                 elif type(v) is dict or type(v) is list:
-                    stack.append((v, here))
+                    stack.append((v, here, sealed or k == SEALED_FIELD))
         elif type(node) is list:
-            stack.extend((v, f"{at}[{i}]") for i, v in reversed(list(enumerate(node)))
-                         if type(v) is dict or type(v) is list)
+            for i in range(len(node) - 1, -1, -1):
+                v = node[i]
+                if sealed and is_ours(v):
+                    stack.append((_FOUND, f"{at}[{i}]", True))  # yielded in its turn: document order
+                elif type(v) is dict or type(v) is list:
+                    stack.append((v, f"{at}[{i}]", sealed))
+        elif node is _FOUND:
+            yield at
 
 
 def read_token(token: str, namespace: str, secret: str | None = None, api: str = "responses") -> str:

@@ -74,7 +74,7 @@ def _compaction_position(body: dict, *, tokens: bool, blocks: bool):
                 j = rest.removesuffix("].encrypted_content")
                 return (i.isdigit() and j.isdigit()
                         and body["messages"][int(i)]["content"][int(j)].get("type") == "compaction")
-        except (KeyError, IndexError, TypeError, AttributeError):
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError):
             return False
         return False
     return settled
@@ -110,7 +110,8 @@ async def begin(body: dict, items: list[Any], *, view: ItemView, emulating: bool
                 result.body = {**body, "messages": messages}
                 result.items, result.replaced = messages_history(result.body), True
         if scan and result.replaced:  # what the records brought: none may hold a token any more
-            _stray(result.items if tokens else result.body.get("messages"), where="input" if tokens else "messages")
+            checked = result.items if tokens else result.body.get("messages")
+            await cpu(lambda: _stray(checked, where="input" if tokens else "messages"))  # a large one off the loop
         # the upstream gets the object checked, re-serialised: a duplicate key in the bytes as sent
         # cannot show it a token the check never saw
         result.replaced = result.replaced or scan

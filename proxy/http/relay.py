@@ -20,6 +20,7 @@ from proxy.http.caller import Caller
 from proxy.http.disconnect import ClientDisconnected, ClientWatch
 from proxy.upstream.errors import response_host, stream_broke, upstream_error
 from proxy.http.services import services_of
+from proxy.http.shared_state import takes_uploads
 from proxy.errors import ProxyError, Shape, anthropic_error_event
 from proxy.http.headers import response_headers_for_client
 from proxy.upstream.client import Upstream
@@ -43,6 +44,15 @@ def upstream_path(request: Request) -> str:
     if has_dot_segment(path):
         raise ProxyError(400, "The path must not contain '.' or '..' segments.", code="invalid_path")
     return path
+
+
+def carries_items(path: str) -> bool:
+    """Is `path` (as sent, percent-encoding kept) one of `CARRIES_ITEMS`, in any spelling the
+    upstream decodes to it (`messages/batch%65s`, `conversations%2Fc/items`, encoded again)?"""
+    decoded = path
+    while "%" in decoded and (once := unquote(decoded)) != decoded:  # shrinks every round: ends
+        decoded = once
+    return bool(CARRIES_ITEMS.fullmatch(path) or CARRIES_ITEMS.fullmatch(decoded.split("?", 1)[0]))
 
 
 async def close_after(response: httpx2.Response, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
@@ -119,9 +129,9 @@ async def relay(request: Request) -> Response:
         content: bytes | AsyncIterator[bytes] | None = watch.body() if client_has_body(request) else None
         replaced = False
         shared = caller.shared_key and request.method == "POST"
-        if content is not None and (shared or (request.method == "POST" and CARRIES_ITEMS.fullmatch(path))):
+        if content is not None and (shared or (request.method == "POST" and carries_items(path))):
             # read whole (it is under --max-body-bytes): checked for the shared key, and for tokens
-            content, replaced = await checked_body(request, caller, shared=shared)
+            content, replaced = await checked_body(request, caller, shared=shared, path=path)
             watch = ClientWatch(request, body_read=True)
         response = await watch.run(
             upstream.send(
@@ -174,7 +184,7 @@ def refuse_tokens(body: dict) -> None:
                          code="invalid_compaction", param=path)
 
 
-async def checked_body(request: Request, caller: Caller, *, shared: bool = True) -> tuple[bytes, bool]:
+async def checked_body(request: Request, caller: Caller, *, path: str, shared: bool = True) -> tuple[bytes, bool]:
     """A relayed body, read whole, never holding a compaction token of the proxy's in an
     `encrypted_content` (400 `refuse_tokens`; a body that spells one anywhere goes on as the
     object read, re-serialised). Without `shared` that is all: anything else goes as sent.
@@ -201,7 +211,12 @@ async def checked_body(request: Request, caller: Caller, *, shared: bool = True)
     plain = await decoded_body(raw, codings, limit=limit)  # on the loop only while it inflates to little
 
     def check() -> bytes | None:
-        if not plain.strip() or (upload and not looks_like_json(plain)):
+        if not plain.strip():
+            return None
+        if upload and not looks_like_json(plain):
+            if shared and not takes_uploads(path):
+                raise ProxyError(400, f"/v1/{path} takes a JSON body (a multipart/form-data upload goes only to the "
+                                      "audio and image endpoints on this proxy's shared key).", code="invalid_json")
             return None
         spelt = may_hold_token(plain) or b"\\u" in plain
         if not shared and not (spelt and looks_like_json(plain)):

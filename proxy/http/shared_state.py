@@ -13,6 +13,7 @@ shape simply has none of them. Bounded: items and parts are walked, never arbitr
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 # Top-level fields that name stored state when set (not null, not empty, not false).
@@ -117,3 +118,14 @@ def stored_state(body: Any) -> str | None:
             if type(tool) is dict and (field := _tool_state(tool)):
                 return f"tools[{i}].{field}"
     return None
+
+
+# Relayed endpoints that take an upload (multipart/form-data); every other takes JSON only.
+_UPLOADS = re.compile(r"(audio/+(transcriptions|translations)|images/+(edits|variations))/*")
+
+
+def takes_uploads(path: str) -> bool:
+    """Does the relayed endpoint `path` (under /v1, as sent) take a multipart upload? On a shared
+    key another is sent JSON only: one read as form fields upstream would carry a
+    `previous_response_id` the proxy never read."""
+    return bool(_UPLOADS.fullmatch(path))

@@ -51,6 +51,7 @@ class GuardedStore:
         self._confirming: asyncio.Task | None = None
         self._recheck: asyncio.Future | None = None
         self._recheck_at = 0.0
+        self._pinging: asyncio.Future | None = None  # the ping in flight, shared (`ping`)
 
     def _show(self, available: bool) -> None:
         """`offload_store_up`: what this process currently makes of the store."""
@@ -106,7 +107,22 @@ class GuardedStore:
                 self.metrics.store_seconds.labels(op).observe(time.perf_counter() - started)
 
     async def ping(self) -> bool:
-        """Ask the backend; True when the store is (now) considered available."""
+        """Ask the backend; True when the store is (now) considered available. Callers at the
+        same time share one ping: a flood of `/readyz` (no credential needed) against a hung
+        store is one probe in flight, not a connection and a timeout each (64 at once held
+        /healthz up to 1.1 s)."""
+        if self._pinging is not None and not self._pinging.done():
+            return await asyncio.shield(self._pinging)
+        shared = self._pinging = asyncio.get_running_loop().create_future()
+        answer = self.available  # what the others are told if this ping is cancelled
+        try:  # run by its first caller, at once (not a task started later)
+            answer = await self._ping()
+            return answer
+        finally:
+            if not shared.done():  # (close() may have cancelled it)
+                shared.set_result(answer)
+
+    async def _ping(self) -> bool:
         ok, late = await self._probe()
         if not ok and late:  # the loop, not the store, may be why: ask again
             ok, late = await self._probe()
@@ -160,7 +176,7 @@ class GuardedStore:
             self._monitor = asyncio.get_running_loop().create_task(self._watch())
 
     async def close(self) -> None:
-        for task in (self._confirming, self._recheck):
+        for task in (self._confirming, self._recheck, self._pinging):
             if task is not None:
                 task.cancel()
         if self._monitor is not None:

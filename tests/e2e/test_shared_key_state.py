@@ -217,3 +217,17 @@ def test_a_real_multipart_upload_goes_unchanged_even_naming_a_field(make_proxy, 
         assert r.status_code < 400, r.text[:200]
         [sent] = upstream.requests
         assert sent.body == raw and sent.headers["content-type"].startswith("multipart/form-data")
+
+
+@pytest.mark.parametrize("path", ["/v1/responses/input_tokens", "/v1/responses/compact", "/v1/completions",
+                                  "/v1/embeddings", "/v1/moderations"])
+def test_a_multipart_upload_to_a_json_endpoint_is_refused_on_a_shared_key(make_proxy, upstream, tmp_path, path):
+    """Only the audio and image endpoints take an upload: on any other relayed endpoint a real
+    multipart body (its form fields never read by the proxy, `previous_response_id` among them)
+    is a 400, not relayed unread."""
+    with make_proxy(upstream_api_key="sk-server", tenants_file=shared_key_tenants(tmp_path)) as url:
+        upstream.requests.clear()
+        r = httpx2.post(f"{url}{path}", data={"model": "gpt-5", "previous_response_id": "resp_OTHER"},
+                        files={"file": ("a.txt", b"x", "text/plain")}, headers={"authorization": f"Bearer {KEY_A}"})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json", r.text[:200]
+        assert not upstream.requests, [(rec.path, rec.body[:80]) for rec in upstream.requests]

@@ -98,12 +98,12 @@ def _in_compaction_positions(value: Any) -> list[str]:
         node, inside = stack.pop()
         if isinstance(node, dict):
             inside = inside or node.get("type") == "compaction"
-            for k, v in node.items():
-                if isinstance(v, str) and (k == "encrypted_content" or inside) and (is_ours(v) or PREFIX in v):
-                    found.append(v)
-                stack.append((v, inside))
+            # inside an `encrypted_content` of another JSON type (an array, an object) counts too
+            stack.extend((v, inside or k == "encrypted_content") for k, v in node.items())
         elif isinstance(node, list):
             stack.extend((v, inside) for v in node)
+        elif isinstance(node, str) and inside and (is_ours(node) or PREFIX in node):
+            found.append(node)
     return found
 
 
@@ -292,7 +292,10 @@ def test_chat_a_token_pasted_as_text_is_content(tenant, upstream, data):
 # ---------------------------------------------------------------- relayed paths that carry items
 
 @pytest.mark.parametrize(("path", "family"), [("messages/batches", "anthropic"), ("messages//batches/", "anthropic"),
-                                              ("conversations", "openai"), ("conversations/conv_1/items", "openai")])
+                                              ("conversations", "openai"), ("conversations/conv_1/items", "openai"),
+                                              # spellings the upstream decodes to the same path
+                                              ("messages/batch%65s", "anthropic"), ("messages%2Fbatches", "anthropic"),
+                                              ("conversation%2573", "openai"), ("conversations/conv_1%2Fitem%73", "openai")])
 def test_a_relayed_body_carrying_items_never_takes_a_token_upstream(tenant, upstream, path, family):
     """Endpoints the proxy does not manage but whose body holds a history (Anthropic message
     batches, items added to an OpenAI conversation): a token of ours in an `encrypted_content`
@@ -323,3 +326,66 @@ def test_a_relayed_body_carrying_items_never_takes_a_token_upstream(tenant, upst
                else {"Authorization": f"Bearer {tenant['key']}"})
     r = httpx2.post(f"{tenant['url']}/v1/{path}", content=plain, headers=headers, timeout=30)
     assert r.status_code == 200 and upstream.requests[-1].body == plain
+
+
+# ---------------------------------------------------------------- an encrypted_content of another JSON type
+
+def _wrapped(token: str) -> list:
+    return [[token], {"state": token}, [{"deep": [token]}]]
+
+
+@pytest.mark.parametrize("mode", ["relay", "emulate"])
+def test_a_token_inside_an_encrypted_content_of_another_type_is_refused(tenant, upstream, mode):
+    """An `encrypted_content` holding an array or an object (not the string the APIs define) with a
+    token of ours inside is a 400 naming the token's own path, in a compaction item (block) or not:
+    it was forwarded as it was, the token with it."""
+    token, block_token = tenant["responses"][0], tenant["messages"][0]
+    user = {"type": "message", "role": "user", "content": "next"}
+    for value in _wrapped(token):
+        for item in ({"type": "compaction", "encrypted_content": value},
+                     {"type": "reasoning", "summary": [], "encrypted_content": value}):
+            for path in ("responses", "responses/input_tokens", "responses/compact"):
+                upstream.requests.clear()
+                r = _send(tenant["url"], tenant["key"], path, {"model": MODEL, "input": [user, item, user]},
+                          family="openai", mode=mode, compressed=False)
+                _check(r, "400", upstream, family="openai", label=f"{path}:wrapped")
+                assert r.json()["error"]["param"].startswith("input[1].encrypted_content"), r.text[:300]
+        r = _send(tenant["url"], tenant["key"], "chat/completions",
+                  {"model": MODEL, "messages": [{"role": "user", "content": "hi", "encrypted_content": value}]},
+                  family="openai", mode=mode, compressed=False)
+        _check(r, "400", upstream, family="openai", label="chat:wrapped")
+    for value in _wrapped(block_token):
+        for path in ("messages", "messages/count_tokens"):
+            upstream.requests.clear()
+            messages = [{"role": "user", "content": "the task"},
+                        {"role": "assistant", "content": [{"type": "compaction", "encrypted_content": value}]},
+                        {"role": "user", "content": "next"}]
+            r = _send(tenant["url"], tenant["key"], path, {"model": CLAUDE, "max_tokens": 64, "messages": messages},
+                      family="anthropic", mode=mode, compressed=False)
+            _check(r, "400", upstream, family="anthropic", label=f"{path}:wrapped")
+    _assert_nothing_leaked(upstream)
+
+
+@pytest.mark.parametrize("mode", ["relay", "emulate"])
+def test_a_key_spelling_a_compaction_position_is_no_compaction_position(tenant, upstream, mode):
+    """A top-level key named like the path of a compaction item (`"input[0]"`, `"messages[0].content[0]"`,
+    `"input[²]"`) holding a token: a 400, not taken for the compaction item it spells (its token went
+    upstream as it was), nor a 500."""
+    token, block_token = tenant["responses"][0], tenant["messages"][0]
+    user = {"type": "message", "role": "user", "content": "next"}
+    for key in ("input[0]", "input[²]"):
+        for path in ("responses", "responses/input_tokens", "responses/compact"):
+            upstream.requests.clear()
+            body = {"model": MODEL, "input": [{"type": "compaction", "encrypted_content": token}, user],
+                    key: {"encrypted_content": token}}
+            r = _send(tenant["url"], tenant["key"], path, body, family="openai", mode=mode, compressed=False)
+            _check(r, "400", upstream, family="openai", label=f"{path}:key-path")
+            assert r.json()["error"]["param"] == f'["{key}"].encrypted_content'.replace("²", "\\u00b2"), r.text[:300]
+    for path in ("messages", "messages/count_tokens"):
+        upstream.requests.clear()
+        messages = [{"role": "assistant", "content": [{"type": "compaction", "encrypted_content": block_token}]},
+                    {"role": "user", "content": "next"}]
+        body = {"model": CLAUDE, "max_tokens": 64, "messages": messages,
+                "messages[0].content[0]": {"encrypted_content": block_token}}
+        r = _send(tenant["url"], tenant["key"], path, body, family="anthropic", mode=mode, compressed=False)
+        _check(r, "400", upstream, family="anthropic", label=f"{path}:key-path")

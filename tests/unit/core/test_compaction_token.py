@@ -114,3 +114,23 @@ def test_sealed_fields_finds_a_token_in_any_encrypted_content_at_any_depth():
         deep = {"a": [deep]}
     assert len(list(ct.sealed_fields(deep))) == 1
     assert ct.may_hold_token(b'{"encrypted_content":"x"}') and not ct.may_hold_token(b'{"a":"offload-compaction-v1:"}')
+
+
+def test_sealed_fields_finds_a_token_inside_an_encrypted_content_of_another_type():
+    """An array or an object as the `encrypted_content` (no API's shape) hides no token of ours:
+    each is named by its own path, which is no compaction position."""
+    token = _canonical()
+    doc = {"input": [{"type": "compaction", "encrypted_content": [token]},
+                     {"type": "reasoning", "encrypted_content": {"a": [1, {"b": token}], "c": "x"}},
+                     {"type": "compaction", "encrypted_content": [None, "gAAAA", 3, {"d": None}]},
+                     {"type": "x", "other": [token]}]}
+    assert list(ct.sealed_fields(doc)) == ["input[0].encrypted_content[0]", "input[1].encrypted_content.a[1].b"]
+
+
+def test_sealed_fields_quotes_a_key_that_is_no_plain_name():
+    """A key spelled like a path (`input[1]`, `a.b`) is named quoted: no path of one field is
+    another's."""
+    token = _canonical()
+    doc = {"input[1]": {"encrypted_content": token}, "input": [{"x-y": {"encrypted_content": token}}]}
+    assert sorted(ct.sealed_fields(doc)) == sorted(['["input[1]"].encrypted_content',
+                                                    'input[0]["x-y"].encrypted_content'])

@@ -127,3 +127,28 @@ async def test_a_chat_message_carrying_a_token_is_a_400(store):
     with pytest.raises(ProxyError) as refused:
         await begin(body, CHAT.history(body), view=CHAT.view, emulating=False, tokens=False, records=records(store))
     assert refused.value.param == "messages[0].content[0].encrypted_content"
+
+
+async def test_a_large_input_is_checked_after_its_token_is_replaced_off_the_loop(store, monkeypatch):
+    """The check that what a record brought holds no token walks the whole input: for a large
+    body it runs in the CPU pool (1.5 M empty objects beside a token held /healthz 2-4 s)."""
+    import json
+    import threading
+
+    from proxy.emulation import request as emulation_request
+
+    threads: list[str] = []
+    stray = emulation_request._stray
+
+    def spy(value, **kwargs):
+        threads.append(threading.current_thread().name)
+        return stray(value, **kwargs)
+
+    monkeypatch.setattr(emulation_request, "_stray", spy)
+    mine = records(store)
+    token = await mine.save([SUMMARY])
+    body = {"model": "m", "input": [compaction(token), user("x" * (2 << 20)), {"type": "reasoning", "encrypted_content": "g"}]}
+    raw = json.dumps(body).encode()
+    begun = await begin(body, body["input"], view=VIEW, emulating=False, tokens=True, records=mine, raw=raw)
+    assert begun.replaced and begun.items[0] == SUMMARY
+    assert len(threads) == 2 and all(name.startswith("offload-cpu") for name in threads), threads

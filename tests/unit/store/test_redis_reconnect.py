@@ -182,3 +182,22 @@ async def test_a_store_that_never_answers_its_ping_is_skipped_not_waited_for():
         with pytest.raises(StoreUnavailable):
             await guarded.get("k")
     await guarded.close()
+
+
+async def test_pings_at_the_same_time_share_one_probe():
+    """A flood of /readyz (each asks `ping`) against a hung store: one probe in flight, whose
+    answer every caller gets, not a connection and a timeout each."""
+    class Hung(Switch):
+        probes = 0
+
+        async def ping(self) -> bool:
+            Hung.probes += 1
+            await asyncio.Event().wait()  # a hung Redis
+            return True
+
+    guarded = GuardedStore(Hung(), ping_every=3600, ping_timeout=0.2)
+    answers = await asyncio.gather(*(guarded.ping() for _ in range(64)))
+    assert answers == [False] * 64 and not guarded.available
+    assert Hung.probes <= 2  # one probe (a second only when the loop ran late meanwhile)
+    assert await guarded.ping() is False and Hung.probes <= 4  # the next one is a new ping
+    await guarded.close()
