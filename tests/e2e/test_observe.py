@@ -113,7 +113,6 @@ def test_one_json_log_line_per_request(client, upstream, caplog):
 def test_workers_share_metrics_and_log_json(upstream, tmp_path):
     proxy = ProxyProcess("--workers", "2", "--upstream", f"{upstream.url}/v1", data_dir=tmp_path, capture=True)
     url = proxy.start().url
-    proc = proxy.proc
     try:
         for _ in range(8):
             with httpx2.Client(headers=HEADERS) as fresh:  # new connections, spread over the workers
@@ -122,8 +121,7 @@ def test_workers_share_metrics_and_log_json(upstream, tmp_path):
         text = httpx2.get(f"{url}/metrics").text
         assert sample(text, "offload_requests_total", route="chat", status="200") == 8
     finally:
-        proc.terminate()
-        _, err = proc.communicate(timeout=15)
+        err = proxy.stop()
     requests = [json.loads(line) for line in err.splitlines() if '"event":"request"' in line]
     assert len(requests) == 8 and all(r["route"] == "chat" for r in requests)
 

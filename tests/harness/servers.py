@@ -462,6 +462,28 @@ class RedisCluster:
 
 # ---------------------------------------------------------------- the proxy as a process
 
+class _Drain:
+    """Reads a child's pipe in a thread of its own until it closes."""
+
+    def __init__(self, stream) -> None:
+        import threading
+
+        self._parts: list[str] = []
+        self._stream = stream
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        for line in self._stream:
+            self._parts.append(line)
+
+    def join(self) -> None:
+        self._thread.join(timeout=15)
+
+    def text(self) -> str:
+        return "".join(self._parts)
+
+
 class ProxyProcess:
     """`python -m proxy serve …` on a free loopback port, as a user runs it; ready when `/readyz` is."""
 
@@ -476,6 +498,7 @@ class ProxyProcess:
         self.proc: subprocess.Popen | None = None
         self.stdout = ""  # what it wrote to stdout, once stopped (with capture_stdout)
         self.stderr = ""  # what it wrote to stderr, once stopped (with capture)
+        self._drains: list[_Drain] = []
 
     def start(self) -> "ProxyProcess":
         import httpx2
@@ -483,6 +506,9 @@ class ProxyProcess:
         self.proc = subprocess.Popen(self.argv, stderr=subprocess.PIPE if self.capture else None,
                                      stdout=subprocess.PIPE if self.capture_stdout else None, text=True,
                                      env=self.env)
+        # a pipe nobody reads fills at ~64 KB and then blocks the proxy's writes (its logging, its
+        # event loop): what it writes is read as it comes, and handed over once it stops
+        self._drains = [_Drain(stream) for stream in (self.proc.stdout, self.proc.stderr) if stream is not None]
         deadline = time.monotonic() + self.ready_within
         while True:
             try:
@@ -498,8 +524,11 @@ class ProxyProcess:
         if self.proc is None:
             return ""
         self.proc.terminate()
-        out, err = self.proc.communicate(timeout=15)
-        self.stdout, self.stderr = out or "", err or ""
+        self.proc.wait(timeout=15)
+        for drain in self._drains:
+            drain.join()
+        self.stdout = self._drains[0].text() if self.capture_stdout else ""
+        self.stderr = self._drains[-1].text() if self.capture else ""
         return self.stderr
 
     def __enter__(self) -> "ProxyProcess":
