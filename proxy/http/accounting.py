@@ -19,7 +19,7 @@ from starlette.responses import Response, StreamingResponse
 
 from proxy.core.settings import OffloadSettings
 from proxy.core.wire import WireFormat
-from proxy.http import telemetry
+from proxy import telemetry
 from proxy.offload import response_chains
 from proxy.offload.cpu_pool import CPU
 from proxy.offload.pipeline import Prepared

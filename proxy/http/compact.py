@@ -23,7 +23,7 @@ from proxy.emulation.compact import CompactionFailed, compact
 from proxy.errors import ProxyError
 from proxy.formats.responses import RESPONSES
 from proxy.formats.responses.compact import compacted_response, parse_compact_body, summary_body
-from proxy.http import telemetry
+from proxy import telemetry
 from proxy.http.call_parts import compressor_for, quota_for, request_settings
 from proxy.http.caller import Caller
 from proxy.http.json_response import json_answer

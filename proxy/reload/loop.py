@@ -19,7 +19,7 @@ import httpx2
 
 from proxy.core import jsonio, texts
 
-from proxy.http import telemetry
+from proxy import telemetry
 
 from proxy.upstream import sse
 from proxy.upstream.errors import response_host, stream_broke, upstream_error

@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from proxy.http import telemetry
+from proxy import telemetry
 from proxy.offload.cpu_pool import CPU
 from proxy.offload.events import event
 from proxy.core import jsonio, texts
