@@ -31,9 +31,8 @@ from proxy.formats.messages.edits import apply_edits
 from proxy.formats.messages.edits_config import parse_context_management
 from proxy.offload import cpu_pool
 from proxy.offload.events import event
-from proxy.offload.quota import CredentialRejected, QuotaExceeded
+from proxy.offload.quota import WRITE_REFUSED, refusal_warning
 from proxy.offload.refs import RefStore
-from proxy.store import StoreUnavailable
 
 log = logging.getLogger("proxy.emulation.edits")
 
@@ -64,9 +63,8 @@ async def apply(emulation: Emulation, items: list[Any], *, fmt: WireFormat, body
     if edited.offloads:
         try:
             await refs.save(edited.offloads, [o.ref for o in edited.offloads], session, cpu=cpu)
-        except (StoreUnavailable, QuotaExceeded, CredentialRejected) as exc:
-            why = f"store unavailable ({exc})" if isinstance(exc, StoreUnavailable) else str(exc)
-            warnings.append(f"{why}; clear_tool_uses_20250919 not applied (the cleared content could not be kept)")
+        except WRITE_REFUSED as exc:
+            warnings.append(f"{refusal_warning(exc)}; clear_tool_uses_20250919 not applied (the cleared content could not be kept)")
             log.warning("context edits: %s", warnings[-1])
             edited = await cpu(functools.partial(run, clear_tool_uses_=False))
     emulation.applied_edits = edited.applied

@@ -43,8 +43,7 @@ from proxy.formats.messages.request import messages_of
 from proxy.offload.cpu_pool import CPU
 from proxy.offload.events import event
 from proxy.offload.summaries import Compressor
-from proxy.offload.quota import CredentialRejected, QuotaExceeded
-from proxy.store import StoreUnavailable
+from proxy.offload.quota import WRITE_REFUSED, refusal_warning
 
 log = logging.getLogger("proxy.emulation.inline")
 
@@ -94,8 +93,8 @@ async def compact(call: Any, *, compressor: Callable[[], Compressor], new_summar
     try:
         made = await folder.fold(items, call.messages, settings, counter,
                                      keep_recent=settings.keep_recent_for(COMPRESS_KEEP_RECENT), cpu=cpu)
-    except (StoreUnavailable, QuotaExceeded, CredentialRejected) as exc:
-        prepared.warnings.append(f"threshold compaction not made: store unavailable ({exc})")
+    except WRITE_REFUSED as exc:
+        prepared.warnings.append(f"threshold compaction not made: {refusal_warning(exc)}")
         return Inline()
     if made.items is None or made.summary_at is None:
         prepared.warnings.append(f"threshold compaction not made: {made.warning or 'nothing to summarise'}")
@@ -107,7 +106,7 @@ async def compact(call: Any, *, compressor: Callable[[], Compressor], new_summar
     try:
         written = await call.refs.save([made.offload] if made.offload else [], refs, settings.session, cpu=cpu)
         token = await call.records.save(record)
-    except (StoreUnavailable, QuotaExceeded, CredentialRejected, TokenError) as exc:
+    except (*WRITE_REFUSED, TokenError) as exc:
         prepared.warnings.append(f"threshold compaction not made: the store refused it ({exc})")
         return Inline()
     summary = _text(reduced[made.summary_at])

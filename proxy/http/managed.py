@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx2
@@ -23,17 +24,16 @@ from proxy.core.texts import RELOAD_TOOL_SCHEMAS
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model_async
 from proxy.core.wire import WireFormat
-from proxy.errors import ProxyError, error_response
 from proxy.formats.chat import CHAT
 from proxy.formats.messages import MESSAGES
 from proxy.formats.responses import RESPONSES
 from proxy.http.family import family_of
 from proxy.http import accounting
 from proxy.http.body_encoding import codings_of, decoded_body
-from proxy.http import emulated_answers
+from proxy.http import emulated_answers, error_map
 from proxy.http.call_parts import compressor_for, model_of, quota_for, request_settings
 from proxy.http.caller import Caller
-from proxy.http.disconnect import ClientDisconnected, ClientWatch
+from proxy.http.disconnect import ClientWatch
 from proxy.http.headers import offload_headers, response_headers_for_client
 from proxy.http.relay import close_after, stream_back
 from proxy.http.services import services_of
@@ -45,7 +45,6 @@ from proxy.offload.compaction_records import CompactionRecords
 from proxy.upstream.native import emulates
 from proxy.core.compaction import Plan
 from proxy.offload.pipeline import Prepared, prepare
-from proxy.store import StoreUnavailable
 from proxy.offload.refs import RefStore
 from proxy.reload import loop as reload_loop, search_pool
 from proxy.reload.search import SearchLimits
@@ -82,31 +81,11 @@ async def handle(request: Request, fmt: WireFormat) -> Response:
     return await answered(request, run)
 
 
-async def answered(request: Request, run) -> Response:
-    """`run()`'s response, or the proxy's own error in the shape of the API the client speaks."""
-    shape = family_of(request.scope)
-    try:
-        return await run()
-    except ProxyError as exc:
-        return exc.response(shape)
-    except ClientDisconnected:
-        return error_response(499, "Client closed the request.", shape=shape)
-    except (RecursionError, ValueError, UnicodeError) as exc:  # e.g. an upstream answer nested too deep to re-encode
-        log.warning("request failed: %s: %s", type(exc).__name__, exc)
-        return ProxyError(502, f"The proxy could not process this exchange ({type(exc).__name__}).",
-                          type_="server_error", code="proxy_error").response(shape)
-    except (TypeError, AttributeError, KeyError, IndexError) as exc:
-        # A bug: the body checks (proxy.formats.*.body) let through a field the proxy reads with
-        # a type it does not handle. Logged with its traceback; the client still gets its API's shape.
-        log.exception("bug: request failed on a value of an unexpected type")
-        return ProxyError(500, f"The proxy failed on this request ({type(exc).__name__}).",
-                          type_="server_error", code="proxy_error").response(shape)
-    except StoreUnavailable as exc:
-        # A bug too: every step that uses the store degrades when it fails (a warning, the
-        # request goes on); one that let it through still answers in the API's shape.
-        log.exception("bug: the store's failure reached the request")
-        return ProxyError(503, f"The proxy's store is unavailable ({exc}); try again.", type_="server_error",
-                          code="store_unavailable").response(shape)
+async def answered(request: Request, run: Callable[[], Awaitable[Response]]) -> Response:
+    """`run()`'s response, or the proxy's own error in the shape of the API the client speaks
+    (`proxy.http.error_map`). Every step of a managed turn degrades on a failing store, so one
+    that reaches here is logged as a bug."""
+    return await error_map.answered(run, shape=family_of(request.scope), store_failure_is_a_bug=True)
 
 
 class ManagedCall:

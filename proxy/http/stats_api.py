@@ -20,7 +20,7 @@ import hmac
 import re
 import time
 from dataclasses import asdict
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from starlette.datastructures import Headers
@@ -32,6 +32,7 @@ from starlette.routing import Route, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from proxy.errors import ProxyError
+from proxy.http import error_map
 from proxy.http.caller import Caller, presented_credentials
 from proxy.http.json_response import JSONResponse
 from proxy.http.routing_errors import not_routed
@@ -39,7 +40,6 @@ from proxy.http.services import services_of
 from proxy.offload.tenant import namespace_for
 from proxy.stats import reader
 from proxy.stats.buckets import WINDOWS, span_of
-from proxy.store import StoreUnavailable
 
 # a session id may hold `/` (X-Offload-Session admits it): the drill-down takes the rest of the path
 STATS_PATHS = re.compile(r"/v1/offload/(stats|sessions)/?|/v1/offload/sessions/.+")
@@ -150,14 +150,12 @@ class StatsApi:
         return await answer(run)
 
 
-async def answer(run) -> Response:
-    try:
+async def answer(run: Callable[[], Awaitable[Any]]) -> Response:
+    """`run()`'s value as JSON, never cached, or the proxy's error (`proxy.http.error_map`)."""
+    async def json() -> Response:
         return JSONResponse(await run(), headers={"cache-control": "no-store"})
-    except ProxyError as exc:
-        return exc.response()
-    except StoreUnavailable as exc:
-        return ProxyError(503, f"Store unavailable: {exc}", type_="server_error",
-                          code="store_unavailable").response()
+
+    return await error_map.answered(json)
 
 
 def _int(request: Request, name: str, default: int, low: int, high: int) -> int:

@@ -19,7 +19,7 @@ from proxy.core.compaction import Plan, plan_compaction, present_refs
 from proxy.core.provider_context import NONE, ProviderContext
 from proxy.core.view import ItemView
 from proxy.offload.refs import RefStore
-from proxy.offload.quota import CredentialRejected, QuotaExceeded
+from proxy.offload.quota import WRITE_REFUSED, refusal_warning
 from proxy.store import StoreUnavailable
 from proxy.core.tokens import TokenCounter
 
@@ -119,11 +119,10 @@ async def prepare(
         compacted = [o for o in plan.offloads if o.kind not in ("history",)]
         result.action = _action(bool(compacted), compressed_now, pending)
         written = result.written = await refs.save(plan.offloads, plan.refs, settings.session, cpu=cpu)
-    except (StoreUnavailable, QuotaExceeded, CredentialRejected) as exc:
-        why = f"store unavailable ({exc})" if isinstance(exc, StoreUnavailable) else str(exc)
+    except WRITE_REFUSED as exc:
         return Prepared(
             Plan(messages, tokens_before=plan.tokens_before, tokens_after=plan.tokens_before),
-            warnings=[f"{why}; forwarded without offloading"],
+            warnings=[f"{refusal_warning(exc)}; forwarded without offloading"],
             store_failed=True,
             refused=None if isinstance(exc, StoreUnavailable) else exc,
         )
