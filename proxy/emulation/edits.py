@@ -26,7 +26,6 @@ from proxy.core.tokens import TokenCounter
 from proxy.core.wire import WireFormat
 from proxy.emulation import EDITS_ACTION
 from proxy.emulation.request import Emulation
-from proxy.formats.messages import MESSAGES
 from proxy.formats.messages.edits import apply_edits
 from proxy.formats.messages.edits_config import parse_context_management
 from proxy.offload import cpu_pool
@@ -50,12 +49,12 @@ class EditsDone:
 async def apply(emulation: Emulation, items: list[Any], *, fmt: WireFormat, body: dict, counter: TokenCounter,
                 refs: RefStore, namespace: str, session: str | None) -> EditsDone:
     """The history with the request's clearing edits applied (see the module docstring)."""
-    if not emulation.emulating or emulation.asked is None or fmt is not MESSAGES:
+    if not emulation.emulating or emulation.asked is None or not fmt.clearing_edits:
         return EditsDone(items)
     edits = parse_context_management(emulation.asked)
     counter = counter.for_request()
     fixed = counter.content(body.get("system")) + counter.tools(body.get("tools"))
-    run = functools.partial(apply_edits, items, edits, MESSAGES.view, counter, namespace=namespace,
+    run = functools.partial(apply_edits, items, edits, fmt.view, counter, namespace=namespace,
                             fixed_tokens=fixed)
     cpu = cpu_pool.CPU.for_messages(items)
     edited = await cpu(run)

@@ -100,7 +100,7 @@ async def compact(call: Any, *, compressor: Callable[[], Compressor], new_summar
         prepared.warnings.append(f"threshold compaction not made: {made.warning or 'nothing to summarise'}")
         return Inline()
     reduced = made.items
-    messages = call.fmt is not None and call.fmt.endpoint == "messages"
+    messages = call.fmt.compaction == "blocks"
     record = messages_of(reduced) if messages else [m for m in reduced if view.role(m) != "system"]
     refs = await cpu(present_refs, reduced, view)  # reads every text: a large task's too
     try:

@@ -258,11 +258,11 @@ class ManagedCall:
         self.records = CompactionRecords(services.store, self.namespace, services.settings.store_ttl,
                                          services.sealer, secret=services.settings.names_key,
                                          quota=quota_for(self.request, self.caller),
-                                         api="messages" if self.fmt is MESSAGES else "responses")
+                                         api=self.fmt.records_api)
         base = self.base or services.settings.upstream_base
         self.emulation = await emulation_request.begin(
-            self.body, self.messages, view=self.fmt.view, tokens=self.fmt is RESPONSES, records=self.records,
-            emulating=emulates(self.settings.context_management, base), blocks=self.fmt is MESSAGES, raw=self.raw)
+            self.body, self.messages, view=self.fmt.view, tokens=self.fmt.compaction == "items", records=self.records,
+            emulating=emulates(self.settings.context_management, base), blocks=self.fmt.compaction == "blocks", raw=self.raw)
         self.body, self.messages = self.emulation.body, self.emulation.items
 
     def after(self) -> BackgroundTask:

@@ -62,3 +62,15 @@ def test_the_layers_that_do_no_http_import_no_web_framework():
 def test_the_check_sees_a_path_through_another_module():
     graph = {"proxy.store.a": {"proxy.errors"}, "proxy.errors": {"proxy.http.x"}, "proxy.http.x": set()}
     assert reachable(graph, "proxy.store.a") == {"proxy.errors", "proxy.http.x"}
+
+
+def test_no_code_outside_the_formats_tests_which_format_it_holds():
+    """A format question is asked of the `WireFormat` (`proxy.core.wire`): a new format is one
+    package under proxy/formats, not an edit of the layers above."""
+    import re
+
+    identity = re.compile(r"\bis (not )?(CHAT|RESPONSES|MESSAGES)\b|\.endpoint\s*[!=]=")
+    formats = PACKAGE / "formats"
+    bad = [f"{p.relative_to(PACKAGE)}:{n}" for p in PACKAGE.rglob("*.py") if formats not in p.parents
+           for n, line in enumerate(p.read_text().splitlines(), 1) if identity.search(line)]
+    assert bad == []
