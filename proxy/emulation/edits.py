@@ -22,6 +22,7 @@ from typing import Any
 
 
 from proxy.core.compaction import Offload
+from proxy.core.rounds import Rounds
 from proxy.core.tokens import TokenCounter
 from proxy.core.wire import WireFormat
 from proxy.emulation import EDITS_ACTION
@@ -30,6 +31,7 @@ from proxy.formats.messages.edits import apply_edits
 from proxy.formats.messages.edits_config import parse_context_management
 from proxy.offload import cpu_pool
 from proxy.offload.events import event
+from proxy.offload.pipeline import Prepared
 from proxy.offload.quota import WRITE_REFUSED, refusal_warning
 from proxy.offload.refs import RefStore
 
@@ -70,7 +72,7 @@ async def apply(emulation: Emulation, items: list[Any], *, fmt: WireFormat, body
     return EditsDone(edited.items, edited.applied, edited.offloads, edited.cleared_tokens, warnings)
 
 
-def settle(done: EditsDone, prepared: Any, rounds: Any) -> None:
+def settle(done: EditsDone, prepared: Prepared, rounds: Rounds) -> None:
     """After planning: the action, event and warnings of the edits, and the answer's field."""
     if done.applied is None:
         return

@@ -19,7 +19,7 @@ earlier tool result had shown and that the forwarded turn still carries. cache_c
 input cost with a prompt cache (cached prefix at 10 %) of the forwarded turns and the summary
 calls they made, over that of the raw turns. With a summary delay (`summary_delay_ms`, the fake
 summariser's answer time; `turn_latency_ms`, the simulated upstream's per turn), `latency` gives
-the added latency of each turn (the wall time of its `prepare`) and the turns stalled by a summary.
+the added latency of each turn (the wall time of its turn, `proxy.turn`) and the turns stalled by a summary.
 """
 
 from __future__ import annotations
@@ -32,21 +32,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from proxy.core import compression as cp
+from proxy.core import compression as cp, jsonio
 from proxy.core.view import ItemView
 from proxy.formats import chat
 from proxy.formats.chat import CHAT
 from proxy.formats import messages as anthropic
 from proxy.formats.responses import RESPONSES
-from proxy.formats.responses.items import ResponsesView
-from proxy.core.markers import INJECTED_TOOLS, history_ref
+from proxy.core.markers import history_ref
 from proxy.core.texts import RELOAD_TOOL_SCHEMAS
 from proxy.formats.responses.request import inject_tools
 from proxy.offload.summaries import Compressor
 from proxy.offload.summary_context import SummaryContext
 from proxy.config import ServerSettings
 from proxy.core.settings import OffloadSettings
-from proxy.offload.pipeline import prepare
 from proxy.offload.refs import RefStore
 from proxy.reload.tools import ReloadTools
 from proxy.store import Store
@@ -64,6 +62,8 @@ from proxy.replay.turns import (  # noqa: F401  (imported from here too)
 from proxy.replay.simulation import SummaryRecorder, TurnScheduler, fake_summarizer, recording, request_items
 from proxy.offload.events import recent
 from proxy.store.sealing import Sealer
+from proxy.offload.tenant_store import TenantStore
+from proxy.turn import Turn, TurnInput, run_turn
 
 NEXT_OFFSET = re.compile(r"offset=(\d+)\)\.\]$")
 WIRES = {"chat": CHAT, "responses": RESPONSES, "anthropic": anthropic.MESSAGES}
@@ -149,12 +149,8 @@ def replay_namespace(index: int, conversation_id: str) -> str:
 
 def view_for(format: str) -> ItemView:
     """How the pipeline sees the replayed history in this wire format."""
-    if format == "chat":
-        return chat.VIEW
-    if format == "responses":
-        return ResponsesView(INJECTED_TOOLS)
-    if format == "anthropic":
-        return anthropic.MESSAGES.view
+    if format in WIRES:
+        return WIRES[format].view
     raise ValueError(f"unknown format {format!r} (expected one of {', '.join(FORMATS)})")
 
 
@@ -210,17 +206,22 @@ class Replayer:
         method = "estimate" if any(e["method"] == "estimate" for e in encodings) else "tiktoken"
         return {"method": method, "encodings": encodings}
 
-    async def _prepare(self, request: list[Any], namespace: str, counter: TokenCounter, tools: Any = None,
-                       scheduler: TurnScheduler | None = None, created: dict[str, str] | None = None):
-        refs = RefStore(self.store, namespace, self.ttl)
+    async def _turn(self, request: list[Any], namespace: str, tools: Any = None,
+                    scheduler: TurnScheduler | None = None, created: dict[str, str] | None = None) -> Turn:
+        """The server's turn (`proxy.turn`) on this request: the same steps, the emulation's too."""
         body = request_body(request, format=self.format, model=self.model, tools=tools, system=self._system)
-        ctx = SummaryContext(upstream=self.upstream, headers=self.headers, model=self.model, prompt=DEFAULT_PROMPT,
-                             timeout=120.0, wait=30.0, view=self.view, background=scheduler,
-                             request_model=self.model, refs=CapturingRefs(self.store, namespace, self.ttl,
-                                                                          {} if created is None else created),
-                             wire=self.wire, body=body, summary_request=self.summary_request)
-        return await prepare(request, self.settings, counter=counter, namespace=namespace, refs=refs,
-                             compressor=Compressor(self.store, namespace, self.ttl, ctx), view=self.view)
+        capturing = CapturingRefs(self.store, namespace, self.ttl, {} if created is None else created)
+
+        def compressor(body: dict, settings: OffloadSettings, refs: RefStore, *, background: bool) -> Compressor:
+            ctx = SummaryContext(upstream=self.upstream, headers=self.headers, model=self.model, prompt=DEFAULT_PROMPT,
+                                 timeout=120.0, wait=30.0, view=self.view, background=scheduler if background else None,
+                                 request_model=self.model, refs=capturing, wire=self.wire, body=body,
+                                 summary_request=self.summary_request)
+            return Compressor(self.store, namespace, self.ttl, ctx)
+
+        tenant = TenantStore(self.store, namespace, self.ttl, Sealer(None))
+        return await run_turn(TurnInput(self.wire, jsonio.dumps(body), body, request, self.settings, tenant,
+                                        compressor))
 
     def on_the_wire(self, items: list[Any]) -> list[Any]:
         """The forwarded items as the upstream reads them: an Anthropic summary item merged into
@@ -230,13 +231,10 @@ class Replayer:
             return items
         return anthropic.history({"messages": anthropic.messages_of(items)})
 
-    def forwarded_tools(self, tools: Any, prepared: Any) -> Any:
+    def forwarded_tools(self, tools: Any, turn: Turn) -> Any:
         """The tools the server would forward with this turn: the client's, plus the reload tools
-        when the payload carries a reference and rounds are left to offer them in (as
-        proxy/http/managed.py decides)."""
-        settings = self.settings
-        if not (settings.reload_tools and settings.max_reload_rounds > 0 and prepared.plan.refs
-                and not prepared.store_failed):
+        when the turn offers them and rounds are left to offer them in."""
+        if not (turn.inject_reload_tools and turn.settings.max_reload_rounds > 0):
             return tools
         if self.format == "chat":
             return [*(tools or []), *RELOAD_TOOL_SCHEMAS]
@@ -265,7 +263,8 @@ class Replayer:
         for k, request in enumerate(requests):
             recording(sink, k)
             start = time.perf_counter()
-            prepared = await self._prepare(request, namespace, counter, tools, scheduler, created)
+            turn = await self._turn(request, namespace, tools, scheduler, created)
+            prepared = turn.prepared
             added.append((time.perf_counter() - start) * 1e3)
             if self.turn_latency_ms:
                 await asyncio.sleep(self.turn_latency_ms / 1e3)  # the upstream answers; background work runs
@@ -277,7 +276,7 @@ class Replayer:
             for o in prepared.plan.offloads:
                 created.setdefault(o.ref, o.text)
             forwarded.append(sent)
-            sent_tools.append(self.forwarded_tools(tools, prepared))
+            sent_tools.append(self.forwarded_tools(tools, turn))
             tokens.append(message_tokens(sent, self.json_counter))
             out.raw_per_turn.append(sum(history_tokens[:len(request)]))
             out.forwarded_per_turn.append(sum(tokens[-1]))
@@ -292,9 +291,9 @@ class Replayer:
         steady = 0.0
         for request in requests:  # the same requests again: caches warm, summaries stored
             start = time.perf_counter()
-            steady_prepared = await self._prepare(request, namespace, counter, tools, scheduler)
+            steady_turn = await self._turn(request, namespace, tools, scheduler)
             steady += time.perf_counter() - start
-            steady_prepared.start_background()
+            steady_turn.prepared.start_background()
         await self._settle(scheduler)
         if scheduler is not None:
             await scheduler.shutdown(grace=0)

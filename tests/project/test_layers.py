@@ -10,13 +10,13 @@ from tests.project.test_import_cycles import PACKAGE, import_graph
 from tests.unit.core.test_purity import imported_modules
 
 BELOW_HTTP = ("proxy.store", "proxy.upstream", "proxy.offload", "proxy.reload", "proxy.core", "proxy.formats",
-              "proxy.emulation", "proxy.stats", "proxy.telemetry")
+              "proxy.emulation", "proxy.stats", "proxy.telemetry", "proxy.turn")
 ABOVE = ("proxy.http", "proxy.replay", "proxy.demo", "proxy.cli")
 # the server's settings are read by the app and handed down as values (typed by a Protocol)
 NO_CONFIG = ("proxy.store", "proxy.upstream", "proxy.offload", "proxy.reload", "proxy.core", "proxy.formats",
-             "proxy.emulation", "proxy.telemetry")
+             "proxy.emulation", "proxy.telemetry", "proxy.turn")
 NO_WEB_FRAMEWORK = ("proxy.store", "proxy.upstream", "proxy.offload", "proxy.reload", "proxy.core",
-                    "proxy.formats", "proxy.emulation", "proxy.telemetry")
+                    "proxy.formats", "proxy.emulation", "proxy.telemetry", "proxy.turn")
 
 
 def _in(module: str, packages: tuple[str, ...]) -> bool:

@@ -104,6 +104,7 @@ class ChatRounds:
     closing = sse.DONE_EVENT
     first_id = last_id = None  # chat completions are not continued from a stored id
     unanswered: list[ToolCall] = []  # the client resends its history, without the hidden calls
+    context_management: dict | None = None  # no clearing edits in chat completions
 
     def __init__(self, body: dict, messages: list[Any], tools: Sequence[dict], *,
                  extra_usage: dict | None = None) -> None:
