@@ -101,7 +101,7 @@ def source_outline(text: str, lines: list[str], *, max_chars: int,
     for index, line in failures:  # what went wrong first: it is what the model acts on
         if _fit(body, line, room_chars, room_lines):
             chosen.append((index, line))
-    for indent, index, line in sorted(definitions, key=lambda d: (d[0] > 0, d[1])):
+    for _indent, index, line in sorted(definitions, key=lambda d: (d[0] > 0, d[1])):
         if len(body) >= room_lines:
             break
         if _fit(body, line, room_chars, room_lines):

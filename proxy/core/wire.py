@@ -27,11 +27,14 @@ class WireFormat(Protocol):
     `proxy.formats` tests which format it holds."""
 
     endpoint: str  # the upstream path under /v1, e.g. "chat/completions"
-    view: ItemView
     stored: bool  # may a request continue state stored upstream (previous_response_id, conversation)?
     compaction: Compaction  # the shape of a provider compaction in its history
     records_api: str  # whose items its compaction records hold (`CompactionRecords.api`)
     clearing_edits: bool  # does it have Anthropic's clearing edits (`proxy.emulation.edits`)?
+
+    @property
+    def view(self) -> ItemView:
+        """How the planners see its history (each format's own `ItemView`)."""
 
     def parse(self, raw: bytes, *, max_items: int | None) -> dict:
         """The body as a JSON object; raises the HTTP layer's 400 error for a malformed one."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 
 from proxy.core.compaction import Offload
@@ -29,6 +29,7 @@ from proxy.emulation import EDITS_ACTION
 from proxy.emulation.request import Emulation
 from proxy.formats.messages.edits import apply_edits
 from proxy.formats.messages.edits_config import parse_context_management
+from proxy.formats.messages.items import MessagesView
 from proxy.offload import cpu_pool
 from proxy.offload.events import event
 from proxy.offload.pipeline import Prepared
@@ -56,7 +57,8 @@ async def apply(emulation: Emulation, items: list[Any], *, fmt: WireFormat, body
     edits = parse_context_management(emulation.asked)
     counter = counter.for_request()
     fixed = counter.content(body.get("system")) + counter.tools(body.get("tools"))
-    run = functools.partial(apply_edits, items, edits, fmt.view, counter, namespace=namespace,
+    view = cast(MessagesView, fmt.view)  # a format with clearing edits is the Messages API's
+    run = functools.partial(apply_edits, items, edits, view, counter, namespace=namespace,
                             fixed_tokens=fixed)
     cpu = cpu_pool.CPU.for_messages(items)
     edited = await cpu(run)

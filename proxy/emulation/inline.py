@@ -49,7 +49,8 @@ from proxy.offload.events import event
 from proxy.offload.pipeline import Prepared
 from proxy.offload.refs import RefStore
 from proxy.offload.summaries import Compressor
-from proxy.offload.quota import WRITE_REFUSED, refusal_warning
+from proxy.offload.quota import WRITE_REFUSED, CredentialRejected, QuotaExceeded, refusal_warning
+from proxy.store import StoreUnavailable
 
 log = logging.getLogger("proxy.emulation.inline")
 
@@ -118,7 +119,7 @@ async def compact(emulation: Emulation, prepared: Prepared, *, fmt: WireFormat, 
     try:
         written = await refs.save([made.offload] if made.offload else [], present, settings.session, cpu=cpu)
         token = await records.save(record)
-    except (*WRITE_REFUSED, TokenError) as exc:
+    except (StoreUnavailable, QuotaExceeded, CredentialRejected, TokenError) as exc:  # WRITE_REFUSED, and a bad token
         prepared.warnings.append(f"threshold compaction not made: the store refused it ({exc})")
         return Inline()
     summary = _text(reduced[made.summary_at])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from urllib.parse import unquote
 
 import httpx2
@@ -57,7 +57,7 @@ async def close_after(response: httpx2.Response, chunks: AsyncIterator[bytes]) -
 BUFFER_LIMIT = 256 * 1024  # a body of known, small length is read whole: cheaper than streaming it
 
 
-async def stream_back(response: httpx2.Response, extra_headers: list[tuple[bytes, bytes]] = (), *,
+async def stream_back(response: httpx2.Response, extra_headers: Sequence[tuple[bytes, bytes]] = (), *,
                       shape: Shape = "openai") -> Response:
     """Relay an upstream response as-is: status, headers, raw (still encoded) body.
 
@@ -75,7 +75,7 @@ async def stream_back(response: httpx2.Response, extra_headers: list[tuple[bytes
             await response.aclose()
         out: Response = Response(body, status_code=response.status_code)
     else:
-        chunks = response.aiter_raw()
+        chunks: AsyncIterator[bytes] = response.aiter_raw()
         if is_plain_sse(response):
             chunks = with_error_event(chunks, shape, host=response_host(response))
         out = StreamingResponse(close_after(response, chunks), status_code=response.status_code)

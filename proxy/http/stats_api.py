@@ -190,7 +190,8 @@ class AdminGate:
     def _is_admin(self, scope: Scope) -> bool:
         presented = presented_credentials(Headers(scope=scope))
         # every credential compared (constant time each), none skipped on the first match
-        return bool(self.token) and sum(hmac.compare_digest(c.encode(), self.token) for c in presented) > 0
+        token = self.token
+        return token is not None and bool(token) and sum(hmac.compare_digest(c.encode(), token) for c in presented) > 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].startswith("/v1/") and self._is_admin(scope):

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy.core import jsonio, large_json
-from proxy.core.compaction_token import ANY_VERSION, may_hold_token
+from proxy.core.compaction_token import may_hold_token
 from proxy.emulation import request as emulation_request
 from proxy.formats.json_body import LARGE_BODY
 from proxy.formats.responses import RESPONSES

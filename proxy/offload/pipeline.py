@@ -91,7 +91,7 @@ async def prepare(
     result = Prepared(plan)
     compressed_now = pending = False
     try:
-        if compress_mode:
+        if compress_mode and compressor is not None:
             before = max(plan.tokens_before, 1)
             # auto: compress when compaction saved too little, or left the history over the trigger
             allow_new = new_summaries and (

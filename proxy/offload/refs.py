@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 import zlib
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
+from typing import Any, cast
 from dataclasses import dataclass
 
 from proxy.offload.cpu_pool import CPU, INLINE
@@ -84,14 +85,15 @@ class RefStore:
         if not wanted:
             return set()
         slack = touch_slack(self.ttl)
-        checks = [self.store.touch([self._key(r) for r in wanted], self.ttl, slack=slack)]
+        checks: list[Awaitable[Any]] = [self.store.touch([self._key(r) for r in wanted], self.ttl, slack=slack)]
         if session:
             checks.append(self.store.add_members(self._session_key(session), wanted, self.ttl, slack=slack))
         results = await asyncio.gather(*checks, return_exceptions=True)
         for result in results:
             if isinstance(result, BaseException):
                 raise result
-        missing = [by_ref[ref] for ref, exists in zip(wanted, results[0]) if not exists and ref in by_ref]
+        touched = cast("list[bool]", results[0])  # the exceptions were raised above
+        missing = [by_ref[ref] for ref, exists in zip(wanted, touched) if not exists and ref in by_ref]
         new: dict[str, bytes] = {}
         if missing:  # sized by what is encoded: one small new item of a large request needs no thread hop
             new = await cpu.sized(sum(len(o.text) for o in missing), len(missing))(self._encode, missing)

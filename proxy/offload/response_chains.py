@@ -94,5 +94,5 @@ async def resolve(store: Store, namespace: str, name: str, ttl: int, *, sealer: 
     if not isinstance(record, dict):
         return None
     response_id = record.get("id") if plain_id(record.get("id")) else None
-    outputs = record.get("outputs") if isinstance(record.get("outputs"), list) else []
-    return Continuation(response_id, outputs)
+    outputs = record.get("outputs")
+    return Continuation(response_id, outputs if isinstance(outputs, list) else [])

@@ -24,6 +24,7 @@ from proxy import telemetry
 from proxy.upstream import sse
 from proxy.upstream.errors import response_host, stream_broke, upstream_error
 from proxy.errors import ProxyError, error_body
+from proxy.core.media import ToolResult
 from proxy.core.rounds import Rounds, ToolCall
 from proxy.reload.tools import ReloadTools
 
@@ -59,7 +60,7 @@ def _count_round() -> None:
 MAX_CALLS_PER_ROUND = 16
 
 
-async def run_calls(tools: ReloadTools, calls: list[ToolCall], deadline: float) -> list[str]:
+async def run_calls(tools: ReloadTools, calls: list[ToolCall], deadline: float) -> list[ToolResult]:
     """The results of the injected calls, in order. Past MAX_CALLS_PER_ROUND a call is answered
     without being run: a model (or an injected prompt) asking for thousands of reloads at once
     would otherwise make the next request as large as the whole store."""

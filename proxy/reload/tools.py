@@ -198,7 +198,7 @@ class ReloadTools:
 
     def _fits(self, text: str) -> bool:
         """Is `text` within max_tokens? Not counted when its length alone says no."""
-        longest = _longest_token(self.counter.encoder)
+        longest = _longest_token(self.counter.encoder)  # type: ignore[arg-type]  # an encoder is hashable
         if longest is not None and len(text) > self.max_tokens * longest:
             return False  # every token stands for at most `longest` bytes, every character for at least one
         return self.counter.text(text) <= self.max_tokens

@@ -34,6 +34,7 @@ from typing import Any
 
 from proxy.core import compression as cp, jsonio
 from proxy.core.view import ItemView
+from proxy.core.wire import WireFormat
 from proxy.formats import chat
 from proxy.formats.chat import CHAT
 from proxy.formats import messages as anthropic
@@ -66,7 +67,7 @@ from proxy.offload.tenant_store import TenantStore
 from proxy.turn import Turn, TurnInput, run_turn
 
 NEXT_OFFSET = re.compile(r"offset=(\d+)\)\.\]$")
-WIRES = {"chat": CHAT, "responses": RESPONSES, "anthropic": anthropic.MESSAGES}
+WIRES: dict[str, WireFormat] = {"chat": CHAT, "responses": RESPONSES, "anthropic": anthropic.MESSAGES}
 
 
 def message_tokens(messages: list[Any], counter: TokenCounter) -> list[int]:
@@ -352,7 +353,10 @@ async def reload_all(tools: ReloadTools, ref: str) -> str | None:
         match = NEXT_OFFSET.search(note)
         if match is None:
             return "".join(pages)
-        page = await tools.reload(ref, int(match.group(1)))
+        following = await tools.reload(ref, int(match.group(1)))
+        if isinstance(following, Reloaded):  # a later page is text, as the first was
+            return None
+        page = following
 
 
 def upstream_for(url: str | None, summary_delay_ms: float = 0) -> Upstream:
