@@ -1,6 +1,7 @@
 """The offload pipeline of one request: compaction, then compression, then the store.
 
-Shared by the chat route, the direct offload API and `replay`, so all three behave the same.
+Run by every managed turn (`proxy.turn`: the server's routes, `count_tokens` and `replay`) and
+by the direct offload API, so all behave the same.
 The pure, CPU-heavy steps of a large request (planning with token counts, hashing, encoding
 what is stored) run off the event loop (`proxy.offload.cpu_pool`); a small request's run inline.
 """

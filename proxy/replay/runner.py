@@ -29,7 +29,6 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from proxy.core import compression as cp, jsonio
@@ -59,7 +58,8 @@ from proxy.upstream.pool import pooled_transport
 from proxy.replay import metrics
 from proxy.replay.metrics import common_prefix, prefix_reuse  # noqa: F401  (imported from here too)
 from proxy.replay.turns import (  # noqa: F401  (imported from here too)
-    FORMATS, answer_positions, answers_of, request_body, requests_of, system_of, turns_of)
+    FORMATS, ReplayInputError, answer_positions, answers_of, load_conversations, request_body, requests_of,
+    system_of, turns_of)
 from proxy.replay.simulation import SummaryRecorder, TurnScheduler, fake_summarizer, recording, request_items
 from proxy.offload.events import recent
 from proxy.store.sealing import Sealer
@@ -367,41 +367,3 @@ def upstream_for(url: str | None, summary_delay_ms: float = 0) -> Upstream:
         return Upstream(settings, transport=SummaryRecorder(pooled_transport(settings)))
     return Upstream(ServerSettings(upstream="http://fake-summariser.invalid/v1"),
                     transport=SummaryRecorder(fake_summarizer(summary_delay_ms)))
-
-
-class ReplayInputError(ValueError):
-    """The conversations file cannot be replayed; the message names the file and line."""
-
-
-def _kind(value: Any) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null",
-            int: "a number", float: "a number"}.get(type(value), type(value).__name__)
-
-
-def load_conversations(path: Path) -> list[dict]:
-    """One conversation per non-blank line: a JSON object with a "messages" list (optional "id", "tools")."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ReplayInputError(f"{path}: cannot read it ({exc})") from None
-    conversations = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"{path} line {number}"
-        try:
-            conv = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ReplayInputError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-        if not isinstance(conv, dict):
-            raise ReplayInputError(f'{where}: expected a JSON object with a "messages" list, got {_kind(conv)}')
-        if "messages" not in conv:
-            raise ReplayInputError(f'{where}: the object has no "messages" (expected a list of chat messages)')
-        if not isinstance(conv["messages"], list):
-            raise ReplayInputError(f'{where}: "messages" is {_kind(conv["messages"])}, expected a list')
-        if conv.get("tools") is not None and not isinstance(conv["tools"], list):
-            raise ReplayInputError(f'{where}: "tools" is {_kind(conv["tools"])}, expected a list')
-        conversations.append(conv if "id" in conv else {**conv, "id": f"line-{number}"})
-    if not conversations:
-        raise ReplayInputError(f"{path}: no conversations in it (expected one JSON object per line)")
-    return conversations

@@ -74,3 +74,9 @@ def test_no_code_outside_the_formats_tests_which_format_it_holds():
     bad = [f"{p.relative_to(PACKAGE)}:{n}" for p in PACKAGE.rglob("*.py") if formats not in p.parents
            for n, line in enumerate(p.read_text().splitlines(), 1) if identity.search(line)]
     assert bad == []
+
+
+def test_no_module_is_over_400_lines():
+    long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 400}
+    assert long == {}

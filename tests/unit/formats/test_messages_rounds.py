@@ -18,9 +18,8 @@ from proxy.core.compaction import Offload
 from proxy.core.rounds import ToolCall
 from proxy.core.texts import RELOAD_TOOL_SCHEMAS
 from proxy.core.tokens import counter_for_model
-from proxy.errors import error_body
+from proxy.errors import anthropic_error_event, error_body
 from proxy.formats.messages import MESSAGES, MessagesRounds
-from proxy.formats.messages.reload_rounds import error_type
 from proxy.offload.refs import RefStore
 from proxy.reload import loop as reload_loop
 from proxy.reload.tools import ReloadTools
@@ -274,6 +273,9 @@ def test_failures_midway_become_anthropic_error_events():
     assert rounds.fail(stream_broke(httpx2.ReadTimeout("slow"))) == [{"type": "error", "error": {
         "type": "timeout_error", "message": "The upstream stream broke off (ReadTimeout)."}}]
     assert rounds.finish() == [] and rounds.feed({"type": "ping"}) == []
+    def error_type(error):  # what `fail` sends for an error body
+        return anthropic_error_event(error)["error"]["type"]
+
     assert error_type({"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}) == \
         "rate_limit_error"
     assert error_type(error_body("m", "rate_limit_error", "rate_limit_exceeded")) == "rate_limit_error"
