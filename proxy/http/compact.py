@@ -25,16 +25,14 @@ from proxy.formats.responses import RESPONSES
 from proxy.formats.responses.compact import compacted_response, parse_compact_body, summary_body
 from proxy import telemetry
 from proxy.http import error_map
-from proxy.http.call_parts import compressor_for, quota_for, request_settings
+from proxy.core.settings import OffloadSettings
+from proxy.http.call_parts import compressor_for, request_settings, tenant_store
 from proxy.http.caller import Caller
 from proxy.http.json_response import json_answer
 from proxy.http.managed import answered
 from proxy.http.token_relay import read_body, relay_tokens_expanded
 from proxy.http.services import services_of
-from proxy.offload import events
-from proxy.offload.compaction_records import CompactionRecords
 from proxy.offload.cpu_pool import CPU
-from proxy.offload.refs import RefStore
 from proxy.stats import session_id
 from proxy.upstream.native import emulates
 
@@ -59,24 +57,21 @@ async def _read(request: Request, caller: Caller) -> dict:
     return await read_body(request, caller, parse=lambda raw, limit: parse_compact_body(raw, max_items=limit))
 
 
-async def _emulated(request: Request, caller: Caller, settings) -> Response:
-    services = services_of(request)
+async def _emulated(request: Request, caller: Caller, settings: OffloadSettings) -> Response:
     body = await _read(request, caller)
     if isinstance(body.get("previous_response_id"), str):
         raise ProxyError(400, "This proxy compacts the history it is sent: with an upstream that does not compact "
                               "natively, previous_response_id is not supported by /v1/responses/compact; send the "
                               "history as 'input' (openai-agents: compaction_mode=\"input\").",
                          code="unsupported_parameter", param="previous_response_id")
-    ttl = services.settings.store_ttl
-    quota = quota_for(request, caller)
-    records = CompactionRecords(services.store, caller.namespace, ttl, services.sealer,
-                                secret=services.settings.names_key, quota=quota)
+    tenant = tenant_store(request, caller)
+    records = tenant.records(RESPONSES.records_api)
     items = RESPONSES.history(body)
     # a failing store, quota or summariser: "The compaction failed: …" (`proxy.http.error_map`)
     begun = await emulation_request.begin(body, items, view=RESPONSES.view, emulating=True, tokens=True,
                                           records=records)
     items = begun.items
-    refs = RefStore(services.store, caller.namespace, ttl, services.sealer, quota=quota)
+    refs = tenant.refs()
     compressor = compressor_for(request, summary_body(body), settings, caller, fmt=RESPONSES, refs=refs,
                                 background=False)
     counter = await counter_for_model_async(body["model"])
@@ -85,8 +80,7 @@ async def _emulated(request: Request, caller: Caller, settings) -> Response:
     cpu = CPU.for_messages(done.record)  # a large task is kept whole: in the record and in the answer
     session = settings.session or await cpu(session_id.from_history, caller.namespace, items, RESPONSES.view.role,
                                             (None, body.get("instructions")))
-    await events.record(services.store, caller.namespace, session, done.events, services.settings.store_ttl,
-                        sealer=services.sealer)
+    await tenant.record_events(session, done.events)
     _note(body, caller, done, session, explicit=bool(settings.session))
     answer = compacted_response(done.token, done.kept_users, created_at=int(time.time()), tokens_in=done.tokens_in,
                                 tokens_out=done.tokens_out)

@@ -29,7 +29,7 @@ from proxy.formats.messages import MESSAGES
 from proxy.formats.responses import RESPONSES
 from proxy.http import accounting, emulated_answers, error_map
 from proxy.http.body_encoding import codings_of, decoded_body
-from proxy.http.call_parts import compressor_for, quota_for, request_settings
+from proxy.http.call_parts import compressor_for, request_settings, tenant_store
 from proxy.http.caller import Caller
 from proxy.http.disconnect import ClientWatch
 from proxy.http.family import family_of
@@ -39,7 +39,6 @@ from proxy.http.services import services_of
 from proxy.offload import cpu_pool, response_chains
 from proxy.offload.refs import RefStore
 from proxy.offload.summaries import Compressor
-from proxy.offload.tenant_store import TenantStore
 from proxy.reload import loop as reload_loop
 from proxy.reload.search import SearchLimits
 from proxy.turn import Turn, TurnInput, run_turn
@@ -133,8 +132,7 @@ class ManagedCall:
         """The turn of this request as plain values: the caller bound into the store handle and
         the compressor factory."""
         services, caller = self.services, self.caller
-        tenant = TenantStore(services.store, self.namespace, services.settings.store_ttl, services.sealer,
-                             names_key=services.settings.names_key, quota=quota_for(self.request, caller))
+        tenant = tenant_store(self.request, caller)
 
         def compressor(body: dict, settings: OffloadSettings, refs: RefStore, *, background: bool) -> Compressor:
             return compressor_for(self.request, body, settings, caller, fmt=self.fmt, refs=refs,

@@ -11,7 +11,6 @@ import functools
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.offload import events
 from proxy.formats import chat
 from proxy.http import error_map
 from proxy.http.body_encoding import decoded
@@ -20,22 +19,19 @@ from proxy.core.settings import OffloadSettings
 from proxy.formats.chat.body import parse_chat_body
 from proxy.formats.json_body import LARGE_BODY
 from proxy.offload.cpu_pool import CPU
-from proxy.http.call_parts import compressor_for, model_of, quota_for, request_settings
+from proxy.http.call_parts import compressor_for, model_of, request_settings, tenant_store
 from proxy.http.services import services_of
 from proxy.errors import ProxyError
 from proxy.http.json_response import JSONResponse, json_answer
 from proxy.offload.pipeline import prepare
-from proxy.offload.refs import RefStore
+from proxy.offload.tenant_store import TenantStore
 from proxy.store import StoreUnavailable
 from proxy.core.tokens import counter_for_model_async
 
 
-def _scope(request: Request) -> tuple[OffloadSettings, Caller, RefStore]:
+def _scope(request: Request) -> tuple[OffloadSettings, Caller, TenantStore]:
     caller: Caller = request.state.caller
-    settings = request_settings(request, caller)
-    refs = RefStore(services_of(request).store, caller.namespace, services_of(request).settings.store_ttl,
-                    sealer=services_of(request).sealer, quota=quota_for(request, caller))
-    return settings, caller, refs
+    return request_settings(request, caller), caller, tenant_store(request, caller)
 
 
 async def offload(request: Request) -> Response:
@@ -47,7 +43,8 @@ async def _offload(request: Request) -> Response:
     raw, _ = await decoded(await request.body(), request.headers.getlist("content-encoding"),
                            limit=limits.max_body_bytes)
     body = await CPU(len(raw) > LARGE_BODY)(functools.partial(parse_chat_body, max_messages=limits.max_messages), raw)
-    settings, caller, refs = _scope(request)
+    settings, caller, tenant = _scope(request)
+    refs = tenant.refs()
     messages = body.get("messages")
     if not isinstance(messages, list):
         raise ProxyError(400, "'messages' must be a list.", param="messages")
@@ -63,8 +60,7 @@ async def _offload(request: Request) -> Response:
     if prepared.store_failed:
         raise StoreUnavailable(prepared.warnings[0])
     plan = prepared.plan
-    await events.record(services_of(request).store, namespace, settings.session, prepared.events,
-                        services_of(request).settings.store_ttl, sealer=services_of(request).sealer)
+    await tenant.record_events(settings.session, prepared.events)
     return await json_answer(
         {
             "messages": plan.items,
@@ -85,12 +81,12 @@ async def list_events(request: Request) -> Response:
 
 
 async def _list_events(request: Request) -> Response:
-    settings, caller, _ = _scope(request)
+    settings, caller, tenant = _scope(request)
     if caller.kind == "anonymous":
         raise ProxyError(401, "Listing events needs a credential: anonymous clients share one namespace.",
                          code="missing_api_key")
     session = request.query_params.get("session") or settings.session
-    data = await events.recent(services_of(request).store, caller.namespace, session, sealer=services_of(request).sealer)
+    data = await tenant.recent_events(session)
     return JSONResponse({"object": "list", "data": data})
 
 
@@ -100,8 +96,8 @@ async def get_offloaded(request: Request) -> Response:
 
 async def _get_offloaded(request: Request) -> Response:
     ref = request.path_params["ref"]
-    _, _, refs = _scope(request)
-    item = await refs.load(ref)
+    _, _, tenant = _scope(request)
+    item = await tenant.refs().load(ref)
     if item is None:
         raise ProxyError(404, f"No offloaded content ref={ref} for this credential.", code="ref_not_found",
                          param="ref")

@@ -35,6 +35,10 @@ class TenantStore:
     async def record_events(self, session: str | None, recorded: list[dict]) -> None:
         await events.record(self.store, self.namespace, session, recorded, self.ttl, sealer=self.sealer)
 
+    async def recent_events(self, session: str | None) -> list[dict]:
+        """Raises StoreUnavailable (a read the caller asked for)."""
+        return await events.recent(self.store, self.namespace, session, sealer=self.sealer)
+
     async def resolve_chain(self, name: str) -> response_chains.Continuation | None:
         return await response_chains.resolve(self.store, self.namespace, name, self.ttl, sealer=self.sealer)
 
