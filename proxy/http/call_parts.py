@@ -25,7 +25,7 @@ def model_of(body: dict) -> str | None:
     return body.get("model") if isinstance(body.get("model"), str) else None
 
 
-def compressor_for(request: Request, body: dict, settings: OffloadSettings, caller: Caller, *,
+def compressor_for(request: Request, body: dict, *, settings: OffloadSettings, caller: Caller,
                    fmt: WireFormat, refs: RefStore, background: bool = True) -> Compressor:
     """Summaries go to the caller's upstream with the caller's upstream credential: in the
     request's own format and endpoint (the prefix shape, `fmt` builds the request), or to chat

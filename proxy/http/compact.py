@@ -72,7 +72,7 @@ async def _emulated(request: Request, caller: Caller, settings: OffloadSettings)
                                           records=records)
     items = begun.items
     refs = tenant.refs()
-    compressor = compressor_for(request, summary_body(body), settings, caller, fmt=RESPONSES, refs=refs,
+    compressor = compressor_for(request, summary_body(body), settings=settings, caller=caller, fmt=RESPONSES, refs=refs,
                                 background=False)
     counter = await counter_for_model_async(body["model"])
     done = await compact(items, view=RESPONSES.view, compressor=compressor, refs=refs, records=records,

@@ -135,7 +135,7 @@ class ManagedCall:
         tenant = tenant_store(self.request, caller)
 
         def compressor(body: dict, settings: OffloadSettings, refs: RefStore, *, background: bool) -> Compressor:
-            return compressor_for(self.request, body, settings, caller, fmt=self.fmt, refs=refs,
+            return compressor_for(self.request, body, settings=settings, caller=caller, fmt=self.fmt, refs=refs,
                                   background=background)
 
         return TurnInput(self.fmt, self.raw, self.body, self.history, self.settings, tenant, compressor,
@@ -227,8 +227,8 @@ class ManagedCall:
 
     async def forward_with_reload(self) -> Response:
         budget = self.budget = self._budget()
-        result = await self.watch.run(reload_loop.complete(self.turn.rounds, self.send_round, self.turn.tools,
-                                                           budget))
+        result = await self.watch.run(reload_loop.complete(self.turn.rounds, self.send_round, tools=self.turn.tools,
+                                                           budget=budget))
         if result.status == 200:
             await self._settle_chain()
         out = Response(result.body, status_code=result.status, background=self.after())
@@ -246,7 +246,7 @@ class ManagedCall:
         first = await self.watch.run(self.send_round(turn.rounds.request(budget.more(0))))
         if first.status_code != 200:
             return await stream_back(first, turn.extra_headers, shape=self.caller.family)
-        events_ = reload_loop.stream(first, turn.rounds, self.send_round, turn.tools, budget,
+        events_ = reload_loop.stream(first, turn.rounds, self.send_round, tools=turn.tools, budget=budget,
                                      before_finish=self._settle_chain)
         out = StreamingResponse(close_after(first, events_), status_code=200, background=self.after())
         headers = response_headers_for_client(first.headers.raw, decoded=True)

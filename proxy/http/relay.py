@@ -15,6 +15,7 @@ from proxy.core.compaction_token import may_hold_token, sealed_fields
 from proxy.formats.json_body import LARGE_BODY, load_object
 from proxy.http.body_encoding import codings_of, decoded_body
 from proxy.offload import cpu_pool, response_chains
+from proxy.offload.tenant_store import TenantStore
 from proxy.upstream import sse
 from proxy.http.caller import Caller
 from proxy.http.disconnect import ClientDisconnected, ClientWatch
@@ -229,11 +230,11 @@ async def delete_chained(request: Request, caller: Caller, path: str) -> None:
     if name != "responses" or not response_chains.plain_id(response_id):
         return
     services = services_of(request)
-    found = await response_chains.resolve(services.store, caller.namespace, response_id, services.settings.store_ttl,
-                                 sealer=services.sealer)
+    tenant = TenantStore(services.store, caller.namespace, services.settings.store_ttl, services.sealer)
+    found = await tenant.resolve_chain(response_id)
     if found is None:
         return
-    await response_chains.forget(services.store, caller.namespace, response_id, sealer=services.sealer)
+    await tenant.forget_chain(response_id)
     later = found.response_id
     if not later or later == response_id:
         return

@@ -40,10 +40,11 @@ class TenantStore:
         return await events.recent(self.store, self.namespace, session, sealer=self.sealer)
 
     async def resolve_chain(self, name: str) -> response_chains.Continuation | None:
-        return await response_chains.resolve(self.store, self.namespace, name, self.ttl, sealer=self.sealer)
+        return await response_chains.resolve(self.store, self.namespace, name, ttl=self.ttl, sealer=self.sealer)
 
     async def remember_chain(self, name: str, continuation: response_chains.Continuation) -> None:
-        await response_chains.remember(self.store, self.namespace, name, continuation, self.ttl, sealer=self.sealer)
+        await response_chains.remember(self.store, self.namespace, name, continuation=continuation, ttl=self.ttl,
+                                       sealer=self.sealer)
 
     async def forget_chain(self, name: str) -> None:
         await response_chains.forget(self.store, self.namespace, name, sealer=self.sealer)

@@ -76,7 +76,7 @@ class LoopResult:
     rounds: int = 0  # reload rounds run (each one more upstream call)
 
 
-async def complete(rounds: Rounds, send: SendRound, tools: ReloadTools, budget: Budget) -> LoopResult:
+async def complete(rounds: Rounds, send: SendRound, *, tools: ReloadTools, budget: Budget) -> LoopResult:
     """Non-streaming: loop while the model calls only injected tools, within the budget.
 
     A 200 answer that is not a JSON object raises ProxyError 502 (`upstream_error`).
@@ -179,8 +179,8 @@ async def _events(first: httpx2.Response, rounds: Rounds, send: SendRound, tools
         yield out
 
 
-async def stream(first: httpx2.Response, rounds: Rounds, send: SendRound, tools: ReloadTools,
-                 budget: Budget, *, before_finish: Callable[[], Awaitable[None]] | None = None,
+async def stream(first: httpx2.Response, rounds: Rounds, send: SendRound, *, tools: ReloadTools,
+                 budget: Budget, before_finish: Callable[[], Awaitable[None]] | None = None,
                  ) -> AsyncIterator[bytes]:
     """Streaming: relay events as they come, hide injected calls, chain the rounds.
 

@@ -376,7 +376,7 @@ async def test_the_reload_loop_streams_one_message(tools):
     first = sse(*events(ROUND1))
     rounds.request(True)
     budget = reload_loop.Budget(max_rounds=4, seconds=60)
-    raw = b"".join([chunk async for chunk in reload_loop.stream(first, rounds, send, tools, budget)])
+    raw = b"".join([chunk async for chunk in reload_loop.stream(first, rounds, send, tools=tools, budget=budget)])
     client = [json.loads(line[6:]) for line in raw.decode().splitlines() if line.startswith("data: ")]
     assert raw.decode().startswith("event: message_start\n")
     assert sent[0]["stream"] is True and "error: libfoo not found" in json.dumps(sent[0]["messages"][-1])
@@ -392,7 +392,7 @@ async def test_the_reload_loop_answers_one_message(tools):
         return httpx2.Response(200, json=next(answers))
 
     rounds = rounds_for()
-    result = await reload_loop.complete(rounds, send, tools, reload_loop.Budget(max_rounds=4, seconds=60))
+    result = await reload_loop.complete(rounds, send, tools=tools, budget=reload_loop.Budget(max_rounds=4, seconds=60))
     final = json.loads(result.body)
     assert result.status == 200 and final["id"] == "msg_01" and final["content"] == [THINK, SAY, FINAL]
 
