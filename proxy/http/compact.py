@@ -19,7 +19,7 @@ from starlette.responses import Response
 
 from proxy.core.tokens import counter_for_model_async
 from proxy.emulation import COMPACTION_ACTION, request as emulation_request
-from proxy.emulation.compact import compact
+from proxy.emulation.compact import Compaction, compact
 from proxy.errors import ProxyError
 from proxy.formats.responses import RESPONSES
 from proxy.formats.responses.compact import compacted_response, parse_compact_body, summary_body
@@ -81,7 +81,7 @@ async def _emulated(request: Request, caller: Caller, settings: OffloadSettings)
     session = settings.session or await cpu(session_id.from_history, caller.namespace, items, RESPONSES.view.role,
                                             (None, body.get("instructions")))
     await tenant.record_events(session, done.events)
-    _note(body, caller, done, session, explicit=bool(settings.session))
+    _note(body, caller, done=done, session=session, explicit=bool(settings.session))
     answer = compacted_response(done.token, done.kept_users, created_at=int(time.time()), tokens_in=done.tokens_in,
                                 tokens_out=done.tokens_out)
     out = await json_answer(answer, cpu=cpu)
@@ -96,7 +96,7 @@ async def _emulated(request: Request, caller: Caller, settings: OffloadSettings)
     return out
 
 
-def _note(body: dict, caller: Caller, done, session: str | None, *, explicit: bool) -> None:
+def _note(body: dict, caller: Caller, *, done: Compaction, session: str | None, explicit: bool) -> None:
     """The request's record, as a managed turn's (the access log, the metrics, the statistics)."""
     rec = telemetry.current.get()
     if rec is None:

@@ -128,8 +128,8 @@ class StatsApi:
         async def run() -> dict[str, Any]:
             namespace = self.namespace(request, required=True)
             assert namespace is not None
-            limit = _int(request, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
-            offset = _int(request, "offset", 0, 0, 10**9)
+            limit = _int(request, "limit", default=DEFAULT_LIMIT, low=1, high=MAX_LIMIT)
+            offset = _int(request, "offset", default=0, low=0, high=10**9)
             total, rows = await reader.sessions_page(services_of(request).store, namespace, offset, limit)
             return {"object": "list", **await self._tenant(request, namespace), "total": total, "offset": offset,
                     "limit": limit, "has_more": offset + len(rows) < total, "data": rows}
@@ -158,7 +158,7 @@ async def answer(run: Callable[[], Awaitable[Any]]) -> Response:
     return await error_map.answered(json)
 
 
-def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
+def _int(request: Request, name: str, *, default: int, low: int, high: int) -> int:
     raw = request.query_params.get(name)
     if raw is None:
         return default

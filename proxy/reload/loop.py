@@ -125,7 +125,7 @@ def _answer(raw: bytes, response: httpx2.Response, what: str) -> dict:
     return completion
 
 
-async def _events(first: httpx2.Response, rounds: Rounds, send: SendRound, tools: ReloadTools,
+async def _events(first: httpx2.Response, rounds: Rounds, send: SendRound, *, tools: ReloadTools,
                   budget: Budget, holder: list[httpx2.Response], done: list[int],
                   before_finish: Callable[[], Awaitable[None]] | None) -> AsyncIterator[dict]:
     """The events for the client (not yet encoded); an error event ends them early. `done[0]`:
@@ -196,7 +196,8 @@ async def stream(first: httpx2.Response, rounds: Rounds, send: SendRound, *, too
     done = [0]
     try:
         try:
-            async for event in _events(first, rounds, send, tools, budget, holder, done, before_finish):
+            async for event in _events(first, rounds, send, tools=tools, budget=budget, holder=holder, done=done,
+                                     before_finish=before_finish):
                 yield rounds.encode(event)
         except (httpx2.HTTPError, ValueError) as exc:
             for event in rounds.fail(stream_broke(exc, response_host(holder[0]))):

@@ -277,10 +277,11 @@ class ReloadTools:
             why = f"compiling it did not finish within {limit}" if hits.stopped == TIME else (
                 "compiling it needed more memory than a search may use, or crashed the search worker")
             return texts.too_expensive(pattern, why)
-        answer = self._answer(pattern, ref, refs, hits, searched, took, limit, search.busy)
+        answer = self._answer(pattern, ref, refs=refs, hits=hits, searched=searched, took=took, limit=limit,
+                              busy=search.busy)
         return f"{answer}\n{texts.media_skipped(skipped)}" if skipped else answer
 
-    def _answer(self, pattern: str, ref: str | None, refs: list[str], hits: Hits, searched: int, took: float,
+    def _answer(self, pattern: str, ref: str | None, *, refs: list[str], hits: Hits, searched: int, took: float,
                 limit: str, busy: bool) -> str:
         lines = list(hits.lines)
         if not lines and hits.stopped in (TIME, SIZE, EXPENSIVE, INTERRUPTED):

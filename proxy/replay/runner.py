@@ -207,7 +207,7 @@ class Replayer:
         method = "estimate" if any(e["method"] == "estimate" for e in encodings) else "tiktoken"
         return {"method": method, "encodings": encodings}
 
-    async def _turn(self, request: list[Any], namespace: str, tools: Any = None,
+    async def _turn(self, request: list[Any], namespace: str, tools: Any = None, *,
                     scheduler: TurnScheduler | None = None, created: dict[str, str] | None = None) -> Turn:
         """The server's turn (`proxy.turn`) on this request: the same steps, the emulation's too."""
         body = request_body(request, format=self.format, model=self.model, tools=tools, system=self._system)
@@ -264,7 +264,7 @@ class Replayer:
         for k, request in enumerate(requests):
             recording(sink, k)
             start = time.perf_counter()
-            turn = await self._turn(request, namespace, tools, scheduler, created)
+            turn = await self._turn(request, namespace, tools, scheduler=scheduler, created=created)
             prepared = turn.prepared
             added.append((time.perf_counter() - start) * 1e3)
             if self.turn_latency_ms:
@@ -292,7 +292,7 @@ class Replayer:
         steady = 0.0
         for request in requests:  # the same requests again: caches warm, summaries stored
             start = time.perf_counter()
-            steady_turn = await self._turn(request, namespace, tools, scheduler)
+            steady_turn = await self._turn(request, namespace, tools, scheduler=scheduler)
             steady += time.perf_counter() - start
             steady_turn.prepared.start_background()
         await self._settle(scheduler)
@@ -309,7 +309,8 @@ class Replayer:
         out.reload_exact_fraction = sum(exact) / len(exact) if exact else 1.0
         out.ms_per_turn_cold = sum(added) / max(out.turns, 1)
         out.ms_per_turn_steady = steady * 1e3 / max(out.turns, 1)
-        self._figures(out, history, answers, requests, history_tokens, forwarded, tokens, sent_tools, sink)
+        self._figures(out, history=history, answers=answers, requests=requests, history_tokens=history_tokens,
+                      forwarded=forwarded, tokens=tokens, sent_tools=sent_tools, sink=sink)
         if self.summary_delay_ms is not None:
             out.added_ms_per_turn = [round(ms, 3) for ms in added]
             out.latency = metrics.latency(added, self.summary_delay_ms, self.turn_latency_ms)
@@ -321,7 +322,7 @@ class Replayer:
         if isinstance(self.upstream.transport, SummaryRecorder):
             await self.upstream.transport.idle()
 
-    def _figures(self, out: Conversation, history, answers, requests, history_tokens, forwarded, tokens,
+    def _figures(self, out: Conversation, *, history, answers, requests, history_tokens, forwarded, tokens,
                  sent_tools, sink) -> None:
         """recall and the cache cost (`proxy.replay.metrics`)."""
         recall = metrics.Recall()
