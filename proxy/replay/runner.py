@@ -303,7 +303,8 @@ class Replayer:
         out.max_forwarded_turn = max(out.forwarded_per_turn, default=0)
         out.prefix_reuse = prefix_reuse(forwarded, tokens)
         out.refs = len(created)
-        reload_tools = ReloadTools(RefStore(self.store, namespace, self.ttl), counter,
+        tenant = TenantStore(self.store, namespace, self.ttl, Sealer(None))
+        reload_tools = ReloadTools(tenant.refs(), counter,
                                    max_tokens=self.settings.max_reload_tokens, request_refs=[], session=None)
         exact = [await reload_all(reload_tools, ref) == text for ref, text in created.items()]
         out.reload_exact_fraction = sum(exact) / len(exact) if exact else 1.0
