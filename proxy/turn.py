@@ -40,7 +40,6 @@ from proxy.offload.pipeline import Prepared, prepare
 from proxy.offload.refs import RefStore
 from proxy.offload.summaries import Compressor
 from proxy.offload.tenant_store import TenantStore
-from proxy.reload import search_pool
 from proxy.reload.search import SearchLimits
 from proxy.reload.tools import ReloadTools, collision_warning
 
@@ -222,8 +221,6 @@ async def run_turn(given: TurnInput, *, refs: RefStore | None = None,
     changed = prepared.action != "none" or chain.continued or given.shared_key or emulation.changed
     # a compaction_trigger asks for a compaction, not a turn: it stays the last item, no round follows it
     inject = settings.reload_tools and bool(plan.refs) and not prepared.store_failed and not provider.trigger
-    if inject:
-        search_pool.warm()  # the model may search: its workers start while the upstream answers
     tools = ReloadTools(refs, counter, max_tokens=settings.max_reload_tokens, request_refs=plan.refs,
                         session=settings.session, limits=given.search_limits)
     items = [*chain.carried, *plan.items]

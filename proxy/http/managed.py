@@ -39,7 +39,7 @@ from proxy.http.services import services_of
 from proxy.offload import cpu_pool, response_chains
 from proxy.offload.refs import RefStore
 from proxy.offload.summaries import Compressor
-from proxy.reload import loop as reload_loop
+from proxy.reload import loop as reload_loop, search_pool
 from proxy.reload.search import SearchLimits
 from proxy.turn import Turn, TurnInput, run_turn
 from proxy.upstream.native import emulates
@@ -149,6 +149,8 @@ class ManagedCall:
         given = self.turn_input(new_summaries=new_summaries)
         self.tenant = given.tenant
         turn = self.turn = await run_turn(given)
+        if turn.inject_reload_tools:
+            search_pool.warm()  # the model may search: its workers start while the upstream answers
         self.body, self.settings, self.used_up = turn.body, turn.settings, turn.used_up
         self.headers = self.caller.upstream_headers(
             self.request.scope["headers"], body_replaced=turn.changed or turn.inject_reload_tools or self.decoded)
