@@ -47,7 +47,8 @@ def anthropic_error_event(error: Any) -> dict:
     if error.get("type") == "error" and detail.get("type") in ANTHROPIC_ERROR_TYPES:
         kind = detail["type"]
     else:
-        kind = ANTHROPIC_CODES.get(detail.get("code"), "api_error")
+        code = detail.get("code")
+        kind = ANTHROPIC_CODES.get(code, "api_error") if isinstance(code, str) else "api_error"
     return {"type": "error", "error": {"type": kind, "message": str(detail.get("message") or "The request failed.")}}
 
 

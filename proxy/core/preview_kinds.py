@@ -21,11 +21,13 @@ SCAN_CHARS = 400_000  # characters looked at for definitions and to recognise a 
 DEF_WIDTH = 72  # one definition's line in an outline
 MIN_DEFINITIONS = 3
 
-# A definition starting a line of code (Python, JS/TS, Go, Rust, Java/C#/Kotlin, Ruby, shell functions).
+# The keywords that open a definition (Python, JS/TS, Go, Rust, Java/C#/Kotlin, Ruby, shell functions).
+_KEYWORDS = r"(?:def|class|function|fn|func|interface|struct|enum|trait|impl|module|object|type)"
+# A definition starting a line of code.
 _DEFINITION = re.compile(
     r"(?:export\s{1,4}|pub(?:\(\w{1,12}\))?\s{1,4}|public\s{1,4}|private\s{1,4}|protected\s{1,4}|static\s{1,4}"
     r"|abstract\s{1,4}|async\s{1,4}|default\s{1,4}){0,4}"
-    r"(?:def|class|function|fn|func|interface|struct|enum|trait|impl|module|object|type)\s{1,4}[A-Za-z_$(][\w$.<>]{0,80}")
+    + _KEYWORDS + r"\s{1,4}[A-Za-z_$(][\w$.<>]{0,80}")
 # `cat -n` (`   12\t`), an editor's view (`12:`/`12|`), numbered grep-like listings
 _NUMBERED = re.compile(r"\s{0,8}(\d{1,7})(?:\t|→|[:|] ?| {2})")
 _CODE_START = re.compile(r"\s{0,8}(?:import \w|from [\w.]{1,80} import |#include |package \w|use \w|#!/)")
@@ -55,8 +57,7 @@ _NUMBERED_LINE = re.compile("^" + _NUMBER, re.M)
 _DEFINITION_LINE = re.compile("^(?:" + _NUMBER + ")?([ \t]{0,40})((?:" + _DEFINITION.pattern + ")[^\n]{0,300})",
                               re.M)
 _CODE_START_LINE = re.compile("^(?:" + _NUMBER + ")?" + _CODE_START.pattern, re.M)
-_DEFINITION_GATE = re.compile(r"(?:def|class|function|fn|func|interface|struct|enum|trait|impl|module|object|type)"
-                              r"\s{1,4}[A-Za-z_$(]")
+_DEFINITION_GATE = re.compile(_KEYWORDS + r"\s{1,4}[A-Za-z_$(]")
 
 
 def source_outline(text: str, lines: list[str], *, max_chars: int,
@@ -101,7 +102,7 @@ def source_outline(text: str, lines: list[str], *, max_chars: int,
     for index, line in failures:  # what went wrong first: it is what the model acts on
         if _fit(body, line, room_chars, room_lines):
             chosen.append((index, line))
-    for indent, index, line in sorted(definitions, key=lambda d: (d[0] > 0, d[1])):
+    for _indent, index, line in sorted(definitions, key=lambda d: (d[0] > 0, d[1])):
         if len(body) >= room_lines:
             break
         if _fit(body, line, room_chars, room_lines):

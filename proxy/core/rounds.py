@@ -51,6 +51,9 @@ class Rounds(Protocol):
     # client gets its calls, these are hidden. Where the upstream keeps the exchange, their
     # answers (`carried(results)`) must come first in the client's next input.
     unanswered: list[ToolCall]
+    # What the answer's `context_management` says of the clearing edits the proxy applied
+    # (`proxy.emulation.edits`; Messages only, None elsewhere and when none were applied).
+    context_management: dict | None
 
     def request(self, offered: bool) -> dict: ...
 

@@ -10,17 +10,31 @@ way the conversation itself is sent (`summary_request`, `summary_answer`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from proxy.core.provider_context import ProviderContext
 from proxy.core.rounds import Rounds
 from proxy.core.view import ItemView
 
 
+# Where a format's history carries a provider compaction (`proxy.emulation`): Responses
+# `compaction` items (their `encrypted_content` a token), Messages `compaction` blocks, or nowhere.
+Compaction = Literal["items", "blocks"] | None
+
+
 class WireFormat(Protocol):
+    """Everything the layers above ask of a format is asked here: no code outside
+    `proxy.formats` tests which format it holds."""
+
     endpoint: str  # the upstream path under /v1, e.g. "chat/completions"
-    view: ItemView
     stored: bool  # may a request continue state stored upstream (previous_response_id, conversation)?
+    compaction: Compaction  # the shape of a provider compaction in its history
+    records_api: str  # whose items its compaction records hold (`CompactionRecords.api`)
+    clearing_edits: bool  # does it have Anthropic's clearing edits (`proxy.emulation.edits`)?
+
+    @property
+    def view(self) -> ItemView:
+        """How the planners see its history (each format's own `ItemView`)."""
 
     def parse(self, raw: bytes, *, max_items: int | None) -> dict:
         """The body as a JSON object; raises the HTTP layer's 400 error for a malformed one."""

@@ -18,22 +18,23 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 
 from proxy.core.compaction import Offload
+from proxy.core.rounds import Rounds
 from proxy.core.tokens import TokenCounter
 from proxy.core.wire import WireFormat
 from proxy.emulation import EDITS_ACTION
 from proxy.emulation.request import Emulation
-from proxy.formats.messages import MESSAGES
 from proxy.formats.messages.edits import apply_edits
 from proxy.formats.messages.edits_config import parse_context_management
+from proxy.formats.messages.items import MessagesView
 from proxy.offload import cpu_pool
 from proxy.offload.events import event
-from proxy.offload.quota import CredentialRejected, QuotaExceeded
+from proxy.offload.pipeline import Prepared
+from proxy.offload.quota import WRITE_REFUSED, refusal_warning
 from proxy.offload.refs import RefStore
-from proxy.store import StoreUnavailable
 
 log = logging.getLogger("proxy.emulation.edits")
 
@@ -51,12 +52,13 @@ class EditsDone:
 async def apply(emulation: Emulation, items: list[Any], *, fmt: WireFormat, body: dict, counter: TokenCounter,
                 refs: RefStore, namespace: str, session: str | None) -> EditsDone:
     """The history with the request's clearing edits applied (see the module docstring)."""
-    if not emulation.emulating or emulation.asked is None or fmt is not MESSAGES:
+    if not emulation.emulating or emulation.asked is None or not fmt.clearing_edits:
         return EditsDone(items)
     edits = parse_context_management(emulation.asked)
     counter = counter.for_request()
     fixed = counter.content(body.get("system")) + counter.tools(body.get("tools"))
-    run = functools.partial(apply_edits, items, edits, MESSAGES.view, counter, namespace=namespace,
+    view = cast(MessagesView, fmt.view)  # a format with clearing edits is the Messages API's
+    run = functools.partial(apply_edits, items, edits, view, counter, namespace=namespace,
                             fixed_tokens=fixed)
     cpu = cpu_pool.CPU.for_messages(items)
     edited = await cpu(run)
@@ -64,16 +66,15 @@ async def apply(emulation: Emulation, items: list[Any], *, fmt: WireFormat, body
     if edited.offloads:
         try:
             await refs.save(edited.offloads, [o.ref for o in edited.offloads], session, cpu=cpu)
-        except (StoreUnavailable, QuotaExceeded, CredentialRejected) as exc:
-            why = f"store unavailable ({exc})" if isinstance(exc, StoreUnavailable) else str(exc)
-            warnings.append(f"{why}; clear_tool_uses_20250919 not applied (the cleared content could not be kept)")
+        except WRITE_REFUSED as exc:
+            warnings.append(f"{refusal_warning(exc)}; clear_tool_uses_20250919 not applied (the cleared content could not be kept)")
             log.warning("context edits: %s", warnings[-1])
             edited = await cpu(functools.partial(run, clear_tool_uses_=False))
     emulation.applied_edits = edited.applied
     return EditsDone(edited.items, edited.applied, edited.offloads, edited.cleared_tokens, warnings)
 
 
-def settle(done: EditsDone, prepared: Any, rounds: Any) -> None:
+def settle(done: EditsDone, prepared: Prepared, rounds: Rounds) -> None:
     """After planning: the action, event and warnings of the edits, and the answer's field."""
     if done.applied is None:
         return

@@ -35,15 +35,21 @@ from proxy.core.compaction_token import TokenError
 from proxy.core.compression import COMPRESS_KEEP_RECENT
 from proxy.core.markers import refs_in
 from proxy.core.provider_context import ProviderContext
+from proxy.core.settings import OffloadSettings
+from proxy.core.tokens import TokenCounter
 from proxy.core.usage import add_usage
+from proxy.core.wire import WireFormat
 from proxy.emulation import COMPACTION_ACTION
 from proxy.emulation.request import Emulation
 from proxy.formats.responses.compact import compaction_item
 from proxy.formats.messages.request import messages_of
+from proxy.offload.compaction_records import CompactionRecords
 from proxy.offload.cpu_pool import CPU
 from proxy.offload.events import event
+from proxy.offload.pipeline import Prepared
+from proxy.offload.refs import RefStore
 from proxy.offload.summaries import Compressor
-from proxy.offload.quota import CredentialRejected, QuotaExceeded
+from proxy.offload.quota import WRITE_REFUSED, CredentialRejected, QuotaExceeded, refusal_warning
 from proxy.store import StoreUnavailable
 
 log = logging.getLogger("proxy.emulation.inline")
@@ -73,15 +79,18 @@ def _text(item: Any) -> str:
     return "".join(b["text"] for b in content or () if isinstance(b, dict) and isinstance(b.get("text"), str))
 
 
-async def compact(call: Any, *, compressor: Callable[[], Compressor], new_summaries: bool = True) -> Inline:
-    """The threshold compaction of a `ManagedCall` (`proxy.http.managed`) once its pipeline has
-    run: `call.prepared` is updated (the reduced plan, the summary's usage, events, action) and
-    the lead returned. Nothing without an asked threshold, below it, or when counting tokens
-    (`new_summaries` False: no summary is made for a count)."""
-    threshold = call.emulation.threshold
+async def compact(emulation: Emulation, prepared: Prepared, *, fmt: WireFormat, settings: OffloadSettings,
+                  counter: TokenCounter, history: list[Any], refs: RefStore, records: CompactionRecords,
+                  compressor: Callable[[], Compressor | None], new_summaries: bool = True) -> Inline:
+    """The threshold compaction of a turn (`proxy.turn`) once its pipeline has run: `prepared`
+    is updated (the reduced plan, the summary's usage, events, action) and the lead returned.
+    `history`: the turn's items as planned (after the clearing edits). Nothing without an asked
+    threshold, below it, or when counting tokens (`new_summaries` False: no summary is made for
+    a count)."""
+    threshold = emulation.threshold
     if threshold is None or not new_summaries:
         return Inline()
-    prepared, settings, counter, view = call.prepared, call.settings, call.counter, call.fmt.view
+    view = fmt.view
     items = prepared.plan.items
     cpu = CPU.for_messages(items)
     tokens = await cpu.light(counter.messages, items)
@@ -89,25 +98,28 @@ async def compact(call: Any, *, compressor: Callable[[], Compressor], new_summar
     if tokens <= limit:
         return Inline()
     folder = compressor()  # made inline (not in the background), with the request's summariser
+    if folder is None:
+        prepared.warnings.append("threshold compaction not made: no summariser")
+        return Inline()
     if threshold.instructions:
         folder.ctx.instruction = threshold.instructions
     try:
-        made = await folder.fold(items, call.messages, settings, counter,
+        made = await folder.fold(items, history, settings, counter,
                                      keep_recent=settings.keep_recent_for(COMPRESS_KEEP_RECENT), cpu=cpu)
-    except (StoreUnavailable, QuotaExceeded, CredentialRejected) as exc:
-        prepared.warnings.append(f"threshold compaction not made: store unavailable ({exc})")
+    except WRITE_REFUSED as exc:
+        prepared.warnings.append(f"threshold compaction not made: {refusal_warning(exc)}")
         return Inline()
     if made.items is None or made.summary_at is None:
         prepared.warnings.append(f"threshold compaction not made: {made.warning or 'nothing to summarise'}")
         return Inline()
     reduced = made.items
-    messages = call.fmt is not None and call.fmt.endpoint == "messages"
+    messages = fmt.compaction == "blocks"
     record = messages_of(reduced) if messages else [m for m in reduced if view.role(m) != "system"]
-    refs = await cpu(present_refs, reduced, view)  # reads every text: a large task's too
+    present = await cpu(present_refs, reduced, view)  # reads every text: a large task's too
     try:
-        written = await call.refs.save([made.offload] if made.offload else [], refs, settings.session, cpu=cpu)
-        token = await call.records.save(record)
-    except (StoreUnavailable, QuotaExceeded, CredentialRejected, TokenError) as exc:
+        written = await refs.save([made.offload] if made.offload else [], present, settings.session, cpu=cpu)
+        token = await records.save(record)
+    except (StoreUnavailable, QuotaExceeded, CredentialRejected, TokenError) as exc:  # WRITE_REFUSED, and a bad token
         prepared.warnings.append(f"threshold compaction not made: the store refused it ({exc})")
         return Inline()
     summary = _text(reduced[made.summary_at])
@@ -117,13 +129,13 @@ async def compact(call: Any, *, compressor: Callable[[], Compressor], new_summar
         lead = compaction_item(token)
     plan = prepared.plan
     after = await cpu(counter.messages, reduced)
-    prepared.plan = Plan(reduced, [*plan.offloads, *([made.offload] if made.offload else [])], refs,
+    prepared.plan = Plan(reduced, [*plan.offloads, *([made.offload] if made.offload else [])], present,
                          plan.tokens_before, after, plan.media_tokens_saved)
     prepared.written |= written
     prepared.summary_tokens += made.summary_tokens
     prepared.summary_usage = add_usage(prepared.summary_usage, made.usage)
     summary_refs = refs_in(summary)
-    prepared.events += [*made.events, event("provider_compaction", emulated=True, endpoint=call.fmt.endpoint,
+    prepared.events += [*made.events, event("provider_compaction", emulated=True, endpoint=fmt.endpoint,
                                             messages=len(items) - len(reduced) + 1, tokens_before=tokens,
                                             tokens_after=after, ref=summary_refs[0] if summary_refs else None)]
     prepared.add_action(COMPACTION_ACTION)

@@ -1,5 +1,5 @@
 """What the access log, the metrics and the usage statistics learn of a managed turn, on its
-`RequestRecord` (`proxy.http.telemetry`): the plan's figures, the session of a client that sends
+`RequestRecord` (`proxy.telemetry`): the plan's figures, the session of a client that sends
 no `X-Offload-Session` (`proxy.stats.session_id`), and for a Responses turn whose answer is
 stored upstream, that answer's id, so a later turn continuing from it is given the same
 session (`proxy.stats.replies`).
@@ -17,26 +17,22 @@ from typing import Any, Protocol
 
 from starlette.responses import Response, StreamingResponse
 
-from proxy.core.settings import OffloadSettings
 from proxy.core.wire import WireFormat
-from proxy.http import telemetry
+from proxy import telemetry
 from proxy.offload import response_chains
 from proxy.offload.cpu_pool import CPU
-from proxy.offload.pipeline import Prepared
 from proxy.stats import session_id
+from proxy.turn import Turn
 
 
 class ManagedCall(Protocol):
     """What this module reads of a managed turn (`proxy.http.managed.ManagedCall`, which uses
     this module: named here by its shape, so neither imports the other)."""
 
-    prepared: Prepared
-    body: dict
+    turn: Turn
     namespace: str
-    settings: OffloadSettings
     fmt: WireFormat
     previous: Any
-    messages: list[Any]
     rec: telemetry.RequestRecord | None
 
 PEEK = 8192  # bytes of an answer looked at for its id
@@ -48,7 +44,8 @@ async def note(call: ManagedCall) -> telemetry.RequestRecord | None:
     rec = telemetry.current.get()
     if rec is None:
         return None
-    plan, prepared, body = call.prepared.plan, call.prepared, call.body
+    prepared, body = call.turn.prepared, call.turn.body
+    plan = prepared.plan
     rec.tenant, rec.stream = call.namespace[:12], body.get("stream") is True
     rec.model = body.get("model") if isinstance(body.get("model"), str) else None
     rec.tokens_before, rec.tokens_after, rec.action = plan.tokens_before, plan.tokens_after, prepared.action
@@ -56,7 +53,7 @@ async def note(call: ManagedCall) -> telemetry.RequestRecord | None:
     rec.image_tokens_saved = plan.media_tokens_saved
     rec.offloaded_bytes = sum(_utf8_size(o.text) for o in plan.offloads if o.ref in prepared.written)
     rec.warnings = prepared.warnings
-    if not call.settings.session and rec.route != "count_tokens":  # X-Offload-Session wins
+    if not call.turn.settings.session and rec.route != "count_tokens":  # X-Offload-Session wins
         rec.session, rec.continues = await session_of(call)
     return rec
 
@@ -68,15 +65,15 @@ def _utf8_size(text: str) -> int:
 async def session_of(call: ManagedCall) -> tuple[str | None, str | None]:
     """(the session derived from the conversation, the response id a continuing Responses turn
     names instead: its session is that response's, found when the turn is recorded)."""
-    body, namespace = call.body, call.namespace
+    body, namespace, history = call.turn.body, call.namespace, call.turn.history
     if call.fmt.stored:
         if (conversation := response_chains.conversation_key(body.get("conversation"))) is not None:
             return session_id.from_name(namespace, "conversation", conversation), None
         if isinstance(call.previous, str) and call.previous:
             return None, call.previous
     system = (body.get("system"), body.get("instructions"))  # Anthropic's, Responses'; chat: in the messages
-    cpu = CPU.for_messages(call.messages[:session_id.MAX_ITEMS])
-    return await cpu(session_id.from_history, namespace, call.messages, call.fmt.view.role, system), None
+    cpu = CPU.for_messages(history[:session_id.MAX_ITEMS])
+    return await cpu(session_id.from_history, namespace, history, call.fmt.view.role, system), None
 
 
 def _wants_reply(call: ManagedCall) -> telemetry.RequestRecord | None:
@@ -84,7 +81,7 @@ def _wants_reply(call: ManagedCall) -> telemetry.RequestRecord | None:
     rec = call.rec
     if rec is None or (rec.session is None and rec.continues is None):
         return None
-    return rec if call.fmt.stored and call.body.get("store") is not False else None
+    return rec if call.fmt.stored and call.turn.body.get("store") is not False else None
 
 
 def learn_reply(call: ManagedCall, response_id: str | None) -> None:

@@ -76,7 +76,7 @@ def _zlib(data: bytes, sink: _Sink, wbits: int) -> Steps:
     while True:
         d = zlib.decompressobj(wbits)
         view, at = memoryview(data), 0
-        pending = b""
+        pending: bytes | memoryview = b""
         while not d.eof:
             if not pending and at < len(view):
                 pending, at = view[at:at + PIECE], at + PIECE

@@ -17,6 +17,7 @@ from proxy.offload.quota import Quota
 from proxy.offload.refs import RefStore
 from proxy.offload.summaries import Compressor
 from proxy.offload.summary_context import SummaryContext
+from proxy.offload.tenant_store import TenantStore
 from proxy.offload.summarizer import DEFAULT_INSTRUCTION, DEFAULT_PROMPT
 
 
@@ -24,7 +25,7 @@ def model_of(body: dict) -> str | None:
     return body.get("model") if isinstance(body.get("model"), str) else None
 
 
-def compressor_for(request: Request, body: dict, settings: OffloadSettings, caller: Caller, *,
+def compressor_for(request: Request, body: dict, *, settings: OffloadSettings, caller: Caller,
                    fmt: WireFormat, refs: RefStore, background: bool = True) -> Compressor:
     """Summaries go to the caller's upstream with the caller's upstream credential: in the
     request's own format and endpoint (the prefix shape, `fmt` builds the request), or to chat
@@ -49,6 +50,14 @@ def compressor_for(request: Request, body: dict, settings: OffloadSettings, call
                          instruction=custom or DEFAULT_INSTRUCTION,
                          tally=functools.partial(services.recorder.count_summary, caller.namespace))
     return Compressor(services.store, caller.namespace, services.settings.store_ttl, ctx)
+
+
+def tenant_store(request: Request, caller: Caller, *, charged: bool = True) -> TenantStore:
+    """The store as the caller's tenant sees it; `charged`: its writes go through the caller's
+    storage quota and credential check (`quota_for`)."""
+    services = services_of(request)
+    return TenantStore(services.store, caller.namespace, services.settings.store_ttl, services.sealer,
+                       names_key=services.settings.names_key, quota=quota_for(request, caller) if charged else None)
 
 
 def request_settings(request: Request, caller: Caller) -> OffloadSettings:

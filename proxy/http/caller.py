@@ -57,7 +57,7 @@ Kind = Literal["proxy_key", "client", "anonymous"]
 
 def is_placeholder(secret: str | None) -> bool:
     """The example value shipped in deploy/ files: never accepted as a real secret."""
-    return bool(secret) and PLACEHOLDER in secret.lower()
+    return bool(secret) and PLACEHOLDER in (secret or "").lower()
 
 
 def key_digest(key: str) -> str:

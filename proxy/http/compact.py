@@ -19,24 +19,21 @@ from starlette.responses import Response
 
 from proxy.core.tokens import counter_for_model_async
 from proxy.emulation import COMPACTION_ACTION, request as emulation_request
-from proxy.emulation.compact import CompactionFailed, compact
+from proxy.emulation.compact import Compaction, compact
 from proxy.errors import ProxyError
 from proxy.formats.responses import RESPONSES
 from proxy.formats.responses.compact import compacted_response, parse_compact_body, summary_body
-from proxy.http import telemetry
-from proxy.http.call_parts import compressor_for, quota_for, request_settings
+from proxy import telemetry
+from proxy.http import error_map
+from proxy.core.settings import OffloadSettings
+from proxy.http.call_parts import compressor_for, request_settings, tenant_store
 from proxy.http.caller import Caller
 from proxy.http.json_response import json_answer
 from proxy.http.managed import answered
 from proxy.http.token_relay import read_body, relay_tokens_expanded
 from proxy.http.services import services_of
-from proxy.offload import events
-from proxy.offload.compaction_records import CompactionRecords
 from proxy.offload.cpu_pool import CPU
-from proxy.offload.quota import CredentialRejected, QuotaExceeded
-from proxy.offload.refs import RefStore
 from proxy.stats import session_id
-from proxy.store import StoreUnavailable
 from proxy.upstream.native import emulates
 
 log = logging.getLogger("proxy.http.compact")
@@ -52,52 +49,39 @@ async def responses_compact(request: Request) -> Response:
     if not emulates(settings.context_management, caller.base or services.settings.upstream_base):
         return await answered(request, lambda: relay_tokens_expanded(
             request, caller, "responses/compact", parse=lambda raw, limit: parse_compact_body(raw, max_items=limit)))
-    return await answered(request, lambda: _emulated(request, caller, settings))
+    return await error_map.answered(lambda: _emulated(request, caller, settings), shape=caller.family,
+                                    doing="The compaction failed", store_failure_is_a_bug=False)
 
 
 async def _read(request: Request, caller: Caller) -> dict:
     return await read_body(request, caller, parse=lambda raw, limit: parse_compact_body(raw, max_items=limit))
 
 
-async def _emulated(request: Request, caller: Caller, settings) -> Response:
-    services = services_of(request)
+async def _emulated(request: Request, caller: Caller, settings: OffloadSettings) -> Response:
     body = await _read(request, caller)
     if isinstance(body.get("previous_response_id"), str):
         raise ProxyError(400, "This proxy compacts the history it is sent: with an upstream that does not compact "
                               "natively, previous_response_id is not supported by /v1/responses/compact; send the "
                               "history as 'input' (openai-agents: compaction_mode=\"input\").",
                          code="unsupported_parameter", param="previous_response_id")
-    ttl = services.settings.store_ttl
-    quota = quota_for(request, caller)
-    records = CompactionRecords(services.store, caller.namespace, ttl, services.sealer,
-                                secret=services.settings.names_key, quota=quota)
+    tenant = tenant_store(request, caller)
+    records = tenant.records(RESPONSES.records_api)
     items = RESPONSES.history(body)
-    try:
-        begun = await emulation_request.begin(body, items, view=RESPONSES.view, emulating=True, tokens=True,
-                                              records=records)
-        items = begun.items
-        refs = RefStore(services.store, caller.namespace, ttl, services.sealer, quota=quota)
-        compressor = compressor_for(request, summary_body(body), settings, caller, fmt=RESPONSES, refs=refs,
-                                    background=False)
-        counter = await counter_for_model_async(body["model"])
-        done = await compact(items, view=RESPONSES.view, compressor=compressor, refs=refs, records=records,
-                             settings=settings, counter=counter)
-    except CompactionFailed as exc:
-        raise ProxyError(502, f"The compaction failed: no summary of this history could be made ({exc}).",
-                         type_="server_error", code="compaction_failed") from None
-    except StoreUnavailable as exc:
-        raise ProxyError(503, f"The compaction failed: the proxy's store is unavailable ({exc}); try again.",
-                         type_="server_error", code="store_unavailable") from None
-    except QuotaExceeded as exc:
-        raise ProxyError(429, f"The compaction failed: {exc}.", code="storage_quota_exceeded") from None
-    except CredentialRejected as exc:
-        raise ProxyError(401, f"The compaction failed: {exc}.", code="invalid_api_key") from None
+    # a failing store, quota or summariser: "The compaction failed: …" (`proxy.http.error_map`)
+    begun = await emulation_request.begin(body, items, view=RESPONSES.view, emulating=True, tokens=True,
+                                          records=records)
+    items = begun.items
+    refs = tenant.refs()
+    compressor = compressor_for(request, summary_body(body), settings=settings, caller=caller, fmt=RESPONSES, refs=refs,
+                                background=False)
+    counter = await counter_for_model_async(body["model"])
+    done = await compact(items, view=RESPONSES.view, compressor=compressor, refs=refs, records=records,
+                         settings=settings, counter=counter)
     cpu = CPU.for_messages(done.record)  # a large task is kept whole: in the record and in the answer
     session = settings.session or await cpu(session_id.from_history, caller.namespace, items, RESPONSES.view.role,
                                             (None, body.get("instructions")))
-    await events.record(services.store, caller.namespace, session, done.events, services.settings.store_ttl,
-                        sealer=services.sealer)
-    _note(body, caller, done, session, explicit=bool(settings.session))
+    await tenant.record_events(session, done.events)
+    _note(body, caller, done=done, session=session, explicit=bool(settings.session))
     answer = compacted_response(done.token, done.kept_users, created_at=int(time.time()), tokens_in=done.tokens_in,
                                 tokens_out=done.tokens_out)
     out = await json_answer(answer, cpu=cpu)
@@ -112,7 +96,7 @@ async def _emulated(request: Request, caller: Caller, settings) -> Response:
     return out
 
 
-def _note(body: dict, caller: Caller, done, session: str | None, *, explicit: bool) -> None:
+def _note(body: dict, caller: Caller, *, done: Compaction, session: str | None, explicit: bool) -> None:
     """The request's record, as a managed turn's (the access log, the metrics, the statistics)."""
     rec = telemetry.current.get()
     if rec is None:

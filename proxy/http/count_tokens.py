@@ -20,13 +20,13 @@ async def count_tokens(request: Request) -> Response:
     `context_management.original_input_tokens` adds what the edits cleared (`proxy.http.emulated_answers`)."""
     async def run() -> Response:
         call = await ManagedCall.open(request, MESSAGES)
-        await call.offload(new_summaries=False)
-        offered = call.inject_reload_tools
-        content = await call.serialised(call.rounds.request(offered)) if call.changed or offered else call.raw
+        turn = await call.offload(new_summaries=False)  # the same turn as /v1/messages, no summary made
+        offered = turn.inject_reload_tools
+        content = await call.serialised(turn.rounds.request(offered)) if turn.changed or offered else call.raw
         response = await call.watch.run(call.services.upstream.send(
             "POST", "messages/count_tokens", query=call.query, headers=call.headers, content=content, base=call.base))
-        if call.emulation.applied_edits is not None:  # the edits the proxy applied: Anthropic's original count
-            return await emulated_answers.count_answer(response, call.edits, call.extra_headers)
-        return await stream_back(response, call.extra_headers, shape="anthropic")
+        if turn.emulation.applied_edits is not None:  # the edits the proxy applied: Anthropic's original count
+            return await emulated_answers.count_answer(response, turn.edits, turn.extra_headers)
+        return await stream_back(response, turn.extra_headers, shape="anthropic")
 
     return await answered(request, run)

@@ -4,35 +4,34 @@ clearing edits' `original_input_tokens` (`proxy.emulation`)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import httpx2
+from starlette.background import BackgroundTask
 from starlette.responses import Response, StreamingResponse
 
 from proxy.core import jsonio
 from proxy.emulation.edits import EditsDone
-from proxy.emulation.inline import Inline
 from proxy.formats.messages import compaction as messages_compaction
 from proxy.http.headers import response_headers_for_client
 from proxy.http.relay import stream_back
+from proxy.turn import Turn
 from proxy.upstream import sse
 
 
-def paused_response(call: Any) -> Response:
+def paused_response(turn: Turn, *, background: BackgroundTask) -> Response:
     """The answer of a Messages turn paused after its compaction (no upstream call)."""
-    inline: Inline = call.inline
-    message = messages_compaction.paused_message(inline.lead[0], model=call.body.get("model"),
+    inline = turn.inline
+    message = messages_compaction.paused_message(inline.lead[0], model=turn.body.get("model"),
                                                  tokens_in=inline.tokens_in, tokens_out=inline.tokens_out)
-    if call.rounds.context_management is not None:  # clearing edits applied too (`proxy.emulation.edits`)
-        message["context_management"] = call.rounds.context_management
-    if call.body.get("stream") is True:
+    if turn.rounds.context_management is not None:  # clearing edits applied too (`proxy.emulation.edits`)
+        message["context_management"] = turn.rounds.context_management
+    if turn.body.get("stream") is True:
         events = messages_compaction.paused_events(message)
         out: Response = StreamingResponse(iter([sse.encode_typed(e) for e in events]),
                                           media_type="text/event-stream; charset=utf-8")
     else:
         out = Response(jsonio.dumps(message), media_type="application/json")
-    out.raw_headers = [*out.raw_headers, *call.extra_headers]
-    out.background = call.after()
+    out.raw_headers = [*out.raw_headers, *turn.extra_headers]
+    out.background = background
     return out
 
 

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from proxy.offload.pipeline import Prepared
 
 # RFC 9110 §7.6.1 connection-specific headers, plus the ones httpx2/uvicorn recompute themselves.
 HOP_BY_HOP = frozenset(
@@ -55,19 +51,3 @@ def response_headers_for_client(
     if decoded:
         drop = drop | {b"content-length", b"content-encoding"}
     return [(k, v) for k, v in raw if k.lower() not in drop]
-
-
-def offload_headers(prepared: Prepared) -> list[tuple[bytes, bytes]]:
-    plan = prepared.plan
-    headers = [
-        (b"x-offload-action", prepared.action.encode()),
-        (b"x-offload-tokens-before", str(plan.tokens_before).encode()),
-        (b"x-offload-tokens-after", str(plan.tokens_after).encode()),
-        (b"x-offload-refs", str(len(plan.refs)).encode()),  # references the forwarded payload carries
-        (b"x-offload-refs-created", str(len(prepared.written)).encode()),  # stored for the first time now
-    ]
-    if prepared.summary_tokens:
-        headers.append((b"x-offload-summary-tokens", str(prepared.summary_tokens).encode()))
-    if prepared.warnings:
-        headers.append((b"x-offload-warning", "; ".join(prepared.warnings).encode("ascii", "replace")))
-    return headers

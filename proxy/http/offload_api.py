@@ -11,65 +11,56 @@ import functools
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.offload import events
 from proxy.formats import chat
+from proxy.http import error_map
 from proxy.http.body_encoding import decoded
 from proxy.http.caller import Caller
 from proxy.core.settings import OffloadSettings
 from proxy.formats.chat.body import parse_chat_body
 from proxy.formats.json_body import LARGE_BODY
 from proxy.offload.cpu_pool import CPU
-from proxy.http.call_parts import compressor_for, model_of, quota_for, request_settings
+from proxy.http.call_parts import compressor_for, model_of, request_settings, tenant_store
 from proxy.http.services import services_of
 from proxy.errors import ProxyError
 from proxy.http.json_response import JSONResponse, json_answer
 from proxy.offload.pipeline import prepare
-from proxy.offload.quota import CredentialRejected, QuotaExceeded
-from proxy.offload.refs import RefStore
+from proxy.offload.tenant_store import TenantStore
 from proxy.store import StoreUnavailable
 from proxy.core.tokens import counter_for_model_async
 
 
-def _scope(request: Request) -> tuple[OffloadSettings, Caller, RefStore]:
+def _scope(request: Request) -> tuple[OffloadSettings, Caller, TenantStore]:
     caller: Caller = request.state.caller
-    settings = request_settings(request, caller)
-    refs = RefStore(services_of(request).store, caller.namespace, services_of(request).settings.store_ttl,
-                    sealer=services_of(request).sealer, quota=quota_for(request, caller))
-    return settings, caller, refs
-
-
-def _store_down(exc: StoreUnavailable) -> Response:
-    return ProxyError(503, f"Store unavailable: {exc}", type_="server_error", code="store_unavailable").response()
+    return request_settings(request, caller), caller, tenant_store(request, caller)
 
 
 async def offload(request: Request) -> Response:
-    try:
-        limits = services_of(request).settings
-        raw, _ = await decoded(await request.body(), request.headers.getlist("content-encoding"),
-                               limit=limits.max_body_bytes)
-        body = await CPU(len(raw) > LARGE_BODY)(functools.partial(parse_chat_body, max_messages=limits.max_messages), raw)
-        settings, caller, refs = _scope(request)
-        messages = body.get("messages")
-        if not isinstance(messages, list):
-            raise ProxyError(400, "'messages' must be a list.", param="messages")
-    except ProxyError as exc:
-        return exc.response()
+    return await error_map.answered(lambda: _offload(request), doing="Nothing stored")
+
+
+async def _offload(request: Request) -> Response:
+    limits = services_of(request).settings
+    raw, _ = await decoded(await request.body(), request.headers.getlist("content-encoding"),
+                           limit=limits.max_body_bytes)
+    body = await CPU(len(raw) > LARGE_BODY)(functools.partial(parse_chat_body, max_messages=limits.max_messages), raw)
+    settings, caller, tenant = _scope(request)
+    refs = tenant.refs()
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise ProxyError(400, "'messages' must be a list.", param="messages")
     model = model_of(body)
     namespace = caller.namespace
     # the caller asked for the reduced messages now: a summary they need is made before answering
-    compressor = compressor_for(request, body, settings, caller, fmt=chat.CHAT, refs=refs, background=False)
+    compressor = compressor_for(request, body, settings=settings, caller=caller, fmt=chat.CHAT, refs=refs, background=False)
     counter = await counter_for_model_async(model)
     prepared = await prepare(messages, settings, counter=counter, namespace=namespace, refs=refs,
                              compressor=compressor, view=chat.VIEW)
-    if isinstance(prepared.refused, QuotaExceeded):
-        return ProxyError(429, f"Nothing stored: {prepared.warnings[0]}.", code="storage_quota_exceeded").response()
-    if isinstance(prepared.refused, CredentialRejected):
-        return ProxyError(401, f"Nothing stored: {prepared.warnings[0]}.", code="invalid_api_key").response()
+    if prepared.refused is not None:  # the quota, or the upstream's verdict on the credential
+        raise prepared.refused
     if prepared.store_failed:
-        return _store_down(StoreUnavailable(prepared.warnings[0]))
+        raise StoreUnavailable(prepared.warnings[0])
     plan = prepared.plan
-    await events.record(services_of(request).store, namespace, settings.session, prepared.events,
-                        services_of(request).settings.store_ttl, sealer=services_of(request).sealer)
+    await tenant.record_events(settings.session, prepared.events)
     return await json_answer(
         {
             "messages": plan.items,
@@ -86,31 +77,29 @@ async def offload(request: Request) -> Response:
 
 async def list_events(request: Request) -> Response:
     """GET /v1/offload/events?session=…: this tenant's events, newest last."""
-    try:
-        settings, caller, _ = _scope(request)
-        if caller.kind == "anonymous":
-            raise ProxyError(401, "Listing events needs a credential: anonymous clients share one namespace.",
-                             code="missing_api_key")
-        session = request.query_params.get("session") or settings.session
-        data = await events.recent(services_of(request).store, caller.namespace, session, sealer=services_of(request).sealer)
-    except ProxyError as exc:
-        return exc.response()
-    except StoreUnavailable as exc:
-        return _store_down(exc)
+    return await error_map.answered(lambda: _list_events(request))
+
+
+async def _list_events(request: Request) -> Response:
+    settings, caller, tenant = _scope(request)
+    if caller.kind == "anonymous":
+        raise ProxyError(401, "Listing events needs a credential: anonymous clients share one namespace.",
+                         code="missing_api_key")
+    session = request.query_params.get("session") or settings.session
+    data = await tenant.recent_events(session)
     return JSONResponse({"object": "list", "data": data})
 
 
 async def get_offloaded(request: Request) -> Response:
+    return await error_map.answered(lambda: _get_offloaded(request))
+
+
+async def _get_offloaded(request: Request) -> Response:
     ref = request.path_params["ref"]
-    try:
-        _, _, refs = _scope(request)
-        item = await refs.load(ref)
-    except ProxyError as exc:
-        return exc.response()
-    except StoreUnavailable as exc:
-        return _store_down(exc)
+    _, _, tenant = _scope(request)
+    item = await tenant.refs().load(ref)
     if item is None:
-        return ProxyError(404, f"No offloaded content ref={ref} for this credential.", code="ref_not_found",
-                          param="ref").response()
+        raise ProxyError(404, f"No offloaded content ref={ref} for this credential.", code="ref_not_found",
+                         param="ref")
     return await json_answer({"ref": item.ref, "kind": item.kind, "content": item.text},
                              cpu=CPU(len(item.text) > LARGE_BODY))

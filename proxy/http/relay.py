@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from urllib.parse import unquote
 
 import httpx2
@@ -15,6 +15,7 @@ from proxy.core.compaction_token import may_hold_token, sealed_fields
 from proxy.formats.json_body import LARGE_BODY, load_object
 from proxy.http.body_encoding import codings_of, decoded_body
 from proxy.offload import cpu_pool, response_chains
+from proxy.offload.tenant_store import TenantStore
 from proxy.upstream import sse
 from proxy.http.caller import Caller
 from proxy.http.disconnect import ClientDisconnected, ClientWatch
@@ -67,7 +68,7 @@ async def close_after(response: httpx2.Response, chunks: AsyncIterator[bytes]) -
 BUFFER_LIMIT = 256 * 1024  # a body of known, small length is read whole: cheaper than streaming it
 
 
-async def stream_back(response: httpx2.Response, extra_headers: list[tuple[bytes, bytes]] = (), *,
+async def stream_back(response: httpx2.Response, extra_headers: Sequence[tuple[bytes, bytes]] = (), *,
                       shape: Shape = "openai") -> Response:
     """Relay an upstream response as-is: status, headers, raw (still encoded) body.
 
@@ -85,7 +86,7 @@ async def stream_back(response: httpx2.Response, extra_headers: list[tuple[bytes
             await response.aclose()
         out: Response = Response(body, status_code=response.status_code)
     else:
-        chunks = response.aiter_raw()
+        chunks: AsyncIterator[bytes] = response.aiter_raw()
         if is_plain_sse(response):
             chunks = with_error_event(chunks, shape, host=response_host(response))
         out = StreamingResponse(close_after(response, chunks), status_code=response.status_code)
@@ -244,11 +245,11 @@ async def delete_chained(request: Request, caller: Caller, path: str) -> None:
     if name != "responses" or not response_chains.plain_id(response_id):
         return
     services = services_of(request)
-    found = await response_chains.resolve(services.store, caller.namespace, response_id, services.settings.store_ttl,
-                                 sealer=services.sealer)
+    tenant = TenantStore(services.store, caller.namespace, services.settings.store_ttl, services.sealer)
+    found = await tenant.resolve_chain(response_id)
     if found is None:
         return
-    await response_chains.forget(services.store, caller.namespace, response_id, sealer=services.sealer)
+    await tenant.forget_chain(response_id)
     later = found.response_id
     if not later or later == response_id:
         return

@@ -9,7 +9,7 @@ from starlette.requests import Request
 
 from proxy.config import ServerSettings
 from proxy.core.settings import SettingsResolver
-from proxy.http.telemetry import Metrics
+from proxy.telemetry import Metrics
 from proxy.offload.background import SummaryScheduler
 from proxy.offload.quota import CredentialCheck
 from proxy.stats.recorder import Recorder

@@ -55,7 +55,7 @@ def _parts(item: dict) -> list:
             out.extend(value)
         elif type(value) is dict:
             out.append(value)
-    nested = [p.get("content") for p in out if type(p) is dict and type(p.get("content")) is list]
+    nested: list[list[Any]] = [p["content"] for p in out if type(p) is dict and type(p.get("content")) is list]
     for content in nested:
         out.extend(content)
     return out

@@ -20,7 +20,7 @@ import hmac
 import re
 import time
 from dataclasses import asdict
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from starlette.datastructures import Headers
@@ -32,6 +32,7 @@ from starlette.routing import Route, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from proxy.errors import ProxyError
+from proxy.http import error_map
 from proxy.http.caller import Caller, presented_credentials
 from proxy.http.json_response import JSONResponse
 from proxy.http.routing_errors import not_routed
@@ -39,7 +40,6 @@ from proxy.http.services import services_of
 from proxy.offload.tenant import namespace_for
 from proxy.stats import reader
 from proxy.stats.buckets import WINDOWS, span_of
-from proxy.store import StoreUnavailable
 
 # a session id may hold `/` (X-Offload-Session admits it): the drill-down takes the rest of the path
 STATS_PATHS = re.compile(r"/v1/offload/(stats|sessions)/?|/v1/offload/sessions/.+")
@@ -128,8 +128,8 @@ class StatsApi:
         async def run() -> dict[str, Any]:
             namespace = self.namespace(request, required=True)
             assert namespace is not None
-            limit = _int(request, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
-            offset = _int(request, "offset", 0, 0, 10**9)
+            limit = _int(request, "limit", default=DEFAULT_LIMIT, low=1, high=MAX_LIMIT)
+            offset = _int(request, "offset", default=0, low=0, high=10**9)
             total, rows = await reader.sessions_page(services_of(request).store, namespace, offset, limit)
             return {"object": "list", **await self._tenant(request, namespace), "total": total, "offset": offset,
                     "limit": limit, "has_more": offset + len(rows) < total, "data": rows}
@@ -150,17 +150,15 @@ class StatsApi:
         return await answer(run)
 
 
-async def answer(run) -> Response:
-    try:
+async def answer(run: Callable[[], Awaitable[Any]]) -> Response:
+    """`run()`'s value as JSON, never cached, or the proxy's error (`proxy.http.error_map`)."""
+    async def json() -> Response:
         return JSONResponse(await run(), headers={"cache-control": "no-store"})
-    except ProxyError as exc:
-        return exc.response()
-    except StoreUnavailable as exc:
-        return ProxyError(503, f"Store unavailable: {exc}", type_="server_error",
-                          code="store_unavailable").response()
+
+    return await error_map.answered(json)
 
 
-def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
+def _int(request: Request, name: str, *, default: int, low: int, high: int) -> int:
     raw = request.query_params.get(name)
     if raw is None:
         return default
@@ -192,7 +190,8 @@ class AdminGate:
     def _is_admin(self, scope: Scope) -> bool:
         presented = presented_credentials(Headers(scope=scope))
         # every credential compared (constant time each), none skipped on the first match
-        return bool(self.token) and sum(hmac.compare_digest(c.encode(), self.token) for c in presented) > 0
+        token = self.token
+        return token is not None and bool(token) and sum(hmac.compare_digest(c.encode(), token) for c in presented) > 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].startswith("/v1/") and self._is_admin(scope):

@@ -16,18 +16,18 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy.core import jsonio, large_json
-from proxy.core.compaction_token import ANY_VERSION, may_hold_token
+from proxy.core.compaction_token import may_hold_token
 from proxy.emulation import request as emulation_request
 from proxy.formats.json_body import LARGE_BODY
 from proxy.formats.responses import RESPONSES
 from proxy.http.body_encoding import codings_of, decoded_body
+from proxy.http.call_parts import tenant_store
 from proxy.http.caller import Caller
 from proxy.http.disconnect import ClientWatch
 from proxy.http.managed import answered
 from proxy.http.relay import relay, stream_back
 from proxy.http.services import services_of
 from proxy.offload import cpu_pool
-from proxy.offload.compaction_records import CompactionRecords
 
 Parse = Callable[[bytes, int], dict]
 
@@ -56,10 +56,8 @@ async def relay_tokens_expanded(request: Request, caller: Caller, path: str, *, 
     if not codings and not may_hold_token(raw) and b"\\u" not in raw:
         return await relay(request)
     services = services_of(request)
-    limits = services.settings
     body = await read_body(request, caller, parse=parse)
-    records = CompactionRecords(services.store, caller.namespace, limits.store_ttl, services.sealer,
-                                secret=limits.names_key)
+    records = tenant_store(request, caller, charged=False).records(RESPONSES.records_api)
     begun = await emulation_request.begin(body, RESPONSES.history(body), view=RESPONSES.view, emulating=False,
                                           tokens=True, records=records)
     if not begun.replaced:

@@ -1,6 +1,7 @@
 """The offload pipeline of one request: compaction, then compression, then the store.
 
-Shared by the chat route, the direct offload API and `replay`, so all three behave the same.
+Run by every managed turn (`proxy.turn`: the server's routes, `count_tokens` and `replay`) and
+by the direct offload API, so all behave the same.
 The pure, CPU-heavy steps of a large request (planning with token counts, hashing, encoding
 what is stored) run off the event loop (`proxy.offload.cpu_pool`); a small request's run inline.
 """
@@ -19,7 +20,7 @@ from proxy.core.compaction import Plan, plan_compaction, present_refs
 from proxy.core.provider_context import NONE, ProviderContext
 from proxy.core.view import ItemView
 from proxy.offload.refs import RefStore
-from proxy.offload.quota import CredentialRejected, QuotaExceeded
+from proxy.offload.quota import WRITE_REFUSED, refusal_warning
 from proxy.store import StoreUnavailable
 from proxy.core.tokens import TokenCounter
 
@@ -93,7 +94,7 @@ async def prepare(
     result = Prepared(plan)
     compressed_now = pending = False
     try:
-        if compress_mode:
+        if compress_mode and compressor is not None:
             before = max(plan.tokens_before, 1)
             # auto: compress when compaction saved too little, or left the history over the trigger
             allow_new = new_summaries and (
@@ -121,11 +122,10 @@ async def prepare(
         compacted = [o for o in plan.offloads if o.kind not in ("history",)]
         result.action = _action(bool(compacted), compressed_now, pending)
         written = result.written = await refs.save(plan.offloads, plan.refs, settings.session, cpu=cpu)
-    except (StoreUnavailable, QuotaExceeded, CredentialRejected) as exc:
-        why = f"store unavailable ({exc})" if isinstance(exc, StoreUnavailable) else str(exc)
+    except WRITE_REFUSED as exc:
         return Prepared(
             Plan(messages, tokens_before=plan.tokens_before, tokens_after=plan.tokens_before),
-            warnings=[f"{why}; forwarded without offloading"],
+            warnings=[f"{refusal_warning(exc)}; forwarded without offloading"],
             store_failed=True,
             refused=None if isinstance(exc, StoreUnavailable) else exc,
         )

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 
-from proxy.store import Store
+from proxy.store import Store, StoreUnavailable
 from proxy.offload.tenant import key
 
 Verify = Callable[[], Awaitable[bool]]
@@ -36,6 +36,17 @@ class CredentialRejected(Exception):
 
     def __init__(self) -> None:
         super().__init__("the upstream did not accept this credential, so nothing is stored for it")
+
+
+# What a write of the proxy's may meet instead of success: a step that stores degrades on any of
+# these (the request goes on, with `refusal_warning`); a route that only stores answers it
+# (`proxy.http.error_map`).
+WRITE_REFUSED: tuple[type[Exception], ...] = (StoreUnavailable, QuotaExceeded, CredentialRejected)
+
+
+def refusal_warning(exc: Exception) -> str:
+    """The warning of a write refused by one of `WRITE_REFUSED`."""
+    return f"store unavailable ({exc})" if isinstance(exc, StoreUnavailable) else str(exc)
 
 
 class Quota:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 import zlib
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
+from typing import Any, cast
 from dataclasses import dataclass
 
 from proxy.offload.cpu_pool import CPU, INLINE
@@ -94,19 +95,20 @@ class RefStore:
         if not wanted:
             return set()
         slack = touch_slack(self.ttl)
-        checks = [self.store.touch([self._key(r) for r in wanted], self.ttl, slack=slack)]
+        checks: list[Awaitable[Any]] = [self.store.touch([self._key(r) for r in wanted], self.ttl, slack=slack)]
         if session:
             checks.append(self.store.add_members(self._session_key(session), wanted, self.ttl, slack=slack))
         results = await asyncio.gather(*checks, return_exceptions=True)
         for result in results:
             if isinstance(result, BaseException):
                 raise result
-        missing = [by_ref[ref] for ref, exists in zip(wanted, results[0]) if not exists and ref in by_ref]
+        touched = cast("list[bool]", results[0])  # the exceptions were raised above
+        missing = [by_ref[ref] for ref, exists in zip(wanted, touched) if not exists and ref in by_ref]
         # During a key rotation an item in use (its TTL extended by every request carrying it) would
         # stay sealed with the old key until the rotation's end made it unreadable: the content
         # this request carries is sealed again, once per process, replacing what is stored.
         # What it only refers to (a placeholder, a summary's ref) is read and sealed again when the old key opens it.
-        due = [ref for ref, exists in zip(wanted, results[0])
+        due = [ref for ref, exists in zip(wanted, touched)
                if exists and self._key(ref) not in _resealed] if self.sealer.rotating else []
         again = [by_ref[ref] for ref in due if ref in by_ref]
         await asyncio.gather(*(self._reseal_stored(ref) for ref in due if ref not in by_ref))
@@ -128,7 +130,7 @@ class RefStore:
         store_key = self._key(ref)
         value = await self.store.get(store_key)
         plain, by = (None, None) if value is None else self.sealer.opened(value, store_key)
-        if by == "previous":
+        if by == "previous" and plain is not None:
             await self.store.put(store_key, self.sealer.seal(plain, store_key), self.ttl)
         _remember_resealed(store_key)
 

@@ -58,7 +58,7 @@ def conversation_key(conversation: Any) -> str | None:
     return f"conversation\0{conversation}" if isinstance(conversation, str) and conversation else None
 
 
-async def remember(store: Store, namespace: str, name: str, continuation: Continuation, ttl: int, *,
+async def remember(store: Store, namespace: str, name: str, *, continuation: Continuation, ttl: int,
                    sealer: Sealer) -> None:
     if len(name) > MAX_ID_CHARS or (continuation.response_id is not None and not plain_id(continuation.response_id)):
         return
@@ -77,7 +77,7 @@ async def forget(store: Store, namespace: str, name: str, *, sealer: Sealer) -> 
         pass
 
 
-async def resolve(store: Store, namespace: str, name: str, ttl: int, *, sealer: Sealer) -> Continuation | None:
+async def resolve(store: Store, namespace: str, name: str, *, ttl: int, sealer: Sealer) -> Continuation | None:
     """How to continue from `name` (a response id, or a `conversation_key`), if remembered."""
     if len(name) > MAX_ID_CHARS:
         return None
@@ -94,5 +94,5 @@ async def resolve(store: Store, namespace: str, name: str, ttl: int, *, sealer: 
     if not isinstance(record, dict):
         return None
     response_id = record.get("id") if plain_id(record.get("id")) else None
-    outputs = record.get("outputs") if isinstance(record.get("outputs"), list) else []
-    return Continuation(response_id, outputs)
+    outputs = record.get("outputs")
+    return Continuation(response_id, outputs if isinstance(outputs, list) else [])

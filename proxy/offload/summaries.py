@@ -18,8 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import weakref
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from proxy.core import compression as cp
@@ -30,6 +29,7 @@ from proxy.core.texts import RELOAD_TOOL_SCHEMAS
 from proxy.core.view import ItemView
 from proxy.formats import chat
 from proxy.offload import events as session_events
+from proxy.offload import summary_memo
 from proxy.offload import lease
 from proxy.offload.cpu_pool import CPU, INLINE
 from proxy.offload.events import event
@@ -44,30 +44,7 @@ from proxy.core.tokens import TokenCounter
 
 CONV_ENTRIES = 8  # summaries remembered per conversation start (forks share a start)
 POLL = 0.1
-# A summary record never changes once written (its key is the hash of what it summarises), so
-# this process keeps the ones it read, per store (a record another store holds is no record of
-# this one's: a replay or a test runs several stores in one process); it re-reads one a minute
-# to extend its idle TTL.
-RECORDS = 10_000
-RECORD_REFRESH = 60.0
-_records: MutableMapping[object, dict[str, tuple[float, cp.PriorSummary]]] = weakref.WeakKeyDictionary()
 _seen = cp.SeenPrefixes()
-
-
-def _memo(store: object) -> dict[str, tuple[float, cp.PriorSummary]]:
-    """The records this process read from or wrote to `store`."""
-    found = _records.get(store)
-    if found is None:
-        found = _records[store] = {}
-    return found
-
-
-def _keep(store: object, summary_key: str, record: cp.PriorSummary) -> cp.PriorSummary:
-    memo = _memo(store)
-    if len(memo) > RECORDS:
-        memo.clear()
-    memo[summary_key] = (time.monotonic(), record)
-    return record
 
 
 class Compressor:
@@ -110,15 +87,16 @@ class Compressor:
 
     async def _load(self, prefix_hash: str) -> cp.PriorSummary | None:
         summary_key = self._summary_key(prefix_hash)
-        known = _memo(self.store).get(summary_key)
-        if known is not None and time.monotonic() - known[0] < RECORD_REFRESH:
+        known = summary_memo.memo(self.store).get(summary_key)
+        if known is not None and time.monotonic() - known[0] < summary_memo.REFRESH:
             return known[1]
         raw = await self.store.get(summary_key, ttl=self.ttl)
         raw = None if raw is None else self.ctx.sealer.open(raw, summary_key)
         if raw is None:
             return None
         r = json.loads(raw)
-        return _keep(self.store, summary_key, cp.PriorSummary(r["cut"], r["text"], r["ref"], r["tokens"], r["message"],
+        return summary_memo.keep(self.store, summary_key,
+                                 cp.PriorSummary(r["cut"], r["text"], r["ref"], r["tokens"], r["message"],
                                                   tuple(r.get("usage") or (0, 0)), bool(r.get("bill"))))
 
     async def run(
@@ -380,7 +358,7 @@ class Compressor:
                   "usage": [tokens_in, tokens_out], "bill": bill}
         summary_key = self._summary_key(chain[cut])
         await self.store.put(summary_key, self.ctx.sealer.seal(json.dumps(record).encode(), summary_key), self.ttl)
-        _keep(self.store, summary_key,
+        summary_memo.keep(self.store, summary_key,
               cp.PriorSummary(cut, text, ref, record["tokens"], message, (tokens_in, tokens_out), bill))
         _seen.add(chain[cut], originals[:cut])  # the next turn recognises this prefix without hashing
         await self._remember(chain, head, cut)

@@ -11,7 +11,7 @@ from typing import Any
 from proxy.core.compaction import Offload
 from proxy.core.view import ItemView
 from proxy.core.wire import WireFormat
-from proxy.http import telemetry
+from proxy import telemetry
 from proxy.offload.background import SummaryScheduler
 from proxy.offload.refs import RefStore
 from proxy.offload.summarizer import DEFAULT_INSTRUCTION

@@ -19,11 +19,12 @@ import httpx2
 
 from proxy.core import jsonio, texts
 
-from proxy.http import telemetry
+from proxy import telemetry
 
 from proxy.upstream import sse
 from proxy.upstream.errors import response_host, stream_broke, upstream_error
 from proxy.errors import ProxyError, error_body
+from proxy.core.media import ToolResult
 from proxy.core.rounds import Rounds, ToolCall
 from proxy.reload.tools import ReloadTools
 
@@ -59,7 +60,7 @@ def _count_round() -> None:
 MAX_CALLS_PER_ROUND = 16
 
 
-async def run_calls(tools: ReloadTools, calls: list[ToolCall], deadline: float) -> list[str]:
+async def run_calls(tools: ReloadTools, calls: list[ToolCall], deadline: float) -> list[ToolResult]:
     """The results of the injected calls, in order. Past MAX_CALLS_PER_ROUND a call is answered
     without being run: a model (or an injected prompt) asking for thousands of reloads at once
     would otherwise make the next request as large as the whole store."""
@@ -75,7 +76,7 @@ class LoopResult:
     rounds: int = 0  # reload rounds run (each one more upstream call)
 
 
-async def complete(rounds: Rounds, send: SendRound, tools: ReloadTools, budget: Budget) -> LoopResult:
+async def complete(rounds: Rounds, send: SendRound, *, tools: ReloadTools, budget: Budget) -> LoopResult:
     """Non-streaming: loop while the model calls only injected tools, within the budget.
 
     A 200 answer that is not a JSON object raises ProxyError 502 (`upstream_error`).
@@ -124,7 +125,7 @@ def _answer(raw: bytes, response: httpx2.Response, what: str) -> dict:
     return completion
 
 
-async def _events(first: httpx2.Response, rounds: Rounds, send: SendRound, tools: ReloadTools,
+async def _events(first: httpx2.Response, rounds: Rounds, send: SendRound, *, tools: ReloadTools,
                   budget: Budget, holder: list[httpx2.Response], done: list[int],
                   before_finish: Callable[[], Awaitable[None]] | None) -> AsyncIterator[dict]:
     """The events for the client (not yet encoded); an error event ends them early. `done[0]`:
@@ -178,8 +179,8 @@ async def _events(first: httpx2.Response, rounds: Rounds, send: SendRound, tools
         yield out
 
 
-async def stream(first: httpx2.Response, rounds: Rounds, send: SendRound, tools: ReloadTools,
-                 budget: Budget, *, before_finish: Callable[[], Awaitable[None]] | None = None,
+async def stream(first: httpx2.Response, rounds: Rounds, send: SendRound, *, tools: ReloadTools,
+                 budget: Budget, before_finish: Callable[[], Awaitable[None]] | None = None,
                  ) -> AsyncIterator[bytes]:
     """Streaming: relay events as they come, hide injected calls, chain the rounds.
 
@@ -195,7 +196,8 @@ async def stream(first: httpx2.Response, rounds: Rounds, send: SendRound, tools:
     done = [0]
     try:
         try:
-            async for event in _events(first, rounds, send, tools, budget, holder, done, before_finish):
+            async for event in _events(first, rounds, send, tools=tools, budget=budget, holder=holder, done=done,
+                                     before_finish=before_finish):
                 yield rounds.encode(event)
         except (httpx2.HTTPError, ValueError) as exc:
             for event in rounds.fail(stream_broke(exc, response_host(holder[0]))):

@@ -23,8 +23,8 @@ import logging
 import re
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
-from proxy.config import ServerSettings
 from proxy.offload.cpu_pool import CPU
 from proxy.reload.search_pool import INTERRUPTED, KILL_GRACE, START_TIMEOUT, Pool, Worker, WorkerGone, pool
 from proxy.reload.search_worker import (EXPENSIVE, HEAD, MATCHES, MAX_MATCHES, MEMORY_LIMIT, NICE, SIZE,  # noqa: F401
@@ -40,15 +40,25 @@ OFF_LOOP = CPU(True)
 
 
 
+class SearchSettings(Protocol):
+    """What a search reads of the server's settings (`proxy.config.ServerSettings` has it)."""
+
+    @property
+    def search_timeout(self) -> float: ...
+    @property
+    def search_max_bytes(self) -> int: ...
+
+
 @dataclass(frozen=True)
 class SearchLimits:
     """Per search: total seconds (further bounded by the request's reload budget), bytes scanned."""
 
-    timeout: float = ServerSettings.model_fields["search_timeout"].default
-    max_bytes: int = ServerSettings.model_fields["search_max_bytes"].default
+    # the defaults of --search-timeout and --search-max-bytes (a test keeps them equal)
+    timeout: float = 2.0
+    max_bytes: int = 32 * 1024 * 1024
 
     @classmethod
-    def of(cls, settings: ServerSettings) -> SearchLimits:
+    def of(cls, settings: SearchSettings) -> SearchLimits:
         return cls(settings.search_timeout, settings.search_max_bytes)
 
 

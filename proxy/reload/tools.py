@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from proxy.http import telemetry
+from proxy import telemetry
 from proxy.offload.cpu_pool import CPU
 from proxy.offload.events import event
 from proxy.core import jsonio, texts
@@ -198,7 +198,7 @@ class ReloadTools:
 
     def _fits(self, text: str) -> bool:
         """Is `text` within max_tokens? Not counted when its length alone says no."""
-        longest = _longest_token(self.counter.encoder)
+        longest = _longest_token(self.counter.encoder)  # type: ignore[arg-type]  # an encoder is hashable
         if longest is not None and len(text) > self.max_tokens * longest:
             return False  # every token stands for at most `longest` bytes, every character for at least one
         return self.counter.text(text) <= self.max_tokens
@@ -277,10 +277,11 @@ class ReloadTools:
             why = f"compiling it did not finish within {limit}" if hits.stopped == TIME else (
                 "compiling it needed more memory than a search may use, or crashed the search worker")
             return texts.too_expensive(pattern, why)
-        answer = self._answer(pattern, ref, refs, hits, searched, took, limit, search.busy)
+        answer = self._answer(pattern, ref, refs=refs, hits=hits, searched=searched, took=took, limit=limit,
+                              busy=search.busy)
         return f"{answer}\n{texts.media_skipped(skipped)}" if skipped else answer
 
-    def _answer(self, pattern: str, ref: str | None, refs: list[str], hits: Hits, searched: int, took: float,
+    def _answer(self, pattern: str, ref: str | None, *, refs: list[str], hits: Hits, searched: int, took: float,
                 limit: str, busy: bool) -> str:
         lines = list(hits.lines)
         if not lines and hits.stopped in (TIME, SIZE, EXPENSIVE, INTERRUPTED):

@@ -19,7 +19,7 @@ earlier tool result had shown and that the forwarded turn still carries. cache_c
 input cost with a prompt cache (cached prefix at 10 %) of the forwarded turns and the summary
 calls they made, over that of the raw turns. With a summary delay (`summary_delay_ms`, the fake
 summariser's answer time; `turn_latency_ms`, the simulated upstream's per turn), `latency` gives
-the added latency of each turn (the wall time of its `prepare`) and the turns stalled by a summary.
+the added latency of each turn (the wall time of its turn, `proxy.turn`) and the turns stalled by a summary.
 """
 
 from __future__ import annotations
@@ -29,24 +29,22 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from proxy.core import compression as cp
+from proxy.core import compression as cp, jsonio
 from proxy.core.view import ItemView
+from proxy.core.wire import WireFormat
 from proxy.formats import chat
 from proxy.formats.chat import CHAT
 from proxy.formats import messages as anthropic
 from proxy.formats.responses import RESPONSES
-from proxy.formats.responses.items import ResponsesView
-from proxy.core.markers import INJECTED_TOOLS, history_ref
+from proxy.core.markers import history_ref
 from proxy.core.texts import RELOAD_TOOL_SCHEMAS
 from proxy.formats.responses.request import inject_tools
 from proxy.offload.summaries import Compressor
 from proxy.offload.summary_context import SummaryContext
 from proxy.config import ServerSettings
 from proxy.core.settings import OffloadSettings
-from proxy.offload.pipeline import prepare
 from proxy.offload.refs import RefStore
 from proxy.reload.tools import ReloadTools
 from proxy.store import Store
@@ -60,13 +58,16 @@ from proxy.upstream.pool import pooled_transport
 from proxy.replay import metrics
 from proxy.replay.metrics import common_prefix, prefix_reuse  # noqa: F401  (imported from here too)
 from proxy.replay.turns import (  # noqa: F401  (imported from here too)
-    FORMATS, answer_positions, answers_of, request_body, requests_of, system_of, turns_of)
+    FORMATS, ReplayInputError, answer_positions, answers_of, load_conversations, request_body, requests_of,
+    system_of, turns_of)
 from proxy.replay.simulation import SummaryRecorder, TurnScheduler, fake_summarizer, recording, request_items
 from proxy.offload.events import recent
 from proxy.store.sealing import Sealer
+from proxy.offload.tenant_store import TenantStore
+from proxy.turn import Turn, TurnInput, run_turn
 
 NEXT_OFFSET = re.compile(r"offset=(\d+)\)\.\]$")
-WIRES = {"chat": CHAT, "responses": RESPONSES, "anthropic": anthropic.MESSAGES}
+WIRES: dict[str, WireFormat] = {"chat": CHAT, "responses": RESPONSES, "anthropic": anthropic.MESSAGES}
 
 
 def message_tokens(messages: list[Any], counter: TokenCounter) -> list[int]:
@@ -149,22 +150,18 @@ def replay_namespace(index: int, conversation_id: str) -> str:
 
 def view_for(format: str) -> ItemView:
     """How the pipeline sees the replayed history in this wire format."""
-    if format == "chat":
-        return chat.VIEW
-    if format == "responses":
-        return ResponsesView(INJECTED_TOOLS)
-    if format == "anthropic":
-        return anthropic.MESSAGES.view
+    if format in WIRES:
+        return WIRES[format].view
     raise ValueError(f"unknown format {format!r} (expected one of {', '.join(FORMATS)})")
 
 
 def forget_process_summaries(namespace: str) -> None:
     """Drop this process's memo of summary records of `namespace` (left by an earlier replay in the
     same process, e.g. on another store), so every replay counts the summaries it makes itself."""
-    from proxy.offload import summaries as compression
+    from proxy.offload import summary_memo
 
     tags = ("{" + namespace + "}", "{" + namespace + ":")  # a key's hash tag: the namespace, then its shard
-    for memo in list(compression._records.values()):
+    for memo in list(summary_memo._records.values()):
         for summary_key in [k for k in memo if any(tag in k for tag in tags)]:
             memo.pop(summary_key, None)
 
@@ -211,17 +208,22 @@ class Replayer:
         method = "estimate" if any(e["method"] == "estimate" for e in encodings) else "tiktoken"
         return {"method": method, "encodings": encodings}
 
-    async def _prepare(self, request: list[Any], namespace: str, counter: TokenCounter, tools: Any = None,
-                       scheduler: TurnScheduler | None = None, created: dict[str, str] | None = None):
-        refs = RefStore(self.store, namespace, self.ttl)
+    async def _turn(self, request: list[Any], namespace: str, tools: Any = None, *,
+                    scheduler: TurnScheduler | None = None, created: dict[str, str] | None = None) -> Turn:
+        """The server's turn (`proxy.turn`) on this request: the same steps, the emulation's too."""
         body = request_body(request, format=self.format, model=self.model, tools=tools, system=self._system)
-        ctx = SummaryContext(upstream=self.upstream, headers=self.headers, model=self.model, prompt=DEFAULT_PROMPT,
-                             timeout=120.0, wait=30.0, view=self.view, background=scheduler,
-                             request_model=self.model, refs=CapturingRefs(self.store, namespace, self.ttl,
-                                                                          {} if created is None else created),
-                             wire=self.wire, body=body, summary_request=self.summary_request)
-        return await prepare(request, self.settings, counter=counter, namespace=namespace, refs=refs,
-                             compressor=Compressor(self.store, namespace, self.ttl, ctx), view=self.view)
+        capturing = CapturingRefs(self.store, namespace, self.ttl, {} if created is None else created)
+
+        def compressor(body: dict, settings: OffloadSettings, refs: RefStore, *, background: bool) -> Compressor:
+            ctx = SummaryContext(upstream=self.upstream, headers=self.headers, model=self.model, prompt=DEFAULT_PROMPT,
+                                 timeout=120.0, wait=30.0, view=self.view, background=scheduler if background else None,
+                                 request_model=self.model, refs=capturing, wire=self.wire, body=body,
+                                 summary_request=self.summary_request)
+            return Compressor(self.store, namespace, self.ttl, ctx)
+
+        tenant = TenantStore(self.store, namespace, self.ttl, Sealer(None))
+        return await run_turn(TurnInput(self.wire, jsonio.dumps(body), body, request, self.settings, tenant,
+                                        compressor))
 
     def on_the_wire(self, items: list[Any]) -> list[Any]:
         """The forwarded items as the upstream reads them: an Anthropic summary item merged into
@@ -231,13 +233,10 @@ class Replayer:
             return items
         return anthropic.history({"messages": anthropic.messages_of(items)})
 
-    def forwarded_tools(self, tools: Any, prepared: Any) -> Any:
+    def forwarded_tools(self, tools: Any, turn: Turn) -> Any:
         """The tools the server would forward with this turn: the client's, plus the reload tools
-        when the payload carries a reference and rounds are left to offer them in (as
-        proxy/http/managed.py decides)."""
-        settings = self.settings
-        if not (settings.reload_tools and settings.max_reload_rounds > 0 and prepared.plan.refs
-                and not prepared.store_failed):
+        when the turn offers them and rounds are left to offer them in."""
+        if not (turn.inject_reload_tools and turn.settings.max_reload_rounds > 0):
             return tools
         if self.format == "chat":
             return [*(tools or []), *RELOAD_TOOL_SCHEMAS]
@@ -266,7 +265,8 @@ class Replayer:
         for k, request in enumerate(requests):
             recording(sink, k)
             start = time.perf_counter()
-            prepared = await self._prepare(request, namespace, counter, tools, scheduler, created)
+            turn = await self._turn(request, namespace, tools, scheduler=scheduler, created=created)
+            prepared = turn.prepared
             added.append((time.perf_counter() - start) * 1e3)
             if self.turn_latency_ms:
                 await asyncio.sleep(self.turn_latency_ms / 1e3)  # the upstream answers; background work runs
@@ -278,7 +278,7 @@ class Replayer:
             for o in prepared.plan.offloads:
                 created.setdefault(o.ref, o.text)
             forwarded.append(sent)
-            sent_tools.append(self.forwarded_tools(tools, prepared))
+            sent_tools.append(self.forwarded_tools(tools, turn))
             tokens.append(message_tokens(sent, self.json_counter))
             out.raw_per_turn.append(sum(history_tokens[:len(request)]))
             out.forwarded_per_turn.append(sum(tokens[-1]))
@@ -293,9 +293,9 @@ class Replayer:
         steady = 0.0
         for request in requests:  # the same requests again: caches warm, summaries stored
             start = time.perf_counter()
-            steady_prepared = await self._prepare(request, namespace, counter, tools, scheduler)
+            steady_turn = await self._turn(request, namespace, tools, scheduler=scheduler)
             steady += time.perf_counter() - start
-            await steady_prepared.start_background()
+            await steady_turn.prepared.start_background()
         await self._settle(scheduler)
         if scheduler is not None:
             await scheduler.shutdown(grace=0)
@@ -304,13 +304,15 @@ class Replayer:
         out.max_forwarded_turn = max(out.forwarded_per_turn, default=0)
         out.prefix_reuse = prefix_reuse(forwarded, tokens)
         out.refs = len(created)
-        reload_tools = ReloadTools(RefStore(self.store, namespace, self.ttl), counter,
+        tenant = TenantStore(self.store, namespace, self.ttl, Sealer(None))
+        reload_tools = ReloadTools(tenant.refs(), counter,
                                    max_tokens=self.settings.max_reload_tokens, request_refs=[], session=None)
         exact = [await reload_all(reload_tools, ref) == text for ref, text in created.items()]
         out.reload_exact_fraction = sum(exact) / len(exact) if exact else 1.0
         out.ms_per_turn_cold = sum(added) / max(out.turns, 1)
         out.ms_per_turn_steady = steady * 1e3 / max(out.turns, 1)
-        self._figures(out, history, answers, requests, history_tokens, forwarded, tokens, sent_tools, sink)
+        self._figures(out, history=history, answers=answers, requests=requests, history_tokens=history_tokens,
+                      forwarded=forwarded, tokens=tokens, sent_tools=sent_tools, sink=sink)
         if self.summary_delay_ms is not None:
             out.added_ms_per_turn = [round(ms, 3) for ms in added]
             out.latency = metrics.latency(added, self.summary_delay_ms, self.turn_latency_ms)
@@ -322,7 +324,7 @@ class Replayer:
         if isinstance(self.upstream.transport, SummaryRecorder):
             await self.upstream.transport.idle()
 
-    def _figures(self, out: Conversation, history, answers, requests, history_tokens, forwarded, tokens,
+    def _figures(self, out: Conversation, *, history, answers, requests, history_tokens, forwarded, tokens,
                  sent_tools, sink) -> None:
         """recall and the cache cost (`proxy.replay.metrics`)."""
         recall = metrics.Recall()
@@ -354,7 +356,10 @@ async def reload_all(tools: ReloadTools, ref: str) -> str | None:
         match = NEXT_OFFSET.search(note)
         if match is None:
             return "".join(pages)
-        page = await tools.reload(ref, int(match.group(1)))
+        following = await tools.reload(ref, int(match.group(1)))
+        if isinstance(following, Reloaded):  # a later page is text, as the first was
+            return None
+        page = following
 
 
 def upstream_for(url: str | None, summary_delay_ms: float = 0) -> Upstream:
@@ -365,41 +370,3 @@ def upstream_for(url: str | None, summary_delay_ms: float = 0) -> Upstream:
         return Upstream(settings, transport=SummaryRecorder(pooled_transport(settings)))
     return Upstream(ServerSettings(upstream="http://fake-summariser.invalid/v1"),
                     transport=SummaryRecorder(fake_summarizer(summary_delay_ms)))
-
-
-class ReplayInputError(ValueError):
-    """The conversations file cannot be replayed; the message names the file and line."""
-
-
-def _kind(value: Any) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null",
-            int: "a number", float: "a number"}.get(type(value), type(value).__name__)
-
-
-def load_conversations(path: Path) -> list[dict]:
-    """One conversation per non-blank line: a JSON object with a "messages" list (optional "id", "tools")."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ReplayInputError(f"{path}: cannot read it ({exc})") from None
-    conversations = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"{path} line {number}"
-        try:
-            conv = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ReplayInputError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-        if not isinstance(conv, dict):
-            raise ReplayInputError(f'{where}: expected a JSON object with a "messages" list, got {_kind(conv)}')
-        if "messages" not in conv:
-            raise ReplayInputError(f'{where}: the object has no "messages" (expected a list of chat messages)')
-        if not isinstance(conv["messages"], list):
-            raise ReplayInputError(f'{where}: "messages" is {_kind(conv["messages"])}, expected a list')
-        if conv.get("tools") is not None and not isinstance(conv["tools"], list):
-            raise ReplayInputError(f'{where}: "tools" is {_kind(conv["tools"])}, expected a list')
-        conversations.append(conv if "id" in conv else {**conv, "id": f"line-{number}"})
-    if not conversations:
-        raise ReplayInputError(f"{path}: no conversations in it (expected one JSON object per line)")
-    return conversations

@@ -3,11 +3,14 @@
 Turn k is the request the agent sent before its k-th assistant message. With format
 "responses" (or "anthropic") the chat trace is first converted to the Responses API input items
 (or the Anthropic Messages history) a client would send for it. Shared by the in-process replay
-(`proxy.replay.runner`) and the one that sends the turns to a running proxy (`proxy.replay.target`).
+(`proxy.replay.runner`) and the one that sends the turns to a running proxy (`proxy.replay.target`);
+`load_conversations` reads them from a JSONL file.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from proxy.formats import messages as anthropic
@@ -67,3 +70,41 @@ def request_body(request: list[Any], *, format: str, model: str, tools: Any = No
     if tools:
         body["tools"] = tools
     return body
+
+
+class ReplayInputError(ValueError):
+    """The conversations file cannot be replayed; the message names the file and line."""
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null",
+            int: "a number", float: "a number"}.get(type(value), type(value).__name__)
+
+
+def load_conversations(path: Path) -> list[dict]:
+    """One conversation per non-blank line: a JSON object with a "messages" list (optional "id", "tools")."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ReplayInputError(f"{path}: cannot read it ({exc})") from None
+    conversations = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path} line {number}"
+        try:
+            conv = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ReplayInputError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(conv, dict):
+            raise ReplayInputError(f'{where}: expected a JSON object with a "messages" list, got {_kind(conv)}')
+        if "messages" not in conv:
+            raise ReplayInputError(f'{where}: the object has no "messages" (expected a list of chat messages)')
+        if not isinstance(conv["messages"], list):
+            raise ReplayInputError(f'{where}: "messages" is {_kind(conv["messages"])}, expected a list')
+        if conv.get("tools") is not None and not isinstance(conv["tools"], list):
+            raise ReplayInputError(f'{where}: "tools" is {_kind(conv["tools"])}, expected a list')
+        conversations.append(conv if "id" in conv else {**conv, "id": f"line-{number}"})
+    if not conversations:
+        raise ReplayInputError(f"{path}: no conversations in it (expected one JSON object per line)")
+    return conversations

@@ -69,7 +69,7 @@ _surrogates = re.compile("[\ud800-\udfff]")  # valid in JSON, but no store can e
 
 
 def turn_of(rec, scope: Scope) -> Turn | None:
-    """The Turn of a finished request (`proxy.http.telemetry.RequestRecord`), or None when it
+    """The Turn of a finished request (`proxy.telemetry.RequestRecord`), or None when it
     was not a managed turn (nothing planned, or no caller)."""
     caller = scope.get("state", {}).get("caller")
     if rec.tokens_before is None or caller is None or scope.get("path") in UNMANAGED:

@@ -2,12 +2,33 @@
 
 from __future__ import annotations
 
-from proxy.config import ServerSettings
+from pathlib import Path
+from typing import Protocol
+
 from proxy.store.base import Store, StoreUnavailable
 from proxy.store.sealing import Sealer
 
 
-def open_store(settings: ServerSettings) -> Store:
+class StoreSettings(Protocol):
+    """What opening the store reads of the server's settings (`proxy.config.ServerSettings`)."""
+
+    @property
+    def redis_url(self) -> str | None: ...
+    @property
+    def store_timeout(self) -> float: ...
+    @property
+    def redis_cluster(self) -> bool: ...
+    @property
+    def data_dir(self) -> Path: ...
+    @property
+    def encryption_key(self) -> str | None: ...
+    @property
+    def encryption_key_previous(self) -> str | None: ...
+    @property
+    def names_key(self) -> str | None: ...
+
+
+def open_store(settings: StoreSettings) -> Store:
     if settings.redis_url:
         from proxy.store.redis import RedisStore
 
@@ -17,10 +38,10 @@ def open_store(settings: ServerSettings) -> Store:
     return SQLiteStore(settings.data_dir)
 
 
-def sealer_for(settings: ServerSettings) -> Sealer:
+def sealer_for(settings: StoreSettings) -> Sealer:
     """Seals with --encryption-key, opens with it or --encryption-key-previous, keys names with
     --namespace-key (by default the encryption key)."""
     return Sealer(settings.encryption_key, previous=settings.encryption_key_previous, names=settings.names_key)
 
 
-__all__ = ["Store", "StoreUnavailable", "open_store", "sealer_for"]
+__all__ = ["Store", "StoreSettings", "StoreUnavailable", "open_store", "sealer_for"]

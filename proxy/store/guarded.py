@@ -25,7 +25,7 @@ import time
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import TypeVar
 
-from proxy.http.telemetry import Metrics
+from proxy.telemetry import Metrics
 from proxy.store.base import Store, StoreUnavailable
 
 T = TypeVar("T")

@@ -4,23 +4,34 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterable
+from typing import Protocol
 
 import httpx2
 
-from proxy.http import telemetry
+from proxy import telemetry
 
-from proxy.config import ServerSettings
 from proxy.upstream.errors import host_of, upstream_error
-from proxy.upstream.pool import pooled_transport
+from proxy.upstream.pool import PoolSettings, pooled_transport
 
 Headers = list[tuple[bytes, bytes]]
 URL_CACHE = 1024
 
 
+class UpstreamSettings(PoolSettings, Protocol):
+    """What the client reads of the server's settings (`proxy.config.ServerSettings` has it)."""
+
+    @property
+    def upstream_base(self) -> str: ...
+    @property
+    def connect_timeout(self) -> float: ...
+    @property
+    def read_timeout(self) -> float: ...
+
+
 class Upstream:
     """Pooled keep-alive connections to the upstream; opened and closed by the app lifespan."""
 
-    def __init__(self, settings: ServerSettings, transport: httpx2.AsyncBaseTransport | None = None) -> None:
+    def __init__(self, settings: UpstreamSettings, transport: httpx2.AsyncBaseTransport | None = None) -> None:
         self.base = settings.upstream_base
         self.timeout = httpx2.Timeout(
             connect=settings.connect_timeout,

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import httpx2
 
-from proxy.config import ServerSettings
+from typing import Protocol
+
 from proxy.upstream.network import AsyncioBackend
 
 
-def pooled_transport(settings: ServerSettings) -> httpx2.AsyncHTTPTransport:
+class PoolSettings(Protocol):
+    """What the pool reads of the server's settings (`proxy.config.ServerSettings` has it)."""
+
+    @property
+    def max_connections(self) -> int: ...
+
+
+def pooled_transport(settings: PoolSettings) -> httpx2.AsyncHTTPTransport:
     transport = httpx2.AsyncHTTPTransport(
         limits=httpx2.Limits(
             max_connections=settings.max_connections,

@@ -366,8 +366,8 @@ def test_thousands_of_tool_results_in_one_message(proxy_url, upstream):
 @pytest.fixture
 def _fresh_summaries(monkeypatch):
     from proxy.core import compression
-    from proxy.offload import summaries
-    monkeypatch.setattr(summaries, "_records", {})
+    from proxy.offload import summaries, summary_memo
+    monkeypatch.setattr(summary_memo, "_records", {})
     monkeypatch.setattr(summaries, "_seen", compression.SeenPrefixes())
 
 

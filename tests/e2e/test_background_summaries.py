@@ -19,7 +19,7 @@ from proxy.core import compression as cp
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model
 from proxy.formats.chat import VIEW
-from proxy.offload import summaries
+from proxy.offload import summaries, summary_memo
 from tests.e2e.test_compression_e2e import chat_history, forwarded, is_summary_call
 from tests.harness.history import agent_history
 from tests.harness.servers import ProxyProcess, completion
@@ -142,7 +142,7 @@ def test_a_background_summary_forwards_the_bytes_an_inline_one_would(make_proxy,
     inline = {**BACKGROUND, "X-Offload-Hard-Max-Tokens": "1"}  # above the hard limit: the turn waits
     sent = {}
     for name, headers in (("inline", inline), ("background", BACKGROUND)):
-        summaries._records.clear()  # as if each proxy ran in a process of its own
+        summary_memo._records.clear()  # as if each proxy ran in a process of its own
         with make_proxy() as url:  # a store of its own each
             c = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-same", max_retries=0, timeout=20)
             raw = c.chat.completions.with_raw_response.create(model="gpt-4o", messages=history, extra_headers=headers)

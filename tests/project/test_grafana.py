@@ -16,7 +16,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.http.telemetry import Metrics, RequestRecord
+from proxy.telemetry import Metrics, RequestRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "offload-proxy.json"

@@ -1,5 +1,5 @@
-"""No two of proxy's modules import each other, directly or through others (DEVELOPERS.md: no
-import cycles). Every import counts: at the top, inside a function, under TYPE_CHECKING."""
+"""No two of proxy's modules import each other, directly or through others (docs/architecture.md:
+no import cycles). Every import counts: at the top, inside a function, under TYPE_CHECKING."""
 
 from __future__ import annotations
 

@@ -102,8 +102,10 @@ class ChatRounds:
 
     what = "chat completion"
     closing = sse.DONE_EVENT
-    first_id = last_id = None  # chat completions are not continued from a stored id
+    first_id: str | None = None  # chat completions are not continued from a stored id
+    last_id: str | None = None
     unanswered: list[ToolCall] = []  # the client resends its history, without the hidden calls
+    context_management: dict | None = None  # no clearing edits in chat completions
 
     def __init__(self, body: dict, messages: list[Any], tools: Sequence[dict], *,
                  extra_usage: dict | None = None) -> None:

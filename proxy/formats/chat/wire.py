@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from proxy.core.wire import Compaction
 from proxy.core.provider_context import NONE, ProviderContext
 from proxy.formats.chat.body import parse_chat_body
 from proxy.formats.chat.items import VIEW
@@ -17,6 +18,9 @@ class ChatFormat:
     endpoint = "chat/completions"
     view = VIEW
     stored = False
+    compaction: Compaction = None
+    records_api = "responses"
+    clearing_edits = False
 
     def parse(self, raw: bytes, *, max_items: int | None) -> dict:
         return parse_chat_body(raw, max_messages=max_items)

@@ -32,11 +32,6 @@ from proxy.upstream import sse
 
 
 
-def error_type(error: Any) -> str:
-    """The Anthropic error type of an error body (`proxy.errors.anthropic_error_event`)."""
-    return anthropic_error_event(error)["error"]["type"]
-
-
 class MessagesRounds:
     """The reload rounds of one Messages request (see the module docstring)."""
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from proxy.core.wire import Compaction
 from proxy.core.markers import INJECTED_TOOLS
 from proxy.core.provider_context import ProviderContext
 from proxy.formats.messages import summary
@@ -23,6 +24,9 @@ class MessagesFormat:
     endpoint = "messages"
     view = MessagesView(INJECTED_TOOLS)
     stored = False
+    compaction: Compaction = "blocks"
+    records_api = "messages"
+    clearing_edits = True
 
     def parse(self, raw: bytes, *, max_items: int | None) -> dict:
         return parse_messages_body(raw, max_items=max_items)

@@ -15,11 +15,11 @@ Pure functions and small classes over plain JSON values, no IO:
 - `wire`: all of it as a `proxy.core.wire.WireFormat` (`RESPONSES`).
 """
 
-from proxy.formats.responses.items import TERMINAL_EVENTS, ResponsesView, is_injected, needs_client
+from proxy.formats.responses.items import ResponsesView, is_injected, needs_client
 from proxy.formats.responses.request import colliding_tool_names, history, inject_tools, responses_tool, with_history
 from proxy.formats.responses.rounds import (add_usage, calls_to_run, combine_rounds, hide_injected, injected_only,
                                             injected_results, reasoning_replayable, round_items)
-from proxy.formats.responses.stream import StreamRewriter
+from proxy.formats.responses.stream import TERMINAL_EVENTS, StreamRewriter
 from proxy.formats.responses.reload_rounds import ResponsesRounds
 from proxy.formats.responses.wire import RESPONSES, ResponsesFormat
 

@@ -64,9 +64,6 @@ _SERVER_CALL_TYPES = frozenset({
 })
 _TEXT_PARTS = frozenset({"input_text", "output_text"})
 
-TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
-_START_EVENTS = frozenset({"response.created", "response.in_progress", "response.queued"})
-
 
 def _type(item: Any) -> str | None:
     """The item's type; a message may omit it (EasyInputMessage)."""

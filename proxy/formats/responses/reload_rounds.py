@@ -63,6 +63,7 @@ class ResponsesRounds:
 
     what = "response"
     closing = b""
+    context_management: dict | None = None  # no clearing edits in the Responses API
 
     def __init__(self, body: dict, items: list[Any], tools: Sequence[dict], names: frozenset[str], *,
                  extra_usage: dict | None = None, lead: Sequence[dict] = ()) -> None:

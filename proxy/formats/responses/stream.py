@@ -6,9 +6,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.formats.responses.items import TERMINAL_EVENTS, _START_EVENTS, _type, is_injected, needs_client
+from proxy.formats.responses.items import _type, is_injected, needs_client
 from proxy.formats.responses.request import _hide_tools
 from proxy.formats.responses.rounds import _hidden_flags, _output, _with_output, add_usage
+
+TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+_START_EVENTS = frozenset({"response.created", "response.in_progress", "response.queued"})
 
 # ---------------------------------------------------------------------------------------------
 # Streamed rounds

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from proxy.core.wire import Compaction
 from proxy.core.markers import INJECTED_TOOLS
 from proxy.core.provider_context import ProviderContext
 from proxy.formats.responses.body import parse_responses_body
@@ -23,6 +24,9 @@ class ResponsesFormat:
     endpoint = "responses"
     view = ResponsesView(INJECTED_TOOLS)
     stored = True
+    compaction: Compaction = "items"
+    records_api = "responses"
+    clearing_edits = False
 
     def parse(self, raw: bytes, *, max_items: int | None) -> dict:
         return parse_responses_body(raw, max_items=max_items)

@@ -66,10 +66,11 @@ def test_a_timeout_is_a_timeout_error_in_every_anthropic_stream():
     import httpx2
 
     from proxy.errors import anthropic_error_event
-    from proxy.formats.messages.reload_rounds import error_type
+    from proxy.formats.messages import MESSAGES
     from proxy.upstream.errors import stream_broke
 
-    broke = stream_broke(httpx2.ReadTimeout("slow"))
-    assert anthropic_error_event(broke)["error"]["type"] == error_type(broke) == "timeout_error"
-    other = stream_broke(httpx2.RemoteProtocolError("cut"))
-    assert anthropic_error_event(other)["error"]["type"] == error_type(other) == "api_error"
+    for cause, kind in ((httpx2.ReadTimeout("slow"), "timeout_error"), (httpx2.RemoteProtocolError("cut"), "api_error")):
+        broke = stream_broke(cause)
+        rounds = MESSAGES.rounds({"model": "m", "max_tokens": 10, "stream": True, "messages": []}, [], [],
+                                 extra_usage=None)
+        assert anthropic_error_event(broke)["error"]["type"] == rounds.fail(broke)[0]["error"]["type"] == kind

@@ -18,9 +18,8 @@ from proxy.core.compaction import Offload
 from proxy.core.rounds import ToolCall
 from proxy.core.texts import RELOAD_TOOL_SCHEMAS
 from proxy.core.tokens import counter_for_model
-from proxy.errors import error_body
+from proxy.errors import anthropic_error_event, error_body
 from proxy.formats.messages import MESSAGES, MessagesRounds
-from proxy.formats.messages.reload_rounds import error_type
 from proxy.offload.refs import RefStore
 from proxy.reload import loop as reload_loop
 from proxy.reload.tools import ReloadTools
@@ -274,6 +273,9 @@ def test_failures_midway_become_anthropic_error_events():
     assert rounds.fail(stream_broke(httpx2.ReadTimeout("slow"))) == [{"type": "error", "error": {
         "type": "timeout_error", "message": "The upstream stream broke off (ReadTimeout)."}}]
     assert rounds.finish() == [] and rounds.feed({"type": "ping"}) == []
+    def error_type(error):  # what `fail` sends for an error body
+        return anthropic_error_event(error)["error"]["type"]
+
     assert error_type({"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}) == \
         "rate_limit_error"
     assert error_type(error_body("m", "rate_limit_error", "rate_limit_exceeded")) == "rate_limit_error"
@@ -374,7 +376,7 @@ async def test_the_reload_loop_streams_one_message(tools):
     first = sse(*events(ROUND1))
     rounds.request(True)
     budget = reload_loop.Budget(max_rounds=4, seconds=60)
-    raw = b"".join([chunk async for chunk in reload_loop.stream(first, rounds, send, tools, budget)])
+    raw = b"".join([chunk async for chunk in reload_loop.stream(first, rounds, send, tools=tools, budget=budget)])
     client = [json.loads(line[6:]) for line in raw.decode().splitlines() if line.startswith("data: ")]
     assert raw.decode().startswith("event: message_start\n")
     assert sent[0]["stream"] is True and "error: libfoo not found" in json.dumps(sent[0]["messages"][-1])
@@ -390,7 +392,7 @@ async def test_the_reload_loop_answers_one_message(tools):
         return httpx2.Response(200, json=next(answers))
 
     rounds = rounds_for()
-    result = await reload_loop.complete(rounds, send, tools, reload_loop.Budget(max_rounds=4, seconds=60))
+    result = await reload_loop.complete(rounds, send, tools=tools, budget=reload_loop.Budget(max_rounds=4, seconds=60))
     final = json.loads(result.body)
     assert result.status == 200 and final["id"] == "msg_01" and final["content"] == [THINK, SAY, FINAL]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.http.telemetry import MAX_TENANT_LABELS, Metrics, RequestRecord
+from proxy.telemetry import MAX_TENANT_LABELS, Metrics, RequestRecord
 
 
 def tenants_of(metrics: Metrics) -> set[str]:

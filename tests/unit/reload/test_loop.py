@@ -58,7 +58,7 @@ async def collect(first: httpx2.Response, send, tools) -> list:
     budget = reload_loop.Budget(max_rounds=4, seconds=60)
     rounds = ChatRounds({}, [{"role": "user", "content": "q"}], RELOAD_TOOL_SCHEMAS)
     rounds.request(True)  # what `first` answers
-    out = [e async for e in reload_loop.stream(first, rounds, send, tools, budget)]
+    out = [e async for e in reload_loop.stream(first, rounds, send, tools=tools, budget=budget)]
     assert out[-2].startswith(b": x-offload-reload-rounds: ")  # the rounds run, in a comment before [DONE]
     events = [e.decode().removeprefix("data: ").strip() for e in out if not e.startswith(b":")]
     assert events[-1] == "[DONE]"
@@ -111,7 +111,7 @@ async def test_non_streamed_choices_all_hide_injected_calls(tools):
     send, sent = scripted(completion(calls("context_reload", "r0"), calls("context_reload", "r1")),
                           completion({"role": "assistant", "content": "final"}, calls("context_search", "s1")))
     rounds = ChatRounds({}, [{"role": "user", "content": "q"}], RELOAD_TOOL_SCHEMAS)
-    result = await reload_loop.complete(rounds, send, tools, reload_loop.Budget(max_rounds=4, seconds=60))
+    result = await reload_loop.complete(rounds, send, tools=tools, budget=reload_loop.Budget(max_rounds=4, seconds=60))
     choices = json.loads(result.body)["choices"]
     assert [c["message"].get("tool_calls") for c in choices] == [None, None]
     assert [c["finish_reason"] for c in choices] == ["stop", "stop"]

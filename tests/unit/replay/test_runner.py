@@ -53,7 +53,7 @@ async def test_a_responses_turn_is_compacted_and_compressed_in_the_responses_sha
         replayer = Replayer(store, OffloadSettings(max_total_tokens=1500, max_tool_message_tokens=300), upstream, [], "gpt-4o", format="responses")
         request = requests_of(conv, "responses")[0][-1]
         counter = replayer.json_counter
-        prepared = await replayer._prepare(request, replay_namespace(0, "c"), counter)
+        prepared = (await replayer._turn(request, replay_namespace(0, "c"))).prepared
     finally:
         await upstream.aclose()
         await store.close()

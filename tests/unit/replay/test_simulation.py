@@ -91,7 +91,7 @@ async def test_summary_requests_are_recorded_as_sent_in_both_shapes(tmp_path):
                                 [], "gpt-4o", summary_request=shape)
             sink: list = []
             recording(sink, 4)
-            await replayer._prepare(requests[-1], replay_namespace(0, "c"), replayer.json_counter, tools)
+            await replayer._turn(requests[-1], replay_namespace(0, "c"), tools)
             recording(None)
         finally:
             await upstream.aclose()

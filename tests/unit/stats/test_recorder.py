@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from proxy.http.telemetry import RequestRecord
+from proxy.telemetry import RequestRecord
 from proxy.stats import reader
 from proxy.stats.buckets import ALL, bucket_key, bucket_start, span_of, top_key, ttl_of
 from proxy.stats.prices import PriceTable

@@ -13,7 +13,7 @@ import pytest
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError, TimeoutError
 
-from proxy.http.telemetry import Metrics
+from proxy.telemetry import Metrics
 from proxy.store.base import StoreUnavailable
 from proxy.store.guarded import GuardedStore
 from proxy.store.redis import ALWAYS, CLUSTER_RETRIES, HEALTH_CHECK_EVERY, RETRIES, RedisStore

@@ -1,0 +1,233 @@
+"""One managed turn, as typed values in and out: between the HTTP layer (which reads the request
+and sends what this decides) and the steps below it (`proxy.emulation`, `proxy.offload`).
+
+`run_turn(TurnInput)` takes the body, its history, the format, the settings, the tenant's store
+handle and a compressor factory, runs the steps in one order:
+
+1. continue the stored chain (`proxy.offload.response_chains`: the response that holds the
+   whole exchange, the answers of the injected calls the client never saw put first);
+2. begin the emulation (`proxy.emulation.request`: the proxy's compaction tokens settled, the
+   provider's `context_management` taken out when the proxy applies it);
+3. the clearing edits (`proxy.emulation.edits`);
+4. plan, compress and store (`proxy.offload.pipeline`; skipped for a request too small to offload);
+5. the inline threshold compaction (`proxy.emulation.inline`);
+6. settle: the items that go upstream, the format's `Rounds`, the reload tools, the headers;
+
+and returns a frozen `Turn`. The server (`proxy.http.managed`), `count_tokens` and `replay` run
+this same turn, so replay covers the emulation steps too. Nothing here reads a request object.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from proxy.core.compaction import Plan
+from proxy.core.rounds import Rounds
+from proxy.core.settings import OffloadSettings
+from proxy.core.texts import RELOAD_TOOL_SCHEMAS
+from proxy.core.tokens import TokenCounter, counter_for_model_async
+from proxy.core.wire import WireFormat
+from proxy.emulation import edits as emulation_edits, inline, request as emulation_request
+from proxy.emulation.edits import EditsDone
+from proxy.emulation.inline import Inline
+from proxy.emulation.request import Emulation
+from proxy.offload import response_chains
+from proxy.offload.compaction_records import CompactionRecords
+from proxy.offload.pipeline import Prepared, prepare
+from proxy.offload.refs import RefStore
+from proxy.offload.summaries import Compressor
+from proxy.offload.tenant_store import TenantStore
+from proxy.reload.search import SearchLimits
+from proxy.reload.tools import ReloadTools, collision_warning
+
+log = logging.getLogger("proxy.turn")
+
+Headers = list[tuple[bytes, bytes]]
+
+
+class CompressorFactory(Protocol):
+    """Makes the turn's summariser (`proxy.http.call_parts.compressor_for` binds the caller):
+    `body` the request as it goes on, `background` made ahead of time (else inline). None: no
+    summariser (compaction only)."""
+
+    def __call__(self, body: dict, settings: OffloadSettings, refs: RefStore, *,
+                 background: bool) -> Compressor | None: ...
+
+
+@dataclass(frozen=True)
+class TurnInput:
+    fmt: WireFormat
+    raw: bytes  # the body as sent (its Content-Encoding undone)
+    body: dict
+    history: list[Any]  # `fmt.history(body)`
+    settings: OffloadSettings
+    tenant: TenantStore
+    compressor: CompressorFactory
+    emulating: bool = False  # the proxy applies the request's context management (`upstream.native.emulates`)
+    shared_key: bool = False  # the proxy's own key: the upstream gets the object the checks read
+    search_limits: SearchLimits = SearchLimits()
+    new_summaries: bool = True  # False: the summaries ready in the store only (counting tokens)
+
+
+@dataclass(frozen=True)
+class Turn:
+    """What a turn decided. `prepared` and `rounds` are the pipeline's and the reload loop's own
+    objects (the loop and the background summaries go on with them)."""
+
+    body: dict  # as it goes upstream (continued, without an emulated `context_management`)
+    history: list[Any]  # the history as planned (tokens replaced, clearing edits applied)
+    items: list[Any]  # what goes upstream: the carried answers, then the reduced history
+    settings: OffloadSettings  # as applied (a client's own reload tool names: mode off)
+    counter: TokenCounter
+    prepared: Prepared
+    rounds: Rounds
+    tools: ReloadTools
+    emulation: Emulation
+    edits: EditsDone
+    inline: Inline
+    changed: bool  # the body is re-serialised (else the raw bytes go as sent)
+    inject_reload_tools: bool
+    continued: bool  # previous_response_id replaced, or answers carried in front
+    used_up: str | None  # a conversation's record, forgotten once the upstream accepts the turn
+    extra_headers: Headers = field(default_factory=list)  # X-Offload-* for the client
+
+    @property
+    def warnings(self) -> list[str]:
+        return self.prepared.warnings
+
+    @property
+    def events(self) -> list[dict]:
+        return self.prepared.events + self.tools.events
+
+    @property
+    def answers_as_is(self) -> bool:
+        """The upstream's answer goes to the client untouched: no reload rounds, no usage of the
+        proxy's to add, no compaction or edits to show."""
+        return (not self.inject_reload_tools and not self.prepared.summary_usage and not self.inline.lead
+                and self.emulation.applied_edits is None)
+
+
+@dataclass
+class _Chain:
+    body: dict
+    carried: list[Any] = field(default_factory=list)  # answers to injected calls the client never saw
+    continued: bool = False
+    used_up: str | None = None
+
+
+async def _continue_chain(fmt: WireFormat, body: dict, tenant: TenantStore) -> _Chain:
+    """Step 1: continue a stored exchange the way `proxy.offload.response_chains` remembers it."""
+    chain = _Chain(body)
+    if not fmt.stored:
+        return chain
+    previous = body.get("previous_response_id")
+    conversation = response_chains.conversation_key(body.get("conversation"))
+    name = previous if isinstance(previous, str) else conversation
+    if name is None:
+        return chain
+    found = await tenant.resolve_chain(name)
+    if found is None:
+        return chain
+    if name == conversation and found.outputs:
+        chain.used_up = conversation  # forgotten once the upstream has taken them (a 200)
+    if found.response_id and found.response_id != previous and name == previous:
+        chain.body = {**body, "previous_response_id": found.response_id}
+        chain.continued = True
+    if found.outputs:  # put in front of the reduced input: a reload result is never offloaded again
+        chain.carried, chain.continued = found.outputs, True
+    return chain
+
+
+def small_tokens(raw: bytes, history: list[Any], settings: OffloadSettings, counter: TokenCounter, *,
+                 rewritten: bool) -> int | None:
+    """The tokens of a request too small to offload anything, else None (the pipeline runs).
+
+    Small: fewer bytes than the smallest threshold (without `ref=`, nor an escape that could
+    spell it, nor a compaction token standing for one: no reference to offer the reload tools
+    for), and then fewer tokens too (an image part counts more tokens than its bytes).
+    `rewritten`: the history is not the raw body's (carried answers, a token replaced, content
+    cleared by an edit: their ref= is not in the raw bytes)."""
+    limit = min(settings.max_total_tokens, settings.max_tool_message_tokens)
+    if rewritten or len(raw) > limit or b"ref=" in raw or b"\\u" in raw:
+        return None
+    tokens = counter.messages(history)
+    return tokens if tokens <= limit else None
+
+
+def offload_headers(prepared: Prepared) -> Headers:
+    """What the client learns of its turn (`X-Offload-*`)."""
+    plan = prepared.plan
+    headers = [
+        (b"x-offload-action", prepared.action.encode()),
+        (b"x-offload-tokens-before", str(plan.tokens_before).encode()),
+        (b"x-offload-tokens-after", str(plan.tokens_after).encode()),
+        (b"x-offload-refs", str(len(plan.refs)).encode()),  # references the forwarded payload carries
+        (b"x-offload-refs-created", str(len(prepared.written)).encode()),  # stored for the first time now
+    ]
+    if prepared.summary_tokens:
+        headers.append((b"x-offload-summary-tokens", str(prepared.summary_tokens).encode()))
+    if prepared.warnings:
+        headers.append((b"x-offload-warning", "; ".join(prepared.warnings).encode("ascii", "replace")))
+    return headers
+
+
+def _model(body: dict) -> str | None:
+    return body.get("model") if isinstance(body.get("model"), str) else None
+
+
+async def run_turn(given: TurnInput, *, refs: RefStore | None = None,
+                   records: CompactionRecords | None = None) -> Turn:
+    """The turn's steps in order (see the module docstring). `refs`, `records`: the tenant's,
+    unless given (replay keeps what each turn stored)."""
+    fmt, settings, tenant = given.fmt, given.settings, given.tenant
+    chain = await _continue_chain(fmt, given.body, tenant)  # 1
+    records = records or tenant.records(fmt.records_api)
+    emulation = await emulation_request.begin(  # 2
+        chain.body, given.history, view=fmt.view, tokens=fmt.compaction == "items", records=records,
+        emulating=given.emulating, blocks=fmt.compaction == "blocks", raw=given.raw)
+    body = emulation.body
+    collisions = fmt.colliding_tool_names(body)
+    if collisions:  # the client's own context_reload/context_search: handled as X-Offload-Mode: off
+        settings = settings.model_copy(update={"mode": "off", "reload_tools": False})
+    # the provider's own context management (the emulation's when the proxy applies it)
+    provider = inline.provider_for(fmt.provider_context(body), emulation)
+    counter = await counter_for_model_async(_model(body))
+    refs = refs or tenant.refs()
+    edits = await emulation_edits.apply(emulation, emulation.items, fmt=fmt, body=body, counter=counter,  # 3
+                                        refs=refs, namespace=tenant.namespace, session=settings.session)
+    history = edits.items
+    tokens = small_tokens(given.raw, history, settings, counter,
+                          rewritten=bool(chain.carried or emulation.replaced or edits.offloads))
+    if tokens is not None:  # 4
+        prepared = Prepared(Plan(history, tokens_before=tokens, tokens_after=tokens))
+    else:
+        prepared = await prepare(history, settings, counter=counter, namespace=tenant.namespace, refs=refs,
+                                 compressor=given.compressor(body, settings, refs, background=True),
+                                 view=fmt.view, new_summaries=given.new_summaries, provider=provider)
+    lead = await inline.compact(  # 5
+        emulation, prepared, fmt=fmt, settings=settings, counter=counter, history=history, refs=refs,
+        records=records, new_summaries=given.new_summaries,
+        compressor=functools.partial(given.compressor, body, settings, refs, background=False))
+    if collisions:  # 6
+        prepared.warnings.append(collision_warning(collisions))
+    for warning in prepared.warnings:
+        log.warning("offload: %s", warning)
+    plan = prepared.plan
+    # on the shared key the upstream gets the object the checks read (a duplicate key could
+    # otherwise show it a value the proxy never saw): re-serialised, as a changed body is
+    changed = prepared.action != "none" or chain.continued or given.shared_key or emulation.changed
+    # a compaction_trigger asks for a compaction, not a turn: it stays the last item, no round follows it
+    inject = settings.reload_tools and bool(plan.refs) and not prepared.store_failed and not provider.trigger
+    tools = ReloadTools(refs, counter, max_tokens=settings.max_reload_tokens, request_refs=plan.refs,
+                        session=settings.session, limits=given.search_limits)
+    items = [*chain.carried, *plan.items]
+    rounds = fmt.rounds(body, items, RELOAD_TOOL_SCHEMAS, extra_usage=prepared.summary_usage, lead=lead.lead)
+    emulation_edits.settle(edits, prepared, rounds)
+    return Turn(body=body, history=history, items=items, settings=settings, counter=counter, prepared=prepared,
+                rounds=rounds, tools=tools, emulation=emulation, edits=edits, inline=lead, changed=changed,
+                inject_reload_tools=inject, continued=chain.continued, used_up=chain.used_up,
+                extra_headers=offload_headers(prepared))
+

@@ -1,0 +1,82 @@
+"""The layers, as tests: the packages below the HTTP layer never reach up into it (nor into the
+commands above it), directly or through another module, and those that do no HTTP import no web
+framework. `proxy.core` is held purer still by tests/unit/core/test_purity.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.project.test_import_cycles import PACKAGE, import_graph
+from tests.unit.core.test_purity import imported_modules
+
+BELOW_HTTP = ("proxy.store", "proxy.upstream", "proxy.offload", "proxy.reload", "proxy.core", "proxy.formats",
+              "proxy.emulation", "proxy.stats", "proxy.telemetry", "proxy.turn")
+ABOVE = ("proxy.http", "proxy.replay", "proxy.demo", "proxy.cli")
+# the server's settings are read by the app and handed down as values (typed by a Protocol)
+NO_CONFIG = ("proxy.store", "proxy.upstream", "proxy.offload", "proxy.reload", "proxy.core", "proxy.formats",
+             "proxy.emulation", "proxy.telemetry", "proxy.turn")
+NO_WEB_FRAMEWORK = ("proxy.store", "proxy.upstream", "proxy.offload", "proxy.reload", "proxy.core",
+                    "proxy.formats", "proxy.emulation", "proxy.telemetry", "proxy.turn")
+
+
+def _in(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    work = [start]
+    while work:
+        for target in graph[work.pop()]:
+            if target not in seen:
+                seen.add(target)
+                work.append(target)
+    return seen
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    return import_graph()
+
+
+def test_nothing_below_the_http_layer_reaches_up_into_it(graph):
+    below = [m for m in graph if _in(m, BELOW_HTTP)]
+    assert len(below) > 80, "the packages were not found"
+    bad = {m: sorted(t for t in reachable(graph, m) if _in(t, ABOVE)) for m in below}
+    assert {m: t for m, t in bad.items() if t} == {}
+
+
+def test_the_server_settings_are_handed_down_not_imported(graph):
+    bad = {m: sorted(t for t in graph[m] if t == "proxy.config") for m in graph if _in(m, NO_CONFIG)}
+    assert {m: t for m, t in bad.items() if t} == {}
+
+
+def test_the_layers_that_do_no_http_import_no_web_framework():
+    files = [p for p in PACKAGE.rglob("*.py")
+             if _in(".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts), NO_WEB_FRAMEWORK)]
+    assert len(files) > 80
+    bad = {p.name: m for p in files for m in imported_modules(p) if m.split(".")[0] == "starlette"}
+    assert bad == {}
+
+
+def test_the_check_sees_a_path_through_another_module():
+    graph = {"proxy.store.a": {"proxy.errors"}, "proxy.errors": {"proxy.http.x"}, "proxy.http.x": set()}
+    assert reachable(graph, "proxy.store.a") == {"proxy.errors", "proxy.http.x"}
+
+
+def test_no_code_outside_the_formats_tests_which_format_it_holds():
+    """A format question is asked of the `WireFormat` (`proxy.core.wire`): a new format is one
+    package under proxy/formats, not an edit of the layers above."""
+    import re
+
+    identity = re.compile(r"\bis (not )?(CHAT|RESPONSES|MESSAGES)\b|\.endpoint\s*[!=]=")
+    formats = PACKAGE / "formats"
+    bad = [f"{p.relative_to(PACKAGE)}:{n}" for p in PACKAGE.rglob("*.py") if formats not in p.parents
+           for n, line in enumerate(p.read_text().splitlines(), 1) if identity.search(line)]
+    assert bad == []
+
+
+def test_no_module_is_over_400_lines():
+    long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 400}
+    assert long == {}

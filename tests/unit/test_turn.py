@@ -1,0 +1,104 @@
+"""The turn (`proxy.turn`) driven with plain values, no Starlette request: its steps in order,
+its flags, and what it leaves in the store."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from proxy.core.markers import INJECTED_TOOLS
+from proxy.core.settings import OffloadSettings
+from proxy.formats.chat import CHAT
+from proxy.formats.messages import MESSAGES
+from proxy.formats.responses import RESPONSES
+from proxy.offload import response_chains
+from proxy.offload.tenant_store import TenantStore
+from proxy.store.sealing import Sealer
+from proxy.store.sqlite import SQLiteStore
+from proxy.turn import TurnInput, run_turn
+from tests.harness.history import REF, agent_history
+
+pytestmark = pytest.mark.anyio
+SETTINGS = OffloadSettings(mode="compact", max_total_tokens=2000, max_tool_message_tokens=500)
+
+
+def no_summariser(body, settings, refs, *, background):
+    return None
+
+
+@pytest.fixture
+def tenant(tmp_path) -> TenantStore:
+    return TenantStore(SQLiteStore(tmp_path), "ns-turn", 3600, Sealer(None))
+
+
+def given(fmt, body: dict, tenant: TenantStore, **kwargs) -> TurnInput:
+    raw = json.dumps(body).encode()
+    return TurnInput(fmt, raw, body, fmt.history(body), kwargs.pop("settings", SETTINGS), tenant, no_summariser,
+                     **kwargs)
+
+
+async def test_a_small_request_goes_as_sent(tenant):
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
+    turn = await run_turn(given(CHAT, body, tenant))
+    assert turn.items == body["messages"] and turn.prepared.action == "none"
+    assert not turn.changed and not turn.inject_reload_tools and turn.answers_as_is
+    assert (b"x-offload-action", b"none") in turn.extra_headers
+
+
+async def test_a_large_tool_result_is_stored_and_the_reload_tools_offered(tenant):
+    body = {"model": "gpt-4o", "messages": agent_history(steps=4, lines=300)}
+    turn = await run_turn(given(CHAT, body, tenant))
+    assert turn.prepared.action == "compact" and turn.changed and turn.inject_reload_tools
+    refs = {r for item in turn.items for r in REF.findall(json.dumps(item))}
+    assert refs and refs == set(turn.prepared.plan.refs)
+    for ref in refs:  # every reference the turn forwards resolves in the tenant's store
+        assert await tenant.refs().load(ref) is not None
+    offered = turn.rounds.request(True)
+    assert {t["function"]["name"] for t in offered["tools"]} >= set(INJECTED_TOOLS)
+    assert not turn.answers_as_is
+
+
+async def test_the_clients_own_reload_tool_turns_offloading_off(tenant):
+    tool = {"type": "function", "function": {"name": "context_reload", "parameters": {"type": "object"}}}
+    body = {"model": "gpt-4o", "messages": agent_history(steps=4, lines=300), "tools": [tool]}
+    turn = await run_turn(given(CHAT, body, tenant))
+    assert turn.settings.mode == "off" and not turn.inject_reload_tools and turn.prepared.action == "none"
+    assert any("context_reload" in w for w in turn.warnings)
+
+
+async def test_a_stored_chain_is_continued_with_the_hidden_answers_first(tenant):
+    carried = [{"type": "function_call_output", "call_id": "c1", "output": "hidden answer"}]
+    await tenant.remember_chain("resp_1", response_chains.Continuation("resp_2", carried))
+    body = {"model": "gpt-4o", "previous_response_id": "resp_1", "input": "next"}
+    turn = await run_turn(given(RESPONSES, body, tenant))
+    assert turn.body["previous_response_id"] == "resp_2" and turn.continued and turn.changed
+    assert turn.items[0] == carried[0] and turn.items[1:] == RESPONSES.history(body)
+
+
+async def test_emulated_clearing_edits_are_applied_stored_and_shown(tenant):
+    log = "\n".join(f"line {i}: all good here, nothing to see, value {i * 3}" for i in range(200))
+    messages: list[dict] = [{"role": "user", "content": "go"}]
+    for i in range(3):
+        messages.append({"role": "assistant", "content": [{"type": "tool_use", "id": f"t{i}", "name": "bash",
+                                                           "input": {}}]})
+        messages.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{i}", "content": log}]})
+    edits = {"edits": [{"type": "clear_tool_uses_20250919", "trigger": {"type": "tool_uses", "value": 1},
+                        "keep": {"type": "tool_uses", "value": 1}}]}
+    body = {"model": "claude-sonnet-4-5", "max_tokens": 100, "messages": messages, "context_management": edits}
+    turn = await run_turn(given(MESSAGES, body, tenant, emulating=True,
+                                settings=OffloadSettings(mode="off")))
+    assert "context_management" not in turn.body and turn.changed
+    assert [a["type"] for a in turn.edits.applied] == ["clear_tool_uses_20250919"]
+    assert turn.rounds.context_management == {"applied_edits": turn.edits.applied}
+    assert "context-edits" in turn.prepared.action and not turn.answers_as_is
+    assert any(e["type"] == "context_edit" for e in turn.events)
+    relayed = await run_turn(given(MESSAGES, body, tenant, emulating=False, settings=OffloadSettings(mode="off")))
+    assert relayed.body["context_management"] == edits and relayed.edits.applied is None
+
+
+async def test_the_turn_input_is_not_changed(tenant):
+    body = {"model": "gpt-4o", "messages": agent_history(steps=4, lines=300)}
+    before = json.dumps(body)
+    await run_turn(given(CHAT, body, tenant))
+    assert json.dumps(body) == before
