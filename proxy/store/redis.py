@@ -79,16 +79,16 @@ class RedisStore:
             pipeline = client.pipeline() if isinstance(client, RedisCluster) else client.pipeline(transaction=False)
             async with pipeline as pipe:
                 yield pipe
-        except (RedisError, RedisClusterException, OSError) as exc:
-            raise StoreUnavailable(f"redis: {exc}") from exc
+        except (RedisError, RedisClusterException, OSError, AttributeError) as exc:  # AttributeError: see _Cluster
+            raise StoreUnavailable(f"redis: {exc!r}") from exc
 
     async def _call(self, awaitable: Awaitable[T]) -> T:
         try:
             if not self._initialized:
                 await self._initialize()
             return await awaitable
-        except (RedisError, RedisClusterException, OSError) as exc:
-            raise StoreUnavailable(f"redis: {exc}") from exc
+        except (RedisError, RedisClusterException, OSError, AttributeError) as exc:  # AttributeError: see _Cluster
+            raise StoreUnavailable(f"redis: {exc!r}") from exc
         finally:
             if asyncio.iscoroutine(awaitable) and awaitable.cr_frame is not None and not awaitable.cr_running:
                 awaitable.close()  # never awaited because initialisation failed
@@ -239,7 +239,10 @@ class _Cluster(RedisCluster):
     heals, never after a timeout: a hung node would hold every call for a timeout per attempt.
     (Cluster pipelines follow redis-py's own rule, timeouts included: `CLUSTER_RETRIES`.)"""
 
-    ERRORS_ALLOW_RETRY = (ConnectionError, ClusterDownError, SlotNotCoveredError)
+    # AttributeError: redis-py's node connection whose writer its failed health-check PING closed
+    # under it (a node restarting; redis-py 8.1): nothing was written on that attempt, so the
+    # resend, on a new connection, applies nothing twice
+    ERRORS_ALLOW_RETRY = (ConnectionError, ClusterDownError, SlotNotCoveredError, AttributeError)
 
 
 def connection_options(timeout: float, *, retry: bool = True, cluster: bool = False) -> dict:
