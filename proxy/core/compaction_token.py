@@ -89,6 +89,12 @@ def may_hold_token(text: bytes) -> bool:
     return _SEALED_KEY in text
 
 
+def may_spell_token(raw: bytes) -> bool:
+    """`may_hold_token` on bytes as they came, escapes not undone: a body that escapes any
+    character (`\\u…`) may spell the key otherwise, so it is read too."""
+    return may_hold_token(raw) or b"\\u" in raw
+
+
 _FOUND = object()  # sealed_fields' mark of a token found in an array
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 

@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from proxy.core import jsonio
-from proxy.core.compaction_token import may_hold_token, sealed_fields
+from proxy.core.compaction_token import may_spell_token, sealed_fields
 from proxy.formats.json_body import LARGE_BODY, load_object
 from proxy.http.body_encoding import codings_of, decoded_body
 from proxy.offload import cpu_pool, response_chains
@@ -219,7 +219,7 @@ async def checked_body(request: Request, caller: Caller, *, path: str, shared: b
                 raise ProxyError(400, f"/v1/{path} takes a JSON body (a multipart/form-data upload goes only to the "
                                       "audio and image endpoints on this proxy's shared key).", code="invalid_json")
             return None
-        spelt = may_hold_token(plain) or b"\\u" in plain
+        spelt = may_spell_token(plain)
         if not shared and not (spelt and looks_like_json(plain)):
             return None
         try:

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy.core import jsonio, large_json
-from proxy.core.compaction_token import may_hold_token
+from proxy.core.compaction_token import may_spell_token
 from proxy.emulation import request as emulation_request
 from proxy.formats.json_body import LARGE_BODY
 from proxy.formats.responses import RESPONSES
@@ -53,7 +53,7 @@ async def relay_tokens_expanded(request: Request, caller: Caller, path: str, *, 
     """`path` (under /v1) relayed; `parse(raw, max_items)` reads its body (400 for a bad one)."""
     raw = await request.body()
     codings = codings_of(request.headers.getlist("content-encoding"))  # 415 for an unknown one
-    if not codings and not may_hold_token(raw) and b"\\u" not in raw:
+    if not codings and not may_spell_token(raw):
         return await relay(request)
     services = services_of(request)
     body = await read_body(request, caller, parse=parse)
