@@ -1,6 +1,6 @@
 """The real Codex CLI (npm `@openai/codex`) for end-to-end tests, offline.
 
-`install()` puts a pinned version under `<repo>/.cache/npm-codex` once (`npm install --prefix`)
+`install()` puts a pinned version under `<repo>/.cache/npm-codex/<version>` once (`npm install --prefix`)
 and reuses it afterwards. `Codex` runs `codex exec --json --strict-config` (a key this version
 does not know is an error, not silently ignored) with a CODEX_HOME of its own whose config.toml
 names one model provider (the given base URL, `wire_api = "responses"`), no update
@@ -25,9 +25,9 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-CODEX_VERSION = "0.169.0"
+CODEX_VERSION = "0.171.0"
 REPO = Path(__file__).resolve().parents[2]
-CACHE = REPO / ".cache" / "npm-codex"
+CACHE = REPO / ".cache" / "npm-codex" / CODEX_VERSION  # one folder per pin: branches pinning others share .cache
 MODEL = "gpt-5-codex"
 API_KEY_ENV = "FAKE_OPENAI_API_KEY"
 
