@@ -239,3 +239,25 @@ def test_relayed_byte_for_byte_to_a_native_upstream(proxy_url, upstream, key):
                 headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json",
                          "X-Offload-Context-Management": "relay"})
     assert upstream.requests[-1].body == misplaced
+
+
+def test_the_compaction_is_recorded_as_an_emulated_compaction(make_proxy, upstream, key):
+    import time
+
+    with make_proxy(admin_token="admin-secret-token-0123456789") as url:
+        for stream in (False, True):
+            r = post(url, key, {"model": MODEL, "input": [*HISTORY, user(f"stream={stream}"), TRIGGER],
+                                "stream": stream})
+            assert r.status_code == 200, r.text
+        admin = {"Authorization": "Bearer admin-secret-token-0123456789"}
+        deadline = time.monotonic() + 10  # the recorder flushes about once a second
+        while (totals := httpx2.get(f"{url}/v1/offload/stats", params={"window": "1h"}, headers=admin,
+                                    timeout=10).json()["totals"])["requests"] < 2:
+            assert time.monotonic() < deadline, totals
+            time.sleep(0.2)
+        metrics = httpx2.get(f"{url}/metrics", headers=admin).text
+        events = httpx2.get(f"{url}/v1/offload/events", headers={"Authorization": f"Bearer {key}"}).json()["data"]
+    assert totals["emulated"] == {"compactions": 2, "context_edits": 0}, totals
+    assert 'route="responses"' in metrics
+    assert [(e["endpoint"], e["emulated"]) for e in events if e["type"] == "provider_compaction"] == [
+        ("responses", True)] * 2
