@@ -7,7 +7,9 @@ handle and a compressor factory, runs the steps in one order:
 1. continue the stored chain (`proxy.offload.response_chains`: the response that holds the
    whole exchange, the answers of the injected calls the client never saw put first);
 2. begin the emulation (`proxy.emulation.request`: the proxy's compaction tokens settled, the
-   provider's `context_management` taken out when the proxy applies it);
+   provider's `context_management` taken out when the proxy applies it); a `compaction_trigger`
+   the proxy emulates (`proxy.emulation.trigger`) is compacted here and answers alone: the
+   steps below are for a turn that goes upstream;
 3. the clearing edits (`proxy.emulation.edits`);
 4. plan, compress and store (`proxy.offload.pipeline`; skipped for a request too small to offload);
 5. the inline threshold compaction (`proxy.emulation.inline`);
@@ -30,7 +32,7 @@ from proxy.core.settings import OffloadSettings
 from proxy.core.texts import RELOAD_TOOL_SCHEMAS
 from proxy.core.tokens import TokenCounter, counter_for_model_async
 from proxy.core.wire import WireFormat
-from proxy.emulation import edits as emulation_edits, inline, request as emulation_request
+from proxy.emulation import edits as emulation_edits, inline, request as emulation_request, trigger
 from proxy.emulation.edits import EditsDone
 from proxy.emulation.inline import Inline
 from proxy.emulation.request import Emulation
@@ -174,6 +176,23 @@ def offload_headers(prepared: Prepared) -> Headers:
     return headers
 
 
+async def _compaction_turn(given: TurnInput, emulation: Emulation, *, refs: RefStore,
+                           records: CompactionRecords) -> Turn:
+    """A `compaction_trigger` the proxy emulates: the history before it compacted now
+    (`proxy.emulation.trigger`), the turn's answer that compaction alone (`Inline.paused`)."""
+    fmt, settings, body = given.fmt, given.settings, emulation.body
+    counter = await counter_for_model_async(_model(body))
+    prepared, lead = await trigger.compact_now(
+        emulation.items, view=fmt.view, endpoint=fmt.endpoint, settings=settings, counter=counter, refs=refs,
+        records=records, compressor=functools.partial(given.compressor, body, settings, refs, background=False))
+    tools = ReloadTools(refs, counter, max_tokens=settings.max_reload_tokens, request_refs=[], session=settings.session,
+                        limits=given.search_limits)
+    return Turn(body=body, history=emulation.items, items=[], settings=settings, counter=counter, prepared=prepared,
+                rounds=fmt.rounds(body, [], (), extra_usage=None), tools=tools, emulation=emulation,
+                edits=EditsDone(emulation.items), inline=lead, changed=False, inject_reload_tools=False,
+                continued=False, used_up=None, extra_headers=offload_headers(prepared))
+
+
 def _model(body: dict) -> str | None:
     return body.get("model") if isinstance(body.get("model"), str) else None
 
@@ -183,11 +202,16 @@ async def run_turn(given: TurnInput, *, refs: RefStore | None = None,
     """The turn's steps in order (see the module docstring). `refs`, `records`: the tenant's,
     unless given (replay keeps what each turn stored)."""
     fmt, settings, tenant = given.fmt, given.settings, given.tenant
+    # a compaction asked now, and the proxy plays the provider (its bad input refused before anything)
+    compacting = (given.emulating and given.new_summaries and fmt.compaction == "items"
+                  and trigger.asked(given.body, given.history, fmt.view))
     chain = await _continue_chain(fmt, given.body, tenant)  # 1
     records = records or tenant.records(fmt.records_api)
     emulation = await emulation_request.begin(  # 2
         chain.body, given.history, view=fmt.view, tokens=fmt.compaction == "items", records=records,
         emulating=given.emulating, blocks=fmt.compaction == "blocks", raw=given.raw)
+    if compacting:
+        return await _compaction_turn(given, emulation, refs=refs or tenant.refs(), records=records)
     body = emulation.body
     collisions = fmt.colliding_tool_names(body)
     if collisions:  # the client's own context_reload/context_search: handled as X-Offload-Mode: off

@@ -55,6 +55,16 @@ class WireFormat(Protocol):
         proxy's own output (Responses items, Messages blocks) first in the answer (an emulated
         compaction); chat completions have none."""
 
+    def paused_answer(self, lead: list[dict], *, body: dict, created_at: int, tokens_in: int,
+                      tokens_out: int) -> dict:
+        """The answer the proxy gives alone, no upstream turn asked: `lead` (its emulated
+        compaction) as the whole output, the compaction's usage (`Inline.paused`: a Messages
+        `pause_after_compaction`, a Responses `compaction_trigger`). ValueError for a format
+        without one (chat completions)."""
+
+    def paused_events(self, answer: dict) -> list[dict]:
+        """`paused_answer`'s answer as the format streams it (its typed SSE events, in order)."""
+
     def summary_request(self, body: dict, prefix: list[Any], instruction: str, tools: Sequence[dict], *,
                         model: str) -> tuple[str, dict]:
         """(endpoint under /v1, body) of the request asking for a summary of `prefix`.

@@ -1,5 +1,7 @@
 """`POST /v1/responses/compact` emulated: the history summarised now by the proxy's own
-summariser, and a token of the proxy's standing for what the client may drop.
+summariser, and a token of the proxy's standing for what the client may drop. A `/v1/responses`
+request ending in a `compaction_trigger` is compacted by the same `compact`
+(`proxy.emulation.trigger`).
 
 The history (the request's `input`, the proxy's own newest token in it already replaced by
 what it stands for: `proxy.emulation.request.begin`) is folded whole (`Compressor.fold`,
@@ -54,10 +56,12 @@ class Compaction:
 
 
 async def compact(items: list[Any], *, view: ItemView, compressor: Compressor, refs: RefStore,
-                  records: CompactionRecords, settings: OffloadSettings, counter: TokenCounter) -> Compaction:
+                  records: CompactionRecords, settings: OffloadSettings, counter: TokenCounter,
+                  endpoint: str = ENDPOINT) -> Compaction:
     """Summarise `items` and store what the token stands for. CompactionFailed when the summary
     could not be made; the store's and the quota's exceptions as they come (StoreUnavailable,
-    QuotaExceeded, CredentialRejected)."""
+    QuotaExceeded, CredentialRejected). `endpoint`: what asked for it, as the event says
+    (`responses/compact`, or `responses` for a `compaction_trigger`, `proxy.emulation.trigger`)."""
     cpu = CPU.for_messages(items)
     folded = await compressor.fold(items, items, settings, counter, keep_recent=0, cpu=cpu)
     if folded.items is None and folded.warning:
@@ -79,7 +83,7 @@ async def compact(items: list[Any], *, view: ItemView, compressor: Compressor, r
     kept = [m for i, m in enumerate(record) if i != at and view.role(m) == "user"]
     tokens_before = await cpu(counter.messages, items)  # new strings (a loaded record's) are hashed for their count
     tokens_after = await cpu(counter.messages, record)
-    done = event("provider_compaction", emulated=True, endpoint=ENDPOINT,
+    done = event("provider_compaction", emulated=True, endpoint=endpoint,
                  messages=len(items) - len(record) + (1 if at is not None else 0),
                  tokens_before=tokens_before, tokens_after=tokens_after, ref=ref)
     return Compaction(token, record, kept, tokens_before, tokens_after, folded.usage_in, folded.usage_out, ref,

@@ -60,7 +60,8 @@ class Inline:
     """What an emulated threshold compaction adds to the turn."""
 
     lead: list[dict] = field(default_factory=list)  # first in the answer: the compaction item / block
-    paused: bool = False  # Messages pause_after_compaction: the answer is the lead alone
+    paused: bool = False  # the answer is the lead alone, no upstream turn (Messages pause_after_compaction,
+    # a Responses compaction_trigger: `proxy.emulation.trigger`)
     tokens_in: int = 0  # the summary's own usage, for a paused answer
     tokens_out: int = 0
 

@@ -1,8 +1,11 @@
 """The answers the proxy writes itself when it emulates the providers' context management: a
-Messages turn paused after its compaction (no upstream call), and `count_tokens` with the
-clearing edits' `original_input_tokens` (`proxy.emulation`)."""
+turn whose compaction alone answers (no upstream call: a Messages turn paused after its
+compaction, a Responses `compaction_trigger`), and `count_tokens` with the clearing edits'
+`original_input_tokens` (`proxy.emulation`)."""
 
 from __future__ import annotations
+
+import time
 
 import httpx2
 from starlette.background import BackgroundTask
@@ -10,22 +13,23 @@ from starlette.responses import Response, StreamingResponse
 
 from proxy.core import jsonio
 from proxy.emulation.edits import EditsDone
-from proxy.formats.messages import compaction as messages_compaction
+from proxy.core.wire import WireFormat
 from proxy.http.headers import response_headers_for_client
 from proxy.http.relay import stream_back
 from proxy.turn import Turn
 from proxy.upstream import sse
 
 
-def paused_response(turn: Turn, *, background: BackgroundTask) -> Response:
-    """The answer of a Messages turn paused after its compaction (no upstream call)."""
+def paused_response(turn: Turn, fmt: WireFormat, *, background: BackgroundTask) -> Response:
+    """The answer of a turn whose compaction alone answers (`Inline.paused`: no upstream call),
+    in the format's shape (`WireFormat.paused_answer`), streamed when the request streams."""
     inline = turn.inline
-    message = messages_compaction.paused_message(inline.lead[0], model=turn.body.get("model"),
-                                                 tokens_in=inline.tokens_in, tokens_out=inline.tokens_out)
+    message = fmt.paused_answer(inline.lead, body=turn.body, created_at=int(time.time()), tokens_in=inline.tokens_in,
+                                tokens_out=inline.tokens_out)
     if turn.rounds.context_management is not None:  # clearing edits applied too (`proxy.emulation.edits`)
         message["context_management"] = turn.rounds.context_management
     if turn.body.get("stream") is True:
-        events = messages_compaction.paused_events(message)
+        events = fmt.paused_events(message)
         out: Response = StreamingResponse(iter([sse.encode_typed(e) for e in events]),
                                           media_type="text/event-stream; charset=utf-8")
     else:

@@ -64,8 +64,8 @@ async def handle(request: Request, fmt: WireFormat) -> Response:
     async def run() -> Response:
         call = await ManagedCall.open(request, fmt)
         turn = await call.offload()
-        if turn.inline.paused:  # the compaction alone answers: no turn (pause_after_compaction)
-            return emulated_answers.paused_response(turn, background=call.after())
+        if turn.inline.paused:  # the compaction alone answers: no turn (pause_after_compaction, compaction_trigger)
+            return emulated_answers.paused_response(turn, call.fmt, background=call.after())
         if turn.answers_as_is:
             return await call.forward()  # the upstream's answer as it is
         if turn.body.get("stream") is True:

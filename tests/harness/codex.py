@@ -3,7 +3,8 @@
 `install()` puts a pinned version under `<repo>/.cache/npm-codex/<version>` once (`npm install --prefix`)
 and reuses it afterwards. `Codex` runs `codex exec --json --strict-config` (a key this version
 does not know is an error, not silently ignored) with a CODEX_HOME of its own whose config.toml
-names one model provider (the given base URL, `wire_api = "responses"`), no update
+names one model provider (the given base URL, `wire_api = "responses"`, HTTP/SSE only; named
+"OpenAI" when a test wants Codex's remote compaction: `OPENAI_NAME`), no update
 check, no analytics, no plugins, and every proxy variable pointing at a `Trap`: whatever Codex
 would fetch from the internet (the plugin marketplace at github.com, chatgpt.com, …) reaches the
 trap instead, which records the request line and hangs up. Loopback bypasses it (`NO_PROXY`).
@@ -89,7 +90,16 @@ class Trap:
         self.server.server_close()
 
 
-def config_toml(base_url: str, model: str = MODEL) -> str:
+# Codex 0.171 compacts remotely ("compaction v2": a `/responses` request ending in
+# `{"type": "compaction_trigger"}`, answered with one `compaction` item) only for a provider it
+# takes for OpenAI's: the built-in one (`openai_base_url`), or one whose `name` is "OpenAI"
+# (`ModelProviderInfo::is_openai`); any other compacts locally. The built-in provider tries the
+# Responses WebSocket transport first; a provider of one's own named "OpenAI" with
+# `supports_websockets = false` goes over HTTP/SSE alone.
+OPENAI_NAME = "OpenAI"
+
+
+def config_toml(base_url: str, model: str = MODEL, provider_name: str = "fake") -> str:
     return f"""\
 model_provider = "fake"
 model = "{model}"
@@ -107,10 +117,11 @@ apps = false
 unbounded_connection_retries = false
 
 [model_providers.fake]
-name = "fake"
+name = "{provider_name}"
 base_url = "{base_url}"
 env_key = "{API_KEY_ENV}"
 wire_api = "responses"
+supports_websockets = false
 request_max_retries = 0
 stream_max_retries = 0
 stream_idle_timeout_ms = 30000
@@ -143,6 +154,7 @@ class Codex:
     home: Path  # CODEX_HOME
     workdir: Path
     base_url: str  # the provider's base URL, ending in /v1
+    provider_name: str = "fake"  # OPENAI_NAME: Codex compacts remotely (compaction v2) through it
 
     def run(self, prompt: str, *options: str, timeout: float = 120) -> Run:
         """`codex exec --json … <options> <prompt>`: a new session."""
@@ -155,7 +167,7 @@ class Codex:
     def _exec(self, args: list[str], timeout: float) -> Run:
         self.home.mkdir(parents=True, exist_ok=True)
         self.workdir.mkdir(parents=True, exist_ok=True)
-        (self.home / "config.toml").write_text(config_toml(self.base_url))
+        (self.home / "config.toml").write_text(config_toml(self.base_url, provider_name=self.provider_name))
         with Trap() as trap:
             proxy_env = {name: trap.url for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY")}
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.home),

@@ -34,8 +34,8 @@ def tenant(tmp_path) -> TenantStore:
 
 def given(fmt, body: dict, tenant: TenantStore, **kwargs) -> TurnInput:
     raw = json.dumps(body).encode()
-    return TurnInput(fmt, raw, body, fmt.history(body), kwargs.pop("settings", SETTINGS), tenant, no_summariser,
-                     **kwargs)
+    return TurnInput(fmt, raw, body, fmt.history(body), kwargs.pop("settings", SETTINGS), tenant,
+                     kwargs.pop("compressor", no_summariser), **kwargs)
 
 
 async def test_a_small_request_goes_as_sent(tenant):
@@ -102,3 +102,63 @@ async def test_the_turn_input_is_not_changed(tenant):
     before = json.dumps(body)
     await run_turn(given(CHAT, body, tenant))
     assert json.dumps(body) == before
+
+
+class Summarising:
+    """A summariser whose fold keeps the task and puts one summary item after it."""
+
+    def __init__(self) -> None:
+        self.folded: list[list] = []
+
+    async def fold(self, compacted, originals, settings, counter, *, keep_recent, cpu):
+        from proxy.core.compaction import Offload
+        from proxy.core.markers import history_marker
+        from proxy.offload.summary_context import Compressed
+
+        self.folded.append(list(compacted))
+        summary = RESPONSES.view.summary_item(history_marker("sumref12345678", len(compacted) - 1, 99) + "\nsummary")
+        return Compressed([compacted[0], summary], Offload("sumref12345678", "history", "the originals\n", 99),
+                          summary_at=1, usage_in=120, usage_out=30)
+
+
+CODEX_HISTORY = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix the bug"}]},
+                 {"type": "function_call", "call_id": "c1", "name": "exec_command", "arguments": "{}"},
+                 {"type": "function_call_output", "call_id": "c1", "output": "log " * 300}]
+TRIGGER = {"type": "compaction_trigger"}
+
+
+async def test_an_emulated_compaction_trigger_is_compacted_and_answers_alone(tenant):
+    folder = Summarising()
+    body = {"model": "gpt-5-codex", "input": [*CODEX_HISTORY, TRIGGER], "stream": True, "store": False}
+    turn = await run_turn(given(RESPONSES, body, tenant, emulating=True, compressor=lambda *a, **k: folder))
+    assert folder.folded == [CODEX_HISTORY]  # the history before the trigger
+    assert turn.inline.paused and turn.items == [] and not turn.inject_reload_tools and not turn.answers_as_is
+    [item] = turn.inline.lead
+    assert item["type"] == "compaction" and (turn.inline.tokens_in, turn.inline.tokens_out) == (120, 30)
+    assert (b"x-offload-action", b"emulated-compaction") in turn.extra_headers
+    answer = RESPONSES.paused_answer(turn.inline.lead, body=turn.body, created_at=1, tokens_in=120, tokens_out=30)
+    assert answer["output"] == [item] and answer["usage"]["total_tokens"] == 150
+
+    # the next request carries the item back after the user messages Codex keeps: it is expanded
+    later = {"model": "gpt-5-codex", "input": [CODEX_HISTORY[0], item, {"role": "user", "content": "go on"}]}
+    nxt = await run_turn(given(RESPONSES, later, tenant, emulating=True))
+    assert not nxt.inline.paused and nxt.changed
+    assert nxt.items[0] == CODEX_HISTORY[0] and "ref=sumref12345678" in json.dumps(nxt.items[1])
+    assert nxt.items[2:] == [{"role": "user", "content": "go on"}] and "compaction" not in json.dumps(nxt.items)
+
+
+async def test_a_compaction_trigger_is_relayed_as_sent_when_the_upstream_compacts_natively(tenant):
+    body = {"model": "gpt-5-codex", "input": [*CODEX_HISTORY, TRIGGER], "stream": True}
+    turn = await run_turn(given(RESPONSES, body, tenant, emulating=False))
+    assert not turn.inline.paused and turn.items[-1] == TRIGGER and not turn.inject_reload_tools
+    misplaced = {"model": "gpt-5-codex", "input": [TRIGGER, *CODEX_HISTORY]}  # the provider's to refuse
+    assert (await run_turn(given(RESPONSES, misplaced, tenant, emulating=False))).items[0] == TRIGGER
+
+
+async def test_a_misplaced_emulated_trigger_is_refused_before_anything_is_stored(tenant):
+    from proxy.errors import ProxyError
+
+    body = {"model": "gpt-5-codex", "input": [*CODEX_HISTORY, TRIGGER, {"role": "user", "content": "x"}]}
+    with pytest.raises(ProxyError) as err:
+        await run_turn(given(RESPONSES, body, tenant, emulating=True))
+    assert (err.value.status, err.value.param) == (400, "input[3]")

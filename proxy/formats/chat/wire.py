@@ -44,6 +44,13 @@ class ChatFormat:
             raise ValueError("chat completions carry no lead output")
         return ChatRounds(body, items, tools, extra_usage=extra_usage)
 
+    def paused_answer(self, lead: list[dict], *, body: dict, created_at: int, tokens_in: int,
+                      tokens_out: int) -> dict:
+        raise ValueError("chat completions have no context management to emulate")
+
+    def paused_events(self, answer: dict) -> list[dict]:
+        raise ValueError("chat completions have no context management to emulate")
+
     def summary_request(self, body: dict, prefix: list[Any], instruction: str, tools: Sequence[dict], *,
                         model: str) -> tuple[str, dict]:
         return summary.summary_request(body, prefix, instruction, tools, model=model)

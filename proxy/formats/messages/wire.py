@@ -14,6 +14,7 @@ from proxy.core.wire import Compaction
 from proxy.core.markers import INJECTED_TOOLS
 from proxy.core.provider_context import ProviderContext
 from proxy.formats.messages import summary
+from proxy.formats.messages.compaction import paused_events, paused_message
 from proxy.formats.messages.body import parse_messages_body
 from proxy.formats.messages.items import MessagesView
 from proxy.formats.messages.reload_rounds import MessagesRounds
@@ -46,6 +47,13 @@ class MessagesFormat:
     def rounds(self, body: dict, items: list[Any], tools: Sequence[dict], *,
                extra_usage: dict | None, lead: Sequence[dict] = ()) -> MessagesRounds:
         return MessagesRounds(body, items, tools, INJECTED_TOOLS, extra_usage=extra_usage, lead=lead)
+
+    def paused_answer(self, lead: list[dict], *, body: dict, created_at: int, tokens_in: int,
+                      tokens_out: int) -> dict:
+        return paused_message(lead[0], model=body.get("model"), tokens_in=tokens_in, tokens_out=tokens_out)
+
+    def paused_events(self, answer: dict) -> list[dict]:
+        return paused_events(answer)
 
     def summary_request(self, body: dict, prefix: list[Any], instruction: str, tools: Sequence[dict], *,
                         model: str) -> tuple[str, dict]:

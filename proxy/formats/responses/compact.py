@@ -10,6 +10,11 @@ The answer (`types/responses/compacted_response.py`): `{"id", "object": "respons
 single compaction item" (`{"type": "compaction", "id", "encrypted_content"}`), its `usage` the
 Responses API's (`input_tokens`, `input_tokens_details`, `output_tokens`,
 `output_tokens_details`, `total_tokens`).
+
+A `POST /v1/responses` whose input ends in `{"type": "compaction_trigger"}` (Codex's remote
+compaction v2) is answered, when the proxy emulates it, with a Response (`object: "response"`,
+`status: "completed"`) whose `output` is the one compaction item (`triggered_response`), or
+streamed as the events OpenAI sends for such a Response (`triggered_events`).
 """
 
 from __future__ import annotations
@@ -85,3 +90,48 @@ def compacted_response(token: str, kept_users: list[Any], *, created_at: int, to
     return {"id": f"resp_{_digest(token, 'response')}", "object": "response.compaction", "created_at": created_at,
             "output": [*(output_message(m) for m in kept_users), compaction_item(token)],
             "usage": usage(tokens_in, tokens_out)}
+
+
+# What a Response echoes of its request, as the API does (the rest take the API's defaults).
+_ECHOED = ("instructions", "max_output_tokens", "metadata", "parallel_tool_calls", "previous_response_id",
+           "prompt_cache_key", "reasoning", "service_tier", "store", "temperature", "text", "tool_choice", "tools",
+           "top_p", "truncation", "user")
+_DEFAULTS: dict[str, Any] = {
+    "instructions": None, "max_output_tokens": None, "metadata": {}, "parallel_tool_calls": True,
+    "previous_response_id": None, "reasoning": {"effort": None, "summary": None}, "store": True,
+    "temperature": 1.0, "text": {"format": {"type": "text"}}, "tool_choice": "auto", "tools": [], "top_p": 1.0,
+    "truncation": "disabled", "user": None,
+}
+
+
+def triggered_response(lead: list[dict], *, request: dict, created_at: int, tokens_in: int = 0,
+                       tokens_out: int = 0) -> dict:
+    """The Response answering a `compaction_trigger` request: `lead` (the one compaction item)
+    as its whole `output`, the compaction's `usage`, the request's settings echoed. Its id is
+    derived from the compaction item's (the same compaction, the same ids)."""
+    token = str(lead[0].get("encrypted_content")) if lead else ""
+    model = request.get("model")
+    body: dict[str, Any] = {
+        "id": f"resp_{_digest(token, 'response')}", "object": "response", "created_at": created_at,
+        "status": "completed", "background": False, "error": None, "incomplete_details": None,
+        "model": model if isinstance(model, str) else "unknown", "output": list(lead),
+        "usage": usage(tokens_in, tokens_out), "completed_at": created_at,
+    }
+    for key in _ECHOED:
+        body[key] = request[key] if request.get(key) is not None else _DEFAULTS.get(key)
+    return body
+
+
+def triggered_events(response: dict) -> list[dict]:
+    """The same Response streamed, as OpenAI streams one: `response.created` and
+    `response.in_progress` (no output yet), each output item's `response.output_item.added`
+    and `.done` (a compaction item has no content events), `response.completed`;
+    `sequence_number` 0, 1, 2, …"""
+    start = {**response, "status": "in_progress", "output": [], "usage": None, "completed_at": None}
+    out: list[dict] = [{"type": "response.created", "response": start},
+                       {"type": "response.in_progress", "response": start}]
+    for index, item in enumerate(response["output"]):
+        out += [{"type": "response.output_item.added", "output_index": index, "item": item},
+                {"type": "response.output_item.done", "output_index": index, "item": item}]
+    out.append({"type": "response.completed", "response": response})
+    return [{**event, "sequence_number": n} for n, event in enumerate(out)]

@@ -18,6 +18,7 @@ from proxy.formats.responses.items import ResponsesView
 from proxy.formats.responses.reload_rounds import ResponsesRounds
 from proxy.formats.responses.request import colliding_tool_names, history, provider_context, with_history
 from proxy.formats.responses import summary
+from proxy.formats.responses.compact import triggered_events, triggered_response
 
 
 class ResponsesFormat:
@@ -46,6 +47,14 @@ class ResponsesFormat:
     def rounds(self, body: dict, items: list[Any], tools: Sequence[dict], *,
                extra_usage: dict | None, lead: Sequence[dict] = ()) -> ResponsesRounds:
         return ResponsesRounds(body, items, tools, INJECTED_TOOLS, extra_usage=extra_usage, lead=lead)
+
+    def paused_answer(self, lead: list[dict], *, body: dict, created_at: int, tokens_in: int,
+                      tokens_out: int) -> dict:
+        return triggered_response(lead, request=body, created_at=created_at, tokens_in=tokens_in,
+                                  tokens_out=tokens_out)
+
+    def paused_events(self, answer: dict) -> list[dict]:
+        return triggered_events(answer)
 
     def summary_request(self, body: dict, prefix: list[Any], instruction: str, tools: Sequence[dict], *,
                         model: str) -> tuple[str, dict]:

@@ -1,13 +1,16 @@
-"""`POST /v1/responses/compact` bodies and answers in OpenAI's shapes."""
+"""`POST /v1/responses/compact` bodies and answers in OpenAI's shapes, and the answer to a
+`compaction_trigger` (a Response, or its stream)."""
 
 import json
 
 import openai
+import pydantic
 import pytest
 
 from proxy.errors import ProxyError
 from proxy.formats.responses.compact import (compacted_response, compaction_item, output_message,
-                                             parse_compact_body, summary_body)
+                                             parse_compact_body, summary_body, triggered_events, triggered_response)
+from openai.types.responses import Response, ResponseStreamEvent
 from openai.types.responses.compacted_response import CompactedResponse
 
 TOKEN = "offload-compaction-v1:" + "A" * 43
@@ -71,3 +74,51 @@ def test_the_answer_is_deterministic_in_its_token_and_parses_with_the_sdk():
     assert parsed.object == "response.compaction" and parsed.output[-1].encrypted_content == TOKEN
     assert (parsed.usage.input_tokens, parsed.usage.output_tokens, parsed.usage.total_tokens) == (3, 2, 5)
     CompactedResponse.model_validate({**one, "output": one["output"][-1:]})  # strictly valid, the item included
+
+
+CODEX_REQUEST = {  # what Codex 0.171 sends with its compaction_trigger (trimmed)
+    "model": "gpt-5-codex", "instructions": "You are Codex.", "input": [], "stream": True, "store": False,
+    "tools": [{"type": "function", "name": "exec_command", "parameters": {"type": "object"}, "strict": False}],
+    "tool_choice": "auto", "parallel_tool_calls": False, "reasoning": {"effort": "medium", "summary": "auto"},
+    "include": ["reasoning.encrypted_content"], "prompt_cache_key": "01a2", "client_metadata": {"x": "y"},
+}
+
+
+def test_a_trigger_is_answered_a_completed_response_whose_output_is_the_compaction_item_alone():
+    lead = [compaction_item(TOKEN)]
+    answer = triggered_response(lead, request=CODEX_REQUEST, created_at=7, tokens_in=300, tokens_out=40)
+    assert answer["output"] == lead and answer["status"] == "completed" and answer["object"] == "response"
+    assert answer["model"] == "gpt-5-codex" and answer["created_at"] == 7
+    assert (answer["tools"], answer["store"], answer["instructions"]) == (CODEX_REQUEST["tools"], False,
+                                                                           "You are Codex.")
+    assert answer["parallel_tool_calls"] is False and answer["reasoning"] == CODEX_REQUEST["reasoning"]
+    assert "include" not in answer and "client_metadata" not in answer and "input" not in answer
+    assert answer == triggered_response(lead, request=CODEX_REQUEST, created_at=7, tokens_in=300, tokens_out=40)
+    assert answer["id"].startswith("resp_") and answer["id"] != triggered_response(
+        [compaction_item(TOKEN + "B")], request=CODEX_REQUEST, created_at=7)["id"]
+    parsed = Response.model_validate(answer)  # strictly valid for the openai SDK
+    assert parsed.output[0].type == "compaction" and parsed.output[0].encrypted_content == TOKEN
+    assert (parsed.usage.input_tokens, parsed.usage.output_tokens, parsed.usage.total_tokens) == (300, 40, 340)
+
+
+def test_a_request_with_few_fields_gets_the_apis_defaults():
+    answer = triggered_response([compaction_item(TOKEN)], request={"model": 5}, created_at=1)
+    assert answer["model"] == "unknown" and answer["tools"] == [] and answer["store"] is True
+    assert answer["usage"]["total_tokens"] == 0
+    Response.model_validate(answer)
+
+
+def test_the_stream_is_the_event_sequence_openai_sends_for_it():
+    answer = triggered_response([compaction_item(TOKEN)], request=CODEX_REQUEST, created_at=7, tokens_in=3,
+                                tokens_out=2)
+    events = triggered_events(answer)
+    assert [e["type"] for e in events] == ["response.created", "response.in_progress", "response.output_item.added",
+                                           "response.output_item.done", "response.completed"]
+    assert [e["sequence_number"] for e in events] == [0, 1, 2, 3, 4]
+    assert events[0]["response"]["status"] == "in_progress" and events[0]["response"]["output"] == []
+    assert events[0]["response"]["usage"] is None and events[0]["response"]["id"] == answer["id"]
+    assert events[2]["output_index"] == events[3]["output_index"] == 0
+    assert events[3]["item"] == compaction_item(TOKEN) and events[-1]["response"] == answer
+    adapter = pydantic.TypeAdapter(ResponseStreamEvent)
+    parsed = [adapter.validate_python(e) for e in events]  # every event as the SDK reads it
+    assert parsed[3].item.encrypted_content == TOKEN and parsed[-1].response.usage.total_tokens == 5
