@@ -5,8 +5,9 @@ A response is held once its `response.completed` (or `response.incomplete`) has 
 whole input as the proxy received it (the held history it continued, then the new input) and
 its output items. A `response.create` naming one is expanded into the whole history before the
 managed turn runs (`previous_response_id` taken out), so the proxy always manages the whole
-history, exactly as if the client had sent it over HTTP. The output items go back as input
-without their `id` when the chain is not stored (`store: false`: OpenAI keeps no item to name).
+history, exactly as if the client had sent it over HTTP. The output items go back as input as
+the response gave them (`input += response.output`, OpenAI's way of carrying a `store: false`
+conversation; Codex resends them with their ids too).
 
 At most `limit` responses are held; the oldest is forgotten first (a continuation of it is then
 `previous_response_not_found`, and the client sends its full input, as it must on OpenAI).
@@ -30,14 +31,9 @@ class Held:
     store: bool  # the request's `store` (OpenAI's default: true)
 
 
-def as_input(items: Any, *, stored: bool) -> list[Any]:
-    """A response's output items as they go back in an input: without their server `id` when
-    nothing is stored upstream (an id there would name an item that does not exist)."""
-    if not isinstance(items, list):
-        return []
-    if stored:
-        return list(items)
-    return [{k: v for k, v in item.items() if k != "id"} if isinstance(item, dict) else item for item in items]
+def as_input(items: Any) -> list[Any]:
+    """A response's output items as they go back in an input."""
+    return list(items) if isinstance(items, list) else []
 
 
 def input_items(body: dict[str, Any]) -> list[Any]:
@@ -84,8 +80,7 @@ class ConnectionChain:
 
     def hold(self, response_id: str, body: dict[str, Any], output: Any) -> None:
         """Remember a finished response: `body` as expanded (its whole input), `output` its items."""
-        stored = body.get("store") is not False
-        self._held[response_id] = Held(input_items(body), as_input(output, stored=stored), stored)
+        self._held[response_id] = Held(input_items(body), as_input(output), body.get("store") is not False)
         self._held.move_to_end(response_id)
         while len(self._held) > self.limit:
             self._held.popitem(last=False)
