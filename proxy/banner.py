@@ -84,6 +84,14 @@ def _context_management(settings: ServerSettings) -> str:
             "(--context-management)")
 
 
+def _websocket(settings: ServerSettings) -> str:
+    """The Responses WebSocket mode: served, and how its responses reach the upstream."""
+    per_tenant = settings.ws_connections_per_tenant or "no limit"
+    root = listen_url(settings).replace("http://", "ws://", 1)
+    return (f"{root}/v1/responses served (Responses WebSocket mode; the upstream reached over HTTP/SSE); "
+            f"{per_tenant} connection(s) per tenant, idle {settings.ws_idle_timeout:g} s")
+
+
 def banner_lines(settings: ServerSettings, tenants: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
     """The startup banner, one string per line. `tenants`: the tenants file's tables."""
     tenants = tenants or {}
@@ -93,6 +101,7 @@ def banner_lines(settings: ServerSettings, tenants: Mapping[str, Mapping[str, An
         f"offload-proxy {__version__}",
         f"  listening   {root}  (OpenAI SDKs: base_url {root}/v1; Anthropic SDKs and Claude Code: {root})",
         f"  openai      {settings.upstream_base}/…  (chat/completions and responses managed, the rest relayed)",
+        f"  websocket   {_websocket(settings)}",
         f"  anthropic   {settings.anthropic_base}/…  (messages managed, the rest relayed)",
         f"  store       {_store(settings)}",
         f"  offload     {_offload(settings, len(tenants))}",

@@ -127,6 +127,8 @@ def serve(settings: ServerSettings, *, notes: Sequence[str] = ()) -> None:
             logging.getLogger("proxy.startup").warning(note)
         else:
             print(f"offload-proxy: warning: {note}", file=sys.stderr, flush=True)
+    from proxy.http.app import frame_limit
+
     uvicorn.run(**uvicorn_options(
         "proxy.cli:create_served_app",
         factory=True,
@@ -137,6 +139,7 @@ def serve(settings: ServerSettings, *, notes: Sequence[str] = ()) -> None:
         timeout_graceful_shutdown=settings.shutdown_grace,
         log_config=None if json_logs else uvicorn.config.LOGGING_CONFIG,
         access_log=False,  # the proxy's own access line (proxy.http.telemetry) is the one line per request
+        ws_max_size=frame_limit(settings),
     ))
 
 
@@ -172,6 +175,8 @@ def uvicorn_options(app: Any, **overrides: Any) -> dict[str, Any]:
         "loop": "auto",  # uvloop when installed
         "http": "auto",  # httptools when installed
         "timeout_keep_alive": 75,
+        # the largest WebSocket frame read (`proxy.http.app.frame_limit`); uvicorn pings every 20 s
+        "ws_max_size": getattr(getattr(app, "state", None), "ws_max_size", 64 * 1024 * 1024 + 64 * 1024),
     }
     options.update(overrides)
     return options

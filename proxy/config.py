@@ -141,6 +141,19 @@ class ServerSettings(BaseSettings):
         60.0, gt=0, description="Longest silence (s) between two chunks of a request body (408 after); "
         "a slow but steady upload is never cut."
     )
+    ws_connections_per_tenant: int = Field(
+        64, ge=0, le=100_000,
+        description="Responses WebSocket connections one tenant or credential may hold open in one worker "
+        "(0 = no limit); the upgrade beyond it is refused with 429.",
+    )
+    ws_idle_timeout: float = Field(
+        900.0, gt=0, description="A Responses WebSocket connection with no response running and no frame from "
+        "its client for this long (s) is closed (code 1000)."
+    )
+    ws_held_responses: int = Field(
+        16, ge=1, le=1000, description="Responses one WebSocket connection holds for previous_response_id with "
+        "store false (the oldest is forgotten first)."
+    )
     allow_anonymous: bool = Field(
         False,
         description="Serve requests that carry no credential at all; anonymous clients share one namespace.",

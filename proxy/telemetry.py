@@ -32,6 +32,7 @@ class RequestRecord:
     tenant: str | None = None
     model: str | None = None
     stream: bool | None = None
+    transport: str | None = None  # "websocket": a response.create of a Responses WebSocket (else HTTP)
     tokens_before: int | None = None
     tokens_after: int | None = None
     action: str | None = None

@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.middleware import Middleware
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
 
 from proxy.reload import search_pool
 from proxy.http.caller import CallerGate, Gatekeeper
@@ -32,6 +32,8 @@ from proxy.http.routing_errors import not_routed
 from proxy.http.managed import chat_completions, messages, responses
 from proxy.config import ServerSettings
 from proxy.http.limits import BodyLimit
+from proxy.http.websocket.connection import Limits as SocketLimits
+from proxy.http.websocket.route import ResponsesSocket
 from proxy.http import log_clip
 from proxy.http.telemetry import Metrics, Observe, configure_logging, configure_text_logging, metrics_endpoint
 from proxy.http.services import Services, services_of
@@ -98,6 +100,9 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
     metrics = Metrics(tenant_label=settings.metrics_tenant_label)
     recorder = Recorder(PriceTable(settings.prices), settings.stats_retention, on_dropped=metrics.stats_dropped.inc)
     stats_api = StatsApi(tenant_names(gatekeeper.tenants, settings.names_key))
+    socket = ResponsesSocket(gatekeeper, SocketLimits(settings.max_body_bytes, settings.ws_idle_timeout,
+                                                      settings.ws_held_responses),
+                             per_tenant=settings.ws_connections_per_tenant)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -143,6 +148,7 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
         *Dashboard().routes(),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/responses", responses, methods=["POST"]),
+        WebSocketRoute("/v1/responses", socket),  # the WebSocket mode (proxy.http.websocket)
         Route("/v1/responses/compact", responses_compact, methods=["POST"]),
         Route("/v1/responses/input_tokens", responses_input_tokens, methods=["POST"]),
         Route("/v1/messages", messages, methods=["POST"]),
@@ -160,8 +166,17 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
         Middleware(AdminGate, admin_token=settings.admin_token, stats=stats_api),
         Middleware(CallerGate, gatekeeper=gatekeeper),
     ]
-    return Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
-                     exception_handlers={HTTPException: not_routed})
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
+                    exception_handlers={HTTPException: not_routed})
+    app.state.ws_max_size = frame_limit(settings)
+    return app
+
+
+def frame_limit(settings: ServerSettings) -> int:
+    """The largest WebSocket frame the server reads (uvicorn's ws_max_size): a body of
+    --max-body-bytes and its event's envelope; one beyond it closes the connection (1009), one
+    between --max-body-bytes and it is refused with an error event."""
+    return settings.max_body_bytes + 64 * 1024
 
 
 def create_app_from_env() -> Starlette:

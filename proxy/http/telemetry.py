@@ -69,7 +69,8 @@ class Observe:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        rec = RequestRecord(route_of(scope["path"]), scope["method"], scope["path"], metrics=self.metrics)
+        rec = RequestRecord(route_of(scope["path"]), scope["method"], scope["path"], metrics=self.metrics,
+                            transport=scope.get("offload.transport"))
         token = current.set(rec)
 
         async def recording_send(message: Message) -> None:

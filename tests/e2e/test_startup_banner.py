@@ -10,6 +10,7 @@ import socket
 import httpx2
 
 from tests.harness.servers import ProxyProcess
+from tests.harness.websocket import Socket, completed, texts
 
 KEY = {"authorization": "Bearer sk-test-key"}
 
@@ -37,8 +38,8 @@ def test_banner_says_where_everything_is(tmp_path, upstream):
     proxy = ProxyProcess("--log-format", "text", "--upstream", upstream.url, "--anthropic-upstream", f"{upstream.url}/v1/",
                          "--max-total-tokens", "5000", "--admin-token", "admin-secret-0123456789",
                          data_dir=tmp_path / "data", capture=True)
-    with proxy:
-        pass
+    with proxy, Socket(proxy.url) as ws:  # `serve` serves the WebSocket mode it announces
+        assert texts(completed(ws.create(input="hi"))) == ["Hello there"]
     stderr = proxy.stderr
     banner = banner_of(stderr)
     assert banner["version"] == __import__("proxy").__version__
@@ -51,6 +52,9 @@ def test_banner_says_where_everything_is(tmp_path, upstream):
     assert banner["context"].startswith("auto: openai emulated by the proxy, anthropic emulated")  # a local upstream
     assert banner["dashboard"] == f"{proxy.url}/dashboard"
     assert banner["metrics"] == f"{proxy.url}/metrics (admin token required)"
+    ws_url = proxy.url.replace("http://", "ws://")
+    assert banner["websocket"].startswith(f"{ws_url}/v1/responses served (Responses WebSocket mode; the upstream "
+                                          "reached over HTTP/SSE); 64 connection(s) per tenant, idle 900 s")
     assert "admin-secret" not in stderr
     assert stderr.count("offload-proxy 0") == 1
 

@@ -128,6 +128,29 @@ stream_idle_timeout_ms = 30000
 """
 
 
+def builtin_config_toml(base_url: str, model: str = MODEL) -> str:
+    """Codex's built-in OpenAI provider with only its base URL changed (`openai_base_url`, the
+    key Codex documents for a proxy or gateway): it then speaks the Responses WebSocket mode
+    first, as it does to api.openai.com. The API key comes from CODEX_API_KEY."""
+    return f"""\
+openai_base_url = "{base_url}"
+model = "{model}"
+check_for_update_on_startup = false
+
+[analytics]
+enabled = false
+
+[features]
+plugins = false
+remote_plugin = false
+apps = false
+unbounded_connection_retries = false
+"""
+
+
+WEBSOCKET_FALLBACK = "Falling back from WebSockets to HTTPS transport"
+
+
 @dataclass
 class Run:
     """One `codex exec --json` run: its exit code, output, JSONL events and what the trap caught."""
@@ -155,6 +178,7 @@ class Codex:
     workdir: Path
     base_url: str  # the provider's base URL, ending in /v1
     provider_name: str = "fake"  # OPENAI_NAME: Codex compacts remotely (compaction v2) through it
+    builtin: bool = False  # the built-in OpenAI provider with `openai_base_url` (else a custom provider)
 
     def run(self, prompt: str, *options: str, timeout: float = 120) -> Run:
         """`codex exec --json … <options> <prompt>`: a new session."""
@@ -167,11 +191,14 @@ class Codex:
     def _exec(self, args: list[str], timeout: float) -> Run:
         self.home.mkdir(parents=True, exist_ok=True)
         self.workdir.mkdir(parents=True, exist_ok=True)
-        (self.home / "config.toml").write_text(config_toml(self.base_url, provider_name=self.provider_name))
+        config = (builtin_config_toml(self.base_url) if self.builtin
+                  else config_toml(self.base_url, provider_name=self.provider_name))
+        (self.home / "config.toml").write_text(config)
         with Trap() as trap:
             proxy_env = {name: trap.url for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY")}
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.home),
                    "CODEX_HOME": str(self.home), API_KEY_ENV: "sk-codex-test", "LANG": "C.UTF-8",
+                   **({"CODEX_API_KEY": "sk-codex-test", "RUST_LOG": "codex_api=info"} if self.builtin else {}),
                    "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
                    **proxy_env, **{k.lower(): v for k, v in proxy_env.items()}}
             argv = [str(self.binary), "exec", "--json", "--strict-config", "--skip-git-repo-check",

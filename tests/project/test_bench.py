@@ -74,3 +74,8 @@ def test_fleet():
               "--max-total-tokens", "3000")
     rows = [line.split() for line in out.splitlines() if line.split()[:1] == ["0"]]
     assert "summary calls" in out and [row[1] for row in rows] == ["1", "2"]
+
+
+def test_websocket():
+    out = run("websocket.py", "--turns", "3", "--sessions", "3", "--history", "3")
+    assert "websocket/http mean ratio" in out and "per connection" in out and "conversation" in out

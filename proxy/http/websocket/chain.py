@@ -1,0 +1,86 @@
+"""The responses one WebSocket connection holds, so that `previous_response_id` with
+`store: false` continues them, as OpenAI's WebSocket mode does with its connection-local state.
+
+A response is held once its `response.completed` (or `response.incomplete`) has been sent: its
+whole input as the proxy received it (the held history it continued, then the new input) and
+its output items. A `response.create` naming one is expanded into the whole history before the
+managed turn runs (`previous_response_id` taken out), so the proxy always manages the whole
+history, exactly as if the client had sent it over HTTP. The output items go back as input as
+the response gave them (`input += response.output`, OpenAI's way of carrying a `store: false`
+conversation; Codex resends them with their ids too).
+
+At most `limit` responses are held; the oldest is forgotten first (a continuation of it is then
+`previous_response_not_found`, and the client sends its full input, as it must on OpenAI).
+Continued histories share their items with the responses they continue, so a chain of held
+responses costs about one history, not one per response.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.errors import ProxyError
+
+
+@dataclass(frozen=True)
+class Held:
+    input: list[Any]  # the whole input this response answered
+    output: list[Any]  # its output items, as input items
+    store: bool  # the request's `store` (OpenAI's default: true)
+
+
+def as_input(items: Any) -> list[Any]:
+    """A response's output items as they go back in an input."""
+    return list(items) if isinstance(items, list) else []
+
+
+def input_items(body: dict[str, Any]) -> list[Any]:
+    """A request's `input` as a list of items (a string is one user message)."""
+    given = body.get("input")
+    if isinstance(given, str):
+        return [{"type": "message", "role": "user", "content": given}]
+    return list(given) if isinstance(given, list) else []
+
+
+class ConnectionChain:
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._held: OrderedDict[str, Held] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def __contains__(self, response_id: object) -> bool:
+        return response_id in self._held
+
+    def expand(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The body with a held `previous_response_id` replaced by the whole history it stands for.
+        An id this connection does not hold: left to the managed turn when the chain is stored
+        upstream (`store` not false: the upstream, or the proxy's stored chain, knows it), else
+        ProxyError `previous_response_not_found`."""
+        previous = body.get("previous_response_id")
+        if previous is None:
+            return body
+        held = self._held.get(previous) if isinstance(previous, str) else None
+        if held is None:
+            if body.get("store") is False:
+                shown = previous[:200] if isinstance(previous, str) else type(previous).__name__
+                raise ProxyError(400, f"Previous response with id '{shown}' not found on this WebSocket connection "
+                                      "(with store: false only responses created on the same connection can be "
+                                      "continued, and it holds the last few only): send the full input without "
+                                      "previous_response_id.", code="previous_response_not_found",
+                                 param="previous_response_id")
+            return body
+        self._held.move_to_end(previous)
+        rest = {k: v for k, v in body.items() if k != "previous_response_id"}
+        rest["input"] = [*held.input, *held.output, *input_items(body)]
+        return rest
+
+    def hold(self, response_id: str, body: dict[str, Any], output: Any) -> None:
+        """Remember a finished response: `body` as expanded (its whole input), `output` its items."""
+        self._held[response_id] = Held(input_items(body), as_input(output), body.get("store") is not False)
+        self._held.move_to_end(response_id)
+        while len(self._held) > self.limit:
+            self._held.popitem(last=False)

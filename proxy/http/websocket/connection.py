@@ -1,0 +1,245 @@
+"""One accepted Responses WebSocket: its frames read, its `response.create` events run in their
+lanes, their events written back, its held responses (`chain`), its idle timeout.
+
+Lanes (`stream_id`, OpenAI's multiplexing): the creates of one lane run one after the other in
+the order they came (a create sent while its lane's response is in flight waits its turn, as on
+OpenAI); different lanes run side by side. A create without `stream_id` is on the connection's
+default lane. Events of a response sent with a `stream_id` name it.
+
+Bad frames get an `error` event and the connection goes on: a binary frame, a frame that is not
+JSON or not an object, an unknown event type, a frame over `--max-body-bytes` (413, not read),
+too many creates waiting (429). Close codes: 1000 after `--ws-idle-timeout` with nothing running,
+1011 when the proxy fails (a bug; logged). A frame over the server's frame limit closes the
+connection with 1009 (uvicorn, before the proxy sees it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from proxy.errors import ProxyError
+from proxy.http.websocket import events
+from proxy.http.websocket.chain import ConnectionChain
+from proxy.http.websocket.dispatch import dispatch
+
+log = logging.getLogger("proxy.http.websocket")
+
+MAX_LANES = 16  # lanes running at once on one connection
+MAX_WAITING = 32  # creates waiting in all lanes of one connection
+FRAMES_QUEUED = 4  # frames read ahead of the one being handled
+DRAIN_GRACE = 5.0  # after the client has gone: how long its responses may take to stop by themselves
+_GONE = object()
+
+
+@dataclass
+class Lane:
+    waiting: asyncio.Queue[events.Create] = field(default_factory=asyncio.Queue)
+    task: asyncio.Task[None] | None = None
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_frame_bytes: int
+    idle_timeout: float
+    held_responses: int
+
+
+class Connection:
+    def __init__(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send, limits: Limits) -> None:
+        self.app, self.scope, self._receive, self._send, self.limits = app, scope, receive, send, limits
+        self.chain = ConnectionChain(limits.held_responses)
+        self.gone = asyncio.Event()
+        self.lanes: dict[str | None, Lane] = {}
+        self.waiting = 0
+        self.last_active = time.monotonic()
+        self._frames: asyncio.Queue[Any] = asyncio.Queue(FRAMES_QUEUED)
+        self._send_lock = asyncio.Lock()
+
+    # ------------------------------------------------------------------ sending
+    async def send_text(self, text: str) -> None:
+        if self.gone.is_set():
+            raise OSError("the WebSocket client has gone away")
+        async with self._send_lock:
+            await self._send({"type": "websocket.send", "text": text})
+
+    async def send_event(self, event: dict[str, Any]) -> None:
+        await self.send_text(json.dumps(event, separators=(",", ":")))
+
+    async def close(self, code: int, reason: str = "") -> None:
+        if not self.gone.is_set():
+            self.gone.set()
+            async with self._send_lock:
+                await self._send({"type": "websocket.close", "code": code, "reason": reason})
+
+    # ------------------------------------------------------------------ reading
+    async def _read(self) -> None:
+        """Every frame into `_frames` (one reader: receive is never cancelled), then _GONE."""
+        try:
+            while True:
+                message: Message = await self._receive()
+                if message["type"] == "websocket.disconnect":
+                    break
+                if message["type"] == "websocket.receive":
+                    await self._frames.put(message)
+        finally:
+            self.gone.set()
+            await self._frames.put(_GONE)
+
+    def _busy(self) -> bool:
+        return any(lane.task is not None and not lane.task.done() for lane in self.lanes.values())
+
+    async def _next_frame(self) -> Any:
+        """The next frame; None once the connection has been idle for the idle timeout."""
+        while True:
+            left = self.limits.idle_timeout - (time.monotonic() - self.last_active)
+            try:
+                return await asyncio.wait_for(self._frames.get(), max(left, 0.001))
+            except asyncio.TimeoutError:
+                if self._busy():
+                    self.last_active = time.monotonic()
+                elif time.monotonic() - self.last_active >= self.limits.idle_timeout:
+                    return None
+
+    async def serve(self) -> None:
+        reader = asyncio.create_task(self._read())
+        try:
+            while True:
+                frame = await self._next_frame()
+                if frame is _GONE:
+                    break
+                if frame is None:
+                    await self.close(1000, f"idle for {self.limits.idle_timeout:g} s")
+                    break
+                self.last_active = time.monotonic()
+                await self._handle(frame)
+        except OSError:
+            pass  # the client went away while we wrote to it
+        except Exception:  # noqa: BLE001 - a bug: said to the client as 1011, logged
+            log.exception("bug: the Responses WebSocket failed")
+            await self.close(1011, "the proxy failed on this connection")
+        finally:
+            self.gone.set()
+            await self._stop_lanes()
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+
+    async def _stop_lanes(self) -> None:
+        tasks = [lane.task for lane in self.lanes.values() if lane.task is not None and not lane.task.done()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=DRAIN_GRACE)  # each sees http.disconnect and stops
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _handle(self, frame: Message) -> None:
+        text = frame.get("text")
+        if text is None:
+            await self.send_event(events.error_event(
+                400, "Binary frames are not supported: send each client event as a JSON text frame.",
+                code="unsupported_frame"))
+            return
+        if len(text) > self.limits.max_frame_bytes:  # characters: at least as many bytes
+            await self.send_event(events.error_event(
+                413, f"A frame exceeds {self.limits.max_frame_bytes} bytes.", code="request_too_large"))
+            return
+        try:
+            create = events.parse(text)
+        except ProxyError as exc:
+            await self.send_event(events.from_proxy_error(exc))
+            return
+        if create is not None:
+            await self._enqueue(create)
+
+    async def _enqueue(self, create: events.Create) -> None:
+        lane = self.lanes.get(create.stream_id)
+        if lane is None and len(self.lanes) >= MAX_LANES:
+            await self.send_event(events.error_event(
+                429, f"Too many lanes at once on this connection (at most {MAX_LANES} stream_id values with a "
+                     "response running or waiting).", code="too_many_requests", stream_id=create.stream_id))
+            return
+        if self.waiting >= MAX_WAITING:
+            await self.send_event(events.error_event(
+                429, f"Too many response.create events waiting on this connection (at most {MAX_WAITING}).",
+                code="too_many_requests", stream_id=create.stream_id))
+            return
+        if lane is None:
+            lane = self.lanes[create.stream_id] = Lane()
+        self.waiting += 1
+        lane.waiting.put_nowait(create)
+        if lane.task is None or lane.task.done():
+            lane.task = asyncio.create_task(self._run_lane(create.stream_id, lane))
+
+    async def _run_lane(self, stream_id: str | None, lane: Lane) -> None:
+        try:
+            while not lane.waiting.empty() and not self.gone.is_set():
+                create = lane.waiting.get_nowait()
+                self.waiting -= 1
+                await self.respond(create)
+                self.last_active = time.monotonic()
+        except OSError:
+            pass
+        except Exception:  # noqa: BLE001 - a bug: said to the client as 1011, logged
+            log.exception("bug: a response on the Responses WebSocket failed")
+            await self.close(1011, "the proxy failed on this connection")
+        finally:
+            if self.lanes.get(stream_id) is lane and lane.waiting.empty():
+                del self.lanes[stream_id]
+
+    # ------------------------------------------------------------------ one response
+    async def respond(self, create: events.Create) -> None:
+        stream_id = create.stream_id
+        try:
+            body = self.chain.expand(create.body)
+        except ProxyError as exc:
+            await self.send_event(events.from_proxy_error(exc, stream_id))
+            return
+        if body.get("generate") is False:
+            await self._warm_up(body, stream_id)
+            return
+        finished: dict[str, Any] | None = None
+        ended = False
+
+        async def on_event(data: str) -> None:
+            nonlocal finished, ended
+            if any(kind in data for kind in events.TERMINAL):
+                try:
+                    event = json.loads(data)
+                except ValueError:
+                    event = None
+                kind = event.get("type") if isinstance(event, dict) else None
+                if kind in events.TERMINAL:
+                    ended = True
+                    if kind in ("response.completed", "response.incomplete"):
+                        finished = event.get("response") if isinstance(event.get("response"), dict) else None
+            await self.send_text(events.with_stream_id(data, stream_id))
+
+        status, error_body = await dispatch(self.app, self.scope, body, self.gone, on_event)
+        if status != 200:
+            await self.send_event(events.from_http_answer(status, error_body, stream_id))
+        elif finished is not None and isinstance(finished.get("id"), str):
+            self.chain.hold(finished["id"], body, finished.get("output"))
+        elif not ended:
+            await self.send_event(events.error_event(
+                502, "The response's stream ended before response.completed.", type_="server_error",
+                code="stream_ended", stream_id=stream_id))
+
+    async def _warm_up(self, body: dict[str, Any], stream_id: str | None) -> None:
+        """`generate: false` (a client warming the connection up with its first request's input and
+        tools, as Codex may): answered here with an empty response, held for the next create to
+        continue, no upstream call."""
+        response_id = f"resp_{secrets.token_hex(24)}"
+        response: dict[str, Any] = {"id": response_id, "object": "response", "created_at": int(time.time()),
+                    "status": "completed", "model": body.get("model"), "output": [], "usage": None,
+                    "error": None, "incomplete_details": None}
+        for number, kind in enumerate(("response.created", "response.completed")):
+            await self.send_text(events.with_stream_id(json.dumps(
+                {"type": kind, "sequence_number": number, "response": response}, separators=(",", ":")), stream_id))
+        self.chain.hold(response_id, body, [])

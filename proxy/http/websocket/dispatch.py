@@ -1,0 +1,132 @@
+"""One `response.create` through the very route `POST /v1/responses` takes: a request made in
+process from the upgrade request's scope (its headers: credential, tenant, `X-Offload-*`) and the
+event's body, sent through the whole application (caller gate, body limit, telemetry, the
+managed turn, the reload loop), its answer read back: a 200 stream's events one by one, any other
+answer as one `error` event with its status.
+
+The client going away is the request's `http.disconnect`: the managed turn cancels the upstream
+call as it does for an HTTP client that hangs up, and nothing is held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Scope
+
+from proxy.upstream import sse
+
+# the upgrade's own headers, and those the body made here replaces
+_DROPPED = frozenset({b"connection", b"upgrade", b"content-length", b"content-type", b"content-encoding",
+                      b"transfer-encoding", b"sec-websocket-key", b"sec-websocket-version",
+                      b"sec-websocket-extensions", b"sec-websocket-protocol", b"sec-websocket-accept"})
+MAX_ERROR_BODY = 64 * 1024  # of a non-200 answer, what the error event reads
+QUEUED_CHUNKS = 64  # between the route and the socket: a slow client slows the stream, as over HTTP
+
+
+def _encoded(body: dict[str, Any]) -> bytes:
+    """The body as JSON bytes: UTF-8, or ASCII escapes when it holds a lone surrogate (as the
+    client's own `\\ud800` escape, which the route then reads as it would over HTTP)."""
+    try:
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(body, separators=(",", ":")).encode("ascii")
+
+
+def request_scope(upgrade: Scope, content_length: int) -> Scope:
+    """The HTTP scope of `POST /v1/responses` made from the upgrade's."""
+    headers = [(k, v) for k, v in upgrade["headers"] if k.lower() not in _DROPPED]
+    headers += [(b"content-type", b"application/json"), (b"content-length", str(content_length).encode())]
+    return {
+        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+        "method": "POST", "scheme": "https" if upgrade.get("scheme") == "wss" else "http",
+        "path": "/v1/responses", "raw_path": b"/v1/responses", "root_path": upgrade.get("root_path", ""),
+        "query_string": upgrade.get("query_string", b""), "headers": headers,
+        "client": upgrade.get("client"), "server": upgrade.get("server"), "state": {},
+        "extensions": {}, "offload.transport": "websocket",
+    }
+
+
+class Answer:
+    """The route's answer to one request: its status, then (200) its events' JSON texts."""
+
+    def __init__(self) -> None:
+        self.status: int | None = None
+        self.started = asyncio.Event()
+        self._chunks: asyncio.Queue[bytes | None] = asyncio.Queue(QUEUED_CHUNKS)
+        self._error_body = bytearray()
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+            self.started.set()
+        elif message["type"] == "http.response.body":
+            body = message.get("body", b"")
+            if self.status == 200:
+                if body:
+                    await self._chunks.put(body)
+            elif len(self._error_body) < MAX_ERROR_BODY:
+                self._error_body += body[:MAX_ERROR_BODY - len(self._error_body)]
+
+    async def finish(self) -> None:
+        self.started.set()
+        await self._chunks.put(None)
+
+    @property
+    def error_body(self) -> bytes:
+        return bytes(self._error_body)
+
+    async def _bytes(self) -> AsyncIterator[bytes]:
+        while (chunk := await self._chunks.get()) is not None:
+            yield chunk
+
+    def events(self) -> AsyncIterator[str]:
+        return sse.iter_data(self._bytes())
+
+
+async def dispatch(app: ASGIApp, upgrade: Scope, body: dict[str, Any], gone: asyncio.Event,
+                   on_event: Callable[[str], Awaitable[None]]) -> tuple[int, bytes]:
+    """Run the request; each event of a 200 stream goes to `on_event` (its JSON text) as it comes.
+    Returns the status and, when it is not 200, the answer's body. `gone`: set when the client
+    has gone away (the request then sees `http.disconnect`)."""
+    content = _encoded(body)
+    scope = request_scope(upgrade, len(content))
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": content, "more_body": False}
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    answer = Answer()
+
+    async def send(message: Message) -> None:
+        if gone.is_set():
+            raise OSError("the WebSocket client has gone away")
+        await answer.send(message)
+
+    async def run() -> None:
+        try:
+            await app(scope, receive, send)
+        finally:
+            await answer.finish()
+
+    task = asyncio.create_task(run())
+    try:
+        await answer.started.wait()
+        if answer.status == 200:
+            async for data in answer.events():
+                if data != sse.DONE:
+                    await on_event(data)
+        await task
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    return answer.status or 500, answer.error_body

@@ -1,0 +1,88 @@
+"""The upgrade: `GET /v1/responses` (or `/responses`) asking for a WebSocket.
+
+The upgrade request's headers decide who is calling with the rules of every HTTP request
+(`proxy.http.caller`: credential, proxy key, `X-Offload-Tenant`); a caller HTTP would refuse is
+refused before the connection is accepted, with the HTTP status and error body HTTP would answer
+(a WebSocket client, Codex among them, reads it as the failed request it is). So is a tenant
+(its key or credential as a whole) that already holds `--ws-connections-per-tenant` connections
+in this worker: 429, `too_many_connections`. Each `response.create` then goes through the same
+caller gate again, with the same headers (`proxy.http.websocket.dispatch`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+
+from starlette.datastructures import Headers
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from proxy.errors import ProxyError, error_response
+from proxy.http.caller import Gatekeeper
+from proxy.http.websocket.connection import Connection, Limits
+
+log = logging.getLogger("proxy.http.websocket")
+
+
+class OpenConnections:
+    """How many WebSockets each tenant (a caller's `scope`) holds open in this worker."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit  # 0: no limit
+        self._open: Counter[str] = Counter()
+
+    def take(self, scope: str) -> bool:
+        if self.limit and self._open[scope] >= self.limit:
+            return False
+        self._open[scope] += 1
+        return True
+
+    def give_back(self, scope: str) -> None:
+        self._open[scope] -= 1
+        if self._open[scope] <= 0:
+            del self._open[scope]
+
+    def __len__(self) -> int:
+        return sum(self._open.values())
+
+
+class ResponsesSocket:
+    """The ASGI endpoint of the WebSocket route; `app` is the whole application, through which
+    every response.create goes."""
+
+    def __init__(self, gatekeeper: Gatekeeper, limits: Limits, per_tenant: int) -> None:
+        self.gatekeeper, self.limits = gatekeeper, limits
+        self.open = OpenConnections(per_tenant)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        app: ASGIApp = scope["app"]
+        try:
+            caller = self.gatekeeper.identify(Headers(scope=scope), "openai")
+        except ProxyError as exc:
+            await _refuse(scope, receive, send, exc.response(), 1008, exc.message)
+            return
+        if not self.open.take(caller.scope):
+            message = (f"This tenant already holds {self.open.limit} WebSocket connections to this proxy worker "
+                       "(--ws-connections-per-tenant): close one, or use POST /v1/responses.")
+            refusal = error_response(429, message, type_="rate_limit_error", code="too_many_connections")
+            await _refuse(scope, receive, send, refusal, 1013, "too many connections")
+            return
+        try:
+            first = await receive()
+            if first["type"] != "websocket.connect":
+                return
+            await send({"type": "websocket.accept"})
+            await Connection(app, scope, receive, send, self.limits).serve()
+        finally:
+            self.open.give_back(caller.scope)
+
+
+async def _refuse(scope: Scope, receive: Receive, send: Send, response: Response, code: int, reason: str) -> None:
+    """Before accepting: the HTTP answer itself where the server can send one (uvicorn can), else
+    a close with `code` (1008 policy, 1013 try again later)."""
+    if "websocket.http.response" in scope.get("extensions", {}):
+        await response(scope, receive, send)  # starlette sends it as websocket.http.response.*
+        return
+    await receive()  # websocket.connect
+    await send({"type": "websocket.close", "code": code, "reason": reason[:120]})

@@ -1,0 +1,59 @@
+"""The responses a WebSocket connection holds: continuations expanded into the whole history,
+the oldest forgotten first, an id not held with store false refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.errors import ProxyError
+from proxy.http.websocket.chain import ConnectionChain
+
+
+def user(text: str) -> dict:
+    return {"type": "message", "role": "user", "content": text}
+
+
+def answer(text: str) -> dict:
+    return {"id": f"msg_{text}", "type": "message", "role": "assistant", "content": [{"type": "output_text",
+                                                                                       "text": text}]}
+
+
+def test_a_continuation_is_the_whole_history_without_previous_response_id():
+    chain = ConnectionChain(4)
+    chain.hold("r1", {"input": "one", "store": False}, [answer("a1")])
+    body = chain.expand({"input": [user("two")], "store": False, "previous_response_id": "r1", "model": "m"})
+    assert body == {"input": [user("one"), answer("a1"), user("two")], "store": False, "model": "m"}
+    chain.hold("r2", body, [answer("a2")])
+    again = chain.expand({"input": "three", "previous_response_id": "r2", "store": False})
+    assert [i.get("content") if i["role"] == "user" else i["id"] for i in again["input"]] == [
+        "one", "msg_a1", "two", "msg_a2", "three"]
+    assert again["input"][0] is body["input"][0]  # items are shared, not copied
+
+
+def test_the_oldest_is_forgotten_first():
+    chain = ConnectionChain(2)
+    for name in ("r1", "r2", "r3"):
+        chain.hold(name, {"input": name}, [])
+    assert "r1" not in chain and "r2" in chain and "r3" in chain and len(chain) == 2
+    chain.expand({"input": "x", "previous_response_id": "r2"})  # used: now the most recent
+    chain.hold("r4", {"input": "r4"}, [])
+    assert "r3" not in chain and "r2" in chain
+
+
+def test_an_id_not_held_with_store_false_is_previous_response_not_found():
+    with pytest.raises(ProxyError) as refused:
+        ConnectionChain(2).expand({"input": "x", "store": False, "previous_response_id": "resp_x"})
+    assert (refused.value.status, refused.value.code, refused.value.param) == (
+        400, "previous_response_not_found", "previous_response_id")
+    assert "resp_x" in refused.value.message
+
+
+@pytest.mark.parametrize("previous", ["resp_x", 7, None])
+def test_an_id_not_held_otherwise_goes_on_as_sent(previous):
+    body = {"input": "x", "previous_response_id": previous}
+    assert ConnectionChain(2).expand(body) is body
+
+
+def test_a_non_string_id_with_store_false_is_refused_too():
+    with pytest.raises(ProxyError):
+        ConnectionChain(2).expand({"input": "x", "store": False, "previous_response_id": ["r"]})
