@@ -92,6 +92,7 @@ def turn_of(rec, scope: Scope) -> Turn | None:
         status=rec.status, stream=bool(rec.stream), tokens_before=rec.tokens_before,
         tokens_after=rec.tokens_after if rec.tokens_after is not None else rec.tokens_before,
         action=rec.action or "none", refs=rec.refs or 0, refs_created=rec.refs_created,
+        transport=getattr(rec, "transport", None) or "http",
         reload_rounds=rec.reload_rounds, searches=getattr(rec, "searches", 0),
         image_tokens_saved=getattr(rec, "image_tokens_saved", 0),
         summaries_made=getattr(rec, "summaries_made", 0), summaries_failed=getattr(rec, "summaries_failed", 0),

@@ -37,6 +37,7 @@ class Turn:
     action: str
     refs: int = 0
     refs_created: int = 0
+    transport: str = "http"  # "websocket": a response.create of the Responses WebSocket mode
     reload_rounds: int = 0
     searches: int = 0
     summaries_made: int = 0

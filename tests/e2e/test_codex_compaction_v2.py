@@ -1,7 +1,10 @@
 """The real Codex CLI compacting remotely ("compaction v2") through the proxy while it emulates.
 
-Codex 0.171 with a provider it takes for OpenAI's (`tests.harness.codex.OPENAI_NAME`: here a
-provider of its own named "OpenAI", over HTTP/SSE) compacts remotely: once the usage it is told
+Codex 0.171 with a provider it takes for OpenAI's compacts remotely, both ways people set it up
+(docs/websocket.md): its built-in provider with only `openai_base_url` changed, which speaks the
+Responses WebSocket mode (the compaction request a `response.create` on it, no fallback to
+HTTPS), and a provider of its own named "OpenAI" (`tests.harness.codex.OPENAI_NAME`, HTTP/SSE,
+`supports_websockets = false`). Once the usage it is told
 crosses `model_auto_compact_token_limit`, mid-turn, it streams a normal `POST /responses` whose
 input is its history followed by `{"type": "compaction_trigger"}`, requires exactly one
 `compaction` output item back, then goes on with its user and developer messages followed by
@@ -20,14 +23,17 @@ turn of the same session, which carries the compaction item again.
 from __future__ import annotations
 
 import json
+import logging
 import re
 
 import httpx2
+import pytest
 
 from proxy.core.compaction_token import ANY_VERSION
 from proxy.core.markers import refs_in
 from tests.e2e.test_codex_cli import codex_binary  # noqa: F401  (the session fixture installing Codex)
-from tests.harness.codex import OPENAI_NAME, Codex
+from tests.e2e.test_codex_websocket import on_the_websocket
+from tests.harness.codex import OPENAI_NAME, WEBSOCKET_FALLBACK, Codex
 from tests.harness.responses import answer, function_call, input_items, message, usage
 from tests.harness.servers import default_handler, is_responses_create, is_summary_call, snapshot_answer
 
@@ -90,8 +96,15 @@ def events(proxy: str) -> list[dict]:
     return got.json()["data"]
 
 
+def access_lines(caplog) -> list[dict]:
+    return [json.loads(r.getMessage()) for r in caplog.records if r.name == "proxy.access"]
+
+
+@pytest.mark.parametrize("transport", ["websocket", "http"])
 def test_codex_compacts_remotely_through_the_emulation_and_goes_on(codex_binary, make_proxy, upstream,  # noqa: F811
-                                                                   tmp_path):
+                                                                   tmp_path, caplog, transport):
+    websocket = transport == "websocket"
+    caplog.set_level(logging.INFO, logger="proxy.access")
     model = Model()
     summaries: list = []
 
@@ -105,8 +118,9 @@ def test_codex_compacts_remotely_through_the_emulation_and_goes_on(codex_binary,
 
     upstream.handler = handler
     with make_proxy(**SETTINGS) as proxy:
+        # the built-in provider (base URL only: the WebSocket mode), or one named "OpenAI" over HTTP
         codex = Codex(codex_binary, home=tmp_path / "codex-home", workdir=tmp_path / "work", base_url=f"{proxy}/v1",
-                      provider_name=OPENAI_NAME)
+                      provider_name=OPENAI_NAME, builtin=websocket)
         run = codex.run(f"Run the {STEPS} steps.", "-c", "tool_output_token_limit=200000",
                         "-c", f"model_auto_compact_token_limit={CODEX_LIMIT}", timeout=90)
 
@@ -115,6 +129,9 @@ def test_codex_compacts_remotely_through_the_emulation_and_goes_on(codex_binary,
         assert run.trapped == []
         assert not [e for e in run.events if e.get("type") == "error"], run.stdout[-3000:]
         assert "compaction" not in run.stderr.lower(), run.stderr[-3000:]
+        if websocket:
+            on_the_websocket(run)
+        assert WEBSOCKET_FALLBACK not in run.stdout + run.stderr
         shells = run.items("command_execution")
         assert [s["exit_code"] for s in shells] == [0] * STEPS
         assert [step_command(k) in s["command"] for k, s in enumerate(shells, 1)] == [True] * STEPS
@@ -147,11 +164,20 @@ def test_codex_compacts_remotely_through_the_emulation_and_goes_on(codex_binary,
             assert "\\n".join(str(k * 100_000 + n) for n in range(LINES)) in model.reloaded, k
         compactions = [e for e in events(proxy) if e.get("type") == "provider_compaction"]
         assert [(e["emulated"], e["endpoint"]) for e in compactions] == [(True, "responses")]
+        # every turn came the way Codex was set up, the compaction's among them
+        lines = [line for line in access_lines(caplog) if line["route"] == "responses"]
+        [compacting] = [line for line in lines if line.get("action") == "emulated-compaction"]
+        # one line a turn: each upstream request but the hidden reload round's, and the compaction's (none)
+        assert len(lines) == len(requests) - 1 + 1
+        assert {line.get("transport") for line in lines} == {"websocket" if websocket else None}
+        assert compacting["status"] == 200
 
         # the session goes on: the next turn carries the compaction item back, expanded again
         more = codex.resume("And one more thing: how far did you get?", "-c",
                             f"model_auto_compact_token_limit={CODEX_LIMIT}", timeout=90)
         assert more.returncode == 0, more.stderr[-3000:]
+        if websocket:
+            on_the_websocket(more)
         assert [m["text"] for m in more.items("agent_message")] == [f"STILL HERE: steps-done={STEPS}."]
         last = upstream.responses_requests()[-1]
         assert f"steps-done={COMPACT_AT}".encode() in last.body and b"compaction" not in last.body

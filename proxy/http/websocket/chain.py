@@ -13,6 +13,15 @@ At most `limit` responses are held; the oldest is forgotten first (a continuatio
 `previous_response_not_found`, and the client sends its full input, as it must on OpenAI).
 Continued histories share their items with the responses they continue, so a chain of held
 responses costs about one history, not one per response.
+
+A response answering a `compaction_trigger` (Codex's remote compaction: the input ends in
+`{"type": "compaction_trigger"}`, the output is one `compaction` item) is held without its
+trigger: the trigger asks for a compaction now, it is no part of the history, and it must be the
+last input item wherever it appears. Its continuation is then the history, the compaction item,
+the new items: the newest compaction item supersedes what precedes it (the client's system and
+developer messages kept), as it does in any input (docs/offloading.md), so the upstream sees the
+summary the item stands for, then the new items; relayed, the provider reads its own item the
+same way.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.emulation.trigger import TYPE as TRIGGER
 from proxy.errors import ProxyError
 
 
@@ -42,6 +52,14 @@ def input_items(body: dict[str, Any]) -> list[Any]:
     if isinstance(given, str):
         return [{"type": "message", "role": "user", "content": given}]
     return list(given) if isinstance(given, list) else []
+
+
+def history_of(items: list[Any]) -> list[Any]:
+    """A held response's input as the history its continuation goes on from: without a trailing
+    `compaction_trigger`."""
+    if items and isinstance(items[-1], dict) and items[-1].get("type") == TRIGGER:
+        return items[:-1]
+    return items
 
 
 class ConnectionChain:
@@ -80,7 +98,7 @@ class ConnectionChain:
 
     def hold(self, response_id: str, body: dict[str, Any], output: Any) -> None:
         """Remember a finished response: `body` as expanded (its whole input), `output` its items."""
-        self._held[response_id] = Held(input_items(body), as_input(output), body.get("store") is not False)
+        self._held[response_id] = Held(history_of(input_items(body)), as_input(output), body.get("store") is not False)
         self._held.move_to_end(response_id)
         while len(self._held) > self.limit:
             self._held.popitem(last=False)

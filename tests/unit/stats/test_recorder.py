@@ -83,6 +83,10 @@ def test_turn_of_a_request_record():
     assert (t.tokens_before, t.tokens_after, t.refs, t.refs_created, t.reload_rounds) == (900, 300, 3, 2, 1)
     assert (t.searches, t.summaries_made, t.summaries_failed, t.warnings, t.store_warnings) == (1, 1, 1, 1, 1)
     assert "sk-secret" not in repr(t)
+    assert t.transport == "http" and t.row()["transport"] == "http"
+    rec.transport = "websocket"  # a response.create of the Responses WebSocket mode
+    assert turn_of(rec, scope).row()["transport"] == "websocket"
+    rec.transport = None
     bad = {**scope, "headers": [(b"x-offload-session", b"bad id with spaces")]}
     assert turn_of(rec, bad).session is None
     assert turn_of(rec, {**scope, "path": "/v1/messages/count_tokens"}) is None

@@ -57,3 +57,22 @@ def test_an_id_not_held_otherwise_goes_on_as_sent(previous):
 def test_a_non_string_id_with_store_false_is_refused_too():
     with pytest.raises(ProxyError):
         ConnectionChain(2).expand({"input": "x", "store": False, "previous_response_id": ["r"]})
+
+
+TRIGGER = {"type": "compaction_trigger"}
+ITEM = {"type": "compaction", "id": "cmp_1", "encrypted_content": "token"}
+
+
+def test_a_response_to_a_compaction_trigger_is_held_without_its_trigger():
+    chain = ConnectionChain(4)
+    chain.hold("r1", {"input": [user("one"), answer("a1"), TRIGGER], "store": False}, [ITEM])
+    body = chain.expand({"input": [user("two")], "store": False, "previous_response_id": "r1"})
+    assert body["input"] == [user("one"), answer("a1"), ITEM, user("two")]  # the item then the new items
+
+
+@pytest.mark.parametrize("kept", [[TRIGGER, user("one")], [{"type": ["compaction_trigger"]}], [{"type": None}],
+                                  ["compaction_trigger"]])
+def test_only_a_trailing_trigger_is_left_out(kept):
+    chain = ConnectionChain(4)
+    chain.hold("r1", {"input": kept, "store": False}, [])
+    assert chain.expand({"input": [], "store": False, "previous_response_id": "r1"})["input"] == kept
