@@ -68,7 +68,7 @@ def line(*, title: str, status: int, run: dict[str, float] | None, kept: str | N
     if run is None:
         text = "statistics unavailable (the proxy's admin token is needed: --admin-token)"
     elif int(run["requests"]) == 0 and status != 0:
-        text = f"{title} exited with status {status} before any request reached the proxy"
+        text = f"{title} exited with status {status}; no request went through the proxy"
     else:
         text = stats_text(run)
     return f"offload-proxy: {text}" + (f"; {kept}" if kept else "")
