@@ -14,10 +14,11 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-LINE = re.compile(r"^offload-proxy: (?P<requests>[\d,]+) requests?, (?P<before>[\d,]+) → (?P<after>[\d,]+) tokens"
-                  r"(?: \((?P<ratio>[\d.]+)\))?(?:, cache-weighted cost ×(?P<cost>[\d.]+))?, "
-                  r"(?P<reloads>[\d,]+) reloads?(?:; proxy still up at (?P<url>\S+): dashboard \S+"
-                  r"(?: \(admin token \S+\))?, stop it with kill (?P<pid>\d+))?$", re.M)
+LINE = re.compile(r"^offload-proxy: (?:no requests went through the proxy|(?P<requests>[\d,]+) requests?, "
+                  r"(?P<before>[\d,]+) → (?P<after>[\d,]+) tokens(?: \((?P<ratio>[\d.]+)\))?"
+                  r"(?:, cache-weighted cost ×(?P<cost>[\d.]+))?, (?P<reloads>[\d,]+) reloads?)"
+                  r"(?:; proxy still up at (?P<url>\S+): dashboard \S+(?: \(admin token \S+\))?, "
+                  r"stop it with kill (?P<pid>\d+))?$", re.M)
 
 
 def argv(agent: str, *options: str) -> list[str]:
