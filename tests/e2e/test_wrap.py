@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness import wrap
-from tests.harness.servers import ProxyProcess
+from tests.harness.servers import ProxyProcess, default_handler
 
 # a stand-in that records its arguments and the variables wrap sets, then exits with $STANDIN_STATUS
 RECORDER = """
@@ -127,8 +127,6 @@ def test_a_users_settings_are_kept_and_their_destination_becomes_the_upstream(ag
         # the agent's loopback requests never go through the user's HTTP proxy
         assert (got["env"]["NO_PROXY"], got["env"]["no_proxy"]) == ("example.com,127.0.0.1", "127.0.0.1")
         # the kept proxy's Anthropic upstream is where opencode went before: the fake
-        from tests.harness.servers import default_handler
-
         upstream.handler = default_handler
         wrap.standin(folder, "claude", ASKS)
         asked = run("claude", "--proxy-url", root, "--admin-token", token, env=env)
@@ -174,7 +172,7 @@ def test_an_agent_not_installed_says_how_to_install_it(agents, tmp_path):
         done = run(name, env=env)
         assert done.returncode == 127
         line = one_line(done.stderr)
-        assert line.startswith(f"offload-proxy wrap: ") and f"({name} is not on PATH): install it with {install}" in line
+        assert line.startswith("offload-proxy wrap: ") and f"({name} is not on PATH): install it with {install}" in line
 
 
 def test_the_agents_arguments_go_after_the_double_dash(agents):
