@@ -6,7 +6,7 @@ proxy's store starts empty; a reused one, or a `--data-dir` of earlier runs, doe
 (managed turns), tokens as the agent sent them → as forwarded, the cache-weighted cost ratio
 (the proxy's estimate: forwarded cost over the raw history's, docs/operations.md), and the reload
 rounds the proxy ran. The statistics are written by a background task about once a second: the
-line waits (a few seconds at most) until the proxy holds no unwritten turn.
+line waits (a few seconds at most) until the proxy holds no unwritten turn, then reads them.
 """
 
 from __future__ import annotations
@@ -30,12 +30,16 @@ def read(url: str, token: str) -> tuple[dict[str, float], int]:
 
 
 def settled(url: str, token: str, within: float = SETTLE_WITHIN) -> dict[str, float]:
-    """The totals once every turn served so far is written (or after `within` seconds)."""
+    """The totals once every turn served so far is written (or after `within` seconds).
+
+    An answer's `recorder` is taken after its totals were read, so the answer that first says
+    nothing is held may have read its totals before the last write: the totals are read once
+    more, after it."""
     deadline = time.monotonic() + within
     while True:
         totals, queued = read(url, token)
         if queued == 0 or time.monotonic() > deadline:
-            return totals
+            return read(url, token)[0]
         time.sleep(0.2)
 
 

@@ -37,3 +37,13 @@ def test_kept():
         f"proxy still up at {url}: dashboard {url}/dashboard (admin token tok), stop it with kill 77")
     assert describe_kept(url, 77, "tok", own_token=False) == (
         f"proxy still up at {url}: dashboard {url}/dashboard, stop it with kill 77")  # the user's own token: not shown
+
+
+def test_the_totals_are_read_again_after_the_answer_that_says_nothing_is_held(monkeypatch):
+    """An answer's `recorder` is taken after its totals: the totals of the next answer count."""
+    from proxy.wrap import summary
+
+    answers = iter([({"requests": 1.0}, 1), ({"requests": 1.0}, 0), ({"requests": 2.0}, 0)])
+    monkeypatch.setattr(summary, "read", lambda url, token: next(answers))
+    monkeypatch.setattr(summary.time, "sleep", lambda seconds: None)
+    assert summary.settled("http://proxy", "token") == {"requests": 2.0}
