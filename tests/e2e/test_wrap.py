@@ -63,6 +63,7 @@ def agents(tmp_path):
     folder.mkdir()
     env = wrap.environment(folder)
     env["STANDIN_REPORT"] = str(report)
+    env["TMPDIR"] = str(tmp_path)  # the run folders wrap leaves on purpose (--keep, a failed start, SIGKILL) go here
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy",
                  "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL", "OPENAI_API_BASE", "ANTHROPIC_API_BASE",
                  "OPENCODE_CONFIG_CONTENT", "NO_PROXY", "no_proxy"):

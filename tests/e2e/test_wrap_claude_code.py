@@ -51,7 +51,7 @@ def wrapped(claude_binary, upstream, tmp_path, *options: str, headers=HEADERS):
     cc = claude(claude_binary, upstream.url, tmp_path, headers)  # ANTHROPIC_BASE_URL: the fake, as a user's gateway
     env = wrap.environment(claude_binary.parent, base={})
     cc.prefix = [*wrap.argv("claude", *options), "--"]
-    cc.env = {"PATH": env["PATH"], "PYTHONPATH": env["PYTHONPATH"]}
+    cc.env = {"PATH": env["PATH"], "PYTHONPATH": env["PYTHONPATH"], "TMPDIR": str(tmp_path)}
     return cc
 
 

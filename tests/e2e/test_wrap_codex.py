@@ -44,7 +44,8 @@ def wrapped(codex_binary, tmp_path, *options: str) -> Codex:
     return Codex(codex_binary, home=tmp_path / "codex-home", workdir=tmp_path / "work",
                  base_url="http://127.0.0.1:9/v1",  # the harness's own provider: not used through wrap
                  prefix=[*wrap.argv("codex", *options), "--"],
-                 env={"PATH": env["PATH"], "PYTHONPATH": env["PYTHONPATH"], "CODEX_API_KEY": "sk-codex-wrap-test"})
+                 env={"PATH": env["PATH"], "PYTHONPATH": env["PYTHONPATH"], "CODEX_API_KEY": "sk-codex-wrap-test",
+                      "TMPDIR": str(tmp_path)})
 
 
 def stats(url: str, token: str) -> dict:
