@@ -1,4 +1,4 @@
-"""Command line: `offload-proxy serve …` (also `python -m proxy serve …`)."""
+"""Command line: `offload-proxy serve …` (also `python -m proxy serve …`), `replay`, `demo`, `wrap`."""
 
 from __future__ import annotations
 
@@ -13,24 +13,12 @@ from email.utils import formatdate
 from typing import Any
 
 from proxy.config import ServerSettings
-
-
-def option(name: str) -> str:
-    return f"--{name.replace('_', '-')}"
-
-
-def _add_settings_options(parser: argparse.ArgumentParser) -> None:
-    """One option per ServerSettings field, documented from the field itself. A boolean field is a
-    plain flag (`--redis-cluster`), with `--no-redis-cluster` to turn it off."""
-    for name, field in ServerSettings.model_fields.items():
-        env = f"OFFLOAD_{name.upper()}"
-        default = field.get_default(call_default_factory=True)
-        help = f"{field.description} [env {env}; default {default}]"
-        if field.annotation is bool:
-            parser.add_argument(option(name), dest=name, default=None, action=argparse.BooleanOptionalAction,
-                                help=help)
-        else:
-            parser.add_argument(option(name), dest=name, default=None, metavar=name.upper(), help=help)
+from proxy.server_options import (
+    add_settings_options,
+    listen_problem,
+    resolve_settings,
+    settings_error,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="Run the proxy server.")
-    _add_settings_options(serve)
+    add_settings_options(serve)
     replay = commands.add_parser(
         "replay", help="Replay conversations (JSONL) turn by turn through the offload pipeline and report."
     )
@@ -69,36 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
     from proxy.demo.run import add_arguments as add_demo_arguments
 
     add_demo_arguments(demo)
+    wrap = commands.add_parser(
+        "wrap", help="Run a coding agent (claude, codex, opencode, aider) through a proxy of its own: "
+                     "offload-proxy wrap claude [proxy options] [-- claude's arguments].")
+    from proxy.wrap.command import add_arguments as add_wrap_arguments
+
+    add_wrap_arguments(wrap)
     return parser
-
-
-def resolve_settings(args: argparse.Namespace) -> ServerSettings:
-    """CLI values override the environment, which overrides the defaults."""
-    overrides = {
-        name: getattr(args, name)
-        for name in ServerSettings.model_fields
-        if getattr(args, name, None) is not None
-    }
-    return ServerSettings(**overrides)  # lists and maps are parsed by the fields' own validators
-
-
-def settings_error(exc: Exception) -> str:
-    """One line per invalid setting, naming its option and variable: what is wrong and what is expected."""
-    from pydantic import ValidationError
-
-    if not isinstance(exc, ValidationError):
-        return f"offload-proxy: invalid settings: {exc}"
-    lines = []
-    for error in exc.errors():
-        name = str(error["loc"][0]) if error.get("loc") else ""
-        message = error["msg"].removeprefix("Value error, ")
-        where = f"{option(name)} (env OFFLOAD_{name.upper()})" if name in ServerSettings.model_fields else "settings"
-        given = error.get("input")
-        shown = "" if error["type"] == "value_error" or not isinstance(given, (str, int, float)) else f" {given!r}"
-        if len(error.get("loc") or ()) > 1:  # an item of a list or map: which one
-            shown += f" (at {'.'.join(str(part) for part in error['loc'][1:])})"
-        lines.append(f"offload-proxy: invalid {where}{shown}: {message}")
-    return "\n".join(lines)
 
 
 def serve(settings: ServerSettings, *, notes: Sequence[str] = ()) -> None:
@@ -237,6 +202,17 @@ def replay(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["wrap"]:  # the agent's own arguments, after `--`, are not ours to parse
+        from proxy.wrap.command import run_wrap, split_agent_args
+
+        ours, agent_args = split_agent_args(argv)
+        args, unknown = parser.parse_known_args(ours)
+        if unknown:
+            parser.error(f"wrap: unrecognized arguments {' '.join(unknown)}: the agent's own arguments go after --, "
+                         f"as in: offload-proxy wrap {args.agent} -- {' '.join(unknown)}")
+        run_wrap(args, agent_args)
+        return
     args = parser.parse_args(argv)
     if args.command == "replay":
         from proxy.replay.cli import compare_usage_error, target_usage_error
@@ -277,27 +253,6 @@ def main(argv: Sequence[str] | None = None) -> None:
             sys.exit(f"offload-proxy: {exc}")
         serve(settings, notes=[note] if note else [])
         after_serve(settings)  # a mismatch the workers found once the store answered: status 1
-
-
-def listen_problem(host: str, port: int) -> str | None:
-    """Why the server could not listen on host:port (one line), else None: checked before the
-    banner, where uvicorn would only log `[Errno 98]` after it."""
-    import errno
-    import socket
-
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
-                                                             flags=socket.AI_PASSIVE)[0]
-        with socket.socket(family, kind, proto) as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
-            sock.bind(address)
-    except socket.gaierror as exc:
-        return f"--host {host}: cannot be resolved ({exc.strerror})"
-    except OSError as exc:
-        if exc.errno == errno.EADDRINUSE:
-            return f"port {port} is in use: choose another with --port"
-        return f"cannot listen on {host}:{port}: {exc.strerror} (choose another --host or --port)"
-    return None
 
 
 def check_tenants_file(settings: ServerSettings) -> None:

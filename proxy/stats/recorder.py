@@ -152,6 +152,7 @@ class Recorder:
         self._sealer = Sealer(None)
         self._task: asyncio.Task | None = None
         self._flushing: asyncio.Future | None = None
+        self._in_flush = 0  # turns a flush took from the queue and has not yet handed to the backlog
 
     def record(self, turn: Turn) -> None:
         if len(self._queue) + self._backlog.held >= self.max_queue:
@@ -251,6 +252,7 @@ class Recorder:
         tallies, self._tallies = self._tallies, {}
         for (namespace, minute), fields in tallies.items():
             self._add(namespace, minute, fields)
+        self._in_flush = len(turns)  # held still, for snapshot(), while their sessions are looked up
         try:
             ready, later = await self._sessions(store, turns, waited, final)
         except Exception as exc:  # the store is down: the turns wait in the queue, none is lost
@@ -258,6 +260,8 @@ class Recorder:
             self._queue.extendleft(reversed(turns))
             log.info("statistics of %d turns kept for later: %s", len(turns), exc)
             return 0
+        finally:
+            self._in_flush = 0
         self._waiting = later
         self._merge(ready)
         labels = self._labels_due(ready)
@@ -277,7 +281,7 @@ class Recorder:
         return written
 
     def snapshot(self) -> RecorderState:
-        queued = len(self._queue) + len(self._waiting) + len(self._hashing) + self._backlog.held
+        queued = len(self._queue) + len(self._waiting) + len(self._hashing) + self._in_flush + self._backlog.held
         return RecorderState(queued, self.state.recorded, self.state.dropped, self.state.flush_failures)
 
     async def _sessions(self, store: Store, turns: list[Turn], waited: int,

@@ -340,6 +340,8 @@ class ClaudeCode:
     model: str | None = None  # --model; None: Claude Code's default (DEFAULT_MODEL)
     settings: dict = field(default_factory=lambda: dict(SETTINGS))  # CLAUDE_CONFIG_DIR/settings.json
     env: dict[str, str] = field(default_factory=dict)  # more environment, last word
+    # the command line before Claude Code's own arguments (default: the binary): e.g. `offload-proxy wrap claude … --`
+    prefix: list[str] = field(default_factory=list)
 
     @property
     def config_dir(self) -> Path:
@@ -372,13 +374,17 @@ class ClaudeCode:
             env["ANTHROPIC_CUSTOM_HEADERS"] = "\n".join(f"{k}: {v}" for k, v in self.headers.items())
         return {**env, **self.env}
 
-    def _exec(self, options: list[str], prompt: str, timeout: float) -> Run:
+    def argv(self, options: list[str], prompt: str) -> list[str]:
+        """The command line of a run, its settings written."""
         self.config_dir.mkdir(parents=True, exist_ok=True)
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.config_dir / "settings.json").write_text(json.dumps(self.settings))
-        argv = [str(self.binary), "-p", "--output-format", "stream-json", "--verbose",
+        return [*(self.prefix or [str(self.binary)]), "-p", "--output-format", "stream-json", "--verbose",
                 "--permission-mode", "bypassPermissions",
                 *(["--model", self.model] if self.model else []), *options, "--", prompt]
+
+    def _exec(self, options: list[str], prompt: str, timeout: float) -> Run:
+        argv = self.argv(options, prompt)
         with Trap() as trap:
             with open(os.devnull, "rb") as stdin:
                 done = subprocess.run(argv, cwd=self.workdir, env=self.environment(trap.url), stdin=stdin,

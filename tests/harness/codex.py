@@ -179,6 +179,9 @@ class Codex:
     base_url: str  # the provider's base URL, ending in /v1
     provider_name: str = "fake"  # OPENAI_NAME: Codex compacts remotely (compaction v2) through it
     builtin: bool = False  # the built-in OpenAI provider with `openai_base_url` (else a custom provider)
+    # the command line before Codex's own arguments (default: the binary): e.g. `offload-proxy wrap codex … --`
+    prefix: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # more environment, last word
 
     def run(self, prompt: str, *options: str, timeout: float = 120) -> Run:
         """`codex exec --json … <options> <prompt>`: a new session."""
@@ -200,8 +203,8 @@ class Codex:
                    "CODEX_HOME": str(self.home), API_KEY_ENV: "sk-codex-test", "LANG": "C.UTF-8",
                    **({"CODEX_API_KEY": "sk-codex-test", "RUST_LOG": "codex_api=info"} if self.builtin else {}),
                    "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
-                   **proxy_env, **{k.lower(): v for k, v in proxy_env.items()}}
-            argv = [str(self.binary), "exec", "--json", "--strict-config", "--skip-git-repo-check",
+                   **proxy_env, **{k.lower(): v for k, v in proxy_env.items()}, **self.env}
+            argv = [*(self.prefix or [str(self.binary)]), "exec", "--json", "--strict-config", "--skip-git-repo-check",
                     "--dangerously-bypass-approvals-and-sandbox", *args]
             with open(os.devnull, "rb") as stdin:
                 done = subprocess.run(argv, cwd=self.workdir, env=env, stdin=stdin, capture_output=True,

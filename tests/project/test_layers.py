@@ -11,7 +11,7 @@ from tests.unit.core.test_purity import imported_modules
 
 BELOW_HTTP = ("proxy.store", "proxy.upstream", "proxy.offload", "proxy.reload", "proxy.core", "proxy.formats",
               "proxy.emulation", "proxy.stats", "proxy.telemetry", "proxy.turn")
-ABOVE = ("proxy.http", "proxy.replay", "proxy.demo", "proxy.cli")
+ABOVE = ("proxy.http", "proxy.replay", "proxy.demo", "proxy.cli", "proxy.wrap")
 # the server's settings are read by the app and handed down as values (typed by a Protocol)
 NO_CONFIG = ("proxy.store", "proxy.upstream", "proxy.offload", "proxy.reload", "proxy.core", "proxy.formats",
              "proxy.emulation", "proxy.telemetry", "proxy.turn")

@@ -335,3 +335,25 @@ async def test_stopping_waits_for_a_flush_under_way():
     await recorder.stop()
     assert recorder.snapshot().recorded == 1 and recorder.snapshot().dropped == 0
     assert bucket_key(A, "d", bucket_start(time.time(), "d")) in store.ttls
+
+
+async def test_turns_being_flushed_are_held_until_written():
+    """`queued` counts a turn from the moment it is recorded until it is written, also while a flush
+    looks up its session: `offload-proxy wrap` reads the statistics once nothing is held."""
+    looking_up, go_on = asyncio.Event(), asyncio.Event()
+
+    class SlowReplies(RecordingStore):
+        async def put(self, key, value, ttl):
+            looking_up.set()
+            await go_on.wait()
+
+    recorder = Recorder(PRICES, retention=86400)
+    recorder.start(SlowReplies(), Sealer(None))
+    recorder.record(turn(A, session="s", response_id="resp_1"))
+    flushing = asyncio.ensure_future(recorder.flush())
+    await looking_up.wait()  # the turn has left the queue: its session is being remembered
+    assert recorder.snapshot().queued == 1 and recorder.snapshot().recorded == 0
+    go_on.set()
+    assert await flushing == 1
+    assert recorder.snapshot().queued == 0 and recorder.snapshot().recorded == 1
+    await recorder.stop()

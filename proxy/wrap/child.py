@@ -1,0 +1,160 @@
+"""The proxy `wrap` runs the agent through: a child `python -m proxy serve` on a loopback port, or
+one already serving at `--proxy-url`.
+
+The child runs in a session of its own, so the terminal's Ctrl-C (SIGINT to the foreground process
+group) reaches the agent and never the proxy; its banner and logs go to a file, never to the
+agent's terminal. It gets its settings as `OFFLOAD_*` variables (so a generated admin token never
+shows in `ps`). On Linux it dies with the wrapper, also when the wrapper is SIGKILLed: the
+parent-death signal (`prctl(PR_SET_PDEATHSIG, SIGTERM)`), set between fork and exec; with `--keep`
+it is left running on purpose.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import proxy
+
+PR_SET_PDEATHSIG = 1
+READY_WITHIN = 90.0  # seconds the proxy may take to answer /readyz (a first start on a busy machine)
+STOP_WITHIN = 15.0  # seconds it may take to stop after SIGTERM before it is killed
+_opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never via HTTP(S)_PROXY
+
+
+class WrapError(Exception):
+    """A one-line reason `wrap` cannot go on (what is wrong and what to do), with its exit status."""
+
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A `preexec_fn` that has the child receive SIGTERM when this process dies (Linux), else None.
+
+    PR_SET_PDEATHSIG follows the thread that forked: this is called from the main thread. If the
+    parent is already gone by the time the child sets it, the child ends itself."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before the fork, not in the child
+    parent = os.getpid()
+
+    def set_signal() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return set_signal
+
+
+def get_json(url: str, *, token: str | None = None, timeout: float = 5.0) -> Any:
+    """GET `url` (no HTTP proxy in between) and its JSON answer; OSError or ValueError on failure."""
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    with _opener.open(request, timeout=timeout) as answer:
+        return json.loads(answer.read())
+
+
+def describe(exc: BaseException) -> str:
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"HTTP {exc.code}"
+    if isinstance(exc, urllib.error.URLError):
+        return str(exc.reason)
+    return str(exc) or type(exc).__name__
+
+
+def check_reusable(url: str) -> None:
+    """A proxy answers at `url` (`GET /healthz`), else WrapError."""
+    try:
+        answer = get_json(f"{url}/healthz")
+    except (OSError, ValueError) as exc:
+        raise WrapError(f"no proxy answers at --proxy-url {url} (GET /healthz: {describe(exc)})") from exc
+    if not isinstance(answer, dict) or answer.get("status") != "ok":
+        raise WrapError(f"--proxy-url {url} is not an offload-proxy (GET /healthz answered {str(answer)[:80]})")
+
+
+def last_line(log: Path) -> str:
+    """The log's last line worth showing: an `offload-proxy: …` line if any, else the last line."""
+    try:
+        lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    own = [line for line in lines if line.startswith("offload-proxy:")]
+    chosen = (own or lines or [""])[-1]
+    if chosen.startswith("{"):  # a JSON log record: its message
+        try:
+            record = json.loads(chosen)
+            chosen = str(record.get("message") or record.get("msg") or chosen)
+        except ValueError:
+            pass
+    return chosen.removeprefix("offload-proxy: ")[:300]
+
+
+@dataclass
+class ProxyChild:
+    """A running `python -m proxy serve`."""
+
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    @classmethod
+    def start(cls, *, url: str, settings: Mapping[str, str], log: Path, keep: bool,
+              ready_within: float = READY_WITHIN) -> "ProxyChild":
+        """Start it with `settings` (OFFLOAD_* variables) on top of this environment, its output in
+        `log`; return once `GET /readyz` answers 200. WrapError if it exits or never answers."""
+        env = dict(os.environ)
+        package_root = str(Path(proxy.__file__).resolve().parent.parent)  # the child runs this very code
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, (package_root, env.get("PYTHONPATH"))))
+        env.update(settings)
+        out: IO[bytes] = open(log, "ab")
+        try:
+            process = subprocess.Popen([sys.executable, "-m", "proxy", "serve"], stdin=subprocess.DEVNULL,
+                                       stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                       preexec_fn=None if keep else die_with_parent())
+        finally:
+            out.close()
+        child = cls(url, process, log)
+        try:
+            child.wait_ready(ready_within)
+        except BaseException:
+            child.stop()
+            raise
+        return child
+
+    def wait_ready(self, within: float) -> None:
+        deadline = time.monotonic() + within
+        while True:
+            if self.process.poll() is not None:
+                why = last_line(self.log) or f"it exited with status {self.process.returncode}"
+                raise WrapError(f"the proxy did not start: {why} (log: {self.log})")
+            try:
+                if get_json(f"{self.url}/readyz", timeout=2).get("status") == "ready":
+                    return
+            except (OSError, ValueError, AttributeError):
+                pass
+            if time.monotonic() > deadline:
+                raise WrapError(f"the proxy did not answer {self.url}/readyz within {within:.0f} s (log: {self.log})")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it is still there after STOP_WITHIN seconds."""
+        if self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(STOP_WITHIN)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()

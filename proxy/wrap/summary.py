@@ -1,0 +1,95 @@
+"""The one line `wrap` prints when the agent exits, from the proxy's own statistics API
+(`GET /v1/offload/stats`, read with the admin token).
+
+The run's numbers are the difference between the totals after the run and before it (a fresh
+proxy's store starts empty; a reused one, or a `--data-dir` of earlier runs, does not): requests
+(managed turns), tokens as the agent sent them → as forwarded, the cache-weighted cost ratio
+(the proxy's estimate: forwarded cost over the raw history's, docs/operations.md), and the reload
+rounds the proxy ran. The statistics are written by a background task about once a second: the
+line waits (a few seconds at most) until the proxy holds no unwritten turn, then reads them.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from proxy.wrap.child import get_json
+
+WINDOW = "30d"  # the longest: nothing of a run falls out of it between the two readings
+FIELDS = ("requests", "tokens_before", "tokens_after", "cost_before_usd", "cost_after_usd", "reload_rounds")
+SETTLE_WITHIN = 5.0  # seconds to wait for the proxy's last turns to be written
+
+
+def read(url: str, token: str) -> tuple[dict[str, float], int]:
+    """The totals of FIELDS, and the turns the proxy still holds unwritten (the admin's `recorder`)."""
+    body = get_json(f"{url}/v1/offload/stats?window={WINDOW}", token=token)
+    totals = body.get("totals") or {}
+    queued = int((body.get("recorder") or {}).get("queued") or 0)
+    return {name: float(totals.get(name) or 0) for name in FIELDS}, queued
+
+
+def settled(url: str, token: str, within: float = SETTLE_WITHIN) -> dict[str, float]:
+    """The totals once every turn served so far is written (or after `within` seconds).
+
+    An answer's `recorder` is taken after its totals were read, so the answer that first says
+    nothing is held may have read its totals before the last write: the totals are read once
+    more, after it."""
+    deadline = time.monotonic() + within
+    while True:
+        totals, queued = read(url, token)
+        if queued == 0 or time.monotonic() > deadline:
+            return read(url, token)[0]
+        time.sleep(0.2)
+
+
+def difference(before: dict[str, float] | None, after: dict[str, float]) -> dict[str, float]:
+    if before is None:
+        return dict(after)
+    return {name: max(0.0, after[name] - before.get(name, 0.0)) for name in FIELDS}
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count:,} {word}{'' if count == 1 else 's'}"
+
+
+def stats_text(run: dict[str, float]) -> str:
+    """`12 requests, 410,200 → 98,450 tokens (0.24), cache-weighted cost ×0.41, 3 reloads`."""
+    requests, before, after = int(run["requests"]), int(run["tokens_before"]), int(run["tokens_after"])
+    if requests == 0:
+        return "no requests went through the proxy"
+    parts = [_plural(requests, "request")]
+    ratio = f" ({after / before:.2f})" if before else ""
+    parts.append(f"{before:,} → {after:,} tokens{ratio}")
+    if run["cost_before_usd"] > 0:
+        parts.append(f"cache-weighted cost ×{run['cost_after_usd'] / run['cost_before_usd']:.2f}")
+    parts.append(_plural(int(run["reload_rounds"]), "reload"))
+    return ", ".join(parts)
+
+
+def line(*, title: str, status: int, run: dict[str, float] | None, kept: str | None = None) -> str:
+    """The whole line: what the agent did through the proxy, and, with --keep, where the proxy still is."""
+    if run is None:
+        text = "statistics unavailable (the proxy's admin token is needed: --admin-token)"
+    elif int(run["requests"]) == 0 and status != 0:
+        text = f"{title} exited with status {status}; no request went through the proxy"
+    else:
+        text = stats_text(run)
+    return f"offload-proxy: {text}" + (f"; {kept}" if kept else "")
+
+
+def describe_kept(url: str, pid: int | None, token: str | None, *, own_token: bool) -> str:
+    """The `--keep` tail: the dashboard, how to sign in, how to stop the proxy."""
+    sign_in = f" (admin token {token})" if token and own_token else ""
+    stop = f", stop it with kill {pid}" if pid else ""
+    return f"proxy still up at {url}: dashboard {url}/dashboard{sign_in}{stop}"
+
+
+def safe_read(url: str, token: str | None) -> Any:
+    """`settled` totals, or None when they cannot be read (no token, the proxy gone)."""
+    if not token:
+        return None
+    try:
+        return settled(url, token)
+    except (OSError, ValueError, AttributeError):
+        return None
