@@ -108,6 +108,9 @@ class StatsApi:
             services = services_of(request)
             span = span_of(window, time.time())
             admin = bool(request.scope.get("state", {}).get("admin"))
+            # taken before the totals are read: an answer whose recorder holds nothing has totals
+            # counting every turn written so far
+            recorder = asdict(services.recorder.snapshot()) if namespace is None else None
             body: dict[str, Any] = {"object": "offload.stats", "window": window,
                                     **await self._tenant(request, namespace),
                                     "viewer": "admin" if admin else "tenant",
@@ -119,7 +122,7 @@ class StatsApi:
             if namespace is None:  # the admin's view of all tenants
                 body["tenants"], body["tenants_truncated"] = await reader.tenant_rows(services.store, span, self.names,
                                                                                       services.sealer)
-                body["recorder"] = asdict(services.recorder.snapshot())
+                body["recorder"] = recorder
             return body
 
         return await answer(run)

@@ -32,14 +32,13 @@ def read(url: str, token: str) -> tuple[dict[str, float], int]:
 def settled(url: str, token: str, within: float = SETTLE_WITHIN) -> dict[str, float]:
     """The totals once every turn served so far is written (or after `within` seconds).
 
-    An answer's `recorder` is taken after its totals were read, so the answer that first says
-    nothing is held may have read its totals before the last write: the totals are read once
-    more, after it."""
+    An answer's `recorder` is taken before its totals are read, so the answer that first says
+    nothing is held counts every turn."""
     deadline = time.monotonic() + within
     while True:
         totals, queued = read(url, token)
         if queued == 0 or time.monotonic() > deadline:
-            return read(url, token)[0]
+            return totals
         time.sleep(0.2)
 
 

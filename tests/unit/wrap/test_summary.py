@@ -39,11 +39,12 @@ def test_kept():
         f"proxy still up at {url}: dashboard {url}/dashboard, stop it with kill 77")  # the user's own token: not shown
 
 
-def test_the_totals_are_read_again_after_the_answer_that_says_nothing_is_held(monkeypatch):
-    """An answer's `recorder` is taken after its totals: the totals of the next answer count."""
+def test_the_totals_of_the_first_answer_holding_nothing_count(monkeypatch):
+    """An answer's `recorder` is taken before its totals (proxy.http.stats_api): the first answer
+    that holds nothing unwritten counts every turn; earlier ones are waited past."""
     from proxy.wrap import summary
 
-    answers = iter([({"requests": 1.0}, 1), ({"requests": 1.0}, 0), ({"requests": 2.0}, 0)])
+    answers = iter([({"requests": 1.0}, 2), ({"requests": 2.0}, 1), ({"requests": 3.0}, 0), ({"requests": 9.0}, 0)])
     monkeypatch.setattr(summary, "read", lambda url, token: next(answers))
     monkeypatch.setattr(summary.time, "sleep", lambda seconds: None)
-    assert summary.settled("http://proxy", "token") == {"requests": 2.0}
+    assert summary.settled("http://proxy", "token") == {"requests": 3.0}
