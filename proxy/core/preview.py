@@ -151,7 +151,7 @@ def line_preview(lines: list[str], *, max_chars: int, max_lines: int) -> tuple[l
 
     def fits(index: int, width: int) -> bool:
         trial = {**chosen, index: width}
-        body = _render(lines, trial, first, last)
+        body = _render(lines, trial, first, last=last)
         return len(body) <= max_lines and sum(map(len, body)) + len(body) - 1 <= max_chars
 
     def take(index: int, width: int) -> bool:
@@ -184,7 +184,7 @@ def line_preview(lines: list[str], *, max_chars: int, max_lines: int) -> tuple[l
             head_open = take(head, WIDTH)
             head += 1
         step += 1
-    return _render(lines, chosen, first, last), len(chosen)
+    return _render(lines, chosen, first, last=last), len(chosen)
 
 
 def _alternate(items: list[int], limit: int) -> list[int]:
@@ -200,7 +200,7 @@ def _alternate(items: list[int], limit: int) -> list[int]:
     return out
 
 
-def _render(lines: list[str], chosen: dict[int, int], first: int, last: int) -> list[str]:
+def _render(lines: list[str], chosen: dict[int, int], first: int, *, last: int) -> list[str]:
     """The chosen lines in order, cut to their widths, a gap line wherever lines are left out
     (blank lines before the first or after the last non-blank line are left out silently)."""
     out: list[str] = []
@@ -315,18 +315,18 @@ def _shape(value: Any, room: int, depth: int) -> str:
         if depth >= _DEPTH or room < 12:
             return _fit(f"{{…{_count(len(value), 'key')}}}", room)
         parts = [(_key(k), v) for k, v in islice(value.items(), _ITEMS)]
-        return _container("{", "}", parts, len(value), room, depth)
+        return _container("{", "}", parts, total=len(value), room=room, depth=depth)
     if isinstance(value, list):
         if depth >= _DEPTH or room < 12:
             return _fit(f"[…{_count(len(value), 'item')}]", room)
-        return _container("[", "]", [(None, v) for v in value[:_ITEMS]], len(value), room, depth)
+        return _container("[", "]", [(None, v) for v in value[:_ITEMS]], total=len(value), room=room, depth=depth)
     if isinstance(value, str):
         shown = value if len(value) <= _STRING else value[:_STRING] + "…"
         return _fit(json.dumps(shown, ensure_ascii=False), room)
     return _fit(json.dumps(value), room)
 
 
-def _container(opening: str, closing: str, parts: list[tuple[str | None, Any]], total: int, room: int,
+def _container(opening: str, closing: str, parts: list[tuple[str | None, Any]], *, total: int, room: int,
                depth: int) -> str:
     out = opening
     for shown, (label, member) in enumerate(parts):

@@ -55,7 +55,7 @@ class WireFormat(Protocol):
         proxy's own output (Responses items, Messages blocks) first in the answer (an emulated
         compaction); chat completions have none."""
 
-    def summary_request(self, body: dict, prefix: list[Any], instruction: str, tools: Sequence[dict], *,
+    def summary_request(self, body: dict, prefix: list[Any], instruction: str, *, tools: Sequence[dict],
                         model: str) -> tuple[str, dict]:
         """(endpoint under /v1, body) of the request asking for a summary of `prefix`.
 

@@ -131,7 +131,7 @@ def long_answer(messages: bool, deltas: int, chars: int) -> list[bytes]:
     return anthropic_stream([piece] * deltas)
 
 
-async def long_stream(send, messages: bool, deltas: int, chars: int) -> None:
+async def long_stream(send, messages: bool, deltas: int, *, chars: int) -> None:
     """`long_answer`, written 512 events at a time (the proxy reads them one by one all the same)."""
     events = long_answer(messages, deltas, chars)
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
@@ -183,7 +183,7 @@ async def app(scope, receive, send):
         headers = dict(scope["headers"])
         if b"x-bench-deltas" in headers:
             await long_stream(send, is_messages(scope), int(headers[b"x-bench-deltas"]),
-                              int(headers.get(b"x-bench-delta-chars", b"4")))
+                              chars=int(headers.get(b"x-bench-delta-chars", b"4")))
             return
         chunks, delay = int(headers.get(b"x-bench-chunks", b"0")), int(headers.get(b"x-bench-delay-ms", b"0")) / 1e3
         await send({"type": "http.response.start", "status": 200,

@@ -75,7 +75,7 @@ async def _write_session(store: Store, due: SessionDue, *, retention: int, max_r
         await store.incr_fields(due.totals_key, due.totals, retention)
         due.totals = {}
     if due.last is not None:
-        await store.rank(due.index_key, due.name, due.last, retention, drop_below=now - retention)
+        await store.rank(due.index_key, due.name, due.last, ttl=retention, drop_below=now - retention)
         due.last = None
 
 

@@ -196,7 +196,7 @@ class RedisStore:
             found = await self._call(pipe.execute())
         return [{f.decode(): _number(v) for f, v in fields.items()} for fields in found]
 
-    async def rank(self, key: str, member: str, score: float, ttl: int, *, drop_below: float | None = None) -> None:
+    async def rank(self, key: str, member: str, score: float, *, ttl: int, drop_below: float | None = None) -> None:
         async with self._pipeline() as pipe:
             pipe.zadd(key, {member: score})
             if drop_below is not None:

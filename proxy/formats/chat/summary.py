@@ -22,7 +22,7 @@ DROPPED = frozenset({
 })
 
 
-def summary_request(body: dict, prefix: list[Any], instruction: str, tools: Sequence[dict], *,
+def summary_request(body: dict, prefix: list[Any], instruction: str, *, tools: Sequence[dict],
                     model: str) -> tuple[str, dict]:
     out = {k: v for k, v in body.items() if k not in DROPPED}
     out["model"] = model

@@ -44,9 +44,9 @@ class ChatFormat:
             raise ValueError("chat completions carry no lead output")
         return ChatRounds(body, items, tools, extra_usage=extra_usage)
 
-    def summary_request(self, body: dict, prefix: list[Any], instruction: str, tools: Sequence[dict], *,
+    def summary_request(self, body: dict, prefix: list[Any], instruction: str, *, tools: Sequence[dict],
                         model: str) -> tuple[str, dict]:
-        return summary.summary_request(body, prefix, instruction, tools, model=model)
+        return summary.summary_request(body, prefix, instruction, tools=tools, model=model)
 
     def summary_answer(self, answer: Any) -> tuple[str, int, int]:
         return summary.summary_answer(answer)

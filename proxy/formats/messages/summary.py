@@ -72,7 +72,7 @@ def _unanswered(messages: list[Any]) -> list[str]:
     return [b["id"] for b in last["content"] if is_tool_use(b) and isinstance(b.get("id"), str)]
 
 
-def summary_request(body: dict, prefix: list[Any], instruction: str, tools: Sequence[dict], *,
+def summary_request(body: dict, prefix: list[Any], instruction: str, *, tools: Sequence[dict],
                     model: str) -> tuple[str, dict]:
     messages = messages_of(prefix)  # the prefix alone: the instruction is never merged into it
     ask = instruction_message(instruction)

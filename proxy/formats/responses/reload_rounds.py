@@ -65,7 +65,7 @@ class ResponsesRounds:
     closing = b""
     context_management: dict | None = None  # no clearing edits in the Responses API
 
-    def __init__(self, body: dict, items: list[Any], tools: Sequence[dict], names: frozenset[str], *,
+    def __init__(self, body: dict, items: list[Any], tools: Sequence[dict], *, names: frozenset[str],
                  extra_usage: dict | None = None, lead: Sequence[dict] = ()) -> None:
         """`lead`: the proxy's own output items, first in the client's answer (an emulated compaction)."""
         self.body, self.items, self.tools, self.names = body, list(items), list(tools), names

@@ -24,7 +24,7 @@ def instruction_item(text: str) -> dict:
     return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
 
 
-def summary_request(body: dict, prefix: list[Any], instruction: str, tools: Sequence[dict], *,
+def summary_request(body: dict, prefix: list[Any], instruction: str, *, tools: Sequence[dict],
                     model: str) -> tuple[str, dict]:
     out = with_history(body, [*prefix, instruction_item(instruction)])
     if tools:
