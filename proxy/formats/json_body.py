@@ -20,8 +20,10 @@ from proxy.core import jsonio, large_json
 from proxy.core.jsonio import nested_deeper_than
 from proxy.errors import ProxyError
 
-MAX_DEPTH = 128
-LARGE_BODY = 1024 * 1024  # bytes: parsed and checked off the event loop (`proxy.offload.cpu_pool.parse_request`)  # well below orjson's serialisation limit (254 levels) and the stdlib's recursion limit
+MAX_DEPTH = 128  # well below orjson's serialisation limit (254 levels) and the stdlib's recursion limit
+# bytes: a body above is parsed and checked off the event loop, in `proxy.offload.cpu_pool`'s pool
+# (`proxy.http.managed.ManagedCall.open`, the offload API, the relays)
+LARGE_BODY = 1024 * 1024
 
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", list: "an array",
                dict: "an object", type(None): "null"}

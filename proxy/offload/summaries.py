@@ -292,7 +292,7 @@ class Compressor:
                         decision: cp.Decision) -> tuple[str, dict]:
         """The prefix shape's request: what this turn forwards before items[cut] (the prior
         summary folded in as the turns forward it), then the instruction. It carries the reload
-        tools when the turns carry them (as `proxy.http.managed` decides): the reload tools are
+        tools when the turns carry them (as `proxy.turn` decides): the reload tools are
         on, with rounds to offer them in, and the history this turn forwards without the new
         summary holds a reference (a compacted result, the prior summary). Only a turn whose
         store failed went without them unknown to this request: a missed cache, not an error."""
