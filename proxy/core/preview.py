@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import compress, islice, repeat
 from typing import Any
@@ -118,7 +119,7 @@ def signal_lines(lines: list[str], search: re.Pattern[str], start: re.Pattern[st
     found: list[int] = []
     for begin, end in spans:
         part = lines[begin:end]
-        hits = map(search.search, part, repeat(0), repeat(SCAN_WIDTH))
+        hits: Iterator[object] = map(search.search, part, repeat(0), repeat(SCAN_WIDTH))
         if start is not None:
             hits = map(_either, hits, map(start.match, part, repeat(0), repeat(SCAN_WIDTH)))
         found += compress(range(begin, end), hits)
@@ -314,7 +315,7 @@ def _shape(value: Any, room: int, depth: int) -> str:
     if isinstance(value, dict):
         if depth >= _DEPTH or room < 12:
             return _fit(f"{{…{_count(len(value), 'key')}}}", room)
-        parts = [(_key(k), v) for k, v in islice(value.items(), _ITEMS)]
+        parts: list[tuple[str | None, Any]] = [(_key(k), v) for k, v in islice(value.items(), _ITEMS)]
         return _container("{", "}", parts, total=len(value), room=room, depth=depth)
     if isinstance(value, list):
         if depth >= _DEPTH or room < 12:

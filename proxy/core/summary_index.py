@@ -148,9 +148,9 @@ def summary_index(items: list[Any], view: ItemView, *, task: str = "") -> str:
     lines = [_line(label, separator, entries, room=share)
              for (label, separator, entries), share in zip(lists, _shares([_need(*e) for e in lists], room))]
     used = len(texts.INDEX_OPEN) + len(texts.INDEX_CLOSE) + 1 + sum(len(line) + 1 for line in lines)
-    named = _names_line(names, INDEX_CHARS - used - 1)  # the index as it is, and the names line's "\n"
-    if named:
-        lines.append(named)
+    names_line = _names_line(names, INDEX_CHARS - used - 1)  # the index as it is, and the names line's "\n"
+    if names_line:
+        lines.append(names_line)
     return "\n".join([texts.INDEX_OPEN, *lines, texts.INDEX_CLOSE]) if lines else ""
 
 

@@ -161,9 +161,9 @@ def table(report: dict[str, Any]) -> str:
         rows.append("summaries: inline (made by the turn that needs one, none ahead of time)")
     counting = report.get("token_counting")
     if counting:
-        names = ", ".join(e["encoding"] for e in counting["encodings"])
-        rows.append(f"tokens: {names} via tiktoken" if counting["method"] == "tiktoken"
-                    else f"tokens: ESTIMATES (about 4 bytes per token; tiktoken could not load {names})")
+        encodings = ", ".join(e["encoding"] for e in counting["encodings"])
+        rows.append(f"tokens: {encodings} via tiktoken" if counting["method"] == "tiktoken"
+                    else f"tokens: ESTIMATES (about 4 bytes per token; tiktoken could not load {encodings})")
     return "\n".join(rows)
 
 

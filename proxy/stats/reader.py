@@ -40,7 +40,7 @@ async def labels(store: Store, namespaces: Sequence[str], names: Mapping[str, st
 
     found = await asyncio.gather(*(read(ns) for ns in wanted))
     opened = {ns: sealer.open(raw, label_key(ns)) if raw is not None else None for ns, raw in zip(wanted, found)}
-    return {ns: jsonio.stored_text(opened.get(ns)) if opened.get(ns) else None for ns in namespaces}
+    return {ns: jsonio.stored_text(text) if (text := opened.get(ns)) else None for ns in namespaces}
 
 
 async def window_stats(store: Store, span: Span, namespace: str | None) -> dict[str, Any]:
@@ -73,7 +73,7 @@ async def tenant_rows(store: Store, span: Span, names: Mapping[str, str],
     namespaces = sorted(scores, key=lambda ns: (-scores[ns], ns))[:MAX_TENANT_ROWS]
     per = len(span.starts(span.window.rows))
     found = await store.hashes([k for ns in namespaces for k in span.row_keys(ns)])
-    rows = []
+    rows: list[dict[str, Any]] = []
     for i, ns in enumerate(namespaces):
         totals = headline(merged(found[i * per:(i + 1) * per]))
         if totals["requests"]:
