@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core import texts
+from proxy.core.jsonio import string_or
 from proxy.core.compaction import Offload
 from proxy.core.markers import is_marker, make_ref, tool_result_marker
 from proxy.core.tokens import TokenCounter
@@ -103,7 +104,7 @@ def tool_uses(items: list[Any], view: MessagesView) -> list[_Use]:
             continue
         for k, block in enumerate(item["content"]):
             if is_tool_use(block) and isinstance(block.get("id"), str):
-                name = block.get("name") if isinstance(block.get("name"), str) else ""
+                name = string_or(block.get("name"), "")
                 if name not in view.injected_names:
                     uses.append(_Use(i, k, block["id"], name))
     return uses
