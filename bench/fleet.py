@@ -137,7 +137,7 @@ def figures(made: dict, requests: list[list[dict]], counter) -> dict:
     raw_cost = metrics.cache_cost(requests, raw_tokens)
     return {"summary calls": len(calls), "billed": made["billed"], "prefix switches": switches,
             "forwarded/raw": sum(map(sum, tokens)) / sum(map(sum, raw_tokens)),
-            "cache cost": metrics.cache_cost(forwarded, tokens, tools, calls) / raw_cost}
+            "cache cost": metrics.cache_cost(forwarded, tokens, tools, summaries=calls) / raw_cost}
 
 
 def main() -> None:

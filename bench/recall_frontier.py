@@ -75,7 +75,7 @@ async def _replay(conversations: list[dict], settings: OffloadSettings, format: 
     with tempfile.TemporaryDirectory(prefix="recall-frontier-") as data:
         store, upstream = SQLiteStore(Path(data)), upstream_for(None)
         try:
-            replayer = Replayer(store, settings, upstream, [], "gpt-4o", format=format)
+            replayer = Replayer(store, settings, upstream, headers=[], model="gpt-4o", format=format)
             return [await replayer.conversation(conv, index=i) for i, conv in enumerate(conversations)]
         finally:
             await upstream.aclose()

@@ -21,7 +21,7 @@ ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 40
                    529: "overloaded_error"}
 
 
-def error_body(message: str, type_: str, code: str | None = None, param: str | None = None) -> dict:
+def error_body(message: str, type_: str, code: str | None = None, *, param: str | None = None) -> dict:
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
@@ -64,7 +64,7 @@ def error_response(
     if shape == "anthropic":
         body = anthropic_error_body(status, message)
     else:
-        body = error_body(message, type_, code, param)
+        body = error_body(message, type_, code, param=param)
     return Response(json.dumps(body), status_code=status, media_type="application/json")
 
 
@@ -88,4 +88,4 @@ class ProxyError(Exception):
                               shape=shape)
 
     def body(self) -> dict:
-        return error_body(self.message, self.type, self.code, self.param)
+        return error_body(self.message, self.type, self.code, param=self.param)

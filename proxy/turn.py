@@ -143,7 +143,7 @@ async def _continue_chain(fmt: WireFormat, body: dict, tenant: TenantStore) -> _
     return chain
 
 
-def small_tokens(raw: bytes, history: list[Any], settings: OffloadSettings, counter: TokenCounter, *,
+def small_tokens(raw: bytes, history: list[Any], settings: OffloadSettings, *, counter: TokenCounter,
                  rewritten: bool) -> int | None:
     """The tokens of a request too small to offload anything, else None (the pipeline runs).
 
@@ -223,7 +223,7 @@ async def run_turn(given: TurnInput, *, refs: RefStore | None = None,
     edits = await emulation_edits.apply(emulation, emulation.items, fmt=fmt, body=body, counter=counter,  # 3
                                         refs=refs, namespace=tenant.namespace, session=settings.session)
     history = edits.items
-    tokens = small_tokens(given.raw, history, settings, counter,
+    tokens = small_tokens(given.raw, history, settings, counter=counter,
                           rewritten=bool(chain.carried or emulation.replaced or edits.offloads))
     if tokens is not None:  # 4
         prepared = Prepared(Plan(history, tokens_before=tokens, tokens_after=tokens))

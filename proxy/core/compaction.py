@@ -61,7 +61,7 @@ def present_refs(items: list[Any], view: ItemView) -> list[str]:
 
 
 def plan_compaction(
-    items: list[Any], view: ItemView, settings: OffloadSettings, counter: TokenCounter, namespace: str,
+    items: list[Any], view: ItemView, settings: OffloadSettings, *, counter: TokenCounter, namespace: str,
     provider: ProviderContext = NONE,
     compact: bool = True,
 ) -> Plan:
@@ -75,7 +75,7 @@ def plan_compaction(
     before = counter.messages(items)
     plan = Plan(items=items, tokens_before=before, tokens_after=before)
     start = live_start(items, view)
-    media = plan_media(items[start:], view, settings, counter, namespace)
+    media = plan_media(items[start:], view, settings, counter=counter, namespace=namespace)
     if media.offloads:
         plan.offloads = [Offload(o.ref, o.kind, o.text, o.tokens) for o in media.offloads]
         plan.tokens_after = before + sum(counter.message(new) - counter.message(old)
@@ -88,7 +88,7 @@ def plan_compaction(
         return plan
     last_eligible = len(items) - settings.keep_recent_for(COMPACT_KEEP_RECENT)
     reload_ids = injected_call_ids(items, view)
-    left_to_provider = clearable_calls(items, view, provider, start)
+    left_to_provider = clearable_calls(items, view, provider, start=start)
     out = list(items)
     after = plan.tokens_after
     for i in range(start, max(start, last_eligible)):

@@ -57,7 +57,7 @@ def _tag_key(secret: str | None) -> bytes:
     return hashlib.sha256(b"offload-proxy/compaction-token/v1\0" + (secret or "").encode()).digest()
 
 
-def _tag(record_id: bytes, namespace: str, secret: str | None, api: str) -> bytes:
+def _tag(record_id: bytes, namespace: str, secret: str | None, *, api: str) -> bytes:
     material = b"v1\0" + namespace.encode() + b"\0" + record_id
     if api != "responses":  # the Responses tokens' tag as first issued
         material += b"\0" + api.encode()
@@ -70,8 +70,8 @@ def record_id_for(namespace: str, content: bytes) -> bytes:
     return hashlib.sha256(b"offload-compaction-record\0" + namespace.encode() + b"\0" + content).digest()[:ID_BYTES]
 
 
-def make_token(record_id: bytes, namespace: str, secret: str | None = None, api: str = "responses") -> str:
-    raw = record_id + _tag(record_id, namespace, secret, api)
+def make_token(record_id: bytes, namespace: str, secret: str | None = None, *, api: str = "responses") -> str:
+    raw = record_id + _tag(record_id, namespace, secret, api=api)
     return PREFIX + base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
@@ -135,7 +135,7 @@ def sealed_fields(value: Any, path: str = "") -> Iterator[str]:
             yield at
 
 
-def read_token(token: str, namespace: str, secret: str | None = None, api: str = "responses") -> str:
+def read_token(token: str, namespace: str, secret: str | None = None, *, api: str = "responses") -> str:
     """The record id (hex) a token of ours names; TokenError when it may not be used here (by
     this namespace, in this API's requests)."""
     if not token.startswith(PREFIX):
@@ -152,8 +152,8 @@ def read_token(token: str, namespace: str, secret: str | None = None, api: str =
     if len(raw) != ID_BYTES + TAG_BYTES or base64.urlsafe_b64encode(raw).decode().rstrip("=") != body:
         raise TokenError("it is not a compaction token this proxy issued (not its exact spelling)")
     record_id, tag = raw[:ID_BYTES], raw[ID_BYTES:]
-    if not hmac.compare_digest(tag, _tag(record_id, namespace, secret, api)):
-        if any(hmac.compare_digest(tag, _tag(record_id, namespace, secret, other)) for other in APIS if other != api):
+    if not hmac.compare_digest(tag, _tag(record_id, namespace, secret, api=api)):
+        if any(hmac.compare_digest(tag, _tag(record_id, namespace, secret, api=other)) for other in APIS if other != api):
             raise TokenError("it was made for another API's requests (a compaction of the Responses API and one "
                              "of the Messages API do not stand for the same kind of history)")
         raise TokenError("it was not issued to this credential (or tenant)")

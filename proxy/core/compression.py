@@ -183,33 +183,33 @@ class Decision:
     new_items: tuple[int, int] = (0, 0)  # the range the summariser must fold in
 
 
-def tokens_between(items: list[Any], view: ItemView, start: int, end: int, counter: TokenCounter) -> int:
+def tokens_between(items: list[Any], view: ItemView, start: int, *, end: int, counter: TokenCounter) -> int:
     return sum(counter.message(m) for m in items[start:end] if view.role(m) != "system")
 
 
-def trigger(items: list[Any], view: ItemView, head: int, settings: OffloadSettings, counter: TokenCounter) -> int:
+def trigger(items: list[Any], view: ItemView, head: int, *, settings: OffloadSettings, counter: TokenCounter) -> int:
     """What the part after the head may hold before it is summarised: max_total_tokens less the
     task's tokens (the task counts against the trigger as before it was pinned, so what is
     forwarded stays as large), at least half of max_total_tokens (a long task never makes every
     turn summarise)."""
     limit = settings.max_total_tokens
-    return max(limit - tokens_between(items, view, 0, head, counter), limit // 2)
+    return max(limit - tokens_between(items, view, 0, end=head, counter=counter), limit // 2)
 
 
-def decide(items: list[Any], view: ItemView, settings: OffloadSettings, counter: TokenCounter,
+def decide(items: list[Any], view: ItemView, settings: OffloadSettings, *, counter: TokenCounter,
            prior: PriorSummary | None) -> Decision:
     head, tail = split(items, view, settings.keep_recent_for(COMPRESS_KEEP_RECENT))
-    limit = trigger(items, view, head, settings, counter)
+    limit = trigger(items, view, head, settings=settings, counter=counter)
     if prior is not None and head <= prior.cut <= tail:
-        if tokens_between(items, view, prior.cut, tail, counter) <= limit:
+        if tokens_between(items, view, prior.cut, end=tail, counter=counter) <= limit:
             return Decision("reuse", head, prior.cut, prior)
         return Decision("summarize", head, tail, prior, (prior.cut, tail))
-    if tail - head >= 2 and tokens_between(items, view, head, tail, counter) > limit:
+    if tail - head >= 2 and tokens_between(items, view, head, end=tail, counter=counter) > limit:
         return Decision("summarize", head, tail, None, (head, tail))
     return Decision("none", head, head)
 
 
-def units(items: list[Any], view: ItemView, start: int, end: int, counter: TokenCounter) -> list[tuple[int, int]]:
+def units(items: list[Any], view: ItemView, start: int, *, end: int, counter: TokenCounter) -> list[tuple[int, int]]:
     """(first item, tokens) of each smallest run of items[start:end] that may not be cut."""
     last_answer: dict[str, int] = {}
     for i in range(start, end):
@@ -228,7 +228,7 @@ def units(items: list[Any], view: ItemView, start: int, end: int, counter: Token
     return out
 
 
-def groups(items: list[Any], view: ItemView, start: int, end: int, threshold: int,
+def groups(items: list[Any], view: ItemView, start: int, *, end: int, threshold: int,
            counter: TokenCounter) -> list[tuple[int, int]]:
     """Cut items[start:end] into ranges of at most `threshold` tokens; pairs never split.
 
@@ -240,7 +240,7 @@ def groups(items: list[Any], view: ItemView, start: int, end: int, threshold: in
         return []
     if threshold <= 0:
         return [(start, end)]
-    parts = units(items, view, start, end, counter)
+    parts = units(items, view, start, end=end, counter=counter)
     cuts = _pack(parts, threshold)
     if len(cuts) > MAX_GROUPS:
         # fewer ranges as the threshold grows (greedy packing is monotone): the smallest one that fits
@@ -268,7 +268,7 @@ def _pack(parts: list[tuple[int, int]], threshold: int) -> list[int]:
     return cuts
 
 
-def summary_item(view: ItemView, text: str, ref: str, count: int, tokens: int, *, index: str = "") -> Any:
+def summary_item(view: ItemView, text: str, ref: str, *, count: int, tokens: int, index: str = "") -> Any:
     """The item standing for the summarised ones: the marker line (`markers.history_ref`
     recognises it exactly), the index of the summarised items (`proxy.core.summary_index`) if
     any, the summary."""
@@ -276,7 +276,7 @@ def summary_item(view: ItemView, text: str, ref: str, count: int, tokens: int, *
     return view.summary_item(f"{marker}\n{index}\n{text}" if index else f"{marker}\n{text}")
 
 
-def kept_users(items: list[Any], view: ItemView, head: int, cut: int) -> set[int]:
+def kept_users(items: list[Any], view: ItemView, head: int, *, cut: int) -> set[int]:
     """The later user messages of items[head:cut] that stay verbatim: whole messages (no part
     attached before or after), the most recent first while their text fits USER_KEEP_CHARS. An
     earlier summary of the proxy's (a user message too, e.g. what an emulated compaction token
@@ -298,10 +298,10 @@ def kept_users(items: list[Any], view: ItemView, head: int, cut: int) -> set[int
     return kept
 
 
-def assemble(items: list[Any], view: ItemView, head: int, cut: int, summary: Any) -> list[Any]:
+def assemble(items: list[Any], view: ItemView, head: int, *, cut: int, summary: Any) -> list[Any]:
     """The head (system items, the task), the summary, the system items and kept user messages
     (`kept_users`) of the summarised range verbatim and in order, the rest."""
-    users = kept_users(items, view, head, cut)
+    users = kept_users(items, view, head, cut=cut)
     middle = [m for i, m in enumerate(items[head:cut], head) if i in users or view.role(m) == "system"]
     return [*items[:head], summary, *middle, *items[cut:]]
 

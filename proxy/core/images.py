@@ -178,6 +178,8 @@ def _long_jpeg(scanned: str) -> ImageInfo | bool | None:
 def openai_tokens(info: ImageInfo | None, detail: str | None = None) -> int:
     if detail == "low":
         return OPENAI_LOW
+    width: float
+    height: float
     width, height = (info.width, info.height) if info else (FALLBACK_SIDE, FALLBACK_SIDE)
     if max(width, height) > 2048:
         scale = 2048 / max(width, height)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -29,6 +29,25 @@ class TooDeep(ValueError):
 
 class NonFinite(ValueError):
     """A number JSON cannot carry: NaN, Infinity, or a literal too large for a double."""
+
+
+D = TypeVar("D")
+
+
+def object_or(value: Any, default: D) -> dict[str, Any] | D:
+    """`value` when it is a JSON object (a dict), else `default`: a field read where the client
+    may have sent any JSON type."""
+    return value if isinstance(value, dict) else default
+
+
+def array_or(value: Any, default: D) -> list[Any] | D:
+    """`value` when it is a JSON array (a list), else `default`."""
+    return value if isinstance(value, list) else default
+
+
+def string_or(value: Any, default: D) -> str | D:
+    """`value` when it is a JSON string, else `default`."""
+    return value if isinstance(value, str) else default
 
 
 def _reject_constant(name: str) -> Any:

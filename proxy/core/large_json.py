@@ -54,7 +54,9 @@ def _int(text: str) -> int:
 def _python_scanner_decoder() -> json.JSONDecoder:
     decoder = json.JSONDecoder(object_hook=_keep, parse_int=_int, parse_constant=jsonio._reject_constant,
                                parse_float=jsonio._finite_float)
-    decoder.scan_once = json.scanner.py_make_scanner(decoder)  # a scanner of its own per call
+    # a scanner of its own per call: the Python one (typeshed declares neither this attribute nor
+    # the module's pure-Python scanner, both in the standard library since 2.6)
+    decoder.scan_once = json.scanner.py_make_scanner(decoder)  # type: ignore[attr-defined]
     return decoder
 
 

@@ -91,7 +91,7 @@ def _describe_binary(part: MediaPart) -> tuple[str, int] | None:
     return f"{declared or 'unknown type'}, {size:,} bytes", binary_tokens(payload)
 
 
-def plan_media(items: list[Any], view: ItemView, settings: OffloadSettings, counter: TokenCounter,
+def plan_media(items: list[Any], view: ItemView, settings: OffloadSettings, *, counter: TokenCounter,
                namespace: str) -> MediaPlan:
     """Replace the images before the most recent `keep_images` (in whole batches of
     `image_batch`), and the large documents."""
@@ -121,7 +121,7 @@ def plan_media(items: list[Any], view: ItemView, settings: OffloadSettings, coun
         if part.kind != "image" and tokens <= settings.max_tool_message_tokens:
             continue
         ref = MEDIA_REFS.ref(namespace, part.kind, part.inline)
-        markers.setdefault(i, {})[k] = texts.media_marker(part.kind, what, tokens, ref)
+        markers.setdefault(i, {})[k] = texts.media_marker(part.kind, what, tokens, ref=ref)
         stored.setdefault(ref, MediaOffload(ref, part.kind, part.inline, tokens))
     if not markers:
         return plan

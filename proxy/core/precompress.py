@@ -47,7 +47,7 @@ def hard_limit(settings: OffloadSettings, model: str | None) -> int:
     return min(limit, window) if window else limit
 
 
-def ahead(items: list[Any], view: ItemView, settings: OffloadSettings, counter: TokenCounter,
+def ahead(items: list[Any], view: ItemView, settings: OffloadSettings, *, counter: TokenCounter,
           prior: PriorSummary | None) -> Decision | None:
     """The summary to start now, before the trigger is crossed, or None.
 
@@ -59,9 +59,9 @@ def ahead(items: list[Any], view: ItemView, settings: OffloadSettings, counter: 
     if ratio <= 0:
         return None
     head, tail = split(items, view, settings.keep_recent_for(COMPRESS_KEEP_RECENT))
-    usable = prior is not None and head <= prior.cut <= tail
-    start = prior.cut if usable else head
-    limit = trigger(items, view, head, settings, counter)
-    if tail - start < 2 or tokens_between(items, view, start, tail, counter) < ratio * limit:
+    usable = prior if prior is not None and head <= prior.cut <= tail else None
+    start = usable.cut if usable is not None else head
+    limit = trigger(items, view, head, settings=settings, counter=counter)
+    if tail - start < 2 or tokens_between(items, view, start, end=tail, counter=counter) < ratio * limit:
         return None
-    return Decision("summarize", head, tail, prior if usable else None, (start, tail))
+    return Decision("summarize", head, tail, usable, (start, tail))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import compress, islice, repeat
 from typing import Any
@@ -118,7 +119,7 @@ def signal_lines(lines: list[str], search: re.Pattern[str], start: re.Pattern[st
     found: list[int] = []
     for begin, end in spans:
         part = lines[begin:end]
-        hits = map(search.search, part, repeat(0), repeat(SCAN_WIDTH))
+        hits: Iterator[object] = map(search.search, part, repeat(0), repeat(SCAN_WIDTH))
         if start is not None:
             hits = map(_either, hits, map(start.match, part, repeat(0), repeat(SCAN_WIDTH)))
         found += compress(range(begin, end), hits)
@@ -151,7 +152,7 @@ def line_preview(lines: list[str], *, max_chars: int, max_lines: int) -> tuple[l
 
     def fits(index: int, width: int) -> bool:
         trial = {**chosen, index: width}
-        body = _render(lines, trial, first, last)
+        body = _render(lines, trial, first, last=last)
         return len(body) <= max_lines and sum(map(len, body)) + len(body) - 1 <= max_chars
 
     def take(index: int, width: int) -> bool:
@@ -184,7 +185,7 @@ def line_preview(lines: list[str], *, max_chars: int, max_lines: int) -> tuple[l
             head_open = take(head, WIDTH)
             head += 1
         step += 1
-    return _render(lines, chosen, first, last), len(chosen)
+    return _render(lines, chosen, first, last=last), len(chosen)
 
 
 def _alternate(items: list[int], limit: int) -> list[int]:
@@ -200,7 +201,7 @@ def _alternate(items: list[int], limit: int) -> list[int]:
     return out
 
 
-def _render(lines: list[str], chosen: dict[int, int], first: int, last: int) -> list[str]:
+def _render(lines: list[str], chosen: dict[int, int], first: int, *, last: int) -> list[str]:
     """The chosen lines in order, cut to their widths, a gap line wherever lines are left out
     (blank lines before the first or after the last non-blank line are left out silently)."""
     out: list[str] = []
@@ -314,19 +315,19 @@ def _shape(value: Any, room: int, depth: int) -> str:
     if isinstance(value, dict):
         if depth >= _DEPTH or room < 12:
             return _fit(f"{{…{_count(len(value), 'key')}}}", room)
-        parts = [(_key(k), v) for k, v in islice(value.items(), _ITEMS)]
-        return _container("{", "}", parts, len(value), room, depth)
+        parts: list[tuple[str | None, Any]] = [(_key(k), v) for k, v in islice(value.items(), _ITEMS)]
+        return _container("{", "}", parts, total=len(value), room=room, depth=depth)
     if isinstance(value, list):
         if depth >= _DEPTH or room < 12:
             return _fit(f"[…{_count(len(value), 'item')}]", room)
-        return _container("[", "]", [(None, v) for v in value[:_ITEMS]], len(value), room, depth)
+        return _container("[", "]", [(None, v) for v in value[:_ITEMS]], total=len(value), room=room, depth=depth)
     if isinstance(value, str):
         shown = value if len(value) <= _STRING else value[:_STRING] + "…"
         return _fit(json.dumps(shown, ensure_ascii=False), room)
     return _fit(json.dumps(value), room)
 
 
-def _container(opening: str, closing: str, parts: list[tuple[str | None, Any]], total: int, room: int,
+def _container(opening: str, closing: str, parts: list[tuple[str | None, Any]], *, total: int, room: int,
                depth: int) -> str:
     out = opening
     for shown, (label, member) in enumerate(parts):

@@ -40,7 +40,7 @@ def _cut(line: str, width: int) -> str:
     return line if len(line) <= width else line[:width] + "…"
 
 
-def _fit(out: list[str], line: str, max_chars: int, max_lines: int) -> bool:
+def _fit(out: list[str], line: str, max_chars: int, *, max_lines: int) -> bool:
     """Append `line` when the body still fits (lines joined by "\n")."""
     if len(out) >= max_lines or sum(map(len, out)) + len(out) + len(line) > max_chars:
         return False
@@ -93,19 +93,19 @@ def source_outline(text: str, lines: list[str], *, max_chars: int,
                 break
     out: list[str] = []
     first = next((line for line in lines if line.strip()), "")
-    _fit(out, _cut(first, 160), max_chars, max_lines)
+    _fit(out, _cut(first, 160), max_chars, max_lines=max_lines)
     last_number, _ = _code_line(lines[-1]) if lines else (None, "")
     closing = f"[outline: {len(definitions)} definitions in {last_number or len(lines)} lines]"
     room_lines, room_chars = max_lines - 1, max_chars - len(closing) - 1
     chosen: list[tuple[int, str]] = []
     body: list[str] = list(out)
     for index, line in failures:  # what went wrong first: it is what the model acts on
-        if _fit(body, line, room_chars, room_lines):
+        if _fit(body, line, room_chars, max_lines=room_lines):
             chosen.append((index, line))
     for _indent, index, line in sorted(definitions, key=lambda d: (d[0] > 0, d[1])):
         if len(body) >= room_lines:
             break
-        if _fit(body, line, room_chars, room_lines):
+        if _fit(body, line, room_chars, max_lines=room_lines):
             chosen.append((index, line))
     shown = out + [line for _, line in sorted(chosen)] + [closing]
     return shown, len(chosen) + 1
@@ -146,10 +146,10 @@ def diff_headers(lines: list[str], *, max_chars: int, max_lines: int) -> tuple[l
     closing = f"[diff: {files} file{'s' * (files != 1)}, {hunks} hunk{'s' * (hunks != 1)}, +{added} -{removed} lines]"
     out: list[str] = []
     if headers[0][0] != 0:
-        _fit(out, _cut(lines[0], 160), max_chars - len(closing) - 1, max_lines - 1)
+        _fit(out, _cut(lines[0], 160), max_chars - len(closing) - 1, max_lines=max_lines - 1)
     count = len(out)
     for _, text in headers:
-        if not _fit(out, text, max_chars - len(closing) - 1, max_lines - 1):
+        if not _fit(out, text, max_chars - len(closing) - 1, max_lines=max_lines - 1):
             break
         count += 1
     return out + [closing], count
@@ -178,7 +178,7 @@ def table_rows(lines: list[str], *, max_chars: int, max_lines: int) -> tuple[lis
     out = [f"[{name}: {len(rows) - 1} rows, {columns + 1} columns]", _cut(rows[0], 160)]
     count = 1
     for row in rows[1:-1]:
-        if not _fit(out, _cut(row, 120), max_chars - 130, max_lines - 2):
+        if not _fit(out, _cut(row, 120), max_chars - 130, max_lines=max_lines - 2):
             break
         count += 1
     if count < len(rows) - 1:

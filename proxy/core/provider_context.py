@@ -86,7 +86,7 @@ def trigger_index(items: list[Any], view: ItemView) -> int | None:
     return len(items) - 1 if items and view.is_compaction_trigger(items[-1]) else None
 
 
-def clearable_calls(items: list[Any], view: ItemView, provider: ProviderContext, start: int = 0) -> set[str]:
+def clearable_calls(items: list[Any], view: ItemView, provider: ProviderContext, *, start: int = 0) -> set[str]:
     """The ids of the calls (in items[start:]) whose results the provider's clear edit may clear:
     all but the `keep_tool_uses` most recent calls and the calls of `exclude_tools`. Empty when
     the request carries no such edit."""

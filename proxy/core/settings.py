@@ -77,7 +77,7 @@ class OffloadSettings(BaseModel):
 
 
 SETTING_FIELDS = tuple(OffloadSettings.model_fields)
-# What a tenants-file table may hold beside settings (read by proxy.caller and the summariser).
+# What a tenants-file table may hold beside settings (read by `proxy.http.caller` and the summariser).
 TENANT_KEYS = frozenset({"api_keys", "upstream", "upstream_api_key", "anthropic_upstream", "anthropic_api_key",
                          "summary_prompt"})
 

@@ -105,7 +105,7 @@ def summary_index(items: list[Any], view: ItemView, *, task: str = "") -> str:
         details = view.call_details(item)
         ids = view.calls(item)
         for number, (name, arguments) in enumerate(details):
-            named, edit, asked = _read_call(name, arguments, files, commands)
+            named, edit, asked = _read_call(name, arguments, files, commands=commands)
             if edit:
                 edited.update(named)
             if len(ids) == len(details):
@@ -145,12 +145,12 @@ def summary_index(items: list[Any], view: ItemView, *, task: str = "") -> str:
     if not lists and not names:
         return ""
     room = LISTS_CHARS - len(texts.INDEX_OPEN) - len(texts.INDEX_CLOSE) - 2 * len(lists)
-    lines = [_line(label, separator, entries, share)
+    lines = [_line(label, separator, entries, room=share)
              for (label, separator, entries), share in zip(lists, _shares([_need(*e) for e in lists], room))]
     used = len(texts.INDEX_OPEN) + len(texts.INDEX_CLOSE) + 1 + sum(len(line) + 1 for line in lines)
-    named = _names_line(names, INDEX_CHARS - used - 1)  # the index as it is, and the names line's "\n"
-    if named:
-        lines.append(named)
+    names_line = _names_line(names, INDEX_CHARS - used - 1)  # the index as it is, and the names line's "\n"
+    if names_line:
+        lines.append(names_line)
     return "\n".join([texts.INDEX_OPEN, *lines, texts.INDEX_CLOSE]) if lines else ""
 
 
@@ -213,7 +213,7 @@ def _names_line(names: list[str], room: int) -> str:
 
 # ---------------------------------------------------------------- reading a call
 
-def _read_call(name: str, arguments: str, files: _Seen, commands: _Seen) -> tuple[list[str], bool, str]:
+def _read_call(name: str, arguments: str, files: _Seen, *, commands: _Seen) -> tuple[list[str], bool, str]:
     """Adds the call's files and commands; (its files, whether it edits them, "a-b" when it asks
     for lines a to b of a file)."""
     named = _Seen()
@@ -380,7 +380,7 @@ def _shares(needs: list[int], room: int) -> list[int]:
     return shares
 
 
-def _line(label: str, separator: str, entries: list[str], room: int) -> str:
+def _line(label: str, separator: str, entries: list[str], *, room: int) -> str:
     """`label` and as many entries as fit in `room`, then "+N more" for the rest."""
     line = label
     for shown, entry in enumerate(entries):

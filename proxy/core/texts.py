@@ -99,7 +99,7 @@ MEDIA_MARKER_RE = re.compile(
     rf"ref=({REF_PATTERN})\]")
 
 
-def media_marker(kind: str, what: str, tokens: int, ref: str) -> str:
+def media_marker(kind: str, what: str, tokens: int, *, ref: str) -> str:
     """What stands in place of an offloaded image, document or audio part, e.g.
     `[image offloaded: png 1280×800, ~1,105 tokens, ref=…]`: the same bytes, the same text."""
     return f"[{kind} offloaded: {what}, ~{tokens:,} tokens, ref={ref}]"
@@ -189,7 +189,7 @@ def past_the_end(ref: str, lines: int, offset: int) -> str:
     return f"ref={ref} has {lines} lines; offset {offset} is past the end."
 
 
-def page_note(ref: str, start: int, end: int, lines: int) -> str:
+def page_note(ref: str, start: int, end: int, *, lines: int) -> str:
     """The last line of a page of `context_reload`: where it stands, and how to get the next."""
     if end >= lines:
         return f"[{RELOAD_TOOL}: lines {start}-{end - 1} of {lines} of ref={ref}; this is the end.]"
@@ -218,7 +218,7 @@ def no_match(pattern: str, where: str) -> str:
     return f"No match for {pattern!r} in {where}."
 
 
-def stopped_at_time(took: float, limit: str, waited: str, found: int, searched: int, total: int) -> str:
+def stopped_at_time(took: float, limit: str, waited: str, *, found: int, searched: int, total: int) -> str:
     return (f"[Search stopped early after {took:.1f} s ({limit}{waited}); {found} match(es) "
             f"found after looking into {searched} of {total} item(s). "
             f"Use a simpler pattern, or give a ref.]")

@@ -67,7 +67,8 @@ def part_image_tokens(part: dict) -> int:
     url = part.get("image_url")
     detail = part.get("detail")
     if isinstance(url, dict):  # chat: {"url", "detail"}
-        url, detail = url.get("url"), url.get("detail")
+        detail = url.get("detail")
+        url = url.get("url")
     inline = data_url_header(url) if type(url) is str else None
     return info_tokens(inline[1] if inline else None, billing="openai", detail=detail if type(detail) is str else None)
 

@@ -65,7 +65,7 @@ class WireFormat(Protocol):
     def paused_events(self, answer: dict) -> list[dict]:
         """`paused_answer`'s answer as the format streams it (its typed SSE events, in order)."""
 
-    def summary_request(self, body: dict, prefix: list[Any], instruction: str, tools: Sequence[dict], *,
+    def summary_request(self, body: dict, prefix: list[Any], instruction: str, *, tools: Sequence[dict],
                         model: str) -> tuple[str, dict]:
         """(endpoint under /v1, body) of the request asking for a summary of `prefix`.
 

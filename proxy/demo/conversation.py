@@ -70,7 +70,7 @@ def _function(rng: random.Random, module: str) -> tuple[str, str]:
     return name, "\n".join(body)
 
 
-def module_source(rng: random.Random, module: str, extra: str = "", functions: int = 14) -> str:
+def module_source(rng: random.Random, module: str, extra: str = "", *, functions: int = 14) -> str:
     head = [f'"""tally.{module}: {module} handling for invoices."""', "", "from __future__ import annotations", "",
             "import logging", "from decimal import Decimal", "", "from tally.money import CENT, round_cents", "",
             'log = logging.getLogger(__name__)', ""]
@@ -186,9 +186,9 @@ def conversation() -> dict[str, Any]:
     rng = random.Random(SEED)
     messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": ISSUE}]
     sources = {m: module_source(rng, m) for m in MODULES}
-    sources["money"] = module_source(rng, "money", MONEY_BUG, 8).replace(
+    sources["money"] = module_source(rng, "money", MONEY_BUG, functions=8).replace(
         "from tally.money import CENT, round_cents", "from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP")
-    sources["reports"] = module_source(rng, "reports", REPORTS_CALLER, 16)
+    sources["reports"] = module_source(rng, "reports", REPORTS_CALLER, functions=16)
     n = [0]
 
     def step(thought: str, tool: str, result: str, **arguments: str) -> None:

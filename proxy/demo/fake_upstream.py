@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import json
 import re
+from typing import Any
 
 import uvicorn
 
@@ -72,7 +73,7 @@ def responses_stream(pieces: list[str]) -> list[bytes]:
     final["output"][0]["content"][0]["text"] = text
     item = {**final["output"][0], "status": "in_progress", "content": []}
     part = {"type": "output_text", "text": "", "annotations": []}
-    events = [("response.created", {"response": {**final, "status": "in_progress", "output": []}}),
+    events: list[tuple[str, dict[str, Any]]] = [("response.created", {"response": {**final, "status": "in_progress", "output": []}}),
               ("response.output_item.added", {"output_index": 0, "item": item}),
               ("response.content_part.added", {"item_id": item["id"], "output_index": 0, "content_index": 0,
                                                "part": part})]
@@ -111,7 +112,7 @@ def anthropic_event(kind: str, **data) -> bytes:
 def anthropic_stream(pieces: list[str]) -> list[bytes]:
     """A streamed Messages answer: one text block, a `text_delta` per piece, in the event order the
     Anthropic API (and its SDKs' `messages.stream`) uses."""
-    start = {"id": "msg_bench", "type": "message", "role": "assistant", "content": [], "model": "claude-sonnet-4-5",
+    start: dict[str, Any] = {"id": "msg_bench", "type": "message", "role": "assistant", "content": [], "model": "claude-sonnet-4-5",
              "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 1}}
     return [anthropic_event("message_start", message=start),
             anthropic_event("content_block_start", index=0, content_block={"type": "text", "text": ""}),
@@ -131,7 +132,7 @@ def long_answer(messages: bool, deltas: int, chars: int) -> list[bytes]:
     return anthropic_stream([piece] * deltas)
 
 
-async def long_stream(send, messages: bool, deltas: int, chars: int) -> None:
+async def long_stream(send, messages: bool, deltas: int, *, chars: int) -> None:
     """`long_answer`, written 512 events at a time (the proxy reads them one by one all the same)."""
     events = long_answer(messages, deltas, chars)
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
@@ -183,7 +184,7 @@ async def app(scope, receive, send):
         headers = dict(scope["headers"])
         if b"x-bench-deltas" in headers:
             await long_stream(send, is_messages(scope), int(headers[b"x-bench-deltas"]),
-                              int(headers.get(b"x-bench-delta-chars", b"4")))
+                              chars=int(headers.get(b"x-bench-delta-chars", b"4")))
             return
         chunks, delay = int(headers.get(b"x-bench-chunks", b"0")), int(headers.get(b"x-bench-delay-ms", b"0")) / 1e3
         await send({"type": "http.response.start", "status": 200,
@@ -228,12 +229,13 @@ def offers_reload(body: bytes) -> bool:
 
 def ref_to_reload(path: str, body: bytes) -> str | None:
     """The newest tool-result ref of `body` not reloaded yet on `path` (then remembered), else None."""
-    if not offers_reload(body) or RELOAD_ID.encode() in body or is_streamed(body):
+    reloaded = RELOADED
+    if reloaded is None or not offers_reload(body) or RELOAD_ID.encode() in body or is_streamed(body):
         return None
     for match in reversed(TOOL_MARKER.findall(body)):
         key = (path.rstrip("/"), match.decode())
-        if key not in RELOADED:
-            RELOADED.add(key)
+        if key not in reloaded:
+            reloaded.add(key)
             return key[1]
     return None
 

@@ -63,7 +63,7 @@ async def compact(items: list[Any], *, view: ItemView, compressor: Compressor, r
     QuotaExceeded, CredentialRejected). `endpoint`: what asked for it, as the event says
     (`responses/compact`, or `responses` for a `compaction_trigger`, `proxy.emulation.trigger`)."""
     cpu = CPU.for_messages(items)
-    folded = await compressor.fold(items, items, settings, counter, keep_recent=0, cpu=cpu)
+    folded = await compressor.fold(items, items, settings, counter=counter, keep_recent=0, cpu=cpu)
     if folded.items is None and folded.warning:
         raise CompactionFailed(folded.warning)
     record = folded.items if folded.items is not None else list(items)

@@ -58,7 +58,7 @@ async def apply(emulation: Emulation, items: list[Any], *, fmt: WireFormat, body
     counter = counter.for_request()
     fixed = counter.content(body.get("system")) + counter.tools(body.get("tools"))
     view = cast(MessagesView, fmt.view)  # a format with clearing edits is the Messages API's
-    run = functools.partial(apply_edits, items, edits, view, counter, namespace=namespace,
+    run = functools.partial(apply_edits, items, edits, view, counter=counter, namespace=namespace,
                             fixed_tokens=fixed)
     cpu = cpu_pool.CPU.for_messages(items)
     edited = await cpu(run)

@@ -105,7 +105,7 @@ async def compact(emulation: Emulation, prepared: Prepared, *, fmt: WireFormat, 
     if threshold.instructions:
         folder.ctx.instruction = threshold.instructions
     try:
-        made = await folder.fold(items, history, settings, counter,
+        made = await folder.fold(items, history, settings, counter=counter,
                                      keep_recent=settings.keep_recent_for(COMPRESS_KEEP_RECENT), cpu=cpu)
     except WRITE_REFUSED as exc:
         prepared.warnings.append(f"threshold compaction not made: {refusal_warning(exc)}")

@@ -13,15 +13,17 @@ reads of every format's history items and content parts (`proxy.core.tokens` abo
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Union
 
 from proxy.core import jsonio, large_json
 from proxy.core.jsonio import nested_deeper_than
 from proxy.errors import ProxyError
 
-MAX_DEPTH = 128
-LARGE_BODY = 1024 * 1024  # bytes: parsed and checked off the event loop (`proxy.offload.cpu_pool.parse_request`)  # well below orjson's serialisation limit (254 levels) and the stdlib's recursion limit
+MAX_DEPTH = 128  # well below orjson's serialisation limit (254 levels) and the stdlib's recursion limit
+# bytes: a body above is parsed and checked off the event loop, in `proxy.offload.cpu_pool`'s pool
+# (`proxy.http.managed.ManagedCall.open`, the offload API, the relays)
+LARGE_BODY = 1024 * 1024
 
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", list: "an array",
                dict: "an object", type(None): "null"}
@@ -45,14 +47,17 @@ def nested(value: Any, level: int) -> None:
 
 Field = Callable[[Any, int], None]
 """Checks a field's value (set, not null) sitting `level` deep: raises WrongType if it has the
-wrong type (ProxyError `too_deep` if it nests too deep). A `Shape` in its place: an object of that shape."""
+wrong type (ProxyError `too_deep` if it nests too deep)."""
+Check = Union[Field, "Shape"]
+"""What a field is read with: a `Field`, or a `Shape` (an object of that shape)."""
 
 
 class WrongType(Exception):
     """A value of the wrong type; `path` (innermost key first) grows as it unwinds to the body."""
 
     def __init__(self, expected: str, value: Any) -> None:
-        self.expected, self.value, self.path = expected, value, []
+        self.expected, self.value = expected, value
+        self.path: list[str | int] = []
 
     def error(self) -> ProxyError:
         param = "".join(f"[{key}]" if type(key) is int else f".{key}" for key in reversed(self.path))
@@ -65,19 +70,19 @@ class Shape:
 
     __slots__ = ("fields", "strict", "by_type")
 
-    def __init__(self, fields: dict[str, Field] | None = None) -> None:
-        self.fields: dict[str, Field] = dict(fields or {})
+    def __init__(self, fields: Mapping[str, Check] | None = None) -> None:
+        self.fields: dict[str, Check] = dict(fields or {})
         self.strict = _strict(self.fields)
-        self.by_type: dict[str, tuple[dict[str, Field], frozenset[str]]] = {}
+        self.by_type: dict[str, tuple[dict[str, Check], frozenset[str]]] = {}
 
-    def variant(self, kind: str, **fields: Field) -> Shape:
+    def variant(self, kind: str, **fields: Check) -> Shape:
         """Objects whose `type` is `kind` have `fields` read too."""
         merged = {**self.fields, **fields}
         self.by_type[kind] = (merged, _strict(merged))
         return self
 
 
-def _strict(fields: dict[str, Field]) -> frozenset[str]:
+def _strict(fields: dict[str, Check]) -> frozenset[str]:
     """The fields a string is wrong for (a string value of any other field needs no check)."""
     return frozenset(name for name, check in fields.items() if not getattr(check, "text", False))
 
@@ -103,7 +108,7 @@ def check_object(obj: dict, shape: Shape, level: int) -> None:
                 nested(value, level)
             continue
         try:
-            if type(check) is Shape:  # an object read with that shape
+            if isinstance(check, Shape):  # an object read with that shape
                 if type(value) is not dict:
                     raise WrongType("an object", value)
                 check_object(value, check, level)
@@ -181,7 +186,7 @@ def an_object(shape: Shape = ANY_OBJECT) -> Shape:
 
 # ---------------------------------------------------------------- what the format-neutral core reads
 
-def part_shape(**extra: Field) -> Shape:
+def part_shape(**extra: Check) -> Shape:
     """A content part as `proxy.core.tokens` reads it, in every format (plus the format's `extra`
     fields): `type` and `text` strings; a `tool_result`'s `content` and a `document`'s
     `source.content` a string or a list of parts of this same shape."""

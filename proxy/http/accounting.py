@@ -73,7 +73,7 @@ async def session_of(call: ManagedCall) -> tuple[str | None, str | None]:
             return None, call.previous
     system = (body.get("system"), body.get("instructions"))  # Anthropic's, Responses'; chat: in the messages
     cpu = CPU.for_messages(history[:session_id.MAX_ITEMS])
-    return await cpu(session_id.from_history, namespace, history, call.fmt.view.role, system), None
+    return await cpu(session_id.from_history, namespace, history, call.fmt.view.role, system=system), None
 
 
 def _wants_reply(call: ManagedCall) -> telemetry.RequestRecord | None:

@@ -164,7 +164,7 @@ def codings_of(values: Iterable[str]) -> list[str]:
     return codings
 
 
-def _steps(raw: bytes, codings: list[str], limit: int, where: _Where) -> Generator[int, None, bytes]:
+def _steps(raw: bytes, codings: list[str], limit: int, *, where: _Where) -> Generator[int, None, bytes]:
     """`raw` with `codings` undone, a decoder call at a time (each yields the bytes it made)."""
     data = raw
     for coding in reversed(codings):
@@ -194,7 +194,7 @@ def _finish(steps: Generator[int, None, bytes]) -> bytes:
 def decode(raw: bytes, codings: list[str], *, limit: int) -> bytes:
     """`raw` with `codings` undone (the last applied first), at most `limit` bytes at every
     step; ProxyError 413 past the limit, 400 for a stream its coding cannot decode."""
-    return _finish(_steps(raw, codings, limit, _Where()))
+    return _finish(_steps(raw, codings, limit, where=_Where()))
 
 
 async def decoded_body(raw: bytes, codings: list[str], *, limit: int) -> bytes:
@@ -203,7 +203,7 @@ async def decoded_body(raw: bytes, codings: list[str], *, limit: int) -> bytes:
     if not codings:
         return raw
     where = _Where()
-    steps = _steps(raw, codings, limit, where)
+    steps = _steps(raw, codings, limit, where=where)
     if len(raw) <= ON_LOOP_BYTES:
         where.on_loop, made = True, 0
         try:

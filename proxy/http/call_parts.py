@@ -25,7 +25,7 @@ def model_of(body: dict) -> str | None:
     return body.get("model") if isinstance(body.get("model"), str) else None
 
 
-def compressor_for(request: Request, body: dict, *, settings: OffloadSettings, caller: Caller,
+def compressor_for(request: Request, body: dict, *, settings: OffloadSettings, caller: Caller, tenant: TenantStore,
                    fmt: WireFormat, refs: RefStore, background: bool = True) -> Compressor:
     """Summaries go to the caller's upstream with the caller's upstream credential: in the
     request's own format and endpoint (the prefix shape, `fmt` builds the request), or to chat
@@ -42,14 +42,14 @@ def compressor_for(request: Request, body: dict, *, settings: OffloadSettings, c
     headers = without_emulated_betas(caller.upstream_headers(request.scope["headers"], body_replaced=True))
     ctx = SummaryContext(upstream=services.upstream, headers=headers, model=model, prompt=custom or DEFAULT_PROMPT,
                          timeout=services.settings.summary_timeout, wait=services.settings.summary_wait,
-                         sealer=services.sealer, base=caller.base, view=fmt.view,
+                         base=caller.base, view=fmt.view,
                          background=services.summaries if background else None,
                          session=settings.session, request_model=model_of(body), metrics=services.metrics,
                          refs=refs, tenant_scope=caller.scope, wire=fmt, body=body,
                          summary_request="prefix" if caller.family == "anthropic" else services.settings.summary_request,
                          instruction=custom or DEFAULT_INSTRUCTION,
                          tally=functools.partial(services.recorder.count_summary, caller.namespace))
-    return Compressor(services.store, caller.namespace, services.settings.store_ttl, ctx)
+    return Compressor(tenant, ctx)
 
 
 def tenant_store(request: Request, caller: Caller, *, charged: bool = True) -> TenantStore:

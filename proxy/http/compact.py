@@ -72,14 +72,14 @@ async def _emulated(request: Request, caller: Caller, settings: OffloadSettings)
                                           records=records)
     items = begun.items
     refs = tenant.refs()
-    compressor = compressor_for(request, summary_body(body), settings=settings, caller=caller, fmt=RESPONSES, refs=refs,
-                                background=False)
+    compressor = compressor_for(request, summary_body(body), settings=settings, caller=caller, tenant=tenant,
+                                fmt=RESPONSES, refs=refs, background=False)
     counter = await counter_for_model_async(body["model"])
     done = await compact(items, view=RESPONSES.view, compressor=compressor, refs=refs, records=records,
                          settings=settings, counter=counter)
     cpu = CPU.for_messages(done.record)  # a large task is kept whole: in the record and in the answer
     session = settings.session or await cpu(session_id.from_history, caller.namespace, items, RESPONSES.view.role,
-                                            (None, body.get("instructions")))
+                                            system=(None, body.get("instructions")))
     await tenant.record_events(session, done.events)
     _note(body, caller, done=done, session=session, explicit=bool(settings.session))
     answer = compacted_response(done.token, done.kept_users, created_at=int(time.time()), tokens_in=done.tokens_in,

@@ -135,8 +135,8 @@ class ManagedCall:
         tenant = tenant_store(self.request, caller)
 
         def compressor(body: dict, settings: OffloadSettings, refs: RefStore, *, background: bool) -> Compressor:
-            return compressor_for(self.request, body, settings=settings, caller=caller, fmt=self.fmt, refs=refs,
-                                  background=background)
+            return compressor_for(self.request, body, settings=settings, caller=caller, tenant=tenant, fmt=self.fmt,
+                                  refs=refs, background=background)
 
         return TurnInput(self.fmt, self.raw, self.body, self.history, self.settings, tenant, compressor,
                          emulating=emulates(self.settings.context_management, self.base or services.settings.upstream_base),

@@ -51,7 +51,8 @@ async def _offload(request: Request) -> Response:
     model = model_of(body)
     namespace = caller.namespace
     # the caller asked for the reduced messages now: a summary they need is made before answering
-    compressor = compressor_for(request, body, settings=settings, caller=caller, fmt=chat.CHAT, refs=refs, background=False)
+    compressor = compressor_for(request, body, settings=settings, caller=caller, tenant=tenant, fmt=chat.CHAT, refs=refs,
+                                background=False)
     counter = await counter_for_model_async(model)
     prepared = await prepare(messages, settings, counter=counter, namespace=namespace, refs=refs,
                              compressor=compressor, view=chat.VIEW)

@@ -95,7 +95,7 @@ class StatsApi:
             return {"tenant": None, "name": None, "label": None}
         services = services_of(request)
         name = reader.display_name(namespace, self.names)
-        found = await reader.labels(services.store, [namespace], self.names, services.sealer)
+        found = await reader.labels(services.store, [namespace], self.names, sealer=services.sealer)
         return {"tenant": namespace, "name": name, "label": found[namespace] or name}
 
     async def stats(self, request: Request) -> Response:
@@ -121,7 +121,7 @@ class StatsApi:
                 body["health"]["scheduler"] = asdict(services.summaries.state())
             if namespace is None:  # the admin's view of all tenants
                 body["tenants"], body["tenants_truncated"] = await reader.tenant_rows(services.store, span, self.names,
-                                                                                      services.sealer)
+                                                                                      sealer=services.sealer)
                 body["recorder"] = recorder
             return body
 
@@ -133,7 +133,7 @@ class StatsApi:
             assert namespace is not None
             limit = _int(request, "limit", default=DEFAULT_LIMIT, low=1, high=MAX_LIMIT)
             offset = _int(request, "offset", default=0, low=0, high=10**9)
-            total, rows = await reader.sessions_page(services_of(request).store, namespace, offset, limit)
+            total, rows = await reader.sessions_page(services_of(request).store, namespace, offset, limit=limit)
             return {"object": "list", **await self._tenant(request, namespace), "total": total, "offset": offset,
                     "limit": limit, "has_more": offset + len(rows) < total, "data": rows}
 
@@ -145,7 +145,7 @@ class StatsApi:
             assert namespace is not None
             services = services_of(request)
             found = await reader.session_detail(services.store, namespace, request.path_params["session"],
-                                                services.sealer)
+                                                sealer=services.sealer)
             if found is None:
                 raise ProxyError(404, "No statistics for this session.", code="session_not_found")
             return {"object": "offload.session", **await self._tenant(request, namespace), **found}

@@ -93,7 +93,8 @@ class SummaryScheduler:
     def _start(self, job: _Job) -> None:
         task = asyncio.get_running_loop().create_task(self._guarded(job), context=contextvars.Context())
         self._running[job.key] = (task, job.queued)
-        task.add_done_callback(lambda _task, key=job.key: self._finished(key))
+        key = job.key
+        task.add_done_callback(lambda _task: self._finished(key))
 
     async def _guarded(self, job: _Job) -> None:
         try:

@@ -36,7 +36,7 @@ __all__ = ["CompactionRecords", "TokenError"]
 
 
 class CompactionRecords:
-    def __init__(self, store: Store, namespace: str, ttl: int, sealer: Sealer, *, secret: str | None = None,
+    def __init__(self, store: Store, namespace: str, ttl: int, *, sealer: Sealer, secret: str | None = None,
                  quota: Quota | None = None, api: str = "responses") -> None:
         """`secret`: the server's names key (`ServerSettings.names_key`: it keys the tokens' tags), if any; `api`:
         whose items the records hold ("responses" or "messages"; a token is read by its own API only)."""
@@ -75,12 +75,12 @@ class CompactionRecords:
             if self.quota is not None:
                 await self.quota.charge(len(sealed))
             await self.store.put(store_key, sealed, self.ttl)
-        return compaction_token.make_token(record_id, self.namespace, self.secret, self.api)
+        return compaction_token.make_token(record_id, self.namespace, self.secret, api=self.api)
 
     async def load(self, token: str) -> list[Any] | None:
         """The items a token of ours stands for; None when the store no longer holds them (expired,
         evicted). TokenError for a token this namespace may not use (another's, malformed)."""
-        record_id = compaction_token.read_token(token, self.namespace, self.secret, self.api)
+        record_id = compaction_token.read_token(token, self.namespace, self.secret, api=self.api)
         store_key = self._key(record_id)
         value = await self.store.get(store_key, ttl=self.ttl)
         if value is None:

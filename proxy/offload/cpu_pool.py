@@ -95,15 +95,15 @@ class CPU:
             return self.sized(0, len(messages))
         return self.sized(text_size(messages, LARGE_CHARS), len(messages))
 
-    async def __call__(self, fn: Callable[..., T], *args: Any) -> T:
-        return await _run(fn, args) if self.large else fn(*args)
+    async def __call__(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await _run(functools.partial(fn, *args, **kwargs)) if self.large else fn(*args, **kwargs)
 
-    async def light(self, fn: Callable[..., T], *args: Any) -> T:
-        return await _run(fn, args) if self.many else fn(*args)
+    async def light(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await _run(functools.partial(fn, *args, **kwargs)) if self.many else fn(*args, **kwargs)
 
 
-async def _run(fn: Callable[..., T], args: tuple) -> T:
-    return await asyncio.get_running_loop().run_in_executor(executor(), functools.partial(fn, *args))
+async def _run(call: Callable[[], T]) -> T:
+    return await asyncio.get_running_loop().run_in_executor(executor(), call)
 
 
 INLINE = CPU(False)

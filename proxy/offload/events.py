@@ -26,7 +26,7 @@ def _list_key(namespace: str, session: str | None, sealer: Sealer) -> str:
     return key(namespace, "events", sealer.key_name(session or NO_SESSION, namespace))
 
 
-async def record(store: Store, namespace: str, session: str | None, events: list[dict], ttl: int, *,
+async def record(store: Store, namespace: str, session: str | None, *, events: list[dict], ttl: int,
                  sealer: Sealer) -> None:
     """Append events; an unreachable store loses them (accounting never fails a request)."""
     list_key = _list_key(namespace, session, sealer)
@@ -37,7 +37,7 @@ async def record(store: Store, namespace: str, session: str | None, events: list
         pass
 
 
-async def recent(store: Store, namespace: str, session: str | None, limit: int = MAX_EVENTS, *,
+async def recent(store: Store, namespace: str, session: str | None, *, limit: int = MAX_EVENTS,
                  sealer: Sealer) -> list[dict]:
     """The newest `limit` events, oldest first; ones that do not open (sealed under another key) are left out."""
     list_key = _list_key(namespace, session, sealer)

@@ -38,7 +38,7 @@ def lease_ttl(summary_timeout: float) -> int:
 
 
 class Lease:
-    def __init__(self, store: Store, key: str, owner: bytes, ttl: int) -> None:
+    def __init__(self, store: Store, key: str, owner: bytes, *, ttl: int) -> None:
         self.store, self.key, self.owner, self.ttl = store, key, owner, ttl
         self._released = False
         self._keeper = asyncio.get_running_loop().create_task(self._keep(), context=contextvars.Context())
@@ -47,7 +47,7 @@ class Lease:
     async def take(cls, store: Store, key: str, ttl: int) -> Lease | None:
         """The lease, renewed from now on; None while another owner holds it."""
         owner = secrets.token_hex(16).encode()
-        return cls(store, key, owner, ttl) if await store.put_if_absent(key, owner, ttl) else None
+        return cls(store, key, owner, ttl=ttl) if await store.put_if_absent(key, owner, ttl) else None
 
     async def _keep(self) -> None:
         while True:
@@ -90,7 +90,7 @@ async def held(store: Store, key: str) -> bool:
 Submit = Callable[[Callable[[], Awaitable[None]], Callable[[], None]], bool]
 
 
-async def submit_leased(store: Store, key: str, ttl: int, run: Callable[[], Awaitable[None]],
+async def submit_leased(store: Store, key: str, ttl: int, *, run: Callable[[], Awaitable[None]],
                         submit: Submit) -> bool:
     """Take the lease, then hand `run` to `submit(job, on_end)` (the scheduler): the job
     releases the lease as it ends (before the scheduler counts it done), `on_end` if it was

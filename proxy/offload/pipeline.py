@@ -90,7 +90,7 @@ async def prepare(
     cpu = CPU.for_messages(messages)
     compact_mode = settings.mode in ("auto", "compact")
     compress_mode = settings.mode in ("auto", "compress") and compressor is not None and not provider.compacts
-    plan = await cpu(plan_compaction, messages, view, settings, counter, namespace, provider, compact_mode)
+    plan = await cpu(plan_compaction, messages, view, settings, counter=counter, namespace=namespace, provider=provider, compact=compact_mode)
     result = Prepared(plan)
     compressed_now = pending = False
     try:
@@ -102,7 +102,7 @@ async def prepare(
                 or plan.tokens_after / before > settings.compaction_ratio
                 or plan.tokens_after > settings.max_total_tokens
             )
-            compressed = await compressor.run(plan.items, messages, settings, counter, allow_new, cpu=cpu)
+            compressed = await compressor.run(plan.items, messages, settings, counter=counter, allow_new=allow_new, cpu=cpu)
             result.summary_tokens = compressed.summary_tokens
             result.summary_usage = compressed.usage
             result.events += compressed.events

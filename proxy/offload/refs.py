@@ -69,7 +69,7 @@ class RefStore:
     by the very next request that carries it. Nothing about the store is remembered between
     requests; expiry writes are rate-limited by the store itself (`slack`)."""
 
-    def __init__(self, store: Store, namespace: str, ttl: int, sealer: Sealer | None = None, *,
+    def __init__(self, store: Store, namespace: str, ttl: int, *, sealer: Sealer | None = None,
                  quota: Quota | None = None) -> None:
         self.store, self.namespace, self.ttl = store, namespace, ttl
         self.sealer = sealer or Sealer(None)

@@ -28,7 +28,6 @@ from proxy.core.compaction import Offload, present_refs
 from proxy.core.texts import RELOAD_TOOL_SCHEMAS
 from proxy.core.view import ItemView
 from proxy.formats import chat
-from proxy.offload import events as session_events
 from proxy.offload import summary_memo
 from proxy.offload import lease
 from proxy.offload.cpu_pool import CPU, INLINE
@@ -36,10 +35,11 @@ from proxy.offload.events import event
 from proxy.offload.quota import CredentialRejected, QuotaExceeded
 from proxy.core.markers import make_ref
 from proxy.core.settings import OffloadSettings
-from proxy.store import Store, StoreUnavailable
+from proxy.store import StoreUnavailable
 from proxy.offload.summarizer import Summary, SummaryFailed, prompt_version, summarize, summarize_prefix
 from proxy.offload.summary_context import Compressed, SummaryContext, count_summary, summary_usage
 from proxy.offload.tenant import key
+from proxy.offload.tenant_store import TenantStore
 from proxy.core.tokens import TokenCounter
 
 CONV_ENTRIES = 8  # summaries remembered per conversation start (forks share a start)
@@ -48,8 +48,11 @@ _seen = cp.SeenPrefixes()
 
 
 class Compressor:
-    def __init__(self, store: Store, namespace: str, ttl: int, ctx: SummaryContext) -> None:
-        self.store, self.namespace, self.ttl, self.ctx = store, namespace, ttl, ctx
+    def __init__(self, tenant: TenantStore, ctx: SummaryContext) -> None:
+        """`tenant`: where the summaries and their index go (uncharged: a summary replaces
+        history the tenant sent, it is not content of its own)."""
+        self.tenant, self.ctx = tenant, ctx
+        self.store, self.namespace, self.ttl, self.sealer = tenant.store, tenant.namespace, tenant.ttl, tenant.sealer
         self.view: ItemView = ctx.view or (ctx.wire.view if ctx.wire is not None else chat.VIEW)
         self.prefix = ctx.summary_request == "prefix" and ctx.wire is not None and ctx.body is not None
         self.version = prompt_version(ctx.instruction if self.prefix else ctx.prompt)
@@ -62,7 +65,7 @@ class Compressor:
     def _lock_key(self, prefix_hash: str) -> str:
         return key(self.namespace, "lock", f"{prefix_hash}:{self.version}:{cp.LAYOUT}")
 
-    async def _prior(self, originals: list[Any], chain: cp.PrefixHashes, head: int, tail: int,
+    async def _prior(self, originals: list[Any], chain: cp.PrefixHashes, head: int, *, tail: int,
                      cpu: CPU) -> cp.PriorSummary | None:
         start = await cpu.for_part(originals[:head + 1])(chain.__getitem__, head + 1)
         raw = await self.store.get(key(self.namespace, "conv", start), ttl=self.ttl)
@@ -91,7 +94,7 @@ class Compressor:
         if known is not None and time.monotonic() - known[0] < summary_memo.REFRESH:
             return known[1]
         raw = await self.store.get(summary_key, ttl=self.ttl)
-        raw = None if raw is None else self.ctx.sealer.open(raw, summary_key)
+        raw = None if raw is None else self.sealer.open(raw, summary_key)
         if raw is None:
             return None
         r = json.loads(raw)
@@ -100,8 +103,8 @@ class Compressor:
                                                   tuple(r.get("usage") or (0, 0)), bool(r.get("bill"))))
 
     async def run(
-        self, compacted: list[Any], originals: list[Any], settings: OffloadSettings, counter: TokenCounter,
-        allow_new: bool, *, cpu: CPU = INLINE,
+        self, compacted: list[Any], originals: list[Any], settings: OffloadSettings, *, counter: TokenCounter,
+        allow_new: bool, cpu: CPU = INLINE,
     ) -> Compressed:
         """`cpu` runs the pure steps (token sums, prefix hashes, the stored history): off the
         event loop for a large request. Token counts are the plan's: `counter` has them all.
@@ -112,40 +115,40 @@ class Compressor:
         head, tail = await cpu(cp.split, compacted, self.view, settings.keep_recent_for(cp.COMPRESS_KEEP_RECENT))
         if tail - head < 2:
             return Compressed()
-        trigger = await cpu.light(cp.trigger, compacted, self.view, head, settings, counter)
-        foldable = await cpu.light(cp.tokens_between, compacted, self.view, head, tail, counter)
+        trigger = await cpu.light(cp.trigger, compacted, self.view, head, settings=settings, counter=counter)
+        foldable = await cpu.light(cp.tokens_between, compacted, self.view, head, end=tail, counter=counter)
         early = self.ctx.background is not None and settings.precompress_ratio > 0
         if foldable <= trigger and not (early and foldable >= settings.precompress_ratio * trigger):
             return Compressed()
         chain = cp.PrefixHashes(originals)
-        prior = await self._prior(originals, chain, head, tail, cpu)
+        prior = await self._prior(originals, chain, head, tail=tail, cpu=cpu)
         if foldable <= trigger:  # below the trigger: what is forwarded stays as it is; prepare the summary
-            await self._ahead(compacted, originals, settings, counter, chain, prior, cpu)
+            await self._ahead(compacted, originals, settings, counter=counter, chain=chain, prior=prior, cpu=cpu)
             return Compressed()
-        decision = await cpu.light(cp.decide, compacted, self.view, settings, counter, prior)
+        decision = await cpu.light(cp.decide, compacted, self.view, settings, counter=counter, prior=prior)
         if decision.action == "reuse":
             assert prior is not None
-            reused = Compressed(cp.assemble(compacted, self.view, head, prior.cut, prior.message))
+            reused = Compressed(cp.assemble(compacted, self.view, head, cut=prior.cut, summary=prior.message))
             await self._bill(prior, reused)
-            await self._ahead(compacted, originals, settings, counter, chain, prior, cpu)
+            await self._ahead(compacted, originals, settings, counter=counter, chain=chain, prior=prior, cpu=cpu)
             return reused
         if decision.action != "summarize" or not allow_new:
             return Compressed()
         if self.ctx.background is not None:
             # What goes out without the new summary: the prior one and what follows it, or all.
-            fallback = (cp.assemble(compacted, self.view, head, prior.cut, prior.message)
+            fallback = (cp.assemble(compacted, self.view, head, cut=prior.cut, summary=prior.message)
                         if prior is not None and decision.prior is prior else None)
             forwarded = await cpu.light(counter.messages, fallback if fallback is not None else compacted)
             if forwarded <= precompress.hard_limit(settings, self.ctx.request_model):
                 pending = Compressed(fallback, pending=True)
                 if prior is not None and fallback is not None:
                     await self._bill(prior, pending)
-                await self._start(compacted, originals, settings, counter, chain, decision, cpu)
+                await self._start(compacted, originals, settings, counter=counter, chain=chain, decision=decision, cpu=cpu)
                 return pending
-        return await self._summarize_once(compacted, originals, settings, counter, chain, decision, cpu)
+        return await self._summarize_once(compacted, originals, settings, counter=counter, chain=chain, decision=decision, cpu=cpu)
 
     async def fold(self, compacted: list[Any], originals: list[Any], settings: OffloadSettings,
-                   counter: TokenCounter, *, keep_recent: int, cpu: CPU = INLINE) -> Compressed:
+                   *, counter: TokenCounter, keep_recent: int, cpu: CPU = INLINE) -> Compressed:
         """Summarise everything between the head and the `keep_recent` last items now, whatever
         the trigger: an emulated provider compaction (`proxy.emulation`). A summary of this very
         prefix made earlier (by a turn, in the background, by an earlier compaction) is used as
@@ -155,14 +158,14 @@ class Compressor:
         if tail - head < 1:
             return Compressed()
         chain = cp.PrefixHashes(originals)
-        prior = await self._prior(originals, chain, head, tail, cpu)
+        prior = await self._prior(originals, chain, head, tail=tail, cpu=cpu)
         if prior is not None and prior.cut == tail:
-            done = Compressed(cp.assemble(compacted, self.view, head, prior.cut, prior.message), summary_at=head)
+            done = Compressed(cp.assemble(compacted, self.view, head, cut=prior.cut, summary=prior.message), summary_at=head)
             await self._bill(prior, done)
             return done
         start = prior.cut if prior is not None and head <= prior.cut < tail else head
         decision = cp.Decision("summarize", head, tail, prior if start != head else None, (start, tail))
-        made = await self._summarize_once(compacted, originals, settings, counter, chain, decision, cpu)
+        made = await self._summarize_once(compacted, originals, settings, counter=counter, chain=chain, decision=decision, cpu=cpu)
         if made.items is not None:
             made.summary_at = head
         return made
@@ -175,14 +178,14 @@ class Compressor:
             into.summary_tokens = sum(prior.usage)
             into.usage = summary_usage(*prior.usage)
 
-    async def _ahead(self, compacted, originals, settings, counter, chain, prior, cpu) -> None:
+    async def _ahead(self, compacted, originals, settings, *, counter, chain, prior, cpu) -> None:
         if self.ctx.background is None:  # inline only: a summary is made when a turn needs it
             return
-        decision = await cpu.light(precompress.ahead, compacted, self.view, settings, counter, prior)
+        decision = await cpu.light(precompress.ahead, compacted, self.view, settings, counter=counter, prior=prior)
         if decision is not None:
-            await self._start(compacted, originals, settings, counter, chain, decision, cpu)
+            await self._start(compacted, originals, settings, counter=counter, chain=chain, decision=decision, cpu=cpu)
 
-    async def _start(self, compacted, originals, settings, counter, chain, decision, cpu) -> None:
+    async def _start(self, compacted, originals, settings, *, counter, chain, decision, cpu) -> None:
         """Ready the summary for the scheduler, to be handed to it (`deferred`) once this turn's
         own upstream request has gone out and answered: the summary call must not hold the turn
         up nor race it. One per conversation at a time, in this process (the scheduler) and
@@ -200,7 +203,7 @@ class Compressor:
             return  # no lease to be had: no background summary (it could not be stored either)
 
         async def job() -> None:
-            await self._in_background(compacted, originals, settings, counter, chain, decision)
+            await self._in_background(compacted, originals, settings, counter=counter, chain=chain, decision=decision)
 
         weight = await cpu.light(counter.messages, originals)  # counted already: what the job holds
         tenant = self.ctx.tenant_scope or self.namespace  # the credential's: sub-tenants share its slots
@@ -209,14 +212,14 @@ class Compressor:
             return scheduler.submit(conversation, run, tenant=tenant, weight=weight, on_end=on_end)
 
         ttl = lease.lease_ttl(self.ctx.timeout)
-        self.deferred.append(lambda: lease.submit_leased(self.store, lease_key, ttl, job, submit))
+        self.deferred.append(lambda: lease.submit_leased(self.store, lease_key, ttl, run=job, submit=submit))
 
-    async def _in_background(self, compacted, originals, settings, counter, chain, decision) -> None:
+    async def _in_background(self, compacted, originals, settings, *, counter, chain, decision) -> None:
         cpu = CPU.for_messages(originals)
         started = time.monotonic()
         made: list[dict] = []
         try:
-            made_before, spans, lock = await self._claim(compacted, originals, settings, counter, chain, decision, cpu)
+            made_before, spans, lock = await self._claim(compacted, originals, settings, counter=counter, chain=chain, decision=decision, cpu=cpu)
             if made_before is not None:  # made already; where the next turn looks for it
                 await self._remember(chain, decision.head, decision.cut)
                 return
@@ -225,8 +228,8 @@ class Compressor:
             try:
                 await self._record([event("summary_started", messages=decision.new_items[1] - decision.new_items[0])],
                                    settings)
-                result = await self._summarize(compacted, originals, settings, counter, chain, decision, spans,
-                                               cpu, bill=True, session=settings.session)
+                result = await self._summarize(compacted, originals, settings, counter=counter, chain=chain, decision=decision, spans=spans,
+                                               cpu=cpu, bill=True, session=settings.session)
             finally:
                 await self.store.delete(lock)
         except StoreUnavailable as exc:
@@ -245,10 +248,9 @@ class Compressor:
             pass  # the events are lost with the store; the summary itself was made or reported above
 
     async def _record(self, new: list[dict], settings: OffloadSettings) -> None:
-        await session_events.record(self.store, self.namespace, self.ctx.session or settings.session, new,
-                                    self.ttl, sealer=self.ctx.sealer)
+        await self.tenant.record_events(self.ctx.session or settings.session, new)
 
-    async def _claim(self, compacted, originals, settings, counter, chain, decision,
+    async def _claim(self, compacted, originals, settings, *, counter, chain, decision,
                      cpu) -> tuple[cp.PriorSummary | None, list[tuple[int, int]], str | None]:
         """(the summary of this cut if one is made already, the ranges to summarise, the store's
         lock on this cut if this request now holds it: None while another request makes it)."""
@@ -256,52 +258,53 @@ class Compressor:
         made = await self._load(cut_hash)  # another process may have made it already
         if made is not None:
             return made, [], None
-        spans = await self._spans(compacted, settings, counter, decision, cpu)
+        spans = await self._spans(compacted, settings, counter, decision=decision, cpu=cpu)
         lock = self._lock_key(cut_hash)
         held = await self.store.put_if_absent(lock, b"1", int(self.ctx.timeout * len(spans)) + 5)
         return None, spans, lock if held else None
 
-    async def _summarize_once(self, compacted, originals, settings, counter, chain, decision, cpu) -> Compressed:
-        made, spans, lock = await self._claim(compacted, originals, settings, counter, chain, decision, cpu)
+    async def _summarize_once(self, compacted, originals, settings, *, counter, chain, decision, cpu) -> Compressed:
+        made, spans, lock = await self._claim(compacted, originals, settings, counter=counter, chain=chain, decision=decision, cpu=cpu)
         if made is not None:
-            return Compressed(cp.assemble(compacted, self.view, decision.head, made.cut, made.message))
+            return Compressed(cp.assemble(compacted, self.view, decision.head, cut=made.cut, summary=made.message))
         if lock is None:
             deadline = time.monotonic() + self.ctx.wait
             while time.monotonic() < deadline:
                 await asyncio.sleep(POLL)
                 record = await self._load(chain[decision.cut])
                 if record is not None:
-                    return Compressed(cp.assemble(compacted, self.view, decision.head, record.cut, record.message))
+                    return Compressed(cp.assemble(compacted, self.view, decision.head, cut=record.cut, summary=record.message))
             return Compressed(warning="a summary of this history is being made by another request")
         try:
-            return await self._summarize(compacted, originals, settings, counter, chain, decision, spans, cpu)
+            return await self._summarize(compacted, originals, settings, counter=counter, chain=chain, decision=decision, spans=spans, cpu=cpu)
         finally:
             await self.store.delete(lock)
 
-    async def _spans(self, compacted, settings, counter, decision, cpu) -> list[tuple[int, int]]:
+    async def _spans(self, compacted, settings, counter, *, decision, cpu) -> list[tuple[int, int]]:
         """The ranges summarised by one call each: the whole new range in the prefix shape."""
         if self.prefix:
             return [decision.new_items]
-        return await cpu.light(cp.groups, compacted, self.view, *decision.new_items, settings.group_token_threshold,
-                               counter)
+        start, end = decision.new_items
+        return await cpu.light(cp.groups, compacted, self.view, start, end=end,
+                               threshold=settings.group_token_threshold, counter=counter)
 
     def summary_request(self, compacted: list[Any], settings: OffloadSettings,
                         decision: cp.Decision) -> tuple[str, dict]:
         """The prefix shape's request: what this turn forwards before items[cut] (the prior
         summary folded in as the turns forward it), then the instruction. It carries the reload
-        tools when the turns carry them (as `proxy.http.managed` decides): the reload tools are
+        tools when the turns carry them (as `proxy.turn` decides): the reload tools are
         on, with rounds to offer them in, and the history this turn forwards without the new
         summary holds a reference (a compacted result, the prior summary). Only a turn whose
         store failed went without them unknown to this request: a missed cache, not an error."""
         head, cut, prior = decision.head, decision.cut, decision.prior
-        whole = cp.assemble(compacted, self.view, head, prior.cut, prior.message) if prior else compacted
+        whole = cp.assemble(compacted, self.view, head, cut=prior.cut, summary=prior.message) if prior else compacted
         prefix = whole[:len(whole) - (len(compacted) - cut)]
         offered = settings.reload_tools and settings.max_reload_rounds > 0 and bool(present_refs(whole, self.view))
         assert self.ctx.wire is not None and self.ctx.body is not None
         return self.ctx.wire.summary_request(self.ctx.body, prefix, self.ctx.instruction,
-                                             RELOAD_TOOL_SCHEMAS if offered else (), model=self.ctx.model)
+                                             tools=RELOAD_TOOL_SCHEMAS if offered else (), model=self.ctx.model)
 
-    async def _calls(self, compacted, settings, decision, spans, cpu, made: list[Summary]) -> None:
+    async def _calls(self, compacted, settings, decision, *, spans, cpu, made: list[Summary]) -> None:
         """The summarisation calls, into `made`: one in the prefix shape, one per span in the
         transcript shape (the first updating the prior summary). SummaryFailed at the first that
         fails (`made` then holds those before it)."""
@@ -309,17 +312,17 @@ class Compressor:
         if self.prefix:
             assert ctx.wire is not None
             request = await cpu.for_part(compacted)(self.summary_request, compacted, settings, decision)
-            made.append(await summarize_prefix(ctx.upstream, ctx.headers, request, ctx.wire.summary_answer,
-                                               ctx.timeout, ctx.base))
+            made.append(await summarize_prefix(ctx.upstream, ctx.headers, request, read=ctx.wire.summary_answer,
+                                               timeout=ctx.timeout, base=ctx.base))
             return
         previous = decision.prior.text if decision.prior else None
         for g_start, g_end in spans:
             part = [self.view.transcript(m) for m in compacted[g_start:g_end] if self.view.role(m) != "system"]
-            made.append(await summarize(ctx.upstream, ctx.headers, ctx.model, ctx.prompt, part, previous,
-                                        ctx.timeout, ctx.base))
+            made.append(await summarize(ctx.upstream, ctx.headers, ctx.model, prompt=ctx.prompt, lines=part, previous=previous,
+                                        timeout=ctx.timeout, base=ctx.base))
             previous = None  # only the first group updates the previous snapshot
 
-    async def _summarize(self, compacted, originals, settings, counter, chain, decision, spans, cpu, *,
+    async def _summarize(self, compacted, originals, settings, *, counter, chain, decision, spans, cpu,
                          bill: bool = False, session: str | None = None) -> Compressed:
         """Make the summary of items[head:cut] and store it. `bill` (made in the background):
         the originals it covers are stored here, before the summary can be found, and its usage
@@ -329,7 +332,7 @@ class Compressor:
         started = time.monotonic()
         made: list[Summary] = []
         try:
-            await self._calls(compacted, settings, decision, spans, cpu, made)
+            await self._calls(compacted, settings, decision, spans=spans, cpu=cpu, made=made)
         except SummaryFailed as exc:
             tokens_in, tokens_out = sum(s.tokens_in for s in made), sum(s.tokens_out for s in made)
             count_summary(False, time.monotonic() - started, self.ctx)
@@ -345,19 +348,19 @@ class Compressor:
             history = cp.history_lines(originals[head:cut], self.view)
             covered = sum(1 for m in originals[head:cut] if self.view.role(m) != "system")
             return (history, make_ref(self.namespace, "history", history), covered,
-                    cp.tokens_between(originals, self.view, head, cut, counter),
+                    cp.tokens_between(originals, self.view, head, end=cut, counter=counter),
                     summary_index(originals[head:cut], self.view, task=cp.task_text(originals, self.view, head)))
 
         history, ref, covered, covered_tokens, index = await cpu.for_part(originals[head:cut])(summarised)
         # beside the model's snapshot, what exists behind the ref: files, commands, errors, verbatim
-        message = cp.summary_item(self.view, text, ref, covered, covered_tokens, index=index)
+        message = cp.summary_item(self.view, text, ref, count=covered, tokens=covered_tokens, index=index)
         offload = Offload(ref, "history", history, covered_tokens)
         if bill and self.ctx.refs is not None:
             await self.ctx.refs.save([offload], [ref], session, cpu=cpu)
         record = {"cut": cut, "text": text, "ref": ref, "tokens": counter.text(text), "message": message,
                   "usage": [tokens_in, tokens_out], "bill": bill}
         summary_key = self._summary_key(chain[cut])
-        await self.store.put(summary_key, self.ctx.sealer.seal(json.dumps(record).encode(), summary_key), self.ttl)
+        await self.store.put(summary_key, self.sealer.seal(json.dumps(record).encode(), summary_key), self.ttl)
         summary_memo.keep(self.store, summary_key,
               cp.PriorSummary(cut, text, ref, record["tokens"], message, (tokens_in, tokens_out), bill))
         _seen.add(chain[cut], originals[:cut])  # the next turn recognises this prefix without hashing
@@ -366,7 +369,7 @@ class Compressor:
                      tokens_after=counter.message(message), summary_tokens_in=tokens_in,
                      summary_tokens_out=tokens_out, duration_ms=round((time.monotonic() - started) * 1e3), ref=ref)
         return Compressed(
-            cp.assemble(compacted, self.view, head, cut, message),
+            cp.assemble(compacted, self.view, head, cut=cut, summary=message),
             offload,
             0 if bill else tokens_in + tokens_out,
             events=[done],

@@ -61,7 +61,7 @@ async def summarize(
     upstream: Upstream,
     headers: Headers,
     model: str,
-    prompt: str,
+    *, prompt: str,
     lines: list[tuple[str, str]],
     previous: str | None,
     timeout: float,
@@ -72,21 +72,21 @@ async def summarize(
         user += f"Previous snapshot:\n{previous}\n\nNew messages since then:\n\n"
     user += render_transcript(lines)
     body = {"model": model, "messages": [{"role": "system", "content": prompt}, {"role": "user", "content": user}]}
-    return await _call(upstream, headers, "chat/completions", body, _chat_answer, timeout, base)
+    return await _call(upstream, headers, "chat/completions", body=body, read=_chat_answer, timeout=timeout, base=base)
 
 
 async def summarize_prefix(
     upstream: Upstream,
     headers: Headers,
     request: tuple[str, dict],
-    read: Callable[[Any], tuple[str, int, int]],
+    *, read: Callable[[Any], tuple[str, int, int]],
     timeout: float,
     base: str | None = None,
 ) -> Summary:
     """`request`: (endpoint, body) from the wire format's `summary_request`; `read` its
     `summary_answer`."""
     endpoint, body = request
-    return await _call(upstream, headers, endpoint, body, read, timeout, base)
+    return await _call(upstream, headers, endpoint, body=body, read=read, timeout=timeout, base=base)
 
 
 def _chat_answer(data: Any) -> tuple[str, int, int]:
@@ -117,7 +117,7 @@ async def _read_answer(response: httpx2.Response) -> bytes:
     return bytes(body)
 
 
-async def _call(upstream: Upstream, headers: Headers, endpoint: str, body: dict,
+async def _call(upstream: Upstream, headers: Headers, endpoint: str, *, body: dict,
                 read: Callable[[Any], tuple[str, int, int]], timeout: float, base: str | None) -> Summary:
     try:
         async with asyncio.timeout(timeout):

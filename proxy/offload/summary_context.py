@@ -15,7 +15,6 @@ from proxy import telemetry
 from proxy.offload.background import SummaryScheduler
 from proxy.offload.refs import RefStore
 from proxy.offload.summarizer import DEFAULT_INSTRUCTION
-from proxy.store.sealing import Sealer
 from proxy.upstream.client import Headers, Upstream
 
 
@@ -41,7 +40,6 @@ class SummaryContext:
     prompt: str
     timeout: float
     wait: float
-    sealer: Sealer = field(default_factory=lambda: Sealer(None))
     base: str | None = None  # the upstream base URL when not the server's default
     view: ItemView | None = None  # the wire format's history items (chat when None)
     background: SummaryScheduler | None = None  # None: every summary is made inline

@@ -25,15 +25,15 @@ class TenantStore:
 
     def refs(self) -> RefStore:
         """The offloaded content, by reference."""
-        return RefStore(self.store, self.namespace, self.ttl, self.sealer, quota=self.quota)
+        return RefStore(self.store, self.namespace, self.ttl, sealer=self.sealer, quota=self.quota)
 
     def records(self, api: str) -> CompactionRecords:
         """The emulated compactions' records of one API ("responses" or "messages")."""
-        return CompactionRecords(self.store, self.namespace, self.ttl, self.sealer, secret=self.names_key,
+        return CompactionRecords(self.store, self.namespace, self.ttl, sealer=self.sealer, secret=self.names_key,
                                  quota=self.quota, api=api)
 
     async def record_events(self, session: str | None, recorded: list[dict]) -> None:
-        await events.record(self.store, self.namespace, session, recorded, self.ttl, sealer=self.sealer)
+        await events.record(self.store, self.namespace, session, events=recorded, ttl=self.ttl, sealer=self.sealer)
 
     async def recent_events(self, session: str | None) -> list[dict]:
         """Raises StoreUnavailable (a read the caller asked for)."""

@@ -3,7 +3,7 @@
 The pattern is chosen by the model, so it may be catastrophic to match (`(a|a)+$`), to
 compile (`[[](?:a{1000}){3000}]`: seconds of C code holding the GIL, gigabytes), or both. No
 check of the pattern can be trusted to see every such case, so none is the boundary: both
-steps run in a few long-lived worker processes (`proxy.search_worker`, at most `WORKERS` per
+steps run in a few long-lived worker processes (`proxy.reload.search_worker`, at most `WORKERS` per
 event loop, started ahead or when first needed), each capped to `MEMORY_LIMIT` of address space. A
 search holds one worker under one deadline (a worker still starting is waited for apart: its
 start moves the deadline on); the worker stops itself at the deadline (the

@@ -97,7 +97,7 @@ def lines_text(text: str, more: bool) -> tuple[str | None, bool]:
     return text, cut
 
 
-def scan(compiled: regex.Pattern, ref: str, text: str, deadline: float, hits: Hits, found) -> None:
+def scan(compiled: regex.Pattern, ref: str, text: str, *, deadline: float, hits: Hits, found) -> None:
     """Call `found(entry)` for each line of `text` (lines ended by \\n) that matches, in order.
 
     The text is searched as one string (one C call per match, not per line), so ^ and $ work per
@@ -219,8 +219,8 @@ def serve(channel: Channel) -> None:
             del body
             hits = Hits(max_chars=header["chars"], max_lines=header["matches"])
             if text is not None:
-                scan(compiled, header["ref"], text, header["deadline"], hits,
-                     lambda entry: channel.send({"hit": entry}))
+                scan(compiled, header["ref"], text, deadline=header["deadline"], hits=hits,
+                     found=lambda entry: channel.send({"hit": entry}))
             del text
             stopped = hits.stopped or (SIZE if cut or header["more"] else None)
             channel.send({"done": True, "stopped": stopped})

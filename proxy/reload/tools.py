@@ -95,7 +95,7 @@ def _integer(args: dict, name: str, low: int) -> int | None:
     return int(value)
 
 
-def _string(args: dict, name: str, limit: int, required: bool) -> str | None:
+def _string(args: dict, name: str, limit: int, *, required: bool) -> str | None:
     value = args.get(name)
     if value is None or (value == "" and not required):
         if required:
@@ -124,10 +124,10 @@ def parse_arguments(name: str, arguments: Any) -> dict[str, Any]:
     if not isinstance(args, dict):
         raise BadArguments("arguments must be a JSON object")
     if name == RELOAD_TOOL:
-        return {"ref": _string(args, "ref", MAX_REF_CHARS, True), "offset": _integer(args, "offset", 0),
+        return {"ref": _string(args, "ref", MAX_REF_CHARS, required=True), "offset": _integer(args, "offset", 0),
                 "limit": _integer(args, "limit", 1)}
-    return {"pattern": _string(args, "pattern", MAX_PATTERN_CHARS, True),
-            "ref": _string(args, "ref", MAX_REF_CHARS, False)}
+    return {"pattern": _string(args, "pattern", MAX_PATTERN_CHARS, required=True),
+            "ref": _string(args, "ref", MAX_REF_CHARS, required=False)}
 
 
 def _preview(arguments: Any) -> str:
@@ -193,8 +193,8 @@ class ReloadTools:
         if item.kind in texts.MEDIA_KINDS:  # an image, a document: itself, whole, byte for byte
             return Reloaded(ref, item.kind, item.text)
         if len(item.text) > LARGE_CHARS:  # counting and splitting take a while: not on the event loop
-            return await OFF_LOOP(self._reload, ref, item.text, offset, limit)
-        return self._reload(ref, item.text, offset, limit)
+            return await OFF_LOOP(self._reload, ref, item.text, offset, limit=limit)
+        return self._reload(ref, item.text, offset, limit=limit)
 
     def _fits(self, text: str) -> bool:
         """Is `text` within max_tokens? Not counted when its length alone says no."""
@@ -203,7 +203,7 @@ class ReloadTools:
             return False  # every token stands for at most `longest` bytes, every character for at least one
         return self.counter.text(text) <= self.max_tokens
 
-    def _reload(self, ref: str, text: str, offset: int | None, limit: int | None) -> str:
+    def _reload(self, ref: str, text: str, offset: int | None, *, limit: int | None) -> str:
         if offset is None and limit is None and self._fits(text):
             return text
         start = max(0, offset or 0)
@@ -222,7 +222,7 @@ class ReloadTools:
             used += cost
         end = start + len(page)
         body = "".join(page)
-        return body + "\n" + texts.page_note(ref, start, end, len(parts))  # the page is everything before the last line
+        return body + "\n" + texts.page_note(ref, start, end, lines=len(parts))  # the page is everything before the last line
 
     async def search(self, pattern: str, ref: str | None = None, deadline: float | None = None) -> str:
         """Matching lines, within `limits`: one deadline and a cap on the bytes scanned.
@@ -288,7 +288,7 @@ class ReloadTools:
             lines.append(texts.no_match_so_far(pattern))
         if hits.stopped == TIME:
             waited = "; every search worker was busy" if busy else ""
-            lines.append(texts.stopped_at_time(took, limit, waited, len(hits.lines), searched, len(refs)))
+            lines.append(texts.stopped_at_time(took, limit, waited, found=len(hits.lines), searched=searched, total=len(refs)))
         elif hits.stopped == EXPENSIVE:
             lines.append(texts.stopped_expensive(len(hits.lines), searched, len(refs)))
         elif hits.stopped == INTERRUPTED:

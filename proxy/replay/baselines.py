@@ -40,14 +40,14 @@ def task_end(items: list[Any], view: ItemView) -> int:
     return 0
 
 
-def middle_out(items: list[Any], view: ItemView, budget: int, counter: TokenCounter,
+def middle_out(items: list[Any], view: ItemView, budget: int, *, counter: TokenCounter,
                tokens: Callable[[Any], int] | None = None) -> list[Any]:
     """`items` without whole units from the middle, removed one at a time (the middle one of those
     left) until the tokens (`tokens(item)`, else `counter.message`) are within `budget` or only the
     start and the last unit are left."""
     count = tokens or counter.message
     head = task_end(items, view)
-    parts = units(items, view, head, len(items), counter)
+    parts = units(items, view, head, end=len(items), counter=counter)
     bounds = [(first, parts[k + 1][0] if k + 1 < len(parts) else len(items)) for k, (first, _) in enumerate(parts)]
     sizes = [sum(count(items[i]) for i in range(a, b)) for a, b in bounds]
     total = sum(count(item) for item in items[:head]) + sum(sizes)

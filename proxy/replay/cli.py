@@ -132,7 +132,7 @@ def _store(args: argparse.Namespace) -> Store:
     return SQLiteStore(Path(args.data_dir or tempfile.mkdtemp(prefix="offload-replay-")))
 
 
-def compared(args: argparse.Namespace, conversations: list[dict], settings: OffloadSettings, format: str,
+def compared(args: argparse.Namespace, conversations: list[dict], settings: OffloadSettings, *, format: str,
              report: dict) -> dict:
     """`--compare`: the baselines' figures on the same conversations, with the proxy's (the replay's)."""
     keep = MASK_KEEP if getattr(args, "mask_keep", None) is None else args.mask_keep
@@ -156,7 +156,7 @@ async def run_replay(args: argparse.Namespace) -> dict:
     key = args.api_key or os.environ.get("OPENAI_API_KEY", "")
     headers = [(b"authorization", f"Bearer {key}".encode())] if key else []
     format = getattr(args, "format", None) or "chat"
-    replayer = Replayer(store, settings, upstream, headers, args.model, format=format, summary_delay_ms=delay,
+    replayer = Replayer(store, settings, upstream, headers=headers, model=args.model, format=format, summary_delay_ms=delay,
                         turn_latency_ms=getattr(args, "turn_latency_ms", 0.0) or 0.0,
                         inline_summaries=bool(getattr(args, "inline_summaries", False)),
                         summary_request=getattr(args, "summary_request", None) or "prefix")
@@ -177,13 +177,13 @@ async def run_replay(args: argparse.Namespace) -> dict:
             bar.close()
         await upstream.aclose()
         await store.close()
-    report = report_dict(results, settings, counting, format)
+    report = report_dict(results, settings, counting, format=format)
     report["summaries_made"] = "inline" if replayer.inline_summaries else "background"
     report["summary_request"] = replayer.summary_request
     written = write_outputs(report, Path(args.out or "replay-out"))
     print(table(report))
     if getattr(args, "compare", False):
-        report["compare"] = compared(args, conversations, settings, format, report)
+        report["compare"] = compared(args, conversations, settings, format=format, report=report)
         write_outputs(report, Path(args.out or "replay-out"))
         print()
         print(compare.table(report["compare"]))

@@ -65,7 +65,7 @@ class Tokens:
         return found if found is not None else message_tokens([item], self.counter)[0]
 
 
-def measure(history: list[Any], answers: list[tuple[int, int]], requests: list[list[Any]], strategy: Strategy,
+def measure(history: list[Any], answers: list[tuple[int, int]], requests: list[list[Any]], *, strategy: Strategy,
             tokens: Tokens, is_tool: Callable[[Any], bool]) -> Figures:
     """One conversation through `strategy`: its figures, defined as the replay's."""
     forwarded = [strategy(request) for request in requests]
@@ -78,7 +78,7 @@ def measure(history: list[Any], answers: list[tuple[int, int]], requests: list[l
     figures.cost = metrics.cache_cost(forwarded, counts)
     figures.raw_cost = metrics.cache_cost(requests, raw_counts)
     figures.recall = metrics.Recall()
-    for turn in metrics.recall(history, answers, forwarded, is_tool):
+    for turn in metrics.recall(history, answers, forwarded, is_tool=is_tool):
         figures.recall.add(turn)
     return figures
 
@@ -88,7 +88,7 @@ def strategies(view: ItemView, *, budget: int, model: str, keep: int = MASK_KEEP
     return {
         "raw history": lambda items: items,
         f"observation masking (last {keep})": lambda items: observation_masking(items, view, keep),
-        f"middle-out ({budget} tokens)": lambda items: middle_out(items, view, budget, counter),
+        f"middle-out ({budget} tokens)": lambda items: middle_out(items, view, budget, counter=counter),
     }
 
 
@@ -103,8 +103,8 @@ def compare(conversations: list[dict], *, format: str, view: ItemView, budget: i
         requests, _ = requests_of(conv, format)
         tokens = Tokens(history, message_tokens(history, json_counter), json_counter)
         for name, strategy in chosen.items():
-            totals[name].add(measure(history, answers, requests, strategy, tokens,
-                                     lambda item: view.role(item) == "tool"))
+            totals[name].add(measure(history, answers, requests, strategy=strategy, tokens=tokens,
+                                     is_tool=lambda item: view.role(item) == "tool"))
     return {name: figures.row() for name, figures in totals.items()}
 
 

@@ -26,8 +26,8 @@ Overall = Callable[[list[Any]], dict[str, Any]]
 
 def framework_of(conversation: dict) -> str:
     """The framework a trace names (`framework`, else `meta.framework`), else "unknown"."""
-    meta = conversation.get("meta") if isinstance(conversation.get("meta"), dict) else {}
-    name = conversation.get("framework") or meta.get("framework")
+    meta = conversation.get("meta")
+    name = conversation.get("framework") or (meta.get("framework") if isinstance(meta, dict) else None)
     return name if isinstance(name, str) and name else "unknown"
 
 

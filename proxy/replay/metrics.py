@@ -119,7 +119,7 @@ class Recall:
 
 
 def recall(history: list[Any], answers: list[tuple[int, int]], forwarded: list[list[Any]],
-           is_tool: Callable[[Any], bool]) -> list[Recall]:
+           *, is_tool: Callable[[Any], bool]) -> list[Recall]:
     """Per turn: `answers[k] = (start, end)` are the items of assistant message k in `history`
     (the request of turn k is history[:start], ascending), `forwarded[k]` what turn k forwarded."""
     out = []
@@ -162,7 +162,7 @@ def same_tools(a: Any, b: Any) -> bool:
 
 
 def cache_cost(turns: list[list[Any]], tokens: list[list[int]], tools: list[Any] | None = None,
-               summaries: Sequence[SummaryCall] = ()) -> float:
+               *, summaries: Sequence[SummaryCall] = ()) -> float:
     """The input cost of `turns` (and of the summary calls they made) with a prompt cache: see
     the module's docstring. `tools[k]` are the tools turn k forwarded."""
     total = 0.0

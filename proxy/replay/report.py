@@ -67,7 +67,7 @@ def overall(conversations: list[Any]) -> dict[str, Any]:
 
 
 def report_dict(conversations: list[Any], settings: OffloadSettings,
-                token_counting: dict[str, Any] | None = None, format: str = "chat") -> dict[str, Any]:
+                token_counting: dict[str, Any] | None = None, *, format: str = "chat") -> dict[str, Any]:
     per = []
     for c in conversations:
         entry = dict(c.__dict__)
@@ -161,9 +161,9 @@ def table(report: dict[str, Any]) -> str:
         rows.append("summaries: inline (made by the turn that needs one, none ahead of time)")
     counting = report.get("token_counting")
     if counting:
-        names = ", ".join(e["encoding"] for e in counting["encodings"])
-        rows.append(f"tokens: {names} via tiktoken" if counting["method"] == "tiktoken"
-                    else f"tokens: ESTIMATES (about 4 bytes per token; tiktoken could not load {names})")
+        encodings = ", ".join(e["encoding"] for e in counting["encodings"])
+        rows.append(f"tokens: {encodings} via tiktoken" if counting["method"] == "tiktoken"
+                    else f"tokens: ESTIMATES (about 4 bytes per token; tiktoken could not load {encodings})")
     return "\n".join(rows)
 
 
@@ -197,7 +197,7 @@ def counted_as(report: dict[str, Any]) -> str:
     return ", ".join(e["encoding"] for e in counting.get("encodings", [])[:1]) or "o200k_base"
 
 
-def conversation_chart(plt, c: dict[str, Any], max_total_tokens: int | None, path: Path,
+def conversation_chart(plt, c: dict[str, Any], max_total_tokens: int | None, *, path: Path,
                        unit: str = "message", counted: str = "o200k_base") -> Path:
     from matplotlib.ticker import FuncFormatter, MaxNLocator
 
@@ -238,7 +238,7 @@ def write_charts(report: dict[str, Any], out: Path) -> list[Path]:
     max_total_tokens = report.get("settings", {}).get("max_total_tokens")
     unit = "item" if report.get("format") in ("responses", "anthropic") else "message"
     counted = counted_as(report)
-    written = [conversation_chart(plt, c, max_total_tokens, out / name, unit, counted)
+    written = [conversation_chart(plt, c, max_total_tokens, path=out / name, unit=unit, counted=counted)
                for c, name in zip(conversations, chart_names([c["id"] for c in conversations]))]
     fig, ax = plt.subplots(figsize=(10, 5))
     names = unique_labels([c["id"] for c in conversations], CHART_NAME_WIDTH)

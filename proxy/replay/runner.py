@@ -61,7 +61,6 @@ from proxy.replay.turns import (  # noqa: F401  (imported from here too)
     FORMATS, ReplayInputError, answer_positions, answers_of, load_conversations, request_body, requests_of,
     system_of, turns_of)
 from proxy.replay.simulation import SummaryRecorder, TurnScheduler, fake_summarizer, recording, request_items
-from proxy.offload.events import recent
 from proxy.store.sealing import Sealer
 from proxy.offload.tenant_store import TenantStore
 from proxy.turn import Turn, TurnInput, run_turn
@@ -99,7 +98,7 @@ def _without_binary(value: Any, costs: list[int], counter: TokenCounter) -> Any:
     return {k: _without_binary(v, costs, counter) for k, v in value.items()}
 
 
-def budget(forwarded: list[Any], tools: Any, settings: OffloadSettings, counter: TokenCounter,
+def budget(forwarded: list[Any], tools: Any, settings: OffloadSettings, *, counter: TokenCounter,
            view: ItemView = chat.VIEW) -> int:
     """max_total_tokens plus what is never compressed: system, the task, tool schemas, summary
     and the messages kept verbatim right after it (system, user), kept tail."""
@@ -169,7 +168,7 @@ def forget_process_summaries(namespace: str) -> None:
 class CapturingRefs(RefStore):
     """The store a background summary saves the originals it covers in; remembers them (ref → text)."""
 
-    def __init__(self, store: Store, namespace: str, ttl: int, created: dict[str, str]) -> None:
+    def __init__(self, store: Store, namespace: str, ttl: int, *, created: dict[str, str]) -> None:
         super().__init__(store, namespace, ttl)
         self.created = created
 
@@ -181,7 +180,7 @@ class CapturingRefs(RefStore):
 
 
 class Replayer:
-    def __init__(self, store: Store, settings: OffloadSettings, upstream: Upstream, headers: list, model: str,
+    def __init__(self, store: Store, settings: OffloadSettings, upstream: Upstream, *, headers: list, model: str,
                  ttl: int = 7 * 24 * 3600, format: str = "chat", summary_delay_ms: float | None = None,
                  turn_latency_ms: float = 0.0, inline_summaries: bool = False,
                  summary_request: str = "prefix") -> None:
@@ -212,16 +211,16 @@ class Replayer:
                     scheduler: TurnScheduler | None = None, created: dict[str, str] | None = None) -> Turn:
         """The server's turn (`proxy.turn`) on this request: the same steps, the emulation's too."""
         body = request_body(request, format=self.format, model=self.model, tools=tools, system=self._system)
-        capturing = CapturingRefs(self.store, namespace, self.ttl, {} if created is None else created)
+        capturing = CapturingRefs(self.store, namespace, self.ttl, created={} if created is None else created)
+        tenant = TenantStore(self.store, namespace, self.ttl, Sealer(None))
 
         def compressor(body: dict, settings: OffloadSettings, refs: RefStore, *, background: bool) -> Compressor:
             ctx = SummaryContext(upstream=self.upstream, headers=self.headers, model=self.model, prompt=DEFAULT_PROMPT,
                                  timeout=120.0, wait=30.0, view=self.view, background=scheduler if background else None,
                                  request_model=self.model, refs=capturing, wire=self.wire, body=body,
                                  summary_request=self.summary_request)
-            return Compressor(self.store, namespace, self.ttl, ctx)
+            return Compressor(tenant, ctx)
 
-        tenant = TenantStore(self.store, namespace, self.ttl, Sealer(None))
         return await run_turn(TurnInput(self.wire, jsonio.dumps(body), body, request, self.settings, tenant,
                                         compressor))
 
@@ -282,12 +281,12 @@ class Replayer:
             tokens.append(message_tokens(sent, self.json_counter))
             out.raw_per_turn.append(sum(history_tokens[:len(request)]))
             out.forwarded_per_turn.append(sum(tokens[-1]))
-            if counter.messages(sent) > budget(sent, tools, self.settings, counter, self.view):
+            if counter.messages(sent) > budget(sent, tools, self.settings, counter=counter, view=self.view):
                 out.turns_over_budget += 1
             tick()
         await self._settle(scheduler)  # what the last turns left running
         if scheduler is not None:  # summaries made in the background: their events are in the store
-            made = await recent(self.store, namespace, None, sealer=Sealer(None))
+            made = await TenantStore(self.store, namespace, self.ttl, Sealer(None)).recent_events(None)
             out.summaries += sum(1 for e in made if e["type"] == "compression")
         recording(None)
         steady = 0.0
@@ -328,7 +327,7 @@ class Replayer:
                  sent_tools, sink) -> None:
         """recall and the cache cost (`proxy.replay.metrics`)."""
         recall = metrics.Recall()
-        for turn in metrics.recall(history, answers, forwarded, lambda item: self.view.role(item) == "tool"):
+        for turn in metrics.recall(history, answers, forwarded, is_tool=lambda item: self.view.role(item) == "tool"):
             recall.add(turn)
         out.recall, out.recall_identifiers, out.recall_found = recall.value, recall.kept, recall.found
         calls = []
@@ -337,7 +336,7 @@ class Replayer:
             calls.append(metrics.SummaryCall(turn, items, call_tools, message_tokens(items, self.json_counter)))
         out.summary_calls = len(calls)
         out.summary_input_tokens = sum(sum(c.tokens) for c in calls)
-        out.cache_cost = metrics.cache_cost(forwarded, tokens, sent_tools, calls)
+        out.cache_cost = metrics.cache_cost(forwarded, tokens, sent_tools, summaries=calls)
         out.raw_cache_cost = metrics.cache_cost(requests, [history_tokens[:len(r)] for r in requests])
         out.cache_cost_ratio = out.cache_cost / out.raw_cache_cost if out.raw_cache_cost else 1.0
 

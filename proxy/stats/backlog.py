@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from proxy.stats.buckets import Fields, add
 from proxy.store.base import Store
@@ -75,11 +76,15 @@ async def _write_session(store: Store, due: SessionDue, *, retention: int, max_r
         await store.incr_fields(due.totals_key, due.totals, retention)
         due.totals = {}
     if due.last is not None:
-        await store.rank(due.index_key, due.name, due.last, retention, drop_below=now - retention)
+        await store.rank(due.index_key, due.name, due.last, ttl=retention, drop_below=now - retention)
         due.last = None
 
 
-async def write_each(due: dict, write: Callable[[object, object], Awaitable[None]],
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+async def write_each(due: dict[K, V], write: Callable[[K, V], Awaitable[None]],
                      limit: int = WRITES_AT_ONCE) -> None:
     """Make each write of `due` (key -> value), `limit` at a time (a burst never takes more of the store's
     connections: a Redis pool refuses past its size); those made leave `due`, the others stay."""
@@ -93,7 +98,7 @@ async def write_each(due: dict, write: Callable[[object, object], Awaitable[None
 
     await asyncio.gather(*(one(k, v) for k, v in list(due.items())), return_exceptions=True)
     for key in done:
-        if key in due and (not isinstance(due[key], SessionDue) or _empty(due[key])):
+        if key in due and (not isinstance(value := due[key], SessionDue) or _empty(value)):
             del due[key]
 
 

@@ -27,7 +27,7 @@ def display_name(namespace: str, names: Mapping[str, str]) -> str:
 
 
 async def labels(store: Store, namespaces: Sequence[str], names: Mapping[str, str],
-                 sealer: Sealer = PLAIN) -> dict[str, str | None]:
+                 *, sealer: Sealer = PLAIN) -> dict[str, str | None]:
     """namespace → what the recorder was told to call it (`Caller.label`: a sub-tenant's
     `name/sub`, a client key's fingerprint), None when nothing was (or it is the tenants-file
     name): read for the namespaces without a tenants-file name only."""
@@ -40,7 +40,7 @@ async def labels(store: Store, namespaces: Sequence[str], names: Mapping[str, st
 
     found = await asyncio.gather(*(read(ns) for ns in wanted))
     opened = {ns: sealer.open(raw, label_key(ns)) if raw is not None else None for ns, raw in zip(wanted, found)}
-    return {ns: jsonio.stored_text(opened.get(ns)) if opened.get(ns) else None for ns in namespaces}
+    return {ns: jsonio.stored_text(text) if (text := opened.get(ns)) else None for ns in namespaces}
 
 
 async def window_stats(store: Store, span: Span, namespace: str | None) -> dict[str, Any]:
@@ -48,7 +48,7 @@ async def window_stats(store: Store, span: Span, namespace: str | None) -> dict[
     first request of the span was (the dashboard's default window fits the data)."""
     starts = span.starts(span.window.series)
     buckets = await store.hashes(span.series_keys(namespace or ALL))
-    series = rollup(starts, buckets, span.points(), span.window.step)
+    series = rollup(starts, buckets, span.points(), step=span.window.step)
     return {
         "totals": headline(merged(fields for _, fields in series)),
         "series": [point(t, fields) for t, fields in series],
@@ -58,7 +58,7 @@ async def window_stats(store: Store, span: Span, namespace: str | None) -> dict[
 
 
 async def tenant_rows(store: Store, span: Span, names: Mapping[str, str],
-                      sealer: Sealer = PLAIN) -> tuple[list[dict[str, Any]], bool]:
+                      *, sealer: Sealer = PLAIN) -> tuple[list[dict[str, Any]], bool]:
     """The tenants with most raw tokens in the span (`MAX_TENANT_ROWS` at most) with their
     totals, most raw tokens first; and whether there were more. Namespaces are the clients' to
     make (sub-tenants, keys), so what is read is bounded whatever their number: the first of each
@@ -73,12 +73,12 @@ async def tenant_rows(store: Store, span: Span, names: Mapping[str, str],
     namespaces = sorted(scores, key=lambda ns: (-scores[ns], ns))[:MAX_TENANT_ROWS]
     per = len(span.starts(span.window.rows))
     found = await store.hashes([k for ns in namespaces for k in span.row_keys(ns)])
-    rows = []
+    rows: list[dict[str, Any]] = []
     for i, ns in enumerate(namespaces):
         totals = headline(merged(found[i * per:(i + 1) * per]))
         if totals["requests"]:
             rows.append({"tenant": ns, "name": display_name(ns, names), "totals": totals})
-    labelled = await labels(store, [r["tenant"] for r in rows], names, sealer)
+    labelled = await labels(store, [r["tenant"] for r in rows], names, sealer=sealer)
     for row in rows:
         row["label"] = labelled[row["tenant"]] or row["name"]
     rows.sort(key=lambda r: (-r["totals"]["tokens_before"], r["tenant"]))
@@ -95,14 +95,14 @@ def _session_row(name: str, last: float, fields: Mapping[str, int | float]) -> d
             "models": dict(used[:MAX_MODELS]), "models_other": max(0, len(used) - MAX_MODELS), **totals}
 
 
-async def sessions_page(store: Store, namespace: str, offset: int, limit: int) -> tuple[int, list[dict[str, Any]]]:
+async def sessions_page(store: Store, namespace: str, offset: int, *, limit: int) -> tuple[int, list[dict[str, Any]]]:
     """(how many sessions the tenant has, one page of them: the most recently active first)."""
     total, page = await store.ranked(sessions_key(namespace), offset, limit)
     found = await store.hashes([session_keys(namespace, name)[1] for name, _ in page])
     return total, [_session_row(name, last, fields) for (name, last), fields in zip(page, found)]
 
 
-async def session_detail(store: Store, namespace: str, session: str, sealer: Sealer) -> dict[str, Any] | None:
+async def session_detail(store: Store, namespace: str, session: str, *, sealer: Sealer) -> dict[str, Any] | None:
     """A session's totals and its last turns (oldest first); None when it has none. `session`
     is the id the client sent, or the name the listing shows (with encryption at rest: its
     keyed hash)."""

@@ -254,7 +254,7 @@ class Recorder:
             self._add(namespace, minute, fields)
         self._in_flush = len(turns)  # held still, for snapshot(), while their sessions are looked up
         try:
-            ready, later = await self._sessions(store, turns, waited, final)
+            ready, later = await self._sessions(store, turns, waited, final=final)
         except Exception as exc:  # the store is down: the turns wait in the queue, none is lost
             self.state.flush_failures += 1
             self._queue.extendleft(reversed(turns))
@@ -285,7 +285,7 @@ class Recorder:
         return RecorderState(queued, self.state.recorded, self.state.dropped, self.state.flush_failures)
 
     async def _sessions(self, store: Store, turns: list[Turn], waited: int,
-                        final: bool) -> tuple[list[Turn], list[Turn]]:
+                        *, final: bool) -> tuple[list[Turn], list[Turn]]:
         """(the turns to write now, with the sessions of those continuing a stored response; those
         to keep for the next flush). A turn whose response is not known yet waits one flush (the
         turn that made it may be another worker's, queued still), then starts a session of its own.
@@ -293,14 +293,14 @@ class Recorder:
         ready, later = [], []
         for i, turn in enumerate(turns):
             if turn.session is None and turn.continues is not None:
-                found = await self.replies.find(store, turn.namespace, turn.continues, self._sealer)
+                found = await self.replies.find(store, turn.namespace, turn.continues, sealer=self._sealer)
                 if found is None and i >= waited and not final:
                     later.append(turn)
                     continue
                 turn = replace(turn, session=found or from_name(turn.namespace, "response", turn.continues))
             if turn.session is not None and turn.response_id is not None:
-                await self.replies.remember(store, turn.namespace, turn.response_id, turn.session, self.retention,
-                                            self._sealer)
+                await self.replies.remember(store, turn.namespace, turn.response_id, session=turn.session, ttl=self.retention,
+                                            sealer=self._sealer)
             ready.append(turn)
         return ready, later
 

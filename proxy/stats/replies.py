@@ -33,7 +33,7 @@ class Replies:
         self.max_known = max_known
         self._known: OrderedDict[tuple[str, str], str] = OrderedDict()
 
-    async def find(self, store: Store, namespace: str, response_id: str, sealer: Sealer) -> str | None:
+    async def find(self, store: Store, namespace: str, response_id: str, *, sealer: Sealer) -> str | None:
         """The session of the answer `response_id`, if remembered (here, else in the store)."""
         if len(response_id) > MAX_ID_CHARS:
             return None
@@ -44,7 +44,7 @@ class Replies:
         opened = sealer.open(raw, store_key) if raw is not None else None
         return jsonio.stored_text(opened) if opened else None
 
-    async def remember(self, store: Store, namespace: str, response_id: str, session: str, ttl: int,
+    async def remember(self, store: Store, namespace: str, response_id: str, *, session: str, ttl: int,
                        sealer: Sealer) -> None:
         if len(response_id) > MAX_ID_CHARS:
             return

@@ -71,7 +71,7 @@ class Store(Protocol):
         """The fields of each hash, in the order of `keys` ({} for a missing one)."""
         ...
 
-    async def rank(self, key: str, member: str, score: float, ttl: int, *, drop_below: float | None = None) -> None:
+    async def rank(self, key: str, member: str, score: float, *, ttl: int, drop_below: float | None = None) -> None:
         """Set a member's score in a ranked set; with `drop_below`, members scored lower go."""
         ...
 

@@ -227,8 +227,8 @@ class GuardedStore:
     async def hashes(self, keys: Sequence[str]) -> list[dict[str, int | float]]:
         return await self._call(self.inner.hashes(keys))
 
-    async def rank(self, key: str, member: str, score: float, ttl: int, *, drop_below: float | None = None) -> None:
-        await self._call(self.inner.rank(key, member, score, ttl, drop_below=drop_below))
+    async def rank(self, key: str, member: str, score: float, *, ttl: int, drop_below: float | None = None) -> None:
+        await self._call(self.inner.rank(key, member, score, ttl=ttl, drop_below=drop_below))
 
     async def rank_add(self, key: str, amounts: Mapping[str, float], ttl: int) -> None:
         await self._call(self.inner.rank_add(key, amounts, ttl))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import types
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from typing import TypeVar
 
@@ -47,6 +48,8 @@ class RedisStore:
     def __init__(self, url: str, *, timeout: float = 2.0, cluster: bool = False) -> None:
         self._ready = asyncio.Lock()
         self._initialized = False
+        self.client: redis.Redis | RedisCluster
+        self._once: redis.Redis | RedisCluster
         if cluster or is_cluster_url(url):
             url = url.replace("+cluster://", "://", 1)
             self.client = _Cluster.from_url(url, **connection_options(timeout, cluster=True))
@@ -90,7 +93,7 @@ class RedisStore:
         except (RedisError, RedisClusterException, OSError, AttributeError) as exc:  # AttributeError: see _Cluster
             raise StoreUnavailable(f"redis: {exc!r}") from exc
         finally:
-            if asyncio.iscoroutine(awaitable) and awaitable.cr_frame is not None and not awaitable.cr_running:
+            if isinstance(awaitable, types.CoroutineType) and awaitable.cr_frame is not None and not awaitable.cr_running:
                 awaitable.close()  # never awaited because initialisation failed
 
     async def put(self, key: str, value: bytes, ttl: int) -> None:
@@ -100,9 +103,8 @@ class RedisStore:
         return bool(await self._call(self._once.set(key, value, ex=ttl, nx=True)))  # a lock: never resent
 
     async def get(self, key: str, ttl: int | None = None) -> bytes | None:
-        if ttl is None:
-            return await self._call(self.client.get(key))
-        return await self._call(self.client.getex(key, ex=ttl))
+        raw = await self._call(self.client.get(key) if ttl is None else self.client.getex(key, ex=ttl))
+        return raw.encode() if isinstance(raw, str) else raw  # bytes: the clients do not decode replies
 
     async def touch(self, keys: Sequence[str], ttl: int, *, slack: int = 0) -> list[bool]:
         if not keys:
@@ -156,7 +158,7 @@ class RedisStore:
             await self._call(pipe.execute())
 
     async def members(self, key: str) -> set[str]:
-        return {m.decode() for m in await self._call(self.client.smembers(key))}
+        return {m.decode() if isinstance(m, bytes) else m for m in await self._call(self.client.smembers(key))}
 
     async def push(self, key: str, value: bytes, *, max_len: int, ttl: int) -> None:
         async with self._pipeline(once=True) as pipe:
@@ -166,7 +168,7 @@ class RedisStore:
             await self._call(pipe.execute())
 
     async def items(self, key: str) -> list[bytes]:
-        return list(await self._call(self.client.lrange(key, 0, -1)))
+        return [m.encode() if isinstance(m, str) else m for m in await self._call(self.client.lrange(key, 0, -1))]
 
     async def incr(self, key: str, amount: int, ttl: int) -> int:
         async with self._pipeline(once=True) as pipe:
@@ -196,7 +198,7 @@ class RedisStore:
             found = await self._call(pipe.execute())
         return [{f.decode(): _number(v) for f, v in fields.items()} for fields in found]
 
-    async def rank(self, key: str, member: str, score: float, ttl: int, *, drop_below: float | None = None) -> None:
+    async def rank(self, key: str, member: str, score: float, *, ttl: int, drop_below: float | None = None) -> None:
         async with self._pipeline() as pipe:
             pipe.zadd(key, {member: score})
             if drop_below is not None:
@@ -242,7 +244,8 @@ class _Cluster(RedisCluster):
     # AttributeError: redis-py's node connection whose writer its failed health-check PING closed
     # under it (a node restarting; redis-py 8.1): nothing was written on that attempt, so the
     # resend, on a new connection, applies nothing twice
-    ERRORS_ALLOW_RETRY = (ConnectionError, ClusterDownError, SlotNotCoveredError, AttributeError)
+    # (redis-py types this tuple as its own four classes: an override with others cannot match it)
+    ERRORS_ALLOW_RETRY = (ConnectionError, ClusterDownError, SlotNotCoveredError, AttributeError)  # type: ignore[assignment]
 
 
 def connection_options(timeout: float, *, retry: bool = True, cluster: bool = False) -> dict:

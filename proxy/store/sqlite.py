@@ -221,7 +221,7 @@ class SQLiteStore:
 
         return await self._run(op) if keys else []
 
-    async def rank(self, key: str, member: str, score: float, ttl: int, *, drop_below: float | None = None) -> None:
+    async def rank(self, key: str, member: str, score: float, *, ttl: int, drop_below: float | None = None) -> None:
         # each member carries its own expiry (rewriting a whole large set's would cost a write
         # per member); as in Redis, a set nobody writes to for `ttl` seconds is gone
         def op(db: sqlite3.Connection, now: float) -> None:

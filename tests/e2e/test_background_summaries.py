@@ -290,8 +290,8 @@ def test_the_direct_api_reuses_a_summary_near_the_trigger_without_a_scheduler(pr
         """The tokens after the first summary's cut (up to the kept tail), and the trigger: both
         by the counter in use, tiktoken or the estimate, as the proxy counts them."""
         tail = cp.split(history, VIEW, keep)[1]
-        return (cp.tokens_between(history, VIEW, cut, tail, counter),
-                cp.trigger(history, VIEW, head, settings, counter))
+        return (cp.tokens_between(history, VIEW, cut, end=tail, counter=counter),
+                cp.trigger(history, VIEW, head, settings=settings, counter=counter))
 
     longer = next(h for h in (chat_history(n) for n in range(13, 30))
                   if after_cut(h)[0] >= settings.precompress_ratio * after_cut(h)[1])

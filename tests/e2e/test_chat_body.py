@@ -1,5 +1,5 @@
 """Chat bodies are checked where the proxy reads them: 400 naming the field, never a 500 or a
-silently mangled body (see proxy/chat_body.py for the rule)."""
+silently mangled body (see proxy/formats/chat/body.py for the rule)."""
 
 from __future__ import annotations
 

@@ -142,9 +142,9 @@ async def test_a_large_request_is_planned_and_encoded_off_the_loop(tmp_path, mon
     threads: dict[str, set[str]] = {"plan": set(), "encode": set()}
     plan, encode = pipeline.plan_compaction, RefStore._encode
 
-    def spy_plan(*args):
+    def spy_plan(*args, **kwargs):
         threads["plan"].add(threading.current_thread().name)
-        return plan(*args)
+        return plan(*args, **kwargs)
 
     def spy_encode(self, offloads):
         threads["encode"].add(threading.current_thread().name)

@@ -236,7 +236,7 @@ async def replayed(conv: dict, format: str, tmp_path: Path, max_total_tokens: in
 
     store, upstream = SQLiteStore(tmp_path / f"{format}-{len(list(tmp_path.iterdir()))}"), upstream_for(None)
     try:
-        replayer = Replayer(store, OffloadSettings(max_total_tokens=max_total_tokens), upstream, [], "gpt-4o",
+        replayer = Replayer(store, OffloadSettings(max_total_tokens=max_total_tokens), upstream, headers=[], model="gpt-4o",
                             format=format, inline_summaries=inline_summaries)
         return await replayer.conversation(conv)
     finally:

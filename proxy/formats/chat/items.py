@@ -10,6 +10,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from proxy.core.jsonio import object_or
 from proxy.core.images import split_data_url
 from proxy.core.view import MediaPart, Role
 from proxy.core.markers import INJECTED_TOOLS
@@ -111,7 +112,7 @@ class ChatView:
         out: list[tuple[str, str]] = []
         for call in _calls(item):
             kind = "custom" if call.get("type") == "custom" else "function"
-            body = call.get(kind) if isinstance(call.get(kind), dict) else {}
+            body = object_or(call.get(kind), {})
             arguments = body.get("input" if kind == "custom" else "arguments")
             if not isinstance(arguments, str):
                 arguments = "" if arguments is None else json.dumps(arguments, ensure_ascii=False)
@@ -130,8 +131,8 @@ class ChatView:
         return isinstance(item, dict) and item.get("role") == "tool"
 
     def injected_calls(self, item: Any) -> tuple[str, ...]:
-        return tuple(c.get("id") for c in _calls(item)
-                     if (c.get("function") or {}).get("name") in self.injected_names)
+        return tuple(c["id"] for c in _calls(item)
+                     if (c.get("function") or {}).get("name") in self.injected_names and isinstance(c.get("id"), str))
 
     def is_provider_compaction(self, item: Any) -> bool:
         return False  # chat completions has no server-side compaction

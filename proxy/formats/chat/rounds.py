@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.core.jsonio import array_or, object_or
 from proxy.core import texts
 from proxy.core.growing_text import GrowingText
 from proxy.core.media import Reloaded, ToolResult
@@ -36,7 +37,9 @@ def strip_injected(completion: dict) -> None:
     """Remove injected tool calls from every choice of a final (non-stream) completion."""
     for choice in completion.get("choices") or ():
         message = choice.get("message") if isinstance(choice, dict) else None
-        calls = message.get("tool_calls") if isinstance(message, dict) else None
+        if not isinstance(message, dict):
+            continue
+        calls = message.get("tool_calls")
         if not calls or not isinstance(calls, list):
             continue
         kept = [c for c in calls if not is_injected(c)]
@@ -158,11 +161,11 @@ class ChatRounds:
         if isinstance(answer.get("usage"), dict):
             self._usage = add_usage(self._usage or add_usage(None, self.extra_usage), answer["usage"])
             self._reported = True
-        choices = answer.get("choices") if isinstance(answer.get("choices"), list) else []
+        choices = array_or(answer.get("choices"), [])
         if self._others is None:
             self._others = choices[1:]
         first = choices[0] if choices and isinstance(choices[0], dict) else {}
-        message = first.get("message") if isinstance(first.get("message"), dict) else {}
+        message = object_or(first.get("message"), {})
         calls = message.get("tool_calls") or []
         if calls and self.offered and isinstance(calls, list) and all(is_injected(c) for c in calls):
             self._pending = {k: v for k, v in message.items() if k in ("role", "content", "tool_calls")}
@@ -172,7 +175,7 @@ class ChatRounds:
 
     def result(self) -> dict:
         completion = self._final or {}
-        choices = completion.get("choices") if isinstance(completion.get("choices"), list) else []
+        choices = array_or(completion.get("choices"), [])
         if self.round and choices:
             completion["choices"] = [choices[0], *(self._others or [])]
         strip_injected(completion)

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from proxy.core.jsonio import object_or
+
 # Left out of a summary request: streaming, several choices, a forced format or length, stop
 # sequences and biases, token probabilities, predicted outputs, audio, stored completions, and
 # the client's own choice of tools (replaced by "none").
@@ -22,7 +24,7 @@ DROPPED = frozenset({
 })
 
 
-def summary_request(body: dict, prefix: list[Any], instruction: str, tools: Sequence[dict], *,
+def summary_request(body: dict, prefix: list[Any], instruction: str, *, tools: Sequence[dict],
                     model: str) -> tuple[str, dict]:
     out = {k: v for k, v in body.items() if k not in DROPPED}
     out["model"] = model
@@ -51,7 +53,7 @@ def summary_answer(answer: Any) -> tuple[str, int, int]:
         content = "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
     elif not isinstance(content, str):
         content = ""
-    usage = answer.get("usage") if isinstance(answer.get("usage"), dict) else {}
+    usage = object_or(answer.get("usage"), {})
     return content, _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
 
 

@@ -51,9 +51,9 @@ class ChatFormat:
     def paused_events(self, answer: dict) -> list[dict]:
         raise ValueError("chat completions have no context management to emulate")
 
-    def summary_request(self, body: dict, prefix: list[Any], instruction: str, tools: Sequence[dict], *,
+    def summary_request(self, body: dict, prefix: list[Any], instruction: str, *, tools: Sequence[dict],
                         model: str) -> tuple[str, dict]:
-        return summary.summary_request(body, prefix, instruction, tools, model=model)
+        return summary.summary_request(body, prefix, instruction, tools=tools, model=model)
 
     def summary_answer(self, answer: Any) -> tuple[str, int, int]:
         return summary.summary_answer(answer)

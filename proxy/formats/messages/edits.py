@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core import texts
+from proxy.core.jsonio import string_or
 from proxy.core.compaction import Offload
 from proxy.core.markers import is_marker, make_ref, tool_result_marker
 from proxy.core.tokens import TokenCounter
@@ -54,7 +55,7 @@ def _opens_turn(item: Any, view: MessagesView) -> bool:
 
 
 def clear_thinking(items: list[Any], edit: ClearThinking, view: MessagesView,
-                   counter: TokenCounter) -> tuple[list[Any], dict | None]:
+                   *, counter: TokenCounter) -> tuple[list[Any], dict | None]:
     """(items, applied edit or None): see the module docstring."""
     if edit.keep is None:
         return items, None
@@ -103,7 +104,7 @@ def tool_uses(items: list[Any], view: MessagesView) -> list[_Use]:
             continue
         for k, block in enumerate(item["content"]):
             if is_tool_use(block) and isinstance(block.get("id"), str):
-                name = block.get("name") if isinstance(block.get("name"), str) else ""
+                name = string_or(block.get("name"), "")
                 if name not in view.injected_names:
                     uses.append(_Use(i, k, block["id"], name))
     return uses
@@ -114,7 +115,7 @@ def _triggered(edit: ClearToolUses, input_tokens: int, uses: int) -> bool:
     return measured > edit.trigger_value
 
 
-def clear_tool_uses(items: list[Any], edit: ClearToolUses, view: MessagesView, counter: TokenCounter, *,
+def clear_tool_uses(items: list[Any], edit: ClearToolUses, view: MessagesView, *, counter: TokenCounter,
                     namespace: str, input_tokens: int) -> tuple[list[Any], dict | None, list[Offload]]:
     """(items, applied edit or None, what to store): see the module docstring. `input_tokens`:
     the request's, as the trigger measures them (system and tools included)."""
@@ -134,9 +135,9 @@ def clear_tool_uses(items: list[Any], edit: ClearToolUses, view: MessagesView, c
     cleared: set[str] = set()
     for use in candidates:
         at = results.get(use.id)
-        if at is not None and _clear_result(out, at, view, counter, namespace, offloads):
+        if at is not None and _clear_result(out, at, view, counter=counter, namespace=namespace, offloads=offloads):
             cleared.add(use.id)
-        if edit.clears_input(use.name) and _clear_input(out, use, counter, namespace, offloads):
+        if edit.clears_input(use.name) and _clear_input(out, use, counter, namespace=namespace, offloads=offloads):
             cleared.add(use.id)
     freed = counter.messages(items) - counter.messages(out)
     if not cleared or freed < max(edit.clear_at_least, 1):
@@ -144,7 +145,7 @@ def clear_tool_uses(items: list[Any], edit: ClearToolUses, view: MessagesView, c
     return out, {"type": edit.type, "cleared_tool_uses": len(cleared), "cleared_input_tokens": freed}, offloads
 
 
-def _clear_result(out: list[Any], at: int, view: MessagesView, counter: TokenCounter, namespace: str,
+def _clear_result(out: list[Any], at: int, view: MessagesView, *, counter: TokenCounter, namespace: str,
                   offloads: list[Offload]) -> bool:
     item = out[at]
     text = view.tool_text(item)
@@ -160,7 +161,7 @@ def _clear_result(out: list[Any], at: int, view: MessagesView, counter: TokenCou
     return True
 
 
-def _clear_input(out: list[Any], use: _Use, counter: TokenCounter, namespace: str,
+def _clear_input(out: list[Any], use: _Use, counter: TokenCounter, *, namespace: str,
                  offloads: list[Offload]) -> bool:
     item = out[use.item]
     block = item["content"][use.block]
@@ -185,7 +186,7 @@ def _is_cleared_input(value: Any) -> bool:
             and value[texts.CLEARED_INPUT_KEY].startswith("[offloaded tool input: "))
 
 
-def apply_edits(items: list[Any], edits: Collection[Edit], view: MessagesView, counter: TokenCounter, *,
+def apply_edits(items: list[Any], edits: Collection[Edit], view: MessagesView, *, counter: TokenCounter,
                 namespace: str, fixed_tokens: int, clear_tool_uses_: bool = True) -> Edited:
     """Every clearing edit of `edits`, in order (others are not this module's). `fixed_tokens`:
     the request's tokens outside the history (system, tools), counted towards an input_tokens
@@ -193,11 +194,11 @@ def apply_edits(items: list[Any], edits: Collection[Edit], view: MessagesView, c
     result = Edited(items)
     for edit in edits:
         if isinstance(edit, ClearThinking):
-            result.items, applied = clear_thinking(result.items, edit, view, counter)
+            result.items, applied = clear_thinking(result.items, edit, view, counter=counter)
             offloads: list[Offload] = []
         elif isinstance(edit, ClearToolUses) and clear_tool_uses_:
             tokens = fixed_tokens + counter.messages(result.items)
-            result.items, applied, offloads = clear_tool_uses(result.items, edit, view, counter,
+            result.items, applied, offloads = clear_tool_uses(result.items, edit, view, counter=counter,
                                                               namespace=namespace, input_tokens=tokens)
         else:
             continue

@@ -35,6 +35,7 @@ from typing import Any
 
 from proxy.formats.messages.items import PART, blocks_of, block_type, input_text, text_blocks_text
 from proxy.formats.messages.request import anthropic_tool, messages_of
+from proxy.core.jsonio import array_or, object_or, string_or
 
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 DEFAULT_MAX_TOKENS = 4096
@@ -94,7 +95,7 @@ def _tool_use(call: Any) -> Any:
         custom = call["custom"]
         return {"type": "tool_use", "id": call.get("id"), "name": custom.get("name"),
                 "input": {"input": custom.get("input", "")}}
-    function = call.get("function") if isinstance(call.get("function"), dict) else {}
+    function = object_or(call.get("function"), {})
     return {"type": "tool_use", "id": call.get("id"), "name": function.get("name"),
             "input": _input(function.get("arguments"))}
 
@@ -106,7 +107,7 @@ def _assistant(message: dict) -> dict:
         blocks.append({"type": "text", "text": text})
     if isinstance(message.get("refusal"), str) and message["refusal"]:
         blocks.append({"type": "text", "text": message["refusal"]})
-    calls = message.get("tool_calls") if isinstance(message.get("tool_calls"), list) else []
+    calls = array_or(message.get("tool_calls"), [])
     blocks += [_tool_use(c) for c in calls]
     return {"role": "assistant", "content": blocks or ""}
 
@@ -190,7 +191,7 @@ def body_from_chat(messages: list[Any], *, model: str, tools: Any = None,
 def _chat_part(block: Any) -> Any:
     kind = block_type(block)
     if kind == "text":
-        return {"type": "text", "text": block.get("text") if isinstance(block.get("text"), str) else ""}
+        return {"type": "text", "text": string_or(block.get("text"), "")}
     if kind == "image" and isinstance(block.get("source"), dict):
         source = block["source"]
         url = (f"data:{source.get('media_type')};base64,{source.get('data')}" if source.get("type") == "base64"

@@ -32,6 +32,7 @@ import json
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
+from proxy.core.jsonio import string_or
 from proxy.core.images import split_data_url
 from proxy.core.view import ItemView, MediaPart, Role
 
@@ -204,7 +205,7 @@ def _label(block: Any) -> str:
     """A block as the summariser reads it."""
     kind = block_type(block)
     if kind == "text":
-        return block.get("text") if isinstance(block.get("text"), str) else ""
+        return string_or(block.get("text"), "")
     if kind == "thinking":
         return f"[thinking] {block.get('thinking') or ''}".rstrip()
     if kind == "redacted_thinking":
@@ -212,7 +213,7 @@ def _label(block: Any) -> str:
     if kind == "tool_use":
         return ""  # in the header
     if kind in ("image", "document"):
-        title = block.get("title") if isinstance(block.get("title"), str) else ""
+        title = string_or(block.get("title"), "")
         return f"[{kind} {title}]".replace(" ]", "]")
     if kind in ("server_tool_use", "mcp_tool_use"):
         return f"[{kind.replace('_', ' ')}] {block.get('name') or '?'}({input_text(block.get('input'))})"
@@ -270,7 +271,7 @@ class MessagesView:
         return tuple(b["id"] for b in self._tool_uses(item) if isinstance(b.get("id"), str))
 
     def call_details(self, item: Any) -> tuple[tuple[str, str], ...]:
-        return tuple((b.get("name") if isinstance(b.get("name"), str) else "", input_text(b.get("input")))
+        return tuple((string_or(b.get("name"), ""), input_text(b.get("input")))
                      for b in self._tool_uses(item))
 
     def answers(self, item: Any) -> str | None:
@@ -320,7 +321,7 @@ class MessagesView:
             labels = [_label(b) for b in item["content"]]
             return f"[tool result{error} ({self.answers(item) or '?'})]", "\n".join(label for label in labels if label)
         calls = [f"{b.get('name') or '?'}({input_text(b.get('input'))})" for b in self._tool_uses(item)]
-        role = item.get("role") if isinstance(item.get("role"), str) else "?"
+        role = string_or(item.get("role"), "?")
         header = f"[{role}]" + (f" calls {'; '.join(calls)}" if calls else "")
         labels = [_label(b) for b in blocks_of(item.get("content"))]
         return header, "\n".join(label for label in labels if label)

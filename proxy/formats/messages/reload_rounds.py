@@ -43,7 +43,7 @@ class MessagesRounds:
     # itself (`proxy.emulation.edits`): on the message, or on a stream's last `message_delta`
     context_management: dict | None = None
 
-    def __init__(self, body: dict, items: list[Any], tools: Sequence[dict], names: frozenset[str], *,
+    def __init__(self, body: dict, items: list[Any], tools: Sequence[dict], *, names: frozenset[str],
                  extra_usage: dict | None = None, lead: Sequence[dict] = ()) -> None:
         """`lead`: the proxy's own blocks, first in the client's answer (an emulated compaction)."""
         self.body, self.items, self.tools, self.names = body, list(items), list(tools), names

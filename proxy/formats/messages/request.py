@@ -9,6 +9,7 @@ from typing import Any
 from proxy.core.provider_context import DEFAULT_KEEP_TOOL_USES, NONE, ProviderContext
 from proxy.formats.messages.items import (PRIVATE_KEYS, blocks_of, has_tool_result, is_part, is_summary,
                                           split_message)
+from proxy.core.jsonio import object_or
 
 
 def history(body: dict) -> list[Any]:
@@ -109,7 +110,7 @@ def _merged(summary: dict, message: dict, *, after: bool = False) -> dict:
 
 def anthropic_tool(schema: dict) -> dict:
     """An Anthropic client tool from a chat-style schema (`{"type": "function", "function": {...}}`)."""
-    function = schema.get("function") if isinstance(schema.get("function"), dict) else schema
+    function = object_or(schema.get("function"), schema)
     tool: dict[str, Any] = {"name": function["name"]}
     if "description" in function:
         tool["description"] = function["description"]

@@ -7,7 +7,7 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from proxy.core import texts
-from proxy.core.jsonio import nested_deeper_than
+from proxy.core.jsonio import nested_deeper_than, string_or
 from proxy.core.media import ToolResult
 from proxy.core.rounds import ToolCall
 from proxy.core.usage import add_usage
@@ -52,7 +52,7 @@ def _arguments(value: Any) -> Any:
 def tool_calls(blocks: Sequence[dict]) -> list[ToolCall]:
     """The injected tool_use blocks as the loop runs them (see `_arguments`)."""
     return [ToolCall(str(b.get("name") or ""), _arguments(b.get("input")),
-                     b.get("id") if isinstance(b.get("id"), str) else None) for b in blocks]
+                     string_or(b.get("id"), None)) for b in blocks]
 
 
 def _sendable(block: Any) -> Any:

@@ -33,6 +33,7 @@ from proxy.formats.messages.items import block_type, is_injected, is_tool_use
 from proxy.core.growing_text import GrowingText
 from proxy.core.usage import add_usage
 from proxy.formats.messages.rounds import assistant_turn, client_stop_reason
+from proxy.core.jsonio import object_or
 
 _INPUT_BLOCKS = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})  # their input comes as JSON fragments
 ERROR_TYPES = ANTHROPIC_ERROR_TYPES  # the error types a client may be sent
@@ -85,7 +86,7 @@ class _Block:
 def _apply(delta: dict, state: _Block) -> None:
     """Grow the block by one delta (the anthropic SDK's rules), in time linear in what it adds."""
     kind = delta.get("type")
-    name = _GROWING.get(kind)
+    name = _GROWING.get(kind) if isinstance(kind, str) else None
     if name is not None and isinstance(delta.get(name), str):
         text = state.grown.get(name)
         if text is None:
@@ -204,7 +205,7 @@ class StreamRewriter:
             return self.fail("The upstream's stream ended before the message completed.")
         self._finished = True
         template = self._delta or {"type": "message_delta", "delta": {"stop_reason": None, "stop_sequence": None}}
-        delta = dict(template.get("delta") if isinstance(template.get("delta"), dict) else {})
+        delta = dict(object_or(template.get("delta"), {}))
         visible = [b.block for b in self._ordered() if not b.hidden]
         if "stop_reason" in delta:
             delta["stop_reason"] = client_stop_reason(delta["stop_reason"], visible)
@@ -247,7 +248,7 @@ class StreamRewriter:
             return [event]  # ping, and events of no block
         state = self._blocks.get(index)
         if kind == "content_block_start":  # the index it had (an event before its start) stays its index
-            block = event.get("content_block") if isinstance(event.get("content_block"), dict) else {}
+            block = object_or(event.get("content_block"), {})
             shown = state.client_index if state is not None and not state.hidden else None
             state = self._blocks[index] = _Block(copy.deepcopy(block), hidden=is_injected(block, self.names),
                                                  client_index=shown)
@@ -262,7 +263,7 @@ class StreamRewriter:
         return [{**event, "index": state.client_index}]
 
     def _start(self, event: dict) -> list[dict]:
-        message = event.get("message") if isinstance(event.get("message"), dict) else {}
+        message = object_or(event.get("message"), {})
         if isinstance(message.get("usage"), dict):
             self._round_usage = dict(message["usage"])
         if self._started:

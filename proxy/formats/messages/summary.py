@@ -35,6 +35,7 @@ from typing import Any
 
 from proxy.formats.messages.items import block_type, is_tool_use
 from proxy.formats.messages.request import inject_tools, messages_of
+from proxy.core.jsonio import object_or
 
 SUMMARY_MAX_TOKENS = 4096
 DROPPED = frozenset({"stream", "stop_sequences", "output_format", "max_tokens"})
@@ -72,7 +73,7 @@ def _unanswered(messages: list[Any]) -> list[str]:
     return [b["id"] for b in last["content"] if is_tool_use(b) and isinstance(b.get("id"), str)]
 
 
-def summary_request(body: dict, prefix: list[Any], instruction: str, tools: Sequence[dict], *,
+def summary_request(body: dict, prefix: list[Any], instruction: str, *, tools: Sequence[dict],
                     model: str) -> tuple[str, dict]:
     messages = messages_of(prefix)  # the prefix alone: the instruction is never merged into it
     ask = instruction_message(instruction)
@@ -102,6 +103,6 @@ def summary_answer(answer: Any) -> tuple[str, int, int]:
     if not isinstance(answer, dict) or not isinstance(answer.get("content"), list):
         raise ValueError("no content list")
     text = "".join(b["text"] for b in answer["content"] if block_type(b) == "text" and isinstance(b.get("text"), str))
-    usage = answer.get("usage") if isinstance(answer.get("usage"), dict) else {}
+    usage = object_or(answer.get("usage"), {})
     sent = sum(_count(usage.get(k)) for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))
     return text, sent, _count(usage.get("output_tokens"))

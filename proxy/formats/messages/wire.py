@@ -46,7 +46,7 @@ class MessagesFormat:
 
     def rounds(self, body: dict, items: list[Any], tools: Sequence[dict], *,
                extra_usage: dict | None, lead: Sequence[dict] = ()) -> MessagesRounds:
-        return MessagesRounds(body, items, tools, INJECTED_TOOLS, extra_usage=extra_usage, lead=lead)
+        return MessagesRounds(body, items, tools, names=INJECTED_TOOLS, extra_usage=extra_usage, lead=lead)
 
     def paused_answer(self, lead: list[dict], *, body: dict, created_at: int, tokens_in: int,
                       tokens_out: int) -> dict:
@@ -55,9 +55,9 @@ class MessagesFormat:
     def paused_events(self, answer: dict) -> list[dict]:
         return paused_events(answer)
 
-    def summary_request(self, body: dict, prefix: list[Any], instruction: str, tools: Sequence[dict], *,
+    def summary_request(self, body: dict, prefix: list[Any], instruction: str, *, tools: Sequence[dict],
                         model: str) -> tuple[str, dict]:
-        return summary.summary_request(body, prefix, instruction, tools, model=model)
+        return summary.summary_request(body, prefix, instruction, tools=tools, model=model)
 
     def summary_answer(self, answer: Any) -> tuple[str, int, int]:
         return summary.summary_answer(answer)

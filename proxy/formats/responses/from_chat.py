@@ -24,6 +24,7 @@ Chat's `name` on a message has no Responses counterpart and is dropped.
 from __future__ import annotations
 
 from typing import Any
+from proxy.core.jsonio import array_or, object_or
 
 _INPUT_ROLES = frozenset({"system", "developer", "user"})
 
@@ -80,7 +81,7 @@ def _call(call: Any) -> Any:
         custom = call["custom"]
         return {"type": "custom_tool_call", "call_id": call.get("id"), "name": custom.get("name"),
                 "input": custom.get("input", "")}
-    function = call.get("function") if isinstance(call.get("function"), dict) else {}
+    function = object_or(call.get("function"), {})
     return {"type": "function_call", "call_id": call.get("id"), "name": function.get("name"),
             "arguments": function.get("arguments", "")}
 
@@ -100,7 +101,7 @@ def items_from_message(message: Any) -> list[Any]:
         parts = _parts(message.get("content"), "output_text")
         if isinstance(message.get("refusal"), str) and message["refusal"]:
             parts.append({"type": "refusal", "refusal": message["refusal"]})
-        calls = message.get("tool_calls") if isinstance(message.get("tool_calls"), list) else []
+        calls = array_or(message.get("tool_calls"), [])
         text = [p for p in parts if not (isinstance(p, dict) and p.get("type") == "output_text" and not p["text"])]
         items: list[Any] = []
         if text or not calls:  # an assistant message with nothing but calls is just its calls

@@ -28,6 +28,7 @@ from typing import Any
 
 from proxy.core.tokens import NOTE_KEY
 from proxy.core.view import ItemView, MediaPart, Role
+from proxy.core.jsonio import object_or, string_or
 
 
 SYSTEM_ROLES = frozenset({"system", "developer"})
@@ -157,7 +158,7 @@ def _part_label(part: Any) -> str:
         return ""
     kind = part.get("type")
     if kind in _TEXT_PARTS:
-        return part.get("text") if isinstance(part.get("text"), str) else ""
+        return string_or(part.get("text"), "")
     if kind == "refusal":
         return f"[refusal] {part.get('refusal') or ''}".rstrip()
     if kind == "input_image":
@@ -281,7 +282,7 @@ class ResponsesView:
         mcp_call as "server.name"."""
         kind = _type(item)
         if kind in ("function_call", "custom_tool_call", "mcp_call"):
-            name = item.get("name") if isinstance(item.get("name"), str) else ""
+            name = string_or(item.get("name"), "")
             prefix = item.get("server_label") if kind == "mcp_call" else item.get("namespace")
             if isinstance(prefix, str) and prefix:
                 name = f"{prefix}.{name}"
@@ -373,23 +374,22 @@ class ResponsesView:
             return f"assistant calls {name}({args if isinstance(args, str) else ''})", ""
         if kind == "mcp_call":
             name = f"{item.get('server_label') or '?'}.{item.get('name') or '?'}"
-            output = item.get("output") if isinstance(item.get("output"), str) else ""
+            output = string_or(item.get("output"), "")
             if not output and item.get("error"):
                 output = f"[error] {json.dumps(item['error'], ensure_ascii=False)}"
             return f"assistant calls {name}({item.get('arguments') or ''})", output
         if kind in ("local_shell_call", "shell_call"):
-            action = item.get("action") if isinstance(item.get("action"), dict) else {}
+            action = object_or(item.get("action"), {})
             command = action.get("command") or action.get("commands") or []
             shown = " ".join(command) if isinstance(command, list) and all(isinstance(c, str) for c in command) \
                 else json.dumps(command, ensure_ascii=False)
             return f"assistant runs {shown}", ""
         if self.role(item) == "tool":
-            text = self.tool_text(item)
-            if text is None:
+            if (result := self.tool_text(item)) is None:
                 output = item.get("output")
-                text = "[screenshot]" if kind == "computer_call_output" else (
+                result = "[screenshot]" if kind == "computer_call_output" else (
                     json.dumps(output, ensure_ascii=False) if output is not None else "")
-            return f"tool result ({self.answers(item) or '?'})", text
+            return f"tool result ({self.answers(item) or '?'})", result
         rest = {k: v for k, v in item.items() if k not in ("type", "id", "encrypted_content")}
         label = "assistant " + kind.replace("_", " ") if self.role(item) == "assistant" else kind
         return label, json.dumps(rest, ensure_ascii=False) if rest else ""

@@ -33,6 +33,7 @@ from proxy.formats.responses.rounds import (calls_to_run, combine_rounds, inject
                                             reasoning_replayable, round_items)
 from proxy.formats.responses.stream import StreamRewriter
 from proxy.upstream import sse
+from proxy.core.jsonio import object_or, string_or
 
 # `response.error.code` values the openai SDK accepts (a fixed set); anything else is sent as server_error.
 ERROR_CODES = frozenset({"server_error", "rate_limit_exceeded", "invalid_prompt"})
@@ -48,8 +49,8 @@ def usage_from_chat(usage: dict | None) -> dict | None:
 
 
 def _tool_calls(calls: list[dict]) -> list[ToolCall]:
-    return [ToolCall(str(c.get("name") or ""), c.get("arguments") if isinstance(c.get("arguments"), str) else "",
-                     c.get("call_id") if isinstance(c.get("call_id"), str) else None) for c in calls]
+    return [ToolCall(str(c.get("name") or ""), string_or(c.get("arguments"), ""),
+                     string_or(c.get("call_id"), None)) for c in calls]
 
 
 def _replayable_items(items: list[dict], replayable: bool) -> list[dict]:
@@ -65,7 +66,7 @@ class ResponsesRounds:
     closing = b""
     context_management: dict | None = None  # no clearing edits in the Responses API
 
-    def __init__(self, body: dict, items: list[Any], tools: Sequence[dict], names: frozenset[str], *,
+    def __init__(self, body: dict, items: list[Any], tools: Sequence[dict], *, names: frozenset[str],
                  extra_usage: dict | None = None, lead: Sequence[dict] = ()) -> None:
         """`lead`: the proxy's own output items, first in the client's answer (an emulated compaction)."""
         self.body, self.items, self.tools, self.names = body, list(items), list(tools), names
@@ -152,8 +153,8 @@ class ResponsesRounds:
         return out
 
     def fail(self, error: dict) -> list[dict]:
-        detail = error.get("error") if isinstance(error.get("error"), dict) else {}
-        code = detail.get("code") if detail.get("code") in ERROR_CODES else "server_error"
+        detail = object_or(error.get("error"), {})
+        code = given if isinstance(given := detail.get("code"), str) and given in ERROR_CODES else "server_error"
         return self._rewriter.fail(str(detail.get("message") or "The request failed."), code=code)
 
     def carried(self, results: list[ToolResult]) -> list[dict]:

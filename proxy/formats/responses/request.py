@@ -8,6 +8,7 @@ from typing import Any
 from proxy.core.provider_context import NONE, ProviderContext
 from proxy.core.view import ItemView
 from proxy.core.tokens import NOTE_KEY
+from proxy.core.jsonio import object_or
 
 
 # ---------------------------------------------------------------------------------------------
@@ -53,7 +54,7 @@ def _expanded(item: Any) -> tuple[Any, ...]:
 
 def responses_tool(schema: dict) -> dict:
     """A Responses function tool from a chat-style schema (`{"type": "function", "function": {...}}`)."""
-    function = schema.get("function") if isinstance(schema.get("function"), dict) else schema
+    function = object_or(schema.get("function"), schema)
     tool: dict[str, Any] = {"type": "function", "name": function["name"]}
     if "description" in function:
         tool["description"] = function["description"]

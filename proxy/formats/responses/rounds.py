@@ -6,6 +6,7 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from proxy.core import texts
+from proxy.core.jsonio import array_or
 from proxy.core.media import ToolResult
 from proxy.core.usage import add_usage
 from proxy.formats.responses.items import _type, is_injected, needs_client, reloaded_output
@@ -59,7 +60,7 @@ def reasoning_replayable(body: dict) -> bool:
     """Can the request's reasoning items be sent back in a next round? Not when `store` is false
     and `include` lacks "reasoning.encrypted_content": the upstream then has no copy to refer to.
     (The caller may instead add that `include` entry to the forwarded body.)"""
-    include = body.get("include") if isinstance(body.get("include"), list) else []
+    include = array_or(body.get("include"), [])
     return body.get("store") is not False or "reasoning.encrypted_content" in include
 
 
@@ -97,7 +98,7 @@ def _hidden_flags(output: list, names: Collection[str]) -> list[bool]:
 def _output_text(output: list) -> str:
     """What the SDK's `Response.output_text` computes: every message's output_text parts, joined."""
     return "".join(part["text"] for item in output if _type(item) == "message"
-                   for part in (item.get("content") if isinstance(item.get("content"), list) else ())
+                   for part in (array_or(item.get("content"), ()))
                    if isinstance(part, dict) and part.get("type") == "output_text"
                    and isinstance(part.get("text"), str))
 

@@ -9,6 +9,7 @@ from typing import Any
 from proxy.formats.responses.items import _type, is_injected, needs_client
 from proxy.formats.responses.request import _hide_tools
 from proxy.formats.responses.rounds import _hidden_flags, _output, _with_output, add_usage
+from proxy.core.jsonio import object_or
 
 TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 _START_EVENTS = frozenset({"response.created", "response.in_progress", "response.queued"})
@@ -199,7 +200,7 @@ class StreamRewriter:
             return [self._emit(event)]  # not about one output item (audio, …): relayed
         out: list[dict] = []
         state = self._items.get(index)
-        item = event.get("item") if isinstance(event.get("item"), dict) else None
+        item = object_or(event.get("item"), None)
         if state is None and item is None:
             if event.get("item_id") in self._hidden_ids:
                 return []
@@ -215,7 +216,7 @@ class StreamRewriter:
             state = self._classify(index, item, out)
         if kind == "response.output_item.done" and isinstance(event.get("item"), dict):
             state.done = event["item"]
-            if state.state == "visible":
+            if state.state == "visible" and state.client_index is not None:
                 self._visible[state.client_index] = state.done
         self._route(state, event, out)
         return out
@@ -228,7 +229,7 @@ class StreamRewriter:
             state.buffer.append(event)
 
     def _start(self, event: dict) -> list[dict]:
-        response = event.get("response") if isinstance(event.get("response"), dict) else None
+        response = object_or(event.get("response"), None)
         if response is not None:
             self._note(response)
         if self.round > 0:
@@ -257,7 +258,7 @@ class StreamRewriter:
 
     def _end(self, event: dict) -> list[dict]:
         out: list[dict] = []
-        response = event.get("response") if isinstance(event.get("response"), dict) else {}
+        response = object_or(event.get("response"), {})
         output = _output(response)
         for state in [s for s in self._ordered() if s.state == "unknown"]:
             item = output[state.index] if state.index < len(output) and isinstance(output[state.index], dict) else {}
@@ -285,7 +286,8 @@ class StreamRewriter:
                     client=needs_client(item, self.names), client_index=None if hidden else self._assign())
             if state.done is None:
                 state.done = item
-                if state.state == "visible" and state.client_index not in self._visible:
+                if state.state == "visible" and state.client_index is not None \
+                        and state.client_index not in self._visible:
                     self._visible[state.client_index] = item
 
     def _classify(self, index: int, item: dict | None, out: list[dict]) -> _Item:

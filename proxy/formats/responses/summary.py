@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from proxy.formats.responses.request import inject_tools, with_history
+from proxy.core.jsonio import object_or
 
 DROPPED = frozenset({
     "stream", "stream_options", "previous_response_id", "conversation", "max_output_tokens", "top_logprobs",
@@ -24,7 +25,7 @@ def instruction_item(text: str) -> dict:
     return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
 
 
-def summary_request(body: dict, prefix: list[Any], instruction: str, tools: Sequence[dict], *,
+def summary_request(body: dict, prefix: list[Any], instruction: str, *, tools: Sequence[dict],
                     model: str) -> tuple[str, dict]:
     out = with_history(body, [*prefix, instruction_item(instruction)])
     if tools:
@@ -49,7 +50,7 @@ def summary_answer(answer: Any) -> tuple[str, int, int]:
         if isinstance(item, dict) and item.get("type") == "message" and isinstance(item.get("content"), list):
             parts += [p["text"] for p in item["content"]
                       if isinstance(p, dict) and p.get("type") == "output_text" and isinstance(p.get("text"), str)]
-    usage = answer.get("usage") if isinstance(answer.get("usage"), dict) else {}
+    usage = object_or(answer.get("usage"), {})
     return "".join(parts), _count(usage.get("input_tokens")), _count(usage.get("output_tokens"))
 
 

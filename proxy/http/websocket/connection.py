@@ -53,7 +53,7 @@ class Limits:
 
 
 class Connection:
-    def __init__(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send, limits: Limits) -> None:
+    def __init__(self, app: ASGIApp, scope: Scope, *, receive: Receive, send: Send, limits: Limits) -> None:
         self.app, self.scope, self._receive, self._send, self.limits = app, scope, receive, send, limits
         self.chain = ConnectionChain(limits.held_responses)
         self.gone = asyncio.Event()
@@ -221,7 +221,7 @@ class Connection:
                         finished = event.get("response") if isinstance(event.get("response"), dict) else None
             await self.send_text(events.with_stream_id(data, stream_id))
 
-        status, error_body = await dispatch(self.app, self.scope, body, self.gone, on_event)
+        status, error_body = await dispatch(self.app, self.scope, body, gone=self.gone, on_event=on_event)
         if status != 200:
             await self.send_event(events.from_http_answer(status, error_body, stream_id))
         elif finished is not None and isinstance(finished.get("id"), str):

@@ -87,7 +87,7 @@ class Answer:
         return sse.iter_data(self._bytes())
 
 
-async def dispatch(app: ASGIApp, upgrade: Scope, body: dict[str, Any], gone: asyncio.Event,
+async def dispatch(app: ASGIApp, upgrade: Scope, body: dict[str, Any], *, gone: asyncio.Event,
                    on_event: Callable[[str], Awaitable[None]]) -> tuple[int, bytes]:
     """Run the request; each event of a 200 stream goes to `on_event` (its JSON text) as it comes.
     Returns the status and, when it is not 200, the answer's body. `gone`: set when the client

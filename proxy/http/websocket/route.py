@@ -60,25 +60,25 @@ class ResponsesSocket:
         try:
             caller = self.gatekeeper.identify(Headers(scope=scope), "openai")
         except ProxyError as exc:
-            await _refuse(scope, receive, send, exc.response(), 1008, exc.message)
+            await _refuse(scope, receive, send, response=exc.response(), code=1008, reason=exc.message)
             return
         if not self.open.take(caller.scope):
             message = (f"This tenant already holds {self.open.limit} WebSocket connections to this proxy worker "
                        "(--ws-connections-per-tenant): close one, or use POST /v1/responses.")
             refusal = error_response(429, message, type_="rate_limit_error", code="too_many_connections")
-            await _refuse(scope, receive, send, refusal, 1013, "too many connections")
+            await _refuse(scope, receive, send, response=refusal, code=1013, reason="too many connections")
             return
         try:
             first = await receive()
             if first["type"] != "websocket.connect":
                 return
             await send({"type": "websocket.accept"})
-            await Connection(app, scope, receive, send, self.limits).serve()
+            await Connection(app, scope, receive=receive, send=send, limits=self.limits).serve()
         finally:
             self.open.give_back(caller.scope)
 
 
-async def _refuse(scope: Scope, receive: Receive, send: Send, response: Response, code: int, reason: str) -> None:
+async def _refuse(scope: Scope, receive: Receive, send: Send, *, response: Response, code: int, reason: str) -> None:
     """Before accepting: the HTTP answer itself where the server can send one (uvicorn can), else
     a close with `code` (1008 policy, 1013 try again later)."""
     if "websocket.http.response" in scope.get("extensions", {}):

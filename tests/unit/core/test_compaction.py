@@ -19,7 +19,7 @@ NS = "a" * 32
 
 
 def plan(messages, **overrides):
-    return plan_compaction(messages, VIEW, OffloadSettings(**overrides), COUNTER, NS)
+    return plan_compaction(messages, VIEW, OffloadSettings(**overrides), counter=COUNTER, namespace=NS)
 
 
 def test_below_threshold_nothing_changes():
@@ -63,7 +63,7 @@ def test_deterministic_and_content_addressed():
     a = plan(agent_history(), max_total_tokens=1000)
     b = plan(agent_history(), max_total_tokens=1000)
     assert a.items == b.items and [o.ref for o in a.offloads] == [o.ref for o in b.offloads]
-    other_tenant = plan_compaction(agent_history(), VIEW, OffloadSettings(max_total_tokens=1000), COUNTER, "b" * 32)
+    other_tenant = plan_compaction(agent_history(), VIEW, OffloadSettings(max_total_tokens=1000), counter=COUNTER, namespace="b" * 32)
     assert {o.ref for o in other_tenant.offloads}.isdisjoint({o.ref for o in a.offloads})
 
 

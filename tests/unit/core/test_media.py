@@ -33,7 +33,7 @@ def _chat(urls: list[str]) -> list[dict]:
 
 def test_chat_images_before_the_most_recent_three_become_markers():
     items = _chat([data_url(s) for s in SHOTS])
-    plan = plan_compaction(items, CHAT, SETTINGS, COUNTER, "ns")
+    plan = plan_compaction(items, CHAT, SETTINGS, counter=COUNTER, namespace="ns")
     parts = [m["content"][1] for m in plan.items if m["role"] == "user"]
     assert [p["type"] for p in parts] == ["text"] * 3 + ["image_url"] * 3
     assert parts[3:] == [m["content"][1] for m in items if m["role"] == "user"][3:]
@@ -44,18 +44,18 @@ def test_chat_images_before_the_most_recent_three_become_markers():
     assert plan.offloads[0].text == data_url(SHOTS[0])  # the data URL, byte for byte
     assert plan.refs == [o.ref for o in plan.offloads]
     assert plan.tokens_before - plan.tokens_after > 3 * 1000
-    again = plan_compaction(plan.items, CHAT, SETTINGS, COUNTER, "ns")  # idempotent
+    again = plan_compaction(plan.items, CHAT, SETTINGS, counter=COUNTER, namespace="ns")  # idempotent
     assert json.dumps(again.items) == json.dumps(plan.items) and not again.offloads
 
 
 def test_the_same_bytes_give_the_same_ref_and_marker_turn_after_turn():
     urls = [data_url(s) for s in SHOTS]
-    first = plan_media(_chat(urls[:5]), CHAT, SETTINGS, COUNTER, "ns")
-    second = plan_media(_chat(urls[:6]), CHAT, SETTINGS, COUNTER, "ns")
+    first = plan_media(_chat(urls[:5]), CHAT, SETTINGS, counter=COUNTER, namespace="ns")
+    second = plan_media(_chat(urls[:6]), CHAT, SETTINGS, counter=COUNTER, namespace="ns")
     assert json.dumps(second.items[:5]) == json.dumps(first.items[:5])  # the prefix stays byte-stable
-    repeated = plan_media(_chat([urls[0]] * 5), CHAT, SETTINGS, COUNTER, "ns")
+    repeated = plan_media(_chat([urls[0]] * 5), CHAT, SETTINGS, counter=COUNTER, namespace="ns")
     assert len(repeated.offloads) == 1  # stored once
-    other = plan_media(_chat(urls[:5]), CHAT, SETTINGS, COUNTER, "other-namespace")
+    other = plan_media(_chat(urls[:5]), CHAT, SETTINGS, counter=COUNTER, namespace="other-namespace")
     assert other.offloads[0].ref != first.offloads[0].ref
 
 
@@ -64,16 +64,16 @@ def test_what_cannot_be_read_or_lies_is_forwarded_as_it_came():
     odd = ["data:image/jpeg;base64," + png, "data:image/png;base64,!!!not-base64!!!", "data:image/png;base64,",
            "https://example.com/shot.png", "data:image/png;base64," + b64(b"GIF89a")]
     items = _chat(odd + [data_url(s) for s in SHOTS[:3]])
-    plan = plan_media(items, CHAT, SETTINGS, COUNTER, "ns")
+    plan = plan_media(items, CHAT, SETTINGS, counter=COUNTER, namespace="ns")
     assert plan.items == items and not plan.offloads
 
 
 def test_keep_images_and_mode_off():
     items = _chat([data_url(s) for s in SHOTS])
-    assert len(plan_media(items, CHAT, OffloadSettings(keep_images=0), COUNTER, "ns").offloads) == 6
-    assert not plan_media(items, CHAT, OffloadSettings(keep_images=6), COUNTER, "ns").offloads
-    assert not plan_media(items, CHAT, OffloadSettings(mode="off"), COUNTER, "ns").offloads
-    assert len(plan_compaction(items, CHAT, OffloadSettings(mode="compress"), COUNTER, "ns", compact=False).offloads) == 3
+    assert len(plan_media(items, CHAT, OffloadSettings(keep_images=0), counter=COUNTER, namespace="ns").offloads) == 6
+    assert not plan_media(items, CHAT, OffloadSettings(keep_images=6), counter=COUNTER, namespace="ns").offloads
+    assert not plan_media(items, CHAT, OffloadSettings(mode="off"), counter=COUNTER, namespace="ns").offloads
+    assert len(plan_compaction(items, CHAT, OffloadSettings(mode="compress"), counter=COUNTER, namespace="ns", compact=False).offloads) == 3
 
 
 def test_large_base64_documents_and_audio_are_offloaded_small_ones_stay():
@@ -83,7 +83,7 @@ def test_large_base64_documents_and_audio_are_offloaded_small_ones_stay():
                                           {"type": "file", "file": {"file_data": small, "filename": "b.pdf"}},
                                           {"type": "input_audio", "input_audio": {"data": "UklG" * 3000, "format": "wav"}}]},
              {"role": "assistant", "content": "read"}]
-    plan = plan_media(items, CHAT, SETTINGS, COUNTER, "ns")
+    plan = plan_media(items, CHAT, SETTINGS, counter=COUNTER, namespace="ns")
     kinds = [p["type"] for p in plan.items[0]["content"]]
     assert kinds == ["text", "file", "text"]
     assert plan.items[0]["content"][0]["text"].startswith("[document offloaded: application/pdf, 12,000 bytes, ~4,000 tokens")
@@ -103,7 +103,7 @@ def _computer_session() -> list[dict]:
 
 def test_responses_screenshots_become_a_placeholder_and_a_marker_message_upstream():
     items = _computer_session()
-    plan = plan_compaction(items, RESPONSES, SETTINGS, COUNTER, "ns")
+    plan = plan_compaction(items, RESPONSES, SETTINGS, counter=COUNTER, namespace="ns")
     outputs = [i for i in plan.items if i.get("type") == "computer_call_output"]
     assert [o["output"]["image_url"] == PLACEHOLDER_PNG for o in outputs] == [True] * 3 + [False] * 3
     assert len(plan.items) == len(items)  # one for one (compression relies on it)
@@ -112,7 +112,7 @@ def test_responses_screenshots_become_a_placeholder_and_a_marker_message_upstrea
     assert len(body["input"]) == len(items) + 3 and NOTE_KEY not in json.dumps(body)
     assert body["input"][3] == {"type": "message", "role": "user",
                                 "content": [{"type": "input_text", "text": outputs[0][NOTE_KEY]}]}
-    assert plan_compaction(plan.items, RESPONSES, SETTINGS, COUNTER, "ns").items == plan.items
+    assert plan_compaction(plan.items, RESPONSES, SETTINGS, counter=COUNTER, namespace="ns").items == plan.items
 
 
 def test_responses_input_image_and_input_file_parts():
@@ -122,7 +122,7 @@ def test_responses_input_image_and_input_file_parts():
     items.append({"type": "function_call_output", "call_id": "c",
                   "output": [{"type": "input_file", "file_data": "data:application/pdf;base64," + "A" * 40_000,
                               "filename": "x.pdf"}, {"type": "input_image", "file_id": "file-123"}]})
-    plan = plan_media(items + [{"role": "user", "content": "go"}], RESPONSES, SETTINGS, COUNTER, "ns")
+    plan = plan_media(items + [{"role": "user", "content": "go"}], RESPONSES, SETTINGS, counter=COUNTER, namespace="ns")
     assert plan.items[0]["content"][1]["type"] == "input_text"
     assert plan.items[4]["output"][0]["type"] == "input_text"
     assert plan.items[4]["output"][1] == {"type": "input_image", "file_id": "file-123"}  # not in the request: kept
@@ -139,7 +139,7 @@ def test_anthropic_image_blocks_inside_tool_results():
                                                         "input": {"action": "screenshot"}}]})
         items.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{step}",
                                                    "content": [block(shot)], "cache_control": {"type": "ephemeral"}}]})
-    plan = plan_compaction(items, MESSAGES, SETTINGS, COUNTER, "ns")
+    plan = plan_compaction(items, MESSAGES, SETTINGS, counter=COUNTER, namespace="ns")
     first = plan.items[1]["content"][0]
     assert first["tool_use_id"] == "t0" and first["cache_control"] == {"type": "ephemeral"}
     assert first["content"][0]["text"].startswith("[image offloaded: png 1280×800, ~1,366 tokens, ref=")
@@ -151,7 +151,7 @@ def test_anthropic_image_blocks_inside_tool_results():
 def test_images_are_offloaded_in_batches_so_the_prefix_changes_once_per_batch():
     urls = [data_url(s) for s in SHOTS]
     batch = OffloadSettings(image_batch=2)
-    offloaded = [len(plan_media(_chat(urls[:n]), CHAT, batch, COUNTER, "ns").offloads) for n in range(1, 7)]
+    offloaded = [len(plan_media(_chat(urls[:n]), CHAT, batch, counter=COUNTER, namespace="ns").offloads) for n in range(1, 7)]
     assert offloaded == [0, 0, 0, 0, 2, 2]  # 4 images: one older than the last three, not a whole batch
 
 
@@ -162,7 +162,7 @@ def test_anthropic_documents_offloaded_when_large_urls_never():
     text = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "plain " * 5_000}}
     url = {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}
     items = [{"role": "user", "content": [pdf, small, text, url, url, url, url]}, {"role": "assistant", "content": "ok"}]
-    plan = plan_media(items, MESSAGES, SETTINGS, COUNTER, "ns")
+    plan = plan_media(items, MESSAGES, SETTINGS, counter=COUNTER, namespace="ns")
     blocks = plan.items[0]["content"]
     assert blocks[0] == {"type": "text", "text": blocks[0]["text"]}
     assert blocks[0]["text"].startswith("[document offloaded: application/pdf, 12,000 bytes, ~4,000 tokens, ref=")

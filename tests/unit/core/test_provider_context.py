@@ -77,12 +77,12 @@ def test_items_before_the_compaction_never_count_nor_go_into_a_summary():
     new = [user(f"new {k}") for k in range(4)]
     items = [*old, COMPACTION, *new]
     settings = OffloadSettings(max_total_tokens=500)
-    assert cp.decide(items, RV, settings, COUNTER, None).action == "none"
-    assert cp.decide(old + new, RV, settings, COUNTER, None).action == "summarize"  # the same without it
+    assert cp.decide(items, RV, settings, counter=COUNTER, prior=None).action == "none"
+    assert cp.decide(old + new, RV, settings, counter=COUNTER, prior=None).action == "summarize"  # the same without it
     newer = [*items, *(user("word " * 100) for _ in range(8))]
-    d = cp.decide(newer, RV, settings, COUNTER, None)
+    d = cp.decide(newer, RV, settings, counter=COUNTER, prior=None)
     assert d.action == "summarize" and d.head == len(old) + 1  # the summarised part starts after it
-    assembled = cp.assemble(newer, RV, d.head, d.cut, RV.summary_item("S"))
+    assembled = cp.assemble(newer, RV, d.head, cut=d.cut, summary=RV.summary_item("S"))
     assert assembled[:len(old) + 1] == [*old, COMPACTION]  # kept verbatim, in place
 
 
@@ -90,14 +90,14 @@ def test_compaction_ignores_what_precedes_the_compaction_item():
     old = [call(1), output(1, big()), user("u")]
     items = [*old, COMPACTION, user("new"), call(2), output(2, big()), user("last")]
     frozen = copy.deepcopy(items)
-    plan = plan_compaction(items, RV, OffloadSettings(max_total_tokens=1000, max_tool_message_tokens=100), COUNTER, NS)
+    plan = plan_compaction(items, RV, OffloadSettings(max_total_tokens=1000, max_tool_message_tokens=100), counter=COUNTER, namespace=NS)
     assert plan.items[:4] == frozen[:4]  # the old output is not compacted: the provider ignores it
     assert is_marker(plan.items[6]["output"]) and len(plan.offloads) == 1
     assert plan.tokens_before == COUNTER.messages(frozen)  # the headers still count what is forwarded
     # the trigger counts only what follows the compaction item
     small_after = [*old, COMPACTION, user("new")]
     quiet = plan_compaction(small_after, RV, OffloadSettings(max_total_tokens=1000, max_tool_message_tokens=100),
-                            COUNTER, NS)
+                            counter=COUNTER, namespace=NS)
     assert quiet.items == small_after and not quiet.offloads
 
 
@@ -115,11 +115,11 @@ def test_compaction_leaves_to_the_clear_edit_what_it_may_clear():
              call(4), output(4, big()), user("last")]
     settings = OffloadSettings(max_total_tokens=1000, max_tool_message_tokens=100)
     ctx = ProviderContext(clears_tool_results=True, keep_tool_uses=2, exclude_tools=frozenset({"read"}))
-    plan = plan_compaction(items, RV, settings, COUNTER, NS, provider=ctx)
+    plan = plan_compaction(items, RV, settings, counter=COUNTER, namespace=NS, provider=ctx)
     compacted = {i for i, item in enumerate(plan.items) if item.get("type") == "function_call_output"
                  and is_marker(item["output"])}
     assert compacted == {4, 6, 8}  # c2 (excluded), c3 and c4 (the 2 kept); c1 is the provider's to clear
-    assert len(plan_compaction(items, RV, settings, COUNTER, NS).offloads) == 4  # without the edit: all
+    assert len(plan_compaction(items, RV, settings, counter=COUNTER, namespace=NS).offloads) == 4  # without the edit: all
 
 
 # Codex CLI's local compaction: the summary user message it builds (codex-rs/core/templates/compact/summary_prefix.md)
@@ -166,15 +166,15 @@ def test_no_summary_folds_a_client_summary_with_what_follows_it():
     items = [*kept, *work]
     head, tail = cp.split(items, RV, keep_recent=2)
     assert head == len(kept) and tail == len(items) - 2
-    d = cp.decide(items, RV, OffloadSettings(max_total_tokens=500), COUNTER, None)
+    d = cp.decide(items, RV, OffloadSettings(max_total_tokens=500), counter=COUNTER, prior=None)
     assert d.action == "summarize" and d.head == len(kept)
-    assembled = cp.assemble(items, RV, d.head, d.cut, RV.summary_item("S"))
+    assembled = cp.assemble(items, RV, d.head, cut=d.cut, summary=RV.summary_item("S"))
     assert assembled[:len(kept)] == kept and assembled[len(kept)] == RV.summary_item("S")
     # without the client summary the same history is summarised from after the task (its first user message)
     plain = [*kept[:3], *work]
-    assert cp.decide(plain, RV, OffloadSettings(max_total_tokens=500), COUNTER, None).head == 2
+    assert cp.decide(plain, RV, OffloadSettings(max_total_tokens=500), counter=COUNTER, prior=None).head == 2
     # and nothing is summarised while the work after the client summary stays small
-    assert cp.decide([*kept, *work[:2]], RV, OffloadSettings(max_total_tokens=500), COUNTER, None).action == "none"
+    assert cp.decide([*kept, *work[:2]], RV, OffloadSettings(max_total_tokens=500), counter=COUNTER, prior=None).action == "none"
 
 
 def test_a_provider_compaction_item_after_a_client_summary_wins():

@@ -196,12 +196,12 @@ def test_the_summary_item_carries_the_index_and_is_recognised():
     ref = make_ref("a" * 32, "history", "h")
     index = summary_index(agent_history(), CHAT)
     for view in (CHAT, RESPONSES):
-        item = cp.summary_item(view, "<state_snapshot>…</state_snapshot>", ref, 12, 3456, index=index)
+        item = cp.summary_item(view, "<state_snapshot>…</state_snapshot>", ref, count=12, tokens=3456, index=index)
         text = view.text(item)
         assert history_ref(text) == ref and not is_marker(text)
         marker, rest = text.split("\n", 1)
         assert rest == index + "\n<state_snapshot>…</state_snapshot>"
-        plain = cp.summary_item(view, "<state_snapshot>…</state_snapshot>", ref, 12, 3456)
+        plain = cp.summary_item(view, "<state_snapshot>…</state_snapshot>", ref, count=12, tokens=3456)
         assert view.text(plain) == marker + "\n<state_snapshot>…</state_snapshot>"  # no index: as before
 
 

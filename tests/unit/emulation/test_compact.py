@@ -47,7 +47,7 @@ class Folding:
 @pytest.fixture
 def parts(tmp_path):
     store = SQLiteStore(tmp_path)
-    return (RefStore(store, "ns", 3600, Sealer(None)), CompactionRecords(store, "ns", 3600, Sealer(None)))
+    return (RefStore(store, "ns", 3600, sealer=Sealer(None)), CompactionRecords(store, "ns", 3600, sealer=Sealer(None)))
 
 
 async def run(parts, result, items=ITEMS):

@@ -18,7 +18,7 @@ SUMMARY = [{"role": "user", "content": "[summary] ref=abcdef12"}, {"role": "assi
 
 @pytest.fixture
 def records(tmp_path):
-    return CompactionRecords(SQLiteStore(tmp_path), "ns", 3600, Sealer(None), api="messages")
+    return CompactionRecords(SQLiteStore(tmp_path), "ns", 3600, sealer=Sealer(None), api="messages")
 
 
 def block(token=None, content="s"):
@@ -74,7 +74,7 @@ async def test_a_record_holding_a_block_of_ours_is_expanded_in_turn(records):
     rid = compaction_token.record_id_for("ns", content)
     key = records._key(rid.hex())
     await records.store.put(key, records.sealer.seal(content, key), 3600)
-    outer = compaction_token.make_token(rid, "ns", None, "messages")
+    outer = compaction_token.make_token(rid, "ns", None, api="messages")
     out = await replace_compaction_blocks([{"role": "assistant", "content": [block(outer)]},
                                            {"role": "user", "content": "n"}], records, emulating=True)
     assert out == [*SUMMARY, {"role": "user", "content": "n"}]
@@ -89,7 +89,7 @@ async def test_a_record_may_not_hold_a_token(records):
 
 
 async def test_the_records_developer_item_the_client_sends_again_goes_once(tmp_path):
-    responses = CompactionRecords(SQLiteStore(tmp_path), "ns", 3600, Sealer(None))
+    responses = CompactionRecords(SQLiteStore(tmp_path), "ns", 3600, sealer=Sealer(None))
     dev = {"type": "message", "role": "developer", "content": "rules"}
     other = {"type": "message", "role": "system", "content": "be brief"}
     task = {"type": "message", "role": "user", "content": "task"}

@@ -72,10 +72,10 @@ def store(tmp_path):
 async def run(fmt, items, folded, store, *, threshold=Threshold(1000), refs=None, new_summaries=True):
     prepared = Prepared(Plan(items, tokens_before=COUNTER.messages(items), tokens_after=COUNTER.messages(items)))
     emulation = Emulation(True, {}, items, threshold=threshold)
-    records = CompactionRecords(store, "ns", 3600, Sealer(None), api=fmt.records_api)
+    records = CompactionRecords(store, "ns", 3600, sealer=Sealer(None), api=fmt.records_api)
     folder = Folding(folded)
     lead = await compact(emulation, prepared, fmt=fmt, settings=OffloadSettings(), counter=COUNTER, history=items,
-                         refs=refs or RefStore(store, "ns", 3600, Sealer(None)), records=records,
+                         refs=refs or RefStore(store, "ns", 3600, sealer=Sealer(None)), records=records,
                          compressor=lambda: folder, new_summaries=new_summaries)
     return lead, prepared, records
 

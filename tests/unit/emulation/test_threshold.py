@@ -74,7 +74,7 @@ def test_only_the_emulated_betas_are_left_out():
 
 @pytest.fixture
 def records(tmp_path):
-    return CompactionRecords(SQLiteStore(tmp_path), "ns-a", 3600, Sealer(None))
+    return CompactionRecords(SQLiteStore(tmp_path), "ns-a", 3600, sealer=Sealer(None))
 
 
 def user(text):
@@ -120,7 +120,7 @@ async def test_a_token_for_another_api_or_another_namespace_is_refused(records, 
     block = {"type": "compaction", "content": "s", "encrypted_content": token}
     with pytest.raises(ProxyError, match="another API"):
         await replace_compaction_blocks([holder(block)], records, emulating=True)
-    other = CompactionRecords(records.store, "ns-b", 3600, Sealer(None))
+    other = CompactionRecords(records.store, "ns-b", 3600, sealer=Sealer(None))
     with pytest.raises(ProxyError) as caught:
         await replace_compaction_blocks([holder(block)], other, emulating=True)
     assert caught.value.status == 400 and caught.value.param == "messages[0].content[0]"

@@ -30,7 +30,7 @@ def store(tmp_path):
 
 
 def records(store, namespace="ns-a", secret=None):
-    return CompactionRecords(store, namespace, 3600, Sealer(secret), secret=secret)
+    return CompactionRecords(store, namespace, 3600, sealer=Sealer(secret), secret=secret)
 
 
 async def test_a_record_round_trips_and_is_stored_once(store):

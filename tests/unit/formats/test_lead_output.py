@@ -13,7 +13,7 @@ BLOCK = {"type": "compaction", "content": "[summary] ref=abc", "encrypted_conten
 
 
 def responses_rounds():
-    return ResponsesRounds({"model": "m", "input": []}, [], [], INJECTED_TOOLS,
+    return ResponsesRounds({"model": "m", "input": []}, [], [], names=INJECTED_TOOLS,
                            extra_usage={"prompt_tokens": 300, "completion_tokens": 40}, lead=[ITEM])
 
 
@@ -42,13 +42,13 @@ def test_responses_stream_announces_the_lead_at_index_0_and_shifts_the_rest():
 
 
 def test_messages_non_streamed_content_opens_with_the_lead():
-    rounds = MessagesRounds({"model": "m", "messages": []}, [], [], INJECTED_TOOLS, lead=[BLOCK])
+    rounds = MessagesRounds({"model": "m", "messages": []}, [], [], names=INJECTED_TOOLS, lead=[BLOCK])
     rounds.take(fake_anthropic.message(fake_anthropic.text("Hi")))
     assert rounds.result()["content"] == [BLOCK, fake_anthropic.text("Hi")]
 
 
 def test_messages_stream_sends_the_block_whole_at_index_0_after_message_start():
-    rounds = MessagesRounds({"model": "m", "messages": []}, [], [], INJECTED_TOOLS, lead=[BLOCK])
+    rounds = MessagesRounds({"model": "m", "messages": []}, [], [], names=INJECTED_TOOLS, lead=[BLOCK])
     upstream = fake_anthropic.parse_sse(b"".join(fake_anthropic.events(fake_anthropic.message(fake_anthropic.text("Hi")))))
     out = [e for event in upstream for e in rounds.feed(event)] + rounds.finish()
     assert [e["type"] for e in out[:4]] == ["message_start", "content_block_start", "content_block_delta",

@@ -179,7 +179,7 @@ def test_a_system_message_in_the_history_is_never_summarised():
     assert VIEW.role(items[1]) == "system" and dumps(with_history(body, items)) == dumps(body)
     head, tail = cp.split(items, VIEW, 2)
     summary = VIEW.summary_item("snapshot")
-    out = with_history(body, cp.assemble(items, VIEW, head, tail, summary))["messages"]
+    out = with_history(body, cp.assemble(items, VIEW, head, cut=tail, summary=summary))["messages"]
     # the task stays, the summary joins its message; the system message right after, verbatim
     assert head == 1 and out[:2] == [{"role": "user", "content": [*U0["content"], {"type": "text", "text": "snapshot"}]},
                                      env]
@@ -246,7 +246,7 @@ def test_the_newest_result_is_the_last_item_and_stays():
     results = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": BIG},
                                            {"type": "tool_result", "tool_use_id": "toolu_2", "content": BIG + "!"},
                                            REMINDER]}
-    plan = plan_compaction(history({"messages": [U0, calls, results]}), VIEW, settings(), COUNTER, NS)
+    plan = plan_compaction(history({"messages": [U0, calls, results]}), VIEW, settings(), counter=COUNTER, namespace=NS)
     assert [o.text for o in plan.offloads] == [BIG]  # like chat: the last tool result is the kept tail
 
 
@@ -285,7 +285,7 @@ def test_summary_never_opens_a_message_of_tool_results():
 
 def test_compaction_keeps_messages_ids_order_and_the_breakpoint():
     items = history(BODY)
-    plan = plan_compaction(items, VIEW, settings(), COUNTER, NS)
+    plan = plan_compaction(items, VIEW, settings(), counter=COUNTER, namespace=NS)
     assert len(plan.offloads) == 3 and {o.text for o in plan.offloads} == {BIG, BIG + "\nEOF"}
     out = with_history(BODY, plan.items)["messages"]
     assert len(out) == len(MESSAGES_)
@@ -302,7 +302,7 @@ def test_compaction_keeps_messages_ids_order_and_the_breakpoint():
     found = [refs_in(VIEW.text(i))[0] for i in plan.items if VIEW.text(i) and refs_in(VIEW.text(i))]
     assert len(found) == 3 and plan.refs == list(dict.fromkeys(found))  # equal texts, one ref
     assert PART not in json.dumps(out)
-    again = plan_compaction(plan.items, VIEW, settings(), COUNTER, NS)
+    again = plan_compaction(plan.items, VIEW, settings(), counter=COUNTER, namespace=NS)
     assert again.items == plan.items and not again.offloads  # idempotent
 
 
@@ -311,7 +311,7 @@ def test_compaction_never_offloads_results_of_injected_calls():
         {"type": "tool_use", "id": "toolu_r", "name": "context_reload", "input": {"ref": "abc123"}}]}
     result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_r", "content": BIG}]}
     items = history({"messages": [U0, reload, result, A7, U8]})
-    assert plan_compaction(items, VIEW, settings(), COUNTER, NS).offloads == []
+    assert plan_compaction(items, VIEW, settings(), counter=COUNTER, namespace=NS).offloads == []
 
 
 def test_cuts_never_fall_inside_a_message_nor_between_a_call_and_its_result():
@@ -321,16 +321,16 @@ def test_cuts_never_fall_inside_a_message_nor_between_a_call_and_its_result():
     for keep in range(len(items)):
         head, tail = cp.split(items, VIEW, keep)
         assert head == 1 and (tail in allowed or tail in (1, len(items)))  # the task (U0) is the head
-    assert cp.units(items, VIEW, 0, len(items), COUNTER)[1][0] == 1
-    assert [first for first, _ in cp.units(items, VIEW, 0, len(items), COUNTER)] == [0, 1, 3, 6, 8, 9]
+    assert cp.units(items, VIEW, 0, end=len(items), counter=COUNTER)[1][0] == 1
+    assert [first for first, _ in cp.units(items, VIEW, 0, end=len(items), counter=COUNTER)] == [0, 1, 3, 6, 8, 9]
 
 
 @pytest.mark.parametrize("keep", [1, 2, 3, 5])
 def test_compression_assembles_valid_alternating_messages(keep):
     items = history(BODY)
     head, tail = cp.split(items, VIEW, keep)
-    summary = cp.summary_item(VIEW, "<state_snapshot>x</state_snapshot>", "REFabc123", tail - head, 999)
-    out = with_history(BODY, cp.assemble(items, VIEW, head, tail, summary))["messages"]
+    summary = cp.summary_item(VIEW, "<state_snapshot>x</state_snapshot>", "REFabc123", count=tail - head, tokens=999)
+    out = with_history(BODY, cp.assemble(items, VIEW, head, cut=tail, summary=summary))["messages"]
     roles = [m["role"] for m in out]
     assert all(a != b for a, b in zip(roles, roles[1:])) and roles[0] == "user"
     assert out[0]["content"][:2] == U0["content"]  # the task, then the summary in the same message
@@ -352,7 +352,7 @@ def test_a_summary_cut_before_a_user_turn_merges_into_it():
     cut = items.index(later)
     assert cp.can_cut(items, VIEW, cut)
     summary = VIEW.summary_item("snapshot")
-    out = with_history(BODY, cp.assemble(items, VIEW, 0, cut, summary))["messages"]  # no task kept (head 0)
+    out = with_history(BODY, cp.assemble(items, VIEW, 0, cut=cut, summary=summary))["messages"]  # no task kept (head 0)
     # U0 and U8, plain user messages of the summarised part, stay after the summary, then `later`:
     # all in the one user message the summary opens, so roles still alternate
     assert out[0] == {"role": "user", "content": [{"type": "text", "text": "snapshot"}, *U0["content"],
@@ -361,7 +361,7 @@ def test_a_summary_cut_before_a_user_turn_merges_into_it():
     assert out[1:] == [{"role": "assistant", "content": "Sure."}, {"role": "user", "content": "Go"}]
     # with the task kept (the head the split makes), the summary and the kept user messages join it
     head, _ = cp.split(items, VIEW, 2)
-    out = with_history(BODY, cp.assemble(items, VIEW, head, cut, summary))["messages"]
+    out = with_history(BODY, cp.assemble(items, VIEW, head, cut=cut, summary=summary))["messages"]
     assert out[0] == {"role": "user", "content": [*U0["content"], {"type": "text", "text": "snapshot"},
                                                   {"type": "text", "text": U8["content"]},
                                                   {"type": "text", "text": "And the docs?"}]}

@@ -53,7 +53,7 @@ def inputs(items: list) -> dict[str, object]:
 
 
 def run(messages: list[dict], edit: ClearToolUses, *, input_tokens: int = 10**9):
-    return clear_tool_uses(history({"messages": messages}), edit, VIEW, COUNTER, namespace=NS,
+    return clear_tool_uses(history({"messages": messages}), edit, VIEW, counter=COUNTER, namespace=NS,
                            input_tokens=input_tokens)
 
 
@@ -139,9 +139,9 @@ def test_byte_stable_turn_after_turn_and_markers_not_cleared_again():
     assert json.dumps(first) == json.dumps(again)
     longer, _, _ = run(tool_history(FIVE + ["bash"]), ClearToolUses(keep=2))
     assert json.dumps(longer[:len(first) - 4]) == json.dumps(first[:len(first) - 4])  # the cleared prefix is unchanged
-    twice, applied, _ = clear_tool_uses(first, ClearToolUses(keep=2), VIEW, COUNTER, namespace=NS, input_tokens=10**9)
+    twice, applied, _ = clear_tool_uses(first, ClearToolUses(keep=2), VIEW, counter=COUNTER, namespace=NS, input_tokens=10**9)
     assert twice == first and applied is None  # markers are not cleared twice
-    other_ns, _, _ = clear_tool_uses(history({"messages": tool_history(FIVE)}), ClearToolUses(keep=2), VIEW, COUNTER,
+    other_ns, _, _ = clear_tool_uses(history({"messages": tool_history(FIVE)}), ClearToolUses(keep=2), VIEW, counter=COUNTER,
                                      namespace="tenant-b", input_tokens=10**9)
     assert results(other_ns)["toolu_0"] != results(first)["toolu_0"]  # refs are per tenant
 
@@ -205,7 +205,7 @@ def thinking_left(items: list) -> list[int]:
 ])
 def test_clear_thinking(turns, keep, left, cleared_turns):
     items = history({"messages": thinking_history(turns)})
-    out, applied = clear_thinking(items, ClearThinking(keep=keep), VIEW, COUNTER)
+    out, applied = clear_thinking(items, ClearThinking(keep=keep), VIEW, counter=COUNTER)
     assert thinking_left(out) == left
     if cleared_turns:
         assert applied == {"type": "clear_thinking_20251015", "cleared_thinking_turns": cleared_turns,
@@ -220,7 +220,7 @@ def test_an_assistant_message_of_thinking_only_keeps_it():
                                                                      "signature": "s"}]},
                                   {"role": "user", "content": "again"},
                                   {"role": "assistant", "content": [{"type": "text", "text": "a"}]}]})
-    out, applied = clear_thinking(items, ClearThinking(keep=0), VIEW, COUNTER)
+    out, applied = clear_thinking(items, ClearThinking(keep=0), VIEW, counter=COUNTER)
     assert out is items and applied is None
 
 
@@ -232,10 +232,10 @@ def test_apply_edits_in_order_thinking_then_tools():
         {"type": "clear_tool_uses_20250919", "trigger": {"type": "tool_uses", "value": 1},
          "keep": {"type": "tool_uses", "value": 1}},
         {"type": "compact_20260112"}]})
-    done = apply_edits(items, edits, VIEW, COUNTER, namespace=NS, fixed_tokens=0)
+    done = apply_edits(items, edits, VIEW, counter=COUNTER, namespace=NS, fixed_tokens=0)
     assert [a["type"] for a in done.applied] == ["clear_thinking_20251015", "clear_tool_uses_20250919"]
     assert done.cleared_tokens == COUNTER.messages(items) - COUNTER.messages(done.items)
-    no_tools = apply_edits(items, edits, VIEW, COUNTER, namespace=NS, fixed_tokens=0, clear_tool_uses_=False)
+    no_tools = apply_edits(items, edits, VIEW, counter=COUNTER, namespace=NS, fixed_tokens=0, clear_tool_uses_=False)
     assert [a["type"] for a in no_tools.applied] == ["clear_thinking_20251015"] and not no_tools.offloads
 
 

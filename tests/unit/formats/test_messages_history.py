@@ -80,7 +80,7 @@ def _shape(messages: list) -> list:
 def test_compaction_keeps_every_message_whole(messages):
     body = {"messages": messages}
     settings = OffloadSettings(max_total_tokens=0, max_tool_message_tokens=1, keep_recent=0)
-    plan = plan_compaction(history(body), VIEW, settings, COUNTER, "n" * 32)
+    plan = plan_compaction(history(body), VIEW, settings, counter=COUNTER, namespace="n" * 32)
     out = with_history(body, plan.items)["messages"]
     assert _shape(out) == _shape(messages)
     assert not any(isinstance(m, dict) and key in m for m in out for key in PRIVATE_KEYS)  # not as text: content may say it
@@ -102,7 +102,7 @@ def test_the_summary_after_the_task_joins_its_message_so_roles_alternate():
     body = {"messages": [task, call, result, later, answer, {"role": "user", "content": "Next?"}]}
     items = history(body)
     summary = VIEW.summary_item("S")
-    out = with_history(body, cp.assemble(items, VIEW, 1, 4, summary))["messages"]
+    out = with_history(body, cp.assemble(items, VIEW, 1, cut=4, summary=summary))["messages"]
     assert out == [{"role": "user", "content": [{"type": "text", "text": "Fix the failing build."},
                                                 {"type": "text", "text": "S"}, *later["content"]]},
                    answer, {"role": "user", "content": "Next?"}]
@@ -116,7 +116,7 @@ def test_compression_cuts_between_messages_only(messages, keep):
     head, tail = cp.split(items, VIEW, keep)
     snapshot = {"type": "text", "text": "⟦the summary of this test⟧"}
     summary = VIEW.summary_item(snapshot["text"])
-    out = with_history(body, cp.assemble(items, VIEW, head, tail, summary))["messages"]
+    out = with_history(body, cp.assemble(items, VIEW, head, cut=tail, summary=summary))["messages"]
     kept = with_history(body, items[tail:])["messages"]
     assert head == cp.task_end(items, VIEW, 0)  # the task (a first user message, whole), when there is one
     task = with_history(body, items[:head])["messages"]

@@ -22,7 +22,7 @@ CLIENT = {**BODY, "stop_sequences": ["\n\nHuman:"], "temperature": 1, "tool_choi
 def turn_and_summary(body: dict, items: list, cut: int, injected: bool) -> tuple[dict, dict]:
     turn = MESSAGES.rounds(body, items, RELOAD_TOOL_SCHEMAS, extra_usage=None).request(injected)
     endpoint, request = MESSAGES.summary_request(body, items[:cut], SUMMARY_INSTRUCTION,
-                                                 RELOAD_TOOL_SCHEMAS if injected else (), model="claude-haiku-4-5")
+                                                 tools=RELOAD_TOOL_SCHEMAS if injected else (), model="claude-haiku-4-5")
     assert endpoint == "messages"
     return turn, request
 
@@ -52,16 +52,16 @@ def test_a_prefix_with_the_prior_summary_is_forwarded_as_the_turn_forwards_it():
     body = {**BODY, "messages": [*MESSAGES_, final, later, {"role": "assistant", "content": "Sure."},
                                  {"role": "user", "content": "Go on."}]}
     items = MESSAGES.history(body)
-    summary = cp.summary_item(VIEW, "<state_snapshot>s</state_snapshot>", "REFabc123", 11, 900)
-    whole = cp.assemble(items, VIEW, 1, items.index(later), summary)  # [U0, summary, U8 (kept), later, …]
+    summary = cp.summary_item(VIEW, "<state_snapshot>s</state_snapshot>", "REFabc123", count=11, tokens=900)
+    whole = cp.assemble(items, VIEW, 1, cut=items.index(later), summary=summary)  # [U0, summary, U8 (kept), later, …]
     turn = MESSAGES.rounds(body, whole, RELOAD_TOOL_SCHEMAS, extra_usage=None).request(True)
-    _, request = MESSAGES.summary_request(body, whole[:3], SUMMARY_INSTRUCTION, RELOAD_TOOL_SCHEMAS, model="m")
+    _, request = MESSAGES.summary_request(body, whole[:3], SUMMARY_INSTRUCTION, tools=RELOAD_TOOL_SCHEMAS, model="m")
     # one user message of the task, the summary and U8; the turn's holds `later` too, after the same blocks
     first = request["messages"][0]["content"]
     assert jsonio.dumps(turn["messages"][0]["content"][:len(first)]) == jsonio.dumps(first)
     assert turn["messages"][0]["content"][len(first):] == [{"type": "text", "text": "And the docs?"}]
     assert request["messages"][1:] == [INSTRUCTION]
-    _, alone = MESSAGES.summary_request(body, whole[:2], SUMMARY_INSTRUCTION, (), model="m")
+    _, alone = MESSAGES.summary_request(body, whole[:2], SUMMARY_INSTRUCTION, tools=(), model="m")
     # the task and the summary, one message; the instruction never merged into it
     assert alone["messages"] == [{"role": "user", "content": [*U0["content"], *summary["content"]]}, INSTRUCTION]
 
@@ -74,7 +74,7 @@ def test_a_prefix_with_the_prior_summary_is_forwarded_as_the_turn_forwards_it():
 ])
 def test_only_a_tool_choice_forcing_a_call_is_replaced(choice, expected):
     _, request = MESSAGES.summary_request({**BODY, "tool_choice": choice}, MESSAGES.history(BODY)[:1],
-                                          SUMMARY_INSTRUCTION, (), model="m")
+                                          SUMMARY_INSTRUCTION, tools=(), model="m")
     assert request["tool_choice"] == expected
 
 
@@ -95,7 +95,7 @@ def test_calls_left_unanswered_at_the_end_of_the_prefix_are_closed():
     calling = {"role": "assistant", "content": [{"type": "text", "text": "Checking."},
                                                 {"type": "tool_use", "id": "toolu_x", "name": "Bash", "input": {}}]}
     body = {"model": "m", "messages": [U8, calling]}
-    _, request = MESSAGES.summary_request(body, MESSAGES.history(body), SUMMARY_INSTRUCTION, (), model="m")
+    _, request = MESSAGES.summary_request(body, MESSAGES.history(body), SUMMARY_INSTRUCTION, tools=(), model="m")
     assert request["messages"][:2] == [U8, calling]
     assert request["messages"][2] == {"role": "user", "content": [
         {"type": "tool_result", "tool_use_id": "toolu_x", "is_error": True}, INSTRUCTION["content"][0]]}

@@ -63,9 +63,9 @@ def test_messages_compression_keeps_the_compaction_block_message_in_place():
     frozen = copy.deepcopy(body)
     items = MESSAGES.history(body)
     settings = OffloadSettings(max_total_tokens=300)
-    d = cp.decide(items, MESSAGES.view, settings, COUNTER, None)
+    d = cp.decide(items, MESSAGES.view, settings, counter=COUNTER, prior=None)
     assert d.action == "summarize" and d.head == 4  # after the message holding the block
-    reduced = cp.assemble(items, MESSAGES.view, d.head, d.cut, MESSAGES.view.summary_item("S"))
+    reduced = cp.assemble(items, MESSAGES.view, d.head, cut=d.cut, summary=MESSAGES.view.summary_item("S"))
     out = MESSAGES.with_history(body, reduced)["messages"]
     assert out[:4] == frozen["messages"][:4]  # the block's message and all before it: verbatim, in place
     assert out[4]["role"] == "user" and out[4]["content"][0]["text"] == "S"  # the summary opens the next user turn
@@ -79,7 +79,7 @@ def test_responses_compression_never_summarises_the_compaction_item():
     items = [{"role": "user", "content": "word " * 400}, compaction,
              *({"role": "user", "content": f"m{k} " + "word " * 100} for k in range(8)),
              {"type": "compaction_trigger"}]
-    d = cp.decide(items, RESPONSES.view, OffloadSettings(max_total_tokens=300, keep_recent=0), COUNTER, None)
+    d = cp.decide(items, RESPONSES.view, OffloadSettings(max_total_tokens=300, keep_recent=0), counter=COUNTER, prior=None)
     assert d.action == "summarize" and d.head == 2 and d.cut == len(items) - 1
-    reduced = cp.assemble(items, RESPONSES.view, d.head, d.cut, RESPONSES.view.summary_item("S"))
+    reduced = cp.assemble(items, RESPONSES.view, d.head, cut=d.cut, summary=RESPONSES.view.summary_item("S"))
     assert reduced[:2] == items[:2] and reduced[-1] == {"type": "compaction_trigger"}

@@ -142,11 +142,11 @@ def test_no_cut_separates_a_call_from_its_result_or_a_reasoning_item_from_its_su
 @pytest.mark.parametrize("seed", SEEDS)
 def test_summary_groups_never_split_a_pair(seed):
     items = agent_history(seed)
-    starts = [first for first, _ in units(items, VIEW, 1, len(items), COUNTER)]
+    starts = [first for first, _ in units(items, VIEW, 1, end=len(items), counter=COUNTER)]
     for first in starts:
         assert_cut_is_safe(items, first)
     for threshold in (1, 50, 500, 5000):
-        for begin, end in groups(items, VIEW, 1, len(items), threshold, COUNTER):
+        for begin, end in groups(items, VIEW, 1, end=len(items), threshold=threshold, counter=COUNTER):
             assert_cut_is_safe(items, begin)
             assert_cut_is_safe(items, end)
 
@@ -156,7 +156,7 @@ def test_compaction_keeps_every_item_in_place(seed):
     items = agent_history(seed)
     original = copy.deepcopy(items)
     settings = OffloadSettings(max_total_tokens=1000, max_tool_message_tokens=200)
-    plan = plan_compaction(items, VIEW, settings, COUNTER, "ns")
+    plan = plan_compaction(items, VIEW, settings, counter=COUNTER, namespace="ns")
     assert items == original  # the client's items are not mutated
     assert len(plan.items) == len(items)
     changed = 0

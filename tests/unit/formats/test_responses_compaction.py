@@ -77,7 +77,7 @@ def turn(call: dict | None, output: dict, later: int = 0) -> list[Any]:
 
 
 def plan(items: list[Any]):
-    return plan_compaction(items, VIEW, SETTINGS, COUNTER, NS)
+    return plan_compaction(items, VIEW, SETTINGS, counter=COUNTER, namespace=NS)
 
 
 @pytest.mark.parametrize(("name", "call", "output", "text"), OFFLOADED, ids=[row[0] for row in OFFLOADED])

@@ -44,7 +44,7 @@ def test_chat_summary_request_starts_with_the_turns_messages_and_tools(injected)
     turn = CHAT.rounds(CHAT_BODY, CHAT_BODY["messages"], RELOAD_TOOL_SCHEMAS, extra_usage=None).request(injected)
     cut = 5
     endpoint, body = CHAT.summary_request(CHAT_BODY, turn["messages"][:cut], SUMMARY_INSTRUCTION,
-                                          RELOAD_TOOL_SCHEMAS if injected else (), model="gpt-4o")
+                                          tools=RELOAD_TOOL_SCHEMAS if injected else (), model="gpt-4o")
     assert endpoint == "chat/completions"
     assert dumps(body["messages"][:cut]) == dumps(turn["messages"][:cut])
     assert body["messages"][cut:] == [INSTRUCTION_MESSAGE]
@@ -59,11 +59,11 @@ def test_chat_summary_request_starts_with_the_turns_messages_and_tools(injected)
 
 def test_chat_summary_request_model_and_no_tools():
     bare = {"model": "gpt-4o", "messages": CHAT_BODY["messages"][:2], "tool_choice": "auto"}
-    _, body = CHAT.summary_request(bare, bare["messages"], SUMMARY_INSTRUCTION, (), model="gpt-4o-mini")
+    _, body = CHAT.summary_request(bare, bare["messages"], SUMMARY_INSTRUCTION, tools=(), model="gpt-4o-mini")
     assert body["model"] == "gpt-4o-mini" and "tools" not in body
     assert "tool_choice" not in body  # refused without tools
     legacy = {**bare, "functions": [{"name": "f", "parameters": {}}], "function_call": "auto"}
-    _, body = CHAT.summary_request(legacy, bare["messages"], SUMMARY_INSTRUCTION, (), model="gpt-4o")
+    _, body = CHAT.summary_request(legacy, bare["messages"], SUMMARY_INSTRUCTION, tools=(), model="gpt-4o")
     assert body["functions"] == legacy["functions"] and body["function_call"] == "none"
 
 
@@ -93,7 +93,7 @@ def test_responses_summary_request_starts_with_the_turns_items_and_tools(injecte
                             extra_usage=None).request(injected)
     cut = 6
     endpoint, body = RESPONSES.summary_request(RESPONSES_BODY, turn["input"][:cut], SUMMARY_INSTRUCTION,
-                                               RELOAD_TOOL_SCHEMAS if injected else (), model="gpt-5")
+                                               tools=RELOAD_TOOL_SCHEMAS if injected else (), model="gpt-5")
     assert endpoint == "responses"
     assert dumps(body["input"][:cut]) == dumps(turn["input"][:cut])
     assert body["input"][cut:] == [{"type": "message", "role": "user",
@@ -110,7 +110,7 @@ def test_responses_summary_request_starts_with_the_turns_items_and_tools(injecte
 def test_responses_summary_request_of_a_string_input():
     bare = {"model": "gpt-5", "input": "hello"}
     prefix = RESPONSES.history(bare)
-    _, body = RESPONSES.summary_request(bare, prefix, SUMMARY_INSTRUCTION, (), model="gpt-5-mini")
+    _, body = RESPONSES.summary_request(bare, prefix, SUMMARY_INSTRUCTION, tools=(), model="gpt-5-mini")
     assert body["input"][0] == {"role": "user", "content": "hello"} and len(body["input"]) == 2
     assert body["model"] == "gpt-5-mini" and "tools" not in body and "tool_choice" not in body
 
@@ -155,9 +155,9 @@ async def test_a_prefix_summary_goes_to_the_formats_endpoint_and_is_parsed(fmt, 
     seen: list = []
     upstream = upstream_answering(200, json.dumps(answer).encode(), seen)
     history = CHAT_BODY["messages"] if fmt is CHAT else RESPONSES_BODY["input"]
-    request = fmt.summary_request({"model": "m"}, history[:2], SUMMARY_INSTRUCTION, (), model="m")
-    summary = await summarize_prefix(upstream, [(b"authorization", b"Bearer sk-mine")], request, fmt.summary_answer,
-                                     5.0, "http://tenant.invalid/v1")
+    request = fmt.summary_request({"model": "m"}, history[:2], SUMMARY_INSTRUCTION, tools=(), model="m")
+    summary = await summarize_prefix(upstream, [(b"authorization", b"Bearer sk-mine")], request, read=fmt.summary_answer,
+                                     timeout=5.0, base="http://tenant.invalid/v1")
     assert (summary.text, summary.tokens_in, summary.tokens_out) == (SNAPSHOT, 7, 3)
     assert str(seen[0].url) == f"http://tenant.invalid/v1/{fmt.endpoint}"
     assert seen[0].headers["authorization"] == "Bearer sk-mine"
@@ -177,7 +177,7 @@ async def test_a_prefix_summary_goes_to_the_formats_endpoint_and_is_parsed(fmt, 
 ])
 async def test_a_missing_block_or_a_broken_answer_is_a_summary_failure(fmt, status, content, why):
     upstream = upstream_answering(status, content if isinstance(content, bytes) else content.encode(), [])
-    request = fmt.summary_request({"model": "m"}, [], SUMMARY_INSTRUCTION, (), model="m")
+    request = fmt.summary_request({"model": "m"}, [], SUMMARY_INSTRUCTION, tools=(), model="m")
     with pytest.raises(SummaryFailed, match=why):
-        await summarize_prefix(upstream, [], request, fmt.summary_answer, 5.0)
+        await summarize_prefix(upstream, [], request, read=fmt.summary_answer, timeout=5.0)
     await upstream.aclose()

@@ -205,5 +205,5 @@ def test_zstd_makes_bounded_pieces_on_the_loop():
     bomb = zstandard.ZstdCompressor(level=19).compress(b" " * (64 << 20))
     where = body_encoding._Where()
     where.on_loop = True
-    steps = body_encoding._steps(bomb, ["zstd"], 128 << 20, where)
+    steps = body_encoding._steps(bomb, ["zstd"], 128 << 20, where=where)
     assert max(next(steps) for _ in range(20)) <= body_encoding.ZSTD_ON_LOOP_INPUT * body_encoding.ZSTD_MAX_RATIO + (256 << 10)

@@ -42,7 +42,7 @@ async def stored_before_the_shards(store, namespace: str, sealer: Sealer) -> str
 async def test_a_record_of_the_layout_before_is_read_and_moved(store, secret):
     ns, sealer = uuid.uuid4().hex, Sealer(secret)
     token = await stored_before_the_shards(store, ns, sealer)
-    records = CompactionRecords(store, ns, 600, sealer, secret=SECRET)
+    records = CompactionRecords(store, ns, 600, sealer=sealer, secret=SECRET)
     assert await records.load(token) == ITEMS
     record_id = compaction_token.read_token(token, ns, SECRET)
     assert await store.get(unsharded_key(ns, "compaction", record_id)) is None  # moved
@@ -54,10 +54,10 @@ async def test_a_record_of_the_layout_before_is_read_and_moved(store, secret):
 async def test_another_tenant_does_not_reach_a_moved_record(store):
     ns = uuid.uuid4().hex
     token = await stored_before_the_shards(store, ns, Sealer(SECRET))
-    other = CompactionRecords(store, uuid.uuid4().hex, 600, Sealer(SECRET), secret=SECRET)
+    other = CompactionRecords(store, uuid.uuid4().hex, 600, sealer=Sealer(SECRET), secret=SECRET)
     with pytest.raises(compaction_token.TokenError):
         await other.load(token)
-    assert await CompactionRecords(store, ns, 600, Sealer(SECRET), secret=SECRET).load(token) == ITEMS
+    assert await CompactionRecords(store, ns, 600, sealer=Sealer(SECRET), secret=SECRET).load(token) == ITEMS
 
 
 async def test_a_record_read_during_a_key_rotation_is_still_read_after_it(store):
@@ -65,10 +65,10 @@ async def test_a_record_read_during_a_key_rotation_is_still_read_after_it(store)
     expire never ends for it: a read during the rotation seals it again with the new key."""
     ns = uuid.uuid4().hex
     old_key, new_key = "the old encryption key", "the new encryption key"
-    token = await CompactionRecords(store, ns, 600, Sealer(old_key), secret=SECRET).save(ITEMS)
-    rotating = CompactionRecords(store, ns, 600, Sealer(new_key, previous=old_key), secret=SECRET)
+    token = await CompactionRecords(store, ns, 600, sealer=Sealer(old_key), secret=SECRET).save(ITEMS)
+    rotating = CompactionRecords(store, ns, 600, sealer=Sealer(new_key, previous=old_key), secret=SECRET)
     assert await rotating.load(token) == ITEMS
-    after = CompactionRecords(store, ns, 600, Sealer(new_key), secret=SECRET)  # --encryption-key-previous dropped
+    after = CompactionRecords(store, ns, 600, sealer=Sealer(new_key), secret=SECRET)  # --encryption-key-previous dropped
     assert await after.load(token) == ITEMS
-    never_read = await CompactionRecords(store, ns, 600, Sealer(old_key), secret=SECRET).save([{"type": "x"}])
+    never_read = await CompactionRecords(store, ns, 600, sealer=Sealer(old_key), secret=SECRET).save([{"type": "x"}])
     assert await after.load(never_read) is None  # as the docs say of what the rotation never read

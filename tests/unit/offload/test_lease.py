@@ -74,9 +74,9 @@ async def test_the_job_releases_its_lease_before_the_scheduler_counts_it_done(st
     def submit(job, on_end) -> bool:
         return scheduler.submit("conv", job, on_end=on_end)
 
-    assert await lease.submit_leased(store, KEY, 60, run, submit)
+    assert await lease.submit_leased(store, KEY, 60, run=run, submit=submit)
     assert scheduler.busy("conv") and await lease.held(store, KEY)
-    assert not await lease.submit_leased(store, KEY, 60, run, submit)  # held: nothing submitted
+    assert not await lease.submit_leased(store, KEY, 60, run=run, submit=submit)  # held: nothing submitted
     scheduler._on_change = lambda state: seen.append(state.running)
     gate.set()
     await asyncio.wait_for(scheduler.idle(), 5)
@@ -91,14 +91,14 @@ async def test_a_refused_or_dropped_job_frees_its_lease(store):
         await gate.wait()
 
     assert full.submit("other", run)
-    assert not await lease.submit_leased(store, KEY, 60, run,
-                                         lambda job, on_end: full.submit("conv", job, on_end=on_end))
+    assert not await lease.submit_leased(store, KEY, 60, run=run,
+                                         submit=lambda job, on_end: full.submit("conv", job, on_end=on_end))
     assert not await lease.held(store, KEY)  # refused: released at once
 
     queued = SummaryScheduler(concurrency=1, queue=4, per_tenant=10)
     assert queued.submit("other", run)
-    assert await lease.submit_leased(store, KEY, 60, run,
-                                     lambda job, on_end: queued.submit("conv", job, on_end=on_end))
+    assert await lease.submit_leased(store, KEY, 60, run=run,
+                                     submit=lambda job, on_end: queued.submit("conv", job, on_end=on_end))
     await queued.shutdown(grace=0)  # the queued job is dropped unstarted
     for _ in range(100):
         if not await lease.held(store, KEY):
@@ -119,8 +119,8 @@ async def test_a_store_that_is_down_starts_no_job_and_fails_nothing(store):
     with pytest.raises(StoreUnavailable):
         await lease.held(guarded, KEY)
     submitted = []
-    assert not await lease.submit_leased(guarded, KEY, 60, asyncio.sleep,
-                                         lambda job, on_end: submitted.append(job) or True)
+    assert not await lease.submit_leased(guarded, KEY, 60, run=asyncio.sleep,
+                                         submit=lambda job, on_end: submitted.append(job) or True)
     assert submitted == []
 
 
@@ -129,5 +129,5 @@ async def test_a_scheduler_that_raises_frees_the_lease(store):
         raise RuntimeError("scheduler bug")
 
     with pytest.raises(RuntimeError):
-        await lease.submit_leased(store, KEY, 60, asyncio.sleep, broken)
+        await lease.submit_leased(store, KEY, 60, run=asyncio.sleep, submit=broken)
     assert not await lease.held(store, KEY)

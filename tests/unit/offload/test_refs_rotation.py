@@ -34,19 +34,19 @@ async def store(tmp_path):
 
 async def test_an_item_carried_during_a_rotation_reads_after_it(store):
     ns, item = uuid.uuid4().hex, Offload(f"r{uuid.uuid4().hex[:12]}", "tool_result", "a tool's output " * 50, 100)
-    assert await RefStore(store, ns, 600, Sealer(OLD)).save([item], [item.ref]) == {item.ref}
-    rotating = RefStore(store, ns, 600, Sealer(NEW, previous=OLD))
+    assert await RefStore(store, ns, 600, sealer=Sealer(OLD)).save([item], [item.ref]) == {item.ref}
+    rotating = RefStore(store, ns, 600, sealer=Sealer(NEW, previous=OLD))
     before = store.puts
     assert await rotating.save([item], [item.ref]) == set()  # not new: nothing created, nothing charged
     assert store.puts == before + 1  # sealed again with NEW
     assert await rotating.save([item], [item.ref]) == set() and store.puts == before + 1  # once per process
-    after = RefStore(store, ns, 600, Sealer(NEW))  # --encryption-key-previous dropped
+    after = RefStore(store, ns, 600, sealer=Sealer(NEW))  # --encryption-key-previous dropped
     assert (await after.load(item.ref)).text == item.text
 
 
 async def test_without_a_rotation_an_item_carried_again_is_not_written(store):
     ns, item = uuid.uuid4().hex, Offload(f"r{uuid.uuid4().hex[:12]}", "tool_result", "output " * 50, 100)
-    refs = RefStore(store, ns, 600, Sealer(NEW))
+    refs = RefStore(store, ns, 600, sealer=Sealer(NEW))
     await refs.save([item], [item.ref])
     before = store.puts
     assert await refs.save([item], [item.ref]) == set() and store.puts == before
@@ -55,9 +55,9 @@ async def test_without_a_rotation_an_item_carried_again_is_not_written(store):
 async def test_an_item_only_referred_to_during_a_rotation_reads_after_it(store):
     """A placeholder's ref (the request carries no content for it) is read and sealed again."""
     ns, item = uuid.uuid4().hex, Offload(f"r{uuid.uuid4().hex[:12]}", "tool_result", "referred to " * 50, 100)
-    await RefStore(store, ns, 600, Sealer(OLD)).save([item], [item.ref])
-    rotating = RefStore(store, ns, 600, Sealer(NEW, previous=OLD))
+    await RefStore(store, ns, 600, sealer=Sealer(OLD)).save([item], [item.ref])
+    rotating = RefStore(store, ns, 600, sealer=Sealer(NEW, previous=OLD))
     before = store.puts
     assert await rotating.save([], [item.ref]) == set() and store.puts == before + 1
     assert await rotating.save([], [item.ref]) == set() and store.puts == before + 1  # once per process
-    assert (await RefStore(store, ns, 600, Sealer(NEW)).load(item.ref)).text == item.text
+    assert (await RefStore(store, ns, 600, sealer=Sealer(NEW)).load(item.ref)).text == item.text

@@ -27,7 +27,7 @@ async def test_a_record_reads_back_exactly(tmp_path, secret, size, monkeypatch):
 
     monkeypatch.setattr(Sealer, "seal", spy_seal)
     store = SQLiteStore(tmp_path)
-    records = CompactionRecords(store, "n" * 32, 60, Sealer(secret), secret=secret)
+    records = CompactionRecords(store, "n" * 32, 60, sealer=Sealer(secret), secret=secret)
     items = [{"role": "user", "content": f"fix {LONE} " + "x" * size}, {"role": "assistant", "content": f"\udc00 é 😀 {LONE}"},
              {"n": 2**70, "f": 1.5}]
     token = await records.save(items)
@@ -52,7 +52,7 @@ async def test_a_large_offloaded_item_is_opened_off_the_loop_and_reads_back_exac
 
     monkeypatch.setattr(refs_module, "decode_item", spy)
     store = SQLiteStore(tmp_path)
-    refs = RefStore(store, "n" * 32, 60, Sealer("k"))
+    refs = RefStore(store, "n" * 32, 60, sealer=Sealer("k"))
     small, large = f"fix {LONE} é", "".join(f"{i} {LONE}\n" for i in range(200_000))  # hard to compress
     await refs.save([Offload("rsmall", "tool_result", small, 3), Offload("rlarge", "tool_result", large, 9)],
                     ["rsmall", "rlarge"])

@@ -36,9 +36,9 @@ class Canned:
 
 async def test_an_answer_of_unclosed_snapshot_tags_is_refused():
     with pytest.raises(SummaryFailed):
-        await summarize_prefix(Canned("<state_snapshot>" * 16_000), [], ("chat/completions", {}), summary_answer, 30)
+        await summarize_prefix(Canned("<state_snapshot>" * 16_000), [], ("chat/completions", {}), read=summary_answer, timeout=30)
     made = await summarize_prefix(Canned("x <state_snapshot>a</state_snapshot> y"), [], ("chat/completions", {}),
-                                  summary_answer, 30)
+                                  read=summary_answer, timeout=30)
     assert made.text == "<state_snapshot>a</state_snapshot>"
 
 

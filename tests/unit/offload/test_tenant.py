@@ -77,7 +77,7 @@ async def test_a_large_tenant_spreads_over_every_master_of_a_real_cluster(redis_
             # a turn's save touches every ref of its history at once: one pipeline over many nodes
             assert len(await refs.save(offloads, [o.ref for o in offloads], session=f"session-{s}")) == 15
             assert await refs.save(offloads, [o.ref for o in offloads], session=f"session-{s}") == set()
-            await events.record(store, ns, f"session-{s}", [events.event("compaction")], 600, sealer=Sealer(None))
+            await events.record(store, ns, f"session-{s}", events=[events.event("compaction")], ttl=600, sealer=Sealer(None))
         recorder.start(store, Sealer(None))
         now = time.time()
         for s in range(20):

@@ -73,7 +73,7 @@ def test_middle_out_drops_whole_calls_with_their_results_from_the_middle(format)
     view, items = VIEWS[format], in_format(agent(12, size=200), format)
     counter = counter_for_encoding("o200k_base")
     budget = sum(map(tokens, items)) // 2
-    kept = middle_out(items, view, budget, counter, tokens)
+    kept = middle_out(items, view, budget, counter=counter, tokens=tokens)
     assert sum(map(tokens, kept)) <= budget
     head = task_end(items, view)
     assert kept[:head] == items[:head] and kept[-1] == items[-1]  # the task and the newest step stay
@@ -88,5 +88,5 @@ def test_middle_out_drops_whole_calls_with_their_results_from_the_middle(format)
 def test_middle_out_keeps_what_fits_and_stops_at_the_start_and_last_unit():
     items = agent(4, size=200)
     counter = counter_for_encoding("o200k_base")
-    assert middle_out(items, chat.VIEW, 10**9, counter, tokens) == items
-    assert middle_out(items, chat.VIEW, 1, counter, tokens) == items[:2] + items[-2:]
+    assert middle_out(items, chat.VIEW, 10**9, counter=counter, tokens=tokens) == items
+    assert middle_out(items, chat.VIEW, 1, counter=counter, tokens=tokens) == items[:2] + items[-2:]

@@ -64,7 +64,7 @@ def test_item_text_covers_contents_outputs_and_calls():
 def test_recall_on_a_hand_made_trace():
     answers = answers_of({"messages": HISTORY}, "chat")[1]
     assert answers == [(2, 3), (4, 5), (6, 7)]
-    turns = metrics.recall(HISTORY, answers, FORWARDED, is_tool(chat.VIEW))
+    turns = metrics.recall(HISTORY, answers, FORWARDED, is_tool=is_tool(chat.VIEW))
     assert [(t.kept, t.found) for t in turns] == EXPECTED
     total = metrics.Recall()
     for t in turns:
@@ -75,7 +75,7 @@ def test_recall_on_a_hand_made_trace():
 def test_recall_is_the_same_on_responses_items():
     items, answers = answers_of({"messages": HISTORY}, "responses")
     forwarded = [items_from_chat(f) for f in FORWARDED]
-    turns = metrics.recall(items, answers, forwarded, is_tool(ResponsesView(INJECTED_TOOLS)))
+    turns = metrics.recall(items, answers, forwarded, is_tool=is_tool(ResponsesView(INJECTED_TOOLS)))
     assert [(t.kept, t.found) for t in turns] == EXPECTED
 
 
@@ -85,7 +85,7 @@ def test_recall_is_the_same_on_anthropic_items():
 
     items, answers = answers_of({"messages": HISTORY}, "anthropic")
     forwarded = [items_with_offsets(f)[0] for f in FORWARDED]
-    turns = metrics.recall(items, answers, forwarded, is_tool(MESSAGES.view))
+    turns = metrics.recall(items, answers, forwarded, is_tool=is_tool(MESSAGES.view))
     assert [(t.kept, t.found) for t in turns] == EXPECTED
 
 
@@ -94,7 +94,7 @@ def test_an_identifier_an_earlier_user_message_named_is_not_counted():
     answer = {"role": "assistant", "content": "settings_local and 31337 it is"}
     for user_text, kept in (("look around", {"settings_local", "31337"}), ("check settings_local", {"31337"})):
         history = [{"role": "user", "content": user_text}, A0, tool, answer]
-        [turn] = metrics.recall(history, [(3, 4)], [history[:3]], is_tool(chat.VIEW))
+        [turn] = metrics.recall(history, [(3, 4)], [history[:3]], is_tool=is_tool(chat.VIEW))
         assert (turn.kept, turn.found) == (len(kept), len(kept))
 
 
@@ -105,7 +105,7 @@ def test_found_only_verbatim_in_the_forwarded_text():
     history = [USER, A0, tool, answer]
     summary = {"role": "user", "content": "<state_snapshot>edited module_a/io_helpers.py</state_snapshot>"}
     for forwarded, found in ((history[:3], 2), ([USER, summary], 1), ([USER], 0)):
-        [turn] = metrics.recall(history, [(3, 4)], [forwarded], is_tool(chat.VIEW))
+        [turn] = metrics.recall(history, [(3, 4)], [forwarded], is_tool=is_tool(chat.VIEW))
         assert (turn.kept, turn.found) == (2, found)
 
 
@@ -128,14 +128,14 @@ def test_summary_call_cost_with_and_without_the_same_tools():
     # A summary call made by turn 2 that resends the previous turn's prefix [A, B] and adds S:
     # 37 tokens, of which the 30 of [A, B] are cached when it carries turn 1's tools: 37 - 27 = 10.
     same = SummaryCall(2, [A, B, S], [{"name": "bash"}], [10, 20, 7])
-    assert cache_cost(TURNS, TOKENS, TOOLS, [same]) == pytest.approx(47 + 10)
+    assert cache_cost(TURNS, TOKENS, TOOLS, summaries=[same]) == pytest.approx(47 + 10)
     assert (47 + 10) / 47.5 == pytest.approx(1.2)  # the cache_cost_ratio of that replay
     other = SummaryCall(2, [A, B, S], None, [10, 20, 7])  # other tools: the provider caches nothing
-    assert cache_cost(TURNS, TOKENS, TOOLS, [other]) == pytest.approx(47 + 37)
+    assert cache_cost(TURNS, TOKENS, TOOLS, summaries=[other]) == pytest.approx(47 + 37)
     first = SummaryCall(0, [A, B, S], None, [10, 20, 7])  # turn 0 has no previous turn
-    assert cache_cost(TURNS, TOKENS, TOOLS, [first]) == pytest.approx(47 + 37)
+    assert cache_cost(TURNS, TOKENS, TOOLS, summaries=[first]) == pytest.approx(47 + 37)
     fresh = SummaryCall(2, [{"role": "system"}, S], [{"name": "bash"}], [3, 7])  # today's: a fresh transcript
-    assert cache_cost(TURNS, TOKENS, TOOLS, [fresh]) == pytest.approx(47 + 10)
+    assert cache_cost(TURNS, TOKENS, TOOLS, summaries=[fresh]) == pytest.approx(47 + 10)
 
 
 def test_latency_percentiles_and_stalls():

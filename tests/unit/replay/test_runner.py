@@ -50,7 +50,7 @@ async def test_a_responses_turn_is_compacted_and_compressed_in_the_responses_sha
     conv = conversation()
     store, upstream = SQLiteStore(tmp_path), upstream_for(None)
     try:
-        replayer = Replayer(store, OffloadSettings(max_total_tokens=1500, max_tool_message_tokens=300), upstream, [], "gpt-4o", format="responses")
+        replayer = Replayer(store, OffloadSettings(max_total_tokens=1500, max_tool_message_tokens=300), upstream, headers=[], model="gpt-4o", format="responses")
         request = requests_of(conv, "responses")[0][-1]
         counter = replayer.json_counter
         prepared = (await replayer._turn(request, replay_namespace(0, "c"))).prepared
@@ -62,5 +62,5 @@ async def test_a_responses_turn_is_compacted_and_compressed_in_the_responses_sha
     assert all(isinstance(item, dict) and item.get("type") for item in sent)  # no chat message slipped in
     summaries = [item for item in sent if history_ref(replayer.view.text(item) or "")]
     assert summaries == [replayer.view.summary_item(replayer.view.text(summaries[0]))]
-    assert counter.messages(sent) <= budget(sent, requests_of(conv, "responses")[1], replayer.settings, counter,
-                                            replayer.view)
+    assert counter.messages(sent) <= budget(sent, requests_of(conv, "responses")[1], replayer.settings, counter=counter,
+                                            view=replayer.view)

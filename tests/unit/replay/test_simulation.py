@@ -74,7 +74,7 @@ async def replay(tmp_path, settings: dict | None = None, **kwargs):
     store, upstream = SQLiteStore(tmp_path), upstream_for(None, kwargs.get("summary_delay_ms") or 0)
     try:
         settings = OffloadSettings(max_total_tokens=1500, max_tool_message_tokens=300, **(settings or {}))
-        replayer = Replayer(store, settings, upstream, [], "gpt-4o", **kwargs)
+        replayer = Replayer(store, settings, upstream, headers=[], model="gpt-4o", **kwargs)
         return await replayer.conversation(quoting_conversation())
     finally:
         await upstream.aclose()
@@ -88,7 +88,7 @@ async def test_summary_requests_are_recorded_as_sent_in_both_shapes(tmp_path):
         store, upstream = SQLiteStore(tmp_path / shape), upstream_for(None)
         try:
             replayer = Replayer(store, OffloadSettings(max_total_tokens=1500, max_tool_message_tokens=300), upstream,
-                                [], "gpt-4o", summary_request=shape)
+                                headers=[], model="gpt-4o", summary_request=shape)
             sink: list = []
             recording(sink, 4)
             await replayer._turn(requests[-1], replay_namespace(0, "c"), tools)
@@ -154,7 +154,7 @@ async def test_the_fake_summariser_summarises_the_prefix_before_the_instruction(
 
     prefix = [{"role": "user", "content": "fix it, error: boom"}]  # one item: not taken for a transcript
     for fmt in (CHAT, RESPONSES):
-        endpoint, body = fmt.summary_request({"model": "m"}, prefix, SUMMARY_INSTRUCTION, (), model="m")
+        endpoint, body = fmt.summary_request({"model": "m"}, prefix, SUMMARY_INSTRUCTION, tools=(), model="m")
         answer = json.loads(await (await send(fake_summarizer(), body, URL.replace("chat/completions",
                                                                                   endpoint))).aread())
         text, _, _ = fmt.summary_answer(answer)

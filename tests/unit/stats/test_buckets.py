@@ -98,11 +98,11 @@ def test_rollup_sums_buckets_into_points():
     starts = [0, 60, 120, 900, 960, 1800]
     buckets = [{"requests": 1}, {"requests": 2, "tokens_before": 5}, {}, {"requests": 4}, {"requests": 8},
                {"requests": 16}]
-    series = rollup(starts, buckets, [0, 900, 1800, 2700], 900)
+    series = rollup(starts, buckets, [0, 900, 1800, 2700], step=900)
     assert series == [(0, {"requests": 3, "tokens_before": 5}), (900, {"requests": 12}), (1800, {"requests": 16}),
                       (2700, {})]
-    assert rollup(starts, buckets, [], 900) == []
-    assert rollup([5000], [{"requests": 1}], [0, 900], 900) == [(0, {}), (900, {})]  # outside: left out
+    assert rollup(starts, buckets, [], step=900) == []
+    assert rollup([5000], [{"requests": 1}], [0, 900], step=900) == [(0, {}), (900, {})]  # outside: left out
 
 
 def test_merged_adds_field_by_field():

@@ -62,8 +62,8 @@ async def test_a_label_is_sealed_at_rest_with_an_encryption_key(tmp_path):
     await recorded(store, turn(A, time.time(), "sk-proj…AbCd"), sealer=sealer)
     raw = await store.get(label_key(A))
     assert raw is not None and b"AbCd" not in raw
-    assert await reader.labels(store, [A], {}, sealer) == {A: "sk-proj…AbCd"}
-    assert await reader.labels(store, [A], {}, Sealer("another-key")) == {A: None}  # never garbage
+    assert await reader.labels(store, [A], {}, sealer=sealer) == {A: "sk-proj…AbCd"}
+    assert await reader.labels(store, [A], {}, sealer=Sealer("another-key")) == {A: None}  # never garbage
     await store.close()
 
 

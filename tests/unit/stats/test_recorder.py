@@ -126,15 +126,15 @@ async def test_flush_writes_buckets_sessions_and_tenants(tmp_path):
     assert more is False
     assert [(r["tenant"], r["name"], r["totals"]["requests"]) for r in rows] == [(A, "acme", 4), (B, B[:12], 1)]
 
-    total, page = await reader.sessions_page(store, A, 0, 10)
+    total, page = await reader.sessions_page(store, A, 0, limit=10)
     assert total == 2 and {r["id"] for r in page} == {"s1", "s2"}
     s1 = next(r for r in page if r["id"] == "s1")
     assert s1["turns"] == 3 and s1["tokens_before"] == 3000 and s1["models"] == {"gpt-4o": 3}
-    detail = await reader.session_detail(store, A, "s1", Sealer(None))
+    detail = await reader.session_detail(store, A, "s1", sealer=Sealer(None))
     assert [t["reload_rounds"] for t in detail["data"]] == [0, 1, 2] and detail["turns"] == 3
     assert detail["data"][0]["model"] == "gpt-4o" and "namespace" not in detail["data"][0]
-    assert await reader.session_detail(store, B, "s1", Sealer(None)) is None  # another tenant's: not there
-    assert await reader.sessions_page(store, B, 0, 10) == (0, [])
+    assert await reader.session_detail(store, B, "s1", sealer=Sealer(None)) is None  # another tenant's: not there
+    assert await reader.sessions_page(store, B, 0, limit=10) == (0, [])
     await recorder.stop()
     await store.close()
 
@@ -152,10 +152,10 @@ async def test_session_keeps_its_last_turns_sealed_with_encryption(tmp_path):
     turns_key, _ = session_keys(A, name)
     raw = await store.items(turns_key)
     assert len(raw) == SESSION_TURNS and all(b"tokens_before" not in item for item in raw)  # sealed
-    total, page = await reader.sessions_page(store, A, 0, 10)
+    total, page = await reader.sessions_page(store, A, 0, limit=10)
     assert total == 1 and page[0]["id"] == name and page[0]["turns"] == SESSION_TURNS + 5
-    by_id = await reader.session_detail(store, A, "secret-run", sealer)
-    by_name = await reader.session_detail(store, A, name, sealer)
+    by_id = await reader.session_detail(store, A, "secret-run", sealer=sealer)
+    by_name = await reader.session_detail(store, A, name, sealer=sealer)
     assert by_id == by_name and [t["tokens_before"] for t in by_id["data"]][:2] == [5, 6]
     await recorder.stop()
     await store.close()
@@ -309,9 +309,9 @@ async def test_recorded_and_read_back_on_every_store(any_store):
         assert mine["totals"]["summaries"]["reused"] == i + 1
         assert mine["totals"]["cost_before_usd"] == pytest.approx((i + 1) * PRICES.cost("claude-sonnet-4-5",
                                                                                       100 * (i + 1)), abs=1e-6)
-        total, [row] = await reader.sessions_page(any_store, ns, 0, 5)
+        total, [row] = await reader.sessions_page(any_store, ns, 0, limit=5)
         assert total == 1 and row["id"] == f"s{i}" and row["turns"] == i + 1
-        detail = await reader.session_detail(any_store, ns, f"s{i}", Sealer(None))
+        detail = await reader.session_detail(any_store, ns, f"s{i}", sealer=Sealer(None))
         assert len(detail["data"]) == i + 1
     rows = {r["tenant"]: r["totals"]["requests"] for r in (await reader.tenant_rows(any_store, span, {}))[0]}
     assert {ns: rows.get(ns) for ns in tenants} == {ns: i + 1 for i, ns in enumerate(tenants)}

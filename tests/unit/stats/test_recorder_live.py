@@ -171,7 +171,7 @@ async def test_continuing_turns_join_the_session_of_the_response_they_continue(s
     assert await recorder.flush() == 2
     recorder.record(turn(continues="resp_2", response_id="resp_3"))
     assert await recorder.flush() == 1
-    total, [row] = await reader.sessions_page(store, A, 0, 10)
+    total, [row] = await reader.sessions_page(store, A, 0, limit=10)
     assert total == 1 and row["id"] == "auto-conv1" and row["turns"] == 3
     # another worker (its own memory) finds them in the store
     other = Recorder(PRICES, retention=86400)
@@ -179,9 +179,9 @@ async def test_continuing_turns_join_the_session_of_the_response_they_continue(s
     other.record(turn(continues="resp_3"))
     other.record(turn(B, continues="resp_3"))  # another tenant's ids are not these
     assert await other.flush() == 1  # B's waits for one flush
-    assert (await reader.sessions_page(store, A, 0, 10))[1][0]["turns"] == 4
+    assert (await reader.sessions_page(store, A, 0, limit=10))[1][0]["turns"] == 4
     assert await other.flush() == 1  # then starts a session of its own
-    total, [row_b] = await reader.sessions_page(store, B, 0, 10)
+    total, [row_b] = await reader.sessions_page(store, B, 0, limit=10)
     assert row_b["id"] == from_name(B, "response", "resp_3")
     await recorder.stop()
     await other.stop()
@@ -196,12 +196,12 @@ async def test_a_continuing_turn_waits_for_the_turn_of_another_worker(store):
     assert await second.flush() == 0 and second.snapshot().queued == 1
     await first.flush()
     assert await second.flush() == 1
-    _, [row] = await reader.sessions_page(store, A, 0, 10)
+    _, [row] = await reader.sessions_page(store, A, 0, limit=10)
     assert row["id"] == "auto-conv2" and row["turns"] == 2
     second.record(turn(continues="resp_unknown"))
     await second.stop()  # the last flush waits for nothing
     assert second.snapshot().queued == 0
-    assert {r["id"] for r in (await reader.sessions_page(store, A, 0, 10))[1]} == {
+    assert {r["id"] for r in (await reader.sessions_page(store, A, 0, limit=10))[1]} == {
         "auto-conv2", from_name(A, "response", "resp_unknown")}
     await first.stop()
 
@@ -216,7 +216,7 @@ async def test_links_are_hashed_and_sealed(store):
     assert "resp_sealed" not in stored_key
     raw = await store.get(stored_key)
     assert raw is not None and b"auto-secret" not in raw
-    assert await Recorder(PRICES, 86400).replies.find(store, A, "resp_sealed", sealer) == "auto-secret"
+    assert await Recorder(PRICES, 86400).replies.find(store, A, "resp_sealed", sealer=sealer) == "auto-secret"
     await recorder.stop()
 
 
