@@ -76,7 +76,7 @@ def parse(text: str) -> Create | None:
     if not isinstance(event, dict):
         raise ProxyError(400, "A client event must be a JSON object.", code="invalid_event")
     kind = event.get("type")
-    if kind in ACKNOWLEDGEMENTS:
+    if isinstance(kind, str) and kind in ACKNOWLEDGEMENTS:  # a list or object `type` is unhashable
         return None
     if kind != CREATE:
         shown = kind[:80] if isinstance(kind, str) else type(kind).__name__
