@@ -23,6 +23,9 @@ from proxy.upstream import sse
 _DROPPED = frozenset({b"connection", b"upgrade", b"content-length", b"content-type", b"content-encoding",
                       b"transfer-encoding", b"sec-websocket-key", b"sec-websocket-version",
                       b"sec-websocket-extensions", b"sec-websocket-protocol", b"sec-websocket-accept"})
+# OpenAI-Beta values that ask for the WebSocket mode itself (Codex's `responses_websockets=…`):
+# they name the client's transport to the proxy, not the HTTP request the upstream gets
+_TRANSPORT_BETA = b"responses_websockets"
 MAX_ERROR_BODY = 64 * 1024  # of a non-200 answer, what the error event reads
 QUEUED_CHUNKS = 64  # between the route and the socket: a slow client slows the stream, as over HTTP
 
@@ -36,9 +39,23 @@ def _encoded(body: dict[str, Any]) -> bytes:
         return json.dumps(body, separators=(",", ":")).encode("ascii")
 
 
+def _without_transport_beta(value: bytes) -> bytes:
+    return b",".join(part for part in value.split(b",") if part.strip() and not part.strip().lower().startswith(
+        _TRANSPORT_BETA))
+
+
 def request_scope(upgrade: Scope, content_length: int) -> Scope:
-    """The HTTP scope of `POST /v1/responses` made from the upgrade's."""
-    headers = [(k, v) for k, v in upgrade["headers"] if k.lower() not in _DROPPED]
+    """The HTTP scope of `POST /v1/responses` made from the upgrade's: without the upgrade's own
+    headers, nor the beta that asked for the WebSocket mode."""
+    headers = []
+    for key, value in upgrade["headers"]:
+        name = key.lower()
+        if name == b"openai-beta":
+            value = _without_transport_beta(value)
+            if not value:
+                continue
+        if name not in _DROPPED:
+            headers.append((key, value))
     headers += [(b"content-type", b"application/json"), (b"content-length", str(content_length).encode())]
     return {
         "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
