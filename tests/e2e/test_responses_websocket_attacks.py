@@ -5,11 +5,14 @@ connection hold (waiting creates, held responses), connections dying abnormally.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 
 import pytest
 from websockets.exceptions import InvalidStatus
 
+from tests.harness.servers import default_handler, is_responses_create
 from tests.harness.websocket import Socket, completed, texts
 
 
@@ -68,3 +71,67 @@ def test_a_bad_offload_header_refuses_the_upgrade_as_http_refuses_the_request(pr
         Socket(proxy_url, headers=headers)
     assert refused.value.response.status_code == status == 400
     assert json.loads(refused.value.response.body)["error"]["param"]
+
+
+# ---------------------------------------------------------------- memory a client makes the connection hold
+
+
+def test_held_responses_hold_at_most_max_body_bytes_together(make_proxy, upstream):
+    """16 unrelated responses of 50 MB each would be 800 MB held by one connection for its idle
+    timeout: what the connection holds is bounded by --max-body-bytes too, the oldest forgotten."""
+    with make_proxy(max_body_bytes=8192) as url, Socket(url) as ws:
+        ids = [completed(ws.create(input=text * 3000, store=False))["id"] for text in "abc"]
+        [error] = ws.create(input="more", store=False, previous_response_id=ids[0])
+        assert (error["status"], error["error"]["code"]) == (400, "previous_response_not_found")
+        assert texts(completed(ws.create(input="more", store=False, previous_response_id=ids[-1]))) == ["Hello there"]
+    assert upstream.responses_requests()[-1].json()["input"][0]["content"] == "c" * 3000
+
+
+def test_creates_waiting_hold_at_most_max_body_bytes_together(make_proxy, upstream):
+    release = threading.Event()
+
+    async def held_back(request, rec):
+        if is_responses_create(rec) and rec.json()["input"] == "first":
+            while not release.is_set():
+                await asyncio.sleep(0.01)
+        return await default_handler(request, rec)
+
+    upstream.handler = held_back
+    with make_proxy(max_body_bytes=8192) as url, Socket(url) as ws:
+        ws.send({"type": "response.create", "model": "gpt-5", "input": "first"})
+        for text in "abc":
+            ws.send({"type": "response.create", "model": "gpt-5", "input": text * 3000})
+        error = ws.recv()  # the third waiting one: 9000 bytes waiting would be over the limit
+        assert (error["type"], error["status"], error["error"]["code"]) == ("error", 429, "too_many_requests")
+        release.set()
+        for _ in range(3):
+            assert texts(completed(ws.events())) == ["Hello there"]
+    assert [r.json()["input"][:1] for r in upstream.responses_requests()] == ["f", "a", "b"]
+
+
+def test_a_large_frame_is_read_and_its_body_written_off_the_event_loop(proxy_url, upstream, monkeypatch):
+    """As HTTP reads a large body: on the loop, 50 MB of small items took 2.7 s to read and write
+    again, during which every other connection of the worker waited."""
+    from proxy.http.websocket import connection, events
+
+    threads: dict[str, list[str]] = {"decode": [], "encode": []}
+    decode, encode = events.decode, connection.encoded
+
+    def spy_decode(text):
+        threads["decode"].append(threading.current_thread().name)
+        return decode(text)
+
+    def spy_encode(body, large):
+        threads["encode"].append(threading.current_thread().name)
+        return encode(body, large)
+
+    monkeypatch.setattr(events, "decode", spy_decode)
+    monkeypatch.setattr(connection, "encoded", spy_encode)
+    many = [{"type": "message", "role": "user", "content": f"m{i} " + "x" * 100} for i in range(15_000)]  # 2.2 MB
+    with Socket(proxy_url) as ws:
+        one = completed(ws.create(input=many, store=False))
+        completed(ws.create(input="small", store=False, previous_response_id=one["id"]))  # small frame, long history
+        completed(ws.create(input="alone", store=False))
+    assert [name.split("_")[0] for name in threads["decode"]] == ["offload-cpu", *[threads["decode"][1]] * 2]
+    assert not threads["decode"][1].startswith("offload-cpu")
+    assert [name.startswith("offload-cpu") for name in threads["encode"]] == [True, True, False]

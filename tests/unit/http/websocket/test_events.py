@@ -13,7 +13,7 @@ from proxy.http.websocket import events
 def test_a_create_is_the_http_body_with_streaming_implied():
     create = events.parse(json.dumps({"type": "response.create", "model": "m", "input": "hi", "stream_id": "a",
                                       "stream": False}))
-    assert create == events.Create({"model": "m", "input": "hi", "stream": True}, "a")
+    assert create is not None and (create.body, create.stream_id) == ({"model": "m", "input": "hi", "stream": True}, "a")
 
 
 def test_an_acknowledgement_is_nothing_to_do():
