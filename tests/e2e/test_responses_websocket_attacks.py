@@ -12,7 +12,8 @@ import threading
 import pytest
 from websockets.exceptions import InvalidStatus
 
-from tests.harness.servers import default_handler, is_responses_create
+from tests.harness.responses import answer, message
+from tests.harness.servers import default_handler, is_responses_create, scripted
 from tests.harness.websocket import Socket, completed, texts
 
 
@@ -135,3 +136,91 @@ def test_a_large_frame_is_read_and_its_body_written_off_the_event_loop(proxy_url
     assert [name.split("_")[0] for name in threads["decode"]] == ["offload-cpu", *[threads["decode"][1]] * 2]
     assert not threads["decode"][1].startswith("offload-cpu")
     assert [name.startswith("offload-cpu") for name in threads["encode"]] == [True, True, False]
+
+
+# ---------------------------------------------------------------- compaction_trigger over the WebSocket
+
+TRIGGER = {"type": "compaction_trigger"}
+WORK = [{"type": "message", "role": "user", "content": "Run the tests."},
+        {"type": "function_call", "call_id": "c1", "name": "exec_command", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "\n".join(f"test {i} ok" for i in range(300))}]
+
+
+@pytest.fixture
+def summarising(upstream, fresh_summary_memory):
+    """The fake model answers the proxy's summary calls with a snapshot, and every turn "Hello there"."""
+    upstream.handler = scripted(lambda rec: answer(rec, message("Hello there")))
+
+
+def compaction_of(events: list[dict]) -> dict:
+    [item] = completed(events)["output"]
+    assert item["type"] == "compaction", item
+    return item
+
+
+def test_a_trigger_continuing_a_held_response_compacts_the_whole_history(proxy_url, upstream, summarising):
+    with Socket(proxy_url) as ws:
+        one = completed(ws.create(input=WORK, store=False))
+        compaction_of(ws.create(input=[TRIGGER], store=False, previous_response_id=one["id"]))
+        # a trigger naming a response the connection does not hold: stored upstream (refused, as over
+        # HTTP: the proxy cannot compact what it was not sent), or not at all
+        [error] = ws.create(input=[*WORK, TRIGGER], previous_response_id="resp_elsewhere")
+        assert (error["status"], error["error"]["param"]) == (400, "previous_response_id")
+        [error] = ws.create(input=[*WORK, TRIGGER], store=False, previous_response_id="resp_elsewhere")
+        assert error["error"]["code"] == "previous_response_not_found"
+    assert len(upstream.responses_requests()) == 1  # the first turn only
+
+
+@pytest.mark.parametrize("items", [
+    [*WORK, TRIGGER, TRIGGER], [TRIGGER, *WORK], [TRIGGER], [*WORK, {**TRIGGER, "id": "ct_1"}],
+    [*WORK, {"type": "message", "role": "user", "content": [TRIGGER]}],  # inside a message: no trigger
+    [*WORK, {"type": ["compaction_trigger"]}], [*WORK, {"type": None}],
+])
+def test_triggers_of_other_shapes_are_error_events_or_no_trigger_never_a_close(proxy_url, upstream, items,
+                                                                                summarising):
+    with Socket(proxy_url) as ws:
+        got = ws.create(input=items, store=False)
+        assert got[-1]["type"] in ("error", "response.completed")
+        if got[-1]["type"] == "error":
+            assert got[-1]["status"] == 400
+        else:
+            assert all(item["type"] != "compaction" for item in completed(got)["output"])
+        assert texts(completed(ws.create(input="still here"))) == ["Hello there"]
+
+
+def test_continuing_a_compaction_response_by_its_id_is_a_clear_error(proxy_url, upstream, summarising):
+    """Its held input ends in the trigger: continued, the trigger would not be last. The client
+    sends the compaction item in its next input instead, as Codex does (docs/websocket.md)."""
+    with Socket(proxy_url) as ws:
+        done = compaction_of(ws.create(input=[*WORK, TRIGGER], store=False))
+        [error] = ws.create(input="go on", store=False, previous_response_id=completed(
+            ws.create(input=[*WORK, TRIGGER], store=False))["id"])
+        assert (error["status"], error["error"]["code"]) == (400, "invalid_value")
+        assert texts(completed(ws.create(input=[done, {"type": "message", "role": "user", "content": "go on"}],
+                                         store=False))) == ["Hello there"]
+
+
+def test_a_failing_summary_is_a_502_error_event_and_the_connection_goes_on(proxy_url, upstream, fresh_summary_memory):
+    from starlette.responses import JSONResponse
+
+    from tests.harness.servers import is_summary_call
+
+    async def failing(request, rec):
+        if is_summary_call(rec):
+            return JSONResponse({"error": {"message": "overloaded", "type": "server_error"}}, status_code=500)
+        return await default_handler(request, rec)
+
+    upstream.handler = failing
+    with Socket(proxy_url) as ws:
+        # a history of its own: a summary of WORK made by another test may be remembered by the process
+        [error] = ws.create(input=[*WORK, {"type": "message", "role": "user", "content": "failing"}, TRIGGER],
+                            store=False, stream_id="s")
+        assert (error["status"], error["error"]["code"], error["stream_id"]) == (502, "compaction_failed", "s")
+        assert texts(completed(ws.create(input="still here"))) == ["Hello there"]
+
+
+def test_a_store_that_is_down_is_a_503_error_event_for_the_trigger(make_proxy, upstream, summarising):
+    with make_proxy(redis_url="redis://127.0.0.1:27999", store_timeout=0.2) as url, Socket(url) as ws:
+        [error] = ws.create(input=[*WORK, TRIGGER], store=False)
+        assert (error["status"], error["error"]["code"]) == (503, "store_unavailable")
+        assert texts(completed(ws.create(input="still here"))) == ["Hello there"]
