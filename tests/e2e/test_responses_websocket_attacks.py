@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 
 import pytest
 from websockets.exceptions import InvalidStatus
@@ -224,3 +225,72 @@ def test_a_store_that_is_down_is_a_503_error_event_for_the_trigger(make_proxy, u
         [error] = ws.create(input=[*WORK, TRIGGER], store=False)
         assert (error["status"], error["error"]["code"]) == (503, "store_unavailable")
         assert texts(completed(ws.create(input="still here"))) == ["Hello there"]
+
+
+# ---------------------------------------------------------------- connections dying abnormally
+
+
+def test_connections_dropped_mid_response_leave_no_task_no_count_and_nothing_held(upstream, tmp_path):
+    """20 clients vanish mid-response (TCP torn down, no close frame): each upstream call is
+    cancelled, the tenant's connection count comes back to zero (with a limit of 2 it is not
+    locked out), and the server's event loop runs as many tasks as before."""
+    import socket as sockets
+
+    from starlette.routing import WebSocketRoute
+
+    from proxy.config import ServerSettings
+    from proxy.http.app import create_app
+    from tests.harness.servers import ServerThread
+
+    arrived, cancelled = threading.Semaphore(0), threading.Semaphore(0)
+
+    async def hanging(request, rec):
+        if not is_responses_create(rec):
+            return await default_handler(request, rec)
+        arrived.release()
+        while not await request.is_disconnected():
+            await asyncio.sleep(0.01)
+        cancelled.release()
+        return await default_handler(request, rec)
+
+    app = create_app(ServerSettings(upstream=f"{upstream.url}/v1", data_dir=tmp_path, ws_connections_per_tenant=2))
+    [route] = [r for r in app.routes if isinstance(r, WebSocketRoute)]
+    open_connections = route.endpoint.open
+
+    with ServerThread(app) as server:
+        loop = server.server.servers[0].get_loop()
+
+        def tasks() -> int:
+            async def count() -> int:
+                return len(asyncio.all_tasks())
+            return asyncio.run_coroutine_threadsafe(count(), loop).result(10)
+
+        def settled(check) -> bool:
+            deadline = time.monotonic() + 20
+            while not check():
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.05)
+            return True
+
+        with Socket(server.url, "sk-abrupt") as ws:  # one whole turn first: everything lazily made is made
+            completed(ws.create(input="warm"))
+        upstream.handler = hanging
+        assert settled(lambda: len(open_connections) == 0)
+        before = tasks()
+        for i in range(20):
+            ws = Socket(server.url, "sk-abrupt")
+            ws.send({"type": "response.create", "model": "gpt-5", "input": f"hang {i}", "stream_id": "a"})
+            ws.send({"type": "response.create", "model": "gpt-5", "input": f"waits {i}", "stream_id": "a"})
+            assert arrived.acquire(timeout=10)
+            ws.ws.socket.shutdown(sockets.SHUT_RDWR)
+            ws.ws.socket.close()
+            assert cancelled.acquire(timeout=10)
+        assert settled(lambda: len(open_connections) == 0)
+        assert settled(lambda: tasks() <= before), (tasks(), before)
+        upstream.handler = default_handler
+        with Socket(server.url, "sk-abrupt") as one, Socket(server.url, "sk-abrupt") as two:
+            for ws in (one, two):
+                assert texts(completed(ws.create(input="after"))) == ["Hello there"]
+    sent = [r.json()["input"] for r in upstream.responses_requests()]
+    assert not [text for text in sent if text.startswith("waits")]  # a create waiting behind one never ran
