@@ -294,3 +294,29 @@ def test_connections_dropped_mid_response_leave_no_task_no_count_and_nothing_hel
                 assert texts(completed(ws.create(input="after"))) == ["Hello there"]
     sent = [r.json()["input"] for r in upstream.responses_requests()]
     assert not [text for text in sent if text.startswith("waits")]  # a create waiting behind one never ran
+
+
+def test_a_stored_chain_is_continued_over_the_websocket_by_its_own_tenant_only(make_proxy, upstream):
+    """A's response (store true) left the answer of a hidden reload waiting for A's next request
+    (`proxy.offload.response_chains`): B, or a sub-tenant of A, naming its id on a connection of
+    their own get nothing of it; A, on a new connection, gets it."""
+    from tests.e2e.test_chain_attacks import HEADERS, NEEDLE, TOOLS, A, B, carried, history, mixed
+    from tests.harness.responses import function_call_output
+
+    with make_proxy() as url:
+        upstream.handler = mixed("resp_ws_chain_1")
+        with Socket(url, A, headers=HEADERS) as ws:
+            final = completed(ws.create(input=history(), tools=TOOLS))
+        assert final["id"] == "resp_ws_chain_1" and NEEDLE not in json.dumps(final)
+        upstream.handler = default_handler
+        follow = {"tools": TOOLS, "input": [function_call_output("call_client", "no file")],
+                  "previous_response_id": "resp_ws_chain_1"}
+        for key, headers in ((B, HEADERS), (A, {**HEADERS, "X-Offload-Tenant": "sub-1"})):
+            with Socket(url, key, headers=headers) as ws:
+                got = ws.create(**follow)
+            sent = upstream.responses_requests()[-1].json()
+            assert carried(sent) == [] and NEEDLE not in json.dumps(sent) and NEEDLE not in json.dumps(got)
+        with Socket(url, A, headers=HEADERS) as ws:
+            ws.create(**follow)
+        sent = upstream.responses_requests()[-1].json()
+        assert carried(sent) == ["call_inj"] and NEEDLE in json.dumps(sent)
