@@ -320,3 +320,27 @@ def test_a_stored_chain_is_continued_over_the_websocket_by_its_own_tenant_only(m
             ws.create(**follow)
         sent = upstream.responses_requests()[-1].json()
         assert carried(sent) == ["call_inj"] and NEEDLE in json.dumps(sent)
+
+
+def test_a_client_pinging_without_reading_is_dropped_not_buffered(proxy_url, upstream):
+    """uvicorn answers each ping past its flow control: 200 MB of pings from a client that never
+    read left 186 MB of pongs in the server's memory (`proxy.http.ws_protocol`)."""
+    import base64
+    import os
+    import socket as sockets
+
+    port = int(proxy_url.rsplit(":", 1)[1])
+    with sockets.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        raw.setsockopt(sockets.SOL_SOCKET, sockets.SO_RCVBUF, 4096)
+        key = base64.b64encode(os.urandom(16)).decode()
+        raw.sendall(f"GET /v1/responses HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                    f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+                    "Authorization: Bearer sk-pinging\r\n\r\n".encode())
+        assert raw.recv(4096).startswith(b"HTTP/1.1 101")
+        pings = (bytes([0x89, 0x80 | 125]) + b"\x00" * 4 + b"p" * 125) * 8000  # 1 MB of masked pings
+        sent = 0
+        with pytest.raises(OSError):  # reset by the server
+            while sent < 200_000_000:
+                raw.sendall(pings)
+                sent += len(pings)
+    assert sent < 100_000_000
