@@ -140,6 +140,8 @@ def uvicorn_options(app: Any, **overrides: Any) -> dict[str, Any]:
         "loop": "auto",  # uvloop when installed
         "http": "auto",  # httptools when installed
         "timeout_keep_alive": 75,
+        # uvicorn's WebSocket protocol, bounding the pongs owed to a client that does not read
+        "ws": "proxy.http.ws_protocol:Protocol",
         # the largest WebSocket frame read (`proxy.http.app.frame_limit`); uvicorn pings every 20 s
         "ws_max_size": getattr(getattr(app, "state", None), "ws_max_size", 64 * 1024 * 1024 + 64 * 1024),
     }

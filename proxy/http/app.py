@@ -100,7 +100,7 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
     metrics = Metrics(tenant_label=settings.metrics_tenant_label)
     recorder = Recorder(PriceTable(settings.prices), settings.stats_retention, on_dropped=metrics.stats_dropped.inc)
     stats_api = StatsApi(tenant_names(gatekeeper.tenants, settings.names_key))
-    socket = ResponsesSocket(gatekeeper, SocketLimits(settings.max_body_bytes, settings.ws_idle_timeout,
+    socket = ResponsesSocket(gatekeeper, resolver, SocketLimits(settings.max_body_bytes, settings.ws_idle_timeout,
                                                       settings.ws_held_responses),
                              per_tenant=settings.ws_connections_per_tenant)
 

@@ -9,10 +9,13 @@ history, exactly as if the client had sent it over HTTP. The output items go bac
 the response gave them (`input += response.output`, OpenAI's way of carrying a `store: false`
 conversation; Codex resends them with their ids too).
 
-At most `limit` responses are held; the oldest is forgotten first (a continuation of it is then
-`previous_response_not_found`, and the client sends its full input, as it must on OpenAI).
-Continued histories share their items with the responses they continue, so a chain of held
-responses costs about one history, not one per response.
+At most `limit` responses are held, and at most `max_bytes` of them together, each counted as
+the JSON of its whole input and output (what its continuation would send again); the least
+recently used is forgotten first (a continuation of it is then `previous_response_not_found`,
+and the client sends its full input, as it must on OpenAI). A response larger than `max_bytes`
+on its own is not held: its continuation could not pass the body limit anyway. Continued
+histories share their items with the responses they continue, so a chain of held responses
+costs about one history in memory (the count above is cautious: it counts each one whole).
 
 A response answering a `compaction_trigger` (Codex's remote compaction: the input ends in
 `{"type": "compaction_trigger"}`, the output is one `compaction` item) is held without its
@@ -39,6 +42,7 @@ class Held:
     input: list[Any]  # the whole input this response answered
     output: list[Any]  # its output items, as input items
     store: bool  # the request's `store` (OpenAI's default: true)
+    size: int  # bytes of its input's and output's JSON, about
 
 
 def as_input(items: Any) -> list[Any]:
@@ -63,15 +67,21 @@ def history_of(items: list[Any]) -> list[Any]:
 
 
 class ConnectionChain:
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
+    def __init__(self, limit: int, max_bytes: int) -> None:
+        self.limit, self.max_bytes = limit, max_bytes
         self._held: OrderedDict[str, Held] = OrderedDict()
+        self.bytes = 0
 
     def __len__(self) -> int:
         return len(self._held)
 
     def __contains__(self, response_id: object) -> bool:
         return response_id in self._held
+
+    def size_of(self, response_id: object) -> int:
+        """The size of a held response (0 for one not held)."""
+        held = self._held.get(response_id) if isinstance(response_id, str) else None
+        return held.size if held is not None else 0
 
     def expand(self, body: dict[str, Any]) -> dict[str, Any]:
         """The body with a held `previous_response_id` replaced by the whole history it stands for.
@@ -96,9 +106,17 @@ class ConnectionChain:
         rest["input"] = [*held.input, *held.output, *input_items(body)]
         return rest
 
-    def hold(self, response_id: str, body: dict[str, Any], output: Any) -> None:
-        """Remember a finished response: `body` as expanded (its whole input), `output` its items."""
-        self._held[response_id] = Held(history_of(input_items(body)), as_input(output), body.get("store") is not False)
-        self._held.move_to_end(response_id)
-        while len(self._held) > self.limit:
-            self._held.popitem(last=False)
+    def hold(self, response_id: str, body: dict[str, Any], output: Any, *, size: int) -> None:
+        """Remember a finished response: `body` as expanded (its whole input), `output` its items,
+        `size` the bytes of both as JSON (about: its request's body and its completed event)."""
+        self._forget(response_id)
+        self._held[response_id] = Held(history_of(input_items(body)), as_input(output), body.get("store") is not False,
+                                       size)
+        self.bytes += size
+        while self._held and (len(self._held) > self.limit or self.bytes > self.max_bytes):
+            self._forget(next(iter(self._held)))
+
+    def _forget(self, response_id: str) -> None:
+        held = self._held.pop(response_id, None)
+        if held is not None:
+            self.bytes -= held.size

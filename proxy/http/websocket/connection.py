@@ -8,7 +8,9 @@ default lane. Events of a response sent with a `stream_id` name it.
 
 Bad frames get an `error` event and the connection goes on: a binary frame, a frame that is not
 JSON or not an object, an unknown event type, a frame over `--max-body-bytes` (413, not read),
-too many creates waiting (429). Close codes: 1000 after `--ws-idle-timeout` with nothing running,
+too many creates waiting, or more than `--max-body-bytes` of them (429). A large frame is read,
+and a large body written, off the event loop (`proxy.offload.cpu_pool`), as HTTP reads a large
+body: one client's 50 MB frame does not stall the worker's other connections. Close codes: 1000 after `--ws-idle-timeout` with nothing running,
 1011 when the proxy fails (a bug; logged). A frame over the server's frame limit closes the
 connection with 1009 (uvicorn, before the proxy sees it).
 """
@@ -25,10 +27,13 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from proxy.core import jsonio
 from proxy.errors import ProxyError
+from proxy.formats.json_body import LARGE_BODY
 from proxy.http.websocket import events
 from proxy.http.websocket.chain import ConnectionChain
-from proxy.http.websocket.dispatch import dispatch
+from proxy.http.websocket.dispatch import dispatch, encoded
+from proxy.offload.cpu_pool import CPU
 
 log = logging.getLogger("proxy.http.websocket")
 
@@ -55,10 +60,11 @@ class Limits:
 class Connection:
     def __init__(self, app: ASGIApp, scope: Scope, *, receive: Receive, send: Send, limits: Limits) -> None:
         self.app, self.scope, self._receive, self._send, self.limits = app, scope, receive, send, limits
-        self.chain = ConnectionChain(limits.held_responses)
+        self.chain = ConnectionChain(limits.held_responses, limits.max_frame_bytes)
         self.gone = asyncio.Event()
         self.lanes: dict[str | None, Lane] = {}
         self.waiting = 0
+        self.waiting_bytes = 0  # the frames of the creates waiting
         self.last_active = time.monotonic()
         self._frames: asyncio.Queue[Any] = asyncio.Queue(FRAMES_QUEUED)
         self._send_lock = asyncio.Lock()
@@ -151,7 +157,7 @@ class Connection:
                 413, f"A frame exceeds {self.limits.max_frame_bytes} bytes.", code="request_too_large"))
             return
         try:
-            create = events.parse(text)
+            create = events.read(await CPU(len(text) > LARGE_BODY)(events.decode, text), size=len(text))
         except ProxyError as exc:
             await self.send_event(events.from_proxy_error(exc))
             return
@@ -165,14 +171,17 @@ class Connection:
                 429, f"Too many lanes at once on this connection (at most {MAX_LANES} stream_id values with a "
                      "response running or waiting).", code="too_many_requests", stream_id=create.stream_id))
             return
-        if self.waiting >= MAX_WAITING:
+        if self.waiting >= MAX_WAITING or (self.waiting and self.waiting_bytes + create.size
+                                           > self.limits.max_frame_bytes):
             await self.send_event(events.error_event(
-                429, f"Too many response.create events waiting on this connection (at most {MAX_WAITING}).",
+                429, f"Too many response.create events waiting on this connection (at most {MAX_WAITING}, "
+                     f"of {self.limits.max_frame_bytes} bytes together).",
                 code="too_many_requests", stream_id=create.stream_id))
             return
         if lane is None:
             lane = self.lanes[create.stream_id] = Lane()
         self.waiting += 1
+        self.waiting_bytes += create.size
         lane.waiting.put_nowait(create)
         if lane.task is None or lane.task.done():
             lane.task = asyncio.create_task(self._run_lane(create.stream_id, lane))
@@ -182,6 +191,7 @@ class Connection:
             while not lane.waiting.empty() and not self.gone.is_set():
                 create = lane.waiting.get_nowait()
                 self.waiting -= 1
+                self.waiting_bytes -= create.size
                 await self.respond(create)
                 self.last_active = time.monotonic()
         except OSError:
@@ -196,22 +206,24 @@ class Connection:
     # ------------------------------------------------------------------ one response
     async def respond(self, create: events.Create) -> None:
         stream_id = create.stream_id
+        size = create.size + self.chain.size_of(create.body.get("previous_response_id"))  # of the whole body, about
         try:
             body = self.chain.expand(create.body)
         except ProxyError as exc:
             await self.send_event(events.from_proxy_error(exc, stream_id))
             return
         if body.get("generate") is False:
-            await self._warm_up(body, stream_id)
+            await self._warm_up(body, stream_id, size)
             return
         finished: dict[str, Any] | None = None
+        finished_size = 0
         ended = False
 
         async def on_event(data: str) -> None:
-            nonlocal finished, ended
+            nonlocal finished, finished_size, ended
             if any(kind in data for kind in events.TERMINAL):
                 try:
-                    event = json.loads(data)
+                    event = await CPU(len(data) > LARGE_BODY)(jsonio.loads, data)
                 except ValueError:
                     event = None
                 kind = event.get("type") if isinstance(event, dict) else None
@@ -219,19 +231,22 @@ class Connection:
                     ended = True
                     if kind in ("response.completed", "response.incomplete"):
                         finished = event.get("response") if isinstance(event.get("response"), dict) else None
+                        finished_size = len(data)
             await self.send_text(events.with_stream_id(data, stream_id))
 
-        status, error_body = await dispatch(self.app, self.scope, body, gone=self.gone, on_event=on_event)
+        large = size > LARGE_BODY
+        content = await CPU(large)(encoded, body, large)
+        status, error_body = await dispatch(self.app, self.scope, content, gone=self.gone, on_event=on_event)
         if status != 200:
             await self.send_event(events.from_http_answer(status, error_body, stream_id))
         elif finished is not None and isinstance(finished.get("id"), str):
-            self.chain.hold(finished["id"], body, finished.get("output"))
+            self.chain.hold(finished["id"], body, finished.get("output"), size=len(content) + finished_size)
         elif not ended:
             await self.send_event(events.error_event(
                 502, "The response's stream ended before response.completed.", type_="server_error",
                 code="stream_ended", stream_id=stream_id))
 
-    async def _warm_up(self, body: dict[str, Any], stream_id: str | None) -> None:
+    async def _warm_up(self, body: dict[str, Any], stream_id: str | None, size: int) -> None:
         """`generate: false` (a client warming the connection up with its first request's input and
         tools, as Codex may): answered here with an empty response, held for the next create to
         continue, no upstream call."""
@@ -242,4 +257,4 @@ class Connection:
         for number, kind in enumerate(("response.created", "response.completed")):
             await self.send_text(events.with_stream_id(json.dumps(
                 {"type": kind, "sequence_number": number, "response": response}, separators=(",", ":")), stream_id))
-        self.chain.hold(response_id, body, [])
+        self.chain.hold(response_id, body, [], size=size)

@@ -11,34 +11,49 @@ call as it does for an HTTP client that hangs up, and nothing is held.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Scope
 
+from proxy.core import jsonio, large_json
 from proxy.upstream import sse
 
 # the upgrade's own headers, and those the body made here replaces
 _DROPPED = frozenset({b"connection", b"upgrade", b"content-length", b"content-type", b"content-encoding",
                       b"transfer-encoding", b"sec-websocket-key", b"sec-websocket-version",
                       b"sec-websocket-extensions", b"sec-websocket-protocol", b"sec-websocket-accept"})
+# OpenAI-Beta values that ask for the WebSocket mode itself (Codex's `responses_websockets=…`):
+# they name the client's transport to the proxy, not the HTTP request the upstream gets
+_TRANSPORT_BETA = b"responses_websockets"
 MAX_ERROR_BODY = 64 * 1024  # of a non-200 answer, what the error event reads
 QUEUED_CHUNKS = 64  # between the route and the socket: a slow client slows the stream, as over HTTP
 
 
-def _encoded(body: dict[str, Any]) -> bytes:
-    """The body as JSON bytes: UTF-8, or ASCII escapes when it holds a lone surrogate (as the
-    client's own `\\ud800` escape, which the route then reads as it would over HTTP)."""
-    try:
-        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        return json.dumps(body, separators=(",", ":")).encode("ascii")
+def encoded(body: dict[str, Any], large: bool) -> bytes:
+    """The body as the JSON bytes of an HTTP request (`proxy.core.jsonio`: UTF-8, a lone
+    surrogate as its escape, which the route then reads as it would the client's own). `large`:
+    written a piece at a time (`large_json`), to be called off the event loop."""
+    return large_json.dumps_yielding(body) if large else jsonio.dumps(body)
+
+
+def _without_transport_beta(value: bytes) -> bytes:
+    return b",".join(part for part in value.split(b",") if part.strip() and not part.strip().lower().startswith(
+        _TRANSPORT_BETA))
 
 
 def request_scope(upgrade: Scope, content_length: int) -> Scope:
-    """The HTTP scope of `POST /v1/responses` made from the upgrade's."""
-    headers = [(k, v) for k, v in upgrade["headers"] if k.lower() not in _DROPPED]
+    """The HTTP scope of `POST /v1/responses` made from the upgrade's: without the upgrade's own
+    headers, nor the beta that asked for the WebSocket mode."""
+    headers = []
+    for key, value in upgrade["headers"]:
+        name = key.lower()
+        if name == b"openai-beta":
+            value = _without_transport_beta(value)
+            if not value:
+                continue
+        if name not in _DROPPED:
+            headers.append((key, value))
     headers += [(b"content-type", b"application/json"), (b"content-length", str(content_length).encode())]
     return {
         "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
@@ -87,12 +102,12 @@ class Answer:
         return sse.iter_data(self._bytes())
 
 
-async def dispatch(app: ASGIApp, upgrade: Scope, body: dict[str, Any], *, gone: asyncio.Event,
+async def dispatch(app: ASGIApp, upgrade: Scope, content: bytes, *, gone: asyncio.Event,
                    on_event: Callable[[str], Awaitable[None]]) -> tuple[int, bytes]:
-    """Run the request; each event of a 200 stream goes to `on_event` (its JSON text) as it comes.
-    Returns the status and, when it is not 200, the answer's body. `gone`: set when the client
-    has gone away (the request then sees `http.disconnect`)."""
-    content = _encoded(body)
+    """Run the request whose body is `content` (`encoded`); each event of a 200 stream goes to
+    `on_event` (its JSON text) as it comes. Returns the status and, when it is not 200, the
+    answer's body. `gone`: set when the client has gone away (the request then sees
+    `http.disconnect`)."""
     scope = request_scope(upgrade, len(content))
     sent = False
 

@@ -13,7 +13,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.core import jsonio, large_json
 from proxy.errors import ProxyError
+from proxy.formats.json_body import LARGE_BODY
 
 CREATE = "response.create"
 # Codex sends this after handling a response (behind a feature flag): an acknowledgement, nothing to answer
@@ -61,22 +63,34 @@ class Create:
 
     body: dict[str, Any]
     stream_id: str | None
+    size: int = 0  # characters of its frame: what waiting, and being held, costs the connection
+
+
+def decode(text: str) -> Any:
+    """A client text frame's JSON (any type), as an HTTP body is read (`proxy.core.jsonio`; a
+    large one by `large_json`, which lets other threads run: call it off the event loop), else
+    ProxyError 400 `invalid_json`."""
+    try:
+        return large_json.loads_yielding(text.encode()) if len(text) > LARGE_BODY else jsonio.loads(text)
+    except jsonio.TooDeep:
+        raise ProxyError(400, "A frame is nested too deep to read.", code="invalid_json") from None
+    except (ValueError, UnicodeEncodeError):
+        raise ProxyError(400, "A frame is not JSON: every client event is a JSON object with a `type` "
+                              "(e.g. `response.create`).", code="invalid_json") from None
 
 
 def parse(text: str) -> Create | None:
     """A client text frame: a `response.create` (Create), an acknowledgement (None), else
     ProxyError 400 naming what is wrong."""
-    try:
-        event = json.loads(text)
-    except ValueError:
-        raise ProxyError(400, "A frame is not JSON: every client event is a JSON object with a `type` "
-                              "(e.g. `response.create`).", code="invalid_json") from None
-    except RecursionError:
-        raise ProxyError(400, "A frame is nested too deep to read.", code="invalid_json") from None
+    return read(decode(text), size=len(text))
+
+
+def read(event: Any, *, size: int = 0) -> Create | None:
+    """A decoded client event (`parse`)."""
     if not isinstance(event, dict):
         raise ProxyError(400, "A client event must be a JSON object.", code="invalid_event")
     kind = event.get("type")
-    if kind in ACKNOWLEDGEMENTS:
+    if isinstance(kind, str) and kind in ACKNOWLEDGEMENTS:  # a list or object `type` is unhashable
         return None
     if kind != CREATE:
         shown = kind[:80] if isinstance(kind, str) else type(kind).__name__
@@ -92,7 +106,7 @@ def parse(text: str) -> Create | None:
                          code="unsupported_parameter", param="background")
     body = {k: v for k, v in event.items() if k not in ("type", "stream_id")}
     body["stream"] = True
-    return Create(body, stream_id)
+    return Create(body, stream_id, size)
 
 
 def with_stream_id(data: str, stream_id: str | None) -> str:

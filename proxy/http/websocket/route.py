@@ -1,7 +1,8 @@
 """The upgrade: `GET /v1/responses` (or `/responses`) asking for a WebSocket.
 
 The upgrade request's headers decide who is calling with the rules of every HTTP request
-(`proxy.http.caller`: credential, proxy key, `X-Offload-Tenant`); a caller HTTP would refuse is
+(`proxy.http.caller`: credential, proxy key, `X-Offload-Tenant`; the `X-Offload-*` settings
+headers, as `proxy.http.call_parts.request_settings` reads them); a caller HTTP would refuse is
 refused before the connection is accepted, with the HTTP status and error body HTTP would answer
 (a WebSocket client, Codex among them, reads it as the failed request it is). So is a tenant
 (its key or credential as a whole) that already holds `--ws-connections-per-tenant` connections
@@ -18,8 +19,9 @@ from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from proxy.core.settings import SettingsError, SettingsResolver
 from proxy.errors import ProxyError, error_response
-from proxy.http.caller import Gatekeeper
+from proxy.http.caller import Caller, Gatekeeper
 from proxy.http.websocket.connection import Connection, Limits
 
 log = logging.getLogger("proxy.http.websocket")
@@ -51,14 +53,24 @@ class ResponsesSocket:
     """The ASGI endpoint of the WebSocket route; `app` is the whole application, through which
     every response.create goes."""
 
-    def __init__(self, gatekeeper: Gatekeeper, limits: Limits, per_tenant: int) -> None:
-        self.gatekeeper, self.limits = gatekeeper, limits
+    def __init__(self, gatekeeper: Gatekeeper, resolver: SettingsResolver, limits: Limits, *, per_tenant: int) -> None:
+        self.gatekeeper, self.resolver, self.limits = gatekeeper, resolver, limits
         self.open = OpenConnections(per_tenant)
+
+    def _caller(self, headers: Headers) -> Caller:
+        """Who calls, its `X-Offload-*` headers checked: the refusals of every HTTP request
+        (401, 403, 400 `invalid_offload_header`), here once for the whole connection."""
+        caller = self.gatekeeper.identify(headers, "openai")
+        try:
+            self.resolver.resolve(headers, tenant=caller.tenant)
+        except SettingsError as exc:
+            raise ProxyError(400, exc.message, code="invalid_offload_header", param=exc.param) from exc
+        return caller
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         app: ASGIApp = scope["app"]
         try:
-            caller = self.gatekeeper.identify(Headers(scope=scope), "openai")
+            caller = self._caller(Headers(scope=scope))
         except ProxyError as exc:
             await _refuse(scope, receive, send, response=exc.response(), code=1008, reason=exc.message)
             return
