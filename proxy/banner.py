@@ -89,7 +89,8 @@ def _websocket(settings: ServerSettings) -> str:
     per_tenant = settings.ws_connections_per_tenant or "no limit"
     root = listen_url(settings).replace("http://", "ws://", 1)
     return (f"{root}/v1/responses served (Responses WebSocket mode; the upstream reached over HTTP/SSE); "
-            f"{per_tenant} connection(s) per tenant, idle {settings.ws_idle_timeout:g} s")
+            f"{per_tenant} connection(s) per tenant, {settings.ws_connections or 'no limit'} per worker, "
+            f"idle {settings.ws_idle_timeout:g} s")
 
 
 def banner_lines(settings: ServerSettings, tenants: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:

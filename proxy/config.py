@@ -146,6 +146,12 @@ class ServerSettings(BaseSettings):
         description="Responses WebSocket connections one tenant or credential may hold open in one worker "
         "(0 = no limit); the upgrade beyond it is refused with 429.",
     )
+    ws_connections: int = Field(
+        1024, ge=0, le=1_000_000,
+        description="Responses WebSocket connections one worker holds open in all (0 = no limit); the upgrade "
+        "beyond it is refused with 429, whoever asks (credentials are not checked with the upstream before a "
+        "response.create, so made-up ones could otherwise hold idle connections without end).",
+    )
     ws_idle_timeout: float = Field(
         900.0, gt=0, description="A Responses WebSocket connection with no response running and no frame from "
         "its client for this long (s) is closed (code 1000)."

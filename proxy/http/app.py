@@ -102,7 +102,7 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
     stats_api = StatsApi(tenant_names(gatekeeper.tenants, settings.names_key))
     socket = ResponsesSocket(gatekeeper, resolver, SocketLimits(settings.max_body_bytes, settings.ws_idle_timeout,
                                                       settings.ws_held_responses),
-                             per_tenant=settings.ws_connections_per_tenant)
+                             per_tenant=settings.ws_connections_per_tenant, total=settings.ws_connections)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

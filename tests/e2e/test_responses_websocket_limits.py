@@ -1,5 +1,6 @@
 """The Responses WebSocket mode's refusals and limits: the upgrade refused as HTTP refuses the
-request (no credential 401, too many connections 429), bad frames answered with `error` events
+request (no credential 401, too many connections 429 — per tenant and per worker — a browser's
+upgrade, with an Origin, 403), bad frames answered with `error` events
 and the connection going on, a create while one is in flight (its lane's turn), lanes side by
 side, a frame over --max-body-bytes, the idle timeout, an upstream error, the client hanging up
 mid-response (the upstream call cancelled)."""
@@ -20,9 +21,9 @@ from tests.harness.servers import default_handler, is_responses_create
 from tests.harness.websocket import Socket, completed, texts
 
 
-def refusal(proxy_url: str, key: str | None) -> tuple[int, dict]:
+def refusal(proxy_url: str, key: str | None, headers: dict[str, str] | None = None) -> tuple[int, dict]:
     with pytest.raises(InvalidStatus) as refused:
-        Socket(proxy_url, key)
+        Socket(proxy_url, key, headers=headers)
     response = refused.value.response
     return response.status_code, json.loads(response.body)
 
@@ -49,6 +50,38 @@ def test_a_tenant_holds_a_limited_number_of_connections(make_proxy, upstream):
             except InvalidStatus:
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
+
+
+def test_a_worker_holds_a_limited_number_of_connections_whatever_the_credentials(make_proxy, upstream):
+    """Made-up credentials are only checked upstream at a first response.create: the count per
+    credential alone would let them hold idle connections without end."""
+    with make_proxy(ws_connections=2) as url:
+        with Socket(url, "sk-made-up-1"), Socket(url, "sk-made-up-2"):
+            status, body = refusal(url, "sk-made-up-3")
+            assert status == 429 and body["error"]["code"] == "too_many_connections"
+            assert "--ws-connections" in body["error"]["message"]
+        deadline = time.monotonic() + 10
+        while True:  # the server sees the closes a moment later
+            try:
+                with Socket(url, "sk-made-up-3") as again:
+                    assert texts(completed(again.create(input="hi"))) == ["Hello there"]
+                break
+            except InvalidStatus:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+
+
+@pytest.mark.parametrize("origin", ["https://evil.example", "null", "http://127.0.0.1:8080"])
+def test_a_browsers_upgrade_is_refused(make_proxy, upstream, origin):
+    """A page the user visits could open a WebSocket to the proxy on loopback (browsers check no
+    origin for WebSockets) and, with --allow-anonymous, spend the operator's key."""
+    with make_proxy(allow_anonymous=True) as url:
+        for key in (None, "sk-test-key"):
+            status, body = refusal(url, key, headers={"Origin": origin})
+            assert (status, body["error"]["code"]) == (403, "origin_not_allowed")
+        with Socket(url, None) as ws:  # the same upgrade without Origin: served
+            assert texts(completed(ws.create(input="hi"))) == ["Hello there"]
+        assert not [r for r in upstream.requests if is_responses_create(r) and r.json().get("input") != "hi"]
 
 
 @pytest.mark.parametrize("frame, code", [

@@ -54,7 +54,7 @@ def test_banner_says_where_everything_is(tmp_path, upstream):
     assert banner["metrics"] == f"{proxy.url}/metrics (admin token required)"
     ws_url = proxy.url.replace("http://", "ws://")
     assert banner["websocket"].startswith(f"{ws_url}/v1/responses served (Responses WebSocket mode; the upstream "
-                                          "reached over HTTP/SSE); 64 connection(s) per tenant, idle 900 s")
+                                          "reached over HTTP/SSE); 64 connection(s) per tenant, 1024 per worker, idle 900 s")
     assert "admin-secret" not in stderr
     assert stderr.count("offload-proxy 0") == 1
 

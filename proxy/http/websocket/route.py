@@ -6,8 +6,14 @@ headers, as `proxy.http.call_parts.request_settings` reads them); a caller HTTP 
 refused before the connection is accepted, with the HTTP status and error body HTTP would answer
 (a WebSocket client, Codex among them, reads it as the failed request it is). So is a tenant
 (its key or credential as a whole) that already holds `--ws-connections-per-tenant` connections
-in this worker: 429, `too_many_connections`. Each `response.create` then goes through the same
-caller gate again, with the same headers (`proxy.http.websocket.dispatch`).
+in this worker: 429, `too_many_connections`; so is any upgrade once the worker holds
+`--ws-connections` in all (a made-up credential is only checked by the upstream at its first
+`response.create`, so a count per credential alone would not bound idle connections). An
+upgrade carrying `Origin` is refused (403 `origin_not_allowed`): only a browser sends one, and
+browsers apply no cross-origin check to WebSockets, so a page could otherwise reach the proxy
+(and the operator's key, with `--allow-anonymous`) from the user's machine; SDKs and agent CLIs
+send none. Each `response.create` then goes through the same caller gate again, with the same
+headers (`proxy.http.websocket.dispatch`).
 """
 
 from __future__ import annotations
@@ -30,36 +36,50 @@ log = logging.getLogger("proxy.http.websocket")
 class OpenConnections:
     """How many WebSockets each tenant (a caller's `scope`) holds open in this worker."""
 
-    def __init__(self, limit: int) -> None:
-        self.limit = limit  # 0: no limit
+    def __init__(self, limit: int, total: int = 0) -> None:
+        self.limit, self.total = limit, total  # 0: no limit
         self._open: Counter[str] = Counter()
+        self._count = 0
 
-    def take(self, scope: str) -> bool:
+    def take(self, scope: str) -> str | None:
+        """Count one more for `scope`; or why it may not open one more (nothing counted)."""
+        if self.total and self._count >= self.total:
+            return (f"This proxy worker already holds {self.total} WebSocket connections (--ws-connections): "
+                    "try again later, or use POST /v1/responses.")
         if self.limit and self._open[scope] >= self.limit:
-            return False
+            return (f"This tenant already holds {self.limit} WebSocket connections to this proxy worker "
+                    "(--ws-connections-per-tenant): close one, or use POST /v1/responses.")
         self._open[scope] += 1
-        return True
+        self._count += 1
+        return None
 
     def give_back(self, scope: str) -> None:
+        self._count -= 1
         self._open[scope] -= 1
         if self._open[scope] <= 0:
             del self._open[scope]
 
     def __len__(self) -> int:
-        return sum(self._open.values())
+        return self._count
 
 
 class ResponsesSocket:
     """The ASGI endpoint of the WebSocket route; `app` is the whole application, through which
     every response.create goes."""
 
-    def __init__(self, gatekeeper: Gatekeeper, resolver: SettingsResolver, limits: Limits, *, per_tenant: int) -> None:
+    def __init__(self, gatekeeper: Gatekeeper, resolver: SettingsResolver, limits: Limits, *, per_tenant: int,
+                 total: int = 0) -> None:
         self.gatekeeper, self.resolver, self.limits = gatekeeper, resolver, limits
-        self.open = OpenConnections(per_tenant)
+        self.open = OpenConnections(per_tenant, total)
 
     def _caller(self, headers: Headers) -> Caller:
         """Who calls, its `X-Offload-*` headers checked: the refusals of every HTTP request
-        (401, 403, 400 `invalid_offload_header`), here once for the whole connection."""
+        (401, 403, 400 `invalid_offload_header`), here once for the whole connection; a browser's
+        upgrade (it carries `Origin`) refused first."""
+        if "origin" in headers:
+            raise ProxyError(403, "WebSocket upgrades from a browser (an Origin header) are not served: use the "
+                             "Responses API over HTTP, or a client that sends no Origin.",
+                             code="origin_not_allowed", type_="permission_error")
         caller = self.gatekeeper.identify(headers, "openai")
         try:
             self.resolver.resolve(headers, tenant=caller.tenant)
@@ -74,9 +94,8 @@ class ResponsesSocket:
         except ProxyError as exc:
             await _refuse(scope, receive, send, response=exc.response(), code=1008, reason=exc.message)
             return
-        if not self.open.take(caller.scope):
-            message = (f"This tenant already holds {self.open.limit} WebSocket connections to this proxy worker "
-                       "(--ws-connections-per-tenant): close one, or use POST /v1/responses.")
+        message = self.open.take(caller.scope)
+        if message is not None:
             refusal = error_response(429, message, type_="rate_limit_error", code="too_many_connections")
             await _refuse(scope, receive, send, response=refusal, code=1013, reason="too many connections")
             return
