@@ -122,8 +122,11 @@ async def test_compile_bombs_cost_the_proxy_neither_time_nor_memory(refs):
         # a worker is running (the bomb before killed its own): measure from here, not a process's start
         assert "ref=rows01 line 1: row 1 " in await tools.search(r"^row 1\b")
         answer, took, stall = await timed(tools.search(pattern))
-        assert took < 1.0 + 0.6, (pattern, took, answer)
-        assert stall < 0.25, (pattern, stall)  # in-process, the compile alone stalls the loop 0.5 to 25 s
+        # bounds far from what in-process costs (the compile alone stalls the loop 0.5 to 25 s, the
+        # last never ends in 1 GiB) and far from a loaded machine's delays (0.34 s stall seen with 8
+        # busy processes on 2 cores): a verdict on where the work runs, not a speed target
+        assert took < 1.0 + 1.5, (pattern, took, answer)
+        assert stall < 0.5 or took < 0.5, (pattern, stall)
         assert rss() - before < 100 * MB, (pattern, (rss() - before) // MB)
         assert answer.startswith((f"The pattern {pattern!r} is too expensive", f"No match for {pattern!r}")), answer
     assert "compiling it" in answer  # the last one can never be compiled in 1 GiB

@@ -162,7 +162,9 @@ async def test_search_leaves_the_event_loop_free(tmp_path):
         await asyncio.sleep(0.01)
         lags.append(time.monotonic() - before - 0.01)
     assert "Search stopped early" in search.result()
-    assert len(lags) > 20 and max(lags) < 0.05
+    # in-process, the match would hold the loop for the search's whole second; a loaded machine
+    # delays a tick by tens of milliseconds (0.15 s seen with 8 busy processes on 2 cores)
+    assert len(lags) > 20 and max(lags) < 0.5
     await store.close()
 
 
