@@ -206,13 +206,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["wrap"]:  # the agent's own arguments, after `--`, are not ours to parse
-        from proxy.wrap.command import run_wrap, split_agent_args
+        from proxy.wrap.command import run_wrap, split_agent_args, unknown_arguments
 
         ours, agent_args = split_agent_args(argv)
         args, unknown = parser.parse_known_args(ours)
         if unknown:
-            parser.error(f"wrap: unrecognized arguments {' '.join(unknown)}: the agent's own arguments go after --, "
-                         f"as in: offload-proxy wrap {args.agent} -- {' '.join(unknown)}")
+            parser.error(f"wrap: {unknown_arguments(args.agent, unknown)}")
         run_wrap(args, agent_args)
         return
     args = parser.parse_args(argv)

@@ -13,12 +13,13 @@ def option(name: str) -> str:
     return f"--{name.replace('_', '-')}"
 
 
-def add_settings_options(parser: argparse.ArgumentParser) -> None:
+def add_settings_options(parser: argparse.ArgumentParser, *, defaults: dict[str, str] | None = None) -> None:
     """One option per ServerSettings field, documented from the field itself. A boolean field is a
-    plain flag (`--redis-cluster`), with `--no-redis-cluster` to turn it off."""
+    plain flag (`--redis-cluster`), with `--no-redis-cluster` to turn it off. `defaults`: what a
+    command does without an option instead of the field's default (wrap: a free port), as shown."""
     for name, field in ServerSettings.model_fields.items():
         env = f"OFFLOAD_{name.upper()}"
-        default = field.get_default(call_default_factory=True)
+        default = (defaults or {}).get(name, field.get_default(call_default_factory=True))
         help = f"{field.description} [env {env}; default {default}]"
         if field.annotation is bool:
             parser.add_argument(option(name), dest=name, default=None, action=argparse.BooleanOptionalAction,

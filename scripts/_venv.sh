@@ -17,7 +17,7 @@ if [ ! -f "$STAMP" ] && { [ -n "$EXTRA" ] || [ ! -f "$VENV/.installed-test-$KEY"
     "$PY" -m venv "$VENV"
   fi
   if [ -n "$EXTRA" ]; then
-    what="offload-proxy[$EXTRA] (the server and the $EXTRA tools: ~700 MB, about 2-3 minutes the first time)"
+    what="offload-proxy[$EXTRA] (the server and the $EXTRA tools: ~800 MB, about 2-3 minutes the first time)"
   else
     what="offload-proxy (the server only: ~130 MB, about a minute the first time)"
   fi

@@ -13,6 +13,7 @@ agent reading a terminal the shell has taken back.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import secrets
 import shutil
@@ -34,13 +35,16 @@ from proxy.wrap.agents import AGENTS, Agent, environment, names
 from proxy.wrap.child import ProxyChild, WrapError, check_reusable, die_with_parent
 
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+USAGE = "%(prog)s [-h] AGENT [--proxy-url URL] [--keep] [--quiet] [proxy options] [-- AGENT ARGS]"
+# what wrap does without these options, unlike serve (Session.start)
+DEFAULTS = {"port": "a free one", "data_dir": "a temporary folder, removed at exit"}
 EPILOG = ("The agent's own arguments go after --: offload-proxy wrap codex -- exec 'fix the tests'. "
           "Every serve option is accepted before it (--upstream, --anthropic-upstream, --mode, …); the proxy "
           "listens on a free loopback port with a store of its own for the run (docs/wrap.md).")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.epilog = EPILOG
+    parser.usage, parser.epilog = USAGE, EPILOG
     parser.add_argument("agent", metavar="AGENT", help=f"The agent to run: {names()}.")
     parser.add_argument("--proxy-url", default=None, help="Run the agent through the proxy already serving at this "
                         "URL (http://127.0.0.1:8080) instead of starting one; its --admin-token, if given, "
@@ -48,7 +52,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep", action="store_true", help="Leave the proxy running after the agent exits "
                         "(the exit line says where, its dashboard and how to stop it).")
     parser.add_argument("--quiet", action="store_true", help="Print nothing when the agent exits.")
-    add_settings_options(parser)
+    add_settings_options(parser, defaults=DEFAULTS)
+
+
+def unknown_arguments(agent: str, unknown: Sequence[str]) -> str:
+    """What to say of the arguments before `--` that wrap does not know (argparse left them over):
+    the agent's own arguments belong after `--`; one that looks like a misspelt proxy option gets
+    its likely spelling, and an agent argparse took from an option's value gets no example."""
+    given = " ".join(unknown)
+    if agent in AGENTS:
+        text = (f"unrecognized arguments {given}: the agent's own arguments go after --, "
+                f"as in: offload-proxy wrap {agent} -- {given}")
+    else:  # e.g. `--keep-recnt 2 codex`: the value `2` was taken for the agent
+        text = (f"unrecognized arguments {given}: proxy options go before the agent (offload-proxy wrap --help "
+                f"lists them), the agent's own arguments after --")
+    known = ["--proxy-url", "--keep", "--quiet", *(option(name) for name in ServerSettings.model_fields)]
+    close = [match for item in unknown if item.startswith("--")
+             for match in difflib.get_close_matches(item.partition("=")[0], known, n=1, cutoff=0.8)]
+    return text + (f" (a proxy option? did you mean {' or '.join(close)}?)" if close else "")
 
 
 def split_agent_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
