@@ -193,8 +193,9 @@ def breakdown_table(breakdown: dict[str, Any]) -> str:
     """Where the cost goes, as shares of the raw history's cost, at each pricing; the floor; the
     forwarded tokens by part."""
     names = list(metrics.PRICINGS)
-    width = max(len(label) for label in COST_LABELS.values()) + 2
-    rows = [f"{'cost breakdown (share of the raw cost)':{width}}" + "".join(f" {n:>10}" for n in names)]
+    title = "cost breakdown (share of the raw cost)"
+    width = max(len(title), *(len(label) + 2 for label in COST_LABELS.values()))
+    rows = [f"{title:{width}}" + "".join(f" {n:>10}" for n in names)]
     for part, label in COST_LABELS.items():
         rows.append(f"  {label:{width - 2}}" + "".join(f" {breakdown[n]['ratios'][part]:>10.3f}" for n in names))
     rows.append(f"  {'total (cache)':{width - 2}}" + "".join(f" {breakdown[n]['cache_cost_ratio']:>10.3f}" for n in names))
