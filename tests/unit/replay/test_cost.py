@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
@@ -10,6 +11,7 @@ from proxy.core.markers import history_marker, tool_result_marker
 from proxy.core.settings import OffloadSettings
 from proxy.formats import chat
 from proxy.replay import cost, metrics
+from proxy.replay.cli import add_format_argument
 from proxy.replay.metrics import ANTHROPIC, OPENAI, PRICINGS, SummaryCall
 from proxy.replay.report import breakdown_table, report_dict, table, write_outputs
 from proxy.core.tokens import counter_for_encoding
@@ -134,6 +136,15 @@ def test_images_are_a_part_of_their_own():
     parts = window.by_part()
     assert parts["images"] == cost.image_tokens(shot) == 1105  # 1280×800: 85 + 170 × 6 tiles
     assert parts["window"] == counts[2] - 1105 > 0 and sum(parts.values()) == sum(counts)
+
+
+def test_the_pricing_argument():
+    parser = argparse.ArgumentParser()
+    add_format_argument(parser)
+    assert parser.parse_args(["--pricing", "anthropic"]).pricing == "anthropic"
+    assert parser.parse_args([]).pricing is None  # the replay then uses metrics.DEFAULT_PRICING
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--pricing", "gemini"])
 
 
 async def replayed(tmp_path, format: str, pricing: str = "openai"):
