@@ -1,7 +1,7 @@
 """Computer-use sessions: screenshots offloaded by content hash, in all three formats.
 
     .venv/bin/python bench/computer_use.py [--steps 60] [--sessions 2] [--out /tmp/cu-bench]
-        [--batches 1,2,4,6,8,10,12,16] [--formats chat,responses,anthropic] [--no-serve]
+        [--batches 1,2,4,5,6,8] [--formats chat,responses,anthropic] [--no-serve]
 
 Generates sessions of a computer-use agent (a task, then per step a click / type / scroll call of
 a `computer` tool, its short result, now and then a page's text, and a real 1280×800 PNG
@@ -177,7 +177,7 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("/tmp/computer-use-bench"))
     parser.add_argument("--rounds", type=int, default=2, help="times the last turns are sent to the server")
-    parser.add_argument("--batches", default="1,2,4,6,8,10,12,16",
+    parser.add_argument("--batches", default="1,2,4,5,6,8",
                         help="X-Offload-Image-Batch values to replay with")
     parser.add_argument("--formats", default="chat,responses,anthropic", help="wire formats to replay in")
     parser.add_argument("--no-serve", action="store_true", help="only the replays: no ref timing, no real serve")
