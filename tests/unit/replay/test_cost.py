@@ -151,7 +151,7 @@ async def replayed(tmp_path, format: str, pricing: str = "openai"):
     store, upstream = SQLiteStore(tmp_path), upstream_for(None)
     try:
         settings = OffloadSettings(max_total_tokens=1500, max_tool_message_tokens=300)
-        replayer = Replayer(store, settings, upstream, [], "gpt-4o", format=format, pricing=pricing)
+        replayer = Replayer(store, settings, upstream, headers=[], model="gpt-4o", format=format, pricing=pricing)
         return await replayer.conversation(quoting_conversation())
     finally:
         await upstream.aclose()
