@@ -210,8 +210,8 @@ def _slug(name: str) -> str:
 
 
 def chart_names(ids: list[str]) -> list[str]:
-    """One PNG file name per conversation, all different (and never overall.png)."""
-    taken, names = {"overall"}, []
+    """One PNG file name per conversation, all different (and never overall.png nor cost.png)."""
+    taken, names = {"overall", "cost"}, []
     for i, conversation_id in enumerate(ids):
         slug = _slug(conversation_id) or "conversation"
         if slug in taken:
