@@ -89,7 +89,7 @@ class ServerSettings(BaseSettings):
     )
     keep_recent: int | None = Field(None, description="Default X-Offload-Keep-Recent (1 compact, 2 compress).")
     keep_images: int | None = Field(None, description="Default X-Offload-Keep-Images (3): older images are offloaded.")
-    image_batch: int | None = Field(None, description="Default X-Offload-Image-Batch (1): images offloaded so many "
+    image_batch: int | None = Field(None, description="Default X-Offload-Image-Batch (6): images offloaded so many "
                                     "at a time (the prefix changes once per batch).")
     max_reload_tokens: int | None = Field(None, description="Default X-Offload-Max-Reload-Tokens (8000).")
     max_reload_rounds: int | None = Field(None, description="Default X-Offload-Max-Reload-Rounds (4).")

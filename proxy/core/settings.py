@@ -42,8 +42,10 @@ class OffloadSettings(BaseModel):
     keep_recent: int | None = Field(None, ge=0, le=10_000)
     keep_images: int = Field(3, ge=0, le=100_000)  # the most recent images stay; older ones are offloaded
     # Older images are offloaded this many at a time (between keep_images and keep_images +
-    # image_batch - 1 stay): the forwarded prefix then changes once every image_batch images.
-    image_batch: int = Field(1, ge=1, le=1_000)
+    # image_batch - 1 stay): the forwarded prefix then changes once every image_batch images, as
+    # the reference computer-use loops remove screenshots in chunks. 6: the cheapest with a prompt
+    # cache counted (bench/computer_use.py, docs/performance.md), at both providers' prices.
+    image_batch: int = Field(6, ge=1, le=1_000)
     max_reload_tokens: int = Field(8_000, ge=100, le=1_000_000)
     max_reload_rounds: int = Field(4, ge=0, le=50)
     reload_tools: bool = True

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from proxy.core.settings import OffloadSettings
 from proxy.replay.baselines import MASK_KEEP
+from proxy.replay.metrics import DEFAULT_PRICING, PRICINGS
 from proxy.replay.runner import FORMATS, Replayer, load_conversations, turns_of, upstream_for, view_for
 from proxy.replay import compare
 from proxy.replay.report import estimate_warning, progress_bar, report_dict, table, write_outputs
@@ -42,6 +43,11 @@ def add_format_argument(replay: argparse.ArgumentParser) -> None:
                              "down to --max-total-tokens).")
     replay.add_argument("--mask-keep", type=_mask_keep, default=None,
                         help=f"With --compare: tool results observation masking keeps (default {MASK_KEEP}).")
+    replay.add_argument("--pricing", choices=tuple(PRICINGS), default=None,
+                        help="Prompt-cache prices the cache cost (cache_cost_ratio, the table's cache and floor "
+                             "columns) is given at: openai (default; cache reads at 10 %%, no write premium, the "
+                             "figures before this option) or anthropic (reads at 10 %%, writes at 1.25 × for the "
+                             "5-minute cache). report.json's cost_breakdown has both.")
     replay.add_argument("--summary-request", choices=("prefix", "transcript"), default=None,
                         help="How summaries are asked for, as the server's option of that name: prefix (the "
                              "turn's own request, then an instruction; default) or transcript.")
@@ -62,7 +68,7 @@ def add_target_arguments(replay: argparse.ArgumentParser) -> None:
 IN_PROCESS_ONLY = (("redis_url", "--redis-url"), ("data_dir", "--data-dir"), ("upstream", "--upstream"),
                    ("summary_delay_ms", "--summary-delay-ms"), ("turn_latency_ms", "--turn-latency-ms"),
                    ("inline_summaries", "--inline-summaries"), ("summary_request", "--summary-request"),
-                   ("compare", "--compare"), ("mask_keep", "--mask-keep"))
+                   ("compare", "--compare"), ("mask_keep", "--mask-keep"), ("pricing", "--pricing"))
 
 
 def target_usage_error(args: argparse.Namespace) -> str | None:
@@ -137,7 +143,7 @@ def compared(args: argparse.Namespace, conversations: list[dict], settings: Offl
     """`--compare`: the baselines' figures on the same conversations, with the proxy's (the replay's)."""
     keep = MASK_KEEP if getattr(args, "mask_keep", None) is None else args.mask_keep
     rows = compare.compare(conversations, format=format, view=view_for(format), budget=settings.max_total_tokens,
-                           model=args.model, keep=keep)
+                           model=args.model, keep=keep, pricing=PRICINGS[report.get("pricing", DEFAULT_PRICING)])
     return compare.with_proxy(rows, report["overall"], f"offload proxy (mode {settings.mode})")
 
 
@@ -159,7 +165,8 @@ async def run_replay(args: argparse.Namespace) -> dict:
     replayer = Replayer(store, settings, upstream, headers=headers, model=args.model, format=format, summary_delay_ms=delay,
                         turn_latency_ms=getattr(args, "turn_latency_ms", 0.0) or 0.0,
                         inline_summaries=bool(getattr(args, "inline_summaries", False)),
-                        summary_request=getattr(args, "summary_request", None) or "prefix")
+                        summary_request=getattr(args, "summary_request", None) or "prefix",
+                        pricing=getattr(args, "pricing", None) or DEFAULT_PRICING)
     counting = replayer.token_counting()
     warning = estimate_warning(counting)
     bar = progress_bar(sum(len(turns_of(c["messages"])) for c in conversations))
@@ -177,7 +184,7 @@ async def run_replay(args: argparse.Namespace) -> dict:
             bar.close()
         await upstream.aclose()
         await store.close()
-    report = report_dict(results, settings, counting, format=format)
+    report = report_dict(results, settings, counting, format=format, pricing=replayer.pricing.name)
     report["summaries_made"] = "inline" if replayer.inline_summaries else "background"
     report["summary_request"] = replayer.summary_request
     written = write_outputs(report, Path(args.out or "replay-out"))

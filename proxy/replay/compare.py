@@ -66,7 +66,7 @@ class Tokens:
 
 
 def measure(history: list[Any], answers: list[tuple[int, int]], requests: list[list[Any]], *, strategy: Strategy,
-            tokens: Tokens, is_tool: Callable[[Any], bool]) -> Figures:
+            tokens: Tokens, is_tool: Callable[[Any], bool], pricing: metrics.Pricing = metrics.OPENAI) -> Figures:
     """One conversation through `strategy`: its figures, defined as the replay's."""
     forwarded = [strategy(request) for request in requests]
     counts = [[tokens(item) for item in turn] for turn in forwarded]
@@ -75,8 +75,8 @@ def measure(history: list[Any], answers: list[tuple[int, int]], requests: list[l
     for k in range(len(forwarded) - 1):
         figures.prefix_reused += sum(counts[k][: metrics.common_prefix(forwarded[k], forwarded[k + 1])])
         figures.prefix_total += sum(counts[k])
-    figures.cost = metrics.cache_cost(forwarded, counts)
-    figures.raw_cost = metrics.cache_cost(requests, raw_counts)
+    figures.cost = metrics.cache_cost(forwarded, counts, pricing=pricing)
+    figures.raw_cost = metrics.cache_cost(requests, raw_counts, pricing=pricing)
     figures.recall = metrics.Recall()
     for turn in metrics.recall(history, answers, forwarded, is_tool=is_tool):
         figures.recall.add(turn)
@@ -93,8 +93,9 @@ def strategies(view: ItemView, *, budget: int, model: str, keep: int = MASK_KEEP
 
 
 def compare(conversations: list[dict], *, format: str, view: ItemView, budget: int, model: str,
-            keep: int = MASK_KEEP) -> dict[str, dict[str, Any]]:
-    """Each strategy's figures over all `conversations` (ratios of sums, as the replay's overall)."""
+            keep: int = MASK_KEEP, pricing: metrics.Pricing = metrics.OPENAI) -> dict[str, dict[str, Any]]:
+    """Each strategy's figures over all `conversations` (ratios of sums, as the replay's overall),
+    the cache cost at `pricing`."""
     json_counter = counter_for_encoding("o200k_base")
     chosen = strategies(view, budget=budget, model=model, keep=keep)
     totals = {name: Figures() for name in chosen}
@@ -104,7 +105,7 @@ def compare(conversations: list[dict], *, format: str, view: ItemView, budget: i
         tokens = Tokens(history, message_tokens(history, json_counter), json_counter)
         for name, strategy in chosen.items():
             totals[name].add(measure(history, answers, requests, strategy=strategy, tokens=tokens,
-                                     is_tool=lambda item: view.role(item) == "tool"))
+                                     is_tool=lambda item: view.role(item) == "tool", pricing=pricing))
     return {name: figures.row() for name, figures in totals.items()}
 
 

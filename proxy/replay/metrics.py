@@ -11,10 +11,13 @@ in every format.
   result and in no earlier non-tool item ("kept": facts only a tool result had told it);
   recall = Σ kept that occur verbatim (as a substring) in the text of turn k's forwarded items /
   Σ kept. An identifier counts once per turn.
-- cache cost: a turn costs its tokens minus 0.9 × the tokens of its longest common whole-item
-  prefix with the previous turn (a provider's cached input at 10 % of the price); a summary
-  call costs its input tokens, discounted the same way against the previous forwarded turn only
-  when it carries the same tools. cache_cost_ratio = (forwarded turns + summary calls) / raw turns.
+- cache cost, at a `Pricing`: a turn's tokens in its longest common whole-item prefix with the
+  previous turn are cache reads (`read`: 10 % of an input token's price), the others are input
+  written to the cache (`write`: 1.0 for OpenAI, the default and the figures before `--pricing`
+  existed, i.e. a turn costs its tokens minus 0.9 × its prefix; 1.25 for Anthropic's 5-minute
+  cache); a summary call costs its input tokens, discounted the same way against the previous
+  forwarded turn only when it carries the same tools. cache_cost_ratio = (forwarded turns +
+  summary calls) / raw turns. Where that cost goes: `proxy.replay.cost`.
 - latency: per-turn added latency (the wall time of the pipeline's `prepare`), p50 / p99 (nearest
   rank) / max, and the stalled turns: those whose added latency exceeds half the summary delay.
 """
@@ -151,27 +154,48 @@ class SummaryCall:
     tokens: list[int]
 
 
-def cached_cost(items: list[Any], tokens: list[int], previous: list[Any] | None) -> float:
-    """`tokens` summed, the common whole-item prefix with `previous` at CACHED_PRICE."""
+@dataclass(frozen=True)
+class Pricing:
+    """What an input token costs, in units of the provider's base input price."""
+    name: str
+    read: float  # a token of the cached prefix (a cache read)
+    write: float  # any other input token (written to the cache, where the provider bills writes)
+
+
+OPENAI = Pricing("openai", CACHED_PRICE, 1.0)  # reads at 10 %, no write premium: the default
+ANTHROPIC = Pricing("anthropic", CACHED_PRICE, 1.25)  # reads at 10 %, 5-minute cache writes at 1.25 ×
+PRICINGS = {p.name: p for p in (OPENAI, ANTHROPIC)}
+DEFAULT_PRICING = OPENAI.name
+
+
+def cached_cost(items: list[Any], tokens: list[int], previous: list[Any] | None, *,
+                pricing: Pricing = OPENAI) -> float:
+    """`tokens` summed at `pricing.write`, the common whole-item prefix with `previous` at `pricing.read`."""
     shared = common_prefix(items, previous) if previous is not None else 0
-    return sum(tokens) - (1 - CACHED_PRICE) * sum(tokens[:shared])
+    return pricing.write * sum(tokens) - (pricing.write - pricing.read) * sum(tokens[:shared])
 
 
 def same_tools(a: Any, b: Any) -> bool:
     return (a or []) == (b or [])
 
 
+def summary_call_cost(call: SummaryCall, turns: list[list[Any]], tools: list[Any] | None, *,
+                      pricing: Pricing = OPENAI) -> float:
+    """A summary call's input cost: cached against the previous forwarded turn when it carries its tools."""
+    k = call.turn
+    same = k > 0 and tools is not None and same_tools(call.tools, tools[k - 1])
+    return cached_cost(call.items, call.tokens, turns[k - 1] if same else None, pricing=pricing)
+
+
 def cache_cost(turns: list[list[Any]], tokens: list[list[int]], tools: list[Any] | None = None,
-               *, summaries: Sequence[SummaryCall] = ()) -> float:
+               *, summaries: Sequence[SummaryCall] = (), pricing: Pricing = OPENAI) -> float:
     """The input cost of `turns` (and of the summary calls they made) with a prompt cache: see
     the module's docstring. `tools[k]` are the tools turn k forwarded."""
     total = 0.0
     for k, (items, counts) in enumerate(zip(turns, tokens)):
-        total += cached_cost(items, counts, turns[k - 1] if k else None)
+        total += cached_cost(items, counts, turns[k - 1] if k else None, pricing=pricing)
     for call in summaries:
-        k = call.turn
-        same = k > 0 and tools is not None and same_tools(call.tools, tools[k - 1])
-        total += cached_cost(call.items, call.tokens, turns[k - 1] if same else None)
+        total += summary_call_cost(call, turns, tools, pricing=pricing)
     return total
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from proxy.core.settings import OffloadSettings
-from proxy.replay import metrics
+from proxy.replay import cost as costs, metrics
 
 log = logging.getLogger("proxy.replay")
 
@@ -29,7 +29,7 @@ def progress_bar(total: int):
         return None
 
 
-def overall(conversations: list[Any]) -> dict[str, Any]:
+def overall(conversations: list[Any], pricing: str = metrics.DEFAULT_PRICING) -> dict[str, Any]:
     raw = sum(c.raw_tokens for c in conversations)
     fwd = sum(c.forwarded_tokens for c in conversations)
     turns = sum(c.turns for c in conversations)
@@ -38,6 +38,9 @@ def overall(conversations: list[Any]) -> dict[str, Any]:
     kept, found = sum(c.recall_identifiers for c in conversations), sum(c.recall_found for c in conversations)
     cost, raw_cost = sum(c.cache_cost for c in conversations), sum(c.raw_cache_cost for c in conversations)
     timed = [c for c in conversations if c.latency is not None]
+    measured = [c for c in conversations if getattr(c, "cost_breakdown", None)]
+    breakdown = costs.summed([c.cost_breakdown for c in measured], [c.forwarded_by_part for c in measured]) \
+        if measured else None
     return {
         "conversations": len(conversations),
         "turns": turns,
@@ -58,6 +61,9 @@ def overall(conversations: list[Any]) -> dict[str, Any]:
         "cache_cost_ratio": cost / raw_cost if raw_cost else 1.0,
         "cache_cost": cost,
         "raw_cache_cost": raw_cost,
+        "pricing": pricing,
+        "floor": breakdown[pricing]["floor"] if breakdown else None,
+        "cost_breakdown": breakdown,
         "summary_calls": sum(c.summary_calls for c in conversations),
         "summary_input_tokens": sum(c.summary_input_tokens for c in conversations),
         "latency": metrics.latency([ms for c in timed for ms in c.added_ms_per_turn or []],
@@ -67,13 +73,16 @@ def overall(conversations: list[Any]) -> dict[str, Any]:
 
 
 def report_dict(conversations: list[Any], settings: OffloadSettings,
-                token_counting: dict[str, Any] | None = None, *, format: str = "chat") -> dict[str, Any]:
+                token_counting: dict[str, Any] | None = None, *, format: str = "chat",
+                pricing: str = metrics.DEFAULT_PRICING) -> dict[str, Any]:
     per = []
     for c in conversations:
         entry = dict(c.__dict__)
+        priced = c.cost_breakdown.get(pricing)
+        entry["floor"] = priced["raw_parts"]["new"] / priced["raw_cost"] if priced and priced["raw_cost"] else None
         per.append(entry)
-    report = {"format": format, "settings": settings.model_dump(), "overall": overall(conversations),
-              "conversations": per}
+    report = {"format": format, "pricing": pricing, "settings": settings.model_dump(),
+              "overall": overall(conversations, pricing), "conversations": per}
     if token_counting is not None:
         report["token_counting"] = token_counting
     return report
@@ -122,14 +131,15 @@ def unique_labels(names: list[str], width: int) -> list[str]:
 def table(report: dict[str, Any]) -> str:
     timed = report["overall"].get("latency") is not None
     header = (f"{'conversation':{NAME_WIDTH}} {'turns':>5} {'raw':>10} {'forwarded':>10} {'ratio':>6} {'prefix':>6} "
-              f"{'cache':>6} {'recall':>6} {'max turn':>8} {'sum.':>4} {'refs':>5} {'exact':>5} {'ms cold':>7} "
+              f"{'cache':>6} {'floor':>6} {'recall':>6} {'max turn':>8} {'sum.':>4} {'refs':>5} {'exact':>5} {'ms cold':>7} "
               f"{'ms st.':>6}" + (f" {'p99 ms':>8} {'stall':>5}" if timed else ""))
     rows = [header, "-" * len(header)]
 
     def row(name: str, r: dict[str, Any]) -> str:
         ratio = r["forwarded_tokens"] / r["raw_tokens"] if r["raw_tokens"] else 1.0
         line = (f"{name:{NAME_WIDTH}} {r['turns']:>5} {r['raw_tokens']:>10} {r['forwarded_tokens']:>10} {ratio:>6.3f} "
-                f"{r['prefix_reuse']:>6.3f} {r.get('cache_cost_ratio', 1.0):>6.3f} {r.get('recall', 1.0):>6.3f} "
+                f"{r['prefix_reuse']:>6.3f} {r.get('cache_cost_ratio', 1.0):>6.3f} {_figure(r.get('floor'))} "
+                f"{r.get('recall', 1.0):>6.3f} "
                 f"{r['max_forwarded_turn']:>8} {r['summaries']:>4} {r['refs']:>5} "
                 f"{r['reload_exact_fraction']:>5.2f} {r['ms_per_turn_cold']:>7.2f} {r['ms_per_turn_steady']:>6.2f}")
         if timed:
@@ -143,9 +153,13 @@ def table(report: dict[str, Any]) -> str:
     o = report["overall"]
     rows.append(f"turns above max_total_tokens + system + tools + summary + tail: {o['turns_over_budget']}")
     if "recall" in o:
-        rows.append(f"cache = cache_cost_ratio: input cost with cached prefixes at 10 %, forwarded turns and "
-                    f"{o['summary_calls']} summary calls over raw history; recall = {o['recall_found']} of "
+        pricing = metrics.PRICINGS[o.get("pricing", metrics.DEFAULT_PRICING)]
+        rows.append(f"cache = cache_cost_ratio at {pricing.name} pricing (cache reads at {pricing.read:.0%}, other input "
+                    f"at {pricing.write:g} ×): forwarded turns and {o['summary_calls']} summary calls over the raw "
+                    f"history; floor = every new token paid once, the rest free; recall = {o['recall_found']} of "
                     f"{o['recall_identifiers']} identifiers the model took from earlier tool results still forwarded")
+    if o.get("cost_breakdown"):
+        rows += ["", breakdown_table(o["cost_breakdown"])]
     if timed:
         lat = o["latency"]
         rows.append(f"added latency per turn (prepare's wall time, before the request goes upstream): "
@@ -167,13 +181,37 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def _figure(value: float | None) -> str:
+    return f"{value:>6.3f}" if value is not None else f"{'-':>6}"
+
+
+COST_LABELS = {"new": "new content (paid once)", **{f"read_{p}": f"cache reads: {p}" for p in costs.PARTS},
+               "resend": "re-sends after a compression", "summary_calls": "summary calls"}
+
+
+def breakdown_table(breakdown: dict[str, Any]) -> str:
+    """Where the cost goes, as shares of the raw history's cost, at each pricing; the floor; the
+    forwarded tokens by part."""
+    names = list(metrics.PRICINGS)
+    title = "cost breakdown (share of the raw cost)"
+    width = max(len(title), *(len(label) + 2 for label in COST_LABELS.values()))
+    rows = [f"{title:{width}}" + "".join(f" {n:>10}" for n in names)]
+    for part, label in COST_LABELS.items():
+        rows.append(f"  {label:{width - 2}}" + "".join(f" {breakdown[n]['ratios'][part]:>10.3f}" for n in names))
+    rows.append(f"  {'total (cache)':{width - 2}}" + "".join(f" {breakdown[n]['cache_cost_ratio']:>10.3f}" for n in names))
+    rows.append(f"  {'floor':{width - 2}}" + "".join(f" {breakdown[n]['floor']:>10.3f}" for n in names))
+    shares = breakdown["forwarded_shares"]
+    rows.append("forwarded tokens by part: " + ", ".join(f"{p} {shares[p]:.1%}" for p in costs.PARTS))
+    return "\n".join(rows)
+
+
 def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:80]
 
 
 def chart_names(ids: list[str]) -> list[str]:
-    """One PNG file name per conversation, all different (and never overall.png)."""
-    taken, names = {"overall"}, []
+    """One PNG file name per conversation, all different (and never overall.png nor cost.png)."""
+    taken, names = {"overall", "cost"}, []
     for i, conversation_id in enumerate(ids):
         slug = _slug(conversation_id) or "conversation"
         if slug in taken:
@@ -255,4 +293,39 @@ def write_charts(report: dict[str, Any], out: Path) -> list[Path]:
     path = out / "overall.png"
     fig.savefig(path, dpi=80)
     plt.close(fig)
-    return [*written, path]
+    breakdown = o.get("cost_breakdown")
+    return [*written, path, *([cost_chart(plt, breakdown, out / "cost.png")] if breakdown else [])]
+
+
+def cost_chart(plt, breakdown: dict[str, Any], path: Path) -> Path:
+    """cost.png: per pricing, the raw history's cost (new, reads) and the proxy's by part,
+    stacked, as shares of the raw cost, with the floor."""
+    fig, ax = plt.subplots(figsize=(9, 5))
+    names = list(metrics.PRICINGS)
+    colors = plt.get_cmap("tab10").colors
+    for i, name in enumerate(names):
+        b = breakdown[name]
+        raw = b["raw_parts"]
+        bottom = 0.0
+        for j, (part, value) in enumerate((("new", raw["new"]), ("read", raw["read"]))):
+            share = value / b["raw_cost"] if b["raw_cost"] else 0.0
+            ax.bar(2 * i, share, bottom=bottom, width=0.8, color=colors[j], alpha=0.45,
+                   label=f"raw: {'new content' if part == 'new' else 'cache reads'}" if i == 0 else None)
+            bottom += share
+        bottom = 0.0
+        for j, part in enumerate(costs.COST_PARTS):
+            share = b["ratios"][part]
+            ax.bar(2 * i + 0.9, share, bottom=bottom, width=0.8, color=colors[j % len(colors)],
+                   label=COST_LABELS[part] if i == 0 else None)
+            bottom += share
+        ax.hlines(b["floor"], 2 * i - 0.45, 2 * i + 1.35, colors="black", linestyles="--",
+                  label="floor: new tokens once, the rest free" if i == 0 else None)
+        ax.text(2 * i + 0.9, bottom + 0.01, f"{b['cache_cost_ratio']:.3f}", ha="center", fontsize=8)
+    ax.set_xticks([x for i in range(len(names)) for x in (2 * i, 2 * i + 0.9)],
+                  [f"{label}\n{n}" for n in names for label in ("raw", "proxy")], fontsize=8)
+    ax.set(title="cache-weighted input cost, share of the raw history's", ylabel="share of the raw cost", ylim=(0, 1.1))
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path

@@ -55,7 +55,7 @@ from proxy.core.tokens import (IMAGE_PARTS, TokenCounter, counter_for_encoding, 
                                part_image_tokens)
 from proxy.upstream.client import Upstream
 from proxy.upstream.pool import pooled_transport
-from proxy.replay import metrics
+from proxy.replay import cost, metrics
 from proxy.replay.metrics import common_prefix, prefix_reuse  # noqa: F401  (imported from here too)
 from proxy.replay.turns import (  # noqa: F401  (imported from here too)
     FORMATS, ReplayInputError, answer_positions, answers_of, load_conversations, request_body, requests_of,
@@ -132,8 +132,10 @@ class Conversation:
     recall_identifiers: int = 0  # Σ over turns of the identifiers only an earlier tool result had shown
     recall_found: int = 0  # of which the forwarded turn carried
     cache_cost_ratio: float = 1.0
-    cache_cost: float = 0.0  # forwarded turns + summary calls, cached prefixes at 10 %, in tokens
+    cache_cost: float = 0.0  # forwarded turns + summary calls at the replay's pricing, in tokens
     raw_cache_cost: float = 0.0  # the raw turns, the same way
+    cost_breakdown: dict[str, Any] = field(default_factory=dict)  # per pricing: see proxy.replay.cost
+    forwarded_by_part: dict[str, float] = field(default_factory=dict)  # forwarded tokens by part, Σ over turns
     summary_calls: int = 0  # requests the summariser received
     summary_input_tokens: int = 0  # their history's tokens
     latency: dict[str, Any] | None = None  # only with a summary delay: see metrics.latency
@@ -183,18 +185,20 @@ class Replayer:
     def __init__(self, store: Store, settings: OffloadSettings, upstream: Upstream, *, headers: list, model: str,
                  ttl: int = 7 * 24 * 3600, format: str = "chat", summary_delay_ms: float | None = None,
                  turn_latency_ms: float = 0.0, inline_summaries: bool = False,
-                 summary_request: str = "prefix") -> None:
+                 summary_request: str = "prefix", pricing: str = metrics.DEFAULT_PRICING) -> None:
         """Summaries are made in the background as the server makes them (`inline_summaries`: by the
         turn that needs one, none ahead of time, as before background summaries). `summary_delay_ms`
         (the delay `upstream_for` gave the fake summariser) turns on the latency report and lets
         background summaries run while the next turns go (else each is waited for after its turn,
         so figures are deterministic); `turn_latency_ms`: each turn sleeps that long after its
         pipeline (the upstream answering). `summary_request`: the shape summaries are asked for in
-        (the server's `--summary-request`: "prefix", the turn's own request, or "transcript")."""
+        (the server's `--summary-request`: "prefix", the turn's own request, or "transcript").
+        `pricing`: the `metrics.PRICINGS` the cache cost is given at (the breakdown has both)."""
         self.store, self.settings, self.upstream, self.headers, self.model = store, settings, upstream, headers, model
         self.ttl, self.format, self.view = ttl, format, view_for(format)
         self.summary_delay_ms, self.turn_latency_ms = summary_delay_ms, turn_latency_ms
         self.inline_summaries, self.summary_request = inline_summaries, summary_request
+        self.pricing = metrics.PRICINGS[pricing]
         self.wire = WIRES[format]
         self.json_counter = counter_for_encoding("o200k_base")
         self._system: str | None = None  # an Anthropic conversation's `system` (its leading system messages)
@@ -336,9 +340,14 @@ class Replayer:
             calls.append(metrics.SummaryCall(turn, items, call_tools, message_tokens(items, self.json_counter)))
         out.summary_calls = len(calls)
         out.summary_input_tokens = sum(sum(c.tokens) for c in calls)
-        out.cache_cost = metrics.cache_cost(forwarded, tokens, sent_tools, summaries=calls)
-        out.raw_cache_cost = metrics.cache_cost(requests, [history_tokens[:len(r)] for r in requests])
+        raw_tokens = [history_tokens[:len(r)] for r in requests]
+        out.cache_cost = metrics.cache_cost(forwarded, tokens, sent_tools, summaries=calls, pricing=self.pricing)
+        out.raw_cache_cost = metrics.cache_cost(requests, raw_tokens, pricing=self.pricing)
         out.cache_cost_ratio = out.cache_cost / out.raw_cache_cost if out.raw_cache_cost else 1.0
+        windows = [cost.Window(items, counts, self.view) for items, counts in zip(forwarded, tokens)]
+        out.cost_breakdown = cost.conversation_costs(windows, cost.new_items([len(r) for r in requests]), raw_tokens,
+                                                     tools=sent_tools, summaries=calls)
+        out.forwarded_by_part = cost.forwarded_by_part(windows)
 
 
 async def reload_all(tools: ReloadTools, ref: str) -> str | None:

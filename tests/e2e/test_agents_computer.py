@@ -2,9 +2,9 @@
 
 The fake computer returns a real 1280×800 PNG screenshot after each action; the agent sends them
 back as `computer_call_output` items on every model call. Past the third, the older screenshots
-leave the forwarded payload (a 1×1 stand-in and a marker message); the fake model then reloads the
-oldest with `context_reload` and gets the screenshot itself (an `input_image` output), byte for
-byte. The agent sees its own computer calls and the answer, never the reload.
+(one at a time: `image_batch=1`) leave the forwarded payload (a 1×1 stand-in and a marker
+message); the fake model then reloads the oldest with `context_reload` and gets the screenshot
+itself (an `input_image` output), byte for byte. The agent sees its own computer calls and the answer, never the reload.
 """
 
 from __future__ import annotations
@@ -106,7 +106,9 @@ async def agent_client(make_proxy, upstream):
     set_tracing_disabled(True)
     upstream.handler = model_handler
     before = _openai_shared.get_default_openai_client()
-    with make_proxy() as url:
+    # one screenshot at a time (the default offloads them in chunks of 6, which tests/e2e/
+    # test_image_offload.py covers): five steps are enough to see the agent's loop go through
+    with make_proxy(image_batch=1) as url:
         async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="sk-agents-key", max_retries=0,
                                       timeout=30) as client:
             set_default_openai_client(client, use_for_tracing=False)

@@ -15,6 +15,8 @@ from tests.harness import anthropic as fake_anthropic
 from tests.harness.screens import b64, data_url, screenshot
 from tests.harness.servers import completion, scripted
 
+# Four screenshots, one older than the most recent three: offloaded at once with image_batch=1
+# (the default waits for a chunk of 6, docs/configuration.md), which every proxy here is given.
 SHOTS = [screenshot(step) for step in range(4)]
 AUTH = {"authorization": "Bearer sk-test-key"}
 
@@ -41,7 +43,7 @@ BAD = {
 def test_unreadable_or_lying_images_go_upstream_as_they_came(make_proxy, upstream, name):
     upstream.handler = scripted(lambda rec: JSONResponse(completion("ok")))
     body = _chat([BAD[name]] + [data_url(s) for s in SHOTS[1:]])
-    with make_proxy() as url, httpx2.Client(base_url=url, timeout=30) as client:
+    with make_proxy(image_batch=1) as url, httpx2.Client(base_url=url, timeout=30) as client:
         r = client.post("/v1/chat/completions", json=body, headers=AUTH)
     assert r.status_code == 200, r.text
     [sent] = upstream.chat_requests()
@@ -60,7 +62,7 @@ def test_a_truncated_png_is_offloaded_and_reloaded_exactly_as_sent(make_proxy, u
         return JSONResponse(completion(None, tool_calls=[call]))
 
     upstream.handler = scripted(first, lambda rec: JSONResponse(completion("ok")))
-    with make_proxy() as url, httpx2.Client(base_url=url, timeout=30) as client:
+    with make_proxy(image_batch=1) as url, httpx2.Client(base_url=url, timeout=30) as client:
         r = client.post("/v1/chat/completions", json=_chat([cut] + [data_url(s) for s in SHOTS[1:]]), headers=AUTH)
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "ok"
     _, second = upstream.chat_requests()
@@ -69,7 +71,7 @@ def test_a_truncated_png_is_offloaded_and_reloaded_exactly_as_sent(make_proxy, u
 
 def test_a_50_mb_image_is_refused_in_each_endpoint_shape_never_a_500(make_proxy, upstream):
     huge = "data:image/png;base64," + b64(SHOTS[0]) + "A" * (50 * 1024 * 1024 * 4 // 3)
-    with make_proxy() as url, httpx2.Client(base_url=url, timeout=60) as client:
+    with make_proxy(image_batch=1) as url, httpx2.Client(base_url=url, timeout=60) as client:
         r = client.post("/v1/chat/completions", json=_chat([huge]), headers=AUTH)
         assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
         block = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": huge[22:]}}
@@ -84,7 +86,7 @@ def test_a_50_mb_image_is_refused_in_each_endpoint_shape_never_a_500(make_proxy,
 def test_a_large_image_under_the_body_limit_is_offloaded(make_proxy, upstream):
     big = "data:image/png;base64," + b64(SHOTS[0]) + "A" * (30 * 1024 * 1024)  # a PNG header, 30 MB after it
     upstream.handler = scripted(lambda rec: JSONResponse(completion("ok")))
-    with make_proxy() as url, httpx2.Client(base_url=url, timeout=60) as client:
+    with make_proxy(image_batch=1) as url, httpx2.Client(base_url=url, timeout=60) as client:
         r = client.post("/v1/chat/completions", json=_chat([big] + [data_url(s) for s in SHOTS[1:]]), headers=AUTH)
     assert r.status_code == 200, r.text[:300]
     [sent] = upstream.chat_requests()
@@ -97,7 +99,7 @@ def test_a_file_id_the_proxy_cannot_see_is_forwarded(make_proxy, upstream):
     upstream.handler = scripted(lambda rec: fake_responses.answer(rec, fake_responses.message("ok")))
     items = [{"role": "user", "content": [{"type": "input_image", "file_id": "file-unknown-123"}]}
              for _ in range(5)]
-    with make_proxy() as url, httpx2.Client(base_url=url, timeout=30) as client:
+    with make_proxy(image_batch=1) as url, httpx2.Client(base_url=url, timeout=30) as client:
         r = client.post("/v1/responses", json={"model": "gpt-4o", "input": items}, headers=AUTH)
     assert r.status_code == 200
     [sent] = upstream.responses_requests()
@@ -124,7 +126,7 @@ def test_a_reload_never_crosses_namespaces(make_proxy, upstream):
             "type": "base64", "media_type": "image/png", "data": b64(s)}}, {"type": "text", "text": "and?"}]}
             for s in shots]
 
-    with make_proxy() as url, httpx2.Client(base_url=url, timeout=30) as client:
+    with make_proxy(image_batch=1) as url, httpx2.Client(base_url=url, timeout=30) as client:
         upstream.handler = scripted(record)
         r = client.post("/v1/messages", json={"model": "claude-sonnet-4-5", "max_tokens": 8, "messages": blocks(SHOTS)},
                         headers={"x-api-key": "sk-ant-tenant-a", "anthropic-version": "2023-06-01"})

@@ -1,7 +1,9 @@
 """Screenshots offloaded by content hash and reloaded as images, with real SDK clients unchanged.
 
-Each client sends a computer-use-like session of six real 1280×800 PNG screenshots: the three
-oldest leave the forwarded payload (a marker with a ref in their place), the fake model asks
+Each client sends a computer-use-like session of real 1280×800 PNG screenshots, as many as the
+defaults need to offload one chunk (the 3 most recent stay, older ones leave `image_batch` at a
+time): the oldest chunk leaves the forwarded payload (a marker with a ref in their place), the
+fake model asks
 `context_reload` of the oldest, and gets the image itself back, byte for byte (chat: a short text
 in the tool message and the image in a user message after it; Anthropic: an image block in the
 tool_result; Responses: an input_image output). The client gets one ordinary answer.
@@ -17,12 +19,14 @@ import pytest
 from starlette.responses import JSONResponse, StreamingResponse
 
 from proxy.core import texts
+from proxy.core.settings import OffloadSettings
 from tests.harness import anthropic as fake_anthropic
 from tests.harness import responses as fake_responses
 from tests.harness.screens import b64, data_url, screenshot
 from tests.harness.servers import completion, scripted, stream_chunks
 
-SHOTS = [screenshot(step) for step in range(6)]
+KEEP, BATCH = OffloadSettings().keep_images, OffloadSettings().image_batch
+SHOTS = [screenshot(step) for step in range(KEEP + BATCH)]  # one whole chunk older than the most recent
 URLS = [data_url(s) for s in SHOTS]
 ANSWER = "The button is at the top left."
 
@@ -32,14 +36,14 @@ def _markers(payload: str) -> list[str]:
 
 
 def _offloaded_upstream(body: bytes) -> list[str]:
-    """The refs of the markers a forwarded body carries; the three oldest screenshots are gone."""
+    """The refs of the markers a forwarded body carries; the oldest chunk of screenshots is gone."""
     text = body.decode()
-    for shot in SHOTS[:3]:
+    for shot in SHOTS[:BATCH]:
         assert b64(shot) not in text
-    for shot in SHOTS[3:]:
+    for shot in SHOTS[BATCH:]:
         assert b64(shot) in text
     markers = _markers(text)
-    assert len(markers) == 3 and all(m.startswith("[image offloaded: png 1280×800, ~") for m in markers)
+    assert len(markers) == BATCH and all(m.startswith("[image offloaded: png 1280×800, ~") for m in markers)
     return [texts.media_ref(m) for m in markers]
 
 
@@ -178,7 +182,9 @@ def test_responses_screenshots_offloaded_and_reloaded(make_proxy, upstream, stre
     assert reply.output_text == ANSWER and [o.type for o in reply.output] == ["message"]
     first_round, reload_round = upstream.responses_requests()
     sent = first_round.json()["input"]
-    assert len(sent) == 13 + 3  # each offloaded screenshot: a 1×1 stand-in, then its marker as a user message
+    # the task, a call and its output per screenshot; each offloaded one: its marker as a user message
+    # after the 1×1 stand-in that takes the screenshot's place
+    assert len(sent) == 1 + 2 * len(SHOTS) + BATCH
     notes = [i for i in sent if i.get("type") == "message" and i["role"] == "user"]
     assert [texts.media_ref(n["content"][0]["text"]) for n in notes] == refs
     output = [i for i in reload_round.json()["input"] if i.get("call_id") == "call_reload"][-1]
@@ -195,5 +201,5 @@ def test_the_statistics_count_image_tokens_saved_apart_from_text(make_proxy, ups
         raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=_chat_messages())
         before, after = int(raw.headers["x-offload-tokens-before"]), int(raw.headers["x-offload-tokens-after"])
         totals = stats_when(url, "sk-image-stats", 1, window="1h")["totals"]
-    assert totals["tokens_saved"] == before - after > 3 * 1000
+    assert totals["tokens_saved"] == before - after > BATCH * 1000
     assert totals["image_tokens_saved"] == before - after and totals["text_tokens_saved"] == 0

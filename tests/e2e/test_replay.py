@@ -152,8 +152,8 @@ def test_table_and_chart_labels_are_unique_when_ids_share_a_long_head():
     assert unique_labels(SAME_HEAD, NAME_WIDTH)[0].endswith("django-11099")  # the distinguishing tail is kept
     assert unique_labels(["short", "short", "x" * 50, "x" * 50], 20) == [
         "short #1", "short #2", "xxxxxxxx…xxxxxxxx #3", "xxxxxxxx…xxxxxxxx #4"]
-    names = chart_names(["a/b", "a b", "overall", "z" * 100, "z" * 90])
-    assert len(set(names)) == 5 and "overall.png" not in names
+    names = chart_names(["a/b", "a b", "overall", "z" * 100, "z" * 90, "cost"])
+    assert len(set(names)) == 6 and "overall.png" not in names and "cost.png" not in names
 
 
 def replay_report_for(ids: list[str], tmp_path, monkeypatch, capsys, steps: int = 6) -> tuple[dict, str, dict]:
@@ -183,7 +183,8 @@ def test_replay_table_and_overall_chart_tell_conversations_apart(tmp_path, monke
     overall = saved["overall.png"].axes[0]
     labels = [t.get_text() for t in overall.get_xticklabels()]
     assert len(labels) == 3 and len(set(labels)) == 3 and all(label for label in labels)
-    assert len([name for name in saved if name != "overall.png"]) == 3
+    assert len([name for name in saved if name not in ("overall.png", "cost.png")]) == 3
+    assert "cost.png" in saved  # where the cost goes: proxy/replay/cost.py
     assert all((tmp_path / "out" / name).stat().st_size > 1000 for name in saved)
 
 

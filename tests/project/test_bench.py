@@ -52,7 +52,9 @@ def test_computer_use(tmp_path):
               "--out", str(tmp_path))
     assert "1 sessions x 5 steps" in out and "/healthz meanwhile" in out
     rows = [line.split() for line in out.splitlines() if line.split()[:2] in (["chat", "1"], ["anthropic", "1"])]
-    assert len(rows) == 2 and all(row[4] == "1.00" for row in rows)  # reload exact
+    assert len(rows) == 2 and all(row[6] == "1.00" for row in rows)  # reload exact
+    assert all(0 < float(row[4]) and 0 < float(row[5]) for row in rows)  # the cache cost at both pricings
+    assert "cheapest chat       anthropic  batch   1" in out and "cheapest over formats and pricings: batch 1" in out
 
 
 def test_large_bodies():

@@ -16,7 +16,9 @@ from proxy.formats.responses.request import with_history
 from tests.harness.screens import b64, data_url, screenshot
 
 COUNTER = counter_for_model("gpt-4o")
-SETTINGS = OffloadSettings()
+# One image at a time: these tests are about what an offloaded image becomes; the default
+# batch (chunks, for the prompt cache) has a test of its own below.
+SETTINGS = OffloadSettings(image_batch=1)
 RESPONSES = ResponsesView(("context_reload", "context_search"))
 MESSAGES = MessagesView(("context_reload", "context_search"))
 SHOTS = [screenshot(step) for step in range(6)]
@@ -70,10 +72,12 @@ def test_what_cannot_be_read_or_lies_is_forwarded_as_it_came():
 
 def test_keep_images_and_mode_off():
     items = _chat([data_url(s) for s in SHOTS])
-    assert len(plan_media(items, CHAT, OffloadSettings(keep_images=0), counter=COUNTER, namespace="ns").offloads) == 6
-    assert not plan_media(items, CHAT, OffloadSettings(keep_images=6), counter=COUNTER, namespace="ns").offloads
-    assert not plan_media(items, CHAT, OffloadSettings(mode="off"), counter=COUNTER, namespace="ns").offloads
-    assert len(plan_compaction(items, CHAT, OffloadSettings(mode="compress"), counter=COUNTER, namespace="ns", compact=False).offloads) == 3
+    one = {"image_batch": 1}
+    assert len(plan_media(items, CHAT, OffloadSettings(keep_images=0, **one), counter=COUNTER, namespace="ns").offloads) == 6
+    assert not plan_media(items, CHAT, OffloadSettings(keep_images=6, **one), counter=COUNTER, namespace="ns").offloads
+    assert not plan_media(items, CHAT, OffloadSettings(mode="off", **one), counter=COUNTER, namespace="ns").offloads
+    compress = OffloadSettings(mode="compress", **one)
+    assert len(plan_compaction(items, CHAT, compress, counter=COUNTER, namespace="ns", compact=False).offloads) == 3
 
 
 def test_large_base64_documents_and_audio_are_offloaded_small_ones_stay():
@@ -153,6 +157,18 @@ def test_images_are_offloaded_in_batches_so_the_prefix_changes_once_per_batch():
     batch = OffloadSettings(image_batch=2)
     offloaded = [len(plan_media(_chat(urls[:n]), CHAT, batch, counter=COUNTER, namespace="ns").offloads) for n in range(1, 7)]
     assert offloaded == [0, 0, 0, 0, 2, 2]  # 4 images: one older than the last three, not a whole batch
+
+
+def test_by_default_older_images_leave_in_chunks_of_the_default_batch():
+    default = OffloadSettings()
+    keep, batch = default.keep_images, default.image_batch
+    assert (keep, batch) == (3, 6)  # the cheapest batch with a prompt cache: docs/performance.md
+    urls = [data_url(screenshot(step)) for step in range(keep + 2 * batch + 1)]
+    offloaded = [len(plan_media(_chat(urls[:n]), CHAT, default, counter=COUNTER, namespace="ns").offloads)
+                 for n in range(1, len(urls) + 1)]
+    # nothing until `batch` images are older than the last `keep`, then a whole batch at a time
+    assert offloaded == [(max(0, n - keep) // batch) * batch for n in range(1, len(urls) + 1)]
+    assert set(offloaded) == {0, batch, 2 * batch}
 
 
 def test_anthropic_documents_offloaded_when_large_urls_never():

@@ -183,6 +183,8 @@ def _args(*extra: str):
       "5", "--inline-summaries", "--turn-latency-ms", "1", "--summary-request", "transcript"],
      "--target cannot be combined with --data-dir, --upstream, --summary-delay-ms, --turn-latency-ms, "
      "--inline-summaries, --summary-request"),
+    (["--target", "http://h:1", "--api-key", "k", "--pricing", "anthropic"],
+     "--target cannot be combined with --pricing"),
     (["--concurrency", "2"], "--concurrency applies to --target only"),
     ([], None),
 ])
