@@ -99,9 +99,10 @@ class Trap:
 OPENAI_NAME = "OpenAI"
 
 
-def config_toml(base_url: str, model: str = MODEL, provider_name: str = "fake") -> str:
+def _common(model: str) -> str:
+    """What every config of the harness says besides its provider: the model, no update check,
+    no analytics, no plugins, no endless retries."""
     return f"""\
-model_provider = "fake"
 model = "{model}"
 check_for_update_on_startup = false
 
@@ -115,7 +116,13 @@ remote_plugin = false
 apps = false
 # A failed request fails the run at once instead of being retried forever.
 unbounded_connection_retries = false
+"""
 
+
+def config_toml(base_url: str, model: str = MODEL, provider_name: str = "fake") -> str:
+    return f"""\
+model_provider = "fake"
+{_common(model)}
 [model_providers.fake]
 name = "{provider_name}"
 base_url = "{base_url}"
@@ -134,18 +141,7 @@ def builtin_config_toml(base_url: str, model: str = MODEL) -> str:
     first, as it does to api.openai.com. The API key comes from CODEX_API_KEY."""
     return f"""\
 openai_base_url = "{base_url}"
-model = "{model}"
-check_for_update_on_startup = false
-
-[analytics]
-enabled = false
-
-[features]
-plugins = false
-remote_plugin = false
-apps = false
-unbounded_connection_retries = false
-"""
+{_common(model)}"""
 
 
 WEBSOCKET_FALLBACK = "Falling back from WebSockets to HTTPS transport"
