@@ -35,7 +35,7 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 # The proxy serves the Responses API's WebSocket mode (proxy/http/websocket): Codex runs on its
 # built-in provider (`openai_base_url`), WebSocket and all, not on a provider entry without it.
@@ -44,6 +44,13 @@ CODEX_PROVIDER = "offload"
 CHATGPT_BACKEND = "https://chatgpt.com/backend-api/codex"  # what Codex talks to when logged in with ChatGPT
 
 Env = Mapping[str, str]
+
+
+class Upstream(NamedTuple):
+    """Where the user's environment sends the agent, and what said so (named in a message about it)."""
+
+    url: str
+    source: str  # `ANTHROPIC_BASE_URL`, `openai_base_url in ~/.codex/config.toml`, …
 
 
 @dataclass(frozen=True)
@@ -61,7 +68,7 @@ class Agent:
     executable: str
     install: str  # how to install it, said when it is not on PATH
     point: Callable[[str, Env], Pointing]  # (the proxy's root URL, the agent's environment) -> Pointing
-    upstreams: Callable[[Env], dict[str, str]]  # the user's environment -> default upstream settings
+    upstreams: Callable[[Env], dict[str, Upstream]]  # the user's environment -> default upstream settings
 
 
 def toml_string(value: str) -> str:
@@ -69,16 +76,16 @@ def toml_string(value: str) -> str:
     return json.dumps(value)  # JSON's string escapes are TOML's (\", \\, \uXXXX)
 
 
-def _first(env: Env, *names: str) -> str | None:
+def _first(env: Env, *names: str) -> Upstream | None:
     for name in names:
         if (value := env.get(name, "").strip()):
-            return value
+            return Upstream(value, name)
     return None
 
 
-def _set(settings: dict[str, str], name: str, value: str | None) -> dict[str, str]:
-    if value and value.startswith(("http://", "https://")):
-        settings[name] = value
+def _set(settings: dict[str, Upstream], name: str, found: Upstream | None) -> dict[str, Upstream]:
+    if found and found.url.startswith(("http://", "https://")):
+        settings[name] = found
     return settings
 
 
@@ -88,7 +95,7 @@ def point_claude(root: str, env: Env) -> Pointing:
     return Pointing([], {"ANTHROPIC_BASE_URL": root})
 
 
-def claude_upstreams(env: Env) -> dict[str, str]:
+def claude_upstreams(env: Env) -> dict[str, Upstream]:
     return _set({}, "anthropic_upstream", _first(env, "ANTHROPIC_BASE_URL"))
 
 
@@ -120,7 +127,7 @@ def codex_home(env: Env) -> Path:
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # unreadable, not JSON, nested too deep
         return None
 
 
@@ -135,15 +142,17 @@ def codex_uses_chatgpt(env: Env) -> bool:
     return bool(auth.get("tokens")) and not auth.get("OPENAI_API_KEY") and not _first(env, "OPENAI_API_KEY")
 
 
-def codex_upstreams(env: Env) -> dict[str, str]:
+def codex_upstreams(env: Env) -> dict[str, Upstream]:
+    path = codex_home(env) / "config.toml"
     try:
-        config = tomllib.loads((codex_home(env) / "config.toml").read_text())
-    except (OSError, ValueError):
+        config = tomllib.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):  # unreadable, not TOML, nested too deep: Codex will say so
         config = {}
-    configured = config.get("openai_base_url") if isinstance(config.get("openai_base_url"), str) else None
-    base = _first(env, "OPENAI_BASE_URL") or configured
+    configured = config.get("openai_base_url")
+    base = _first(env, "OPENAI_BASE_URL") or (
+        Upstream(configured, f"openai_base_url in {path}") if isinstance(configured, str) else None)
     if base is None and codex_uses_chatgpt(env):
-        base = CHATGPT_BACKEND
+        base = Upstream(CHATGPT_BACKEND, "Codex's ChatGPT login")
     return _set({}, "upstream", base)
 
 
@@ -152,17 +161,18 @@ def codex_upstreams(env: Env) -> dict[str, str]:
 def _opencode_config(env: Env) -> dict[str, Any]:
     try:
         config = json.loads(env.get("OPENCODE_CONFIG_CONTENT") or "{}")
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deep: opencode could not read it either
         return {}
     return config if isinstance(config, dict) else {}
 
 
-def _provider_base(config: dict[str, Any], provider: str) -> str | None:
+def _provider_base(config: dict[str, Any], provider: str) -> Upstream | None:
     providers = config.get("provider")
     entry = providers.get(provider) if isinstance(providers, dict) else None
     options = entry.get("options") if isinstance(entry, dict) else None
     base = options.get("baseURL") if isinstance(options, dict) else None
-    return base if isinstance(base, str) else None
+    return Upstream(base, f"provider.{provider}.options.baseURL in OPENCODE_CONFIG_CONTENT") if isinstance(
+        base, str) else None
 
 
 def point_opencode(root: str, env: Env) -> Pointing:
@@ -181,7 +191,7 @@ def point_opencode(root: str, env: Env) -> Pointing:
     return Pointing([], {"OPENCODE_CONFIG_CONTENT": json.dumps(config)})
 
 
-def opencode_upstreams(env: Env) -> dict[str, str]:
+def opencode_upstreams(env: Env) -> dict[str, Upstream]:
     config = _opencode_config(env)
     settings = _set({}, "upstream", _provider_base(config, "openai"))
     return _set(settings, "anthropic_upstream", _provider_base(config, "anthropic"))
@@ -193,7 +203,7 @@ def point_aider(root: str, env: Env) -> Pointing:
     return Pointing([], {"OPENAI_API_BASE": f"{root}/v1", "ANTHROPIC_API_BASE": root})
 
 
-def aider_upstreams(env: Env) -> dict[str, str]:
+def aider_upstreams(env: Env) -> dict[str, Upstream]:
     settings = _set({}, "upstream", _first(env, "OPENAI_API_BASE", "OPENAI_BASE_URL"))
     return _set(settings, "anthropic_upstream", _first(env, "ANTHROPIC_API_BASE", "ANTHROPIC_BASE_URL"))
 

@@ -12,11 +12,15 @@ it is left running on purpose.
 from __future__ import annotations
 
 import ctypes
+import http.client
 import json
 import os
+import re
+import resource
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -28,6 +32,8 @@ from typing import IO, Any
 import proxy
 
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+MAX_ANSWER = 1 << 20  # bytes of a JSON answer read from a proxy (its statistics are a few kB)
 READY_WITHIN = 90.0  # seconds the proxy may take to answer /readyz (a first start on a busy machine)
 STOP_WITHIN = 15.0  # seconds it may take to stop after SIGTERM before it is killed
 _opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never via HTTP(S)_PROXY
@@ -59,11 +65,56 @@ def die_with_parent() -> Callable[[], None] | None:
     return set_signal
 
 
-def get_json(url: str, *, token: str | None = None, timeout: float = 5.0) -> Any:
-    """GET `url` (no HTTP proxy in between) and its JSON answer; OSError or ValueError on failure."""
+def no_core_dump() -> None:
+    """This process dumps no core file when a signal ends it: the wrapper ending itself with the
+    signal that ended a crashed agent (SIGABRT, SIGSEGV) must not leave a core of its own in the
+    user's folder (as GNU timeout does)."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
+    if sys.platform.startswith("linux"):  # also where core_pattern pipes to a collector
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
+def redact(url: str) -> str:
+    """`url` as it may be shown: a user name and password in it replaced by `***`."""
+    return re.sub(r"(?<=//)[^/?#]*@", "***@", url)
+
+
+def _fetch(url: str, token: str | None, timeout: float) -> Any:
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
-    with _opener.open(request, timeout=timeout) as answer:
-        return json.loads(answer.read())
+    try:
+        with _opener.open(request, timeout=timeout) as answer:
+            body = answer.read(MAX_ANSWER + 1)
+    except http.client.HTTPException as exc:  # not HTTP, or cut short: not an answer
+        raise ConnectionError(f"no valid HTTP answer ({type(exc).__name__})") from exc
+    if len(body) > MAX_ANSWER:
+        raise ValueError(f"an answer over {MAX_ANSWER >> 20} MB, not JSON of the proxy's")
+    try:
+        return json.loads(body)
+    except RecursionError as exc:
+        raise ValueError("JSON nested too deep") from exc
+
+
+def get_json(url: str, *, token: str | None = None, timeout: float = 5.0) -> Any:
+    """GET `url` (no HTTP proxy in between) and its JSON answer; OSError or ValueError on failure,
+    within `timeout` seconds in all: a server answering a byte at a time or without end is left
+    to a daemon thread, never waited for."""
+    outcome: list[tuple[bool, Any]] = []
+
+    def fetch() -> None:
+        try:
+            outcome.append((True, _fetch(url, token, timeout)))
+        except Exception as exc:  # handed to the caller as is
+            outcome.append((False, exc))
+
+    worker = threading.Thread(target=fetch, name="wrap-get", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if not outcome:
+        raise TimeoutError(f"no whole answer within {timeout:g} s")
+    done, value = outcome[0]
+    if not done:
+        raise value
+    return value
 
 
 def describe(exc: BaseException) -> str:
@@ -78,8 +129,11 @@ def check_reusable(url: str) -> None:
     """A proxy answers at `url` (`GET /healthz`), else WrapError."""
     try:
         answer = get_json(f"{url}/healthz")
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
         raise WrapError(f"no proxy answers at --proxy-url {url} (GET /healthz: {describe(exc)})") from exc
+    except ValueError as exc:
+        raise WrapError(f"--proxy-url {url} is not an offload-proxy (GET /healthz answered no JSON: "
+                        f"{describe(exc)[:80]})") from exc
     if not isinstance(answer, dict) or answer.get("status") != "ok":
         raise WrapError(f"--proxy-url {url} is not an offload-proxy (GET /healthz answered {str(answer)[:80]})")
 
@@ -118,7 +172,7 @@ class ProxyChild:
         package_root = str(Path(proxy.__file__).resolve().parent.parent)  # the child runs this very code
         env["PYTHONPATH"] = os.pathsep.join(filter(None, (package_root, env.get("PYTHONPATH"))))
         env.update(settings)
-        out: IO[bytes] = open(log, "ab")
+        out: IO[bytes] = os.fdopen(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")  # the user's only
         try:
             process = subprocess.Popen([sys.executable, "-m", "proxy", "serve"], stdin=subprocess.DEVNULL,
                                        stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,

@@ -13,6 +13,7 @@ agent reading a terminal the shell has taken back.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import os
 import secrets
@@ -31,13 +32,18 @@ from urllib.parse import urlsplit
 from proxy.config import ServerSettings
 from proxy.server_options import add_settings_options, listen_problem, option, settings_error
 from proxy.wrap import summary
-from proxy.wrap.agents import AGENTS, Agent, environment, names
-from proxy.wrap.child import ProxyChild, WrapError, check_reusable, die_with_parent
+from proxy.wrap.agents import AGENTS, Agent, Upstream, environment, names
+from proxy.wrap.child import ProxyChild, WrapError, check_reusable, die_with_parent, no_core_dump, redact
 
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 USAGE = "%(prog)s [-h] AGENT [--proxy-url URL] [--keep] [--quiet] [proxy options] [-- AGENT ARGS]"
 # what wrap does without these options, unlike serve (Session.start)
 DEFAULTS = {"port": "a free one", "data_dir": "a temporary folder, removed at exit"}
+UPSTREAMS = ("upstream", "anthropic_upstream")
+# The proxy's secrets, never in the agent's environment (it runs commands a model chose): the user's
+# OFFLOAD_* variables of these are the proxy's, or those of the proxy at --proxy-url.
+SECRET_SETTINGS = ("admin_token", "upstream_api_key", "anthropic_api_key", "encryption_key",
+                   "encryption_key_previous", "namespace_key", "redis_url")
 EPILOG = ("The agent's own arguments go after --: offload-proxy wrap codex -- exec 'fix the tests'. "
           "Every serve option is accepted before it (--upstream, --anthropic-upstream, --mode, …); the proxy "
           "listens on a free loopback port with a store of its own for the run (docs/wrap.md).")
@@ -82,10 +88,52 @@ def split_agent_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 
 
 def free_port(host: str) -> int:
+    """A port free on `host` now; WrapError when nothing can listen on `host`."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            return int(sock.getsockname()[1])
+    except socket.gaierror as exc:
+        raise WrapError(f"--host {host}: cannot be resolved ({exc.strerror})", 1) from exc
+    except OSError as exc:
+        raise WrapError(f"cannot listen on {host}: {exc.strerror} (choose another --host)", 1) from exc
+
+
+def proxy_root(url: str) -> str:
+    """--proxy-url checked (else WrapError), without its trailing `/`: http(s), a host, a port if
+    any, no user name or password (never shown back), no query or fragment, no spaces."""
+    shown = redact(url)
+    if any(char.isspace() or not char.isprintable() for char in url):
+        raise WrapError(f"--proxy-url {shown!r} is not a URL (it holds spaces or control characters)", 2)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (a port out of range or not a number raises ValueError here)
+    except ValueError as exc:
+        raise WrapError(f"--proxy-url {shown!r} is not a valid URL: {exc}", 2) from exc
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise WrapError(f"--proxy-url {shown!r} is not an http:// or https:// URL", 2)
+    if parts.username is not None or parts.password is not None:
+        raise WrapError(f"--proxy-url {shown!r}: no user name or password in it (the proxy's admin token "
+                        "goes in --admin-token)", 2)
+    if parts.query or parts.fragment or url.endswith(("?", "#")):
+        raise WrapError(f"--proxy-url {shown!r}: no query or fragment (the proxy's root: http://127.0.0.1:8080)", 2)
+    return url.rstrip("/")
+
+
+def _loopback(host: str) -> bool:
+    return host in ("", "localhost", "::1", "0.0.0.0", "::") or host.startswith("127.")
+
+
+def same_address(url: str, host: str, port: int) -> bool:
+    """Does `url` reach a proxy listening on host:port (any loopback name for a loopback or wildcard host)?"""
+    try:
+        parts = urlsplit(url)
+        target, target_port = (parts.hostname or "").lower(), parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return False
+    host = host.lower().strip("[]")
+    return target_port == port and (target == host or (_loopback(target) and _loopback(host)))
 
 
 def connect_host(host: str) -> str:
@@ -134,23 +182,21 @@ class Session:
         return agent, executable
 
     def reuse(self, url: str) -> None:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise WrapError(f"--proxy-url {url!r} is not an http:// or https:// URL", 2)
+        url = proxy_root(url)
         ignored = [option(name) for name in self.given if name != "admin_token"]
         if ignored or self.args.keep:
             raise WrapError(f"{', '.join(ignored + (['--keep'] if self.args.keep else []))}: not with --proxy-url "
                             "(the proxy there runs with its own settings)", 2)
-        self.url = url.rstrip("/")
+        self.url = url
         check_reusable(self.url)
         self.token = self.given.get("admin_token") or os.environ.get("OFFLOAD_ADMIN_TOKEN") or None
 
     def start(self, agent: Agent) -> None:
         env = os.environ
         settings: dict[str, Any] = dict(self.given)
-        for name, value in agent.upstreams(env).items():  # where the agent went before: the upstream
-            if name not in settings and f"OFFLOAD_{name.upper()}" not in env:
-                settings[name] = value
+        derived = {name: found for name, found in agent.upstreams(env).items()  # where the agent went before
+                   if name not in settings and f"OFFLOAD_{name.upper()}" not in env}
+        settings.update({name: found.url for name, found in derived.items()})
         self.scratch = Path(tempfile.mkdtemp(prefix="offload-wrap-"))
         if "data_dir" not in settings and "OFFLOAD_DATA_DIR" not in env:
             settings["data_dir"] = str(self.scratch / "store")
@@ -161,21 +207,34 @@ class Session:
         try:
             resolved = ServerSettings(**settings)
         except Exception as exc:  # pydantic's ValidationError: one line per setting
-            raise WrapError(settings_error(exc).removeprefix("offload-proxy: "), 2) from exc
+            raise WrapError(settings_problem(exc, derived, agent), 2) from exc
         if "port" in settings or "OFFLOAD_PORT" in env:
             if (problem := listen_problem(resolved.host, resolved.port)) is not None:
                 hint = (f", or run through the proxy serving there with --proxy-url "
                         f"http://{connect_host(resolved.host)}:{resolved.port}") if "in use" in problem else ""
                 raise WrapError(problem + hint, 1)
         else:
-            settings["port"] = resolved.port = free_port(resolved.host)
+            for _ in range(10):  # never the port an upstream of the loopback is at
+                settings["port"] = resolved.port = free_port(resolved.host)
+                if not any(same_address(getattr(resolved, name), resolved.host, resolved.port) for name in UPSTREAMS):
+                    break
+        for name in UPSTREAMS:
+            if same_address(value := getattr(resolved, name), resolved.host, resolved.port):
+                source, value = ((derived[name].source, derived[name].url) if name in derived else
+                                 (option(name), self.given[name]) if name in self.given else
+                                 (f"OFFLOAD_{name.upper()}", env.get(f"OFFLOAD_{name.upper()}", value)))
+                raise WrapError(f"{source} {value!r} is this proxy's own address: it would send every request to "
+                                f"itself; choose another --port, or another {option(name)}", 2)
         self.token = resolved.admin_token
         self.url = f"http://{connect_host(resolved.host)}:{resolved.port}"
         variables = {f"OFFLOAD_{name.upper()}": (str(value).lower() if isinstance(value, bool) else str(value))
                      for name, value in settings.items()}
-        self.keep_scratch = True  # until the proxy is up: its log says why it is not
-        self.child = ProxyChild.start(url=self.url, settings=variables, log=self.scratch / "proxy.log",
-                                      keep=self.args.keep)
+        try:
+            self.child = ProxyChild.start(url=self.url, settings=variables, log=self.scratch / "proxy.log",
+                                          keep=self.args.keep)
+        except WrapError:
+            self.keep_scratch = True  # the message names its log, which says why the proxy did not start
+            raise
         self.keep_scratch = bool(self.args.keep)
 
     def run(self) -> int:
@@ -186,30 +245,62 @@ class Session:
             else:
                 self.start(agent)
             before_args, env = environment(agent, self.url)
+            for name in SECRET_SETTINGS:
+                env.pop(f"OFFLOAD_{name.upper()}", None)
             bypass_proxies(env, urlsplit(self.url).hostname or "")
             quiet = self.args.quiet
-            before = None if quiet or self.fresh else summary.safe_read(self.url, self.token)
+            before: tuple[dict[str, float] | None, str] = (None, "")
+            if not (quiet or self.fresh):  # a store with earlier turns: the run is the difference
+                before = summary.safe_read(self.url, self.token)
             status = foreground([executable, *before_args, *self.agent_args], env, agent.title)
             if not quiet:
-                print(self.exit_line(agent, status, before), file=sys.stderr, flush=True)
+                say(self.exit_line(agent, status, before))
             return status
         finally:
             self.close()
 
-    def exit_line(self, agent: Agent, status: int, before: dict[str, float] | None) -> str:
-        after = summary.safe_read(self.url, self.token)
-        run = summary.difference(before, after) if after is not None else None
+    def exit_line(self, agent: Agent, status: int, before: tuple[dict[str, float] | None, str]) -> str:
+        after, unavailable = summary.safe_read(self.url, self.token)
+        run = None
+        if after is not None and (self.fresh or before[0] is not None):
+            run = summary.difference(before[0], after)
+        elif after is not None:  # the totals before it unknown: a difference would count earlier runs too
+            unavailable = f"the totals before the run could not be read: {before[1]}"
         kept = None
         if self.args.keep and self.child is not None:
             kept = summary.describe_kept(self.url, self.child.process.pid, self.token, own_token=self.own_token)
         shown = status if status >= 0 else 128 - status
-        return summary.line(title=agent.title, status=shown, run=run, kept=kept)
+        return summary.line(title=agent.title, status=shown, run=run, kept=kept, unavailable=unavailable)
 
     def close(self) -> None:
         if self.child is not None and not self.args.keep:
             self.child.stop()
         if self.scratch is not None and not self.keep_scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def settings_problem(exc: Exception, derived: dict[str, Upstream], agent: Agent) -> str:
+    """The settings' one-line message; for an upstream taken from the agent's environment, that
+    variable or file named, not an option the user never gave."""
+    from pydantic import ValidationError
+
+    for error in exc.errors() if isinstance(exc, ValidationError) else ():
+        if error.get("loc") and (found := derived.get(str(error["loc"][0]))) is not None:
+            return (f"{found.source} {found.url!r} sends {agent.title} somewhere that cannot be the proxy's upstream "
+                    f"({error['msg']}): correct it, or give {option(str(error['loc'][0]))}")
+    return settings_error(exc).removeprefix("offload-proxy: ")
+
+
+def say(text: str) -> None:
+    """A line on stderr; nothing when stderr is gone (the terminal closed, the reader of a pipe
+    gone): the agent's exit status still stands, and nothing is left to fail when Python exits."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except OSError:
+        with contextlib.suppress(OSError):
+            nothing = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(nothing, sys.stderr.fileno())
+            os.close(nothing)
 
 
 def foreground(argv: list[str], env: dict[str, str], title: str) -> int:
@@ -223,9 +314,12 @@ def foreground(argv: list[str], env: dict[str, str], title: str) -> int:
         if process is not None and process.poll() is None:
             process.send_signal(signum)
 
-    # Python handlers, not SIG_IGN: an ignored signal would stay ignored in the agent after exec.
+    # Python handlers, not SIG_IGN: an ignored signal would stay ignored in the agent after exec. A
+    # signal ignored already (nohup's SIGHUP, SIGINT in a background job of a script) stays ignored,
+    # for the agent too, as it would be without wrap.
     handlers = {signal.SIGINT: ignore, signal.SIGQUIT: ignore, signal.SIGTERM: forward, signal.SIGHUP: forward}
-    previous = {signum: signal.signal(signum, handler) for signum, handler in handlers.items()}
+    previous = {signum: signal.signal(signum, handler) for signum, handler in handlers.items()
+                if signal.getsignal(signum) is not signal.SIG_IGN}
     try:
         try:
             process = subprocess.Popen(argv, env=env, preexec_fn=die_with_parent())
@@ -238,21 +332,42 @@ def foreground(argv: list[str], env: dict[str, str], title: str) -> int:
 
 
 def exit_as(status: int) -> None:
-    """Exit with the agent's status; when a signal ended the agent, end this process with it too."""
+    """Exit with the agent's status; when a signal ended the agent, end this process with it too
+    (the shell shows `Killed`, a script's loop stops on SIGINT), with no core file of its own."""
     if status < 0:
         signum = -status
-        signal.signal(signum, signal.SIG_DFL)
+        no_core_dump()
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL has no disposition to reset
+            signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
         sys.exit(128 + signum)  # a signal whose default action is not to terminate
     sys.exit(status)
 
 
+class Interrupted(BaseException):
+    """SIGTERM or SIGHUP while the agent is not running (the proxy starting, the exit line): the
+    proxy is stopped and the run folder removed, as on Ctrl-C, then the wrapper dies of it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def interrupted(signum: int, frame: FrameType | None) -> None:
+    raise Interrupted(signum)
+
+
 def run_wrap(args: argparse.Namespace, agent_args: list[str]) -> None:
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # nohup's SIGHUP stays ignored
+            signal.signal(signum, interrupted)
     try:
         status = Session(args, agent_args).run()
     except WrapError as exc:
-        print(f"offload-proxy wrap: {exc}", file=sys.stderr, flush=True)
+        say(f"offload-proxy wrap: {exc}")
         sys.exit(exc.status)
-    except KeyboardInterrupt:  # Ctrl-C before the agent started (the proxy has been stopped)
-        sys.exit(130)
+    except KeyboardInterrupt:  # Ctrl-C before the agent started or after it (the proxy has been stopped)
+        status = -signal.SIGINT
+    except Interrupted as exc:
+        status = -exc.signum
     exit_as(status)

@@ -11,22 +11,39 @@ line waits (a few seconds at most) until the proxy holds no unwritten turn, then
 
 from __future__ import annotations
 
+import math
 import time
+import urllib.error
 from typing import Any
 
-from proxy.wrap.child import get_json
+from proxy.wrap.child import describe, get_json
 
 WINDOW = "30d"  # the longest: nothing of a run falls out of it between the two readings
 FIELDS = ("requests", "tokens_before", "tokens_after", "cost_before_usd", "cost_after_usd", "reload_rounds")
 SETTLE_WITHIN = 5.0  # seconds to wait for the proxy's last turns to be written
 
 
+NO_TOKEN = "the proxy's admin token is needed: --admin-token"
+
+
+def _number(value: Any) -> float:
+    """A statistic: absent is 0; anything but a finite number is not the statistics API's answer."""
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"not a number: {str(value)[:40]}")
+    return float(value)
+
+
 def read(url: str, token: str) -> tuple[dict[str, float], int]:
-    """The totals of FIELDS, and the turns the proxy still holds unwritten (the admin's `recorder`)."""
+    """The totals of FIELDS, and the turns the proxy still holds unwritten (the admin's `recorder`).
+    ValueError when the answer is not the statistics API's (a server that is not the proxy)."""
     body = get_json(f"{url}/v1/offload/stats?window={WINDOW}", token=token)
-    totals = body.get("totals") or {}
-    queued = int((body.get("recorder") or {}).get("queued") or 0)
-    return {name: float(totals.get(name) or 0) for name in FIELDS}, queued
+    totals = body.get("totals") if isinstance(body, dict) else None
+    recorder = (body.get("recorder") if isinstance(body, dict) else None) or {}
+    if not isinstance(totals, dict) or not isinstance(recorder, dict):
+        raise ValueError("no totals in the answer")
+    return {name: _number(totals.get(name)) for name in FIELDS}, int(_number(recorder.get("queued")))
 
 
 def settled(url: str, token: str, within: float = SETTLE_WITHIN) -> dict[str, float]:
@@ -66,10 +83,14 @@ def stats_text(run: dict[str, float]) -> str:
     return ", ".join(parts)
 
 
-def line(*, title: str, status: int, run: dict[str, float] | None, kept: str | None = None) -> str:
-    """The whole line: what the agent did through the proxy, and, with --keep, where the proxy still is."""
+def line(*, title: str, status: int, run: dict[str, float] | None, kept: str | None = None,
+         unavailable: str = NO_TOKEN) -> str:
+    """The whole line: what the agent did through the proxy, and, with --keep, where the proxy still is.
+    `unavailable`: why there is no `run` (no admin token, the proxy gone)."""
     if run is None:
-        text = "statistics unavailable (the proxy's admin token is needed: --admin-token)"
+        text = f"statistics unavailable ({unavailable})"
+        if status != 0:
+            text = f"{title} exited with status {status}; {text}"
     elif int(run["requests"]) == 0 and status != 0:
         text = f"{title} exited with status {status}; no request went through the proxy"
     else:
@@ -84,11 +105,17 @@ def describe_kept(url: str, pid: int | None, token: str | None, *, own_token: bo
     return f"proxy still up at {url}: dashboard {url}/dashboard{sign_in}{stop}"
 
 
-def safe_read(url: str, token: str | None) -> Any:
-    """`settled` totals, or None when they cannot be read (no token, the proxy gone)."""
+def safe_read(url: str, token: str | None) -> tuple[dict[str, float] | None, str]:
+    """`settled` totals, or None and why they cannot be read (no token, a token refused, the proxy
+    gone, a server that is not the proxy)."""
     if not token:
-        return None
+        return None, NO_TOKEN
     try:
-        return settled(url, token)
-    except (OSError, ValueError, AttributeError):
-        return None
+        return settled(url, token), ""
+    except urllib.error.HTTPError as exc:
+        refused = " (a wrong --admin-token?)" if exc.code in (401, 403) else ""
+        return None, f"the proxy answered HTTP {exc.code}{refused}"
+    except OSError as exc:
+        return None, f"the proxy did not answer: {describe(exc)}"
+    except ValueError as exc:
+        return None, f"no statistics in the proxy's answer: {describe(exc)[:80]}"

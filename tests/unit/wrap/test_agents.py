@@ -12,6 +12,11 @@ from proxy.wrap.command import bypass_proxies, connect_host, split_agent_args
 ROOT = "http://127.0.0.1:41000"
 
 
+def urls(agent: agents.Agent, env: dict[str, str]) -> dict[str, str]:
+    """The upstream settings `agent` takes from `env`, without where each was found."""
+    return {name: found.url for name, found in agent.upstreams(env).items()}
+
+
 def test_claude_code_gets_the_proxys_root():
     args, env = environment(AGENTS["claude"], ROOT, {"PATH": "/bin", "ANTHROPIC_BASE_URL": "https://gw.example"})
     assert args == [] and env == {"PATH": "/bin", "ANTHROPIC_BASE_URL": ROOT}
@@ -56,36 +61,36 @@ def test_aider_gets_its_documented_variables():
 
 
 def test_the_users_destination_becomes_the_upstream():
-    assert AGENTS["claude"].upstreams({"ANTHROPIC_BASE_URL": "https://gw.example"}) == {
+    assert urls(AGENTS["claude"], {"ANTHROPIC_BASE_URL": "https://gw.example"}) == {
         "anthropic_upstream": "https://gw.example"}
-    assert AGENTS["claude"].upstreams({"ANTHROPIC_BASE_URL": "  "}) == {}
-    assert AGENTS["claude"].upstreams({"ANTHROPIC_BASE_URL": "gw.example"}) == {}  # not a URL: ignored
-    assert AGENTS["aider"].upstreams({"OPENAI_BASE_URL": "https://a/v1", "ANTHROPIC_BASE_URL": "https://b"}) == {
+    assert urls(AGENTS["claude"], {"ANTHROPIC_BASE_URL": "  "}) == {}
+    assert urls(AGENTS["claude"], {"ANTHROPIC_BASE_URL": "gw.example"}) == {}  # not a URL: ignored
+    assert urls(AGENTS["aider"], {"OPENAI_BASE_URL": "https://a/v1", "ANTHROPIC_BASE_URL": "https://b"}) == {
         "upstream": "https://a/v1", "anthropic_upstream": "https://b"}
-    assert AGENTS["aider"].upstreams({"OPENAI_API_BASE": "https://c/v1", "OPENAI_BASE_URL": "https://a/v1"}) == {
+    assert urls(AGENTS["aider"], {"OPENAI_API_BASE": "https://c/v1", "OPENAI_BASE_URL": "https://a/v1"}) == {
         "upstream": "https://c/v1"}
     config = {"provider": {"anthropic": {"options": {"baseURL": "https://gw/v1"}}}}
-    assert AGENTS["opencode"].upstreams({"OPENCODE_CONFIG_CONTENT": json.dumps(config)}) == {
+    assert urls(AGENTS["opencode"], {"OPENCODE_CONFIG_CONTENT": json.dumps(config)}) == {
         "anthropic_upstream": "https://gw/v1"}
 
 
 def test_codex_upstream_from_its_variable_its_config_or_its_chatgpt_login(tmp_path):
     home = {"CODEX_HOME": str(tmp_path)}
-    assert AGENTS["codex"].upstreams(home) == {}
-    assert AGENTS["codex"].upstreams({**home, "OPENAI_BASE_URL": "https://gw/v1"}) == {"upstream": "https://gw/v1"}
+    assert urls(AGENTS["codex"], home) == {}
+    assert urls(AGENTS["codex"], {**home, "OPENAI_BASE_URL": "https://gw/v1"}) == {"upstream": "https://gw/v1"}
     (tmp_path / "config.toml").write_text('openai_base_url = "https://configured/v1"\n')
-    assert AGENTS["codex"].upstreams(home) == {"upstream": "https://configured/v1"}
+    assert urls(AGENTS["codex"], home) == {"upstream": "https://configured/v1"}
     (tmp_path / "config.toml").write_text("not = [toml\n")
     (tmp_path / "auth.json").write_text(json.dumps({"auth_mode": "chatgpt", "tokens": {"access_token": "x"}}))
-    assert AGENTS["codex"].upstreams(home) == {"upstream": CHATGPT_BACKEND}
+    assert urls(AGENTS["codex"], home) == {"upstream": CHATGPT_BACKEND}
     (tmp_path / "auth.json").write_text(json.dumps({"auth_mode": "apikey", "OPENAI_API_KEY": "sk-x"}))
-    assert AGENTS["codex"].upstreams(home) == {}
+    assert urls(AGENTS["codex"], home) == {}
     (tmp_path / "auth.json").write_text(json.dumps({"OPENAI_API_KEY": None, "tokens": {"access_token": "x"}}))
-    assert AGENTS["codex"].upstreams(home) == {"upstream": CHATGPT_BACKEND}  # an older auth.json, no auth_mode
-    assert AGENTS["codex"].upstreams({**home, "OPENAI_API_KEY": "sk-env"}) == {}
+    assert urls(AGENTS["codex"], home) == {"upstream": CHATGPT_BACKEND}  # an older auth.json, no auth_mode
+    assert urls(AGENTS["codex"], {**home, "OPENAI_API_KEY": "sk-env"}) == {}
     (tmp_path / "auth.json").write_text("{broken")
-    assert AGENTS["codex"].upstreams(home) == {}
-    assert AGENTS["codex"].upstreams({"HOME": str(tmp_path / "nobody")}) == {}
+    assert urls(AGENTS["codex"], home) == {}
+    assert urls(AGENTS["codex"], {"HOME": str(tmp_path / "nobody")}) == {}
 
 
 def test_the_agents_arguments_follow_the_double_dash_unchanged():
@@ -102,3 +107,28 @@ def test_loopback_requests_bypass_the_users_http_proxy():
     assert untouched == {"PATH": "/bin"}
     assert [connect_host(h) for h in ("0.0.0.0", "::", "::1", "127.0.0.2")] == [
         "127.0.0.1", "[::1]", "[::1]", "127.0.0.2"]
+
+
+def test_each_upstream_says_where_it_was_found(tmp_path):
+    """A message about an upstream taken from the agent's environment names what the user set."""
+    assert AGENTS["claude"].upstreams({"ANTHROPIC_BASE_URL": "http://"}) == {
+        "anthropic_upstream": ("http://", "ANTHROPIC_BASE_URL")}
+    assert AGENTS["aider"].upstreams({"OPENAI_BASE_URL": "https://a/v1"})["upstream"].source == "OPENAI_BASE_URL"
+    (tmp_path / "config.toml").write_text('openai_base_url = "https://configured/v1"\n')
+    assert AGENTS["codex"].upstreams({"CODEX_HOME": str(tmp_path)})["upstream"].source == (
+        f"openai_base_url in {tmp_path}/config.toml")
+    config = {"provider": {"openai": {"options": {"baseURL": "https://gw/v1"}}}}
+    assert AGENTS["opencode"].upstreams({"OPENCODE_CONFIG_CONTENT": json.dumps(config)})["upstream"].source == (
+        "provider.openai.options.baseURL in OPENCODE_CONFIG_CONTENT")
+
+
+def test_files_and_variables_nested_too_deep_are_unreadable_not_a_crash(tmp_path):
+    """A JSON or TOML nesting past Python's recursion limit raises RecursionError, not ValueError."""
+    deep = "[" * 100_000 + "]" * 100_000
+    (tmp_path / "auth.json").write_text(deep)
+    (tmp_path / "config.toml").write_text(f"a = {deep}\n")
+    assert AGENTS["codex"].upstreams({"CODEX_HOME": str(tmp_path)}) == {}
+    for content in (deep, '{"provider": ' + deep + "}"):
+        assert AGENTS["opencode"].upstreams({"OPENCODE_CONFIG_CONTENT": content}) == {}
+        _, env = environment(AGENTS["opencode"], ROOT, {"OPENCODE_CONFIG_CONTENT": content})
+        assert json.loads(env["OPENCODE_CONFIG_CONTENT"])["provider"]["openai"]["options"] == {"baseURL": f"{ROOT}/v1"}

@@ -1,12 +1,15 @@
-"""What `wrap` says of its command line (proxy.wrap.command): the usage and the defaults its help
-shows, and the arguments before `--` it does not know."""
+"""What `wrap` makes of its command line before it starts anything (proxy.wrap.command): the
+usage and the defaults its help shows, the arguments before `--` it does not know, --proxy-url,
+an upstream at the proxy's own address, the proxy's secrets kept from the agent."""
 
 from __future__ import annotations
 
 import pytest
 
 from proxy.cli import main
-from proxy.wrap.command import unknown_arguments
+from proxy.config import ServerSettings
+from proxy.wrap.child import WrapError
+from proxy.wrap.command import SECRET_SETTINGS, proxy_root, same_address, unknown_arguments
 
 
 def wrap_help(capsys) -> str:
@@ -56,3 +59,53 @@ def test_the_command_line_says_it_in_one_error(capsys):
         "offload-proxy: error: wrap: unrecognized arguments --keep-recnt codex: proxy options go before the agent "
         "(offload-proxy wrap --help lists them), the agent's own arguments after -- "
         "(a proxy option? did you mean --keep-recent?)")
+
+
+def test_a_proxy_url_is_its_root():
+    assert proxy_root("http://127.0.0.1:8080/") == "http://127.0.0.1:8080"
+    assert proxy_root("https://proxy.example/team/") == "https://proxy.example/team"
+    assert proxy_root("http://[::1]:8080") == "http://[::1]:8080"
+
+
+@pytest.mark.parametrize(("url", "says"), [
+    ("http://[::1", "is not a valid URL: Invalid IPv6 URL"),
+    ("http://127.0.0.1:abc", "is not a valid URL: Port could not be cast"),
+    ("http://127.0.0.1:99999", "is not a valid URL: Port out of range"),
+    ("http://exa mple.com", "holds spaces or control characters"),
+    ("http://127.0.0.1:8080\n", "holds spaces or control characters"),
+    ("ftp://127.0.0.1", "is not an http:// or https:// URL"),
+    ("http://", "is not an http:// or https:// URL"),
+    ("127.0.0.1:8080", "is not an http:// or https:// URL"),
+    ("http://127.0.0.1:8080/?x=1", "no query or fragment"),
+    ("http://127.0.0.1:8080/?", "no query or fragment"),
+    ("http://127.0.0.1:8080#top", "no query or fragment"),
+    ("http://me:s3cret@127.0.0.1:8080", "'http://***@127.0.0.1:8080': no user name or password"),
+    ("http://me@127.0.0.1:8080", "'http://***@127.0.0.1:8080': no user name or password"),
+])
+def test_a_proxy_url_that_is_not_one(url, says):
+    with pytest.raises(WrapError) as raised:
+        proxy_root(url)
+    assert raised.value.status == 2
+    message = str(raised.value)
+    assert message.startswith("--proxy-url ") and says in message and "s3cret" not in message
+    assert "\n" not in message
+
+
+def test_an_upstream_at_the_proxys_own_address():
+    for url in ("http://127.0.0.1:8080", "http://localhost:8080/v1", "http://[::1]:8080", "http://127.0.0.2:8080",
+                "HTTP://LOCALHOST:8080"):
+        assert same_address(url, "127.0.0.1", 8080), url
+    assert same_address("http://0.0.0.0:80", "0.0.0.0", 80)
+    assert same_address("https://localhost", "::1", 443)
+    assert same_address("http://proxy.lan:8080", "proxy.lan", 8080)
+    for url in ("http://127.0.0.1:8081", "https://127.0.0.1", "https://api.openai.com/v1", "http://10.0.0.2:8080",
+                "http://[::1", "http://127.0.0.1:abc"):
+        assert not same_address(url, "127.0.0.1", 8080), url
+    assert not same_address("http://127.0.0.1:8080", "10.0.0.2", 8080)
+
+
+def test_every_secret_setting_is_kept_from_the_agent():
+    """A setting added later that holds a key, a token or a password in a URL is on the list."""
+    secret = {name for name in ServerSettings.model_fields
+              if name.endswith(("_key", "_key_previous", "_token")) or name == "redis_url"}
+    assert secret == set(SECRET_SETTINGS)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from proxy.wrap.summary import FIELDS, describe_kept, difference, line
 
 RUN = {"requests": 12, "tokens_before": 410_200, "tokens_after": 98_450, "cost_before_usd": 0.2,
@@ -48,3 +50,47 @@ def test_the_totals_of_the_first_answer_holding_nothing_count(monkeypatch):
     monkeypatch.setattr(summary, "read", lambda url, token: next(answers))
     monkeypatch.setattr(summary.time, "sleep", lambda seconds: None)
     assert summary.settled("http://proxy", "token") == {"requests": 3.0}
+
+
+def test_the_line_says_why_there_are_no_statistics():
+    assert line(title="Claude Code", status=7, run=None, unavailable="the proxy did not answer: refused") == (
+        "offload-proxy: Claude Code exited with status 7; statistics unavailable (the proxy did not answer: refused)")
+    assert line(title="Claude Code", status=0, run=None, unavailable="x") == "offload-proxy: statistics unavailable (x)"
+
+
+@pytest.mark.parametrize("answer", [
+    [1], "ok", None, {"totals": [1]}, {"totals": {"requests": [1]}}, {"totals": {"requests": "3"}},
+    {"totals": {"requests": True}}, {"totals": {"requests": float("inf")}}, {"totals": {"requests": float("nan")}},
+    {"totals": {}, "recorder": {"queued": "x"}}, {"totals": {}, "recorder": [0]},
+])
+def test_an_answer_that_is_not_the_statistics_apis(monkeypatch, answer):
+    """A --proxy-url whose server answers /v1/offload/stats with something else: no statistics, and
+    no TypeError or OverflowError after the agent's run."""
+    from proxy.wrap import summary
+
+    monkeypatch.setattr(summary, "get_json", lambda url, token: answer)
+    totals, why = summary.safe_read("http://proxy", "token")
+    assert totals is None and why.startswith("no statistics in the proxy's answer")
+
+
+def test_the_reasons(monkeypatch):
+    import urllib.error
+
+    from proxy.wrap import summary
+
+    assert summary.safe_read("http://proxy", None) == (None, summary.NO_TOKEN)
+
+    def refuse(url, token):
+        raise urllib.error.HTTPError(url, 401, "Unauthorized", {}, None)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(summary, "get_json", refuse)
+    assert summary.safe_read("http://proxy", "t") == (None, "the proxy answered HTTP 401 (a wrong --admin-token?)")
+
+    def gone(url, token):
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(summary, "get_json", gone)
+    assert summary.safe_read("http://proxy", "t") == (None, "the proxy did not answer: [Errno 111] Connection refused")
+    monkeypatch.setattr(summary, "get_json", lambda url, token: {"totals": {"requests": 2}, "recorder": {"queued": 0}})
+    totals, why = summary.safe_read("http://proxy", "t")
+    assert (totals["requests"], totals["tokens_before"], why) == (2.0, 0.0, "")
