@@ -36,6 +36,50 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class _QuickServer(uvicorn.Server):
+    """uvicorn's server, noticing `should_exit` within 10 ms rather than 100 ms and not pausing
+    a fixed 0.1 s at shutdown (it waits for the open connections, polled every 10 ms): a test's
+    proxy stops in ~0.01 s instead of ~0.2 s, hundreds of times a run. Everything else is
+    uvicorn's (the same ticks every 0.1 s, the same graceful wait, the lifespan's shutdown):
+    `shutdown` is uvicorn 0.54's `Server.shutdown` with those pauses shortened."""
+
+    async def main_loop(self) -> None:
+        counter = 0
+        should_exit = await self.on_tick(counter)
+        while not should_exit:
+            for _ in range(10):
+                await asyncio.sleep(0.01)
+                if self.should_exit:
+                    break
+            counter = (counter + 1) % 864000
+            should_exit = await self.on_tick(counter)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for server in self.servers:
+            server.close()
+        for sock in sockets or []:
+            sock.close()
+        for connection in list(self.server_state.connections):
+            connection.shutdown()
+        await asyncio.sleep(0)  # (uvicorn: 0.1 s) the connections' transports close on the next loop turns
+
+        async def wait_tasks_to_complete() -> None:
+            while self.server_state.connections and not self.force_exit:
+                await asyncio.sleep(0.01)
+            while self.server_state.tasks and not self.force_exit:
+                await asyncio.sleep(0.01)
+            for server in self.servers:
+                await server.wait_closed()
+
+        try:
+            await asyncio.wait_for(wait_tasks_to_complete(), timeout=self.config.timeout_graceful_shutdown)
+        except asyncio.TimeoutError:
+            for task in self.server_state.tasks:
+                task.cancel(msg="Task cancelled, timeout graceful shutdown exceeded")
+        if not self.force_exit:
+            await self.lifespan.shutdown()
+
+
 class ServerThread:
     """Serve an ASGI app with uvicorn on 127.0.0.1 in a background thread."""
 
@@ -43,7 +87,7 @@ class ServerThread:
         self.port = port or free_port()
         # the options `serve` runs with (no uvicorn Date/Server headers, DateHeader around the app)
         config = uvicorn.Config(**uvicorn_options(app, host="127.0.0.1", port=self.port, log_level="warning"))
-        self.server = uvicorn.Server(config)
+        self.server = _QuickServer(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     @property

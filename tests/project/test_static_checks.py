@@ -22,7 +22,10 @@ def test_ruff_finds_nothing_in_proxy():
 
 
 def test_mypy_finds_nothing_in_proxy():
-    done = _run("mypy", "--no-incremental", "--cache-dir", "/dev/null")
+    # incremental, its cache in the checkout's .mypy_cache (mypy's default, git-ignored): a module
+    # is checked again when it, a module it depends on or mypy's options or version changed, so a
+    # run finds what a full check finds; 11 s cold, under 1 s when proxy/ did not change
+    done = _run("mypy", "--cache-dir", str(ROOT / ".mypy_cache"))
     assert done.returncode == 0, done.stdout + done.stderr
 
 
