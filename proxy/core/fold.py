@@ -88,30 +88,37 @@ def plan_folds(items: list[Any], view: ItemView, *, namespace: str, counter: Tok
     exact: dict[str, _Base] = {}  # text → the most recent unfolded result with it
     window: list[_Base] = []  # the most recent unfolded results, oldest first
     folds: dict[int, Fold] = {}
-    live = REPLY_PRIMING  # the tokens of items[start:i + 1] as forwarded: the history on the turn items[i] arrives
+    live = REPLY_PRIMING  # the tokens of items[start:i] as forwarded; with items[i]: the history on its arrival
     for i in range(start, len(items)):
         text = view.tool_text(items[i])
-        live += counter.message(items[i])
-        if text is None:
+        tokens = counter.message(items[i])
+        call = view.answers(items[i]) if text is not None else None
+        if text is None or (call is not None and call in skip_calls) or is_marker(text) \
+                or texts.fold_ref(text) is not None:
+            live += tokens
             continue
-        call = view.answers(items[i])
-        if (call is not None and call in skip_calls) or is_marker(text) or texts.fold_ref(text) is not None:
-            continue
+
+        def shown(base: _Base, total: int, arrival: int = i) -> bool:  # whole on the turn items[arrival] arrives
+            return not (compaction is not None and total > compaction.max_total_tokens
+                        and base.index < arrival + 1 - compaction.keep_recent
+                        and base.tokens > compaction.max_tool_message_tokens)
+
         fold = None
-        if len(text) >= FOLD_MIN_CHARS:
-            def shown(base: _Base, arrival: int = i, tokens: int = live) -> bool:
-                return not (compaction is not None and tokens > compaction.max_total_tokens
-                            and base.index < arrival + 1 - compaction.keep_recent
-                            and base.tokens > compaction.max_tool_message_tokens)
-            fold = _fold(i, text, [b for b in (exact.get(text),) if b is not None and shown(b)],
-                         [b for b in window if shown(b)], namespace)
+        if len(text) >= FOLD_MIN_CHARS:  # the bases shown whole at the least size the history may have
+            fold = _fold(i, text, [b for b in (exact.get(text),) if b is not None and shown(b, live)],
+                         [b for b in window if shown(b, live)], namespace)
         if fold is not None:
-            folds[i] = fold
-            live += counter.message(view.with_tool_text(items[i], fold.text)) - counter.message(items[i])
-        elif call is not None and len(text) >= FOLD_MIN_CHARS // 2 and _CALL_ID.fullmatch(call):
-            base = _Base(call, text, i, counter.text(text))
-            exact[text] = base
-            window.append(base)
+            folded = counter.message(view.with_tool_text(items[i], fold.text))
+            base = next(b for b in (*window, *exact.values()) if b.index == fold.base)
+            if shown(base, live + folded):  # ...and at the size it has with the fold
+                folds[i] = fold
+                live += folded
+                continue
+        live += tokens
+        if call is not None and len(text) >= FOLD_MIN_CHARS // 2 and _CALL_ID.fullmatch(call):
+            entry = _Base(call, text, i, counter.text(text))
+            exact[text] = entry
+            window.append(entry)
             if len(window) > BASE_WINDOW:
                 del window[0]
     return folds
