@@ -105,8 +105,8 @@ def plan_folds(items: list[Any], view: ItemView, *, namespace: str, counter: Tok
 
         fold = None
         if len(text) >= FOLD_MIN_CHARS:  # the bases shown whole at the least size the history may have
-            fold = _fold(i, text, [b for b in (exact.get(text),) if b is not None and shown(b, live)],
-                         [b for b in window if shown(b, live)], namespace)
+            fold = _fold(text, [b for b in (exact.get(text),) if b is not None and shown(b, live)],
+                         [b for b in window if shown(b, live)], namespace=namespace)
         if fold is not None:
             folded = counter.message(view.with_tool_text(items[i], fold.text))
             base = next(b for b in (*window, *exact.values()) if b.index == fold.base)
@@ -124,7 +124,7 @@ def plan_folds(items: list[Any], view: ItemView, *, namespace: str, counter: Tok
     return folds
 
 
-def _fold(index: int, text: str, same: list[_Base], window: list[_Base], namespace: str) -> Fold | None:
+def _fold(text: str, same: list[_Base], window: list[_Base], *, namespace: str) -> Fold | None:
     limit = min(texts.FOLD_MAX_CHARS, int(len(text) * FOLD_RATIO))
     ref = make_ref(namespace, "tool_result", text)  # the ref compaction would give the same text
     if same:
