@@ -94,6 +94,8 @@ class ServerSettings(BaseSettings):
     max_reload_tokens: int | None = Field(None, description="Default X-Offload-Max-Reload-Tokens (8000).")
     max_reload_rounds: int | None = Field(None, description="Default X-Offload-Max-Reload-Rounds (4).")
     reload_tools: str | None = Field(None, description="Default X-Offload-Reload-Tools: on|off.")
+    fold: str | None = Field(None, description="Default X-Offload-Fold: on|off (on): a tool result repeating an "
+                             "earlier one goes as a pointer to it plus its diff, reloadable byte for byte.")
     summary_model: str | None = Field(None, description="Default X-Offload-Summary-Model (else the request's).")
     compaction_ratio: float | None = Field(None, description="Default X-Offload-Compaction-Ratio (0.75).")
     precompress_ratio: float | None = Field(

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core import texts
+from proxy.core.fold import CompactionRule, plan_folds
 from proxy.core.media import plan_media
 from proxy.core.view import ItemView
 from proxy.core.markers import is_marker, make_ref, refs_in, tool_result_marker
@@ -39,6 +40,10 @@ class Plan:
     tokens_before: int = 0
     tokens_after: int = 0
     media_tokens_saved: int = 0  # of tokens_before - tokens_after, what offloading images and documents saved
+    folded: int = 0  # tool results forwarded as a pointer to an earlier one (`proxy.core.fold`)
+    # index of a folded item → (the index of its base, the item as forwarded without the fold):
+    # what `proxy.core.compression.assemble` restores when a summary hides the base
+    unfold: dict[int, tuple[int, Any]] = field(default_factory=dict)
 
 
 def injected_call_ids(items: list[Any], view: ItemView) -> set[str]:
@@ -55,9 +60,14 @@ def present_refs(items: list[Any], view: ItemView) -> list[str]:
     for item in items:
         text = view.text(item)
         if text:
-            for ref in refs_in(text) or texts.media_refs_in(text):
+            for ref in refs_in(text) or fold_refs(text) or texts.media_refs_in(text):
                 seen.setdefault(ref, None)
     return list(seen)
+
+
+def fold_refs(text: str) -> list[str]:
+    ref = texts.fold_ref(text)
+    return [ref] if ref else []
 
 
 def plan_compaction(
@@ -82,29 +92,38 @@ def plan_compaction(
                                          for new, old in zip(media.items, items[start:]) if new is not old)
         items = plan.items = [*items[:start], *media.items]
         plan.media_tokens_saved = before - plan.tokens_after
+    reload_ids = injected_call_ids(items, view)
+    if settings.mode != "off" and settings.fold:
+        rule = CompactionRule(settings.max_total_tokens, settings.max_tool_message_tokens,
+                              settings.keep_recent_for(COMPACT_KEEP_RECENT)) if compact else None
+        _fold(plan, view, counter=counter, namespace=namespace, start=start, reload_ids=reload_ids, rule=rule)
+        items = plan.items
     live = plan.tokens_after if start == 0 else counter.messages(items[start:])
     if settings.mode == "off" or not compact or live <= settings.max_total_tokens:
         plan.refs = present_refs(items, view)
         return plan
     last_eligible = len(items) - settings.keep_recent_for(COMPACT_KEEP_RECENT)
-    reload_ids = injected_call_ids(items, view)
     left_to_provider = clearable_calls(items, view, provider, start=start)
     out = list(items)
     after = plan.tokens_after
     for i in range(start, max(start, last_eligible)):
-        item = items[i]
+        base, unfolded = plan.unfold.get(i, (-1, None))
+        item = items[i] if unfolded is None else unfolded  # a fold: what it would be without it
         # Whatever carries a tool's result: a tool message, or an item holding its own result
         # (a Responses `mcp_call`, whose call fields stay as they are); not what the provider clears.
         if left_to_provider and view.answers(item) in left_to_provider:
             continue
         text = view.tool_text(item)
-        if text is None or is_marker(text) or view.answers(item) in reload_ids:
+        if text is None or is_marker(text) or texts.fold_ref(text) or view.answers(item) in reload_ids:
             continue
         tokens = counter.text(text)
         if tokens <= settings.max_tool_message_tokens:
             continue
         ref = make_ref(namespace, "tool_result", text)
         replaced = view.with_tool_text(item, tool_result_marker(text, ref, tokens))
+        if unfolded is not None:
+            plan.unfold[i] = (base, replaced)  # the same ref as the fold's, the same content stored
+            continue
         out[i] = replaced
         after += counter.message(replaced) - counter.message(item)
         plan.offloads.append(Offload(ref, "tool_result", text, tokens))
@@ -112,3 +131,22 @@ def plan_compaction(
     plan.tokens_after = after
     plan.refs = present_refs(out, view)
     return plan
+
+
+def _fold(plan: Plan, view: ItemView, *, counter: TokenCounter, namespace: str, start: int,
+          reload_ids: set[str], rule: CompactionRule | None) -> None:
+    """Fold the tool results that repeat an earlier one (`proxy.core.fold`), whatever the
+    history's size: on the turn they arrive, so never a rewrite of what was forwarded before."""
+    folds = plan_folds(plan.items, view, namespace=namespace, counter=counter, compaction=rule, start=start,
+                       skip_calls=reload_ids)
+    if not folds:
+        return
+    out = list(plan.items)
+    for i, fold in folds.items():
+        out[i] = view.with_tool_text(plan.items[i], fold.text)
+        plan.unfold[i] = (fold.base, plan.items[i])
+        plan.tokens_after += counter.message(out[i]) - counter.message(plan.items[i])
+        plan.offloads.append(Offload(fold.ref, "tool_result", fold.original, counter.text(fold.original)))
+    plan.items = out
+    plan.folded = len(folds)
+

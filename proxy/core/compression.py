@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -298,12 +299,20 @@ def kept_users(items: list[Any], view: ItemView, head: int, *, cut: int) -> set[
     return kept
 
 
-def assemble(items: list[Any], view: ItemView, head: int, *, cut: int, summary: Any) -> list[Any]:
+def assemble(items: list[Any], view: ItemView, head: int, *, cut: int, summary: Any,
+             unfold: Mapping[int, tuple[int, Any]] | None = None) -> list[Any]:
     """The head (system items, the task), the summary, the system items and kept user messages
-    (`kept_users`) of the summarised range verbatim and in order, the rest."""
+    (`kept_users`) of the summarised range verbatim and in order, the rest. `unfold` (index of a
+    folded result → (the index of the result it points to, the item without the fold),
+    `proxy.core.compaction.Plan.unfold`): a fold after the cut whose base the summary hides goes
+    without the fold, so no pointer names what the model no longer sees; the same cut gives
+    the same bytes on every turn."""
     users = kept_users(items, view, head, cut=cut)
     middle = [m for i, m in enumerate(items[head:cut], head) if i in users or view.role(m) == "system"]
-    return [*items[:head], summary, *middle, *items[cut:]]
+    rest = items[cut:]
+    if unfold:
+        rest = [unfold[i][1] if i in unfold and head <= unfold[i][0] < cut else m for i, m in enumerate(rest, cut)]
+    return [*items[:head], summary, *middle, *rest]
 
 
 def history_lines(items: list[Any], view: ItemView) -> str:

@@ -49,6 +49,8 @@ class OffloadSettings(BaseModel):
     max_reload_tokens: int = Field(8_000, ge=100, le=1_000_000)
     max_reload_rounds: int = Field(4, ge=0, le=50)
     reload_tools: bool = True
+    # A tool result that repeats an earlier one goes as a pointer to it, with its diff (`proxy.core.fold`).
+    fold: bool = True
     tenant: str | None = Field(None, pattern=IDENT_PATTERN)
     session: str | None = Field(None, pattern=IDENT_PATTERN)
     group_token_threshold: int = Field(0, ge=0, le=10_000_000)
@@ -62,7 +64,7 @@ class OffloadSettings(BaseModel):
     summary_model: str | None = Field(None, pattern=r"^[A-Za-z0-9._:/-]{1,128}$")
     context_management: ContextManagement = "auto"
 
-    @field_validator("reload_tools", mode="before")
+    @field_validator("reload_tools", "fold", mode="before")
     @classmethod
     def _on_off(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -95,7 +97,7 @@ def _describe(field: str) -> str:
         return "one of auto, compact, compress, off"
     if field == "context_management":
         return "one of relay, emulate, auto"
-    if field == "reload_tools":
+    if field in ("reload_tools", "fold"):
         return "on or off"
     if field in ("tenant", "session", "summary_model"):
         return "1-128 characters of A-Z a-z 0-9 . _ : @ / -"

@@ -90,6 +90,48 @@ starts with an earlier snapshot (a message marked "[offloaded history: ...]"), f
 still holds, correct what changed, add what is new. Answer with the block only."""
 
 
+# ---------------------------------------------------------------- folded tool results
+
+# A tool result that repeats an earlier one (`proxy.core.fold`) goes as a pointer to it: identical,
+# or that result with a unified diff (its hunks only). The full text stays reloadable by its ref.
+FOLD_PREFIX = "[folded tool result: "
+FOLD_MAX_CHARS = 4_000  # a fold is never longer (`proxy.core.fold` makes none longer): recognised only within it
+CALL_ID_PATTERN = r"[A-Za-z0-9_.:-]{1,128}"  # the calls a fold may name (any other: not a base)
+_COUNT = r"(?:0|[1-9][0-9]{0,11})"
+FOLD_HEAD_RE = re.compile(
+    rf"\[folded tool result: (?:identical to the result of call ({CALL_ID_PATTERN}) above \({_COUNT} chars\)"
+    rf"|the result of call ({CALL_ID_PATTERN}) above with these changes \(unified diff: - that result, "
+    rf"\+ this one; {_COUNT} chars in all\)), ref=({REF_PATTERN})\. "
+    rf"The full text: {RELOAD_TOOL}\(ref=\"({REF_PATTERN})\"\)\.\]")
+
+
+def folded_identical(call_id: str, chars: int, *, ref: str) -> str:
+    """A tool result identical to the result of `call_id`, earlier in the conversation."""
+    return (f"{FOLD_PREFIX}identical to the result of call {call_id} above ({chars} chars), ref={ref}. "
+            f"The full text: {RELOAD_TOOL}(ref=\"{ref}\").]")
+
+
+def folded_diff(call_id: str, chars: int, hunks: str, *, ref: str) -> str:
+    """A tool result that is the result of `call_id` with a few lines changed: `hunks`, the
+    unified diff's hunks (`@@ … @@` headers, ` `/`-`/`+` lines) from that result to this one."""
+    return (f"{FOLD_PREFIX}the result of call {call_id} above with these changes (unified diff: - that result, "
+            f"+ this one; {chars} chars in all), ref={ref}. The full text: {RELOAD_TOOL}(ref=\"{ref}\").]\n{hunks}")
+
+
+def fold_ref(text: str) -> str | None:
+    """The ref of a text that is exactly a fold of the proxy's (`folded_identical`, `folded_diff`),
+    else None. Bounded: nothing longer than FOLD_MAX_CHARS is one."""
+    if not text.startswith(FOLD_PREFIX) or len(text) > FOLD_MAX_CHARS:
+        return None
+    first, newline, rest = text.partition("\n")
+    match = FOLD_HEAD_RE.fullmatch(first)
+    if match is None or match.group(3) != match.group(4):
+        return None
+    if match.group(1) is not None:
+        return match.group(3) if not newline else None
+    return match.group(3) if rest.startswith("@@ ") else None
+
+
 # ---------------------------------------------------------------- offloaded images and documents
 
 MEDIA_KINDS = ("image", "document", "audio")

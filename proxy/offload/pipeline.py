@@ -102,6 +102,7 @@ async def prepare(
                 or plan.tokens_after / before > settings.compaction_ratio
                 or plan.tokens_after > settings.max_total_tokens
             )
+            compressor.unfold = plan.unfold  # a fold whose base a summary hides goes without (`cp.assemble`)
             compressed = await compressor.run(plan.items, messages, settings, counter=counter, allow_new=allow_new, cpu=cpu)
             result.summary_tokens = compressed.summary_tokens
             result.summary_usage = compressed.usage
@@ -116,7 +117,7 @@ async def prepare(
                 refs_after, tokens_after = await cpu.for_part(compressed.items)(_measure, compressed.items, view,
                                                                                 counter)
                 plan = Plan(compressed.items, offloads, refs_after, plan.tokens_before, tokens_after,
-                            plan.media_tokens_saved)
+                            plan.media_tokens_saved, plan.folded)
                 result.plan = plan
                 compressed_now = True
         compacted = [o for o in plan.offloads if o.kind not in ("history",)]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from proxy.core import compression as cp
@@ -58,6 +58,8 @@ class Compressor:
         self.version = prompt_version(ctx.instruction if self.prefix else ctx.prompt)
         # background summaries to start once the turn is out
         self.deferred: list[Callable[[], Awaitable[object]]] = []
+        # the request's folds (`proxy.core.compaction.Plan.unfold`): undone after a summary hiding their base
+        self.unfold: Mapping[int, tuple[int, Any]] = {}
 
     def _summary_key(self, prefix_hash: str) -> str:
         return key(self.namespace, "summary", f"{prefix_hash}:{self.version}:{cp.LAYOUT}")
@@ -128,7 +130,7 @@ class Compressor:
         decision = await cpu.light(cp.decide, compacted, self.view, settings, counter=counter, prior=prior)
         if decision.action == "reuse":
             assert prior is not None
-            reused = Compressed(cp.assemble(compacted, self.view, head, cut=prior.cut, summary=prior.message))
+            reused = Compressed(cp.assemble(compacted, self.view, head, cut=prior.cut, summary=prior.message, unfold=self.unfold))
             await self._bill(prior, reused)
             await self._ahead(compacted, originals, settings, counter=counter, chain=chain, prior=prior, cpu=cpu)
             return reused
@@ -136,7 +138,7 @@ class Compressor:
             return Compressed()
         if self.ctx.background is not None:
             # What goes out without the new summary: the prior one and what follows it, or all.
-            fallback = (cp.assemble(compacted, self.view, head, cut=prior.cut, summary=prior.message)
+            fallback = (cp.assemble(compacted, self.view, head, cut=prior.cut, summary=prior.message, unfold=self.unfold)
                         if prior is not None and decision.prior is prior else None)
             forwarded = await cpu.light(counter.messages, fallback if fallback is not None else compacted)
             if forwarded <= precompress.hard_limit(settings, self.ctx.request_model):
@@ -160,7 +162,7 @@ class Compressor:
         chain = cp.PrefixHashes(originals)
         prior = await self._prior(originals, chain, head, tail=tail, cpu=cpu)
         if prior is not None and prior.cut == tail:
-            done = Compressed(cp.assemble(compacted, self.view, head, cut=prior.cut, summary=prior.message), summary_at=head)
+            done = Compressed(cp.assemble(compacted, self.view, head, cut=prior.cut, summary=prior.message, unfold=self.unfold), summary_at=head)
             await self._bill(prior, done)
             return done
         start = prior.cut if prior is not None and head <= prior.cut < tail else head
@@ -266,14 +268,14 @@ class Compressor:
     async def _summarize_once(self, compacted, originals, settings, *, counter, chain, decision, cpu) -> Compressed:
         made, spans, lock = await self._claim(compacted, originals, settings, counter=counter, chain=chain, decision=decision, cpu=cpu)
         if made is not None:
-            return Compressed(cp.assemble(compacted, self.view, decision.head, cut=made.cut, summary=made.message))
+            return Compressed(cp.assemble(compacted, self.view, decision.head, cut=made.cut, summary=made.message, unfold=self.unfold))
         if lock is None:
             deadline = time.monotonic() + self.ctx.wait
             while time.monotonic() < deadline:
                 await asyncio.sleep(POLL)
                 record = await self._load(chain[decision.cut])
                 if record is not None:
-                    return Compressed(cp.assemble(compacted, self.view, decision.head, cut=record.cut, summary=record.message))
+                    return Compressed(cp.assemble(compacted, self.view, decision.head, cut=record.cut, summary=record.message, unfold=self.unfold))
             return Compressed(warning="a summary of this history is being made by another request")
         try:
             return await self._summarize(compacted, originals, settings, counter=counter, chain=chain, decision=decision, spans=spans, cpu=cpu)
@@ -297,7 +299,7 @@ class Compressor:
         summary holds a reference (a compacted result, the prior summary). Only a turn whose
         store failed went without them unknown to this request: a missed cache, not an error."""
         head, cut, prior = decision.head, decision.cut, decision.prior
-        whole = cp.assemble(compacted, self.view, head, cut=prior.cut, summary=prior.message) if prior else compacted
+        whole = cp.assemble(compacted, self.view, head, cut=prior.cut, summary=prior.message, unfold=self.unfold) if prior else compacted
         prefix = whole[:len(whole) - (len(compacted) - cut)]
         offered = settings.reload_tools and settings.max_reload_rounds > 0 and bool(present_refs(whole, self.view))
         assert self.ctx.wire is not None and self.ctx.body is not None
@@ -369,7 +371,7 @@ class Compressor:
                      tokens_after=counter.message(message), summary_tokens_in=tokens_in,
                      summary_tokens_out=tokens_out, duration_ms=round((time.monotonic() - started) * 1e3), ref=ref)
         return Compressed(
-            cp.assemble(compacted, self.view, head, cut=cut, summary=message),
+            cp.assemble(compacted, self.view, head, cut=cut, summary=message, unfold=self.unfold),
             offload,
             0 if bill else tokens_in + tokens_out,
             events=[done],

@@ -1,0 +1,195 @@
+"""Folding: a tool result that repeats an earlier one goes as a pointer to it. Pure.
+
+Agents repeat themselves: the same file viewed again, the same test run failing the same way, a
+command whose output repeats an earlier one with a few lines changed. Such a result is forwarded
+as a short pointer to the earlier result (by its tool call id) — `identical to …`, or that result
+with a unified diff — and stored whole under its ref, so `context_reload` gives it back byte for
+byte (`proxy.core.texts.folded_identical`, `folded_diff`).
+
+Folded as it arrives, never later: whether items[i] is folded, and into which bytes, depends on
+items[:i + 1] alone (its text and the results before it), so a result folded on the turn it first
+appears is folded identically on every later turn, and a result forwarded whole is never
+rewritten once a later one repeats it (the provider's cached prefix would break there).
+
+- Which results: tool results of at least FOLD_MIN_CHARS characters; never a marker or a fold of
+  the proxy's, nor the result of one of its reload tools.
+- Which earlier result (the base): one forwarded unfolded (whole, or compacted into its
+  preview), answering a call whose id is a plain one (`texts.CALL_ID_PATTERN`), of at least
+  FOLD_MIN_CHARS / 2 characters. Identical: the most recent such one with the same text.
+  Nearly identical: of the BASE_WINDOW most recent, the one giving the shortest diff. A fold
+  never points to a fold: the model always finds its base forwarded as it came.
+- When: the pointer (with its diff) is at most FOLD_RATIO of the result's characters and at most
+  `texts.FOLD_MAX_CHARS`: "much smaller", or the result goes as it is. The diff is difflib's
+  unified diff with DIFF_CONTEXT line of context, its `---`/`+++` header left out.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.core import texts
+from proxy.core.markers import is_marker, make_ref
+from proxy.core.tokens import REPLY_PRIMING, TokenCounter
+from proxy.core.view import ItemView
+
+FOLD_MIN_CHARS = 400  # shorter results go as they are (a pointer would save little)
+FOLD_RATIO = 0.5  # a fold is at most this share of the result's characters
+BASE_WINDOW = 16  # a near-identical result is diffed against at most this many recent results
+DIFF_CONTEXT = 1  # lines of context around each change
+MIN_SHARED_LINES = 0.5  # a base shares at least this share of the result's distinct lines, or is not diffed
+MAX_DIFF_CHARS = 256 * 1024  # larger results are folded only when identical (difflib is quadratic at worst)
+_CALL_ID = re.compile(texts.CALL_ID_PATTERN)
+
+
+@dataclass(frozen=True)
+class Fold:
+    """items[i] folded: `text` is forwarded in place of `original`, stored under `ref`; `base`
+    is the index of the earlier result it points to."""
+
+    ref: str
+    text: str
+    original: str
+    base: int
+
+
+@dataclass(frozen=True)
+class CompactionRule:
+    """When compaction replaces a result by its preview (`proxy.core.compaction`): a result over
+    `max_tool_message_tokens`, outside the `keep_recent` last items, of a history over
+    `max_total_tokens`. A base so replaced on the turn a result arrives is not shown whole: no
+    fold points to it."""
+
+    max_total_tokens: int
+    max_tool_message_tokens: int
+    keep_recent: int
+
+
+@dataclass
+class _Base:
+    call: str
+    text: str
+    index: int
+    tokens: int
+
+
+def plan_folds(items: list[Any], view: ItemView, *, namespace: str, counter: TokenCounter,
+               compaction: CompactionRule | None = None, start: int = 0,
+               skip_calls: Collection[str] = ()) -> dict[int, Fold]:
+    """The folds of items[start:], by index. `compaction`: the rule of the compaction that
+    follows (None: none). `skip_calls`: the proxy's reload calls (their results are neither
+    folded nor bases)."""
+    exact: dict[str, _Base] = {}  # text → the most recent unfolded result with it
+    window: list[_Base] = []  # the most recent unfolded results, oldest first
+    folds: dict[int, Fold] = {}
+    live = REPLY_PRIMING  # the tokens of items[start:i] as forwarded; with items[i]: the history on its arrival
+    for i in range(start, len(items)):
+        text = view.tool_text(items[i])
+        tokens = counter.message(items[i])
+        call = view.answers(items[i]) if text is not None else None
+        if text is None or (call is not None and call in skip_calls) or is_marker(text) \
+                or texts.fold_ref(text) is not None:
+            live += tokens
+            continue
+
+        def shown(base: _Base, total: int, arrival: int = i) -> bool:  # whole on the turn items[arrival] arrives
+            return not (compaction is not None and total > compaction.max_total_tokens
+                        and base.index < arrival + 1 - compaction.keep_recent
+                        and base.tokens > compaction.max_tool_message_tokens)
+
+        fold = None
+        if len(text) >= FOLD_MIN_CHARS:  # the bases shown whole at the least size the history may have
+            fold = _fold(text, [b for b in (exact.get(text),) if b is not None and shown(b, live)],
+                         [b for b in window if shown(b, live)], namespace=namespace)
+        if fold is not None:
+            folded = counter.message(view.with_tool_text(items[i], fold.text))
+            base = next(b for b in (*window, *exact.values()) if b.index == fold.base)
+            if shown(base, live + folded):  # ...and at the size it has with the fold
+                folds[i] = fold
+                live += folded
+                continue
+        live += tokens
+        if call is not None and len(text) >= FOLD_MIN_CHARS // 2 and _CALL_ID.fullmatch(call):
+            entry = _Base(call, text, i, counter.text(text))
+            exact[text] = entry
+            window.append(entry)
+            if len(window) > BASE_WINDOW:
+                del window[0]
+    return folds
+
+
+def _fold(text: str, same: list[_Base], window: list[_Base], *, namespace: str) -> Fold | None:
+    limit = min(texts.FOLD_MAX_CHARS, int(len(text) * FOLD_RATIO))
+    ref = make_ref(namespace, "tool_result", text)  # the ref compaction would give the same text
+    if same:
+        folded = texts.folded_identical(same[0].call, len(text), ref=ref)
+        return Fold(ref, folded, text, same[0].index) if len(folded) <= limit else None
+    best: Fold | None = None
+    for base in reversed(window):  # the most recent first: it wins a tie
+        hunks = diff_hunks(base.text, text)
+        if hunks is None:
+            continue
+        folded = texts.folded_diff(base.call, len(text), hunks, ref=ref)
+        if len(folded) <= limit and (best is None or len(folded) < len(best.text)):
+            best = Fold(ref, folded, text, base.index)
+    return best
+
+
+def diff_hunks(base: str, text: str) -> str | None:
+    """The hunks of the unified diff from `base` to `text` (lines), or None when they are not
+    worth diffing: too different in size or lines, too large, or no line differs."""
+    if not (base and text) or len(text) > MAX_DIFF_CHARS or len(base) > MAX_DIFF_CHARS \
+            or not 0.5 <= len(text) / len(base) <= 2.0:
+        return None
+    key = (_digest(base), _digest(text))
+    found, hunks = _MEMO.get(key)
+    if found:
+        return hunks
+    base_lines, lines = base.splitlines(), text.splitlines()
+    distinct = set(lines)
+    hunks = None
+    if distinct and len(distinct & set(base_lines)) >= MIN_SHARED_LINES * len(distinct):
+        diff = list(difflib.unified_diff(base_lines, lines, lineterm="", n=DIFF_CONTEXT))[2:]
+        hunks = "\n".join(diff) if diff else None
+        if hunks is not None and len(hunks) > texts.FOLD_MAX_CHARS:
+            hunks = None  # too long to fold whatever the result's size
+    _MEMO.put(key, hunks)
+    return hunks
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+class _Memo:
+    """Diffs already computed, by the digests of their two texts: every turn plans the whole
+    history again, and a diff is the costly step. Bounded (least recently used evicted first),
+    shared by the threads that plan large requests."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._entries: OrderedDict[tuple[bytes, bytes], str | None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[bytes, bytes]) -> tuple[bool, str | None]:
+        with self._lock:
+            if key not in self._entries:
+                return False, None
+            self._entries.move_to_end(key)
+            return True, self._entries[key]
+
+    def put(self, key: tuple[bytes, bytes], hunks: str | None) -> None:
+        with self._lock:
+            self._entries[key] = hunks
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+
+
+_MEMO = _Memo()
