@@ -5,8 +5,8 @@ so the first lines alone lose it. A text preview keeps the first line, the last 
 lines in between that carry errors, failures, tracebacks, warnings, `file:line` references and
 paths, with each gap marked `… N lines …`. A JSON output (the whole text one object or array)
 shows its shape instead: keys, array lengths, the first items; a diff, a file view or a table
-its own layout (`proxy.core.preview_kinds`: hunk headers, an outline of definitions, header
-and first rows).
+its own layout (`proxy.core.preview_kinds`: hunk headers, an outline of definitions with the
+attribute and call names each body uses, header and first rows).
 
 A pure function of the text (the marker's bytes, and so the provider's prompt cache, depend
 on it), linear in its size, never raising: every pattern below has bounded repeats and is

@@ -12,6 +12,7 @@ import pytest
 
 from proxy.core.markers import make_ref, tool_result_marker, tool_result_ref
 from proxy.core.preview import MAX_CHARS, MAX_LINES, preview
+from proxy.core.preview_kinds import body_names, source_outline
 
 REF = make_ref("a" * 32, "tool_result", "x")
 
@@ -41,7 +42,7 @@ CASES = {
         "Here's the result of running `cat -n` on /workspace/astropy/io/fits/card.py:\n" + cat_n(MODULE),
         "outline", ["Here's the result of running `cat -n` on /workspace/astropy/io/fits/card.py:",
                     "8: class Card0(_Verify):", f"{LAST - 1}: def _pad(input):"]),
-    "codex nl -ba": (cat_n(MODULE), "outline", ["8: class Card0(_Verify):", "11:     def method_0_0(self, keyword=None, value=None):"]),
+    "codex nl -ba": (cat_n(MODULE), "outline", ["8: class Card0(_Verify):", "11:     def method_0_0(self, keyword=None, value=None): … self._parse()"]),
     "claude code Read": ("\n".join(f"{i:6}→{line}" for i, line in enumerate(MODULE, 1)), "outline",
                          ["8: class Card0(_Verify):", f"{LAST - 1}: def _pad(input):"]),
     "swe-agent open": (f"[File: astropy/io/fits/card.py ({LAST} lines total)]\n"
@@ -55,7 +56,7 @@ CASES = {
     "typescript": ("\n".join(["import { Router } from 'express';"] + [
         line for i in range(30) for line in (f"export async function handler{i}(req: Request) {{",
                                              *[f"  const v{k} = await load({k});" for k in range(8)], "}")]),
-        "outline", ["import { Router } from 'express';", "2: export async function handler0(req: Request) {"]),
+        "outline", ["import { Router } from 'express';", "2: export async function handler0(req: Request) { … load()"]),
     # --- diffs: file and hunk headers ---------------------------------------------------------
     "git diff": ("\n".join(["diff --git a/src/app.py b/src/app.py", "index 1a2b3c4..5d6e7f8 100644", "--- a/src/app.py",
                             "+++ b/src/app.py"] + [line for h in range(12) for line in (
@@ -136,3 +137,45 @@ def test_errors_outside_the_code_come_with_the_outline_but_the_codes_own_do_not(
     assert "ImportError" not in preview(view).body  # a line of the file, not an error
     failed = "Traceback (most recent call last):\nValueError: could not open card.py\n" + "\n".join(MODULE)
     assert "ValueError: could not open card.py" in preview(failed).body.split("\n")
+
+
+# A file view's outline keeps, after each signature, the attribute and call names its body uses.
+BODY = ["import os", "", "class Loader:", "    def __init__(self, root):", "        self.root = root",
+        "        self.cache = {}", "", "    def read(self, name):", "        path = os.path.join(self.root, name)",
+        "        if name in self.cache:", "            return self.cache[name]",
+        "        data = parse_file(path, strict=True)", "        self.cache[name] = data.rows", "        return data",
+        "", "def parse_file(path, strict=False):", "    with open(path) as fh:", "        return Table.from_lines(fh)"]
+BODY_CASES = {
+    "openhands file_editor view": ("Here's the result of running `cat -n` on /workspace/loader.py:\n" + cat_n(BODY),
+                                   "8:     def read(self, name): … os.path.join(), self.root, self.cache, parse_file()"),
+    "claude code Read": ("\n".join(f"{i:6}→{line}" for i, line in enumerate(BODY, 1)),
+                         "4:     def __init__(self, root): … self.root, self.cache"),
+    "swe-agent open": ("[File: loader.py (18 lines total)]\n" + "\n".join(f"{i}:{line}" for i, line in enumerate(BODY, 1)),
+                       "16: def parse_file(path, strict=False): … open(), Table.from_lines()"),
+    "mini-swe-agent cat": ("<returncode>0</returncode>\n<output>\n" + "\n".join(BODY) + "\n</output>",
+                           "18: def parse_file(path, strict=False): … open(), Table.from_lines()"),
+    "aider listing": ("loader.py\n```\n" + "\n".join(BODY) + "\n```",
+                      "6:     def __init__(self, root): … self.root, self.cache"),
+    "codex nl -ba": (cat_n(BODY), "3: class Loader:"),  # a class's own body before its first method: nothing
+}
+
+
+@pytest.mark.parametrize("name", list(BODY_CASES))
+def test_an_outline_keeps_the_names_each_body_uses(name):
+    text, expected = BODY_CASES[name]
+    lines = text.split("\n")
+    outline = source_outline(text, lines, max_chars=MAX_CHARS, max_lines=MAX_LINES)
+    assert outline is not None and expected in outline[0], outline
+    assert len(outline[0]) <= MAX_LINES and sum(map(len, outline[0])) + len(outline[0]) - 1 <= MAX_CHARS
+    assert source_outline(text, lines, max_chars=MAX_CHARS, max_lines=MAX_LINES) == outline  # byte-stable
+
+
+@pytest.mark.parametrize("body, names", [
+    (["    return helper(x) + self.total"], "helper(), self.total"),
+    (["    if isinstance(x, int) and len(x):", "        print(x)"], ""),  # keywords and builtins: no signal
+    (["    a.b.c.d.e.f.g = 1"], "a.b.c.d.e"),  # a dotted name: at most 5 parts
+    ([f"    call_{i}()" for i in range(20)], ", ".join(f"call_{i}()" for i in range(8))),  # at most BODY_NAMES
+    (["    compute(value)"], ""),  # its own name (in the signature) is not repeated
+])
+def test_body_names(body, names):
+    assert body_names(body, "def compute(value):") == names
