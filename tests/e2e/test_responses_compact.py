@@ -69,17 +69,7 @@ def dumped(compacted) -> dict:
 @pytest.fixture(autouse=True)
 def model(upstream):
     """The fake model: reloads the ref of a summary it is shown once, then answers."""
-    def step(rec):
-        items = fake.input_items(rec)
-        last = items[-1]
-        if last.get("type") == "function_call_output" and last.get("call_id") == "call_reload":
-            return fake.answer(rec, fake.message("reloaded"))
-        refs = fake.refs_in_input(rec)
-        if refs and "reload please" in json.dumps(last):
-            return fake.answer(rec, fake.function_call("context_reload", {"ref": refs[0]}, call_id="call_reload"))
-        return fake.answer(rec, fake.message("Hello there"))
-
-    upstream.handler = scripted(step)
+    upstream.handler = scripted(fake.reloading_model("Hello there"))
 
 
 def test_the_sdk_compacts_and_the_answer_is_openais_shape(proxy_url, upstream, key):

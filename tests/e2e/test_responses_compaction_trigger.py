@@ -55,17 +55,7 @@ def sdk(proxy_url: str, key: str, **headers) -> openai.OpenAI:
 @pytest.fixture(autouse=True)
 def model(upstream):
     """The fake model: reloads the ref of a summary it is shown when asked to, then answers."""
-    def step(rec):
-        items = fake.input_items(rec)
-        last = items[-1]
-        if last.get("type") == "function_call_output" and last.get("call_id") == "call_reload":
-            return fake.answer(rec, fake.message("reloaded"))
-        refs = fake.refs_in_input(rec)
-        if refs and "reload please" in json.dumps(last):
-            return fake.answer(rec, fake.function_call("context_reload", {"ref": refs[0]}, call_id="call_reload"))
-        return fake.answer(rec, fake.message("an answer that is no compaction"))
-
-    upstream.handler = scripted(step)
+    upstream.handler = scripted(fake.reloading_model("an answer that is no compaction"))
 
 
 def history_lines(items: list[dict]) -> str:

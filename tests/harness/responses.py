@@ -227,6 +227,22 @@ def refs_in_input(rec) -> list[str]:
     return REF.findall(json.dumps(input_items(rec)))
 
 
+def reloading_model(final: str):
+    """A fake model step: asked to ("reload please" in the last input item), it reloads the first
+    ref it is shown (`call_reload`); given the reload's output it says "reloaded"; else `final`."""
+    def step(rec) -> Response:
+        items = input_items(rec)
+        last = items[-1]
+        if last.get("type") == "function_call_output" and last.get("call_id") == "call_reload":
+            return answer(rec, message("reloaded"))
+        refs = refs_in_input(rec)
+        if refs and "reload please" in json.dumps(last):
+            return answer(rec, function_call("context_reload", {"ref": refs[0]}, call_id="call_reload"))
+        return answer(rec, message(final))
+
+    return step
+
+
 def tool_names(rec) -> list[str | None]:
     """The `name` (or the `type`, for hosted tools) of each tool of a recorded request."""
     return [t.get("name") or t.get("type") for t in rec.json().get("tools") or []]
