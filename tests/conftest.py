@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -130,6 +131,13 @@ def make_proxy(_fake_upstream_server, tmp_path_factory):
                 LIVE_APPS.remove(app)
 
     return start
+
+
+@pytest.fixture
+def key() -> str:
+    """A tenant of the test's own (an OpenAI-style key) on the session's shared proxy, whose store
+    the session's tests share; a module may give its own (Anthropic-style keys)."""
+    return f"sk-{uuid.uuid4().hex}"
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,6 @@ import asyncio
 import json
 import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx2
@@ -33,12 +32,6 @@ SNAPSHOT = "<state_snapshot><task_overview>the plan so far</task_overview></stat
 
 
 pytestmark = pytest.mark.usefixtures("fresh_summary_memory")
-
-
-@pytest.fixture
-def key() -> str:
-    """A tenant of this test's own on the shared proxy (its store is shared by the session's tests)."""
-    return f"sk-{uuid.uuid4().hex}"
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ with no second summary. Malformed fields are refused with a 400."""
 from __future__ import annotations
 
 import json
-import uuid
 
 import httpx2
 import openai
@@ -33,11 +32,6 @@ CM = [{"type": "compaction", "compact_threshold": 1000}]
 HISTORY = [{"type": "message", "role": "developer", "content": "Be brief."}, user("the task: fix the build"),
            *[assistant(words(f"a{k}", 300)) if k % 2 == 0 else user(words(f"u{k}", 8)) for k in range(8)],
            user("and now?")]
-
-
-@pytest.fixture
-def key() -> str:
-    return f"sk-{uuid.uuid4().hex}"
 
 
 @pytest.fixture(autouse=True)

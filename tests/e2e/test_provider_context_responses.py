@@ -7,7 +7,6 @@ the proxy never compresses and the provider's `compaction` output reaches the cl
 from __future__ import annotations
 
 import json
-import uuid
 
 import httpx2
 import openai
@@ -47,11 +46,6 @@ def compact_json(value) -> bytes:
 def post(proxy_url: str, body: dict, headers: dict, key: str) -> httpx2.Response:
     return httpx2.post(f"{proxy_url}/v1/responses", content=compact_json(body), timeout=30,
                        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json", **RELAY, **headers})
-
-
-@pytest.fixture
-def key() -> str:
-    return f"sk-{uuid.uuid4().hex}"
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import time
-import uuid
 import warnings
 from pathlib import Path
 
@@ -48,11 +47,6 @@ HISTORY = [
 
 def history_lines(items: list[dict]) -> str:
     return "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in items)
-
-
-@pytest.fixture
-def key() -> str:
-    return f"sk-{uuid.uuid4().hex}"
 
 
 def sdk(proxy_url: str, key: str, **headers) -> openai.OpenAI:

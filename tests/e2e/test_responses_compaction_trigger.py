@@ -9,7 +9,6 @@ in OpenAI's error shape, never a 500; relayed byte for byte to a native upstream
 from __future__ import annotations
 
 import json
-import uuid
 
 import httpx2
 import openai
@@ -40,11 +39,6 @@ HISTORY = [
 ]
 TOOLS = [{"type": "function", "name": "exec_command", "parameters": {"type": "object", "properties": {}},
           "strict": False}]
-
-
-@pytest.fixture
-def key() -> str:
-    return f"sk-{uuid.uuid4().hex}"
 
 
 def sdk(proxy_url: str, key: str, **headers) -> openai.OpenAI:

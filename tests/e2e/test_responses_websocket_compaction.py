@@ -12,7 +12,6 @@ relayed, the provider's own item carried on the same way.
 from __future__ import annotations
 
 import json
-import uuid
 
 import httpx2
 import pytest
@@ -30,11 +29,6 @@ pytestmark = [pytest.mark.usefixtures("fresh_summary_memory")]
 
 SEQUENCE = ["response.created", "response.in_progress", "response.output_item.added", "response.output_item.done",
             "response.completed"]
-
-
-@pytest.fixture
-def key() -> str:
-    return f"sk-{uuid.uuid4().hex}"
 
 
 def socket(proxy_url: str, key: str, **headers: str) -> Socket:

@@ -12,17 +12,11 @@ import time
 import uuid
 
 import httpx2
-import pytest
 
 from tests.e2e.test_stats_sessions import derived, sessions, totals
 from tests.harness.websocket import Socket, completed, texts
 
 ADMIN = "admin-secret-token-0123456789"
-
-
-@pytest.fixture
-def key() -> str:
-    return f"sk-{uuid.uuid4().hex}"
 
 
 def user(text: str) -> dict:

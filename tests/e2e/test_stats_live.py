@@ -20,12 +20,6 @@ pytestmark = pytest.mark.usefixtures("fresh_summary_memory")
 
 
 @pytest.fixture
-def key() -> str:
-    """A tenant of this test's own on the shared proxy."""
-    return f"sk-{uuid.uuid4().hex}"
-
-
-@pytest.fixture
 def client(proxy_url, upstream, key) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{proxy_url}/v1", api_key=key, max_retries=0, timeout=20)
 

@@ -21,12 +21,6 @@ from tests.e2e.test_responses_clients import history as responses_history
 from tests.harness.servers import default_handler
 
 
-@pytest.fixture
-def key() -> str:
-    """A tenant of this test's own on the shared proxy: its sessions are this test's only."""
-    return f"sk-{uuid.uuid4().hex}"
-
-
 def sessions(url: str, key: str, turns: int) -> list[dict]:
     """The tenant's sessions once the recorder has flushed `turns` turns, oldest first."""
     deadline = time.monotonic() + 10
