@@ -77,6 +77,7 @@ class _Base:
     text: str
     index: int
     tokens: int
+    digest: bytes  # of `text`: the key of its diffs in _MEMO, taken once
 
 
 def plan_folds(items: list[Any], view: ItemView, *, namespace: str, counter: TokenCounter,
@@ -104,9 +105,10 @@ def plan_folds(items: list[Any], view: ItemView, *, namespace: str, counter: Tok
                         and base.tokens > compaction.max_tool_message_tokens)
 
         fold = None
+        digest = _digest(text) if len(text) >= FOLD_MIN_CHARS // 2 else b""
         if len(text) >= FOLD_MIN_CHARS:  # the bases shown whole at the least size the history may have
-            fold = _fold(text, [b for b in (exact.get(text),) if b is not None and shown(b, live)],
-                         [b for b in window if shown(b, live)], namespace=namespace)
+            fold = _fold(text, digest, [b for b in (exact.get(text),) if b is not None and shown(b, live)],
+                         window=[b for b in window if shown(b, live)], namespace=namespace)
         if fold is not None:
             folded = counter.message(view.with_tool_text(items[i], fold.text))
             base = next(b for b in (*window, *exact.values()) if b.index == fold.base)
@@ -116,7 +118,7 @@ def plan_folds(items: list[Any], view: ItemView, *, namespace: str, counter: Tok
                 continue
         live += tokens
         if call is not None and len(text) >= FOLD_MIN_CHARS // 2 and _CALL_ID.fullmatch(call):
-            entry = _Base(call, text, i, counter.text(text))
+            entry = _Base(call, text, i, counter.text(text), digest)
             exact[text] = entry
             window.append(entry)
             if len(window) > BASE_WINDOW:
@@ -124,7 +126,7 @@ def plan_folds(items: list[Any], view: ItemView, *, namespace: str, counter: Tok
     return folds
 
 
-def _fold(text: str, same: list[_Base], window: list[_Base], *, namespace: str) -> Fold | None:
+def _fold(text: str, digest: bytes, same: list[_Base], *, window: list[_Base], namespace: str) -> Fold | None:
     limit = min(texts.FOLD_MAX_CHARS, int(len(text) * FOLD_RATIO))
     ref = make_ref(namespace, "tool_result", text)  # the ref compaction would give the same text
     if same:
@@ -132,7 +134,7 @@ def _fold(text: str, same: list[_Base], window: list[_Base], *, namespace: str) 
         return Fold(ref, folded, text, same[0].index) if len(folded) <= limit else None
     best: Fold | None = None
     for base in reversed(window):  # the most recent first: it wins a tie
-        hunks = diff_hunks(base.text, text)
+        hunks = _hunks(base.text, text, key=(base.digest, digest))
         if hunks is None:
             continue
         folded = texts.folded_diff(base.call, len(text), hunks, ref=ref)
@@ -144,10 +146,14 @@ def _fold(text: str, same: list[_Base], window: list[_Base], *, namespace: str) 
 def diff_hunks(base: str, text: str) -> str | None:
     """The hunks of the unified diff from `base` to `text` (lines), or None when they are not
     worth diffing: too different in size or lines, too large, or no line differs."""
+    return _hunks(base, text, key=(_digest(base), _digest(text)))
+
+
+def _hunks(base: str, text: str, *, key: tuple[bytes, bytes]) -> str | None:
+    """diff_hunks, `key` the digests of `base` and `text` (each taken once per plan, not per pair)."""
     if not (base and text) or len(text) > MAX_DIFF_CHARS or len(base) > MAX_DIFF_CHARS \
             or not 0.5 <= len(text) / len(base) <= 2.0:
         return None
-    key = (_digest(base), _digest(text))
     found, hunks = _MEMO.get(key)
     if found:
         return hunks
