@@ -114,7 +114,8 @@ def test_responses_continued_after_reload_rounds(proxy_url, upstream, key):
     second = client.responses.create(model="gpt-5", input="thanks", previous_response_id=first.id)
     client.responses.create(model="gpt-5", input="bye", previous_response_id=second.id, stream=True).close()
     client.responses.create(model="gpt-5", input="unrelated")
-    assert derived(sessions(proxy_url, key, 4)) == [3, 1]
+    # two sessions; not asserted in order: under load both may be last seen in the same second
+    assert sorted(derived(sessions(proxy_url, key, 4))) == [1, 3]
 
 
 def test_anthropic_messages(proxy_url, upstream, key):
