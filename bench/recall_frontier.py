@@ -36,22 +36,39 @@ from proxy.replay.report import overall
 from proxy.replay.runner import Replayer, load_conversations, upstream_for
 from proxy.store.sqlite import SQLiteStore
 
-# Every row names its trigger and index size, so a row means the same whatever the defaults are.
+# Every row names its trigger (max_total_tokens), its tool-result threshold (max_tool_message_tokens) and its
+# index size, so a row means the same whatever the defaults are.
 SETTINGS: list[tuple[str, dict]] = [
-    ("auto (default: max_total_tokens 20000, index 10000)", {"max_total_tokens": 20_000, "index_chars": 10_000}),
-    ("compact only (default)", {"mode": "compact", "max_total_tokens": 20_000}),
-    ("auto, max_total_tokens 20000, index 2400", {"max_total_tokens": 20_000, "index_chars": 2400}),
-    ("auto, max_total_tokens 20000, index 4800", {"max_total_tokens": 20_000, "index_chars": 4800}),
-    ("auto, max_total_tokens 20000, index 6000", {"max_total_tokens": 20_000, "index_chars": 6000}),
-    ("auto, max_total_tokens 20000, index 8000", {"max_total_tokens": 20_000, "index_chars": 8000}),
-    ("auto, max_total_tokens 20000, index 12000", {"max_total_tokens": 20_000, "index_chars": 12_000}),
-    ("auto, max_total_tokens 18000, index 6000", {"max_total_tokens": 18_000, "index_chars": 6000}),
-    ("auto, max_total_tokens 16000, index 6000", {"max_total_tokens": 16_000, "index_chars": 6000}),
-    ("auto, max_total_tokens 10000, index 8000", {"max_total_tokens": 10_000, "index_chars": 8000}),
-    ("auto, max_total_tokens 40000, index 8000", {"max_total_tokens": 40_000, "index_chars": 8000}),
-    ("compact, max_tool_message_tokens 500", {"mode": "compact", "max_total_tokens": 20_000,
-                                              "max_tool_message_tokens": 500}),
-    ("compact, max_total_tokens 10000", {"mode": "compact", "max_total_tokens": 10_000}),
+    ("auto (default: max_total_tokens 18000, tool results 6000, index 10000)",
+     {"max_total_tokens": 18_000, "max_tool_message_tokens": 6000, "index_chars": 10_000}),
+    ("compact only (default: tool results 6000)", {"mode": "compact", "max_total_tokens": 18_000,
+                                                   "max_tool_message_tokens": 6000}),
+    ("auto, 20000, tool results 2000, index 10000 (the former default)",
+     {"max_total_tokens": 20_000, "max_tool_message_tokens": 2000, "index_chars": 10_000}),
+    ("auto, 20000, tool results 6000, index 10000",
+     {"max_total_tokens": 20_000, "max_tool_message_tokens": 6000, "index_chars": 10_000}),
+    ("auto, 20000, tool results 6000, index 8000",
+     {"max_total_tokens": 20_000, "max_tool_message_tokens": 6000, "index_chars": 8000}),
+    ("auto, 18000, tool results 2000, index 10000",
+     {"max_total_tokens": 18_000, "max_tool_message_tokens": 2000, "index_chars": 10_000}),
+    ("auto, 18000, tool results 4000, index 10000",
+     {"max_total_tokens": 18_000, "max_tool_message_tokens": 4000, "index_chars": 10_000}),
+    ("auto, 18000, tool results 6000, index 8000",
+     {"max_total_tokens": 18_000, "max_tool_message_tokens": 6000, "index_chars": 8000}),
+    ("auto, 18000, tool results 6000, index 12000",
+     {"max_total_tokens": 18_000, "max_tool_message_tokens": 6000, "index_chars": 12_000}),
+    ("auto, 16000, tool results 6000, index 12000",
+     {"max_total_tokens": 16_000, "max_tool_message_tokens": 6000, "index_chars": 12_000}),
+    ("auto, 14000, tool results 6000, index 10000",
+     {"max_total_tokens": 14_000, "max_tool_message_tokens": 6000, "index_chars": 10_000}),
+    ("auto, 10000, tool results 6000, index 8000",
+     {"max_total_tokens": 10_000, "max_tool_message_tokens": 6000, "index_chars": 8000}),
+    ("auto, 40000, tool results 6000, index 8000",
+     {"max_total_tokens": 40_000, "max_tool_message_tokens": 6000, "index_chars": 8000}),
+    ("compact, tool results 2000 (the former default)", {"mode": "compact", "max_total_tokens": 20_000,
+                                                         "max_tool_message_tokens": 2000}),
+    ("compact, tool results 3000", {"mode": "compact", "max_total_tokens": 18_000, "max_tool_message_tokens": 3000}),
+    ("compact, tool results 500", {"mode": "compact", "max_total_tokens": 18_000, "max_tool_message_tokens": 500}),
 ]
 
 

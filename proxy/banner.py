@@ -43,9 +43,9 @@ def _store(settings: ServerSettings) -> str:
 
 def _offload(settings: ServerSettings, tenants: int) -> str:
     defaults = OffloadSettings(**settings.offload_defaults())
-    what = {"auto": f"its tool results over {defaults.max_tool_message_tokens} tokens compacted, then older "
+    what = {"auto": f"its tool results over {defaults.tool_result_limit()} tokens compacted, then older "
                     "turns summarised if still too large",
-            "compact": f"its tool results over {defaults.max_tool_message_tokens} tokens compacted",
+            "compact": f"its tool results over {defaults.tool_result_limit()} tokens compacted",
             "compress": "its older turns summarised"}.get(defaults.mode)
     if what is None:
         line = "mode off (requests go upstream unchanged)"

@@ -83,9 +83,9 @@ class ServerSettings(BaseSettings):
     # Server-wide defaults of the per-request offload settings (see proxy.core.settings);
     # None = the built-in default. Each can be overridden per tenant and per request header.
     mode: str | None = Field(None, description="Default X-Offload-Mode: auto|compact|compress|off.")
-    max_total_tokens: int | None = Field(None, description="Default X-Offload-Max-Total-Tokens (20000).")
+    max_total_tokens: int | None = Field(None, description="Default X-Offload-Max-Total-Tokens (18000).")
     max_tool_message_tokens: int | None = Field(
-        None, description="Default X-Offload-Max-Tool-Message-Tokens (2000)."
+        None, description="Default X-Offload-Max-Tool-Message-Tokens (6000, at most a third of the trigger when not set)."
     )
     keep_recent: int | None = Field(None, description="Default X-Offload-Keep-Recent (1 compact, 2 compress).")
     keep_images: int | None = Field(None, description="Default X-Offload-Keep-Images (3): older images are offloaded.")

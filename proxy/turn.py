@@ -152,7 +152,7 @@ def small_tokens(raw: bytes, history: list[Any], settings: OffloadSettings, *, c
     for), and then fewer tokens too (an image part counts more tokens than its bytes).
     `rewritten`: the history is not the raw body's (carried answers, a token replaced, content
     cleared by an edit: their ref= is not in the raw bytes)."""
-    limit = min(settings.max_total_tokens, settings.max_tool_message_tokens)
+    limit = min(settings.max_total_tokens, settings.tool_result_limit())
     if rewritten or len(raw) > limit or b"ref=" in raw or b"\\u" in raw:
         return None
     tokens = counter.messages(history)

@@ -94,7 +94,7 @@ def plan_compaction(
         plan.media_tokens_saved = before - plan.tokens_after
     reload_ids = injected_call_ids(items, view)
     if settings.mode != "off" and settings.fold:
-        rule = CompactionRule(settings.max_total_tokens, settings.max_tool_message_tokens,
+        rule = CompactionRule(settings.max_total_tokens, settings.tool_result_limit(),
                               settings.keep_recent_for(COMPACT_KEEP_RECENT)) if compact else None
         _fold(plan, view, counter=counter, namespace=namespace, start=start, reload_ids=reload_ids, rule=rule)
         items = plan.items
@@ -104,6 +104,7 @@ def plan_compaction(
         return plan
     last_eligible = len(items) - settings.keep_recent_for(COMPACT_KEEP_RECENT)
     left_to_provider = clearable_calls(items, view, provider, start=start)
+    limit = settings.tool_result_limit()
     out = list(items)
     after = plan.tokens_after
     for i in range(start, max(start, last_eligible)):
@@ -117,7 +118,7 @@ def plan_compaction(
         if text is None or is_marker(text) or texts.fold_ref(text) or view.answers(item) in reload_ids:
             continue
         tokens = counter.text(text)
-        if tokens <= settings.max_tool_message_tokens:
+        if tokens <= limit:
             continue
         ref = make_ref(namespace, "tool_result", text)
         replaced = view.with_tool_text(item, tool_result_marker(text, ref, tokens))

@@ -62,7 +62,7 @@ class Fold:
 @dataclass(frozen=True)
 class CompactionRule:
     """When compaction replaces a result by its preview (`proxy.core.compaction`): a result over
-    `max_tool_message_tokens`, outside the `keep_recent` last items, of a history over
+    `max_tool_message_tokens` (`OffloadSettings.tool_result_limit`), outside the `keep_recent` last items, of a history over
     `max_total_tokens`. A base so replaced on the turn a result arrives is not shown whole: no
     fold points to it."""
 

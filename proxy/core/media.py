@@ -118,7 +118,7 @@ def plan_media(items: list[Any], view: ItemView, settings: OffloadSettings, *, c
         if described is None:
             continue
         what, tokens = described
-        if part.kind != "image" and tokens <= settings.max_tool_message_tokens:
+        if part.kind != "image" and tokens <= settings.tool_result_limit():
             continue
         ref = MEDIA_REFS.ref(namespace, part.kind, part.inline)
         markers.setdefault(i, {})[k] = texts.media_marker(part.kind, what, tokens, ref=ref)

@@ -31,14 +31,22 @@ class SettingsError(ValueError):
         self.message, self.param = message, param
 
 
+# Tool results above this many tokens are compacted by default. In auto mode a summary folds the
+# smaller ones anyway, and compacting a result re-sends what follows it (the newest result goes
+# whole, then as a preview): 6,000 is the cheapest threshold at the highest recall measured on
+# real agent traces (bench/recall_frontier.py, docs/fidelity.md#issue-32-the-tool-result-threshold).
+TOOL_RESULT_TOKENS = 6_000
+
+
 class OffloadSettings(BaseModel):
     """Everything that decides what a request offloads. Field `foo_bar` ↔ header X-Offload-Foo-Bar."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     mode: Mode = "auto"
-    max_total_tokens: int = Field(20_000, ge=0, le=10_000_000)
-    max_tool_message_tokens: int = Field(2_000, ge=1, le=10_000_000)
+    max_total_tokens: int = Field(18_000, ge=0, le=10_000_000)
+    # None: TOOL_RESULT_TOKENS, at most a third of max_total_tokens (`tool_result_limit`)
+    max_tool_message_tokens: int | None = Field(None, ge=1, le=10_000_000)
     keep_recent: int | None = Field(None, ge=0, le=10_000)
     keep_images: int = Field(3, ge=0, le=100_000)  # the most recent images stay; older ones are offloaded
     # Older images are offloaded this many at a time (between keep_images and keep_images +
@@ -78,6 +86,15 @@ class OffloadSettings(BaseModel):
 
     def keep_recent_for(self, default: int) -> int:
         return default if self.keep_recent is None else self.keep_recent
+
+    def tool_result_limit(self) -> int:
+        """Tool results (and documents) above this many tokens are compacted: max_tool_message_tokens
+        when set, else TOOL_RESULT_TOKENS but at most a third of max_total_tokens, so that with a
+        smaller budget no single result outgrows it (the last items are never summarised)."""
+        if self.max_tool_message_tokens is not None:
+            return self.max_tool_message_tokens
+        third = self.max_total_tokens // 3
+        return min(TOOL_RESULT_TOKENS, third) if third > 0 else TOOL_RESULT_TOKENS
 
 
 SETTING_FIELDS = tuple(OffloadSettings.model_fields)

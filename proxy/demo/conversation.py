@@ -135,20 +135,23 @@ def file_listing(rng: random.Random) -> str:
 
 
 def test_run(rng: random.Random, modules: tuple[str, ...], failing: dict[str, str]) -> str:
-    """A `pytest -v` run over the tests of `modules`; `failing`: test id → failure text."""
+    """A `pytest -v` run over the tests of `modules`; `failing`: test id → failure text. The whole
+    suite (every module) has more tests per module than a module's own file shows: its
+    integration tests too, so a whole-suite run is above the default tool-result threshold."""
+    per_module = 44 if modules == MODULES else 22
     lines = ["============================= test session starts ==============================",
              "platform linux -- Python 3.11.7, pytest-8.3.2, pluggy-1.5.0 -- /repo/.venv/bin/python",
-             "rootdir: /repo", "configfile: pyproject.toml", f"collected {len(modules) * 22} items", ""]
+             "rootdir: /repo", "configfile: pyproject.toml", f"collected {len(modules) * per_module} items", ""]
     count = 0
     for m in modules:
-        for k in range(22):
+        for k in range(per_module):
             verb, noun = rng.choice(VERBS), rng.choice(NOUNS)
             test = f"tests/test_{m}.py::test_{verb}_{noun}_{k}"
             if k == 7 and m in failing:
                 test = failing[m].split("\n", 1)[0]
             count += 1
             status = "FAILED" if test in {f.split(chr(10), 1)[0] for f in failing.values()} else "PASSED"
-            lines.append(f"{test} {status} [{100 * count // (len(modules) * 22):3d}%]")
+            lines.append(f"{test} {status} [{100 * count // (len(modules) * per_module):3d}%]")
     if failing:
         lines += ["", "=================================== FAILURES ==================================="]
         for text in failing.values():

@@ -56,6 +56,16 @@ def test_small_tool_results_stay():
     assert not plan(messages, max_total_tokens=100, max_tool_message_tokens=2000).offloads
 
 
+def test_unset_threshold_follows_a_small_trigger():
+    messages = agent_history(steps=4, lines=60)  # results of a few hundred tokens each
+    sizes = [COUNTER.text(m["content"]) for m in messages if m["role"] == "tool"]
+    assert max(sizes) < 6000
+    assert not plan(messages, max_total_tokens=1_000_000).offloads  # a big trigger: 6,000 a result
+    small = plan(messages, max_total_tokens=3 * min(sizes) - 3)  # a third of it: every result above
+    assert len(small.offloads) == 3  # all but the kept tail
+    assert not plan(messages, max_total_tokens=3 * min(sizes) - 3, max_tool_message_tokens=6000).offloads
+
+
 def test_mode_off_never_offloads():
     assert not plan(agent_history(), mode="off", max_total_tokens=0).offloads
 

@@ -18,7 +18,7 @@ from tests.harness.screens import b64, data_url, screenshot
 COUNTER = counter_for_model("gpt-4o")
 # One image at a time: these tests are about what an offloaded image becomes; the default
 # batch (chunks, for the prompt cache) has a test of its own below.
-SETTINGS = OffloadSettings(image_batch=1)
+SETTINGS = OffloadSettings(image_batch=1, max_tool_message_tokens=2000)  # a 4,000-token document is large
 RESPONSES = ResponsesView(("context_reload", "context_search"))
 MESSAGES = MessagesView(("context_reload", "context_search"))
 SHOTS = [screenshot(step) for step in range(6)]

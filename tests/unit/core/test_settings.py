@@ -9,8 +9,9 @@ from proxy.core.settings import SettingsError, SettingsResolver, header_name, lo
 
 def test_defaults_match_the_documented_values():
     s = SettingsResolver({}).resolve({})
-    assert (s.mode, s.max_total_tokens, s.max_tool_message_tokens, s.max_reload_tokens, s.max_reload_rounds,
-            s.reload_tools) == ("auto", 20000, 2000, 8000, 4, True)
+    assert (s.mode, s.max_total_tokens, s.tool_result_limit(), s.max_reload_tokens, s.max_reload_rounds,
+            s.reload_tools) == ("auto", 18000, 6000, 8000, 4, True)
+    assert s.max_tool_message_tokens is None
     assert s.keep_recent_for(1) == 1
     assert (s.precompress_ratio, s.hard_max_tokens) == (0.8, None)
     s = SettingsResolver({}).resolve({"X-Offload-Precompress-Ratio": "0", "X-Offload-Hard-Max-Tokens": "50000"})
@@ -75,3 +76,24 @@ def test_unknown_offload_headers_are_ignored():
 
 def test_header_names():
     assert header_name("max_tool_message_tokens") == "X-Offload-Max-Tool-Message-Tokens"
+
+
+@pytest.mark.parametrize(("headers", "limit"), [
+    ({}, 6000),                                                    # the default, a third of 18000
+    ({"X-Offload-Max-Total-Tokens": "9000"}, 3000),                # unset: follows a smaller trigger
+    ({"X-Offload-Max-Total-Tokens": "2"}, 6000),                   # a third rounds to 0: no cap
+    ({"X-Offload-Max-Total-Tokens": "0"}, 6000),
+    ({"X-Offload-Max-Total-Tokens": "100000"}, 6000),              # never above the default
+    ({"X-Offload-Max-Total-Tokens": "9000", "X-Offload-Max-Tool-Message-Tokens": "5000"}, 5000),  # set: as set
+    ({"X-Offload-Max-Tool-Message-Tokens": "20000"}, 20000),
+])
+def test_tool_result_limit_follows_a_smaller_trigger_unless_set(headers, limit):
+    assert SettingsResolver({}).resolve(headers).tool_result_limit() == limit
+
+
+def test_tool_result_limit_set_by_the_server_or_a_tenant(tmp_path):
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text('[tenants.acme]\nmax_tool_message_tokens = 700\n')
+    resolver = SettingsResolver({"max_tool_message_tokens": 1500}, load_tenants_file(tenants))
+    assert resolver.resolve({}).tool_result_limit() == 1500
+    assert resolver.resolve({}, tenant="acme").tool_result_limit() == 700

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from proxy.core import summary_index
+from proxy.core.settings import OffloadSettings
 from tests.unit.replay.test_runner import conversation
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -25,6 +26,11 @@ def test_recall_frontier_writes_its_chart_and_table(tmp_path):
     rows = written["settings"]
     assert [r["setting"].split(" (")[0] for r in rows][:2] == ["auto", "compact only"]
     assert "default" in rows[0]["setting"] and rows[0]["settings"]["index_chars"] == summary_index.INDEX_CHARS
+    defaults = OffloadSettings()  # the rows marked default are the defaults
+    for row in rows[:2]:
+        assert row["settings"]["max_total_tokens"] == defaults.max_total_tokens
+        chosen = OffloadSettings(**{k: v for k, v in row["settings"].items() if k != "index_chars"})
+        assert chosen.tool_result_limit() == defaults.tool_result_limit()
     assert all(0 <= r["recall"] <= 1 and 0 < r["forwarded_ratio"] <= 1 for r in rows)
     assert (tmp_path / "out" / "recall_frontier.png").stat().st_size > 1000
     assert "fwd/raw" in done.stdout and "compact only" in done.stdout
