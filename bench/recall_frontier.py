@@ -38,12 +38,13 @@ from proxy.store.sqlite import SQLiteStore
 
 # Every row names its trigger and index size, so a row means the same whatever the defaults are.
 SETTINGS: list[tuple[str, dict]] = [
-    ("auto (default: max_total_tokens 20000, index 10000)", {"max_total_tokens": 20_000, "index_chars": 10_000}),
+    ("auto (default: max_total_tokens 20000, index 9000)", {"max_total_tokens": 20_000, "index_chars": 9000}),
     ("compact only (default)", {"mode": "compact", "max_total_tokens": 20_000}),
     ("auto, max_total_tokens 20000, index 2400", {"max_total_tokens": 20_000, "index_chars": 2400}),
     ("auto, max_total_tokens 20000, index 4800", {"max_total_tokens": 20_000, "index_chars": 4800}),
     ("auto, max_total_tokens 20000, index 6000", {"max_total_tokens": 20_000, "index_chars": 6000}),
     ("auto, max_total_tokens 20000, index 8000", {"max_total_tokens": 20_000, "index_chars": 8000}),
+    ("auto, max_total_tokens 20000, index 10000", {"max_total_tokens": 20_000, "index_chars": 10_000}),
     ("auto, max_total_tokens 20000, index 12000", {"max_total_tokens": 20_000, "index_chars": 12_000}),
     ("auto, max_total_tokens 18000, index 6000", {"max_total_tokens": 18_000, "index_chars": 6000}),
     ("auto, max_total_tokens 16000, index 6000", {"max_total_tokens": 16_000, "index_chars": 6000}),

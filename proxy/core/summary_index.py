@@ -27,9 +27,10 @@ a file once, in the agent's first spelling; the errors line lists an error once 
 differ from it only in numbers (line numbers, addresses) or are contained in it. Ranked by
 relevance: a name a result of a file later edited showed, then one seen in more than one
 result, then the rest; within each the most results, then the most recent. A name inside one
-already listed is not repeated. It takes what the other lines leave of INDEX_CHARS (≈ 2,500
-tokens for the whole index, the knee of recall against cost measured leaving one agent
-framework out: bench/recall_frontier.py); `context_search` finds the rest behind the ref.
+already listed is not repeated. It takes what the other lines leave of INDEX_CHARS (≈ 2,250
+tokens for the whole index: with the filters, 9,000 characters keep the recall 10,000 had
+without them, 843 of 906 identifiers on the shared traces, at a lower cost; 8,000 lose 3 —
+bench/recall_frontier.py); `context_search` finds the rest behind the ref.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from proxy.core.index_names import NOISE, without_noise
 from proxy.core.preview import error_lines, plain_text
 from proxy.core.view import ItemView
 
-INDEX_CHARS = 10_000  # the whole index, tags included (≈ 2,500 tokens): the knee, see bench/recall_frontier.py
+INDEX_CHARS = 9_000  # the whole index, tags included (≈ 2,250 tokens): see the docstring, bench/recall_frontier.py
 LISTS_CHARS = 1200  # the files, commands and errors lines, tags included
 INDEX_NAMES = "names in results: "  # the label of the names line (the others are in proxy.core.texts)
 NAME_MIN = 4  # shorter names are not listed
