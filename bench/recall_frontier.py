@@ -39,8 +39,8 @@ from proxy.store.sqlite import SQLiteStore
 # Every row names its trigger (max_total_tokens), its tool-result threshold (max_tool_message_tokens) and its
 # index size, so a row means the same whatever the defaults are.
 SETTINGS: list[tuple[str, dict]] = [
-    ("auto (default: max_total_tokens 18000, tool results 6000, index 10000)",
-     {"max_total_tokens": 18_000, "max_tool_message_tokens": 6000, "index_chars": 10_000}),
+    ("auto (default: max_total_tokens 18000, tool results 6000, index 9000)",
+     {"max_total_tokens": 18_000, "max_tool_message_tokens": 6000, "index_chars": 9000}),
     ("compact only (default: tool results 6000)", {"mode": "compact", "max_total_tokens": 18_000,
                                                    "max_tool_message_tokens": 6000}),
     ("auto, 20000, tool results 2000, index 10000 (the former default)",
@@ -55,6 +55,8 @@ SETTINGS: list[tuple[str, dict]] = [
      {"max_total_tokens": 18_000, "max_tool_message_tokens": 4000, "index_chars": 10_000}),
     ("auto, 18000, tool results 6000, index 8000",
      {"max_total_tokens": 18_000, "max_tool_message_tokens": 6000, "index_chars": 8000}),
+    ("auto, 18000, tool results 6000, index 10000",
+     {"max_total_tokens": 18_000, "max_tool_message_tokens": 6000, "index_chars": 10_000}),
     ("auto, 18000, tool results 6000, index 12000",
      {"max_total_tokens": 18_000, "max_tool_message_tokens": 6000, "index_chars": 12_000}),
     ("auto, 16000, tool results 6000, index 12000",

@@ -15,14 +15,22 @@ output), so a model can reload precisely.
 A last line names what only the results showed: the structured names (dotted names, paths,
 snake_case names) that the tool results carried and the agent's own messages, calls and task
 never wrote — the functions, modules and files it looked at and has not yet used, which it most
-often needs again. Never the interpreter's, the installed packages' or a test runner's own
-(`NOISE`: a traceback's frames in `site-packages` or the standard library, `<frozen …>`): they
-crowd out the work's. Ranked by relevance: a name a result of a file later edited showed, then
-one seen in more than one result, then the rest; within each the most results, then the most
-recent. A name inside one already listed is not repeated. It takes what the other lines leave
-of INDEX_CHARS (≈ 2,500 tokens for the whole index, the knee of recall against cost measured
-leaving one agent framework out: bench/recall_frontier.py); `context_search` finds the rest
-behind the ref.
+often needs again. What crowds out the work's is left out (`proxy.core.index_names`, each filter
+measured alone, none losing recall): the interpreter's, installed packages' and test runners'
+own names (`NOISE`: a traceback's frames in `site-packages`, `<frozen …>`), a package manager's
+files (wheels, hash-named cache dirs), a diff header's `a/` and `b/` (`a/src/x.py` is
+`src/x.py`), the tags agent frameworks wrap results in (`<output_head>`, `{{…}}`), names under
+a random temporary directory the agent never wrote (`/tmp/tmpab12cd34/…`), and every spelling
+but one of a file (`./src/x.py`, `/repo/src/x.py` and `src/x.py`, the root evident from the
+agent's own paths; none if the agent wrote it in any spelling). The files line likewise lists
+a file once, in the agent's first spelling; the errors line lists an error once when others
+differ from it only in numbers (line numbers, addresses) or are contained in it. Ranked by
+relevance: a name a result of a file later edited showed, then one seen in more than one
+result, then the rest; within each the most results, then the most recent. A name inside one
+already listed is not repeated. It takes what the other lines leave of INDEX_CHARS (≈ 2,250
+tokens for the whole index: with the filters, 9,000 characters keep the recall 10,000 had
+without them, 843 of 906 identifiers on the shared traces, at a lower cost; 8,000 lose 3 —
+bench/recall_frontier.py); `context_search` finds the rest behind the ref.
 """
 
 from __future__ import annotations
@@ -32,11 +40,12 @@ import re
 import shlex
 from typing import Any
 
-from proxy.core import texts
+from proxy.core import index_names, texts
+from proxy.core.index_names import NOISE, without_noise
 from proxy.core.preview import error_lines, plain_text
 from proxy.core.view import ItemView
 
-INDEX_CHARS = 10_000  # the whole index, tags included (≈ 2,500 tokens): the knee, see bench/recall_frontier.py
+INDEX_CHARS = 9_000  # the whole index, tags included (≈ 2,250 tokens): see the docstring, bench/recall_frontier.py
 LISTS_CHARS = 1200  # the files, commands and errors lines, tags included
 INDEX_NAMES = "names in results: "  # the label of the names line (the others are in proxy.core.texts)
 NAME_MIN = 4  # shorter names are not listed
@@ -55,12 +64,6 @@ _EDITOR_VERBS = frozenset({"view", "create", "str_replace", "insert", "undo_edit
 _EDITS = frozenset({"create", "str_replace", "insert", "undo_edit", "write", "edit", "append", "delete"})
 _EDIT_TOOL = re.compile(r"^(?:edit|write|multiedit|create_file|write_file|replace|str_replace|apply_patch|patch)$",
                         re.I)
-# Lines of the interpreter's, an installed package's or a test runner's own machinery, whose
-# names are never the work's: frames and paths under site-packages, the standard library, frozen
-# modules, node_modules, cargo's registry.
-NOISE = re.compile(r"site-packages|dist-packages|/lib/python\d|<frozen |/usr/lib/|/usr/local/lib/|node_modules/"
-                   r"|\.cargo/registry/|/rustc/|/lib/jvm/|importlib\._bootstrap")
-_FRAME = re.compile(r'\s{0,12}File "[^"]{1,400}", line \d')
 _SED_RANGE = re.compile(r"sed -n ['\"]?(\d{1,7}),(\d{1,7})p")
 _NUMBERED = re.compile(r"\s{0,8}(\d{1,7})(?:\t|[:|] | {2})")  # `cat -n`, an editor's view: the line number
 _SHELLS = frozenset({"bash", "sh", "zsh", "dash"})
@@ -94,6 +97,7 @@ def summary_index(items: list[Any], view: ItemView, *, task: str = "") -> str:
     """`<index>` with the files, commands, errors and names of `items`, one line each ("" if none).
     `task`: the text of the task (kept verbatim before the summary): its names are not listed."""
     files, commands, errors = _Seen(), _Seen(), _Seen()
+    error_keys: list[str] = []  # the errors listed, their numbers made one (index_names.error_key)
     written: set[str] = set(_NAME.findall(task, 0, NAME_SCAN))  # the names the agent's own items wrote
     shown: dict[str, list[int]] = {}  # name → [results it is in, the last of them]
     calls: dict[str, tuple[list[str], str]] = {}  # call id → (its files, the lines it asked for)
@@ -122,14 +126,15 @@ def summary_index(items: list[Any], view: ItemView, *, task: str = "") -> str:
             from_files[position] = named
             if text:
                 for error in error_lines(text):
-                    errors.add(_cut(error, ERROR_CHARS))
-                for found in set(_NAME.findall(_without_noise(text[:NAME_SCAN]))):
+                    if index_names.new_error(error, error_keys):
+                        errors.add(_cut(error, ERROR_CHARS))
+                for found in _found(text):
                     seen = shown.setdefault(found, [0, 0, 0])
                     seen[0] += 1
                     seen[1] = position
         else:
             for text in (view.text(item) or "", *(arguments for _, arguments in details)):
-                written.update(_NAME.findall(text, 0, NAME_SCAN))
+                written.update(_NAME.findall(index_names.plain_diff(text[:NAME_SCAN])))
         if role != "system":
             line += 1
     for position, named in from_files.items():  # a result that showed a file later edited
@@ -137,11 +142,12 @@ def summary_index(items: list[Any], view: ItemView, *, task: str = "") -> str:
             for found in _results_names(items[position], view):
                 if found in shown:
                     shown[found][2] = 1
-    located = [path + where.get(path, "") for path in files.entries]
+    roots = index_names.roots(list(files.entries))
+    located = index_names.one_file_spelling(list(files.entries), where, roots)
     lists = [(texts.INDEX_FILES, ", ", located), (texts.INDEX_COMMANDS, "; ", list(commands.entries)),
              (texts.INDEX_ERRORS, "; ", list(errors.entries))]
     lists = [entry for entry in lists if entry[2]]
-    names = _names(shown, written)
+    names = _names(index_names.signal(shown, written, roots), written)
     if not lists and not names:
         return ""
     room = LISTS_CHARS - len(texts.INDEX_OPEN) - len(texts.INDEX_CLOSE) - 2 * len(lists)
@@ -154,28 +160,14 @@ def summary_index(items: list[Any], view: ItemView, *, task: str = "") -> str:
     return "\n".join([texts.INDEX_OPEN, *lines, texts.INDEX_CLOSE]) if lines else ""
 
 
-def _without_noise(text: str) -> str:
-    """`text` without the lines of the interpreter's and installed packages' machinery (`NOISE`),
-    nor the source line a traceback prints under such a frame."""
-    if NOISE.search(text) is None:
-        return text
-    kept: list[str] = []
-    skip_next = False
-    for line in text.splitlines():
-        if skip_next and line.startswith(" ") and _FRAME.match(line) is None:
-            skip_next = False
-            continue
-        skip_next = False
-        if NOISE.search(line, 0, 400) is not None:
-            skip_next = _FRAME.match(line) is not None
-            continue
-        kept.append(line)
-    return "\n".join(kept)
-
-
 def _results_names(item: Any, view: ItemView) -> set[str]:
     text = view.tool_text(item)
-    return set(_NAME.findall(_without_noise(plain_text(text)[:NAME_SCAN]))) if text else set()
+    return _found(plain_text(text)) if text else set()
+
+
+def _found(text: str) -> set[str]:
+    """The names in a result's (plain) text, its noise, diff prefixes and tags left out."""
+    return set(_NAME.findall(index_names.clean(without_noise(text[:NAME_SCAN]))))
 
 
 def _relevance(seen: list[int]) -> int:

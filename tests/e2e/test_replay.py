@@ -254,7 +254,7 @@ async def test_responses_replay_agrees_with_chat_on_a_trace(tmp_path):
         # a turn may go out above the budget while its summary is made in the background, never
         # above the hard limit (2 x the trigger); made inline, none goes above the budget
         assert c.reload_exact_fraction == 1.0 and c.turns == 41
-        # + the tools, the summary (its index up to INDEX_CHARS, ≈ 2,500 tokens) and the tail
+        # + the tools, the summary (its index up to INDEX_CHARS, ≈ 2,250 tokens) and the tail
         assert max(c.forwarded_per_turn) <= 2 * 5000 + 3000 + INDEX_CHARS // 4
     for c in [await replayed(conv, f, tmp_path, inline_summaries=True) for f in ("chat", "responses")]:
         assert c.turns_over_budget == 0

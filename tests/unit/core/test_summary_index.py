@@ -70,8 +70,9 @@ def agent_history() -> list[dict]:
 FILES = "files read or edited (@offset in the ref:lines shown): "
 EXPECTED = "\n".join([
     "<index>",
-    # each file with the line of the ref (0-based, system items not stored) of the last result that showed it
-    FILES + "src/app.py@10, tests/test_app.py@5, /repo/src/util.py@7, /repo/src/app.py@8, tests/test_extra.py@10",
+    # each file with the line of the ref (0-based, system items not stored) of the last result that showed it;
+    # /repo/src/app.py is src/app.py (the agent wrote both: /repo is the root), listed once as first written
+    FILES + "src/app.py@10, tests/test_app.py@5, /repo/src/util.py@7, tests/test_extra.py@10",
     "commands run: cat src/app.py; grep -rn 'def total' src/ tests/test_app.py; "
     "python -m pytest tests/test_app.py::test_total -x -q; python -c 'import app' …",
     "errors seen: E AssertionError: assert 2 == 3; FAILED tests/test_app.py::test_total - AssertionError: assert 2 == 3; "
@@ -174,7 +175,7 @@ def test_long_lists_are_capped_with_a_count_of_the_rest():
     for i in range(300):
         history.append({"role": "assistant", "content": None, "tool_calls": [
             call(f"c{i}", "bash", {"command": f"cat src/module_{i:03}/implementation_file_{i}.py"})]})
-        history.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"ValueError: broken thing number {i}"})
+        history.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"ValueError: broken thing in module_{i:03}"})
     index = summary_index(history, CHAT)
     assert len(index) <= INDEX_CHARS and index == summary_index(history, CHAT)
     files, commands, errors = index.split("\n")[1:4]
@@ -186,7 +187,7 @@ def test_long_lists_are_capped_with_a_count_of_the_rest():
 
 def test_a_short_list_leaves_its_room_to_the_others():
     history = [{"role": "assistant", "content": None, "tool_calls": [call("c0", "bash", {"command": "ls"})]},
-               {"role": "tool", "tool_call_id": "c0", "content": "\n".join(f"error: problem {i} " + "x" * 60
+               {"role": "tool", "tool_call_id": "c0", "content": "\n".join(f"error: problem_{i:02} " + "x" * 60
                                                                            for i in range(40))}]
     errors = summary_index(history, CHAT).split("\n")[2]
     assert len(errors) > 900  # the errors take what the one command leaves
