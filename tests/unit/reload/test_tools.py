@@ -135,7 +135,7 @@ async def test_search_stops_at_its_deadline_with_what_it_found(tmp_path):
                         limits=SearchLimits(timeout=0.5))
     started = time.monotonic()
     answer = await tools.run("context_search", '{"pattern": "needle|(a|a)+$"}')
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 3.0  # without the deadline: hours (margin for a loaded machine)
     assert answer.startswith("ref=needles line 0: needle 0\n")
     assert "ref=needles line 4: needle 4" in answer
     assert "Search stopped early" in answer and "time limit of 0.5 s" in answer
@@ -144,7 +144,7 @@ async def test_search_stops_at_its_deadline_with_what_it_found(tmp_path):
                         limits=SearchLimits(timeout=30))
     started = time.monotonic()
     answer = await tools.run("context_search", '{"pattern": "(a|a)+$"}', deadline=time.monotonic() + 0.3)
-    assert time.monotonic() - started < 0.8
+    assert time.monotonic() - started < 3.0
     assert answer.startswith("No match for '(a|a)+$' so far.") and "reload budget" in answer
     await store.close()
 
