@@ -31,7 +31,7 @@ from proxy.formats import chat
 from proxy.replay import metrics
 from proxy.replay.latency_bound import Turn, current_policy, lower_bound
 from proxy.replay.runner import message_tokens
-from proxy.replay.turns import load_conversations, requests_of
+from proxy.replay.turns import ReplayInputError, load_conversations, requests_of
 
 PENALTIES = tuple([0] + [1_000 * 2 ** k for k in range(12)])
 
@@ -69,17 +69,25 @@ def main() -> None:
     parser.add_argument("--lags", default="1,2,3,4,5")
     parser.add_argument("--model", default="gpt-4o")
     args = parser.parse_args()
+    lags = [int(x) for x in args.lags.split(",") if x.strip().isdigit()]
+    if args.longest < 1 or not lags or len(lags) != len(args.lags.split(",")):
+        parser.error("--longest must be 1 or more and --lags turns of 0 or more, e.g. 1,2,3")
     settings = OffloadSettings()
     counter = counter_for_encoding("o200k_base")
-    conversations = load_conversations(Path(args.traces))
+    try:
+        conversations = load_conversations(Path(args.traces))
+    except ReplayInputError as exc:
+        parser.error(str(exc))
     conversations.sort(key=lambda c: -sum(message_tokens(c["messages"], counter)))
     chosen = [turns_of(c, settings, args.model) for c in conversations[:args.longest]]
     raw = sum(r for _, r in chosen)
+    if not raw:
+        parser.error(f"{args.traces}: no turn to compare (its longest conversations have no assistant turn)")
     s = args.summary_tokens
     limit = precompress.hard_limit(settings, args.model)
     instant = [current_policy(t, lag=1, summary_tokens=s).compressions for t, _ in chosen]
     rows = []
-    for lag in (int(x) for x in args.lags.split(",")):
+    for lag in lags:
         policy = [current_policy(t, lag=lag, summary_tokens=s) for t, _ in chosen]
         free = [lower_bound(t, lag=lag, summary_tokens=s, limit=limit) for t, _ in chosen]
         same = [fewest(t, lag=lag, summary_tokens=s, at_most=n, limit=limit) for (t, _), n in zip(chosen, instant)]

@@ -29,6 +29,7 @@ index without them kept 841 (docs: issue 32).
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 
 # Lines of the interpreter's, an installed package's or a test runner's own machinery, whose
 # names are never the work's: frames and paths under site-packages, the standard library, frozen
@@ -124,15 +125,25 @@ def roots(paths: list[str]) -> list[str]:
     return sorted(found, key=lambda root: (-len(root), root))
 
 
-def spelling_key(name: str, known_roots: list[str]) -> str:
+def spelling_key(name: str, known_roots: Collection[str]) -> str:
     """One key for a file's spellings: `./src/x.py`, `/repo/src/x.py` (`/repo` a root) and
-    `src/x.py` are all `src/x.py`."""
-    while name.startswith("./"):
-        name = name[2:]
-    for root in known_roots:
-        if name.startswith(root + "/"):
-            return name[len(root) + 1:]
+    `src/x.py` are all `src/x.py`. The longest root wins; `known_roots` is best a set: each of the
+    name's own prefixes is looked up in it (a name has few, the agent's paths may show many roots)."""
+    name = without_dot_slash(name)
+    cut = name.rfind("/") if known_roots else -1
+    while cut > 0:
+        if name[:cut] in known_roots:
+            return name[cut + 1:]
+        cut = name.rfind("/", 0, cut)
     return name
+
+
+def without_dot_slash(name: str) -> str:
+    """`name` without its leading `./`s (in linear time, however many)."""
+    start = 0
+    while name.startswith("./", start):
+        start += 2
+    return name[start:]
 
 
 def signal(shown: dict[str, list[int]], written: set[str], known_roots: list[str]) -> dict[str, list[int]]:
@@ -141,17 +152,16 @@ def signal(shown: dict[str, list[int]], written: set[str], known_roots: list[str
     spellings once, by its shortest (without `./`), with the most results, the latest and the
     flag of them all."""
     segments = {segment for name in written for segment in random_segments(name)}
-    wrote = {spelling_key(name, known_roots) for name in written}
+    lookup = frozenset(known_roots)
+    wrote = {spelling_key(name, lookup) for name in written}
     groups: dict[str, list[str]] = {}
     for name in shown:
-        key = spelling_key(name, known_roots)
+        key = spelling_key(name, lookup)
         if key not in wrote and not temporary(name, segments) and _PACKAGE_FILE.search(name) is None:
             groups.setdefault(key, []).append(name)
     kept: dict[str, list[int]] = {}
     for spellings in groups.values():
-        shortest = min(spellings, key=lambda name: (len(name), name))
-        while shortest.startswith("./"):
-            shortest = shortest[2:]
+        shortest = without_dot_slash(min(spellings, key=lambda name: (len(name), name)))
         kept[shortest] = [max(shown[name][i] for name in spellings) for i in range(3)]
     return kept
 
@@ -161,8 +171,9 @@ def one_file_spelling(paths: list[str], where: dict[str, str], known_roots: list
     (`where`: "@line:a-b") of the latest result that showed it in any spelling."""
     first: dict[str, str] = {}
     place: dict[str, str] = {}
+    lookup = frozenset(known_roots)
     for path in paths:
-        key = spelling_key(path, known_roots)
+        key = spelling_key(path, lookup)
         first.setdefault(key, path)
         if path in where and (key not in place or _line(where[path]) >= _line(place[key])):
             place[key] = where[path]

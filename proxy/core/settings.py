@@ -90,11 +90,12 @@ class OffloadSettings(BaseModel):
     def tool_result_limit(self) -> int:
         """Tool results (and documents) above this many tokens are compacted: max_tool_message_tokens
         when set, else TOOL_RESULT_TOKENS but at most a third of max_total_tokens, so that with a
-        smaller budget no single result outgrows it (the last items are never summarised)."""
+        smaller budget no single result outgrows it (the last items are never summarised); at
+        least 1, as max_tool_message_tokens, when a third rounds to 0 (a trigger of 0 to 2 tokens
+        compacts every result, as 3 does, not none up to 6,000)."""
         if self.max_tool_message_tokens is not None:
             return self.max_tool_message_tokens
-        third = self.max_total_tokens // 3
-        return min(TOOL_RESULT_TOKENS, third) if third > 0 else TOOL_RESULT_TOKENS
+        return min(TOOL_RESULT_TOKENS, max(1, self.max_total_tokens // 3))
 
 
 SETTING_FIELDS = tuple(OffloadSettings.model_fields)

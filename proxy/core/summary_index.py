@@ -343,9 +343,7 @@ def _command_files(command: str) -> list[str]:
 
 
 def _path(path: str) -> str:
-    path = " ".join(path.split())
-    while path.startswith("./"):
-        path = path[2:]
+    path = index_names.without_dot_slash(" ".join(path.split()))  # linear, however many `./` the model wrote
     return path if len(path) <= FILE_CHARS else "…" + path[-(FILE_CHARS - 1):]
 
 

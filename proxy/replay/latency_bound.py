@@ -69,9 +69,18 @@ def _turn_cost(forwarded: float, previous: float | None, head: float, *, switche
     return pricing.read * previous + pricing.write * max(forwarded - previous, 0)
 
 
+def _check_lag(lag: int) -> None:
+    if lag < 0:
+        raise ValueError(f"lag must be 0 or more turns, not {lag}")
+
+
 def lower_bound(turns: list[Turn], *, lag: int, summary_tokens: int, ratio: float = 0.8, per_compression: float = 0.0,
                 limit: int | None = None, pricing: Pricing = OPENAI) -> Schedule:
-    """The cheapest schedule whose summaries are used `lag` turns or more after they start."""
+    """The cheapest schedule whose summaries are used `lag` turns or more after they start (no
+    turns: nothing to pay)."""
+    _check_lag(lag)
+    if not turns:
+        return Schedule(0.0, 0)
 
     def fits(window: float, forwarded: float, trigger: int) -> bool:
         return window <= trigger if limit is None else forwarded <= limit
@@ -123,6 +132,7 @@ def current_policy(turns: list[Turn], *, lag: int, summary_tokens: int, ratio: f
     usable summary reaches `ratio` x the trigger, or crosses the trigger (then the turn goes out
     with the summary before); the newest usable summary is forwarded while its window stays
     within the trigger; before the first compression the history goes whole up to the trigger."""
+    _check_lag(lag)
     sums = _sums(turns)
     ready: list[int] = []  # turns whose summary has landed
     flight: tuple[int, int] | None = None  # (the turn it is usable from, the turn it started on)

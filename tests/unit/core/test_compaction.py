@@ -66,6 +66,16 @@ def test_unset_threshold_follows_a_small_trigger():
     assert not plan(messages, max_total_tokens=3 * min(sizes) - 3, max_tool_message_tokens=6000).offloads
 
 
+def test_a_trigger_under_3_tokens_compacts_as_3_does():
+    """A third of a trigger of 0 to 2 tokens rounds to 0: the unset threshold was then 6,000, so
+    compact mode kept every result under it (a replay of 16 results of ~3,000 tokens forwarded
+    49,077 tokens a turn at max_total_tokens 2, 9,622 at 3)."""
+    messages = agent_history(steps=4, lines=60)
+    assert max(COUNTER.text(m["content"]) for m in messages if m["role"] == "tool") < 6000
+    for trigger in (0, 1, 2, 3, 10):
+        assert len(plan(messages, mode="compact", max_total_tokens=trigger).offloads) == 3, trigger
+
+
 def test_mode_off_never_offloads():
     assert not plan(agent_history(), mode="off", max_total_tokens=0).offloads
 

@@ -81,8 +81,9 @@ def test_header_names():
 @pytest.mark.parametrize(("headers", "limit"), [
     ({}, 6000),                                                    # the default, a third of 18000
     ({"X-Offload-Max-Total-Tokens": "9000"}, 3000),                # unset: follows a smaller trigger
-    ({"X-Offload-Max-Total-Tokens": "2"}, 6000),                   # a third rounds to 0: no cap
-    ({"X-Offload-Max-Total-Tokens": "0"}, 6000),
+    ({"X-Offload-Max-Total-Tokens": "3"}, 1),
+    ({"X-Offload-Max-Total-Tokens": "2"}, 1),                      # a third rounds to 0: the least, as 3 gives
+    ({"X-Offload-Max-Total-Tokens": "0"}, 1),
     ({"X-Offload-Max-Total-Tokens": "100000"}, 6000),              # never above the default
     ({"X-Offload-Max-Total-Tokens": "9000", "X-Offload-Max-Tool-Message-Tokens": "5000"}, 5000),  # set: as set
     ({"X-Offload-Max-Tool-Message-Tokens": "20000"}, 20000),

@@ -1,5 +1,12 @@
 """The cheapest summary schedule for a summariser's latency (proxy.replay.latency_bound)."""
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
 from proxy.replay.latency_bound import NONE, Turn, call_cost, current_policy, lower_bound
 
 
@@ -63,3 +70,29 @@ def test_the_policy_starts_a_summary_at_the_ratio_and_uses_it_lag_turns_later():
 def test_a_call_reads_its_prefix_and_writes_what_the_turn_added():
     turns = growing(3)
     assert abs(call_cost(turns, 2, summary_tokens=30, ratio=0.8) - (0.1 * (50 + 30 + 400) + 100)) < 1e-9
+
+
+def test_no_turns_cost_nothing_and_a_negative_lag_is_refused():
+    """No turns (a conversation with no assistant turn): lower_bound took min() of no states
+    (ValueError), as bench/summary_latency.py did on such a trace; a negative lag indexed turns
+    not yet reached (IndexError)."""
+    assert lower_bound([], lag=1, summary_tokens=10) == current_policy([], lag=1, summary_tokens=10)
+    assert lower_bound([], lag=1, summary_tokens=10).cost == 0.0
+    for schedule in (lower_bound, current_policy):
+        with pytest.raises(ValueError, match="lag"):
+            schedule(growing(3), lag=-1, summary_tokens=10)
+
+
+def test_summary_latency_says_what_is_wrong_with_its_input(tmp_path):
+    """bench/summary_latency.py on odd input: an error naming it, not a traceback."""
+    root = Path(__file__).resolve().parents[3]
+    one = tmp_path / "one.jsonl"
+    one.write_text(json.dumps({"id": "one", "messages": [{"role": "user", "content": "hi"}]}) + "\n")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    for args, said in ((["--traces", str(one)], "no turn to compare"), (["--traces", str(empty)], "no conversations"),
+                       (["--traces", str(one), "--longest", "0"], "--longest"),
+                       (["--traces", str(one), "--lags=-1"], "--lags")):
+        done = subprocess.run([sys.executable, str(root / "bench" / "summary_latency.py"), *args],
+                              capture_output=True, text=True, timeout=120, cwd=root)
+        assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
