@@ -82,7 +82,7 @@ class ServerSettings(BaseSettings):
 
     # Server-wide defaults of the per-request offload settings (see proxy.core.settings);
     # None = the built-in default. Each can be overridden per tenant and per request header.
-    mode: str | None = Field(None, description="Default X-Offload-Mode: auto|compact|compress|off.")
+    mode: str | None = Field(None, description="Default X-Offload-Mode: auto|compact|compress|off (auto).")
     max_total_tokens: int | None = Field(None, description="Default X-Offload-Max-Total-Tokens (18000).")
     max_tool_message_tokens: int | None = Field(
         None, description="Default X-Offload-Max-Tool-Message-Tokens (6000, at most a third of the trigger when not set)."
@@ -93,7 +93,7 @@ class ServerSettings(BaseSettings):
                                     "at a time (the prefix changes once per batch).")
     max_reload_tokens: int | None = Field(None, description="Default X-Offload-Max-Reload-Tokens (8000).")
     max_reload_rounds: int | None = Field(None, description="Default X-Offload-Max-Reload-Rounds (4).")
-    reload_tools: str | None = Field(None, description="Default X-Offload-Reload-Tools: on|off.")
+    reload_tools: str | None = Field(None, description="Default X-Offload-Reload-Tools: on|off (on).")
     fold: str | None = Field(None, description="Default X-Offload-Fold: on|off (on): a tool result repeating an "
                              "earlier one goes as a pointer to it plus its diff, reloadable byte for byte.")
     summary_model: str | None = Field(None, description="Default X-Offload-Summary-Model (else the request's).")

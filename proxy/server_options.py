@@ -20,7 +20,8 @@ def add_settings_options(parser: argparse.ArgumentParser, *, defaults: dict[str,
     for name, field in ServerSettings.model_fields.items():
         env = f"OFFLOAD_{name.upper()}"
         default = (defaults or {}).get(name, field.get_default(call_default_factory=True))
-        help = f"{field.description} [env {env}; default {default}]"
+        # None: the built-in default, which the description names in parentheses
+        help = f"{field.description} [env {env}]" if default is None else f"{field.description} [env {env}; default {default}]"
         if field.annotation is bool:
             parser.add_argument(option(name), dest=name, default=None, action=argparse.BooleanOptionalAction,
                                 help=help)

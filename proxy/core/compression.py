@@ -30,7 +30,7 @@ from proxy.core.tokens import TokenCounter
 
 COMPRESS_KEEP_RECENT = 2
 # Later user messages kept verbatim from a summarised part: the most recent, whole, while their
-# text totals at most this (≈ 2,000 tokens, a tenth of the default trigger; Codex CLI keeps
+# text totals at most this (≈ 2,000 tokens, a ninth of the default trigger; Codex CLI keeps
 # 20 K tokens of them against a window ten times larger).
 USER_KEEP_CHARS = 8_000
 LAYOUT = "task-kept-1"  # where items go around a summary: part of a stored summary's key

@@ -32,6 +32,10 @@ def test_serve_keeps_the_fields_defaults(capsys):
         main(["serve", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "[env OFFLOAD_PORT; default 8080]" in text and "[env OFFLOAD_DATA_DIR; default .offload-data]" in text
+    # a field without a value of its own names the built-in default in its text, never "default None"
+    assert "default None" not in text
+    assert "Default X-Offload-Max-Total-Tokens (18000). [env OFFLOAD_MAX_TOTAL_TOKENS]" in text
+    assert "auto|compact|compress|off (auto). [env OFFLOAD_MODE]" in text
 
 
 def test_an_agents_argument_before_the_double_dash_is_shown_where_it_goes():
