@@ -138,11 +138,14 @@ class Servers:
             [sys.executable, "-m", "proxy.demo.fake_upstream", str(self.upstream_port), "--reload-once"],
             [sys.executable, "-m", "proxy", "serve", "--host", "127.0.0.1", "--port", str(self.port),
              "--upstream", f"{upstream}/v1", "--anthropic-upstream", upstream, "--data-dir",
-             str(self.folder / "store"), "--admin-token", self.admin_token, "--log-level", "warning"],
+             str(self.folder / "store"), "--log-level", "warning"],
         ]
+        # the admin token by environment: not in argv (`ps` shows argv; a token_urlsafe starting with
+        # "-" was taken for an option there)
+        env = {**os.environ, "OFFLOAD_ADMIN_TOKEN": self.admin_token}
         for command in commands:  # a session of their own: Ctrl-C reaches the demo, which stops them
             self.processes.append(subprocess.Popen(command, stdout=out, stderr=out, stdin=subprocess.DEVNULL,
-                                                   start_new_session=True, preexec_fn=die_with_parent()))
+                                                   start_new_session=True, preexec_fn=die_with_parent(), env=env))
         self._wait_up(f"{upstream}/", self.processes[0])
         self._wait_up(f"{self.root}/healthz", self.processes[1])
 
