@@ -15,13 +15,13 @@ from pathlib import Path
 import httpx2
 import openai
 import pytest
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from proxy.core.compaction_token import PREFIX
 from proxy.core.markers import refs_in
 from tests.harness import responses as fake
 from tests.harness.responses import user_message as user, assistant_message as assistant
-from tests.harness.servers import SNAPSHOT, RedisProcess, is_summary_call, scripted
+from tests.harness.servers import SNAPSHOT, RedisProcess, failing_summaries, scripted
 
 # the SDK's Pydantic serializer warnings are errors here: the README's example printed one
 pytestmark = [pytest.mark.usefixtures("fresh_summary_memory"),
@@ -94,11 +94,7 @@ def test_a_later_turn_gets_the_summary_and_reloads_the_originals_byte_exact(prox
     token = compacted.output[-1].encrypted_content
     kept = [o.model_dump(exclude_unset=True, warnings=False) for o in compacted.output]
     follow = [*kept, user("reload please")]
-    if stream:
-        with client.responses.stream(model=MODEL, store=False, input=follow) as events:
-            final = events.get_final_response()
-    else:
-        final = client.responses.create(model=MODEL, store=False, input=follow)
+    final = fake.final_response(client, stream=stream, model=MODEL, store=False, input=follow)
     assert final.output_text == "reloaded"
     first, second = upstream.responses_requests()
     assert token.encode() not in first.body and b'"type":"compaction"' not in first.body.replace(b" ", b"")
@@ -142,12 +138,7 @@ def test_nothing_to_fold_still_answers_a_compaction_standing_for_the_input(proxy
 
 
 def test_a_failing_summary_fails_the_compaction(proxy_url, upstream, key):
-    async def failing(request, rec):
-        if is_summary_call(rec):
-            return JSONResponse({"error": {"message": "overloaded", "type": "server_error"}}, status_code=500)
-        return fake.answer(rec, fake.message("Hello"))
-
-    upstream.handler = failing
+    upstream.handler = failing_summaries
     r = httpx2.post(f"{proxy_url}/v1/responses/compact", json={"model": MODEL, "input": HISTORY},
                     headers={"Authorization": f"Bearer {key}"}, timeout=30)
     assert r.status_code == 502, r.text

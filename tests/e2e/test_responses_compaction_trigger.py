@@ -13,13 +13,12 @@ import json
 import httpx2
 import openai
 import pytest
-from starlette.responses import JSONResponse
 
 from proxy.core.compaction_token import PREFIX
 from proxy.core.markers import refs_in
 from tests.harness import responses as fake
 from tests.harness.responses import assistant_message as assistant, user_message as user
-from tests.harness.servers import SNAPSHOT, is_summary_call, scripted
+from tests.harness.servers import SNAPSHOT, failing_summaries, scripted
 
 pytestmark = [pytest.mark.usefixtures("fresh_summary_memory"),
               pytest.mark.filterwarnings("error:Pydantic serializer warnings:UserWarning")]
@@ -110,11 +109,7 @@ def test_the_next_turn_carries_the_item_back_and_the_model_sees_the_summary(prox
     item = compacted.output[0].model_dump(exclude_unset=True, warnings=False)
     # as Codex goes on: its developer and user messages, the compaction item, the new turn
     follow = [DEVELOPER, TASK, HISTORY[5], item, user("reload please")]
-    if stream:
-        with client.responses.stream(model=MODEL, store=False, input=follow) as events:
-            final = events.get_final_response()
-    else:
-        final = client.responses.create(model=MODEL, store=False, input=follow)
+    final = fake.final_response(client, stream=stream, model=MODEL, store=False, input=follow)
     assert final.output_text == "reloaded"
     first, second = upstream.responses_requests()
     assert item["encrypted_content"].encode() not in first.body and b"compaction" not in first.body
@@ -194,12 +189,7 @@ def test_a_huge_history_is_compacted(proxy_url, upstream, key):
 
 
 def test_a_failing_summary_is_a_502_and_no_item(proxy_url, upstream, key):
-    async def failing(request, rec):
-        if is_summary_call(rec):
-            return JSONResponse({"error": {"message": "overloaded", "type": "server_error"}}, status_code=500)
-        return fake.answer(rec, fake.message("Hello"))
-
-    upstream.handler = failing
+    upstream.handler = failing_summaries
     for stream in (False, True):
         r = post(proxy_url, key, {"model": MODEL, "input": [*HISTORY, user(f"{stream}"), TRIGGER], "stream": stream})
         assert r.status_code == 502, r.text

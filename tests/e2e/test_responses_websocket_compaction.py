@@ -15,14 +15,13 @@ import json
 
 import httpx2
 import pytest
-from starlette.responses import JSONResponse
 
 from proxy.core.compaction_token import ANY_VERSION, PREFIX
 from tests.e2e.test_responses_compaction_trigger import (DEVELOPER, HISTORY, MODEL, RELOAD, TASK, TRIGGER,
                                                          history_lines, model)  # noqa: F401 (the fake model)
 from tests.harness import responses as fake
 from tests.harness.responses import user_message as user
-from tests.harness.servers import SNAPSHOT, is_summary_call, scripted
+from tests.harness.servers import SNAPSHOT, failing_summaries, scripted
 from tests.harness.websocket import Socket, completed, texts
 
 pytestmark = [pytest.mark.usefixtures("fresh_summary_memory")]
@@ -180,12 +179,7 @@ def test_a_trigger_continuing_a_response_the_connection_does_not_hold_is_previou
 
 
 def test_a_failing_summary_is_a_502_event_and_nothing_held(proxy_url, upstream, key):
-    async def failing(request, rec):
-        if is_summary_call(rec):
-            return JSONResponse({"error": {"message": "overloaded", "type": "server_error"}}, status_code=500)
-        return fake.answer(rec, fake.message("Hello"))
-
-    upstream.handler = failing
+    upstream.handler = failing_summaries
     with socket(proxy_url, key) as ws:
         [error] = ws.create(model=MODEL, input=[*HISTORY, TRIGGER], store=False)
         assert (error["status"], error["error"]["code"]) == (502, "compaction_failed")

@@ -243,6 +243,15 @@ def reloading_model(final: str):
     return step
 
 
+def final_response(client, *, stream: bool, **request: Any):
+    """`client.responses` asked for `request`, streamed (the SDK's event stream, to its final
+    response) or not: the response either way."""
+    if stream:
+        with client.responses.stream(**request) as events:
+            return events.get_final_response()
+    return client.responses.create(**request)
+
+
 def tool_names(rec) -> list[str | None]:
     """The `name` (or the `type`, for hosted tools) of each tool of a recorded request."""
     return [t.get("name") or t.get("type") for t in rec.json().get("tools") or []]

@@ -267,6 +267,14 @@ def is_summary_call(rec: Recorded, texts: tuple[str, ...] = SUMMARY_TEXTS) -> bo
     return summary_shape(rec, texts) is not None
 
 
+async def failing_summaries(request: Request, rec: Recorded) -> Response:
+    """An upstream handler: the proxy's summary calls fail (500, overloaded); any other call is a
+    Responses answer saying "Hello"."""
+    if is_summary_call(rec):
+        return JSONResponse({"error": {"message": "overloaded", "type": "server_error"}}, status_code=500)
+    return fake_responses.answer(rec, fake_responses.message("Hello"))
+
+
 def snapshot_answer(rec: Recorded, text: str = SNAPSHOT, usage: tuple[int, int] = (300, 40)) -> Response:
     """A summary call's answer in its endpoint's shape (chat completion, Responses response or
     Anthropic message)."""
