@@ -54,6 +54,13 @@ def test_bad_tenants_file_fails_at_startup(tmp_path):
     ("X-Offload-Precompress-Ratio", "nan", "a number from 0 to 1"),
     ("X-Offload-Hard-Max-Tokens", "0", "an integer from 1 to 10000000"),
     ("X-Offload-Hard-Max-Tokens", "1e9", "an integer from 1 to 10000000"),
+    # optional now (unset: a default that follows the trigger), but never unset by a header
+    ("X-Offload-Max-Tool-Message-Tokens", "null", "an integer from 1 to 10000000"),
+    ("X-Offload-Max-Tool-Message-Tokens", "None", "an integer from 1 to 10000000"),
+    ("X-Offload-Max-Tool-Message-Tokens", "", "an integer from 1 to 10000000"),
+    ("X-Offload-Max-Tool-Message-Tokens", "0", "an integer from 1 to 10000000"),
+    ("X-Offload-Max-Tool-Message-Tokens", "6000.5", "an integer from 1 to 10000000"),
+    ("X-Offload-Max-Tool-Message-Tokens", "9" * 5000, "longer than 256 characters"),
 ])
 def test_invalid_headers_name_the_header_and_the_range(header, value, expect):
     with pytest.raises(SettingsError) as info:  # the core's own error; the HTTP layer makes it a 400
