@@ -14,10 +14,11 @@ from urllib.parse import unquote, urlsplit
 
 import httpx2
 
+from proxy.core.header_names import UPSTREAM_HEADER
 from proxy.errors import ProxyError
 
-HEADER = "x-offload-upstream"
-PARAM = "X-Offload-Upstream"
+PARAM = UPSTREAM_HEADER
+HEADER = PARAM.lower()
 
 
 def has_dot_segment(path: str) -> bool:
