@@ -211,3 +211,26 @@ def test_a_tenants_upstream_that_is_an_endpoint_is_refused_at_startup(tmp_path):
     assert error == (f"offload-proxy: invalid --tenants-file {path}: tenant 'acme': upstream "
                      "'https://api.openai.com/v1/chat/completions' is an endpoint, not the API's base URL (as an "
                      "OpenAI SDK's base_url is written): drop '/chat/completions', i.e. give https://api.openai.com/v1")
+
+
+def test_a_yaml_tenants_file_is_served_by_python_m_proxy_serve(tmp_path, upstream):
+    """PyYAML is the server's own dependency: a YAML tenants file needs nothing beyond its install
+    (tests/project/test_packaging.py checks the declaration); here the served proxy reads one."""
+    import httpx2
+
+    from tests.harness.history import agent_history
+    from tests.harness.servers import ProxyProcess
+
+    path = tmp_path / "tenants.yaml"
+    path.write_text("tenants:\n  team-a:\n    api_keys: [sk-proxy-team-a-0123456789]\n    max_total_tokens: 1000\n")
+    with ProxyProcess("--log-level", "warning", "--upstream", f"{upstream.url}/v1", "--tenants-file", str(path),
+                      "--upstream-api-key", "sk-operator-0123456789", data_dir=tmp_path / "data") as proxy:
+        body = {"model": "gpt-4o", "messages": agent_history(steps=4)}
+        r = httpx2.post(f"{proxy.url}/v1/chat/completions", json=body, timeout=30,
+                        headers={"authorization": "Bearer sk-proxy-team-a-0123456789"})
+        assert r.status_code == 200, r.text
+        assert r.headers["x-offload-action"] != "none"  # the tenant's max_total_tokens from the YAML file
+        assert upstream.requests[-1].headers["authorization"] == "Bearer sk-operator-0123456789"
+        refused = httpx2.post(f"{proxy.url}/v1/chat/completions", json=body, timeout=30,
+                              headers={"authorization": "Bearer sk-not-a-tenant"})
+        assert refused.status_code == 401
