@@ -73,7 +73,7 @@ def test_a_misspelt_setting_is_served_warned_counted_and_kept_from_the_upstream(
 def test_the_setting_it_misspells_is_not_applied(proxy, upstream, key):
     from tests.harness.history import agent_history
 
-    history = agent_history(steps=6, lines=200)
+    history = agent_history(steps=4, lines=60)  # under the default trigger, over 500
     misspelt = httpx2.post(f"{proxy}/v1/chat/completions", json={"model": "gpt-4o", "messages": history}, timeout=20,
                            headers=headers(key, **{"X-Offload-Max-Tokens": "500"}))
     meant = httpx2.post(f"{proxy}/v1/chat/completions", json={"model": "gpt-4o", "messages": history}, timeout=20,
