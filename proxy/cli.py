@@ -86,12 +86,12 @@ def serve(settings: ServerSettings, *, notes: Sequence[str] = ()) -> None:
         from proxy.http.telemetry import configure_logging
 
         configure_logging(settings.log_level)
-    show_banner(settings)
+    plain = show_banner(settings)
     for note in notes:
-        if json_logs:
-            logging.getLogger("proxy.startup").warning(note)
-        else:
+        if plain:
             print(f"offload-proxy: warning: {note}", file=sys.stderr, flush=True)
+        else:
+            logging.getLogger("proxy.startup").warning(note)
     from proxy.http.app import frame_limit
 
     uvicorn.run(**uvicorn_options(
@@ -108,20 +108,31 @@ def serve(settings: ServerSettings, *, notes: Sequence[str] = ()) -> None:
     ))
 
 
-def show_banner(settings: ServerSettings) -> None:
-    """The startup banner (`proxy.banner`), once, from the process that starts the workers: plain
-    lines on stderr, or with --log-format json one log record per line."""
+def show_banner(settings: ServerSettings) -> bool:
+    """The startup banner (`proxy.banner`), once, from the process that starts the workers, on
+    stderr (where the logs go): an aligned block of plain lines with --log-format text, or when
+    stderr is a terminal (a person reads it); else, with --log-format json, one log record per
+    line, as the log collector reads the rest. Whether it was plain."""
     import logging
 
     from proxy.banner import banner_lines
     from proxy.core.settings import load_tenants_file
 
     lines = banner_lines(settings, load_tenants_file(settings.tenants_file))
-    if settings.log_format == "json":
+    plain = settings.log_format == "text" or _is_terminal(sys.stderr)
+    if plain:
+        print("\n".join(lines), file=sys.stderr, flush=True)
+    else:
         for line in lines:
             logging.getLogger("proxy.startup").info(line.strip())
-    else:
-        print("\n".join(lines), file=sys.stderr, flush=True)
+    return plain
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # replaced by an object without one, or closed
+        return False
 
 
 def uvicorn_options(app: Any, **overrides: Any) -> dict[str, Any]:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from proxy.option_text import json_or_commas
-from proxy.upstream.base_url import anthropic_base, openai_base
+from proxy.upstream.base_url import anthropic_base, base_url_problem, openai_base
 
 
 class ServerSettings(BaseSettings):
@@ -20,7 +20,7 @@ class ServerSettings(BaseSettings):
     host: str = Field("127.0.0.1", description="Interface to listen on.")
     port: int = Field(8080, ge=0, le=65535, description="Port to listen on.")
     upstream: str = Field(
-        "https://api.openai.com/v1", pattern=r"^https?://[^\s]+$",
+        "https://api.openai.com/v1",
         description="Upstream base URL, as an OpenAI SDK's base_url (https://host/v1; a bare https://host gets /v1).",
     )
     upstream_api_key: str | None = Field(
@@ -28,7 +28,7 @@ class ServerSettings(BaseSettings):
         "tenants file (their own keys are refused) and the upstream gets this key instead.",
     )
     anthropic_upstream: str = Field(
-        "https://api.anthropic.com", pattern=r"^https?://[^\s]+$",
+        "https://api.anthropic.com",
         description="Upstream of the Anthropic Messages API (/v1/messages and requests carrying "
         "anthropic-version), as ANTHROPIC_BASE_URL is written (https://host), or with /v1.",
     )
@@ -206,6 +206,15 @@ class ServerSettings(BaseSettings):
         from proxy.stats.prices import parse_prices
 
         return {name: (price.input, price.cached) for name, price in parse_prices(value).items()}
+
+    @field_validator("upstream", "anthropic_upstream")
+    @classmethod
+    def _a_base_url(cls, value: str, info: ValidationInfo) -> str:
+        """An http(s) base URL, not an endpoint's: a one-line message saying what to give instead."""
+        problem = base_url_problem(value, "anthropic" if info.field_name == "anthropic_upstream" else "openai")
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
     @field_validator("upstream_allowlist", mode="before")
     @classmethod

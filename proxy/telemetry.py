@@ -49,6 +49,7 @@ class RequestRecord:
     upstream_sent: float | None = None  # when the (first) upstream request left
     upstream_ttfb: float | None = None  # seconds until its response headers
     warnings: list[str] = field(default_factory=list)
+    unknown_headers: list[str] = field(default_factory=list)  # X-Offload-* names ignored (clipped, at most 8)
     metrics: "Metrics | None" = field(default=None, repr=False)
     # For the usage statistics (proxy.stats.recorder), never logged but the session: the session
     # derived from the conversation when no X-Offload-Session came, the previous_response_id a
@@ -123,6 +124,11 @@ class Metrics:
                                        buckets=LATENCY_BUCKETS, registry=r)
         self.store_up = Gauge("offload_store_up", "1 while the store answers, 0 while it is skipped as down "
                               "(requests then go out without offloading).", registry=r, multiprocess_mode="livemin")
+        # the label: the known header closest to the unknown one (proxy.core.header_names), never the client's name
+        self.unknown_headers = Counter("offload_unknown_headers_total", "X-Offload-* request headers the proxy "
+                                       "does not read (ignored, answered with X-Offload-Warning), by the known "
+                                       "header closest to each: none, or unchecked past a request's first 8.",
+                                       ("closest",), registry=r)
         self.stats_dropped = Counter("offload_stats_dropped_total", "Turns (and background summaries) the usage "
                                      "statistics lost: more held while the store was down than they keep.",
                                      registry=r)
@@ -137,6 +143,10 @@ class Metrics:
     def count_summary(self, ok: bool, seconds: float) -> None:
         self.summaries.labels("ok" if ok else "failed").inc()
         self.summary_seconds.observe(seconds)
+
+    def count_unknown_headers(self, labels: dict[str, int]) -> None:
+        for label, count in labels.items():
+            self.unknown_headers.labels(label).inc(count)
 
     def watch_summaries(self, state: Callable[[], Any]) -> None:
         """Read the scheduler's state at every scrape too (the age of the oldest job grows between changes)."""

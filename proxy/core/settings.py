@@ -133,7 +133,7 @@ def load_tenants_file(path: Path | None) -> dict[str, dict[str, Any]]:
         return {}
     text = path.read_text()
     if path.suffix in (".yaml", ".yml"):
-        import yaml  # optional dependency, only for YAML tenants files
+        import yaml  # imported only for a YAML tenants file
 
         data = yaml.safe_load(text) or {}
     else:

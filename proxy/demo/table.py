@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,25 +61,61 @@ def _reloads(run: FormatRun, k: int) -> str:
     return str(run.reloads[k]) if k < len(run.reloads) and run.reloads[k] is not None else "?"
 
 
+# What each part of an action (`X-Offload-Action`, split at `+`) means, for the legend under the table
+ACTION_MEANINGS = {
+    "none": "forwarded as received",
+    "compact": "large tool results stored, a preview with ref= forwarded in their place",
+    "compress-pending": "a summary of older turns being made in the background, the turn forwarded without it",
+    "compress": "older turns forwarded as their summary",
+    "emulated-compaction": "the provider's compaction applied by the proxy",
+    "context-edits": "the provider's clearing edits applied by the proxy",
+    "HTTP": "the proxy's answer was not a 200",
+    "-": "answered without an X-Offload-Action",
+}
+LEGEND_WIDTH = 110
+
+
+def legend(actions: list[str], formats: list[str]) -> list[str]:
+    """The lines under the turn table: its first format's columns, the actions shown (only
+    those), the reloads."""
+    parts = {part.split(" ")[0] for action in actions for one in action.split(" | ") for part in one.split("+")}
+    said = [f"{name} = {meaning}" for name, meaning in ACTION_MEANINGS.items() if name in parts]
+    if any("+" in action for action in actions):
+        said.append("a+b = both")
+    if any(" | " in action for action in actions):
+        said.append(f"a | b = the formats' actions differ at that turn (in the order {', '.join(formats)}, each "
+                    "once): a summary made in the background may land a turn apart in one of them")
+    wrap = functools.partial(textwrap.wrap, width=LEGEND_WIDTH, subsequent_indent="  ", break_on_hyphens=False)
+    return [*wrap(f"raw, {formats[0]}/raw: the {formats[0]} format's raw tokens and its forwarded / raw (each "
+                  "format counts its own: TOTALS below)"),
+            *wrap("action: " + "; ".join(said)),
+            *wrap(f"reloads: the reload rounds the (fake) model ran, per format ({'/'.join(formats)})")]
+
+
 def turn_table(runs: list[FormatRun], labels: list[str]) -> str:
     """Turn by turn: the raw tokens (the first format's), the tokens forwarded in each format (the
-    proxy's X-Offload-Tokens-Before/-After), the action it took (one when the formats agree) and
-    the reload rounds the (fake) model ran in each format."""
+    proxy's X-Offload-Tokens-Before/-After), the first format's ratio, the action it took (one
+    when the formats agree) and the reload rounds the (fake) model ran in each format; then a
+    legend of the actions shown."""
     names = [r.format for r in runs]
+    first = names[0]
+    ratio = f"{first[:9]}/raw"
     header = (f"{'turn':>4}  {'the agent had just run':{STEP_WIDTH}} {'raw':>6} "
-              + " ".join(f"{n[:9]:>9}" for n in names) + f" {'ratio':>6}  {'action':24} reloads")
+              + " ".join(f"{n[:9]:>9}" for n in names) + f" {ratio:>{len(ratio)}}  {'action':24} reloads")
     rows = ["forwarded tokens per format (" + ", ".join(f"{r.format}: POST {r.path}" for r in runs) + ")",
             header, "-" * len(header)]
+    shown = []
     for k in range(max(len(r.turns) for r in runs)):
         turns = [r.turns[k] if k < len(r.turns) else TurnResult(0) for r in runs]
         before = turns[0].tokens_before or 0
-        actions = list(dict.fromkeys(_action(t) for t in turns))
+        action = " | ".join(dict.fromkeys(_action(t) for t in turns))
+        shown.append(action)
         label = labels[k] if k < len(labels) else ""
         rows.append(f"{k + 1:>4}  {_clip(label, STEP_WIDTH):{STEP_WIDTH}} {before:>6} "
                     + " ".join(f"{t.tokens_after or 0:>9}" for t in turns)
-                    + f" {_ratio(turns[0].tokens_after or 0, before):>6}  {' | '.join(actions):24} "
+                    + f" {_ratio(turns[0].tokens_after or 0, before):>{len(ratio)}}  {action:24} "
                     + "/".join(_reloads(r, k) for r in runs))
-    return "\n".join(rows)
+    return "\n".join([*rows, *legend(shown, names)])
 
 
 def totals(run: FormatRun) -> dict[str, Any]:

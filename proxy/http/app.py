@@ -37,6 +37,7 @@ from proxy.http.websocket.route import ResponsesSocket
 from proxy.http import log_clip
 from proxy.http.telemetry import Metrics, Observe, configure_logging, configure_text_logging, metrics_endpoint
 from proxy.http.services import Services, services_of
+from proxy.http.unknown_headers import UnknownHeaderWarning
 from proxy.http.offload_api import get_offloaded, list_events, offload
 from proxy.core.settings import SettingsResolver, load_tenants_file
 from proxy.http.relay import relay
@@ -165,6 +166,7 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
         Middleware(BodyLimit, max_bytes=settings.max_body_bytes, idle_timeout=settings.body_timeout),
         Middleware(AdminGate, admin_token=settings.admin_token, stats=stats_api),
         Middleware(CallerGate, gatekeeper=gatekeeper),
+        Middleware(UnknownHeaderWarning, metrics=metrics),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
                     exception_handlers={HTTPException: not_routed})

@@ -42,7 +42,7 @@ from proxy.http.shared_state import stored_state
 from proxy.offload.tenant import bare_credential, namespace_for
 from proxy.upstream.choice import HEADER as UPSTREAM_HEADER
 from proxy.upstream.choice import requested_base
-from proxy.upstream.base_url import anthropic_base, openai_base
+from proxy.upstream.base_url import anthropic_base, base_url_problem, openai_base
 
 log = logging.getLogger("proxy.http.caller")
 
@@ -137,6 +137,9 @@ def _tenant_url(name: str, entry: Mapping[str, Any], field: str) -> str | None:
     value = entry.get(field)
     if value is None:
         return None
+    family = "anthropic" if field == "anthropic_upstream" else "openai"
+    if isinstance(value, str) and (problem := base_url_problem(value, family)) is not None:
+        raise ValueError(f"tenant {name!r}: {field} {problem}")
     if not isinstance(value, str) or not _TENANT_URL.fullmatch(value):
         raise ValueError(f"tenant {name!r}: {field} must be an http(s) URL without whitespace, query or fragment")
     return value
@@ -259,7 +262,7 @@ class Gatekeeper:
         return self.anthropic_base if family == "anthropic" else None
 
     def _requested_base(self, headers: Headers, family: Family) -> str | None:
-        requested = requested_base(headers, self.allowlist)
+        requested = requested_base(headers, self.allowlist, family)
         if not requested:
             return None
         return anthropic_base(requested) if family == "anthropic" else openai_base(requested)

@@ -187,13 +187,12 @@ async def run_replay(args: argparse.Namespace) -> dict:
     report = report_dict(results, settings, counting, format=format, pricing=replayer.pricing.name)
     report["summaries_made"] = "inline" if replayer.inline_summaries else "background"
     report["summary_request"] = replayer.summary_request
-    written = write_outputs(report, Path(args.out or "replay-out"))
     print(table(report))
     if getattr(args, "compare", False):
         report["compare"] = compared(args, conversations, settings, format=format, report=report)
-        write_outputs(report, Path(args.out or "replay-out"))
         print()
         print(compare.table(report["compare"]))
+    written = write_outputs(report, Path(args.out or "replay-out"))  # once: a missing extra is said once
     print("wrote " + ", ".join(str(p) for p in written[:3]) + (" …" if len(written) > 3 else ""))
     if warning:  # once, after the table, where it cannot be missed
         print(warning, file=sys.stderr, flush=True)

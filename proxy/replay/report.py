@@ -16,6 +16,9 @@ from proxy.replay import cost as costs, metrics
 log = logging.getLogger("proxy.replay")
 
 NAME_WIDTH = 36  # the table's conversation column
+# matplotlib (and tqdm's progress bar) come with the `replay` extra, not with the server
+CHARTS_NEED_THE_EXTRA = ("matplotlib is not installed: no charts (the replay extra: pip install "
+                         "'offload-proxy[replay]'; in a clone, .venv/bin/pip install -e '.[replay]')")
 CHART_NAME_WIDTH = 28  # overall.png's bar labels
 
 
@@ -270,7 +273,7 @@ def write_charts(report: dict[str, Any], out: Path) -> list[Path]:
         import matplotlib.pyplot as plt
         from matplotlib.ticker import FuncFormatter
     except ImportError:
-        log.warning("matplotlib is not installed: no charts (pip install 'offload-proxy[replay]')")
+        log.warning(CHARTS_NEED_THE_EXTRA)
         return []
     conversations = report["conversations"]
     max_total_tokens = report.get("settings", {}).get("max_total_tokens")

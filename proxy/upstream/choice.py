@@ -14,10 +14,12 @@ from urllib.parse import unquote, urlsplit
 
 import httpx2
 
+from proxy.core.header_names import UPSTREAM_HEADER
+from proxy.upstream.base_url import base_url_problem
 from proxy.errors import ProxyError
 
-HEADER = "x-offload-upstream"
-PARAM = "X-Offload-Upstream"
+PARAM = UPSTREAM_HEADER
+HEADER = PARAM.lower()
 
 
 def has_dot_segment(path: str) -> bool:
@@ -54,12 +56,15 @@ def parse_upstream_url(value: str) -> httpx2.URL:
     return url
 
 
-def requested_base(headers: Mapping[str, str], allowlist: list[str]) -> str | None:
-    """The base URL an `X-Offload-Upstream` header asks for (allowlisted hosts only), else None."""
+def requested_base(headers: Mapping[str, str], allowlist: list[str], family: str = "openai") -> str | None:
+    """The base URL an `X-Offload-Upstream` header asks for (allowlisted hosts only), else None;
+    `family`: whose API it is the base of (an endpoint's URL is refused)."""
     requested = (headers.get(HEADER) or "").strip()
     if not requested:
         return None
     url = parse_upstream_url(requested)
+    if (problem := base_url_problem(requested, family)) is not None:
+        raise _invalid(problem)
     host = url.host.lower()
     # "host" allows the scheme's default port only; "host:port" exactly that port
     hostport = f"{host}:{url.port}" if url.port else host

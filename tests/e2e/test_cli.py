@@ -176,3 +176,61 @@ def test_a_busy_port_is_one_line_before_the_banner(tmp_path):
                               stdin=subprocess.DEVNULL)
     assert done.returncode == 1
     assert done.stderr.strip() == f"offload-proxy: port {port} is in use: choose another with --port"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--upstream", "http://127.0.0.1:9100/v1/chat/completions"],
+     "offload-proxy: invalid --upstream (env OFFLOAD_UPSTREAM): 'http://127.0.0.1:9100/v1/chat/completions' is an "
+     "endpoint, not the API's base URL (as an OpenAI SDK's base_url is written): drop '/chat/completions', i.e. give "
+     "http://127.0.0.1:9100/v1"),
+    (["--upstream", "https://api.openai.com/v1/responses"], "drop '/responses', i.e. give https://api.openai.com/v1"),
+    (["--anthropic-upstream", "https://api.anthropic.com/v1/messages"],
+     "offload-proxy: invalid --anthropic-upstream (env OFFLOAD_ANTHROPIC_UPSTREAM): "
+     "'https://api.anthropic.com/v1/messages' is an endpoint, not the API's base URL (as ANTHROPIC_BASE_URL is "
+     "written): drop '/v1/messages', i.e. give https://api.anthropic.com"),
+    (["--upstream", "api.openai.com/v1"],
+     "offload-proxy: invalid --upstream (env OFFLOAD_UPSTREAM): 'api.openai.com/v1' has no scheme: give "
+     "https://api.openai.com/v1 (the API's base URL, with http:// or https://)"),
+    (["--upstream", "localhost:8000/v1"], "'localhost:8000/v1' has no scheme: give http://localhost:8000/v1"),
+])
+def test_an_upstream_that_is_no_base_url_is_refused_saying_what_to_give(tmp_path, argv, message):
+    """At startup, in one line on stderr, exit status 1: never a request sent to
+    `…/v1/chat/completions/chat/completions`, nor pydantic's pattern text."""
+    done = subprocess.run([sys.executable, "-m", "proxy", "serve", "--data-dir", str(tmp_path / "data"), *argv],
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 1
+    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "pattern" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_tenants_upstream_that_is_an_endpoint_is_refused_at_startup(tmp_path):
+    path = tmp_path / "tenants.toml"
+    path.write_text('[tenants.acme]\napi_keys = ["sk-proxy-acme-0123456789"]\n'
+                    'upstream = "https://api.openai.com/v1/chat/completions"\n')
+    error = serve_error("--tenants-file", str(path))
+    assert error == (f"offload-proxy: invalid --tenants-file {path}: tenant 'acme': upstream "
+                     "'https://api.openai.com/v1/chat/completions' is an endpoint, not the API's base URL (as an "
+                     "OpenAI SDK's base_url is written): drop '/chat/completions', i.e. give https://api.openai.com/v1")
+
+
+def test_a_yaml_tenants_file_is_served_by_python_m_proxy_serve(tmp_path, upstream):
+    """PyYAML is the server's own dependency: a YAML tenants file needs nothing beyond its install
+    (tests/project/test_packaging.py checks the declaration); here the served proxy reads one."""
+    import httpx2
+
+    from tests.harness.history import agent_history
+    from tests.harness.servers import ProxyProcess
+
+    path = tmp_path / "tenants.yaml"
+    path.write_text("tenants:\n  team-a:\n    api_keys: [sk-proxy-team-a-0123456789]\n    max_total_tokens: 1000\n")
+    with ProxyProcess("--log-level", "warning", "--upstream", f"{upstream.url}/v1", "--tenants-file", str(path),
+                      "--upstream-api-key", "sk-operator-0123456789", data_dir=tmp_path / "data") as proxy:
+        body = {"model": "gpt-4o", "messages": agent_history(steps=4)}
+        r = httpx2.post(f"{proxy.url}/v1/chat/completions", json=body, timeout=30,
+                        headers={"authorization": "Bearer sk-proxy-team-a-0123456789"})
+        assert r.status_code == 200, r.text
+        assert r.headers["x-offload-action"] != "none"  # the tenant's max_total_tokens from the YAML file
+        assert upstream.requests[-1].headers["authorization"] == "Bearer sk-operator-0123456789"
+        refused = httpx2.post(f"{proxy.url}/v1/chat/completions", json=body, timeout=30,
+                              headers={"authorization": "Bearer sk-not-a-tenant"})
+        assert refused.status_code == 401

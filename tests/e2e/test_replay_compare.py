@@ -71,3 +71,23 @@ def test_mask_keep_needs_compare(capsys):
     with pytest.raises(SystemExit) as exit:
         main(["replay", "x.jsonl", "--mask-keep", "5"])
     assert exit.value.code == 2 and "--mask-keep applies to --compare only" in capsys.readouterr().err
+
+
+def test_without_the_replay_extra_the_missing_charts_are_said_once_naming_it(tmp_path):
+    """matplotlib and tqdm (the `replay` extra) absent, as in the server's own install: the
+    figures, report.json and the comparison all there, and one line saying how to get charts."""
+    import subprocess
+    import sys
+
+    traces = tmp_path / "conversations.jsonl"
+    traces.write_text(json.dumps(conversation("conv-0", 12)))
+    out = tmp_path / "out"
+    run = ("import sys; sys.modules['matplotlib'] = sys.modules['tqdm'] = None  # not installed\n"
+           "from proxy.cli import main; main(sys.argv[1:])")
+    done = subprocess.run([sys.executable, "-c", run, "replay", str(traces), "--compare", "--out", str(out),
+                           "--max-total-tokens", "3000"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("matplotlib is not installed") == 1, done.stderr
+    assert "pip install 'offload-proxy[replay]'" in done.stderr and ".venv/bin/pip install -e '.[replay]'" in done.stderr
+    assert "strategy " in done.stdout and json.loads((out / "report.json").read_text())["compare"]
+    assert not list(out.glob("*.png"))

@@ -82,3 +82,14 @@ def test_credentials_are_never_stored(make_proxy, upstream, tmp_path, backend, r
         client = redis.Redis.from_url(options["redis_url"])
         dump = b"".join(k + (client.dump(k) or b"") for k in client.scan_iter("off:*"))
     assert dump and SECRET.encode() not in dump and b"never-store" not in dump
+
+
+def test_a_per_request_upstream_that_is_an_endpoint_is_a_400_saying_what_to_give(make_proxy, upstream):
+    port = upstream.url.rsplit(":", 1)[1]
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
+    with make_proxy(upstream_allowlist=[f"localhost:{port}"]) as url:
+        r = httpx2.post(f"{url}/v1/chat/completions", json=body,
+                        headers={"X-Offload-Upstream": f"http://localhost:{port}/v1/chat/completions", **AUTH})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_upstream"
+        assert f"drop '/chat/completions', i.e. give http://localhost:{port}/v1" in r.json()["error"]["message"]
+        assert not upstream.requests

@@ -119,3 +119,34 @@ def test_a_missing_tiktoken_encoding_is_one_line(tmp_path, upstream):
     assert "o200k_base" in lines[0] and "estimated" in lines[0] and "TIKTOKEN_CACHE_DIR" in lines[0]
     assert len(lines[0].replace(str(tmp_path), "")) < 400
     assert "Traceback" not in proxy.stderr and "resolve" not in proxy.stderr.lower()
+
+
+def test_on_a_terminal_the_banner_is_an_aligned_block_and_the_logs_stay_json(tmp_path, upstream):
+    """A person at a terminal (stderr, where the banner and logs go, is one): the banner as the
+    text format writes it, the request log lines JSON as ever (the default --log-format json)."""
+    proxy = ProxyProcess("--upstream", f"{upstream.url}/v1", data_dir=tmp_path / "data", terminal=("stderr",))
+    with proxy:
+        assert httpx2.get(f"{proxy.url}/v1/models", headers=KEY).status_code == 200
+    lines = proxy.stderr.splitlines()
+    banner = banner_of(proxy.stderr)
+    assert banner["version"] == __import__("proxy").__version__
+    assert banner["listening"].startswith(proxy.url) and banner["store"].startswith("SQLite ")
+    assert banner["workers"] == "1; logs json at info"
+    start = next(i for i, line in enumerate(lines) if line.startswith("offload-proxy "))
+    block = lines[start + 1:start + len(banner)]
+    assert all(line[:14].startswith("  ") and line[14] != " " for line in block), block  # one column of values
+    assert not [line for line in lines if '"proxy.startup"' in line]  # no banner record as JSON
+    requests = [json.loads(line) for line in lines if '"event":"request"' in line]
+    assert [r["path"] for r in requests] == ["/v1/models"]
+
+
+def test_off_a_terminal_the_banner_is_json_whatever_stdout_is(tmp_path, upstream):
+    """stdout at a terminal, stderr to a file or collector: the banner goes where the logs go,
+    so it is JSON records like them."""
+    proxy = ProxyProcess("--upstream", f"{upstream.url}/v1", data_dir=tmp_path / "data", capture=True,
+                         terminal=("stdout",))
+    with proxy:
+        pass
+    records = [json.loads(line) for line in proxy.stderr.splitlines() if line.strip()]  # every line JSON
+    banner = [r["message"] for r in records if r.get("logger") == "proxy.startup"]
+    assert banner[0].startswith("offload-proxy ") and any(m.startswith("listening") for m in banner)

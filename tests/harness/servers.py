@@ -515,7 +515,7 @@ class RedisCluster:
 # ---------------------------------------------------------------- the proxy as a process
 
 class _Drain:
-    """Reads a child's pipe in a thread of its own until it closes."""
+    """Reads a child's pipe (or a pseudo-terminal's master) in a thread of its own until it closes."""
 
     def __init__(self, stream) -> None:
         import threading
@@ -526,8 +526,11 @@ class _Drain:
         self._thread.start()
 
     def _read(self) -> None:
-        for line in self._stream:
-            self._parts.append(line)
+        try:
+            for line in self._stream:
+                self._parts.append(line.replace("\r\n", "\n"))  # a terminal writes \r\n
+        except OSError:  # EIO: a terminal's master once the child has closed its side
+            pass
 
     def join(self) -> None:
         self._thread.join(timeout=15)
@@ -540,13 +543,17 @@ class ProxyProcess:
     """`python -m proxy serve …` on a free loopback port, as a user runs it; ready when `/readyz` is."""
 
     def __init__(self, *args: str, data_dir: Path | str, capture: bool = False, capture_stdout: bool = False,
-                 ready_within: float = 20, env: dict[str, str] | None = None, ready_path: str = "/readyz") -> None:
+                 ready_within: float = 20, env: dict[str, str] | None = None, ready_path: str = "/readyz",
+                 terminal: tuple[str, ...] = ()) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.argv = [sys.executable, "-m", "proxy", "serve", "--port", str(self.port), "--data-dir", str(data_dir),
                      *args]
-        self.capture, self.capture_stdout, self.ready_within = capture, capture_stdout, ready_within
+        self.capture, self.capture_stdout = capture or "stderr" in terminal, capture_stdout or "stdout" in terminal
+        self.ready_within = ready_within
         self.env, self.ready_path = env, ready_path  # env: the whole environment (None: this process's)
+        # "stdout", "stderr": written to a pseudo-terminal of their own (as a person's shell gives), captured
+        self.terminal = terminal
         self.proc: subprocess.Popen | None = None
         self.stdout = ""  # what it wrote to stdout, once stopped (with capture_stdout)
         self.stderr = ""  # what it wrote to stderr, once stopped (with capture)
@@ -555,12 +562,18 @@ class ProxyProcess:
     def start(self) -> "ProxyProcess":
         import httpx2
 
-        self.proc = subprocess.Popen(self.argv, stderr=subprocess.PIPE if self.capture else None,
-                                     stdout=subprocess.PIPE if self.capture_stdout else None, text=True,
+        terminals = {name: os.openpty() for name in self.terminal}  # (master, the child's side)
+        streams = {name: terminals[name][1] if name in terminals else subprocess.PIPE if wanted else None
+                   for name, wanted in (("stdout", self.capture_stdout), ("stderr", self.capture))}
+        self.proc = subprocess.Popen(self.argv, stderr=streams["stderr"], stdout=streams["stdout"], text=True,
                                      env=self.env)
+        for _, child_side in terminals.values():
+            os.close(child_side)
+        masters = {name: open(master, encoding="utf-8", errors="replace") for name, (master, _) in terminals.items()}
         # a pipe nobody reads fills at ~64 KB and then blocks the proxy's writes (its logging, its
         # event loop): what it writes is read as it comes, and handed over once it stops
-        self._drains = [_Drain(stream) for stream in (self.proc.stdout, self.proc.stderr) if stream is not None]
+        self._drains = [_Drain(stream) for stream in (masters.get("stdout", self.proc.stdout),
+                                                      masters.get("stderr", self.proc.stderr)) if stream is not None]
         deadline = time.monotonic() + self.ready_within
         while True:
             try:

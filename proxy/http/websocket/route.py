@@ -13,7 +13,8 @@ upgrade carrying `Origin` is refused (403 `origin_not_allowed`): only a browser 
 browsers apply no cross-origin check to WebSockets, so a page could otherwise reach the proxy
 (and the operator's key, with `--allow-anonymous`) from the user's machine; SDKs and agent CLIs
 send none. Each `response.create` then goes through the same caller gate again, with the same
-headers (`proxy.http.websocket.dispatch`).
+headers (`proxy.http.websocket.dispatch`). Unknown `X-Offload-*` headers are named in the 101's
+`X-Offload-Warning` (`proxy.http.unknown_headers`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from proxy.core.settings import SettingsError, SettingsResolver
 from proxy.errors import ProxyError, error_response
 from proxy.http.caller import Caller, Gatekeeper
+from proxy.http.unknown_headers import unknown_in, with_warning
 from proxy.http.websocket.connection import Connection, Limits
 
 log = logging.getLogger("proxy.http.websocket")
@@ -103,7 +105,8 @@ class ResponsesSocket:
             first = await receive()
             if first["type"] != "websocket.connect":
                 return
-            await send({"type": "websocket.accept"})
+            found = unknown_in(scope["headers"])  # said in the 101; counted per response.create
+            await send({"type": "websocket.accept", "headers": with_warning([], found.warning()) if found else []})
             await Connection(app, scope, receive=receive, send=send, limits=self.limits).serve()
         finally:
             self.open.give_back(caller.scope)

@@ -30,7 +30,6 @@ def test_headers_override_tenant_overrides_server_default(tmp_path):
 
 
 def test_yaml_tenants_file(tmp_path):
-    pytest.importorskip("yaml")
     tenants = tmp_path / "tenants.yaml"
     tenants.write_text("tenants:\n  acme:\n    max_reload_rounds: 2\n")
     assert SettingsResolver({}, load_tenants_file(tenants)).resolve({}, tenant="acme").max_reload_rounds == 2

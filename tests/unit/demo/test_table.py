@@ -39,3 +39,30 @@ def test_totals_per_format_and_unknown_reloads():
     table = totals_table(runs(), {"requests": 4, "tokens_saved": 600, "summaries": {"made": 1, "reused": 2},
                                   "reload_rounds": 1, "prefix_reuse": 0.9})
     assert "summaries made 1 (reused 2), reload rounds 1" in table
+
+
+def test_the_ratio_column_says_whose_it_is():
+    header = turn_table(runs(), steps(MESSAGES)).splitlines()[1]
+    assert header.split()[-4:] == ["anthropic", "chat/raw", "action", "reloads"]
+    assert "ratio" not in header
+
+
+def test_the_legend_explains_the_actions_shown_and_only_those():
+    pending = [TurnResult(200, 100, 100, "compress-pending"), TurnResult(200, 1000, 300, "compact+compress")]
+    landed = [TurnResult(200, 100, 40, "compress"), TurnResult(200, 1000, 300, "compact+compress")]
+    table = turn_table([FormatRun("chat", "/v1/chat/completions", "s-chat", pending, [0, 0]),
+                        FormatRun("responses", "/v1/responses", "s-responses", landed, [0, 0])],
+                       steps(MESSAGES))
+    lines = table.splitlines()
+    assert "compress-pending | compress" in lines[3]
+    legend = " ".join(line.strip() for line in lines[5:])
+    assert legend.startswith("raw, chat/raw: the chat format's raw tokens and its forwarded / raw")
+    assert "compress-pending = a summary of older turns being made in the background, the turn forwarded " \
+           "without it" in legend
+    assert "compress = older turns forwarded as their summary" in legend
+    assert "compact = large tool results stored" in legend and "a+b = both" in legend
+    assert "a | b = the formats' actions differ at that turn (in the order chat, responses, each once)" in legend
+    assert "reloads: the reload rounds the (fake) model ran, per format (chat/responses)" in legend
+    for unseen in ("none =", "emulated-compaction", "context-edits", "HTTP ="):
+        assert unseen not in legend
+    assert max(map(len, lines[5:])) <= 112
