@@ -28,6 +28,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from proxy.core.settings import SettingsError, SettingsResolver
 from proxy.errors import ProxyError, error_response
 from proxy.http.caller import Caller, Gatekeeper
+from proxy.http.websocket.chain import Budget
 from proxy.http.websocket.connection import Connection, Limits
 
 log = logging.getLogger("proxy.http.websocket")
@@ -71,6 +72,7 @@ class ResponsesSocket:
                  total: int = 0) -> None:
         self.gatekeeper, self.resolver, self.limits = gatekeeper, resolver, limits
         self.open = OpenConnections(per_tenant, total)
+        self.held = Budget(limits.held_bytes)  # what all connections of this worker hold
 
     def _caller(self, headers: Headers) -> Caller:
         """Who calls, its `X-Offload-*` headers checked: the refusals of every HTTP request
@@ -104,7 +106,8 @@ class ResponsesSocket:
             if first["type"] != "websocket.connect":
                 return
             await send({"type": "websocket.accept"})
-            await Connection(app, scope, receive=receive, send=send, limits=self.limits).serve()
+            await Connection(app, scope, receive=receive, send=send, limits=self.limits, budget=self.held,
+                             check=caller.check_body).serve()
         finally:
             self.open.give_back(caller.scope)
 
