@@ -20,11 +20,32 @@ _SIZE = sys.getsizeof
 
 
 def footprint(value: Any) -> int:
-    """Bytes `value` (any JSON value, nested no deeper than the JSON readers allow) holds."""
+    """Bytes `value` (any JSON value) holds."""
+    try:
+        return _walk(value)
+    except RecursionError:  # nested deeper than the interpreter's stack: walked with a list
+        return _walk_flat(value)
+
+
+def _walk(value: Any) -> int:
     kind = type(value)
     if kind is dict:
-        total = _SIZE(value) + sum(map(footprint, value.values()))
+        total = _SIZE(value) + sum(map(_walk, value.values()))
         return total + sum(map(_SIZE, value)) if len(value) > SHARED_KEYS else total
     if kind is list:
-        return _SIZE(value) + sum(map(footprint, value))
+        return _SIZE(value) + sum(map(_walk, value))
     return _SIZE(value)
+
+
+def _walk_flat(value: Any) -> int:
+    total, stack = 0, [value]
+    while stack:
+        item = stack.pop()
+        total += _SIZE(item)
+        if type(item) is dict:
+            stack.extend(item.values())
+            if len(item) > SHARED_KEYS:
+                total += sum(map(_SIZE, item))
+        elif type(item) is list:
+            stack.extend(item)
+    return total

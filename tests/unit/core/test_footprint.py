@@ -36,3 +36,13 @@ def test_footprint_is_what_the_parse_holds_within_a_small_factor(body):
 def test_small_items_hold_several_times_their_json():
     raw = orjson.dumps({"input": [{"role": "user", "content": ""}] * 20_000})
     assert footprint(orjson.loads(raw)) > 6 * len(raw)
+
+
+def test_a_value_nested_deeper_than_the_stack_is_counted_too():
+    """orjson reads 1,000 levels; a recursive walk alone failed there (a 1011 close of the
+    WebSocket, logged as a bug, for one frame of brackets)."""
+    deep: list = []
+    for _ in range(5_000):
+        deep = [deep, {"k": "v"}]
+    shallow = [[], {"k": "v"}]
+    assert footprint(deep) == 5_000 * (footprint(shallow) - footprint([])) + footprint([])
