@@ -35,7 +35,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import healthz_probe, machine, servers  # noqa: E402
+from common import healthz_probe, machine, servers
 
 AUTH = {"authorization": "Bearer sk-made-up-bench"}  # a made-up key is enough to upgrade
 

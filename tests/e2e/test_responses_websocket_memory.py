@@ -6,7 +6,6 @@ handed over undecoded; and what a refused or accepted upgrade logs."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import logging
@@ -23,7 +22,7 @@ from starlette.routing import WebSocketRoute
 from websockets.exceptions import InvalidStatus
 
 from tests.conftest import LIVE_APPS
-from tests.harness.servers import default_handler, is_responses_create
+from tests.harness.servers import held_back
 from tests.harness.websocket import Socket, completed, texts
 
 
@@ -127,14 +126,7 @@ def test_a_warm_up_is_checked_as_http_checks_the_body(make_proxy, upstream, clie
 def test_a_create_over_max_messages_is_refused_before_it_waits(make_proxy, upstream):
     """It would otherwise wait its lane's turn holding its whole body, refused only once it ran."""
     release = threading.Event()
-
-    async def held_back(request, rec):
-        if is_responses_create(rec) and rec.json()["input"] == "first":
-            while not release.is_set():
-                await asyncio.sleep(0.01)
-        return await default_handler(request, rec)
-
-    upstream.handler = held_back
+    upstream.handler = held_back(release)
     with make_proxy(max_messages=50) as url, Socket(url) as ws:
         ws.send({"type": "response.create", "model": "gpt-5", "input": "first"})
         ws.send({"type": "response.create", "model": "gpt-5", "input": [{"role": "user", "content": ""}] * 51})
