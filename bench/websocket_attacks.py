@@ -15,7 +15,9 @@ clients send what costs the worker most per byte on the wire.
 
 Each campaign has its own `/healthz` probe (every 20 ms from a thread: p50 / p99 / max, target
 p99 <= 100 ms) and prints the proxy's RSS before, at its peak, while the connections are open
-and 2 s after they closed, and what each frame was answered with.
+and 2 s after they closed, what each frame was answered with, and the CPU time of the proxy's
+event-loop thread (what every other connection waits for) and of all its threads: on a machine
+other work is loading, the CPU times compare runs where the latencies cannot.
 """
 
 from __future__ import annotations
@@ -35,9 +37,14 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import healthz_probe, machine, servers
+from common import cpu_seconds, healthz_probe, machine, servers
 
 AUTH = {"authorization": "Bearer sk-made-up-bench"}  # a made-up key is enough to upgrade
+
+
+def loop_cpu_seconds(pid: int) -> float:
+    """CPU time of the process's main thread, where uvicorn runs the event loop."""
+    return int(Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()[0]) / 1e9
 
 
 def rss_mib(pid: int) -> float:
@@ -176,12 +183,19 @@ def main() -> None:
     with servers() as (_, base, proxy):
         ws_url = base.replace("http://", "ws://", 1) + "/responses"
         health = base.removesuffix("/v1")
+        time.sleep(2)
+        idle = loop_cpu_seconds(proxy.pid)
+        with healthz_probe(health, label="  /healthz idle") as probes:
+            time.sleep(5)
+        per_probe = (loop_cpu_seconds(proxy.pid) - idle) / max(1, len(probes))
+        print(f"  the event loop's CPU per /healthz probe, idle: {per_probe * 1e3:.2f} ms", flush=True)
         for campaign in args.campaigns.split(","):
             time.sleep(2)
             before = rss_mib(proxy.pid)
             print(f"{campaign}:", flush=True)
             held = None
-            with Peak(proxy.pid) as peak, healthz_probe(health, label=f"  /healthz during {campaign}"):
+            loop_cpu, all_cpu = loop_cpu_seconds(proxy.pid), cpu_seconds(proxy.pid)
+            with Peak(proxy.pid) as peak, healthz_probe(health, label=f"  /healthz during {campaign}") as probes:
                 t = time.perf_counter()
                 if campaign == "bomb":
                     answers = asyncio.run(bomb(ws_url, args.frames, args.mb))
@@ -196,7 +210,11 @@ def main() -> None:
                                                          pid=proxy.pid))
                 seconds = time.perf_counter() - t
             time.sleep(2)
-            print(f"  answers: {summary(answers)} in {seconds:.1f} s")
+            loop_cpu, all_cpu = loop_cpu_seconds(proxy.pid) - loop_cpu, cpu_seconds(proxy.pid) - all_cpu
+            attack = max(0.0, loop_cpu - len(probes) * per_probe)  # less what answering the probes took
+            print(f"  answers: {summary(answers)} in {seconds:.1f} s; proxy CPU: event loop {loop_cpu:.2f} s, "
+                  f"{attack / len(answers) * 1e3:.0f} ms per frame or body besides the probes; all threads "
+                  f"{all_cpu:.2f} s")
             print(f"  proxy RSS: {before:.0f} MiB before, peak {peak.peak:.0f}"
                   + (f", {held:.0f} while open" if held is not None else "")
                   + f", {rss_mib(proxy.pid):.0f} 2 s after close", flush=True)
