@@ -16,9 +16,11 @@ for a server facing clients it does not trust.
   handshake." at error level after every HTTP answer sent before the accept (the
   `websocket.http.response` extension, how the proxy refuses an upgrade); here such an answer
   completes the handshake.
-- **No query string in its log lines.** uvicorn's `"WebSocket <path>" [accepted]` / status lines
-  carry the path with its query string, where a client may have put a key (`?api_key=`); they
-  are logged with the path alone, as the proxy's access line logs a request.
+- **No query string in its log lines, no headers.** uvicorn's `"WebSocket <path>" [accepted]` /
+  status lines carry the path with its query string, where a client may have put a key
+  (`?api_key=`); they are logged with the path alone, as the proxy's access line logs a request.
+  With `--log-level debug`, websockets' protocol logged every upgrade header (`Authorization`
+  with the credential) and the start of every frame: its debug lines are off.
 
 permessage-deflate is not negotiated (`proxy.cli.uvicorn_options`, `ws_per_message_deflate`):
 uvicorn inflates each compressed frame on the event loop, inside `data_received`, where nothing
@@ -56,6 +58,7 @@ class Protocol(WebSocketsSansIOProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.logger = _PathOnlyLogger(self.logger, {})  # type: ignore[assignment]
+        self.conn.debug = False  # websockets' debug lines: every upgrade header (the credential) and frame
 
     def handle_ping(self) -> None:
         if not self.writable.is_set():

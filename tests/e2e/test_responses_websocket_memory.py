@@ -200,12 +200,13 @@ def test_a_large_text_frame_reaches_the_proxy_as_its_utf8_bytes(proxy_url, upstr
 
 @pytest.fixture
 def uvicorn_lines(caplog):
-    """uvicorn's and the proxy's log records of the test, uvicorn's info lines included."""
+    """uvicorn's and the proxy's log records of the test, uvicorn's debug lines included
+    (`--log-level debug`)."""
     logger = logging.getLogger("uvicorn.error")
     level = logger.level
-    logger.setLevel(logging.INFO)
+    logger.setLevel(logging.DEBUG)
     logger.addHandler(caplog.handler)
-    caplog.set_level(logging.INFO)
+    caplog.set_level(logging.DEBUG)
     try:
         yield caplog
     finally:
@@ -214,7 +215,12 @@ def uvicorn_lines(caplog):
 
 
 def test_a_refused_upgrade_logs_no_error_and_no_line_logs_the_query_string(proxy_url, upstream, uvicorn_lines):
+    """Nor the credential: at debug level websockets logged every upgrade header."""
     secret = "sk-secret-in-the-query"
+    with Socket(proxy_url, "sk-secret-in-the-header") as ws:
+        assert texts(completed(ws.create(input="hi"))) == ["Hello there"]
+    served = [r for r in uvicorn_lines.records if not r.name.startswith("websockets")]  # not the test's client
+    assert not [r for r in served if "sk-secret-in-the-header" in r.getMessage()]
     for _ in range(5):
         with pytest.raises(InvalidStatus) as refused:
             Socket(proxy_url, None, path=f"/v1/responses?api_key={secret}")
@@ -223,7 +229,7 @@ def test_a_refused_upgrade_logs_no_error_and_no_line_logs_the_query_string(proxy
         Socket(proxy_url, path=f"/v1/responses?api_key={secret}", headers={"Origin": "https://evil.example"})
     with Socket(proxy_url, path=f"/v1/responses?api_key={secret}") as ws:
         assert texts(completed(ws.create(input="hi"))) == ["Hello there"]
-    records = uvicorn_lines.records
+    records = [r for r in uvicorn_lines.records if not r.name.startswith("websockets")]
     assert not [r for r in records if r.levelno >= logging.ERROR], [r.getMessage() for r in records]
     assert [r for r in records if "WebSocket /v1/responses" in r.getMessage()]  # uvicorn's lines, still there
     assert not [r for r in records if secret in r.getMessage()]
