@@ -37,7 +37,7 @@ def free_port() -> int:
 
 
 def wait_up(url: str) -> None:
-    if not demo_wait_up(url, timeout=20):
+    if not demo_wait_up(url, timeout=60):  # a machine other work loads may take 20 s and more
         raise RuntimeError(f"{url} did not come up")
 
 

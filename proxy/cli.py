@@ -153,6 +153,9 @@ def uvicorn_options(app: Any, **overrides: Any) -> dict[str, Any]:
         "timeout_keep_alive": 75,
         # uvicorn's WebSocket protocol, bounding the pongs owed to a client that does not read
         "ws": "proxy.http.ws_protocol:Protocol",
+        # no permessage-deflate: uvicorn would inflate each frame on the event loop, 60 MiB from 62 KB
+        # on the wire (`proxy.http.ws_protocol`, docs/websocket.md)
+        "ws_per_message_deflate": False,
         # the largest WebSocket frame read (`proxy.http.app.frame_limit`); uvicorn pings every 20 s
         "ws_max_size": getattr(getattr(app, "state", None), "ws_max_size", 64 * 1024 * 1024 + 64 * 1024),
     }

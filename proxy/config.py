@@ -162,6 +162,11 @@ class ServerSettings(BaseSettings):
         16, ge=1, le=1000, description="Responses one WebSocket connection holds for previous_response_id with "
         "store false (the oldest is forgotten first)."
     )
+    ws_held_bytes: int = Field(
+        1024**3, ge=0, description="Bytes of memory one worker's Responses WebSocket connections hold together in "
+        "responses kept for previous_response_id (counted as parsed objects, not JSON characters); a response that "
+        "does not fit forgets its connection's oldest first, else is not held.",
+    )
     allow_anonymous: bool = Field(
         False,
         description="Serve requests that carry no credential at all; anonymous clients share one namespace.",

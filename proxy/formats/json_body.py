@@ -241,7 +241,12 @@ def parse_body(raw: bytes, check: Callable[[dict], None], *, items: str, noun: s
     400; more than `limit` entries in its list `items` is a 400 `too_many_messages` too."""
     body = load_object(raw)
     check(body)
+    check_count(body, items=items, noun=noun, limit=limit)
+    return body
+
+
+def check_count(body: dict, *, items: str, noun: str, limit: int | None) -> None:
+    """More than `limit` entries in the body's list `items` is a 400 `too_many_messages`."""
     listed = body.get(items)
     if limit is not None and isinstance(listed, list) and len(listed) > limit:
         raise ProxyError(400, f"Too many {noun}: {len(listed)} > {limit}.", code="too_many_messages", param=items)
-    return body

@@ -102,7 +102,8 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
     recorder = Recorder(PriceTable(settings.prices), settings.stats_retention, on_dropped=metrics.stats_dropped.inc)
     stats_api = StatsApi(tenant_names(gatekeeper.tenants, settings.names_key))
     socket = ResponsesSocket(gatekeeper, resolver, SocketLimits(settings.max_body_bytes, settings.ws_idle_timeout,
-                                                      settings.ws_held_responses),
+                                                      settings.ws_held_responses, max_items=settings.max_messages,
+                                                      held_bytes=settings.ws_held_bytes),
                              per_tenant=settings.ws_connections_per_tenant, total=settings.ws_connections)
 
     @contextlib.asynccontextmanager

@@ -14,7 +14,7 @@ import pytest
 from websockets.exceptions import InvalidStatus
 
 from tests.harness.responses import answer, message
-from tests.harness.servers import default_handler, is_responses_create, scripted
+from tests.harness.servers import default_handler, held_back, is_responses_create, scripted
 from tests.harness.websocket import Socket, completed, texts
 
 
@@ -91,14 +91,7 @@ def test_held_responses_hold_at_most_max_body_bytes_together(make_proxy, upstrea
 
 def test_creates_waiting_hold_at_most_max_body_bytes_together(make_proxy, upstream):
     release = threading.Event()
-
-    async def held_back(request, rec):
-        if is_responses_create(rec) and rec.json()["input"] == "first":
-            while not release.is_set():
-                await asyncio.sleep(0.01)
-        return await default_handler(request, rec)
-
-    upstream.handler = held_back
+    upstream.handler = held_back(release)
     with make_proxy(max_body_bytes=8192) as url, Socket(url) as ws:
         ws.send({"type": "response.create", "model": "gpt-5", "input": "first"})
         for text in "abc":

@@ -112,8 +112,8 @@ def test_a_frame_over_the_body_limit(make_proxy, upstream):
             [error] = ws.create(input="x" * 5000)
             assert (error["status"], error["error"]["code"]) == (413, "request_too_large")
             # a continuation whose whole history is over the limit: as HTTP answers that body
-            one = completed(ws.create(input="y" * 3000, store=False))
-            [error] = ws.create(input="z" * 1000, store=False, previous_response_id=one["id"])
+            one = completed(ws.create(input="y" * 2000, store=False))
+            [error] = ws.create(input="z" * 3000, store=False, previous_response_id=one["id"])
             assert (error["status"], error["error"]["code"]) == (413, "request_too_large")
             assert texts(completed(ws.create(input="small"))) == ["Hello there"]
         with Socket(url) as ws:  # beyond the server's frame limit: closed with 1009

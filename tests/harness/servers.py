@@ -346,6 +346,19 @@ class FakeUpstream:
         return Starlette(routes=[Route("/{path:path}", self._endpoint, methods=methods)])
 
 
+def held_back(release: threading.Event, text: str = "first") -> Handler:
+    """A handler answering the Responses create whose input is `text` only once `release` is set
+    (the others at once, as `default_handler`): a lane kept busy while a test sends more."""
+
+    async def handler(request: Request, rec: Recorded) -> Response:
+        if is_responses_create(rec) and rec.json()["input"] == text:
+            while not release.is_set():
+                await asyncio.sleep(0.01)
+        return await default_handler(request, rec)
+
+    return handler
+
+
 def scripted(*responses: Callable[[Recorded], Response]) -> Handler:
     """A handler answering successive model requests with the given factories (last one repeats).
 

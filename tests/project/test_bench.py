@@ -81,3 +81,9 @@ def test_fleet():
 def test_websocket():
     out = run("websocket.py", "--turns", "3", "--sessions", "3", "--history", "3")
     assert "websocket/http mean ratio" in out and "per connection" in out and "conversation" in out
+
+
+def test_websocket_attacks():
+    out = run("websocket_attacks.py", "--frames", "2", "--mb", "2", "--clients", "2", "--items", "30000", "--parts", "2")
+    assert all(f"/healthz during {campaign}" in out for campaign in ("bomb", "warmup", "items", "held", "http"))
+    assert "no extension (uncompressed)" in out and "too_many_messages" in out and "proxy RSS" in out

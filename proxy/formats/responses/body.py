@@ -25,7 +25,7 @@ reads, and so checks:
 from __future__ import annotations
 
 from proxy.formats.json_body import (ARRAY, BOOLEAN, STRING, TOOL, Shape, of, an_object, check_body, item_fields,
-                                     objects, parse_body, part_shape)
+                                     check_count, objects, parse_body, part_shape)
 
 ITEM = Shape({**item_fields(part_shape()), **{name: STRING for name in (
     "id", "call_id", "namespace", "server_label", "approval_request_id")}})
@@ -48,3 +48,9 @@ def parse_responses_body(raw: bytes, *, max_items: int | None = None) -> dict:
 
 def check_responses_body(body: dict) -> None:
     check_body(body, BODY)
+
+
+def check_responses_input(body: dict, *, max_items: int | None) -> None:
+    """A parsed body checked as `parse_responses_body` checks one (ProxyError 400)."""
+    check_responses_body(body)
+    check_count(body, items="input", noun="input items", limit=max_items)

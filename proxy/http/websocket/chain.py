@@ -9,13 +9,19 @@ history, exactly as if the client had sent it over HTTP. The output items go bac
 the response gave them (`input += response.output`, OpenAI's way of carrying a `store: false`
 conversation; Codex resends them with their ids too).
 
-At most `limit` responses are held, and at most `max_bytes` of them together, each counted as
-the JSON of its whole input and output (what its continuation would send again); the least
-recently used is forgotten first (a continuation of it is then `previous_response_not_found`,
-and the client sends its full input, as it must on OpenAI). A response larger than `max_bytes`
-on its own is not held: its continuation could not pass the body limit anyway. Continued
-histories share their items with the responses they continue, so a chain of held responses
-costs about one history in memory (the count above is cautious: it counts each one whole).
+At most `limit` responses are held, and at most `max_bytes` of memory for them together, each
+counted as what its whole input and output hold once parsed (`proxy.core.footprint`: 446,000
+small items are 13 MB of JSON and 110 MB of objects; characters would undercount them 8 x);
+the least recently used is forgotten first (a continuation of it is then
+`previous_response_not_found`, and the client sends its full input, as it must on OpenAI). A
+response larger than `max_bytes` on its own is not held. Continued histories share their items
+with the responses they continue, so a chain of held responses costs about one history in
+memory (the count is cautious: it counts each one whole).
+
+The worker's connections together hold at most `Budget.capacity` bytes (`--ws-held-bytes`):
+a response that does not fit forgets this connection's oldest first, and is not held when it
+still does not fit (its continuation is then `previous_response_not_found`). So 1,024
+connections of 64 MiB each cannot hold 64 GiB.
 
 A response answering a `compaction_trigger` (Codex's remote compaction: the input ends in
 `{"type": "compaction_trigger"}`, the output is one `compaction` item) is held without its
@@ -42,7 +48,8 @@ class Held:
     input: list[Any]  # the whole input this response answered
     output: list[Any]  # its output items, as input items
     store: bool  # the request's `store` (OpenAI's default: true)
-    size: int  # bytes of its input's and output's JSON, about
+    size: int  # bytes its input and output hold (proxy.core.footprint)
+    chars: int = 0  # characters of their JSON, about (what a continuation sends again)
 
 
 def as_input(items: Any) -> list[Any]:
@@ -66,9 +73,26 @@ def history_of(items: list[Any]) -> list[Any]:
     return items
 
 
+class Budget:
+    """The bytes one worker's WebSocket connections hold in responses, together."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity, self.used = capacity, 0
+
+    def take(self, size: int) -> bool:
+        if self.used + size > self.capacity:
+            return False
+        self.used += size
+        return True
+
+    def give_back(self, size: int) -> None:
+        self.used -= size
+
+
 class ConnectionChain:
-    def __init__(self, limit: int, max_bytes: int) -> None:
+    def __init__(self, limit: int, max_bytes: int, budget: Budget | None = None) -> None:
         self.limit, self.max_bytes = limit, max_bytes
+        self.budget = budget if budget is not None else Budget(max_bytes)
         self._held: OrderedDict[str, Held] = OrderedDict()
         self.bytes = 0
 
@@ -78,9 +102,12 @@ class ConnectionChain:
     def __contains__(self, response_id: object) -> bool:
         return response_id in self._held
 
+    def get(self, response_id: object) -> Held | None:
+        return self._held.get(response_id) if isinstance(response_id, str) else None
+
     def size_of(self, response_id: object) -> int:
-        """The size of a held response (0 for one not held)."""
-        held = self._held.get(response_id) if isinstance(response_id, str) else None
+        """The bytes a held response holds (0 for one not held)."""
+        held = self.get(response_id)
         return held.size if held is not None else 0
 
     def expand(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -106,17 +133,31 @@ class ConnectionChain:
         rest["input"] = [*held.input, *held.output, *input_items(body)]
         return rest
 
-    def hold(self, response_id: str, body: dict[str, Any], output: Any, *, size: int) -> None:
+    def hold(self, response_id: str, body: dict[str, Any], output: Any, *, size: int, chars: int = 0) -> bool:
         """Remember a finished response: `body` as expanded (its whole input), `output` its items,
-        `size` the bytes of both as JSON (about: its request's body and its completed event)."""
+        `size` the bytes both hold (`proxy.core.footprint`), `chars` their JSON's length. False when it is not held (larger
+        than `max_bytes`, or no room left in the worker's budget)."""
         self._forget(response_id)
+        if size > self.max_bytes:
+            return False
+        while self._held and (len(self._held) >= self.limit or self.bytes + size > self.max_bytes):
+            self._forget(next(iter(self._held)))
+        while not self.budget.take(size):
+            if not self._held:
+                return False
+            self._forget(next(iter(self._held)))
         self._held[response_id] = Held(history_of(input_items(body)), as_input(output), body.get("store") is not False,
-                                       size)
+                                       size, chars)
         self.bytes += size
-        while self._held and (len(self._held) > self.limit or self.bytes > self.max_bytes):
+        return True
+
+    def clear(self) -> None:
+        """Forget every response (the connection has closed): their bytes back to the budget."""
+        while self._held:
             self._forget(next(iter(self._held)))
 
     def _forget(self, response_id: str) -> None:
         held = self._held.pop(response_id, None)
         if held is not None:
             self.bytes -= held.size
+            self.budget.give_back(held.size)

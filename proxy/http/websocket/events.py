@@ -10,12 +10,13 @@ With a `stream_id` (the request's lane), the event names it.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy.core import jsonio, large_json
+from proxy.core.footprint import footprint
 from proxy.errors import ProxyError
-from proxy.formats.json_body import LARGE_BODY
+from proxy.formats.json_body import LARGE_BODY, check_count
 
 CREATE = "response.create"
 # Codex sends this after handling a response (behind a feature flag): an acknowledgement, nothing to answer
@@ -63,26 +64,34 @@ class Create:
 
     body: dict[str, Any]
     stream_id: str | None
-    size: int = 0  # characters of its frame: what waiting, and being held, costs the connection
+    size: int = 0  # characters of its frame (what a continuation of it sends again)
+    memory: int = 0  # bytes its body holds once parsed (proxy.core.footprint): what waiting costs
 
 
-def decode(text: str) -> Any:
+def decode(text: str | bytes) -> Any:
     """A client text frame's JSON (any type), as an HTTP body is read (`proxy.core.jsonio`; a
     large one by `large_json`, which lets other threads run: call it off the event loop), else
-    ProxyError 400 `invalid_json`."""
+    ProxyError 400 `invalid_json`. A large frame comes as its UTF-8 bytes (`proxy.http.ws_protocol`)."""
     try:
-        return large_json.loads_yielding(text.encode()) if len(text) > LARGE_BODY else jsonio.loads(text)
+        if len(text) > LARGE_BODY:
+            return large_json.loads_yielding(text.encode() if isinstance(text, str) else text)
+        return jsonio.loads(text)
     except jsonio.TooDeep:
         raise ProxyError(400, "A frame is nested too deep to read.", code="invalid_json") from None
     except (ValueError, UnicodeEncodeError):
-        raise ProxyError(400, "A frame is not JSON: every client event is a JSON object with a `type` "
-                              "(e.g. `response.create`).", code="invalid_json") from None
+        raise ProxyError(400, "A frame is not JSON (or not UTF-8): every client event is a JSON object with a "
+                              "`type` (e.g. `response.create`).", code="invalid_json") from None
 
 
-def parse(text: str) -> Create | None:
-    """A client text frame: a `response.create` (Create), an acknowledgement (None), else
-    ProxyError 400 naming what is wrong."""
-    return read(decode(text), size=len(text))
+def parse(text: str | bytes, *, max_items: int | None = None) -> Create | None:
+    """A client text frame: a `response.create` (Create, its memory counted), an acknowledgement
+    (None), else ProxyError 400 naming what is wrong: more than `max_items` input items is
+    `too_many_messages`, as over HTTP (`--max-messages`)."""
+    create = read(decode(text), size=len(text))
+    if create is None:
+        return None
+    check_count(create.body, items="input", noun="input items", limit=max_items)
+    return replace(create, memory=footprint(create.body))
 
 
 def read(event: Any, *, size: int = 0) -> Create | None:

@@ -30,6 +30,7 @@ from proxy.core.settings import SettingsError, SettingsResolver
 from proxy.errors import ProxyError, error_response
 from proxy.http.caller import Caller, Gatekeeper
 from proxy.http.unknown_headers import unknown_in, with_warning
+from proxy.http.websocket.chain import Budget
 from proxy.http.websocket.connection import Connection, Limits
 
 log = logging.getLogger("proxy.http.websocket")
@@ -73,6 +74,7 @@ class ResponsesSocket:
                  total: int = 0) -> None:
         self.gatekeeper, self.resolver, self.limits = gatekeeper, resolver, limits
         self.open = OpenConnections(per_tenant, total)
+        self.held = Budget(limits.held_bytes)  # what all connections of this worker hold
 
     def _caller(self, headers: Headers) -> Caller:
         """Who calls, its `X-Offload-*` headers checked: the refusals of every HTTP request
@@ -107,7 +109,8 @@ class ResponsesSocket:
                 return
             found = unknown_in(scope["headers"])  # said in the 101; counted per response.create
             await send({"type": "websocket.accept", "headers": with_warning([], found.warning()) if found else []})
-            await Connection(app, scope, receive=receive, send=send, limits=self.limits).serve()
+            await Connection(app, scope, receive=receive, send=send, limits=self.limits, budget=self.held,
+                             check=caller.check_body).serve()
         finally:
             self.open.give_back(caller.scope)
 

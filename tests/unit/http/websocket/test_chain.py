@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.errors import ProxyError
-from proxy.http.websocket.chain import ConnectionChain
+from proxy.http.websocket.chain import Budget, ConnectionChain
 
 
 def user(text: str) -> dict:
@@ -91,8 +91,23 @@ def test_held_responses_hold_at_most_max_bytes_together():
 def test_a_response_larger_than_max_bytes_alone_is_not_held():
     chain = ConnectionChain(16, 1000)
     chain.hold("small", {"input": "s"}, [], size=10)
-    chain.hold("huge", {"input": "h"}, [], size=1001)
-    assert "huge" not in chain and "small" not in chain and chain.bytes == 0 and len(chain) == 0
+    assert chain.hold("huge", {"input": "h"}, [], size=1001) is False
+    assert "huge" not in chain and "small" in chain and chain.bytes == 10 and len(chain) == 1  # nothing forgotten for it
+
+
+def test_the_workers_connections_hold_at_most_its_budget_together():
+    """1,024 connections of --max-body-bytes each would hold 64 GiB: the worker's budget bounds them,
+    a connection forgetting its own oldest first, a response that still does not fit not held."""
+    budget = Budget(1000)
+    one, two = ConnectionChain(16, 800, budget), ConnectionChain(16, 800, budget)
+    assert one.hold("a1", {"input": "a"}, [], size=300) and one.hold("a2", {"input": "a"}, [], size=300)
+    assert two.hold("b1", {"input": "b"}, [], size=300) and budget.used == 900
+    assert two.hold("b2", {"input": "b"}, [], size=300)  # b1 forgotten for it: only two's own
+    assert ("b1" in two, "b2" in two, "a1" in one, "a2" in one, budget.used) == (False, True, True, True, 900)
+    assert not two.hold("b3", {"input": "b"}, [], size=500)  # two holds nothing else to forget
+    assert len(two) == 0 and budget.used == 600
+    one.clear()
+    assert budget.used == 0 and len(one) == 0
 
 
 def test_holding_an_id_again_replaces_it():

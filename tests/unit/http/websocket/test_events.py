@@ -56,3 +56,10 @@ def test_an_event_names_its_lane(data):
 
 def test_without_a_lane_an_event_is_as_it_came():
     assert events.with_stream_id('{"type":"a"}', None) == '{"type":"a"}'
+
+
+@pytest.mark.parametrize("depth", [100, 1000, 1023])
+def test_a_deep_create_is_read_its_memory_counted(depth):
+    """The managed route refuses it (nested past 128 levels) as over HTTP; reading it must not fail."""
+    create = events.parse('{"type": "response.create", "input": ' + "[" * depth + "]" * depth + "}")
+    assert create is not None and create.memory > depth * 56
