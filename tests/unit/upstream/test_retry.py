@@ -6,7 +6,8 @@ few bytes of an answer first, one that never answers, and one that fails every r
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ from proxy.errors import ProxyError
 from proxy.upstream import retry
 from proxy.upstream.client import Upstream
 from proxy.upstream.network import Exchange
-from tests.unit.upstream.test_network import Server
+from tests.unit.upstream.test_network import Handler, Server
 
 pytestmark = pytest.mark.anyio
 ANSWER = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
@@ -80,6 +81,7 @@ def upstream_of(server: Server, **settings) -> Upstream:
 
 
 BODY = b'{"model": "m", "input": "' + b"x" * 5000 + b'"}'
+Content = bytes | AsyncIterator[bytes] | None
 CONTENTS = {"no body": lambda: None, "bytes": lambda: BODY, "streamed": lambda: chunks(BODY)}
 
 
@@ -120,19 +122,28 @@ async def test_a_streamed_body_goes_again_whole_after_the_first_attempt_took_par
     assert all(b"transfer-encoding: chunked" in request.lower() for request in handler.answered)
 
 
+async def second_fails(handler: Handler, *, second: Callable[[], Content] = lambda: BODY,
+                       between: Callable[[], None] = lambda: None, **settings: Any) -> ProxyError:
+    """One request answered, then a second one (`between` them: a change of the server's mind),
+    whose error is returned (it must fail)."""
+    async with Server(handler) as server:
+        upstream = upstream_of(server, **settings)
+        try:
+            await (await upstream.send("POST", "responses", headers=[], content=BODY)).aread()
+            between()
+            with pytest.raises(ProxyError) as info:
+                await upstream.send("POST", "responses", headers=[], content=second())
+        finally:
+            await upstream.aclose()
+    return info.value
+
+
 async def test_after_a_byte_of_answer_nothing_goes_again():
     """The server may have processed the request: a 502, and the request was sent once."""
     for partial in (b"H", b"HTTP/1.1 200 OK\r\ncontent-le"):
         handler = ClosesIdle(then=partial)
-        async with Server(handler) as server:
-            upstream = upstream_of(server)
-            try:
-                await (await upstream.send("POST", "responses", headers=[], content=BODY)).aread()
-                with pytest.raises(ProxyError) as info:
-                    await upstream.send("POST", "responses", headers=[], content=BODY)
-            finally:
-                await upstream.aclose()
-        assert info.value.status == 502 and info.value.code == "upstream_unreachable"
+        error = await second_fails(handler)
+        assert error.status == 502 and error.code == "upstream_unreachable"
         assert handler.connections == 1 and handler.unanswered == 1
 
 
@@ -151,51 +162,30 @@ async def test_a_server_that_really_fails_gets_one_attempt_per_request_and_one_5
     assert handler.connections == handler.unanswered == 3
 
     answers_once = ClosesIdle()
-    async with Server(answers_once) as server:
-        upstream = upstream_of(server)
-        try:
-            await (await upstream.send("POST", "responses", headers=[], content=BODY)).aread()
-            answers_once.answer_new = False  # from now on it fails every request, on every connection
-            with pytest.raises(ProxyError) as info:
-                await upstream.send("POST", "responses", headers=[], content=BODY)
-        finally:
-            await upstream.aclose()
-    assert info.value.status == 502
+    error = await second_fails(answers_once, between=lambda: setattr(answers_once, "answer_new", False))
+    assert error.status == 502
     assert answers_once.connections == 2 and answers_once.unanswered == 2  # the pooled one, then one new one
 
 
 async def test_a_timeout_is_not_sent_again():
+    seen: list[bytes] = []
+
     async def answers_once_then_silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
+        seen.append(await read_request(reader))
         writer.write(ANSWER)
         await writer.drain()
         seen.append(await read_request(reader))
         await asyncio.sleep(30)
 
-    seen: list[bytes] = []
-    async with Server(answers_once_then_silent) as server:
-        upstream = upstream_of(server, read_timeout=0.3)
-        try:
-            await (await upstream.send("POST", "responses", headers=[], content=BODY)).aread()
-            with pytest.raises(ProxyError) as info:
-                await upstream.send("POST", "responses", headers=[], content=BODY)
-        finally:
-            await upstream.aclose()
-    assert info.value.status == 504 and len(seen) == 1 and len(server.writers) == 1
+    error = await second_fails(answers_once_then_silent, read_timeout=0.3)
+    assert error.status == 504 and len(seen) == 2  # one connection, the second request on it once
 
 
 async def test_a_streamed_body_past_the_replay_limit_is_not_sent_again(monkeypatch):
     monkeypatch.setattr(retry, "REPLAY_LIMIT", 4096)
     handler = ClosesIdle()
-    async with Server(handler) as server:
-        upstream = upstream_of(server)
-        try:
-            await (await upstream.send("POST", "files", headers=[], content=chunks(b"a" * 100))).aread()
-            with pytest.raises(ProxyError) as info:
-                await upstream.send("POST", "files", headers=[], content=chunks(b"b" * 50_000))
-        finally:
-            await upstream.aclose()
-    assert info.value.status == 502 and handler.connections == 1
+    error = await second_fails(handler, second=lambda: chunks(b"b" * 50_000))
+    assert error.status == 502 and handler.connections == 1
 
 
 def test_only_connection_failures_before_an_answer_on_a_reused_connection_are_retried():
