@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic.json_schema import JsonDict
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from proxy.option_text import json_or_commas
 from proxy.upstream.base_url import anthropic_base, base_url_problem, openai_base
 
+ENV_PREFIX = "OFFLOAD_"
+# Marks a setting holding a key, a token or a credential in a URL (`secret_settings`): `wrap` keeps
+# every spelling of its variable out of the agent's environment.
+SECRET: JsonDict = {"secret": True}
+
 
 class ServerSettings(BaseSettings):
     """Process-wide settings. Every field is settable as `OFFLOAD_<FIELD>` in the environment."""
 
-    model_config = SettingsConfigDict(env_prefix="OFFLOAD_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
 
     host: str = Field("127.0.0.1", description="Interface to listen on.")
     port: int = Field(8080, ge=0, le=65535, description="Port to listen on.")
@@ -24,7 +31,8 @@ class ServerSettings(BaseSettings):
         description="Upstream base URL, as an OpenAI SDK's base_url (https://host/v1; a bare https://host gets /v1).",
     )
     upstream_api_key: str | None = Field(
-        None, description="The operator's provider key. When set, clients must present proxy keys from the "
+        None, json_schema_extra=SECRET,
+        description="The operator's provider key. When set, clients must present proxy keys from the "
         "tenants file (their own keys are refused) and the upstream gets this key instead.",
     )
     anthropic_upstream: str = Field(
@@ -33,11 +41,13 @@ class ServerSettings(BaseSettings):
         "anthropic-version), as ANTHROPIC_BASE_URL is written (https://host), or with /v1.",
     )
     anthropic_api_key: str | None = Field(
-        None, description="The operator's Anthropic key, sent as x-api-key for proxy-key callers on the "
+        None, json_schema_extra=SECRET,
+        description="The operator's Anthropic key, sent as x-api-key for proxy-key callers on the "
         "Anthropic API (as --upstream-api-key is for OpenAI's). When set, clients must present proxy keys.",
     )
     redis_url: str | None = Field(
-        None, description="redis://, rediss:// or redis+cluster:// URL; absent = embedded store in --data-dir."
+        None, json_schema_extra=SECRET,
+        description="redis://, rediss:// or redis+cluster:// URL; absent = embedded store in --data-dir."
     )
     redis_cluster: bool = Field(
         False, description="Treat --redis-url as a Redis Cluster (also implied by a redis+cluster:// URL)."
@@ -50,17 +60,23 @@ class ServerSettings(BaseSettings):
     metrics_tenant_label: bool = Field(
         False, description="Label request and token metrics with the tenant namespace hash."
     )
-    admin_token: str | None = Field(None, description="Bearer token required by /metrics; reads every tenant's statistics and dashboard.")
+    admin_token: str | None = Field(
+        None, json_schema_extra=SECRET,
+        description="Bearer token required by /metrics; reads every tenant's statistics and dashboard.",
+    )
     encryption_key: str | None = Field(
-        None, description="Secret for AES-256-GCM encryption at rest of stored content (absent = plain). Every "
+        None, json_schema_extra=SECRET,
+        description="Secret for AES-256-GCM encryption at rest of stored content (absent = plain). Every "
         "replica sharing a store needs the same one (a replica with another refuses to start)."
     )
     encryption_key_previous: str | None = Field(
-        None, description="The --encryption-key before a rotation: what it sealed is still read, new values are "
+        None, json_schema_extra=SECRET,
+        description="The --encryption-key before a rotation: what it sealed is still read, new values are "
         "sealed with --encryption-key. Needs --namespace-key (docs/security.md: rotating the key)."
     )
     namespace_key: str | None = Field(
-        None, description="Secret that keys tenant namespaces, session names in store keys and compaction tokens "
+        None, json_schema_extra=SECRET,
+        description="Secret that keys tenant namespaces, session names in store keys and compaction tokens "
         "(default: --encryption-key). Keep it when rotating --encryption-key, so no tenant's store moves."
     )
     upstream_allowlist: Annotated[list[str], NoDecode] = Field(  # NoDecode: the validator parses both forms
@@ -309,3 +325,25 @@ class ServerSettings(BaseSettings):
     def anthropic_base(self) -> str:
         """The Anthropic upstream with its /v1: what managed and relayed paths are appended to."""
         return anthropic_base(self.anthropic_upstream)
+
+
+def secret_settings() -> tuple[str, ...]:
+    """The settings marked SECRET, in the model's order."""
+    return tuple(name for name, field in ServerSettings.model_fields.items()
+                 if isinstance(field.json_schema_extra, dict) and field.json_schema_extra.get("secret"))
+
+
+def variables_for(env: Mapping[str, str], names: Iterable[str]) -> list[str]:
+    """The variables of `env` that ServerSettings reads as the settings `names`, in every spelling
+    it reads: names are compared lower-cased, as pydantic-settings compares them (so
+    `offload_encryption_key`, `Offload_Namespace_Key` and even `OFFLOAD_NAMESPACE_\u212aEY`, whose
+    Kelvin sign lower-cases to `k`, are `namespace_key`)."""
+    wanted = {f"{ENV_PREFIX}{name}".lower() for name in names}
+    return [variable for variable in env if variable.lower() in wanted]
+
+
+def from_environment(env: Mapping[str, str], name: str) -> str | None:
+    """The value ServerSettings reads from `env` for the setting `name` (of several spellings, the
+    last, as pydantic-settings keeps it), or None."""
+    found = variables_for(env, (name,))
+    return env[found[-1]] if found else None

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Union
 
-from proxy.core import jsonio, large_json
+from proxy.core import json_text, jsonio, large_json
 from proxy.core.jsonio import nested_deeper_than
 from proxy.errors import ProxyError
 
@@ -230,6 +230,9 @@ def load_object(raw: bytes) -> dict:
     except jsonio.TooDeep as exc:
         raise too_deep() from exc
     except (ValueError, UnicodeDecodeError) as exc:
+        if (codec := json_text.encoding(raw)) not in json_text.UTF8:
+            raise ProxyError(400, f"Request body is not valid JSON: it is {json_text.described(codec)}, and a JSON "
+                                  "body must be UTF-8 (RFC 8259).", code="invalid_json") from exc
         raise ProxyError(400, f"Request body is not valid JSON: {exc}", code="invalid_json") from exc
     if not isinstance(body, dict):
         raise ProxyError(400, "Request body must be a JSON object.", code="invalid_json")

@@ -10,9 +10,10 @@ import httpx2
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from proxy.core import jsonio
+from proxy.core import json_text, jsonio
 from proxy.core.compaction_token import may_spell_token, sealed_fields
 from proxy.formats.json_body import LARGE_BODY, load_object
+from proxy.http.body_charset import refuse_other_charsets
 from proxy.http.body_encoding import codings_of, decoded_body
 from proxy.offload import cpu_pool, response_chains
 from proxy.offload.tenant_store import TenantStore
@@ -29,9 +30,10 @@ from proxy.upstream.choice import has_dot_segment
 
 BODYLESS = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})
 # Relayed paths whose JSON body carries a history's items (Anthropic message batches, items of
-# an OpenAI conversation): read whole, so that no compaction token of the proxy's goes upstream
-# (`refuse_tokens`). Every other body streams through as it arrives.
-CARRIES_ITEMS = re.compile(r"(messages/+batches|conversations(/+[^/?]+/+items)?)/*")
+# an OpenAI conversation): read whole, whatever the method, so that no compaction token of the
+# proxy's goes upstream (`checked_body`). Every other body streams through as it arrives.
+CARRIES_ITEMS = re.compile(r"(messages/+batches|conversations(/+[^/?]+/+items)?)/*", re.IGNORECASE)
+_PATH_PARAMETERS = re.compile(r";[^/]*")  # `conversations;x`: a servlet-style upstream routes it as `conversations`
 
 
 def upstream_path(request: Request) -> str:
@@ -48,12 +50,14 @@ def upstream_path(request: Request) -> str:
 
 
 def carries_items(path: str) -> bool:
-    """Is `path` (as sent, percent-encoding kept) one of `CARRIES_ITEMS`, in any spelling the
-    upstream decodes to it (`messages/batch%65s`, `conversations%2Fc/items`, encoded again)?"""
+    """Is `path` (as sent, percent-encoding kept) one of `CARRIES_ITEMS`, in any spelling an
+    upstream may route to it (`messages/batch%65s`, `conversations%2Fc/items`, encoded again,
+    another case, a backslash for a slash, `;params` after a segment)?"""
     decoded = path
     while "%" in decoded and (once := unquote(decoded)) != decoded:  # shrinks every round: ends
         decoded = once
-    return bool(CARRIES_ITEMS.fullmatch(path) or CARRIES_ITEMS.fullmatch(decoded.split("?", 1)[0]))
+    decoded = _PATH_PARAMETERS.sub("", decoded.split("?", 1)[0].replace("\\", "/"))
+    return bool(CARRIES_ITEMS.fullmatch(path) or CARRIES_ITEMS.fullmatch(decoded))
 
 
 async def close_after(response: httpx2.Response, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
@@ -130,9 +134,10 @@ async def relay(request: Request) -> Response:
         content: bytes | AsyncIterator[bytes] | None = watch.body() if client_has_body(request) else None
         replaced = False
         shared = caller.shared_key and request.method == "POST"
-        if content is not None and (shared or (request.method == "POST" and carries_items(path))):
+        items = carries_items(path)
+        if content is not None and (shared or items):
             # read whole (it is under --max-body-bytes): checked for the shared key, and for tokens
-            content, replaced = await checked_body(request, caller, shared=shared, path=path)
+            content, replaced = await checked_body(request, caller, shared=shared, items=items, path=path)
             watch = ClientWatch(request, body_read=True)
         response = await watch.run(
             upstream.send(
@@ -159,19 +164,11 @@ def is_multipart(request: Request) -> bool:
     return bool(types) and all(kind == "multipart/form-data" for kind in types)
 
 
-_BOMS = (b"\xef\xbb\xbf", b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff", b"\xff\xfe", b"\xfe\xff")
-
-
 def looks_like_json(plain: bytes) -> bool:
-    """Does a body open as a JSON object or array would (after a byte order mark, whitespace, and
-    the zero bytes of UTF-16/32)? A multipart body opens with its boundary (`--…`)."""
-    head = plain[:256]
-    for bom in _BOMS:
-        if head.startswith(bom):
-            head = head[len(bom):]
-            break
-    head = head.replace(b"\x00", b"").lstrip(b" \t\r\n")
-    return head[:1] in (b"{", b"[")
+    """Does a body open as a JSON object or array would, in the encoding a lenient reader takes
+    it to be in (`json_text.first_character`: past a byte order mark and any amount of
+    whitespace, in UTF-8, -16 or -32)? A multipart body opens with its boundary (`--…`)."""
+    return json_text.first_character(plain) in ("{", "[")
 
 
 def refuse_tokens(body: dict) -> None:
@@ -185,53 +182,53 @@ def refuse_tokens(body: dict) -> None:
                          code="invalid_compaction", param=path)
 
 
-async def checked_body(request: Request, caller: Caller, *, path: str, shared: bool = True) -> tuple[bytes, bool]:
-    """A relayed body, read whole, never holding a compaction token of the proxy's in an
-    `encrypted_content` (400 `refuse_tokens`; a body that spells one anywhere goes on as the
-    object read, re-serialised). Without `shared` that is all: anything else goes as sent.
+async def checked_body(request: Request, caller: Caller, *, path: str, shared: bool,
+                       items: bool) -> tuple[bytes, bool]:
+    """A relayed body, read whole, checked, and what goes upstream in its place (True: the body was
+    replaced, its length and coding recomputed).
 
-    `shared`: a body relayed on the shared key (e.g. `responses/input_tokens`), read whole (it is under
-    --max-body-bytes) and refused (403) when it names state stored upstream, like a managed
-    endpoint's. Only a real upload (multipart/form-data whose bytes are not JSON) or an empty body
-    goes unread, as sent; any other must be a JSON object in UTF-8 (compressed or not), whatever
-    its Content-Type says (an upstream may read JSON behind a byte order mark, in UTF-16, with
-    no Content-Type at all, or labelled multipart/form-data): else a 400, as the upstream would
-    answer. What goes upstream is then the object the check read, re-serialised (True: the body
-    was replaced), so a duplicate key cannot show the upstream another value than the one
-    checked."""
+    Every declared Content-Encoding is undone first (415 for one the proxy cannot undo, 400 for a
+    corrupt stream): a body is judged decoded, never as the bytes on the wire. Then, unless it is
+    empty or a real upload (below), it must be a JSON object in UTF-8, whatever its Content-Type
+    says (an upstream may read JSON behind any amount of whitespace, a byte order mark, in UTF-16
+    or -32, with no Content-Type at all, or labelled multipart/form-data): else a 400 naming what
+    it is, as the managed endpoints answer; a declared charset other than UTF-8, ASCII or
+    ISO-8859-1 is a 415 (`body_charset`). A compaction token of the proxy's in an `encrypted_content` is a 400
+    (`refuse_tokens`).
+
+    `items`: a path carrying a history's items (`carries_items`), checked for tokens on any method.
+    What goes upstream is what was judged: the bytes as sent when they were plain and spell no
+    token, else the decoded bytes or, when they spell one (an `encrypted_content` key, an escape),
+    the object read, re-serialised, so a duplicate key cannot show the upstream another value.
+
+    `shared`: a body relayed on the shared key (e.g. `responses/input_tokens`), refused (403) when
+    it names state stored upstream, like a managed endpoint's, and always re-serialised. Only
+    there may a real upload (multipart/form-data whose bytes do not open as JSON) go unread, as
+    sent, and only to the endpoints taking one (`takes_uploads`)."""
     raw = await request.body()
-    try:
-        codings = codings_of(request.headers.getlist("content-encoding"))  # what cannot be read is not relayed
-    except ProxyError:
-        if shared:
-            raise
-        return raw, False  # a coding the proxy cannot undo: the upstream's to judge, as before
+    codings = codings_of(request.headers.getlist("content-encoding"))  # what cannot be read is not relayed
     limit = services_of(request).settings.max_body_bytes
-    upload = is_multipart(request)
+    upload = is_multipart(request) and not items
 
     plain = await decoded_body(raw, codings, limit=limit)  # on the loop only while it inflates to little
 
     def check() -> bytes | None:
-        if not plain.strip():
+        if not json_text.first_character(plain):  # empty, or whitespace only
             return None
         if upload and not looks_like_json(plain):
-            if shared and not takes_uploads(path):
+            if not takes_uploads(path):
                 raise ProxyError(400, f"/v1/{path} takes a JSON body (a multipart/form-data upload goes only to the "
                                       "audio and image endpoints on this proxy's shared key).", code="invalid_json")
             return None
-        spelt = may_spell_token(plain)
-        if not shared and not (spelt and looks_like_json(plain)):
-            return None
-        try:
-            body = load_object(plain)
-        except ProxyError:
-            if shared:
-                raise
-            return None  # no JSON object: the upstream judges it (no field of it can carry a token)
+        refuse_other_charsets(request.headers.getlist("content-type"))
+        body = load_object(plain)  # 400 for anything but a JSON object in UTF-8, naming another encoding
         caller.check_body(body)
+        spelt = may_spell_token(plain)
         if spelt:
             refuse_tokens(body)
-        return jsonio.dumps(body) if shared or spelt else None  # the object checked, not a duplicate key
+        if shared or spelt:
+            return jsonio.dumps(body)  # the object checked, not a duplicate key
+        return plain if codings else None
 
     checked = await cpu_pool.CPU(len(plain) > LARGE_BODY)(check)
     return (raw, False) if checked is None else (checked, True)

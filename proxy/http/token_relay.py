@@ -5,7 +5,8 @@ upstream (the tenant's upstream changed, `X-Offload-Context-Management: relay`).
 can read a token, and it must not leave the proxy: on `POST /v1/responses/compact` (relayed to a
 native upstream) and `POST /v1/responses/input_tokens` the newest one is replaced by what it
 stands for, as on `POST /v1/responses`; another namespace's, a forged or an expired one is a
-400. A body without one is relayed as sent, byte for byte.
+400. A plain UTF-8 body without one is relayed as sent, byte for byte; any other is read first
+(a body in UTF-16 or -32 is a 400, as on the managed endpoints).
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from collections.abc import Callable
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.core import jsonio, large_json
+from proxy.core import json_text, jsonio, large_json
 from proxy.core.compaction_token import may_spell_token
 from proxy.emulation import request as emulation_request
 from proxy.formats.json_body import LARGE_BODY
 from proxy.formats.responses import RESPONSES
+from proxy.http.body_charset import refuse_other_charsets
 from proxy.http.body_encoding import codings_of, decoded_body
 from proxy.http.call_parts import tenant_store
 from proxy.http.caller import Caller
@@ -53,8 +55,9 @@ async def relay_tokens_expanded(request: Request, caller: Caller, path: str, *, 
     """`path` (under /v1) relayed; `parse(raw, max_items)` reads its body (400 for a bad one)."""
     raw = await request.body()
     codings = codings_of(request.headers.getlist("content-encoding"))  # 415 for an unknown one
-    if not codings and not may_spell_token(raw):
-        return await relay(request)
+    refuse_other_charsets(request.headers.getlist("content-type"))  # read as UTF-8, as the upstream must
+    if not codings and json_text.encoding(raw) in json_text.UTF8 and not may_spell_token(raw):
+        return await relay(request)  # plain UTF-8 without a token: as sent (UTF-16 would hide one from the test)
     services = services_of(request)
     body = await read_body(request, caller, parse=parse)
     records = tenant_store(request, caller, charged=False).records(RESPONSES.records_api)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterable
 from typing import Protocol
@@ -11,10 +12,13 @@ import httpx2
 from proxy import telemetry
 
 from proxy.upstream.errors import host_of, upstream_error
+from proxy.upstream.network import EXCHANGE, Exchange
 from proxy.upstream.pool import PoolSettings, pooled_transport
+from proxy.upstream.retry import Replayable, may_retry
 
 Headers = list[tuple[bytes, bytes]]
 URL_CACHE = 1024
+log = logging.getLogger("proxy.upstream")
 
 
 class UpstreamSettings(PoolSettings, Protocol):
@@ -42,6 +46,9 @@ class Upstream:
         # The transport is used directly, without httpx2.Client: a proxy must not keep cookies
         # between clients, follow redirects or add default headers; it is also cheaper.
         self.transport = transport or pooled_transport(settings)
+        # where a request goes again after a pooled connection failed it (`proxy.upstream.retry`): a
+        # new connection, never another pooled one the server may be closing too
+        self.fresh = transport or pooled_transport(settings, keep_alive=False)
         self._urls: dict[tuple[str, bytes, str | None], httpx2.URL] = {}
 
     def url(self, path: str, query: bytes = b"", base: str | None = None) -> str:
@@ -73,17 +80,39 @@ class Upstream:
         """Send and return as soon as the response headers arrive (body not read yet).
 
         `base` replaces the configured upstream base URL (a tenant's own, or an allowed one).
-        Raises ProxyError 502 when the upstream cannot be reached, 504 when it times out.
+        Raises ProxyError 502 when the upstream cannot be reached, 504 when it times out. A request
+        the server closed its pooled connection on before answering goes again once, on a new
+        connection (`proxy.upstream.retry`).
         """
-        request = httpx2.Request(
-            method, self._parsed_url(path, query, base), headers=headers, content=content, extensions={"timeout": self.timeout}
-        )
+        url = self._parsed_url(path, query, base)
+        replay = first = None
+        if content is not None and not isinstance(content, bytes):  # streamed: kept while small, to go again
+            replay = Replayable(content)
+            first = replay.first()
+        request = httpx2.Request(method, url, headers=headers, content=first or content,
+                                 extensions={"timeout": self.timeout})
         rec = telemetry.current.get()
         sent = time.perf_counter()
         if rec is not None and rec.upstream_sent is None:
             rec.upstream_sent = sent
+        exchange = Exchange()
+        watching = EXCHANGE.set(exchange)
         try:
-            response = await self.transport.handle_async_request(request)
+            try:
+                response = await self.transport.handle_async_request(request)
+            except httpx2.TransportError as exc:
+                if not may_retry(exc, exchange) or (replay is not None and not replay.replayable):
+                    raise
+                log.info("upstream %s closed a pooled connection before answering (%s): sent again on a new one",
+                         host_of(url), type(exc).__name__)
+                if first is not None:
+                    await first.aclose()  # where the first attempt left off; the client's body is not closed
+                again = replay.again() if replay is not None else content
+                request = httpx2.Request(method, url, headers=headers, content=again,
+                                         extensions={"timeout": self.timeout})
+                response = await self.fresh.handle_async_request(request)
+            if replay is not None:
+                replay.forget()
             response.request = request  # its host names the upstream in an error reading the body
             if rec is not None:
                 rec.upstream_status = response.status_code
@@ -92,6 +121,10 @@ class Upstream:
             return response
         except httpx2.TransportError as exc:
             raise upstream_error(exc, host_of(request.url)) from exc
+        finally:
+            EXCHANGE.reset(watching)
 
     async def aclose(self) -> None:
         await self.transport.aclose()
+        if self.fresh is not self.transport:
+            await self.fresh.aclose()

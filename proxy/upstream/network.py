@@ -16,6 +16,8 @@ import asyncio
 import socket
 import ssl
 from collections.abc import Iterable
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 import httpcore2
@@ -28,6 +30,20 @@ READ_HIGH_WATER = 256 * 1024
 # soon as this much is held.
 WRITE_BATCH = 64 * 1024
 WRITE_SLICE = 1024 * 1024  # a larger write is handed to the transport in pieces of this size
+
+
+@dataclass
+class Exchange:
+    """What the sockets saw of one request `proxy.upstream.client.Upstream.send` makes, while it is
+    sent and its answer's head awaited: whether the connection had carried an answer before (a
+    pooled one), and how many bytes came back for this request. A connection the server closed
+    before reading the request fails with nothing received: that request can go again."""
+
+    reused: bool | None = None  # None: nothing was written yet
+    received: int = 0
+
+
+EXCHANGE: ContextVar[Exchange | None] = ContextVar("upstream_exchange", default=None)
 
 
 class _Connection(asyncio.Protocol):
@@ -108,6 +124,7 @@ class AsyncioStream(httpcore2.AsyncNetworkStream):
         self._connection = connection
         self._held: list[bytes] = []
         self._held_bytes = 0
+        self._answered = False  # bytes came back on it: a later request goes on a reused connection
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         connection = self._connection
@@ -123,6 +140,9 @@ class AsyncioStream(httpcore2.AsyncNetworkStream):
         if connection.buffer:
             data = bytes(connection.buffer[:max_bytes])
             del connection.buffer[:max_bytes]
+            self._answered = True
+            if (exchange := EXCHANGE.get()) is not None:
+                exchange.received += len(data)
             if connection.reading_paused and len(connection.buffer) <= READ_HIGH_WATER // 4 and not connection.lost:
                 connection.reading_paused = False
                 self._transport.resume_reading()
@@ -139,6 +159,8 @@ class AsyncioStream(httpcore2.AsyncNetworkStream):
         still leaves piece by piece, as each one is written."""
         if not buffer:
             return
+        if (exchange := EXCHANGE.get()) is not None and exchange.reused is None:  # the request's first write
+            exchange.reused = self._answered
         connection = self._connection
         if connection.write_paused:  # the kernel's buffer is full: wait until it drains
             await self._drained(timeout)

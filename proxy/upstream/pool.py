@@ -16,11 +16,13 @@ class PoolSettings(Protocol):
     def max_connections(self) -> int: ...
 
 
-def pooled_transport(settings: PoolSettings) -> httpx2.AsyncHTTPTransport:
+def pooled_transport(settings: PoolSettings, *, keep_alive: bool = True) -> httpx2.AsyncHTTPTransport:
+    """Keep-alive connections, reused; `keep_alive=False`: none is kept, every request opens its
+    own (what a request retried after a pooled connection failed goes on)."""
     transport = httpx2.AsyncHTTPTransport(
         limits=httpx2.Limits(
             max_connections=settings.max_connections,
-            max_keepalive_connections=min(settings.max_connections, 200),
+            max_keepalive_connections=min(settings.max_connections, 200) if keep_alive else 0,
             keepalive_expiry=60,
         ),
     )

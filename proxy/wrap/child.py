@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import proxy
+from proxy.config import ENV_PREFIX, variables_for
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
@@ -171,6 +172,8 @@ class ProxyChild:
         env = dict(os.environ)
         package_root = str(Path(proxy.__file__).resolve().parent.parent)  # the child runs this very code
         env["PYTHONPATH"] = os.pathsep.join(filter(None, (package_root, env.get("PYTHONPATH"))))
+        for variable in variables_for(env, [name.removeprefix(ENV_PREFIX).lower() for name in settings]):
+            del env[variable]  # another spelling of one (`offload_port`) must not contend with wrap's
         env.update(settings)
         out: IO[bytes] = os.fdopen(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")  # the user's only
         try:

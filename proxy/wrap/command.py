@@ -29,7 +29,7 @@ from types import FrameType
 from typing import Any
 from urllib.parse import urlsplit
 
-from proxy.config import ServerSettings
+from proxy.config import ServerSettings, from_environment, secret_settings, variables_for
 from proxy.server_options import add_settings_options, listen_problem, option, settings_error
 from proxy.wrap import summary
 from proxy.wrap.agents import AGENTS, Agent, Upstream, environment, names
@@ -41,9 +41,8 @@ USAGE = "%(prog)s [-h] AGENT [--proxy-url URL] [--keep] [--quiet] [proxy options
 DEFAULTS = {"port": "a free one", "data_dir": "a temporary folder, removed at exit"}
 UPSTREAMS = ("upstream", "anthropic_upstream")
 # The proxy's secrets, never in the agent's environment (it runs commands a model chose): the user's
-# OFFLOAD_* variables of these are the proxy's, or those of the proxy at --proxy-url.
-SECRET_SETTINGS = ("admin_token", "upstream_api_key", "anthropic_api_key", "encryption_key",
-                   "encryption_key_previous", "namespace_key", "redis_url")
+# variables of these, in every spelling the settings read, are the proxy's, or those of the proxy at --proxy-url.
+SECRET_SETTINGS = secret_settings()
 EPILOG = ("The agent's own arguments go after --: offload-proxy wrap codex -- exec 'fix the tests'. "
           "Every serve option is accepted before it (--upstream, --anthropic-upstream, --mode, …); the proxy "
           "listens on a free loopback port with a store of its own for the run (docs/wrap.md).")
@@ -145,6 +144,12 @@ def connect_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
+def drop_secrets(env: dict[str, str]) -> None:
+    """Remove from `env` every variable the settings would read as one of SECRET_SETTINGS."""
+    for variable in variables_for(env, SECRET_SETTINGS):
+        del env[variable]
+
+
 def bypass_proxies(env: dict[str, str], host: str) -> None:
     """An HTTP(S)_PROXY of the user's would carry the agent's loopback requests away: NO_PROXY gets the host."""
     if not any(env.get(name) for name in PROXY_VARIABLES):
@@ -189,26 +194,26 @@ class Session:
                             "(the proxy there runs with its own settings)", 2)
         self.url = url
         check_reusable(self.url)
-        self.token = self.given.get("admin_token") or os.environ.get("OFFLOAD_ADMIN_TOKEN") or None
+        self.token = self.given.get("admin_token") or from_environment(os.environ, "admin_token") or None
 
     def start(self, agent: Agent) -> None:
         env = os.environ
         settings: dict[str, Any] = dict(self.given)
         derived = {name: found for name, found in agent.upstreams(env).items()  # where the agent went before
-                   if name not in settings and f"OFFLOAD_{name.upper()}" not in env}
+                   if name not in settings and from_environment(env, name) is None}
         settings.update({name: found.url for name, found in derived.items()})
         self.scratch = Path(tempfile.mkdtemp(prefix="offload-wrap-"))
-        if "data_dir" not in settings and "OFFLOAD_DATA_DIR" not in env:
+        if "data_dir" not in settings and from_environment(env, "data_dir") is None:
             settings["data_dir"] = str(self.scratch / "store")
-            self.fresh = "redis_url" not in settings and "OFFLOAD_REDIS_URL" not in env
-        if "admin_token" not in settings and not env.get("OFFLOAD_ADMIN_TOKEN"):
+            self.fresh = "redis_url" not in settings and from_environment(env, "redis_url") is None
+        if "admin_token" not in settings and not from_environment(env, "admin_token"):
             settings["admin_token"] = secrets.token_urlsafe(24)
             self.own_token = True
         try:
             resolved = ServerSettings(**settings)
         except Exception as exc:  # pydantic's ValidationError: one line per setting
             raise WrapError(settings_problem(exc, derived, agent), 2) from exc
-        if "port" in settings or "OFFLOAD_PORT" in env:
+        if "port" in settings or from_environment(env, "port") is not None:
             if (problem := listen_problem(resolved.host, resolved.port)) is not None:
                 hint = (f", or run through the proxy serving there with --proxy-url "
                         f"http://{connect_host(resolved.host)}:{resolved.port}") if "in use" in problem else ""
@@ -222,7 +227,7 @@ class Session:
             if same_address(value := getattr(resolved, name), resolved.host, resolved.port):
                 source, value = ((derived[name].source, derived[name].url) if name in derived else
                                  (option(name), self.given[name]) if name in self.given else
-                                 (f"OFFLOAD_{name.upper()}", env.get(f"OFFLOAD_{name.upper()}", value)))
+                                 (f"OFFLOAD_{name.upper()}", from_environment(env, name) or value))
                 raise WrapError(f"{source} {value!r} is this proxy's own address: it would send every request to "
                                 f"itself; choose another --port, or another {option(name)}", 2)
         self.token = resolved.admin_token
@@ -245,8 +250,7 @@ class Session:
             else:
                 self.start(agent)
             before_args, env = environment(agent, self.url)
-            for name in SECRET_SETTINGS:
-                env.pop(f"OFFLOAD_{name.upper()}", None)
+            drop_secrets(env)
             bypass_proxies(env, urlsplit(self.url).hostname or "")
             quiet = self.args.quiet
             before: tuple[dict[str, float] | None, str] = (None, "")

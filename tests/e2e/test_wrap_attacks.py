@@ -375,6 +375,34 @@ def test_the_agent_never_gets_the_proxys_secrets_and_the_run_folder_is_private(a
     assert reports(report)[-1] == {"offload": [], "values": [], "found": True, "in_argv": False}
 
 
+# the settings read OFFLOAD_* names lower-cased (pydantic-settings): each of these configures the proxy
+SPELT_SECRETS = {"offload_encryption_key": "enc-S3CR3T-0123456789abcdef", "Offload_Namespace_Key": "ns-S3CR3T-0123456789ab",
+                 "oFFLOAD_aDMIN_tOKEN": "admin-S3CR3T-spelt", "oFFLOAD_uPSTREAM_API_\u212aEY": "sk-S3CR3T-kelvin",
+                 "offload_Redis_Url": "redis://:S3CR3T@127.0.0.1:1/0"}
+LISTS_ITS_OFFLOAD_VARIABLES = """
+report(offload=sorted(k for k in os.environ if k.lower().startswith("offload_")),
+       values=[v for v in os.environ.values() if "S3CR3T" in v])
+"""
+
+
+@pytest.mark.parametrize("reused", [False, True])
+def test_the_proxys_secrets_in_any_spelling_never_reach_the_agent(agents, make_proxy, reused):
+    """A secret's variable in another case, or with a character that lower-cases to its letter (the
+    Kelvin sign for K), is read by the settings as the secret: it is removed from the agent's
+    environment as the canonical spelling is, also with --proxy-url; the proxy's other settings stay."""
+    folder, report, env = agents
+    wrap.standin(folder, "codex", LISTS_ITS_OFFLOAD_VARIABLES)
+    spelt = {k: v for k, v in SPELT_SECRETS.items() if reused or "REDIS" not in k.upper()}  # no Redis to start with
+    env = {**env, **spelt, "offload_log_format": "text"}
+    if reused:
+        with make_proxy() as url:
+            done = run("codex", "--quiet", "--proxy-url", url, env=env)
+    else:
+        done = run("codex", "--quiet", env=env)
+    assert done.returncode == 0, done.stderr
+    assert reports(report) == [{"offload": ["offload_log_format"], "values": []}]
+
+
 # ---------------------------------------------------------------- the proxy gone during the run
 
 KILLS_THE_PROXY = """

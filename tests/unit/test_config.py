@@ -1,12 +1,16 @@
-"""The server's settings refuse an upstream that is not an API's base URL, in one message that
-says what to give instead (not pydantic's pattern text)."""
+"""The server's settings (proxy.config): an upstream that is not an API's base URL is refused in
+one message that says what to give instead (not pydantic's pattern text); which environment
+variables they read, in every spelling pydantic-settings reads as a setting's name, so that `wrap`
+can keep each of them from an agent."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 from pydantic import ValidationError
 
-from proxy.config import ServerSettings
+from proxy.config import ServerSettings, from_environment, secret_settings, variables_for
 from proxy.server_options import settings_error
 
 
@@ -47,3 +51,44 @@ def test_base_urls_are_kept_as_written():
     settings = ServerSettings(upstream="https://openrouter.ai/api/v1/", anthropic_upstream="https://api.anthropic.com/v1")
     assert settings.upstream == "https://openrouter.ai/api/v1/" and settings.upstream_base == "https://openrouter.ai/api/v1"
     assert settings.anthropic_base == "https://api.anthropic.com/v1"
+
+
+# ---------------------------------------------------------------- the variables read
+
+KELVIN = "\u212a"  # KELVIN SIGN: lower-cases to an ASCII "k"
+SPELLINGS = ["OFFLOAD_NAMESPACE_KEY", "offload_namespace_key", "Offload_Namespace_Key", "oFFLOAD_nAMESPACE_kEY",
+             f"OFFLOAD_NAMESPACE_{KELVIN}EY"]
+
+
+@pytest.mark.parametrize("variable", SPELLINGS)
+def test_every_spelling_the_settings_read_is_found(monkeypatch, variable):
+    monkeypatch.setenv(variable, "ns-secret-0123456789abcdef")
+    assert ServerSettings().namespace_key == "ns-secret-0123456789abcdef"  # the settings do read it
+    assert variables_for(os.environ, ["namespace_key"]) == [variable]
+    assert from_environment(os.environ, "namespace_key") == "ns-secret-0123456789abcdef"
+
+
+def test_names_that_are_not_the_settings_are_left():
+    env = {"OFFLOAD_NAMESPACE_KEYS": "a", "XOFFLOAD_NAMESPACE_KEY": "b", "OFFLOAD-NAMESPACE-KEY": "c",
+           "OFFLOAD_NAMESPACEKEY": "d", "NAMESPACE_KEY": "e", "OFFLOAD_NAMESPACE_KEY ": "f", "OFFLOAD_LOG_FORMAT": "g"}
+    assert variables_for(env, ["namespace_key", "admin_token"]) == []
+    assert from_environment(env, "namespace_key") is None
+    assert variables_for(env, ["log_format"]) == ["OFFLOAD_LOG_FORMAT"]
+
+
+def test_of_several_spellings_the_last_is_the_value_read(monkeypatch):
+    for variable in list(os.environ):
+        if variable.lower().startswith("offload_"):
+            monkeypatch.delenv(variable)
+    monkeypatch.setenv("offload_admin_token", "first")
+    monkeypatch.setenv("OFFLOAD_ADMIN_TOKEN", "second")
+    assert ServerSettings().admin_token == from_environment(os.environ, "admin_token") == "second"
+    assert variables_for(os.environ, ["admin_token"]) == ["offload_admin_token", "OFFLOAD_ADMIN_TOKEN"]
+
+
+def test_the_secret_settings_are_marked_in_the_model():
+    """A setting added later that holds a key, a token or a password in a URL is marked SECRET."""
+    by_name = {name for name in ServerSettings.model_fields
+               if name.endswith(("_key", "_key_previous", "_token")) or name == "redis_url"}
+    assert set(secret_settings()) == by_name
+    assert "upstream" not in secret_settings() and "log_format" not in secret_settings()

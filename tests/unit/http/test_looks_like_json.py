@@ -6,7 +6,10 @@ BODY = '{"previous_response_id": "resp_x"}'
 
 
 @pytest.mark.parametrize("raw", [BODY.encode(), b"  \r\n" + BODY.encode(), b"\xef\xbb\xbf" + BODY.encode(),
-                                 BODY.encode("utf-16"), BODY.encode("utf-16-be"), BODY.encode("utf-32"), b"[1]"])
+                                 BODY.encode("utf-16"), BODY.encode("utf-16-be"), BODY.encode("utf-32"), b"[1]",
+                                 # past any look-ahead of the head (issue 38: 256 bytes were read)
+                                 b" " * 300 + BODY.encode(), b"\n" * 70_000 + BODY.encode(),
+                                 (" " * 300 + BODY).encode("utf-16-le"), (" " * 300 + BODY).encode("utf-32")])
 def test_json_in_any_spelling_looks_like_json(raw):
     assert looks_like_json(raw)
 

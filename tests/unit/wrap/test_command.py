@@ -9,7 +9,7 @@ import pytest
 from proxy.cli import main
 from proxy.config import ServerSettings
 from proxy.wrap.child import WrapError
-from proxy.wrap.command import SECRET_SETTINGS, proxy_root, same_address, unknown_arguments
+from proxy.wrap.command import SECRET_SETTINGS, drop_secrets, proxy_root, same_address, unknown_arguments
 
 
 def wrap_help(capsys) -> str:
@@ -113,3 +113,16 @@ def test_every_secret_setting_is_kept_from_the_agent():
     secret = {name for name in ServerSettings.model_fields
               if name.endswith(("_key", "_key_previous", "_token")) or name == "redis_url"}
     assert secret == set(SECRET_SETTINGS)
+
+
+def test_secrets_are_dropped_in_every_spelling_the_settings_read():
+    """pydantic-settings reads OFFLOAD_* names lower-cased: each of these configures the proxy, and
+    none may reach the agent; the proxy's other settings and look-alike names stay."""
+    secrets = {"offload_encryption_key": "a", "Offload_Namespace_Key": "b", "oFFLOAD_uPSTREAM_API_KEY": "c",
+               "OFFLOAD_ADMIN_TOKEN": "d", "offload_redis_url": "e", "OFFLOAD_ANTHROPIC_API_\u212aEY": "f",
+               "Offload_Encryption_Key_Previous": "g"}
+    kept = {"OFFLOAD_LOG_FORMAT": "text", "offload_mode": "compress", "OFFLOAD_ADMIN_TOKENS": "x",
+            "OPENAI_API_KEY": "sk-user", "PATH": "/bin"}
+    env = {**secrets, **kept}
+    drop_secrets(env)
+    assert env == kept
