@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.core import line_diff, texts
+from proxy.core.compaction_rule import CompactionRule
 from proxy.core.markers import is_marker, make_ref
 from proxy.core.tokens import REPLY_PRIMING, TokenCounter
 from proxy.core.view import ItemView
@@ -57,18 +58,6 @@ class Fold:
     text: str
     original: str
     base: int
-
-
-@dataclass(frozen=True)
-class CompactionRule:
-    """When compaction replaces a result by its preview (`proxy.core.compaction`): a result over
-    `max_tool_message_tokens` (`OffloadSettings.tool_result_limit`), outside the `keep_recent` last items, of a history over
-    `max_total_tokens`. A base so replaced on the turn a result arrives is not shown whole: no
-    fold points to it."""
-
-    max_total_tokens: int
-    max_tool_message_tokens: int
-    keep_recent: int
 
 
 class _Text:
@@ -117,9 +106,8 @@ def plan_folds(items: list[Any], view: ItemView, *, namespace: str, counter: Tok
             continue
 
         def shown(base: _Base, total: int, arrival: int = i) -> bool:  # whole on the turn items[arrival] arrives
-            return not (compaction is not None and total > compaction.max_total_tokens
-                        and base.index < arrival + 1 - compaction.keep_recent
-                        and base.tokens > compaction.max_tool_message_tokens)
+            return compaction is None or not compaction.replaces(base.tokens, index=base.index, length=arrival + 1,
+                                                                 total=total)
 
         fold = None
         read = _Text(text, _digest(text) if len(text) >= FOLD_MIN_CHARS // 2 else b"", names)
