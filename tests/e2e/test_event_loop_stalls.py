@@ -241,11 +241,9 @@ def test_the_split_of_a_large_request_of_few_messages_runs_off_the_loop(make_pro
 # ---------------------------------------------------------------- folding's diffs (issue 38)
 
 
-@pytest.mark.parametrize("fmt", ["chat", "responses"])
-def test_a_request_whose_folds_may_diff_long_is_planned_off_the_loop(make_proxy, upstream, monkeypatch, fmt):
-    """Issue 38's request: 25 results of 1,950 lines drawn from 120 short ones (297 KB, under
-    the size that sends a request to the pool). Its diffs are bounded and its plan runs off the
-    loop: it is answered, and /healthz answers all along."""
+@pytest.fixture
+def planned_on(monkeypatch) -> set[str]:
+    """The names of the threads the pipeline's plans ran on."""
     threads: set[str] = set()
     plan = pipeline.plan_compaction
 
@@ -254,6 +252,14 @@ def test_a_request_whose_folds_may_diff_long_is_planned_off_the_loop(make_proxy,
         return plan(*args, **kwargs)
 
     monkeypatch.setattr(pipeline, "plan_compaction", spy)
+    return threads
+
+
+@pytest.mark.parametrize("fmt", ["chat", "responses"])
+def test_a_request_whose_folds_may_diff_long_is_planned_off_the_loop(make_proxy, upstream, planned_on, fmt):
+    """Issue 38's request: 25 results of 1,950 lines drawn from 120 short ones (297 KB, under
+    the size that sends a request to the pool). Its diffs are bounded and its plan runs off the
+    loop: it is answered, and /healthz answers all along."""
     messages = tool_history(drawn_results())
     assert cpu_pool.text_size(messages) < cpu_pool.LARGE_CHARS  # small by its size alone
     if fmt == "chat":
@@ -271,22 +277,14 @@ def test_a_request_whose_folds_may_diff_long_is_planned_off_the_loop(make_proxy,
         latencies = probed(url, send)
     assert answers["large"].status_code == 200, answers["large"].text[:300]
     assert latencies  # /healthz answered (each a 200) while the request was planned
-    assert {name.split("_")[0] for name in threads} == {"offload-cpu"}, threads
+    assert {name.split("_")[0] for name in planned_on} == {"offload-cpu"}, planned_on
     sent = (upstream.chat_requests() if fmt == "chat" else upstream.responses_requests())[-1].json()
     tool_results = ([m["content"] for m in sent["messages"] if m["role"] == "tool"] if fmt == "chat" else
                     [i["output"] for i in sent["input"] if i.get("type") == "function_call_output"])
     assert tool_results[-1] == messages[-2]["content"]  # the newest result whole; none was foldable
 
 
-def test_an_ordinary_small_request_is_still_planned_inline(tmp_path, monkeypatch):
-    threads: set[str] = set()
-    plan = pipeline.plan_compaction
-
-    def spy(*args, **kwargs):
-        threads.add(threading.current_thread().name)
-        return plan(*args, **kwargs)
-
-    monkeypatch.setattr(pipeline, "plan_compaction", spy)
+def test_an_ordinary_small_request_is_still_planned_inline(tmp_path, planned_on):
     store = GuardedStore(SQLiteStore(tmp_path))
 
     async def prepare() -> pipeline.Prepared:
@@ -294,5 +292,5 @@ def test_an_ordinary_small_request_is_still_planned_inline(tmp_path, monkeypatch
                                       namespace="n" * 32, refs=RefStore(store, "n" * 32, 60), compressor=None, view=VIEW)
 
     asyncio.run(prepare())
-    assert threads == {threading.current_thread().name}
+    assert planned_on == {threading.current_thread().name}
     asyncio.run(store.close())
