@@ -76,6 +76,10 @@ class _Text:
             self._lines = line_diff.Lines(self.text, self._names)
         return self._lines
 
+    def forget(self) -> None:
+        """Let its lines go (a base out of the window is never diffed again)."""
+        self._lines = None
+
 
 @dataclass
 class _Base:
@@ -127,7 +131,7 @@ def plan_folds(items: list[Any], view: ItemView, *, namespace: str, counter: Tok
             exact[text] = entry
             window.append(entry)
             if len(window) > BASE_WINDOW:
-                del window[0]
+                window.pop(0).read.forget()
     return folds
 
 
