@@ -54,8 +54,8 @@ class Lines:
 
 
 def floor(a: Lines, b: Lines, *, stop: int) -> int:
-    """At most the characters of the hunks of any diff from `a` to `b` (each unmatched line: its
-    characters, its `-`/`+` and a newline), counted until it passes `stop`."""
+    """A lower bound on the characters of the hunks of any diff from `a` to `b` (each line one
+    cannot match: its characters, its `-`/`+` and a newline), counted until it passes `stop`."""
     if a.counts == b.counts:  # the same lines, as often (a permutation)
         return 0
     total = 0
