@@ -8,7 +8,6 @@ import json
 import random
 
 import pytest
-from rapidfuzz.distance import Indel
 
 from proxy.core import compression as cp
 from proxy.core import fold, line_diff
@@ -22,6 +21,7 @@ from proxy.formats.chat import VIEW as CHAT
 from proxy.formats.messages import MESSAGES
 from proxy.formats.responses import RESPONSES
 from tests.harness.history import big_text, drawn_results, tool_history
+from tests.unit.core.test_line_diff import Counting
 from tests.unit.core.fold_fixtures import CASES, MSA_FIRST, MSA_RERUN, OH_VIEW, Case, history
 
 COUNTER = counter_for_model("gpt-4o")
@@ -206,26 +206,10 @@ def test_a_look_alike_is_compacted_like_any_content():
 # ---------------------------------------------------------------- the diffs' work, bounded (issue 38)
 
 
-class Matcher:
-    """rapidfuzz's Indel as `proxy.core.line_diff` calls it, counting each call's lines."""
-
-    def __init__(self) -> None:
-        self.distances: list[tuple[int, int]] = []
-        self.alignments: list[tuple[int, int]] = []
-
-    def distance(self, xs, ys, **kwargs):
-        self.distances.append((len(xs), len(ys)))
-        return Indel.distance(xs, ys, **kwargs)
-
-    def opcodes(self, xs, ys):
-        self.alignments.append((len(xs), len(ys)))
-        return Indel.opcodes(xs, ys)
-
-
 @pytest.fixture
-def matcher(monkeypatch) -> Matcher:
+def matcher(monkeypatch) -> Counting:
     """The matcher's calls counted, no diff remembered from before, and difflib's never used."""
-    counting = Matcher()
+    counting = Counting()
     monkeypatch.setattr(line_diff, "Indel", counting)
     monkeypatch.setattr(fold, "_MEMO", fold._Memo())
 

@@ -123,7 +123,7 @@ def test_the_floor_is_never_above_the_hunks():
 
 
 class Counting:
-    """rapidfuzz's Indel, counting the lines of each call (distances, alignments)."""
+    """rapidfuzz's Indel as `proxy.core.line_diff` calls it, counting each call's lines."""
 
     def __init__(self) -> None:
         self.distances: list[tuple[int, int]] = []
