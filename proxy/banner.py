@@ -43,9 +43,10 @@ def _store(settings: ServerSettings) -> str:
 
 def _offload(settings: ServerSettings, tenants: int) -> str:
     defaults = OffloadSettings(**settings.offload_defaults())
-    what = {"auto": f"its tool results over {defaults.tool_result_limit()} tokens compacted, then older "
-                    "turns summarised if still too large",
-            "compact": f"its tool results over {defaults.tool_result_limit()} tokens compacted",
+    compacted = (f"its tool results over {defaults.tool_result_limit()} tokens compacted (the newest too over "
+                 f"{defaults.max_fresh_tool_message_tokens})")
+    what = {"auto": f"{compacted}, then older turns summarised if still too large",
+            "compact": compacted,
             "compress": "its older turns summarised"}.get(defaults.mode)
     if what is None:
         line = "mode off (requests go upstream unchanged)"

@@ -104,6 +104,10 @@ class ServerSettings(BaseSettings):
         None, description="Default X-Offload-Max-Tool-Message-Tokens (6000, at most a third of the trigger when not set)."
     )
     keep_recent: int | None = Field(None, description="Default X-Offload-Keep-Recent (1 compact, 2 compress).")
+    max_fresh_tool_message_tokens: int | None = Field(
+        None, description="Default X-Offload-Max-Fresh-Tool-Message-Tokens (25000): a tool result above it is "
+        "compacted even among the recent messages, on the turn it arrives, once over max-total-tokens."
+    )
     keep_images: int | None = Field(None, description="Default X-Offload-Keep-Images (3): older images are offloaded.")
     image_batch: int | None = Field(None, description="Default X-Offload-Image-Batch (6): images offloaded so many "
                                     "at a time (the prefix changes once per batch).")

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core import texts
-from proxy.core.fold import CompactionRule, plan_folds
+from proxy.core.compaction_rule import CompactionRule
+from proxy.core.fold import plan_folds
 from proxy.core.media import plan_media
 from proxy.core.view import ItemView
 from proxy.core.markers import is_marker, make_ref, refs_in, tool_result_marker
@@ -77,7 +78,8 @@ def plan_compaction(
 ) -> Plan:
     """Replace the older images and large documents (`proxy.core.media`, whatever the history's
     size, unless the mode is off), then, when `compact` and the history is too large, every
-    large tool result outside the recent tail.
+    large tool result outside the recent tail and every very large one inside it
+    (`proxy.core.compaction_rule`).
 
     Only the items after the newest provider compaction item count and are replaced (the
     provider ignores those before it, which go as sent), and no tool result the provider's own
@@ -93,21 +95,19 @@ def plan_compaction(
         items = plan.items = [*items[:start], *media.items]
         plan.media_tokens_saved = before - plan.tokens_after
     reload_ids = injected_call_ids(items, view)
+    rule = CompactionRule.of(settings, keep_recent=COMPACT_KEEP_RECENT)
     if settings.mode != "off" and settings.fold:
-        rule = CompactionRule(settings.max_total_tokens, settings.tool_result_limit(),
-                              settings.keep_recent_for(COMPACT_KEEP_RECENT)) if compact else None
-        _fold(plan, view, counter=counter, namespace=namespace, start=start, reload_ids=reload_ids, rule=rule)
+        _fold(plan, view, counter=counter, namespace=namespace, start=start, reload_ids=reload_ids,
+              rule=rule if compact else None)
         items = plan.items
     live = plan.tokens_after if start == 0 else counter.messages(items[start:])
     if settings.mode == "off" or not compact or live <= settings.max_total_tokens:
         plan.refs = present_refs(items, view)
         return plan
-    last_eligible = len(items) - settings.keep_recent_for(COMPACT_KEEP_RECENT)
     left_to_provider = clearable_calls(items, view, provider, start=start)
-    limit = settings.tool_result_limit()
     out = list(items)
     after = plan.tokens_after
-    for i in range(start, max(start, last_eligible)):
+    for i in range(start, len(items)):
         base, unfolded = plan.unfold.get(i, (-1, None))
         item = items[i] if unfolded is None else unfolded  # a fold: what it would be without it
         # Whatever carries a tool's result: a tool message, or an item holding its own result
@@ -118,7 +118,7 @@ def plan_compaction(
         if text is None or is_marker(text) or texts.fold_ref(text) or view.answers(item) in reload_ids:
             continue
         tokens = counter.text(text)
-        if tokens <= limit:
+        if not rule.replaces(tokens, index=i, length=len(items), total=live):
             continue
         ref = make_ref(namespace, "tool_result", text)
         replaced = view.with_tool_text(item, tool_result_marker(text, ref, tokens))

@@ -19,13 +19,13 @@ rewritten once a later one repeats it (the provider's cached prefix would break 
   Nearly identical: of the BASE_WINDOW most recent, the one giving the shortest diff. A fold
   never points to a fold: the model always finds its base forwarded as it came.
 - When: the pointer (with its diff) is at most FOLD_RATIO of the result's characters and at most
-  `texts.FOLD_MAX_CHARS`: "much smaller", or the result goes as it is. The diff is difflib's
-  unified diff with DIFF_CONTEXT line of context, its `---`/`+++` header left out.
+  `texts.FOLD_MAX_CHARS`: "much smaller", or the result goes as it is. The diff is a unified
+  diff with DIFF_CONTEXT line of context (`proxy.core.line_diff`: difflib's format, its work
+  bounded before it is made, a diff that cannot fit never made).
 """
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import re
 import threading
@@ -34,7 +34,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.core import texts
+from proxy.core import line_diff, texts
+from proxy.core.compaction_rule import CompactionRule
 from proxy.core.markers import is_marker, make_ref
 from proxy.core.tokens import REPLY_PRIMING, TokenCounter
 from proxy.core.view import ItemView
@@ -44,7 +45,7 @@ FOLD_RATIO = 0.5  # a fold is at most this share of the result's characters
 BASE_WINDOW = 16  # a near-identical result is diffed against at most this many recent results
 DIFF_CONTEXT = 1  # lines of context around each change
 MIN_SHARED_LINES = 0.5  # a base shares at least this share of the result's distinct lines, or is not diffed
-MAX_DIFF_CHARS = 256 * 1024  # larger results are folded only when identical (difflib is quadratic at worst)
+MAX_DIFF_CHARS = 256 * 1024  # larger results are folded only when identical
 _CALL_ID = re.compile(texts.CALL_ID_PATTERN)
 
 
@@ -59,25 +60,33 @@ class Fold:
     base: int
 
 
-@dataclass(frozen=True)
-class CompactionRule:
-    """When compaction replaces a result by its preview (`proxy.core.compaction`): a result over
-    `max_tool_message_tokens` (`OffloadSettings.tool_result_limit`), outside the `keep_recent` last items, of a history over
-    `max_total_tokens`. A base so replaced on the turn a result arrives is not shown whole: no
-    fold points to it."""
+class _Text:
+    """A result's text, its digest (the key of its diffs in _MEMO) and its lines, each taken once
+    per plan: the lines only when a diff is not in _MEMO, numbered by the plan's `names`."""
 
-    max_total_tokens: int
-    max_tool_message_tokens: int
-    keep_recent: int
+    __slots__ = ("text", "digest", "_names", "_lines")
+
+    def __init__(self, text: str, digest: bytes, names: dict[str, int]) -> None:
+        self.text, self.digest, self._names = text, digest, names
+        self._lines: line_diff.Lines | None = None
+
+    @property
+    def lines(self) -> line_diff.Lines:
+        if self._lines is None:
+            self._lines = line_diff.Lines(self.text, self._names)
+        return self._lines
+
+    def forget(self) -> None:
+        """Let its lines go (a base out of the window is never diffed again)."""
+        self._lines = None
 
 
 @dataclass
 class _Base:
     call: str
-    text: str
     index: int
     tokens: int
-    digest: bytes  # of `text`: the key of its diffs in _MEMO, taken once
+    read: _Text  # its text
 
 
 def plan_folds(items: list[Any], view: ItemView, *, namespace: str, counter: TokenCounter,
@@ -89,6 +98,7 @@ def plan_folds(items: list[Any], view: ItemView, *, namespace: str, counter: Tok
     exact: dict[str, _Base] = {}  # text → the most recent unfolded result with it
     window: list[_Base] = []  # the most recent unfolded results, oldest first
     folds: dict[int, Fold] = {}
+    names: dict[str, int] = {}  # a number for each line diffed (`line_diff.Lines`)
     live = REPLY_PRIMING  # the tokens of items[start:i] as forwarded; with items[i]: the history on its arrival
     for i in range(start, len(items)):
         text = view.tool_text(items[i])
@@ -100,14 +110,13 @@ def plan_folds(items: list[Any], view: ItemView, *, namespace: str, counter: Tok
             continue
 
         def shown(base: _Base, total: int, arrival: int = i) -> bool:  # whole on the turn items[arrival] arrives
-            return not (compaction is not None and total > compaction.max_total_tokens
-                        and base.index < arrival + 1 - compaction.keep_recent
-                        and base.tokens > compaction.max_tool_message_tokens)
+            return compaction is None or not compaction.replaces(base.tokens, index=base.index, length=arrival + 1,
+                                                                 total=total)
 
         fold = None
-        digest = _digest(text) if len(text) >= FOLD_MIN_CHARS // 2 else b""
+        read = _Text(text, _digest(text) if len(text) >= FOLD_MIN_CHARS // 2 else b"", names)
         if len(text) >= FOLD_MIN_CHARS:  # the bases shown whole at the least size the history may have
-            fold = _fold(text, digest, [b for b in (exact.get(text),) if b is not None and shown(b, live)],
+            fold = _fold(read, [b for b in (exact.get(text),) if b is not None and shown(b, live)],
                          window=[b for b in window if shown(b, live)], namespace=namespace)
         if fold is not None:
             folded = counter.message(view.with_tool_text(items[i], fold.text))
@@ -118,23 +127,44 @@ def plan_folds(items: list[Any], view: ItemView, *, namespace: str, counter: Tok
                 continue
         live += tokens
         if call is not None and len(text) >= FOLD_MIN_CHARS // 2 and _CALL_ID.fullmatch(call):
-            entry = _Base(call, text, i, counter.text(text), digest)
+            entry = _Base(call, i, counter.text(text), read)
             exact[text] = entry
             window.append(entry)
             if len(window) > BASE_WINDOW:
-                del window[0]
+                window.pop(0).read.forget()
     return folds
 
 
-def _fold(text: str, digest: bytes, same: list[_Base], *, window: list[_Base], namespace: str) -> Fold | None:
-    limit = min(texts.FOLD_MAX_CHARS, int(len(text) * FOLD_RATIO))
+def diff_cells(items: list[Any], view: ItemView) -> int:
+    """About the most lines the diffs of planning `items`' folds may align, counted as
+    `line_diff.MAX_CELLS` is (one text's lines times the other's, at most MAX_CELLS a pair):
+    each result of at least FOLD_MIN_CHARS against the BASE_WINDOW before it of a size it may
+    be diffed with, whole. Cheap (newlines counted); decides only where the plan runs
+    (`proxy.offload.cpu_pool`), never what it makes."""
+    cells = 0
+    recent: list[tuple[int, int]] = []  # (characters, lines) of the most recent results
+    for item in items:
+        text = view.tool_text(item)
+        if text is None or not FOLD_MIN_CHARS // 2 <= len(text) <= MAX_DIFF_CHARS:
+            continue
+        size, lines = len(text), text.count("\n") + 1
+        if size >= FOLD_MIN_CHARS:
+            cells += sum(min(line_diff.MAX_CELLS, lines * other) for chars, other in recent
+                         if 0.5 <= size / chars <= 2.0)
+        recent = [*recent[1 - BASE_WINDOW:], (size, lines)]
+    return cells
+
+
+def _fold(read: _Text, same: list[_Base], *, window: list[_Base], namespace: str) -> Fold | None:
+    text = read.text
+    limit = _limit(text)
     ref = make_ref(namespace, "tool_result", text)  # the ref compaction would give the same text
     if same:
         folded = texts.folded_identical(same[0].call, len(text), ref=ref)
         return Fold(ref, folded, text, same[0].index) if len(folded) <= limit else None
     best: Fold | None = None
     for base in reversed(window):  # the most recent first: it wins a tie
-        hunks = _hunks(base.text, text, key=(base.digest, digest))
+        hunks = _hunks(base.read, read)
         if hunks is None:
             continue
         folded = texts.folded_diff(base.call, len(text), hunks, ref=ref)
@@ -143,28 +173,33 @@ def _fold(text: str, digest: bytes, same: list[_Base], *, window: list[_Base], n
     return best
 
 
+def _limit(text: str) -> int:
+    """The most characters a fold of `text` may have."""
+    return min(texts.FOLD_MAX_CHARS, int(len(text) * FOLD_RATIO))
+
+
 def diff_hunks(base: str, text: str) -> str | None:
     """The hunks of the unified diff from `base` to `text` (lines), or None when they are not
-    worth diffing: too different in size or lines, too large, or no line differs."""
-    return _hunks(base, text, key=(_digest(base), _digest(text)))
+    worth diffing: too different in size or lines, too large, no line differs, or too long for
+    any fold of `text`."""
+    names: dict[str, int] = {}
+    return _hunks(_Text(base, _digest(base), names), _Text(text, _digest(text), names))
 
 
-def _hunks(base: str, text: str, *, key: tuple[bytes, bytes]) -> str | None:
-    """diff_hunks, `key` the digests of `base` and `text` (each taken once per plan, not per pair)."""
-    if not (base and text) or len(text) > MAX_DIFF_CHARS or len(base) > MAX_DIFF_CHARS \
-            or not 0.5 <= len(text) / len(base) <= 2.0:
+def _hunks(base: _Text, text: _Text) -> str | None:
+    """diff_hunks of two texts read once per plan. A pure function of the two texts: kept in _MEMO."""
+    if not (base.text and text.text) or len(text.text) > MAX_DIFF_CHARS or len(base.text) > MAX_DIFF_CHARS \
+            or not 0.5 <= len(text.text) / len(base.text) <= 2.0:
         return None
+    key = (base.digest, text.digest)
     found, hunks = _MEMO.get(key)
     if found:
         return hunks
-    base_lines, lines = base.splitlines(), text.splitlines()
-    distinct = set(lines)
     hunks = None
-    if distinct and len(distinct & set(base_lines)) >= MIN_SHARED_LINES * len(distinct):
-        diff = list(difflib.unified_diff(base_lines, lines, lineterm="", n=DIFF_CONTEXT))[2:]
-        hunks = "\n".join(diff) if diff else None
-        if hunks is not None and len(hunks) > texts.FOLD_MAX_CHARS:
-            hunks = None  # too long to fold whatever the result's size
+    distinct = text.lines.counts.keys()
+    if distinct and len(distinct & base.lines.counts.keys()) >= MIN_SHARED_LINES * len(distinct):
+        # no fold is longer than _limit, and a fold is longer than its hunks: nothing longer is made
+        hunks = line_diff.hunks(base.lines, text.lines, limit=_limit(text.text), context=DIFF_CONTEXT)
     _MEMO.put(key, hunks)
     return hunks
 

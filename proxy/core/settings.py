@@ -36,6 +36,11 @@ class SettingsError(ValueError):
 # whole, then as a preview): 6,000 is the cheapest threshold at the highest recall measured on
 # real agent traces (bench/recall_frontier.py, docs/fidelity.md#issue-32-the-tool-result-threshold).
 TOOL_RESULT_TOKENS = 6_000
+# A newer result above this many tokens is compacted on arrival, the recent tail included, once
+# the history is over max_total_tokens (`proxy.core.compaction_rule`): what agents cap their own
+# reads at (Claude Code's Read: 25,000 tokens), so a result the agent did not cap itself (a
+# runaway log, a whole file) never overflows the model's window on the turn it arrives.
+FRESH_TOOL_RESULT_TOKENS = 25_000
 
 
 class OffloadSettings(BaseModel):
@@ -48,6 +53,8 @@ class OffloadSettings(BaseModel):
     # None: TOOL_RESULT_TOKENS, at most a third of max_total_tokens (`tool_result_limit`)
     max_tool_message_tokens: int | None = Field(None, ge=1, le=10_000_000)
     keep_recent: int | None = Field(None, ge=0, le=10_000)
+    # A tool result above this many tokens is compacted even among the keep_recent last items.
+    max_fresh_tool_message_tokens: int = Field(FRESH_TOOL_RESULT_TOKENS, ge=1, le=10_000_000)
     keep_images: int = Field(3, ge=0, le=100_000)  # the most recent images stay; older ones are offloaded
     # Older images are offloaded this many at a time (between keep_images and keep_images +
     # image_batch - 1 stay): the forwarded prefix then changes once every image_batch images, as

@@ -3,7 +3,8 @@
 Run by every managed turn (`proxy.turn`: the server's routes, `count_tokens` and `replay`) and
 by the direct offload API, so all behave the same.
 The pure, CPU-heavy steps of a large request (planning with token counts, hashing, encoding
-what is stored) run off the event loop (`proxy.offload.cpu_pool`); a small request's run inline.
+what is stored) run off the event loop (`proxy.offload.cpu_pool`); a small request's run inline,
+unless the diffs its folds may take are long (`proxy.core.fold.diff_cells`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from proxy.offload.cpu_pool import CPU
 from proxy.offload.events import event
 from proxy.core.settings import OffloadSettings
 from proxy.core.compaction import Plan, plan_compaction, present_refs
+from proxy.core.fold import diff_cells
+from proxy.core.line_diff import MAX_CELLS
 from proxy.core.provider_context import NONE, ProviderContext
 from proxy.core.view import ItemView
 from proxy.offload.refs import RefStore
@@ -90,7 +93,11 @@ async def prepare(
     cpu = CPU.for_messages(messages)
     compact_mode = settings.mode in ("auto", "compact")
     compress_mode = settings.mode in ("auto", "compress") and compressor is not None and not provider.compacts
-    plan = await cpu(plan_compaction, messages, view, settings, counter=counter, namespace=namespace, provider=provider, compact=compact_mode)
+    # A plan whose folds may align more lines than one diff at its bound runs off the loop too.
+    folds = settings.fold and settings.mode != "off"
+    planner = cpu if cpu.large or not folds else CPU(diff_cells(messages, view) > MAX_CELLS)
+    plan = await planner(plan_compaction, messages, view, settings, counter=counter, namespace=namespace,
+                         provider=provider, compact=compact_mode)
     result = Prepared(plan)
     compressed_now = pending = False
     try:

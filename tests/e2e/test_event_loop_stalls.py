@@ -24,6 +24,9 @@ from proxy.store.base import StoreUnavailable
 from proxy.store.guarded import GuardedStore
 from proxy.store.sqlite import SQLiteStore
 from proxy.core.tokens import counter_for_model
+from proxy.formats.responses.from_chat import items_from_chat
+from tests.e2e.test_event_loop_stalls_compaction import probed
+from tests.harness.history import agent_history, drawn_results, tool_history
 
 pytestmark = pytest.mark.anyio
 
@@ -233,3 +236,61 @@ def test_the_split_of_a_large_request_of_few_messages_runs_off_the_loop(make_pro
                         headers={"x-api-key": "sk-ant-own-0001", "anthropic-version": "2023-06-01"}, timeout=60)
     assert r.status_code == 200, r.text[:200]
     assert threads and {name.split("_")[0] for name in threads} == {"offload-cpu"}, threads
+
+
+# ---------------------------------------------------------------- folding's diffs (issue 38)
+
+
+@pytest.fixture
+def planned_on(monkeypatch) -> set[str]:
+    """The names of the threads the pipeline's plans ran on."""
+    threads: set[str] = set()
+    plan = pipeline.plan_compaction
+
+    def spy(*args, **kwargs):
+        threads.add(threading.current_thread().name)
+        return plan(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "plan_compaction", spy)
+    return threads
+
+
+@pytest.mark.parametrize("fmt", ["chat", "responses"])
+def test_a_request_whose_folds_may_diff_long_is_planned_off_the_loop(make_proxy, upstream, planned_on, fmt):
+    """Issue 38's request: 25 results of 1,950 lines drawn from 120 short ones (297 KB, under
+    the size that sends a request to the pool). Its diffs are bounded and its plan runs off the
+    loop: it is answered, and /healthz answers all along."""
+    messages = tool_history(drawn_results())
+    assert cpu_pool.text_size(messages) < cpu_pool.LARGE_CHARS  # small by its size alone
+    if fmt == "chat":
+        path, body = "chat/completions", {"model": "gpt-4o", "messages": messages}
+    else:
+        path, body = "responses", {"model": "gpt-4o", "input": items_from_chat(messages)}
+    raw = json.dumps(body).encode()
+    assert 290_000 < len(raw) < 310_000
+    answers: dict[str, httpx2.Response] = {}
+    with make_proxy() as url:
+        def send() -> None:
+            answers["large"] = httpx2.post(f"{url}/v1/{path}", content=raw, timeout=120, headers={
+                "authorization": "Bearer sk-fold-stall", "content-type": "application/json"})
+
+        latencies = probed(url, send)
+    assert answers["large"].status_code == 200, answers["large"].text[:300]
+    assert latencies  # /healthz answered (each a 200) while the request was planned
+    assert {name.split("_")[0] for name in planned_on} == {"offload-cpu"}, planned_on
+    sent = (upstream.chat_requests() if fmt == "chat" else upstream.responses_requests())[-1].json()
+    tool_results = ([m["content"] for m in sent["messages"] if m["role"] == "tool"] if fmt == "chat" else
+                    [i["output"] for i in sent["input"] if i.get("type") == "function_call_output"])
+    assert tool_results[-1] == messages[-2]["content"]  # the newest result whole; none was foldable
+
+
+def test_an_ordinary_small_request_is_still_planned_inline(tmp_path, planned_on):
+    store = GuardedStore(SQLiteStore(tmp_path))
+
+    async def prepare() -> pipeline.Prepared:
+        return await pipeline.prepare(agent_history(steps=12, lines=40), OffloadSettings(), counter=counter_for_model("gpt-4o"),
+                                      namespace="n" * 32, refs=RefStore(store, "n" * 32, 60), compressor=None, view=VIEW)
+
+    asyncio.run(prepare())
+    assert planned_on == {threading.current_thread().name}
+    asyncio.run(store.close())

@@ -49,6 +49,7 @@ def test_banner_says_where_everything_is(tmp_path, upstream):
     assert banner["store"] == f"SQLite {(tmp_path / 'data' / 'offload.sqlite3').resolve()}"
     assert "mode auto" in banner["offload"] and "5000 tokens" in banner["offload"]
     assert "tool results over 1666 tokens" in banner["offload"]  # unset: a third of a trigger below 18000
+    assert "(the newest too over 25000)" in banner["offload"]
     assert banner["auth"].startswith("client keys relayed")
     assert banner["context"].startswith("auto: openai emulated by the proxy, anthropic emulated")  # a local upstream
     assert banner["dashboard"] == f"{proxy.url}/dashboard"

@@ -87,3 +87,10 @@ def test_websocket_attacks():
     out = run("websocket_attacks.py", "--frames", "2", "--mb", "2", "--clients", "2", "--items", "30000", "--parts", "2")
     assert all(f"/healthz during {campaign}" in out for campaign in ("bomb", "warmup", "items", "held", "http"))
     assert "no extension (uncompressed)" in out and "too_many_messages" in out and "proxy RSS" in out
+
+
+def test_fold_stall():
+    out = run("fold_stall.py", "--rounds", "1", "--results", "4", "--lines", "200", "--other-mb", "0.05")
+    assert out.count("plan of ") == 3 and "folded [0]" in out
+    assert out.count("/healthz during") == 5 and "p99" in out
+    assert "three at once: [200, 200, 200]" in out and "the other tenant's request meanwhile: 200" in out

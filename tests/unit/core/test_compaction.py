@@ -13,7 +13,7 @@ from proxy.formats.chat import VIEW
 from proxy.core.settings import OffloadSettings
 from proxy.core.compaction import plan_compaction
 from proxy.core.tokens import counter_for_model
-from tests.harness.history import agent_history, big_text
+from tests.harness.history import agent_history, big_text, big_text_over
 
 COUNTER = counter_for_model("gpt-4o")
 NS = "a" * 32
@@ -162,15 +162,74 @@ message_strategy = st.one_of(
 
 
 @hsettings(max_examples=60, deadline=None)
-@given(st.lists(message_strategy, max_size=12), st.integers(0, 5000), st.integers(1, 3000), st.integers(0, 4))
-def test_invariants_hold_for_any_history(messages, max_total, max_tool, keep):
-    result = plan(messages, max_total_tokens=max_total, max_tool_message_tokens=max_tool, keep_recent=keep)
+@given(st.lists(message_strategy, max_size=12), st.integers(0, 5000), st.integers(1, 3000), st.integers(0, 4),
+       st.integers(1, 30_000))
+def test_invariants_hold_for_any_history(messages, max_total, max_tool, keep, max_fresh):
+    options = {"max_total_tokens": max_total, "max_tool_message_tokens": max_tool, "keep_recent": keep,
+               "max_fresh_tool_message_tokens": max_fresh}
+    result = plan(messages, **options)
     assert len(result.items) == len(messages)
     for i, (before, after) in enumerate(zip(messages, result.items)):
         assert {k: v for k, v in before.items() if k != "content"} == {k: v for k, v in after.items() if k != "content"}
         if i >= len(messages) - keep:  # the tail as sent, but for a result folded as it arrives (`proxy.core.fold`)
-            assert before == after or fold_ref(after["content"]) is not None
-    again = plan(result.items, max_total_tokens=max_total, max_tool_message_tokens=max_tool, keep_recent=keep)
+            assert before == after or fold_ref(after["content"]) is not None or (  # or one over the fresh cap
+                is_marker(after["content"]) and COUNTER.text(before["content"]) > max_fresh)
+    again = plan(result.items, **options)
     assert again.items == result.items and not again.offloads
-    assert json.dumps(plan(messages, max_total_tokens=max_total, max_tool_message_tokens=max_tool,
-                           keep_recent=keep).items) == json.dumps(result.items)
+    assert json.dumps(plan(messages, **options).items) == json.dumps(result.items)
+
+
+# ---------------------------------------------------------------- a fresh result of any size (issue 38)
+
+
+def with_result(messages: list[dict], text: str, call: str) -> list[dict]:
+    return [*messages, {"role": "assistant", "content": None, "tool_calls": [
+                {"id": call, "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": call, "content": text}]
+
+
+def test_a_fresh_result_over_the_cap_is_compacted_on_arrival_and_one_under_it_goes_whole():
+    history = agent_history(steps=2, lines=50)
+    huge, large = big_text_over(25_000, COUNTER, "huge"), big_text_over(24_000, COUNTER, "large")[:-200]
+    assert COUNTER.text(huge) > 25_000 >= COUNTER.text(large) > 20_000
+    result = plan(with_result(history, huge, "call_huge"))
+    content = result.items[-1]["content"]
+    assert is_marker(content) and len(content) < 1000
+    assert [(o.ref, o.text) for o in result.offloads] == [(refs_in(content)[0], huge)]
+    assert result.tokens_after < 3_000 < 25_000 < result.tokens_before
+    whole = plan(with_result(history, large, "call_large"))
+    assert whole.items[-1]["content"] == large and not whole.offloads  # the newest result under the cap: whole
+
+
+def test_a_result_compacted_fresh_keeps_its_bytes_on_every_later_turn():
+    huge = big_text_over(25_000, COUNTER, "huge")
+    turns = [with_result(agent_history(steps=2, lines=50), huge, "call_huge")]
+    for k in range(4):
+        turns.append(with_result(turns[-1], big_text(f"later{k}", 30 * k + 5), f"call_later{k}"))
+    sent = [[json.dumps(m, sort_keys=True) for m in plan(messages).items] for messages in turns]
+    for before, after in zip(sent, sent[1:]):
+        assert after[:len(before)] == before  # the preview made on arrival, forwarded as it was
+    for cap in (1_000, 10_000):  # a cap under the tool-result threshold: compacted fresh, and as an older result
+        ones = [plan(messages, max_fresh_tool_message_tokens=cap, max_tool_message_tokens=20_000).items
+                for messages in turns]
+        assert all(is_marker(items[len(turns[0]) - 1]["content"]) for items in ones)
+        assert all(items[len(turns[0]) - 1] == ones[0][-1] for items in ones)
+
+
+def test_under_the_trigger_or_without_compaction_a_fresh_result_goes_whole():
+    huge = big_text_over(25_000, COUNTER, "huge")
+    messages = with_result(agent_history(steps=1, lines=20), huge, "call_huge")
+    assert plan(messages, max_total_tokens=1_000_000).items == messages  # the history fits the trigger
+    compress = plan_compaction(messages, VIEW, OffloadSettings(mode="compress"), counter=COUNTER, namespace=NS,
+                               compact=False)  # as the pipeline plans compression alone
+    assert compress.items == messages
+    assert plan(messages, mode="off").items == messages
+    assert plan(messages, max_fresh_tool_message_tokens=10_000_000).items == messages  # the cap lifted
+
+
+def test_no_fold_points_to_a_result_compacted_for_its_size():
+    huge = big_text_over(25_000, COUNTER, "huge")
+    messages = with_result(with_result(agent_history(steps=1, lines=20), huge, "call_1"), huge, "call_2")
+    result = plan(messages)
+    assert result.folded == 0 and is_marker(result.items[-1]["content"]) and is_marker(result.items[-3]["content"])
+    assert result.items[-1]["content"] == result.items[-3]["content"]  # the same content: the same ref and preview

@@ -3,11 +3,14 @@ as it arrives and never later, in the shapes of seven agents (`fold_fixtures`)."
 
 from __future__ import annotations
 
+import difflib
 import json
+import random
 
 import pytest
 
 from proxy.core import compression as cp
+from proxy.core import fold, line_diff
 from proxy.core.compaction import plan_compaction
 from proxy.core.fold import FOLD_RATIO, diff_hunks
 from proxy.core.markers import make_ref, refs_in
@@ -17,7 +20,8 @@ from proxy.core.tokens import counter_for_model
 from proxy.formats.chat import VIEW as CHAT
 from proxy.formats.messages import MESSAGES
 from proxy.formats.responses import RESPONSES
-from tests.harness.history import big_text
+from tests.harness.history import big_text, drawn_results, tool_history
+from tests.unit.core.test_line_diff import Counting
 from tests.unit.core.fold_fixtures import CASES, MSA_FIRST, MSA_RERUN, OH_VIEW, Case, history
 
 COUNTER = counter_for_model("gpt-4o")
@@ -197,3 +201,89 @@ def test_a_look_alike_is_compacted_like_any_content():
     items = history("chat", [fake, MSA_FIRST])
     result = plan(items, max_total_tokens=1000, max_tool_message_tokens=500)
     assert result.offloads and result.offloads[0].text == fake
+
+
+# ---------------------------------------------------------------- the diffs' work, bounded (issue 38)
+
+
+@pytest.fixture
+def matcher(monkeypatch) -> Counting:
+    """The matcher's calls counted, no diff remembered from before, and difflib's never used."""
+    counting = Counting()
+    monkeypatch.setattr(line_diff, "Indel", counting)
+    monkeypatch.setattr(fold, "_MEMO", fold._Memo())
+
+    def no_difflib(*args, **kwargs):
+        raise AssertionError("difflib's quadratic matcher was used")
+
+    monkeypatch.setattr(difflib.SequenceMatcher, "find_longest_match", no_difflib)
+    return counting
+
+
+def test_issue_38s_results_drawn_from_the_same_short_lines_are_never_aligned(matcher):
+    """25 results of 1,950 lines drawn from 120: each pair alike, no diff of two of them short.
+    Every pair is rejected before its alignment, by the counts or the banded distance, and
+    none of those costs more than a bounded middle."""
+    items = tool_history(drawn_results())
+    result = plan(items)
+    assert result.folded == 0 and result.items == items
+    assert matcher.alignments == []
+    assert 0 < len(matcher.distances) <= 24 * fold.BASE_WINDOW
+    assert all(n * m <= line_diff.MAX_CELLS for n, m in matcher.distances)
+    orders = [drawn_results(1)[0].split("\n")]  # the same lines as often, in other orders
+    for seed in range(10):
+        orders.append(random.Random(seed).sample(orders[0], k=len(orders[0])))
+    assert plan(tool_history(["\n".join(lines) for lines in orders])).folded == 0
+    assert matcher.alignments == []
+
+
+def test_95_kb_results_with_raised_thresholds_are_rejected_on_their_counts_alone(matcher):
+    pool = [f"{k:03d} a longer line of output, as a build or a test run prints it" for k in range(120)]
+    rnd = random.Random(5)
+    large = ["\n".join(rnd.choice(pool) for _ in range(1_450)) for _ in range(6)]
+    assert all(90_000 < len(text) < 100_000 for text in large)
+    result = plan(tool_history(large), max_tool_message_tokens=10_000_000)
+    assert result.folded == 0 and matcher.distances == [] and matcher.alignments == []
+
+
+def test_one_character_lines_up_to_max_diff_chars_are_not_aligned(matcher):
+    rnd = random.Random(9)
+    lines = [rnd.choice("ab") for _ in range(fold.MAX_DIFF_CHARS // 2)]
+    shuffled = list(lines)
+    rnd.shuffle(shuffled)
+    texts = ["\n".join(lines), "\n".join(shuffled), "\n".join(reversed(lines))]
+    assert all(len(text) < fold.MAX_DIFF_CHARS for text in texts)
+    assert plan(tool_history(texts), max_tool_message_tokens=10_000_000).folded == 0
+    assert matcher.distances == [] and matcher.alignments == []  # their middles are far over MAX_CELLS
+
+
+def test_genuinely_similar_large_results_still_fold(matcher):
+    """A 1,950-line log run again with three lines changed, the first and the last among them."""
+    base = [f"test_{k:04d} PASSED in 0.{k % 10}s" for k in range(1_950)]
+    rerun = ["collected 1950 items (rerun)", *base[1:900], "test_0900 FAILED", *base[901:-1], "1 failed, 1949 passed"]
+    items = tool_history(["\n".join(base), "\n".join(rerun)])
+    result = plan(items, max_tool_message_tokens=10_000_000)
+    assert result.folded == 1
+    sent = result.items[-2]["content"]
+    hunks = diff_hunks("\n".join(base), "\n".join(rerun))
+    assert sent == folded_diff("call_0", len("\n".join(rerun)), hunks, ref=fold_ref(sent))
+    assert hunks.count("@@ ") == 3 and "+test_0900 FAILED" in hunks and "-test_0900 PASSED in 0.0s" in hunks
+    assert matcher.alignments == [(1_950, 1_950)]  # nothing to trim: the first and last lines changed
+
+
+def test_the_budget_never_changes_what_a_later_turn_forwards(matcher):
+    """The same bytes planned cold or with every diff remembered, on each turn, and every turn
+    forwarding what the one before did: what is diffed depends on the pair alone."""
+    drawn = drawn_results(6)
+    base = "\n".join(f"step {k}: ok" for k in range(300))
+    steps = [base, *drawn[:3], base.replace("step 150: ok", "step 150: FAILED"), *drawn[3:], base + "\ndone"]
+    turns = []
+    for n in range(1, len(steps) + 1):
+        fold._MEMO = fold._Memo()
+        cold = plan(tool_history(steps[:n]))
+        warm = plan(tool_history(steps[:n]))
+        assert cold.items == warm.items
+        turns.append(cold.items[:-1])  # without the closing user turn
+    for before, after in zip(turns, turns[1:]):
+        assert after[:len(before)] == before
+    assert sum(fold_ref(m["content"] or "") is not None for m in turns[-1] if m["role"] == "tool") == 2

@@ -11,7 +11,7 @@ def test_defaults_match_the_documented_values():
     s = SettingsResolver({}).resolve({})
     assert (s.mode, s.max_total_tokens, s.tool_result_limit(), s.max_reload_tokens, s.max_reload_rounds,
             s.reload_tools) == ("auto", 18000, 6000, 8000, 4, True)
-    assert s.max_tool_message_tokens is None
+    assert s.max_tool_message_tokens is None and s.max_fresh_tool_message_tokens == 25_000
     assert s.keep_recent_for(1) == 1
     assert (s.precompress_ratio, s.hard_max_tokens) == (0.8, None)
     s = SettingsResolver({}).resolve({"X-Offload-Precompress-Ratio": "0", "X-Offload-Hard-Max-Tokens": "50000"})
@@ -27,6 +27,19 @@ def test_headers_override_tenant_overrides_server_default(tmp_path):
     s = resolver.resolve({"X-Offload-Max-Total-Tokens": "7000", "X-Offload-Reload-Tools": "off",
                           "X-Offload-Keep-Recent": "3"}, tenant="acme")
     assert (s.max_total_tokens, s.mode, s.reload_tools, s.keep_recent) == (7000, "compact", False, 3)
+
+
+def test_the_fresh_result_cap_from_the_server_a_tenant_or_a_header(tmp_path):
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text('[tenants.acme]\nmax_fresh_tool_message_tokens = 40000\n')
+    resolver = SettingsResolver({"max_fresh_tool_message_tokens": 30000}, load_tenants_file(tenants))
+    assert resolver.resolve({}).max_fresh_tool_message_tokens == 30000
+    assert resolver.resolve({}, tenant="acme").max_fresh_tool_message_tokens == 40000
+    assert resolver.resolve({"X-Offload-Max-Fresh-Tool-Message-Tokens": "5000"},
+                            tenant="acme").max_fresh_tool_message_tokens == 5000
+    tenants.write_text('[tenants.acme]\nmax_fresh_tool_message_tokens = 0\n')
+    with pytest.raises(ValueError, match="max_fresh_tool_message_tokens"):
+        load_tenants_file(tenants)
 
 
 def test_yaml_tenants_file(tmp_path):
@@ -60,6 +73,10 @@ def test_bad_tenants_file_fails_at_startup(tmp_path):
     ("X-Offload-Max-Tool-Message-Tokens", "0", "an integer from 1 to 10000000"),
     ("X-Offload-Max-Tool-Message-Tokens", "6000.5", "an integer from 1 to 10000000"),
     ("X-Offload-Max-Tool-Message-Tokens", "9" * 5000, "longer than 256 characters"),
+    ("X-Offload-Max-Fresh-Tool-Message-Tokens", "0", "an integer from 1 to 10000000"),
+    ("X-Offload-Max-Fresh-Tool-Message-Tokens", "off", "an integer from 1 to 10000000"),
+    ("X-Offload-Max-Fresh-Tool-Message-Tokens", "25000.5", "an integer from 1 to 10000000"),
+    ("X-Offload-Max-Fresh-Tool-Message-Tokens", "10000001", "an integer from 1 to 10000000"),
 ])
 def test_invalid_headers_name_the_header_and_the_range(header, value, expect):
     with pytest.raises(SettingsError) as info:  # the core's own error; the HTTP layer makes it a 400
