@@ -12,10 +12,15 @@ Responses gets `input_image` parts, Anthropic base64 `image` blocks), once per
 `X-Offload-Image-Batch` value (`--batches`). Prints forwarded/raw, prefix reuse, the
 cache-weighted cost over the raw history's at both pricings (`replay`'s cost_breakdown: cached
 prefixes read at 10 %, other input at 1.0 × for OpenAI, 1.25 × for Anthropic's cache writes),
-reload exact and the pipeline's CPU per turn with the base64 bytes it hashes per second, then the
-cheapest batch per format and pricing. Then (unless --no-serve) sends the last turn of a session (60 screenshots, ~20 MB) to a real `serve` in the
+reload exact and the pipeline's CPU per turn with the base64 bytes it hashes per second, the
+summaries made, and the whole replay's wall and CPU time (its CPU over its turns: both of its
+passes, the reload of every ref and the charts), then the cheapest batch per format and pricing.
+Then (unless --no-serve) sends the last turn of a session (60 screenshots, ~20 MB) to a real `serve` in the
 three formats (Responses: `computer_call_output` screenshots; Anthropic: images inside
-`tool_result`s) and prints /healthz p50 / p99 while it is processed (target p99 <= 100 ms).
+`tool_result`s) and prints /healthz p50 / p99 while it is processed (target p99 <= 100 ms); and
+sends every turn of the sessions to a real `serve` (`replay --target`, summaries made in the
+background, as deployed), one format after the other, with /healthz p50 / p99 meanwhile and the
+proxy's CPU per turn.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -33,7 +39,7 @@ import httpx2
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, healthz_probe, machine, servers  # noqa: E402
+from common import ROOT, cpu_seconds, healthz_probe, machine, servers  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
 from tests.harness.screens import data_url, screenshot  # noqa: E402
@@ -77,12 +83,21 @@ def session(index: int, steps: int) -> dict:
 PRICINGS = ("openai", "anthropic")
 
 
-def replay(trace: Path, fmt: str, out: Path, batch: int) -> dict:
+def replay(trace: Path, fmt: str, out: Path, batch: int) -> tuple[dict, float, float]:
+    """The replay's report, its wall time and its process's CPU time (s): the whole command, its
+    second (steady) pass over the turns, the reload of every ref and the charts included."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     where = out / f"{fmt}-batch{batch}"
+    before, start = _children_cpu(), time.perf_counter()
     subprocess.run([sys.executable, "-m", "proxy", "replay", str(trace), "--format", fmt, "--out", str(where),
                     "--image-batch", str(batch)], check=True, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
-    return json.loads((where / "report.json").read_text())
+    wall, cpu = time.perf_counter() - start, _children_cpu() - before
+    return json.loads((where / "report.json").read_text()), wall, cpu
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def cache_costs(overall: dict) -> dict[str, float]:
@@ -171,6 +186,34 @@ def healthz_while(bodies: list[tuple[str, str, bytes]], rounds: int) -> None:
                           f"({r.headers.get('x-offload-refs-created')} new)", flush=True)
 
 
+def served(trace: Path, formats: list[str], out: Path) -> None:
+    """Every turn of the sessions sent to a real `serve` (`replay --target`), one format after the
+    other: the older screenshots offloaded, the summaries made in the background as a deployment
+    makes them (the fake upstream answers their calls), while /healthz is probed."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with servers() as (_, proxy, process):
+        for fmt in formats:
+            where = out / f"{fmt}-served"
+            cpu, start, made = cpu_seconds(process.pid), time.perf_counter(), summaries_made(proxy)
+            with healthz_probe(proxy.removesuffix("/v1"), label=f"  /healthz while the sessions are served ({fmt})"):
+                subprocess.run([sys.executable, "-m", "proxy", "replay", str(trace), "--format", fmt, "--target", proxy,
+                                "--api-key", "sk-bench-0000", "--out", str(where)], check=True, cwd=ROOT, env=env,
+                               stdout=subprocess.DEVNULL)
+            o = json.loads((where / "report.json").read_text())["overall"]
+            turns = max(o["turns"], 1)
+            print(f"  {fmt}: {o['turns']} turns served in {time.perf_counter() - start:.1f} s, proxy CPU "
+                  f"{(cpu_seconds(process.pid) - cpu) * 1e3 / turns:.0f} ms per turn, {o['errors']} errors, "
+                  f"{summaries_made(proxy) - made:.0f} summaries made, actions "
+                  + ", ".join(f"{action} {n}" for action, n in sorted(o["actions"].items())), flush=True)
+
+
+def summaries_made(proxy: str) -> float:
+    """The summarisation calls the proxy made and stored so far, in the background too (/metrics)."""
+    text = httpx2.get(proxy.removesuffix("/v1") + "/metrics", timeout=30).text
+    return sum(float(line.rpartition(" ")[2]) for line in text.splitlines()
+               if line.startswith('offload_summaries_total{outcome="ok"}'))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=60)
@@ -178,7 +221,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("/tmp/computer-use-bench"))
     parser.add_argument("--rounds", type=int, default=2, help="times the last turns are sent to the server")
     parser.add_argument("--batches", default="1,2,4,5,6,8",
-                        help="X-Offload-Image-Batch values to replay with")
+                        help='X-Offload-Image-Batch values to replay with ("": no replay, only the real serve)')
     parser.add_argument("--formats", default="chat,responses,anthropic", help="wire formats to replay in")
     parser.add_argument("--no-serve", action="store_true", help="only the replays: no ref timing, no real serve")
     args = parser.parse_args()
@@ -193,11 +236,12 @@ def main() -> None:
           f"{statistics.mean(shot_chars) / 1e3:.0f} KB of base64 each; trace {trace.stat().st_size / 1e6:.1f} MB")
     print(f"{'format':<10} {'batch':>5} {'forwarded/raw':>13} {'prefix reuse':>12} {'cache openai':>12} "
           f"{'cache anthr.':>12} {'reload exact':>12} {'refs':>5} {'ms/turn cold':>12} {'ms/turn steady':>14} "
-          f"{'MB/s carried':>12}", flush=True)
+          f"{'MB/s carried':>12} {'summaries':>9} {'wall s':>7} {'CPU s':>6} {'CPU ms/turn':>11}", flush=True)
     costs: dict[tuple[str, int], dict[str, float]] = {}
     formats = [f for f in args.formats.split(",") if f]
     for fmt, batch in [(f, int(b)) for b in args.batches.split(",") if b for f in formats]:
-        o = replay(trace, fmt, args.out, batch)["overall"]
+        report, wall, cpu = replay(trace, fmt, args.out, batch)
+        o = report["overall"]
         costs[fmt, batch] = cache_costs(o)
         ratio = o["forwarded_tokens"] / o["raw_tokens"]
         # the base64 of the screenshots a turn carries (the mean turn: half the session's), each one
@@ -207,13 +251,16 @@ def main() -> None:
         print(f"{fmt:<10} {batch:>5} {ratio:>13.3f} {o['prefix_reuse']:>12.3f} {costs[fmt, batch]['openai']:>12.3f} "
               f"{costs[fmt, batch]['anthropic']:>12.3f} {o['reload_exact_fraction']:>12.2f} "
               f"{o.get('refs', 0):>5} {cold:>12.1f} {steady:>14.1f} "
-              f"{per_turn / 1e3 / max(steady, 1e-9):>12.0f}", flush=True)
-    print("\n".join(cheapest(costs)))
-    print("targets: cache-weighted cost <= 0.65 of raw at the default batch, reload exact 1.00")
+              f"{per_turn / 1e3 / max(steady, 1e-9):>12.0f} {o['summaries']:>9} {wall:>7.1f} {cpu:>6.1f} "
+              f"{cpu * 1e3 / max(o['turns'], 1):>11.0f}", flush=True)
+    if costs:  # none with --batches ""
+        print("\n".join(cheapest(costs)))
+        print("targets: cache-weighted cost <= 0.65 of raw at the default batch, reload exact 1.00")
     if args.no_serve:
         return
     ref_cost(conversations[0]["messages"][4]["content"][1]["image_url"]["url"])
     healthz_while(last_turn_bodies(conversations[0]), args.rounds)
+    served(trace, formats, args.out)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from proxy.core import large_json
+
 PREFIX = "offload-compaction-v1:"
 ANY_VERSION = "offload-compaction-v"  # what a token of ours starts with, whatever its version
 ID_BYTES = TAG_BYTES = 16
@@ -86,13 +88,13 @@ def may_hold_token(text: bytes) -> bool:
     """Could a JSON document (its bytes, escapes undone) hold a token of ours where one counts?
     Only if it has an `encrypted_content` key (a fast test, about 6 ms for 20 MB, before
     `sealed_fields` walks it). A token elsewhere is text, never read."""
-    return _SEALED_KEY in text
+    return large_json.contains(text, _SEALED_KEY)
 
 
 def may_spell_token(raw: bytes) -> bool:
     """`may_hold_token` on bytes as they came, escapes not undone: a body that escapes any
     character (`\\u…`) may spell the key otherwise, so it is read too."""
-    return may_hold_token(raw) or b"\\u" in raw
+    return may_hold_token(raw) or large_json.contains(raw, b"\\u")
 
 
 _FOUND = object()  # sealed_fields' mark of a token found in an array

@@ -171,6 +171,7 @@ class PriorSummary:
     message: Any  # the exact summary item forwarded, reused byte for byte
     usage: tuple[int, int] = (0, 0)  # the summarisation calls' (input, output) tokens
     bill: bool = False  # made in the background: its usage goes to the first response using it
+    refs: tuple[str, ...] = ()  # the media its stored originals name (`proxy.core.media.without_media`)
 
 
 @dataclass(frozen=True)

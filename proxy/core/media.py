@@ -98,10 +98,7 @@ def plan_media(items: list[Any], view: ItemView, settings: OffloadSettings, *, c
     plan = MediaPlan(items)
     if settings.mode == "off":
         return plan
-    found: list[tuple[int, int, MediaPart]] = []
-    for i, item in enumerate(items):
-        for k, part in enumerate(view.media(item)):
-            found.append((i, k, part))
+    found = _parts(items, view)
     if not found:
         return plan
     images = [entry for entry in found if entry[2].kind == "image"]
@@ -109,6 +106,28 @@ def plan_media(items: list[Any], view: ItemView, settings: OffloadSettings, *, c
     old_images = images[: older - older % settings.image_batch]
     last_document_item = len(items) - DOCUMENT_KEEP_RECENT
     candidates = old_images + [e for e in found if e[2].kind != "image" and e[0] < last_document_item]
+    return _replaced(items, view, candidates, namespace=namespace, document_limit=settings.tool_result_limit())
+
+
+def without_media(items: list[Any], view: ItemView, *, namespace: str) -> MediaPlan:
+    """`items` with every image, document and audio part whose bytes they carry replaced by its
+    marker, whatever its age or size: the stored form of summarised items
+    (`proxy.offload.summaries`), so that reloading them pages through text, never through
+    base64, and each part comes back as itself, byte for byte, from its own ref. What
+    `plan_media` would forward as it came (an unreadable or lying image) stays as it is."""
+    return _replaced(items, view, _parts(items, view), namespace=namespace, document_limit=-1)
+
+
+def _parts(items: list[Any], view: ItemView) -> list[tuple[int, int, MediaPart]]:
+    """(item index, part index in `view.media` order, part) of every media part of `items`."""
+    return [(i, k, part) for i, item in enumerate(items) for k, part in enumerate(view.media(item))]
+
+
+def _replaced(items: list[Any], view: ItemView, candidates: list[tuple[int, int, MediaPart]], *,
+              namespace: str, document_limit: int) -> MediaPlan:
+    """`items` with each of `candidates` (item index, part index in `view.media` order, part)
+    that can be offloaded replaced by its marker; documents and audio of at most
+    `document_limit` tokens stay."""
     markers: dict[int, dict[int, str]] = {}
     stored: dict[str, MediaOffload] = {}
     for i, k, part in candidates:
@@ -118,13 +137,13 @@ def plan_media(items: list[Any], view: ItemView, settings: OffloadSettings, *, c
         if described is None:
             continue
         what, tokens = described
-        if part.kind != "image" and tokens <= settings.tool_result_limit():
+        if part.kind != "image" and tokens <= document_limit:
             continue
         ref = MEDIA_REFS.ref(namespace, part.kind, part.inline)
         markers.setdefault(i, {})[k] = texts.media_marker(part.kind, what, tokens, ref=ref)
         stored.setdefault(ref, MediaOffload(ref, part.kind, part.inline, tokens))
     if not markers:
-        return plan
+        return MediaPlan(items)
     out = list(items)
     for i, replaced in markers.items():
         out[i] = view.with_media(items[i], replaced)

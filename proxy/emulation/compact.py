@@ -73,12 +73,12 @@ async def compact(items: list[Any], *, view: ItemView, compressor: Compressor, r
     if at is not None:
         if folded.offload is not None:  # newly made: its originals behind the ref
             ref = folded.offload.ref
-            written = await refs.save([folded.offload], [ref], settings.session, cpu=cpu)
+            written = await refs.save(folded.stored, [ref], settings.session, cpu=cpu)
         else:  # made before (and stored then): kept alive as long as the record
             found = present_refs([record[at]], view)
             ref = found[0] if found else None
             if found:
-                written = await refs.save([], found, settings.session, cpu=cpu)
+                written = await refs.save([], [*found, *folded.kept], settings.session, cpu=cpu)
     token = await records.save(record)
     kept = [m for i, m in enumerate(record) if i != at and view.role(m) == "user"]
     tokens_before = await cpu(counter.messages, items)  # new strings (a loaded record's) are hashed for their count

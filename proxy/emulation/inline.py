@@ -118,7 +118,7 @@ async def compact(emulation: Emulation, prepared: Prepared, *, fmt: WireFormat, 
     record = messages_of(reduced) if messages else [m for m in reduced if view.role(m) != "system"]
     present = await cpu(present_refs, reduced, view)  # reads every text: a large task's too
     try:
-        written = await refs.save([made.offload] if made.offload else [], present, settings.session, cpu=cpu)
+        written = await refs.save(made.stored, [*present, *made.kept], settings.session, cpu=cpu)
         token = await records.save(record)
     except (StoreUnavailable, QuotaExceeded, CredentialRejected, TokenError) as exc:  # WRITE_REFUSED, and a bad token
         prepared.warnings.append(f"threshold compaction not made: the store refused it ({exc})")
@@ -130,7 +130,7 @@ async def compact(emulation: Emulation, prepared: Prepared, *, fmt: WireFormat, 
         lead = compaction_item(token)
     plan = prepared.plan
     after = await cpu(counter.messages, reduced)
-    prepared.plan = Plan(reduced, [*plan.offloads, *([made.offload] if made.offload else [])], present,
+    prepared.plan = Plan(reduced, [*plan.offloads, *made.stored], present,
                          plan.tokens_before, after, plan.media_tokens_saved)
     prepared.written |= written
     prepared.summary_tokens += made.summary_tokens

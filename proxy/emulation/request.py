@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.core import jsonio
+from proxy.core import jsonio, large_json
 from proxy.core.compaction_token import may_hold_token, sealed_fields
 from proxy.core.view import ItemView
 from proxy.emulation.compaction_blocks import replace_compaction_blocks
@@ -80,16 +80,21 @@ def _compaction_position(body: dict, *, tokens: bool, blocks: bool):
     return settled
 
 
+def _may_hold(raw: bytes | None, body: dict) -> bool:
+    """`may_hold_token` of the body's bytes, when they escape no character; else of the document
+    written again (an escape may spell a token)."""
+    if raw is not None and not large_json.contains(raw, b"\\u"):
+        return may_hold_token(raw)
+    return may_hold_token(jsonio.dumps(body))
+
+
 async def begin(body: dict, items: list[Any], *, view: ItemView, emulating: bool, tokens: bool,
                 records: CompactionRecords, blocks: bool = False, raw: bytes | None = None) -> Emulation:
     """`tokens`: the format's items may carry the proxy's compaction tokens (Responses);
     `blocks`: its messages may hold `compaction` blocks (Messages, `compaction_blocks`); `raw`:
     the body's bytes, when at hand (a quick test that it holds no token at all)."""
-    cpu = CPU(raw is None or len(raw) > LARGE_BODY)  # a large body is walked off the event loop
-    if raw is not None and b"\\u" not in raw:
-        scan = may_hold_token(raw)
-    else:  # an escape may spell one: read the document itself
-        scan = await cpu(lambda: may_hold_token(jsonio.dumps(body)))
+    cpu = CPU(raw is None or len(raw) > LARGE_BODY)  # a large body is searched and walked off the event loop
+    scan = await cpu(_may_hold, raw, body)
     if scan:  # before anything else: no token in another position is expanded, nor sent
         settled = _compaction_position(body, tokens=tokens, blocks=blocks)
         await cpu(lambda: _stray(body, where="", settled=settled))

@@ -99,7 +99,9 @@ async def prepare(
     plan = await planner(plan_compaction, messages, view, settings, counter=counter, namespace=namespace,
                          provider=provider, compact=compact_mode)
     result = Prepared(plan)
+    compacted = list(plan.offloads)  # compaction's own, not what a summary stores
     compressed_now = pending = False
+    kept: tuple[str, ...] = ()  # the media a summary's stored originals name: kept alive with it
     try:
         if compress_mode and compressor is not None:
             before = max(plan.tokens_before, 1)
@@ -116,10 +118,11 @@ async def prepare(
             result.events += compressed.events
             result.deferred = compressor.deferred
             pending = compressed.pending
+            kept = compressed.kept
             if compressed.warning:
                 result.warnings.append(compressed.warning)
             if compressed.items is not None:
-                offloads = plan.offloads + ([compressed.offload] if compressed.offload else [])
+                offloads = plan.offloads + compressed.stored
                 # the reduced items: small but for a history that is large even once compressed
                 refs_after, tokens_after = await cpu.for_part(compressed.items)(_measure, compressed.items, view,
                                                                                 counter)
@@ -127,9 +130,8 @@ async def prepare(
                             plan.media_tokens_saved, plan.folded)
                 result.plan = plan
                 compressed_now = True
-        compacted = [o for o in plan.offloads if o.kind not in ("history",)]
         result.action = _action(bool(compacted), compressed_now, pending)
-        written = result.written = await refs.save(plan.offloads, plan.refs, settings.session, cpu=cpu)
+        written = result.written = await refs.save(plan.offloads, [*plan.refs, *kept], settings.session, cpu=cpu)
     except WRITE_REFUSED as exc:
         return Prepared(
             Plan(messages, tokens_before=plan.tokens_before, tokens_after=plan.tokens_before),

@@ -25,6 +25,7 @@ from proxy.core import compression as cp
 from proxy.core import precompress
 from proxy.core.summary_index import summary_index
 from proxy.core.compaction import Offload, present_refs
+from proxy.core.media import without_media
 from proxy.core.texts import RELOAD_TOOL_SCHEMAS
 from proxy.core.view import ItemView
 from proxy.formats import chat
@@ -102,7 +103,7 @@ class Compressor:
         r = json.loads(raw)
         return summary_memo.keep(self.store, summary_key,
                                  cp.PriorSummary(r["cut"], r["text"], r["ref"], r["tokens"], r["message"],
-                                                  tuple(r.get("usage") or (0, 0)), bool(r.get("bill"))))
+                                                  tuple(r.get("usage") or (0, 0)), bool(r.get("bill")), tuple(r.get("refs") or ())))
 
     async def run(
         self, compacted: list[Any], originals: list[Any], settings: OffloadSettings, *, counter: TokenCounter,
@@ -130,7 +131,7 @@ class Compressor:
         decision = await cpu.light(cp.decide, compacted, self.view, settings, counter=counter, prior=prior)
         if decision.action == "reuse":
             assert prior is not None
-            reused = Compressed(cp.assemble(compacted, self.view, head, cut=prior.cut, summary=prior.message, unfold=self.unfold))
+            reused = self._using(compacted, head, prior)
             await self._bill(prior, reused)
             await self._ahead(compacted, originals, settings, counter=counter, chain=chain, prior=prior, cpu=cpu)
             return reused
@@ -142,7 +143,7 @@ class Compressor:
                         if prior is not None and decision.prior is prior else None)
             forwarded = await cpu.light(counter.messages, fallback if fallback is not None else compacted)
             if forwarded <= precompress.hard_limit(settings, self.ctx.request_model):
-                pending = Compressed(fallback, pending=True)
+                pending = Compressed(fallback, pending=True, kept=prior.refs if prior is not None and fallback is not None else ())
                 if prior is not None and fallback is not None:
                     await self._bill(prior, pending)
                 await self._start(compacted, originals, settings, counter=counter, chain=chain, decision=decision, cpu=cpu)
@@ -162,7 +163,7 @@ class Compressor:
         chain = cp.PrefixHashes(originals)
         prior = await self._prior(originals, chain, head, tail=tail, cpu=cpu)
         if prior is not None and prior.cut == tail:
-            done = Compressed(cp.assemble(compacted, self.view, head, cut=prior.cut, summary=prior.message, unfold=self.unfold), summary_at=head)
+            done = self._using(compacted, head, prior, summary_at=head)
             await self._bill(prior, done)
             return done
         start = prior.cut if prior is not None and head <= prior.cut < tail else head
@@ -171,6 +172,11 @@ class Compressor:
         if made.items is not None:
             made.summary_at = head
         return made
+
+    def _using(self, compacted: list[Any], head: int, prior: cp.PriorSummary, **more: Any) -> Compressed:
+        """`compacted` with `prior` standing for items[head:prior.cut]."""
+        items = cp.assemble(compacted, self.view, head, cut=prior.cut, summary=prior.message, unfold=self.unfold)
+        return Compressed(items, kept=prior.refs, **more)
 
     async def _bill(self, prior: cp.PriorSummary, into: Compressed) -> None:
         """A summary made in the background is paid by the first response that uses it."""
@@ -268,14 +274,14 @@ class Compressor:
     async def _summarize_once(self, compacted, originals, settings, *, counter, chain, decision, cpu) -> Compressed:
         made, spans, lock = await self._claim(compacted, originals, settings, counter=counter, chain=chain, decision=decision, cpu=cpu)
         if made is not None:
-            return Compressed(cp.assemble(compacted, self.view, decision.head, cut=made.cut, summary=made.message, unfold=self.unfold))
+            return self._using(compacted, decision.head, made)
         if lock is None:
             deadline = time.monotonic() + self.ctx.wait
             while time.monotonic() < deadline:
                 await asyncio.sleep(POLL)
                 record = await self._load(chain[decision.cut])
                 if record is not None:
-                    return Compressed(cp.assemble(compacted, self.view, decision.head, cut=record.cut, summary=record.message, unfold=self.unfold))
+                    return self._using(compacted, decision.head, record)
             return Compressed(warning="a summary of this history is being made by another request")
         try:
             return await self._summarize(compacted, originals, settings, counter=counter, chain=chain, decision=decision, spans=spans, cpu=cpu)
@@ -346,25 +352,29 @@ class Compressor:
         text = "\n".join(summary.text for summary in made)
         tokens_in, tokens_out = sum(s.tokens_in for s in made), sum(s.tokens_out for s in made)
 
-        def summarised() -> tuple[str, str, int, int, str]:
-            history = cp.history_lines(originals[head:cut], self.view)
-            covered = sum(1 for m in originals[head:cut] if self.view.role(m) != "system")
+        def summarised() -> tuple[str, str, int, int, str, list[Offload]]:
+            # stored with their images and documents as markers, each of those under its own ref
+            stored = without_media(originals[head:cut], self.view, namespace=self.namespace)
+            history = cp.history_lines(stored.items, self.view)
+            covered = sum(1 for m in stored.items if self.view.role(m) != "system")
             return (history, make_ref(self.namespace, "history", history), covered,
                     cp.tokens_between(originals, self.view, head, end=cut, counter=counter),
-                    summary_index(originals[head:cut], self.view, task=cp.task_text(originals, self.view, head)))
+                    summary_index(originals[head:cut], self.view, task=cp.task_text(originals, self.view, head)),
+                    [Offload(o.ref, o.kind, o.text, o.tokens) for o in stored.offloads])
 
-        history, ref, covered, covered_tokens, index = await cpu.for_part(originals[head:cut])(summarised)
+        history, ref, covered, covered_tokens, index, media = await cpu.for_part(originals[head:cut])(summarised)
+        kept = tuple(o.ref for o in media)
         # beside the model's snapshot, what exists behind the ref: files, commands, errors, verbatim
         message = cp.summary_item(self.view, text, ref, count=covered, tokens=covered_tokens, index=index)
         offload = Offload(ref, "history", history, covered_tokens)
         if bill and self.ctx.refs is not None:
-            await self.ctx.refs.save([offload], [ref], session, cpu=cpu)
+            await self.ctx.refs.save([offload, *media], [ref], session, cpu=cpu)
         record = {"cut": cut, "text": text, "ref": ref, "tokens": counter.text(text), "message": message,
-                  "usage": [tokens_in, tokens_out], "bill": bill}
+                  "usage": [tokens_in, tokens_out], "bill": bill, "refs": list(kept)}
         summary_key = self._summary_key(chain[cut])
         await self.store.put(summary_key, self.sealer.seal(json.dumps(record).encode(), summary_key), self.ttl)
         summary_memo.keep(self.store, summary_key,
-              cp.PriorSummary(cut, text, ref, record["tokens"], message, (tokens_in, tokens_out), bill))
+              cp.PriorSummary(cut, text, ref, record["tokens"], message, (tokens_in, tokens_out), bill, kept))
         _seen.add(chain[cut], originals[:cut])  # the next turn recognises this prefix without hashing
         await self._remember(chain, head, cut)
         done = event("compression", messages=covered, tokens_before=covered_tokens,
@@ -378,6 +388,8 @@ class Compressor:
             usage=None if bill else summary_usage(tokens_in, tokens_out),
             usage_in=tokens_in,
             usage_out=tokens_out,
+            media=media,
+            kept=kept,
         )
 
     async def _remember(self, chain: cp.PrefixHashes, head: int, cut: int) -> None:

@@ -69,6 +69,13 @@ class Compressed:
     usage_in: int = 0  # what the summary just made cost, however it is billed
     usage_out: int = 0
     summary_at: int | None = None  # `fold`: the index of the summary item in `items`
+    media: list[Offload] = field(default_factory=list)  # the images and documents the new originals name
+    kept: tuple[str, ...] = ()  # the media refs the summary's originals name: kept alive while it is used
+
+    @property
+    def stored(self) -> list[Offload]:
+        """What a newly made summary stores: its originals, then the media they name."""
+        return [self.offload, *self.media] if self.offload is not None else []
 
 
 def summary_usage(tokens_in: int, tokens_out: int) -> dict | None:

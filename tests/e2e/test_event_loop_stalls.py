@@ -294,3 +294,29 @@ def test_an_ordinary_small_request_is_still_planned_inline(tmp_path, planned_on)
     asyncio.run(prepare())
     assert planned_on == {threading.current_thread().name}
     asyncio.run(store.close())
+
+
+def test_a_large_body_is_searched_for_compaction_tokens_off_the_loop(make_proxy, upstream, monkeypatch):
+    """Whether a body may hold a compaction token is a search of all its bytes: for a body of
+    20 MB of screenshots, tens of ms on the loop each turn. Every search of a large body runs in
+    the pool, in slices."""
+    from proxy.core import large_json
+    from proxy.formats.json_body import LARGE_BODY
+    from tests.harness.screens import data_url, screenshot
+
+    threads: set[str] = set()
+    contains = large_json.contains
+
+    def spy(raw: bytes, needle: bytes) -> bool:
+        if len(raw) > LARGE_BODY:
+            threads.add(threading.current_thread().name)
+        return contains(raw, needle)
+
+    monkeypatch.setattr(large_json, "contains", spy)
+    shots = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": data_url(screenshot(step))}}]}
+             for step in range(6)]
+    body = {"model": "gpt-4o", "messages": [*shots, {"role": "user", "content": "What changed?"}]}
+    with make_proxy() as url:
+        r = httpx2.post(f"{url}/v1/chat/completions", json=body, headers={"authorization": "Bearer sk-large"}, timeout=60)
+    assert r.status_code == 200, r.text[:200]
+    assert threads and {name.split("_")[0] for name in threads} == {"offload-cpu"}, threads

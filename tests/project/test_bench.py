@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -49,8 +50,11 @@ def test_body_decoding():
 
 def test_computer_use(tmp_path):
     out = run("computer_use.py", "--steps", "5", "--sessions", "1", "--rounds", "1", "--batches", "1",
-              "--out", str(tmp_path))
+              "--formats", "chat,anthropic", "--out", str(tmp_path))
     assert "1 sessions x 5 steps" in out and "/healthz meanwhile" in out
+    for fmt in ("chat", "anthropic"):  # every turn sent to a real serve too
+        assert f"/healthz while the sessions are served ({fmt})" in out
+        assert re.search(rf"  {fmt}: 5 turns served in .*, 0 errors, 0 summaries made", out)
     rows = [line.split() for line in out.splitlines() if line.split()[:2] in (["chat", "1"], ["anthropic", "1"])]
     assert len(rows) == 2 and all(row[6] == "1.00" for row in rows)  # reload exact
     assert all(0 < float(row[4]) and 0 < float(row[5]) for row in rows)  # the cache cost at both pricings

@@ -218,7 +218,11 @@ def _label(block: Any) -> str:
     if kind in ("server_tool_use", "mcp_tool_use"):
         return f"[{kind.replace('_', ' ')}] {block.get('name') or '?'}({input_text(block.get('input'))})"
     if kind == "tool_result":
-        return result_text(block) or json.dumps(block.get("content"), ensure_ascii=False)
+        content = block.get("content")
+        if isinstance(content, list):  # its blocks as themselves: an image as "[image]", not its base64
+            inner = [_label(b) for b in content if block_type(b) != "tool_result"]  # no deeper: bounded
+            return result_text(block) or "\n".join(filter(None, inner))
+        return result_text(block) or json.dumps(content, ensure_ascii=False)
     rest = {k: v for k, v in block.items() if k not in ("type", "cache_control")} if isinstance(block, dict) else block
     return f"[{kind or '?'}] {json.dumps(rest, ensure_ascii=False)}"
 

@@ -357,10 +357,7 @@ class ResponsesView:
             return "other", json.dumps(item, ensure_ascii=False)
         if kind == "message":
             content = item.get("content")
-            if isinstance(content, list):
-                text = "\n".join(label for label in map(_part_label, content) if label)
-            else:
-                text = content if isinstance(content, str) else ""
+            text = "\n".join(filter(None, map(_part_label, content))) if isinstance(content, list) else string_or(content, "")
             return str(item.get("role") or "message"), text
         if kind == "reasoning":  # the summary (and any plain reasoning text); encrypted content is opaque
             parts = [p for key in ("summary", "content") if isinstance(item.get(key), list) for p in item[key]]
@@ -387,8 +384,11 @@ class ResponsesView:
         if self.role(item) == "tool":
             if (result := self.tool_text(item)) is None:
                 output = item.get("output")
-                result = "[screenshot]" if kind == "computer_call_output" else (
-                    json.dumps(output, ensure_ascii=False) if output is not None else "")
+                if kind in ("function_call_output", "custom_tool_call_output") and isinstance(output, list):
+                    result = "\n".join(filter(None, map(_part_label, output)))  # an image as "[image]", not its base64
+                else:
+                    result = "[screenshot]" if kind == "computer_call_output" else (
+                        json.dumps(output, ensure_ascii=False) if output is not None else "")
             return f"tool result ({self.answers(item) or '?'})", result
         rest = {k: v for k, v in item.items() if k not in ("type", "id", "encrypted_content")}
         label = "assistant " + kind.replace("_", " ") if self.role(item) == "assistant" else kind

@@ -90,3 +90,14 @@ def test_dumps_yielding_writes_a_long_string_by_slices_byte_for_byte(monkeypatch
         for value in (text, {"k": [text, {"t": text}]}, [[[[[text]]]]]):
             assert large_json.dumps_yielding(value) == jsonio.dumps(value)
             assert jsonio.loads(large_json.dumps_yielding(value)) == value
+
+
+@pytest.mark.parametrize("at", [0, 1, large_json._SEARCH - 3, large_json._SEARCH - 1, large_json._SEARCH,
+                                2 * large_json._SEARCH + 5])
+def test_contains_finds_a_needle_wherever_it_lies_across_the_slices(at):
+    needle = b"encrypted_content"
+    raw = bytearray(b"A" * (3 * large_json._SEARCH))
+    raw[at:at + len(needle)] = needle
+    assert large_json.contains(bytes(raw), needle)
+    assert not large_json.contains(bytes(raw).replace(needle, b"encrypted_kontent"), needle)
+    assert large_json.contains(b"\\u00e9", b"\\u") and not large_json.contains(b"", b"\\u")

@@ -6,7 +6,7 @@ import json
 
 from proxy.core import texts
 from proxy.core.compaction import plan_compaction
-from proxy.core.media import plan_media
+from proxy.core.media import plan_media, without_media
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import NOTE_KEY, counter_for_model
 from proxy.formats.chat.items import VIEW as CHAT
@@ -184,3 +184,34 @@ def test_anthropic_documents_offloaded_when_large_urls_never():
     assert blocks[0]["text"].startswith("[document offloaded: application/pdf, 12,000 bytes, ~4,000 tokens, ref=")
     assert blocks[1:] == [small, text, url, url, url, url]  # small, text (counted as text), URLs (never fetched)
     assert [o.text for o in plan.offloads] == ["data:application/pdf;base64," + "JVBERi0x" * 2_000]
+
+
+def test_without_media_replaces_every_part_with_bytes_whatever_its_age_or_size():
+    """The stored form of summarised items: images (the most recent too), documents however small,
+    each under the ref `plan_media` gives it, so a screenshot offloaded earlier is stored once."""
+    small = "data:application/pdf;base64,JVBERi0x"
+    items = _chat([data_url(s) for s in SHOTS[:4]] + ["https://example.com/shot.png", "data:image/png;base64,!!"])
+    items.append({"role": "user", "content": [{"type": "file", "file": {"file_data": small, "filename": "b.pdf"}}]})
+    stored = without_media(items, CHAT, namespace="ns")
+    assert len(stored.items) == len(items) and stored.items[0] == items[0]
+    assert data_url(SHOTS[3]) not in json.dumps(stored.items) and "base64" not in json.dumps(stored.items[:9])
+    markers = [m["content"][1]["text"] for m in stored.items[1:9:2]]
+    assert all(texts.MEDIA_MARKER_RE.fullmatch(m) for m in markers)
+    assert [texts.media_ref(m) for m in markers] == [o.ref for o in stored.offloads[:4]]
+    assert [o.text for o in stored.offloads] == [data_url(s) for s in SHOTS[:4]] + [small]  # byte for byte
+    assert stored.items[9:11] == items[9:11]  # a URL, invalid base64: as they came
+    forwarded = plan_media(items, CHAT, OffloadSettings(keep_images=0, image_batch=1), counter=COUNTER, namespace="ns")
+    assert [o.ref for o in forwarded.offloads] == [o.ref for o in stored.offloads[:4]]
+    assert without_media(stored.items, CHAT, namespace="ns").items == stored.items  # nothing left to replace
+
+
+def test_without_media_in_responses_and_anthropic_items():
+    session = without_media(_computer_session(), RESPONSES, namespace="ns")
+    outputs = [i for i in session.items if i.get("type") == "computer_call_output"]
+    assert all(o["output"]["image_url"] == PLACEHOLDER_PNG and texts.media_ref(o[NOTE_KEY]) for o in outputs)
+    assert [o.text for o in session.offloads] == [data_url(s) for s in SHOTS]
+    block = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64(SHOTS[0])}}
+    items = [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [block]}]}]
+    messages = without_media(items, MESSAGES, namespace="ns")
+    assert texts.media_ref(messages.items[0]["content"][0]["content"][0]["text"]) == messages.offloads[0].ref
+    assert messages.offloads[0].text == f"data:image/png;base64,{b64(SHOTS[0])}"

@@ -166,6 +166,17 @@ def test_text_attached_injected_and_transcript():
     assert "[web_search_tool_result]" in text and "Found it." in text
 
 
+def test_transcript_of_a_tool_result_with_an_image_names_it_without_its_base64():
+    data = "iVBORw0KGgo" * 1000
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}
+    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [
+        {"type": "text", "text": "clicked"}, image,
+        {"type": "tool_result", "tool_use_id": "t0", "content": [image]}]}]}
+    assert VIEW.transcript(result) == ("[tool result (t1)]", "clicked\n[image]")
+    only = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t2", "content": [image]}]}
+    assert VIEW.transcript(only) == ("[tool result (t2)]", "[image]")
+
+
 def test_the_top_level_system_is_outside_the_history():
     assert all(VIEW.role(i) != "system" for i in history(BODY))
     assert with_history(BODY, history(BODY))["system"] is SYSTEM

@@ -280,6 +280,16 @@ def test_transcript_of_parts_and_of_unknown_items() -> None:
     assert label == "[frobnicate]" and json.loads(text) == {"payload": {"nested": [1, 2, 3]}}
 
 
+def test_transcript_of_a_tool_result_with_an_image_names_it_without_its_base64() -> None:
+    image = {"type": "input_image", "image_url": "data:image/png;base64," + "iVBORw0KGgo" * 1000}
+    for kind in ("function_call_output", "custom_tool_call_output"):
+        label, text = VIEW.transcript({"type": kind, "call_id": "c", "output": [image]})
+        assert (label, text) == ("[tool result (c)]", "[image]")
+    _, text = VIEW.transcript({"type": "function_call_output", "call_id": "c",
+                               "output": [{"type": "input_text", "text": "saved"}, image]})
+    assert text == "saved"
+
+
 def test_unknown_items_are_never_changed() -> None:
     before = copy.deepcopy(UNKNOWN)
     for method in (VIEW.role, VIEW.tool_text, VIEW.text, VIEW.calls, VIEW.answers, VIEW.injected_calls,
