@@ -206,6 +206,9 @@ class GuardedStore:
     async def extend_if(self, key: str, value: bytes, ttl: int) -> bool:
         return await self._call(self.inner.extend_if(key, value, ttl))
 
+    async def replace_if(self, key: str, expected: bytes, value: bytes) -> bool:
+        return await self._call(self.inner.replace_if(key, expected, value))
+
     async def add_members(self, key: str, members: Sequence[str], ttl: int, *, slack: int = 0) -> None:
         await self._call(self.inner.add_members(key, members, ttl, slack=slack))
 
@@ -217,6 +220,9 @@ class GuardedStore:
 
     async def items(self, key: str) -> list[bytes]:
         return await self._call(self.inner.items(key))
+
+    async def replace_items(self, key: str, replacements: Mapping[bytes, bytes]) -> int:
+        return await self._call(self.inner.replace_items(key, replacements))
 
     async def incr(self, key: str, amount: int, ttl: int) -> int:
         return await self._call(self.inner.incr(key, amount, ttl))
