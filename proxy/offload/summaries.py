@@ -35,7 +35,7 @@ from proxy.offload.events import event
 from proxy.offload.quota import CredentialRejected, QuotaExceeded
 from proxy.core.markers import make_ref
 from proxy.core.settings import OffloadSettings
-from proxy.store import StoreUnavailable
+from proxy.store import StoreUnavailable, resealing
 from proxy.offload.summarizer import Summary, SummaryFailed, prompt_version, summarize, summarize_prefix
 from proxy.offload.summary_context import Compressed, SummaryContext, count_summary, summary_usage
 from proxy.offload.tenant import key
@@ -96,7 +96,7 @@ class Compressor:
         if known is not None and time.monotonic() - known[0] < summary_memo.REFRESH:
             return known[1]
         raw = await self.store.get(summary_key, ttl=self.ttl)
-        raw = None if raw is None else self.sealer.open(raw, summary_key)
+        raw = None if raw is None else await resealing.opened(self.store, summary_key, raw, sealer=self.sealer)
         if raw is None:
             return None
         r = json.loads(raw)
