@@ -261,6 +261,9 @@ class ServerSettings(BaseSettings):
         numeric = {name for name, f in OffloadSettings.model_fields.items() if f.annotation in (int, float, int | None)}
         if self.redis_cluster and not self.redis_url:
             raise ValueError("--redis-cluster needs --redis-url (a node of the cluster)")
+        if self.encryption_key_previous and self.encryption_key_previous == self.encryption_key:
+            raise ValueError("--encryption-key-previous is --encryption-key itself: give the key before the rotation "
+                             "(the old --encryption-key), or leave it out once the rotation is over")
         if self.encryption_key_previous and not (self.encryption_key and self.namespace_key):
             raise ValueError("--encryption-key-previous needs --encryption-key (the new key) and --namespace-key "
                              "(the key namespaces were derived from: the old --encryption-key, unless every "

@@ -176,3 +176,10 @@ def test_a_busy_port_is_one_line_before_the_banner(tmp_path):
                               stdin=subprocess.DEVNULL)
     assert done.returncode == 1
     assert done.stderr.strip() == f"offload-proxy: port {port} is in use: choose another with --port"
+
+
+def test_a_previous_encryption_key_equal_to_the_current_one_is_refused():
+    key = "the one encryption key of this fleet"
+    message = serve_error("--encryption-key", key, "--encryption-key-previous", key, "--namespace-key", key)
+    assert message == ("offload-proxy: invalid settings: --encryption-key-previous is --encryption-key itself: give "
+                       "the key before the rotation (the old --encryption-key), or leave it out once the rotation is over")
