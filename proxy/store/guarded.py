@@ -52,6 +52,7 @@ class GuardedStore:
         self._recheck: asyncio.Future | None = None
         self._recheck_at = 0.0
         self._pinging: asyncio.Future | None = None  # the ping in flight, shared (`ping`)
+        self.answering_again = asyncio.Event()  # set when the store answers after it was marked down
 
     def _show(self, available: bool) -> None:
         """`offload_store_up`: what this process currently makes of the store."""
@@ -129,6 +130,7 @@ class GuardedStore:
         if ok:
             if not self.available:
                 log.warning("store available again")
+                self.answering_again.set()
             self.available = True
             self._show(True)
         elif late:
