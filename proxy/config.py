@@ -56,8 +56,9 @@ class ServerSettings(BaseSettings):
         "replica sharing a store needs the same one (a replica with another refuses to start)."
     )
     encryption_key_previous: str | None = Field(
-        None, description="The --encryption-key before a rotation: what it sealed is still read, new values are "
-        "sealed with --encryption-key. Needs --namespace-key (docs/security.md: rotating the key)."
+        None, description="The --encryption-key before a rotation: what it sealed is still read (and sealed again "
+        "with --encryption-key as it is read), new values are sealed with --encryption-key. Needs --namespace-key, "
+        "and may not be --encryption-key itself (docs/security.md: rotating the key)."
     )
     namespace_key: str | None = Field(
         None, description="Secret that keys tenant namespaces, session names in store keys and compaction tokens "
