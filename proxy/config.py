@@ -71,8 +71,9 @@ class ServerSettings(BaseSettings):
     )
     encryption_key_previous: str | None = Field(
         None, json_schema_extra=SECRET,
-        description="The --encryption-key before a rotation: what it sealed is still read, new values are "
-        "sealed with --encryption-key. Needs --namespace-key (docs/security.md: rotating the key)."
+        description="The --encryption-key before a rotation: what it sealed is still read (and sealed again "
+        "with --encryption-key as it is read), new values are sealed with --encryption-key. Needs --namespace-key, "
+        "and may not be --encryption-key itself (docs/security.md: rotating the key)."
     )
     namespace_key: str | None = Field(
         None, json_schema_extra=SECRET,
@@ -295,6 +296,9 @@ class ServerSettings(BaseSettings):
         numeric = {name for name, f in OffloadSettings.model_fields.items() if f.annotation in (int, float, int | None)}
         if self.redis_cluster and not self.redis_url:
             raise ValueError("--redis-cluster needs --redis-url (a node of the cluster)")
+        if self.encryption_key_previous and self.encryption_key_previous == self.encryption_key:
+            raise ValueError("--encryption-key-previous is --encryption-key itself: give the key before the rotation "
+                             "(the old --encryption-key), or leave it out once the rotation is over")
         if self.encryption_key_previous and not (self.encryption_key and self.namespace_key):
             raise ValueError("--encryption-key-previous needs --encryption-key (the new key) and --namespace-key "
                              "(the key namespaces were derived from: the old --encryption-key, unless every "

@@ -45,7 +45,7 @@ from proxy.http.stats_api import AdminGate, StatsApi, tenant_names
 from proxy.stats.prices import PriceTable
 from proxy.stats.recorder import STOP_TIMEOUT, Recorder
 from proxy.offload.background import CANCEL_WAIT, SummaryScheduler
-from proxy.offload.canary import check_timeout, watch_if_unchecked
+from proxy.offload.canary import check_timeout, keep_if_served
 from proxy.offload.quota import CredentialCheck
 from proxy.store import open_store, sealer_for
 from proxy.store.guarded import GuardedStore
@@ -72,9 +72,9 @@ async def readyz(request: Request) -> JSONResponse:
 def shutdown_budget(settings: ServerSettings) -> float:
     """The longest time (s) from SIGTERM to exit: the requests' and streams' grace (uvicorn's), then
     the lifespan's: the background summaries' grace, the wait for those cancelled past it, the
-    search workers' reaping, the statistics' last flush, the secrets check made again when the
-    store did not answer at startup (`proxy.offload.canary.after_serve`), and a second for the
-    rest. An orchestrator's grace period must cover it."""
+    search workers' reaping, the statistics' last flush, the secrets check made again
+    (`proxy.offload.canary.after_serve`), and a second for the rest. An orchestrator's grace
+    period must cover it."""
     return (2 * settings.shutdown_grace + CANCEL_WAIT + search_pool.REAP_WAIT + STOP_TIMEOUT
             + check_timeout(settings.store_timeout) + 1)
 
@@ -130,7 +130,8 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
         metrics.watch_summaries(services.summaries.state)
         services.store.start()
         recorder.start(services.store, services.sealer)
-        canary = watch_if_unchecked(services.store, services.sealer, settings.names_key, workers=settings.workers)
+        canary = keep_if_served(services.store, services.sealer, settings.names_key, workers=settings.workers,
+                                woken=services.store.answering_again)
         try:
             yield
         finally:

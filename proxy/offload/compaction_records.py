@@ -21,7 +21,6 @@ otherwise stay sealed with the old key until the rotation's end made it unreadab
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 from proxy.core import compaction_token, jsonio, large_json
@@ -29,7 +28,7 @@ from proxy.core.compaction_token import TokenError
 from proxy.offload.cpu_pool import CPU, LARGE_CHARS
 from proxy.offload.quota import Quota
 from proxy.offload.tenant import key, unsharded_key
-from proxy.store import Store, StoreUnavailable
+from proxy.store import Store, resealing
 from proxy.store.sealing import Sealer
 
 __all__ = ["CompactionRecords", "TokenError"]
@@ -55,13 +54,13 @@ class CompactionRecords:
 
     def _opened(self, value: bytes, store_key: str, large: bool) -> tuple[list[Any] | None, bytes | None]:
         """The items, and the value sealed again with the current key when the previous one opened it."""
-        opened, by = self.sealer.opened(value, store_key)
+        opened, again = self.sealer.reopened(value, store_key)
         if opened is None:
             return None, None
         items = large_json.loads_yielding(opened) if large else jsonio.loads(opened)
         if not isinstance(items, list):
             return None, None
-        return items, (self.sealer.seal(opened, store_key) if by == "previous" else None)
+        return items, again
 
     async def save(self, items: list[Any]) -> str:
         """Store `items` and answer the token that stands for them (the same items, the same token).
@@ -88,10 +87,8 @@ class CompactionRecords:
             if value is None:
                 return None
         large = len(value) > LARGE_CHARS
-        items, resealed = await CPU(large)(self._opened, value, store_key, large)
-        if resealed is not None:  # a rotation under way: readable after it too
-            with contextlib.suppress(StoreUnavailable):  # read already: sealed again at a later use
-                await self.store.put(store_key, resealed, self.ttl)
+        items, again = await CPU(large)(self._opened, value, store_key, large)
+        await resealing.write_back(self.store, store_key, value, again=again)  # a rotation under way: readable after it too
         return items
 
     async def _moved(self, record_id: str, store_key: str) -> bytes | None:

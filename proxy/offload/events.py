@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from proxy.store.sealing import Sealer
-from proxy.store import Store, StoreUnavailable
+from proxy.store import Store, StoreUnavailable, resealing
 from proxy.offload.tenant import key
 
 MAX_EVENTS = 500
@@ -31,6 +31,7 @@ async def record(store: Store, namespace: str, session: str | None, *, events: l
     """Append events; an unreachable store loses them (accounting never fails a request)."""
     list_key = _list_key(namespace, session, sealer)
     try:
+        await resealing.reseal_items(store, list_key, sealer)  # a rotation under way: those pushed before
         for e in events:
             await store.push(list_key, sealer.seal(json.dumps(e).encode(), list_key), max_len=MAX_EVENTS, ttl=ttl)
     except StoreUnavailable:
@@ -41,5 +42,5 @@ async def recent(store: Store, namespace: str, session: str | None, *, limit: in
                  sealer: Sealer) -> list[dict]:
     """The newest `limit` events, oldest first; ones that do not open (sealed under another key) are left out."""
     list_key = _list_key(namespace, session, sealer)
-    opened = (sealer.open(item, list_key) for item in (await store.items(list_key))[-limit:])
+    opened = await resealing.opened_items(store, list_key, (await store.items(list_key))[-limit:], sealer=sealer)
     return [json.loads(item) for item in opened if item is not None]

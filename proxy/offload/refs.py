@@ -15,23 +15,13 @@ from dataclasses import dataclass
 
 from proxy.offload.cpu_pool import CPU, INLINE
 from proxy.core.compaction import Offload
+from proxy.store import Store, resealing
 from proxy.store.sealing import Sealer
-from proxy.store import Store
 from proxy.offload.quota import Quota
 from proxy.offload.tenant import key
 
 FORMAT = 1
 TOUCH_SLACK = 60
-RESEALED_MAX = 100_000  # store keys remembered as sealed again during a key rotation (then forgotten)
-_resealed: set[str] = set()  # ...by this process: each written once, not at every request carrying it
-
-
-def _remember_resealed(store_key: str) -> None:
-    if len(_resealed) >= RESEALED_MAX:
-        _resealed.clear()
-    _resealed.add(store_key)
-
-
 LARGE_STORED = 32 * 1024  # bytes stored (zlib-compressed text): opened and inflated off the event loop past this
 
 
@@ -106,10 +96,10 @@ class RefStore:
         missing = [by_ref[ref] for ref, exists in zip(wanted, touched) if not exists and ref in by_ref]
         # During a key rotation an item in use (its TTL extended by every request carrying it) would
         # stay sealed with the old key until the rotation's end made it unreadable: the content
-        # this request carries is sealed again, once per process, replacing what is stored.
+        # this request carries is sealed again, once per process, replacing what is stored (the same
+        # content whoever writes it: its ref is its digest).
         # What it only refers to (a placeholder, a summary's ref) is read and sealed again when the old key opens it.
-        due = [ref for ref, exists in zip(wanted, touched)
-               if exists and self._key(ref) not in _resealed] if self.sealer.rotating else []
+        due = [ref for ref, exists in zip(wanted, touched) if exists and resealing.due(self._key(ref), self.sealer)]
         again = [by_ref[ref] for ref in due if ref in by_ref]
         await asyncio.gather(*(self._reseal_stored(ref) for ref in due if ref not in by_ref))
         new: dict[str, bytes] = {}
@@ -123,16 +113,15 @@ class RefStore:
             await self.store.put(self._key(ref), value, self.ttl)
         for ref, value in resealed.items():
             await self.store.put(self._key(ref), value, self.ttl)
-            _remember_resealed(self._key(ref))
+            resealing.done(self._key(ref))
         return set(new)
 
     async def _reseal_stored(self, ref: str) -> None:
         store_key = self._key(ref)
         value = await self.store.get(store_key)
-        plain, by = (None, None) if value is None else self.sealer.opened(value, store_key)
-        if by == "previous" and plain is not None:
-            await self.store.put(store_key, self.sealer.seal(plain, store_key), self.ttl)
-        _remember_resealed(store_key)
+        if value is not None:
+            await resealing.write_back(self.store, store_key, value, again=self.sealer.reopened(value, store_key)[1])
+        resealing.done(store_key)
 
     def _encode(self, offloads: list[Offload]) -> dict[str, bytes]:
         return {o.ref: self.sealer.seal(encode_item(o), self._key(o.ref)) for o in offloads}
@@ -144,11 +133,13 @@ class RefStore:
         if value is None:
             return None
 
-        def opened() -> StoredItem | None:
-            plain = self.sealer.open(value, store_key)
-            return None if plain is None else decode_item(ref, plain)
+        def opened() -> tuple[StoredItem | None, bytes | None]:
+            plain, again = self.sealer.reopened(value, store_key)
+            return (None if plain is None else decode_item(ref, plain)), again
 
-        return await CPU(len(value) > LARGE_STORED)(opened)
+        item, again = await CPU(len(value) > LARGE_STORED)(opened)
+        await resealing.write_back(self.store, store_key, value, again=again)  # read during a rotation
+        return item
 
     async def session_refs(self, session: str) -> set[str]:
         return await self.store.members(self._session_key(session))

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.offload.tenant import key
-from proxy.store import Store, StoreUnavailable
+from proxy.store import Store, StoreUnavailable, resealing
 from proxy.store.sealing import Sealer
 
 MAX_ID_CHARS = 256
@@ -86,7 +86,7 @@ async def resolve(store: Store, namespace: str, name: str, *, ttl: int, sealer: 
         value = await store.get(store_key, ttl=ttl)
     except StoreUnavailable:
         return None
-    opened = sealer.open(value, store_key) if value is not None else None
+    opened = await resealing.opened(store, store_key, value, sealer=sealer) if value is not None else None
     try:
         record = json.loads(opened) if opened else None
     except ValueError:

@@ -36,7 +36,7 @@ from proxy.offload.events import event
 from proxy.offload.quota import CredentialRejected, QuotaExceeded
 from proxy.core.markers import make_ref
 from proxy.core.settings import OffloadSettings
-from proxy.store import StoreUnavailable
+from proxy.store import StoreUnavailable, resealing
 from proxy.offload.summarizer import Summary, SummaryFailed, prompt_version, summarize, summarize_prefix
 from proxy.offload.summary_context import Compressed, SummaryContext, count_summary, summary_usage
 from proxy.offload.tenant import key
@@ -62,11 +62,15 @@ class Compressor:
         # the request's folds (`proxy.core.compaction.Plan.unfold`): undone after a summary hiding their base
         self.unfold: Mapping[int, tuple[int, Any]] = {}
 
+    def _name(self, prefix_hash: str) -> str:
+        """What a summary of the prefix hashing to `prefix_hash` is stored, locked and leased as."""
+        return f"{prefix_hash}:{self.version}:{cp.LAYOUT}"
+
     def _summary_key(self, prefix_hash: str) -> str:
-        return key(self.namespace, "summary", f"{prefix_hash}:{self.version}:{cp.LAYOUT}")
+        return key(self.namespace, "summary", self._name(prefix_hash))
 
     def _lock_key(self, prefix_hash: str) -> str:
-        return key(self.namespace, "lock", f"{prefix_hash}:{self.version}:{cp.LAYOUT}")
+        return key(self.namespace, "lock", self._name(prefix_hash))
 
     async def _prior(self, originals: list[Any], chain: cp.PrefixHashes, head: int, *, tail: int,
                      cpu: CPU) -> cp.PriorSummary | None:
@@ -97,7 +101,7 @@ class Compressor:
         if known is not None and time.monotonic() - known[0] < summary_memo.REFRESH:
             return known[1]
         raw = await self.store.get(summary_key, ttl=self.ttl)
-        raw = None if raw is None else self.sealer.open(raw, summary_key)
+        raw = None if raw is None else await resealing.opened(self.store, summary_key, raw, sealer=self.sealer)
         if raw is None:
             return None
         r = json.loads(raw)
@@ -197,18 +201,25 @@ class Compressor:
         """Ready the summary for the scheduler, to be handed to it (`deferred`) once this turn's
         own upstream request has gone out and answered: the summary call must not hold the turn
         up nor race it. One per conversation at a time, in this process (the scheduler) and
-        across replicas (the conversation's lease in the store, `proxy.offload.lease`): a turn
-        that finds one under way, for a shorter prefix, starts none and finds it once stored."""
+        across replicas (a lease in the store on the prefix it summarises, `proxy.offload.lease`):
+        a turn whose history holds a prefix being summarised starts none and finds it once stored;
+        another conversation sharing only its opening is not held up by it."""
         scheduler = self.ctx.background
         assert scheduler is not None
-        start = await cpu.light(chain.__getitem__, decision.head + 1)
-        conversation = f"{self.namespace}:{start}"
-        lease_key = key(self.namespace, "lease", start)
+        index = key(self.namespace, "leases", await cpu.light(chain.__getitem__, decision.head + 1))
+
+        async def covered(listed: list[tuple[int, str]]) -> list[str]:  # rising cuts: hashed once
+            return await cpu.for_part(originals[:listed[-1][0]])(
+                lambda: [name for cut, name in listed if chain.matches(cut, name.partition(":")[0], _seen)])
+
         try:
-            if scheduler.busy(conversation) or await lease.held(self.store, lease_key):
+            if await lease.under_way(self.store, index, namespace=self.namespace, suffix=self._name(""),
+                                     covered=covered):
                 return
         except StoreUnavailable:
             return  # no lease to be had: no background summary (it could not be stored either)
+        name = self._name(await cpu.for_part(originals[:decision.cut])(chain.__getitem__, decision.cut))
+        conversation, listed = f"{self.namespace}:{name}", lease.Listing(index, decision.cut, name)
 
         async def job() -> None:
             await self._in_background(compacted, originals, settings, counter=counter, chain=chain, decision=decision)
@@ -219,8 +230,9 @@ class Compressor:
         def submit(run, on_end) -> bool:
             return scheduler.submit(conversation, run, tenant=tenant, weight=weight, on_end=on_end)
 
-        ttl = lease.lease_ttl(self.ctx.timeout)
-        self.deferred.append(lambda: lease.submit_leased(self.store, lease_key, ttl, run=job, submit=submit))
+        ttl, lease_key = lease.lease_ttl(self.ctx.timeout), key(self.namespace, "lease", name)
+        self.deferred.append(lambda: lease.submit_leased(self.store, lease_key, ttl, run=job, submit=submit,
+                                                         listed=listed))
 
     async def _in_background(self, compacted, originals, settings, *, counter, chain, decision) -> None:
         cpu = CPU.for_messages(originals)

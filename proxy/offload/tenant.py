@@ -52,7 +52,8 @@ def key(namespace: str, kind: str, name: str) -> str:
     and no name a client chooses can pick the slot) and a shard, 2 hex digits of a CRC-32 of
     `<kind>:<name>`. A tenant's keys (and the all-tenant statistics, scope `all`, one shard per
     bucket) thus spread over up to 256 slots, i.e. every node; nothing the proxy does needs two
-    keys in one slot (no MULTI/EXEC; its Lua scripts, a lease's release and renewal, read one key;
+    keys in one slot (no MULTI/EXEC; its Lua scripts, a lease's release and renewal and the
+    compare-and-set of a key rotation, read one key;
     its pipelines are non-transactional, a cluster pipeline sends each command to its node). The tag form is the key layout's version: the
     layout before it (`unsharded_key`, one slot per tenant) is read for compaction records only.
     """

@@ -12,6 +12,7 @@ from proxy.core import jsonio
 from proxy.stats.buckets import ALL, Fields, Span, add, merged, rollup
 from proxy.stats.recorder import label_key, session_keys, sessions_key
 from proxy.stats.turns import headline, point
+from proxy.store import resealing
 from proxy.store.base import Store
 from proxy.store.sealing import Sealer
 
@@ -36,10 +37,10 @@ async def labels(store: Store, namespaces: Sequence[str], names: Mapping[str, st
 
     async def read(ns: str) -> bytes | None:
         async with gate:
-            return await store.get(label_key(ns))
+            raw = await store.get(label_key(ns))
+            return None if raw is None else await resealing.opened(store, label_key(ns), raw, sealer=sealer)
 
-    found = await asyncio.gather(*(read(ns) for ns in wanted))
-    opened = {ns: sealer.open(raw, label_key(ns)) if raw is not None else None for ns, raw in zip(wanted, found)}
+    opened = dict(zip(wanted, await asyncio.gather(*(read(ns) for ns in wanted))))
     return {ns: jsonio.stored_text(text) if (text := opened.get(ns)) else None for ns in namespaces}
 
 
@@ -111,7 +112,7 @@ async def session_detail(store: Store, namespace: str, session: str, *, sealer: 
         items = await store.items(turns_key)
         if not items:
             continue
-        opened = (sealer.open(item, turns_key) for item in items)
+        opened = await resealing.opened_items(store, turns_key, items, sealer=sealer)
         turns = [json.loads(item) for item in opened if item is not None]
         [fields] = await store.hashes([totals_key])
         last = turns[-1]["time"] if turns else 0.0

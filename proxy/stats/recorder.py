@@ -49,7 +49,8 @@ from proxy.stats.prices import PriceTable
 from proxy.stats.replies import Replies
 from proxy.stats.session_id import from_name
 from proxy.stats.turns import Turn, turn_fields
-from proxy.store.base import Store
+from proxy.store import resealing
+from proxy.store.base import Store, StoreUnavailable
 from proxy.store.sealing import Sealer
 
 log = logging.getLogger("proxy.stats")
@@ -274,11 +275,22 @@ class Recorder:
             self._labelled.clear()
         self._labelled.update((ns, (label, now)) for ns, label in labels.items())
         written = await self._backlog.write(store, retention=self.retention, max_rows=SESSION_TURNS, now=now)
+        await self._reseal_turns(store, ready)
         if self._backlog:
             self.state.flush_failures += 1
             log.info("statistics of %d turns kept until the store answers", self._backlog.held)
         self.state.recorded += written
         return written
+
+    async def _reseal_turns(self, store: Store, turns: list[Turn]) -> None:
+        """A key rotation under way: the turns these sessions kept from before it (their lists'
+        TTL extended by every turn) are sealed again with the current key, once per process."""
+        if not self._sealer.rotating:
+            return
+        for turns_key in dict.fromkeys(session_keys(t.namespace, self._sealer.key_name(t.session, t.namespace))[0]
+                                       for t in turns if t.session is not None):
+            with contextlib.suppress(StoreUnavailable):  # sealed again by a later flush
+                await resealing.reseal_items(store, turns_key, self._sealer)
 
     def snapshot(self) -> RecorderState:
         queued = len(self._queue) + len(self._waiting) + len(self._hashing) + self._in_flush + self._backlog.held

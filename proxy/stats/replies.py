@@ -16,6 +16,7 @@ from collections import OrderedDict
 
 from proxy.core import jsonio
 from proxy.offload.tenant import key
+from proxy.store import resealing
 from proxy.store.base import Store
 from proxy.store.sealing import Sealer
 
@@ -41,7 +42,7 @@ class Replies:
             return session
         store_key = reply_key(namespace, response_id, sealer)
         raw = await store.get(store_key)
-        opened = sealer.open(raw, store_key) if raw is not None else None
+        opened = await resealing.opened(store, store_key, raw, sealer=sealer) if raw is not None else None
         return jsonio.stored_text(opened) if opened else None
 
     async def remember(self, store: Store, namespace: str, response_id: str, *, session: str, ttl: int,

@@ -43,6 +43,12 @@ class Store(Protocol):
         atomically; False when it holds another value or is gone (a lease lost)."""
         ...
 
+    async def replace_if(self, key: str, expected: bytes, value: bytes) -> bool:
+        """Compare-and-set: `value` replaces the key's value only while it holds `expected`
+        (its expiry kept), atomically; False when it holds another value or is gone (a value
+        sealed again during a key rotation never overwrites what another writer put since)."""
+        ...
+
     async def add_members(self, key: str, members: Sequence[str], ttl: int, *, slack: int = 0) -> None:
         """Add to a set (idle TTL applies to the whole set). With a slack, a set that already
         holds every member and has more than `ttl - slack` seconds left is not written."""
@@ -56,6 +62,11 @@ class Store(Protocol):
 
     async def items(self, key: str) -> list[bytes]:
         """A capped list, oldest first."""
+        ...
+
+    async def replace_items(self, key: str, replacements: Mapping[bytes, bytes]) -> int:
+        """In a capped list, every item equal to a key of `replacements` becomes its value, in
+        place and atomically (items pushed or trimmed meanwhile stay as they are); how many were."""
         ...
 
     async def incr(self, key: str, amount: int, ttl: int) -> int:

@@ -52,6 +52,7 @@ class GuardedStore:
         self._recheck: asyncio.Future | None = None
         self._recheck_at = 0.0
         self._pinging: asyncio.Future | None = None  # the ping in flight, shared (`ping`)
+        self.answering_again = asyncio.Event()  # set when the store answers after it was marked down
 
     def _show(self, available: bool) -> None:
         """`offload_store_up`: what this process currently makes of the store."""
@@ -129,6 +130,7 @@ class GuardedStore:
         if ok:
             if not self.available:
                 log.warning("store available again")
+                self.answering_again.set()
             self.available = True
             self._show(True)
         elif late:
@@ -206,6 +208,9 @@ class GuardedStore:
     async def extend_if(self, key: str, value: bytes, ttl: int) -> bool:
         return await self._call(self.inner.extend_if(key, value, ttl))
 
+    async def replace_if(self, key: str, expected: bytes, value: bytes) -> bool:
+        return await self._call(self.inner.replace_if(key, expected, value))
+
     async def add_members(self, key: str, members: Sequence[str], ttl: int, *, slack: int = 0) -> None:
         await self._call(self.inner.add_members(key, members, ttl, slack=slack))
 
@@ -217,6 +222,9 @@ class GuardedStore:
 
     async def items(self, key: str) -> list[bytes]:
         return await self._call(self.inner.items(key))
+
+    async def replace_items(self, key: str, replacements: Mapping[bytes, bytes]) -> int:
+        return await self._call(self.inner.replace_items(key, replacements))
 
     async def incr(self, key: str, amount: int, ttl: int) -> int:
         return await self._call(self.inner.incr(key, amount, ttl))

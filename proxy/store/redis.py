@@ -21,9 +21,22 @@ from proxy.store.base import StoreUnavailable
 T = TypeVar("T")
 
 
-# Compare-and-delete, compare-and-extend: one key each, so a script runs on its slot's node in a Cluster.
+# Compare-and-delete, compare-and-extend (a lease), compare-and-set (a value sealed again): one key each,
+# so a script runs on its slot's node in a Cluster; sending one again applies nothing twice.
 DELETE_IF = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
 EXTEND_IF = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('expire', KEYS[1], ARGV[2]) end return 0"
+# (Keeping the expiry; in a list, each item equal to one of the old values is replaced in place.)
+REPLACE_IF = ("if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('set', KEYS[1], ARGV[2], 'KEEPTTL') "
+              "return 1 end return 0")
+REPLACE_ITEMS = """
+local new = {}
+for i = 1, #ARGV, 2 do new[ARGV[i]] = ARGV[i + 1] end
+local replaced = 0
+for i, item in ipairs(redis.call('lrange', KEYS[1], 0, -1)) do
+  if new[item] then redis.call('lset', KEYS[1], i - 1, new[item]) replaced = replaced + 1 end
+end
+return replaced
+"""
 
 CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
 RETRIES = 2  # a command failing with a connection error is sent again this many times at most
@@ -139,6 +152,9 @@ class RedisStore:
     async def extend_if(self, key: str, value: bytes, ttl: int) -> bool:
         return bool(await self._call(self.client.eval(EXTEND_IF, 1, key, value, ttl)))
 
+    async def replace_if(self, key: str, expected: bytes, value: bytes) -> bool:
+        return bool(await self._call(self.client.eval(REPLACE_IF, 1, key, expected, value)))
+
     async def add_members(self, key: str, members: Sequence[str], ttl: int, *, slack: int = 0) -> None:
         if not members:
             return
@@ -169,6 +185,12 @@ class RedisStore:
 
     async def items(self, key: str) -> list[bytes]:
         return [m.encode() if isinstance(m, str) else m for m in await self._call(self.client.lrange(key, 0, -1))]
+
+    async def replace_items(self, key: str, replacements: Mapping[bytes, bytes]) -> int:
+        if not replacements:
+            return 0
+        pairs = [part for old_new in replacements.items() for part in old_new]
+        return int(await self._call(self.client.eval(REPLACE_ITEMS, 1, key, *pairs)))
 
     async def incr(self, key: str, amount: int, ttl: int) -> int:
         async with self._pipeline(once=True) as pipe:

@@ -78,3 +78,9 @@ class Sealer:
             except InvalidTag:
                 pass
         return None, None
+
+    def reopened(self, value: bytes, store_key: str) -> tuple[bytes | None, bytes | None]:
+        """(the plain value or None, the value sealed again with the current key when the
+        previous one opened it, else None: what a rotation writes back)."""
+        plain, by = self.opened(value, store_key)
+        return plain, (self.seal(plain, store_key) if by == "previous" and plain is not None else None)

@@ -135,6 +135,15 @@ class SQLiteStore:
 
         return await self._run(op)
 
+    async def replace_if(self, key: str, expected: bytes, value: bytes) -> bool:
+        def op(db: sqlite3.Connection, now: float) -> bool:
+            with db:
+                cur = db.execute("UPDATE kv SET value = ? WHERE key = ? AND value = ? AND expires >= ?",
+                                 (value, key, expected, now))
+                return cur.rowcount == 1
+
+        return await self._run(op)
+
     async def add_members(self, key: str, members: Sequence[str], ttl: int, *, slack: int = 0) -> None:
         def op(db: sqlite3.Connection, now: float) -> None:
             if slack > 0:  # read first: write only what is missing, or an expiry that is due
@@ -177,6 +186,14 @@ class SQLiteStore:
             return [bytes(row[0]) for row in rows]
 
         return await self._run(op)
+
+    async def replace_items(self, key: str, replacements: Mapping[bytes, bytes]) -> int:
+        def op(db: sqlite3.Connection, now: float) -> int:
+            with db:
+                return sum(db.execute("UPDATE lists SET value = ? WHERE key = ? AND value = ? AND expires >= ?",
+                                      (new, key, old, now)).rowcount for old, new in replacements.items())
+
+        return await self._run(op) if replacements else 0
 
     async def incr(self, key: str, amount: int, ttl: int) -> int:
         def op(db: sqlite3.Connection, now: float) -> int:

@@ -234,3 +234,10 @@ def test_a_yaml_tenants_file_is_served_by_python_m_proxy_serve(tmp_path, upstrea
         refused = httpx2.post(f"{proxy.url}/v1/chat/completions", json=body, timeout=30,
                               headers={"authorization": "Bearer sk-not-a-tenant"})
         assert refused.status_code == 401
+
+
+def test_a_previous_encryption_key_equal_to_the_current_one_is_refused():
+    key = "the one encryption key of this fleet"
+    message = serve_error("--encryption-key", key, "--encryption-key-previous", key, "--namespace-key", key)
+    assert message == ("offload-proxy: invalid settings: --encryption-key-previous is --encryption-key itself: give "
+                       "the key before the rotation (the old --encryption-key), or leave it out once the rotation is over")

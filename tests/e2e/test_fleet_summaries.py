@@ -153,3 +153,53 @@ def test_a_killed_replicas_lease_lapses_and_a_later_turn_makes_the_summary(upstr
         assert db.keys(leases) == []  # released as it ended
         events = client.get(f"{survivor.url}/v1/offload/events", params={"session": "fleet"}).json()["data"]
         assert [e["type"] for e in events].count("summary_ready") == 1
+
+
+def other_attempt(history: list[dict]) -> list[dict]:
+    """Another run of the same agent on the same task: the same system message, task and first
+    call, then tool results of its own (a deterministic agent, a parallel attempt)."""
+    return [{**m, "content": m["content"].replace("step", "attempt-b-step")} if m["role"] == "tool" else m
+            for m in history]
+
+
+def test_conversations_sharing_their_opening_do_not_hold_each_others_summaries(upstream, redis_url):
+    """Two attempts of one tenant share their system message, task and first call: one's summary
+    under way on a replica does not keep the other's from being made on another replica, while the
+    same conversation's next turn, on the other replica, still waits for its own."""
+    credential = f"sk-fleet-attempts-{uuid.uuid4().hex}"
+    summariser = upstream.handler = Summariser()
+    first, second = turns(HISTORY), turns(other_attempt(HISTORY))
+    assert first[-1][:3] == second[-1][:3] and first[-1][3] != second[-1][3]
+    headers = {k: v for k, v in HEADERS.items() if k != "X-Offload-Session"}  # sessions derived: alike too
+    with replicas(2, "--upstream", f"{upstream.url}/v1", "--redis-url", redis_url) as (one, two), httpx2.Client(
+            timeout=30, headers={"authorization": f"Bearer {credential}", **headers}) as client:
+
+        def turn(proxy, messages: list[dict]) -> str:
+            reply = client.post(f"{proxy.url}/v1/chat/completions", json={"model": "gpt-4o", "messages": messages})
+            assert reply.status_code == 200, reply.text
+            return reply.headers["x-offload-action"]
+
+        k = 0
+        while background_jobs(one.url) == 0:  # attempt A on replica one, until it starts a summary
+            turn(one, first[k])
+            k += 1
+        wait_until(lambda: len(upstream.summary_requests()) == 1, what="A's summary call")
+        turn(two, first[k])  # A's next turn elsewhere: A's summary is under way, none of its own
+        assert background_jobs(two.url) == 0 and len(upstream.summary_requests()) == 1
+
+        actions = []
+        for messages in second:  # attempt B on replica two, A's summary still held, until B starts one
+            actions.append(turn(two, messages))
+            if background_jobs(two.url):
+                break
+        wait_until(lambda: len(upstream.summary_requests()) == 2, what=f"B's own summary call (B's turns: {actions})")
+        assert background_jobs(one.url) == 1  # A's still under way
+        a_call, b_call = (r.body.decode() for r in upstream.summary_requests())
+        assert "attempt-b-step" in b_call and "attempt-b-step" not in a_call
+
+        summariser.gate.set()
+        wait_until(lambda: idle([one.url, two.url]), what="both summaries")
+        for history, at, proxy in ((second, len(actions), one), (first, k + 1, two)):  # each on the other replica
+            later = [turn(proxy, messages) for messages in history[at:]]
+            compressed = [action for action in later if "compress" in action]
+            assert compressed and compressed[0] == "compact+compress", later  # its own summary, ready: not pending

@@ -117,3 +117,75 @@ def test_the_unchecked_warning_is_a_json_line_with_json_logs(upstream, tmp_path)
         pass
     records = [json.loads(line) for line in proxy.stderr.splitlines() if line.strip()]
     assert any(r["level"] == "warning" and "canary was not checked" in r["message"] for r in records)
+
+
+# ---- the running replicas keep the canary: a Redis restarted without persistence loses it
+
+
+def canary_of(url: str) -> bytes | None:
+    import redis
+
+    from proxy.offload.canary import CANARY_KEY
+
+    with redis.Redis.from_url(url) as db:
+        return db.get(CANARY_KEY)
+
+
+def test_after_a_redis_restart_the_running_replicas_write_the_canary_again(upstream, tmp_path):
+    from tests.harness.fleet import replicas, wait_until
+    from tests.harness.servers import RedisProcess
+
+    server = RedisProcess().start()
+    try:
+        with replicas(2, "--redis-url", server.url, "--upstream", f"{upstream.url}/v1", "--encryption-key", OLD):
+            assert canary_of(server.url) is not None
+            server.restart()  # no persistence: the store is empty
+            wait_until(lambda: canary_of(server.url) is not None, timeout=60, what="the canary written again")
+            done = subprocess.run(serve("--redis-url", server.url, "--upstream", f"{upstream.url}/v1",
+                                        "--encryption-key", NEW, "--data-dir", str(tmp_path)),
+                                  capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+            assert done.returncode != 0 and "--encryption-key does not open the store's canary" in done.stderr
+    finally:
+        server.stop()
+
+
+def test_a_replica_that_wrote_the_canary_while_the_fleet_ran_stops_and_the_fleet_is_never_locked_out(
+        upstream, tmp_path):
+    """The fleet's replicas are frozen (SIGSTOP) while Redis restarts and a replica with another key
+    starts on the empty store, writing its canary; once they run again, they write theirs again
+    (the older lineage is the fleet's) and the other replica stops at its next check."""
+    import os
+    import signal
+
+    from tests.harness.fleet import replicas
+    from tests.harness.servers import RedisProcess
+
+    server = RedisProcess().start()
+    common = ("--redis-url", server.url, "--upstream", f"{upstream.url}/v1", "--log-format", "text")
+    try:
+        with replicas(2, *common, "--encryption-key", OLD, capture=True) as fleet:
+            for proxy in fleet:
+                os.kill(proxy.proc.pid, signal.SIGSTOP)
+            try:
+                server.restart()
+                wrong = ProxyProcess(*common, "--encryption-key", NEW, "--workers", "2", data_dir=tmp_path / "wrong",
+                                     capture=True, ready_within=90)
+                wrong.start()  # the store is empty: nothing to refuse it
+            finally:
+                for proxy in fleet:
+                    os.kill(proxy.proc.pid, signal.SIGCONT)
+            assert wrong.proc.wait(timeout=120) == 1  # stopped by its workers' check: a failure for its supervisor
+            wrong.stop()
+            assert "--encryption-key does not open the store's canary" in wrong.stderr and "stopping" in wrong.stderr
+            assert wrong.stderr.strip().splitlines()[-1].startswith("offload-proxy: --encryption-key does not open")
+            with ProxyProcess(*common, "--encryption-key", OLD, data_dir=tmp_path / "later", ready_within=60) as later:
+                assert httpx2.get(f"{later.url}/readyz").json()["store"] == "ok"  # the fleet's key: let in
+            done = subprocess.run(serve(*common, "--encryption-key", NEW, "--data-dir", str(tmp_path / "again")),
+                                  capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+            assert done.returncode != 0 and "does not open the store's canary" in done.stderr
+            assert all(httpx2.get(f"{proxy.url}/healthz").status_code == 200 for proxy in fleet)  # serving on
+        from proxy.offload.canary import RESTORED
+
+        assert any(RESTORED in proxy.stderr for proxy in fleet)  # said loudly, by the replica that wrote it again
+    finally:
+        server.stop()

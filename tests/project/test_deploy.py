@@ -147,8 +147,8 @@ def test_the_memory_limit_covers_the_documented_worst_case():
 
 
 def test_the_shutdown_budget_covers_the_secrets_check_made_after_the_server_stopped():
-    """`serve` checks the canary again once its server has stopped when the store did not answer
-    at startup (proxy.offload.canary.after_serve): bounded by the check's timeout, in the budget."""
+    """`serve` checks the canary again once its server has stopped (proxy.offload.canary.after_serve):
+    bounded by the check's timeout, in the budget."""
     from proxy.http.app import shutdown_budget
     from proxy.offload.background import CANCEL_WAIT
     from proxy.offload.canary import check_timeout

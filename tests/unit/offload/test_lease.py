@@ -131,3 +131,60 @@ async def test_a_scheduler_that_raises_frees_the_lease(store):
     with pytest.raises(RuntimeError):
         await lease.submit_leased(store, KEY, 60, run=asyncio.sleep, submit=broken)
     assert not await lease.held(store, KEY)
+
+
+INDEX = "off:{ns}:leases:opening"
+
+
+def listing(name: str, cut: int = 4) -> lease.Listing:
+    return lease.Listing(INDEX, cut, f"{name}:v1:layout")
+
+
+async def found(store, *prefixes: str) -> bool:
+    """Does the index name a lease held on one of these prefixes (this history's)?"""
+    async def covered(listed):
+        assert listed == sorted(listed)  # by rising cut: the history hashed once
+        return [name for _, name in listed if name.partition(":")[0] in prefixes]
+
+    return await lease.under_way(store, INDEX, namespace="ns", suffix=":v1:layout", covered=covered)
+
+
+async def test_a_lease_is_found_by_the_prefix_it_covers_not_by_the_opening(store):
+    from proxy.offload.tenant import key
+
+    a = listing("prefix-of-a")
+    taken = await lease.Lease.take(store, key("ns", "lease", a.name), 60, listed=a)
+    assert taken is not None
+    assert await found(store, "prefix-of-a")  # a later turn of the same conversation
+    assert not await found(store, "prefix-of-b")  # another conversation with the same opening
+    b = listing("prefix-of-b", cut=6)  # ...takes a lease of its own
+    other = await lease.Lease.take(store, key("ns", "lease", b.name), 60, listed=b)
+    assert other is not None and await found(store, "prefix-of-b")
+    assert await lease.Lease.take(store, key("ns", "lease", a.name), 60, listed=a) is None  # the same prefix: shared
+    await taken.release()
+    assert not await found(store, "prefix-of-a") and await found(store, "prefix-of-b")
+    assert [entry for entry, _ in (await store.ranked(INDEX, 0, 10))[1]] == [b.entry]  # unlisted as released
+    await other.release()
+    assert not await found(store, "prefix-of-b")
+
+
+async def test_a_lapsed_lease_is_not_found(store):
+    from proxy.offload.tenant import key
+
+    a = listing("prefix-of-a")
+    taken = await lease.Lease.take(store, key("ns", "lease", a.name), 1, listed=a)
+    taken._keeper.cancel()  # its replica stalled: renewed no more
+    await asyncio.sleep(1.3)
+    assert not await lease.held(store, key("ns", "lease", a.name)) and not await found(store, "prefix-of-a")
+
+
+async def test_a_lease_that_cannot_be_listed_is_not_kept(store):
+    from proxy.offload.tenant import key
+
+    async def refused(*args, **kwargs) -> None:
+        raise StoreUnavailable("down")
+
+    store.rank = refused
+    with pytest.raises(StoreUnavailable):
+        await lease.Lease.take(store, key("ns", "lease", "prefix:v1:layout"), 60, listed=listing("prefix"))
+    assert not await lease.held(store, key("ns", "lease", "prefix:v1:layout"))

@@ -18,11 +18,15 @@ OLD, NEW = "the old encryption key", "the new encryption key"
 
 
 class CountingStore(SQLiteStore):
-    puts = 0
+    puts = 0  # writes of a value: put, and the compare-and-set that seals an item again
 
     async def put(self, key, value, ttl):
         self.puts += 1
         await super().put(key, value, ttl)
+
+    async def replace_if(self, key, expected, value):
+        self.puts += 1
+        return await super().replace_if(key, expected, value)
 
 
 @pytest.fixture

@@ -54,3 +54,35 @@ async def test_only_one_of_concurrent_releases_succeeds(store):  # noqa: F811
     await store.put(k, b"owner", ttl=60)
     done = await asyncio.gather(*(store.delete_if(k, b"owner") for _ in range(5)))
     assert sorted(done) == [False, False, False, False, True]
+
+
+async def test_replace_if_sets_only_over_the_expected_value_and_keeps_the_expiry(store):  # noqa: F811
+    k = key()
+    await store.put(k, b"read", ttl=2)
+    assert not await store.replace_if(k, b"something else", b"new")
+    assert await store.get(k) == b"read"
+    assert await store.replace_if(k, b"read", b"new")
+    assert await store.get(k) == b"new"
+    assert not await store.replace_if(k, b"read", b"newer")  # replaced already: the first write stands
+    await asyncio.sleep(2.3)
+    assert await store.get(k) is None  # its expiry was kept, not renewed nor removed
+    assert not await store.replace_if(k, b"new", b"again")  # gone: nothing created
+    assert await store.get(k) is None
+
+
+async def test_of_concurrent_replacements_of_one_value_one_stands(store):  # noqa: F811
+    k = key()
+    await store.put(k, b"read", ttl=60)
+    done = await asyncio.gather(*(store.replace_if(k, b"read", b"new %d" % i) for i in range(5)))
+    assert done.count(True) == 1 and await store.get(k) == b"new %d" % done.index(True)
+
+
+async def test_replace_items_replaces_in_place_and_leaves_the_rest(store):  # noqa: F811
+    k = key()
+    for value in (b"a", b"b", b"a", b"c"):
+        await store.push(k, value, max_len=10, ttl=60)
+    assert await store.replace_items(k, {b"a": b"A", b"z": b"Z"}) == 2
+    assert await store.items(k) == [b"A", b"b", b"A", b"c"]
+    assert await store.replace_items(k, {b"a": b"A"}) == 0  # once: nothing left to replace
+    assert await store.replace_items(k, {}) == 0 and await store.replace_items(key(), {b"a": b"A"}) == 0
+    assert await store.items(k) == [b"A", b"b", b"A", b"c"]

@@ -43,6 +43,7 @@ def test_the_settings_give_the_rotation_sealer_and_a_names_key_that_does_not_mov
     ({"encryption_key_previous": OLD}, "needs --encryption-key"),
     ({"encryption_key": NEW, "encryption_key_previous": OLD}, "--namespace-key"),
     ({"encryption_key": NEW, "encryption_key_previous": "change-me"}, "example value"),
+    ({"encryption_key": NEW, "encryption_key_previous": NEW, "namespace_key": OLD}, "is --encryption-key itself"),
 ])
 def test_a_rotation_without_what_it_needs_is_refused(tmp_path, options, message):
     with pytest.raises(ValueError, match=message):
