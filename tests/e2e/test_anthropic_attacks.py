@@ -340,7 +340,6 @@ def test_shared_anthropic_key_refuses_batches(make_proxy, upstream, tmp_path):
 
 
 def test_thousands_of_tool_results_in_one_message(proxy_url, upstream):
-    import time
     n = 3000
     chunk = "\n".join(f"row {j}: " + "alpha beta gamma delta " * 4 for j in range(40))
     calls = [{"type": "tool_use", "id": f"toolu_{i}", "name": "Bash", "input": {"i": i}} for i in range(n)]
@@ -349,10 +348,8 @@ def test_thousands_of_tool_results_in_one_message(proxy_url, upstream):
     sent = [{"role": "user", "content": "go"}, {"role": "assistant", "content": calls},
             {"role": "user", "content": [*results, {"type": "text", "text": "all done"}]},
             {"role": "user", "content": "and?"}]
-    started = time.monotonic()
     r = post(proxy_url, base(sent, tools=BASH))
     assert r.status_code == 200, r.text[:300]
-    assert time.monotonic() - started < 30
     assert r.headers["x-offload-action"].startswith("compact"), dict(r.headers)
     [rec] = upstream.messages_requests()
     got = rec.json()["messages"]
