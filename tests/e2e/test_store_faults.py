@@ -14,6 +14,7 @@ from starlette.responses import JSONResponse
 
 from tests.harness.history import agent_history, refs_sent
 from tests.harness.servers import RedisProcess, completion, tool_call
+from tests.harness.requests import post
 
 # Compaction only: these tests are about the store (the previews alone leave this history above the trigger).
 HEADERS = {"X-Offload-Max-Total-Tokens": "1000", "X-Offload-Mode": "compact", "authorization": "Bearer sk-faults"}
@@ -28,9 +29,8 @@ def redis_server():
     server.stop()
 
 
-def post(url: str, messages: list, timeout: float = 60) -> httpx2.Response:
-    return httpx2.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": messages},
-                       headers=HEADERS, timeout=timeout)
+def chat(messages: list) -> dict:
+    return {"model": "gpt-4o", "messages": messages}
 
 
 def test_redis_killed_under_load_then_back(make_proxy, upstream, redis_server):
@@ -45,7 +45,8 @@ def test_redis_killed_under_load_then_back(make_proxy, upstream, redis_server):
             n = 0
             while not stop.is_set():
                 n += 1
-                r = post(url, history + [{"role": "user", "content": f"again {threading.get_ident()} {n}"}])
+                again = [*history, {"role": "user", "content": f"again {threading.get_ident()} {n}"}]
+                r = post(url, body=chat(again), headers=HEADERS)
                 statuses.append(r.status_code)
                 warnings.append(r.headers.get("x-offload-warning", ""))
 
@@ -61,7 +62,7 @@ def test_redis_killed_under_load_then_back(make_proxy, upstream, redis_server):
             time.sleep(0.1)
         # still serving: every replica would be down at once otherwise
         assert ready.status_code == 200 and ready.json() == {"status": "ready", "store": "unavailable", "degraded": True}
-        down = post(url, history)
+        down = post(url, body=chat(history), headers=HEADERS)
         assert down.status_code == 200 and "store unavailable" in down.headers["x-offload-warning"]
         assert refs_sent(upstream.chat_requests()[-1]) == []  # the original payload went through
         redis_server.start()  # same port, empty
@@ -75,7 +76,7 @@ def test_redis_killed_under_load_then_back(make_proxy, upstream, redis_server):
         while httpx2.get(f"{url}/readyz").json()["degraded"]:
             assert time.monotonic() < deadline, "the store never came back"
             time.sleep(0.2)
-        back = post(url, history)
+        back = post(url, body=chat(history), headers=HEADERS)
         assert back.status_code == 200 and "x-offload-warning" not in back.headers
         assert back.headers["x-offload-action"] == "compact"
         ref = refs_sent(upstream.chat_requests()[-1])[0]
@@ -102,12 +103,13 @@ def test_hung_redis_cannot_stall_requests_and_reload_says_unavailable(make_proxy
         assert result.choices[0].message.content == "ok"
         answer = upstream.chat_requests()[-1].json()["messages"][-1]["content"]
         assert "temporarily unavailable" in answer
-        hung = post(url, agent_history(steps=5))  # Redis is still stopped: answered all the same
+        # Redis is still stopped: answered all the same
+        hung = post(url, body=chat(agent_history(steps=5)), headers=HEADERS)
         assert hung.status_code == 200 and "store unavailable" in hung.headers["x-offload-warning"]
         assert httpx2.get(f"{url}/readyz", timeout=5).json()["store"] == "unavailable"
         os.kill(redis_server.proc.pid, signal.SIGCONT)
         deadline = time.monotonic() + 30
-        while "x-offload-warning" in post(url, history).headers:
+        while "x-offload-warning" in post(url, body=chat(history), headers=HEADERS).headers:
             assert time.monotonic() < deadline, "offloading did not resume"
             time.sleep(0.2)
 
@@ -119,5 +121,5 @@ def test_unreachable_store_is_degraded_on_readyz_and_chat_still_answers(make_pro
     with make_proxy(redis_url=f"{scheme}://127.0.0.1:{free_port()}/0", store_timeout=0.3) as url:
         ready = httpx2.get(f"{url}/readyz", timeout=10)
         assert ready.status_code == 200 and ready.json()["store"] == "unavailable" and ready.json()["degraded"]
-        r = post(url, agent_history(steps=4))
+        r = post(url, body=chat(agent_history(steps=4)), headers=HEADERS)
         assert r.status_code == 200 and "store unavailable" in r.headers["x-offload-warning"]

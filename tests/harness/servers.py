@@ -30,6 +30,11 @@ from tests.harness import anthropic as fake_anthropic
 from tests.harness import responses as fake_responses
 
 
+# How long a server may take to come up (a hang guard, not a speed target): on a loaded shared
+# machine, a thread's uvicorn or a process importing the proxy took over 10 s.
+STARTUP = 90.0
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -96,7 +101,7 @@ class ServerThread:
 
     def __enter__(self) -> "ServerThread":
         self.thread.start()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + STARTUP
         while not self.server.started:
             if time.monotonic() > deadline or not self.thread.is_alive():
                 raise RuntimeError("server did not start")
@@ -427,7 +432,7 @@ class RedisProcess:
 
     def _start(self) -> "RedisProcess":
         self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + STARTUP
         while time.monotonic() < deadline and self.proc.poll() is None:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
@@ -518,7 +523,7 @@ class RedisCluster:
             client.execute_command("CLUSTER", "ADDSLOTS", *range(i * per, end))
         for client in clients[1:]:
             client.execute_command("CLUSTER", "MEET", "127.0.0.1", self.nodes[0].port)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + STARTUP
         while True:
             infos = [client.execute_command("CLUSTER", "INFO").decode() for client in clients]
             if all("cluster_state:ok" in info and f"cluster_known_nodes:{len(clients)}" in info for info in infos):
@@ -536,7 +541,7 @@ class RedisCluster:
 
         for node in self.nodes:
             node.restart()
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + STARTUP
         for node in self.nodes:
             with redis.Redis(port=node.port) as client:
                 while "cluster_state:ok" not in client.execute_command("CLUSTER", "INFO").decode():
@@ -578,12 +583,13 @@ class ProxyProcess:
     """`python -m proxy serve …` on a free loopback port, as a user runs it; ready when `/readyz` is."""
 
     def __init__(self, *args: str, data_dir: Path | str, capture: bool = False, capture_stdout: bool = False,
-                 ready_within: float = 20, env: dict[str, str] | None = None, ready_path: str = "/readyz") -> None:
+                 ready_within: float = 0, env: dict[str, str] | None = None, ready_path: str = "/readyz") -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.argv = [sys.executable, "-m", "proxy", "serve", "--port", str(self.port), "--data-dir", str(data_dir),
                      *args]
-        self.capture, self.capture_stdout, self.ready_within = capture, capture_stdout, ready_within
+        self.capture, self.capture_stdout = capture, capture_stdout
+        self.ready_within = ready_within or STARTUP
         self.env, self.ready_path = env, ready_path  # env: the whole environment (None: this process's)
         self.proc: subprocess.Popen | None = None
         self.stdout = ""  # what it wrote to stdout, once stopped (with capture_stdout)
