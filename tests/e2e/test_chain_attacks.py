@@ -15,6 +15,7 @@ import pytest
 
 from tests.harness.responses import (
     answer,
+    parse_sse,
     answering,
     function_call,
     function_call_output,
@@ -66,11 +67,12 @@ def make_mixed(url: str, upstream, first_id: str, *, key: str = A, stream: bool 
     upstream.handler = mixed(first_id, last_id=extra.pop("last_id", None))
     body = {"model": "gpt-5", "input": history(), "tools": TOOLS, **extra}
     if stream:
-        r, got = streamed(url, "/v1/responses", body=body, key=key, headers={**HEADERS, **headers})
+        r, text = streamed(url, "/v1/responses", body=body, key=key, headers={**HEADERS, **(headers or {})})
+        got = parse_sse(text)
         assert r.status_code == 200
         final = got[-1]["response"]
     else:
-        r = post(url, "/v1/responses", body=body, key=key, headers={**HEADERS, **headers})
+        r = post(url, "/v1/responses", body=body, key=key, headers={**HEADERS, **(headers or {})})
         assert r.status_code == 200, r.text
         final = r.json()
     assert final["id"] == first_id
@@ -87,7 +89,7 @@ def follow(url: str, upstream, key: str = A, headers=None, **state) -> tuple[htt
     r = post(url, "/v1/responses",
              body={"model": "gpt-5", "tools": TOOLS, "input": [function_call_output("call_client", "no file")],
                    **state},
-             key=key, headers={**HEADERS, **headers})
+             key=key, headers={**HEADERS, **(headers or {})})
     sent = upstream.responses_requests()
     return r, (sent[-1].json() if sent else {})
 
@@ -293,7 +295,8 @@ def test_a_store_dying_before_the_chain_is_settled_never_fails_the_request(make_
             upstream.handler = scripted(mixed_round_then_die)
             body = {"model": "gpt-5", "input": history(), "tools": TOOLS}
             if stream:
-                r, got = streamed(url, "/v1/responses", body=body, key=A, headers=HEADERS)
+                r, text = streamed(url, "/v1/responses", body=body, key=A, headers=HEADERS)
+                got = parse_sse(text)
                 final = got[-1]["response"]
                 assert got[-1]["type"] == "response.completed"
             else:

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx2
 
-TIMEOUT = 120.0
+TIMEOUT = 600.0
 ANTHROPIC_VERSION = "2023-06-01"
 
 
