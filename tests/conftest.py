@@ -27,6 +27,8 @@ from proxy.http.app import create_app  # noqa: E402
 from proxy.config import ServerSettings  # noqa: E402
 from tests.harness.servers import FakeUpstream, RedisCluster, RedisProcess, ServerThread, env_redis_url  # noqa: E402
 from tests.harness.prerequisites import pytest_terminal_summary  # noqa: E402,F401  (what did not run, and why)
+from tests.harness.parallel import (pytest_collection_modifyitems,  # noqa: E402,F401  (scripts/test runs workers)
+                                    pytest_xdist_make_scheduler)
 
 
 @pytest.fixture(scope="session")

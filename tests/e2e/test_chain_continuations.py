@@ -5,7 +5,8 @@ Responses chain, a hidden reload call is answered even without tools offered, DE
 
 import httpx2
 
-from tests.e2e.test_chain_attacks import (A, carried, failing, follow, make_mixed, post)
+from tests.e2e.test_chain_attacks import HEADERS, A, carried, failing, follow, make_mixed
+from tests.harness.requests import post
 from tests.harness.servers import default_handler
 
 
@@ -28,8 +29,10 @@ def test_chat_body_gets_responses_items_from_a_chain(make_proxy, upstream):
     previous_response_id gets a Responses function_call_output (A's reloaded log) as messages[0]."""
     with make_proxy() as url:
         make_mixed(url, upstream, "resp_h_1")
-        post(url, {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}],
-                       "previous_response_id": "resp_h_1"}, path="chat/completions")
+        post(url, "/v1/chat/completions",
+             body={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}],
+                       "previous_response_id": "resp_h_1"},
+             key=A, headers=HEADERS)
         [sent] = upstream.chat_requests()
         assert sent.json()["messages"] == [{"role": "user", "content": "hi"}], sent.json()["messages"][0]["type"]
 
@@ -37,8 +40,9 @@ def test_chat_body_gets_responses_items_from_a_chain(make_proxy, upstream):
 def test_chat_body_with_conversation_uses_up_the_record(make_proxy, upstream):
     with make_proxy() as url:
         make_mixed(url, upstream, "resp_h_2", conversation="conv_h")
-        post(url, {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}], "conversation": "conv_h"},
-             path="chat/completions")
+        post(url, "/v1/chat/completions",
+             body={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}], "conversation": "conv_h"},
+             key=A, headers=HEADERS)
         r, sent = follow(url, upstream, conversation="conv_h")
         assert carried(sent) == ["call_inj"], "a chat request used up the conversation's record"
 
@@ -62,7 +66,8 @@ def test_injected_call_in_a_round_without_the_tools_is_hidden_and_never_answered
 
     with make_proxy() as url:
         upstream.handler = scripted(reload_only, mixed_round)
-        r = post(url, {"model": "gpt-5", "input": history(), "tools": TOOLS}, headers={"X-Offload-Max-Reload-Rounds": "1"})
+        r = post(url, "/v1/responses", body={"model": "gpt-5", "input": history(), "tools": TOOLS}, key=A,
+                 headers={**HEADERS, "X-Offload-Max-Reload-Rounds": "1"})
         assert [o.get("call_id") for o in r.json()["output"]] == ["call_client"]
         upstream.handler = default_handler
         r, sent = follow(url, upstream, previous_response_id="resp_u_1")

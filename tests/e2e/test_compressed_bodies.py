@@ -14,6 +14,7 @@ import httpx2
 import pytest
 import zstandard
 
+from tests.harness.requests import post
 from tests.harness.history import agent_history, refs_sent
 
 ENCODE = {"gzip": gzip.compress, "deflate": zlib.compress, "br": brotli.compress,
@@ -40,9 +41,6 @@ def headers_for(path: str, coding: str | None) -> dict[str, str]:
     return headers
 
 
-def post(url: str, path: str, content: bytes, coding: str | None, extra: dict | None = None) -> httpx2.Response:
-    return httpx2.post(f"{url}{path}", content=content, headers={**headers_for(path, coding), **(extra or {})},
-                       timeout=60)
 
 
 def the_request(upstream, path: str):
@@ -71,7 +69,7 @@ def assert_error(r: httpx2.Response, path: str, status: int, code: str) -> str:
 @pytest.mark.parametrize("path", list(BODIES))
 def test_a_compressed_body_reaches_the_upstream_as_plain_json(proxy_url, upstream, path, coding):
     plain = json.dumps(BODIES[path]).encode()
-    r = post(proxy_url, path, ENCODE[coding](plain), coding)
+    r = post(proxy_url, path, body=ENCODE[coding](plain), headers=headers_for(path, coding))
     assert r.status_code == 200, (r.status_code, r.text[:300])
     assert_plain(the_request(upstream, path), plain)
 
@@ -80,11 +78,11 @@ def test_stacked_codings_and_identity(proxy_url, upstream):
     path = "/v1/responses"
     plain = json.dumps(BODIES[path]).encode()
     sent = brotli.compress(zstandard.ZstdCompressor().compress(gzip.compress(plain)))
-    r = post(proxy_url, path, sent, "identity, gzip, zstd, br")
+    r = post(proxy_url, path, body=sent, headers=headers_for(path, "identity, gzip, zstd, br"))
     assert r.status_code == 200, r.text
     assert_plain(the_request(upstream, path), plain)
     upstream.requests.clear()
-    r = post(proxy_url, path, plain, "identity")  # nothing to undo: the body and its header go up as sent
+    r = post(proxy_url, path, body=plain, headers=headers_for(path, "identity"))  # nothing to undo: the body and its header go up as sent
     assert r.status_code == 200, r.text
     sent = the_request(upstream, path)
     assert sent.body == plain and sent.headers["content-encoding"] == "identity"
@@ -103,9 +101,9 @@ def test_a_compressed_body_that_is_offloaded_and_reloaded(proxy_url, upstream):
         return JSONResponse(completion(None, tool_calls=[tool_call("context_reload", {"ref": refs_sent(rec)[0]})]))
 
     upstream.handler = scripted(reload_first, lambda rec: JSONResponse(completion("done")))
-    r = post(proxy_url, "/v1/chat/completions", zstandard.ZstdCompressor().compress(plain), "zstd",
-             {"X-Offload-Max-Total-Tokens": "100", "X-Offload-Max-Tool-Message-Tokens": "200",
-              "X-Offload-Mode": "compact"})
+    r = post(proxy_url, "/v1/chat/completions", body=zstandard.ZstdCompressor().compress(plain),
+             headers={**headers_for("/v1/chat/completions", "zstd"), **{"X-Offload-Max-Total-Tokens": "100", "X-Offload-Max-Tool-Message-Tokens": "200",
+              "X-Offload-Mode": "compact"}})
     assert r.status_code == 200, r.text
     assert int(r.headers["x-offload-refs"]) > 0
     first, second = upstream.chat_requests()
@@ -153,7 +151,7 @@ def bomb() -> bytes:
 @pytest.mark.parametrize("path", list(BODIES))
 def test_a_zstd_bomb_is_a_413(proxy_url, upstream, bomb, path):
     assert len(bomb) < 64 * 1024
-    r = post(proxy_url, path, bomb, "zstd")
+    r = post(proxy_url, path, body=bomb, headers=headers_for(path, "zstd"))
     message = assert_error(r, path, 413, "request_too_large")
     assert "exceeds" in message
     assert upstream.requests == []
@@ -163,7 +161,7 @@ def test_a_zstd_bomb_is_a_413(proxy_url, upstream, bomb, path):
 def test_a_corrupt_body_is_a_400_in_each_shape(proxy_url, upstream, coding):
     for path in ("/v1/chat/completions", "/v1/messages"):
         plain = json.dumps(BODIES[path]).encode()
-        r = post(proxy_url, path, ENCODE[coding](plain)[:-4], coding)
+        r = post(proxy_url, path, body=ENCODE[coding](plain)[:-4], headers=headers_for(path, coding))
         message = assert_error(r, path, 400, "invalid_body")
         assert f"could not be decoded as {coding}" in message
     assert upstream.requests == []
@@ -171,7 +169,7 @@ def test_a_corrupt_body_is_a_400_in_each_shape(proxy_url, upstream, coding):
 
 def test_an_unknown_coding_is_a_415_in_each_shape(proxy_url, upstream):
     for path in BODIES:
-        r = post(proxy_url, path, json.dumps(BODIES[path]).encode(), "compress")
+        r = post(proxy_url, path, body=json.dumps(BODIES[path]).encode(), headers=headers_for(path, "compress"))
         message = assert_error(r, path, 415, "unsupported_content_encoding")
         assert "compress" in message
     assert upstream.requests == []
@@ -181,7 +179,7 @@ def test_an_unknown_coding_is_a_415_in_each_shape(proxy_url, upstream):
 def test_a_relayed_body_keeps_its_coding(proxy_url, upstream, path):
     plain = json.dumps({"model": "text-embedding-3-small", "input": "hello " * 200}).encode()
     sent = gzip.compress(plain)
-    r = post(proxy_url, path, sent, "gzip")
+    r = post(proxy_url, path, body=sent, headers=headers_for(path, "gzip"))
     assert r.status_code == 200, r.text
     (got,) = upstream.requests
     assert got.body == sent

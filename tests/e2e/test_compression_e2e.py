@@ -236,12 +236,12 @@ def test_slow_or_unusable_summaries_are_warnings(make_proxy, upstream):
     async def slow_then_garbage(request, rec):
         if is_summary_call(rec):
             if len(upstream.requests) == 1:
-                await asyncio.sleep(2)
+                await asyncio.sleep(60)  # past the summary timeout by far
             return JSONResponse(completion("no snapshot here"))
         return JSONResponse(completion("Final answer"))
 
     upstream.handler = slow_then_garbage
-    with make_proxy(summary_timeout=0.3) as url:
+    with make_proxy(summary_timeout=2) as url:  # the garbage answer comes well within it, loaded or not
         c = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-slow", max_retries=0)
         first = c.chat.completions.with_raw_response.create(model="gpt-4o", messages=chat_history(12),
                                                              extra_headers=COMPRESS)

@@ -19,6 +19,7 @@ import pytest
 from proxy.core import texts
 from proxy.core.markers import is_marker, refs_in
 from tests.harness import anthropic as fake
+from tests.harness.requests import post
 from tests.harness.servers import scripted
 
 pytestmark = pytest.mark.usefixtures("fresh_summary_memory")
@@ -172,10 +173,7 @@ def test_not_triggered_nothing_cleared_and_the_answer_says_so(proxy_url, upstrea
     assert sent["messages"] == messages and "context_management" not in sent
 
 
-def post(proxy_url: str, path: str, body: dict, key: str, headers: dict | None = None) -> httpx2.Response:
-    return httpx2.post(f"{proxy_url}{path}", content=json.dumps(body).encode(), timeout=30,
-                       headers={"x-api-key": key, "anthropic-version": "2023-06-01", "content-type": "application/json",
-                                "anthropic-beta": BETA_CLEAR, **QUIET, **(headers or {})})
+EDITING = {"anthropic-beta": BETA_CLEAR, **QUIET}  # what a client of context editing sends with each request
 
 
 @pytest.mark.parametrize("config, says", [
@@ -190,7 +188,7 @@ def post(proxy_url: str, path: str, body: dict, key: str, headers: dict | None =
 def test_a_bad_config_is_a_400_in_anthropics_shape(proxy_url, upstream, key, config, says):
     body = {"model": MODEL, "max_tokens": 10, "messages": thinking_turns(1), "context_management": config}
     for path in ("/v1/messages", "/v1/messages/count_tokens"):
-        r = post(proxy_url, path, body, key)
+        r = post(proxy_url, path, body=body, key=key, headers=EDITING)
         assert r.status_code == 400, r.text
         error = r.json()
         assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
@@ -201,7 +199,7 @@ def test_a_bad_config_is_a_400_in_anthropics_shape(proxy_url, upstream, key, con
 def test_count_tokens_counts_the_edited_request_and_tells_the_original(proxy_url, upstream, key):
     messages = [*tool_turns(["bash", "read_spec", "bash", "bash", "bash"]), {"role": "user", "content": "Status?"}]
     body = {"model": MODEL, "messages": messages, "tools": TOOLS, "context_management": {"edits": [CLEAR]}}
-    r = post(proxy_url, "/v1/messages/count_tokens", body, key)
+    r = post(proxy_url, "/v1/messages/count_tokens", body=body, key=key, headers=EDITING)
     assert r.status_code == 200, r.text
     [counted] = [rec for rec in upstream.requests if rec.path.endswith("/count_tokens")]
     assert "context_management" not in counted.json() and len(counted.body) < len(json.dumps(body)) - 5000
@@ -210,8 +208,8 @@ def test_count_tokens_counts_the_edited_request_and_tells_the_original(proxy_url
     assert answer["context_management"]["original_input_tokens"] > answer["input_tokens"] + 1000
     assert r.headers["x-offload-action"] == "context-edits"
     upstream.requests.clear()
-    plain = post(proxy_url, "/v1/messages/count_tokens", {k: v for k, v in body.items() if k != "context_management"},
-                 key)
+    plain = post(proxy_url, "/v1/messages/count_tokens", key=key, headers=EDITING,
+                 body={k: v for k, v in body.items() if k != "context_management"})
     assert "context_management" not in plain.json()
 
 
@@ -223,10 +221,8 @@ def test_relay_to_a_native_upstream_byte_for_byte(proxy_url, upstream, key, stre
     body = {"model": MODEL, "max_tokens": 1024, "messages": messages, "tools": TOOLS, "stream": stream,
             "context_management": {"edits": [THINK, CLEAR]}}
     raw = json.dumps(body, separators=(",", ":")).encode()
-    r = httpx2.post(f"{proxy_url}/v1/messages", content=raw, timeout=30,
-                    headers={"x-api-key": key, "anthropic-version": "2023-06-01", "content-type": "application/json",
-                             "anthropic-beta": f"{BETA_CLEAR},{OTHER_BETA}", "X-Offload-Context-Management": "relay",
-                             **QUIET})
+    r = post(proxy_url, "/v1/messages", body=raw, key=key, headers={
+        **EDITING, "anthropic-beta": f"{BETA_CLEAR},{OTHER_BETA}", "X-Offload-Context-Management": "relay"})
     assert r.status_code == 200, r.text
     [forwarded] = upstream.messages_requests()
     assert forwarded.body == raw and forwarded.headers["anthropic-beta"] == f"{BETA_CLEAR},{OTHER_BETA}"

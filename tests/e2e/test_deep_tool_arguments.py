@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import logging
 
-import httpx2
 import pytest
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from tests.harness import anthropic as fake_anthropic
 from tests.harness import responses as fake_responses
 from tests.harness.history import agent_history
+from tests.harness.requests import post
 from tests.harness.servers import completion, scripted, stream_chunks
 
 LEVELS = 200_000
@@ -30,10 +30,6 @@ def no_traceback(caplog):
     yield
     failed = [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
     assert not failed, [r.getMessage() for r in failed]
-
-
-def post(url: str, path: str, body: dict, headers: dict) -> httpx2.Response:
-    return httpx2.post(f"{url}{path}", json=body, headers=headers, timeout=60)
 
 
 # ---------------------------------------------------------------- chat completions
@@ -59,8 +55,8 @@ def chat_final(rec):
 @pytest.mark.parametrize("stream", [False, True])
 def test_chat(proxy_url, upstream, no_traceback, stream):
     upstream.handler = scripted(chat_first(stream), chat_final)
-    r = post(proxy_url, "/v1/chat/completions", {"model": "gpt-4o", "messages": agent_history(steps=4),
-                                                  "stream": stream}, OPENAI_HEADERS)
+    r = post(proxy_url, "/v1/chat/completions", headers=OPENAI_HEADERS,
+             body={"model": "gpt-4o", "messages": agent_history(steps=4), "stream": stream})
     assert r.status_code == 200, r.text[:300]
     if stream:
         chunks = [json.loads(line[6:]) for line in r.text.splitlines()
@@ -84,7 +80,7 @@ def test_responses(proxy_url, upstream, no_traceback, stream):
     upstream.handler = scripted(fake_responses.answering(call, id="resp_deep_1"),
                                 fake_responses.answering(fake_responses.message("Final answer."), id="resp_deep_2"))
     body = {"model": "gpt-5", "input": agent_history(steps=4)[1:], "store": False, "stream": stream}
-    r = post(proxy_url, "/v1/responses", body, OPENAI_HEADERS)
+    r = post(proxy_url, "/v1/responses", body=body, headers=OPENAI_HEADERS)
     assert r.status_code == 200, r.text[:300]
     if stream:
         final = fake_responses.parse_sse(r.text)[-1]
@@ -151,7 +147,7 @@ def test_messages(proxy_url, upstream, no_traceback, stream):
                {"role": "assistant", "content": "Done."}, {"role": "user", "content": "What did it say?"}]
     body = {"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": history, "stream": stream,
             "tools": [{"name": "Bash", "input_schema": {"type": "object"}}]}
-    r = post(proxy_url, "/v1/messages", body, ANTHROPIC_HEADERS)
+    r = post(proxy_url, "/v1/messages", body=body, headers=ANTHROPIC_HEADERS)
     assert r.status_code == 200, r.text[:300]
     if stream:
         got = fake_anthropic.parse_sse(r.content)

@@ -18,6 +18,7 @@ import pytest
 from proxy.core.compaction_token import is_ours
 from proxy.core.markers import refs_in
 from tests.harness import anthropic as fake
+from tests.harness.requests import post
 from tests.harness.servers import SUMMARY_TEXTS, is_summary_call, scripted, snapshot_answer
 
 pytestmark = pytest.mark.usefixtures("fresh_summary_memory")
@@ -54,9 +55,6 @@ def client(proxy_url: str, key: str) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=proxy_url, api_key=key, max_retries=0, timeout=30)
 
 
-def post(proxy_url: str, body: dict, key: str, **headers: str) -> httpx2.Response:
-    return httpx2.post(f"{proxy_url}/v1/messages", json={"max_tokens": 512, **body}, timeout=30,
-                       headers={"x-api-key": key, "anthropic-version": "2023-06-01", **headers})
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -130,7 +128,9 @@ def test_instructions_replace_the_summary_instruction(proxy_url, upstream, key):
         return fake.answer(rec, fake.message(fake.text("Done.")))
 
     upstream.handler = handler
-    r = post(proxy_url, {"model": MODEL, "messages": HISTORY, "context_management": edit(instructions=custom)}, key)
+    r = post(proxy_url, "/v1/messages",
+             body={"max_tokens": 512, "model": MODEL, "messages": HISTORY, "context_management": edit(instructions=custom)},
+             key=key)
     assert r.status_code == 200, r.text
     assert r.json()["content"][0]["type"] == "compaction"
     [summary_call] = [rec for rec in upstream.requests if is_summary_call(rec, (custom,))]
@@ -141,14 +141,14 @@ def test_a_block_not_made_by_the_proxy_becomes_text_and_what_precedes_it_is_drop
     block = {"type": "compaction", "content": "Earlier: the build was fixed.", "encrypted_content": "EpYBnative=="}
     messages = [*HISTORY, {"role": "assistant", "content": [block, {"type": "text", "text": "Fixed."}]},
                 {"role": "user", "content": "next"}]
-    r = post(proxy_url, {"model": MODEL, "messages": messages}, key)
+    r = post(proxy_url, "/v1/messages", body={"max_tokens": 512, "model": MODEL, "messages": messages}, key=key)
     assert r.status_code == 200, r.text
     assert upstream.messages_requests()[0].json()["messages"] == [
         {"role": "user", "content": [{"type": "text", "text": "Earlier: the build was fixed."}]},
         {"role": "assistant", "content": [{"type": "text", "text": "Fixed."}]}, {"role": "user", "content": "next"}]
     # counted as forwarded
     upstream.handler = lambda request, rec: _count(rec)
-    c = post_count(proxy_url, {"model": MODEL, "messages": messages}, key)
+    c = post(proxy_url, "/v1/messages/count_tokens", body={"model": MODEL, "messages": messages}, key=key)
     assert c.status_code == 200
     counted = [rec for rec in upstream.requests if rec.path.endswith("count_tokens")][-1].json()["messages"]
     assert counted == upstream.messages_requests()[0].json()["messages"]
@@ -158,9 +158,6 @@ async def _count(rec):
     return fake.count_answer(rec)
 
 
-def post_count(proxy_url: str, body: dict, key: str) -> httpx2.Response:
-    return httpx2.post(f"{proxy_url}/v1/messages/count_tokens", json=body, timeout=30,
-                       headers={"x-api-key": key, "anthropic-version": "2023-06-01"})
 
 
 @pytest.mark.parametrize("config, param", [
@@ -178,7 +175,8 @@ def post_count(proxy_url: str, body: dict, key: str) -> httpx2.Response:
     ([{"type": "compact_20260112"}], "context_management"),
 ])
 def test_malformed_edits_are_a_400(proxy_url, upstream, key, config, param):
-    r = post(proxy_url, {"model": MODEL, "messages": HISTORY, "context_management": config}, key)
+    r = post(proxy_url, "/v1/messages",
+             body={"max_tokens": 512, "model": MODEL, "messages": HISTORY, "context_management": config}, key=key)
     assert r.status_code == 400, r.text
     assert r.json()["type"] == "error" and r.json()["error"]["type"] == "invalid_request_error"
     assert param in r.json()["error"]["message"]
@@ -194,7 +192,7 @@ def test_malformed_edits_are_a_400(proxy_url, upstream, key, config, param):
 ])
 def test_a_malformed_block_is_a_400(proxy_url, upstream, key, block, why):
     messages = [*HISTORY, {"role": "assistant", "content": [block]}, {"role": "user", "content": "next"}]
-    r = post(proxy_url, {"model": MODEL, "messages": messages}, key)
+    r = post(proxy_url, "/v1/messages", body={"max_tokens": 512, "model": MODEL, "messages": messages}, key=key)
     assert r.status_code == 400, r.text
     assert why in r.json()["error"]["message"] and not upstream.requests
 
@@ -203,7 +201,8 @@ def test_a_50_mb_block_is_forwarded_as_text_within_the_body_limit(proxy_url, ups
     huge = "summary line of the earlier work\n" * (50 * 1024 * 1024 // 33)
     messages = [{"role": "assistant", "content": [{"type": "compaction", "content": huge}]},
                 {"role": "user", "content": "next"}]
-    r = post(proxy_url, {"model": MODEL, "messages": messages}, key, **{"X-Offload-Mode": "off"})
+    r = post(proxy_url, "/v1/messages", body={"max_tokens": 512, "model": MODEL, "messages": messages}, key=key,
+             headers={"X-Offload-Mode": "off"})
     assert r.status_code in (200, 413), r.text[:300]
     if r.status_code == 200:
         sent = upstream.messages_requests()[0].json()["messages"]
@@ -214,7 +213,8 @@ def test_a_null_block_is_a_no_op(proxy_url, upstream, key):
     messages = [*HISTORY, {"role": "assistant", "content": [{"type": "compaction", "content": None},
                                                             {"type": "text", "text": "Fixed."}]},
                 {"role": "user", "content": "next"}]
-    r = post(proxy_url, {"model": MODEL, "messages": messages}, key, **{"X-Offload-Mode": "off"})
+    r = post(proxy_url, "/v1/messages", body={"max_tokens": 512, "model": MODEL, "messages": messages}, key=key,
+             headers={"X-Offload-Mode": "off"})
     assert r.status_code == 200, r.text
     assert upstream.messages_requests()[0].json()["messages"] == [
         *HISTORY, {"role": "assistant", "content": [{"type": "text", "text": "Fixed."}]}, {"role": "user", "content": "next"}]

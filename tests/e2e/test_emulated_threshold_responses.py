@@ -17,6 +17,7 @@ from proxy.core.compaction_token import is_ours
 from proxy.core.markers import refs_in
 from proxy.core.compaction_token import PREFIX
 from tests.harness import responses as fake
+from tests.harness.requests import post
 from tests.harness.responses import user_message as user, assistant_message as assistant, words
 from tests.harness.servers import RedisProcess, scripted
 
@@ -39,14 +40,12 @@ def answers(upstream):
     upstream.handler = scripted(lambda rec: fake.answer(rec, fake.message("Done.")))
 
 
-def post(proxy_url: str, body: dict, key: str, **headers: str) -> httpx2.Response:
-    return httpx2.post(f"{proxy_url}/v1/responses", json=body, timeout=30,
-                       headers={"Authorization": f"Bearer {key}", **headers})
 
 
 def test_over_the_threshold_the_answer_opens_with_a_compaction_item_standing_for_the_reduced_input(
         proxy_url, upstream, key):
-    r = post(proxy_url, {"model": MODEL, "store": False, "input": HISTORY, "context_management": CM}, key)
+    r = post(proxy_url, "/v1/responses",
+             body={"model": MODEL, "store": False, "input": HISTORY, "context_management": CM}, key=key)
     assert r.status_code == 200, r.text
     assert r.headers["x-offload-action"].endswith("emulated-compaction")
     output = r.json()["output"]
@@ -64,7 +63,8 @@ def test_over_the_threshold_the_answer_opens_with_a_compaction_item_standing_for
 
     # next turn: the client drops everything before the compaction item
     second = [*output, user("next question")]
-    r2 = post(proxy_url, {"model": MODEL, "store": False, "input": second, "context_management": CM}, key)
+    r2 = post(proxy_url, "/v1/responses",
+              body={"model": MODEL, "store": False, "input": second, "context_management": CM}, key=key)
     assert r2.status_code == 200, r2.text
     assert "emulated-compaction" not in r2.headers["x-offload-action"]
     assert [o["type"] for o in r2.json()["output"]] == ["message"]
@@ -115,7 +115,7 @@ def test_the_openai_sdk_keeps_going_from_the_compaction_item(proxy_url, upstream
 
 def test_below_the_threshold_nothing_is_compacted(proxy_url, upstream, key):
     body = {"model": MODEL, "store": False, "input": HISTORY[:3], "context_management": CM}
-    r = post(proxy_url, body, key)
+    r = post(proxy_url, "/v1/responses", body=body, key=key)
     assert r.status_code == 200 and [o["type"] for o in r.json()["output"]] == ["message"]
     assert not upstream.summary_requests() and r.headers["x-offload-action"] == "none"
 
@@ -134,7 +134,8 @@ def test_below_the_threshold_nothing_is_compacted(proxy_url, upstream, key):
     (["compaction"], "context_management[0]"),
 ])
 def test_malformed_context_management_is_a_400(proxy_url, upstream, key, entries, param):
-    r = post(proxy_url, {"model": MODEL, "input": HISTORY, "context_management": entries}, key)
+    r = post(proxy_url, "/v1/responses", body={"model": MODEL, "input": HISTORY, "context_management": entries},
+             key=key)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param and r.json()["error"]["type"] == "invalid_request_error"
     assert not upstream.requests
@@ -143,11 +144,11 @@ def test_malformed_context_management_is_a_400(proxy_url, upstream, key, entries
 def test_the_largest_threshold_is_never_crossed_and_a_larger_one_refused(proxy_url, upstream, key):
     body = {"model": MODEL, "store": False, "input": HISTORY,
             "context_management": [{"type": "compaction", "compact_threshold": 2**31 - 1}]}
-    r = post(proxy_url, body, key)
+    r = post(proxy_url, "/v1/responses", body=body, key=key)
     assert r.status_code == 200 and [o["type"] for o in r.json()["output"]] == ["message"]
     assert not upstream.summary_requests()
     body["context_management"][0]["compact_threshold"] = 10 ** 30
-    r = post(proxy_url, body, key)
+    r = post(proxy_url, "/v1/responses", body=body, key=key)
     assert r.status_code == 400 and r.json()["error"]["param"] == "context_management[0].compact_threshold"
 
 
@@ -170,7 +171,8 @@ def test_a_store_that_is_down_makes_no_compaction_and_the_turn_goes_on(make_prox
         with make_proxy(redis_url=server.url, store_timeout=0.3) as url:
             server.proc.kill()
             server.proc.wait()
-            r = post(url, {"model": MODEL, "store": False, "input": HISTORY, "context_management": CM}, key)
+            r = post(url, "/v1/responses",
+                     body={"model": MODEL, "store": False, "input": HISTORY, "context_management": CM}, key=key)
             assert r.status_code == 200, r.text
             assert [o["type"] for o in r.json()["output"]] == ["message"]
             assert "emulated-compaction" not in r.headers["x-offload-action"]

@@ -7,7 +7,6 @@ stall the worker (with /healthz answering meanwhile), and an upstream that fails
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -20,6 +19,7 @@ from starlette.datastructures import Headers
 from proxy.core import compaction_token
 from proxy.core.compaction_token import PREFIX, is_ours
 from proxy.http.caller import Gatekeeper
+from tests.harness.requests import post
 from tests.harness import anthropic as afake
 from tests.harness import responses as fake
 from tests.harness.servers import scripted
@@ -48,18 +48,6 @@ def new_key() -> str:
     return f"sk-{uuid.uuid4().hex}"
 
 
-def post(url: str, path: str, body, key: str | None, **headers: str) -> httpx2.Response:
-    content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    auth = {} if key is None else {"Authorization": f"Bearer {key}"}
-    return httpx2.post(f"{url}/v1/{path}", content=content, timeout=120,
-                       headers={**auth, "Content-Type": "application/json", **headers})
-
-
-def post_messages(url: str, body: dict, key: str, path: str = "messages", **headers: str) -> httpx2.Response:
-    return httpx2.post(f"{url}/v1/{path}", json={"model": CLAUDE, "max_tokens": 512, **body}, timeout=120,
-                       headers={"x-api-key": key, "anthropic-version": "2023-06-01", **headers})
-
-
 @pytest.fixture(autouse=True)
 def answers(upstream):
     def answer(rec):
@@ -70,7 +58,7 @@ def answers(upstream):
 
 
 def token_of(url: str, key: str | None, **headers: str) -> str:
-    r = post(url, "responses/compact", {"model": MODEL, "input": HISTORY}, key, **headers)
+    r = post(url, "/v1/responses/compact", body={"model": MODEL, "input": HISTORY}, key=key, headers={**headers})
     assert r.status_code == 200, r.text
     token = r.json()["output"][-1]["encrypted_content"]
     assert token.startswith(PREFIX)
@@ -80,7 +68,9 @@ def token_of(url: str, key: str | None, **headers: str) -> str:
 def block_of(url: str, key: str, **headers: str) -> dict:
     """An Anthropic compaction block the proxy made (threshold compaction, paused)."""
     edit = {"edits": [{**COMPACT_EDIT["edits"][0], "pause_after_compaction": True}]}
-    r = post_messages(url, {"messages": MESSAGES, "context_management": edit}, key, **headers)
+    r = post(url, "/v1/messages",
+             body={"model": CLAUDE, "max_tokens": 512, "messages": MESSAGES, "context_management": edit}, key=key,
+             headers={**headers})
     assert r.status_code == 200, r.text
     block = r.json()["content"][0]
     assert block["type"] == "compaction" and is_ours(block["encrypted_content"])
@@ -119,14 +109,17 @@ def test_tokens_are_bound_to_tenant_sub_tenant_and_caller_kind(make_proxy, upstr
         a_sub = token_of(url, KEY_A, **{"X-Offload-Tenant": "alice"})
         anon = token_of(url, None)
         for path in ("responses", "responses/compact"):
-            assert post(url, path, continued(a), KEY_A).status_code == 200  # its own: fine
-            assert_refused(post(url, path, continued(a), KEY_B), "not issued to this credential")
-            assert_refused(post(url, path, continued(a), KEY_A, **{"X-Offload-Tenant": "alice"}), "not issued")
-            assert_refused(post(url, path, continued(a_sub), KEY_A), "not issued")
-            assert_refused(post(url, path, continued(a_sub), KEY_A, **{"X-Offload-Tenant": "bob"}), "not issued")
-            assert_refused(post(url, path, continued(a), None), "not issued")
-            assert_refused(post(url, path, continued(anon), KEY_A), "not issued")
-            assert_refused(post(url, path, continued(anon), None, **{"X-Offload-Tenant": "x"}), "not issued")
+            assert post(url, f"/v1/{path}", body=continued(a), key=KEY_A).status_code == 200  # its own: fine
+            assert_refused(post(url, f"/v1/{path}", body=continued(a), key=KEY_B), "not issued to this credential")
+            assert_refused(post(url, f"/v1/{path}", body=continued(a), key=KEY_A,
+                                headers={**{"X-Offload-Tenant": "alice"}}), "not issued")
+            assert_refused(post(url, f"/v1/{path}", body=continued(a_sub), key=KEY_A), "not issued")
+            assert_refused(post(url, f"/v1/{path}", body=continued(a_sub), key=KEY_A,
+                                headers={**{"X-Offload-Tenant": "bob"}}), "not issued")
+            assert_refused(post(url, f"/v1/{path}", body=continued(a), key=None), "not issued")
+            assert_refused(post(url, f"/v1/{path}", body=continued(anon), key=KEY_A), "not issued")
+            assert_refused(post(url, f"/v1/{path}", body=continued(anon), key=None,
+                                headers={**{"X-Offload-Tenant": "x"}}), "not issued")
     sent = forwarded_bytes(upstream)
     assert PREFIX.encode() not in sent and b"pk-tenant" not in sent
 
@@ -137,11 +130,11 @@ def test_clients_own_keys_and_a_guessed_record_id(make_proxy, upstream, store_op
     with make_proxy(**store_options) as url:
         key_a, key_b = new_key(), new_key()
         token = token_of(url, key_a)
-        assert_refused(post(url, "responses", continued(token), key_b), "not issued")
+        assert_refused(post(url, "/v1/responses", body=continued(token), key=key_b), "not issued")
         secret = store_options.get("encryption_key")
         record_id = compaction_token.read_token(token, _namespace(key_a, secret), secret)
         minted = compaction_token.make_token(bytes.fromhex(record_id), _namespace(key_b, secret), secret)
-        r = post(url, "responses", continued(minted), key_b)
+        r = post(url, "/v1/responses", body=continued(minted), key=key_b)
         assert_refused(r, "no longer holds what it stood for")
         assert not [r for r in upstream.requests if key_b in r.headers.get("authorization", "")]
 
@@ -161,7 +154,8 @@ def test_a_responses_token_in_an_anthropic_block_is_refused(proxy_url, upstream)
     body = {"messages": [{"role": "assistant", "content": [block]}, {"role": "user", "content": "next"}]}
     for path in ("messages", "messages/count_tokens"):
         for mode in ("emulate", "relay"):
-            r = post_messages(proxy_url, body, key, path=path, **{"X-Offload-Context-Management": mode})
+            r = post(proxy_url, f"/v1/{path}", body={"model": CLAUDE, "max_tokens": 512, **body}, key=key,
+                     headers={**{"X-Offload-Context-Management": mode}})
             assert r.status_code == 400, r.text
             assert r.json()["type"] == "error" and "another API" in r.json()["error"]["message"], r.text
     assert PREFIX.encode() not in forwarded_bytes(upstream)
@@ -173,8 +167,8 @@ def test_an_anthropic_token_in_a_responses_item_is_refused(proxy_url, upstream):
     upstream.requests.clear()
     for path in ("responses", "responses/compact"):
         for mode in ("emulate", "relay"):
-            r = post(proxy_url, path, continued(block["encrypted_content"]), key,
-                     **{"X-Offload-Context-Management": mode})
+            r = post(proxy_url, f"/v1/{path}", body=continued(block["encrypted_content"]), key=key,
+                     headers={**{"X-Offload-Context-Management": mode}})
             assert_refused(r, "another API")
     assert not upstream.requests
 
@@ -189,12 +183,14 @@ def test_a_token_made_emulating_is_expanded_when_relayed(proxy_url, upstream):
     block = block_of(proxy_url, key)
     upstream.requests.clear()
     relay = {"X-Offload-Context-Management": "relay"}
-    assert post(proxy_url, "responses", continued(token), key, **relay).status_code == 200
-    assert post(proxy_url, "responses/compact", continued(token), key, **relay).status_code == 200
-    assert post(proxy_url, "responses/input_tokens", continued(token), key, **relay).status_code == 200
+    assert post(proxy_url, "/v1/responses", body=continued(token), key=key, headers={**relay}).status_code == 200
+    assert post(proxy_url, "/v1/responses/compact", body=continued(token), key=key, headers={**relay}).status_code == 200
+    assert post(proxy_url, "/v1/responses/input_tokens", body=continued(token), key=key, headers={**relay}).status_code == 200
     body = {"messages": [{"role": "assistant", "content": [block]}, {"role": "user", "content": "next"}]}
-    assert post_messages(proxy_url, body, key, **relay).status_code == 200
-    assert post_messages(proxy_url, body, key, path="messages/count_tokens", **relay).status_code == 200
+    assert post(proxy_url, "/v1/messages", body={"model": CLAUDE, "max_tokens": 512, **body}, key=key,
+                headers={**relay}).status_code == 200
+    assert post(proxy_url, "/v1/messages/count_tokens", body={"model": CLAUDE, "max_tokens": 512, **body}, key=key,
+                headers={**relay}).status_code == 200
     paths = [r.path for r in upstream.requests]
     assert paths == ["/v1/responses", "/v1/responses/compact", "/v1/responses/input_tokens", "/v1/messages",
                      "/v1/messages/count_tokens"], paths
@@ -211,7 +207,7 @@ def test_input_tokens_without_a_token_is_relayed_byte_for_byte_and_a_foreign_tok
     assert r.status_code == 200 and upstream.requests[-1].body == raw
     theirs = token_of(proxy_url, new_key())
     upstream.requests.clear()
-    r = post(proxy_url, "responses/input_tokens", continued(theirs), key)
+    r = post(proxy_url, "/v1/responses/input_tokens", body=continued(theirs), key=key)
     assert_refused(r, "not issued to this credential")
     assert not upstream.requests
 
@@ -224,10 +220,13 @@ def test_an_emulated_upstream_gets_no_context_management_beta_or_offload_header(
                "anthropic-beta": "compact-2026-01-12,context-management-2025-06-27,files-api-2025-04-14"}
     body = {"messages": MESSAGES, "context_management": {"edits": [
         {"type": "clear_thinking_20251015", "keep": "all"}, COMPACT_EDIT["edits"][0]]}, "stream": True}
-    r = post_messages(proxy_url, body, key, **headers)
+    r = post(proxy_url, "/v1/messages", body={"model": CLAUDE, "max_tokens": 512, **body}, key=key,
+             headers={**headers})
     assert r.status_code == 200, r.text
-    r = post(proxy_url, "responses", {"model": MODEL, "input": MESSAGES, "context_management": [
-        {"type": "compaction", "compact_threshold": 1000}]}, key, **headers)
+    r = post(proxy_url, "/v1/responses",
+             body={"model": MODEL, "input": MESSAGES, "context_management": [
+        {"type": "compaction", "compact_threshold": 1000}]},
+             key=key, headers={**headers})
     assert r.status_code == 200, r.text
     assert r.json()["output"][0]["type"] == "compaction"
     turns = upstream.messages_requests() + upstream.responses_requests()
@@ -259,7 +258,9 @@ def test_an_inline_compactions_record_is_charged_to_the_quota(make_proxy, upstre
     assert stored["records"] and stored["used"] == stored["items"] + stored["records"], stored
     edit = {"edits": [{**COMPACT_EDIT["edits"][0], "pause_after_compaction": True}]}
     with make_proxy(data_dir=tmp_path / "2", max_stored_bytes_per_namespace=stored["used"] - 1) as url:
-        r = post_messages(url, {"messages": MESSAGES, "context_management": edit}, new_key())
+        r = post(url, "/v1/messages",
+                 body={"model": CLAUDE, "max_tokens": 512, "messages": MESSAGES, "context_management": edit},
+                 key=new_key())
     assert r.status_code == 200, r.text
     assert [b["type"] for b in r.json()["content"]] == ["text"]  # no compaction standing for nothing: a turn
     assert "quota" in r.headers.get("x-offload-warning", ""), r.headers
@@ -309,9 +310,10 @@ def test_twenty_thousand_of_the_proxys_compaction_items_before_a_foreign_one_rel
     items = [ours] * 19_990 + [{"type": "compaction", "encrypted_content": "gAAAAABforeign=="},
                               {"type": "message", "role": "user", "content": "next"}]
     upstream.requests.clear()
-    r = watched(proxy_url, "19,990 own tokens + a foreign one, relay", lambda: post(
-        proxy_url, "responses", {"model": MODEL, "input": items, "store": False}, key,
-        **{"X-Offload-Context-Management": "relay"}))
+    r = watched(proxy_url, "19,990 own tokens + a foreign one, relay", lambda: post(proxy_url, "/v1/responses",
+                                                                                    body={"model": MODEL, "input": items, "store": False},
+                                                                                    key=key,
+                                                                                    headers={**{"X-Offload-Context-Management": "relay"}}))
     assert r.status_code == 200, r.text[:300]
     (sent,) = upstream.responses_requests()
     assert PREFIX.encode() not in sent.body and len(sent.json()["input"]) == 2  # the foreign item, the message
@@ -321,7 +323,9 @@ def test_ten_thousand_compaction_blocks(proxy_url, upstream):
     key = new_key()
     block = block_of(proxy_url, key)
     messages = [{"role": "assistant", "content": [block]}] * 10_000 + [{"role": "user", "content": "next"}]
-    r = watched(proxy_url, "10,000 compaction blocks", lambda: post_messages(proxy_url, {"messages": messages}, key))
+    r = watched(proxy_url, "10,000 compaction blocks", lambda: post(proxy_url, "/v1/messages",
+                                                                    body={"model": CLAUDE, "max_tokens": 512, "messages": messages},
+                                                                    key=key))
     assert r.status_code == 200, r.text[:300]
 
 
@@ -341,7 +345,9 @@ def test_a_clear_edit_over_ten_thousand_tool_uses(proxy_url, upstream):
             "keep": {"type": "tool_uses", "value": 1}, "exclude_tools": [f"x{i}" for i in range(1000)],
             "clear_tool_inputs": True}
     body = {"messages": clear_over(9_999), "context_management": {"edits": [edit]}}
-    r = watched(proxy_url, "clear_tool_uses over 9,999 tool uses", lambda: post_messages(proxy_url, body, new_key()))
+    r = watched(proxy_url, "clear_tool_uses over 9,999 tool uses", lambda: post(proxy_url, "/v1/messages",
+                                                                                body={"model": CLAUDE, "max_tokens": 512, **body},
+                                                                                key=new_key()))
     assert r.status_code == 200, r.text[:300]
     (applied,) = r.json()["context_management"]["applied_edits"]
     assert applied["cleared_tool_uses"] == 9_998
@@ -357,8 +363,9 @@ def test_thinking_blocks_galore(proxy_url, upstream):
     messages.append({"role": "user", "content": "last"})
     body = {"messages": messages, "context_management": {"edits": [
         {"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": 1}}]}}
-    r = watched(proxy_url, "clear_thinking over 100,000 thinking blocks", lambda: post_messages(proxy_url, body,
-                                                                                              new_key()))
+    r = watched(proxy_url, "clear_thinking over 100,000 thinking blocks", lambda: post(proxy_url, "/v1/messages",
+                                                                                       body={"model": CLAUDE, "max_tokens": 512, **body},
+                                                                                       key=new_key()))
     assert r.status_code == 200, r.text[:300]
     (applied,) = r.json()["context_management"]["applied_edits"]
     assert applied["cleared_thinking_turns"] == 4_999
@@ -373,19 +380,24 @@ def test_thinking_blocks_galore(proxy_url, upstream):
     {"context_management": {"edits": [{"type": "clear_thinking_20251015"}], "x": [[[[[[[[[[[[[[]]]]]]]]]]]]]]}},
 ], ids=["100k-exclude_tools", "10k-edits", "huge-trigger", "unknown-nested-field"])
 def test_oversized_edits_are_a_400_before_any_is_read(proxy_url, upstream, body):
-    r = watched(proxy_url, "oversized edits", lambda: post_messages(proxy_url, {"messages": MESSAGES, **body},
-                                                                     new_key()))
+    r = watched(proxy_url, "oversized edits", lambda: post(proxy_url, "/v1/messages",
+                                                           body={"model": CLAUDE, "max_tokens": 512, "messages": MESSAGES, **body},
+                                                           key=new_key()))
     assert r.status_code == 400 and r.json()["type"] == "error", r.text[:300]
     assert not upstream.requests
 
 
 def test_ten_thousand_context_management_entries_and_a_huge_threshold(proxy_url, upstream):
     key = new_key()
-    r = post(proxy_url, "responses", {"model": MODEL, "input": "hi", "context_management": [
-        {"type": "compaction", "compact_threshold": 1000}] * 10_000}, key)
+    r = post(proxy_url, "/v1/responses",
+             body={"model": MODEL, "input": "hi", "context_management": [
+        {"type": "compaction", "compact_threshold": 1000}] * 10_000},
+             key=key)
     assert r.status_code == 400 and r.json()["error"]["param"] == "context_management", r.text[:300]
-    r = post(proxy_url, "responses", {"model": MODEL, "input": MESSAGES, "context_management": [
-        {"type": "compaction", "compact_threshold": 10**300}]}, key)
+    r = post(proxy_url, "/v1/responses",
+             body={"model": MODEL, "input": MESSAGES, "context_management": [
+        {"type": "compaction", "compact_threshold": 10**300}]},
+             key=key)
     assert r.status_code == 400 and "compact_threshold" in r.json()["error"]["param"], r.text[:300]
 
 
@@ -439,7 +451,7 @@ def test_every_responses_field_of_every_json_type(proxy_url, upstream, field, ca
     for value in TYPES:
         body = {"model": MODEL, "input": MESSAGES, **RESPONSES_FIELDS[field](value)}
         for path in ("responses", "responses/compact"):
-            _ok_or_400(post(proxy_url, path, body, key), "openai")
+            _ok_or_400(post(proxy_url, f"/v1/{path}", body=body, key=key), "openai")
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
 
 
@@ -449,7 +461,7 @@ def test_every_messages_field_of_every_json_type(proxy_url, upstream, field, cap
     for value in TYPES:
         body = {"messages": MESSAGES, **MESSAGES_FIELDS[field](value)}
         for path in ("messages", "messages/count_tokens"):
-            _ok_or_400(post_messages(proxy_url, body, key, path=path), "anthropic")
+            _ok_or_400(post(proxy_url, f"/v1/{path}", body={"model": CLAUDE, "max_tokens": 512, **body}, key=key), "anthropic")
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
 
 
@@ -484,9 +496,13 @@ def _summary_or(turn):
 def threshold_turn(url: str, api: str, *, stream: bool = False) -> httpx2.Response:
     """A turn over its threshold compaction, in `api`'s own terms (Responses or Messages)."""
     if api == "responses":
-        return post(url, "responses", {"model": MODEL, "input": MESSAGES, "context_management": THRESHOLD,
-                                       "stream": stream}, new_key())
-    return post_messages(url, {"messages": MESSAGES, "context_management": COMPACT_EDIT, "stream": stream}, new_key())
+        return post(url, "/v1/responses",
+                    body={"model": MODEL, "input": MESSAGES, "context_management": THRESHOLD,
+                                       "stream": stream},
+                    key=new_key())
+    return post(url, "/v1/messages",
+                body={"model": CLAUDE, "max_tokens": 512, "messages": MESSAGES, "context_management": COMPACT_EDIT, "stream": stream},
+                key=new_key())
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -539,5 +555,5 @@ def test_a_failing_summariser_makes_no_compaction_item_standing_for_nothing(prox
     kinds = [part["type"] for part in r.json()["output" if api == "responses" else "content"]]
     assert r.status_code == 200 and "compaction" not in kinds, r.text[:300]
     assert "compaction not made" in r.headers.get("x-offload-warning", ""), r.headers
-    r = post(proxy_url, "responses/compact", {"model": MODEL, "input": HISTORY}, new_key())
+    r = post(proxy_url, "/v1/responses/compact", body={"model": MODEL, "input": HISTORY}, key=new_key())
     assert r.status_code == 502 and r.json()["error"]["code"] == "compaction_failed", r.text

@@ -27,6 +27,7 @@ from proxy.core.tokens import counter_for_model
 from proxy.formats.responses.from_chat import items_from_chat
 from tests.e2e.test_event_loop_stalls_compaction import probed
 from tests.harness.history import agent_history, drawn_results, tool_history
+from tests.harness.inflight import answered_while
 
 pytestmark = pytest.mark.anyio
 
@@ -84,11 +85,10 @@ async def test_a_store_that_is_down_is_still_found_down_through_a_busy_loop(tmp_
     await store.close()
 
 
-async def test_a_hung_store_is_found_down_within_the_ping_timeout(tmp_path):
+async def test_a_hung_store_is_found_down_by_the_ping_timeout(tmp_path):
     store = GuardedStore(_Inner(tmp_path, ping="hung"), ping_timeout=0.3)
-    started = time.monotonic()
-    assert not await store.ping()
-    assert not store.available and 0.25 < time.monotonic() - started < 2
+    assert not await asyncio.wait_for(store.ping(), 30)  # the ping hangs for 60 s: its timeout answered
+    assert not store.available
     await store.close()
 
 
@@ -186,32 +186,31 @@ def test_a_large_request_does_not_stall_other_tenants(make_proxy, upstream):
     messages.append({"role": "user", "content": "next"})
     big = json.dumps({"model": "gpt-4o", "messages": messages}).encode()  # 8 MB, seconds of tiktoken
     small = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
+    def large_forwarded() -> bool:
+        return any(r.headers.get("authorization") == "Bearer sk-large" for r in upstream.requests)
+
+    def other_tenant() -> None:
+        r = client.post(f"{url}/v1/chat/completions", json=small, headers={"authorization": "Bearer sk-other"})
+        assert r.status_code == 200
+
     with make_proxy() as url, httpx2.Client(timeout=60) as client:
-        client.post(f"{url}/v1/chat/completions", json=small, headers={"authorization": "Bearer sk-other"})
+        other_tenant()
         result: dict = {}
 
         def large() -> None:
-            started = time.perf_counter()
-            result["response"] = httpx2.post(f"{url}/v1/chat/completions", content=big, timeout=120, headers={
+            result["response"] = httpx2.post(f"{url}/v1/chat/completions", content=big, timeout=300, headers={
                 "authorization": "Bearer sk-large", "content-type": "application/json", "X-Offload-Mode": "compact"})
-            result["seconds"] = time.perf_counter() - started
 
         thread = threading.Thread(target=large)
         thread.start()
         time.sleep(0.3)  # the body is in; its tokens are being counted
-        latencies = []
-        while thread.is_alive():
-            started = time.perf_counter()
-            r = client.post(f"{url}/v1/chat/completions", json=small, headers={"authorization": "Bearer sk-other"})
-            assert r.status_code == 200
-            latencies.append(time.perf_counter() - started)
-            time.sleep(0.02)
+        # the other tenant's requests answered before the large one was planned and forwarded: a
+        # loop held by its planning (seconds of tiktoken) would answer at most one in that time
+        answered = answered_while(lambda: thread.is_alive() and not large_forwarded(), other_tenant, most=5,
+                                  pause=0.02)
         thread.join()
-    print(f"large request {result['seconds']:.2f} s; other tenant: {len(latencies)} requests, "
-          f"max {max(latencies) * 1e3:.0f} ms")
     if counter_for_model("gpt-4o").encoder.name != "estimate":  # offline, counting is cheap: less to show
-        assert result["seconds"] > 1.0, "too little work to show anything"
-    assert len(latencies) >= 5 and max(latencies) < 0.4, (result["seconds"], latencies)
+        assert answered >= 3, answered
     # and the store was not taken for down meanwhile: the large request itself was offloaded
     assert result["response"].status_code == 200 and result["response"].headers["x-offload-action"] == "compact"
 
@@ -274,9 +273,9 @@ def test_a_request_whose_folds_may_diff_long_is_planned_off_the_loop(make_proxy,
             answers["large"] = httpx2.post(f"{url}/v1/{path}", content=raw, timeout=120, headers={
                 "authorization": "Bearer sk-fold-stall", "content-type": "application/json"})
 
-        latencies = probed(url, send)
+        answered = probed(url, send)
     assert answers["large"].status_code == 200, answers["large"].text[:300]
-    assert latencies  # /healthz answered (each a 200) while the request was planned
+    assert answered  # /healthz answered (each a 200) while the request was planned
     assert {name.split("_")[0] for name in planned_on} == {"offload-cpu"}, planned_on
     sent = (upstream.chat_requests() if fmt == "chat" else upstream.responses_requests())[-1].json()
     tool_results = ([m["content"] for m in sent["messages"] if m["role"] == "tool"] if fmt == "chat" else

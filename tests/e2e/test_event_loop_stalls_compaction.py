@@ -1,14 +1,13 @@
 """Work that grows with what a small request stands for stays off the event loop (issue 29,
 points 4 and 5): a compressed body of a few hundred bytes inflating to tens of MB, an emulated
 compaction of a large task, a small `input_tokens` carrying the token of a large record. Other
-requests (`/healthz` here) go on meanwhile; the bound is the generous one of
-test_event_loop_stalls.py (a loop held for the whole work takes seconds)."""
+requests (`/healthz` here) are answered meanwhile: a loop held by the work (seconds of it)
+would answer at most one before the work is done."""
 
 from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable
 
 import brotli
@@ -16,25 +15,19 @@ import httpx2
 
 from proxy.http import body_encoding
 from tests.harness import responses as fake
+from tests.harness.inflight import answered_while
 from tests.harness.servers import scripted
 
-STALL = 0.4  # seconds: the longest a /healthz may take meanwhile
-
-
-def probed(url: str, work: Callable[[], None]) -> list[float]:
-    """How long each /healthz took while `work` ran in other threads."""
+def probed(url: str, work: Callable[[], None]) -> int:
+    """How many /healthz were answered while `work` ran in another thread."""
     thread = threading.Thread(target=work)
-    latencies: list[float] = []
     with httpx2.Client(timeout=60) as client:
         client.get(f"{url}/healthz")
         thread.start()
-        while thread.is_alive():
-            started = time.perf_counter()
-            assert client.get(f"{url}/healthz").status_code == 200
-            latencies.append(time.perf_counter() - started)
-            time.sleep(0.01)
+        answered = answered_while(thread.is_alive, lambda: client.get(f"{url}/healthz").raise_for_status(),
+                                  pause=0.005)
     thread.join()
-    return latencies
+    return answered
 
 
 def test_compressed_bodies_inflating_past_the_limit_are_inflated_off_the_loop(make_proxy, upstream, monkeypatch):
@@ -64,12 +57,12 @@ def test_compressed_bodies_inflating_past_the_limit_are_inflated_off_the_loop(ma
             s.join()
 
     with make_proxy(max_body_bytes=32 << 20) as url:
-        latencies = probed(url, send)
+        answered = probed(url, send)
     assert codes == [413] * 6, codes
     on_loop = [name for name in calls if not name.startswith("offload-cpu")]
     # each body: its first pieces (under body_encoding.ON_LOOP_BYTES) on the loop, the other 32 MB in the pool
     assert len(on_loop) <= 6 * 2 and len(calls) - len(on_loop) >= 6 * 30, (len(on_loop), len(calls))
-    assert latencies and max(latencies) < STALL, latencies
+    assert answered >= 3, answered
 
 
 def _large_task(mb: int) -> list[dict]:
@@ -103,5 +96,4 @@ def test_an_emulated_compact_of_a_large_task_and_its_token_do_not_stall_the_loop
     assert answers["count"].status_code == 200, answers["count"].text[:300]
     forwarded = [r for r in upstream.requests if r.path.endswith("/input_tokens")][-1].json()["input"]
     assert forwarded[0]["content"] == _large_task(12)[0]["content"]  # the token expanded to what it stands for
-    assert max(during_compact) < STALL, during_compact
-    assert max(during_count) < STALL, during_count
+    assert during_compact >= 3 and during_count >= 3, (during_compact, during_count)

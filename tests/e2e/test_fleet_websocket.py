@@ -9,7 +9,6 @@ restart between turns fails no WebSocket turn on either replica.
 
 from __future__ import annotations
 
-import httpx2
 import pytest
 
 from proxy.core.compaction_token import ANY_VERSION, PREFIX
@@ -17,6 +16,7 @@ from tests.e2e.test_responses_compaction_trigger import (DEVELOPER, HISTORY, MOD
                                                          model)  # noqa: F401 (the fake model)
 from tests.harness import responses as fake
 from tests.harness.fleet import replicas
+from tests.harness.requests import post
 from tests.harness.responses import user_message as user
 from tests.harness.servers import SNAPSHOT, RedisProcess
 from tests.harness.websocket import Socket, completed, texts
@@ -39,11 +39,6 @@ def fleet(upstream, redis):
         yield [p.url for p in procs]
 
 
-def post(url: str, key: str, body: dict) -> httpx2.Response:
-    return httpx2.post(f"{url}/v1/responses", json=body, timeout=60,
-                       headers={"Authorization": f"Bearer {key}", **RELOAD})
-
-
 def test_compacted_over_the_websocket_on_one_replica_goes_on_over_http_on_the_other(fleet, upstream, redis, key):
     first, second = fleet
     with Socket(first, key, headers=RELOAD, timeout=60) as ws:
@@ -52,7 +47,7 @@ def test_compacted_over_the_websocket_on_one_replica_goes_on_over_http_on_the_ot
     assert item["type"] == "compaction" and item["encrypted_content"].startswith(PREFIX)
     assert not upstream.responses_requests()
 
-    answer = post(second, key, {"model": MODEL, "store": False,
+    answer = post(second, "/v1/responses", key=key, headers=RELOAD, body={"model": MODEL, "store": False,
                                 "input": [DEVELOPER, TASK, HISTORY[5], item, user("go on")]})
     assert answer.status_code == 200, answer.text
     [sent] = upstream.responses_requests()
@@ -63,7 +58,8 @@ def test_compacted_over_the_websocket_on_one_replica_goes_on_over_http_on_the_ot
 
     # the same history to both replicas: the same forwarded bytes
     for url in fleet:
-        assert post(url, key, {"model": MODEL, "store": False, "input": [*HISTORY, user("again")]}).status_code == 200
+        assert post(url, "/v1/responses", key=key, headers=RELOAD,
+                    body={"model": MODEL, "store": False, "input": [*HISTORY, user("again")]}).status_code == 200
     a, b = upstream.responses_requests()[-2:]
     assert a.body == b.body
 

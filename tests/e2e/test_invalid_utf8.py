@@ -10,6 +10,8 @@ import json
 import httpx2
 import pytest
 
+from tests.harness.requests import post
+
 ENDPOINTS = {  # path: a small body of its format, the text {TEXT} put in its one user message
     "/v1/chat/completions": {"model": "gpt-4o", "messages": [{"role": "user", "content": "TEXT"}]},
     "/v1/responses": {"model": "gpt-5", "input": [{"role": "user", "content": "TEXT"}]},
@@ -22,12 +24,8 @@ def body_with(path: str, text: bytes) -> bytes:
     return json.dumps(ENDPOINTS[path]).encode().replace(b"TEXT", text)
 
 
-def post(url: str, path: str, content: bytes) -> httpx2.Response:
-    headers = {"authorization": "Bearer sk-utf8-test", "content-type": "application/json"}
-    if path.startswith("/v1/messages"):
-        headers = {"x-api-key": "sk-ant-utf8-test", "anthropic-version": "2023-06-01",
-                   "content-type": "application/json"}
-    return httpx2.post(f"{url}{path}", content=content, headers=headers, timeout=20)
+def key_for(path: str) -> str:
+    return "sk-ant-utf8-test" if path.startswith("/v1/messages") else "sk-utf8-test"
 
 
 def assert_invalid_json(r: httpx2.Response, path: str) -> str:
@@ -44,7 +42,7 @@ def assert_invalid_json(r: httpx2.Response, path: str) -> str:
 @pytest.mark.parametrize("text", [b"hi \xed\xa0\xbd", b"hi \xed\xa0\xbd\xed\xb8\x80", b"cut \xf0\x9f\x98", b"\xff latin"],
                          ids=["lone-surrogate-bytes", "surrogate-pair-bytes", "truncated-sequence", "invalid-byte"])
 def test_invalid_utf8_is_refused_not_forwarded(proxy_url, upstream, path, text):
-    r = post(proxy_url, path, body_with(path, text))
+    r = post(proxy_url, path, body=body_with(path, text), key=key_for(path))
     message = assert_invalid_json(r, path)
     assert "UTF-8" in message, message
     assert upstream.requests == []
@@ -52,7 +50,7 @@ def test_invalid_utf8_is_refused_not_forwarded(proxy_url, upstream, path, text):
 
 @pytest.mark.parametrize("path", list(ENDPOINTS))
 def test_utf16_body_is_refused(proxy_url, upstream, path):
-    r = post(proxy_url, path, json.dumps(ENDPOINTS[path]).encode("utf-16"))
+    r = post(proxy_url, path, body=json.dumps(ENDPOINTS[path]).encode("utf-16"), key=key_for(path))
     assert_invalid_json(r, path)
     assert upstream.requests == []
 
@@ -63,7 +61,7 @@ def test_escaped_lone_surrogate_and_utf8_bom_still_go_through(proxy_url, upstrea
     surrogate, a UTF-8 byte order mark; the body goes up as it came (valid UTF-8)."""
     for content in (body_with(path, b"hi \\ud83d"), b"\xef\xbb\xbf" + body_with(path, "caf\u00e9".encode())):
         upstream.requests.clear()
-        r = post(proxy_url, path, content)
+        r = post(proxy_url, path, body=content, key=key_for(path))
         assert r.status_code == 200, (r.status_code, r.text[:300])
         (sent,) = upstream.requests
         assert sent.body == content

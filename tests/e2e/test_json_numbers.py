@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 
-import httpx2
 import pytest
 from starlette.responses import Response
 
 from proxy.core import jsonio
 from tests.harness.history import agent_history, refs_sent
+from tests.harness.requests import post
 from tests.harness.servers import completion
 
 BIG = 123456789012345678901234567890  # past 64 bits: orjson would read it as a rounded float
@@ -51,17 +51,13 @@ def test_dumps_never_writes_nan_or_infinity():
             jsonio.dumps({"t": value, "seed": BIG})  # the stdlib fallback (a big integer) refuses
 
 
-def _post(url: str, path: str, body: bytes, headers: dict | None = None) -> httpx2.Response:
-    return httpx2.post(f"{url}/v1/{path}", content=body, timeout=20,
-                       headers={**COMPACT, "content-type": "application/json", **(headers or {})})
-
-
 @pytest.mark.parametrize("path", ["chat/completions", "offload"])
 @pytest.mark.parametrize("extra", ['"temperature": 1e400', '"temperature": 1e400, "seed": ' + str(BIG),
                                    '"temperature": NaN'])
 def test_a_non_finite_number_in_a_request_is_a_400(proxy_url, upstream, path, extra):
     messages = json.dumps(agent_history(steps=4))  # would be rewritten: compacted
-    r = _post(proxy_url, path, f'{{"model": "gpt-4o", "messages": {messages}, {extra}}}'.encode())
+    r = post(proxy_url, f"/v1/{path}", body=f'{{"model": "gpt-4o", "messages": {messages}, {extra}}}'.encode(),
+             headers=COMPACT)
     assert r.status_code == 400, r.text
     error = r.json()["error"]
     assert error["code"] == "invalid_json" and error["type"] == "invalid_request_error"
@@ -74,7 +70,7 @@ def test_a_big_integer_survives_a_rewritten_body_exactly(proxy_url, upstream):
     messages = agent_history(steps=4)
     messages[1] = {**messages[1], "x_trace_id": BIG}  # a field the proxy does not read, in a message
     body = json.dumps({"model": "gpt-4o", "messages": messages, "seed": BIG, "temperature": 0.25})
-    r = _post(proxy_url, "chat/completions", body.encode())
+    r = post(proxy_url, "/v1/chat/completions", body=body.encode(), headers=COMPACT)
     assert r.status_code == 200, r.text
     assert r.headers["x-offload-action"] == "compact"
     sent = upstream.chat_requests()[-1]
@@ -82,7 +78,7 @@ def test_a_big_integer_survives_a_rewritten_body_exactly(proxy_url, upstream):
     assert f'"seed":{BIG}'.encode() in sent.body and f'"x_trace_id":{BIG}'.encode() in sent.body
     assert json.loads(sent.body)["seed"] == BIG and b"Infinity" not in sent.body and b"e+29" not in sent.body
 
-    direct = _post(proxy_url, "offload", body.encode())
+    direct = post(proxy_url, "/v1/offload", body=body.encode(), headers=COMPACT)
     assert direct.status_code == 200, direct.text
     assert json.loads(direct.content)["messages"][1]["x_trace_id"] == BIG
 
@@ -94,7 +90,8 @@ def test_a_big_integer_in_the_upstreams_answer_reaches_the_client_exactly(proxy_
         return Response(json.dumps(answer), media_type="application/json")
 
     upstream.handler = handler
-    r = _post(proxy_url, "chat/completions", json.dumps({"model": "gpt-4o", "messages": agent_history(4)}).encode())
+    r = post(proxy_url, "/v1/chat/completions", headers=COMPACT,
+             body=json.dumps({"model": "gpt-4o", "messages": agent_history(4)}).encode())
     assert r.status_code == 200, r.text
     assert refs_sent(upstream.chat_requests()[-1])  # reload tools injected: the answer was re-encoded
     assert f'"x_big":{BIG}'.encode() in r.content

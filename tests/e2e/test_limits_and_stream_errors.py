@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import httpx2
 import openai
@@ -57,7 +56,7 @@ def _breaking_stream(after: int, how: str):
             yield chunk
         if how == "close":
             raise RuntimeError("upstream dies mid-stream")  # uvicorn drops the connection
-        await asyncio.sleep(5)  # "slow": silent past the proxy's read timeout
+        await asyncio.sleep(60)  # "slow": silent past the proxy's read timeout
 
     async def handler(request, rec):
         return StreamingResponse(body(), media_type="text/event-stream")
@@ -68,13 +67,12 @@ def _breaking_stream(after: int, how: str):
 @pytest.mark.parametrize("how", ["close", "slow"])
 def test_upstream_breaking_off_mid_stream_ends_with_an_error_event(make_proxy, upstream, how):
     upstream.handler = _breaking_stream(3, how)
-    with make_proxy(read_timeout=0.5) as url:
-        start = time.monotonic()
+    # a read timeout far above what a loaded machine takes between two chunks, far below the silence
+    with make_proxy(read_timeout=2) as url:
         with httpx2.stream("POST", f"{url}/v1/chat/completions", json={"model": "gpt-4o", "stream": True,
                                                                          "messages": MESSAGES},
-                           headers={"authorization": "Bearer sk-test-key"}) as r:
+                           headers={"authorization": "Bearer sk-test-key"}, timeout=30) as r:
             text = b"".join(r.iter_bytes()).decode()
-        assert time.monotonic() - start < 5
         events = [line[6:] for line in text.splitlines() if line.startswith("data: ")]
         assert events[-1] == "[DONE]"
         error = json.loads(events[-2])["error"]
@@ -117,11 +115,11 @@ def test_reload_rounds_are_bounded_by_time(make_proxy, upstream):
     upstream.handler = always_reload
     with make_proxy(reload_budget=0.5) as url:
         c = openai.OpenAI(base_url=f"{url}/v1", api_key="k", max_retries=0)
-        start = time.monotonic()
         result = c.chat.completions.create(model="gpt-4o", messages=history, extra_headers={
             "X-Offload-Max-Total-Tokens": "1000", "X-Offload-Max-Reload-Rounds": "50"})
-        assert time.monotonic() - start < 3
     requests = upstream.chat_requests()
+    # rounds of 0.3 s each in a budget of 0.5 s: at most two begun in it, then the last without tools
+    # (a loaded machine only makes rounds slower: fewer); without the budget, 50 rounds
     assert 2 <= len(requests) <= 4
     assert "context_reload" not in json.dumps(requests[-1].json().get("tools", []))
     assert result.choices[0].message.tool_calls is None

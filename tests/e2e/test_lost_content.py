@@ -11,18 +11,12 @@ import redis
 from starlette.responses import JSONResponse
 
 from tests.harness.history import agent_history, refs_sent
+from tests.harness.requests import post
 from tests.harness.servers import completion, scripted, tool_call
 
 SESSION = "lost-content-session"
 HEADERS = {"authorization": "Bearer sk-lost", "X-Offload-Max-Total-Tokens": "1000", "X-Offload-Mode": "compact",
            "X-Offload-Session": SESSION}
-
-
-def post(url: str, messages: list) -> httpx2.Response:
-    r = httpx2.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": messages}, headers=HEADERS,
-                    timeout=20)
-    assert r.status_code == 200, r.text
-    return r
 
 
 class Backend:
@@ -57,7 +51,7 @@ def test_content_lost_between_two_requests_is_stored_again_by_the_next(make_prox
     store = Backend(backend, request, tmp_path)
     history = agent_history(steps=4)
     with make_proxy(**store.options()) as url:
-        assert post(url, history).headers["x-offload-refs"] == "3"
+        assert post(url, body={"model": "gpt-4o", "messages": history}, headers=HEADERS).headers["x-offload-refs"] == "3"
         refs = refs_sent(upstream.chat_requests()[-1])
         assert len(refs) == 3 and store.session_members() == set(refs)
 
@@ -69,7 +63,7 @@ def test_content_lost_between_two_requests_is_stored_again_by_the_next(make_prox
                                                                        id="call_r")]))
 
         upstream.handler = scripted(reload_first, lambda rec: JSONResponse(completion("done")))
-        again = post(url, history)  # within a second of the first: no memo may hide the loss
+        again = post(url, body={"model": "gpt-4o", "messages": history}, headers=HEADERS)  # within a second of the first: no memo may hide the loss
         assert again.json()["choices"][0]["message"]["content"] == "done"
         reload_result = upstream.chat_requests()[-1].json()["messages"][-1]
         originals = [m["content"] for m in history if m["role"] == "tool"]

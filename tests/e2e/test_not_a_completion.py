@@ -11,6 +11,7 @@ import pytest
 from starlette.responses import JSONResponse, Response
 
 from tests.harness.history import agent_history, refs_sent
+from tests.harness.requests import post
 from tests.harness.servers import completion, scripted, stream_chunks, tool_call
 
 HEADERS = {"authorization": "Bearer sk-not-a-completion", "X-Offload-Max-Total-Tokens": "1000",
@@ -31,9 +32,8 @@ def reload_call_streamed(rec) -> Response:
     return Response(b"".join(chunks), media_type="text/event-stream")
 
 
-def post(url: str, stream: bool = False) -> httpx2.Response:
-    body = {"model": "gpt-4o", "messages": agent_history(steps=4), "stream": stream}
-    return httpx2.post(f"{url}/v1/chat/completions", json=body, headers=HEADERS, timeout=20)
+def history_body(stream: bool = False) -> dict:
+    return {"model": "gpt-4o", "messages": agent_history(steps=4), "stream": stream}
 
 
 def sse_events(r: httpx2.Response) -> list[str]:
@@ -48,7 +48,7 @@ def sse_events(r: httpx2.Response) -> list[str]:
 ], ids=["html", "html-after-a-reload-round", "empty", "json-array"])
 def test_a_non_completion_200_is_a_502(proxy_url, upstream, answers):
     upstream.handler = scripted(*answers)
-    r = post(proxy_url)
+    r = post(proxy_url, body=history_body(), headers=HEADERS)
     assert refs_sent(upstream.chat_requests()[0])  # reload tools were injected
     assert r.status_code == 502, r.text
     assert r.headers["content-type"].startswith("application/json")
@@ -67,7 +67,7 @@ def test_a_non_completion_200_is_a_502(proxy_url, upstream, answers):
 ], ids=["html", "json", "done-only", "not-json-event", "html-after-a-reload-round"])
 def test_a_non_completion_200_in_a_stream_is_an_error_event_then_done(proxy_url, upstream, answers):
     upstream.handler = scripted(*answers)
-    r = post(proxy_url, stream=True)
+    r = post(proxy_url, body=history_body(stream=True), headers=HEADERS)
     assert refs_sent(upstream.chat_requests()[0])
     assert r.status_code == 200, r.text
     assert r.headers["content-type"].startswith("text/event-stream")  # the proxy's events, whatever came

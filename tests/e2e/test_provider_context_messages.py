@@ -11,11 +11,11 @@ import json
 import uuid
 
 import anthropic
-import httpx2
 import pytest
 
 from proxy.core.markers import refs_in
 from tests.harness import anthropic as fake
+from tests.harness.requests import post
 from tests.harness.servers import scripted
 
 pytestmark = pytest.mark.usefixtures("fresh_summary_memory")
@@ -64,10 +64,6 @@ def compact_json(value) -> bytes:
 RELAY = {"X-Offload-Context-Management": "relay"}
 
 
-def post(proxy_url: str, body: dict, headers: dict, key: str) -> httpx2.Response:
-    return httpx2.post(f"{proxy_url}/v1/messages", content=compact_json(body), timeout=30,
-                       headers={"x-api-key": key, "anthropic-version": "2023-06-01",
-                                "content-type": "application/json", **RELAY, **headers})
 
 
 def sdk(proxy_url: str, key: str, headers: dict) -> anthropic.Anthropic:
@@ -131,7 +127,8 @@ def test_compact_edit_no_compression_and_the_block_reaches_the_client(proxy_url,
                 *chat("new", 4), {"role": "user", "content": "next?"}]
     body = {"model": MODEL, "max_tokens": 1024, "messages": messages, "context_management": COMPACT,
             "stream": stream}
-    r = post(proxy_url, body, {**INLINE, "X-Offload-Mode": "compress", "anthropic-beta": BETA_COMPACT}, key)
+    r = post(proxy_url, "/v1/messages", body=compact_json(body), key=key,
+             headers={**RELAY, **INLINE, "X-Offload-Mode": "compress", "anthropic-beta": BETA_COMPACT})
     assert r.status_code == 200, r.text
     assert r.headers["x-offload-action"] == "none" and not upstream.summary_requests()
     forwarded = upstream.messages_requests()[0]
@@ -184,8 +181,9 @@ def test_compaction_block_without_the_edit_the_summary_comes_after_it(proxy_url,
     before = [*chat("old", 4), {"role": "user", "content": "continue"},
               {"role": "assistant", "content": [CLIENT_BLOCK, fake.text("Going on.")]}]
     messages = [*before, *chat("new", 4), {"role": "user", "content": "next?"}]
-    r = post(proxy_url, {"model": MODEL, "max_tokens": 1024, "messages": messages},
-             {**INLINE, "X-Offload-Mode": "compress"}, key)
+    r = post(proxy_url, "/v1/messages",
+             body=compact_json({"model": MODEL, "max_tokens": 1024, "messages": messages}), key=key,
+             headers={**RELAY, **INLINE, "X-Offload-Mode": "compress"})
     assert r.status_code == 200, r.text
     assert r.headers["x-offload-action"] == "compress"
     sent = upstream.messages_requests()[-1].json()["messages"]
@@ -193,6 +191,7 @@ def test_compaction_block_without_the_edit_the_summary_comes_after_it(proxy_url,
     summary = sent[len(before)]["content"][0]["text"]
     assert refs_in(summary) and "old" not in json.dumps(sent[len(before):])
     small = [*before, *chat("new", 1), {"role": "user", "content": "next?"}]  # 3000 words before, 500 after
-    r = post(proxy_url, {"model": MODEL, "max_tokens": 1024, "messages": small},
-             {**INLINE, "X-Offload-Mode": "compress"}, key)
+    r = post(proxy_url, "/v1/messages",
+             body=compact_json({"model": MODEL, "max_tokens": 1024, "messages": small}), key=key,
+             headers={**RELAY, **INLINE, "X-Offload-Mode": "compress"})
     assert r.headers["x-offload-action"] == "none"

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 
-import httpx2
 import openai
 import pytest
 
 from proxy.core.markers import refs_in
 from tests.harness import responses as fake
+from tests.harness.requests import post
 from tests.harness.responses import user_message as user, assistant_message as assistant, words
 from tests.harness.servers import is_summary_call, scripted
 
@@ -43,9 +43,6 @@ def compact_json(value) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def post(proxy_url: str, body: dict, headers: dict, key: str) -> httpx2.Response:
-    return httpx2.post(f"{proxy_url}/v1/responses", content=compact_json(body), timeout=30,
-                       headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json", **RELAY, **headers})
 
 
 @pytest.fixture(autouse=True)
@@ -56,7 +53,8 @@ def native(upstream):
 
 def test_a_compaction_item_is_never_summarised_and_the_summary_comes_after_it(proxy_url, upstream, key):
     items = [*OLD, CLIENT_COMPACTION, *NEW]
-    r = post(proxy_url, {"model": MODEL, "store": False, "input": items}, {**INLINE, "X-Offload-Mode": "compress"}, key)
+    r = post(proxy_url, "/v1/responses", body=compact_json({"model": MODEL, "store": False, "input": items}),
+             key=key, headers={**RELAY, **INLINE, "X-Offload-Mode": "compress"})
     assert r.status_code == 200, r.text
     assert r.headers["x-offload-action"] == "compress"
     forwarded = upstream.responses_requests()[-1]
@@ -72,7 +70,8 @@ def test_a_compaction_item_is_never_summarised_and_the_summary_comes_after_it(pr
 
 def test_what_precedes_a_compaction_item_does_not_count_towards_the_trigger(proxy_url, upstream, key):
     items = [*OLD, *OLD, CLIENT_COMPACTION, *NEW[:3]]  # 3600 words before the item, 750 after
-    r = post(proxy_url, {"model": MODEL, "store": False, "input": items}, {**INLINE, "X-Offload-Mode": "auto"}, key)
+    r = post(proxy_url, "/v1/responses", body=compact_json({"model": MODEL, "store": False, "input": items}),
+             key=key, headers={**RELAY, **INLINE, "X-Offload-Mode": "auto"})
     assert r.status_code == 200 and r.headers["x-offload-action"] == "none"
     assert upstream.responses_requests()[-1].body == compact_json({"model": MODEL, "store": False, "input": items})
     assert not upstream.summary_requests()
@@ -85,7 +84,8 @@ def test_with_context_management_the_proxy_never_compresses_and_the_output_is_re
     items = [user("start"), *NEW, *TOOL_TURN, user("and now?")]
     body = {"model": MODEL, "store": False, "context_management": CONTEXT_MANAGEMENT, "input": items,
             "stream": stream}
-    r = post(proxy_url, body, {**INLINE, "X-Offload-Mode": mode}, key)
+    r = post(proxy_url, "/v1/responses", body=compact_json(body), key=key,
+             headers={**RELAY, **INLINE, "X-Offload-Mode": mode})
     assert r.status_code == 200, r.text
     assert "compress" not in r.headers["x-offload-action"]
     assert not upstream.summary_requests()
@@ -112,8 +112,8 @@ def test_with_context_management_the_proxy_never_compresses_and_the_output_is_re
 
 def test_a_compaction_trigger_stays_last_and_no_reload_round_follows(proxy_url, upstream, key):
     items = [user("start"), *TOOL_TURN, *NEW, {"type": "compaction_trigger"}]
-    r = post(proxy_url, {"model": MODEL, "store": False, "input": items}, {**INLINE, "X-Offload-Mode": "auto",
-                                                                             "X-Offload-Keep-Recent": "0"}, key)
+    r = post(proxy_url, "/v1/responses", body=compact_json({"model": MODEL, "store": False, "input": items}),
+             key=key, headers={**RELAY, **INLINE, "X-Offload-Mode": "auto", "X-Offload-Keep-Recent": "0"})
     assert r.status_code == 200, r.text
     assert r.json()["output"] == [fake.NATIVE_COMPACTION]
     forwarded = upstream.responses_requests()

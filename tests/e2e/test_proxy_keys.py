@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse
 from proxy.http.caller import Gatekeeper
 from proxy.config import ServerSettings
 from tests.harness.history import agent_history, refs_sent
+from tests.harness.requests import post
 from tests.harness.servers import completion
 
 KEY_A = "pk-team-a-secret-0001"
@@ -34,9 +35,8 @@ def tenants_file(tmp_path: Path, upstream_url: str = "", extra_b: str = "") -> P
     return path
 
 
-def chat(url: str, headers: dict, messages: list | None = None) -> httpx2.Response:
-    body = {"model": "gpt-4o", "messages": messages or [{"role": "user", "content": "hi"}]}
-    return httpx2.post(f"{url}/v1/chat/completions", json=body, headers=headers, timeout=20)
+def chat(messages: list | None = None) -> dict:
+    return {"model": "gpt-4o", "messages": messages or [{"role": "user", "content": "hi"}]}
 
 
 def credentials_sent(rec) -> dict[str, str]:
@@ -51,13 +51,13 @@ def test_server_key_requires_a_proxy_key_and_never_forwards_it(make_proxy, upstr
             assert "Authorization: Bearer" in r.json()["error"]["message"]
         for wrong in ({"authorization": "Bearer sk-real-openai-key"}, {"x-api-key": "nope-nope-nope"},
                       {"api-key": "azure-key"}):
-            r = chat(url, wrong)
+            r = post(url, body=chat(), headers=wrong)
             assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
         assert not upstream.requests  # the operator's key was never used by them
 
-        assert chat(url, {"authorization": f"Bearer {KEY_A}"}).status_code == 200
+        assert post(url, body=chat(), key=KEY_A).status_code == 200
         assert credentials_sent(upstream.requests[-1]) == {"authorization": "Bearer sk-server"}
-        assert chat(url, {"x-api-key": KEY_A}).status_code == 200
+        assert post(url, body=chat(), headers={"x-api-key": KEY_A}).status_code == 200
         assert credentials_sent(upstream.requests[-1]) == {"authorization": "Bearer sk-server"}
         # team-b has its own upstream key; its second key is configured as a SHA-256 digest
         for headers in ({"authorization": f"Bearer {KEY_B}"}, {"x-api-key": KEY_B2}):
@@ -73,12 +73,12 @@ def test_the_key_decides_the_tenant_and_x_offload_tenant_only_narrows(make_proxy
     history = agent_history(steps=4)
     with make_proxy(upstream_api_key="sk-server", tenants_file=tenants) as url:
         # team-a's settings (max_total_tokens = 1000) come from its key: its history is compacted
-        r = chat(url, {"authorization": f"Bearer {KEY_A}"}, history)
+        r = post(url, body=chat(history), key=KEY_A)
         assert r.headers["x-offload-action"] == "compact"
         ref = refs_sent(upstream.chat_requests()[-1])[0]
         assert upstream.requests[-1].headers["host"] == f"127.0.0.1:{port}"
         # naming team-b does not switch to team-b (its upstream, its key, its content): a sub-tenant of team-a
-        r = chat(url, {"authorization": f"Bearer {KEY_A}", "X-Offload-Tenant": "team-b"})
+        r = post(url, body=chat(), key=KEY_A, headers={"X-Offload-Tenant": "team-b"})
         assert r.status_code == 200
         assert upstream.requests[-1].headers["host"] == f"127.0.0.1:{port}"
         assert credentials_sent(upstream.requests[-1]) == {"authorization": "Bearer sk-server"}
@@ -102,7 +102,7 @@ def test_without_a_server_key_every_credential_header_is_a_namespace(make_proxy,
         refs = {}
         for name, headers in {"azure-1": {"api-key": "azure-key-1"}, "azure-2": {"api-key": "azure-key-2"},
                               "anthropic": {"x-api-key": "sk-ant-1"}}.items():
-            r = chat(url, {**headers, **CHEAP, "X-Offload-Session": "s1"}, history)
+            r = post(url, body=chat(history), headers={**headers, **CHEAP, "X-Offload-Session": "s1"})
             assert r.status_code == 200 and r.headers["x-offload-action"] == "compact"
             assert credentials_sent(upstream.requests[-1]) == headers  # the client's own credential, relayed
             refs[name] = refs_sent(upstream.chat_requests()[-1])[0]
@@ -113,20 +113,20 @@ def test_without_a_server_key_every_credential_header_is_a_namespace(make_proxy,
         events = httpx2.get(f"{url}/v1/offload/events?session=s1", headers={"api-key": "azure-key-2"}).json()["data"]
         assert refs["azure-1"] not in str(events) and refs["azure-2"] in str(events)
         # a tenant with proxy keys cannot be claimed by naming it; a tenant without may be, as before
-        r = chat(url, {"authorization": "Bearer sk-client", "X-Offload-Tenant": "team-a"})
+        r = post(url, body=chat(), headers={"authorization": "Bearer sk-client", "X-Offload-Tenant": "team-a"})
         assert r.status_code == 403 and r.json()["error"]["param"] == "X-Offload-Tenant"
-        assert chat(url, {"authorization": "Bearer sk-client", "X-Offload-Tenant": "open"}, history
+        assert post(url, body=chat(history), key="sk-client", headers={"X-Offload-Tenant": "open"}
                     ).headers["x-offload-action"] == "compact"
 
 
 def test_anonymous_only_with_the_flag(make_proxy, upstream):
     with make_proxy() as url:
-        r = chat(url, {})
+        r = post(url, body=chat(), headers={})
         assert r.status_code == 401 and "x-api-key" in r.json()["error"]["message"]
         assert openai.OpenAI(base_url=f"{url}/v1", api_key="sk-any", max_retries=0).models.list()
     with make_proxy(allow_anonymous=True) as url:
         history = agent_history(steps=4)
-        r = chat(url, CHEAP, history)
+        r = post(url, body=chat(history), headers=CHEAP)
         assert r.status_code == 200 and r.headers["x-offload-action"] == "compact"
         assert credentials_sent(upstream.requests[-1]) == {}
         ref = refs_sent(upstream.chat_requests()[-1])[0]
@@ -134,9 +134,9 @@ def test_anonymous_only_with_the_flag(make_proxy, upstream):
         r = httpx2.get(f"{url}/v1/offload/events")
         assert r.status_code == 401 and r.json()["error"]["code"] == "missing_api_key"
     with make_proxy(allow_anonymous=True, upstream_api_key="sk-server") as url:
-        assert chat(url, {}).status_code == 200
+        assert post(url, body=chat(), headers={}).status_code == 200
         assert credentials_sent(upstream.requests[-1]) == {"authorization": "Bearer sk-server"}
-        assert chat(url, {"authorization": "Bearer sk-guess"}).status_code == 401
+        assert post(url, body=chat(), headers={"authorization": "Bearer sk-guess"}).status_code == 401
 
 
 @pytest.mark.parametrize("value", ["http://a:b:c/", "http://[::1/", "http://a\tb/v1", "http://h:99999/v1",
@@ -192,7 +192,7 @@ def test_storage_quota_per_namespace(make_proxy, upstream):
         assert refused.status_code == 429 and refused.json()["error"]["code"] == "storage_quota_exceeded"
         assert offload(bob, 2, "one").status_code == 200  # the quota is per namespace
         # nothing of the refused request was stored: its refs do not resolve
-        r = chat(url, {**alice, **CHEAP}, agent_history(steps=6, system="two"))
+        r = post(url, body=chat(agent_history(steps=6, system="two")), headers={**alice, **CHEAP})
         assert r.status_code == 200 and "quota" in r.headers["x-offload-warning"]
         assert r.headers["x-offload-action"] == "none" and refs_sent(upstream.chat_requests()[-1]) == []
         kept = first.json()["refs"][0]["ref"]
@@ -213,12 +213,12 @@ def test_invented_client_keys_store_nothing(make_proxy, upstream):
         r = httpx2.post(f"{url}/v1/offload", json={"model": "gpt-4o", "messages": history},
                         headers={"authorization": "Bearer sk-invented", **CHEAP})
         assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
-        r = chat(url, {"authorization": "Bearer sk-invented", **CHEAP}, history)
+        r = post(url, body=chat(history), headers={"authorization": "Bearer sk-invented", **CHEAP})
         assert r.status_code == 401  # the upstream's own answer, relayed; nothing was stored for it
         assert refs_sent(upstream.chat_requests()[-1]) == [] and "credential" in r.headers["x-offload-warning"]
         models_asked = len([q for q in upstream.requests if q.path == "/v1/models"])
         assert models_asked == 1  # the refusal is remembered
-        ok = chat(url, {"authorization": "Bearer sk-real", **CHEAP}, history)
+        ok = post(url, body=chat(history), headers={"authorization": "Bearer sk-real", **CHEAP})
         assert ok.status_code == 200 and ok.headers["x-offload-action"] == "compact"
 
 

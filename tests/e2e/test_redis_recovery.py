@@ -33,7 +33,7 @@ def redis_server(request) -> Iterator[RedisProcess | RedisCluster]:
 
 @pytest.fixture
 def replicas(redis_server, upstream, tmp_path) -> Iterator[list[str]]:
-    procs = [ProxyProcess("--redis-url", redis_server.url, "--store-timeout", "0.3", "--admin-token", ADMIN,
+    procs = [ProxyProcess("--redis-url", redis_server.url, "--store-timeout", "2", "--admin-token", ADMIN,
                           "--upstream", f"{upstream.url}/v1", data_dir=tmp_path / f"data{i}") for i in range(2)]
     with procs[0], procs[1]:
         yield [p.url for p in procs]

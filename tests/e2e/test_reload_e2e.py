@@ -16,7 +16,8 @@ from proxy.reload import search_pool
 
 from tests.harness.history import agent_history, refs_sent
 from tests.harness.servers import completion, sse, stream_chunks, tool_call
-from tests.unit.reload.test_search import COMPILE_BOMBS, MB, rss, search_workers
+from tests.harness.inflight import answered_while
+from tests.unit.reload.test_search import COMPILE_BOMBS, MB, compiled_here, rss, search_workers
 
 HEADERS = {"X-Offload-Max-Total-Tokens": "1000", "X-Offload-Max-Tool-Message-Tokens": "500"}
 RAW_HEADERS = {"authorization": "Bearer sk-test-key", **HEADERS}
@@ -58,76 +59,73 @@ def sse_events(text: str) -> list[str]:
 # ---------------------------------------------------------------- 1. search off the event loop
 
 
-def search_through_the_proxy(url: str, upstream, history: list[dict], pattern: str) -> tuple[str, list[float], float]:
+def search_through_the_proxy(url: str, upstream, history: list[dict], pattern: str) -> tuple[str, int]:
     """One chat request whose model calls context_search(pattern) on the first offloaded item.
 
-    Returns (the search's result as the model got it, /healthz latencies while it ran, seconds
-    between the two upstream calls: what the search took).
+    Returns (the search's result as the model got it, how many /healthz were answered while it
+    ran: between the upstream's first call and its second, that the proxy makes once the search
+    is done).
     """
-    times: list[float] = []
+    calls: list[str] = []
 
     async def handler(request, rec):
         if not rec.path.endswith("/chat/completions"):  # the proxy checking the client's key on /models
             return JSONResponse({"object": "list", "data": []})
-        times.append(time.monotonic())
         last = run_by_proxy(rec)
+        calls.append("search" if last is None else "answer")
         if last is None:
             args = json.dumps({"pattern": pattern, "ref": refs_sent(rec)[0]})
             return JSONResponse(completion(None, tool_calls=[raw_call("context_search", args)]))
         return JSONResponse(completion(last["content"]))
 
     upstream.handler = handler
-    with httpx2.Client(base_url=url, timeout=5) as probe:
-        probe.get("/healthz")  # a warm connection: what is measured is the worker, not a handshake
+    with httpx2.Client(base_url=url, timeout=30) as probe:
+        probe.get("/healthz")  # a warm connection: what is probed is the worker, not a handshake
         result: dict = {}
         chat = threading.Thread(target=lambda: result.update(r=httpx2.post(
             f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": history},
-            headers={"authorization": "Bearer sk-search", **HEADERS}, timeout=60)))
+            headers={"authorization": "Bearer sk-search", **HEADERS}, timeout=120)))
         chat.start()
-        while not times:
+        while not calls and chat.is_alive():
             time.sleep(0.01)
-        time.sleep(0.2)  # the search is running now
-        latencies = []
-        while chat.is_alive() and len(latencies) < 10:
-            started = time.monotonic()
-            assert probe.get("/healthz").status_code == 200
-            latencies.append(time.monotonic() - started)
-            time.sleep(0.05)
-        chat.join(30)
-    return result["r"].json()["choices"][0]["message"]["content"], latencies, times[1] - times[0]
+        answered = answered_while(lambda: calls == ["search"],
+                                  lambda: probe.get("/healthz").raise_for_status(), pause=0.05)
+        chat.join(120)
+    assert calls == ["search", "answer"], calls
+    return result["r"].json()["choices"][0]["message"]["content"], answered
 
 
 def test_catastrophic_search_leaves_the_worker_free_and_stops_at_its_deadline(make_proxy, upstream):
     history = agent_history(steps=2)
     history[3]["content"] = "".join("a" * 40 + "!\n" for _ in range(2000))  # (a|a)+$ backtracks on every line
     with make_proxy(search_timeout=1.5) as url:
-        answer, latencies, took = search_through_the_proxy(url, upstream, history, "(a|a)+$")
-    assert latencies and max(latencies) < 0.05, latencies
-    assert len(latencies) >= 5, latencies
+        answer, answered = search_through_the_proxy(url, upstream, history, "(a|a)+$")
+    # the match runs its whole deadline: a worker held by it would answer nothing meanwhile (and
+    # at most one /healthz between the match's end and the next upstream call)
+    assert answered >= 3, answered
     assert answer.startswith("No match for '(a|a)+$' so far.")
     assert "Search stopped early" in answer and "time limit of 1.5 s" in answer
-    assert 1.4 < took < 2.5  # the search took its deadline, not more
 
 
-def test_compile_bombs_leave_the_worker_free_and_no_process_behind(make_proxy, upstream):
+def test_compile_bombs_leave_the_worker_free_and_no_process_behind(make_proxy, upstream, monkeypatch):
     """Patterns that fool a check before compiling, or that regex's timeout cannot stop, are
-    compiled and matched in a worker process: the proxy's event loop and memory are untouched,
-    the search ends at its deadline, and no worker outlives the app."""
+    compiled and matched in a worker process: never in the proxy's (whose event loop and
+    memory they would hold), the search ends at its deadline, and no worker outlives the app."""
     history = agent_history(steps=2)
     gc.collect()
     others = set(search_workers())  # other proxies of this test session (the shared one) keep theirs
     with make_proxy(search_timeout=1.5) as url:
         search_through_the_proxy(url, upstream, history, "step0 line 3:")  # a worker is running: measure from here
         before = rss()
+        here = compiled_here(monkeypatch)
         for pattern in COMPILE_BOMBS[:3]:  # in this order: a proxy compiling in-process fails before the last
-            answer, latencies, took = search_through_the_proxy(url, upstream, history, pattern)
-            assert latencies and max(latencies) < 0.05, (pattern, latencies)
-            assert took < 1.5 + 0.6, (pattern, took)
+            answer, _ = search_through_the_proxy(url, upstream, history, pattern)
+            assert pattern not in here, pattern
             assert rss() - before < 100 * MB, (pattern, (rss() - before) // MB)
             assert answer.startswith((f"The pattern {pattern!r} is too expensive", f"No match for {pattern!r}")), (
                 pattern, answer)
         assert "Search stopped early" in answer  # ((?1)|a): out of memory, or killed at its deadline
-        answer, _, _ = search_through_the_proxy(url, upstream, history, "step0 line 7:")  # on a new worker
+        answer, _ = search_through_the_proxy(url, upstream, history, "step0 line 7:")  # on a new worker
         assert answer.startswith("ref=") and "step0 line 7: value=49" in answer
         # the killed ones are gone (each request offered the tools warms the pool: up to WORKERS)
         assert 1 <= len(set(search_workers(zombies=False)) - others) <= search_pool.WORKERS

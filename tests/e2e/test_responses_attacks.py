@@ -27,6 +27,7 @@ from tests.harness.responses import (
     response,
     usage,
 )
+from tests.harness.requests import post, streamed
 from tests.harness.servers import is_responses_create, is_summary_call, scripted, snapshot_answer
 
 HEADERS = {"X-Offload-Max-Total-Tokens": "1000", "X-Offload-Max-Tool-Message-Tokens": "500",
@@ -45,12 +46,6 @@ def history(log: str = LOG) -> list[dict]:
             {"role": "user", "content": "Summarise."}]
 
 
-def post(url: str, body: dict | bytes, key: str = "sk-tenant-a-000000", headers: dict | None = None,
-         **kwargs) -> httpx2.Response:
-    content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return httpx2.post(f"{url}/v1/responses", content=content, timeout=20,
-                       headers={"authorization": f"Bearer {key}", "content-type": "application/json",
-                                **HEADERS, **(headers or {})}, **kwargs)
 
 
 def outputs_sent(rec) -> list[str]:
@@ -65,7 +60,8 @@ def outputs_sent(rec) -> list[str]:
 def offload_as(url: str, upstream, key: str, log: str = LOG) -> str:
     """`key` sends the history with `log`: the ref its namespace stored it under."""
     upstream.handler = scripted(answering(message("ok")))
-    r = post(url, {"model": "gpt-5", "input": history(log), "tools": TOOLS}, key=key)
+    r = post(url, "/v1/responses", body={"model": "gpt-5", "input": history(log), "tools": TOOLS}, key=key,
+             headers=HEADERS)
     assert r.status_code == 200, r.text
     [ref] = refs_in_input(upstream.responses_requests()[-1])
     upstream.requests.clear()
@@ -93,7 +89,7 @@ def test_another_credential_cannot_reload_or_search_a_ref_by_name(make_proxy, up
                                    {"name": "context_reload", "arguments": {"ref": ref_a, "offset": 370, "limit": 20}},
                                    {"name": "context_search", "arguments": {"pattern": "SECRET", "ref": ref_a}},
                                    {"name": "context_search", "arguments": {"pattern": "SECRET"}})
-        r = post(url, body, key="sk-tenant-b-111111")
+        r = post(url, "/v1/responses", body=body, key="sk-tenant-b-111111", headers=HEADERS)
         assert r.status_code == 200, r.text
         first, second = upstream.responses_requests()
         assert ref_a in json.dumps(first.json())  # A's ref did reach B's model, tools offered
@@ -105,7 +101,8 @@ def test_another_credential_cannot_reload_or_search_a_ref_by_name(make_proxy, up
         # the same ref still reloads for A
         upstream.requests.clear()
         upstream.handler = calling({"name": "context_reload", "arguments": {"ref": ref_a}})
-        r = post(url, {"model": "gpt-5", "input": history(), "tools": TOOLS}, key="sk-tenant-a-000000")
+        r = post(url, "/v1/responses", body={"model": "gpt-5", "input": history(), "tools": TOOLS},
+                 key="sk-tenant-a-000000", headers=HEADERS)
         assert r.status_code == 200
         assert outputs_sent(upstream.responses_requests()[1])[-1] == LOG
 
@@ -115,8 +112,8 @@ def test_a_sub_tenant_cannot_reload_its_parents_ref(make_proxy, upstream):
         ref_a = offload_as(url, upstream, "sk-tenant-a-000000")
         upstream.handler = calling({"name": "context_reload", "arguments": {"ref": ref_a}})
         other = LOG.replace(NEEDLE, "nothing").replace("INFO", "DEBUG")
-        r = post(url, {"model": "gpt-5", "input": history(other), "tools": TOOLS}, key="sk-tenant-a-000000",
-                 headers={"X-Offload-Tenant": "sub-1"})
+        r = post(url, "/v1/responses", body={"model": "gpt-5", "input": history(other), "tools": TOOLS},
+                 key="sk-tenant-a-000000", headers={**HEADERS, "X-Offload-Tenant": "sub-1"})
         assert r.status_code == 200
         assert "7f3c9e" not in outputs_sent(upstream.responses_requests()[1])[-1]
 
@@ -143,8 +140,10 @@ def continue_from(url: str, upstream, previous: str, key: str, wait: float = 0.0
     deadline = time.monotonic() + wait
     while True:
         upstream.requests.clear()
-        r = post(url, {"model": "gpt-5", "previous_response_id": previous,
-                       "input": [{"role": "user", "content": "and then?"}], **extra}, key=key)
+        r = post(url, "/v1/responses",
+                 body={"model": "gpt-5", "previous_response_id": previous,
+                       "input": [{"role": "user", "content": "and then?"}], **extra},
+                 key=key, headers=HEADERS)
         assert r.status_code == 200, r.text
         sent = previous_sent(upstream)
         if sent != previous or time.monotonic() >= deadline:  # the mapping is written after the answer
@@ -160,7 +159,8 @@ def test_response_id_aliases_are_per_credential(make_proxy, upstream, stream):
     a, b = "sk-tenant-a-000000", "sk-tenant-b-111111"
     with make_proxy() as url:
         upstream.handler = reload_rounds("resp_a_1", "resp_a_2")
-        r = post(url, {"model": "gpt-5", "input": history(), "tools": TOOLS, "stream": stream}, key=a)
+        r = post(url, "/v1/responses", body={"model": "gpt-5", "input": history(), "tools": TOOLS, "stream": stream},
+                 key=a, headers=HEADERS)
         assert r.status_code == 200 and "resp_a_2" not in r.text and "resp_a_1" in r.text
         assert continue_from(url, upstream, "resp_a_1", a, wait=5) == "resp_a_2"
         assert continue_from(url, upstream, "resp_a_1", b) == "resp_a_1"
@@ -168,20 +168,23 @@ def test_response_id_aliases_are_per_credential(make_proxy, upstream, stream):
         # B's rounds: first id resp_a_1 (same name), last resp_evil, remembered in B's namespace only
         upstream.handler = reload_rounds("resp_a_1", "resp_evil")
         other = LOG.replace(NEEDLE, "b's log").replace("INFO", "NOTE")
-        r = post(url, {"model": "gpt-5", "input": history(other), "tools": TOOLS, "stream": stream}, key=b)
+        r = post(url, "/v1/responses",
+                 body={"model": "gpt-5", "input": history(other), "tools": TOOLS, "stream": stream}, key=b,
+                 headers=HEADERS)
         assert r.status_code == 200
         assert continue_from(url, upstream, "resp_a_1", b, wait=5) == "resp_evil"
         assert continue_from(url, upstream, "resp_a_1", a) == "resp_a_2"
         # a sub-tenant of A is another namespace too
-        r = post(url, {"model": "gpt-5", "previous_response_id": "resp_a_1", "input": "x"}, key=a,
-                 headers={"X-Offload-Tenant": "sub-1"})
+        r = post(url, "/v1/responses", body={"model": "gpt-5", "previous_response_id": "resp_a_1", "input": "x"},
+                 key=a, headers={**HEADERS, "X-Offload-Tenant": "sub-1"})
         assert r.status_code == 200 and previous_sent(upstream) == "resp_a_1"
 
 
 def test_store_false_rounds_leave_no_alias(make_proxy, upstream):
     with make_proxy() as url:
         upstream.handler = reload_rounds("resp_s_1", "resp_s_2")
-        r = post(url, {"model": "gpt-5", "input": history(), "tools": TOOLS, "store": False})
+        r = post(url, "/v1/responses", body={"model": "gpt-5", "input": history(), "tools": TOOLS, "store": False},
+                 key="sk-tenant-a-000000", headers=HEADERS)
         assert r.status_code == 200
         time.sleep(0.3)
         assert continue_from(url, upstream, "resp_s_1", "sk-tenant-a-000000") == "resp_s_1"
@@ -192,7 +195,7 @@ def test_an_oversized_or_odd_previous_response_id_goes_up_as_sent(make_proxy, up
         for previous in ("r" * 100_000, "resp_\u0000\n}:chain:x", "../../admin", "*"):
             raw = json.dumps({"model": "gpt-5", "previous_response_id": previous, "input": "hi"}).encode()
             upstream.requests.clear()
-            r = post(url, raw)
+            r = post(url, "/v1/responses", body=raw, key="sk-tenant-a-000000", headers=HEADERS)
             assert r.status_code == 200
             assert upstream.responses_requests()[-1].body == raw
 
@@ -223,8 +226,8 @@ def test_shared_key_refuses_stored_response_endpoints_and_never_leaks_credential
         assert not upstream.requests
         # the managed route: the proxy key and X-Offload-* never go upstream, the server key does
         upstream.handler = reload_rounds("resp_k_1", "resp_k_2")
-        r = post(url, {"model": "gpt-5", "input": history(), "tools": TOOLS}, key=KEY_A,
-                 headers={"x-api-key": KEY_A, "api-key": KEY_A, "X-Offload-Session": "s1"})
+        r = post(url, "/v1/responses", body={"model": "gpt-5", "input": history(), "tools": TOOLS}, key=KEY_A,
+                 headers={**HEADERS, "x-api-key": KEY_A, "api-key": KEY_A, "X-Offload-Session": "s1"})
         assert r.status_code == 200, r.text
         assert len(upstream.responses_requests()) == 2
         # and the summariser's calls (on /responses, made for a Responses request) the same
@@ -237,8 +240,8 @@ def test_shared_key_refuses_stored_response_endpoints_and_never_leaks_credential
 
         upstream.handler = handler
         items = [i for i in agent_history(11, turns=10) if i.get("type") != "item_reference"]  # refused: shared key
-        r = post(url, {"model": "gpt-5", "input": items}, key=KEY_A,
-                 headers={"x-api-key": KEY_A, "X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "2000"})
+        r = post(url, "/v1/responses", body={"model": "gpt-5", "input": items}, key=KEY_A,
+                 headers={**HEADERS, "x-api-key": KEY_A, "X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "2000"})
         assert r.status_code == 200 and "compress" in r.headers["x-offload-action"]
         assert len(upstream.summary_requests()) == 1
         assert len([r for r in upstream.requests if is_responses_create(r) and not is_summary_call(r)]) == 3
@@ -269,11 +272,6 @@ def round_one_events(rec, *, ref: str | None = None) -> list[dict]:
                            id="resp_ev_1", usage=usage()))
 
 
-def stream_post(url: str, body: dict, key: str = "sk-tenant-a-000000", headers: dict | None = None,
-                timeout: float = 20) -> tuple[httpx2.Response, str]:
-    with httpx2.stream("POST", f"{url}/v1/responses", json={**body, "stream": True}, timeout=timeout,
-                       headers={"authorization": f"Bearer {key}", **HEADERS, **(headers or {})}) as r:
-        return r, r.read().decode()
 
 
 RELOAD_ROUNDS = re.compile(r": x-offload-reload-rounds: \d+")
@@ -316,7 +314,8 @@ def test_event_types_cannot_inject_sse_lines(make_proxy, upstream, hostile):
 
     upstream.handler = scripted(first, lambda rec: answer(rec, message("final"), id="resp_ev_2"))
     with make_proxy() as url:
-        r, text = stream_post(url, {"model": "gpt-5", "input": history(), "tools": TOOLS})
+        r, text = streamed(url, "/v1/responses", body={"model": "gpt-5", "input": history(), "tools": TOOLS},
+                           key="sk-tenant-a-000000", headers=HEADERS)
     assert r.status_code == 200
     got = assert_sane_stream(text, "response.completed")
     assert got[-1]["response"]["output"][0]["content"][0]["text"] == "final"
@@ -340,7 +339,8 @@ def test_sequence_numbers_stay_increasing_integers(make_proxy, upstream, first_n
 
     upstream.handler = scripted(first, second)
     with make_proxy() as url:
-        r, text = stream_post(url, {"model": "gpt-5", "input": history(), "tools": TOOLS})
+        r, text = streamed(url, "/v1/responses", body={"model": "gpt-5", "input": history(), "tools": TOOLS},
+                           key="sk-tenant-a-000000", headers=HEADERS)
     assert r.status_code == 200
     assert_sane_stream(text, "response.completed")
 
@@ -360,7 +360,8 @@ def test_garbage_midstream_ends_with_one_failed_event(make_proxy, upstream, garb
 
     upstream.handler = scripted(bad) if where == "first" else scripted(good_first, bad)
     with make_proxy() as url:
-        r, text = stream_post(url, {"model": "gpt-5", "input": history(), "tools": TOOLS})
+        r, text = streamed(url, "/v1/responses", body={"model": "gpt-5", "input": history(), "tools": TOOLS},
+                           key="sk-tenant-a-000000", headers=HEADERS)
     assert r.status_code == 200
     got = assert_sane_stream(text, "response.failed")
     assert got[-1]["response"]["id"] == ("resp_ev_1" if where == "second" else got[0]["response"]["id"])
@@ -378,11 +379,13 @@ def test_a_round_that_never_completes(make_proxy, upstream, stream):
     upstream.handler = scripted(first)
     with make_proxy() as url:
         if stream:
-            r, text = stream_post(url, {"model": "gpt-5", "input": history(), "tools": TOOLS})
+            r, text = streamed(url, "/v1/responses", body={"model": "gpt-5", "input": history(), "tools": TOOLS},
+                               key="sk-tenant-a-000000", headers=HEADERS)
             assert r.status_code == 200
             assert_sane_stream(text, "response.failed")
         else:
-            r = post(url, {"model": "gpt-5", "input": history(), "tools": TOOLS})
+            r = post(url, "/v1/responses", body={"model": "gpt-5", "input": history(), "tools": TOOLS},
+                     key="sk-tenant-a-000000", headers=HEADERS)
             assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_error"
     assert len(upstream.responses_requests()) == 1
 
@@ -400,10 +403,9 @@ def test_a_stalled_upstream_stream_times_out_into_failed(make_proxy, upstream):
         return StreamingResponse(body(), media_type="text/event-stream")
 
     upstream.handler = stalled
-    with make_proxy(read_timeout=1.0) as url:
-        started = time.monotonic()
-        r, text = stream_post(url, {"model": "gpt-5", "input": history(), "tools": TOOLS})
-        assert time.monotonic() - started < 10
+    with make_proxy(read_timeout=1.0) as url:  # the stream is silent for 30 s: its read timeout ends it
+        r, text = streamed(url, "/v1/responses", body={"model": "gpt-5", "input": history(), "tools": TOOLS},
+                           key="sk-tenant-a-000000", headers=HEADERS)
     assert r.status_code == 200
     assert_sane_stream(text, "response.failed")
 
@@ -423,10 +425,10 @@ def test_a_model_asking_reload_forever_is_bounded(make_proxy, upstream, stream):
         body = {"model": "gpt-5", "input": history(), "tools": TOOLS}
         h = {"X-Offload-Max-Reload-Rounds": "3"}
         if stream:
-            r, text = stream_post(url, body, headers=h)
+            r, text = streamed(url, "/v1/responses", body=body, key="sk-tenant-a-000000", headers={**HEADERS, **h})
             assert_sane_stream(text)
         else:
-            r = post(url, body, headers=h)
+            r = post(url, "/v1/responses", body=body, key="sk-tenant-a-000000", headers={**HEADERS, **h})
             text = r.text
             assert "context_reload" not in text
         assert r.status_code == 200
@@ -446,9 +448,8 @@ def test_hostile_arguments_are_answered_to_the_model(make_proxy, upstream, argum
 
     upstream.handler = scripted(first, answering(message("final"), id="resp_h_2"))
     with make_proxy() as url:
-        started = time.monotonic()
-        r = post(url, {"model": "gpt-5", "input": history(), "tools": TOOLS})
-        assert time.monotonic() - started < 10
+        r = post(url, "/v1/responses", body={"model": "gpt-5", "input": history(), "tools": TOOLS},
+                 key="sk-tenant-a-000000", headers=HEADERS)
     assert r.status_code == 200 and r.json()["output"][0]["content"][0]["text"] == "final"
     results = outputs_sent(upstream.responses_requests()[1])[-2:]
     assert len(results) == 2 and all(0 < len(x) < 2000 for x in results), [x[:200] for x in results]
@@ -507,7 +508,7 @@ BAD_BODIES = [
 @pytest.mark.parametrize("headers", [{}, {"X-Offload-Mode": "off"}])
 def test_bad_bodies_get_a_400_in_openai_shape(proxy_url, upstream, raw, param, headers):
     content = raw.encode("latin-1") if "\xff" in raw else raw.encode()
-    r = post(proxy_url, content, headers=headers)
+    r = post(proxy_url, "/v1/responses", body=content, key="sk-tenant-a-000000", headers={**HEADERS, **headers})
     assert r.status_code == 400, (r.status_code, r.text[:300])
     error = r.json()["error"]
     assert set(error) == {"message", "type", "code", "param"} and error["type"] == "invalid_request_error"
@@ -533,7 +534,7 @@ VERBATIM = [
 
 @pytest.mark.parametrize("raw", VERBATIM)
 def test_what_is_not_offloaded_goes_up_byte_for_byte(proxy_url, upstream, raw):
-    r = post(proxy_url, raw)
+    r = post(proxy_url, "/v1/responses", body=raw, key="sk-tenant-a-000000", headers=HEADERS)
     assert r.status_code == 200, r.text
     [rec] = upstream.responses_requests()
     assert rec.body == raw
@@ -544,7 +545,7 @@ def test_unknown_items_are_kept_verbatim_and_a_string_input_stays_a_string_besid
     odd = [{"type": "future_item_v9", "payload": {"n": 123456789012345678901234567890, "f": 2.5}},
            {"id": "rs_ref_only"}, {"type": "message", "role": "critic", "content": [{"type": "weird_part", "x": 1}]}]
     body = {"model": "gpt-5", "tools": TOOLS, "input": [*odd[:2], *history(), odd[2]]}
-    r = post(proxy_url, body)
+    r = post(proxy_url, "/v1/responses", body=body, key="sk-tenant-a-000000", headers=HEADERS)
     assert r.status_code == 200
     [rec] = upstream.responses_requests()
     sent = input_items(rec)
@@ -553,7 +554,8 @@ def test_unknown_items_are_kept_verbatim_and_a_string_input_stays_a_string_besid
     assert b"123456789012345678901234567890" in rec.body  # an integer past 64 bits, exact
     upstream.requests.clear()
     big = "word " * 40_000  # a huge string input alone: nothing to offload, still a string
-    r = post(proxy_url, {"model": "gpt-5", "input": big})
+    r = post(proxy_url, "/v1/responses", body={"model": "gpt-5", "input": big}, key="sk-tenant-a-000000",
+             headers=HEADERS)
     assert r.status_code == 200
     assert upstream.responses_requests()[-1].json()["input"] == big
 
@@ -575,8 +577,9 @@ def test_compression_keeps_pairs_and_the_recent_tail_verbatim(proxy_url, upstrea
 
     upstream.handler = handler
     items = agent_history(7, turns=10)
-    r = post(proxy_url, {"model": "gpt-5", "input": items, "tools": TOOLS},
-             headers={"X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "2000", "X-Offload-Keep-Recent": "5"})
+    r = post(proxy_url, "/v1/responses", body={"model": "gpt-5", "input": items, "tools": TOOLS},
+             key="sk-tenant-a-000000",
+             headers={**HEADERS, "X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "2000", "X-Offload-Keep-Recent": "5"})
     assert r.status_code == 200, r.text
     assert "compress" in r.headers["x-offload-action"]
     [rec] = [r for r in upstream.responses_requests() if not is_summary_call(r)]
@@ -610,12 +613,12 @@ def test_a_round_mixing_calls_returns_the_clients_call_only(make_proxy, upstream
     with make_proxy() as url:
         body = {"model": "gpt-5", "input": history(), "tools": TOOLS}
         if stream:
-            r, text = stream_post(url, body)
+            r, text = streamed(url, "/v1/responses", body=body, key="sk-tenant-a-000000", headers=HEADERS)
             got = assert_sane_stream(text, "response.completed")
             final = got[-1]["response"]
             assert got[0]["response"]["tools"] == TOOLS
         else:
-            r = post(url, body)
+            r = post(url, "/v1/responses", body=body, key="sk-tenant-a-000000", headers=HEADERS)
             text, final = r.text, r.json()
         assert r.status_code == 200
     assert len(upstream.responses_requests()) == 1  # the injected call was not run
@@ -650,10 +653,10 @@ def test_a_dead_store_never_fails_a_responses_request(make_proxy, upstream, stre
             if previous:
                 body["previous_response_id"] = previous
             if stream:
-                r, text = stream_post(url, body)
+                r, text = streamed(url, "/v1/responses", body=body, key="sk-tenant-a-000000", headers=HEADERS)
                 assert_sane_stream(text, "response.completed")
             else:
-                r = post(url, body)
+                r = post(url, "/v1/responses", body=body, key="sk-tenant-a-000000", headers=HEADERS)
                 assert r.json()["output"][0]["content"][0]["text"] == "fine"
             assert r.status_code == 200
             assert "store unavailable" in r.headers["x-offload-warning"]
@@ -678,8 +681,8 @@ def test_a_failing_summariser_never_fails_a_responses_request(proxy_url, upstrea
 
     upstream.handler = handler
     items = agent_history(3, turns=10)
-    r = post(proxy_url, {"model": "gpt-5", "input": items},
-             headers={"X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "2000"})
+    r = post(proxy_url, "/v1/responses", body={"model": "gpt-5", "input": items}, key="sk-tenant-a-000000",
+             headers={**HEADERS, "X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "2000"})
     assert r.status_code == 200 and r.json()["output"][0]["content"][0]["text"] == "fine"
     assert upstream.summary_requests()  # the summariser was asked, and failed
     [rec] = [r for r in upstream.responses_requests() if not is_summary_call(r)]
@@ -691,8 +694,9 @@ def test_a_failing_summariser_never_fails_a_responses_request(proxy_url, upstrea
 
 def test_offload_headers_and_client_credentials_go_where_they_should(proxy_url, upstream):
     upstream.handler = reload_rounds("resp_h_1", "resp_h_2")
-    r = post(proxy_url, {"model": "gpt-5", "input": history(), "tools": TOOLS}, key="sk-client-own-key",
-             headers={"X-Offload-Session": "sess-1", "X-Offload-Anything": "x", "OpenAI-Project": "proj_1"})
+    r = post(proxy_url, "/v1/responses", body={"model": "gpt-5", "input": history(), "tools": TOOLS},
+             key="sk-client-own-key",
+             headers={**HEADERS, "X-Offload-Session": "sess-1", "X-Offload-Anything": "x", "OpenAI-Project": "proj_1"})
     assert r.status_code == 200
     recs = upstream.responses_requests()
     assert len(recs) == 2
@@ -708,8 +712,8 @@ def test_events_and_the_offload_api_stay_per_credential(make_proxy, upstream):
     a, b = "sk-tenant-a-000000", "sk-tenant-b-111111"
     with make_proxy() as url:
         upstream.handler = reload_rounds("resp_e_1", "resp_e_2")
-        r = post(url, {"model": "gpt-5", "input": history(), "tools": TOOLS}, key=a,
-                 headers={"X-Offload-Session": "shared-name"})
+        r = post(url, "/v1/responses", body={"model": "gpt-5", "input": history(), "tools": TOOLS}, key=a,
+                 headers={**HEADERS, "X-Offload-Session": "shared-name"})
         assert r.status_code == 200
         [ref_a] = refs_in_input(upstream.responses_requests()[0])
 

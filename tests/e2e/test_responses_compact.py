@@ -171,7 +171,7 @@ def test_relayed_byte_for_byte_to_a_native_upstream(proxy_url, upstream, key):
 def test_a_store_that_is_down_fails_the_compaction_with_a_503(make_proxy, upstream, key):
     server = RedisProcess().start()
     try:
-        with make_proxy(redis_url=server.url, store_timeout=0.3) as url:
+        with make_proxy(redis_url=server.url, store_timeout=2.0) as url:  # no timeout for a healthy Redis
             assert sdk(url, key).responses.compact(model=MODEL, input=HISTORY).output[-1].type == "compaction"
             server.proc.kill()
             server.proc.wait()

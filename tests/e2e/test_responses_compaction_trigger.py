@@ -17,6 +17,7 @@ import pytest
 from proxy.core.compaction_token import PREFIX
 from proxy.core.markers import refs_in
 from tests.harness import responses as fake
+from tests.harness.requests import post
 from tests.harness.responses import assistant_message as assistant, user_message as user
 from tests.harness.servers import SNAPSHOT, failing_summaries, scripted
 
@@ -55,9 +56,6 @@ def history_lines(items: list[dict]) -> str:
     return "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in items)
 
 
-def post(proxy_url: str, key: str, body: dict, **headers) -> httpx2.Response:
-    return httpx2.post(f"{proxy_url}/v1/responses", json=body, timeout=60,
-                       headers={"Authorization": f"Bearer {key}", **headers})
 
 
 def test_the_sdk_gets_one_compaction_item_and_the_upstream_no_turn(proxy_url, upstream, key):
@@ -152,7 +150,7 @@ def test_a_compacted_history_compacts_again(proxy_url, upstream, key):
 ])
 @pytest.mark.parametrize("stream", [False, True])
 def test_bad_triggers_are_400s_in_openais_shape(proxy_url, upstream, key, items, param, code, stream):
-    r = post(proxy_url, key, {"model": MODEL, "input": items, "stream": stream})
+    r = post(proxy_url, "/v1/responses", body={"model": MODEL, "input": items, "stream": stream}, key=key)
     assert r.status_code == 400, r.text
     error = r.json()["error"]
     assert (error["param"], error["code"], error["type"]) == (param, code, "invalid_request_error")
@@ -163,7 +161,7 @@ def test_bad_triggers_are_400s_in_openais_shape(proxy_url, upstream, key, items,
                                           ({"conversation": "conv_1"}, "conversation"),
                                           ({"background": True, "store": True}, "background")])
 def test_state_the_proxy_cannot_compact_is_refused_with_the_trigger(proxy_url, upstream, key, extra, param):
-    r = post(proxy_url, key, {"model": MODEL, "input": [*HISTORY, TRIGGER], **extra})
+    r = post(proxy_url, "/v1/responses", body={"model": MODEL, "input": [*HISTORY, TRIGGER], **extra}, key=key)
     assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
     assert not upstream.requests
 
@@ -171,7 +169,7 @@ def test_state_the_proxy_cannot_compact_is_refused_with_the_trigger(proxy_url, u
 @pytest.mark.parametrize("item", [{"type": ["compaction_trigger"]}, {"type": None}, {"type": 5},
                                   {"type": {"compaction_trigger": 1}}, {"type": "compaction_trigger "}])
 def test_something_that_only_looks_like_a_trigger_is_no_trigger_and_no_500(proxy_url, upstream, key, item):
-    r = post(proxy_url, key, {"model": MODEL, "input": [*HISTORY, item]})
+    r = post(proxy_url, "/v1/responses", body={"model": MODEL, "input": [*HISTORY, item]}, key=key)
     assert r.status_code in (200, 400), r.text
     assert "x-offload-action" not in r.headers or r.headers["x-offload-action"] != "emulated-compaction"
 
@@ -181,7 +179,7 @@ def test_a_huge_history_is_compacted(proxy_url, upstream, key):
                for i in range(60)]  # about 6 MB, 60 large tool results
     calls = [{"type": "function_call", "call_id": f"c{i}", "name": "exec_command", "arguments": "{}"} for i in range(60)]
     items = [TASK, *[x for pair in zip(calls, outputs) for x in pair], TRIGGER]
-    r = post(proxy_url, key, {"model": MODEL, "input": items, "store": False})
+    r = post(proxy_url, "/v1/responses", body={"model": MODEL, "input": items, "store": False}, key=key)
     assert r.status_code == 200, r.text[:2000]
     [item] = r.json()["output"]
     assert item["type"] == "compaction" and item["encrypted_content"].startswith(PREFIX)
@@ -191,7 +189,8 @@ def test_a_huge_history_is_compacted(proxy_url, upstream, key):
 def test_a_failing_summary_is_a_502_and_no_item(proxy_url, upstream, key):
     upstream.handler = failing_summaries
     for stream in (False, True):
-        r = post(proxy_url, key, {"model": MODEL, "input": [*HISTORY, user(f"{stream}"), TRIGGER], "stream": stream})
+        r = post(proxy_url, "/v1/responses",
+                 body={"model": MODEL, "input": [*HISTORY, user(f"{stream}"), TRIGGER], "stream": stream}, key=key)
         assert r.status_code == 502, r.text
         assert r.json()["error"]["code"] == "compaction_failed"
     assert not upstream.responses_requests()
@@ -220,8 +219,10 @@ def test_the_compaction_is_recorded_as_an_emulated_compaction(make_proxy, upstre
 
     with make_proxy(admin_token="admin-secret-token-0123456789") as url:
         for stream in (False, True):
-            r = post(url, key, {"model": MODEL, "input": [*HISTORY, user(f"stream={stream}"), TRIGGER],
-                                "stream": stream})
+            r = post(url, "/v1/responses",
+                     body={"model": MODEL, "input": [*HISTORY, user(f"stream={stream}"), TRIGGER],
+                                "stream": stream},
+                     key=key)
             assert r.status_code == 200, r.text
         admin = {"Authorization": "Bearer admin-secret-token-0123456789"}
         deadline = time.monotonic() + 10  # the recorder flushes about once a second

@@ -14,6 +14,7 @@ import uuid
 import httpx2
 
 from tests.e2e.test_stats_sessions import derived, sessions, totals
+from tests.harness.requests import post
 from tests.harness.websocket import Socket, completed, texts
 
 ADMIN = "admin-secret-token-0123456789"
@@ -21,12 +22,6 @@ ADMIN = "admin-secret-token-0123456789"
 
 def user(text: str) -> dict:
     return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
-
-
-def post(url: str, key: str, body: dict) -> dict:
-    r = httpx2.post(f"{url}/v1/responses", json=body, headers={"Authorization": f"Bearer {key}"}, timeout=20)
-    assert r.status_code == 200, r.text
-    return r.json()
 
 
 def test_the_access_log_names_the_websocket_transport(make_proxy, upstream, key, caplog):
@@ -37,7 +32,7 @@ def test_the_access_log_names_the_websocket_transport(make_proxy, upstream, key,
             completed(ws.create(input=[user("two")], store=False, previous_response_id=one["id"], stream=False))
             [refused] = ws.create(input=[user("three")], store=False, previous_response_id="resp_gone")
             [bad] = ws.create(input=[{"type": "compaction_trigger"}])  # nothing to compact: the route's 400
-        post(url, key, {"model": "gpt-5", "input": [user("over http")]})
+        assert post(url, "/v1/responses", key=key, body={"model": "gpt-5", "input": [user("over http")]}).is_success
         deadline = time.monotonic() + 10
         while len(lines := [json.loads(r.getMessage()) for r in caplog.records if r.name == "proxy.access"]) < 4:
             assert time.monotonic() < deadline, lines
@@ -79,7 +74,7 @@ def test_websocket_turns_are_sessions_and_statistics_like_http_ones(proxy_url, u
     # a conversation begun over HTTP and continued over the WebSocket (as after a reconnect) is one session
     other = f"sk-{uuid.uuid4().hex}"
     items = [user("fix the flaky test")]
-    answer = post(proxy_url, other, {"model": "gpt-5", "input": items, "store": False})
+    answer = post(proxy_url, "/v1/responses", key=other, body={"model": "gpt-5", "input": items, "store": False}).json()
     items += [{"role": "assistant", "content": [{"type": "output_text", "text": answer["output"][0]["content"][0]
                                                  ["text"]}]}, user("and now?")]
     with Socket(proxy_url, other) as ws:
@@ -96,7 +91,7 @@ def test_the_admin_sees_websocket_turns_in_the_tenants_statistics(make_proxy, up
         with Socket(url, key) as ws:
             for text in ("one", "two"):
                 completed(ws.create(input=[user(text)], store=False))
-        post(url, key, {"model": "gpt-5", "input": [user("three")]})
+        assert post(url, "/v1/responses", key=key, body={"model": "gpt-5", "input": [user("three")]}).is_success
         admin = {"Authorization": f"Bearer {ADMIN}"}
         deadline = time.monotonic() + 10
         while (stats := httpx2.get(f"{url}/v1/offload/stats", params={"window": "1h"}, headers=admin,

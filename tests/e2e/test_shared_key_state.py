@@ -9,6 +9,7 @@ import httpx2
 import pytest
 
 from tests.e2e.test_responses_attacks import KEY_A, KEY_B, shared_key_tenants
+from tests.harness.requests import post
 
 RESPONSES_STATE = [
     ({"input": [{"id": "msg_OTHER"}]}, "input[0]"),
@@ -25,8 +26,6 @@ RESPONSES_STATE = [
 ]
 
 
-def _post(url: str, path: str, body: dict, key: str = KEY_B, **headers) -> httpx2.Response:
-    return httpx2.post(f"{url}{path}", json=body, headers={"authorization": f"Bearer {key}", **headers}, timeout=20)
 
 
 @pytest.mark.parametrize("path", ["/v1/responses", "/v1/responses/", "/v1//responses", "/v1/responses//",
@@ -35,12 +34,13 @@ def test_responses_state_is_refused_on_a_shared_key(make_proxy, upstream, tmp_pa
     with make_proxy(upstream_api_key="sk-server", tenants_file=shared_key_tenants(tmp_path)) as url:
         upstream.requests.clear()
         for fields, param in RESPONSES_STATE:
-            r = _post(url, path, {"model": "gpt-5", **fields})
+            r = post(url, path, body={"model": "gpt-5", **fields}, headers={"authorization": f"Bearer {KEY_B}"})
             assert r.status_code == 403, (path, fields, r.status_code, r.text[:200])
             error = r.json()["error"]
             assert (error["code"], error["param"]) == ("endpoint_not_shared", param), (path, fields, error)
         assert not upstream.requests, [(rec.path, rec.body[:80]) for rec in upstream.requests]
-        r = _post(url, path, {"model": "gpt-5", "input": [{"role": "user", "content": "hello"}]})
+        r = post(url, path, body={"model": "gpt-5", "input": [{"role": "user", "content": "hello"}]},
+                 headers={"authorization": f"Bearer {KEY_B}"})
         assert r.status_code == 200, (path, r.text[:200])
 
 
@@ -48,8 +48,8 @@ def test_without_a_shared_key_the_client_names_its_own_state(make_proxy, upstrea
     """The client's own key: its stored state is its own, relayed as sent."""
     with make_proxy() as url:
         upstream.requests.clear()
-        r = _post(url, "/v1/responses/input_tokens", {"model": "gpt-5", "previous_response_id": "resp_1"},
-                  key="sk-own-key-0001")
+        r = post(url, "/v1/responses/input_tokens", body={"model": "gpt-5", "previous_response_id": "resp_1"},
+                 headers={"authorization": "Bearer sk-own-key-0001"})
         assert r.status_code != 403, r.text[:200]
         assert any(rec.path.endswith("/responses/input_tokens") for rec in upstream.requests)
 
@@ -59,22 +59,25 @@ def test_chat_files_are_refused_on_a_shared_key(make_proxy, upstream, tmp_path, 
     with make_proxy(upstream_api_key="sk-server", tenants_file=shared_key_tenants(tmp_path)) as url:
         body = {"model": "gpt-4o", "messages": [{"role": "user", "content": [
             {"type": "text", "text": "summarise"}, {"type": "file", "file": {"file_id": "file-OTHER"}}]}]}
-        r = _post(url, path, body)
+        r = post(url, path, body=body, headers={"authorization": f"Bearer {KEY_B}"})
         assert r.status_code == 403 and r.json()["error"]["param"] == "messages[0].content", r.text[:200]
 
 
 def test_relayed_json_bodies_naming_files_are_refused_on_a_shared_key(make_proxy, upstream, tmp_path):
     with make_proxy(upstream_api_key="sk-server", tenants_file=shared_key_tenants(tmp_path)) as url:
         upstream.requests.clear()
-        r = _post(url, "/v1/images/edits", {"model": "gpt-image-1", "prompt": "a cat",
-                                             "images": [{"file_id": "file-OTHER"}]})
+        r = post(url, "/v1/images/edits",
+                 body={"model": "gpt-image-1", "prompt": "a cat",
+                                             "images": [{"file_id": "file-OTHER"}]},
+                 headers={"authorization": f"Bearer {KEY_B}"})
         assert r.status_code == 403 and r.json()["error"]["param"] == "images[0]", r.text[:200]
         r = httpx2.post(f"{url}/v1/responses/input_tokens", content=b'{"model": "gpt-5", "previous_response_id"',
                         headers={"authorization": f"Bearer {KEY_A}", "content-type": "application/json"})
         assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json", r.text[:200]
         assert not upstream.requests
         # a legacy completion's prompt is text, not a stored prompt
-        r = _post(url, "/v1/completions", {"model": "gpt-3.5-turbo-instruct", "prompt": "Say hi"})
+        r = post(url, "/v1/completions", body={"model": "gpt-3.5-turbo-instruct", "prompt": "Say hi"},
+                 headers={"authorization": f"Bearer {KEY_B}"})
         assert r.status_code != 403, r.text[:200]
 
 
@@ -124,7 +127,8 @@ def test_anthropic_state_is_refused_on_a_shared_key(make_proxy, upstream, tmp_pa
         for fields, param in ANTHROPIC_STATE:
             body = {"model": "claude-sonnet-4", "max_tokens": 10,
                     "messages": [{"role": "user", "content": "hi"}], **fields}
-            r = _post(url, path, body, key=KEY_A, **{"anthropic-version": "2023-06-01"})
+            r = post(url, path, body=body,
+                     headers={"authorization": f"Bearer {KEY_A}", **{"anthropic-version": "2023-06-01"}})
             assert r.status_code == 403, (path, fields, r.text[:200])
             assert r.json()["type"] == "error" and r.json()["error"]["type"] == "permission_error", r.text[:200]
         assert not upstream.requests

@@ -36,8 +36,12 @@ def start_proxy(upstream_url: str, tmp_path, grace: float):
     return proxy.proc, proxy.url
 
 
-@pytest.mark.parametrize("grace,stream_seconds,completes", [(10, 1.5, True), (0.5, 6, False)])
+# Either way the process ends within `exits_within` (a hang guard, far from both): a stream done
+# long before the grace ends the process at once (not at the grace's end), and one running far
+# past it is cut at the grace (not when it ends).
+@pytest.mark.parametrize("grace,stream_seconds,completes", [(120, 1.5, True), (0.5, 300, False)])
 def test_sigterm_lets_streams_finish_within_grace(upstream, tmp_path, grace, stream_seconds, completes):
+    exits_within = 60
     upstream.handler = slow_stream(stream_seconds)
     proc, url = start_proxy(upstream.url, tmp_path, grace)
     received: list[bytes] = []
@@ -46,7 +50,7 @@ def test_sigterm_lets_streams_finish_within_grace(upstream, tmp_path, grace, str
 
     def consume():
         try:
-            with httpx2.stream("POST", f"{url}/v1/chat/completions", json=BODY, timeout=20,
+            with httpx2.stream("POST", f"{url}/v1/chat/completions", json=BODY, timeout=60,
                                headers={"authorization": "Bearer sk-test-key"}) as r:
                 for part in r.iter_raw():
                     received.append(part)
@@ -57,18 +61,17 @@ def test_sigterm_lets_streams_finish_within_grace(upstream, tmp_path, grace, str
 
     reader = threading.Thread(target=consume)
     reader.start()
-    assert started.wait(10)
-    sent = time.monotonic()
+    assert started.wait(30)
     proc.send_signal(signal.SIGTERM)
-    time.sleep(0.3)
-    with pytest.raises(httpx2.TransportError):  # no new requests once shutting down
-        httpx2.get(f"{url}/healthz", timeout=1)
-    proc.wait(timeout=grace + 10)
-    took = time.monotonic() - sent
-    reader.join(10)
+    deadline = time.monotonic() + exits_within
+    while proc.poll() is None:  # no new requests once shutting down
+        try:
+            httpx2.get(f"{url}/healthz", timeout=1)
+        except httpx2.TransportError:
+            break
+        assert time.monotonic() < deadline, "still accepting requests after SIGTERM"
+        time.sleep(0.05)
+    proc.wait(timeout=exits_within)
+    reader.join(30)
     finished = b"".join(received).rstrip().endswith(b"data: [DONE]")
     assert finished is completes
-    if completes:
-        assert took < grace
-    else:
-        assert took < grace + 3

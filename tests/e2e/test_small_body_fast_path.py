@@ -3,15 +3,17 @@ escape, image parts counting more tokens than their bytes."""
 
 import json
 
-from tests.e2e.test_chain_attacks import TOOLS, history, post
+from tests.e2e.test_chain_attacks import A, HEADERS, TOOLS, history
 from tests.harness.responses import answering, input_items, message, tool_names
+from tests.harness.requests import post
 from tests.harness.servers import scripted
 
 
 def test_escaped_marker_is_treated_like_the_plain_one(make_proxy, upstream):
     with make_proxy() as url:
         upstream.handler = scripted(answering(message("ok")))
-        assert post(url, {"model": "gpt-5", "input": history(), "tools": TOOLS}).status_code == 200
+        assert post(url, "/v1/responses", body={"model": "gpt-5", "input": history(), "tools": TOOLS}, key=A,
+                    headers=HEADERS).status_code == 200
         sent = upstream.responses_requests()[-1]
         marker = [i for i in input_items(sent) if i.get("type") == "function_call_output"][0]["output"]
         got = {}
@@ -20,7 +22,8 @@ def test_escaped_marker_is_treated_like_the_plain_one(make_proxy, upstream):
                            .replace("ref=", "ref\\u003d"))):
             assert len(raw) < 1000
             upstream.requests.clear()
-            r = post(url, raw.encode(), headers={"X-Offload-Max-Total-Tokens": "2000", "X-Offload-Max-Tool-Message-Tokens": "1000"})
+            r = post(url, "/v1/responses", body=raw.encode(), key=A,
+                     headers={**HEADERS, "X-Offload-Max-Total-Tokens": "2000", "X-Offload-Max-Tool-Message-Tokens": "1000"})
             got[name] = (r.headers["x-offload-refs"], tool_names(upstream.responses_requests()[-1]))
         print(got)
         assert got["plain"] == got["escaped"], got
@@ -44,7 +47,8 @@ def test_small_body_of_images_skips_compression(proxy_url, upstream):
                  {"role": "user", "content": "go"}]
         raw = json.dumps({"model": "gpt-5", "input": items}, separators=(",", ":")).encode()
         upstream.requests.clear()
-        r = post(proxy_url, raw, headers={"X-Offload-Max-Total-Tokens": "350", "X-Offload-Max-Tool-Message-Tokens": limit,
+        r = post(proxy_url, "/v1/responses", body=raw, key=A,
+                 headers={**HEADERS, "X-Offload-Max-Total-Tokens": "350", "X-Offload-Max-Tool-Message-Tokens": limit,
                                            "X-Offload-Mode": "auto", "X-Offload-Max-Reload-Tokens": "1000",
                                            "X-Offload-Hard-Max-Tokens": "1", "X-Offload-Precompress-Ratio": "0"})
         got[limit] = (len(raw), r.headers["x-offload-action"], r.headers["x-offload-tokens-before"])

@@ -12,6 +12,7 @@ import httpx2
 from starlette.responses import JSONResponse
 
 from proxy.offload.tenant import namespace_for
+from tests.harness.requests import post
 
 ADMIN = "admin-token-for-stats-attacks"
 KEY_A, KEY_B = "pk-attack-team-a-0001", "pk-attack-team-b-0002"
@@ -23,14 +24,10 @@ def tenants_file(tmp_path: Path) -> Path:
     return path
 
 
-def chat(url: str, key: str | None, *, session: str | None = None, model: str = "gpt-4o",
-         raw_model: str | None = None) -> httpx2.Response:
-    """One chat completion; `raw_model` is spliced into the JSON text as it is (escapes and all)."""
-    headers = {"content-type": "application/json", **({"authorization": f"Bearer {key}"} if key else {}),
-               **({"X-Offload-Session": session} if session else {})}
+def chat_body(*, model: str = "gpt-4o", raw_model: str | None = None) -> bytes:
+    """A chat completion's body; `raw_model` is spliced into the JSON text as it is (escapes and all)."""
     model_json = f'"{raw_model}"' if raw_model is not None else f'"{model}"'
-    body = '{"model": ' + model_json + ', "messages": [{"role": "user", "content": "hi"}]}'
-    return httpx2.post(f"{url}/v1/chat/completions", content=body.encode(), headers=headers, timeout=20)
+    return ('{"model": ' + model_json + ', "messages": [{"role": "user", "content": "hi"}]}').encode()
 
 
 def api(url: str, path: str, token: str | None, **params) -> httpx2.Response:
@@ -55,10 +52,10 @@ def test_a_session_id_extending_another_neither_collides_nor_takes_the_store_dow
     with make_proxy(redis_url=redis_url, upstream_api_key="sk-server-upstream", admin_token=ADMIN,
                     tenants_file=tenants_file(tmp_path)) as url:
         tag = f"collide-{time.time_ns()}"
-        assert chat(url, KEY_A, session=tag).status_code == 200
+        assert post(url, body=chat_body(), key=KEY_A, headers={"X-Offload-Session": tag}).status_code == 200
         admin_stats_when(url, 1)
-        assert chat(url, KEY_A, session=f"{tag}:turns").status_code == 200
-        assert chat(url, KEY_B, session="victim").status_code == 200
+        assert post(url, body=chat_body(), key=KEY_A, headers={"X-Offload-Session": f"{tag}:turns"}).status_code == 200
+        assert post(url, body=chat_body(), key=KEY_B, headers={"X-Offload-Session": "victim"}).status_code == 200
         body = admin_stats_when(url, 3)
         assert body["recorder"]["flush_failures"] == 0 and body["recorder"]["dropped"] == 0, body["recorder"]
         for session in (tag, f"{tag}:turns"):
@@ -76,7 +73,7 @@ def test_a_session_id_with_a_slash_opens(make_proxy, upstream, tmp_path):
     page took for a revoked token and signed out). A crafted `..%2F` id stays a session lookup."""
     with make_proxy(upstream_api_key="sk-server-upstream", admin_token=ADMIN,
                     tenants_file=tenants_file(tmp_path)) as url:
-        assert chat(url, KEY_A, session="team/run-1").status_code == 200
+        assert post(url, body=chat_body(), key=KEY_A, headers={"X-Offload-Session": "team/run-1"}).status_code == 200
         admin_stats_when(url, 1)
         assert [row["id"] for row in api(url, "/v1/offload/sessions", KEY_A).json()["data"]] == ["team/run-1"]
         for token, params in ((KEY_A, {}), (ADMIN, {"tenant": "team-a"})):
@@ -94,8 +91,9 @@ def test_a_model_name_the_store_cannot_encode_loses_no_other_turn(make_proxy, up
     that second were counted dropped, and the turns waiting for a response id were lost."""
     with make_proxy(upstream_api_key="sk-server-upstream", admin_token=ADMIN,
                     tenants_file=tenants_file(tmp_path)) as url:
-        assert chat(url, KEY_A, session="odd-model", raw_model="gpt\\ud800-x").status_code == 200
-        assert chat(url, KEY_B, session="innocent").status_code == 200
+        assert post(url, body=chat_body(raw_model="gpt\\ud800-x"), key=KEY_A,
+                    headers={"X-Offload-Session": "odd-model"}).status_code == 200
+        assert post(url, body=chat_body(), key=KEY_B, headers={"X-Offload-Session": "innocent"}).status_code == 200
         body = admin_stats_when(url, 2)
         assert body["recorder"]["flush_failures"] == 0 and body["recorder"]["dropped"] == 0, body["recorder"]
         odd = api(url, "/v1/offload/sessions/odd-model", KEY_A)
@@ -117,8 +115,8 @@ def test_a_credential_the_upstream_refuses_leaves_no_statistics(make_proxy, upst
     upstream.handler = handler
     with make_proxy(admin_token=ADMIN) as url:
         for i in range(5):
-            assert chat(url, f"sk-made-up-{i}", session="spam").status_code == 401
-        assert chat(url, "sk-good-client-key", session="real").status_code == 200
+            assert post(url, body=chat_body(), key=f"sk-made-up-{i}", headers={"X-Offload-Session": "spam"}).status_code == 401
+        assert post(url, body=chat_body(), key="sk-good-client-key", headers={"X-Offload-Session": "real"}).status_code == 200
         body = admin_stats_when(url, 1)
         good = namespace_for("credential", ["sk-good-client-key"], None)
         assert [row["tenant"] for row in body["tenants"]] == [good] and body["totals"]["requests"] == 1
@@ -130,7 +128,7 @@ def test_anonymous_callers_list_no_statistics(make_proxy, upstream):
     """Anonymous clients share one namespace: as with events, listing its sessions (their ids,
     models and times are other clients') needs a credential."""
     with make_proxy(allow_anonymous=True, admin_token=ADMIN) as url:
-        assert chat(url, None, session="someone-elses-run").status_code == 200
+        assert post(url, body=chat_body(), key=None, headers={"X-Offload-Session": "someone-elses-run"}).status_code == 200
         admin_stats_when(url, 1)
         for path in ("/v1/offload/stats", "/v1/offload/sessions", "/v1/offload/sessions/someone-elses-run"):
             r = api(url, path, None)
@@ -143,9 +141,11 @@ def test_a_session_lists_its_most_used_models_only(make_proxy, upstream):
     in every row of the sessions page (500 a page) and in one cell of the dashboard."""
     with make_proxy() as url:
         for i in range(14):
-            assert chat(url, "sk-many-models", session="zoo", model=f"model-{i:02d}").status_code == 200
+            assert post(url, body=chat_body(model=f"model-{i:02d}"), key="sk-many-models",
+                        headers={"X-Offload-Session": "zoo"}).status_code == 200
         for _ in range(3):
-            assert chat(url, "sk-many-models", session="zoo", model="model-13").status_code == 200
+            assert post(url, body=chat_body(model="model-13"), key="sk-many-models",
+                        headers={"X-Offload-Session": "zoo"}).status_code == 200
         deadline = time.monotonic() + 10
         while (row := api(url, "/v1/offload/sessions", "sk-many-models").json()["data"]) == [] or row[0]["turns"] < 17:
             assert time.monotonic() < deadline

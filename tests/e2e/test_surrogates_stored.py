@@ -13,6 +13,7 @@ import httpx2
 import pytest
 
 from proxy.core.compaction_token import PREFIX, is_ours
+from tests.harness.requests import post
 from tests.harness import anthropic as afake
 from tests.harness import responses as fake
 from tests.harness.servers import is_summary_call, scripted
@@ -46,12 +47,6 @@ def answers(upstream):
     upstream.handler = scripted(answer)
 
 
-def post(url: str, path: str, body: dict, key: str, **headers: str) -> httpx2.Response:
-    content = json.dumps(body).encode("ascii")  # the lone surrogates escaped, as every JSON encoder writes them
-    auth = {"x-api-key": key, "anthropic-version": "2023-06-01"} if path == "messages" else {
-        "Authorization": f"Bearer {key}"}
-    return httpx2.post(f"{url}/v1/{path}", content=content, timeout=60,
-                       headers={**auth, "Content-Type": "application/json", **headers})
 
 
 def read(raw: bytes) -> dict:
@@ -88,25 +83,32 @@ def compaction_from(r: httpx2.Response, api: str, stream: bool) -> dict:
 
 def later_turn(url: str, api: str, compaction: dict, key: str) -> httpx2.Response:
     if api == "messages":
-        return post(url, "messages", {"model": CLAUDE, "max_tokens": 64, "context_management": COMPACT_EDIT,
+        return post(url, "/v1/messages",
+                    body={"model": CLAUDE, "max_tokens": 64, "context_management": COMPACT_EDIT,
                                       "messages": [{"role": "assistant", "content": [compaction]},
-                                                   {"role": "user", "content": f"next {LONE}"}]}, key)
-    return post(url, "responses", {"model": MODEL, "input": [compaction, {"role": "user", "content": f"next {LONE}"}]},
-                key)
+                                                   {"role": "user", "content": f"next {LONE}"}]},
+                    key=key)
+    return post(url, "/v1/responses",
+                body={"model": MODEL, "input": [compaction, {"role": "user", "content": f"next {LONE}"}]}, key=key)
 
 
 def compact_endpoint(url: str, key: str, stream: bool) -> httpx2.Response:
-    return post(url, "responses/compact", {"model": MODEL, "input": HISTORY}, key, **{"X-Offload-Session": "s-lone"})
+    return post(url, "/v1/responses/compact", body={"model": MODEL, "input": HISTORY}, key=key,
+                headers={"X-Offload-Session": "s-lone"})
 
 
 def responses_threshold(url: str, key: str, stream: bool) -> httpx2.Response:
-    return post(url, "responses", {"model": MODEL, "input": HISTORY, "context_management": THRESHOLD,
-                                   "stream": stream}, key)
+    return post(url, "/v1/responses",
+                body={"model": MODEL, "input": HISTORY, "context_management": THRESHOLD,
+                                   "stream": stream},
+                key=key)
 
 
 def messages_threshold(url: str, key: str, stream: bool) -> httpx2.Response:
-    return post(url, "messages", {"model": CLAUDE, "max_tokens": 64, "messages": HISTORY,
-                                  "context_management": COMPACT_EDIT, "stream": stream}, key)
+    return post(url, "/v1/messages",
+                body={"model": CLAUDE, "max_tokens": 64, "messages": HISTORY,
+                                  "context_management": COMPACT_EDIT, "stream": stream},
+                key=key)
 
 
 @pytest.mark.parametrize("api, compact, stream", [
@@ -148,7 +150,7 @@ def test_a_tool_result_offloaded_and_reloaded_keeps_a_lone_surrogate(proxy_url, 
                                       {"type": "function_call_output", "call_id": "c1", "output": TOOL_OUTPUT},
                                       {"role": "assistant", "content": "Built."},
                                       {"role": "user", "content": f"now check line 5 {LONE}"}]}
-    r = post(proxy_url, "responses", body, key, **{"X-Offload-Mode": "compact", "X-Offload-Max-Total-Tokens": "100",
+    r = post(proxy_url, "/v1/responses", body=body, key=key, headers={"X-Offload-Mode": "compact", "X-Offload-Max-Total-Tokens": "100",
                                                    "X-Offload-Max-Tool-Message-Tokens": "200",
                                                    "X-Offload-Max-Reload-Tokens": "100000"})
     assert r.status_code == 200, r.text[:500]

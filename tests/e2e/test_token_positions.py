@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from proxy.core.compaction_token import PREFIX, is_ours
 from tests.e2e.test_emulation_attacks import COMPACT_EDIT, MESSAGES, THRESHOLD, block_of, token_of
+from tests.harness.requests import post
 from tests.harness import anthropic as afake
 from tests.harness import responses as fake
 from tests.harness.compaction import BUILD_HISTORY
@@ -182,16 +183,13 @@ def _variant(body: dict, path: str, threshold: Any) -> dict:
     return body
 
 
-def _send(url: str, key: str, path: str, body: dict, *, family: str, mode: str, compressed: bool) -> httpx2.Response:
+def encoded(body: dict, *, compressed: bool) -> bytes:
     content = json.dumps(body).encode()
-    headers = {"Content-Type": "application/json", "X-Offload-Context-Management": mode}
-    if compressed:
-        content, headers["Content-Encoding"] = gzip.compress(content), "gzip"
-    if family == "anthropic":
-        headers |= {"x-api-key": key, "anthropic-version": "2023-06-01"}
-    else:
-        headers["Authorization"] = f"Bearer {key}"
-    return httpx2.post(f"{url}/v1/{path}", content=content, headers=headers, timeout=60)
+    return gzip.compress(content) if compressed else content
+
+
+def position_headers(mode: str, *, compressed: bool) -> dict[str, str]:
+    return {"X-Offload-Context-Management": mode, **({"Content-Encoding": "gzip"} if compressed else {})}
 
 
 def _check(r: httpx2.Response, expected: str, upstream, *, family: str, label: str) -> None:
@@ -234,7 +232,8 @@ def test_responses_tokens_anywhere_never_reach_the_upstream(tenant, upstream, pa
     emulating = mode == "emulate" and endpoint != "responses/input_tokens"  # input_tokens is always relayed
     expected = _responses_expectation([k for k, _ in elements], emulating=emulating)
     upstream.requests.clear()
-    r = _send(tenant["url"], tenant["key"], endpoint, body, family="openai", mode=mode, compressed=compressed)
+    r = post(tenant["url"], f"/v1/{endpoint}", body=encoded(body, compressed=compressed), key=tenant["key"],
+             headers=position_headers(mode, compressed=compressed))
     _check(r, expected, upstream, family="openai", label=f"{path}:{mode}")
     if expected == "200" and endpoint == "responses":
         sent = [rec for rec in upstream.responses_requests()][0].body.decode()
@@ -260,8 +259,8 @@ def test_messages_tokens_anywhere_never_reach_the_upstream(tenant, upstream, pat
     body = _variant({"model": CLAUDE, "max_tokens": 64, "messages": messages}, path, COMPACT_EDIT)
     expected = _messages_expectation([b for _, blocks in messages_drawn for b in blocks])
     upstream.requests.clear()
-    r = _send(tenant["url"], tenant["key"], path.split("-")[0], body, family="anthropic", mode=mode,
-              compressed=compressed)
+    r = post(tenant["url"], "/v1/" + path.split("-")[0], body=encoded(body, compressed=compressed),
+             key=tenant["key"], headers=position_headers(mode, compressed=compressed))
     _check(r, expected, upstream, family="anthropic", label=f"{path}:{mode}")
 
 
@@ -280,8 +279,10 @@ def test_chat_a_token_pasted_as_text_is_content(tenant, upstream, data):
         messages.append({"role": "user", "content": "go on"})
     stream = data.draw(st.booleans())
     upstream.requests.clear()
-    r = _send(tenant["url"], tenant["key"], "chat/completions", {"model": MODEL, "messages": messages, "stream": stream},
-              family="openai", mode="emulate", compressed=data.draw(st.booleans()))
+    compressed = data.draw(st.booleans())
+    r = post(tenant["url"], "/v1/chat/completions",
+             body=encoded({"model": MODEL, "messages": messages, "stream": stream}, compressed=compressed),
+             key=tenant["key"], headers=position_headers("emulate", compressed=compressed))
     _count("chat:200")
     assert r.status_code == 200, r.text[:300]
     (sent,) = upstream.chat_requests()
@@ -315,10 +316,12 @@ def test_a_relayed_body_carrying_items_never_takes_a_token_upstream(tenant, upst
         pasted = body({"type": "message", "role": "user", "content": f"see {token}"})
     for compressed in (False, True):
         upstream.requests.clear()
-        r = _send(tenant["url"], tenant["key"], path, carried, family=family, mode="relay", compressed=compressed)
+        r = post(tenant["url"], f"/v1/{path}", body=encoded(carried, compressed=compressed), key=tenant["key"],
+                 headers=position_headers("relay", compressed=compressed))
         assert r.status_code == 400 and "compaction token" in r.text, r.text[:300]
         assert not upstream.requests
-        r = _send(tenant["url"], tenant["key"], path, pasted, family=family, mode="relay", compressed=compressed)
+        r = post(tenant["url"], f"/v1/{path}", body=encoded(pasted, compressed=compressed), key=tenant["key"],
+                 headers=position_headers("relay", compressed=compressed))
         assert r.status_code == 200 and _received(upstream.requests[-1]) == pasted, r.text[:300]
     plain = json.dumps(body({"type": "text", "text": "hi"} if family == "anthropic" else
                             {"type": "message", "role": "user", "content": "hi"}), indent=1).encode()
@@ -346,13 +349,14 @@ def test_a_token_inside_an_encrypted_content_of_another_type_is_refused(tenant, 
                      {"type": "reasoning", "summary": [], "encrypted_content": value}):
             for path in ("responses", "responses/input_tokens", "responses/compact"):
                 upstream.requests.clear()
-                r = _send(tenant["url"], tenant["key"], path, {"model": MODEL, "input": [user, item, user]},
-                          family="openai", mode=mode, compressed=False)
+                r = post(tenant["url"], f"/v1/{path}",
+                         body=encoded({"model": MODEL, "input": [user, item, user]}, compressed=False),
+                         key=tenant["key"], headers=position_headers(mode, compressed=False))
                 _check(r, "400", upstream, family="openai", label=f"{path}:wrapped")
                 assert r.json()["error"]["param"].startswith("input[1].encrypted_content"), r.text[:300]
-        r = _send(tenant["url"], tenant["key"], "chat/completions",
-                  {"model": MODEL, "messages": [{"role": "user", "content": "hi", "encrypted_content": value}]},
-                  family="openai", mode=mode, compressed=False)
+        r = post(tenant["url"], "/v1/chat/completions",
+                 body=encoded({"model": MODEL, "messages": [{"role": "user", "content": "hi", "encrypted_content": value}]}, compressed=False),
+                 key=tenant["key"], headers=position_headers(mode, compressed=False))
         _check(r, "400", upstream, family="openai", label="chat:wrapped")
     for value in _wrapped(block_token):
         for path in ("messages", "messages/count_tokens"):
@@ -360,8 +364,9 @@ def test_a_token_inside_an_encrypted_content_of_another_type_is_refused(tenant, 
             messages = [{"role": "user", "content": "the task"},
                         {"role": "assistant", "content": [{"type": "compaction", "encrypted_content": value}]},
                         {"role": "user", "content": "next"}]
-            r = _send(tenant["url"], tenant["key"], path, {"model": CLAUDE, "max_tokens": 64, "messages": messages},
-                      family="anthropic", mode=mode, compressed=False)
+            r = post(tenant["url"], f"/v1/{path}",
+                     body=encoded({"model": CLAUDE, "max_tokens": 64, "messages": messages}, compressed=False),
+                     key=tenant["key"], headers=position_headers(mode, compressed=False))
             _check(r, "400", upstream, family="anthropic", label=f"{path}:wrapped")
     _assert_nothing_leaked(upstream)
 
@@ -378,7 +383,8 @@ def test_a_key_spelling_a_compaction_position_is_no_compaction_position(tenant, 
             upstream.requests.clear()
             body = {"model": MODEL, "input": [{"type": "compaction", "encrypted_content": token}, user],
                     key: {"encrypted_content": token}}
-            r = _send(tenant["url"], tenant["key"], path, body, family="openai", mode=mode, compressed=False)
+            r = post(tenant["url"], f"/v1/{path}", body=encoded(body, compressed=False), key=tenant["key"],
+                     headers=position_headers(mode, compressed=False))
             _check(r, "400", upstream, family="openai", label=f"{path}:key-path")
             assert r.json()["error"]["param"] == f'["{key}"].encrypted_content'.replace("²", "\\u00b2"), r.text[:300]
     for path in ("messages", "messages/count_tokens"):
@@ -387,5 +393,6 @@ def test_a_key_spelling_a_compaction_position_is_no_compaction_position(tenant, 
                     {"role": "user", "content": "next"}]
         body = {"model": CLAUDE, "max_tokens": 64, "messages": messages,
                 "messages[0].content[0]": {"encrypted_content": block_token}}
-        r = _send(tenant["url"], tenant["key"], path, body, family="anthropic", mode=mode, compressed=False)
+        r = post(tenant["url"], f"/v1/{path}", body=encoded(body, compressed=False), key=tenant["key"],
+                 headers=position_headers(mode, compressed=False))
         _check(r, "400", upstream, family="anthropic", label=f"{path}:key-path")

@@ -116,6 +116,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.harness.codex import Trap
+from tests.harness.installs import exclusive
 
 CLAUDE_CODE_VERSION = "2.1.330"
 REPO = Path(__file__).resolve().parents[2]
@@ -148,7 +149,13 @@ def _binaries(cache: Path) -> list[Path]:
 
 
 def install(cache: Path = CACHE, version: str = CLAUDE_CODE_VERSION) -> Path:
-    """The `claude` executable of `@anthropic-ai/claude-code@version` under `cache`, installed if it is not there."""
+    """The `claude` executable of `@anthropic-ai/claude-code@version` under `cache`, installed if
+    it is not there (by one process at a time: the others wait, then find it)."""
+    with exclusive(cache):
+        return _install(cache, version)
+
+
+def _install(cache: Path, version: str) -> Path:
     for binary in _binaries(cache):
         if installed_version(binary) == version:
             return binary

@@ -26,6 +26,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.harness.installs import exclusive
+
 CODEX_VERSION = "0.171.0"
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "npm-codex" / CODEX_VERSION  # one folder per pin: branches pinning others share .cache
@@ -44,7 +46,13 @@ def installed_version(binary: Path) -> str | None:
 
 
 def install(cache: Path = CACHE, version: str = CODEX_VERSION) -> Path:
-    """The `codex` launcher of `@openai/codex@version` under `cache`, installed if it is not there."""
+    """The `codex` launcher of `@openai/codex@version` under `cache`, installed if it is not there
+    (by one process at a time: the others wait, then find it)."""
+    with exclusive(cache):
+        return _install(cache, version)
+
+
+def _install(cache: Path, version: str) -> Path:
     binary = cache / "node_modules" / ".bin" / "codex"
     if installed_version(binary) == version:
         return binary

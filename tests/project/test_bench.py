@@ -43,6 +43,11 @@ def test_scale():
     assert "0 errors" in out and "peak RSS" in out
 
 
+def test_worst_cases():
+    out = run("worst_cases.py", "--repeats", "1", "--scale", "0.01", "--ranked", "200", "--deadline", "0.5")
+    assert out.count("ratio") == 8 + 1 + 2 and "ranked pages of 200" in out and "runaway search" in out
+
+
 def test_body_decoding():
     out = run("body_decoding.py", "--megabytes", "1")
     assert all(coding in out for coding in ("gzip", "deflate", "br", "zstd")) and "event-loop gap" in out

@@ -57,6 +57,13 @@ def test_test_installs_the_test_extra(tmp_path):
     assert "Installing offload-proxy[test]" in done.stderr and "Collecting starlette" in done.stderr
 
 
+def test_test_runs_the_workers_and_passes_the_arguments_after_them(tmp_path):
+    """Three pytest-xdist workers, then the user's arguments: a later `-n 0` wins (one process)."""
+    root, log = make_copy(tmp_path)
+    run(root, "test", "-k", "store", "-n", "0")
+    assert calls(log)[-1] == "-m pytest -n 3 -k store -n 0"
+
+
 def test_switching_between_the_scripts_installs_each_extra_once(tmp_path):
     root, log = make_copy(tmp_path)
     run(root, "run")
@@ -68,7 +75,7 @@ def test_switching_between_the_scripts_installs_each_extra_once(tmp_path):
         quiet = run(root, script)
         assert "Installing" not in quiet.stderr
     assert len(pip_calls(log)) == 2, calls(log)  # the stamps stayed valid: pip never ran again (works offline)
-    assert calls(log).count("-m proxy serve") == 3 and calls(log).count("-m pytest") == 3
+    assert calls(log).count("-m proxy serve") == 3 and calls(log).count("-m pytest -n 3") == 3
     assert calls(log).count("-m proxy demo --no-wait") == 1 and calls(log).count("-m proxy demo") == 1
 
 

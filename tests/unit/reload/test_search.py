@@ -9,8 +9,11 @@ import gc
 import os
 import re
 import signal
+import threading
 import time
 from pathlib import Path
+
+import regex
 
 import pytest
 
@@ -21,6 +24,7 @@ from proxy.reload.tools import ReloadTools
 from proxy.reload.search import SearchLimits
 from proxy.store.sqlite import SQLiteStore
 from proxy.core.tokens import counter_for_model
+from tests.harness.inflight import loop_turns_while, spy_threads
 
 pytestmark = pytest.mark.anyio
 COUNTER = counter_for_model("gpt-4o")
@@ -98,35 +102,33 @@ def tools_for(refs: RefStore, items: list[str], timeout: float) -> ReloadTools:
     return ReloadTools(refs, COUNTER, max_tokens=500, request_refs=items, session=None, limits=SearchLimits(timeout=timeout))
 
 
-async def timed(coroutine) -> tuple[str, float, float]:
-    """(result, seconds taken, the event loop's longest stall meanwhile).
+def compiled_here(monkeypatch) -> list[str]:
+    """The patterns `regex` compiles in this (the proxy's) process from now on: a search must
+    compile none, its worker does."""
+    patterns: list[str] = []
+    for name in ("compile", "search", "match", "fullmatch", "finditer", "findall", "split", "sub"):
+        real = getattr(regex, name)
 
-    Tests allow stalls up to 0.25 s: on shared, loaded cores a descheduled loop or a pool
-    thread's start takes tens of ms; what they catch (compiling or splitting in the loop's
-    process, holding the GIL) stalls it 0.5 to 25 s.
-    """
-    task = asyncio.ensure_future(coroutine)
-    started, lags = time.monotonic(), [0.0]
-    while not task.done():
-        before = time.monotonic()
-        await asyncio.sleep(0.005)
-        lags.append(time.monotonic() - before - 0.005)
-    return task.result(), time.monotonic() - started, max(lags)
+        def spy(pattern, *args, _real=real, **kwargs):
+            patterns.append(pattern)
+            return _real(pattern, *args, **kwargs)
+
+        monkeypatch.setattr(regex, name, spy)
+    return patterns
 
 
-async def test_compile_bombs_cost_the_proxy_neither_time_nor_memory(refs):
+async def test_compile_bombs_cost_the_proxy_neither_the_loop_nor_memory(refs, monkeypatch):
     tools = tools_for(refs, ["rows01"], timeout=1.0)
     assert "ref=rows01 line 1: row 1 " in await tools.search(r"^row 1\b")
     before = rss()
+    here = compiled_here(monkeypatch)
     for pattern in COMPILE_BOMBS:  # in this order: on a proxy that compiles in-process, fail before the last
         # a worker is running (the bomb before killed its own): measure from here, not a process's start
         assert "ref=rows01 line 1: row 1 " in await tools.search(r"^row 1\b")
-        answer, took, stall = await timed(tools.search(pattern))
-        # bounds far from what in-process costs (the compile alone stalls the loop 0.5 to 25 s, the
-        # last never ends in 1 GiB) and far from a loaded machine's delays (0.34 s stall seen with 8
-        # busy processes on 2 cores): a verdict on where the work runs, not a speed target
-        assert took < 1.0 + 1.5, (pattern, took, answer)
-        assert stall < 0.5 or took < 0.5, (pattern, stall)
+        answer = await tools.search(pattern)
+        # where the work runs, not how fast: compiled in this process, the first alone holds the
+        # loop 0.5 to 25 s and the last never ends in 1 GiB
+        assert pattern not in here, pattern
         assert rss() - before < 100 * MB, (pattern, (rss() - before) // MB)
         assert answer.startswith((f"The pattern {pattern!r} is too expensive", f"No match for {pattern!r}")), answer
     assert "compiling it" in answer  # the last one can never be compiled in 1 GiB
@@ -171,7 +173,7 @@ async def test_warm_starts_the_workers_ahead_of_the_searches(refs):
 
 
 async def test_many_large_counted_repeats_leave_no_memory_behind(refs):
-    tools = tools_for(refs, ["needles"], timeout=2.0)
+    tools = tools_for(refs, ["needles"], timeout=30.0)  # each compiles in well under a second: loaded, in a few
     assert await tools.search("needle 3") == "ref=needles line 3: needle 3"
     before = rss()
     for i in range(12):  # each one different: in-process, regex's cache would keep every one (~14 MB each)
@@ -181,10 +183,12 @@ async def test_many_large_counted_repeats_leave_no_memory_behind(refs):
 
 async def test_matches_found_before_a_runaway_match_are_returned(refs):
     """((?1)|a) ignores regex's timeout and grows until it runs out of memory or is killed at
-    the deadline: the needles before it are kept either way."""
+    the deadline: the needles before it are kept either way, and the loop turns meanwhile (the
+    match runs for the whole second of its deadline: held in-process, the loop would not turn)."""
     tools = tools_for(refs, ["mixed1"], timeout=1.0)
-    answer, took, stall = await timed(tools.search("needle|((?1)|a)"))
-    assert took < 1.0 + 0.6 and stall < 0.25, (took, stall)
+    task = asyncio.ensure_future(tools.search("needle|((?1)|a)"))
+    assert await loop_turns_while(task) >= 3
+    answer = task.result()
     assert answer.startswith("".join(f"ref=mixed1 line {i}: needle {i}\n" for i in range(5))), answer
     assert "Search stopped early" in answer and "5 match(es)" in answer
 
@@ -192,14 +196,12 @@ async def test_matches_found_before_a_runaway_match_are_returned(refs):
 async def test_a_worker_that_does_not_answer_is_killed_at_the_deadline(refs):
     tools = tools_for(refs, ["needles", "hard01"], timeout=2.0)
     assert await tools.search("needle 0", "needles") == "ref=needles line 0: needle 0"  # the worker has started
-    started = time.monotonic()
     task = asyncio.ensure_future(tools.search("needle|(a|a)+$"))
     pid = await busy_worker(task)
     os.kill(pid, signal.SIGSTOP)  # as a match that never returns to check regex's timeout
-    answer = await asyncio.wait_for(task, 5)
-    assert 2.0 < time.monotonic() - started < 2.0 + search_pool.KILL_GRACE + 0.3
+    answer = await asyncio.wait_for(task, 60)  # (a hang guard: a stopped worker never answers by itself)
     assert answer.startswith("ref=needles line 0: needle 0\n") and "ref=needles line 4: needle 4" in answer
-    assert re.search(r"Search stopped early after 2\.\d s \(the search time limit of 2 s\); 5 match\(es\)", answer)
+    assert re.search(r"Search stopped early after \d+\.\d s \(the search time limit of 2 s\); 5 match\(es\)", answer)
     assert pid not in [w.pid for w in search_pool.pool().workers]
     for _ in range(500):  # reaped in a thread: soon
         if pid not in own_workers():
@@ -226,10 +228,9 @@ async def test_a_worker_killed_mid_search_is_replaced(refs):
     tools = tools_for(refs, ["needles", "hard01"], timeout=30)
     task = asyncio.ensure_future(tools.search("needle|(a|a)+$"))
     pid = await busy_worker(task)  # matching (a|a)+$ for a while: past the needles
-    killed = time.monotonic()
     os.kill(pid, signal.SIGKILL)
-    answer = await asyncio.wait_for(task, 5)
-    assert time.monotonic() - killed < 1.0
+    answer = await task  # the crash is the answer, not its 30 s deadline:
+    assert "time limit" not in answer, answer
     assert answer.startswith("ref=needles line 0: needle 0\n") and "ref=needles line 4: needle 4" in answer
     assert "the pattern was too expensive" in answer and "crashed the search worker" in answer
     assert await tools.search("needle 2", "needles") == "ref=needles line 2: needle 2"
@@ -243,14 +244,13 @@ async def test_concurrent_searches_are_bounded_and_wait_within_their_deadline(re
         await asyncio.sleep(0.01)
         if len(search_pool.pool().workers) == search_pool.WORKERS and not search_pool.pool().idle:
             break
-    started = time.monotonic()
     waiting = [asyncio.ensure_future(tools_for(refs, ["needles"], timeout=0.5).search("needle"))
                for _ in range(4)]
     most = 0
     while not all(t.done() for t in waiting):
         most = max(most, len(own_workers(zombies=False)))
         await asyncio.sleep(0.01)
-    assert time.monotonic() - started < 0.5 + 0.3
+    assert not any(hog.done() for hog in hogs)  # they waited within their own 0.5 s, not for a worker
     assert most <= search_pool.WORKERS
     for task in waiting:
         answer = task.result()
@@ -270,16 +270,17 @@ async def test_shutdown_ends_every_worker_even_mid_search(refs):
         if search_pool.pool().workers and not search_pool.pool().idle:
             break
     assert len(own_workers()) == 1
-    started = time.monotonic()
     await search_pool.shutdown()
     assert own_workers() == []
-    answer = await asyncio.wait_for(task, 5)
-    assert time.monotonic() - started < 1.0
-    assert "interrupted" in answer
+    answer = await task  # at once, not at its 30 s deadline:
+    assert "interrupted" in answer and "time limit" not in answer, answer
 
 
-async def test_large_items_are_prepared_off_the_loop(tmp_path):
-    """A 40 MB item: reloading a page and searching it leave the event loop free."""
+async def test_large_items_are_prepared_off_the_loop(tmp_path, monkeypatch):
+    """A 40 MB item: reloading a page and searching it leave the event loop free (the pages cut
+    and the bytes for the worker made in the CPU pool's threads)."""
+    pages = spy_threads(monkeypatch, ReloadTools, "_reload")
+    chunks = spy_threads(monkeypatch, search, "prefix_chunks")
     store = SQLiteStore(tmp_path)
     refs = RefStore(store, "n" * 32, ttl=60)
     text = "".join(f"line {i} path=/src/mod{i % 97}.py status=ok value={i * 7}\n" for i in range(750_000))
@@ -288,15 +289,16 @@ async def test_large_items_are_prepared_off_the_loop(tmp_path):
                         limits=SearchLimits(timeout=5.0))
     item = await refs.load("huge01")  # loading (decompressing) is the store's part; here: what follows
     refs.load = lambda ref: _async(item)  # type: ignore[method-assign]
-    page, took, stall = await timed(tools.reload("huge01"))
+    page = await tools.reload("huge01")
     assert page.startswith("line 0 path=/src/mod0.py") and "offset=" in page.rsplit("\n", 1)[1]
-    assert stall < 0.25, stall
-    page, took, stall = await timed(tools.reload("huge01", 700_000, 2))
-    assert page.startswith("line 700000 path=") and stall < 0.25, stall
-    answer, took, stall = await timed(tools.search(r"^line (1|500000|749999) "))  # 32 MiB: lines 0 to ~580000
+    page = await tools.reload("huge01", 700_000, 2)
+    assert page.startswith("line 700000 path=")
+    answer = await tools.search(r"^line (1|500000|749999) ")  # 32 MiB: lines 0 to ~580000
     assert answer.startswith("ref=huge01 line 1: line 1 path=/src/mod1.py status=ok value=7\n"
                              "ref=huge01 line 500000: line 500000 path="), answer[:200]
-    assert "749999" not in answer and "scans at most 33554432 bytes" in answer and stall < 0.25, (answer, stall)
+    assert "749999" not in answer and "scans at most 33554432 bytes" in answer, answer[-300:]
+    loop = threading.current_thread().name
+    assert len(pages) == 2 and chunks and loop not in pages + chunks, (pages, chunks)
     await store.close()
 
 

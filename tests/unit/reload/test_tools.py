@@ -16,6 +16,7 @@ from proxy.reload import search_pool
 from proxy.reload.search import SearchLimits, expansion
 from proxy.store.sqlite import SQLiteStore
 from proxy.core.tokens import counter_for_model
+from tests.harness.inflight import loop_turns_while
 
 pytestmark = pytest.mark.anyio
 COUNTER = counter_for_model("gpt-4o")
@@ -133,18 +134,14 @@ async def test_search_stops_at_its_deadline_with_what_it_found(tmp_path):
     await refs.save([Offload("needles", "tool_result", needles, 10), Offload("hard01", "tool_result", hard, 9000)], [])
     tools = ReloadTools(refs, COUNTER, max_tokens=500, request_refs=["needles", "hard01"], session=None,
                         limits=SearchLimits(timeout=0.5))
-    started = time.monotonic()
-    answer = await tools.run("context_search", '{"pattern": "needle|(a|a)+$"}')
-    assert time.monotonic() - started < 3.0  # without the deadline: hours (margin for a loaded machine)
+    answer = await tools.run("context_search", '{"pattern": "needle|(a|a)+$"}')  # without the deadline: hours
     assert answer.startswith("ref=needles line 0: needle 0\n")
     assert "ref=needles line 4: needle 4" in answer
     assert "Search stopped early" in answer and "time limit of 0.5 s" in answer
     # the request's reload budget bounds a search too
     tools = ReloadTools(refs, COUNTER, max_tokens=500, request_refs=["hard01"], session=None,
                         limits=SearchLimits(timeout=30))
-    started = time.monotonic()
     answer = await tools.run("context_search", '{"pattern": "(a|a)+$"}', deadline=time.monotonic() + 0.3)
-    assert time.monotonic() - started < 3.0
     assert answer.startswith("No match for '(a|a)+$' so far.") and "reload budget" in answer
     await store.close()
 
@@ -156,15 +153,9 @@ async def test_search_leaves_the_event_loop_free(tmp_path):
     tools = ReloadTools(refs, COUNTER, max_tokens=500, request_refs=["hard01"], session=None,
                         limits=SearchLimits(timeout=1.0))
     search = asyncio.ensure_future(tools.search("(a|a)+$"))
-    lags = []
-    while not search.done():
-        before = time.monotonic()
-        await asyncio.sleep(0.01)
-        lags.append(time.monotonic() - before - 0.01)
+    # in-process, the match would hold the loop for the search's whole second: no turn meanwhile
+    assert await loop_turns_while(search) >= 3
     assert "Search stopped early" in search.result()
-    # in-process, the match would hold the loop for the search's whole second; a loaded machine
-    # delays a tick by tens of milliseconds (0.15 s seen with 8 busy processes on 2 cores)
-    assert len(lags) > 20 and max(lags) < 0.5
     await store.close()
 
 
@@ -175,10 +166,13 @@ async def test_search_scans_at_most_max_bytes(tools):
     assert "2999" not in answer.split("[")[0] and "scans at most 1024 bytes" in answer
 
 
-async def test_patterns_that_expand_too_far_are_refused_before_compiling(tools):
-    started = time.monotonic()
+async def test_patterns_that_expand_too_far_are_refused_before_compiling(tools, monkeypatch):
+    async def no_worker(*args, **kwargs):
+        raise AssertionError("a worker was asked for: the pattern was not refused before compiling")
+
+    monkeypatch.setattr(search_pool.Pool, "acquire", no_worker)
     answer = await tools.search("(?:a{1000}){1000}")
-    assert answer.startswith("Invalid regular expression") and time.monotonic() - started < 0.3
+    assert answer.startswith("Invalid regular expression"), answer
     assert expansion("(a{10}){10}") == 100 and expansion(r"\{1000\}[{}]{2}x") < 20
     assert "Invalid regular expression" in await tools.search("x" * 1001)
 

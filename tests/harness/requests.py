@@ -1,0 +1,58 @@
+"""The one way an end-to-end test sends a raw request to the proxy (the SDKs aside).
+
+`post(url, path, body=..., key=...)`: keyword-only past the path, the response returned as httpx2
+gives it (read). The credential goes as the endpoint's own clients send it: `x-api-key` (and an
+`anthropic-version`) on Anthropic's `/v1/messages…`, a bearer token elsewhere; `headers` are added
+last (a test's own credential header wins). `body` is sent as JSON (`json.dumps`), or as it is
+when it is bytes (what a test crafted: invalid UTF-8, big numbers, a compressed body).
+`streamed` asks for a stream and returns it read whole.
+
+The timeout is a hang guard, never a speed target: far above what any request takes on a
+loaded machine.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import httpx2
+
+TIMEOUT = 600.0
+ANTHROPIC_VERSION = "2023-06-01"
+
+
+def credential(path: str, key: str | None) -> dict[str, str]:
+    """The headers carrying `key` as the clients of `path`'s API send it (none without a key)."""
+    if key is None:
+        return {}
+    if path.startswith("/v1/messages"):
+        return {"x-api-key": key, "anthropic-version": ANTHROPIC_VERSION}
+    return {"authorization": f"Bearer {key}"}
+
+
+def _request(path: str, body: Any, key: str | None, headers: Mapping[str, str] | None) -> tuple[bytes, dict[str, str]]:
+    if not path.startswith("/"):
+        raise ValueError(f"a path from the root, /v1/…: {path!r}")
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    merged = {"content-type": "application/json", **credential(path, key)}
+    for name, value in (headers or {}).items():  # the test's own headers win, whatever their case
+        merged = {k: v for k, v in merged.items() if k.lower() != name.lower()}
+        merged[name] = value
+    return data, merged
+
+
+def post(url: str, path: str = "/v1/chat/completions", *, body: Any = None, key: str | None = None,
+         headers: Mapping[str, str] | None = None, timeout: float = TIMEOUT) -> httpx2.Response:
+    """POST `body` (JSON, or bytes as they are) to the proxy at `url` + `path`, as the tenant `key`."""
+    data, merged = _request(path, body, key, headers)
+    return httpx2.post(f"{url}{path}", content=data, headers=merged, timeout=timeout)
+
+
+def streamed(url: str, path: str = "/v1/chat/completions", *, body: dict, key: str | None = None,
+             headers: Mapping[str, str] | None = None, timeout: float = TIMEOUT) -> tuple[httpx2.Response, str]:
+    """POST `body` with `"stream": true`; (the response, its whole text once the stream ended)."""
+    data, merged = _request(path, {**body, "stream": True}, key, headers)
+    with httpx2.stream("POST", f"{url}{path}", content=data, headers=merged, timeout=timeout) as r:
+        return r, r.read().decode()
