@@ -20,6 +20,7 @@ import pytest
 import zstandard
 
 from proxy.core.compaction_token import make_token, sealed_fields
+from tests.harness.requests import request
 
 TOKEN = make_token(b"\x01" * 16, "a-namespace")  # any token of ours is refused on these paths, whoever made it
 OPENAI = {"Authorization": "Bearer sk-spellings"}
@@ -58,11 +59,9 @@ def credential(path: str) -> dict[str, str]:
 
 def post(url: str, path: str, content: bytes, headers: dict[str, str | None] | None = None, *,
          method: str = "POST") -> httpx2.Response:
-    """`content` to /v1/`path` with the path's credential, as JSON unless `headers` say otherwise
-    (a header given None is left out)."""
-    sent = {**credential(path), "Content-Type": "application/json", **(headers or {})}
-    return httpx2.request(method, f"{url}/v1/{path}", content=content, timeout=30,
-                          headers={k: v for k, v in sent.items() if v is not None})
+    """`content` to /v1/`path` with the path's credential (tests.harness.requests), as JSON unless
+    `headers` say otherwise (a header given None is left out)."""
+    return request(url, f"/v1/{path}", method=method, body=content, headers={**credential(path), **(headers or {})})
 
 
 def assert_refused(r: httpx2.Response, path: str, status: int, *words: str) -> None:

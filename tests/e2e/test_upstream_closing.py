@@ -14,6 +14,7 @@ import httpx2
 import pytest
 from starlette.requests import Request
 
+from tests.harness.requests import request
 from tests.harness.servers import completion, free_port
 
 AUTH = {"Authorization": "Bearer sk-closing"}
@@ -98,9 +99,7 @@ def closing_upstream():
 
 
 def send(url: str, method: str, path: str, body: dict | None, *, client: httpx2.Client | None = None) -> httpx2.Response:
-    content = json.dumps(body).encode() if body is not None else None
-    return (client or httpx2).request(method, f"{url}{path}", content=content, timeout=30,
-                                      headers={**AUTH, "Content-Type": "application/json"} if content else AUTH)
+    return request(url, path, method=method, body=body, headers=AUTH, client=client)
 
 
 def test_a_request_on_a_connection_the_upstream_is_closing_goes_again(make_proxy, closing_upstream):

@@ -5,7 +5,8 @@ gives it (read). The credential goes as the endpoint's own clients send it: `x-a
 `anthropic-version`) on Anthropic's `/v1/messages…`, a bearer token elsewhere; `headers` are added
 last (a test's own credential header wins). `body` is sent as JSON (`json.dumps`), or as it is
 when it is bytes (what a test crafted: invalid UTF-8, big numbers, a compressed body).
-`streamed` asks for a stream and returns it read whole.
+`streamed` asks for a stream and returns it read whole; `request` is the same for any method (a
+header given as None is left out: a test sending no content type).
 
 The timeout is a hang guard, never a speed target: far above what any request takes on a
 loaded machine.
@@ -20,6 +21,7 @@ from typing import Any
 import httpx2
 
 TIMEOUT = 600.0
+BODILESS = frozenset({"GET", "HEAD", "DELETE", "OPTIONS"})
 ANTHROPIC_VERSION = "2023-06-01"
 
 
@@ -27,31 +29,44 @@ def credential(path: str, key: str | None) -> dict[str, str]:
     """The headers carrying `key` as the clients of `path`'s API send it (none without a key)."""
     if key is None:
         return {}
-    if path.startswith("/v1/messages"):
+    if path.lower().startswith("/v1/messages"):  # any spelling the upstream may route there
         return {"x-api-key": key, "anthropic-version": ANTHROPIC_VERSION}
     return {"authorization": f"Bearer {key}"}
 
 
-def _request(path: str, body: Any, key: str | None, headers: Mapping[str, str] | None) -> tuple[bytes, dict[str, str]]:
+def _request(path: str, body: Any, key: str | None,
+             headers: Mapping[str, str | None] | None) -> tuple[bytes, dict[str, str]]:
     if not path.startswith("/"):
         raise ValueError(f"a path from the root, /v1/…: {path!r}")
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    merged = {"content-type": "application/json", **credential(path, key)}
+    merged: dict[str, str | None] = {"content-type": "application/json", **credential(path, key)}
     for name, value in (headers or {}).items():  # the test's own headers win, whatever their case
         merged = {k: v for k, v in merged.items() if k.lower() != name.lower()}
         merged[name] = value
-    return data, merged
+    return data, {k: v for k, v in merged.items() if v is not None}
+
+
+def request(url: str, path: str, *, method: str = "POST", body: Any = None, key: str | None = None,
+            headers: Mapping[str, str | None] | None = None, client: httpx2.Client | None = None,
+            timeout: float = TIMEOUT) -> httpx2.Response:
+    """`method` `body` (JSON, or bytes as they are; None with a bodiless method: no body) to the
+    proxy at `url` + `path`, as the tenant `key`, on `client`'s connections when given."""
+    bodiless = body is None and method in BODILESS
+    data, merged = _request(path, b"" if bodiless else body, key, headers)
+    if bodiless:
+        merged = {k: v for k, v in merged.items() if k.lower() != "content-type"}
+    return (client or httpx2).request(method, f"{url}{path}", content=None if bodiless else data, headers=merged,
+                                      timeout=timeout)
 
 
 def post(url: str, path: str = "/v1/chat/completions", *, body: Any = None, key: str | None = None,
-         headers: Mapping[str, str] | None = None, timeout: float = TIMEOUT) -> httpx2.Response:
+         headers: Mapping[str, str | None] | None = None, timeout: float = TIMEOUT) -> httpx2.Response:
     """POST `body` (JSON, or bytes as they are) to the proxy at `url` + `path`, as the tenant `key`."""
-    data, merged = _request(path, body, key, headers)
-    return httpx2.post(f"{url}{path}", content=data, headers=merged, timeout=timeout)
+    return request(url, path, body=body, key=key, headers=headers, timeout=timeout)
 
 
 def streamed(url: str, path: str = "/v1/chat/completions", *, body: dict, key: str | None = None,
-             headers: Mapping[str, str] | None = None, timeout: float = TIMEOUT) -> tuple[httpx2.Response, str]:
+             headers: Mapping[str, str | None] | None = None, timeout: float = TIMEOUT) -> tuple[httpx2.Response, str]:
     """POST `body` with `"stream": true`; (the response, its whole text once the stream ended)."""
     data, merged = _request(path, {**body, "stream": True}, key, headers)
     with httpx2.stream("POST", f"{url}{path}", content=data, headers=merged, timeout=timeout) as r:
