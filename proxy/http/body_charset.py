@@ -4,7 +4,8 @@ The proxy reads a JSON body as UTF-8 (`proxy.core.json_text`). An upstream that 
 charset reads other text from the same bytes: Express's body-parser takes any `utf-*` charset,
 UTF-7 among them, where `+ACI-` is a quote, so a string the proxy read as plain text could be, for
 that upstream, a field the proxy never saw (a compaction token's `encrypted_content`, a
-`previous_response_id` on the shared key). So where a relayed body is checked, a charset that does
+`previous_response_id` on the shared key). So where a body is checked (a managed endpoint's, or a
+relayed one the proxy reads), a charset that does
 not read the checked bytes as the proxy did (anything but UTF-8, US-ASCII or ISO-8859-1, which
 read ASCII as themselves and can make no ASCII of other bytes) is a 415 `unsupported_charset`.
 """

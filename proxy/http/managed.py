@@ -28,6 +28,7 @@ from proxy.formats.json_body import LARGE_BODY
 from proxy.formats.messages import MESSAGES
 from proxy.formats.responses import RESPONSES
 from proxy.http import accounting, emulated_answers, error_map
+from proxy.http.body_charset import refuse_other_charsets
 from proxy.http.body_encoding import codings_of, decoded_body
 from proxy.http.call_parts import compressor_for, request_settings, tenant_store
 from proxy.http.caller import Caller
@@ -110,6 +111,7 @@ class ManagedCall:
         event loop (tens of MB take seconds of CPU)."""
         services = services_of(request)
         codings = codings_of(request.headers.getlist("content-encoding"))  # 415 for an unknown one
+        refuse_other_charsets(request.headers.getlist("content-type"))  # read as the upstream reads it
         chunks = [chunk async for chunk in request.stream() if chunk]
         caller: Caller = request.state.caller
 

@@ -66,3 +66,33 @@ def test_escaped_lone_surrogate_and_utf8_bom_still_go_through(proxy_url, upstrea
         (sent,) = upstream.requests
         assert sent.body == content
         sent.body.decode("utf-8")  # strict
+
+
+@pytest.mark.parametrize("path", ENDPOINTS)
+@pytest.mark.parametrize("charset", ["utf-7", "UTF-16", "utf-32le", "x-no-such-charset"])
+def test_a_declared_charset_the_body_is_not_read_as_is_refused(make_proxy, upstream, path, charset):
+    """The proxy reads a body as UTF-8; an upstream honouring `charset=utf-7` would read `+ACI-`
+    as a quote, and so fields the proxy never saw (a `previous_response_id` on the shared key, a
+    compaction token): a 415 in the endpoint's shape, nothing sent upstream. As the relayed paths
+    the proxy reads (tests/e2e/test_relay_token_spellings.py)."""
+    with make_proxy() as url:
+        r = post(url, path, body=body_with(path, b"hello+ACI-"), key=key_for(path),
+                 headers={"content-type": f"application/json; charset={charset}"})
+    assert r.status_code == 415, (r.status_code, r.text[:300])
+    body = r.json()
+    message = body["error"]["message"]
+    assert "charset" in message and "UTF-8" in message, message
+    if path.startswith("/v1/messages"):
+        assert body["type"] == "error", body
+    else:
+        assert body["error"]["code"] == "unsupported_charset", body
+    assert upstream.requests == []
+
+
+@pytest.mark.parametrize("charset", ["utf-8", "UTF8", '"utf-8"', "us-ascii", "iso-8859-1"])
+def test_a_charset_that_reads_the_body_as_the_proxy_does_is_served(make_proxy, upstream, charset):
+    with make_proxy() as url:
+        r = post(url, "/v1/chat/completions", body=body_with("/v1/chat/completions", b"hello"), key="sk-utf8-test",
+                 headers={"content-type": f"application/json; charset={charset}"})
+    assert r.status_code == 200, r.text[:300]
+    assert len(upstream.requests) == 1
