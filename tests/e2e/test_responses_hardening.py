@@ -10,9 +10,19 @@ import pytest
 from starlette.responses import JSONResponse
 
 from tests.e2e.test_responses_attacks import (HEADERS, KEY_A, KEY_B, TOOLS, answer, assert_sane_stream, data, events,
-                                              function_call, history, message, post, raw_stream, refs_in_input,
-                                              reload_rounds, response, scripted, shared_key_tenants, stream_post,
-                                              usage)
+                                              function_call, history, message, raw_stream, refs_in_input,
+                                              reload_rounds, response, scripted, shared_key_tenants, usage)
+from tests.harness import requests
+
+TENANT = "sk-tenant-a-000000"
+
+
+def post(url: str, body: dict | bytes, key: str = TENANT) -> httpx2.Response:
+    return requests.post(url, "/v1/responses", body=body, key=key, headers=HEADERS)
+
+
+def stream_post(url: str, body: dict) -> tuple[httpx2.Response, str]:
+    return requests.streamed(url, "/v1/responses", body=body, key=TENANT, headers=HEADERS)
 
 
 async def _fixed(request, rec):

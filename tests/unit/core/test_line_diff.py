@@ -44,7 +44,9 @@ def edited(*, drop=(), change=(), insert=()) -> str:
     edited(drop=set(range(10, 40))),  # everything after line 10 removed
     edited(change={3}, drop={8}, insert={15, 16}),
     edited(change=set(range(10, 15)), insert={12}),  # a block replaced by a longer one
-], ids=lambda text: str(abs(hash(text)) % 1000))
+], ids=["middle", "first-line", "last-line", "insert-first", "insert-last", "drop-first", "drop-last",
+        "two-hunks", "close-one-hunk", "twice-context-one-hunk", "past-it-two-hunks", "tail-removed", "mixed",
+        "block-replaced"])
 def test_ordinary_edits_give_difflib_s_hunks(text):
     base = "\n".join(LINES)
     assert diff(base, text) == by_difflib(base, text) is not None
