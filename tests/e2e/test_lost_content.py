@@ -38,7 +38,7 @@ class Backend:
     def session_members(self) -> set[str]:
         if self.url:
             client = redis.Redis.from_url(self.url)
-            keys = [k for k in client.scan_iter("off:*:session:*") if k.decode().endswith(SESSION)]
+            keys = [k for k in client.scan_iter("off:*}:session:*") if k.decode().endswith(f"}}:session:{SESSION}")]
             return {m.decode() for k in keys for m in client.smembers(k)}
         with sqlite3.connect(self.tmp_path / "offload.sqlite3") as db:
             rows = db.execute("SELECT member FROM members WHERE key LIKE ?", (f"%:session:{SESSION}",))
