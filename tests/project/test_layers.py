@@ -76,7 +76,11 @@ def test_no_code_outside_the_formats_tests_which_format_it_holds():
     assert bad == []
 
 
-def test_no_module_is_over_400_lines():
+# A module is sized by its one concept; past ~800 lines it needs a reason, written here.
+LONG_FOR_A_REASON: dict[str, str] = {}
+
+
+def test_no_module_is_over_800_lines_without_a_reason():
     long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
-            if (n := len(p.read_text().splitlines())) > 400}
-    assert long == {}
+            if (n := len(p.read_text().splitlines())) > 800}
+    assert {name: n for name, n in long.items() if name not in LONG_FOR_A_REASON} == {}

@@ -226,7 +226,8 @@ async def busy_worker(task: asyncio.Future) -> int:
 
 async def test_a_worker_killed_mid_search_is_replaced(refs):
     tools = tools_for(refs, ["needles", "hard01"], timeout=30)
-    task = asyncio.ensure_future(tools.search("needle|(a|a)+$"))
+    assert await tools.search("needle 1", "needles") == "ref=needles line 1: needle 1"  # a started, idle worker:
+    task = asyncio.ensure_future(tools.search("needle|(a|a)+$"))  # its start-up CPU is not mistaken for matching
     pid = await busy_worker(task)  # matching (a|a)+$ for a while: past the needles
     os.kill(pid, signal.SIGKILL)
     answer = await task  # the crash is the answer, not its 30 s deadline:
