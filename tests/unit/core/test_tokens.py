@@ -189,7 +189,10 @@ def test_a_long_text_is_counted_by_pieces_cut_after_line_breaks():
     assert "".join(pieces) == text and len(pieces) > 4
     assert all(len(p) <= tokens.COUNT_PIECE and p.endswith("\n") for p in pieces[:-1])
     counter = tokens.counter_for_model("gpt-4o")
-    assert counter.text(text) == len(counter.encoder.encode_ordinary(text))
+    # tiktoken's pieces never span a line break, so its sum is exact; the offline estimate
+    # (bytes / 4, rounded up) may round up once per piece
+    slack = 0 if counter.encoder.name != "estimate" else len(pieces)
+    assert 0 <= counter.text(text) - len(counter.encoder.encode_ordinary(text)) <= slack
     no_breaks = "word " * 200_000  # no line break: cut where the piece ends
     assert all(len(p) <= tokens.COUNT_PIECE for p in tokens._pieces(no_breaks))
     assert abs(counter.text(no_breaks) - len(counter.encoder.encode_ordinary(no_breaks))) <= len(no_breaks) // tokens.COUNT_PIECE + 1
