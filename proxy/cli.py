@@ -216,6 +216,12 @@ def replay(args: argparse.Namespace) -> None:
         sys.exit(f"offload-proxy replay: {exc}")
 
 
+def subcommand(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    """The parser of the subcommand `name` (argparse keeps them in its subparsers action's choices)."""
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return action.choices[name]
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -224,8 +230,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
         ours, agent_args = split_agent_args(argv)
         args, unknown = parser.parse_known_args(ours)
-        if unknown:
-            parser.error(f"wrap: {unknown_arguments(args.agent, unknown)}")
+        if unknown:  # wrap's own usage line above the message, not the top-level one
+            subcommand(parser, "wrap").error(unknown_arguments(args.agent, unknown))
         run_wrap(args, agent_args)
         return
     args = parser.parse_args(argv)

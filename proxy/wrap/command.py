@@ -272,7 +272,8 @@ class Session:
             unavailable = f"the totals before the run could not be read: {before[1]}"
         kept = None
         if self.args.keep and self.child is not None:
-            kept = summary.describe_kept(self.url, self.child.process.pid, self.token, own_token=self.own_token)
+            kept = summary.describe_kept(self.url, self.child.process.pid, self.token, own_token=self.own_token,
+                                         scratch=str(self.scratch) if self.scratch is not None else None)
         shown = status if status >= 0 else 128 - status
         return summary.line(title=agent.title, status=shown, run=run, kept=kept, unavailable=unavailable)
 

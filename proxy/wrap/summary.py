@@ -98,11 +98,14 @@ def line(*, title: str, status: int, run: dict[str, float] | None, kept: str | N
     return f"offload-proxy: {text}" + (f"; {kept}" if kept else "")
 
 
-def describe_kept(url: str, pid: int | None, token: str | None, *, own_token: bool) -> str:
-    """The `--keep` tail: the dashboard, how to sign in, how to stop the proxy."""
+def describe_kept(url: str, pid: int | None, token: str | None, *, own_token: bool,
+                  scratch: str | None = None) -> str:
+    """The `--keep` tail: the dashboard, how to sign in, how to stop the proxy, and the run's folder
+    (its log, and its store of tool results unless --data-dir) that outlives it until removed."""
     sign_in = f" (admin token {token})" if token and own_token else ""
     stop = f", stop it with kill {pid}" if pid else ""
-    return f"proxy still up at {url}: dashboard {url}/dashboard{sign_in}{stop}"
+    left = f"; its log and store stay in {scratch} until you remove it" if scratch else ""
+    return f"proxy still up at {url}: dashboard {url}/dashboard{sign_in}{stop}{left}"
 
 
 def safe_read(url: str, token: str | None) -> tuple[dict[str, float] | None, str]:

@@ -59,8 +59,10 @@ def test_the_command_line_says_it_in_one_error(capsys):
     with pytest.raises(SystemExit) as exited:
         main(["wrap", "--keep-recnt", "2", "codex"])
     assert exited.value.code == 2
-    assert capsys.readouterr().err.splitlines()[-1] == (
-        "offload-proxy: error: wrap: unrecognized arguments --keep-recnt codex: proxy options go before the agent "
+    usage, message = capsys.readouterr().err.splitlines()[-2:]
+    assert usage.startswith("usage: offload-proxy wrap [-h] AGENT")  # wrap's usage, not the top-level one
+    assert message == (
+        "offload-proxy wrap: error: unrecognized arguments --keep-recnt codex: proxy options go before the agent "
         "(offload-proxy wrap --help lists them), the agent's own arguments after -- "
         "(a proxy option? did you mean --keep-recent?)")
 

@@ -39,6 +39,9 @@ def test_kept():
         f"proxy still up at {url}: dashboard {url}/dashboard (admin token tok), stop it with kill 77")
     assert describe_kept(url, 77, "tok", own_token=False) == (
         f"proxy still up at {url}: dashboard {url}/dashboard, stop it with kill 77")  # the user's own token: not shown
+    assert describe_kept(url, 77, None, own_token=False, scratch="/tmp/offload-wrap-x") == (
+        f"proxy still up at {url}: dashboard {url}/dashboard, stop it with kill 77; "
+        "its log and store stay in /tmp/offload-wrap-x until you remove it")
 
 
 def test_the_totals_of_the_first_answer_holding_nothing_count(monkeypatch):
