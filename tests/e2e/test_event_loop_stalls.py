@@ -283,6 +283,24 @@ def test_a_request_whose_folds_may_diff_long_is_planned_off_the_loop(make_proxy,
     assert tool_results[-1] == messages[-2]["content"]  # the newest result whole; none was foldable
 
 
+def test_many_small_results_whose_folds_each_cost_little_are_planned_off_the_loop(make_proxy, upstream, planned_on):
+    """500 results of the same 20 short lines, each in another order (243 KB, 1,002 messages:
+    small by its size and count): no pair aligns many lines, but each of the 7,864 pairs is
+    read, counted and compared, about 0.9 s of Python that ran on the loop. Planned off it."""
+    rnd = random.Random(38)
+    lines = [f"line-{k:02d}-abcdefghijklm" for k in range(20)]
+    results = ["\n".join(rnd.sample(lines, len(lines))) for _ in range(500)]
+    messages = tool_history(results)
+    assert cpu_pool.text_size(messages) < cpu_pool.LARGE_CHARS and len(messages) < cpu_pool.LARGE_MESSAGES
+    with make_proxy() as url:
+        r = httpx2.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": messages}, timeout=120,
+                        headers={"authorization": "Bearer sk-fold-many"})
+    assert r.status_code == 200, r.text[:300]
+    assert {name.split("_")[0] for name in planned_on} == {"offload-cpu"}, planned_on
+    sent = upstream.chat_requests()[-1].json()["messages"]
+    assert [m["content"] for m in sent if m["role"] == "tool"] == results  # none folded: every order differs
+
+
 def test_an_ordinary_small_request_is_still_planned_inline(tmp_path, planned_on):
     store = GuardedStore(SQLiteStore(tmp_path))
 
