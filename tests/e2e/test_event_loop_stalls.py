@@ -215,6 +215,34 @@ def test_a_large_request_does_not_stall_other_tenants(make_proxy, upstream):
     assert result["response"].status_code == 200 and result["response"].headers["x-offload-action"] == "compact"
 
 
+def test_a_large_request_under_thresholds_the_client_raised_is_counted_off_the_loop(make_proxy, upstream, monkeypatch):
+    """With its thresholds raised (`X-Offload-Max-Total-Tokens`, `-Max-Tool-Message-Tokens`: up
+    to 10 million, the client's own choice) a request of megabytes is "too small to offload":
+    its tokens were counted on the loop (5 MB held /healthz 3 s). Counted in the CPU pool."""
+    from proxy.core.tokens import TokenCounter
+
+    threads: list[str] = []
+    count = TokenCounter.messages
+
+    def spy(self, messages):
+        messages = list(messages)
+        if cpu_pool.text_size(messages) > cpu_pool.LARGE_CHARS:
+            threads.append(threading.current_thread().name)
+        return count(self, messages)
+
+    monkeypatch.setattr(TokenCounter, "messages", spy)
+    text = _unique_words(300_000, 38)
+    with make_proxy() as url:
+        r = httpx2.post(f"{url}/v1/chat/completions", timeout=120,
+                        json={"model": "gpt-4o", "messages": [{"role": "user", "content": text}]},
+                        headers={"authorization": "Bearer sk-raised", "X-Offload-Max-Total-Tokens": "10000000",
+                                 "X-Offload-Max-Tool-Message-Tokens": "10000000"})
+    assert r.status_code == 200, r.text[:200]
+    assert r.headers["x-offload-action"] == "none"  # too small to offload, by the thresholds it set
+    assert upstream.chat_requests()[-1].json()["messages"][0]["content"] == text
+    assert threads and {name.split("_")[0] for name in threads} == {"offload-cpu"}, threads
+
+
 def test_the_split_of_a_large_request_of_few_messages_runs_off_the_loop(make_proxy, upstream, monkeypatch):
     """The compressor's split scans every block of every message for a provider compaction
     block: for few messages of many blocks (tens of MB) that is seconds on the loop."""
