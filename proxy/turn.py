@@ -37,6 +37,7 @@ from proxy.emulation.edits import EditsDone
 from proxy.emulation.inline import Inline
 from proxy.emulation.request import Emulation
 from proxy.offload import response_chains
+from proxy.offload.cpu_pool import CPU
 from proxy.offload.compaction_records import CompactionRecords
 from proxy.offload.pipeline import Prepared, prepare
 from proxy.offload.refs import RefStore
@@ -143,19 +144,21 @@ async def _continue_chain(fmt: WireFormat, body: dict, tenant: TenantStore) -> _
     return chain
 
 
-def small_tokens(raw: bytes, history: list[Any], settings: OffloadSettings, *, counter: TokenCounter,
-                 rewritten: bool) -> int | None:
+async def small_tokens(raw: bytes, history: list[Any], settings: OffloadSettings, *, counter: TokenCounter,
+                       rewritten: bool) -> int | None:
     """The tokens of a request too small to offload anything, else None (the pipeline runs).
 
     Small: fewer bytes than the smallest threshold (without `ref=`, nor an escape that could
     spell it, nor a compaction token standing for one: no reference to offer the reload tools
     for), and then fewer tokens too (an image part counts more tokens than its bytes).
     `rewritten`: the history is not the raw body's (carried answers, a token replaced, content
-    cleared by an edit: their ref= is not in the raw bytes)."""
+    cleared by an edit: their ref= is not in the raw bytes). The thresholds are the client's
+    own (`X-Offload-*`, up to 10 million tokens): a large history is counted off the loop, as
+    the pipeline counts it (5 MB counted here held the loop 3 s)."""
     limit = min(settings.max_total_tokens, settings.tool_result_limit())
     if rewritten or len(raw) > limit or b"ref=" in raw or b"\\u" in raw:
         return None
-    tokens = counter.messages(history)
+    tokens = await CPU.for_messages(history)(counter.messages, history)
     return tokens if tokens <= limit else None
 
 
@@ -223,7 +226,7 @@ async def run_turn(given: TurnInput, *, refs: RefStore | None = None,
     edits = await emulation_edits.apply(emulation, emulation.items, fmt=fmt, body=body, counter=counter,  # 3
                                         refs=refs, namespace=tenant.namespace, session=settings.session)
     history = edits.items
-    tokens = small_tokens(given.raw, history, settings, counter=counter,
+    tokens = await small_tokens(given.raw, history, settings, counter=counter,
                           rewritten=bool(chain.carried or emulation.replaced or edits.offloads))
     if tokens is not None:  # 4
         prepared = Prepared(Plan(history, tokens_before=tokens, tokens_after=tokens))

@@ -7,7 +7,9 @@ string and number as `sys.getsizeof` does (a container with its pointers), an ob
 pointer once per reference (cautious: held histories share their items). The keys of a small
 object are not counted: the JSON readers share them (orjson caches short keys, the standard
 library's scanner memoizes them per document); those of an object of more than SHARED_KEYS
-are, each one (a million distinct keys are a million strings).
+are, each one (a million distinct keys are a million strings), and so is any key longer than
+SHARED_KEY_CHARS, wherever it is (orjson caches only short keys: one 4 MB key in an input item
+was counted as nothing, and a WebSocket connection held 16 such under a 64 MB budget).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import sys
 from typing import Any
 
 SHARED_KEYS = 16  # an object with at most this many keys: its key strings are taken as shared
+SHARED_KEY_CHARS = 64  # ... when at most this long (orjson's key cache holds keys of up to 64 bytes)
 _SIZE = sys.getsizeof
 
 
@@ -31,7 +34,7 @@ def _walk(value: Any) -> int:
     kind = type(value)
     if kind is dict:
         total = _SIZE(value) + sum(map(_walk, value.values()))
-        return total + sum(map(_SIZE, value)) if len(value) > SHARED_KEYS else total
+        return total + (sum(map(_SIZE, value)) if len(value) > SHARED_KEYS else _long_keys(value))
     if kind is list:
         return _SIZE(value) + sum(map(_walk, value))
     return _SIZE(value)
@@ -44,8 +47,12 @@ def _walk_flat(value: Any) -> int:
         total += _SIZE(item)
         if type(item) is dict:
             stack.extend(item.values())
-            if len(item) > SHARED_KEYS:
-                total += sum(map(_SIZE, item))
+            total += sum(map(_SIZE, item)) if len(item) > SHARED_KEYS else _long_keys(item)
         elif type(item) is list:
             stack.extend(item)
     return total
+
+
+def _long_keys(value: dict[str, Any]) -> int:
+    """Bytes of the keys of a small object that no JSON reader shares (longer than SHARED_KEY_CHARS)."""
+    return sum(_SIZE(key) for key in value if len(key) > SHARED_KEY_CHARS)

@@ -56,7 +56,7 @@ class Lines:
 def floor(a: Lines, b: Lines, *, stop: int) -> int:
     """A lower bound on the characters of the hunks of any diff from `a` to `b` (each line one
     cannot match: its characters, its `-`/`+` and a newline), counted until it passes `stop`."""
-    if a.counts == b.counts:  # the same lines, as often (a permutation)
+    if dict.__eq__(a.counts, b.counts):  # the same lines, as often (a permutation); Counter's own == is Python
         return 0
     total = 0
     for one, other in ((a.counts, b.counts), (b.counts, a.counts)):

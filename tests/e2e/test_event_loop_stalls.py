@@ -215,6 +215,34 @@ def test_a_large_request_does_not_stall_other_tenants(make_proxy, upstream):
     assert result["response"].status_code == 200 and result["response"].headers["x-offload-action"] == "compact"
 
 
+def test_a_large_request_under_thresholds_the_client_raised_is_counted_off_the_loop(make_proxy, upstream, monkeypatch):
+    """With its thresholds raised (`X-Offload-Max-Total-Tokens`, `-Max-Tool-Message-Tokens`: up
+    to 10 million, the client's own choice) a request of megabytes is "too small to offload":
+    its tokens were counted on the loop (5 MB held /healthz 3 s). Counted in the CPU pool."""
+    from proxy.core.tokens import TokenCounter
+
+    threads: list[str] = []
+    count = TokenCounter.messages
+
+    def spy(self, messages):
+        messages = list(messages)
+        if cpu_pool.text_size(messages) > cpu_pool.LARGE_CHARS:
+            threads.append(threading.current_thread().name)
+        return count(self, messages)
+
+    monkeypatch.setattr(TokenCounter, "messages", spy)
+    text = _unique_words(300_000, 38)
+    with make_proxy() as url:
+        r = httpx2.post(f"{url}/v1/chat/completions", timeout=120,
+                        json={"model": "gpt-4o", "messages": [{"role": "user", "content": text}]},
+                        headers={"authorization": "Bearer sk-raised", "X-Offload-Max-Total-Tokens": "10000000",
+                                 "X-Offload-Max-Tool-Message-Tokens": "10000000"})
+    assert r.status_code == 200, r.text[:200]
+    assert r.headers["x-offload-action"] == "none"  # too small to offload, by the thresholds it set
+    assert upstream.chat_requests()[-1].json()["messages"][0]["content"] == text
+    assert threads and {name.split("_")[0] for name in threads} == {"offload-cpu"}, threads
+
+
 def test_the_split_of_a_large_request_of_few_messages_runs_off_the_loop(make_proxy, upstream, monkeypatch):
     """The compressor's split scans every block of every message for a provider compaction
     block: for few messages of many blocks (tens of MB) that is seconds on the loop."""
@@ -281,6 +309,24 @@ def test_a_request_whose_folds_may_diff_long_is_planned_off_the_loop(make_proxy,
     tool_results = ([m["content"] for m in sent["messages"] if m["role"] == "tool"] if fmt == "chat" else
                     [i["output"] for i in sent["input"] if i.get("type") == "function_call_output"])
     assert tool_results[-1] == messages[-2]["content"]  # the newest result whole; none was foldable
+
+
+def test_many_small_results_whose_folds_each_cost_little_are_planned_off_the_loop(make_proxy, upstream, planned_on):
+    """500 results of the same 20 short lines, each in another order (243 KB, 1,002 messages:
+    small by its size and count): no pair aligns many lines, but each of the 7,864 pairs is
+    read, counted and compared, about 0.9 s of Python that ran on the loop. Planned off it."""
+    rnd = random.Random(38)
+    lines = [f"line-{k:02d}-abcdefghijklm" for k in range(20)]
+    results = ["\n".join(rnd.sample(lines, len(lines))) for _ in range(500)]
+    messages = tool_history(results)
+    assert cpu_pool.text_size(messages) < cpu_pool.LARGE_CHARS and len(messages) < cpu_pool.LARGE_MESSAGES
+    with make_proxy() as url:
+        r = httpx2.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": messages}, timeout=120,
+                        headers={"authorization": "Bearer sk-fold-many"})
+    assert r.status_code == 200, r.text[:300]
+    assert {name.split("_")[0] for name in planned_on} == {"offload-cpu"}, planned_on
+    sent = upstream.chat_requests()[-1].json()["messages"]
+    assert [m["content"] for m in sent if m["role"] == "tool"] == results  # none folded: every order differs
 
 
 def test_an_ordinary_small_request_is_still_planned_inline(tmp_path, planned_on):

@@ -26,6 +26,9 @@ def allocated(raw: bytes) -> tuple[object, int]:
     {"input": [{"role": "user", "content": "a line of tool output " * 5000}] * 10},
     {f"key{i}": i for i in range(50_000)},  # distinct keys: each one a string of its own
     {"text": "x" * 100_000 + "\U0001F600"},  # one astral character: 4 bytes a character
+    # long keys in small objects: no reader shares them (orjson caches keys of up to 64 bytes)
+    {"input": [{"type": "message", "role": "user", "content": "hi", "K" * 400_000: 1}]},
+    {"input": [{"role": "user", f"{i:0200d}": 1} for i in range(2_000)]},
 ])
 def test_footprint_is_what_the_parse_holds_within_a_small_factor(body):
     raw = orjson.dumps(body)
@@ -46,3 +49,13 @@ def test_a_value_nested_deeper_than_the_stack_is_counted_too():
         deep = [deep, {"k": "v"}]
     shallow = [[], {"k": "v"}]
     assert footprint(deep) == 5_000 * (footprint(shallow) - footprint([])) + footprint([])
+
+
+def test_a_long_key_is_counted_deeper_than_the_stack_too():
+    def nested(key: str) -> list:
+        deep: list = [{key: 1}]
+        for _ in range(5_000):
+            deep = [deep]
+        return deep
+
+    assert footprint(nested("K" * 100_000)) - footprint(nested("K")) > 100_000
