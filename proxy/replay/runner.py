@@ -327,13 +327,13 @@ class Replayer:
         self._figures(out, history=history, answers=answers, requests=requests, history_tokens=history_tokens,
                       forwarded=forwarded, tokens=tokens, sent_tools=sent_tools, sink=sink)
         if self.gaps is not None:
-            out.bill = self._bill(conv, index, requests, tools, bodies, sink)
+            out.bill = self._bill(conv, index, requests=requests, tools=tools, bodies=bodies, sink=sink)
         if self.summary_delay_ms is not None:
             out.added_ms_per_turn = [round(ms, 3) for ms in added]
             out.latency = metrics.latency(added, self.summary_delay_ms, self.turn_latency_ms)
         return out
 
-    def _bill(self, conv: dict, index: int, requests, tools, bodies: list[dict], sink) -> dict[str, Any]:
+    def _bill(self, conv: dict, index: int, *, requests, tools, bodies: list[dict], sink) -> dict[str, Any]:
         times = (gaps.trace_times(conv["messages"], answer_positions(conv["messages"]))
                  or self.gaps.times(len(requests), seed=self.gap_seed, index=index))  # type: ignore[union-attr]
         raw = [request_body(r, format=self.format, model=self.model, tools=tools, system=self._system) for r in requests]
