@@ -135,6 +135,11 @@ class ServerSettings(BaseSettings):
         "context_management and POST /v1/responses/compact: the upstream (relay), the proxy with its own summaries "
         "and refs (emulate), or auto: relay to api.openai.com and api.anthropic.com, emulate for any other upstream."
     )
+    cache_control: str | None = Field(
+        None, description="Default X-Offload-Cache-Control: auto|off (auto). auto: an Anthropic request carrying no "
+        "cache_control gets the proxy's prompt caching (request-level caching and a breakpoint after the tools and "
+        "system), and a request to api.openai.com without a prompt_cache_key its session's; off: as sent."
+    )
     summary_timeout: float = Field(60.0, gt=0, description="Timeout (s) of one summarisation call.")
     summary_wait: float = Field(
         5.0, ge=0, description="How long (s) a request waits for a summary another request is making."

@@ -9,7 +9,8 @@ handle and a compressor factory, runs the steps in one order:
 2. begin the emulation (`proxy.emulation.request`: the proxy's compaction tokens settled, the
    provider's `context_management` taken out when the proxy applies it); a `compaction_trigger`
    the proxy emulates (`proxy.emulation.trigger`) is compacted here and answers alone: the
-   steps below are for a turn that goes upstream;
+   steps below are for a turn that goes upstream, and get the prompt caching the client did
+   not ask for (`WireFormat.with_prompt_cache`: the summaries it makes share it);
 3. the clearing edits (`proxy.emulation.edits`);
 4. plan, compress and store (`proxy.offload.pipeline`; skipped for a request too small to offload);
 5. the inline threshold compaction (`proxy.emulation.inline`);
@@ -73,6 +74,10 @@ class TurnInput:
     shared_key: bool = False  # the proxy's own key: the upstream gets the object the checks read
     search_limits: SearchLimits = SearchLimits()
     new_summaries: bool = True  # False: the summaries ready in the store only (counting tokens)
+    # add the prompt caching a client did not ask for (`WireFormat.with_prompt_cache`, settings
+    # cache_control auto); `cache_key`: an OpenAI upstream's prompt_cache_key for the session
+    prompt_cache: bool = False
+    cache_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -216,6 +221,9 @@ async def run_turn(given: TurnInput, *, refs: RefStore | None = None,
     if compacting:
         return await _compaction_turn(given, emulation, refs=refs or tenant.refs(), records=records)
     body = emulation.body
+    if given.prompt_cache and settings.cache_control == "auto":  # before the summaries: they share it
+        body = fmt.with_prompt_cache(body, key=given.cache_key)
+    cached = body is not emulation.body
     collisions = fmt.colliding_tool_names(body)
     if collisions:  # the client's own context_reload/context_search: handled as X-Offload-Mode: off
         settings = settings.model_copy(update={"mode": "off", "reload_tools": False})
@@ -245,7 +253,7 @@ async def run_turn(given: TurnInput, *, refs: RefStore | None = None,
     plan = prepared.plan
     # on the shared key the upstream gets the object the checks read (a duplicate key could
     # otherwise show it a value the proxy never saw): re-serialised, as a changed body is
-    changed = prepared.action != "none" or chain.continued or given.shared_key or emulation.changed
+    changed = prepared.action != "none" or chain.continued or given.shared_key or emulation.changed or cached
     # a compaction_trigger asks for a compaction, not a turn: it stays the last item, no round follows it
     inject = settings.reload_tools and bool(plan.refs) and not prepared.store_failed and not provider.trigger
     tools = ReloadTools(refs, counter, max_tokens=settings.max_reload_tokens, request_refs=plan.refs,

@@ -18,6 +18,9 @@ Mode = Literal["auto", "compact", "compress", "off"]
 # Who applies a request's `context_management` (and `/responses/compact`): the upstream
 # (relay), the proxy (emulate), or the upstream when it is OpenAI's or Anthropic's own API (auto).
 ContextManagement = Literal["relay", "emulate", "auto"]
+# Does the proxy add prompt caching a client did not ask for (`proxy.formats.messages.cache_control`,
+# `proxy.formats.openai_cache`): auto adds it, off leaves every request's caching as sent.
+CacheControl = Literal["auto", "off"]
 HEADER_PREFIX = "x-offload-"
 MAX_HEADER_VALUE = 256
 IDENT_PATTERN = r"^[A-Za-z0-9._:@/-]{1,128}$"
@@ -78,6 +81,7 @@ class OffloadSettings(BaseModel):
     hard_max_tokens: int | None = Field(None, ge=1, le=10_000_000)
     summary_model: str | None = Field(None, pattern=r"^[A-Za-z0-9._:/-]{1,128}$")
     context_management: ContextManagement = "auto"
+    cache_control: CacheControl = "auto"
 
     @field_validator("reload_tools", "fold", mode="before")
     @classmethod
@@ -122,6 +126,8 @@ def _describe(field: str) -> str:
         return "one of auto, compact, compress, off"
     if field == "context_management":
         return "one of relay, emulate, auto"
+    if field == "cache_control":
+        return "one of auto, off"
     if field in ("reload_tools", "fold"):
         return "on or off"
     if field in ("tenant", "session", "summary_model"):

@@ -45,6 +45,11 @@ class WireFormat(Protocol):
 
     def colliding_tool_names(self, body: dict) -> set[str]: ...
 
+    def with_prompt_cache(self, body: dict, *, key: str | None) -> dict:
+        """`body` with the prompt caching the proxy adds for a client that asked for none
+        (`--cache-control auto`): Anthropic's `cache_control`, or OpenAI's `prompt_cache_key`
+        `key` (None: the upstream takes none). `body` itself when there is nothing to add."""
+
     def provider_context(self, body: dict) -> ProviderContext:
         """What the request asks the provider to do with its context (`context_management`, a
         `compaction_trigger`): the planners step aside where the provider acts."""

@@ -20,7 +20,8 @@ async def count_tokens(request: Request) -> Response:
     `context_management.original_input_tokens` adds what the edits cleared (`proxy.http.emulated_answers`)."""
     async def run() -> Response:
         call = await ManagedCall.open(request, MESSAGES)
-        turn = await call.offload(new_summaries=False)  # the same turn as /v1/messages, no summary made
+        # the same turn as /v1/messages, no summary made, the client's caching as sent
+        turn = await call.offload(new_summaries=False, prompt_cache=False)
         offered = turn.inject_reload_tools
         content = await call.serialised(turn.rounds.request(offered)) if turn.changed or offered else call.raw
         response = await call.watch.run(call.services.upstream.send(

@@ -43,7 +43,8 @@ from proxy.offload.summaries import Compressor
 from proxy.reload import loop as reload_loop, search_pool
 from proxy.reload.search import SearchLimits
 from proxy.turn import Turn, TurnInput, run_turn
-from proxy.upstream.native import emulates
+from proxy.formats.openai_cache import session_cache_key
+from proxy.upstream.native import accepts_cache_key, emulates
 
 log = logging.getLogger("proxy.http.managed")
 
@@ -130,7 +131,8 @@ class ManagedCall:
             settings = settings.model_copy(update={"reload_tools": False})
         return cls(request, fmt, raw=raw, body=body, history=history, settings=settings, decoded=bool(codings))
 
-    def turn_input(self, *, new_summaries: bool = True) -> TurnInput:
+    def turn_input(self, *, new_summaries: bool = True, prompt_cache: bool = True,
+                   cache_key: str | None = None) -> TurnInput:
         """The turn of this request as plain values: the caller bound into the store handle and
         the compressor factory."""
         services, caller = self.services, self.caller
@@ -143,12 +145,23 @@ class ManagedCall:
         return TurnInput(self.fmt, self.raw, self.body, self.history, self.settings, tenant, compressor,
                          emulating=emulates(self.settings.context_management, self.base or services.settings.upstream_base),
                          shared_key=caller.shared_key, search_limits=SearchLimits.of(services.settings),
-                         new_summaries=new_summaries)
+                         new_summaries=new_summaries, prompt_cache=prompt_cache, cache_key=cache_key)
 
-    async def offload(self, *, new_summaries: bool = True) -> Turn:
+    async def cache_key(self) -> str | None:
+        """The `prompt_cache_key` of this request's session, for OpenAI's own API and
+        `--cache-control auto` only (`proxy.formats.openai_cache`); None: none is added."""
+        if self.settings.cache_control != "auto" or not accepts_cache_key(
+                self.base or self.services.settings.upstream_base):
+            return None
+        session = self.settings.session or (await accounting.derived_session(self, self.body, self.history))[0]
+        return session_cache_key(self.namespace, session) if session else None
+
+    async def offload(self, *, new_summaries: bool = True, prompt_cache: bool = True) -> Turn:
         """The turn (`proxy.turn`), then what goes upstream with it. `new_summaries`: False uses
-        the summaries ready in the store and never makes one (counting tokens)."""
-        given = self.turn_input(new_summaries=new_summaries)
+        the summaries ready in the store and never makes one (counting tokens); `prompt_cache`:
+        False leaves the client's caching as sent (a count is the same with the proxy's)."""
+        key = await self.cache_key() if prompt_cache else None
+        given = self.turn_input(new_summaries=new_summaries, prompt_cache=prompt_cache, cache_key=key)
         self.tenant = given.tenant
         turn = self.turn = await run_turn(given)
         if turn.inject_reload_tools:

@@ -13,7 +13,8 @@ from proxy.core.settings import OffloadSettings
 from proxy.replay.baselines import MASK_KEEP
 from proxy.replay.metrics import DEFAULT_PRICING, PRICINGS
 from proxy.replay.runner import FORMATS, Replayer, load_conversations, turns_of, upstream_for, view_for
-from proxy.replay import compare
+from proxy.replay import bill, compare
+from proxy.replay.gaps import Gaps, GapsError, parse as parse_gaps
 from proxy.replay.report import estimate_warning, progress_bar, report_dict, table, write_outputs
 from proxy.replay.target import DEFAULT_CONCURRENCY, api_key_of, target_url
 from proxy.store import Store
@@ -48,6 +49,15 @@ def add_format_argument(replay: argparse.ArgumentParser) -> None:
                              "columns) is given at: openai (default; cache reads at 10 %%, no write premium, the "
                              "figures before this option) or anthropic (reads at 10 %%, writes at 1.25 × for the "
                              "5-minute cache). report.json's cost_breakdown has both.")
+    replay.add_argument("--turn-gaps", type=_gaps, default=None, metavar="SPEC",
+                        help="Bill the replay on a clock (the trace's own message timestamps where every turn has "
+                             "one, else these gaps between turns): 30s (fixed), exp:45s (exponential, that mean) or "
+                             "mix:30s,0.1@600s (30 s, an idle pause of 600 s with probability 0.1). The report then "
+                             "gives what the provider of --pricing bills (its prompt cache's TTL, write premium, "
+                             "minimum and granularity): the raw history with and without client caching, and the "
+                             "proxy's forwarded turns and summary calls with and without its cache control.")
+    replay.add_argument("--gap-seed", type=int, default=0,
+                        help="Seed of the random gaps of --turn-gaps (default 0): the same seed, the same clock.")
     replay.add_argument("--summary-request", choices=("prefix", "transcript"), default=None,
                         help="How summaries are asked for, as the server's option of that name: prefix (the "
                              "turn's own request, then an instruction; default) or transcript.")
@@ -68,7 +78,8 @@ def add_target_arguments(replay: argparse.ArgumentParser) -> None:
 IN_PROCESS_ONLY = (("redis_url", "--redis-url"), ("data_dir", "--data-dir"), ("upstream", "--upstream"),
                    ("summary_delay_ms", "--summary-delay-ms"), ("turn_latency_ms", "--turn-latency-ms"),
                    ("inline_summaries", "--inline-summaries"), ("summary_request", "--summary-request"),
-                   ("compare", "--compare"), ("mask_keep", "--mask-keep"), ("pricing", "--pricing"))
+                   ("compare", "--compare"), ("mask_keep", "--mask-keep"), ("pricing", "--pricing"),
+                   ("turn_gaps", "--turn-gaps"))
 
 
 def target_usage_error(args: argparse.Namespace) -> str | None:
@@ -113,6 +124,13 @@ def _mask_keep(value: str) -> int:
     if not 0 <= number <= 10_000:
         raise argparse.ArgumentTypeError(f"expected a number of tool results from 0 to 10000, got {value}")
     return number
+
+
+def _gaps(value: str) -> Gaps:
+    try:
+        return parse_gaps(value)
+    except GapsError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _milliseconds(value: str) -> float:
@@ -166,7 +184,8 @@ async def run_replay(args: argparse.Namespace) -> dict:
                         turn_latency_ms=getattr(args, "turn_latency_ms", 0.0) or 0.0,
                         inline_summaries=bool(getattr(args, "inline_summaries", False)),
                         summary_request=getattr(args, "summary_request", None) or "prefix",
-                        pricing=getattr(args, "pricing", None) or DEFAULT_PRICING)
+                        pricing=getattr(args, "pricing", None) or DEFAULT_PRICING,
+                        gaps=getattr(args, "turn_gaps", None), gap_seed=getattr(args, "gap_seed", 0) or 0)
     counting = replayer.token_counting()
     warning = estimate_warning(counting)
     bar = progress_bar(sum(len(turns_of(c["messages"])) for c in conversations))
@@ -185,9 +204,14 @@ async def run_replay(args: argparse.Namespace) -> dict:
         await upstream.aclose()
         await store.close()
     report = report_dict(results, settings, counting, format=format, pricing=replayer.pricing.name)
+    if replayer.gaps is not None:
+        report["bill"] = {**bill.summed([r.bill for r in results if r.bill is not None]),
+                          "turn_gaps": replayer.gaps.text, "gap_seed": replayer.gap_seed}
     report["summaries_made"] = "inline" if replayer.inline_summaries else "background"
     report["summary_request"] = replayer.summary_request
     print(table(report))
+    if "bill" in report:
+        print(bill.table(report["bill"], pricing=replayer.pricing.name, gaps=replayer.gaps.text))  # type: ignore[union-attr]
     if getattr(args, "compare", False):
         report["compare"] = compared(args, conversations, settings, format=format, report=report)
         print()

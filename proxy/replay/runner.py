@@ -55,7 +55,9 @@ from proxy.core.tokens import (IMAGE_PARTS, TokenCounter, counter_for_encoding, 
                                part_image_tokens)
 from proxy.upstream.client import Upstream
 from proxy.upstream.pool import pooled_transport
-from proxy.replay import cost, metrics
+from proxy.core import provider_cache
+from proxy.replay import bill, cost, gaps, metrics
+from proxy.replay.gaps import Gaps
 from proxy.replay.metrics import common_prefix, prefix_reuse  # noqa: F401  (imported from here too)
 from proxy.replay.turns import (  # noqa: F401  (imported from here too)
     FORMATS, ReplayInputError, answer_positions, answers_of, load_conversations, request_body, requests_of,
@@ -142,6 +144,7 @@ class Conversation:
     raw_per_turn: list[int] = field(default_factory=list)
     forwarded_per_turn: list[int] = field(default_factory=list)
     added_ms_per_turn: list[float] | None = None  # only with a summary delay
+    bill: dict[str, Any] | None = None  # only with turn gaps: see proxy.replay.bill
 
 
 def replay_namespace(index: int, conversation_id: str) -> str:
@@ -185,7 +188,8 @@ class Replayer:
     def __init__(self, store: Store, settings: OffloadSettings, upstream: Upstream, *, headers: list, model: str,
                  ttl: int = 7 * 24 * 3600, format: str = "chat", summary_delay_ms: float | None = None,
                  turn_latency_ms: float = 0.0, inline_summaries: bool = False,
-                 summary_request: str = "prefix", pricing: str = metrics.DEFAULT_PRICING) -> None:
+                 summary_request: str = "prefix", pricing: str = metrics.DEFAULT_PRICING,
+                 gaps: Gaps | None = None, gap_seed: int = 0) -> None:
         """Summaries are made in the background as the server makes them (`inline_summaries`: by the
         turn that needs one, none ahead of time, as before background summaries). `summary_delay_ms`
         (the delay `upstream_for` gave the fake summariser) turns on the latency report and lets
@@ -193,12 +197,15 @@ class Replayer:
         so figures are deterministic); `turn_latency_ms`: each turn sleeps that long after its
         pipeline (the upstream answering). `summary_request`: the shape summaries are asked for in
         (the server's `--summary-request`: "prefix", the turn's own request, or "transcript").
-        `pricing`: the `metrics.PRICINGS` the cache cost is given at (the breakdown has both)."""
+        `pricing`: the `metrics.PRICINGS` the cache cost is given at (the breakdown has both).
+        `gaps`: the turns' clock (`proxy.replay.gaps`; a trace's own timestamps win): the bill
+        (`proxy.replay.bill`) at `pricing`'s provider profile; None: no bill."""
         self.store, self.settings, self.upstream, self.headers, self.model = store, settings, upstream, headers, model
         self.ttl, self.format, self.view = ttl, format, view_for(format)
         self.summary_delay_ms, self.turn_latency_ms = summary_delay_ms, turn_latency_ms
         self.inline_summaries, self.summary_request = inline_summaries, summary_request
         self.pricing = metrics.PRICINGS[pricing]
+        self.gaps, self.gap_seed = gaps, gap_seed
         self.wire = WIRES[format]
         self.json_counter = counter_for_encoding("o200k_base")
         self._system: str | None = None  # an Anthropic conversation's `system` (its leading system messages)
@@ -265,6 +272,7 @@ class Replayer:
         sink: list = []  # the summary requests, by turn
         added: list[float] = []
         scheduler = None if self.inline_summaries else TurnScheduler()
+        bodies: list[dict] = []  # what each turn forwards (the bill's)
         for k, request in enumerate(requests):
             recording(sink, k)
             start = time.perf_counter()
@@ -281,6 +289,8 @@ class Replayer:
             for o in prepared.plan.offloads:
                 created.setdefault(o.ref, o.text)
             forwarded.append(sent)
+            if self.gaps is not None:
+                bodies.append(turn.rounds.request(turn.inject_reload_tools and turn.settings.max_reload_rounds > 0))
             sent_tools.append(self.forwarded_tools(tools, turn))
             tokens.append(message_tokens(sent, self.json_counter))
             out.raw_per_turn.append(sum(history_tokens[:len(request)]))
@@ -316,10 +326,20 @@ class Replayer:
         out.ms_per_turn_steady = steady * 1e3 / max(out.turns, 1)
         self._figures(out, history=history, answers=answers, requests=requests, history_tokens=history_tokens,
                       forwarded=forwarded, tokens=tokens, sent_tools=sent_tools, sink=sink)
+        if self.gaps is not None:
+            out.bill = self._bill(conv, index, requests=requests, tools=tools, bodies=bodies, sink=sink)
         if self.summary_delay_ms is not None:
             out.added_ms_per_turn = [round(ms, 3) for ms in added]
             out.latency = metrics.latency(added, self.summary_delay_ms, self.turn_latency_ms)
         return out
+
+    def _bill(self, conv: dict, index: int, *, requests, tools, bodies: list[dict], sink) -> dict[str, Any]:
+        times = (gaps.trace_times(conv["messages"], answer_positions(conv["messages"]))
+                 or self.gaps.times(len(requests), seed=self.gap_seed, index=index))  # type: ignore[union-attr]
+        raw = [request_body(r, format=self.format, model=self.model, tools=tools, system=self._system) for r in requests]
+        return bill.replayed(bill.Biller(provider_cache.profile_for(self.pricing.name, self.model), format=self.format,
+                                         tokens=self.json_counter.text),
+                             times=times, raw=raw, forwarded=bodies, summaries=[(k, b) for k, b, _ in sink])
 
     async def _settle(self, scheduler: TurnScheduler | None) -> None:
         if scheduler is not None:

@@ -13,6 +13,11 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 NATIVE_HOSTS = frozenset({"api.openai.com", "api.anthropic.com"})
+CACHE_KEY_HOSTS = {"api.openai.com"}  # the upstreams given a prompt_cache_key (`accepts_cache_key`)
+
+
+def _host(base_url: str) -> str:
+    return (urlsplit(base_url).hostname or "").lower().rstrip(".")
 
 
 def emulates(setting: str, base_url: str) -> bool:
@@ -21,5 +26,10 @@ def emulates(setting: str, base_url: str) -> bool:
         return False
     if setting == "emulate":
         return True
-    host = (urlsplit(base_url).hostname or "").lower().rstrip(".")
-    return host not in NATIVE_HOSTS
+    return _host(base_url) not in NATIVE_HOSTS
+
+
+def accepts_cache_key(base_url: str) -> bool:
+    """Is the upstream at `base_url` OpenAI's own API, which takes a `prompt_cache_key`? Other
+    OpenAI-compatible servers may refuse a field they do not know (`--cache-control`)."""
+    return _host(base_url) in CACHE_KEY_HOSTS

@@ -17,6 +17,7 @@ from tests.e2e.test_anthropic_compression import (
     conversation,
     tool_pairs_whole,
 )
+from proxy.formats.messages.cache_control import with_caching
 from tests.harness.anthropic import answer, message, parse_sse, text, tool_use
 from tests.harness.requests import post
 from tests.harness.servers import scripted
@@ -464,7 +465,8 @@ def test_an_unreachable_anthropic_upstream(make_proxy, upstream, path, stream):
                                   {"type": "function", "function": {"name": "context_search"}},
                                   {"type": "custom", "name": "context_search", "input_schema": {"type": "object"}}])
 def test_a_client_tool_named_like_a_reload_tool(proxy_url, upstream, tool):
-    """The client's own context_reload/context_search: nothing offloaded nor injected, its calls reach it."""
+    """The client's own context_reload/context_search: nothing offloaded nor injected, its calls
+    reach it; the request as sent, but for the prompt caching the proxy adds (`--cache-control auto`)."""
     upstream.handler = scripted(lambda rec: answer(rec, message(tool_use(tool.get("name") or "context_search",
                                                                          {"ref": "abcdef"}))))
     sent = base(history_to_offload(), tools=[*BASH, tool])
@@ -473,7 +475,7 @@ def test_a_client_tool_named_like_a_reload_tool(proxy_url, upstream, tool):
     assert [b["type"] for b in r.json()["content"]] == ["tool_use"]
     assert r.headers["x-offload-action"] == "none" and r.headers.get("x-offload-warning")
     [rec] = upstream.messages_requests()
-    assert rec.json() == sent
+    assert rec.json() == with_caching(sent)
 
 
 def test_the_client_keeps_its_cache_breakpoints_and_tool_choice(proxy_url, upstream):

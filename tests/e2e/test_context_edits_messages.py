@@ -222,7 +222,8 @@ def test_relay_to_a_native_upstream_byte_for_byte(proxy_url, upstream, key, stre
             "context_management": {"edits": [THINK, CLEAR]}}
     raw = json.dumps(body, separators=(",", ":")).encode()
     r = post(proxy_url, "/v1/messages", body=raw, key=key, headers={
-        **EDITING, "anthropic-beta": f"{BETA_CLEAR},{OTHER_BETA}", "X-Offload-Context-Management": "relay"})
+        **EDITING, "anthropic-beta": f"{BETA_CLEAR},{OTHER_BETA}", "X-Offload-Context-Management": "relay",
+        "X-Offload-Cache-Control": "off"})  # nor prompt caching added: the bytes as sent
     assert r.status_code == 200, r.text
     [forwarded] = upstream.messages_requests()
     assert forwarded.body == raw and forwarded.headers["anthropic-beta"] == f"{BETA_CLEAR},{OTHER_BETA}"

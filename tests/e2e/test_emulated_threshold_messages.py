@@ -227,7 +227,7 @@ def test_relayed_to_a_native_upstream_everything_goes_on_byte_for_byte(proxy_url
     r = httpx2.post(f"{proxy_url}/v1/messages", content=raw, timeout=30,
                     headers={"x-api-key": key, "anthropic-version": "2023-06-01", "anthropic-beta": BETA,
                              "content-type": "application/json", "X-Offload-Context-Management": "relay",
-                             "X-Offload-Mode": "off"})
+                             "X-Offload-Mode": "off", "X-Offload-Cache-Control": "off"})
     assert r.status_code == 200 and r.json()["content"][0] == fake.COMPACTION_BLOCK
     forwarded = upstream.messages_requests()[0]
     assert forwarded.body == raw and forwarded.headers["anthropic-beta"] == BETA

@@ -128,7 +128,8 @@ def test_compact_edit_no_compression_and_the_block_reaches_the_client(proxy_url,
     body = {"model": MODEL, "max_tokens": 1024, "messages": messages, "context_management": COMPACT,
             "stream": stream}
     r = post(proxy_url, "/v1/messages", body=compact_json(body), key=key,
-             headers={**RELAY, **INLINE, "X-Offload-Mode": "compress", "anthropic-beta": BETA_COMPACT})
+             headers={**RELAY, **INLINE, "X-Offload-Mode": "compress", "anthropic-beta": BETA_COMPACT,
+                      "X-Offload-Cache-Control": "off"})  # nor prompt caching added: the bytes as sent
     assert r.status_code == 200, r.text
     assert r.headers["x-offload-action"] == "none" and not upstream.summary_requests()
     forwarded = upstream.messages_requests()[0]

@@ -335,3 +335,32 @@ def test_replay_command_in_the_anthropic_format(tmp_path, capsys):
     o = report["overall"]
     assert o["refs"] >= 1 and o["summaries"] >= 1 and o["reload_exact_fraction"] == 1.0
     assert "format: anthropic" in capsys.readouterr().out
+
+
+def test_turn_gaps_give_the_bill_with_and_without_cache_control(tmp_path, capsys):
+    """`--turn-gaps` with Anthropic pricing: the raw history and the proxy's turns billed by the
+    provider-cache model; idle pauses past the TTL cost more than a steady pace."""
+    traces = tmp_path / "conversations.jsonl"
+    traces.write_text(json.dumps(conversation("conv-0", 8)))
+    bills = {}
+    for spec in ("30s", "600s"):
+        out = tmp_path / spec
+        main(["replay", str(traces), "--out", str(out), "--max-total-tokens", "3000", "--format", "anthropic",
+              "--pricing", "anthropic", "--turn-gaps", spec])
+        report = json.loads((out / "report.json").read_text())
+        bills[spec] = report["bill"]
+        assert report["bill"]["turn_gaps"] == spec and report["conversations"][0]["bill"]["raw_uncached"] > 0
+        assert f"turn gaps {spec}" in capsys.readouterr().out
+    steady, idle = bills["30s"], bills["600s"]
+    assert steady["raw_uncached"] == idle["raw_uncached"]
+    assert steady["ratios"]["proxy_cached"] < steady["ratios"]["proxy_uncached"]
+    assert steady["ratios"]["raw_cached"] < 1.0 and steady["above_raw"] in (0, 1)
+    assert idle["proxy_cached"] > steady["proxy_cached"] and idle["raw_cached"] > steady["raw_cached"]
+
+
+def test_a_bad_turn_gaps_spec_is_a_usage_error(tmp_path, capsys):
+    traces = tmp_path / "conversations.jsonl"
+    traces.write_text(json.dumps(conversation("conv-0", 2)))
+    with pytest.raises(SystemExit) as exit:
+        main(["replay", str(traces), "--turn-gaps", "mix:30s,2@1m"])
+    assert exit.value.code == 2 and "probability@duration" in capsys.readouterr().err

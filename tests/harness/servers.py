@@ -1,5 +1,6 @@
 """Test servers on loopback: uvicorn in a thread, a fake upstream speaking OpenAI's chat and Responses
-APIs and Anthropic's Messages API, a real redis-server."""
+APIs and Anthropic's Messages API (its usage billed by a provider-like prompt cache when a test
+sets `FakeUpstream.caches`, `tests.harness.billing`), a real redis-server."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from starlette.routing import Route
 from proxy.cli import uvicorn_options
 from proxy.core.texts import SUMMARY_INSTRUCTION, SUMMARY_PROMPT
 from tests.harness import anthropic as fake_anthropic
+from tests.harness import billing
 from tests.harness import responses as fake_responses
 
 
@@ -315,10 +317,13 @@ class FakeUpstream:
 
     handler: Handler = default_handler
     requests: list[Recorded] = field(default_factory=list)
+    # a provider's prompt cache billing the answers' usage (`tests.harness.billing`); None: fixed usage
+    caches: billing.ProviderCaches | None = None
 
     def reset(self) -> None:
         self.handler = default_handler
         self.requests.clear()
+        self.caches = None
 
     def chat_requests(self) -> list[Recorded]:
         """The chat completions the proxy forwarded, in order: its summary calls are not among
@@ -344,7 +349,15 @@ class FakeUpstream:
                        {k.lower(): v for k, v in request.headers.items()}, await request.body(),
                        [(k.lower(), v) for k, v in request.headers.items()])
         self.requests.append(rec)
-        return await self.handler(request, rec)
+        caches = self.caches
+        if caches is None:
+            return await self.handler(request, rec)
+        try:
+            billed = caches.bill(rec)
+        except billing.pc.CacheRequestError as exc:
+            return billing.refused(exc)
+        response = await self.handler(request, rec)
+        return response if billed is None else await billing.billed_response(response, rec, billed)
 
     def app(self) -> Starlette:
         methods = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]

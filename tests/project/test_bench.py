@@ -103,3 +103,12 @@ def test_fold_stall():
     assert out.count("plan of ") == 3 and "folded [0]" in out
     assert out.count("/healthz during") == 5 and "p99" in out
     assert "three at once: [200, 200, 200]" in out and "the other tenant's request meanwhile: 200" in out
+
+
+def test_cache_control(tmp_path):
+    traces = tmp_path / "traces.jsonl"
+    traces.write_text("\n".join(json.dumps({"id": f"t{i}", "framework": f"f{i}", "messages": agent_history(steps=3 + i)})
+                                for i in range(2)))
+    out = run("cache_control.py", "--traces", str(traces), "--out", str(tmp_path / "out"), "--gaps", "mix:30s,0.5@10m")
+    assert "OVERALL" in out and "target (proxy <= 0.12" in out and "leave one framework out" in out
+    assert (tmp_path / "out" / "cache_control.json").exists()

@@ -12,6 +12,7 @@ from proxy.formats.chat.items import VIEW
 from proxy.formats.chat.request import colliding_tool_names
 from proxy.formats.chat.rounds import ChatRounds
 from proxy.formats.chat import summary
+from proxy.formats.openai_cache import with_cache_key
 
 
 class ChatFormat:
@@ -34,6 +35,9 @@ class ChatFormat:
 
     def colliding_tool_names(self, body: dict) -> set[str]:
         return set(colliding_tool_names(body))
+
+    def with_prompt_cache(self, body: dict, *, key: str | None) -> dict:
+        return with_cache_key(body, key)
 
     def provider_context(self, body: dict) -> ProviderContext:
         return NONE  # chat completions has no server-side context management

@@ -14,6 +14,7 @@ from proxy.core.wire import Compaction
 from proxy.core.markers import INJECTED_TOOLS
 from proxy.core.provider_context import ProviderContext
 from proxy.formats.messages import summary
+from proxy.formats.messages.cache_control import with_caching
 from proxy.formats.messages.compaction import paused_events, paused_message
 from proxy.formats.messages.body import parse_messages_body
 from proxy.formats.messages.items import MessagesView
@@ -40,6 +41,9 @@ class MessagesFormat:
 
     def colliding_tool_names(self, body: dict) -> set[str]:
         return colliding_tool_names(body, INJECTED_TOOLS)
+
+    def with_prompt_cache(self, body: dict, *, key: str | None) -> dict:
+        return with_caching(body)
 
     def provider_context(self, body: dict) -> ProviderContext:
         return provider_context(body)

@@ -18,6 +18,7 @@ from proxy.formats.responses.items import ResponsesView
 from proxy.formats.responses.reload_rounds import ResponsesRounds
 from proxy.formats.responses.request import colliding_tool_names, history, provider_context, with_history
 from proxy.formats.responses import summary
+from proxy.formats.openai_cache import with_cache_key
 from proxy.formats.responses.compact import triggered_events, triggered_response
 
 
@@ -40,6 +41,9 @@ class ResponsesFormat:
 
     def colliding_tool_names(self, body: dict) -> set[str]:
         return colliding_tool_names(body, INJECTED_TOOLS)
+
+    def with_prompt_cache(self, body: dict, *, key: str | None) -> dict:
+        return with_cache_key(body, key)
 
     def provider_context(self, body: dict) -> ProviderContext:
         return provider_context(body, self.view)

@@ -1,0 +1,157 @@
+"""What a replayed conversation is billed, on the clock of its turns (`proxy.replay.gaps`), by
+the provider-cache model (`proxy.core.provider_cache`) at `--pricing`'s profile.
+
+Five figures per conversation, each in input-token equivalents (an uncached input token = 1):
+
+- `raw_uncached`: the raw history, every token at the input price (a client caching nothing);
+- `raw_cached`: the raw history with the client's own caching (Anthropic: the caching the proxy
+  would add, `proxy.formats.messages.cache_control`; OpenAI: its automatic cache);
+- `proxy_uncached`: the forwarded turns and the proxy's summary calls, the proxy adding no cache
+  control (`--cache-control off`, a client setting none: on Anthropic nothing is cached);
+- `proxy_cached`: the same with the proxy's cache control (`--cache-control auto`);
+- `floor`: every token new to the raw history paid once at the write price, the rest free.
+
+The proxy's caching is applied to the forwarded bodies here (the same pure function the server
+applies before the turn's summaries are made, so the summary calls' bodies get it the same way),
+which leaves every other replay figure as it was. A summary call is sent a second after the turn
+that started it. Requests of one conversation share one cache; conversations do not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.core import provider_cache as pc
+from proxy.formats import openai_cache
+from proxy.formats.messages import cache_control as messages_cache
+
+SUMMARY_DELAY = 1.0  # seconds after its turn a summary call is sent
+FIGURES = ("raw_uncached", "raw_cached", "proxy_uncached", "proxy_cached", "floor")
+Tokens = Callable[[str], int]
+Marker = Callable[[dict], dict]
+
+
+@dataclass(frozen=True)
+class Sent:
+    at: float
+    body: dict
+
+
+def stripped(value: Any) -> Any:
+    """`value` without any `cache_control` (a body as a client that sets none sends it)."""
+    if isinstance(value, dict):
+        return {k: stripped(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [stripped(v) for v in value]
+    return value
+
+
+def explicit_marks(body: dict) -> dict:
+    """Measured against the request-level caching: explicit breakpoints after the tools and
+    system, on the proxy's summary block and on the last block (`bench/cache_control.py`)."""
+    marked = messages_cache.with_caching(body, "system+automatic")
+    out = {k: v for k, v in marked.items() if k != "cache_control"}
+    messages = [dict(m) for m in out.get("messages") or [] if isinstance(m, dict)]
+    control = dict(messages_cache.EPHEMERAL)
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list) and any(isinstance(b, dict) and "[offloaded history: " in str(b.get("text"))
+                                             for b in content):
+            message["content"] = [{**b, "cache_control": control} if isinstance(b, dict) and
+                                  "[offloaded history: " in str(b.get("text")) else b for b in content]
+            break
+    if messages:
+        last = messages[-1]
+        content = last.get("content")
+        if isinstance(content, str):
+            content = [{"type": "text", "text": content}]
+        if isinstance(content, list) and content and isinstance(content[-1], dict):
+            last["content"] = [*content[:-1], {**content[-1], "cache_control": control}]
+    return {**out, "messages": messages}
+
+
+MARKERS: dict[str, Marker] = {
+    "automatic": lambda body: messages_cache.with_caching(body, "automatic"),
+    "system+automatic": lambda body: messages_cache.with_caching(body, "system+automatic"),
+    "explicit": explicit_marks,
+}
+
+
+class Biller:
+    """Bills sequences of bodies of one wire format at one profile; block token counts memoised."""
+
+    def __init__(self, profile: pc.Profile, *, format: str, tokens: Tokens) -> None:
+        self.profile, self.format = profile, format
+        self._tokens, self._memo = tokens, {}  # type: ignore[var-annotated]
+
+    def tokens(self, text: str) -> int:
+        found = self._memo.get(text)
+        if found is None:
+            found = self._memo[text] = self._tokens(text)
+        return found
+
+    def request(self, sent: Sent, *, caching: Marker | None) -> pc.Request:
+        """What the provider sees of `sent`, with `caching` applied to the body (None: none at all)."""
+        body = stripped(sent.body)
+        if self.format == "anthropic":
+            return messages_cache.cached_request(caching(body) if caching else body, sent.at, self.tokens)
+        request = openai_cache.cached_request(body, sent.at, self.tokens)
+        return pc.Request(request.at, request.blocks, automatic=pc.FIVE_MINUTES if caching else None)
+
+    def bill(self, sent: Sequence[Sent], *, caching: Marker | None) -> pc.Billed:
+        return pc.total(pc.bill_all(self.profile, [self.request(s, caching=caching) for s in sent]))
+
+    def cost(self, sent: Sequence[Sent], *, caching: Marker | None) -> float:
+        return self.bill(sent, caching=caching).cost(self.profile)
+
+
+def conversation_bill(biller: Biller, *, raw: Sequence[Sent], forwarded: Sequence[Sent],
+                      strategy: str = messages_cache.STRATEGY) -> dict[str, Any]:
+    """The five figures (`FIGURES`) of one conversation, the proxy's bill split by kind, and
+    what the proxy's turns cost with each way of caching (`MARKERS`) for the bench's choice."""
+    caching = MARKERS[strategy]
+    uncached = biller.bill(raw, caching=None)
+    proxy = biller.bill(forwarded, caching=caching)
+    floor, seen = 0.0, 0
+    for s in raw:
+        blocks = biller.request(s, caching=None).blocks
+        floor += sum(b.tokens for b in blocks[seen:]) * biller.profile.write
+        seen = len(blocks)
+    return {"raw_uncached": float(uncached.total), "raw_cached": biller.cost(raw, caching=caching),
+            "proxy_uncached": biller.cost(forwarded, caching=None), "proxy_cached": proxy.cost(biller.profile),
+            "floor": floor, "proxy_billed": {"uncached": proxy.uncached, "read": proxy.read,
+                                             "write_5m": proxy.write_5m, "write_1h": proxy.write_1h},
+            "strategies": {name: biller.cost(forwarded, caching=marker) for name, marker in MARKERS.items()}}
+
+
+def replayed(biller: Biller, *, times: Sequence[float], raw: Sequence[dict], forwarded: Sequence[dict],
+             summaries: Sequence[tuple[int, dict]]) -> dict[str, Any]:
+    """`conversation_bill` of a replay: turn k's raw and forwarded bodies sent at times[k], its
+    summary calls (turn, body) SUMMARY_DELAY later."""
+    sent = [*(Sent(at, b) for at, b in zip(times, forwarded)),
+            *(Sent(times[k] + SUMMARY_DELAY, b) for k, b in summaries)]
+    return conversation_bill(biller, raw=[Sent(at, b) for at, b in zip(times, raw)],
+                             forwarded=sorted(sent, key=lambda s: s.at))
+
+
+def summed(bills: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The figures of several conversations summed, each also as a share of `raw_uncached`, and
+    the conversations billed more through the proxy than their raw history with caching."""
+    out: dict[str, Any] = {k: sum(b[k] for b in bills) for k in FIGURES}
+    base = out["raw_uncached"] or 1.0
+    out["ratios"] = {k: out[k] / base for k in FIGURES}
+    out["proxy_vs_raw_cached"] = out["proxy_cached"] / out["raw_cached"] if out["raw_cached"] else 1.0
+    out["above_raw"] = sum(1 for b in bills if b["proxy_cached"] > b["raw_cached"] + 1e-9)
+    return out
+
+
+def table(bill: dict[str, Any], *, pricing: str, gaps: str) -> str:
+    r = bill["ratios"]
+    return (f"billed ({pricing} prompt cache, turn gaps {gaps}), in input tokens and as a share of the raw history "
+            f"uncached: raw uncached {bill['raw_uncached']:,.0f} (1.000), raw with client caching "
+            f"{bill['raw_cached']:,.0f} ({r['raw_cached']:.3f}), through the proxy without cache control "
+            f"{bill['proxy_uncached']:,.0f} ({r['proxy_uncached']:.3f}), with the proxy's cache control "
+            f"{bill['proxy_cached']:,.0f} ({r['proxy_cached']:.3f}), floor {r['floor']:.3f}; "
+            f"{bill['above_raw']} conversation(s) billed above their raw history with caching")

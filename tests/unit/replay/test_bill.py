@@ -1,0 +1,88 @@
+"""The replay's bill: raw and forwarded bodies billed by the provider-cache model on a clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.core import provider_cache as pc
+from proxy.replay import bill
+
+SYSTEM = "rules " * 2000
+
+
+def body(n: int, *, system: str = SYSTEM) -> dict:
+    messages: list[dict] = []
+    for i in range(n):
+        messages += [{"role": "user", "content": f"question {i} " + "word " * 300},
+                     {"role": "assistant", "content": [{"type": "text", "text": f"answer {i}"}]}]
+    return {"model": "claude-sonnet-4-5", "max_tokens": 10, "system": system,
+            "messages": [*messages, {"role": "user", "content": "next"}]}
+
+
+def tokens(text: str) -> int:
+    return max(1, len(text) // 4)
+
+
+def biller(profile: pc.Profile = pc.ANTHROPIC, format: str = "anthropic") -> bill.Biller:
+    return bill.Biller(profile, format=format, tokens=tokens)
+
+
+def test_stripped_removes_every_cache_control():
+    marked = {"cache_control": {"type": "ephemeral"}, "system": [{"type": "text", "text": "x", "cache_control": {}}],
+              "messages": [{"role": "user", "content": [{"type": "tool_result", "content": [
+                  {"type": "text", "text": "y", "cache_control": {"type": "ephemeral"}}]}]}]}
+    assert "cache_control" not in repr(bill.stripped(marked))
+    assert bill.stripped({"a": [1, {"b": 2}]}) == {"a": [1, {"b": 2}]}
+
+
+def test_the_five_figures_of_a_conversation_turned_with_short_gaps():
+    raw = [body(n) for n in range(1, 6)]
+    got = bill.replayed(biller(), times=[0, 30, 60, 90, 120], raw=raw, forwarded=raw, summaries=[])
+    total = sum(x.tokens for b in raw for x in biller().request(bill.Sent(0, b), caching=None).blocks)
+    assert got["raw_uncached"] == total == got["proxy_uncached"]  # Anthropic: nothing cached unless asked
+    # the same bodies with the proxy's caching: the first turn written (1.25 x), then mostly read
+    assert got["raw_cached"] == got["proxy_cached"] < 0.65 * total
+    assert got["floor"] < got["raw_cached"]
+    assert set(got["strategies"]) == set(bill.MARKERS)
+    assert got["strategies"]["system+automatic"] == pytest.approx(got["proxy_cached"])
+    billed = got["proxy_billed"]
+    assert billed["read"] > billed["write_5m"] > 0 and billed["write_1h"] == 0
+
+
+def test_idle_pauses_longer_than_the_ttl_cost_writes_again():
+    raw = [body(n) for n in range(1, 6)]
+    short = bill.replayed(biller(), times=[0, 30, 60, 90, 120], raw=raw, forwarded=raw, summaries=[])
+    idle = bill.replayed(biller(), times=[0, 400, 800, 1200, 1600], raw=raw, forwarded=raw, summaries=[])
+    assert idle["proxy_cached"] > short["proxy_cached"] and idle["raw_uncached"] == short["raw_uncached"]
+    assert idle["proxy_billed"]["read"] == 0
+
+
+def test_a_summary_call_shares_the_turns_cache():
+    raw = [body(n) for n in range(1, 4)]
+    summary = {**raw[1], "messages": [*raw[1]["messages"], {"role": "user", "content": [
+        {"type": "text", "text": "summarise"}]}]}
+    alone = bill.replayed(biller(), times=[0, 30, 60], raw=raw, forwarded=raw, summaries=[])
+    both = bill.replayed(biller(), times=[0, 30, 60], raw=raw, forwarded=raw, summaries=[(1, summary)])
+    extra = both["proxy_cached"] - alone["proxy_cached"]
+    summary_tokens = sum(b.tokens for b in biller().request(bill.Sent(0, summary), caching=None).blocks)
+    assert 0 < extra < 0.4 * summary_tokens  # read from the turn's cache, the instruction written
+
+
+def test_openai_caches_without_being_asked_and_summed_ratios():
+    chat = [{"model": "gpt-5", "messages": [{"role": "system", "content": SYSTEM},
+                                            *[{"role": "user", "content": f"q{i} " + "w " * 500} for i in range(n)]]}
+            for n in range(1, 4)]
+    got = bill.replayed(biller(pc.OPENAI, "chat"), times=[0, 10, 20], raw=chat, forwarded=chat, summaries=[])
+    assert got["proxy_uncached"] == got["proxy_cached"] == got["raw_cached"] < got["raw_uncached"]
+    summed = bill.summed([got, got])
+    assert summed["raw_uncached"] == 2 * got["raw_uncached"] and summed["ratios"]["raw_uncached"] == 1.0
+    assert summed["above_raw"] == 0 and summed["proxy_vs_raw_cached"] == pytest.approx(1.0)
+    assert "0 conversation(s) billed above" in bill.table(summed, pricing="openai", gaps="30s")
+
+
+def test_explicit_marks_put_at_most_four_breakpoints():
+    summarised = {**body(3), "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "[offloaded history: ref=abc] the plan"}]},
+        *body(3)["messages"][1:]]}
+    request = biller().request(bill.Sent(0, summarised), caching=bill.explicit_marks)
+    assert len(pc.breakpoints(pc.ANTHROPIC, request)) == 3 and request.automatic is None
