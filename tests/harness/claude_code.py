@@ -115,7 +115,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.harness.codex import Trap
+from tests.harness.codex import Trap, agent_connections
 from tests.harness.installs import exclusive
 
 CLAUDE_CODE_VERSION = "2.1.330"
@@ -396,7 +396,7 @@ class ClaudeCode:
             with open(os.devnull, "rb") as stdin:
                 done = subprocess.run(argv, cwd=self.workdir, env=self.environment(trap.url), stdin=stdin,
                                       check=False, capture_output=True, text=True, timeout=timeout)
-            trapped = list(trap.seen)
+            trapped = agent_connections(trap.seen)
         events = []
         for line in done.stdout.splitlines():
             if line.startswith("{"):

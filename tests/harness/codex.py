@@ -71,6 +71,17 @@ def _install(cache: Path, version: str) -> Path:
     return binary
 
 
+# Where tiktoken downloads its encodings: a wrapped proxy on a machine without them cached (a clean
+# clone, no ../shared/tiktoken) tries it once through the trap, is refused, and counts by estimate.
+# The trap is there for the agent's own connections.
+TIKTOKEN_DOWNLOADS = "CONNECT openaipublic.blob.core.windows.net:443 "
+
+
+def agent_connections(seen: list[str]) -> list[str]:
+    """The trapped connection lines, the proxy's tiktoken download left out."""
+    return [line for line in seen if not line.startswith(TIKTOKEN_DOWNLOADS)]
+
+
 class Trap:
     """A loopback 'HTTP proxy' that records the first line of every connection and closes it."""
 
@@ -213,6 +224,6 @@ class Codex:
             with open(os.devnull, "rb") as stdin:
                 done = subprocess.run(argv, cwd=self.workdir, env=env, stdin=stdin, capture_output=True,
                                       text=True, timeout=timeout)
-            trapped = list(trap.seen)
+            trapped = agent_connections(trap.seen)
         events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
         return Run(done.returncode, done.stdout, done.stderr, events, trapped)

@@ -18,7 +18,8 @@ LINE = re.compile(r"^offload-proxy: (?:no requests went through the proxy|(?P<re
                   r"(?P<before>[\d,]+) → (?P<after>[\d,]+) tokens(?: \((?P<ratio>[\d.]+)\))?"
                   r"(?:, cache-weighted cost ×(?P<cost>[\d.]+))?, (?P<reloads>[\d,]+) reloads?)"
                   r"(?:; proxy still up at (?P<url>\S+): dashboard \S+(?: \(admin token \S+\))?, "
-                  r"stop it with kill (?P<pid>\d+))?$", re.M)
+                  r"stop it with kill (?P<pid>\d+)(?:; its log and store stay in (?P<scratch>\S+) until you remove it)?)?$",
+                  re.M)
 
 
 def argv(agent: str, *options: str) -> list[str]:
