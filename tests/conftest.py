@@ -122,7 +122,8 @@ def make_proxy(_fake_upstream_server, tmp_path_factory):
     def start(**overrides) -> Iterator[str]:
         _, fake_server = _fake_upstream_server
         options = {"upstream": f"{fake_server.url}/v1", "anthropic_upstream": fake_server.url,
-                   "data_dir": tmp_path_factory.mktemp("store")}
+                   "data_dir": tmp_path_factory.mktemp("store"),
+                   "store_timeout": 2.0}  # a healthy store must meet it on a loaded machine (0.5 s: a cluster did not)
         options.update(overrides)
         app = create_app(ServerSettings(**options))
         with ServerThread(app) as server:

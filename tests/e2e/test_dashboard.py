@@ -283,6 +283,8 @@ def test_ten_thousand_sessions_are_paged(make_proxy, redis_url, tmp_path, chromi
             recorder.record(Turn(namespace=ns(name), session=f"s-{i:05d}", time=now - 5 + i / 10_000, route="chat",
                                  model="gpt-4o", status=200, stream=False, tokens_before=5000 + i,
                                  tokens_after=1000, action="compact", refs=1))
+            if i % 1000 == 999:  # written as they come (stop's flush is bounded in time: a loaded machine
+                await recorder.flush()  # took over 120 s for 10,000 new sessions at once)
         await recorder.stop(timeout=120)
         await store.close()
         assert recorder.snapshot().recorded == 10_000, recorder.snapshot()
