@@ -7,6 +7,7 @@ import functools
 
 from starlette.requests import Request
 
+from proxy.core.bill import Bill
 from proxy.core.settings import OffloadSettings, SettingsError
 from proxy.core.wire import WireFormat
 from proxy.emulation.betas import without_emulated_betas
@@ -19,6 +20,7 @@ from proxy.offload.summaries import Compressor
 from proxy.offload.summary_context import SummaryContext
 from proxy.offload.tenant_store import TenantStore
 from proxy.offload.summarizer import DEFAULT_INSTRUCTION, DEFAULT_PROMPT
+from proxy.stats.recorder import Recorder
 
 
 def model_of(body: dict) -> str | None:
@@ -48,8 +50,14 @@ def compressor_for(request: Request, body: dict, *, settings: OffloadSettings, c
                          refs=refs, tenant_scope=caller.scope, wire=fmt, body=body,
                          summary_request="prefix" if caller.family == "anthropic" else services.settings.summary_request,
                          instruction=custom or DEFAULT_INSTRUCTION,
-                         tally=functools.partial(services.recorder.count_summary, caller.namespace))
+                         tally=functools.partial(services.recorder.count_summary, caller.namespace),
+                         billed=functools.partial(_bill_summary, services.recorder, caller.namespace, settings.session))
     return Compressor(tenant, ctx)
+
+
+def _bill_summary(recorder: Recorder, namespace: str, session: str | None, bill: Bill, model: str) -> None:
+    """A background summary's bill (`SummaryContext.billed`), for the tenant's statistics."""
+    recorder.bill_call(namespace, bill, call="summary", model=model, session=session)
 
 
 def tenant_store(request: Request, caller: Caller, *, charged: bool = True) -> TenantStore:
