@@ -12,7 +12,7 @@ and what it is summed over (a turn's reload rounds, the proxy's summary calls, k
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Protocol
 
 PARTS = ("uncached", "cache_read", "cache_write_5m", "cache_write_1h", "output")
@@ -97,8 +97,7 @@ class Bill:
     def scaled_input(self, factor: float) -> Bill:
         """The same answers with `factor` times their input, split in the same shares (the
         counterfactual's arithmetic: `proxy.stats.turns`)."""
-        return Bill(*(round(getattr(self, p) * factor) for p in INPUT_PARTS), output=self.output,
-                    answers=self.answers, unreported=self.unreported)
+        return replace(self, **{p: round(getattr(self, p) * factor) for p in INPUT_PARTS})
 
 
 NONE = Bill()

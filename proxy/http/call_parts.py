@@ -20,7 +20,6 @@ from proxy.offload.summaries import Compressor
 from proxy.offload.summary_context import SummaryContext
 from proxy.offload.tenant_store import TenantStore
 from proxy.offload.summarizer import DEFAULT_INSTRUCTION, DEFAULT_PROMPT
-from proxy.stats.recorder import Recorder
 
 
 def model_of(body: dict) -> str | None:
@@ -42,6 +41,10 @@ def compressor_for(request: Request, body: dict, *, settings: OffloadSettings, c
     # a summary call carries no context_management: the betas the proxy emulates have no place on it
     # (an upstream that knows them not may refuse the call, and the compaction with it)
     headers = without_emulated_betas(caller.upstream_headers(request.scope["headers"], body_replaced=True))
+    def billed(bill: Bill, summary_model: str) -> None:  # a background summary's bill, for the statistics
+        services.recorder.bill_call(caller.namespace, bill, call="summary", model=summary_model,
+                                    session=settings.session)
+
     ctx = SummaryContext(upstream=services.upstream, headers=headers, model=model, prompt=custom or DEFAULT_PROMPT,
                          timeout=services.settings.summary_timeout, wait=services.settings.summary_wait,
                          base=caller.base, view=fmt.view,
@@ -51,13 +54,8 @@ def compressor_for(request: Request, body: dict, *, settings: OffloadSettings, c
                          summary_request="prefix" if caller.family == "anthropic" else services.settings.summary_request,
                          instruction=custom or DEFAULT_INSTRUCTION,
                          tally=functools.partial(services.recorder.count_summary, caller.namespace),
-                         billed=functools.partial(_bill_summary, services.recorder, caller.namespace, settings.session))
+                         billed=billed)
     return Compressor(tenant, ctx)
-
-
-def _bill_summary(recorder: Recorder, namespace: str, session: str | None, bill: Bill, model: str) -> None:
-    """A background summary's bill (`SummaryContext.billed`), for the tenant's statistics."""
-    recorder.bill_call(namespace, bill, call="summary", model=model, session=session)
 
 
 def tenant_store(request: Request, caller: Caller, *, charged: bool = True) -> TenantStore:

@@ -221,10 +221,8 @@ class ManagedCall:
         passes."""
         payload = self.fmt.with_history(self.body, self.turn.items) if self.turn.changed else None
         asking = self.fmt.usage.asking(payload or self.body)
-        if asking is not None or payload is not None:
-            content = await self.serialised(asking or payload)
-        else:
-            content = self.raw
+        sent = asking if asking is not None else payload
+        content = self.raw if sent is None else await self.serialised(sent)
         response = await self.watch.run(self._send(content))
         if asking is not None:
             out = await billing.unasked_stream(response, self.turn.extra_headers, shape=self.caller.family,

@@ -106,7 +106,7 @@ def _entry(name: str, entry: object) -> Price:
         if isinstance(value, bool):
             raise ValueError(f"{EXPECTED}; {name!r}: {field} {value!r} is not a number")
         try:
-            number = float(value)  # type: ignore[arg-type]
+            number = float(value)
         except (TypeError, ValueError):
             raise ValueError(f"{EXPECTED}; {name!r}: {field} {value!r} is not a number") from None
         if not 0 <= number < MAX_PRICE:  # NaN fails too

@@ -217,7 +217,7 @@ class Recorder:
         if call not in KINDS:
             raise ValueError(f"unknown call {call!r}")
         model = _surrogates.sub("\ufffd", (model or "")[:MAX_MODEL]) or None
-        fields = bill_fields(bill, self.prices.price(model), call, model)
+        fields = bill_fields(bill, self.prices.price(model), call, model=model)
         if fields:
             self._tally(namespace, session if session and _session_id.match(session) else None, fields)
 

@@ -12,7 +12,7 @@ behaviour, for the turns whose every answer reported usage.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from proxy.core.bill import INPUT_PARTS, KINDS, NONE, PARTS, Bill, Meter, Price
@@ -82,10 +82,10 @@ def counterfactual(meter: Meter, *, tokens_before: int, tokens_after: int) -> Bi
     if meter.first is None or meter.last is None or meter.total.unreported or tokens_after <= 0:
         return None
     first = meter.first.scaled_input(tokens_before / tokens_after)
-    return Bill(*(getattr(first, p) for p in INPUT_PARTS), output=meter.last.output, answers=1)
+    return replace(first, output=meter.last.output, answers=1, unreported=0)
 
 
-def bill_fields(bill: Bill, price: Price, call: str, model: str | None) -> Fields:
+def bill_fields(bill: Bill, price: Price, call: str, *, model: str | None) -> Fields:
     """What one bill adds to a bucket: tokens and dollars per part of `call`, answers with and
     without usage, and the dollars and tokens of the model."""
     cost = bill.cost(price)
@@ -133,8 +133,8 @@ def turn_fields(turn: Turn, prices: PriceTable) -> Fields:
         "turns_without_usage": int(turn.bill.unreported > 0),
     }
     price = prices.price(turn.model)
-    fields.update(bill_fields(turn.bill, price, "turn", turn.model))
-    fields.update(bill_fields(turn.summary_bill, price, "summary", turn.model))
+    fields.update(bill_fields(turn.bill, price, "turn", model=turn.model))
+    fields.update(bill_fields(turn.summary_bill, price, "summary", model=turn.model))
     if turn.counterfactual is not None:
         cf = turn.counterfactual.cost(price)
         fields["cf_turns"] = 1

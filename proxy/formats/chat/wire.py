@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from proxy.core.wire import Compaction
+from proxy.core.bill import UsageReader
 from proxy.formats.chat.usage import USAGE
 from proxy.core.provider_context import NONE, ProviderContext
 from proxy.formats.chat.body import parse_chat_body
@@ -17,7 +18,7 @@ from proxy.formats.chat import summary
 
 class ChatFormat:
     endpoint = "chat/completions"
-    usage = USAGE
+    usage: UsageReader = USAGE
     view = VIEW
     stored = False
     compaction: Compaction = None

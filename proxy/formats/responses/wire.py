@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from proxy.core.wire import Compaction
+from proxy.core.bill import UsageReader
 from proxy.formats.responses.usage import USAGE
 from proxy.core.markers import INJECTED_TOOLS
 from proxy.core.provider_context import ProviderContext
@@ -24,7 +25,7 @@ from proxy.formats.responses.compact import triggered_events, triggered_response
 
 class ResponsesFormat:
     endpoint = "responses"
-    usage = USAGE
+    usage: UsageReader = USAGE
     view = ResponsesView(INJECTED_TOOLS)
     stored = True
     compaction: Compaction = "items"

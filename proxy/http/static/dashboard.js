@@ -151,8 +151,8 @@
       ["Raw history (est.)", (r) => usd(cf.usd[r.part]), "num"],
       ["Raw history tokens (est.)", (r) => int(tokens(cf, r.part)), "num opt"],
     ], rows);
-    const missing = int(b.turns_without_usage), answers = int(b.answers_without_usage);
-    $("bill-note").textContent = (b.turns_without_usage ? `${missing} turns (${answers} upstream answers) reported no usage: ` +
+    const plural = (n, word) => `${int(n)} ${word}${n === 1 ? "" : "s"}`;
+    $("bill-note").textContent = (b.turns_without_usage ? `${plural(b.turns_without_usage, "turn")} (${plural(b.answers_without_usage, "upstream answer")}) reported no usage: ` +
       "they are counted, not billed here, and not in the estimate." : b.answers ? "Every upstream answer reported its usage." : "No upstream answer yet.") +
       (b.models.length ? " By model: " + b.models.map((m) => `${m.model} ${usd(m.usd)}`).join(", ") + "." : "");
   }
