@@ -217,11 +217,14 @@ class ServerSettings(BaseSettings):
         14 * 24 * 3600, description="How long usage statistics are kept: seconds, or a duration such as 14d or 36h "
         "(at least 1d)."
     )
-    prices: Annotated[dict[str, tuple[float, float]], NoDecode] = Field(
+    prices: Annotated[dict[str, tuple[float, float, float, float, float]], NoDecode] = Field(
         default_factory=dict,
-        description="Input prices ($ per million tokens: uncached/cached) valuing the tokens saved, over the "
-        "built-in table: model=input/cached pairs separated by commas (gpt-4o=2.5/1.25,*=3/0.3; a name is "
-        'a prefix of model names, * the fallback), or a JSON object ({"gpt-4o": [2.5, 1.25]}).',
+        description="Prices ($ per million tokens) valuing the bill the upstream reports, over the built-in table: "
+        "model=prices pairs separated by commas, a model's prices input/cached, input/cached/output or "
+        "input/cached/write5m/write1h/output (gpt-4o=2.5/1.25/10,*=3/0.3/15; a name is a prefix of model names, "
+        "* the fallback; a price not given keeps the built-in ratio to the input price), or a JSON object "
+        '({"gpt-4o": [2.5, 1.25, 10]}, {"m": {"input": 3, "cached": 0.3, "cache_write_5m": 3.75, '
+        '"cache_write_1h": 6, "output": 15}}). See docs/billing.md.',
     )
 
     @field_validator("stats_retention", mode="before")
@@ -233,10 +236,11 @@ class ServerSettings(BaseSettings):
 
     @field_validator("prices", mode="before")
     @classmethod
-    def _price_forms(cls, value: object) -> dict[str, tuple[float, float]]:
+    def _price_forms(cls, value: object) -> dict[str, tuple[float, float, float, float, float]]:
         from proxy.stats.prices import parse_prices
 
-        return {name: (price.input, price.cached) for name, price in parse_prices(value).items()}
+        return {name: (p.input, p.cached, p.cache_write_5m, p.cache_write_1h, p.output)
+                for name, p in parse_prices(value).items()}
 
     @field_validator("upstream", "anthropic_upstream")
     @classmethod

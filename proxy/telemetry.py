@@ -17,6 +17,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import multiprocess
 
+from proxy.core.bill import NONE, PARTS, Bill, Meter
+
 MAX_TENANT_LABELS = 1000  # tenants with series of their own (clients make namespaces): the rest are "other"
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -59,6 +61,10 @@ class RequestRecord:
     continues: str | None = field(default=None, repr=False)
     response_id: str | None = field(default=None, repr=False)
     forwarded: bytes | None = field(default=None, repr=False)
+    # What the provider billed (`proxy.core.bill`): the turn's upstream answers (its reload rounds
+    # included), and the proxy's summary calls made while it waited.
+    bill: Meter = field(default_factory=Meter, repr=False)
+    summary_bill: Bill = field(default=NONE, repr=False)
 
     def count_reload(self, tool: str) -> None:
         self.reload_calls += 1
@@ -129,6 +135,14 @@ class Metrics:
                                        "does not read (ignored, answered with X-Offload-Warning), by the known "
                                        "header closest to each: none, or unchecked past a request's first 8.",
                                        ("closest",), registry=r)
+        self.billed_tokens = Counter("offload_billed_tokens_total", "Tokens the upstream billed, as it reported "
+                                     "them: by kind (uncached, cache_read, cache_write_5m, cache_write_1h, output) "
+                                     "and by call (turn: a client's answer and its reload rounds; summary: the "
+                                     "proxy's summary calls; keepalive: cache keep-alive pings).",
+                                     ("kind", "call"), registry=r)
+        self.turns_without_usage = Counter("offload_turns_without_usage_total", "Upstream answers (a turn's, a "
+                                           "summary call's) that reported no usage the proxy could read: "
+                                           "counted, not billed.", ("call",), registry=r)
         self.stats_dropped = Counter("offload_stats_dropped_total", "Turns (and background summaries) the usage "
                                      "statistics lost: more held while the store was down than they keep.",
                                      registry=r)
@@ -143,6 +157,14 @@ class Metrics:
     def count_summary(self, ok: bool, seconds: float) -> None:
         self.summaries.labels("ok" if ok else "failed").inc()
         self.summary_seconds.observe(seconds)
+
+    def count_bill(self, bill: Bill, call: str) -> None:
+        """`call`: one of `proxy.core.bill.KINDS`."""
+        for part in PARTS:
+            if tokens := getattr(bill, part):
+                self.billed_tokens.labels(part, call).inc(tokens)
+        if bill.unreported:
+            self.turns_without_usage.labels(call).inc(bill.unreported)
 
     def count_unknown_headers(self, labels: dict[str, int]) -> None:
         for label, count in labels.items():
@@ -185,3 +207,5 @@ class Metrics:
         self.offloaded_bytes.inc(rec.offloaded_bytes)
         self.refs_created.inc(rec.refs_created)
         self.reload_rounds.inc(rec.reload_rounds)
+        self.count_bill(rec.bill.total, "turn")
+        self.count_bill(rec.summary_bill, "summary")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal, Protocol
 
+from proxy.core.bill import UsageReader
 from proxy.core.provider_context import ProviderContext
 from proxy.core.rounds import Rounds
 from proxy.core.view import ItemView
@@ -31,6 +32,7 @@ class WireFormat(Protocol):
     compaction: Compaction  # the shape of a provider compaction in its history
     records_api: str  # whose items its compaction records hold (`CompactionRecords.api`)
     clearing_edits: bool  # does it have Anthropic's clearing edits (`proxy.emulation.edits`)?
+    usage: UsageReader  # the bill of its answers, streamed and not (`proxy.core.bill`)
 
     @property
     def view(self) -> ItemView:

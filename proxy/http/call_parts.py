@@ -7,6 +7,7 @@ import functools
 
 from starlette.requests import Request
 
+from proxy.core.bill import Bill
 from proxy.core.settings import OffloadSettings, SettingsError
 from proxy.core.wire import WireFormat
 from proxy.emulation.betas import without_emulated_betas
@@ -40,6 +41,10 @@ def compressor_for(request: Request, body: dict, *, settings: OffloadSettings, c
     # a summary call carries no context_management: the betas the proxy emulates have no place on it
     # (an upstream that knows them not may refuse the call, and the compaction with it)
     headers = without_emulated_betas(caller.upstream_headers(request.scope["headers"], body_replaced=True))
+    def billed(bill: Bill, summary_model: str) -> None:  # a background summary's bill, for the statistics
+        services.recorder.bill_call(caller.namespace, bill, call="summary", model=summary_model,
+                                    session=settings.session)
+
     ctx = SummaryContext(upstream=services.upstream, headers=headers, model=model, prompt=custom or DEFAULT_PROMPT,
                          timeout=services.settings.summary_timeout, wait=services.settings.summary_wait,
                          base=caller.base, view=fmt.view,
@@ -48,7 +53,8 @@ def compressor_for(request: Request, body: dict, *, settings: OffloadSettings, c
                          refs=refs, tenant_scope=caller.scope, wire=fmt, body=body,
                          summary_request="prefix" if caller.family == "anthropic" else services.settings.summary_request,
                          instruction=custom or DEFAULT_INSTRUCTION,
-                         tally=functools.partial(services.recorder.count_summary, caller.namespace))
+                         tally=functools.partial(services.recorder.count_summary, caller.namespace),
+                         billed=billed)
     return Compressor(tenant, ctx)
 
 

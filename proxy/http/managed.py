@@ -27,7 +27,7 @@ from proxy.formats.chat import CHAT
 from proxy.formats.json_body import LARGE_BODY
 from proxy.formats.messages import MESSAGES
 from proxy.formats.responses import RESPONSES
-from proxy.http import accounting, emulated_answers, error_map
+from proxy.http import accounting, billing, emulated_answers, error_map
 from proxy.http.body_charset import refuse_other_charsets
 from proxy.http.body_encoding import codings_of, decoded_body
 from proxy.http.call_parts import compressor_for, request_settings, tenant_store
@@ -168,7 +168,8 @@ class ManagedCall:
             search_pool.warm()  # the model may search: its workers start while the upstream answers
         self.body, self.settings, self.used_up = turn.body, turn.settings, turn.used_up
         self.headers = self.caller.upstream_headers(
-            self.request.scope["headers"], body_replaced=turn.changed or turn.inject_reload_tools or self.decoded)
+            self.request.scope["headers"], body_replaced=turn.changed or turn.inject_reload_tools or self.decoded
+            or self.fmt.usage.asking(self.body) is not None)
         if turn.emulation.emulating:
             self.headers = without_emulated_betas(self.headers)
         self.rec = await accounting.note(self)  # what the access log, the metrics and the statistics learn
@@ -223,16 +224,25 @@ class ManagedCall:
         return jsonio.dumps(payload)
 
     async def send_round(self, payload: dict) -> httpx2.Response:
-        return await self._send(await self.serialised(payload))
+        """One round's request, asking for the usage of its stream where the client did not
+        (`UsageReader.asking`: the format's rounds take out what that adds)."""
+        return await self._send(await self.serialised(self.fmt.usage.asking(payload) or payload))
 
     async def forward(self) -> Response:
-        """No reload tools: the (reduced) request goes up, the answer comes back untouched."""
-        if self.turn.changed:
-            content = await self.serialised(self.fmt.with_history(self.body, self.turn.items))
-        else:
-            content = self.raw
+        """No reload tools: the (reduced) request goes up, the answer comes back untouched (but
+        for what asking for a stream's usage added: `proxy.http.billing`), its bill read as it
+        passes."""
+        payload = self.fmt.with_history(self.body, self.turn.items) if self.turn.changed else None
+        asking = self.fmt.usage.asking(payload or self.body)
+        sent = asking if asking is not None else payload
+        content = self.raw if sent is None else await self.serialised(sent)
         response = await self.watch.run(self._send(content))
-        out = await stream_back(response, self.turn.extra_headers, shape=self.caller.family)
+        if asking is not None:
+            out = await billing.unasked_stream(response, self.turn.extra_headers, shape=self.caller.family,
+                                               rec=self.rec, usage=self.fmt.usage)
+        else:
+            out = await stream_back(response, self.turn.extra_headers, shape=self.caller.family)
+            billing.tap(self.rec, out, self.fmt.usage)
         accounting.tap_reply(self, out)
         out.background = self.after()
         return out
@@ -245,7 +255,7 @@ class ManagedCall:
     async def forward_with_reload(self) -> Response:
         budget = self.budget = self._budget()
         result = await self.watch.run(reload_loop.complete(self.turn.rounds, self.send_round, tools=self.turn.tools,
-                                                           budget=budget))
+                                                           budget=budget, usage=self.fmt.usage))
         if result.status == 200:
             await self._settle_chain()
         out = Response(result.body, status_code=result.status, background=self.after())
@@ -264,7 +274,7 @@ class ManagedCall:
         if first.status_code != 200:
             return await stream_back(first, turn.extra_headers, shape=self.caller.family)
         events_ = reload_loop.stream(first, turn.rounds, self.send_round, tools=turn.tools, budget=budget,
-                                     before_finish=self._settle_chain)
+                                     before_finish=self._settle_chain, usage=self.fmt.usage)
         out = StreamingResponse(close_after(first, events_), status_code=200, background=self.after())
         headers = response_headers_for_client(first.headers.raw, decoded=True)
         if not first.headers.get("content-type", "").startswith("text/event-stream"):  # e.g. an HTML page:

@@ -100,8 +100,12 @@ def log_request(rec: RequestRecord, elapsed: float) -> None:
     if not access_log.isEnabledFor(logging.INFO):
         return
     line = {k: v for k, v in vars(rec).items() if v is not None and v != []}
-    for internal in ("started", "metrics", "continues", "response_id", "forwarded"):
+    for internal in ("started", "metrics", "continues", "response_id", "forwarded", "bill", "summary_bill"):
         line.pop(internal, None)
+    for name, bill in (("billed", rec.bill.total), ("summary_billed", rec.summary_bill)):
+        if bill.answers or bill.unreported:  # what the upstream reported it billed (`proxy.core.bill`)
+            line[name] = {**{k: v for k, v in bill.tokens().items() if v}, "answers": bill.answers,
+                          **({"without_usage": bill.unreported} if bill.unreported else {})}
     line.pop("upstream_sent", None)
     line = {k: clip_value(v) for k, v in line.items()}  # the model, the session, warnings: the client's text
     line["duration_ms"] = round(elapsed * 1e3, 2)

@@ -37,8 +37,9 @@ from proxy.offload.quota import CredentialRejected, QuotaExceeded
 from proxy.core.markers import make_ref
 from proxy.core.settings import OffloadSettings
 from proxy.store import StoreUnavailable, resealing
-from proxy.offload.summarizer import Summary, SummaryFailed, prompt_version, summarize, summarize_prefix
-from proxy.offload.summary_context import Compressed, SummaryContext, count_summary, summary_usage
+from proxy.core.bill import Bill
+from proxy.offload.summarizer import BilledFailure, Summary, SummaryFailed, prompt_version, summarize, summarize_prefix
+from proxy.offload.summary_context import Compressed, SummaryContext, bill_summary, count_summary, summary_usage
 from proxy.offload.tenant import key
 from proxy.offload.tenant_store import TenantStore
 from proxy.core.tokens import TokenCounter
@@ -333,7 +334,7 @@ class Compressor:
             assert ctx.wire is not None
             request = await cpu.for_part(compacted)(self.summary_request, compacted, settings, decision)
             made.append(await summarize_prefix(ctx.upstream, ctx.headers, request, read=ctx.wire.summary_answer,
-                                               timeout=ctx.timeout, base=ctx.base))
+                                               timeout=ctx.timeout, base=ctx.base, usage=ctx.wire.usage))
             return
         previous = decision.prior.text if decision.prior else None
         for g_start, g_end in spans:
@@ -356,11 +357,13 @@ class Compressor:
         except SummaryFailed as exc:
             tokens_in, tokens_out = sum(s.tokens_in for s in made), sum(s.tokens_out for s in made)
             count_summary(False, time.monotonic() - started, self.ctx)
+            bill_summary(sum((s.bill for s in made), exc.bill if isinstance(exc, BilledFailure) else Bill()), self.ctx)
             failed = event("summary_failure", reason=str(exc), messages=end - start,
                            duration_ms=round((time.monotonic() - started) * 1e3))
             return Compressed(warning=f"compression skipped: {exc}", summary_tokens=tokens_in + tokens_out,
                               events=[failed], usage=summary_usage(tokens_in, tokens_out))
         count_summary(True, time.monotonic() - started, self.ctx)
+        bill_summary(sum((s.bill for s in made), Bill()), self.ctx)
         text = "\n".join(summary.text for summary in made)
         tokens_in, tokens_out = sum(s.tokens_in for s in made), sum(s.tokens_out for s in made)
 

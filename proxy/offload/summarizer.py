@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.core import jsonio, texts
+from proxy.core.bill import Bill, UsageReader
+from proxy.formats.chat.usage import USAGE as CHAT_USAGE
 from proxy.errors import ProxyError
 from proxy.upstream.client import Headers, Upstream
 
@@ -55,6 +57,15 @@ class Summary:
     text: str
     tokens_in: int
     tokens_out: int
+    bill: Bill = Bill()  # what the provider reports it charged for the call (`proxy.core.bill`)
+
+
+class BilledFailure(SummaryFailed):
+    """A call the upstream answered (and billed) whose answer is no summary."""
+
+    def __init__(self, message: str, bill: Bill) -> None:
+        super().__init__(message)
+        self.bill = bill
 
 
 async def summarize(
@@ -72,7 +83,8 @@ async def summarize(
         user += f"Previous snapshot:\n{previous}\n\nNew messages since then:\n\n"
     user += render_transcript(lines)
     body = {"model": model, "messages": [{"role": "system", "content": prompt}, {"role": "user", "content": user}]}
-    return await _call(upstream, headers, "chat/completions", body=body, read=_chat_answer, timeout=timeout, base=base)
+    return await _call(upstream, headers, "chat/completions", body=body, read=_chat_answer, timeout=timeout, base=base,
+                       usage=CHAT_USAGE)
 
 
 async def summarize_prefix(
@@ -82,11 +94,12 @@ async def summarize_prefix(
     *, read: Callable[[Any], tuple[str, int, int]],
     timeout: float,
     base: str | None = None,
+    usage: UsageReader = CHAT_USAGE,
 ) -> Summary:
     """`request`: (endpoint, body) from the wire format's `summary_request`; `read` its
-    `summary_answer`."""
+    `summary_answer`, `usage` its `usage`."""
     endpoint, body = request
-    return await _call(upstream, headers, endpoint, body=body, read=read, timeout=timeout, base=base)
+    return await _call(upstream, headers, endpoint, body=body, read=read, timeout=timeout, base=base, usage=usage)
 
 
 def _chat_answer(data: Any) -> tuple[str, int, int]:
@@ -118,7 +131,8 @@ async def _read_answer(response: httpx2.Response) -> bytes:
 
 
 async def _call(upstream: Upstream, headers: Headers, endpoint: str, *, body: dict,
-                read: Callable[[Any], tuple[str, int, int]], timeout: float, base: str | None) -> Summary:
+                read: Callable[[Any], tuple[str, int, int]], timeout: float, base: str | None,
+                usage: UsageReader) -> Summary:
     try:
         async with asyncio.timeout(timeout):
             response = await upstream.send("POST", endpoint, headers=headers, content=jsonio.dumps(body), base=base)
@@ -135,10 +149,15 @@ async def _call(upstream: Upstream, headers: Headers, endpoint: str, *, body: di
     if response.status_code != 200:
         raise SummaryFailed(f"summary call answered {response.status_code}")
     try:
-        content, tokens_in, tokens_out = read(jsonio.loads(raw))
+        answer = jsonio.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise BilledFailure("summary call returned an unusable body", usage.of_answer(None)) from exc
+    bill = usage.of_answer(answer)
+    try:
+        content, tokens_in, tokens_out = read(answer)
     except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError) as exc:
-        raise SummaryFailed("summary call returned an unusable body") from exc
+        raise BilledFailure("summary call returned an unusable body", bill) from exc
     snapshot = snapshot_in(content) if isinstance(content, str) else None
     if snapshot is None:
-        raise SummaryFailed("summary has no <state_snapshot> block")
-    return Summary(snapshot, tokens_in, tokens_out)
+        raise BilledFailure("summary has no <state_snapshot> block", bill)
+    return Summary(snapshot, tokens_in, tokens_out, bill)

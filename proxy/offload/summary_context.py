@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.core.bill import NONE, Bill
 from proxy.core.compaction import Offload
 from proxy.core.view import ItemView
 from proxy.core.wire import WireFormat
@@ -30,6 +31,21 @@ def count_summary(ok: bool, seconds: float, ctx: SummaryContext) -> None:
         ctx.tally(ok)
 
 
+def bill_summary(bill: Bill, ctx: SummaryContext) -> None:
+    """What the provider billed for a summary's calls, counted once as `count_summary` counts
+    the summary: on the request's record (its turn's bill, kind "summary"), or for one made in
+    the background into the tenant's statistics (`billed`) straight away."""
+    if bill == NONE:
+        return
+    if (rec := telemetry.current.get()) is not None:
+        rec.summary_bill = rec.summary_bill + bill
+        return
+    if ctx.metrics is not None:
+        ctx.metrics.count_bill(bill, "summary")
+    if ctx.billed is not None:
+        ctx.billed(bill, ctx.model)
+
+
 @dataclass(kw_only=True)
 class SummaryContext:
     """What a summarisation call needs from the request."""
@@ -47,6 +63,7 @@ class SummaryContext:
     request_model: str | None = None  # the conversation's model (its context window caps the hard limit)
     metrics: telemetry.Metrics | None = None  # for summaries made in the background
     tally: Callable[[bool], None] | None = None  # the tenant's statistics, for those too (ok or failed)
+    billed: Callable[[Bill, str], None] | None = None  # and their bill, with the model that made it
     refs: RefStore | None = None  # where a background summary stores the originals it covers
     tenant_scope: str | None = None  # whose share of the background slots (the credential, not X-Offload-Tenant)
     # The prefix shape (see the module docstring) needs the request's wire format and body; without

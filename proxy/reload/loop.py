@@ -24,6 +24,7 @@ from proxy import telemetry
 from proxy.upstream import sse
 from proxy.upstream.errors import response_host, stream_broke, upstream_error
 from proxy.errors import ProxyError, error_body
+from proxy.core.bill import UNREPORTED, Bill, UsageReader
 from proxy.core.media import ToolResult
 from proxy.core.rounds import Rounds, ToolCall
 from proxy.reload.tools import ReloadTools
@@ -57,6 +58,12 @@ def _count_round() -> None:
         rec.reload_rounds += 1
 
 
+def _bill(bill: Bill) -> None:
+    """One upstream answer's bill, on the turn's record (`proxy.core.bill.Meter`)."""
+    if (rec := telemetry.current.get()) is not None:
+        rec.bill.add(bill)
+
+
 MAX_CALLS_PER_ROUND = 16
 
 
@@ -76,8 +83,10 @@ class LoopResult:
     rounds: int = 0  # reload rounds run (each one more upstream call)
 
 
-async def complete(rounds: Rounds, send: SendRound, *, tools: ReloadTools, budget: Budget) -> LoopResult:
-    """Non-streaming: loop while the model calls only injected tools, within the budget.
+async def complete(rounds: Rounds, send: SendRound, *, tools: ReloadTools, budget: Budget,
+                   usage: UsageReader | None = None) -> LoopResult:
+    """Non-streaming: loop while the model calls only injected tools, within the budget; each
+    200 answer's bill (`usage`) on the turn's record.
 
     A 200 answer that is not a JSON object raises ProxyError 502 (`upstream_error`).
     """
@@ -92,7 +101,15 @@ async def complete(rounds: Rounds, send: SendRound, *, tools: ReloadTools, budge
             await response.aclose()
         if response.status_code != 200:
             return LoopResult(response.status_code, raw, response, round_)
-        calls = rounds.take(_answer(raw, response, rounds.what))
+        try:
+            answer = _answer(raw, response, rounds.what)
+        except ProxyError:
+            if usage is not None:
+                _bill(UNREPORTED)  # a 200 answer: billed, but nothing in it can be read
+            raise
+        if usage is not None:
+            _bill(usage.of_answer(answer))
+        calls = rounds.take(answer)
         if not calls:
             return LoopResult(200, jsonio.dumps(rounds.result()), response, round_)
         rounds.answer(await run_calls(tools, calls, budget.deadline))
@@ -127,28 +144,37 @@ def _answer(raw: bytes, response: httpx2.Response, what: str) -> dict:
 
 async def _events(first: httpx2.Response, rounds: Rounds, send: SendRound, *, tools: ReloadTools,
                   budget: Budget, holder: list[httpx2.Response], done: list[int],
-                  before_finish: Callable[[], Awaitable[None]] | None) -> AsyncIterator[dict]:
+                  before_finish: Callable[[], Awaitable[None]] | None,
+                  usage: UsageReader | None) -> AsyncIterator[dict]:
     """The events for the client (not yet encoded); an error event ends them early. `done[0]`:
-    the reload rounds run so far."""
+    the reload rounds run so far. Each round's bill (`usage`) on the turn's record once its
+    stream has ended, however it ended."""
     response = first
     round_ = 0
     while True:
         seen = 0
-        async for data in sse.iter_data(response.aiter_bytes()):
-            if data == sse.DONE:
-                break
-            try:
-                event = jsonio.loads(data)
-            except ValueError:
-                event = None
-            if not isinstance(event, dict):
-                detail = f"{_describe(response)}: an event that is not a JSON object"
-                for out in rounds.fail(not_a_completion(detail, what=rounds.what, stream=True).body()):
+        reading = usage.stream() if usage is not None else None
+        try:
+            async for data in sse.iter_data(response.aiter_bytes()):
+                if data == sse.DONE:
+                    break
+                try:
+                    event = jsonio.loads(data)
+                except ValueError:
+                    event = None
+                if not isinstance(event, dict):
+                    detail = f"{_describe(response)}: an event that is not a JSON object"
+                    for out in rounds.fail(not_a_completion(detail, what=rounds.what, stream=True).body()):
+                        yield out
+                    return
+                seen += 1
+                if reading is not None:
+                    reading.feed(event)
+                for out in rounds.feed(event):
                     yield out
-                return
-            seen += 1
-            for out in rounds.feed(event):
-                yield out
+        finally:
+            if reading is not None:
+                _bill(reading.bill())
         await response.aclose()
         if not seen:  # an HTML page, a JSON body, nothing at all: no event of an answer
             for out in rounds.fail(not_a_completion(f"{_describe(response)}: no event", what=rounds.what,
@@ -181,7 +207,7 @@ async def _events(first: httpx2.Response, rounds: Rounds, send: SendRound, *, to
 
 async def stream(first: httpx2.Response, rounds: Rounds, send: SendRound, *, tools: ReloadTools,
                  budget: Budget, before_finish: Callable[[], Awaitable[None]] | None = None,
-                 ) -> AsyncIterator[bytes]:
+                 usage: UsageReader | None = None) -> AsyncIterator[bytes]:
     """Streaming: relay events as they come, hide injected calls, chain the rounds.
 
     `first` is the response to `rounds.request(...)` already sent (its status checked by the
@@ -197,7 +223,7 @@ async def stream(first: httpx2.Response, rounds: Rounds, send: SendRound, *, too
     try:
         try:
             async for event in _events(first, rounds, send, tools=tools, budget=budget, holder=holder, done=done,
-                                     before_finish=before_finish):
+                                     before_finish=before_finish, usage=usage):
                 yield rounds.encode(event)
         except (httpx2.HTTPError, ValueError) as exc:
             for event in rounds.fail(stream_broke(exc, response_host(holder[0]))):

@@ -1,103 +1,144 @@
-"""Input prices per model, to value the tokens the proxy saved in money.
+"""Prices per model, to value a measured bill (`proxy.core.bill`) in money.
 
-A price is (input, cached input) in dollars per million tokens. A model is priced by the
-longest table entry its name starts with (`gpt-4o-mini-2024-07-18` → `gpt-4o-mini`), after
-any `provider/` prefix; `*` is the fallback for every other model.
+A price (`proxy.core.bill.Price`) is $ per million tokens of each part of a bill: uncached
+input, cache reads, cache writes of 5 minutes and of 1 hour, output. A model is priced by the
+longest table entry its name starts with (`gpt-4o-mini-2024-07-18` → `gpt-4o-mini`), after any
+`provider/` prefix; `*` is the fallback for every other model.
+
+OpenAI discounts cache reads and charges no premium for writes (it reports none: they are
+uncached input); Anthropic bills reads at 0.1× the input price, writes at 1.25× (5 minutes)
+or 2× (1 hour). docs/billing.md says where these figures come from.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 
+from proxy.core.bill import Price
 from proxy.option_text import json_or_commas
 
 FALLBACK = "*"
-# Share of an agent turn's input a provider's prompt cache serves: each turn resends the last
-# one's whole context and appends a little (what `replay` measures as prefix reuse, ~0.95).
-CACHED_SHARE = 0.9
+FIELDS = ("input", "cached", "cache_write_5m", "cache_write_1h", "output")
+MAX_PRICE = 10_000  # $ per million tokens: above, a typo
 
 
-@dataclass(frozen=True)
-class Price:
-    input: float  # $ per million uncached input tokens
-    cached: float  # $ per million cached input tokens
+def _openai(input: float, cached: float, output: float) -> Price:
+    return Price(input, cached, input, input, output)
 
-    def blended(self, cached_share: float = CACHED_SHARE) -> float:
-        """$ per million tokens of a turn whose input is `cached_share` cache hits."""
-        return cached_share * self.cached + (1 - cached_share) * self.input
+
+def _anthropic(input: float, output: float) -> Price:
+    return Price(input, round(input * 0.1, 6), round(input * 1.25, 6), input * 2, output)
 
 
 DEFAULT_PRICES: dict[str, Price] = {
-    "gpt-4o": Price(2.50, 1.25),
-    "gpt-4o-mini": Price(0.15, 0.075),
-    "gpt-4.1": Price(2.00, 0.50),
-    "gpt-4.1-mini": Price(0.40, 0.10),
-    "gpt-4.1-nano": Price(0.10, 0.025),
-    "gpt-5": Price(1.25, 0.125),
-    "gpt-5-mini": Price(0.25, 0.025),
-    "gpt-5-nano": Price(0.05, 0.005),
-    "o3": Price(2.00, 0.50),
-    "o4-mini": Price(1.10, 0.275),
-    "claude-opus-4": Price(15.00, 1.50),
-    "claude-opus-4-5": Price(5.00, 0.50),
-    "claude-sonnet-4": Price(3.00, 0.30),
-    "claude-haiku-4": Price(1.00, 0.10),
-    FALLBACK: Price(2.50, 0.25),
+    "gpt-4o": _openai(2.50, 1.25, 10.00),
+    "gpt-4o-mini": _openai(0.15, 0.075, 0.60),
+    "gpt-4.1": _openai(2.00, 0.50, 8.00),
+    "gpt-4.1-mini": _openai(0.40, 0.10, 1.60),
+    "gpt-4.1-nano": _openai(0.10, 0.025, 0.40),
+    "gpt-5": _openai(1.25, 0.125, 10.00),
+    "gpt-5-mini": _openai(0.25, 0.025, 2.00),
+    "gpt-5-nano": _openai(0.05, 0.005, 0.40),
+    "o3": _openai(2.00, 0.50, 8.00),
+    "o4-mini": _openai(1.10, 0.275, 4.40),
+    "claude-opus-4": _anthropic(15.00, 75.00),
+    "claude-opus-4-5": _anthropic(5.00, 25.00),
+    "claude-sonnet-4": _anthropic(3.00, 15.00),
+    "claude-haiku-4": _anthropic(1.00, 5.00),
+    FALLBACK: _openai(2.50, 0.25, 10.00),
 }
+
+EXPECTED = ("expected model=prices pairs separated by commas, each model's prices in $ per million tokens "
+            "separated by /: input/cached, input/cached/output or input/cached/write5m/write1h/output "
+            "(e.g. gpt-4o=2.5/1.25/10,*=3/0.3/15), or a JSON object, e.g. "
+            '{"gpt-4o": [2.5, 1.25, 10]} or {"claude-sonnet-4": {"input": 3, "cached": 0.3, '
+            '"cache_write_5m": 3.75, "cache_write_1h": 6, "output": 15}}')
+_BY_COUNT = {2: FIELDS[:2], 3: ("input", "cached", "output"), 5: FIELDS}
+
+
+def builtin(name: str) -> Price:
+    """The built-in price a table entry named `name` stands in for (its longest default entry)."""
+    return _lookup(DEFAULT_PRICES, name, _DEFAULT_NAMES)
+
+
+def _longest_first(prices: Mapping[str, Price]) -> list[str]:
+    return sorted((n for n in prices if n != FALLBACK), key=len, reverse=True)
+
+
+_DEFAULT_NAMES = _longest_first(DEFAULT_PRICES)
+
+
+def _lookup(prices: Mapping[str, Price], model: str | None, names: Sequence[str] | None = None) -> Price:
+    name = (model or "").rsplit("/", 1)[-1].lower()
+    for entry in _longest_first(prices) if names is None else names:
+        if name.startswith(entry.lower()):
+            return prices[entry]
+    return prices[FALLBACK]
+
+
+def completed(name: str, given: Mapping[str, float]) -> Price:
+    """A price from the parts given: any part not given keeps the built-in ratio to the input
+    price (of the entry `name` would get by default: a Claude model's writes stay 1.25× and
+    2× its input, an OpenAI model's equal to it); `input` must be given."""
+    base = builtin(name)
+    scale = given["input"] / base.input if base.input else 1.0
+    return Price(**{f: float(given[f]) if f in given else round(getattr(base, f) * scale, 6) for f in FIELDS})
+
+
+def _entry(name: str, entry: object) -> Price:
+    if isinstance(entry, Price):
+        return entry
+    if isinstance(entry, Mapping):
+        unknown = sorted(str(k) for k in entry if k not in FIELDS)
+        if unknown:
+            raise ValueError(f"{EXPECTED}; {name!r}: unknown price {unknown[0]!r} (known: {', '.join(FIELDS)})")
+        if "input" not in entry:
+            raise ValueError(f"{EXPECTED}; {name!r} needs an input price")
+        parts = dict(entry)
+    elif isinstance(entry, Sequence) and not isinstance(entry, (str, bytes)):
+        if len(entry) not in _BY_COUNT:
+            raise ValueError(f"{EXPECTED}; {name!r} has {len(entry)} prices (2, 3 or 5 expected)")
+        parts = dict(zip(_BY_COUNT[len(entry)], entry))
+    else:
+        raise ValueError(f"{EXPECTED}; {name!r}: {entry!r} is not a list of prices")
+    numbers: dict[str, float] = {}
+    for field, value in parts.items():
+        if isinstance(value, bool):
+            raise ValueError(f"{EXPECTED}; {name!r}: {field} {value!r} is not a number")
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{EXPECTED}; {name!r}: {field} {value!r} is not a number") from None
+        if not 0 <= number < MAX_PRICE:  # NaN fails too
+            raise ValueError(f"{EXPECTED}; {name!r}: {field} must be between 0 and {MAX_PRICE} $ per million tokens")
+        numbers[field] = number
+    return completed(name, numbers)
 
 
 def parse_prices(value: object) -> dict[str, Price]:
-    """`--prices`: a JSON object (`{"my-model": [1.0, 0.1]}` or `{"my-model": {"input": 1.0,
-    "cached": 0.1}}`) or `model=input/cached` pairs separated by commas. ValueError otherwise."""
-    expected = ('expected model=input/cached pairs in $ per million tokens separated by commas, e.g. '
-                'gpt-4o=2.5/1.25,*=3/0.3, or a JSON object, e.g. {"gpt-4o": [2.5, 1.25]}')
+    """`--prices`: a JSON object or `model=prices` pairs separated by commas (`EXPECTED`).
+    ValueError otherwise."""
     if isinstance(value, str):
-        value = json_or_commas(value, opener="{", expected=expected)
+        value = json_or_commas(value, opener="{", expected=EXPECTED)
         if isinstance(value, list):
             pairs: dict[str, object] = {}
             for pair in value:
                 name, sep, numbers = pair.partition("=")
                 if not sep or not name.strip():
-                    raise ValueError(f"{expected}; got {pair!r}")
+                    raise ValueError(f"{EXPECTED}; got {pair!r}")
                 pairs[name.strip()] = numbers.split("/")
             value = pairs
     if not isinstance(value, Mapping):
-        raise ValueError(expected)
-    table: dict[str, Price] = {}
-    for name, entry in value.items():
-        if isinstance(entry, Price):
-            table[str(name)] = entry
-            continue
-        if isinstance(entry, Mapping):
-            entry = [entry.get("input"), entry.get("cached", entry.get("input"))]
-        if not isinstance(entry, (list, tuple)) or len(entry) != 2:
-            raise ValueError(f"{expected}; {name!r} needs two prices (input and cached input)")
-        try:
-            numbers = [float(n) for n in entry]
-        except (TypeError, ValueError):
-            raise ValueError(f"{expected}; {name!r}: {entry!r} are not numbers") from None
-        if not all(0 <= n < 10_000 for n in numbers):
-            raise ValueError(f"{expected}; {name!r}: prices must be between 0 and 10000 $ per million tokens")
-        table[str(name)] = Price(*numbers)
-    return table
+        raise ValueError(EXPECTED)
+    return {str(name): _entry(str(name), entry) for name, entry in value.items()}
 
 
 class PriceTable:
     """The defaults with the operator's entries on top."""
 
-    def __init__(self, overrides: Mapping[str, Price | tuple[float, float]] | None = None) -> None:
-        self.prices = {**DEFAULT_PRICES, **{n: p if isinstance(p, Price) else Price(*p) for n, p in
-                                            (overrides or {}).items()}}
-        self._names = sorted((n for n in self.prices if n != FALLBACK), key=len, reverse=True)
+    def __init__(self, overrides: Mapping[str, Price | Sequence[float]] | None = None) -> None:
+        self.prices = {**DEFAULT_PRICES, **{n: _entry(n, p) for n, p in (overrides or {}).items()}}
+        self._names = _longest_first(self.prices)
 
     def price(self, model: str | None) -> Price:
-        name = (model or "").rsplit("/", 1)[-1].lower()
-        for entry in self._names:
-            if name.startswith(entry.lower()):
-                return self.prices[entry]
-        return self.prices[FALLBACK]
-
-    def cost(self, model: str | None, tokens: int) -> float:
-        """Dollars `tokens` input tokens of `model` cost, cache-weighted (`Price.blended`)."""
-        return tokens * self.price(model).blended() / 1e6
+        return _lookup(self.prices, model, self._names)

@@ -7,6 +7,10 @@ back, in the buckets of the minute they were served; past `max_queue` turns held
 unwritten), new turns are dropped and counted (`on_dropped` too: `offload_stats_dropped_total`).
 Nothing of it fails a request.
 
+Bills that belong to no turn (`bill_call`: a summary made in the background, a keep-alive ping)
+go to the tenant's buckets, and to the session's totals when the session is known, with the
+next flush.
+
 Besides turns: the prefix reuse of each turn's forwarded body (`proxy.stats.prefix`, measured
 here once the response is complete, a large body off the event loop), the summaries made in
 the background (`count_summary`, added to the tenant's buckets when they finish), and the
@@ -30,7 +34,7 @@ from starlette.types import Scope
 
 from proxy.core import jsonio
 from proxy.core.settings import IDENT_PATTERN
-from proxy.stats.backlog import Backlog, write_each
+from proxy.stats.backlog import Backlog, SessionDue, write_each
 from proxy.offload.tenant import key
 from proxy.stats.buckets import (
     ALL,
@@ -48,7 +52,8 @@ from proxy.stats.prefix import PrefixCache
 from proxy.stats.prices import PriceTable
 from proxy.stats.replies import Replies
 from proxy.stats.session_id import from_name
-from proxy.stats.turns import Turn, turn_fields
+from proxy.core.bill import KINDS, NONE, Bill
+from proxy.stats.turns import Turn, bill_fields, counterfactual, turn_fields
 from proxy.store import resealing
 from proxy.store.base import Store, StoreUnavailable
 from proxy.store.sealing import Sealer
@@ -100,6 +105,11 @@ def turn_of(rec, scope: Scope) -> Turn | None:
         warnings=len(rec.warnings), store_warnings=sum("store unavailable" in w for w in rec.warnings),
         continues=continues, response_id=getattr(rec, "response_id", None) if not header else None,
         label=getattr(caller, "label", None),
+        bill=meter.total if (meter := getattr(rec, "bill", None)) is not None else NONE,
+        summary_bill=getattr(rec, "summary_bill", NONE),
+        counterfactual=None if meter is None else counterfactual(
+            meter, tokens_before=rec.tokens_before,
+            tokens_after=rec.tokens_after if rec.tokens_after is not None else rec.tokens_before),
     )
 
 
@@ -146,7 +156,8 @@ class Recorder:
         self._backlog = Backlog()  # what the store refused so far
         self._one_flush = asyncio.Lock()
         self._waiting: list[Turn] = []  # continuing a response not known yet: they wait one flush
-        self._tallies: dict[tuple[str, int], Fields] = {}  # (namespace, minute) -> background summaries
+        # (namespace, minute, session) -> background summaries and bills of no turn (`bill_call`)
+        self._tallies: dict[tuple[str, int, str | None], Fields] = {}
         self._hashing: set[asyncio.Future] = set()  # large bodies being hashed off the loop
         self._labelled: dict[str, tuple[str, float]] = {}  # namespace -> (label, when it was written)
         self._store: Store | None = None
@@ -196,11 +207,26 @@ class Recorder:
     def count_summary(self, namespace: str, ok: bool) -> None:
         """A summary made in the background (after its turn was answered): counted in the
         tenant's buckets as made or failed when it finishes, flushed with the turns."""
+        self._tally(namespace, None, {"summaries_made" if ok else "summaries_failed": 1})
+
+    def bill_call(self, namespace: str, bill: Bill, *, call: str, model: str | None,
+                  session: str | None = None) -> None:
+        """What the upstream billed for a call of the proxy's that is no turn's (`call`: "summary"
+        for one made in the background, "keepalive" for a cache ping), priced at `model`'s price
+        now; into the tenant's buckets (and `session`'s totals) with the next flush."""
+        if call not in KINDS:
+            raise ValueError(f"unknown call {call!r}")
+        model = _surrogates.sub("\ufffd", (model or "")[:MAX_MODEL]) or None
+        fields = bill_fields(bill, self.prices.price(model), call, model=model)
+        if fields:
+            self._tally(namespace, session if session and _session_id.match(session) else None, fields)
+
+    def _tally(self, namespace: str, session: str | None, fields: Fields) -> None:
         minute = bucket_start(time.time(), "m")
-        if (namespace, minute) not in self._tallies and len(self._tallies) >= self.max_queue:
+        if (namespace, minute, session) not in self._tallies and len(self._tallies) >= self.max_queue:
             self._drop(1)
             return
-        add(self._tallies.setdefault((namespace, minute), {}), {"summaries_made" if ok else "summaries_failed": 1})
+        add(self._tallies.setdefault((namespace, minute, session), {}), fields)
 
     def start(self, store: Store, sealer: Sealer) -> None:
         self._store, self._sealer = store, sealer
@@ -251,8 +277,10 @@ class Recorder:
         self._queue.clear()
         self._waiting = []
         tallies, self._tallies = self._tallies, {}
-        for (namespace, minute), fields in tallies.items():
+        for (namespace, minute, session), fields in tallies.items():
             self._add(namespace, minute, fields)
+            if session is not None:
+                self._session_totals(namespace, session, fields)
         self._in_flush = len(turns)  # held still, for snapshot(), while their sessions are looked up
         try:
             ready, later = await self._sessions(store, turns, waited, final=final)
@@ -332,16 +360,21 @@ class Recorder:
                                       {turn.namespace: turn.tokens_before}, ttl_of(grain, self.retention))
             if turn.session is None:
                 continue
-            name = self._sealer.key_name(turn.session, turn.namespace)
-            turns_key, totals_key = session_keys(turn.namespace, name)
-            due = self._backlog.session(turn.namespace, name, turns_key=turns_key, totals_key=totals_key,
-                                        index_key=sessions_key(turn.namespace))
-            due.rows.append(self._sealer.seal(json.dumps(turn.row()).encode(), turns_key))
-            add(due.totals, fields)
+            due = self._session_totals(turn.namespace, turn.session, fields)
+            due.rows.append(self._sealer.seal(json.dumps(turn.row()).encode(), due.turns_key))
             if turn.model:
                 add(due.totals, {f"model:{turn.model}": 1})
             due.last = max(due.last or 0.0, turn.time)
         self._backlog.held += len(turns)
+
+    def _session_totals(self, namespace: str, session: str, fields: Fields) -> SessionDue:
+        """`fields` added to the session's totals (in the backlog); its due writes."""
+        name = self._sealer.key_name(session, namespace)
+        turns_key, totals_key = session_keys(namespace, name)
+        due = self._backlog.session(namespace, name, turns_key=turns_key, totals_key=totals_key,
+                                    index_key=sessions_key(namespace))
+        add(due.totals, fields)
+        return due
 
     def _labels_due(self, turns: Iterable[Turn]) -> dict[str, str]:
         """The labels of these turns' tenants not written lately (or changed since)."""

@@ -1,12 +1,21 @@
 """One managed request as the statistics see it (a `Turn`), the counters it adds to a bucket,
-and the headline figures read back from summed counters."""
+and the headline figures read back from summed counters.
+
+Money is the bill the upstream reported (`proxy.core.bill`), valued at the price of the turn's
+model when it is recorded: per call (`turn`: the client's answer and its reload rounds;
+`summary`: the proxy's summary calls; `keepalive`: cache pings) and per part (uncached input,
+cache reads, 5-minute and 1-hour cache writes, output). Beside it the counterfactual, an
+estimate (`counterfactual`): what the raw history would have been billed with the same cache
+behaviour, for the turns whose every answer reported usage.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from proxy.core.bill import INPUT_PARTS, KINDS, NONE, PARTS, Bill, Meter, Price
 from proxy.emulation import COMPACTION_ACTION, EDITS_ACTION
 from proxy.stats.buckets import Fields
 from proxy.stats.prices import PriceTable
@@ -18,7 +27,7 @@ COUNTERS = ("requests", "tokens_before", "tokens_after", "reload_rounds", "searc
 # What X-Offload-Action adds when the proxy applied the provider's context management itself
 # (`proxy.emulation`): counted apart, the offload action is what is left.
 EMULATED = {COMPACTION_ACTION: "emulated_compactions", EDITS_ACTION: "context_edits"}
-MONEY = ("usd_before", "usd_after")
+MAX_MODELS = 8  # models a headline names with their bill, most money first
 
 
 @dataclass(frozen=True)
@@ -51,7 +60,9 @@ class Turn:
     continues: str | None = None
     response_id: str | None = None
     label: str | None = None  # what the dashboard calls the namespace (Caller.label), never listed
-
+    bill: Bill = NONE  # what the upstream billed for the turn's answers (its reload rounds included)
+    summary_bill: Bill = NONE  # for the proxy's summary calls made while the turn waited
+    counterfactual: Bill | None = None  # the raw history's estimated bill (`counterfactual`); None: unknown
 
     def row(self) -> dict[str, Any]:
         """As a session lists it."""
@@ -60,6 +71,32 @@ class Turn:
             del row[name]
         row["time"] = round(self.time, 3)
         return row
+
+
+def counterfactual(meter: Meter, *, tokens_before: int, tokens_after: int) -> Bill | None:
+    """What the raw history would have been billed with the same cache behaviour (an estimate):
+    the first answer's input, each part scaled by raw tokens over forwarded tokens (the same
+    shares uncached, read and written), and the last answer's output (what the client got;
+    the reload rounds are the proxy's). None when an answer reported no usage, or nothing was
+    forwarded."""
+    if meter.first is None or meter.last is None or meter.total.unreported or tokens_after <= 0:
+        return None
+    first = meter.first.scaled_input(tokens_before / tokens_after)
+    return replace(first, output=meter.last.output, answers=1, unreported=0)
+
+
+def bill_fields(bill: Bill, price: Price, call: str, *, model: str | None) -> Fields:
+    """What one bill adds to a bucket: tokens and dollars per part of `call`, answers with and
+    without usage, and the dollars and tokens of the model."""
+    cost = bill.cost(price)
+    fields: Fields = {f"bill:{call}:{p}": getattr(bill, p) for p in PARTS}
+    fields.update({f"usd:{call}:{p}": getattr(cost, p) for p in PARTS})
+    fields[f"answers:{call}"] = bill.answers
+    fields[f"unreported:{call}"] = bill.unreported
+    if model and bill.answers:
+        fields[f"model_usd:{model}"] = cost.total
+        fields[f"model_tokens:{model}"] = bill.input + bill.output
+    return {k: v for k, v in fields.items() if v}
 
 
 def split_action(action: str) -> tuple[str, set[str]]:
@@ -93,17 +130,68 @@ def turn_fields(turn: Turn, prices: PriceTable) -> Fields:
         "errors": int(turn.status >= 400),
         "prefix_tokens": turn.prefix_tokens,
         "image_tokens_saved": turn.image_tokens_saved,
-        "usd_before": prices.cost(turn.model, turn.tokens_before),
-        "usd_after": prices.cost(turn.model, turn.tokens_after),
+        "turns_without_usage": int(turn.bill.unreported > 0),
     }
+    price = prices.price(turn.model)
+    fields.update(bill_fields(turn.bill, price, "turn", model=turn.model))
+    fields.update(bill_fields(turn.summary_bill, price, "summary", model=turn.model))
+    if turn.counterfactual is not None:
+        cf = turn.counterfactual.cost(price)
+        fields["cf_turns"] = 1
+        fields.update({f"cf:{p}": getattr(turn.counterfactual, p) for p in PARTS})
+        fields.update({f"cf_usd:{p}": getattr(cf, p) for p in PARTS})
+        fields["cf_billed_usd"] = turn.bill.cost(price).total
     return {k: v for k, v in fields.items() if v}  # zeros are not written
+
+
+def _split(fields: Mapping[str, int | float], tokens: str, usd: str) -> dict[str, Any]:
+    """{"tokens": {part: n}, "usd": {part: $, "total": $}} of summed `<tokens><part>` and
+    `<usd><part>` counters."""
+    money = {p: round(float(fields.get(f"{usd}{p}", 0.0)), 6) for p in PARTS}
+    return {"tokens": {p: int(fields.get(f"{tokens}{p}", 0)) for p in PARTS},
+            "usd": {**money, "total": round(sum(money.values()), 6)}}
+
+
+def bill_headline(fields: Mapping[str, int | float]) -> dict[str, Any]:
+    """The bill of summed counters: per call and all together, the answers that reported no
+    usage, the models that cost most."""
+    calls = {call: {**_split(fields, f"bill:{call}:", f"usd:{call}:"),
+                    "answers": int(fields.get(f"answers:{call}", 0)),
+                    "answers_without_usage": int(fields.get(f"unreported:{call}", 0))} for call in KINDS}
+    tokens = {p: sum(c["tokens"][p] for c in calls.values()) for p in PARTS}
+    money = {p: round(sum(c["usd"][p] for c in calls.values()), 6) for p in PARTS}
+    models = sorted(((k.split(":", 1)[1], float(v)) for k, v in fields.items() if k.startswith("model_usd:")),
+                    key=lambda m: (-m[1], m[0]))
+    return {
+        "tokens": {**tokens, "input": sum(tokens[p] for p in INPUT_PARTS)},
+        "usd": {**money, "total": round(sum(money.values()), 6)},
+        "calls": calls,
+        "answers": sum(c["answers"] for c in calls.values()),
+        "answers_without_usage": sum(c["answers_without_usage"] for c in calls.values()),
+        "turns_without_usage": int(fields.get("turns_without_usage", 0)),
+        "models": [{"model": m, "usd": round(usd, 6), "tokens": int(fields.get(f"model_tokens:{m}", 0))}
+                   for m, usd in models[:MAX_MODELS]],
+    }
+
+
+def counterfactual_headline(fields: Mapping[str, int | float], bill: Mapping[str, Any]) -> dict[str, Any]:
+    """The estimate beside the bill (`counterfactual`): the raw history's bill over the turns it
+    is known for, and what the proxy's side cost for the same turns (their bill, and every
+    summary call and ping)."""
+    cf = _split(fields, "cf:", "cf_usd:")
+    extra = bill["calls"]["summary"]["usd"]["total"] + bill["calls"]["keepalive"]["usd"]["total"]
+    billed = round(float(fields.get("cf_billed_usd", 0.0)) + extra, 6)
+    return {"estimate": True, "turns": int(fields.get("cf_turns", 0)), **cf, "billed_usd": billed,
+            "saved_usd": round(cf["usd"]["total"] - billed, 6),
+            "ratio": round(billed / cf["usd"]["total"], 4) if cf["usd"]["total"] else None}
 
 
 def headline(fields: Mapping[str, int | float]) -> dict[str, Any]:
     """Summed counters as the API shows them (every counter present, 0 when none)."""
     n = {name: int(fields.get(name, 0)) for name in COUNTERS}
     before, after = n["tokens_before"], n["tokens_after"]
-    usd_before, usd_after = (round(float(fields.get(name, 0.0)), 6) for name in MONEY)
+    bill = bill_headline(fields)
+    estimate = counterfactual_headline(fields, bill)
     actions = {a: 0 for a in ACTIONS}
     actions.update({name.split(":", 1)[1]: int(v) for name, v in fields.items() if name.startswith("action:")})
     return {
@@ -116,9 +204,11 @@ def headline(fields: Mapping[str, int | float]) -> dict[str, Any]:
         "forwarded_ratio": round(after / before, 4) if before else None,
         "prefix_tokens": n["prefix_tokens"],
         "prefix_reuse": round(n["prefix_tokens"] / after, 4) if after else None,
-        "cost_before_usd": usd_before,
-        "cost_after_usd": usd_after,
-        "cost_saved_usd": round(usd_before - usd_after, 6),
+        "bill": bill,
+        "counterfactual": estimate,
+        "cost_billed_usd": bill["usd"]["total"],  # measured
+        "cost_without_proxy_usd": estimate["usd"]["total"],  # estimated (`counterfactual`)
+        "cost_saved_usd": estimate["saved_usd"],  # estimated
         "actions": actions,
         "reload_rounds": n["reload_rounds"],
         "reload_rate": round(n["reload_rounds"] / n["requests"], 4) if n["requests"] else None,
@@ -144,5 +234,6 @@ def point(start: int, fields: Mapping[str, int | float]) -> dict[str, Any]:
         "prefix_tokens": int(fields.get("prefix_tokens", 0)),
         "image_tokens_saved": int(fields.get("image_tokens_saved", 0)),
         "reload_rounds": int(fields.get("reload_rounds", 0)),
+        "billed_usd": round(sum(float(v) for k, v in fields.items() if k.startswith("usd:")), 6),
         "actions": actions,
     }

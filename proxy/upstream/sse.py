@@ -67,3 +67,45 @@ def encode_typed(event: Any) -> bytes:
     kind = event.get("type") if isinstance(event, dict) else None
     head = b"event: " + kind.encode() + b"\n" if isinstance(kind, str) and kind.isprintable() else b""
     return head + encode(event)
+
+
+class DataParser:
+    """`iter_data` pushed to: bytes in, the `data` of each event completed by them out (for a
+    stream read beside its relay, never in its way). ValueError as `iter_data` raises it."""
+
+    def __init__(self, limit: int = MAX_EVENT_BYTES) -> None:
+        self.limit = limit
+        self._buffer = bytearray()
+        self._searched = 0
+        self._data: list[str] = []
+        self._size = 0
+
+    def feed(self, chunk: bytes) -> list[str]:
+        out: list[str] = []
+        buffer = self._buffer
+        buffer += chunk
+        start = 0
+        while (cut := buffer.find(b"\n", max(start, self._searched))) >= 0:
+            line = bytes(buffer[start:cut]).rstrip(b"\r").decode("utf-8")
+            start = cut + 1
+            if not line:
+                if self._data:
+                    out.append("\n".join(self._data))
+                    self._data, self._size = [], 0
+            elif line.startswith("data:"):
+                value = line[5:]
+                self._data.append(value[1:] if value.startswith(" ") else value)
+                self._size += len(value)
+        del buffer[:start]
+        self._searched = len(buffer)
+        if self._size + len(buffer) > self.limit:
+            raise ValueError(f"an event of the stream is larger than {self.limit} bytes")
+        return out
+
+    def end(self) -> list[str]:
+        rest = bytes(self._buffer).strip()
+        if rest.startswith(b"data:"):
+            value = rest[5:].decode("utf-8")
+            self._data.append(value[1:] if value.startswith(" ") else value)
+        data, self._data, self._buffer = self._data, [], bytearray()
+        return ["\n".join(data)] if data else []

@@ -3,9 +3,10 @@
 
 The run's numbers are the difference between the totals after the run and before it (a fresh
 proxy's store starts empty; a reused one, or a `--data-dir` of earlier runs, does not): requests
-(managed turns), tokens as the agent sent them → as forwarded, the cache-weighted cost ratio
-(the proxy's estimate: forwarded cost over the raw history's, docs/operations.md), and the reload
-rounds the proxy ran. The statistics are written by a background task about once a second: the
+(managed turns), tokens as the agent sent them → as forwarded, what the upstream billed (measured:
+its usage, priced; split into uncached input, cache reads, cache writes and output), beside it
+the ratio to what the raw history would have been billed (an estimate, docs/billing.md), the
+reload rounds the proxy ran, and the turns whose upstream reported no usage. The statistics are written by a background task about once a second: the
 line waits (a few seconds at most) until the proxy holds no unwritten turn, then reads them.
 """
 
@@ -19,7 +20,14 @@ from typing import Any
 from proxy.wrap.child import describe, get_json
 
 WINDOW = "30d"  # the longest: nothing of a run falls out of it between the two readings
-FIELDS = ("requests", "tokens_before", "tokens_after", "cost_before_usd", "cost_after_usd", "reload_rounds")
+FIELDS = ("requests", "tokens_before", "tokens_after", "reload_rounds", "billed_usd", "uncached_usd", "reads_usd",
+          "writes_usd", "output_usd", "turns_without_usage", "cf_usd", "cf_billed_usd")
+# where each is in the statistics' totals
+_PATHS = {"billed_usd": ("bill", "usd", "total"), "uncached_usd": ("bill", "usd", "uncached"),
+          "reads_usd": ("bill", "usd", "cache_read"), "writes_usd": (("bill", "usd", "cache_write_5m"),
+                                                                     ("bill", "usd", "cache_write_1h")),
+          "output_usd": ("bill", "usd", "output"), "turns_without_usage": ("bill", "turns_without_usage"),
+          "cf_usd": ("counterfactual", "usd", "total"), "cf_billed_usd": ("counterfactual", "billed_usd")}
 SETTLE_WITHIN = 5.0  # seconds to wait for the proxy's last turns to be written
 
 
@@ -43,7 +51,18 @@ def read(url: str, token: str) -> tuple[dict[str, float], int]:
     recorder = (body.get("recorder") if isinstance(body, dict) else None) or {}
     if not isinstance(totals, dict) or not isinstance(recorder, dict):
         raise ValueError("no totals in the answer")
-    return {name: _number(totals.get(name)) for name in FIELDS}, int(_number(recorder.get("queued")))
+    return {name: _field(totals, name) for name in FIELDS}, int(_number(recorder.get("queued")))
+
+
+def _field(totals: dict, name: str) -> float:
+    paths = _PATHS.get(name, (name,))
+    total = 0.0
+    for path in paths if isinstance(paths[0], tuple) else (paths,):
+        value: Any = totals
+        for step in path:
+            value = value.get(step) if isinstance(value, dict) else None
+        total += _number(value)
+    return total
 
 
 def settled(url: str, token: str, within: float = SETTLE_WITHIN) -> dict[str, float]:
@@ -69,17 +88,27 @@ def _plural(count: int, word: str) -> str:
     return f"{count:,} {word}{'' if count == 1 else 's'}"
 
 
+def _usd(value: float) -> str:
+    return f"${value:,.2f}" if value >= 1 else f"${value:.4f}"
+
+
 def stats_text(run: dict[str, float]) -> str:
-    """`12 requests, 410,200 → 98,450 tokens (0.24), cache-weighted cost ×0.41, 3 reloads`."""
+    """`12 requests, 410,200 → 98,450 tokens (0.24), billed $0.0820 (uncached $0.0100, reads
+    $0.0500, writes $0.0120, output $0.0100), ×0.41 of the raw history's (est.), 3 reloads`."""
     requests, before, after = int(run["requests"]), int(run["tokens_before"]), int(run["tokens_after"])
     if requests == 0:
         return "no requests went through the proxy"
     parts = [_plural(requests, "request")]
     ratio = f" ({after / before:.2f})" if before else ""
     parts.append(f"{before:,} → {after:,} tokens{ratio}")
-    if run["cost_before_usd"] > 0:
-        parts.append(f"cache-weighted cost ×{run['cost_after_usd'] / run['cost_before_usd']:.2f}")
+    if run["billed_usd"] > 0:
+        parts.append(f"billed {_usd(run['billed_usd'])} (uncached {_usd(run['uncached_usd'])}, reads "
+                     f"{_usd(run['reads_usd'])}, writes {_usd(run['writes_usd'])}, output {_usd(run['output_usd'])})")
+    if run["cf_usd"] > 0:
+        parts.append(f"×{run['cf_billed_usd'] / run['cf_usd']:.2f} of the raw history's (est.)")
     parts.append(_plural(int(run["reload_rounds"]), "reload"))
+    if missing := int(run["turns_without_usage"]):
+        parts.append(f"{_plural(missing, 'turn')} without usage")
     return ", ".join(parts)
 
 

@@ -73,7 +73,7 @@ def fmt_pct(v) -> str:
 
 
 def fmt_usd(v) -> str:
-    return "–" if v is None else f"${v:.{4 if abs(v) < 1 else 2}f}"
+    return "–" if v is None else f"${v:.{4 if 0 < abs(v) < 1 else 2}f}"
 
 
 def loads(page) -> int:
@@ -172,7 +172,7 @@ def test_reads_well_on_a_phone(site, chromium):
     widths = page.evaluate("() => [...document.querySelectorAll('.table-wrap')].map(w => [w.parentElement.id, w.scrollWidth, w.clientWidth])")
     assert all(scroll <= client for _, scroll, client in widths), widths
     assert page.locator("#tenants-table th", has_text="Fwd / raw").is_visible()
-    assert page.locator("#tenants-table th", has_text="Money saved").is_hidden()
+    assert page.locator("#tenants-table th", has_text="Saved (est.)").is_hidden()
     print("screenshot:", screenshot(page, "dashboard-phone-390"))
     assert console.errors == []
 
@@ -362,4 +362,53 @@ def test_a_truncated_tenants_table_says_so(make_proxy, tmp_path, chromium, monke
         sign_in(page, ADMIN)
         assert column(page, "tenants-table", 1) == ["dash-a"]
         assert "with most raw tokens; there were more" in page.inner_text("#tenants-table caption")
+        assert console.errors == []
+
+
+def test_what_you_pay_is_the_bill_the_upstream_reported(make_proxy, upstream, chromium):
+    """The fake upstream reports a usage per answer (cache reads among it, and one answer with
+    none): the cards and the What you pay table show the API's bill, which is that usage priced,
+    and say that one turn reported no usage."""
+    from starlette.responses import JSONResponse
+
+    from tests.harness.servers import completion
+
+    usages = iter([{"prompt_tokens": 5000, "completion_tokens": 200, "prompt_tokens_details": {"cached_tokens": 4096}},
+                   {"prompt_tokens": 6000, "completion_tokens": 300, "prompt_tokens_details": {"cached_tokens": 4992}},
+                   None])
+
+    async def handler(request, rec):
+        usage = next(usages)
+        answer = {k: v for k, v in completion("hi").items() if k != "usage"}
+        return JSONResponse({**answer, "usage": usage} if usage else answer)
+
+    upstream.handler = handler
+    key = f"sk-dash-bill-{time.time_ns()}"
+    with make_proxy(admin_token=ADMIN) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=30)
+        for _ in range(3):
+            client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+        stats_when(url, ADMIN, 3)
+        totals = api(url, "/v1/offload/stats", ADMIN, window="1h")["totals"]
+        bill = totals["bill"]
+        price = PriceTable().price("gpt-4o")
+        expected = (1912 * price.input + 9088 * price.cached + 500 * price.output) / 1e6
+        assert bill["tokens"]["cache_read"] == 9088 and bill["tokens"]["uncached"] == 1912
+        assert bill["usd"]["total"] == round(expected, 6) and bill["turns_without_usage"] == 1
+
+        page, console = open_page(chromium, f"{url}/dashboard#window=1h")
+        sign_in(page, ADMIN)
+        assert card(page, "cost_billed_usd") == fmt_usd(bill["usd"]["total"])
+        assert card(page, "cost_saved_usd") == fmt_usd(totals["counterfactual"]["saved_usd"])
+        assert "(est.)" in page.inner_text('#headline .card[data-field="cost_saved_usd"] .label').lower()
+        rows = column(page, "bill-table", 1)
+        assert rows == ["Uncached input", "Cache reads", "Writes 5 min", "Writes 1 h", "Output", "Total"]
+        parts = ["uncached", "cache_read", "cache_write_5m", "cache_write_1h", "output", "total"]
+        assert column(page, "bill-table", 2) == [fmt_int(bill["tokens"]["input"] + bill["tokens"]["output"]
+                                                         if p == "total" else bill["tokens"][p]) for p in parts]
+        assert column(page, "bill-table", 3) == [fmt_usd(bill["usd"][p]) for p in parts]
+        assert column(page, "bill-table", 6) == [fmt_usd(totals["counterfactual"]["usd"][p]) for p in parts]
+        assert "1 turn (1 upstream answer) reported no usage" in page.inner_text("#bill-note")
+        assert "gpt-4o" in page.inner_text("#bill-note")
+        print("screenshot:", screenshot(page, "dashboard-bill-1280"))
         assert console.errors == []

@@ -80,7 +80,14 @@ def test_numbers_equal_what_was_sent(make_proxy, upstream):
         assert totals["tokens_saved"] == sum(before) - sum(after)
         assert totals["forwarded_ratio"] == round(sum(after) / sum(before), 4)
         assert {k: v for k, v in totals["actions"].items() if v} == dict(actions)
-        assert totals["cost_saved_usd"] > 0 and totals["cost_before_usd"] > totals["cost_after_usd"]
+        # the bill as the fake upstream reported it: (10, 5) per answer; its stream reports none
+        turn_bill = totals["bill"]["calls"]["turn"]
+        assert turn_bill["tokens"] == {"uncached": 10 * 5, "cache_read": 0, "cache_write_5m": 0, "cache_write_1h": 0,
+                                       "output": 5 * 5}
+        assert turn_bill["answers"] == 5 and turn_bill["answers_without_usage"] == 1
+        assert totals["bill"]["turns_without_usage"] == 1 and totals["counterfactual"]["turns"] == 5
+        assert turn_bill["usd"]["total"] == round((50 * 2.5 + 25 * 10.0) / 1e6, 6)
+        assert totals["counterfactual"]["usd"]["total"] > turn_bill["usd"]["total"]  # the raw history was larger
         assert totals["errors"] == 0 and totals["reload_rounds"] == 0
         series = body["series"]
         assert len(series) <= 60 and series[-1]["t"] <= body["now"] < series[-1]["t"] + 60

@@ -79,7 +79,9 @@ def test_codex_exec_through_wrap(codex_binary, upstream, tmp_path):
         totals = stats(line["url"], token)
         assert (int(line["before"]), int(line["after"])) == (totals["tokens_before"], totals["tokens_after"])
         assert int(line["after"]) < int(line["before"])
-        assert float(line["cost"]) == pytest.approx(totals["cost_after_usd"] / totals["cost_before_usd"], abs=0.005)
+        estimate = totals["counterfactual"]
+        assert float(line["cost"]) == pytest.approx(estimate["billed_usd"] / estimate["usd"]["total"], abs=0.005)
+        assert float(line["billed"]) == pytest.approx(totals["bill"]["usd"]["total"], abs=0.00005)
         assert wrap.roots(wrap.proxies_with(token)) == [int(line["pid"])]
     finally:
         pids = wrap.proxies_with(token)

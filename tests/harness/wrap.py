@@ -16,7 +16,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 LINE = re.compile(r"^offload-proxy: (?:no requests went through the proxy|(?P<requests>[\d,]+) requests?, "
                   r"(?P<before>[\d,]+) → (?P<after>[\d,]+) tokens(?: \((?P<ratio>[\d.]+)\))?"
-                  r"(?:, cache-weighted cost ×(?P<cost>[\d.]+))?, (?P<reloads>[\d,]+) reloads?)"
+                  r"(?:, billed \$(?P<billed>[\d.,]+) \(uncached \$(?P<uncached>[\d.,]+), reads \$(?P<reads>[\d.,]+), "
+                  r"writes \$(?P<writes>[\d.,]+), output \$(?P<output>[\d.,]+)\))?"
+                  r"(?:, ×(?P<cost>[\d.]+) of the raw history's \(est\.\))?, (?P<reloads>[\d,]+) reloads?"
+                  r"(?:, (?P<missing>[\d,]+) turns? without usage)?)"
                   r"(?:; proxy still up at (?P<url>\S+): dashboard \S+(?: \(admin token \S+\))?, "
                   r"stop it with kill (?P<pid>\d+)(?:; its log and store stay in (?P<scratch>\S+) until you remove it)?)?$",
                   re.M)

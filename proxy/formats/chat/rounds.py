@@ -25,6 +25,7 @@ from proxy.core.media import Reloaded, ToolResult
 from proxy.core.markers import INJECTED_TOOLS
 from proxy.core.rounds import ToolCall
 from proxy.core.usage import add_usage
+from proxy.formats.chat.usage import asked
 from proxy.formats.chat.items import reloaded_part
 from proxy.upstream import sse
 
@@ -114,6 +115,7 @@ class ChatRounds:
                  extra_usage: dict | None = None) -> None:
         self.body, self.messages, self.tools = body, list(messages), list(tools)
         self.extra_usage = extra_usage
+        self.asked = asked(body)  # for the stream's usage (else the proxy asked: `proxy.formats.chat.usage`)
         self.round = 0
         self.offered = False
         self._pending: dict | None = None  # the assistant message whose injected calls are being run
@@ -188,6 +190,10 @@ class ChatRounds:
     def feed(self, event: dict) -> list[dict]:
         if "error" in event and "choices" not in event:
             return [event]
+        if not self.asked and "usage" in event:  # the proxy asked for it: the client gets none
+            if isinstance(event["usage"], dict) and not event.get("choices"):
+                return []
+            del event["usage"]
         if event.get("usage") and not event.get("choices"):
             self._stream_usage = add_usage(self._stream_usage, event["usage"])  # summed, sent once at the end
             self._usage_template = event

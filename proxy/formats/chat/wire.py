@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from proxy.core.wire import Compaction
+from proxy.core.bill import UsageReader
+from proxy.formats.chat.usage import USAGE
 from proxy.core.provider_context import NONE, ProviderContext
 from proxy.formats.chat.body import parse_chat_body
 from proxy.formats.chat.items import VIEW
@@ -17,6 +19,7 @@ from proxy.formats.openai_cache import with_cache_key
 
 class ChatFormat:
     endpoint = "chat/completions"
+    usage: UsageReader = USAGE
     view = VIEW
     stored = False
     compaction: Compaction = None

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from proxy.core.wire import Compaction
+from proxy.core.bill import UsageReader
+from proxy.formats.messages.usage import USAGE
 from proxy.core.markers import INJECTED_TOOLS
 from proxy.core.provider_context import ProviderContext
 from proxy.formats.messages import summary
@@ -24,6 +26,7 @@ from proxy.formats.messages.request import colliding_tool_names, history, provid
 
 class MessagesFormat:
     endpoint = "messages"
+    usage: UsageReader = USAGE
     view = MessagesView(INJECTED_TOOLS)
     stored = False
     compaction: Compaction = "blocks"

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from proxy.core.wire import Compaction
+from proxy.core.bill import UsageReader
+from proxy.formats.responses.usage import USAGE
 from proxy.core.markers import INJECTED_TOOLS
 from proxy.core.provider_context import ProviderContext
 from proxy.formats.responses.body import parse_responses_body
@@ -24,6 +26,7 @@ from proxy.formats.responses.compact import triggered_events, triggered_response
 
 class ResponsesFormat:
     endpoint = "responses"
+    usage: UsageReader = USAGE
     view = ResponsesView(INJECTED_TOOLS)
     stored = True
     compaction: Compaction = "items"

@@ -120,7 +120,10 @@
     const values = {
       tokens_saved: [int(totals.tokens_saved), `${int(totals.tokens_before)} raw → ${int(totals.tokens_after)} forwarded; ` +
         `${int(totals.text_tokens_saved)} text, ${int(totals.image_tokens_saved)} images`],
-      cost_saved_usd: [usd(totals.cost_saved_usd), `${usd(totals.cost_before_usd)} → ${usd(totals.cost_after_usd)} of input`],
+      cost_billed_usd: [usd(totals.bill.usd.total), `uncached ${usd(totals.bill.usd.uncached)} · reads ${usd(totals.bill.usd.cache_read)} · ` +
+        `writes ${usd(totals.bill.usd.cache_write_5m + totals.bill.usd.cache_write_1h)} · output ${usd(totals.bill.usd.output)}`],
+      cost_saved_usd: [usd(totals.counterfactual.saved_usd), `${usd(totals.counterfactual.usd.total)} raw history (est.) → ` +
+        `${usd(totals.counterfactual.billed_usd)} billed, over ${int(totals.counterfactual.turns)} turns`],
       forwarded_ratio: [pct(totals.forwarded_ratio), "of the raw tokens went upstream"],
       prefix_reuse: [pct(totals.prefix_reuse), totals.prefix_tokens !== undefined ? `${int(totals.prefix_tokens)} tokens in cacheable prefixes` : ""],
       reload_rate: [pct(totals.reload_rate), `${int(totals.reload_rounds)} reload rounds, ${int(totals.searches)} searches`],
@@ -131,6 +134,27 @@
       card.querySelector(".value").textContent = value;
       card.querySelector(".sub").textContent = sub;
     }
+  }
+
+  const PARTS = [["uncached", "Uncached input"], ["cache_read", "Cache reads"], ["cache_write_5m", "Writes 5 min"],
+    ["cache_write_1h", "Writes 1 h"], ["output", "Output"]];
+
+  function bill(totals) {
+    const b = totals.bill, cf = totals.counterfactual, calls = b.calls;
+    const rows = [...PARTS.map(([part, name]) => ({ name, part })), { name: "Total", part: "total" }];
+    const tokens = (split, part) => part === "total" ? Object.values(split.tokens).reduce((a, n) => a + n, 0) : split.tokens[part];
+    table($("bill-table"), [
+      ["", (r) => r.name], ["Tokens", (r) => int(r.part === "total" ? b.tokens.input + b.tokens.output : b.tokens[r.part]), "num opt"],
+      ["Billed", (r) => usd(b.usd[r.part]), "num"],
+      ["Of which summaries", (r) => usd(calls.summary.usd[r.part]), "num opt"],
+      ["Of which keep-alive", (r) => usd(calls.keepalive.usd[r.part]), "num opt"],
+      ["Raw history (est.)", (r) => usd(cf.usd[r.part]), "num"],
+      ["Raw history tokens (est.)", (r) => int(tokens(cf, r.part)), "num opt"],
+    ], rows);
+    const plural = (n, word) => `${int(n)} ${word}${n === 1 ? "" : "s"}`;
+    $("bill-note").textContent = (b.turns_without_usage ? `${plural(b.turns_without_usage, "turn")} (${plural(b.answers_without_usage, "upstream answer")}) reported no usage: ` +
+      "they are counted, not billed here, and not in the estimate." : b.answers ? "Every upstream answer reported its usage." : "No upstream answer yet.") +
+      (b.models.length ? " By model: " + b.models.map((m) => `${m.model} ${usd(m.usd)}`).join(", ") + "." : "");
   }
 
   function charts(stats) {
@@ -186,7 +210,8 @@
       ["Tenant", (r) => r.label || r.name], ["Requests", (r) => int(r.totals.requests), "num opt"],
       ["Raw tokens", (r) => int(r.totals.tokens_before), "num"], ["Forwarded", (r) => int(r.totals.tokens_after), "num"],
       ["Saved", (r) => int(r.totals.tokens_saved), "num opt"], ["Fwd / raw", (r) => pct(r.totals.forwarded_ratio), "num"],
-      ["Money saved", (r) => usd(r.totals.cost_saved_usd), "num opt"], ["Reload rate", (r) => pct(r.totals.reload_rate), "num opt"],
+      ["Billed", (r) => usd(r.totals.cost_billed_usd), "num opt"], ["Saved (est.)", (r) => usd(r.totals.cost_saved_usd), "num opt"],
+      ["Reload rate", (r) => pct(r.totals.reload_rate), "num opt"],
     ], rows, (r) => { state.tenant = r.tenant; state.offset = 0; state.session = null; refresh(); },
     (r) => `Open the sessions of ${r.label || r.name} (namespace ${r.tenant})`);
     if (!rows.length) $("tenants-table").append(h("caption", {}, "No tenant sent a managed request in this window."));
@@ -201,6 +226,7 @@
       ["Raw tokens", (r) => int(r.tokens_before), "num"], ["Forwarded", (r) => int(r.tokens_after), "num"],
       ["Fwd / raw", (r) => pct(r.forwarded_ratio), "num"], ["Reload rounds", (r) => int(r.reload_rounds), "num opt"],
       ["Model", (r) => Object.keys(r.models || {}).join(", ") + (r.models_other ? ` +${int(r.models_other)} more` : ""), "opt"],
+      ["Billed", (r) => usd(r.cost_billed_usd), "num opt"],
     ], page.data, (r) => { state.session = r.id; refresh(); }, (r) => `Open session ${r.id}`);
     if (!page.data.length) $("sessions-table").append(h("caption", {}, "No session yet: sessions are named by the X-Offload-Session header or by their first messages."));
     const last = Math.min(page.total, page.offset + page.data.length);
@@ -229,8 +255,17 @@
       ["Turn", (t) => label(turns.indexOf(t))], ["Time", (t) => SECONDS.format(new Date(t.time * 1000)), "opt"],
       ["Route", (t) => t.route, "opt"], ["Model", (t) => t.model || "", "opt"], ["Action", (t) => t.action],
       ["Raw", (t) => int(t.tokens_before), "num"], ["Forwarded", (t) => int(t.tokens_after), "num"],
+      ["Billed input", (t) => billedInput(t), "num"], ["Output", (t) => t.bill && t.bill.answers ? int(t.bill.output) : "–", "num opt"],
       ["Refs", (t) => int(t.refs), "num opt"], ["Reloads", (t) => int(t.reload_rounds), "num opt"], ["Status", (t) => t.status, "num opt"],
     ], [...turns].reverse());
+  }
+
+  function billedInput(t) {
+    const b = t.bill;
+    if (!b || (!b.answers && !b.unreported)) return "–";
+    if (b.unreported) return "no usage";
+    const input = b.uncached + b.cache_read + b.cache_write_5m + b.cache_write_1h;
+    return `${int(input)} (${int(b.cache_read)} read, ${int(b.cache_write_5m + b.cache_write_1h)} written)`;
   }
 
   /* ---- the loop ---- */
@@ -250,6 +285,7 @@
         stats.tenant ? `Tenant ${stats.label || stats.name}` : "All tenants"));
       if (state.admin && stats.tenant) $("scope").append(" ", h("button", { type: "button", class: "quiet", onclick: () => { state.tenant = null; state.session = null; state.offset = 0; refresh(); } }, "All tenants"));
       headline(stats.totals);
+      bill(stats.totals);
       charts(stats);
       health(stats);
       tenants(stats);

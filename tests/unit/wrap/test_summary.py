@@ -6,15 +6,18 @@ import pytest
 
 from proxy.wrap.summary import FIELDS, describe_kept, difference, line
 
-RUN = {"requests": 12, "tokens_before": 410_200, "tokens_after": 98_450, "cost_before_usd": 0.2,
-       "cost_after_usd": 0.082, "reload_rounds": 3}
+RUN = {"requests": 12, "tokens_before": 410_200, "tokens_after": 98_450, "reload_rounds": 3, "billed_usd": 0.082,
+       "uncached_usd": 0.01, "reads_usd": 0.05, "writes_usd": 0.012, "output_usd": 0.01, "turns_without_usage": 0,
+       "cf_usd": 0.2, "cf_billed_usd": 0.082}
 
 
 def test_the_line():
     assert line(title="Codex CLI", status=0, run=RUN) == (
-        "offload-proxy: 12 requests, 410,200 → 98,450 tokens (0.24), cache-weighted cost ×0.41, 3 reloads")
-    one = {**RUN, "requests": 1, "reload_rounds": 1, "cost_before_usd": 0}
-    assert line(title="aider", status=1, run=one) == "offload-proxy: 1 request, 410,200 → 98,450 tokens (0.24), 1 reload"
+        "offload-proxy: 12 requests, 410,200 → 98,450 tokens (0.24), billed $0.0820 (uncached $0.0100, reads "
+        "$0.0500, writes $0.0120, output $0.0100), ×0.41 of the raw history's (est.), 3 reloads")
+    one = {**RUN, "requests": 1, "reload_rounds": 1, "billed_usd": 0, "cf_usd": 0, "turns_without_usage": 1}
+    assert line(title="aider", status=1, run=one) == ("offload-proxy: 1 request, 410,200 → 98,450 tokens (0.24), "
+                                                      "1 reload, 1 turn without usage")
 
 
 def test_nothing_went_through():

@@ -1,0 +1,111 @@
+"""Chat Completions' usage as a bill (`proxy.core.bill`), and asking for it on a stream.
+
+`usage.prompt_tokens` is every input token, `prompt_tokens_details.cached_tokens` the share a
+prompt cache served (OpenAI reports no cache writes: they cost the input price),
+`completion_tokens` the output. A stream reports usage only when asked
+(`stream_options.include_usage`): one chunk with no choices, and `"usage": null` on every other
+chunk. The proxy asks when the client did not (`asking`) and takes out what asking added
+(`unasked`), so the client's events are those it would have got.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from proxy.core import jsonio
+from proxy.core.bill import UNREPORTED, Bill, count, optional, reported
+
+_USAGE_KEY = re.compile(r'"usage"\s*:\s*')
+
+
+def bill_of(usage: object) -> Bill:
+    if not isinstance(usage, dict):
+        return UNREPORTED
+    prompt, output = count(usage.get("prompt_tokens")), optional(usage.get("completion_tokens"))
+    details = usage.get("prompt_tokens_details")
+    if details is not None and not isinstance(details, dict):
+        return UNREPORTED
+    cached = optional((details or {}).get("cached_tokens"))
+    if prompt is None or cached is None or cached > prompt:
+        return UNREPORTED
+    return reported(uncached=prompt - cached, cache_read=cached, output=output)
+
+
+class ChatUsageStream:
+    """The last `usage` object a stream's chunks carry (the usage chunk's; some upstreams put
+    it on the last chunk with choices)."""
+
+    def __init__(self) -> None:
+        self._usage: object = None
+
+    def feed(self, event: dict) -> None:
+        if isinstance(event.get("usage"), dict):
+            self._usage = event["usage"]
+
+    def bill(self) -> Bill:
+        return bill_of(self._usage)
+
+
+def asked(body: dict) -> bool:
+    """Did the client ask for a stream's usage itself?"""
+    options = body.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
+
+
+class ChatUsage:
+    def of_answer(self, answer: Any) -> Bill:
+        return bill_of(answer.get("usage")) if isinstance(answer, dict) else UNREPORTED
+
+    def stream(self) -> ChatUsageStream:
+        return ChatUsageStream()
+
+    def asking(self, body: dict) -> dict | None:
+        if body.get("stream") is not True or asked(body):
+            return None
+        options = body.get("stream_options")
+        if options is not None and not isinstance(options, dict):
+            return None  # the upstream refuses it as the client sent it
+        return {**body, "stream_options": {**(options or {}), "include_usage": True}}
+
+    def unasked(self, data: bytes) -> bytes | None:
+        try:
+            event = jsonio.loads(data)
+        except ValueError:
+            return data
+        if not isinstance(event, dict) or "usage" not in event:
+            return data
+        if isinstance(event["usage"], dict) and not event.get("choices"):
+            return None  # the usage chunk asking added
+        return without_usage(data, event)
+
+
+def without_usage(data: bytes, event: dict) -> bytes:
+    """`data` (the JSON text of `event`) without its top-level `usage` member, the rest byte for
+    byte; re-written whole only when no cut of the text gives that object."""
+    expected = {k: v for k, v in event.items() if k != "usage"}
+    text = data.decode("utf-8", "surrogatepass")
+    decoder = json.JSONDecoder()
+    for match in _USAGE_KEY.finditer(text):
+        try:
+            _, end = decoder.raw_decode(text, match.end())
+        except ValueError:
+            continue
+        start = match.start()
+        before, after = text[:start].rstrip(), text[end:].lstrip()
+        if before.endswith(","):
+            candidate = before[:-1] + text[end:]
+        elif after.startswith(","):
+            candidate = text[:start] + after[1:]
+        else:
+            candidate = text[:start] + text[end:]
+        try:
+            if jsonio.loads(candidate.encode("utf-8", "surrogatepass")) == expected:
+                return candidate.encode("utf-8", "surrogatepass")
+        except ValueError:
+            continue
+    return jsonio.dumps(expected)
+
+
+USAGE = ChatUsage()

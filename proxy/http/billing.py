@@ -1,0 +1,200 @@
+"""The bill of a managed turn's answer relayed as it came (`ManagedCall.forward`: no reload
+rounds), read beside the relay: the usage of a JSON answer, or of a stream's events as they pass
+(`proxy.core.bill`, through the format's `UsageReader`). What cannot be read (an encoding that
+cannot be undone, a body too large, no usage at all) is one answer without usage, never a
+failed request.
+
+On a chat stream whose client did not ask for usage the proxy asked (`UsageReader.asking`):
+`unasked_stream` relays it event by event, each as the client would have got it without asking
+(`UsageReader.unasked`: the usage chunk left out, `"usage": null` taken off the others), every
+other byte as it came.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterable, AsyncIterator, Sequence
+
+import httpx2
+from starlette.responses import Response, StreamingResponse
+
+from proxy import telemetry
+from proxy.core import jsonio
+from proxy.core.bill import UNREPORTED, Bill, UsageReader, UsageStream
+from proxy.errors import Shape
+from proxy.http.body_encoding import Corrupt, TooLarge, codings_of, decode
+from proxy.http.headers import response_headers_for_client
+from proxy.http.relay import close_after, stream_back, with_error_event
+from proxy.offload.cpu_pool import CPU
+from proxy.upstream import sse
+from proxy.upstream.errors import response_host
+
+KEPT_BYTES = 16 * 1024 * 1024  # of an encoded stream or a streamed JSON body, what is kept to read its usage
+ON_LOOP_BYTES = 256 * 1024  # a larger body or event is read off the event loop
+_USAGE = b'"usage"'
+_BOUNDARY = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+
+
+def _codings(out: Response) -> list[str] | None:
+    """The answer's content codings ([] for none), None when one cannot be undone."""
+    values = [v.decode("latin-1") for k, v in out.raw_headers if k.lower() == b"content-encoding"]
+    try:
+        return [c for c in codings_of(values) if c != "identity"]
+    except Exception:  # noqa: BLE001 - an unknown coding: its usage is not read
+        return None
+
+
+def _is_sse(out: Response) -> bool:
+    return any(k.lower() == b"content-type" and v.lower().startswith(b"text/event-stream") for k, v in out.raw_headers)
+
+
+def tap(rec: telemetry.RequestRecord | None, out: Response, usage: UsageReader) -> None:
+    """Read the bill of `out` (a 200 answer relayed as-is) into `rec` as it goes to the client."""
+    if rec is None or out.status_code != 200:
+        return
+    codings = _codings(out)
+    if isinstance(out, StreamingResponse):
+        out.body_iterator = _tapped(out.body_iterator, rec, usage, codings=codings, events=_is_sse(out))
+        return
+    rec.bill.add(UNREPORTED if codings is None else _of_body(bytes(out.body), codings, usage))
+
+
+def _of_body(raw: bytes, codings: list[str], usage: UsageReader) -> Bill:
+    try:
+        return usage.of_answer(jsonio.loads(decode(raw, codings, limit=KEPT_BYTES) if codings else raw))
+    except (ValueError, RecursionError, TooLarge, Corrupt):
+        return UNREPORTED
+
+
+def _of_events(raw: bytes, codings: list[str], usage: UsageReader) -> Bill:
+    """The bill of a whole stream's bytes (an encoded one, read once it has ended)."""
+    reading = usage.stream()
+    try:
+        parser = sse.DataParser()
+        for data in [*parser.feed(decode(raw, codings, limit=KEPT_BYTES) if codings else raw), *parser.end()]:
+            _feed(reading, data)
+    except (ValueError, RecursionError, TooLarge, Corrupt):
+        return UNREPORTED
+    return reading.bill()
+
+
+def _feed(reading: UsageStream, data: str) -> None:
+    """One event's data, parsed when it may carry usage."""
+    if '"usage"' not in data:
+        return
+    try:
+        event = jsonio.loads(data)
+    except (ValueError, RecursionError):
+        return
+    if isinstance(event, dict):
+        reading.feed(event)
+
+
+async def _tapped(chunks: AsyncIterable, rec: telemetry.RequestRecord, usage: UsageReader, *,
+                  codings: list[str] | None, events: bool) -> AsyncIterator:
+    """`chunks` as they come; their bill added to `rec` once they have ended (or stopped)."""
+    reading, parser = usage.stream(), sse.DataParser()
+    kept, whole, failed = bytearray(), codings is not None and (bool(codings) or not events), codings is None
+    try:
+        async for chunk in chunks:
+            yield chunk
+            raw = chunk if isinstance(chunk, bytes) else str(chunk).encode()
+            if failed:
+                continue
+            if whole:  # encoded, or a JSON body: read once it has all come
+                kept += raw
+                failed = len(kept) > KEPT_BYTES
+                continue
+            try:
+                for data in parser.feed(raw):
+                    await _feed_off_loop(reading, data)
+            except (ValueError, RecursionError):
+                failed = True
+    finally:
+        close = getattr(chunks, "aclose", None)
+        if close is not None:
+            await close()
+        if failed or codings is None:
+            rec.bill.add(UNREPORTED)
+        elif whole:
+            rec.bill.add(await CPU(len(kept) > ON_LOOP_BYTES)(
+                _of_events if events else _of_body, bytes(kept), codings, usage))
+        else:
+            try:
+                for data in parser.end():
+                    _feed(reading, data)
+            except ValueError:
+                pass
+            rec.bill.add(reading.bill())
+
+
+async def _feed_off_loop(reading: UsageStream, data: str) -> None:
+    if len(data) > ON_LOOP_BYTES and '"usage"' in data:  # a Responses terminal event holds the whole output
+        try:
+            event = await CPU(True)(jsonio.loads, data)
+        except (ValueError, RecursionError):
+            return
+        if isinstance(event, dict):
+            reading.feed(event)
+        return
+    _feed(reading, data)
+
+
+async def unasked_stream(response: httpx2.Response, extra_headers: Sequence[tuple[bytes, bytes]] = (), *,
+                         shape: Shape, rec: telemetry.RequestRecord | None, usage: UsageReader) -> Response:
+    """The answer to a request `usage.asking` rewrote, as the client would have got it."""
+    if response.status_code != 200 or not response.headers.get("content-type", "").startswith("text/event-stream"):
+        out = await stream_back(response, extra_headers, shape=shape)
+        tap(rec, out, usage)
+        return out
+    chunks = with_error_event(response.aiter_bytes(), shape, host=response_host(response))  # decoded
+    out = StreamingResponse(close_after(response, _unasked(chunks, rec, usage)), status_code=200)
+    out.raw_headers = response_headers_for_client(response.headers.raw, decoded=True) + list(extra_headers)
+    return out
+
+
+async def _unasked(chunks: AsyncIterator[bytes], rec: telemetry.RequestRecord | None,
+                   usage: UsageReader) -> AsyncIterator[bytes]:
+    reading = usage.stream()
+    buffer = b""
+    searched = 0  # buffer[:searched] ends no event (but for its last 3 bytes)
+    try:
+        async for chunk in chunks:
+            buffer += chunk
+            out, start = [], 0
+            for match in _BOUNDARY.finditer(buffer, max(0, searched - 3)):
+                out.append(_without_asked(buffer[start:match.end()], reading, usage))
+                start = match.end()
+            buffer = buffer[start:]
+            if len(buffer) > sse.MAX_EVENT_BYTES:  # no event of a chat completion: relayed as it is
+                out.append(buffer)
+                buffer = b""
+            searched = len(buffer)
+            if out and (sent := b"".join(out)):
+                yield sent
+        if buffer:
+            yield _without_asked(buffer, reading, usage)
+    finally:
+        if rec is not None:
+            rec.bill.add(reading.bill())
+
+
+def _without_asked(block: bytes, reading: UsageStream, usage: UsageReader) -> bytes:
+    """One event (its lines and the blank line ending it) as the client gets it: an event of one
+    `data:` line holding usage rewritten (`usage.unasked`), anything else as it came."""
+    body = block.rstrip(b"\r\n")
+    if not body.startswith(b"data:") or b"\n" in body or b"\r" in body or _USAGE not in body:
+        return block
+    lead = 6 if body[5:6] == b" " else 5
+    data, end = body[lead:], block[len(body):]
+    try:
+        event = jsonio.loads(data)
+    except (ValueError, RecursionError):
+        return block
+    if not isinstance(event, dict):
+        return block
+    reading.feed(event)
+    kept = usage.unasked(data)
+    if kept is None:
+        return b""
+    return block if kept == data else body[:lead] + kept + end

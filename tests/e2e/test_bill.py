@@ -1,0 +1,226 @@
+"""The measured bill end to end: the fake upstream reports a usage scripted per answer, the real
+SDKs talk to the proxy unchanged, and the statistics API's bill equals what was reported (per
+part, per call, in money at the table's prices); a chat stream whose client did not ask for
+usage is asked for it upstream and reaches the client byte for byte as it would have without;
+an answer without usage is counted as such."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import anthropic
+import httpx2
+import openai
+from starlette.responses import JSONResponse, StreamingResponse
+
+from proxy.core.markers import INJECTED_TOOLS
+from proxy.stats.prices import PriceTable
+from tests.harness import anthropic as fake_anthropic
+from tests.harness.history import agent_history
+from tests.harness.servers import completion, sse, stream_chunks
+
+ADMIN = "admin-token-for-bill-tests"
+PRICES = PriceTable()
+
+
+def chat_usage(prompt: int, cached: int, output: int) -> dict:
+    return {"prompt_tokens": prompt, "completion_tokens": output, "total_tokens": prompt + output,
+            "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0}}
+
+
+def openai_stream(body: dict, usage: dict, content: str = "Hello there") -> list[bytes]:
+    """The chunks OpenAI sends: with `stream_options.include_usage`, `"usage":null` on each chunk
+    and a last chunk with no choices holding the usage (compact JSON, as OpenAI writes it)."""
+    asked = (body.get("stream_options") or {}).get("include_usage") is True
+    out = []
+    for raw in stream_chunks(content):
+        data = raw[len(b"data: "):-2]
+        if data == b"[DONE]":
+            if asked:
+                out.append(b"data: " + json.dumps({**json.loads(last), "choices": [], "usage": usage},
+                                                  separators=(",", ":")).encode() + b"\n\n")
+            out.append(raw)
+            continue
+        chunk = json.loads(data)
+        if asked:
+            chunk["usage"] = None
+        last = json.dumps({k: v for k, v in chunk.items() if k != "usage"}, separators=(",", ":"))
+        out.append(b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n")
+    return out
+
+
+class Script:
+    """The usages the fake upstream reports, one per answer in order (its summary calls: the
+    default snapshot answer)."""
+
+    def __init__(self, *usages: dict) -> None:
+        self.usages = list(usages)
+        self.bodies: list[dict] = []
+
+    async def chat(self, request, rec):
+        body = rec.json()
+        self.bodies.append(body)
+        usage = self.usages.pop(0)
+        if body.get("stream"):
+            return StreamingResponse(iter(openai_stream(body, usage)), media_type="text/event-stream")
+        return JSONResponse({**completion("Hello there"), "usage": usage})
+
+    async def messages(self, request, rec):
+        self.bodies.append(rec.json())
+        msg = fake_anthropic.message(fake_anthropic.text("Hello there"), usage=self.usages.pop(0))
+        return fake_anthropic.answer(rec, msg)
+
+
+def totals(url: str, key: str, requests: int) -> dict:
+    deadline = time.monotonic() + 15
+    while True:
+        r = httpx2.get(f"{url}/v1/offload/stats", params={"window": "1h"}, headers={"authorization": f"Bearer {key}"},
+                       timeout=10)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        if body["totals"]["requests"] >= requests and body.get("recorder", {}).get("queued", 0) == 0:
+            return body["totals"]
+        if time.monotonic() > deadline:
+            return body["totals"]
+        time.sleep(0.2)
+
+
+def usd(model: str, **tokens: int) -> float:
+    price = PRICES.price(model)
+    return sum(n * price.of(part) for part, n in tokens.items()) / 1e6
+
+
+def test_a_chat_stream_the_client_did_not_ask_usage_for(make_proxy, upstream):
+    script = Script(chat_usage(1200, 1024, 7), chat_usage(1300, 1152, 9), chat_usage(1400, 0, 11))
+    upstream.handler = script.chat
+    key = f"sk-{uuid.uuid4().hex}"
+    history = [{"role": "user", "content": "hi"}]
+    with make_proxy(admin_token=ADMIN) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=30)
+        chunks = list(client.chat.completions.create(model="gpt-4o", messages=history, stream=True))
+        # the client never sees what asking added: no usage chunk, no `usage` on any chunk
+        assert all(c.usage is None and c.choices for c in chunks)
+        assert "".join(c.choices[0].delta.content or "" for c in chunks) == "Hello there "
+        assert script.bodies[0]["stream_options"] == {"include_usage": True}
+
+        # byte for byte what the upstream sends a request without include_usage
+        raw = httpx2.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": history, "stream": True},
+                          headers={"authorization": f"Bearer {key}"}, timeout=30)
+        expected = b"".join(openai_stream({"stream": True}, {}))
+        assert raw.status_code == 200 and raw.content == expected
+        assert script.bodies[1]["stream_options"] == {"include_usage": True}
+
+        # a client that asked keeps its usage chunk
+        asked = list(client.chat.completions.create(model="gpt-4o", messages=history, stream=True,
+                                                    stream_options={"include_usage": True}))
+        assert asked[-1].choices == [] and asked[-1].usage.prompt_tokens == 1400
+        assert asked[-1].usage.completion_tokens == 11
+
+        bill = totals(url, key, 3)["bill"]
+    turn = bill["calls"]["turn"]
+    assert turn["tokens"] == {"uncached": 176 + 148 + 1400, "cache_read": 1024 + 1152, "cache_write_5m": 0,
+                              "cache_write_1h": 0, "output": 27}
+    assert turn["answers"] == 3 and bill["turns_without_usage"] == 0
+    assert turn["usd"]["total"] == round(usd("gpt-4o", uncached=1724, cache_read=2176, output=27), 6)
+
+
+def test_the_raw_bytes_without_asking_are_the_upstreams(make_proxy, upstream):
+    """What the client gets equals the upstream's bytes for a request without include_usage."""
+    script = Script(chat_usage(50, 0, 3))
+    upstream.handler = script.chat
+    with make_proxy() as url:
+        raw = httpx2.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "stream": True,
+                                                               "messages": [{"role": "user", "content": "hi"}]},
+                          headers={"authorization": f"Bearer sk-{uuid.uuid4().hex}"}, timeout=30)
+    assert raw.content == b"".join(openai_stream({"stream": True}, {}))
+
+
+def test_turns_through_the_reload_loop_streamed_and_not(make_proxy, upstream):
+    """Turns whose history the proxy offloads (the reload tools injected: the rounds path): each
+    answer's usage in the turn's bill, streamed (asked for, taken out) and not."""
+    usages = [chat_usage(2000 + i, 1000, 10 + i) for i in range(4)]
+    script = Script(*usages)
+    upstream.handler = script.chat
+    key = f"sk-{uuid.uuid4().hex}"
+    with make_proxy(admin_token=ADMIN) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=30)
+        for steps, stream in ((4, False), (5, True), (6, False), (7, True)):
+            raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=agent_history(steps=steps),
+                                                                   stream=stream)
+            parsed = raw.parse()
+            if stream:
+                got = list(parsed)
+                assert all(c.usage is None for c in got) and all(c.choices for c in got)
+            else:
+                assert parsed.usage.prompt_tokens >= usages[steps - 4]["prompt_tokens"]
+        offered = [b for b in script.bodies if any((t.get("function") or {}).get("name") in INJECTED_TOOLS
+                                                   for t in b.get("tools") or [])]
+        assert len(offered) == 4  # every turn went through the rounds path
+        streamed = [b for b in script.bodies if b.get("stream")]
+        assert streamed and all(b["stream_options"] == {"include_usage": True} for b in streamed)
+        bill = totals(url, key, 4)["bill"]
+    turn = bill["calls"]["turn"]
+    assert turn["answers"] == 4 and turn["answers_without_usage"] == 0
+    assert turn["tokens"]["cache_read"] == 4000
+    assert turn["tokens"]["uncached"] == sum(u["prompt_tokens"] - 1000 for u in usages)
+    assert turn["tokens"]["output"] == sum(u["completion_tokens"] for u in usages)
+
+
+def test_the_anthropic_sdk_streamed_and_not(make_proxy, upstream):
+    script = Script(
+        {"input_tokens": 40, "cache_read_input_tokens": 9000, "cache_creation_input_tokens": 1500,
+         "cache_creation": {"ephemeral_5m_input_tokens": 500, "ephemeral_1h_input_tokens": 1000}, "output_tokens": 70},
+        {"input_tokens": 30, "cache_read_input_tokens": 10500, "cache_creation_input_tokens": 200,
+         "output_tokens": 50},
+    )
+    upstream.handler = script.messages
+    key = f"sk-ant-{uuid.uuid4().hex}"
+    model = "claude-sonnet-4-5"
+    with make_proxy(admin_token=ADMIN) as url:
+        client = anthropic.Anthropic(base_url=url, api_key=key, max_retries=0, timeout=30)
+        message = client.messages.create(model=model, max_tokens=100, messages=[{"role": "user", "content": "hi"}])
+        assert message.usage.cache_read_input_tokens == 9000  # the client's own answer, untouched
+        with client.messages.stream(model=model, max_tokens=100, messages=[{"role": "user", "content": "hi"}]) as s:
+            final = s.get_final_message()
+        assert final.usage.output_tokens == 50
+        stats = totals(url, key, 2)
+    bill = stats["bill"]
+    assert bill["calls"]["turn"]["tokens"] == {"uncached": 70, "cache_read": 19500, "cache_write_5m": 700,
+                                               "cache_write_1h": 1000, "output": 120}
+    expected = usd(model, uncached=70, cache_read=19500, cache_write_5m=700, cache_write_1h=1000, output=120)
+    assert bill["usd"]["total"] == round(expected, 6) and stats["cost_billed_usd"] == round(expected, 6)
+    price = PRICES.price(model)
+    assert bill["usd"]["cache_write_1h"] == round(1000 * price.input * 2 / 1e6, 6)  # Anthropic's 2× premium
+    assert bill["models"] == [{"model": model, "usd": round(expected, 6), "tokens": 21390}]
+    # nothing was offloaded: the raw history is what went, its estimate the bill itself
+    assert stats["counterfactual"]["turns"] == 2 and stats["counterfactual"]["usd"]["total"] == round(expected, 6)
+
+
+def test_an_answer_without_usage_is_counted_never_guessed(make_proxy, upstream):
+    answers = iter([{"prompt_tokens": "lots"}, None, chat_usage(10, 0, 1), {"prompt_tokens": -5}])
+
+    async def handler(request, rec):
+        usage = next(answers)
+        body = {**completion("hi"), "usage": usage}
+        if usage is None:
+            del body["usage"]
+        return JSONResponse(body)
+
+    upstream.handler = handler
+    key = f"sk-{uuid.uuid4().hex}"
+    with make_proxy(admin_token=ADMIN) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=30)
+        for _ in range(4):
+            # the client gets the upstream's answer as it came, whatever its usage
+            raw = client.chat.completions.with_raw_response.create(model="gpt-4o",
+                                                                   messages=[{"role": "user", "content": "hi"}])
+            assert raw.http_response.status_code == 200
+        stats = totals(url, key, 4)
+        metrics = httpx2.get(f"{url}/metrics", headers={"authorization": f"Bearer {ADMIN}"}, timeout=10).text
+    bill = stats["bill"]
+    assert bill["turns_without_usage"] == 3 and bill["calls"]["turn"]["answers"] == 1
+    assert bill["tokens"]["uncached"] == 10 and stats["counterfactual"]["turns"] == 1
+    assert 'offload_turns_without_usage_total{call="turn"} 3.0' in metrics
+    assert 'offload_billed_tokens_total{call="turn",kind="uncached"} 10.0' in metrics
