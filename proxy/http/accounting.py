@@ -65,7 +65,12 @@ def _utf8_size(text: str) -> int:
 async def session_of(call: ManagedCall) -> tuple[str | None, str | None]:
     """(the session derived from the conversation, the response id a continuing Responses turn
     names instead: its session is that response's, found when the turn is recorded)."""
-    body, namespace, history = call.turn.body, call.namespace, call.turn.history
+    return await derived_session(call, call.turn.body, call.turn.history)
+
+
+async def derived_session(call: ManagedCall, body: dict, history: list) -> tuple[str | None, str | None]:
+    """`session_of` a request whose body and history are these (before the turn or after it)."""
+    namespace = call.namespace
     if call.fmt.stored:
         if (conversation := response_chains.conversation_key(body.get("conversation"))) is not None:
             return session_id.from_name(namespace, "conversation", conversation), None

@@ -7,6 +7,7 @@ import functools
 
 from starlette.requests import Request
 
+from proxy.core.cache_cuts import CutContext
 from proxy.core.settings import OffloadSettings, SettingsError
 from proxy.core.wire import WireFormat
 from proxy.emulation.betas import without_emulated_betas
@@ -26,7 +27,8 @@ def model_of(body: dict) -> str | None:
 
 
 def compressor_for(request: Request, body: dict, *, settings: OffloadSettings, caller: Caller, tenant: TenantStore,
-                   fmt: WireFormat, refs: RefStore, background: bool = True) -> Compressor:
+                   fmt: WireFormat, refs: RefStore, background: bool = True,
+                   cuts: CutContext | None = None) -> Compressor:
     """Summaries go to the caller's upstream with the caller's upstream credential: in the
     request's own format and endpoint (the prefix shape, `fmt` builds the request), or to chat
     completions whatever the format (`--summary-request transcript`, OpenAI's formats only: an
@@ -48,7 +50,7 @@ def compressor_for(request: Request, body: dict, *, settings: OffloadSettings, c
                          refs=refs, tenant_scope=caller.scope, wire=fmt, body=body,
                          summary_request="prefix" if caller.family == "anthropic" else services.settings.summary_request,
                          instruction=custom or DEFAULT_INSTRUCTION,
-                         tally=functools.partial(services.recorder.count_summary, caller.namespace))
+                         tally=functools.partial(services.recorder.count_summary, caller.namespace), cuts=cuts)
     return Compressor(tenant, ctx)
 
 
