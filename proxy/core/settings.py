@@ -78,8 +78,10 @@ class OffloadSettings(BaseModel):
     hard_max_tokens: int | None = Field(None, ge=1, le=10_000_000)
     summary_model: str | None = Field(None, pattern=r"^[A-Za-z0-9._:/-]{1,128}$")
     context_management: ContextManagement = "auto"
+    # 1-token requests that keep a large, active session's prompt cache warm (`proxy.offload.keepalive`)
+    cache_keepalive: bool = False
 
-    @field_validator("reload_tools", "fold", mode="before")
+    @field_validator("reload_tools", "fold", "cache_keepalive", mode="before")
     @classmethod
     def _on_off(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -122,7 +124,7 @@ def _describe(field: str) -> str:
         return "one of auto, compact, compress, off"
     if field == "context_management":
         return "one of relay, emulate, auto"
-    if field in ("reload_tools", "fold"):
+    if field in ("reload_tools", "fold", "cache_keepalive"):
         return "on or off"
     if field in ("tenant", "session", "summary_model"):
         return "1-128 characters of A-Z a-z 0-9 . _ : @ / -"
