@@ -140,6 +140,30 @@ class ServerSettings(BaseSettings):
         "cache_control gets the proxy's prompt caching (request-level caching and a breakpoint after the tools and "
         "system), and a request to api.openai.com without a prompt_cache_key its session's; off: as sent."
     )
+    cache_keepalive: str | None = Field(
+        None, description="Default X-Offload-Cache-Keepalive: on|off (off). on: a session whose forwarded prefix is "
+        "large (--cache-keepalive-min-tokens) and was sent lately gets a 1-token request with that exact prefix, "
+        "with its own credential, shortly before the provider's cache would expire (docs/cache_cuts.md)."
+    )
+    cache_keepalive_min_tokens: int = Field(
+        20_000, ge=1, le=10_000_000, description="Forwarded tokens below which a session's cache is never kept alive."
+    )
+    cache_keepalive_max_pings: int = Field(
+        3, ge=1, le=100, description="Keep-alive requests one session gets between two of its turns, at most."
+    )
+    cache_keepalive_idle: float = Field(
+        900.0, gt=0, le=86_400, description="A session idle this long (s) since its last turn gets no more keep-alive "
+        "requests."
+    )
+    cache_keepalive_bytes: int = Field(
+        256 * 1024**2, ge=0, description="Bytes of forwarded bodies one worker holds for keep-alive requests, at "
+        "most (the sessions idle longest are dropped first)."
+    )
+    cache_ttl: float = Field(
+        300.0, ge=1, le=86_400, description="How long (s) the proxy assumes a provider keeps an idle prompt-cache "
+        "prefix (Anthropic's and OpenAI's default: 5 minutes): keep-alive requests go out before it, and a cut due "
+        "soon is made once a session has been idle longer (docs/cache_cuts.md)."
+    )
     summary_timeout: float = Field(60.0, gt=0, description="Timeout (s) of one summarisation call.")
     summary_wait: float = Field(
         5.0, ge=0, description="How long (s) a request waits for a summary another request is making."

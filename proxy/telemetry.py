@@ -143,6 +143,12 @@ class Metrics:
         self.turns_without_usage = Counter("offload_turns_without_usage_total", "Upstream answers (a turn's, a "
                                            "summary call's) that reported no usage the proxy could read: "
                                            "counted, not billed.", ("call",), registry=r)
+        self.keepalive_pings = Counter("offload_keepalive_pings_total", "Keep-alive requests sent to keep a session's "
+                                       "prompt cache warm, by outcome (ok: answered 200).", ("outcome",), registry=r)
+        self.keepalive_cost = Counter("offload_keepalive_cost_tokens_total", "What the keep-alive requests cost, in "
+                                      "uncached input tokens (estimated at the provider's cache prices).", registry=r)
+        self.keepalive_avoided = Counter("offload_keepalive_writes_avoided_tokens_total", "Prefix tokens a session's "
+                                         "next turn read from a cache only keep-alive requests kept warm.", registry=r)
         self.stats_dropped = Counter("offload_stats_dropped_total", "Turns (and background summaries) the usage "
                                      "statistics lost: more held while the store was down than they keep.",
                                      registry=r)

@@ -172,6 +172,7 @@ class PriorSummary:
     usage: tuple[int, int] = (0, 0)  # the summarisation calls' (input, output) tokens
     bill: bool = False  # made in the background: its usage goes to the first response using it
     refs: tuple[str, ...] = ()  # the media its stored originals name (`proxy.core.media.without_media`)
+    prefix: str = ""  # the hash of the prefix it is stored under (`PrefixHashes`): what names it in a session's record
 
 
 @dataclass(frozen=True)

@@ -82,8 +82,10 @@ class OffloadSettings(BaseModel):
     summary_model: str | None = Field(None, pattern=r"^[A-Za-z0-9._:/-]{1,128}$")
     context_management: ContextManagement = "auto"
     cache_control: CacheControl = "auto"
+    # 1-token requests that keep a large, active session's prompt cache warm (`proxy.offload.keepalive`)
+    cache_keepalive: bool = False
 
-    @field_validator("reload_tools", "fold", mode="before")
+    @field_validator("reload_tools", "fold", "cache_keepalive", mode="before")
     @classmethod
     def _on_off(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -128,7 +130,7 @@ def _describe(field: str) -> str:
         return "one of relay, emulate, auto"
     if field == "cache_control":
         return "one of auto, off"
-    if field in ("reload_tools", "fold"):
+    if field in ("reload_tools", "fold", "cache_keepalive"):
         return "on or off"
     if field in ("tenant", "session", "summary_model"):
         return "1-128 characters of A-Z a-z 0-9 . _ : @ / -"

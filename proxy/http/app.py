@@ -35,6 +35,7 @@ from proxy.http.limits import BodyLimit
 from proxy.http.websocket.connection import Limits as SocketLimits
 from proxy.http.websocket.route import ResponsesSocket
 from proxy.http import log_clip
+from proxy.http.cache_session import keepalive_service
 from proxy.http.telemetry import Metrics, Observe, configure_logging, configure_text_logging, metrics_endpoint
 from proxy.http.services import Services, services_of
 from proxy.http.unknown_headers import UnknownHeaderWarning
@@ -112,24 +113,28 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
             log.warning(note)  # ours (an argument would be clipped as client text)
         await asyncio.to_thread(counter_for_encoding, "o200k_base")  # now, not on a request
         _freeze_startup_objects()
+        upstream = Upstream(settings)
         services = Services(
             settings=settings,
             settings_resolver=resolver,
             metrics=metrics,
             sealer=sealer_for(settings),
             credential_check=CredentialCheck(),
-            upstream=Upstream(settings),
+            upstream=upstream,
             store=GuardedStore(open_store(settings), ping_timeout=settings.store_timeout, metrics=metrics),
             # one credential (whatever its X-Offload-Tenant) holds half the slots at most, queued or running
             summaries=SummaryScheduler(concurrency=settings.summary_concurrency, queue=settings.summary_queue,
                                        per_tenant=max(1, settings.summary_concurrency // 2),
                                        max_age=2 * settings.summary_timeout, on_change=metrics.summaries_state),
             recorder=recorder,
+            keepalive=keepalive_service(settings, upstream, metrics, recorder),
         )
         app.state.services = services
         metrics.watch_summaries(services.summaries.state)
         services.store.start()
         recorder.start(services.store, services.sealer)
+        assert services.keepalive is not None
+        services.keepalive.start()
         canary = keep_if_served(services.store, services.sealer, settings.names_key, workers=settings.workers,
                                 woken=services.store.answering_again)
         try:
@@ -139,6 +144,7 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
                 canary.cancel()
             # uvicorn has given the requests their grace already; summaries still running get their own
             await services.summaries.shutdown(settings.shutdown_grace)
+            await services.keepalive.stop()  # what it held (credentials among it) goes with it
             await search_pool.shutdown()  # the context_search worker processes
             await services.upstream.aclose()
             await recorder.stop()  # what the last second queued

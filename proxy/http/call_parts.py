@@ -8,6 +8,7 @@ import functools
 from starlette.requests import Request
 
 from proxy.core.bill import Bill
+from proxy.core.cache_cuts import CutContext
 from proxy.core.settings import OffloadSettings, SettingsError
 from proxy.core.wire import WireFormat
 from proxy.emulation.betas import without_emulated_betas
@@ -27,7 +28,8 @@ def model_of(body: dict) -> str | None:
 
 
 def compressor_for(request: Request, body: dict, *, settings: OffloadSettings, caller: Caller, tenant: TenantStore,
-                   fmt: WireFormat, refs: RefStore, background: bool = True) -> Compressor:
+                   fmt: WireFormat, refs: RefStore, background: bool = True,
+                   cuts: CutContext | None = None) -> Compressor:
     """Summaries go to the caller's upstream with the caller's upstream credential: in the
     request's own format and endpoint (the prefix shape, `fmt` builds the request), or to chat
     completions whatever the format (`--summary-request transcript`, OpenAI's formats only: an
@@ -54,7 +56,7 @@ def compressor_for(request: Request, body: dict, *, settings: OffloadSettings, c
                          summary_request="prefix" if caller.family == "anthropic" else services.settings.summary_request,
                          instruction=custom or DEFAULT_INSTRUCTION,
                          tally=functools.partial(services.recorder.count_summary, caller.namespace),
-                         billed=billed)
+                         billed=billed, cuts=cuts)
     return Compressor(tenant, ctx)
 
 

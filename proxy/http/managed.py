@@ -27,7 +27,7 @@ from proxy.formats.chat import CHAT
 from proxy.formats.json_body import LARGE_BODY
 from proxy.formats.messages import MESSAGES
 from proxy.formats.responses import RESPONSES
-from proxy.http import accounting, billing, emulated_answers, error_map
+from proxy.http import accounting, billing, cache_session, emulated_answers, error_map
 from proxy.http.body_charset import refuse_other_charsets
 from proxy.http.body_encoding import codings_of, decoded_body
 from proxy.http.call_parts import compressor_for, request_settings, tenant_store
@@ -104,6 +104,7 @@ class ManagedCall:
         self.used_up: str | None = None  # a conversation's record, forgotten when the upstream accepts the request
         self.rec: telemetry.RequestRecord | None = None
         self.headers: list[tuple[bytes, bytes]] = []
+        self.cache = cache_session.CacheSession()  # the session's prompt cache: its record, what went first
 
     @classmethod
     async def open(cls, request: Request, fmt: WireFormat) -> ManagedCall:
@@ -140,7 +141,7 @@ class ManagedCall:
 
         def compressor(body: dict, settings: OffloadSettings, refs: RefStore, *, background: bool) -> Compressor:
             return compressor_for(self.request, body, settings=settings, caller=caller, tenant=tenant, fmt=self.fmt,
-                                  refs=refs, background=background)
+                                  refs=refs, background=background, cuts=self.cache.cuts)
 
         return TurnInput(self.fmt, self.raw, self.body, self.history, self.settings, tenant, compressor,
                          emulating=emulates(self.settings.context_management, self.base or services.settings.upstream_base),
@@ -160,6 +161,8 @@ class ManagedCall:
         """The turn (`proxy.turn`), then what goes upstream with it. `new_summaries`: False uses
         the summaries ready in the store and never makes one (counting tokens); `prompt_cache`:
         False leaves the client's caching as sent (a count is the same with the proxy's)."""
+        if new_summaries:  # a turn that goes upstream: its cuts priced with the session's cache
+            await cache_session.before(self)
         key = await self.cache_key() if prompt_cache else None
         given = self.turn_input(new_summaries=new_summaries, prompt_cache=prompt_cache, cache_key=key)
         self.tenant = given.tenant
@@ -201,6 +204,7 @@ class ManagedCall:
             await turn.prepared.start_background()  # if the upstream never answered
             accounting.learn_reply(self, turn.rounds.first_id)
             await self.tenant.record_events(turn.settings.session, turn.events)
+            await cache_session.after(self)  # the session's record, its prefix held for keep-alive
 
         return BackgroundTask(record)
 
@@ -209,6 +213,7 @@ class ManagedCall:
             self.rec.forwarded = content
         response = await self.services.upstream.send("POST", self.fmt.endpoint, query=self.query,
                                                   headers=self.headers, content=content, base=self.base)
+        cache_session.sent(self, content, response.status_code)
         if self.caller.kind == "client":  # what the upstream thinks of the client's own key
             self.services.credential_check.remember(self.caller.scope, response.status_code)
         await self.turn.prepared.start_background()  # the turn is out and answering: now its summaries

@@ -11,6 +11,7 @@ from proxy.config import ServerSettings
 from proxy.core.settings import SettingsResolver
 from proxy.telemetry import Metrics
 from proxy.offload.background import SummaryScheduler
+from proxy.offload.keepalive import KeepAlive
 from proxy.offload.quota import CredentialCheck
 from proxy.stats.recorder import Recorder
 from proxy.store.guarded import GuardedStore
@@ -29,6 +30,7 @@ class Services:
     store: GuardedStore
     summaries: SummaryScheduler  # summaries made in the background
     recorder: Recorder  # usage statistics, written in the background
+    keepalive: KeepAlive | None = None  # keep-alive pings of the sessions that ask for them
 
 
 def services_of(request: Request) -> Services:

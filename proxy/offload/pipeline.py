@@ -42,6 +42,7 @@ class Prepared:
     written: set[str] = field(default_factory=set)  # refs stored for the first time by this request
     # Background summaries to start once the turn's upstream request is out (`start_background`).
     deferred: list[Callable[[], Awaitable[object]]] = field(default_factory=list)
+    summary_prefix: str = ""  # the prefix hash of the summary forwarded ("" none): the session's record keeps it
 
     def add_action(self, part: str) -> None:
         """`part` (an emulated step, `proxy.emulation`) added to the action: alone, or after a `+`."""
@@ -119,6 +120,7 @@ async def prepare(
             result.deferred = compressor.deferred
             pending = compressed.pending
             kept = compressed.kept
+            result.summary_prefix = compressed.summary_prefix
             if compressed.warning:
                 result.warnings.append(compressed.warning)
             if compressed.items is not None:

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from proxy.core import compression as cp
+from proxy.core import cache_cuts
 from proxy.core import precompress
 from proxy.core.summary_index import summary_index
 from proxy.core.compaction import Offload, present_refs
@@ -29,7 +30,7 @@ from proxy.core.media import without_media
 from proxy.core.texts import RELOAD_TOOL_SCHEMAS
 from proxy.core.view import ItemView
 from proxy.formats import chat
-from proxy.offload import summary_memo
+from proxy.offload import kept_cut, summary_memo
 from proxy.offload import lease
 from proxy.offload.cpu_pool import CPU, INLINE
 from proxy.offload.events import event
@@ -53,7 +54,7 @@ class Compressor:
     def __init__(self, tenant: TenantStore, ctx: SummaryContext) -> None:
         """`tenant`: where the summaries and their index go (uncharged: a summary replaces
         history the tenant sent, it is not content of its own)."""
-        self.tenant, self.ctx = tenant, ctx
+        self.tenant, self.ctx, self.cuts = tenant, ctx, ctx.cuts
         self.store, self.namespace, self.ttl, self.sealer = tenant.store, tenant.namespace, tenant.ttl, tenant.sealer
         self.view: ItemView = ctx.view or (ctx.wire.view if ctx.wire is not None else chat.VIEW)
         self.prefix = ctx.summary_request == "prefix" and ctx.wire is not None and ctx.body is not None
@@ -108,7 +109,8 @@ class Compressor:
         r = json.loads(raw)
         return summary_memo.keep(self.store, summary_key,
                                  cp.PriorSummary(r["cut"], r["text"], r["ref"], r["tokens"], r["message"],
-                                                  tuple(r.get("usage") or (0, 0)), bool(r.get("bill")), tuple(r.get("refs") or ())))
+                                                  tuple(r.get("usage") or (0, 0)), bool(r.get("bill")), tuple(r.get("refs") or ()),
+                                                  prefix_hash))
 
     async def run(
         self, compacted: list[Any], originals: list[Any], settings: OffloadSettings, *, counter: TokenCounter,
@@ -131,11 +133,21 @@ class Compressor:
         chain = cp.PrefixHashes(originals)
         prior = await self._prior(originals, chain, head, tail=tail, cpu=cpu)
         if foldable <= trigger:  # below the trigger: what is forwarded stays as it is; prepare the summary
+            if prior is not None and head <= prior.cut <= tail and cache_cuts.early(self.cuts, foldable=foldable,
+                                                                                        trigger=trigger):
+                reused = self._using(compacted, head, prior)  # the cache is cold anyway: the cut due soon, now
+                await self._bill(prior, reused)
+                return reused
             await self._ahead(compacted, originals, settings, counter=counter, chain=chain, prior=prior, cpu=cpu)
             return Compressed()
         decision = await cpu.light(cp.decide, compacted, self.view, settings, counter=counter, prior=prior)
         if decision.action == "reuse":
             assert prior is not None
+            previous = await kept_cut.previous(self, compacted, originals, chain=chain, head=head, tail=tail, trigger=trigger,
+                                               newer=prior, counter=counter, cpu=cpu)
+            if previous is not None:  # the newer cut costs more than it saves: the one last forwarded stays
+                await self._bill(*previous)
+                return previous[1]
             reused = self._using(compacted, head, prior)
             await self._bill(prior, reused)
             await self._ahead(compacted, originals, settings, counter=counter, chain=chain, prior=prior, cpu=cpu)
@@ -148,7 +160,8 @@ class Compressor:
                         if prior is not None and decision.prior is prior else None)
             forwarded = await cpu.light(counter.messages, fallback if fallback is not None else compacted)
             if forwarded <= precompress.hard_limit(settings, self.ctx.request_model):
-                pending = Compressed(fallback, pending=True, kept=prior.refs if prior is not None and fallback is not None else ())
+                pending = Compressed(fallback, pending=True, kept=prior.refs if prior is not None and fallback is not None else (),
+                                     summary_prefix=prior.prefix if prior is not None and fallback is not None else "")
                 if prior is not None and fallback is not None:
                     await self._bill(prior, pending)
                 await self._start(compacted, originals, settings, counter=counter, chain=chain, decision=decision, cpu=cpu)
@@ -181,7 +194,7 @@ class Compressor:
     def _using(self, compacted: list[Any], head: int, prior: cp.PriorSummary, **more: Any) -> Compressed:
         """`compacted` with `prior` standing for items[head:prior.cut]."""
         items = cp.assemble(compacted, self.view, head, cut=prior.cut, summary=prior.message, unfold=self.unfold)
-        return Compressed(items, kept=prior.refs, **more)
+        return Compressed(items, kept=prior.refs, summary_prefix=prior.prefix, **more)
 
     async def _bill(self, prior: cp.PriorSummary, into: Compressed) -> None:
         """A summary made in the background is paid by the first response that uses it."""
@@ -389,7 +402,7 @@ class Compressor:
         summary_key = self._summary_key(chain[cut])
         await self.store.put(summary_key, self.sealer.seal(json.dumps(record).encode(), summary_key), self.ttl)
         summary_memo.keep(self.store, summary_key,
-              cp.PriorSummary(cut, text, ref, record["tokens"], message, (tokens_in, tokens_out), bill, kept))
+              cp.PriorSummary(cut, text, ref, record["tokens"], message, (tokens_in, tokens_out), bill, kept, chain[cut]))
         _seen.add(chain[cut], originals[:cut])  # the next turn recognises this prefix without hashing
         await self._remember(chain, head, cut)
         done = event("compression", messages=covered, tokens_before=covered_tokens,
@@ -405,6 +418,7 @@ class Compressor:
             usage_out=tokens_out,
             media=media,
             kept=kept,
+            summary_prefix=chain[cut],
         )
 
     async def _remember(self, chain: cp.PrefixHashes, head: int, cut: int) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core.bill import NONE, Bill
+from proxy.core.cache_cuts import CutContext
 from proxy.core.compaction import Offload
 from proxy.core.view import ItemView
 from proxy.core.wire import WireFormat
@@ -72,6 +73,7 @@ class SummaryContext:
     body: dict | None = None  # the client's request body (its tools, instructions, sampling, …)
     summary_request: str = "prefix"  # "prefix" | "transcript"
     instruction: str = DEFAULT_INSTRUCTION  # what the prefix shape appends
+    cuts: CutContext | None = None  # the session's cache as the cut decisions see it (`proxy.core.cache_cuts`)
 
 
 @dataclass
@@ -88,6 +90,7 @@ class Compressed:
     summary_at: int | None = None  # `fold`: the index of the summary item in `items`
     media: list[Offload] = field(default_factory=list)  # the images and documents the new originals name
     kept: tuple[str, ...] = ()  # the media refs the summary's originals name: kept alive while it is used
+    summary_prefix: str = ""  # the forwarded summary's `PriorSummary.prefix` ("" none, or not known)
 
     @property
     def stored(self) -> list[Offload]:

@@ -176,6 +176,7 @@ class Recorded:
     headers: dict[str, str]
     body: bytes
     header_list: list[tuple[str, str]] = field(default_factory=list)  # as sent, repeats included
+    at: float = field(default_factory=time.monotonic)  # when it arrived (keep-alive tests: after what, in order)
 
     def all(self, name: str) -> list[str]:
         return [v for k, v in self.header_list if k == name]

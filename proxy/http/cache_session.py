@@ -1,0 +1,122 @@
+"""A managed turn and its session's prompt cache: what the turn learns before it is planned (when
+the session's prefix was last sent: `proxy.core.cache_cuts` prices its cuts with it), and what
+it leaves after it was forwarded (the new record, `proxy.offload.last_sent`; the exact prefix
+held for keep-alive pings, `proxy.offload.keepalive`).
+
+The session is the statistics' (`X-Offload-Session`, else derived from the conversation's start,
+`proxy.http.accounting.derived_session`), decided before the turn so the record read and the
+record written are the same one. Neither step ever fails the request.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from starlette.requests import Request
+
+from proxy.core import keepalive as ka, provider_cache as pc
+from proxy.core.cache_cuts import CutContext
+from proxy.core.last_sent import LastSent, digest
+from proxy.core.settings import OffloadSettings
+from proxy.core.wire import WireFormat
+from proxy.formats.keepalive_pings import profile_name
+from proxy.http import accounting
+from proxy.http.call_parts import tenant_store
+from proxy.http.caller import Caller
+from proxy.http.services import services_of
+from proxy.offload import last_sent
+from proxy.offload.keepalive import KeepAlive, PingDone
+
+log = logging.getLogger("proxy.http.cache_session")
+
+
+@dataclass
+class CacheSession:
+    """One turn's part: the session, the record read before it, what went out first."""
+
+    session: str | None = None
+    before: LastSent | None = None
+    cuts: CutContext | None = None
+    content: bytes | None = None  # the body of the turn's first upstream request
+    at: float = 0.0  # when it went
+    status: int = 0  # what the upstream answered it
+
+
+class ManagedCall(accounting.ManagedCall, Protocol):
+    request: Request
+    caller: Caller
+    fmt: WireFormat
+    settings: OffloadSettings
+    body: dict
+    history: list[Any]
+    base: str | None
+    headers: list[tuple[bytes, bytes]]
+    cache: CacheSession
+
+
+def profile_for(fmt: WireFormat, model: str | None, ttl: float) -> pc.Profile:
+    """The provider profile of the format's upstream, with the TTL the proxy assumes."""
+    return replace(pc.profile_for(profile_name(fmt.endpoint) or "openai", model), ttl=ttl)
+
+
+async def before(call: ManagedCall) -> None:
+    """Before the turn: its session and the session's record (the cut decisions' input)."""
+    try:
+        session = call.settings.session or (await accounting.derived_session(call, call.body, call.history))[0]
+    except Exception:  # noqa: BLE001 - the session is an optimisation's input, never a failure
+        log.exception("deriving the session failed")
+        return
+    if session is None:
+        return
+    services = services_of(call.request)
+    sent = await last_sent.read(tenant_store(call.request, call.caller, charged=False), session)
+    model = call.body.get("model") if isinstance(call.body.get("model"), str) else None
+    call.cache.session, call.cache.before = session, sent
+    call.cache.cuts = CutContext(sent, time.time(), profile_for(call.fmt, model, services.settings.cache_ttl))
+
+
+def sent(call: ManagedCall, content: bytes, status: int) -> None:
+    """A request of the turn went upstream: the first one is the session's prefix."""
+    if call.cache.content is None:
+        call.cache.content, call.cache.at, call.cache.status = content, time.time(), status
+
+
+async def after(call: ManagedCall) -> None:
+    """Once answered: the session's new record, and its prefix held for pings when asked."""
+    cache = call.cache
+    if cache.session is None or cache.content is None or cache.status != 200:
+        return
+    turn = call.turn
+    model = turn.body.get("model") if isinstance(turn.body.get("model"), str) else None
+    record = LastSent(digest(cache.content), tokens=turn.prepared.plan.tokens_after, at=cache.at,
+                      model=model[:256] if model else None, endpoint=call.fmt.endpoint, family=call.caller.family,
+                      credential="shared" if call.caller.shared_key else call.caller.kind,
+                      summary=turn.prepared.summary_prefix)
+    tenant = tenant_store(call.request, call.caller, charged=False)
+    stored = await last_sent.write(tenant, cache.session, record, previous=cache.before)
+    keepalive = services_of(call.request).keepalive
+    if keepalive is not None and turn.settings.cache_keepalive:
+        keepalive.hold(tenant, cache.session, sent=stored, content=cache.content, headers=call.headers,
+                       base=call.base, fmt=call.fmt)
+
+
+def keepalive_service(settings: Any, upstream: Any, metrics: Any, recorder: Any) -> KeepAlive:
+    """The worker's keep-alive pings (`proxy.offload.keepalive`), counted in `metrics`; each
+    answer's usage billed to its session as a call of its own ("keepalive")."""
+    limits = ka.Limits(settings.cache_keepalive_min_tokens, settings.cache_keepalive_max_pings,
+                       settings.cache_keepalive_idle, settings.cache_ttl)
+
+    def answered(done: PingDone) -> None:
+        metrics.keepalive_pings.labels("ok" if done.status == 200 else "failed").inc()
+        if done.status == 200:
+            metrics.keepalive_cost.inc(done.cost)
+        entry = done.session
+        if entry.fmt is not None and done.answer is not None:
+            recorder.bill_call(entry.tenant.namespace, entry.fmt.usage.of_answer(done.answer), call="keepalive",
+                               model=entry.model, session=entry.session)
+
+    return KeepAlive(upstream, limits, max_bytes=settings.cache_keepalive_bytes, on_answer=answered,
+                     on_avoided=metrics.keepalive_avoided.inc, timeout=settings.summary_timeout)

@@ -1,0 +1,209 @@
+"""Keep-alive pings (`--cache-keepalive`, per tenant and request): one worker's sessions, kept warm.
+
+After a turn a worker forwarded (`hold`), it keeps in memory exactly what that turn sent: the
+body's bytes, the headers with the session's own credential (never written anywhere), where
+it went. Shortly before the provider's cache would expire (`proxy.core.keepalive.next_ping`) it
+sends the session's 1-token ping (`proxy.formats.keepalive_pings`) with that prefix, on that
+credential, to that upstream. What is held is bounded by bytes per worker (`max_bytes`: the
+sessions idle longest go first) and dropped once the session gets no more pings.
+
+In a fleet every replica holds what it forwarded, so only the one that sent the session's latest
+turn holds its latest prefix: before a ping, the session's record in the store
+(`proxy.offload.last_sent`) must name the prefix held (else a later turn went out elsewhere, and
+this one is dropped), and the ping is claimed in the store per (session, prefix, ping number)
+with `put_if_absent` (the lease's primitive), so of replicas holding the same prefix one pings.
+A store that fails sends no ping (the claim cannot be made): never a duplicate.
+
+What each ping's answer reports goes to `on_answer` (the app counts it: pings, their estimated
+cost, writes avoided, and records its usage with the kind "keepalive").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from proxy.core import jsonio
+from proxy.core import keepalive as ka
+from proxy.core import provider_cache as pc
+from proxy.core.last_sent import LastSent
+from proxy.formats.keepalive_pings import ping as ping_body, profile_name
+from proxy.offload import last_sent
+from proxy.offload.tenant import key
+from proxy.offload.tenant_store import TenantStore
+from proxy.upstream.client import Headers, Upstream
+
+log = logging.getLogger("proxy.offload.keepalive")
+
+DROP_HEADERS = (b"content-length", b"content-encoding", b"transfer-encoding", b"idempotency-key")
+MAX_ANSWER = 1024 * 1024  # bytes of a ping's answer read, at most
+TICK = 1.0  # seconds between two looks at what is due, at most
+
+
+@dataclass(frozen=True)
+class Session:
+    """What one session's last turn sent, held for its pings."""
+
+    tenant: TenantStore
+    session: str
+    endpoint: str
+    base: str | None
+    headers: Headers
+    content: bytes
+    digest: str
+    model: str | None
+    profile: pc.Profile
+    held: ka.Held
+    fmt: Any = None  # the turn's WireFormat: what reads a ping's usage
+
+
+@dataclass(frozen=True)
+class PingDone:
+    """One ping's outcome, for the metrics and the bill."""
+
+    session: Session
+    status: int  # the upstream's status (0: not answered)
+    answer: Any  # its JSON body (None: none)
+    cost: float  # estimated, in input tokens (`proxy.core.keepalive.ping_cost`)
+
+
+class KeepAlive:
+    def __init__(self, upstream: Upstream, limits: ka.Limits, *, max_bytes: int,
+                 on_answer: Callable[[PingDone], None] | None = None, on_avoided: Callable[[int], None] | None = None,
+                 clock: Callable[[], float] = time.time, timeout: float = 60.0) -> None:
+        self.upstream, self.limits, self.max_bytes, self.clock, self.timeout = upstream, limits, max_bytes, clock, timeout
+        self.on_answer, self.on_avoided = on_answer, on_avoided
+        self._held: dict[tuple[str, str], Session] = {}
+        self._bytes = 0
+        self._task: asyncio.Task | None = None
+        self._wake = asyncio.Event()
+
+    @property
+    def held_bytes(self) -> int:
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def hold(self, tenant: TenantStore, session: str, *, sent: LastSent, content: bytes, headers: Headers,
+             base: str | None, fmt: Any = None) -> bool:
+        """After a turn: what it sent, held for its pings when it may get any (True)."""
+        name = (tenant.namespace, session)
+        before = self._drop(name)
+        now = self.clock()
+        if before is not None and before.held.pings and now - before.held.turn_at > self.limits.ttl \
+                and now - before.held.sent_at <= self.limits.ttl and self.on_avoided is not None:
+            self.on_avoided(before.held.tokens)  # cold without the pings, warm with them: a write avoided
+        profile_of = profile_name(sent.endpoint)
+        body = None
+        if profile_of is not None and len(content) <= self.max_bytes:
+            with contextlib.suppress(ValueError, RecursionError):
+                body = ping_body(sent.endpoint, jsonio.loads(content))
+        if body is None or profile_of is None:
+            return False
+        profile = replace(pc.profile_for(profile_of, sent.model), ttl=self.limits.ttl)
+        output = body.get("max_output_tokens") or body.get("max_tokens") or body.get("max_completion_tokens") or 1
+        held = ka.Held(sent.tokens, turn_at=sent.at, sent_at=sent.at, output_tokens=int(output))
+        if ka.next_ping(held, self.limits, profile) is None:
+            return False
+        headers = [(k, v) for k, v in headers if k.lower() not in DROP_HEADERS]
+        entry = Session(tenant, session, sent.endpoint, base, headers, jsonio.dumps(body), sent.digest, sent.model,
+                        profile, held, fmt)
+        self._held[name] = entry
+        self._bytes += len(entry.content)
+        while self._bytes > self.max_bytes and self._held:  # the longest idle first
+            self._drop(min(self._held, key=lambda n: self._held[n].held.turn_at))
+        self._wake.set()
+        return name in self._held
+
+    def _drop(self, name: tuple[str, str]) -> Session | None:
+        entry = self._held.pop(name, None)
+        if entry is not None:
+            self._bytes -= len(entry.content)
+        return entry
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self._held.clear()
+        self._bytes = 0
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.tick()
+            except Exception:  # noqa: BLE001 - the loop outlives any one session's failure
+                log.exception("keep-alive pings failed")
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=min(TICK, self.limits.lead / 2))
+
+    async def tick(self) -> None:
+        """Send the pings due now; drop what gets no more."""
+        now = self.clock()
+        due: list[Session] = []
+        for name, entry in list(self._held.items()):
+            at = ka.next_ping(entry.held, self.limits, entry.profile)
+            if at is None:
+                if ka.expired(entry.held, self.limits, now) or entry.held.pings >= self.limits.max_pings:
+                    self._drop(name)
+                continue
+            if at <= now:
+                due.append(entry)
+        if due:
+            await asyncio.gather(*(self._ping(entry) for entry in due))
+
+    async def _ping(self, entry: Session) -> None:
+        name = (entry.tenant.namespace, entry.session)
+        record = await last_sent.read(entry.tenant, entry.session)
+        if record is None or record.digest != entry.digest:
+            self._drop(name)  # a later turn went out (here, on another replica), or the store forgot it
+            return
+        pinged = replace(entry, held=replace(entry.held, pings=entry.held.pings + 1, sent_at=self.clock()))
+        if self._held.get(name) is not entry:
+            return  # a turn came meanwhile
+        self._held[name] = pinged
+        claim = key(entry.tenant.namespace, "keepalive",
+                    f"{entry.tenant.sealer.key_name(entry.session, entry.tenant.namespace)}:{entry.digest}:{entry.held.pings}")
+        try:
+            if not await entry.tenant.store.put_if_absent(claim, b"1", max(1, int(self.limits.ttl))):
+                return  # another replica pings it
+        except Exception:  # noqa: BLE001 - no claim, no ping (a store down: StoreUnavailable)
+            return
+        cost = ka.ping_cost(entry.profile, entry.held)
+        status, answer = await self._send(entry)
+        if self.on_answer is not None:
+            self.on_answer(PingDone(entry, status, answer, cost))
+
+    async def _send(self, entry: Session) -> tuple[int, Any]:
+        try:
+            async with asyncio.timeout(self.timeout):
+                response = await self.upstream.send("POST", entry.endpoint, headers=entry.headers,
+                                                    content=entry.content, base=entry.base)
+                try:
+                    raw = bytearray()
+                    async for chunk in response.aiter_bytes():
+                        raw += chunk
+                        if len(raw) > MAX_ANSWER:
+                            break
+                finally:
+                    await response.aclose()
+        except Exception:  # noqa: BLE001 - a ping that fails is counted, never retried
+            log.warning("a keep-alive ping failed", exc_info=True)
+            return 0, None
+        try:
+            return response.status_code, jsonio.loads(bytes(raw))
+        except (ValueError, RecursionError):
+            return response.status_code, None
