@@ -143,7 +143,7 @@ class ServerSettings(BaseSettings):
     cache_keepalive: str | None = Field(
         None, description="Default X-Offload-Cache-Keepalive: on|off (off). on: a session whose forwarded prefix is "
         "large (--cache-keepalive-min-tokens) and was sent lately gets a 1-token request with that exact prefix, "
-        "with its own credential, shortly before the provider's cache would expire (docs/cache_cuts.md)."
+        "with its own credential, shortly before the provider's cache would expire (docs/caching.md)."
     )
     cache_keepalive_min_tokens: int = Field(
         20_000, ge=1, le=10_000_000, description="Forwarded tokens below which a session's cache is never kept alive."
@@ -162,7 +162,7 @@ class ServerSettings(BaseSettings):
     cache_ttl: float = Field(
         300.0, ge=1, le=86_400, description="How long (s) the proxy assumes a provider keeps an idle prompt-cache "
         "prefix (Anthropic's and OpenAI's default: 5 minutes): keep-alive requests go out before it, and a cut due "
-        "soon is made once a session has been idle longer (docs/cache_cuts.md)."
+        "soon is made once a session has been idle longer (docs/caching.md)."
     )
     summary_timeout: float = Field(60.0, gt=0, description="Timeout (s) of one summarisation call.")
     summary_wait: float = Field(
