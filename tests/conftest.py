@@ -27,8 +27,8 @@ from proxy.http.app import create_app  # noqa: E402
 from proxy.config import ServerSettings  # noqa: E402
 from tests.harness.servers import FakeUpstream, RedisCluster, RedisProcess, ServerThread, env_redis_url  # noqa: E402
 from tests.harness.prerequisites import pytest_terminal_summary  # noqa: E402,F401  (what did not run, and why)
-from tests.harness.parallel import (pytest_collection_modifyitems,  # noqa: E402,F401  (scripts/test runs workers)
-                                    pytest_xdist_make_scheduler)
+from tests.harness import parallel  # noqa: E402
+from tests.harness.parallel import pytest_xdist_make_scheduler  # noqa: E402,F401  (scripts/test runs workers)
 
 
 @pytest.fixture(scope="session")
@@ -162,3 +162,13 @@ def aclient(proxy_url, upstream) -> openai.AsyncOpenAI:
 @pytest.fixture(scope="session")
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """A test id holding an object's address differs between pytest-xdist workers, which then
+    refuse to run: say which, at collection."""
+    import re
+    bad = [item.nodeid for item in items if re.search(r" at 0x[0-9a-f]+", item.nodeid)]
+    if bad:
+        raise pytest.UsageError(f"test ids with an object's address (give them ids=): {bad[:3]}")
+    parallel.pytest_collection_modifyitems(session, config, items)

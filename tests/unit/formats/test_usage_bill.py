@@ -41,10 +41,16 @@ def test_messages_usage_with_and_without_the_write_split():
     assert MESSAGES.of_answer({"usage": split_only}).cache_write_1h == 7
 
 
+def ident(value: object) -> str:
+    """A test id the same in every process (an object's repr holds its address: xdist workers differ)."""
+    plain = (type(None), str, int, float, bool, list, dict, tuple, bytes)
+    return repr(value) if isinstance(value, plain) else type(value).__name__
+
+
 HOSTILE = [None, "12", -1, True, False, 1.5, [], {}, {"x": 1}, MAX_TOKENS + 1, 10**30, float("nan")]
 
 
-@pytest.mark.parametrize("value", HOSTILE, ids=repr)
+@pytest.mark.parametrize("value", HOSTILE, ids=ident)
 @pytest.mark.parametrize("reader, template, field", [
     (CHAT, {"prompt_tokens": 10, "completion_tokens": 5}, ("prompt_tokens",)),
     (CHAT, {"prompt_tokens": 10, "completion_tokens": 5, "prompt_tokens_details": {"cached_tokens": 1}},
@@ -74,7 +80,7 @@ def test_a_hostile_count_is_no_usage_never_a_guess(reader, template, field, valu
 
 
 @pytest.mark.parametrize("answer", [None, "x", 7, [], {"usage": None}, {"usage": "lots"}, {"usage": [1, 2]}, {}],
-                         ids=repr)
+                         ids=ident)
 def test_answers_without_a_readable_usage(answer):
     for reader in (CHAT, RESPONSES, MESSAGES):
         assert reader.of_answer(answer) == UNREPORTED
@@ -88,7 +94,7 @@ def test_answers_without_a_readable_usage(answer):
     (MESSAGES, {"input_tokens": 1, "cache_creation_input_tokens": 2, "cache_creation": {"ephemeral_1h_input_tokens": 3}}),
     (MESSAGES, {"input_tokens": 1, "cache_creation": ["x"]}),
     (MESSAGES, {"output_tokens": 1}),  # no input count at all
-], ids=repr)
+], ids=ident)
 def test_inconsistent_usage_is_no_usage(reader, usage):
     assert reader.of_answer({"usage": usage}) == UNREPORTED
 
