@@ -152,3 +152,18 @@ class Meter:
         self.total = self.total + bill
         self.first = bill if self.first is None else self.first
         self.last = bill
+
+
+def of_openai_usage(usage: object, *, input_key: str, output_key: str, details_key: str) -> Bill:
+    """An OpenAI usage object (chat's prompt/completion names, Responses' input/output names): the
+    input count includes `<details>.cached_tokens`, the cache reads; no cache writes are billed."""
+    if not isinstance(usage, dict):
+        return UNREPORTED
+    total, output = count(usage.get(input_key)), optional(usage.get(output_key))
+    details = usage.get(details_key)
+    if details is not None and not isinstance(details, dict):
+        return UNREPORTED
+    cached = optional((details or {}).get("cached_tokens"))
+    if total is None or cached is None or cached > total:
+        return UNREPORTED
+    return reported(uncached=total - cached, cache_read=cached, output=output)

@@ -15,22 +15,13 @@ import re
 from typing import Any
 
 from proxy.core import jsonio
-from proxy.core.bill import UNREPORTED, Bill, count, optional, reported
+from proxy.core.bill import UNREPORTED, Bill, of_openai_usage
 
 _USAGE_KEY = re.compile(r'"usage"\s*:\s*')
 
 
 def bill_of(usage: object) -> Bill:
-    if not isinstance(usage, dict):
-        return UNREPORTED
-    prompt, output = count(usage.get("prompt_tokens")), optional(usage.get("completion_tokens"))
-    details = usage.get("prompt_tokens_details")
-    if details is not None and not isinstance(details, dict):
-        return UNREPORTED
-    cached = optional((details or {}).get("cached_tokens"))
-    if prompt is None or cached is None or cached > prompt:
-        return UNREPORTED
-    return reported(uncached=prompt - cached, cache_read=cached, output=output)
+    return of_openai_usage(usage, input_key="prompt_tokens", output_key="completion_tokens", details_key="prompt_tokens_details")
 
 
 class ChatUsageStream:

@@ -11,22 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.core.bill import UNREPORTED, Bill, count, optional, reported
+from proxy.core.bill import UNREPORTED, Bill, of_openai_usage
 
 TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
 def bill_of(usage: object) -> Bill:
-    if not isinstance(usage, dict):
-        return UNREPORTED
-    total, output = count(usage.get("input_tokens")), optional(usage.get("output_tokens"))
-    details = usage.get("input_tokens_details")
-    if details is not None and not isinstance(details, dict):
-        return UNREPORTED
-    cached = optional((details or {}).get("cached_tokens"))
-    if total is None or cached is None or cached > total:
-        return UNREPORTED
-    return reported(uncached=total - cached, cache_read=cached, output=output)
+    return of_openai_usage(usage, input_key="input_tokens", output_key="output_tokens", details_key="input_tokens_details")
 
 
 class ResponsesUsageStream:
