@@ -127,7 +127,7 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
                                        per_tenant=max(1, settings.summary_concurrency // 2),
                                        max_age=2 * settings.summary_timeout, on_change=metrics.summaries_state),
             recorder=recorder,
-            keepalive=keepalive_service(settings, upstream, metrics, recorder),
+            keepalive=keepalive_service(settings, upstream, metrics, recorder=recorder),
         )
         app.state.services = services
         metrics.watch_summaries(services.summaries.state)

@@ -103,7 +103,7 @@ async def after(call: ManagedCall) -> None:
                        base=call.base, fmt=call.fmt)
 
 
-def keepalive_service(settings: Any, upstream: Any, metrics: Any, recorder: Any) -> KeepAlive:
+def keepalive_service(settings: Any, upstream: Any, metrics: Any, *, recorder: Any) -> KeepAlive:
     """The worker's keep-alive pings (`proxy.offload.keepalive`), counted in `metrics`; each
     answer's usage billed to its session as a call of its own ("keepalive")."""
     limits = ka.Limits(settings.cache_keepalive_min_tokens, settings.cache_keepalive_max_pings,
