@@ -19,7 +19,7 @@ from proxy.core.markers import INJECTED_TOOLS
 from proxy.stats.prices import PriceTable
 from tests.harness import anthropic as fake_anthropic
 from tests.harness.history import agent_history
-from tests.harness.servers import completion, sse, stream_chunks
+from tests.harness.servers import completion, is_summary_call, snapshot_answer, sse, stream_chunks
 
 ADMIN = "admin-token-for-bill-tests"
 PRICES = PriceTable()
@@ -60,6 +60,8 @@ class Script:
         self.bodies: list[dict] = []
 
     async def chat(self, request, rec):
+        if is_summary_call(rec):  # a summary the turn may need (offline, the estimated counts are larger)
+            return snapshot_answer(rec)
         body = rec.json()
         self.bodies.append(body)
         usage = self.usages.pop(0)
@@ -68,6 +70,8 @@ class Script:
         return JSONResponse({**completion("Hello there"), "usage": usage})
 
     async def messages(self, request, rec):
+        if is_summary_call(rec):
+            return snapshot_answer(rec)
         self.bodies.append(rec.json())
         msg = fake_anthropic.message(fake_anthropic.text("Hello there"), usage=self.usages.pop(0))
         return fake_anthropic.answer(rec, msg)
@@ -144,7 +148,8 @@ def test_turns_through_the_reload_loop_streamed_and_not(make_proxy, upstream):
     script = Script(*usages)
     upstream.handler = script.chat
     key = f"sk-{uuid.uuid4().hex}"
-    with make_proxy(admin_token=ADMIN) as url:
+    # compaction only: every turn offloads its tool results by any token count (no summary replaces them)
+    with make_proxy(admin_token=ADMIN, mode="compact", max_total_tokens=1000, max_tool_message_tokens=500) as url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=30)
         for steps, stream in ((4, False), (5, True), (6, False), (7, True)):
             raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=agent_history(steps=steps),

@@ -29,7 +29,7 @@ def test_a_large_body_of_many_objects_is_served(make_proxy, upstream, fmt):
         upstream.requests.clear()
         r = httpx2.post(url + path, content=raw, timeout=60,
                         headers={"authorization": "Bearer sk-large-0001", "content-type": "application/json",
-                                 "x-offload-mode": "off",
+                                 "x-offload-mode": "off", "x-offload-cache-control": "off",
                                  **({"anthropic-version": "2023-06-01"} if fmt == "messages" else {})})
         assert r.status_code == 200, r.text[:300]
         [sent] = [rec for rec in upstream.requests if rec.path.endswith(path.removeprefix("/v1"))]
