@@ -143,7 +143,7 @@ def test_a_failing_store_never_fails_a_request(make_proxy, upstream, key):
 
 # ---------------------------------------------------------------- cold-cache cuts
 
-SESSION_HEADERS = {"X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "1500",
+SESSION_HEADERS = {"X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "3000",
                    "X-Offload-Precompress-Ratio": "0.8", "X-Offload-Hard-Max-Tokens": "100000"}
 SNAPSHOT = "<state_snapshot><task_overview>the plan so far</task_overview></state_snapshot>"
 
