@@ -55,13 +55,7 @@ class ProviderCaches:
     def bill(self, rec: Any) -> pc.Billed | None:
         """Bill a recorded model request (None: not one); raises CacheRequestError as the provider refuses."""
         kind = _kind(rec)
-        if kind is None:
-            return None
-        try:
-            body = rec.json()
-        except ValueError:
-            return None
-        if not isinstance(body, dict):
+        if kind is None or (body := rec.json_object()) is None:
             return None
         model = body.get("model") if isinstance(body.get("model"), str) else None
         if kind == "messages":

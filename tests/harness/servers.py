@@ -184,6 +184,14 @@ class Recorded:
     def json(self) -> dict:
         return json.loads(self.body)
 
+    def json_object(self) -> dict | None:
+        """The body when it is a JSON object; None for anything else (not JSON, an array, a number)."""
+        try:
+            body = self.json()
+        except ValueError:
+            return None
+        return body if isinstance(body, dict) else None
+
 
 Handler = Callable[[Request, Recorded], Awaitable[Response]]
 
@@ -244,13 +252,7 @@ def summary_shape(rec: Recorded, texts: tuple[str, ...] = SUMMARY_TEXTS) -> str 
       (one text block);
     - None: anything else.
     """
-    if rec.method != "POST":
-        return None
-    try:
-        body = rec.json()
-    except ValueError:
-        return None
-    if not isinstance(body, dict):
+    if rec.method != "POST" or (body := rec.json_object()) is None:
         return None
     if rec.path.endswith("/chat/completions") and isinstance(body.get("messages"), list) and body["messages"]:
         messages = body["messages"]
