@@ -193,7 +193,7 @@ class Connection:
             return
         if len(text) > self.limits.max_frame_bytes:  # characters: at least as many bytes
             await self.send_event(events.error_event(
-                413, f"A frame exceeds {self.limits.max_frame_bytes} bytes.", code="request_too_large"))
+                413, f"A frame exceeds {self.limits.max_frame_bytes} bytes (the proxy's --max-body-bytes).", code="request_too_large"))
             return
         try:
             create = await CPU(len(text) > ON_LOOP_FRAME)(functools.partial(
@@ -310,7 +310,7 @@ class Connection:
         """The checks the managed route applies to an HTTP body (ProxyError): its size, its fields'
         types, `--max-messages`, the caller's."""
         if chars > self.limits.max_frame_bytes:
-            raise ProxyError(413, f"Request body exceeds {self.limits.max_frame_bytes} bytes.",
+            raise ProxyError(413, f"Request body exceeds {self.limits.max_frame_bytes} bytes (the proxy's --max-body-bytes).",
                              code="request_too_large")
         check_responses_input(body, max_items=self.limits.max_items)
         if self.check is not None:

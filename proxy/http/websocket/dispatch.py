@@ -5,12 +5,16 @@ managed turn, the reload loop), its answer read back: a 200 stream's events one 
 answer as one `error` event with its status.
 
 The client going away is the request's `http.disconnect`: the managed turn cancels the upstream
-call as it does for an HTTP client that hangs up, and nothing is held.
+call as it does for an HTTP client that hangs up, and nothing is held. Once the answer is whole
+(its last body part sent), the create is over for the socket: what the route does after it (an
+observed turn's plan, the statistics, background summaries) goes on without holding the
+connection's next create or being cancelled when the client closes, as after an HTTP answer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -18,6 +22,8 @@ from starlette.types import ASGIApp, Message, Scope
 
 from proxy.core import jsonio, large_json
 from proxy.upstream import sse
+
+log = logging.getLogger("proxy.http.websocket")
 
 # the upgrade's own headers, and those the body made here replaces
 _DROPPED = frozenset({b"connection", b"upgrade", b"content-length", b"content-type", b"content-encoding",
@@ -71,6 +77,7 @@ class Answer:
     def __init__(self) -> None:
         self.status: int | None = None
         self.started = asyncio.Event()
+        self.ended = asyncio.Event()  # its last body part was sent: what the route does after it is its own
         self._chunks: asyncio.Queue[bytes | None] = asyncio.Queue(QUEUED_CHUNKS)
         self._error_body = bytearray()
 
@@ -85,10 +92,14 @@ class Answer:
                     await self._chunks.put(body)
             elif len(self._error_body) < MAX_ERROR_BODY:
                 self._error_body += body[:MAX_ERROR_BODY - len(self._error_body)]
+            if not message.get("more_body", False):
+                await self.finish()
 
     async def finish(self) -> None:
         self.started.set()
-        await self._chunks.put(None)
+        if not self.ended.is_set():
+            self.ended.set()
+            await self._chunks.put(None)
 
     @property
     def error_body(self) -> bytes:
@@ -122,8 +133,10 @@ async def dispatch(app: ASGIApp, upgrade: Scope, content: bytes, *, gone: asynci
     answer = Answer()
 
     async def send(message: Message) -> None:
-        if gone.is_set():
-            raise OSError("the WebSocket client has gone away")
+        if gone.is_set():  # as an HTTP server after a disconnect: dropped, the route is not failed
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                await answer.finish()  # (the client read the last event and left before the end)
+            return
         await answer.send(message)
 
     async def run() -> None:
@@ -139,9 +152,26 @@ async def dispatch(app: ASGIApp, upgrade: Scope, content: bytes, *, gone: asynci
             async for data in answer.events():
                 if data != sse.DONE:
                     await on_event(data)
-        await task
+        else:
+            await answer.ended.wait()  # (set when the route returns, at the latest)
     finally:
-        if not task.done():
+        if task.done():
+            _retrieved(task)
+        elif answer.ended.is_set():  # the answer is whole: what follows it in the route (an observed
+            _AFTER.add(task)  # turn's plan, the statistics, summaries) goes on, as after an HTTP answer
+            task.add_done_callback(_retrieved)
+        else:  # the client went away mid-answer: the turn stops
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
     return answer.status or 500, answer.error_body
+
+
+_AFTER: set[asyncio.Task[None]] = set()  # routes whose answers are whole, running what follows them
+
+
+def _retrieved(task: asyncio.Task[None]) -> None:
+    """A route that has returned: its failure logged as an HTTP server logs one (never asyncio's
+    "exception was never retrieved")."""
+    _AFTER.discard(task)
+    if not task.cancelled() and (error := task.exception()) is not None:
+        log.error("a response.create's route failed", exc_info=error)
