@@ -1,6 +1,7 @@
 """A 150K-token conversation built from real traces, sent to the proxy cold and then steady.
 
     .venv/bin/python bench/big_history.py [--tokens 150000] [--rounds 5] [--repeats 20] [--format both]
+                                          [--sweep] [--store sqlite|redis]
 
 Each round starts a fresh proxy (embedded store, default settings) in front of the local fake
 upstream, sends the conversation once (cold: nothing cached) and then `repeats` more times
@@ -12,6 +13,12 @@ leaves behind is counted as its own. The machine is shared and noisy: medians ov
 Responses request (its items converted as a Responses client sends them), round by round in
 alternation, and prints the Responses path's steady per-turn CPU as a ratio of chat's (target:
 within 10 %).
+
+`--sweep [SIZES]` measures the sizes of SWEEP (10 K to 2 M tokens), or those given, instead of `--tokens`: per size and
+format the cold and steady CPU, the proxy's resident memory after the steady requests, and the
+slope (steady CPU added per 100 K tokens from one size to the next: constant when the cost grows
+linearly). `--store redis` runs the proxy on a Redis of its own (`redis-server` on PATH)
+instead of the embedded store.
 """
 
 from __future__ import annotations
@@ -32,14 +39,19 @@ from proxy.formats.responses.from_chat import items_from_chat, tools_from_chat
 ENDPOINTS = {"chat": "chat/completions", "responses": "responses"}
 
 SETTLE = 0.25
+SWEEP = (10_000, 50_000, 150_000, 500_000, 1_000_000, 2_000_000)
 
 
 def build(tokens: int, traces_file: Path = SHARED / "traces" / "traces.jsonl") -> dict:
     traces = sorted((json.loads(line) for line in traces_file.open()), key=lambda t: -len(json.dumps(t["messages"])))
     counter = counter_for_model("gpt-4o")
     base = traces[0]
-    messages = list(base["messages"])
-    total = counter.messages(messages)
+    messages, total = [], 0
+    for m in base["messages"]:  # the longest trace, or as much of it as the size takes
+        if total >= tokens and len(messages) > 2:
+            break
+        messages.append(m)
+        total += counter.message(m)
     donors = iter(traces[1:] * 1000)
     while total < tokens:
         for m in next(donors)["messages"][2:]:
@@ -57,10 +69,19 @@ def as_responses(chat: dict) -> dict:
             "store": False}
 
 
-def one_round(body: bytes, repeats: int, endpoint: str) -> tuple[float, float, float, httpx2.Response]:
-    """(cold CPU, second request CPU, back-to-back steady mean CPU), in seconds."""
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def one_round(body: bytes, repeats: int, endpoint: str,
+              proxy_args: tuple[str, ...] = ()) -> tuple[float, float, float, httpx2.Response, float]:
+    """(cold CPU, second request CPU, back-to-back steady mean CPU in seconds, the last answer,
+    the proxy's RSS in MiB after them)."""
     headers = {"authorization": "Bearer sk-bench", "content-type": "application/json"}
-    with servers() as (_, proxied, proc), httpx2.Client(timeout=120) as client:
+    with servers(*proxy_args) as (_, proxied, proc), httpx2.Client(timeout=300) as client:
         client.get(proxied.replace("/v1", "/healthz"))
 
         def measured(count: int, settle: float) -> float:
@@ -75,7 +96,21 @@ def one_round(body: bytes, repeats: int, endpoint: str) -> tuple[float, float, f
         second = measured(1, SETTLE)
         steady = measured(repeats, SETTLE)
         r = client.post(f"{proxied}/{endpoint}", content=body, headers=headers)
-    return cold, second, steady, r
+        rss = rss_mib(proc.pid)
+    return cold, second, steady, r, rss
+
+
+def measure(chat: dict, formats: list[str], *, rounds: int, repeats: int,
+            proxy_args: tuple[str, ...]) -> dict[str, tuple[float, float, float, httpx2.Response, float]]:
+    """Per format: the median cold, second and steady CPU over `rounds`, the last answer, the
+    median RSS. Formats alternate round by round, so that both see the same machine load."""
+    bodies = {"chat": json.dumps(chat).encode(), "responses": json.dumps(as_responses(chat)).encode()}
+    measured: dict[str, list] = {name: [] for name in formats}
+    for _ in range(rounds):
+        for name in formats:
+            measured[name].append(one_round(bodies[name], repeats, ENDPOINTS[name], proxy_args))
+    return {name: (*(statistics.median(r[i] for r in runs) for i in range(3)), runs[-1][3],
+                   statistics.median(r[4] for r in runs)) for name, runs in measured.items()}
 
 
 def main() -> None:
@@ -85,29 +120,65 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20, help="steady requests per round")
     parser.add_argument("--traces", type=Path, default=SHARED / "traces" / "traces.jsonl")
     parser.add_argument("--format", choices=("chat", "responses", "both"), default="both")
+    parser.add_argument("--sweep", nargs="?", const=",".join(map(str, SWEEP)), default=None, metavar="SIZES",
+                        help="these sizes in tokens (comma-separated; default 10 K to 2 M) instead of --tokens")
+    parser.add_argument("--store", choices=("sqlite", "redis"), default="sqlite")
     args = parser.parse_args()
     print(machine())
-    chat = build(args.tokens, args.traces)
-    bodies = {"chat": json.dumps(chat).encode(), "responses": json.dumps(as_responses(chat)).encode()}
     formats = ["chat", "responses"] if args.format == "both" else [args.format]
+    redis = None
+    proxy_args: tuple[str, ...] = ()
+    if args.store == "redis":
+        from tests.harness.servers import RedisProcess
+        redis = RedisProcess().start()
+        proxy_args = ("--redis-url", redis.url)
+        print(f"store: Redis at {redis.url}")
+    try:
+        if args.sweep:
+            sweep(args, formats, proxy_args)
+        else:
+            single(args, formats, proxy_args)
+    finally:
+        if redis is not None:
+            redis.stop()
+
+
+def single(args: argparse.Namespace, formats: list[str], proxy_args: tuple[str, ...]) -> None:
+    chat = build(args.tokens, args.traces)
     tokens = counter_for_model("gpt-4o").messages(chat["messages"])
-    rounds: dict[str, list] = {name: [] for name in formats}
-    for _ in range(args.rounds):  # alternating, so that both formats see the same machine load
-        for name in formats:
-            rounds[name].append(one_round(bodies[name], args.repeats, ENDPOINTS[name]))
-    steadies = {}
-    for name in formats:
-        cold, second, steady = (statistics.median(r[i] for r in rounds[name]) for i in range(3))
-        steadies[name] = steady
-        last = rounds[name][-1][3]
-        print(f"[{name}] conversation: {len(bodies[name]) / 1e6:.2f} MB, {tokens} tokens; action "
+    results = measure(chat, formats, rounds=args.rounds, repeats=args.repeats, proxy_args=proxy_args)
+    for name, (cold, second, steady, last, rss) in results.items():
+        size = len(json.dumps(chat if name == "chat" else as_responses(chat))) / 1e6
+        print(f"[{name}] conversation: {size:.2f} MB, {tokens} tokens; action "
               f"{last.headers['x-offload-action']}, forwarded {last.headers['x-offload-tokens-after']} tokens")
         print(f"[{name}] proxy CPU, median of {args.rounds} rounds: cold {cold * 1e3:.1f} ms | second request "
               f"{second * 1e3:.1f} ms ({second / cold:.3f} of cold) | steady, {args.repeats} back to back: "
-              f"{steady * 1e3:.1f} ms each ({steady / cold:.3f} of cold)")
-    if len(steadies) == 2:
-        print(f"responses/chat steady per-turn CPU: {steadies['responses'] / steadies['chat']:.3f} "
+              f"{steady * 1e3:.1f} ms each ({steady / cold:.3f} of cold) | RSS {rss:.0f} MiB")
+    if len(results) == 2:
+        print(f"responses/chat steady per-turn CPU: {results['responses'][2] / results['chat'][2]:.3f} "
               f"(target <= 1.10)")
+
+
+def sweep(args: argparse.Namespace, formats: list[str], proxy_args: tuple[str, ...]) -> None:
+    counter = counter_for_model("gpt-4o")
+    print(f"{'format':9} {'tokens':>9} {'messages':>8} {'MB':>6} {'cold ms':>8} {'steady ms':>9} "
+          f"{'RSS MiB':>7} {'slope ms/100K':>13}")
+    previous: dict[str, tuple[int, float]] = {}
+    for size in sorted({int(n) for n in args.sweep.split(",")}):
+        chat = build(size, args.traces)
+        tokens = counter.messages(chat["messages"])
+        results = measure(chat, formats, rounds=args.rounds, repeats=args.repeats, proxy_args=proxy_args)
+        for name, (cold, _, steady, _, rss) in results.items():
+            mb = len(json.dumps(chat if name == "chat" else as_responses(chat))) / 1e6
+            slope = ""
+            if name in previous and previous[name][0] < tokens:
+                before, spent = previous[name]
+                slope = f"{(steady - spent) * 1e3 / ((tokens - before) / 100_000):.2f}"
+            previous[name] = (tokens, steady)
+            print(f"{name:9} {tokens:>9} {len(chat['messages']):>8} {mb:>6.2f} {cold * 1e3:>8.1f} "
+                  f"{steady * 1e3:>9.1f} {rss:>7.0f} {slope:>13}", flush=True)
+        if len(results) == 2:
+            print(f"{'':9} responses/chat steady: {results['responses'][2] / results['chat'][2]:.3f}")
 
 
 if __name__ == "__main__":

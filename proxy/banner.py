@@ -48,11 +48,16 @@ def _offload(settings: ServerSettings, tenants: int) -> str:
     what = {"auto": f"{compacted}, then older turns summarised if still too large",
             "compact": compacted,
             "compress": "its older turns summarised"}.get(defaults.mode)
-    if what is None:
+    if defaults.mode == "observe":
+        line = "mode observe (requests go upstream unchanged; what auto would have done recorded beside them)"
+    elif what is None:
         line = "mode off (requests go upstream unchanged)"
     else:
         line = (f"mode {defaults.mode}: a history over {defaults.max_total_tokens} tokens gets {what}; reload tools "
                 f"{'on' if defaults.reload_tools else 'off'} (at most {defaults.max_reload_rounds} rounds)")
+    if defaults.holdout > 0 and defaults.mode not in ("off", "observe"):
+        line += (f"; holdout: {defaults.holdout:.0%} of sessions forwarded unchanged as a control, the arms "
+                 "compared in the statistics")
     overrides = f"; {tenants} tenant(s) and X-Offload-* headers may change them" if tenants else \
         "; X-Offload-* headers may change them"
     return line + overrides

@@ -35,16 +35,21 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("file", help="JSONL: one conversation per line with 'messages' and optional 'tools'.")
     replay.add_argument("--out", default=None, help="Directory for report.json and charts (default replay-out; "
                                                      "with --target: report.json, only when given).")
-    replay.add_argument("--upstream", default=None, help="Real summariser upstream (default: a built-in fake).")
-    replay.add_argument("--api-key", default=None, help="Key for --upstream, or for --target the caller's key "
-                                                        "(default: $OPENAI_API_KEY).")
-    replay.add_argument("--model", default="gpt-4o", help="Model of the replayed requests (token counting, summaries).")
+    replay.add_argument("--upstream", default=None, help="Real summariser upstream (default: a built-in fake); with "
+                                                         "--live, the model's API (default OpenAI's; Anthropic's for "
+                                                         "--format anthropic).")
+    replay.add_argument("--api-key", default=None, help="Key for --upstream, or for --target and --live the caller's "
+                                                        "key (default: $OPENAI_API_KEY; $ANTHROPIC_API_KEY for "
+                                                        "--format anthropic with --target or --live).")
+    replay.add_argument("--model", default=None, help="Model of the replayed requests (token counting, summaries; "
+                                                      "default gpt-4o; with --live, each trace's own).")
     replay.add_argument("--redis-url", default=None, help="Replay against this Redis instead of an embedded store.")
     replay.add_argument("--data-dir", default=None, help="Embedded store location (default: a temporary one).")
-    from proxy.replay.cli import add_format_argument, add_target_arguments
+    from proxy.replay.cli import add_format_argument, add_live_arguments, add_target_arguments
 
     add_format_argument(replay)
     add_target_arguments(replay)
+    add_live_arguments(replay)
     from proxy.core.settings import OffloadSettings
 
     for name, field in OffloadSettings.model_fields.items():
@@ -207,13 +212,19 @@ def replay(args: argparse.Namespace) -> None:
     import asyncio
 
     from proxy.replay.runner import ReplayInputError
-    from proxy.replay.cli import run_replay
+    from proxy.replay.cli import live_run, run_replay
+    from proxy.replay.live import LiveError, run_live
     from proxy.replay.target import TargetError, run_target
 
     try:
+        if args.live:
+            asyncio.run(run_live(live_run(args)))
+            return
         asyncio.run(run_target(args) if args.target else run_replay(args))
-    except (ReplayInputError, TargetError) as exc:  # one line (the input's line, the proxy), not a traceback
+    except (ReplayInputError, TargetError, LiveError) as exc:  # one line (the input's line, the proxy), not a traceback
         sys.exit(f"offload-proxy replay: {exc}")
+    except KeyboardInterrupt:
+        sys.exit("offload-proxy replay: interrupted" + (" (a rerun with the same --out resumes)" if args.live else ""))
 
 
 def subcommand(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
@@ -236,9 +247,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     args = parser.parse_args(argv)
     if args.command == "replay":
-        from proxy.replay.cli import compare_usage_error, target_usage_error
+        from proxy.replay.cli import compare_usage_error, live_usage_error, target_usage_error
 
-        if (problem := target_usage_error(args) or compare_usage_error(args)) is not None:
+        problem = live_usage_error(args) or (None if args.live else target_usage_error(args) or compare_usage_error(args))
+        if problem is not None:
             parser.error(f"replay: {problem}")  # exit status 2, as argparse's own errors
     from proxy.core.tokens import discover_tiktoken_cache
 

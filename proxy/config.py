@@ -99,7 +99,7 @@ class ServerSettings(BaseSettings):
 
     # Server-wide defaults of the per-request offload settings (see proxy.core.settings);
     # None = the built-in default. Each can be overridden per tenant and per request header.
-    mode: str | None = Field(None, description="Default X-Offload-Mode: auto|compact|compress|off (auto).")
+    mode: str | None = Field(None, description="Default X-Offload-Mode: auto|compact|compress|off|observe (auto).")
     max_total_tokens: int | None = Field(None, description="Default X-Offload-Max-Total-Tokens (18000).")
     max_tool_message_tokens: int | None = Field(
         None, description="Default X-Offload-Max-Tool-Message-Tokens (6000, at most a third of the trigger when not set)."
@@ -146,7 +146,8 @@ class ServerSettings(BaseSettings):
         "with its own credential, shortly before the provider's cache would expire (docs/caching.md)."
     )
     cache_keepalive_min_tokens: int = Field(
-        20_000, ge=1, le=10_000_000, description="Forwarded tokens below which a session's cache is never kept alive."
+        4_096, ge=1, le=10_000_000, description="Forwarded tokens below which a session's cache is never kept alive "
+        "(4096: the largest minimum cacheable prefix; measured in bench/cache_control.py)."
     )
     cache_keepalive_max_pings: int = Field(
         3, ge=1, le=100, description="Keep-alive requests one session gets between two of its turns, at most."
@@ -158,6 +159,20 @@ class ServerSettings(BaseSettings):
     cache_keepalive_bytes: int = Field(
         256 * 1024**2, ge=0, description="Bytes of forwarded bodies one worker holds for keep-alive requests, at "
         "most (the sessions idle longest are dropped first)."
+    )
+    holdout: float | None = Field(
+        None, description="Default holdout (0: none): the share of sessions, from 0 to below 1, forwarded unchanged "
+        "as a control while the others are managed, decided from the session id alike on every replica; per "
+        "tenant in the tenants file. GET /v1/offload/stats compares the arms (docs/safety.md)."
+    )
+    holdout_salt: str = Field(
+        "", max_length=256, description="Salt of the holdout's split: another value draws other sessions into the "
+        "control arm (every replica of a fleet needs the same)."
+    )
+    observe_bytes: int = Field(
+        256 * 1024**2, ge=0, description="Bytes one worker holds of its observed sessions' plans (observe mode: "
+        "their earlier turns' refs and summaries, in memory only, so each turn plans as a managed one does); the "
+        "sessions used longest ago are dropped first; 0: every observed turn plans from nothing."
     )
     cache_ttl: float = Field(
         300.0, ge=1, le=86_400, description="How long (s) the proxy assumes a provider keeps an idle prompt-cache "
@@ -187,7 +202,7 @@ class ServerSettings(BaseSettings):
         30.0, ge=0, description="On SIGTERM, how long (s) in-flight requests and streams may take to finish."
     )
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="Largest request body accepted (413 above).")
-    max_messages: int = Field(20_000, ge=1, description="Most messages a chat request may hold.")
+    max_messages: int = Field(100_000, ge=1, description="Most messages (items) a request may hold.")
     store_timeout: float = Field(0.5, gt=0, description="Timeout (s) of one store operation.")
     body_timeout: float = Field(
         60.0, gt=0, description="Longest silence (s) between two chunks of a request body (408 after); "

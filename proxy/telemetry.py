@@ -65,6 +65,15 @@ class RequestRecord:
     # included), and the proxy's summary calls made while it waited.
     bill: Meter = field(default_factory=Meter, repr=False)
     summary_bill: Bill = field(default=NONE, repr=False)
+    observed: bool = False  # forwarded as received; tokens_after and action are what would have gone (observe mode)
+    # A session of the holdout (`proxy.http.holdout`): its arm, how the answer the client got ended
+    # (`proxy.core.finish`: its finish reason, an error, a context-length error), and the tool
+    # calls of the request's history repeating an earlier identical one (`proxy.core.repeats`).
+    arm: str | None = None
+    finish: str | None = None
+    answer_error: bool = False
+    context_error: bool = False
+    repeated_calls: int = 0
 
     def count_reload(self, tool: str) -> None:
         self.reload_calls += 1
@@ -110,6 +119,9 @@ class Metrics:
         self.refs_created = Counter("offload_refs_created_total", "References newly stored.", registry=r)
         self.reload_calls = Counter("offload_reload_calls_total", "Injected tool calls run.", ("tool",), registry=r)
         self.reload_rounds = Counter("offload_reload_rounds_total", "Extra upstream rounds for reloads.", registry=r)
+        self.holdout_turns = Counter("offload_holdout_turns_total", "Turns of the holdout's sessions by arm (control: "
+                                     "forwarded unchanged) and how they ended (ok, error, context_error).",
+                                     ("arm", "outcome"), registry=r)
         self.summaries = Counter("offload_summaries_total", "Summarisation calls by outcome.", ("outcome",),
                                  registry=r)
         self.summary_seconds = Histogram("offload_summary_seconds", "Summarisation call time.",
@@ -213,5 +225,8 @@ class Metrics:
         self.offloaded_bytes.inc(rec.offloaded_bytes)
         self.refs_created.inc(rec.refs_created)
         self.reload_rounds.inc(rec.reload_rounds)
+        if rec.arm is not None and rec.tokens_before is not None:
+            outcome = "context_error" if rec.context_error else "error" if rec.answer_error else "ok"
+            self.holdout_turns.labels(rec.arm, outcome).inc()
         self.count_bill(rec.bill.total, "turn")
         self.count_bill(rec.summary_bill, "summary")

@@ -12,7 +12,9 @@ handle and a compressor factory, runs the steps in one order:
    steps below are for a turn that goes upstream, and get the prompt caching the client did
    not ask for (`WireFormat.with_prompt_cache`: the summaries it makes share it);
 3. the clearing edits (`proxy.emulation.edits`);
-4. plan, compress and store (`proxy.offload.pipeline`; skipped for a request too small to offload);
+4. plan, compress and store (`proxy.offload.pipeline`; skipped for a request too small to offload;
+   a client asking for its own summary gets the model's window as its thresholds,
+   `proxy.core.client_compaction`);
 5. the inline threshold compaction (`proxy.emulation.inline`);
 6. settle: the items that go upstream, the format's `Rounds`, the reload tools, the headers;
 
@@ -27,6 +29,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from proxy.core import client_compaction
 from proxy.core.compaction import Plan
 from proxy.core.rounds import Rounds
 from proxy.core.settings import OffloadSettings
@@ -222,7 +225,8 @@ async def run_turn(given: TurnInput, *, refs: RefStore | None = None,
         return await _compaction_turn(given, emulation, refs=refs or tenant.refs(), records=records)
     body = emulation.body
     if given.prompt_cache and settings.cache_control == "auto":  # before the summaries: they share it
-        body = fmt.with_prompt_cache(body, key=given.cache_key)
+        # a walk of the whole body (for a client's own caching): off the loop for a large one
+        body = await CPU.for_messages(given.history)(fmt.with_prompt_cache, body, key=given.cache_key)
     cached = body is not emulation.body
     collisions = fmt.colliding_tool_names(body)
     if collisions:  # the client's own context_reload/context_search: handled as X-Offload-Mode: off
@@ -234,6 +238,9 @@ async def run_turn(given: TurnInput, *, refs: RefStore | None = None,
     edits = await emulation_edits.apply(emulation, emulation.items, fmt=fmt, body=body, counter=counter,  # 3
                                         refs=refs, namespace=tenant.namespace, session=settings.session)
     history = edits.items
+    client_compacting = await CPU.for_messages(history[-client_compaction.LAST_ITEMS:])(client_compaction.asked, history, fmt.view)
+    if client_compacting is not None:  # the agent's own summary: from the originals wherever they fit
+        settings = client_compaction.settings_for(settings, model=_model(body), output=client_compaction.max_output(body))
     tokens = await small_tokens(given.raw, history, settings, counter=counter,
                           rewritten=bool(chain.carried or emulation.replaced or edits.offloads))
     if tokens is not None:  # 4
@@ -264,5 +271,10 @@ async def run_turn(given: TurnInput, *, refs: RefStore | None = None,
     return Turn(body=body, history=history, items=items, settings=settings, counter=counter, prepared=prepared,
                 rounds=rounds, tools=tools, emulation=emulation, edits=edits, inline=lead, changed=changed,
                 inject_reload_tools=inject, continued=chain.continued, used_up=chain.used_up,
-                extra_headers=offload_headers(prepared))
+                extra_headers=[*offload_headers(prepared), *client_compaction_header(client_compacting)])
+
+
+def client_compaction_header(agent: str | None) -> Headers:
+    """`X-Offload-Client-Compaction: <agent>` on a turn that asked for the agent's own summary."""
+    return [] if agent is None else [(b"x-offload-client-compaction", agent.encode())]
 

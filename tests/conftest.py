@@ -25,6 +25,7 @@ import pytest  # noqa: E402
 
 from proxy.http.app import create_app  # noqa: E402
 from proxy.config import ServerSettings  # noqa: E402
+from tests.harness.billing import ProviderCaches  # noqa: E402
 from tests.harness.servers import FakeUpstream, RedisCluster, RedisProcess, ServerThread, env_redis_url  # noqa: E402
 from tests.harness.prerequisites import pytest_terminal_summary  # noqa: E402,F401  (what did not run, and why)
 from tests.harness import parallel  # noqa: E402
@@ -45,13 +46,27 @@ def redis_url() -> Iterator[str]:
 
 
 @pytest.fixture
-def private_redis_url() -> Iterator[str]:
-    """A redis-server of this test's own, always: for tests that wipe it (never REDIS_URL's)."""
+def private_redis() -> Iterator[RedisProcess]:
+    """A redis-server of this test's own, always: for tests that wipe or restart it (never REDIS_URL's)."""
     server = RedisProcess().start()
     try:
-        yield server.url
+        yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def private_redis_url(private_redis) -> str:
+    return private_redis.url
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """A headless Chromium for the module's page tests (tests/harness/browser.py)."""
+    from tests.harness.browser import browser  # Playwright: loaded by the page tests only
+
+    with browser() as launched:
+        yield launched
 
 
 @pytest.fixture(scope="session")
@@ -81,6 +96,14 @@ def upstream(_fake_upstream_server) -> Iterator[FakeUpstream]:
     fake.url = server.url  # type: ignore[attr-defined]
     yield fake
     fake.reset()
+
+
+@pytest.fixture
+def caches(upstream) -> ProviderCaches:
+    """The fake upstream billing as a provider does, its prompt cache on a clock the test moves
+    (`tests.harness.billing`)."""
+    upstream.caches = ProviderCaches()
+    return upstream.caches
 
 
 LIVE_APPS: list = []  # the proxies make_proxy is serving right now

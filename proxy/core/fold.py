@@ -31,11 +31,12 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core import line_diff, texts
 from proxy.core.compaction_rule import CompactionRule
+from proxy.core.footprint import footprint
 from proxy.core.markers import is_marker, make_ref
 from proxy.core.tokens import REPLY_PRIMING, TokenCounter
 from proxy.core.view import ItemView
@@ -80,6 +81,9 @@ class _Text:
             self._lines = line_diff.Lines(self.text, self._names)
         return self._lines
 
+    def has_lines(self) -> bool:
+        return self._lines is not None
+
     def forget(self) -> None:
         """Let its lines go (a base out of the window is never diffed again)."""
         self._lines = None
@@ -98,18 +102,32 @@ def plan_folds(items: list[Any], view: ItemView, *, namespace: str, counter: Tok
                skip_calls: Collection[str] = ()) -> dict[int, Fold]:
     """The folds of items[start:], by index. `compaction`: the rule of the compaction that
     follows (None: none). `skip_calls`: the proxy's reload calls (their results are neither
-    folded nor bases)."""
-    exact: dict[str, _Base] = {}  # text → the most recent unfolded result with it
-    window: list[_Base] = []  # the most recent unfolded results, oldest first
-    folds: dict[int, Fold] = {}
-    names: dict[str, int] = {}  # a number for each line diffed (`line_diff.Lines`)
-    live = REPLY_PRIMING  # the tokens of items[start:i] as forwarded; with items[i]: the history on its arrival
-    for i in range(start, len(items)):
+    folded nor bases).
+
+    A plan whose items begin with those of a plan made before (the same conversation's earlier
+    turn) goes on from where that one stopped (`_RESUMED`): what it decided of those items is
+    a function of them alone, so only the new ones are planned."""
+    key = (namespace, type(view), compaction, start)
+    state = _RESUMED.take(key, items, view=view, counter=counter, skip_calls=skip_calls)
+    if state is None:
+        state = _State(view=view, encoding=counter.encoding_name, encoder=counter.encoder)
+    live = state.live  # the tokens of items[start:i] as forwarded; with items[i]: the history on its arrival
+    exact, window, folds, names = state.exact, state.window, state.folds, state.names
+    for i in range(len(state.prefix), len(items)):
+        if len(names) > MAX_NAMES:
+            _let_lines_go(state)
+        state.held += footprint(items[i])
+        if i < start:
+            continue
         text = view.tool_text(items[i])
         tokens = counter.message(items[i])
         call = view.answers(items[i]) if text is not None else None
+        if call is not None:
+            state.calls.add(call)
         if text is None or (call is not None and call in skip_calls) or is_marker(text) \
                 or texts.fold_ref(text) is not None:
+            if call is not None and call in skip_calls:
+                state.skipped.add(call)
             live += tokens
             continue
 
@@ -136,7 +154,88 @@ def plan_folds(items: list[Any], view: ItemView, *, namespace: str, counter: Tok
             window.append(entry)
             if len(window) > BASE_WINDOW:
                 window.pop(0).read.forget()
-    return folds
+    state.live, state.prefix = live, items
+    if len(names) > MAX_KEPT_NAMES:
+        _let_lines_go(state)
+    _RESUMED.keep(key, state, items=len(items) - start)
+    return dict(folds)
+
+
+@dataclass(eq=False)
+class _State:
+    """Where a plan stopped: its items, and what it decided of them, to go on from there."""
+
+    view: ItemView
+    encoding: str  # the counter's (a request's own counter is made for it: never held)
+    encoder: Any
+    prefix: list[Any] = field(default_factory=list)
+    exact: dict[str, _Base] = field(default_factory=dict)  # text → the most recent unfolded result with it
+    window: list[_Base] = field(default_factory=list)  # the most recent unfolded results, oldest first
+    folds: dict[int, Fold] = field(default_factory=dict)
+    names: dict[str, int] = field(default_factory=dict)  # a number for each line diffed (`line_diff.Lines`)
+    live: int = REPLY_PRIMING
+    calls: set[str] = field(default_factory=set)  # the calls the prefix's results answer
+    skipped: set[str] = field(default_factory=set)  # of which skipped as the proxy's reload calls
+    held: int = 0  # the bytes its items hold (`proxy.core.footprint`)
+
+    def cost(self) -> int:
+        """What keeping it costs: its items, and about what its numbered lines and its bases'
+        lines hold (a short line costs about a hundred bytes in each)."""
+        lines = sum(len(b.read.lines.lines) for b in self.window if b.read.has_lines())
+        return self.held + LINE_BYTES * (len(self.names) + lines)
+
+
+def _let_lines_go(state: _State) -> None:
+    """The numbered lines and its bases' lines let go (read again when a base is next diffed):
+    they hold many times the texts' bytes (a short line costs about 150 bytes as a name), and a
+    diff depends only on which lines are equal, never on their numbers."""
+    state.names.clear()
+    for base in state.window:
+        base.read.forget()
+
+
+class _Resumed:
+    """The states of the most recent large plans, a bounded few (RESUME_STATES, RESUME_BYTES held
+    in all; the least recently used go first). A state is taken out while a plan goes
+    on from it, so two plans never share one; planned again from the start if it is gone."""
+
+    def __init__(self, states: int, held: int) -> None:
+        self.states, self.held = states, held
+        self._entries: OrderedDict[int, tuple[tuple[Any, ...], _State]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._serial = 0
+
+    def take(self, key: tuple[Any, ...], items: list[Any], *, view: ItemView, counter: TokenCounter,
+             skip_calls: Collection[str]) -> _State | None:
+        """The state of a plan whose items begin `items`, made with the same view, counter and
+        reload calls (as far as its items go), taken out; None when there is none."""
+        with self._lock:
+            candidates = [(serial, state) for serial, (k, state) in reversed(self._entries.items()) if k == key
+                          and state.view is view and state.encoding == counter.encoding_name
+                          and state.encoder is counter.encoder and len(state.prefix) <= len(items)]
+        for serial, state in candidates:
+            if state.prefix != items[:len(state.prefix)]:
+                continue
+            if state.skipped != state.calls.intersection(skip_calls):
+                continue
+            with self._lock:
+                if self._entries.pop(serial, None) is None:
+                    continue  # another plan took it meanwhile
+            return state
+        return None
+
+    def keep(self, key: tuple[Any, ...], state: _State, *, items: int) -> None:
+        cost = state.cost()
+        if items < RESUME_MIN_ITEMS or cost > self.held:
+            return
+        with self._lock:
+            self._serial += 1
+            self._entries[self._serial] = (key, state)
+            costs = {serial: cost if s is state else s.cost() for serial, (_, s) in self._entries.items()}
+            total = sum(costs.values())
+            while self._entries and (len(self._entries) > self.states or total > self.held):
+                serial, _ = self._entries.popitem(last=False)
+                total -= costs[serial]
 
 
 def diff_cells(items: list[Any], view: ItemView) -> int:
@@ -239,3 +338,10 @@ class _Memo:
 
 
 _MEMO = _Memo()
+MAX_NAMES = 1 << 19  # lines numbered in one plan before they are let go (`_let_lines_go`): about 60 MB
+MAX_KEPT_NAMES = 1 << 16  # a state kept with more lets its lines go (read again when next diffed)
+LINE_BYTES = 100  # about what a numbered line, or a line of a base's `line_diff.Lines`, holds
+RESUME_MIN_ITEMS = 64  # a shorter history is planned whole: cheap, and not worth holding
+RESUME_STATES = 32
+RESUME_BYTES = 128 * 1024 * 1024  # what the states hold in all (their items and lines: `_State.cost`) (a 1M-token chat history: about 20 MB)
+_RESUMED = _Resumed(RESUME_STATES, RESUME_BYTES)

@@ -30,7 +30,7 @@ MANY_VALUES = 200_000  # commas
 _SLICE = 4 * 1024 * 1024  # bytes counted at a time: other threads run between slices
 _PIECE = 512  # dumps_yielding: a list this long, or any dict at the top levels, is written by parts
 _STRING = 1 << 20  # dumps_yielding: a string longer than this is escaped a slice at a time
-_SEARCH = 1 << 20  # contains: bytes searched at a time
+SEARCH_SLICE = _SEARCH = 1 << 20  # contains: bytes searched at a time
 
 
 def _count(raw: bytes, marks: tuple[bytes, ...], limit: int) -> int:

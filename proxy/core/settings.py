@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 
-Mode = Literal["auto", "compact", "compress", "off"]
+Mode = Literal["auto", "compact", "compress", "off", "observe"]
 # Who applies a request's `context_management` (and `/responses/compact`): the upstream
 # (relay), the proxy (emulate), or the upstream when it is OpenAI's or Anthropic's own API (auto).
 ContextManagement = Literal["relay", "emulate", "auto"]
@@ -84,6 +84,9 @@ class OffloadSettings(BaseModel):
     cache_control: CacheControl = "auto"
     # 1-token requests that keep a large, active session's prompt cache warm (`proxy.offload.keepalive`)
     cache_keepalive: bool = False
+    # The share of sessions forwarded unchanged as a control (`proxy.core.holdout`, `proxy.http.holdout`):
+    # the operator's (server or tenants file); a header may only repeat it (`OPERATOR_ONLY`)
+    holdout: float = Field(0.0, ge=0.0, lt=1.0)
 
     @field_validator("reload_tools", "fold", "cache_keepalive", mode="before")
     @classmethod
@@ -112,6 +115,9 @@ class OffloadSettings(BaseModel):
 
 
 SETTING_FIELDS = tuple(OffloadSettings.model_fields)
+# Settings a header may not change (it may repeat the value in force): a client choosing its own
+# arm of the holdout would make the comparison one of clients, not of the proxy.
+OPERATOR_ONLY = frozenset({"holdout"})
 # What a tenants-file table may hold beside settings (read by `proxy.http.caller` and the summariser).
 TENANT_KEYS = frozenset({"api_keys", "upstream", "upstream_api_key", "anthropic_upstream", "anthropic_api_key",
                          "summary_prompt"})
@@ -136,6 +142,8 @@ def _describe(field: str) -> str:
         return "1-128 characters of A-Z a-z 0-9 . _ : @ / -"
     if field in ("compaction_ratio", "precompress_ratio"):
         return "a number from 0 to 1"
+    if field == "holdout":
+        return "a number from 0 to below 1"
     bounds = [m for m in info.metadata if hasattr(m, "ge") or hasattr(m, "le")]
     low = next((m.ge for m in bounds if getattr(m, "ge", None) is not None), None)
     high = next((m.le for m in bounds if getattr(m, "le", None) is not None), None)
@@ -211,6 +219,12 @@ class SettingsResolver:
             except ValidationError as exc:
                 raise SettingsError(f"Invalid header {header_name(field)}: {value!r}; it must be {_describe(field)}.",
                                     param=header_name(field)) from exc
+            if field in OPERATOR_ONLY and OffloadSettings(**{field: value}) != OffloadSettings(**{field: merged[field]}):
+                raise SettingsError(f"Header {header_name(field)} cannot change this server's value "
+                                    f"({merged[field]}): the holdout is the operator's, set with --{field} or the "
+                                    "tenants file (a client choosing its arm would bias the comparison; "
+                                    "X-Offload-Mode: off forwards a request unchanged, outside it).",
+                                    param=header_name(field))
             cap = self.header_caps.get(field)
             if cap is not None and float(value) > cap:
                 raise SettingsError(f"Invalid header {header_name(field)}: {value!r}; this server allows at most {cap}.",

@@ -7,6 +7,12 @@ Responses request gets Responses events), the
 proxy's summary calls included. A streamed request with `x-bench-deltas: N` (and `x-bench-delta-chars: K`,
 4 by default) gets an answer of N text deltas of K characters, as chat chunks or Messages events.
 
+With `--bill` (the demo's), a JSON answer's usage is what a provider would bill for its request:
+its size (a quarter of each block's JSON, in tokens) and what a prompt cache per credential
+(`proxy.core.provider_cache`, on the wall clock: Anthropic's for Messages, caching only what the
+request asks for; OpenAI's automatic one for the others) holds of it; streamed answers keep
+their fixed usage. Without it every usage is fixed (the benchmarks': billing costs the fake CPU).
+
 With `--reload-once` (the demo's), it plays a model that reads each offloaded tool result once:
 a non-streamed request that offers `context_reload` and carries a tool-result marker whose ref it
 has not reloaded yet (per endpoint) is answered with a call to `context_reload` for the newest
@@ -19,11 +25,15 @@ import argparse
 import asyncio
 import json
 import re
+import time
 from typing import Any
 
 import uvicorn
 
+from proxy.core import provider_cache as pc
 from proxy.core.markers import RELOAD_TOOL
+from proxy.formats import openai_cache
+from proxy.formats.messages import cache_control as messages_cache
 from proxy.core.texts import SUMMARY_INSTRUCTION, SUMMARY_PROMPT
 
 # The proxy's summary calls, recognised exactly: the instruction as the last chat message, the
@@ -151,6 +161,66 @@ async def read_body(receive) -> bytes:
             return body
 
 
+def compacted(body: bytes) -> bytes:
+    """A `response.compaction` (OpenAI's `POST /v1/responses/compact`): the request's user
+    messages, then one compaction item (its content opaque, as the provider's is)."""
+    try:
+        request = json.loads(body)
+    except ValueError:
+        request = None
+    items = request.get("input") if isinstance(request, dict) else None
+    users = [i for i in items if isinstance(i, dict) and i.get("role") == "user"] if isinstance(items, list) else []
+    return json.dumps({
+        "id": "cmp_demo", "object": "response.compaction", "created_at": 1,
+        "output": [*users, {"type": "compaction", "id": "cmp_item_demo", "encrypted_content": "demo-compacted"}],
+        "usage": {"input_tokens": len(body) // 4, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 20,
+                  "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": len(body) // 4 + 20}}).encode()
+
+
+BILLING = False  # --bill
+CACHES: dict[tuple[str, str], pc.Cache] = {}  # (provider, credential) → its prompt cache
+MAX_CACHES = 1024
+
+
+def _tokens(text: str) -> int:
+    return max(1, len(text) // 4)
+
+
+def billed(scope, body: bytes, answer: bytes) -> bytes:
+    """`answer` (a JSON answer to `body`) with its usage as the provider would bill it (`--bill`)."""
+    try:
+        request, reply = json.loads(body), json.loads(answer)
+    except ValueError:
+        return answer
+    if not isinstance(request, dict) or not isinstance(reply, dict) or not isinstance(reply.get("usage"), dict):
+        return answer
+    messages = is_messages(scope)
+    model = request.get("model") if isinstance(request.get("model"), str) else None
+    profile = pc.profile_for("anthropic" if messages else "openai", model)
+    try:
+        asked = (messages_cache if messages else openai_cache).cached_request(request, time.time(), _tokens)
+    except (pc.CacheRequestError, TypeError, ValueError, AttributeError):
+        return answer
+    headers = dict(scope["headers"])
+    credential = (headers.get(b"x-api-key") or headers.get(b"authorization") or b"").decode("latin-1")
+    if len(CACHES) >= MAX_CACHES:
+        CACHES.clear()
+    bill, CACHES[(profile.name, credential)] = CACHES.get((profile.name, credential), pc.Cache(profile)).bill(asked)
+    usage = reply["usage"]
+    if messages:
+        usage.update(input_tokens=bill.uncached, cache_read_input_tokens=bill.read,
+                     cache_creation_input_tokens=bill.written,
+                     cache_creation={"ephemeral_5m_input_tokens": bill.write_5m,
+                                     "ephemeral_1h_input_tokens": bill.write_1h})
+    elif "prompt_tokens" in usage:
+        usage.update(prompt_tokens=bill.total, total_tokens=bill.total + usage.get("completion_tokens", 0),
+                     prompt_tokens_details={"cached_tokens": bill.read})
+    else:
+        usage.update(input_tokens=bill.total, total_tokens=bill.total + usage.get("output_tokens", 0),
+                     input_tokens_details={"cached_tokens": bill.read})
+    return json.dumps(reply).encode()
+
+
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
         while (await receive())["type"] != "lifespan.shutdown":
@@ -176,6 +246,8 @@ async def app(scope, receive, send):
                 "usage": {"prompt_tokens": len(body) // 4, "completion_tokens": 20,
                           "total_tokens": len(body) // 4 + 20},
             }).encode()
+        if BILLING:
+            snapshot = billed(scope, body, snapshot)
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", b"application/json"), (b"content-length", str(len(snapshot)).encode())]})
         await send({"type": "http.response.body", "body": snapshot})
@@ -202,9 +274,14 @@ async def app(scope, receive, send):
             await send({"type": "http.response.body", "body": part, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return
-    answer = RESPONSE if scope["path"].endswith("/responses") else MESSAGE if is_messages(scope) else COMPLETION
+    if scope["path"].rstrip("/").endswith("/responses/compact"):
+        answer = compacted(body)
+    else:
+        answer = RESPONSE if scope["path"].endswith("/responses") else MESSAGE if is_messages(scope) else COMPLETION
     if RELOADED is not None and (ref := ref_to_reload(scope["path"], body)) is not None:
         answer = reload_call(scope["path"], ref, len(RELOADED))
+    if BILLING:
+        answer = billed(scope, body, answer)
     await send({"type": "http.response.start", "status": 200,
                 "headers": [(b"content-type", b"application/json"), (b"x-request-id", b"req_bench"),
                             (b"content-length", str(len(answer)).encode())]})
@@ -265,12 +342,15 @@ def reload_call(path: str, ref: str, n: int) -> bytes:
 
 
 def main(argv: list[str] | None = None) -> None:
-    global RELOADED
+    global RELOADED, BILLING
     parser = argparse.ArgumentParser(description="A minimal fake upstream (chat, Responses, Anthropic Messages).")
     parser.add_argument("port", type=int)
     parser.add_argument("--reload-once", action="store_true",
                         help="Call context_reload once for each offloaded tool result seen (the demo's model).")
+    parser.add_argument("--bill", action="store_true",
+                        help="Report usage as a provider with a prompt cache would bill it (the demo's).")
     args = parser.parse_args(argv)
+    BILLING = args.bill
     if args.reload_once:
         RELOADED = set()
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)

@@ -135,7 +135,7 @@ class Servers:
         out = self.log.open("ab")
         upstream = f"http://127.0.0.1:{self.upstream_port}"
         commands = [
-            [sys.executable, "-m", "proxy.demo.fake_upstream", str(self.upstream_port), "--reload-once"],
+            [sys.executable, "-m", "proxy.demo.fake_upstream", str(self.upstream_port), "--reload-once", "--bill"],
             [sys.executable, "-m", "proxy", "serve", "--host", "127.0.0.1", "--port", str(self.port),
              "--upstream", f"{upstream}/v1", "--anthropic-upstream", upstream, "--data-dir",
              str(self.folder / "store"), "--log-level", "warning"],

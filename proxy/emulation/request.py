@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.core import jsonio, large_json
-from proxy.core.compaction_token import may_hold_token, sealed_fields
+from proxy.core import jsonio
+from proxy.core.compaction_token import escapes_ascii, may_hold_token, sealed_fields
 from proxy.core.view import ItemView
 from proxy.emulation.compaction_blocks import replace_compaction_blocks
 from proxy.emulation.threshold import Threshold, messages_threshold, responses_threshold
@@ -81,9 +81,9 @@ def _compaction_position(body: dict, *, tokens: bool, blocks: bool):
 
 
 def _may_hold(raw: bytes | None, body: dict) -> bool:
-    """`may_hold_token` of the body's bytes, when they escape no character; else of the document
-    written again (an escape may spell a token)."""
-    if raw is not None and not large_json.contains(raw, b"\\u"):
+    """`may_hold_token` of the body's bytes, when they escape no printable ASCII character; else
+    of the document written again (such an escape may spell the key)."""
+    if raw is not None and not escapes_ascii(raw):
         return may_hold_token(raw)
     return may_hold_token(jsonio.dumps(body))
 

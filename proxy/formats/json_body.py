@@ -252,4 +252,4 @@ def check_count(body: dict, *, items: str, noun: str, limit: int | None) -> None
     """More than `limit` entries in the body's list `items` is a 400 `too_many_messages`."""
     listed = body.get(items)
     if limit is not None and isinstance(listed, list) and len(listed) > limit:
-        raise ProxyError(400, f"Too many {noun}: {len(listed)} > {limit}.", code="too_many_messages", param=items)
+        raise ProxyError(400, f"Too many {noun}: {len(listed)} > {limit} (the proxy's --max-messages).", code="too_many_messages", param=items)

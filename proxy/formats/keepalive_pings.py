@@ -5,7 +5,8 @@ API accepts, not streamed, not stored upstream.
 - chat completions: `max_completion_tokens` 1 (`max_tokens` left out: reasoning models refuse it),
   `n` 1, no stream, `store` false;
 - Responses: `max_output_tokens` 16 (the API refuses less), no stream, `store` false, not in
-  the background;
+  the background; none for a request naming a `conversation` (the upstream adds every response's
+  input and output to it: a ping would write into the client's conversation);
 - Anthropic Messages: `max_tokens` 1, no stream; none for a request that asks for no caching (no
   `cache_control` anywhere: Anthropic caches only where asked) or thinks (`max_tokens` must
   exceed the thinking budget, and changing the thinking budget misses the cache anyway).
@@ -19,16 +20,20 @@ from collections.abc import Callable
 from typing import Any
 
 DROP = ("stream", "stream_options")
+# the least output each API accepts, which a ping asks for: what one ping may generate
+LEAST_OUTPUT = {"chat/completions": 1, "responses": 16, "messages": 1}
 
 
 def _chat(body: dict) -> dict | None:
     out = {k: v for k, v in body.items() if k not in (*DROP, "max_tokens")}
-    return {**out, "max_completion_tokens": 1, "n": 1, "store": False}
+    return {**out, "max_completion_tokens": LEAST_OUTPUT["chat/completions"], "n": 1, "store": False}
 
 
 def _responses(body: dict) -> dict | None:
+    if body.get("conversation") is not None:
+        return None
     out = {k: v for k, v in body.items() if k not in DROP}
-    return {**out, "max_output_tokens": 16, "store": False, "background": False}
+    return {**out, "max_output_tokens": LEAST_OUTPUT["responses"], "store": False, "background": False}
 
 
 def _asks_caching(value: Any, depth: int = 0) -> bool:
@@ -49,7 +54,7 @@ def _messages(body: dict) -> dict | None:
     if not _asks_caching({k: body[k] for k in ("cache_control", "system", "tools", "messages") if k in body}):
         return None
     out = {k: v for k, v in body.items() if k not in DROP}
-    return {**out, "max_tokens": 1}
+    return {**out, "max_tokens": LEAST_OUTPUT["messages"]}
 
 
 PINGS: dict[str, Callable[[dict], dict | None]] = {
@@ -66,6 +71,11 @@ def ping(endpoint: str, body: Any) -> dict | None:
     if make is None or not isinstance(body, dict):
         return None
     return make(body)
+
+
+def output_tokens(endpoint: str) -> int:
+    """What one ping to `endpoint` may generate (never a value of the client's body)."""
+    return LEAST_OUTPUT.get(endpoint.strip("/"), 1)
 
 
 def profile_name(endpoint: str) -> str | None:

@@ -12,15 +12,19 @@ id is read from its first bytes as they pass.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any, Protocol
 
 from starlette.responses import Response, StreamingResponse
 
 from proxy.core.wire import WireFormat
 from proxy import telemetry
+from proxy.errors import ProxyError
+from proxy.http.billing import KEPT_BYTES, ON_LOOP_BYTES, answer_codings
+from proxy.http.body_encoding import decode
 from proxy.offload import response_chains
 from proxy.offload.cpu_pool import CPU
+from proxy.http.services import Services
 from proxy.stats import session_id
 from proxy.turn import Turn
 
@@ -34,13 +38,16 @@ class ManagedCall(Protocol):
     fmt: WireFormat
     previous: Any
     rec: telemetry.RequestRecord | None
+    services: Services
 
 PEEK = 8192  # bytes of an answer looked at for its id
 _RESPONSE_ID = re.compile(rb'"id"\s*:\s*"([A-Za-z0-9_-]{1,256})"')
 
 
-async def note(call: ManagedCall) -> telemetry.RequestRecord | None:
-    """Fill in the request's record once the turn is planned (None: no record)."""
+async def note(call: ManagedCall, *, derived: tuple[str | None, str | None] | None = None
+               ) -> telemetry.RequestRecord | None:
+    """Fill in the request's record once the turn is planned (None: no record). `derived`: the
+    session `session_of` gives, when the caller already has it."""
     rec = telemetry.current.get()
     if rec is None:
         return None
@@ -54,7 +61,7 @@ async def note(call: ManagedCall) -> telemetry.RequestRecord | None:
     rec.offloaded_bytes = sum(_utf8_size(o.text) for o in plan.offloads if o.ref in prepared.written)
     rec.warnings = prepared.warnings
     if not call.turn.settings.session and rec.route != "count_tokens":  # X-Offload-Session wins
-        rec.session, rec.continues = await session_of(call)
+        rec.session, rec.continues = derived if derived is not None else await session_of(call)
     return rec
 
 
@@ -93,6 +100,14 @@ def learn_reply(call: ManagedCall, response_id: str | None) -> None:
     """The id of the answer the client got (after reload rounds: the first round's)."""
     if response_id and (rec := _wants_reply(call)) is not None and rec.response_id is None:
         rec.response_id = response_id
+        _noted(call, rec)
+
+
+def _noted(call: ManagedCall, rec: telemetry.RequestRecord) -> None:
+    """An answer's id known, with its session: linked in the worker's memory before the client
+    can send the turn that continues from it (the store's link is written after the answer)."""
+    if rec.response_id and rec.session:
+        call.services.recorder.replies.note(call.namespace, rec.response_id, session=rec.session)
 
 
 def first_id(head: bytes) -> str | None:
@@ -102,27 +117,47 @@ def first_id(head: bytes) -> str | None:
 
 def tap_reply(call: ManagedCall, out: Response) -> None:
     """Read the id of an answer relayed as it came (a Response object, or a stream whose first
-    event carries it) from its first bytes, as they go to the client."""
+    event carries it) from its first bytes, as they go to the client; an encoded one's (gzip,
+    as OpenAI sends a JSON answer) once it has all come, decoded beside the relay (at most
+    KEPT_BYTES of it)."""
     rec = _wants_reply(call)
     if rec is None or out.status_code != 200:
         return
-    if any(k.lower() == b"content-encoding" and v.lower() != b"identity" for k, v in out.raw_headers):
+    codings = answer_codings(out)
+    if codings is None:  # a coding that cannot be undone: no id
         return
     if isinstance(out, StreamingResponse):
-        out.body_iterator = _peeking(out.body_iterator, rec)
-    else:
+        out.body_iterator = _peeking(out.body_iterator, rec, codings, noted=lambda: _noted(call, rec))
+        return
+    if not codings:
         rec.response_id = rec.response_id or first_id(bytes(out.body))
+    elif len(out.body) <= ON_LOOP_BYTES:
+        rec.response_id = rec.response_id or _encoded_id(bytes(out.body), codings)
+    _noted(call, rec)
 
 
-async def _peeking(chunks: AsyncIterable, rec: telemetry.RequestRecord) -> AsyncIterator:
-    head = b""
+def _encoded_id(raw: bytes, codings: list[str]) -> str | None:
+    try:
+        return first_id(decode(raw, codings, limit=KEPT_BYTES)[:PEEK])
+    except ProxyError:  # more than KEPT_BYTES, or not of its coding
+        return None
+
+
+async def _peeking(chunks: AsyncIterable, rec: telemetry.RequestRecord, codings: list[str], *,
+                   noted: Callable[[], None]) -> AsyncIterator:
+    head = bytearray()
     try:
         async for chunk in chunks:
-            if rec.response_id is None and len(head) < PEEK:
+            if rec.response_id is None and (codings or len(head) < PEEK) and len(head) <= KEPT_BYTES:
                 head += chunk if isinstance(chunk, bytes) else str(chunk).encode()
-                rec.response_id = first_id(head)
+                if not codings:
+                    rec.response_id = first_id(bytes(head))
+                    noted()
             yield chunk
     finally:
         close = getattr(chunks, "aclose", None)
         if close is not None:  # the relay releases the upstream connection there
             await close()
+        if codings and rec.response_id is None and head and len(head) <= KEPT_BYTES:
+            rec.response_id = await CPU(len(head) > ON_LOOP_BYTES)(_encoded_id, bytes(head), codings)
+            noted()

@@ -37,6 +37,7 @@ from proxy.http.websocket.route import ResponsesSocket
 from proxy.http import log_clip
 from proxy.http.cache_session import keepalive_service
 from proxy.http.telemetry import Metrics, Observe, configure_logging, configure_text_logging, metrics_endpoint
+from proxy.offload.observed_sessions import ObservedSessions
 from proxy.http.services import Services, services_of
 from proxy.http.unknown_headers import UnknownHeaderWarning
 from proxy.http.offload_api import get_offloaded, list_events, offload
@@ -128,6 +129,7 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
                                        max_age=2 * settings.summary_timeout, on_change=metrics.summaries_state),
             recorder=recorder,
             keepalive=keepalive_service(settings, upstream, metrics, recorder=recorder),
+            observed=ObservedSessions(settings.observe_bytes),
         )
         app.state.services = services
         metrics.watch_summaries(services.summaries.state)
@@ -170,7 +172,7 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
     ]
     middleware = [
         Middleware(CanonicalPath),
-        Middleware(Observe, metrics=metrics, on_finished=recorder.observe),
+        Middleware(Observe, metrics=metrics, on_finished=recorder.observe, on_started=recorder.opened),
         Middleware(BodyLimit, max_bytes=settings.max_body_bytes, idle_timeout=settings.body_timeout),
         Middleware(AdminGate, admin_token=settings.admin_token, stats=stats_api),
         Middleware(CallerGate, gatekeeper=gatekeeper),

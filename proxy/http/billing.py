@@ -6,8 +6,8 @@ failed request.
 
 On a chat stream whose client did not ask for usage the proxy asked (`UsageReader.asking`):
 `unasked_stream` relays it event by event, each as the client would have got it without asking
-(`UsageReader.unasked`: the usage chunk left out, `"usage": null` taken off the others), every
-other byte as it came.
+(`UsageReader.unasked`: the usage chunk left out, `"usage": null` taken off the others; a large
+event off the event loop), every other byte as it came.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from starlette.responses import Response, StreamingResponse
 from proxy import telemetry
 from proxy.core import jsonio
 from proxy.core.bill import UNREPORTED, Bill, UsageReader, UsageStream
-from proxy.errors import Shape
-from proxy.http.body_encoding import Corrupt, TooLarge, codings_of, decode
+from proxy.errors import ProxyError, Shape
+from proxy.http.body_encoding import codings_of, decode
 from proxy.http.headers import response_headers_for_client
 from proxy.http.relay import close_after, stream_back, with_error_event
 from proxy.offload.cpu_pool import CPU
@@ -33,9 +33,10 @@ KEPT_BYTES = 16 * 1024 * 1024  # of an encoded stream or a streamed JSON body, w
 ON_LOOP_BYTES = 256 * 1024  # a larger body or event is read off the event loop
 _USAGE = b'"usage"'
 _BOUNDARY = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+_DATA_LINE = re.compile(rb"^data: ?([^\r\n]*)", re.MULTILINE)  # an event's data line: its value
 
 
-def _codings(out: Response) -> list[str] | None:
+def answer_codings(out: Response) -> list[str] | None:
     """The answer's content codings ([] for none), None when one cannot be undone."""
     values = [v.decode("latin-1") for k, v in out.raw_headers if k.lower() == b"content-encoding"]
     try:
@@ -44,7 +45,7 @@ def _codings(out: Response) -> list[str] | None:
         return None
 
 
-def _is_sse(out: Response) -> bool:
+def is_event_stream(out: Response) -> bool:
     return any(k.lower() == b"content-type" and v.lower().startswith(b"text/event-stream") for k, v in out.raw_headers)
 
 
@@ -52,9 +53,9 @@ def tap(rec: telemetry.RequestRecord | None, out: Response, usage: UsageReader) 
     """Read the bill of `out` (a 200 answer relayed as-is) into `rec` as it goes to the client."""
     if rec is None or out.status_code != 200:
         return
-    codings = _codings(out)
+    codings = answer_codings(out)
     if isinstance(out, StreamingResponse):
-        out.body_iterator = _tapped(out.body_iterator, rec, usage, codings=codings, events=_is_sse(out))
+        out.body_iterator = _tapped(out.body_iterator, rec, usage, codings=codings, events=is_event_stream(out))
         return
     rec.bill.add(UNREPORTED if codings is None else _of_body(bytes(out.body), codings, usage))
 
@@ -62,7 +63,7 @@ def tap(rec: telemetry.RequestRecord | None, out: Response, usage: UsageReader) 
 def _of_body(raw: bytes, codings: list[str], usage: UsageReader) -> Bill:
     try:
         return usage.of_answer(jsonio.loads(decode(raw, codings, limit=KEPT_BYTES) if codings else raw))
-    except (ValueError, RecursionError, TooLarge, Corrupt):
+    except (ValueError, RecursionError, ProxyError):  # `decode`: ProxyError 413 or 400 for what it cannot undo
         return UNREPORTED
 
 
@@ -73,7 +74,7 @@ def _of_events(raw: bytes, codings: list[str], usage: UsageReader) -> Bill:
         parser = sse.DataParser()
         for data in [*parser.feed(decode(raw, codings, limit=KEPT_BYTES) if codings else raw), *parser.end()]:
             _feed(reading, data)
-    except (ValueError, RecursionError, TooLarge, Corrupt):
+    except (ValueError, RecursionError, ProxyError):  # `decode`: ProxyError 413 or 400 for what it cannot undo
         return UNREPORTED
     return reading.bill()
 
@@ -143,7 +144,7 @@ async def _feed_off_loop(reading: UsageStream, data: str) -> None:
 async def unasked_stream(response: httpx2.Response, extra_headers: Sequence[tuple[bytes, bytes]] = (), *,
                          shape: Shape, rec: telemetry.RequestRecord | None, usage: UsageReader) -> Response:
     """The answer to a request `usage.asking` rewrote, as the client would have got it."""
-    if response.status_code != 200 or not response.headers.get("content-type", "").startswith("text/event-stream"):
+    if response.status_code != 200 or not response.headers.get("content-type", "").lower().startswith("text/event-stream"):
         out = await stream_back(response, extra_headers, shape=shape)
         tap(rec, out, usage)
         return out
@@ -163,7 +164,8 @@ async def _unasked(chunks: AsyncIterator[bytes], rec: telemetry.RequestRecord | 
             buffer += chunk
             out, start = [], 0
             for match in _BOUNDARY.finditer(buffer, max(0, searched - 3)):
-                out.append(_without_asked(buffer[start:match.end()], reading, usage))
+                block = buffer[start:match.end()]
+                out.append(await CPU(len(block) > ON_LOOP_BYTES)(_without_asked, block, reading, usage))
                 start = match.end()
             buffer = buffer[start:]
             if len(buffer) > sse.MAX_EVENT_BYTES:  # no event of a chat completion: relayed as it is
@@ -173,20 +175,22 @@ async def _unasked(chunks: AsyncIterator[bytes], rec: telemetry.RequestRecord | 
             if out and (sent := b"".join(out)):
                 yield sent
         if buffer:
-            yield _without_asked(buffer, reading, usage)
+            yield await CPU(len(buffer) > ON_LOOP_BYTES)(_without_asked, buffer, reading, usage)
     finally:
         if rec is not None:
             rec.bill.add(reading.bill())
 
 
 def _without_asked(block: bytes, reading: UsageStream, usage: UsageReader) -> bytes:
-    """One event (its lines and the blank line ending it) as the client gets it: an event of one
-    `data:` line holding usage rewritten (`usage.unasked`), anything else as it came."""
-    body = block.rstrip(b"\r\n")
-    if not body.startswith(b"data:") or b"\n" in body or b"\r" in body or _USAGE not in body:
+    """One event (its lines and the blank line ending it) as the client gets it: an event whose
+    data holds usage rewritten (`usage.unasked`: in its data lines, the lines between them and
+    around them kept), or left out whole; anything else as it came."""
+    if _USAGE not in block:
         return block
-    lead = 6 if body[5:6] == b" " else 5
-    data, end = body[lead:], block[len(body):]
+    lines = list(_DATA_LINE.finditer(block))
+    if not lines:
+        return block
+    data = b"\n".join(line.group(1) for line in lines)  # as an SSE client joins them
     try:
         event = jsonio.loads(data)
     except (ValueError, RecursionError):
@@ -197,4 +201,7 @@ def _without_asked(block: bytes, reading: UsageStream, usage: UsageReader) -> by
     kept = usage.unasked(data)
     if kept is None:
         return b""
-    return block if kept == data else body[:lead] + kept + end
+    if kept == data:
+        return block
+    kept = kept.replace(b"\n", b"\n" + block[lines[-1].start():lines[-1].start(1)])  # one data line each, as before
+    return block[:lines[0].start(1)] + kept + block[lines[-1].end(1):]

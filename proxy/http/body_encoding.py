@@ -174,7 +174,7 @@ def _steps(raw: bytes, codings: list[str], limit: int, *, where: _Where) -> Gene
         try:
             yield from DECODERS[coding](data, sink)
         except TooLarge:
-            raise ProxyError(413, f"Request body exceeds {limit} bytes once decoded ({coding}).",
+            raise ProxyError(413, f"Request body exceeds {limit} bytes once decoded ({coding}; the proxy's --max-body-bytes).",
                              code="request_too_large") from None
         except Corrupt as exc:
             raise ProxyError(400, f"Request body could not be decoded as {coding}: {exc}.",

@@ -22,12 +22,14 @@ from proxy.core.cache_cuts import CutContext
 from proxy.core.last_sent import LastSent, digest
 from proxy.core.settings import OffloadSettings
 from proxy.core.wire import WireFormat
+from proxy.formats.json_body import LARGE_BODY
 from proxy.formats.keepalive_pings import profile_name
 from proxy.http import accounting
 from proxy.http.call_parts import tenant_store
 from proxy.http.caller import Caller
 from proxy.http.services import services_of
 from proxy.offload import last_sent
+from proxy.offload.cpu_pool import CPU
 from proxy.offload.keepalive import KeepAlive, PingDone
 
 log = logging.getLogger("proxy.http.cache_session")
@@ -54,6 +56,7 @@ class ManagedCall(accounting.ManagedCall, Protocol):
     history: list[Any]
     base: str | None
     headers: list[tuple[bytes, bytes]]
+    query: bytes
     cache: CacheSession
 
 
@@ -79,8 +82,9 @@ async def before(call: ManagedCall) -> None:
 
 
 def sent(call: ManagedCall, content: bytes, status: int) -> None:
-    """A request of the turn went upstream: the first one is the session's prefix."""
-    if call.cache.content is None:
+    """A request of the turn went upstream: the first one is the session's prefix (the first
+    answered 200: one refused for asking a stream's usage goes again, `ManagedCall.forward`)."""
+    if call.cache.content is None or call.cache.status != 200:
         call.cache.content, call.cache.at, call.cache.status = content, time.time(), status
 
 
@@ -91,7 +95,8 @@ async def after(call: ManagedCall) -> None:
         return
     turn = call.turn
     model = turn.body.get("model") if isinstance(turn.body.get("model"), str) else None
-    record = LastSent(digest(cache.content), tokens=turn.prepared.plan.tokens_after, at=cache.at,
+    sent_digest = await CPU(len(cache.content) > LARGE_BODY)(digest, cache.content)
+    record = LastSent(sent_digest, tokens=turn.prepared.plan.tokens_after, at=cache.at,
                       model=model[:256] if model else None, endpoint=call.fmt.endpoint, family=call.caller.family,
                       credential="shared" if call.caller.shared_key else call.caller.kind,
                       summary=turn.prepared.summary_prefix)
@@ -99,24 +104,27 @@ async def after(call: ManagedCall) -> None:
     stored = await last_sent.write(tenant, cache.session, record, previous=cache.before)
     keepalive = services_of(call.request).keepalive
     if keepalive is not None and turn.settings.cache_keepalive:
-        keepalive.hold(tenant, cache.session, sent=stored, content=cache.content, headers=call.headers,
-                       base=call.base, fmt=call.fmt)
+        await keepalive.hold(tenant, cache.session, sent=stored, content=cache.content, headers=call.headers,
+                             base=call.base, fmt=call.fmt, query=call.query)
 
 
 def keepalive_service(settings: Any, upstream: Any, metrics: Any, *, recorder: Any) -> KeepAlive:
-    """The worker's keep-alive pings (`proxy.offload.keepalive`), counted in `metrics`; each
-    answer's usage billed to its session as a call of its own ("keepalive")."""
+    """The worker's keep-alive pings (`proxy.offload.keepalive`), counted in `metrics`; each 200
+    answer's usage billed to its session as a call of its own ("keepalive"), as a turn's are
+    (the Prometheus counters of the bill too)."""
     limits = ka.Limits(settings.cache_keepalive_min_tokens, settings.cache_keepalive_max_pings,
                        settings.cache_keepalive_idle, settings.cache_ttl)
 
     def answered(done: PingDone) -> None:
         metrics.keepalive_pings.labels("ok" if done.status == 200 else "failed").inc()
-        if done.status == 200:
-            metrics.keepalive_cost.inc(done.cost)
+        if done.status != 200:  # refused: not billed (an unreadable 200 is: counted without usage)
+            return
+        metrics.keepalive_cost.inc(done.cost)
         entry = done.session
-        if entry.fmt is not None and done.answer is not None:
-            recorder.bill_call(entry.tenant.namespace, entry.fmt.usage.of_answer(done.answer), call="keepalive",
-                               model=entry.model, session=entry.session)
+        if entry.fmt is not None:
+            bill = entry.fmt.usage.of_answer(done.answer)
+            metrics.count_bill(bill, "keepalive")
+            recorder.bill_call(entry.tenant.namespace, bill, call="keepalive", model=entry.model, session=entry.session)
 
     return KeepAlive(upstream, limits, max_bytes=settings.cache_keepalive_bytes, on_answer=answered,
                      on_avoided=metrics.keepalive_avoided.inc, timeout=settings.summary_timeout)

@@ -29,14 +29,15 @@ def model_of(body: dict) -> str | None:
 
 def compressor_for(request: Request, body: dict, *, settings: OffloadSettings, caller: Caller, tenant: TenantStore,
                    fmt: WireFormat, refs: RefStore, background: bool = True,
-                   cuts: CutContext | None = None) -> Compressor:
+                   cuts: CutContext | None = None, session: str | None = None) -> Compressor:
     """Summaries go to the caller's upstream with the caller's upstream credential: in the
     request's own format and endpoint (the prefix shape, `fmt` builds the request), or to chat
     completions whatever the format (`--summary-request transcript`, OpenAI's formats only: an
     Anthropic upstream has no chat completions, and caches prefixes); `fmt.view` reads the
     request's items. `background`: made ahead of time and not waited for below the hard limit
     (else inline). A tenant's `summary_prompt` replaces the transcript's system prompt and the
-    prefix shape's instruction alike."""
+    prefix shape's instruction alike. `session`: the turn's in the statistics (derived when the
+    client names none), whose bill a background summary's goes to."""
     services = services_of(request)
     custom = services.settings_resolver.tenant_extra(caller.tenant, "summary_prompt")
     model = settings.summary_model or model_of(body) or "gpt-4o-mini"
@@ -45,7 +46,7 @@ def compressor_for(request: Request, body: dict, *, settings: OffloadSettings, c
     headers = without_emulated_betas(caller.upstream_headers(request.scope["headers"], body_replaced=True))
     def billed(bill: Bill, summary_model: str) -> None:  # a background summary's bill, for the statistics
         services.recorder.bill_call(caller.namespace, bill, call="summary", model=summary_model,
-                                    session=settings.session)
+                                    session=settings.session or session)
 
     ctx = SummaryContext(upstream=services.upstream, headers=headers, model=model, prompt=custom or DEFAULT_PROMPT,
                          timeout=services.settings.summary_timeout, wait=services.settings.summary_wait,
@@ -55,7 +56,8 @@ def compressor_for(request: Request, body: dict, *, settings: OffloadSettings, c
                          refs=refs, tenant_scope=caller.scope, wire=fmt, body=body,
                          summary_request="prefix" if caller.family == "anthropic" else services.settings.summary_request,
                          instruction=custom or DEFAULT_INSTRUCTION,
-                         tally=functools.partial(services.recorder.count_summary, caller.namespace),
+                         tally=functools.partial(services.recorder.count_summary, caller.namespace,
+                                                 session=settings.session),
                          billed=billed, cuts=cuts)
     return Compressor(tenant, ctx)
 

@@ -46,7 +46,8 @@ async def responses_compact(request: Request) -> Response:
         settings = request_settings(request, caller)
     except ProxyError as exc:
         return exc.response(caller.family)
-    if not emulates(settings.context_management, caller.base or services.settings.upstream_base):
+    if settings.mode == "observe" or not emulates(settings.context_management,
+                                                  caller.base or services.settings.upstream_base):
         return await answered(request, lambda: relay_tokens_expanded(
             request, caller, "responses/compact", parse=lambda raw, limit: parse_compact_body(raw, max_items=limit)))
     return await error_map.answered(lambda: _emulated(request, caller, settings), shape=caller.family,

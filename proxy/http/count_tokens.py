@@ -6,7 +6,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy.formats.messages import MESSAGES
-from proxy.http import emulated_answers
+from proxy.http import emulated_answers, holdout, observed
 from proxy.http.managed import ManagedCall, answered
 from proxy.http.relay import stream_back
 
@@ -20,6 +20,10 @@ async def count_tokens(request: Request) -> Response:
     `context_management.original_input_tokens` adds what the edits cleared (`proxy.http.emulated_answers`)."""
     async def run() -> Response:
         call = await ManagedCall.open(request, MESSAGES)
+        if observed.observing(call.settings):  # counted as sent: observe mode changes nothing
+            return await observed.as_received(call, "messages/count_tokens")
+        if (await holdout.arm_of(call))[0] == "control":  # counted as sent: its turns go as sent
+            return await observed.as_received(call, "messages/count_tokens")
         # the same turn as /v1/messages, no summary made, the client's caching as sent
         turn = await call.offload(new_summaries=False, prompt_cache=False)
         offered = turn.inject_reload_tools

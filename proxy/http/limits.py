@@ -44,7 +44,7 @@ class BodyLimit:
         self.app, self.max_bytes, self.idle_timeout = app, max_bytes, idle_timeout
 
     def _too_large(self, shape: Shape) -> Response:
-        message = f"Request body exceeds {self.max_bytes} bytes."
+        message = f"Request body exceeds {self.max_bytes} bytes (the proxy's --max-body-bytes)."
         return _closing(error_response(413, message, code="request_too_large", shape=shape))
 
     def _too_slow(self, shape: Shape) -> Response:

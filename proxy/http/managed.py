@@ -27,7 +27,7 @@ from proxy.formats.chat import CHAT
 from proxy.formats.json_body import LARGE_BODY
 from proxy.formats.messages import MESSAGES
 from proxy.formats.responses import RESPONSES
-from proxy.http import accounting, billing, cache_session, emulated_answers, error_map
+from proxy.http import accounting, billing, cache_session, emulated_answers, error_map, holdout, observed
 from proxy.http.body_charset import refuse_other_charsets
 from proxy.http.body_encoding import codings_of, decoded_body
 from proxy.http.call_parts import compressor_for, request_settings, tenant_store
@@ -47,6 +47,10 @@ from proxy.formats.openai_cache import session_cache_key
 from proxy.upstream.native import accepts_cache_key, emulates
 
 log = logging.getLogger("proxy.http.managed")
+# An upstream's answers to a request asking for a stream's usage that send it again as the client
+# sent it: some refuse the field asking adds (Azure OpenAI's older API versions, strict gateways:
+# "Unknown parameter: 'stream_options'"), and any other fault is then the client's own, answered so.
+REFUSED = (400, 422)
 
 
 async def chat_completions(request: Request) -> Response:
@@ -65,16 +69,29 @@ async def handle(request: Request, fmt: WireFormat) -> Response:
     """Read → turn → send → answer."""
     async def run() -> Response:
         call = await ManagedCall.open(request, fmt)
-        turn = await call.offload()
-        if turn.inline.paused:  # the compaction alone answers: no turn (pause_after_compaction, compaction_trigger)
-            return emulated_answers.paused_response(turn, call.fmt, background=call.after())
-        if turn.answers_as_is:
-            return await call.forward()  # the upstream's answer as it is
-        if turn.body.get("stream") is True:
-            return await call.forward_streaming_with_reload()
-        return await call.forward_with_reload()
+        if observed.observing(call.settings):  # forwarded as received, the plan made beside it
+            return await observed.forward(call)
+        arm, call.derived = await holdout.arm_of(call)
+        if arm is None:
+            return await managed(call)
+        await holdout.mark(call, arm)
+        if arm == "control":  # forwarded as received, recorded as a turn of its session
+            return await holdout.watched(call, lambda: holdout.forward_control(call, call.derived))
+        return await holdout.watched(call, lambda: managed(call))
 
     return await answered(request, run)
+
+
+async def managed(call: ManagedCall) -> Response:
+    """The managed turn of an open call and its answer."""
+    turn = await call.offload()
+    if turn.inline.paused:  # the compaction alone answers: no turn (pause_after_compaction, compaction_trigger)
+        return emulated_answers.paused_response(turn, call.fmt, background=call.after())
+    if turn.answers_as_is:
+        return await call.forward()  # the upstream's answer as it is
+    if turn.body.get("stream") is True:
+        return await call.forward_streaming_with_reload()
+    return await call.forward_with_reload()
 
 
 async def answered(request: Request, run: Callable[[], Awaitable[Response]]) -> Response:
@@ -105,6 +122,7 @@ class ManagedCall:
         self.rec: telemetry.RequestRecord | None = None
         self.headers: list[tuple[bytes, bytes]] = []
         self.cache = cache_session.CacheSession()  # the session's prompt cache: its record, what went first
+        self.derived: tuple[str | None, str | None] | None = None  # the statistics' session, once derived
 
     @classmethod
     async def open(cls, request: Request, fmt: WireFormat) -> ManagedCall:
@@ -141,7 +159,8 @@ class ManagedCall:
 
         def compressor(body: dict, settings: OffloadSettings, refs: RefStore, *, background: bool) -> Compressor:
             return compressor_for(self.request, body, settings=settings, caller=caller, tenant=tenant, fmt=self.fmt,
-                                  refs=refs, background=background, cuts=self.cache.cuts)
+                                  refs=refs, background=background, cuts=self.cache.cuts,
+                                  session=self.cache.session)
 
         return TurnInput(self.fmt, self.raw, self.body, self.history, self.settings, tenant, compressor,
                          emulating=emulates(self.settings.context_management, self.base or services.settings.upstream_base),
@@ -175,7 +194,7 @@ class ManagedCall:
             or self.fmt.usage.asking(self.body) is not None)
         if turn.emulation.emulating:
             self.headers = without_emulated_betas(self.headers)
-        self.rec = await accounting.note(self)  # what the access log, the metrics and the statistics learn
+        self.rec = await accounting.note(self, derived=self.derived)  # what the access log, the metrics and the statistics learn
         return turn
 
     async def _settle_chain(self) -> None:
@@ -230,18 +249,29 @@ class ManagedCall:
 
     async def send_round(self, payload: dict) -> httpx2.Response:
         """One round's request, asking for the usage of its stream where the client did not
-        (`UsageReader.asking`: the format's rounds take out what that adds)."""
-        return await self._send(await self.serialised(self.fmt.usage.asking(payload) or payload))
+        (`UsageReader.asking`: the format's rounds take out what that adds), sent again as it is
+        when the upstream refuses the request asking (`REFUSED`)."""
+        asking = self.fmt.usage.asking(payload)
+        response = await self._send(await self.serialised(asking or payload))
+        if asking is not None and response.status_code in REFUSED:
+            await response.aclose()
+            response = await self._send(await self.serialised(payload))
+        return response
 
     async def forward(self) -> Response:
         """No reload tools: the (reduced) request goes up, the answer comes back untouched (but
         for what asking for a stream's usage added: `proxy.http.billing`), its bill read as it
-        passes."""
+        passes. A request asking that the upstream refuses goes again as the client sent it."""
         payload = self.fmt.with_history(self.body, self.turn.items) if self.turn.changed else None
         asking = self.fmt.usage.asking(payload or self.body)
         sent = asking if asking is not None else payload
         content = self.raw if sent is None else await self.serialised(sent)
         response = await self.watch.run(self._send(content))
+        if asking is not None and response.status_code in REFUSED:  # it may not know the field asking adds
+            await response.aclose()
+            asking = None
+            content = self.raw if payload is None else await self.serialised(payload)
+            response = await self.watch.run(self._send(content))
         if asking is not None:
             out = await billing.unasked_stream(response, self.turn.extra_headers, shape=self.caller.family,
                                                rec=self.rec, usage=self.fmt.usage)

@@ -31,7 +31,10 @@ from proxy.core.tokens import counter_for_model_async
 
 def _scope(request: Request) -> tuple[OffloadSettings, Caller, TenantStore]:
     caller: Caller = request.state.caller
-    return request_settings(request, caller), caller, tenant_store(request, caller)
+    settings = request_settings(request, caller)
+    if settings.mode == "observe":  # asked to offload: observe mode is about the forwarded turns
+        settings = settings.model_copy(update={"mode": "auto"})
+    return settings, caller, tenant_store(request, caller)
 
 
 async def offload(request: Request) -> Response:

@@ -12,6 +12,7 @@ from proxy.core.settings import SettingsResolver
 from proxy.telemetry import Metrics
 from proxy.offload.background import SummaryScheduler
 from proxy.offload.keepalive import KeepAlive
+from proxy.offload.observed_sessions import ObservedSessions
 from proxy.offload.quota import CredentialCheck
 from proxy.stats.recorder import Recorder
 from proxy.store.guarded import GuardedStore
@@ -31,6 +32,7 @@ class Services:
     summaries: SummaryScheduler  # summaries made in the background
     recorder: Recorder  # usage statistics, written in the background
     keepalive: KeepAlive | None = None  # keep-alive pings of the sessions that ask for them
+    observed: ObservedSessions | None = None  # observe mode: each observed session's plan state, in memory
 
 
 def services_of(request: Request) -> Services:

@@ -4,6 +4,12 @@ GET /v1/offload/stats?window=15m|1h|24h|7d|30d[&tenant=]   totals and a time ser
 GET /v1/offload/sessions[?tenant=&limit=&offset=]       a tenant's sessions, last active first
 GET /v1/offload/sessions/{id}[?tenant=]                 one session's totals and last turns
 
+The statistics of one tenant (a tenant's own, or the admin's with `tenant=`) carry a `holdout`
+section: the holdout's two arms compared over their most recent sessions, whatever the window
+(`proxy.stats.holdout_report`; over more than SMALL_COMPARISON sessions, computed at most once
+every HOLDOUT_EVERY seconds per tenant and worker: a bootstrap over a thousand sessions per arm
+takes a few tenths of a second, off the event loop).
+
 Access: a tenant's credential (its proxy key, or its own provider key) reads its own namespace
 only; `tenant=` naming another is refused (403). The admin token (`--admin-token`, as
 `Authorization: Bearer <token>`) reads every tenant: the all-tenants totals and the tenants
@@ -16,6 +22,7 @@ refused (403), so it is never relayed upstream nor becomes a namespace.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import re
 import time
@@ -38,13 +45,17 @@ from proxy.http.json_response import JSONResponse
 from proxy.http.routing_errors import not_routed
 from proxy.http.services import services_of
 from proxy.offload.tenant import namespace_for
-from proxy.stats import reader
+from proxy.offload.cpu_pool import CPU
+from proxy.stats import holdout, holdout_report, reader
 from proxy.stats.buckets import WINDOWS, span_of
 
 # a session id may hold `/` (X-Offload-Session admits it): the drill-down takes the rest of the path
 STATS_PATHS = re.compile(r"/v1/offload/(stats|sessions)/?|/v1/offload/sessions/.+")
 NAMESPACE = re.compile(r"[0-9a-f]{32}")
 DEFAULT_LIMIT, MAX_LIMIT = 50, 500
+SMALL_COMPARISON = 100  # sessions compared on the event loop (about 10 ms), more off it
+HOLDOUT_EVERY = 10.0  # seconds a tenant's holdout comparison is reused for
+MAX_MEMO = 256  # tenants whose comparison a worker keeps
 
 
 class StatsApi:
@@ -53,6 +64,9 @@ class StatsApi:
     def __init__(self, names: Mapping[str, str]) -> None:
         self.names = dict(names)
         self.by_name = {name: ns for ns, name in self.names.items()}
+        # (namespace, the fraction its reader's settings give) -> (when, section); its comparison being made
+        self._holdouts: dict[tuple[str, float], tuple[float, dict[str, Any]]] = {}
+        self._computing: dict[tuple[str, float], asyncio.Task[dict[str, Any]]] = {}
 
     def routes(self) -> list[Route]:
         return [
@@ -119,6 +133,8 @@ class StatsApi:
             body["health"] = {"store": await services.store.ping()}
             if admin:  # this worker's background work, which no tenant's credential sees
                 body["health"]["scheduler"] = asdict(services.summaries.state())
+            if namespace is not None:
+                body["holdout"] = await self.holdout(request, namespace)
             if namespace is None:  # the admin's view of all tenants
                 body["tenants"], body["tenants_truncated"] = await reader.tenant_rows(services.store, span, self.names,
                                                                                       sealer=services.sealer)
@@ -126,6 +142,36 @@ class StatsApi:
             return body
 
         return await answer(run)
+
+    async def holdout(self, request: Request, namespace: str) -> dict[str, Any]:
+        """The tenant's holdout comparison (a large one reused for HOLDOUT_EVERY seconds; one
+        made at a time per tenant, requests coming meanwhile wait for it)."""
+        resolver = services_of(request).settings_resolver
+        admin = bool(request.scope.get("state", {}).get("admin"))
+        entry = self.names.get(namespace) if admin else request.state.caller.tenant  # whose settings apply
+        fraction = float(resolver.tenant_overrides(entry).get("holdout", resolver.defaults.holdout))
+        key = (namespace, fraction)
+        memo = self._holdouts.get(key)
+        if memo is not None and time.monotonic() - memo[0] < HOLDOUT_EVERY:
+            return memo[1]
+        task = self._computing.get(key)
+        if task is None:
+            task = self._computing[key] = asyncio.ensure_future(self._compare(request, key))
+            task.add_done_callback(lambda done: (self._computing.pop(key, None),
+                                                 done.cancelled() or done.exception()))  # retrieved: never logged as lost
+        return await asyncio.shield(task)  # a client going away leaves it to the others
+
+    async def _compare(self, request: Request, key: tuple[str, float]) -> dict[str, Any]:
+        now = time.monotonic()
+        namespace, fraction = key
+        outcomes, kept = await holdout.outcomes(services_of(request).store, namespace)
+        section = await CPU(len(outcomes) > SMALL_COMPARISON)(holdout_report.report, outcomes, kept=kept,
+                                                               fraction=fraction)
+        if len(outcomes) > SMALL_COMPARISON:  # a small one is made again each time (its store reads cost more)
+            if len(self._holdouts) >= MAX_MEMO:
+                self._holdouts.clear()
+            self._holdouts[key] = (now, section)
+        return section
 
     async def sessions(self, request: Request) -> Response:
         async def run() -> dict[str, Any]:

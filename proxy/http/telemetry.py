@@ -57,13 +57,19 @@ def route_of(path: str) -> str:
     return name if name in ("healthz", "readyz", "metrics") else "other"
 
 
+TURN_ROUTES = frozenset({"chat", "responses", "responses_compact", "messages"})
+
+
 class Observe:
     """ASGI middleware: a RequestRecord per request, then metrics, the JSON log line and
-    `on_finished` (the usage statistics: it must not block)."""
+    `on_finished` (the usage statistics: it must not block). `on_started` is called as a turn's
+    request comes in and returns what to call once `on_finished` has seen it: its client may have
+    the answer before then, and whoever reads the statistics right after must know one is held."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics,
-                 on_finished: Callable[[RequestRecord, Scope], None] | None = None) -> None:
-        self.app, self.metrics, self.on_finished = app, metrics, on_finished
+                 on_finished: Callable[[RequestRecord, Scope], None] | None = None,
+                 *, on_started: Callable[[], Callable[[], None]] | None = None) -> None:
+        self.app, self.metrics, self.on_finished, self.on_started = app, metrics, on_finished, on_started
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -72,6 +78,7 @@ class Observe:
         rec = RequestRecord(route_of(scope["path"]), scope["method"], scope["path"], metrics=self.metrics,
                             transport=scope.get("offload.transport"))
         token = current.set(rec)
+        release = self.on_started() if self.on_started is not None and rec.route in TURN_ROUTES else None
 
         async def recording_send(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -94,6 +101,8 @@ class Observe:
                         self.on_finished(rec, scope)
                 except Exception:  # accounting must never break a request
                     access_log.exception("could not record the request")
+            if release is not None:
+                release()
 
 
 def log_request(rec: RequestRecord, elapsed: float) -> None:
@@ -107,6 +116,8 @@ def log_request(rec: RequestRecord, elapsed: float) -> None:
             line[name] = {**{k: v for k, v in bill.tokens().items() if v}, "answers": bill.answers,
                           **({"without_usage": bill.unreported} if bill.unreported else {})}
     line.pop("upstream_sent", None)
+    if not rec.observed:
+        line.pop("observed", None)
     line = {k: clip_value(v) for k, v in line.items()}  # the model, the session, warnings: the client's text
     line["duration_ms"] = round(elapsed * 1e3, 2)
     if rec.upstream_sent is not None:

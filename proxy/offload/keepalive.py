@@ -4,8 +4,8 @@ After a turn a worker forwarded (`hold`), it keeps in memory exactly what that t
 body's bytes, the headers with the session's own credential (never written anywhere), where
 it went. Shortly before the provider's cache would expire (`proxy.core.keepalive.next_ping`) it
 sends the session's 1-token ping (`proxy.formats.keepalive_pings`) with that prefix, on that
-credential, to that upstream. What is held is bounded by bytes per worker (`max_bytes`: the
-sessions idle longest go first) and dropped once the session gets no more pings.
+credential, to that upstream. What is held (bodies and headers) is bounded by bytes per worker
+(`max_bytes`: the sessions idle longest go first) and dropped once the session gets no more pings.
 
 In a fleet every replica holds what it forwarded, so only the one that sent the session's latest
 turn holds its latest prefix: before a ping, the session's record in the store
@@ -32,8 +32,10 @@ from proxy.core import jsonio
 from proxy.core import keepalive as ka
 from proxy.core import provider_cache as pc
 from proxy.core.last_sent import LastSent
-from proxy.formats.keepalive_pings import ping as ping_body, profile_name
+from proxy.formats.keepalive_pings import output_tokens, ping as ping_body, profile_name
+from proxy.formats.json_body import LARGE_BODY
 from proxy.offload import last_sent
+from proxy.offload.cpu_pool import CPU
 from proxy.offload.tenant import key
 from proxy.offload.tenant_store import TenantStore
 from proxy.upstream.client import Headers, Upstream
@@ -60,6 +62,12 @@ class Session:
     profile: pc.Profile
     held: ka.Held
     fmt: Any = None  # the turn's WireFormat: what reads a ping's usage
+    query: bytes = b""  # the turn's query string (Azure OpenAI's `api-version`): the ping goes where the turn went
+
+    @property
+    def size(self) -> int:
+        """Bytes held: the body and the headers (the client's, whatever their size)."""
+        return len(self.content) + len(self.query) + sum(len(k) + len(v) for k, v in self.headers)
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,15 @@ class PingDone:
     cost: float  # estimated, in input tokens (`proxy.core.keepalive.ping_cost`)
 
 
+def _ping_of(endpoint: str, content: bytes) -> bytes | None:
+    """The ping's body made of a forwarded body (`proxy.formats.keepalive_pings`), None for none."""
+    try:
+        body = ping_body(endpoint, jsonio.loads(content))
+    except (ValueError, RecursionError):
+        return None
+    return None if body is None else jsonio.dumps(body)
+
+
 class KeepAlive:
     def __init__(self, upstream: Upstream, limits: ka.Limits, *, max_bytes: int,
                  on_answer: Callable[[PingDone], None] | None = None, on_avoided: Callable[[int], None] | None = None,
@@ -81,6 +98,7 @@ class KeepAlive:
         self._held: dict[tuple[str, str], Session] = {}
         self._bytes = 0
         self._task: asyncio.Task | None = None
+        self._pinging: dict[tuple[str, str], asyncio.Task] = {}  # the ping under way of each session
         self._wake = asyncio.Event()
 
     @property
@@ -90,9 +108,10 @@ class KeepAlive:
     def __len__(self) -> int:
         return len(self._held)
 
-    def hold(self, tenant: TenantStore, session: str, *, sent: LastSent, content: bytes, headers: Headers,
-             base: str | None, fmt: Any = None) -> bool:
-        """After a turn: what it sent, held for its pings when it may get any (True)."""
+    async def hold(self, tenant: TenantStore, session: str, *, sent: LastSent, content: bytes, headers: Headers,
+                   base: str | None, fmt: Any = None, query: bytes = b"") -> bool:
+        """After a turn: what it sent, held for its pings when it may get any (True). The ping is
+        made of `content` (parsed, walked, written again) off the event loop for a large one."""
         name = (tenant.namespace, session)
         before = self._drop(name)
         now = self.clock()
@@ -100,22 +119,21 @@ class KeepAlive:
                 and now - before.held.sent_at <= self.limits.ttl and self.on_avoided is not None:
             self.on_avoided(before.held.tokens)  # cold without the pings, warm with them: a write avoided
         profile_of = profile_name(sent.endpoint)
-        body = None
-        if profile_of is not None and len(content) <= self.max_bytes:
-            with contextlib.suppress(ValueError, RecursionError):
-                body = ping_body(sent.endpoint, jsonio.loads(content))
-        if body is None or profile_of is None:
+        if profile_of is None or len(content) > self.max_bytes:
             return False
         profile = replace(pc.profile_for(profile_of, sent.model), ttl=self.limits.ttl)
-        output = body.get("max_output_tokens") or body.get("max_tokens") or body.get("max_completion_tokens") or 1
-        held = ka.Held(sent.tokens, turn_at=sent.at, sent_at=sent.at, output_tokens=int(output))
+        held = ka.Held(sent.tokens, turn_at=sent.at, sent_at=sent.at, output_tokens=output_tokens(sent.endpoint))
         if ka.next_ping(held, self.limits, profile) is None:
             return False
+        body = await CPU(len(content) > LARGE_BODY)(_ping_of, sent.endpoint, content)
+        if body is None:
+            return False
         headers = [(k, v) for k, v in headers if k.lower() not in DROP_HEADERS]
-        entry = Session(tenant, session, sent.endpoint, base, headers, jsonio.dumps(body), sent.digest, sent.model,
-                        profile, held, fmt)
+        entry = Session(tenant, session, sent.endpoint, base, headers, body, sent.digest, sent.model, profile, held, fmt,
+                        query=query)
+        self._drop(name)  # a later turn's, held while this one was made
         self._held[name] = entry
-        self._bytes += len(entry.content)
+        self._bytes += entry.size
         while self._bytes > self.max_bytes and self._held:  # the longest idle first
             self._drop(min(self._held, key=lambda n: self._held[n].held.turn_at))
         self._wake.set()
@@ -124,7 +142,7 @@ class KeepAlive:
     def _drop(self, name: tuple[str, str]) -> Session | None:
         entry = self._held.pop(name, None)
         if entry is not None:
-            self._bytes -= len(entry.content)
+            self._bytes -= entry.size
         return entry
 
     def start(self) -> None:
@@ -137,6 +155,10 @@ class KeepAlive:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        pinging = list(self._pinging.values())
+        for ping in pinging:
+            ping.cancel()
+        await asyncio.gather(*pinging, return_exceptions=True)
         self._held.clear()
         self._bytes = 0
 
@@ -151,19 +173,26 @@ class KeepAlive:
                 await asyncio.wait_for(self._wake.wait(), timeout=min(TICK, self.limits.lead / 2))
 
     async def tick(self) -> None:
-        """Send the pings due now; drop what gets no more."""
+        """Start the pings due now, each on its own (a session's upstream slow to answer holds up
+        no other session's ping: it could take the ping's timeout, longer than the lead); drop
+        what gets no more."""
         now = self.clock()
-        due: list[Session] = []
         for name, entry in list(self._held.items()):
             at = ka.next_ping(entry.held, self.limits, entry.profile)
             if at is None:
                 if ka.expired(entry.held, self.limits, now) or entry.held.pings >= self.limits.max_pings:
                     self._drop(name)
                 continue
-            if at <= now:
-                due.append(entry)
-        if due:
-            await asyncio.gather(*(self._ping(entry) for entry in due))
+            if at <= now and name not in self._pinging:
+                self._pinging[name] = asyncio.get_running_loop().create_task(self._logged(name, entry))
+
+    async def _logged(self, name: tuple[str, str], entry: Session) -> None:
+        try:
+            await self._ping(entry)
+        except Exception:  # noqa: BLE001 - one session's failure ends its ping only
+            log.exception("a keep-alive ping failed")
+        finally:
+            self._pinging.pop(name, None)
 
     async def _ping(self, entry: Session) -> None:
         name = (entry.tenant.namespace, entry.session)
@@ -190,7 +219,7 @@ class KeepAlive:
     async def _send(self, entry: Session) -> tuple[int, Any]:
         try:
             async with asyncio.timeout(self.timeout):
-                response = await self.upstream.send("POST", entry.endpoint, headers=entry.headers,
+                response = await self.upstream.send("POST", entry.endpoint, query=entry.query, headers=entry.headers,
                                                     content=entry.content, base=entry.base)
                 try:
                     raw = bytearray()

@@ -1,10 +1,13 @@
-"""A newer cut that would not pay for itself waits: the summary the session forwarded last stays.
+"""The summary the session forwarded last stays: below the trigger, and while a newer cut would not pay.
 
 `proxy.offload.summaries.Compressor.run` forwards the longest summary ready for a history. When
 a newer one is ready while the one the session's last turn forwarded still leaves what follows
 it under the trigger, taking the newer one now rewrites the cached rest of the prefix; with the
 cache warm that costs more than it saves unless the cut removes enough (`proxy.core.cache_cuts`).
-The session's record (`proxy.offload.last_sent`) names the summary it forwarded.
+And a cut forwarded below the trigger (made early on a cold cache, or the history's foldable part
+shrinking as results are compacted) is forwarded again by the next turns rather than undone: the
+history is never rewritten back and forth. The session's record (`proxy.offload.last_sent`) names
+the summary it forwarded.
 """
 
 from __future__ import annotations
@@ -33,6 +36,22 @@ class Compressing(Protocol):
     def _using(self, compacted: list[Any], head: int, prior: cp.PriorSummary, **more: Any) -> Compressed: ...
 
 
+async def forwarded(compressor: Compressing, originals: list[Any], *, chain: cp.PrefixHashes, head: int,
+                    tail: int, cpu: CPU) -> cp.PriorSummary | None:
+    """The summary the session's last turn forwarded, when it is one of this very history
+    standing for items[head:cut] with cut <= `tail`; None otherwise (no record, none forwarded,
+    expired, a fork's)."""
+    ctx = compressor.cuts
+    if ctx is None or ctx.sent is None or not ctx.sent.summary:
+        return None
+    old = await compressor._load(ctx.sent.summary)
+    if old is None or not head <= old.cut <= tail:
+        return None
+    if not await cpu.for_part(originals[:old.cut])(chain.matches, old.cut, ctx.sent.summary):
+        return None  # a summary of another history (a fork of the session's start)
+    return old
+
+
 async def previous(compressor: Compressing, compacted: list[Any], originals: list[Any], *, chain: cp.PrefixHashes,
                    head: int, tail: int, trigger: int, newer: cp.PriorSummary, counter: TokenCounter,
                    cpu: CPU) -> tuple[cp.PriorSummary, Compressed] | None:
@@ -42,11 +61,9 @@ async def previous(compressor: Compressing, compacted: list[Any], originals: lis
     ctx = compressor.cuts
     if ctx is None or ctx.sent is None or ctx.cold or not ctx.sent.summary or ctx.sent.summary == newer.prefix:
         return None
-    old = await compressor._load(ctx.sent.summary)
-    if old is None or not head <= old.cut < newer.cut <= tail:
+    old = await forwarded(compressor, originals, chain=chain, head=head, tail=tail, cpu=cpu)
+    if old is None or not old.cut < newer.cut:
         return None
-    if not await cpu.for_part(originals[:old.cut])(chain.matches, old.cut, ctx.sent.summary):
-        return None  # a summary of another history (a fork of the session's start)
     view = compressor.view
     if await cpu.light(cp.tokens_between, compacted, view, old.cut, end=tail, counter=counter) > trigger:
         return None  # the trigger is crossed with the old one: the newer one goes

@@ -39,7 +39,8 @@ from proxy.core.markers import make_ref
 from proxy.core.settings import OffloadSettings
 from proxy.store import StoreUnavailable, resealing
 from proxy.core.bill import Bill
-from proxy.offload.summarizer import BilledFailure, Summary, SummaryFailed, prompt_version, summarize, summarize_prefix
+from proxy.offload.summarizer import (BilledFailure, Summary, SummaryFailed, estimated, prompt_version, summarize,
+                                     summarize_prefix)
 from proxy.offload.summary_context import Compressed, SummaryContext, bill_summary, count_summary, summary_usage
 from proxy.offload.tenant import key
 from proxy.offload.tenant_store import TenantStore
@@ -139,6 +140,11 @@ class Compressor:
                 await self._bill(prior, reused)
                 return reused
             await self._ahead(compacted, originals, settings, counter=counter, chain=chain, prior=prior, cpu=cpu)
+            kept = await kept_cut.forwarded(self, originals, chain=chain, head=head, tail=tail, cpu=cpu)
+            if kept is not None:  # a cut the session forwards already stays (never undone below the trigger)
+                reused = self._using(compacted, head, kept)
+                await self._bill(kept, reused)
+                return reused
             return Compressed()
         decision = await cpu.light(cp.decide, compacted, self.view, settings, counter=counter, prior=prior)
         if decision.action == "reuse":
@@ -343,6 +349,9 @@ class Compressor:
         transcript shape (the first updating the prior summary). SummaryFailed at the first that
         fails (`made` then holds those before it)."""
         ctx = self.ctx
+        if ctx.estimate is not None:  # an observed turn: what a summary would weigh, no call
+            made.append(estimated(ctx.estimate))
+            return
         if self.prefix:
             assert ctx.wire is not None
             request = await cpu.for_part(compacted)(self.summary_request, compacted, settings, decision)

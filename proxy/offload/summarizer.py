@@ -60,6 +60,15 @@ class Summary:
     bill: Bill = Bill()  # what the provider reports it charged for the call (`proxy.core.bill`)
 
 
+ESTIMATED_SUMMARY_TOKENS = 2048  # half the summary's output budget (4,096 tokens): what an observed turn assumes
+
+
+def estimated(tokens: int = ESTIMATED_SUMMARY_TOKENS) -> Summary:
+    """A stand-in for a summary that was not asked for (an observed turn plans what it would have
+    forwarded): about `tokens` tokens of filler, never sent anywhere, costing nothing."""
+    return Summary(" ".join(["state"] * max(1, tokens)), 0, 0)
+
+
 class BilledFailure(SummaryFailed):
     """A call the upstream answered (and billed) whose answer is no summary."""
 

@@ -74,6 +74,9 @@ class SummaryContext:
     summary_request: str = "prefix"  # "prefix" | "transcript"
     instruction: str = DEFAULT_INSTRUCTION  # what the prefix shape appends
     cuts: CutContext | None = None  # the session's cache as the cut decisions see it (`proxy.core.cache_cuts`)
+    # An observed turn (`X-Offload-Mode: observe`): no summary is asked for; a text of this many
+    # tokens stands for it (`proxy.offload.summarizer.estimated`), so the plan says what would go out.
+    estimate: int | None = None
 
 
 @dataclass

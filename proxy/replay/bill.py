@@ -1,7 +1,7 @@
 """What a replayed conversation is billed, on the clock of its turns (`proxy.replay.gaps`), by
 the provider-cache model (`proxy.core.provider_cache`) at `--pricing`'s profile.
 
-Five figures per conversation, each in input-token equivalents (an uncached input token = 1):
+Six figures per conversation, each in input-token equivalents (an uncached input token = 1):
 
 - `raw_uncached`: the raw history, every token at the input price (a client caching nothing);
 - `raw_cached`: the raw history with the client's own caching (Anthropic: the caching the proxy
@@ -9,26 +9,35 @@ Five figures per conversation, each in input-token equivalents (an uncached inpu
 - `proxy_uncached`: the forwarded turns and the proxy's summary calls, the proxy adding no cache
   control (`--cache-control off`, a client setting none: on Anthropic nothing is cached);
 - `proxy_cached`: the same with the proxy's cache control (`--cache-control auto`);
+- `proxy_keepalive`: that, plus the keep-alive pings the server would send between the turns
+  (`--cache-keepalive`: `keepalive_pings`, at the server's default limits unless given), each a
+  read of the turn's prefix and its few output tokens (at `keepalive.OUTPUT_PRICE`);
+  `keepalive_sweep` gives it at each of `KEEPALIVE_SWEEP`'s smallest prefixes kept warm;
 - `floor`: every token new to the raw history paid once at the write price, the rest free.
 
 The proxy's caching is applied to the forwarded bodies here (the same pure function the server
 applies before the turn's summaries are made, so the summary calls' bodies get it the same way),
 which leaves every other replay figure as it was. A summary call is sent a second after the turn
-that started it. Requests of one conversation share one cache; conversations do not.
+that started it. Requests of one conversation share one cache; conversations do not. Whether the
+forwarded turns were cut with the session's cache in mind (cold-cache cuts, a newer cut that
+would not pay for itself waiting: `proxy.core.cache_cuts`) is the replay's (`Replayer.cache_cuts`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
-from proxy.core import provider_cache as pc
+from proxy.core import keepalive as ka, provider_cache as pc
 from proxy.formats import openai_cache
 from proxy.formats.messages import cache_control as messages_cache
 
 SUMMARY_DELAY = 1.0  # seconds after its turn a summary call is sent
-FIGURES = ("raw_uncached", "raw_cached", "proxy_uncached", "proxy_cached", "floor")
+FIGURES = ("raw_uncached", "raw_cached", "proxy_uncached", "proxy_cached", "proxy_keepalive", "floor")
+KEEPALIVE_SWEEP = (1024, 4096, 8192, 16384, 20000)  # --cache-keepalive-min-tokens priced besides the replay's
+PING_OUTPUT = {"anthropic": 1, "chat": 1, "responses": 16}  # tokens a ping may generate (`keepalive_pings`)
 Tokens = Callable[[str], int]
 Marker = Callable[[dict], dict]
 
@@ -37,6 +46,30 @@ Marker = Callable[[dict], dict]
 class Sent:
     at: float
     body: dict
+
+
+@dataclass(frozen=True)
+class Ping:
+    """A keep-alive ping: at `at`, the prefix turn `turn` forwarded."""
+
+    at: float
+    turn: int
+
+
+def keepalive_pings(*, times: Sequence[float], tokens: Sequence[int], limits: ka.Limits, profile: pc.Profile,
+                    output_tokens: int = 1) -> list[Ping]:
+    """The pings the server's keep-alive (`proxy.core.keepalive.next_ping`) sends after each turn
+    (sent at times[k], its forwarded prefix tokens[k] as the proxy counted them) until the next
+    one, or after the last until the limits stop them: a session that ended is pinged too."""
+    profile = replace(profile, ttl=limits.ttl)
+    out: list[Ping] = []
+    for k, at in enumerate(times):
+        end = times[k + 1] if k + 1 < len(times) else math.inf
+        held = ka.Held(tokens[k], turn_at=at, sent_at=at, output_tokens=output_tokens)
+        while (due := ka.next_ping(held, limits, profile)) is not None and due < end:
+            out.append(Ping(due, k))
+            held = replace(held, sent_at=due, pings=held.pings + 1)
+    return out
 
 
 def stripped(value: Any) -> Any:
@@ -108,12 +141,21 @@ class Biller:
 
 
 def conversation_bill(biller: Biller, *, raw: Sequence[Sent], forwarded: Sequence[Sent],
+                      pings: Sequence[Sent] = (), sweep: Mapping[int, Sequence[Sent]] | None = None,
                       strategy: str = messages_cache.STRATEGY) -> dict[str, Any]:
-    """The five figures (`FIGURES`) of one conversation, the proxy's bill split by kind, and
-    what the proxy's turns cost with each way of caching (`MARKERS`) for the bench's choice."""
+    """The figures (`FIGURES`) of one conversation, the proxy's bill split by kind, and what the
+    proxy's turns cost with each way of caching (`MARKERS`) for the bench's choice. `pings`:
+    the keep-alive pings, each with the body it repeats; `sweep`: other pings by their limits'
+    smallest prefix, priced the same way."""
     caching = MARKERS[strategy]
     uncached = biller.bill(raw, caching=None)
     proxy = biller.bill(forwarded, caching=caching)
+
+    def with_pings(sent: Sequence[Sent]) -> float:
+        output = ka.OUTPUT_PRICE * PING_OUTPUT.get(biller.format, 1) * len(sent)
+        return biller.cost(sorted([*forwarded, *sent], key=lambda s: s.at), caching=caching) + output
+
+    kept = with_pings(pings)
     floor, seen = 0.0, 0
     for s in raw:
         blocks = biller.request(s, caching=None).blocks
@@ -121,28 +163,34 @@ def conversation_bill(biller: Biller, *, raw: Sequence[Sent], forwarded: Sequenc
         seen = len(blocks)
     return {"raw_uncached": float(uncached.total), "raw_cached": biller.cost(raw, caching=caching),
             "proxy_uncached": biller.cost(forwarded, caching=None), "proxy_cached": proxy.cost(biller.profile),
-            "floor": floor, "proxy_billed": {"uncached": proxy.uncached, "read": proxy.read,
+            "proxy_keepalive": kept, "pings": len(pings), "floor": floor,
+            "keepalive_sweep": {str(m): with_pings(p) for m, p in (sweep or {}).items()}, "proxy_billed": {"uncached": proxy.uncached, "read": proxy.read,
                                              "write_5m": proxy.write_5m, "write_1h": proxy.write_1h},
             "strategies": {name: biller.cost(forwarded, caching=marker) for name, marker in MARKERS.items()}}
 
 
 def replayed(biller: Biller, *, times: Sequence[float], raw: Sequence[dict], forwarded: Sequence[dict],
-             summaries: Sequence[tuple[int, dict]]) -> dict[str, Any]:
+             summaries: Sequence[tuple[int, dict]], pings: Sequence[Ping] = (),
+             sweep: Mapping[int, Sequence[Ping]] | None = None) -> dict[str, Any]:
     """`conversation_bill` of a replay: turn k's raw and forwarded bodies sent at times[k], its
-    summary calls (turn, body) SUMMARY_DELAY later."""
+    summary calls (turn, body) SUMMARY_DELAY later, the keep-alive `pings` as they fall."""
     sent = [*(Sent(at, b) for at, b in zip(times, forwarded)),
             *(Sent(times[k] + SUMMARY_DELAY, b) for k, b in summaries)]
     return conversation_bill(biller, raw=[Sent(at, b) for at, b in zip(times, raw)],
-                             forwarded=sorted(sent, key=lambda s: s.at))
+                             forwarded=sorted(sent, key=lambda s: s.at),
+                             pings=[Sent(p.at, forwarded[p.turn]) for p in pings],
+                             sweep={m: [Sent(p.at, forwarded[p.turn]) for p in ps] for m, ps in (sweep or {}).items()})
 
 
 def summed(bills: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The figures of several conversations summed, each also as a share of `raw_uncached`, and
     the conversations billed more through the proxy than their raw history with caching."""
     out: dict[str, Any] = {k: sum(b[k] for b in bills) for k in FIGURES}
+    out["pings"] = sum(b.get("pings", 0) for b in bills)
     base = out["raw_uncached"] or 1.0
     out["ratios"] = {k: out[k] / base for k in FIGURES}
     out["proxy_vs_raw_cached"] = out["proxy_cached"] / out["raw_cached"] if out["raw_cached"] else 1.0
+    out["keepalive_vs_cached"] = out["proxy_keepalive"] / out["proxy_cached"] if out["proxy_cached"] else 1.0
     out["above_raw"] = sum(1 for b in bills if b["proxy_cached"] > b["raw_cached"] + 1e-9)
     return out
 
@@ -153,5 +201,6 @@ def table(bill: dict[str, Any], *, pricing: str, gaps: str) -> str:
             f"uncached: raw uncached {bill['raw_uncached']:,.0f} (1.000), raw with client caching "
             f"{bill['raw_cached']:,.0f} ({r['raw_cached']:.3f}), through the proxy without cache control "
             f"{bill['proxy_uncached']:,.0f} ({r['proxy_uncached']:.3f}), with the proxy's cache control "
-            f"{bill['proxy_cached']:,.0f} ({r['proxy_cached']:.3f}), floor {r['floor']:.3f}; "
+            f"{bill['proxy_cached']:,.0f} ({r['proxy_cached']:.3f}), and keep-alive pings ({bill['pings']}) "
+            f"{bill['proxy_keepalive']:,.0f} ({r['proxy_keepalive']:.3f}), floor {r['floor']:.3f}; "
             f"{bill['above_raw']} conversation(s) billed above their raw history with caching")

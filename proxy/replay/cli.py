@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 import logging
 import os
 import sys
@@ -18,6 +19,9 @@ from proxy.replay.gaps import Gaps, GapsError, parse as parse_gaps
 from proxy.replay.report import estimate_warning, progress_bar, report_dict, table, write_outputs
 from proxy.replay.target import DEFAULT_CONCURRENCY, api_key_of, target_url
 from proxy.store import Store
+
+DEFAULT_MODEL = "gpt-4o"  # `--model`'s default, but with --live
+DEFAULT_LIVE_OUT = "replay-live"  # `--live`'s output folder (its journal: what a rerun skips)
 
 
 def add_format_argument(replay: argparse.ArgumentParser) -> None:
@@ -55,12 +59,39 @@ def add_format_argument(replay: argparse.ArgumentParser) -> None:
                              "mix:30s,0.1@600s (30 s, an idle pause of 600 s with probability 0.1). The report then "
                              "gives what the provider of --pricing bills (its prompt cache's TTL, write premium, "
                              "minimum and granularity): the raw history with and without client caching, and the "
-                             "proxy's forwarded turns and summary calls with and without its cache control.")
+                             "proxy's forwarded turns and summary calls with and without its cache control, and "
+                             "with keep-alive pings (at the server's default limits, and at each smallest prefix "
+                             "of a sweep).")
+    replay.add_argument("--cache-cuts", choices=("on", "off"), default=None,
+                        help="With --turn-gaps: cut as the server does, with the session's cache in mind (on, the "
+                             "default: a cut due soon made when the cache is cold, a newer cut that would not pay "
+                             "for itself held back), or without (off), to bill the difference.")
     replay.add_argument("--gap-seed", type=int, default=0,
                         help="Seed of the random gaps of --turn-gaps (default 0): the same seed, the same clock.")
     replay.add_argument("--summary-request", choices=("prefix", "transcript"), default=None,
                         help="How summaries are asked for, as the server's option of that name: prefix (the "
                              "turn's own request, then an instruction; default) or transcript.")
+
+
+def add_live_arguments(replay: argparse.ArgumentParser) -> None:
+    """`--live` and its options (`proxy.replay.live`)."""
+    replay.add_argument("--live", action="store_true",
+                        help="Send each turn to a real model with your key, raw and through the proxy (an in-process "
+                             "one, or --target's), one after the other, and compare the model's next actions (the "
+                             "tool called, its arguments, the text, the finish reason) and the billed cost of both. "
+                             "--upstream: the model's API (default: OpenAI's for chat and responses, Anthropic's "
+                             "for anthropic); --model: else each trace's own. Resumable: a rerun with the same "
+                             f"--out (default {DEFAULT_LIVE_OUT}) skips the turns answered.")
+    replay.add_argument("--max-turns", type=_count, default=None, metavar="N",
+                        help="With --live: the first N turns of each trace only.")
+    replay.add_argument("--sample", type=_count, default=None, metavar="N",
+                        help="With --live: N traces drawn at random (reproducibly: --seed) instead of all.")
+    replay.add_argument("--seed", type=int, default=0, help="With --live --sample: the draw's seed (default 0).")
+    replay.add_argument("--yes", action="store_true",
+                        help="With --live: send without asking (needed when stdin is not a terminal).")
+    replay.add_argument("--prices", default=None, metavar="SPEC",
+                        help="With --live: prices over the built-in table, as serve's --prices "
+                             "(model=input/cached/output, …).")
 
 
 def add_target_arguments(replay: argparse.ArgumentParser) -> None:
@@ -79,7 +110,53 @@ IN_PROCESS_ONLY = (("redis_url", "--redis-url"), ("data_dir", "--data-dir"), ("u
                    ("summary_delay_ms", "--summary-delay-ms"), ("turn_latency_ms", "--turn-latency-ms"),
                    ("inline_summaries", "--inline-summaries"), ("summary_request", "--summary-request"),
                    ("compare", "--compare"), ("mask_keep", "--mask-keep"), ("pricing", "--pricing"),
-                   ("turn_gaps", "--turn-gaps"))
+                   ("turn_gaps", "--turn-gaps"), ("cache_cuts", "--cache-cuts"))
+
+
+LIVE_ONLY = (("max_turns", "--max-turns"), ("sample", "--sample"), ("yes", "--yes"), ("prices", "--prices"))
+NOT_LIVE = tuple((dest, flag) for dest, flag in IN_PROCESS_ONLY if dest != "upstream") + (
+    ("concurrency", "--concurrency"),)
+
+
+def live_usage_error(args: argparse.Namespace) -> str | None:
+    """What is wrong with the `replay` arguments as regards `--live`, else None: its options
+    without it, the in-process replay's with it, no key, an --upstream that is not a base URL."""
+    if not getattr(args, "live", False):
+        given = [flag for dest, flag in LIVE_ONLY if getattr(args, dest, None) not in (None, False)]
+        return f"{', '.join(given)} apply to --live only" if given else None
+    given = [flag for dest, flag in NOT_LIVE if getattr(args, dest, None) not in (None, False)]
+    if given:
+        return (f"--live cannot be combined with {', '.join(given)}: they set up the in-process replay "
+                f"(the offload settings go to the proxy arm as X-Offload-* headers)")
+    format = getattr(args, "format", None) or "chat"
+    if not api_key_of(args):
+        env = "ANTHROPIC_API_KEY" if format == "anthropic" else "OPENAI_API_KEY"
+        return f"--live needs --api-key KEY (or ${env}): the model is called with your credential"
+    from proxy.replay.live import upstream_of, upstream_problem
+
+    if problem := upstream_problem(upstream_of(args, format), format):
+        return f"--upstream: {problem}"
+    if getattr(args, "prices", None) is not None:
+        from proxy.stats.prices import parse_prices
+
+        try:
+            parse_prices(args.prices)
+        except ValueError as exc:
+            return f"--prices: {exc}"
+    return None
+
+
+def live_run(args: argparse.Namespace):  # -> proxy.replay.live.LiveRun
+    """The `replay --live` run the (checked) arguments describe."""
+    from proxy.replay.live import LiveRun, setting_headers, upstream_of
+    from proxy.stats.prices import PriceTable, parse_prices
+
+    format = getattr(args, "format", None) or "chat"
+    return LiveRun(file=Path(args.file), out=Path(args.out or DEFAULT_LIVE_OUT), format=format,
+                   upstream=upstream_of(args, format), target=args.target, api_key=api_key_of(args) or "",
+                   model=args.model, settings=setting_headers(args), sample=args.sample, seed=args.seed,
+                   max_turns=args.max_turns, yes=args.yes,
+                   prices=PriceTable(parse_prices(args.prices) if args.prices else None))
 
 
 def target_usage_error(args: argparse.Namespace) -> str | None:
@@ -106,14 +183,21 @@ def compare_usage_error(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _concurrency(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if not 1 <= number <= 256:
-        raise argparse.ArgumentTypeError(f"expected a number of conversations from 1 to 256, got {value}")
-    return number
+def _whole_number(what: str, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from 1 to `high` ("expected <what> from 1 to <high>")."""
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            number = 0
+        if not 1 <= number <= high:
+            raise argparse.ArgumentTypeError(f"expected {what} from 1 to {high}, got {value}")
+        return number
+    return parse
+
+
+_concurrency = _whole_number("a number of conversations", 256)
+_count = _whole_number("a number", 1_000_000)
 
 
 def _mask_keep(value: str) -> int:
@@ -165,7 +249,13 @@ def compared(args: argparse.Namespace, conversations: list[dict], settings: Offl
     return compare.with_proxy(rows, report["overall"], f"offload proxy (mode {settings.mode})")
 
 
+def with_model(args: argparse.Namespace) -> argparse.Namespace:
+    """`args` with `--model`'s default (DEFAULT_MODEL) when it was not given (`--live` takes each trace's)."""
+    return argparse.Namespace(**{**vars(args), "model": getattr(args, "model", None) or DEFAULT_MODEL})
+
+
 async def run_replay(args: argparse.Namespace) -> dict:
+    args = with_model(args)
     # an encoding that cannot be loaded is said once, after the table (`estimate_warning`), not
     # also by the token counter's own log line
     logging.getLogger("proxy.core.tokens").setLevel(logging.ERROR)
@@ -185,7 +275,8 @@ async def run_replay(args: argparse.Namespace) -> dict:
                         inline_summaries=bool(getattr(args, "inline_summaries", False)),
                         summary_request=getattr(args, "summary_request", None) or "prefix",
                         pricing=getattr(args, "pricing", None) or DEFAULT_PRICING,
-                        gaps=getattr(args, "turn_gaps", None), gap_seed=getattr(args, "gap_seed", 0) or 0)
+                        gaps=getattr(args, "turn_gaps", None), gap_seed=getattr(args, "gap_seed", 0) or 0,
+                        cache_cuts=(getattr(args, "cache_cuts", None) or "on") == "on")
     counting = replayer.token_counting()
     warning = estimate_warning(counting)
     bar = progress_bar(sum(len(turns_of(c["messages"])) for c in conversations))
@@ -206,7 +297,8 @@ async def run_replay(args: argparse.Namespace) -> dict:
     report = report_dict(results, settings, counting, format=format, pricing=replayer.pricing.name)
     if replayer.gaps is not None:
         report["bill"] = {**bill.summed([r.bill for r in results if r.bill is not None]),
-                          "turn_gaps": replayer.gaps.text, "gap_seed": replayer.gap_seed}
+                          "turn_gaps": replayer.gaps.text, "gap_seed": replayer.gap_seed,
+                          "cache_cuts": replayer.cache_cuts, "keepalive_min_tokens": replayer.keepalive.min_tokens}
     report["summaries_made"] = "inline" if replayer.inline_summaries else "background"
     report["summary_request"] = replayer.summary_request
     print(table(report))

@@ -28,7 +28,7 @@ import asyncio
 import json
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from proxy.core import compression as cp, jsonio
@@ -55,7 +55,9 @@ from proxy.core.tokens import (IMAGE_PARTS, TokenCounter, counter_for_encoding, 
                                part_image_tokens)
 from proxy.upstream.client import Upstream
 from proxy.upstream.pool import pooled_transport
-from proxy.core import provider_cache
+from proxy.core import keepalive as ka, provider_cache
+from proxy.core.cache_cuts import CutContext
+from proxy.core.last_sent import LastSent, digest
 from proxy.replay import bill, cost, gaps, metrics
 from proxy.replay.gaps import Gaps
 from proxy.replay.metrics import common_prefix, prefix_reuse  # noqa: F401  (imported from here too)
@@ -189,7 +191,8 @@ class Replayer:
                  ttl: int = 7 * 24 * 3600, format: str = "chat", summary_delay_ms: float | None = None,
                  turn_latency_ms: float = 0.0, inline_summaries: bool = False,
                  summary_request: str = "prefix", pricing: str = metrics.DEFAULT_PRICING,
-                 gaps: Gaps | None = None, gap_seed: int = 0) -> None:
+                 gaps: Gaps | None = None, gap_seed: int = 0, cache_cuts: bool = True,
+                 keepalive: ka.Limits | None = None) -> None:
         """Summaries are made in the background as the server makes them (`inline_summaries`: by the
         turn that needs one, none ahead of time, as before background summaries). `summary_delay_ms`
         (the delay `upstream_for` gave the fake summariser) turns on the latency report and lets
@@ -199,13 +202,18 @@ class Replayer:
         (the server's `--summary-request`: "prefix", the turn's own request, or "transcript").
         `pricing`: the `metrics.PRICINGS` the cache cost is given at (the breakdown has both).
         `gaps`: the turns' clock (`proxy.replay.gaps`; a trace's own timestamps win): the bill
-        (`proxy.replay.bill`) at `pricing`'s provider profile; None: no bill."""
+        (`proxy.replay.bill`) at `pricing`'s provider profile; None: no bill. With a clock, the
+        turns are cut as the server cuts them with the session's cache in mind (`cache_cuts`,
+        `proxy.core.cache_cuts`: the session's last sent prefix on the replay's clock), and the
+        bill prices keep-alive pings at `keepalive`'s limits (None: the server's defaults)."""
         self.store, self.settings, self.upstream, self.headers, self.model = store, settings, upstream, headers, model
         self.ttl, self.format, self.view = ttl, format, view_for(format)
         self.summary_delay_ms, self.turn_latency_ms = summary_delay_ms, turn_latency_ms
         self.inline_summaries, self.summary_request = inline_summaries, summary_request
         self.pricing = metrics.PRICINGS[pricing]
-        self.gaps, self.gap_seed = gaps, gap_seed
+        self.gaps, self.gap_seed, self.cache_cuts = gaps, gap_seed, cache_cuts
+        self.keepalive = keepalive or default_keepalive()
+        self.profile = provider_cache.profile_for(self.pricing.name, model)
         self.wire = WIRES[format]
         self.json_counter = counter_for_encoding("o200k_base")
         self._system: str | None = None  # an Anthropic conversation's `system` (its leading system messages)
@@ -219,7 +227,8 @@ class Replayer:
         return {"method": method, "encodings": encodings}
 
     async def _turn(self, request: list[Any], namespace: str, tools: Any = None, *,
-                    scheduler: TurnScheduler | None = None, created: dict[str, str] | None = None) -> Turn:
+                    scheduler: TurnScheduler | None = None, created: dict[str, str] | None = None,
+                    cuts: CutContext | None = None) -> Turn:
         """The server's turn (`proxy.turn`) on this request: the same steps, the emulation's too."""
         body = request_body(request, format=self.format, model=self.model, tools=tools, system=self._system)
         capturing = CapturingRefs(self.store, namespace, self.ttl, created={} if created is None else created)
@@ -229,7 +238,7 @@ class Replayer:
             ctx = SummaryContext(upstream=self.upstream, headers=self.headers, model=self.model, prompt=DEFAULT_PROMPT,
                                  timeout=120.0, wait=30.0, view=self.view, background=scheduler if background else None,
                                  request_model=self.model, refs=capturing, wire=self.wire, body=body,
-                                 summary_request=self.summary_request)
+                                 summary_request=self.summary_request, cuts=cuts)
             return Compressor(tenant, ctx)
 
         return await run_turn(TurnInput(self.wire, jsonio.dumps(body), body, request, self.settings, tenant,
@@ -271,12 +280,17 @@ class Replayer:
         created: dict[str, str] = {}
         sink: list = []  # the summary requests, by turn
         added: list[float] = []
+        plan_tokens: list[int] = []  # each turn's forwarded tokens as the proxy counted them (keep-alive's)
         scheduler = None if self.inline_summaries else TurnScheduler()
         bodies: list[dict] = []  # what each turn forwards (the bill's)
+        times = self._times(conv, index, len(requests)) if self.gaps is not None else None
+        last: LastSent | None = None  # the session's last sent prefix, on the replay's clock
         for k, request in enumerate(requests):
             recording(sink, k)
+            cuts = CutContext(last, times[k], replace(self.profile, ttl=self.keepalive.ttl)) if (
+                times is not None and self.cache_cuts) else None
             start = time.perf_counter()
-            turn = await self._turn(request, namespace, tools, scheduler=scheduler, created=created)
+            turn = await self._turn(request, namespace, tools, scheduler=scheduler, created=created, cuts=cuts)
             prepared = turn.prepared
             added.append((time.perf_counter() - start) * 1e3)
             if self.turn_latency_ms:
@@ -289,8 +303,12 @@ class Replayer:
             for o in prepared.plan.offloads:
                 created.setdefault(o.ref, o.text)
             forwarded.append(sent)
-            if self.gaps is not None:
+            if times is not None:
                 bodies.append(turn.rounds.request(turn.inject_reload_tools and turn.settings.max_reload_rounds > 0))
+                sent_now = LastSent(digest(jsonio.dumps(bodies[-1])), tokens=prepared.plan.tokens_after, at=times[k],
+                                    summary=prepared.summary_prefix)
+                last = last.then(sent_now) if last is not None else sent_now
+                plan_tokens.append(prepared.plan.tokens_after)
             sent_tools.append(self.forwarded_tools(tools, turn))
             tokens.append(message_tokens(sent, self.json_counter))
             out.raw_per_turn.append(sum(history_tokens[:len(request)]))
@@ -326,20 +344,29 @@ class Replayer:
         out.ms_per_turn_steady = steady * 1e3 / max(out.turns, 1)
         self._figures(out, history=history, answers=answers, requests=requests, history_tokens=history_tokens,
                       forwarded=forwarded, tokens=tokens, sent_tools=sent_tools, sink=sink)
-        if self.gaps is not None:
-            out.bill = self._bill(conv, index, requests=requests, tools=tools, bodies=bodies, sink=sink)
+        if times is not None:
+            out.bill = self._bill(times, requests=requests, tools=tools, bodies=bodies, sink=sink, tokens=plan_tokens)
         if self.summary_delay_ms is not None:
             out.added_ms_per_turn = [round(ms, 3) for ms in added]
             out.latency = metrics.latency(added, self.summary_delay_ms, self.turn_latency_ms)
         return out
 
-    def _bill(self, conv: dict, index: int, *, requests, tools, bodies: list[dict], sink) -> dict[str, Any]:
-        times = (gaps.trace_times(conv["messages"], answer_positions(conv["messages"]))
-                 or self.gaps.times(len(requests), seed=self.gap_seed, index=index))  # type: ignore[union-attr]
+    def _times(self, conv: dict, index: int, turns: int) -> list[float]:
+        """When each turn is sent: the trace's own timestamps, else the replay's gaps."""
+        assert self.gaps is not None
+        return (gaps.trace_times(conv["messages"], answer_positions(conv["messages"]))
+                or self.gaps.times(turns, seed=self.gap_seed, index=index))
+
+    def _bill(self, times: list[float], *, requests, tools, bodies: list[dict], sink, tokens: list[int]) -> dict[str, Any]:
         raw = [request_body(r, format=self.format, model=self.model, tools=tools, system=self._system) for r in requests]
-        return bill.replayed(bill.Biller(provider_cache.profile_for(self.pricing.name, self.model), format=self.format,
-                                         tokens=self.json_counter.text),
-                             times=times, raw=raw, forwarded=bodies, summaries=[(k, b) for k, b, _ in sink])
+        def pings(limits: ka.Limits) -> list[bill.Ping]:
+            return bill.keepalive_pings(times=times, tokens=tokens, limits=limits, profile=self.profile,
+                                        output_tokens=bill.PING_OUTPUT.get(self.format, 1))
+
+        sweep = {m: pings(replace(self.keepalive, min_tokens=m)) for m in bill.KEEPALIVE_SWEEP}
+        return bill.replayed(bill.Biller(self.profile, format=self.format, tokens=self.json_counter.text),
+                             times=times, raw=raw, forwarded=bodies, summaries=[(k, b) for k, b, _ in sink],
+                             pings=pings(self.keepalive), sweep=sweep)
 
     async def _settle(self, scheduler: TurnScheduler | None) -> None:
         if scheduler is not None:
@@ -388,6 +415,13 @@ async def reload_all(tools: ReloadTools, ref: str) -> str | None:
         if isinstance(following, Reloaded):  # a later page is text, as the first was
             return None
         page = following
+
+
+def default_keepalive() -> ka.Limits:
+    """The keep-alive limits of a server run with its defaults (`serve --cache-keepalive-*`)."""
+    fields = ServerSettings.model_fields
+    return ka.Limits(fields["cache_keepalive_min_tokens"].default, fields["cache_keepalive_max_pings"].default,
+                     fields["cache_keepalive_idle"].default, fields["cache_ttl"].default)
 
 
 def upstream_for(url: str | None, summary_delay_ms: float = 0) -> Upstream:

@@ -280,6 +280,7 @@ async def send_all(conversations: list[dict], *, target: str, format: str, model
 
 async def run_target(args: argparse.Namespace) -> dict[str, Any]:
     """The `replay --target` command: send, print the table, write report.json (with --out)."""
+    args = argparse.Namespace(**{**vars(args), "model": getattr(args, "model", None) or "gpt-4o"})
     conversations = load_conversations(Path(args.file))
     format = getattr(args, "format", None) or "chat"
     api_key = api_key_of(args)

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from proxy.stats import holdout
 from proxy.stats.buckets import Fields, add
 from proxy.store.base import Store
 
@@ -35,16 +36,20 @@ class SessionDue:
     totals: Fields = field(default_factory=dict)
     last: float | None = None
 
+    def empty(self) -> bool:
+        return not self.rows and not self.totals and self.last is None
+
 
 @dataclass
 class Backlog:
     buckets: dict[str, tuple[Fields, int]] = field(default_factory=dict)  # key -> (increments, ttl)
     tops: dict[str, tuple[Fields, int]] = field(default_factory=dict)  # key -> (raw tokens by tenant, ttl)
     sessions: dict[tuple[str, str], SessionDue] = field(default_factory=dict)
+    holdouts: dict[str, holdout.HoldoutDue] = field(default_factory=dict)  # a holdout session's key -> its writes
     held: int = 0  # turns added since the backlog was last written in full
 
     def __bool__(self) -> bool:
-        return bool(self.buckets or self.tops or self.sessions)
+        return bool(self.buckets or self.tops or self.sessions or self.holdouts)
 
     def add_bucket(self, key: str, fields: Fields, ttl: int) -> None:
         add(self.buckets.setdefault(key, ({}, ttl))[0], fields)
@@ -55,12 +60,18 @@ class Backlog:
     def session(self, namespace: str, name: str, *, turns_key: str, totals_key: str, index_key: str) -> SessionDue:
         return self.sessions.setdefault((namespace, name), SessionDue(turns_key, totals_key, index_key, name))
 
+    def holdout(self, namespace: str, arm: holdout.Arm, name: str) -> holdout.HoldoutDue:
+        session_key = holdout.session_key(namespace, arm, name)
+        return self.holdouts.setdefault(session_key, holdout.HoldoutDue(holdout.index_key(namespace, arm),
+                                                                        session_key, name))
+
     async def write(self, store: Store, *, retention: int, max_rows: int, now: float) -> int:
         """Write what is due; the number of turns now written in full (0 unless nothing is left)."""
         await write_each(self.buckets, lambda k, v: store.incr_fields(k, v[0], v[1]))
         await write_each(self.tops, lambda k, v: store.rank_add(k, v[0], v[1]))
         await write_each(self.sessions, lambda k, due: _write_session(store, due, retention=retention,
                                                                  max_rows=max_rows, now=now))
+        await write_each(self.holdouts, lambda k, due: holdout.write(store, due, retention=retention, now=now))
         if self:
             return 0
         held, self.held = self.held, 0
@@ -98,9 +109,5 @@ async def write_each(due: dict[K, V], write: Callable[[K, V], Awaitable[None]],
 
     await asyncio.gather(*(one(k, v) for k, v in list(due.items())), return_exceptions=True)
     for key in done:
-        if key in due and (not isinstance(value := due[key], SessionDue) or _empty(value)):
+        if key in due and (not isinstance(value := due[key], SessionDue | holdout.HoldoutDue) or value.empty()):
             del due[key]
-
-
-def _empty(due: SessionDue) -> bool:
-    return not due.rows and not due.totals and due.last is None

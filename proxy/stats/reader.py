@@ -11,7 +11,7 @@ from typing import Any
 from proxy.core import jsonio
 from proxy.stats.buckets import ALL, Fields, Span, add, merged, rollup
 from proxy.stats.recorder import label_key, session_keys, sessions_key
-from proxy.stats.turns import headline, point
+from proxy.stats.turns import OBSERVED, headline, point
 from proxy.store import resealing
 from proxy.store.base import Store
 from proxy.store.sealing import Sealer
@@ -54,7 +54,8 @@ async def window_stats(store: Store, span: Span, namespace: str | None) -> dict[
         "totals": headline(merged(fields for _, fields in series)),
         "series": [point(t, fields) for t, fields in series],
         # the start of the window's first bucket (minute; hour for 7d and 30d) with a request
-        "first_seen": next((start for start, fields in zip(starts, buckets) if fields.get("requests")), None),
+        "first_seen": next((start for start, fields in zip(starts, buckets)
+                            if fields.get("requests") or fields.get(OBSERVED + "requests")), None),
     }
 
 
@@ -77,22 +78,31 @@ async def tenant_rows(store: Store, span: Span, names: Mapping[str, str],
     rows: list[dict[str, Any]] = []
     for i, ns in enumerate(namespaces):
         totals = headline(merged(found[i * per:(i + 1) * per]))
-        if totals["requests"]:
+        if totals["requests"] or totals.get("observed"):  # a tenant in observe mode is one too
             rows.append({"tenant": ns, "name": display_name(ns, names), "totals": totals})
     labelled = await labels(store, [r["tenant"] for r in rows], names, sealer=sealer)
     for row in rows:
         row["label"] = labelled[row["tenant"]] or row["name"]
-    rows.sort(key=lambda r: (-r["totals"]["tokens_before"], r["tenant"]))
+    rows.sort(key=lambda r: (-_raw_tokens(r["totals"]), r["tenant"]))
     return rows, more
+
+
+def _raw_tokens(totals: Mapping[str, Any]) -> int:
+    """The raw tokens of a tenant's managed and observed turns (what its ranking counts)."""
+    observed = totals.get("observed")
+    return int(totals["tokens_before"]) + (int(observed["tokens_forwarded"]) if observed else 0)
 
 
 def _session_row(name: str, last: float, fields: Mapping[str, int | float]) -> dict[str, Any]:
     """A session's totals; of its models (the client's strings, any number of them) the
-    `MAX_MODELS` with most turns, and how many others there were."""
+    `MAX_MODELS` with most turns, and how many others there were. `turns` counts its observed
+    turns too (`observed` holds their figures; the others are the managed turns')."""
     used = sorted(((k.split(":", 1)[1], int(v)) for k, v in fields.items() if k.startswith("model:")),
                   key=lambda m: (-m[1], m[0]))
     totals = headline(fields)
-    return {"id": name, "last_seen": round(last, 3), "turns": totals.pop("requests"),
+    observed = totals.get("observed")  # observe mode's turns (their counters apart): turns of the session too
+    turns = totals.pop("requests") + (observed["requests"] if observed else 0)
+    return {"id": name, "last_seen": round(last, 3), "turns": turns,
             "models": dict(used[:MAX_MODELS]), "models_other": max(0, len(used) - MAX_MODELS), **totals}
 
 

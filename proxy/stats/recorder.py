@@ -13,9 +13,10 @@ next flush.
 
 Besides turns: the prefix reuse of each turn's forwarded body (`proxy.stats.prefix`, measured
 here once the response is complete, a large body off the event loop), the summaries made in
-the background (`count_summary`, added to the tenant's buckets when they finish), and the
-sessions of turns without `X-Offload-Session` (derived by `proxy.stats.session_id`; a Responses
-turn continuing from a `previous_response_id` is given its session here, `proxy.stats.replies`).
+the background (`count_summary`, added to the tenant's buckets when they finish, and to the
+session's totals as their bills are), and the sessions of turns without `X-Offload-Session`
+(derived by `proxy.stats.session_id`; a Responses turn continuing from a `previous_response_id`
+is given its session here, `proxy.stats.replies`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import json
 import logging
 import re
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
@@ -48,6 +49,8 @@ from proxy.stats.buckets import (
     top_key,
     ttl_of,
 )
+from proxy.core.holdout import ARMS, Arm
+from proxy.stats.holdout import HoldoutTurn
 from proxy.stats.prefix import PrefixCache
 from proxy.stats.prices import PriceTable
 from proxy.stats.replies import Replies
@@ -64,6 +67,7 @@ STOP_TIMEOUT = 2.0  # at shutdown, how long (s) the last flush may take
 LABEL_REWRITE = 3600  # a tenant's label is written again (its TTL renewed) after this many seconds
 MAX_LABELS = 10_000  # labels remembered as written (then forgotten, and written again)
 SESSION_TURNS = 200  # turns kept per session
+MAX_HOLDOUT_SESSIONS = 10_000  # holdout sessions whose arm a worker remembers (for their later bills)
 MAX_MODEL = 100  # characters of a model name kept (it is the client's string)
 SESSION_HEADER = b"x-offload-session"
 UNMANAGED = ("/v1/messages/count_tokens",)  # counts tokens, forwards no turn
@@ -107,10 +111,21 @@ def turn_of(rec, scope: Scope) -> Turn | None:
         label=getattr(caller, "label", None),
         bill=meter.total if (meter := getattr(rec, "bill", None)) is not None else NONE,
         summary_bill=getattr(rec, "summary_bill", NONE),
-        counterfactual=None if meter is None else counterfactual(
-            meter, tokens_before=rec.tokens_before,
-            tokens_after=rec.tokens_after if rec.tokens_after is not None else rec.tokens_before),
+        counterfactual=None if meter is None else _estimate(rec, meter),
+        observed=bool(getattr(rec, "observed", False)),
+        arm=arm if (arm := getattr(rec, "arm", None)) in ARMS else None,
+        finish=getattr(rec, "finish", None), answer_error=bool(getattr(rec, "answer_error", False)),
+        context_error=bool(getattr(rec, "context_error", False)), repeated_calls=getattr(rec, "repeated_calls", 0),
     )
+
+
+def _estimate(rec, meter) -> Bill | None:
+    """The bill on the other side of the turn, estimated: the raw history's for a managed turn;
+    for an observed one (the raw history went out) what the planned turn would have been billed."""
+    after = rec.tokens_after if rec.tokens_after is not None else rec.tokens_before
+    if getattr(rec, "observed", False):
+        return counterfactual(meter, tokens_before=after, tokens_after=rec.tokens_before)
+    return counterfactual(meter, tokens_before=rec.tokens_before, tokens_after=after)
 
 
 def session_keys(namespace: str, session_name: str) -> tuple[str, str]:
@@ -159,12 +174,16 @@ class Recorder:
         # (namespace, minute, session) -> background summaries and bills of no turn (`bill_call`)
         self._tallies: dict[tuple[str, int, str | None], Fields] = {}
         self._hashing: set[asyncio.Future] = set()  # large bodies being hashed off the loop
+        self._open = 0  # turns whose request came in and that `observe` has not queued yet
         self._labelled: dict[str, tuple[str, float]] = {}  # namespace -> (label, when it was written)
         self._store: Store | None = None
         self._sealer = Sealer(None)
         self._task: asyncio.Task | None = None
         self._flushing: asyncio.Future | None = None
         self._in_flush = 0  # turns a flush took from the queue and has not yet handed to the backlog
+        # (namespace, session) -> arm of the holdout sessions this worker recorded lately (their
+        # background summaries' and pings' bills are theirs too)
+        self._holdout_arms: OrderedDict[tuple[str, str], Arm] = OrderedDict()
 
     def record(self, turn: Turn) -> None:
         if len(self._queue) + self._backlog.held >= self.max_queue:
@@ -176,6 +195,19 @@ class Recorder:
         self.state.dropped += count
         if self.on_dropped is not None and count:
             self.on_dropped(count)
+
+    def opened(self) -> Callable[[], None]:
+        """A turn's request has come in: counted as held (`snapshot`) until the returned function
+        is called, after `observe` has queued it (its client may read the statistics between)."""
+        self._open += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self._open -= 1
+        return release
 
     def observe(self, rec, scope: Scope) -> None:
         """`Observe`'s `on_finished` (the response has been sent): queue the turn of a finished
@@ -204,10 +236,11 @@ class Recorder:
 
         hashing.add_done_callback(hashed)
 
-    def count_summary(self, namespace: str, ok: bool) -> None:
+    def count_summary(self, namespace: str, ok: bool, *, session: str | None = None) -> None:
         """A summary made in the background (after its turn was answered): counted in the
-        tenant's buckets as made or failed when it finishes, flushed with the turns."""
-        self._tally(namespace, None, {"summaries_made" if ok else "summaries_failed": 1})
+        tenant's buckets (and `session`'s totals, as its bill is) as made or failed when it
+        finishes, flushed with the turns."""
+        self._tally(namespace, _known(session), {"summaries_made" if ok else "summaries_failed": 1})
 
     def bill_call(self, namespace: str, bill: Bill, *, call: str, model: str | None,
                   session: str | None = None) -> None:
@@ -219,7 +252,7 @@ class Recorder:
         model = _surrogates.sub("\ufffd", (model or "")[:MAX_MODEL]) or None
         fields = bill_fields(bill, self.prices.price(model), call, model=model)
         if fields:
-            self._tally(namespace, session if session and _session_id.match(session) else None, fields)
+            self._tally(namespace, _known(session), fields)
 
     def _tally(self, namespace: str, session: str | None, fields: Fields) -> None:
         minute = bucket_start(time.time(), "m")
@@ -281,6 +314,11 @@ class Recorder:
             self._add(namespace, minute, fields)
             if session is not None:
                 self._session_totals(namespace, session, fields)
+                if (arm := self._holdout_arms.get((namespace, session))) is not None:  # its cost, as billed
+                    usd = sum(float(v) for k, v in fields.items() if k.startswith("usd:"))
+                    name = self._sealer.key_name(session, namespace)
+                    if usd:
+                        add(self._backlog.holdout(namespace, arm, name).sums, {"usd": usd})
         self._in_flush = len(turns)  # held still, for snapshot(), while their sessions are looked up
         try:
             ready, later = await self._sessions(store, turns, waited, final=final)
@@ -321,7 +359,8 @@ class Recorder:
                 await resealing.reseal_items(store, turns_key, self._sealer)
 
     def snapshot(self) -> RecorderState:
-        queued = len(self._queue) + len(self._waiting) + len(self._hashing) + self._in_flush + self._backlog.held
+        queued = (self._open + len(self._queue) + len(self._waiting) + len(self._hashing) + self._in_flush
+                  + self._backlog.held)
         return RecorderState(queued, self.state.recorded, self.state.dropped, self.state.flush_failures)
 
     async def _sessions(self, store: Store, turns: list[Turn], waited: int,
@@ -360,12 +399,32 @@ class Recorder:
                                       {turn.namespace: turn.tokens_before}, ttl_of(grain, self.retention))
             if turn.session is None:
                 continue
+            if turn.arm in ARMS:
+                self._holdout_turn(turn)
             due = self._session_totals(turn.namespace, turn.session, fields)
             due.rows.append(self._sealer.seal(json.dumps(turn.row()).encode(), due.turns_key))
             if turn.model:
                 add(due.totals, {f"model:{turn.model}": 1})
             due.last = max(due.last or 0.0, turn.time)
         self._backlog.held += len(turns)
+
+    def _holdout_turn(self, turn: Turn) -> None:
+        """A turn of the holdout, added to its session's (`proxy.stats.holdout`): billed cost is
+        the turn's answers and the summary calls it waited for (and, as they are billed, its
+        session's background summaries and pings: `_tallies`)."""
+        arm, session = turn.arm, turn.session
+        assert arm is not None and session is not None
+        price = self.prices.price(turn.model)
+        usd = turn.bill.cost(price).total + turn.summary_bill.cost(price).total
+        name = self._sealer.key_name(session, turn.namespace)
+        self._backlog.holdout(turn.namespace, arm, name).add(HoldoutTurn(
+            arm=arm, time=turn.time, usd=usd, tokens_forwarded=turn.tokens_after,
+            upstream_error=turn.answer_error or turn.status >= 400, context_error=turn.context_error,
+            reload_rounds=turn.reload_rounds, finish=turn.finish, repeated_calls=turn.repeated_calls))
+        self._holdout_arms[(turn.namespace, session)] = arm
+        self._holdout_arms.move_to_end((turn.namespace, session))
+        while len(self._holdout_arms) > MAX_HOLDOUT_SESSIONS:
+            self._holdout_arms.popitem(last=False)
 
     def _session_totals(self, namespace: str, session: str, fields: Fields) -> SessionDue:
         """`fields` added to the session's totals (in the backlog); its due writes."""
@@ -387,6 +446,11 @@ class Recorder:
             if written is None or written[0] != turn.label or now - written[1] > LABEL_REWRITE:
                 due[turn.namespace] = turn.label
         return due
+
+
+def _known(session: str | None) -> str | None:
+    """A session a tally may name (one the statistics would list), else None."""
+    return session if session and _session_id.match(session) else None
 
 
 def _reused(turn: Turn, share: float) -> Turn:

@@ -45,13 +45,20 @@ class Replies:
         opened = await resealing.opened(store, store_key, raw, sealer=sealer) if raw is not None else None
         return jsonio.stored_text(opened) if opened else None
 
-    async def remember(self, store: Store, namespace: str, response_id: str, *, session: str, ttl: int,
-                       sealer: Sealer) -> None:
+    def note(self, namespace: str, response_id: str, *, session: str) -> None:
+        """The link in this worker's memory, at once: the turn continuing from the answer may
+        come before it is written to the store (`remember`)."""
         if len(response_id) > MAX_ID_CHARS:
             return
         self._known[(namespace, response_id)] = session
         self._known.move_to_end((namespace, response_id))
         while len(self._known) > self.max_known:
             self._known.popitem(last=False)
+
+    async def remember(self, store: Store, namespace: str, response_id: str, *, session: str, ttl: int,
+                       sealer: Sealer) -> None:
+        if len(response_id) > MAX_ID_CHARS:
+            return
+        self.note(namespace, response_id, session=session)
         store_key = reply_key(namespace, response_id, sealer)
         await store.put(store_key, sealer.seal(jsonio.text_bytes(session), store_key), ttl)

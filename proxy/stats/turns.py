@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from proxy.core.holdout import Arm
 from proxy.core.bill import INPUT_PARTS, KINDS, NONE, PARTS, Bill, Meter, Price
 from proxy.emulation import COMPACTION_ACTION, EDITS_ACTION
 from proxy.stats.buckets import Fields
@@ -63,6 +64,17 @@ class Turn:
     bill: Bill = NONE  # what the upstream billed for the turn's answers (its reload rounds included)
     summary_bill: Bill = NONE  # for the proxy's summary calls made while the turn waited
     counterfactual: Bill | None = None  # the raw history's estimated bill (`counterfactual`); None: unknown
+    # observe mode (`proxy.http.observed`): the raw history went out (`tokens_before`, `bill`);
+    # `tokens_after`, `action` and `counterfactual` are what the proxy would have forwarded and billed
+    observed: bool = False
+    # a session of the holdout (`proxy.http.holdout`): its arm ("control": forwarded as received),
+    # how the client's answer ended (`proxy.core.finish`) and the repeated identical tool calls of
+    # the request's history (`proxy.core.repeats`)
+    arm: Arm | None = None
+    finish: str | None = None
+    answer_error: bool = False
+    context_error: bool = False
+    repeated_calls: int = 0
 
     def row(self) -> dict[str, Any]:
         """As a session lists it."""
@@ -106,10 +118,16 @@ def split_action(action: str) -> tuple[str, set[str]]:
     return "+".join(p for p in parts if p not in EMULATED) or "none", emulated
 
 
+OBSERVED = "obs:"  # an observed turn's counters: the same names behind this prefix, never mixed with managed ones
+
+
 def turn_fields(turn: Turn, prices: PriceTable) -> Fields:
     """What one turn adds to a bucket. A summary is *reused* when the turn went out compressed
     without making one; *pending* when it went out uncompressed while its summary was being
-    made in the background (a stall avoided: the turn did not wait)."""
+    made in the background (a stall avoided: the turn did not wait). An observed turn's are the
+    same counters behind `OBSERVED` (`observed_headline` reads them back)."""
+    if turn.observed:
+        return {OBSERVED + k: v for k, v in turn_fields(replace(turn, observed=False), prices).items()}
     action, emulated = split_action(turn.action)
     compressed = "compress" in action
     pending = "compress-pending" in action
@@ -220,6 +238,27 @@ def headline(fields: Mapping[str, int | float]) -> dict[str, Any]:
         "store_warnings": n["store_warnings"],
         "errors": n["errors"],
         "emulated": {"compactions": n["emulated_compactions"], "context_edits": n["context_edits"]},
+        **({"observed": observed_headline(fields)} if any(k.startswith(OBSERVED) for k in fields) else {}),
+    }
+
+
+def observed_headline(fields: Mapping[str, int | float]) -> dict[str, Any]:
+    """The observed turns of summed counters (`OBSERVED`): what went out and was billed (the raw
+    history), beside what the proxy would have forwarded and billed (an estimate)."""
+    inner = headline({k[len(OBSERVED):]: v for k, v in fields.items() if k.startswith(OBSERVED)})
+    would = inner["counterfactual"]
+    billed = inner["bill"]["usd"]["total"]
+    return {
+        "requests": inner["requests"],
+        "tokens_forwarded": inner["tokens_before"],
+        "tokens_would_forward": inner["tokens_after"],
+        "tokens_would_save": inner["tokens_saved"],
+        "would_forward_ratio": inner["forwarded_ratio"],
+        "bill": inner["bill"],
+        "would_bill": {"estimate": True, "turns": would["turns"], "tokens": would["tokens"], "usd": would["usd"]},
+        "would_save_usd": round(billed - would["usd"]["total"], 6) if would["turns"] else None,
+        "actions": inner["actions"],
+        "errors": inner["errors"],
     }
 
 

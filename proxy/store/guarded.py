@@ -232,6 +232,10 @@ class GuardedStore:
     async def incr_fields(self, key: str, amounts: Mapping[str, int | float], ttl: int) -> None:
         await self._call(self.inner.incr_fields(key, amounts, ttl))
 
+    async def set_fields(self, key: str, values: Mapping[str, int | float], ttl: int, *,
+                         only_new: bool = False) -> None:
+        await self._call(self.inner.set_fields(key, values, ttl, only_new=only_new))
+
     async def hashes(self, keys: Sequence[str]) -> list[dict[str, int | float]]:
         return await self._call(self.inner.hashes(keys))
 

@@ -211,6 +211,19 @@ class RedisStore:
             pipe.expire(key, ttl)
             await self._call(pipe.execute())
 
+    async def set_fields(self, key: str, values: Mapping[str, int | float], ttl: int, *,
+                         only_new: bool = False) -> None:
+        if not values:
+            return
+        async with self._pipeline(once=True) as pipe:
+            if only_new:
+                for field, value in values.items():
+                    pipe.hsetnx(key, field, value)
+            else:
+                pipe.hset(key, mapping=dict(values))
+            pipe.expire(key, ttl)
+            await self._call(pipe.execute())
+
     async def hashes(self, keys: Sequence[str]) -> list[dict[str, int | float]]:
         if not keys:
             return []

@@ -224,6 +224,20 @@ class SQLiteStore:
         if amounts:
             await self._run(op)
 
+    async def set_fields(self, key: str, values: Mapping[str, int | float], ttl: int, *,
+                         only_new: bool = False) -> None:
+        conflict = "DO NOTHING" if only_new else "DO UPDATE SET value = excluded.value"
+
+        def op(db: sqlite3.Connection, now: float) -> None:
+            with db:
+                db.execute("DELETE FROM hashes WHERE key = ? AND expires < ?", (key, now))  # expired: afresh
+                db.executemany(f"INSERT INTO hashes VALUES (?, ?, ?, ?) ON CONFLICT(key, field) {conflict}",
+                               [(key, field, value, now + ttl) for field, value in values.items()])
+                db.execute("UPDATE hashes SET expires = ? WHERE key = ?", (now + ttl, key))
+
+        if values:
+            await self._run(op)
+
     async def hashes(self, keys: Sequence[str]) -> list[dict[str, int | float]]:
         def op(db: sqlite3.Connection, now: float) -> list[dict[str, int | float]]:
             found: dict[str, dict[str, int | float]] = {}

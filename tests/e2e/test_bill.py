@@ -229,3 +229,167 @@ def test_an_answer_without_usage_is_counted_never_guessed(make_proxy, upstream):
     assert bill["tokens"]["uncached"] == 10 and stats["counterfactual"]["turns"] == 1
     assert 'offload_turns_without_usage_total{call="turn"} 3.0' in metrics
     assert 'offload_billed_tokens_total{call="turn",kind="uncached"} 10.0' in metrics
+
+
+def _with_ids(events: list[bytes]) -> list[bytes]:
+    """The events with an `id:` line each (valid SSE: a client reads the same data)."""
+    return [b"id: %d\n" % i + e for i, e in enumerate(events)]
+
+
+def _split_data(events: list[bytes]) -> list[bytes]:
+    """Each JSON event's data on two `data:` lines (SSE joins them with a newline)."""
+    out = []
+    for e in events:
+        data = e[len(b"data: "):-2]
+        cut = data.find(b",")
+        out.append(e if cut < 0 else b"data: " + data[:cut + 1] + b"\ndata: " + data[cut + 1:] + b"\n\n")
+    return out
+
+
+def test_odd_sse_framing_never_shows_the_client_what_asking_added(make_proxy, upstream):
+    """The usage a chat stream was asked for is taken out however the upstream frames its events:
+    an `id:` line before each, data split over lines, a media type in capitals. A client that did
+    not ask never gets a chunk without choices (code reading `chunk.choices[0]` would fail)."""
+    framings = [("id lines", _with_ids, "text/event-stream"), ("split data", _split_data, "text/event-stream"),
+                ("capitals", lambda events: events, "Text/Event-Stream; charset=utf-8")]
+    bodies: list[dict] = []
+
+    async def handler(request, rec):
+        body = rec.json()
+        bodies.append(body)
+        _, frame, media = framings[(len(bodies) - 1) // 2]
+        events = frame(openai_stream(body, chat_usage(60, 0, 3)))
+        return StreamingResponse(iter(events), headers={"content-type": media})
+
+    upstream.handler = handler
+    key = f"sk-{uuid.uuid4().hex}"
+    history = [{"role": "user", "content": "hi"}]
+    with make_proxy(admin_token=ADMIN) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=30)
+        for name, frame, _ in framings:
+            chunks = list(client.chat.completions.create(model="gpt-4o", messages=history, stream=True))
+            assert chunks and all(c.usage is None and c.choices for c in chunks), name
+            raw = httpx2.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": history,
+                                                                   "stream": True},
+                              headers={"authorization": f"Bearer {key}"}, timeout=30)
+            sent = frame(openai_stream({"stream_options": {"include_usage": True}}, chat_usage(60, 0, 3)))
+            expected = [e.replace(b',"usage":null', b"") for e in sent if b'"usage":{' not in e]
+            assert raw.content == b"".join(expected), name  # byte for byte, but for what asking added
+            assert b'"usage"' not in raw.content, name
+        assert all(b["stream_options"] == {"include_usage": True} for b in bodies)
+        bill = totals(url, key, 6)["bill"]
+    assert bill["calls"]["turn"]["answers"] == 6 and bill["turns_without_usage"] == 0
+
+
+def test_a_large_chunk_of_a_stream_not_asked_for_usage_is_rewritten_off_the_event_loop(make_proxy, upstream,
+                                                                                       monkeypatch):
+    """A chunk of megabytes (one delta of a long tool call's arguments) carrying `"usage":null`
+    is parsed and written again off the event loop, as the bill of a relayed stream is read."""
+    import threading
+
+    from proxy.http import billing
+
+    seen: list[tuple[int, str]] = []
+    real = billing._without_asked
+
+    def spy(block, reading, usage):
+        seen.append((len(block), threading.current_thread().name))
+        return real(block, reading, usage)
+
+    monkeypatch.setattr(billing, "_without_asked", spy)
+    big = "x" * (2 * 1024 * 1024)
+
+    async def handler(request, rec):
+        body = rec.json()
+        events = openai_stream(body, chat_usage(60, 0, 3), content=big)
+        return StreamingResponse(iter(events), media_type="text/event-stream")
+
+    upstream.handler = handler
+    with make_proxy() as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key=f"sk-{uuid.uuid4().hex}", max_retries=0, timeout=60)
+        chunks = list(client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}],
+                                                     stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == big + " "
+    assert all(c.usage is None for c in chunks)
+    large = [thread for size, thread in seen if size > billing.ON_LOOP_BYTES]
+    assert large and all(thread.startswith("offload-cpu") for thread in large), seen
+
+
+def test_a_background_summarys_bill_is_in_its_derived_sessions_bill(make_proxy, upstream):
+    """A client naming no session (Claude Code, Codex, most SDK code) has one derived from its
+    conversation: a summary made in the background for that conversation is in the session's
+    bill, as its turns are (not in the tenant's alone)."""
+    from tests.harness.servers import SNAPSHOT
+
+    summaries: list = []
+
+    async def handler(request, rec):
+        if is_summary_call(rec):
+            summaries.append(rec)
+            return JSONResponse({**completion(SNAPSHOT), "usage": chat_usage(3000, 2048, 40)})
+        return JSONResponse({**completion("ok"), "usage": chat_usage(100, 0, 5)})
+
+    upstream.handler = handler
+    key = f"sk-{uuid.uuid4().hex}"
+    ahead = {"X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "3000", "X-Offload-Precompress-Ratio": "0.8",
+             "X-Offload-Hard-Max-Tokens": "100000"}
+    auth = {"authorization": f"Bearer {key}"}
+    with make_proxy() as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=30)
+        for n in range(4, 40):
+            messages = [{"role": "system", "content": "You are a helpful planner."}]
+            for i in range(n):
+                messages += [{"role": "user", "content": f"Question {i}: " + "please consider the details " * 20},
+                             {"role": "assistant", "content": f"Answer {i}: " + "here is a thorough reply " * 20}]
+            client.chat.completions.create(model="gpt-4o", messages=[*messages, {"role": "user", "content": "?"}],
+                                           extra_headers=ahead)
+            if summaries:
+                break
+        assert summaries, "no summary was made"
+        deadline = time.monotonic() + 20
+        while True:
+            tenant = totals(url, key, n - 3)["bill"]["calls"]["summary"]
+            [session] = httpx2.get(f"{url}/v1/offload/sessions", headers=auth, timeout=10).json()["data"]
+            if tenant["answers"] >= 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+    assert tenant["answers"] == 1 and tenant["tokens"]["cache_read"] == 2048  # billed, in the background
+    assert session["turns"] == n - 3
+    assert session["bill"]["calls"]["summary"] == tenant  # and in the conversation's own session
+
+
+def test_an_upstream_that_refuses_stream_options_still_streams(make_proxy, upstream):
+    """Some upstreams refuse the field the proxy adds to ask for a stream's usage (Azure OpenAI
+    before its 2024-09 API versions, gateways checking every field: 400 "Unknown parameter:
+    'stream_options'"). A client that did not ask must get its stream as it would without the
+    proxy, directly and through the reload rounds; the turn counts as one without usage."""
+    refused: list[dict] = []
+
+    async def handler(request, rec):
+        body = rec.json()
+        if is_summary_call(rec):
+            return snapshot_answer(rec)
+        if "stream_options" in body:
+            refused.append(body)
+            return JSONResponse({"error": {"message": "Unknown parameter: 'stream_options'.",
+                                           "type": "invalid_request_error", "param": "stream_options",
+                                           "code": "unknown_parameter"}}, status_code=400)
+        return StreamingResponse(iter(stream_chunks("Hello there")), media_type="text/event-stream")
+
+    upstream.handler = handler
+    key = f"sk-{uuid.uuid4().hex}"
+    with make_proxy(admin_token=ADMIN, mode="compact", max_total_tokens=1000, max_tool_message_tokens=500) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=30)
+        for messages in ([{"role": "user", "content": "hi"}], agent_history(steps=4)):  # forwarded; the rounds
+            chunks = list(client.chat.completions.create(model="gpt-4o", messages=messages, stream=True))
+            assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Hello there "
+        assert len(refused) == 2
+        # a client asking itself gets the upstream's refusal, as it would without the proxy
+        try:
+            client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}], stream=True,
+                                           stream_options={"include_usage": True})
+            raise AssertionError("the upstream's 400 was not passed on")
+        except openai.BadRequestError as error:
+            assert "stream_options" in str(error)
+        bill = totals(url, key, 3)["bill"]
+    assert bill["turns_without_usage"] == 2 and bill["calls"]["turn"]["answers"] == 0

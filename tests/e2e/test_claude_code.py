@@ -315,3 +315,47 @@ def test_claude_code_history_compressed_inline(claude_binary, claude_proxy, upst
     assert (got["input_tokens"], got["output_tokens"]) == (1_000 * len(rounds) + 300 * len(calls),
                                                            10 * len(rounds) + 40 * len(calls))
     assert_headers_clean(upstream)
+
+
+# ---------------------------------------------------------------- Claude Code's own /compact
+
+COMPACT_INSTRUCTION = "Your task is to create a detailed summary of the conversation so far"
+COMPACT_SUMMARY = "<analysis>read two files</analysis><summary>1. Primary Request: the checkpoint line of big.txt</summary>"
+
+
+def test_claude_codes_own_compaction_gets_the_originals(claude_binary, claude_proxy, upstream, tmp_path):
+    """The real Claude Code CLI's own `/compact` through the proxy: the model summarises the
+    originals, not the proxy's previews of them.
+
+    A first run reads big.txt (~100 KB, a needle line in its middle) and notes.txt; the proxy
+    forwards big.txt's output as a marker with `ref=` once it is out of the recent tail (and the
+    fake model reloads it, as in the first test). `--continue` with `/compact` then
+    makes Claude Code send its compaction request: the whole conversation again, its instruction
+    ("Your task is to create a detailed summary of the conversation so far…") in the last user
+    message beside the last tool result. The history fits the model's window, so the proxy forwards
+    it as Claude Code sent it: big.txt whole, needle included, no marker; the answer tells Claude
+    Code which agent's compaction it recognised (`X-Offload-Client-Compaction`, not forwarded)."""
+    turn = model_handler(reload_model)
+
+    async def handler(request, rec):
+        if rec.method == "POST" and COMPACT_INSTRUCTION in rec.body.decode(errors="replace"):
+            return sse(text_stream(COMPACT_SUMMARY))
+        return await turn(request, rec)
+
+    upstream.handler = handler
+    cc = claude(claude_binary, claude_proxy, tmp_path, HEADERS)
+    first = cc.run(PROMPT)
+    assert NEEDLE in first.text
+    before = [json.dumps(rec.json()) for rec in upstream.messages_requests()]
+    assert any("ref=" in body and NEEDLE not in body.split("ref=")[0] for body in before)  # big.txt went as a marker
+    compacted = cc.resume("/compact")
+    assert not compacted.result.get("is_error"), compacted.result
+    asks = [rec for rec in upstream.messages_requests() if COMPACT_INSTRUCTION in rec.body.decode(errors="replace")]
+    assert len(asks) == 1
+    forwarded = asks[0].json()
+    results = [b for m in forwarded["messages"] if isinstance(m["content"], list) for b in m["content"]
+               if b.get("type") == "tool_result"]
+    big = next(b for b in results if b["tool_use_id"] == "toolu_cat_big_1")
+    assert big["content"] == BIG  # the original, as Claude Code sent it
+    assert "ref=" not in json.dumps(forwarded["messages"])
+    assert not any(k.startswith("x-offload-") for k in asks[0].headers)

@@ -12,7 +12,8 @@ here goes through the proxy's emulation of them.
 
 The fake model runs six shell steps (`seq`, 400 lines each: the proxy offloads every output),
 reports usage above Codex's limit after step 3 (Codex compacts once), answers Codex's
-summarisation turn, finishes the steps (and a small `echo`), reloads the newest offloaded
+summarisation turn (which the proxy forwards with the originals: it fits the model's window,
+`proxy.core.client_compaction`), finishes the steps (and a small `echo`), reloads the newest offloaded
 output through the proxy and answers. The proxy compresses too (a low trigger; summaries inline, so what it forwards is
 deterministic): after Codex's compaction its summaries fold only the work after Codex's
 summary message, which stays verbatim and in place (`proxy.core.provider_context.
@@ -169,6 +170,13 @@ def test_codex_compacts_and_the_proxy_never_summarises_across_it(codex_binary, m
         assert len(compactions) == 1
         [at] = compactions
         assert done_steps(input_items(requests[at])) == COMPACT_AT
+        # ... and got the originals: the history fits the model's window (proxy.core.client_compaction)
+        asked = input_items(requests[at])
+        whole = {i["call_id"] for i in asked if i.get("type") == "function_call_output"
+                 and "\n".join(str(int(i["call_id"][len("call_step_"):]) * 100_000 + n) for n in range(LINES)) in i["output"]}
+        assert whole == {f"call_step_{k}" for k in range(1, COMPACT_AT + 1)}
+        shown = [text_of(i) or (i["output"] if isinstance(i.get("output"), str) else "") for i in asked]
+        assert not any(TOOL_MARKER.match(text) or HISTORY_MARKER.search(text) for text in shown)
 
         # after it, every request keeps Codex's summary and what precedes it verbatim, in place
         after = requests[at + 1:]
@@ -209,9 +217,10 @@ def test_codex_compacts_and_the_proxy_never_summarises_across_it(codex_binary, m
                     outputs.setdefault(item["call_id"], []).append(stored(proxy, m[1])["content"])
                     if item["call_id"] == f"call_step_{STEPS}":
                         offloaded_last = m[1]
-        for k in range(1, STEPS + 1):
+        for k in range(1, STEPS + 1):  # (an output last seen in Codex's compaction request went whole)
             seq = "\n".join(str(k * 100_000 + n) for n in range(LINES))
-            assert outputs.get(f"call_step_{k}") and all(seq in text for text in outputs[f"call_step_{k}"]), k
+            assert outputs.get(f"call_step_{k}") or f"call_step_{k}" in whole, k
+            assert all(seq in text for text in outputs.get(f"call_step_{k}", [])), k
         reload_round = [r for r in requests if input_items(r)[-1].get("call_id") == "call_reload"]
         assert len(reload_round) == 1
         reload_call, reload_output = input_items(reload_round[0])[-2:]

@@ -23,7 +23,7 @@ from proxy.stats.recorder import Recorder
 from proxy.stats.turns import Turn
 from proxy.store.redis import RedisStore
 from proxy.store.sealing import Sealer
-from tests.harness.browser import browser, open_page, screenshot
+from tests.harness.browser import open_page, screenshot
 from tests.harness.history import agent_history
 
 ADMIN = "admin-token-for-dashboard-tests"
@@ -110,12 +110,6 @@ def card(page, field: str) -> str:
 
 def column(page, table: str, index: int) -> list[str]:
     return page.locator(f"#{table} tbody tr td:nth-child({index})").all_inner_texts()
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    with browser() as launched:
-        yield launched
 
 
 @pytest.fixture(scope="module")

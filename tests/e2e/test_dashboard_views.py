@@ -18,7 +18,7 @@ from proxy.stats.recorder import Recorder
 from proxy.stats.turns import Turn
 from proxy.store.redis import RedisStore
 from proxy.store.sealing import Sealer
-from tests.e2e.test_dashboard import (ADMIN, api, chromium, column, scope_of, send, sign_in,  # noqa: F401
+from tests.e2e.test_dashboard import (ADMIN, api, column, scope_of, send, sign_in,
                                       stats_when, tenants_file, wait_loaded, wait_shown)
 from tests.harness.browser import open_page, screenshot
 from tests.harness.history import agent_history

@@ -340,7 +340,7 @@ def clear_over(n: int) -> list[dict]:
 
 
 def test_a_clear_edit_over_ten_thousand_tool_uses(proxy_url, upstream):
-    """The most tool uses a request may hold under the default --max-messages (20,000)."""
+    """Ten thousand tool uses (20,000 messages: the default --max-messages was 20,000)."""
     edit = {"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens", "value": 1000},
             "keep": {"type": "tool_uses", "value": 1}, "exclude_tools": [f"x{i}" for i in range(1000)],
             "clear_tool_inputs": True}

@@ -18,28 +18,19 @@ from tests.harness import responses as fake
 from tests.harness.fleet import replicas
 from tests.harness.requests import post
 from tests.harness.responses import user_message as user
-from tests.harness.servers import SNAPSHOT, RedisProcess
+from tests.harness.servers import SNAPSHOT
 from tests.harness.websocket import Socket, completed, texts
 
 pytestmark = [pytest.mark.usefixtures("fresh_summary_memory")]
 
 
 @pytest.fixture
-def redis():
-    server = RedisProcess().start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def fleet(upstream, redis):
-    with replicas(2, "--redis-url", redis.url, "--upstream", f"{upstream.url}/v1") as procs:
+def fleet(upstream, private_redis):
+    with replicas(2, "--redis-url", private_redis.url, "--upstream", f"{upstream.url}/v1") as procs:
         yield [p.url for p in procs]
 
 
-def test_compacted_over_the_websocket_on_one_replica_goes_on_over_http_on_the_other(fleet, upstream, redis, key):
+def test_compacted_over_the_websocket_on_one_replica_goes_on_over_http_on_the_other(fleet, upstream, private_redis, key):
     first, second = fleet
     with Socket(first, key, headers=RELOAD, timeout=60) as ws:
         compacted = completed(ws.create(model=MODEL, input=[*HISTORY, TRIGGER], store=False))
@@ -64,7 +55,7 @@ def test_compacted_over_the_websocket_on_one_replica_goes_on_over_http_on_the_ot
     assert a.body == b.body
 
     # Redis restarts between turns: no WebSocket turn fails on either replica
-    redis.restart()
+    private_redis.restart()
     for url in fleet:
         with Socket(url, key, headers=RELOAD, timeout=60) as ws:
             assert texts(completed(ws.create(model=MODEL, input=[user("after the restart")], store=False))) \

@@ -22,6 +22,7 @@ def test_declared_body_too_large_is_413(make_proxy, upstream):
         with pytest.raises(openai.APIStatusError) as info:
             c.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x" * 5000}])
         assert info.value.status_code == 413 and info.value.body["code"] == "request_too_large"
+        assert "--max-body-bytes" in info.value.body["message"]  # what to raise
         small = c.chat.completions.create(model="gpt-4o", messages=MESSAGES)
         assert small.choices[0].message.content == "Hello there"
 
@@ -38,7 +39,7 @@ def test_message_count_and_header_size_limits(make_proxy, upstream):
         c = openai.OpenAI(base_url=f"{url}/v1", api_key="k", max_retries=0)
         with pytest.raises(openai.BadRequestError) as info:
             c.chat.completions.create(model="gpt-4o", messages=MESSAGES * 4)
-        assert info.value.body["code"] == "too_many_messages"
+        assert info.value.body["code"] == "too_many_messages" and "--max-messages" in info.value.body["message"]
         r = httpx2.post(f"{url}/v1/offload", json={"model": "gpt-4o", "messages": MESSAGES * 4},
                         headers={"authorization": "Bearer k"})
         assert r.status_code == 400 and r.json()["error"]["code"] == "too_many_messages"  # the direct API too
@@ -46,6 +47,25 @@ def test_message_count_and_header_size_limits(make_proxy, upstream):
             c.chat.completions.create(model="gpt-4o", messages=MESSAGES, extra_headers={"X-Offload-Session": "s" * 300})
         assert "X-Offload-Session" in info.value.body["message"]
     assert not upstream.chat_requests()
+
+
+def test_a_session_of_40000_messages_and_2m_tokens_is_served(proxy_url, upstream):
+    """The longest sessions a managed client produces (its raw history grows without bound:
+    the usage it reads is the reduced request's) go through at the default limits."""
+    messages: list[dict] = [{"role": "system", "content": "You are a coding agent."}]
+    for i in range(19_999):
+        messages += [{"role": "assistant", "content": None, "tool_calls": [
+                         {"id": f"call_{i}", "type": "function", "function": {"name": "sh", "arguments": "{}"}}]},
+                     {"role": "tool", "tool_call_id": f"call_{i}", "content": f"step {i}: " + "output word " * 40}]
+    messages.append({"role": "user", "content": "go on"})
+    body = json.dumps({"model": "gpt-4o", "messages": messages}).encode()
+    assert len(messages) == 40_000 and len(body) > 9_000_000
+    r = httpx2.post(f"{proxy_url}/v1/chat/completions", content=body, timeout=300,
+                    headers={"authorization": "Bearer sk-long-session", "content-type": "application/json"})
+    assert r.status_code == 200, r.text[:300]
+    assert int(r.headers["x-offload-tokens-before"]) > 1_800_000
+    forwarded = upstream.chat_requests()[-1].json()["messages"]  # (this fake makes no summary: as it came)
+    assert forwarded[0] == messages[0] and forwarded[-1] == messages[-1]
 
 
 def _breaking_stream(after: int, how: str):

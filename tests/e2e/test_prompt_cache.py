@@ -20,7 +20,6 @@ import openai
 import pytest
 
 from proxy.upstream import native
-from tests.harness.billing import ProviderCaches
 from tests.harness.requests import post
 
 MODEL = "claude-sonnet-4-5"
@@ -40,12 +39,6 @@ def turns() -> list[list[dict]]:
 def sdk(proxy_url: str, key: str, headers: dict | None = None) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=proxy_url, api_key=key, max_retries=0, timeout=60,
                                default_headers=headers or {})
-
-
-@pytest.fixture
-def caches(upstream) -> ProviderCaches:
-    upstream.caches = ProviderCaches()
-    return upstream.caches
 
 
 @pytest.fixture

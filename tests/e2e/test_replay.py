@@ -356,6 +356,19 @@ def test_turn_gaps_give_the_bill_with_and_without_cache_control(tmp_path, capsys
     assert steady["ratios"]["proxy_cached"] < steady["ratios"]["proxy_uncached"]
     assert steady["ratios"]["raw_cached"] < 1.0 and steady["above_raw"] in (0, 1)
     assert idle["proxy_cached"] > steady["proxy_cached"] and idle["raw_cached"] > steady["raw_cached"]
+    assert steady["cache_cuts"] is True and steady["keepalive_min_tokens"] == 4096
+
+
+def test_cache_cuts_off_replays_the_cuts_without_the_cache_in_mind(tmp_path, capsys):
+    traces = tmp_path / "conversations.jsonl"
+    traces.write_text(json.dumps(conversation("conv-0", 6)))
+    main(["replay", str(traces), "--out", str(tmp_path / "off"), "--format", "anthropic", "--pricing", "anthropic",
+          "--turn-gaps", "400s", "--cache-cuts", "off"])
+    report = json.loads((tmp_path / "off" / "report.json").read_text())
+    assert report["bill"]["cache_cuts"] is False and "keep-alive pings" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit:
+        main(["replay", str(traces), "--cache-cuts", "maybe"])
+    assert exit.value.code == 2 and "--cache-cuts" in capsys.readouterr().err
 
 
 def test_a_bad_turn_gaps_spec_is_a_usage_error(tmp_path, capsys):

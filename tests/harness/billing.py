@@ -10,6 +10,9 @@ others (automatic) — with one cache per credential, and the answer's usage say
 `prompt_tokens_details.cached_tokens` on chat, `input_tokens` with
 `input_tokens_details.cached_tokens` on Responses; streamed or not. A request Anthropic would
 refuse (5 breakpoints) gets its 400. Tokens are estimated (a quarter of each block's JSON).
+
+Each `Bill` keeps its request and the output tokens its answer reported (the handler's), so a
+test sums what the upstream billed (`tokens`) and compares it with what the proxy measured.
 """
 
 from __future__ import annotations
@@ -44,6 +47,26 @@ class Bill:
     path: str
     billed: pc.Billed
     profile: pc.Profile
+    rec: Any = None  # the request billed (`tests.harness.servers.Recorded`)
+    output: int | None = None  # the output tokens its answer reported (None: no usage, or not answered yet)
+
+    @property
+    def credential(self) -> str:
+        return (self.rec.headers.get("x-api-key") or self.rec.headers.get("authorization") or "") if self.rec else ""
+
+    def tokens(self) -> dict[str, int]:
+        """As the proxy's statistics split a bill (`totals.bill.tokens`, without `input`)."""
+        return {"uncached": self.billed.uncached, "cache_read": self.billed.read, "cache_write_5m": self.billed.write_5m,
+                "cache_write_1h": self.billed.write_1h, "output": self.output or 0}
+
+
+def tokens(bills: list[Bill]) -> dict[str, int]:
+    """The parts of some bills, summed."""
+    out = dict.fromkeys(("uncached", "cache_read", "cache_write_5m", "cache_write_1h", "output"), 0)
+    for bill in bills:
+        for part, n in bill.tokens().items():
+            out[part] += n
+    return out
 
 
 @dataclass
@@ -52,7 +75,7 @@ class ProviderCaches:
     caches: dict[tuple[str, str], pc.Cache] = field(default_factory=dict)
     bills: list[Bill] = field(default_factory=list)
 
-    def bill(self, rec: Any) -> pc.Billed | None:
+    def bill(self, rec: Any) -> Bill | None:
         """Bill a recorded model request (None: not one); raises CacheRequestError as the provider refuses."""
         kind = _kind(rec)
         if kind is None or (body := rec.json_object()) is None:
@@ -67,8 +90,13 @@ class ProviderCaches:
         credential = rec.headers.get("x-api-key") or rec.headers.get("authorization") or ""
         scope = (profile.name, credential)
         billed, self.caches[scope] = self.caches.get(scope, pc.Cache(profile)).bill(request)
-        self.bills.append(Bill(rec.path, billed, profile))
-        return billed
+        bill = Bill(rec.path, billed, profile, rec)
+        self.bills.append(bill)
+        return bill
+
+    def of(self, credential: str) -> list[Bill]:
+        """The bills of one credential (its key as sent: `x-api-key`, or `Bearer …`)."""
+        return [b for b in self.bills if b.credential in (credential, f"Bearer {credential}")]
 
 
 def _kind(rec: Any) -> str | None:
@@ -130,29 +158,49 @@ def _patched(obj: Any, kind: str, billed: pc.Billed) -> Any:
     return obj
 
 
-def _event(chunk: bytes, kind: str, billed: pc.Billed) -> bytes:
+def _output(obj: Any, kind: str) -> int | None:
+    """The output tokens an answer or one SSE event's data reports (None: it reports none)."""
+    if not isinstance(obj, dict):
+        return None
+    if kind == "messages":
+        usage = obj.get("usage") if obj.get("type") in ("message", "message_delta") else (
+            (obj.get("message") or {}).get("usage") if obj.get("type") == "message_start" else None)
+        return usage.get("output_tokens") if isinstance(usage, dict) else None
+    if kind == "chat":
+        return obj["usage"].get("completion_tokens") if isinstance(obj.get("usage"), dict) else None
+    response = obj.get("response") if isinstance(obj.get("response"), dict) else obj
+    usage = response.get("usage")
+    return usage.get("output_tokens") if isinstance(usage, dict) else None
+
+
+def _event(chunk: bytes, kind: str, bill: Bill) -> bytes:
     out = []
     for line in chunk.decode().split("\n"):
         if line.startswith("data: ") and line[6:].strip() not in ("", "[DONE]"):
             try:
-                line = "data: " + json.dumps(_patched(json.loads(line[6:]), kind, billed))
+                obj = json.loads(line[6:])
             except ValueError:
                 pass
+            else:
+                line = "data: " + json.dumps(_patched(obj, kind, bill.billed))
+                bill.output = output if (output := _output(obj, kind)) is not None else bill.output  # the last one
         out.append(line)
     return "\n".join(out).encode()
 
 
-async def billed_response(response: Response, rec: Any, billed: pc.Billed) -> Response:
-    """`response` with its usage as billed (a 200 only: a refused request is billed nothing)."""
+async def billed_response(response: Response, rec: Any, bill: Bill) -> Response:
+    """`response` with its usage as billed (a 200 only: a refused request is billed nothing);
+    the output it reports kept in `bill`."""
     kind = _kind(rec)
     if response.status_code != 200 or kind is None:
         return response
     if isinstance(response, StreamingResponse):
         chunks = [chunk if isinstance(chunk, bytes) else chunk.encode() async for chunk in response.body_iterator]
-        return StreamingResponse(iter([_event(c, kind, billed) for c in chunks]), status_code=200,
+        return StreamingResponse(iter([_event(c, kind, bill) for c in chunks]), status_code=200,
                                  media_type=response.media_type)
     try:
         obj = json.loads(response.body)
     except ValueError:
         return response
-    return JSONResponse(_patched(obj, kind, billed), status_code=response.status_code)
+    bill.output = _output(obj, kind)
+    return JSONResponse(_patched(obj, kind, bill.billed), status_code=response.status_code)

@@ -356,11 +356,11 @@ class FakeUpstream:
         if caches is None:
             return await self.handler(request, rec)
         try:
-            billed = caches.bill(rec)
+            bill = caches.bill(rec)
         except billing.pc.CacheRequestError as exc:
             return billing.refused(exc)
         response = await self.handler(request, rec)
-        return response if billed is None else await billing.billed_response(response, rec, billed)
+        return response if bill is None else await billing.billed_response(response, rec, bill)
 
     def app(self) -> Starlette:
         methods = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]

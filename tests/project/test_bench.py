@@ -38,6 +38,17 @@ def test_big_history(tmp_path):
     assert "[responses] conversation" in out and "responses/chat steady per-turn CPU" in out
 
 
+def test_big_history_sweep_on_redis(tmp_path):
+    traces = tmp_path / "traces.jsonl"
+    traces.write_text("\n".join(json.dumps({"id": f"t{i}", "messages": agent_history(steps=4 + i)}) for i in range(2)))
+    out = run("big_history.py", "--sweep", "8000,60000", "--store", "redis", "--rounds", "1", "--repeats", "2",
+              "--traces", str(traces))
+    assert "store: Redis at redis://127.0.0.1:" in out
+    rows = [line.split() for line in out.splitlines() if line.startswith(("chat ", "responses "))]
+    assert [r[0] for r in rows] == ["chat", "responses"] * 2
+    assert len(rows[0]) == 7 and len(rows[2]) == 8  # the slope from the second size on
+
+
 def test_scale():
     out = run("scale.py", "--streams", "10", "--chunks", "2", "--delay-ms", "1")
     assert "0 errors" in out and "peak RSS" in out
@@ -110,5 +121,14 @@ def test_cache_control(tmp_path):
     traces.write_text("\n".join(json.dumps({"id": f"t{i}", "framework": f"f{i}", "messages": agent_history(steps=3 + i)})
                                 for i in range(2)))
     out = run("cache_control.py", "--traces", str(traces), "--out", str(tmp_path / "out"), "--gaps", "mix:30s,0.5@10m")
-    assert "OVERALL" in out and "target (proxy <= 0.12" in out and "leave one framework out" in out
-    assert (tmp_path / "out" / "cache_control.json").exists()
+    assert "OVERALL" in out and "targets (proxy <= 0.12" in out and "keep-alive and cold cuts" in out
+    assert out.count("leave one framework out") == 2 and "keep-alive min tokens 4096" in out
+    report = json.loads((tmp_path / "out" / "cache_control.json").read_text())
+    assert set(report["bills"]["t0"]) == {"uncut", "cut"} and "4096" in report["bills"]["t0"]["cut"]["keepalive_sweep"]
+
+
+def test_observe(tmp_path):
+    traces = tmp_path / "traces.jsonl"
+    traces.write_text(json.dumps({"id": "t0", "messages": agent_history(steps=3)}))
+    out = run("observe.py", "--traces", str(traces), "--first", "1", "--rounds", "1", "--gap-ms", "0")
+    assert out.count("ms/turn   to the last byte") == 3 and "observed plan / managed turn, CPU" in out

@@ -92,3 +92,15 @@ def test_the_secret_settings_are_marked_in_the_model():
                if name.endswith(("_key", "_key_previous", "_token")) or name == "redis_url"}
     assert set(secret_settings()) == by_name
     assert "upstream" not in secret_settings() and "log_format" not in secret_settings()
+
+
+def test_the_holdout_and_its_salt_from_the_command_line_or_the_environment(monkeypatch):
+    from proxy.config import ServerSettings
+
+    assert ServerSettings(holdout=0.1, holdout_salt="s").offload_defaults()["holdout"] == 0.1
+    monkeypatch.setenv("OFFLOAD_HOLDOUT", "0.2")
+    monkeypatch.setenv("OFFLOAD_HOLDOUT_SALT", "fleet")
+    settings = ServerSettings()
+    assert settings.offload_defaults()["holdout"] == 0.2 and settings.holdout_salt == "fleet"
+    with pytest.raises(ValueError, match="holdout"):
+        ServerSettings(holdout=1.0)

@@ -162,3 +162,28 @@ async def test_a_misplaced_emulated_trigger_is_refused_before_anything_is_stored
     with pytest.raises(ProxyError) as err:
         await run_turn(given(RESPONSES, body, tenant, emulating=True))
     assert (err.value.status, err.value.param) == (400, "input[3]")
+
+
+CLIENT_COMPACTION = "Your task is to create a detailed summary of the conversation so far, paying close attention to…"
+
+
+async def test_a_clients_own_compaction_gets_the_originals_that_fit_the_window(tenant):
+    history = agent_history(steps=4, lines=300)
+    body = {"model": "gpt-4o", "messages": [*history, {"role": "user", "content": CLIENT_COMPACTION}]}
+    turn = await run_turn(given(CHAT, body, tenant))
+    assert turn.prepared.action == "none" and turn.items == body["messages"]  # the originals, not previews
+    assert (b"x-offload-client-compaction", b"claude-code") in turn.extra_headers
+    assert turn.settings.max_total_tokens == int(128_000 * 0.8)
+    plain = await run_turn(given(CHAT, {"model": "gpt-4o", "messages": [*history, {"role": "user", "content": "go on"}]},
+                                 tenant))
+    assert plain.prepared.action == "compact"  # the same history otherwise
+    assert not any(name == b"x-offload-client-compaction" for name, _ in plain.extra_headers)
+
+
+async def test_a_clients_own_compaction_past_the_window_is_reduced_to_fit(tenant):
+    history = agent_history(steps=8, lines=2500)  # ~ 8 x 30,000 tokens: past gpt-4o's window
+    body = {"model": "gpt-4o", "max_tokens": 4000, "messages": [*history, {"role": "user", "content": CLIENT_COMPACTION}]}
+    turn = await run_turn(given(CHAT, body, tenant))
+    budget = int(128_000 * 0.8)
+    assert turn.prepared.plan.tokens_before > budget >= turn.prepared.plan.tokens_after
+    assert turn.prepared.action == "compact" and turn.items[-1] == body["messages"][-1]

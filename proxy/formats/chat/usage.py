@@ -17,7 +17,7 @@ from typing import Any
 from proxy.core import jsonio
 from proxy.core.bill import UNREPORTED, Bill, of_openai_usage
 
-_USAGE_KEY = re.compile(r'"usage"\s*:\s*')
+_SPACE = re.compile(r"[ \t\n\r]*")  # JSON's whitespace
 
 
 def bill_of(usage: object) -> Bill:
@@ -67,36 +67,72 @@ class ChatUsage:
             return data
         if not isinstance(event, dict) or "usage" not in event:
             return data
-        if isinstance(event["usage"], dict) and not event.get("choices"):
-            return None  # the usage chunk asking added
+        if isinstance(event["usage"], dict) and not event.get("choices") and "error" not in event:
+            return None  # the usage chunk asking added (an error carrying the usage so far stays)
         return without_usage(data, event)
 
 
 def without_usage(data: bytes, event: dict) -> bytes:
     """`data` (the JSON text of `event`) without its top-level `usage` member, the rest byte for
-    byte; re-written whole only when no cut of the text gives that object."""
+    byte; re-written whole only when no cut of the text gives that object. The top-level members
+    are found in one pass (`_members`): a `"usage"` key nested in the chunk is never tried (one
+    parse per key was quadratic in a chunk holding many)."""
     expected = {k: v for k, v in event.items() if k != "usage"}
     text = data.decode("utf-8", "surrogatepass")
-    decoder = json.JSONDecoder()
-    for match in _USAGE_KEY.finditer(text):
-        try:
-            _, end = decoder.raw_decode(text, match.end())
-        except ValueError:
-            continue
-        start = match.start()
-        before, after = text[:start].rstrip(), text[end:].lstrip()
-        if before.endswith(","):
-            candidate = before[:-1] + text[end:]
-        elif after.startswith(","):
-            candidate = text[:start] + after[1:]
-        else:
-            candidate = text[:start] + text[end:]
-        try:
-            if jsonio.loads(candidate.encode("utf-8", "surrogatepass")) == expected:
-                return candidate.encode("utf-8", "surrogatepass")
-        except ValueError:
-            continue
+    try:
+        members = _members(text)
+        if members is not None:
+            for name, start, end in reversed(members):  # from the last: the earlier ones stay in place
+                if name == "usage":
+                    text = _cut(text, start, end)
+            if jsonio.loads(text.encode("utf-8", "surrogatepass")) == expected:
+                return text.encode("utf-8", "surrogatepass")
+    except (ValueError, RecursionError):
+        pass
     return jsonio.dumps(expected)
+
+
+def _cut(text: str, start: int, end: int) -> str:
+    """`text` without the member at [start, end) and one comma beside it."""
+    before, after = text[:start].rstrip(), text[end:].lstrip()
+    if before.endswith(","):
+        return before[:-1] + text[end:]
+    if after.startswith(","):
+        return text[:start] + after[1:]
+    return text[:start] + text[end:]
+
+
+def _skip(text: str, pos: int) -> int:
+    """`pos` past any JSON whitespace."""
+    match = _SPACE.match(text, pos)
+    return match.end() if match else pos
+
+
+def _members(text: str) -> list[tuple[str, int, int]] | None:
+    """The top-level members of a JSON object's text: (its key, where the key starts, where the
+    value ends); None when the text is not one object. Each value is skipped by the decoder."""
+    decoder = json.JSONDecoder()
+    pos = _skip(text, 0)
+    if text[pos:pos + 1] != "{":
+        return None
+    pos = _skip(text, pos + 1)
+    members: list[tuple[str, int, int]] = []
+    if text[pos:pos + 1] == "}":
+        return members
+    while True:
+        start = pos
+        name, pos = decoder.raw_decode(text, pos)
+        pos = _skip(text, pos)
+        if not isinstance(name, str) or text[pos:pos + 1] != ":":
+            return None
+        _, pos = decoder.raw_decode(text, _skip(text, pos + 1))
+        members.append((name, start, pos))
+        pos = _skip(text, pos)
+        if text[pos:pos + 1] == "}":
+            return members
+        if text[pos:pos + 1] != ",":
+            return None
+        pos = _skip(text, pos + 1)
 
 
 USAGE = ChatUsage()

@@ -157,6 +157,46 @@
       (b.models.length ? " By model: " + b.models.map((m) => `${m.model} ${usd(m.usd)}`).join(", ") + "." : "");
   }
 
+  // Observe mode: forwarded as received, what the proxy would have done beside it (an estimate)
+  function observed(totals) {
+    const o = totals.observed;
+    $("observed").hidden = !o;
+    if (!o) return;
+    const would = o.would_bill;
+    table($("observed-table"), [
+      ["", (r) => r.name], ["Sent (billed)", (r) => r.sent, "num"], ["Would have sent (est.)", (r) => r.would, "num"],
+    ], [
+      { name: "Requests", sent: int(o.requests), would: int(o.requests) },
+      { name: "Tokens", sent: int(o.tokens_forwarded), would: int(o.tokens_would_forward) },
+      { name: "Cost", sent: usd(o.bill.usd.total), would: would.turns ? usd(would.usd.total) : "–" },
+    ]);
+    const saved = o.would_save_usd === null ? "no upstream answer reported usage yet" : `${usd(o.would_save_usd)} would have been saved`;
+    $("observed-note").textContent = `Observe mode forwarded ${int(o.requests)} request(s) as received: ` +
+      `${int(o.tokens_would_save)} tokens and ${saved} (estimated from the billed usage, over ${int(would.turns)} turns).`;
+  }
+
+  // The holdout: control (forwarded unchanged) against managed sessions, with intervals and a plain verdict
+  function holdout(stats) {
+    const ho = stats.holdout;
+    const counted = ho ? ho.arms.control.sessions + ho.arms.managed.sessions : 0;
+    $("holdout").hidden = !ho || (!ho.fraction && !counted);
+    if ($("holdout").hidden) return;
+    const num = (v) => (v === null || v === undefined ? "–" : Math.abs(v) >= 100 ? int(v) : v.toFixed(2));
+    const shown = (figure, v) => (figure === "cost" ? usd(v) : figure === "ended" ? pct(v) : num(v));
+    const signed = (figure, v) => (v === null ? "–" : (v > 0 ? "+" : v < 0 ? "−" : "") + shown(figure, Math.abs(v)));
+    table($("holdout-table"), [
+      ["", (f) => f.label], ["Control", (f) => shown(f.figure, f.control), "num"],
+      ["Managed", (f) => shown(f.figure, f.managed), "num"], ["Difference", (f) => signed(f.figure, f.difference), "num"],
+      ["95 % interval", (f) => (ho.arms.control.sessions && ho.arms.managed.sessions ? `${signed(f.figure, f.low)} to ${signed(f.figure, f.high)}` : "–"), "num"],
+      ["Verdict", (f) => f.verdict],
+    ], ho.figures);
+    $("holdout-verdict").textContent = ho.verdict;
+    $("holdout-verdict").className = ho.enough ? "" : "muted";
+    $("holdout-sessions").textContent = `${int(ho.arms.control.sessions)} control and ${int(ho.arms.managed.sessions)} managed ` +
+      `session(s) compared (${int(ho.arms.control.turns)} and ${int(ho.arms.managed.turns)} turns); at least ${int(ho.min_sessions)} ` +
+      `in each arm before a difference is claimed. Holdout: ${pct(ho.fraction)} of sessions.`;
+  }
+
   function charts(stats) {
     const series = stats.series;
     const label = (i) => clock(series[i].t, stats.step);
@@ -212,9 +252,10 @@
       ["Saved", (r) => int(r.totals.tokens_saved), "num opt"], ["Fwd / raw", (r) => pct(r.totals.forwarded_ratio), "num"],
       ["Billed", (r) => usd(r.totals.cost_billed_usd), "num opt"], ["Saved (est.)", (r) => usd(r.totals.cost_saved_usd), "num opt"],
       ["Reload rate", (r) => pct(r.totals.reload_rate), "num opt"],
+      ...(rows.some((r) => r.totals.observed) ? [["Observed", (r) => r.totals.observed ? int(r.totals.observed.requests) : "", "num opt"]] : []),
     ], rows, (r) => { state.tenant = r.tenant; state.offset = 0; state.session = null; refresh(); },
     (r) => `Open the sessions of ${r.label || r.name} (namespace ${r.tenant})`);
-    if (!rows.length) $("tenants-table").append(h("caption", {}, "No tenant sent a managed request in this window."));
+    if (!rows.length) $("tenants-table").append(h("caption", {}, "No tenant sent a managed or observed request in this window."));
     else if (stats.tenants_truncated) $("tenants-table").append(h("caption", {}, `The ${int(rows.length)} tenants with most raw tokens; there were more.`));
   }
 
@@ -225,8 +266,9 @@
       ["Session", (r) => shortId(r.id)], ["Last active", (r) => ago(r.last_seen), "opt"], ["Turns", (r) => int(r.turns), "num"],
       ["Raw tokens", (r) => int(r.tokens_before), "num"], ["Forwarded", (r) => int(r.tokens_after), "num"],
       ["Fwd / raw", (r) => pct(r.forwarded_ratio), "num"], ["Reload rounds", (r) => int(r.reload_rounds), "num opt"],
+      ...(page.data.some((r) => r.observed) ? [["Observed", (r) => r.observed ? int(r.observed.requests) : "", "num opt"]] : []),
       ["Model", (r) => Object.keys(r.models || {}).join(", ") + (r.models_other ? ` +${int(r.models_other)} more` : ""), "opt"],
-      ["Billed", (r) => usd(r.cost_billed_usd), "num opt"],
+      ["Billed", (r) => usd(r.cost_billed_usd + (r.observed ? r.observed.bill.usd.total : 0)), "num opt"],
     ], page.data, (r) => { state.session = r.id; refresh(); }, (r) => `Open session ${r.id}`);
     if (!page.data.length) $("sessions-table").append(h("caption", {}, "No session yet: sessions are named by the X-Offload-Session header or by their first messages."));
     const last = Math.min(page.total, page.offset + page.data.length);
@@ -238,23 +280,30 @@
   function session(detail) {
     $("session").hidden = false;
     $("session-id").textContent = detail.id;
-    $("session-summary").textContent = `${int(detail.turns)} turns (last ${int(detail.turns_kept)} kept) · ${int(detail.tokens_before)} raw → ${int(detail.tokens_after)} forwarded (${pct(detail.forwarded_ratio)}) · ${int(detail.reload_rounds)} reload rounds · last active ${ago(detail.last_seen)}`;
+    const o = detail.observed;
+    const observedText = o ? ` · ${int(o.requests)} observed: ${int(o.tokens_forwarded)} forwarded as received, ${int(o.tokens_would_forward)} would have been` : "";
+    $("session-summary").textContent = `${int(detail.turns)} turns (last ${int(detail.turns_kept)} kept) · ${int(detail.tokens_before)} raw → ${int(detail.tokens_after)} forwarded (${pct(detail.forwarded_ratio)})${observedText} · ${int(detail.reload_rounds)} reload rounds · last active ${ago(detail.last_seen)}`;
     const turns = detail.data;
+    // an observed turn went out as received (its raw tokens); its tokens_after and action are what the proxy would have done
+    const sent = (t) => t.observed ? t.tokens_before : t.tokens_after;
+    const action = (t) => t.observed ? `observed (would: ${t.action})` : t.action;
     const label = (i) => String(detail.turns - turns.length + i + 1);
     OffloadCharts.lines($("chart-session"), {
       count: turns.length, label: "Tokens per turn of this session", xLabel: label, yFormat: compact,
       series: [
         { name: "Raw", cls: "c-raw", values: turns.map((t) => t.tokens_before) },
-        { name: "Forwarded", cls: "c-fwd", values: turns.map((t) => t.tokens_after) },
+        { name: "Forwarded", cls: "c-fwd", values: turns.map(sent) },
       ],
-      markers: turns.flatMap((t, i) => t.action === "none" ? [] : [{ i, value: t.tokens_after, cls: t.action.includes("compress") ? "c-compress" : "c-compact" }]),
+      markers: turns.flatMap((t, i) => t.action === "none" || t.observed ? [] : [{ i, value: t.tokens_after, cls: t.action.includes("compress") ? "c-compress" : "c-compact" }]),
       legendExtra: [{ name: "Compaction", cls: "c-compact" }, { name: "Compression", cls: "c-compress" }],
-      title: (i) => `Turn ${label(i)} · ${turns[i].action}\nRaw: ${int(turns[i].tokens_before)}\nForwarded: ${int(turns[i].tokens_after)}\nRefs: ${turns[i].refs} · Reload rounds: ${turns[i].reload_rounds}`,
+      title: (i) => `Turn ${label(i)} · ${action(turns[i])}\nRaw: ${int(turns[i].tokens_before)}\nForwarded: ${int(sent(turns[i]))}` +
+        (turns[i].observed ? `\nWould have forwarded: ${int(turns[i].tokens_after)}` : "") + `\nRefs: ${turns[i].refs} · Reload rounds: ${turns[i].reload_rounds}`,
     });
     table($("turns-table"), [
       ["Turn", (t) => label(turns.indexOf(t))], ["Time", (t) => SECONDS.format(new Date(t.time * 1000)), "opt"],
-      ["Route", (t) => t.route, "opt"], ["Model", (t) => t.model || "", "opt"], ["Action", (t) => t.action],
-      ["Raw", (t) => int(t.tokens_before), "num"], ["Forwarded", (t) => int(t.tokens_after), "num"],
+      ["Route", (t) => t.route, "opt"], ["Model", (t) => t.model || "", "opt"], ["Action", action],
+      ["Raw", (t) => int(t.tokens_before), "num"], ["Forwarded", (t) => int(sent(t)), "num"],
+      ...(turns.some((t) => t.observed) ? [["Would forward", (t) => t.observed ? int(t.tokens_after) : "", "num opt"]] : []),
       ["Billed input", (t) => billedInput(t), "num"], ["Output", (t) => t.bill && t.bill.answers ? int(t.bill.output) : "–", "num opt"],
       ["Refs", (t) => int(t.refs), "num opt"], ["Reloads", (t) => int(t.reload_rounds), "num opt"], ["Status", (t) => t.status, "num opt"],
     ], [...turns].reverse());
@@ -286,6 +335,8 @@
       if (state.admin && stats.tenant) $("scope").append(" ", h("button", { type: "button", class: "quiet", onclick: () => { state.tenant = null; state.session = null; state.offset = 0; refresh(); } }, "All tenants"));
       headline(stats.totals);
       bill(stats.totals);
+      observed(stats.totals);
+      holdout(stats);
       charts(stats);
       health(stats);
       tenants(stats);

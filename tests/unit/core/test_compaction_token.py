@@ -134,3 +134,16 @@ def test_sealed_fields_quotes_a_key_that_is_no_plain_name():
     doc = {"input[1]": {"encrypted_content": token}, "input": [{"x-y": {"encrypted_content": token}}]}
     assert sorted(ct.sealed_fields(doc)) == sorted(['["input[1]"].encrypted_content',
                                                     'input[0]["x-y"].encrypted_content'])
+
+
+@pytest.mark.parametrize("raw, spells", [
+    (b'{"input": "caf\\u00e9 \\u4e2d\\u6587"}', False),  # what ensure_ascii writes: no ASCII letter escaped
+    (b'{"input": [{"\\u0065ncrypted_content": "x"}]}', True),  # the key spelled with an escape
+    (b'{"input": "\\u0041"}', True),  # any printable ASCII escape is read (conservative)
+    (b'{"input": "\\u001b[0m"}', False),  # a control character cannot spell the key
+    (b'{"input": "plain"}', False),
+    (b'{"input": "' + b"\\u00e9" * 300_000 + b'\\u0065"}', True),  # past the first slice
+])
+def test_which_escapes_may_spell_the_key(raw, spells):
+    assert ct.escapes_ascii(raw) is spells
+    assert ct.may_spell_token(raw) is spells

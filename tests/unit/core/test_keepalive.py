@@ -72,3 +72,11 @@ def test_no_ping_where_it_keeps_nothing_warm():
     assert ping("messages", {**MESSAGES, "thinking": {"type": "enabled", "budget_tokens": 2048}}) is None
     assert ping("embeddings", {"input": "x"}) is None
     assert ping("messages", ["not", "an", "object"]) is None
+
+
+def test_no_ping_adds_to_a_conversation_kept_upstream():
+    """The upstream adds each response's input and output to the `conversation` it names: a ping
+    would write the turn's input again, and its own 16-token answer, into the client's conversation."""
+    assert ping("responses", {"model": "gpt-5", "input": "x", "conversation": "conv_1"}) is None
+    assert ping("responses", {"model": "gpt-5", "input": "x", "conversation": {"id": "conv_1"}}) is None
+    assert ping("responses", {"model": "gpt-5", "input": "x", "conversation": None}) is not None

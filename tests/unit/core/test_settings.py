@@ -121,3 +121,29 @@ def test_tool_result_limit_set_by_the_server_or_a_tenant(tmp_path):
     resolver = SettingsResolver({"max_tool_message_tokens": 1500}, load_tenants_file(tenants))
     assert resolver.resolve({}).tool_result_limit() == 1500
     assert resolver.resolve({}, tenant="acme").tool_result_limit() == 700
+
+
+def test_the_holdout_is_the_operators_a_header_may_only_repeat_it(tmp_path):
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text("[tenants.trial]\nholdout = 0.25\n")
+    resolver = SettingsResolver({"holdout": 0.1}, load_tenants_file(tenants))
+    assert resolver.resolve({}).holdout == 0.1
+    assert resolver.resolve({}, tenant="trial").holdout == 0.25
+    assert resolver.resolve({"X-Offload-Holdout": "0.25"}, tenant="trial").holdout == 0.25  # the same: accepted
+    assert resolver.resolve({"X-Offload-Holdout": " 0.100 "}).holdout == 0.1
+    for value in ("0", "0.5", "1", "-0.1", "nan", "inf", "lots", ""):
+        with pytest.raises(SettingsError) as err:
+            resolver.resolve({"X-Offload-Holdout": value})
+        assert err.value.param == "X-Offload-Holdout"
+    with pytest.raises(SettingsError, match="cannot change"):
+        resolver.resolve({"X-Offload-Holdout": "0.2"})
+    with pytest.raises(SettingsError, match="from 0 to below 1"):
+        resolver.resolve({"X-Offload-Holdout": "1"})
+
+
+@pytest.mark.parametrize("value", [1.0, -0.1, 2])
+def test_a_holdout_out_of_range_in_the_tenants_file_fails_at_startup(tmp_path, value):
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text(f"[tenants.trial]\nholdout = {value}\n")
+    with pytest.raises(ValueError, match="holdout"):
+        load_tenants_file(tenants)

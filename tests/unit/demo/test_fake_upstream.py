@@ -114,3 +114,56 @@ def test_a_streamed_responses_request_gets_responses_events_the_sdk_reads():
             final = stream.get_final_response()
     assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
     assert final.output_text == "ok word0 word1"
+
+
+# ------------------------------------------------------------------ --bill (the demo's)
+
+@pytest.fixture
+def billing(monkeypatch):
+    monkeypatch.setattr(fake_upstream, "BILLING", True)
+    monkeypatch.setattr(fake_upstream, "CACHES", {})
+
+
+HISTORY = [{"role": "user", "content": "word " * 3000}]
+
+
+@pytest.mark.anyio
+async def test_billed_chat_answers_read_the_prefix_the_last_request_wrote(billing):
+    request = {"model": "gpt-4o", "messages": HISTORY}
+    first = json.loads((await answer("/v1/chat/completions", request, {"authorization": "Bearer a"}))[1])["usage"]
+    assert first["prompt_tokens"] > 3000 and first["prompt_tokens_details"]["cached_tokens"] == 0
+    longer = {**request, "messages": [*HISTORY, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "more"}]}
+    second = json.loads((await answer("/v1/chat/completions", longer, {"authorization": "Bearer a"}))[1])["usage"]
+    assert 0 < second["prompt_tokens_details"]["cached_tokens"] <= first["prompt_tokens"] < second["prompt_tokens"]
+    other = json.loads((await answer("/v1/chat/completions", longer, {"authorization": "Bearer b"}))[1])["usage"]
+    assert other["prompt_tokens_details"]["cached_tokens"] == 0  # another credential: a cache of its own
+
+
+@pytest.mark.anyio
+async def test_billed_messages_answers_cache_only_what_is_asked(billing):
+    plain = {"model": "claude-sonnet-4", "max_tokens": 10, "messages": HISTORY}
+    for _ in range(2):
+        usage = json.loads((await answer("/v1/messages", plain, {"x-api-key": "k"}))[1])["usage"]
+        assert usage["cache_read_input_tokens"] == usage["cache_creation_input_tokens"] == 0 < usage["input_tokens"]
+    asked = {**plain, "cache_control": {"type": "ephemeral"}}
+    wrote = json.loads((await answer("/v1/messages", asked, {"x-api-key": "k"}))[1])["usage"]
+    read = json.loads((await answer("/v1/messages", asked, {"x-api-key": "k"}))[1])["usage"]
+    assert wrote["cache_creation_input_tokens"] > 0 and read["cache_read_input_tokens"] == wrote["cache_creation_input_tokens"]
+
+
+@pytest.mark.anyio
+async def test_unbilled_by_default_and_odd_bodies_keep_the_fixed_usage(monkeypatch):
+    assert fake_upstream.BILLING is False
+    monkeypatch.setattr(fake_upstream, "BILLING", True)
+    for odd in ({"model": 5, "messages": "not a list"}, {"model": "m", "messages": [{"role": "user", "content": 7}]}):
+        start, raw = await answer("/v1/chat/completions", odd)
+        assert start["status"] == 200 and "usage" in json.loads(raw)
+
+
+@pytest.mark.anyio
+async def test_a_compact_request_gets_a_compaction():
+    request = {"model": "gpt-5", "input": [{"role": "user", "content": "fix it"}, {"role": "assistant", "content": "ok"}]}
+    reply = json.loads((await answer("/v1/responses/compact", request))[1])
+    assert reply["object"] == "response.compaction"
+    assert reply["output"][0] == {"role": "user", "content": "fix it"} and reply["output"][-1]["type"] == "compaction"
+    assert len(reply["output"]) == 2

@@ -157,6 +157,8 @@ def test_asking_for_a_chat_streams_usage():
     (b'{"id":"c","choices":[{"delta":{"content":"x"}}],"usage":{"prompt_tokens":1}}',
      b'{"id":"c","choices":[{"delta":{"content":"x"}}]}'),
     (b'{"id":"c","choices":[]}', b'{"id":"c","choices":[]}'),
+    # an error mid-stream carrying the usage so far: the error reaches the client, the usage does not
+    (b'{"error":{"message":"overloaded"},"usage":{"prompt_tokens":1}}', b'{"error":{"message":"overloaded"}}'),
     (b'[DONE]', b'[DONE]'),
     (b'not json', b'not json'),
 ])
@@ -167,3 +169,24 @@ def test_what_asking_added_is_taken_out_byte_for_byte(data, expected):
 def test_a_usage_key_no_cut_can_remove_is_written_again():
     event = {"id": "c", "usage": None, "choices": []}
     assert json.loads(without_usage(b'{"id":"c","usage" :null ,"choices":[]}', event)) == {"id": "c", "choices": []}
+
+
+def test_nested_usage_keys_cost_a_bounded_number_of_parses(monkeypatch):
+    """An upstream's chunk holding thousands of nested `"usage"` keys before the top-level one is
+    rewritten in a few parses, not one per key (that was quadratic: 47 s of event loop for 224 KB)."""
+    from proxy.formats.chat import usage as chat_usage
+
+    parses = []
+    real, decode = chat_usage.jsonio.loads, json.JSONDecoder.raw_decode
+    monkeypatch.setattr(chat_usage.jsonio, "loads", lambda data: parses.append(1) or real(data))
+    monkeypatch.setattr(json.JSONDecoder, "raw_decode", lambda self, *a, **k: parses.append(1) or decode(self, *a, **k))
+    event = {"id": "c", "choices": [{"index": 0, "delta": {"content": "x"}}],
+             "junk": [{"usage": 0} for _ in range(2000)], "usage": None}
+    out = CHAT.unasked(json.dumps(event).encode())
+    assert json.loads(out) == {k: v for k, v in event.items() if k != "usage"}
+    assert len(parses) <= 16
+    # the top-level member first in the text, nested ones after it: still the one taken out
+    parses.clear()
+    first = {"usage": None, "id": "c", "choices": [{"delta": {"content": "x"}}], "junk": [{"usage": 0}] * 2000}
+    assert json.loads(CHAT.unasked(json.dumps(first).encode())) == {k: v for k, v in first.items() if k != "usage"}
+    assert len(parses) <= 16

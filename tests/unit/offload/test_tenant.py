@@ -45,12 +45,15 @@ def test_a_name_a_client_chooses_cannot_move_the_hash_tag():
     assert tag.startswith(ns) and key_slot(chosen.encode()) == key_slot(tag.encode()) != key_slot(b"x")
 
 
-def test_all_tenant_statistics_of_a_day_spread_over_slots():
-    day = bucket_start(time.time(), "d")
+@pytest.mark.parametrize("days", [0, *range(-400, 400, 7)])
+def test_all_tenant_statistics_of_a_day_spread_over_slots(days):
+    """Any day's (CRC-32 is linear: the spread of a day's keys depends on its date; on some days
+    they fall in 164 of the 256 shards, none ever more than 25 of 1,488 keys in one slot)."""
+    day = bucket_start(time.time(), "d") + 86400 * days
     keys = [bucket_key(ALL, "m", day + 60 * i) for i in range(1440)] + \
            [bucket_key(ALL, "h", day + 3600 * i) for i in range(24)] + [top_key("h", day + 3600 * i) for i in range(24)]
     slots = Counter(key_slot(k.encode()) for k in keys)
-    assert len(slots) > 200 and max(slots.values()) < 0.02 * len(keys)
+    assert len(slots) >= 128 and max(slots.values()) < 0.02 * len(keys)
 
 
 def masters(url: str) -> list:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.core import provider_cache as pc
+from proxy.core import keepalive as ka, provider_cache as pc
 from proxy.replay import bill
 
 SYSTEM = "rules " * 2000
@@ -86,3 +86,34 @@ def test_explicit_marks_put_at_most_four_breakpoints():
         *body(3)["messages"][1:]]}
     request = biller().request(bill.Sent(0, summarised), caching=bill.explicit_marks)
     assert len(pc.breakpoints(pc.ANTHROPIC, request)) == 3 and request.automatic is None
+
+
+LIMITS = ka.Limits(min_tokens=1000, max_pings=3, idle=900.0, ttl=300.0)
+
+
+def test_keepalive_pings_fall_in_idle_pauses_and_after_the_last_turn():
+    times = [0.0, 30.0, 630.0, 660.0]  # a 600 s pause after the second turn
+    got = bill.keepalive_pings(times=times, tokens=[5000] * 4, limits=LIMITS, profile=pc.ANTHROPIC)
+    lead = LIMITS.lead
+    assert [(p.at, p.turn) for p in got] == [
+        (30 + 300 - lead, 1), (30 + 2 * (300 - lead), 1),  # the pause: the second turn's prefix, twice
+        (660 + 300 - lead, 3), (660 + 2 * (300 - lead), 3), (660 + 3 * (300 - lead), 3)]  # the end: until the limits
+    assert bill.keepalive_pings(times=times, tokens=[500] * 4, limits=LIMITS, profile=pc.ANTHROPIC) == []
+    short = [0.0, 30.0, 60.0]
+    assert [p.turn for p in bill.keepalive_pings(times=short, tokens=[5000] * 3, limits=LIMITS,
+                                                 profile=pc.ANTHROPIC)] == [2, 2, 2]
+
+
+def test_pings_keep_the_cache_warm_over_a_pause_and_are_billed():
+    raw = [body(n) for n in range(1, 5)]
+    times = [0.0, 30.0, 630.0, 660.0]
+    pings = bill.keepalive_pings(times=times, tokens=[6000] * 4, limits=LIMITS, profile=pc.ANTHROPIC)
+    sweep = {1000: pings, 10**9: []}
+    got = bill.replayed(biller(), times=times, raw=raw, forwarded=raw, summaries=[], pings=pings, sweep=sweep)
+    assert got["pings"] == len(pings) == 5
+    assert got["proxy_keepalive"] < got["proxy_cached"]  # the third turn read, not rewrote, its prefix
+    assert got["keepalive_sweep"] == {"1000": got["proxy_keepalive"], str(10**9): pytest.approx(got["proxy_cached"])}
+    assert bill.summed([got])["keepalive_vs_cached"] == pytest.approx(got["proxy_keepalive"] / got["proxy_cached"])
+    # the pings are billed: each a read of the prefix and its output
+    quiet = bill.replayed(biller(), times=times, raw=raw, forwarded=raw, summaries=[], pings=pings[:2])
+    assert quiet["proxy_keepalive"] < got["proxy_keepalive"]

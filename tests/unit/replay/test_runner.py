@@ -10,6 +10,8 @@ from proxy.formats import chat
 from proxy.formats.messages import MESSAGES
 from proxy.formats.responses.from_chat import items_from_chat
 from proxy.formats.responses.items import ResponsesView
+from proxy.replay import bill
+from proxy.replay.gaps import parse
 from proxy.replay.runner import Replayer, budget, replay_namespace, requests_of, turns_of, upstream_for, view_for
 from proxy.store.sqlite import SQLiteStore
 from tests.harness.history import agent_history
@@ -64,3 +66,32 @@ async def test_a_responses_turn_is_compacted_and_compressed_in_the_responses_sha
     assert summaries == [replayer.view.summary_item(replayer.view.text(summaries[0]))]
     assert counter.messages(sent) <= budget(sent, requests_of(conv, "responses")[1], replayer.settings, counter=counter,
                                             view=replayer.view)
+
+
+@pytest.mark.parametrize("cuts", [True, False])
+async def test_with_a_clock_each_turn_is_cut_knowing_when_the_session_last_sent(tmp_path, monkeypatch, cuts):
+    seen: list = []
+    real = Replayer._turn
+
+    async def turn(self, request, namespace, tools=None, **kwargs):
+        seen.append(kwargs.get("cuts"))
+        return await real(self, request, namespace, tools, **kwargs)
+
+    monkeypatch.setattr(Replayer, "_turn", turn)
+    store, upstream = SQLiteStore(tmp_path), upstream_for(None)
+    try:
+        replayer = Replayer(store, OffloadSettings(), upstream, headers=[], model="claude-sonnet-4-5",
+                            format="anthropic", pricing="anthropic", gaps=parse("400s"), cache_cuts=cuts)
+        out = await replayer.conversation(conversation(steps=4))
+    finally:
+        await upstream.aclose()
+        await store.close()
+    cold = seen[:out.turns]  # the steady pass afterwards runs without a clock
+    if not cuts:
+        assert cold == [None] * out.turns
+    else:
+        assert cold[0].sent is None and not cold[0].cold  # the first turn: nothing sent yet
+        assert [c.now for c in cold] == [400.0 * k for k in range(out.turns)]
+        assert all(c.cold and c.sent.turns == k and c.sent.at == 400.0 * (k - 1) for k, c in enumerate(cold) if k)
+    assert seen[out.turns:] == [None] * out.turns
+    assert out.bill is not None and set(out.bill["keepalive_sweep"]) == {str(m) for m in bill.KEEPALIVE_SWEEP}

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from proxy.core.bill import Bill
 from proxy.http import telemetry
 from proxy.http.telemetry import Observe, RequestRecord
 from proxy.offload.summary_context import SummaryContext, count_summary
@@ -132,6 +133,27 @@ async def test_background_summaries_are_counted_in_the_tenant_buckets(store):
     await recorder.stop()
 
 
+async def test_a_background_summary_is_counted_in_its_sessions_totals_as_its_bill_is(store):
+    """A session whose summary was made in the background shows it made (its bill shows the call
+    already): not only the tenant's buckets. A session the statistics would not list counts in
+    the tenant's only."""
+    recorder = Recorder(PRICES, retention=86400)
+    recorder.start(store, Sealer(None))
+    recorder.record(turn(session="s1"))
+    recorder.count_summary(A, True, session="s1")
+    recorder.count_summary(A, False, session="s1")
+    recorder.bill_call(A, Bill(cache_read=900, output=40, answers=1), call="summary", model="gpt-5", session="s1")
+    recorder.count_summary(A, True, session="not a session id")
+    recorder.count_summary(A, True)
+    await recorder.flush()
+    detail = await reader.session_detail(store, A, "s1", sealer=Sealer(None))
+    assert detail["summaries"] == {"made": 1, "reused": 0, "failed": 1, "pending": 0}
+    assert detail["bill"]["calls"]["summary"]["tokens"]["cache_read"] == 900
+    totals = (await reader.window_stats(store, span_of("1h", time.time()), A))["totals"]
+    assert totals["summaries"]["made"] == 3 and totals["summaries"]["failed"] == 1
+    await recorder.stop()
+
+
 def test_a_summary_is_counted_once_in_the_request_or_in_the_background():
     metrics_calls, tallies = [], []
     metrics = SimpleNamespace(count_summary=lambda ok, s: metrics_calls.append(ok))
@@ -243,6 +265,46 @@ async def test_on_finished_runs_after_the_whole_body_is_sent():
     middleware = Observe(app, metrics, on_finished=finished)
     await middleware({"type": "http", "path": "/v1/chat/completions", "method": "POST", "headers": []}, None, send)
     assert order == ["http.response.start", "http.response.body:more", "http.response.body", "finished:True"]
+
+
+@pytest.mark.parametrize("path, held", [("/v1/chat/completions", 1), ("/v1/messages", 1),
+                                        ("/v1/offload/stats", 0), ("/v1/models", 0)])
+async def test_a_turn_is_held_from_its_request_until_it_is_queued(path, held):
+    """The client has the whole answer before the turn is queued (`on_finished` runs after the
+    last byte): a statistics reader between the two (wrap's closing line) must see it held."""
+    recorder = Recorder(PRICES, retention=86400)
+    seen: list[int] = []
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}", "more_body": False})
+        seen.append(recorder.snapshot().queued)  # the client has it all now
+
+    async def send(message):
+        pass
+
+    metrics = SimpleNamespace(observe=lambda rec, elapsed: None)
+    middleware = Observe(app, metrics, on_finished=lambda rec, scope: seen.append(recorder.snapshot().queued),
+                         on_started=recorder.opened)
+    await middleware({"type": "http", "path": path, "method": "POST", "headers": []}, None, send)
+    assert seen == [held, held]
+    assert recorder.snapshot().queued == 0  # released (nothing was queued: no caller)
+
+
+async def test_a_turn_is_released_when_its_handler_or_the_accounting_raises():
+    recorder = Recorder(PRICES, retention=86400)
+
+    async def app(scope, receive, send):
+        raise RuntimeError("handler")
+
+    def finished(rec, scope):
+        raise RuntimeError("accounting")
+
+    middleware = Observe(app, SimpleNamespace(observe=lambda rec, elapsed: None), on_finished=finished,
+                         on_started=recorder.opened)
+    with pytest.raises(RuntimeError, match="handler"):
+        await middleware({"type": "http", "path": "/v1/responses", "method": "POST", "headers": []}, None, None)
+    assert recorder.snapshot().queued == 0
 
 
 def test_the_id_of_an_answer_from_its_first_bytes():

@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 
+from proxy.store.memory import MemoryStore
 from proxy.store.redis import RedisStore
 from proxy.store.sqlite import SQLiteStore
 
@@ -14,10 +15,12 @@ from proxy.store.sqlite import SQLiteStore
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=["sqlite", "redis", "cluster"])
+@pytest.fixture(params=["sqlite", "redis", "cluster", "memory"])
 async def store(request, tmp_path):
     if request.param == "sqlite":
         s = SQLiteStore(tmp_path)
+    elif request.param == "memory":
+        s = MemoryStore()
     elif request.param == "redis":
         s = RedisStore(request.getfixturevalue("redis_url"))
     else:
@@ -178,6 +181,25 @@ async def test_hash_counters_add_atomically_keep_ints_and_expire(store):
     assert await store.hashes([short]) == [{}]
 
 
+async def test_hash_fields_set_overwrite_or_keep_the_first_and_mix_with_counters(store):
+    k = key()
+    await store.incr_fields(k, {"turns": 2}, ttl=60)
+    await store.set_fields(k, {"last": 10.5, "finish": 3}, ttl=60)
+    await store.set_fields(k, {"last": 12.25, "finish": 1}, ttl=60)  # overwritten
+    await asyncio.gather(*(store.set_fields(k, {"first": float(i), "turns": 99}, ttl=60, only_new=True)
+                           for i in range(5)))  # the first writer's stays; a field already held is kept
+    await store.set_fields(k, {}, ttl=60)
+    [fields] = await store.hashes([k])
+    assert fields["last"] == pytest.approx(12.25) and fields["finish"] == 1 and fields["turns"] == 2
+    assert fields["first"] in {float(i) for i in range(5)}
+    assert set(fields) == {"turns", "last", "finish", "first"}
+    short = key()
+    await store.set_fields(short, {"a": 1}, ttl=1)
+    await asyncio.sleep(2.1)
+    await store.set_fields(short, {"b": 2}, ttl=60, only_new=True)  # expired: afresh
+    assert await store.hashes([short]) == [{"b": 2}]
+
+
 async def test_hashes_read_many_keys_in_order(store):
     tag = uuid.uuid4().hex
     keys = [f"off:{{{tag}}}:h:{i}" for i in range(1200)]  # more than one SQL batch
@@ -220,7 +242,7 @@ async def test_ranked_set_pages_newest_first_and_drops_old(store):
 async def test_ranked_set_of_ten_thousand_pages(store):
     """Any page of a large ranked set, by offset (its speed: bench/worst_cases.py)."""
     k = key()
-    if isinstance(store, SQLiteStore):
+    if isinstance(store, (SQLiteStore, MemoryStore)):
         for i in range(10_000):
             await store.rank(k, f"session-{i:05}", float(i), ttl=60)
     else:

@@ -35,7 +35,7 @@ def test_serve_keeps_the_fields_defaults(capsys):
     # a field without a value of its own names the built-in default in its text, never "default None"
     assert "default None" not in text
     assert "Default X-Offload-Max-Total-Tokens (18000). [env OFFLOAD_MAX_TOTAL_TOKENS]" in text
-    assert "auto|compact|compress|off (auto). [env OFFLOAD_MODE]" in text
+    assert "auto|compact|compress|off|observe (auto). [env OFFLOAD_MODE]" in text
 
 
 def test_an_agents_argument_before_the_double_dash_is_shown_where_it_goes():
