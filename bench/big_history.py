@@ -1,6 +1,6 @@
 """A 150K-token conversation built from real traces, sent to the proxy cold and then steady.
 
-    .venv/bin/python bench/big_history.py [--tokens 150000] [--rounds 5] [--repeats 20] [--format both]
+    .venv/bin/python bench/big_history.py [--tokens 150000] [--rounds 5] [--repeats 20] [--format all]
                                           [--sweep] [--store sqlite|redis]
 
 Each round starts a fresh proxy (embedded store, default settings) in front of the local fake
@@ -9,10 +9,10 @@ upstream, sends the conversation once (cold: nothing cached) and then `repeats` 
 just before each request until shortly after its response, so that background work a request
 leaves behind is counted as its own. The machine is shared and noisy: medians over rounds.
 
-`--format both` (the default) sends the same conversation as a chat completion and as a
-Responses request (its items converted as a Responses client sends them), round by round in
-alternation, and prints the Responses path's steady per-turn CPU as a ratio of chat's (target:
-within 10 %).
+`--format all` (the default) sends the same conversation as a chat completion, as a Responses
+request and as an Anthropic Messages request (converted as those clients send them), round by
+round in alternation, and prints each other format's steady per-turn CPU as a ratio of chat's
+(target: within 10 %). `both`: chat and Responses.
 
 `--sweep [SIZES]` measures the sizes of SWEEP (10 K to 2 M tokens), or those given, instead of `--tokens`: per size and
 format the cold and steady CPU, the proxy's resident memory after the steady requests, and the
@@ -34,9 +34,11 @@ import httpx2
 from common import SHARED, cpu_seconds, machine, servers
 
 from proxy.core.tokens import counter_for_model
+from proxy.formats.messages.from_chat import body_from_chat
 from proxy.formats.responses.from_chat import items_from_chat, tools_from_chat
 
-ENDPOINTS = {"chat": "chat/completions", "responses": "responses"}
+ENDPOINTS = {"chat": "chat/completions", "responses": "responses", "messages": "messages"}
+FORMATS = ("chat", "responses", "messages")
 
 SETTLE = 0.25
 SWEEP = (10_000, 50_000, 150_000, 500_000, 1_000_000, 2_000_000)
@@ -67,6 +69,14 @@ def build(tokens: int, traces_file: Path = SHARED / "traces" / "traces.jsonl") -
 def as_responses(chat: dict) -> dict:
     return {"model": chat["model"], "input": items_from_chat(chat["messages"]), "tools": tools_from_chat(chat["tools"]),
             "store": False}
+
+
+def as_messages(chat: dict) -> dict:
+    return body_from_chat(chat["messages"], model="claude-sonnet-4-5", tools=chat["tools"])
+
+
+def as_format(chat: dict, name: str) -> dict:
+    return chat if name == "chat" else as_responses(chat) if name == "responses" else as_messages(chat)
 
 
 def rss_mib(pid: int) -> float:
@@ -104,7 +114,7 @@ def measure(chat: dict, formats: list[str], *, rounds: int, repeats: int,
             proxy_args: tuple[str, ...]) -> dict[str, tuple[float, float, float, httpx2.Response, float]]:
     """Per format: the median cold, second and steady CPU over `rounds`, the last answer, the
     median RSS. Formats alternate round by round, so that both see the same machine load."""
-    bodies = {"chat": json.dumps(chat).encode(), "responses": json.dumps(as_responses(chat)).encode()}
+    bodies = {name: json.dumps(as_format(chat, name)).encode() for name in formats}
     measured: dict[str, list] = {name: [] for name in formats}
     for _ in range(rounds):
         for name in formats:
@@ -119,13 +129,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=20, help="steady requests per round")
     parser.add_argument("--traces", type=Path, default=SHARED / "traces" / "traces.jsonl")
-    parser.add_argument("--format", choices=("chat", "responses", "both"), default="both")
+    parser.add_argument("--format", choices=(*FORMATS, "both", "all"), default="all")
     parser.add_argument("--sweep", nargs="?", const=",".join(map(str, SWEEP)), default=None, metavar="SIZES",
                         help="these sizes in tokens (comma-separated; default 10 K to 2 M) instead of --tokens")
     parser.add_argument("--store", choices=("sqlite", "redis"), default="sqlite")
     args = parser.parse_args()
     print(machine())
-    formats = ["chat", "responses"] if args.format == "both" else [args.format]
+    formats = (list(FORMATS) if args.format == "all" else ["chat", "responses"] if args.format == "both"
+               else [args.format])
     redis = None
     proxy_args: tuple[str, ...] = ()
     if args.store == "redis":
@@ -148,15 +159,14 @@ def single(args: argparse.Namespace, formats: list[str], proxy_args: tuple[str, 
     tokens = counter_for_model("gpt-4o").messages(chat["messages"])
     results = measure(chat, formats, rounds=args.rounds, repeats=args.repeats, proxy_args=proxy_args)
     for name, (cold, second, steady, last, rss) in results.items():
-        size = len(json.dumps(chat if name == "chat" else as_responses(chat))) / 1e6
+        size = len(json.dumps(as_format(chat, name))) / 1e6
         print(f"[{name}] conversation: {size:.2f} MB, {tokens} tokens; action "
               f"{last.headers['x-offload-action']}, forwarded {last.headers['x-offload-tokens-after']} tokens")
         print(f"[{name}] proxy CPU, median of {args.rounds} rounds: cold {cold * 1e3:.1f} ms | second request "
               f"{second * 1e3:.1f} ms ({second / cold:.3f} of cold) | steady, {args.repeats} back to back: "
               f"{steady * 1e3:.1f} ms each ({steady / cold:.3f} of cold) | RSS {rss:.0f} MiB")
-    if len(results) == 2:
-        print(f"responses/chat steady per-turn CPU: {results['responses'][2] / results['chat'][2]:.3f} "
-              f"(target <= 1.10)")
+    for name in [n for n in results if n != "chat" and "chat" in results]:
+        print(f"{name}/chat steady per-turn CPU: {results[name][2] / results['chat'][2]:.3f} (target <= 1.10)")
 
 
 def sweep(args: argparse.Namespace, formats: list[str], proxy_args: tuple[str, ...]) -> None:
@@ -169,7 +179,7 @@ def sweep(args: argparse.Namespace, formats: list[str], proxy_args: tuple[str, .
         tokens = counter.messages(chat["messages"])
         results = measure(chat, formats, rounds=args.rounds, repeats=args.repeats, proxy_args=proxy_args)
         for name, (cold, _, steady, _, rss) in results.items():
-            mb = len(json.dumps(chat if name == "chat" else as_responses(chat))) / 1e6
+            mb = len(json.dumps(as_format(chat, name))) / 1e6
             slope = ""
             if name in previous and previous[name][0] < tokens:
                 before, spent = previous[name]
@@ -177,8 +187,8 @@ def sweep(args: argparse.Namespace, formats: list[str], proxy_args: tuple[str, .
             previous[name] = (tokens, steady)
             print(f"{name:9} {tokens:>9} {len(chat['messages']):>8} {mb:>6.2f} {cold * 1e3:>8.1f} "
                   f"{steady * 1e3:>9.1f} {rss:>7.0f} {slope:>13}", flush=True)
-        if len(results) == 2:
-            print(f"{'':9} responses/chat steady: {results['responses'][2] / results['chat'][2]:.3f}")
+        for name in [n for n in results if n != "chat" and "chat" in results]:
+            print(f"{'':9} {name}/chat steady: {results[name][2] / results['chat'][2]:.3f}")
 
 
 if __name__ == "__main__":

@@ -36,13 +36,14 @@ def test_big_history(tmp_path):
     out = run("big_history.py", "--tokens", "30000", "--rounds", "1", "--repeats", "2", "--traces", str(traces))
     assert "back to back" in out and "compact" in out
     assert "[responses] conversation" in out and "responses/chat steady per-turn CPU" in out
+    assert "[messages] conversation" in out and "messages/chat steady per-turn CPU" in out
 
 
 def test_big_history_sweep_on_redis(tmp_path):
     traces = tmp_path / "traces.jsonl"
     traces.write_text("\n".join(json.dumps({"id": f"t{i}", "messages": agent_history(steps=4 + i)}) for i in range(2)))
     out = run("big_history.py", "--sweep", "8000,60000", "--store", "redis", "--rounds", "1", "--repeats", "2",
-              "--traces", str(traces))
+              "--format", "both", "--traces", str(traces))
     assert "store: Redis at redis://127.0.0.1:" in out
     rows = [line.split() for line in out.splitlines() if line.startswith(("chat ", "responses "))]
     assert [r[0] for r in rows] == ["chat", "responses"] * 2
