@@ -24,6 +24,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol
 
+import orjson
+
 from proxy.core.images import data_url_header, image_tokens, info_tokens
 
 log = logging.getLogger("proxy.core.tokens")
@@ -259,6 +261,23 @@ class TokenCounter:
         except BaseException:  # a panic in the encoder: never a failed request
             return len(EstimateEncoder().encode_ordinary(text))
 
+    def json_value(self, value: Any) -> int:
+        """`value` counted as the JSON text the model reads (`json.dumps`), found again by its
+        compact bytes (orjson: ten times faster to make) when it was counted before: a tool
+        call's input is the same object on every turn of a session."""
+        try:
+            raw = orjson.dumps(value)
+        except (TypeError, orjson.JSONEncodeError):  # an integer past 64 bits, a non-JSON value
+            return self.text(json.dumps(value, ensure_ascii=False))
+        if len(raw) < UNCACHED_BELOW:
+            return self.text(json.dumps(value, ensure_ascii=False))
+        key = (self.encoding_name + " json", hash(raw), len(raw))
+        count = _cache.get(key)
+        if count is None:
+            count = self.text(json.dumps(value, ensure_ascii=False))
+            _cache.put(key, count)
+        return count
+
     def content(self, content: Any) -> int:
         """A message's content: a string, or a list of parts (text counted, others estimated)."""
         if content is None:
@@ -275,9 +294,13 @@ class TokenCounter:
         document's text or the size of its base64 data), anything else by its JSON."""
         if not isinstance(part, dict):
             return self.text(json.dumps(part, ensure_ascii=False))
+        text = part.get("text")
+        if isinstance(text, str):
+            return self.text(text)
         kind = part.get("type")
-        if isinstance(part.get("text"), str):
-            return self.text(part["text"])
+        if kind == "tool_result":  # (the commonest block after text, first)
+            inner = part.get("content")
+            return 3 + (self.text(inner) if type(inner) is str else self.content(inner))
         if kind in IMAGE_PARTS:
             return part_image_tokens(part)
         if kind == "input_audio" and isinstance(part.get("input_audio"), dict):
@@ -289,10 +312,7 @@ class TokenCounter:
         if kind == "thinking" and isinstance(part.get("thinking"), str):
             return self.text(part["thinking"])  # the signature is opaque: not billed as text
         if kind == "tool_use" or kind == "server_tool_use":
-            return 3 + self.text(str(part.get("name", ""))) + self.text(json.dumps(part.get("input"), ensure_ascii=False))
-        if kind == "tool_result":
-            inner = part.get("content")
-            return 3 + (self.text(inner) if type(inner) is str else self.content(inner))
+            return 3 + self.text(str(part.get("name", ""))) + self.json_value(part.get("input"))
         if kind == "document" and isinstance(part.get("source"), dict):
             data = part["source"].get("data")
             if part["source"].get("type") == "text" and type(data) is str:

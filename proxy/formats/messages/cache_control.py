@@ -34,17 +34,53 @@ _OPAQUE = frozenset({"input_schema", "input"})
 
 
 def _carries(value: Any) -> bool:
-    if isinstance(value, list):
-        return any(_carries(v) for v in value)
-    if isinstance(value, dict):
-        return "cache_control" in value or any(_carries(v) for k, v in value.items() if k not in _OPAQUE)
+    """Does a `cache_control` key sit in `value` (outside _OPAQUE)? A walk over its lists and
+    objects only, without recursion."""
+    pending = [value]
+    while pending:
+        current = pending.pop()
+        if isinstance(current, dict):
+            if "cache_control" in current:
+                return True
+            pending.extend(v for k, v in current.items() if isinstance(v, (dict, list)) and k not in _OPAQUE)
+        elif isinstance(current, list):
+            pending.extend(v for v in current if isinstance(v, (dict, list)))
+    return False
+
+
+def _messages_carry(messages: Any) -> bool:
+    """`_carries` for the messages list, its two outer levels (messages, their content blocks)
+    in plain loops: it is asked of the whole history on every turn."""
+    if not isinstance(messages, list):
+        return _carries(messages)
+    for message in messages:
+        if not isinstance(message, dict):
+            if _carries(message):
+                return True
+            continue
+        if "cache_control" in message:
+            return True
+        for key, value in message.items():
+            if key == "content" and isinstance(value, list):
+                for block in value:
+                    if isinstance(block, dict):
+                        if "cache_control" in block:
+                            return True
+                        for inner_key, inner in block.items():
+                            if isinstance(inner, (dict, list)) and inner_key not in _OPAQUE and _carries(inner):
+                                return True
+                    elif isinstance(block, list) and _carries(block):
+                        return True
+            elif isinstance(value, (dict, list)) and key not in _OPAQUE and _carries(value):
+                return True
     return False
 
 
 def has_cache_control(body: dict) -> bool:
     """Does the request ask for caching anywhere: at the top level, on a tool, a system block, a
     content block (nested ones too, e.g. in a tool_result)?"""
-    return "cache_control" in body or any(_carries(body.get(key)) for key in ("tools", "system", "messages"))
+    return ("cache_control" in body or _carries(body.get("tools")) or _carries(body.get("system"))
+            or _messages_carry(body.get("messages")))
 
 
 def with_caching(body: dict, strategy: Strategy = STRATEGY) -> dict:

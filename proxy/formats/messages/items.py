@@ -105,14 +105,21 @@ def text_blocks_text(blocks: Any) -> str | None:
 
 def tool_result_block(item: Any) -> dict | None:
     """The tool_result of an item that is one (a user message, or a part, opening with its only
-    tool_result block), else None."""
+    tool_result block), else None. (Asked several times of every item on every turn: no slice,
+    no generator.)"""
     if not isinstance(item, dict) or item.get("role") != "user":
         return None
     content = item.get("content")
-    if (isinstance(content, list) and content and block_type(content[0]) == "tool_result"
-            and not has_tool_result(content[1:])):
-        return content[0]
-    return None
+    if not isinstance(content, list) or not content:
+        return None
+    first = content[0]
+    if not isinstance(first, dict) or first.get("type") != "tool_result":
+        return None
+    for k in range(1, len(content)):
+        block = content[k]
+        if isinstance(block, dict) and block.get("type") == "tool_result":
+            return None
+    return first
 
 
 def result_text(block: dict) -> str | None:
@@ -299,7 +306,11 @@ class MessagesView:
         if not isinstance(item, dict) or item.get("role") != "assistant":
             return False
         content = item.get("content")
-        return isinstance(content, list) and any(block_type(b) == "compaction" for b in content)
+        if isinstance(content, list):
+            for block in content:
+                if isinstance(block, dict) and block.get("type") == "compaction":
+                    return True
+        return False
 
     def is_compaction_trigger(self, item: Any) -> bool:
         return False  # Messages has none: compaction follows the edit's trigger

@@ -71,6 +71,8 @@ def _type(item: Any) -> str | None:
     if not isinstance(item, dict):
         return None
     kind = item.get("type")
+    if type(kind) is str:  # (the common case first: asked many times of every item on every turn)
+        return kind
     if kind is None and "role" in item:
         return "message"
     if kind is None and "id" in item:
