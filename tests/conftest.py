@@ -183,7 +183,7 @@ def aclient(proxy_url, upstream) -> openai.AsyncOpenAI:
 
 
 @pytest.fixture(scope="session")
-def anyio_backend() -> str:
+def anyio_backend() -> str:  # the proxy runs on asyncio only: every async test, one backend
     return "asyncio"
 
 

@@ -23,11 +23,6 @@ def watch_for(messages: asyncio.Queue) -> ClientWatch:
     return ClientWatch(FakeRequest(messages), body_read=True)  # type: ignore[arg-type]
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def test_the_work_returns_and_the_watcher_is_gone() -> None:
     watch = watch_for(asyncio.Queue())
     before = len(asyncio.all_tasks())

@@ -11,11 +11,6 @@ from proxy.offload.background import SummaryScheduler
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def blocked(log: list[str], name: str, gate: asyncio.Event):
     async def job() -> None:
         log.append(f"start {name}")

@@ -25,11 +25,6 @@ PROMPT = [{"role": "user", "content": "a long task " * 4000}]
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 async def tenant(tmp_path):
     store = SQLiteStore(tmp_path)
     yield TenantStore(store, "ns-a", 3600, Sealer(None))

@@ -18,11 +18,6 @@ KEY = "off:{ns}:lease:conv"
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 async def store(tmp_path):
     s = SQLiteStore(tmp_path)
     yield s

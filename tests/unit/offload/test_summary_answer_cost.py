@@ -20,11 +20,6 @@ pytestmark = pytest.mark.anyio
 LAZY = re.compile(r"<state_snapshot>.*?</state_snapshot>", re.S)
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class Canned:
     def __init__(self, content: str) -> None:
         self.content = content

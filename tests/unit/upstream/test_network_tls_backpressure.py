@@ -22,11 +22,6 @@ pytestmark = pytest.mark.anyio
 SIZE = 4 * 2**20
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def test_a_paused_tls_connection_resumes_when_read():
     authority = trustme.CA()
     served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

@@ -22,11 +22,6 @@ pytestmark = pytest.mark.anyio
 ANSWER = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def read_request(reader: asyncio.StreamReader) -> bytes:
     """One request, its body read by Content-Length or chunk by chunk."""
     head = await reader.readuntil(b"\r\n\r\n")
