@@ -20,7 +20,7 @@ from starlette.responses import Response, StreamingResponse
 from proxy.core.wire import WireFormat
 from proxy import telemetry
 from proxy.errors import ProxyError
-from proxy.http.billing import KEPT_BYTES, ON_LOOP_BYTES, answer_codings
+from proxy.http.answer_tap import KEPT_BYTES, ON_LOOP_BYTES, answer_codings
 from proxy.http.body_encoding import decode
 from proxy.offload import response_chains
 from proxy.offload.cpu_pool import CPU

@@ -1,6 +1,6 @@
 """How the answer a client got ended (`proxy.core.finish`), read as it goes to the client, into
 the request's record: a holdout turn's finish reason, and whether it was an error, one saying
-the model's context window was exceeded. Read beside the relay as `proxy.http.billing` reads a
+the model's context window was exceeded. Read beside the relay (`proxy.http.answer_tap`) as `proxy.http.billing` reads a
 bill: a JSON answer whole, a stream's events as they pass (only those that may say how it
 ended are parsed, a large one off the event loop), an encoded answer once it has all come (at
 most KEPT_BYTES of it). Nothing of it changes a byte the client gets or fails a request.
@@ -8,18 +8,15 @@ most KEPT_BYTES of it). Nothing of it changes a byte the client gets or fails a 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator
-
 from starlette.responses import Response, StreamingResponse
 
 from proxy import telemetry
 from proxy.core import jsonio
 from proxy.core.finish import ERROR, Ending, error_ending, may_end, of_value
 from proxy.errors import ProxyError
-from proxy.http.billing import KEPT_BYTES, ON_LOOP_BYTES, answer_codings, is_event_stream
+from proxy.http.answer_tap import KEPT_BYTES, ON_LOOP_BYTES, answer_codings, events_in, is_event_stream, tapped
 from proxy.http.body_encoding import decode
 from proxy.offload.cpu_pool import CPU
-from proxy.upstream import sse
 
 ERROR_BYTES = 64 * 1024  # of an error answer, what is read for its message
 
@@ -50,8 +47,7 @@ def _of_events(raw: bytes, codings: list[str]) -> Ending | None:
     """The ending of a whole stream's bytes (an encoded one, read once it has ended)."""
     found: Ending | None = None
     try:
-        parser = sse.DataParser()
-        for data in [*parser.feed(decode(raw, codings, limit=KEPT_BYTES) if codings else raw), *parser.end()]:
+        for data in events_in(raw, codings):
             found = _of_data(data) or found
     except (ValueError, RecursionError, ProxyError):  # `decode`: ProxyError 413 or 400 for what it cannot undo
         return found
@@ -80,47 +76,28 @@ async def tap(rec: telemetry.RequestRecord | None, out: Response) -> Response:
             ending = await CPU(len(body) > ON_LOOP_BYTES)(_parsed, body, codings, limit=limit)
         note(rec, ending, status=out.status_code)
         return out
-    out.body_iterator = _tapped(out.body_iterator, rec, status=out.status_code, codings=codings,
-                                events=is_event_stream(out) and out.status_code == 200)
+    events = is_event_stream(out) and out.status_code == 200
+    out.body_iterator = tapped(out.body_iterator, _EndingReader(rec, status=out.status_code, events=events),
+                               codings=codings, events=events,
+                               limit=ERROR_BYTES if out.status_code != 200 else KEPT_BYTES)
     return out
 
 
-async def _tapped(chunks: AsyncIterable, rec: telemetry.RequestRecord, *, status: int,
-                  codings: list[str] | None, events: bool) -> AsyncIterator:
-    parser = sse.DataParser()
-    whole = codings is not None and (bool(codings) or not events)
-    limit = ERROR_BYTES if status != 200 else KEPT_BYTES
-    kept, over = bytearray(), codings is None
-    found: Ending | None = None
-    try:
-        async for chunk in chunks:
-            yield chunk
-            if over:
-                continue
-            raw = chunk if isinstance(chunk, bytes) else str(chunk).encode()
-            if whole:
-                kept += raw
-                over = len(kept) > limit
-                continue
-            try:
-                for data in parser.feed(raw):
-                    found = await _of_data_off_loop(data) or found
-            except (ValueError, RecursionError):
-                over = True
-    finally:
-        close = getattr(chunks, "aclose", None)
-        if close is not None:
-            await close()
-        if whole and not over and codings is not None:
-            read = _of_events if events else _parsed_whole
-            found = await CPU(len(kept) > ON_LOOP_BYTES)(read, bytes(kept), codings)
-        elif not over:
-            try:
-                for data in parser.end():
-                    found = _of_data(data) or found
-            except ValueError:
-                pass
-        note(rec, found, status=status)
+class _EndingReader:
+    """How a relayed answer ended, into `rec` once it has (`proxy.http.answer_tap`)."""
+
+    def __init__(self, rec: telemetry.RequestRecord, *, status: int, events: bool) -> None:
+        self.rec, self.status, self.events = rec, status, events
+        self.found: Ending | None = None
+
+    async def event(self, data: str) -> None:
+        self.found = await _of_data_off_loop(data) or self.found
+
+    async def whole(self, raw: bytes, codings: list[str]) -> None:
+        self.found = await CPU(len(raw) > ON_LOOP_BYTES)(_of_events if self.events else _parsed_whole, raw, codings)
+
+    def ended(self, *, read: bool) -> None:
+        note(self.rec, self.found, status=self.status)
 
 
 def _parsed_whole(raw: bytes, codings: list[str]) -> Ending | None:

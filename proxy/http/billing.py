@@ -13,7 +13,7 @@ event off the event loop), every other byte as it came.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterable, AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 
 import httpx2
 from starlette.responses import Response, StreamingResponse
@@ -22,31 +22,18 @@ from proxy import telemetry
 from proxy.core import jsonio
 from proxy.core.bill import UNREPORTED, Bill, UsageReader, UsageStream
 from proxy.errors import ProxyError, Shape
-from proxy.http.body_encoding import codings_of, decode
+from proxy.http.answer_tap import (KEPT_BYTES, ON_LOOP_BYTES, answer_codings, events_in, is_event_stream,
+                                   tapped)
+from proxy.http.body_encoding import decode
 from proxy.http.headers import response_headers_for_client
 from proxy.http.relay import close_after, stream_back, with_error_event
 from proxy.offload.cpu_pool import CPU
 from proxy.upstream import sse
 from proxy.upstream.errors import response_host
 
-KEPT_BYTES = 16 * 1024 * 1024  # of an encoded stream or a streamed JSON body, what is kept to read its usage
-ON_LOOP_BYTES = 256 * 1024  # a larger body or event is read off the event loop
 _USAGE = b'"usage"'
 _BOUNDARY = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 _DATA_LINE = re.compile(rb"^data: ?([^\r\n]*)", re.MULTILINE)  # an event's data line: its value
-
-
-def answer_codings(out: Response) -> list[str] | None:
-    """The answer's content codings ([] for none), None when one cannot be undone."""
-    values = [v.decode("latin-1") for k, v in out.raw_headers if k.lower() == b"content-encoding"]
-    try:
-        return [c for c in codings_of(values) if c != "identity"]
-    except Exception:  # noqa: BLE001 - an unknown coding: its usage is not read
-        return None
-
-
-def is_event_stream(out: Response) -> bool:
-    return any(k.lower() == b"content-type" and v.lower().startswith(b"text/event-stream") for k, v in out.raw_headers)
 
 
 def tap(rec: telemetry.RequestRecord | None, out: Response, usage: UsageReader) -> None:
@@ -55,7 +42,8 @@ def tap(rec: telemetry.RequestRecord | None, out: Response, usage: UsageReader) 
         return
     codings = answer_codings(out)
     if isinstance(out, StreamingResponse):
-        out.body_iterator = _tapped(out.body_iterator, rec, usage, codings=codings, events=is_event_stream(out))
+        out.body_iterator = tapped(out.body_iterator, _BillReader(rec, usage, events=is_event_stream(out)),
+                                   codings=codings, events=is_event_stream(out))
         return
     rec.bill.add(UNREPORTED if codings is None else _of_body(bytes(out.body), codings, usage))
 
@@ -71,8 +59,7 @@ def _of_events(raw: bytes, codings: list[str], usage: UsageReader) -> Bill:
     """The bill of a whole stream's bytes (an encoded one, read once it has ended)."""
     reading = usage.stream()
     try:
-        parser = sse.DataParser()
-        for data in [*parser.feed(decode(raw, codings, limit=KEPT_BYTES) if codings else raw), *parser.end()]:
+        for data in events_in(raw, codings):
             _feed(reading, data)
     except (ValueError, RecursionError, ProxyError):  # `decode`: ProxyError 413 or 400 for what it cannot undo
         return UNREPORTED
@@ -91,42 +78,23 @@ def _feed(reading: UsageStream, data: str) -> None:
         reading.feed(event)
 
 
-async def _tapped(chunks: AsyncIterable, rec: telemetry.RequestRecord, usage: UsageReader, *,
-                  codings: list[str] | None, events: bool) -> AsyncIterator:
-    """`chunks` as they come; their bill added to `rec` once they have ended (or stopped)."""
-    reading, parser = usage.stream(), sse.DataParser()
-    kept, whole, failed = bytearray(), codings is not None and (bool(codings) or not events), codings is None
-    try:
-        async for chunk in chunks:
-            yield chunk
-            raw = chunk if isinstance(chunk, bytes) else str(chunk).encode()
-            if failed:
-                continue
-            if whole:  # encoded, or a JSON body: read once it has all come
-                kept += raw
-                failed = len(kept) > KEPT_BYTES
-                continue
-            try:
-                for data in parser.feed(raw):
-                    await _feed_off_loop(reading, data)
-            except (ValueError, RecursionError):
-                failed = True
-    finally:
-        close = getattr(chunks, "aclose", None)
-        if close is not None:
-            await close()
-        if failed or codings is None:
-            rec.bill.add(UNREPORTED)
-        elif whole:
-            rec.bill.add(await CPU(len(kept) > ON_LOOP_BYTES)(
-                _of_events if events else _of_body, bytes(kept), codings, usage))
-        else:
-            try:
-                for data in parser.end():
-                    _feed(reading, data)
-            except ValueError:
-                pass
-            rec.bill.add(reading.bill())
+class _BillReader:
+    """The bill of a relayed answer into `rec` once it has ended (`proxy.http.answer_tap`)."""
+
+    def __init__(self, rec: telemetry.RequestRecord, usage: UsageReader, *, events: bool) -> None:
+        self.rec, self.usage, self.events = rec, usage, events
+        self.reading = usage.stream()
+        self.bill: Bill | None = None
+
+    async def event(self, data: str) -> None:
+        await _feed_off_loop(self.reading, data)
+
+    async def whole(self, raw: bytes, codings: list[str]) -> None:
+        self.bill = await CPU(len(raw) > ON_LOOP_BYTES)(_of_events if self.events else _of_body, raw, codings,
+                                                         self.usage)
+
+    def ended(self, *, read: bool) -> None:
+        self.rec.bill.add(UNREPORTED if not read else self.bill if self.bill is not None else self.reading.bill())
 
 
 async def _feed_off_loop(reading: UsageStream, data: str) -> None:

@@ -260,7 +260,7 @@ def test_a_tenants_file_holdout_and_count_tokens_of_a_control_session_as_sent(ma
         r = httpx2.post(url + ROUTES["anthropic"], content=raw, timeout=30,
                         headers={**headers, "X-Offload-Session": control, "X-Offload-Holdout": "0.5"})
         assert r.status_code == 200, r.text  # a header repeating the tenant's value is accepted
-        section = holdout_of(url, key, sessions=2, **sub)
+        section = holdout_of(url, key, sessions=2, turns=3, **sub)  # (a later turn may come in a later flush)
         admin = httpx2.get(f"{url}/v1/offload/stats", params={"tenant": namespace},
                            headers={"authorization": "Bearer admin-holdout-token"}, timeout=30)
         everyone = httpx2.get(f"{url}/v1/offload/stats", headers={"authorization": "Bearer admin-holdout-token"},
