@@ -206,9 +206,12 @@ def _totals(turns: list[TurnResult]) -> dict[str, Any]:
     raw = sum(t.tokens_before or 0 for t in turns)
     forwarded = sum(t.tokens_after or 0 for t in turns)
     failed = [t for t in turns if t.status != 200]
+    # answered with no X-Offload-Tokens-Before: forwarded unchanged and unreported (observe mode, a
+    # holdout's control session, X-Offload-Mode: off): not in raw/forwarded, counted apart
+    unmanaged = sum(1 for t in turns if t.status == 200 and t.tokens_before is None)
     return {
         "turns": len(turns), "answered": len(turns) - len(failed), "errors": len(failed),
-        "raw_tokens": raw, "forwarded_tokens": forwarded,
+        "unmanaged": unmanaged, "raw_tokens": raw, "forwarded_tokens": forwarded,
         "forwarded_ratio": round(forwarded / raw, 4) if raw else None,
         "actions": dict(sorted(Counter(t.action for t in turns if t.action).items())),
         "reload_rounds": sum(t.reload_rounds or 0 for t in turns),
@@ -255,6 +258,10 @@ def table(report: dict[str, Any]) -> str:
                 f"{o['forwarded_tokens']}, forwarded/raw {ratio} (the proxy's X-Offload-Tokens-Before/-After)")
     rows.append(f"actions: {_actions(o['actions'])}; reload rounds the model ran through the proxy: "
                 f"{o['reload_rounds']} (X-Offload-Reload-Rounds)")
+    if o["unmanaged"]:
+        rows.append(f"unmanaged: {o['unmanaged']} of {o['answered']} answered turns carried no X-Offload-* headers "
+                    "(forwarded unchanged: observe mode, a holdout's control sessions, or mode off) and are not in "
+                    "the raw and forwarded tokens above; the proxy's statistics and dashboard count them")
     if o["errors"]:
         statuses = ", ".join(f"{'no answer' if s == '0' else 'HTTP ' + s} × {n}"
                              for s, n in o["errors_by_status"].items())

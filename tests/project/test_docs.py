@@ -86,3 +86,14 @@ def test_a_broken_link_is_found(tmp_path: Path):
     targets = relative_links(tmp_path / "a.md")
     assert targets == ["#title", "#not-a-heading", "b.md"]
     assert anchors(tmp_path / "a.md") == {"title"}
+
+
+def test_the_fake_upstream_recipes_bill():
+    """A recipe that starts the bundled fake upstream passes --bill, as `scripts/demo` does: without it
+    each turn reports a fixed few tokens while the summary calls report their size, so the dashboard's
+    bill has the proxy costing many times the raw history's estimate (a negative saving)."""
+    recipes = [(page.name, line) for page in PAGES for line in page.read_text().splitlines()
+               if re.search(r"proxy\.demo\.fake_upstream (\d+|PORT)", line)]
+    assert recipes
+    for name, line in recipes:
+        assert "--bill" in line, f"{name}: {line.strip()}"

@@ -142,6 +142,27 @@ async def test_every_turn_goes_to_the_endpoint_in_order(format):
 
 
 @pytest.mark.anyio
+async def test_turns_answered_without_offload_headers_are_counted_apart():
+    """Observe mode and a holdout's control arm answer 200 with no X-Offload-* header: said, not a silent 0."""
+
+    def handle(request: httpx2.Request) -> httpx2.Response:
+        if request.url.path == "/healthz":
+            return httpx2.Response(200, json={"status": "ok"})
+        if request.headers["x-offload-session"] == "control":
+            return httpx2.Response(200, json={})
+        return httpx2.Response(200, json={}, headers={"x-offload-tokens-before": "100", "x-offload-tokens-after": "40",
+                                                      "x-offload-action": "compact"})
+
+    sent = await send_all([CONV, {**CONV, "id": "control"}], target="http://proxy.test", format="chat", model="m",
+                          api_key="k", concurrency=1, transport=httpx2.MockTransport(handle))
+    report = report_of(sent, target="http://proxy.test", format="chat", model="m", concurrency=1)
+    o = report["overall"]
+    assert (o["answered"], o["unmanaged"], o["raw_tokens"], o["forwarded_tokens"]) == (4, 2, 200, 80)
+    assert report["conversations"][0]["unmanaged"] == 0 and report["conversations"][1]["unmanaged"] == 2
+    assert "unmanaged: 2 of 4 answered turns carried no X-Offload-* headers" in table(report)
+
+
+@pytest.mark.anyio
 async def test_a_failing_turn_is_counted_and_the_rest_go_on():
     seen: list[httpx2.Request] = []
     sent = await send_all([CONV, {**CONV, "id": "bad"}], target="http://proxy.test", format="chat", model="m",
