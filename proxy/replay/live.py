@@ -334,7 +334,10 @@ async def session_bill(client: httpx2.AsyncClient, root: str, *, session: str, h
     """The tokens the proxy's statistics billed in `session`, per call (`turn`, `summary`,
     `keepalive`: `GET /v1/offload/sessions/{id}`'s `bill.calls`), once they hold `turns` turns
     of it; None when they do not within STATS_WAIT s."""
-    url = f"{root}/v1/offload/sessions/{quote(session, safe='/:@')}"
+    # every `/` escaped: a trace id's `/../` segments would otherwise be resolved by the client,
+    # sending the caller's key to any path of the target's host (its path prefix escaped too);
+    # the server decodes the path before routing, so `{session:path}` still reads the whole id
+    url = f"{root}/v1/offload/sessions/{quote(session, safe=':@')}"
     deadline = asyncio.get_running_loop().time() + STATS_WAIT
     while True:
         try:

@@ -259,3 +259,20 @@ async def _answer_of(raw: bytes) -> Sent:
 
     async with httpx2.AsyncClient(transport=httpx2.MockTransport(handler)) as client:
         return await post(client, "http://up/v1/chat/completions", body={}, headers={})
+
+
+def test_a_trace_id_with_dot_segments_never_moves_the_session_bill_off_its_path():
+    from proxy.replay.live import session_bill
+    seen: list[str] = []
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        seen.append(request.url.raw_path.decode())
+        return httpx2.Response(200, json={"turns": 1, "bill": {"calls": {}}})
+
+    async def go() -> None:
+        async with httpx2.AsyncClient(transport=httpx2.MockTransport(handler)) as client:
+            await session_bill(client, "http://proxy.test/prefix", session="live-x-0-/../../../../../admin",
+                               headers={"authorization": "Bearer sk-k"}, turns=1)
+
+    asyncio.run(go())
+    assert seen[0] == "/prefix/v1/offload/sessions/live-x-0-%2F..%2F..%2F..%2F..%2F..%2Fadmin"
