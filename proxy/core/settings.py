@@ -131,7 +131,7 @@ def _describe(field: str) -> str:
     info = OffloadSettings.model_fields[field]
     annotation = str(info.annotation)
     if field == "mode":
-        return "one of auto, compact, compress, off"
+        return "one of auto, compact, compress, off, observe"
     if field == "context_management":
         return "one of relay, emulate, auto"
     if field == "cache_control":

@@ -24,7 +24,8 @@ OFFLOAD_PREFIX = b"x-offload-"
 def request_headers_for_upstream(
     raw: Iterable[tuple[bytes, bytes]], *, body_replaced: bool = False
 ) -> list[tuple[bytes, bytes]]:
-    """Client headers minus hop-by-hop, Host and every X-Offload-* header, each value without
+    """Client headers minus hop-by-hop, Host and every X-Offload-* header (spelt with underscores
+    too: a gateway mapping them to dashes would read ours), each value without
     the whitespace around it (RFC 9110 §5.5: no part of the value; uvicorn's parser may keep a
     trailing one, which the upstream client refuses to send).
 
@@ -36,7 +37,7 @@ def request_headers_for_upstream(
     return [
         (k, v.strip(b" \t"))
         for k, v in raw
-        if (lk := k.lower()) not in drop and not lk.startswith(OFFLOAD_PREFIX)
+        if (lk := k.lower()) not in drop and not lk.replace(b"_", b"-").startswith(OFFLOAD_PREFIX)
     ]
 
 

@@ -278,8 +278,9 @@ class Arm:
 
 
 def record_of(sent: Sent, *, arm: Arm, trace: PlannedTrace, turn: PlannedTurn, format: str,
-              price: Price) -> dict[str, Any]:
-    """The journal's record of one arm's answer to one turn: status, next action, bill, cost."""
+              price: Price, api_key: str = "") -> dict[str, Any]:
+    """The journal's record of one arm's answer to one turn: status, next action, bill, cost
+    (`api_key`: the key sent, never kept, not even the part of it an error message cut leaves)."""
     record: dict[str, Any] = {"kind": "turn", "position": trace.position, "trace": trace.id, "turn": turn.number,
                               "arm": arm.name, "config": arm.config, "model": trace.model, "attempts": sent.attempts,
                               "status": 0, "action": None, "error": sent.error}
@@ -293,7 +294,7 @@ def record_of(sent: Sent, *, arm: Arm, trace: PlannedTrace, turn: PlannedTurn, f
         if headers.get(name) is not None:
             record[key] = headers[name]
     if response.status_code != 200:
-        record["error"] = f"HTTP {response.status_code}: {error_message(response)}"
+        record["error"] = f"HTTP {response.status_code}: {error_message(response, secret=api_key)}"
         return record
     try:
         answer = response.json()
@@ -462,7 +463,8 @@ async def send_all(run: LiveRun, traces: list[PlannedTrace], journal: Journal, *
                     if _answered(journal.done(position=trace.position, trace=trace.id, turn=turn.number, arm=arm.name)):
                         continue
                     sent = await post(client, arm.url, body=turn.body, headers=arm.headers)
-                    record = record_of(sent, arm=arm, trace=trace, turn=turn, format=run.format, price=price)
+                    record = record_of(sent, arm=arm, trace=trace, turn=turn, format=run.format, price=price,
+                                       api_key=run.api_key)
                     record = without_key(record, run.api_key)  # an upstream may quote the key back: never kept
                     if record["status"] in REFUSED:
                         raise _refused(record, run.upstream if arm.name == "raw" else proxy)

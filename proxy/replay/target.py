@@ -135,16 +135,17 @@ def _int(value: str | None) -> int | None:
         return None
 
 
-def error_message(response: httpx2.Response) -> str:
-    """The message of an error answer (OpenAI's and Anthropic's `error.message`), else its text."""
+def error_message(response: httpx2.Response, *, secret: str = "") -> str:
+    """The message of an error answer (OpenAI's and Anthropic's `error.message`), else its text;
+    `secret` (the key sent) replaced before the message is cut, so no part of it is kept."""
     try:
         body = response.json()
     except ValueError:
         body = None
     error = body.get("error") if isinstance(body, dict) else None
     message = error.get("message") if isinstance(error, dict) else error if isinstance(error, str) else None
-    text = message or response.text.strip() or response.reason_phrase
-    return one_line(str(text))
+    text = str(message or response.text.strip() or response.reason_phrase)
+    return one_line(text.replace(secret, "[the key]") if secret else text)
 
 
 def one_line(text: str) -> str:

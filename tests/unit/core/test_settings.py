@@ -56,7 +56,7 @@ def test_bad_tenants_file_fails_at_startup(tmp_path):
 
 
 @pytest.mark.parametrize("header,value,expect", [
-    ("X-Offload-Mode", "squash", "one of auto, compact, compress, off"),
+    ("X-Offload-Mode", "squash", "one of auto, compact, compress, off, observe"),
     ("X-Offload-Max-Total-Tokens", "-1", "an integer from 0 to"),
     ("X-Offload-Max-Reload-Rounds", "many", "an integer from 0 to 50"),
     ("X-Offload-Reload-Tools", "maybe", "on or off"),

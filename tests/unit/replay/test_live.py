@@ -144,6 +144,17 @@ def test_a_record_holds_the_action_the_bill_and_the_proxys_headers():
     assert refused["status"] == 401 and refused["error"] == "HTTP 401: bad key"
 
 
+def test_an_error_quoting_the_key_where_the_message_is_cut_keeps_no_part_of_it():
+    from proxy.replay.target import MAX_ERROR
+    trace = PlannedTrace(0, "c1", "gpt-4o", (PlannedTurn(1, {}, 10, 1),))
+    arm = Arm("raw", "http://u/v1/chat/completions", {}, "cfg")
+    key = "sk-" + "S" * 60
+    message = "x" * (MAX_ERROR - 40) + f" key: {key}"  # the cut falls inside the key
+    record = record_of(Sent(httpx2.Response(401, json={"error": {"message": message}}), 1), arm=arm, trace=trace,
+                       turn=trace.turns[0], format="chat", price=PriceTable().price("gpt-4o"), api_key=key)
+    assert "sk-SSS" not in record["error"] and "SSSSS" not in record["error"]
+
+
 def rec(arm: str, *, status: int = 200, calls=(), text: str = "", finish: str = "stop", usd: float = 0.01) -> dict:
     return {"arm": arm, "trace": "t", "turn": 1, "status": status, "usd": usd, "error": None if status == 200 else "x",
             "bill": {"uncached": 100, "output": 10, "answers": 1},
