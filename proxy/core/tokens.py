@@ -389,6 +389,12 @@ class TokenCounter:
     def tools(self, tools: Any) -> int:
         return self.text(json.dumps(tools, ensure_ascii=False, sort_keys=True)) if tools else 0
 
+    def outside_history(self, body: dict) -> int:
+        """What a request sends beside its history, every turn: the tools, and the system prompt
+        a format keeps outside the history (Messages' `system`, Responses' `instructions`)."""
+        return self.tools(body.get("tools")) + self.content(body.get("system")) + self.content(
+            body.get("instructions"))
+
 
 _counters: dict[str, TokenCounter] = {}
 

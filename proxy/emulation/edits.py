@@ -56,7 +56,7 @@ async def apply(emulation: Emulation, items: list[Any], *, fmt: WireFormat, body
         return EditsDone(items)
     edits = parse_context_management(emulation.asked)
     counter = counter.for_request()
-    fixed = counter.content(body.get("system")) + counter.tools(body.get("tools"))
+    fixed = counter.outside_history(body)
     view = cast(MessagesView, fmt.view)  # a format with clearing edits is the Messages API's
     run = functools.partial(apply_edits, items, edits, view, counter=counter, namespace=namespace,
                             fixed_tokens=fixed)

@@ -77,7 +77,7 @@ async def tap(rec: telemetry.RequestRecord | None, out: Response) -> Response:
         note(rec, ending, status=out.status_code)
         return out
     events = is_event_stream(out) and out.status_code == 200
-    out.body_iterator = tapped(out.body_iterator, _EndingReader(rec, status=out.status_code, events=events),
+    out.body_iterator = tapped(out.body_iterator, _EndingReader(rec, status=out.status_code),
                                codings=codings, events=events,
                                limit=ERROR_BYTES if out.status_code != 200 else KEPT_BYTES)
     return out
@@ -86,15 +86,15 @@ async def tap(rec: telemetry.RequestRecord | None, out: Response) -> Response:
 class _EndingReader:
     """How a relayed answer ended, into `rec` once it has (`proxy.http.answer_tap`)."""
 
-    def __init__(self, rec: telemetry.RequestRecord, *, status: int, events: bool) -> None:
-        self.rec, self.status, self.events = rec, status, events
+    def __init__(self, rec: telemetry.RequestRecord, *, status: int) -> None:
+        self.rec, self.status = rec, status
         self.found: Ending | None = None
 
     async def event(self, data: str) -> None:
         self.found = await _of_data_off_loop(data) or self.found
 
-    async def whole(self, raw: bytes, codings: list[str]) -> None:
-        self.found = await CPU(len(raw) > ON_LOOP_BYTES)(_of_events if self.events else _parsed_whole, raw, codings)
+    async def whole(self, raw: bytes, codings: list[str], *, events: bool) -> None:
+        self.found = await CPU(len(raw) > ON_LOOP_BYTES)(_of_events if events else _parsed_whole, raw, codings)
 
     def ended(self, *, read: bool) -> None:
         note(self.rec, self.found, status=self.status)

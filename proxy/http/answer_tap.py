@@ -22,9 +22,9 @@ class AnswerReader(Protocol):
     async def event(self, data: str) -> None:
         """One event's data of a stream that is not encoded, as it passes."""
 
-    async def whole(self, raw: bytes, codings: list[str]) -> None:
-        """The answer's bytes once they have all come: an encoded answer, or one that is not an
-        event stream."""
+    async def whole(self, raw: bytes, codings: list[str], *, events: bool) -> None:
+        """The answer's bytes once they have all come: an encoded answer (`events`: an encoded
+        event stream), or one that is not an event stream."""
 
     def ended(self, *, read: bool) -> None:
         """Last, once: `read` is False when the answer could not be read (a coding that cannot
@@ -79,7 +79,7 @@ async def tapped(chunks: AsyncIterable, reader: AnswerReader, *, codings: list[s
         if close is not None:
             await close()
         if not failed and whole and codings is not None:
-            await reader.whole(bytes(kept), codings)
+            await reader.whole(bytes(kept), codings, events=events)
         elif not failed:
             try:
                 for data in parser.end():

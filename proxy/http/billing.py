@@ -42,8 +42,8 @@ def tap(rec: telemetry.RequestRecord | None, out: Response, usage: UsageReader) 
         return
     codings = answer_codings(out)
     if isinstance(out, StreamingResponse):
-        out.body_iterator = tapped(out.body_iterator, _BillReader(rec, usage, events=is_event_stream(out)),
-                                   codings=codings, events=is_event_stream(out))
+        out.body_iterator = tapped(out.body_iterator, _BillReader(rec, usage), codings=codings,
+                                   events=is_event_stream(out))
         return
     rec.bill.add(UNREPORTED if codings is None else _of_body(bytes(out.body), codings, usage))
 
@@ -81,17 +81,16 @@ def _feed(reading: UsageStream, data: str) -> None:
 class _BillReader:
     """The bill of a relayed answer into `rec` once it has ended (`proxy.http.answer_tap`)."""
 
-    def __init__(self, rec: telemetry.RequestRecord, usage: UsageReader, *, events: bool) -> None:
-        self.rec, self.usage, self.events = rec, usage, events
+    def __init__(self, rec: telemetry.RequestRecord, usage: UsageReader) -> None:
+        self.rec, self.usage = rec, usage
         self.reading = usage.stream()
         self.bill: Bill | None = None
 
     async def event(self, data: str) -> None:
         await _feed_off_loop(self.reading, data)
 
-    async def whole(self, raw: bytes, codings: list[str]) -> None:
-        self.bill = await CPU(len(raw) > ON_LOOP_BYTES)(_of_events if self.events else _of_body, raw, codings,
-                                                         self.usage)
+    async def whole(self, raw: bytes, codings: list[str], *, events: bool) -> None:
+        self.bill = await CPU(len(raw) > ON_LOOP_BYTES)(_of_events if events else _of_body, raw, codings, self.usage)
 
     def ended(self, *, read: bool) -> None:
         self.rec.bill.add(UNREPORTED if not read else self.bill if self.bill is not None else self.reading.bill())

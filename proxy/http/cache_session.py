@@ -96,7 +96,8 @@ async def after(call: ManagedCall) -> None:
     turn = call.turn
     model = turn.body.get("model") if isinstance(turn.body.get("model"), str) else None
     sent_digest = await CPU(len(cache.content) > LARGE_BODY)(digest, cache.content)
-    tokens = turn.prepared.plan.tokens_after + await CPU(len(cache.content) > LARGE_BODY)(_beside_history, turn)
+    tokens = turn.prepared.plan.tokens_after + await CPU(len(cache.content) > LARGE_BODY)(
+        turn.counter.outside_history, turn.body)  # the forwarded body's: its tools and system prompt too
     record = LastSent(sent_digest, tokens=tokens, at=cache.at,
                       model=model[:256] if model else None, endpoint=call.fmt.endpoint, family=call.caller.family,
                       credential="shared" if call.caller.shared_key else call.caller.kind,
@@ -107,14 +108,6 @@ async def after(call: ManagedCall) -> None:
     if keepalive is not None and turn.settings.cache_keepalive:
         await keepalive.hold(tenant, cache.session, sent=stored, content=cache.content, headers=call.headers,
                              base=call.base, fmt=call.fmt, query=call.query)
-
-
-def _beside_history(turn: Any) -> int:
-    """The tokens of what the provider caches beside the history: the tools, and the system
-    prompt a format keeps outside it (Messages' `system`, Responses' `instructions`)."""
-    body, counter = turn.body, turn.counter
-    return counter.tools(body.get("tools")) + counter.content(body.get("system")) + counter.content(
-        body.get("instructions"))
 
 
 def keepalive_service(settings: Any, upstream: Any, metrics: Any, *, recorder: Any) -> KeepAlive:

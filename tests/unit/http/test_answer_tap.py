@@ -15,7 +15,7 @@ class Reader:
     async def event(self, data: str) -> None:
         self.calls.append(("event", data))
 
-    async def whole(self, raw: bytes, codings: list[str]) -> None:
+    async def whole(self, raw: bytes, codings: list[str], *, events: bool) -> None:
         self.calls.append(("whole", raw, codings))
 
     def ended(self, *, read: bool) -> None:
