@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 
 import httpx2
-
 from common import SHARED, cpu_seconds, machine, servers
 
 from proxy.core.tokens import counter_for_model
@@ -67,8 +66,12 @@ def build(tokens: int, traces_file: Path = SHARED / "traces" / "traces.jsonl") -
 
 
 def as_responses(chat: dict) -> dict:
-    return {"model": chat["model"], "input": items_from_chat(chat["messages"]), "tools": tools_from_chat(chat["tools"]),
-            "store": False}
+    return {
+        "model": chat["model"],
+        "input": items_from_chat(chat["messages"]),
+        "tools": tools_from_chat(chat["tools"]),
+        "store": False,
+    }
 
 
 def as_messages(chat: dict) -> dict:
@@ -86,8 +89,9 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def one_round(body: bytes, repeats: int, endpoint: str,
-              proxy_args: tuple[str, ...] = ()) -> tuple[float, float, float, httpx2.Response, float]:
+def one_round(
+    body: bytes, repeats: int, endpoint: str, proxy_args: tuple[str, ...] = ()
+) -> tuple[float, float, float, httpx2.Response, float]:
     """(cold CPU, second request CPU, back-to-back steady mean CPU in seconds, the last answer,
     the proxy's RSS in MiB after them)."""
     headers = {"authorization": "Bearer sk-bench", "content-type": "application/json"}
@@ -110,8 +114,9 @@ def one_round(body: bytes, repeats: int, endpoint: str,
     return cold, second, steady, r, rss
 
 
-def measure(chat: dict, formats: list[str], *, rounds: int, repeats: int,
-            proxy_args: tuple[str, ...]) -> dict[str, tuple[float, float, float, httpx2.Response, float]]:
+def measure(
+    chat: dict, formats: list[str], *, rounds: int, repeats: int, proxy_args: tuple[str, ...]
+) -> dict[str, tuple[float, float, float, httpx2.Response, float]]:
     """Per format: the median cold, second and steady CPU over `rounds`, the last answer, the
     median RSS. Formats alternate round by round, so that both see the same machine load."""
     bodies = {name: json.dumps(as_format(chat, name)).encode() for name in formats}
@@ -119,8 +124,14 @@ def measure(chat: dict, formats: list[str], *, rounds: int, repeats: int,
     for _ in range(rounds):
         for name in formats:
             measured[name].append(one_round(bodies[name], repeats, ENDPOINTS[name], proxy_args))
-    return {name: (*(statistics.median(r[i] for r in runs) for i in range(3)), runs[-1][3],
-                   statistics.median(r[4] for r in runs)) for name, runs in measured.items()}
+    return {
+        name: (
+            *(statistics.median(r[i] for r in runs) for i in range(3)),
+            runs[-1][3],
+            statistics.median(r[4] for r in runs),
+        )
+        for name, runs in measured.items()
+    }
 
 
 def main() -> None:
@@ -130,17 +141,25 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20, help="steady requests per round")
     parser.add_argument("--traces", type=Path, default=SHARED / "traces" / "traces.jsonl")
     parser.add_argument("--format", choices=(*FORMATS, "both", "all"), default="all")
-    parser.add_argument("--sweep", nargs="?", const=",".join(map(str, SWEEP)), default=None, metavar="SIZES",
-                        help="these sizes in tokens (comma-separated; default 10 K to 2 M) instead of --tokens")
+    parser.add_argument(
+        "--sweep",
+        nargs="?",
+        const=",".join(map(str, SWEEP)),
+        default=None,
+        metavar="SIZES",
+        help="these sizes in tokens (comma-separated; default 10 K to 2 M) instead of --tokens",
+    )
     parser.add_argument("--store", choices=("sqlite", "redis"), default="sqlite")
     args = parser.parse_args()
     print(machine())
-    formats = (list(FORMATS) if args.format == "all" else ["chat", "responses"] if args.format == "both"
-               else [args.format])
+    formats = (
+        list(FORMATS) if args.format == "all" else ["chat", "responses"] if args.format == "both" else [args.format]
+    )
     redis = None
     proxy_args: tuple[str, ...] = ()
     if args.store == "redis":
         from tests.harness.servers import RedisProcess
+
         redis = RedisProcess().start()
         proxy_args = ("--redis-url", redis.url)
         print(f"store: Redis at {redis.url}")
@@ -160,19 +179,25 @@ def single(args: argparse.Namespace, formats: list[str], proxy_args: tuple[str, 
     results = measure(chat, formats, rounds=args.rounds, repeats=args.repeats, proxy_args=proxy_args)
     for name, (cold, second, steady, last, rss) in results.items():
         size = len(json.dumps(as_format(chat, name))) / 1e6
-        print(f"[{name}] conversation: {size:.2f} MB, {tokens} tokens; action "
-              f"{last.headers['x-offload-action']}, forwarded {last.headers['x-offload-tokens-after']} tokens")
-        print(f"[{name}] proxy CPU, median of {args.rounds} rounds: cold {cold * 1e3:.1f} ms | second request "
-              f"{second * 1e3:.1f} ms ({second / cold:.3f} of cold) | steady, {args.repeats} back to back: "
-              f"{steady * 1e3:.1f} ms each ({steady / cold:.3f} of cold) | RSS {rss:.0f} MiB")
+        print(
+            f"[{name}] conversation: {size:.2f} MB, {tokens} tokens; action "
+            f"{last.headers['x-offload-action']}, forwarded {last.headers['x-offload-tokens-after']} tokens"
+        )
+        print(
+            f"[{name}] proxy CPU, median of {args.rounds} rounds: cold {cold * 1e3:.1f} ms | second request "
+            f"{second * 1e3:.1f} ms ({second / cold:.3f} of cold) | steady, {args.repeats} back to back: "
+            f"{steady * 1e3:.1f} ms each ({steady / cold:.3f} of cold) | RSS {rss:.0f} MiB"
+        )
     for name in [n for n in results if n != "chat" and "chat" in results]:
         print(f"{name}/chat steady per-turn CPU: {results[name][2] / results['chat'][2]:.3f} (target <= 1.10)")
 
 
 def sweep(args: argparse.Namespace, formats: list[str], proxy_args: tuple[str, ...]) -> None:
     counter = counter_for_model("gpt-4o")
-    print(f"{'format':9} {'tokens':>9} {'messages':>8} {'MB':>6} {'cold ms':>8} {'steady ms':>9} "
-          f"{'RSS MiB':>7} {'slope ms/100K':>13}")
+    print(
+        f"{'format':9} {'tokens':>9} {'messages':>8} {'MB':>6} {'cold ms':>8} {'steady ms':>9} "
+        f"{'RSS MiB':>7} {'slope ms/100K':>13}"
+    )
     previous: dict[str, tuple[int, float]] = {}
     for size in sorted({int(n) for n in args.sweep.split(",")}):
         chat = build(size, args.traces)
@@ -185,8 +210,11 @@ def sweep(args: argparse.Namespace, formats: list[str], proxy_args: tuple[str, .
                 before, spent = previous[name]
                 slope = f"{(steady - spent) * 1e3 / ((tokens - before) / 100_000):.2f}"
             previous[name] = (tokens, steady)
-            print(f"{name:9} {tokens:>9} {len(chat['messages']):>8} {mb:>6.2f} {cold * 1e3:>8.1f} "
-                  f"{steady * 1e3:>9.1f} {rss:>7.0f} {slope:>13}", flush=True)
+            print(
+                f"{name:9} {tokens:>9} {len(chat['messages']):>8} {mb:>6.2f} {cold * 1e3:>8.1f} "
+                f"{steady * 1e3:>9.1f} {rss:>7.0f} {slope:>13}",
+                flush=True,
+            )
         for name in [n for n in results if n != "chat" and "chat" in results]:
             print(f"{'':9} {name}/chat steady: {results[name][2] / results['chat'][2]:.3f}")
 

@@ -55,14 +55,20 @@ async def main() -> None:
     parser.add_argument("--megabytes", type=int, default=48)
     args = parser.parse_args()
     plain = body(args.megabytes << 20)
-    encode = {"gzip": gzip.compress, "deflate": zlib.compress, "br": lambda b: brotli.compress(b, quality=5),
-              "zstd": zstandard.ZstdCompressor().compress}
+    encode = {
+        "gzip": gzip.compress,
+        "deflate": zlib.compress,
+        "br": lambda b: brotli.compress(b, quality=5),
+        "zstd": zstandard.ZstdCompressor().compress,
+    }
     mb = len(plain) / 2**20
     for coding, fn in [*encode.items(), *encode.items()]:  # twice: the first includes warming up
         sent = fn(plain)
         took, gap = await measure(sent, coding, limit=len(plain) + 1)
-        print(f"{coding:8} {len(sent) / 2**20:6.1f} MB -> {mb:.1f} MB in {took * 1000:6.0f} ms "
-              f"({mb / took:5.0f} MB/s); longest event-loop gap {gap * 1000:.1f} ms")
+        print(
+            f"{coding:8} {len(sent) / 2**20:6.1f} MB -> {mb:.1f} MB in {took * 1000:6.0f} ms "
+            f"({mb / took:5.0f} MB/s); longest event-loop gap {gap * 1000:.1f} ms"
+        )
 
 
 if __name__ == "__main__":

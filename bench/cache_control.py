@@ -60,13 +60,26 @@ async def replayed(conversations: list[dict], *, gaps: str, seed: int, pricing: 
     with tempfile.TemporaryDirectory(prefix="cache-control-") as data:
         store, upstream = SQLiteStore(Path(data)), upstream_for(None)
         try:
-            replayer = Replayer(store, OffloadSettings(), upstream, headers=[], model=MODEL, format="anthropic",
-                                pricing=pricing, gaps=parse(gaps), gap_seed=seed, cache_cuts=cuts)
+            replayer = Replayer(
+                store,
+                OffloadSettings(),
+                upstream,
+                headers=[],
+                model=MODEL,
+                format="anthropic",
+                pricing=pricing,
+                gaps=parse(gaps),
+                gap_seed=seed,
+                cache_cuts=cuts,
+            )
             out = []
             for i, conv in enumerate(conversations):
                 out.append(await replayer.conversation(conv, index=i))
-                print(f"  {'cuts' if cuts else 'no cuts'} {i + 1}/{len(conversations)} {conv.get('id')}",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"  {'cuts' if cuts else 'no cuts'} {i + 1}/{len(conversations)} {conv.get('id')}",
+                    file=sys.stderr,
+                    flush=True,
+                )
             return out
         finally:
             await upstream.aclose()
@@ -92,9 +105,18 @@ def figures(pairs: list[tuple[dict, dict]], *, strategy: str = STRATEGY, min_tok
     return out
 
 
-COLUMNS = (("raw cached", "raw_cached"), ("proxy off", "proxy_uncached"), ("no cuts", "no_cuts"), ("proxy", "proxy"),
-           ("keep-alive", "keepalive"), ("ka/none", "ka_vs_none"), ("floor", "floor"), ("above raw", "above_raw"),
-           ("above cached", "above_raw_cached"), ("ka above", "ka_above"))
+COLUMNS = (
+    ("raw cached", "raw_cached"),
+    ("proxy off", "proxy_uncached"),
+    ("no cuts", "no_cuts"),
+    ("proxy", "proxy"),
+    ("keep-alive", "keepalive"),
+    ("ka/none", "ka_vs_none"),
+    ("floor", "floor"),
+    ("above raw", "above_raw"),
+    ("above cached", "above_raw_cached"),
+    ("ka above", "ka_above"),
+)
 
 
 def table(rows: list[tuple[str, dict]], columns=COLUMNS) -> str:
@@ -114,15 +136,25 @@ def held_out(pairs, frameworks, *, options, pick_figure, figures_of) -> list[tup
     def summarised(part: list) -> dict:
         return figures_of(part[0][0], [p for _, p in part]) if part else {pick_figure: 1.0}
 
-    held = lofo.leave_one_out(per_option, frameworks, summarised,
-                              pick=lambda parts: min(range(len(parts)), key=lambda i: (parts[i][pick_figure], i)))
+    held = lofo.leave_one_out(
+        per_option,
+        frameworks,
+        summarised,
+        pick=lambda parts: min(range(len(parts)), key=lambda i: (parts[i][pick_figure], i)),
+    )
     rows = [(f"{h.framework} (chosen: {options[h.chosen]})", h.figures) for h in held]
     if held:
         pooled = [c for h in held for c in h.conversations]
         base = sum(p[1]["raw_uncached"] for _, p in pooled) or 1.0
-        rows.append(("POOLED", {**figures([p for _, p in pooled]),
-                                pick_figure: sum(figures_of(o, [p])[pick_figure] * p[1]["raw_uncached"]
-                                                 for o, p in pooled) / base}))
+        rows.append(
+            (
+                "POOLED",
+                {
+                    **figures([p for _, p in pooled]),
+                    pick_figure: sum(figures_of(o, [p])[pick_figure] * p[1]["raw_uncached"] for o, p in pooled) / base,
+                },
+            )
+        )
     return rows
 
 
@@ -142,43 +174,79 @@ def main() -> None:
     pairs = [(a.bill, b.bill) for a, b in zip(uncut, cut)]
     frameworks = [lofo.framework_of(conv) for conv in conversations]
     rows = [(r.id, figures([p])) for r, p in zip(cut, pairs)]
-    rows += [(f"framework {name}", figures([p for p, f in zip(pairs, frameworks) if f == name]))
-             for name in sorted(set(frameworks))]
+    rows += [
+        (f"framework {name}", figures([p for p, f in zip(pairs, frameworks) if f == name]))
+        for name in sorted(set(frameworks))
+    ]
     overall = figures(pairs)
     rows.append(("OVERALL", overall))
-    print(f"billed at {args.pricing} prices, turn gaps {args.gaps} (seed {args.seed}), {MODEL}; shares of the raw "
-          f"history billed uncached; proxy = {STRATEGY} caching, cuts priced at cache prices (the default); "
-          f"keep-alive at --cache-keepalive-min-tokens {DEFAULT_MIN}")
+    print(
+        f"billed at {args.pricing} prices, turn gaps {args.gaps} (seed {args.seed}), {MODEL}; shares of the raw "
+        f"history billed uncached; proxy = {STRATEGY} caching, cuts priced at cache prices (the default); "
+        f"keep-alive at --cache-keepalive-min-tokens {DEFAULT_MIN}"
+    )
     print(table(rows))
     met = overall["proxy"] <= TARGET and overall["above_raw"] == 0 and overall["ka_vs_none"] <= KEEPALIVE_TARGET
-    print(f"targets (proxy <= {TARGET}, no trace billed above its raw history's bill, keep-alive and cold-cache cuts "
-          f"<= {KEEPALIVE_TARGET} x without them): {'met' if met else 'NOT met'} — proxy {overall['proxy']:.3f}, "
-          f"without cache control {overall['proxy_uncached']:.3f}, raw cached {overall['raw_cached']:.3f}, "
-          f"keep-alive and cold cuts {overall['ka_vs_none']:.3f} x; {overall['above_raw']} trace(s) above the raw "
-          f"history as this client sends it; {overall['above_raw_cached']} above it with the client's own caching "
-          f"({overall['ka_above']} with keep-alive)")
+    print(
+        f"targets (proxy <= {TARGET}, no trace billed above its raw history's bill, keep-alive and cold-cache cuts "
+        f"<= {KEEPALIVE_TARGET} x without them): {'met' if met else 'NOT met'} — proxy {overall['proxy']:.3f}, "
+        f"without cache control {overall['proxy_uncached']:.3f}, raw cached {overall['raw_cached']:.3f}, "
+        f"keep-alive and cold cuts {overall['ka_vs_none']:.3f} x; {overall['above_raw']} trace(s) above the raw "
+        f"history as this client sends it; {overall['above_raw_cached']} above it with the client's own caching "
+        f"({overall['ka_above']} with keep-alive)"
+    )
 
     sweep = [(f"way of caching {s}", figures(pairs, strategy=s)) for s in STRATEGIES]
     sweep += [(f"keep-alive min tokens {m}", figures(pairs, min_tokens=m)) for m in MIN_TOKENS]
     print("\nthe choices, on all traces:")
-    print(table(sweep, columns=(("proxy", "proxy"), ("keep-alive", "keepalive"), ("ka/none", "ka_vs_none"),
-                                ("ka above", "ka_above"))))
-    ways = held_out(pairs, frameworks, options=STRATEGIES, pick_figure="proxy",
-                    figures_of=lambda s, part: figures(part, strategy=s))
-    mins = held_out(pairs, frameworks, options=MIN_TOKENS, pick_figure="keepalive",
-                    figures_of=lambda m, part: figures(part, min_tokens=m))
+    print(
+        table(
+            sweep,
+            columns=(
+                ("proxy", "proxy"),
+                ("keep-alive", "keepalive"),
+                ("ka/none", "ka_vs_none"),
+                ("ka above", "ka_above"),
+            ),
+        )
+    )
+    ways = held_out(
+        pairs, frameworks, options=STRATEGIES, pick_figure="proxy", figures_of=lambda s, part: figures(part, strategy=s)
+    )
+    mins = held_out(
+        pairs,
+        frameworks,
+        options=MIN_TOKENS,
+        pick_figure="keepalive",
+        figures_of=lambda m, part: figures(part, min_tokens=m),
+    )
     if ways:
         print("\nleave one framework out: the way of caching that bills the other frameworks least, on this one:")
-        print(table(ways, columns=(("proxy", "proxy"), ("raw cached", "raw_cached"), ("above cached",
-                                                                                       "above_raw_cached"))))
+        print(
+            table(
+                ways, columns=(("proxy", "proxy"), ("raw cached", "raw_cached"), ("above cached", "above_raw_cached"))
+            )
+        )
         print("\nleave one framework out: the keep-alive's smallest prefix that bills the other frameworks least:")
         print(table(mins, columns=(("keep-alive", "keepalive"), ("no cuts", "no_cuts"), ("ka/none", "ka_vs_none"))))
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "cache_control.json"
-    path.write_text(json.dumps({**run, "model": MODEL, "strategy": STRATEGY, "keepalive_min_tokens": DEFAULT_MIN,
-                                "rows": dict(rows), "choices": dict(sweep), "lofo_caching": dict(ways),
-                                "lofo_keepalive": dict(mins),
-                                "bills": {r.id: {"uncut": a, "cut": b} for r, (a, b) in zip(cut, pairs)}}, indent=1))
+    path.write_text(
+        json.dumps(
+            {
+                **run,
+                "model": MODEL,
+                "strategy": STRATEGY,
+                "keepalive_min_tokens": DEFAULT_MIN,
+                "rows": dict(rows),
+                "choices": dict(sweep),
+                "lofo_caching": dict(ways),
+                "lofo_keepalive": dict(mins),
+                "bills": {r.id: {"uncut": a, "cut": b} for r, (a, b) in zip(cut, pairs)},
+            },
+            indent=1,
+        )
+    )
     print(f"wrote {path}")
 
 

@@ -26,8 +26,10 @@ if (SHARED / "tiktoken").is_dir():
 
 
 def machine() -> str:
-    return (f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.python_implementation()} "
-            f"{platform.python_version()}, {platform.system()} {platform.release()}")
+    return (
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.python_implementation()} "
+        f"{platform.python_version()}, {platform.system()} {platform.release()}"
+    )
 
 
 def free_port() -> int:
@@ -60,12 +62,30 @@ def servers(*proxy_args: str, upstream_args: tuple[str, ...] = ()):
     up_port, proxy_port = free_port(), free_port()
     data = tempfile.mkdtemp(prefix="bench-store-")
     env = {**os.environ, "OFFLOAD_LOG_LEVEL": "warning"}
-    upstream = subprocess.Popen([sys.executable, "-m", "proxy.demo.fake_upstream", str(up_port), *upstream_args],
-                                cwd=ROOT)
-    proxy = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--port", str(proxy_port), "--upstream",
-                              f"http://127.0.0.1:{up_port}/v1", "--anthropic-upstream",
-                              f"http://127.0.0.1:{up_port}", "--data-dir", data, "--log-level", "warning",
-                              *proxy_args], env=env, cwd=ROOT)
+    upstream = subprocess.Popen(
+        [sys.executable, "-m", "proxy.demo.fake_upstream", str(up_port), *upstream_args], cwd=ROOT
+    )
+    proxy = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "proxy",
+            "serve",
+            "--port",
+            str(proxy_port),
+            "--upstream",
+            f"http://127.0.0.1:{up_port}/v1",
+            "--anthropic-upstream",
+            f"http://127.0.0.1:{up_port}",
+            "--data-dir",
+            data,
+            "--log-level",
+            "warning",
+            *proxy_args,
+        ],
+        env=env,
+        cwd=ROOT,
+    )
     try:
         wait_up(f"http://127.0.0.1:{up_port}/")
         wait_up(f"http://127.0.0.1:{proxy_port}/healthz")
@@ -109,6 +129,8 @@ def healthz_probe(base: str, label: str = "/healthz meanwhile"):
         prober.join()
     ms = sorted(x * 1000 for x in latencies) or [0.0]
     p99 = ms[min(len(ms) - 1, int(len(ms) * 0.99))]
-    print(f"{label}: {len(latencies)} probes, p50 {statistics.median(ms):.1f} ms, p99 {p99:.1f} ms, "
-          f"max {ms[-1]:.1f} ms (target p99 <= 100 ms)" + (f"; {len(failed)} probes failed ({failed[0]})" if failed else ""))
-
+    print(
+        f"{label}: {len(latencies)} probes, p50 {statistics.median(ms):.1f} ms, p99 {p99:.1f} ms, "
+        f"max {ms[-1]:.1f} ms (target p99 <= 100 ms)"
+        + (f"; {len(failed)} probes failed ({failed[0]})" if failed else "")
+    )

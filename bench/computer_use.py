@@ -45,8 +45,9 @@ sys.path.insert(0, str(ROOT))
 from tests.harness.screens import data_url, screenshot  # noqa: E402
 
 ACTIONS = ("left_click", "type", "scroll", "left_click", "key")
-PAGE = "\n".join(f"Result {i}: Train {i:02d}:40 to Lyon, platform {i % 9}, 2nd class from {29 + i} EUR"
-                 for i in range(40))
+PAGE = "\n".join(
+    f"Result {i}: Train {i:02d}:40 to Lyon, platform {i % 9}, 2nd class from {29 + i} EUR" for i in range(40)
+)
 
 
 def _action(step: int) -> dict:
@@ -63,21 +64,53 @@ def _action(step: int) -> dict:
 def session(index: int, steps: int) -> dict:
     """One computer-use session in chat messages."""
     shots = [data_url(screenshot(step + 1000 * index)) for step in range(steps)]
-    messages: list[dict] = [{"role": "system", "content": "You operate a desktop through the computer tool. "
-                                                          "Each step returns a screenshot."},
-                            {"role": "user", "content": "Book the cheapest train to Lyon tomorrow morning."}]
+    messages: list[dict] = [
+        {
+            "role": "system",
+            "content": "You operate a desktop through the computer tool. Each step returns a screenshot.",
+        },
+        {"role": "user", "content": "Book the cheapest train to Lyon tomorrow morning."},
+    ]
     for step in range(steps):
         call_id = f"call_{index}_{step}"
-        messages.append({"role": "assistant", "content": f"Step {step}: next action.", "tool_calls": [
-            {"id": call_id, "type": "function", "function": {"name": "computer",
-                                                             "arguments": json.dumps(_action(step))}}]})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": f"Step {step}: next action.",
+                "tool_calls": [
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": "computer", "arguments": json.dumps(_action(step))},
+                    }
+                ],
+            }
+        )
         result = PAGE if step % 15 == 7 else "done"
         messages.append({"role": "tool", "tool_call_id": call_id, "content": result})
-        messages.append({"role": "user", "content": [{"type": "text", "text": f"Screenshot after step {step}."},
-                                                     {"type": "image_url", "image_url": {"url": shots[step]}}]})
-    return {"id": f"computer-use-{index}", "messages": messages, "tools": [{
-        "type": "function", "function": {"name": "computer", "description": "Use the computer.",
-                                         "parameters": {"type": "object", "properties": {"action": {"type": "string"}}}}}]}
+        messages.append(
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": f"Screenshot after step {step}."},
+                    {"type": "image_url", "image_url": {"url": shots[step]}},
+                ],
+            }
+        )
+    return {
+        "id": f"computer-use-{index}",
+        "messages": messages,
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "computer",
+                    "description": "Use the computer.",
+                    "parameters": {"type": "object", "properties": {"action": {"type": "string"}}},
+                },
+            }
+        ],
+    }
 
 
 PRICINGS = ("openai", "anthropic")
@@ -89,8 +122,25 @@ def replay(trace: Path, fmt: str, out: Path, batch: int) -> tuple[dict, float, f
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     where = out / f"{fmt}-batch{batch}"
     before, start = _children_cpu(), time.perf_counter()
-    subprocess.run([sys.executable, "-m", "proxy", "replay", str(trace), "--format", fmt, "--out", str(where),
-                    "--image-batch", str(batch)], check=True, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "proxy",
+            "replay",
+            str(trace),
+            "--format",
+            fmt,
+            "--out",
+            str(where),
+            "--image-batch",
+            str(batch),
+        ],
+        check=True,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
     wall, cpu = time.perf_counter() - start, _children_cpu() - before
     return json.loads((where / "report.json").read_text()), wall, cpu
 
@@ -117,8 +167,11 @@ def cheapest(costs: dict[tuple[str, int], dict[str, float]]) -> list[str]:
             lines.append(f"cheapest {fmt:<10} {name:<10} batch {best:>3}: {costs[fmt, best][name]:.3f}")
     mean = {b: statistics.mean(costs[f, b][n] for f in formats for n in PRICINGS) for b in batches}
     best = min(batches, key=lambda b: (mean[b], b))
-    lines.append(f"cheapest over formats and pricings: batch {best} (mean {mean[best]:.3f}; "
-                 + ", ".join(f"{b}: {mean[b]:.3f}" for b in batches) + ")")
+    lines.append(
+        f"cheapest over formats and pricings: batch {best} (mean {mean[best]:.3f}; "
+        + ", ".join(f"{b}: {mean[b]:.3f}" for b in batches)
+        + ")"
+    )
     return lines
 
 
@@ -131,22 +184,60 @@ def last_turn_bodies(conversation: dict) -> list[tuple[str, str, bytes]]:
     for i in range(2, len(messages), 3):
         call = messages[i]["tool_calls"][0]
         shot = messages[i + 2]["content"][1]["image_url"]["url"]
-        items += [{"type": "computer_call", "id": f"cu_{i}", "call_id": call["id"], "status": "completed",
-                   "action": {"type": "click", "button": "left", "x": 1, "y": 2}, "pending_safety_checks": []},
-                  {"type": "computer_call_output", "call_id": call["id"],
-                   "output": {"type": "computer_screenshot", "image_url": shot}}]
-        blocks += [{"role": "assistant", "content": [{"type": "tool_use", "id": f"toolu_{i}", "name": "computer",
-                                                      "input": json.loads(call["function"]["arguments"])}]},
-                   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": [
-                       {"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                                    "data": shot.partition(",")[2]}}]}]}]
+        items += [
+            {
+                "type": "computer_call",
+                "id": f"cu_{i}",
+                "call_id": call["id"],
+                "status": "completed",
+                "action": {"type": "click", "button": "left", "x": 1, "y": 2},
+                "pending_safety_checks": [],
+            },
+            {
+                "type": "computer_call_output",
+                "call_id": call["id"],
+                "output": {"type": "computer_screenshot", "image_url": shot},
+            },
+        ]
+        blocks += [
+            {
+                "role": "assistant",
+                "content": [
+                    {
+                        "type": "tool_use",
+                        "id": f"toolu_{i}",
+                        "name": "computer",
+                        "input": json.loads(call["function"]["arguments"]),
+                    }
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": f"toolu_{i}",
+                        "content": [
+                            {
+                                "type": "image",
+                                "source": {"type": "base64", "media_type": "image/png", "data": shot.partition(",")[2]},
+                            }
+                        ],
+                    }
+                ],
+            },
+        ]
     blocks.append({"role": "assistant", "content": "Checking."})
     blocks.append({"role": "user", "content": "Go on."})
-    return [("chat", "/chat/completions", orjson.dumps(chat)),
-            ("responses", "/responses", orjson.dumps({"model": "computer-use-preview", "input": items,
-                                                      "truncation": "auto"})),
-            ("anthropic", "/messages", orjson.dumps({"model": "claude-sonnet-4-5", "max_tokens": 64,
-                                                     "messages": blocks}))]
+    return [
+        ("chat", "/chat/completions", orjson.dumps(chat)),
+        (
+            "responses",
+            "/responses",
+            orjson.dumps({"model": "computer-use-preview", "input": items, "truncation": "auto"}),
+        ),
+        ("anthropic", "/messages", orjson.dumps({"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": blocks})),
+    ]
 
 
 def ref_cost(shot: str, rounds: int = 50) -> None:
@@ -166,24 +257,32 @@ def ref_cost(shot: str, rounds: int = 50) -> None:
     for copy in copies:
         cache.ref("bench", "image", copy)
     remembered = (time.perf_counter() - start) / rounds
-    print(f"ref of one screenshot ({len(shot) / 1e3:.0f} KB): hashed {hashed * 1e3:.2f} ms "
-          f"({len(shot) / hashed / 1e6:.0f} MB/s blake2b), remembered {remembered * 1e6:.0f} us "
-          f"({len(shot) / remembered / 1e6:.0f} MB/s compared)")
+    print(
+        f"ref of one screenshot ({len(shot) / 1e3:.0f} KB): hashed {hashed * 1e3:.2f} ms "
+        f"({len(shot) / hashed / 1e6:.0f} MB/s blake2b), remembered {remembered * 1e6:.0f} us "
+        f"({len(shot) / remembered / 1e6:.0f} MB/s compared)"
+    )
 
 
 def healthz_while(bodies: list[tuple[str, str, bytes]], rounds: int) -> None:
     with servers() as (_, proxy, _process):
-        headers = {"authorization": "Bearer sk-bench-0000", "anthropic-version": "2023-06-01",
-                   "content-type": "application/json"}
+        headers = {
+            "authorization": "Bearer sk-bench-0000",
+            "anthropic-version": "2023-06-01",
+            "content-type": "application/json",
+        }
         with httpx2.Client(timeout=600) as client, healthz_probe(proxy.removesuffix("/v1")):
             for turn in range(rounds):
                 for name, path, raw in bodies:
                     t = time.perf_counter()
                     r = client.post(f"{proxy}{path}", content=raw, headers=headers)
-                    print(f"  {name} turn {turn + 1}: {len(raw) / 1e6:.1f} MB -> {r.status_code} in "
-                          f"{time.perf_counter() - t:.2f} s, tokens {r.headers.get('x-offload-tokens-before')} -> "
-                          f"{r.headers.get('x-offload-tokens-after')}, refs {r.headers.get('x-offload-refs')} "
-                          f"({r.headers.get('x-offload-refs-created')} new)", flush=True)
+                    print(
+                        f"  {name} turn {turn + 1}: {len(raw) / 1e6:.1f} MB -> {r.status_code} in "
+                        f"{time.perf_counter() - t:.2f} s, tokens {r.headers.get('x-offload-tokens-before')} -> "
+                        f"{r.headers.get('x-offload-tokens-after')}, refs {r.headers.get('x-offload-refs')} "
+                        f"({r.headers.get('x-offload-refs-created')} new)",
+                        flush=True,
+                    )
 
 
 def served(trace: Path, formats: list[str], out: Path) -> None:
@@ -196,22 +295,46 @@ def served(trace: Path, formats: list[str], out: Path) -> None:
             where = out / f"{fmt}-served"
             cpu, start, made = cpu_seconds(process.pid), time.perf_counter(), summaries_made(proxy)
             with healthz_probe(proxy.removesuffix("/v1"), label=f"  /healthz while the sessions are served ({fmt})"):
-                subprocess.run([sys.executable, "-m", "proxy", "replay", str(trace), "--format", fmt, "--target", proxy,
-                                "--api-key", "sk-bench-0000", "--out", str(where)], check=True, cwd=ROOT, env=env,
-                               stdout=subprocess.DEVNULL)
+                subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "proxy",
+                        "replay",
+                        str(trace),
+                        "--format",
+                        fmt,
+                        "--target",
+                        proxy,
+                        "--api-key",
+                        "sk-bench-0000",
+                        "--out",
+                        str(where),
+                    ],
+                    check=True,
+                    cwd=ROOT,
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                )
             o = json.loads((where / "report.json").read_text())["overall"]
             turns = max(o["turns"], 1)
-            print(f"  {fmt}: {o['turns']} turns served in {time.perf_counter() - start:.1f} s, proxy CPU "
-                  f"{(cpu_seconds(process.pid) - cpu) * 1e3 / turns:.0f} ms per turn, {o['errors']} errors, "
-                  f"{summaries_made(proxy) - made:.0f} summaries made, actions "
-                  + ", ".join(f"{action} {n}" for action, n in sorted(o["actions"].items())), flush=True)
+            print(
+                f"  {fmt}: {o['turns']} turns served in {time.perf_counter() - start:.1f} s, proxy CPU "
+                f"{(cpu_seconds(process.pid) - cpu) * 1e3 / turns:.0f} ms per turn, {o['errors']} errors, "
+                f"{summaries_made(proxy) - made:.0f} summaries made, actions "
+                + ", ".join(f"{action} {n}" for action, n in sorted(o["actions"].items())),
+                flush=True,
+            )
 
 
 def summaries_made(proxy: str) -> float:
     """The summarisation calls the proxy made and stored so far, in the background too (/metrics)."""
     text = httpx2.get(proxy.removesuffix("/v1") + "/metrics", timeout=30).text
-    return sum(float(line.rpartition(" ")[2]) for line in text.splitlines()
-               if line.startswith('offload_summaries_total{outcome="ok"}'))
+    return sum(
+        float(line.rpartition(" ")[2])
+        for line in text.splitlines()
+        if line.startswith('offload_summaries_total{outcome="ok"}')
+    )
 
 
 def main() -> None:
@@ -220,8 +343,11 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("/tmp/computer-use-bench"))
     parser.add_argument("--rounds", type=int, default=2, help="times the last turns are sent to the server")
-    parser.add_argument("--batches", default="1,2,4,5,6,8",
-                        help='X-Offload-Image-Batch values to replay with ("": no replay, only the real serve)')
+    parser.add_argument(
+        "--batches",
+        default="1,2,4,5,6,8",
+        help='X-Offload-Image-Batch values to replay with ("": no replay, only the real serve)',
+    )
     parser.add_argument("--formats", default="chat,responses,anthropic", help="wire formats to replay in")
     parser.add_argument("--no-serve", action="store_true", help="only the replays: no ref timing, no real serve")
     args = parser.parse_args()
@@ -230,13 +356,21 @@ def main() -> None:
     trace = args.out / "sessions.jsonl"
     conversations = [session(i, args.steps) for i in range(args.sessions)]
     trace.write_text("".join(json.dumps(c) + "\n" for c in conversations))
-    shot_chars = [len(m["content"][1]["image_url"]["url"]) for m in conversations[0]["messages"]
-                  if m["role"] == "user" and isinstance(m["content"], list)]
-    print(f"{args.sessions} sessions x {args.steps} steps, screenshots 1280x800 PNG, "
-          f"{statistics.mean(shot_chars) / 1e3:.0f} KB of base64 each; trace {trace.stat().st_size / 1e6:.1f} MB")
-    print(f"{'format':<10} {'batch':>5} {'forwarded/raw':>13} {'prefix reuse':>12} {'cache openai':>12} "
-          f"{'cache anthr.':>12} {'reload exact':>12} {'refs':>5} {'ms/turn cold':>12} {'ms/turn steady':>14} "
-          f"{'MB/s carried':>12} {'summaries':>9} {'wall s':>7} {'CPU s':>6} {'CPU ms/turn':>11}", flush=True)
+    shot_chars = [
+        len(m["content"][1]["image_url"]["url"])
+        for m in conversations[0]["messages"]
+        if m["role"] == "user" and isinstance(m["content"], list)
+    ]
+    print(
+        f"{args.sessions} sessions x {args.steps} steps, screenshots 1280x800 PNG, "
+        f"{statistics.mean(shot_chars) / 1e3:.0f} KB of base64 each; trace {trace.stat().st_size / 1e6:.1f} MB"
+    )
+    print(
+        f"{'format':<10} {'batch':>5} {'forwarded/raw':>13} {'prefix reuse':>12} {'cache openai':>12} "
+        f"{'cache anthr.':>12} {'reload exact':>12} {'refs':>5} {'ms/turn cold':>12} {'ms/turn steady':>14} "
+        f"{'MB/s carried':>12} {'summaries':>9} {'wall s':>7} {'CPU s':>6} {'CPU ms/turn':>11}",
+        flush=True,
+    )
     costs: dict[tuple[str, int], dict[str, float]] = {}
     formats = [f for f in args.formats.split(",") if f]
     for fmt, batch in [(f, int(b)) for b in args.batches.split(",") if b for f in formats]:
@@ -248,11 +382,14 @@ def main() -> None:
         # read for its header and, once offloaded, mapped to its ref (hashed once, then remembered)
         per_turn = statistics.mean(shot_chars) * (args.steps + 1) / 2
         cold, steady = o.get("ms_per_turn_cold") or 0, o.get("ms_per_turn_steady") or 0
-        print(f"{fmt:<10} {batch:>5} {ratio:>13.3f} {o['prefix_reuse']:>12.3f} {costs[fmt, batch]['openai']:>12.3f} "
-              f"{costs[fmt, batch]['anthropic']:>12.3f} {o['reload_exact_fraction']:>12.2f} "
-              f"{o.get('refs', 0):>5} {cold:>12.1f} {steady:>14.1f} "
-              f"{per_turn / 1e3 / max(steady, 1e-9):>12.0f} {o['summaries']:>9} {wall:>7.1f} {cpu:>6.1f} "
-              f"{cpu * 1e3 / max(o['turns'], 1):>11.0f}", flush=True)
+        print(
+            f"{fmt:<10} {batch:>5} {ratio:>13.3f} {o['prefix_reuse']:>12.3f} {costs[fmt, batch]['openai']:>12.3f} "
+            f"{costs[fmt, batch]['anthropic']:>12.3f} {o['reload_exact_fraction']:>12.2f} "
+            f"{o.get('refs', 0):>5} {cold:>12.1f} {steady:>14.1f} "
+            f"{per_turn / 1e3 / max(steady, 1e-9):>12.0f} {o['summaries']:>9} {wall:>7.1f} {cpu:>6.1f} "
+            f"{cpu * 1e3 / max(o['turns'], 1):>11.0f}",
+            flush=True,
+        )
     if costs:  # none with --batches ""
         print("\n".join(cheapest(costs)))
         print("targets: cache-weighted cost <= 0.65 of raw at the default batch, reload exact 1.00")

@@ -20,9 +20,8 @@ import asyncio
 import statistics
 import time
 
-from openai import AsyncOpenAI
-
 from common import cpu_seconds, machine, servers
+from openai import AsyncOpenAI
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 TARGET_CONCURRENT, TARGET_WORST, TARGET_SEQUENTIAL, TARGET_FIRST_CHUNK_MS = 0.8, 0.6, 2.0, 2.0
@@ -88,40 +87,51 @@ async def measure(direct: str, proxied: str, proc, args) -> None:
     ratios, cpu_ms, errors = [], [], []
     for rep in range(args.repeats):
         rates = {}
-        for name in (("direct", "proxy") if rep % 2 == 0 else ("proxy", "direct")):
+        for name in ("direct", "proxy") if rep % 2 == 0 else ("proxy", "direct"):
             before = cpu_seconds(proc.pid)
             rates[name] = await concurrent(clients[name], args.requests, args.concurrency, errors)
             if name == "proxy":
                 cpu_ms.append((cpu_seconds(proc.pid) - before) / args.requests * 1e3)
         ratios.append(rates["proxy"] / rates["direct"])
-        print(f"  repetition {rep + 1}: direct {rates['direct']:.0f} req/s, proxy {rates['proxy']:.0f} req/s, "
-              f"ratio {ratios[-1]:.2f}", flush=True)
+        print(
+            f"  repetition {rep + 1}: direct {rates['direct']:.0f} req/s, proxy {rates['proxy']:.0f} req/s, "
+            f"ratio {ratios[-1]:.2f}",
+            flush=True,
+        )
     median, worst = statistics.median(ratios), min(ratios)
-    print(f"{args.concurrency}-way concurrent x{args.requests}, {args.repeats} repetitions: throughput ratio "
-          f"proxy/direct median {median:.2f} (target >= {TARGET_CONCURRENT}: {verdict(median >= TARGET_CONCURRENT)}), "
-          f"min {worst:.2f} (target >= {TARGET_WORST}: {verdict(worst >= TARGET_WORST)}); proxy CPU "
-          f"{statistics.median(cpu_ms):.2f} ms per request (median); {len(errors)} errors", flush=True)
+    print(
+        f"{args.concurrency}-way concurrent x{args.requests}, {args.repeats} repetitions: throughput ratio "
+        f"proxy/direct median {median:.2f} (target >= {TARGET_CONCURRENT}: {verdict(median >= TARGET_CONCURRENT)}), "
+        f"min {worst:.2f} (target >= {TARGET_WORST}: {verdict(worst >= TARGET_WORST)}); proxy CPU "
+        f"{statistics.median(cpu_ms):.2f} ms per request (median); {len(errors)} errors",
+        flush=True,
+    )
     if errors:
         print("errors:", sorted(set(errors)))
 
     latency = {name: [] for name in clients}
     for i in range(args.sequential):  # one request each in turn: the machine's drift falls on both alike
-        for name in (("direct", "proxy") if i % 2 == 0 else ("proxy", "direct")):
+        for name in ("direct", "proxy") if i % 2 == 0 else ("proxy", "direct"):
             latency[name] += await sequential(clients[name], 1)
     d, p = statistics.median(latency["direct"]), statistics.median(latency["proxy"])
-    print(f"sequential x{len(latency['proxy'])}: direct p50 {d * 1e3:.2f} ms, proxy p50 {p * 1e3:.2f} ms, ratio "
-          f"{p / d:.2f} (target <= {TARGET_SEQUENTIAL}: {verdict(p / d <= TARGET_SEQUENTIAL)})", flush=True)
+    print(
+        f"sequential x{len(latency['proxy'])}: direct p50 {d * 1e3:.2f} ms, proxy p50 {p * 1e3:.2f} ms, ratio "
+        f"{p / d:.2f} (target <= {TARGET_SEQUENTIAL}: {verdict(p / d <= TARGET_SEQUENTIAL)})",
+        flush=True,
+    )
 
     chunk = {name: [] for name in clients}
     for i in range(args.sequential):
-        for name in (("direct", "proxy") if i % 2 == 0 else ("proxy", "direct")):
+        for name in ("direct", "proxy") if i % 2 == 0 else ("proxy", "direct"):
             chunk[name] += await first_chunk(clients[name], 1)
     d, p = statistics.median(chunk["direct"]), statistics.median(chunk["proxy"])
     added = (p - d) * 1e3
     paired = statistics.median(b - a for a, b in zip(chunk["direct"], chunk["proxy"])) * 1e3
-    print(f"stream first chunk x{len(chunk['proxy'])}: direct p50 {d * 1e3:.2f} ms, proxy p50 {p * 1e3:.2f} ms, "
-          f"added {added:.2f} ms (median of the paired differences {paired:.2f} ms) "
-          f"(target <= {TARGET_FIRST_CHUNK_MS} ms: {verdict(added <= TARGET_FIRST_CHUNK_MS)})")
+    print(
+        f"stream first chunk x{len(chunk['proxy'])}: direct p50 {d * 1e3:.2f} ms, proxy p50 {p * 1e3:.2f} ms, "
+        f"added {added:.2f} ms (median of the paired differences {paired:.2f} ms) "
+        f"(target <= {TARGET_FIRST_CHUNK_MS} ms: {verdict(added <= TARGET_FIRST_CHUNK_MS)})"
+    )
     for client in clients.values():
         await client.close()
 

@@ -38,12 +38,37 @@ async def seed(data: Path, sessions: int) -> float:
     recorder.start(store, Sealer(None))
     namespace, now = namespace_for("tenant", ["bench"], None), time.time()
     started = time.perf_counter()
-    turns = [Turn(namespace=namespace, session=f"s-{i:05d}", time=now - 60 + i * 50 / sessions, route="chat",
-                  model="gpt-4o", status=200, stream=False, tokens_before=20_000 + i, tokens_after=6_000,
-                  action="compact", refs=2) for i in range(sessions)]
-    turns += [Turn(namespace=namespace, session="long", time=now - 5 + t / 100, route="chat", model="gpt-4o",
-                   status=200, stream=False, tokens_before=1000 * t, tokens_after=min(1000 * t, 20_000),
-                   action="compress" if t > 20 else "none") for t in range(200)]
+    turns = [
+        Turn(
+            namespace=namespace,
+            session=f"s-{i:05d}",
+            time=now - 60 + i * 50 / sessions,
+            route="chat",
+            model="gpt-4o",
+            status=200,
+            stream=False,
+            tokens_before=20_000 + i,
+            tokens_after=6_000,
+            action="compact",
+            refs=2,
+        )
+        for i in range(sessions)
+    ]
+    turns += [
+        Turn(
+            namespace=namespace,
+            session="long",
+            time=now - 5 + t / 100,
+            route="chat",
+            model="gpt-4o",
+            status=200,
+            stream=False,
+            tokens_before=1000 * t,
+            tokens_after=min(1000 * t, 20_000),
+            action="compress" if t > 20 else "none",
+        )
+        for t in range(200)
+    ]
     for turn in turns:
         recorder.record(turn)
     await recorder.stop(timeout=600)
@@ -107,8 +132,10 @@ def main() -> None:
                 ("stats 30d (tenant)", timed(client, "/v1/offload/stats", KEY, window="30d")),
                 ("stats 24h (admin, all tenants)", timed(client, "/v1/offload/stats", ADMIN, window="24h")),
                 ("sessions, first page of 25", timed(client, "/v1/offload/sessions", KEY, limit=25)),
-                ("sessions, last page of 25", timed(client, "/v1/offload/sessions", KEY, limit=25,
-                                                    offset=args.sessions - 24)),
+                (
+                    "sessions, last page of 25",
+                    timed(client, "/v1/offload/sessions", KEY, limit=25, offset=args.sessions - 24),
+                ),
                 ("session of 200 turns", timed(client, "/v1/offload/sessions/long", KEY)),
             ]
         print(f"\n{'API call':40} {'median ms':>10} {'p95 ms':>8}")

@@ -30,17 +30,34 @@ TENANTS = {"team-chat": ("pk-demo-chat", "chat"), "team-claude": ("pk-demo-claud
 
 
 def replay(root: str, traces: Path, key: str, format: str) -> None:
-    subprocess.run([sys.executable, "-m", "proxy", "replay", str(traces), "--target", root, "--api-key", key,
-                    "--format", format, "--model", "gpt-4o" if format == "chat" else "claude-sonnet-4"],
-                   check=True, cwd=ROOT)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "proxy",
+            "replay",
+            str(traces),
+            "--target",
+            root,
+            "--api-key",
+            key,
+            "--format",
+            format,
+            "--model",
+            "gpt-4o" if format == "chat" else "claude-sonnet-4",
+        ],
+        check=True,
+        cwd=ROOT,
+    )
 
 
 def settled(root: str) -> None:
     """Until the recorder has written every turn (it flushes about once a second): the count stops moving."""
     last = -1
     for _ in range(60):
-        stats = httpx2.get(f"{root}/v1/offload/stats", params={"window": "1h"},
-                           headers={"authorization": f"Bearer {ADMIN}"}).json()
+        stats = httpx2.get(
+            f"{root}/v1/offload/stats", params={"window": "1h"}, headers={"authorization": f"Bearer {ADMIN}"}
+        ).json()
         if stats["totals"]["requests"] == last:
             return
         last = stats["totals"]["requests"]
@@ -80,8 +97,11 @@ def main() -> None:
     traces = Path(args.traces)
     tenants = Path(tempfile.mkdtemp(prefix="demo-")) / "tenants.toml"
     tenants.write_text("".join(f'[tenants.{name}]\napi_keys = ["{key}"]\n' for name, (key, _) in TENANTS.items()))
-    with servers("--tenants-file", str(tenants), "--admin-token", ADMIN,
-                 upstream_args=("--reload-once",)) as (_, base, _proxy):
+    with servers("--tenants-file", str(tenants), "--admin-token", ADMIN, upstream_args=("--reload-once",)) as (
+        _,
+        base,
+        _proxy,
+    ):
         root = base.removesuffix("/v1")
         for key, format in TENANTS.values():
             replay(root, traces, key, format)

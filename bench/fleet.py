@@ -28,8 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
 
 import httpx2  # noqa: E402
-
 from common import SHARED, machine  # noqa: E402
+
 from proxy.core.tokens import counter_for_encoding  # noqa: E402
 from proxy.demo import fake_upstream  # noqa: E402
 from proxy.replay import metrics  # noqa: E402
@@ -103,8 +103,14 @@ def conversation(turns: int, trace: str | None, synthetic: bool) -> tuple[str, l
     return "synthetic agent history", agent_history(steps=turns + 1, lines=120), None
 
 
-def run(urls: list[str], upstream: Upstream, requests: list[list[dict]], tools: list | None, gap: float,
-        headers: dict[str, str]) -> dict:
+def run(
+    urls: list[str],
+    upstream: Upstream,
+    requests: list[list[dict]],
+    tools: list | None,
+    gap: float,
+    headers: dict[str, str],
+) -> dict:
     upstream.turns.clear()
     upstream.summaries.clear()
     credential = f"sk-fleet-bench-{uuid.uuid4().hex}"  # a namespace of its own: nothing made before
@@ -119,9 +125,12 @@ def run(urls: list[str], upstream: Upstream, requests: list[list[dict]], tools: 
     wait_until(lambda: idle(urls), timeout=600, what="the last summaries")
     turns = without_refs(upstream.turns)
     summaries = without_refs([body for _, body, _ in upstream.summaries])
-    return {"billed": billed, "bodies": turns, "turns": [json.loads(t) for t in turns],
-            "summaries": [(turn, json.loads(body), path)
-                          for (turn, _, path), body in zip(upstream.summaries, summaries)]}
+    return {
+        "billed": billed,
+        "bodies": turns,
+        "turns": [json.loads(t) for t in turns],
+        "summaries": [(turn, json.loads(body), path) for (turn, _, path), body in zip(upstream.summaries, summaries)],
+    }
 
 
 def figures(made: dict, requests: list[list[dict]], counter) -> dict:
@@ -135,9 +144,13 @@ def figures(made: dict, requests: list[list[dict]], counter) -> dict:
     tools = [t.get("tools") for t in made["turns"]]
     switches = sum(1 for a, b in zip(forwarded, forwarded[1:]) if metrics.common_prefix(a, b) < len(a))
     raw_cost = metrics.cache_cost(requests, raw_tokens)
-    return {"summary calls": len(calls), "billed": made["billed"], "prefix switches": switches,
-            "forwarded/raw": sum(map(sum, tokens)) / sum(map(sum, raw_tokens)),
-            "cache cost": metrics.cache_cost(forwarded, tokens, tools, summaries=calls) / raw_cost}
+    return {
+        "summary calls": len(calls),
+        "billed": made["billed"],
+        "prefix switches": switches,
+        "forwarded/raw": sum(map(sum, tokens)) / sum(map(sum, raw_tokens)),
+        "cache cost": metrics.cache_cost(forwarded, tokens, tools, summaries=calls) / raw_cost,
+    }
 
 
 def main() -> None:
@@ -154,19 +167,23 @@ def main() -> None:
     delays = [float(d) for d in args.delays.split(",")]
     counts = [int(n) for n in args.replicas.split(",")]
     name, messages, tools = conversation(args.turns, args.trace, args.synthetic)
-    requests = turns_of(messages)[:args.turns]
+    requests = turns_of(messages)[: args.turns]
     headers = {"X-Offload-Max-Total-Tokens": str(args.max_total_tokens)}
     counter = counter_for_encoding("o200k_base")
     print(machine())
-    print(f"{name}: {len(requests)} turns, {sum(message_tokens(requests[-1], counter))} tokens at the last; "
-          f"{args.gap} s between turns, max total {args.max_total_tokens} tokens, "
-          f"{'a 3-master Redis Cluster' if args.cluster else 'one Redis'}")
+    print(
+        f"{name}: {len(requests)} turns, {sum(message_tokens(requests[-1], counter))} tokens at the last; "
+        f"{args.gap} s between turns, max total {args.max_total_tokens} tokens, "
+        f"{'a 3-master Redis Cluster' if args.cluster else 'one Redis'}"
+    )
     redis = (RedisCluster() if args.cluster else RedisProcess()).start()
     upstream = Upstream()
     rows = []
     try:
-        with ServerThread(upstream) as up, replicas(max(counts), "--upstream", f"{up.url}/v1",
-                                                    "--redis-url", redis.url) as fleet:
+        with (
+            ServerThread(upstream) as up,
+            replicas(max(counts), "--upstream", f"{up.url}/v1", "--redis-url", redis.url) as fleet,
+        ):
             for delay in delays:
                 upstream.delay = delay
                 for n in counts:
@@ -177,11 +194,15 @@ def main() -> None:
                     rows.append((delay, n, {**figures(made, requests, counter), "differ": differ}))
     finally:
         redis.stop()
-    print(f"{'delay s':>7} {'replicas':>8} {'summary calls':>13} {'billed':>7} {'prefix switches':>15} "
-          f"{'forwarded/raw':>13} {'cache cost':>10} {f'bodies != {counts[0]} replica':>18}")
+    print(
+        f"{'delay s':>7} {'replicas':>8} {'summary calls':>13} {'billed':>7} {'prefix switches':>15} "
+        f"{'forwarded/raw':>13} {'cache cost':>10} {f'bodies != {counts[0]} replica':>18}"
+    )
     for delay, n, f in rows:
-        print(f"{delay:>7g} {n:>8} {f['summary calls']:>13} {f['billed']:>7} {f['prefix switches']:>15} "
-              f"{f['forwarded/raw']:>13.3f} {f['cache cost']:>10.3f} {f['differ']:>18}")
+        print(
+            f"{delay:>7g} {n:>8} {f['summary calls']:>13} {f['billed']:>7} {f['prefix switches']:>15} "
+            f"{f['forwarded/raw']:>13.3f} {f['cache cost']:>10.3f} {f['differ']:>18}"
+        )
     same = all(f == next(g for d, _, g in rows if d == delay) for delay, _, f in rows)
     print("equal across replica counts for every delay" if same else "NOT equal across replica counts")
 

@@ -77,8 +77,10 @@ def planning(args: argparse.Namespace) -> None:
             plan = plan_compaction(messages, VIEW, OffloadSettings(**settings), counter=counter, namespace="n" * 32)
             cpu.append(time.process_time() - started)
             folded.add(plan.folded)
-        print(f"  plan of {name}: {min(cpu):.3f} s CPU at best, {max(cpu):.3f} s at worst; folded {sorted(folded)}",
-              flush=True)
+        print(
+            f"  plan of {name}: {min(cpu):.3f} s CPU at best, {max(cpu):.3f} s at worst; folded {sorted(folded)}",
+            flush=True,
+        )
 
 
 def body(args: argparse.Namespace, fmt: str, seed: int) -> tuple[str, bytes]:
@@ -98,8 +100,11 @@ def ordinary(megabytes: float, label: str) -> bytes:
 
 def send(client: httpx2.Client, url: str, raw: bytes, key: str, fold: str = "on") -> tuple[int, float]:
     started = time.perf_counter()
-    r = client.post(url, content=raw, headers={"authorization": f"Bearer {key}", "content-type": "application/json",
-                                               "x-offload-fold": fold})
+    r = client.post(
+        url,
+        content=raw,
+        headers={"authorization": f"Bearer {key}", "content-type": "application/json", "x-offload-fold": fold},
+    )
     return r.status_code, time.perf_counter() - started
 
 
@@ -113,8 +118,9 @@ def served(args: argparse.Namespace) -> None:
                     for seed in range(rounds):
                         path, raw = body(args, fmt, 2_000 + seed + (100 if fold == "off" else 0))
                         code, seconds = send(client, f"{proxy}{path}", raw, "sk-fold-stall", fold)
-                        print(f"  {fmt}, folding {fold}: {len(raw) / 1e3:.0f} KB -> {code} in {seconds:.2f} s",
-                              flush=True)
+                        print(
+                            f"  {fmt}, folding {fold}: {len(raw) / 1e3:.0f} KB -> {code} in {seconds:.2f} s", flush=True
+                        )
         other = ordinary(args.other_mb, "alone")
         code, alone = send(client, f"{proxy}/chat/completions", other, "sk-other-tenant")
         other = ordinary(args.other_mb, "meanwhile")  # as new to the proxy as the first
@@ -134,8 +140,11 @@ def served(args: argparse.Namespace) -> None:
             code, meanwhile = send(client, f"{proxy}/chat/completions", other, "sk-other-tenant")
             for thread in threads:
                 thread.join()
-        print(f"  three at once: {sorted(c for c, _ in answers)} in {max(s for _, s in answers):.2f} s; the other "
-              f"tenant's request meanwhile: {code} in {meanwhile:.2f} s (alone {alone:.2f} s)", flush=True)
+        print(
+            f"  three at once: {sorted(c for c, _ in answers)} in {max(s for _, s in answers):.2f} s; the other "
+            f"tenant's request meanwhile: {code} in {meanwhile:.2f} s (alone {alone:.2f} s)",
+            flush=True,
+        )
 
 
 def main() -> None:

@@ -41,8 +41,11 @@ def many_objects(fmt: str, messages: int, parts: int) -> tuple[str, bytes]:
         return "/responses", orjson.dumps(body)
     roles = ("user", "assistant") if fmt == "messages" else ("user",)
     part = {"type": "text", "text": ""}
-    body = {"model": "gpt-4o", "max_tokens": 16,
-            "messages": [{"role": roles[i % len(roles)], "content": [part] * parts} for i in range(messages)]}
+    body = {
+        "model": "gpt-4o",
+        "max_tokens": 16,
+        "messages": [{"role": roles[i % len(roles)], "content": [part] * parts} for i in range(messages)],
+    }
     return ("/messages" if fmt == "messages" else "/chat/completions"), orjson.dumps(body)
 
 
@@ -53,20 +56,28 @@ def huge_strings(fmt: str, mb: int) -> tuple[str, bytes]:
     if fmt == "responses":
         items = [{"role": "user", "content": "go"}]
         for i in range(n):
-            items += [{"type": "function_call", "call_id": f"c{i}", "name": "sh", "arguments": "{}"},
-                      {"type": "function_call_output", "call_id": f"c{i}", "output": text}]
+            items += [
+                {"type": "function_call", "call_id": f"c{i}", "name": "sh", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": f"c{i}", "output": text},
+            ]
         return "/responses", orjson.dumps({"model": "gpt-4o", "input": items})
     if fmt == "messages":
         msgs = [{"role": "user", "content": "go"}]
         for i in range(n):
-            msgs += [{"role": "assistant", "content": [{"type": "tool_use", "id": f"t{i}", "name": "sh", "input": {}}]},
-                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{i}", "content": text}]}]
+            msgs += [
+                {"role": "assistant", "content": [{"type": "tool_use", "id": f"t{i}", "name": "sh", "input": {}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{i}", "content": text}]},
+            ]
         return "/messages", orjson.dumps({"model": "gpt-4o", "max_tokens": 16, "messages": msgs})
     msgs = [{"role": "user", "content": "go"}]
     for i in range(n):
-        msgs += [{"role": "assistant", "tool_calls": [{"id": f"c{i}", "type": "function",
-                                                       "function": {"name": "sh", "arguments": "{}"}}]},
-                 {"role": "tool", "tool_call_id": f"c{i}", "content": text}]
+        msgs += [
+            {
+                "role": "assistant",
+                "tool_calls": [{"id": f"c{i}", "type": "function", "function": {"name": "sh", "arguments": "{}"}}],
+            },
+            {"role": "tool", "tool_call_id": f"c{i}", "content": text},
+        ]
     return "/chat/completions", orjson.dumps({"model": "gpt-4o", "messages": msgs})
 
 
@@ -77,21 +88,29 @@ def plain_values(fmt: str, count: int) -> tuple[str, bytes]:
     if fmt == "responses":
         path, head = "/responses", b'{"model":"gpt-4o","input":"hi","x_padding":'
     elif fmt == "messages":
-        path, head = "/messages", b'{"model":"gpt-4o","max_tokens":16,"messages":[{"role":"user","content":"hi"}],"x_padding":'
+        path, head = (
+            "/messages",
+            b'{"model":"gpt-4o","max_tokens":16,"messages":[{"role":"user","content":"hi"}],"x_padding":',
+        )
     else:
         path, head = "/chat/completions", b'{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"x_padding":'
     return path, head + padding + b"}"
 
 
-COMPRESS = {"br": lambda raw: brotli.compress(raw, quality=11), "gzip": lambda raw: gzip.compress(raw, 9),
-            "zstd": lambda raw: zstandard.ZstdCompressor(level=19).compress(raw)}
+COMPRESS = {
+    "br": lambda raw: brotli.compress(raw, quality=11),
+    "gzip": lambda raw: gzip.compress(raw, 9),
+    "zstd": lambda raw: zstandard.ZstdCompressor(level=19).compress(raw),
+}
 
 
 def inflating(path: str, inflated: int, coding: str) -> bytes:
     """A body of `inflated` bytes once decoded (mostly one string of spaces), compressed by
     `coding`: a few hundred bytes (br), a few KB (zstd), tens of KB (gzip)."""
     head = b'{"model":"gpt-4o","max_tokens":16,' if path == "/messages" else b'{"model":"gpt-4o",'
-    field = b'"input":[{"role":"user","content":"' if path == "/responses" else b'"messages":[{"role":"user","content":"'
+    field = (
+        b'"input":[{"role":"user","content":"' if path == "/responses" else b'"messages":[{"role":"user","content":"'
+    )
     return COMPRESS[coding](head + field + b" " * inflated + b'"}]}')
 
 
@@ -102,14 +121,19 @@ def one_large_message(mb: float, *, turns: int = 1) -> list[dict]:
     text = (line * (int(mb * 1024 * 1024) // len(line) + 1))[: int(mb * 1024 * 1024)]
     items: list[dict] = [{"role": "user", "content": f"Task: read this log and fix what it reports.\n{text}"}]
     for i in range(turns):
-        items += [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": f"Step {i} done."}]},
-                  {"role": "user", "content": f"Go on with step {i + 1}."}]
+        items += [
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": f"Step {i} done."}]},
+            {"role": "user", "content": f"Go on with step {i + 1}."},
+        ]
     return items
 
 
 def show(name: str, raw_size: int, r: httpx2.Response, seconds: float) -> None:
-    print(f"  {name}: {raw_size / 1e6:.3g} MB sent -> {r.status_code} in {seconds:.2f} s "
-          f"({r.headers.get('x-offload-action', '-')})", flush=True)
+    print(
+        f"  {name}: {raw_size / 1e6:.3g} MB sent -> {r.status_code} in {seconds:.2f} s "
+        f"({r.headers.get('x-offload-action', '-')})",
+        flush=True,
+    )
 
 
 def post(client: httpx2.Client, url: str, name: str, raw: bytes, headers: dict) -> httpx2.Response:
@@ -140,15 +164,25 @@ def compressed_cases(proxy: str, headers: dict, args: argparse.Namespace) -> Non
     for path in ("/offload", "/chat/completions", "/responses", "/messages"):
         for coding in COMPRESS:
             raw = inflating(path, inflated, coding)
-            with healthz_probe(proxy.removesuffix("/v1"), f"/healthz during {path} {coding} ({len(raw)} B "
-                                                          f"-> {args.inflate_mb} MB) x {args.clients} clients"):
+            with healthz_probe(
+                proxy.removesuffix("/v1"),
+                f"/healthz during {path} {coding} ({len(raw)} B -> {args.inflate_mb} MB) x {args.clients} clients",
+            ):
                 t = time.perf_counter()
-                answers = from_clients(args.clients, lambda client: client.post(
-                    f"{proxy}{path}", content=raw, headers={**headers, "content-type": "application/json",
-                                                            "content-encoding": coding}))
+                answers = from_clients(
+                    args.clients,
+                    lambda client: client.post(
+                        f"{proxy}{path}",
+                        content=raw,
+                        headers={**headers, "content-type": "application/json", "content-encoding": coding},
+                    ),
+                )
                 codes = sorted({r.status_code for r in answers})
-                print(f"  {path} {coding}: {len(answers)} bodies of {len(raw)} B -> {codes} "
-                      f"in {time.perf_counter() - t:.2f} s", flush=True)
+                print(
+                    f"  {path} {coding}: {len(answers)} bodies of {len(raw)} B -> {codes} "
+                    f"in {time.perf_counter() - t:.2f} s",
+                    flush=True,
+                )
 
 
 def compact_cases(proxy: str, headers: dict, args: argparse.Namespace) -> None:
@@ -163,20 +197,46 @@ def compact_cases(proxy: str, headers: dict, args: argparse.Namespace) -> None:
             if r.status_code == 200:
                 tokens[mb] = r.json()["output"][-1]["encrypted_content"]
         if mid in tokens:
-            body = orjson.dumps({"model": "gpt-4o", "input": [{"type": "compaction", "encrypted_content": tokens[mid]},
-                                                             {"role": "user", "content": "next"}]})
-            with healthz_probe(base, f"/healthz during input_tokens carrying the {mid} MB record's token "
-                                     f"({len(body)} B) x {args.clients} clients"):
+            body = orjson.dumps(
+                {
+                    "model": "gpt-4o",
+                    "input": [
+                        {"type": "compaction", "encrypted_content": tokens[mid]},
+                        {"role": "user", "content": "next"},
+                    ],
+                }
+            )
+            with healthz_probe(
+                base,
+                f"/healthz during input_tokens carrying the {mid} MB record's token "
+                f"({len(body)} B) x {args.clients} clients",
+            ):
                 t = time.perf_counter()
-                answers = from_clients(args.clients, lambda c: c.post(
-                    f"{proxy}/responses/input_tokens", content=body, headers={**headers, "content-type": "application/json"}))
-                print(f"  input_tokens: {len(answers)} x {len(body)} B -> {sorted({r.status_code for r in answers})} "
-                      f"in {time.perf_counter() - t:.2f} s", flush=True)
+                answers = from_clients(
+                    args.clients,
+                    lambda c: c.post(
+                        f"{proxy}/responses/input_tokens",
+                        content=body,
+                        headers={**headers, "content-type": "application/json"},
+                    ),
+                )
+                print(
+                    f"  input_tokens: {len(answers)} x {len(body)} B -> {sorted({r.status_code for r in answers})} "
+                    f"in {time.perf_counter() - t:.2f} s",
+                    flush=True,
+                )
         for stream in (False, True):
-            raw = orjson.dumps({"model": "gpt-4o", "stream": stream, "input": one_large_message(mid, turns=12),
-                                "context_management": [{"type": "compaction", "compact_threshold": 1000}]})
-            with healthz_probe(base, f"/healthz during a threshold compaction of a {mid} MB message"
-                                     f"{' (streamed)' if stream else ''}"):
+            raw = orjson.dumps(
+                {
+                    "model": "gpt-4o",
+                    "stream": stream,
+                    "input": one_large_message(mid, turns=12),
+                    "context_management": [{"type": "compaction", "compact_threshold": 1000}],
+                }
+            )
+            with healthz_probe(
+                base, f"/healthz during a threshold compaction of a {mid} MB message{' (streamed)' if stream else ''}"
+            ):
                 post(client, f"{proxy}/responses", f"threshold compaction, {mid} MB, stream={stream}", raw, headers)
 
 
@@ -190,22 +250,31 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8, help="clients sending at once (compressed, input_tokens)")
     parser.add_argument("--inflate-mb", type=int, default=80, help="what a compressed body inflates to")
     parser.add_argument("--max-body-mb", type=int, default=64, help="the proxy's --max-body-bytes, in MB")
-    parser.add_argument("--compact-mb", type=lambda v: [float(x) for x in v.split(",")], default=[3, 12, 60],
-                        help="the large message's sizes, comma-separated")
+    parser.add_argument(
+        "--compact-mb",
+        type=lambda v: [float(x) for x in v.split(",")],
+        default=[3, 12, 60],
+        help="the large message's sizes, comma-separated",
+    )
     parser.add_argument("--only", choices=("sending", "compressed", "compact"), help="one group of cases")
     args = parser.parse_args()
     print(machine())
     bodies = []
     for fmt in ("chat", "responses", "messages"):
-        bodies.append((f"{fmt}: {args.messages} messages x {args.parts} parts",
-                       *many_objects(fmt, args.messages, args.parts)))
-        bodies.append((f"{fmt}: {args.huge_mb} MB in {max(1, args.huge_mb // 5)} tool results",
-                       *huge_strings(fmt, args.huge_mb)))
+        bodies.append(
+            (f"{fmt}: {args.messages} messages x {args.parts} parts", *many_objects(fmt, args.messages, args.parts))
+        )
+        bodies.append(
+            (f"{fmt}: {args.huge_mb} MB in {max(1, args.huge_mb // 5)} tool results", *huge_strings(fmt, args.huge_mb))
+        )
         bodies.append((f"{fmt}: {args.values:,} bare values", *plain_values(fmt, args.values)))
     with servers("--max-body-bytes", str(args.max_body_mb * 1024 * 1024)) as (_, proxy, _process):
         headers = {"authorization": "Bearer sk-bench-0000", "anthropic-version": "2023-06-01"}
         if args.only in (None, "sending"):
-            with httpx2.Client(timeout=600) as client, healthz_probe(proxy.removesuffix("/v1"), "/healthz while sending"):
+            with (
+                httpx2.Client(timeout=600) as client,
+                healthz_probe(proxy.removesuffix("/v1"), "/healthz while sending"),
+            ):
                 for _ in range(args.rounds):
                     for name, path, raw in bodies:
                         post(client, f"{proxy}{path}", name, raw, headers)

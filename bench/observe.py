@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 
 import httpx2
-
 from common import SHARED, cpu_seconds, machine, servers
 
 from proxy.core import jsonio
@@ -78,16 +77,28 @@ async def plan_cpu(convs: list[list[dict]], *, observed: bool) -> float:
                 tenant = TenantStore(store, f"bench-{index}", 3600, Sealer(None))
 
                 def compressor(body, settings, refs, *, background, tenant=tenant):
-                    ctx = SummaryContext(upstream=upstream, headers=[], model="gpt-4o", prompt=DEFAULT_PROMPT,
-                                         timeout=60.0, wait=30.0, view=CHAT.view, wire=CHAT, body=body,
-                                         request_model="gpt-4o", refs=refs,
-                                         estimate=ESTIMATED_SUMMARY_TOKENS if observed else None)
+                    ctx = SummaryContext(
+                        upstream=upstream,
+                        headers=[],
+                        model="gpt-4o",
+                        prompt=DEFAULT_PROMPT,
+                        timeout=60.0,
+                        wait=30.0,
+                        view=CHAT.view,
+                        wire=CHAT,
+                        body=body,
+                        request_model="gpt-4o",
+                        refs=refs,
+                        estimate=ESTIMATED_SUMMARY_TOKENS if observed else None,
+                    )
                     return Compressor(tenant, ctx)
 
                 for body in conv:
                     raw = jsonio.dumps(body)
                     start = time.process_time()
-                    await run_turn(TurnInput(CHAT, raw, body, CHAT.history(body), OffloadSettings(), tenant, compressor))
+                    await run_turn(
+                        TurnInput(CHAT, raw, body, CHAT.history(body), OffloadSettings(), tenant, compressor)
+                    )
                     if observed:
                         sessions.measured("bench", str(index))
                     spent += time.process_time() - start
@@ -100,8 +111,7 @@ async def plan_cpu(convs: list[list[dict]], *, observed: bool) -> float:
 
 def one_mode(mode: str, turns: list[bytes], gap: float) -> tuple[float, float]:
     """(CPU seconds per turn, seconds to the last byte per turn) of one fresh proxy in `mode`."""
-    headers = {"authorization": "Bearer sk-bench-observe", "content-type": "application/json",
-               "X-Offload-Mode": mode}
+    headers = {"authorization": "Bearer sk-bench-observe", "content-type": "application/json", "X-Offload-Mode": mode}
     with servers() as (_, proxied, proc), httpx2.Client(timeout=120) as client:
         client.get(proxied.replace("/v1", "/healthz"))
         before, waited = cpu_seconds(proc.pid), 0.0
@@ -136,14 +146,21 @@ def main() -> None:
     for mode in MODES:
         print(f"  {mode:8} CPU {med[mode][0]:7.2f} ms/turn   to the last byte {med[mode][1]:7.2f} ms/turn")
     added = med["observe"][1] - med["off"][1]
-    plans = {kind: statistics.median(asyncio.run(plan_cpu(convs, observed=kind == "observed"))
-                                     for _ in range(args.rounds)) * 1e3 for kind in ("managed", "observed")}
-    print(f"  the plan alone, in process: managed {plans['managed']:.2f} ms/turn, observed {plans['observed']:.2f} "
-          f"ms/turn")
-    print(f"observed plan / managed turn, CPU: {plans['observed'] / plans['managed']:.3f} (target <= 1.10); whole "
-          f"requests: observe {med['observe'][0] / med['auto'][0]:.3f} x managed (it relays the raw history where a "
-          f"managed turn relays the reduced one); observe's time to the last byte minus the relay's: {added:+.2f} "
-          f"ms/turn (target <= 0: the plan runs after the answer)")
+    plans = {
+        kind: statistics.median(asyncio.run(plan_cpu(convs, observed=kind == "observed")) for _ in range(args.rounds))
+        * 1e3
+        for kind in ("managed", "observed")
+    }
+    print(
+        f"  the plan alone, in process: managed {plans['managed']:.2f} ms/turn, observed {plans['observed']:.2f} "
+        f"ms/turn"
+    )
+    print(
+        f"observed plan / managed turn, CPU: {plans['observed'] / plans['managed']:.3f} (target <= 1.10); whole "
+        f"requests: observe {med['observe'][0] / med['auto'][0]:.3f} x managed (it relays the raw history where a "
+        f"managed turn relays the reduced one); observe's time to the last byte minus the relay's: {added:+.2f} "
+        f"ms/turn (target <= 0: the plan runs after the answer)"
+    )
 
 
 if __name__ == "__main__":

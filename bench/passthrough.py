@@ -14,8 +14,8 @@ import statistics
 import time
 
 import httpx2
-
 from common import machine, servers
+
 BODY = b'{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}'
 AUTH = {"authorization": "Bearer sk-bench"}  # the proxy serves no anonymous request by default
 STREAM_BODY = b'{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"hi"}]}'
@@ -75,17 +75,20 @@ def main() -> None:
     with servers() as (direct, proxied, _):
         d = asyncio.run(sequential(direct, args.requests, BODY))
         p = asyncio.run(sequential(proxied, args.requests, BODY))
-        print(f"sequential x{args.requests}  direct {ms(d)} | proxy {ms(p)} | total ratio "
-              f"{sum(p) / sum(d):.2f}")
+        print(f"sequential x{args.requests}  direct {ms(d)} | proxy {ms(p)} | total ratio {sum(p) / sum(d):.2f}")
         d_ttfb = asyncio.run(first_chunk(direct, args.requests))
         p_ttfb = asyncio.run(first_chunk(proxied, args.requests))
-        print(f"stream first chunk  direct {ms(d_ttfb)} | proxy {ms(p_ttfb)} | added "
-              f"{(statistics.median(p_ttfb) - statistics.median(d_ttfb)) * 1e3:.2f} ms (p50)")
+        print(
+            f"stream first chunk  direct {ms(d_ttfb)} | proxy {ms(p_ttfb)} | added "
+            f"{(statistics.median(p_ttfb) - statistics.median(d_ttfb)) * 1e3:.2f} ms (p50)"
+        )
         n = args.requests * 2
         d_c = asyncio.run(concurrent(direct, n, args.concurrency))
         p_c = asyncio.run(concurrent(proxied, n, args.concurrency))
-        print(f"{args.concurrency}-way concurrent x{n}  direct {n / d_c:.0f} req/s | proxy {n / p_c:.0f} req/s | "
-              f"time ratio {p_c / d_c:.2f}")
+        print(
+            f"{args.concurrency}-way concurrent x{n}  direct {n / d_c:.0f} req/s | proxy {n / p_c:.0f} req/s | "
+            f"time ratio {p_c / d_c:.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -39,36 +39,66 @@ from proxy.store.sqlite import SQLiteStore
 # Every row names its trigger (max_total_tokens), its tool-result threshold (max_tool_message_tokens) and its
 # index size, so a row means the same whatever the defaults are.
 SETTINGS: list[tuple[str, dict]] = [
-    ("auto (default: max_total_tokens 18000, tool results 6000, index 9000)",
-     {"max_total_tokens": 18_000, "max_tool_message_tokens": 6000, "index_chars": 9000}),
-    ("compact only (default: tool results 6000)", {"mode": "compact", "max_total_tokens": 18_000,
-                                                   "max_tool_message_tokens": 6000}),
-    ("auto, 20000, tool results 2000, index 10000 (the former default)",
-     {"max_total_tokens": 20_000, "max_tool_message_tokens": 2000, "index_chars": 10_000}),
-    ("auto, 20000, tool results 6000, index 10000",
-     {"max_total_tokens": 20_000, "max_tool_message_tokens": 6000, "index_chars": 10_000}),
-    ("auto, 20000, tool results 6000, index 8000",
-     {"max_total_tokens": 20_000, "max_tool_message_tokens": 6000, "index_chars": 8000}),
-    ("auto, 18000, tool results 2000, index 10000",
-     {"max_total_tokens": 18_000, "max_tool_message_tokens": 2000, "index_chars": 10_000}),
-    ("auto, 18000, tool results 4000, index 10000",
-     {"max_total_tokens": 18_000, "max_tool_message_tokens": 4000, "index_chars": 10_000}),
-    ("auto, 18000, tool results 6000, index 8000",
-     {"max_total_tokens": 18_000, "max_tool_message_tokens": 6000, "index_chars": 8000}),
-    ("auto, 18000, tool results 6000, index 10000",
-     {"max_total_tokens": 18_000, "max_tool_message_tokens": 6000, "index_chars": 10_000}),
-    ("auto, 18000, tool results 6000, index 12000",
-     {"max_total_tokens": 18_000, "max_tool_message_tokens": 6000, "index_chars": 12_000}),
-    ("auto, 16000, tool results 6000, index 12000",
-     {"max_total_tokens": 16_000, "max_tool_message_tokens": 6000, "index_chars": 12_000}),
-    ("auto, 14000, tool results 6000, index 10000",
-     {"max_total_tokens": 14_000, "max_tool_message_tokens": 6000, "index_chars": 10_000}),
-    ("auto, 10000, tool results 6000, index 8000",
-     {"max_total_tokens": 10_000, "max_tool_message_tokens": 6000, "index_chars": 8000}),
-    ("auto, 40000, tool results 6000, index 8000",
-     {"max_total_tokens": 40_000, "max_tool_message_tokens": 6000, "index_chars": 8000}),
-    ("compact, tool results 2000 (the former default)", {"mode": "compact", "max_total_tokens": 20_000,
-                                                         "max_tool_message_tokens": 2000}),
+    (
+        "auto (default: max_total_tokens 18000, tool results 6000, index 9000)",
+        {"max_total_tokens": 18_000, "max_tool_message_tokens": 6000, "index_chars": 9000},
+    ),
+    (
+        "compact only (default: tool results 6000)",
+        {"mode": "compact", "max_total_tokens": 18_000, "max_tool_message_tokens": 6000},
+    ),
+    (
+        "auto, 20000, tool results 2000, index 10000 (the former default)",
+        {"max_total_tokens": 20_000, "max_tool_message_tokens": 2000, "index_chars": 10_000},
+    ),
+    (
+        "auto, 20000, tool results 6000, index 10000",
+        {"max_total_tokens": 20_000, "max_tool_message_tokens": 6000, "index_chars": 10_000},
+    ),
+    (
+        "auto, 20000, tool results 6000, index 8000",
+        {"max_total_tokens": 20_000, "max_tool_message_tokens": 6000, "index_chars": 8000},
+    ),
+    (
+        "auto, 18000, tool results 2000, index 10000",
+        {"max_total_tokens": 18_000, "max_tool_message_tokens": 2000, "index_chars": 10_000},
+    ),
+    (
+        "auto, 18000, tool results 4000, index 10000",
+        {"max_total_tokens": 18_000, "max_tool_message_tokens": 4000, "index_chars": 10_000},
+    ),
+    (
+        "auto, 18000, tool results 6000, index 8000",
+        {"max_total_tokens": 18_000, "max_tool_message_tokens": 6000, "index_chars": 8000},
+    ),
+    (
+        "auto, 18000, tool results 6000, index 10000",
+        {"max_total_tokens": 18_000, "max_tool_message_tokens": 6000, "index_chars": 10_000},
+    ),
+    (
+        "auto, 18000, tool results 6000, index 12000",
+        {"max_total_tokens": 18_000, "max_tool_message_tokens": 6000, "index_chars": 12_000},
+    ),
+    (
+        "auto, 16000, tool results 6000, index 12000",
+        {"max_total_tokens": 16_000, "max_tool_message_tokens": 6000, "index_chars": 12_000},
+    ),
+    (
+        "auto, 14000, tool results 6000, index 10000",
+        {"max_total_tokens": 14_000, "max_tool_message_tokens": 6000, "index_chars": 10_000},
+    ),
+    (
+        "auto, 10000, tool results 6000, index 8000",
+        {"max_total_tokens": 10_000, "max_tool_message_tokens": 6000, "index_chars": 8000},
+    ),
+    (
+        "auto, 40000, tool results 6000, index 8000",
+        {"max_total_tokens": 40_000, "max_tool_message_tokens": 6000, "index_chars": 8000},
+    ),
+    (
+        "compact, tool results 2000 (the former default)",
+        {"mode": "compact", "max_total_tokens": 20_000, "max_tool_message_tokens": 2000},
+    ),
     ("compact, tool results 3000", {"mode": "compact", "max_total_tokens": 18_000, "max_tool_message_tokens": 3000}),
     ("compact, tool results 500", {"mode": "compact", "max_total_tokens": 18_000, "max_tool_message_tokens": 500}),
 ]
@@ -105,9 +135,11 @@ def table(rows: list[dict]) -> str:
     header = f"{'setting':40} {'fwd/raw':>7} {'prefix':>6} {'cache':>6} {'recall':>6} {'found/kept':>11} {'sum.':>4}"
     lines = [header, "-" * len(header)]
     for r in rows:
-        lines.append(f"{r['setting']:40} {r['forwarded_ratio']:>7.3f} {r['prefix_reuse']:>6.3f} "
-                     f"{r['cache_cost_ratio']:>6.3f} {r['recall']:>6.3f} "
-                     f"{str(r['recall_found']) + '/' + str(r['recall_identifiers']):>11} {r['summaries']:>4}")
+        lines.append(
+            f"{r['setting']:40} {r['forwarded_ratio']:>7.3f} {r['prefix_reuse']:>6.3f} "
+            f"{r['cache_cost_ratio']:>6.3f} {r['recall']:>6.3f} "
+            f"{str(r['recall_found']) + '/' + str(r['recall_identifiers']):>11} {r['summaries']:>4}"
+        )
     return "\n".join(lines)
 
 
@@ -117,27 +149,39 @@ def framework_table(rows: list[dict], names: list[str]) -> str:
     frameworks = list(rows[0]["by_framework"])
     for fw in frameworks:
         cells = [rows[i]["by_framework"][fw] for i in range(len(names))]
-        lines.append(f"{fw:16} " + " ".join(f"{c['recall']:>12.3f} {c['cache_cost_ratio']:>6.3f} "
-                                            f"{c['prefix_reuse']:>6.3f}" for c in cells))
+        lines.append(
+            f"{fw:16} "
+            + " ".join(f"{c['recall']:>12.3f} {c['cache_cost_ratio']:>6.3f} {c['prefix_reuse']:>6.3f}" for c in cells)
+        )
     means = [lofo.mean(list(rows[i]["by_framework"].values())) for i in range(len(names))]
-    lines.append(f"{'mean':16} " + " ".join(f"{m['recall']:>12.3f} {m['cache_cost_ratio']:>6.3f} "
-                                            f"{m['prefix_reuse']:>6.3f}" for m in means))
+    lines.append(
+        f"{'mean':16} "
+        + " ".join(f"{m['recall']:>12.3f} {m['cache_cost_ratio']:>6.3f} {m['prefix_reuse']:>6.3f}" for m in means)
+    )
     return "\n".join(lines)
 
 
 def lofo_table(title: str, held: list[lofo.HeldOut], rows: list[dict]) -> str:
-    lines = [title, f"{'left out':16} {'chosen on the others':40} {'recall':>6} {'cache':>6} {'prefix':>6} "
-                    f"{'fwd/raw':>7}"]
+    lines = [
+        title,
+        f"{'left out':16} {'chosen on the others':40} {'recall':>6} {'cache':>6} {'prefix':>6} {'fwd/raw':>7}",
+    ]
     for h in held:
         f = h.figures
-        lines.append(f"{h.framework:16} {rows[h.chosen]['setting'][:40]:40} {f['recall']:>6.3f} "
-                     f"{f['cache_cost_ratio']:>6.3f} {f['prefix_reuse']:>6.3f} {f['forwarded_ratio']:>7.3f}")
+        lines.append(
+            f"{h.framework:16} {rows[h.chosen]['setting'][:40]:40} {f['recall']:>6.3f} "
+            f"{f['cache_cost_ratio']:>6.3f} {f['prefix_reuse']:>6.3f} {f['forwarded_ratio']:>7.3f}"
+        )
     m = lofo.mean([h.figures for h in held])
-    lines.append(f"{'mean':16} {'':40} {m['recall']:>6.3f} {m['cache_cost_ratio']:>6.3f} {m['prefix_reuse']:>6.3f} "
-                 f"{m['forwarded_ratio']:>7.3f}")
+    lines.append(
+        f"{'mean':16} {'':40} {m['recall']:>6.3f} {m['cache_cost_ratio']:>6.3f} {m['prefix_reuse']:>6.3f} "
+        f"{m['forwarded_ratio']:>7.3f}"
+    )
     p = lofo.pooled(held, overall)
-    lines.append(f"{'pooled':16} {'(each conversation, its own choice)':40} {p['recall']:>6.3f} "
-                 f"{p['cache_cost_ratio']:>6.3f} {p['prefix_reuse']:>6.3f} {p['forwarded_ratio']:>7.3f}")
+    lines.append(
+        f"{'pooled':16} {'(each conversation, its own choice)':40} {p['recall']:>6.3f} "
+        f"{p['cache_cost_ratio']:>6.3f} {p['prefix_reuse']:>6.3f} {p['forwarded_ratio']:>7.3f}"
+    )
     return "\n".join(lines)
 
 
@@ -151,21 +195,44 @@ def chart(rows: list[dict], path: Path, title: str) -> Path:
     colors = plt.get_cmap("tab10").colors
     for n, r in enumerate(rows, 1):
         compact = r["settings"].get("mode") == "compact"
-        ax.scatter(r["forwarded_ratio"], r["recall"], marker="s" if compact else "o", s=70, zorder=3,
-                   color=colors[(n - 1) % len(colors)],
-                   label=f"{n}. {r['setting']} (cache {r['cache_cost_ratio']:.2f})")
-        ax.annotate(str(n), (r["forwarded_ratio"], r["recall"]), textcoords="offset points", xytext=(5, 5),
-                    fontsize=8)
+        ax.scatter(
+            r["forwarded_ratio"],
+            r["recall"],
+            marker="s" if compact else "o",
+            s=70,
+            zorder=3,
+            color=colors[(n - 1) % len(colors)],
+            label=f"{n}. {r['setting']} (cache {r['cache_cost_ratio']:.2f})",
+        )
+        ax.annotate(str(n), (r["forwarded_ratio"], r["recall"]), textcoords="offset points", xytext=(5, 5), fontsize=8)
     if rows:  # the default (the first setting)
-        ax.scatter(rows[0]["forwarded_ratio"], rows[0]["recall"], marker="*", s=320, facecolors="none",
-                   edgecolors="black", linewidths=1.2, zorder=5, label="chosen default")
+        ax.scatter(
+            rows[0]["forwarded_ratio"],
+            rows[0]["recall"],
+            marker="*",
+            s=320,
+            facecolors="none",
+            edgecolors="black",
+            linewidths=1.2,
+            zorder=5,
+            label="chosen default",
+        )
     ax.scatter([1.0], [1.0], marker="x", s=70, color="black", zorder=4, label="raw history (cache 1.00)")
-    ax.set(xlabel="forwarded / raw tokens (lower is cheaper)",
-           ylabel="recall: identifiers taken from tool results still forwarded", title=title)
+    ax.set(
+        xlabel="forwarded / raw tokens (lower is cheaper)",
+        ylabel="recall: identifiers taken from tool results still forwarded",
+        title=title,
+    )
     ax.set_xlim(0, 1.08)
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8, title="● auto   ■ compact only",
-              title_fontsize=8, frameon=False)
+    ax.legend(
+        loc="upper left",
+        bbox_to_anchor=(1.02, 1),
+        fontsize=8,
+        title="● auto   ■ compact only",
+        title_fontsize=8,
+        frameon=False,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
@@ -182,28 +249,48 @@ async def main() -> None:
     conversations = load_conversations(args.traces)
     frameworks = [lofo.framework_of(conv) for conv in conversations]
     rows, results = [], []
-    for name, values in SETTINGS[:max(args.first, 1)]:
+    for name, values in SETTINGS[: max(args.first, 1)]:
         replayed = await replay(conversations, values, args.format)
         figures = overall(replayed)
         results.append(replayed)
-        rows.append({"setting": name, "settings": values, **figures,
-                     "by_framework": lofo.by_framework(replayed, frameworks, overall)})
+        rows.append(
+            {
+                "setting": name,
+                "settings": values,
+                **figures,
+                "by_framework": lofo.by_framework(replayed, frameworks, overall),
+            }
+        )
         print(f"{name}: forwarded/raw {figures['forwarded_ratio']:.3f}, recall {figures['recall']:.3f}", flush=True)
     compact = [i for i, r in enumerate(rows) if r["settings"].get("mode") == "compact"]
-    tracks = [("auto", [i for i in range(len(rows)) if i not in compact], lofo.choose),
-              ("compaction only", compact, lambda part: lofo.choose(part, cost_weight=0.0))]
-    held_out = {name: lofo.leave_one_out(results, frameworks, overall, candidates=indices, pick=pick)
-                for name, indices, pick in tracks if indices}
+    tracks = [
+        ("auto", [i for i in range(len(rows)) if i not in compact], lofo.choose),
+        ("compaction only", compact, lambda part: lofo.choose(part, cost_weight=0.0)),
+    ]
+    held_out = {
+        name: lofo.leave_one_out(results, frameworks, overall, candidates=indices, pick=pick)
+        for name, indices, pick in tracks
+        if indices
+    }
     args.out.mkdir(parents=True, exist_ok=True)
-    summary = {name: {"held_out": [{"framework": h.framework, "chosen": rows[h.chosen]["setting"], **h.figures}
-                                   for h in held], "mean": lofo.mean([h.figures for h in held]),
-                      "pooled": {k: v for k, v in lofo.pooled(held, overall).items() if k != "latency"}}
-               for name, held in held_out.items() if held}
-    (args.out / "recall_frontier.json").write_text(json.dumps({"settings": rows, "leave_one_framework_out": summary},
-                                                              indent=2, default=str))
+    summary = {
+        name: {
+            "held_out": [{"framework": h.framework, "chosen": rows[h.chosen]["setting"], **h.figures} for h in held],
+            "mean": lofo.mean([h.figures for h in held]),
+            "pooled": {k: v for k, v in lofo.pooled(held, overall).items() if k != "latency"},
+        }
+        for name, held in held_out.items()
+        if held
+    }
+    (args.out / "recall_frontier.json").write_text(
+        json.dumps({"settings": rows, "leave_one_framework_out": summary}, indent=2, default=str)
+    )
     turns = rows[0]["turns"]
-    path = chart(rows, args.out / "recall_frontier.png",
-                 f"recall vs forwarded/raw: {len(conversations)} conversations, {turns} turns ({args.format})")
+    path = chart(
+        rows,
+        args.out / "recall_frontier.png",
+        f"recall vs forwarded/raw: {len(conversations)} conversations, {turns} turns ({args.format})",
+    )
     print()
     print(table(rows))
     if any(held_out.values()):

@@ -21,8 +21,18 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 if __name__ == "__main__":
-    for script in ("passthrough.py", "concurrency.py", "big_history.py", "reload_stream.py", "scale.py",
-                   "body_decoding.py", "large_bodies.py", "fold_stall.py", "computer_use.py", "websocket.py",
-                   "websocket_attacks.py"):
+    for script in (
+        "passthrough.py",
+        "concurrency.py",
+        "big_history.py",
+        "reload_stream.py",
+        "scale.py",
+        "body_decoding.py",
+        "large_bodies.py",
+        "fold_stall.py",
+        "computer_use.py",
+        "websocket.py",
+        "websocket_attacks.py",
+    ):
         print(f"\n== {script}", flush=True)
         subprocess.run([sys.executable, str(HERE / script)], check=True, cwd=HERE.parent)

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import httpx2
-
 from common import machine, servers
 
 BODY = b'{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"hi"}]}'
@@ -29,8 +28,12 @@ def peak_rss_mb(pid: int) -> float:
 
 
 async def run(base: str, streams: int, chunks: int, delay_ms: int) -> tuple[list[float], list[str]]:
-    headers = {"x-bench-chunks": str(chunks), "x-bench-delay-ms": str(delay_ms), "content-type": "application/json",
-               "authorization": "Bearer sk-bench"}
+    headers = {
+        "x-bench-chunks": str(chunks),
+        "x-bench-delay-ms": str(delay_ms),
+        "content-type": "application/json",
+        "authorization": "Bearer sk-bench",
+    }
     limits = httpx2.Limits(max_connections=streams + 10, max_keepalive_connections=streams + 10)
     latencies: list[float] = []
     errors: list[str] = []
@@ -70,10 +73,14 @@ def main() -> None:
     d_q = statistics.quantiles(d_latencies, n=100)
     ideal = (args.chunks + 3) * args.delay_ms / 1e3
     q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else [0] * 99
-    print(f"{args.streams} concurrent streams x {args.chunks} chunks ({args.delay_ms} ms apart, {ideal:.2f} s "
-          f"per stream at best): {len(errors)} errors, {took:.2f} s total")
-    print(f"latency through the proxy p50 {q[49]:.2f} s, p99 {q[98]:.2f} s | direct p50 {d_q[49]:.2f} s, "
-          f"p99 {d_q[98]:.2f} s ({len(d_errors)} errors) | proxy peak RSS {peak:.0f} MB (idle {idle:.0f} MB)")
+    print(
+        f"{args.streams} concurrent streams x {args.chunks} chunks ({args.delay_ms} ms apart, {ideal:.2f} s "
+        f"per stream at best): {len(errors)} errors, {took:.2f} s total"
+    )
+    print(
+        f"latency through the proxy p50 {q[49]:.2f} s, p99 {q[98]:.2f} s | direct p50 {d_q[49]:.2f} s, "
+        f"p99 {d_q[98]:.2f} s ({len(d_errors)} errors) | proxy peak RSS {peak:.0f} MB (idle {idle:.0f} MB)"
+    )
     if errors:
         print("errors:", sorted(set(errors)))
 

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from common import SHARED
 
-from proxy.core import compression as cp, precompress
+from proxy.core import compression as cp
+from proxy.core import precompress
 from proxy.core.compaction import plan_compaction
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_encoding, counter_for_model
@@ -33,7 +34,7 @@ from proxy.replay.latency_bound import Turn, current_policy, lower_bound
 from proxy.replay.runner import message_tokens
 from proxy.replay.turns import ReplayInputError, load_conversations, requests_of
 
-PENALTIES = tuple([0] + [1_000 * 2 ** k for k in range(12)])
+PENALTIES = tuple([0] + [1_000 * 2**k for k in range(12)])
 
 
 def turns_of(conv: dict, settings: OffloadSettings, model: str) -> tuple[list[Turn], float]:
@@ -45,10 +46,16 @@ def turns_of(conv: dict, settings: OffloadSettings, model: str) -> tuple[list[Tu
         plan = plan_compaction(request, chat.VIEW, settings, counter=counter, namespace="bound")
         items = plan.items
         head, tail = cp.split(items, chat.VIEW, settings.keep_recent_for(cp.COMPRESS_KEEP_RECENT))
-        turns.append(Turn(message_tokens(items, json_counter), head, tail,
-                          cp.trigger(items, chat.VIEW, head, settings=settings, counter=counter)))
+        turns.append(
+            Turn(
+                message_tokens(items, json_counter),
+                head,
+                tail,
+                cp.trigger(items, chat.VIEW, head, settings=settings, counter=counter),
+            )
+        )
     history = message_tokens(conv["messages"], json_counter)
-    raw = metrics.cache_cost(requests, [history[:len(r)] for r in requests])
+    raw = metrics.cache_cost(requests, [history[: len(r)] for r in requests])
     return turns, raw
 
 
@@ -79,7 +86,7 @@ def main() -> None:
     except ReplayInputError as exc:
         parser.error(str(exc))
     conversations.sort(key=lambda c: -sum(message_tokens(c["messages"], counter)))
-    chosen = [turns_of(c, settings, args.model) for c in conversations[:args.longest]]
+    chosen = [turns_of(c, settings, args.model) for c in conversations[: args.longest]]
     raw = sum(r for _, r in chosen)
     if not raw:
         parser.error(f"{args.traces}: no turn to compare (its longest conversations have no assistant turn)")
@@ -91,14 +98,24 @@ def main() -> None:
         policy = [current_policy(t, lag=lag, summary_tokens=s) for t, _ in chosen]
         free = [lower_bound(t, lag=lag, summary_tokens=s, limit=limit) for t, _ in chosen]
         same = [fewest(t, lag=lag, summary_tokens=s, at_most=n, limit=limit) for (t, _), n in zip(chosen, instant)]
-        rows.append({"lag": lag, **{name: {"cost": round(sum(x.cost for x in xs) / raw, 4),
-                                           "compressions": sum(x.compressions for x in xs)}
-                                    for name, xs in (("policy", policy), ("bound", free),
-                                                     ("bound_same_compressions", same))}})
+        rows.append(
+            {
+                "lag": lag,
+                **{
+                    name: {
+                        "cost": round(sum(x.cost for x in xs) / raw, 4),
+                        "compressions": sum(x.compressions for x in xs),
+                    }
+                    for name, xs in (("policy", policy), ("bound", free), ("bound_same_compressions", same))
+                },
+            }
+        )
     print(f"{args.longest} longest conversations, summary {s} tokens; cache cost ratio (compressions)")
     print(f"{'lag':>3}  {'proxy':>15}  {'bound':>15}  {'bound, <= proxy@1':>18}")
     for r in rows:
-        cells = [f"{r[k]['cost']:.4f} ({r[k]['compressions']:>3})" for k in ("policy", "bound", "bound_same_compressions")]
+        cells = [
+            f"{r[k]['cost']:.4f} ({r[k]['compressions']:>3})" for k in ("policy", "bound", "bound_same_compressions")
+        ]
         print(f"{r['lag']:>3}  {cells[0]:>15}  {cells[1]:>15}  {cells[2]:>18}")
     print(json.dumps(rows))
 

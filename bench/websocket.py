@@ -21,9 +21,8 @@ import time
 from pathlib import Path
 
 import httpx2
-from websockets.asyncio.client import connect
-
 from common import machine, servers
+from websockets.asyncio.client import connect
 
 AUTH = {"authorization": "Bearer sk-bench"}
 TURN = {"model": "gpt-4o", "store": False, "input": "hi"}
@@ -124,8 +123,10 @@ async def sessions(base: str, pid: int, n: int) -> tuple[int, int]:
 
 def ms(values: list[float]) -> str:
     cut = sorted(values)
-    return (f"mean {statistics.mean(values) * 1e3:.2f} ms, p50 {cut[len(cut) // 2] * 1e3:.2f} ms, "
-            f"p99 {cut[min(len(cut) - 1, int(len(cut) * 0.99))] * 1e3:.2f} ms")
+    return (
+        f"mean {statistics.mean(values) * 1e3:.2f} ms, p50 {cut[len(cut) // 2] * 1e3:.2f} ms, "
+        f"p99 {cut[min(len(cut) - 1, int(len(cut) * 0.99))] * 1e3:.2f} ms"
+    )
 
 
 def main() -> None:
@@ -141,11 +142,15 @@ def main() -> None:
         print(f"                                   WebSocket: {ms(ws)}")
         print(f"websocket/http mean ratio: {statistics.mean(ws) / statistics.mean(http):.2f}")
         http_s, ws_s = asyncio.run(conversation(base, args.history))
-        print(f"a {args.history}-turn conversation  HTTP (whole history each turn): {http_s * 1e3:.0f} ms, "
-              f"WebSocket (previous_response_id): {ws_s * 1e3:.0f} ms, ratio {ws_s / http_s:.2f}")
+        print(
+            f"a {args.history}-turn conversation  HTTP (whole history each turn): {http_s * 1e3:.0f} ms, "
+            f"WebSocket (previous_response_id): {ws_s * 1e3:.0f} ms, ratio {ws_s / http_s:.2f}"
+        )
         before, after = asyncio.run(sessions(base, proxy.pid, args.sessions))
-        print(f"{args.sessions} open WebSocket sessions (2-turn chains): proxy RSS {before / 1024:.1f} -> "
-              f"{after / 1024:.1f} MiB, {(after - before) / args.sessions:.1f} KiB per connection")
+        print(
+            f"{args.sessions} open WebSocket sessions (2-turn chains): proxy RSS {before / 1024:.1f} -> "
+            f"{after / 1024:.1f} MiB, {(after - before) / args.sessions:.1f} KiB per connection"
+        )
 
 
 if __name__ == "__main__":

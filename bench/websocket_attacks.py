@@ -108,8 +108,10 @@ async def bomb(ws_url: str, frames: int, mb: int) -> list[str]:
     payload = " " * (mb * 1024 * 1024)
     answers = []
     ws = await connect(ws_url, additional_headers=AUTH, max_size=None, compression="deflate")
-    print(f"  negotiated: {negotiated(ws)}; a frame is {mb} MiB, ~{deflated(payload.encode()) / 1e3:.0f} KB deflated",
-          flush=True)
+    print(
+        f"  negotiated: {negotiated(ws)}; a frame is {mb} MiB, ~{deflated(payload.encode()) / 1e3:.0f} KB deflated",
+        flush=True,
+    )
     try:
         for _ in range(frames):
             try:
@@ -142,20 +144,29 @@ def http_bombs(base: str, frames: int, mb: int) -> list[str]:
 
 def items_frame(items: int, generate: bool | None, parts: int = 0) -> str:
     content: str | list = [{"type": "input_text", "text": ""}] * parts if parts else ""
-    event: dict = {"type": "response.create", "model": "gpt-4o", "store": False,
-                   "input": [{"role": "user", "content": content}] * items}
+    event: dict = {
+        "type": "response.create",
+        "model": "gpt-4o",
+        "store": False,
+        "input": [{"role": "user", "content": content}] * items,
+    }
     if generate is not None:
         event["generate"] = generate
     return json.dumps(event, separators=(",", ":"))
 
 
-async def warm_ups(ws_url: str, *, clients: int, items: int, generate: bool | None, pid: int,
-                   parts: int = 0) -> tuple[list[str], float]:
+async def warm_ups(
+    ws_url: str, *, clients: int, items: int, generate: bool | None, pid: int, parts: int = 0
+) -> tuple[list[str], float]:
     frame = items_frame(items, generate, parts)
-    print(f"  {clients} connections, a frame of {items} items: {len(frame) / 1e6:.1f} MB, "
-          f"~{deflated(frame.encode()) / 1e3:.0f} KB deflated", flush=True)
-    sockets = [await connect(ws_url, additional_headers=AUTH, max_size=None, compression="deflate")
-               for _ in range(clients)]
+    print(
+        f"  {clients} connections, a frame of {items} items: {len(frame) / 1e6:.1f} MB, "
+        f"~{deflated(frame.encode()) / 1e3:.0f} KB deflated",
+        flush=True,
+    )
+    sockets = [
+        await connect(ws_url, additional_headers=AUTH, max_size=None, compression="deflate") for _ in range(clients)
+    ]
     try:
         await asyncio.gather(*(ws.send(frame) for ws in sockets))
         answers = list(await asyncio.gather(*(answer_of(ws) for ws in sockets)))
@@ -205,22 +216,36 @@ def main() -> None:
                 elif campaign == "http":
                     answers = http_bombs(base, args.frames, args.mb)
                 elif campaign == "held":
-                    answers, held = asyncio.run(warm_ups(ws_url, clients=args.clients, items=20_000, generate=False,
-                                                         pid=proxy.pid, parts=args.parts))
+                    answers, held = asyncio.run(
+                        warm_ups(
+                            ws_url, clients=args.clients, items=20_000, generate=False, pid=proxy.pid, parts=args.parts
+                        )
+                    )
                 else:
-                    answers, held = asyncio.run(warm_ups(ws_url, clients=args.clients, items=args.items,
-                                                         generate=False if campaign == "warmup" else None,
-                                                         pid=proxy.pid))
+                    answers, held = asyncio.run(
+                        warm_ups(
+                            ws_url,
+                            clients=args.clients,
+                            items=args.items,
+                            generate=False if campaign == "warmup" else None,
+                            pid=proxy.pid,
+                        )
+                    )
                 seconds = time.perf_counter() - t
             time.sleep(2)
             loop_cpu, all_cpu = loop_cpu_seconds(proxy.pid) - loop_cpu, cpu_seconds(proxy.pid) - all_cpu
             attack = max(0.0, loop_cpu - len(probes) * per_probe)  # less what answering the probes took
-            print(f"  answers: {summary(answers)} in {seconds:.1f} s; proxy CPU: event loop {loop_cpu:.2f} s, "
-                  f"{attack / len(answers) * 1e3:.0f} ms per frame or body besides the probes; all threads "
-                  f"{all_cpu:.2f} s")
-            print(f"  proxy RSS: {before:.0f} MiB before, peak {peak.peak:.0f}"
-                  + (f", {held:.0f} while open" if held is not None else "")
-                  + f", {rss_mib(proxy.pid):.0f} 2 s after close", flush=True)
+            print(
+                f"  answers: {summary(answers)} in {seconds:.1f} s; proxy CPU: event loop {loop_cpu:.2f} s, "
+                f"{attack / len(answers) * 1e3:.0f} ms per frame or body besides the probes; all threads "
+                f"{all_cpu:.2f} s"
+            )
+            print(
+                f"  proxy RSS: {before:.0f} MiB before, peak {peak.peak:.0f}"
+                + (f", {held:.0f} while open" if held is not None else "")
+                + f", {rss_mib(proxy.pid):.0f} 2 s after close",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -47,8 +47,8 @@ def best(repeats: int, work) -> float:
 def previews(repeats: int, scale: float) -> None:
     print("preview: pathological / plain lines of the same size")
     for text in pathological():
-        text = text[:max(1, int(len(text) * scale))]
-        plain = "".join(f"line {i}: ordinary output\n" for i in range(len(text) // 25 + 1))[:len(text)]
+        text = text[: max(1, int(len(text) * scale))]
+        plain = "".join(f"line {i}: ordinary output\n" for i in range(len(text) // 25 + 1))[: len(text)]
         worst, ordinary = best(repeats, lambda: preview(text)), best(repeats, lambda: preview(plain))
         print(f"  {text[:24]!r:30} {len(text):>9} chars  {worst * 1e3:8.1f} ms  ratio {worst / ordinary:6.2f}")
 
@@ -68,8 +68,10 @@ async def ranked_pages(repeats: int, size: int) -> None:
                 spent.append(time.perf_counter() - started)
             times[offset] = min(spent)
         await store.close()
-    print(f"ranked pages of {size:,}: offset {deep:,} {times[deep] * 1e3:.2f} ms, first page {times[0] * 1e3:.2f} ms, "
-          f"ratio {times[deep] / times[0]:.2f}")
+    print(
+        f"ranked pages of {size:,}: offset {deep:,} {times[deep] * 1e3:.2f} ms, first page {times[0] * 1e3:.2f} ms, "
+        f"ratio {times[deep] / times[0]:.2f}"
+    )
 
 
 async def runaway_search(deadline: float) -> None:
@@ -77,8 +79,14 @@ async def runaway_search(deadline: float) -> None:
         store = SQLiteStore(Path(folder))
         refs = RefStore(store, "n" * 32, ttl=60)
         await refs.save([Offload("hard01", "tool_result", "".join("a" * 40 + "!\n" for _ in range(2000)), 9000)], [])
-        tools = ReloadTools(refs, counter_for_model("gpt-4o"), max_tokens=500, request_refs=["hard01"], session=None,
-                            limits=SearchLimits(timeout=deadline))
+        tools = ReloadTools(
+            refs,
+            counter_for_model("gpt-4o"),
+            max_tokens=500,
+            request_refs=["hard01"],
+            session=None,
+            limits=SearchLimits(timeout=deadline),
+        )
         await tools.search("warm")  # a worker started: what is timed is the search
         task = asyncio.ensure_future(tools.search("(a|a)+$"))
         started, worst = time.perf_counter(), 0.0
@@ -89,8 +97,10 @@ async def runaway_search(deadline: float) -> None:
         took = time.perf_counter() - started
         await search_pool.shutdown()
         await store.close()
-    print(f"runaway search, deadline {deadline:g} s: took {took:.2f} s (ratio {took / deadline:.2f}); "
-          f"longest loop wait {worst * 1e3:.1f} ms (ratio to the deadline {worst / deadline:.3f})")
+    print(
+        f"runaway search, deadline {deadline:g} s: took {took:.2f} s (ratio {took / deadline:.2f}); "
+        f"longest loop wait {worst * 1e3:.1f} ms (ratio to the deadline {worst / deadline:.3f})"
+    )
 
 
 def main() -> None:

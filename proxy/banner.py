@@ -43,33 +43,52 @@ def _store(settings: ServerSettings) -> str:
 
 def _offload(settings: ServerSettings, tenants: int) -> str:
     defaults = OffloadSettings(**settings.offload_defaults())
-    compacted = (f"its tool results over {defaults.tool_result_limit()} tokens compacted (the newest too over "
-                 f"{defaults.max_fresh_tool_message_tokens})")
-    what = {"auto": f"{compacted}, then older turns summarised if still too large",
-            "compact": compacted,
-            "compress": "its older turns summarised"}.get(defaults.mode)
+    compacted = (
+        f"its tool results over {defaults.tool_result_limit()} tokens compacted (the newest too over "
+        f"{defaults.max_fresh_tool_message_tokens})"
+    )
+    what = {
+        "auto": f"{compacted}, then older turns summarised if still too large",
+        "compact": compacted,
+        "compress": "its older turns summarised",
+    }.get(defaults.mode)
     if defaults.mode == "observe":
         line = "mode observe (requests go upstream unchanged; what auto would have done recorded beside them)"
     elif what is None:
         line = "mode off (requests go upstream unchanged)"
     else:
-        line = (f"mode {defaults.mode}: a history over {defaults.max_total_tokens} tokens gets {what}; reload tools "
-                f"{'on' if defaults.reload_tools else 'off'} (at most {defaults.max_reload_rounds} rounds)")
+        line = (
+            f"mode {defaults.mode}: a history over {defaults.max_total_tokens} tokens gets {what}; reload tools "
+            f"{'on' if defaults.reload_tools else 'off'} (at most {defaults.max_reload_rounds} rounds)"
+        )
     if defaults.holdout > 0 and defaults.mode not in ("off", "observe"):
-        line += (f"; holdout: {defaults.holdout:.0%} of sessions forwarded unchanged as a control, the arms "
-                 "compared in the statistics")
-    overrides = f"; {tenants} tenant(s) and X-Offload-* headers may change them" if tenants else \
-        "; X-Offload-* headers may change them"
+        line += (
+            f"; holdout: {defaults.holdout:.0%} of sessions forwarded unchanged as a control, the arms "
+            "compared in the statistics"
+        )
+    overrides = (
+        f"; {tenants} tenant(s) and X-Offload-* headers may change them"
+        if tenants
+        else "; X-Offload-* headers may change them"
+    )
     return line + overrides
 
 
 def _auth(settings: ServerSettings, tenants: Mapping[str, Mapping[str, Any]]) -> str:
     keyed = sum(1 for entry in tenants.values() if entry.get("api_keys"))
-    held = [name for name, key in (("--upstream-api-key", settings.upstream_api_key),
-                                   ("--anthropic-api-key", settings.anthropic_api_key)) if key]
+    held = [
+        name
+        for name, key in (
+            ("--upstream-api-key", settings.upstream_api_key),
+            ("--anthropic-api-key", settings.anthropic_api_key),
+        )
+        if key
+    ]
     if held:
-        line = (f"proxy keys required ({keyed} tenant(s) with api_keys); the upstream gets the operator's key "
-                f"({', '.join(held)}) or a tenant's own")
+        line = (
+            f"proxy keys required ({keyed} tenant(s) with api_keys); the upstream gets the operator's key "
+            f"({', '.join(held)}) or a tenant's own"
+        )
     else:
         line = "client keys relayed: each caller's own provider key goes upstream and is its namespace"
         if keyed:
@@ -84,19 +103,25 @@ def _context_management(settings: ServerSettings) -> str:
     from proxy.upstream.native import emulates
 
     setting = settings.context_management or "auto"
-    who = {base: "emulated by the proxy" if emulates(setting, base) else "relayed to the provider"
-           for base in (settings.upstream_base, settings.anthropic_base)}
-    return (f"{setting}: openai {who[settings.upstream_base]}, anthropic {who[settings.anthropic_base]} "
-            "(--context-management)")
+    who = {
+        base: "emulated by the proxy" if emulates(setting, base) else "relayed to the provider"
+        for base in (settings.upstream_base, settings.anthropic_base)
+    }
+    return (
+        f"{setting}: openai {who[settings.upstream_base]}, anthropic {who[settings.anthropic_base]} "
+        "(--context-management)"
+    )
 
 
 def _websocket(settings: ServerSettings) -> str:
     """The Responses WebSocket mode: served, and how its responses reach the upstream."""
     per_tenant = settings.ws_connections_per_tenant or "no limit"
     root = listen_url(settings).replace("http://", "ws://", 1)
-    return (f"{root}/v1/responses served (Responses WebSocket mode; the upstream reached over HTTP/SSE); "
-            f"{per_tenant} connection(s) per tenant, {settings.ws_connections or 'no limit'} per worker, "
-            f"idle {settings.ws_idle_timeout:g} s")
+    return (
+        f"{root}/v1/responses served (Responses WebSocket mode; the upstream reached over HTTP/SSE); "
+        f"{per_tenant} connection(s) per tenant, {settings.ws_connections or 'no limit'} per worker, "
+        f"idle {settings.ws_idle_timeout:g} s"
+    )
 
 
 def banner_lines(settings: ServerSettings, tenants: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:

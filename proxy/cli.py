@@ -33,16 +33,31 @@ def build_parser() -> argparse.ArgumentParser:
         "replay", help="Replay conversations (JSONL) turn by turn through the offload pipeline and report."
     )
     replay.add_argument("file", help="JSONL: one conversation per line with 'messages' and optional 'tools'.")
-    replay.add_argument("--out", default=None, help="Directory for report.json and charts (default replay-out; "
-                                                     "with --target: report.json, only when given).")
-    replay.add_argument("--upstream", default=None, help="Real summariser upstream (default: a built-in fake); with "
-                                                         "--live, the model's API (default OpenAI's; Anthropic's for "
-                                                         "--format anthropic).")
-    replay.add_argument("--api-key", default=None, help="Key for --upstream, or for --target and --live the caller's "
-                                                        "key (default: $OPENAI_API_KEY; $ANTHROPIC_API_KEY for "
-                                                        "--format anthropic with --target or --live).")
-    replay.add_argument("--model", default=None, help="Model of the replayed requests (token counting, summaries; "
-                                                      "default gpt-4o; with --live, each trace's own).")
+    replay.add_argument(
+        "--out",
+        default=None,
+        help="Directory for report.json and charts (default replay-out; with --target: report.json, only when given).",
+    )
+    replay.add_argument(
+        "--upstream",
+        default=None,
+        help="Real summariser upstream (default: a built-in fake); with "
+        "--live, the model's API (default OpenAI's; Anthropic's for "
+        "--format anthropic).",
+    )
+    replay.add_argument(
+        "--api-key",
+        default=None,
+        help="Key for --upstream, or for --target and --live the caller's "
+        "key (default: $OPENAI_API_KEY; $ANTHROPIC_API_KEY for "
+        "--format anthropic with --target or --live).",
+    )
+    replay.add_argument(
+        "--model",
+        default=None,
+        help="Model of the replayed requests (token counting, summaries; "
+        "default gpt-4o; with --live, each trace's own).",
+    )
     replay.add_argument("--redis-url", default=None, help="Replay against this Redis instead of an embedded store.")
     replay.add_argument("--data-dir", default=None, help="Embedded store location (default: a temporary one).")
     from proxy.replay.cli import add_format_argument, add_live_arguments, add_target_arguments
@@ -54,17 +69,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, field in OffloadSettings.model_fields.items():
         if name not in ("tenant", "session"):
-            replay.add_argument(f"--{name.replace('_', '-')}", dest=f"setting_{name}", default=None,
-                                help=f"Offload setting (default {field.default}).")
+            replay.add_argument(
+                f"--{name.replace('_', '-')}",
+                dest=f"setting_{name}",
+                default=None,
+                help=f"Offload setting (default {field.default}).",
+            )
     demo = commands.add_parser(
-        "demo", help="See it work with no key and no network: a bundled fake upstream, a bundled agent "
-                     "conversation replayed in each format, a table, and the dashboard until Ctrl-C.")
+        "demo",
+        help="See it work with no key and no network: a bundled fake upstream, a bundled agent "
+        "conversation replayed in each format, a table, and the dashboard until Ctrl-C.",
+    )
     from proxy.demo.run import add_arguments as add_demo_arguments
 
     add_demo_arguments(demo)
     wrap = commands.add_parser(
-        "wrap", help="Run a coding agent (claude, codex, opencode, aider) through a proxy of its own: "
-                     "offload-proxy wrap claude [proxy options] [-- claude's arguments].")
+        "wrap",
+        help="Run a coding agent (claude, codex, opencode, aider) through a proxy of its own: "
+        "offload-proxy wrap claude [proxy options] [-- claude's arguments].",
+    )
     from proxy.wrap.command import add_arguments as add_wrap_arguments
 
     add_wrap_arguments(wrap)
@@ -99,18 +122,20 @@ def serve(settings: ServerSettings, *, notes: Sequence[str] = ()) -> None:
             logging.getLogger("proxy.startup").warning(note)
     from proxy.http.app import frame_limit
 
-    uvicorn.run(**uvicorn_options(
-        "proxy.cli:create_served_app",
-        factory=True,
-        host=settings.host,
-        port=settings.port,
-        workers=settings.workers,
-        log_level=settings.log_level,
-        timeout_graceful_shutdown=settings.shutdown_grace,
-        log_config=None if json_logs else uvicorn.config.LOGGING_CONFIG,
-        access_log=False,  # the proxy's own access line (proxy.http.telemetry) is the one line per request
-        ws_max_size=frame_limit(settings),
-    ))
+    uvicorn.run(
+        **uvicorn_options(
+            "proxy.cli:create_served_app",
+            factory=True,
+            host=settings.host,
+            port=settings.port,
+            workers=settings.workers,
+            log_level=settings.log_level,
+            timeout_graceful_shutdown=settings.shutdown_grace,
+            log_config=None if json_logs else uvicorn.config.LOGGING_CONFIG,
+            access_log=False,  # the proxy's own access line (proxy.http.telemetry) is the one line per request
+            ws_max_size=frame_limit(settings),
+        )
+    )
 
 
 def show_banner(settings: ServerSettings) -> bool:
@@ -211,9 +236,9 @@ class DateHeader:
 def replay(args: argparse.Namespace) -> None:
     import asyncio
 
-    from proxy.replay.runner import ReplayInputError
     from proxy.replay.cli import live_run, run_replay
     from proxy.replay.live import LiveError, run_live
+    from proxy.replay.runner import ReplayInputError
     from proxy.replay.target import TargetError, run_target
 
     try:
@@ -249,7 +274,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.command == "replay":
         from proxy.replay.cli import compare_usage_error, live_usage_error, target_usage_error
 
-        problem = live_usage_error(args) or (None if args.live else target_usage_error(args) or compare_usage_error(args))
+        problem = live_usage_error(args) or (
+            None if args.live else target_usage_error(args) or compare_usage_error(args)
+        )
         if problem is not None:
             parser.error(f"replay: {problem}")  # exit status 2, as argparse's own errors
     from proxy.core.tokens import discover_tiktoken_cache
@@ -290,9 +317,14 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def check_tenants_file(settings: ServerSettings) -> None:
     """Read and check the tenants file before any worker starts (a worker would die on it)."""
-    from proxy.http.caller import Gatekeeper
     from proxy.core.settings import load_tenants_file
+    from proxy.http.caller import Gatekeeper
 
-    Gatekeeper(load_tenants_file(settings.tenants_file), server_key=settings.upstream_api_key,
-               anthropic_key=settings.anthropic_api_key, anthropic_upstream=settings.anthropic_upstream,
-               allow_anonymous=settings.allow_anonymous, upstream_allowlist=settings.upstream_allowlist)
+    Gatekeeper(
+        load_tenants_file(settings.tenants_file),
+        server_key=settings.upstream_api_key,
+        anthropic_key=settings.anthropic_api_key,
+        anthropic_upstream=settings.anthropic_upstream,
+        allow_anonymous=settings.allow_anonymous,
+        upstream_allowlist=settings.upstream_allowlist,
+    )

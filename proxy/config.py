@@ -31,7 +31,8 @@ class ServerSettings(BaseSettings):
         description="Upstream base URL, as an OpenAI SDK's base_url (https://host/v1; a bare https://host gets /v1).",
     )
     upstream_api_key: str | None = Field(
-        None, json_schema_extra=SECRET,
+        None,
+        json_schema_extra=SECRET,
         description="The operator's provider key. When set, clients must present proxy keys from the "
         "tenants file (their own keys are refused) and the upstream gets this key instead.",
     )
@@ -41,58 +42,63 @@ class ServerSettings(BaseSettings):
         "anthropic-version), as ANTHROPIC_BASE_URL is written (https://host), or with /v1.",
     )
     anthropic_api_key: str | None = Field(
-        None, json_schema_extra=SECRET,
+        None,
+        json_schema_extra=SECRET,
         description="The operator's Anthropic key, sent as x-api-key for proxy-key callers on the "
         "Anthropic API (as --upstream-api-key is for OpenAI's). When set, clients must present proxy keys.",
     )
     redis_url: str | None = Field(
-        None, json_schema_extra=SECRET,
-        description="redis://, rediss:// or redis+cluster:// URL; absent = embedded store in --data-dir."
+        None,
+        json_schema_extra=SECRET,
+        description="redis://, rediss:// or redis+cluster:// URL; absent = embedded store in --data-dir.",
     )
     redis_cluster: bool = Field(
         False, description="Treat --redis-url as a Redis Cluster (also implied by a redis+cluster:// URL)."
     )
     data_dir: Path = Field(Path(".offload-data"), description="Embedded store location.")
     workers: int = Field(1, ge=1, description="Worker processes.")
-    log_level: str = Field("info", pattern="^(critical|error|warning|info|debug|trace)$",
-                           description="critical|error|warning|info|debug.")
+    log_level: str = Field(
+        "info", pattern="^(critical|error|warning|info|debug|trace)$", description="critical|error|warning|info|debug."
+    )
     log_format: str = Field("json", pattern="^(json|text)$", description="json (one object per line) or text.")
     metrics_tenant_label: bool = Field(
         False, description="Label request and token metrics with the tenant namespace hash."
     )
     admin_token: str | None = Field(
-        None, json_schema_extra=SECRET,
+        None,
+        json_schema_extra=SECRET,
         description="Bearer token required by /metrics; reads every tenant's statistics and dashboard.",
     )
     encryption_key: str | None = Field(
-        None, json_schema_extra=SECRET,
+        None,
+        json_schema_extra=SECRET,
         description="Secret for AES-256-GCM encryption at rest of stored content (absent = plain). Every "
-        "replica sharing a store needs the same one (a replica with another refuses to start)."
+        "replica sharing a store needs the same one (a replica with another refuses to start).",
     )
     encryption_key_previous: str | None = Field(
-        None, json_schema_extra=SECRET,
+        None,
+        json_schema_extra=SECRET,
         description="The --encryption-key before a rotation: what it sealed is still read (and sealed again "
         "with --encryption-key as it is read), new values are sealed with --encryption-key. Needs --namespace-key, "
-        "and may not be --encryption-key itself (docs/security.md: rotating the key)."
+        "and may not be --encryption-key itself (docs/security.md: rotating the key).",
     )
     namespace_key: str | None = Field(
-        None, json_schema_extra=SECRET,
+        None,
+        json_schema_extra=SECRET,
         description="Secret that keys tenant namespaces, session names in store keys and compaction tokens "
-        "(default: --encryption-key). Keep it when rotating --encryption-key, so no tenant's store moves."
+        "(default: --encryption-key). Keep it when rotating --encryption-key, so no tenant's store moves.",
     )
     upstream_allowlist: Annotated[list[str], NoDecode] = Field(  # NoDecode: the validator parses both forms
         default_factory=list,
         description="Hosts (host or host:port) an X-Offload-Upstream header may name, separated by commas "
-        '(api.example.com,eu.example.com:8443) or as a JSON list; empty = none.',
+        "(api.example.com,eu.example.com:8443) or as a JSON list; empty = none.",
     )
     connect_timeout: float = Field(10.0, gt=0, description="Upstream connect timeout (s).")
     read_timeout: float = Field(
         600.0, gt=0, description="Max silence between two upstream chunks (s); streams may last longer."
     )
     max_connections: int = Field(1000, ge=1, description="Upstream connection pool size.")
-    store_ttl: int = Field(
-        7 * 24 * 3600, ge=60, description="Idle TTL (s) of offloaded content; every use extends it."
-    )
+    store_ttl: int = Field(7 * 24 * 3600, ge=60, description="Idle TTL (s) of offloaded content; every use extends it.")
     tenants_file: Path | None = Field(
         None, description="TOML or YAML file of tenants: proxy keys, upstreams, per-tenant setting overrides."
     )
@@ -102,92 +108,121 @@ class ServerSettings(BaseSettings):
     mode: str | None = Field(None, description="Default X-Offload-Mode: auto|compact|compress|off|observe (auto).")
     max_total_tokens: int | None = Field(None, description="Default X-Offload-Max-Total-Tokens (18000).")
     max_tool_message_tokens: int | None = Field(
-        None, description="Default X-Offload-Max-Tool-Message-Tokens (6000, at most a third of the trigger when not set)."
+        None,
+        description="Default X-Offload-Max-Tool-Message-Tokens (6000, at most a third of the trigger when not set).",
     )
     keep_recent: int | None = Field(None, description="Default X-Offload-Keep-Recent (1 compact, 2 compress).")
     max_fresh_tool_message_tokens: int | None = Field(
-        None, description="Default X-Offload-Max-Fresh-Tool-Message-Tokens (25000): a tool result above it is "
-        "compacted even among the recent messages, on the turn it arrives, once over max-total-tokens."
+        None,
+        description="Default X-Offload-Max-Fresh-Tool-Message-Tokens (25000): a tool result above it is "
+        "compacted even among the recent messages, on the turn it arrives, once over max-total-tokens.",
     )
     keep_images: int | None = Field(None, description="Default X-Offload-Keep-Images (3): older images are offloaded.")
-    image_batch: int | None = Field(None, description="Default X-Offload-Image-Batch (6): images offloaded so many "
-                                    "at a time (the prefix changes once per batch).")
+    image_batch: int | None = Field(
+        None,
+        description="Default X-Offload-Image-Batch (6): images offloaded so many "
+        "at a time (the prefix changes once per batch).",
+    )
     max_reload_tokens: int | None = Field(None, description="Default X-Offload-Max-Reload-Tokens (8000).")
     max_reload_rounds: int | None = Field(None, description="Default X-Offload-Max-Reload-Rounds (4).")
     reload_tools: str | None = Field(None, description="Default X-Offload-Reload-Tools: on|off (on).")
-    fold: str | None = Field(None, description="Default X-Offload-Fold: on|off (on): a tool result repeating an "
-                             "earlier one goes as a pointer to it plus its diff, reloadable byte for byte.")
+    fold: str | None = Field(
+        None,
+        description="Default X-Offload-Fold: on|off (on): a tool result repeating an "
+        "earlier one goes as a pointer to it plus its diff, reloadable byte for byte.",
+    )
     summary_model: str | None = Field(None, description="Default X-Offload-Summary-Model (else the request's).")
     compaction_ratio: float | None = Field(None, description="Default X-Offload-Compaction-Ratio (0.75).")
     precompress_ratio: float | None = Field(
-        None, description="Default X-Offload-Precompress-Ratio (0.8): start a summary in the background once "
-        "what it would fold reaches this share of max-total-tokens (0: only when crossed)."
+        None,
+        description="Default X-Offload-Precompress-Ratio (0.8): start a summary in the background once "
+        "what it would fold reaches this share of max-total-tokens (0: only when crossed).",
     )
     hard_max_tokens: int | None = Field(
-        None, description="Default X-Offload-Hard-Max-Tokens (2 x max-total-tokens, capped by the model's "
-        "context window when known): above it a request waits for its summary instead of going out without."
+        None,
+        description="Default X-Offload-Hard-Max-Tokens (2 x max-total-tokens, capped by the model's "
+        "context window when known): above it a request waits for its summary instead of going out without.",
     )
     group_token_threshold: int | None = Field(
         None, description="Default X-Offload-Group-Token-Threshold (0: one summary call)."
     )
     context_management: str | None = Field(
-        None, description="Default X-Offload-Context-Management: relay|emulate|auto (auto). Who applies a request's "
+        None,
+        description="Default X-Offload-Context-Management: relay|emulate|auto (auto). Who applies a request's "
         "context_management and POST /v1/responses/compact: the upstream (relay), the proxy with its own summaries "
-        "and refs (emulate), or auto: relay to api.openai.com and api.anthropic.com, emulate for any other upstream."
+        "and refs (emulate), or auto: relay to api.openai.com and api.anthropic.com, emulate for any other upstream.",
     )
     cache_control: str | None = Field(
-        None, description="Default X-Offload-Cache-Control: auto|off (auto). auto: an Anthropic request carrying no "
+        None,
+        description="Default X-Offload-Cache-Control: auto|off (auto). auto: an Anthropic request carrying no "
         "cache_control gets the proxy's prompt caching (request-level caching and a breakpoint after the tools and "
-        "system), and a request to api.openai.com without a prompt_cache_key its session's; off: as sent."
+        "system), and a request to api.openai.com without a prompt_cache_key its session's; off: as sent.",
     )
     cache_keepalive: str | None = Field(
-        None, description="Default X-Offload-Cache-Keepalive: on|off (off). on: a session whose forwarded prefix is "
+        None,
+        description="Default X-Offload-Cache-Keepalive: on|off (off). on: a session whose forwarded prefix is "
         "large (--cache-keepalive-min-tokens) and was sent lately gets a 1-token request with that exact prefix, "
-        "with its own credential, shortly before the provider's cache would expire (docs/caching.md)."
+        "with its own credential, shortly before the provider's cache would expire (docs/caching.md).",
     )
     cache_keepalive_min_tokens: int = Field(
-        4_096, ge=1, le=10_000_000, description="Forwarded tokens below which a session's cache is never kept alive "
-        "(4096: the largest minimum cacheable prefix; measured in bench/cache_control.py)."
+        4_096,
+        ge=1,
+        le=10_000_000,
+        description="Forwarded tokens below which a session's cache is never kept alive "
+        "(4096: the largest minimum cacheable prefix; measured in bench/cache_control.py).",
     )
     cache_keepalive_max_pings: int = Field(
         3, ge=1, le=100, description="Keep-alive requests one session gets between two of its turns, at most."
     )
     cache_keepalive_idle: float = Field(
-        900.0, gt=0, le=86_400, description="A session idle this long (s) since its last turn gets no more keep-alive "
-        "requests."
+        900.0,
+        gt=0,
+        le=86_400,
+        description="A session idle this long (s) since its last turn gets no more keep-alive requests.",
     )
     cache_keepalive_bytes: int = Field(
-        256 * 1024**2, ge=0, description="Bytes of forwarded bodies one worker holds for keep-alive requests, at "
-        "most (the sessions idle longest are dropped first)."
+        256 * 1024**2,
+        ge=0,
+        description="Bytes of forwarded bodies one worker holds for keep-alive requests, at "
+        "most (the sessions idle longest are dropped first).",
     )
     holdout: float | None = Field(
-        None, description="Default holdout (0: none): the share of sessions, from 0 to below 1, forwarded unchanged "
+        None,
+        description="Default holdout (0: none): the share of sessions, from 0 to below 1, forwarded unchanged "
         "as a control while the others are managed, decided from the session id alike on every replica; per "
-        "tenant in the tenants file. GET /v1/offload/stats compares the arms (docs/safety.md)."
+        "tenant in the tenants file. GET /v1/offload/stats compares the arms (docs/safety.md).",
     )
     holdout_salt: str = Field(
-        "", max_length=256, description="Salt of the holdout's split: another value draws other sessions into the "
-        "control arm (every replica of a fleet needs the same)."
+        "",
+        max_length=256,
+        description="Salt of the holdout's split: another value draws other sessions into the "
+        "control arm (every replica of a fleet needs the same).",
     )
     observe_bytes: int = Field(
-        256 * 1024**2, ge=0, description="Bytes one worker holds of its observed sessions' plans (observe mode: "
+        256 * 1024**2,
+        ge=0,
+        description="Bytes one worker holds of its observed sessions' plans (observe mode: "
         "their earlier turns' refs and summaries, in memory only, so each turn plans as a managed one does); the "
-        "sessions used longest ago are dropped first; 0: every observed turn plans from nothing."
+        "sessions used longest ago are dropped first; 0: every observed turn plans from nothing.",
     )
     cache_ttl: float = Field(
-        300.0, ge=1, le=86_400, description="How long (s) the proxy assumes a provider keeps an idle prompt-cache "
+        300.0,
+        ge=1,
+        le=86_400,
+        description="How long (s) the proxy assumes a provider keeps an idle prompt-cache "
         "prefix (Anthropic's and OpenAI's default: 5 minutes): keep-alive requests go out before it, and a cut due "
-        "soon is made once a session has been idle longer (docs/caching.md)."
+        "soon is made once a session has been idle longer (docs/caching.md).",
     )
     summary_timeout: float = Field(60.0, gt=0, description="Timeout (s) of one summarisation call.")
     summary_wait: float = Field(
         5.0, ge=0, description="How long (s) a request waits for a summary another request is making."
     )
     summary_request: Literal["prefix", "transcript"] = Field(
-        "prefix", description="How a summary is asked for: prefix (the conversation as its turns send it, the "
+        "prefix",
+        description="How a summary is asked for: prefix (the conversation as its turns send it, the "
         "same tools and messages, then one instruction: a provider's prompt cache bills the history at its "
         "cached price) or transcript (a system prompt and a rendering of the history, on chat completions: "
-        "for upstreams without prefix caching)."
+        "for upstreams without prefix caching).",
     )
     summary_concurrency: int = Field(
         4, ge=1, le=1000, description="Summaries one worker makes at once in the background."
@@ -195,9 +230,7 @@ class ServerSettings(BaseSettings):
     summary_queue: int = Field(
         64, ge=0, le=100_000, description="Background summaries waiting for a slot, at most (more are not started)."
     )
-    reload_budget: float = Field(
-        120.0, gt=0, description="Total seconds the reload rounds of one request may take."
-    )
+    reload_budget: float = Field(120.0, gt=0, description="Total seconds the reload rounds of one request may take.")
     shutdown_grace: float = Field(
         30.0, ge=0, description="On SIGTERM, how long (s) in-flight requests and streams may take to finish."
     )
@@ -205,30 +238,43 @@ class ServerSettings(BaseSettings):
     max_messages: int = Field(100_000, ge=1, description="Most messages (items) a request may hold.")
     store_timeout: float = Field(0.5, gt=0, description="Timeout (s) of one store operation.")
     body_timeout: float = Field(
-        60.0, gt=0, description="Longest silence (s) between two chunks of a request body (408 after); "
-        "a slow but steady upload is never cut."
+        60.0,
+        gt=0,
+        description="Longest silence (s) between two chunks of a request body (408 after); "
+        "a slow but steady upload is never cut.",
     )
     ws_connections_per_tenant: int = Field(
-        64, ge=0, le=100_000,
+        64,
+        ge=0,
+        le=100_000,
         description="Responses WebSocket connections one tenant or credential may hold open in one worker "
         "(0 = no limit); the upgrade beyond it is refused with 429.",
     )
     ws_connections: int = Field(
-        1024, ge=0, le=1_000_000,
+        1024,
+        ge=0,
+        le=1_000_000,
         description="Responses WebSocket connections one worker holds open in all (0 = no limit); the upgrade "
         "beyond it is refused with 429, whoever asks (credentials are not checked with the upstream before a "
         "response.create, so made-up ones could otherwise hold idle connections without end).",
     )
     ws_idle_timeout: float = Field(
-        900.0, gt=0, description="A Responses WebSocket connection with no response running and no frame from "
-        "its client for this long (s) is closed (code 1000)."
+        900.0,
+        gt=0,
+        description="A Responses WebSocket connection with no response running and no frame from "
+        "its client for this long (s) is closed (code 1000).",
     )
     ws_held_responses: int = Field(
-        16, ge=1, le=1000, description="Responses one WebSocket connection holds for previous_response_id with "
-        "store false (the oldest is forgotten first)."
+        16,
+        ge=1,
+        le=1000,
+        description="Responses one WebSocket connection holds for previous_response_id with "
+        "store false (the oldest is forgotten first).",
     )
     ws_held_bytes: int = Field(
-        1024**3, ge=0, description="Bytes of memory one worker's Responses WebSocket connections hold together in "
+        1024**3,
+        ge=0,
+        description="Bytes of memory one worker's Responses WebSocket connections hold together in "
         "responses kept for previous_response_id (counted as parsed objects, not JSON characters); a response that "
         "does not fit forgets its connection's oldest first, else is not held.",
     )
@@ -237,7 +283,8 @@ class ServerSettings(BaseSettings):
         description="Serve requests that carry no credential at all; anonymous clients share one namespace.",
     )
     max_stored_bytes_per_namespace: int = Field(
-        1024**3, ge=0,
+        1024**3,
+        ge=0,
         description="Bytes one namespace may store (0 = no limit); beyond it POST /v1/offload answers 429 "
         "and chat requests go through without offloading.",
     )
@@ -253,8 +300,8 @@ class ServerSettings(BaseSettings):
         "name=value pairs separated by commas (max_reload_rounds=8,max_total_tokens=50000).",
     )
     stats_retention: Annotated[int, NoDecode] = Field(
-        14 * 24 * 3600, description="How long usage statistics are kept: seconds, or a duration such as 14d or 36h "
-        "(at least 1d)."
+        14 * 24 * 3600,
+        description="How long usage statistics are kept: seconds, or a duration such as 14d or 36h (at least 1d).",
     )
     prices: Annotated[dict[str, tuple[float, float, float, float, float]], NoDecode] = Field(
         default_factory=dict,
@@ -278,8 +325,10 @@ class ServerSettings(BaseSettings):
     def _price_forms(cls, value: object) -> dict[str, tuple[float, float, float, float, float]]:
         from proxy.stats.prices import parse_prices
 
-        return {name: (p.input, p.cached, p.cache_write_5m, p.cache_write_1h, p.output)
-                for name, p in parse_prices(value).items()}
+        return {
+            name: (p.input, p.cached, p.cache_write_5m, p.cache_write_1h, p.output)
+            for name, p in parse_prices(value).items()
+        }
 
     @field_validator("upstream", "anthropic_upstream")
     @classmethod
@@ -294,8 +343,10 @@ class ServerSettings(BaseSettings):
     @classmethod
     def _allowlist_forms(cls, value: object) -> object:
         """CLI and OFFLOAD_UPSTREAM_ALLOWLIST alike: hosts separated by commas, or a JSON list."""
-        expected = ('expected hosts (host or host:port) separated by commas, e.g. api.example.com,eu.example.com:8443, '
-                    'or a JSON list, e.g. ["api.example.com"]')
+        expected = (
+            "expected hosts (host or host:port) separated by commas, e.g. api.example.com,eu.example.com:8443, "
+            'or a JSON list, e.g. ["api.example.com"]'
+        )
         if isinstance(value, str):
             value = json_or_commas(value, opener="[", expected=expected)
         if isinstance(value, list):
@@ -308,8 +359,10 @@ class ServerSettings(BaseSettings):
     @classmethod
     def _header_caps_forms(cls, value: object) -> object:
         """CLI and OFFLOAD_HEADER_CAPS alike: a JSON object, or name=value pairs separated by commas."""
-        expected = ('expected a JSON object of integer caps, e.g. {"max_reload_rounds": 8}, or name=value pairs '
-                    "separated by commas, e.g. max_reload_rounds=8,max_total_tokens=50000")
+        expected = (
+            'expected a JSON object of integer caps, e.g. {"max_reload_rounds": 8}, or name=value pairs '
+            "separated by commas, e.g. max_reload_rounds=8,max_total_tokens=50000"
+        )
         if not isinstance(value, str):
             return value
         parts = json_or_commas(value, opener="{", expected=expected)
@@ -323,8 +376,14 @@ class ServerSettings(BaseSettings):
             caps[name.strip()] = number.strip()
         return caps
 
-    @field_validator("upstream_api_key", "anthropic_api_key", "admin_token", "encryption_key",
-                     "encryption_key_previous", "namespace_key")
+    @field_validator(
+        "upstream_api_key",
+        "anthropic_api_key",
+        "admin_token",
+        "encryption_key",
+        "encryption_key_previous",
+        "namespace_key",
+    )
     @classmethod
     def _not_the_example_value(cls, value: str | None) -> str | None:
         if value and "change-me" in value.lower():
@@ -345,16 +404,22 @@ class ServerSettings(BaseSettings):
         if self.redis_cluster and not self.redis_url:
             raise ValueError("--redis-cluster needs --redis-url (a node of the cluster)")
         if self.encryption_key_previous and self.encryption_key_previous == self.encryption_key:
-            raise ValueError("--encryption-key-previous is --encryption-key itself: give the key before the rotation "
-                             "(the old --encryption-key), or leave it out once the rotation is over")
+            raise ValueError(
+                "--encryption-key-previous is --encryption-key itself: give the key before the rotation "
+                "(the old --encryption-key), or leave it out once the rotation is over"
+            )
         if self.encryption_key_previous and not (self.encryption_key and self.namespace_key):
-            raise ValueError("--encryption-key-previous needs --encryption-key (the new key) and --namespace-key "
-                             "(the key namespaces were derived from: the old --encryption-key, unless every "
-                             "tenant's stored content is to start afresh)")
+            raise ValueError(
+                "--encryption-key-previous needs --encryption-key (the new key) and --namespace-key "
+                "(the key namespaces were derived from: the old --encryption-key, unless every "
+                "tenant's stored content is to start afresh)"
+            )
         unknown = sorted(set(self.header_caps) - numeric)
         if unknown:
-            raise ValueError(f"--header-caps: {', '.join(unknown)} is not a numeric setting; caps apply to "
-                             f"{', '.join(sorted(numeric))}")
+            raise ValueError(
+                f"--header-caps: {', '.join(unknown)} is not a numeric setting; caps apply to "
+                f"{', '.join(sorted(numeric))}"
+            )
         return self
 
     def offload_defaults(self) -> dict[str, object]:
@@ -385,8 +450,11 @@ class ServerSettings(BaseSettings):
 
 def secret_settings() -> tuple[str, ...]:
     """The settings marked SECRET, in the model's order."""
-    return tuple(name for name, field in ServerSettings.model_fields.items()
-                 if isinstance(field.json_schema_extra, dict) and field.json_schema_extra.get("secret"))
+    return tuple(
+        name
+        for name, field in ServerSettings.model_fields.items()
+        if isinstance(field.json_schema_extra, dict) and field.json_schema_extra.get("secret")
+    )
 
 
 def variables_for(env: Mapping[str, str], names: Iterable[str]) -> list[str]:

@@ -15,10 +15,19 @@ from starlette.responses import Response
 Shape = Literal["openai", "anthropic"]
 
 # Anthropic's error types by HTTP status (https://docs.anthropic.com/en/api/errors)
-ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
-                   403: "permission_error", 404: "not_found_error", 408: "timeout_error",
-                   413: "request_too_large", 429: "rate_limit_error", 499: "api_error", 504: "timeout_error",
-                   529: "overloaded_error"}
+ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    499: "api_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
 
 
 def error_body(message: str, type_: str, code: str | None = None, *, param: str | None = None) -> dict:
@@ -84,8 +93,7 @@ class ProxyError(Exception):
         self.status, self.message, self.type, self.code, self.param = status, message, type_, code, param
 
     def response(self, shape: Shape = "openai") -> Response:
-        return error_response(self.status, self.message, type_=self.type, code=self.code, param=self.param,
-                              shape=shape)
+        return error_response(self.status, self.message, type_=self.type, code=self.code, param=self.param, shape=shape)
 
     def body(self) -> dict:
         return error_body(self.message, self.type, self.code, param=self.param)

@@ -21,10 +21,13 @@ def add_settings_options(parser: argparse.ArgumentParser, *, defaults: dict[str,
         env = f"OFFLOAD_{name.upper()}"
         default = (defaults or {}).get(name, field.get_default(call_default_factory=True))
         # None: the built-in default, which the description names in parentheses
-        help = f"{field.description} [env {env}]" if default is None else f"{field.description} [env {env}; default {default}]"
+        help = (
+            f"{field.description} [env {env}]"
+            if default is None
+            else f"{field.description} [env {env}; default {default}]"
+        )
         if field.annotation is bool:
-            parser.add_argument(option(name), dest=name, default=None, action=argparse.BooleanOptionalAction,
-                                help=help)
+            parser.add_argument(option(name), dest=name, default=None, action=argparse.BooleanOptionalAction, help=help)
         else:
             parser.add_argument(option(name), dest=name, default=None, metavar=name.upper(), help=help)
 
@@ -32,9 +35,7 @@ def add_settings_options(parser: argparse.ArgumentParser, *, defaults: dict[str,
 def resolve_settings(args: argparse.Namespace) -> ServerSettings:
     """CLI values override the environment, which overrides the defaults."""
     overrides = {
-        name: getattr(args, name)
-        for name in ServerSettings.model_fields
-        if getattr(args, name, None) is not None
+        name: getattr(args, name) for name in ServerSettings.model_fields if getattr(args, name, None) is not None
     }
     return ServerSettings(**overrides)  # lists and maps are parsed by the fields' own validators
 
@@ -65,8 +66,9 @@ def listen_problem(host: str, port: int) -> str | None:
     import socket
 
     try:
-        family, kind, proto, _, address = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
-                                                             flags=socket.AI_PASSIVE)[0]
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
         with socket.socket(family, kind, proto) as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
             sock.bind(address)

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import os
 import time
-from contextvars import ContextVar
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client import multiprocess
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 
 from proxy.core.bill import NONE, PARTS, Bill, Meter
 
@@ -101,69 +100,138 @@ class Metrics:
         self._tenants: set[str] = set()  # label values given so far
         tenant = ("tenant",) if tenant_label else ()
         r = self.registry
-        self.requests = Counter("offload_requests_total", "Requests by route and status.",
-                                ("route", "status", *tenant), registry=r)
-        self.duration = Histogram("offload_request_seconds", "Whole request time, streams included.",
-                                  ("route",), buckets=LATENCY_BUCKETS, registry=r)
-        self.overhead = Histogram("offload_overhead_seconds", "Proxy time before the upstream request left.",
-                                  ("route",), buckets=LATENCY_BUCKETS, registry=r)
-        self.upstream_ttfb = Histogram("offload_upstream_ttfb_seconds", "Upstream time to response headers.",
-                                       ("route",), buckets=LATENCY_BUCKETS, registry=r)
-        self.upstream_latency = Histogram("offload_upstream_seconds", "Upstream time, first send to response end.",
-                                          ("route",), buckets=LATENCY_BUCKETS, registry=r)
-        self.tokens_before = Counter("offload_tokens_before_total", "Chat tokens as sent by clients.", tenant,
-                                     registry=r)
-        self.tokens_after = Counter("offload_tokens_after_total", "Chat tokens as forwarded upstream.", tenant,
-                                    registry=r)
+        self.requests = Counter(
+            "offload_requests_total", "Requests by route and status.", ("route", "status", *tenant), registry=r
+        )
+        self.duration = Histogram(
+            "offload_request_seconds",
+            "Whole request time, streams included.",
+            ("route",),
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.overhead = Histogram(
+            "offload_overhead_seconds",
+            "Proxy time before the upstream request left.",
+            ("route",),
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.upstream_ttfb = Histogram(
+            "offload_upstream_ttfb_seconds",
+            "Upstream time to response headers.",
+            ("route",),
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.upstream_latency = Histogram(
+            "offload_upstream_seconds",
+            "Upstream time, first send to response end.",
+            ("route",),
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.tokens_before = Counter(
+            "offload_tokens_before_total", "Chat tokens as sent by clients.", tenant, registry=r
+        )
+        self.tokens_after = Counter(
+            "offload_tokens_after_total", "Chat tokens as forwarded upstream.", tenant, registry=r
+        )
         self.offloaded_bytes = Counter("offload_offloaded_bytes_total", "Bytes newly stored.", registry=r)
         self.refs_created = Counter("offload_refs_created_total", "References newly stored.", registry=r)
         self.reload_calls = Counter("offload_reload_calls_total", "Injected tool calls run.", ("tool",), registry=r)
         self.reload_rounds = Counter("offload_reload_rounds_total", "Extra upstream rounds for reloads.", registry=r)
-        self.holdout_turns = Counter("offload_holdout_turns_total", "Turns of the holdout's sessions by arm (control: "
-                                     "forwarded unchanged) and how they ended (ok, error, context_error).",
-                                     ("arm", "outcome"), registry=r)
-        self.summaries = Counter("offload_summaries_total", "Summarisation calls by outcome.", ("outcome",),
-                                 registry=r)
-        self.summary_seconds = Histogram("offload_summary_seconds", "Summarisation call time.",
-                                         buckets=LATENCY_BUCKETS, registry=r)
-        self.summaries_queued = Gauge("offload_summaries_queued", "Background summaries waiting for a slot.",
-                                      registry=r, multiprocess_mode="livesum")
-        self.summaries_running = Gauge("offload_summaries_in_flight", "Background summaries being made.",
-                                       registry=r, multiprocess_mode="livesum")
-        self.summaries_oldest = Gauge("offload_summaries_oldest_seconds",
-                                      "Age of the oldest background summary queued or in flight.",
-                                      registry=r, multiprocess_mode="livemax")
-        self.summaries_dropped = Gauge("offload_summaries_dropped", "Background summaries never started "
-                                       "(queue full, waited too long, shut down).", registry=r,
-                                       multiprocess_mode="livesum")
+        self.holdout_turns = Counter(
+            "offload_holdout_turns_total",
+            "Turns of the holdout's sessions by arm (control: "
+            "forwarded unchanged) and how they ended (ok, error, context_error).",
+            ("arm", "outcome"),
+            registry=r,
+        )
+        self.summaries = Counter("offload_summaries_total", "Summarisation calls by outcome.", ("outcome",), registry=r)
+        self.summary_seconds = Histogram(
+            "offload_summary_seconds", "Summarisation call time.", buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.summaries_queued = Gauge(
+            "offload_summaries_queued",
+            "Background summaries waiting for a slot.",
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.summaries_running = Gauge(
+            "offload_summaries_in_flight", "Background summaries being made.", registry=r, multiprocess_mode="livesum"
+        )
+        self.summaries_oldest = Gauge(
+            "offload_summaries_oldest_seconds",
+            "Age of the oldest background summary queued or in flight.",
+            registry=r,
+            multiprocess_mode="livemax",
+        )
+        self.summaries_dropped = Gauge(
+            "offload_summaries_dropped",
+            "Background summaries never started (queue full, waited too long, shut down).",
+            registry=r,
+            multiprocess_mode="livesum",
+        )
         self._summaries_state: Callable[[], Any] | None = None
         self.store_errors = Counter("offload_store_errors_total", "Store operations that failed.", registry=r)
-        self.store_seconds = Histogram("offload_store_seconds", "Store operation time.", ("op",),
-                                       buckets=LATENCY_BUCKETS, registry=r)
-        self.store_up = Gauge("offload_store_up", "1 while the store answers, 0 while it is skipped as down "
-                              "(requests then go out without offloading).", registry=r, multiprocess_mode="livemin")
+        self.store_seconds = Histogram(
+            "offload_store_seconds", "Store operation time.", ("op",), buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.store_up = Gauge(
+            "offload_store_up",
+            "1 while the store answers, 0 while it is skipped as down (requests then go out without offloading).",
+            registry=r,
+            multiprocess_mode="livemin",
+        )
         # the label: the known header closest to the unknown one (proxy.core.header_names), never the client's name
-        self.unknown_headers = Counter("offload_unknown_headers_total", "X-Offload-* request headers the proxy "
-                                       "does not read (ignored, answered with X-Offload-Warning), by the known "
-                                       "header closest to each: none, or unchecked past a request's first 8.",
-                                       ("closest",), registry=r)
-        self.billed_tokens = Counter("offload_billed_tokens_total", "Tokens the upstream billed, as it reported "
-                                     "them: by kind (uncached, cache_read, cache_write_5m, cache_write_1h, output) "
-                                     "and by call (turn: a client's answer and its reload rounds; summary: the "
-                                     "proxy's summary calls; keepalive: cache keep-alive pings).",
-                                     ("kind", "call"), registry=r)
-        self.turns_without_usage = Counter("offload_turns_without_usage_total", "Upstream answers (a turn's, a "
-                                           "summary call's) that reported no usage the proxy could read: "
-                                           "counted, not billed.", ("call",), registry=r)
-        self.keepalive_pings = Counter("offload_keepalive_pings_total", "Keep-alive requests sent to keep a session's "
-                                       "prompt cache warm, by outcome (ok: answered 200).", ("outcome",), registry=r)
-        self.keepalive_cost = Counter("offload_keepalive_cost_tokens_total", "What the keep-alive requests cost, in "
-                                      "uncached input tokens (estimated at the provider's cache prices).", registry=r)
-        self.keepalive_avoided = Counter("offload_keepalive_writes_avoided_tokens_total", "Prefix tokens a session's "
-                                         "next turn read from a cache only keep-alive requests kept warm.", registry=r)
-        self.stats_dropped = Counter("offload_stats_dropped_total", "Turns (and background summaries) the usage "
-                                     "statistics lost: more held while the store was down than they keep.",
-                                     registry=r)
+        self.unknown_headers = Counter(
+            "offload_unknown_headers_total",
+            "X-Offload-* request headers the proxy "
+            "does not read (ignored, answered with X-Offload-Warning), by the known "
+            "header closest to each: none, or unchecked past a request's first 8.",
+            ("closest",),
+            registry=r,
+        )
+        self.billed_tokens = Counter(
+            "offload_billed_tokens_total",
+            "Tokens the upstream billed, as it reported "
+            "them: by kind (uncached, cache_read, cache_write_5m, cache_write_1h, output) "
+            "and by call (turn: a client's answer and its reload rounds; summary: the "
+            "proxy's summary calls; keepalive: cache keep-alive pings).",
+            ("kind", "call"),
+            registry=r,
+        )
+        self.turns_without_usage = Counter(
+            "offload_turns_without_usage_total",
+            "Upstream answers (a turn's, a "
+            "summary call's) that reported no usage the proxy could read: "
+            "counted, not billed.",
+            ("call",),
+            registry=r,
+        )
+        self.keepalive_pings = Counter(
+            "offload_keepalive_pings_total",
+            "Keep-alive requests sent to keep a session's prompt cache warm, by outcome (ok: answered 200).",
+            ("outcome",),
+            registry=r,
+        )
+        self.keepalive_cost = Counter(
+            "offload_keepalive_cost_tokens_total",
+            "What the keep-alive requests cost, in uncached input tokens (estimated at the provider's cache prices).",
+            registry=r,
+        )
+        self.keepalive_avoided = Counter(
+            "offload_keepalive_writes_avoided_tokens_total",
+            "Prefix tokens a session's next turn read from a cache only keep-alive requests kept warm.",
+            registry=r,
+        )
+        self.stats_dropped = Counter(
+            "offload_stats_dropped_total",
+            "Turns (and background summaries) the usage "
+            "statistics lost: more held while the store was down than they keep.",
+            registry=r,
+        )
 
     def summaries_state(self, state: Any) -> None:
         """The background summaries' scheduler state (proxy.offload.background.SchedulerState)."""

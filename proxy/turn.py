@@ -36,13 +36,15 @@ from proxy.core.settings import OffloadSettings
 from proxy.core.texts import RELOAD_TOOL_SCHEMAS
 from proxy.core.tokens import TokenCounter, counter_for_model_async
 from proxy.core.wire import WireFormat
-from proxy.emulation import edits as emulation_edits, inline, request as emulation_request, trigger
+from proxy.emulation import edits as emulation_edits
+from proxy.emulation import inline, trigger
+from proxy.emulation import request as emulation_request
 from proxy.emulation.edits import EditsDone
 from proxy.emulation.inline import Inline
 from proxy.emulation.request import Emulation
 from proxy.offload import response_chains
-from proxy.offload.cpu_pool import CPU
 from proxy.offload.compaction_records import CompactionRecords
+from proxy.offload.cpu_pool import CPU
 from proxy.offload.pipeline import Prepared, prepare
 from proxy.offload.refs import RefStore
 from proxy.offload.summaries import Compressor
@@ -60,8 +62,9 @@ class CompressorFactory(Protocol):
     `body` the request as it goes on, `background` made ahead of time (else inline). None: no
     summariser (compaction only)."""
 
-    def __call__(self, body: dict, settings: OffloadSettings, refs: RefStore, *,
-                 background: bool) -> Compressor | None: ...
+    def __call__(
+        self, body: dict, settings: OffloadSettings, refs: RefStore, *, background: bool
+    ) -> Compressor | None: ...
 
 
 @dataclass(frozen=True)
@@ -117,8 +120,12 @@ class Turn:
     def answers_as_is(self) -> bool:
         """The upstream's answer goes to the client untouched: no reload rounds, no usage of the
         proxy's to add, no compaction or edits to show."""
-        return (not self.inject_reload_tools and not self.prepared.summary_usage and not self.inline.lead
-                and self.emulation.applied_edits is None)
+        return (
+            not self.inject_reload_tools
+            and not self.prepared.summary_usage
+            and not self.inline.lead
+            and self.emulation.applied_edits is None
+        )
 
 
 @dataclass
@@ -152,8 +159,9 @@ async def _continue_chain(fmt: WireFormat, body: dict, tenant: TenantStore) -> _
     return chain
 
 
-async def small_tokens(raw: bytes, history: list[Any], settings: OffloadSettings, *, counter: TokenCounter,
-                       rewritten: bool) -> int | None:
+async def small_tokens(
+    raw: bytes, history: list[Any], settings: OffloadSettings, *, counter: TokenCounter, rewritten: bool
+) -> int | None:
     """The tokens of a request too small to offload anything, else None (the pipeline runs).
 
     Small: fewer bytes than the smallest threshold (without `ref=`, nor an escape that could
@@ -187,40 +195,78 @@ def offload_headers(prepared: Prepared) -> Headers:
     return headers
 
 
-async def _compaction_turn(given: TurnInput, emulation: Emulation, *, refs: RefStore,
-                           records: CompactionRecords) -> Turn:
+async def _compaction_turn(
+    given: TurnInput, emulation: Emulation, *, refs: RefStore, records: CompactionRecords
+) -> Turn:
     """A `compaction_trigger` the proxy emulates: the history before it compacted now
     (`proxy.emulation.trigger`), the turn's answer that compaction alone (`Inline.paused`)."""
     fmt, settings, body = given.fmt, given.settings, emulation.body
     counter = await counter_for_model_async(_model(body))
     prepared, lead = await trigger.compact_now(
-        emulation.items, view=fmt.view, endpoint=fmt.endpoint, settings=settings, counter=counter, refs=refs,
-        records=records, compressor=functools.partial(given.compressor, body, settings, refs, background=False))
-    tools = ReloadTools(refs, counter, max_tokens=settings.max_reload_tokens, request_refs=[], session=settings.session,
-                        limits=given.search_limits)
-    return Turn(body=body, history=emulation.items, items=[], settings=settings, counter=counter, prepared=prepared,
-                rounds=fmt.rounds(body, [], (), extra_usage=None), tools=tools, emulation=emulation,
-                edits=EditsDone(emulation.items), inline=lead, changed=False, inject_reload_tools=False,
-                continued=False, used_up=None, extra_headers=offload_headers(prepared))
+        emulation.items,
+        view=fmt.view,
+        endpoint=fmt.endpoint,
+        settings=settings,
+        counter=counter,
+        refs=refs,
+        records=records,
+        compressor=functools.partial(given.compressor, body, settings, refs, background=False),
+    )
+    tools = ReloadTools(
+        refs,
+        counter,
+        max_tokens=settings.max_reload_tokens,
+        request_refs=[],
+        session=settings.session,
+        limits=given.search_limits,
+    )
+    return Turn(
+        body=body,
+        history=emulation.items,
+        items=[],
+        settings=settings,
+        counter=counter,
+        prepared=prepared,
+        rounds=fmt.rounds(body, [], (), extra_usage=None),
+        tools=tools,
+        emulation=emulation,
+        edits=EditsDone(emulation.items),
+        inline=lead,
+        changed=False,
+        inject_reload_tools=False,
+        continued=False,
+        used_up=None,
+        extra_headers=offload_headers(prepared),
+    )
 
 
 def _model(body: dict) -> str | None:
     return body.get("model") if isinstance(body.get("model"), str) else None
 
 
-async def run_turn(given: TurnInput, *, refs: RefStore | None = None,
-                   records: CompactionRecords | None = None) -> Turn:
+async def run_turn(given: TurnInput, *, refs: RefStore | None = None, records: CompactionRecords | None = None) -> Turn:
     """The turn's steps in order (see the module docstring). `refs`, `records`: the tenant's,
     unless given (replay keeps what each turn stored)."""
     fmt, settings, tenant = given.fmt, given.settings, given.tenant
     # a compaction asked now, and the proxy plays the provider (its bad input refused before anything)
-    compacting = (given.emulating and given.new_summaries and fmt.compaction == "items"
-                  and trigger.asked(given.body, given.history, fmt.view))
+    compacting = (
+        given.emulating
+        and given.new_summaries
+        and fmt.compaction == "items"
+        and trigger.asked(given.body, given.history, fmt.view)
+    )
     chain = await _continue_chain(fmt, given.body, tenant)  # 1
     records = records or tenant.records(fmt.records_api)
     emulation = await emulation_request.begin(  # 2
-        chain.body, given.history, view=fmt.view, tokens=fmt.compaction == "items", records=records,
-        emulating=given.emulating, blocks=fmt.compaction == "blocks", raw=given.raw)
+        chain.body,
+        given.history,
+        view=fmt.view,
+        tokens=fmt.compaction == "items",
+        records=records,
+        emulating=given.emulating,
+        blocks=fmt.compaction == "blocks",
+        raw=given.raw,
+    )
     if compacting:
         return await _compaction_turn(given, emulation, refs=refs or tenant.refs(), records=records)
     body = emulation.body
@@ -235,24 +281,57 @@ async def run_turn(given: TurnInput, *, refs: RefStore | None = None,
     provider = inline.provider_for(fmt.provider_context(body), emulation)
     counter = await counter_for_model_async(_model(body))
     refs = refs or tenant.refs()
-    edits = await emulation_edits.apply(emulation, emulation.items, fmt=fmt, body=body, counter=counter,  # 3
-                                        refs=refs, namespace=tenant.namespace, session=settings.session)
+    edits = await emulation_edits.apply(
+        emulation,
+        emulation.items,
+        fmt=fmt,
+        body=body,
+        counter=counter,  # 3
+        refs=refs,
+        namespace=tenant.namespace,
+        session=settings.session,
+    )
     history = edits.items
-    client_compacting = await CPU.for_messages(history[-client_compaction.LAST_ITEMS:])(client_compaction.asked, history, fmt.view)
+    client_compacting = await CPU.for_messages(history[-client_compaction.LAST_ITEMS :])(
+        client_compaction.asked, history, fmt.view
+    )
     if client_compacting is not None:  # the agent's own summary: from the originals wherever they fit
-        settings = client_compaction.settings_for(settings, model=_model(body), output=client_compaction.max_output(body))
-    tokens = await small_tokens(given.raw, history, settings, counter=counter,
-                          rewritten=bool(chain.carried or emulation.replaced or edits.offloads))
+        settings = client_compaction.settings_for(
+            settings, model=_model(body), output=client_compaction.max_output(body)
+        )
+    tokens = await small_tokens(
+        given.raw,
+        history,
+        settings,
+        counter=counter,
+        rewritten=bool(chain.carried or emulation.replaced or edits.offloads),
+    )
     if tokens is not None:  # 4
         prepared = Prepared(Plan(history, tokens_before=tokens, tokens_after=tokens))
     else:
-        prepared = await prepare(history, settings, counter=counter, namespace=tenant.namespace, refs=refs,
-                                 compressor=given.compressor(body, settings, refs, background=True),
-                                 view=fmt.view, new_summaries=given.new_summaries, provider=provider)
+        prepared = await prepare(
+            history,
+            settings,
+            counter=counter,
+            namespace=tenant.namespace,
+            refs=refs,
+            compressor=given.compressor(body, settings, refs, background=True),
+            view=fmt.view,
+            new_summaries=given.new_summaries,
+            provider=provider,
+        )
     lead = await inline.compact(  # 5
-        emulation, prepared, fmt=fmt, settings=settings, counter=counter, history=history, refs=refs,
-        records=records, new_summaries=given.new_summaries,
-        compressor=functools.partial(given.compressor, body, settings, refs, background=False))
+        emulation,
+        prepared,
+        fmt=fmt,
+        settings=settings,
+        counter=counter,
+        history=history,
+        refs=refs,
+        records=records,
+        new_summaries=given.new_summaries,
+        compressor=functools.partial(given.compressor, body, settings, refs, background=False),
+    )
     if collisions:  # 6
         prepared.warnings.append(collision_warning(collisions))
     for warning in prepared.warnings:
@@ -263,18 +342,37 @@ async def run_turn(given: TurnInput, *, refs: RefStore | None = None,
     changed = prepared.action != "none" or chain.continued or given.shared_key or emulation.changed or cached
     # a compaction_trigger asks for a compaction, not a turn: it stays the last item, no round follows it
     inject = settings.reload_tools and bool(plan.refs) and not prepared.store_failed and not provider.trigger
-    tools = ReloadTools(refs, counter, max_tokens=settings.max_reload_tokens, request_refs=plan.refs,
-                        session=settings.session, limits=given.search_limits)
+    tools = ReloadTools(
+        refs,
+        counter,
+        max_tokens=settings.max_reload_tokens,
+        request_refs=plan.refs,
+        session=settings.session,
+        limits=given.search_limits,
+    )
     items = [*chain.carried, *plan.items]
     rounds = fmt.rounds(body, items, RELOAD_TOOL_SCHEMAS, extra_usage=prepared.summary_usage, lead=lead.lead)
     emulation_edits.settle(edits, prepared, rounds)
-    return Turn(body=body, history=history, items=items, settings=settings, counter=counter, prepared=prepared,
-                rounds=rounds, tools=tools, emulation=emulation, edits=edits, inline=lead, changed=changed,
-                inject_reload_tools=inject, continued=chain.continued, used_up=chain.used_up,
-                extra_headers=[*offload_headers(prepared), *client_compaction_header(client_compacting)])
+    return Turn(
+        body=body,
+        history=history,
+        items=items,
+        settings=settings,
+        counter=counter,
+        prepared=prepared,
+        rounds=rounds,
+        tools=tools,
+        emulation=emulation,
+        edits=edits,
+        inline=lead,
+        changed=changed,
+        inject_reload_tools=inject,
+        continued=chain.continued,
+        used_up=chain.used_up,
+        extra_headers=[*offload_headers(prepared), *client_compaction_header(client_compacting)],
+    )
 
 
 def client_compaction_header(agent: str | None) -> Headers:
     """`X-Offload-Client-Compaction: <agent>` on a turn that asked for the agent's own summary."""
     return [] if agent is None else [(b"x-offload-client-compaction", agent.encode())]
-

@@ -23,13 +23,13 @@ if _shared_tiktoken.is_dir():
 import openai  # noqa: E402
 import pytest  # noqa: E402
 
-from proxy.http.app import create_app  # noqa: E402
 from proxy.config import ServerSettings  # noqa: E402
-from tests.harness.billing import ProviderCaches  # noqa: E402
-from tests.harness.servers import FakeUpstream, RedisCluster, RedisProcess, ServerThread, env_redis_url  # noqa: E402
-from tests.harness.prerequisites import pytest_terminal_summary  # noqa: E402,F401  (what did not run, and why)
+from proxy.http.app import create_app  # noqa: E402
 from tests.harness import parallel  # noqa: E402
+from tests.harness.billing import ProviderCaches  # noqa: E402
 from tests.harness.parallel import pytest_xdist_make_scheduler  # noqa: E402,F401  (scripts/test runs workers)
+from tests.harness.prerequisites import pytest_terminal_summary  # noqa: E402,F401  (what did not run, and why)
+from tests.harness.servers import FakeUpstream, RedisCluster, RedisProcess, ServerThread, env_redis_url  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -144,9 +144,12 @@ def make_proxy(_fake_upstream_server, tmp_path_factory):
     @contextmanager
     def start(**overrides) -> Iterator[str]:
         _, fake_server = _fake_upstream_server
-        options = {"upstream": f"{fake_server.url}/v1", "anthropic_upstream": fake_server.url,
-                   "data_dir": tmp_path_factory.mktemp("store"),
-                   "store_timeout": 2.0}  # a healthy store must meet it on a loaded machine (0.5 s: a cluster did not)
+        options = {
+            "upstream": f"{fake_server.url}/v1",
+            "anthropic_upstream": fake_server.url,
+            "data_dir": tmp_path_factory.mktemp("store"),
+            "store_timeout": 2.0,
+        }  # a healthy store must meet it on a loaded machine (0.5 s: a cluster did not)
         options.update(overrides)
         app = create_app(ServerSettings(**options))
         with ServerThread(app) as server:
@@ -191,6 +194,7 @@ def pytest_collection_modifyitems(session, config, items):
     """A test id holding an object's address differs between pytest-xdist workers, which then
     refuse to run: say which, at collection."""
     import re
+
     bad = [item.nodeid for item in items if re.search(r" at 0x[0-9a-f]+", item.nodeid)]
     if bad:
         raise pytest.UsageError(f"test ids with an object's address (give them ids=): {bad[:3]}")

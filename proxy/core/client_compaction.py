@@ -37,7 +37,7 @@ def asked(items: list[Any], view: ItemView) -> str | None:
     """The agent whose compaction `items` ask for, or None: its instruction is in the last
     user message, alone or beside reminders, or after the tool results it sends back (Claude
     Code's `/compact` after a tool round: one user message of a `tool_result` and the text)."""
-    for item in items[:-LAST_ITEMS - 1:-1]:
+    for item in items[: -LAST_ITEMS - 1 : -1]:
         role = view.role(item)
         if role not in ("user", "tool", "system"):
             return None  # the instruction is the last thing sent

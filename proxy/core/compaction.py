@@ -13,12 +13,12 @@ from typing import Any
 from proxy.core import texts
 from proxy.core.compaction_rule import CompactionRule
 from proxy.core.fold import plan_folds
-from proxy.core.media import plan_media
-from proxy.core.view import ItemView
 from proxy.core.markers import is_marker, make_ref, refs_in, tool_result_marker
+from proxy.core.media import plan_media
 from proxy.core.provider_context import NONE, ProviderContext, clearable_calls, live_start
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import TokenCounter
+from proxy.core.view import ItemView
 
 COMPACT_KEEP_RECENT = 1
 
@@ -72,7 +72,12 @@ def fold_refs(text: str) -> list[str]:
 
 
 def plan_compaction(
-    items: list[Any], view: ItemView, settings: OffloadSettings, *, counter: TokenCounter, namespace: str,
+    items: list[Any],
+    view: ItemView,
+    settings: OffloadSettings,
+    *,
+    counter: TokenCounter,
+    namespace: str,
     provider: ProviderContext = NONE,
     compact: bool = True,
 ) -> Plan:
@@ -90,15 +95,25 @@ def plan_compaction(
     media = plan_media(items[start:], view, settings, counter=counter, namespace=namespace)
     if media.offloads:
         plan.offloads = [Offload(o.ref, o.kind, o.text, o.tokens) for o in media.offloads]
-        plan.tokens_after = before + sum(counter.message(new) - counter.message(old)
-                                         for new, old in zip(media.items, items[start:]) if new is not old)
+        plan.tokens_after = before + sum(
+            counter.message(new) - counter.message(old)
+            for new, old in zip(media.items, items[start:])
+            if new is not old
+        )
         items = plan.items = [*items[:start], *media.items]
         plan.media_tokens_saved = before - plan.tokens_after
     reload_ids = injected_call_ids(items, view)
     rule = CompactionRule.of(settings, keep_recent=COMPACT_KEEP_RECENT)
     if settings.mode != "off" and settings.fold:
-        _fold(plan, view, counter=counter, namespace=namespace, start=start, reload_ids=reload_ids,
-              rule=rule if compact else None)
+        _fold(
+            plan,
+            view,
+            counter=counter,
+            namespace=namespace,
+            start=start,
+            reload_ids=reload_ids,
+            rule=rule if compact else None,
+        )
         items = plan.items
     live = plan.tokens_after if start == 0 else counter.messages(items[start:])
     if settings.mode == "off" or not compact or live <= settings.max_total_tokens:
@@ -134,12 +149,21 @@ def plan_compaction(
     return plan
 
 
-def _fold(plan: Plan, view: ItemView, *, counter: TokenCounter, namespace: str, start: int,
-          reload_ids: set[str], rule: CompactionRule | None) -> None:
+def _fold(
+    plan: Plan,
+    view: ItemView,
+    *,
+    counter: TokenCounter,
+    namespace: str,
+    start: int,
+    reload_ids: set[str],
+    rule: CompactionRule | None,
+) -> None:
     """Fold the tool results that repeat an earlier one (`proxy.core.fold`), whatever the
     history's size: on the turn they arrive, so never a rewrite of what was forwarded before."""
-    folds = plan_folds(plan.items, view, namespace=namespace, counter=counter, compaction=rule, start=start,
-                       skip_calls=reload_ids)
+    folds = plan_folds(
+        plan.items, view, namespace=namespace, counter=counter, compaction=rule, start=start, skip_calls=reload_ids
+    )
     if not folds:
         return
     out = list(plan.items)
@@ -150,4 +174,3 @@ def _fold(plan: Plan, view: ItemView, *, counter: TokenCounter, namespace: str, 
         plan.offloads.append(Offload(fold.ref, "tool_result", fold.original, counter.text(fold.original)))
     plan.items = out
     plan.folded = len(folds)
-

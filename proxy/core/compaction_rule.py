@@ -27,8 +27,12 @@ class CompactionRule:
     @classmethod
     def of(cls, settings: OffloadSettings, *, keep_recent: int) -> CompactionRule:
         """The rule of `settings`; `keep_recent`: the tail's default when the settings leave it unset."""
-        return cls(settings.max_total_tokens, settings.tool_result_limit(), settings.keep_recent_for(keep_recent),
-                   settings.max_fresh_tool_message_tokens)
+        return cls(
+            settings.max_total_tokens,
+            settings.tool_result_limit(),
+            settings.keep_recent_for(keep_recent),
+            settings.max_fresh_tool_message_tokens,
+        )
 
     def replaces(self, tokens: int, *, index: int, length: int, total: int) -> bool:
         """A result of `tokens` at items[index] of a history of `length` items and `total` tokens
@@ -36,4 +40,5 @@ class CompactionRule:
         if total <= self.max_total_tokens:
             return False
         return tokens > self.max_fresh_tool_message_tokens or (
-            index < length - self.keep_recent and tokens > self.max_tool_message_tokens)
+            index < length - self.keep_recent and tokens > self.max_tool_message_tokens
+        )

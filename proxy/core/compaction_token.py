@@ -157,7 +157,7 @@ def read_token(token: str, namespace: str, secret: str | None = None, *, api: st
         if token.startswith(ANY_VERSION):
             raise TokenError("it is a compaction token of a version this proxy does not read")
         raise TokenError("it is not a compaction token this proxy issued (not its exact spelling)")
-    body = token[len(PREFIX):]
+    body = token[len(PREFIX) :]
     if not _CANONICAL.fullmatch(body):
         raise TokenError("it is not a compaction token this proxy issued (not its exact spelling)")
     try:
@@ -168,8 +168,12 @@ def read_token(token: str, namespace: str, secret: str | None = None, *, api: st
         raise TokenError("it is not a compaction token this proxy issued (not its exact spelling)")
     record_id, tag = raw[:ID_BYTES], raw[ID_BYTES:]
     if not hmac.compare_digest(tag, _tag(record_id, namespace, secret, api=api)):
-        if any(hmac.compare_digest(tag, _tag(record_id, namespace, secret, api=other)) for other in APIS if other != api):
-            raise TokenError("it was made for another API's requests (a compaction of the Responses API and one "
-                             "of the Messages API do not stand for the same kind of history)")
+        if any(
+            hmac.compare_digest(tag, _tag(record_id, namespace, secret, api=other)) for other in APIS if other != api
+        ):
+            raise TokenError(
+                "it was made for another API's requests (a compaction of the Responses API and one "
+                "of the Messages API do not stand for the same kind of history)"
+            )
         raise TokenError("it was not issued to this credential (or tenant)")
     return record_id.hex()

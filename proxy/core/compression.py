@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.core import jsonio
-from proxy.core.view import ItemView
 from proxy.core.markers import history_marker, history_ref
 from proxy.core.provider_context import client_summary_end, live_start, trigger_index
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import TokenCounter
+from proxy.core.view import ItemView
 
 COMPRESS_KEEP_RECENT = 2
 # Later user messages kept verbatim from a summarised part: the most recent, whole, while their
@@ -118,7 +118,7 @@ class PrefixHashes:
         if index < self._position:
             self._running, self._position = hashlib.sha256(b"offload-prefix-v1"), 0
         update = self._running.update
-        for m in self._items[self._position:index]:
+        for m in self._items[self._position : index]:
             encoded = jsonio.dumps(m, sort_keys=True)
             update(len(encoded).to_bytes(8, "big"))
             update(encoded)
@@ -199,8 +199,9 @@ def trigger(items: list[Any], view: ItemView, head: int, *, settings: OffloadSet
     return max(limit - tokens_between(items, view, 0, end=head, counter=counter), limit // 2)
 
 
-def decide(items: list[Any], view: ItemView, settings: OffloadSettings, *, counter: TokenCounter,
-           prior: PriorSummary | None) -> Decision:
+def decide(
+    items: list[Any], view: ItemView, settings: OffloadSettings, *, counter: TokenCounter, prior: PriorSummary | None
+) -> Decision:
     head, tail = split(items, view, settings.keep_recent_for(COMPRESS_KEEP_RECENT))
     limit = trigger(items, view, head, settings=settings, counter=counter)
     if prior is not None and head <= prior.cut <= tail:
@@ -231,8 +232,9 @@ def units(items: list[Any], view: ItemView, start: int, *, end: int, counter: To
     return out
 
 
-def groups(items: list[Any], view: ItemView, start: int, *, end: int, threshold: int,
-           counter: TokenCounter) -> list[tuple[int, int]]:
+def groups(
+    items: list[Any], view: ItemView, start: int, *, end: int, threshold: int, counter: TokenCounter
+) -> list[tuple[int, int]]:
     """Cut items[start:end] into ranges of at most `threshold` tokens; pairs never split.
 
     Each range costs one summarisation call, so there are never more than MAX_GROUPS of them:
@@ -287,8 +289,11 @@ def kept_users(items: list[Any], view: ItemView, head: int, *, cut: int) -> set[
     kept: set[int] = set()
     room = USER_KEEP_CHARS
     for i in range(cut - 1, head - 1, -1):
-        if view.role(items[i]) != "user" or (i > head and view.attached(items[i - 1], items[i])) \
-                or (i + 1 < len(items) and view.attached(items[i], items[i + 1])):
+        if (
+            view.role(items[i]) != "user"
+            or (i > head and view.attached(items[i - 1], items[i]))
+            or (i + 1 < len(items) and view.attached(items[i], items[i + 1]))
+        ):
             continue
         text = view.text(items[i]) or ""
         if history_ref(text) is not None:
@@ -301,8 +306,15 @@ def kept_users(items: list[Any], view: ItemView, head: int, *, cut: int) -> set[
     return kept
 
 
-def assemble(items: list[Any], view: ItemView, head: int, *, cut: int, summary: Any,
-             unfold: Mapping[int, tuple[int, Any]] | None = None) -> list[Any]:
+def assemble(
+    items: list[Any],
+    view: ItemView,
+    head: int,
+    *,
+    cut: int,
+    summary: Any,
+    unfold: Mapping[int, tuple[int, Any]] | None = None,
+) -> list[Any]:
     """The head (system items, the task), the summary, the system items and kept user messages
     (`kept_users`) of the summarised range verbatim and in order, the rest. `unfold` (index of a
     folded result → (the index of the result it points to, the item without the fold),

@@ -21,7 +21,9 @@ MAX_REASON = 40  # characters of a reason kept (the upstream's string)
 CONTEXT_CODES = frozenset({"context_length_exceeded", "model_context_window_exceeded"})
 _CONTEXT_TEXT = re.compile(
     r"context[ _-]?(length|window)|maximum context|prompt is too long|input is too long|"
-    r"too many (input )?tokens|exceeds? the (model's )?(context|maximum)", re.IGNORECASE)
+    r"too many (input )?tokens|exceeds? the (model's )?(context|maximum)",
+    re.IGNORECASE,
+)
 _REASON = re.compile(r"[A-Za-z0-9_.-]{1,40}")
 TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
@@ -102,8 +104,10 @@ def of_value(value: Any) -> Ending | None:
     return None
 
 
-_MAY_END = re.compile(r'"(finish_reason|stop_reason)"\s*:\s*"|"error"\s*:\s*\{|"type"\s*:\s*"error"|'
-                      r'"response\.(completed|incomplete|failed)"')
+_MAY_END = re.compile(
+    r'"(finish_reason|stop_reason)"\s*:\s*"|"error"\s*:\s*\{|"type"\s*:\s*"error"|'
+    r'"response\.(completed|incomplete|failed)"'
+)
 
 
 def may_end(data: str) -> bool:

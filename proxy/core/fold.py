@@ -97,9 +97,16 @@ class _Base:
     read: _Text  # its text
 
 
-def plan_folds(items: list[Any], view: ItemView, *, namespace: str, counter: TokenCounter,
-               compaction: CompactionRule | None = None, start: int = 0,
-               skip_calls: Collection[str] = ()) -> dict[int, Fold]:
+def plan_folds(
+    items: list[Any],
+    view: ItemView,
+    *,
+    namespace: str,
+    counter: TokenCounter,
+    compaction: CompactionRule | None = None,
+    start: int = 0,
+    skip_calls: Collection[str] = (),
+) -> dict[int, Fold]:
     """The folds of items[start:], by index. `compaction`: the rule of the compaction that
     follows (None: none). `skip_calls`: the proxy's reload calls (their results are neither
     folded nor bases).
@@ -124,22 +131,31 @@ def plan_folds(items: list[Any], view: ItemView, *, namespace: str, counter: Tok
         call = view.answers(items[i]) if text is not None else None
         if call is not None:
             state.calls.add(call)
-        if text is None or (call is not None and call in skip_calls) or is_marker(text) \
-                or texts.fold_ref(text) is not None:
+        if (
+            text is None
+            or (call is not None and call in skip_calls)
+            or is_marker(text)
+            or texts.fold_ref(text) is not None
+        ):
             if call is not None and call in skip_calls:
                 state.skipped.add(call)
             live += tokens
             continue
 
         def shown(base: _Base, total: int, arrival: int = i) -> bool:  # whole on the turn items[arrival] arrives
-            return compaction is None or not compaction.replaces(base.tokens, index=base.index, length=arrival + 1,
-                                                                 total=total)
+            return compaction is None or not compaction.replaces(
+                base.tokens, index=base.index, length=arrival + 1, total=total
+            )
 
         fold = None
         read = _Text(text, _digest(text) if len(text) >= FOLD_MIN_CHARS // 2 else b"", names)
         if len(text) >= FOLD_MIN_CHARS:  # the bases shown whole at the least size the history may have
-            fold = _fold(read, [b for b in (exact.get(text),) if b is not None and shown(b, live)],
-                         window=[b for b in window if shown(b, live)], namespace=namespace)
+            fold = _fold(
+                read,
+                [b for b in (exact.get(text),) if b is not None and shown(b, live)],
+                window=[b for b in window if shown(b, live)],
+                namespace=namespace,
+            )
         if fold is not None:
             folded = counter.message(view.with_tool_text(items[i], fold.text))
             base = next(b for b in (*window, *exact.values()) if b.index == fold.base)
@@ -205,16 +221,29 @@ class _Resumed:
         self._lock = threading.Lock()
         self._serial = 0
 
-    def take(self, key: tuple[Any, ...], items: list[Any], *, view: ItemView, counter: TokenCounter,
-             skip_calls: Collection[str]) -> _State | None:
+    def take(
+        self,
+        key: tuple[Any, ...],
+        items: list[Any],
+        *,
+        view: ItemView,
+        counter: TokenCounter,
+        skip_calls: Collection[str],
+    ) -> _State | None:
         """The state of a plan whose items begin `items`, made with the same view, counter and
         reload calls (as far as its items go), taken out; None when there is none."""
         with self._lock:
-            candidates = [(serial, state) for serial, (k, state) in reversed(self._entries.items()) if k == key
-                          and state.view is view and state.encoding == counter.encoding_name
-                          and state.encoder is counter.encoder and len(state.prefix) <= len(items)]
+            candidates = [
+                (serial, state)
+                for serial, (k, state) in reversed(self._entries.items())
+                if k == key
+                and state.view is view
+                and state.encoding == counter.encoding_name
+                and state.encoder is counter.encoder
+                and len(state.prefix) <= len(items)
+            ]
         for serial, state in candidates:
-            if state.prefix != items[:len(state.prefix)]:
+            if state.prefix != items[: len(state.prefix)]:
                 continue
             if state.skipped != state.calls.intersection(skip_calls):
                 continue
@@ -253,9 +282,12 @@ def diff_cells(items: list[Any], view: ItemView) -> int:
             continue
         size, lines = len(text), text.count("\n") + 1
         if size >= FOLD_MIN_CHARS:
-            cells += sum(max(PAIR_CELLS, min(line_diff.MAX_CELLS, lines * other)) for chars, other in recent
-                         if 0.5 <= size / chars <= 2.0)
-        recent = [*recent[1 - BASE_WINDOW:], (size, lines)]
+            cells += sum(
+                max(PAIR_CELLS, min(line_diff.MAX_CELLS, lines * other))
+                for chars, other in recent
+                if 0.5 <= size / chars <= 2.0
+            )
+        recent = [*recent[1 - BASE_WINDOW :], (size, lines)]
     return cells
 
 
@@ -292,8 +324,12 @@ def diff_hunks(base: str, text: str) -> str | None:
 
 def _hunks(base: _Text, text: _Text) -> str | None:
     """diff_hunks of two texts read once per plan. A pure function of the two texts: kept in _MEMO."""
-    if not (base.text and text.text) or len(text.text) > MAX_DIFF_CHARS or len(base.text) > MAX_DIFF_CHARS \
-            or not 0.5 <= len(text.text) / len(base.text) <= 2.0:
+    if (
+        not (base.text and text.text)
+        or len(text.text) > MAX_DIFF_CHARS
+        or len(base.text) > MAX_DIFF_CHARS
+        or not 0.5 <= len(text.text) / len(base.text) <= 2.0
+    ):
         return None
     key = (base.digest, text.digest)
     found, hunks = _MEMO.get(key)
@@ -343,5 +379,7 @@ MAX_KEPT_NAMES = 1 << 16  # a state kept with more lets its lines go (read again
 LINE_BYTES = 100  # about what a numbered line, or a line of a base's `line_diff.Lines`, holds
 RESUME_MIN_ITEMS = 64  # a shorter history is planned whole: cheap, and not worth holding
 RESUME_STATES = 32
-RESUME_BYTES = 128 * 1024 * 1024  # what the states hold in all (their items and lines: `_State.cost`) (a 1M-token chat history: about 20 MB)
+RESUME_BYTES = (
+    128 * 1024 * 1024
+)  # what the states hold in all (their items and lines: `_State.cost`) (a 1M-token chat history: about 20 MB)
 _RESUMED = _Resumed(RESUME_STATES, RESUME_BYTES)

@@ -18,7 +18,7 @@ from proxy.core.settings import HEADER_PREFIX, SETTING_FIELDS, header_name
 
 UPSTREAM_HEADER = "X-Offload-Upstream"  # read by proxy.upstream.choice: a header, not a setting
 KNOWN = tuple(sorted({*(header_name(field) for field in SETTING_FIELDS), UPSTREAM_HEADER}))
-_SUFFIXES = {name.lower()[len(HEADER_PREFIX):]: name for name in KNOWN}
+_SUFFIXES = {name.lower()[len(HEADER_PREFIX) :]: name for name in KNOWN}
 MAX_NAME = 64  # characters of an unknown header's name matched and shown
 MAX_NAMED = 8  # unknown headers of one request matched and named; the rest are only counted
 CUTOFF = 0.6  # difflib's: below it, no known header is close enough to be named
@@ -31,7 +31,7 @@ def is_known(name: str) -> bool:
     (`-` or `_` between words), or the upstream header."""
     if len(name) > len(HEADER_PREFIX) + MAX_NAME:
         return False
-    field = name[len(HEADER_PREFIX):].replace("-", "_")
+    field = name[len(HEADER_PREFIX) :].replace("-", "_")
     return field in SETTING_FIELDS or name == UPSTREAM_HEADER.lower()
 
 
@@ -47,7 +47,7 @@ def closest(name: str) -> tuple[str, ...]:
     """The known headers closest to `name` (lower-case, `X-Offload-…`), the closest first: two at
     most (`X-Offload-Max-Tokens` is as close to `…-Max-Total-Tokens` as to `…-Hard-Max-Tokens`),
     none when none is close."""
-    suffix = name[len(HEADER_PREFIX):len(HEADER_PREFIX) + MAX_NAME].replace("_", "-")
+    suffix = name[len(HEADER_PREFIX) : len(HEADER_PREFIX) + MAX_NAME].replace("_", "-")
     return tuple(_SUFFIXES[match] for match in difflib.get_close_matches(suffix, _SUFFIXES, n=2, cutoff=CUTOFF))
 
 
@@ -96,7 +96,7 @@ def unknown_headers(names: Iterable[str]) -> UnknownHeaders | None:
         lname = name.lower()
         if not lname.startswith(HEADER_PREFIX) or is_known(lname):
             continue
-        key = lname[:len(HEADER_PREFIX) + MAX_NAME + 1]
+        key = lname[: len(HEADER_PREFIX) + MAX_NAME + 1]
         if key in seen:
             continue
         seen.add(key)

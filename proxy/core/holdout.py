@@ -18,8 +18,9 @@ ARMS: tuple[Arm, Arm] = ("control", "managed")
 
 def position(namespace: str, session: str, *, salt: str = "") -> float:
     """Where the session falls in [0, 1): uniform over sessions, the same wherever computed."""
-    digest = blake2b(f"{namespace}\x00{session}".encode(), digest_size=8, key=salt.encode()[:64],
-                     person=b"offload-arm").digest()
+    digest = blake2b(
+        f"{namespace}\x00{session}".encode(), digest_size=8, key=salt.encode()[:64], person=b"offload-arm"
+    ).digest()
     return int.from_bytes(digest, "big") / 2**64
 
 

@@ -111,11 +111,11 @@ def _jpeg(data: bytes) -> ImageInfo | bool | None:
         if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
             i += 2
             continue
-        length = struct.unpack(">H", data[i + 2:i + 4])[0]
+        length = struct.unpack(">H", data[i + 2 : i + 4])[0]
         if marker in _SOF:
             if i + 9 > len(data):
                 return True
-            height, width = struct.unpack(">HH", data[i + 5:i + 9])
+            height, width = struct.unpack(">HH", data[i + 5 : i + 9])
             return ImageInfo("jpeg", width, height)
         if length < 2:
             return None
@@ -139,7 +139,7 @@ def data_url_header(url: str) -> tuple[str, ImageInfo | None] | None:
     if not head.endswith(";base64"):
         return None
     start = comma + 1
-    info = _read_header(url[start:start + HEAD_CHARS], len(url) - start, lambda: url[start:start + MAX_SCAN_CHARS])
+    info = _read_header(url[start : start + HEAD_CHARS], len(url) - start, lambda: url[start : start + MAX_SCAN_CHARS])
     return head[5:].split(";", 1)[0].strip().lower(), info
 
 
@@ -198,6 +198,7 @@ def anthropic_tokens(info: ImageInfo | None) -> int:
 
 FALLBACK_OPENAI = openai_tokens(None)
 FALLBACK_ANTHROPIC = anthropic_tokens(None)
+
 
 def header_of(b64: str) -> ImageInfo | None:
     """`read_header`. Not remembered per payload: a key for the whole payload would cost a pass

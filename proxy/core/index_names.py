@@ -34,8 +34,10 @@ from collections.abc import Collection
 # Lines of the interpreter's, an installed package's or a test runner's own machinery, whose
 # names are never the work's: frames and paths under site-packages, the standard library, frozen
 # modules, node_modules, cargo's registry.
-NOISE = re.compile(r"site-packages|dist-packages|/lib/python\d|<frozen |/usr/lib/|/usr/local/lib/|node_modules/"
-                   r"|\.cargo/registry/|/rustc/|/lib/jvm/|importlib\._bootstrap")
+NOISE = re.compile(
+    r"site-packages|dist-packages|/lib/python\d|<frozen |/usr/lib/|/usr/local/lib/|node_modules/"
+    r"|\.cargo/registry/|/rustc/|/lib/jvm/|importlib\._bootstrap"
+)
 _FRAME = re.compile(r'\s{0,12}File "[^"]{1,400}", line \d')
 # `diff --git a/x b/x`, `--- a/x`, `+++ b/x` (at a line's start, or where a JSON string or an escaped `\n` of a
 # call's JSON arguments): the prefixes git puts on the two sides' paths.
@@ -45,8 +47,10 @@ _DIFF_HEADER = re.compile(r"(?:^|(?<=\\n)|(?<=\"))(?:diff --git a/\S{1,400} b/|-
 _TAG = re.compile(r"</[A-Za-z][\w-]{0,40}>|(?<![\w:.])<[A-Za-z][\w-]{0,40}>|\{\{\s{0,4}[\w.]{1,80}\s{0,4}\}\}")
 # A path segment named at random: tempfile's (`tmpab12cd34`, `prefix_ab12cd34`, `tmpab12cd34.py`),
 # mktemp's (`tmp.Xy12AbCdEf`); `random_segments` also asks for a digit.
-_RANDOM = re.compile(r"(?:^|(?<=/))(?:tmp\.?[A-Za-z0-9_]{6,12}|[A-Za-z][A-Za-z0-9]{0,30}(?:_[A-Za-z]{1,30}){0,3}"
-                     r"_[a-z0-9_]{8})(?=/|$|\.\w{1,8}$)")
+_RANDOM = re.compile(
+    r"(?:^|(?<=/))(?:tmp\.?[A-Za-z0-9_]{6,12}|[A-Za-z][A-Za-z0-9]{0,30}(?:_[A-Za-z]{1,30}){0,3}"
+    r"_[a-z0-9_]{8})(?=/|$|\.\w{1,8}$)"
+)
 _NUMBER = re.compile(r"(?<!\w)(?:0x[0-9a-fA-F]+|\d+)")  # not the digits of a name (`edge1`)
 # A package manager's file: a wheel, its metadata, an sdist, a cache directory named by a hash.
 _PACKAGE_FILE = re.compile(r"\.whl(?:\.metadata)?$|\.tar\.gz$|/[0-9a-f]{16,}(?:/|$)")
@@ -82,7 +86,7 @@ def plain_diff(text: str) -> str:
 def _plain_header(match: re.Match[str]) -> str:
     header = match.group(0)
     if header.startswith("diff"):
-        return "diff --git " + header[len("diff --git a/"):-len("b/")]
+        return "diff --git " + header[len("diff --git a/") : -len("b/")]
     return header[:4]
 
 
@@ -101,8 +105,11 @@ def clean(text: str) -> str:
 def random_segments(name: str) -> list[str]:
     """The segments of `name` named at random (a temporary directory or file): with a digit, in
     a path or starting with `tmp`."""
-    return [segment for segment in _RANDOM.findall(name)
-            if any(c.isdigit() for c in segment) and ("/" in name or segment.startswith("tmp"))]
+    return [
+        segment
+        for segment in _RANDOM.findall(name)
+        if any(c.isdigit() for c in segment) and ("/" in name or segment.startswith("tmp"))
+    ]
 
 
 def temporary(name: str, segments: set[str]) -> bool:
@@ -133,7 +140,7 @@ def spelling_key(name: str, known_roots: Collection[str]) -> str:
     cut = name.rfind("/") if known_roots else -1
     while cut > 0:
         if name[:cut] in known_roots:
-            return name[cut + 1:]
+            return name[cut + 1 :]
         cut = name.rfind("/", 0, cut)
     return name
 

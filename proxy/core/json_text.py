@@ -16,9 +16,16 @@ import json
 UTF8 = frozenset({"utf-8", "utf-8-sig"})
 PIECE = 64 * 1024  # bytes decoded at a time while looking past leading whitespace
 _WHITESPACE = " \t\r\n"  # JSON's whitespace (RFC 8259 §2)
-_NAMES = {"utf-8": "UTF-8", "utf-8-sig": "UTF-8 with a byte order mark", "utf-16": "UTF-16 with a byte order mark",
-          "utf-32": "UTF-32 with a byte order mark", "utf-16-le": "UTF-16LE", "utf-16-be": "UTF-16BE",
-          "utf-32-le": "UTF-32LE", "utf-32-be": "UTF-32BE"}
+_NAMES = {
+    "utf-8": "UTF-8",
+    "utf-8-sig": "UTF-8 with a byte order mark",
+    "utf-16": "UTF-16 with a byte order mark",
+    "utf-32": "UTF-32 with a byte order mark",
+    "utf-16-le": "UTF-16LE",
+    "utf-16-be": "UTF-16BE",
+    "utf-32-le": "UTF-32LE",
+    "utf-32-be": "UTF-32BE",
+}
 
 
 def encoding(raw: bytes) -> str:
@@ -40,7 +47,7 @@ def first_character(raw: bytes) -> str:
     decoder = codecs.getincrementaldecoder(encoding(raw))(errors="replace")
     view = memoryview(raw)
     for at in range(0, len(raw), PIECE):
-        text = decoder.decode(view[at:at + PIECE], final=at + PIECE >= len(raw)).lstrip(_WHITESPACE)
+        text = decoder.decode(view[at : at + PIECE], final=at + PIECE >= len(raw)).lstrip(_WHITESPACE)
         if text:
             return text[0]
     return ""

@@ -20,6 +20,7 @@ import re
 from typing import Any, TypeVar
 
 import orjson
+
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 

@@ -61,8 +61,9 @@ def _int(text: str) -> int:
 
 
 def _python_scanner_decoder() -> json.JSONDecoder:
-    decoder = json.JSONDecoder(object_hook=_keep, parse_int=_int, parse_constant=jsonio._reject_constant,
-                               parse_float=jsonio._finite_float)
+    decoder = json.JSONDecoder(
+        object_hook=_keep, parse_int=_int, parse_constant=jsonio._reject_constant, parse_float=jsonio._finite_float
+    )
     # a scanner of its own per call: the Python one (typeshed declares neither this attribute nor
     # the module's pure-Python scanner, both in the standard library since 2.6)
     decoder.scan_once = json.scanner.py_make_scanner(decoder)  # type: ignore[attr-defined]
@@ -79,8 +80,13 @@ def loads_yielding(raw: bytes) -> Any:
     try:
         if commas > 4 * containers + MANY_VALUES:
             return _python_scanner_decoder().decode(text)
-        return json.loads(text, object_hook=_keep, parse_int=_int, parse_constant=jsonio._reject_constant,
-                          parse_float=jsonio._finite_float)
+        return json.loads(
+            text,
+            object_hook=_keep,
+            parse_int=_int,
+            parse_constant=jsonio._reject_constant,
+            parse_float=jsonio._finite_float,
+        )
     except RecursionError:
         raise jsonio.TooDeep("JSON nested too deeply") from None
 
@@ -92,10 +98,13 @@ def dumps_yielding(obj: Any, *, depth: int = 0) -> bytes:
     so no single call holds the GIL for the whole document."""
     kind = type(obj)
     if kind is str and len(obj) > _STRING:
-        return b'"' + b"".join(jsonio.dumps(obj[at:at + _STRING])[1:-1] for at in range(0, len(obj), _STRING)) + b'"'
+        return b'"' + b"".join(jsonio.dumps(obj[at : at + _STRING])[1:-1] for at in range(0, len(obj), _STRING)) + b'"'
     if kind is dict and depth < 4:
-        return b"{" + b",".join(jsonio.dumps(str(k)) + b":" + dumps_yielding(v, depth=depth + 1)
-                                for k, v in obj.items()) + b"}"
+        return (
+            b"{"
+            + b",".join(jsonio.dumps(str(k)) + b":" + dumps_yielding(v, depth=depth + 1) for k, v in obj.items())
+            + b"}"
+        )
     if kind is list and (depth < 4 or len(obj) > _PIECE):
         return b"[" + b",".join(dumps_yielding(v, depth=depth + 1) for v in obj) + b"]"
     return jsonio.dumps(obj)

@@ -78,10 +78,16 @@ def decode(raw: bytes | None) -> LastSent | None:
         at = data.get("at")
         if isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at):
             return None
-        return LastSent(digest=_text(data.get("digest")) or "", tokens=_count(data.get("tokens"), MAX_TOKENS),
-                        at=float(at), model=_text(data.get("model"), optional=True),
-                        endpoint=_text(data.get("endpoint")) or "", family=_text(data.get("family")) or "",
-                        credential=_text(data.get("credential")) or "",
-                        turns=max(1, _count(data.get("turns"), MAX_TURNS)), summary=_text(data.get("summary")) or "")
+        return LastSent(
+            digest=_text(data.get("digest")) or "",
+            tokens=_count(data.get("tokens"), MAX_TOKENS),
+            at=float(at),
+            model=_text(data.get("model"), optional=True),
+            endpoint=_text(data.get("endpoint")) or "",
+            family=_text(data.get("family")) or "",
+            credential=_text(data.get("credential")) or "",
+            turns=max(1, _count(data.get("turns"), MAX_TURNS)),
+            summary=_text(data.get("summary")) or "",
+        )
     except (ValueError, UnicodeDecodeError):
         return None

@@ -81,13 +81,19 @@ def hunks(a: Lines, b: Lines, *, limit: int, context: int) -> str | None:
     n, m = len(a.ids) - head - tail, len(b.ids) - head - tail
     if n + m == 0 or n * m > MAX_CELLS:
         return None
-    xs, ys = a.ids[head:head + n], b.ids[head:head + m]
+    xs, ys = a.ids[head : head + n], b.ids[head : head + m]
     most = limit // (2 + min(a.shortest, b.shortest))  # the most lines a diff of `limit` characters changes
     if abs(n - m) > most or Indel.distance(xs, ys, score_cutoff=most) > most:  # banded: cheaper than the alignment
         return None
-    blocks = [(0, 0, head), *((block.a + head, block.b + head, block.size)
-                              for block in Indel.opcodes(xs, ys).as_matching_blocks() if block.size),
-              (head + n, head + m, tail)]
+    blocks = [
+        (0, 0, head),
+        *(
+            (block.a + head, block.b + head, block.size)
+            for block in Indel.opcodes(xs, ys).as_matching_blocks()
+            if block.size
+        ),
+        (head + n, head + m, tail),
+    ]
     return _format(a.lines, b.lines, _grouped(_opcodes(blocks), context), limit=limit)
 
 

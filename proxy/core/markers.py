@@ -16,7 +16,9 @@ import base64
 import hashlib
 import re
 
-from proxy.core.preview import MAX_CHARS as PREVIEW_CHARS, MAX_LINES as PREVIEW_LINES, preview
+from proxy.core.preview import MAX_CHARS as PREVIEW_CHARS
+from proxy.core.preview import MAX_LINES as PREVIEW_LINES
+from proxy.core.preview import preview
 
 MARKER_PREFIX = "[offloaded "
 REF_PATTERN = r"[A-Za-z0-9_-]{6,64}"
@@ -54,8 +56,8 @@ def tool_result_marker(text: str, ref: str, tokens: int) -> str:
         f"{MARKER_PREFIX}tool result: {tokens} tokens, ref={ref}]\n"
         f"{shown.body}\n"
         f"[… {shown.hidden} of {shown.lines} lines not shown ({shown.chars} chars in all). "
-        f"The full text: {RELOAD_TOOL}(ref=\"{ref}\"); "
-        f"search it: {SEARCH_TOOL}(pattern, ref=\"{ref}\").]"
+        f'The full text: {RELOAD_TOOL}(ref="{ref}"); '
+        f'search it: {SEARCH_TOOL}(pattern, ref="{ref}").]'
     )
 
 
@@ -63,8 +65,8 @@ def history_marker(ref: str, count: int, tokens: int) -> str:
     """The first line of a compression summary message; the summary text follows it."""
     return (
         f"{MARKER_PREFIX}history: {count} earlier messages ({tokens} tokens) summarised, ref={ref}. "
-        f"{RELOAD_TOOL}(ref=\"{ref}\") returns them as JSON lines; "
-        f"{SEARCH_TOOL}(pattern, ref=\"{ref}\") searches them.]"
+        f'{RELOAD_TOOL}(ref="{ref}") returns them as JSON lines; '
+        f'{SEARCH_TOOL}(pattern, ref="{ref}") searches them.]'
     )
 
 

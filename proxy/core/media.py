@@ -91,8 +91,9 @@ def _describe_binary(part: MediaPart) -> tuple[str, int] | None:
     return f"{declared or 'unknown type'}, {size:,} bytes", binary_tokens(payload)
 
 
-def plan_media(items: list[Any], view: ItemView, settings: OffloadSettings, *, counter: TokenCounter,
-               namespace: str) -> MediaPlan:
+def plan_media(
+    items: list[Any], view: ItemView, settings: OffloadSettings, *, counter: TokenCounter, namespace: str
+) -> MediaPlan:
     """Replace the images before the most recent `keep_images` (in whole batches of
     `image_batch`), and the large documents."""
     plan = MediaPlan(items)
@@ -123,8 +124,14 @@ def _parts(items: list[Any], view: ItemView) -> list[tuple[int, int, MediaPart]]
     return [(i, k, part) for i, item in enumerate(items) for k, part in enumerate(view.media(item))]
 
 
-def _replaced(items: list[Any], view: ItemView, candidates: list[tuple[int, int, MediaPart]], *,
-              namespace: str, document_limit: int) -> MediaPlan:
+def _replaced(
+    items: list[Any],
+    view: ItemView,
+    candidates: list[tuple[int, int, MediaPart]],
+    *,
+    namespace: str,
+    document_limit: int,
+) -> MediaPlan:
     """`items` with each of `candidates` (item index, part index in `view.media` order, part)
     that can be offloaded replaced by its marker; documents and audio of at most
     `document_limit` tokens stay."""

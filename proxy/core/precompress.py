@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.core.compression import Decision, PriorSummary, split, tokens_between, trigger, COMPRESS_KEEP_RECENT
+from proxy.core.compression import COMPRESS_KEEP_RECENT, Decision, PriorSummary, split, tokens_between, trigger
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import TokenCounter
 from proxy.core.view import ItemView
@@ -47,8 +47,9 @@ def hard_limit(settings: OffloadSettings, model: str | None) -> int:
     return min(limit, window) if window else limit
 
 
-def ahead(items: list[Any], view: ItemView, settings: OffloadSettings, *, counter: TokenCounter,
-          prior: PriorSummary | None) -> Decision | None:
+def ahead(
+    items: list[Any], view: ItemView, settings: OffloadSettings, *, counter: TokenCounter, prior: PriorSummary | None
+) -> Decision | None:
     """The summary to start now, before the trigger is crossed, or None.
 
     What it folds: the items after the prior summary (or after the leading system items) up to

@@ -50,9 +50,14 @@ _FAILURE_START = r"(?:E {1,12})?\s{0,12}[A-Za-z_][\w.]{0,100}(?:Error|Exception|
 _FAILURES = (re.compile(_FAILURE_SEARCH), re.compile(_FAILURE_START))
 _CLASSES = (  # (search, match at the start, candidates tried: the selection's cost stays bounded)
     (re.compile(r"Traceback \(most recent call last\)|" + _FAILURE_SEARCH), _FAILURES[1], 48),
-    (re.compile(r"FAILURES?\b|FAIL\b|ERRORS\b|FATAL\b|PANIC\b|warning(?:\[\w{1,12}\])?:|Warning(?:\[\w{1,12}\])?:"
-                r'|WARNING\b|File "[^"]{1,400}", line \d'),  # around an error: frames, warnings, headers
-     re.compile(r"E {1,12}\S|> {1,12}\S|\s{0,12}--> |\s{0,12}[A-Z]\w{0,60}Warning\b"), 24),
+    (
+        re.compile(
+            r"FAILURES?\b|FAIL\b|ERRORS\b|FATAL\b|PANIC\b|warning(?:\[\w{1,12}\])?:|Warning(?:\[\w{1,12}\])?:"
+            r'|WARNING\b|File "[^"]{1,400}", line \d'
+        ),  # around an error: frames, warnings, headers
+        re.compile(r"E {1,12}\S|> {1,12}\S|\s{0,12}--> |\s{0,12}[A-Z]\w{0,60}Warning\b"),
+        24,
+    ),
     (re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,9}(?::\d{1,7}\b|\(\d{1,7},\d{1,7}\))"), None, 12),  # file:line
     (re.compile(r"/[\w.-]{1,80}(?:/|\.\w)"), None, 4),  # paths
 )
@@ -106,8 +111,15 @@ def gap(count: int) -> str:
 
 # ---------------------------------------------------------------- lines
 
-def signal_lines(lines: list[str], search: re.Pattern[str], start: re.Pattern[str] | None = None, *,
-                 lo: int = 0, hi: int | None = None) -> list[int]:
+
+def signal_lines(
+    lines: list[str],
+    search: re.Pattern[str],
+    start: re.Pattern[str] | None = None,
+    *,
+    lo: int = 0,
+    hi: int | None = None,
+) -> list[int]:
     """Indices of lines[lo:hi] that `search` finds something in or `start` matches at their
     start (looking at SCAN_WIDTH characters of each): all of them when there are at most
     2 * SCAN_LINES, else those among the first and the last SCAN_LINES."""
@@ -278,19 +290,26 @@ def _object_lines(value: dict[str, Any], size: int) -> list[str]:
         body, _ = line_preview(string.splitlines(), max_chars=MAX_CHARS - used, max_lines=MAX_LINES - len(out))
         return out + body
     out = [f"JSON object, {_count(len(value), 'key')}:"]
-    return out + _members(list(islice(value.items(), MAX_LINES)), len(value), max_chars=MAX_CHARS - len(out[0]) - 1,
-                          max_lines=MAX_LINES - 1, more="key")
+    return out + _members(
+        list(islice(value.items(), MAX_LINES)),
+        len(value),
+        max_chars=MAX_CHARS - len(out[0]) - 1,
+        max_lines=MAX_LINES - 1,
+        more="key",
+    )
 
 
 def _array_lines(value: list[Any]) -> list[str]:
     out = [f"JSON array, {_count(len(value), 'item')}:"]
     members = list(enumerate(value[:MAX_LINES]))
-    return out + _members(members, len(value), max_chars=MAX_CHARS - len(out[0]) - 1,
-                          max_lines=MAX_LINES - 1, more="item", labelled=True)
+    return out + _members(
+        members, len(value), max_chars=MAX_CHARS - len(out[0]) - 1, max_lines=MAX_LINES - 1, more="item", labelled=True
+    )
 
 
-def _members(members: list[tuple[Any, Any]], total: int, *, max_chars: int, max_lines: int, more: str,
-             labelled: bool = False) -> list[str]:
+def _members(
+    members: list[tuple[Any, Any]], total: int, *, max_chars: int, max_lines: int, more: str, labelled: bool = False
+) -> list[str]:
     """One line per member (`"key": shape` or `[i] shape`) while they fit, then `… N more keys`."""
     out: list[str] = []
     used = 0
@@ -327,8 +346,9 @@ def _shape(value: Any, room: int, depth: int) -> str:
     return _fit(json.dumps(value), room)
 
 
-def _container(opening: str, closing: str, parts: list[tuple[str | None, Any]], *, total: int, room: int,
-               depth: int) -> str:
+def _container(
+    opening: str, closing: str, parts: list[tuple[str | None, Any]], *, total: int, room: int, depth: int
+) -> str:
     out = opening
     for shown, (label, member) in enumerate(parts):
         rest = total - shown
@@ -344,7 +364,7 @@ def _container(opening: str, closing: str, parts: list[tuple[str | None, Any]], 
 
 
 def _fit(text: str, room: int) -> str:
-    return text if len(text) <= room else text[:max(room - 1, 0)] + "…"
+    return text if len(text) <= room else text[: max(room - 1, 0)] + "…"
 
 
 def _key(key: Any) -> str:

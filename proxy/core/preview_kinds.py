@@ -31,8 +31,8 @@ _KEYWORDS = r"(?:def|class|function|fn|func|interface|struct|enum|trait|impl|mod
 # A definition starting a line of code.
 _DEFINITION = re.compile(
     r"(?:export\s{1,4}|pub(?:\(\w{1,12}\))?\s{1,4}|public\s{1,4}|private\s{1,4}|protected\s{1,4}|static\s{1,4}"
-    r"|abstract\s{1,4}|async\s{1,4}|default\s{1,4}){0,4}"
-    + _KEYWORDS + r"\s{1,4}[A-Za-z_$(][\w$.<>]{0,80}")
+    r"|abstract\s{1,4}|async\s{1,4}|default\s{1,4}){0,4}" + _KEYWORDS + r"\s{1,4}[A-Za-z_$(][\w$.<>]{0,80}"
+)
 # `cat -n` (`   12\t`), an editor's view (`12:`/`12|`), numbered grep-like listings
 _NUMBERED = re.compile(r"\s{0,8}(\d{1,7})(?:\t|→|[:|] ?| {2})")
 _CODE_START = re.compile(r"\s{0,8}(?:import \w|from [\w.]{1,80} import |#include |package \w|use \w|#!/)")
@@ -59,14 +59,46 @@ _NUMBER = r"[ \t]{0,8}(\d{1,7})(?:\t|→|[:|] ?| {2})"
 _NUMBERED_LINE = re.compile("^" + _NUMBER, re.M)
 # a definition line, found in the whole text at once (C speed): its number when the view numbers
 # it, its indentation, the code
-_DEFINITION_LINE = re.compile("^(?:" + _NUMBER + ")?([ \t]{0,40})((?:" + _DEFINITION.pattern + ")[^\n]{0,300})",
-                              re.M)
+_DEFINITION_LINE = re.compile("^(?:" + _NUMBER + ")?([ \t]{0,40})((?:" + _DEFINITION.pattern + ")[^\n]{0,300})", re.M)
 _CODE_START_LINE = re.compile("^(?:" + _NUMBER + ")?" + _CODE_START.pattern, re.M)
 # a name a body uses: an attribute or dotted name (`self.x`, `bar.baz`), or a call (`foo(`)
 _BODY_NAME = re.compile(r"(?<![\w.])([A-Za-z_]\w{0,60}(?:\.[A-Za-z_]\w{0,60}){0,4})(\()?")
-_NOT_NAMES = frozenset({"if", "elif", "for", "while", "return", "not", "and", "or", "in", "is", "assert", "yield",
-                        "lambda", "with", "print", "len", "str", "int", "super", "isinstance", "range", "await",
-                        "async", "switch", "catch", "new", "typeof", "sizeof", "match", "function", "def", "fn"})
+_NOT_NAMES = frozenset(
+    {
+        "if",
+        "elif",
+        "for",
+        "while",
+        "return",
+        "not",
+        "and",
+        "or",
+        "in",
+        "is",
+        "assert",
+        "yield",
+        "lambda",
+        "with",
+        "print",
+        "len",
+        "str",
+        "int",
+        "super",
+        "isinstance",
+        "range",
+        "await",
+        "async",
+        "switch",
+        "catch",
+        "new",
+        "typeof",
+        "sizeof",
+        "match",
+        "function",
+        "def",
+        "fn",
+    }
+)
 _DEFINITION_GATE = re.compile(_KEYWORDS + r"\s{1,4}[A-Za-z_$(]")
 
 
@@ -97,8 +129,7 @@ def _with_body(line: str, names: str) -> str:
     return f"{line} … {shown}" if shown else line
 
 
-def source_outline(text: str, lines: list[str], *, max_chars: int,
-                   max_lines: int) -> tuple[list[str], int] | None:
+def source_outline(text: str, lines: list[str], *, max_chars: int, max_lines: int) -> tuple[list[str], int] | None:
     """A file view: its first line (often the path), the definitions (`N: def f(x): … self.x,
     foo()`: the signature, then the attribute and call names its body uses, `body_names`;
     top-level ones first when not all fit, shown in file order), the lines stating errors
@@ -117,8 +148,10 @@ def source_outline(text: str, lines: list[str], *, max_chars: int,
     if len(definitions) < MIN_DEFINITIONS:
         return None
     ends = [index for _, index, _ in definitions[1:]] + [len(lines)]
-    definitions = [(indent, index, _with_body(line, body_names(lines[index + 1:end], line)))
-                   for (indent, index, line), end in zip(definitions, ends)]
+    definitions = [
+        (indent, index, _with_body(line, body_names(lines[index + 1 : end], line)))
+        for (indent, index, line), end in zip(definitions, ends)
+    ]
     scanned = head.count("\n") + 1
     numbered = len(_NUMBERED_LINE.findall(head))
     starts = _CODE_START_LINE.search("\n".join(lines[:40])) is not None
@@ -127,7 +160,7 @@ def source_outline(text: str, lines: list[str], *, max_chars: int,
     failures: list[tuple[int, str]] = []
     for found in _FAILURE.finditer(head):
         begin = head.rfind("\n", 0, found.start()) + 1
-        line = head[begin:head.find("\n", found.start()) % (len(head) + 1)]
+        line = head[begin : head.find("\n", found.start()) % (len(head) + 1)]
         if _NUMBERED_LINE.match(line) is None:  # not a line of the file's code
             failures.append((head.count("\n", 0, begin), _cut(line.strip(), DEF_WIDTH + 20)))
             if len(failures) == 2:
@@ -156,11 +189,12 @@ def _code_line(line: str) -> tuple[int | None, str]:
     """(its line number when the view numbers it, the code)."""
     numbered = _NUMBERED.match(line, 0, SCAN_WIDTH)
     if numbered is not None:
-        return int(numbered.group(1)), line[numbered.end():]
+        return int(numbered.group(1)), line[numbered.end() :]
     return None, line
 
 
 # ---------------------------------------------------------------- diffs
+
 
 def diff_headers(lines: list[str], *, max_chars: int, max_lines: int) -> tuple[list[str], int] | None:
     """A unified diff (or a patch): the first line, each file header and hunk header in order
@@ -173,8 +207,10 @@ def diff_headers(lines: list[str], *, max_chars: int, max_lines: int) -> tuple[l
         if _DIFF_FILE.match(line):
             if not line.startswith("+++ ") or not headers or not headers[-1][1].startswith("diff --git"):
                 headers.append((index, _cut(line, 120)))
-            files += line.startswith(("diff --git ", "Index: ", "*** ")) or (line.startswith("+++ ") and not any(
-                scanned[j].startswith("diff --git ") for j in range(max(0, index - 4), index)))
+            files += line.startswith(("diff --git ", "Index: ", "*** ")) or (
+                line.startswith("+++ ")
+                and not any(scanned[j].startswith("diff --git ") for j in range(max(0, index - 4), index))
+            )
         elif _HUNK.match(line):
             hunks += 1
             headers.append((index, _cut(line, 100)))
@@ -197,6 +233,7 @@ def diff_headers(lines: list[str], *, max_chars: int, max_lines: int) -> tuple[l
 
 
 # ---------------------------------------------------------------- tables
+
 
 def table_rows(lines: list[str], *, max_chars: int, max_lines: int) -> tuple[list[str], int] | None:
     """CSV or TSV: the row count, the header, the first rows while they fit, the last row. None
@@ -228,8 +265,7 @@ def table_rows(lines: list[str], *, max_chars: int, max_lines: int) -> tuple[lis
     return out, count + 1
 
 
-def kind_preview(text: str, lines: list[str], *, max_chars: int,
-                 max_lines: int) -> tuple[list[str], int] | None:
+def kind_preview(text: str, lines: list[str], *, max_chars: int, max_lines: int) -> tuple[list[str], int] | None:
     """The preview of a diff, a file view or a table (in that order of trial), else None. Each
     layout is tried only when a cheap look at the text allows it (a preview is made for every
     compacted result of every turn)."""

@@ -64,16 +64,42 @@ class Profile:
         return self.long_ttl if mark == ONE_HOUR else self.ttl
 
 
-ANTHROPIC = Profile("anthropic", ttl=300.0, long_ttl=3600.0, read=0.1, write=1.25, long_write=2.0, minimum=1024,
-                    granularity=1, explicit=True, max_breakpoints=4, lookback=20)
-OPENAI = Profile("openai", ttl=300.0, long_ttl=300.0, read=0.1, write=1.0, long_write=1.0, minimum=1024,
-                 granularity=128, explicit=False)
+ANTHROPIC = Profile(
+    "anthropic",
+    ttl=300.0,
+    long_ttl=3600.0,
+    read=0.1,
+    write=1.25,
+    long_write=2.0,
+    minimum=1024,
+    granularity=1,
+    explicit=True,
+    max_breakpoints=4,
+    lookback=20,
+)
+OPENAI = Profile(
+    "openai",
+    ttl=300.0,
+    long_ttl=300.0,
+    read=0.1,
+    write=1.0,
+    long_write=1.0,
+    minimum=1024,
+    granularity=128,
+    explicit=False,
+)
 PROFILES: Mapping[str, Profile] = MappingProxyType({p.name: p for p in (ANTHROPIC, OPENAI)})
 
 # Anthropic's minimum cacheable prefix by model name prefix (the first that matches; else 1,024).
-ANTHROPIC_MINIMUMS = (("claude-opus-4-5", 4096), ("claude-opus-4-6", 4096), ("claude-haiku-4-5", 4096),
-                      ("claude-sonnet-4-6", 2048), ("claude-3-5-haiku", 2048), ("claude-3-haiku", 2048),
-                      ("claude-haiku-3", 2048))
+ANTHROPIC_MINIMUMS = (
+    ("claude-opus-4-5", 4096),
+    ("claude-opus-4-6", 4096),
+    ("claude-haiku-4-5", 4096),
+    ("claude-sonnet-4-6", 2048),
+    ("claude-3-5-haiku", 2048),
+    ("claude-3-haiku", 2048),
+    ("claude-haiku-3", 2048),
+)
 # OpenAI's cached-input price by model name prefix (the first that matches; else 0.1, the gpt-5 family's).
 OPENAI_READS = (("gpt-4o", 0.5), ("gpt-4.1", 0.25), ("o1", 0.5), ("o3", 0.25), ("o4", 0.25))
 
@@ -131,12 +157,20 @@ class Billed:
 
     def cost(self, profile: Profile) -> float:
         """In input tokens: what the provider charges for this input over the price of one token."""
-        return (self.uncached + profile.read * self.read + profile.write * self.write_5m
-                + profile.long_write * self.write_1h)
+        return (
+            self.uncached
+            + profile.read * self.read
+            + profile.write * self.write_5m
+            + profile.long_write * self.write_1h
+        )
 
     def __add__(self, other: Billed) -> Billed:
-        return Billed(self.uncached + other.uncached, self.read + other.read, self.write_5m + other.write_5m,
-                      self.write_1h + other.write_1h)
+        return Billed(
+            self.uncached + other.uncached,
+            self.read + other.read,
+            self.write_5m + other.write_5m,
+            self.write_1h + other.write_1h,
+        )
 
 
 @dataclass(frozen=True)
@@ -181,8 +215,9 @@ def breakpoints(profile: Profile, request: Request) -> list[tuple[int, str]]:
         marks.setdefault(len(request.blocks) - 1, request.automatic)
     found = sorted(marks.items())
     if len(found) > profile.max_breakpoints:
-        raise CacheRequestError(f"A maximum of {profile.max_breakpoints} blocks with cache_control may be provided. "
-                                f"Found {len(found)}.")
+        raise CacheRequestError(
+            f"A maximum of {profile.max_breakpoints} blocks with cache_control may be provided. Found {len(found)}."
+        )
     seen_short = False
     for _, mark in found:
         if mark not in TTLS:
@@ -250,7 +285,10 @@ class Cache:
         live = self.live(at)
         hit: int | None = None
         renewed: set[int] = set()
-        for index, _ in marks:  # each breakpoint looks up its own prefix, and the boundaries before it (`lookback` in all)
+        for (
+            index,
+            _,
+        ) in marks:  # each breakpoint looks up its own prefix, and the boundaries before it (`lookback` in all)
             for j in range(index, max(-1, index - profile.lookback), -1):
                 if hashes[j] in live:
                     renewed.add(j)

@@ -101,5 +101,5 @@ def clearable_calls(items: list[Any], view: ItemView, provider: ProviderContext,
             calls.append(call_id)
             if k < len(names) and names[k] in provider.exclude_tools:
                 excluded.add(call_id)
-    kept = set(calls[len(calls) - provider.keep_tool_uses:]) if provider.keep_tool_uses > 0 else set()
+    kept = set(calls[len(calls) - provider.keep_tool_uses :]) if provider.keep_tool_uses > 0 else set()
     return {c for c in calls if c not in kept and c not in excluded}

@@ -13,7 +13,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-
 Mode = Literal["auto", "compact", "compress", "off", "observe"]
 # Who applies a request's `context_management` (and `/responses/compact`): the upstream
 # (relay), the proxy (emulate), or the upstream when it is OpenAI's or Anthropic's own API (auto).
@@ -119,8 +118,9 @@ SETTING_FIELDS = tuple(OffloadSettings.model_fields)
 # arm of the holdout would make the comparison one of clients, not of the proxy.
 OPERATOR_ONLY = frozenset({"holdout"})
 # What a tenants-file table may hold beside settings (read by `proxy.http.caller` and the summariser).
-TENANT_KEYS = frozenset({"api_keys", "upstream", "upstream_api_key", "anthropic_upstream", "anthropic_api_key",
-                         "summary_prompt"})
+TENANT_KEYS = frozenset(
+    {"api_keys", "upstream", "upstream_api_key", "anthropic_upstream", "anthropic_api_key", "summary_prompt"}
+)
 
 
 def header_name(field: str) -> str:
@@ -167,8 +167,10 @@ def load_tenants_file(path: Path | None) -> dict[str, dict[str, Any]]:
     for tenant, overrides in tenants.items():
         unknown = sorted(set(overrides) - set(SETTING_FIELDS) - TENANT_KEYS - {"tenant", "session"})
         if unknown:
-            raise ValueError(f"tenant {tenant!r}: unknown key {', '.join(unknown)} (settings: "
-                             f"{', '.join(SETTING_FIELDS)}; also {', '.join(sorted(TENANT_KEYS))})")
+            raise ValueError(
+                f"tenant {tenant!r}: unknown key {', '.join(unknown)} (settings: "
+                f"{', '.join(SETTING_FIELDS)}; also {', '.join(sorted(TENANT_KEYS))})"
+            )
         try:
             OffloadSettings(**{k: v for k, v in overrides.items() if k in SETTING_FIELDS})  # fail at startup
         except ValidationError as exc:
@@ -205,11 +207,13 @@ class SettingsResolver:
             lname = name.lower()
             if not lname.startswith(HEADER_PREFIX):
                 continue
-            field = lname[len(HEADER_PREFIX):].replace("-", "_")
+            field = lname[len(HEADER_PREFIX) :].replace("-", "_")
             if field in SETTING_FIELDS:
                 if len(value) > MAX_HEADER_VALUE:
-                    raise SettingsError(f"Header {header_name(field)} is longer than {MAX_HEADER_VALUE} characters.",
-                                        param=header_name(field))
+                    raise SettingsError(
+                        f"Header {header_name(field)} is longer than {MAX_HEADER_VALUE} characters.",
+                        param=header_name(field),
+                    )
                 from_headers[field] = value.strip()
         merged = self.defaults.model_dump(exclude_unset=False)
         merged.update(self.tenant_overrides(tenant))
@@ -217,17 +221,25 @@ class SettingsResolver:
             try:
                 OffloadSettings(**{field: value})
             except ValidationError as exc:
-                raise SettingsError(f"Invalid header {header_name(field)}: {value!r}; it must be {_describe(field)}.",
-                                    param=header_name(field)) from exc
-            if field in OPERATOR_ONLY and OffloadSettings(**{field: value}) != OffloadSettings(**{field: merged[field]}):
-                raise SettingsError(f"Header {header_name(field)} cannot change this server's value "
-                                    f"({merged[field]}): the holdout is the operator's, set with --{field} or the "
-                                    "tenants file (a client choosing its arm would bias the comparison; "
-                                    "X-Offload-Mode: off forwards a request unchanged, outside it).",
-                                    param=header_name(field))
+                raise SettingsError(
+                    f"Invalid header {header_name(field)}: {value!r}; it must be {_describe(field)}.",
+                    param=header_name(field),
+                ) from exc
+            if field in OPERATOR_ONLY and OffloadSettings(**{field: value}) != OffloadSettings(
+                **{field: merged[field]}
+            ):
+                raise SettingsError(
+                    f"Header {header_name(field)} cannot change this server's value "
+                    f"({merged[field]}): the holdout is the operator's, set with --{field} or the "
+                    "tenants file (a client choosing its arm would bias the comparison; "
+                    "X-Offload-Mode: off forwards a request unchanged, outside it).",
+                    param=header_name(field),
+                )
             cap = self.header_caps.get(field)
             if cap is not None and float(value) > cap:
-                raise SettingsError(f"Invalid header {header_name(field)}: {value!r}; this server allows at most {cap}.",
-                                    param=header_name(field))
+                raise SettingsError(
+                    f"Invalid header {header_name(field)}: {value!r}; this server allows at most {cap}.",
+                    param=header_name(field),
+                )
             merged[field] = value
         return OffloadSettings(**merged)

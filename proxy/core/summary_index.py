@@ -56,14 +56,26 @@ COMMAND_CHARS = 80  # one command: its first line
 ERROR_CHARS = 100  # one error line
 ARGUMENTS_MAX = 1_000_000  # larger arguments are not parsed
 
-_PATH_KEYS = ("path", "file", "file_path", "filepath", "filename", "file_name", "target_file", "notebook_path",
-              "paths", "files")
+_PATH_KEYS = (
+    "path",
+    "file",
+    "file_path",
+    "filepath",
+    "filename",
+    "file_name",
+    "target_file",
+    "notebook_path",
+    "paths",
+    "files",
+)
 _COMMAND_KEYS = ("command", "cmd", "commands")
-_EDITOR_VERBS = frozenset({"view", "create", "str_replace", "insert", "undo_edit", "read", "write", "edit",
-                           "append", "delete"})
+_EDITOR_VERBS = frozenset(
+    {"view", "create", "str_replace", "insert", "undo_edit", "read", "write", "edit", "append", "delete"}
+)
 _EDITS = frozenset({"create", "str_replace", "insert", "undo_edit", "write", "edit", "append", "delete"})
-_EDIT_TOOL = re.compile(r"^(?:edit|write|multiedit|create_file|write_file|replace|str_replace|apply_patch|patch)$",
-                        re.I)
+_EDIT_TOOL = re.compile(
+    r"^(?:edit|write|multiedit|create_file|write_file|replace|str_replace|apply_patch|patch)$", re.I
+)
 _SED_RANGE = re.compile(r"sed -n ['\"]?(\d{1,7}),(\d{1,7})p")
 _NUMBERED = re.compile(r"\s{0,8}(\d{1,7})(?:\t|[:|] | {2})")  # `cat -n`, an editor's view: the line number
 _SHELLS = frozenset({"bash", "sh", "zsh", "dash"})
@@ -78,8 +90,10 @@ _EXTENSION = re.compile(r"[^/.]\.[A-Za-z][A-Za-z0-9]{0,7}$")
 _CD_PREFIX = re.compile(r"^(?:cd [^;&|\n]{1,400}? ?&& ?)+")
 # A structured name: dotted or slashed (`pkg.mod.func`, `src/app.py`) or snake_case; bounded
 # repeats, so a long run of word characters costs linear time.
-_NAME = re.compile(r"(?<![\w./])(?:(?:\.{0,2}/)?[A-Za-z_]\w{0,80}(?:[./]\w{1,80}){1,16}"
-                   r"|_{0,4}[A-Za-z][A-Za-z0-9]{0,80}_\w{1,80})")
+_NAME = re.compile(
+    r"(?<![\w./])(?:(?:\.{0,2}/)?[A-Za-z_]\w{0,80}(?:[./]\w{1,80}){1,16}"
+    r"|_{0,4}[A-Za-z][A-Za-z0-9]{0,80}_\w{1,80})"
+)
 
 
 class _Seen:
@@ -144,15 +158,20 @@ def summary_index(items: list[Any], view: ItemView, *, task: str = "") -> str:
                     shown[found][2] = 1
     roots = index_names.roots(list(files.entries))
     located = index_names.one_file_spelling(list(files.entries), where, roots)
-    lists = [(texts.INDEX_FILES, ", ", located), (texts.INDEX_COMMANDS, "; ", list(commands.entries)),
-             (texts.INDEX_ERRORS, "; ", list(errors.entries))]
+    lists = [
+        (texts.INDEX_FILES, ", ", located),
+        (texts.INDEX_COMMANDS, "; ", list(commands.entries)),
+        (texts.INDEX_ERRORS, "; ", list(errors.entries)),
+    ]
     lists = [entry for entry in lists if entry[2]]
     names = _names(index_names.signal(shown, written, roots), written)
     if not lists and not names:
         return ""
     room = LISTS_CHARS - len(texts.INDEX_OPEN) - len(texts.INDEX_CLOSE) - 2 * len(lists)
-    lines = [_line(label, separator, entries, room=share)
-             for (label, separator, entries), share in zip(lists, _shares([_need(*e) for e in lists], room))]
+    lines = [
+        _line(label, separator, entries, room=share)
+        for (label, separator, entries), share in zip(lists, _shares([_need(*e) for e in lists], room))
+    ]
     used = len(texts.INDEX_OPEN) + len(texts.INDEX_CLOSE) + 1 + sum(len(line) + 1 for line in lines)
     names_line = _names_line(names, INDEX_CHARS - used - 1)  # the index as it is, and the names line's "\n"
     if names_line:
@@ -182,9 +201,10 @@ def _relevance(seen: list[int]) -> int:
 def _names(shown: dict[str, list[int]], written: set[str]) -> list[str]:
     """The names the results showed and the agent never wrote, none of the machinery's: by
     relevance, then those in more results, then the most recent, then in character order."""
-    return sorted((name for name in shown if len(name) >= NAME_MIN and name not in written
-                   and NOISE.search(name) is None),
-                  key=lambda name: (_relevance(shown[name]), -shown[name][0], -shown[name][1], name))
+    return sorted(
+        (name for name in shown if len(name) >= NAME_MIN and name not in written and NOISE.search(name) is None),
+        key=lambda name: (_relevance(shown[name]), -shown[name][0], -shown[name][1], name),
+    )
 
 
 def _names_line(names: list[str], room: int) -> str:
@@ -204,6 +224,7 @@ def _names_line(names: list[str], room: int) -> str:
 
 
 # ---------------------------------------------------------------- reading a call
+
 
 def _read_call(name: str, arguments: str, files: _Seen, *, commands: _Seen) -> tuple[list[str], bool, str]:
     """Adds the call's files and commands; (its files, whether it edits them, "a-b" when it asks
@@ -256,7 +277,7 @@ def _read_call(name: str, arguments: str, files: _Seen, *, commands: _Seen) -> t
 
 
 def _numbered_span(text: str) -> str:
-    """"a-b" when the output is numbered lines (`cat -n`, an editor's view), from the first
+    """ "a-b" when the output is numbered lines (`cat -n`, an editor's view), from the first
     and last numbered lines, else ""."""
     lines = text.splitlines()
     if len(lines) < 3:
@@ -294,7 +315,7 @@ def _commands(raw: Any, many: bool) -> list[str]:
 def _command(command: str) -> str:
     """The command's first line, whitespace squeezed, a leading `cd … &&` dropped, cut."""
     first, _, rest = command.strip().partition("\n")
-    first = _CD_PREFIX.sub("", " ".join(first[:4 * COMMAND_CHARS].split()))
+    first = _CD_PREFIX.sub("", " ".join(first[: 4 * COMMAND_CHARS].split()))
     if rest.strip():
         first += " …"
     return _cut(first, COMMAND_CHARS)
@@ -344,14 +365,15 @@ def _command_files(command: str) -> list[str]:
 
 def _path(path: str) -> str:
     path = index_names.without_dot_slash(" ".join(path.split()))  # linear, however many `./` the model wrote
-    return path if len(path) <= FILE_CHARS else "…" + path[-(FILE_CHARS - 1):]
+    return path if len(path) <= FILE_CHARS else "…" + path[-(FILE_CHARS - 1) :]
 
 
 def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[:width - 1] + "…"
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 # ---------------------------------------------------------------- fitting the lines
+
 
 def _need(label: str, separator: str, entries: list[str]) -> int:
     return len(label) + sum(map(len, entries)) + len(separator) * (len(entries) - 1)

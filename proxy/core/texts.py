@@ -102,20 +102,25 @@ FOLD_HEAD_RE = re.compile(
     rf"\[folded tool result: (?:identical to the result of call ({CALL_ID_PATTERN}) above \({_COUNT} chars\)"
     rf"|the result of call ({CALL_ID_PATTERN}) above with these changes \(unified diff: - that result, "
     rf"\+ this one; {_COUNT} chars in all\)), ref=({REF_PATTERN})\. "
-    rf"The full text: {RELOAD_TOOL}\(ref=\"({REF_PATTERN})\"\)\.\]")
+    rf"The full text: {RELOAD_TOOL}\(ref=\"({REF_PATTERN})\"\)\.\]"
+)
 
 
 def folded_identical(call_id: str, chars: int, *, ref: str) -> str:
     """A tool result identical to the result of `call_id`, earlier in the conversation."""
-    return (f"{FOLD_PREFIX}identical to the result of call {call_id} above ({chars} chars), ref={ref}. "
-            f"The full text: {RELOAD_TOOL}(ref=\"{ref}\").]")
+    return (
+        f"{FOLD_PREFIX}identical to the result of call {call_id} above ({chars} chars), ref={ref}. "
+        f'The full text: {RELOAD_TOOL}(ref="{ref}").]'
+    )
 
 
 def folded_diff(call_id: str, chars: int, hunks: str, *, ref: str) -> str:
     """A tool result that is the result of `call_id` with a few lines changed: `hunks`, the
     unified diff's hunks (`@@ … @@` headers, ` `/`-`/`+` lines) from that result to this one."""
-    return (f"{FOLD_PREFIX}the result of call {call_id} above with these changes (unified diff: - that result, "
-            f"+ this one; {chars} chars in all), ref={ref}. The full text: {RELOAD_TOOL}(ref=\"{ref}\").]\n{hunks}")
+    return (
+        f"{FOLD_PREFIX}the result of call {call_id} above with these changes (unified diff: - that result, "
+        f'+ this one; {chars} chars in all), ref={ref}. The full text: {RELOAD_TOOL}(ref="{ref}").]\n{hunks}'
+    )
 
 
 def fold_ref(text: str) -> str | None:
@@ -138,7 +143,8 @@ MEDIA_KINDS = ("image", "document", "audio")
 # `media_marker`'s text, exactly (a text part of its own: recognised only when it is the whole part).
 MEDIA_MARKER_RE = re.compile(
     rf"\[(image|document|audio) offloaded: [^\]\n]{{1,80}}, ~(?:0|[1-9][0-9]{{0,2}}(?:,[0-9]{{3}}){{0,4}}) tokens, "
-    rf"ref=({REF_PATTERN})\]")
+    rf"ref=({REF_PATTERN})\]"
+)
 
 
 def media_marker(kind: str, what: str, tokens: int, *, ref: str) -> str:
@@ -170,7 +176,7 @@ def media_follows(kind: str, ref: str) -> str:
 
 def media_reloaded(kind: str, ref: str) -> str:
     """The text before a reloaded image in chat's user message."""
-    return f"[{RELOAD_TOOL}(ref=\"{ref}\"): the offloaded {kind}]"
+    return f'[{RELOAD_TOOL}(ref="{ref}"): the offloaded {kind}]'
 
 
 def media_not_here(kind: str, ref: str) -> str:
@@ -184,7 +190,7 @@ def media_carried(kind: str, ref: str) -> str:
 
 
 def media_not_searchable(ref: str, kind: str) -> str:
-    return f"ref={ref} is an offloaded {kind}: binary content is not searched. {RELOAD_TOOL}(ref=\"{ref}\") shows it."
+    return f'ref={ref} is an offloaded {kind}: binary content is not searched. {RELOAD_TOOL}(ref="{ref}") shows it.'
 
 
 def media_skipped(count: int) -> str:
@@ -192,6 +198,7 @@ def media_skipped(count: int) -> str:
 
 
 # ---------------------------------------------------------------- what the reload tools answer
+
 
 def unknown_tool(name: str) -> str:
     return f"Unknown tool {name}."
@@ -203,7 +210,7 @@ def invalid_arguments(name: str, why: object) -> str:
 
 def arguments_too_deep(limit: int) -> str:
     """Why arguments are refused that nest past `limit` levels (completes `invalid_arguments`)."""
-    return f"arguments nest deeper than {limit} levels; these tools take a flat JSON object such as {{\"ref\": \"…\"}}"
+    return f'arguments nest deeper than {limit} levels; these tools take a flat JSON object such as {{"ref": "…"}}'
 
 
 def input_not_repeated() -> str:
@@ -235,8 +242,10 @@ def page_note(ref: str, start: int, end: int, *, lines: int) -> str:
     """The last line of a page of `context_reload`: where it stands, and how to get the next."""
     if end >= lines:
         return f"[{RELOAD_TOOL}: lines {start}-{end - 1} of {lines} of ref={ref}; this is the end.]"
-    return (f"[{RELOAD_TOOL}: lines {start}-{end - 1} of {lines} of ref={ref}. "
-            f"Next page: {RELOAD_TOOL}(ref=\"{ref}\", offset={end}).]")
+    return (
+        f"[{RELOAD_TOOL}: lines {start}-{end - 1} of {lines} of ref={ref}. "
+        f'Next page: {RELOAD_TOOL}(ref="{ref}", offset={end}).]'
+    )
 
 
 def invalid_pattern(pattern: str, error: object) -> str:
@@ -248,8 +257,10 @@ def search_interrupted() -> str:
 
 
 def too_expensive(pattern: str, why: str) -> str:
-    return (f"The pattern {pattern!r} is too expensive: {why}. Use a simpler pattern "
-            f"(fewer or smaller counted repeats x{{n}}, less nesting).")
+    return (
+        f"The pattern {pattern!r} is too expensive: {why}. Use a simpler pattern "
+        f"(fewer or smaller counted repeats x{{n}}, less nesting)."
+    )
 
 
 def no_match_so_far(pattern: str) -> str:
@@ -261,15 +272,19 @@ def no_match(pattern: str, where: str) -> str:
 
 
 def stopped_at_time(took: float, limit: str, waited: str, *, found: int, searched: int, total: int) -> str:
-    return (f"[Search stopped early after {took:.1f} s ({limit}{waited}); {found} match(es) "
-            f"found after looking into {searched} of {total} item(s). "
-            f"Use a simpler pattern, or give a ref.]")
+    return (
+        f"[Search stopped early after {took:.1f} s ({limit}{waited}); {found} match(es) "
+        f"found after looking into {searched} of {total} item(s). "
+        f"Use a simpler pattern, or give a ref.]"
+    )
 
 
 def stopped_expensive(found: int, searched: int, total: int) -> str:
-    return (f"[Search stopped early: the pattern was too expensive (matching it needed more memory "
-            f"than a search may use, or crashed the search worker); {found} match(es) "
-            f"found after looking into {searched} of {total} item(s). Use a simpler pattern.]")
+    return (
+        f"[Search stopped early: the pattern was too expensive (matching it needed more memory "
+        f"than a search may use, or crashed the search worker); {found} match(es) "
+        f"found after looking into {searched} of {total} item(s). Use a simpler pattern.]"
+    )
 
 
 def interrupted_note(found: int) -> str:
@@ -277,8 +292,10 @@ def interrupted_note(found: int) -> str:
 
 
 def stopped_at_size(max_bytes: int) -> str:
-    return (f"[Search stopped early: one search scans at most {max_bytes} bytes of "
-            f"offloaded content, and the rest was not searched. Give a ref to search one item.]")
+    return (
+        f"[Search stopped early: one search scans at most {max_bytes} bytes of "
+        f"offloaded content, and the rest was not searched. Give a ref to search one item.]"
+    )
 
 
 def more_matches(found: int) -> str:
@@ -314,5 +331,4 @@ CLEARED_INPUT_KEY = "offloaded_input"
 
 def cleared_tool_input(ref: str, tokens: int) -> str:
     """Stands for a tool call's input cleared by a `clear_tool_uses_20250919` edit (its JSON text stored)."""
-    return (f"[offloaded tool input: {tokens} tokens, ref={ref}. "
-            f"The full input (JSON): {RELOAD_TOOL}(ref=\"{ref}\").]")
+    return f'[offloaded tool input: {tokens} tokens, ref={ref}. The full input (JSON): {RELOAD_TOOL}(ref="{ref}").]'

@@ -12,13 +12,12 @@ TIKTOKEN_CACHE_DIR nor DATA_GYM_CACHE_DIR is set, `discover_tiktoken_cache` poin
 
 from __future__ import annotations
 
-import re
-
 import asyncio
 import itertools
 import json
 import logging
 import os
+import re
 from collections.abc import Iterable, MutableMapping, Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -103,8 +102,9 @@ def tiktoken_cache_candidates() -> list[Path]:
     return [repo.parent / "shared" / "tiktoken"]
 
 
-def discover_tiktoken_cache(environ: MutableMapping[str, str] | None = None,
-                            candidates: Sequence[Path] | None = None) -> str | None:
+def discover_tiktoken_cache(
+    environ: MutableMapping[str, str] | None = None, candidates: Sequence[Path] | None = None
+) -> str | None:
     """The folder tiktoken loads encodings from: TIKTOKEN_CACHE_DIR (or DATA_GYM_CACHE_DIR) when
     set, else the first existing candidate, which is then exported as TIKTOKEN_CACHE_DIR (so
     worker processes inherit it). None: tiktoken's own default (a download on first use)."""
@@ -140,9 +140,11 @@ def estimate_note(encoding_name: str, exc: Exception) -> str:
     the download's error, a screenful when there is no network)."""
     cache = os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR")
     where = f"not in TIKTOKEN_CACHE_DIR={cache}" if cache else "no TIKTOKEN_CACHE_DIR"
-    return (f"tiktoken encoding {encoding_name} not loaded ({where}, download failed: {type(exc).__name__}): "
-            f"token counts are estimated (about 4 bytes a token); to count exactly, set TIKTOKEN_CACHE_DIR to a "
-            f"folder holding {encoding_name}'s file (or let the proxy download it once)")
+    return (
+        f"tiktoken encoding {encoding_name} not loaded ({where}, download failed: {type(exc).__name__}): "
+        f"token counts are estimated (about 4 bytes a token); to count exactly, set TIKTOKEN_CACHE_DIR to a "
+        f"folder holding {encoding_name}'s file (or let the proxy download it once)"
+    )
 
 
 def counting_method(counter: "TokenCounter") -> dict[str, str | None]:
@@ -242,14 +244,14 @@ class TokenCounter:
         except (KeyboardInterrupt, SystemExit, GeneratorExit):
             raise
         except BaseException:
-            return sum(self._encoded(text[start:start + LONG_PIECE]) for start in range(0, len(text), LONG_PIECE))
+            return sum(self._encoded(text[start : start + LONG_PIECE]) for start in range(0, len(text), LONG_PIECE))
 
     def _sliced(self, text: str) -> int:
         count, at = 0, 0
         for run in _LONG_RUN.finditer(text):
             if run.start() > at:
-                count += self._encoded(text[at:run.start()])
-            count += sum(self._encoded(text[k:k + LONG_RUN]) for k in range(run.start(), run.end(), LONG_RUN))
+                count += self._encoded(text[at : run.start()])
+            count += sum(self._encoded(text[k : k + LONG_RUN]) for k in range(run.start(), run.end(), LONG_RUN))
             at = run.end()
         return count + (self._encoded(text[at:]) if at < len(text) else 0)
 
@@ -360,16 +362,22 @@ class TokenCounter:
         if kind == "function_call" or kind == "custom_tool_call":
             args = item.get("arguments") if kind == "function_call" else item.get("input")
             name = item.get("name")
-            return (MESSAGE_OVERHEAD + (self.text(name) if type(name) is str else 0)
-                    + (self.text(args) if type(args) is str else self.content(args)))
+            return (
+                MESSAGE_OVERHEAD
+                + (self.text(name) if type(name) is str else 0)
+                + (self.text(args) if type(args) is str else self.content(args))
+            )
         if type(kind) is str and kind.endswith("_output"):
             output = item.get("output")
             if type(output) is str:
                 return MESSAGE_OVERHEAD + self.text(output)
             if isinstance(output, dict) and output.get("type") in IMAGE_PARTS:  # computer_call_output: a screenshot
                 note = item.get(NOTE_KEY)
-                return MESSAGE_OVERHEAD + part_image_tokens(output) + (
-                    MESSAGE_OVERHEAD + self.text(note) if type(note) is str else 0)
+                return (
+                    MESSAGE_OVERHEAD
+                    + part_image_tokens(output)
+                    + (MESSAGE_OVERHEAD + self.text(note) if type(note) is str else 0)
+                )
             return MESSAGE_OVERHEAD + self.content(output)  # parts, or shell output chunks as JSON
         if kind == "reasoning":
             total = MESSAGE_OVERHEAD
@@ -392,8 +400,7 @@ class TokenCounter:
     def outside_history(self, body: dict) -> int:
         """What a request sends beside its history, every turn: the tools, and the system prompt
         a format keeps outside the history (Messages' `system`, Responses' `instructions`)."""
-        return self.tools(body.get("tools")) + self.content(body.get("system")) + self.content(
-            body.get("instructions"))
+        return self.tools(body.get("tools")) + self.content(body.get("system")) + self.content(body.get("instructions"))
 
 
 _counters: dict[str, TokenCounter] = {}

@@ -28,7 +28,7 @@ class MediaPart:
 
 class ItemView(Protocol):
     def role(self, item: Any) -> Role:
-        """"system" for system/developer instructions (never summarised), "tool" for a tool result."""
+        """ "system" for system/developer instructions (never summarised), "tool" for a tool result."""
         ...
 
     def tool_text(self, item: Any) -> str | None:

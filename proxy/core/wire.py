@@ -17,7 +17,6 @@ from proxy.core.provider_context import ProviderContext
 from proxy.core.rounds import Rounds
 from proxy.core.view import ItemView
 
-
 # Where a format's history carries a provider compaction (`proxy.emulation`): Responses
 # `compaction` items (their `encrypted_content` a token), Messages `compaction` blocks, or nowhere.
 Compaction = Literal["items", "blocks"] | None
@@ -56,14 +55,20 @@ class WireFormat(Protocol):
         """What the request asks the provider to do with its context (`context_management`, a
         `compaction_trigger`): the planners step aside where the provider acts."""
 
-    def rounds(self, body: dict, items: list[Any], tools: Sequence[dict], *,
-               extra_usage: dict | None, lead: Sequence[dict] = ()) -> Rounds:
+    def rounds(
+        self,
+        body: dict,
+        items: list[Any],
+        tools: Sequence[dict],
+        *,
+        extra_usage: dict | None,
+        lead: Sequence[dict] = (),
+    ) -> Rounds:
         """`tools`: the injected tools' chat-style schemas; `extra_usage`: chat-shaped; `lead`: the
         proxy's own output (Responses items, Messages blocks) first in the answer (an emulated
         compaction); chat completions have none."""
 
-    def paused_answer(self, lead: list[dict], *, body: dict, created_at: int, tokens_in: int,
-                      tokens_out: int) -> dict:
+    def paused_answer(self, lead: list[dict], *, body: dict, created_at: int, tokens_in: int, tokens_out: int) -> dict:
         """The answer the proxy gives alone, no upstream turn asked: `lead` (its emulated
         compaction) as the whole output, the compaction's usage (`Inline.paused`: a Messages
         `pause_after_compaction`, a Responses `compaction_trigger`). ValueError for a format
@@ -72,8 +77,9 @@ class WireFormat(Protocol):
     def paused_events(self, answer: dict) -> list[dict]:
         """`paused_answer`'s answer as the format streams it (its typed SSE events, in order)."""
 
-    def summary_request(self, body: dict, prefix: list[Any], instruction: str, *, tools: Sequence[dict],
-                        model: str) -> tuple[str, dict]:
+    def summary_request(
+        self, body: dict, prefix: list[Any], instruction: str, *, tools: Sequence[dict], model: str
+    ) -> tuple[str, dict]:
         """(endpoint under /v1, body) of the request asking for a summary of `prefix`.
 
         `body` is the client's request; `prefix` the items a turn forwarded first (sent byte for

@@ -32,47 +32,73 @@ import uvicorn
 
 from proxy.core import provider_cache as pc
 from proxy.core.markers import RELOAD_TOOL
+from proxy.core.texts import SUMMARY_INSTRUCTION, SUMMARY_PROMPT
 from proxy.formats import openai_cache
 from proxy.formats.messages import cache_control as messages_cache
-from proxy.core.texts import SUMMARY_INSTRUCTION, SUMMARY_PROMPT
 
 # The proxy's summary calls, recognised exactly: the instruction as the last chat message, the
 # last Responses input item or the last block of the last Anthropic message (the prefix shape), or
 # the summariser's system prompt as the first message (the transcript shape, the body's start).
 _INSTRUCTION = json.dumps(SUMMARY_INSTRUCTION).encode()
-PREFIX_ENDS = (b'{"role":"user","content":' + _INSTRUCTION + b"}]",
-               b'{"type":"message","role":"user","content":[{"type":"input_text","text":' + _INSTRUCTION + b"}]}]",
-               b'{"type":"text","text":' + _INSTRUCTION + b"}]}]")
+PREFIX_ENDS = (
+    b'{"role":"user","content":' + _INSTRUCTION + b"}]",
+    b'{"type":"message","role":"user","content":[{"type":"input_text","text":' + _INSTRUCTION + b"}]}]",
+    b'{"type":"text","text":' + _INSTRUCTION + b"}]}]",
+)
 TRANSCRIPT_START = b'"messages":[{"role":"system","content":' + json.dumps(SUMMARY_PROMPT).encode() + b"}"
 
 
 def is_summary_call(body: bytes) -> bool:
     if any(end in body for end in PREFIX_ENDS):
         return True
-    return TRANSCRIPT_START in body[:len(TRANSCRIPT_START) + 200]
+    return TRANSCRIPT_START in body[: len(TRANSCRIPT_START) + 200]
 
-COMPLETION = json.dumps({
-    "id": "chatcmpl-bench", "object": "chat.completion", "created": 1, "model": "gpt-4o",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
-    "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
-}).encode()
+
+COMPLETION = json.dumps(
+    {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "gpt-4o",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
+    }
+).encode()
 
 
 def chunk(delta: dict, finish: str | None = None) -> bytes:
-    body = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4o",
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    body = {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "gpt-4o",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
     return b"data: " + json.dumps(body).encode() + b"\n\n"
 
 
 STREAM = [chunk({"role": "assistant", "content": ""}), chunk({"content": "ok"}), chunk({}, "stop"), b"data: [DONE]\n\n"]
 
 
-RESPONSE = json.dumps({
-    "id": "resp_bench", "object": "response", "created_at": 1, "status": "completed", "model": "gpt-4o",
-    "output": [{"type": "message", "id": "msg_bench", "role": "assistant", "status": "completed",
-                "content": [{"type": "output_text", "text": "ok", "annotations": []}]}],
-    "usage": {"input_tokens": 10, "output_tokens": 1, "total_tokens": 11},
-}).encode()
+RESPONSE = json.dumps(
+    {
+        "id": "resp_bench",
+        "object": "response",
+        "created_at": 1,
+        "status": "completed",
+        "model": "gpt-4o",
+        "output": [
+            {
+                "type": "message",
+                "id": "msg_bench",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": "ok", "annotations": []}],
+            }
+        ],
+        "usage": {"input_tokens": 10, "output_tokens": 1, "total_tokens": 11},
+    }
+).encode()
 
 
 def responses_stream(pieces: list[str]) -> list[bytes]:
@@ -83,29 +109,50 @@ def responses_stream(pieces: list[str]) -> list[bytes]:
     final["output"][0]["content"][0]["text"] = text
     item = {**final["output"][0], "status": "in_progress", "content": []}
     part = {"type": "output_text", "text": "", "annotations": []}
-    events: list[tuple[str, dict[str, Any]]] = [("response.created", {"response": {**final, "status": "in_progress", "output": []}}),
-              ("response.output_item.added", {"output_index": 0, "item": item}),
-              ("response.content_part.added", {"item_id": item["id"], "output_index": 0, "content_index": 0,
-                                               "part": part})]
-    events += [("response.output_text.delta", {"item_id": item["id"], "output_index": 0, "content_index": 0,
-                                               "delta": piece, "logprobs": []}) for piece in pieces]
-    events += [("response.output_text.done", {"item_id": item["id"], "output_index": 0, "content_index": 0,
-                                              "text": text, "logprobs": []}),
-               ("response.content_part.done", {"item_id": item["id"], "output_index": 0, "content_index": 0,
-                                               "part": {**part, "text": text}}),
-               ("response.output_item.done", {"output_index": 0, "item": final["output"][0]}),
-               ("response.completed", {"response": final})]
-    return [f"event: {kind}\ndata: {json.dumps({'type': kind, 'sequence_number': n, **data})}\n\n".encode()
-            for n, (kind, data) in enumerate(events)]
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("response.created", {"response": {**final, "status": "in_progress", "output": []}}),
+        ("response.output_item.added", {"output_index": 0, "item": item}),
+        ("response.content_part.added", {"item_id": item["id"], "output_index": 0, "content_index": 0, "part": part}),
+    ]
+    events += [
+        (
+            "response.output_text.delta",
+            {"item_id": item["id"], "output_index": 0, "content_index": 0, "delta": piece, "logprobs": []},
+        )
+        for piece in pieces
+    ]
+    events += [
+        (
+            "response.output_text.done",
+            {"item_id": item["id"], "output_index": 0, "content_index": 0, "text": text, "logprobs": []},
+        ),
+        (
+            "response.content_part.done",
+            {"item_id": item["id"], "output_index": 0, "content_index": 0, "part": {**part, "text": text}},
+        ),
+        ("response.output_item.done", {"output_index": 0, "item": final["output"][0]}),
+        ("response.completed", {"response": final}),
+    ]
+    return [
+        f"event: {kind}\ndata: {json.dumps({'type': kind, 'sequence_number': n, **data})}\n\n".encode()
+        for n, (kind, data) in enumerate(events)
+    ]
 
 
 def anthropic_message(text: str, input_tokens: int = 10, output_tokens: int = 1) -> bytes:
     """An Anthropic Messages answer."""
-    return json.dumps({
-        "id": "msg_bench", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-        "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
-        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
-    }).encode()
+    return json.dumps(
+        {
+            "id": "msg_bench",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-sonnet-4-5",
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
+        }
+    ).encode()
 
 
 def is_messages(scope) -> bool:
@@ -122,16 +169,31 @@ def anthropic_event(kind: str, **data) -> bytes:
 def anthropic_stream(pieces: list[str]) -> list[bytes]:
     """A streamed Messages answer: one text block, a `text_delta` per piece, in the event order the
     Anthropic API (and its SDKs' `messages.stream`) uses."""
-    start: dict[str, Any] = {"id": "msg_bench", "type": "message", "role": "assistant", "content": [], "model": "claude-sonnet-4-5",
-             "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 1}}
-    return [anthropic_event("message_start", message=start),
-            anthropic_event("content_block_start", index=0, content_block={"type": "text", "text": ""}),
-            *(anthropic_event("content_block_delta", index=0, delta={"type": "text_delta", "text": piece})
-              for piece in pieces),
-            anthropic_event("content_block_stop", index=0),
-            anthropic_event("message_delta", delta={"stop_reason": "end_turn", "stop_sequence": None},
-                            usage={"output_tokens": len(pieces)}),
-            anthropic_event("message_stop")]
+    start: dict[str, Any] = {
+        "id": "msg_bench",
+        "type": "message",
+        "role": "assistant",
+        "content": [],
+        "model": "claude-sonnet-4-5",
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 10, "output_tokens": 1},
+    }
+    return [
+        anthropic_event("message_start", message=start),
+        anthropic_event("content_block_start", index=0, content_block={"type": "text", "text": ""}),
+        *(
+            anthropic_event("content_block_delta", index=0, delta={"type": "text_delta", "text": piece})
+            for piece in pieces
+        ),
+        anthropic_event("content_block_stop", index=0),
+        anthropic_event(
+            "message_delta",
+            delta={"stop_reason": "end_turn", "stop_sequence": None},
+            usage={"output_tokens": len(pieces)},
+        ),
+        anthropic_event("message_stop"),
+    ]
 
 
 def long_answer(messages: bool, deltas: int, chars: int) -> list[bytes]:
@@ -147,7 +209,7 @@ async def long_stream(send, messages: bool, deltas: int, *, chars: int) -> None:
     events = long_answer(messages, deltas, chars)
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
     for i in range(0, len(events), 512):
-        await send({"type": "http.response.body", "body": b"".join(events[i:i + 512]), "more_body": True})
+        await send({"type": "http.response.body", "body": b"".join(events[i : i + 512]), "more_body": True})
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
@@ -170,11 +232,21 @@ def compacted(body: bytes) -> bytes:
         request = None
     items = request.get("input") if isinstance(request, dict) else None
     users = [i for i in items if isinstance(i, dict) and i.get("role") == "user"] if isinstance(items, list) else []
-    return json.dumps({
-        "id": "cmp_demo", "object": "response.compaction", "created_at": 1,
-        "output": [*users, {"type": "compaction", "id": "cmp_item_demo", "encrypted_content": "demo-compacted"}],
-        "usage": {"input_tokens": len(body) // 4, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 20,
-                  "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": len(body) // 4 + 20}}).encode()
+    return json.dumps(
+        {
+            "id": "cmp_demo",
+            "object": "response.compaction",
+            "created_at": 1,
+            "output": [*users, {"type": "compaction", "id": "cmp_item_demo", "encrypted_content": "demo-compacted"}],
+            "usage": {
+                "input_tokens": len(body) // 4,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": 20,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": len(body) // 4 + 20,
+            },
+        }
+    ).encode()
 
 
 BILLING = False  # --bill
@@ -208,16 +280,24 @@ def billed(scope, body: bytes, answer: bytes) -> bytes:
     bill, CACHES[(profile.name, credential)] = CACHES.get((profile.name, credential), pc.Cache(profile)).bill(asked)
     usage = reply["usage"]
     if messages:
-        usage.update(input_tokens=bill.uncached, cache_read_input_tokens=bill.read,
-                     cache_creation_input_tokens=bill.written,
-                     cache_creation={"ephemeral_5m_input_tokens": bill.write_5m,
-                                     "ephemeral_1h_input_tokens": bill.write_1h})
+        usage.update(
+            input_tokens=bill.uncached,
+            cache_read_input_tokens=bill.read,
+            cache_creation_input_tokens=bill.written,
+            cache_creation={"ephemeral_5m_input_tokens": bill.write_5m, "ephemeral_1h_input_tokens": bill.write_1h},
+        )
     elif "prompt_tokens" in usage:
-        usage.update(prompt_tokens=bill.total, total_tokens=bill.total + usage.get("completion_tokens", 0),
-                     prompt_tokens_details={"cached_tokens": bill.read})
+        usage.update(
+            prompt_tokens=bill.total,
+            total_tokens=bill.total + usage.get("completion_tokens", 0),
+            prompt_tokens_details={"cached_tokens": bill.read},
+        )
     else:
-        usage.update(input_tokens=bill.total, total_tokens=bill.total + usage.get("output_tokens", 0),
-                     input_tokens_details={"cached_tokens": bill.read})
+        usage.update(
+            input_tokens=bill.total,
+            total_tokens=bill.total + usage.get("output_tokens", 0),
+            input_tokens_details={"cached_tokens": bill.read},
+        )
     return json.dumps(reply).encode()
 
 
@@ -233,34 +313,65 @@ async def app(scope, receive, send):
         if is_messages(scope):
             snapshot = anthropic_message(text, len(body) // 4, 20)
         elif scope["path"].rstrip("/").endswith("/responses"):
-            snapshot = json.dumps({
-                "id": "resp_sum", "object": "response", "created_at": 1, "status": "completed", "model": "gpt-4o",
-                "output": [{"type": "message", "id": "msg_sum", "role": "assistant", "status": "completed",
-                            "content": [{"type": "output_text", "text": text, "annotations": []}]}],
-                "usage": {"input_tokens": len(body) // 4, "output_tokens": 20, "total_tokens": len(body) // 4 + 20},
-            }).encode()
+            snapshot = json.dumps(
+                {
+                    "id": "resp_sum",
+                    "object": "response",
+                    "created_at": 1,
+                    "status": "completed",
+                    "model": "gpt-4o",
+                    "output": [
+                        {
+                            "type": "message",
+                            "id": "msg_sum",
+                            "role": "assistant",
+                            "status": "completed",
+                            "content": [{"type": "output_text", "text": text, "annotations": []}],
+                        }
+                    ],
+                    "usage": {"input_tokens": len(body) // 4, "output_tokens": 20, "total_tokens": len(body) // 4 + 20},
+                }
+            ).encode()
         else:
-            snapshot = json.dumps({
-                "id": "chatcmpl-sum", "object": "chat.completion", "created": 1, "model": "gpt-4o",
-                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
-                "usage": {"prompt_tokens": len(body) // 4, "completion_tokens": 20,
-                          "total_tokens": len(body) // 4 + 20},
-            }).encode()
+            snapshot = json.dumps(
+                {
+                    "id": "chatcmpl-sum",
+                    "object": "chat.completion",
+                    "created": 1,
+                    "model": "gpt-4o",
+                    "choices": [
+                        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}
+                    ],
+                    "usage": {
+                        "prompt_tokens": len(body) // 4,
+                        "completion_tokens": 20,
+                        "total_tokens": len(body) // 4 + 20,
+                    },
+                }
+            ).encode()
         if BILLING:
             snapshot = billed(scope, body, snapshot)
-        await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-type", b"application/json"), (b"content-length", str(len(snapshot)).encode())]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(snapshot)).encode())],
+            }
+        )
         await send({"type": "http.response.body", "body": snapshot})
         return
     if b'"stream": true' in body or b'"stream":true' in body:
         headers = dict(scope["headers"])
         if b"x-bench-deltas" in headers:
-            await long_stream(send, is_messages(scope), int(headers[b"x-bench-deltas"]),
-                              chars=int(headers.get(b"x-bench-delta-chars", b"4")))
+            await long_stream(
+                send,
+                is_messages(scope),
+                int(headers[b"x-bench-deltas"]),
+                chars=int(headers.get(b"x-bench-delta-chars", b"4")),
+            )
             return
         chunks, delay = int(headers.get(b"x-bench-chunks", b"0")), int(headers.get(b"x-bench-delay-ms", b"0")) / 1e3
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"text/event-stream")]})
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
         words = [f" word{i}" for i in range(chunks)]
         if is_messages(scope):  # Messages events, as the Anthropic SDKs read them
             parts = anthropic_stream(["ok", *words])
@@ -282,9 +393,17 @@ async def app(scope, receive, send):
         answer = reload_call(scope["path"], ref, len(RELOADED))
     if BILLING:
         answer = billed(scope, body, answer)
-    await send({"type": "http.response.start", "status": 200,
-                "headers": [(b"content-type", b"application/json"), (b"x-request-id", b"req_bench"),
-                            (b"content-length", str(len(answer)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"x-request-id", b"req_bench"),
+                (b"content-length", str(len(answer)).encode()),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": answer})
 
 
@@ -321,34 +440,81 @@ def reload_call(path: str, ref: str, n: int) -> bytes:
     """An answer calling `context_reload(ref)`, in the endpoint's format."""
     arguments = json.dumps({"ref": ref})
     if path.rstrip("/").endswith("/responses"):
-        return json.dumps({
-            "id": f"resp_{RELOAD_ID}{n}", "object": "response", "created_at": 1, "status": "completed",
-            "model": "gpt-4o", "output": [{"type": "function_call", "id": f"fc_{RELOAD_ID}{n}",
-                                           "call_id": f"call_{RELOAD_ID}{n}", "name": RELOAD_TOOL,
-                                           "arguments": arguments, "status": "completed"}],
-            "usage": {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15}}).encode()
+        return json.dumps(
+            {
+                "id": f"resp_{RELOAD_ID}{n}",
+                "object": "response",
+                "created_at": 1,
+                "status": "completed",
+                "model": "gpt-4o",
+                "output": [
+                    {
+                        "type": "function_call",
+                        "id": f"fc_{RELOAD_ID}{n}",
+                        "call_id": f"call_{RELOAD_ID}{n}",
+                        "name": RELOAD_TOOL,
+                        "arguments": arguments,
+                        "status": "completed",
+                    }
+                ],
+                "usage": {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15},
+            }
+        ).encode()
     if path.rstrip("/").endswith("/messages"):
-        return json.dumps({
-            "id": f"msg_{RELOAD_ID}{n}", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-            "content": [{"type": "tool_use", "id": f"toolu_{RELOAD_ID}{n}", "name": RELOAD_TOOL, "input": {"ref": ref}}],
-            "stop_reason": "tool_use", "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 5}}).encode()
-    return json.dumps({
-        "id": f"chatcmpl-{RELOAD_ID}{n}", "object": "chat.completion", "created": 1, "model": "gpt-4o",
-        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
-            "role": "assistant", "content": None, "tool_calls": [{
-                "id": f"call_{RELOAD_ID}{n}", "type": "function",
-                "function": {"name": RELOAD_TOOL, "arguments": arguments}}]}}],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}).encode()
+        return json.dumps(
+            {
+                "id": f"msg_{RELOAD_ID}{n}",
+                "type": "message",
+                "role": "assistant",
+                "model": "claude-sonnet-4-5",
+                "content": [
+                    {"type": "tool_use", "id": f"toolu_{RELOAD_ID}{n}", "name": RELOAD_TOOL, "input": {"ref": ref}}
+                ],
+                "stop_reason": "tool_use",
+                "stop_sequence": None,
+                "usage": {"input_tokens": 10, "output_tokens": 5},
+            }
+        ).encode()
+    return json.dumps(
+        {
+            "id": f"chatcmpl-{RELOAD_ID}{n}",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "gpt-4o",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "tool_calls",
+                    "message": {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "id": f"call_{RELOAD_ID}{n}",
+                                "type": "function",
+                                "function": {"name": RELOAD_TOOL, "arguments": arguments},
+                            }
+                        ],
+                    },
+                }
+            ],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        }
+    ).encode()
 
 
 def main(argv: list[str] | None = None) -> None:
     global RELOADED, BILLING
     parser = argparse.ArgumentParser(description="A minimal fake upstream (chat, Responses, Anthropic Messages).")
     parser.add_argument("port", type=int)
-    parser.add_argument("--reload-once", action="store_true",
-                        help="Call context_reload once for each offloaded tool result seen (the demo's model).")
-    parser.add_argument("--bill", action="store_true",
-                        help="Report usage as a provider with a prompt cache would bill it (the demo's).")
+    parser.add_argument(
+        "--reload-once",
+        action="store_true",
+        help="Call context_reload once for each offloaded tool result seen (the demo's model).",
+    )
+    parser.add_argument(
+        "--bill", action="store_true", help="Report usage as a provider with a prompt cache would bill it (the demo's)."
+    )
     args = parser.parse_args(argv)
     BILLING = args.bill
     if args.reload_once:

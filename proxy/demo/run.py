@@ -63,12 +63,20 @@ class DemoError(RuntimeError):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--port", type=int, default=0,
-                        help="The proxy's (and the dashboard's) port on 127.0.0.1 (default: a free one).")
-    parser.add_argument("--upstream-port", type=int, default=0,
-                        help="The bundled fake upstream's port on 127.0.0.1 (default: a free one).")
-    parser.add_argument("--no-wait", action="store_true",
-                        help="Stop after printing the tables instead of keeping the dashboard up until Ctrl-C.")
+    parser.add_argument(
+        "--port", type=int, default=0, help="The proxy's (and the dashboard's) port on 127.0.0.1 (default: a free one)."
+    )
+    parser.add_argument(
+        "--upstream-port",
+        type=int,
+        default=0,
+        help="The bundled fake upstream's port on 127.0.0.1 (default: a free one).",
+    )
+    parser.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="Stop after printing the tables instead of keeping the dashboard up until Ctrl-C.",
+    )
 
 
 def free_port() -> int:
@@ -88,8 +96,12 @@ class Progress:
         self.done += 1
         if self.live:
             filled = 30 * self.done // max(self.total, 1)
-            print(f"\r  {self.label:10} [{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} turns",
-                  end="", file=sys.stderr, flush=True)
+            print(
+                f"\r  {self.label:10} [{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} turns",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def close(self, seconds: float) -> None:
         if self.live:
@@ -136,22 +148,48 @@ class Servers:
         upstream = f"http://127.0.0.1:{self.upstream_port}"
         commands = [
             [sys.executable, "-m", "proxy.demo.fake_upstream", str(self.upstream_port), "--reload-once", "--bill"],
-            [sys.executable, "-m", "proxy", "serve", "--host", "127.0.0.1", "--port", str(self.port),
-             "--upstream", f"{upstream}/v1", "--anthropic-upstream", upstream, "--data-dir",
-             str(self.folder / "store"), "--log-level", "warning"],
+            [
+                sys.executable,
+                "-m",
+                "proxy",
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--upstream",
+                f"{upstream}/v1",
+                "--anthropic-upstream",
+                upstream,
+                "--data-dir",
+                str(self.folder / "store"),
+                "--log-level",
+                "warning",
+            ],
         ]
         # the admin token by environment: not in argv (`ps` shows argv; a token_urlsafe starting with
         # "-" was taken for an option there)
         env = {**os.environ, "OFFLOAD_ADMIN_TOKEN": self.admin_token}
         for command in commands:  # a session of their own: Ctrl-C reaches the demo, which stops them
-            self.processes.append(subprocess.Popen(command, stdout=out, stderr=out, stdin=subprocess.DEVNULL,
-                                                   start_new_session=True, preexec_fn=die_with_parent(), env=env))
+            self.processes.append(
+                subprocess.Popen(
+                    command,
+                    stdout=out,
+                    stderr=out,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                    preexec_fn=die_with_parent(),
+                    env=env,
+                )
+            )
         self._wait_up(f"{upstream}/", self.processes[0])
         self._wait_up(f"{self.root}/healthz", self.processes[1])
 
     def _wait_up(self, url: str, process: subprocess.Popen) -> None:
         if not wait_up(url, process, timeout=STARTUP_SECONDS):
-            state = "exited at startup" if process.poll() is not None else f"did not answer within {STARTUP_SECONDS:g} s"
+            state = (
+                "exited at startup" if process.poll() is not None else f"did not answer within {STARTUP_SECONDS:g} s"
+            )
             raise DemoError(f"{url}: the server {state}:\n{self.log_tail()}")
 
     def log_tail(self, lines: int = 20) -> str:
@@ -184,8 +222,15 @@ async def replay(root: str, key: str, conversation: dict) -> list[FormatRun]:
         session = f"{format}-{conversation['id']}"
         progress = Progress(format, len(turns_of(conversation["messages"])))
         start = time.monotonic()
-        [sent] = await send_all([{**conversation, "id": session}], target=root, format=format, model=model,
-                                api_key=key, concurrency=1, tick=progress.tick)
+        [sent] = await send_all(
+            [{**conversation, "id": session}],
+            target=root,
+            format=format,
+            model=model,
+            api_key=key,
+            concurrency=1,
+            tick=progress.tick,
+        )
         progress.close(time.monotonic() - start)
         runs.append(FormatRun(format, PATHS[format], sent.session, sent.turns))
     return runs
@@ -205,7 +250,7 @@ async def read_statistics(root: str, key: str, runs: list[FormatRun]) -> dict | 
                     break
                 await asyncio.sleep(0.3)
             if len(rows) >= len(run.turns):
-                run.reloads = [int(row.get("reload_rounds", 0)) for row in rows[-len(run.turns):]]
+                run.reloads = [int(row.get("reload_rounds", 0)) for row in rows[-len(run.turns) :]]
         response = await client.get(f"{root}/v1/offload/stats", params={"window": "1h"})
         return response.json().get("totals") if response.status_code == 200 else None
 
@@ -219,8 +264,10 @@ def token_note() -> str | None:
         return None
     cache = os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR")
     where = f"not in TIKTOKEN_CACHE_DIR={cache}" if cache else "offline and no TIKTOKEN_CACHE_DIR"
-    return ("tokens: ESTIMATES (about 4 bytes a token): tiktoken's o200k_base encoding could not be loaded "
-            f"({where}); the ratios are close to the real ones.")
+    return (
+        "tokens: ESTIMATES (about 4 bytes a token): tiktoken's o200k_base encoding could not be loaded "
+        f"({where}); the ratios are close to the real ones."
+    )
 
 
 def wait_for_ctrl_c(servers: Servers) -> int:
@@ -236,8 +283,10 @@ def wait_for_ctrl_c(servers: Servers) -> int:
     try:
         while not stop:
             if (gone := servers.exited()) is not None:
-                print(f"offload-proxy demo: a server exited (status {gone.returncode}):\n{servers.log_tail()}",
-                      file=sys.stderr)
+                print(
+                    f"offload-proxy demo: a server exited (status {gone.returncode}):\n{servers.log_tail()}",
+                    file=sys.stderr,
+                )
                 return 1
             time.sleep(0.3)
     except KeyboardInterrupt:
@@ -257,12 +306,19 @@ def run_demo(args: argparse.Namespace) -> int:
     # does: its servers stopped and its data removed.
     previous = {signum: signal.signal(signum, signal.default_int_handler) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        print(f"Starting the fake upstream and the proxy (embedded store in {servers.folder}) ...",
-              file=sys.stderr, flush=True)
+        print(
+            f"Starting the fake upstream and the proxy (embedded store in {servers.folder}) ...",
+            file=sys.stderr,
+            flush=True,
+        )
         servers.start()
         turns = len(turns_of(conversation["messages"]))
-        print(f"Replaying the bundled conversation ({conversation['id']}: {turns} turns, an agent fixing a bug) "
-              f"in each wire format ...", file=sys.stderr, flush=True)
+        print(
+            f"Replaying the bundled conversation ({conversation['id']}: {turns} turns, an agent fixing a bug) "
+            f"in each wire format ...",
+            file=sys.stderr,
+            flush=True,
+        )
         runs = asyncio.run(replay(servers.root, key, conversation))
         tenant = asyncio.run(read_statistics(servers.root, key, runs))
         labels = steps(conversation["messages"])
@@ -272,10 +328,14 @@ def run_demo(args: argparse.Namespace) -> int:
             print(note)
         if args.no_wait:  # the servers stop now: no dashboard to sign in to
             return 0
-        print(f"\nDashboard:   {servers.root}/dashboard\nAdmin token: {admin_token}\n"
-              f"Proxy:       {servers.root}/v1 (its upstream: the bundled fake, no model behind it)", flush=True)
-        print("Sign in with the admin token (made for this run). Ctrl-C stops the demo and removes its data.",
-              flush=True)
+        print(
+            f"\nDashboard:   {servers.root}/dashboard\nAdmin token: {admin_token}\n"
+            f"Proxy:       {servers.root}/v1 (its upstream: the bundled fake, no model behind it)",
+            flush=True,
+        )
+        print(
+            "Sign in with the admin token (made for this run). Ctrl-C stops the demo and removes its data.", flush=True
+        )
         return wait_for_ctrl_c(servers)
     except DemoError as exc:
         print(f"offload-proxy demo: {exc}", file=sys.stderr)

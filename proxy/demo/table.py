@@ -83,13 +83,19 @@ def legend(actions: list[str], formats: list[str]) -> list[str]:
     if any("+" in action for action in actions):
         said.append("a+b = both")
     if any(" | " in action for action in actions):
-        said.append(f"a | b = the formats' actions differ at that turn (in the order {', '.join(formats)}, each "
-                    "once): a summary made in the background may land a turn apart in one of them")
+        said.append(
+            f"a | b = the formats' actions differ at that turn (in the order {', '.join(formats)}, each "
+            "once): a summary made in the background may land a turn apart in one of them"
+        )
     wrap = functools.partial(textwrap.wrap, width=LEGEND_WIDTH, subsequent_indent="  ", break_on_hyphens=False)
-    return [*wrap(f"raw, {formats[0]}/raw: the {formats[0]} format's raw tokens and its forwarded / raw (each "
-                  "format counts its own: TOTALS below)"),
-            *wrap("action: " + "; ".join(said)),
-            *wrap(f"reloads: the reload rounds the (fake) model ran, per format ({'/'.join(formats)})")]
+    return [
+        *wrap(
+            f"raw, {formats[0]}/raw: the {formats[0]} format's raw tokens and its forwarded / raw (each "
+            "format counts its own: TOTALS below)"
+        ),
+        *wrap("action: " + "; ".join(said)),
+        *wrap(f"reloads: the reload rounds the (fake) model ran, per format ({'/'.join(formats)})"),
+    ]
 
 
 def turn_table(runs: list[FormatRun], labels: list[str]) -> str:
@@ -100,10 +106,16 @@ def turn_table(runs: list[FormatRun], labels: list[str]) -> str:
     names = [r.format for r in runs]
     first = names[0]
     ratio = f"{first[:9]}/raw"
-    header = (f"{'turn':>4}  {'the agent had just run':{STEP_WIDTH}} {'raw':>6} "
-              + " ".join(f"{n[:9]:>9}" for n in names) + f" {ratio:>{len(ratio)}}  {'action':24} reloads")
-    rows = ["forwarded tokens per format (" + ", ".join(f"{r.format}: POST {r.path}" for r in runs) + ")",
-            header, "-" * len(header)]
+    header = (
+        f"{'turn':>4}  {'the agent had just run':{STEP_WIDTH}} {'raw':>6} "
+        + " ".join(f"{n[:9]:>9}" for n in names)
+        + f" {ratio:>{len(ratio)}}  {'action':24} reloads"
+    )
+    rows = [
+        "forwarded tokens per format (" + ", ".join(f"{r.format}: POST {r.path}" for r in runs) + ")",
+        header,
+        "-" * len(header),
+    ]
     shown = []
     for k in range(max(len(r.turns) for r in runs)):
         turns = [r.turns[k] if k < len(r.turns) else TurnResult(0) for r in runs]
@@ -111,10 +123,12 @@ def turn_table(runs: list[FormatRun], labels: list[str]) -> str:
         action = " | ".join(dict.fromkeys(_action(t) for t in turns))
         shown.append(action)
         label = labels[k] if k < len(labels) else ""
-        rows.append(f"{k + 1:>4}  {_clip(label, STEP_WIDTH):{STEP_WIDTH}} {before:>6} "
-                    + " ".join(f"{t.tokens_after or 0:>9}" for t in turns)
-                    + f" {_ratio(turns[0].tokens_after or 0, before):>{len(ratio)}}  {action:24} "
-                    + "/".join(_reloads(r, k) for r in runs))
+        rows.append(
+            f"{k + 1:>4}  {_clip(label, STEP_WIDTH):{STEP_WIDTH}} {before:>6} "
+            + " ".join(f"{t.tokens_after or 0:>9}" for t in turns)
+            + f" {_ratio(turns[0].tokens_after or 0, before):>{len(ratio)}}  {action:24} "
+            + "/".join(_reloads(r, k) for r in runs)
+        )
     return "\n".join([*rows, *legend(shown, names)])
 
 
@@ -123,29 +137,43 @@ def totals(run: FormatRun) -> dict[str, Any]:
     after = sum(t.tokens_after or 0 for t in run.turns)
     actions = [t.action or "" for t in run.turns]
     known = [r for r in run.reloads if r is not None]
-    return {"format": run.format, "turns": len(run.turns), "errors": sum(1 for t in run.turns if t.status != 200),
-            "raw": before, "forwarded": after, "ratio": _ratio(after, before),
-            "compacted": sum(1 for a in actions if "compact" in a),
-            "compressed": sum(1 for a in actions if "compress" in a and "pending" not in a),
-            "reloads": sum(known) if len(known) == len(run.turns) else "?"}
+    return {
+        "format": run.format,
+        "turns": len(run.turns),
+        "errors": sum(1 for t in run.turns if t.status != 200),
+        "raw": before,
+        "forwarded": after,
+        "ratio": _ratio(after, before),
+        "compacted": sum(1 for a in actions if "compact" in a),
+        "compressed": sum(1 for a in actions if "compress" in a and "pending" not in a),
+        "reloads": sum(known) if len(known) == len(run.turns) else "?",
+    }
 
 
 def totals_table(runs: list[FormatRun], tenant: dict[str, Any] | None = None) -> str:
     """One row per format, then the sum: the figures the dashboard shows for these sessions; and
     the tenant's totals from the statistics API (`tenant`: its `totals`), when read."""
-    header = (f"{'TOTALS':10} {'turns':>5} {'errors':>6} {'raw':>9} {'forwarded':>9} {'ratio':>6} {'compacted':>9} "
-              f"{'compressed':>10} {'reloads':>7}")
+    header = (
+        f"{'TOTALS':10} {'turns':>5} {'errors':>6} {'raw':>9} {'forwarded':>9} {'ratio':>6} {'compacted':>9} "
+        f"{'compressed':>10} {'reloads':>7}"
+    )
     rows = [header, "-" * len(header)]
     for t in map(totals, runs):
-        rows.append(f"{t['format']:10} {t['turns']:>5} {t['errors']:>6} {t['raw']:>9} {t['forwarded']:>9} "
-                    f"{t['ratio']:>6} {t['compacted']:>9} {t['compressed']:>10} {t['reloads']:>7}")
+        rows.append(
+            f"{t['format']:10} {t['turns']:>5} {t['errors']:>6} {t['raw']:>9} {t['forwarded']:>9} "
+            f"{t['ratio']:>6} {t['compacted']:>9} {t['compressed']:>10} {t['reloads']:>7}"
+        )
     raw, forwarded = sum(totals(r)["raw"] for r in runs), sum(totals(r)["forwarded"] for r in runs)
-    rows += ["-" * len(header),
-             f"{'all':10} {sum(len(r.turns) for r in runs):>5} {sum(totals(r)['errors'] for r in runs):>6} "
-             f"{raw:>9} {forwarded:>9} {_ratio(forwarded, raw):>6}"]
+    rows += [
+        "-" * len(header),
+        f"{'all':10} {sum(len(r.turns) for r in runs):>5} {sum(totals(r)['errors'] for r in runs):>6} "
+        f"{raw:>9} {forwarded:>9} {_ratio(forwarded, raw):>6}",
+    ]
     if tenant:
         summaries = tenant.get("summaries") or {}
-        rows.append(f"the statistics API: {tenant.get('requests')} requests, {tenant.get('tokens_saved')} tokens "
-                    f"saved, summaries made {summaries.get('made', 0)} (reused {summaries.get('reused', 0)}), "
-                    f"reload rounds {tenant.get('reload_rounds')}, prefix reuse {tenant.get('prefix_reuse')}")
+        rows.append(
+            f"the statistics API: {tenant.get('requests')} requests, {tenant.get('tokens_saved')} tokens "
+            f"saved, summaries made {summaries.get('made', 0)} (reused {summaries.get('reused', 0)}), "
+            f"reload rounds {tenant.get('reload_rounds')}, prefix reuse {tenant.get('prefix_reuse')}"
+        )
     return "\n".join(rows)

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-EMULATED_BETAS = frozenset({
-    "context-management-2025-06-27",  # the clearing edits (proxy.emulation.edits)
-    "compact-2026-01-12",  # threshold compaction (proxy.emulation.threshold, inline)
-})
+EMULATED_BETAS = frozenset(
+    {
+        "context-management-2025-06-27",  # the clearing edits (proxy.emulation.edits)
+        "compact-2026-01-12",  # threshold compaction (proxy.emulation.threshold, inline)
+    }
+)
 
 
 def without_emulated_betas(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:

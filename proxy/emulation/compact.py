@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core.compaction import present_refs
-from proxy.core.tokens import TokenCounter
 from proxy.core.settings import OffloadSettings
+from proxy.core.tokens import TokenCounter
 from proxy.core.view import ItemView
 from proxy.offload.compaction_records import CompactionRecords
 from proxy.offload.cpu_pool import CPU
@@ -55,9 +55,17 @@ class Compaction:
     events: list[dict] = field(default_factory=list)
 
 
-async def compact(items: list[Any], *, view: ItemView, compressor: Compressor, refs: RefStore,
-                  records: CompactionRecords, settings: OffloadSettings, counter: TokenCounter,
-                  endpoint: str = ENDPOINT) -> Compaction:
+async def compact(
+    items: list[Any],
+    *,
+    view: ItemView,
+    compressor: Compressor,
+    refs: RefStore,
+    records: CompactionRecords,
+    settings: OffloadSettings,
+    counter: TokenCounter,
+    endpoint: str = ENDPOINT,
+) -> Compaction:
     """Summarise `items` and store what the token stands for. CompactionFailed when the summary
     could not be made; the store's and the quota's exceptions as they come (StoreUnavailable,
     QuotaExceeded, CredentialRejected). `endpoint`: what asked for it, as the event says
@@ -83,8 +91,24 @@ async def compact(items: list[Any], *, view: ItemView, compressor: Compressor, r
     kept = [m for i, m in enumerate(record) if i != at and view.role(m) == "user"]
     tokens_before = await cpu(counter.messages, items)  # new strings (a loaded record's) are hashed for their count
     tokens_after = await cpu(counter.messages, record)
-    done = event("provider_compaction", emulated=True, endpoint=endpoint,
-                 messages=len(items) - len(record) + (1 if at is not None else 0),
-                 tokens_before=tokens_before, tokens_after=tokens_after, ref=ref)
-    return Compaction(token, record, kept, tokens_before, tokens_after, folded.usage_in, folded.usage_out, ref,
-                      written, [*folded.events, done])
+    done = event(
+        "provider_compaction",
+        emulated=True,
+        endpoint=endpoint,
+        messages=len(items) - len(record) + (1 if at is not None else 0),
+        tokens_before=tokens_before,
+        tokens_after=tokens_after,
+        ref=ref,
+    )
+    return Compaction(
+        token,
+        record,
+        kept,
+        tokens_before,
+        tokens_after,
+        folded.usage_in,
+        folded.usage_out,
+        ref,
+        written,
+        [*folded.events, done],
+    )

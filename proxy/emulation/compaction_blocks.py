@@ -44,13 +44,15 @@ def _is_compaction(block: Any) -> bool:
 
 
 def _refused(param: str, why: str) -> ProxyError:
-    return ProxyError(400, f"{param} is a compaction block this proxy cannot use: {why}.",
-                      code="invalid_compaction", param=param)
+    return ProxyError(
+        400, f"{param} is a compaction block this proxy cannot use: {why}.", code="invalid_compaction", param=param
+    )
 
 
 def _record_messages(items: Any, param: str) -> list[dict]:
-    if not isinstance(items, list) or not all(isinstance(m, dict) and m.get("role") in ("user", "assistant")
-                                              and "type" not in m for m in items):  # a Responses item has a type
+    if not isinstance(items, list) or not all(
+        isinstance(m, dict) and m.get("role") in ("user", "assistant") and "type" not in m for m in items
+    ):  # a Responses item has a type
         raise _refused(param, "its token stands for no Messages history (it was made for another API)")
     return items
 
@@ -99,8 +101,9 @@ def _ours(block: Any) -> bool:
     return is_ours(block.get("encrypted_content"))
 
 
-async def replace_compaction_blocks(messages: list[Any], records: CompactionRecords, *,
-                                    emulating: bool) -> list[Any] | None:
+async def replace_compaction_blocks(
+    messages: list[Any], records: CompactionRecords, *, emulating: bool
+) -> list[Any] | None:
     """The messages as they go on (see the module docstring), or None when unchanged.
     ProxyError 400 for a block whose fields are of the wrong type, or whose token is another
     namespace's, malformed or expired."""
@@ -120,7 +123,7 @@ async def replace_compaction_blocks(messages: list[Any], records: CompactionReco
         # the holder's other blocks: the answer that came with the compaction (older compaction
         # blocks before it are superseded; failed ones after it are no-ops)
         rest = [b for k, b in enumerate(blocks) if k != j and not (_is_compaction(b) and (k < j or emulating))]
-        later = out[i + 1:] if not emulating else _without(out[i + 1:], _failed)
+        later = out[i + 1 :] if not emulating else _without(out[i + 1 :], _failed)
         after = ([{**holder, "content": rest}] if rest else []) + later
         if not ours:  # emulating: the provider's summary as text
             content = block["content"]
@@ -131,7 +134,7 @@ async def replace_compaction_blocks(messages: list[Any], records: CompactionReco
                 text["cache_control"] = block["cache_control"]
             if holder.get("role") == "user":
                 kept_before = [b for k, b in enumerate(blocks) if k < j and not _is_compaction(b)]
-                return [{**holder, "content": [*kept_before, text, *rest[len(kept_before):]]}, *later]
+                return [{**holder, "content": [*kept_before, text, *rest[len(kept_before) :]]}, *later]
             return [{"role": "user", "content": [text]}, *after]
         try:
             stands_for = await records.stands_for(block["encrypted_content"])

@@ -20,7 +20,6 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-
 from proxy.core.compaction import Offload
 from proxy.core.rounds import Rounds
 from proxy.core.tokens import TokenCounter
@@ -39,7 +38,6 @@ from proxy.offload.refs import RefStore
 log = logging.getLogger("proxy.emulation.edits")
 
 
-
 @dataclass
 class EditsDone:
     items: list[Any]
@@ -49,8 +47,17 @@ class EditsDone:
     warnings: list[str] = field(default_factory=list)
 
 
-async def apply(emulation: Emulation, items: list[Any], *, fmt: WireFormat, body: dict, counter: TokenCounter,
-                refs: RefStore, namespace: str, session: str | None) -> EditsDone:
+async def apply(
+    emulation: Emulation,
+    items: list[Any],
+    *,
+    fmt: WireFormat,
+    body: dict,
+    counter: TokenCounter,
+    refs: RefStore,
+    namespace: str,
+    session: str | None,
+) -> EditsDone:
     """The history with the request's clearing edits applied (see the module docstring)."""
     if not emulation.emulating or emulation.asked is None or not fmt.clearing_edits:
         return EditsDone(items)
@@ -58,8 +65,7 @@ async def apply(emulation: Emulation, items: list[Any], *, fmt: WireFormat, body
     counter = counter.for_request()
     fixed = counter.outside_history(body)
     view = cast(MessagesView, fmt.view)  # a format with clearing edits is the Messages API's
-    run = functools.partial(apply_edits, items, edits, view, counter=counter, namespace=namespace,
-                            fixed_tokens=fixed)
+    run = functools.partial(apply_edits, items, edits, view, counter=counter, namespace=namespace, fixed_tokens=fixed)
     cpu = cpu_pool.CPU.for_messages(items)
     edited = await cpu(run)
     warnings: list[str] = []
@@ -67,7 +73,9 @@ async def apply(emulation: Emulation, items: list[Any], *, fmt: WireFormat, body
         try:
             await refs.save(edited.offloads, [o.ref for o in edited.offloads], session, cpu=cpu)
         except WRITE_REFUSED as exc:
-            warnings.append(f"{refusal_warning(exc)}; clear_tool_uses_20250919 not applied (the cleared content could not be kept)")
+            warnings.append(
+                f"{refusal_warning(exc)}; clear_tool_uses_20250919 not applied (the cleared content could not be kept)"
+            )
             log.warning("context edits: %s", warnings[-1])
             edited = await cpu(functools.partial(run, clear_tool_uses_=False))
     emulation.applied_edits = edited.applied

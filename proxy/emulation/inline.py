@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core.compaction import Plan, present_refs
@@ -41,15 +41,15 @@ from proxy.core.usage import add_usage
 from proxy.core.wire import WireFormat
 from proxy.emulation import COMPACTION_ACTION
 from proxy.emulation.request import Emulation
-from proxy.formats.responses.compact import compaction_item
 from proxy.formats.messages.request import messages_of
+from proxy.formats.responses.compact import compaction_item
 from proxy.offload.compaction_records import CompactionRecords
 from proxy.offload.cpu_pool import CPU
 from proxy.offload.events import event
 from proxy.offload.pipeline import Prepared
+from proxy.offload.quota import WRITE_REFUSED, CredentialRejected, QuotaExceeded, refusal_warning
 from proxy.offload.refs import RefStore
 from proxy.offload.summaries import Compressor
-from proxy.offload.quota import WRITE_REFUSED, CredentialRejected, QuotaExceeded, refusal_warning
 from proxy.store import StoreUnavailable
 
 log = logging.getLogger("proxy.emulation.inline")
@@ -80,9 +80,19 @@ def _text(item: Any) -> str:
     return "".join(b["text"] for b in content or () if isinstance(b, dict) and isinstance(b.get("text"), str))
 
 
-async def compact(emulation: Emulation, prepared: Prepared, *, fmt: WireFormat, settings: OffloadSettings,
-                  counter: TokenCounter, history: list[Any], refs: RefStore, records: CompactionRecords,
-                  compressor: Callable[[], Compressor | None], new_summaries: bool = True) -> Inline:
+async def compact(
+    emulation: Emulation,
+    prepared: Prepared,
+    *,
+    fmt: WireFormat,
+    settings: OffloadSettings,
+    counter: TokenCounter,
+    history: list[Any],
+    refs: RefStore,
+    records: CompactionRecords,
+    compressor: Callable[[], Compressor | None],
+    new_summaries: bool = True,
+) -> Inline:
     """The threshold compaction of a turn (`proxy.turn`) once its pipeline has run: `prepared`
     is updated (the reduced plan, the summary's usage, events, action) and the lead returned.
     `history`: the turn's items as planned (after the clearing edits). Nothing without an asked
@@ -105,8 +115,14 @@ async def compact(emulation: Emulation, prepared: Prepared, *, fmt: WireFormat, 
     if threshold.instructions:
         folder.ctx.instruction = threshold.instructions
     try:
-        made = await folder.fold(items, history, settings, counter=counter,
-                                     keep_recent=settings.keep_recent_for(COMPRESS_KEEP_RECENT), cpu=cpu)
+        made = await folder.fold(
+            items,
+            history,
+            settings,
+            counter=counter,
+            keep_recent=settings.keep_recent_for(COMPRESS_KEEP_RECENT),
+            cpu=cpu,
+        )
     except WRITE_REFUSED as exc:
         prepared.warnings.append(f"threshold compaction not made: {refusal_warning(exc)}")
         return Inline()
@@ -130,16 +146,30 @@ async def compact(emulation: Emulation, prepared: Prepared, *, fmt: WireFormat, 
         lead = compaction_item(token)
     plan = prepared.plan
     after = await cpu(counter.messages, reduced)
-    prepared.plan = Plan(reduced, [*plan.offloads, *made.stored], present,
-                         plan.tokens_before, after, plan.media_tokens_saved)
+    prepared.plan = Plan(
+        reduced, [*plan.offloads, *made.stored], present, plan.tokens_before, after, plan.media_tokens_saved
+    )
     prepared.written |= written
     prepared.summary_tokens += made.summary_tokens
     prepared.summary_usage = add_usage(prepared.summary_usage, made.usage)
     summary_refs = refs_in(summary)
-    prepared.events += [*made.events, event("provider_compaction", emulated=True, endpoint=fmt.endpoint,
-                                            messages=len(items) - len(reduced) + 1, tokens_before=tokens,
-                                            tokens_after=after, ref=summary_refs[0] if summary_refs else None)]
+    prepared.events += [
+        *made.events,
+        event(
+            "provider_compaction",
+            emulated=True,
+            endpoint=fmt.endpoint,
+            messages=len(items) - len(reduced) + 1,
+            tokens_before=tokens,
+            tokens_after=after,
+            ref=summary_refs[0] if summary_refs else None,
+        ),
+    ]
     prepared.add_action(COMPACTION_ACTION)
     usage = made.usage or {}
-    return Inline([lead], paused=messages and threshold.pause, tokens_in=usage.get("prompt_tokens") or 0,
-                  tokens_out=usage.get("completion_tokens") or 0)
+    return Inline(
+        [lead],
+        paused=messages and threshold.pause,
+        tokens_in=usage.get("prompt_tokens") or 0,
+        tokens_out=usage.get("completion_tokens") or 0,
+    )

@@ -27,9 +27,9 @@ from proxy.core.view import ItemView
 from proxy.emulation.compaction_blocks import replace_compaction_blocks
 from proxy.emulation.threshold import Threshold, messages_threshold, responses_threshold
 from proxy.emulation.tokens_in_input import replace_tokens
-from proxy.formats.messages.request import history as messages_history
 from proxy.errors import ProxyError
 from proxy.formats.json_body import LARGE_BODY
+from proxy.formats.messages.request import history as messages_history
 from proxy.offload.compaction_records import CompactionRecords
 from proxy.offload.cpu_pool import CPU
 from proxy.store import StoreUnavailable
@@ -57,26 +57,35 @@ def _stray(value: Any, *, where: str, settled: Any = None) -> None:
     compaction position (`settled(path)` says which ones its format settles)."""
     for path in sealed_fields(value, where):
         if settled is None or not settled(path):
-            raise ProxyError(400, f"{path} holds a compaction token of this proxy's outside a compaction item: only a "
-                                  "`compaction` item (Responses) or block (Messages) may carry one.",
-                             code="invalid_compaction", param=path)
+            raise ProxyError(
+                400,
+                f"{path} holds a compaction token of this proxy's outside a compaction item: only a "
+                "`compaction` item (Responses) or block (Messages) may carry one.",
+                code="invalid_compaction",
+                param=path,
+            )
 
 
 def _compaction_position(body: dict, *, tokens: bool, blocks: bool):
     """Does a path name the `encrypted_content` of a top-level compaction item (block)?"""
+
     def settled(path: str) -> bool:
         try:
             if tokens and path.startswith("input["):
-                index = path[len("input["):].removesuffix("].encrypted_content")
+                index = path[len("input[") :].removesuffix("].encrypted_content")
                 return index.isdigit() and body["input"][int(index)].get("type") == "compaction"
             if blocks and path.startswith("messages["):
-                i, _, rest = path[len("messages["):].partition("].content[")
+                i, _, rest = path[len("messages[") :].partition("].content[")
                 j = rest.removesuffix("].encrypted_content")
-                return (i.isdigit() and j.isdigit()
-                        and body["messages"][int(i)]["content"][int(j)].get("type") == "compaction")
+                return (
+                    i.isdigit()
+                    and j.isdigit()
+                    and body["messages"][int(i)]["content"][int(j)].get("type") == "compaction"
+                )
         except (KeyError, IndexError, TypeError, AttributeError, ValueError):
             return False
         return False
+
     return settled
 
 
@@ -88,8 +97,17 @@ def _may_hold(raw: bytes | None, body: dict) -> bool:
     return may_hold_token(jsonio.dumps(body))
 
 
-async def begin(body: dict, items: list[Any], *, view: ItemView, emulating: bool, tokens: bool,
-                records: CompactionRecords, blocks: bool = False, raw: bytes | None = None) -> Emulation:
+async def begin(
+    body: dict,
+    items: list[Any],
+    *,
+    view: ItemView,
+    emulating: bool,
+    tokens: bool,
+    records: CompactionRecords,
+    blocks: bool = False,
+    raw: bytes | None = None,
+) -> Emulation:
     """`tokens`: the format's items may carry the proxy's compaction tokens (Responses);
     `blocks`: its messages may hold `compaction` blocks (Messages, `compaction_blocks`); `raw`:
     the body's bytes, when at hand (a quick test that it holds no token at all)."""
@@ -121,7 +139,11 @@ async def begin(body: dict, items: list[Any], *, view: ItemView, emulating: bool
         # cannot show it a token the check never saw
         result.replaced = result.replaced or scan
     except StoreUnavailable as exc:
-        raise ProxyError(503, "The proxy's store is unavailable, and this input holds a compaction item whose "
-                              f"content the store keeps; try again ({exc}).", type_="server_error",
-                         code="store_unavailable") from exc
+        raise ProxyError(
+            503,
+            "The proxy's store is unavailable, and this input holds a compaction item whose "
+            f"content the store keeps; try again ({exc}).",
+            type_="server_error",
+            code="store_unavailable",
+        ) from exc
     return result

@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.formats.messages.edits_config import MAX_EDITS, MAX_VALUE
 from proxy.errors import ProxyError
+from proxy.formats.messages.edits_config import MAX_EDITS, MAX_VALUE
 
 MIN_THRESHOLD = 1000
 MAX_ENTRIES = MAX_EDITS  # context_management entries / edits read per request (one limit for both checks)
@@ -70,10 +70,14 @@ def responses_threshold(asked: Any) -> Threshold | None:
     found: Threshold | None = None
     for i, entry in enumerate(_entries(asked, "context_management")):
         if entry["type"] != "compaction":
-            raise _bad(f"context_management[{i}].type {entry['type'][:40]!r} is not supported; use \"compaction\".",
-                       f"context_management[{i}].type")
+            raise _bad(
+                f'context_management[{i}].type {entry["type"][:40]!r} is not supported; use "compaction".',
+                f"context_management[{i}].type",
+            )
         if found is not None:
-            raise _bad(f"context_management[{i}] is a second compaction entry; one at most.", f"context_management[{i}]")
+            raise _bad(
+                f"context_management[{i}] is a second compaction entry; one at most.", f"context_management[{i}]"
+            )
         value = entry.get("compact_threshold")
         found = Threshold(None if value is None else _tokens(value, f"context_management[{i}].compact_threshold"))
     return found
@@ -100,7 +104,7 @@ def messages_threshold(asked: Any) -> Threshold | None:
         tokens = ANTHROPIC_DEFAULT_TRIGGER
         if trigger is not None:
             if not isinstance(trigger, dict) or trigger.get("type") != "input_tokens":
-                raise _bad(f"{param}.trigger must be {{\"type\": \"input_tokens\", \"value\": N}}.", f"{param}.trigger")
+                raise _bad(f'{param}.trigger must be {{"type": "input_tokens", "value": N}}.', f"{param}.trigger")
             tokens = _tokens(trigger.get("value"), f"{param}.trigger.value")
         pause = edit.get("pause_after_compaction", False)
         if not isinstance(pause, bool):

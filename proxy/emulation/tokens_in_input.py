@@ -35,8 +35,12 @@ def _content(item: Any) -> Any:
 
 
 def _refused(param: str, why: str) -> ProxyError:
-    return ProxyError(400, f"{param.removesuffix('.encrypted_content')} is a compaction item this proxy cannot use: "
-                           f"{why}.", code="invalid_compaction", param=param)
+    return ProxyError(
+        400,
+        f"{param.removesuffix('.encrypted_content')} is a compaction item this proxy cannot use: {why}.",
+        code="invalid_compaction",
+        param=param,
+    )
 
 
 def _said_again(item: Any, view: ItemView) -> Any:
@@ -47,8 +51,9 @@ def _said_again(item: Any, view: ItemView) -> Any:
     return ("text", text) if text is not None else ("item", repr(item))
 
 
-async def replace_tokens(items: list[Any], view: ItemView, records: CompactionRecords, *,
-                         emulating: bool) -> list[Any] | None:
+async def replace_tokens(
+    items: list[Any], view: ItemView, records: CompactionRecords, *, emulating: bool
+) -> list[Any] | None:
     """The input with the proxy's compaction items settled (see the module docstring), or None
     when it holds none of ours (nor a foreign one an emulating upstream must refuse).
     ProxyError 400 for a token that is another namespace's, malformed, or whose record the store
@@ -62,9 +67,12 @@ async def replace_tokens(items: list[Any], view: ItemView, records: CompactionRe
         content = _content(out[newest])
         if not is_ours(content):
             if emulating:
-                raise _refused(param, "its encrypted_content was made by the provider, not by this proxy, and this "
-                                      "upstream does not apply context management (X-Offload-Context-Management: "
-                                      "relay sends it on unchanged)")
+                raise _refused(
+                    param,
+                    "its encrypted_content was made by the provider, not by this proxy, and this "
+                    "upstream does not apply context management (X-Offload-Context-Management: "
+                    "relay sends it on unchanged)",
+                )
             # a set: 20,000 of ours before a foreign one must not cost 20,000² list lookups on the event loop
             ours = {i for i in range(newest) if view.is_provider_compaction(out[i]) and is_ours(_content(out[i]))}
             return [m for i, m in enumerate(out) if i not in ours] if ours else (out if changed else None)
@@ -73,7 +81,7 @@ async def replace_tokens(items: list[Any], view: ItemView, records: CompactionRe
         except TokenError as exc:
             raise _refused(param, str(exc)) from None
         kept = [m for m in out[:newest] if view.role(m) == "system"]
-        said = {key for m in (*kept, *out[newest + 1:]) if (key := _said_again(m, view)) is not None}
+        said = {key for m in (*kept, *out[newest + 1 :]) if (key := _said_again(m, view)) is not None}
         record = [m for m in stands_for if _said_again(m, view) not in said]
-        out, changed, where = [*kept, *record, *out[newest + 1:]], True, param
+        out, changed, where = [*kept, *record, *out[newest + 1 :]], True, param
     raise _refused(where or "input", f"its record holds compaction items nested more than {MAX_NESTED} deep")

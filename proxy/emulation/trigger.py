@@ -54,48 +54,99 @@ def asked(body: dict, items: list[Any], view: ItemView) -> bool:
     last = len(items) - 1
     for i in found:
         if i != last:
-            raise ProxyError(400, f"input[{i}]: The 'compaction_trigger' item must be the final input item.",
-                             code="invalid_value", param=f"input[{i}]")
+            raise ProxyError(
+                400,
+                f"input[{i}]: The 'compaction_trigger' item must be the final input item.",
+                code="invalid_value",
+                param=f"input[{i}]",
+            )
     extra = [k for k in items[last] if k != "type"]
     if extra:
         name = str(extra[0])[:64]
-        raise ProxyError(400, f"Unknown parameter: 'input[{last}].{name}'. A compaction_trigger item carries its "
-                              "type alone.", code="unknown_parameter", param=f"input[{last}].{name}")
+        raise ProxyError(
+            400,
+            f"Unknown parameter: 'input[{last}].{name}'. A compaction_trigger item carries its type alone.",
+            code="unknown_parameter",
+            param=f"input[{last}].{name}",
+        )
     for key in _ELSEWHERE:
         if body.get(key) is not None:
-            raise ProxyError(400, f"This proxy compacts the history it is sent: with an upstream that does not compact "
-                                  f"natively, a compaction_trigger cannot be used with {key}; send the history as "
-                                  "'input'.", code="unsupported_parameter", param=key)
+            raise ProxyError(
+                400,
+                f"This proxy compacts the history it is sent: with an upstream that does not compact "
+                f"natively, a compaction_trigger cannot be used with {key}; send the history as "
+                "'input'.",
+                code="unsupported_parameter",
+                param=key,
+            )
     if body.get("background") is True:
-        raise ProxyError(400, "This proxy answers a compaction_trigger itself, at once: background is not supported "
-                              "with it (the upstream would hold no response to poll).",
-                         code="unsupported_parameter", param="background")
+        raise ProxyError(
+            400,
+            "This proxy answers a compaction_trigger itself, at once: background is not supported "
+            "with it (the upstream would hold no response to poll).",
+            code="unsupported_parameter",
+            param="background",
+        )
     return True
 
 
-async def compact_now(items: list[Any], *, view: ItemView, endpoint: str, settings: OffloadSettings,
-                      counter: TokenCounter, refs: RefStore, records: CompactionRecords,
-                      compressor: Callable[[], Compressor | None]) -> tuple[Prepared, Inline]:
+async def compact_now(
+    items: list[Any],
+    *,
+    view: ItemView,
+    endpoint: str,
+    settings: OffloadSettings,
+    counter: TokenCounter,
+    refs: RefStore,
+    records: CompactionRecords,
+    compressor: Callable[[], Compressor | None],
+) -> tuple[Prepared, Inline]:
     """Compact the history `items` (the input as planned, its trigger last): the turn's figures
     (`Prepared`: the action, the tokens before and after, the refs written, the events) and its
     answer (`Inline`: the compaction item, paused). CompactionFailed when no summary could be
     made; ProxyError 503 when the store is unavailable; the quota's exceptions as they come."""
     history = items[:-1]
     if not history:
-        raise ProxyError(400, "input holds nothing before its compaction_trigger: there is no history to compact.",
-                         code="invalid_value", param="input")
+        raise ProxyError(
+            400,
+            "input holds nothing before its compaction_trigger: there is no history to compact.",
+            code="invalid_value",
+            param="input",
+        )
     folder = compressor()  # made inline, with the request's summariser
     if folder is None:
         raise CompactionFailed("no summariser")
     try:
-        done = await compact(history, view=view, compressor=folder, refs=refs, records=records, settings=settings,
-                             counter=counter, endpoint=endpoint)
+        done = await compact(
+            history,
+            view=view,
+            compressor=folder,
+            refs=refs,
+            records=records,
+            settings=settings,
+            counter=counter,
+            endpoint=endpoint,
+        )
     except StoreUnavailable as exc:
-        raise ProxyError(503, f"The compaction failed: the proxy's store is unavailable ({exc}); try again.",
-                         type_="server_error", code="store_unavailable") from exc
-    plan = Plan(done.record, refs=[done.ref] if done.ref else [], tokens_before=done.tokens_before,
-                tokens_after=done.tokens_after)
-    prepared = Prepared(plan, action=COMPACTION_ACTION, summary_tokens=done.tokens_in + done.tokens_out,
-                        events=done.events, written=done.written)
-    return prepared, Inline([compaction_item(done.token)], paused=True, tokens_in=done.tokens_in,
-                            tokens_out=done.tokens_out)
+        raise ProxyError(
+            503,
+            f"The compaction failed: the proxy's store is unavailable ({exc}); try again.",
+            type_="server_error",
+            code="store_unavailable",
+        ) from exc
+    plan = Plan(
+        done.record,
+        refs=[done.ref] if done.ref else [],
+        tokens_before=done.tokens_before,
+        tokens_after=done.tokens_after,
+    )
+    prepared = Prepared(
+        plan,
+        action=COMPACTION_ACTION,
+        summary_tokens=done.tokens_in + done.tokens_out,
+        events=done.events,
+        written=done.written,
+    )
+    return prepared, Inline(
+        [compaction_item(done.token)], paused=True, tokens_in=done.tokens_in, tokens_out=done.tokens_out
+    )

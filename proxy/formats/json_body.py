@@ -25,8 +25,15 @@ MAX_DEPTH = 128  # well below orjson's serialisation limit (254 levels) and the 
 # (`proxy.http.managed.ManagedCall.open`, the offload API, the relays)
 LARGE_BODY = 1024 * 1024
 
-_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", list: "an array",
-               dict: "an object", type(None): "null"}
+_TYPE_NAMES = {
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "a boolean",
+    list: "an array",
+    dict: "an object",
+    type(None): "null",
+}
 
 
 def too_deep() -> ProxyError:
@@ -35,8 +42,12 @@ def too_deep() -> ProxyError:
 
 def invalid(param: str, expected: str, value: Any) -> ProxyError:
     got = _TYPE_NAMES.get(type(value), type(value).__name__)
-    return ProxyError(400, f"Invalid type for '{param}': expected {expected}, but got {got} instead.",
-                      code="invalid_type", param=param)
+    return ProxyError(
+        400,
+        f"Invalid type for '{param}': expected {expected}, but got {got} instead.",
+        code="invalid_type",
+        param=param,
+    )
 
 
 def nested(value: Any, level: int) -> None:
@@ -119,8 +130,16 @@ def check_object(obj: dict, shape: Shape, level: int) -> None:
             raise
 
 
-def of(expected: str, *, text: bool = False, flag: bool = False, array: bool = False, scalar: bool = False,
-       obj: Shape | None = None, objs: Shape | None = None) -> Field:
+def of(
+    expected: str,
+    *,
+    text: bool = False,
+    flag: bool = False,
+    array: bool = False,
+    scalar: bool = False,
+    obj: Shape | None = None,
+    objs: Shape | None = None,
+) -> Field:
     """A `Field` accepting the JSON types named: a string (`text`), a boolean (`flag`), any array
     (`array`), a number or a boolean (`scalar`), an object read with the shape `obj`, an array of
     objects read with the shape `objs`."""
@@ -186,6 +205,7 @@ def an_object(shape: Shape = ANY_OBJECT) -> Shape:
 
 # ---------------------------------------------------------------- what the format-neutral core reads
 
+
 def part_shape(**extra: Check) -> Shape:
     """A content part as `proxy.core.tokens` reads it, in every format (plus the format's `extra`
     fields): `type` and `text` strings; a `tool_result`'s `content` and a `document`'s
@@ -193,11 +213,18 @@ def part_shape(**extra: Check) -> Shape:
     shape = Shape({"type": STRING, "text": STRING, **extra})
     parts = text_or_objects(shape)
     return shape.variant("tool_result", content=parts).variant(
-        "document", source=an_object(Shape({"type": STRING, "content": parts})))
+        "document", source=an_object(Shape({"type": STRING, "content": parts}))
+    )
 
 
-CALL = Shape({"id": STRING, "type": STRING, "function": an_object(Shape({"name": STRING, "arguments": STRING})),
-              "custom": an_object(Shape({"name": STRING, "input": STRING}))})
+CALL = Shape(
+    {
+        "id": STRING,
+        "type": STRING,
+        "function": an_object(Shape({"name": STRING, "arguments": STRING})),
+        "custom": an_object(Shape({"name": STRING, "input": STRING})),
+    }
+)
 TOOL = Shape({"type": STRING, "name": STRING, "function": an_object(Shape({"name": STRING}))})
 
 
@@ -207,11 +234,17 @@ def item_fields(part: Shape) -> dict[str, Field]:
     `arguments` strings; `content` a string or a list of parts; `tool_calls` a list of calls
     (`CALL`); a call's `input` and a result's `output` a string, a list of parts or an object
     (the output's `type` a string; a number is not read); a reasoning `summary` a list of parts."""
-    return {"type": STRING, "role": STRING, "name": STRING, "arguments": STRING,
-            "content": text_or_objects(part), "tool_calls": objects(CALL),
-            "input": of("a string, an array of objects or an object", text=True, objs=part, obj=ANY_OBJECT),
-            "output": of("a string, an array of objects or an object", text=True, scalar=True, objs=part, obj=part),
-            "summary": objects(part)}
+    return {
+        "type": STRING,
+        "role": STRING,
+        "name": STRING,
+        "arguments": STRING,
+        "content": text_or_objects(part),
+        "tool_calls": objects(CALL),
+        "input": of("a string, an array of objects or an object", text=True, objs=part, obj=ANY_OBJECT),
+        "output": of("a string, an array of objects or an object", text=True, scalar=True, objs=part, obj=part),
+        "summary": objects(part),
+    }
 
 
 def check_body(body: dict, shape: Shape) -> None:
@@ -231,8 +264,12 @@ def load_object(raw: bytes) -> dict:
         raise too_deep() from exc
     except (ValueError, UnicodeDecodeError) as exc:
         if (codec := json_text.encoding(raw)) not in json_text.UTF8:
-            raise ProxyError(400, f"Request body is not valid JSON: it is {json_text.described(codec)}, and a JSON "
-                                  "body must be UTF-8 (RFC 8259).", code="invalid_json") from exc
+            raise ProxyError(
+                400,
+                f"Request body is not valid JSON: it is {json_text.described(codec)}, and a JSON "
+                "body must be UTF-8 (RFC 8259).",
+                code="invalid_json",
+            ) from exc
         raise ProxyError(400, f"Request body is not valid JSON: {exc}", code="invalid_json") from exc
     if not isinstance(body, dict):
         raise ProxyError(400, "Request body must be a JSON object.", code="invalid_json")
@@ -252,4 +289,9 @@ def check_count(body: dict, *, items: str, noun: str, limit: int | None) -> None
     """More than `limit` entries in the body's list `items` is a 400 `too_many_messages`."""
     listed = body.get(items)
     if limit is not None and isinstance(listed, list) and len(listed) > limit:
-        raise ProxyError(400, f"Too many {noun}: {len(listed)} > {limit} (the proxy's --max-messages).", code="too_many_messages", param=items)
+        raise ProxyError(
+            400,
+            f"Too many {noun}: {len(listed)} > {limit} (the proxy's --max-messages).",
+            code="too_many_messages",
+            param=items,
+        )

@@ -17,14 +17,14 @@ from typing import Any, Protocol
 
 from starlette.responses import Response, StreamingResponse
 
-from proxy.core.wire import WireFormat
 from proxy import telemetry
+from proxy.core.wire import WireFormat
 from proxy.errors import ProxyError
 from proxy.http.answer_tap import KEPT_BYTES, ON_LOOP_BYTES, answer_codings
 from proxy.http.body_encoding import decode
+from proxy.http.services import Services
 from proxy.offload import response_chains
 from proxy.offload.cpu_pool import CPU
-from proxy.http.services import Services
 from proxy.stats import session_id
 from proxy.turn import Turn
 
@@ -40,12 +40,14 @@ class ManagedCall(Protocol):
     rec: telemetry.RequestRecord | None
     services: Services
 
+
 PEEK = 8192  # bytes of an answer looked at for its id
 _RESPONSE_ID = re.compile(rb'"id"\s*:\s*"([A-Za-z0-9_-]{1,256})"')
 
 
-async def note(call: ManagedCall, *, derived: tuple[str | None, str | None] | None = None
-               ) -> telemetry.RequestRecord | None:
+async def note(
+    call: ManagedCall, *, derived: tuple[str | None, str | None] | None = None
+) -> telemetry.RequestRecord | None:
     """Fill in the request's record once the turn is planned (None: no record). `derived`: the
     session `session_of` gives, when the caller already has it."""
     rec = telemetry.current.get()
@@ -84,7 +86,7 @@ async def derived_session(call: ManagedCall, body: dict, history: list) -> tuple
         if isinstance(call.previous, str) and call.previous:
             return None, call.previous
     system = (body.get("system"), body.get("instructions"))  # Anthropic's, Responses'; chat: in the messages
-    cpu = CPU.for_messages(history[:session_id.MAX_ITEMS])
+    cpu = CPU.for_messages(history[: session_id.MAX_ITEMS])
     return await cpu(session_id.from_history, namespace, history, call.fmt.view.role, system=system), None
 
 
@@ -143,8 +145,9 @@ def _encoded_id(raw: bytes, codings: list[str]) -> str | None:
         return None
 
 
-async def _peeking(chunks: AsyncIterable, rec: telemetry.RequestRecord, codings: list[str], *,
-                   noted: Callable[[], None]) -> AsyncIterator:
+async def _peeking(
+    chunks: AsyncIterable, rec: telemetry.RequestRecord, codings: list[str], *, noted: Callable[[], None]
+) -> AsyncIterator:
     head = bytearray()
     try:
         async for chunk in chunks:

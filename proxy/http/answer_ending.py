@@ -77,9 +77,13 @@ async def tap(rec: telemetry.RequestRecord | None, out: Response) -> Response:
         note(rec, ending, status=out.status_code)
         return out
     events = is_event_stream(out) and out.status_code == 200
-    out.body_iterator = tapped(out.body_iterator, _EndingReader(rec, status=out.status_code),
-                               codings=codings, events=events,
-                               limit=ERROR_BYTES if out.status_code != 200 else KEPT_BYTES)
+    out.body_iterator = tapped(
+        out.body_iterator,
+        _EndingReader(rec, status=out.status_code),
+        codings=codings,
+        events=events,
+        limit=ERROR_BYTES if out.status_code != 200 else KEPT_BYTES,
+    )
     return out
 
 

@@ -52,8 +52,9 @@ def events_in(raw: bytes, codings: list[str]) -> Iterator[str]:
     yield from parser.end()
 
 
-async def tapped(chunks: AsyncIterable, reader: AnswerReader, *, codings: list[str] | None, events: bool,
-                 limit: int = KEPT_BYTES) -> AsyncIterator:
+async def tapped(
+    chunks: AsyncIterable, reader: AnswerReader, *, codings: list[str] | None, events: bool, limit: int = KEPT_BYTES
+) -> AsyncIterator:
     """`chunks` as they come, read by `reader` meanwhile (`events`: the answer is an event
     stream; `codings`: `answer_codings`)."""
     parser = sse.DataParser()

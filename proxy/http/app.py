@@ -16,42 +16,42 @@ from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.middleware import Middleware
 from starlette.routing import Route, WebSocketRoute
 
-from proxy.reload import search_pool
+from proxy.config import ServerSettings
+from proxy.core.settings import SettingsResolver, load_tenants_file
+from proxy.core.tokens import counter_for_encoding
+from proxy.http import log_clip
+from proxy.http.cache_session import keepalive_service
 from proxy.http.caller import CallerGate, Gatekeeper
 from proxy.http.canonical_path import CanonicalPath
 from proxy.http.compact import responses_compact
-from proxy.http.token_relay import responses_input_tokens
 from proxy.http.count_tokens import count_tokens
 from proxy.http.dashboard import Dashboard
-from proxy.http.routing_errors import not_routed
-from proxy.http.managed import chat_completions, messages, responses
-from proxy.config import ServerSettings
 from proxy.http.limits import BodyLimit
+from proxy.http.managed import chat_completions, messages, responses
+from proxy.http.offload_api import get_offloaded, list_events, offload
+from proxy.http.relay import relay
+from proxy.http.routing_errors import not_routed
+from proxy.http.services import Services, services_of
+from proxy.http.stats_api import AdminGate, StatsApi, tenant_names
+from proxy.http.telemetry import Metrics, Observe, configure_logging, configure_text_logging, metrics_endpoint
+from proxy.http.token_relay import responses_input_tokens
+from proxy.http.unknown_headers import UnknownHeaderWarning
 from proxy.http.websocket.connection import Limits as SocketLimits
 from proxy.http.websocket.route import ResponsesSocket
-from proxy.http import log_clip
-from proxy.http.cache_session import keepalive_service
-from proxy.http.telemetry import Metrics, Observe, configure_logging, configure_text_logging, metrics_endpoint
-from proxy.offload.observed_sessions import ObservedSessions
-from proxy.http.services import Services, services_of
-from proxy.http.unknown_headers import UnknownHeaderWarning
-from proxy.http.offload_api import get_offloaded, list_events, offload
-from proxy.core.settings import SettingsResolver, load_tenants_file
-from proxy.http.relay import relay
-from proxy.http.stats_api import AdminGate, StatsApi, tenant_names
-from proxy.stats.prices import PriceTable
-from proxy.stats.recorder import STOP_TIMEOUT, Recorder
 from proxy.offload.background import CANCEL_WAIT, SummaryScheduler
 from proxy.offload.canary import check_timeout, keep_if_served
+from proxy.offload.observed_sessions import ObservedSessions
 from proxy.offload.quota import CredentialCheck
+from proxy.reload import search_pool
+from proxy.stats.prices import PriceTable
+from proxy.stats.recorder import STOP_TIMEOUT, Recorder
 from proxy.store import open_store, sealer_for
 from proxy.store.guarded import GuardedStore
-from proxy.core.tokens import counter_for_encoding
 from proxy.upstream.client import Upstream
 
 log = logging.getLogger("proxy")
@@ -77,8 +77,14 @@ def shutdown_budget(settings: ServerSettings) -> float:
     search workers' reaping, the statistics' last flush, the secrets check made again
     (`proxy.offload.canary.after_serve`), and a second for the rest. An orchestrator's grace
     period must cover it."""
-    return (2 * settings.shutdown_grace + CANCEL_WAIT + search_pool.REAP_WAIT + STOP_TIMEOUT
-            + check_timeout(settings.store_timeout) + 1)
+    return (
+        2 * settings.shutdown_grace
+        + CANCEL_WAIT
+        + search_pool.REAP_WAIT
+        + STOP_TIMEOUT
+        + check_timeout(settings.store_timeout)
+        + 1
+    )
 
 
 _frozen = False
@@ -97,16 +103,31 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
     log_clip.install()  # client text in log lines, clipped (json or text, ours or uvicorn's)
     tenants = load_tenants_file(settings.tenants_file)
     resolver = SettingsResolver(settings.offload_defaults(), tenants, settings.header_caps)
-    gatekeeper = Gatekeeper(tenants, server_key=settings.upstream_api_key, anthropic_key=settings.anthropic_api_key,
-                            anthropic_upstream=settings.anthropic_upstream, allow_anonymous=settings.allow_anonymous,
-                            upstream_allowlist=settings.upstream_allowlist, secret=settings.names_key)
+    gatekeeper = Gatekeeper(
+        tenants,
+        server_key=settings.upstream_api_key,
+        anthropic_key=settings.anthropic_api_key,
+        anthropic_upstream=settings.anthropic_upstream,
+        allow_anonymous=settings.allow_anonymous,
+        upstream_allowlist=settings.upstream_allowlist,
+        secret=settings.names_key,
+    )
     metrics = Metrics(tenant_label=settings.metrics_tenant_label)
     recorder = Recorder(PriceTable(settings.prices), settings.stats_retention, on_dropped=metrics.stats_dropped.inc)
     stats_api = StatsApi(tenant_names(gatekeeper.tenants, settings.names_key))
-    socket = ResponsesSocket(gatekeeper, resolver, SocketLimits(settings.max_body_bytes, settings.ws_idle_timeout,
-                                                      settings.ws_held_responses, max_items=settings.max_messages,
-                                                      held_bytes=settings.ws_held_bytes),
-                             per_tenant=settings.ws_connections_per_tenant, total=settings.ws_connections)
+    socket = ResponsesSocket(
+        gatekeeper,
+        resolver,
+        SocketLimits(
+            settings.max_body_bytes,
+            settings.ws_idle_timeout,
+            settings.ws_held_responses,
+            max_items=settings.max_messages,
+            held_bytes=settings.ws_held_bytes,
+        ),
+        per_tenant=settings.ws_connections_per_tenant,
+        total=settings.ws_connections,
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -124,9 +145,13 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
             upstream=upstream,
             store=GuardedStore(open_store(settings), ping_timeout=settings.store_timeout, metrics=metrics),
             # one credential (whatever its X-Offload-Tenant) holds half the slots at most, queued or running
-            summaries=SummaryScheduler(concurrency=settings.summary_concurrency, queue=settings.summary_queue,
-                                       per_tenant=max(1, settings.summary_concurrency // 2),
-                                       max_age=2 * settings.summary_timeout, on_change=metrics.summaries_state),
+            summaries=SummaryScheduler(
+                concurrency=settings.summary_concurrency,
+                queue=settings.summary_queue,
+                per_tenant=max(1, settings.summary_concurrency // 2),
+                max_age=2 * settings.summary_timeout,
+                on_change=metrics.summaries_state,
+            ),
             recorder=recorder,
             keepalive=keepalive_service(settings, upstream, metrics, recorder=recorder),
             observed=ObservedSessions(settings.observe_bytes),
@@ -137,8 +162,13 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
         recorder.start(services.store, services.sealer)
         assert services.keepalive is not None
         services.keepalive.start()
-        canary = keep_if_served(services.store, services.sealer, settings.names_key, workers=settings.workers,
-                                woken=services.store.answering_again)
+        canary = keep_if_served(
+            services.store,
+            services.sealer,
+            settings.names_key,
+            workers=settings.workers,
+            woken=services.store.answering_again,
+        )
         try:
             yield
         finally:
@@ -178,8 +208,9 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
         Middleware(CallerGate, gatekeeper=gatekeeper),
         Middleware(UnknownHeaderWarning, metrics=metrics),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
-                    exception_handlers={HTTPException: not_routed})
+    app = Starlette(
+        routes=routes, lifespan=lifespan, middleware=middleware, exception_handlers={HTTPException: not_routed}
+    )
     app.state.ws_max_size = frame_limit(settings)
     return app
 

@@ -22,8 +22,7 @@ from proxy import telemetry
 from proxy.core import jsonio
 from proxy.core.bill import UNREPORTED, Bill, UsageReader, UsageStream
 from proxy.errors import ProxyError, Shape
-from proxy.http.answer_tap import (KEPT_BYTES, ON_LOOP_BYTES, answer_codings, events_in, is_event_stream,
-                                   tapped)
+from proxy.http.answer_tap import KEPT_BYTES, ON_LOOP_BYTES, answer_codings, events_in, is_event_stream, tapped
 from proxy.http.body_encoding import decode
 from proxy.http.headers import response_headers_for_client
 from proxy.http.relay import close_after, stream_back, with_error_event
@@ -42,8 +41,9 @@ def tap(rec: telemetry.RequestRecord | None, out: Response, usage: UsageReader) 
         return
     codings = answer_codings(out)
     if isinstance(out, StreamingResponse):
-        out.body_iterator = tapped(out.body_iterator, _BillReader(rec, usage), codings=codings,
-                                   events=is_event_stream(out))
+        out.body_iterator = tapped(
+            out.body_iterator, _BillReader(rec, usage), codings=codings, events=is_event_stream(out)
+        )
         return
     rec.bill.add(UNREPORTED if codings is None else _of_body(bytes(out.body), codings, usage))
 
@@ -108,10 +108,18 @@ async def _feed_off_loop(reading: UsageStream, data: str) -> None:
     _feed(reading, data)
 
 
-async def unasked_stream(response: httpx2.Response, extra_headers: Sequence[tuple[bytes, bytes]] = (), *,
-                         shape: Shape, rec: telemetry.RequestRecord | None, usage: UsageReader) -> Response:
+async def unasked_stream(
+    response: httpx2.Response,
+    extra_headers: Sequence[tuple[bytes, bytes]] = (),
+    *,
+    shape: Shape,
+    rec: telemetry.RequestRecord | None,
+    usage: UsageReader,
+) -> Response:
     """The answer to a request `usage.asking` rewrote, as the client would have got it."""
-    if response.status_code != 200 or not response.headers.get("content-type", "").lower().startswith("text/event-stream"):
+    if response.status_code != 200 or not response.headers.get("content-type", "").lower().startswith(
+        "text/event-stream"
+    ):
         out = await stream_back(response, extra_headers, shape=shape)
         tap(rec, out, usage)
         return out
@@ -121,8 +129,9 @@ async def unasked_stream(response: httpx2.Response, extra_headers: Sequence[tupl
     return out
 
 
-async def _unasked(chunks: AsyncIterator[bytes], rec: telemetry.RequestRecord | None,
-                   usage: UsageReader) -> AsyncIterator[bytes]:
+async def _unasked(
+    chunks: AsyncIterator[bytes], rec: telemetry.RequestRecord | None, usage: UsageReader
+) -> AsyncIterator[bytes]:
     reading = usage.stream()
     buffer = b""
     searched = 0  # buffer[:searched] ends no event (but for its last 3 bytes)
@@ -131,7 +140,7 @@ async def _unasked(chunks: AsyncIterator[bytes], rec: telemetry.RequestRecord | 
             buffer += chunk
             out, start = [], 0
             for match in _BOUNDARY.finditer(buffer, max(0, searched - 3)):
-                block = buffer[start:match.end()]
+                block = buffer[start : match.end()]
                 out.append(await CPU(len(block) > ON_LOOP_BYTES)(_without_asked, block, reading, usage))
                 start = match.end()
             buffer = buffer[start:]
@@ -170,5 +179,5 @@ def _without_asked(block: bytes, reading: UsageStream, usage: UsageReader) -> by
         return b""
     if kept == data:
         return block
-    kept = kept.replace(b"\n", b"\n" + block[lines[-1].start():lines[-1].start(1)])  # one data line each, as before
-    return block[:lines[0].start(1)] + kept + block[lines[-1].end(1):]
+    kept = kept.replace(b"\n", b"\n" + block[lines[-1].start() : lines[-1].start(1)])  # one data line each, as before
+    return block[: lines[0].start(1)] + kept + block[lines[-1].end(1) :]

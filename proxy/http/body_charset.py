@@ -39,6 +39,9 @@ def refuse_other_charsets(content_types: Iterable[str]) -> None:
         except (LookupError, ValueError):  # unknown, or a NUL in the name
             codec = ""
         if codec not in READ_AS_CHECKED:
-            raise ProxyError(415, f"Content-Type declares charset={charset[:40]!r}: a JSON body is read as UTF-8 "
-                                  "(RFC 8259); send it in UTF-8, with charset=utf-8 or none.",
-                             code="unsupported_charset")
+            raise ProxyError(
+                415,
+                f"Content-Type declares charset={charset[:40]!r}: a JSON body is read as UTF-8 "
+                "(RFC 8259); send it in UTF-8, with charset=utf-8 or none.",
+                code="unsupported_charset",
+            )

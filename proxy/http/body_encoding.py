@@ -79,7 +79,7 @@ def _zlib(data: bytes, sink: _Sink, wbits: int) -> Steps:
         pending: bytes | memoryview = b""
         while not d.eof:
             if not pending and at < len(view):
-                pending, at = view[at:at + PIECE], at + PIECE
+                pending, at = view[at : at + PIECE], at + PIECE
             try:
                 chunk = d.decompress(pending, min(PIECE, sink.room()))
             except zlib.error as exc:
@@ -136,7 +136,7 @@ def _zstd(data: bytes, sink: _Sink) -> Steps:
                 step = max(ZSTD_MIN_INPUT, min(PIECE, sink.room() // ZSTD_MAX_RATIO))
                 if sink.where.on_loop:
                     step = min(step, ZSTD_ON_LOOP_INPUT)
-                chunk = d.decompress(view[at:at + step])
+                chunk = d.decompress(view[at : at + step])
                 sink.add(chunk)
                 at += step
                 yield len(chunk)
@@ -148,7 +148,11 @@ def _zstd(data: bytes, sink: _Sink) -> Steps:
 
 
 DECODERS: dict[str, Callable[[bytes, _Sink], Steps]] = {
-    "gzip": _gzip, "x-gzip": _gzip, "deflate": _deflate, "br": _brotli, "zstd": _zstd,
+    "gzip": _gzip,
+    "x-gzip": _gzip,
+    "deflate": _deflate,
+    "br": _brotli,
+    "zstd": _zstd,
 }
 
 
@@ -159,8 +163,12 @@ def codings_of(values: Iterable[str]) -> list[str]:
     codings = [c for c in codings if c and c != "identity"]
     for coding in codings:
         if coding not in DECODERS:
-            raise ProxyError(415, f"Content-Encoding '{coding[:40]}' is not supported; send the body as "
-                                  "gzip, deflate, br, zstd or identity.", code="unsupported_content_encoding")
+            raise ProxyError(
+                415,
+                f"Content-Encoding '{coding[:40]}' is not supported; send the body as "
+                "gzip, deflate, br, zstd or identity.",
+                code="unsupported_content_encoding",
+            )
     return codings
 
 
@@ -174,11 +182,15 @@ def _steps(raw: bytes, codings: list[str], limit: int, *, where: _Where) -> Gene
         try:
             yield from DECODERS[coding](data, sink)
         except TooLarge:
-            raise ProxyError(413, f"Request body exceeds {limit} bytes once decoded ({coding}; the proxy's --max-body-bytes).",
-                             code="request_too_large") from None
+            raise ProxyError(
+                413,
+                f"Request body exceeds {limit} bytes once decoded ({coding}; the proxy's --max-body-bytes).",
+                code="request_too_large",
+            ) from None
         except Corrupt as exc:
-            raise ProxyError(400, f"Request body could not be decoded as {coding}: {exc}.",
-                             code="invalid_body") from None
+            raise ProxyError(
+                400, f"Request body could not be decoded as {coding}: {exc}.", code="invalid_body"
+            ) from None
         data = bytes(sink.out)
     return data
 

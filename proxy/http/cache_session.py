@@ -17,7 +17,8 @@ from typing import Any, Protocol
 
 from starlette.requests import Request
 
-from proxy.core import keepalive as ka, provider_cache as pc
+from proxy.core import keepalive as ka
+from proxy.core import provider_cache as pc
 from proxy.core.cache_cuts import CutContext
 from proxy.core.last_sent import LastSent, digest
 from proxy.core.settings import OffloadSettings
@@ -97,25 +98,44 @@ async def after(call: ManagedCall) -> None:
     model = turn.body.get("model") if isinstance(turn.body.get("model"), str) else None
     sent_digest = await CPU(len(cache.content) > LARGE_BODY)(digest, cache.content)
     tokens = turn.prepared.plan.tokens_after + await CPU(len(cache.content) > LARGE_BODY)(
-        turn.counter.outside_history, turn.body)  # the forwarded body's: its tools and system prompt too
-    record = LastSent(sent_digest, tokens=tokens, at=cache.at,
-                      model=model[:256] if model else None, endpoint=call.fmt.endpoint, family=call.caller.family,
-                      credential="shared" if call.caller.shared_key else call.caller.kind,
-                      summary=turn.prepared.summary_prefix)
+        turn.counter.outside_history, turn.body
+    )  # the forwarded body's: its tools and system prompt too
+    record = LastSent(
+        sent_digest,
+        tokens=tokens,
+        at=cache.at,
+        model=model[:256] if model else None,
+        endpoint=call.fmt.endpoint,
+        family=call.caller.family,
+        credential="shared" if call.caller.shared_key else call.caller.kind,
+        summary=turn.prepared.summary_prefix,
+    )
     tenant = tenant_store(call.request, call.caller, charged=False)
     stored = await last_sent.write(tenant, cache.session, record, previous=cache.before)
     keepalive = services_of(call.request).keepalive
     if keepalive is not None and turn.settings.cache_keepalive:
-        await keepalive.hold(tenant, cache.session, sent=stored, content=cache.content, headers=call.headers,
-                             base=call.base, fmt=call.fmt, query=call.query)
+        await keepalive.hold(
+            tenant,
+            cache.session,
+            sent=stored,
+            content=cache.content,
+            headers=call.headers,
+            base=call.base,
+            fmt=call.fmt,
+            query=call.query,
+        )
 
 
 def keepalive_service(settings: Any, upstream: Any, metrics: Any, *, recorder: Any) -> KeepAlive:
     """The worker's keep-alive pings (`proxy.offload.keepalive`), counted in `metrics`; each 200
     answer's usage billed to its session as a call of its own ("keepalive"), as a turn's are
     (the Prometheus counters of the bill too)."""
-    limits = ka.Limits(settings.cache_keepalive_min_tokens, settings.cache_keepalive_max_pings,
-                       settings.cache_keepalive_idle, settings.cache_ttl)
+    limits = ka.Limits(
+        settings.cache_keepalive_min_tokens,
+        settings.cache_keepalive_max_pings,
+        settings.cache_keepalive_idle,
+        settings.cache_ttl,
+    )
 
     def answered(done: PingDone) -> None:
         metrics.keepalive_pings.labels("ok" if done.status == 200 else "failed").inc()
@@ -128,5 +148,11 @@ def keepalive_service(settings: Any, upstream: Any, metrics: Any, *, recorder: A
             metrics.count_bill(bill, "keepalive")
             recorder.bill_call(entry.tenant.namespace, bill, call="keepalive", model=entry.model, session=entry.session)
 
-    return KeepAlive(upstream, limits, max_bytes=settings.cache_keepalive_bytes, on_answer=answered,
-                     on_avoided=metrics.keepalive_avoided.inc, timeout=settings.summary_timeout)
+    return KeepAlive(
+        upstream,
+        limits,
+        max_bytes=settings.cache_keepalive_bytes,
+        on_answer=answered,
+        on_avoided=metrics.keepalive_avoided.inc,
+        timeout=settings.summary_timeout,
+    )

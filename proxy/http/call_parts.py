@@ -18,18 +18,28 @@ from proxy.http.services import services_of
 from proxy.offload.quota import Quota
 from proxy.offload.refs import RefStore
 from proxy.offload.summaries import Compressor
+from proxy.offload.summarizer import DEFAULT_INSTRUCTION, DEFAULT_PROMPT
 from proxy.offload.summary_context import SummaryContext
 from proxy.offload.tenant_store import TenantStore
-from proxy.offload.summarizer import DEFAULT_INSTRUCTION, DEFAULT_PROMPT
 
 
 def model_of(body: dict) -> str | None:
     return body.get("model") if isinstance(body.get("model"), str) else None
 
 
-def compressor_for(request: Request, body: dict, *, settings: OffloadSettings, caller: Caller, tenant: TenantStore,
-                   fmt: WireFormat, refs: RefStore, background: bool = True,
-                   cuts: CutContext | None = None, session: str | None = None) -> Compressor:
+def compressor_for(
+    request: Request,
+    body: dict,
+    *,
+    settings: OffloadSettings,
+    caller: Caller,
+    tenant: TenantStore,
+    fmt: WireFormat,
+    refs: RefStore,
+    background: bool = True,
+    cuts: CutContext | None = None,
+    session: str | None = None,
+) -> Compressor:
     """Summaries go to the caller's upstream with the caller's upstream credential: in the
     request's own format and endpoint (the prefix shape, `fmt` builds the request), or to chat
     completions whatever the format (`--summary-request transcript`, OpenAI's formats only: an
@@ -44,21 +54,35 @@ def compressor_for(request: Request, body: dict, *, settings: OffloadSettings, c
     # a summary call carries no context_management: the betas the proxy emulates have no place on it
     # (an upstream that knows them not may refuse the call, and the compaction with it)
     headers = without_emulated_betas(caller.upstream_headers(request.scope["headers"], body_replaced=True))
-    def billed(bill: Bill, summary_model: str) -> None:  # a background summary's bill, for the statistics
-        services.recorder.bill_call(caller.namespace, bill, call="summary", model=summary_model,
-                                    session=settings.session or session)
 
-    ctx = SummaryContext(upstream=services.upstream, headers=headers, model=model, prompt=custom or DEFAULT_PROMPT,
-                         timeout=services.settings.summary_timeout, wait=services.settings.summary_wait,
-                         base=caller.base, view=fmt.view,
-                         background=services.summaries if background else None,
-                         session=settings.session, request_model=model_of(body), metrics=services.metrics,
-                         refs=refs, tenant_scope=caller.scope, wire=fmt, body=body,
-                         summary_request="prefix" if caller.family == "anthropic" else services.settings.summary_request,
-                         instruction=custom or DEFAULT_INSTRUCTION,
-                         tally=functools.partial(services.recorder.count_summary, caller.namespace,
-                                                 session=settings.session),
-                         billed=billed, cuts=cuts)
+    def billed(bill: Bill, summary_model: str) -> None:  # a background summary's bill, for the statistics
+        services.recorder.bill_call(
+            caller.namespace, bill, call="summary", model=summary_model, session=settings.session or session
+        )
+
+    ctx = SummaryContext(
+        upstream=services.upstream,
+        headers=headers,
+        model=model,
+        prompt=custom or DEFAULT_PROMPT,
+        timeout=services.settings.summary_timeout,
+        wait=services.settings.summary_wait,
+        base=caller.base,
+        view=fmt.view,
+        background=services.summaries if background else None,
+        session=settings.session,
+        request_model=model_of(body),
+        metrics=services.metrics,
+        refs=refs,
+        tenant_scope=caller.scope,
+        wire=fmt,
+        body=body,
+        summary_request="prefix" if caller.family == "anthropic" else services.settings.summary_request,
+        instruction=custom or DEFAULT_INSTRUCTION,
+        tally=functools.partial(services.recorder.count_summary, caller.namespace, session=settings.session),
+        billed=billed,
+        cuts=cuts,
+    )
     return Compressor(tenant, ctx)
 
 
@@ -66,8 +90,14 @@ def tenant_store(request: Request, caller: Caller, *, charged: bool = True) -> T
     """The store as the caller's tenant sees it; `charged`: its writes go through the caller's
     storage quota and credential check (`quota_for`)."""
     services = services_of(request)
-    return TenantStore(services.store, caller.namespace, services.settings.store_ttl, services.sealer,
-                       names_key=services.settings.names_key, quota=quota_for(request, caller) if charged else None)
+    return TenantStore(
+        services.store,
+        caller.namespace,
+        services.settings.store_ttl,
+        services.sealer,
+        names_key=services.settings.names_key,
+        quota=quota_for(request, caller) if charged else None,
+    )
 
 
 def request_settings(request: Request, caller: Caller) -> OffloadSettings:
@@ -89,9 +119,15 @@ def quota_for(request: Request, caller: Caller) -> Quota:
     services = services_of(request)
     verify = None
     if caller.kind == "client":
+
         async def ask() -> int | None:
-            headers = [(k, v) for k, v in without_emulated_betas(
-                caller.upstream_headers(request.scope["headers"], body_replaced=True)) if k.lower() in CHECK_HEADERS]
+            headers = [
+                (k, v)
+                for k, v in without_emulated_betas(
+                    caller.upstream_headers(request.scope["headers"], body_replaced=True)
+                )
+                if k.lower() in CHECK_HEADERS
+            ]
             try:
                 response = await services.upstream.send("GET", "models", headers=headers, base=caller.base)
             except ProxyError:
@@ -100,5 +136,10 @@ def quota_for(request: Request, caller: Caller) -> Quota:
             return response.status_code
 
         verify = services.credential_check.verifier(caller.scope, ask)
-    return Quota(services.store, caller.scope, limit=services.settings.max_stored_bytes_per_namespace,
-                 ttl=services.settings.store_ttl, verify=verify)
+    return Quota(
+        services.store,
+        caller.scope,
+        limit=services.settings.max_stored_bytes_per_namespace,
+        ttl=services.settings.store_ttl,
+        verify=verify,
+    )

@@ -40,9 +40,9 @@ from proxy.http.fingerprint import credential_label, with_sub
 from proxy.http.headers import request_headers_for_upstream
 from proxy.http.shared_state import stored_state
 from proxy.offload.tenant import bare_credential, namespace_for
+from proxy.upstream.base_url import anthropic_base, base_url_problem, openai_base
 from proxy.upstream.choice import HEADER as UPSTREAM_HEADER
 from proxy.upstream.choice import requested_base
-from proxy.upstream.base_url import anthropic_base, base_url_problem, openai_base
 
 log = logging.getLogger("proxy.http.caller")
 
@@ -104,7 +104,7 @@ def tenants_from_config(config: Mapping[str, Mapping[str, Any]]) -> dict[str, Te
             if is_placeholder(k):
                 raise ValueError(f"tenant {name!r}: an api_keys entry is the example value {PLACEHOLDER!r}")
             if k.startswith(DIGEST_PREFIX):
-                digest = k[len(DIGEST_PREFIX):].lower()
+                digest = k[len(DIGEST_PREFIX) :].lower()
                 if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
                     raise ValueError(f"tenant {name!r}: {DIGEST_PREFIX} keys need 64 hex digits")
             elif len(k) < MIN_KEY_CHARS:
@@ -122,9 +122,14 @@ def tenants_from_config(config: Mapping[str, Mapping[str, Any]]) -> dict[str, Te
             if is_placeholder(upstream_key):
                 raise ValueError(f"tenant {name!r}: {field} is the example value {PLACEHOLDER!r}")
         upstream, anthropic = (_tenant_url(name, entry, field) for field in ("upstream", "anthropic_upstream"))
-        tenants[name] = Tenant(name, frozenset(digests), openai_base(upstream) if upstream else None,
-                               held["upstream_api_key"], anthropic_base(anthropic) if anthropic else None,
-                               held["anthropic_api_key"])
+        tenants[name] = Tenant(
+            name,
+            frozenset(digests),
+            openai_base(upstream) if upstream else None,
+            held["upstream_api_key"],
+            anthropic_base(anthropic) if anthropic else None,
+            held["anthropic_api_key"],
+        )
     return tenants
 
 
@@ -149,9 +154,14 @@ def _tenant_url(name: str, entry: Mapping[str, Any], field: str) -> str | None:
 # endpoints that keep no state in the upstream account. Files, batches, vector stores, stored
 # responses and completions, fine-tunes… would be readable and deletable by every other tenant.
 STATELESS_ENDPOINTS = (
-    ("POST", re.compile(r"(chat/completions|completions|embeddings|moderations|responses|messages"
-                        r"|messages/count_tokens|responses/input_tokens|responses/compact|audio/(speech|transcriptions|translations)"
-                        r"|images/(generations|edits|variations))/?")),
+    (
+        "POST",
+        re.compile(
+            r"(chat/completions|completions|embeddings|moderations|responses|messages"
+            r"|messages/count_tokens|responses/input_tokens|responses/compact|audio/(speech|transcriptions|translations)"
+            r"|images/(generations|edits|variations))/?"
+        ),
+    ),
     ("GET", re.compile(r"models(/[^/]+)?/?")),
 )
 # Headers that pick an organisation or project of the account the credential belongs to.
@@ -174,8 +184,9 @@ class Caller:
     # key's fingerprint, with the sub-tenant; None: its hash. Never the credential.
     label: str | None = None
 
-    def upstream_headers(self, raw: Iterable[tuple[bytes, bytes]], *, body_replaced: bool = False
-                         ) -> list[tuple[bytes, bytes]]:
+    def upstream_headers(
+        self, raw: Iterable[tuple[bytes, bytes]], *, body_replaced: bool = False
+    ) -> list[tuple[bytes, bytes]]:
         """The client's headers as they go upstream, with the credential this caller may use."""
         headers = request_headers_for_upstream(raw, body_replaced=body_replaced)
         if self.kind != "client":  # a proxy key, or an empty credential: never relayed
@@ -192,10 +203,14 @@ class Caller:
         if not self.shared_key or (state := stored_state(body)) is None:
             return
         own_key = "anthropic_api_key" if self.family == "anthropic" else "upstream_api_key"
-        raise ProxyError(403, f"'{state}' names state kept in the upstream account, which this proxy's tenants "
-                              "share; send the whole history (store: false) and no stored files, or the operator "
-                              f"can give this tenant an {own_key} of its own.",
-                         code="endpoint_not_shared", param=state)
+        raise ProxyError(
+            403,
+            f"'{state}' names state kept in the upstream account, which this proxy's tenants "
+            "share; send the whole history (store: false) and no stored files, or the operator "
+            f"can give this tenant an {own_key} of its own.",
+            code="endpoint_not_shared",
+            param=state,
+        )
 
     def check_relay(self, method: str, path: str) -> None:
         """On a shared upstream key only stateless endpoints are relayed (403 otherwise)."""
@@ -204,9 +219,12 @@ class Caller:
         if any(method == m and pattern.fullmatch(path) for m, pattern in STATELESS_ENDPOINTS):
             return
         own_key = "anthropic_api_key" if self.family == "anthropic" else "upstream_api_key"
-        raise ProxyError(403, f"{method} /v1/{path} keeps state in the upstream account, which this proxy's "
-                              f"tenants share; the operator can give this tenant an {own_key} of its own.",
-                         code="endpoint_not_shared")
+        raise ProxyError(
+            403,
+            f"{method} /v1/{path} keeps state in the upstream account, which this proxy's "
+            f"tenants share; the operator can give this tenant an {own_key} of its own.",
+            code="endpoint_not_shared",
+        )
 
 
 def unauthorized(message: str, code: str) -> ProxyError:
@@ -221,9 +239,17 @@ class Gatekeeper:
     credential or content from key names.
     """
 
-    def __init__(self, tenants: Mapping[str, Mapping[str, Any]], *, server_key: str | None,
-                 allow_anonymous: bool, upstream_allowlist: list[str], secret: str | None = None,
-                 anthropic_key: str | None = None, anthropic_upstream: str = "https://api.anthropic.com") -> None:
+    def __init__(
+        self,
+        tenants: Mapping[str, Mapping[str, Any]],
+        *,
+        server_key: str | None,
+        allow_anonymous: bool,
+        upstream_allowlist: list[str],
+        secret: str | None = None,
+        anthropic_key: str | None = None,
+        anthropic_upstream: str = "https://api.anthropic.com",
+    ) -> None:
         self.tenants = tenants_from_config(tenants)
         self.by_digest = {d: t for t in self.tenants.values() for d in t.key_digests}
         self.keys: dict[Family, str | None] = {"openai": server_key, "anthropic": anthropic_key}
@@ -238,11 +264,15 @@ class Gatekeeper:
     def startup_notes(self) -> list[str]:
         notes = []
         if self.allow_anonymous:
-            notes.append("--allow-anonymous: requests without a credential are served, and every anonymous "
-                         "client shares one namespace (they can read each other's offloaded content)")
+            notes.append(
+                "--allow-anonymous: requests without a credential are served, and every anonymous "
+                "client shares one namespace (they can read each other's offloaded content)"
+            )
         if self.server_key and not self.by_digest and not self.allow_anonymous:
-            notes.append("an operator key (--upstream-api-key or --anthropic-api-key) is set but the tenants file "
-                         "lists no api_keys: every request will be refused (401) until proxy keys are configured")
+            notes.append(
+                "an operator key (--upstream-api-key or --anthropic-api-key) is set but the tenants file "
+                "lists no api_keys: every request will be refused (401) until proxy keys are configured"
+            )
         return notes
 
     def _proxy_key_tenant(self, credentials: list[str]) -> Tenant | None:
@@ -277,38 +307,76 @@ class Gatekeeper:
             self._no_requested_upstream(headers)
             namespace, scope = self._namespaces("tenant", [tenant.name], sub)
             own = tenant.key(family)
-            return Caller("proxy_key", namespace, scope, tenant.name, tenant.base(family) or self._default_base(family),
-                          own or held, shared_key=not own, family=family, label=with_sub(tenant.name, sub))
+            return Caller(
+                "proxy_key",
+                namespace,
+                scope,
+                tenant.name,
+                tenant.base(family) or self._default_base(family),
+                own or held,
+                shared_key=not own,
+                family=family,
+                label=with_sub(tenant.name, sub),
+            )
         if self.server_key and credentials:
-            raise unauthorized("Invalid proxy key: this proxy accepts only the keys its operator issued "
-                               "(Authorization: Bearer <proxy key>, or x-api-key).", "invalid_api_key")
+            raise unauthorized(
+                "Invalid proxy key: this proxy accepts only the keys its operator issued "
+                "(Authorization: Bearer <proxy key>, or x-api-key).",
+                "invalid_api_key",
+            )
         if not credentials:
             if not self.allow_anonymous:
                 wanted = "a proxy key issued by the operator" if self.server_key else "your provider API key"
-                raise unauthorized(f"This proxy needs a credential: send Authorization: Bearer <key> (or x-api-key) "
-                                   f"with {wanted}.", "missing_api_key")
+                raise unauthorized(
+                    f"This proxy needs a credential: send Authorization: Bearer <key> (or x-api-key) with {wanted}.",
+                    "missing_api_key",
+                )
             if self.server_key:
                 self._no_requested_upstream(headers)
             namespace, scope = self._namespaces("anonymous", [], sub)
-            return Caller("anonymous", namespace, scope, None,
-                          self._requested_base(headers, family) or self._default_base(family),
-                          held, shared_key=bool(held), family=family, label=with_sub("anonymous", sub))
+            return Caller(
+                "anonymous",
+                namespace,
+                scope,
+                None,
+                self._requested_base(headers, family) or self._default_base(family),
+                held,
+                shared_key=bool(held),
+                family=family,
+                label=with_sub("anonymous", sub),
+            )
         named = self.tenants.get(sub or "")
         if named is not None and named.key_digests:
-            raise ProxyError(403, "X-Offload-Tenant names a tenant that is reachable only with its own proxy key.",
-                             code="tenant_requires_key", param="X-Offload-Tenant")
+            raise ProxyError(
+                403,
+                "X-Offload-Tenant names a tenant that is reachable only with its own proxy key.",
+                code="tenant_requires_key",
+                param="X-Offload-Tenant",
+            )
         namespace, scope = self._namespaces("credential", credentials, sub)
         base = self._requested_base(headers, family) or (named.base(family) if named else None)
-        return Caller("client", namespace, scope, sub, base or self._default_base(family), None, family=family,
-                      label=credential_label(credentials, sub))
+        return Caller(
+            "client",
+            namespace,
+            scope,
+            sub,
+            base or self._default_base(family),
+            None,
+            family=family,
+            label=credential_label(credentials, sub),
+        )
 
     @staticmethod
     def _no_requested_upstream(headers: Headers) -> None:
         """A credential the proxy holds goes only where its configuration says."""
         if headers.get(UPSTREAM_HEADER):
-            raise ProxyError(400, "X-Offload-Upstream is only for clients that send their own provider key; "
-                                  "with a proxy key the upstream comes from the tenants file.",
-                             code="upstream_not_allowed", param="X-Offload-Upstream")
+            raise ProxyError(
+                400,
+                "X-Offload-Upstream is only for clients that send their own provider key; "
+                "with a proxy key the upstream comes from the tenants file.",
+                code="upstream_not_allowed",
+                param="X-Offload-Upstream",
+            )
 
 
 class CallerGate:

@@ -20,11 +20,30 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 _SLASHES = re.compile(r"//+")
 # The first segments of OpenAI's and Anthropic's API paths (under /v1)
-API_SEGMENTS = frozenset({
-    "chat", "completions", "responses", "messages", "models", "embeddings", "moderations", "audio", "images",
-    "files", "uploads", "batches", "fine_tuning", "vector_stores", "assistants", "threads", "conversations",
-    "realtime", "evals", "containers",
-})
+API_SEGMENTS = frozenset(
+    {
+        "chat",
+        "completions",
+        "responses",
+        "messages",
+        "models",
+        "embeddings",
+        "moderations",
+        "audio",
+        "images",
+        "files",
+        "uploads",
+        "batches",
+        "fine_tuning",
+        "vector_stores",
+        "assistants",
+        "threads",
+        "conversations",
+        "realtime",
+        "evals",
+        "containers",
+    }
+)
 
 
 def canonical(path: str) -> str:

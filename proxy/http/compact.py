@@ -17,21 +17,22 @@ import time
 from starlette.requests import Request
 from starlette.responses import Response
 
+from proxy import telemetry
+from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model_async
-from proxy.emulation import COMPACTION_ACTION, request as emulation_request
+from proxy.emulation import COMPACTION_ACTION
+from proxy.emulation import request as emulation_request
 from proxy.emulation.compact import Compaction, compact
 from proxy.errors import ProxyError
 from proxy.formats.responses import RESPONSES
 from proxy.formats.responses.compact import compacted_response, parse_compact_body, summary_body
-from proxy import telemetry
 from proxy.http import error_map
-from proxy.core.settings import OffloadSettings
 from proxy.http.call_parts import compressor_for, request_settings, tenant_store
 from proxy.http.caller import Caller
 from proxy.http.json_response import json_answer
 from proxy.http.managed import answered
-from proxy.http.token_relay import read_body, relay_tokens_expanded
 from proxy.http.services import services_of
+from proxy.http.token_relay import read_body, relay_tokens_expanded
 from proxy.offload.cpu_pool import CPU
 from proxy.stats import session_id
 from proxy.upstream.native import emulates
@@ -46,12 +47,21 @@ async def responses_compact(request: Request) -> Response:
         settings = request_settings(request, caller)
     except ProxyError as exc:
         return exc.response(caller.family)
-    if settings.mode == "observe" or not emulates(settings.context_management,
-                                                  caller.base or services.settings.upstream_base):
-        return await answered(request, lambda: relay_tokens_expanded(
-            request, caller, "responses/compact", parse=lambda raw, limit: parse_compact_body(raw, max_items=limit)))
-    return await error_map.answered(lambda: _emulated(request, caller, settings), shape=caller.family,
-                                    doing="The compaction failed", store_failure_is_a_bug=False)
+    if settings.mode == "observe" or not emulates(
+        settings.context_management, caller.base or services.settings.upstream_base
+    ):
+        return await answered(
+            request,
+            lambda: relay_tokens_expanded(
+                request, caller, "responses/compact", parse=lambda raw, limit: parse_compact_body(raw, max_items=limit)
+            ),
+        )
+    return await error_map.answered(
+        lambda: _emulated(request, caller, settings),
+        shape=caller.family,
+        doing="The compaction failed",
+        store_failure_is_a_bug=False,
+    )
 
 
 async def _read(request: Request, caller: Caller) -> dict:
@@ -61,30 +71,52 @@ async def _read(request: Request, caller: Caller) -> dict:
 async def _emulated(request: Request, caller: Caller, settings: OffloadSettings) -> Response:
     body = await _read(request, caller)
     if isinstance(body.get("previous_response_id"), str):
-        raise ProxyError(400, "This proxy compacts the history it is sent: with an upstream that does not compact "
-                              "natively, previous_response_id is not supported by /v1/responses/compact; send the "
-                              "history as 'input' (openai-agents: compaction_mode=\"input\").",
-                         code="unsupported_parameter", param="previous_response_id")
+        raise ProxyError(
+            400,
+            "This proxy compacts the history it is sent: with an upstream that does not compact "
+            "natively, previous_response_id is not supported by /v1/responses/compact; send the "
+            "history as 'input' (openai-agents: compaction_mode=\"input\").",
+            code="unsupported_parameter",
+            param="previous_response_id",
+        )
     tenant = tenant_store(request, caller)
     records = tenant.records(RESPONSES.records_api)
     items = RESPONSES.history(body)
     # a failing store, quota or summariser: "The compaction failed: …" (`proxy.http.error_map`)
-    begun = await emulation_request.begin(body, items, view=RESPONSES.view, emulating=True, tokens=True,
-                                          records=records)
+    begun = await emulation_request.begin(
+        body, items, view=RESPONSES.view, emulating=True, tokens=True, records=records
+    )
     items = begun.items
     refs = tenant.refs()
-    compressor = compressor_for(request, summary_body(body), settings=settings, caller=caller, tenant=tenant,
-                                fmt=RESPONSES, refs=refs, background=False)
+    compressor = compressor_for(
+        request,
+        summary_body(body),
+        settings=settings,
+        caller=caller,
+        tenant=tenant,
+        fmt=RESPONSES,
+        refs=refs,
+        background=False,
+    )
     counter = await counter_for_model_async(body["model"])
-    done = await compact(items, view=RESPONSES.view, compressor=compressor, refs=refs, records=records,
-                         settings=settings, counter=counter)
+    done = await compact(
+        items,
+        view=RESPONSES.view,
+        compressor=compressor,
+        refs=refs,
+        records=records,
+        settings=settings,
+        counter=counter,
+    )
     cpu = CPU.for_messages(done.record)  # a large task is kept whole: in the record and in the answer
-    session = settings.session or await cpu(session_id.from_history, caller.namespace, items, RESPONSES.view.role,
-                                            system=(None, body.get("instructions")))
+    session = settings.session or await cpu(
+        session_id.from_history, caller.namespace, items, RESPONSES.view.role, system=(None, body.get("instructions"))
+    )
     await tenant.record_events(session, done.events)
     _note(body, caller, done=done, session=session, explicit=bool(settings.session))
-    answer = compacted_response(done.token, done.kept_users, created_at=int(time.time()), tokens_in=done.tokens_in,
-                                tokens_out=done.tokens_out)
+    answer = compacted_response(
+        done.token, done.kept_users, created_at=int(time.time()), tokens_in=done.tokens_in, tokens_out=done.tokens_out
+    )
     out = await json_answer(answer, cpu=cpu)
     out.raw_headers += [
         (b"x-offload-action", COMPACTION_ACTION.encode()),

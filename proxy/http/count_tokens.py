@@ -18,6 +18,7 @@ async def count_tokens(request: Request) -> Response:
     compaction from this count sees what the proxy will really send. With `context_management`
     edits the proxy applies itself, the count is of the edited request and
     `context_management.original_input_tokens` adds what the edits cleared (`proxy.http.emulated_answers`)."""
+
     async def run() -> Response:
         call = await ManagedCall.open(request, MESSAGES)
         if observed.observing(call.settings):  # counted as sent: observe mode changes nothing
@@ -28,8 +29,11 @@ async def count_tokens(request: Request) -> Response:
         turn = await call.offload(new_summaries=False, prompt_cache=False)
         offered = turn.inject_reload_tools
         content = await call.serialised(turn.rounds.request(offered)) if turn.changed or offered else call.raw
-        response = await call.watch.run(call.services.upstream.send(
-            "POST", "messages/count_tokens", query=call.query, headers=call.headers, content=content, base=call.base))
+        response = await call.watch.run(
+            call.services.upstream.send(
+                "POST", "messages/count_tokens", query=call.query, headers=call.headers, content=content, base=call.base
+            )
+        )
         if turn.emulation.applied_edits is not None:  # the edits the proxy applied: Anthropic's original count
             return await emulated_answers.count_answer(response, turn.edits, turn.extra_headers)
         return await stream_back(response, turn.extra_headers, shape="anthropic")

@@ -16,13 +16,16 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 STATIC = Path(__file__).parent / "static"
-TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
-         ".css": "text/css; charset=utf-8"}
+TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+}
 ASSETS = ("dashboard.js", "charts.js", "dashboard.css")
 # Everything the page loads comes from here; no inline script or style, no frames, no referrer.
 SECURITY_HEADERS = {
     "content-security-policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-                               "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+    "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
     "x-content-type-options": "nosniff",
     "x-frame-options": "DENY",
     "referrer-policy": "no-referrer",
@@ -56,6 +59,9 @@ class Dashboard:
     async def asset(self, request: Request) -> Response:
         name = request.path_params["name"]
         if name not in ASSETS:
-            return JSONResponse({"error": {"message": "Not found.", "type": "invalid_request_error",
-                                           "code": "not_found"}}, status_code=404, headers=SECURITY_HEADERS)
+            return JSONResponse(
+                {"error": {"message": "Not found.", "type": "invalid_request_error", "code": "not_found"}},
+                status_code=404,
+                headers=SECURITY_HEADERS,
+            )
         return self._send(name)

@@ -12,8 +12,8 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response, StreamingResponse
 
 from proxy.core import jsonio
-from proxy.emulation.edits import EditsDone
 from proxy.core.wire import WireFormat
+from proxy.emulation.edits import EditsDone
 from proxy.http.headers import response_headers_for_client
 from proxy.http.relay import stream_back
 from proxy.turn import Turn
@@ -24,14 +24,20 @@ def paused_response(turn: Turn, fmt: WireFormat, *, background: BackgroundTask) 
     """The answer of a turn whose compaction alone answers (`Inline.paused`: no upstream call),
     in the format's shape (`WireFormat.paused_answer`), streamed when the request streams."""
     inline = turn.inline
-    message = fmt.paused_answer(inline.lead, body=turn.body, created_at=int(time.time()), tokens_in=inline.tokens_in,
-                                tokens_out=inline.tokens_out)
+    message = fmt.paused_answer(
+        inline.lead,
+        body=turn.body,
+        created_at=int(time.time()),
+        tokens_in=inline.tokens_in,
+        tokens_out=inline.tokens_out,
+    )
     if turn.rounds.context_management is not None:  # clearing edits applied too (`proxy.emulation.edits`)
         message["context_management"] = turn.rounds.context_management
     if turn.body.get("stream") is True:
         events = fmt.paused_events(message)
-        out: Response = StreamingResponse(iter([sse.encode_typed(e) for e in events]),
-                                          media_type="text/event-stream; charset=utf-8")
+        out: Response = StreamingResponse(
+            iter([sse.encode_typed(e) for e in events]), media_type="text/event-stream; charset=utf-8"
+        )
     else:
         out = Response(jsonio.dumps(message), media_type="application/json")
     out.raw_headers = [*out.raw_headers, *turn.extra_headers]
@@ -39,8 +45,9 @@ def paused_response(turn: Turn, fmt: WireFormat, *, background: BackgroundTask) 
     return out
 
 
-async def count_answer(response: httpx2.Response, done: EditsDone, extra_headers: list[tuple[bytes, bytes]]
-                       ) -> Response:
+async def count_answer(
+    response: httpx2.Response, done: EditsDone, extra_headers: list[tuple[bytes, bytes]]
+) -> Response:
     """`count_tokens`' answer: the upstream's count of the edited request, with
     `context_management.original_input_tokens` (that count plus what the edits cleared, counted
     by the proxy) as Anthropic answers; anything but a 200 count relayed as it is."""
@@ -58,6 +65,9 @@ async def count_answer(response: httpx2.Response, done: EditsDone, extra_headers
         answer["context_management"] = {"original_input_tokens": answer["input_tokens"] + done.cleared_tokens}
         raw = jsonio.dumps(answer)
     out = Response(raw, status_code=200)
-    out.raw_headers = (response_headers_for_client(response.headers.raw, decoded=True)
-                       + [(b"content-length", str(len(raw)).encode())] + list(extra_headers))
+    out.raw_headers = (
+        response_headers_for_client(response.headers.raw, decoded=True)
+        + [(b"content-length", str(len(raw)).encode())]
+        + list(extra_headers)
+    )
     return out

@@ -41,12 +41,21 @@ ERRORS: tuple[Row, ...] = (
     Row((CredentialRejected,), 401, "invalid_api_key", "{exc}.", type_="invalid_request_error"),
     Row((CompactionFailed,), 502, "compaction_failed", "no summary of this history could be made ({exc})."),
     # e.g. an upstream answer nested too deep to re-encode
-    Row((RecursionError, ValueError, UnicodeError), 502, "proxy_error",
-        "the proxy could not process this exchange ({name})."),
+    Row(
+        (RecursionError, ValueError, UnicodeError),
+        502,
+        "proxy_error",
+        "the proxy could not process this exchange ({name}).",
+    ),
     # A bug: the body checks (proxy.formats.*.body) let through a field the proxy reads with a type
     # it does not handle. Logged with its traceback; the client still gets its API's shape.
-    Row((TypeError, AttributeError, KeyError, IndexError), 500, "proxy_error",
-        "the proxy failed on this request ({name}).", bug="request failed on a value of an unexpected type"),
+    Row(
+        (TypeError, AttributeError, KeyError, IndexError),
+        500,
+        "proxy_error",
+        "the proxy failed on this request ({name}).",
+        bug="request failed on a value of an unexpected type",
+    ),
 )
 
 
@@ -67,8 +76,13 @@ def proxy_error(exc: BaseException, *, doing: str | None = None) -> ProxyError |
     return ProxyError(row.status, message, type_=row.type_, code=row.code)
 
 
-async def answered(run: Callable[[], Awaitable[Response]], *, shape: Shape = "openai",
-                   doing: str | None = None, store_failure_is_a_bug: bool = False) -> Response:
+async def answered(
+    run: Callable[[], Awaitable[Response]],
+    *,
+    shape: Shape = "openai",
+    doing: str | None = None,
+    store_failure_is_a_bug: bool = False,
+) -> Response:
     """`run()`'s response, or the proxy's own error in `shape` (the API the client speaks).
     `store_failure_is_a_bug`: the route degrades on a failing store in every step (the managed
     turn), so a StoreUnavailable that reaches here is logged as one."""

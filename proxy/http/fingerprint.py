@@ -54,4 +54,4 @@ def with_sub(label: str, sub: str | None) -> str:
 
 def _clip(text: str) -> str:
     text = "".join(c if c.isprintable() else "?" for c in text)
-    return text if len(text) <= MAX_SUB else text[:MAX_SUB - 1] + "…"
+    return text if len(text) <= MAX_SUB else text[: MAX_SUB - 1] + "…"

@@ -52,8 +52,9 @@ async def session_of(call: ManagedCall) -> tuple[str | None, tuple[str | None, s
     if session is None and continues is not None:  # its session is the response's it continues
         services = call.services
         try:
-            found = await services.recorder.replies.find(services.store, call.namespace, continues,
-                                                         sealer=services.sealer)
+            found = await services.recorder.replies.find(
+                services.store, call.namespace, continues, sealer=services.sealer
+            )
         except StoreUnavailable:
             found = None
         session = found or session_id.from_name(call.namespace, "response", continues)
@@ -83,8 +84,13 @@ async def mark(call: ManagedCall, arm: holdout.Arm) -> None:
 async def forward_control(call: ManagedCall, derived: tuple[str | None, str | None] | None) -> Response:
     """The request as received, the answer as sent; recorded as a turn of mode `off`."""
     given = observed.observed_input(call, MemoryStore())  # a store of its own: nothing is kept
-    given = replace(given, settings=call.settings.model_copy(update=CONTROL_SETTINGS), emulating=False,
-                    prompt_cache=False, new_summaries=False)
+    given = replace(
+        given,
+        settings=call.settings.model_copy(update=CONTROL_SETTINGS),
+        emulating=False,
+        prompt_cache=False,
+        new_summaries=False,
+    )
     call.turn = await run_turn(given)
     call.rec = await accounting.note(call, derived=derived)
     out = await observed.as_received(call, call.fmt.endpoint)
@@ -129,8 +135,13 @@ async def link_reply(call: ManagedCall, rec: telemetry.RequestRecord) -> None:
         return
     services = call.services
     try:
-        await services.recorder.replies.remember(services.store, call.namespace, rec.response_id,
-                                                 session=rec.session, ttl=services.recorder.retention,
-                                                 sealer=services.sealer)
+        await services.recorder.replies.remember(
+            services.store,
+            call.namespace,
+            rec.response_id,
+            session=rec.session,
+            ttl=services.recorder.retention,
+            sealer=services.sealer,
+        )
     except StoreUnavailable:
         log.info("linking a holdout turn's reply to its session failed: the store is unavailable")

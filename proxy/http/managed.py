@@ -26,6 +26,7 @@ from proxy.emulation.betas import without_emulated_betas
 from proxy.formats.chat import CHAT
 from proxy.formats.json_body import LARGE_BODY
 from proxy.formats.messages import MESSAGES
+from proxy.formats.openai_cache import session_cache_key
 from proxy.formats.responses import RESPONSES
 from proxy.http import accounting, billing, cache_session, emulated_answers, error_map, holdout, observed
 from proxy.http.body_charset import refuse_other_charsets
@@ -40,10 +41,10 @@ from proxy.http.services import services_of
 from proxy.offload import cpu_pool, response_chains
 from proxy.offload.refs import RefStore
 from proxy.offload.summaries import Compressor
-from proxy.reload import loop as reload_loop, search_pool
+from proxy.reload import loop as reload_loop
+from proxy.reload import search_pool
 from proxy.reload.search import SearchLimits
 from proxy.turn import Turn, TurnInput, run_turn
-from proxy.formats.openai_cache import session_cache_key
 from proxy.upstream.native import accepts_cache_key, emulates
 
 log = logging.getLogger("proxy.http.managed")
@@ -67,6 +68,7 @@ async def messages(request: Request) -> Response:
 
 async def handle(request: Request, fmt: WireFormat) -> Response:
     """Read → turn → send → answer."""
+
     async def run() -> Response:
         call = await ManagedCall.open(request, fmt)
         if observed.observing(call.settings):  # forwarded as received, the plan made beside it
@@ -107,8 +109,17 @@ class ManagedCall:
 
     turn: Turn
 
-    def __init__(self, request: Request, fmt: WireFormat, *, raw: bytes, body: dict, history: list[Any],
-                 settings: OffloadSettings, decoded: bool = False) -> None:
+    def __init__(
+        self,
+        request: Request,
+        fmt: WireFormat,
+        *,
+        raw: bytes,
+        body: dict,
+        history: list[Any],
+        settings: OffloadSettings,
+        decoded: bool = False,
+    ) -> None:
         # `raw`: the body as sent, its Content-Encoding undone (`decoded`: there was one)
         self.request, self.fmt, self.raw, self.body, self.settings = request, fmt, raw, body, settings
         self.history, self.decoded = history, decoded
@@ -150,28 +161,50 @@ class ManagedCall:
             settings = settings.model_copy(update={"reload_tools": False})
         return cls(request, fmt, raw=raw, body=body, history=history, settings=settings, decoded=bool(codings))
 
-    def turn_input(self, *, new_summaries: bool = True, prompt_cache: bool = True,
-                   cache_key: str | None = None) -> TurnInput:
+    def turn_input(
+        self, *, new_summaries: bool = True, prompt_cache: bool = True, cache_key: str | None = None
+    ) -> TurnInput:
         """The turn of this request as plain values: the caller bound into the store handle and
         the compressor factory."""
         services, caller = self.services, self.caller
         tenant = tenant_store(self.request, caller)
 
         def compressor(body: dict, settings: OffloadSettings, refs: RefStore, *, background: bool) -> Compressor:
-            return compressor_for(self.request, body, settings=settings, caller=caller, tenant=tenant, fmt=self.fmt,
-                                  refs=refs, background=background, cuts=self.cache.cuts,
-                                  session=self.cache.session)
+            return compressor_for(
+                self.request,
+                body,
+                settings=settings,
+                caller=caller,
+                tenant=tenant,
+                fmt=self.fmt,
+                refs=refs,
+                background=background,
+                cuts=self.cache.cuts,
+                session=self.cache.session,
+            )
 
-        return TurnInput(self.fmt, self.raw, self.body, self.history, self.settings, tenant, compressor,
-                         emulating=emulates(self.settings.context_management, self.base or services.settings.upstream_base),
-                         shared_key=caller.shared_key, search_limits=SearchLimits.of(services.settings),
-                         new_summaries=new_summaries, prompt_cache=prompt_cache, cache_key=cache_key)
+        return TurnInput(
+            self.fmt,
+            self.raw,
+            self.body,
+            self.history,
+            self.settings,
+            tenant,
+            compressor,
+            emulating=emulates(self.settings.context_management, self.base or services.settings.upstream_base),
+            shared_key=caller.shared_key,
+            search_limits=SearchLimits.of(services.settings),
+            new_summaries=new_summaries,
+            prompt_cache=prompt_cache,
+            cache_key=cache_key,
+        )
 
     async def cache_key(self) -> str | None:
         """The `prompt_cache_key` of this request's session, for OpenAI's own API and
         `--cache-control auto` only (`proxy.formats.openai_cache`); None: none is added."""
         if self.settings.cache_control != "auto" or not accepts_cache_key(
-                self.base or self.services.settings.upstream_base):
+            self.base or self.services.settings.upstream_base
+        ):
             return None
         session = self.settings.session or (await accounting.derived_session(self, self.body, self.history))[0]
         return session_cache_key(self.namespace, session) if session else None
@@ -190,11 +223,17 @@ class ManagedCall:
             search_pool.warm()  # the model may search: its workers start while the upstream answers
         self.body, self.settings, self.used_up = turn.body, turn.settings, turn.used_up
         self.headers = self.caller.upstream_headers(
-            self.request.scope["headers"], body_replaced=turn.changed or turn.inject_reload_tools or self.decoded
-            or self.fmt.usage.asking(self.body) is not None)
+            self.request.scope["headers"],
+            body_replaced=turn.changed
+            or turn.inject_reload_tools
+            or self.decoded
+            or self.fmt.usage.asking(self.body) is not None,
+        )
         if turn.emulation.emulating:
             self.headers = without_emulated_betas(self.headers)
-        self.rec = await accounting.note(self, derived=self.derived)  # what the access log, the metrics and the statistics learn
+        self.rec = await accounting.note(
+            self, derived=self.derived
+        )  # what the access log, the metrics and the statistics learn
         return turn
 
     async def _settle_chain(self) -> None:
@@ -218,6 +257,7 @@ class ManagedCall:
 
     def after(self) -> BackgroundTask:
         """Once the client has its answer: the events."""
+
         async def record() -> None:
             turn = self.turn
             await turn.prepared.start_background()  # if the upstream never answered
@@ -230,8 +270,9 @@ class ManagedCall:
     async def _send(self, content: bytes) -> httpx2.Response:
         if self.rec is not None and self.rec.forwarded is None:  # the turn's first: its prefix reuse, measured later
             self.rec.forwarded = content
-        response = await self.services.upstream.send("POST", self.fmt.endpoint, query=self.query,
-                                                  headers=self.headers, content=content, base=self.base)
+        response = await self.services.upstream.send(
+            "POST", self.fmt.endpoint, query=self.query, headers=self.headers, content=content, base=self.base
+        )
         cache_session.sent(self, content, response.status_code)
         if self.caller.kind == "client":  # what the upstream thinks of the client's own key
             self.services.credential_check.remember(self.caller.scope, response.status_code)
@@ -273,8 +314,9 @@ class ManagedCall:
             content = self.raw if payload is None else await self.serialised(payload)
             response = await self.watch.run(self._send(content))
         if asking is not None:
-            out = await billing.unasked_stream(response, self.turn.extra_headers, shape=self.caller.family,
-                                               rec=self.rec, usage=self.fmt.usage)
+            out = await billing.unasked_stream(
+                response, self.turn.extra_headers, shape=self.caller.family, rec=self.rec, usage=self.fmt.usage
+            )
         else:
             out = await stream_back(response, self.turn.extra_headers, shape=self.caller.family)
             billing.tap(self.rec, out, self.fmt.usage)
@@ -289,8 +331,11 @@ class ManagedCall:
 
     async def forward_with_reload(self) -> Response:
         budget = self.budget = self._budget()
-        result = await self.watch.run(reload_loop.complete(self.turn.rounds, self.send_round, tools=self.turn.tools,
-                                                           budget=budget, usage=self.fmt.usage))
+        result = await self.watch.run(
+            reload_loop.complete(
+                self.turn.rounds, self.send_round, tools=self.turn.tools, budget=budget, usage=self.fmt.usage
+            )
+        )
         if result.status == 200:
             await self._settle_chain()
         out = Response(result.body, status_code=result.status, background=self.after())
@@ -308,8 +353,15 @@ class ManagedCall:
         first = await self.watch.run(self.send_round(turn.rounds.request(budget.more(0))))
         if first.status_code != 200:
             return await stream_back(first, turn.extra_headers, shape=self.caller.family)
-        events_ = reload_loop.stream(first, turn.rounds, self.send_round, tools=turn.tools, budget=budget,
-                                     before_finish=self._settle_chain, usage=self.fmt.usage)
+        events_ = reload_loop.stream(
+            first,
+            turn.rounds,
+            self.send_round,
+            tools=turn.tools,
+            budget=budget,
+            before_finish=self._settle_chain,
+            usage=self.fmt.usage,
+        )
         out = StreamingResponse(close_after(first, events_), status_code=200, background=self.after())
         headers = response_headers_for_client(first.headers.raw, decoded=True)
         if not first.headers.get("content-type", "").startswith("text/event-stream"):  # e.g. an HTML page:

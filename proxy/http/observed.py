@@ -67,8 +67,11 @@ def observing(settings: OffloadSettings) -> bool:
 async def as_received(call: ManagedCall, endpoint: str) -> Response:
     """The request to `endpoint` as received, the answer as the upstream sent it."""
     headers = call.caller.upstream_headers(call.request.scope["headers"], body_replaced=call.decoded)
-    response = await call.watch.run(call.services.upstream.send(
-        "POST", endpoint, query=call.query, headers=headers, content=call.raw, base=call.base))
+    response = await call.watch.run(
+        call.services.upstream.send(
+            "POST", endpoint, query=call.query, headers=headers, content=call.raw, base=call.base
+        )
+    )
     if call.caller.kind == "client":  # what the upstream thinks of the client's own key
         call.services.credential_check.remember(call.caller.scope, response.status_code)
     return await stream_back(response, shape=call.caller.family)
@@ -91,14 +94,34 @@ def observed_input(call: ManagedCall, store: MemoryStore) -> TurnInput:
     model = call.body.get("model") if isinstance(call.body.get("model"), str) else None
 
     def compressor(body: dict, settings: OffloadSettings, refs: RefStore, *, background: bool) -> Compressor:
-        ctx = SummaryContext(upstream=call.services.upstream, headers=[], model=settings.summary_model or model or "",
-                             prompt=DEFAULT_PROMPT, timeout=1.0, wait=0.0, view=call.fmt.view, wire=call.fmt,
-                             body=body, request_model=model, estimate=ESTIMATED_SUMMARY_TOKENS)
+        ctx = SummaryContext(
+            upstream=call.services.upstream,
+            headers=[],
+            model=settings.summary_model or model or "",
+            prompt=DEFAULT_PROMPT,
+            timeout=1.0,
+            wait=0.0,
+            view=call.fmt.view,
+            wire=call.fmt,
+            body=body,
+            request_model=model,
+            estimate=ESTIMATED_SUMMARY_TOKENS,
+        )
         return Compressor(tenant, ctx)  # inline (no scheduler): the estimate is made at once
 
-    return TurnInput(call.fmt, call.raw, call.body, call.history, settings, tenant, compressor,
-                     emulating=emulates(settings.context_management, call.base or call.services.settings.upstream_base),
-                     shared_key=call.caller.shared_key, new_summaries=True, prompt_cache=False)
+    return TurnInput(
+        call.fmt,
+        call.raw,
+        call.body,
+        call.history,
+        settings,
+        tenant,
+        compressor,
+        emulating=emulates(settings.context_management, call.base or call.services.settings.upstream_base),
+        shared_key=call.caller.shared_key,
+        new_summaries=True,
+        prompt_cache=False,
+    )
 
 
 async def plan(call: ManagedCall, rec: telemetry.RequestRecord | None) -> None:

@@ -11,22 +11,22 @@ import functools
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.formats import chat
-from proxy.http import error_map
-from proxy.http.body_encoding import decoded
-from proxy.http.caller import Caller
 from proxy.core.settings import OffloadSettings
+from proxy.core.tokens import counter_for_model_async
+from proxy.errors import ProxyError
+from proxy.formats import chat
 from proxy.formats.chat.body import parse_chat_body
 from proxy.formats.json_body import LARGE_BODY
-from proxy.offload.cpu_pool import CPU
+from proxy.http import error_map
+from proxy.http.body_encoding import decoded
 from proxy.http.call_parts import compressor_for, model_of, request_settings, tenant_store
-from proxy.http.services import services_of
-from proxy.errors import ProxyError
+from proxy.http.caller import Caller
 from proxy.http.json_response import JSONResponse, json_answer
+from proxy.http.services import services_of
+from proxy.offload.cpu_pool import CPU
 from proxy.offload.pipeline import prepare
 from proxy.offload.tenant_store import TenantStore
 from proxy.store import StoreUnavailable
-from proxy.core.tokens import counter_for_model_async
 
 
 def _scope(request: Request) -> tuple[OffloadSettings, Caller, TenantStore]:
@@ -43,8 +43,9 @@ async def offload(request: Request) -> Response:
 
 async def _offload(request: Request) -> Response:
     limits = services_of(request).settings
-    raw, _ = await decoded(await request.body(), request.headers.getlist("content-encoding"),
-                           limit=limits.max_body_bytes)
+    raw, _ = await decoded(
+        await request.body(), request.headers.getlist("content-encoding"), limit=limits.max_body_bytes
+    )
     body = await CPU(len(raw) > LARGE_BODY)(functools.partial(parse_chat_body, max_messages=limits.max_messages), raw)
     settings, caller, tenant = _scope(request)
     refs = tenant.refs()
@@ -54,11 +55,13 @@ async def _offload(request: Request) -> Response:
     model = model_of(body)
     namespace = caller.namespace
     # the caller asked for the reduced messages now: a summary they need is made before answering
-    compressor = compressor_for(request, body, settings=settings, caller=caller, tenant=tenant, fmt=chat.CHAT, refs=refs,
-                                background=False)
+    compressor = compressor_for(
+        request, body, settings=settings, caller=caller, tenant=tenant, fmt=chat.CHAT, refs=refs, background=False
+    )
     counter = await counter_for_model_async(model)
-    prepared = await prepare(messages, settings, counter=counter, namespace=namespace, refs=refs,
-                             compressor=compressor, view=chat.VIEW)
+    prepared = await prepare(
+        messages, settings, counter=counter, namespace=namespace, refs=refs, compressor=compressor, view=chat.VIEW
+    )
     if prepared.refused is not None:  # the quota, or the upstream's verdict on the credential
         raise prepared.refused
     if prepared.store_failed:
@@ -87,8 +90,9 @@ async def list_events(request: Request) -> Response:
 async def _list_events(request: Request) -> Response:
     settings, caller, tenant = _scope(request)
     if caller.kind == "anonymous":
-        raise ProxyError(401, "Listing events needs a credential: anonymous clients share one namespace.",
-                         code="missing_api_key")
+        raise ProxyError(
+            401, "Listing events needs a credential: anonymous clients share one namespace.", code="missing_api_key"
+        )
     session = request.query_params.get("session") or settings.session
     data = await tenant.recent_events(session)
     return JSONResponse({"object": "list", "data": data})
@@ -103,7 +107,7 @@ async def _get_offloaded(request: Request) -> Response:
     _, _, tenant = _scope(request)
     item = await tenant.refs().load(ref)
     if item is None:
-        raise ProxyError(404, f"No offloaded content ref={ref} for this credential.", code="ref_not_found",
-                         param="ref")
-    return await json_answer({"ref": item.ref, "kind": item.kind, "content": item.text},
-                             cpu=CPU(len(item.text) > LARGE_BODY))
+        raise ProxyError(404, f"No offloaded content ref={ref} for this credential.", code="ref_not_found", param="ref")
+    return await json_answer(
+        {"ref": item.ref, "kind": item.kind, "content": item.text}, cpu=CPU(len(item.text) > LARGE_BODY)
+    )

@@ -12,21 +12,21 @@ from starlette.responses import Response, StreamingResponse
 
 from proxy.core import json_text, jsonio
 from proxy.core.compaction_token import may_spell_token, sealed_fields
+from proxy.errors import ProxyError, Shape, anthropic_error_event
 from proxy.formats.json_body import LARGE_BODY, load_object
 from proxy.http.body_charset import refuse_other_charsets
 from proxy.http.body_encoding import codings_of, decoded_body
+from proxy.http.caller import Caller
+from proxy.http.disconnect import ClientDisconnected, ClientWatch
+from proxy.http.headers import response_headers_for_client
+from proxy.http.services import services_of
+from proxy.http.shared_state import takes_uploads
 from proxy.offload import cpu_pool, response_chains
 from proxy.offload.tenant_store import TenantStore
 from proxy.upstream import sse
-from proxy.http.caller import Caller
-from proxy.http.disconnect import ClientDisconnected, ClientWatch
-from proxy.upstream.errors import response_host, stream_broke, upstream_error
-from proxy.http.services import services_of
-from proxy.http.shared_state import takes_uploads
-from proxy.errors import ProxyError, Shape, anthropic_error_event
-from proxy.http.headers import response_headers_for_client
-from proxy.upstream.client import Upstream
 from proxy.upstream.choice import has_dot_segment
+from proxy.upstream.client import Upstream
+from proxy.upstream.errors import response_host, stream_broke, upstream_error
 
 BODYLESS = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})
 # Relayed paths whose JSON body carries a history's items (Anthropic message batches, items of
@@ -72,8 +72,9 @@ async def close_after(response: httpx2.Response, chunks: AsyncIterator[bytes]) -
 BUFFER_LIMIT = 256 * 1024  # a body of known, small length is read whole: cheaper than streaming it
 
 
-async def stream_back(response: httpx2.Response, extra_headers: Sequence[tuple[bytes, bytes]] = (), *,
-                      shape: Shape = "openai") -> Response:
+async def stream_back(
+    response: httpx2.Response, extra_headers: Sequence[tuple[bytes, bytes]] = (), *, shape: Shape = "openai"
+) -> Response:
     """Relay an upstream response as-is: status, headers, raw (still encoded) body.
 
     Streams (SSE, chunked, large) are relayed chunk by chunk as they arrive; a stream that
@@ -104,8 +105,9 @@ def is_plain_sse(response: httpx2.Response) -> bool:
     )
 
 
-async def with_error_event(chunks: AsyncIterator[bytes], shape: Shape = "openai", *,
-                           host: str | None = None) -> AsyncIterator[bytes]:
+async def with_error_event(
+    chunks: AsyncIterator[bytes], shape: Shape = "openai", *, host: str | None = None
+) -> AsyncIterator[bytes]:
     """An SSE stream that breaks off upstream ends with an error event (and [DONE] for OpenAI's
     streams; Anthropic's `error` event ends its own), not a cut."""
     try:
@@ -176,14 +178,17 @@ def refuse_tokens(body: dict) -> None:
     body (a Messages batch, items added to a conversation, …): no upstream may get one, and only
     the managed paths know what it stands for."""
     for path in sealed_fields(body):
-        raise ProxyError(400, f"{path} holds a compaction token of this proxy's, which no upstream can read; on "
-                              "this endpoint it is not replaced by what it stands for: send that history instead "
-                              "(or send the request through /v1/responses or /v1/messages).",
-                         code="invalid_compaction", param=path)
+        raise ProxyError(
+            400,
+            f"{path} holds a compaction token of this proxy's, which no upstream can read; on "
+            "this endpoint it is not replaced by what it stands for: send that history instead "
+            "(or send the request through /v1/responses or /v1/messages).",
+            code="invalid_compaction",
+            param=path,
+        )
 
 
-async def checked_body(request: Request, caller: Caller, *, path: str, shared: bool,
-                       items: bool) -> tuple[bytes, bool]:
+async def checked_body(request: Request, caller: Caller, *, path: str, shared: bool, items: bool) -> tuple[bytes, bool]:
     """A relayed body, read whole, checked, and what goes upstream in its place (True: the body was
     replaced, its length and coding recomputed).
 
@@ -217,8 +222,12 @@ async def checked_body(request: Request, caller: Caller, *, path: str, shared: b
             return None
         if upload and not looks_like_json(plain):
             if not takes_uploads(path):
-                raise ProxyError(400, f"/v1/{path} takes a JSON body (a multipart/form-data upload goes only to the "
-                                      "audio and image endpoints on this proxy's shared key).", code="invalid_json")
+                raise ProxyError(
+                    400,
+                    f"/v1/{path} takes a JSON body (a multipart/form-data upload goes only to the "
+                    "audio and image endpoints on this proxy's shared key).",
+                    code="invalid_json",
+                )
             return None
         refuse_other_charsets(request.headers.getlist("content-type"))
         body = load_object(plain)  # 400 for anything but a JSON object in UTF-8, naming another encoding
@@ -251,9 +260,9 @@ async def delete_chained(request: Request, caller: Caller, path: str) -> None:
     if not later or later == response_id:
         return
     try:  # `later` is a plain id (response_chains.plain_id): the path stays /v1/responses/{id}
-        extra = await services.upstream.send("DELETE", f"responses/{later}",
-                                             headers=caller.upstream_headers(request.scope["headers"]),
-                                             base=caller.base)
+        extra = await services.upstream.send(
+            "DELETE", f"responses/{later}", headers=caller.upstream_headers(request.scope["headers"]), base=caller.base
+        )
         await extra.aclose()
     except ProxyError:
         pass  # the client's own delete succeeded; the upstream's retention of the other is its own

@@ -11,9 +11,11 @@ from starlette.responses import Response
 from proxy.errors import ProxyError
 from proxy.http.family import family_of
 
-NOT_FOUND = ("No such path on this proxy: the OpenAI and Anthropic APIs are under /v1 (POST /v1/chat/completions, "
-             "/v1/responses, /v1/messages, GET /v1/models…; also without /v1), and its own pages are /healthz, "
-             "/readyz, /metrics and /dashboard.")
+NOT_FOUND = (
+    "No such path on this proxy: the OpenAI and Anthropic APIs are under /v1 (POST /v1/chat/completions, "
+    "/v1/responses, /v1/messages, GET /v1/models…; also without /v1), and its own pages are /healthz, "
+    "/readyz, /metrics and /dashboard."
+)
 
 
 async def not_routed(request: Request, exc: Exception) -> Response:

@@ -9,7 +9,6 @@ from starlette.requests import Request
 
 from proxy.config import ServerSettings
 from proxy.core.settings import SettingsResolver
-from proxy.telemetry import Metrics
 from proxy.offload.background import SummaryScheduler
 from proxy.offload.keepalive import KeepAlive
 from proxy.offload.observed_sessions import ObservedSessions
@@ -17,6 +16,7 @@ from proxy.offload.quota import CredentialCheck
 from proxy.stats.recorder import Recorder
 from proxy.store.guarded import GuardedStore
 from proxy.store.sealing import Sealer
+from proxy.telemetry import Metrics
 from proxy.upstream.client import Upstream
 
 

@@ -86,8 +86,11 @@ def stored_state(body: Any) -> str | None:
     container = body.get("container")  # Anthropic code execution: an existing one, or custom skills
     if (type(container) is str and container) or (type(container) is dict and _named(container.get("id"))):
         return "container"
-    if type(container) is dict and type(container.get("skills")) is list and any(
-            type(skill) is dict and skill.get("type") != "anthropic" for skill in container["skills"]):
+    if (
+        type(container) is dict
+        and type(container.get("skills")) is list
+        and any(type(skill) is dict and skill.get("type") != "anthropic" for skill in container["skills"])
+    ):
         return "container.skills"
     for list_name in _ITEM_LISTS:
         items = body.get(list_name)

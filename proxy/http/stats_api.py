@@ -26,8 +26,8 @@ import asyncio
 import hmac
 import re
 import time
-from dataclasses import asdict
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import asdict
 from typing import Any
 
 from starlette.datastructures import Headers
@@ -44,8 +44,8 @@ from proxy.http.caller import Caller, presented_credentials
 from proxy.http.json_response import JSONResponse
 from proxy.http.routing_errors import not_routed
 from proxy.http.services import services_of
-from proxy.offload.tenant import namespace_for
 from proxy.offload.cpu_pool import CPU
+from proxy.offload.tenant import namespace_for
 from proxy.stats import holdout, holdout_report, reader
 from proxy.stats.buckets import WINDOWS, span_of
 
@@ -89,17 +89,27 @@ class StatsApi:
         wanted = request.query_params.get("tenant", "").strip()
         if request.scope.get("state", {}).get("admin"):
             if not wanted and required:
-                raise ProxyError(400, "The admin token reads one tenant here: add ?tenant=<name or namespace>.",
-                                 code="tenant_required", param="tenant")
+                raise ProxyError(
+                    400,
+                    "The admin token reads one tenant here: add ?tenant=<name or namespace>.",
+                    code="tenant_required",
+                    param="tenant",
+                )
             return self._named(wanted) if wanted else None
         caller: Caller = request.state.caller
         if caller.kind == "anonymous":  # one namespace for every anonymous client: as with events
-            raise ProxyError(401, "Statistics need a credential: anonymous clients share one namespace.",
-                             code="missing_api_key")
+            raise ProxyError(
+                401, "Statistics need a credential: anonymous clients share one namespace.", code="missing_api_key"
+            )
         own = {caller.namespace, reader.display_name(caller.namespace, self.names)}  # as `tenant`, as `name`
         if wanted and wanted not in own and self.by_name.get(wanted) != caller.namespace:
-            raise ProxyError(403, "This credential reads its own tenant's statistics only.",
-                             type_="permission_error", code="tenant_forbidden", param="tenant")
+            raise ProxyError(
+                403,
+                "This credential reads its own tenant's statistics only.",
+                type_="permission_error",
+                code="tenant_forbidden",
+                param="tenant",
+            )
         return caller.namespace
 
     async def _tenant(self, request: Request, namespace: str | None) -> dict[str, Any]:
@@ -116,8 +126,12 @@ class StatsApi:
         async def run() -> dict[str, Any]:
             window = request.query_params.get("window", "24h")
             if window not in WINDOWS:
-                raise ProxyError(400, f"window must be one of {', '.join(WINDOWS)}; got {window!r}.",
-                                 code="invalid_window", param="window")
+                raise ProxyError(
+                    400,
+                    f"window must be one of {', '.join(WINDOWS)}; got {window!r}.",
+                    code="invalid_window",
+                    param="window",
+                )
             namespace = self.namespace(request, required=False)
             services = services_of(request)
             span = span_of(window, time.time())
@@ -125,10 +139,16 @@ class StatsApi:
             # taken before the totals are read: an answer whose recorder holds nothing has totals
             # counting every turn written so far
             recorder = asdict(services.recorder.snapshot()) if namespace is None else None
-            body: dict[str, Any] = {"object": "offload.stats", "window": window,
-                                    **await self._tenant(request, namespace),
-                                    "viewer": "admin" if admin else "tenant",
-                                    "from": span.start, "to": span.end, "now": span.now, "step": span.window.step}
+            body: dict[str, Any] = {
+                "object": "offload.stats",
+                "window": window,
+                **await self._tenant(request, namespace),
+                "viewer": "admin" if admin else "tenant",
+                "from": span.start,
+                "to": span.end,
+                "now": span.now,
+                "step": span.window.step,
+            }
             body.update(await reader.window_stats(services.store, span, namespace))
             body["health"] = {"store": await services.store.ping()}
             if admin:  # this worker's background work, which no tenant's credential sees
@@ -136,8 +156,9 @@ class StatsApi:
             if namespace is not None:
                 body["holdout"] = await self.holdout(request, namespace)
             if namespace is None:  # the admin's view of all tenants
-                body["tenants"], body["tenants_truncated"] = await reader.tenant_rows(services.store, span, self.names,
-                                                                                      sealer=services.sealer)
+                body["tenants"], body["tenants_truncated"] = await reader.tenant_rows(
+                    services.store, span, self.names, sealer=services.sealer
+                )
                 body["recorder"] = recorder
             return body
 
@@ -157,16 +178,18 @@ class StatsApi:
         task = self._computing.get(key)
         if task is None:
             task = self._computing[key] = asyncio.ensure_future(self._compare(request, key))
-            task.add_done_callback(lambda done: (self._computing.pop(key, None),
-                                                 done.cancelled() or done.exception()))  # retrieved: never logged as lost
+            task.add_done_callback(
+                lambda done: (self._computing.pop(key, None), done.cancelled() or done.exception())
+            )  # retrieved: never logged as lost
         return await asyncio.shield(task)  # a client going away leaves it to the others
 
     async def _compare(self, request: Request, key: tuple[str, float]) -> dict[str, Any]:
         now = time.monotonic()
         namespace, fraction = key
         outcomes, kept = await holdout.outcomes(services_of(request).store, namespace)
-        section = await CPU(len(outcomes) > SMALL_COMPARISON)(holdout_report.report, outcomes, kept=kept,
-                                                               fraction=fraction)
+        section = await CPU(len(outcomes) > SMALL_COMPARISON)(
+            holdout_report.report, outcomes, kept=kept, fraction=fraction
+        )
         if len(outcomes) > SMALL_COMPARISON:  # a small one is made again each time (its store reads cost more)
             if len(self._holdouts) >= MAX_MEMO:
                 self._holdouts.clear()
@@ -180,8 +203,15 @@ class StatsApi:
             limit = _int(request, "limit", default=DEFAULT_LIMIT, low=1, high=MAX_LIMIT)
             offset = _int(request, "offset", default=0, low=0, high=10**9)
             total, rows = await reader.sessions_page(services_of(request).store, namespace, offset, limit=limit)
-            return {"object": "list", **await self._tenant(request, namespace), "total": total, "offset": offset,
-                    "limit": limit, "has_more": offset + len(rows) < total, "data": rows}
+            return {
+                "object": "list",
+                **await self._tenant(request, namespace),
+                "total": total,
+                "offset": offset,
+                "limit": limit,
+                "has_more": offset + len(rows) < total,
+                "data": rows,
+            }
 
         return await answer(run)
 
@@ -190,8 +220,9 @@ class StatsApi:
             namespace = self.namespace(request, required=True)
             assert namespace is not None
             services = services_of(request)
-            found = await reader.session_detail(services.store, namespace, request.path_params["session"],
-                                                sealer=services.sealer)
+            found = await reader.session_detail(
+                services.store, namespace, request.path_params["session"], sealer=services.sealer
+            )
             if found is None:
                 raise ProxyError(404, "No statistics for this session.", code="session_not_found")
             return {"object": "offload.session", **await self._tenant(request, namespace), **found}
@@ -201,6 +232,7 @@ class StatsApi:
 
 async def answer(run: Callable[[], Awaitable[Any]]) -> Response:
     """`run()`'s value as JSON, never cached, or the proxy's error (`proxy.http.error_map`)."""
+
     async def json() -> Response:
         return JSONResponse(await run(), headers={"cache-control": "no-store"})
 
@@ -216,8 +248,9 @@ def _int(request: Request, name: str, *, default: int, low: int, high: int) -> i
     except ValueError:
         value = low - 1
     if not low <= value <= high:
-        raise ProxyError(400, f"{name} must be an integer from {low} to {high}; got {raw!r}.",
-                         code="invalid_parameter", param=name)
+        raise ProxyError(
+            400, f"{name} must be an integer from {low} to {high}; got {raw!r}.", code="invalid_parameter", param=name
+        )
     return value
 
 
@@ -248,9 +281,12 @@ class AdminGate:
                 scope.setdefault("state", {})["admin"] = True
                 await self.router(scope, receive, send)
                 return
-            error = ProxyError(403, "The admin token is not a client credential: it reads /v1/offload/stats and "
-                                    "/v1/offload/sessions only.", type_="permission_error",
-                               code="admin_token_not_a_credential")
+            error = ProxyError(
+                403,
+                "The admin token is not a client credential: it reads /v1/offload/stats and /v1/offload/sessions only.",
+                type_="permission_error",
+                code="admin_token_not_a_credential",
+            )
             await error.response()(scope, receive, send)
             return
         await self.app(scope, receive, send)

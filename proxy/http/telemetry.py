@@ -24,11 +24,24 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from proxy.errors import error_response
 from proxy.http import log_clip
 from proxy.http.log_clip import clip_value
+
 # the record and the metrics live below the HTTP layer; named here too for the app and the tests
 from proxy.telemetry import MAX_TENANT_LABELS, Metrics, RequestRecord, current
 
-__all__ = ["MAX_TENANT_LABELS", "Metrics", "RequestRecord", "current", "Observe", "route_of", "log_request",
-           "JsonFormatter", "TextFormatter", "configure_logging", "configure_text_logging", "metrics_endpoint"]
+__all__ = [
+    "MAX_TENANT_LABELS",
+    "Metrics",
+    "RequestRecord",
+    "current",
+    "Observe",
+    "route_of",
+    "log_request",
+    "JsonFormatter",
+    "TextFormatter",
+    "configure_logging",
+    "configure_text_logging",
+    "metrics_endpoint",
+]
 
 access_log = logging.getLogger("proxy.access")
 
@@ -66,17 +79,27 @@ class Observe:
     request comes in and returns what to call once `on_finished` has seen it: its client may have
     the answer before then, and whoever reads the statistics right after must know one is held."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics,
-                 on_finished: Callable[[RequestRecord, Scope], None] | None = None,
-                 *, on_started: Callable[[], Callable[[], None]] | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        metrics: Metrics,
+        on_finished: Callable[[RequestRecord, Scope], None] | None = None,
+        *,
+        on_started: Callable[[], Callable[[], None]] | None = None,
+    ) -> None:
         self.app, self.metrics, self.on_finished, self.on_started = app, metrics, on_finished, on_started
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        rec = RequestRecord(route_of(scope["path"]), scope["method"], scope["path"], metrics=self.metrics,
-                            transport=scope.get("offload.transport"))
+        rec = RequestRecord(
+            route_of(scope["path"]),
+            scope["method"],
+            scope["path"],
+            metrics=self.metrics,
+            transport=scope.get("offload.transport"),
+        )
         token = current.set(rec)
         release = self.on_started() if self.on_started is not None and rec.route in TURN_ROUTES else None
 
@@ -113,8 +136,11 @@ def log_request(rec: RequestRecord, elapsed: float) -> None:
         line.pop(internal, None)
     for name, bill in (("billed", rec.bill.total), ("summary_billed", rec.summary_bill)):
         if bill.answers or bill.unreported:  # what the upstream reported it billed (`proxy.core.bill`)
-            line[name] = {**{k: v for k, v in bill.tokens().items() if v}, "answers": bill.answers,
-                          **({"without_usage": bill.unreported} if bill.unreported else {})}
+            line[name] = {
+                **{k: v for k, v in bill.tokens().items() if v},
+                "answers": bill.answers,
+                **({"without_usage": bill.unreported} if bill.unreported else {}),
+            }
     line.pop("upstream_sent", None)
     if not rec.observed:
         line.pop("observed", None)
@@ -169,10 +195,15 @@ class TextFormatter(logging.Formatter):
             except ValueError:
                 line = None  # clipped (proxy.http.log_clip): logged as it is
             if isinstance(line, dict):
-                lead = [f"{line.get('method', '')} {line.get('path', '')} {line.get('status', '')}",
-                        f"{line.get('duration_ms', '')}ms"]
-                rest = [f"{k}={json.dumps(v) if isinstance(v, (list, dict)) else v}" for k, v in line.items()
-                        if k not in self.LEAD and v not in (0, False)]
+                lead = [
+                    f"{line.get('method', '')} {line.get('path', '')} {line.get('status', '')}",
+                    f"{line.get('duration_ms', '')}ms",
+                ]
+                rest = [
+                    f"{k}={json.dumps(v) if isinstance(v, (list, dict)) else v}"
+                    for k, v in line.items()
+                    if k not in self.LEAD and v not in (0, False)
+                ]
                 record.message = " ".join(lead + rest)
         return super().formatMessage(record)
 
@@ -198,8 +229,9 @@ def metrics_endpoint(admin_token: str | None, metrics: Metrics):
     async def endpoint(request: Request) -> Response:
         presented = request.headers.get("authorization", "").encode()
         if admin_token and not hmac.compare_digest(presented, f"Bearer {admin_token}".encode()):
-            return error_response(401, "This endpoint needs the admin token.", type_="authentication_error",
-                                  code="admin_token_required")
+            return error_response(
+                401, "This endpoint needs the admin token.", type_="authentication_error", code="admin_token_required"
+            )
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     return endpoint

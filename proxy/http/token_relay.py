@@ -41,7 +41,9 @@ async def read_body(request: Request, caller: Caller, *, parse: Parse) -> dict:
     codings = codings_of(request.headers.getlist("content-encoding"))
     raw = await request.body()
 
-    plain = await decoded_body(raw, codings, limit=limits.max_body_bytes)  # on the loop only while it inflates to little
+    plain = await decoded_body(
+        raw, codings, limit=limits.max_body_bytes
+    )  # on the loop only while it inflates to little
 
     def parsed() -> dict:
         body = parse(plain, limits.max_messages)
@@ -61,24 +63,34 @@ async def relay_tokens_expanded(request: Request, caller: Caller, path: str, *, 
     services = services_of(request)
     body = await read_body(request, caller, parse=parse)
     records = tenant_store(request, caller, charged=False).records(RESPONSES.records_api)
-    begun = await emulation_request.begin(body, RESPONSES.history(body), view=RESPONSES.view, emulating=False,
-                                          tokens=True, records=records)
+    begun = await emulation_request.begin(
+        body, RESPONSES.history(body), view=RESPONSES.view, emulating=False, tokens=True, records=records
+    )
     if not begun.replaced:
         return await relay(request)
     caller.check_relay("POST", path)
     cpu = cpu_pool.CPU.for_messages(begun.items)  # what a token stands for may be tens of MB
     content = await cpu(large_json.dumps_yielding if cpu.large else jsonio.dumps, {**body, "input": begun.items})
     watch = ClientWatch(request, body_read=True)
-    response = await watch.run(services.upstream.send(
-        "POST", path, query=request.scope.get("query_string", b""),
-        headers=caller.upstream_headers(request.scope["headers"], body_replaced=True), content=content,
-        base=caller.base))
+    response = await watch.run(
+        services.upstream.send(
+            "POST",
+            path,
+            query=request.scope.get("query_string", b""),
+            headers=caller.upstream_headers(request.scope["headers"], body_replaced=True),
+            content=content,
+            base=caller.base,
+        )
+    )
     return await stream_back(response, shape=caller.family)
 
 
 async def responses_input_tokens(request: Request) -> Response:
     """`POST /v1/responses/input_tokens`: relayed (every upstream that has it counts natively)."""
     caller: Caller = request.state.caller
-    return await answered(request, lambda: relay_tokens_expanded(
-        request, caller, "responses/input_tokens",
-        parse=lambda raw, limit: RESPONSES.parse(raw, max_items=limit)))
+    return await answered(
+        request,
+        lambda: relay_tokens_expanded(
+            request, caller, "responses/input_tokens", parse=lambda raw, limit: RESPONSES.parse(raw, max_items=limit)
+        ),
+    )

@@ -47,8 +47,11 @@ class UnknownHeaderWarning:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        found = unknown_in(scope["headers"]) if scope["type"] == "http" and (
-            path == "/v1" or path.startswith("/v1/")) else None
+        found = (
+            unknown_in(scope["headers"])
+            if scope["type"] == "http" and (path == "/v1" or path.startswith("/v1/"))
+            else None
+        )
         if found is None:
             await self.app(scope, receive, send)
             return

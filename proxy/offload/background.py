@@ -43,9 +43,16 @@ class SchedulerState:
 
 
 class SummaryScheduler:
-    def __init__(self, *, concurrency: int = 4, queue: int = 64, max_age: float = 120.0,
-                 per_tenant: int | None = None, max_weight: int = 32_000_000,
-                 on_change: Callable[[SchedulerState], None] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        concurrency: int = 4,
+        queue: int = 64,
+        max_age: float = 120.0,
+        per_tenant: int | None = None,
+        max_weight: int = 32_000_000,
+        on_change: Callable[[SchedulerState], None] | None = None,
+    ) -> None:
         self.concurrency, self.queue_size, self.max_age = concurrency, queue, max_age
         self.per_tenant = per_tenant or concurrency
         self.max_weight = max_weight
@@ -64,17 +71,26 @@ class SummaryScheduler:
         """Is a job with this key queued or running here?"""
         return key in self._jobs
 
-    def submit(self, key: str, run: Callable[[], Awaitable[None]], *, tenant: str = "", weight: int = 0,
-               on_end: Callable[[], None] | None = None) -> bool:
+    def submit(
+        self,
+        key: str,
+        run: Callable[[], Awaitable[None]],
+        *,
+        tenant: str = "",
+        weight: int = 0,
+        on_end: Callable[[], None] | None = None,
+    ) -> bool:
         """Start `run` now or when a slot frees; False (nothing started) when the same key is
         already here, the queue, the tenant's share or the weight is full, or it is closed.
         `weight`: what the job holds in memory (tokens of history), released when it ends.
         `on_end`: called when the job has ended, or was dropped without ever running."""
         if self._closed or key in self._jobs:
             return False
-        if ((len(self._running) >= self.concurrency and len(self._queue) >= self.queue_size)
-                or self._tenants.get(tenant, 0) >= self.per_tenant
-                or (self._jobs and self._weight + weight > self.max_weight)):
+        if (
+            (len(self._running) >= self.concurrency and len(self._queue) >= self.queue_size)
+            or self._tenants.get(tenant, 0) >= self.per_tenant
+            or (self._jobs and self._weight + weight > self.max_weight)
+        ):
             self._dropped += 1
             self._changed()
             return False
@@ -137,8 +153,9 @@ class SummaryScheduler:
     def state(self) -> SchedulerState:
         now = time.monotonic()
         started = [queued for _, queued in self._running.values()] + [job.queued for job in self._queue]
-        return SchedulerState(len(self._queue), len(self._running), now - min(started) if started else 0.0,
-                              self._dropped)
+        return SchedulerState(
+            len(self._queue), len(self._running), now - min(started) if started else 0.0, self._dropped
+        )
 
     def _changed(self) -> None:
         if self._on_change is not None:

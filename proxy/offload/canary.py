@@ -68,15 +68,23 @@ TTL = 400 * 86400  # renewed at every start
 HEADER = b"offload-proxy canary v2\nlineage:"
 HEADER_V1 = b"offload-proxy canary v1\nnames:"
 
-LOST = ("the store had lost its secrets canary (restarted without persistence, or flushed): written again, "
-        "so a replica with other secrets is refused")
-RESTORED = ("a replica with other secrets wrote the store's canary after the store had lost it: written again "
-            "with this replica's (the fleet's, older); that replica stops at its next check")
-SWITCHED_ON = ("the store was used without --encryption-key until now: what was stored without it stays in "
-               "namespaces this replica does not read, and replicas without the key now refuse to start")
-MOVED_ON = ("the store's canary no longer opens with this replica's secrets, of the same fleet: the other "
-            "replicas moved on (a key rotation, or encryption switched on); this replica goes on serving, "
-            "restart it with their secrets")
+LOST = (
+    "the store had lost its secrets canary (restarted without persistence, or flushed): written again, "
+    "so a replica with other secrets is refused"
+)
+RESTORED = (
+    "a replica with other secrets wrote the store's canary after the store had lost it: written again "
+    "with this replica's (the fleet's, older); that replica stops at its next check"
+)
+SWITCHED_ON = (
+    "the store was used without --encryption-key until now: what was stored without it stays in "
+    "namespaces this replica does not read, and replicas without the key now refuse to start"
+)
+MOVED_ON = (
+    "the store's canary no longer opens with this replica's secrets, of the same fleet: the other "
+    "replicas moved on (a key rotation, or encryption switched on); this replica goes on serving, "
+    "restart it with their secrets"
+)
 
 
 class CanaryMismatch(Exception):
@@ -108,7 +116,7 @@ def _parse(raw: bytes) -> tuple[str | None, bytes]:
     """(its lineage, as the clear part says; what is sealed)."""
     if not raw.startswith(HEADER):
         return None, raw
-    lineage, _, sealed = raw[len(HEADER):].partition(b"\n")
+    lineage, _, sealed = raw[len(HEADER) :].partition(b"\n")
     return lineage.decode("ascii", "replace"), sealed
 
 
@@ -118,24 +126,32 @@ def new_lineage() -> str:
 
 def _older(a: str, b: str) -> bool:
     """Did lineage `a` begin before `b`?"""
+
     def since(lineage: str) -> tuple[float, str]:
         try:
             return float(lineage.partition("-")[0]), lineage
         except ValueError:
             return float("inf"), lineage  # unreadable: the newest
+
     return since(a) < since(b)
 
 
 def _refusal(sealer: Sealer, found: bytes | None) -> str:
     if found is None and not sealer.seals:
-        return ("the store was written by replicas with an --encryption-key and this one has none: every replica "
-                "sharing a store needs the same --encryption-key")
+        return (
+            "the store was written by replicas with an --encryption-key and this one has none: every replica "
+            "sharing a store needs the same --encryption-key"
+        )
     if found is None:
-        return ("--encryption-key does not open the store's canary: another replica wrote it with a different key. "
-                "Every replica sharing a store needs the same --encryption-key (to rotate it: "
-                "--encryption-key-previous, docs/security.md)")
-    return ("--namespace-key (by default --encryption-key) is not the one the store's other replicas derive tenant "
-            "namespaces from: every replica needs the same one")
+        return (
+            "--encryption-key does not open the store's canary: another replica wrote it with a different key. "
+            "Every replica sharing a store needs the same --encryption-key (to rotate it: "
+            "--encryption-key-previous, docs/security.md)"
+        )
+    return (
+        "--namespace-key (by default --encryption-key) is not the one the store's other replicas derive tenant "
+        "namespaces from: every replica needs the same one"
+    )
 
 
 async def _check_v1(store: Store, sealer: Sealer, names_key: str | None) -> None:
@@ -176,8 +192,9 @@ async def check(store: Store, sealer: Sealer, names_key: str | None, *, lineage:
     return Checked(kept, SWITCHED_ON if switching_on else None)
 
 
-async def _dispute(store: Store, sealer: Sealer, names_key: str | None, *, lineage: str, theirs: str | None,
-                   refusal: str) -> Checked:
+async def _dispute(
+    store: Store, sealer: Sealer, names_key: str | None, *, lineage: str, theirs: str | None, refusal: str
+) -> Checked:
     """A running replica finds a canary its secrets do not open: whose lineage is the fleet's?"""
     if theirs == lineage:
         return Checked(lineage, f"{MOVED_ON} ({refusal})", alarm=True)
@@ -201,8 +218,10 @@ def startup_check(settings) -> str | None:
     except (StoreUnavailable, asyncio.TimeoutError, OSError) as exc:
         os.environ.pop(LINEAGE_ENV, None)
         os.environ[UNCHECKED_ENV] = "1"  # the workers (this process, or spawned with its environment)
-        return (f"the store's secrets canary was not checked (the store is unreachable: {exc or 'timed out'}); "
-                "the workers check it once the store answers")
+        return (
+            f"the store's secrets canary was not checked (the store is unreachable: {exc or 'timed out'}); "
+            "the workers check it once the store answers"
+        )
     os.environ.pop(UNCHECKED_ENV, None)
     os.environ[LINEAGE_ENV] = checked.lineage
     return checked.note
@@ -212,8 +231,10 @@ def _checked_now(settings, *, lineage: str | None) -> Checked:
     async def run() -> Checked:
         store = open_store(settings)
         try:
-            return await asyncio.wait_for(check(store, sealer_for(settings), settings.names_key, lineage=lineage),
-                                          check_timeout(settings.store_timeout))
+            return await asyncio.wait_for(
+                check(store, sealer_for(settings), settings.names_key, lineage=lineage),
+                check_timeout(settings.store_timeout),
+            )
         finally:
             await store.close()
 
@@ -237,8 +258,16 @@ def after_serve(settings) -> None:
         raise SystemExit(f"offload-proxy: {exc}") from None
 
 
-async def keep(store: Store, sealer: Sealer, names_key: str | None, *, lineage: str | None,
-               stop: Callable[[], None], every: float = KEEP_EVERY, woken: asyncio.Event | None = None) -> None:
+async def keep(
+    store: Store,
+    sealer: Sealer,
+    names_key: str | None,
+    *,
+    lineage: str | None,
+    stop: Callable[[], None],
+    every: float = KEEP_EVERY,
+    woken: asyncio.Event | None = None,
+) -> None:
     """A worker's canary, while it runs: checked every `every` s and when `woken` is set (the
     store answers again), from `lineage` (None: the startup check still to make); on a mismatch
     this replica must not go on with, logged and `stop` called."""
@@ -271,8 +300,9 @@ async def _rest(every: float, woken: asyncio.Event | None) -> None:
     woken.clear()
 
 
-def keep_if_served(store: Store, sealer: Sealer, names_key: str | None, *, workers: int,
-                   woken: asyncio.Event | None = None) -> asyncio.Task | None:
+def keep_if_served(
+    store: Store, sealer: Sealer, names_key: str | None, *, workers: int, woken: asyncio.Event | None = None
+) -> asyncio.Task | None:
     """A worker's `keep`, when `serve` runs it (None in an app built otherwise: a test, a program)."""
     unchecked, lineage = os.environ.get(UNCHECKED_ENV) == "1", os.environ.get(LINEAGE_ENV)
     if not unchecked and not lineage:
@@ -282,4 +312,5 @@ def keep_if_served(store: Store, sealer: Sealer, names_key: str | None, *, worke
         os.kill(os.getppid() if workers > 1 else os.getpid(), signal.SIGTERM)
 
     return asyncio.get_running_loop().create_task(
-        keep(store, sealer, names_key, lineage=None if unchecked else lineage, stop=stop, woken=woken))
+        keep(store, sealer, names_key, lineage=None if unchecked else lineage, stop=stop, woken=woken)
+    )

@@ -35,8 +35,17 @@ __all__ = ["CompactionRecords", "TokenError"]
 
 
 class CompactionRecords:
-    def __init__(self, store: Store, namespace: str, ttl: int, *, sealer: Sealer, secret: str | None = None,
-                 quota: Quota | None = None, api: str = "responses") -> None:
+    def __init__(
+        self,
+        store: Store,
+        namespace: str,
+        ttl: int,
+        *,
+        sealer: Sealer,
+        secret: str | None = None,
+        quota: Quota | None = None,
+        api: str = "responses",
+    ) -> None:
         """`secret`: the server's names key (`ServerSettings.names_key`: it keys the tokens' tags), if any; `api`:
         whose items the records hold ("responses" or "messages"; a token is read by its own API only)."""
         self.store, self.namespace, self.ttl, self.sealer = store, namespace, ttl, sealer
@@ -88,7 +97,9 @@ class CompactionRecords:
                 return None
         large = len(value) > LARGE_CHARS
         items, again = await CPU(large)(self._opened, value, store_key, large)
-        await resealing.write_back(self.store, store_key, value, again=again)  # a rotation under way: readable after it too
+        await resealing.write_back(
+            self.store, store_key, value, again=again
+        )  # a rotation under way: readable after it too
         return items
 
     async def _moved(self, record_id: str, store_key: str) -> bytes | None:
@@ -109,6 +120,8 @@ class CompactionRecords:
         store no longer holds its record (the message says which)."""
         items = await self.load(token)
         if items is None:
-            raise TokenError("the proxy's store no longer holds what it stood for (it expired after --store-ttl "
-                             "unused, or was evicted); send the history without it")
+            raise TokenError(
+                "the proxy's store no longer holds what it stood for (it expired after --store-ttl "
+                "unused, or was evicted); send the history without it"
+            )
         return items

@@ -10,9 +10,9 @@ import json
 import time
 from typing import Any
 
-from proxy.store.sealing import Sealer
-from proxy.store import Store, StoreUnavailable, resealing
 from proxy.offload.tenant import key
+from proxy.store import Store, StoreUnavailable, resealing
+from proxy.store.sealing import Sealer
 
 MAX_EVENTS = 500
 NO_SESSION = "-"
@@ -26,8 +26,9 @@ def _list_key(namespace: str, session: str | None, sealer: Sealer) -> str:
     return key(namespace, "events", sealer.key_name(session or NO_SESSION, namespace))
 
 
-async def record(store: Store, namespace: str, session: str | None, *, events: list[dict], ttl: int,
-                 sealer: Sealer) -> None:
+async def record(
+    store: Store, namespace: str, session: str | None, *, events: list[dict], ttl: int, sealer: Sealer
+) -> None:
     """Append events; an unreachable store loses them (accounting never fails a request)."""
     list_key = _list_key(namespace, session, sealer)
     try:
@@ -38,8 +39,9 @@ async def record(store: Store, namespace: str, session: str | None, *, events: l
         pass
 
 
-async def recent(store: Store, namespace: str, session: str | None, *, limit: int = MAX_EVENTS,
-                 sealer: Sealer) -> list[dict]:
+async def recent(
+    store: Store, namespace: str, session: str | None, *, limit: int = MAX_EVENTS, sealer: Sealer
+) -> list[dict]:
     """The newest `limit` events, oldest first; ones that do not open (sealed under another key) are left out."""
     list_key = _list_key(namespace, session, sealer)
     opened = await resealing.opened_items(store, list_key, (await store.items(list_key))[-limit:], sealer=sealer)

@@ -32,8 +32,9 @@ from proxy.core import jsonio
 from proxy.core import keepalive as ka
 from proxy.core import provider_cache as pc
 from proxy.core.last_sent import LastSent
-from proxy.formats.keepalive_pings import output_tokens, ping as ping_body, profile_name
 from proxy.formats.json_body import LARGE_BODY
+from proxy.formats.keepalive_pings import output_tokens, profile_name
+from proxy.formats.keepalive_pings import ping as ping_body
 from proxy.offload import last_sent
 from proxy.offload.cpu_pool import CPU
 from proxy.offload.tenant import key
@@ -90,10 +91,24 @@ def _ping_of(endpoint: str, content: bytes) -> bytes | None:
 
 
 class KeepAlive:
-    def __init__(self, upstream: Upstream, limits: ka.Limits, *, max_bytes: int,
-                 on_answer: Callable[[PingDone], None] | None = None, on_avoided: Callable[[int], None] | None = None,
-                 clock: Callable[[], float] = time.time, timeout: float = 60.0) -> None:
-        self.upstream, self.limits, self.max_bytes, self.clock, self.timeout = upstream, limits, max_bytes, clock, timeout
+    def __init__(
+        self,
+        upstream: Upstream,
+        limits: ka.Limits,
+        *,
+        max_bytes: int,
+        on_answer: Callable[[PingDone], None] | None = None,
+        on_avoided: Callable[[int], None] | None = None,
+        clock: Callable[[], float] = time.time,
+        timeout: float = 60.0,
+    ) -> None:
+        self.upstream, self.limits, self.max_bytes, self.clock, self.timeout = (
+            upstream,
+            limits,
+            max_bytes,
+            clock,
+            timeout,
+        )
         self.on_answer, self.on_avoided = on_answer, on_avoided
         self._held: dict[tuple[str, str], Session] = {}
         self._bytes = 0
@@ -108,15 +123,30 @@ class KeepAlive:
     def __len__(self) -> int:
         return len(self._held)
 
-    async def hold(self, tenant: TenantStore, session: str, *, sent: LastSent, content: bytes, headers: Headers,
-                   base: str | None, fmt: Any = None, query: bytes = b"") -> bool:
+    async def hold(
+        self,
+        tenant: TenantStore,
+        session: str,
+        *,
+        sent: LastSent,
+        content: bytes,
+        headers: Headers,
+        base: str | None,
+        fmt: Any = None,
+        query: bytes = b"",
+    ) -> bool:
         """After a turn: what it sent, held for its pings when it may get any (True). The ping is
         made of `content` (parsed, walked, written again) off the event loop for a large one."""
         name = (tenant.namespace, session)
         before = self._drop(name)
         now = self.clock()
-        if before is not None and before.held.pings and now - before.held.turn_at > self.limits.ttl \
-                and now - before.held.sent_at <= self.limits.ttl and self.on_avoided is not None:
+        if (
+            before is not None
+            and before.held.pings
+            and now - before.held.turn_at > self.limits.ttl
+            and now - before.held.sent_at <= self.limits.ttl
+            and self.on_avoided is not None
+        ):
             self.on_avoided(before.held.tokens)  # cold without the pings, warm with them: a write avoided
         profile_of = profile_name(sent.endpoint)
         if profile_of is None or len(content) > self.max_bytes:
@@ -129,8 +159,20 @@ class KeepAlive:
         if body is None:
             return False
         headers = [(k, v) for k, v in headers if k.lower() not in DROP_HEADERS]
-        entry = Session(tenant, session, sent.endpoint, base, headers, body, sent.digest, sent.model, profile, held, fmt,
-                        query=query)
+        entry = Session(
+            tenant,
+            session,
+            sent.endpoint,
+            base,
+            headers,
+            body,
+            sent.digest,
+            sent.model,
+            profile,
+            held,
+            fmt,
+            query=query,
+        )
         self._drop(name)  # a later turn's, held while this one was made
         self._held[name] = entry
         self._bytes += entry.size
@@ -204,8 +246,11 @@ class KeepAlive:
         if self._held.get(name) is not entry:
             return  # a turn came meanwhile
         self._held[name] = pinged
-        claim = key(entry.tenant.namespace, "keepalive",
-                    f"{entry.tenant.sealer.key_name(entry.session, entry.tenant.namespace)}:{entry.digest}:{entry.held.pings}")
+        claim = key(
+            entry.tenant.namespace,
+            "keepalive",
+            f"{entry.tenant.sealer.key_name(entry.session, entry.tenant.namespace)}:{entry.digest}:{entry.held.pings}",
+        )
         try:
             if not await entry.tenant.store.put_if_absent(claim, b"1", max(1, int(self.limits.ttl))):
                 return  # another replica pings it
@@ -219,8 +264,14 @@ class KeepAlive:
     async def _send(self, entry: Session) -> tuple[int, Any]:
         try:
             async with asyncio.timeout(self.timeout):
-                response = await self.upstream.send("POST", entry.endpoint, query=entry.query, headers=entry.headers,
-                                                    content=entry.content, base=entry.base)
+                response = await self.upstream.send(
+                    "POST",
+                    entry.endpoint,
+                    query=entry.query,
+                    headers=entry.headers,
+                    content=entry.content,
+                    base=entry.base,
+                )
                 try:
                     raw = bytearray()
                     async for chunk in response.aiter_bytes():

@@ -36,8 +36,9 @@ class Compressing(Protocol):
     def _using(self, compacted: list[Any], head: int, prior: cp.PriorSummary, **more: Any) -> Compressed: ...
 
 
-async def forwarded(compressor: Compressing, originals: list[Any], *, chain: cp.PrefixHashes, head: int,
-                    tail: int, cpu: CPU) -> cp.PriorSummary | None:
+async def forwarded(
+    compressor: Compressing, originals: list[Any], *, chain: cp.PrefixHashes, head: int, tail: int, cpu: CPU
+) -> cp.PriorSummary | None:
     """The summary the session's last turn forwarded, when it is one of this very history
     standing for items[head:cut] with cut <= `tail`; None otherwise (no record, none forwarded,
     expired, a fork's)."""
@@ -47,14 +48,24 @@ async def forwarded(compressor: Compressing, originals: list[Any], *, chain: cp.
     old = await compressor._load(ctx.sent.summary)
     if old is None or not head <= old.cut <= tail:
         return None
-    if not await cpu.for_part(originals[:old.cut])(chain.matches, old.cut, ctx.sent.summary):
+    if not await cpu.for_part(originals[: old.cut])(chain.matches, old.cut, ctx.sent.summary):
         return None  # a summary of another history (a fork of the session's start)
     return old
 
 
-async def previous(compressor: Compressing, compacted: list[Any], originals: list[Any], *, chain: cp.PrefixHashes,
-                   head: int, tail: int, trigger: int, newer: cp.PriorSummary, counter: TokenCounter,
-                   cpu: CPU) -> tuple[cp.PriorSummary, Compressed] | None:
+async def previous(
+    compressor: Compressing,
+    compacted: list[Any],
+    originals: list[Any],
+    *,
+    chain: cp.PrefixHashes,
+    head: int,
+    tail: int,
+    trigger: int,
+    newer: cp.PriorSummary,
+    counter: TokenCounter,
+    cpu: CPU,
+) -> tuple[cp.PriorSummary, Compressed] | None:
     """The summary the session forwarded last and the items with it, to forward instead of
     `newer`: when it is another one, of this very history, what follows it fits `trigger`, the
     cache is warm and the newer cut would cost more than it saves. None: `newer` goes."""

@@ -42,8 +42,9 @@ async def read(tenant: TenantStore, session: str | None) -> LastSent | None:
         return None
 
 
-async def write(tenant: TenantStore, session: str | None, sent: LastSent, *,
-                previous: LastSent | None = None) -> LastSent:
+async def write(
+    tenant: TenantStore, session: str | None, sent: LastSent, *, previous: LastSent | None = None
+) -> LastSent:
     """Store `sent` as the session's record (its turns counted on from `previous`, the record
     read before the turn, when given); returns what it stored, or would have."""
     record = previous.then(sent) if previous is not None else sent

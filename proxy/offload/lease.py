@@ -64,16 +64,27 @@ class Listing:
         await store.rank(self.index, self.entry, 0.0, ttl=ttl, drop_below=time.time())
 
 
-async def under_way(store: Store, index: str, *, namespace: str, suffix: str,
-                    covered: Callable[[list[tuple[int, str]]], Awaitable[list[str]]]) -> bool:
+async def under_way(
+    store: Store,
+    index: str,
+    *,
+    namespace: str,
+    suffix: str,
+    covered: Callable[[list[tuple[int, str]]], Awaitable[list[str]]],
+) -> bool:
     """Is a summary of a prefix of this history being made, here or on another replica? Of the
     leases an opening's `index` lists as held on names ending in `suffix` (the summary prompt's
     version), as (cut, name) by rising cut, those whose prefix `covered` finds in this history,
     is one still held?"""
     _, listed = await store.ranked(index, 0, LISTED_MAX)
     now = time.time()
-    entries = sorted((int(cut), name) for entry, expires in listed if expires >= now
-                     for cut, _, name in [entry.partition(":")] if cut.isdigit() and name.endswith(suffix))
+    entries = sorted(
+        (int(cut), name)
+        for entry, expires in listed
+        if expires >= now
+        for cut, _, name in [entry.partition(":")]
+        if cut.isdigit() and name.endswith(suffix)
+    )
     for name in await covered(entries) if entries else []:
         if await held(store, key(namespace, "lease", name)):
             return True
@@ -151,8 +162,15 @@ async def held(store: Store, key: str) -> bool:
 Submit = Callable[[Callable[[], Awaitable[None]], Callable[[], None]], bool]
 
 
-async def submit_leased(store: Store, key: str, ttl: int, *, run: Callable[[], Awaitable[None]],
-                        submit: Submit, listed: Listing | None = None) -> bool:
+async def submit_leased(
+    store: Store,
+    key: str,
+    ttl: int,
+    *,
+    run: Callable[[], Awaitable[None]],
+    submit: Submit,
+    listed: Listing | None = None,
+) -> bool:
     """Take the lease (listed in `listed`'s index), then hand `run` to `submit(job, on_end)` (the
     scheduler): the job releases the lease as it ends (before the scheduler counts it done),
     `on_end` if it was dropped unstarted or cancelled before it began. False (nothing started)

@@ -13,19 +13,19 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.offload.summaries import Compressor
-from proxy.offload.cpu_pool import CPU
-from proxy.offload.events import event
-from proxy.core.settings import OffloadSettings
 from proxy.core.compaction import Plan, plan_compaction, present_refs
 from proxy.core.fold import diff_cells
 from proxy.core.line_diff import MAX_CELLS
 from proxy.core.provider_context import NONE, ProviderContext
-from proxy.core.view import ItemView
-from proxy.offload.refs import RefStore
-from proxy.offload.quota import WRITE_REFUSED, refusal_warning
-from proxy.store import StoreUnavailable
+from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import TokenCounter
+from proxy.core.view import ItemView
+from proxy.offload.cpu_pool import CPU
+from proxy.offload.events import event
+from proxy.offload.quota import WRITE_REFUSED, refusal_warning
+from proxy.offload.refs import RefStore
+from proxy.offload.summaries import Compressor
+from proxy.store import StoreUnavailable
 
 
 @dataclass
@@ -59,7 +59,9 @@ class Prepared:
 
 def _action(compacted: bool, compressed: bool, pending: bool = False) -> str:
     compress = "compress-pending" if pending else "compress"
-    return "+".join(name for name, done in (("compact", compacted), (compress, compressed or pending)) if done) or "none"
+    return (
+        "+".join(name for name, done in (("compact", compacted), (compress, compressed or pending)) if done) or "none"
+    )
 
 
 def _measure(items: list[Any], view: ItemView, counter: TokenCounter) -> tuple[list[str], int]:
@@ -97,8 +99,16 @@ async def prepare(
     # A plan whose folds may align more lines than one diff at its bound runs off the loop too.
     folds = settings.fold and settings.mode != "off"
     planner = cpu if cpu.large or not folds else CPU(diff_cells(messages, view) > MAX_CELLS)
-    plan = await planner(plan_compaction, messages, view, settings, counter=counter, namespace=namespace,
-                         provider=provider, compact=compact_mode)
+    plan = await planner(
+        plan_compaction,
+        messages,
+        view,
+        settings,
+        counter=counter,
+        namespace=namespace,
+        provider=provider,
+        compact=compact_mode,
+    )
     result = Prepared(plan)
     compacted = list(plan.offloads)  # compaction's own, not what a summary stores
     compressed_now = pending = False
@@ -113,7 +123,9 @@ async def prepare(
                 or plan.tokens_after > settings.max_total_tokens
             )
             compressor.unfold = plan.unfold  # a fold whose base a summary hides goes without (`cp.assemble`)
-            compressed = await compressor.run(plan.items, messages, settings, counter=counter, allow_new=allow_new, cpu=cpu)
+            compressed = await compressor.run(
+                plan.items, messages, settings, counter=counter, allow_new=allow_new, cpu=cpu
+            )
             result.summary_tokens = compressed.summary_tokens
             result.summary_usage = compressed.usage
             result.events += compressed.events
@@ -126,10 +138,18 @@ async def prepare(
             if compressed.items is not None:
                 offloads = plan.offloads + compressed.stored
                 # the reduced items: small but for a history that is large even once compressed
-                refs_after, tokens_after = await cpu.for_part(compressed.items)(_measure, compressed.items, view,
-                                                                                counter)
-                plan = Plan(compressed.items, offloads, refs_after, plan.tokens_before, tokens_after,
-                            plan.media_tokens_saved, plan.folded)
+                refs_after, tokens_after = await cpu.for_part(compressed.items)(
+                    _measure, compressed.items, view, counter
+                )
+                plan = Plan(
+                    compressed.items,
+                    offloads,
+                    refs_after,
+                    plan.tokens_before,
+                    tokens_after,
+                    plan.media_tokens_saved,
+                    plan.folded,
+                )
                 result.plan = plan
                 compressed_now = True
         result.action = _action(bool(compacted), compressed_now, pending)
@@ -143,6 +163,14 @@ async def prepare(
         )
     new = [o for o in compacted if o.ref in written]
     if new:  # an item compacted on an earlier turn is not a new action
-        result.events.insert(0, event("compaction", messages=len(new), tokens_before=plan.tokens_before,
-                                      tokens_after=plan.tokens_after, refs=[o.ref for o in new]))
+        result.events.insert(
+            0,
+            event(
+                "compaction",
+                messages=len(new),
+                tokens_before=plan.tokens_before,
+                tokens_after=plan.tokens_after,
+                refs=[o.ref for o in new],
+            ),
+        )
     return result

@@ -17,8 +17,8 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 
-from proxy.store import Store, StoreUnavailable
 from proxy.offload.tenant import key
+from proxy.store import Store, StoreUnavailable
 
 Verify = Callable[[], Awaitable[bool]]
 
@@ -92,6 +92,7 @@ class CredentialCheck:
 
     def verifier(self, scope: str, ask: Callable[[], Awaitable[int | None]]) -> Verify:
         """`ask` answers the upstream's status for a request with the credential (None: no answer)."""
+
         async def verify() -> bool:
             known = self.known(scope)
             if known is None:

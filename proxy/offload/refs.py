@@ -10,15 +10,15 @@ import asyncio
 import json
 import zlib
 from collections.abc import Awaitable, Iterable
-from typing import Any, cast
 from dataclasses import dataclass
+from typing import Any, cast
 
-from proxy.offload.cpu_pool import CPU, INLINE
 from proxy.core.compaction import Offload
-from proxy.store import Store, resealing
-from proxy.store.sealing import Sealer
+from proxy.offload.cpu_pool import CPU, INLINE
 from proxy.offload.quota import Quota
 from proxy.offload.tenant import key
+from proxy.store import Store, resealing
+from proxy.store.sealing import Sealer
 
 FORMAT = 1
 TOUCH_SLACK = 60
@@ -59,8 +59,9 @@ class RefStore:
     by the very next request that carries it. Nothing about the store is remembered between
     requests; expiry writes are rate-limited by the store itself (`slack`)."""
 
-    def __init__(self, store: Store, namespace: str, ttl: int, *, sealer: Sealer | None = None,
-                 quota: Quota | None = None) -> None:
+    def __init__(
+        self, store: Store, namespace: str, ttl: int, *, sealer: Sealer | None = None, quota: Quota | None = None
+    ) -> None:
         self.store, self.namespace, self.ttl = store, namespace, ttl
         self.sealer = sealer or Sealer(None)
         self.quota = quota  # admits (or refuses) every write of new content
@@ -72,8 +73,9 @@ class RefStore:
         """With encryption at rest, the session id appears in the key only as a keyed hash."""
         return key(self.namespace, "session", self.sealer.key_name(session, self.namespace))
 
-    async def save(self, offloads: Iterable[Offload], refs: Iterable[str], session: str | None = None, *,
-                   cpu: CPU = INLINE) -> set[str]:
+    async def save(
+        self, offloads: Iterable[Offload], refs: Iterable[str], session: str | None = None, *, cpu: CPU = INLINE
+    ) -> set[str]:
         """Make every ref in `refs` resolvable: extend the live ones, store the missing ones.
 
         Returns the refs that were written now (not already stored). Raises what the quota

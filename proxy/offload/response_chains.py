@@ -58,8 +58,9 @@ def conversation_key(conversation: Any) -> str | None:
     return f"conversation\0{conversation}" if isinstance(conversation, str) and conversation else None
 
 
-async def remember(store: Store, namespace: str, name: str, *, continuation: Continuation, ttl: int,
-                   sealer: Sealer) -> None:
+async def remember(
+    store: Store, namespace: str, name: str, *, continuation: Continuation, ttl: int, sealer: Sealer
+) -> None:
     if len(name) > MAX_ID_CHARS or (continuation.response_id is not None and not plain_id(continuation.response_id)):
         return
     store_key = _key(namespace, name, sealer)

@@ -21,30 +21,35 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from proxy.core import cache_cuts, precompress
 from proxy.core import compression as cp
-from proxy.core import cache_cuts
-from proxy.core import precompress
-from proxy.core.summary_index import summary_index
+from proxy.core.bill import Bill
 from proxy.core.compaction import Offload, present_refs
+from proxy.core.markers import make_ref
 from proxy.core.media import without_media
+from proxy.core.settings import OffloadSettings
+from proxy.core.summary_index import summary_index
 from proxy.core.texts import RELOAD_TOOL_SCHEMAS
+from proxy.core.tokens import TokenCounter
 from proxy.core.view import ItemView
 from proxy.formats import chat
-from proxy.offload import kept_cut, summary_memo
-from proxy.offload import lease
+from proxy.offload import kept_cut, lease, summary_memo
 from proxy.offload.cpu_pool import CPU, INLINE
 from proxy.offload.events import event
 from proxy.offload.quota import CredentialRejected, QuotaExceeded
-from proxy.core.markers import make_ref
-from proxy.core.settings import OffloadSettings
-from proxy.store import StoreUnavailable, resealing
-from proxy.core.bill import Bill
-from proxy.offload.summarizer import (BilledFailure, Summary, SummaryFailed, estimated, prompt_version, summarize,
-                                     summarize_prefix)
+from proxy.offload.summarizer import (
+    BilledFailure,
+    Summary,
+    SummaryFailed,
+    estimated,
+    prompt_version,
+    summarize,
+    summarize_prefix,
+)
 from proxy.offload.summary_context import Compressed, SummaryContext, bill_summary, count_summary, summary_usage
 from proxy.offload.tenant import key
 from proxy.offload.tenant_store import TenantStore
-from proxy.core.tokens import TokenCounter
+from proxy.store import StoreUnavailable, resealing
 
 CONV_ENTRIES = 8  # summaries remembered per conversation start (forks share a start)
 POLL = 0.1
@@ -75,9 +80,10 @@ class Compressor:
     def _lock_key(self, prefix_hash: str) -> str:
         return key(self.namespace, "lock", self._name(prefix_hash))
 
-    async def _prior(self, originals: list[Any], chain: cp.PrefixHashes, head: int, *, tail: int,
-                     cpu: CPU) -> cp.PriorSummary | None:
-        start = await cpu.for_part(originals[:head + 1])(chain.__getitem__, head + 1)
+    async def _prior(
+        self, originals: list[Any], chain: cp.PrefixHashes, head: int, *, tail: int, cpu: CPU
+    ) -> cp.PriorSummary | None:
+        start = await cpu.for_part(originals[: head + 1])(chain.__getitem__, head + 1)
         raw = await self.store.get(key(self.namespace, "conv", start), ttl=self.ttl)
         entries = [e for e in sorted(json.loads(raw) if raw else [], key=lambda e: e["cut"]) if e["cut"] <= tail]
 
@@ -89,7 +95,7 @@ class Compressor:
 
         known = await cpu.light(seen) if entries else []
         pending = [e for e, ok in zip(entries, known) if not ok]
-        hashing = cpu.for_part(originals[:pending[-1]["cut"]]) if pending else cpu  # what is hashed, at most
+        hashing = cpu.for_part(originals[: pending[-1]["cut"]]) if pending else cpu  # what is hashed, at most
         matched = {id(e) for e in await hashing(verified, pending)} if pending else set()
         matching = [e for e, ok in zip(entries, known) if ok or id(e) in matched]
         for entry in reversed(matching):  # the longest summarised prefix first
@@ -108,14 +114,31 @@ class Compressor:
         if raw is None:
             return None
         r = json.loads(raw)
-        return summary_memo.keep(self.store, summary_key,
-                                 cp.PriorSummary(r["cut"], r["text"], r["ref"], r["tokens"], r["message"],
-                                                  tuple(r.get("usage") or (0, 0)), bool(r.get("bill")), tuple(r.get("refs") or ()),
-                                                  prefix_hash))
+        return summary_memo.keep(
+            self.store,
+            summary_key,
+            cp.PriorSummary(
+                r["cut"],
+                r["text"],
+                r["ref"],
+                r["tokens"],
+                r["message"],
+                tuple(r.get("usage") or (0, 0)),
+                bool(r.get("bill")),
+                tuple(r.get("refs") or ()),
+                prefix_hash,
+            ),
+        )
 
     async def run(
-        self, compacted: list[Any], originals: list[Any], settings: OffloadSettings, *, counter: TokenCounter,
-        allow_new: bool, cpu: CPU = INLINE,
+        self,
+        compacted: list[Any],
+        originals: list[Any],
+        settings: OffloadSettings,
+        *,
+        counter: TokenCounter,
+        allow_new: bool,
+        cpu: CPU = INLINE,
     ) -> Compressed:
         """`cpu` runs the pure steps (token sums, prefix hashes, the stored history): off the
         event loop for a large request. Token counts are the plan's: `counter` has them all.
@@ -134,8 +157,11 @@ class Compressor:
         chain = cp.PrefixHashes(originals)
         prior = await self._prior(originals, chain, head, tail=tail, cpu=cpu)
         if foldable <= trigger:  # below the trigger: what is forwarded stays as it is; prepare the summary
-            if prior is not None and head <= prior.cut <= tail and cache_cuts.early(self.cuts, foldable=foldable,
-                                                                                        trigger=trigger):
+            if (
+                prior is not None
+                and head <= prior.cut <= tail
+                and cache_cuts.early(self.cuts, foldable=foldable, trigger=trigger)
+            ):
                 reused = self._using(compacted, head, prior)  # the cache is cold anyway: the cut due soon, now
                 await self._bill(prior, reused)
                 return reused
@@ -149,8 +175,18 @@ class Compressor:
         decision = await cpu.light(cp.decide, compacted, self.view, settings, counter=counter, prior=prior)
         if decision.action == "reuse":
             assert prior is not None
-            previous = await kept_cut.previous(self, compacted, originals, chain=chain, head=head, tail=tail, trigger=trigger,
-                                               newer=prior, counter=counter, cpu=cpu)
+            previous = await kept_cut.previous(
+                self,
+                compacted,
+                originals,
+                chain=chain,
+                head=head,
+                tail=tail,
+                trigger=trigger,
+                newer=prior,
+                counter=counter,
+                cpu=cpu,
+            )
             if previous is not None:  # the newer cut costs more than it saves: the one last forwarded stays
                 await self._bill(*previous)
                 return previous[1]
@@ -162,20 +198,39 @@ class Compressor:
             return Compressed()
         if self.ctx.background is not None:
             # What goes out without the new summary: the prior one and what follows it, or all.
-            fallback = (cp.assemble(compacted, self.view, head, cut=prior.cut, summary=prior.message, unfold=self.unfold)
-                        if prior is not None and decision.prior is prior else None)
+            fallback = (
+                cp.assemble(compacted, self.view, head, cut=prior.cut, summary=prior.message, unfold=self.unfold)
+                if prior is not None and decision.prior is prior
+                else None
+            )
             forwarded = await cpu.light(counter.messages, fallback if fallback is not None else compacted)
             if forwarded <= precompress.hard_limit(settings, self.ctx.request_model):
-                pending = Compressed(fallback, pending=True, kept=prior.refs if prior is not None and fallback is not None else (),
-                                     summary_prefix=prior.prefix if prior is not None and fallback is not None else "")
+                pending = Compressed(
+                    fallback,
+                    pending=True,
+                    kept=prior.refs if prior is not None and fallback is not None else (),
+                    summary_prefix=prior.prefix if prior is not None and fallback is not None else "",
+                )
                 if prior is not None and fallback is not None:
                     await self._bill(prior, pending)
-                await self._start(compacted, originals, settings, counter=counter, chain=chain, decision=decision, cpu=cpu)
+                await self._start(
+                    compacted, originals, settings, counter=counter, chain=chain, decision=decision, cpu=cpu
+                )
                 return pending
-        return await self._summarize_once(compacted, originals, settings, counter=counter, chain=chain, decision=decision, cpu=cpu)
+        return await self._summarize_once(
+            compacted, originals, settings, counter=counter, chain=chain, decision=decision, cpu=cpu
+        )
 
-    async def fold(self, compacted: list[Any], originals: list[Any], settings: OffloadSettings,
-                   *, counter: TokenCounter, keep_recent: int, cpu: CPU = INLINE) -> Compressed:
+    async def fold(
+        self,
+        compacted: list[Any],
+        originals: list[Any],
+        settings: OffloadSettings,
+        *,
+        counter: TokenCounter,
+        keep_recent: int,
+        cpu: CPU = INLINE,
+    ) -> Compressed:
         """Summarise everything between the head and the `keep_recent` last items now, whatever
         the trigger: an emulated provider compaction (`proxy.emulation`). A summary of this very
         prefix made earlier (by a turn, in the background, by an earlier compaction) is used as
@@ -192,7 +247,9 @@ class Compressor:
             return done
         start = prior.cut if prior is not None and head <= prior.cut < tail else head
         decision = cp.Decision("summarize", head, tail, prior if start != head else None, (start, tail))
-        made = await self._summarize_once(compacted, originals, settings, counter=counter, chain=chain, decision=decision, cpu=cpu)
+        made = await self._summarize_once(
+            compacted, originals, settings, counter=counter, chain=chain, decision=decision, cpu=cpu
+        )
         if made.items is not None:
             made.summary_at = head
         return made
@@ -229,16 +286,18 @@ class Compressor:
         index = key(self.namespace, "leases", await cpu.light(chain.__getitem__, decision.head + 1))
 
         async def covered(listed: list[tuple[int, str]]) -> list[str]:  # rising cuts: hashed once
-            return await cpu.for_part(originals[:listed[-1][0]])(
-                lambda: [name for cut, name in listed if chain.matches(cut, name.partition(":")[0], _seen)])
+            return await cpu.for_part(originals[: listed[-1][0]])(
+                lambda: [name for cut, name in listed if chain.matches(cut, name.partition(":")[0], _seen)]
+            )
 
         try:
-            if await lease.under_way(self.store, index, namespace=self.namespace, suffix=self._name(""),
-                                     covered=covered):
+            if await lease.under_way(
+                self.store, index, namespace=self.namespace, suffix=self._name(""), covered=covered
+            ):
                 return
         except StoreUnavailable:
             return  # no lease to be had: no background summary (it could not be stored either)
-        name = self._name(await cpu.for_part(originals[:decision.cut])(chain.__getitem__, decision.cut))
+        name = self._name(await cpu.for_part(originals[: decision.cut])(chain.__getitem__, decision.cut))
         conversation, listed = f"{self.namespace}:{name}", lease.Listing(index, decision.cut, name)
 
         async def job() -> None:
@@ -251,25 +310,39 @@ class Compressor:
             return scheduler.submit(conversation, run, tenant=tenant, weight=weight, on_end=on_end)
 
         ttl, lease_key = lease.lease_ttl(self.ctx.timeout), key(self.namespace, "lease", name)
-        self.deferred.append(lambda: lease.submit_leased(self.store, lease_key, ttl, run=job, submit=submit,
-                                                         listed=listed))
+        self.deferred.append(
+            lambda: lease.submit_leased(self.store, lease_key, ttl, run=job, submit=submit, listed=listed)
+        )
 
     async def _in_background(self, compacted, originals, settings, *, counter, chain, decision) -> None:
         cpu = CPU.for_messages(originals)
         started = time.monotonic()
         made: list[dict] = []
         try:
-            made_before, spans, lock = await self._claim(compacted, originals, settings, counter=counter, chain=chain, decision=decision, cpu=cpu)
+            made_before, spans, lock = await self._claim(
+                compacted, originals, settings, counter=counter, chain=chain, decision=decision, cpu=cpu
+            )
             if made_before is not None:  # made already; where the next turn looks for it
                 await self._remember(chain, decision.head, decision.cut)
                 return
             if lock is None:
                 return  # another request or replica is making it
             try:
-                await self._record([event("summary_started", messages=decision.new_items[1] - decision.new_items[0])],
-                                   settings)
-                result = await self._summarize(compacted, originals, settings, counter=counter, chain=chain, decision=decision, spans=spans,
-                                               cpu=cpu, bill=True, session=settings.session)
+                await self._record(
+                    [event("summary_started", messages=decision.new_items[1] - decision.new_items[0])], settings
+                )
+                result = await self._summarize(
+                    compacted,
+                    originals,
+                    settings,
+                    counter=counter,
+                    chain=chain,
+                    decision=decision,
+                    spans=spans,
+                    cpu=cpu,
+                    bill=True,
+                    session=settings.session,
+                )
             finally:
                 await self.store.delete(lock)
         except StoreUnavailable as exc:
@@ -278,8 +351,14 @@ class Compressor:
             result = Compressed(warning=f"compression skipped: {exc}")
         duration = round((time.monotonic() - started) * 1e3)
         if result.items is not None:
-            made.append(event("summary_ready", duration_ms=duration, summary_tokens_in=result.usage_in,
-                              summary_tokens_out=result.usage_out))
+            made.append(
+                event(
+                    "summary_ready",
+                    duration_ms=duration,
+                    summary_tokens_in=result.usage_in,
+                    summary_tokens_out=result.usage_out,
+                )
+            )
         else:
             made.append(event("summary_failed", reason=result.warning or "", duration_ms=duration))
         try:
@@ -290,11 +369,12 @@ class Compressor:
     async def _record(self, new: list[dict], settings: OffloadSettings) -> None:
         await self.tenant.record_events(self.ctx.session or settings.session, new)
 
-    async def _claim(self, compacted, originals, settings, *, counter, chain, decision,
-                     cpu) -> tuple[cp.PriorSummary | None, list[tuple[int, int]], str | None]:
+    async def _claim(
+        self, compacted, originals, settings, *, counter, chain, decision, cpu
+    ) -> tuple[cp.PriorSummary | None, list[tuple[int, int]], str | None]:
         """(the summary of this cut if one is made already, the ranges to summarise, the store's
         lock on this cut if this request now holds it: None while another request makes it)."""
-        cut_hash = await cpu.for_part(originals[:decision.cut])(chain.__getitem__, decision.cut)
+        cut_hash = await cpu.for_part(originals[: decision.cut])(chain.__getitem__, decision.cut)
         made = await self._load(cut_hash)  # another process may have made it already
         if made is not None:
             return made, [], None
@@ -304,7 +384,9 @@ class Compressor:
         return None, spans, lock if held else None
 
     async def _summarize_once(self, compacted, originals, settings, *, counter, chain, decision, cpu) -> Compressed:
-        made, spans, lock = await self._claim(compacted, originals, settings, counter=counter, chain=chain, decision=decision, cpu=cpu)
+        made, spans, lock = await self._claim(
+            compacted, originals, settings, counter=counter, chain=chain, decision=decision, cpu=cpu
+        )
         if made is not None:
             return self._using(compacted, decision.head, made)
         if lock is None:
@@ -316,7 +398,9 @@ class Compressor:
                     return self._using(compacted, decision.head, record)
             return Compressed(warning="a summary of this history is being made by another request")
         try:
-            return await self._summarize(compacted, originals, settings, counter=counter, chain=chain, decision=decision, spans=spans, cpu=cpu)
+            return await self._summarize(
+                compacted, originals, settings, counter=counter, chain=chain, decision=decision, spans=spans, cpu=cpu
+            )
         finally:
             await self.store.delete(lock)
 
@@ -325,11 +409,13 @@ class Compressor:
         if self.prefix:
             return [decision.new_items]
         start, end = decision.new_items
-        return await cpu.light(cp.groups, compacted, self.view, start, end=end,
-                               threshold=settings.group_token_threshold, counter=counter)
+        return await cpu.light(
+            cp.groups, compacted, self.view, start, end=end, threshold=settings.group_token_threshold, counter=counter
+        )
 
-    def summary_request(self, compacted: list[Any], settings: OffloadSettings,
-                        decision: cp.Decision) -> tuple[str, dict]:
+    def summary_request(
+        self, compacted: list[Any], settings: OffloadSettings, decision: cp.Decision
+    ) -> tuple[str, dict]:
         """The prefix shape's request: what this turn forwards before items[cut] (the prior
         summary folded in as the turns forward it), then the instruction. It carries the reload
         tools when the turns carry them (as `proxy.turn` decides): the reload tools are
@@ -337,12 +423,21 @@ class Compressor:
         summary holds a reference (a compacted result, the prior summary). Only a turn whose
         store failed went without them unknown to this request: a missed cache, not an error."""
         head, cut, prior = decision.head, decision.cut, decision.prior
-        whole = cp.assemble(compacted, self.view, head, cut=prior.cut, summary=prior.message, unfold=self.unfold) if prior else compacted
-        prefix = whole[:len(whole) - (len(compacted) - cut)]
+        whole = (
+            cp.assemble(compacted, self.view, head, cut=prior.cut, summary=prior.message, unfold=self.unfold)
+            if prior
+            else compacted
+        )
+        prefix = whole[: len(whole) - (len(compacted) - cut)]
         offered = settings.reload_tools and settings.max_reload_rounds > 0 and bool(present_refs(whole, self.view))
         assert self.ctx.wire is not None and self.ctx.body is not None
-        return self.ctx.wire.summary_request(self.ctx.body, prefix, self.ctx.instruction,
-                                             tools=RELOAD_TOOL_SCHEMAS if offered else (), model=self.ctx.model)
+        return self.ctx.wire.summary_request(
+            self.ctx.body,
+            prefix,
+            self.ctx.instruction,
+            tools=RELOAD_TOOL_SCHEMAS if offered else (),
+            model=self.ctx.model,
+        )
 
     async def _calls(self, compacted, settings, decision, *, spans, cpu, made: list[Summary]) -> None:
         """The summarisation calls, into `made`: one in the prefix shape, one per span in the
@@ -355,18 +450,49 @@ class Compressor:
         if self.prefix:
             assert ctx.wire is not None
             request = await cpu.for_part(compacted)(self.summary_request, compacted, settings, decision)
-            made.append(await summarize_prefix(ctx.upstream, ctx.headers, request, read=ctx.wire.summary_answer,
-                                               timeout=ctx.timeout, base=ctx.base, usage=ctx.wire.usage))
+            made.append(
+                await summarize_prefix(
+                    ctx.upstream,
+                    ctx.headers,
+                    request,
+                    read=ctx.wire.summary_answer,
+                    timeout=ctx.timeout,
+                    base=ctx.base,
+                    usage=ctx.wire.usage,
+                )
+            )
             return
         previous = decision.prior.text if decision.prior else None
         for g_start, g_end in spans:
             part = [self.view.transcript(m) for m in compacted[g_start:g_end] if self.view.role(m) != "system"]
-            made.append(await summarize(ctx.upstream, ctx.headers, ctx.model, prompt=ctx.prompt, lines=part, previous=previous,
-                                        timeout=ctx.timeout, base=ctx.base))
+            made.append(
+                await summarize(
+                    ctx.upstream,
+                    ctx.headers,
+                    ctx.model,
+                    prompt=ctx.prompt,
+                    lines=part,
+                    previous=previous,
+                    timeout=ctx.timeout,
+                    base=ctx.base,
+                )
+            )
             previous = None  # only the first group updates the previous snapshot
 
-    async def _summarize(self, compacted, originals, settings, *, counter, chain, decision, spans, cpu,
-                         bill: bool = False, session: str | None = None) -> Compressed:
+    async def _summarize(
+        self,
+        compacted,
+        originals,
+        settings,
+        *,
+        counter,
+        chain,
+        decision,
+        spans,
+        cpu,
+        bill: bool = False,
+        session: str | None = None,
+    ) -> Compressed:
         """Make the summary of items[head:cut] and store it. `bill` (made in the background):
         the originals it covers are stored here, before the summary can be found, and its usage
         is reported by the first response that uses it instead of by this one."""
@@ -380,10 +506,18 @@ class Compressor:
             tokens_in, tokens_out = sum(s.tokens_in for s in made), sum(s.tokens_out for s in made)
             count_summary(False, time.monotonic() - started, self.ctx)
             bill_summary(sum((s.bill for s in made), exc.bill if isinstance(exc, BilledFailure) else Bill()), self.ctx)
-            failed = event("summary_failure", reason=str(exc), messages=end - start,
-                           duration_ms=round((time.monotonic() - started) * 1e3))
-            return Compressed(warning=f"compression skipped: {exc}", summary_tokens=tokens_in + tokens_out,
-                              events=[failed], usage=summary_usage(tokens_in, tokens_out))
+            failed = event(
+                "summary_failure",
+                reason=str(exc),
+                messages=end - start,
+                duration_ms=round((time.monotonic() - started) * 1e3),
+            )
+            return Compressed(
+                warning=f"compression skipped: {exc}",
+                summary_tokens=tokens_in + tokens_out,
+                events=[failed],
+                usage=summary_usage(tokens_in, tokens_out),
+            )
         count_summary(True, time.monotonic() - started, self.ctx)
         bill_summary(sum((s.bill for s in made), Bill()), self.ctx)
         text = "\n".join(summary.text for summary in made)
@@ -394,10 +528,14 @@ class Compressor:
             stored = without_media(originals[head:cut], self.view, namespace=self.namespace)
             history = cp.history_lines(stored.items, self.view)
             covered = sum(1 for m in stored.items if self.view.role(m) != "system")
-            return (history, make_ref(self.namespace, "history", history), covered,
-                    cp.tokens_between(originals, self.view, head, end=cut, counter=counter),
-                    summary_index(originals[head:cut], self.view, task=cp.task_text(originals, self.view, head)),
-                    [Offload(o.ref, o.kind, o.text, o.tokens) for o in stored.offloads])
+            return (
+                history,
+                make_ref(self.namespace, "history", history),
+                covered,
+                cp.tokens_between(originals, self.view, head, end=cut, counter=counter),
+                summary_index(originals[head:cut], self.view, task=cp.task_text(originals, self.view, head)),
+                [Offload(o.ref, o.kind, o.text, o.tokens) for o in stored.offloads],
+            )
 
         history, ref, covered, covered_tokens, index, media = await cpu.for_part(originals[head:cut])(summarised)
         kept = tuple(o.ref for o in media)
@@ -406,17 +544,35 @@ class Compressor:
         offload = Offload(ref, "history", history, covered_tokens)
         if bill and self.ctx.refs is not None:
             await self.ctx.refs.save([offload, *media], [ref], session, cpu=cpu)
-        record = {"cut": cut, "text": text, "ref": ref, "tokens": counter.text(text), "message": message,
-                  "usage": [tokens_in, tokens_out], "bill": bill, "refs": list(kept)}
+        record = {
+            "cut": cut,
+            "text": text,
+            "ref": ref,
+            "tokens": counter.text(text),
+            "message": message,
+            "usage": [tokens_in, tokens_out],
+            "bill": bill,
+            "refs": list(kept),
+        }
         summary_key = self._summary_key(chain[cut])
         await self.store.put(summary_key, self.sealer.seal(json.dumps(record).encode(), summary_key), self.ttl)
-        summary_memo.keep(self.store, summary_key,
-              cp.PriorSummary(cut, text, ref, record["tokens"], message, (tokens_in, tokens_out), bill, kept, chain[cut]))
+        summary_memo.keep(
+            self.store,
+            summary_key,
+            cp.PriorSummary(cut, text, ref, record["tokens"], message, (tokens_in, tokens_out), bill, kept, chain[cut]),
+        )
         _seen.add(chain[cut], originals[:cut])  # the next turn recognises this prefix without hashing
         await self._remember(chain, head, cut)
-        done = event("compression", messages=covered, tokens_before=covered_tokens,
-                     tokens_after=counter.message(message), summary_tokens_in=tokens_in,
-                     summary_tokens_out=tokens_out, duration_ms=round((time.monotonic() - started) * 1e3), ref=ref)
+        done = event(
+            "compression",
+            messages=covered,
+            tokens_before=covered_tokens,
+            tokens_after=counter.message(message),
+            summary_tokens_in=tokens_in,
+            summary_tokens_out=tokens_out,
+            duration_ms=round((time.monotonic() - started) * 1e3),
+            ref=ref,
+        )
         return Compressed(
             cp.assemble(compacted, self.view, head, cut=cut, summary=message, unfold=self.unfold),
             offload,

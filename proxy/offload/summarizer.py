@@ -15,15 +15,16 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
-import httpx2
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import httpx2
+
 from proxy.core import jsonio, texts
 from proxy.core.bill import Bill, UsageReader
-from proxy.formats.chat.usage import USAGE as CHAT_USAGE
 from proxy.errors import ProxyError
+from proxy.formats.chat.usage import USAGE as CHAT_USAGE
 from proxy.upstream.client import Headers, Upstream
 
 DEFAULT_PROMPT = texts.SUMMARY_PROMPT  # the transcript shape's system prompt
@@ -43,7 +44,7 @@ def render_transcript(lines: list[tuple[str, str]]) -> str:
     out = []
     for header, text in lines:
         if len(text) > MESSAGE_CHARS:
-            text = text[: MESSAGE_CHARS // 2] + "\n[…]\n" + text[-MESSAGE_CHARS // 2:]
+            text = text[: MESSAGE_CHARS // 2] + "\n[…]\n" + text[-MESSAGE_CHARS // 2 :]
         out.append(f"{header}\n{text}".rstrip())
     return "\n\n".join(out)
 
@@ -81,7 +82,8 @@ async def summarize(
     upstream: Upstream,
     headers: Headers,
     model: str,
-    *, prompt: str,
+    *,
+    prompt: str,
     lines: list[tuple[str, str]],
     previous: str | None,
     timeout: float,
@@ -92,15 +94,24 @@ async def summarize(
         user += f"Previous snapshot:\n{previous}\n\nNew messages since then:\n\n"
     user += render_transcript(lines)
     body = {"model": model, "messages": [{"role": "system", "content": prompt}, {"role": "user", "content": user}]}
-    return await _call(upstream, headers, "chat/completions", body=body, read=_chat_answer, timeout=timeout, base=base,
-                       usage=CHAT_USAGE)
+    return await _call(
+        upstream,
+        headers,
+        "chat/completions",
+        body=body,
+        read=_chat_answer,
+        timeout=timeout,
+        base=base,
+        usage=CHAT_USAGE,
+    )
 
 
 async def summarize_prefix(
     upstream: Upstream,
     headers: Headers,
     request: tuple[str, dict],
-    *, read: Callable[[Any], tuple[str, int, int]],
+    *,
+    read: Callable[[Any], tuple[str, int, int]],
     timeout: float,
     base: str | None = None,
     usage: UsageReader = CHAT_USAGE,
@@ -127,7 +138,7 @@ def snapshot_in(content: str) -> str | None:
     if start < 0:
         return None
     end = content.find(SNAPSHOT_CLOSE, start + len(SNAPSHOT_OPEN))
-    return None if end < 0 else content[start:end + len(SNAPSHOT_CLOSE)]
+    return None if end < 0 else content[start : end + len(SNAPSHOT_CLOSE)]
 
 
 async def _read_answer(response: httpx2.Response) -> bytes:
@@ -139,9 +150,17 @@ async def _read_answer(response: httpx2.Response) -> bytes:
     return bytes(body)
 
 
-async def _call(upstream: Upstream, headers: Headers, endpoint: str, *, body: dict,
-                read: Callable[[Any], tuple[str, int, int]], timeout: float, base: str | None,
-                usage: UsageReader) -> Summary:
+async def _call(
+    upstream: Upstream,
+    headers: Headers,
+    endpoint: str,
+    *,
+    body: dict,
+    read: Callable[[Any], tuple[str, int, int]],
+    timeout: float,
+    base: str | None,
+    usage: UsageReader,
+) -> Summary:
     try:
         async with asyncio.timeout(timeout):
             response = await upstream.send("POST", endpoint, headers=headers, content=jsonio.dumps(body), base=base)

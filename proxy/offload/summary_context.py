@@ -8,12 +8,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy import telemetry
 from proxy.core.bill import NONE, Bill
 from proxy.core.cache_cuts import CutContext
 from proxy.core.compaction import Offload
 from proxy.core.view import ItemView
 from proxy.core.wire import WireFormat
-from proxy import telemetry
 from proxy.offload.background import SummaryScheduler
 from proxy.offload.refs import RefStore
 from proxy.offload.summarizer import DEFAULT_INSTRUCTION

@@ -23,8 +23,13 @@ def namespace_for(kind: str, identity: Sequence[str], sub_tenant: str | None, *,
     could be confirmed by guessing a tenant name or a credential.
     """
     material = b"\0".join(
-        [NAMESPACE_VERSION, kind.encode(), *sorted(v.encode("utf-8", "surrogatepass") for v in set(identity)),
-         b"\1", (sub_tenant or "").encode()]
+        [
+            NAMESPACE_VERSION,
+            kind.encode(),
+            *sorted(v.encode("utf-8", "surrogatepass") for v in set(identity)),
+            b"\1",
+            (sub_tenant or "").encode(),
+        ]
     )
     if secret:
         keyed = hashlib.sha256(b"offload-ns-key\0" + secret.encode()).digest()

@@ -29,8 +29,9 @@ class TenantStore:
 
     def records(self, api: str) -> CompactionRecords:
         """The emulated compactions' records of one API ("responses" or "messages")."""
-        return CompactionRecords(self.store, self.namespace, self.ttl, sealer=self.sealer, secret=self.names_key,
-                                 quota=self.quota, api=api)
+        return CompactionRecords(
+            self.store, self.namespace, self.ttl, sealer=self.sealer, secret=self.names_key, quota=self.quota, api=api
+        )
 
     async def record_events(self, session: str | None, recorded: list[dict]) -> None:
         await events.record(self.store, self.namespace, session, events=recorded, ttl=self.ttl, sealer=self.sealer)
@@ -43,8 +44,9 @@ class TenantStore:
         return await response_chains.resolve(self.store, self.namespace, name, ttl=self.ttl, sealer=self.sealer)
 
     async def remember_chain(self, name: str, continuation: response_chains.Continuation) -> None:
-        await response_chains.remember(self.store, self.namespace, name, continuation=continuation, ttl=self.ttl,
-                                       sealer=self.sealer)
+        await response_chains.remember(
+            self.store, self.namespace, name, continuation=continuation, ttl=self.ttl, sealer=self.sealer
+        )
 
     async def forget_chain(self, name: str) -> None:
         await response_chains.forget(self.store, self.namespace, name, sealer=self.sealer)

@@ -17,17 +17,15 @@ from dataclasses import dataclass, field
 
 import httpx2
 
-from proxy.core import jsonio, texts
-
 from proxy import telemetry
-
-from proxy.upstream import sse
-from proxy.upstream.errors import response_host, stream_broke, upstream_error
-from proxy.errors import ProxyError, error_body
+from proxy.core import jsonio, texts
 from proxy.core.bill import UNREPORTED, Bill, UsageReader
 from proxy.core.media import ToolResult
 from proxy.core.rounds import Rounds, ToolCall
+from proxy.errors import ProxyError, error_body
 from proxy.reload.tools import ReloadTools
+from proxy.upstream import sse
+from proxy.upstream.errors import response_host, stream_broke, upstream_error
 
 log = logging.getLogger("proxy.reload.loop")
 
@@ -83,8 +81,9 @@ class LoopResult:
     rounds: int = 0  # reload rounds run (each one more upstream call)
 
 
-async def complete(rounds: Rounds, send: SendRound, *, tools: ReloadTools, budget: Budget,
-                   usage: UsageReader | None = None) -> LoopResult:
+async def complete(
+    rounds: Rounds, send: SendRound, *, tools: ReloadTools, budget: Budget, usage: UsageReader | None = None
+) -> LoopResult:
     """Non-streaming: loop while the model calls only injected tools, within the budget; each
     200 answer's bill (`usage`) on the turn's record.
 
@@ -121,8 +120,12 @@ def not_a_completion(detail: str, *, what: str = "chat completion", stream: bool
     """The 502 for a 200 answer the loop cannot read: an HTML page from a gateway, a JSON body
     where a stream was asked for, a truncated body…"""
     what = f"{what} stream" if stream else what
-    return ProxyError(502, f"The upstream answered 200 with a body that is not a {what} ({detail}).",
-                      type_="server_error", code="upstream_error")
+    return ProxyError(
+        502,
+        f"The upstream answered 200 with a body that is not a {what} ({detail}).",
+        type_="server_error",
+        code="upstream_error",
+    )
 
 
 def _describe(response: httpx2.Response, size: int | None = None) -> str:
@@ -142,10 +145,18 @@ def _answer(raw: bytes, response: httpx2.Response, what: str) -> dict:
     return completion
 
 
-async def _events(first: httpx2.Response, rounds: Rounds, send: SendRound, *, tools: ReloadTools,
-                  budget: Budget, holder: list[httpx2.Response], done: list[int],
-                  before_finish: Callable[[], Awaitable[None]] | None,
-                  usage: UsageReader | None) -> AsyncIterator[dict]:
+async def _events(
+    first: httpx2.Response,
+    rounds: Rounds,
+    send: SendRound,
+    *,
+    tools: ReloadTools,
+    budget: Budget,
+    holder: list[httpx2.Response],
+    done: list[int],
+    before_finish: Callable[[], Awaitable[None]] | None,
+    usage: UsageReader | None,
+) -> AsyncIterator[dict]:
     """The events for the client (not yet encoded); an error event ends them early. `done[0]`:
     the reload rounds run so far. Each round's bill (`usage`) on the turn's record once its
     stream has ended, however it ended."""
@@ -177,8 +188,9 @@ async def _events(first: httpx2.Response, rounds: Rounds, send: SendRound, *, to
                 _bill(reading.bill())
         await response.aclose()
         if not seen:  # an HTML page, a JSON body, nothing at all: no event of an answer
-            for out in rounds.fail(not_a_completion(f"{_describe(response)}: no event", what=rounds.what,
-                                                    stream=True).body()):
+            for out in rounds.fail(
+                not_a_completion(f"{_describe(response)}: no event", what=rounds.what, stream=True).body()
+            ):
                 yield out
             return
         calls = rounds.calls()
@@ -205,9 +217,16 @@ async def _events(first: httpx2.Response, rounds: Rounds, send: SendRound, *, to
         yield out
 
 
-async def stream(first: httpx2.Response, rounds: Rounds, send: SendRound, *, tools: ReloadTools,
-                 budget: Budget, before_finish: Callable[[], Awaitable[None]] | None = None,
-                 usage: UsageReader | None = None) -> AsyncIterator[bytes]:
+async def stream(
+    first: httpx2.Response,
+    rounds: Rounds,
+    send: SendRound,
+    *,
+    tools: ReloadTools,
+    budget: Budget,
+    before_finish: Callable[[], Awaitable[None]] | None = None,
+    usage: UsageReader | None = None,
+) -> AsyncIterator[bytes]:
     """Streaming: relay events as they come, hide injected calls, chain the rounds.
 
     `first` is the response to `rounds.request(...)` already sent (its status checked by the
@@ -222,16 +241,28 @@ async def stream(first: httpx2.Response, rounds: Rounds, send: SendRound, *, too
     done = [0]
     try:
         try:
-            async for event in _events(first, rounds, send, tools=tools, budget=budget, holder=holder, done=done,
-                                     before_finish=before_finish, usage=usage):
+            async for event in _events(
+                first,
+                rounds,
+                send,
+                tools=tools,
+                budget=budget,
+                holder=holder,
+                done=done,
+                before_finish=before_finish,
+                usage=usage,
+            ):
                 yield rounds.encode(event)
         except (httpx2.HTTPError, ValueError) as exc:
             for event in rounds.fail(stream_broke(exc, response_host(holder[0]))):
                 yield rounds.encode(event)
         except Exception as exc:  # noqa: BLE001 - the stream must still end properly
             log.exception("streamed reload round failed")
-            for event in rounds.fail(error_body(f"The proxy failed during a reload round ({type(exc).__name__}).",
-                                                "server_error", "proxy_error")):
+            for event in rounds.fail(
+                error_body(
+                    f"The proxy failed during a reload round ({type(exc).__name__}).", "server_error", "proxy_error"
+                )
+            ):
                 yield rounds.encode(event)
         yield reload_rounds_comment(done[0])
         if rounds.closing:

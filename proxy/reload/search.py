@@ -27,8 +27,7 @@ from typing import Protocol
 
 from proxy.offload.cpu_pool import CPU
 from proxy.reload.search_pool import INTERRUPTED, KILL_GRACE, START_TIMEOUT, Pool, Worker, WorkerGone, pool
-from proxy.reload.search_worker import (EXPENSIVE, HEAD, MATCHES, MAX_MATCHES, MEMORY_LIMIT, NICE, SIZE,  # noqa: F401
-                                 TIME, Hits)
+from proxy.reload.search_worker import EXPENSIVE, HEAD, MATCHES, MAX_MATCHES, MEMORY_LIMIT, NICE, SIZE, TIME, Hits  # noqa: F401
 
 log = logging.getLogger("proxy.reload.search")
 
@@ -37,7 +36,6 @@ MAX_EXPANSION = 100_000  # a{100000} compiles in ~70 ms; nested counted repeats 
 LARGE_CHARS = 1 << 20  # texts larger than this are prepared for a worker in a thread (proxy.offload.cpu_pool's)
 BLOCK_CHARS = 1 << 20  # ... a block at a time: no single C call holds the GIL long
 OFF_LOOP = CPU(True)
-
 
 
 class SearchSettings(Protocol):
@@ -243,8 +241,14 @@ class Search:
         else:
             chunks, more = prefix_chunks(text, room)
         hits = self.hits
-        header = {"op": "scan", "ref": ref, "more": more, "deadline": self.deadline,
-                  "matches": hits.max_lines - len(hits.lines), "chars": hits.max_chars - hits.chars}
+        header = {
+            "op": "scan",
+            "ref": ref,
+            "more": more,
+            "deadline": self.deadline,
+            "matches": hits.max_lines - len(hits.lines),
+            "chars": hits.max_chars - hits.chars,
+        }
         reply = await self._ask(header, chunks)
         if reply is not None and reply.get("done"):
             stopped = reply.get("stopped")

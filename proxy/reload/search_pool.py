@@ -30,8 +30,9 @@ INTERRUPTED = "interrupted"  # the proxy shut the workers down mid-search
 START_TIMEOUT = 10.0  # seconds a worker may take to start (a loaded host) before a search gives up on it
 
 _ROOT = str(Path(__file__).resolve().parents[2])
-_BOOT = (f"import sys; sys.path.insert(0, {_ROOT!r}); "
-         "from proxy.reload.search_worker import main; main(int(sys.argv[1]))")
+_BOOT = (
+    f"import sys; sys.path.insert(0, {_ROOT!r}); from proxy.reload.search_worker import main; main(int(sys.argv[1]))"
+)
 
 
 # ---------------------------------------------------------------- worker processes
@@ -48,8 +49,11 @@ class Worker:
         ours, theirs = socket.socketpair()
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-P", "-c", _BOOT, str(theirs.fileno())], pass_fds=[theirs.fileno()],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+                [sys.executable, "-P", "-c", _BOOT, str(theirs.fileno())],
+                pass_fds=[theirs.fileno()],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+            )
         except BaseException:
             ours.close()
             raise
@@ -119,8 +123,8 @@ class Worker:
                     if size > MAX_REPLY or body:
                         raise WorkerGone("a malformed message")
                     if len(self.buffer) >= HEAD.size + size:
-                        raw = bytes(self.buffer[HEAD.size:HEAD.size + size])
-                        del self.buffer[:HEAD.size + size]
+                        raw = bytes(self.buffer[HEAD.size : HEAD.size + size])
+                        del self.buffer[: HEAD.size + size]
                         try:
                             message = json.loads(raw)
                         except ValueError as exc:

@@ -87,7 +87,7 @@ def lines_text(text: str, more: bool) -> tuple[str | None, bool]:
     cut = False
     if more and text and text[-1] not in LINE_BREAKS:
         last = max(text.rfind(c) for c in LINE_BREAKS)
-        text, cut = text[:last + 1], True  # the line the proxy cut is not searched
+        text, cut = text[: last + 1], True  # the line the proxy cut is not searched
     if not text:
         return None, cut
     if any(c in text for c in OTHER_BREAKS):
@@ -124,7 +124,7 @@ def scan(compiled: regex.Pattern, ref: str, text: str, *, deadline: float, hits:
         line_start = text.rfind("\n", 0, start) + 1
         line_end = text.find("\n", start)
         line_end = end if line_end < 0 else line_end
-        entry = hits.add(ref, number, text[line_start:min(line_end, line_start + MATCH_LINE_CHARS + 1)])
+        entry = hits.add(ref, number, text[line_start : min(line_end, line_start + MATCH_LINE_CHARS + 1)])
         if entry is None:
             return
         found(entry)
@@ -219,8 +219,14 @@ def serve(channel: Channel) -> None:
             del body
             hits = Hits(max_chars=header["chars"], max_lines=header["matches"])
             if text is not None:
-                scan(compiled, header["ref"], text, deadline=header["deadline"], hits=hits,
-                     found=lambda entry: channel.send({"hit": entry}))
+                scan(
+                    compiled,
+                    header["ref"],
+                    text,
+                    deadline=header["deadline"],
+                    hits=hits,
+                    found=lambda entry: channel.send({"hit": entry}),
+                )
             del text
             stopped = hits.stopped or (SIZE if cut or header["more"] else None)
             channel.send({"done": True, "stopped": stopped})

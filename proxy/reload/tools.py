@@ -22,16 +22,26 @@ from collections.abc import Iterable
 from typing import Any
 
 from proxy import telemetry
-from proxy.offload.cpu_pool import CPU
-from proxy.offload.events import event
 from proxy.core import jsonio, texts
 from proxy.core.markers import INJECTED_TOOLS, RELOAD_TOOL
 from proxy.core.media import Reloaded, ToolResult
-from proxy.offload.refs import RefStore
-from proxy.reload.search import (EXPENSIVE, INTERRUPTED, LARGE_CHARS, MAX_PATTERN_CHARS, SIZE, TIME, Hits, Search,
-                          SearchLimits, check_pattern)
-from proxy.store import StoreUnavailable
 from proxy.core.tokens import EstimateEncoder, TokenCounter
+from proxy.offload.cpu_pool import CPU
+from proxy.offload.events import event
+from proxy.offload.refs import RefStore
+from proxy.reload.search import (
+    EXPENSIVE,
+    INTERRUPTED,
+    LARGE_CHARS,
+    MAX_PATTERN_CHARS,
+    SIZE,
+    TIME,
+    Hits,
+    Search,
+    SearchLimits,
+    check_pattern,
+)
+from proxy.store import StoreUnavailable
 
 log = logging.getLogger("proxy.reload.tools")
 
@@ -42,6 +52,7 @@ MAX_ARGUMENT_DEPTH = 32  # the tools take flat objects: deeper arguments are ref
 PREVIEW_CHARS = 200  # of a call's arguments, in its event
 BLOCK_CHARS = 1 << 20  # a large text is split into lines a block at a time
 OFF_LOOP = CPU(True)  # the pool of proxy.offload.cpu_pool: CPU-heavy work on large texts
+
 
 def segments(text: str) -> list[str]:
     """Lines with their endings, long ones cut: ''.join(segments(t)) == t.
@@ -62,7 +73,7 @@ def segments(text: str) -> list[str]:
             if len(line) <= SEGMENT_CHARS:
                 out.append(line)
             else:
-                out.extend(line[i:i + SEGMENT_CHARS] for i in range(0, len(line), SEGMENT_CHARS))
+                out.extend(line[i : i + SEGMENT_CHARS] for i in range(0, len(line), SEGMENT_CHARS))
         start = end
     return out
 
@@ -113,8 +124,9 @@ def parse_arguments(name: str, arguments: Any) -> dict[str, Any]:
     RecursionError included): the model chose it, the model is told.
     """
     try:  # NaN and ±Infinity parse (as floats), so that the check below names the field
-        args = json.loads(arguments or "{}") if isinstance(arguments, str) \
-            else arguments  # some upstreams send an object, not its JSON text
+        args = (
+            json.loads(arguments or "{}") if isinstance(arguments, str) else arguments
+        )  # some upstreams send an object, not its JSON text
     except RecursionError as exc:
         raise BadArguments(texts.arguments_too_deep(MAX_ARGUMENT_DEPTH)) from exc
     except ValueError as exc:  # JSONDecodeError, and integers past 4300 digits
@@ -124,10 +136,15 @@ def parse_arguments(name: str, arguments: Any) -> dict[str, Any]:
     if not isinstance(args, dict):
         raise BadArguments("arguments must be a JSON object")
     if name == RELOAD_TOOL:
-        return {"ref": _string(args, "ref", MAX_REF_CHARS, required=True), "offset": _integer(args, "offset", 0),
-                "limit": _integer(args, "limit", 1)}
-    return {"pattern": _string(args, "pattern", MAX_PATTERN_CHARS, required=True),
-            "ref": _string(args, "ref", MAX_REF_CHARS, required=False)}
+        return {
+            "ref": _string(args, "ref", MAX_REF_CHARS, required=True),
+            "offset": _integer(args, "offset", 0),
+            "limit": _integer(args, "limit", 1),
+        }
+    return {
+        "pattern": _string(args, "pattern", MAX_PATTERN_CHARS, required=True),
+        "ref": _string(args, "ref", MAX_REF_CHARS, required=False),
+    }
 
 
 def _preview(arguments: Any) -> str:
@@ -146,8 +163,14 @@ class ReloadTools:
     """Runs injected tool calls for one request, within one tenant namespace."""
 
     def __init__(
-        self, refs: RefStore, counter: TokenCounter, *, max_tokens: int, request_refs: list[str],
-        session: str | None, limits: SearchLimits = SearchLimits(),
+        self,
+        refs: RefStore,
+        counter: TokenCounter,
+        *,
+        max_tokens: int,
+        request_refs: list[str],
+        session: str | None,
+        limits: SearchLimits = SearchLimits(),
     ) -> None:
         self.refs, self.counter, self.max_tokens = refs, counter, max_tokens
         self.request_refs, self.session, self.limits = request_refs, session, limits
@@ -222,7 +245,9 @@ class ReloadTools:
             used += cost
         end = start + len(page)
         body = "".join(page)
-        return body + "\n" + texts.page_note(ref, start, end, lines=len(parts))  # the page is everything before the last line
+        return (
+            body + "\n" + texts.page_note(ref, start, end, lines=len(parts))
+        )  # the page is everything before the last line
 
     async def search(self, pattern: str, ref: str | None = None, deadline: float | None = None) -> str:
         """Matching lines, within `limits`: one deadline and a cap on the bytes scanned.
@@ -232,8 +257,11 @@ class ReloadTools:
         started = time.monotonic()
         own = started + self.limits.timeout
         deadline = own if deadline is None else min(own, deadline)
-        limit = "the time left of this request's reload budget" if deadline < own else (
-            f"the search time limit of {self.limits.timeout:g} s")
+        limit = (
+            "the time left of this request's reload budget"
+            if deadline < own
+            else (f"the search time limit of {self.limits.timeout:g} s")
+        )
         try:
             check_pattern(pattern)
         except ValueError as exc:
@@ -274,21 +302,37 @@ class ReloadTools:
                 return texts.search_interrupted()
             if hits.stopped not in (TIME, EXPENSIVE):
                 raise RuntimeError("the search worker gave an unexpected answer")
-            why = f"compiling it did not finish within {limit}" if hits.stopped == TIME else (
-                "compiling it needed more memory than a search may use, or crashed the search worker")
+            why = (
+                f"compiling it did not finish within {limit}"
+                if hits.stopped == TIME
+                else ("compiling it needed more memory than a search may use, or crashed the search worker")
+            )
             return texts.too_expensive(pattern, why)
-        answer = self._answer(pattern, ref, refs=refs, hits=hits, searched=searched, took=took, limit=limit,
-                              busy=search.busy)
+        answer = self._answer(
+            pattern, ref, refs=refs, hits=hits, searched=searched, took=took, limit=limit, busy=search.busy
+        )
         return f"{answer}\n{texts.media_skipped(skipped)}" if skipped else answer
 
-    def _answer(self, pattern: str, ref: str | None, *, refs: list[str], hits: Hits, searched: int, took: float,
-                limit: str, busy: bool) -> str:
+    def _answer(
+        self,
+        pattern: str,
+        ref: str | None,
+        *,
+        refs: list[str],
+        hits: Hits,
+        searched: int,
+        took: float,
+        limit: str,
+        busy: bool,
+    ) -> str:
         lines = list(hits.lines)
         if not lines and hits.stopped in (TIME, SIZE, EXPENSIVE, INTERRUPTED):
             lines.append(texts.no_match_so_far(pattern))
         if hits.stopped == TIME:
             waited = "; every search worker was busy" if busy else ""
-            lines.append(texts.stopped_at_time(took, limit, waited, found=len(hits.lines), searched=searched, total=len(refs)))
+            lines.append(
+                texts.stopped_at_time(took, limit, waited, found=len(hits.lines), searched=searched, total=len(refs))
+            )
         elif hits.stopped == EXPENSIVE:
             lines.append(texts.stopped_expensive(len(hits.lines), searched, len(refs)))
         elif hits.stopped == INTERRUPTED:
@@ -305,5 +349,6 @@ class ReloadTools:
 
 def collision_warning(names: Iterable[str]) -> str:
     names = sorted(names)
-    return (f"the request declares its own tool named {' and '.join(names)}; "
-            "forwarded without offloading or reload tools")
+    return (
+        f"the request declares its own tool named {' and '.join(names)}; forwarded without offloading or reload tools"
+    )

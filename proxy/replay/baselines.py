@@ -40,8 +40,9 @@ def task_end(items: list[Any], view: ItemView) -> int:
     return 0
 
 
-def middle_out(items: list[Any], view: ItemView, budget: int, *, counter: TokenCounter,
-               tokens: Callable[[Any], int] | None = None) -> list[Any]:
+def middle_out(
+    items: list[Any], view: ItemView, budget: int, *, counter: TokenCounter, tokens: Callable[[Any], int] | None = None
+) -> list[Any]:
     """`items` without whole units from the middle, removed one at a time (the middle one of those
     left) until the tokens (`tokens(item)`, else `counter.message`) are within `budget` or only the
     start and the last unit are left."""

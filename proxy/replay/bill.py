@@ -30,7 +30,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from proxy.core import keepalive as ka, provider_cache as pc
+from proxy.core import keepalive as ka
+from proxy.core import provider_cache as pc
 from proxy.formats import openai_cache
 from proxy.formats.messages import cache_control as messages_cache
 
@@ -56,8 +57,9 @@ class Ping:
     turn: int
 
 
-def keepalive_pings(*, times: Sequence[float], tokens: Sequence[int], limits: ka.Limits, profile: pc.Profile,
-                    output_tokens: int = 1) -> list[Ping]:
+def keepalive_pings(
+    *, times: Sequence[float], tokens: Sequence[int], limits: ka.Limits, profile: pc.Profile, output_tokens: int = 1
+) -> list[Ping]:
     """The pings the server's keep-alive (`proxy.core.keepalive.next_ping`) sends after each turn
     (sent at times[k], its forwarded prefix tokens[k] as the proxy counted them) until the next
     one, or after the last until the limits stop them: a session that ended is pinged too."""
@@ -90,10 +92,15 @@ def explicit_marks(body: dict) -> dict:
     control = dict(messages_cache.EPHEMERAL)
     for message in messages:
         content = message.get("content")
-        if isinstance(content, list) and any(isinstance(b, dict) and "[offloaded history: " in str(b.get("text"))
-                                             for b in content):
-            message["content"] = [{**b, "cache_control": control} if isinstance(b, dict) and
-                                  "[offloaded history: " in str(b.get("text")) else b for b in content]
+        if isinstance(content, list) and any(
+            isinstance(b, dict) and "[offloaded history: " in str(b.get("text")) for b in content
+        ):
+            message["content"] = [
+                {**b, "cache_control": control}
+                if isinstance(b, dict) and "[offloaded history: " in str(b.get("text"))
+                else b
+                for b in content
+            ]
             break
     if messages:
         last = messages[-1]
@@ -140,9 +147,15 @@ class Biller:
         return self.bill(sent, caching=caching).cost(self.profile)
 
 
-def conversation_bill(biller: Biller, *, raw: Sequence[Sent], forwarded: Sequence[Sent],
-                      pings: Sequence[Sent] = (), sweep: Mapping[int, Sequence[Sent]] | None = None,
-                      strategy: str = messages_cache.STRATEGY) -> dict[str, Any]:
+def conversation_bill(
+    biller: Biller,
+    *,
+    raw: Sequence[Sent],
+    forwarded: Sequence[Sent],
+    pings: Sequence[Sent] = (),
+    sweep: Mapping[int, Sequence[Sent]] | None = None,
+    strategy: str = messages_cache.STRATEGY,
+) -> dict[str, Any]:
     """The figures (`FIGURES`) of one conversation, the proxy's bill split by kind, and what the
     proxy's turns cost with each way of caching (`MARKERS`) for the bench's choice. `pings`:
     the keep-alive pings, each with the body it repeats; `sweep`: other pings by their limits'
@@ -161,25 +174,48 @@ def conversation_bill(biller: Biller, *, raw: Sequence[Sent], forwarded: Sequenc
         blocks = biller.request(s, caching=None).blocks
         floor += sum(b.tokens for b in blocks[seen:]) * biller.profile.write
         seen = len(blocks)
-    return {"raw_uncached": float(uncached.total), "raw_cached": biller.cost(raw, caching=caching),
-            "proxy_uncached": biller.cost(forwarded, caching=None), "proxy_cached": proxy.cost(biller.profile),
-            "proxy_keepalive": kept, "pings": len(pings), "floor": floor,
-            "keepalive_sweep": {str(m): with_pings(p) for m, p in (sweep or {}).items()}, "proxy_billed": {"uncached": proxy.uncached, "read": proxy.read,
-                                             "write_5m": proxy.write_5m, "write_1h": proxy.write_1h},
-            "strategies": {name: biller.cost(forwarded, caching=marker) for name, marker in MARKERS.items()}}
+    return {
+        "raw_uncached": float(uncached.total),
+        "raw_cached": biller.cost(raw, caching=caching),
+        "proxy_uncached": biller.cost(forwarded, caching=None),
+        "proxy_cached": proxy.cost(biller.profile),
+        "proxy_keepalive": kept,
+        "pings": len(pings),
+        "floor": floor,
+        "keepalive_sweep": {str(m): with_pings(p) for m, p in (sweep or {}).items()},
+        "proxy_billed": {
+            "uncached": proxy.uncached,
+            "read": proxy.read,
+            "write_5m": proxy.write_5m,
+            "write_1h": proxy.write_1h,
+        },
+        "strategies": {name: biller.cost(forwarded, caching=marker) for name, marker in MARKERS.items()},
+    }
 
 
-def replayed(biller: Biller, *, times: Sequence[float], raw: Sequence[dict], forwarded: Sequence[dict],
-             summaries: Sequence[tuple[int, dict]], pings: Sequence[Ping] = (),
-             sweep: Mapping[int, Sequence[Ping]] | None = None) -> dict[str, Any]:
+def replayed(
+    biller: Biller,
+    *,
+    times: Sequence[float],
+    raw: Sequence[dict],
+    forwarded: Sequence[dict],
+    summaries: Sequence[tuple[int, dict]],
+    pings: Sequence[Ping] = (),
+    sweep: Mapping[int, Sequence[Ping]] | None = None,
+) -> dict[str, Any]:
     """`conversation_bill` of a replay: turn k's raw and forwarded bodies sent at times[k], its
     summary calls (turn, body) SUMMARY_DELAY later, the keep-alive `pings` as they fall."""
-    sent = [*(Sent(at, b) for at, b in zip(times, forwarded)),
-            *(Sent(times[k] + SUMMARY_DELAY, b) for k, b in summaries)]
-    return conversation_bill(biller, raw=[Sent(at, b) for at, b in zip(times, raw)],
-                             forwarded=sorted(sent, key=lambda s: s.at),
-                             pings=[Sent(p.at, forwarded[p.turn]) for p in pings],
-                             sweep={m: [Sent(p.at, forwarded[p.turn]) for p in ps] for m, ps in (sweep or {}).items()})
+    sent = [
+        *(Sent(at, b) for at, b in zip(times, forwarded)),
+        *(Sent(times[k] + SUMMARY_DELAY, b) for k, b in summaries),
+    ]
+    return conversation_bill(
+        biller,
+        raw=[Sent(at, b) for at, b in zip(times, raw)],
+        forwarded=sorted(sent, key=lambda s: s.at),
+        pings=[Sent(p.at, forwarded[p.turn]) for p in pings],
+        sweep={m: [Sent(p.at, forwarded[p.turn]) for p in ps] for m, ps in (sweep or {}).items()},
+    )
 
 
 def summed(bills: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -197,10 +233,12 @@ def summed(bills: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def table(bill: dict[str, Any], *, pricing: str, gaps: str) -> str:
     r = bill["ratios"]
-    return (f"billed ({pricing} prompt cache, turn gaps {gaps}), in input tokens and as a share of the raw history "
-            f"uncached: raw uncached {bill['raw_uncached']:,.0f} (1.000), raw with client caching "
-            f"{bill['raw_cached']:,.0f} ({r['raw_cached']:.3f}), through the proxy without cache control "
-            f"{bill['proxy_uncached']:,.0f} ({r['proxy_uncached']:.3f}), with the proxy's cache control "
-            f"{bill['proxy_cached']:,.0f} ({r['proxy_cached']:.3f}), and keep-alive pings ({bill['pings']}) "
-            f"{bill['proxy_keepalive']:,.0f} ({r['proxy_keepalive']:.3f}), floor {r['floor']:.3f}; "
-            f"{bill['above_raw']} conversation(s) billed above their raw history with caching")
+    return (
+        f"billed ({pricing} prompt cache, turn gaps {gaps}), in input tokens and as a share of the raw history "
+        f"uncached: raw uncached {bill['raw_uncached']:,.0f} (1.000), raw with client caching "
+        f"{bill['raw_cached']:,.0f} ({r['raw_cached']:.3f}), through the proxy without cache control "
+        f"{bill['proxy_uncached']:,.0f} ({r['proxy_uncached']:.3f}), with the proxy's cache control "
+        f"{bill['proxy_cached']:,.0f} ({r['proxy_cached']:.3f}), and keep-alive pings ({bill['pings']}) "
+        f"{bill['proxy_keepalive']:,.0f} ({r['proxy_keepalive']:.3f}), floor {r['floor']:.3f}; "
+        f"{bill['above_raw']} conversation(s) billed above their raw history with caching"
+    )

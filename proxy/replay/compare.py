@@ -46,11 +46,16 @@ class Figures:
 
     def row(self) -> dict[str, Any]:
         recall = self.recall or metrics.Recall()
-        return {"forwarded_ratio": self.forwarded_tokens / self.raw_tokens if self.raw_tokens else 1.0,
-                "prefix_reuse": self.prefix_reused / self.prefix_total if self.prefix_total else 1.0,
-                "cache_cost_ratio": self.cost / self.raw_cost if self.raw_cost else 1.0,
-                "recall": recall.value, "recall_found": recall.found, "recall_identifiers": recall.kept,
-                "raw_tokens": self.raw_tokens, "forwarded_tokens": self.forwarded_tokens}
+        return {
+            "forwarded_ratio": self.forwarded_tokens / self.raw_tokens if self.raw_tokens else 1.0,
+            "prefix_reuse": self.prefix_reused / self.prefix_total if self.prefix_total else 1.0,
+            "cache_cost_ratio": self.cost / self.raw_cost if self.raw_cost else 1.0,
+            "recall": recall.value,
+            "recall_found": recall.found,
+            "recall_identifiers": recall.kept,
+            "raw_tokens": self.raw_tokens,
+            "forwarded_tokens": self.forwarded_tokens,
+        }
 
 
 class Tokens:
@@ -65,8 +70,16 @@ class Tokens:
         return found if found is not None else message_tokens([item], self.counter)[0]
 
 
-def measure(history: list[Any], answers: list[tuple[int, int]], requests: list[list[Any]], *, strategy: Strategy,
-            tokens: Tokens, is_tool: Callable[[Any], bool], pricing: metrics.Pricing = metrics.OPENAI) -> Figures:
+def measure(
+    history: list[Any],
+    answers: list[tuple[int, int]],
+    requests: list[list[Any]],
+    *,
+    strategy: Strategy,
+    tokens: Tokens,
+    is_tool: Callable[[Any], bool],
+    pricing: metrics.Pricing = metrics.OPENAI,
+) -> Figures:
     """One conversation through `strategy`: its figures, defined as the replay's."""
     forwarded = [strategy(request) for request in requests]
     counts = [[tokens(item) for item in turn] for turn in forwarded]
@@ -92,8 +105,16 @@ def strategies(view: ItemView, *, budget: int, model: str, keep: int = MASK_KEEP
     }
 
 
-def compare(conversations: list[dict], *, format: str, view: ItemView, budget: int, model: str,
-            keep: int = MASK_KEEP, pricing: metrics.Pricing = metrics.OPENAI) -> dict[str, dict[str, Any]]:
+def compare(
+    conversations: list[dict],
+    *,
+    format: str,
+    view: ItemView,
+    budget: int,
+    model: str,
+    keep: int = MASK_KEEP,
+    pricing: metrics.Pricing = metrics.OPENAI,
+) -> dict[str, dict[str, Any]]:
     """Each strategy's figures over all `conversations` (ratios of sums, as the replay's overall),
     the cache cost at `pricing`."""
     json_counter = counter_for_encoding("o200k_base")
@@ -104,15 +125,35 @@ def compare(conversations: list[dict], *, format: str, view: ItemView, budget: i
         requests, _ = requests_of(conv, format)
         tokens = Tokens(history, message_tokens(history, json_counter), json_counter)
         for name, strategy in chosen.items():
-            totals[name].add(measure(history, answers, requests, strategy=strategy, tokens=tokens,
-                                     is_tool=lambda item: view.role(item) == "tool", pricing=pricing))
+            totals[name].add(
+                measure(
+                    history,
+                    answers,
+                    requests,
+                    strategy=strategy,
+                    tokens=tokens,
+                    is_tool=lambda item: view.role(item) == "tool",
+                    pricing=pricing,
+                )
+            )
     return {name: figures.row() for name, figures in totals.items()}
 
 
 def with_proxy(rows: dict[str, dict[str, Any]], overall: dict[str, Any], label: str) -> dict[str, dict[str, Any]]:
     """`rows` with the replay's own figures (`report["overall"]`) as the second row, after the raw history."""
-    proxy = {name: overall[name] for name in ("forwarded_ratio", "prefix_reuse", "cache_cost_ratio", "recall",
-                                              "recall_found", "recall_identifiers", "raw_tokens", "forwarded_tokens")}
+    proxy = {
+        name: overall[name]
+        for name in (
+            "forwarded_ratio",
+            "prefix_reuse",
+            "cache_cost_ratio",
+            "recall",
+            "recall_found",
+            "recall_identifiers",
+            "raw_tokens",
+            "forwarded_tokens",
+        )
+    }
     names = list(rows)
     return {names[0]: rows[names[0]], label: proxy, **{name: rows[name] for name in names[1:]}}
 
@@ -122,10 +163,14 @@ def table(rows: dict[str, dict[str, Any]]) -> str:
     header = f"{'strategy':36} {'forwarded/raw':>13} {'prefix reuse':>12} {'cache cost':>10} {'recall':>6}  found"
     lines = [header, "-" * len(header)]
     for name, r in rows.items():
-        lines.append(f"{name:36} {r['forwarded_ratio']:>13.3f} {r['prefix_reuse']:>12.3f} "
-                     f"{r['cache_cost_ratio']:>10.3f} {r['recall']:>6.3f}  {r['recall_found']} of "
-                     f"{r['recall_identifiers']}")
-    lines.append("cache cost: input cost with cached prefixes at 10 %, over the raw history's (the proxy's "
-                 "includes its summary calls); recall: identifiers the model took from earlier tool results "
-                 "that the turn still carries (proxy/replay/metrics.py)")
+        lines.append(
+            f"{name:36} {r['forwarded_ratio']:>13.3f} {r['prefix_reuse']:>12.3f} "
+            f"{r['cache_cost_ratio']:>10.3f} {r['recall']:>6.3f}  {r['recall_found']} of "
+            f"{r['recall_identifiers']}"
+        )
+    lines.append(
+        "cache cost: input cost with cached prefixes at 10 %, over the raw history's (the proxy's "
+        "includes its summary calls); recall: identifiers the model took from earlier tool results "
+        "that the turn still carries (proxy/replay/metrics.py)"
+    )
     return "\n".join(lines)

@@ -41,8 +41,13 @@ PARTS = ("system", "task", "summary", "window", "previews", "images")
 COST_PARTS = ("new", *(f"read_{p}" for p in PARTS), "resend", "summary_calls")
 RAW_PARTS = ("new", "read")
 SUMMARY_MARK = "[offloaded history: "
-PREVIEW_MARKS = ("[offloaded tool result: ", "[image offloaded: ", "[file offloaded: ", "[document offloaded: ",
-                 "[audio offloaded: ")
+PREVIEW_MARKS = (
+    "[offloaded tool result: ",
+    "[image offloaded: ",
+    "[file offloaded: ",
+    "[document offloaded: ",
+    "[audio offloaded: ",
+)
 
 
 def image_tokens(value: Any) -> int:
@@ -89,7 +94,7 @@ def merged_summary(item: Any, part: str) -> dict[str, float]:
     sizes = [len(json.dumps(p, ensure_ascii=False)) for p in content]
     at, total = marked.index(True), sum(sizes) or 1
     shares = {part: sum(sizes[:at]) / total, "summary": sizes[at] / total}
-    shares["window"] = shares.get("window", 0.0) + sum(sizes[at + 1:]) / total
+    shares["window"] = shares.get("window", 0.0) + sum(sizes[at + 1 :]) / total
     return shares
 
 
@@ -116,8 +121,14 @@ def new_items(request_lengths: Sequence[int]) -> list[int]:
     return [n - (request_lengths[k - 1] if k else 0) for k, n in enumerate(request_lengths)]
 
 
-def breakdown(windows: list[Window], added: list[int], *, tools: list[Any] | None,
-              summaries: Sequence[SummaryCall], pricing: Pricing) -> dict[str, float]:
+def breakdown(
+    windows: list[Window],
+    added: list[int],
+    *,
+    tools: list[Any] | None,
+    summaries: Sequence[SummaryCall],
+    pricing: Pricing,
+) -> dict[str, float]:
     """The forwarded turns' cost (and their summary calls') by `COST_PARTS`."""
     out = dict.fromkeys(COST_PARTS, 0.0)
     for k, window in enumerate(windows):
@@ -143,8 +154,14 @@ def raw_breakdown(request_tokens: list[list[int]], pricing: Pricing) -> dict[str
     return out
 
 
-def conversation_costs(windows: list[Window], added: list[int], request_tokens: list[list[int]], *,
-                       tools: list[Any] | None, summaries: Sequence[SummaryCall]) -> dict[str, dict[str, Any]]:
+def conversation_costs(
+    windows: list[Window],
+    added: list[int],
+    request_tokens: list[list[int]],
+    *,
+    tools: list[Any] | None,
+    summaries: Sequence[SummaryCall],
+) -> dict[str, dict[str, Any]]:
     """Per pricing (`PRICINGS`): `cost`, `raw_cost`, `parts`, `raw_parts`."""
     out = {}
     for name, pricing in PRICINGS.items():
@@ -172,9 +189,15 @@ def summed(costs: list[dict[str, dict[str, Any]]], tokens: list[dict[str, float]
         parts = {p: sum(c[name]["parts"][p] for c in costs) for p in COST_PARTS}
         raw_parts = {p: sum(c[name]["raw_parts"][p] for c in costs) for p in RAW_PARTS}
         cost, raw = sum(parts.values()), sum(raw_parts.values())
-        out[name] = {"cost": cost, "raw_cost": raw, "cache_cost_ratio": cost / raw if raw else 1.0,
-                     "floor": raw_parts["new"] / raw if raw else 1.0, "parts": parts, "raw_parts": raw_parts,
-                     "ratios": {p: v / raw if raw else 0.0 for p, v in parts.items()}}
+        out[name] = {
+            "cost": cost,
+            "raw_cost": raw,
+            "cache_cost_ratio": cost / raw if raw else 1.0,
+            "floor": raw_parts["new"] / raw if raw else 1.0,
+            "parts": parts,
+            "raw_parts": raw_parts,
+            "ratios": {p: v / raw if raw else 0.0 for p, v in parts.items()},
+        }
     forwarded = {p: sum(t[p] for t in tokens) for p in PARTS}
     total = sum(forwarded.values())
     out["forwarded_tokens"] = forwarded

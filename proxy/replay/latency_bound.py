@@ -51,8 +51,15 @@ def _sums(turns: list[Turn]) -> list[list[int]]:
     return [list(accumulate(t.tokens, initial=0)) for t in turns]
 
 
-def call_cost(turns: list[Turn], i: int, *, summary_tokens: int, ratio: float, pricing: Pricing = OPENAI,
-              sums: list[list[int]] | None = None) -> float:
+def call_cost(
+    turns: list[Turn],
+    i: int,
+    *,
+    summary_tokens: int,
+    ratio: float,
+    pricing: Pricing = OPENAI,
+    sums: list[list[int]] | None = None,
+) -> float:
     """A summary call started on turn i: its prefix (the head, a summary, a window of `ratio` x
     the trigger) read from the cache, what the turn added written."""
     sums = sums or _sums(turns)
@@ -74,8 +81,16 @@ def _check_lag(lag: int) -> None:
         raise ValueError(f"lag must be 0 or more turns, not {lag}")
 
 
-def lower_bound(turns: list[Turn], *, lag: int, summary_tokens: int, ratio: float = 0.8, per_compression: float = 0.0,
-                limit: int | None = None, pricing: Pricing = OPENAI) -> Schedule:
+def lower_bound(
+    turns: list[Turn],
+    *,
+    lag: int,
+    summary_tokens: int,
+    ratio: float = 0.8,
+    per_compression: float = 0.0,
+    limit: int | None = None,
+    pricing: Pricing = OPENAI,
+) -> Schedule:
     """The cheapest schedule whose summaries are used `lag` turns or more after they start (no
     turns: nothing to pay)."""
     _check_lag(lag)
@@ -97,8 +112,13 @@ def lower_bound(turns: list[Turn], *, lag: int, summary_tokens: int, ratio: floa
             forwarded = float(sums_j[-1])
             before = states.get(NONE)
             step = _turn_cost(forwarded, before[3] if before else None, head, switched=False, pricing=pricing)
-            new[NONE] = ((before[0] if before else 0.0) + step, (before[1] if before else 0.0) + step,
-                         before[2] if before else 0, forwarded, (before[4] if before else ()) + (NONE,))
+            new[NONE] = (
+                (before[0] if before else 0.0) + step,
+                (before[1] if before else 0.0) + step,
+                before[2] if before else 0,
+                forwarded,
+                (before[4] if before else ()) + (NONE,),
+            )
         for i in range(0, j - lag + 1):
             cut = turns[i].tail
             if not turn.head <= cut <= turn.tail:
@@ -114,9 +134,11 @@ def lower_bound(turns: list[Turn], *, lag: int, summary_tokens: int, ratio: floa
             switch = next((kv[1] for kv in best if kv[0] != i), None)
             if switch is not None:
                 step = _turn_cost(forwarded, switch[3], head, switched=True, pricing=pricing) + call_cost(
-                    turns, i, summary_tokens=summary_tokens, ratio=ratio, pricing=pricing, sums=sums)
-                options.append((switch[0] + step + per_compression, switch[1] + step, switch[2] + 1, forwarded,
-                                switch[4] + (i,)))
+                    turns, i, summary_tokens=summary_tokens, ratio=ratio, pricing=pricing, sums=sums
+                )
+                options.append(
+                    (switch[0] + step + per_compression, switch[1] + step, switch[2] + 1, forwarded, switch[4] + (i,))
+                )
             if options:
                 new[i] = min(options, key=lambda o: o[0])
         states = new
@@ -126,8 +148,9 @@ def lower_bound(turns: list[Turn], *, lag: int, summary_tokens: int, ratio: floa
     return Schedule(final[1], final[2], final[4])
 
 
-def current_policy(turns: list[Turn], *, lag: int, summary_tokens: int, ratio: float = 0.8,
-                   pricing: Pricing = OPENAI) -> Schedule:
+def current_policy(
+    turns: list[Turn], *, lag: int, summary_tokens: int, ratio: float = 0.8, pricing: Pricing = OPENAI
+) -> Schedule:
     """The proxy's schedule: a summary starts (one at a time) once the window after the newest
     usable summary reaches `ratio` x the trigger, or crosses the trigger (then the turn goes out
     with the summary before); the newest usable summary is forwarded while its window stays

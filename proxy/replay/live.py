@@ -42,14 +42,25 @@ from proxy.replay.live_compare import AnswerError, action_of
 from proxy.replay.live_journal import Journal, arm_config
 from proxy.replay.live_report import TracePairs, report_of, table
 from proxy.replay.runner import WIRES, message_tokens
-from proxy.replay.target import (MAX_SESSION, PATHS, SESSION_HEADER, api_root, error_message, one_line, session_id,
-                                 turn_headers)
+from proxy.replay.target import (
+    MAX_SESSION,
+    PATHS,
+    SESSION_HEADER,
+    api_root,
+    error_message,
+    one_line,
+    session_id,
+    turn_headers,
+)
 from proxy.replay.turns import answers_of, load_conversations, request_body, requests_of, system_of
 from proxy.stats.prices import PriceTable
 from proxy.upstream.base_url import anthropic_base, base_url_problem, openai_base
 
-DEFAULT_UPSTREAMS = {"chat": "https://api.openai.com/v1", "responses": "https://api.openai.com/v1",
-                     "anthropic": "https://api.anthropic.com"}
+DEFAULT_UPSTREAMS = {
+    "chat": "https://api.openai.com/v1",
+    "responses": "https://api.openai.com/v1",
+    "anthropic": "https://api.anthropic.com",
+}
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504, 529})  # 529: Anthropic's "overloaded"
 REFUSED = frozenset({401, 403})
 RETRIES = 3
@@ -78,14 +89,17 @@ def raw_url(upstream: str, format: str) -> str:
     """Where the raw arm POSTs a turn: the upstream's endpoint of `format`."""
     if format == "anthropic":
         return anthropic_base(upstream) + "/messages"
-    return openai_base(upstream) + PATHS[format][len("/v1"):]
+    return openai_base(upstream) + PATHS[format][len("/v1") :]
 
 
 def setting_headers(args: argparse.Namespace) -> dict[str, str]:
     """The offload settings given (`--max-total-tokens 3000` …) as the proxy arm's X-Offload-* headers,
     checked as the proxy checks them (LiveError when one is invalid)."""
-    values = {name: getattr(args, f"setting_{name}") for name in OffloadSettings.model_fields
-              if getattr(args, f"setting_{name}", None) is not None}
+    values = {
+        name: getattr(args, f"setting_{name}")
+        for name in OffloadSettings.model_fields
+        if getattr(args, f"setting_{name}", None) is not None
+    }
     try:
         OffloadSettings(**values)
     except ValueError as exc:  # pydantic's ValidationError
@@ -119,8 +133,9 @@ def chosen(count: int, *, sample: int | None, seed: int) -> list[int]:
     return sorted(random.Random(seed).sample(range(count), sample))
 
 
-def plan(conversations: list[dict], *, format: str, model: str | None, sample: int | None, seed: int,
-         max_turns: int | None) -> list[PlannedTrace]:
+def plan(
+    conversations: list[dict], *, format: str, model: str | None, sample: int | None, seed: int, max_turns: int | None
+) -> list[PlannedTrace]:
     """The traces and turns to send, each turn's body in `format` and its token counts."""
     traces = []
     for position in chosen(len(conversations), sample=sample, seed=seed):
@@ -134,7 +149,7 @@ def plan(conversations: list[dict], *, format: str, model: str | None, sample: i
         counter = counter_for_model(trace_model)
         tool_tokens = counter.text(json.dumps(tools)) if tools else 0
         last = min(len(requests), max_turns or len(requests))
-        counted = message_tokens(history[:answers[last - 1][1]] if last else [], counter)  # once, not per turn
+        counted = message_tokens(history[: answers[last - 1][1]] if last else [], counter)  # once, not per turn
         before = [0]
         for n in counted:
             before.append(before[-1] + n)
@@ -182,15 +197,21 @@ def estimate(traces: list[PlannedTrace], journal: Journal, prices: PriceTable) -
 
 
 def estimate_text(e: Estimate, *, traces: int, turns: int, upstream: str, proxy: str) -> str:
-    lines = [f"replay --live: {traces} traces, {turns} turns: {e.requests} requests to send "
-             f"(each turn raw to {upstream} and through {proxy}, the first of the two alternating; non-streamed, one at a time)"]
+    lines = [
+        f"replay --live: {traces} traces, {turns} turns: {e.requests} requests to send "
+        f"(each turn raw to {upstream} and through {proxy}, the first of the two alternating; non-streamed, one at a time)"
+    ]
     if e.skipped:
         lines.append(f"  {e.skipped} already answered in the journal: skipped")
-    lines.append(f"  estimate, raw arm: ${e.usd_per_arm:.4f} ({e.input_tokens} input tokens at the full input "
-                 f"price, {e.output_tokens} output tokens as recorded; the price table's entry for the model)")
-    lines.append(f"  estimate, proxy arm: at most about ${e.proxy_usd:.4f} ({e.proxy_input_tokens} input tokens of "
-                 f"the raw history it forwards no more than, {e.proxy_output_tokens} output tokens), plus its "
-                 "summary calls and reload rounds")
+    lines.append(
+        f"  estimate, raw arm: ${e.usd_per_arm:.4f} ({e.input_tokens} input tokens at the full input "
+        f"price, {e.output_tokens} output tokens as recorded; the price table's entry for the model)"
+    )
+    lines.append(
+        f"  estimate, proxy arm: at most about ${e.proxy_usd:.4f} ({e.proxy_input_tokens} input tokens of "
+        f"the raw history it forwards no more than, {e.proxy_output_tokens} output tokens), plus its "
+        "summary calls and reload rounds"
+    )
     return "\n".join(lines)
 
 
@@ -242,12 +263,20 @@ async def _bounded(client: httpx2.AsyncClient, url: str, *, body: dict, headers:
             kept += chunk
             if len(kept) > MAX_ANSWER_BYTES:
                 raise AnswerTooLarge(f"the answer is larger than {MAX_ANSWER_BYTES} bytes")
-    plain = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in ("content-encoding", "content-length")]
+    plain = [
+        (k, v) for k, v in response.headers.multi_items() if k.lower() not in ("content-encoding", "content-length")
+    ]
     return httpx2.Response(response.status_code, headers=plain, content=bytes(kept), request=response.request)
 
 
-async def post(client: httpx2.AsyncClient, url: str, *, body: dict, headers: dict[str, str],
-               sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep) -> Sent:
+async def post(
+    client: httpx2.AsyncClient,
+    url: str,
+    *,
+    body: dict,
+    headers: dict[str, str],
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+) -> Sent:
     """POST `body`, retrying 429, 5xx and failed connections RETRIES times. An answer larger than
     MAX_ANSWER_BYTES, or not whole within ANSWER_SECONDS, is none (not retried)."""
     for attempt in range(RETRIES + 1):
@@ -277,20 +306,35 @@ class Arm:
     config: str  # its configuration's hash (`live_journal.arm_config`)
 
 
-def record_of(sent: Sent, *, arm: Arm, trace: PlannedTrace, turn: PlannedTurn, format: str,
-              price: Price, api_key: str = "") -> dict[str, Any]:
+def record_of(
+    sent: Sent, *, arm: Arm, trace: PlannedTrace, turn: PlannedTurn, format: str, price: Price, api_key: str = ""
+) -> dict[str, Any]:
     """The journal's record of one arm's answer to one turn: status, next action, bill, cost
     (`api_key`: the key sent, never kept, not even the part of it an error message cut leaves)."""
-    record: dict[str, Any] = {"kind": "turn", "position": trace.position, "trace": trace.id, "turn": turn.number,
-                              "arm": arm.name, "config": arm.config, "model": trace.model, "attempts": sent.attempts,
-                              "status": 0, "action": None, "error": sent.error}
+    record: dict[str, Any] = {
+        "kind": "turn",
+        "position": trace.position,
+        "trace": trace.id,
+        "turn": turn.number,
+        "arm": arm.name,
+        "config": arm.config,
+        "model": trace.model,
+        "attempts": sent.attempts,
+        "status": 0,
+        "action": None,
+        "error": sent.error,
+    }
     response = sent.response
     if response is None:
         return record
     record["status"] = response.status_code
     headers = response.headers
-    for name, key in (("x-offload-action", "offload_action"), ("x-offload-tokens-before", "tokens_before"),
-                      ("x-offload-tokens-after", "tokens_after"), ("x-offload-reload-rounds", "reload_rounds")):
+    for name, key in (
+        ("x-offload-action", "offload_action"),
+        ("x-offload-tokens-before", "tokens_before"),
+        ("x-offload-tokens-after", "tokens_after"),
+        ("x-offload-reload-rounds", "reload_rounds"),
+    ):
         if headers.get(name) is not None:
             record[key] = headers[name]
     if response.status_code != 200:
@@ -330,8 +374,9 @@ def proxy_session(proxy_config: str, trace: PlannedTrace) -> str:
     return session_id(f"live-{proxy_config[:8]}-{trace.position}-{trace.id}"[:MAX_SESSION])
 
 
-async def session_bill(client: httpx2.AsyncClient, root: str, *, session: str, headers: dict[str, str],
-                       turns: int) -> dict[str, dict[str, int]] | None:
+async def session_bill(
+    client: httpx2.AsyncClient, root: str, *, session: str, headers: dict[str, str], turns: int
+) -> dict[str, dict[str, int]] | None:
     """The tokens the proxy's statistics billed in `session`, per call (`turn`, `summary`,
     `keepalive`: `GET /v1/offload/sessions/{id}`'s `bill.calls`), once they hold `turns` turns
     of it; None when they do not within STATS_WAIT s."""
@@ -356,8 +401,9 @@ async def session_bill(client: httpx2.AsyncClient, root: str, *, session: str, h
 
 def measured(calls: dict[str, dict[str, int]], price: Price) -> dict[str, float]:
     """A session's bill per call (`session_bill`) in dollars at `price`."""
-    return {call: round(Bill(**{p: tokens.get(p, 0) for p in PARTS}).cost(price).total, 8)
-            for call, tokens in calls.items()}
+    return {
+        call: round(Bill(**{p: tokens.get(p, 0) for p in PARTS}).cost(price).total, 8) for call, tokens in calls.items()
+    }
 
 
 @dataclass(frozen=True)
@@ -384,11 +430,25 @@ async def in_process_proxy(*, upstream: str, format: str, data_dir: Path) -> Asy
     target = {"anthropic_upstream": upstream} if format == "anthropic" else {"upstream": upstream}
     # the server's defaults, not the environment's OFFLOAD_* (the run's configuration would not
     # see them): the settings given go as headers
-    settings = ServerSettings(**target, data_dir=data_dir, log_level="warning",  # type: ignore[arg-type]
-                              _env_prefix="OFFLOAD_REPLAY_LIVE_PROXY_")
+    settings = ServerSettings(
+        **target,  # type: ignore[arg-type]
+        data_dir=data_dir,
+        log_level="warning",
+        _env_prefix="OFFLOAD_REPLAY_LIVE_PROXY_",
+    )
     app = create_app(settings)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", access_log=False,
-                                           lifespan="on", server_header=False, date_header=False))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=0,
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            server_header=False,
+            date_header=False,
+        )
+    )
     task = asyncio.create_task(server.serve())
     while not server.started:
         if task.done():
@@ -437,12 +497,15 @@ class LiveRun:
 
 
 def _refused(record: dict[str, Any], url: str) -> LiveError:
-    return LiveError(f"the key was refused ({record['error']}) on the {record['arm']} arm at {url}, "
-                     f"{record['trace']} turn {record['turn']}: stopped; check --api-key / the key's variable")
+    return LiveError(
+        f"the key was refused ({record['error']}) on the {record['arm']} arm at {url}, "
+        f"{record['trace']} turn {record['turn']}: stopped; check --api-key / the key's variable"
+    )
 
 
-async def send_all(run: LiveRun, traces: list[PlannedTrace], journal: Journal, *, to: Proxy,
-                   tick: Callable[[], None] = lambda: None) -> None:
+async def send_all(
+    run: LiveRun, traces: list[PlannedTrace], journal: Journal, *, to: Proxy, tick: Callable[[], None] = lambda: None
+) -> None:
     """Every turn not in the journal, raw and through the proxy (which goes first alternates);
     after each trace, what the proxy's statistics billed in the trace's session (a journal record)."""
     configs = run.configs()
@@ -452,19 +515,24 @@ async def send_all(run: LiveRun, traces: list[PlannedTrace], journal: Journal, *
     async with httpx2.AsyncClient(timeout=TIMEOUT) as client:
         for trace in traces:
             session = proxy_session(configs["proxy"], trace)
-            through = Arm("proxy", proxy + PATHS[run.format],
-                          {**turn_headers(run.format, run.api_key, session), **run.settings}, configs["proxy"])
+            through = Arm(
+                "proxy",
+                proxy + PATHS[run.format],
+                {**turn_headers(run.format, run.api_key, session), **run.settings},
+                configs["proxy"],
+            )
             price = run.prices.price(trace.model)
             sent_here = 0
             for turn in trace.turns:
                 # which arm goes first alternates: the second reads the prompt cache the first wrote
                 # for the prefix they share, so neither arm is always the one billed for the writes
-                for arm in ((raw, through) if turn.number % 2 == 1 else (through, raw)):
+                for arm in (raw, through) if turn.number % 2 == 1 else (through, raw):
                     if _answered(journal.done(position=trace.position, trace=trace.id, turn=turn.number, arm=arm.name)):
                         continue
                     sent = await post(client, arm.url, body=turn.body, headers=arm.headers)
-                    record = record_of(sent, arm=arm, trace=trace, turn=turn, format=run.format, price=price,
-                                       api_key=run.api_key)
+                    record = record_of(
+                        sent, arm=arm, trace=trace, turn=turn, format=run.format, price=price, api_key=run.api_key
+                    )
                     record = without_key(record, run.api_key)  # an upstream may quote the key back: never kept
                     if record["status"] in REFUSED:
                         raise _refused(record, run.upstream if arm.name == "raw" else proxy)
@@ -475,13 +543,26 @@ async def send_all(run: LiveRun, traces: list[PlannedTrace], journal: Journal, *
                     sent_here += arm.name == "proxy"
                 tick()
             if sent_here:  # the session's bill so far (a rerun's too: the same session and store)
-                answered = sum(1 for r in journal.turns.values() if r["arm"] == "proxy" and _answered(r)
-                               and (r["position"], r["trace"], r["config"]) == (trace.position, trace.id, through.config))
+                answered = sum(
+                    1
+                    for r in journal.turns.values()
+                    if r["arm"] == "proxy"
+                    and _answered(r)
+                    and (r["position"], r["trace"], r["config"]) == (trace.position, trace.id, through.config)
+                )
                 await to.settle()
                 calls = await session_bill(client, proxy, session=session, headers=credential, turns=answered)
                 if calls is not None:
-                    journal.append({"kind": "session", "position": trace.position, "trace": trace.id,
-                                    "arm": "proxy", "config": through.config, "calls": calls})
+                    journal.append(
+                        {
+                            "kind": "session",
+                            "position": trace.position,
+                            "trace": trace.id,
+                            "arm": "proxy",
+                            "config": through.config,
+                            "calls": calls,
+                        }
+                    )
 
 
 def pairs_of(traces: list[PlannedTrace], journal: Journal, prices: PriceTable) -> list[TracePairs]:
@@ -492,8 +573,12 @@ def pairs_of(traces: list[PlannedTrace], journal: Journal, prices: PriceTable) -
     for trace in traces:
         pairs = TracePairs(trace.position, trace.id)
         for turn in trace.turns:
-            pairs.turns.append(tuple(journal.done(position=trace.position, trace=trace.id, turn=turn.number, arm=arm)
-                                     for arm in ("raw", "proxy")))  # type: ignore[arg-type]
+            pairs.turns.append(
+                tuple(  # type: ignore[arg-type]
+                    journal.done(position=trace.position, trace=trace.id, turn=turn.number, arm=arm)
+                    for arm in ("raw", "proxy")
+                )
+            )
         session = journal.sessions.get((trace.position, trace.id, proxy_config))
         pairs.measured = measured(session["calls"], prices.price(trace.model)) if session else None
         out.append(pairs)
@@ -506,8 +591,9 @@ async def run_live(run: LiveRun, *, stdin: TextIO = sys.stdin, stdout: TextIO = 
     if problem:
         raise LiveError(f"--upstream: {problem}")
     conversations = load_conversations(run.file)
-    traces = plan(conversations, format=run.format, model=run.model, sample=run.sample, seed=run.seed,
-                  max_turns=run.max_turns)
+    traces = plan(
+        conversations, format=run.format, model=run.model, sample=run.sample, seed=run.seed, max_turns=run.max_turns
+    )
     try:
         run.out.mkdir(parents=True, exist_ok=True)
         journal = Journal.open(run.out, run.configs())
@@ -517,11 +603,18 @@ async def run_live(run: LiveRun, *, stdin: TextIO = sys.stdin, stdout: TextIO = 
     turns = sum(len(t.turns) for t in traces)
     proxy_label = run.target or "an in-process proxy"
     if journal.other_configs:
-        print(f"replay --live: {run.out / 'live.jsonl'} holds {journal.other_configs} answers of another "
-              f"configuration: kept apart (neither reused nor counted)", file=stdout)
+        print(
+            f"replay --live: {run.out / 'live.jsonl'} holds {journal.other_configs} answers of another "
+            f"configuration: kept apart (neither reused nor counted)",
+            file=stdout,
+        )
     if e.requests:
-        confirm(estimate_text(e, traces=len(traces), turns=turns, upstream=run.upstream, proxy=proxy_label),
-                yes=run.yes, stdin=stdin, stdout=stdout)
+        confirm(
+            estimate_text(e, traces=len(traces), turns=turns, upstream=run.upstream, proxy=proxy_label),
+            yes=run.yes,
+            stdin=stdin,
+            stdout=stdout,
+        )
         from proxy.replay.report import progress_bar
 
         bar = progress_bar(turns)
@@ -530,20 +623,33 @@ async def run_live(run: LiveRun, *, stdin: TextIO = sys.stdin, stdout: TextIO = 
             if run.target:
                 await send_all(run, traces, journal, to=Proxy(run.target, _nothing), tick=tick)
             else:
-                async with in_process_proxy(upstream=run.upstream, format=run.format,
-                                            data_dir=run.out / f"proxy-store-{run.configs()['proxy']}") as local:
+                async with in_process_proxy(
+                    upstream=run.upstream, format=run.format, data_dir=run.out / f"proxy-store-{run.configs()['proxy']}"
+                ) as local:
                     await send_all(run, traces, journal, to=local, tick=tick)
         finally:
             if bar:
                 bar.close()
     else:
-        print(f"replay --live: every selected turn is answered in {run.out / 'live.jsonl'}: nothing to send",
-              file=stdout)
-    header = {"live": True, "format": run.format, "upstream": run.upstream, "proxy": proxy_label,
-              "model": run.model or "the trace's", "settings": run.settings, "sample": run.sample, "seed": run.seed,
-              "max_turns": run.max_turns, "streamed": False, "configs": run.configs(),
-              "journal": str(run.out / "live.jsonl"), "kept_apart": journal.other_configs,
-              "unreadable_lines": journal.unreadable}
+        print(
+            f"replay --live: every selected turn is answered in {run.out / 'live.jsonl'}: nothing to send", file=stdout
+        )
+    header = {
+        "live": True,
+        "format": run.format,
+        "upstream": run.upstream,
+        "proxy": proxy_label,
+        "model": run.model or "the trace's",
+        "settings": run.settings,
+        "sample": run.sample,
+        "seed": run.seed,
+        "max_turns": run.max_turns,
+        "streamed": False,
+        "configs": run.configs(),
+        "journal": str(run.out / "live.jsonl"),
+        "kept_apart": journal.other_configs,
+        "unreadable_lines": journal.unreadable,
+    }
     report = report_of(pairs_of(traces, journal, run.prices), header=header)
     print(table(report), file=stdout)
     run.out.mkdir(parents=True, exist_ok=True)
@@ -551,6 +657,7 @@ async def run_live(run: LiveRun, *, stdin: TextIO = sys.stdin, stdout: TextIO = 
     print(f"wrote {run.out / 'report.json'}, {run.out / 'live.jsonl'}", file=stdout)
     o = report["overall"]
     if o["turns"] and not o["compared"]:
-        raise LiveError(f"no turn was answered by both arms ({o['failed']} of {o['turns']} failed); "
-                        f"first: {o['first_error']}")
+        raise LiveError(
+            f"no turn was answered by both arms ({o['failed']} of {o['turns']} failed); first: {o['first_error']}"
+        )
     return report

@@ -46,13 +46,19 @@ class Action:
     finish: str
 
     def as_dict(self) -> dict[str, Any]:
-        return {"calls": [{"name": c.name, "arguments": c.arguments} for c in self.calls], "text": self.text,
-                "finish": self.finish}
+        return {
+            "calls": [{"name": c.name, "arguments": c.arguments} for c in self.calls],
+            "text": self.text,
+            "finish": self.finish,
+        }
 
     @staticmethod
     def from_dict(value: dict[str, Any]) -> Action:
-        return Action(tuple(Call(str(c["name"]), str(c["arguments"])) for c in value["calls"]), str(value["text"]),
-                      str(value["finish"]))
+        return Action(
+            tuple(Call(str(c["name"]), str(c["arguments"])) for c in value["calls"]),
+            str(value["text"]),
+            str(value["finish"]),
+        )
 
 
 def _texts(parts: Any, kinds: tuple[str, ...]) -> list[str]:
@@ -60,7 +66,9 @@ def _texts(parts: Any, kinds: tuple[str, ...]) -> list[str]:
         return [parts]
     if not isinstance(parts, list):
         return []
-    return [p["text"] for p in parts if isinstance(p, dict) and p.get("type") in kinds and isinstance(p.get("text"), str)]
+    return [
+        p["text"] for p in parts if isinstance(p, dict) and p.get("type") in kinds and isinstance(p.get("text"), str)
+    ]
 
 
 def _chat(answer: dict[str, Any]) -> Action:
@@ -76,9 +84,12 @@ def _chat(answer: dict[str, Any]) -> Action:
         function = call.get("function") if isinstance(call, dict) else None
         if isinstance(function, dict):
             arguments = function.get("arguments")
-            calls.append(Call(str(function.get("name")), arguments if isinstance(arguments, str) else json.dumps(arguments)))
-    return Action(tuple(calls), "\n".join(_texts(message.get("content"), ("text",))),
-                  str(choices[0].get("finish_reason")))
+            calls.append(
+                Call(str(function.get("name")), arguments if isinstance(arguments, str) else json.dumps(arguments))
+            )
+    return Action(
+        tuple(calls), "\n".join(_texts(message.get("content"), ("text",))), str(choices[0].get("finish_reason"))
+    )
 
 
 def _responses(answer: dict[str, Any]) -> Action:
@@ -91,7 +102,9 @@ def _responses(answer: dict[str, Any]) -> Action:
             continue
         if item.get("type") == "function_call":
             arguments = item.get("arguments")
-            calls.append(Call(str(item.get("name")), arguments if isinstance(arguments, str) else json.dumps(arguments)))
+            calls.append(
+                Call(str(item.get("name")), arguments if isinstance(arguments, str) else json.dumps(arguments))
+            )
         elif item.get("type") == "message":
             texts += _texts(item.get("content"), ("output_text", "text"))
     details = answer.get("incomplete_details")
@@ -104,8 +117,11 @@ def _anthropic(answer: dict[str, Any]) -> Action:
     content = answer.get("content")
     if not isinstance(content, list):
         raise AnswerError("an Anthropic message without content")
-    calls = [Call(str(b.get("name")), json.dumps(b.get("input"), sort_keys=True)) for b in content
-             if isinstance(b, dict) and b.get("type") == "tool_use"]
+    calls = [
+        Call(str(b.get("name")), json.dumps(b.get("input"), sort_keys=True))
+        for b in content
+        if isinstance(b, dict) and b.get("type") == "tool_use"
+    ]
     return Action(tuple(calls), "\n".join(_texts(content, ("text",))), str(answer.get("stop_reason")))
 
 
@@ -176,9 +192,13 @@ class Comparison:
         return self.same_tools and self.same_finish and self.argument_similarity in (None, 1.0)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"same_tools": self.same_tools, "argument_similarity": _round(self.argument_similarity),
-                "text_similarity": _round(self.text_similarity), "same_finish": self.same_finish,
-                "agree": self.agree}
+        return {
+            "same_tools": self.same_tools,
+            "argument_similarity": _round(self.argument_similarity),
+            "text_similarity": _round(self.text_similarity),
+            "same_finish": self.same_finish,
+            "agree": self.agree,
+        }
 
 
 def _round(value: float | None) -> float | None:
@@ -193,5 +213,6 @@ def compare(raw: Action, proxied: Action) -> Comparison:
         scores = [arguments_similarity(a.arguments, b.arguments) for a, b in zip(raw.calls, proxied.calls)]
         arguments = sum(scores) / pairs  # an unpaired call scores 0
     text = text_similarity(raw.text, proxied.text) if (raw.text.strip() or proxied.text.strip()) else None
-    return Comparison([c.name for c in raw.calls] == [c.name for c in proxied.calls], arguments, text,
-                      raw.finish == proxied.finish)
+    return Comparison(
+        [c.name for c in raw.calls] == [c.name for c in proxied.calls], arguments, text, raw.finish == proxied.finish
+    )

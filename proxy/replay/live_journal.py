@@ -32,8 +32,13 @@ def arm_config(values: dict[str, Any]) -> str:
 
 
 def turn_key(record: dict[str, Any]) -> tuple[int, str, int, str, str]:
-    return (int(record["position"]), str(record["trace"]), int(record["turn"]), str(record["arm"]),
-            str(record["config"]))
+    return (
+        int(record["position"]),
+        str(record["trace"]),
+        int(record["turn"]),
+        str(record["arm"]),
+        str(record["config"]),
+    )
 
 
 TEXTS = ("error", "offload_action", "tokens_before", "tokens_after", "reload_rounds")  # as `record_of` writes them

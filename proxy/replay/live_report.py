@@ -51,12 +51,16 @@ def _share(flags: list[bool]) -> float | None:
     return round(sum(flags) / len(flags), 4) if flags else None
 
 
-def figures(pairs: list[tuple[dict[str, Any] | None, dict[str, Any] | None]], *,
-            measured: dict[str, float] | None = None) -> dict[str, Any]:
+def figures(
+    pairs: list[tuple[dict[str, Any] | None, dict[str, Any] | None]], *, measured: dict[str, float] | None = None
+) -> dict[str, Any]:
     """The figures of some turns (see the module's docstring); `measured`: the proxy arm's bill
     per call from its statistics, when read."""
-    compared = [compare(Action.from_dict(r["action"]), Action.from_dict(p["action"]))  # type: ignore[index]
-                for r, p in pairs if _ok(r) and _ok(p)]
+    compared = [
+        compare(Action.from_dict(r["action"]), Action.from_dict(p["action"]))  # type: ignore[index]
+        for r, p in pairs
+        if _ok(r) and _ok(p)
+    ]
     arguments = [c.argument_similarity for c in compared if c.argument_similarity is not None]
     texts = [c.text_similarity for c in compared if c.text_similarity is not None]
     raw = [r for r, _ in pairs if r is not None]
@@ -65,11 +69,15 @@ def figures(pairs: list[tuple[dict[str, Any] | None, dict[str, Any] | None]], *,
     def arm(records: list[dict[str, Any]]) -> dict[str, Any]:
         answered = [r for r in records if r.get("status") == 200]
         bills = [r.get("bill") or {} for r in answered]
-        return {"answered": len(answered), "usd": round(sum(float(r.get("usd") or 0.0) for r in answered), 6),
-                "input_tokens": sum(sum(b.get(p, 0) for p in ("uncached", "cache_read", "cache_write_5m",
-                                                              "cache_write_1h")) for b in bills),
-                "output_tokens": sum(b.get("output", 0) for b in bills),
-                "answers_without_usage": sum(1 for b in bills if not b.get("answers"))}
+        return {
+            "answered": len(answered),
+            "usd": round(sum(float(r.get("usd") or 0.0) for r in answered), 6),
+            "input_tokens": sum(
+                sum(b.get(p, 0) for p in ("uncached", "cache_read", "cache_write_5m", "cache_write_1h")) for b in bills
+            ),
+            "output_tokens": sum(b.get("output", 0) for b in bills),
+            "answers_without_usage": sum(1 for b in bills if not b.get("answers")),
+        }
 
     raw_arm, proxy_arm = arm(raw), arm(proxied)
     proxy_arm["reload_rounds"] = sum(_int(p.get("reload_rounds")) for p in proxied)  # X-Offload-Reload-Rounds
@@ -77,21 +85,36 @@ def figures(pairs: list[tuple[dict[str, Any] | None, dict[str, Any] | None]], *,
     failed_raw = sum(1 for r, _ in pairs if not _ok(r))
     failed_proxy = sum(1 for _, p in pairs if not _ok(p))
     errors = Counter(str(rec.get("status")) for rec in raw + proxied if rec.get("status") != 200)
-    first = next((f"{rec['trace']} turn {rec['turn']} ({rec['arm']}): {rec.get('error')}" for r, p in pairs
-                  for rec in (r, p) if rec is not None and not _ok(rec)), None)
+    first = next(
+        (
+            f"{rec['trace']} turn {rec['turn']} ({rec['arm']}): {rec.get('error')}"
+            for r, p in pairs
+            for rec in (r, p)
+            if rec is not None and not _ok(rec)
+        ),
+        None,
+    )
     return {
-        "turns": len(pairs), "compared": len(compared),
-        "failed": sum(1 for r, p in pairs if not (_ok(r) and _ok(p))), "failed_raw": failed_raw,
+        "turns": len(pairs),
+        "compared": len(compared),
+        "failed": sum(1 for r, p in pairs if not (_ok(r) and _ok(p))),
+        "failed_raw": failed_raw,
         "failed_proxy": failed_proxy,
-        "agreement": _share([c.agree for c in compared]), "same_tools": _share([c.same_tools for c in compared]),
-        "argument_similarity": _mean(arguments), "argument_turns": len(arguments),
-        "text_similarity": _mean(texts), "text_turns": len(texts),
+        "agreement": _share([c.agree for c in compared]),
+        "same_tools": _share([c.same_tools for c in compared]),
+        "argument_similarity": _mean(arguments),
+        "argument_turns": len(arguments),
+        "text_similarity": _mean(texts),
+        "text_turns": len(texts),
         "same_finish": _share([c.same_finish for c in compared]),
-        "raw": raw_arm, "proxy": proxy_arm,
+        "raw": raw_arm,
+        "proxy": proxy_arm,
         "cost_ratio": _ratio(proxy_arm["total_usd"], raw_arm["usd"]),
-        "proxy_actions": dict(sorted(Counter(p.get("offload_action") for p in proxied
-                                             if p.get("offload_action")).items())),
-        "errors_by_status": dict(sorted(errors.items())), "first_error": first,
+        "proxy_actions": dict(
+            sorted(Counter(p.get("offload_action") for p in proxied if p.get("offload_action")).items())
+        ),
+        "errors_by_status": dict(sorted(errors.items())),
+        "first_error": first,
     }
 
 
@@ -102,12 +125,19 @@ def _ratio(a: float, b: float) -> float | None:
 def _measured(measured: dict[str, float] | None, answered_usd: float) -> dict[str, Any]:
     """The proxy arm's cost: its statistics' per call, else what its answers reported."""
     if measured is None:
-        return {"measured": False, "turns_usd": None, "summaries_usd": None, "keepalive_usd": None,
-                "total_usd": answered_usd}
-    parts = {"turns_usd": measured.get("turn", 0.0), "summaries_usd": measured.get("summary", 0.0),
-             "keepalive_usd": measured.get("keepalive", 0.0)}
-    return {"measured": True, **{k: round(v, 6) for k, v in parts.items()},
-            "total_usd": round(sum(parts.values()), 6)}
+        return {
+            "measured": False,
+            "turns_usd": None,
+            "summaries_usd": None,
+            "keepalive_usd": None,
+            "total_usd": answered_usd,
+        }
+    parts = {
+        "turns_usd": measured.get("turn", 0.0),
+        "summaries_usd": measured.get("summary", 0.0),
+        "keepalive_usd": measured.get("keepalive", 0.0),
+    }
+    return {"measured": True, **{k: round(v, 6) for k, v in parts.items()}, "total_usd": round(sum(parts.values()), 6)}
 
 
 def report_of(traces: list[TracePairs], *, header: dict[str, Any]) -> dict[str, Any]:
@@ -116,14 +146,23 @@ def report_of(traces: list[TracePairs], *, header: dict[str, Any]) -> dict[str, 
     for trace in traces:
         per_turn = []
         for k, (r, p) in enumerate(trace.turns, 1):
-            row: dict[str, Any] = {"turn": k, "raw_status": r.get("status") if r else None,
-                                   "proxy_status": p.get("status") if p else None,
-                                   "offload_action": p.get("offload_action") if p else None}
+            row: dict[str, Any] = {
+                "turn": k,
+                "raw_status": r.get("status") if r else None,
+                "proxy_status": p.get("status") if p else None,
+                "offload_action": p.get("offload_action") if p else None,
+            }
             if _ok(r) and _ok(p):
                 row.update(compare(Action.from_dict(r["action"]), Action.from_dict(p["action"])).as_dict())  # type: ignore[index]
             per_turn.append(row)
-        rows.append({"id": trace.id, "position": trace.position, **figures(trace.turns, measured=trace.measured),
-                     "per_turn": per_turn})
+        rows.append(
+            {
+                "id": trace.id,
+                "position": trace.position,
+                **figures(trace.turns, measured=trace.measured),
+                "per_turn": per_turn,
+            }
+        )
     overall = {"traces": len(traces), **figures([pair for t in traces for pair in t.turns])}
     # the proxy arm's cost: the sum of the traces' (each measured by the statistics, or not)
     proxy = overall["proxy"]
@@ -141,37 +180,54 @@ def _f(value: float | None, digits: int = 3) -> str:
 
 def table(report: dict[str, Any]) -> str:
     """The printed summary: a row per trace, the overall row, what the figures are."""
-    header = (f"{'trace':{NAME_WIDTH}} {'turns':>5} {'cmp':>4} {'fail':>4} {'agree':>6} {'tools':>6} {'args':>6} "
-              f"{'text':>6} {'finish':>6} {'raw $':>10} {'proxy $':>10}")
+    header = (
+        f"{'trace':{NAME_WIDTH}} {'turns':>5} {'cmp':>4} {'fail':>4} {'agree':>6} {'tools':>6} {'args':>6} "
+        f"{'text':>6} {'finish':>6} {'raw $':>10} {'proxy $':>10}"
+    )
     rows = [header, "-" * len(header)]
 
     def row(name: str, r: dict[str, Any]) -> str:
-        return (f"{name:{NAME_WIDTH}} {r['turns']:>5} {r['compared']:>4} {r['failed']:>4} {_f(r['agreement']):>6} "
-                f"{_f(r['same_tools']):>6} {_f(r['argument_similarity']):>6} {_f(r['text_similarity']):>6} "
-                f"{_f(r['same_finish']):>6} {r['raw']['usd']:>10.4f} {r['proxy']['total_usd']:>10.4f}")
+        return (
+            f"{name:{NAME_WIDTH}} {r['turns']:>5} {r['compared']:>4} {r['failed']:>4} {_f(r['agreement']):>6} "
+            f"{_f(r['same_tools']):>6} {_f(r['argument_similarity']):>6} {_f(r['text_similarity']):>6} "
+            f"{_f(r['same_finish']):>6} {r['raw']['usd']:>10.4f} {r['proxy']['total_usd']:>10.4f}"
+        )
 
     names = unique_labels([t["id"] for t in report["traces"]], NAME_WIDTH)
     rows += [row(name, t) for name, t in zip(names, report["traces"])]
     o = report["overall"]
     rows += ["-" * len(header), row("OVERALL", o)]
-    rows.append(f"{o['turns']} turns of {o['traces']} traces, {o['compared']} compared (both arms answered); "
-                f"failed: {o['failed_raw']} raw, {o['failed_proxy']} through the proxy"
-                + (f" (HTTP {', '.join(f'{s} × {n}' for s, n in o['errors_by_status'].items())}); "
-                   f"first: {o['first_error']}" if o["first_error"] else ""))
-    rows.append("agree: same tools, arguments and finish reason; tools: same tool names; args: arguments' "
-                "flattened-JSON Jaccard; text: difflib ratio; finish: same finish reason")
+    rows.append(
+        f"{o['turns']} turns of {o['traces']} traces, {o['compared']} compared (both arms answered); "
+        f"failed: {o['failed_raw']} raw, {o['failed_proxy']} through the proxy"
+        + (
+            f" (HTTP {', '.join(f'{s} × {n}' for s, n in o['errors_by_status'].items())}); first: {o['first_error']}"
+            if o["first_error"]
+            else ""
+        )
+    )
+    rows.append(
+        "agree: same tools, arguments and finish reason; tools: same tool names; args: arguments' "
+        "flattened-JSON Jaccard; text: difflib ratio; finish: same finish reason"
+    )
     ratio = f" (×{o['cost_ratio']:.3f})" if o["cost_ratio"] is not None else ""
     p = o["proxy"]
-    rows.append(f"billed (the upstream's usage × the price table): raw ${o['raw']['usd']:.4f}, through the proxy "
-                f"${p['total_usd']:.4f}{ratio}: its turns ${p['turns_usd']:.4f}, its summary calls "
-                f"${p['summaries_usd']:.4f}, keep-alive ${p['keepalive_usd']:.4f} (the proxy's statistics); input "
-                f"tokens raw {o['raw']['input_tokens']}, proxy {p['input_tokens']} (its answers); reload rounds "
-                f"the model ran through the proxy: {p['reload_rounds']}")
+    rows.append(
+        f"billed (the upstream's usage × the price table): raw ${o['raw']['usd']:.4f}, through the proxy "
+        f"${p['total_usd']:.4f}{ratio}: its turns ${p['turns_usd']:.4f}, its summary calls "
+        f"${p['summaries_usd']:.4f}, keep-alive ${p['keepalive_usd']:.4f} (the proxy's statistics); input "
+        f"tokens raw {o['raw']['input_tokens']}, proxy {p['input_tokens']} (its answers); reload rounds "
+        f"the model ran through the proxy: {p['reload_rounds']}"
+    )
     if o["unmeasured_traces"]:
-        rows.append(f"for {o['unmeasured_traces']} traces the proxy's statistics (/v1/offload/sessions) did not "
-                    f"answer: their proxy cost is the usage its answers reported (the summaries it folds in included)")
+        rows.append(
+            f"for {o['unmeasured_traces']} traces the proxy's statistics (/v1/offload/sessions) did not "
+            f"answer: their proxy cost is the usage its answers reported (the summaries it folds in included)"
+        )
     unreported = o["raw"]["answers_without_usage"] + o["proxy"]["answers_without_usage"]
     if unreported:
-        rows.append(f"answers without usage (not billed here): {o['raw']['answers_without_usage']} raw, "
-                    f"{o['proxy']['answers_without_usage']} proxy")
+        rows.append(
+            f"answers without usage (not billed here): {o['raw']['answers_without_usage']} raw, "
+            f"{o['proxy']['answers_without_usage']} proxy"
+        )
     return "\n".join(rows)

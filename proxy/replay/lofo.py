@@ -31,16 +31,23 @@ def framework_of(conversation: dict) -> str:
     return name if isinstance(name, str) and name else "unknown"
 
 
-def choose(rows: Sequence[dict[str, Any]], *, cost_weight: float = COST_WEIGHT,
-           prefix_budget: float = PREFIX_BUDGET) -> int:
+def choose(
+    rows: Sequence[dict[str, Any]], *, cost_weight: float = COST_WEIGHT, prefix_budget: float = PREFIX_BUDGET
+) -> int:
     """The index of the setting to pick from `rows` (figures measured on the training traces):
     the knee of the recall/cost frontier, i.e. the highest recall − cost_weight ×
     cache_cost_ratio (going further right must buy at least `cost_weight` of recall per unit of
     cost), among those keeping prefix reuse ≥ `prefix_budget` (all of them when none does);
     ties to the cheaper, then the earlier. `cost_weight` 0: the highest recall."""
     within = [i for i, r in enumerate(rows) if r["prefix_reuse"] >= prefix_budget] or list(range(len(rows)))
-    return min(within, key=lambda i: (-(rows[i]["recall"] - cost_weight * rows[i]["cache_cost_ratio"]),
-                                      rows[i]["cache_cost_ratio"], i))
+    return min(
+        within,
+        key=lambda i: (
+            -(rows[i]["recall"] - cost_weight * rows[i]["cache_cost_ratio"]),
+            rows[i]["cache_cost_ratio"],
+            i,
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -56,9 +63,14 @@ def by_framework(results: Sequence[Any], frameworks: Sequence[str], overall: Ove
     return {name: overall([r for r, f in zip(results, frameworks) if f == name]) for name in sorted(set(frameworks))}
 
 
-def leave_one_out(per_setting: Sequence[Sequence[Any]], frameworks: Sequence[str], overall: Overall, *,
-                  candidates: Sequence[int] | None = None,
-                  pick: Callable[[Sequence[dict[str, Any]]], int] = choose) -> list[HeldOut]:
+def leave_one_out(
+    per_setting: Sequence[Sequence[Any]],
+    frameworks: Sequence[str],
+    overall: Overall,
+    *,
+    candidates: Sequence[int] | None = None,
+    pick: Callable[[Sequence[dict[str, Any]]], int] = choose,
+) -> list[HeldOut]:
     """For each framework: the setting `pick` chooses (among `candidates`, all by default) on the
     conversations of the other frameworks, measured on this framework's. `per_setting[s][c]`
     is conversation c replayed with setting s; `frameworks[c]` its framework. Empty with fewer

@@ -56,6 +56,7 @@ def prefix_reuse(forwarded: list[list[Any]], tokens: list[list[int]]) -> float:
 
 # ------------------------------------------------------------------------------------- recall
 
+
 def _content_texts(content: Any) -> list[str]:
     """A content (or a tool output): a string, or the `text` of its parts (chat `text`,
     Responses `input_text` / `output_text`, Anthropic `text`), an Anthropic `tool_result`'s
@@ -121,8 +122,9 @@ class Recall:
         self.found += other.found
 
 
-def recall(history: list[Any], answers: list[tuple[int, int]], forwarded: list[list[Any]],
-           *, is_tool: Callable[[Any], bool]) -> list[Recall]:
+def recall(
+    history: list[Any], answers: list[tuple[int, int]], forwarded: list[list[Any]], *, is_tool: Callable[[Any], bool]
+) -> list[Recall]:
     """Per turn: `answers[k] = (start, end)` are the items of assistant message k in `history`
     (the request of turn k is history[:start], ascending), `forwarded[k]` what turn k forwarded."""
     out = []
@@ -145,9 +147,11 @@ def recall(history: list[Any], answers: list[tuple[int, int]], forwarded: list[l
 
 # --------------------------------------------------------------------------------- cache cost
 
+
 @dataclass
 class SummaryCall:
     """One request the summariser received: its history items, tools, and their tokens."""
+
     turn: int  # the replayed turn (0-based) whose pipeline made the call
     items: list[Any]
     tools: Any
@@ -157,6 +161,7 @@ class SummaryCall:
 @dataclass(frozen=True)
 class Pricing:
     """What an input token costs, in units of the provider's base input price."""
+
     name: str
     read: float  # a token of the cached prefix (a cache read)
     write: float  # any other input token (written to the cache, where the provider bills writes)
@@ -168,8 +173,7 @@ PRICINGS = {p.name: p for p in (OPENAI, ANTHROPIC)}
 DEFAULT_PRICING = OPENAI.name
 
 
-def cached_cost(items: list[Any], tokens: list[int], previous: list[Any] | None, *,
-                pricing: Pricing = OPENAI) -> float:
+def cached_cost(items: list[Any], tokens: list[int], previous: list[Any] | None, *, pricing: Pricing = OPENAI) -> float:
     """`tokens` summed at `pricing.write`, the common whole-item prefix with `previous` at `pricing.read`."""
     shared = common_prefix(items, previous) if previous is not None else 0
     return pricing.write * sum(tokens) - (pricing.write - pricing.read) * sum(tokens[:shared])
@@ -179,16 +183,23 @@ def same_tools(a: Any, b: Any) -> bool:
     return (a or []) == (b or [])
 
 
-def summary_call_cost(call: SummaryCall, turns: list[list[Any]], tools: list[Any] | None, *,
-                      pricing: Pricing = OPENAI) -> float:
+def summary_call_cost(
+    call: SummaryCall, turns: list[list[Any]], tools: list[Any] | None, *, pricing: Pricing = OPENAI
+) -> float:
     """A summary call's input cost: cached against the previous forwarded turn when it carries its tools."""
     k = call.turn
     same = k > 0 and tools is not None and same_tools(call.tools, tools[k - 1])
     return cached_cost(call.items, call.tokens, turns[k - 1] if same else None, pricing=pricing)
 
 
-def cache_cost(turns: list[list[Any]], tokens: list[list[int]], tools: list[Any] | None = None,
-               *, summaries: Sequence[SummaryCall] = (), pricing: Pricing = OPENAI) -> float:
+def cache_cost(
+    turns: list[list[Any]],
+    tokens: list[list[int]],
+    tools: list[Any] | None = None,
+    *,
+    summaries: Sequence[SummaryCall] = (),
+    pricing: Pricing = OPENAI,
+) -> float:
     """The input cost of `turns` (and of the summary calls they made) with a prompt cache: see
     the module's docstring. `tools[k]` are the tools turn k forwarded."""
     total = 0.0
@@ -200,6 +211,7 @@ def cache_cost(turns: list[list[Any]], tokens: list[list[int]], tools: list[Any]
 
 
 # ------------------------------------------------------------------------------------ latency
+
 
 def percentile(values: Sequence[float], p: float) -> float:
     """Nearest rank: the smallest value with at least p % of the values at or below it."""

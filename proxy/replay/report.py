@@ -11,14 +11,17 @@ from pathlib import Path
 from typing import Any
 
 from proxy.core.settings import OffloadSettings
-from proxy.replay import cost as costs, metrics
+from proxy.replay import cost as costs
+from proxy.replay import metrics
 
 log = logging.getLogger("proxy.replay")
 
 NAME_WIDTH = 36  # the table's conversation column
 # matplotlib (and tqdm's progress bar) come with the `replay` extra, not with the server
-CHARTS_NEED_THE_EXTRA = ("matplotlib is not installed: no charts (the replay extra: pip install "
-                         "'offload-proxy[replay]'; in a clone, .venv/bin/pip install -e '.[replay]')")
+CHARTS_NEED_THE_EXTRA = (
+    "matplotlib is not installed: no charts (the replay extra: pip install "
+    "'offload-proxy[replay]'; in a clone, .venv/bin/pip install -e '.[replay]')"
+)
 CHART_NAME_WIDTH = 28  # overall.png's bar labels
 
 
@@ -42,8 +45,11 @@ def overall(conversations: list[Any], pricing: str = metrics.DEFAULT_PRICING) ->
     cost, raw_cost = sum(c.cache_cost for c in conversations), sum(c.raw_cache_cost for c in conversations)
     timed = [c for c in conversations if c.latency is not None]
     measured = [c for c in conversations if getattr(c, "cost_breakdown", None)]
-    breakdown = costs.summed([c.cost_breakdown for c in measured], [c.forwarded_by_part for c in measured]) \
-        if measured else None
+    breakdown = (
+        costs.summed([c.cost_breakdown for c in measured], [c.forwarded_by_part for c in measured])
+        if measured
+        else None
+    )
     return {
         "conversations": len(conversations),
         "turns": turns,
@@ -69,23 +75,37 @@ def overall(conversations: list[Any], pricing: str = metrics.DEFAULT_PRICING) ->
         "cost_breakdown": breakdown,
         "summary_calls": sum(c.summary_calls for c in conversations),
         "summary_input_tokens": sum(c.summary_input_tokens for c in conversations),
-        "latency": metrics.latency([ms for c in timed for ms in c.added_ms_per_turn or []],
-                                   timed[0].latency["summary_delay_ms"], timed[0].latency["turn_latency_ms"])
-        if timed else None,
+        "latency": metrics.latency(
+            [ms for c in timed for ms in c.added_ms_per_turn or []],
+            timed[0].latency["summary_delay_ms"],
+            timed[0].latency["turn_latency_ms"],
+        )
+        if timed
+        else None,
     }
 
 
-def report_dict(conversations: list[Any], settings: OffloadSettings,
-                token_counting: dict[str, Any] | None = None, *, format: str = "chat",
-                pricing: str = metrics.DEFAULT_PRICING) -> dict[str, Any]:
+def report_dict(
+    conversations: list[Any],
+    settings: OffloadSettings,
+    token_counting: dict[str, Any] | None = None,
+    *,
+    format: str = "chat",
+    pricing: str = metrics.DEFAULT_PRICING,
+) -> dict[str, Any]:
     per = []
     for c in conversations:
         entry = dict(c.__dict__)
         priced = c.cost_breakdown.get(pricing)
         entry["floor"] = priced["raw_parts"]["new"] / priced["raw_cost"] if priced and priced["raw_cost"] else None
         per.append(entry)
-    report = {"format": format, "pricing": pricing, "settings": settings.model_dump(),
-              "overall": overall(conversations, pricing), "conversations": per}
+    report = {
+        "format": format,
+        "pricing": pricing,
+        "settings": settings.model_dump(),
+        "overall": overall(conversations, pricing),
+        "conversations": per,
+    }
     if token_counting is not None:
         report["token_counting"] = token_counting
     return report
@@ -99,9 +119,11 @@ def estimate_warning(token_counting: dict[str, Any]) -> str | None:
     names = ", ".join(e["encoding"] for e in failed)
     reason = "; ".join(f"{e['encoding']}: {str(e['error'])[:160]}" for e in failed)
     where = failed[0]["cache_dir"] or "unset"
-    return (f"offload-proxy replay: WARNING: token counts are ESTIMATES (about 4 bytes per token), not {names} "
-            f"tokens: tiktoken could not load the encoding ({reason}). Point TIKTOKEN_CACHE_DIR at a folder "
-            f"holding the tiktoken files (TIKTOKEN_CACHE_DIR={where}).")
+    return (
+        f"offload-proxy replay: WARNING: token counts are ESTIMATES (about 4 bytes per token), not {names} "
+        f"tokens: tiktoken could not load the encoding ({reason}). Point TIKTOKEN_CACHE_DIR at a folder "
+        f"holding the tiktoken files (TIKTOKEN_CACHE_DIR={where})."
+    )
 
 
 def write_outputs(report: dict[str, Any], out: Path) -> list[Path]:
@@ -116,7 +138,7 @@ def shorten(name: str, width: int) -> str:
     if len(name) <= width:
         return name
     tail = (width - 1) // 2
-    return name[: width - 1 - tail] + "…" + name[len(name) - tail:]
+    return name[: width - 1 - tail] + "…" + name[len(name) - tail :]
 
 
 def unique_labels(names: list[str], width: int) -> list[str]:
@@ -133,18 +155,22 @@ def unique_labels(names: list[str], width: int) -> list[str]:
 
 def table(report: dict[str, Any]) -> str:
     timed = report["overall"].get("latency") is not None
-    header = (f"{'conversation':{NAME_WIDTH}} {'turns':>5} {'raw':>10} {'forwarded':>10} {'ratio':>6} {'prefix':>6} "
-              f"{'cache':>6} {'floor':>6} {'recall':>6} {'max turn':>8} {'sum.':>4} {'refs':>5} {'exact':>5} {'ms cold':>7} "
-              f"{'ms st.':>6}" + (f" {'p99 ms':>8} {'stall':>5}" if timed else ""))
+    header = (
+        f"{'conversation':{NAME_WIDTH}} {'turns':>5} {'raw':>10} {'forwarded':>10} {'ratio':>6} {'prefix':>6} "
+        f"{'cache':>6} {'floor':>6} {'recall':>6} {'max turn':>8} {'sum.':>4} {'refs':>5} {'exact':>5} {'ms cold':>7} "
+        f"{'ms st.':>6}" + (f" {'p99 ms':>8} {'stall':>5}" if timed else "")
+    )
     rows = [header, "-" * len(header)]
 
     def row(name: str, r: dict[str, Any]) -> str:
         ratio = r["forwarded_tokens"] / r["raw_tokens"] if r["raw_tokens"] else 1.0
-        line = (f"{name:{NAME_WIDTH}} {r['turns']:>5} {r['raw_tokens']:>10} {r['forwarded_tokens']:>10} {ratio:>6.3f} "
-                f"{r['prefix_reuse']:>6.3f} {r.get('cache_cost_ratio', 1.0):>6.3f} {_figure(r.get('floor'))} "
-                f"{r.get('recall', 1.0):>6.3f} "
-                f"{r['max_forwarded_turn']:>8} {r['summaries']:>4} {r['refs']:>5} "
-                f"{r['reload_exact_fraction']:>5.2f} {r['ms_per_turn_cold']:>7.2f} {r['ms_per_turn_steady']:>6.2f}")
+        line = (
+            f"{name:{NAME_WIDTH}} {r['turns']:>5} {r['raw_tokens']:>10} {r['forwarded_tokens']:>10} {ratio:>6.3f} "
+            f"{r['prefix_reuse']:>6.3f} {r.get('cache_cost_ratio', 1.0):>6.3f} {_figure(r.get('floor'))} "
+            f"{r.get('recall', 1.0):>6.3f} "
+            f"{r['max_forwarded_turn']:>8} {r['summaries']:>4} {r['refs']:>5} "
+            f"{r['reload_exact_fraction']:>5.2f} {r['ms_per_turn_cold']:>7.2f} {r['ms_per_turn_steady']:>6.2f}"
+        )
         if timed:
             lat = r.get("latency") or {}
             line += f" {lat.get('added_ms_p99', 0):>8.1f} {lat.get('stalled_turns', 0):>5}"
@@ -157,19 +183,23 @@ def table(report: dict[str, Any]) -> str:
     rows.append(f"turns above max_total_tokens + system + tools + summary + tail: {o['turns_over_budget']}")
     if "recall" in o:
         pricing = metrics.PRICINGS[o.get("pricing", metrics.DEFAULT_PRICING)]
-        rows.append(f"cache = cache_cost_ratio at {pricing.name} pricing (cache reads at {pricing.read:.0%}, other input "
-                    f"at {pricing.write:g} ×): forwarded turns and {o['summary_calls']} summary calls over the raw "
-                    f"history; floor = every new token paid once, the rest free; recall = {o['recall_found']} of "
-                    f"{o['recall_identifiers']} identifiers the model took from earlier tool results still forwarded")
+        rows.append(
+            f"cache = cache_cost_ratio at {pricing.name} pricing (cache reads at {pricing.read:.0%}, other input "
+            f"at {pricing.write:g} ×): forwarded turns and {o['summary_calls']} summary calls over the raw "
+            f"history; floor = every new token paid once, the rest free; recall = {o['recall_found']} of "
+            f"{o['recall_identifiers']} identifiers the model took from earlier tool results still forwarded"
+        )
     if o.get("cost_breakdown"):
         rows += ["", breakdown_table(o["cost_breakdown"])]
     if timed:
         lat = o["latency"]
-        rows.append(f"added latency per turn (prepare's wall time, before the request goes upstream): "
-                    f"p50 {lat['added_ms_p50']:.1f} ms, p99 {lat['added_ms_p99']:.1f} ms, max {lat['added_ms_max']:.1f} ms; "
-                    f"stalled turns (added latency > half the summary delay, {lat['stall_threshold_ms']:g} ms): "
-                    f"{lat['stalled_turns']} of {o['turns']} (summary delay {lat['summary_delay_ms']:g} ms, "
-                    f"turn latency {lat['turn_latency_ms']:g} ms)")
+        rows.append(
+            f"added latency per turn (prepare's wall time, before the request goes upstream): "
+            f"p50 {lat['added_ms_p50']:.1f} ms, p99 {lat['added_ms_p99']:.1f} ms, max {lat['added_ms_max']:.1f} ms; "
+            f"stalled turns (added latency > half the summary delay, {lat['stall_threshold_ms']:g} ms): "
+            f"{lat['stalled_turns']} of {o['turns']} (summary delay {lat['summary_delay_ms']:g} ms, "
+            f"turn latency {lat['turn_latency_ms']:g} ms)"
+        )
     if report.get("format") == "responses":
         rows.append("format: responses (each chat trace replayed as Responses API input items)")
     elif report.get("format") == "anthropic":
@@ -179,8 +209,11 @@ def table(report: dict[str, Any]) -> str:
     counting = report.get("token_counting")
     if counting:
         encodings = ", ".join(e["encoding"] for e in counting["encodings"])
-        rows.append(f"tokens: {encodings} via tiktoken" if counting["method"] == "tiktoken"
-                    else f"tokens: ESTIMATES (about 4 bytes per token; tiktoken could not load {encodings})")
+        rows.append(
+            f"tokens: {encodings} via tiktoken"
+            if counting["method"] == "tiktoken"
+            else f"tokens: ESTIMATES (about 4 bytes per token; tiktoken could not load {encodings})"
+        )
     return "\n".join(rows)
 
 
@@ -188,8 +221,12 @@ def _figure(value: float | None) -> str:
     return f"{value:>6.3f}" if value is not None else f"{'-':>6}"
 
 
-COST_LABELS = {"new": "new content (paid once)", **{f"read_{p}": f"cache reads: {p}" for p in costs.PARTS},
-               "resend": "re-sends after a compression", "summary_calls": "summary calls"}
+COST_LABELS = {
+    "new": "new content (paid once)",
+    **{f"read_{p}": f"cache reads: {p}" for p in costs.PARTS},
+    "resend": "re-sends after a compression",
+    "summary_calls": "summary calls",
+}
 
 
 def breakdown_table(breakdown: dict[str, Any]) -> str:
@@ -201,7 +238,9 @@ def breakdown_table(breakdown: dict[str, Any]) -> str:
     rows = [f"{title:{width}}" + "".join(f" {n:>10}" for n in names)]
     for part, label in COST_LABELS.items():
         rows.append(f"  {label:{width - 2}}" + "".join(f" {breakdown[n]['ratios'][part]:>10.3f}" for n in names))
-    rows.append(f"  {'total (cache)':{width - 2}}" + "".join(f" {breakdown[n]['cache_cost_ratio']:>10.3f}" for n in names))
+    rows.append(
+        f"  {'total (cache)':{width - 2}}" + "".join(f" {breakdown[n]['cache_cost_ratio']:>10.3f}" for n in names)
+    )
     rows.append(f"  {'floor':{width - 2}}" + "".join(f" {breakdown[n]['floor']:>10.3f}" for n in names))
     shares = breakdown["forwarded_shares"]
     rows.append("forwarded tokens by part: " + ", ".join(f"{p} {shares[p]:.1%}" for p in costs.PARTS))
@@ -238,8 +277,15 @@ def counted_as(report: dict[str, Any]) -> str:
     return ", ".join(e["encoding"] for e in counting.get("encodings", [])[:1]) or "o200k_base"
 
 
-def conversation_chart(plt, c: dict[str, Any], max_total_tokens: int | None, *, path: Path,
-                       unit: str = "message", counted: str = "o200k_base") -> Path:
+def conversation_chart(
+    plt,
+    c: dict[str, Any],
+    max_total_tokens: int | None,
+    *,
+    path: Path,
+    unit: str = "message",
+    counted: str = "o200k_base",
+) -> Path:
     from matplotlib.ticker import FuncFormatter, MaxNLocator
 
     fig, ax = plt.subplots(figsize=(8, 4))
@@ -248,11 +294,20 @@ def conversation_chart(plt, c: dict[str, Any], max_total_tokens: int | None, *, 
     # raw dashed on top: still visible where nothing is offloaded (forwarded == raw)
     ax.plot(turns, c["raw_per_turn"], label="raw", color="tab:blue", linestyle="--", linewidth=1.4, zorder=3)
     if max_total_tokens:
-        ax.axhline(max_total_tokens, color="grey", linestyle=":", linewidth=1.2, zorder=1,
-                   label=f"max_total_tokens ({max_total_tokens:,})")
+        ax.axhline(
+            max_total_tokens,
+            color="grey",
+            linestyle=":",
+            linewidth=1.2,
+            zorder=1,
+            label=f"max_total_tokens ({max_total_tokens:,})",
+        )
     ratio = c["forwarded_tokens"] / c["raw_tokens"] if c["raw_tokens"] else 1.0
-    ax.set(title=f"{shorten(c['id'], 70)}\nforwarded/raw {ratio:.3f}, {c['summaries']} summaries, "
-                 f"{c['refs']} refs", xlabel="turn", ylabel=f"tokens ({counted}, {unit} JSON)")
+    ax.set(
+        title=f"{shorten(c['id'], 70)}\nforwarded/raw {ratio:.3f}, {c['summaries']} summaries, {c['refs']} refs",
+        xlabel="turn",
+        ylabel=f"tokens ({counted}, {unit} JSON)",
+    )
     ax.title.set_fontsize(10)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.yaxis.set_major_formatter(FuncFormatter(_thousands))
@@ -279,8 +334,10 @@ def write_charts(report: dict[str, Any], out: Path) -> list[Path]:
     max_total_tokens = report.get("settings", {}).get("max_total_tokens")
     unit = "item" if report.get("format") in ("responses", "anthropic") else "message"
     counted = counted_as(report)
-    written = [conversation_chart(plt, c, max_total_tokens, path=out / name, unit=unit, counted=counted)
-               for c, name in zip(conversations, chart_names([c["id"] for c in conversations]))]
+    written = [
+        conversation_chart(plt, c, max_total_tokens, path=out / name, unit=unit, counted=counted)
+        for c, name in zip(conversations, chart_names([c["id"] for c in conversations]))
+    ]
     fig, ax = plt.subplots(figsize=(10, 5))
     names = unique_labels([c["id"] for c in conversations], CHART_NAME_WIDTH)
     xs = range(len(names))
@@ -289,8 +346,11 @@ def write_charts(report: dict[str, Any], out: Path) -> list[Path]:
     ax.set_xticks(list(xs), names, rotation=50, ha="right", rotation_mode="anchor", fontsize=8)
     ax.yaxis.set_major_formatter(FuncFormatter(_thousands))
     o = report["overall"]
-    ax.set(title=f"tokens summed over turns: forwarded/raw {o['forwarded_ratio']:.3f}, "
-                 f"prefix reuse {o['prefix_reuse']:.3f}", ylabel=f"tokens ({counted})")
+    ax.set(
+        title=f"tokens summed over turns: forwarded/raw {o['forwarded_ratio']:.3f}, "
+        f"prefix reuse {o['prefix_reuse']:.3f}",
+        ylabel=f"tokens ({counted})",
+    )
     ax.legend()
     fig.tight_layout()
     path = out / "overall.png"
@@ -312,20 +372,42 @@ def cost_chart(plt, breakdown: dict[str, Any], path: Path) -> Path:
         bottom = 0.0
         for j, (part, value) in enumerate((("new", raw["new"]), ("read", raw["read"]))):
             share = value / b["raw_cost"] if b["raw_cost"] else 0.0
-            ax.bar(2 * i, share, bottom=bottom, width=0.8, color=colors[j], alpha=0.45,
-                   label=f"raw: {'new content' if part == 'new' else 'cache reads'}" if i == 0 else None)
+            ax.bar(
+                2 * i,
+                share,
+                bottom=bottom,
+                width=0.8,
+                color=colors[j],
+                alpha=0.45,
+                label=f"raw: {'new content' if part == 'new' else 'cache reads'}" if i == 0 else None,
+            )
             bottom += share
         bottom = 0.0
         for j, part in enumerate(costs.COST_PARTS):
             share = b["ratios"][part]
-            ax.bar(2 * i + 0.9, share, bottom=bottom, width=0.8, color=colors[j % len(colors)],
-                   label=COST_LABELS[part] if i == 0 else None)
+            ax.bar(
+                2 * i + 0.9,
+                share,
+                bottom=bottom,
+                width=0.8,
+                color=colors[j % len(colors)],
+                label=COST_LABELS[part] if i == 0 else None,
+            )
             bottom += share
-        ax.hlines(b["floor"], 2 * i - 0.45, 2 * i + 1.35, colors="black", linestyles="--",
-                  label="floor: new tokens once, the rest free" if i == 0 else None)
+        ax.hlines(
+            b["floor"],
+            2 * i - 0.45,
+            2 * i + 1.35,
+            colors="black",
+            linestyles="--",
+            label="floor: new tokens once, the rest free" if i == 0 else None,
+        )
         ax.text(2 * i + 0.9, bottom + 0.01, f"{b['cache_cost_ratio']:.3f}", ha="center", fontsize=8)
-    ax.set_xticks([x for i in range(len(names)) for x in (2 * i, 2 * i + 0.9)],
-                  [f"{label}\n{n}" for n in names for label in ("raw", "proxy")], fontsize=8)
+    ax.set_xticks(
+        [x for i in range(len(names)) for x in (2 * i, 2 * i + 0.9)],
+        [f"{label}\n{n}" for n in names for label in ("raw", "proxy")],
+        fontsize=8,
+    )
     ax.set(title="cache-weighted input cost, share of the raw history's", ylabel="share of the raw cost", ylim=(0, 1.1))
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()

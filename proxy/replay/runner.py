@@ -31,43 +31,58 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from proxy.core import compression as cp, jsonio
+from proxy.config import ServerSettings
+from proxy.core import compression as cp
+from proxy.core import jsonio, provider_cache
+from proxy.core import keepalive as ka
+from proxy.core.cache_cuts import CutContext
+from proxy.core.last_sent import LastSent, digest
+from proxy.core.markers import history_ref
+from proxy.core.media import Reloaded
+from proxy.core.settings import OffloadSettings
+from proxy.core.texts import RELOAD_TOOL_SCHEMAS
+from proxy.core.tokens import (
+    IMAGE_PARTS,
+    TokenCounter,
+    counter_for_encoding,
+    counter_for_model,
+    counting_method,
+    part_image_tokens,
+)
 from proxy.core.view import ItemView
 from proxy.core.wire import WireFormat
 from proxy.formats import chat
-from proxy.formats.chat import CHAT
 from proxy.formats import messages as anthropic
+from proxy.formats.chat import CHAT
 from proxy.formats.responses import RESPONSES
-from proxy.core.markers import history_ref
-from proxy.core.texts import RELOAD_TOOL_SCHEMAS
 from proxy.formats.responses.request import inject_tools
-from proxy.offload.summaries import Compressor
-from proxy.offload.summary_context import SummaryContext
-from proxy.config import ServerSettings
-from proxy.core.settings import OffloadSettings
 from proxy.offload.refs import RefStore
-from proxy.reload.tools import ReloadTools
-from proxy.store import Store
+from proxy.offload.summaries import Compressor
 from proxy.offload.summarizer import DEFAULT_PROMPT
+from proxy.offload.summary_context import SummaryContext
 from proxy.offload.tenant import key, tenant_namespace
-from proxy.core.media import Reloaded
-from proxy.core.tokens import (IMAGE_PARTS, TokenCounter, counter_for_encoding, counter_for_model, counting_method,
-                               part_image_tokens)
-from proxy.upstream.client import Upstream
-from proxy.upstream.pool import pooled_transport
-from proxy.core import keepalive as ka, provider_cache
-from proxy.core.cache_cuts import CutContext
-from proxy.core.last_sent import LastSent, digest
+from proxy.offload.tenant_store import TenantStore
+from proxy.reload.tools import ReloadTools
 from proxy.replay import bill, cost, gaps, metrics
 from proxy.replay.gaps import Gaps
 from proxy.replay.metrics import common_prefix, prefix_reuse  # noqa: F401  (imported from here too)
-from proxy.replay.turns import (  # noqa: F401  (imported from here too)
-    FORMATS, ReplayInputError, answer_positions, answers_of, load_conversations, request_body, requests_of,
-    system_of, turns_of)
 from proxy.replay.simulation import SummaryRecorder, TurnScheduler, fake_summarizer, recording, request_items
+from proxy.replay.turns import (  # noqa: F401  (imported from here too)
+    FORMATS,
+    ReplayInputError,
+    answer_positions,
+    answers_of,
+    load_conversations,
+    request_body,
+    requests_of,
+    system_of,
+    turns_of,
+)
+from proxy.store import Store
 from proxy.store.sealing import Sealer
-from proxy.offload.tenant_store import TenantStore
 from proxy.turn import Turn, TurnInput, run_turn
+from proxy.upstream.client import Upstream
+from proxy.upstream.pool import pooled_transport
 
 NEXT_OFFSET = re.compile(r"offset=(\d+)\)\.\]$")
 WIRES: dict[str, WireFormat] = {"chat": CHAT, "responses": RESPONSES, "anthropic": anthropic.MESSAGES}
@@ -79,7 +94,9 @@ def message_tokens(messages: list[Any], counter: TokenCounter) -> list[int]:
     out = []
     for message in messages:
         binary: list[int] = []
-        out.append(counter.text(json.dumps(_without_binary(message, binary, counter), ensure_ascii=False)) + sum(binary))
+        out.append(
+            counter.text(json.dumps(_without_binary(message, binary, counter), ensure_ascii=False)) + sum(binary)
+        )
     return out
 
 
@@ -102,8 +119,9 @@ def _without_binary(value: Any, costs: list[int], counter: TokenCounter) -> Any:
     return {k: _without_binary(v, costs, counter) for k, v in value.items()}
 
 
-def budget(forwarded: list[Any], tools: Any, settings: OffloadSettings, *, counter: TokenCounter,
-           view: ItemView = chat.VIEW) -> int:
+def budget(
+    forwarded: list[Any], tools: Any, settings: OffloadSettings, *, counter: TokenCounter, view: ItemView = chat.VIEW
+) -> int:
     """max_total_tokens plus what is never compressed: system, the task, tool schemas, summary
     and the messages kept verbatim right after it (system, user), kept tail."""
     head, tail = cp.split(forwarded, view, settings.keep_recent_for(cp.COMPRESS_KEEP_RECENT))
@@ -187,12 +205,26 @@ class CapturingRefs(RefStore):
 
 
 class Replayer:
-    def __init__(self, store: Store, settings: OffloadSettings, upstream: Upstream, *, headers: list, model: str,
-                 ttl: int = 7 * 24 * 3600, format: str = "chat", summary_delay_ms: float | None = None,
-                 turn_latency_ms: float = 0.0, inline_summaries: bool = False,
-                 summary_request: str = "prefix", pricing: str = metrics.DEFAULT_PRICING,
-                 gaps: Gaps | None = None, gap_seed: int = 0, cache_cuts: bool = True,
-                 keepalive: ka.Limits | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        settings: OffloadSettings,
+        upstream: Upstream,
+        *,
+        headers: list,
+        model: str,
+        ttl: int = 7 * 24 * 3600,
+        format: str = "chat",
+        summary_delay_ms: float | None = None,
+        turn_latency_ms: float = 0.0,
+        inline_summaries: bool = False,
+        summary_request: str = "prefix",
+        pricing: str = metrics.DEFAULT_PRICING,
+        gaps: Gaps | None = None,
+        gap_seed: int = 0,
+        cache_cuts: bool = True,
+        keepalive: ka.Limits | None = None,
+    ) -> None:
         """Summaries are made in the background as the server makes them (`inline_summaries`: by the
         turn that needs one, none ahead of time, as before background summaries). `summary_delay_ms`
         (the delay `upstream_for` gave the fake summariser) turns on the latency report and lets
@@ -226,23 +258,43 @@ class Replayer:
         method = "estimate" if any(e["method"] == "estimate" for e in encodings) else "tiktoken"
         return {"method": method, "encodings": encodings}
 
-    async def _turn(self, request: list[Any], namespace: str, tools: Any = None, *,
-                    scheduler: TurnScheduler | None = None, created: dict[str, str] | None = None,
-                    cuts: CutContext | None = None) -> Turn:
+    async def _turn(
+        self,
+        request: list[Any],
+        namespace: str,
+        tools: Any = None,
+        *,
+        scheduler: TurnScheduler | None = None,
+        created: dict[str, str] | None = None,
+        cuts: CutContext | None = None,
+    ) -> Turn:
         """The server's turn (`proxy.turn`) on this request: the same steps, the emulation's too."""
         body = request_body(request, format=self.format, model=self.model, tools=tools, system=self._system)
         capturing = CapturingRefs(self.store, namespace, self.ttl, created={} if created is None else created)
         tenant = TenantStore(self.store, namespace, self.ttl, Sealer(None))
 
         def compressor(body: dict, settings: OffloadSettings, refs: RefStore, *, background: bool) -> Compressor:
-            ctx = SummaryContext(upstream=self.upstream, headers=self.headers, model=self.model, prompt=DEFAULT_PROMPT,
-                                 timeout=120.0, wait=30.0, view=self.view, background=scheduler if background else None,
-                                 request_model=self.model, refs=capturing, wire=self.wire, body=body,
-                                 summary_request=self.summary_request, cuts=cuts)
+            ctx = SummaryContext(
+                upstream=self.upstream,
+                headers=self.headers,
+                model=self.model,
+                prompt=DEFAULT_PROMPT,
+                timeout=120.0,
+                wait=30.0,
+                view=self.view,
+                background=scheduler if background else None,
+                request_model=self.model,
+                refs=capturing,
+                wire=self.wire,
+                body=body,
+                summary_request=self.summary_request,
+                cuts=cuts,
+            )
             return Compressor(tenant, ctx)
 
-        return await run_turn(TurnInput(self.wire, jsonio.dumps(body), body, request, self.settings, tenant,
-                                        compressor))
+        return await run_turn(
+            TurnInput(self.wire, jsonio.dumps(body), body, request, self.settings, tenant, compressor)
+        )
 
     def on_the_wire(self, items: list[Any]) -> list[Any]:
         """The forwarded items as the upstream reads them: an Anthropic summary item merged into
@@ -287,8 +339,11 @@ class Replayer:
         last: LastSent | None = None  # the session's last sent prefix, on the replay's clock
         for k, request in enumerate(requests):
             recording(sink, k)
-            cuts = CutContext(last, times[k], replace(self.profile, ttl=self.keepalive.ttl)) if (
-                times is not None and self.cache_cuts) else None
+            cuts = (
+                CutContext(last, times[k], replace(self.profile, ttl=self.keepalive.ttl))
+                if (times is not None and self.cache_cuts)
+                else None
+            )
             start = time.perf_counter()
             turn = await self._turn(request, namespace, tools, scheduler=scheduler, created=created, cuts=cuts)
             prepared = turn.prepared
@@ -305,13 +360,17 @@ class Replayer:
             forwarded.append(sent)
             if times is not None:
                 bodies.append(turn.rounds.request(turn.inject_reload_tools and turn.settings.max_reload_rounds > 0))
-                sent_now = LastSent(digest(jsonio.dumps(bodies[-1])), tokens=prepared.plan.tokens_after, at=times[k],
-                                    summary=prepared.summary_prefix)
+                sent_now = LastSent(
+                    digest(jsonio.dumps(bodies[-1])),
+                    tokens=prepared.plan.tokens_after,
+                    at=times[k],
+                    summary=prepared.summary_prefix,
+                )
                 last = last.then(sent_now) if last is not None else sent_now
                 plan_tokens.append(prepared.plan.tokens_after)
             sent_tools.append(self.forwarded_tools(tools, turn))
             tokens.append(message_tokens(sent, self.json_counter))
-            out.raw_per_turn.append(sum(history_tokens[:len(request)]))
+            out.raw_per_turn.append(sum(history_tokens[: len(request)]))
             out.forwarded_per_turn.append(sum(tokens[-1]))
             if counter.messages(sent) > budget(sent, tools, self.settings, counter=counter, view=self.view):
                 out.turns_over_budget += 1
@@ -336,14 +395,24 @@ class Replayer:
         out.prefix_reuse = prefix_reuse(forwarded, tokens)
         out.refs = len(created)
         tenant = TenantStore(self.store, namespace, self.ttl, Sealer(None))
-        reload_tools = ReloadTools(tenant.refs(), counter,
-                                   max_tokens=self.settings.max_reload_tokens, request_refs=[], session=None)
+        reload_tools = ReloadTools(
+            tenant.refs(), counter, max_tokens=self.settings.max_reload_tokens, request_refs=[], session=None
+        )
         exact = [await reload_all(reload_tools, ref) == text for ref, text in created.items()]
         out.reload_exact_fraction = sum(exact) / len(exact) if exact else 1.0
         out.ms_per_turn_cold = sum(added) / max(out.turns, 1)
         out.ms_per_turn_steady = steady * 1e3 / max(out.turns, 1)
-        self._figures(out, history=history, answers=answers, requests=requests, history_tokens=history_tokens,
-                      forwarded=forwarded, tokens=tokens, sent_tools=sent_tools, sink=sink)
+        self._figures(
+            out,
+            history=history,
+            answers=answers,
+            requests=requests,
+            history_tokens=history_tokens,
+            forwarded=forwarded,
+            tokens=tokens,
+            sent_tools=sent_tools,
+            sink=sink,
+        )
         if times is not None:
             out.bill = self._bill(times, requests=requests, tools=tools, bodies=bodies, sink=sink, tokens=plan_tokens)
         if self.summary_delay_ms is not None:
@@ -354,19 +423,36 @@ class Replayer:
     def _times(self, conv: dict, index: int, turns: int) -> list[float]:
         """When each turn is sent: the trace's own timestamps, else the replay's gaps."""
         assert self.gaps is not None
-        return (gaps.trace_times(conv["messages"], answer_positions(conv["messages"]))
-                or self.gaps.times(turns, seed=self.gap_seed, index=index))
+        return gaps.trace_times(conv["messages"], answer_positions(conv["messages"])) or self.gaps.times(
+            turns, seed=self.gap_seed, index=index
+        )
 
-    def _bill(self, times: list[float], *, requests, tools, bodies: list[dict], sink, tokens: list[int]) -> dict[str, Any]:
-        raw = [request_body(r, format=self.format, model=self.model, tools=tools, system=self._system) for r in requests]
+    def _bill(
+        self, times: list[float], *, requests, tools, bodies: list[dict], sink, tokens: list[int]
+    ) -> dict[str, Any]:
+        raw = [
+            request_body(r, format=self.format, model=self.model, tools=tools, system=self._system) for r in requests
+        ]
+
         def pings(limits: ka.Limits) -> list[bill.Ping]:
-            return bill.keepalive_pings(times=times, tokens=tokens, limits=limits, profile=self.profile,
-                                        output_tokens=bill.PING_OUTPUT.get(self.format, 1))
+            return bill.keepalive_pings(
+                times=times,
+                tokens=tokens,
+                limits=limits,
+                profile=self.profile,
+                output_tokens=bill.PING_OUTPUT.get(self.format, 1),
+            )
 
         sweep = {m: pings(replace(self.keepalive, min_tokens=m)) for m in bill.KEEPALIVE_SWEEP}
-        return bill.replayed(bill.Biller(self.profile, format=self.format, tokens=self.json_counter.text),
-                             times=times, raw=raw, forwarded=bodies, summaries=[(k, b) for k, b, _ in sink],
-                             pings=pings(self.keepalive), sweep=sweep)
+        return bill.replayed(
+            bill.Biller(self.profile, format=self.format, tokens=self.json_counter.text),
+            times=times,
+            raw=raw,
+            forwarded=bodies,
+            summaries=[(k, b) for k, b, _ in sink],
+            pings=pings(self.keepalive),
+            sweep=sweep,
+        )
 
     async def _settle(self, scheduler: TurnScheduler | None) -> None:
         if scheduler is not None:
@@ -374,8 +460,9 @@ class Replayer:
         if isinstance(self.upstream.transport, SummaryRecorder):
             await self.upstream.transport.idle()
 
-    def _figures(self, out: Conversation, *, history, answers, requests, history_tokens, forwarded, tokens,
-                 sent_tools, sink) -> None:
+    def _figures(
+        self, out: Conversation, *, history, answers, requests, history_tokens, forwarded, tokens, sent_tools, sink
+    ) -> None:
         """recall and the cache cost (`proxy.replay.metrics`)."""
         recall = metrics.Recall()
         for turn in metrics.recall(history, answers, forwarded, is_tool=lambda item: self.view.role(item) == "tool"):
@@ -387,13 +474,14 @@ class Replayer:
             calls.append(metrics.SummaryCall(turn, items, call_tools, message_tokens(items, self.json_counter)))
         out.summary_calls = len(calls)
         out.summary_input_tokens = sum(sum(c.tokens) for c in calls)
-        raw_tokens = [history_tokens[:len(r)] for r in requests]
+        raw_tokens = [history_tokens[: len(r)] for r in requests]
         out.cache_cost = metrics.cache_cost(forwarded, tokens, sent_tools, summaries=calls, pricing=self.pricing)
         out.raw_cache_cost = metrics.cache_cost(requests, raw_tokens, pricing=self.pricing)
         out.cache_cost_ratio = out.cache_cost / out.raw_cache_cost if out.raw_cache_cost else 1.0
         windows = [cost.Window(items, counts, self.view) for items, counts in zip(forwarded, tokens)]
-        out.cost_breakdown = cost.conversation_costs(windows, cost.new_items([len(r) for r in requests]), raw_tokens,
-                                                     tools=sent_tools, summaries=calls)
+        out.cost_breakdown = cost.conversation_costs(
+            windows, cost.new_items([len(r) for r in requests]), raw_tokens, tools=sent_tools, summaries=calls
+        )
         out.forwarded_by_part = cost.forwarded_by_part(windows)
 
 
@@ -420,8 +508,12 @@ async def reload_all(tools: ReloadTools, ref: str) -> str | None:
 def default_keepalive() -> ka.Limits:
     """The keep-alive limits of a server run with its defaults (`serve --cache-keepalive-*`)."""
     fields = ServerSettings.model_fields
-    return ka.Limits(fields["cache_keepalive_min_tokens"].default, fields["cache_keepalive_max_pings"].default,
-                     fields["cache_keepalive_idle"].default, fields["cache_ttl"].default)
+    return ka.Limits(
+        fields["cache_keepalive_min_tokens"].default,
+        fields["cache_keepalive_max_pings"].default,
+        fields["cache_keepalive_idle"].default,
+        fields["cache_ttl"].default,
+    )
 
 
 def upstream_for(url: str | None, summary_delay_ms: float = 0) -> Upstream:
@@ -430,5 +522,7 @@ def upstream_for(url: str | None, summary_delay_ms: float = 0) -> Upstream:
     if url:
         settings = ServerSettings(upstream=url, read_timeout=120)
         return Upstream(settings, transport=SummaryRecorder(pooled_transport(settings)))
-    return Upstream(ServerSettings(upstream="http://fake-summariser.invalid/v1"),
-                    transport=SummaryRecorder(fake_summarizer(summary_delay_ms)))
+    return Upstream(
+        ServerSettings(upstream="http://fake-summariser.invalid/v1"),
+        transport=SummaryRecorder(fake_summarizer(summary_delay_ms)),
+    )

@@ -122,8 +122,11 @@ def _transcript(body: dict, path: str = "") -> str:
     exactly), the items before the instruction, rendered as the transcript shape renders them; in
     the transcript shape, the transcript (its last message, after the system prompt)."""
     items, _ = request_items(body, path)
-    if items and items[-1] in ({"role": "user", "content": SUMMARY_INSTRUCTION}, instruction_item(SUMMARY_INSTRUCTION),
-                               instruction_message(SUMMARY_INSTRUCTION)):
+    if items and items[-1] in (
+        {"role": "user", "content": SUMMARY_INSTRUCTION},
+        instruction_item(SUMMARY_INSTRUCTION),
+        instruction_message(SUMMARY_INSTRUCTION),
+    ):
         items = items[:-1]
     elif len(items) == 2 and isinstance(items[-1], dict) and isinstance(items[-1].get("content"), str):
         return items[-1]["content"]
@@ -152,15 +155,27 @@ def fake_summarizer(delay_ms: float = 0) -> httpx2.MockTransport:
         )
         tokens_in, tokens_out = len(transcript) // 4, len(snapshot) // 4
         if is_anthropic(request.url.path):
-            return httpx2.Response(200, json=message_answer(snapshot, model="replay", input_tokens=tokens_in,
-                                                            output_tokens=tokens_out))
+            return httpx2.Response(
+                200, json=message_answer(snapshot, model="replay", input_tokens=tokens_in, output_tokens=tokens_out)
+            )
         if request.url.path.rstrip("/").endswith("/responses"):
-            return httpx2.Response(200, json={
-                "object": "response", "status": "completed",
-                "output": [{"type": "message", "role": "assistant",
-                            "content": [{"type": "output_text", "text": snapshot}]}],
-                "usage": {"input_tokens": tokens_in, "output_tokens": tokens_out}})
-        return httpx2.Response(200, json={"choices": [{"message": {"role": "assistant", "content": snapshot}}],
-                                          "usage": {"prompt_tokens": tokens_in, "completion_tokens": tokens_out}})
+            return httpx2.Response(
+                200,
+                json={
+                    "object": "response",
+                    "status": "completed",
+                    "output": [
+                        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": snapshot}]}
+                    ],
+                    "usage": {"input_tokens": tokens_in, "output_tokens": tokens_out},
+                },
+            )
+        return httpx2.Response(
+            200,
+            json={
+                "choices": [{"message": {"role": "assistant", "content": snapshot}}],
+                "usage": {"prompt_tokens": tokens_in, "completion_tokens": tokens_out},
+            },
+        )
 
     return httpx2.MockTransport(handler)

@@ -155,9 +155,13 @@ def one_line(text: str) -> str:
 
 def turn_result(response: httpx2.Response) -> TurnResult:
     headers = response.headers
-    result = TurnResult(response.status_code, _int(headers.get("x-offload-tokens-before")),
-                        _int(headers.get("x-offload-tokens-after")), headers.get("x-offload-action"),
-                        reload_rounds=_int(headers.get("x-offload-reload-rounds")))
+    result = TurnResult(
+        response.status_code,
+        _int(headers.get("x-offload-tokens-before")),
+        _int(headers.get("x-offload-tokens-after")),
+        headers.get("x-offload-action"),
+        reload_rounds=_int(headers.get("x-offload-reload-rounds")),
+    )
     if response.status_code != 200:
         result.error = f"HTTP {response.status_code}: {error_message(response)}"
     return result
@@ -166,8 +170,17 @@ def turn_result(response: httpx2.Response) -> TurnResult:
 class Sender:
     """Sends the turns of conversations to one proxy."""
 
-    def __init__(self, client: httpx2.AsyncClient, *, target: str, format: str, model: str, api_key: str,
-                 concurrency: int, tick=lambda: None) -> None:
+    def __init__(
+        self,
+        client: httpx2.AsyncClient,
+        *,
+        target: str,
+        format: str,
+        model: str,
+        api_key: str,
+        concurrency: int,
+        tick=lambda: None,
+    ) -> None:
         self.client, self.url, self.format, self.model = client, endpoint(target, format), format, model
         self.api_key, self.tick = api_key, tick
         self.slots = asyncio.Semaphore(concurrency)
@@ -211,8 +224,12 @@ def _totals(turns: list[TurnResult]) -> dict[str, Any]:
     # holdout's control session, X-Offload-Mode: off): not in raw/forwarded, counted apart
     unmanaged = sum(1 for t in turns if t.status == 200 and t.tokens_before is None)
     return {
-        "turns": len(turns), "answered": len(turns) - len(failed), "errors": len(failed),
-        "unmanaged": unmanaged, "raw_tokens": raw, "forwarded_tokens": forwarded,
+        "turns": len(turns),
+        "answered": len(turns) - len(failed),
+        "errors": len(failed),
+        "unmanaged": unmanaged,
+        "raw_tokens": raw,
+        "forwarded_tokens": forwarded,
         "forwarded_ratio": round(forwarded / raw, 4) if raw else None,
         "actions": dict(sorted(Counter(t.action for t in turns if t.action).items())),
         "reload_rounds": sum(t.reload_rounds or 0 for t in turns),
@@ -223,15 +240,27 @@ def _totals(turns: list[TurnResult]) -> dict[str, Any]:
 
 def report_of(sent: list[Sent], *, target: str, format: str, model: str, concurrency: int) -> dict[str, Any]:
     """report.json: overall and per conversation (with each turn's status and headers)."""
-    conversations = [{"id": s.id, "session": s.session, **_totals(s.turns),
-                      "per_turn": [{k: v for k, v in asdict(t).items() if v is not None} for t in s.turns]}
-                     for s in sent]
+    conversations = [
+        {
+            "id": s.id,
+            "session": s.session,
+            **_totals(s.turns),
+            "per_turn": [{k: v for k, v in asdict(t).items() if v is not None} for t in s.turns],
+        }
+        for s in sent
+    ]
     overall = {"conversations": len(sent), **_totals([t for s in sent for t in s.turns])}
     first = next(((s, k) for s in sent for k, t in enumerate(s.turns) if t.status != 200), None)
     if first is not None:
         overall["first_error"] = f"{first[0].id} turn {first[1] + 1}: {first[0].turns[first[1]].error}"
-    return {"target": api_root(target), "format": format, "model": model, "concurrency": concurrency,
-            "overall": overall, "conversations": conversations}
+    return {
+        "target": api_root(target),
+        "format": format,
+        "model": model,
+        "concurrency": concurrency,
+        "overall": overall,
+        "conversations": conversations,
+    }
 
 
 def _actions(actions: dict[str, int]) -> str:
@@ -240,48 +269,68 @@ def _actions(actions: dict[str, int]) -> str:
 
 def table(report: dict[str, Any]) -> str:
     """The printed summary: one row per conversation, the totals, the actions and the errors."""
-    header = (f"{'conversation':{NAME_WIDTH}} {'turns':>5} {'ok':>5} {'raw':>10} {'forwarded':>10} {'ratio':>6} "
-              f"{'errors':>6} {'reloads':>7}  actions")
+    header = (
+        f"{'conversation':{NAME_WIDTH}} {'turns':>5} {'ok':>5} {'raw':>10} {'forwarded':>10} {'ratio':>6} "
+        f"{'errors':>6} {'reloads':>7}  actions"
+    )
     rows = [header, "-" * len(header)]
 
     def row(name: str, r: dict[str, Any]) -> str:
         ratio = f"{r['forwarded_ratio']:.3f}" if r["forwarded_ratio"] is not None else "-"
-        return (f"{name:{NAME_WIDTH}} {r['turns']:>5} {r['answered']:>5} {r['raw_tokens']:>10} "
-                f"{r['forwarded_tokens']:>10} {ratio:>6} {r['errors']:>6} {r['reload_rounds']:>7}  {_actions(r['actions'])}")
+        return (
+            f"{name:{NAME_WIDTH}} {r['turns']:>5} {r['answered']:>5} {r['raw_tokens']:>10} "
+            f"{r['forwarded_tokens']:>10} {ratio:>6} {r['errors']:>6} {r['reload_rounds']:>7}  {_actions(r['actions'])}"
+        )
 
     names = unique_labels([c["id"] for c in report["conversations"]], NAME_WIDTH)
     rows += [row(name, c) for name, c in zip(names, report["conversations"])]
     o = report["overall"]
     rows += ["-" * len(header), row("OVERALL", o)]
     ratio = f"{o['forwarded_ratio']:.3f}" if o["forwarded_ratio"] is not None else "-"
-    rows.append(f"{o['conversations']} conversations, {o['turns']} turns to {report['target']} "
-                f"({report['format']}, model {report['model']}): raw tokens {o['raw_tokens']}, forwarded tokens "
-                f"{o['forwarded_tokens']}, forwarded/raw {ratio} (the proxy's X-Offload-Tokens-Before/-After)")
-    rows.append(f"actions: {_actions(o['actions'])}; reload rounds the model ran through the proxy: "
-                f"{o['reload_rounds']} (X-Offload-Reload-Rounds)")
+    rows.append(
+        f"{o['conversations']} conversations, {o['turns']} turns to {report['target']} "
+        f"({report['format']}, model {report['model']}): raw tokens {o['raw_tokens']}, forwarded tokens "
+        f"{o['forwarded_tokens']}, forwarded/raw {ratio} (the proxy's X-Offload-Tokens-Before/-After)"
+    )
+    rows.append(
+        f"actions: {_actions(o['actions'])}; reload rounds the model ran through the proxy: "
+        f"{o['reload_rounds']} (X-Offload-Reload-Rounds)"
+    )
     if o["unmanaged"]:
-        rows.append(f"unmanaged: {o['unmanaged']} of {o['answered']} answered turns carried no X-Offload-* headers "
-                    "(forwarded unchanged: observe mode, a holdout's control sessions, or mode off) and are not in "
-                    "the raw and forwarded tokens above; the proxy's statistics and dashboard count them")
+        rows.append(
+            f"unmanaged: {o['unmanaged']} of {o['answered']} answered turns carried no X-Offload-* headers "
+            "(forwarded unchanged: observe mode, a holdout's control sessions, or mode off) and are not in "
+            "the raw and forwarded tokens above; the proxy's statistics and dashboard count them"
+        )
     if o["errors"]:
-        statuses = ", ".join(f"{'no answer' if s == '0' else 'HTTP ' + s} × {n}"
-                             for s, n in o["errors_by_status"].items())
+        statuses = ", ".join(
+            f"{'no answer' if s == '0' else 'HTTP ' + s} × {n}" for s, n in o["errors_by_status"].items()
+        )
         rows.append(f"errors: {o['errors']} of {o['turns']} turns ({statuses}); first: {o['first_error']}")
     else:
         rows.append("errors: 0")
     return "\n".join(rows)
 
 
-async def send_all(conversations: list[dict], *, target: str, format: str, model: str, api_key: str,
-                   concurrency: int, tick=lambda: None,
-                   transport: httpx2.AsyncBaseTransport | None = None) -> list[Sent]:
+async def send_all(
+    conversations: list[dict],
+    *,
+    target: str,
+    format: str,
+    model: str,
+    api_key: str,
+    concurrency: int,
+    tick=lambda: None,
+    transport: httpx2.AsyncBaseTransport | None = None,
+) -> list[Sent]:
     """Every conversation's turns to the proxy at `target`, `concurrency` conversations at a time,
     in input order in the result. TargetError when the proxy cannot be reached."""
     limits = httpx2.Limits(max_connections=concurrency + 1, max_keepalive_connections=concurrency + 1)
     async with httpx2.AsyncClient(timeout=TIMEOUT, limits=limits, transport=transport) as client:
         await check_reachable(client, target)
-        sender = Sender(client, target=target, format=format, model=model, api_key=api_key,
-                        concurrency=concurrency, tick=tick)
+        sender = Sender(
+            client, target=target, format=format, model=model, api_key=api_key, concurrency=concurrency, tick=tick
+        )
         sessions = session_ids([str(c["id"]) for c in conversations])
         return list(await asyncio.gather(*(sender.conversation(c, s) for c, s in zip(conversations, sessions))))
 
@@ -298,8 +347,15 @@ async def run_target(args: argparse.Namespace) -> dict[str, Any]:
     total = sum(len(turns_of(c["messages"])) for c in conversations)
     bar = progress_bar(total)
     try:
-        sent = await send_all(conversations, target=args.target, format=format, model=args.model, api_key=api_key,
-                              concurrency=concurrency, tick=(lambda: bar.update(1)) if bar else (lambda: None))
+        sent = await send_all(
+            conversations,
+            target=args.target,
+            format=format,
+            model=args.model,
+            api_key=api_key,
+            concurrency=concurrency,
+            tick=(lambda: bar.update(1)) if bar else (lambda: None),
+        )
     finally:
         if bar:
             bar.close()
@@ -314,4 +370,3 @@ async def run_target(args: argparse.Namespace) -> dict[str, Any]:
     if o["turns"] and not o["answered"]:
         raise TargetError(f"every turn failed ({o['errors']} of {o['turns']}); first: {o['first_error']}")
     return report
-

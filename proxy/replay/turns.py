@@ -40,7 +40,7 @@ def requests_of(conv: dict, format: str) -> tuple[list[list[Any]], Any]:
     convert = anthropic_from_chat if format == "anthropic" else None
     items, offsets = (convert or _responses).items_with_offsets(conv["messages"])
     tools = (convert or _responses).tools_from_chat(conv.get("tools"))
-    return [items[:offsets[len(request)]] for request in requests], tools
+    return [items[: offsets[len(request)]] for request in requests], tools
 
 
 def answers_of(conv: dict, format: str) -> tuple[list[Any], list[tuple[int, int]]]:
@@ -59,8 +59,7 @@ def system_of(conv: dict, format: str) -> str | None:
     return anthropic_from_chat.system_from_chat(conv["messages"]) if format == "anthropic" else None
 
 
-def request_body(request: list[Any], *, format: str, model: str, tools: Any = None,
-                 system: str | None = None) -> dict:
+def request_body(request: list[Any], *, format: str, model: str, tools: Any = None, system: str | None = None) -> dict:
     """The body a client sends for one turn (`requests_of`): chat `messages`, Responses `input`,
     or an Anthropic Messages request with `system` and `max_tokens`; the tools when there are any."""
     body: dict[str, Any] = {"model": model, ("input" if format == "responses" else "messages"): request}
@@ -77,8 +76,15 @@ class ReplayInputError(ValueError):
 
 
 def _kind(value: Any) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null",
-            int: "a number", float: "a number"}.get(type(value), type(value).__name__)
+    return {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        type(None): "null",
+        int: "a number",
+        float: "a number",
+    }.get(type(value), type(value).__name__)
 
 
 def load_conversations(path: Path) -> list[dict]:

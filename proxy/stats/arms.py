@@ -45,8 +45,17 @@ class SessionOutcome:
         return 1.0 if self.finish in ENDED else 0.0
 
 
-FIGURES = ("cost", "turns", "tokens_forwarded", "upstream_errors", "context_errors", "reload_rounds", "duration",
-           "repeated_calls", "ended")
+FIGURES = (
+    "cost",
+    "turns",
+    "tokens_forwarded",
+    "upstream_errors",
+    "context_errors",
+    "reload_rounds",
+    "duration",
+    "repeated_calls",
+    "ended",
+)
 
 
 def value(outcome: SessionOutcome, figure: str) -> float:
@@ -95,8 +104,9 @@ def _percentile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
 
 
-def compare(outcomes: Sequence[SessionOutcome], *, resamples: int = RESAMPLES, seed: int = 0,
-            min_sessions: int = MIN_SESSIONS) -> Comparison:
+def compare(
+    outcomes: Sequence[SessionOutcome], *, resamples: int = RESAMPLES, seed: int = 0, min_sessions: int = MIN_SESSIONS
+) -> Comparison:
     """The two arms of `outcomes` compared figure by figure (each arm's first MAX_SESSIONS)."""
     control = [o for o in outcomes if o.arm == "control"][:MAX_SESSIONS]
     managed = [o for o in outcomes if o.arm == "managed"][:MAX_SESSIONS]

@@ -62,15 +62,17 @@ class Backlog:
 
     def holdout(self, namespace: str, arm: holdout.Arm, name: str) -> holdout.HoldoutDue:
         session_key = holdout.session_key(namespace, arm, name)
-        return self.holdouts.setdefault(session_key, holdout.HoldoutDue(holdout.index_key(namespace, arm),
-                                                                        session_key, name))
+        return self.holdouts.setdefault(
+            session_key, holdout.HoldoutDue(holdout.index_key(namespace, arm), session_key, name)
+        )
 
     async def write(self, store: Store, *, retention: int, max_rows: int, now: float) -> int:
         """Write what is due; the number of turns now written in full (0 unless nothing is left)."""
         await write_each(self.buckets, lambda k, v: store.incr_fields(k, v[0], v[1]))
         await write_each(self.tops, lambda k, v: store.rank_add(k, v[0], v[1]))
-        await write_each(self.sessions, lambda k, due: _write_session(store, due, retention=retention,
-                                                                 max_rows=max_rows, now=now))
+        await write_each(
+            self.sessions, lambda k, due: _write_session(store, due, retention=retention, max_rows=max_rows, now=now)
+        )
         await write_each(self.holdouts, lambda k, due: holdout.write(store, due, retention=retention, now=now))
         if self:
             return 0
@@ -95,8 +97,7 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 
-async def write_each(due: dict[K, V], write: Callable[[K, V], Awaitable[None]],
-                     limit: int = WRITES_AT_ONCE) -> None:
+async def write_each(due: dict[K, V], write: Callable[[K, V], Awaitable[None]], limit: int = WRITES_AT_ONCE) -> None:
     """Make each write of `due` (key -> value), `limit` at a time (a burst never takes more of the store's
     connections: a Redis pool refuses past its size); those made leave `due`, the others stay."""
     gate = asyncio.Semaphore(limit)

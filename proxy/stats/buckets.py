@@ -133,8 +133,9 @@ def merged(many: Iterable[Mapping[str, int | float]]) -> Fields:
     return total
 
 
-def rollup(starts: Sequence[int], buckets: Sequence[Mapping[str, int | float]], points: Sequence[int],
-           *, step: int) -> list[tuple[int, Fields]]:
+def rollup(
+    starts: Sequence[int], buckets: Sequence[Mapping[str, int | float]], points: Sequence[int], *, step: int
+) -> list[tuple[int, Fields]]:
     """Buckets (starting at `starts`) summed into the series' points (starting at `points`,
     `step` seconds each); a point without data is {}."""
     index = {p: i for i, p in enumerate(points)}

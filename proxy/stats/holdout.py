@@ -23,9 +23,24 @@ from proxy.stats.buckets import Fields, add
 from proxy.store.base import Store
 
 # how an answer ended, as the store keeps it (a number: its place here; 0 none, the last: any other)
-FINISHES = ("stop", "end_turn", "completed", "stop_sequence", "tool_calls", "tool_use", "pause_turn", "length",
-            "max_tokens", "max_output_tokens", "content_filter", "refusal", "incomplete",
-            "model_context_window_exceeded", "error", "other")
+FINISHES = (
+    "stop",
+    "end_turn",
+    "completed",
+    "stop_sequence",
+    "tool_calls",
+    "tool_use",
+    "pause_turn",
+    "length",
+    "max_tokens",
+    "max_output_tokens",
+    "content_filter",
+    "refusal",
+    "incomplete",
+    "model_context_window_exceeded",
+    "error",
+    "other",
+)
 SUMS = ("turns", "usd", "tokens_forwarded", "upstream_errors", "context_errors", "reload_rounds")
 LATEST = ("last", "finish", "repeated_calls")
 
@@ -78,13 +93,20 @@ class HoldoutDue:
     last: float | None = None
 
     def add(self, turn: HoldoutTurn) -> None:
-        add(self.sums, {"turns": 1, "usd": turn.usd, "tokens_forwarded": turn.tokens_forwarded,
-                        "upstream_errors": int(turn.upstream_error), "context_errors": int(turn.context_error),
-                        "reload_rounds": turn.reload_rounds})
+        add(
+            self.sums,
+            {
+                "turns": 1,
+                "usd": turn.usd,
+                "tokens_forwarded": turn.tokens_forwarded,
+                "upstream_errors": int(turn.upstream_error),
+                "context_errors": int(turn.context_error),
+                "reload_rounds": turn.reload_rounds,
+            },
+        )
         self.sums = {k: v for k, v in self.sums.items() if v}
         if not self.latest or turn.time >= float(self.latest["last"]):
-            self.latest = {"last": turn.time, "finish": finish_code(turn.finish),
-                           "repeated_calls": turn.repeated_calls}
+            self.latest = {"last": turn.time, "finish": finish_code(turn.finish), "repeated_calls": turn.repeated_calls}
         if not self.first or turn.time < float(self.first["first"]):
             self.first = {"first": turn.time}
         self.last = max(self.last or 0.0, turn.time)
@@ -113,15 +135,22 @@ async def write(store: Store, due: HoldoutDue, *, retention: int, now: float) ->
 def outcome(arm: Arm, fields: Mapping[str, int | float]) -> SessionOutcome:
     first, last = float(fields.get("first", 0.0)), float(fields.get("last", 0.0))
     return SessionOutcome(
-        arm=arm, turns=int(fields.get("turns", 0)), cost=float(fields.get("usd", 0.0)),
+        arm=arm,
+        turns=int(fields.get("turns", 0)),
+        cost=float(fields.get("usd", 0.0)),
         tokens_forwarded=int(fields.get("tokens_forwarded", 0)),
-        upstream_errors=int(fields.get("upstream_errors", 0)), context_errors=int(fields.get("context_errors", 0)),
+        upstream_errors=int(fields.get("upstream_errors", 0)),
+        context_errors=int(fields.get("context_errors", 0)),
         reload_rounds=int(fields.get("reload_rounds", 0)),
         duration=max(0.0, last - first) if first and last else 0.0,
-        finish=finish_of(fields.get("finish")), repeated_calls=int(fields.get("repeated_calls", 0)))
+        finish=finish_of(fields.get("finish")),
+        repeated_calls=int(fields.get("repeated_calls", 0)),
+    )
 
 
-async def outcomes(store: Store, namespace: str, *, limit: int = MAX_SESSIONS) -> tuple[list[SessionOutcome], dict[str, int]]:
+async def outcomes(
+    store: Store, namespace: str, *, limit: int = MAX_SESSIONS
+) -> tuple[list[SessionOutcome], dict[str, int]]:
     """The most recent `limit` sessions of each arm (those whose totals are still kept), and how
     many sessions each arm's index holds in all."""
     found: list[SessionOutcome] = []
@@ -136,5 +165,10 @@ async def outcomes(store: Store, namespace: str, *, limit: int = MAX_SESSIONS) -
 
 def summary(outcomes_: list[SessionOutcome]) -> dict[str, Any]:
     """Each arm's sessions and turns (a plain count beside the comparison)."""
-    return {arm: {"sessions": sum(o.arm == arm for o in outcomes_),
-                  "turns": sum(o.turns for o in outcomes_ if o.arm == arm)} for arm in ARMS}
+    return {
+        arm: {
+            "sessions": sum(o.arm == arm for o in outcomes_),
+            "turns": sum(o.turns for o in outcomes_ if o.arm == arm),
+        }
+        for arm in ARMS
+    }

@@ -34,27 +34,52 @@ def verdict(comparison: Comparison, *, min_sessions: int = MIN_SESSIONS) -> str:
     """The comparison in one sentence."""
     c, m = comparison.control_sessions, comparison.managed_sessions
     if not comparison.enough:
-        return (f"Too few sessions to tell: {c} control and {m} managed; at least {min_sessions} in each arm are "
-                "needed before any difference is claimed.")
-    found = [f"{FIGURES[d.figure][0]} {'higher' if d.verdict == 'managed higher' else 'lower'}"
-             for d in comparison.differences if d.verdict in ("managed higher", "managed lower")]
+        return (
+            f"Too few sessions to tell: {c} control and {m} managed; at least {min_sessions} in each arm are "
+            "needed before any difference is claimed."
+        )
+    found = [
+        f"{FIGURES[d.figure][0]} {'higher' if d.verdict == 'managed higher' else 'lower'}"
+        for d in comparison.differences
+        if d.verdict in ("managed higher", "managed lower")
+    ]
     if not found:
-        return (f"No difference found between {c} control and {m} managed sessions at {LEVEL:.0%} on any figure "
-                "(a difference smaller than an interval's half-width may still exist).")
-    return f"Over {c} control and {m} managed sessions, managed sessions differ at {LEVEL:.0%}: " + "; ".join(found) + "."
+        return (
+            f"No difference found between {c} control and {m} managed sessions at {LEVEL:.0%} on any figure "
+            "(a difference smaller than an interval's half-width may still exist)."
+        )
+    return (
+        f"Over {c} control and {m} managed sessions, managed sessions differ at {LEVEL:.0%}: " + "; ".join(found) + "."
+    )
 
 
-def report(outcomes: Sequence[SessionOutcome], *, kept: Mapping[str, int], fraction: float,
-           min_sessions: int = MIN_SESSIONS, seed: int = 0) -> dict[str, Any]:
+def report(
+    outcomes: Sequence[SessionOutcome],
+    *,
+    kept: Mapping[str, int],
+    fraction: float,
+    min_sessions: int = MIN_SESSIONS,
+    seed: int = 0,
+) -> dict[str, Any]:
     """The `holdout` section of the statistics of one tenant."""
     comparison = compare(outcomes, seed=seed, min_sessions=min_sessions)
     figures = []
     for d in comparison.differences:
         label, worse = FIGURES[d.figure]
-        figures.append({"figure": d.figure, "label": label, "worse_when": worse, "control": _round(d.control),
-                        "managed": _round(d.managed), "difference": _round(d.difference),
-                        "relative": _round(d.relative), "low": _round(d.low), "high": _round(d.high),
-                        "verdict": d.verdict})
+        figures.append(
+            {
+                "figure": d.figure,
+                "label": label,
+                "worse_when": worse,
+                "control": _round(d.control),
+                "managed": _round(d.managed),
+                "difference": _round(d.difference),
+                "relative": _round(d.relative),
+                "low": _round(d.low),
+                "high": _round(d.high),
+                "verdict": d.verdict,
+            }
+        )
     return {
         "fraction": fraction,
         "arms": summary(list(outcomes)),

@@ -33,7 +33,7 @@ def chain(namespace: str, body: bytes, block: int = BLOCK) -> list[bytes]:
     digest = blake2b(namespace.encode("utf-8", "surrogatepass"), digest_size=DIGEST, person=b"offload-prefix").digest()
     view, out = memoryview(body), []
     for start in range(0, len(body) - block + 1, block):
-        digest = blake2b(view[start:start + block], digest_size=DIGEST, key=digest).digest()
+        digest = blake2b(view[start : start + block], digest_size=DIGEST, key=digest).digest()
         out.append(digest)
     return out
 
@@ -42,8 +42,14 @@ class PrefixCache:
     """The digests seen lately, least recently seen first. Safe to share between threads (a
     large body is hashed off the event loop)."""
 
-    def __init__(self, *, max_entries: int = MAX_ENTRIES, max_age: float = MAX_AGE, block: int = BLOCK,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        *,
+        max_entries: int = MAX_ENTRIES,
+        max_age: float = MAX_AGE,
+        block: int = BLOCK,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.max_entries, self.max_age, self.block, self.clock = max_entries, max_age, block, clock
         self._seen: OrderedDict[bytes, float] = OrderedDict()  # digest -> when last seen, oldest first
         self._lock = threading.Lock()

@@ -48,11 +48,13 @@ DEFAULT_PRICES: dict[str, Price] = {
     FALLBACK: _openai(2.50, 0.25, 10.00),
 }
 
-EXPECTED = ("expected model=prices pairs separated by commas, each model's prices in $ per million tokens "
-            "separated by /: input/cached, input/cached/output or input/cached/write5m/write1h/output "
-            "(e.g. gpt-4o=2.5/1.25/10,*=3/0.3/15), or a JSON object, e.g. "
-            '{"gpt-4o": [2.5, 1.25, 10]} or {"claude-sonnet-4": {"input": 3, "cached": 0.3, '
-            '"cache_write_5m": 3.75, "cache_write_1h": 6, "output": 15}}')
+EXPECTED = (
+    "expected model=prices pairs separated by commas, each model's prices in $ per million tokens "
+    "separated by /: input/cached, input/cached/output or input/cached/write5m/write1h/output "
+    "(e.g. gpt-4o=2.5/1.25/10,*=3/0.3/15), or a JSON object, e.g. "
+    '{"gpt-4o": [2.5, 1.25, 10]} or {"claude-sonnet-4": {"input": 3, "cached": 0.3, '
+    '"cache_write_5m": 3.75, "cache_write_1h": 6, "output": 15}}'
+)
 _BY_COUNT = {2: FIELDS[:2], 3: ("input", "cached", "output"), 5: FIELDS}
 
 

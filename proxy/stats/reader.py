@@ -27,8 +27,9 @@ def display_name(namespace: str, names: Mapping[str, str]) -> str:
     return names.get(namespace) or namespace[:12]
 
 
-async def labels(store: Store, namespaces: Sequence[str], names: Mapping[str, str],
-                 *, sealer: Sealer = PLAIN) -> dict[str, str | None]:
+async def labels(
+    store: Store, namespaces: Sequence[str], names: Mapping[str, str], *, sealer: Sealer = PLAIN
+) -> dict[str, str | None]:
     """namespace → what the recorder was told to call it (`Caller.label`: a sub-tenant's
     `name/sub`, a client key's fingerprint), None when nothing was (or it is the tenants-file
     name): read for the namespaces without a tenants-file name only."""
@@ -54,13 +55,20 @@ async def window_stats(store: Store, span: Span, namespace: str | None) -> dict[
         "totals": headline(merged(fields for _, fields in series)),
         "series": [point(t, fields) for t, fields in series],
         # the start of the window's first bucket (minute; hour for 7d and 30d) with a request
-        "first_seen": next((start for start, fields in zip(starts, buckets)
-                            if fields.get("requests") or fields.get(OBSERVED + "requests")), None),
+        "first_seen": next(
+            (
+                start
+                for start, fields in zip(starts, buckets)
+                if fields.get("requests") or fields.get(OBSERVED + "requests")
+            ),
+            None,
+        ),
     }
 
 
-async def tenant_rows(store: Store, span: Span, names: Mapping[str, str],
-                      *, sealer: Sealer = PLAIN) -> tuple[list[dict[str, Any]], bool]:
+async def tenant_rows(
+    store: Store, span: Span, names: Mapping[str, str], *, sealer: Sealer = PLAIN
+) -> tuple[list[dict[str, Any]], bool]:
     """The tenants with most raw tokens in the span (`MAX_TENANT_ROWS` at most) with their
     totals, most raw tokens first; and whether there were more. Namespaces are the clients' to
     make (sub-tenants, keys), so what is read is bounded whatever their number: the first of each
@@ -77,7 +85,7 @@ async def tenant_rows(store: Store, span: Span, names: Mapping[str, str],
     found = await store.hashes([k for ns in namespaces for k in span.row_keys(ns)])
     rows: list[dict[str, Any]] = []
     for i, ns in enumerate(namespaces):
-        totals = headline(merged(found[i * per:(i + 1) * per]))
+        totals = headline(merged(found[i * per : (i + 1) * per]))
         if totals["requests"] or totals.get("observed"):  # a tenant in observe mode is one too
             rows.append({"tenant": ns, "name": display_name(ns, names), "totals": totals})
     labelled = await labels(store, [r["tenant"] for r in rows], names, sealer=sealer)
@@ -97,13 +105,20 @@ def _session_row(name: str, last: float, fields: Mapping[str, int | float]) -> d
     """A session's totals; of its models (the client's strings, any number of them) the
     `MAX_MODELS` with most turns, and how many others there were. `turns` counts its observed
     turns too (`observed` holds their figures; the others are the managed turns')."""
-    used = sorted(((k.split(":", 1)[1], int(v)) for k, v in fields.items() if k.startswith("model:")),
-                  key=lambda m: (-m[1], m[0]))
+    used = sorted(
+        ((k.split(":", 1)[1], int(v)) for k, v in fields.items() if k.startswith("model:")), key=lambda m: (-m[1], m[0])
+    )
     totals = headline(fields)
     observed = totals.get("observed")  # observe mode's turns (their counters apart): turns of the session too
     turns = totals.pop("requests") + (observed["requests"] if observed else 0)
-    return {"id": name, "last_seen": round(last, 3), "turns": turns,
-            "models": dict(used[:MAX_MODELS]), "models_other": max(0, len(used) - MAX_MODELS), **totals}
+    return {
+        "id": name,
+        "last_seen": round(last, 3),
+        "turns": turns,
+        "models": dict(used[:MAX_MODELS]),
+        "models_other": max(0, len(used) - MAX_MODELS),
+        **totals,
+    }
 
 
 async def sessions_page(store: Store, namespace: str, offset: int, *, limit: int) -> tuple[int, list[dict[str, Any]]]:

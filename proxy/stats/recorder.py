@@ -34,9 +34,11 @@ from dataclasses import dataclass, replace
 from starlette.types import Scope
 
 from proxy.core import jsonio
+from proxy.core.bill import KINDS, NONE, Bill
+from proxy.core.holdout import ARMS, Arm
 from proxy.core.settings import IDENT_PATTERN
-from proxy.stats.backlog import Backlog, SessionDue, write_each
 from proxy.offload.tenant import key
+from proxy.stats.backlog import Backlog, SessionDue, write_each
 from proxy.stats.buckets import (
     ALL,
     ALL_GRAINS,
@@ -49,13 +51,11 @@ from proxy.stats.buckets import (
     top_key,
     ttl_of,
 )
-from proxy.core.holdout import ARMS, Arm
 from proxy.stats.holdout import HoldoutTurn
 from proxy.stats.prefix import PrefixCache
 from proxy.stats.prices import PriceTable
 from proxy.stats.replies import Replies
 from proxy.stats.session_id import from_name
-from proxy.core.bill import KINDS, NONE, Bill
 from proxy.stats.turns import Turn, bill_fields, counterfactual, turn_fields
 from proxy.store import resealing
 from proxy.store.base import Store, StoreUnavailable
@@ -97,25 +97,38 @@ def turn_of(rec, scope: Scope) -> Turn | None:
     path = scope.get("path", "")
     route = next((name for name, suffix in ROUTES if path.endswith(suffix)), rec.route)
     return Turn(
-        namespace=caller.namespace, session=session, time=time.time(), route=route,
+        namespace=caller.namespace,
+        session=session,
+        time=time.time(),
+        route=route,
         model=_surrogates.sub("\ufffd", (rec.model or "")[:MAX_MODEL]) or None,
-        status=rec.status, stream=bool(rec.stream), tokens_before=rec.tokens_before,
+        status=rec.status,
+        stream=bool(rec.stream),
+        tokens_before=rec.tokens_before,
         tokens_after=rec.tokens_after if rec.tokens_after is not None else rec.tokens_before,
-        action=rec.action or "none", refs=rec.refs or 0, refs_created=rec.refs_created,
+        action=rec.action or "none",
+        refs=rec.refs or 0,
+        refs_created=rec.refs_created,
         transport=getattr(rec, "transport", None) or "http",
-        reload_rounds=rec.reload_rounds, searches=getattr(rec, "searches", 0),
+        reload_rounds=rec.reload_rounds,
+        searches=getattr(rec, "searches", 0),
         image_tokens_saved=getattr(rec, "image_tokens_saved", 0),
-        summaries_made=getattr(rec, "summaries_made", 0), summaries_failed=getattr(rec, "summaries_failed", 0),
-        warnings=len(rec.warnings), store_warnings=sum("store unavailable" in w for w in rec.warnings),
-        continues=continues, response_id=getattr(rec, "response_id", None) if not header else None,
+        summaries_made=getattr(rec, "summaries_made", 0),
+        summaries_failed=getattr(rec, "summaries_failed", 0),
+        warnings=len(rec.warnings),
+        store_warnings=sum("store unavailable" in w for w in rec.warnings),
+        continues=continues,
+        response_id=getattr(rec, "response_id", None) if not header else None,
         label=getattr(caller, "label", None),
         bill=meter.total if (meter := getattr(rec, "bill", None)) is not None else NONE,
         summary_bill=getattr(rec, "summary_bill", NONE),
         counterfactual=None if meter is None else _estimate(rec, meter),
         observed=bool(getattr(rec, "observed", False)),
         arm=arm if (arm := getattr(rec, "arm", None)) in ARMS else None,
-        finish=getattr(rec, "finish", None), answer_error=bool(getattr(rec, "answer_error", False)),
-        context_error=bool(getattr(rec, "context_error", False)), repeated_calls=getattr(rec, "repeated_calls", 0),
+        finish=getattr(rec, "finish", None),
+        answer_error=bool(getattr(rec, "answer_error", False)),
+        context_error=bool(getattr(rec, "context_error", False)),
+        repeated_calls=getattr(rec, "repeated_calls", 0),
     )
 
 
@@ -158,9 +171,16 @@ class Recorder:
     """One per worker. `record`, `observe` and `count_summary` are synchronous and cheap;
     `start`/`stop` from the lifespan."""
 
-    def __init__(self, prices: PriceTable, retention: int, *, max_queue: int = 10_000,
-                 flush_every: float = 1.0, prefixes: PrefixCache | None = None,
-                 on_dropped: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self,
+        prices: PriceTable,
+        retention: int,
+        *,
+        max_queue: int = 10_000,
+        flush_every: float = 1.0,
+        prefixes: PrefixCache | None = None,
+        on_dropped: Callable[[int], None] | None = None,
+    ) -> None:
         self.prices, self.retention = prices, retention
         self.on_dropped = on_dropped
         self.max_queue, self.flush_every = max_queue, flush_every
@@ -207,6 +227,7 @@ class Recorder:
             if not released:
                 released = True
                 self._open -= 1
+
         return release
 
     def observe(self, rec, scope: Scope) -> None:
@@ -242,8 +263,9 @@ class Recorder:
         finishes, flushed with the turns."""
         self._tally(namespace, _known(session), {"summaries_made" if ok else "summaries_failed": 1})
 
-    def bill_call(self, namespace: str, bill: Bill, *, call: str, model: str | None,
-                  session: str | None = None) -> None:
+    def bill_call(
+        self, namespace: str, bill: Bill, *, call: str, model: str | None, session: str | None = None
+    ) -> None:
         """What the upstream billed for a call of the proxy's that is no turn's (`call`: "summary"
         for one made in the background, "keepalive" for a cache ping), priced at `model`'s price
         now; into the tenant's buckets (and `session`'s totals) with the next flush."""
@@ -333,8 +355,12 @@ class Recorder:
         self._merge(ready)
         labels = self._labels_due(ready)
         refused = dict(labels)  # those not written are written again with the tenant's next turn
-        await write_each(refused, lambda ns, label: store.put(
-            label_key(ns), self._sealer.seal(jsonio.text_bytes(label), label_key(ns)), ttl_of("d", self.retention)))
+        await write_each(
+            refused,
+            lambda ns, label: store.put(
+                label_key(ns), self._sealer.seal(jsonio.text_bytes(label), label_key(ns)), ttl_of("d", self.retention)
+            ),
+        )
         labels = {ns: label for ns, label in labels.items() if ns not in refused}
         now = time.time()
         if len(self._labelled) + len(labels) > MAX_LABELS:
@@ -353,18 +379,28 @@ class Recorder:
         TTL extended by every turn) are sealed again with the current key, once per process."""
         if not self._sealer.rotating:
             return
-        for turns_key in dict.fromkeys(session_keys(t.namespace, self._sealer.key_name(t.session, t.namespace))[0]
-                                       for t in turns if t.session is not None):
+        for turns_key in dict.fromkeys(
+            session_keys(t.namespace, self._sealer.key_name(t.session, t.namespace))[0]
+            for t in turns
+            if t.session is not None
+        ):
             with contextlib.suppress(StoreUnavailable):  # sealed again by a later flush
                 await resealing.reseal_items(store, turns_key, self._sealer)
 
     def snapshot(self) -> RecorderState:
-        queued = (self._open + len(self._queue) + len(self._waiting) + len(self._hashing) + self._in_flush
-                  + self._backlog.held)
+        queued = (
+            self._open
+            + len(self._queue)
+            + len(self._waiting)
+            + len(self._hashing)
+            + self._in_flush
+            + self._backlog.held
+        )
         return RecorderState(queued, self.state.recorded, self.state.dropped, self.state.flush_failures)
 
-    async def _sessions(self, store: Store, turns: list[Turn], waited: int,
-                        *, final: bool) -> tuple[list[Turn], list[Turn]]:
+    async def _sessions(
+        self, store: Store, turns: list[Turn], waited: int, *, final: bool
+    ) -> tuple[list[Turn], list[Turn]]:
         """(the turns to write now, with the sessions of those continuing a stored response; those
         to keep for the next flush). A turn whose response is not known yet waits one flush (the
         turn that made it may be another worker's, queued still), then starts a session of its own.
@@ -378,16 +414,23 @@ class Recorder:
                     continue
                 turn = replace(turn, session=found or from_name(turn.namespace, "response", turn.continues))
             if turn.session is not None and turn.response_id is not None:
-                await self.replies.remember(store, turn.namespace, turn.response_id, session=turn.session, ttl=self.retention,
-                                            sealer=self._sealer)
+                await self.replies.remember(
+                    store,
+                    turn.namespace,
+                    turn.response_id,
+                    session=turn.session,
+                    ttl=self.retention,
+                    sealer=self._sealer,
+                )
             ready.append(turn)
         return ready, later
 
     def _add(self, namespace: str, t: float, fields: Fields) -> None:
         for scope, grains in ((namespace, TENANT_GRAINS), (ALL, ALL_GRAINS)):
             for grain in grains:
-                self._backlog.add_bucket(bucket_key(scope, grain, bucket_start(t, grain)), fields,
-                                         ttl_of(grain, self.retention))
+                self._backlog.add_bucket(
+                    bucket_key(scope, grain, bucket_start(t, grain)), fields, ttl_of(grain, self.retention)
+                )
 
     def _merge(self, turns: list[Turn]) -> None:
         """These turns' writes, added to the backlog (each turn to the buckets of its own time)."""
@@ -395,8 +438,11 @@ class Recorder:
             fields = turn_fields(turn, self.prices)
             self._add(turn.namespace, turn.time, fields)
             for grain in TOP_GRAINS:
-                self._backlog.add_top(top_key(grain, bucket_start(turn.time, grain)),
-                                      {turn.namespace: turn.tokens_before}, ttl_of(grain, self.retention))
+                self._backlog.add_top(
+                    top_key(grain, bucket_start(turn.time, grain)),
+                    {turn.namespace: turn.tokens_before},
+                    ttl_of(grain, self.retention),
+                )
             if turn.session is None:
                 continue
             if turn.arm in ARMS:
@@ -417,10 +463,19 @@ class Recorder:
         price = self.prices.price(turn.model)
         usd = turn.bill.cost(price).total + turn.summary_bill.cost(price).total
         name = self._sealer.key_name(session, turn.namespace)
-        self._backlog.holdout(turn.namespace, arm, name).add(HoldoutTurn(
-            arm=arm, time=turn.time, usd=usd, tokens_forwarded=turn.tokens_after,
-            upstream_error=turn.answer_error or turn.status >= 400, context_error=turn.context_error,
-            reload_rounds=turn.reload_rounds, finish=turn.finish, repeated_calls=turn.repeated_calls))
+        self._backlog.holdout(turn.namespace, arm, name).add(
+            HoldoutTurn(
+                arm=arm,
+                time=turn.time,
+                usd=usd,
+                tokens_forwarded=turn.tokens_after,
+                upstream_error=turn.answer_error or turn.status >= 400,
+                context_error=turn.context_error,
+                reload_rounds=turn.reload_rounds,
+                finish=turn.finish,
+                repeated_calls=turn.repeated_calls,
+            )
+        )
         self._holdout_arms[(turn.namespace, session)] = arm
         self._holdout_arms.move_to_end((turn.namespace, session))
         while len(self._holdout_arms) > MAX_HOLDOUT_SESSIONS:
@@ -430,8 +485,9 @@ class Recorder:
         """`fields` added to the session's totals (in the backlog); its due writes."""
         name = self._sealer.key_name(session, namespace)
         turns_key, totals_key = session_keys(namespace, name)
-        due = self._backlog.session(namespace, name, turns_key=turns_key, totals_key=totals_key,
-                                    index_key=sessions_key(namespace))
+        due = self._backlog.session(
+            namespace, name, turns_key=turns_key, totals_key=totals_key, index_key=sessions_key(namespace)
+        )
         add(due.totals, fields)
         return due
 

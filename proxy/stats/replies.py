@@ -55,8 +55,9 @@ class Replies:
         while len(self._known) > self.max_known:
             self._known.popitem(last=False)
 
-    async def remember(self, store: Store, namespace: str, response_id: str, *, session: str, ttl: int,
-                       sealer: Sealer) -> None:
+    async def remember(
+        self, store: Store, namespace: str, response_id: str, *, session: str, ttl: int, sealer: Sealer
+    ) -> None:
         if len(response_id) > MAX_ID_CHARS:
             return
         self.note(namespace, response_id, session=session)

@@ -43,8 +43,7 @@ def _named(namespace: str, *parts: bytes) -> str:
     return PREFIX + digest.hexdigest()
 
 
-def from_history(namespace: str, items: Sequence[Any], role: Callable[[Any], str],
-                 *, system: Any = None) -> str | None:
+def from_history(namespace: str, items: Sequence[Any], role: Callable[[Any], str], *, system: Any = None) -> str | None:
     """The session of a conversation whose history is `items` (`role`: the format's view of an
     item's role), `system` its system prompt kept outside the items; None without items."""
     first: list[Any] = []

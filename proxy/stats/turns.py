@@ -15,16 +15,31 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from proxy.core.holdout import Arm
 from proxy.core.bill import INPUT_PARTS, KINDS, NONE, PARTS, Bill, Meter, Price
+from proxy.core.holdout import Arm
 from proxy.emulation import COMPACTION_ACTION, EDITS_ACTION
 from proxy.stats.buckets import Fields
 from proxy.stats.prices import PriceTable
 
 ACTIONS = ("none", "compact", "compress", "compact+compress", "compress-pending", "compact+compress-pending")
-COUNTERS = ("requests", "tokens_before", "tokens_after", "reload_rounds", "searches", "summaries_made",
-            "summaries_reused", "summaries_failed", "summaries_pending", "warnings", "store_warnings", "errors",
-            "prefix_tokens", "image_tokens_saved", "emulated_compactions", "context_edits")
+COUNTERS = (
+    "requests",
+    "tokens_before",
+    "tokens_after",
+    "reload_rounds",
+    "searches",
+    "summaries_made",
+    "summaries_reused",
+    "summaries_failed",
+    "summaries_pending",
+    "warnings",
+    "store_warnings",
+    "errors",
+    "prefix_tokens",
+    "image_tokens_saved",
+    "emulated_compactions",
+    "context_edits",
+)
 # What X-Offload-Action adds when the proxy applied the provider's context management itself
 # (`proxy.emulation`): counted apart, the offload action is what is left.
 EMULATED = {COMPACTION_ACTION: "emulated_compactions", EDITS_ACTION: "context_edits"}
@@ -166,20 +181,29 @@ def _split(fields: Mapping[str, int | float], tokens: str, usd: str) -> dict[str
     """{"tokens": {part: n}, "usd": {part: $, "total": $}} of summed `<tokens><part>` and
     `<usd><part>` counters."""
     money = {p: round(float(fields.get(f"{usd}{p}", 0.0)), 6) for p in PARTS}
-    return {"tokens": {p: int(fields.get(f"{tokens}{p}", 0)) for p in PARTS},
-            "usd": {**money, "total": round(sum(money.values()), 6)}}
+    return {
+        "tokens": {p: int(fields.get(f"{tokens}{p}", 0)) for p in PARTS},
+        "usd": {**money, "total": round(sum(money.values()), 6)},
+    }
 
 
 def bill_headline(fields: Mapping[str, int | float]) -> dict[str, Any]:
     """The bill of summed counters: per call and all together, the answers that reported no
     usage, the models that cost most."""
-    calls = {call: {**_split(fields, f"bill:{call}:", f"usd:{call}:"),
-                    "answers": int(fields.get(f"answers:{call}", 0)),
-                    "answers_without_usage": int(fields.get(f"unreported:{call}", 0))} for call in KINDS}
+    calls = {
+        call: {
+            **_split(fields, f"bill:{call}:", f"usd:{call}:"),
+            "answers": int(fields.get(f"answers:{call}", 0)),
+            "answers_without_usage": int(fields.get(f"unreported:{call}", 0)),
+        }
+        for call in KINDS
+    }
     tokens = {p: sum(c["tokens"][p] for c in calls.values()) for p in PARTS}
     money = {p: round(sum(c["usd"][p] for c in calls.values()), 6) for p in PARTS}
-    models = sorted(((k.split(":", 1)[1], float(v)) for k, v in fields.items() if k.startswith("model_usd:")),
-                    key=lambda m: (-m[1], m[0]))
+    models = sorted(
+        ((k.split(":", 1)[1], float(v)) for k, v in fields.items() if k.startswith("model_usd:")),
+        key=lambda m: (-m[1], m[0]),
+    )
     return {
         "tokens": {**tokens, "input": sum(tokens[p] for p in INPUT_PARTS)},
         "usd": {**money, "total": round(sum(money.values()), 6)},
@@ -187,8 +211,10 @@ def bill_headline(fields: Mapping[str, int | float]) -> dict[str, Any]:
         "answers": sum(c["answers"] for c in calls.values()),
         "answers_without_usage": sum(c["answers_without_usage"] for c in calls.values()),
         "turns_without_usage": int(fields.get("turns_without_usage", 0)),
-        "models": [{"model": m, "usd": round(usd, 6), "tokens": int(fields.get(f"model_tokens:{m}", 0))}
-                   for m, usd in models[:MAX_MODELS]],
+        "models": [
+            {"model": m, "usd": round(usd, 6), "tokens": int(fields.get(f"model_tokens:{m}", 0))}
+            for m, usd in models[:MAX_MODELS]
+        ],
     }
 
 
@@ -199,9 +225,14 @@ def counterfactual_headline(fields: Mapping[str, int | float], bill: Mapping[str
     cf = _split(fields, "cf:", "cf_usd:")
     extra = bill["calls"]["summary"]["usd"]["total"] + bill["calls"]["keepalive"]["usd"]["total"]
     billed = round(float(fields.get("cf_billed_usd", 0.0)) + extra, 6)
-    return {"estimate": True, "turns": int(fields.get("cf_turns", 0)), **cf, "billed_usd": billed,
-            "saved_usd": round(cf["usd"]["total"] - billed, 6),
-            "ratio": round(billed / cf["usd"]["total"], 4) if cf["usd"]["total"] else None}
+    return {
+        "estimate": True,
+        "turns": int(fields.get("cf_turns", 0)),
+        **cf,
+        "billed_usd": billed,
+        "saved_usd": round(cf["usd"]["total"] - billed, 6),
+        "ratio": round(billed / cf["usd"]["total"], 4) if cf["usd"]["total"] else None,
+    }
 
 
 def headline(fields: Mapping[str, int | float]) -> dict[str, Any]:
@@ -231,8 +262,12 @@ def headline(fields: Mapping[str, int | float]) -> dict[str, Any]:
         "reload_rounds": n["reload_rounds"],
         "reload_rate": round(n["reload_rounds"] / n["requests"], 4) if n["requests"] else None,
         "searches": n["searches"],
-        "summaries": {"made": n["summaries_made"], "reused": n["summaries_reused"],
-                      "failed": n["summaries_failed"], "pending": n["summaries_pending"]},
+        "summaries": {
+            "made": n["summaries_made"],
+            "reused": n["summaries_reused"],
+            "failed": n["summaries_failed"],
+            "pending": n["summaries_pending"],
+        },
         "stalls_avoided": n["summaries_pending"],
         "warnings": n["warnings"],
         "store_warnings": n["store_warnings"],
@@ -245,7 +280,7 @@ def headline(fields: Mapping[str, int | float]) -> dict[str, Any]:
 def observed_headline(fields: Mapping[str, int | float]) -> dict[str, Any]:
     """The observed turns of summed counters (`OBSERVED`): what went out and was billed (the raw
     history), beside what the proxy would have forwarded and billed (an estimate)."""
-    inner = headline({k[len(OBSERVED):]: v for k, v in fields.items() if k.startswith(OBSERVED)})
+    inner = headline({k[len(OBSERVED) :]: v for k, v in fields.items() if k.startswith(OBSERVED)})
     would = inner["counterfactual"]
     billed = inner["bill"]["usd"]["total"]
     return {

@@ -78,8 +78,9 @@ class Store(Protocol):
         the whole hash's idle TTL restarts."""
         ...
 
-    async def set_fields(self, key: str, values: Mapping[str, int | float], ttl: int, *,
-                         only_new: bool = False) -> None:
+    async def set_fields(
+        self, key: str, values: Mapping[str, int | float], ttl: int, *, only_new: bool = False
+    ) -> None:
         """Set numeric fields of a hash (`only_new`: only those it does not hold yet, each
         atomically: the first writer's value stays); the whole hash's idle TTL restarts."""
         ...

@@ -25,8 +25,8 @@ import time
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import TypeVar
 
-from proxy.telemetry import Metrics
 from proxy.store.base import Store, StoreUnavailable
+from proxy.telemetry import Metrics
 
 T = TypeVar("T")
 log = logging.getLogger("proxy.store")
@@ -38,8 +38,9 @@ LATE_PINGS_GIVE_UP = 10  # a ping stops after this many timeouts' worth of wall 
 
 
 class GuardedStore:
-    def __init__(self, inner: Store, *, ping_every: float = 1.0, ping_timeout: float = 1.0,
-                 metrics: Metrics | None = None) -> None:
+    def __init__(
+        self, inner: Store, *, ping_every: float = 1.0, ping_timeout: float = 1.0, metrics: Metrics | None = None
+    ) -> None:
         self.inner, self.metrics = inner, metrics
         self.available = True
         self._show(True)
@@ -232,8 +233,9 @@ class GuardedStore:
     async def incr_fields(self, key: str, amounts: Mapping[str, int | float], ttl: int) -> None:
         await self._call(self.inner.incr_fields(key, amounts, ttl))
 
-    async def set_fields(self, key: str, values: Mapping[str, int | float], ttl: int, *,
-                         only_new: bool = False) -> None:
+    async def set_fields(
+        self, key: str, values: Mapping[str, int | float], ttl: int, *, only_new: bool = False
+    ) -> None:
         await self._call(self.inner.set_fields(key, values, ttl, only_new=only_new))
 
     async def hashes(self, keys: Sequence[str]) -> list[dict[str, int | float]]:

@@ -105,7 +105,7 @@ class MemoryStore:
     async def push(self, key: str, value: bytes, *, max_len: int, ttl: int) -> None:
         items = self._fresh(key, list, ttl).value
         items.append(bytes(value))
-        del items[:max(0, len(items) - max_len)]
+        del items[: max(0, len(items) - max_len)]
 
     async def items(self, key: str) -> list[bytes]:
         entry = self._live(key, list)
@@ -135,8 +135,9 @@ class MemoryStore:
         for name, amount in amounts.items():
             fields[name] = fields.get(name, 0) + amount
 
-    async def set_fields(self, key: str, values: Mapping[str, int | float], ttl: int, *,
-                         only_new: bool = False) -> None:
+    async def set_fields(
+        self, key: str, values: Mapping[str, int | float], ttl: int, *, only_new: bool = False
+    ) -> None:
         if not values:
             return
         fields = self._fresh(key, dict, ttl).value
@@ -174,7 +175,7 @@ class MemoryStore:
     async def ranked(self, key: str, offset: int, limit: int) -> tuple[int, list[tuple[str, float]]]:
         ranked = self._members(key)
         ordered = sorted(((m, e.value) for m, e in ranked.items()), key=lambda p: (p[1], p[0]), reverse=True)
-        return len(ordered), ordered[offset:offset + max(limit, 0)]
+        return len(ordered), ordered[offset : offset + max(limit, 0)]
 
     def nbytes(self) -> int:
         """About what it holds, in bytes: its keys and values (sets, lists and hashes by their

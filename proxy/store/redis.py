@@ -12,8 +12,7 @@ import redis.asyncio as redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff, NoBackoff
-from redis.exceptions import (ClusterDownError, ConnectionError, RedisClusterException, RedisError,
-                              SlotNotCoveredError)
+from redis.exceptions import ClusterDownError, ConnectionError, RedisClusterException, RedisError, SlotNotCoveredError
 from redis.maint_notifications import MaintNotificationsConfig
 
 from proxy.store.base import StoreUnavailable
@@ -26,8 +25,9 @@ T = TypeVar("T")
 DELETE_IF = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
 EXTEND_IF = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('expire', KEYS[1], ARGV[2]) end return 0"
 # (Keeping the expiry; in a list, each item equal to one of the old values is replaced in place.)
-REPLACE_IF = ("if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('set', KEYS[1], ARGV[2], 'KEEPTTL') "
-              "return 1 end return 0")
+REPLACE_IF = (
+    "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('set', KEYS[1], ARGV[2], 'KEEPTTL') return 1 end return 0"
+)
 REPLACE_ITEMS = """
 local new = {}
 for i = 1, #ARGV, 2 do new[ARGV[i]] = ARGV[i + 1] end
@@ -106,7 +106,11 @@ class RedisStore:
         except (RedisError, RedisClusterException, OSError, AttributeError) as exc:  # AttributeError: see _Cluster
             raise StoreUnavailable(f"redis: {exc!r}") from exc
         finally:
-            if isinstance(awaitable, types.CoroutineType) and awaitable.cr_frame is not None and not awaitable.cr_running:
+            if (
+                isinstance(awaitable, types.CoroutineType)
+                and awaitable.cr_frame is not None
+                and not awaitable.cr_running
+            ):
                 awaitable.close()  # never awaited because initialisation failed
 
     async def put(self, key: str, value: bytes, ttl: int) -> None:
@@ -211,8 +215,9 @@ class RedisStore:
             pipe.expire(key, ttl)
             await self._call(pipe.execute())
 
-    async def set_fields(self, key: str, values: Mapping[str, int | float], ttl: int, *,
-                         only_new: bool = False) -> None:
+    async def set_fields(
+        self, key: str, values: Mapping[str, int | float], ttl: int, *, only_new: bool = False
+    ) -> None:
         if not values:
             return
         async with self._pipeline(once=True) as pipe:
@@ -307,9 +312,13 @@ def connection_options(timeout: float, *, retry: bool = True, cluster: bool = Fa
     resend = retry or cluster
     retries = CLUSTER_RETRIES if cluster else RETRIES
     policy = Retry(backoff, retries, supported_errors=(ConnectionError,)) if resend else Retry(NoBackoff(), 0)
-    return {"socket_timeout": timeout, "socket_connect_timeout": timeout, "retry": policy,
-            "health_check_interval": HEALTH_CHECK_EVERY if retry else ALWAYS if cluster else 0,
-            "maint_notifications_config": MaintNotificationsConfig(enabled=False)}
+    return {
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout,
+        "retry": policy,
+        "health_check_interval": HEALTH_CHECK_EVERY if retry else ALWAYS if cluster else 0,
+        "maint_notifications_config": MaintNotificationsConfig(enabled=False),
+    }
 
 
 def _number(raw: bytes) -> int | float:

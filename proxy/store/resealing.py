@@ -41,8 +41,7 @@ async def opened(store: Store, store_key: str, value: bytes, *, sealer: Sealer) 
     return plain
 
 
-async def opened_items(store: Store, list_key: str, items: Sequence[bytes], *,
-                       sealer: Sealer) -> list[bytes | None]:
+async def opened_items(store: Store, list_key: str, items: Sequence[bytes], *, sealer: Sealer) -> list[bytes | None]:
     """The items of the list at `list_key`, opened (None for one that does not open); those the
     previous key opened are sealed again in place."""
     plain: list[bytes | None] = []

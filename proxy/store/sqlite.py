@@ -98,10 +98,11 @@ class SQLiteStore:
         def op(db: sqlite3.Connection, now: float) -> list[bool]:
             live: dict[str, float] = {}
             for start in range(0, len(keys), BATCH):
-                batch = keys[start:start + BATCH]
+                batch = keys[start : start + BATCH]
                 marks = ",".join("?" * len(batch))
-                live.update(db.execute(f"SELECT key, expires FROM kv WHERE key IN ({marks}) AND expires >= ?",
-                                       (*batch, now)))
+                live.update(
+                    db.execute(f"SELECT key, expires FROM kv WHERE key IN ({marks}) AND expires >= ?", (*batch, now))
+                )
             due = [(now + ttl, k, now) for k, expires in live.items() if expires <= now + ttl - slack]
             if due:  # a read costs nothing; a write only when the expiry is `slack` seconds old
                 with db:
@@ -129,8 +130,10 @@ class SQLiteStore:
     async def extend_if(self, key: str, value: bytes, ttl: int) -> bool:
         def op(db: sqlite3.Connection, now: float) -> bool:
             with db:
-                cur = db.execute("UPDATE kv SET expires = ? WHERE key = ? AND value = ? AND expires >= ?",
-                                 (now + ttl, key, value, now))
+                cur = db.execute(
+                    "UPDATE kv SET expires = ? WHERE key = ? AND value = ? AND expires >= ?",
+                    (now + ttl, key, value, now),
+                )
                 return cur.rowcount == 1
 
         return await self._run(op)
@@ -138,8 +141,9 @@ class SQLiteStore:
     async def replace_if(self, key: str, expected: bytes, value: bytes) -> bool:
         def op(db: sqlite3.Connection, now: float) -> bool:
             with db:
-                cur = db.execute("UPDATE kv SET value = ? WHERE key = ? AND value = ? AND expires >= ?",
-                                 (value, key, expected, now))
+                cur = db.execute(
+                    "UPDATE kv SET value = ? WHERE key = ? AND value = ? AND expires >= ?", (value, key, expected, now)
+                )
                 return cur.rowcount == 1
 
         return await self._run(op)
@@ -190,8 +194,12 @@ class SQLiteStore:
     async def replace_items(self, key: str, replacements: Mapping[bytes, bytes]) -> int:
         def op(db: sqlite3.Connection, now: float) -> int:
             with db:
-                return sum(db.execute("UPDATE lists SET value = ? WHERE key = ? AND value = ? AND expires >= ?",
-                                      (new, key, old, now)).rowcount for old, new in replacements.items())
+                return sum(
+                    db.execute(
+                        "UPDATE lists SET value = ? WHERE key = ? AND value = ? AND expires >= ?", (new, key, old, now)
+                    ).rowcount
+                    for old, new in replacements.items()
+                )
 
         return await self._run(op) if replacements else 0
 
@@ -224,15 +232,18 @@ class SQLiteStore:
         if amounts:
             await self._run(op)
 
-    async def set_fields(self, key: str, values: Mapping[str, int | float], ttl: int, *,
-                         only_new: bool = False) -> None:
+    async def set_fields(
+        self, key: str, values: Mapping[str, int | float], ttl: int, *, only_new: bool = False
+    ) -> None:
         conflict = "DO NOTHING" if only_new else "DO UPDATE SET value = excluded.value"
 
         def op(db: sqlite3.Connection, now: float) -> None:
             with db:
                 db.execute("DELETE FROM hashes WHERE key = ? AND expires < ?", (key, now))  # expired: afresh
-                db.executemany(f"INSERT INTO hashes VALUES (?, ?, ?, ?) ON CONFLICT(key, field) {conflict}",
-                               [(key, field, value, now + ttl) for field, value in values.items()])
+                db.executemany(
+                    f"INSERT INTO hashes VALUES (?, ?, ?, ?) ON CONFLICT(key, field) {conflict}",
+                    [(key, field, value, now + ttl) for field, value in values.items()],
+                )
                 db.execute("UPDATE hashes SET expires = ? WHERE key = ?", (now + ttl, key))
 
         if values:
@@ -242,10 +253,11 @@ class SQLiteStore:
         def op(db: sqlite3.Connection, now: float) -> list[dict[str, int | float]]:
             found: dict[str, dict[str, int | float]] = {}
             for start in range(0, len(keys), BATCH):
-                batch = keys[start:start + BATCH]
+                batch = keys[start : start + BATCH]
                 marks = ",".join("?" * len(batch))
-                rows = db.execute(f"SELECT key, field, value FROM hashes WHERE key IN ({marks}) AND expires >= ?",
-                                  (*batch, now))
+                rows = db.execute(
+                    f"SELECT key, field, value FROM hashes WHERE key IN ({marks}) AND expires >= ?", (*batch, now)
+                )
                 for k, field, value in rows:
                     found.setdefault(k, {})[field] = value
             return [found.get(k, {}) for k in keys]
@@ -279,8 +291,11 @@ class SQLiteStore:
     async def ranked(self, key: str, offset: int, limit: int) -> tuple[int, list[tuple[str, float]]]:
         def op(db: sqlite3.Connection, now: float) -> tuple[int, list[tuple[str, float]]]:
             (total,) = db.execute("SELECT count(*) FROM ranked WHERE key = ? AND expires >= ?", (key, now)).fetchone()
-            rows = db.execute("SELECT member, score FROM ranked WHERE key = ? AND expires >= ? "
-                              "ORDER BY score DESC, member DESC LIMIT ? OFFSET ?", (key, now, max(limit, 0), offset))
+            rows = db.execute(
+                "SELECT member, score FROM ranked WHERE key = ? AND expires >= ? "
+                "ORDER BY score DESC, member DESC LIMIT ? OFFSET ?",
+                (key, now, max(limit, 0), offset),
+            )
             return total, [(m, float(sc)) for m, sc in rows]
 
         return await self._run(op)

@@ -30,8 +30,16 @@ def anthropic_base(url: str) -> str:
 
 # The API paths the proxy appends to a base URL: one written with it (copied from a curl line)
 # would be sent `…/v1/chat/completions/chat/completions`
-ENDPOINTS = ("chat/completions", "completions", "responses", "responses/compact", "responses/input_tokens",
-             "messages", "messages/count_tokens", "embeddings")
+ENDPOINTS = (
+    "chat/completions",
+    "completions",
+    "responses",
+    "responses/compact",
+    "responses/input_tokens",
+    "messages",
+    "messages/count_tokens",
+    "embeddings",
+)
 EXAMPLES = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com"}
 FORMS = {"openai": "as an OpenAI SDK's base_url is written", "anthropic": "as ANTHROPIC_BASE_URL is written"}
 _LOCAL = ("localhost", "127.", "[::1]", "0.0.0.0", "host.docker.internal")

@@ -15,8 +15,8 @@ from urllib.parse import unquote, urlsplit
 import httpx2
 
 from proxy.core.header_names import UPSTREAM_HEADER
-from proxy.upstream.base_url import base_url_problem
 from proxy.errors import ProxyError
+from proxy.upstream.base_url import base_url_problem
 
 PARAM = UPSTREAM_HEADER
 HEADER = PARAM.lower()
@@ -32,8 +32,12 @@ def has_dot_segment(path: str) -> bool:
 
 
 def _invalid(why: str) -> ProxyError:
-    return ProxyError(400, f"X-Offload-Upstream must be an http(s) URL such as https://host/v1: {why}.",
-                      code="invalid_upstream", param=PARAM)
+    return ProxyError(
+        400,
+        f"X-Offload-Upstream must be an http(s) URL such as https://host/v1: {why}.",
+        code="invalid_upstream",
+        param=PARAM,
+    )
 
 
 def parse_upstream_url(value: str) -> httpx2.URL:
@@ -70,6 +74,10 @@ def requested_base(headers: Mapping[str, str], allowlist: list[str], family: str
     hostport = f"{host}:{url.port}" if url.port else host
     allowed = {entry.lower() for entry in allowlist}
     if hostport not in allowed:
-        raise ProxyError(400, f"Upstream host {hostport!r} is not on this server's allowlist.",
-                         code="upstream_not_allowed", param=PARAM)
+        raise ProxyError(
+            400,
+            f"Upstream host {hostport!r} is not on this server's allowlist.",
+            code="upstream_not_allowed",
+            param=PARAM,
+        )
     return requested.rstrip("/")

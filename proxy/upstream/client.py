@@ -10,7 +10,6 @@ from typing import Protocol
 import httpx2
 
 from proxy import telemetry
-
 from proxy.upstream.errors import host_of, upstream_error
 from proxy.upstream.network import EXCHANGE, Exchange
 from proxy.upstream.pool import PoolSettings, pooled_transport
@@ -89,8 +88,9 @@ class Upstream:
         if content is not None and not isinstance(content, bytes):  # streamed: kept while small, to go again
             replay = Replayable(content)
             first = replay.first()
-        request = httpx2.Request(method, url, headers=headers, content=first or content,
-                                 extensions={"timeout": self.timeout})
+        request = httpx2.Request(
+            method, url, headers=headers, content=first or content, extensions={"timeout": self.timeout}
+        )
         rec = telemetry.current.get()
         sent = time.perf_counter()
         if rec is not None and rec.upstream_sent is None:
@@ -103,13 +103,17 @@ class Upstream:
             except httpx2.TransportError as exc:
                 if not may_retry(exc, exchange) or (replay is not None and not replay.replayable):
                     raise
-                log.info("upstream %s closed a pooled connection before answering (%s): sent again on a new one",
-                         host_of(url), type(exc).__name__)
+                log.info(
+                    "upstream %s closed a pooled connection before answering (%s): sent again on a new one",
+                    host_of(url),
+                    type(exc).__name__,
+                )
                 if first is not None:
                     await first.aclose()  # where the first attempt left off; the client's body is not closed
                 again = replay.again() if replay is not None else content
-                request = httpx2.Request(method, url, headers=headers, content=again,
-                                         extensions={"timeout": self.timeout})
+                request = httpx2.Request(
+                    method, url, headers=headers, content=again, extensions={"timeout": self.timeout}
+                )
                 response = await self.fresh.handle_async_request(request)
             if replay is not None:
                 replay.forget()

@@ -189,7 +189,7 @@ class AsyncioStream(httpcore2.AsyncNetworkStream):
                 await self._drained(timeout)
             if connection.lost or self._transport.is_closing():
                 raise httpcore2.WriteError(str(connection.error or "the connection is closed"))
-            self._transport.write(view[start:start + WRITE_SLICE])
+            self._transport.write(view[start : start + WRITE_SLICE])
         if self._connection.write_paused:
             await self._drained(timeout)
 
@@ -212,12 +212,18 @@ class AsyncioStream(httpcore2.AsyncNetworkStream):
         self._held, self._held_bytes = [], 0
         self._transport.close()
 
-    async def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
-                        timeout: float | None = None) -> httpcore2.AsyncNetworkStream:
+    async def start_tls(
+        self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore2.AsyncNetworkStream:
         loop = asyncio.get_running_loop()
         try:
-            transport = await loop.start_tls(self._transport, self._connection, ssl_context,
-                                             server_hostname=server_hostname, ssl_handshake_timeout=timeout)
+            transport = await loop.start_tls(
+                self._transport,
+                self._connection,
+                ssl_context,
+                server_hostname=server_hostname,
+                ssl_handshake_timeout=timeout,
+            )
         except (TimeoutError, asyncio.TimeoutError) as exc:
             self._transport.close()
             raise httpcore2.ConnectTimeout(str(exc) or "TLS handshake timed out") from exc
@@ -249,9 +255,14 @@ class AsyncioStream(httpcore2.AsyncNetworkStream):
 class AsyncioBackend(httpcore2.AsyncNetworkBackend):
     """Opens AsyncioStream connections."""
 
-    async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
-                          local_address: str | None = None,
-                          socket_options: Iterable[SocketOption] | None = None) -> httpcore2.AsyncNetworkStream:
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[SocketOption] | None = None,
+    ) -> httpcore2.AsyncNetworkStream:
         loop = asyncio.get_running_loop()
         local = (local_address, 0) if local_address else None
         stream = await self._connect(loop.create_connection(_Connection, host, port, local_addr=local), timeout)
@@ -261,9 +272,12 @@ class AsyncioBackend(httpcore2.AsyncNetworkBackend):
         self._apply(stream, socket_options)
         return stream
 
-    async def connect_unix_socket(self, path: str, timeout: float | None = None,
-                                  socket_options: Iterable[SocketOption] | None = None,
-                                  ) -> httpcore2.AsyncNetworkStream:
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[SocketOption] | None = None,
+    ) -> httpcore2.AsyncNetworkStream:
         loop = asyncio.get_running_loop()
         stream = await self._connect(loop.create_unix_connection(_Connection, path), timeout)
         self._apply(stream, socket_options)

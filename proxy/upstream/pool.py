@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import httpx2
-
 from typing import Protocol
+
+import httpx2
 
 from proxy.upstream.network import AsyncioBackend
 

@@ -78,7 +78,7 @@ def toml_string(value: str) -> str:
 
 def _first(env: Env, *names: str) -> Upstream | None:
     for name in names:
-        if (value := env.get(name, "").strip()):
+        if value := env.get(name, "").strip():
             return Upstream(value, name)
     return None
 
@@ -91,6 +91,7 @@ def _set(settings: dict[str, Upstream], name: str, found: Upstream | None) -> di
 
 # ---------------------------------------------------------------- Claude Code
 
+
 def point_claude(root: str, env: Env) -> Pointing:
     return Pointing([], {"ANTHROPIC_BASE_URL": root})
 
@@ -101,18 +102,21 @@ def claude_upstreams(env: Env) -> dict[str, Upstream]:
 
 # ---------------------------------------------------------------- Codex CLI
 
+
 def codex_overrides(root: str, *, websocket: bool = RESPONSES_WEBSOCKET) -> list[str]:
     """The `-c` options that send Codex's Responses requests to the proxy."""
     base = f"{root}/v1"
     if websocket:  # the built-in provider, also where the user's config chose another one
         return ["-c", f"model_provider={toml_string('openai')}", "-c", f"openai_base_url={toml_string(base)}"]
     entry = f"model_providers.{CODEX_PROVIDER}"
-    pairs = [("model_provider", toml_string(CODEX_PROVIDER)),
-             (f"{entry}.name", toml_string("offload-proxy")),
-             (f"{entry}.base_url", toml_string(base)),
-             (f"{entry}.wire_api", toml_string("responses")),
-             (f"{entry}.requires_openai_auth", "true"),  # the user's OpenAI login: API key or ChatGPT
-             (f"{entry}.supports_websockets", "false")]
+    pairs = [
+        ("model_provider", toml_string(CODEX_PROVIDER)),
+        (f"{entry}.name", toml_string("offload-proxy")),
+        (f"{entry}.base_url", toml_string(base)),
+        (f"{entry}.wire_api", toml_string("responses")),
+        (f"{entry}.requires_openai_auth", "true"),  # the user's OpenAI login: API key or ChatGPT
+        (f"{entry}.supports_websockets", "false"),
+    ]
     return [part for key, value in pairs for part in ("-c", f"{key}={value}")]
 
 
@@ -150,13 +154,15 @@ def codex_upstreams(env: Env) -> dict[str, Upstream]:
         config = {}
     configured = config.get("openai_base_url")
     base = _first(env, "OPENAI_BASE_URL") or (
-        Upstream(configured, f"openai_base_url in {path}") if isinstance(configured, str) else None)
+        Upstream(configured, f"openai_base_url in {path}") if isinstance(configured, str) else None
+    )
     if base is None and codex_uses_chatgpt(env):
         base = Upstream(CHATGPT_BACKEND, "Codex's ChatGPT login")
     return _set({}, "upstream", base)
 
 
 # ---------------------------------------------------------------- opencode
+
 
 def _opencode_config(env: Env) -> dict[str, Any]:
     try:
@@ -171,8 +177,11 @@ def _provider_base(config: dict[str, Any], provider: str) -> Upstream | None:
     entry = providers.get(provider) if isinstance(providers, dict) else None
     options = entry.get("options") if isinstance(entry, dict) else None
     base = options.get("baseURL") if isinstance(options, dict) else None
-    return Upstream(base, f"provider.{provider}.options.baseURL in OPENCODE_CONFIG_CONTENT") if isinstance(
-        base, str) else None
+    return (
+        Upstream(base, f"provider.{provider}.options.baseURL in OPENCODE_CONFIG_CONTENT")
+        if isinstance(base, str)
+        else None
+    )
 
 
 def point_opencode(root: str, env: Env) -> Pointing:
@@ -199,6 +208,7 @@ def opencode_upstreams(env: Env) -> dict[str, Upstream]:
 
 # ---------------------------------------------------------------- aider
 
+
 def point_aider(root: str, env: Env) -> Pointing:
     return Pointing([], {"OPENAI_API_BASE": f"{root}/v1", "ANTHROPIC_API_BASE": root})
 
@@ -208,18 +218,43 @@ def aider_upstreams(env: Env) -> dict[str, Upstream]:
     return _set(settings, "anthropic_upstream", _first(env, "ANTHROPIC_API_BASE", "ANTHROPIC_BASE_URL"))
 
 
-AGENTS: dict[str, Agent] = {agent.name: agent for agent in (
-    Agent("claude", "Claude Code", "claude",
-          "npm install -g @anthropic-ai/claude-code (or: curl -fsSL https://claude.ai/install.sh | bash)",
-          point_claude, claude_upstreams),
-    Agent("codex", "Codex CLI", "codex", "npm install -g @openai/codex (or: brew install --cask codex)",
-          point_codex, codex_upstreams),
-    Agent("opencode", "opencode", "opencode",
-          "npm install -g opencode-ai (or: curl -fsSL https://opencode.ai/install | bash)",
-          point_opencode, opencode_upstreams),
-    Agent("aider", "aider", "aider", "python -m pip install aider-install && aider-install",
-          point_aider, aider_upstreams),
-)}
+AGENTS: dict[str, Agent] = {
+    agent.name: agent
+    for agent in (
+        Agent(
+            "claude",
+            "Claude Code",
+            "claude",
+            "npm install -g @anthropic-ai/claude-code (or: curl -fsSL https://claude.ai/install.sh | bash)",
+            point_claude,
+            claude_upstreams,
+        ),
+        Agent(
+            "codex",
+            "Codex CLI",
+            "codex",
+            "npm install -g @openai/codex (or: brew install --cask codex)",
+            point_codex,
+            codex_upstreams,
+        ),
+        Agent(
+            "opencode",
+            "opencode",
+            "opencode",
+            "npm install -g opencode-ai (or: curl -fsSL https://opencode.ai/install | bash)",
+            point_opencode,
+            opencode_upstreams,
+        ),
+        Agent(
+            "aider",
+            "aider",
+            "aider",
+            "python -m pip install aider-install && aider-install",
+            point_aider,
+            aider_upstreams,
+        ),
+    )
+}
 
 
 def names() -> str:

@@ -133,8 +133,9 @@ def check_reusable(url: str) -> None:
     except OSError as exc:
         raise WrapError(f"no proxy answers at --proxy-url {url} (GET /healthz: {describe(exc)})") from exc
     except ValueError as exc:
-        raise WrapError(f"--proxy-url {url} is not an offload-proxy (GET /healthz answered no JSON: "
-                        f"{describe(exc)[:80]})") from exc
+        raise WrapError(
+            f"--proxy-url {url} is not an offload-proxy (GET /healthz answered no JSON: {describe(exc)[:80]})"
+        ) from exc
     if not isinstance(answer, dict) or answer.get("status") != "ok":
         raise WrapError(f"--proxy-url {url} is not an offload-proxy (GET /healthz answered {str(answer)[:80]})")
 
@@ -165,8 +166,9 @@ class ProxyChild:
     log: Path
 
     @classmethod
-    def start(cls, *, url: str, settings: Mapping[str, str], log: Path, keep: bool,
-              ready_within: float = READY_WITHIN) -> "ProxyChild":
+    def start(
+        cls, *, url: str, settings: Mapping[str, str], log: Path, keep: bool, ready_within: float = READY_WITHIN
+    ) -> "ProxyChild":
         """Start it with `settings` (OFFLOAD_* variables) on top of this environment, its output in
         `log`; return once `GET /readyz` answers 200. WrapError if it exits or never answers."""
         env = dict(os.environ)
@@ -177,9 +179,15 @@ class ProxyChild:
         env.update(settings)
         out: IO[bytes] = os.fdopen(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")  # the user's only
         try:
-            process = subprocess.Popen([sys.executable, "-m", "proxy", "serve"], stdin=subprocess.DEVNULL,
-                                       stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                       preexec_fn=None if keep else die_with_parent())
+            process = subprocess.Popen(
+                [sys.executable, "-m", "proxy", "serve"],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=None if keep else die_with_parent(),
+            )
         finally:
             out.close()
         child = cls(url, process, log)

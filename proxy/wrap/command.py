@@ -43,19 +43,29 @@ UPSTREAMS = ("upstream", "anthropic_upstream")
 # The proxy's secrets, never in the agent's environment (it runs commands a model chose): the user's
 # variables of these, in every spelling the settings read, are the proxy's, or those of the proxy at --proxy-url.
 SECRET_SETTINGS = secret_settings()
-EPILOG = ("The agent's own arguments go after --: offload-proxy wrap codex -- exec 'fix the tests'. "
-          "Every serve option is accepted before it (--upstream, --anthropic-upstream, --mode, …); the proxy "
-          "listens on a free loopback port with a store of its own for the run (docs/wrap.md).")
+EPILOG = (
+    "The agent's own arguments go after --: offload-proxy wrap codex -- exec 'fix the tests'. "
+    "Every serve option is accepted before it (--upstream, --anthropic-upstream, --mode, …); the proxy "
+    "listens on a free loopback port with a store of its own for the run (docs/wrap.md)."
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.usage, parser.epilog = USAGE, EPILOG
     parser.add_argument("agent", metavar="AGENT", help=f"The agent to run: {names()}.")
-    parser.add_argument("--proxy-url", default=None, help="Run the agent through the proxy already serving at this "
-                        "URL (http://127.0.0.1:8080) instead of starting one; its --admin-token, if given, "
-                        "reads the statistics of the exit line.")
-    parser.add_argument("--keep", action="store_true", help="Leave the proxy running after the agent exits "
-                        "(the exit line says where, its dashboard and how to stop it).")
+    parser.add_argument(
+        "--proxy-url",
+        default=None,
+        help="Run the agent through the proxy already serving at this "
+        "URL (http://127.0.0.1:8080) instead of starting one; its --admin-token, if given, "
+        "reads the statistics of the exit line.",
+    )
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="Leave the proxy running after the agent exits "
+        "(the exit line says where, its dashboard and how to stop it).",
+    )
     parser.add_argument("--quiet", action="store_true", help="Print nothing when the agent exits.")
     add_settings_options(parser, defaults=DEFAULTS)
 
@@ -66,14 +76,22 @@ def unknown_arguments(agent: str, unknown: Sequence[str]) -> str:
     its likely spelling, and an agent argparse took from an option's value gets no example."""
     given = " ".join(unknown)
     if agent in AGENTS:
-        text = (f"unrecognized arguments {given}: the agent's own arguments go after --, "
-                f"as in: offload-proxy wrap {agent} -- {given}")
+        text = (
+            f"unrecognized arguments {given}: the agent's own arguments go after --, "
+            f"as in: offload-proxy wrap {agent} -- {given}"
+        )
     else:  # e.g. `--keep-recnt 2 codex`: the value `2` was taken for the agent
-        text = (f"unrecognized arguments {given}: proxy options go before the agent (offload-proxy wrap --help "
-                f"lists them), the agent's own arguments after --")
+        text = (
+            f"unrecognized arguments {given}: proxy options go before the agent (offload-proxy wrap --help "
+            f"lists them), the agent's own arguments after --"
+        )
     known = ["--proxy-url", "--keep", "--quiet", *(option(name) for name in ServerSettings.model_fields)]
-    close = [match for item in unknown if item.startswith("--")
-             for match in difflib.get_close_matches(item.partition("=")[0], known, n=1, cutoff=0.8)]
+    close = [
+        match
+        for item in unknown
+        if item.startswith("--")
+        for match in difflib.get_close_matches(item.partition("=")[0], known, n=1, cutoff=0.8)
+    ]
     return text + (f" (a proxy option? did you mean {' or '.join(close)}?)" if close else "")
 
 
@@ -83,7 +101,7 @@ def split_agent_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     if "--" not in argv:
         return argv, []
     cut = argv.index("--")
-    return argv[:cut], argv[cut + 1:]
+    return argv[:cut], argv[cut + 1 :]
 
 
 def free_port(host: str) -> int:
@@ -113,8 +131,9 @@ def proxy_root(url: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise WrapError(f"--proxy-url {shown!r} is not an http:// or https:// URL", 2)
     if parts.username is not None or parts.password is not None:
-        raise WrapError(f"--proxy-url {shown!r}: no user name or password in it (the proxy's admin token "
-                        "goes in --admin-token)", 2)
+        raise WrapError(
+            f"--proxy-url {shown!r}: no user name or password in it (the proxy's admin token goes in --admin-token)", 2
+        )
     if parts.query or parts.fragment or url.endswith(("?", "#")):
         raise WrapError(f"--proxy-url {shown!r}: no query or fragment (the proxy's root: http://127.0.0.1:8080)", 2)
     return url.rstrip("/")
@@ -166,8 +185,9 @@ class Session:
 
     def __init__(self, args: argparse.Namespace, agent_args: list[str]) -> None:
         self.args, self.agent_args = args, agent_args
-        self.given = {name: getattr(args, name) for name in ServerSettings.model_fields
-                      if getattr(args, name, None) is not None}
+        self.given = {
+            name: getattr(args, name) for name in ServerSettings.model_fields if getattr(args, name, None) is not None
+        }
         self.child: ProxyChild | None = None
         self.scratch: Path | None = None  # the run's temporary folder: the log, and the store unless --data-dir
         self.keep_scratch = False
@@ -182,16 +202,21 @@ class Session:
             raise WrapError(f"unknown agent {self.args.agent!r}: choose {names()}", 2)
         executable = shutil.which(agent.executable)
         if executable is None:
-            raise WrapError(f"{agent.title} is not installed ({agent.executable} is not on PATH): "
-                            f"install it with {agent.install}", 127)
+            raise WrapError(
+                f"{agent.title} is not installed ({agent.executable} is not on PATH): install it with {agent.install}",
+                127,
+            )
         return agent, executable
 
     def reuse(self, url: str) -> None:
         url = proxy_root(url)
         ignored = [option(name) for name in self.given if name != "admin_token"]
         if ignored or self.args.keep:
-            raise WrapError(f"{', '.join(ignored + (['--keep'] if self.args.keep else []))}: not with --proxy-url "
-                            "(the proxy there runs with its own settings)", 2)
+            raise WrapError(
+                f"{', '.join(ignored + (['--keep'] if self.args.keep else []))}: not with --proxy-url "
+                "(the proxy there runs with its own settings)",
+                2,
+            )
         self.url = url
         check_reusable(self.url)
         self.token = self.given.get("admin_token") or from_environment(os.environ, "admin_token") or None
@@ -199,8 +224,11 @@ class Session:
     def start(self, agent: Agent) -> None:
         env = os.environ
         settings: dict[str, Any] = dict(self.given)
-        derived = {name: found for name, found in agent.upstreams(env).items()  # where the agent went before
-                   if name not in settings and from_environment(env, name) is None}
+        derived = {
+            name: found
+            for name, found in agent.upstreams(env).items()  # where the agent went before
+            if name not in settings and from_environment(env, name) is None
+        }
         settings.update({name: found.url for name, found in derived.items()})
         self.scratch = Path(tempfile.mkdtemp(prefix="offload-wrap-"))
         if "data_dir" not in settings and from_environment(env, "data_dir") is None:
@@ -215,8 +243,14 @@ class Session:
             raise WrapError(settings_problem(exc, derived, agent), 2) from exc
         if "port" in settings or from_environment(env, "port") is not None:
             if (problem := listen_problem(resolved.host, resolved.port)) is not None:
-                hint = (f", or run through the proxy serving there with --proxy-url "
-                        f"http://{connect_host(resolved.host)}:{resolved.port}") if "in use" in problem else ""
+                hint = (
+                    (
+                        f", or run through the proxy serving there with --proxy-url "
+                        f"http://{connect_host(resolved.host)}:{resolved.port}"
+                    )
+                    if "in use" in problem
+                    else ""
+                )
                 raise WrapError(problem + hint, 1)
         else:
             for _ in range(10):  # never the port an upstream of the loopback is at
@@ -225,18 +259,28 @@ class Session:
                     break
         for name in UPSTREAMS:
             if same_address(value := getattr(resolved, name), resolved.host, resolved.port):
-                source, value = ((derived[name].source, derived[name].url) if name in derived else
-                                 (option(name), self.given[name]) if name in self.given else
-                                 (f"OFFLOAD_{name.upper()}", from_environment(env, name) or value))
-                raise WrapError(f"{source} {value!r} is this proxy's own address: it would send every request to "
-                                f"itself; choose another --port, or another {option(name)}", 2)
+                source, value = (
+                    (derived[name].source, derived[name].url)
+                    if name in derived
+                    else (option(name), self.given[name])
+                    if name in self.given
+                    else (f"OFFLOAD_{name.upper()}", from_environment(env, name) or value)
+                )
+                raise WrapError(
+                    f"{source} {value!r} is this proxy's own address: it would send every request to "
+                    f"itself; choose another --port, or another {option(name)}",
+                    2,
+                )
         self.token = resolved.admin_token
         self.url = f"http://{connect_host(resolved.host)}:{resolved.port}"
-        variables = {f"OFFLOAD_{name.upper()}": (str(value).lower() if isinstance(value, bool) else str(value))
-                     for name, value in settings.items()}
+        variables = {
+            f"OFFLOAD_{name.upper()}": (str(value).lower() if isinstance(value, bool) else str(value))
+            for name, value in settings.items()
+        }
         try:
-            self.child = ProxyChild.start(url=self.url, settings=variables, log=self.scratch / "proxy.log",
-                                          keep=self.args.keep)
+            self.child = ProxyChild.start(
+                url=self.url, settings=variables, log=self.scratch / "proxy.log", keep=self.args.keep
+            )
         except WrapError:
             self.keep_scratch = True  # the message names its log, which says why the proxy did not start
             raise
@@ -272,8 +316,13 @@ class Session:
             unavailable = f"the totals before the run could not be read: {before[1]}"
         kept = None
         if self.args.keep and self.child is not None:
-            kept = summary.describe_kept(self.url, self.child.process.pid, self.token, own_token=self.own_token,
-                                         scratch=str(self.scratch) if self.scratch is not None else None)
+            kept = summary.describe_kept(
+                self.url,
+                self.child.process.pid,
+                self.token,
+                own_token=self.own_token,
+                scratch=str(self.scratch) if self.scratch is not None else None,
+            )
         shown = status if status >= 0 else 128 - status
         return summary.line(title=agent.title, status=shown, run=run, kept=kept, unavailable=unavailable)
 
@@ -291,8 +340,10 @@ def settings_problem(exc: Exception, derived: dict[str, Upstream], agent: Agent)
 
     for error in exc.errors() if isinstance(exc, ValidationError) else ():
         if error.get("loc") and (found := derived.get(str(error["loc"][0]))) is not None:
-            return (f"{found.source} {found.url!r} sends {agent.title} somewhere that cannot be the proxy's upstream "
-                    f"({error['msg']}): correct it, or give {option(str(error['loc'][0]))}")
+            return (
+                f"{found.source} {found.url!r} sends {agent.title} somewhere that cannot be the proxy's upstream "
+                f"({error['msg']}): correct it, or give {option(str(error['loc'][0]))}"
+            )
     return settings_error(exc).removeprefix("offload-proxy: ")
 
 
@@ -323,8 +374,11 @@ def foreground(argv: list[str], env: dict[str, str], title: str) -> int:
     # signal ignored already (nohup's SIGHUP, SIGINT in a background job of a script) stays ignored,
     # for the agent too, as it would be without wrap.
     handlers = {signal.SIGINT: ignore, signal.SIGQUIT: ignore, signal.SIGTERM: forward, signal.SIGHUP: forward}
-    previous = {signum: signal.signal(signum, handler) for signum, handler in handlers.items()
-                if signal.getsignal(signum) is not signal.SIG_IGN}
+    previous = {
+        signum: signal.signal(signum, handler)
+        for signum, handler in handlers.items()
+        if signal.getsignal(signum) is not signal.SIG_IGN
+    }
     try:
         try:
             process = subprocess.Popen(argv, env=env, preexec_fn=die_with_parent())

@@ -20,14 +20,31 @@ from typing import Any
 from proxy.wrap.child import describe, get_json
 
 WINDOW = "30d"  # the longest: nothing of a run falls out of it between the two readings
-FIELDS = ("requests", "tokens_before", "tokens_after", "reload_rounds", "billed_usd", "uncached_usd", "reads_usd",
-          "writes_usd", "output_usd", "turns_without_usage", "cf_usd", "cf_billed_usd")
+FIELDS = (
+    "requests",
+    "tokens_before",
+    "tokens_after",
+    "reload_rounds",
+    "billed_usd",
+    "uncached_usd",
+    "reads_usd",
+    "writes_usd",
+    "output_usd",
+    "turns_without_usage",
+    "cf_usd",
+    "cf_billed_usd",
+)
 # where each is in the statistics' totals
-_PATHS = {"billed_usd": ("bill", "usd", "total"), "uncached_usd": ("bill", "usd", "uncached"),
-          "reads_usd": ("bill", "usd", "cache_read"), "writes_usd": (("bill", "usd", "cache_write_5m"),
-                                                                     ("bill", "usd", "cache_write_1h")),
-          "output_usd": ("bill", "usd", "output"), "turns_without_usage": ("bill", "turns_without_usage"),
-          "cf_usd": ("counterfactual", "usd", "total"), "cf_billed_usd": ("counterfactual", "billed_usd")}
+_PATHS = {
+    "billed_usd": ("bill", "usd", "total"),
+    "uncached_usd": ("bill", "usd", "uncached"),
+    "reads_usd": ("bill", "usd", "cache_read"),
+    "writes_usd": (("bill", "usd", "cache_write_5m"), ("bill", "usd", "cache_write_1h")),
+    "output_usd": ("bill", "usd", "output"),
+    "turns_without_usage": ("bill", "turns_without_usage"),
+    "cf_usd": ("counterfactual", "usd", "total"),
+    "cf_billed_usd": ("counterfactual", "billed_usd"),
+}
 SETTLE_WITHIN = 5.0  # seconds to wait for the proxy's last turns to be written
 
 
@@ -102,8 +119,10 @@ def stats_text(run: dict[str, float]) -> str:
     ratio = f" ({after / before:.2f})" if before else ""
     parts.append(f"{before:,} → {after:,} tokens{ratio}")
     if run["billed_usd"] > 0:
-        parts.append(f"billed {_usd(run['billed_usd'])} (uncached {_usd(run['uncached_usd'])}, reads "
-                     f"{_usd(run['reads_usd'])}, writes {_usd(run['writes_usd'])}, output {_usd(run['output_usd'])})")
+        parts.append(
+            f"billed {_usd(run['billed_usd'])} (uncached {_usd(run['uncached_usd'])}, reads "
+            f"{_usd(run['reads_usd'])}, writes {_usd(run['writes_usd'])}, output {_usd(run['output_usd'])})"
+        )
     if run["cf_usd"] > 0:
         parts.append(f"×{run['cf_billed_usd'] / run['cf_usd']:.2f} of the raw history's (est.)")
     parts.append(_plural(int(run["reload_rounds"]), "reload"))
@@ -112,8 +131,9 @@ def stats_text(run: dict[str, float]) -> str:
     return ", ".join(parts)
 
 
-def line(*, title: str, status: int, run: dict[str, float] | None, kept: str | None = None,
-         unavailable: str = NO_TOKEN) -> str:
+def line(
+    *, title: str, status: int, run: dict[str, float] | None, kept: str | None = None, unavailable: str = NO_TOKEN
+) -> str:
     """The whole line: what the agent did through the proxy, and, with --keep, where the proxy still is.
     `unavailable`: why there is no `run` (no admin token, the proxy gone)."""
     if run is None:
@@ -127,8 +147,7 @@ def line(*, title: str, status: int, run: dict[str, float] | None, kept: str | N
     return f"offload-proxy: {text}" + (f"; {kept}" if kept else "")
 
 
-def describe_kept(url: str, pid: int | None, token: str | None, *, own_token: bool,
-                  scratch: str | None = None) -> str:
+def describe_kept(url: str, pid: int | None, token: str | None, *, own_token: bool, scratch: str | None = None) -> str:
     """The `--keep` tail: the dashboard, how to sign in, how to stop the proxy, and the run's folder
     (its log, and its store of tool results unless --data-dir) that outlives it until removed."""
     sign_in = f" (admin token {token})" if token and own_token else ""

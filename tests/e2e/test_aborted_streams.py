@@ -78,7 +78,8 @@ def test_aborted_streams_release_upstream_and_memory(upstream, proxy_process):
     grown = rss_mb(proc.pid) - before
     print(f"\nRSS before {before:.1f} MB, growth {grown:.1f} MB, max concurrent upstream streams {active['max']}")
     assert grown < 25, f"proxy RSS grew by {grown:.1f} MB over 1000 aborted streams"
-    sockets = sum(1 for fd in os.listdir(f"/proc/{proc.pid}/fd")
-                  if os.readlink(f"/proc/{proc.pid}/fd/{fd}").startswith("socket:"))
+    sockets = sum(
+        1 for fd in os.listdir(f"/proc/{proc.pid}/fd") if os.readlink(f"/proc/{proc.pid}/fd/{fd}").startswith("socket:")
+    )
     print(f"sockets open in the proxy afterwards: {sockets}")
     assert sockets < 30, f"{sockets} sockets still open in the proxy"

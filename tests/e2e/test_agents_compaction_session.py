@@ -12,15 +12,20 @@ os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
 
 import openai  # noqa: E402
 import pytest  # noqa: E402
+from agents import (  # noqa: E402
+    Agent,
+    OpenAIResponsesCompactionSession,  # noqa: E402
+    Runner,
+    SQLiteSession,
+    function_tool,
+    set_tracing_disabled,
+)
+from agents.models.openai_responses import OpenAIResponsesModel  # noqa: E402
 
 from proxy.core.compaction_token import PREFIX  # noqa: E402
 from tests.e2e.test_responses_clients import LOG  # noqa: E402
 from tests.harness.responses import answer, function_call, input_items, message, refs_in_input  # noqa: E402
 from tests.harness.servers import SNAPSHOT, default_handler, is_responses_create, is_summary_call, snapshot_answer  # noqa: E402
-
-from agents import Agent, Runner, SQLiteSession, function_tool, set_tracing_disabled  # noqa: E402
-from agents import OpenAIResponsesCompactionSession  # noqa: E402
-from agents.models.openai_responses import OpenAIResponsesModel  # noqa: E402
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("fresh_summary_memory")]
 
@@ -74,13 +79,20 @@ async def test_the_compaction_session_compacts_continues_and_reloads(agents_prox
             return True
         return False
 
-    async with openai.AsyncOpenAI(base_url=f"{agents_proxy}/v1", api_key="sk-agents-compact", max_retries=0,
-                                  timeout=30) as client:
-        agent = Agent(name="deployer", instructions="Read the logs.", tools=[read_log],
-                      model=OpenAIResponsesModel(MODEL, client))
-        session = OpenAIResponsesCompactionSession("deploys", SQLiteSession("deploys", str(tmp_path / "s.db")),
-                                                   client=client, model=MODEL, compaction_mode="input",
-                                                   should_trigger_compaction=should_compact)
+    async with openai.AsyncOpenAI(
+        base_url=f"{agents_proxy}/v1", api_key="sk-agents-compact", max_retries=0, timeout=30
+    ) as client:
+        agent = Agent(
+            name="deployer", instructions="Read the logs.", tools=[read_log], model=OpenAIResponsesModel(MODEL, client)
+        )
+        session = OpenAIResponsesCompactionSession(
+            "deploys",
+            SQLiteSession("deploys", str(tmp_path / "s.db")),
+            client=client,
+            model=MODEL,
+            compaction_mode="input",
+            should_trigger_compaction=should_compact,
+        )
         for n in range(1, 4):
             result = await Runner.run(agent, f"Check day {n}.", session=session)
             assert result.final_output == "read it"
@@ -97,13 +109,15 @@ async def test_the_compaction_session_compacts_continues_and_reloads(agents_prox
         assert LOG not in turn.body.decode()  # the summarised logs are behind the summary's ref
 
         result = await Runner.run(agent, "reload please", session=session)
-        reloads = [r for r in upstream.responses_requests()
-                   if input_items(r)[-1].get("call_id") == "call_reload_1"]
+        reloads = [r for r in upstream.responses_requests() if input_items(r)[-1].get("call_id") == "call_reload_1"]
         assert reloads, "the model's reload never came back"
         output = input_items(reloads[-1])[-1]["output"]
         summarised = compactions[0][1:]  # all but the task
         assert [json.loads(line) for line in output.splitlines()] == summarised
-        outputs = [json.loads(line)["output"] for line in output.splitlines()
-                   if json.loads(line).get("type") == "function_call_output"]
+        outputs = [
+            json.loads(line)["output"]
+            for line in output.splitlines()
+            if json.loads(line).get("type") == "function_call_output"
+        ]
         assert outputs == [f"day {d}\n{LOG}" for d in (1, 2, 3)]  # byte for byte
         assert result.final_output == f"reloaded {len(output)} characters"

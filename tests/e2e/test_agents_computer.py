@@ -17,15 +17,14 @@ os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
 
 import openai  # noqa: E402
 import pytest  # noqa: E402
+from agents import Agent, AsyncComputer, ComputerTool, Runner, set_default_openai_client, set_tracing_disabled  # noqa: E402
+from agents.models import _openai_shared  # noqa: E402
 
 from proxy.core import texts  # noqa: E402
 from proxy.formats.responses.items import PLACEHOLDER_PNG  # noqa: E402
 from tests.harness.responses import answer, function_call, input_items, message, usage  # noqa: E402
 from tests.harness.screens import b64, screenshot  # noqa: E402
 from tests.harness.servers import default_handler, is_responses_create  # noqa: E402
-
-from agents import Agent, AsyncComputer, ComputerTool, Runner, set_default_openai_client, set_tracing_disabled  # noqa: E402
-from agents.models import _openai_shared  # noqa: E402
 
 pytestmark = pytest.mark.anyio
 
@@ -78,9 +77,14 @@ class FakeComputer(AsyncComputer):
 
 
 def computer_call(step: int) -> dict:
-    return {"type": "computer_call", "id": f"cu_{step}", "call_id": f"call_cu_{step}",
-            "action": {"type": "click", "button": "left", "x": 10 * step, "y": 20},
-            "pending_safety_checks": [], "status": "completed"}
+    return {
+        "type": "computer_call",
+        "id": f"cu_{step}",
+        "call_id": f"call_cu_{step}",
+        "action": {"type": "click", "button": "left", "x": 10 * step, "y": 20},
+        "pending_safety_checks": [],
+        "status": "completed",
+    }
 
 
 def fake_model(rec):
@@ -91,9 +95,14 @@ def fake_model(rec):
     done = sum(1 for i in items if i.get("type") == "computer_call_output")
     if done < STEPS:
         return answer(rec, computer_call(done), usage=usage(100, 5))
-    refs = [texts.media_ref(i["content"][0]["text"]) for i in items
-            if i.get("type") == "message" and i.get("role") == "user" and isinstance(i.get("content"), list)
-            and texts.media_ref(i["content"][0].get("text", ""))]
+    refs = [
+        texts.media_ref(i["content"][0]["text"])
+        for i in items
+        if i.get("type") == "message"
+        and i.get("role") == "user"
+        and isinstance(i.get("content"), list)
+        and texts.media_ref(i["content"][0].get("text", ""))
+    ]
     return answer(rec, function_call("context_reload", {"ref": refs[0]}, call_id="call_reload"), usage=usage(200, 5))
 
 
@@ -109,8 +118,9 @@ async def agent_client(make_proxy, upstream):
     # one screenshot at a time (the default offloads them in chunks of 6, which tests/e2e/
     # test_image_offload.py covers): five steps are enough to see the agent's loop go through
     with make_proxy(image_batch=1) as url:
-        async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="sk-agents-key", max_retries=0,
-                                      timeout=30) as client:
+        async with openai.AsyncOpenAI(
+            base_url=f"{url}/v1", api_key="sk-agents-key", max_retries=0, timeout=30
+        ) as client:
             set_default_openai_client(client, use_for_tracing=False)
             try:
                 yield client
@@ -121,8 +131,9 @@ async def agent_client(make_proxy, upstream):
 @pytest.mark.parametrize("streamed", [False, True])
 async def test_computer_screenshots_offloaded_and_one_reloaded_behind_the_agent(agent_client, upstream, streamed):
     computer = FakeComputer()
-    agent = Agent(name="operator", instructions="Book a train.", tools=[ComputerTool(computer)],
-                  model="computer-use-preview")
+    agent = Agent(
+        name="operator", instructions="Book a train.", tools=[ComputerTool(computer)], model="computer-use-preview"
+    )
     if streamed:
         result = Runner.run_streamed(agent, "Book the 9:40 train to Lyon.", max_turns=20)
         seen = [event async for event in result.stream_events()]
@@ -142,8 +153,10 @@ async def test_computer_screenshots_offloaded_and_one_reloaded_behind_the_agent(
     for shot in computer.shots[2:]:
         assert shot in last_agent_call
     sent = requests[-2].json()["input"]
-    assert sum(1 for i in sent if i.get("type") == "computer_call_output"
-               and i["output"]["image_url"] == PLACEHOLDER_PNG) == 2
+    assert (
+        sum(1 for i in sent if i.get("type") == "computer_call_output" and i["output"]["image_url"] == PLACEHOLDER_PNG)
+        == 2
+    )
     reloaded = [i for i in requests[-1].json()["input"] if i.get("call_id") == "call_reload"][-1]
     image = reloaded["output"][0]
     assert image["type"] == "input_image"

@@ -10,6 +10,7 @@ import uuid
 import httpx2
 import pytest
 
+from proxy.formats.messages.cache_control import with_caching
 from tests.e2e.test_anthropic_compression import (
     INLINE,
     SNAPSHOT,
@@ -17,21 +18,21 @@ from tests.e2e.test_anthropic_compression import (
     conversation,
     tool_pairs_whole,
 )
-from proxy.formats.messages.cache_control import with_caching
 from tests.harness.anthropic import answer, message, parse_sse, text, tool_use
 from tests.harness.requests import post
 from tests.harness.servers import scripted
 
 MODEL = "claude-sonnet-4-5"
-HEADERS = {"X-Offload-Max-Total-Tokens": "1000", "X-Offload-Max-Tool-Message-Tokens": "500",
-           "anthropic-version": "2023-06-01"}
+HEADERS = {
+    "X-Offload-Max-Total-Tokens": "1000",
+    "X-Offload-Max-Tool-Message-Tokens": "500",
+    "anthropic-version": "2023-06-01",
+}
 BIG = "\n".join(f"line {i}: " + "lorem ipsum dolor sit amet " * 3 for i in range(600))
 
 
 def key() -> str:
     return f"sk-ant-attack-{uuid.uuid4().hex}"
-
-
 
 
 def assert_anthropic_error(r: httpx2.Response, status: int) -> dict:
@@ -59,16 +60,40 @@ BAD_BODIES = [
     ("block-list", base([{"role": "user", "content": [[{"type": "text", "text": "x"}]]}])),
     ("block-type-number", base([{"role": "user", "content": [{"type": 3, "text": "x"}]}])),
     ("block-text-list", base([{"role": "user", "content": [{"type": "text", "text": ["x"]}]}])),
-    ("tool-result-number", base([{"role": "user", "content": [
-        {"type": "tool_result", "tool_use_id": "t", "content": 5}]}])),
-    ("tool-result-object", base([{"role": "user", "content": [
-        {"type": "tool_result", "tool_use_id": "t", "content": {"type": "text", "text": "x"}}]}])),
-    ("tool-result-inner-number", base([{"role": "user", "content": [
-        {"type": "tool_result", "tool_use_id": "t", "content": [1]}]}])),
-    ("tool-result-inner-text-number", base([{"role": "user", "content": [
-        {"type": "tool_result", "tool_use_id": "t", "content": [{"type": "text", "text": 5}]}]}])),
-    ("tool-use-id-number", base([{"role": "assistant", "content": [
-        {"type": "tool_use", "id": 5, "name": "x", "input": {}}]}])),
+    (
+        "tool-result-number",
+        base([{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": 5}]}]),
+    ),
+    (
+        "tool-result-object",
+        base(
+            [
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "t", "content": {"type": "text", "text": "x"}}],
+                }
+            ]
+        ),
+    ),
+    (
+        "tool-result-inner-number",
+        base([{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [1]}]}]),
+    ),
+    (
+        "tool-result-inner-text-number",
+        base(
+            [
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "t", "content": [{"type": "text", "text": 5}]}],
+                }
+            ]
+        ),
+    ),
+    (
+        "tool-use-id-number",
+        base([{"role": "assistant", "content": [{"type": "tool_use", "id": 5, "name": "x", "input": {}}]}]),
+    ),
     ("private-part", base([{"role": "user", "content": "x", "x-offload-part": 1}])),
     ("private-summary", base([{"role": "user", "content": "x", "x-offload-summary": True}])),
     ("stream-string", base([{"role": "user", "content": "x"}], stream="true")),
@@ -79,7 +104,12 @@ BAD_BODIES = [
     ("tools-number-entry", base([{"role": "user", "content": "x"}], tools=[5])),
     ("model-number", {**base([{"role": "user", "content": "x"}]), "model": 5}),
     ("body-array", [base([{"role": "user", "content": "x"}])]),
-    ("deep", base([{"role": "user", "content": [{"type": "text", "text": "x", "extra": json.loads("[" * 300 + "]" * 300)}]}])),
+    (
+        "deep",
+        base(
+            [{"role": "user", "content": [{"type": "text", "text": "x", "extra": json.loads("[" * 300 + "]" * 300)}]}]
+        ),
+    ),
 ]
 
 
@@ -91,8 +121,21 @@ def test_bad_bodies_are_anthropic_400s(proxy_url, upstream, name, body, path):
     assert not upstream.requests
 
 
-@pytest.mark.parametrize("raw", [b"", b"{", b"not json", b"\xff\xfe", b'{"messages": [}', b"null", b"1e400",
-                                 b'{"model": NaN}', b'{"a": "\\ud800"', b"[" * 5000 + b"]" * 5000])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"{",
+        b"not json",
+        b"\xff\xfe",
+        b'{"messages": [}',
+        b"null",
+        b"1e400",
+        b'{"model": NaN}',
+        b'{"a": "\\ud800"',
+        b"[" * 5000 + b"]" * 5000,
+    ],
+)
 def test_unparsable_bodies(proxy_url, upstream, raw):
     assert_anthropic_error(post(proxy_url, "/v1/messages", body=raw, key=key(), headers=HEADERS), 400)
     assert not upstream.requests
@@ -100,8 +143,15 @@ def test_unparsable_bodies(proxy_url, upstream, raw):
 
 def shape(messages: list) -> list:
     """Each message's role and block types, in order."""
-    return [(m.get("role"), [b.get("type") if isinstance(b, dict) else type(b).__name__ for b in m["content"]]
-             if isinstance(m.get("content"), list) else type(m.get("content")).__name__) for m in messages]
+    return [
+        (
+            m.get("role"),
+            [b.get("type") if isinstance(b, dict) else type(b).__name__ for b in m["content"]]
+            if isinstance(m.get("content"), list)
+            else type(m.get("content")).__name__,
+        )
+        for m in messages
+    ]
 
 
 def odd_history() -> list:
@@ -109,22 +159,44 @@ def odd_history() -> list:
     big = {"type": "tool_result", "tool_use_id": "toolu_a", "content": BIG, "cache_control": {"type": "ephemeral"}}
     return [
         {"role": "system", "content": "Environment: linux"},
-        {"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}},
-                                     {"type": "mystery_block", "payload": {"n": 10 ** 30}}]},
-        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_a", "name": "Bash", "input": {"c": 1}},
-                                          {"type": "tool_use", "id": "toolu_b", "name": "Bash", "input": "raw"},
-                                          {"type": "tool_use", "name": "NoId", "input": None}]},
-        {"role": "user", "content": [
-            {"type": "text", "text": "before"},
-            big,
-            {"type": "tool_result", "tool_use_id": "toolu_b", "content": [{"type": "text", "text": BIG + "B"},
-                                                                         {"type": "text", "text": "tail"}]},
-            {"type": "tool_result", "tool_use_id": "toolu_b", "content": [
-                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]},
-            {"type": "tool_result", "tool_use_id": "missing", "is_error": True, "content": []},
-            {"type": "tool_result", "content": BIG + "C"},
-            {"type": "tool_result", "tool_use_id": "toolu_a", "content": None},
-            {"type": "text", "text": "<system-reminder>after</system-reminder>"}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}},
+                {"type": "mystery_block", "payload": {"n": 10**30}},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": "toolu_a", "name": "Bash", "input": {"c": 1}},
+                {"type": "tool_use", "id": "toolu_b", "name": "Bash", "input": "raw"},
+                {"type": "tool_use", "name": "NoId", "input": None},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "before"},
+                big,
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_b",
+                    "content": [{"type": "text", "text": BIG + "B"}, {"type": "text", "text": "tail"}],
+                },
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_b",
+                    "content": [
+                        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}
+                    ],
+                },
+                {"type": "tool_result", "tool_use_id": "missing", "is_error": True, "content": []},
+                {"type": "tool_result", "content": BIG + "C"},
+                {"type": "tool_result", "tool_use_id": "toolu_a", "content": None},
+                {"type": "text", "text": "<system-reminder>after</system-reminder>"},
+            ],
+        },
         {"role": "assistant", "content": "ok"},
         {"role": "system", "content": [{"type": "text", "text": "mid system"}]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_a", "content": BIG + "D"}] * 3},
@@ -139,9 +211,13 @@ def test_odd_histories_keep_their_shape(proxy_url, upstream, stream):
     sent = odd_history()
     # Room for what compaction leaves (its odd 4-byte image is billed as an unreadable one: 1,399 tokens), so
     # that the history is compacted, not summarised
-    r = post(proxy_url, "/v1/messages",
-             body=base(sent, stream=stream, tools=[{"name": "Bash", "input_schema": {"type": "object"}}]), key=key(),
-             headers={**HEADERS, "X-Offload-Max-Total-Tokens": "3000"})
+    r = post(
+        proxy_url,
+        "/v1/messages",
+        body=base(sent, stream=stream, tools=[{"name": "Bash", "input_schema": {"type": "object"}}]),
+        key=key(),
+        headers={**HEADERS, "X-Offload-Max-Total-Tokens": "3000"},
+    )
     assert r.status_code == 200, r.text[:500]
     assert r.headers["x-offload-action"] != "none"
     [rec] = upstream.messages_requests()
@@ -168,6 +244,7 @@ def test_count_tokens_of_odd_histories(proxy_url, upstream):
 
 async def _count(rec):
     from tests.harness.anthropic import count_answer
+
     return count_answer(rec)
 
 
@@ -179,21 +256,41 @@ def test_an_oauth_token_is_checked_the_way_the_api_accepts_it(proxy_url, upstrea
     `anthropic-beta: oauth-2025-04-20`; the API refuses such a token without the beta (401).
     The proxy's one-time check of a new credential (`GET /v1/models`) carries the beta too, so
     the first request of an OAuth client is offloaded like any other."""
+
     async def handler(request, rec):
-        if (rec.method == "GET" and rec.path.endswith("/v1/models")
-                and OAUTH_BETA not in rec.headers.get("anthropic-beta", "")):
-            return _json({"type": "error", "error": {"type": "authentication_error",
-                                                     "message": "OAuth authentication is currently not supported."}},
-                         401)
+        if (
+            rec.method == "GET"
+            and rec.path.endswith("/v1/models")
+            and OAUTH_BETA not in rec.headers.get("anthropic-beta", "")
+        ):
+            return _json(
+                {
+                    "type": "error",
+                    "error": {
+                        "type": "authentication_error",
+                        "message": "OAuth authentication is currently not supported.",
+                    },
+                },
+                401,
+            )
         return await default(request, rec)
 
     from tests.harness.servers import default_handler as default
+
     upstream.handler = handler
     token = f"sk-ant-oat01-{uuid.uuid4().hex}"
     sent = odd_history()
-    r = httpx2.post(f"{proxy_url}/v1/messages", content=json.dumps(base(sent)), timeout=20,
-                    headers={**HEADERS, "authorization": f"Bearer {token}", "content-type": "application/json",
-                             "anthropic-beta": f"claude-code-20250219,{OAUTH_BETA}"})
+    r = httpx2.post(
+        f"{proxy_url}/v1/messages",
+        content=json.dumps(base(sent)),
+        timeout=20,
+        headers={
+            **HEADERS,
+            "authorization": f"Bearer {token}",
+            "content-type": "application/json",
+            "anthropic-beta": f"claude-code-20250219,{OAUTH_BETA}",
+        },
+    )
     assert r.status_code == 200, r.text[:300]
     assert r.headers["x-offload-action"].startswith("compact") and int(r.headers["x-offload-refs-created"]) > 0
     [check] = [q for q in upstream.requests if q.method == "GET"]
@@ -205,19 +302,24 @@ def test_an_oauth_token_is_checked_the_way_the_api_accepts_it(proxy_url, upstrea
 
 def the_ref(rec) -> str:
     from proxy.core.markers import REF_RE
+
     return REF_RE.findall(json.dumps(rec.json()["messages"]))[0]
 
 
 def reload_first(then):
     """Round 1: the model reloads the first ref it sees; round 2: `then(rec)`."""
+
     def first(rec):
-        return answer(rec, message(text("Let me look."), tool_use("context_reload", {"ref": the_ref(rec)},
-                                                                    id="toolu_reload_x")))
+        return answer(
+            rec, message(text("Let me look."), tool_use("context_reload", {"ref": the_ref(rec)}, id="toolu_reload_x"))
+        )
+
     return scripted(first, then)
 
 
 def sse(*chunks: bytes):
     from starlette.responses import StreamingResponse
+
     return StreamingResponse(iter(chunks), media_type="text/event-stream")
 
 
@@ -226,11 +328,13 @@ def ev(kind: str, **data) -> bytes:
 
 
 def history_to_offload() -> list:
-    return [{"role": "user", "content": "Run it."},
-            {"role": "assistant", "content": [tool_use("Bash", {"c": "x"}, id="toolu_big")]},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_big", "content": BIG}]},
-            {"role": "assistant", "content": "Done."},
-            {"role": "user", "content": "What did it say?"}]
+    return [
+        {"role": "user", "content": "Run it."},
+        {"role": "assistant", "content": [tool_use("Bash", {"c": "x"}, id="toolu_big")]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_big", "content": BIG}]},
+        {"role": "assistant", "content": "Done."},
+        {"role": "user", "content": "What did it say?"},
+    ]
 
 
 BASH = [{"name": "Bash", "input_schema": {"type": "object"}}]
@@ -238,9 +342,11 @@ BASH = [{"name": "Bash", "input_schema": {"type": "object"}}]
 
 def test_a_reload_round_answered_with_html(proxy_url, upstream):
     from starlette.responses import HTMLResponse
+
     upstream.handler = reload_first(lambda rec: HTMLResponse("<html>bad gateway</html>"))
-    error = assert_anthropic_error(post(proxy_url, "/v1/messages", body=base(history_to_offload(), tools=BASH),
-                                        key=key(), headers=HEADERS), 502)
+    error = assert_anthropic_error(
+        post(proxy_url, "/v1/messages", body=base(history_to_offload(), tools=BASH), key=key(), headers=HEADERS), 502
+    )
     assert error["type"] == "api_error"
 
 
@@ -248,11 +354,24 @@ def test_a_reload_round_answered_with_html(proxy_url, upstream):
 def test_a_streamed_reload_round_that_misbehaves(proxy_url, upstream, second):
     def then(rec):
         from starlette.responses import HTMLResponse, JSONResponse
-        start = ev("message_start", message={"id": "msg_2", "type": "message", "role": "assistant", "content": [],
-                                             "model": MODEL, "usage": {"input_tokens": 7, "output_tokens": 1}})
+
+        start = ev(
+            "message_start",
+            message={
+                "id": "msg_2",
+                "type": "message",
+                "role": "assistant",
+                "content": [],
+                "model": MODEL,
+                "usage": {"input_tokens": 7, "output_tokens": 1},
+            },
+        )
         if second == "cut":
-            return sse(start, ev("content_block_start", index=0, content_block={"type": "text", "text": ""}),
-                       ev("content_block_delta", index=0, delta={"type": "text_delta", "text": "half"}))
+            return sse(
+                start,
+                ev("content_block_start", index=0, content_block={"type": "text", "text": ""}),
+                ev("content_block_delta", index=0, delta={"type": "text_delta", "text": "half"}),
+            )
         if second == "error":
             return sse(start, ev("error", error={"type": "overloaded_error", "message": "Overloaded"}))
         if second == "html":
@@ -260,17 +379,26 @@ def test_a_streamed_reload_round_that_misbehaves(proxy_url, upstream, second):
         if second == "500":
             return JSONResponse({"type": "error", "error": {"type": "api_error", "message": "boom"}}, 500)
         if second == "out-of-order":
-            return sse(ev("content_block_delta", index=0, delta={"type": "text_delta", "text": "early"}), start,
-                       ev("content_block_start", index=0, content_block={"type": "text", "text": ""}),
-                       ev("content_block_stop", index=0), ev("content_block_stop", index=5),
-                       ev("message_delta", delta={"stop_reason": "end_turn"}, usage={"output_tokens": 3}),
-                       ev("message_stop"))
-        return sse(start, ev("content_block_start", index=0, content_block={"type": "text", "text": ""}),
-                   ev("content_block_stop", index=0), ev("message_stop"))
+            return sse(
+                ev("content_block_delta", index=0, delta={"type": "text_delta", "text": "early"}),
+                start,
+                ev("content_block_start", index=0, content_block={"type": "text", "text": ""}),
+                ev("content_block_stop", index=0),
+                ev("content_block_stop", index=5),
+                ev("message_delta", delta={"stop_reason": "end_turn"}, usage={"output_tokens": 3}),
+                ev("message_stop"),
+            )
+        return sse(
+            start,
+            ev("content_block_start", index=0, content_block={"type": "text", "text": ""}),
+            ev("content_block_stop", index=0),
+            ev("message_stop"),
+        )
 
     upstream.handler = reload_first(then)
-    r = post(proxy_url, "/v1/messages", body=base(history_to_offload(), tools=BASH, stream=True), key=key(),
-             headers=HEADERS)
+    r = post(
+        proxy_url, "/v1/messages", body=base(history_to_offload(), tools=BASH, stream=True), key=key(), headers=HEADERS
+    )
     assert r.status_code == 200
     got = parse_sse(r.content)
     kinds = [e["type"] for e in got]
@@ -292,11 +420,20 @@ def test_a_streamed_reload_round_that_misbehaves(proxy_url, upstream, second):
 # -- paths, upstreams and errors before the route ---------------------------------------------
 
 
-@pytest.mark.parametrize("path", ["/v1/messages/./count_tokens", "/v1/messages/%2e%2e/files",
-                                  "/v1/messages/batches/%252e%252e%252fx", "/v1/messages/batches/..%5Cfiles",
-                                  "/v1/messages/batches/x;/..", "/v1/messages/.%2e"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/messages/./count_tokens",
+        "/v1/messages/%2e%2e/files",
+        "/v1/messages/batches/%252e%252e%252fx",
+        "/v1/messages/batches/..%5Cfiles",
+        "/v1/messages/batches/x;/..",
+        "/v1/messages/.%2e",
+    ],
+)
 def test_relayed_message_paths_stay_under_v1(proxy_url, upstream, path):
     from tests.harness import rawhttp
+
     r = rawhttp.send(proxy_url, "GET", path, {**HEADERS, "x-api-key": key()})
     assert r.status == 400, (r.status, r.body[:300])
     assert r.json()["type"] == "error" and r.json()["error"]["type"] == "invalid_request_error"
@@ -305,18 +442,24 @@ def test_relayed_message_paths_stay_under_v1(proxy_url, upstream, path):
 
 def test_errors_before_the_route_are_anthropic_shaped(make_proxy, upstream):
     with make_proxy(max_body_bytes=2000, body_timeout=0.5) as url:
-        too_big = post(url, "/v1/messages", body=base([{"role": "user", "content": "x" * 5000}]), key=key(),
-                       headers=HEADERS)
+        too_big = post(
+            url, "/v1/messages", body=base([{"role": "user", "content": "x" * 5000}]), key=key(), headers=HEADERS
+        )
         assert assert_anthropic_error(too_big, 413)["type"] == "request_too_large"
 
         def slow():
             yield b'{"model": "x", '
             import time
+
             time.sleep(2)
             yield b'"messages": []}'
 
-        stalled = httpx2.post(f"{url}/v1/messages/count_tokens", content=slow(), timeout=20,
-                              headers={"x-api-key": key(), "content-type": "application/json"})
+        stalled = httpx2.post(
+            f"{url}/v1/messages/count_tokens",
+            content=slow(),
+            timeout=20,
+            headers={"x-api-key": key(), "content-type": "application/json"},
+        )
         assert assert_anthropic_error(stalled, 408)["type"] == "timeout_error"
         anonymous = httpx2.post(f"{url}/v1/messages?beta=true", json={}, timeout=20)
         assert assert_anthropic_error(anonymous, 401)["type"] == "authentication_error"
@@ -327,14 +470,27 @@ def test_shared_anthropic_key_refuses_batches(make_proxy, upstream, tmp_path):
     tenants = tmp_path / "tenants.toml"
     tenants.write_text('[tenants.a]\napi_keys = ["pk-tenant-a-0123456789"]\n')
     with make_proxy(anthropic_api_key="sk-ant-operator-key", tenants_file=str(tenants)) as url:
-        for method, path in [("GET", "/v1/messages/batches"), ("POST", "/v1/messages/batches"),
-                             ("GET", "/v1/messages/batches/msgbatch_1/results"), ("GET", "/v1/files"),
-                             ("DELETE", "/v1/messages/batches/msgbatch_1")]:
-            r = httpx2.request(method, f"{url}{path}", timeout=20,
-                               headers={"x-api-key": "pk-tenant-a-0123456789", "anthropic-version": "2023-06-01"})
+        for method, path in [
+            ("GET", "/v1/messages/batches"),
+            ("POST", "/v1/messages/batches"),
+            ("GET", "/v1/messages/batches/msgbatch_1/results"),
+            ("GET", "/v1/files"),
+            ("DELETE", "/v1/messages/batches/msgbatch_1"),
+        ]:
+            r = httpx2.request(
+                method,
+                f"{url}{path}",
+                timeout=20,
+                headers={"x-api-key": "pk-tenant-a-0123456789", "anthropic-version": "2023-06-01"},
+            )
             assert assert_anthropic_error(r, 403)["type"] == "permission_error", path
-        r = post(url, "/v1/messages", body=base([{"role": "user", "content": "hi"}]), key="pk-tenant-a-0123456789",
-                 headers={**HEADERS, "X-Offload-Upstream": "https://evil.example"})
+        r = post(
+            url,
+            "/v1/messages",
+            body=base([{"role": "user", "content": "hi"}]),
+            key="pk-tenant-a-0123456789",
+            headers={**HEADERS, "X-Offload-Upstream": "https://evil.example"},
+        )
         assert_anthropic_error(r, 400)
     assert not upstream.requests
 
@@ -343,11 +499,20 @@ def test_thousands_of_tool_results_in_one_message(proxy_url, upstream):
     n = 3000
     chunk = "\n".join(f"row {j}: " + "alpha beta gamma delta " * 4 for j in range(40))
     calls = [{"type": "tool_use", "id": f"toolu_{i}", "name": "Bash", "input": {"i": i}} for i in range(n)]
-    results = [{"type": "tool_result", "tool_use_id": f"toolu_{i}",
-                "content": f"{i}\n{chunk}" if i % 10 == 0 else f"short {i}"} for i in range(n)]
-    sent = [{"role": "user", "content": "go"}, {"role": "assistant", "content": calls},
-            {"role": "user", "content": [*results, {"type": "text", "text": "all done"}]},
-            {"role": "user", "content": "and?"}]
+    results = [
+        {
+            "type": "tool_result",
+            "tool_use_id": f"toolu_{i}",
+            "content": f"{i}\n{chunk}" if i % 10 == 0 else f"short {i}",
+        }
+        for i in range(n)
+    ]
+    sent = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": calls},
+        {"role": "user", "content": [*results, {"type": "text", "text": "all done"}]},
+        {"role": "user", "content": "and?"},
+    ]
     r = post(proxy_url, "/v1/messages", body=base(sent, tools=BASH), key=key(), headers=HEADERS)
     assert r.status_code == 200, r.text[:300]
     assert r.headers["x-offload-action"].startswith("compact"), dict(r.headers)
@@ -364,6 +529,7 @@ def test_thousands_of_tool_results_in_one_message(proxy_url, upstream):
 def _fresh_summaries(monkeypatch):
     from proxy.core import compression
     from proxy.offload import summaries, summary_memo
+
     monkeypatch.setattr(summary_memo, "_records", {})
     monkeypatch.setattr(summaries, "_seen", compression.SeenPrefixes())
 
@@ -382,6 +548,7 @@ GARBAGE = {
 
 def _json(value, status: int = 200):
     from starlette.responses import JSONResponse
+
     return JSONResponse(value, status_code=status)
 
 
@@ -397,8 +564,13 @@ def test_a_garbage_summary_never_fails_the_request(proxy_url, upstream, _fresh_s
 
     upstream.handler = handler
     sent = conversation(8)
-    r = post(proxy_url, "/v1/messages", body=base(sent, system=SYSTEM, stream=stream), key=key(),
-             headers={**HEADERS, **INLINE})
+    r = post(
+        proxy_url,
+        "/v1/messages",
+        body=base(sent, system=SYSTEM, stream=stream),
+        key=key(),
+        headers={**HEADERS, **INLINE},
+    )
     assert r.status_code == 200, r.text[:300]
     if stream:
         assert [e["type"] for e in parse_sse(r.content)][-1] == "message_stop"
@@ -444,11 +616,13 @@ def test_count_tokens_upstream_errors_are_relayed(proxy_url, upstream, status):
         if rec.path.endswith("/count_tokens"):
             return _json(error, status)
         from tests.harness.servers import default_handler
+
         return await default_handler(request, rec)
 
     upstream.handler = handler
-    r = post(proxy_url, "/v1/messages/count_tokens", body=base(history_to_offload(), tools=BASH), key=key(),
-             headers=HEADERS)
+    r = post(
+        proxy_url, "/v1/messages/count_tokens", body=base(history_to_offload(), tools=BASH), key=key(), headers=HEADERS
+    )
     assert r.status_code == status and r.json() == error
     assert r.headers["x-offload-action"].startswith("compact")
 
@@ -461,14 +635,20 @@ def test_an_unreachable_anthropic_upstream(make_proxy, upstream, path, stream):
         assert assert_anthropic_error(r, 502)["type"] == "api_error"
 
 
-@pytest.mark.parametrize("tool", [{"name": "context_reload", "input_schema": {"type": "object"}},
-                                  {"type": "function", "function": {"name": "context_search"}},
-                                  {"type": "custom", "name": "context_search", "input_schema": {"type": "object"}}])
+@pytest.mark.parametrize(
+    "tool",
+    [
+        {"name": "context_reload", "input_schema": {"type": "object"}},
+        {"type": "function", "function": {"name": "context_search"}},
+        {"type": "custom", "name": "context_search", "input_schema": {"type": "object"}},
+    ],
+)
 def test_a_client_tool_named_like_a_reload_tool(proxy_url, upstream, tool):
     """The client's own context_reload/context_search: nothing offloaded nor injected, its calls
     reach it; the request as sent, but for the prompt caching the proxy adds (`--cache-control auto`)."""
-    upstream.handler = scripted(lambda rec: answer(rec, message(tool_use(tool.get("name") or "context_search",
-                                                                         {"ref": "abcdef"}))))
+    upstream.handler = scripted(
+        lambda rec: answer(rec, message(tool_use(tool.get("name") or "context_search", {"ref": "abcdef"})))
+    )
     sent = base(history_to_offload(), tools=[*BASH, tool])
     r = post(proxy_url, "/v1/messages", body=sent, key=key(), headers=HEADERS)
     assert r.status_code == 200 and r.json()["stop_reason"] == "tool_use"
@@ -487,9 +667,12 @@ def test_the_client_keeps_its_cache_breakpoints_and_tool_choice(proxy_url, upstr
     sent[0] = {"role": "user", "content": [{"type": "text", "text": "Run it.", "cache_control": mark}] * 3}
     sent[2]["content"][0]["cache_control"] = mark
     sent[-1] = {"role": "user", "content": [{"type": "text", "text": "What?", "cache_control": mark}]}
-    body = base(sent, tools=[{**BASH[0], "cache_control": mark}], tool_choice={"type": "auto",
-                                                                             "disable_parallel_tool_use": True},
-                system=[{"type": "text", "text": "sys", "cache_control": mark}])
+    body = base(
+        sent,
+        tools=[{**BASH[0], "cache_control": mark}],
+        tool_choice={"type": "auto", "disable_parallel_tool_use": True},
+        system=[{"type": "text", "text": "sys", "cache_control": mark}],
+    )
     r = post(proxy_url, "/v1/messages", body=body, key=key(), headers=HEADERS)
     assert r.status_code == 200
     [rec] = upstream.messages_requests()
@@ -506,8 +689,13 @@ def test_a_lone_surrogate_survives_offload_and_reload(proxy_url, upstream, strea
     upstream.handler = reload_first(lambda rec: answer(rec, message(text("ok"))))
     sent = history_to_offload()
     sent[2]["content"][0]["content"] = [{"type": "text", "text": BIG + " cut \ud83d"}, {"type": "text", "text": "x"}]
-    r = post(proxy_url, "/v1/messages", body=base(sent, tools=BASH, stream=stream), key=key(),
-             headers={**HEADERS, "X-Offload-Max-Reload-Tokens": "50000"})
+    r = post(
+        proxy_url,
+        "/v1/messages",
+        body=base(sent, tools=BASH, stream=stream),
+        key=key(),
+        headers={**HEADERS, "X-Offload-Max-Reload-Tokens": "50000"},
+    )
     assert r.status_code == 200, r.text[:300]
     first, second = upstream.messages_requests()
     for rec in (first, second):
@@ -521,8 +709,12 @@ def test_a_lone_surrogate_survives_offload_and_reload(proxy_url, upstream, strea
 
 def offloaded_ref(proxy_url, upstream, headers: dict) -> str:
     upstream.handler = scripted(lambda rec: answer(rec, message(text(the_ref(rec)))))
-    r = httpx2.post(f"{proxy_url}/v1/messages", json=base(history_to_offload(), tools=BASH), timeout=20,
-                    headers={**HEADERS, **headers})
+    r = httpx2.post(
+        f"{proxy_url}/v1/messages",
+        json=base(history_to_offload(), tools=BASH),
+        timeout=20,
+        headers={**HEADERS, **headers},
+    )
     assert r.status_code == 200, r.text[:300]
     return r.json()["content"][0]["text"]
 
@@ -538,8 +730,13 @@ def test_namespaces_of_credential_headers(proxy_url, upstream):
     ref = offloaded_ref(proxy_url, upstream, {"x-api-key": a, "authorization": f"Bearer {b}"})
     assert readable(proxy_url, ref, [("x-api-key", a), ("authorization", f"Bearer {b}")])
     assert readable(proxy_url, ref, [("x-api-key", b), ("authorization", f"bearer  {a}")])  # the same two
-    for alone in ([("x-api-key", a)], [("authorization", f"Bearer {b}")], [("x-api-key", a), ("x-api-key", a)],
-                  [("x-api-key", a), ("authorization", "Bearer")], [("x-api-key", a), ("api-key", b + "x")]):
+    for alone in (
+        [("x-api-key", a)],
+        [("authorization", f"Bearer {b}")],
+        [("x-api-key", a), ("x-api-key", a)],
+        [("x-api-key", a), ("authorization", "Bearer")],
+        [("x-api-key", a), ("api-key", b + "x")],
+    ):
         assert not readable(proxy_url, ref, alone), alone
     mine = offloaded_ref(proxy_url, upstream, {"x-api-key": a})
     assert readable(proxy_url, mine, [("x-api-key", a), ("x-api-key", a), ("x-api-key", "")])  # empty: nothing

@@ -16,20 +16,40 @@ import httpx2
 import pytest
 
 from proxy.core.markers import refs_in
-from tests.harness.anthropic import (answer, events, message, parse_sse, redacted_thinking, text, thinking, tool_use,
-                                     usage)
+from tests.harness.anthropic import (
+    answer,
+    events,
+    message,
+    parse_sse,
+    redacted_thinking,
+    text,
+    thinking,
+    tool_use,
+    usage,
+)
 from tests.harness.servers import scripted
 
-HEADERS = {"X-Offload-Max-Total-Tokens": "1000", "X-Offload-Max-Tool-Message-Tokens": "500",
-           "X-Offload-Max-Reload-Tokens": "50000"}
+HEADERS = {
+    "X-Offload-Max-Total-Tokens": "1000",
+    "X-Offload-Max-Tool-Message-Tokens": "500",
+    "X-Offload-Max-Reload-Tokens": "50000",
+}
 NEEDLE = "2024-05-01T12:06:17Z NOTICE deploy-7 rollout paused at 512 MiB by the quota"
-LOG = "\n".join(NEEDLE if i == 377 else
-                f"2024-05-01T12:{i // 60:02d}:{i % 60:02d}Z INFO worker-{i % 7} GET /api/items/{i} 200 {i % 97} ms"
-                for i in range(480))
+LOG = "\n".join(
+    NEEDLE
+    if i == 377
+    else f"2024-05-01T12:{i // 60:02d}:{i % 60:02d}Z INFO worker-{i % 7} GET /api/items/{i} 200 {i % 97} ms"
+    for i in range(480)
+)
 TOOL_ID = "toolu_read_logs_1"
-TOOLS = [{"name": "read_logs", "description": "Read a log file.",
-          "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}},
-         {"type": "web_search_20250305", "name": "web_search", "max_uses": 2}]
+TOOLS = [
+    {
+        "name": "read_logs",
+        "description": "Read a log file.",
+        "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+    },
+    {"type": "web_search_20250305", "name": "web_search", "max_uses": 2},
+]
 ANSWER = "The deploy paused at 512 MiB: the quota."
 MODEL = "claude-sonnet-4-5"
 
@@ -39,22 +59,30 @@ def history(*, cache: bool = False) -> list[dict]:
     result = {"type": "tool_result", "tool_use_id": TOOL_ID, "content": LOG}
     if cache:
         result["cache_control"] = {"type": "ephemeral"}
-    return [{"role": "user", "content": "Why did the deploy stop? Read the logs."},
-            {"role": "assistant", "content": [thinking("I should read the logs."), text("Reading the logs."),
-                                              tool_use("read_logs", {"path": "/var/log/deploy.log"}, id=TOOL_ID)]},
-            {"role": "user", "content": [result, text("That is the whole log.")]},
-            {"role": "assistant", "content": [text("I have read it.")]},
-            {"role": "user", "content": "Summarise in one sentence."}]
+    return [
+        {"role": "user", "content": "Why did the deploy stop? Read the logs."},
+        {
+            "role": "assistant",
+            "content": [
+                thinking("I should read the logs."),
+                text("Reading the logs."),
+                tool_use("read_logs", {"path": "/var/log/deploy.log"}, id=TOOL_ID),
+            ],
+        },
+        {"role": "user", "content": [result, text("That is the whole log.")]},
+        {"role": "assistant", "content": [text("I have read it.")]},
+        {"role": "user", "content": "Summarise in one sentence."},
+    ]
 
 
 def client(proxy_url: str, key: str = "sk-ant-test-key", headers: dict | None = None) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=proxy_url, api_key=key, max_retries=0, timeout=20,
-                               default_headers={**HEADERS, **(headers or {})})
+    return anthropic.Anthropic(
+        base_url=proxy_url, api_key=key, max_retries=0, timeout=20, default_headers={**HEADERS, **(headers or {})}
+    )
 
 
 def aclient(proxy_url: str, key: str = "sk-ant-test-key") -> anthropic.AsyncAnthropic:
-    return anthropic.AsyncAnthropic(base_url=proxy_url, api_key=key, max_retries=0, timeout=20,
-                                    default_headers=HEADERS)
+    return anthropic.AsyncAnthropic(base_url=proxy_url, api_key=key, max_retries=0, timeout=20, default_headers=HEADERS)
 
 
 def sent_messages(rec) -> list[dict]:
@@ -62,8 +90,13 @@ def sent_messages(rec) -> list[dict]:
 
 
 def the_result(messages: list[dict]) -> dict:
-    [block] = [b for m in messages if isinstance(m["content"], list) for b in m["content"]
-               if b.get("type") == "tool_result" and b["tool_use_id"] == TOOL_ID]
+    [block] = [
+        b
+        for m in messages
+        if isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "tool_result" and b["tool_use_id"] == TOOL_ID
+    ]
     return block
 
 
@@ -71,9 +104,9 @@ def assert_offloaded(rec, *, cache: bool = False) -> str:
     """The upstream got the history with the big result replaced by a marker; its ref."""
     sent, got = history(cache=cache), sent_messages(rec)
     assert len(LOG) > 30_000 and NEEDLE not in json.dumps(rec.json())
-    assert [m["role"] for m in got[:len(sent)]] == [m["role"] for m in sent]
+    assert [m["role"] for m in got[: len(sent)]] == [m["role"] for m in sent]
     assert got[0] == sent[0] and got[1] == sent[1]  # the thinking block with its signature, untouched
-    assert got[3:len(sent)] == sent[3:]
+    assert got[3 : len(sent)] == sent[3:]
     block = the_result(got)
     marker = block["content"] if isinstance(block["content"], str) else block["content"][0]["text"]
     assert marker.startswith("[offloaded tool result: ") and len(marker) < 2_000, marker[:200]
@@ -87,9 +120,14 @@ def assert_offloaded(rec, *, cache: bool = False) -> str:
     return ref
 
 
-def reload_then_answer(*, first_usage=usage(900, 20, cache_read=700), second_usage=usage(1400, 30, cache_read=900),
-                       with_thinking: bool = True):
+def reload_then_answer(
+    *,
+    first_usage=usage(900, 20, cache_read=700),
+    second_usage=usage(1400, 30, cache_read=900),
+    with_thinking: bool = True,
+):
     """Round 1: the model reloads the ref the marker names (after thinking); round 2: the answer."""
+
     def first(rec):
         ref = assert_offloaded(rec)
         blocks = [thinking("The marker names a ref; reload it."), redacted_thinking()] if with_thinking else []
@@ -126,7 +164,8 @@ def assert_reload_round(upstream, *, with_thinking: bool = True) -> None:
 def test_create_reloads_in_a_hidden_round_and_sums_usage(proxy_url, upstream):
     upstream.handler = reload_then_answer()
     raw = client(proxy_url).messages.with_raw_response.create(
-        model=MODEL, max_tokens=1024, messages=history(), tools=TOOLS)
+        model=MODEL, max_tokens=1024, messages=history(), tools=TOOLS
+    )
     assert raw.headers["x-offload-action"] == "compact"
     assert int(raw.headers["x-offload-tokens-after"]) < int(raw.headers["x-offload-tokens-before"])
     got = raw.parse()
@@ -168,8 +207,12 @@ def test_raw_stream_events(proxy_url, upstream):
     """One message_start, indices contiguous after hiding, ping relayed, one message_delta, one message_stop."""
     upstream.handler = reload_then_answer()
     body = {"model": MODEL, "max_tokens": 1024, "messages": history(), "tools": TOOLS, "stream": True}
-    r = httpx2.post(f"{proxy_url}/v1/messages", json=body, timeout=20,
-                    headers={**HEADERS, "x-api-key": "sk-ant-test-key", "anthropic-version": "2023-06-01"})
+    r = httpx2.post(
+        f"{proxy_url}/v1/messages",
+        json=body,
+        timeout=20,
+        headers={**HEADERS, "x-api-key": "sk-ant-test-key", "anthropic-version": "2023-06-01"},
+    )
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
     assert r.headers["x-offload-action"] == "compact"
     got = parse_sse(r.content)
@@ -188,8 +231,13 @@ def test_raw_stream_events(proxy_url, upstream):
 def test_a_round_mixing_injected_and_client_tools_returns_the_clients(proxy_url, upstream):
     def mixed(rec):
         ref = assert_offloaded(rec)
-        return answer_like(rec, message(tool_use("context_reload", {"ref": ref}, id="toolu_r"),
-                                        tool_use("read_logs", {"path": "/var/log/app.log"}, id="toolu_client")))
+        return answer_like(
+            rec,
+            message(
+                tool_use("context_reload", {"ref": ref}, id="toolu_r"),
+                tool_use("read_logs", {"path": "/var/log/app.log"}, id="toolu_client"),
+            ),
+        )
 
     upstream.handler = scripted(mixed)
     got = client(proxy_url).messages.create(model=MODEL, max_tokens=1024, messages=history(), tools=TOOLS)
@@ -198,10 +246,13 @@ def test_a_round_mixing_injected_and_client_tools_returns_the_clients(proxy_url,
 
 
 def test_cache_control_stays_on_the_marker(proxy_url, upstream):
-    upstream.handler = scripted(lambda rec: (assert_offloaded(rec, cache=True), answer_like(rec, message(text("ok"))))[1])
+    upstream.handler = scripted(
+        lambda rec: (assert_offloaded(rec, cache=True), answer_like(rec, message(text("ok"))))[1]
+    )
     system = [{"type": "text", "text": "You are a log reader.", "cache_control": {"type": "ephemeral"}}]
-    got = client(proxy_url).messages.create(model=MODEL, max_tokens=1024, system=system,
-                                            messages=history(cache=True), tools=TOOLS)
+    got = client(proxy_url).messages.create(
+        model=MODEL, max_tokens=1024, system=system, messages=history(cache=True), tools=TOOLS
+    )
     assert got.content[0].text == "ok"
     sent = upstream.messages_requests()[0].json()
     assert sent["system"] == system
@@ -210,15 +261,19 @@ def test_cache_control_stays_on_the_marker(proxy_url, upstream):
 
 
 def test_beta_query_and_headers_are_relayed(proxy_url, upstream):
-    got = client(proxy_url).beta.messages.create(model=MODEL, max_tokens=64, betas=["context-1m-2025-08-07"],
-                                                 messages=[{"role": "user", "content": "hi"}])
+    got = client(proxy_url).beta.messages.create(
+        model=MODEL, max_tokens=64, betas=["context-1m-2025-08-07"], messages=[{"role": "user", "content": "hi"}]
+    )
     assert got.content[0].text == "Hello there"
     [rec] = upstream.messages_requests()
     assert rec.headers["anthropic-beta"] == "context-1m-2025-08-07"
     # what Claude Code sends: /v1/messages?beta=true, managed all the same, the query kept
-    r = httpx2.post(f"{proxy_url}/v1/messages?beta=true", json={"model": MODEL, "max_tokens": 1024,
-                                                                 "messages": history(), "tools": TOOLS},
-                    headers={**HEADERS, "x-api-key": "sk-ant-test-key", "anthropic-version": "2023-06-01"}, timeout=20)
+    r = httpx2.post(
+        f"{proxy_url}/v1/messages?beta=true",
+        json={"model": MODEL, "max_tokens": 1024, "messages": history(), "tools": TOOLS},
+        headers={**HEADERS, "x-api-key": "sk-ant-test-key", "anthropic-version": "2023-06-01"},
+        timeout=20,
+    )
     assert r.status_code == 200 and r.headers["x-offload-action"] == "compact"
     assert upstream.messages_requests()[-1].query == "beta=true"
 
@@ -226,19 +281,30 @@ def test_beta_query_and_headers_are_relayed(proxy_url, upstream):
 def test_errors_are_anthropic_shaped(proxy_url, upstream):
     with pytest.raises(anthropic.BadRequestError) as bad:
         client(proxy_url, headers={"X-Offload-Mode": "sideways"}).messages.create(
-            model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+            model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+        )
     assert bad.value.body["type"] == "error" and bad.value.body["error"]["type"] == "invalid_request_error"
     assert "X-Offload-Mode" in bad.value.body["error"]["message"]
-    r = httpx2.post(f"{proxy_url}/v1/messages", content=b"{not json", timeout=20,
-                    headers={"x-api-key": "sk-ant-test-key", "anthropic-version": "2023-06-01"})
+    r = httpx2.post(
+        f"{proxy_url}/v1/messages",
+        content=b"{not json",
+        timeout=20,
+        headers={"x-api-key": "sk-ant-test-key", "anthropic-version": "2023-06-01"},
+    )
     assert r.status_code == 400 and r.json()["type"] == "error"
     assert r.json()["error"]["type"] == "invalid_request_error"
-    r = httpx2.post(f"{proxy_url}/v1/messages", json={"model": MODEL, "messages": "nope"}, timeout=20,
-                    headers={"x-api-key": "sk-ant-test-key"})
+    r = httpx2.post(
+        f"{proxy_url}/v1/messages",
+        json={"model": MODEL, "messages": "nope"},
+        timeout=20,
+        headers={"x-api-key": "sk-ant-test-key"},
+    )
     assert r.status_code == 400 and r.json()["type"] == "error"
     r = httpx2.post(f"{proxy_url}/v1/messages", json={}, headers={"anthropic-version": "2023-06-01"}, timeout=20)
-    assert r.status_code == 401 and r.json() == {"type": "error", "error": {
-        "type": "authentication_error", "message": r.json()["error"]["message"]}}
+    assert r.status_code == 401 and r.json() == {
+        "type": "error",
+        "error": {"type": "authentication_error", "message": r.json()["error"]["message"]},
+    }
     assert not upstream.requests
 
 
@@ -261,8 +327,9 @@ def test_an_upstream_error_event_ends_the_stream(proxy_url, upstream):
         from starlette.responses import StreamingResponse
 
         chunks = events(message(text("partial answer")))[:3]
-        chunks.append(b'event: error\ndata: {"type": "error", "error": {"type": "overloaded_error", '
-                      b'"message": "Overloaded"}}\n\n')
+        chunks.append(
+            b'event: error\ndata: {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}\n\n'
+        )
         return StreamingResponse(iter(chunks), media_type="text/event-stream")
 
     upstream.handler = scripted(broken)
@@ -285,14 +352,19 @@ def test_count_tokens_counts_what_will_be_sent(proxy_url, upstream):
 
 def test_content_stays_in_its_namespace(proxy_url, upstream):
     upstream.handler = scripted(lambda rec: answer_like(rec, message(text(assert_offloaded(rec)))))
-    ref = client(proxy_url, key="sk-ant-owner-key").messages.create(
-        model=MODEL, max_tokens=64, messages=history(), tools=TOOLS).content[0].text
+    ref = (
+        client(proxy_url, key="sk-ant-owner-key")
+        .messages.create(model=MODEL, max_tokens=64, messages=history(), tools=TOOLS)
+        .content[0]
+        .text
+    )
     mine = httpx2.get(f"{proxy_url}/v1/offload/{ref}", headers={"x-api-key": "sk-ant-owner-key"}, timeout=20)
     assert mine.status_code == 200 and NEEDLE in mine.text
     theirs = httpx2.get(f"{proxy_url}/v1/offload/{ref}", headers={"x-api-key": "sk-ant-other-key"}, timeout=20)
     assert theirs.status_code == 404 and NEEDLE not in theirs.text
-    bearer = httpx2.get(f"{proxy_url}/v1/offload/{ref}", headers={"authorization": "Bearer sk-ant-owner-key"},
-                        timeout=20)
+    bearer = httpx2.get(
+        f"{proxy_url}/v1/offload/{ref}", headers={"authorization": "Bearer sk-ant-owner-key"}, timeout=20
+    )
     assert bearer.status_code == 200  # the same credential as an OAuth-style bearer token: the same namespace
 
 
@@ -302,11 +374,17 @@ def test_proxy_keys_and_the_anthropic_upstream(make_proxy, upstream, tmp_path):
     on the OpenAI API the same key gets OpenAI's upstream and key."""
     tenants = tmp_path / "tenants.toml"
     tenants.write_text('[tenants.team-a]\napi_keys = ["pk-team-a-secret-0001"]\n')
-    with make_proxy(anthropic_upstream=f"{upstream.url}/anth", anthropic_api_key="sk-ant-server",
-                    upstream_api_key="sk-openai-server", tenants_file=tenants) as url:
+    with make_proxy(
+        anthropic_upstream=f"{upstream.url}/anth",
+        anthropic_api_key="sk-ant-server",
+        upstream_api_key="sk-openai-server",
+        tenants_file=tenants,
+    ) as url:
         c = anthropic.Anthropic(base_url=url, api_key="pk-team-a-secret-0001", max_retries=0, timeout=20)
-        assert c.messages.create(model=MODEL, max_tokens=64,
-                                 messages=[{"role": "user", "content": "hi"}]).content[0].text == "Hello there"
+        assert (
+            c.messages.create(model=MODEL, max_tokens=64, messages=[{"role": "user", "content": "hi"}]).content[0].text
+            == "Hello there"
+        )
         c.models.list()  # relayed: it carries anthropic-version
         c.messages.count_tokens(model=MODEL, messages=[{"role": "user", "content": "hi"}])
         paths = [r.path for r in upstream.requests]
@@ -315,8 +393,12 @@ def test_proxy_keys_and_the_anthropic_upstream(make_proxy, upstream, tmp_path):
             assert rec.headers["x-api-key"] == "sk-ant-server" and "authorization" not in rec.headers
             assert "pk-team-a" not in json.dumps(rec.headers)
         upstream.requests.clear()
-        r = httpx2.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": [
-            {"role": "user", "content": "hi"}]}, headers={"authorization": "Bearer pk-team-a-secret-0001"}, timeout=20)
+        r = httpx2.post(
+            f"{url}/v1/chat/completions",
+            json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]},
+            headers={"authorization": "Bearer pk-team-a-secret-0001"},
+            timeout=20,
+        )
         assert r.status_code == 200
         [rec] = upstream.requests
         assert rec.path == "/v1/chat/completions" and rec.headers["authorization"] == "Bearer sk-openai-server"
@@ -337,8 +419,9 @@ def test_metrics_name_the_anthropic_routes(proxy_url, upstream):
 
 def test_count_tokens_is_not_counted_as_traffic(proxy_url, upstream):
     def tokens_total(text: str) -> float:
-        return sum(float(line.split()[-1]) for line in text.splitlines()
-                   if line.startswith("offload_tokens_before_total"))
+        return sum(
+            float(line.split()[-1]) for line in text.splitlines() if line.startswith("offload_tokens_before_total")
+        )
 
     before = tokens_total(httpx2.get(f"{proxy_url}/metrics", timeout=20).text)
     client(proxy_url).messages.count_tokens(model=MODEL, messages=history(), tools=TOOLS)

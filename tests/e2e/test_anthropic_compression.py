@@ -23,11 +23,20 @@ from tests.harness.servers import default_handler, is_summary_call, snapshot_ans
 
 MODEL = "claude-sonnet-4-5"
 SYSTEM = [{"type": "text", "text": "You are a coding agent.", "cache_control": {"type": "ephemeral"}}]
-TOOLS = [{"name": "bash", "description": "Run a command.",
-          "input_schema": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}}]
+TOOLS = [
+    {
+        "name": "bash",
+        "description": "Run a command.",
+        "input_schema": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
+    }
+]
 # compress only (no compaction): what is summarised is the history itself
-INLINE = {"X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "1500", "X-Offload-Hard-Max-Tokens": "1",
-          "X-Offload-Precompress-Ratio": "0"}
+INLINE = {
+    "X-Offload-Mode": "compress",
+    "X-Offload-Max-Total-Tokens": "1500",
+    "X-Offload-Hard-Max-Tokens": "1",
+    "X-Offload-Precompress-Ratio": "0",
+}
 SNAPSHOT = "<state_snapshot><task_overview>the plan so far</task_overview></state_snapshot>"
 
 
@@ -47,8 +56,16 @@ def conversation(steps: int) -> list[dict]:
     """user; `steps` × (assistant thinking + tool_use, user tool_result (+ a text block on every other)); user."""
     messages: list[dict] = [{"role": "user", "content": "Fix the failing build."}]
     for i in range(steps):
-        messages.append({"role": "assistant", "content": [thinking(f"Step {i}."), text(f"Running step {i}."),
-                                                          tool_use("bash", {"cmd": f"make step{i}"}, id=f"toolu_{i}")]})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": [
+                    thinking(f"Step {i}."),
+                    text(f"Running step {i}."),
+                    tool_use("bash", {"cmd": f"make step{i}"}, id=f"toolu_{i}"),
+                ],
+            }
+        )
         result = {"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": output(i)}
         messages.append({"role": "user", "content": [result, text("continue")] if i % 2 else [result]})
     messages.append({"role": "user", "content": "Where are we?"})
@@ -60,7 +77,9 @@ def handler(calls: list, *, fail: bool = False):
         if is_summary_call(rec):
             calls.append(rec)
             if fail:
-                return JSONResponse({"type": "error", "error": {"type": "api_error", "message": "down"}}, status_code=500)
+                return JSONResponse(
+                    {"type": "error", "error": {"type": "api_error", "message": "down"}}, status_code=500
+                )
             return snapshot_answer(rec, SNAPSHOT, usage=(300, 40))
         if not is_messages_create(rec):  # e.g. the proxy asking GET /v1/models whether the key is good
             return await default_handler(request, rec)
@@ -80,7 +99,9 @@ def tool_pairs_whole(messages: list[dict]) -> None:
         for b in blocks:
             if b.get("type") == "tool_result":
                 before = messages[k - 1]["content"] if k else []
-                assert any(c.get("type") == "tool_use" and c["id"] == b["tool_use_id"] for c in before), b["tool_use_id"]
+                assert any(c.get("type") == "tool_use" and c["id"] == b["tool_use_id"] for c in before), b[
+                    "tool_use_id"
+                ]
 
 
 def test_inline_summary_asked_of_the_anthropic_upstream_and_merged(proxy_url, upstream, key):
@@ -88,7 +109,8 @@ def test_inline_summary_asked_of_the_anthropic_upstream_and_merged(proxy_url, up
     upstream.handler = handler(calls)
     history = conversation(8)
     raw = client(proxy_url, key, INLINE).messages.with_raw_response.create(
-        model=MODEL, max_tokens=2048, system=SYSTEM, tools=TOOLS, messages=history)
+        model=MODEL, max_tokens=2048, system=SYSTEM, tools=TOOLS, messages=history
+    )
     assert raw.headers["x-offload-action"] == "compress"
     got = raw.parse()
     assert got.content[0].text == "Nearly there."
@@ -103,7 +125,7 @@ def test_inline_summary_asked_of_the_anthropic_upstream_and_merged(proxy_url, up
     assert body.get("stream") is None and body["max_tokens"] > 0
     assert body["messages"][-1] == {"role": "user", "content": [{"type": "text", "text": SUMMARY_INSTRUCTION}]}
     prefix = body["messages"][:-1]
-    assert prefix == history[:len(prefix)]  # the conversation as sent, byte for byte
+    assert prefix == history[: len(prefix)]  # the conversation as sent, byte for byte
 
     [forwarded] = upstream.messages_requests()
     sent = forwarded.json()["messages"]
@@ -115,8 +137,9 @@ def test_inline_summary_asked_of_the_anthropic_upstream_and_merged(proxy_url, up
     assert first["content"][1]["type"] == "text" and SNAPSHOT in first["content"][1]["text"]
     assert "ref=" in first["content"][1]["text"]
     assert not any(k.startswith("x-offload") for m in sent for k in m)
-    assert not any(k.startswith("x-offload") for m in sent if isinstance(m["content"], list)
-                   for b in m["content"] for k in b)
+    assert not any(
+        k.startswith("x-offload") for m in sent if isinstance(m["content"], list) for b in m["content"] for k in b
+    )
     tool_pairs_whole(sent)
     # the kept part starts with the model's turn: the task and the summary are the user message before it
     assert len(first["content"]) == 2 and sent[1]["role"] == "assistant"
@@ -133,8 +156,9 @@ def test_background_summary_then_reused_byte_identically(proxy_url, upstream, ke
     background = {**INLINE, "X-Offload-Hard-Max-Tokens": "100000"}
     history = conversation(8)
     c = client(proxy_url, key, background)
-    first = c.messages.with_raw_response.create(model=MODEL, max_tokens=2048, system=SYSTEM, tools=TOOLS,
-                                                 messages=history)
+    first = c.messages.with_raw_response.create(
+        model=MODEL, max_tokens=2048, system=SYSTEM, tools=TOOLS, messages=history
+    )
     assert first.headers["x-offload-action"] == "compress-pending"
     assert upstream.messages_requests()[0].json()["messages"] == history  # went out at once, whole
     deadline = time.monotonic() + 20
@@ -142,8 +166,9 @@ def test_background_summary_then_reused_byte_identically(proxy_url, upstream, ke
         time.sleep(0.02)
     assert len(calls) == 1
     for _ in range(100):  # the summary lands in the store a moment after its call is answered
-        second = c.messages.with_raw_response.create(model=MODEL, max_tokens=2048, system=SYSTEM, tools=TOOLS,
-                                                      messages=history)
+        second = c.messages.with_raw_response.create(
+            model=MODEL, max_tokens=2048, system=SYSTEM, tools=TOOLS, messages=history
+        )
         if second.headers["x-offload-action"] == "compress":
             break
         time.sleep(0.05)
@@ -168,7 +193,8 @@ def test_a_failing_summariser_never_fails_the_request(proxy_url, upstream, key):
     calls: list = []
     upstream.handler = handler(calls, fail=True)
     raw = client(proxy_url, key, INLINE).messages.with_raw_response.create(
-        model=MODEL, max_tokens=2048, system=SYSTEM, tools=TOOLS, messages=conversation(8))
+        model=MODEL, max_tokens=2048, system=SYSTEM, tools=TOOLS, messages=conversation(8)
+    )
     assert raw.status_code == 200 and raw.parse().content[0].text == "Nearly there."
     assert calls and "summar" in raw.headers["x-offload-warning"].lower()
     assert upstream.messages_requests()[-1].json()["messages"] == conversation(8)  # fail-open: as sent

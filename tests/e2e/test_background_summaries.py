@@ -26,8 +26,13 @@ from tests.harness.servers import ProxyProcess, completion
 SESSION = "bg-1"
 # A hard limit far above these histories (however tokens are counted: tiktoken, or the estimate
 # without its files): no turn waits unless a test sets a lower one.
-BACKGROUND = {"X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "1500", "X-Offload-Session": SESSION,
-              "X-Offload-Precompress-Ratio": "0", "X-Offload-Hard-Max-Tokens": "100000"}
+BACKGROUND = {
+    "X-Offload-Mode": "compress",
+    "X-Offload-Max-Total-Tokens": "1500",
+    "X-Offload-Session": SESSION,
+    "X-Offload-Precompress-Ratio": "0",
+    "X-Offload-Hard-Max-Tokens": "100000",
+}
 SNAPSHOT = "<state_snapshot><task_overview>the plan so far</task_overview></state_snapshot>"
 
 
@@ -57,8 +62,9 @@ def gated_summaries(gate: threading.Event | None = None, *, fail: bool = False):
 
 
 def session_events(proxy_url: str, key: str) -> list[dict]:
-    return httpx2.get(f"{proxy_url}/v1/offload/events", params={"session": SESSION},
-                      headers={"authorization": f"Bearer {key}"}).json()["data"]
+    return httpx2.get(
+        f"{proxy_url}/v1/offload/events", params={"session": SESSION}, headers={"authorization": f"Bearer {key}"}
+    ).json()["data"]
 
 
 def wait_for_event(proxy_url: str, kind: str, key: str, timeout: float = 20) -> dict:
@@ -107,8 +113,7 @@ def test_the_crossing_turn_goes_out_before_its_summary_and_the_next_one_uses_it(
     assert metric(proxy_url, "offload_summaries_in_flight") == 0
 
     history2 = history + [{"role": "assistant", "content": "Final answer"}, {"role": "user", "content": "More?"}]
-    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=history2,
-                                                           extra_headers=BACKGROUND)
+    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=history2, extra_headers=BACKGROUND)
     assert raw.headers["x-offload-action"] == "compress"
     assert raw.headers["x-offload-summary-tokens"] == "340"  # paid by the first response that uses it
     usage = raw.parse().usage
@@ -118,8 +123,7 @@ def test_the_crossing_turn_goes_out_before_its_summary_and_the_next_one_uses_it(
     assert sent[3:-4] == [m for m in history2[2:-4] if m["role"] == "user"]  # later questions kept verbatim
     assert len(calls) == 1
 
-    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=history2,
-                                                           extra_headers=BACKGROUND)
+    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=history2, extra_headers=BACKGROUND)
     assert raw.headers["x-offload-action"] == "compress" and "x-offload-summary-tokens" not in raw.headers
     assert raw.parse().usage.prompt_tokens == 10  # paid once
     assert forwarded(upstream)[-1] == sent  # byte-stable
@@ -142,8 +146,9 @@ def test_a_background_summary_forwards_the_bytes_an_inline_one_would(make_proxy,
             if name == "background":
                 assert raw.headers["x-offload-action"] == "compress-pending"
                 wait_for_event(url, "summary_ready", "sk-same")
-                raw = c.chat.completions.with_raw_response.create(model="gpt-4o", messages=history,
-                                                                  extra_headers=headers)
+                raw = c.chat.completions.with_raw_response.create(
+                    model="gpt-4o", messages=history, extra_headers=headers
+                )
             assert raw.headers["x-offload-action"] == "compress"
             sent[name] = forwarded(upstream)[-1]
     assert sent["inline"] == sent["background"] and SNAPSHOT in sent["inline"][2]["content"]
@@ -161,8 +166,9 @@ def test_above_the_hard_limit_the_turn_waits_for_its_summary(client, upstream):
     # just under it: the turn goes out without waiting
     headers["X-Offload-Hard-Max-Tokens"] = str(tokens)
     headers["X-Offload-Session"] = "bg-other"
-    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=chat_history(13),
-                                                           extra_headers=headers)
+    raw = client.chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=chat_history(13), extra_headers=headers
+    )
     assert raw.headers["x-offload-action"] == "compress"  # the summary of turn 12's prefix, reused
 
 
@@ -185,8 +191,8 @@ def test_a_summary_made_ahead_of_time_is_ready_when_the_trigger_is_crossed(clien
     raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=after, extra_headers=headers)
     assert raw.headers["x-offload-action"] == "compress"  # ready: nobody waits, nothing is pending
     sent = forwarded(upstream)[-1]
-    kept = [m for m in after[2:len(before) - 2] if m["role"] == "user"]  # later questions, verbatim
-    assert SNAPSHOT in sent[2]["content"] and sent[3:] == kept + after[len(before) - 2:]
+    kept = [m for m in after[2 : len(before) - 2] if m["role"] == "user"]  # later questions, verbatim
+    assert SNAPSHOT in sent[2]["content"] and sent[3:] == kept + after[len(before) - 2 :]
     assert len(calls) == 1
 
 
@@ -196,12 +202,16 @@ def test_concurrent_turns_on_two_replicas_make_one_summary(make_proxy, upstream,
     history = chat_history(14)
     headers = {**BACKGROUND, "X-Offload-Session": "bg-replicas"}
     with make_proxy(redis_url=redis_url) as one, make_proxy(redis_url=redis_url) as two:
-        clients = [openai.OpenAI(base_url=f"{url}/v1", api_key="sk-replicas", max_retries=0, timeout=20)
-                   for url in (one, two)]
+        clients = [
+            openai.OpenAI(base_url=f"{url}/v1", api_key="sk-replicas", max_retries=0, timeout=20) for url in (one, two)
+        ]
 
         def turn(i: int) -> str:
-            return clients[i % 2].chat.completions.with_raw_response.create(
-                model="gpt-4o", messages=history, extra_headers=headers).headers["x-offload-action"]
+            return (
+                clients[i % 2]
+                .chat.completions.with_raw_response.create(model="gpt-4o", messages=history, extra_headers=headers)
+                .headers["x-offload-action"]
+            )
 
         with ThreadPoolExecutor(6) as pool:
             actions = list(pool.map(turn, range(6)))
@@ -238,8 +248,9 @@ def test_shutdown_with_a_summary_in_flight_cancels_it_within_the_grace(upstream,
     try:
         proxy.start()
         c = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-shutdown", max_retries=0, timeout=20)
-        raw = c.chat.completions.with_raw_response.create(model="gpt-4o", messages=chat_history(12),
-                                                          extra_headers=BACKGROUND)
+        raw = c.chat.completions.with_raw_response.create(
+            model="gpt-4o", messages=chat_history(12), extra_headers=BACKGROUND
+        )
         assert raw.headers["x-offload-action"] == "compress-pending"
         wait_until(lambda: len(calls) == 1)
         err = proxy.stop()  # (its wait gives up at 15 s; the summariser would hold it until the test ends)
@@ -248,8 +259,9 @@ def test_shutdown_with_a_summary_in_flight_cancels_it_within_the_grace(upstream,
         # its lock went with it: the same turn on a restarted proxy starts the summary again
         with ProxyProcess(*args, data_dir=tmp_path) as again:
             c = openai.OpenAI(base_url=f"{again.url}/v1", api_key="sk-shutdown", max_retries=0, timeout=20)
-            raw = c.chat.completions.with_raw_response.create(model="gpt-4o", messages=chat_history(12),
-                                                              extra_headers=BACKGROUND)
+            raw = c.chat.completions.with_raw_response.create(
+                model="gpt-4o", messages=chat_history(12), extra_headers=BACKGROUND
+            )
             assert raw.headers["x-offload-action"] == "compress-pending"
             wait_until(lambda: len(calls) == 2)
     finally:
@@ -281,11 +293,16 @@ def test_the_direct_api_reuses_a_summary_near_the_trigger_without_a_scheduler(pr
         """The tokens after the first summary's cut (up to the kept tail), and the trigger: both
         by the counter in use, tiktoken or the estimate, as the proxy counts them."""
         tail = cp.split(history, VIEW, keep)[1]
-        return (cp.tokens_between(history, VIEW, cut, end=tail, counter=counter),
-                cp.trigger(history, VIEW, head, settings=settings, counter=counter))
+        return (
+            cp.tokens_between(history, VIEW, cut, end=tail, counter=counter),
+            cp.trigger(history, VIEW, head, settings=settings, counter=counter),
+        )
 
-    longer = next(h for h in (chat_history(n) for n in range(13, 30))
-                  if after_cut(h)[0] >= settings.precompress_ratio * after_cut(h)[1])
+    longer = next(
+        h
+        for h in (chat_history(n) for n in range(13, 30))
+        if after_cut(h)[0] >= settings.precompress_ratio * after_cut(h)[1]
+    )
     tokens, trigger = after_cut(longer)
     assert tokens <= trigger  # reused, not made again: the part after it is under the trigger
     second = offload(longer)
@@ -302,7 +319,7 @@ def test_the_summary_message_carries_an_index_of_what_it_summarised(client, upst
     raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=history, extra_headers=headers)
     assert raw.headers["x-offload-action"] == "compress"
     summary = forwarded(upstream)[-1][2]["content"]  # after the system message and the task
-    index = summary[summary.index("<index>"):summary.index("</index>")]
+    index = summary[summary.index("<index>") : summary.index("</index>")]
     assert "commands run: cat f0; cat f1" in index  # the commands the summarised calls ran, verbatim
     assert summary.index("</index>") < summary.index(SNAPSHOT)  # beside the snapshot, before it
 
@@ -312,11 +329,12 @@ def test_one_credential_cannot_take_every_background_slot_through_sub_tenants(ma
     upstream.handler, calls = gated_summaries(gate)
     try:
         with make_proxy(summary_concurrency=2, summary_queue=0) as url:
+
             def turn(key: str, tenant: str) -> str:
                 c = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=20)
                 return c.chat.completions.with_raw_response.create(
-                    model="gpt-4o", messages=chat_history(12),
-                    extra_headers={**BACKGROUND, "X-Offload-Tenant": tenant}).headers["x-offload-action"]
+                    model="gpt-4o", messages=chat_history(12), extra_headers={**BACKGROUND, "X-Offload-Tenant": tenant}
+                ).headers["x-offload-action"]
 
             for sub in ("t1", "t2", "t3"):  # three namespaces of one credential
                 assert turn("sk-greedy", sub) == "compress-pending"

@@ -26,8 +26,12 @@ PRICES = PriceTable()
 
 
 def chat_usage(prompt: int, cached: int, output: int) -> dict:
-    return {"prompt_tokens": prompt, "completion_tokens": output, "total_tokens": prompt + output,
-            "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0}}
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": output,
+        "total_tokens": prompt + output,
+        "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
+    }
 
 
 def openai_stream(body: dict, usage: dict, content: str = "Hello there") -> list[bytes]:
@@ -36,11 +40,14 @@ def openai_stream(body: dict, usage: dict, content: str = "Hello there") -> list
     asked = (body.get("stream_options") or {}).get("include_usage") is True
     out = []
     for raw in stream_chunks(content):
-        data = raw[len(b"data: "):-2]
+        data = raw[len(b"data: ") : -2]
         if data == b"[DONE]":
             if asked:
-                out.append(b"data: " + json.dumps({**json.loads(last), "choices": [], "usage": usage},
-                                                  separators=(",", ":")).encode() + b"\n\n")
+                out.append(
+                    b"data: "
+                    + json.dumps({**json.loads(last), "choices": [], "usage": usage}, separators=(",", ":")).encode()
+                    + b"\n\n"
+                )
             out.append(raw)
             continue
         chunk = json.loads(data)
@@ -80,8 +87,9 @@ class Script:
 def totals(url: str, key: str, requests: int) -> dict:
     deadline = time.monotonic() + 15
     while True:
-        r = httpx2.get(f"{url}/v1/offload/stats", params={"window": "1h"}, headers={"authorization": f"Bearer {key}"},
-                       timeout=10)
+        r = httpx2.get(
+            f"{url}/v1/offload/stats", params={"window": "1h"}, headers={"authorization": f"Bearer {key}"}, timeout=10
+        )
         assert r.status_code == 200, r.text
         body = r.json()
         if body["totals"]["requests"] >= requests and body.get("recorder", {}).get("queued", 0) == 0:
@@ -110,22 +118,34 @@ def test_a_chat_stream_the_client_did_not_ask_usage_for(make_proxy, upstream):
         assert script.bodies[0]["stream_options"] == {"include_usage": True}
 
         # byte for byte what the upstream sends a request without include_usage
-        raw = httpx2.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": history, "stream": True},
-                          headers={"authorization": f"Bearer {key}"}, timeout=30)
+        raw = httpx2.post(
+            f"{url}/v1/chat/completions",
+            json={"model": "gpt-4o", "messages": history, "stream": True},
+            headers={"authorization": f"Bearer {key}"},
+            timeout=30,
+        )
         expected = b"".join(openai_stream({"stream": True}, {}))
         assert raw.status_code == 200 and raw.content == expected
         assert script.bodies[1]["stream_options"] == {"include_usage": True}
 
         # a client that asked keeps its usage chunk
-        asked = list(client.chat.completions.create(model="gpt-4o", messages=history, stream=True,
-                                                    stream_options={"include_usage": True}))
+        asked = list(
+            client.chat.completions.create(
+                model="gpt-4o", messages=history, stream=True, stream_options={"include_usage": True}
+            )
+        )
         assert asked[-1].choices == [] and asked[-1].usage.prompt_tokens == 1400
         assert asked[-1].usage.completion_tokens == 11
 
         bill = totals(url, key, 3)["bill"]
     turn = bill["calls"]["turn"]
-    assert turn["tokens"] == {"uncached": 176 + 148 + 1400, "cache_read": 1024 + 1152, "cache_write_5m": 0,
-                              "cache_write_1h": 0, "output": 27}
+    assert turn["tokens"] == {
+        "uncached": 176 + 148 + 1400,
+        "cache_read": 1024 + 1152,
+        "cache_write_5m": 0,
+        "cache_write_1h": 0,
+        "output": 27,
+    }
     assert turn["answers"] == 3 and bill["turns_without_usage"] == 0
     assert turn["usd"]["total"] == round(usd("gpt-4o", uncached=1724, cache_read=2176, output=27), 6)
 
@@ -135,9 +155,12 @@ def test_the_raw_bytes_without_asking_are_the_upstreams(make_proxy, upstream):
     script = Script(chat_usage(50, 0, 3))
     upstream.handler = script.chat
     with make_proxy() as url:
-        raw = httpx2.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "stream": True,
-                                                               "messages": [{"role": "user", "content": "hi"}]},
-                          headers={"authorization": f"Bearer sk-{uuid.uuid4().hex}"}, timeout=30)
+        raw = httpx2.post(
+            f"{url}/v1/chat/completions",
+            json={"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": "hi"}]},
+            headers={"authorization": f"Bearer sk-{uuid.uuid4().hex}"},
+            timeout=30,
+        )
     assert raw.content == b"".join(openai_stream({"stream": True}, {}))
 
 
@@ -152,16 +175,20 @@ def test_turns_through_the_reload_loop_streamed_and_not(make_proxy, upstream):
     with make_proxy(admin_token=ADMIN, mode="compact", max_total_tokens=1000, max_tool_message_tokens=500) as url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=30)
         for steps, stream in ((4, False), (5, True), (6, False), (7, True)):
-            raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=agent_history(steps=steps),
-                                                                   stream=stream)
+            raw = client.chat.completions.with_raw_response.create(
+                model="gpt-4o", messages=agent_history(steps=steps), stream=stream
+            )
             parsed = raw.parse()
             if stream:
                 got = list(parsed)
                 assert all(c.usage is None for c in got) and all(c.choices for c in got)
             else:
                 assert parsed.usage.prompt_tokens >= usages[steps - 4]["prompt_tokens"]
-        offered = [b for b in script.bodies if any((t.get("function") or {}).get("name") in INJECTED_TOOLS
-                                                   for t in b.get("tools") or [])]
+        offered = [
+            b
+            for b in script.bodies
+            if any((t.get("function") or {}).get("name") in INJECTED_TOOLS for t in b.get("tools") or [])
+        ]
         assert len(offered) == 4  # every turn went through the rounds path
         streamed = [b for b in script.bodies if b.get("stream")]
         assert streamed and all(b["stream_options"] == {"include_usage": True} for b in streamed)
@@ -175,10 +202,14 @@ def test_turns_through_the_reload_loop_streamed_and_not(make_proxy, upstream):
 
 def test_the_anthropic_sdk_streamed_and_not(make_proxy, upstream):
     script = Script(
-        {"input_tokens": 40, "cache_read_input_tokens": 9000, "cache_creation_input_tokens": 1500,
-         "cache_creation": {"ephemeral_5m_input_tokens": 500, "ephemeral_1h_input_tokens": 1000}, "output_tokens": 70},
-        {"input_tokens": 30, "cache_read_input_tokens": 10500, "cache_creation_input_tokens": 200,
-         "output_tokens": 50},
+        {
+            "input_tokens": 40,
+            "cache_read_input_tokens": 9000,
+            "cache_creation_input_tokens": 1500,
+            "cache_creation": {"ephemeral_5m_input_tokens": 500, "ephemeral_1h_input_tokens": 1000},
+            "output_tokens": 70,
+        },
+        {"input_tokens": 30, "cache_read_input_tokens": 10500, "cache_creation_input_tokens": 200, "output_tokens": 50},
     )
     upstream.handler = script.messages
     key = f"sk-ant-{uuid.uuid4().hex}"
@@ -192,8 +223,13 @@ def test_the_anthropic_sdk_streamed_and_not(make_proxy, upstream):
         assert final.usage.output_tokens == 50
         stats = totals(url, key, 2)
     bill = stats["bill"]
-    assert bill["calls"]["turn"]["tokens"] == {"uncached": 70, "cache_read": 19500, "cache_write_5m": 700,
-                                               "cache_write_1h": 1000, "output": 120}
+    assert bill["calls"]["turn"]["tokens"] == {
+        "uncached": 70,
+        "cache_read": 19500,
+        "cache_write_5m": 700,
+        "cache_write_1h": 1000,
+        "output": 120,
+    }
     expected = usd(model, uncached=70, cache_read=19500, cache_write_5m=700, cache_write_1h=1000, output=120)
     assert bill["usd"]["total"] == round(expected, 6) and stats["cost_billed_usd"] == round(expected, 6)
     price = PRICES.price(model)
@@ -219,8 +255,9 @@ def test_an_answer_without_usage_is_counted_never_guessed(make_proxy, upstream):
         client = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=30)
         for _ in range(4):
             # the client gets the upstream's answer as it came, whatever its usage
-            raw = client.chat.completions.with_raw_response.create(model="gpt-4o",
-                                                                   messages=[{"role": "user", "content": "hi"}])
+            raw = client.chat.completions.with_raw_response.create(
+                model="gpt-4o", messages=[{"role": "user", "content": "hi"}]
+            )
             assert raw.http_response.status_code == 200
         stats = totals(url, key, 4)
         metrics = httpx2.get(f"{url}/metrics", headers={"authorization": f"Bearer {ADMIN}"}, timeout=10).text
@@ -240,9 +277,9 @@ def _split_data(events: list[bytes]) -> list[bytes]:
     """Each JSON event's data on two `data:` lines (SSE joins them with a newline)."""
     out = []
     for e in events:
-        data = e[len(b"data: "):-2]
+        data = e[len(b"data: ") : -2]
         cut = data.find(b",")
-        out.append(e if cut < 0 else b"data: " + data[:cut + 1] + b"\ndata: " + data[cut + 1:] + b"\n\n")
+        out.append(e if cut < 0 else b"data: " + data[: cut + 1] + b"\ndata: " + data[cut + 1 :] + b"\n\n")
     return out
 
 
@@ -250,8 +287,11 @@ def test_odd_sse_framing_never_shows_the_client_what_asking_added(make_proxy, up
     """The usage a chat stream was asked for is taken out however the upstream frames its events:
     an `id:` line before each, data split over lines, a media type in capitals. A client that did
     not ask never gets a chunk without choices (code reading `chunk.choices[0]` would fail)."""
-    framings = [("id lines", _with_ids, "text/event-stream"), ("split data", _split_data, "text/event-stream"),
-                ("capitals", lambda events: events, "Text/Event-Stream; charset=utf-8")]
+    framings = [
+        ("id lines", _with_ids, "text/event-stream"),
+        ("split data", _split_data, "text/event-stream"),
+        ("capitals", lambda events: events, "Text/Event-Stream; charset=utf-8"),
+    ]
     bodies: list[dict] = []
 
     async def handler(request, rec):
@@ -269,9 +309,12 @@ def test_odd_sse_framing_never_shows_the_client_what_asking_added(make_proxy, up
         for name, frame, _ in framings:
             chunks = list(client.chat.completions.create(model="gpt-4o", messages=history, stream=True))
             assert chunks and all(c.usage is None and c.choices for c in chunks), name
-            raw = httpx2.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": history,
-                                                                   "stream": True},
-                              headers={"authorization": f"Bearer {key}"}, timeout=30)
+            raw = httpx2.post(
+                f"{url}/v1/chat/completions",
+                json={"model": "gpt-4o", "messages": history, "stream": True},
+                headers={"authorization": f"Bearer {key}"},
+                timeout=30,
+            )
             sent = frame(openai_stream({"stream_options": {"include_usage": True}}, chat_usage(60, 0, 3)))
             expected = [e.replace(b',"usage":null', b"") for e in sent if b'"usage":{' not in e]
             assert raw.content == b"".join(expected), name  # byte for byte, but for what asking added
@@ -281,8 +324,9 @@ def test_odd_sse_framing_never_shows_the_client_what_asking_added(make_proxy, up
     assert bill["calls"]["turn"]["answers"] == 6 and bill["turns_without_usage"] == 0
 
 
-def test_a_large_chunk_of_a_stream_not_asked_for_usage_is_rewritten_off_the_event_loop(make_proxy, upstream,
-                                                                                       monkeypatch):
+def test_a_large_chunk_of_a_stream_not_asked_for_usage_is_rewritten_off_the_event_loop(
+    make_proxy, upstream, monkeypatch
+):
     """A chunk of megabytes (one delta of a long tool call's arguments) carrying `"usage":null`
     is parsed and written again off the event loop, as the bill of a relayed stream is read."""
     import threading
@@ -307,8 +351,9 @@ def test_a_large_chunk_of_a_stream_not_asked_for_usage_is_rewritten_off_the_even
     upstream.handler = handler
     with make_proxy() as url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key=f"sk-{uuid.uuid4().hex}", max_retries=0, timeout=60)
-        chunks = list(client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}],
-                                                     stream=True))
+        chunks = list(
+            client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}], stream=True)
+        )
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == big + " "
     assert all(c.usage is None for c in chunks)
     large = [thread for size, thread in seen if size > billing.ON_LOOP_BYTES]
@@ -331,18 +376,25 @@ def test_a_background_summarys_bill_is_in_its_derived_sessions_bill(make_proxy, 
 
     upstream.handler = handler
     key = f"sk-{uuid.uuid4().hex}"
-    ahead = {"X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "3000", "X-Offload-Precompress-Ratio": "0.8",
-             "X-Offload-Hard-Max-Tokens": "100000"}
+    ahead = {
+        "X-Offload-Mode": "compress",
+        "X-Offload-Max-Total-Tokens": "3000",
+        "X-Offload-Precompress-Ratio": "0.8",
+        "X-Offload-Hard-Max-Tokens": "100000",
+    }
     auth = {"authorization": f"Bearer {key}"}
     with make_proxy() as url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=30)
         for n in range(4, 40):
             messages = [{"role": "system", "content": "You are a helpful planner."}]
             for i in range(n):
-                messages += [{"role": "user", "content": f"Question {i}: " + "please consider the details " * 20},
-                             {"role": "assistant", "content": f"Answer {i}: " + "here is a thorough reply " * 20}]
-            client.chat.completions.create(model="gpt-4o", messages=[*messages, {"role": "user", "content": "?"}],
-                                           extra_headers=ahead)
+                messages += [
+                    {"role": "user", "content": f"Question {i}: " + "please consider the details " * 20},
+                    {"role": "assistant", "content": f"Answer {i}: " + "here is a thorough reply " * 20},
+                ]
+            client.chat.completions.create(
+                model="gpt-4o", messages=[*messages, {"role": "user", "content": "?"}], extra_headers=ahead
+            )
             if summaries:
                 break
         assert summaries, "no summary was made"
@@ -371,9 +423,17 @@ def test_an_upstream_that_refuses_stream_options_still_streams(make_proxy, upstr
             return snapshot_answer(rec)
         if "stream_options" in body:
             refused.append(body)
-            return JSONResponse({"error": {"message": "Unknown parameter: 'stream_options'.",
-                                           "type": "invalid_request_error", "param": "stream_options",
-                                           "code": "unknown_parameter"}}, status_code=400)
+            return JSONResponse(
+                {
+                    "error": {
+                        "message": "Unknown parameter: 'stream_options'.",
+                        "type": "invalid_request_error",
+                        "param": "stream_options",
+                        "code": "unknown_parameter",
+                    }
+                },
+                status_code=400,
+            )
         return StreamingResponse(iter(stream_chunks("Hello there")), media_type="text/event-stream")
 
     upstream.handler = handler
@@ -386,8 +446,12 @@ def test_an_upstream_that_refuses_stream_options_still_streams(make_proxy, upstr
         assert len(refused) == 2
         # a client asking itself gets the upstream's refusal, as it would without the proxy
         try:
-            client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}], stream=True,
-                                           stream_options={"include_usage": True})
+            client.chat.completions.create(
+                model="gpt-4o",
+                messages=[{"role": "user", "content": "hi"}],
+                stream=True,
+                stream_options={"include_usage": True},
+            )
             raise AssertionError("the upstream's 400 was not passed on")
         except openai.BadRequestError as error:
             assert "stream_options" in str(error)

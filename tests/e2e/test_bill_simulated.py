@@ -31,9 +31,16 @@ from tests.harness.servers import completion, default_handler, is_summary_call, 
 
 pytestmark = pytest.mark.usefixtures("fresh_summary_memory")
 
-SYSTEM = "You are a careful release engineer. " + " ".join(f"Rule {i}: check the rollout log line {i}." for i in range(300))
-TOOLS = [{"name": "read_logs", "description": "Read a log file.",
-          "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}]
+SYSTEM = "You are a careful release engineer. " + " ".join(
+    f"Rule {i}: check the rollout log line {i}." for i in range(300)
+)
+TOOLS = [
+    {
+        "name": "read_logs",
+        "description": "Read a log file.",
+        "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+    }
+]
 GAPS = (60, 400, 30)  # seconds of the fake's clock after turns 1, 2, 3: the second is longer than the TTL (300 s)
 ANSWER = "Hello there"
 OUTPUT = 7  # the output tokens each answer reports
@@ -48,8 +55,9 @@ def chat_answer(rec):
     """A chat completion with a usage, streamed (its usage chunk when asked) or not."""
     body = rec.json()
     if body.get("stream"):
-        return StreamingResponse(iter(openai_stream(body, chat_usage(0, 0, OUTPUT), ANSWER)),
-                                 media_type="text/event-stream")
+        return StreamingResponse(
+            iter(openai_stream(body, chat_usage(0, 0, OUTPUT), ANSWER)), media_type="text/event-stream"
+        )
     return JSONResponse({**completion(ANSWER), "usage": chat_usage(0, 0, OUTPUT)})
 
 
@@ -81,11 +89,17 @@ def assert_each_turn(shown: dict, caches: ProviderCaches, key: str) -> None:
 
 # ---------------------------------------------------------------- OpenAI: chat completions, Responses
 
+
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
 def test_chat_completions_billed_as_the_provider_bills(proxy_url, upstream, caches, key, session, stream):
     upstream.handler = answering
-    client = openai.OpenAI(base_url=f"{proxy_url}/v1", api_key=key, max_retries=0, timeout=60,
-                           default_headers={"X-Offload-Session": session})
+    client = openai.OpenAI(
+        base_url=f"{proxy_url}/v1",
+        api_key=key,
+        max_retries=0,
+        timeout=60,
+        default_headers={"X-Offload-Session": session},
+    )
     history = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Why did the deploy stop?"}]
     for turn, gap in enumerate((*GAPS, 0)):
         if stream:
@@ -108,8 +122,13 @@ def test_chat_completions_billed_as_the_provider_bills(proxy_url, upstream, cach
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
 def test_the_responses_api_billed_as_the_provider_bills(proxy_url, upstream, caches, key, session, stream):
-    client = openai.OpenAI(base_url=f"{proxy_url}/v1", api_key=key, max_retries=0, timeout=60,
-                           default_headers={"X-Offload-Session": session})
+    client = openai.OpenAI(
+        base_url=f"{proxy_url}/v1",
+        api_key=key,
+        max_retries=0,
+        timeout=60,
+        default_headers={"X-Offload-Session": session},
+    )
     items: list[dict] = [{"role": "user", "content": "Why did the deploy stop?"}]
     for turn, gap in enumerate((*GAPS, 0)):
         if stream:
@@ -118,7 +137,9 @@ def test_the_responses_api_billed_as_the_provider_bills(proxy_url, upstream, cac
         else:
             reply = client.responses.create(model="gpt-5", instructions=SYSTEM, input=items, store=False)
         billed = caches.of(key)[-1].billed
-        assert reply.usage.input_tokens == billed.total and reply.usage.input_tokens_details.cached_tokens == billed.read
+        assert (
+            reply.usage.input_tokens == billed.total and reply.usage.input_tokens_details.cached_tokens == billed.read
+        )
         items += [{"role": "assistant", "content": reply.output_text}, {"role": "user", "content": f"And {turn}?"}]
         caches.clock.advance(gap)
     assert_reads_follow_the_clock(caches, key)
@@ -126,6 +147,7 @@ def test_the_responses_api_billed_as_the_provider_bills(proxy_url, upstream, cac
 
 
 # ---------------------------------------------------------------- Anthropic Messages
+
 
 def messages_turn(client: anthropic.Anthropic, *, stream: bool, **body) -> anthropic.types.Message:
     if stream:
@@ -138,17 +160,24 @@ def assert_usage_as_billed(reply: anthropic.types.Message, caches: ProviderCache
     billed = caches.of(key)[-1].billed
     usage = reply.usage
     assert (usage.input_tokens, usage.cache_read_input_tokens, usage.cache_creation_input_tokens) == (
-        billed.uncached, billed.read, billed.written)
+        billed.uncached,
+        billed.read,
+        billed.written,
+    )
     assert (usage.cache_creation.ephemeral_5m_input_tokens, usage.cache_creation.ephemeral_1h_input_tokens) == (
-        billed.write_5m, billed.write_1h)
+        billed.write_5m,
+        billed.write_1h,
+    )
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
-def test_messages_without_cache_control_get_the_proxys_and_are_billed_reads(proxy_url, upstream, caches, session,
-                                                                           stream):
+def test_messages_without_cache_control_get_the_proxys_and_are_billed_reads(
+    proxy_url, upstream, caches, session, stream
+):
     key = f"sk-ant-{uuid.uuid4().hex}"
-    client = anthropic.Anthropic(base_url=proxy_url, api_key=key, max_retries=0, timeout=60,
-                                 default_headers={"X-Offload-Session": session})
+    client = anthropic.Anthropic(
+        base_url=proxy_url, api_key=key, max_retries=0, timeout=60, default_headers={"X-Offload-Session": session}
+    )
     messages: list[dict] = [{"role": "user", "content": "Why did the deploy stop?"}]
     for turn, gap in enumerate((*GAPS, 0)):
         reply = messages_turn(client, stream=stream, system=SYSTEM, tools=TOOLS, messages=messages)
@@ -169,20 +198,27 @@ def test_messages_without_cache_control_get_the_proxys_and_are_billed_reads(prox
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
-def test_messages_with_the_clients_own_breakpoints_go_as_sent_and_are_billed(proxy_url, upstream, caches, session,
-                                                                            stream):
+def test_messages_with_the_clients_own_breakpoints_go_as_sent_and_are_billed(
+    proxy_url, upstream, caches, session, stream
+):
     """A 1-hour breakpoint on the system prompt, a 5-minute one on the last message, moved
     forward each turn as agents do: the upstream gets them where the client put them, no more."""
     key = f"sk-ant-{uuid.uuid4().hex}"
-    client = anthropic.Anthropic(base_url=proxy_url, api_key=key, max_retries=0, timeout=60,
-                                 default_headers={"X-Offload-Session": session})
+    client = anthropic.Anthropic(
+        base_url=proxy_url, api_key=key, max_retries=0, timeout=60, default_headers={"X-Offload-Session": session}
+    )
     system = [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral", "ttl": "1h"}}]
     history: list[dict] = [{"role": "user", "content": "Why did the deploy stop?"}]
     sent = []
     for turn, gap in enumerate((*GAPS, 0)):
         *before, last = history
-        messages = [*before, {"role": "user", "content": [{"type": "text", "text": last["content"],
-                                                           "cache_control": {"type": "ephemeral"}}]}]
+        messages = [
+            *before,
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": last["content"], "cache_control": {"type": "ephemeral"}}],
+            },
+        ]
         sent.append(messages)
         reply = messages_turn(client, stream=stream, system=system, tools=TOOLS, messages=messages)
         assert_usage_as_billed(reply, caches, key)
@@ -202,6 +238,7 @@ def test_messages_with_the_clients_own_breakpoints_go_as_sent_and_are_billed(pro
 
 
 # ---------------------------------------------------------------- reload rounds and summaries in the turn's bill
+
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
 def test_a_reload_round_is_billed_in_its_turn(proxy_url, upstream, caches, session, stream):
@@ -232,8 +269,18 @@ def test_a_summary_the_turn_waited_for_is_billed_with_it(proxy_url, upstream, ca
     `summary_bill` and the tenant's `summary` call; the next turn reuses it (no call) and is
     billed reads of the compressed prefix."""
     upstream.handler, calls = summarizing(chat_answer)
-    client = openai.OpenAI(base_url=f"{proxy_url}/v1", api_key=key, max_retries=0, timeout=60, default_headers={
-        "X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "1500", "X-Offload-Session": session, **INLINE})
+    client = openai.OpenAI(
+        base_url=f"{proxy_url}/v1",
+        api_key=key,
+        max_retries=0,
+        timeout=60,
+        default_headers={
+            "X-Offload-Mode": "compress",
+            "X-Offload-Max-Total-Tokens": "1500",
+            "X-Offload-Session": session,
+            **INLINE,
+        },
+    )
     history = chat_history(12)
     for extra, gap in ((0, 60), (1, 0)):
         turn = [*history, *([{"role": "assistant", "content": ANSWER}, {"role": "user", "content": "More?"}] * extra)]
@@ -259,32 +306,47 @@ def conversation(turns: int) -> list[dict]:
     answer and a question to the last (so the provider's cache finds the last turn's prefix)."""
     out = [{"role": "user", "content": "Question 0: " + "please consider the details " * 20}]
     for i in range(1, turns):
-        out += [{"role": "assistant", "content": f"Answer {i}: " + "here is a thorough reply " * 20},
-                {"role": "user", "content": f"Question {i}: " + "please consider the details " * 20}]
+        out += [
+            {"role": "assistant", "content": f"Answer {i}: " + "here is a thorough reply " * 20},
+            {"role": "user", "content": f"Question {i}: " + "please consider the details " * 20},
+        ]
     return out
 
 
 def test_a_summary_made_in_the_background_reads_the_conversations_cache_and_is_billed_to_its_session(
-        proxy_url, upstream, caches, session):
+    proxy_url, upstream, caches, session
+):
     """Messages without the client's caching, compressed: the turns read the last turn's prefix;
     the summary call the proxy makes in the background (no turn waits) is the conversation's own
     prefix, so it reads it too, and is billed to the session (call "summary"), not to a turn."""
     upstream.handler = answering
     key = f"sk-ant-{uuid.uuid4().hex}"
-    client = anthropic.Anthropic(base_url=proxy_url, api_key=key, max_retries=0, timeout=60, default_headers={
-        "X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "3000", "X-Offload-Session": session,
-        "X-Offload-Precompress-Ratio": "0", "X-Offload-Hard-Max-Tokens": "100000"})
+    client = anthropic.Anthropic(
+        base_url=proxy_url,
+        api_key=key,
+        max_retries=0,
+        timeout=60,
+        default_headers={
+            "X-Offload-Mode": "compress",
+            "X-Offload-Max-Total-Tokens": "3000",
+            "X-Offload-Session": session,
+            "X-Offload-Precompress-Ratio": "0",
+            "X-Offload-Hard-Max-Tokens": "100000",
+        },
+    )
     system = SYSTEM[:5000]
     for turns in range(1, 40):  # until a turn crosses the trigger (where depends on how tokens are counted)
-        raw = client.messages.with_raw_response.create(model=claude.MODEL, max_tokens=512, system=system,
-                                                       messages=conversation(turns))
+        raw = client.messages.with_raw_response.create(
+            model=claude.MODEL, max_tokens=512, system=system, messages=conversation(turns)
+        )
         caches.clock.advance(30)
         if raw.headers["x-offload-action"] != "none":
             break
     assert raw.headers["x-offload-action"] == "compress-pending"  # it did not wait
     checks.wait_for_event(proxy_url, key, session, "summary_ready")
-    raw = client.messages.with_raw_response.create(model=claude.MODEL, max_tokens=512, system=system,
-                                                   messages=conversation(turns + 1))
+    raw = client.messages.with_raw_response.create(
+        model=claude.MODEL, max_tokens=512, system=system, messages=conversation(turns + 1)
+    )
     assert raw.headers["x-offload-action"] == "compress"  # the summary, forwarded
     bills = caches.of(key)
     [summary] = checks.of_call(bills, "summary")

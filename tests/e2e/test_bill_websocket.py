@@ -39,18 +39,30 @@ def test_websocket_turns_are_billed_and_shown_like_http_ones(proxy_url, upstream
         previous = None
         for turn, gap in enumerate(GAPS):  # three turns on the connection, each continuing the last
             asked = user(f"Why did the deploy stop? ({turn})")
-            connection.response.create(model="gpt-5", instructions=SYSTEM, input=[asked], store=False,
-                                       **({"previous_response_id": previous} if previous else {}))
+            connection.response.create(
+                model="gpt-5",
+                instructions=SYSTEM,
+                input=[asked],
+                store=False,
+                **({"previous_response_id": previous} if previous else {}),
+            )
             response = until_done(connection)
             billed = caches.of(key)[-1].billed
             assert (response.usage.input_tokens, response.usage.input_tokens_details.cached_tokens) == (
-                billed.total, billed.read)
+                billed.total,
+                billed.read,
+            )
             previous = response.id
             items += [asked, *(item.model_dump(exclude_none=True) for item in response.output)]
             caches.clock.advance(gap)
     # the next turn over HTTP, the whole history sent (as a client does after a reconnect)
-    reply = client.responses.create(model="gpt-5", instructions=SYSTEM, input=[*items, user("And now?")],
-                                    store=False, extra_headers={"X-Offload-Session": session})
+    reply = client.responses.create(
+        model="gpt-5",
+        instructions=SYSTEM,
+        input=[*items, user("And now?")],
+        store=False,
+        extra_headers={"X-Offload-Session": session},
+    )
     assert reply.usage.input_tokens == caches.of(key)[-1].billed.total
 
     sent = [r.json() for r in upstream.responses_requests()]
@@ -73,8 +85,9 @@ def test_turns_on_two_connections_of_two_tenants_are_billed_apart(proxy_url, ups
     with clients[0].responses.connect() as one, clients[1].responses.connect() as two:
         for turn in range(2):
             for connection, n in ((one, 1), (two, 3)):  # the second tenant's turns: three times the input
-                connection.response.create(model="gpt-5", instructions=SYSTEM * n, input=[user(f"turn {turn}")],
-                                           store=False)
+                connection.response.create(
+                    model="gpt-5", instructions=SYSTEM * n, input=[user(f"turn {turn}")], store=False
+                )
                 until_done(connection)
             caches.clock.advance(10)
     for k in keys:

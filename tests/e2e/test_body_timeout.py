@@ -92,7 +92,7 @@ def test_stalled_relay_body_is_408_and_the_upstream_request_is_cancelled(make_pr
 
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/files"])
 def test_slow_but_steady_body_is_not_cut(make_proxy, upstream, path):
-    pieces = [BODY[i:i + 400] for i in range(0, len(BODY), 400)]
+    pieces = [BODY[i : i + 400] for i in range(0, len(BODY), 400)]
     # each gap 0.3 s, far below the timeout (a loaded machine delays a send by less than the 1.7 s
     # left); all of them together past it
     with make_proxy(body_timeout=2.0) as url, rawhttp.connect(url) as sock:

@@ -42,14 +42,21 @@ def messages_body(text: str = BIG, *, turns: int = 1) -> dict:
     for i in range(turns):
         messages += [{"role": "user", "content": f"{text} (turn {i})"}, {"role": "assistant", "content": f"ok {i}"}]
     messages.append({"role": "user", "content": "And now?"})
-    return {"model": "claude-sonnet-4-5", "max_tokens": 512,
-            "system": [{"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}}],
-            "messages": messages}
+    return {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 512,
+        "system": [{"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}}],
+        "messages": messages,
+    }
 
 
 def send(url: str, body: dict, key: str, **headers: str) -> httpx2.Response:
-    r = httpx2.post(f"{url}/v1/messages", json=body, timeout=30,
-                    headers={"x-api-key": key, "anthropic-version": "2023-06-01", **NO_COMPRESSION, **headers})
+    r = httpx2.post(
+        f"{url}/v1/messages",
+        json=body,
+        timeout=30,
+        headers={"x-api-key": key, "anthropic-version": "2023-06-01", **NO_COMPRESSION, **headers},
+    )
     assert r.status_code == 200, r.text
     return r
 
@@ -119,9 +126,22 @@ def test_a_later_turn_replaces_what_is_pinged(make_proxy, upstream, key):
 
 def fleet_args(upstream, redis: RedisProcess, ttl: float) -> tuple[str, ...]:
     """Two replicas' options: the fake upstream, one Redis, keep-alive on with one ping a turn."""
-    return ("--upstream", f"{upstream.url}/v1", "--anthropic-upstream", upstream.url, "--redis-url", redis.url,
-            "--cache-ttl", str(ttl), "--cache-keepalive", "on", "--cache-keepalive-min-tokens", "1000",
-            "--cache-keepalive-max-pings", "1")
+    return (
+        "--upstream",
+        f"{upstream.url}/v1",
+        "--anthropic-upstream",
+        upstream.url,
+        "--redis-url",
+        redis.url,
+        "--cache-ttl",
+        str(ttl),
+        "--cache-keepalive",
+        "on",
+        "--cache-keepalive-min-tokens",
+        "1000",
+        "--cache-keepalive-max-pings",
+        "1",
+    )
 
 
 def test_two_replicas_on_one_redis_send_one_ping_per_session(upstream, key):
@@ -155,9 +175,15 @@ def test_a_ping_keeps_the_providers_cache_warm_and_is_billed_to_its_session(upst
     redis = RedisProcess().start()
     try:
         with replicas(2, *fleet_args(upstream, redis, ttl)) as (a, b):
+
             def client(url: str) -> anthropic.Anthropic:
-                return anthropic.Anthropic(base_url=url, api_key=key, max_retries=0, timeout=60,
-                                           default_headers={**NO_COMPRESSION, "X-Offload-Session": session})
+                return anthropic.Anthropic(
+                    base_url=url,
+                    api_key=key,
+                    max_retries=0,
+                    timeout=60,
+                    default_headers={**NO_COMPRESSION, "X-Offload-Session": session},
+                )
 
             first = [{"role": "user", "content": f"{BIG} Why did it fail?"}]  # no cache_control: the proxy's
             for replica in (a, b):  # the same turn through both: each holds the prefix (the fake: written, read)
@@ -172,8 +198,12 @@ def test_a_ping_keeps_the_providers_cache_warm_and_is_billed_to_its_session(upst
 
             caches.clock.advance(250)  # 500 s since the turn, 250 since the ping
             second = [*first, {"role": "assistant", "content": "Hello there"}, {"role": "user", "content": "Fix it?"}]
-            client(a.url).messages.create(model="claude-sonnet-4-5", max_tokens=512, messages=second,
-                                          extra_headers={"X-Offload-Cache-Keepalive": "off"})  # no more pings
+            client(a.url).messages.create(
+                model="claude-sonnet-4-5",
+                max_tokens=512,
+                messages=second,
+                extra_headers={"X-Offload-Cache-Keepalive": "off"},
+            )  # no more pings
             bills = caches.of(key)
             assert [checks.call_of(bill) for bill in bills] == ["turn", "turn", "keepalive", "turn"]
             turn, again, pinged, after = (bill.billed for bill in bills)
@@ -181,8 +211,13 @@ def test_a_ping_keeps_the_providers_cache_warm_and_is_billed_to_its_session(upst
             assert (pinged.read, pinged.written, pinged.uncached) == (turn.written, 0, 0)  # the whole prefix read
             assert after.read == turn.written and after.written == after.total - turn.written > 0  # the new part only
             # without the ping the same requests find the cache cold: all written again
-            cold = pc.bill_all(bills[0].profile, [messages_cache.cached_request(bill.rec.json(), at, billing.estimate)
-                                                  for bill, at in zip((bills[0], bills[1], bills[3]), (0, 0, 500))])
+            cold = pc.bill_all(
+                bills[0].profile,
+                [
+                    messages_cache.cached_request(bill.rec.json(), at, billing.estimate)
+                    for bill, at in zip((bills[0], bills[1], bills[3]), (0, 0, 500))
+                ],
+            )
             assert cold[2].read == 0 and cold[2].written == after.total
 
             shown = checks.assert_shown(a.url, key, session, bills, model="claude-sonnet-4-5", turns=3)
@@ -203,8 +238,12 @@ def test_a_failing_store_never_fails_a_request(make_proxy, upstream, key):
 
 # ---------------------------------------------------------------- cold-cache cuts
 
-SESSION_HEADERS = {"X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "3000",
-                   "X-Offload-Precompress-Ratio": "0.8", "X-Offload-Hard-Max-Tokens": "100000"}
+SESSION_HEADERS = {
+    "X-Offload-Mode": "compress",
+    "X-Offload-Max-Total-Tokens": "3000",
+    "X-Offload-Precompress-Ratio": "0.8",
+    "X-Offload-Hard-Max-Tokens": "100000",
+}
 SNAPSHOT = "<state_snapshot><task_overview>the plan so far</task_overview></state_snapshot>"
 
 
@@ -225,7 +264,8 @@ def summary_ready_below_the_trigger(url: str, key: str, session: str, calls: lis
     for n in range(4, 40):
         history = chat_history(n)
         raw = client.chat.completions.with_raw_response.create(
-            model="gpt-4o", messages=history, extra_headers={**SESSION_HEADERS, "X-Offload-Session": session})
+            model="gpt-4o", messages=history, extra_headers={**SESSION_HEADERS, "X-Offload-Session": session}
+        )
         assert raw.headers["x-offload-action"] == "none"
         if calls:
             wait_until(lambda: _events(url, key, session, "summary_ready"), what="the summary made ahead")
@@ -234,8 +274,9 @@ def summary_ready_below_the_trigger(url: str, key: str, session: str, calls: lis
 
 
 def _events(url: str, key: str, session: str, kind: str) -> list:
-    data = httpx2.get(f"{url}/v1/offload/events", params={"session": session},
-                      headers={"authorization": f"Bearer {key}"}, timeout=10).json()["data"]
+    data = httpx2.get(
+        f"{url}/v1/offload/events", params={"session": session}, headers={"authorization": f"Bearer {key}"}, timeout=10
+    ).json()["data"]
     return [e for e in data if e["type"] == kind]
 
 
@@ -249,17 +290,19 @@ def test_a_cut_due_soon_is_made_at_the_cold_turn_and_not_when_warm(make_proxy, u
         time.sleep(idle)  # longer than the TTL: the cache is cold
         client = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=20)
         raw = client.chat.completions.with_raw_response.create(  # the same turn again (below its trigger still)
-            model="gpt-4o", messages=history, extra_headers={**SESSION_HEADERS, "X-Offload-Session": session})
+            model="gpt-4o", messages=history, extra_headers={**SESSION_HEADERS, "X-Offload-Session": session}
+        )
         forwarded = json.loads(upstream.chat_requests()[-1].body)["messages"]
         if idle:
             assert raw.headers["x-offload-action"] == "compress"  # the summary made ahead, forwarded now
             assert SNAPSHOT in forwarded[2]["content"]
             # the next turn, warm and below its trigger still, forwards the cut again: never undone
             later = [*history, {"role": "assistant", "content": "Noted."}, {"role": "user", "content": "Next?"}]
-            client.chat.completions.create(model="gpt-4o", messages=later,
-                                           extra_headers={**SESSION_HEADERS, "X-Offload-Session": session})
+            client.chat.completions.create(
+                model="gpt-4o", messages=later, extra_headers={**SESSION_HEADERS, "X-Offload-Session": session}
+            )
             again = json.loads(upstream.chat_requests()[-1].body)["messages"]
-            assert again[:len(forwarded)] == forwarded and again[len(forwarded):] == later[len(history):]
+            assert again[: len(forwarded)] == forwarded and again[len(forwarded) :] == later[len(history) :]
         else:
             assert raw.headers["x-offload-action"] == "none"  # warm: it waits for its trigger
             assert forwarded == history
@@ -275,17 +318,19 @@ def test_a_large_body_is_given_caching_and_held_off_the_event_loop(make_proxy, u
     from it (parsed again, walked, written) take as long as the body is large: for a large body
     of many small blocks, off the event loop like the turn's plan."""
     from proxy.formats.messages import wire
+    from proxy.http import cache_session
     from proxy.offload import keepalive
     from tests.harness.inflight import spy_threads
-
-    from proxy.http import cache_session
 
     caching = spy_threads(monkeypatch, wire, "with_caching")
     held = spy_threads(monkeypatch, keepalive, "ping_body")
     digested = spy_threads(monkeypatch, cache_session, "digest")
     blocks = [{"type": "text", "text": f"w{i}"} for i in range(300)]
-    body = {"model": "claude-sonnet-4-5", "max_tokens": 512,
-            "messages": [{"role": "user" if i % 2 == 0 else "assistant", "content": blocks} for i in range(301)]}
+    body = {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 512,
+        "messages": [{"role": "user" if i % 2 == 0 else "assistant", "content": blocks} for i in range(301)],
+    }
     assert len(json.dumps(body)) > 1024 * 1024
     with make_proxy(**KEEPALIVE) as url:
         send(url, body, key)
@@ -308,8 +353,9 @@ def test_a_ping_is_billed_as_the_upstream_bills_it(make_proxy, upstream, key):
     async def handler(request, rec):
         body = rec.json()
         if body.get("max_tokens") == 1 and rec.headers["x-api-key"] == refused:
-            return JSONResponse({"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}},
-                                status_code=429)
+            return JSONResponse(
+                {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}, status_code=429
+            )
         return fake_anthropic.answer(rec, fake_anthropic.message(fake_anthropic.text("ok"), usage=usage))
 
     upstream.handler = handler

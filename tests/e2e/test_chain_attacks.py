@@ -13,56 +13,69 @@ import signal
 import httpx2
 import pytest
 
+from tests.harness.requests import post, streamed
 from tests.harness.responses import (
     answer,
-    parse_sse,
     answering,
     function_call,
     function_call_output,
     input_items,
     message,
+    parse_sse,
     refs_in_input,
 )
-from tests.harness.requests import post, streamed
 from tests.harness.servers import RedisProcess, default_handler, scripted
 
-HEADERS = {"X-Offload-Max-Total-Tokens": "1000", "X-Offload-Max-Tool-Message-Tokens": "500",
-           "X-Offload-Max-Reload-Tokens": "50000"}
+HEADERS = {
+    "X-Offload-Max-Total-Tokens": "1000",
+    "X-Offload-Max-Tool-Message-Tokens": "500",
+    "X-Offload-Max-Reload-Tokens": "50000",
+}
 NEEDLE = "SECRET-OF-TENANT-A 41d7 disk quota exceeded"
-LOG = "\n".join(NEEDLE if i == 377 else f"2024-05-01T12:{i // 60:02d}:{i % 60:02d}Z INFO worker-{i % 7} GET /y/{i} 200"
-                for i in range(480))
+LOG = "\n".join(
+    NEEDLE if i == 377 else f"2024-05-01T12:{i // 60:02d}:{i % 60:02d}Z INFO worker-{i % 7} GET /y/{i} 200"
+    for i in range(480)
+)
 CALL_ID = "call_read_logs_1"
 TOOLS = [{"type": "function", "name": "read_logs", "parameters": {"type": "object", "properties": {}}}]
 A, B = "sk-chain-tenant-a-0000", "sk-chain-tenant-b-1111"
 
 
 def history(log: str = LOG) -> list[dict]:
-    return [{"role": "user", "content": "Why did the deploy fail?"},
-            function_call("read_logs", {"path": "/var/log/deploy.log"}, call_id=CALL_ID, id="fc_read_logs_1"),
-            function_call_output(CALL_ID, log),
-            {"role": "user", "content": "Summarise."}]
+    return [
+        {"role": "user", "content": "Why did the deploy fail?"},
+        function_call("read_logs", {"path": "/var/log/deploy.log"}, call_id=CALL_ID, id="fc_read_logs_1"),
+        function_call_output(CALL_ID, log),
+        {"role": "user", "content": "Summarise."},
+    ]
 
 
 def mixed(first_id: str, *, last_id: str | None = None):
     """Round 1 (`first_id`): the client's read_logs and context_reload of the input's ref at once.
     With `last_id`, round 1 only reloads and round 2 (`last_id`) is the mixed one."""
+
     def mixed_round(rec, response_id):
         ref = refs_in_input(rec)[0] if refs_in_input(rec) else "nothing"
-        return answer(rec, function_call("read_logs", {"path": "/b"}, call_id="call_client", id="fc_client"),
-                      function_call("context_reload", {"ref": ref}, call_id="call_inj", id="fc_inj"),
-                      id=response_id)
+        return answer(
+            rec,
+            function_call("read_logs", {"path": "/b"}, call_id="call_client", id="fc_client"),
+            function_call("context_reload", {"ref": ref}, call_id="call_inj", id="fc_inj"),
+            id=response_id,
+        )
 
     def reload_only(rec):
-        return answer(rec, function_call("context_reload", {"ref": refs_in_input(rec)[0]}, call_id="call_r1",
-                                         id="fc_r1"), id=first_id)
+        return answer(
+            rec,
+            function_call("context_reload", {"ref": refs_in_input(rec)[0]}, call_id="call_r1", id="fc_r1"),
+            id=first_id,
+        )
 
     if last_id is None:
         return scripted(lambda rec: mixed_round(rec, first_id), answering(message("later")))
     return scripted(reload_only, lambda rec: mixed_round(rec, last_id), answering(message("later")))
 
 
-def make_mixed(url: str, upstream, first_id: str, *, key: str = A, stream: bool = False, headers=None,
-               **extra) -> dict:
+def make_mixed(url: str, upstream, first_id: str, *, key: str = A, stream: bool = False, headers=None, **extra) -> dict:
     """`key` sends the history; the model mixes calls; the client's answer (the final response)."""
     upstream.handler = mixed(first_id, last_id=extra.pop("last_id", None))
     body = {"model": "gpt-5", "input": history(), "tools": TOOLS, **extra}
@@ -86,10 +99,13 @@ def make_mixed(url: str, upstream, first_id: str, *, key: str = A, stream: bool 
 def follow(url: str, upstream, key: str = A, headers=None, **state) -> tuple[httpx2.Response, dict]:
     """The client answers its call, continuing `state`: what the proxy answered, what went upstream."""
     upstream.requests.clear()
-    r = post(url, "/v1/responses",
-             body={"model": "gpt-5", "tools": TOOLS, "input": [function_call_output("call_client", "no file")],
-                   **state},
-             key=key, headers={**HEADERS, **(headers or {})})
+    r = post(
+        url,
+        "/v1/responses",
+        body={"model": "gpt-5", "tools": TOOLS, "input": [function_call_output("call_client", "no file")], **state},
+        key=key,
+        headers={**HEADERS, **(headers or {})},
+    )
     sent = upstream.responses_requests()
     return r, (sent[-1].json() if sent else {})
 
@@ -139,8 +155,10 @@ def test_another_credential_or_sub_tenant_cannot_delete_the_hidden_last_response
             assert [(q.method, q.path) for q in upstream.requests] == [("DELETE", "/v1/responses/resp_d_1")]
         upstream.requests.clear()
         r = httpx2.delete(f"{url}/v1/responses/resp_d_1", headers={"authorization": f"Bearer {A}"})
-        assert [(q.method, q.path) for q in upstream.requests] == [("DELETE", "/v1/responses/resp_d_1"),
-                                                                 ("DELETE", "/v1/responses/resp_d_2")]
+        assert [(q.method, q.path) for q in upstream.requests] == [
+            ("DELETE", "/v1/responses/resp_d_1"),
+            ("DELETE", "/v1/responses/resp_d_2"),
+        ]
         assert upstream.requests[1].headers["authorization"] == f"Bearer {A}"
 
 
@@ -167,10 +185,18 @@ def test_a_carried_output_is_never_offloaded_again(make_proxy, upstream):
     with make_proxy() as url:
         make_mixed(url, upstream, "resp_n_1")
         other = LOG.replace(NEEDLE, "b").replace("INFO", "WARN")
-        r = post(url, "/v1/responses",
-                 body={"model": "gpt-5", "tools": TOOLS, "previous_response_id": "resp_n_1",
-                       "input": [function_call_output("call_client", other), {"role": "user", "content": "go"}]},
-                 key=A, headers=HEADERS)
+        r = post(
+            url,
+            "/v1/responses",
+            body={
+                "model": "gpt-5",
+                "tools": TOOLS,
+                "previous_response_id": "resp_n_1",
+                "input": [function_call_output("call_client", other), {"role": "user", "content": "go"}],
+            },
+            key=A,
+            headers=HEADERS,
+        )
         assert r.status_code == 200 and r.headers["x-offload-action"] == "compact"
         [sent] = upstream.responses_requests()
         inj, own, _ = input_items(sent)
@@ -183,8 +209,13 @@ def test_a_carried_output_is_never_offloaded_again(make_proxy, upstream):
 
 def failing(status: int = 500):
     from starlette.responses import JSONResponse
-    return scripted(lambda rec: JSONResponse({"error": {"message": "overloaded", "type": "server_error",
-                                                        "param": None, "code": None}}, status_code=status))
+
+    return scripted(
+        lambda rec: JSONResponse(
+            {"error": {"message": "overloaded", "type": "server_error", "param": None, "code": None}},
+            status_code=status,
+        )
+    )
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -218,8 +249,9 @@ def test_odd_conversation_ids_round_trip_and_oversized_ones_are_not_remembered(m
     surrogate): hashed into the key, never used raw; the record still works. Past 256 characters
     nothing is remembered and the request goes up as sent."""
     with make_proxy() as url:
-        for n, conversation in enumerate(("conv\n/../../x", "conv_\udfff\ud800", "conv\u0000chain:x",
-                                          "../responses/resp_x", "\u202e\ufeffconv")):
+        for n, conversation in enumerate(
+            ("conv\n/../../x", "conv_\udfff\ud800", "conv\u0000chain:x", "../responses/resp_x", "\u202e\ufeffconv")
+        ):
             make_mixed(url, upstream, f"resp_o_{n}", conversation=conversation)
             r, sent = follow(url, upstream, conversation=f"{conversation} ")  # another id: nothing
             assert r.status_code == 200 and carried(sent) == []
@@ -241,10 +273,18 @@ def test_a_response_id_cannot_name_a_conversations_record_of_another_tenant(make
         assert carried(sent) == ["call_inj"]
 
 
-@pytest.mark.parametrize(("path", "chained"), [
-    ("responses/resp_p_1%2F..%2Fresp_p_2", False), ("responses/%2e%2e", False), ("responses/resp_p_1/", False),
-    ("responses//resp_p_1", False), ("responses/resp_p_1/input_items", False), ("responses/resp_p_1?x=1#y", True),
-    ("responses/resp%5Fp%5F1", True)])
+@pytest.mark.parametrize(
+    ("path", "chained"),
+    [
+        ("responses/resp_p_1%2F..%2Fresp_p_2", False),
+        ("responses/%2e%2e", False),
+        ("responses/resp_p_1/", False),
+        ("responses//resp_p_1", False),
+        ("responses/resp_p_1/input_items", False),
+        ("responses/resp_p_1?x=1#y", True),
+        ("responses/resp%5Fp%5F1", True),
+    ],
+)
 def test_delete_paths_only_chain_the_exact_id(make_proxy, upstream, path, chained):
     """Only `DELETE /v1/responses/{first id}` (percent-encoded or with a query, the same id)
     deletes the hidden last response too; a dot-segment is refused before anything goes upstream."""
@@ -259,6 +299,7 @@ def test_delete_paths_only_chain_the_exact_id(make_proxy, upstream, path, chaine
 
 def test_a_delete_the_upstream_refuses_chains_nothing(make_proxy, upstream):
     from starlette.responses import JSONResponse
+
     with make_proxy() as url:
         make_mixed(url, upstream, "resp_q_1", last_id="resp_q_2")
 
@@ -282,15 +323,19 @@ def test_a_store_dying_before_the_chain_is_settled_never_fails_the_request(make_
     try:
         # a store timeout no healthy Redis reaches on a loaded machine; a stopped one reaches it
         with make_proxy(redis_url=redis.url, store_timeout=2.0) as url:
+
             def mixed_round_then_die(rec):
                 if how == "kill":
                     redis.proc.kill()
                     redis.proc.wait()
                 else:
                     os.kill(redis.proc.pid, signal.SIGSTOP)
-                return answer(rec, function_call("read_logs", {"path": "/b"}, call_id="call_client", id="fc_client"),
-                              function_call("context_reload", {"ref": refs_in_input(rec)[0]}, call_id="call_inj",
-                                            id="fc_inj"), id="resp_z_1")
+                return answer(
+                    rec,
+                    function_call("read_logs", {"path": "/b"}, call_id="call_client", id="fc_client"),
+                    function_call("context_reload", {"ref": refs_in_input(rec)[0]}, call_id="call_inj", id="fc_inj"),
+                    id="resp_z_1",
+                )
 
             upstream.handler = scripted(mixed_round_then_die)
             body = {"model": "gpt-5", "input": history(), "tools": TOOLS}
@@ -345,4 +390,3 @@ def test_a_small_body_is_treated_as_the_pipeline_would(proxy_url, upstream, item
         assert sent.body == raw and "tools" not in sent.json()
         got.append({k: v for k, v in r.headers.items() if k.startswith("x-offload")})
     assert got[0] == got[1] and got[0]["x-offload-action"] == "none" and got[0]["x-offload-refs"] == "0"
-

@@ -2,7 +2,6 @@
 conversation keeps its carried output until the upstream takes it, chat bodies never continue a
 Responses chain, a hidden reload call is answered even without tools offered, DELETE forgets the record."""
 
-
 import httpx2
 
 from tests.e2e.test_chain_attacks import HEADERS, A, carried, failing, follow, make_mixed
@@ -29,10 +28,17 @@ def test_chat_body_gets_responses_items_from_a_chain(make_proxy, upstream):
     previous_response_id gets a Responses function_call_output (A's reloaded log) as messages[0]."""
     with make_proxy() as url:
         make_mixed(url, upstream, "resp_h_1")
-        post(url, "/v1/chat/completions",
-             body={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}],
-                       "previous_response_id": "resp_h_1"},
-             key=A, headers=HEADERS)
+        post(
+            url,
+            "/v1/chat/completions",
+            body={
+                "model": "gpt-4o",
+                "messages": [{"role": "user", "content": "hi"}],
+                "previous_response_id": "resp_h_1",
+            },
+            key=A,
+            headers=HEADERS,
+        )
         [sent] = upstream.chat_requests()
         assert sent.json()["messages"] == [{"role": "user", "content": "hi"}], sent.json()["messages"][0]["type"]
 
@@ -40,9 +46,13 @@ def test_chat_body_gets_responses_items_from_a_chain(make_proxy, upstream):
 def test_chat_body_with_conversation_uses_up_the_record(make_proxy, upstream):
     with make_proxy() as url:
         make_mixed(url, upstream, "resp_h_2", conversation="conv_h")
-        post(url, "/v1/chat/completions",
-             body={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}], "conversation": "conv_h"},
-             key=A, headers=HEADERS)
+        post(
+            url,
+            "/v1/chat/completions",
+            body={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}], "conversation": "conv_h"},
+            key=A,
+            headers=HEADERS,
+        )
         r, sent = follow(url, upstream, conversation="conv_h")
         assert carried(sent) == ["call_inj"], "a chat request used up the conversation's record"
 
@@ -57,17 +67,29 @@ def test_injected_call_in_a_round_without_the_tools_is_hidden_and_never_answered
     from tests.harness.servers import scripted
 
     def reload_only(rec):
-        return answer(rec, function_call("context_reload", {"ref": refs_in_input(rec)[0]}, call_id="call_r",
-                                         id="fc_r"), id="resp_u_1")
+        return answer(
+            rec,
+            function_call("context_reload", {"ref": refs_in_input(rec)[0]}, call_id="call_r", id="fc_r"),
+            id="resp_u_1",
+        )
 
     def mixed_round(rec):
-        return answer(rec, function_call("read_logs", {}, call_id="call_client", id="fc_c"),
-                      function_call("context_reload", {"ref": "x"}, call_id="call_inj", id="fc_i"), id="resp_u_2")
+        return answer(
+            rec,
+            function_call("read_logs", {}, call_id="call_client", id="fc_c"),
+            function_call("context_reload", {"ref": "x"}, call_id="call_inj", id="fc_i"),
+            id="resp_u_2",
+        )
 
     with make_proxy() as url:
         upstream.handler = scripted(reload_only, mixed_round)
-        r = post(url, "/v1/responses", body={"model": "gpt-5", "input": history(), "tools": TOOLS}, key=A,
-                 headers={**HEADERS, "X-Offload-Max-Reload-Rounds": "1"})
+        r = post(
+            url,
+            "/v1/responses",
+            body={"model": "gpt-5", "input": history(), "tools": TOOLS},
+            key=A,
+            headers={**HEADERS, "X-Offload-Max-Reload-Rounds": "1"},
+        )
         assert [o.get("call_id") for o in r.json()["output"]] == ["call_client"]
         upstream.handler = default_handler
         r, sent = follow(url, upstream, previous_response_id="resp_u_1")

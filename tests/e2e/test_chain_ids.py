@@ -7,9 +7,9 @@ import httpx2
 import pytest
 from starlette.responses import Response
 
-from tests.e2e.test_chain_attacks import A, HEADERS, TOOLS, history
-from tests.harness.responses import function_call, message, refs_in_input, response
+from tests.e2e.test_chain_attacks import HEADERS, TOOLS, A, history
 from tests.harness.requests import post
+from tests.harness.responses import function_call, message, refs_in_input, response
 from tests.harness.servers import default_handler, scripted
 
 
@@ -21,11 +21,14 @@ def raw_json(rec, *output, id):
 def test_hostile_last_id_delete(make_proxy, upstream, last):
     with make_proxy() as url:
         upstream.handler = scripted(
-            lambda rec: raw_json(rec, function_call("context_reload", {"ref": refs_in_input(rec)[0]}, call_id="c1"),
-                                 id="resp_i_1"),
-            lambda rec: raw_json(rec, message("done"), id=last))
-        r = post(url, "/v1/responses", body={"model": "gpt-5", "input": history(), "tools": TOOLS}, key=A,
-                 headers=HEADERS)
+            lambda rec: raw_json(
+                rec, function_call("context_reload", {"ref": refs_in_input(rec)[0]}, call_id="c1"), id="resp_i_1"
+            ),
+            lambda rec: raw_json(rec, message("done"), id=last),
+        )
+        r = post(
+            url, "/v1/responses", body={"model": "gpt-5", "input": history(), "tools": TOOLS}, key=A, headers=HEADERS
+        )
         assert r.status_code == 200 and r.json()["id"] == "resp_i_1", r.text
         raw = []
 

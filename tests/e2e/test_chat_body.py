@@ -9,8 +9,8 @@ import json
 import httpx2
 import pytest
 
-from proxy.formats.chat.body import MAX_DEPTH, parse_chat_body
 from proxy.errors import ProxyError
+from proxy.formats.chat.body import MAX_DEPTH, parse_chat_body
 from tests.harness.history import agent_history
 
 HEADERS = {"authorization": "Bearer sk-body", "X-Offload-Max-Total-Tokens": "1000"}
@@ -32,6 +32,7 @@ def set_path(path: list, value: object):
             target.append(value)
         else:
             target[path[-1]] = value
+
     return change
 
 
@@ -43,10 +44,14 @@ INVALID = [
     (set_path(["messages", 3, "tool_call_id"], ["call_0"]), "messages[3].tool_call_id"),
     (set_path(["messages", 2, "tool_calls", 0, "id"], ["call_0"]), "messages[2].tool_calls[0].id"),
     (set_path(["messages", 2, "tool_calls", 0, "function"], "bash"), "messages[2].tool_calls[0].function"),
-    (set_path(["messages", 2, "tool_calls", 0, "function", "name"], ["context_reload"]),
-     "messages[2].tool_calls[0].function.name"),
-    (set_path(["messages", 2, "tool_calls", 0, "function", "arguments"], {"cmd": "ls"}),
-     "messages[2].tool_calls[0].function.arguments"),
+    (
+        set_path(["messages", 2, "tool_calls", 0, "function", "name"], ["context_reload"]),
+        "messages[2].tool_calls[0].function.name",
+    ),
+    (
+        set_path(["messages", 2, "tool_calls", 0, "function", "arguments"], {"cmd": "ls"}),
+        "messages[2].tool_calls[0].function.arguments",
+    ),
     (set_path(["tools"], 5), "tools"),
     (set_path(["tools"], "abc"), "tools"),
     (set_path(["tools"], ["abc"]), "tools[0]"),
@@ -67,7 +72,11 @@ def test_wrong_shapes_are_400_naming_the_field(change, param):
     with pytest.raises(ProxyError) as info:
         parse_chat_body(raw)
     assert (info.value.status, info.value.type, info.value.code, info.value.param) == (
-        400, "invalid_request_error", "invalid_type", param)
+        400,
+        "invalid_request_error",
+        "invalid_type",
+        param,
+    )
     assert param in info.value.message
 
 
@@ -99,8 +108,12 @@ def test_accepted_shapes_are_returned_untouched():
     body["messages"][2].update(function_call=None, refusal=None)
     body["messages"][3]["name"] = None
     body["messages"].append({"role": "assistant", "content": None, "tool_calls": None})
-    body["messages"].append({"role": "user", "content": [{"type": "text", "text": "look"},
-                                                         {"type": "image_url", "image_url": {"url": "data:x"}}]})
+    body["messages"].append(
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "data:x"}}],
+        }
+    )
     body["messages"].append({"content": "no role: the upstream's call", "weird": {"a": [1, 2]}})
     raw = json.dumps(body).encode()
     assert parse_chat_body(raw) == json.loads(raw)
@@ -112,8 +125,14 @@ def test_proxy_answers_400_and_sends_nothing_upstream(proxy_url, upstream, chang
     for route in ("/v1/chat/completions", "/v1/offload"):
         r = httpx2.post(f"{proxy_url}{route}", content=json.dumps(body), headers=HEADERS, timeout=20)
         assert r.status_code == 400, (route, r.status_code, r.text)
-        assert r.json() == {"error": {"message": r.json()["error"]["message"], "type": "invalid_request_error",
-                                      "param": param, "code": "invalid_type"}}
+        assert r.json() == {
+            "error": {
+                "message": r.json()["error"]["message"],
+                "type": "invalid_request_error",
+                "param": param,
+                "code": "invalid_type",
+            }
+        }
     assert upstream.requests == []
 
 

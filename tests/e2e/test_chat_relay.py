@@ -44,8 +44,11 @@ def test_request_and_response_bodies_are_byte_exact(proxy_url, upstream):
         return Response(answer, media_type="application/json")
 
     upstream.handler = handler
-    r = httpx2.post(f"{proxy_url}/v1/chat/completions", content=sent,
-                    headers={"content-type": "application/json", "authorization": "Bearer k"})
+    r = httpx2.post(
+        f"{proxy_url}/v1/chat/completions",
+        content=sent,
+        headers={"content-type": "application/json", "authorization": "Bearer k"},
+    )
     assert upstream.requests[-1].body == sent
     assert r.content == answer
 
@@ -73,8 +76,15 @@ def test_stream_is_relayed_without_buffering(client, upstream):
     assert "".join(received) == "one two three "
 
 
-@pytest.mark.parametrize("status,exc", [(400, openai.BadRequestError), (401, openai.AuthenticationError),
-                                        (429, openai.RateLimitError), (500, openai.InternalServerError)])
+@pytest.mark.parametrize(
+    "status,exc",
+    [
+        (400, openai.BadRequestError),
+        (401, openai.AuthenticationError),
+        (429, openai.RateLimitError),
+        (500, openai.InternalServerError),
+    ],
+)
 @pytest.mark.parametrize("stream", [False, True])
 def test_upstream_errors_relayed(client, upstream, status, exc, stream):
     body = {"error": {"message": f"boom {status}", "type": "x", "param": None, "code": f"c{status}"}}
@@ -93,8 +103,11 @@ def test_upstream_errors_relayed(client, upstream, status, exc, stream):
 
 
 def test_malformed_json_is_400(proxy_url, upstream):
-    r = httpx2.post(f"{proxy_url}/v1/chat/completions", content=b"{not json",
-                    headers={"content-type": "application/json", "authorization": "Bearer sk-test-key"})
+    r = httpx2.post(
+        f"{proxy_url}/v1/chat/completions",
+        content=b"{not json",
+        headers={"content-type": "application/json", "authorization": "Bearer sk-test-key"},
+    )
     assert r.status_code == 400
     error = r.json()["error"]
     assert set(error) == {"message", "type", "param", "code"} and error["type"] == "invalid_request_error"

@@ -53,12 +53,18 @@ from tests.harness.servers import (
 )
 
 NEEDLE = "checkpoint 7341: the orchid key opens the third drawer"
-BIG = "\n".join(NEEDLE if i == 800 else f"row {i:05d} lorem ipsum dolor sit amet consectetur adipiscing {i * 7919 % 10007:05d}"
-                for i in range(1600))
+BIG = "\n".join(
+    NEEDLE if i == 800 else f"row {i:05d} lorem ipsum dolor sit amet consectetur adipiscing {i * 7919 % 10007:05d}"
+    for i in range(1600)
+)
 NOTES = "\n".join(f"note {i:04d}: the quick brown fox jumps over the lazy dog, again and again" for i in range(280))
-HEADERS = {"X-Offload-Mode": "compact", "X-Offload-Max-Total-Tokens": "4000",
-           "X-Offload-Max-Tool-Message-Tokens": "1000", "X-Offload-Max-Reload-Tokens": "60000",
-           "X-Offload-Session": "claude-code-e2e"}
+HEADERS = {
+    "X-Offload-Mode": "compact",
+    "X-Offload-Max-Total-Tokens": "4000",
+    "X-Offload-Max-Tool-Message-Tokens": "1000",
+    "X-Offload-Max-Reload-Tokens": "60000",
+    "X-Offload-Session": "claude-code-e2e",
+}
 PROMPT = "Read big.txt and notes.txt, then tell me what the checkpoint line says."
 PROMPT2 = "Which refs do you see?"
 FINAL = "FINAL: the checkpoint line says: " + NEEDLE
@@ -68,8 +74,11 @@ INJECTED = ("context_reload", "context_search")
 
 @pytest.fixture(scope="session")
 def claude_binary():
-    require(shutil.which("npm") is not None, "npm",
-            "not on PATH: Claude Code (npm @anthropic-ai/claude-code) cannot be installed")
+    require(
+        shutil.which("npm") is not None,
+        "npm",
+        "not on PATH: Claude Code (npm @anthropic-ai/claude-code) cannot be installed",
+    )
     return install()  # an install that fails is a failure, not a skip
 
 
@@ -118,10 +127,20 @@ def reload_model(rec):
             return sse(text_stream("FINAL: big.txt came back verbatim, nothing to reload."))
         return sse(tool_use_stream(("context_reload", {"ref": ref}, RELOAD), usage=usage(9_000, 25, cache_read=5_000)))
     if CAT_BIG in results:
-        return sse(bash_tool_use_stream("cat notes.txt", CAT_NOTES, description="Show notes.txt",
-                                        usage=usage(30_000, 20, cache_read=4_000)))
-    return sse(bash_tool_use_stream("cat big.txt", CAT_BIG, description="Show big.txt", text="Reading big.txt.",
-                                    usage=usage(5_000, 15, cache_creation=4_000)))
+        return sse(
+            bash_tool_use_stream(
+                "cat notes.txt", CAT_NOTES, description="Show notes.txt", usage=usage(30_000, 20, cache_read=4_000)
+            )
+        )
+    return sse(
+        bash_tool_use_stream(
+            "cat big.txt",
+            CAT_BIG,
+            description="Show big.txt",
+            text="Reading big.txt.",
+            usage=usage(5_000, 15, cache_creation=4_000),
+        )
+    )
 
 
 def model_handler(script):
@@ -164,8 +183,10 @@ def test_claude_code_offload_and_hidden_reload(claude_binary, claude_proxy, upst
     assert run.returncode == 0, (run.stdout[-3000:], run.stderr[-3000:])
     assert run.trapped == []
     assert run.text == FINAL and run.result["is_error"] is False
-    assert [(b["id"], b["input"]["command"]) for b in run.tool_uses()] == [(CAT_BIG, "cat big.txt"),
-                                                                          (CAT_NOTES, "cat notes.txt")]
+    assert [(b["id"], b["input"]["command"]) for b in run.tool_uses()] == [
+        (CAT_BIG, "cat big.txt"),
+        (CAT_NOTES, "cat notes.txt"),
+    ]
     outputs = {b["tool_use_id"]: result_text(b) for b in run.tool_results()}
     assert outputs == {CAT_BIG: BIG, CAT_NOTES: NOTES}
     # ... and never the reload round: no injected tool anywhere it shows or keeps
@@ -201,7 +222,8 @@ def test_claude_code_offload_and_hidden_reload(claude_binary, claude_proxy, upst
     assistant, answer = bodies[3]["messages"][-2:]
     assert assistant["role"] == "assistant"
     assert [(b["type"], b.get("name"), b.get("input")) for b in assistant["content"]] == [
-        ("tool_use", "context_reload", {"ref": ref})]
+        ("tool_use", "context_reload", {"ref": ref})
+    ]
     assert answer["role"] == "user"
     [reloaded] = answer["content"]
     assert reloaded["type"] == "tool_result" and reloaded["tool_use_id"] == RELOAD
@@ -234,8 +256,13 @@ def test_claude_code_offload_and_hidden_reload(claude_binary, claude_proxy, upst
 # ---------------------------------------------------------------- compression
 
 PARTS = 5
-COMPRESS = {"X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "1500", "X-Offload-Hard-Max-Tokens": "1",
-            "X-Offload-Precompress-Ratio": "0", "X-Offload-Session": "claude-code-e2e-compress"}
+COMPRESS = {
+    "X-Offload-Mode": "compress",
+    "X-Offload-Max-Total-Tokens": "1500",
+    "X-Offload-Hard-Max-Tokens": "1",
+    "X-Offload-Precompress-Ratio": "0",
+    "X-Offload-Session": "claude-code-e2e-compress",
+}
 
 
 def part(k: int) -> str:
@@ -253,12 +280,16 @@ def compress_model(rec):
     body = rec.json()
     assert body.get("stream") is True
     results = tool_results(body)
-    done = max((int(m[1]) for b in results if (m := re.fullmatch(r"toolu_cat_part(\d)_1", b["tool_use_id"]))),
-               default=0)
+    done = max(
+        (int(m[1]) for b in results if (m := re.fullmatch(r"toolu_cat_part(\d)_1", b["tool_use_id"]))), default=0
+    )
     if done < PARTS:
         k = done + 1
-        return sse(bash_tool_use_stream(f"cat part{k}.txt", part_id(k), description=f"Show part{k}.txt",
-                                        usage=usage(1_000, 10)))
+        return sse(
+            bash_tool_use_stream(
+                f"cat part{k}.txt", part_id(k), description=f"Show part{k}.txt", usage=usage(1_000, 10)
+            )
+        )
     summarised = "[offloaded history: " in json.dumps(body) and SNAPSHOT in json.dumps(body)
     return sse(text_stream(f"FINAL: read {PARTS} parts, history summarised: {summarised}.", usage=usage(1_000, 10)))
 
@@ -309,18 +340,22 @@ def test_claude_code_history_compressed_inline(claude_binary, claude_proxy, upst
     task = rounds[0].json()["messages"][0]["content"]
     task = task if isinstance(task, list) else [{"type": "text", "text": task}]
     blocks = final["messages"][0]["content"]
-    assert blocks[:len(task)] == task and blocks[len(task)]["text"].startswith("[offloaded history: ")
+    assert blocks[: len(task)] == task and blocks[len(task)]["text"].startswith("[offloaded history: ")
     # the summaries' usage in Claude Code's count
     got = run.usage()
-    assert (got["input_tokens"], got["output_tokens"]) == (1_000 * len(rounds) + 300 * len(calls),
-                                                           10 * len(rounds) + 40 * len(calls))
+    assert (got["input_tokens"], got["output_tokens"]) == (
+        1_000 * len(rounds) + 300 * len(calls),
+        10 * len(rounds) + 40 * len(calls),
+    )
     assert_headers_clean(upstream)
 
 
 # ---------------------------------------------------------------- Claude Code's own /compact
 
 COMPACT_INSTRUCTION = "Your task is to create a detailed summary of the conversation so far"
-COMPACT_SUMMARY = "<analysis>read two files</analysis><summary>1. Primary Request: the checkpoint line of big.txt</summary>"
+COMPACT_SUMMARY = (
+    "<analysis>read two files</analysis><summary>1. Primary Request: the checkpoint line of big.txt</summary>"
+)
 
 
 def test_claude_codes_own_compaction_gets_the_originals(claude_binary, claude_proxy, upstream, tmp_path):
@@ -353,8 +388,13 @@ def test_claude_codes_own_compaction_gets_the_originals(claude_binary, claude_pr
     asks = [rec for rec in upstream.messages_requests() if COMPACT_INSTRUCTION in rec.body.decode(errors="replace")]
     assert len(asks) == 1
     forwarded = asks[0].json()
-    results = [b for m in forwarded["messages"] if isinstance(m["content"], list) for b in m["content"]
-               if b.get("type") == "tool_result"]
+    results = [
+        b
+        for m in forwarded["messages"]
+        if isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "tool_result"
+    ]
     big = next(b for b in results if b["tool_use_id"] == "toolu_cat_big_1")
     assert big["content"] == BIG  # the original, as Claude Code sent it
     assert "ref=" not in json.dumps(forwarded["messages"])

@@ -44,8 +44,10 @@ CODEX_PREFIX = CLIENT_SUMMARY_PREFIXES[0]
 SETTINGS = {"max_total_tokens": 500, "max_tool_message_tokens": 300, "precompress_ratio": 0.0, "hard_max_tokens": 1}
 API_KEY = "sk-codex-test"  # what tests/harness/codex.py gives Codex
 TOOL_MARKER = re.compile(r"^\[offloaded tool result: \d+ tokens, ref=([A-Za-z0-9_-]{6,64})\]")
-HISTORY_MARKER = re.compile(r"\[offloaded history: \d+ earlier messages \(\d+ tokens\) summarised, "
-                            r"ref=([A-Za-z0-9_-]{6,64})\.")
+HISTORY_MARKER = re.compile(
+    r"\[offloaded history: \d+ earlier messages \(\d+ tokens\) summarised, "
+    r"ref=([A-Za-z0-9_-]{6,64})\."
+)
 
 
 def text_of(item: dict) -> str:
@@ -63,8 +65,11 @@ def done_steps(items: list[dict]) -> int:
     """The newest step the history shows: a step's call, or a summary (Codex's or the proxy's)
     saying how far it got."""
     blob = json.dumps(items)
-    return max([int(k) for k in re.findall(r"steps-done=(\d+)", blob)]
-               + [int(k) for k in re.findall(r"call_step_(\d+)", blob)], default=0)
+    return max(
+        [int(k) for k in re.findall(r"steps-done=(\d+)", blob)]
+        + [int(k) for k in re.findall(r"call_step_(\d+)", blob)],
+        default=0,
+    )
 
 
 def item_text(item: dict) -> str:
@@ -103,27 +108,39 @@ class Model:
             return answer(rec, message(f"Steps so far: steps-done={done_steps(items)}."), usage=usage(900, 40))
         if last.get("type") == "function_call_output" and last["call_id"] == "call_reload":
             numbered = re.findall(r"^\d{6}$", last_step_output(last["output"]), re.M)
-            return answer(rec, message(f"FINAL: {STEPS} steps; reloaded {len(numbered)} lines from {numbered[0]}."),
-                          usage=usage(2_000, 20))
+            return answer(
+                rec,
+                message(f"FINAL: {STEPS} steps; reloaded {len(numbered)} lines from {numbered[0]}."),
+                usage=usage(2_000, 20),
+            )
         done = done_steps(items)
         if done >= STEPS and last.get("call_id") != "call_check":
             # one small command more: the proxy keeps the newest output as it is, the last step's goes offloaded
-            return answer(rec, function_call("exec_command", {"cmd": CHECK, "login": False}, call_id="call_check"),
-                          usage=usage(2_000, 20))
+            return answer(
+                rec,
+                function_call("exec_command", {"cmd": CHECK, "login": False}, call_id="call_check"),
+                usage=usage(2_000, 20),
+            )
         if done >= STEPS:
-            marked = [(i["call_id"], m[1]) for i in items if i.get("type") == "function_call_output"
-                      and (m := TOOL_MARKER.match(i["output"]))]
+            marked = [
+                (i["call_id"], m[1])
+                for i in items
+                if i.get("type") == "function_call_output" and (m := TOOL_MARKER.match(i["output"]))
+            ]
             if marked and marked[-1][0] == f"call_step_{STEPS}":
                 call_id, ref = marked[-1]
             else:  # the proxy's summary folded the last step (where it cuts depends on the token counter)
                 call_id, ref = f"call_step_{STEPS}", [r for i in items if (r := history_ref(item_text(i)))][-1]
             self.reloaded_from, self.reloaded_ref = call_id, ref
-            return answer(rec, function_call("context_reload", {"ref": ref}, call_id="call_reload"),
-                          usage=usage(2_000, 20))
+            return answer(
+                rec, function_call("context_reload", {"ref": ref}, call_id="call_reload"), usage=usage(2_000, 20)
+            )
         k = done + 1
-        return answer(rec, function_call("exec_command", {"cmd": step_command(k), "login": False},
-                                         call_id=f"call_step_{k}"),
-                      usage=usage(CODEX_LIMIT + 1_000 if k == COMPACT_AT else 1_000, 20))
+        return answer(
+            rec,
+            function_call("exec_command", {"cmd": step_command(k), "login": False}, call_id=f"call_step_{k}"),
+            usage=usage(CODEX_LIMIT + 1_000 if k == COMPACT_AT else 1_000, 20),
+        )
 
 
 def stored(proxy: str, ref: str) -> dict:
@@ -132,8 +149,12 @@ def stored(proxy: str, ref: str) -> dict:
     return got.json()
 
 
-def test_codex_compacts_and_the_proxy_never_summarises_across_it(codex_binary, make_proxy, upstream,  # noqa: F811
-                                                                 tmp_path):
+def test_codex_compacts_and_the_proxy_never_summarises_across_it(
+    codex_binary,
+    make_proxy,
+    upstream,  # noqa: F811
+    tmp_path,
+):
     model = Model()
 
     async def handler(request, rec):
@@ -146,8 +167,14 @@ def test_codex_compacts_and_the_proxy_never_summarises_across_it(codex_binary, m
     upstream.handler = handler
     with make_proxy(**SETTINGS) as proxy:
         codex = Codex(codex_binary, home=tmp_path / "codex-home", workdir=tmp_path / "work", base_url=f"{proxy}/v1")
-        run = codex.run(f"Run the {STEPS} steps.", "-c", "tool_output_token_limit=200000",
-                        "-c", f"model_auto_compact_token_limit={CODEX_LIMIT}", timeout=60)
+        run = codex.run(
+            f"Run the {STEPS} steps.",
+            "-c",
+            "tool_output_token_limit=200000",
+            "-c",
+            f"model_auto_compact_token_limit={CODEX_LIMIT}",
+            timeout=60,
+        )
 
         # Codex finished, offline, every step run once, with the model's answer
         assert run.returncode == 0, run.stderr[-3000:]
@@ -155,10 +182,12 @@ def test_codex_compacts_and_the_proxy_never_summarises_across_it(codex_binary, m
         shells = run.items("command_execution")
         assert [s["exit_code"] for s in shells] == [0] * (STEPS + 1)
         assert [c in s["command"] for c, s in zip([*map(step_command, range(1, STEPS + 1)), CHECK], shells)] == [
-            True] * (STEPS + 1)
+            True
+        ] * (STEPS + 1)
         assert model.reloaded_from == f"call_step_{STEPS}"  # the newest output the proxy had offloaded
         assert [m["text"] for m in run.items("agent_message")] == [
-            f"FINAL: {STEPS} steps; reloaded {LINES} lines from {STEPS}00000."]
+            f"FINAL: {STEPS} steps; reloaded {LINES} lines from {STEPS}00000."
+        ]
         assert "context_reload" not in run.stdout
 
         # Codex compacted once, locally: its summarisation turn went upstream as a normal request
@@ -172,22 +201,27 @@ def test_codex_compacts_and_the_proxy_never_summarises_across_it(codex_binary, m
         assert done_steps(input_items(requests[at])) == COMPACT_AT
         # ... and got the originals: the history fits the model's window (proxy.core.client_compaction)
         asked = input_items(requests[at])
-        whole = {i["call_id"] for i in asked if i.get("type") == "function_call_output"
-                 and "\n".join(str(int(i["call_id"][len("call_step_"):]) * 100_000 + n) for n in range(LINES)) in i["output"]}
+        whole = {
+            i["call_id"]
+            for i in asked
+            if i.get("type") == "function_call_output"
+            and "\n".join(str(int(i["call_id"][len("call_step_") :]) * 100_000 + n) for n in range(LINES))
+            in i["output"]
+        }
         assert whole == {f"call_step_{k}" for k in range(1, COMPACT_AT + 1)}
         shown = [text_of(i) or (i["output"] if isinstance(i.get("output"), str) else "") for i in asked]
         assert not any(TOOL_MARKER.match(text) or HISTORY_MARKER.search(text) for text in shown)
 
         # after it, every request keeps Codex's summary and what precedes it verbatim, in place
-        after = requests[at + 1:]
+        after = requests[at + 1 :]
         assert len(after) >= STEPS - COMPACT_AT + 2
         kept = None
         for rec in after:
             items = input_items(rec)
             [boundary] = [n for n, i in enumerate(items) if is_user(i, CODEX_PREFIX)]
             assert f"steps-done={COMPACT_AT}" in text_of(items[boundary])
-            kept = kept or items[:boundary + 1]
-            assert items[:boundary + 1] == kept
+            kept = kept or items[: boundary + 1]
+            assert items[: boundary + 1] == kept
             assert not any(HISTORY_MARKER.search(text_of(i)) for i in kept)
             assert not [i for i in kept if i.get("type") != "message"]  # Codex dropped steps 1-3 itself
         # ... and the proxy did summarise after it: only what came after Codex's summary
@@ -201,7 +235,7 @@ def test_codex_compacts_and_the_proxy_never_summarises_across_it(codex_binary, m
         for rec in upstream.summary_requests():
             items = input_items(rec)
             if any(is_user(i, CODEX_PREFIX) for i in items):  # a summary made after Codex's compaction
-                assert items[:len(kept)] == kept  # folds nothing of it: it is the call's untouched head
+                assert items[: len(kept)] == kept  # folds nothing of it: it is the call's untouched head
 
         # the proxy offloaded every step's output, reloadable byte for byte (from its marker's ref or
         # from the originals of the summary that folded it), and reloaded one for the model

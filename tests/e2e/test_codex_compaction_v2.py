@@ -49,8 +49,11 @@ SETTINGS = {"max_tool_message_tokens": 300}  # the proxy offloads each step's ou
 def done_steps(items: list[dict]) -> int:
     """The newest step the history shows: a step's call, or a summary saying how far it got."""
     blob = json.dumps(items)
-    return max([int(k) for k in re.findall(r"steps-done=(\d+)", blob)]
-               + [int(k) for k in re.findall(r"call_step_(\d+)", blob)], default=0)
+    return max(
+        [int(k) for k in re.findall(r"steps-done=(\d+)", blob)]
+        + [int(k) for k in re.findall(r"call_step_(\d+)", blob)],
+        default=0,
+    )
 
 
 def step_command(k: int) -> str:
@@ -80,14 +83,21 @@ class Model:
             return answer(rec, message(f"STILL HERE: steps-done={done_steps(items)}."), usage=usage(2_000, 20))
         done = done_steps(items)
         if done >= STEPS:  # every step run: reload what the summary folded
-            [ref] = {r for i in items if i.get("type") == "message" and "steps-done=" in text_of(i)
-                     for r in refs_in(text_of(i))}
-            return answer(rec, function_call("context_reload", {"ref": ref}, call_id="call_reload"),
-                          usage=usage(2_000, 20))
+            [ref] = {
+                r
+                for i in items
+                if i.get("type") == "message" and "steps-done=" in text_of(i)
+                for r in refs_in(text_of(i))
+            }
+            return answer(
+                rec, function_call("context_reload", {"ref": ref}, call_id="call_reload"), usage=usage(2_000, 20)
+            )
         k = done + 1
-        return answer(rec, function_call("exec_command", {"cmd": step_command(k), "login": False},
-                                         call_id=f"call_step_{k}"),
-                      usage=usage(CODEX_LIMIT + 1_000 if k == COMPACT_AT else 1_000, 20))
+        return answer(
+            rec,
+            function_call("exec_command", {"cmd": step_command(k), "login": False}, call_id=f"call_step_{k}"),
+            usage=usage(CODEX_LIMIT + 1_000 if k == COMPACT_AT else 1_000, 20),
+        )
 
 
 def events(proxy: str) -> list[dict]:
@@ -101,8 +111,14 @@ def access_lines(caplog) -> list[dict]:
 
 
 @pytest.mark.parametrize("transport", ["websocket", "http"])
-def test_codex_compacts_remotely_through_the_emulation_and_goes_on(codex_binary, make_proxy, upstream,  # noqa: F811
-                                                                   tmp_path, caplog, transport):
+def test_codex_compacts_remotely_through_the_emulation_and_goes_on(
+    codex_binary,
+    make_proxy,
+    upstream,  # noqa: F811
+    tmp_path,
+    caplog,
+    transport,
+):
     websocket = transport == "websocket"
     caplog.set_level(logging.INFO, logger="proxy.access")
     model = Model()
@@ -119,10 +135,22 @@ def test_codex_compacts_remotely_through_the_emulation_and_goes_on(codex_binary,
     upstream.handler = handler
     with make_proxy(**SETTINGS) as proxy:
         # the built-in provider (base URL only: the WebSocket mode), or one named "OpenAI" over HTTP
-        codex = Codex(codex_binary, home=tmp_path / "codex-home", workdir=tmp_path / "work", base_url=f"{proxy}/v1",
-                      provider_name=OPENAI_NAME, builtin=websocket)
-        run = codex.run(f"Run the {STEPS} steps.", "-c", "tool_output_token_limit=200000",
-                        "-c", f"model_auto_compact_token_limit={CODEX_LIMIT}", timeout=90)
+        codex = Codex(
+            codex_binary,
+            home=tmp_path / "codex-home",
+            workdir=tmp_path / "work",
+            base_url=f"{proxy}/v1",
+            provider_name=OPENAI_NAME,
+            builtin=websocket,
+        )
+        run = codex.run(
+            f"Run the {STEPS} steps.",
+            "-c",
+            "tool_output_token_limit=200000",
+            "-c",
+            f"model_auto_compact_token_limit={CODEX_LIMIT}",
+            timeout=90,
+        )
 
         # Codex finished, offline, every step run once, with the model's answer, no error on the way
         assert run.returncode == 0, run.stderr[-3000:]
@@ -151,7 +179,7 @@ def test_codex_compacts_remotely_through_the_emulation_and_goes_on(codex_binary,
         # before it are gone (Codex dropped them; the record holds the summary instead)
         after = [r for r in requests if f"steps-done={COMPACT_AT}" in json.dumps(input_items(r))]
         assert len(after) >= STEPS - COMPACT_AT + 1
-        assert requests[-len(after):] == after  # every request from the compaction on
+        assert requests[-len(after) :] == after  # every request from the compaction on
         for rec in after:
             items = input_items(rec)
             calls = [i["call_id"] for i in items if i.get("type") == "function_call"]
@@ -173,8 +201,12 @@ def test_codex_compacts_remotely_through_the_emulation_and_goes_on(codex_binary,
         assert compacting["status"] == 200
 
         # the session goes on: the next turn carries the compaction item back, expanded again
-        more = codex.resume("And one more thing: how far did you get?", "-c",
-                            f"model_auto_compact_token_limit={CODEX_LIMIT}", timeout=90)
+        more = codex.resume(
+            "And one more thing: how far did you get?",
+            "-c",
+            f"model_auto_compact_token_limit={CODEX_LIMIT}",
+            timeout=90,
+        )
         assert more.returncode == 0, more.stderr[-3000:]
         if websocket:
             on_the_websocket(more)

@@ -14,8 +14,13 @@ from tests.e2e.test_codex_cli import FINAL, LINES, SEQ, codex_binary, model_hand
 from tests.harness.codex import WEBSOCKET_FALLBACK, Codex
 from tests.harness.responses import REF, input_items
 
-SETTINGS = {"mode": "compact", "max_total_tokens": 2000, "max_tool_message_tokens": 500, "keep_recent": 0,
-            "max_reload_tokens": 50_000}
+SETTINGS = {
+    "mode": "compact",
+    "max_total_tokens": 2000,
+    "max_tool_message_tokens": 500,
+    "keep_recent": 0,
+    "max_reload_tokens": 50_000,
+}
 
 
 @pytest.fixture(scope="module")
@@ -30,18 +35,27 @@ def on_the_websocket(run) -> None:
     assert WEBSOCKET_FALLBACK not in logs
     assert "failed to connect to Responses WebSocket" not in logs
     # errors of the transport (a retried stream, a fallback); the model-metadata notice of a fake model stays
-    notices = [i["message"] for i in run.items("error")] + [e.get("message", "") for e in run.events
-                                                              if e.get("type") == "error"]
+    notices = [i["message"] for i in run.items("error")] + [
+        e.get("message", "") for e in run.events if e.get("type") == "error"
+    ]
     assert [n for n in notices if "WebSocket" in n or "Reconnecting" in n or "stream" in n] == []
 
 
-def test_codex_with_only_its_base_url_changed_runs_over_the_websocket(codex_binary, codex_proxy, upstream,  # noqa: F811
-                                                                        tmp_path):
+def test_codex_with_only_its_base_url_changed_runs_over_the_websocket(
+    codex_binary,
+    codex_proxy,
+    upstream,  # noqa: F811
+    tmp_path,
+):
     upstream.handler = model_handler
-    codex = Codex(codex_binary, home=tmp_path / "codex-home", workdir=tmp_path / "work",
-                  base_url=f"{codex_proxy}/v1", builtin=True)
-    run = codex.run(f"Run seq 1 {LINES} and tell me what you saw.", "-c", "tool_output_token_limit=200000",
-                    timeout=180)
+    codex = Codex(
+        codex_binary,
+        home=tmp_path / "codex-home",
+        workdir=tmp_path / "work",
+        base_url=f"{codex_proxy}/v1",
+        builtin=True,
+    )
+    run = codex.run(f"Run seq 1 {LINES} and tell me what you saw.", "-c", "tool_output_token_limit=200000", timeout=180)
     assert run.returncode == 0, run.stderr[-3000:]
     on_the_websocket(run)
     assert run.trapped == []
@@ -54,7 +68,7 @@ def test_codex_with_only_its_base_url_changed_runs_over_the_websocket(codex_bina
     first, second, third = upstream.responses_requests()
     assert all("previous_response_id" not in r.json() for r in (first, second, third))
     assert second.json()["stream"] is True and second.json()["store"] is False
-    assert input_items(second)[:len(input_items(first))] == input_items(first)
+    assert input_items(second)[: len(input_items(first))] == input_items(first)
     [output] = [i for i in input_items(second) if i.get("type") == "function_call_output"]
     assert output["output"].startswith("[offloaded tool result: ") and SEQ not in second.body.decode()
     [ref] = REF.findall(output["output"])
@@ -69,6 +83,6 @@ def test_codex_with_only_its_base_url_changed_runs_over_the_websocket(codex_bina
     on_the_websocket(turn2)
     assert [m["text"] for m in turn2.items("agent_message")] == [f"FINAL 2: still offloaded as {[ref]}."]
     [fourth] = upstream.responses_requests()[3:]
-    assert input_items(fourth)[:len(input_items(first))] == input_items(first)
+    assert input_items(fourth)[: len(input_items(first))] == input_items(first)
     [again] = [i for i in input_items(fourth) if i.get("type") == "function_call_output"]
     assert again == output

@@ -16,6 +16,8 @@ from tests.harness.history import agent_history, refs_sent
 from tests.harness.servers import completion, stream_chunks, tool_call
 
 HEADERS = {"X-Offload-Max-Total-Tokens": "1000", "X-Offload-Max-Tool-Message-Tokens": "500"}
+
+
 def reload_then_answer(*, stream: bool, tool: str = "context_reload", args=None, usage=(100, 10)):
     """Upstream: 1st call → a call to an injected tool on the first ref; 2nd call → a final answer."""
 
@@ -26,13 +28,15 @@ def reload_then_answer(*, stream: bool, tool: str = "context_reload", args=None,
             ref = refs_sent(rec)[0]
             call = tool_call(tool, args or {"ref": ref}, id="call_reload_1")
             if stream:
-                return StreamingResponse(iter(stream_chunks("Let me look.", tool_calls=[call], usage=usage)),
-                                         media_type="text/event-stream")
+                return StreamingResponse(
+                    iter(stream_chunks("Let me look.", tool_calls=[call], usage=usage)), media_type="text/event-stream"
+                )
             return JSONResponse(completion("Let me look.", tool_calls=[call], usage=usage))
         answer = f"Got {len(last['content'])} chars"
         if stream:
-            return StreamingResponse(iter(stream_chunks(answer, usage=usage, id="chatcmpl-second")),
-                                     media_type="text/event-stream")
+            return StreamingResponse(
+                iter(stream_chunks(answer, usage=usage, id="chatcmpl-second")), media_type="text/event-stream"
+            )
         return JSONResponse(completion(answer, usage=usage, id="chatcmpl-second"))
 
     return handler
@@ -66,8 +70,9 @@ def test_refs_headers_agree_with_the_log_on_a_repeated_request(client, upstream,
     counts = []
     with caplog.at_level(logging.INFO, logger="proxy.access"):
         for _ in range(2):
-            raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=history,
-                                                                   extra_headers=headers)
+            raw = client.chat.completions.with_raw_response.create(
+                model="gpt-4o", messages=history, extra_headers=headers
+            )
             counts.append((raw.headers["x-offload-refs"], raw.headers["x-offload-refs-created"]))
         deadline = time.monotonic() + 5
         while len([r for r in caplog.records if r.name == "proxy.access"]) < 2 and time.monotonic() < deadline:
@@ -80,8 +85,9 @@ def test_refs_headers_agree_with_the_log_on_a_repeated_request(client, upstream,
 def test_streaming_reload_is_one_seamless_stream(client, upstream):
     history = agent_history(steps=4)
     upstream.handler = reload_then_answer(stream=True)
-    stream = client.chat.completions.create(model="gpt-4o", messages=history, stream=True, extra_headers=HEADERS,
-                                            stream_options={"include_usage": True})
+    stream = client.chat.completions.create(
+        model="gpt-4o", messages=history, stream=True, extra_headers=HEADERS, stream_options={"include_usage": True}
+    )
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == f"Let me look. Got {len(history[3]['content'])} chars "
@@ -108,8 +114,7 @@ def test_mixed_calls_return_client_calls_only(client, upstream):
     result = client.chat.completions.create(model="gpt-4o", messages=history, extra_headers=HEADERS)
     assert [c.function.name for c in result.choices[0].message.tool_calls] == ["bash"]
     assert len(upstream.chat_requests()) == 1
-    chunks = list(client.chat.completions.create(model="gpt-4o", messages=history, stream=True,
-                                                 extra_headers=HEADERS))
+    chunks = list(client.chat.completions.create(model="gpt-4o", messages=history, stream=True, extra_headers=HEADERS))
     deltas = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
     assert {d.function.name for d in deltas if d.function and d.function.name} == {"bash"}
     assert {d.index for d in deltas} == {0}
@@ -121,12 +126,16 @@ def test_rounds_are_bounded_and_last_round_has_no_injected_tools(client, upstrea
 
     async def always_reload(request, rec):
         refs = refs_sent(rec)
-        return JSONResponse(completion(None, tool_calls=[tool_call("context_reload", {"ref": refs[0]},
-                                                                   id=f"r{len(upstream.requests)}")]))
+        return JSONResponse(
+            completion(
+                None, tool_calls=[tool_call("context_reload", {"ref": refs[0]}, id=f"r{len(upstream.requests)}")]
+            )
+        )
 
     upstream.handler = always_reload
-    result = client.chat.completions.create(model="gpt-4o", messages=history,
-                                            extra_headers={**HEADERS, "X-Offload-Max-Reload-Rounds": "2"})
+    result = client.chat.completions.create(
+        model="gpt-4o", messages=history, extra_headers={**HEADERS, "X-Offload-Max-Reload-Rounds": "2"}
+    )
     requests = upstream.chat_requests()
     assert len(requests) == 3
     assert ["context_reload" in json.dumps(r.json().get("tools", [])) for r in requests] == [True, True, False]
@@ -145,18 +154,27 @@ def test_pagination_and_search(client, upstream):
             pages.append(last["content"])
             nxt = re.search(r"offset=(\d+)\)", last["content"])
             if nxt:
-                return JSONResponse(completion(None, tool_calls=[tool_call(
-                    "context_reload", {"ref": ref, "offset": int(nxt.group(1))}, id=f"p{len(pages)}")]))
-            return JSONResponse(completion(None, tool_calls=[tool_call(
-                "context_search", {"pattern": r"STEP0 LINE 17\b"}, id="s1")]))
+                return JSONResponse(
+                    completion(
+                        None,
+                        tool_calls=[
+                            tool_call("context_reload", {"ref": ref, "offset": int(nxt.group(1))}, id=f"p{len(pages)}")
+                        ],
+                    )
+                )
+            return JSONResponse(
+                completion(None, tool_calls=[tool_call("context_search", {"pattern": r"STEP0 LINE 17\b"}, id="s1")])
+            )
         if last["role"] == "tool" and last["tool_call_id"] == "s1":
             return JSONResponse(completion(last["content"]))
         return JSONResponse(completion(None, tool_calls=[tool_call("context_reload", {"ref": ref}, id="p0")]))
 
     upstream.handler = handler
     result = client.chat.completions.create(
-        model="gpt-4o", messages=history,
-        extra_headers={**HEADERS, "X-Offload-Max-Reload-Tokens": "8000", "X-Offload-Max-Reload-Rounds": "20"})
+        model="gpt-4o",
+        messages=history,
+        extra_headers={**HEADERS, "X-Offload-Max-Reload-Tokens": "8000", "X-Offload-Max-Reload-Rounds": "20"},
+    )
     assert len(pages) > 1
     body = "".join(p.rsplit("\n", 1)[0] for p in pages)
     assert body == history[3]["content"]
@@ -183,19 +201,26 @@ def test_two_credentials_cannot_read_each_others_refs(proxy_url, upstream):
     bob.chat.completions.create(model="gpt-4o", messages=agent_history(steps=4, lines=250), extra_headers=HEADERS)
     assert "not available" in upstream.chat_requests()[1].json()["messages"][-1]["content"]
     # and through the direct API
-    assert httpx2.get(f"{proxy_url}/v1/offload/{alice_ref}", headers={"authorization": "Bearer sk-bob"}).status_code == 404
+    assert (
+        httpx2.get(f"{proxy_url}/v1/offload/{alice_ref}", headers={"authorization": "Bearer sk-bob"}).status_code == 404
+    )
     ok = httpx2.get(f"{proxy_url}/v1/offload/{alice_ref}", headers={"authorization": "Bearer sk-alice"})
     assert ok.status_code == 200 and ok.json()["content"] == history[3]["content"]
     # the tenant header is part of the namespace too
-    other = httpx2.get(f"{proxy_url}/v1/offload/{alice_ref}",
-                       headers={"authorization": "Bearer sk-alice", "x-offload-tenant": "team-b"})
+    other = httpx2.get(
+        f"{proxy_url}/v1/offload/{alice_ref}",
+        headers={"authorization": "Bearer sk-alice", "x-offload-tenant": "team-b"},
+    )
     assert other.status_code == 404
 
 
 def test_bad_header_is_a_400_naming_it(client, upstream):
     with pytest.raises(openai.BadRequestError) as info:
-        client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}],
-                                       extra_headers={"X-Offload-Max-Total-Tokens": "lots"})
+        client.chat.completions.create(
+            model="gpt-4o",
+            messages=[{"role": "user", "content": "x"}],
+            extra_headers={"X-Offload-Max-Total-Tokens": "lots"},
+        )
     assert "X-Offload-Max-Total-Tokens" in info.value.body["message"]
     assert info.value.body["param"] == "X-Offload-Max-Total-Tokens"
     assert not upstream.requests
@@ -203,8 +228,11 @@ def test_bad_header_is_a_400_naming_it(client, upstream):
 
 def test_direct_offload_api(proxy_url, upstream):
     history = agent_history(steps=4)
-    r = httpx2.post(f"{proxy_url}/v1/offload", json={"messages": history, "model": "gpt-4o"},
-                    headers={"authorization": "Bearer sk-direct", **HEADERS, "X-Offload-Mode": "compact"})
+    r = httpx2.post(
+        f"{proxy_url}/v1/offload",
+        json={"messages": history, "model": "gpt-4o"},
+        headers={"authorization": "Bearer sk-direct", **HEADERS, "X-Offload-Mode": "compact"},
+    )
     data = r.json()
     assert r.status_code == 200 and len(data["refs"]) == 3 and data["tokens_after"] < data["tokens_before"]
     assert len(data["messages"]) == len(history)
@@ -213,7 +241,8 @@ def test_direct_offload_api(proxy_url, upstream):
     assert back["content"] == history[3]["content"]
     # no completion asked; the client's own key was checked once with the upstream before storing
     assert [(r.method, r.path, r.headers["authorization"]) for r in upstream.requests] == [
-        ("GET", "/v1/models", "Bearer sk-direct")]
+        ("GET", "/v1/models", "Bearer sk-direct")
+    ]
 
 
 @pytest.mark.parametrize("backend", ["embedded", "redis", "cluster"])
@@ -225,8 +254,11 @@ def test_refs_shared_between_processes_and_survive_restart(make_proxy, upstream,
     }[backend]()
     history = agent_history(steps=4)
     with make_proxy(**store) as first:
-        httpx2.post(f"{first}/v1/chat/completions", json={"model": "gpt-4o", "messages": history},
-                    headers={"authorization": "Bearer sk-shared", **HEADERS})
+        httpx2.post(
+            f"{first}/v1/chat/completions",
+            json={"model": "gpt-4o", "messages": history},
+            headers={"authorization": "Bearer sk-shared", **HEADERS},
+        )
         ref = refs_sent(upstream.chat_requests()[0])[0]
         with make_proxy(**store) as second:  # another process on the same store
             r = httpx2.get(f"{second}/v1/offload/{ref}", headers={"authorization": "Bearer sk-shared"})

@@ -14,34 +14,45 @@ import httpx2
 import pytest
 import zstandard
 
-from tests.harness.requests import post
 from tests.harness.history import agent_history, refs_sent
+from tests.harness.requests import post
 
-ENCODE = {"gzip": gzip.compress, "deflate": zlib.compress, "br": brotli.compress,
-          "zstd": zstandard.ZstdCompressor().compress}
+ENCODE = {
+    "gzip": gzip.compress,
+    "deflate": zlib.compress,
+    "br": brotli.compress,
+    "zstd": zstandard.ZstdCompressor().compress,
+}
 
 BODIES = {  # path: a small body of its format
     "/v1/chat/completions": {"model": "gpt-4o", "messages": [{"role": "user", "content": "hello, compressed"}]},
     "/v1/responses": {"model": "gpt-5", "input": [{"role": "user", "content": "hello, compressed"}]},
-    "/v1/messages": {"model": "claude-sonnet-4-5", "max_tokens": 16,
-                     "messages": [{"role": "user", "content": "hello, compressed"}]},
-    "/v1/messages/count_tokens": {"model": "claude-sonnet-4-5",
-                                  "messages": [{"role": "user", "content": "hello, compressed"}]},
+    "/v1/messages": {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 16,
+        "messages": [{"role": "user", "content": "hello, compressed"}],
+    },
+    "/v1/messages/count_tokens": {
+        "model": "claude-sonnet-4-5",
+        "messages": [{"role": "user", "content": "hello, compressed"}],
+    },
 }
 
 
 def headers_for(path: str, coding: str | None) -> dict[str, str]:
     if path.startswith("/v1/messages"):
         # the body is compared byte for byte upstream: without the caching the proxy adds to Messages
-        headers = {"x-api-key": "sk-ant-compressed", "anthropic-version": "2023-06-01", "x-offload-cache-control": "off"}
+        headers = {
+            "x-api-key": "sk-ant-compressed",
+            "anthropic-version": "2023-06-01",
+            "x-offload-cache-control": "off",
+        }
     else:
         headers = {"authorization": "Bearer sk-compressed"}
     headers["content-type"] = "application/json"
     if coding:
         headers["content-encoding"] = coding
     return headers
-
-
 
 
 def the_request(upstream, path: str):
@@ -83,7 +94,9 @@ def test_stacked_codings_and_identity(proxy_url, upstream):
     assert r.status_code == 200, r.text
     assert_plain(the_request(upstream, path), plain)
     upstream.requests.clear()
-    r = post(proxy_url, path, body=plain, headers=headers_for(path, "identity"))  # nothing to undo: the body and its header go up as sent
+    r = post(
+        proxy_url, path, body=plain, headers=headers_for(path, "identity")
+    )  # nothing to undo: the body and its header go up as sent
     assert r.status_code == 200, r.text
     sent = the_request(upstream, path)
     assert sent.body == plain and sent.headers["content-encoding"] == "identity"
@@ -102,9 +115,19 @@ def test_a_compressed_body_that_is_offloaded_and_reloaded(proxy_url, upstream):
         return JSONResponse(completion(None, tool_calls=[tool_call("context_reload", {"ref": refs_sent(rec)[0]})]))
 
     upstream.handler = scripted(reload_first, lambda rec: JSONResponse(completion("done")))
-    r = post(proxy_url, "/v1/chat/completions", body=zstandard.ZstdCompressor().compress(plain),
-             headers={**headers_for("/v1/chat/completions", "zstd"), **{"X-Offload-Max-Total-Tokens": "100", "X-Offload-Max-Tool-Message-Tokens": "200",
-              "X-Offload-Mode": "compact"}})
+    r = post(
+        proxy_url,
+        "/v1/chat/completions",
+        body=zstandard.ZstdCompressor().compress(plain),
+        headers={
+            **headers_for("/v1/chat/completions", "zstd"),
+            **{
+                "X-Offload-Max-Total-Tokens": "100",
+                "X-Offload-Max-Tool-Message-Tokens": "200",
+                "X-Offload-Mode": "compact",
+            },
+        },
+    )
     assert r.status_code == 200, r.text
     assert int(r.headers["x-offload-refs"]) > 0
     first, second = upstream.chat_requests()
@@ -126,11 +149,11 @@ def test_a_client_gzipping_with_the_openai_sdk(proxy_url, upstream):
             body = gzip.compress(request.read())
             headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"content-length"]
             headers += [(b"content-encoding", b"gzip"), (b"content-length", str(len(body)).encode())]
-            return self.inner.handle_request(httpx2.Request(request.method, request.url, headers=headers,
-                                                           content=body))
+            return self.inner.handle_request(httpx2.Request(request.method, request.url, headers=headers, content=body))
 
-    client = openai.OpenAI(base_url=f"{proxy_url}/v1", api_key="sk-compressed-sdk",
-                           http_client=httpx2.Client(transport=Gzipping()))
+    client = openai.OpenAI(
+        base_url=f"{proxy_url}/v1", api_key="sk-compressed-sdk", http_client=httpx2.Client(transport=Gzipping())
+    )
     answer = client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
     assert answer.choices[0].message.content == "Hello there"
     (sent,) = upstream.chat_requests()
@@ -190,7 +213,11 @@ def test_a_relayed_body_keeps_its_coding(proxy_url, upstream, path):
 
 def test_the_direct_api_reads_a_compressed_body(proxy_url, upstream):
     plain = json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}).encode()
-    r = httpx2.post(f"{proxy_url}/v1/offload", content=gzip.compress(plain), timeout=20,
-                    headers={"authorization": "Bearer sk-compressed-api", "content-encoding": "gzip"})
+    r = httpx2.post(
+        f"{proxy_url}/v1/offload",
+        content=gzip.compress(plain),
+        timeout=20,
+        headers={"authorization": "Bearer sk-compressed-api", "content-encoding": "gzip"},
+    )
     assert r.status_code == 200, r.text
     assert r.json()["messages"] == [{"role": "user", "content": "hi"}]

@@ -38,8 +38,9 @@ def is_summary_call(rec) -> bool:
     return summary_shape(rec, (*SUMMARY_TEXTS, ACME_PROMPT)) is not None
 
 
-def summarizing(answer=lambda rec: JSONResponse(completion("Final answer")), *, fail: int | None = None,
-                delay: float = 0.0):
+def summarizing(
+    answer=lambda rec: JSONResponse(completion("Final answer")), *, fail: int | None = None, delay: float = 0.0
+):
     calls = []
 
     async def handler(request, rec):
@@ -47,11 +48,13 @@ def summarizing(answer=lambda rec: JSONResponse(completion("Final answer")), *, 
             calls.append(rec)
             await asyncio.sleep(delay)
             if fail:
-                return JSONResponse({"error": {"message": "summarizer down", "type": "server_error"}},
-                                    status_code=fail)
+                return JSONResponse({"error": {"message": "summarizer down", "type": "server_error"}}, status_code=fail)
             n = len(calls)
-            return JSONResponse(completion(f"<state_snapshot><task_overview>plan #{n}</task_overview>"
-                                           f"</state_snapshot>", usage=(300, 40)))
+            return JSONResponse(
+                completion(
+                    f"<state_snapshot><task_overview>plan #{n}</task_overview></state_snapshot>", usage=(300, 40)
+                )
+            )
         return answer(rec)
 
     return handler, calls
@@ -80,7 +83,9 @@ def test_summary_replaces_old_history_and_is_reused_next_turn(client, upstream, 
     assert sent[3:-2] == later_questions  # later user messages stay verbatim, after the summary, in order
     assert sent[-2:] == history[-2:]  # the verbatim tail (keep_recent 2 for compression)
     assert [t["function"]["name"] for t in upstream.chat_requests()[-1].json()["tools"]] == [
-        "context_reload", "context_search"]
+        "context_reload",
+        "context_search",
+    ]
 
     # next turn: no new summarisation, forwarded prefix byte-stable
     history2 = history + [{"role": "assistant", "content": "Final answer"}, {"role": "user", "content": "More?"}]
@@ -95,12 +100,14 @@ def test_summary_replaces_old_history_and_is_reused_next_turn(client, upstream, 
     assert [json.loads(line) for line in content["content"].splitlines()] == history[2:-2]
 
     # events: one compression, tenant-scoped
-    data = httpx2.get(f"{proxy_url}/v1/offload/events", params={"session": "sess-1"},
-                      headers={"authorization": "Bearer sk-test-key"}).json()["data"]
+    data = httpx2.get(
+        f"{proxy_url}/v1/offload/events", params={"session": "sess-1"}, headers={"authorization": "Bearer sk-test-key"}
+    ).json()["data"]
     assert [e["type"] for e in data].count("compression") == 1
     assert data[0]["summary_tokens_in"] == 300 and data[0]["messages"] == len(history) - 4
-    other = httpx2.get(f"{proxy_url}/v1/offload/events", params={"session": "sess-1"},
-                       headers={"authorization": "Bearer sk-other"}).json()["data"]
+    other = httpx2.get(
+        f"{proxy_url}/v1/offload/events", params={"session": "sess-1"}, headers={"authorization": "Bearer sk-other"}
+    ).json()["data"]
     assert other == []
 
 
@@ -117,8 +124,11 @@ def test_summary_usage_is_added_to_the_clients_usage_streamed_and_without_reload
     upstream.handler = handler
     history = chat_history(12)
     headers = {**COMPRESS, "X-Offload-Tenant": "usage-stream"}
-    chunks = list(client.chat.completions.create(model="gpt-4o", messages=history, extra_headers=headers,
-                                                 stream=True, stream_options={"include_usage": True}))
+    chunks = list(
+        client.chat.completions.create(
+            model="gpt-4o", messages=history, extra_headers=headers, stream=True, stream_options={"include_usage": True}
+        )
+    )
     assert len(calls) == 1
     usage = [c.usage for c in chunks if c.usage]
     assert len(usage) == 1 and (usage[0].prompt_tokens, usage[0].completion_tokens) == (310, 45)
@@ -148,8 +158,10 @@ def test_growth_past_the_trigger_folds_the_previous_summary(client, upstream):
     asked = calls[1].json()
     assert summary_shape(calls[1]) == "prefix" and calls[1].path == "/v1/chat/completions"
     sent = previous["messages"]  # the whole of it: the longer history's part to summarise holds it all
-    assert json.dumps(asked["messages"][:len(sent)]) == json.dumps(sent)
-    assert "plan #1" in asked["messages"][2]["content"]  # the summary to fold, as the turn forwarded it (after the task)
+    assert json.dumps(asked["messages"][: len(sent)]) == json.dumps(sent)
+    assert (
+        "plan #1" in asked["messages"][2]["content"]
+    )  # the summary to fold, as the turn forwarded it (after the task)
     assert asked["messages"][-1] == {"role": "user", "content": SUMMARY_INSTRUCTION}
     assert json.dumps(asked["tools"]) == json.dumps(previous["tools"])
     assert [t["function"]["name"] for t in asked["tools"]] == [t["function"]["name"] for t in RELOAD_TOOL_SCHEMAS]
@@ -176,8 +188,9 @@ def test_failing_summarizer_leaves_the_request_successful(client, upstream):
     handler, calls = summarizing(fail=500)
     upstream.handler = handler
     headers = {**COMPRESS, "X-Offload-Tenant": "failing"}
-    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=chat_history(12),
-                                                           extra_headers=headers)
+    raw = client.chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=chat_history(12), extra_headers=headers
+    )
     assert raw.parse().choices[0].message.content == "Final answer"
     assert "compression skipped" in raw.headers["x-offload-warning"]
     assert raw.headers["x-offload-action"] == "none"
@@ -192,8 +205,9 @@ def test_concurrent_identical_requests_summarize_once(proxy_url, upstream):
     c = openai.OpenAI(base_url=f"{proxy_url}/v1", api_key="sk-concurrent", max_retries=0)
 
     def one(_):
-        return c.chat.completions.with_raw_response.create(model="gpt-4o", messages=chat_history(12),
-                                                           extra_headers=COMPRESS)
+        return c.chat.completions.with_raw_response.create(
+            model="gpt-4o", messages=chat_history(12), extra_headers=COMPRESS
+        )
 
     with ThreadPoolExecutor(5) as pool:
         results = list(pool.map(one, range(5)))
@@ -206,14 +220,22 @@ def test_summary_model_header_and_auto_ratio(client, upstream):
     handler, calls = summarizing()
     upstream.handler = handler
     # auto: big tool results compact well (ratio < 0.75), so no summary is needed
-    headers = {"X-Offload-Max-Total-Tokens": "1500", "X-Offload-Summary-Model": "gpt-4o-mini",
-               "X-Offload-Tenant": "auto", **INLINE}
+    headers = {
+        "X-Offload-Max-Total-Tokens": "1500",
+        "X-Offload-Summary-Model": "gpt-4o-mini",
+        "X-Offload-Tenant": "auto",
+        **INLINE,
+    }
     raw = client.chat.completions.with_raw_response.create(  # 40k tokens, 8.6k once compacted (700-char previews)
-        model="gpt-4o", messages=agent_history(steps=6), extra_headers={**headers, "X-Offload-Max-Total-Tokens": "10000"})
+        model="gpt-4o",
+        messages=agent_history(steps=6),
+        extra_headers={**headers, "X-Offload-Max-Total-Tokens": "10000"},
+    )
     assert raw.headers["x-offload-action"] == "compact" and not calls
     # auto with a history compaction cannot shrink: compaction, then compression
-    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=chat_history(12),
-                                                           extra_headers=headers)
+    raw = client.chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=chat_history(12), extra_headers=headers
+    )
     assert raw.headers["x-offload-action"] == "compress"
     assert calls[0].json()["model"] == "gpt-4o-mini"
 
@@ -223,8 +245,9 @@ def test_reused_summary_is_forwarded_even_without_reload_tools(client, upstream)
     upstream.handler = handler
     headers = {**COMPRESS, "X-Offload-Tenant": "no-tools", "X-Offload-Reload-Tools": "off"}
     for _ in range(2):
-        raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=chat_history(12),
-                                                               extra_headers=headers)
+        raw = client.chat.completions.with_raw_response.create(
+            model="gpt-4o", messages=chat_history(12), extra_headers=headers
+        )
         assert raw.headers["x-offload-action"] == "compress"
     first, second = forwarded(upstream)
     assert first == second and "<state_snapshot>" in second[2]["content"]
@@ -243,11 +266,13 @@ def test_slow_or_unusable_summaries_are_warnings(make_proxy, upstream):
     upstream.handler = slow_then_garbage
     with make_proxy(summary_timeout=2) as url:  # the garbage answer comes well within it, loaded or not
         c = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-slow", max_retries=0)
-        first = c.chat.completions.with_raw_response.create(model="gpt-4o", messages=chat_history(12),
-                                                             extra_headers=COMPRESS)
+        first = c.chat.completions.with_raw_response.create(
+            model="gpt-4o", messages=chat_history(12), extra_headers=COMPRESS
+        )
         assert "timed out" in first.headers["x-offload-warning"]
-        second = c.chat.completions.with_raw_response.create(model="gpt-4o", messages=chat_history(12),
-                                                              extra_headers=COMPRESS)
+        second = c.chat.completions.with_raw_response.create(
+            model="gpt-4o", messages=chat_history(12), extra_headers=COMPRESS
+        )
         assert "no <state_snapshot>" in second.headers["x-offload-warning"]
         assert second.parse().choices[0].message.content == "Final answer"
 
@@ -259,8 +284,9 @@ def test_tenant_prompt_from_tenants_file(make_proxy, upstream, tmp_path):
     upstream.handler = handler
     with make_proxy(tenants_file=tenants) as url:
         c = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-acme", max_retries=0)
-        c.chat.completions.create(model="gpt-4o", messages=chat_history(12),
-                                  extra_headers={**COMPRESS, "X-Offload-Tenant": "acme"})
+        c.chat.completions.create(
+            model="gpt-4o", messages=chat_history(12), extra_headers={**COMPRESS, "X-Offload-Tenant": "acme"}
+        )
     assert calls[0].json()["messages"][-1] == {"role": "user", "content": ACME_PROMPT}  # the instruction
 
 
@@ -269,8 +295,13 @@ def test_a_tiny_group_threshold_makes_at_most_max_groups_summary_calls(make_prox
     upstream.handler = handler
     # the model's messages only: no task to keep, no later user messages kept beside the summary
     words = [{"role": "assistant", "content": f"word{i}"} for i in range(2000)]
-    headers = {"X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "0", "X-Offload-Keep-Recent": "0",
-               "X-Offload-Group-Token-Threshold": "1", "X-Offload-Session": "tiny-groups"}
+    headers = {
+        "X-Offload-Mode": "compress",
+        "X-Offload-Max-Total-Tokens": "0",
+        "X-Offload-Keep-Recent": "0",
+        "X-Offload-Group-Token-Threshold": "1",
+        "X-Offload-Session": "tiny-groups",
+    }
     with make_proxy(summary_request="prefix") as url:  # groups are the transcript's: one call in the prefix shape
         c = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-groups", max_retries=0)
         c.chat.completions.create(model="gpt-4o", messages=words, extra_headers=headers)

@@ -28,17 +28,29 @@ MODEL = "claude-sonnet-4-5"
 BETA_CLEAR = "context-management-2025-06-27"
 OTHER_BETA = "files-api-2025-04-14"
 # the proxy's own compaction stays out of the way: what is cleared here is the edits' doing
-QUIET = {"X-Offload-Max-Tool-Message-Tokens": "100000", "X-Offload-Max-Total-Tokens": "1000000",
-         "X-Offload-Max-Reload-Tokens": "50000"}
-TOOLS = [{"name": name, "description": "A tool.", "input_schema": {"type": "object", "properties": {}}}
-         for name in ("bash", "read_spec")]
-CLEAR = {"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens", "value": 2000},
-         "keep": {"type": "tool_uses", "value": 2}, "exclude_tools": ["read_spec"], "clear_tool_inputs": True}
+QUIET = {
+    "X-Offload-Max-Tool-Message-Tokens": "100000",
+    "X-Offload-Max-Total-Tokens": "1000000",
+    "X-Offload-Max-Reload-Tokens": "50000",
+}
+TOOLS = [
+    {"name": name, "description": "A tool.", "input_schema": {"type": "object", "properties": {}}}
+    for name in ("bash", "read_spec")
+]
+CLEAR = {
+    "type": "clear_tool_uses_20250919",
+    "trigger": {"type": "input_tokens", "value": 2000},
+    "keep": {"type": "tool_uses", "value": 2},
+    "exclude_tools": ["read_spec"],
+    "clear_tool_inputs": True,
+}
 THINK = {"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": 1}}
 
 
 def output(step: int) -> str:
-    return "\n".join(f"step{step} line {i}: value={i * 7} path=/src/mod{step}/file{i}.py status=ok é" for i in range(60))
+    return "\n".join(
+        f"step{step} line {i}: value={i * 7} path=/src/mod{step}/file{i}.py status=ok é" for i in range(60)
+    )
 
 
 def command(step: int) -> dict:
@@ -48,10 +60,15 @@ def command(step: int) -> dict:
 def tool_turns(names: list[str]) -> list[dict]:
     out: list[dict] = [{"role": "user", "content": "Fix it."}]
     for i, name in enumerate(names):
-        out.append({"role": "assistant", "content": [fake.text(f"Step {i}."), fake.tool_use(name, command(i),
-                                                                                            id=f"toolu_{i}")]})
-        out.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{i}",
-                                                 "content": output(i)}]})
+        out.append(
+            {
+                "role": "assistant",
+                "content": [fake.text(f"Step {i}."), fake.tool_use(name, command(i), id=f"toolu_{i}")],
+            }
+        )
+        out.append(
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": output(i)}]}
+        )
     return out
 
 
@@ -59,16 +76,24 @@ def thinking_turns(count: int) -> list[dict]:
     out: list[dict] = []
     for t in range(count):
         out.append({"role": "user", "content": f"question {t}"})
-        out.append({"role": "assistant", "content": [fake.thinking(f"deep thought {t} " * 40, signature=f"sig{t}"),
-                                                     fake.redacted_thinking(f"redacted{t}" * 10),
-                                                     fake.text(f"answer {t}")]})
+        out.append(
+            {
+                "role": "assistant",
+                "content": [
+                    fake.thinking(f"deep thought {t} " * 40, signature=f"sig{t}"),
+                    fake.redacted_thinking(f"redacted{t}" * 10),
+                    fake.text(f"answer {t}"),
+                ],
+            }
+        )
     out.append({"role": "user", "content": "and now?"})
     return out
 
 
 def sdk(proxy_url: str, key: str, headers: dict | None = None) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=proxy_url, api_key=key, max_retries=0, timeout=30,
-                               default_headers={**QUIET, **(headers or {})})
+    return anthropic.Anthropic(
+        base_url=proxy_url, api_key=key, max_retries=0, timeout=30, default_headers={**QUIET, **(headers or {})}
+    )
 
 
 @pytest.fixture
@@ -87,13 +112,23 @@ def call(client: anthropic.Anthropic, stream: bool, **kwargs):
 
 
 def results(messages: list[dict]) -> dict[str, str]:
-    return {b["tool_use_id"]: b["content"] for m in messages if isinstance(m["content"], list)
-            for b in m["content"] if b.get("type") == "tool_result"}
+    return {
+        b["tool_use_id"]: b["content"]
+        for m in messages
+        if isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "tool_result"
+    }
 
 
 def inputs(messages: list[dict]) -> dict[str, dict]:
-    return {b["id"]: b["input"] for m in messages if m["role"] == "assistant" and isinstance(m["content"], list)
-            for b in m["content"] if b.get("type") == "tool_use"}
+    return {
+        b["id"]: b["input"]
+        for m in messages
+        if m["role"] == "assistant" and isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "tool_use"
+    }
 
 
 def events_of(proxy_url: str, key: str, kind: str) -> list[dict]:
@@ -124,8 +159,13 @@ def test_clear_tool_uses_markers_reload_byte_exact(proxy_url, upstream, key, str
         seen["result"] = refs_in(got["toolu_0"])[0]
         seen["input"] = calls["toolu_2"][texts.CLEARED_INPUT_KEY].split("ref=")[1].split(".")[0]
         assert "context_reload" in [t["name"] for t in sent["tools"]]
-        return fake.answer(rec, fake.message(fake.tool_use("context_reload", {"ref": seen["result"]}, id="r1"),
-                                             fake.tool_use("context_reload", {"ref": seen["input"]}, id="r2")))
+        return fake.answer(
+            rec,
+            fake.message(
+                fake.tool_use("context_reload", {"ref": seen["result"]}, id="r1"),
+                fake.tool_use("context_reload", {"ref": seen["input"]}, id="r2"),
+            ),
+        )
 
     def second(rec):
         [reloaded, reloaded_input] = rec.json()["messages"][-1]["content"]
@@ -134,8 +174,14 @@ def test_clear_tool_uses_markers_reload_byte_exact(proxy_url, upstream, key, str
         return fake.answer(rec, fake.message(fake.text("All green.")))
 
     upstream.handler = scripted(first, second)
-    answer, headers = call(sdk(proxy_url, key), stream, messages=messages, tools=TOOLS,
-                           context_management={"edits": [CLEAR]}, betas=[BETA_CLEAR, OTHER_BETA])
+    answer, headers = call(
+        sdk(proxy_url, key),
+        stream,
+        messages=messages,
+        tools=TOOLS,
+        context_management={"edits": [CLEAR]},
+        betas=[BETA_CLEAR, OTHER_BETA],
+    )
     assert [b.text for b in answer.content if b.type == "text"] == ["All green."]
     [applied] = answer.context_management.applied_edits
     assert applied.type == "clear_tool_uses_20250919" and applied.cleared_tool_uses == 2
@@ -150,9 +196,14 @@ def test_clear_tool_uses_markers_reload_byte_exact(proxy_url, upstream, key, str
 def test_clear_thinking_keeps_the_last_turns(proxy_url, upstream, key, stream):
     messages = thinking_turns(3)
     upstream.handler = scripted(lambda rec: fake.answer(rec, fake.message(fake.text("ok"))))
-    answer, headers = call(sdk(proxy_url, key), stream, messages=messages,
-                           context_management={"edits": [THINK, {**CLEAR, "trigger": {"type": "tool_uses", "value": 1}}]},
-                           betas=[BETA_CLEAR], thinking={"type": "enabled", "budget_tokens": 1024})
+    answer, headers = call(
+        sdk(proxy_url, key),
+        stream,
+        messages=messages,
+        context_management={"edits": [THINK, {**CLEAR, "trigger": {"type": "tool_uses", "value": 1}}]},
+        betas=[BETA_CLEAR],
+        thinking={"type": "enabled", "budget_tokens": 1024},
+    )
     sent = upstream.messages_requests()[0].json()["messages"]
     kinds = [[b["type"] for b in m["content"]] for m in sent if m["role"] == "assistant"]
     assert kinds == [["text"], ["text"], ["thinking", "redacted_thinking", "text"]]
@@ -166,8 +217,14 @@ def test_clear_thinking_keeps_the_last_turns(proxy_url, upstream, key, stream):
 def test_not_triggered_nothing_cleared_and_the_answer_says_so(proxy_url, upstream, key, stream):
     messages = [*tool_turns(["bash", "bash"]), {"role": "user", "content": "Status?"}]
     upstream.handler = scripted(lambda rec: fake.answer(rec, fake.message(fake.text("ok"))))
-    answer, headers = call(sdk(proxy_url, key), stream, messages=messages, tools=TOOLS, betas=[BETA_CLEAR],
-                           context_management={"edits": [{"type": "clear_tool_uses_20250919"}]})  # 100,000 tokens
+    answer, headers = call(
+        sdk(proxy_url, key),
+        stream,
+        messages=messages,
+        tools=TOOLS,
+        betas=[BETA_CLEAR],
+        context_management={"edits": [{"type": "clear_tool_uses_20250919"}]},
+    )  # 100,000 tokens
     assert answer.context_management.applied_edits == [] and headers["x-offload-action"] == "none"
     sent = upstream.messages_requests()[0].json()
     assert sent["messages"] == messages and "context_management" not in sent
@@ -176,15 +233,18 @@ def test_not_triggered_nothing_cleared_and_the_answer_says_so(proxy_url, upstrea
 EDITING = {"anthropic-beta": BETA_CLEAR, **QUIET}  # what a client of context editing sends with each request
 
 
-@pytest.mark.parametrize("config, says", [
-    ({"edits": [CLEAR, THINK]}, "must come first"),
-    ({"edits": [{"type": "clear_everything_20990101"}]}, "unknown edit type"),
-    ({"edits": [{**CLEAR, "keep": {"type": "tool_uses", "value": -1}}]}, "keep.value"),
-    ({"edits": [{**THINK, "keep": {"type": "thinking_turns", "value": "1"}}]}, "expected an integer"),
-    ({"edits": "clear"}, "context_management.edits"),
-    ({"edits": [THINK] * 10_000}, "at most"),
-    ({"edits": [THINK] * 17}, "at most 16"),
-])
+@pytest.mark.parametrize(
+    "config, says",
+    [
+        ({"edits": [CLEAR, THINK]}, "must come first"),
+        ({"edits": [{"type": "clear_everything_20990101"}]}, "unknown edit type"),
+        ({"edits": [{**CLEAR, "keep": {"type": "tool_uses", "value": -1}}]}, "keep.value"),
+        ({"edits": [{**THINK, "keep": {"type": "thinking_turns", "value": "1"}}]}, "expected an integer"),
+        ({"edits": "clear"}, "context_management.edits"),
+        ({"edits": [THINK] * 10_000}, "at most"),
+        ({"edits": [THINK] * 17}, "at most 16"),
+    ],
+)
 def test_a_bad_config_is_a_400_in_anthropics_shape(proxy_url, upstream, key, config, says):
     body = {"model": MODEL, "max_tokens": 10, "messages": thinking_turns(1), "context_management": config}
     for path in ("/v1/messages", "/v1/messages/count_tokens"):
@@ -208,8 +268,13 @@ def test_count_tokens_counts_the_edited_request_and_tells_the_original(proxy_url
     assert answer["context_management"]["original_input_tokens"] > answer["input_tokens"] + 1000
     assert r.headers["x-offload-action"] == "context-edits"
     upstream.requests.clear()
-    plain = post(proxy_url, "/v1/messages/count_tokens", key=key, headers=EDITING,
-                 body={k: v for k, v in body.items() if k != "context_management"})
+    plain = post(
+        proxy_url,
+        "/v1/messages/count_tokens",
+        key=key,
+        headers=EDITING,
+        body={k: v for k, v in body.items() if k != "context_management"},
+    )
     assert "context_management" not in plain.json()
 
 
@@ -218,12 +283,27 @@ def test_relay_to_a_native_upstream_byte_for_byte(proxy_url, upstream, key, stre
     """A native upstream applies the edits itself: field, beta and its applied_edits go as they are."""
     upstream.handler = scripted(lambda rec: fake.native_answer(rec))
     messages = [*thinking_turns(2)[:-1], *tool_turns(["bash"])]
-    body = {"model": MODEL, "max_tokens": 1024, "messages": messages, "tools": TOOLS, "stream": stream,
-            "context_management": {"edits": [THINK, CLEAR]}}
+    body = {
+        "model": MODEL,
+        "max_tokens": 1024,
+        "messages": messages,
+        "tools": TOOLS,
+        "stream": stream,
+        "context_management": {"edits": [THINK, CLEAR]},
+    }
     raw = json.dumps(body, separators=(",", ":")).encode()
-    r = post(proxy_url, "/v1/messages", body=raw, key=key, headers={
-        **EDITING, "anthropic-beta": f"{BETA_CLEAR},{OTHER_BETA}", "X-Offload-Context-Management": "relay",
-        "X-Offload-Cache-Control": "off"})  # nor prompt caching added: the bytes as sent
+    r = post(
+        proxy_url,
+        "/v1/messages",
+        body=raw,
+        key=key,
+        headers={
+            **EDITING,
+            "anthropic-beta": f"{BETA_CLEAR},{OTHER_BETA}",
+            "X-Offload-Context-Management": "relay",
+            "X-Offload-Cache-Control": "off",
+        },
+    )  # nor prompt caching added: the bytes as sent
     assert r.status_code == 200, r.text
     [forwarded] = upstream.messages_requests()
     assert forwarded.body == raw and forwarded.headers["anthropic-beta"] == f"{BETA_CLEAR},{OTHER_BETA}"
@@ -242,11 +322,19 @@ def test_with_a_paused_emulated_compaction_the_answer_carries_the_applied_edits(
     the compaction block alone, and the clearing edits in `applied_edits`."""
     messages = [*tool_turns(["bash", "read_spec", "bash", "bash", "bash"]), {"role": "user", "content": "Status?"}]
     upstream.handler = scripted(lambda rec: fake.answer(rec, fake.message(fake.text("not asked"))))
-    compact = {"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 1000},
-               "pause_after_compaction": True}
-    answer, headers = call(sdk(proxy_url, key), stream, messages=messages, tools=TOOLS,
-                           context_management={"edits": [THINK, CLEAR, compact]},
-                           betas=[BETA_CLEAR, "compact-2026-01-12"])
+    compact = {
+        "type": "compact_20260112",
+        "trigger": {"type": "input_tokens", "value": 1000},
+        "pause_after_compaction": True,
+    }
+    answer, headers = call(
+        sdk(proxy_url, key),
+        stream,
+        messages=messages,
+        tools=TOOLS,
+        context_management={"edits": [THINK, CLEAR, compact]},
+        betas=[BETA_CLEAR, "compact-2026-01-12"],
+    )
     assert answer.stop_reason == "compaction" and [b.type for b in answer.content] == ["compaction"]
     [applied] = answer.context_management.applied_edits
     assert applied.type == "clear_tool_uses_20250919" and applied.cleared_tool_uses == 2

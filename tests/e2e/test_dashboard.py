@@ -40,8 +40,11 @@ def tenants_file(tmp_path: Path, **keys: str) -> Path:
 def send(url: str, key: str, history: list, *, session: str, model: str = "gpt-4o") -> None:
     """One chat completion through the openai SDK, offloading above 1,000 tokens."""
     client = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=30)
-    client.chat.completions.create(model=model, messages=history, extra_headers={
-        "X-Offload-Max-Total-Tokens": "1000", "X-Offload-Session": session})
+    client.chat.completions.create(
+        model=model,
+        messages=history,
+        extra_headers={"X-Offload-Max-Total-Tokens": "1000", "X-Offload-Session": session},
+    )
 
 
 def stats_when(url: str, token: str, requests: int) -> dict:
@@ -120,8 +123,13 @@ def site(make_proxy, tmp_path_factory):
     with make_proxy(admin_token=ADMIN, tenants_file=tenants_file(tmp, **{"dash-a": KEY_A, "dash-b": KEY_B})) as url:
         for steps in (2, 4, 6):
             send(url, KEY_A, agent_history(steps=steps), session="a-build")
-            send(url, KEY_A, agent_history(steps=steps, system="You review code."), session="a-review",
-                 model=XSS_MODEL if steps == 6 else "gpt-4o")
+            send(
+                url,
+                KEY_A,
+                agent_history(steps=steps, system="You review code."),
+                session="a-review",
+                model=XSS_MODEL if steps == 6 else "gpt-4o",
+            )
         for steps in (3, 5):
             send(url, KEY_B, agent_history(steps=steps), session="b-secret-run")
         stats_when(url, ADMIN, 8)
@@ -163,7 +171,9 @@ def test_reads_well_on_a_phone(site, chromium):
     assert overflow <= 0  # wide tables scroll inside their panel, the page never sideways
     assert page.locator('#headline .card[data-field="tokens_saved"]').is_visible()
     # the tables keep the columns that matter most and fit the width without scrolling
-    widths = page.evaluate("() => [...document.querySelectorAll('.table-wrap')].map(w => [w.parentElement.id, w.scrollWidth, w.clientWidth])")
+    widths = page.evaluate(
+        "() => [...document.querySelectorAll('.table-wrap')].map(w => [w.parentElement.id, w.scrollWidth, w.clientWidth])"
+    )
     assert all(scroll <= client for _, scroll, client in widths), widths
     assert page.locator("#tenants-table th", has_text="Fwd / raw").is_visible()
     assert page.locator("#tenants-table th", has_text="Saved (est.)").is_hidden()
@@ -214,9 +224,11 @@ def test_a_tenant_key_sees_its_own_tenant_only(site, chromium):
     text = page.inner_text("body")
     assert "dash-b" not in text and "b-secret-run" not in text
     # the page's own token cannot read the other tenant through the API either
-    status = page.evaluate("""async (tenant) => (await fetch('/v1/offload/sessions?tenant=' + tenant,
+    status = page.evaluate(
+        """async (tenant) => (await fetch('/v1/offload/sessions?tenant=' + tenant,
         {headers: {Authorization: 'Bearer ' + sessionStorage.getItem('offload-dashboard-token')}})).status""",
-                           ns("dash-b"))
+        ns("dash-b"),
+    )
     assert status == 403
     # the browser itself logs the two refused loads (the other's session: 404, the fetch above: 403)
     refused = sorted(text.rsplit("status of ", 1)[-1] for _, text in console.errors)
@@ -235,8 +247,11 @@ def test_client_strings_are_shown_as_text_never_run(site, chromium):
 
 def test_a_wrong_token_is_refused_with_the_api_message(make_proxy, tmp_path, chromium):
     """Where the proxy holds the upstream key, only its proxy keys (and the admin token) open the page."""
-    with make_proxy(admin_token=ADMIN, upstream_api_key="sk-held-by-the-proxy",
-                    tenants_file=tenants_file(tmp_path, **{"dash-a": KEY_A})) as url:
+    with make_proxy(
+        admin_token=ADMIN,
+        upstream_api_key="sk-held-by-the-proxy",
+        tenants_file=tenants_file(tmp_path, **{"dash-a": KEY_A}),
+    ) as url:
         page, console = open_page(chromium, f"{url}/dashboard")
         page.fill("#token", "pk-not-a-key")
         page.click("#signin button[type=submit]")
@@ -258,7 +273,8 @@ def test_it_refreshes_itself_without_reloading(site, chromium):
     send(site, KEY_B, agent_history(steps=4), session="b-secret-run")
     page.wait_for_function(
         "() => document.querySelector('#headline .card[data-field=requests] .value').textContent === '3'",
-        timeout=20_000)
+        timeout=20_000,
+    )
     assert page.evaluate("() => window.__same_page") is True
     assert console.errors == []
 
@@ -274,9 +290,21 @@ def test_ten_thousand_sessions_are_paged(make_proxy, redis_url, tmp_path, chromi
         recorder.start(store, Sealer(None))
         now = time.time()
         for i in range(10_000):
-            recorder.record(Turn(namespace=ns(name), session=f"s-{i:05d}", time=now - 5 + i / 10_000, route="chat",
-                                 model="gpt-4o", status=200, stream=False, tokens_before=5000 + i,
-                                 tokens_after=1000, action="compact", refs=1))
+            recorder.record(
+                Turn(
+                    namespace=ns(name),
+                    session=f"s-{i:05d}",
+                    time=now - 5 + i / 10_000,
+                    route="chat",
+                    model="gpt-4o",
+                    status=200,
+                    stream=False,
+                    tokens_before=5000 + i,
+                    tokens_after=1000,
+                    action="compact",
+                    refs=1,
+                )
+            )
             if i % 1000 == 999:  # written as they come (stop's flush is bounded in time: a loaded machine
                 await recorder.flush()  # took over 120 s for 10,000 new sessions at once)
         await recorder.stop(timeout=120)
@@ -348,7 +376,9 @@ def test_a_truncated_tenants_table_says_so(make_proxy, tmp_path, chromium, monke
     from proxy.stats import reader
 
     monkeypatch.setattr(reader, "MAX_TENANT_ROWS", 1)
-    with make_proxy(admin_token=ADMIN, tenants_file=tenants_file(tmp_path, **{"dash-a": KEY_A, "dash-b": KEY_B})) as url:
+    with make_proxy(
+        admin_token=ADMIN, tenants_file=tenants_file(tmp_path, **{"dash-a": KEY_A, "dash-b": KEY_B})
+    ) as url:
         send(url, KEY_A, agent_history(steps=4), session="a")
         send(url, KEY_B, agent_history(steps=2), session="b")
         stats_when(url, ADMIN, 2)
@@ -367,9 +397,13 @@ def test_what_you_pay_is_the_bill_the_upstream_reported(make_proxy, upstream, ch
 
     from tests.harness.servers import completion
 
-    usages = iter([{"prompt_tokens": 5000, "completion_tokens": 200, "prompt_tokens_details": {"cached_tokens": 4096}},
-                   {"prompt_tokens": 6000, "completion_tokens": 300, "prompt_tokens_details": {"cached_tokens": 4992}},
-                   None])
+    usages = iter(
+        [
+            {"prompt_tokens": 5000, "completion_tokens": 200, "prompt_tokens_details": {"cached_tokens": 4096}},
+            {"prompt_tokens": 6000, "completion_tokens": 300, "prompt_tokens_details": {"cached_tokens": 4992}},
+            None,
+        ]
+    )
 
     async def handler(request, rec):
         usage = next(usages)
@@ -398,8 +432,10 @@ def test_what_you_pay_is_the_bill_the_upstream_reported(make_proxy, upstream, ch
         rows = column(page, "bill-table", 1)
         assert rows == ["Uncached input", "Cache reads", "Writes 5 min", "Writes 1 h", "Output", "Total"]
         parts = ["uncached", "cache_read", "cache_write_5m", "cache_write_1h", "output", "total"]
-        assert column(page, "bill-table", 2) == [fmt_int(bill["tokens"]["input"] + bill["tokens"]["output"]
-                                                         if p == "total" else bill["tokens"][p]) for p in parts]
+        assert column(page, "bill-table", 2) == [
+            fmt_int(bill["tokens"]["input"] + bill["tokens"]["output"] if p == "total" else bill["tokens"][p])
+            for p in parts
+        ]
         assert column(page, "bill-table", 3) == [fmt_usd(bill["usd"][p]) for p in parts]
         assert column(page, "bill-table", 6) == [fmt_usd(totals["counterfactual"]["usd"][p]) for p in parts]
         assert "1 turn (1 upstream answer) reported no usage" in page.inner_text("#bill-note")

@@ -10,26 +10,31 @@ import uuid
 
 import httpx2
 
+from proxy.stats.holdout_report import FIGURES
 from tests.e2e.test_dashboard import column, fmt_usd, sign_in
 from tests.e2e.test_holdout import ROUTES, SMALL, auth, body_of, holdout_of, namespace_of, sessions_in
 from tests.harness.browser import open_page, screenshot
-from proxy.stats.holdout_report import FIGURES
 
 
 def test_the_holdout_panel_compares_the_arms_and_says_when_there_are_too_few(make_proxy, upstream, chromium):
     key = f"sk-{uuid.uuid4().hex}"
     with make_proxy() as url:  # no holdout: no panel
         page, console = open_page(chromium, f"{url}/dashboard#window=1h")
-        httpx2.post(url + ROUTES["chat"], json=body_of("chat", stream=False, steps=1), headers=auth("chat", key),
-                    timeout=30)
+        httpx2.post(
+            url + ROUTES["chat"], json=body_of("chat", stream=False, steps=1), headers=auth("chat", key), timeout=30
+        )
         sign_in(page, key)
         assert page.locator("#holdout").is_hidden()
     with make_proxy(holdout=0.5) as url:
         namespace = namespace_of(url, key)
         raw = json.dumps(body_of("chat", stream=False, steps=4)).encode()
         for name in sessions_in(namespace, 0.5, "control", 2) + sessions_in(namespace, 0.5, "managed", 3):
-            r = httpx2.post(url + ROUTES["chat"], content=raw,
-                            headers={**auth("chat", key), **SMALL, "X-Offload-Session": name}, timeout=30)
+            r = httpx2.post(
+                url + ROUTES["chat"],
+                content=raw,
+                headers={**auth("chat", key), **SMALL, "X-Offload-Session": name},
+                timeout=30,
+            )
             assert r.status_code == 200, r.text
         section = holdout_of(url, key, sessions=5)
         time.sleep(0.5)

@@ -21,20 +21,30 @@ def test_observed_traffic_is_shown_apart_with_what_it_would_have_saved(make_prox
         sign_in(page, ADMIN)
         assert page.locator("#observed").is_hidden()  # nothing observed yet
         for _ in range(2):
-            client.chat.completions.create(model="gpt-4o", messages=agent_history(steps=6, lines=200),
-                                           extra_headers={"X-Offload-Mode": "observe", "X-Offload-Session": "watched",
-                                                          "X-Offload-Max-Total-Tokens": "1500"})
+            client.chat.completions.create(
+                model="gpt-4o",
+                messages=agent_history(steps=6, lines=200),
+                extra_headers={
+                    "X-Offload-Mode": "observe",
+                    "X-Offload-Session": "watched",
+                    "X-Offload-Max-Total-Tokens": "1500",
+                },
+            )
         deadline = time.monotonic() + 15
-        while (totals := api(url, "/v1/offload/stats", ADMIN, window="1h")["totals"]).get(
-                "observed", {}).get("requests", 0) < 2:
+        while (totals := api(url, "/v1/offload/stats", ADMIN, window="1h")["totals"]).get("observed", {}).get(
+            "requests", 0
+        ) < 2:
             assert time.monotonic() < deadline, totals
             time.sleep(0.2)
         observed = totals["observed"]
         page.reload()  # signed in still
         page.wait_for_selector("#observed:not([hidden])")
         assert column(page, "observed-table", 1) == ["Requests", "Tokens", "Cost"]
-        assert column(page, "observed-table", 2) == [fmt_int(2), fmt_int(observed["tokens_forwarded"]),
-                                                     fmt_usd(observed["bill"]["usd"]["total"])]
+        assert column(page, "observed-table", 2) == [
+            fmt_int(2),
+            fmt_int(observed["tokens_forwarded"]),
+            fmt_usd(observed["bill"]["usd"]["total"]),
+        ]
         assert column(page, "observed-table", 3)[1] == fmt_int(observed["tokens_would_forward"])
         note = page.inner_text("#observed-note")
         assert "as received" in note and "estimated" in note and fmt_int(observed["tokens_would_save"]) in note

@@ -18,8 +18,18 @@ from proxy.stats.recorder import Recorder
 from proxy.stats.turns import Turn
 from proxy.store.redis import RedisStore
 from proxy.store.sealing import Sealer
-from tests.e2e.test_dashboard import (ADMIN, api, column, scope_of, send, sign_in,
-                                      stats_when, tenants_file, wait_loaded, wait_shown)
+from tests.e2e.test_dashboard import (
+    ADMIN,
+    api,
+    column,
+    scope_of,
+    send,
+    sign_in,
+    stats_when,
+    tenants_file,
+    wait_loaded,
+    wait_shown,
+)
 from tests.harness.browser import open_page, screenshot
 from tests.harness.history import agent_history
 
@@ -86,8 +96,12 @@ def test_the_default_window_fits_fresh_data(keyed, chromium):
 def test_the_default_window_fits_older_data(make_proxy, redis_url, tmp_path, chromium):
     """Data half an hour old opens 1 h; hours old 24 h; days old (none today) 7 d; none at all 15 m."""
     stamp = int(time.time())
-    names = {f"half-{stamp}": ("pk-dash-half-0007", 1800), f"hours-{stamp}": ("pk-dash-hours-0004", 3 * 3600), f"days-{stamp}": ("pk-dash-days-0005", 3 * 86400),
-             f"none-{stamp}": ("pk-dash-none-0006", None)}
+    names = {
+        f"half-{stamp}": ("pk-dash-half-0007", 1800),
+        f"hours-{stamp}": ("pk-dash-hours-0004", 3 * 3600),
+        f"days-{stamp}": ("pk-dash-days-0005", 3 * 86400),
+        f"none-{stamp}": ("pk-dash-none-0006", None),
+    }
 
     async def seed() -> None:
         store = RedisStore(redis_url)
@@ -95,9 +109,20 @@ def test_the_default_window_fits_older_data(make_proxy, redis_url, tmp_path, chr
         recorder.start(store, Sealer(None))
         for name, (_, age) in names.items():
             if age is not None:
-                recorder.record(Turn(namespace=namespace_for("tenant", [name], None), session="old",
-                                     time=time.time() - age, route="chat", model="gpt-4o", status=200, stream=False,
-                                     tokens_before=5000, tokens_after=1000, action="compact"))
+                recorder.record(
+                    Turn(
+                        namespace=namespace_for("tenant", [name], None),
+                        session="old",
+                        time=time.time() - age,
+                        route="chat",
+                        model="gpt-4o",
+                        status=200,
+                        stream=False,
+                        tokens_before=5000,
+                        tokens_after=1000,
+                        action="compact",
+                    )
+                )
         await recorder.stop(timeout=30)
         await store.close()
 
@@ -105,8 +130,12 @@ def test_the_default_window_fits_older_data(make_proxy, redis_url, tmp_path, chr
         pool.submit(asyncio.run, seed()).result()
     keys = {name: key for name, (key, _) in names.items()}
     with make_proxy(redis_url=redis_url, tenants_file=tenants_file(tmp_path, **keys)) as url:
-        for name, expected in ((f"half-{stamp}", "1 h"), (f"hours-{stamp}", "24 h"), (f"days-{stamp}", "7 d"),
-                               (f"none-{stamp}", "15 m")):
+        for name, expected in (
+            (f"half-{stamp}", "1 h"),
+            (f"hours-{stamp}", "24 h"),
+            (f"days-{stamp}", "7 d"),
+            (f"none-{stamp}", "15 m"),
+        ):
             page, console = open_page(chromium, f"{url}/dashboard")
             sign_in(page, keys[name])
             assert window_on(page) == expected, name
@@ -167,7 +196,8 @@ def test_a_phone_has_a_compact_header_and_a_wide_table_says_it_scrolls(keyed, ch
         const s = document.querySelector('#scope').getBoundingClientRect(); return [b.width, b.right, s.right]; }""")
     assert back[0] > 40 and back[1] <= back[2] + 0.5 and back[1] <= 390, back  # whole, not cut by the name
     y_axis = page.locator('#chart-actions text.tick[text-anchor="end"]').evaluate_all(  # 2 turns: 0, 1, 2
-        "ticks => ticks.map(t => t.textContent)")
+        "ticks => ticks.map(t => t.textContent)"
+    )
     assert len(set(y_axis)) == len(y_axis) and y_axis[0] == "0", y_axis
     page.locator("#sessions-table tbody tr", has_text="proj-review").click()
     wait_shown(page, "#session-id", "proj-review")

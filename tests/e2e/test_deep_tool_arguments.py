@@ -20,8 +20,11 @@ LEVELS = 200_000
 DEEP = "[" * LEVELS + "]" * LEVELS  # a valid JSON text, far past any parser's recursion
 DEEP_OBJECT = '{"ref": ' + DEEP + "}"
 TOLD = "Invalid arguments for context_reload: arguments nest deeper than 32 levels"
-OPENAI_HEADERS = {"authorization": "Bearer sk-deep-args", "X-Offload-Max-Total-Tokens": "1000",
-                  "X-Offload-Max-Tool-Message-Tokens": "500"}
+OPENAI_HEADERS = {
+    "authorization": "Bearer sk-deep-args",
+    "X-Offload-Max-Total-Tokens": "1000",
+    "X-Offload-Max-Tool-Message-Tokens": "500",
+}
 
 
 @pytest.fixture
@@ -42,6 +45,7 @@ def chat_first(stream: bool):
         if stream:
             return StreamingResponse(iter(stream_chunks("Looking.", tool_calls=[call])), media_type="text/event-stream")
         return JSONResponse(completion("Looking.", tool_calls=[call]))
+
     return first
 
 
@@ -55,12 +59,17 @@ def chat_final(rec):
 @pytest.mark.parametrize("stream", [False, True])
 def test_chat(proxy_url, upstream, no_traceback, stream):
     upstream.handler = scripted(chat_first(stream), chat_final)
-    r = post(proxy_url, "/v1/chat/completions", headers=OPENAI_HEADERS,
-             body={"model": "gpt-4o", "messages": agent_history(steps=4), "stream": stream})
+    r = post(
+        proxy_url,
+        "/v1/chat/completions",
+        headers=OPENAI_HEADERS,
+        body={"model": "gpt-4o", "messages": agent_history(steps=4), "stream": stream},
+    )
     assert r.status_code == 200, r.text[:300]
     if stream:
-        chunks = [json.loads(line[6:]) for line in r.text.splitlines()
-                  if line.startswith("data: ") and line != "data: [DONE]"]
+        chunks = [
+            json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ") and line != "data: [DONE]"
+        ]
         assert not [c for c in chunks if "error" in c] and r.text.rstrip().endswith("data: [DONE]")
         text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices"))
     else:
@@ -77,8 +86,10 @@ def test_chat(proxy_url, upstream, no_traceback, stream):
 @pytest.mark.parametrize("stream", [False, True])
 def test_responses(proxy_url, upstream, no_traceback, stream):
     call = fake_responses.function_call("context_reload", DEEP_OBJECT, call_id="call_deep", id="fc_deep")
-    upstream.handler = scripted(fake_responses.answering(call, id="resp_deep_1"),
-                                fake_responses.answering(fake_responses.message("Final answer."), id="resp_deep_2"))
+    upstream.handler = scripted(
+        fake_responses.answering(call, id="resp_deep_1"),
+        fake_responses.answering(fake_responses.message("Final answer."), id="resp_deep_2"),
+    )
     body = {"model": "gpt-5", "input": agent_history(steps=4)[1:], "store": False, "stream": stream}
     r = post(proxy_url, "/v1/responses", body=body, headers=OPENAI_HEADERS)
     assert r.status_code == 200, r.text[:300]
@@ -90,15 +101,22 @@ def test_responses(proxy_url, upstream, no_traceback, stream):
         output = r.json()["output"]
     assert output[-1]["content"][0]["text"] == "Final answer." and "context_reload" not in r.text
     first, second = upstream.responses_requests()
-    [told] = [i for i in fake_responses.input_items(second) if i.get("type") == "function_call_output"
-              and i.get("call_id") == "call_deep"]
+    [told] = [
+        i
+        for i in fake_responses.input_items(second)
+        if i.get("type") == "function_call_output" and i.get("call_id") == "call_deep"
+    ]
     assert told["output"].startswith(TOLD), told["output"][:200]
 
 
 # ---------------------------------------------------------------- Anthropic Messages
 
-ANTHROPIC_HEADERS = {"x-api-key": "sk-ant-deep-args", "anthropic-version": "2023-06-01",
-                     "X-Offload-Max-Total-Tokens": "1000", "X-Offload-Max-Tool-Message-Tokens": "500"}
+ANTHROPIC_HEADERS = {
+    "x-api-key": "sk-ant-deep-args",
+    "anthropic-version": "2023-06-01",
+    "X-Offload-Max-Total-Tokens": "1000",
+    "X-Offload-Max-Tool-Message-Tokens": "500",
+}
 
 
 def ev(kind: str, **data) -> bytes:
@@ -107,20 +125,42 @@ def ev(kind: str, **data) -> bytes:
 
 def messages_first_streamed(rec):
     """A tool_use whose input_json_delta fragments nest LEVELS deep, in a few pieces."""
-    start = ev("message_start", message={"id": "msg_deep_1", "type": "message", "role": "assistant",
-                                         "content": [], "model": "claude-sonnet-4-5",
-                                         "usage": {"input_tokens": 7, "output_tokens": 1}})
-    pieces = [DEEP_OBJECT[i:i + 100_000] for i in range(0, len(DEEP_OBJECT), 100_000)]
+    start = ev(
+        "message_start",
+        message={
+            "id": "msg_deep_1",
+            "type": "message",
+            "role": "assistant",
+            "content": [],
+            "model": "claude-sonnet-4-5",
+            "usage": {"input_tokens": 7, "output_tokens": 1},
+        },
+    )
+    pieces = [DEEP_OBJECT[i : i + 100_000] for i in range(0, len(DEEP_OBJECT), 100_000)]
     block = {"type": "tool_use", "id": "toolu_deep", "name": "context_reload", "input": {}}
-    return StreamingResponse(iter([
-        start, ev("content_block_start", index=0, content_block={"type": "text", "text": ""}),
-        ev("content_block_delta", index=0, delta={"type": "text_delta", "text": "Looking."}),
-        ev("content_block_stop", index=0),
-        ev("content_block_start", index=1, content_block=block),
-        *(ev("content_block_delta", index=1, delta={"type": "input_json_delta", "partial_json": p}) for p in pieces),
-        ev("content_block_stop", index=1),
-        ev("message_delta", delta={"stop_reason": "tool_use", "stop_sequence": None}, usage={"output_tokens": 9}),
-        ev("message_stop")]), media_type="text/event-stream")
+    return StreamingResponse(
+        iter(
+            [
+                start,
+                ev("content_block_start", index=0, content_block={"type": "text", "text": ""}),
+                ev("content_block_delta", index=0, delta={"type": "text_delta", "text": "Looking."}),
+                ev("content_block_stop", index=0),
+                ev("content_block_start", index=1, content_block=block),
+                *(
+                    ev("content_block_delta", index=1, delta={"type": "input_json_delta", "partial_json": p})
+                    for p in pieces
+                ),
+                ev("content_block_stop", index=1),
+                ev(
+                    "message_delta",
+                    delta={"stop_reason": "tool_use", "stop_sequence": None},
+                    usage={"output_tokens": 9},
+                ),
+                ev("message_stop"),
+            ]
+        ),
+        media_type="text/event-stream",
+    )
 
 
 # A non-streamed answer carries the input as an object, within the body: at most 1,000 levels
@@ -129,8 +169,9 @@ BODY_LEVELS = 1_000
 
 
 def messages_first_json(rec):
-    msg = fake_anthropic.message(fake_anthropic.text("Looking."),
-                                 fake_anthropic.tool_use("context_reload", {"ref": "@@DEEP@@"}, id="toolu_deep"))
+    msg = fake_anthropic.message(
+        fake_anthropic.text("Looking."), fake_anthropic.tool_use("context_reload", {"ref": "@@DEEP@@"}, id="toolu_deep")
+    )
     nest = "[" * (BODY_LEVELS - 4) + "]" * (BODY_LEVELS - 4)
     return Response(json.dumps(msg).replace('"@@DEEP@@"', nest), media_type="application/json")
 
@@ -139,14 +180,27 @@ def messages_first_json(rec):
 def test_messages(proxy_url, upstream, no_traceback, stream):
     def final(rec):
         return fake_anthropic.answer(rec, fake_anthropic.message(fake_anthropic.text("Final answer.")))
+
     upstream.handler = scripted(messages_first_streamed if stream else messages_first_json, final)
-    history = [{"role": "user", "content": "Run it."},
-               {"role": "assistant", "content": [fake_anthropic.tool_use("Bash", {"c": "x"}, id="toolu_big")]},
-               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_big",
-                                             "content": agent_history(steps=1)[3]["content"]}]},
-               {"role": "assistant", "content": "Done."}, {"role": "user", "content": "What did it say?"}]
-    body = {"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": history, "stream": stream,
-            "tools": [{"name": "Bash", "input_schema": {"type": "object"}}]}
+    history = [
+        {"role": "user", "content": "Run it."},
+        {"role": "assistant", "content": [fake_anthropic.tool_use("Bash", {"c": "x"}, id="toolu_big")]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_big", "content": agent_history(steps=1)[3]["content"]}
+            ],
+        },
+        {"role": "assistant", "content": "Done."},
+        {"role": "user", "content": "What did it say?"},
+    ]
+    body = {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 64,
+        "messages": history,
+        "stream": stream,
+        "tools": [{"name": "Bash", "input_schema": {"type": "object"}}],
+    }
     r = post(proxy_url, "/v1/messages", body=body, headers=ANTHROPIC_HEADERS)
     assert r.status_code == 200, r.text[:300]
     if stream:

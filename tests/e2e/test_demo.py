@@ -15,9 +15,9 @@ from pathlib import Path
 import httpx2
 import pytest
 
+from proxy.demo.run import CONVERSATION, free_port
 from proxy.demo.table import steps
 from proxy.replay.runner import load_conversations
-from proxy.demo.run import CONVERSATION, free_port
 
 TURNS = len(steps(load_conversations(CONVERSATION)[0]["messages"]))
 FORMATS = ("chat", "responses", "anthropic")
@@ -32,8 +32,11 @@ def demo_command(*args: str) -> list[str]:
 def parse(stdout: str) -> dict:
     lines = stdout.splitlines()
     turns = [m.groups() for m in map(TURN_ROW.match, lines) if m]
-    totals = {m.group(1): [int(x) if x.isdigit() else float(x) for x in m.groups()[1:]]
-              for m in map(TOTAL_ROW.match, lines) if m}
+    totals = {
+        m.group(1): [int(x) if x.isdigit() else float(x) for x in m.groups()[1:]]
+        for m in map(TOTAL_ROW.match, lines)
+        if m
+    }
     url = re.search(r"^Dashboard: +(http://127\.0\.0\.1:\d+/dashboard)$", stdout, re.M)
     token = re.search(r"^Admin token: +(\S+)$", stdout, re.M)
     return {"turns": turns, "totals": totals, "url": url and url.group(1), "token": token and token.group(1)}
@@ -57,8 +60,14 @@ def store_folder(stderr: str) -> Path:
 
 def test_demo_no_wait_prints_the_tables_and_stops_on_the_ports_asked(tmp_path):
     port, upstream_port = free_port(), free_port()
-    done = subprocess.run(demo_command("--no-wait", "--port", str(port), "--upstream-port", str(upstream_port)),
-                          capture_output=True, text=True, timeout=240, cwd=tmp_path, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        demo_command("--no-wait", "--port", str(port), "--upstream-port", str(upstream_port)),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     found = parse(done.stdout)
     check_tables(found)
@@ -79,8 +88,15 @@ def ignore_sigint() -> None:
 def test_demo_keeps_the_dashboard_up_with_the_printed_token_until_ctrl_c(tmp_path):
     """Started with SIGINT ignored, as in CI: Ctrl-C stops it all the same."""
     upstream = f"http://127.0.0.1:{free_port()}"
-    process = subprocess.Popen(demo_command("--upstream-port", upstream.rpartition(":")[2]), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               cwd=tmp_path, stdin=subprocess.DEVNULL, preexec_fn=ignore_sigint)
+    process = subprocess.Popen(
+        demo_command("--upstream-port", upstream.rpartition(":")[2]),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=ignore_sigint,
+    )
     errors: list[str] = []
     threading.Thread(target=lambda: errors.extend(process.stderr), daemon=True).start()
     lines: list[str] = []
@@ -103,8 +119,12 @@ def test_demo_keeps_the_dashboard_up_with_the_printed_token_until_ctrl_c(tmp_pat
         assert stats.status_code == 200, stats.text
         totals = stats.json()["totals"]
         assert totals["requests"] == 3 * TURNS and totals["tokens_saved"] > 0 and totals["reload_rounds"] > 0
-        other = httpx2.get(f"{root}/v1/offload/stats", params={"window": "1h"},
-                           headers={"authorization": "Bearer not-the-token"}, timeout=10)
+        other = httpx2.get(
+            f"{root}/v1/offload/stats",
+            params={"window": "1h"},
+            headers={"authorization": "Bearer not-the-token"},
+            timeout=10,
+        )
         # without an upstream key any other key is some tenant's own provider key: it sees nothing of the demo's
         assert other.status_code == 200 and other.json()["totals"]["requests"] == 0
         assert httpx2.get(f"{upstream}/", timeout=10).status_code  # the fake upstream on the port asked
@@ -130,10 +150,22 @@ def test_demo_works_offline_without_tiktoken_encodings(tmp_path):
     """A fresh clone without ../shared and no network: tokens are estimated, the demo runs all the same."""
     empty = tmp_path / "no-encodings"
     empty.mkdir()
-    env = {**os.environ, "TIKTOKEN_CACHE_DIR": str(empty), "HTTPS_PROXY": "http://127.0.0.1:9",
-           "HTTP_PROXY": "http://127.0.0.1:9", "NO_PROXY": "127.0.0.1,localhost"}  # any download: refused
-    done = subprocess.run(demo_command("--no-wait"), capture_output=True, text=True, timeout=240, cwd=tmp_path,
-                          env=env, stdin=subprocess.DEVNULL)
+    env = {
+        **os.environ,
+        "TIKTOKEN_CACHE_DIR": str(empty),
+        "HTTPS_PROXY": "http://127.0.0.1:9",
+        "HTTP_PROXY": "http://127.0.0.1:9",
+        "NO_PROXY": "127.0.0.1,localhost",
+    }  # any download: refused
+    done = subprocess.run(
+        demo_command("--no-wait"),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     check_tables(parse(done.stdout))
     assert "tokens: ESTIMATES" in done.stdout
@@ -151,11 +183,19 @@ def test_the_anthropic_sdk_streams_through_the_proxy_from_the_bundled_fake(tmp_p
     try:
         assert wait_up(f"http://127.0.0.1:{port}/", fake, timeout=30)
         upstream = f"http://127.0.0.1:{port}"
-        with ProxyProcess("--upstream", f"{upstream}/v1", "--anthropic-upstream", upstream, "--log-level", "warning",
-                          data_dir=tmp_path / "data") as proxy:
+        with ProxyProcess(
+            "--upstream",
+            f"{upstream}/v1",
+            "--anthropic-upstream",
+            upstream,
+            "--log-level",
+            "warning",
+            data_dir=tmp_path / "data",
+        ) as proxy:
             client = anthropic.Anthropic(base_url=proxy.url, api_key="sk-ant-demo-key", max_retries=0, timeout=20)
-            with client.messages.stream(model="claude-sonnet-4", max_tokens=50,
-                                        messages=[{"role": "user", "content": "hi"}]) as stream:
+            with client.messages.stream(
+                model="claude-sonnet-4", max_tokens=50, messages=[{"role": "user", "content": "hi"}]
+            ) as stream:
                 texts = list(stream.text_stream)
                 final = stream.get_final_message()
         assert "".join(texts) == "ok" and final.stop_reason == "end_turn" and final.content[0].text == "ok"

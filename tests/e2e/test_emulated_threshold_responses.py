@@ -13,26 +13,32 @@ import httpx2
 import openai
 import pytest
 
-from proxy.core.compaction_token import is_ours
+from proxy.core.compaction_token import PREFIX, is_ours
 from proxy.core.markers import refs_in
-from proxy.core.compaction_token import PREFIX
 from tests.harness import responses as fake
 from tests.harness.requests import post
-from tests.harness.responses import user_message as user, assistant_message as assistant, words
+from tests.harness.responses import assistant_message as assistant
+from tests.harness.responses import user_message as user
+from tests.harness.responses import words
 from tests.harness.servers import RedisProcess, scripted
 
 # the SDK's Pydantic serializer warnings are errors here: one came from the README's example (see
 # test_the_readmes_compaction_example_runs_without_a_warning in test_responses_compact.py)
-pytestmark = [pytest.mark.usefixtures("fresh_summary_memory"),
-              pytest.mark.filterwarnings("error:Pydantic serializer warnings:UserWarning")]
+pytestmark = [
+    pytest.mark.usefixtures("fresh_summary_memory"),
+    pytest.mark.filterwarnings("error:Pydantic serializer warnings:UserWarning"),
+]
 
 MODEL = "gpt-5"
 CM = [{"type": "compaction", "compact_threshold": 1000}]
 
 
-HISTORY = [{"type": "message", "role": "developer", "content": "Be brief."}, user("the task: fix the build"),
-           *[assistant(words(f"a{k}", 300)) if k % 2 == 0 else user(words(f"u{k}", 8)) for k in range(8)],
-           user("and now?")]
+HISTORY = [
+    {"type": "message", "role": "developer", "content": "Be brief."},
+    user("the task: fix the build"),
+    *[assistant(words(f"a{k}", 300)) if k % 2 == 0 else user(words(f"u{k}", 8)) for k in range(8)],
+    user("and now?"),
+]
 
 
 @pytest.fixture(autouse=True)
@@ -40,12 +46,15 @@ def answers(upstream):
     upstream.handler = scripted(lambda rec: fake.answer(rec, fake.message("Done.")))
 
 
-
-
 def test_over_the_threshold_the_answer_opens_with_a_compaction_item_standing_for_the_reduced_input(
-        proxy_url, upstream, key):
-    r = post(proxy_url, "/v1/responses",
-             body={"model": MODEL, "store": False, "input": HISTORY, "context_management": CM}, key=key)
+    proxy_url, upstream, key
+):
+    r = post(
+        proxy_url,
+        "/v1/responses",
+        body={"model": MODEL, "store": False, "input": HISTORY, "context_management": CM},
+        key=key,
+    )
     assert r.status_code == 200, r.text
     assert r.headers["x-offload-action"].endswith("emulated-compaction")
     output = r.json()["output"]
@@ -63,8 +72,12 @@ def test_over_the_threshold_the_answer_opens_with_a_compaction_item_standing_for
 
     # next turn: the client drops everything before the compaction item
     second = [*output, user("next question")]
-    r2 = post(proxy_url, "/v1/responses",
-              body={"model": MODEL, "store": False, "input": second, "context_management": CM}, key=key)
+    r2 = post(
+        proxy_url,
+        "/v1/responses",
+        body={"model": MODEL, "store": False, "input": second, "context_management": CM},
+        key=key,
+    )
     assert r2.status_code == 200, r2.text
     assert "emulated-compaction" not in r2.headers["x-offload-action"]
     assert [o["type"] for o in r2.json()["output"]] == ["message"]
@@ -85,15 +98,26 @@ def test_streamed_the_compaction_item_comes_first_with_its_own_events(proxy_url,
             events = [e.model_dump(warnings=False) for e in stream]
             final = stream.get_final_response()
     else:
-        events = [e.model_dump() for e in client.responses.create(model=MODEL, store=False, input=HISTORY,
-                                                                   context_management=CM, stream=True)]
+        events = [
+            e.model_dump()
+            for e in client.responses.create(
+                model=MODEL, store=False, input=HISTORY, context_management=CM, stream=True
+            )
+        ]
         final = None
     numbers = [e["sequence_number"] for e in events]
     assert numbers == sorted(set(numbers))
-    items = [(e["type"], e["output_index"], e["item"]["type"]) for e in events
-             if e["type"] in ("response.output_item.added", "response.output_item.done")]
-    assert items == [("response.output_item.added", 0, "compaction"), ("response.output_item.done", 0, "compaction"),
-                     ("response.output_item.added", 1, "message"), ("response.output_item.done", 1, "message")]
+    items = [
+        (e["type"], e["output_index"], e["item"]["type"])
+        for e in events
+        if e["type"] in ("response.output_item.added", "response.output_item.done")
+    ]
+    assert items == [
+        ("response.output_item.added", 0, "compaction"),
+        ("response.output_item.done", 0, "compaction"),
+        ("response.output_item.added", 1, "message"),
+        ("response.output_item.done", 1, "message"),
+    ]
     completed = events[-1]["response"]
     assert [o["type"] for o in completed["output"]] == ["compaction", "message"]
     assert is_ours(completed["output"][0]["encrypted_content"])
@@ -120,45 +144,62 @@ def test_below_the_threshold_nothing_is_compacted(proxy_url, upstream, key):
     assert not upstream.summary_requests() and r.headers["x-offload-action"] == "none"
 
 
-@pytest.mark.parametrize("entries, param", [
-    ([{"type": "compaction", "compact_threshold": "2000"}], "context_management[0].compact_threshold"),
-    ([{"type": "compaction", "compact_threshold": 2000.0}], "context_management[0].compact_threshold"),
-    ([{"type": "compaction", "compact_threshold": True}], "context_management[0].compact_threshold"),
-    ([{"type": "compaction", "compact_threshold": [2000]}], "context_management[0].compact_threshold"),
-    ([{"type": "compaction", "compact_threshold": -5}], "context_management[0].compact_threshold"),
-    ([{"type": "compaction", "compact_threshold": 999}], "context_management[0].compact_threshold"),
-    ([{"type": "truncate"}], "context_management[0].type"),
-    ([{"type": "compaction"}, {"type": "compaction"}], "context_management[1]"),
-    ([{"type": "compaction"}] * 10_000, "context_management"),
-    ({"type": "compaction"}, "context_management"),
-    (["compaction"], "context_management[0]"),
-])
+@pytest.mark.parametrize(
+    "entries, param",
+    [
+        ([{"type": "compaction", "compact_threshold": "2000"}], "context_management[0].compact_threshold"),
+        ([{"type": "compaction", "compact_threshold": 2000.0}], "context_management[0].compact_threshold"),
+        ([{"type": "compaction", "compact_threshold": True}], "context_management[0].compact_threshold"),
+        ([{"type": "compaction", "compact_threshold": [2000]}], "context_management[0].compact_threshold"),
+        ([{"type": "compaction", "compact_threshold": -5}], "context_management[0].compact_threshold"),
+        ([{"type": "compaction", "compact_threshold": 999}], "context_management[0].compact_threshold"),
+        ([{"type": "truncate"}], "context_management[0].type"),
+        ([{"type": "compaction"}, {"type": "compaction"}], "context_management[1]"),
+        ([{"type": "compaction"}] * 10_000, "context_management"),
+        ({"type": "compaction"}, "context_management"),
+        (["compaction"], "context_management[0]"),
+    ],
+)
 def test_malformed_context_management_is_a_400(proxy_url, upstream, key, entries, param):
-    r = post(proxy_url, "/v1/responses", body={"model": MODEL, "input": HISTORY, "context_management": entries},
-             key=key)
+    r = post(
+        proxy_url, "/v1/responses", body={"model": MODEL, "input": HISTORY, "context_management": entries}, key=key
+    )
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param and r.json()["error"]["type"] == "invalid_request_error"
     assert not upstream.requests
 
 
 def test_the_largest_threshold_is_never_crossed_and_a_larger_one_refused(proxy_url, upstream, key):
-    body = {"model": MODEL, "store": False, "input": HISTORY,
-            "context_management": [{"type": "compaction", "compact_threshold": 2**31 - 1}]}
+    body = {
+        "model": MODEL,
+        "store": False,
+        "input": HISTORY,
+        "context_management": [{"type": "compaction", "compact_threshold": 2**31 - 1}],
+    }
     r = post(proxy_url, "/v1/responses", body=body, key=key)
     assert r.status_code == 200 and [o["type"] for o in r.json()["output"]] == ["message"]
     assert not upstream.summary_requests()
-    body["context_management"][0]["compact_threshold"] = 10 ** 30
+    body["context_management"][0]["compact_threshold"] = 10**30
     r = post(proxy_url, "/v1/responses", body=body, key=key)
     assert r.status_code == 400 and r.json()["error"]["param"] == "context_management[0].compact_threshold"
 
 
 def test_relayed_to_a_native_upstream_the_fields_go_on_byte_for_byte(proxy_url, upstream, key):
     upstream.handler = scripted(lambda rec: fake.native_answer(rec) or fake.answer(rec, fake.message("Hi")))
-    raw = json.dumps({"model": MODEL, "store": False, "input": HISTORY, "context_management": CM},
-                     separators=(",", ":")).encode()
-    r = httpx2.post(f"{proxy_url}/v1/responses", content=raw, timeout=30,
-                    headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json",
-                             "X-Offload-Context-Management": "relay", "X-Offload-Mode": "off"})
+    raw = json.dumps(
+        {"model": MODEL, "store": False, "input": HISTORY, "context_management": CM}, separators=(",", ":")
+    ).encode()
+    r = httpx2.post(
+        f"{proxy_url}/v1/responses",
+        content=raw,
+        timeout=30,
+        headers={
+            "Authorization": f"Bearer {key}",
+            "Content-Type": "application/json",
+            "X-Offload-Context-Management": "relay",
+            "X-Offload-Mode": "off",
+        },
+    )
     assert r.status_code == 200 and r.json()["output"][0] == fake.NATIVE_COMPACTION
     assert upstream.responses_requests()[0].body == raw and not upstream.summary_requests()
 
@@ -171,8 +212,12 @@ def test_a_store_that_is_down_makes_no_compaction_and_the_turn_goes_on(make_prox
         with make_proxy(redis_url=server.url, store_timeout=0.3) as url:
             server.proc.kill()
             server.proc.wait()
-            r = post(url, "/v1/responses",
-                     body={"model": MODEL, "store": False, "input": HISTORY, "context_management": CM}, key=key)
+            r = post(
+                url,
+                "/v1/responses",
+                body={"model": MODEL, "store": False, "input": HISTORY, "context_management": CM},
+                key=key,
+            )
             assert r.status_code == 200, r.text
             assert [o["type"] for o in r.json()["output"]] == ["message"]
             assert "emulated-compaction" not in r.headers["x-offload-action"]

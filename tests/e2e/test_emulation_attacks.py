@@ -19,11 +19,11 @@ from starlette.datastructures import Headers
 from proxy.core import compaction_token
 from proxy.core.compaction_token import PREFIX, is_ours
 from proxy.http.caller import Gatekeeper
-from tests.harness.requests import post
 from tests.harness import anthropic as afake
 from tests.harness import responses as fake
-from tests.harness.servers import scripted
 from tests.harness.compaction import BUILD_HISTORY, BUILD_OUTPUT, assert_refused, continued
+from tests.harness.requests import post
+from tests.harness.servers import scripted
 
 pytestmark = pytest.mark.usefixtures("fresh_summary_memory")
 
@@ -37,10 +37,16 @@ def words(label: str, n: int) -> str:
     return f"{label}: " + " ".join(f"{label}w{k}" for k in range(n))
 
 
-MESSAGES = [{"role": "user", "content": "the task: fix the build"},
-            *[{"role": "assistant", "content": words(f"a{k}", 300)} if k % 2 == 0
-              else {"role": "user", "content": f"u{k}: go on"} for k in range(8)],
-            {"role": "user", "content": "and now?"}]
+MESSAGES = [
+    {"role": "user", "content": "the task: fix the build"},
+    *[
+        {"role": "assistant", "content": words(f"a{k}", 300)}
+        if k % 2 == 0
+        else {"role": "user", "content": f"u{k}: go on"}
+        for k in range(8)
+    ],
+    {"role": "user", "content": "and now?"},
+]
 COMPACT_EDIT = {"edits": [{"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 1000}}]}
 
 
@@ -54,6 +60,7 @@ def answers(upstream):
         if afake.is_messages_create(rec):
             return afake.answer(rec, afake.message(afake.text("Done.")))
         return fake.answer(rec, fake.message("Hello there"))
+
     upstream.handler = scripted(answer)
 
 
@@ -68,9 +75,13 @@ def token_of(url: str, key: str | None, **headers: str) -> str:
 def block_of(url: str, key: str, **headers: str) -> dict:
     """An Anthropic compaction block the proxy made (threshold compaction, paused)."""
     edit = {"edits": [{**COMPACT_EDIT["edits"][0], "pause_after_compaction": True}]}
-    r = post(url, "/v1/messages",
-             body={"model": CLAUDE, "max_tokens": 512, "messages": MESSAGES, "context_management": edit}, key=key,
-             headers={**headers})
+    r = post(
+        url,
+        "/v1/messages",
+        body={"model": CLAUDE, "max_tokens": 512, "messages": MESSAGES, "context_management": edit},
+        key=key,
+        headers={**headers},
+    )
     assert r.status_code == 200, r.text
     block = r.json()["content"][0]
     assert block["type"] == "compaction" and is_ours(block["encrypted_content"])
@@ -86,8 +97,10 @@ def forwarded_bytes(upstream) -> bytes:
 STORES = ["embedded", "redis"]
 
 
-@pytest.fixture(params=[(s, k) for s in STORES for k in (None, "correct horse battery staple")],
-                ids=lambda p: f"{p[0]}-{'key' if p[1] else 'nokey'}")
+@pytest.fixture(
+    params=[(s, k) for s in STORES for k in (None, "correct horse battery staple")],
+    ids=lambda p: f"{p[0]}-{'key' if p[1] else 'nokey'}",
+)
 def store_options(request, tmp_path) -> dict:
     backend, secret = request.param
     options: dict = {"data_dir": tmp_path}
@@ -103,23 +116,30 @@ def test_tokens_are_bound_to_tenant_sub_tenant_and_caller_kind(make_proxy, upstr
     tenant, the tenant without the sub-tenant it used, an anonymous caller: none opens the token."""
     tenants = tmp_path / "tenants.toml"
     tenants.write_text(TENANTS)
-    with make_proxy(tenants_file=tenants, upstream_api_key="sk-operator-0123456789", allow_anonymous=True,
-                    **store_options) as url:
+    with make_proxy(
+        tenants_file=tenants, upstream_api_key="sk-operator-0123456789", allow_anonymous=True, **store_options
+    ) as url:
         a = token_of(url, KEY_A)
         a_sub = token_of(url, KEY_A, **{"X-Offload-Tenant": "alice"})
         anon = token_of(url, None)
         for path in ("responses", "responses/compact"):
             assert post(url, f"/v1/{path}", body=continued(a), key=KEY_A).status_code == 200  # its own: fine
             assert_refused(post(url, f"/v1/{path}", body=continued(a), key=KEY_B), "not issued to this credential")
-            assert_refused(post(url, f"/v1/{path}", body=continued(a), key=KEY_A,
-                                headers={**{"X-Offload-Tenant": "alice"}}), "not issued")
+            assert_refused(
+                post(url, f"/v1/{path}", body=continued(a), key=KEY_A, headers={**{"X-Offload-Tenant": "alice"}}),
+                "not issued",
+            )
             assert_refused(post(url, f"/v1/{path}", body=continued(a_sub), key=KEY_A), "not issued")
-            assert_refused(post(url, f"/v1/{path}", body=continued(a_sub), key=KEY_A,
-                                headers={**{"X-Offload-Tenant": "bob"}}), "not issued")
+            assert_refused(
+                post(url, f"/v1/{path}", body=continued(a_sub), key=KEY_A, headers={**{"X-Offload-Tenant": "bob"}}),
+                "not issued",
+            )
             assert_refused(post(url, f"/v1/{path}", body=continued(a), key=None), "not issued")
             assert_refused(post(url, f"/v1/{path}", body=continued(anon), key=KEY_A), "not issued")
-            assert_refused(post(url, f"/v1/{path}", body=continued(anon), key=None,
-                                headers={**{"X-Offload-Tenant": "x"}}), "not issued")
+            assert_refused(
+                post(url, f"/v1/{path}", body=continued(anon), key=None, headers={**{"X-Offload-Tenant": "x"}}),
+                "not issued",
+            )
     sent = forwarded_bytes(upstream)
     assert PREFIX.encode() not in sent and b"pk-tenant" not in sent
 
@@ -147,6 +167,7 @@ def _namespace(key: str, secret: str | None) -> str:
 
 # ---------------------------------------------------------------- tokens moved between the two APIs
 
+
 def test_a_responses_token_in_an_anthropic_block_is_refused(proxy_url, upstream):
     key = new_key()
     token = token_of(proxy_url, key)
@@ -154,8 +175,13 @@ def test_a_responses_token_in_an_anthropic_block_is_refused(proxy_url, upstream)
     body = {"messages": [{"role": "assistant", "content": [block]}, {"role": "user", "content": "next"}]}
     for path in ("messages", "messages/count_tokens"):
         for mode in ("emulate", "relay"):
-            r = post(proxy_url, f"/v1/{path}", body={"model": CLAUDE, "max_tokens": 512, **body}, key=key,
-                     headers={**{"X-Offload-Context-Management": mode}})
+            r = post(
+                proxy_url,
+                f"/v1/{path}",
+                body={"model": CLAUDE, "max_tokens": 512, **body},
+                key=key,
+                headers={**{"X-Offload-Context-Management": mode}},
+            )
             assert r.status_code == 400, r.text
             assert r.json()["type"] == "error" and "another API" in r.json()["error"]["message"], r.text
     assert PREFIX.encode() not in forwarded_bytes(upstream)
@@ -167,13 +193,19 @@ def test_an_anthropic_token_in_a_responses_item_is_refused(proxy_url, upstream):
     upstream.requests.clear()
     for path in ("responses", "responses/compact"):
         for mode in ("emulate", "relay"):
-            r = post(proxy_url, f"/v1/{path}", body=continued(block["encrypted_content"]), key=key,
-                     headers={**{"X-Offload-Context-Management": mode}})
+            r = post(
+                proxy_url,
+                f"/v1/{path}",
+                body=continued(block["encrypted_content"]),
+                key=key,
+                headers={**{"X-Offload-Context-Management": mode}},
+            )
             assert_refused(r, "another API")
     assert not upstream.requests
 
 
 # ---------------------------------------------------------------- relay and emulate, switched mid-session
+
 
 def test_a_token_made_emulating_is_expanded_when_relayed(proxy_url, upstream):
     """Switched to a native upstream (relay) later, a token of the proxy's never leaves it: the
@@ -184,16 +216,38 @@ def test_a_token_made_emulating_is_expanded_when_relayed(proxy_url, upstream):
     upstream.requests.clear()
     relay = {"X-Offload-Context-Management": "relay"}
     assert post(proxy_url, "/v1/responses", body=continued(token), key=key, headers={**relay}).status_code == 200
-    assert post(proxy_url, "/v1/responses/compact", body=continued(token), key=key, headers={**relay}).status_code == 200
-    assert post(proxy_url, "/v1/responses/input_tokens", body=continued(token), key=key, headers={**relay}).status_code == 200
+    assert (
+        post(proxy_url, "/v1/responses/compact", body=continued(token), key=key, headers={**relay}).status_code == 200
+    )
+    assert (
+        post(proxy_url, "/v1/responses/input_tokens", body=continued(token), key=key, headers={**relay}).status_code
+        == 200
+    )
     body = {"messages": [{"role": "assistant", "content": [block]}, {"role": "user", "content": "next"}]}
-    assert post(proxy_url, "/v1/messages", body={"model": CLAUDE, "max_tokens": 512, **body}, key=key,
-                headers={**relay}).status_code == 200
-    assert post(proxy_url, "/v1/messages/count_tokens", body={"model": CLAUDE, "max_tokens": 512, **body}, key=key,
-                headers={**relay}).status_code == 200
+    assert (
+        post(
+            proxy_url, "/v1/messages", body={"model": CLAUDE, "max_tokens": 512, **body}, key=key, headers={**relay}
+        ).status_code
+        == 200
+    )
+    assert (
+        post(
+            proxy_url,
+            "/v1/messages/count_tokens",
+            body={"model": CLAUDE, "max_tokens": 512, **body},
+            key=key,
+            headers={**relay},
+        ).status_code
+        == 200
+    )
     paths = [r.path for r in upstream.requests]
-    assert paths == ["/v1/responses", "/v1/responses/compact", "/v1/responses/input_tokens", "/v1/messages",
-                     "/v1/messages/count_tokens"], paths
+    assert paths == [
+        "/v1/responses",
+        "/v1/responses/compact",
+        "/v1/responses/input_tokens",
+        "/v1/messages",
+        "/v1/messages/count_tokens",
+    ], paths
     for rec in upstream.requests:
         assert PREFIX.encode() not in rec.body, rec.path
         assert b"ref=" in rec.body, rec.path  # the summary the token stood for
@@ -202,8 +256,12 @@ def test_a_token_made_emulating_is_expanded_when_relayed(proxy_url, upstream):
 def test_input_tokens_without_a_token_is_relayed_byte_for_byte_and_a_foreign_token_refused(proxy_url, upstream):
     key = new_key()
     raw = b'{"model":"m",  "input":[{"role":"user","content":"hi"}]}'
-    r = httpx2.post(f"{proxy_url}/v1/responses/input_tokens", content=raw, timeout=30,
-                    headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+    r = httpx2.post(
+        f"{proxy_url}/v1/responses/input_tokens",
+        content=raw,
+        timeout=30,
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+    )
     assert r.status_code == 200 and upstream.requests[-1].body == raw
     theirs = token_of(proxy_url, new_key())
     upstream.requests.clear()
@@ -214,19 +272,32 @@ def test_input_tokens_without_a_token_is_relayed_byte_for_byte_and_a_foreign_tok
 
 # ---------------------------------------------------------------- what reaches an emulated upstream
 
+
 def test_an_emulated_upstream_gets_no_context_management_beta_or_offload_header(proxy_url, upstream):
     key = new_key()
-    headers = {"X-Offload-Context-Management": "emulate", "X-Offload-Session": "s1",
-               "anthropic-beta": "compact-2026-01-12,context-management-2025-06-27,files-api-2025-04-14"}
-    body = {"messages": MESSAGES, "context_management": {"edits": [
-        {"type": "clear_thinking_20251015", "keep": "all"}, COMPACT_EDIT["edits"][0]]}, "stream": True}
-    r = post(proxy_url, "/v1/messages", body={"model": CLAUDE, "max_tokens": 512, **body}, key=key,
-             headers={**headers})
+    headers = {
+        "X-Offload-Context-Management": "emulate",
+        "X-Offload-Session": "s1",
+        "anthropic-beta": "compact-2026-01-12,context-management-2025-06-27,files-api-2025-04-14",
+    }
+    body = {
+        "messages": MESSAGES,
+        "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}, COMPACT_EDIT["edits"][0]]},
+        "stream": True,
+    }
+    r = post(proxy_url, "/v1/messages", body={"model": CLAUDE, "max_tokens": 512, **body}, key=key, headers={**headers})
     assert r.status_code == 200, r.text
-    r = post(proxy_url, "/v1/responses",
-             body={"model": MODEL, "input": MESSAGES, "context_management": [
-        {"type": "compaction", "compact_threshold": 1000}]},
-             key=key, headers={**headers})
+    r = post(
+        proxy_url,
+        "/v1/responses",
+        body={
+            "model": MODEL,
+            "input": MESSAGES,
+            "context_management": [{"type": "compaction", "compact_threshold": 1000}],
+        },
+        key=key,
+        headers={**headers},
+    )
     assert r.status_code == 200, r.text
     assert r.json()["output"][0]["type"] == "compaction"
     turns = upstream.messages_requests() + upstream.responses_requests()
@@ -244,9 +315,11 @@ def _stored(data_dir) -> dict[str, int]:
 
     with sqlite3.connect(data_dir / "offload.sqlite3") as db:
         rows = db.execute("SELECT key, value FROM kv").fetchall()
-    return {"used": sum(int(v) for k, v in rows if k.endswith(":usage:bytes")),
-            "items": sum(len(v) for k, v in rows if ":item:" in k),
-            "records": sum(len(v) for k, v in rows if ":compaction:" in k)}
+    return {
+        "used": sum(int(v) for k, v in rows if k.endswith(":usage:bytes")),
+        "items": sum(len(v) for k, v in rows if ":item:" in k),
+        "records": sum(len(v) for k, v in rows if ":compaction:" in k),
+    }
 
 
 def test_an_inline_compactions_record_is_charged_to_the_quota(make_proxy, upstream, tmp_path):
@@ -258,9 +331,12 @@ def test_an_inline_compactions_record_is_charged_to_the_quota(make_proxy, upstre
     assert stored["records"] and stored["used"] == stored["items"] + stored["records"], stored
     edit = {"edits": [{**COMPACT_EDIT["edits"][0], "pause_after_compaction": True}]}
     with make_proxy(data_dir=tmp_path / "2", max_stored_bytes_per_namespace=stored["used"] - 1) as url:
-        r = post(url, "/v1/messages",
-                 body={"model": CLAUDE, "max_tokens": 512, "messages": MESSAGES, "context_management": edit},
-                 key=new_key())
+        r = post(
+            url,
+            "/v1/messages",
+            body={"model": CLAUDE, "max_tokens": 512, "messages": MESSAGES, "context_management": edit},
+            key=new_key(),
+        )
     assert r.status_code == 200, r.text
     assert [b["type"] for b in r.json()["content"]] == ["text"]  # no compaction standing for nothing: a turn
     assert "quota" in r.headers.get("x-offload-warning", ""), r.headers
@@ -268,6 +344,7 @@ def test_an_inline_compactions_record_is_charged_to_the_quota(make_proxy, upstre
 
 
 # ---------------------------------------------------------------- sized to stall the worker
+
 
 class HealthWatch:
     """Polls /healthz while a request runs: the slowest answer tells whether the event loop stalled
@@ -307,13 +384,22 @@ def test_twenty_thousand_of_the_proxys_compaction_items_before_a_foreign_one_rel
     key = new_key()
     token = token_of(proxy_url, key)
     ours = {"type": "compaction", "encrypted_content": token}
-    items = [ours] * 19_990 + [{"type": "compaction", "encrypted_content": "gAAAAABforeign=="},
-                              {"type": "message", "role": "user", "content": "next"}]
+    items = [ours] * 19_990 + [
+        {"type": "compaction", "encrypted_content": "gAAAAABforeign=="},
+        {"type": "message", "role": "user", "content": "next"},
+    ]
     upstream.requests.clear()
-    r = watched(proxy_url, "19,990 own tokens + a foreign one, relay", lambda: post(proxy_url, "/v1/responses",
-                                                                                    body={"model": MODEL, "input": items, "store": False},
-                                                                                    key=key,
-                                                                                    headers={**{"X-Offload-Context-Management": "relay"}}))
+    r = watched(
+        proxy_url,
+        "19,990 own tokens + a foreign one, relay",
+        lambda: post(
+            proxy_url,
+            "/v1/responses",
+            body={"model": MODEL, "input": items, "store": False},
+            key=key,
+            headers={**{"X-Offload-Context-Management": "relay"}},
+        ),
+    )
     assert r.status_code == 200, r.text[:300]
     (sent,) = upstream.responses_requests()
     assert PREFIX.encode() not in sent.body and len(sent.json()["input"]) == 2  # the foreign item, the message
@@ -323,31 +409,49 @@ def test_ten_thousand_compaction_blocks(proxy_url, upstream):
     key = new_key()
     block = block_of(proxy_url, key)
     messages = [{"role": "assistant", "content": [block]}] * 10_000 + [{"role": "user", "content": "next"}]
-    r = watched(proxy_url, "10,000 compaction blocks", lambda: post(proxy_url, "/v1/messages",
-                                                                    body={"model": CLAUDE, "max_tokens": 512, "messages": messages},
-                                                                    key=key))
+    r = watched(
+        proxy_url,
+        "10,000 compaction blocks",
+        lambda: post(
+            proxy_url, "/v1/messages", body={"model": CLAUDE, "max_tokens": 512, "messages": messages}, key=key
+        ),
+    )
     assert r.status_code == 200, r.text[:300]
 
 
 def clear_over(n: int) -> list[dict]:
     out: list[dict] = [{"role": "user", "content": "go"}]
     for i in range(n):
-        out.append({"role": "assistant", "content": [{"type": "tool_use", "id": f"toolu_{i}", "name": f"t{i % 7}",
-                                                      "input": {"i": i}}]})
-        out.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{i}",
-                                                 "content": f"result {i} " * 100}]})
+        out.append(
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": f"toolu_{i}", "name": f"t{i % 7}", "input": {"i": i}}],
+            }
+        )
+        out.append(
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": f"result {i} " * 100}],
+            }
+        )
     return out
 
 
 def test_a_clear_edit_over_ten_thousand_tool_uses(proxy_url, upstream):
     """Ten thousand tool uses (20,000 messages: the default --max-messages was 20,000)."""
-    edit = {"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens", "value": 1000},
-            "keep": {"type": "tool_uses", "value": 1}, "exclude_tools": [f"x{i}" for i in range(1000)],
-            "clear_tool_inputs": True}
+    edit = {
+        "type": "clear_tool_uses_20250919",
+        "trigger": {"type": "input_tokens", "value": 1000},
+        "keep": {"type": "tool_uses", "value": 1},
+        "exclude_tools": [f"x{i}" for i in range(1000)],
+        "clear_tool_inputs": True,
+    }
     body = {"messages": clear_over(9_999), "context_management": {"edits": [edit]}}
-    r = watched(proxy_url, "clear_tool_uses over 9,999 tool uses", lambda: post(proxy_url, "/v1/messages",
-                                                                                body={"model": CLAUDE, "max_tokens": 512, **body},
-                                                                                key=new_key()))
+    r = watched(
+        proxy_url,
+        "clear_tool_uses over 9,999 tool uses",
+        lambda: post(proxy_url, "/v1/messages", body={"model": CLAUDE, "max_tokens": 512, **body}, key=new_key()),
+    )
     assert r.status_code == 200, r.text[:300]
     (applied,) = r.json()["context_management"]["applied_edits"]
     assert applied["cleared_tool_uses"] == 9_998
@@ -357,47 +461,88 @@ def test_thinking_blocks_galore(proxy_url, upstream):
     messages: list[dict] = []
     for t in range(5_000):
         messages.append({"role": "user", "content": f"q{t}"})
-        messages.append({"role": "assistant", "content": [
-            *({"type": "thinking", "thinking": f"thought {t}.{k}", "signature": "sig"} for k in range(20)),
-            {"type": "text", "text": f"a{t}"}]})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": [
+                    *({"type": "thinking", "thinking": f"thought {t}.{k}", "signature": "sig"} for k in range(20)),
+                    {"type": "text", "text": f"a{t}"},
+                ],
+            }
+        )
     messages.append({"role": "user", "content": "last"})
-    body = {"messages": messages, "context_management": {"edits": [
-        {"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": 1}}]}}
-    r = watched(proxy_url, "clear_thinking over 100,000 thinking blocks", lambda: post(proxy_url, "/v1/messages",
-                                                                                       body={"model": CLAUDE, "max_tokens": 512, **body},
-                                                                                       key=new_key()))
+    body = {
+        "messages": messages,
+        "context_management": {
+            "edits": [{"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": 1}}]
+        },
+    }
+    r = watched(
+        proxy_url,
+        "clear_thinking over 100,000 thinking blocks",
+        lambda: post(proxy_url, "/v1/messages", body={"model": CLAUDE, "max_tokens": 512, **body}, key=new_key()),
+    )
     assert r.status_code == 200, r.text[:300]
     (applied,) = r.json()["context_management"]["applied_edits"]
     assert applied["cleared_thinking_turns"] == 4_999
 
 
-@pytest.mark.parametrize("body", [
-    {"context_management": {"edits": [{"type": "clear_tool_uses_20250919",
-                                        "exclude_tools": [f"t{i}" for i in range(100_000)]}]}},
-    {"context_management": {"edits": [{"type": "clear_thinking_20251015"}] * 10_000}},
-    {"context_management": {"edits": [{"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens",
-                                                                                          "value": 10**30}}]}},
-    {"context_management": {"edits": [{"type": "clear_thinking_20251015"}], "x": [[[[[[[[[[[[[[]]]]]]]]]]]]]]}},
-], ids=["100k-exclude_tools", "10k-edits", "huge-trigger", "unknown-nested-field"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {
+            "context_management": {
+                "edits": [{"type": "clear_tool_uses_20250919", "exclude_tools": [f"t{i}" for i in range(100_000)]}]
+            }
+        },
+        {"context_management": {"edits": [{"type": "clear_thinking_20251015"}] * 10_000}},
+        {
+            "context_management": {
+                "edits": [{"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens", "value": 10**30}}]
+            }
+        },
+        {"context_management": {"edits": [{"type": "clear_thinking_20251015"}], "x": [[[[[[[[[[[[[[]]]]]]]]]]]]]]}},
+    ],
+    ids=["100k-exclude_tools", "10k-edits", "huge-trigger", "unknown-nested-field"],
+)
 def test_oversized_edits_are_a_400_before_any_is_read(proxy_url, upstream, body):
-    r = watched(proxy_url, "oversized edits", lambda: post(proxy_url, "/v1/messages",
-                                                           body={"model": CLAUDE, "max_tokens": 512, "messages": MESSAGES, **body},
-                                                           key=new_key()))
+    r = watched(
+        proxy_url,
+        "oversized edits",
+        lambda: post(
+            proxy_url,
+            "/v1/messages",
+            body={"model": CLAUDE, "max_tokens": 512, "messages": MESSAGES, **body},
+            key=new_key(),
+        ),
+    )
     assert r.status_code == 400 and r.json()["type"] == "error", r.text[:300]
     assert not upstream.requests
 
 
 def test_ten_thousand_context_management_entries_and_a_huge_threshold(proxy_url, upstream):
     key = new_key()
-    r = post(proxy_url, "/v1/responses",
-             body={"model": MODEL, "input": "hi", "context_management": [
-        {"type": "compaction", "compact_threshold": 1000}] * 10_000},
-             key=key)
+    r = post(
+        proxy_url,
+        "/v1/responses",
+        body={
+            "model": MODEL,
+            "input": "hi",
+            "context_management": [{"type": "compaction", "compact_threshold": 1000}] * 10_000,
+        },
+        key=key,
+    )
     assert r.status_code == 400 and r.json()["error"]["param"] == "context_management", r.text[:300]
-    r = post(proxy_url, "/v1/responses",
-             body={"model": MODEL, "input": MESSAGES, "context_management": [
-        {"type": "compaction", "compact_threshold": 10**300}]},
-             key=key)
+    r = post(
+        proxy_url,
+        "/v1/responses",
+        body={
+            "model": MODEL,
+            "input": MESSAGES,
+            "context_management": [{"type": "compaction", "compact_threshold": 10**300}],
+        },
+        key=key,
+    )
     assert r.status_code == 400 and "compact_threshold" in r.json()["error"]["param"], r.text[:300]
 
 
@@ -427,21 +572,37 @@ MESSAGES_FIELDS = [
     lambda v: {"context_management": v},
     lambda v: {"context_management": {"edits": v}},
     lambda v: {"context_management": {"edits": [v]}},
-    *[lambda v, f=f, t=t: {"context_management": {"edits": [{"type": t, f: v}]}}
-      for t, fields in (("clear_tool_uses_20250919", ("trigger", "keep", "clear_at_least", "exclude_tools",
-                                                       "clear_tool_inputs")),
-                        ("clear_thinking_20251015", ("keep",)),
-                        ("compact_20260112", ("trigger", "pause_after_compaction", "instructions")))
-      for f in fields],
-    lambda v: {"context_management": {"edits": [{"type": "clear_tool_uses_20250919",
-                                                 "trigger": {"type": "input_tokens", "value": v}}]}},
-    lambda v: {"context_management": {"edits": [{"type": "clear_tool_uses_20250919",
-                                                 "keep": {"type": "tool_uses", "value": v}}]}},
-    lambda v: {"context_management": {"edits": [{"type": "compact_20260112",
-                                                 "trigger": {"type": "input_tokens", "value": v}}]}},
-    *[lambda v, f=f: {"messages": [{"role": "assistant", "content": [{"type": "compaction", f: v}]},
-                                   {"role": "user", "content": "x"}]}
-      for f in ("content", "encrypted_content", "cache_control")],
+    *[
+        lambda v, f=f, t=t: {"context_management": {"edits": [{"type": t, f: v}]}}
+        for t, fields in (
+            ("clear_tool_uses_20250919", ("trigger", "keep", "clear_at_least", "exclude_tools", "clear_tool_inputs")),
+            ("clear_thinking_20251015", ("keep",)),
+            ("compact_20260112", ("trigger", "pause_after_compaction", "instructions")),
+        )
+        for f in fields
+    ],
+    lambda v: {
+        "context_management": {
+            "edits": [{"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens", "value": v}}]
+        }
+    },
+    lambda v: {
+        "context_management": {
+            "edits": [{"type": "clear_tool_uses_20250919", "keep": {"type": "tool_uses", "value": v}}]
+        }
+    },
+    lambda v: {
+        "context_management": {"edits": [{"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": v}}]}
+    },
+    *[
+        lambda v, f=f: {
+            "messages": [
+                {"role": "assistant", "content": [{"type": "compaction", f: v}]},
+                {"role": "user", "content": "x"},
+            ]
+        }
+        for f in ("content", "encrypted_content", "cache_control")
+    ],
 ]
 
 
@@ -461,16 +622,24 @@ def test_every_messages_field_of_every_json_type(proxy_url, upstream, field, cap
     for value in TYPES:
         body = {"messages": MESSAGES, **MESSAGES_FIELDS[field](value)}
         for path in ("messages", "messages/count_tokens"):
-            _ok_or_400(post(proxy_url, f"/v1/{path}", body={"model": CLAUDE, "max_tokens": 512, **body}, key=key), "anthropic")
+            _ok_or_400(
+                post(proxy_url, f"/v1/{path}", body={"model": CLAUDE, "max_tokens": 512, **body}, key=key), "anthropic"
+            )
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
 
 
 @pytest.mark.parametrize("value", ["", "x", "EMULATE", "relay,emulate", "r elay", "a" * 5000])
 def test_a_bad_context_management_header_is_a_400(proxy_url, upstream, value):
     for path in ("responses", "responses/compact"):
-        r = httpx2.post(f"{proxy_url}/v1/{path}", json={"model": MODEL, "input": "hi"}, timeout=30,
-                        headers={"Authorization": f"Bearer {new_key()}",
-                                 "X-Offload-Context-Management": value.encode().decode("latin-1")})
+        r = httpx2.post(
+            f"{proxy_url}/v1/{path}",
+            json={"model": MODEL, "input": "hi"},
+            timeout=30,
+            headers={
+                "Authorization": f"Bearer {new_key()}",
+                "X-Offload-Context-Management": value.encode().decode("latin-1"),
+            },
+        )
         assert r.status_code in (200, 400), r.text
         if value.strip().lower() not in ("relay", "emulate", "auto", ""):
             assert r.status_code == 400 and "Context-Management" in r.text, (value, r.text)
@@ -490,19 +659,31 @@ def _summary_or(turn):
         if rec.method != "POST":  # the credential check's GET models
             return await default_handler(request, rec)
         return turn(rec)
+
     return handler
 
 
 def threshold_turn(url: str, api: str, *, stream: bool = False) -> httpx2.Response:
     """A turn over its threshold compaction, in `api`'s own terms (Responses or Messages)."""
     if api == "responses":
-        return post(url, "/v1/responses",
-                    body={"model": MODEL, "input": MESSAGES, "context_management": THRESHOLD,
-                                       "stream": stream},
-                    key=new_key())
-    return post(url, "/v1/messages",
-                body={"model": CLAUDE, "max_tokens": 512, "messages": MESSAGES, "context_management": COMPACT_EDIT, "stream": stream},
-                key=new_key())
+        return post(
+            url,
+            "/v1/responses",
+            body={"model": MODEL, "input": MESSAGES, "context_management": THRESHOLD, "stream": stream},
+            key=new_key(),
+        )
+    return post(
+        url,
+        "/v1/messages",
+        body={
+            "model": CLAUDE,
+            "max_tokens": 512,
+            "messages": MESSAGES,
+            "context_management": COMPACT_EDIT,
+            "stream": stream,
+        },
+        key=new_key(),
+    )
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -510,8 +691,9 @@ def threshold_turn(url: str, api: str, *, stream: bool = False) -> httpx2.Respon
 def test_the_upstream_answers_an_error_after_the_compaction_was_made(proxy_url, upstream, stream, api):
     from starlette.responses import JSONResponse
 
-    upstream.handler = _summary_or(lambda rec: JSONResponse({"error": {"message": "overloaded", "type": "x"}},
-                                                            status_code=529))
+    upstream.handler = _summary_or(
+        lambda rec: JSONResponse({"error": {"message": "overloaded", "type": "x"}}, status_code=529)
+    )
     r = threshold_turn(proxy_url, api, stream=stream)
     assert r.status_code == 529, r.text[:300]
     assert "overloaded" in r.text and PREFIX not in r.text  # the upstream's error; no compaction without its turn
@@ -523,13 +705,17 @@ def test_the_upstream_stream_breaks_after_the_lead(proxy_url, upstream, api):
 
     def broken(rec):
         msg = afake.message(afake.text("Done " * 50)) if api == "messages" else None
-        chunks = (afake.events(msg) if api == "messages"
-                  else fake.sse_stream(fake.response(fake.message("Done " * 50), request=rec.json())))
+        chunks = (
+            afake.events(msg)
+            if api == "messages"
+            else fake.sse_stream(fake.response(fake.message("Done " * 50), request=rec.json()))
+        )
 
         async def body():
             for chunk in chunks[:3]:
                 yield chunk if isinstance(chunk, bytes) else chunk.encode()
             raise RuntimeError("connection reset")
+
         return StreamingResponse(body(), media_type="text/event-stream")
 
     upstream.handler = _summary_or(broken)
@@ -550,6 +736,7 @@ def test_a_failing_summariser_makes_no_compaction_item_standing_for_nothing(prox
         if is_summary_call(rec):
             return JSONResponse({"error": {"message": "down"}}, status_code=500)
         return await default_handler(request, rec)
+
     upstream.handler = answer
     r = threshold_turn(proxy_url, api)
     kinds = [part["type"] for part in r.json()["output" if api == "responses" else "content"]]

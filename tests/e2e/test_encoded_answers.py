@@ -15,8 +15,10 @@ from starlette.responses import Response
 from proxy.http.answer_tap import KEPT_BYTES
 from tests.e2e.test_holdout import sessions_in
 
-GOOD = gzip.compress(b'{"id": "c", "object": "chat.completion", "choices": [{"index": 0, "finish_reason": "stop", '
-                     b'"message": {"role": "assistant", "content": "hi"}}]}')
+GOOD = gzip.compress(
+    b'{"id": "c", "object": "chat.completion", "choices": [{"index": 0, "finish_reason": "stop", '
+    b'"message": {"role": "assistant", "content": "hi"}}]}'
+)
 CORRUPT = GOOD[:-12]  # its end cut off: no gzip decoder can finish it
 BOMB = gzip.compress(b'{"choices": [], "pad": "' + b" " * (KEPT_BYTES + 1024) + b'"}')  # 16 MiB of spaces: 16 KiB sent
 

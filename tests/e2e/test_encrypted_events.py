@@ -22,8 +22,9 @@ AUTH = {"authorization": "Bearer sk-events-owner"}
 
 def search_then_answer(rec):
     ref = refs_sent(rec)[0]
-    return JSONResponse(completion(None, tool_calls=[tool_call("context_search", {"pattern": PATTERN, "ref": ref},
-                                                               id="call_s")]))
+    return JSONResponse(
+        completion(None, tool_calls=[tool_call("context_search", {"pattern": PATTERN, "ref": ref}, id="call_s")])
+    )
 
 
 def events_of(url: str, headers: dict, session: str | None = SESSION) -> list[dict]:
@@ -35,9 +36,17 @@ def events_of(url: str, headers: dict, session: str | None = SESSION) -> list[di
 
 def run_session(url: str, upstream) -> list[dict]:
     upstream.handler = scripted(search_then_answer, lambda rec: JSONResponse(completion("done")))
-    r = httpx2.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": agent_history(steps=4)},
-                    headers={**AUTH, "X-Offload-Max-Total-Tokens": "1000", "X-Offload-Mode": "compact",
-                             "X-Offload-Session": SESSION}, timeout=20)
+    r = httpx2.post(
+        f"{url}/v1/chat/completions",
+        json={"model": "gpt-4o", "messages": agent_history(steps=4)},
+        headers={
+            **AUTH,
+            "X-Offload-Max-Total-Tokens": "1000",
+            "X-Offload-Mode": "compact",
+            "X-Offload-Session": SESSION,
+        },
+        timeout=20,
+    )
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "done", r.text
     deadline = time.monotonic() + 5
     while len(found := events_of(url, AUTH)) < 2 and time.monotonic() < deadline:

@@ -14,17 +14,15 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from proxy.offload import cpu_pool
-
-from proxy.offload import pipeline
-from proxy.formats.chat import VIEW
 from proxy.core.settings import OffloadSettings
+from proxy.core.tokens import counter_for_model
+from proxy.formats.chat import VIEW
+from proxy.formats.responses.from_chat import items_from_chat
+from proxy.offload import cpu_pool, pipeline
 from proxy.offload.refs import RefStore
 from proxy.store.base import StoreUnavailable
 from proxy.store.guarded import GuardedStore
 from proxy.store.sqlite import SQLiteStore
-from proxy.core.tokens import counter_for_model
-from proxy.formats.responses.from_chat import items_from_chat
 from tests.e2e.test_event_loop_stalls_compaction import probed
 from tests.harness.history import agent_history, drawn_results, tool_history
 from tests.harness.inflight import answered_while
@@ -115,9 +113,12 @@ def test_large_means_much_text_or_many_messages():
     small = [{"role": "user", "content": "x" * 1000}] * 10
     assert not cpu_pool.CPU.for_messages(small).large
     assert cpu_pool.CPU.for_messages([{"role": "tool", "content": "x" * (cpu_pool.LARGE_CHARS + 1)}]).large
-    assert cpu_pool.CPU.for_messages([{"role": "user", "content": [{"type": "text", "text": "x" * 200_000}]},
-                                 {"role": "assistant", "tool_calls": [
-                                     {"function": {"name": "f", "arguments": "y" * 100_000}}]}]).large
+    assert cpu_pool.CPU.for_messages(
+        [
+            {"role": "user", "content": [{"type": "text", "text": "x" * 200_000}]},
+            {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "y" * 100_000}}]},
+        ]
+    ).large
     many = cpu_pool.CPU.for_messages([{"role": "user", "content": "x"}] * (cpu_pool.LARGE_MESSAGES + 1))
     assert many.large and many.many
     assert not cpu_pool.CPU.for_messages([{"role": "tool", "content": "x" * 300_000}]).many
@@ -133,11 +134,15 @@ def test_large_means_much_text_or_many_messages():
     for _ in range(60):
         deep = {"a": [deep]}
     for value in ([deep] * 5_000, list(range(cpu_pool.LARGE_CHARS + 1)), [""] * (cpu_pool.LARGE_CHARS + 1)):
-        tool_use = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": [
-            {"type": "tool_use", "id": "t", "name": "f", "input": {"x": value}}]}]
+        tool_use = [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {"x": value}}]},
+        ]
         assert cpu_pool.CPU.for_messages(tool_use).large
     # and it is measured only as far as the bound: the walk stops past it, at any depth (it runs on the loop)
-    nested = [{"role": "user", "content": [{"type": "text", "text": "x" * (cpu_pool.LARGE_CHARS + 1)}, *[{"a": 1}] * 100_000]}]
+    nested = [
+        {"role": "user", "content": [{"type": "text", "text": "x" * (cpu_pool.LARGE_CHARS + 1)}, *[{"a": 1}] * 100_000]}
+    ]
     assert cpu_pool.LARGE_CHARS < cpu_pool.text_size(nested, cpu_pool.LARGE_CHARS) < cpu_pool.LARGE_CHARS + 100
 
 
@@ -159,10 +164,20 @@ async def test_a_large_request_is_planned_and_encoded_off_the_loop(tmp_path, mon
     settings = OffloadSettings(mode="compact", max_total_tokens=100, max_tool_message_tokens=100)
 
     async def prepare(size: int) -> pipeline.Prepared:
-        messages = [{"role": "user", "content": "go"}, {"role": "tool", "tool_call_id": "c", "content": "line\n" * size},
-                    {"role": "user", "content": "next"}]
-        return await pipeline.prepare(messages, settings, counter=counter_for_model("gpt-4o"), namespace="n" * 32,
-                                      refs=RefStore(store, "n" * 32, 60), compressor=None, view=VIEW)
+        messages = [
+            {"role": "user", "content": "go"},
+            {"role": "tool", "tool_call_id": "c", "content": "line\n" * size},
+            {"role": "user", "content": "next"},
+        ]
+        return await pipeline.prepare(
+            messages,
+            settings,
+            counter=counter_for_model("gpt-4o"),
+            namespace="n" * 32,
+            refs=RefStore(store, "n" * 32, 60),
+            compressor=None,
+            view=VIEW,
+        )
 
     assert (await prepare(1000)).written  # 5 KB: inline
     assert threads == {"plan": {threading.current_thread().name}, "encode": {threading.current_thread().name}}
@@ -180,12 +195,18 @@ def _unique_words(chars: int, seed: int) -> str:
 def test_a_large_request_does_not_stall_other_tenants(make_proxy, upstream):
     messages = [{"role": "user", "content": "go"}]
     for i in range(16):
-        messages += [{"role": "assistant", "content": None, "tool_calls": [
-                         {"id": f"c{i}", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
-                     {"role": "tool", "tool_call_id": f"c{i}", "content": _unique_words(500_000, time.time_ns() + i)}]
+        messages += [
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": f"c{i}", "type": "function", "function": {"name": "bash", "arguments": "{}"}}],
+            },
+            {"role": "tool", "tool_call_id": f"c{i}", "content": _unique_words(500_000, time.time_ns() + i)},
+        ]
     messages.append({"role": "user", "content": "next"})
     big = json.dumps({"model": "gpt-4o", "messages": messages}).encode()  # 8 MB, seconds of tiktoken
     small = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
+
     def large_forwarded() -> bool:
         return any(r.headers.get("authorization") == "Bearer sk-large" for r in upstream.requests)
 
@@ -198,16 +219,23 @@ def test_a_large_request_does_not_stall_other_tenants(make_proxy, upstream):
         result: dict = {}
 
         def large() -> None:
-            result["response"] = httpx2.post(f"{url}/v1/chat/completions", content=big, timeout=300, headers={
-                "authorization": "Bearer sk-large", "content-type": "application/json", "X-Offload-Mode": "compact"})
+            result["response"] = httpx2.post(
+                f"{url}/v1/chat/completions",
+                content=big,
+                timeout=300,
+                headers={
+                    "authorization": "Bearer sk-large",
+                    "content-type": "application/json",
+                    "X-Offload-Mode": "compact",
+                },
+            )
 
         thread = threading.Thread(target=large)
         thread.start()
         time.sleep(0.3)  # the body is in; its tokens are being counted
         # the other tenant's requests answered before the large one was planned and forwarded: a
         # loop held by its planning (seconds of tiktoken) would answer at most one in that time
-        answered = answered_while(lambda: thread.is_alive() and not large_forwarded(), other_tenant, most=5,
-                                  pause=0.02)
+        answered = answered_while(lambda: thread.is_alive() and not large_forwarded(), other_tenant, most=5, pause=0.02)
         thread.join()
     if counter_for_model("gpt-4o").encoder.name != "estimate":  # offline, counting is cheap: less to show
         assert answered >= 3, answered
@@ -233,10 +261,16 @@ def test_a_large_request_under_thresholds_the_client_raised_is_counted_off_the_l
     monkeypatch.setattr(TokenCounter, "messages", spy)
     text = _unique_words(300_000, 38)
     with make_proxy() as url:
-        r = httpx2.post(f"{url}/v1/chat/completions", timeout=120,
-                        json={"model": "gpt-4o", "messages": [{"role": "user", "content": text}]},
-                        headers={"authorization": "Bearer sk-raised", "X-Offload-Max-Total-Tokens": "10000000",
-                                 "X-Offload-Max-Tool-Message-Tokens": "10000000"})
+        r = httpx2.post(
+            f"{url}/v1/chat/completions",
+            timeout=120,
+            json={"model": "gpt-4o", "messages": [{"role": "user", "content": text}]},
+            headers={
+                "authorization": "Bearer sk-raised",
+                "X-Offload-Max-Total-Tokens": "10000000",
+                "X-Offload-Max-Tool-Message-Tokens": "10000000",
+            },
+        )
     assert r.status_code == 200, r.text[:200]
     assert r.headers["x-offload-action"] == "none"  # too small to offload, by the thresholds it set
     assert upstream.chat_requests()[-1].json()["messages"][0]["content"] == text
@@ -259,8 +293,12 @@ def test_the_split_of_a_large_request_of_few_messages_runs_off_the_loop(make_pro
     part = {"type": "text", "text": ""}
     messages = [{"role": ("user", "assistant")[i % 2], "content": [part] * 5_000} for i in range(41)]
     with make_proxy() as url:
-        r = httpx2.post(f"{url}/v1/messages", json={"model": "claude-sonnet-4", "max_tokens": 5, "messages": messages},
-                        headers={"x-api-key": "sk-ant-own-0001", "anthropic-version": "2023-06-01"}, timeout=60)
+        r = httpx2.post(
+            f"{url}/v1/messages",
+            json={"model": "claude-sonnet-4", "max_tokens": 5, "messages": messages},
+            headers={"x-api-key": "sk-ant-own-0001", "anthropic-version": "2023-06-01"},
+            timeout=60,
+        )
     assert r.status_code == 200, r.text[:200]
     assert threads and {name.split("_")[0] for name in threads} == {"offload-cpu"}, threads
 
@@ -297,17 +335,25 @@ def test_a_request_whose_folds_may_diff_long_is_planned_off_the_loop(make_proxy,
     assert 290_000 < len(raw) < 310_000
     answers: dict[str, httpx2.Response] = {}
     with make_proxy() as url:
+
         def send() -> None:
-            answers["large"] = httpx2.post(f"{url}/v1/{path}", content=raw, timeout=120, headers={
-                "authorization": "Bearer sk-fold-stall", "content-type": "application/json"})
+            answers["large"] = httpx2.post(
+                f"{url}/v1/{path}",
+                content=raw,
+                timeout=120,
+                headers={"authorization": "Bearer sk-fold-stall", "content-type": "application/json"},
+            )
 
         answered = probed(url, send)
     assert answers["large"].status_code == 200, answers["large"].text[:300]
     assert answered  # /healthz answered (each a 200) while the request was planned
     assert {name.split("_")[0] for name in planned_on} == {"offload-cpu"}, planned_on
     sent = (upstream.chat_requests() if fmt == "chat" else upstream.responses_requests())[-1].json()
-    tool_results = ([m["content"] for m in sent["messages"] if m["role"] == "tool"] if fmt == "chat" else
-                    [i["output"] for i in sent["input"] if i.get("type") == "function_call_output"])
+    tool_results = (
+        [m["content"] for m in sent["messages"] if m["role"] == "tool"]
+        if fmt == "chat"
+        else [i["output"] for i in sent["input"] if i.get("type") == "function_call_output"]
+    )
     assert tool_results[-1] == messages[-2]["content"]  # the newest result whole; none was foldable
 
 
@@ -321,8 +367,12 @@ def test_many_small_results_whose_folds_each_cost_little_are_planned_off_the_loo
     messages = tool_history(results)
     assert cpu_pool.text_size(messages) < cpu_pool.LARGE_CHARS and len(messages) < cpu_pool.LARGE_MESSAGES
     with make_proxy() as url:
-        r = httpx2.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": messages}, timeout=120,
-                        headers={"authorization": "Bearer sk-fold-many"})
+        r = httpx2.post(
+            f"{url}/v1/chat/completions",
+            json={"model": "gpt-4o", "messages": messages},
+            timeout=120,
+            headers={"authorization": "Bearer sk-fold-many"},
+        )
     assert r.status_code == 200, r.text[:300]
     assert {name.split("_")[0] for name in planned_on} == {"offload-cpu"}, planned_on
     sent = upstream.chat_requests()[-1].json()["messages"]
@@ -333,8 +383,15 @@ def test_an_ordinary_small_request_is_still_planned_inline(tmp_path, planned_on)
     store = GuardedStore(SQLiteStore(tmp_path))
 
     async def prepare() -> pipeline.Prepared:
-        return await pipeline.prepare(agent_history(steps=12, lines=40), OffloadSettings(), counter=counter_for_model("gpt-4o"),
-                                      namespace="n" * 32, refs=RefStore(store, "n" * 32, 60), compressor=None, view=VIEW)
+        return await pipeline.prepare(
+            agent_history(steps=12, lines=40),
+            OffloadSettings(),
+            counter=counter_for_model("gpt-4o"),
+            namespace="n" * 32,
+            refs=RefStore(store, "n" * 32, 60),
+            compressor=None,
+            view=VIEW,
+        )
 
     asyncio.run(prepare())
     assert planned_on == {threading.current_thread().name}
@@ -358,10 +415,14 @@ def test_a_large_body_is_searched_for_compaction_tokens_off_the_loop(make_proxy,
         return contains(raw, needle)
 
     monkeypatch.setattr(large_json, "contains", spy)
-    shots = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": data_url(screenshot(step))}}]}
-             for step in range(6)]
+    shots = [
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": data_url(screenshot(step))}}]}
+        for step in range(6)
+    ]
     body = {"model": "gpt-4o", "messages": [*shots, {"role": "user", "content": "What changed?"}]}
     with make_proxy() as url:
-        r = httpx2.post(f"{url}/v1/chat/completions", json=body, headers={"authorization": "Bearer sk-large"}, timeout=60)
+        r = httpx2.post(
+            f"{url}/v1/chat/completions", json=body, headers={"authorization": "Bearer sk-large"}, timeout=60
+        )
     assert r.status_code == 200, r.text[:200]
     assert threads and {name.split("_")[0] for name in threads} == {"offload-cpu"}, threads

@@ -18,14 +18,14 @@ from tests.harness import responses as fake
 from tests.harness.inflight import answered_while
 from tests.harness.servers import scripted
 
+
 def probed(url: str, work: Callable[[], None]) -> int:
     """How many /healthz were answered while `work` ran in another thread."""
     thread = threading.Thread(target=work)
     with httpx2.Client(timeout=60) as client:
         client.get(f"{url}/healthz")
         thread.start()
-        answered = answered_while(thread.is_alive, lambda: client.get(f"{url}/healthz").raise_for_status(),
-                                  pause=0.005)
+        answered = answered_while(thread.is_alive, lambda: client.get(f"{url}/healthz").raise_for_status(), pause=0.005)
     thread.join()
     return answered
 
@@ -47,9 +47,18 @@ def test_compressed_bodies_inflating_past_the_limit_are_inflated_off_the_loop(ma
 
     def send() -> None:
         def one(path: str) -> None:
-            r = httpx2.post(f"{url}/v1/{path}", content=bomb, timeout=120, headers={
-                "authorization": "Bearer sk-bomb", "content-type": "application/json", "content-encoding": "br"})
+            r = httpx2.post(
+                f"{url}/v1/{path}",
+                content=bomb,
+                timeout=120,
+                headers={
+                    "authorization": "Bearer sk-bomb",
+                    "content-type": "application/json",
+                    "content-encoding": "br",
+                },
+            )
             codes.append(r.status_code)
+
         senders = [threading.Thread(target=one, args=(path,)) for path in ("offload", "chat/completions") * 3]
         for s in senders:
             s.start()
@@ -67,9 +76,11 @@ def test_compressed_bodies_inflating_past_the_limit_are_inflated_off_the_loop(ma
 
 def _large_task(mb: int) -> list[dict]:
     line = "a line of pasted log output with words, numbers 0123456789\n"
-    return [{"role": "user", "content": "Task: fix what this log reports.\n" + line * (mb * 1024 * 1024 // len(line))},
-            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Looking."}]},
-            {"role": "user", "content": "Go on."}]
+    return [
+        {"role": "user", "content": "Task: fix what this log reports.\n" + line * (mb * 1024 * 1024 // len(line))},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Looking."}]},
+        {"role": "user", "content": "Go on."},
+    ]
 
 
 def test_an_emulated_compact_of_a_large_task_and_its_token_do_not_stall_the_loop(make_proxy, upstream):
@@ -83,8 +94,12 @@ def test_an_emulated_compact_of_a_large_task_and_its_token_do_not_stall_the_loop
 
     def count() -> None:
         token = answers["compact"].json()["output"][-1]["encrypted_content"]
-        small = json.dumps({"model": "gpt-4o", "input": [{"type": "compaction", "encrypted_content": token},
-                                                        {"role": "user", "content": "next"}]}).encode()
+        small = json.dumps(
+            {
+                "model": "gpt-4o",
+                "input": [{"type": "compaction", "encrypted_content": token}, {"role": "user", "content": "next"}],
+            }
+        ).encode()
         assert len(small) < 300
         answers["count"] = httpx2.post(f"{url}/v1/responses/input_tokens", content=small, headers=headers, timeout=120)
 

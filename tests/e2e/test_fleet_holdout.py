@@ -22,8 +22,12 @@ def arm_seen(url: str, key: str, session: str, raw: bytes, upstream) -> str:
     """The arm a replica put `session` in: control when the request went up byte for byte and the
     answer carries none of the proxy's headers."""
     upstream.requests.clear()
-    r = httpx2.post(url + ROUTES["chat"], content=raw,
-                    headers={**auth("chat", key), **SMALL, "X-Offload-Session": session}, timeout=30)
+    r = httpx2.post(
+        url + ROUTES["chat"],
+        content=raw,
+        headers={**auth("chat", key), **SMALL, "X-Offload-Session": session},
+        timeout=30,
+    )
     assert r.status_code == 200, r.text
     sent = upstream.chat_requests()
     if "x-offload-action" not in r.headers:
@@ -48,7 +52,16 @@ def test_two_replicas_and_a_restart_put_each_session_in_the_same_arm(upstream, p
     key = f"sk-{uuid.uuid4().hex}"
     raw = json.dumps(body_of("chat", stream=False, steps=4)).encode()
     sessions = [f"fleet-{i}" for i in range(SESSIONS)]
-    args = ("--redis-url", private_redis.url, "--upstream", f"{upstream.url}/v1", "--holdout", "0.5", "--holdout-salt", SALT)
+    args = (
+        "--redis-url",
+        private_redis.url,
+        "--upstream",
+        f"{upstream.url}/v1",
+        "--holdout",
+        "0.5",
+        "--holdout-salt",
+        SALT,
+    )
     with replicas(2, *args) as procs:
         first, second = procs
         on_first = {s: arm_seen(first.url, key, s, raw, upstream) for s in sessions}
@@ -58,7 +71,9 @@ def test_two_replicas_and_a_restart_put_each_session_in_the_same_arm(upstream, p
         first.stop()
         first.start()  # the same options, a new process: nothing of the split was kept in it
         assert {s: arm_seen(first.url, key, s, raw, upstream) for s in sessions} == on_first
-        expected = {a: {"sessions": list(on_first.values()).count(a), "turns": 3 * list(on_first.values()).count(a)}
-                    for a in ("control", "managed")}
+        expected = {
+            a: {"sessions": list(on_first.values()).count(a), "turns": 3 * list(on_first.values()).count(a)}
+            for a in ("control", "managed")
+        }
         assert holdout_of(second.url, key, turns=3 * SESSIONS)["arms"] == expected
         assert holdout_of(first.url, key, turns=3 * SESSIONS)["arms"] == expected  # the same shared sessions

@@ -28,8 +28,7 @@ pytestmark = pytest.mark.usefixtures("fresh_summary_memory")
 HOLD = 3  # turns a summary takes
 # Background summaries only (a hard limit far above these histories), started early (0.8 of the
 # trigger), compaction first: the issue's setting of a long conversation with large tool results.
-HEADERS = {"X-Offload-Max-Total-Tokens": "3000", "X-Offload-Hard-Max-Tokens": "1000000",
-           "X-Offload-Session": "fleet"}
+HEADERS = {"X-Offload-Max-Total-Tokens": "3000", "X-Offload-Hard-Max-Tokens": "1000000", "X-Offload-Session": "fleet"}
 HISTORY = agent_history(steps=22, lines=120)
 
 
@@ -49,8 +48,9 @@ class Summariser:
         if is_summary_call(rec):
             await asyncio.to_thread(self.gate.wait, 30)
             digest = hashlib.sha256(rec.body).hexdigest()[:16]
-            return snapshot_answer(rec, f"<state_snapshot><task_overview>summary {digest}</task_overview>"
-                                        f"</state_snapshot>")
+            return snapshot_answer(
+                rec, f"<state_snapshot><task_overview>summary {digest}</task_overview></state_snapshot>"
+            )
         return await default_handler(request, rec)
 
 
@@ -60,8 +60,9 @@ def converse(urls: list[str], credential: str, summariser: Summariser, hold: int
     seen, started = [], None
     with httpx2.Client(timeout=30, headers={"authorization": f"Bearer {credential}", **HEADERS}) as client:
         for k, messages in enumerate(turns(HISTORY)):
-            reply = client.post(f"{urls[k % len(urls)]}/v1/chat/completions",
-                                json={"model": "gpt-4o", "messages": messages})
+            reply = client.post(
+                f"{urls[k % len(urls)]}/v1/chat/completions", json={"model": "gpt-4o", "messages": messages}
+            )
             assert reply.status_code == 200, reply.text
             seen.append((reply.headers.get("x-offload-action", ""), reply.headers.get("x-offload-summary-tokens", "")))
             if started is None and not idle(urls):
@@ -80,8 +81,11 @@ def run(urls: list[str], upstream, credential: str) -> dict:
     upstream.reset()
     upstream.handler = Summariser()
     headers = converse(urls, credential, upstream.handler)
-    return {"headers": headers, "summaries": [r.body for r in upstream.summary_requests()],
-            "forwarded": [r.body for r in upstream.chat_requests()]}
+    return {
+        "headers": headers,
+        "summaries": [r.body for r in upstream.summary_requests()],
+        "forwarded": [r.body for r in upstream.chat_requests()],
+    }
 
 
 @pytest.fixture
@@ -109,8 +113,9 @@ def test_two_replicas_on_one_redis_make_the_summaries_one_replica_makes(upstream
     check_same_as_one_replica(made, one_replica)
 
 
-def test_three_replicas_on_a_redis_cluster_make_the_summaries_one_replica_makes(upstream, redis_cluster_url,
-                                                                                one_replica):
+def test_three_replicas_on_a_redis_cluster_make_the_summaries_one_replica_makes(
+    upstream, redis_cluster_url, one_replica
+):
     with replicas(3, "--upstream", f"{upstream.url}/v1", "--redis-url", redis_cluster_url) as fleet:
         made = run([p.url for p in fleet], upstream, one_replica["credential"])
     check_same_as_one_replica(made, one_replica)
@@ -126,8 +131,10 @@ def test_a_killed_replicas_lease_lapses_and_a_later_turn_makes_the_summary(upstr
     db = redis.Redis.from_url(private_redis_url)
     # a summary timeout of 2 s: a lease of 2 s, renewed every 0.7 s while its summary is made
     args = ("--upstream", f"{upstream.url}/v1", "--redis-url", private_redis_url, "--summary-timeout", "2")
-    with replicas(2, *args) as (doomed, survivor), httpx2.Client(
-            timeout=30, headers={"authorization": f"Bearer {credential}", **HEADERS}) as client:
+    with (
+        replicas(2, *args) as (doomed, survivor),
+        httpx2.Client(timeout=30, headers={"authorization": f"Bearer {credential}", **HEADERS}) as client,
+    ):
 
         def turn(proxy, k: int) -> str:
             reply = client.post(f"{proxy.url}/v1/chat/completions", json={"model": "gpt-4o", "messages": history[k]})
@@ -158,8 +165,9 @@ def test_a_killed_replicas_lease_lapses_and_a_later_turn_makes_the_summary(upstr
 def other_attempt(history: list[dict]) -> list[dict]:
     """Another run of the same agent on the same task: the same system message, task and first
     call, then tool results of its own (a deterministic agent, a parallel attempt)."""
-    return [{**m, "content": m["content"].replace("step", "attempt-b-step")} if m["role"] == "tool" else m
-            for m in history]
+    return [
+        {**m, "content": m["content"].replace("step", "attempt-b-step")} if m["role"] == "tool" else m for m in history
+    ]
 
 
 def test_conversations_sharing_their_opening_do_not_hold_each_others_summaries(upstream, redis_url):
@@ -171,8 +179,10 @@ def test_conversations_sharing_their_opening_do_not_hold_each_others_summaries(u
     first, second = turns(HISTORY), turns(other_attempt(HISTORY))
     assert first[-1][:3] == second[-1][:3] and first[-1][3] != second[-1][3]
     headers = {k: v for k, v in HEADERS.items() if k != "X-Offload-Session"}  # sessions derived: alike too
-    with replicas(2, "--upstream", f"{upstream.url}/v1", "--redis-url", redis_url) as (one, two), httpx2.Client(
-            timeout=30, headers={"authorization": f"Bearer {credential}", **headers}) as client:
+    with (
+        replicas(2, "--upstream", f"{upstream.url}/v1", "--redis-url", redis_url) as (one, two),
+        httpx2.Client(timeout=30, headers={"authorization": f"Bearer {credential}", **headers}) as client,
+    ):
 
         def turn(proxy, messages: list[dict]) -> str:
             reply = client.post(f"{proxy.url}/v1/chat/completions", json={"model": "gpt-4o", "messages": messages})

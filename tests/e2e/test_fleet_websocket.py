@@ -12,8 +12,15 @@ from __future__ import annotations
 import pytest
 
 from proxy.core.compaction_token import ANY_VERSION, PREFIX
-from tests.e2e.test_responses_compaction_trigger import (DEVELOPER, HISTORY, MODEL, RELOAD, TASK, TRIGGER,
-                                                         model)  # noqa: F401 (the fake model)
+from tests.e2e.test_responses_compaction_trigger import (
+    DEVELOPER,
+    HISTORY,
+    MODEL,
+    RELOAD,
+    TASK,
+    TRIGGER,
+    model,  # noqa: F401 (the fake model)
+)
 from tests.harness import responses as fake
 from tests.harness.fleet import replicas
 from tests.harness.requests import post
@@ -30,7 +37,9 @@ def fleet(upstream, private_redis):
         yield [p.url for p in procs]
 
 
-def test_compacted_over_the_websocket_on_one_replica_goes_on_over_http_on_the_other(fleet, upstream, private_redis, key):
+def test_compacted_over_the_websocket_on_one_replica_goes_on_over_http_on_the_other(
+    fleet, upstream, private_redis, key
+):
     first, second = fleet
     with Socket(first, key, headers=RELOAD, timeout=60) as ws:
         compacted = completed(ws.create(model=MODEL, input=[*HISTORY, TRIGGER], store=False))
@@ -38,8 +47,13 @@ def test_compacted_over_the_websocket_on_one_replica_goes_on_over_http_on_the_ot
     assert item["type"] == "compaction" and item["encrypted_content"].startswith(PREFIX)
     assert not upstream.responses_requests()
 
-    answer = post(second, "/v1/responses", key=key, headers=RELOAD, body={"model": MODEL, "store": False,
-                                "input": [DEVELOPER, TASK, HISTORY[5], item, user("go on")]})
+    answer = post(
+        second,
+        "/v1/responses",
+        key=key,
+        headers=RELOAD,
+        body={"model": MODEL, "store": False, "input": [DEVELOPER, TASK, HISTORY[5], item, user("go on")]},
+    )
     assert answer.status_code == 200, answer.text
     [sent] = upstream.responses_requests()
     assert ANY_VERSION.encode() not in sent.body and b"compaction" not in sent.body
@@ -49,8 +63,16 @@ def test_compacted_over_the_websocket_on_one_replica_goes_on_over_http_on_the_ot
 
     # the same history to both replicas: the same forwarded bytes
     for url in fleet:
-        assert post(url, "/v1/responses", key=key, headers=RELOAD,
-                    body={"model": MODEL, "store": False, "input": [*HISTORY, user("again")]}).status_code == 200
+        assert (
+            post(
+                url,
+                "/v1/responses",
+                key=key,
+                headers=RELOAD,
+                body={"model": MODEL, "store": False, "input": [*HISTORY, user("again")]},
+            ).status_code
+            == 200
+        )
     a, b = upstream.responses_requests()[-2:]
     assert a.body == b.body
 
@@ -58,5 +80,6 @@ def test_compacted_over_the_websocket_on_one_replica_goes_on_over_http_on_the_ot
     private_redis.restart()
     for url in fleet:
         with Socket(url, key, headers=RELOAD, timeout=60) as ws:
-            assert texts(completed(ws.create(model=MODEL, input=[user("after the restart")], store=False))) \
-                == ["an answer that is no compaction"]
+            assert texts(completed(ws.create(model=MODEL, input=[user("after the restart")], store=False))) == [
+                "an answer that is no compaction"
+            ]

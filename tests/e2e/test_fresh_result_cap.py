@@ -31,8 +31,12 @@ def test_chat_a_huge_newest_result_goes_as_a_preview_and_reloads_whole(client, u
     history[-1] = {**history[-1], "content": text}  # the newest message: a runaway result
 
     def first(rec):
-        return JSONResponse(completion("Let me see it.", tool_calls=[
-            tool_call("context_reload", {"ref": refs_sent(rec)[0]}, id="call_reload_1")]))
+        return JSONResponse(
+            completion(
+                "Let me see it.",
+                tool_calls=[tool_call("context_reload", {"ref": refs_sent(rec)[0]}, id="call_reload_1")],
+            )
+        )
 
     upstream.handler = scripted(first, lambda rec: JSONResponse(completion("Seen.")))
     raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=history, extra_headers=WHOLE)
@@ -54,13 +58,19 @@ def test_chat_a_huge_newest_result_goes_as_a_preview_and_reloads_whole(client, u
 
 def test_responses_a_huge_newest_output_goes_as_a_preview_and_reloads_whole(client, upstream):
     text = huge("gpt-5")
-    items = [{"role": "user", "content": "Read the log."},
-             fake.function_call("shell", {"cmd": "cat build.log"}, call_id="call_log", id="fc_log"),
-             fake.function_call_output("call_log", text)]
+    items = [
+        {"role": "user", "content": "Read the log."},
+        fake.function_call("shell", {"cmd": "cat build.log"}, call_id="call_log", id="fc_log"),
+        fake.function_call_output("call_log", text),
+    ]
 
     def first(rec):
-        return fake.answer(rec, fake.function_call("context_reload", {"ref": fake.refs_in_input(rec)[0]},
-                                                   call_id="call_reload", id="fc_reload"))
+        return fake.answer(
+            rec,
+            fake.function_call(
+                "context_reload", {"ref": fake.refs_in_input(rec)[0]}, call_id="call_reload", id="fc_reload"
+            ),
+        )
 
     upstream.handler = scripted(first, fake.answering(fake.message("Seen.")))
     got = client.responses.create(model="gpt-5", input=items, extra_headers=WHOLE)
@@ -69,7 +79,7 @@ def test_responses_a_huge_newest_output_goes_as_a_preview_and_reloads_whole(clie
     sent = fake.input_items(one)
     assert sent[:-1] == items[:-1]
     assert sent[-1]["call_id"] == "call_log" and is_marker(sent[-1]["output"]) and len(sent[-1]["output"]) < 1000
-    added = fake.input_items(two)[len(sent):]
+    added = fake.input_items(two)[len(sent) :]
     assert [i.get("type") for i in added] == ["function_call", "function_call_output"]
     assert added[-1]["call_id"] == "call_reload" and added[-1]["output"] == text
 
@@ -77,9 +87,11 @@ def test_responses_a_huge_newest_output_goes_as_a_preview_and_reloads_whole(clie
 def test_messages_a_huge_newest_result_goes_as_a_preview_and_reloads_whole(proxy_url, upstream):
     model = "claude-sonnet-4-5"
     text = huge(model)
-    messages = [{"role": "user", "content": "Read the log."},
-                {"role": "assistant", "content": [claude.tool_use("Bash", {"command": "cat build.log"}, id="toolu_log")]},
-                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_log", "content": text}]}]
+    messages = [
+        {"role": "user", "content": "Read the log."},
+        {"role": "assistant", "content": [claude.tool_use("Bash", {"command": "cat build.log"}, id="toolu_log")]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_log", "content": text}]},
+    ]
 
     def first(rec):
         [block] = rec.json()["messages"][-1]["content"]
@@ -89,8 +101,12 @@ def test_messages_a_huge_newest_result_goes_as_a_preview_and_reloads_whole(proxy
 
     upstream.handler = scripted(first, lambda rec: claude.answer(rec, claude.message(claude.text("Seen."))))
     got = anthropic.Anthropic(base_url=proxy_url, api_key="sk-ant-test", max_retries=0, timeout=30).messages.create(
-        model=model, max_tokens=256, messages=messages, extra_headers=WHOLE,
-        tools=[{"name": "Bash", "description": "Run a command.", "input_schema": {"type": "object"}}])
+        model=model,
+        max_tokens=256,
+        messages=messages,
+        extra_headers=WHOLE,
+        tools=[{"name": "Bash", "description": "Run a command.", "input_schema": {"type": "object"}}],
+    )
     assert got.content[0].text == "Seen."
     one, two = upstream.messages_requests()
     assert one.json()["messages"][:-1] == messages[:-1]

@@ -12,12 +12,13 @@ import json
 import httpx2
 import pytest
 import respx
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
+from proxy.config import ServerSettings
 from proxy.core.texts import SUMMARY_INSTRUCTION, SUMMARY_PROMPT
 from proxy.http.app import create_app
-from proxy.config import ServerSettings
 from tests.harness.history import REF
 
 BASE = "http://fuzz-upstream.test/v1"
@@ -28,15 +29,24 @@ def upstream_answer(request: httpx2.Request) -> httpx2.Response:
     messages = body.get("messages") if isinstance(body, dict) else None
     first = messages[0] if isinstance(messages, list) and messages else {}
     last = messages[-1] if isinstance(messages, list) and messages else {}
-    if last == {"role": "user", "content": SUMMARY_INSTRUCTION} or first == {"role": "system",
-                                                                            "content": SUMMARY_PROMPT}:
+    if last == {"role": "user", "content": SUMMARY_INSTRUCTION} or first == {
+        "role": "system",
+        "content": SUMMARY_PROMPT,
+    }:
         content = "<state_snapshot><current_state>fuzz</current_state></state_snapshot>"
     else:
         content = "ok"
-    return httpx2.Response(200, json={"id": "x", "object": "chat.completion", "created": 1, "model": "m",
-                                      "choices": [{"index": 0, "finish_reason": "stop",
-                                                   "message": {"role": "assistant", "content": content}}],
-                                      "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+    return httpx2.Response(
+        200,
+        json={
+            "id": "x",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        },
+    )
 
 
 @pytest.fixture(scope="module")
@@ -47,26 +57,39 @@ def app_client(tmp_path_factory):
         yield client, route
 
 
-text = st.one_of(st.text(max_size=40), st.builds(lambda t, n: t * n, st.text(min_size=1, max_size=12),
-                                                  st.integers(1, 4000)))
-part = st.one_of(st.builds(lambda t: {"type": "text", "text": t}, text),
-                 st.just({"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}),
-                 st.dictionaries(st.sampled_from(["type", "x"]), st.text(max_size=5), max_size=2))
+text = st.one_of(
+    st.text(max_size=40), st.builds(lambda t, n: t * n, st.text(min_size=1, max_size=12), st.integers(1, 4000))
+)
+part = st.one_of(
+    st.builds(lambda t: {"type": "text", "text": t}, text),
+    st.just({"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}),
+    st.dictionaries(st.sampled_from(["type", "x"]), st.text(max_size=5), max_size=2),
+)
 content = st.one_of(st.none(), text, st.lists(part, max_size=3), st.integers(), st.booleans())
-call = st.builds(lambda i, name: {"id": f"c{i}", "type": "function",
-                                  "function": {"name": name, "arguments": "{}"}},
-                 st.integers(0, 5), st.sampled_from(["bash", "context_reload", "read"]))
+call = st.builds(
+    lambda i, name: {"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": "{}"}},
+    st.integers(0, 5),
+    st.sampled_from(["bash", "context_reload", "read"]),
+)
 message = st.one_of(
     st.fixed_dictionaries(
         {"role": st.sampled_from(["system", "user", "assistant", "tool", "developer", "function", "oddity"])},
-        optional={"content": content, "tool_call_id": st.builds(lambda i: f"c{i}", st.integers(0, 5)),
-                  "tool_calls": st.lists(call, max_size=2), "name": st.text(max_size=8)},
+        optional={
+            "content": content,
+            "tool_call_id": st.builds(lambda i: f"c{i}", st.integers(0, 5)),
+            "tool_calls": st.lists(call, max_size=2),
+            "name": st.text(max_size=8),
+        },
     ),
-    st.none(), st.integers(), st.text(max_size=5),
+    st.none(),
+    st.integers(),
+    st.text(max_size=5),
 )
 body = st.one_of(
-    st.fixed_dictionaries({"model": st.sampled_from(["gpt-4o", "gpt-4", "x"]), "messages": st.lists(message, max_size=12)},
-                          optional={"stream": st.just(False), "tools": st.just([])}),
+    st.fixed_dictionaries(
+        {"model": st.sampled_from(["gpt-4o", "gpt-4", "x"]), "messages": st.lists(message, max_size=12)},
+        optional={"stream": st.just(False), "tools": st.just([])},
+    ),
     st.fixed_dictionaries({"model": st.just("gpt-4o")}, optional={"messages": st.one_of(st.text(), st.integers())}),
     st.lists(st.integers(), max_size=2),
 )
@@ -83,8 +106,9 @@ header_values = {
 headers = st.fixed_dictionaries({}, optional=header_values)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                    HealthCheck.too_slow])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(payload=body, offload_headers=headers)
 def test_fuzzed_chat_requests(app_client, payload, offload_headers):
     client, route = app_client
@@ -104,8 +128,9 @@ def test_fuzzed_chat_requests(app_client, payload, offload_headers):
         assert len(sent["messages"]) == len(original)
         for before, after in zip(original, sent["messages"]):
             if isinstance(before, dict):
-                assert {k: v for k, v in before.items() if k != "content"} == \
-                       {k: v for k, v in after.items() if k != "content"}
+                assert {k: v for k, v in before.items() if k != "content"} == {
+                    k: v for k, v in after.items() if k != "content"
+                }
             else:
                 assert before == after
     tenant = {"X-Offload-Tenant": offload_headers["X-Offload-Tenant"]} if "X-Offload-Tenant" in offload_headers else {}
@@ -114,23 +139,42 @@ def test_fuzzed_chat_requests(app_client, payload, offload_headers):
         assert mine.status_code == 200
         if mine.json()["kind"] == "tool_result":
             texts = [m.get("content") for m in original if isinstance(m, dict)]
-            texts += ["\n".join(p["text"] for p in m["content"] if isinstance(p, dict) and p.get("type") == "text"
-                                and isinstance(p.get("text"), str))
-                      for m in original if isinstance(m, dict) and isinstance(m.get("content"), list)]
+            texts += [
+                "\n".join(
+                    p["text"]
+                    for p in m["content"]
+                    if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+                )
+                for m in original
+                if isinstance(m, dict) and isinstance(m.get("content"), list)
+            ]
             assert mine.json()["content"] in texts
-        assert client.get(f"/v1/offload/{ref}", headers={"authorization": "Bearer sk-other", **tenant}).status_code == 404
+        assert (
+            client.get(f"/v1/offload/{ref}", headers={"authorization": "Bearer sk-other", **tenant}).status_code == 404
+        )
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(offload_headers=headers, path=st.sampled_from(["/v1/offload", "/v1/offload/events", "/v1/offload/abc"]),
-       credential=st.sampled_from([{}, {"authorization": "Bearer sk-fuzz"}, {"x-api-key": "sk-fuzz"},
-                                   {"api-key": "sk-fuzz"}, {"authorization": "Bearer "}]))
+@given(
+    offload_headers=headers,
+    path=st.sampled_from(["/v1/offload", "/v1/offload/events", "/v1/offload/abc"]),
+    credential=st.sampled_from(
+        [
+            {},
+            {"authorization": "Bearer sk-fuzz"},
+            {"x-api-key": "sk-fuzz"},
+            {"api-key": "sk-fuzz"},
+            {"authorization": "Bearer "},
+        ]
+    ),
+)
 def test_fuzzed_offload_api(app_client, offload_headers, path, credential):
     client, _ = app_client
     sent = {**offload_headers, **credential}
     if path == "/v1/offload":
-        r = client.post(path, json={"messages": [{"role": "tool", "tool_call_id": "x", "content": "y" * 9000}]},
-                        headers=sent)
+        r = client.post(
+            path, json={"messages": [{"role": "tool", "tool_call_id": "x", "content": "y" * 9000}]}, headers=sent
+        )
     else:
         r = client.get(path, headers=sent)
     anonymous = not any(v.removeprefix("Bearer ").strip() for v in credential.values())

@@ -44,8 +44,11 @@ def auth(format: str, key: str) -> dict[str, str]:
 
 
 def sent_of(upstream, format: str) -> list:
-    return {"chat": upstream.chat_requests, "responses": upstream.responses_requests,
-            "anthropic": upstream.messages_requests}[format]()
+    return {
+        "chat": upstream.chat_requests,
+        "responses": upstream.responses_requests,
+        "anthropic": upstream.messages_requests,
+    }[format]()
 
 
 def namespace_of(url: str, key: str, **headers: str) -> str:
@@ -71,13 +74,18 @@ def holdout_of(url: str, key: str, *, sessions: int, turns: int = 0, timeout: fl
     a second or so: a session's later turn may come in a flush after its first)."""
     deadline = time.monotonic() + timeout
     while True:
-        r = httpx2.get(f"{url}/v1/offload/stats", params={"window": "1h"},
-                       headers={"authorization": f"Bearer {key}", **headers}, timeout=30)
+        r = httpx2.get(
+            f"{url}/v1/offload/stats",
+            params={"window": "1h"},
+            headers={"authorization": f"Bearer {key}", **headers},
+            timeout=30,
+        )
         assert r.status_code == 200, r.text
         section = r.json()["holdout"]
         arms = section["arms"].values()
-        if (sum(a["sessions"] for a in arms) >= sessions and sum(a["turns"] for a in arms) >= turns) \
-                or time.monotonic() > deadline:
+        if (
+            sum(a["sessions"] for a in arms) >= sessions and sum(a["turns"] for a in arms) >= turns
+        ) or time.monotonic() > deadline:
             return section
         time.sleep(0.3)
 
@@ -92,16 +100,24 @@ def test_control_goes_up_as_sent_managed_is_offloaded_and_both_are_recorded(make
         namespace = namespace_of(url, key)
         [control] = sessions_in(namespace, 0.5, "control", 1)
         [managed] = sessions_in(namespace, 0.5, "managed", 1)
-        r = httpx2.post(url + ROUTES[format], content=raw,
-                        headers={**auth(format, key), **SMALL, "X-Offload-Session": control}, timeout=30)
+        r = httpx2.post(
+            url + ROUTES[format],
+            content=raw,
+            headers={**auth(format, key), **SMALL, "X-Offload-Session": control},
+            timeout=30,
+        )
         assert r.status_code == 200, r.text
         sent = sent_of(upstream, format)
         assert [s.body for s in sent] == [raw]  # byte for byte: no reload tools, no caching, no summary
         assert not any(name.lower().startswith("x-offload") for name in r.headers)
         upstream.requests.clear()
 
-        r = httpx2.post(url + ROUTES[format], content=raw,
-                        headers={**auth(format, key), **SMALL, "X-Offload-Session": managed}, timeout=30)
+        r = httpx2.post(
+            url + ROUTES[format],
+            content=raw,
+            headers={**auth(format, key), **SMALL, "X-Offload-Session": managed},
+            timeout=30,
+        )
         assert r.status_code == 200, r.text
         [first, *_] = sent_of(upstream, format)
         assert len(first.body) < len(raw) / 2 and b"ref=" in first.body  # offloaded
@@ -145,10 +161,18 @@ def test_a_header_cannot_choose_the_arm_and_a_bad_one_is_refused(make_proxy, ups
     key = f"sk-{uuid.uuid4().hex}"
     body = body_of("chat", stream=False, steps=1)
     with make_proxy(holdout=0.1) as url:
-        for value, status in (("0.1", 200), ("0", 400), ("0.9", 400), ("1", 400), ("-0.5", 400), ("lots", 400),
-                              ("x" * 300, 400)):
-            r = httpx2.post(url + ROUTES["chat"], json=body,
-                            headers={**auth("chat", key), "X-Offload-Holdout": value}, timeout=30)
+        for value, status in (
+            ("0.1", 200),
+            ("0", 400),
+            ("0.9", 400),
+            ("1", 400),
+            ("-0.5", 400),
+            ("lots", 400),
+            ("x" * 300, 400),
+        ):
+            r = httpx2.post(
+                url + ROUTES["chat"], json=body, headers={**auth("chat", key), "X-Offload-Holdout": value}, timeout=30
+            )
             assert r.status_code == status, (value, r.text)
             if status == 400:
                 error = r.json()["error"]
@@ -158,8 +182,9 @@ def test_a_header_cannot_choose_the_arm_and_a_bad_one_is_refused(make_proxy, ups
 def totals_of(url: str, key: str, *, requests: int, timeout: float = 15) -> dict:
     deadline = time.monotonic() + timeout
     while True:
-        r = httpx2.get(f"{url}/v1/offload/stats", params={"window": "1h"},
-                       headers={"authorization": f"Bearer {key}"}, timeout=30)
+        r = httpx2.get(
+            f"{url}/v1/offload/stats", params={"window": "1h"}, headers={"authorization": f"Bearer {key}"}, timeout=30
+        )
         totals = r.json()["totals"]
         if totals["requests"] >= requests or time.monotonic() > deadline:
             return totals
@@ -172,13 +197,17 @@ def test_requests_with_no_session_or_no_management_stay_outside_the_comparison(m
     key = f"sk-{uuid.uuid4().hex}"
     body = body_of("chat", stream=False, steps=1)
     with make_proxy(holdout=0.99) as url:
-        r = httpx2.post(url + ROUTES["chat"], json={"model": "gpt-4o", "messages": []},
-                        headers=auth("chat", key), timeout=30)
+        r = httpx2.post(
+            url + ROUTES["chat"], json={"model": "gpt-4o", "messages": []}, headers=auth("chat", key), timeout=30
+        )
         assert r.status_code == 200, r.text
         for mode in ("off", "observe"):
-            r = httpx2.post(url + ROUTES["chat"], json=body,
-                            headers={**auth("chat", key), "X-Offload-Mode": mode, "X-Offload-Session": "s-1"},
-                            timeout=30)
+            r = httpx2.post(
+                url + ROUTES["chat"],
+                json=body,
+                headers={**auth("chat", key), "X-Offload-Mode": mode, "X-Offload-Session": "s-1"},
+                timeout=30,
+            )
             assert r.status_code == 200, r.text
         assert totals_of(url, key, requests=2)["requests"] >= 2
         section = holdout_of(url, key, sessions=0, timeout=0)
@@ -200,8 +229,13 @@ def test_a_derived_session_and_its_responses_continuation_stay_in_one_arm(make_p
             assert r.status_code == 200, r.text
             control = "x-offload-action" not in r.headers
             upstream.requests.clear()
-            then = json.dumps({"model": "gpt-4o", "previous_response_id": r.json()["id"],
-                               "input": [{"role": "user", "content": "go on"}]}).encode()
+            then = json.dumps(
+                {
+                    "model": "gpt-4o",
+                    "previous_response_id": r.json()["id"],
+                    "input": [{"role": "user", "content": "go on"}],
+                }
+            ).encode()
             r = httpx2.post(url + ROUTES["responses"], content=then, headers=headers, timeout=30)
             assert r.status_code == 200, r.text
             assert ("x-offload-action" not in r.headers) == control
@@ -211,7 +245,9 @@ def test_a_derived_session_and_its_responses_continuation_stay_in_one_arm(make_p
             arms.append("control" if control else "managed")
         assert set(arms) == {"control", "managed"}
         section = holdout_of(url, key, sessions=16, turns=32)
-    assert section["arms"] == {a: {"sessions": arms.count(a), "turns": 2 * arms.count(a)} for a in ("control", "managed")}
+    assert section["arms"] == {
+        a: {"sessions": arms.count(a), "turns": 2 * arms.count(a)} for a in ("control", "managed")
+    }
 
 
 def test_sessions_with_a_known_difference_are_found_and_without_one_are_not_claimed(make_proxy, upstream):
@@ -223,8 +259,12 @@ def test_sessions_with_a_known_difference_are_found_and_without_one_are_not_clai
         names = sessions_in(namespace, 0.5, "control", 32) + sessions_in(namespace, 0.5, "managed", 32)
         raw = json.dumps(body_of("chat", stream=False, steps=4)).encode()
         for name in names:
-            r = httpx2.post(url + ROUTES["chat"], content=raw,
-                            headers={**auth("chat", key), **SMALL, "X-Offload-Session": name}, timeout=30)
+            r = httpx2.post(
+                url + ROUTES["chat"],
+                content=raw,
+                headers={**auth("chat", key), **SMALL, "X-Offload-Session": name},
+                timeout=30,
+            )
             assert r.status_code == 200, r.text
         section = holdout_of(url, key, sessions=64, timeout=30)
     assert section["arms"]["control"]["sessions"] == section["arms"]["managed"]["sessions"] == 32
@@ -240,7 +280,7 @@ def test_sessions_with_a_known_difference_are_found_and_without_one_are_not_clai
 def test_a_tenants_file_holdout_and_count_tokens_of_a_control_session_as_sent(make_proxy, upstream, tmp_path):
     tenants = tmp_path / "tenants.toml"
     key = f"sk-ant-{uuid.uuid4().hex}"
-    tenants.write_text('[tenants.trial]\nholdout = 0.5\nmax_total_tokens = 1500\n')
+    tenants.write_text("[tenants.trial]\nholdout = 0.5\nmax_total_tokens = 1500\n")
     raw = json.dumps(body_of("anthropic", stream=False)).encode()
     sub = {"X-Offload-Tenant": "trial"}  # the client key's namespace for this tenants-file entry
     headers = {**auth("anthropic", key), **sub}
@@ -257,14 +297,23 @@ def test_a_tenants_file_holdout_and_count_tokens_of_a_control_session_as_sent(ma
             r = httpx2.post(url + path, content=raw, headers={**headers, "X-Offload-Session": managed}, timeout=30)
             assert r.status_code == 200, r.text
             assert b"ref=" in [s for s in upstream.requests if s.method == "POST"][0].body
-        r = httpx2.post(url + ROUTES["anthropic"], content=raw, timeout=30,
-                        headers={**headers, "X-Offload-Session": control, "X-Offload-Holdout": "0.5"})
+        r = httpx2.post(
+            url + ROUTES["anthropic"],
+            content=raw,
+            timeout=30,
+            headers={**headers, "X-Offload-Session": control, "X-Offload-Holdout": "0.5"},
+        )
         assert r.status_code == 200, r.text  # a header repeating the tenant's value is accepted
         section = holdout_of(url, key, sessions=2, turns=3, **sub)  # (a later turn may come in a later flush)
-        admin = httpx2.get(f"{url}/v1/offload/stats", params={"tenant": namespace},
-                           headers={"authorization": "Bearer admin-holdout-token"}, timeout=30)
-        everyone = httpx2.get(f"{url}/v1/offload/stats", headers={"authorization": "Bearer admin-holdout-token"},
-                              timeout=30)
+        admin = httpx2.get(
+            f"{url}/v1/offload/stats",
+            params={"tenant": namespace},
+            headers={"authorization": "Bearer admin-holdout-token"},
+            timeout=30,
+        )
+        everyone = httpx2.get(
+            f"{url}/v1/offload/stats", headers={"authorization": "Bearer admin-holdout-token"}, timeout=30
+        )
     assert section["arms"] == {"control": {"sessions": 1, "turns": 2}, "managed": {"sessions": 1, "turns": 1}}
     assert section["fraction"] == 0.5  # the tenants-file entry's
     assert admin.status_code == 200 and admin.json()["holdout"]["arms"] == section["arms"]  # the admin's view of it
@@ -282,8 +331,11 @@ def test_a_continuation_of_a_gzipped_control_answer_stays_in_its_session(make_pr
 
     async def gzipping(request, rec):
         answer = await default_handler(request, rec)
-        return Response(gzip.compress(bytes(answer.body)), status_code=answer.status_code,
-                        headers={"content-encoding": "gzip", "content-type": "application/json"})
+        return Response(
+            gzip.compress(bytes(answer.body)),
+            status_code=answer.status_code,
+            headers={"content-encoding": "gzip", "content-type": "application/json"},
+        )
 
     upstream.handler = gzipping
     key = f"sk-{uuid.uuid4().hex}"
@@ -296,8 +348,11 @@ def test_a_continuation_of_a_gzipped_control_answer_stays_in_its_session(make_pr
             r = httpx2.post(url + ROUTES["responses"], json=first, headers=headers, timeout=30)
             assert r.status_code == 200, r.text
             control = "x-offload-action" not in r.headers
-            then = {"model": "gpt-4o", "previous_response_id": r.json()["id"],
-                    "input": [{"role": "user", "content": "go on"}]}
+            then = {
+                "model": "gpt-4o",
+                "previous_response_id": r.json()["id"],
+                "input": [{"role": "user", "content": "go on"}],
+            }
             for _ in range(2):
                 r = httpx2.post(url + ROUTES["responses"], json=then, headers=headers, timeout=30)
                 assert r.status_code == 200, r.text

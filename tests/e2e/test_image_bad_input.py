@@ -57,8 +57,11 @@ def test_a_truncated_png_is_offloaded_and_reloaded_exactly_as_sent(make_proxy, u
 
     def first(rec):
         refs.extend(m.group(2) for m in texts.MEDIA_MARKER_RE.finditer(rec.body.decode()))
-        call = {"id": "proxy_1", "type": "function",
-                "function": {"name": "context_reload", "arguments": json.dumps({"ref": refs[0]})}}
+        call = {
+            "id": "proxy_1",
+            "type": "function",
+            "function": {"name": "context_reload", "arguments": json.dumps({"ref": refs[0]})},
+        }
         return JSONResponse(completion(None, tool_calls=[call]))
 
     upstream.handler = scripted(first, lambda rec: JSONResponse(completion("ok")))
@@ -75,12 +78,15 @@ def test_a_50_mb_image_is_refused_in_each_endpoint_shape_never_a_500(make_proxy,
         r = client.post("/v1/chat/completions", json=_chat([huge]), headers=AUTH)
         assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
         block = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": huge[22:]}}
-        r = client.post("/v1/messages", json={"model": "claude-sonnet-4-5", "max_tokens": 8,
-                                              "messages": [{"role": "user", "content": [block]}]},
-                        headers={"x-api-key": "sk-ant-test", "anthropic-version": "2023-06-01"})
+        r = client.post(
+            "/v1/messages",
+            json={"model": "claude-sonnet-4-5", "max_tokens": 8, "messages": [{"role": "user", "content": [block]}]},
+            headers={"x-api-key": "sk-ant-test", "anthropic-version": "2023-06-01"},
+        )
         assert r.status_code == 413 and r.json()["type"] == "error"
-    assert upstream.requests == [] or all(not rec.path.endswith(("completions", "messages"))
-                                          for rec in upstream.requests)
+    assert upstream.requests == [] or all(
+        not rec.path.endswith(("completions", "messages")) for rec in upstream.requests
+    )
 
 
 def test_a_large_image_under_the_body_limit_is_offloaded(make_proxy, upstream):
@@ -97,8 +103,7 @@ def test_a_file_id_the_proxy_cannot_see_is_forwarded(make_proxy, upstream):
     from tests.harness import responses as fake_responses
 
     upstream.handler = scripted(lambda rec: fake_responses.answer(rec, fake_responses.message("ok")))
-    items = [{"role": "user", "content": [{"type": "input_image", "file_id": "file-unknown-123"}]}
-             for _ in range(5)]
+    items = [{"role": "user", "content": [{"type": "input_image", "file_id": "file-unknown-123"}]} for _ in range(5)]
     with make_proxy(image_batch=1) as url, httpx2.Client(base_url=url, timeout=30) as client:
         r = client.post("/v1/responses", json={"model": "gpt-4o", "input": items}, headers=AUTH)
     assert r.status_code == 200
@@ -115,28 +120,42 @@ def test_a_reload_never_crosses_namespaces(make_proxy, upstream):
         return fake_anthropic.answer(rec, fake_anthropic.message(fake_anthropic.text("ok")))
 
     def steal(rec):
-        return fake_anthropic.answer(rec, fake_anthropic.message(
-            fake_anthropic.tool_use("context_reload", {"ref": refs[0]}, id="toolu_steal")))
+        return fake_anthropic.answer(
+            rec, fake_anthropic.message(fake_anthropic.tool_use("context_reload", {"ref": refs[0]}, id="toolu_steal"))
+        )
 
     def told(rec):
         return fake_anthropic.answer(rec, fake_anthropic.message(fake_anthropic.text("done")))
 
     def blocks(shots):
-        return [{"role": "user", "content": [{"type": "image", "source": {
-            "type": "base64", "media_type": "image/png", "data": b64(s)}}, {"type": "text", "text": "and?"}]}
-            for s in shots]
+        return [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64(s)}},
+                    {"type": "text", "text": "and?"},
+                ],
+            }
+            for s in shots
+        ]
 
     with make_proxy(image_batch=1) as url, httpx2.Client(base_url=url, timeout=30) as client:
         upstream.handler = scripted(record)
-        r = client.post("/v1/messages", json={"model": "claude-sonnet-4-5", "max_tokens": 8, "messages": blocks(SHOTS)},
-                        headers={"x-api-key": "sk-ant-tenant-a", "anthropic-version": "2023-06-01"})
+        r = client.post(
+            "/v1/messages",
+            json={"model": "claude-sonnet-4-5", "max_tokens": 8, "messages": blocks(SHOTS)},
+            headers={"x-api-key": "sk-ant-tenant-a", "anthropic-version": "2023-06-01"},
+        )
         assert r.status_code == 200 and len(refs) == 1
         upstream.reset()
         upstream.handler = scripted(steal, told)
         # tenant B: a history with one text-only turn's marker text is not needed: the model just asks
         five = blocks([screenshot(10 + i) for i in range(4)])
-        r = client.post("/v1/messages", json={"model": "claude-sonnet-4-5", "max_tokens": 8, "messages": five},
-                        headers={"x-api-key": "sk-ant-tenant-b", "anthropic-version": "2023-06-01"})
+        r = client.post(
+            "/v1/messages",
+            json={"model": "claude-sonnet-4-5", "max_tokens": 8, "messages": five},
+            headers={"x-api-key": "sk-ant-tenant-b", "anthropic-version": "2023-06-01"},
+        )
     assert r.status_code == 200 and r.json()["content"][0]["text"] == "done"
     _, second = upstream.messages_requests()
     result = second.json()["messages"][-1]["content"][0]

@@ -49,11 +49,19 @@ def _offloaded_upstream(body: bytes) -> list[str]:
 
 # ---------------------------------------------------------------- chat completions, openai SDK
 
+
 def _chat_messages() -> list[dict]:
     messages: list[dict] = [{"role": "system", "content": "You operate a browser."}]
     for step, url in enumerate(URLS):
-        messages.append({"role": "user", "content": [{"type": "text", "text": f"Screen after step {step}."},
-                                                     {"type": "image_url", "image_url": {"url": url}}]})
+        messages.append(
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": f"Screen after step {step}."},
+                    {"type": "image_url", "image_url": {"url": url}},
+                ],
+            }
+        )
         messages.append({"role": "assistant", "content": f"click({step * 10}, 20)"})
     messages.append({"role": "user", "content": "Where was the button on the first screen?"})
     return messages
@@ -65,8 +73,11 @@ def test_chat_image_parts_offloaded_and_reloaded(make_proxy, upstream, stream):
 
     def first(rec):
         refs.extend(_offloaded_upstream(rec.body))
-        call = {"id": "proxy_1", "type": "function", "function": {"name": "context_reload",
-                                                                   "arguments": json.dumps({"ref": refs[0]})}}
+        call = {
+            "id": "proxy_1",
+            "type": "function",
+            "function": {"name": "context_reload", "arguments": json.dumps({"ref": refs[0]})},
+        }
         if stream:
             return StreamingResponse(iter(stream_chunks(None, tool_calls=[call])), media_type="text/event-stream")
         return JSONResponse(completion(None, tool_calls=[call]))
@@ -97,21 +108,50 @@ def test_chat_image_parts_offloaded_and_reloaded(make_proxy, upstream, stream):
 
 # ---------------------------------------------------------------- Anthropic Messages, anthropic SDK
 
+
 def _computer_messages() -> list[dict]:
     messages: list[dict] = [{"role": "user", "content": "Open the settings page."}]
     for step, shot in enumerate(SHOTS):
-        messages.append({"role": "assistant", "content": [
-            {"type": "text", "text": f"Step {step}."},
-            {"type": "tool_use", "id": f"toolu_{step}", "name": "computer",
-             "input": {"action": "left_click", "coordinate": [step * 10, 20]}}]})
-        messages.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{step}", "content": [
-            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64(shot)}}]}]})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": f"Step {step}."},
+                    {
+                        "type": "tool_use",
+                        "id": f"toolu_{step}",
+                        "name": "computer",
+                        "input": {"action": "left_click", "coordinate": [step * 10, 20]},
+                    },
+                ],
+            }
+        )
+        messages.append(
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": f"toolu_{step}",
+                        "content": [
+                            {
+                                "type": "image",
+                                "source": {"type": "base64", "media_type": "image/png", "data": b64(shot)},
+                            }
+                        ],
+                    }
+                ],
+            }
+        )
     messages[-1]["content"].append({"type": "text", "text": "What did the first screen show?"})
     return messages
 
 
-COMPUTER_TOOL = {"name": "computer", "description": "Use the computer.",
-                 "input_schema": {"type": "object", "properties": {"action": {"type": "string"}}}}
+COMPUTER_TOOL = {
+    "name": "computer",
+    "description": "Use the computer.",
+    "input_schema": {"type": "object", "properties": {"action": {"type": "string"}}},
+}
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -120,8 +160,9 @@ def test_anthropic_tool_result_images_offloaded_and_reloaded(make_proxy, upstrea
 
     def first(rec):
         refs.extend(_offloaded_upstream(rec.body))
-        return fake_anthropic.answer(rec, fake_anthropic.message(
-            fake_anthropic.tool_use("context_reload", {"ref": refs[0]}, id="toolu_reload")))
+        return fake_anthropic.answer(
+            rec, fake_anthropic.message(fake_anthropic.tool_use("context_reload", {"ref": refs[0]}, id="toolu_reload"))
+        )
 
     def second(rec):
         return fake_anthropic.answer(rec, fake_anthropic.message(fake_anthropic.text(ANSWER)))
@@ -140,20 +181,34 @@ def test_anthropic_tool_result_images_offloaded_and_reloaded(make_proxy, upstrea
     _, reload_round = upstream.messages_requests()
     result = reload_round.json()["messages"][-1]["content"][0]
     assert result["tool_use_id"] == "toolu_reload"
-    assert result["content"] == [{"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                                              "data": b64(SHOTS[0])}}]
+    assert result["content"] == [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64(SHOTS[0])}}
+    ]
 
 
 # ---------------------------------------------------------------- Responses, computer_call_output
 
+
 def _responses_input() -> list[dict]:
     items: list[dict] = [{"role": "user", "content": "Book the 9:40 train."}]
     for step, url in enumerate(URLS):
-        items.append({"type": "computer_call", "id": f"cu_{step}", "call_id": f"call_{step}",
-                      "action": {"type": "click", "button": "left", "x": step * 10, "y": 20},
-                      "pending_safety_checks": [], "status": "completed"})
-        items.append({"type": "computer_call_output", "call_id": f"call_{step}",
-                      "output": {"type": "computer_screenshot", "image_url": url}})
+        items.append(
+            {
+                "type": "computer_call",
+                "id": f"cu_{step}",
+                "call_id": f"call_{step}",
+                "action": {"type": "click", "button": "left", "x": step * 10, "y": 20},
+                "pending_safety_checks": [],
+                "status": "completed",
+            }
+        )
+        items.append(
+            {
+                "type": "computer_call_output",
+                "call_id": f"call_{step}",
+                "output": {"type": "computer_screenshot", "image_url": url},
+            }
+        )
     return items
 
 
@@ -163,8 +218,9 @@ def test_responses_screenshots_offloaded_and_reloaded(make_proxy, upstream, stre
 
     def first(rec):
         refs.extend(_offloaded_upstream(rec.body))
-        return fake_responses.answer(rec, fake_responses.function_call("context_reload", {"ref": refs[0]},
-                                                                       call_id="call_reload"))
+        return fake_responses.answer(
+            rec, fake_responses.function_call("context_reload", {"ref": refs[0]}, call_id="call_reload")
+        )
 
     def second(rec):
         return fake_responses.answer(rec, fake_responses.message(ANSWER))
@@ -173,8 +229,11 @@ def test_responses_screenshots_offloaded_and_reloaded(make_proxy, upstream, stre
     with make_proxy() as url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-test-key", max_retries=0, timeout=30)
         if stream:
-            events = list(client.responses.create(model="computer-use-preview", input=_responses_input(),
-                                                  truncation="auto", stream=True))
+            events = list(
+                client.responses.create(
+                    model="computer-use-preview", input=_responses_input(), truncation="auto", stream=True
+                )
+            )
             reply = [e.response for e in events if e.type == "response.completed"][0]
             assert "context_reload" not in json.dumps([e.model_dump() for e in events])
         else:

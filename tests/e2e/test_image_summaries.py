@@ -28,28 +28,64 @@ pytestmark = pytest.mark.usefixtures("fresh_summary_memory")
 MODEL = "claude-sonnet-4-5"
 SHOTS = [screenshot(step) for step in range(10)]
 # compress only, made inline: a history of screenshots over the trigger is summarised by this turn
-INLINE = {"X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "1500", "X-Offload-Hard-Max-Tokens": "1",
-          "X-Offload-Precompress-Ratio": "0"}
+INLINE = {
+    "X-Offload-Mode": "compress",
+    "X-Offload-Max-Total-Tokens": "1500",
+    "X-Offload-Hard-Max-Tokens": "1",
+    "X-Offload-Precompress-Ratio": "0",
+}
 BACKGROUND = {**INLINE, "X-Offload-Hard-Max-Tokens": "1000000"}
-TOOLS = [{"name": "computer", "description": "Use the computer.",
-          "input_schema": {"type": "object", "properties": {"action": {"type": "string"}}}}]
+TOOLS = [
+    {
+        "name": "computer",
+        "description": "Use the computer.",
+        "input_schema": {"type": "object", "properties": {"action": {"type": "string"}}},
+    }
+]
 
 
 def session() -> list[dict]:
     """The task, then per screenshot a click and its tool_result (the screenshot), then a last exchange."""
     messages: list[dict] = [{"role": "user", "content": "Book the cheapest train to Lyon."}]
     for step, shot in enumerate(SHOTS):
-        messages.append({"role": "assistant", "content": [
-            fake.text(f"Step {step}."), fake.tool_use("computer", {"action": "left_click"}, id=f"toolu_{step}")]})
-        messages.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{step}", "content": [
-            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64(shot)}}]}]})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": [
+                    fake.text(f"Step {step}."),
+                    fake.tool_use("computer", {"action": "left_click"}, id=f"toolu_{step}"),
+                ],
+            }
+        )
+        messages.append(
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": f"toolu_{step}",
+                        "content": [
+                            {
+                                "type": "image",
+                                "source": {"type": "base64", "media_type": "image/png", "data": b64(shot)},
+                            }
+                        ],
+                    }
+                ],
+            }
+        )
     messages += [{"role": "assistant", "content": "Checking the results."}, {"role": "user", "content": "Go on."}]
     return messages
 
 
 def summary_ref(body: dict) -> str:
-    found = [history_ref(block["text"]) for m in body["messages"] if isinstance(m["content"], list)
-             for block in m["content"] if block.get("type") == "text" and history_ref(block["text"])]
+    found = [
+        history_ref(block["text"])
+        for m in body["messages"]
+        if isinstance(m["content"], list)
+        for block in m["content"]
+        if block.get("type") == "text" and history_ref(block["text"])
+    ]
     assert len(found) == 1, "one summary in the forwarded messages"
     return found[0]
 
@@ -117,8 +153,7 @@ def test_a_background_summary_stores_its_screenshots_too(proxy_url, upstream):
         return fake.answer(rec, fake.message(fake.text("ok")))
 
     upstream.handler = handler
-    client = anthropic.Anthropic(base_url=proxy_url, api_key=key, max_retries=0, timeout=60,
-                                 default_headers=BACKGROUND)
+    client = anthropic.Anthropic(base_url=proxy_url, api_key=key, max_retries=0, timeout=60, default_headers=BACKGROUND)
     history = session()
     for _ in range(200):  # the summary is made after the first turn's answer, then found by a later turn
         raw = client.messages.with_raw_response.create(model=MODEL, max_tokens=256, tools=TOOLS, messages=history)

@@ -39,8 +39,11 @@ def assert_invalid_json(r: httpx2.Response, path: str) -> str:
 
 
 @pytest.mark.parametrize("path", list(ENDPOINTS))
-@pytest.mark.parametrize("text", [b"hi \xed\xa0\xbd", b"hi \xed\xa0\xbd\xed\xb8\x80", b"cut \xf0\x9f\x98", b"\xff latin"],
-                         ids=["lone-surrogate-bytes", "surrogate-pair-bytes", "truncated-sequence", "invalid-byte"])
+@pytest.mark.parametrize(
+    "text",
+    [b"hi \xed\xa0\xbd", b"hi \xed\xa0\xbd\xed\xb8\x80", b"cut \xf0\x9f\x98", b"\xff latin"],
+    ids=["lone-surrogate-bytes", "surrogate-pair-bytes", "truncated-sequence", "invalid-byte"],
+)
 def test_invalid_utf8_is_refused_not_forwarded(proxy_url, upstream, path, text):
     r = post(proxy_url, path, body=body_with(path, text), key=key_for(path))
     message = assert_invalid_json(r, path)
@@ -76,8 +79,13 @@ def test_a_declared_charset_the_body_is_not_read_as_is_refused(make_proxy, upstr
     compaction token): a 415 in the endpoint's shape, nothing sent upstream. As the relayed paths
     the proxy reads (tests/e2e/test_relay_token_spellings.py)."""
     with make_proxy() as url:
-        r = post(url, path, body=body_with(path, b"hello+ACI-"), key=key_for(path),
-                 headers={"content-type": f"application/json; charset={charset}"})
+        r = post(
+            url,
+            path,
+            body=body_with(path, b"hello+ACI-"),
+            key=key_for(path),
+            headers={"content-type": f"application/json; charset={charset}"},
+        )
     assert r.status_code == 415, (r.status_code, r.text[:300])
     body = r.json()
     message = body["error"]["message"]
@@ -92,7 +100,12 @@ def test_a_declared_charset_the_body_is_not_read_as_is_refused(make_proxy, upstr
 @pytest.mark.parametrize("charset", ["utf-8", "UTF8", '"utf-8"', "us-ascii", "iso-8859-1"])
 def test_a_charset_that_reads_the_body_as_the_proxy_does_is_served(make_proxy, upstream, charset):
     with make_proxy() as url:
-        r = post(url, "/v1/chat/completions", body=body_with("/v1/chat/completions", b"hello"), key="sk-utf8-test",
-                 headers={"content-type": f"application/json; charset={charset}"})
+        r = post(
+            url,
+            "/v1/chat/completions",
+            body=body_with("/v1/chat/completions", b"hello"),
+            key="sk-utf8-test",
+            headers={"content-type": f"application/json; charset={charset}"},
+        )
     assert r.status_code == 200, r.text[:300]
     assert len(upstream.requests) == 1

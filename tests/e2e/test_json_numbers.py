@@ -17,14 +17,17 @@ BIG = 123456789012345678901234567890  # past 64 bits: orjson would read it as a 
 COMPACT = {"authorization": "Bearer sk-numbers", "X-Offload-Max-Total-Tokens": "1000", "X-Offload-Mode": "compact"}
 
 
-@pytest.mark.parametrize("raw, shown", [
-    (b'{"temperature": 1e400}', "1e400"),
-    (b'{"t": [-1E999]}', "-1E999"),
-    (b'{"t": 1e400, "seed": 123456789012345678901234567890}', "1e400"),
-    (b'{"t": NaN}', "NaN"),
-    (b'{"t": -Infinity}', "-Infinity"),
-    (b'{"t": "\\ud83d", "u": 1e400}', "1e400"),  # the stdlib path (a lone surrogate) refuses it too
-])
+@pytest.mark.parametrize(
+    "raw, shown",
+    [
+        (b'{"temperature": 1e400}', "1e400"),
+        (b'{"t": [-1E999]}', "-1E999"),
+        (b'{"t": 1e400, "seed": 123456789012345678901234567890}', "1e400"),
+        (b'{"t": NaN}', "NaN"),
+        (b'{"t": -Infinity}', "-Infinity"),
+        (b'{"t": "\\ud83d", "u": 1e400}', "1e400"),  # the stdlib path (a lone surrogate) refuses it too
+    ],
+)
 def test_non_finite_numbers_are_refused(raw, shown):
     with pytest.raises(ValueError, match=shown):
         jsonio.loads(raw)
@@ -37,7 +40,7 @@ def test_integers_of_any_size_are_read_and_written_exactly(value, text):
     parsed = jsonio.loads(raw)
     assert parsed["seed"] == value and type(parsed["seed"]) is int
     assert json.loads(jsonio.dumps(parsed).decode())["seed"] == value
-    assert jsonio.loads(f'[{value}]'.encode()) == [value]
+    assert jsonio.loads(f"[{value}]".encode()) == [value]
 
 
 def test_floats_stay_floats():
@@ -52,12 +55,17 @@ def test_dumps_never_writes_nan_or_infinity():
 
 
 @pytest.mark.parametrize("path", ["chat/completions", "offload"])
-@pytest.mark.parametrize("extra", ['"temperature": 1e400', '"temperature": 1e400, "seed": ' + str(BIG),
-                                   '"temperature": NaN'])
+@pytest.mark.parametrize(
+    "extra", ['"temperature": 1e400', '"temperature": 1e400, "seed": ' + str(BIG), '"temperature": NaN']
+)
 def test_a_non_finite_number_in_a_request_is_a_400(proxy_url, upstream, path, extra):
     messages = json.dumps(agent_history(steps=4))  # would be rewritten: compacted
-    r = post(proxy_url, f"/v1/{path}", body=f'{{"model": "gpt-4o", "messages": {messages}, {extra}}}'.encode(),
-             headers=COMPACT)
+    r = post(
+        proxy_url,
+        f"/v1/{path}",
+        body=f'{{"model": "gpt-4o", "messages": {messages}, {extra}}}'.encode(),
+        headers=COMPACT,
+    )
     assert r.status_code == 400, r.text
     error = r.json()["error"]
     assert error["code"] == "invalid_json" and error["type"] == "invalid_request_error"
@@ -90,8 +98,12 @@ def test_a_big_integer_in_the_upstreams_answer_reaches_the_client_exactly(proxy_
         return Response(json.dumps(answer), media_type="application/json")
 
     upstream.handler = handler
-    r = post(proxy_url, "/v1/chat/completions", headers=COMPACT,
-             body=json.dumps({"model": "gpt-4o", "messages": agent_history(4)}).encode())
+    r = post(
+        proxy_url,
+        "/v1/chat/completions",
+        headers=COMPACT,
+        body=json.dumps({"model": "gpt-4o", "messages": agent_history(4)}).encode(),
+    )
     assert r.status_code == 200, r.text
     assert refs_sent(upstream.chat_requests()[-1])  # reload tools injected: the answer was re-encoded
     assert f'"x_big":{BIG}'.encode() in r.content

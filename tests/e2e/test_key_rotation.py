@@ -29,8 +29,12 @@ def store_options(request, tmp_path) -> dict:
 
 
 def turn(url: str, key: str, messages: list[dict], headers: dict) -> httpx2.Response:
-    reply = httpx2.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": messages},
-                        headers={"authorization": f"Bearer {key}", **headers}, timeout=30)
+    reply = httpx2.post(
+        f"{url}/v1/chat/completions",
+        json={"model": "gpt-4o", "messages": messages},
+        headers={"authorization": f"Bearer {key}", **headers},
+        timeout=30,
+    )
     assert reply.status_code == 200, reply.text
     return reply
 
@@ -68,7 +72,8 @@ def test_what_a_conversation_uses_survives_the_rotation(make_proxy, upstream, st
         stored = httpx2.get(f"{url}/v1/offload/{ref}", headers={"authorization": f"Bearer {key}"})
         assert stored.status_code == 200  # what the summary covers, still reloadable
         assert [json.loads(line) for line in stored.json()["content"].splitlines()] == history[2:-2]
-        events = httpx2.get(f"{url}/v1/offload/events", params={"session": SESSION},
-                            headers={"authorization": f"Bearer {key}"}).json()["data"]
+        events = httpx2.get(
+            f"{url}/v1/offload/events", params={"session": SESSION}, headers={"authorization": f"Bearer {key}"}
+        ).json()["data"]
         assert [e["type"] for e in events].count("compression") == 1  # the first turn's, recorded under OLD
         assert session_turns(url, key, 3) == 3  # the first turn's statistics too

@@ -30,7 +30,9 @@ def test_declared_body_too_large_is_413(make_proxy, upstream):
             for _ in range(10):
                 yield b"x" * 1000
 
-        r = httpx2.post(f"{url}/v1/files", content=chunked(), headers={"authorization": "Bearer sk-test-key"})  # no Content-Length: counted as it comes
+        r = httpx2.post(
+            f"{url}/v1/files", content=chunked(), headers={"authorization": "Bearer sk-test-key"}
+        )  # no Content-Length: counted as it comes
         assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
 
 
@@ -40,8 +42,11 @@ def test_message_count_and_header_size_limits(make_proxy, upstream):
         with pytest.raises(openai.BadRequestError) as info:
             c.chat.completions.create(model="gpt-4o", messages=MESSAGES * 4)
         assert info.value.body["code"] == "too_many_messages" and "--max-messages" in info.value.body["message"]
-        r = httpx2.post(f"{url}/v1/offload", json={"model": "gpt-4o", "messages": MESSAGES * 4},
-                        headers={"authorization": "Bearer k"})
+        r = httpx2.post(
+            f"{url}/v1/offload",
+            json={"model": "gpt-4o", "messages": MESSAGES * 4},
+            headers={"authorization": "Bearer k"},
+        )
         assert r.status_code == 400 and r.json()["error"]["code"] == "too_many_messages"  # the direct API too
         with pytest.raises(openai.BadRequestError) as info:
             c.chat.completions.create(model="gpt-4o", messages=MESSAGES, extra_headers={"X-Offload-Session": "s" * 300})
@@ -54,14 +59,23 @@ def test_a_session_of_40000_messages_and_2m_tokens_is_served(proxy_url, upstream
     the usage it reads is the reduced request's) go through at the default limits."""
     messages: list[dict] = [{"role": "system", "content": "You are a coding agent."}]
     for i in range(19_999):
-        messages += [{"role": "assistant", "content": None, "tool_calls": [
-                         {"id": f"call_{i}", "type": "function", "function": {"name": "sh", "arguments": "{}"}}]},
-                     {"role": "tool", "tool_call_id": f"call_{i}", "content": f"step {i}: " + "output word " * 40}]
+        messages += [
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": f"call_{i}", "type": "function", "function": {"name": "sh", "arguments": "{}"}}],
+            },
+            {"role": "tool", "tool_call_id": f"call_{i}", "content": f"step {i}: " + "output word " * 40},
+        ]
     messages.append({"role": "user", "content": "go on"})
     body = json.dumps({"model": "gpt-4o", "messages": messages}).encode()
     assert len(messages) == 40_000 and len(body) > 9_000_000
-    r = httpx2.post(f"{proxy_url}/v1/chat/completions", content=body, timeout=300,
-                    headers={"authorization": "Bearer sk-long-session", "content-type": "application/json"})
+    r = httpx2.post(
+        f"{proxy_url}/v1/chat/completions",
+        content=body,
+        timeout=300,
+        headers={"authorization": "Bearer sk-long-session", "content-type": "application/json"},
+    )
     assert r.status_code == 200, r.text[:300]
     assert int(r.headers["x-offload-tokens-before"]) > 1_800_000
     forwarded = upstream.chat_requests()[-1].json()["messages"]  # (this fake makes no summary: as it came)
@@ -89,9 +103,13 @@ def test_upstream_breaking_off_mid_stream_ends_with_an_error_event(make_proxy, u
     upstream.handler = _breaking_stream(3, how)
     # a read timeout far above what a loaded machine takes between two chunks, far below the silence
     with make_proxy(read_timeout=2) as url:
-        with httpx2.stream("POST", f"{url}/v1/chat/completions", json={"model": "gpt-4o", "stream": True,
-                                                                         "messages": MESSAGES},
-                           headers={"authorization": "Bearer sk-test-key"}, timeout=30) as r:
+        with httpx2.stream(
+            "POST",
+            f"{url}/v1/chat/completions",
+            json={"model": "gpt-4o", "stream": True, "messages": MESSAGES},
+            headers={"authorization": "Bearer sk-test-key"},
+            timeout=30,
+        ) as r:
             text = b"".join(r.iter_bytes()).decode()
         events = [line[6:] for line in text.splitlines() if line.startswith("data: ")]
         assert events[-1] == "[DONE]"
@@ -118,8 +136,9 @@ def test_upstream_breaking_off_during_a_reload_round(client, upstream):
 
     upstream.handler = handler
     with pytest.raises(openai.APIError):
-        for _ in client.chat.completions.create(model="gpt-4o", messages=history, stream=True,
-                                                extra_headers={"X-Offload-Max-Total-Tokens": "1000"}):
+        for _ in client.chat.completions.create(
+            model="gpt-4o", messages=history, stream=True, extra_headers={"X-Offload-Max-Total-Tokens": "1000"}
+        ):
             pass
     assert calls["n"] == 2
 
@@ -129,14 +148,21 @@ def test_reload_rounds_are_bounded_by_time(make_proxy, upstream):
 
     async def always_reload(request, rec):
         await asyncio.sleep(0.3)
-        return JSONResponse(completion(None, tool_calls=[tool_call("context_reload", {"ref": refs_sent(rec)[0]},
-                                                                   id=f"r{len(upstream.requests)}")]))
+        return JSONResponse(
+            completion(
+                None,
+                tool_calls=[tool_call("context_reload", {"ref": refs_sent(rec)[0]}, id=f"r{len(upstream.requests)}")],
+            )
+        )
 
     upstream.handler = always_reload
     with make_proxy(reload_budget=0.5) as url:
         c = openai.OpenAI(base_url=f"{url}/v1", api_key="k", max_retries=0)
-        result = c.chat.completions.create(model="gpt-4o", messages=history, extra_headers={
-            "X-Offload-Max-Total-Tokens": "1000", "X-Offload-Max-Reload-Rounds": "50"})
+        result = c.chat.completions.create(
+            model="gpt-4o",
+            messages=history,
+            extra_headers={"X-Offload-Max-Total-Tokens": "1000", "X-Offload-Max-Reload-Rounds": "50"},
+        )
     requests = upstream.chat_requests()
     # rounds of 0.3 s each in a budget of 0.5 s: at most two begun in it, then the last without tools
     # (a loaded machine only makes rounds slower: fewer); without the budget, 50 rounds

@@ -23,25 +23,40 @@ def requests(url: str) -> None:
     auth = {"authorization": "Bearer sk-test-key"}
     chat = {"model": "M" * HUGE, "messages": [{"role": "user", "content": "hi"}]}
     with httpx2.Client(timeout=30) as http:
-        r = http.post(f"{url}/v1/chat/completions", json=chat, headers={
-            **auth, "user-agent": "U" * HEADER, "X-Client-Note": "H" * HEADER})
+        r = http.post(
+            f"{url}/v1/chat/completions",
+            json=chat,
+            headers={**auth, "user-agent": "U" * HEADER, "X-Client-Note": "H" * HEADER},
+        )
         assert r.status_code == 200, r.text[:300]
         http.post(f"{url}/v1/chat/completions", json=chat, headers={**auth, "X-Offload-Session": "S" * HEADER})
         http.post(f"{url}/v1/responses", json={"model": "R" * HUGE, "input": "hi"}, headers=auth)
-        http.post(f"{url}/v1/messages", json={"model": "A" * HUGE, "max_tokens": 5,
-                                              "messages": [{"role": "user", "content": "hi"}]},
-                  headers={"x-api-key": "sk-ant-test", "anthropic-version": "2023-06-01"})
+        http.post(
+            f"{url}/v1/messages",
+            json={"model": "A" * HUGE, "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]},
+            headers={"x-api-key": "sk-ant-test", "anthropic-version": "2023-06-01"},
+        )
         http.post(f"{url}/v1/chat/completions", json=chat, headers={**auth, "X-Offload-Tenant": "T" * HEADER})
         http.get(f"{url}/v1/{'p' * HEADER}?q={'Q' * HEADER}", headers=auth)
         http.get(f"{url}/{'x' * HEADER}", headers=auth)
-        http.post(f"{url}/v1/chat/completions", content=b'{"model": "' + b"B" * HUGE, headers={
-            **auth, "content-type": "application/json"})  # not JSON: refused
+        http.post(
+            f"{url}/v1/chat/completions",
+            content=b'{"model": "' + b"B" * HUGE,
+            headers={**auth, "content-type": "application/json"},
+        )  # not JSON: refused
 
 
 @pytest.mark.parametrize("log_format", ["json", "text"])
 def test_every_log_line_stays_a_few_kb(upstream, tmp_path, log_format):
-    proxy = ProxyProcess("--upstream", f"{upstream.url}/v1", "--log-format", log_format, data_dir=tmp_path,
-                         capture=True, capture_stdout=True)  # uvicorn's access lines go to stdout
+    proxy = ProxyProcess(
+        "--upstream",
+        f"{upstream.url}/v1",
+        "--log-format",
+        log_format,
+        data_dir=tmp_path,
+        capture=True,
+        capture_stdout=True,
+    )  # uvicorn's access lines go to stdout
     proxy.start()
     try:
         requests(proxy.url)

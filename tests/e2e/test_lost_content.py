@@ -15,8 +15,12 @@ from tests.harness.requests import post
 from tests.harness.servers import completion, scripted, tool_call
 
 SESSION = "lost-content-session"
-HEADERS = {"authorization": "Bearer sk-lost", "X-Offload-Max-Total-Tokens": "1000", "X-Offload-Mode": "compact",
-           "X-Offload-Session": SESSION}
+HEADERS = {
+    "authorization": "Bearer sk-lost",
+    "X-Offload-Max-Total-Tokens": "1000",
+    "X-Offload-Mode": "compact",
+    "X-Offload-Session": SESSION,
+}
 
 
 class Backend:
@@ -46,12 +50,15 @@ class Backend:
 
 
 @pytest.mark.parametrize("backend", ["redis", "sqlite"])
-def test_content_lost_between_two_requests_is_stored_again_by_the_next(make_proxy, upstream, backend, request,
-                                                                      tmp_path):
+def test_content_lost_between_two_requests_is_stored_again_by_the_next(
+    make_proxy, upstream, backend, request, tmp_path
+):
     store = Backend(backend, request, tmp_path)
     history = agent_history(steps=4)
     with make_proxy(**store.options()) as url:
-        assert post(url, body={"model": "gpt-4o", "messages": history}, headers=HEADERS).headers["x-offload-refs"] == "3"
+        assert (
+            post(url, body={"model": "gpt-4o", "messages": history}, headers=HEADERS).headers["x-offload-refs"] == "3"
+        )
         refs = refs_sent(upstream.chat_requests()[-1])
         assert len(refs) == 3 and store.session_members() == set(refs)
 
@@ -59,11 +66,14 @@ def test_content_lost_between_two_requests_is_stored_again_by_the_next(make_prox
         assert store.session_members() == set()
 
         def reload_first(rec):
-            return JSONResponse(completion(None, tool_calls=[tool_call("context_reload", {"ref": refs[1]},
-                                                                       id="call_r")]))
+            return JSONResponse(
+                completion(None, tool_calls=[tool_call("context_reload", {"ref": refs[1]}, id="call_r")])
+            )
 
         upstream.handler = scripted(reload_first, lambda rec: JSONResponse(completion("done")))
-        again = post(url, body={"model": "gpt-4o", "messages": history}, headers=HEADERS)  # within a second of the first: no memo may hide the loss
+        again = post(
+            url, body={"model": "gpt-4o", "messages": history}, headers=HEADERS
+        )  # within a second of the first: no memo may hide the loss
         assert again.json()["choices"][0]["message"]["content"] == "done"
         reload_result = upstream.chat_requests()[-1].json()["messages"][-1]
         originals = [m["content"] for m in history if m["role"] == "tool"]

@@ -14,8 +14,11 @@ from tests.harness.history import agent_history, refs_sent
 from tests.harness.requests import post
 from tests.harness.servers import completion, scripted, stream_chunks, tool_call
 
-HEADERS = {"authorization": "Bearer sk-not-a-completion", "X-Offload-Max-Total-Tokens": "1000",
-           "X-Offload-Mode": "compact"}
+HEADERS = {
+    "authorization": "Bearer sk-not-a-completion",
+    "X-Offload-Max-Total-Tokens": "1000",
+    "X-Offload-Mode": "compact",
+}
 HTML = b"<html><body><h1>502 Bad Gateway</h1></body></html>"
 
 
@@ -37,15 +40,19 @@ def history_body(stream: bool = False) -> dict:
 
 
 def sse_events(r: httpx2.Response) -> list[str]:
-    return [line[len("data: "):] for line in r.text.split("\n") if line.startswith("data: ")]
+    return [line[len("data: ") :] for line in r.text.split("\n") if line.startswith("data: ")]
 
 
-@pytest.mark.parametrize("answers", [
-    (html,),  # the first answer
-    (reload_call, html),  # the answer to a reload round
-    (lambda rec: Response(b"", status_code=200, media_type="application/json"),),
-    (lambda rec: Response(b'["not", "an", "object"]', status_code=200, media_type="application/json"),),
-], ids=["html", "html-after-a-reload-round", "empty", "json-array"])
+@pytest.mark.parametrize(
+    "answers",
+    [
+        (html,),  # the first answer
+        (reload_call, html),  # the answer to a reload round
+        (lambda rec: Response(b"", status_code=200, media_type="application/json"),),
+        (lambda rec: Response(b'["not", "an", "object"]', status_code=200, media_type="application/json"),),
+    ],
+    ids=["html", "html-after-a-reload-round", "empty", "json-array"],
+)
 def test_a_non_completion_200_is_a_502(proxy_url, upstream, answers):
     upstream.handler = scripted(*answers)
     r = post(proxy_url, body=history_body(), headers=HEADERS)
@@ -58,13 +65,17 @@ def test_a_non_completion_200_is_a_502(proxy_url, upstream, answers):
     assert "Bad Gateway</h1>" not in error["message"]  # described, not echoed
 
 
-@pytest.mark.parametrize("answers", [
-    (html,),
-    (lambda rec: JSONResponse(completion("not streamed")),),  # JSON where a stream was asked for
-    (lambda rec: Response(b"data: [DONE]\n\n", media_type="text/event-stream"),),  # no chunk at all
-    (lambda rec: Response(b"data: <html>\n\n", media_type="text/event-stream"),),  # an event that is not JSON
-    (reload_call_streamed, html),  # the answer to a reload round
-], ids=["html", "json", "done-only", "not-json-event", "html-after-a-reload-round"])
+@pytest.mark.parametrize(
+    "answers",
+    [
+        (html,),
+        (lambda rec: JSONResponse(completion("not streamed")),),  # JSON where a stream was asked for
+        (lambda rec: Response(b"data: [DONE]\n\n", media_type="text/event-stream"),),  # no chunk at all
+        (lambda rec: Response(b"data: <html>\n\n", media_type="text/event-stream"),),  # an event that is not JSON
+        (reload_call_streamed, html),  # the answer to a reload round
+    ],
+    ids=["html", "json", "done-only", "not-json-event", "html-after-a-reload-round"],
+)
 def test_a_non_completion_200_in_a_stream_is_an_error_event_then_done(proxy_url, upstream, answers):
     upstream.handler = scripted(*answers)
     r = post(proxy_url, body=history_body(stream=True), headers=HEADERS)

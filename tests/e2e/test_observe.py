@@ -22,8 +22,9 @@ def reload_once(request, rec):
     last = rec.json()["messages"][-1]
     if last.get("tool_call_id") == "reload_1" or not refs_sent(rec):
         return JSONResponse(completion("done"), headers={"x-request-id": "req_observed"})
-    return JSONResponse(completion(None, tool_calls=[tool_call("context_reload", {"ref": refs_sent(rec)[0]},
-                                                               id="reload_1")]))
+    return JSONResponse(
+        completion(None, tool_calls=[tool_call("context_reload", {"ref": refs_sent(rec)[0]}, id="reload_1")])
+    )
 
 
 async def handler(request, rec):
@@ -80,8 +81,11 @@ def test_paths_a_client_chooses_never_become_route_labels(make_proxy, upstream):
 
 def test_tenant_label_only_when_enabled_and_admin_token(make_proxy, upstream):
     with make_proxy(admin_token="adm1n") as url:
-        httpx2.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]},
-                    headers=HEADERS)
+        httpx2.post(
+            f"{url}/v1/chat/completions",
+            json={"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]},
+            headers=HEADERS,
+        )
         assert httpx2.get(f"{url}/metrics").status_code == 401
         assert httpx2.get(f"{url}/metrics", headers={"authorization": "Bearer wrong"}).status_code == 401
         text = httpx2.get(f"{url}/metrics", headers={"authorization": "Bearer adm1n"}).text
@@ -92,8 +96,12 @@ def test_tenant_label_only_when_enabled_and_admin_token(make_proxy, upstream):
 def test_one_json_log_line_per_request(client, upstream, caplog):
     upstream.handler = handler
     with caplog.at_level(logging.INFO, logger="proxy.access"):
-        client.chat.completions.create(model="gpt-4o", messages=agent_history(steps=4), stream=False,
-                                       extra_headers={"X-Offload-Max-Total-Tokens": "1000"})
+        client.chat.completions.create(
+            model="gpt-4o",
+            messages=agent_history(steps=4),
+            stream=False,
+            extra_headers={"X-Offload-Max-Total-Tokens": "1000"},
+        )
         deadline = time.monotonic() + 5
         while not [r for r in caplog.records if r.name == "proxy.access"] and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -116,8 +124,10 @@ def test_workers_share_metrics_and_log_json(upstream, tmp_path):
     try:
         for _ in range(8):
             with httpx2.Client(headers=HEADERS) as fresh:  # new connections, spread over the workers
-                fresh.post(f"{url}/v1/chat/completions",
-                           json={"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]})
+                fresh.post(
+                    f"{url}/v1/chat/completions",
+                    json={"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]},
+                )
         text = httpx2.get(f"{url}/metrics").text
         assert sample(text, "offload_requests_total", route="chat", status="200") == 8
     finally:
@@ -127,12 +137,14 @@ def test_workers_share_metrics_and_log_json(upstream, tmp_path):
 
 
 def test_responses_requests_are_counted_as_their_own_route(make_proxy, upstream):
-    from tests.e2e.test_responses_clients import HEADERS as RESPONSES_HEADERS, history, reload_then_answer
+    from tests.e2e.test_responses_clients import HEADERS as RESPONSES_HEADERS
+    from tests.e2e.test_responses_clients import history, reload_then_answer
 
     upstream.handler = reload_then_answer()
     with make_proxy() as url:
-        r = httpx2.post(f"{url}/v1/responses", json={"model": "gpt-5", "input": history()},
-                        headers={**HEADERS, **RESPONSES_HEADERS})
+        r = httpx2.post(
+            f"{url}/v1/responses", json={"model": "gpt-5", "input": history()}, headers={**HEADERS, **RESPONSES_HEADERS}
+        )
         assert r.status_code == 200 and r.headers["x-offload-action"] == "compact"
         httpx2.get(f"{url}/v1/responses/resp_round_1", headers=HEADERS)
         text = httpx2.get(f"{url}/metrics").text

@@ -42,8 +42,9 @@ def body_of(format: str, *, stream: bool) -> dict:
 def stats(url: str, key: str, *, observed: int) -> dict:
     deadline = time.monotonic() + 15
     while True:
-        r = httpx2.get(f"{url}/v1/offload/stats", params={"window": "1h"}, headers={"authorization": f"Bearer {key}"},
-                       timeout=10)
+        r = httpx2.get(
+            f"{url}/v1/offload/stats", params={"window": "1h"}, headers={"authorization": f"Bearer {key}"}, timeout=10
+        )
         assert r.status_code == 200, r.text
         totals = r.json()["totals"]
         if totals.get("observed", {}).get("requests", 0) >= observed or time.monotonic() > deadline:
@@ -61,18 +62,25 @@ ROUTES = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "anthrop
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 @pytest.mark.parametrize("format", ["chat", "responses", "anthropic"])
-def test_the_request_goes_up_as_sent_and_what_would_have_gone_is_recorded(make_proxy, upstream, tmp_path,
-                                                                          format, stream):
+def test_the_request_goes_up_as_sent_and_what_would_have_gone_is_recorded(
+    make_proxy, upstream, tmp_path, format, stream
+):
     key = f"sk-{uuid.uuid4().hex}"
     # odd spacing, escapes and key order: what goes up is these bytes, not an equal JSON
     raw = json.dumps(body_of(format, stream=stream), indent=1, ensure_ascii=True).encode()
-    auth = {"x-api-key": key, **ANTHROPIC_HEADERS} if format == "anthropic" else {
-        "authorization": f"Bearer {key}", "content-type": "application/json"}
+    auth = (
+        {"x-api-key": key, **ANTHROPIC_HEADERS}
+        if format == "anthropic"
+        else {"authorization": f"Bearer {key}", "content-type": "application/json"}
+    )
     with make_proxy(data_dir=tmp_path) as url:
         r = httpx2.post(url + ROUTES[format], content=raw, headers={**auth, **OBSERVE}, timeout=30)
         assert r.status_code == 200, r.text
-        sent = {"chat": upstream.chat_requests, "responses": upstream.responses_requests,
-                "anthropic": upstream.messages_requests}[format]()
+        sent = {
+            "chat": upstream.chat_requests,
+            "responses": upstream.responses_requests,
+            "anthropic": upstream.messages_requests,
+        }[format]()
         assert [s.body for s in sent] == [raw]  # one request, byte for byte: no summary call, no reload round
         assert not any(name.lower().startswith("x-offload") for name in r.headers)
         assert not any(name.lower().startswith("x-offload") for name in sent[0].headers)
@@ -80,7 +88,9 @@ def test_the_request_goes_up_as_sent_and_what_would_have_gone_is_recorded(make_p
     observed = totals["observed"]
     assert totals["requests"] == 0 and observed["requests"] == 1  # apart from managed turns
     assert observed["tokens_would_forward"] < observed["tokens_forwarded"] * 0.8
-    assert observed["actions"]["compact+compress"] + observed["actions"]["compact"] + observed["actions"]["compress"] == 1
+    assert (
+        observed["actions"]["compact+compress"] + observed["actions"]["compact"] + observed["actions"]["compress"] == 1
+    )
     assert observed["would_bill"]["estimate"] is True
     # nothing stored but statistics: no ref, no summary, no event, no session record
     assert stored_keys(tmp_path) and all(":stats:" in k for k in stored_keys(tmp_path)), stored_keys(tmp_path)
@@ -109,11 +119,13 @@ def test_the_sdks_unchanged_get_the_upstreams_answers(make_proxy, upstream):
 
         claude = anthropic.Anthropic(base_url=url, api_key=key, max_retries=0, default_headers=OBSERVE)
         body = body_of("anthropic", stream=False)
-        message = claude.messages.create(model=body["model"], max_tokens=256, system=body["system"],
-                                         messages=body["messages"])
+        message = claude.messages.create(
+            model=body["model"], max_tokens=256, system=body["system"], messages=body["messages"]
+        )
         assert message.content[0].text == "Hello there"
-        with claude.messages.stream(model=body["model"], max_tokens=256, system=body["system"],
-                                    messages=body["messages"]) as events:
+        with claude.messages.stream(
+            model=body["model"], max_tokens=256, system=body["system"], messages=body["messages"]
+        ) as events:
             assert events.get_final_text() == "Hello there"
         for s in upstream.messages_requests():  # no caching added, no reload tools
             assert "cache_control" not in s.body.decode() and "tools" not in s.json()
@@ -128,12 +140,20 @@ def test_count_tokens_and_a_tenant_wide_observe_change_nothing(make_proxy, upstr
     body = body_of("anthropic", stream=False)
     raw = json.dumps(body).encode()
     with make_proxy(tenants_file=tenants, data_dir=tmp_path / "data") as url:
-        r = httpx2.post(f"{url}/v1/messages/count_tokens", content=raw,
-                        headers={"x-api-key": key, "X-Offload-Tenant": "trial", **ANTHROPIC_HEADERS}, timeout=30)
+        r = httpx2.post(
+            f"{url}/v1/messages/count_tokens",
+            content=raw,
+            headers={"x-api-key": key, "X-Offload-Tenant": "trial", **ANTHROPIC_HEADERS},
+            timeout=30,
+        )
         assert r.status_code == 200
         assert upstream.requests[-1].body == raw and upstream.requests[-1].path.endswith("/count_tokens")
-        r = httpx2.post(f"{url}/v1/messages", content=raw, timeout=30,
-                        headers={"x-api-key": key, "X-Offload-Tenant": "trial", **ANTHROPIC_HEADERS})
+        r = httpx2.post(
+            f"{url}/v1/messages",
+            content=raw,
+            timeout=30,
+            headers={"x-api-key": key, "X-Offload-Tenant": "trial", **ANTHROPIC_HEADERS},
+        )
         assert r.status_code == 200 and upstream.messages_requests()[-1].body == raw
 
 

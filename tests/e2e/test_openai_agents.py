@@ -16,14 +16,12 @@ os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
 
 import openai  # noqa: E402
 import pytest  # noqa: E402
-
-from tests.e2e.test_responses_clients import LOG, NEEDLE  # noqa: E402
-from tests.harness.responses import (REF, answer, function_call, input_items, message, refs_in_input,  # noqa: E402
-                                     usage)
-from tests.harness.servers import default_handler, is_responses_create  # noqa: E402
-
 from agents import Agent, Runner, function_tool, set_default_openai_client, set_tracing_disabled  # noqa: E402
 from agents.models import _openai_shared  # noqa: E402
+
+from tests.e2e.test_responses_clients import LOG, NEEDLE  # noqa: E402
+from tests.harness.responses import REF, answer, function_call, input_items, message, refs_in_input, usage  # noqa: E402
+from tests.harness.servers import default_handler, is_responses_create  # noqa: E402
 
 pytestmark = pytest.mark.anyio
 
@@ -52,8 +50,9 @@ def fake_model(rec):
     if last.get("type") == "function_call_output":
         refs = REF.findall(last["output"])
         if refs:
-            return answer(rec, function_call("context_reload", {"ref": refs[0]}, call_id="call_reload_1"),
-                          usage=usage(300, 10))
+            return answer(
+                rec, function_call("context_reload", {"ref": refs[0]}, call_id="call_reload_1"), usage=usage(300, 10)
+            )
         return answer(rec, message(f"Saw {len(last['output'])} characters verbatim."))
     if not any(i.get("type") == "function_call" for i in items):
         return answer(rec, function_call("read_deploy_log", {}, call_id="call_log_1"), usage=usage(100, 5))
@@ -72,8 +71,9 @@ async def agent_client(agents_proxy, upstream):
     set_tracing_disabled(True)
     upstream.handler = model_handler
     before = _openai_shared.get_default_openai_client()
-    async with openai.AsyncOpenAI(base_url=f"{agents_proxy}/v1", api_key="sk-agents-key", max_retries=0,
-                                  timeout=20) as client:
+    async with openai.AsyncOpenAI(
+        base_url=f"{agents_proxy}/v1", api_key="sk-agents-key", max_retries=0, timeout=20
+    ) as client:
         set_default_openai_client(client, use_for_tracing=False)
         calls.clear()
         try:

@@ -20,8 +20,10 @@ RELAYED_HEADERS = {
 
 def test_models_list_relayed_with_headers(client, upstream):
     async def handler(request, rec):
-        return JSONResponse({"object": "list", "data": [{"id": "gpt-4o", "object": "model", "created": 1,
-                                                         "owned_by": "openai"}]}, headers=RELAYED_HEADERS)
+        return JSONResponse(
+            {"object": "list", "data": [{"id": "gpt-4o", "object": "model", "created": 1, "owned_by": "openai"}]},
+            headers=RELAYED_HEADERS,
+        )
 
     upstream.handler = handler
     raw = client.models.with_raw_response.list()
@@ -42,9 +44,14 @@ def test_offload_headers_never_reach_upstream(client, upstream):
 
 def test_embeddings(client, upstream):
     async def handler(request, rec):
-        return JSONResponse({"object": "list", "model": "text-embedding-3-small",
-                             "data": [{"object": "embedding", "index": 0, "embedding": [0.1, 0.2]}],
-                             "usage": {"prompt_tokens": 2, "total_tokens": 2}})
+        return JSONResponse(
+            {
+                "object": "list",
+                "model": "text-embedding-3-small",
+                "data": [{"object": "embedding", "index": 0, "embedding": [0.1, 0.2]}],
+                "usage": {"prompt_tokens": 2, "total_tokens": 2},
+            }
+        )
 
     upstream.handler = handler
     result = client.embeddings.create(model="text-embedding-3-small", input="hi", encoding_format="float")
@@ -57,19 +64,37 @@ def test_unknown_path_method_query_and_body(proxy_url, upstream):
         return Response(b"teapot-body", status_code=418, headers={"x-odd": "1"}, media_type="text/plain")
 
     upstream.handler = handler
-    r = httpx2.put(f"{proxy_url}/v1/some/new/thing%2Fx?a=1&b=%20two", content=b"\x00\x01raw",
-                   headers={"x-y": "z", "authorization": "Bearer k"})
+    r = httpx2.put(
+        f"{proxy_url}/v1/some/new/thing%2Fx?a=1&b=%20two",
+        content=b"\x00\x01raw",
+        headers={"x-y": "z", "authorization": "Bearer k"},
+    )
     assert (r.status_code, r.content, r.headers["x-odd"]) == (418, b"teapot-body", "1")
     rec = upstream.requests[-1]
-    assert (rec.method, rec.path, rec.query, rec.body) == ("PUT", "/v1/some/new/thing/x", "a=1&b=%20two", b"\x00\x01raw")
+    assert (rec.method, rec.path, rec.query, rec.body) == (
+        "PUT",
+        "/v1/some/new/thing/x",
+        "a=1&b=%20two",
+        b"\x00\x01raw",
+    )
     assert rec.headers["x-y"] == "z"
 
 
 def test_responses_endpoint(client, upstream):
     async def handler(request, rec):
-        return JSONResponse({"id": "resp_1", "object": "response", "created_at": 1, "status": "completed",
-                             "model": "gpt-4o", "output": [], "parallel_tool_calls": True, "tool_choice": "auto",
-                             "tools": []})
+        return JSONResponse(
+            {
+                "id": "resp_1",
+                "object": "response",
+                "created_at": 1,
+                "status": "completed",
+                "model": "gpt-4o",
+                "output": [],
+                "parallel_tool_calls": True,
+                "tool_choice": "auto",
+                "tools": [],
+            }
+        )
 
     upstream.handler = handler
     result = client.responses.create(model="gpt-4o", input="hello")
@@ -79,8 +104,17 @@ def test_responses_endpoint(client, upstream):
 
 def test_multipart_upload_is_byte_exact(client, upstream):
     async def handler(request, rec):
-        return JSONResponse({"id": "file-1", "object": "file", "bytes": len(rec.body), "created_at": 1,
-                             "filename": "data.jsonl", "purpose": "batch", "status": "processed"})
+        return JSONResponse(
+            {
+                "id": "file-1",
+                "object": "file",
+                "bytes": len(rec.body),
+                "created_at": 1,
+                "filename": "data.jsonl",
+                "purpose": "batch",
+                "status": "processed",
+            }
+        )
 
     upstream.handler = handler
     payload = b'{"a": 1}\n' * 50_000 + bytes(range(256))
@@ -118,10 +152,11 @@ def test_no_cookies_kept_and_no_headers_added(proxy_url, upstream):
     first = httpx2.get(f"{proxy_url}/v1/a", headers={"authorization": "Bearer alice"})
     assert first.headers["set-cookie"] == "session=secret; Path=/"  # relayed to its client...
     with httpx2.Client() as bare:
-        bare.get(f"{proxy_url}/v1/b", headers={"authorization": "Bearer bob", "accept-encoding": "identity",
-                                                "user-agent": "agent/1"})
+        bare.get(
+            f"{proxy_url}/v1/b",
+            headers={"authorization": "Bearer bob", "accept-encoding": "identity", "user-agent": "agent/1"},
+        )
     rec = upstream.requests[-1]
     assert "cookie" not in rec.headers  # ...but never sent upstream for someone else
     assert rec.headers["accept-encoding"] == "identity"
     assert rec.headers["user-agent"] == "agent/1"
-

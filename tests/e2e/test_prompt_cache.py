@@ -23,22 +23,33 @@ from proxy.upstream import native
 from tests.harness.requests import post
 
 MODEL = "claude-sonnet-4-5"
-SYSTEM = "You are a careful release engineer. " + " ".join(f"Rule {i}: check the rollout log line {i}." for i in range(300))
-TOOLS = [{"name": "read_logs", "description": "Read a log file.",
-          "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}]
+SYSTEM = "You are a careful release engineer. " + " ".join(
+    f"Rule {i}: check the rollout log line {i}." for i in range(300)
+)
+TOOLS = [
+    {
+        "name": "read_logs",
+        "description": "Read a log file.",
+        "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+    }
+]
 
 
 def turns() -> list[list[dict]]:
     """Two turns of one conversation: the second resends the first and adds to it."""
     first = [{"role": "user", "content": "Why did the deploy stop?"}]
-    second = [*first, {"role": "assistant", "content": [{"type": "text", "text": "Hello there"}]},
-              {"role": "user", "content": "And what now?"}]
+    second = [
+        *first,
+        {"role": "assistant", "content": [{"type": "text", "text": "Hello there"}]},
+        {"role": "user", "content": "And what now?"},
+    ]
     return [first, second]
 
 
 def sdk(proxy_url: str, key: str, headers: dict | None = None) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=proxy_url, api_key=key, max_retries=0, timeout=60,
-                               default_headers=headers or {})
+    return anthropic.Anthropic(
+        base_url=proxy_url, api_key=key, max_retries=0, timeout=60, default_headers=headers or {}
+    )
 
 
 @pytest.fixture
@@ -46,8 +57,7 @@ def ant_key(key) -> str:
     return "sk-ant-" + key
 
 
-def test_the_anthropic_sdk_without_cache_control_is_billed_reads_on_the_next_turn(proxy_url, upstream, caches,
-                                                                                    ant_key):
+def test_the_anthropic_sdk_without_cache_control_is_billed_reads_on_the_next_turn(proxy_url, upstream, caches, ant_key):
     client = sdk(proxy_url, ant_key)
     usages = []
     for messages in turns():
@@ -75,20 +85,45 @@ def test_streamed_and_after_an_idle_pause_longer_than_the_ttl(proxy_url, upstrea
         caches.clock.advance(pause)
     assert usages[1].cache_read_input_tokens == usages[0].cache_creation_input_tokens > 0
     assert usages[2].cache_read_input_tokens == 0  # 301 s idle: expired, written again
-    assert usages[2].cache_creation_input_tokens == usages[1].cache_read_input_tokens + usages[1].cache_creation_input_tokens
+    assert (
+        usages[2].cache_creation_input_tokens
+        == usages[1].cache_read_input_tokens + usages[1].cache_creation_input_tokens
+    )
 
 
 def test_the_clients_own_breakpoints_are_untouched(proxy_url, upstream, caches, ant_key):
-    body = {"model": MODEL, "max_tokens": 100, "system": SYSTEM,
-            "messages": [{"role": "user", "content": [{"type": "text", "text": "Why did the deploy stop?",
-                                                       "cache_control": {"type": "ephemeral"}}]}]}
+    body = {
+        "model": MODEL,
+        "max_tokens": 100,
+        "system": SYSTEM,
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "Why did the deploy stop?", "cache_control": {"type": "ephemeral"}}
+                ],
+            }
+        ],
+    }
     for _ in range(2):
         assert post(proxy_url, "/v1/messages", body=body, key=ant_key).status_code == 200
     assert [r.json() for r in upstream.messages_requests()] == [body, body]
     assert [b.billed.read for b in caches.bills] == [0, caches.bills[0].billed.write_5m]
-    nested = {**body, "messages": [{"role": "user", "content": [
-        {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "x", "cache_control":
-                                                                  {"type": "ephemeral"}}]}]}]}
+    nested = {
+        **body,
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t1",
+                        "content": [{"type": "text", "text": "x", "cache_control": {"type": "ephemeral"}}],
+                    }
+                ],
+            }
+        ],
+    }
     top = {**body, "cache_control": {"type": "ephemeral", "ttl": "1h"}, "messages": [{"role": "user", "content": "hi"}]}
     for given in (nested, top):
         upstream.requests.clear()
@@ -105,8 +140,11 @@ def test_off_leaves_the_request_as_sent(make_proxy, proxy_url, upstream, caches,
     else:
         tenants = tmp_path / "tenants.toml"
         tenants.write_text('[tenants.team]\napi_keys = ["pk-team-cache-off"]\ncache_control = "off"\n')
-        options = {"cache_control": "off"} if how == "server" else {
-            "tenants_file": tenants, "upstream_api_key": "sk-operator", "anthropic_api_key": "sk-ant-operator"}
+        options = (
+            {"cache_control": "off"}
+            if how == "server"
+            else {"tenants_file": tenants, "upstream_api_key": "sk-operator", "anthropic_api_key": "sk-ant-operator"}
+        )
         with make_proxy(**options) as url:
             for _ in range(2):
                 r = post(url, "/v1/messages", body=body, key=ant_key if how == "server" else "pk-team-cache-off")
@@ -117,8 +155,13 @@ def test_off_leaves_the_request_as_sent(make_proxy, proxy_url, upstream, caches,
 
 @pytest.mark.parametrize("value", ["on", "", "AUTO", "auto,off", "1", "null", "x" * 300])
 def test_a_bad_cache_control_header_is_a_400_in_the_messages_shape(proxy_url, upstream, ant_key, value):
-    r = post(proxy_url, "/v1/messages", body={"model": MODEL, "max_tokens": 10, "messages": turns()[0]},
-             key=ant_key, headers={"X-Offload-Cache-Control": value})
+    r = post(
+        proxy_url,
+        "/v1/messages",
+        body={"model": MODEL, "max_tokens": 10, "messages": turns()[0]},
+        key=ant_key,
+        headers={"X-Offload-Cache-Control": value},
+    )
     assert r.status_code == 400, (value, r.text)
     error = r.json()
     assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error", error
@@ -137,8 +180,9 @@ def chat_turns() -> list[list[dict]]:
     return [first, [*first, {"role": "assistant", "content": "Hello there"}, {"role": "user", "content": "Now?"}]]
 
 
-def test_the_openai_sdk_gets_a_prompt_cache_key_per_session_from_a_native_upstream(proxy_url, upstream, caches, key,
-                                                                                   openai_native):
+def test_the_openai_sdk_gets_a_prompt_cache_key_per_session_from_a_native_upstream(
+    proxy_url, upstream, caches, key, openai_native
+):
     client = openai.OpenAI(base_url=f"{proxy_url}/v1", api_key=key, max_retries=0, timeout=60)
     replies = [client.chat.completions.create(model="gpt-5", messages=m) for m in chat_turns()]
     client.chat.completions.create(model="gpt-5", messages=[{"role": "user", "content": "another conversation"}])
@@ -151,14 +195,14 @@ def test_the_openai_sdk_gets_a_prompt_cache_key_per_session_from_a_native_upstre
     assert upstream.responses_requests()[0].json()["prompt_cache_key"].startswith("offload-")
 
 
-def test_the_clients_own_prompt_cache_key_stays_and_another_upstream_gets_none(proxy_url, upstream, key,
-                                                                               monkeypatch):
+def test_the_clients_own_prompt_cache_key_stays_and_another_upstream_gets_none(proxy_url, upstream, key, monkeypatch):
     client = openai.OpenAI(base_url=f"{proxy_url}/v1", api_key=key, max_retries=0, timeout=60)
     client.chat.completions.create(model="gpt-5", messages=chat_turns()[0])  # not OpenAI's own API: none
     monkeypatch.setattr(native, "CACHE_KEY_HOSTS", {*native.CACHE_KEY_HOSTS, "127.0.0.1"})
     client.chat.completions.create(model="gpt-5", messages=chat_turns()[0], prompt_cache_key="mine")
-    client.chat.completions.create(model="gpt-5", messages=chat_turns()[0], extra_headers={"X-Offload-Cache-Control":
-                                                                                           "off"})
+    client.chat.completions.create(
+        model="gpt-5", messages=chat_turns()[0], extra_headers={"X-Offload-Cache-Control": "off"}
+    )
     sent = [r.json() for r in upstream.chat_requests()]
     assert "prompt_cache_key" not in sent[0] and sent[1]["prompt_cache_key"] == "mine"
     assert "prompt_cache_key" not in sent[2]
@@ -167,6 +211,10 @@ def test_the_clients_own_prompt_cache_key_stays_and_another_upstream_gets_none(p
 def test_a_refused_breakpoint_count_is_the_upstreams_400(proxy_url, upstream, caches, ant_key):
     """The fake refuses what Anthropic refuses (5 breakpoints): the client's own, passed on as is."""
     marked = [{"type": "text", "text": f"part {i}", "cache_control": {"type": "ephemeral"}} for i in range(5)]
-    r = post(proxy_url, "/v1/messages", body={"model": MODEL, "max_tokens": 10,
-                                              "messages": [{"role": "user", "content": marked}]}, key=ant_key)
+    r = post(
+        proxy_url,
+        "/v1/messages",
+        body={"model": MODEL, "max_tokens": 10, "messages": [{"role": "user", "content": marked}]},
+        key=ant_key,
+    )
     assert r.status_code == 400 and "maximum of 4" in r.json()["error"]["message"]

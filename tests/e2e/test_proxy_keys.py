@@ -9,11 +9,10 @@ import httpx2
 import openai
 import pytest
 from pydantic import ValidationError
-
 from starlette.responses import JSONResponse
 
-from proxy.http.caller import Gatekeeper
 from proxy.config import ServerSettings
+from proxy.http.caller import Gatekeeper
 from tests.harness.history import agent_history, refs_sent
 from tests.harness.requests import post
 from tests.harness.servers import completion
@@ -30,7 +29,7 @@ def tenants_file(tmp_path: Path, upstream_url: str = "", extra_b: str = "") -> P
         f'[tenants.team-a]\napi_keys = ["{KEY_A}"]\nmax_total_tokens = 1000\n'
         f'[tenants.team-b]\napi_keys = ["{KEY_B}", "sha256:{hashlib.sha256(KEY_B2.encode()).hexdigest()}"]\n'
         f'upstream_api_key = "sk-team-b-upstream"\n{extra_b}'
-        f'[tenants.open]\nmax_total_tokens = 1000\n'
+        f"[tenants.open]\nmax_total_tokens = 1000\n"
     )
     return path
 
@@ -49,8 +48,11 @@ def test_server_key_requires_a_proxy_key_and_never_forwards_it(make_proxy, upstr
             r = httpx2.request("POST" if path.endswith(("completions", "offload")) else "GET", f"{url}{path}", json={})
             assert r.status_code == 401 and r.json()["error"]["code"] == "missing_api_key", path
             assert "Authorization: Bearer" in r.json()["error"]["message"]
-        for wrong in ({"authorization": "Bearer sk-real-openai-key"}, {"x-api-key": "nope-nope-nope"},
-                      {"api-key": "azure-key"}):
+        for wrong in (
+            {"authorization": "Bearer sk-real-openai-key"},
+            {"x-api-key": "nope-nope-nope"},
+            {"api-key": "azure-key"},
+        ):
             r = post(url, body=chat(), headers=wrong)
             assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
         assert not upstream.requests  # the operator's key was never used by them
@@ -100,8 +102,11 @@ def test_without_a_server_key_every_credential_header_is_a_namespace(make_proxy,
     history = agent_history(steps=4)
     with make_proxy(tenants_file=tenants_file(tmp_path)) as url:
         refs = {}
-        for name, headers in {"azure-1": {"api-key": "azure-key-1"}, "azure-2": {"api-key": "azure-key-2"},
-                              "anthropic": {"x-api-key": "sk-ant-1"}}.items():
+        for name, headers in {
+            "azure-1": {"api-key": "azure-key-1"},
+            "azure-2": {"api-key": "azure-key-2"},
+            "anthropic": {"x-api-key": "sk-ant-1"},
+        }.items():
             r = post(url, body=chat(history), headers={**headers, **CHEAP, "X-Offload-Session": "s1"})
             assert r.status_code == 200 and r.headers["x-offload-action"] == "compact"
             assert credentials_sent(upstream.requests[-1]) == headers  # the client's own credential, relayed
@@ -115,8 +120,12 @@ def test_without_a_server_key_every_credential_header_is_a_namespace(make_proxy,
         # a tenant with proxy keys cannot be claimed by naming it; a tenant without may be, as before
         r = post(url, body=chat(), headers={"authorization": "Bearer sk-client", "X-Offload-Tenant": "team-a"})
         assert r.status_code == 403 and r.json()["error"]["param"] == "X-Offload-Tenant"
-        assert post(url, body=chat(history), key="sk-client", headers={"X-Offload-Tenant": "open"}
-                    ).headers["x-offload-action"] == "compact"
+        assert (
+            post(url, body=chat(history), key="sk-client", headers={"X-Offload-Tenant": "open"}).headers[
+                "x-offload-action"
+            ]
+            == "compact"
+        )
 
 
 def test_anonymous_only_with_the_flag(make_proxy, upstream):
@@ -139,17 +148,32 @@ def test_anonymous_only_with_the_flag(make_proxy, upstream):
         assert post(url, body=chat(), headers={"authorization": "Bearer sk-guess"}).status_code == 401
 
 
-@pytest.mark.parametrize("value", ["http://a:b:c/", "http://[::1/", "http://a\tb/v1", "http://h:99999/v1",
-                                   "http://user:pw@h/v1", "javascript:alert(1)", "http://",
-                                   "http://localhost/v1/../../", "http://localhost/v1/%2e%2e/x",
-                                   "http://localhost:1234/v1"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "http://a:b:c/",
+        "http://[::1/",
+        "http://a\tb/v1",
+        "http://h:99999/v1",
+        "http://user:pw@h/v1",
+        "javascript:alert(1)",
+        "http://",
+        "http://localhost/v1/../../",
+        "http://localhost/v1/%2e%2e/x",
+        "http://localhost:1234/v1",
+    ],
+)
 def test_malformed_or_unlisted_upstream_header_is_400_everywhere(make_proxy, upstream, value):
     """`localhost` on the allowlist admits its default port only, and no path leaving the base."""
     headers = {"authorization": "Bearer sk-test-key", "X-Offload-Upstream": value}
     with make_proxy(upstream_allowlist=["localhost"]) as url:
         for method, path in (("POST", "/v1/chat/completions"), ("GET", "/v1/models"), ("POST", "/v1/offload")):
-            r = httpx2.request(method, f"{url}{path}", headers=headers,
-                               json={"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]})
+            r = httpx2.request(
+                method,
+                f"{url}{path}",
+                headers=headers,
+                json={"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]},
+            )
             assert r.status_code == 400, (path, r.text)
             assert r.json()["error"]["code"] in ("invalid_upstream", "upstream_not_allowed")
     assert not upstream.requests
@@ -178,13 +202,15 @@ def test_storage_quota_per_namespace(make_proxy, upstream):
     """POST /v1/offload answers 429 past the quota without storing; chat goes through unreduced."""
     alice, bob = {"authorization": "Bearer sk-alice"}, {"authorization": "Bearer sk-bob"}
     with make_proxy(max_stored_bytes_per_namespace=6000) as url:
+
         def offload(headers: dict, steps: int, label: str) -> httpx2.Response:
             history = agent_history(steps=steps, system=label)
             for m in history:  # distinct content per call, so each call stores anew
                 if m["role"] == "tool":
                     m["content"] = f"{label}\n{m['content']}"
-            return httpx2.post(f"{url}/v1/offload", json={"model": "gpt-4o", "messages": history},
-                               headers={**headers, **CHEAP})
+            return httpx2.post(
+                f"{url}/v1/offload", json={"model": "gpt-4o", "messages": history}, headers={**headers, **CHEAP}
+            )
 
         first = offload(alice, 2, "one")
         assert first.status_code == 200 and first.json()["refs"]  # ~2 compressed items, under 6000 bytes
@@ -201,17 +227,23 @@ def test_storage_quota_per_namespace(make_proxy, upstream):
 
 def test_invented_client_keys_store_nothing(make_proxy, upstream):
     """Without a server key the client's own key is relayed; one the upstream refuses stores nothing."""
+
     async def handler(request, rec):
         if rec.headers.get("authorization") == "Bearer sk-invented":
-            return JSONResponse({"error": {"message": "Incorrect API key", "type": "invalid_request_error",
-                                           "code": "invalid_api_key"}}, status_code=401)
+            return JSONResponse(
+                {"error": {"message": "Incorrect API key", "type": "invalid_request_error", "code": "invalid_api_key"}},
+                status_code=401,
+            )
         return JSONResponse(completion("ok") if rec.path.endswith("completions") else {"object": "list", "data": []})
 
     upstream.handler = handler
     history = agent_history(steps=4)
     with make_proxy() as url:
-        r = httpx2.post(f"{url}/v1/offload", json={"model": "gpt-4o", "messages": history},
-                        headers={"authorization": "Bearer sk-invented", **CHEAP})
+        r = httpx2.post(
+            f"{url}/v1/offload",
+            json={"model": "gpt-4o", "messages": history},
+            headers={"authorization": "Bearer sk-invented", **CHEAP},
+        )
         assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
         r = post(url, body=chat(history), headers={"authorization": "Bearer sk-invented", **CHEAP})
         assert r.status_code == 401  # the upstream's own answer, relayed; nothing was stored for it
@@ -225,9 +257,17 @@ def test_invented_client_keys_store_nothing(make_proxy, upstream):
 def test_shared_server_key_relays_only_stateless_endpoints(make_proxy, upstream, tmp_path):
     with make_proxy(upstream_api_key="sk-server", tenants_file=tenants_file(tmp_path)) as url:
         a = {"authorization": f"Bearer {KEY_A}", "OpenAI-Organization": "org-operator"}
-        for method, path in (("GET", "files"), ("GET", "files/file-of-b/content"), ("DELETE", "files/file-of-b"),
-                             ("GET", "responses/resp_of_b"), ("GET", "chat/completions"), ("POST", "batches"),
-                             ("GET", "vector_stores"), ("POST", "files"), ("GET", "chat%2Fcompletions")):
+        for method, path in (
+            ("GET", "files"),
+            ("GET", "files/file-of-b/content"),
+            ("DELETE", "files/file-of-b"),
+            ("GET", "responses/resp_of_b"),
+            ("GET", "chat/completions"),
+            ("POST", "batches"),
+            ("GET", "vector_stores"),
+            ("POST", "files"),
+            ("GET", "chat%2Fcompletions"),
+        ):
             r = httpx2.request(method, f"{url}/v1/{path}", headers=a)
             assert r.status_code == 403 and r.json()["error"]["code"] == "endpoint_not_shared", (method, path)
         assert not upstream.requests
@@ -235,11 +275,17 @@ def test_shared_server_key_relays_only_stateless_endpoints(make_proxy, upstream,
             assert httpx2.request(method, f"{url}/v1/{path}", headers=a, json={}).status_code == 200, path
             assert "openai-organization" not in upstream.requests[-1].headers  # the operator's account
         # a compaction of the history sent (relayed to a native upstream) keeps no state either
-        r = httpx2.post(f"{url}/v1/responses/compact", headers={**a, "X-Offload-Context-Management": "relay"},
-                        json={"model": "gpt-5", "input": "hi"})
+        r = httpx2.post(
+            f"{url}/v1/responses/compact",
+            headers={**a, "X-Offload-Context-Management": "relay"},
+            json={"model": "gpt-5", "input": "hi"},
+        )
         assert r.status_code == 200 and upstream.requests[-1].path == "/v1/responses/compact"
-        r = httpx2.post(f"{url}/v1/responses/compact", headers={**a, "X-Offload-Context-Management": "relay"},
-                        json={"model": "gpt-5", "previous_response_id": "resp_of_b"})
+        r = httpx2.post(
+            f"{url}/v1/responses/compact",
+            headers={**a, "X-Offload-Context-Management": "relay"},
+            json={"model": "gpt-5", "previous_response_id": "resp_of_b"},
+        )
         assert r.status_code == 403 and r.json()["error"]["param"] == "previous_response_id"
         # a tenant with its own upstream key keeps state in its own account: everything is relayed
         b = {"authorization": f"Bearer {KEY_B}"}
@@ -251,16 +297,20 @@ def test_shared_server_key_relays_only_stateless_endpoints(make_proxy, upstream,
 
 
 def test_quota_is_per_tenant_not_per_sub_tenant(make_proxy, upstream, tmp_path):
-    with make_proxy(upstream_api_key="sk-server", tenants_file=tenants_file(tmp_path),
-                    max_stored_bytes_per_namespace=6000) as url:
+    with make_proxy(
+        upstream_api_key="sk-server", tenants_file=tenants_file(tmp_path), max_stored_bytes_per_namespace=6000
+    ) as url:
         stored = 0
         for i in range(6):
             history = agent_history(steps=2, system=f"sub {i}")
             for m in history:
                 if m["role"] == "tool":
                     m["content"] = f"sub {i}\n{m['content']}"
-            r = httpx2.post(f"{url}/v1/offload", json={"model": "gpt-4o", "messages": history},
-                            headers={"authorization": f"Bearer {KEY_A}", "X-Offload-Tenant": f"rot{i}", **CHEAP})
+            r = httpx2.post(
+                f"{url}/v1/offload",
+                json={"model": "gpt-4o", "messages": history},
+                headers={"authorization": f"Bearer {KEY_A}", "X-Offload-Tenant": f"rot{i}", **CHEAP},
+            )
             stored += r.status_code == 200
             assert r.status_code in (200, 429)
         assert 1 <= stored < 6  # fresh sub-tenants do not buy a fresh quota

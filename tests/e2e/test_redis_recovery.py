@@ -33,8 +33,20 @@ def redis_server(request) -> Iterator[RedisProcess | RedisCluster]:
 
 @pytest.fixture
 def replicas(redis_server, upstream, tmp_path) -> Iterator[list[str]]:
-    procs = [ProxyProcess("--redis-url", redis_server.url, "--store-timeout", "2", "--admin-token", ADMIN,
-                          "--upstream", f"{upstream.url}/v1", data_dir=tmp_path / f"data{i}") for i in range(2)]
+    procs = [
+        ProxyProcess(
+            "--redis-url",
+            redis_server.url,
+            "--store-timeout",
+            "2",
+            "--admin-token",
+            ADMIN,
+            "--upstream",
+            f"{upstream.url}/v1",
+            data_dir=tmp_path / f"data{i}",
+        )
+        for i in range(2)
+    ]
     with procs[0], procs[1]:
         yield [p.url for p in procs]
 
@@ -42,8 +54,9 @@ def replicas(redis_server, upstream, tmp_path) -> Iterator[list[str]]:
 def turn(url: str, n: int) -> httpx2.Response:
     """Turn `n` of the conversation: one more large tool result each time."""
     messages = agent_history(steps=n + 2) + [{"role": "user", "content": f"turn {n}"}]
-    r = httpx2.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": messages},
-                    headers=HEADERS, timeout=20)
+    r = httpx2.post(
+        f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": messages}, headers=HEADERS, timeout=20
+    )
     assert r.status_code == 200, r.text
     return r
 

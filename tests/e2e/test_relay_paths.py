@@ -38,11 +38,14 @@ def test_dot_segments_are_refused_before_reaching_the_upstream(proxy_url, upstre
     assert upstream.requests == []
 
 
-@pytest.mark.parametrize("path,received", [
-    ("/v1/models/a..b", "/v1/models/a..b"),
-    ("/v1/files/file-%2e%2e1/content", "/v1/files/file-..1/content"),
-    ("/v1/models/.hidden", "/v1/models/.hidden"),
-])
+@pytest.mark.parametrize(
+    "path,received",
+    [
+        ("/v1/models/a..b", "/v1/models/a..b"),
+        ("/v1/files/file-%2e%2e1/content", "/v1/files/file-..1/content"),
+        ("/v1/models/.hidden", "/v1/models/.hidden"),
+    ],
+)
 def test_names_with_dots_are_relayed(proxy_url, upstream, path, received):
     r = rawhttp.send(proxy_url, "GET", path, AUTH)
     assert r.status == 200, r.body

@@ -28,9 +28,21 @@ ANTHROPIC = {"x-api-key": "sk-ant-spellings", "anthropic-version": "2023-06-01"}
 PATHS = {  # path: (family, its body carrying `item`)
     "conversations": ("openai", lambda item: {"items": [item]}),
     "conversations/conv_1/items": ("openai", lambda item: {"items": [item]}),
-    "messages/batches": ("anthropic", lambda item: {"requests": [{"custom_id": "a", "params": {
-        "model": "claude-sonnet-4-5", "max_tokens": 5,
-        "messages": [{"role": "assistant", "content": [item]}, {"role": "user", "content": "next"}]}}]}),
+    "messages/batches": (
+        "anthropic",
+        lambda item: {
+            "requests": [
+                {
+                    "custom_id": "a",
+                    "params": {
+                        "model": "claude-sonnet-4-5",
+                        "max_tokens": 5,
+                        "messages": [{"role": "assistant", "content": [item]}, {"role": "user", "content": "next"}],
+                    },
+                }
+            ]
+        },
+    ),
 }
 
 
@@ -43,8 +55,11 @@ def carrying(path: str, token: str = TOKEN) -> dict:
 
 def harmless(path: str) -> dict:
     family, body = PATHS[path]
-    return body({"type": "text", "text": "hi"} if family == "anthropic" else
-                {"type": "message", "role": "user", "content": "hi"})
+    return body(
+        {"type": "text", "text": "hi"}
+        if family == "anthropic"
+        else {"type": "message", "role": "user", "content": "hi"}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +72,9 @@ def credential(path: str) -> dict[str, str]:
     return ANTHROPIC if path.lower().startswith("messages") else OPENAI
 
 
-def post(url: str, path: str, content: bytes, headers: dict[str, str | None] | None = None, *,
-         method: str = "POST") -> httpx2.Response:
+def post(
+    url: str, path: str, content: bytes, headers: dict[str, str | None] | None = None, *, method: str = "POST"
+) -> httpx2.Response:
     """`content` to /v1/`path` with the path's credential (tests.harness.requests), as JSON unless
     `headers` say otherwise (a header given None is left out)."""
     return request(url, f"/v1/{path}", method=method, body=content, headers={**credential(path), **(headers or {})})
@@ -80,14 +96,22 @@ def assert_refused(r: httpx2.Response, path: str, status: int, *words: str) -> N
 def utf7(text: str) -> bytes:
     """`text` in UTF-7, every character but letters, digits and spaces written in base64 (`+ACI-`
     for a quote): plain ASCII without a quote or a backslash, a JSON string's text to a UTF-8 reader."""
-    return "".join(c if c.isalnum() or c == " " else
-                   "+" + base64.b64encode(c.encode("utf-16-be")).decode().rstrip("=") + "-" for c in text).encode()
+    return "".join(
+        c if c.isalnum() or c == " " else "+" + base64.b64encode(c.encode("utf-16-be")).decode().rstrip("=") + "-"
+        for c in text
+    ).encode()
 
 
 # ---------------------------------------------------------------- text encodings
 
-ENCODINGS = {"utf-16": "UTF-16 with a byte order mark", "utf-16-le": "UTF-16LE", "utf-16-be": "UTF-16BE",
-             "utf-32": "UTF-32 with a byte order mark", "utf-32-le": "UTF-32LE", "utf-32-be": "UTF-32BE"}
+ENCODINGS = {
+    "utf-16": "UTF-16 with a byte order mark",
+    "utf-16-le": "UTF-16LE",
+    "utf-16-be": "UTF-16BE",
+    "utf-32": "UTF-32 with a byte order mark",
+    "utf-32-le": "UTF-32LE",
+    "utf-32-be": "UTF-32BE",
+}
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -123,8 +147,11 @@ def test_a_utf8_byte_order_mark_is_read_through(proxy_url, upstream, path):
 # ---------------------------------------------------------------- content codings
 
 CODINGS = {
-    "gzip": gzip.compress, "x-gzip": gzip.compress, "deflate": zlib.compress,
-    "br": brotli.compress, "zstd": zstandard.ZstdCompressor().compress,
+    "gzip": gzip.compress,
+    "x-gzip": gzip.compress,
+    "deflate": zlib.compress,
+    "br": brotli.compress,
+    "zstd": zstandard.ZstdCompressor().compress,
     "gzip, br": lambda data: brotli.compress(gzip.compress(data)),
 }
 
@@ -163,10 +190,20 @@ def test_a_corrupt_stream_is_refused(proxy_url, upstream, path):
 
 # ---------------------------------------------------------------- labels, charsets, framing, methods
 
+
 @pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded",
-                                          "multipart/form-data; boundary=xyz", "application/octet-stream",
-                                          "application/json; charset=utf-8", 'application/json; charset="UTF-8"'])
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        None,
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=xyz",
+        "application/octet-stream",
+        "application/json; charset=utf-8",
+        'application/json; charset="UTF-8"',
+    ],
+)
 def test_a_json_body_under_any_label_is_judged(proxy_url, upstream, path, content_type):
     r = post(proxy_url, path, json.dumps(carrying(path)).encode(), {"Content-Type": content_type})
     assert_refused(r, path, 400, "compaction token")
@@ -178,8 +215,11 @@ def test_a_multipart_body_is_no_way_around(proxy_url, upstream, path):
     """These endpoints take JSON: a form holding the JSON as a field is not read as a form, but
     refused (no upload goes unread here), whether it holds a token or not."""
     for body in (carrying(path), harmless(path)):
-        form = (b"--xyz\r\nContent-Disposition: form-data; name=\"body\"\r\n\r\n" + json.dumps(body).encode()
-                + b"\r\n--xyz--\r\n")
+        form = (
+            b'--xyz\r\nContent-Disposition: form-data; name="body"\r\n\r\n'
+            + json.dumps(body).encode()
+            + b"\r\n--xyz--\r\n"
+        )
         r = post(proxy_url, path, form, {"Content-Type": "multipart/form-data; boundary=xyz"})
         assert_refused(r, path, 400, "not valid JSON")
     assert upstream.requests == []
@@ -212,9 +252,13 @@ def test_an_ascii_compatible_charset_goes_on(proxy_url, upstream, path):
 @pytest.mark.parametrize("path", PATHS)
 def test_a_chunked_body_is_read_whole(proxy_url, upstream, path):
     body = json.dumps(carrying(path)).encode()
-    pieces = iter([body[i:i + 7] for i in range(0, len(body), 7)])  # no Content-Length: chunked
-    r = httpx2.post(f"{proxy_url}/v1/{path}", content=pieces, timeout=30,
-                    headers={**credential(path), "Content-Type": "application/json"})
+    pieces = iter([body[i : i + 7] for i in range(0, len(body), 7)])  # no Content-Length: chunked
+    r = httpx2.post(
+        f"{proxy_url}/v1/{path}",
+        content=pieces,
+        timeout=30,
+        headers={**credential(path), "Content-Type": "application/json"},
+    )
     assert r.request.headers["transfer-encoding"] == "chunked"
     assert_refused(r, path, 400, "compaction token")
     assert upstream.requests == []
@@ -231,12 +275,18 @@ def test_a_body_on_another_method_is_judged_too(proxy_url, upstream, path, metho
     assert r.status_code == 200 and len(upstream.requests) == 1
 
 
-@pytest.mark.parametrize("spelt,path", [("Conversations", "conversations"), ("conversations;v=1", "conversations"),
-                                        ("CONVERSATIONS/conv_1/ITEMS", "conversations/conv_1/items"),
-                                        ("conversations%5Cconv_1%5Citems", "conversations/conv_1/items"),
-                                        ("conversations/conv_1;x/items", "conversations/conv_1/items"),
-                                        ("messages/Batches", "messages/batches"),
-                                        ("messages/batches;jsessionid=1", "messages/batches")])
+@pytest.mark.parametrize(
+    "spelt,path",
+    [
+        ("Conversations", "conversations"),
+        ("conversations;v=1", "conversations"),
+        ("CONVERSATIONS/conv_1/ITEMS", "conversations/conv_1/items"),
+        ("conversations%5Cconv_1%5Citems", "conversations/conv_1/items"),
+        ("conversations/conv_1;x/items", "conversations/conv_1/items"),
+        ("messages/Batches", "messages/batches"),
+        ("messages/batches;jsessionid=1", "messages/batches"),
+    ],
+)
 def test_a_path_spelt_otherwise_is_still_judged(proxy_url, upstream, spelt, path):
     """Upstreams that route paths case-insensitively, read a backslash as a slash or drop `;params`
     (servlet containers) would take these for the item paths."""
@@ -262,19 +312,29 @@ def test_an_escaped_key_and_a_duplicate_key_are_read_as_the_upstream_reads_them(
 
 # ---------------------------------------------------------------- /v1/responses/input_tokens
 
+
 @pytest.mark.parametrize("encoding", ENCODINGS)
 def test_input_tokens_in_utf16_or_utf32_is_refused(proxy_url, upstream, encoding):
     """The relay's quick test for a token looks at the bytes: in UTF-16 it found none, and the
     body went upstream as sent."""
-    body = {"model": "gpt-5", "input": [{"type": "compaction", "encrypted_content": TOKEN},
-                                        {"type": "message", "role": "user", "content": "next"}]}
+    body = {
+        "model": "gpt-5",
+        "input": [
+            {"type": "compaction", "encrypted_content": TOKEN},
+            {"type": "message", "role": "user", "content": "next"},
+        ],
+    }
     r = post(proxy_url, "responses/input_tokens", json.dumps(body).encode(encoding))
     assert r.status_code == 400 and "UTF-8" in r.json()["error"]["message"], r.text[:300]
     assert upstream.requests == []
 
 
 def test_input_tokens_under_a_utf7_charset_is_refused(proxy_url, upstream):
-    r = post(proxy_url, "responses/input_tokens", json.dumps({"model": "gpt-5", "input": "hi"}).encode(),
-             {"Content-Type": "application/json; charset=utf-7"})
+    r = post(
+        proxy_url,
+        "responses/input_tokens",
+        json.dumps({"model": "gpt-5", "input": "hi"}).encode(),
+        {"Content-Type": "application/json; charset=utf-7"},
+    )
     assert r.status_code == 415 and r.json()["error"]["code"] == "unsupported_charset", r.text[:300]
     assert upstream.requests == []

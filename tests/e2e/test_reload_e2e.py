@@ -13,10 +13,9 @@ import pytest
 from starlette.responses import JSONResponse, StreamingResponse
 
 from proxy.reload import search_pool
-
 from tests.harness.history import agent_history, refs_sent
-from tests.harness.servers import completion, sse, stream_chunks, tool_call
 from tests.harness.inflight import answered_while
+from tests.harness.servers import completion, sse, stream_chunks, tool_call
 from tests.unit.reload.test_search import COMPILE_BOMBS, MB, compiled_here, rss, search_workers
 
 HEADERS = {"X-Offload-Max-Total-Tokens": "1000", "X-Offload-Max-Tool-Message-Tokens": "500"}
@@ -41,12 +40,14 @@ def call_then_echo(arguments, *, name: str = "context_reload", stream: bool = Fa
         if last is None:
             call = raw_call(name, arguments(refs_sent(rec)[0]))
             if stream:
-                return StreamingResponse(iter(stream_chunks("Looking.", tool_calls=[call])),
-                                         media_type="text/event-stream")
+                return StreamingResponse(
+                    iter(stream_chunks("Looking.", tool_calls=[call])), media_type="text/event-stream"
+                )
             return JSONResponse(completion("Looking.", tool_calls=[call]))
         if stream:
-            return StreamingResponse(iter(stream_chunks("Told: " + last["content"][:60], id="chatcmpl-2")),
-                                     media_type="text/event-stream")
+            return StreamingResponse(
+                iter(stream_chunks("Told: " + last["content"][:60], id="chatcmpl-2")), media_type="text/event-stream"
+            )
         return JSONResponse(completion("Told: " + last["content"]))
 
     return handler
@@ -82,14 +83,22 @@ def search_through_the_proxy(url: str, upstream, history: list[dict], pattern: s
     with httpx2.Client(base_url=url, timeout=30) as probe:
         probe.get("/healthz")  # a warm connection: what is probed is the worker, not a handshake
         result: dict = {}
-        chat = threading.Thread(target=lambda: result.update(r=httpx2.post(
-            f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": history},
-            headers={"authorization": "Bearer sk-search", **HEADERS}, timeout=120)))
+        chat = threading.Thread(
+            target=lambda: result.update(
+                r=httpx2.post(
+                    f"{url}/v1/chat/completions",
+                    json={"model": "gpt-4o", "messages": history},
+                    headers={"authorization": "Bearer sk-search", **HEADERS},
+                    timeout=120,
+                )
+            )
+        )
         chat.start()
         while not calls and chat.is_alive():
             time.sleep(0.01)
-        answered = answered_while(lambda: calls == ["search"],
-                                  lambda: probe.get("/healthz").raise_for_status(), pause=0.05)
+        answered = answered_while(
+            lambda: calls == ["search"], lambda: probe.get("/healthz").raise_for_status(), pause=0.05
+        )
         chat.join(120)
     assert calls == ["search", "answer"], calls
     return result["r"].json()["choices"][0]["message"]["content"], answered
@@ -123,7 +132,9 @@ def test_compile_bombs_leave_the_worker_free_and_no_process_behind(make_proxy, u
             assert pattern not in here, pattern
             assert rss() - before < 100 * MB, (pattern, (rss() - before) // MB)
             assert answer.startswith((f"The pattern {pattern!r} is too expensive", f"No match for {pattern!r}")), (
-                pattern, answer)
+                pattern,
+                answer,
+            )
         assert "Search stopped early" in answer  # ((?1)|a): out of memory, or killed at its deadline
         answer, _ = search_through_the_proxy(url, upstream, history, "step0 line 7:")  # on a new worker
         assert answer.startswith("ref=") and "step0 line 7: value=49" in answer
@@ -149,8 +160,13 @@ def test_bad_offset_is_answered_to_the_model(client, upstream, offset):
 @pytest.mark.parametrize("offset", ["Infinity", "1e999", '"12"'])
 def test_bad_offset_in_a_stream_is_answered_to_the_model(proxy_url, upstream, offset):
     upstream.handler = call_then_echo(lambda ref: f'{{"ref": "{ref}", "offset": {offset}}}', stream=True)
-    with httpx2.stream("POST", f"{proxy_url}/v1/chat/completions", headers=RAW_HEADERS, timeout=20,
-                       json={"model": "gpt-4o", "messages": agent_history(steps=4), "stream": True}) as r:
+    with httpx2.stream(
+        "POST",
+        f"{proxy_url}/v1/chat/completions",
+        headers=RAW_HEADERS,
+        timeout=20,
+        json={"model": "gpt-4o", "messages": agent_history(steps=4), "stream": True},
+    ) as r:
         events = sse_events(r.read().decode())
     assert r.status_code == 200 and events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
@@ -164,12 +180,18 @@ def test_a_round_failing_midway_ends_the_stream_with_error_then_done(proxy_url, 
         if run_by_proxy(rec) is None:
             call = raw_call("context_reload", json.dumps({"ref": refs_sent(rec)[0]}))
             return StreamingResponse(iter(stream_chunks("Looking.", tool_calls=[call])), media_type="text/event-stream")
-        return StreamingResponse(iter([sse({"choices": [{"index": 0, "delta": 5}]}), sse("[DONE]")]),
-                                 media_type="text/event-stream")
+        return StreamingResponse(
+            iter([sse({"choices": [{"index": 0, "delta": 5}]}), sse("[DONE]")]), media_type="text/event-stream"
+        )
 
     upstream.handler = handler
-    with httpx2.stream("POST", f"{proxy_url}/v1/chat/completions", headers=RAW_HEADERS, timeout=20,
-                       json={"model": "gpt-4o", "messages": agent_history(steps=4), "stream": True}) as r:
+    with httpx2.stream(
+        "POST",
+        f"{proxy_url}/v1/chat/completions",
+        headers=RAW_HEADERS,
+        timeout=20,
+        json={"model": "gpt-4o", "messages": agent_history(steps=4), "stream": True},
+    ) as r:
         events = sse_events(r.read().decode())
     assert events[-1] == "[DONE]" and json.loads(events[-2])["error"]["type"] == "server_error"
 
@@ -179,32 +201,46 @@ def test_a_round_failing_midway_ends_the_stream_with_error_then_done(proxy_url, 
 
 def multi_choice_stream(*steps: tuple[int, dict, str | None]) -> list[bytes]:
     base = {"id": "chatcmpl-n", "object": "chat.completion.chunk", "created": 1700000000, "model": "gpt-4o"}
-    out = [sse({**base, "choices": [{"index": i, "delta": d, "logprobs": None, "finish_reason": f}]})
-           for i, d, f in steps]
+    out = [
+        sse({**base, "choices": [{"index": i, "delta": d, "logprobs": None, "finish_reason": f}]}) for i, d, f in steps
+    ]
     return out + [sse("[DONE]")]
 
 
 def test_streamed_choices_never_show_injected_calls(client, upstream):
     def calls(name: str, arguments: str, id: str) -> dict:
-        return {"tool_calls": [{"index": 0, "id": id, "type": "function",
-                                "function": {"name": name, "arguments": arguments}}]}
+        return {
+            "tool_calls": [
+                {"index": 0, "id": id, "type": "function", "function": {"name": name, "arguments": arguments}}
+            ]
+        }
 
     async def handler(request, rec):
         if run_by_proxy(rec) is None:
             ref = refs_sent(rec)[0]
-            steps = [(0, {"role": "assistant", "content": "A looks. "}, None),
-                     (1, {"role": "assistant", "content": "B looks. "}, None),
-                     (0, calls("context_reload", json.dumps({"ref": ref}), "proxy_r0"), None),
-                     (1, calls("context_search", json.dumps({"pattern": "step1"}), "s1"), None),
-                     (1, {}, "tool_calls"), (0, {}, "tool_calls")]
+            steps = [
+                (0, {"role": "assistant", "content": "A looks. "}, None),
+                (1, {"role": "assistant", "content": "B looks. "}, None),
+                (0, calls("context_reload", json.dumps({"ref": ref}), "proxy_r0"), None),
+                (1, calls("context_search", json.dumps({"pattern": "step1"}), "s1"), None),
+                (1, {}, "tool_calls"),
+                (0, {}, "tool_calls"),
+            ]
         else:
-            steps = [(0, {"role": "assistant", "content": "A answers."}, None), (1, {"content": "B twice"}, None),
-                     (0, {}, "stop"), (1, {}, "stop")]
+            steps = [
+                (0, {"role": "assistant", "content": "A answers."}, None),
+                (1, {"content": "B twice"}, None),
+                (0, {}, "stop"),
+                (1, {}, "stop"),
+            ]
         return StreamingResponse(iter(multi_choice_stream(*steps)), media_type="text/event-stream")
 
     upstream.handler = handler
-    chunks = list(client.chat.completions.create(model="gpt-4o", messages=agent_history(steps=4), n=2, stream=True,
-                                                 extra_headers=HEADERS))
+    chunks = list(
+        client.chat.completions.create(
+            model="gpt-4o", messages=agent_history(steps=4), n=2, stream=True, extra_headers=HEADERS
+        )
+    )
     choices = [c for chunk in chunks for c in chunk.choices]
     assert not [c for c in choices if c.delta.tool_calls]
     assert sorted((c.index, c.finish_reason) for c in choices if c.finish_reason) == [(0, "stop"), (1, "stop")]
@@ -224,8 +260,7 @@ def test_non_streamed_choices_never_show_injected_calls(client, upstream):
         return JSONResponse(body)
 
     upstream.handler = handler
-    result = client.chat.completions.create(model="gpt-4o", messages=agent_history(steps=4), n=2,
-                                            extra_headers=HEADERS)
+    result = client.chat.completions.create(model="gpt-4o", messages=agent_history(steps=4), n=2, extra_headers=HEADERS)
     assert [c.message.tool_calls for c in result.choices] == [None, None]
     assert [c.finish_reason for c in result.choices] == ["stop", "stop"]
     assert [c.message.content for c in result.choices] == ["final", "B"]
@@ -233,8 +268,14 @@ def test_non_streamed_choices_never_show_injected_calls(client, upstream):
 
 # ---------------------------------------------------------------- 4. the client's own tool of the same name
 
-CLIENT_SEARCH = {"type": "function", "function": {"name": "context_search", "description": "the client's own",
-                                                  "parameters": {"type": "object", "properties": {}}}}
+CLIENT_SEARCH = {
+    "type": "function",
+    "function": {
+        "name": "context_search",
+        "description": "the client's own",
+        "parameters": {"type": "object", "properties": {}},
+    },
+}
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -242,12 +283,14 @@ def test_client_tool_named_like_an_injected_one_is_left_alone(client, upstream, 
     history = agent_history(steps=4)
     call = tool_call("context_search", {"query": "mine"}, id="client_call")
     if stream:
-        upstream.handler = lambda request, rec: _async(StreamingResponse(
-            iter(stream_chunks(None, tool_calls=[call])), media_type="text/event-stream"))
+        upstream.handler = lambda request, rec: _async(
+            StreamingResponse(iter(stream_chunks(None, tool_calls=[call])), media_type="text/event-stream")
+        )
     else:
         upstream.handler = lambda request, rec: _async(JSONResponse(completion(None, tool_calls=[call])))
     raw = client.chat.completions.with_raw_response.create(
-        model="gpt-4o", messages=history, tools=[CLIENT_SEARCH], stream=stream, extra_headers=HEADERS)
+        model="gpt-4o", messages=history, tools=[CLIENT_SEARCH], stream=stream, extra_headers=HEADERS
+    )
     if stream:
         deltas = [tc for chunk in raw.parse() for c in chunk.choices for tc in (c.delta.tool_calls or [])]
         assert [d.function.name for d in deltas if d.function and d.function.name] == ["context_search"]

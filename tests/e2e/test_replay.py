@@ -16,11 +16,24 @@ from tests.harness.history import agent_history
 def conversation(name: str, steps: int) -> dict:
     messages = agent_history(steps=steps, lines=120)
     for i in range(steps):  # medium chatter that compaction cannot shrink
-        messages += [{"role": "user", "content": f"note {i} " + "detail " * 150},
-                     {"role": "assistant", "content": f"ack {i} " + "reasoning " * 150}]
+        messages += [
+            {"role": "user", "content": f"note {i} " + "detail " * 150},
+            {"role": "assistant", "content": f"ack {i} " + "reasoning " * 150},
+        ]
     messages.append({"role": "assistant", "content": "done"})
-    return {"id": name, "messages": messages, "tools": [{"type": "function", "function": {
-        "name": "bash", "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}}]}
+    return {
+        "id": name,
+        "messages": messages,
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "bash",
+                    "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}},
+                },
+            }
+        ],
+    }
 
 
 def test_turns_are_requests_before_each_assistant_message():
@@ -44,8 +57,17 @@ def test_replay_writes_report_and_charts(tmp_path, capsys):
     report = json.loads((out / "report.json").read_text())
     assert len(report["conversations"]) == 2
     for entry in [report["overall"], *report["conversations"]]:
-        for key in ("turns", "raw_tokens", "forwarded_tokens", "prefix_reuse", "max_forwarded_turn", "summaries",
-                    "reload_exact_fraction", "ms_per_turn_cold", "ms_per_turn_steady"):
+        for key in (
+            "turns",
+            "raw_tokens",
+            "forwarded_tokens",
+            "prefix_reuse",
+            "max_forwarded_turn",
+            "summaries",
+            "reload_exact_fraction",
+            "ms_per_turn_cold",
+            "ms_per_turn_steady",
+        ):
             assert key in entry
     o = report["overall"]
     assert o["forwarded_tokens"] < o["raw_tokens"] and o["summaries"] >= 2 and o["refs"] > 2
@@ -89,8 +111,19 @@ def test_rerun_on_the_same_data_dir_says_the_store_was_not_fresh(tmp_path, capsy
     for run in range(2):
         # inline: a background summary the first run made after a turn would be ready for the same
         # turn of the second run (which then forwards less: see the test below)
-        main(["replay", str(traces), "--out", str(tmp_path / f"out{run}"), "--max-total-tokens", "3000",
-              "--data-dir", str(tmp_path / "d"), "--inline-summaries"])
+        main(
+            [
+                "replay",
+                str(traces),
+                "--out",
+                str(tmp_path / f"out{run}"),
+                "--max-total-tokens",
+                "3000",
+                "--data-dir",
+                str(tmp_path / "d"),
+                "--inline-summaries",
+            ]
+        )
         reports.append(json.loads((tmp_path / f"out{run}" / "report.json").read_text()))
     assert reports[0]["conversations"][0]["store_was_fresh"] is True
     assert reports[1]["conversations"][0]["store_was_fresh"] is False
@@ -102,13 +135,16 @@ def test_rerun_on_the_same_data_dir_says_the_store_was_not_fresh(tmp_path, capsy
 GOOD = json.dumps({"id": "ok", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})
 
 
-@pytest.mark.parametrize("bad, expected", [
-    ('{"id": "x", "turns": []}', 'line 3: the object has no "messages"'),
-    ('[{"role": "user", "content": "hi"}]', 'line 3: expected a JSON object with a "messages" list, got a list'),
-    ('{"messages": [', "line 3: not valid JSON"),
-    ('{"messages": "hello"}', 'line 3: "messages" is a string, expected a list'),
-    ('{"messages": [], "tools": {"a": 1}}', 'line 3: "tools" is an object, expected a list'),
-])
+@pytest.mark.parametrize(
+    "bad, expected",
+    [
+        ('{"id": "x", "turns": []}', 'line 3: the object has no "messages"'),
+        ('[{"role": "user", "content": "hi"}]', 'line 3: expected a JSON object with a "messages" list, got a list'),
+        ('{"messages": [', "line 3: not valid JSON"),
+        ('{"messages": "hello"}', 'line 3: "messages" is a string, expected a list'),
+        ('{"messages": [], "tools": {"a": 1}}', 'line 3: "tools" is an object, expected a list'),
+    ],
+)
 def test_bad_line_is_a_one_line_error_naming_it(tmp_path, bad, expected):
     traces = tmp_path / "c.jsonl"
     traces.write_text(f"{GOOD}\n\n{bad}\n{GOOD}\n")  # line 2 is blank: numbers are the file's own
@@ -126,21 +162,35 @@ def test_bad_file_from_the_command_line_exits_non_zero_without_traceback(tmp_pat
 
     traces = tmp_path / "c.jsonl"
     traces.write_text(f"{GOOD}\n[1, 2]\n")
-    done = subprocess.run([sys.executable, "-m", "proxy", "replay", str(traces), "--out", str(tmp_path / "out")],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "proxy", "replay", str(traces), "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode != 0
     assert "Traceback" not in done.stderr
-    assert done.stderr.strip().splitlines()[-1].endswith("line 2: expected a JSON object with a \"messages\" "
-                                                         "list, got a list")
-    missing = subprocess.run([sys.executable, "-m", "proxy", "replay", str(tmp_path / "nope.jsonl")],
-                             capture_output=True, text=True, timeout=60)
+    assert (
+        done.stderr.strip()
+        .splitlines()[-1]
+        .endswith('line 2: expected a JSON object with a "messages" list, got a list')
+    )
+    missing = subprocess.run(
+        [sys.executable, "-m", "proxy", "replay", str(tmp_path / "nope.jsonl")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert missing.returncode != 0 and "Traceback" not in missing.stderr and "nope.jsonl" in missing.stderr
 
 
 # ---------------------------------------------------------------- table and charts
 
-SAME_HEAD = ["msa-deepseek_chat_test_1-100-django__django-11099", "msa-deepseek_chat_test_1-100-django__django-12708",
-             "msa-deepseek_chat_test_1-100-django__django-13265"]
+SAME_HEAD = [
+    "msa-deepseek_chat_test_1-100-django__django-11099",
+    "msa-deepseek_chat_test_1-100-django__django-12708",
+    "msa-deepseek_chat_test_1-100-django__django-13265",
+]
 
 
 def test_table_and_chart_labels_are_unique_when_ids_share_a_long_head():
@@ -151,7 +201,11 @@ def test_table_and_chart_labels_are_unique_when_ids_share_a_long_head():
         assert len(set(labels)) == 3 and all(len(label) <= width for label in labels), labels
     assert unique_labels(SAME_HEAD, NAME_WIDTH)[0].endswith("django-11099")  # the distinguishing tail is kept
     assert unique_labels(["short", "short", "x" * 50, "x" * 50], 20) == [
-        "short #1", "short #2", "xxxxxxxx…xxxxxxxx #3", "xxxxxxxx…xxxxxxxx #4"]
+        "short #1",
+        "short #2",
+        "xxxxxxxx…xxxxxxxx #3",
+        "xxxxxxxx…xxxxxxxx #4",
+    ]
     names = chart_names(["a/b", "a b", "overall", "z" * 100, "z" * 90, "cost"])
     assert len(set(names)) == 6 and "overall.png" not in names and "cost.png" not in names
 
@@ -206,39 +260,63 @@ def test_conversation_chart_shows_the_trigger_integer_turns_and_raw_on_top(tmp_p
 
 # ---------------------------------------------------------------- --format responses
 
+
 def agent_trace(steps: int = 40) -> dict:
     """A coding agent's trace in the shape of ../shared/traces: assistant text before some calls,
     calls without text, parallel calls, tool results of varied sizes, the user chiming in."""
     from tests.harness.history import big_text
 
-    messages = [{"role": "system", "content": "You are a coding agent. Use bash."},
-                {"role": "user", "content": "Fix the failing test in src/app. " * 5}]
+    messages = [
+        {"role": "system", "content": "You are a coding agent. Use bash."},
+        {"role": "user", "content": "Fix the failing test in src/app. " * 5},
+    ]
     made = 0
     for i in range(steps):
         text = None if i % 3 == 1 else f"Step {i}: " + "checking the next module and its tests; " * (5 + i % 7)
         ids = [f"call_{made + k}" for k in range(2 if i % 5 == 4 else 1)]
         made += len(ids)
-        messages.append({"role": "assistant", "content": text, "tool_calls": [
-            {"id": c, "type": "function", "function": {"name": "bash", "arguments": json.dumps({"cmd": f"grep x m{i}"})}}
-            for c in ids]})
-        messages += [{"role": "tool", "tool_call_id": c, "content": big_text(f"s{i}k{k}", 10 + (i * 37) % 160)}
-                     for k, c in enumerate(ids)]
+        messages.append(
+            {
+                "role": "assistant",
+                "content": text,
+                "tool_calls": [
+                    {
+                        "id": c,
+                        "type": "function",
+                        "function": {"name": "bash", "arguments": json.dumps({"cmd": f"grep x m{i}"})},
+                    }
+                    for c in ids
+                ],
+            }
+        )
+        messages += [
+            {"role": "tool", "tool_call_id": c, "content": big_text(f"s{i}k{k}", 10 + (i * 37) % 160)}
+            for k, c in enumerate(ids)
+        ]
         if i % 9 == 8:
             messages.append({"role": "user", "content": f"Note {i}: keep the public API unchanged. " * 6})
     messages.append({"role": "assistant", "content": "Done: the test passes."})
     return {"id": "agent-trace", "messages": messages, "tools": conversation("x", 0)["tools"]}
 
 
-async def replayed(conv: dict, format: str, tmp_path: Path, max_total_tokens: int = 5000, *,
-                   inline_summaries: bool = False):
+async def replayed(
+    conv: dict, format: str, tmp_path: Path, max_total_tokens: int = 5000, *, inline_summaries: bool = False
+):
     from proxy.core.settings import OffloadSettings
     from proxy.replay.runner import Replayer, upstream_for
     from proxy.store.sqlite import SQLiteStore
 
     store, upstream = SQLiteStore(tmp_path / f"{format}-{len(list(tmp_path.iterdir()))}"), upstream_for(None)
     try:
-        replayer = Replayer(store, OffloadSettings(max_total_tokens=max_total_tokens), upstream, headers=[], model="gpt-4o",
-                            format=format, inline_summaries=inline_summaries)
+        replayer = Replayer(
+            store,
+            OffloadSettings(max_total_tokens=max_total_tokens),
+            upstream,
+            headers=[],
+            model="gpt-4o",
+            format=format,
+            inline_summaries=inline_summaries,
+        )
         return await replayer.conversation(conv)
     finally:
         await upstream.aclose()
@@ -301,6 +379,7 @@ def test_replay_command_in_the_responses_format(tmp_path, capsys):
 
 # ---------------------------------------------------------------- --format anthropic
 
+
 @pytest.mark.anyio
 async def test_anthropic_replay_agrees_with_chat_on_a_trace(tmp_path):
     """The chat traces converted to Anthropic Messages requests: within 0.02 of the chat replay on
@@ -315,8 +394,10 @@ async def test_anthropic_replay_agrees_with_chat_on_a_trace(tmp_path):
     assert (anthropic.summaries, anthropic.refs) == (chat.summaries, chat.refs)
     assert anthropic.summary_calls == chat.summary_calls >= 3
     assert abs(anthropic.recall - chat.recall) <= 0.02, (chat.recall, anthropic.recall)
-    assert abs(anthropic.cache_cost_ratio - chat.cache_cost_ratio) <= 0.05, (chat.cache_cost_ratio,
-                                                                             anthropic.cache_cost_ratio)
+    assert abs(anthropic.cache_cost_ratio - chat.cache_cost_ratio) <= 0.05, (
+        chat.cache_cost_ratio,
+        anthropic.cache_cost_ratio,
+    )
 
 
 def test_replay_command_in_the_anthropic_format(tmp_path, capsys):
@@ -327,8 +408,9 @@ def test_replay_command_in_the_anthropic_format(tmp_path, capsys):
 
     traces = tmp_path / "c.jsonl"
     traces.write_text(json.dumps(agent_trace(12)))
-    args = build_parser().parse_args(["replay", str(traces), "--out", str(tmp_path / "out"),
-                                      "--max-total-tokens", "3000", "--format", "anthropic"])
+    args = build_parser().parse_args(
+        ["replay", str(traces), "--out", str(tmp_path / "out"), "--max-total-tokens", "3000", "--format", "anthropic"]
+    )
     asyncio.run(run_replay(args))
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["format"] == "anthropic"
@@ -345,8 +427,22 @@ def test_turn_gaps_give_the_bill_with_and_without_cache_control(tmp_path, capsys
     bills = {}
     for spec in ("30s", "600s"):
         out = tmp_path / spec
-        main(["replay", str(traces), "--out", str(out), "--max-total-tokens", "3000", "--format", "anthropic",
-              "--pricing", "anthropic", "--turn-gaps", spec])
+        main(
+            [
+                "replay",
+                str(traces),
+                "--out",
+                str(out),
+                "--max-total-tokens",
+                "3000",
+                "--format",
+                "anthropic",
+                "--pricing",
+                "anthropic",
+                "--turn-gaps",
+                spec,
+            ]
+        )
         report = json.loads((out / "report.json").read_text())
         bills[spec] = report["bill"]
         assert report["bill"]["turn_gaps"] == spec and report["conversations"][0]["bill"]["raw_uncached"] > 0
@@ -362,8 +458,22 @@ def test_turn_gaps_give_the_bill_with_and_without_cache_control(tmp_path, capsys
 def test_cache_cuts_off_replays_the_cuts_without_the_cache_in_mind(tmp_path, capsys):
     traces = tmp_path / "conversations.jsonl"
     traces.write_text(json.dumps(conversation("conv-0", 6)))
-    main(["replay", str(traces), "--out", str(tmp_path / "off"), "--format", "anthropic", "--pricing", "anthropic",
-          "--turn-gaps", "400s", "--cache-cuts", "off"])
+    main(
+        [
+            "replay",
+            str(traces),
+            "--out",
+            str(tmp_path / "off"),
+            "--format",
+            "anthropic",
+            "--pricing",
+            "anthropic",
+            "--turn-gaps",
+            "400s",
+            "--cache-cuts",
+            "off",
+        ]
+    )
     report = json.loads((tmp_path / "off" / "report.json").read_text())
     assert report["bill"]["cache_cuts"] is False and "keep-alive pings" in capsys.readouterr().out
     with pytest.raises(SystemExit) as exit:

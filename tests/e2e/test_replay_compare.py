@@ -32,8 +32,21 @@ def test_compare_prints_and_writes_the_strategies_side_by_side(tmp_path, capsys,
     traces = tmp_path / "conversations.jsonl"
     traces.write_text("\n".join(json.dumps(conversation(f"conv-{n}", 12 + n)) for n in range(2)))
     out = tmp_path / "out"
-    main(["replay", str(traces), "--compare", "--mask-keep", "3", "--format", format, "--out", str(out),
-          "--max-total-tokens", "3000"])
+    main(
+        [
+            "replay",
+            str(traces),
+            "--compare",
+            "--mask-keep",
+            "3",
+            "--format",
+            format,
+            "--out",
+            str(out),
+            "--max-total-tokens",
+            "3000",
+        ]
+    )
     report = json.loads((out / "report.json").read_text())
     rows = report["compare"]
     assert list(rows) == ["raw history", PROXY, MASKING, MIDDLE_OUT]
@@ -48,7 +61,7 @@ def test_compare_prints_and_writes_the_strategies_side_by_side(tmp_path, capsys,
         assert rows[name]["recall_identifiers"] == raw["recall_identifiers"] > 0
     assert rows[MASKING]["prefix_reuse"] < rows[PROXY]["prefix_reuse"]  # the mask slides every turn
     printed = capsys.readouterr().out
-    table = printed[printed.index("strategy "):]
+    table = printed[printed.index("strategy ") :]
     for name in rows:
         assert name in table
     line = next(line for line in table.splitlines() if line.startswith(MIDDLE_OUT))
@@ -82,12 +95,31 @@ def test_without_the_replay_extra_the_missing_charts_are_said_once_naming_it(tmp
     traces = tmp_path / "conversations.jsonl"
     traces.write_text(json.dumps(conversation("conv-0", 12)))
     out = tmp_path / "out"
-    run = ("import sys; sys.modules['matplotlib'] = sys.modules['tqdm'] = None  # not installed\n"
-           "from proxy.cli import main; main(sys.argv[1:])")
-    done = subprocess.run([sys.executable, "-c", run, "replay", str(traces), "--compare", "--out", str(out),
-                           "--max-total-tokens", "3000"], capture_output=True, text=True, timeout=300)
+    run = (
+        "import sys; sys.modules['matplotlib'] = sys.modules['tqdm'] = None  # not installed\n"
+        "from proxy.cli import main; main(sys.argv[1:])"
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            run,
+            "replay",
+            str(traces),
+            "--compare",
+            "--out",
+            str(out),
+            "--max-total-tokens",
+            "3000",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("matplotlib is not installed") == 1, done.stderr
-    assert "pip install 'offload-proxy[replay]'" in done.stderr and ".venv/bin/pip install -e '.[replay]'" in done.stderr
+    assert (
+        "pip install 'offload-proxy[replay]'" in done.stderr and ".venv/bin/pip install -e '.[replay]'" in done.stderr
+    )
     assert "strategy " in done.stdout and json.loads((out / "report.json").read_text())["compare"]
     assert not list(out.glob("*.png"))

@@ -29,12 +29,34 @@ def model(upstream):
     return upstream
 
 
-def live(upstream_url: str, out: Path, *args: str, yes: bool = True, stdin=subprocess.DEVNULL,
-         key: str = KEY, trace: Path = TRACES, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def live(
+    upstream_url: str,
+    out: Path,
+    *args: str,
+    yes: bool = True,
+    stdin=subprocess.DEVNULL,
+    key: str = KEY,
+    trace: Path = TRACES,
+    env_extra: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")}
     env.update(env_extra or {})
-    argv = [sys.executable, "-m", "proxy", "replay", str(trace), "--live", "--upstream", upstream_url,
-            "--api-key", key, "--out", str(out), *args, *(["--yes"] if yes else [])]
+    argv = [
+        sys.executable,
+        "-m",
+        "proxy",
+        "replay",
+        str(trace),
+        "--live",
+        "--upstream",
+        upstream_url,
+        "--api-key",
+        key,
+        "--out",
+        str(out),
+        *args,
+        *(["--yes"] if yes else []),
+    ]
     if "--model" not in args:
         argv += ["--model", "gpt-4o"]
     return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, stdin=stdin)
@@ -45,8 +67,11 @@ def report_of(out: Path) -> dict:
 
 
 def model_requests(upstream, format: str = "chat") -> list:
-    return upstream.messages_requests() if format == "anthropic" else (
-        upstream.responses_requests() if format == "responses" else upstream.chat_requests())
+    return (
+        upstream.messages_requests()
+        if format == "anthropic"
+        else (upstream.responses_requests() if format == "responses" else upstream.chat_requests())
+    )
 
 
 def arms(requests: list, report: dict) -> tuple[list, list]:
@@ -54,7 +79,7 @@ def arms(requests: list, report: dict) -> tuple[list, list]:
     on a trace's odd turns, the proxy arm on its even ones (`proxy.replay.live.send_all`)."""
     numbers = [row["turn"] for trace in report["traces"] for row in trace["per_turn"]]
     assert len(requests) == 2 * len(numbers)
-    pairs = [requests[2 * i:2 * i + 2] if k % 2 else requests[2 * i:2 * i + 2][::-1] for i, k in enumerate(numbers)]
+    pairs = [requests[2 * i : 2 * i + 2] if k % 2 else requests[2 * i : 2 * i + 2][::-1] for i, k in enumerate(numbers)]
     return [raw for raw, _ in pairs], [proxy for _, proxy in pairs]
 
 
@@ -64,13 +89,19 @@ def assert_key_kept(run: subprocess.CompletedProcess, out: Path) -> None:
         assert KEY not in path.read_text(), path
 
 
-@pytest.mark.parametrize("settings", [("--mode", "off"),
-                                      ("--max-total-tokens", "1000000", "--max-tool-message-tokens", "1000000")],
-                         ids=["mode-off", "thresholds-high"])
+@pytest.mark.parametrize(
+    "settings",
+    [("--mode", "off"), ("--max-total-tokens", "1000000", "--max-tool-message-tokens", "1000000")],
+    ids=["mode-off", "thresholds-high"],
+)
 def test_a_proxy_that_changes_nothing_agrees_on_every_turn(model, tmp_path, settings):
     # the in-process proxy takes the settings given, never the environment's (which its configuration would not see)
-    run = live(f"{model.url}/v1", tmp_path, *settings, env_extra={"OFFLOAD_UPSTREAM_API_KEY": "sk-operator",
-                                                                  "OFFLOAD_MAX_TOTAL_TOKENS": "500"})
+    run = live(
+        f"{model.url}/v1",
+        tmp_path,
+        *settings,
+        env_extra={"OFFLOAD_UPSTREAM_API_KEY": "sk-operator", "OFFLOAD_MAX_TOTAL_TOKENS": "500"},
+    )
     assert run.returncode == 0, run.stderr
     o = report_of(tmp_path)["overall"]
     assert (o["turns"], o["compared"], o["failed"]) == (9, 9, 0)
@@ -116,8 +147,7 @@ def test_compaction_that_hides_a_tool_result_changes_the_next_action(model, tmp_
     assert traces["conv-alpha"]["agreement"] < 1.0
     assert traces["conv beta/1"]["agreement"] == traces["conv-gamma"]["agreement"] == 1.0  # nothing to hide
     disagreeing = [t for t in traces["conv-alpha"]["per_turn"] if not t["agree"]]
-    assert disagreeing and all(t["argument_similarity"] < 1.0 and t["offload_action"] == "compact"
-                               for t in disagreeing)
+    assert disagreeing and all(t["argument_similarity"] < 1.0 and t["offload_action"] == "compact" for t in disagreeing)
     assert f"{o['agreement']:.3f}" in run.stdout.split("OVERALL", 1)[1].splitlines()[0]
 
 
@@ -186,8 +216,10 @@ def test_max_turns_and_a_reproducible_sample(model, tmp_path):
 def test_a_refused_key_stops_in_one_line(upstream, tmp_path):
     async def handler(request, rec):
         key = rec.headers["authorization"].removeprefix("Bearer ")  # quoted back whole: never printed
-        return JSONResponse({"error": {"message": f"Incorrect API key provided: {key}",
-                                       "type": "invalid_request_error"}}, status_code=401)
+        return JSONResponse(
+            {"error": {"message": f"Incorrect API key provided: {key}", "type": "invalid_request_error"}},
+            status_code=401,
+        )
 
     upstream.handler = handler
     run = live(f"{upstream.url}/v1", tmp_path)
@@ -233,8 +265,10 @@ def test_the_other_formats(model, tmp_path, format):
     run = live(upstream, tmp_path, "--format", format, "--max-total-tokens", "3000", "--model", name)
     assert run.returncode == 0, run.stderr
     seen = model_requests(model, format)
-    assert len(seen) == 18 and all(r.headers["x-api-key"] == KEY if format == "anthropic" else
-                                   r.headers["authorization"] == f"Bearer {KEY}" for r in seen)
+    assert len(seen) == 18 and all(
+        r.headers["x-api-key"] == KEY if format == "anthropic" else r.headers["authorization"] == f"Bearer {KEY}"
+        for r in seen
+    )
     o = report_of(tmp_path)["overall"]
     assert o["compared"] == 9 and o["agreement"] < 1.0 and o["raw"]["usd"] > o["proxy"]["total_usd"] > 0
     assert_key_kept(run, tmp_path)
@@ -256,30 +290,68 @@ def test_an_upstream_nobody_answers_is_one_line(tmp_path):
     assert "cannot reach the upstream" in run.stderr and "Traceback" not in run.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (("--upstream", "api.openai.com/v1"), "--upstream"),
-    (("--concurrency", "2"), "--live cannot be combined with --concurrency"),
-    (("--compare",), "--live cannot be combined with --compare"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--upstream", "api.openai.com/v1"), "--upstream"),
+        (("--concurrency", "2"), "--live cannot be combined with --concurrency"),
+        (("--compare",), "--live cannot be combined with --compare"),
+    ],
+)
 def test_bad_arguments_are_usage_errors(tmp_path, args, message):
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")}
-    run = subprocess.run([sys.executable, "-m", "proxy", "replay", str(TRACES), "--live", "--api-key", KEY,
-                          "--out", str(tmp_path), *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=120)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "proxy",
+            "replay",
+            str(TRACES),
+            "--live",
+            "--api-key",
+            KEY,
+            "--out",
+            str(tmp_path),
+            *args,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 2 and message in run.stderr and "Traceback" not in run.stderr
 
 
 def test_an_upstream_quoting_the_key_back_in_an_answer_never_gets_it_written(upstream, tmp_path):
     """A 200 answer holding the key (in its text, a tool call's arguments, a header the record
     reads): every record is written with the key replaced."""
+
     async def handler(request, rec):
         key = rec.headers["authorization"].removeprefix("Bearer ")
-        answer = {"id": "c", "object": "chat.completion", "model": "gpt-4o",
-                  "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
-                      "role": "assistant", "content": f"your key is {key}",
-                      "tool_calls": [{"id": "t", "type": "function",
-                                      "function": {"name": "echo", "arguments": json.dumps({"key": key})}}]}}],
-                  "usage": {"prompt_tokens": 10, "completion_tokens": 2}}
+        answer = {
+            "id": "c",
+            "object": "chat.completion",
+            "model": "gpt-4o",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "tool_calls",
+                    "message": {
+                        "role": "assistant",
+                        "content": f"your key is {key}",
+                        "tool_calls": [
+                            {
+                                "id": "t",
+                                "type": "function",
+                                "function": {"name": "echo", "arguments": json.dumps({"key": key})},
+                            }
+                        ],
+                    },
+                }
+            ],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 2},
+        }
         return JSONResponse(answer, headers={"x-offload-action": key, "x-offload-tokens-before": key})
 
     upstream.handler = handler

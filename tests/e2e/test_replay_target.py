@@ -45,13 +45,22 @@ def answering(upstream):
 
 def replay(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")}
-    return subprocess.run([sys.executable, "-m", "proxy", "replay", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "proxy", "replay", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def auth(format: str, key: str) -> dict[str, str]:
-    return {"x-api-key": key, "anthropic-version": "2023-06-01"} if format == "anthropic" else {
-        "Authorization": f"Bearer {key}"}
+    return (
+        {"x-api-key": key, "anthropic-version": "2023-06-01"}
+        if format == "anthropic"
+        else {"Authorization": f"Bearer {key}"}
+    )
 
 
 def sessions_of(proxy: str, format: str, key: str, expected: int) -> dict[str, dict]:
@@ -77,8 +86,19 @@ def printed_totals(stdout: str) -> tuple[int, int]:
 @pytest.mark.parametrize("format", ["chat", "anthropic"])
 def test_a_trace_lands_on_the_proxys_statistics(target, answering, tmp_path, format):
     key = f"sk-replay-{format}-{uuid.uuid4().hex[:8]}"  # a namespace of this test's own
-    run = replay(str(TRACES), "--target", f"{target}/v1/", "--api-key", key, "--format", format,
-                 "--concurrency", "2", "--out", str(tmp_path / "out"))
+    run = replay(
+        str(TRACES),
+        "--target",
+        f"{target}/v1/",
+        "--api-key",
+        key,
+        "--format",
+        format,
+        "--concurrency",
+        "2",
+        "--out",
+        str(tmp_path / "out"),
+    )
     assert run.returncode == 0, run.stderr
     assert "Traceback" not in run.stderr
 
@@ -87,8 +107,9 @@ def test_a_trace_lands_on_the_proxys_statistics(target, answering, tmp_path, for
     assert len(seen) == sum(TURNS.values())
     for rec in seen:
         assert not any(name.startswith("x-offload") for name in rec.headers)
-        assert (rec.headers.get("x-api-key") if format == "anthropic" else rec.headers["authorization"]) == \
-            (key if format == "anthropic" else f"Bearer {key}")
+        assert (rec.headers.get("x-api-key") if format == "anthropic" else rec.headers["authorization"]) == (
+            key if format == "anthropic" else f"Bearer {key}"
+        )
     bodies = [rec.json() for rec in seen]
     assert any("ref=" in json.dumps(body) for body in bodies)  # the big tool result was offloaded
 
@@ -103,8 +124,10 @@ def test_a_trace_lands_on_the_proxys_statistics(target, answering, tmp_path, for
     assert len(turns) == sum(TURNS.values()) and all(t["status"] == 200 for t in turns)
     raw, forwarded = printed_totals(run.stdout)
     assert (raw, forwarded) == (sum(t["tokens_before"] for t in turns), sum(t["tokens_after"] for t in turns))
-    assert (raw, forwarded) == (sum(r["tokens_before"] for r in rows.values()),
-                                sum(r["tokens_after"] for r in rows.values()))
+    assert (raw, forwarded) == (
+        sum(r["tokens_before"] for r in rows.values()),
+        sum(r["tokens_after"] for r in rows.values()),
+    )
     assert forwarded < raw
     actions: dict[str, int] = {}
     for row in rows.values():
@@ -152,13 +175,20 @@ def test_an_unreachable_proxy_is_one_line():
     assert len(run.stderr.strip().splitlines()) == 1, run.stderr
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--redis-url", "redis://127.0.0.1:1/0"], "--target cannot be combined with --redis-url"),
-    (["--inline-summaries", "--max-total-tokens", "3000"],
-     "--target cannot be combined with --inline-summaries, --max-total-tokens"),
-    (["--upstream", "http://x", "--data-dir", "d", "--summary-delay-ms", "5"],
-     "--target cannot be combined with --data-dir, --upstream, --summary-delay-ms"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--redis-url", "redis://127.0.0.1:1/0"], "--target cannot be combined with --redis-url"),
+        (
+            ["--inline-summaries", "--max-total-tokens", "3000"],
+            "--target cannot be combined with --inline-summaries, --max-total-tokens",
+        ),
+        (
+            ["--upstream", "http://x", "--data-dir", "d", "--summary-delay-ms", "5"],
+            "--target cannot be combined with --data-dir, --upstream, --summary-delay-ms",
+        ),
+    ],
+)
 def test_in_process_options_with_target_are_argparse_errors(extra, message):
     run = replay(str(TRACES), "--target", "http://127.0.0.1:9", "--api-key", "k", *extra, timeout=60)
     assert run.returncode == 2 and "usage:" in run.stderr and message in run.stderr, run.stderr

@@ -13,6 +13,7 @@ import httpx2
 import pytest
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from tests.harness.requests import post, streamed
 from tests.harness.responses import (
     answer,
     answering,
@@ -27,31 +28,38 @@ from tests.harness.responses import (
     response,
     usage,
 )
-from tests.harness.requests import post, streamed
 from tests.harness.servers import is_responses_create, is_summary_call, scripted, snapshot_answer
 
-HEADERS = {"X-Offload-Max-Total-Tokens": "1000", "X-Offload-Max-Tool-Message-Tokens": "500",
-           "X-Offload-Max-Reload-Tokens": "50000"}
+HEADERS = {
+    "X-Offload-Max-Total-Tokens": "1000",
+    "X-Offload-Max-Tool-Message-Tokens": "500",
+    "X-Offload-Max-Reload-Tokens": "50000",
+}
 NEEDLE = "SECRET-OF-TENANT-A 7f3c9e deploy-7 disk quota exceeded"
-LOG = "\n".join(NEEDLE if i == 377 else f"2024-05-01T12:{i // 60:02d}:{i % 60:02d}Z INFO worker-{i % 7} GET /x/{i} 200"
-                for i in range(480))
+LOG = "\n".join(
+    NEEDLE if i == 377 else f"2024-05-01T12:{i // 60:02d}:{i % 60:02d}Z INFO worker-{i % 7} GET /x/{i} 200"
+    for i in range(480)
+)
 CALL_ID = "call_read_logs_1"
 TOOLS = [{"type": "function", "name": "read_logs", "parameters": {"type": "object", "properties": {}}}]
 
 
 def history(log: str = LOG) -> list[dict]:
-    return [{"role": "user", "content": "Why did the deploy fail?"},
-            function_call("read_logs", {"path": "/var/log/deploy.log"}, call_id=CALL_ID, id="fc_read_logs_1"),
-            function_call_output(CALL_ID, log),
-            {"role": "user", "content": "Summarise."}]
-
-
+    return [
+        {"role": "user", "content": "Why did the deploy fail?"},
+        function_call("read_logs", {"path": "/var/log/deploy.log"}, call_id=CALL_ID, id="fc_read_logs_1"),
+        function_call_output(CALL_ID, log),
+        {"role": "user", "content": "Summarise."},
+    ]
 
 
 def outputs_sent(rec) -> list[str]:
     """The outputs of the function_call_output items a recorded request carries."""
-    return [i["output"] if isinstance(i.get("output"), str) else json.dumps(i.get("output"))
-            for i in input_items(rec) if i.get("type") == "function_call_output"]
+    return [
+        i["output"] if isinstance(i.get("output"), str) else json.dumps(i.get("output"))
+        for i in input_items(rec)
+        if i.get("type") == "function_call_output"
+    ]
 
 
 # ---------------------------------------------------------------- 1. whose content can it read?
@@ -60,8 +68,9 @@ def outputs_sent(rec) -> list[str]:
 def offload_as(url: str, upstream, key: str, log: str = LOG) -> str:
     """`key` sends the history with `log`: the ref its namespace stored it under."""
     upstream.handler = scripted(answering(message("ok")))
-    r = post(url, "/v1/responses", body={"model": "gpt-5", "input": history(log), "tools": TOOLS}, key=key,
-             headers=HEADERS)
+    r = post(
+        url, "/v1/responses", body={"model": "gpt-5", "input": history(log), "tools": TOOLS}, key=key, headers=HEADERS
+    )
     assert r.status_code == 200, r.text
     [ref] = refs_in_input(upstream.responses_requests()[-1])
     upstream.requests.clear()
@@ -70,8 +79,9 @@ def offload_as(url: str, upstream, key: str, log: str = LOG) -> str:
 
 def calling(*calls: dict):
     """Round 1: the model calls the injected tools with `calls` (name, arguments); round 2 answers."""
-    items = [function_call(c["name"], c["arguments"], call_id=f"call_inj_{i}", id=f"fc_inj_{i}")
-             for i, c in enumerate(calls)]
+    items = [
+        function_call(c["name"], c["arguments"], call_id=f"call_inj_{i}", id=f"fc_inj_{i}") for i, c in enumerate(calls)
+    ]
     return scripted(answering(*items, id="resp_b_1"), answering(message("done"), id="resp_b_2"))
 
 
@@ -81,14 +91,22 @@ def test_another_credential_cannot_reload_or_search_a_ref_by_name(make_proxy, up
         other = LOG.replace(NEEDLE, "nothing to see").replace("INFO", "WARN")
         # B: its own offloaded output, and A's marker pasted into its input (a leaked transcript)
         marker = f"[offloaded tool result: 9000 tokens, ref={ref_a}]"
-        body = {"model": "gpt-5", "tools": TOOLS,
-                "input": [*history(other), {"role": "user", "content": marker},
-                          function_call("read_logs", {}, call_id="call_pasted", id="fc_pasted"),
-                          function_call_output("call_pasted", marker)]}
-        upstream.handler = calling({"name": "context_reload", "arguments": {"ref": ref_a}},
-                                   {"name": "context_reload", "arguments": {"ref": ref_a, "offset": 370, "limit": 20}},
-                                   {"name": "context_search", "arguments": {"pattern": "SECRET", "ref": ref_a}},
-                                   {"name": "context_search", "arguments": {"pattern": "SECRET"}})
+        body = {
+            "model": "gpt-5",
+            "tools": TOOLS,
+            "input": [
+                *history(other),
+                {"role": "user", "content": marker},
+                function_call("read_logs", {}, call_id="call_pasted", id="fc_pasted"),
+                function_call_output("call_pasted", marker),
+            ],
+        }
+        upstream.handler = calling(
+            {"name": "context_reload", "arguments": {"ref": ref_a}},
+            {"name": "context_reload", "arguments": {"ref": ref_a, "offset": 370, "limit": 20}},
+            {"name": "context_search", "arguments": {"pattern": "SECRET", "ref": ref_a}},
+            {"name": "context_search", "arguments": {"pattern": "SECRET"}},
+        )
         r = post(url, "/v1/responses", body=body, key="sk-tenant-b-111111", headers=HEADERS)
         assert r.status_code == 200, r.text
         first, second = upstream.responses_requests()
@@ -101,8 +119,13 @@ def test_another_credential_cannot_reload_or_search_a_ref_by_name(make_proxy, up
         # the same ref still reloads for A
         upstream.requests.clear()
         upstream.handler = calling({"name": "context_reload", "arguments": {"ref": ref_a}})
-        r = post(url, "/v1/responses", body={"model": "gpt-5", "input": history(), "tools": TOOLS},
-                 key="sk-tenant-a-000000", headers=HEADERS)
+        r = post(
+            url,
+            "/v1/responses",
+            body={"model": "gpt-5", "input": history(), "tools": TOOLS},
+            key="sk-tenant-a-000000",
+            headers=HEADERS,
+        )
         assert r.status_code == 200
         assert outputs_sent(upstream.responses_requests()[1])[-1] == LOG
 
@@ -112,20 +135,27 @@ def test_a_sub_tenant_cannot_reload_its_parents_ref(make_proxy, upstream):
         ref_a = offload_as(url, upstream, "sk-tenant-a-000000")
         upstream.handler = calling({"name": "context_reload", "arguments": {"ref": ref_a}})
         other = LOG.replace(NEEDLE, "nothing").replace("INFO", "DEBUG")
-        r = post(url, "/v1/responses", body={"model": "gpt-5", "input": history(other), "tools": TOOLS},
-                 key="sk-tenant-a-000000", headers={**HEADERS, "X-Offload-Tenant": "sub-1"})
+        r = post(
+            url,
+            "/v1/responses",
+            body={"model": "gpt-5", "input": history(other), "tools": TOOLS},
+            key="sk-tenant-a-000000",
+            headers={**HEADERS, "X-Offload-Tenant": "sub-1"},
+        )
         assert r.status_code == 200
         assert "7f3c9e" not in outputs_sent(upstream.responses_requests()[1])[-1]
 
 
 def reload_rounds(first_id: str, last_id: str):
     """Round 1 (id `first_id`): context_reload of the ref in the input; round 2 (`last_id`): the answer."""
+
     def first(rec):
         refs = refs_in_input(rec)
         if not refs:
             return answer(rec, message("plain"), id=f"{first_id}_plain")
-        return answer(rec, function_call("context_reload", {"ref": refs[0]}, call_id="call_r1", id="fc_r1"),
-                      id=first_id)
+        return answer(
+            rec, function_call("context_reload", {"ref": refs[0]}, call_id="call_r1", id="fc_r1"), id=first_id
+        )
 
     return scripted(first, answering(message("answer"), id=last_id))
 
@@ -140,10 +170,18 @@ def continue_from(url: str, upstream, previous: str, key: str, wait: float = 0.0
     deadline = time.monotonic() + wait
     while True:
         upstream.requests.clear()
-        r = post(url, "/v1/responses",
-                 body={"model": "gpt-5", "previous_response_id": previous,
-                       "input": [{"role": "user", "content": "and then?"}], **extra},
-                 key=key, headers=HEADERS)
+        r = post(
+            url,
+            "/v1/responses",
+            body={
+                "model": "gpt-5",
+                "previous_response_id": previous,
+                "input": [{"role": "user", "content": "and then?"}],
+                **extra,
+            },
+            key=key,
+            headers=HEADERS,
+        )
         assert r.status_code == 200, r.text
         sent = previous_sent(upstream)
         if sent != previous or time.monotonic() >= deadline:  # the mapping is written after the answer
@@ -159,8 +197,13 @@ def test_response_id_aliases_are_per_credential(make_proxy, upstream, stream):
     a, b = "sk-tenant-a-000000", "sk-tenant-b-111111"
     with make_proxy() as url:
         upstream.handler = reload_rounds("resp_a_1", "resp_a_2")
-        r = post(url, "/v1/responses", body={"model": "gpt-5", "input": history(), "tools": TOOLS, "stream": stream},
-                 key=a, headers=HEADERS)
+        r = post(
+            url,
+            "/v1/responses",
+            body={"model": "gpt-5", "input": history(), "tools": TOOLS, "stream": stream},
+            key=a,
+            headers=HEADERS,
+        )
         assert r.status_code == 200 and "resp_a_2" not in r.text and "resp_a_1" in r.text
         assert continue_from(url, upstream, "resp_a_1", a, wait=5) == "resp_a_2"
         assert continue_from(url, upstream, "resp_a_1", b) == "resp_a_1"
@@ -168,23 +211,37 @@ def test_response_id_aliases_are_per_credential(make_proxy, upstream, stream):
         # B's rounds: first id resp_a_1 (same name), last resp_evil, remembered in B's namespace only
         upstream.handler = reload_rounds("resp_a_1", "resp_evil")
         other = LOG.replace(NEEDLE, "b's log").replace("INFO", "NOTE")
-        r = post(url, "/v1/responses",
-                 body={"model": "gpt-5", "input": history(other), "tools": TOOLS, "stream": stream}, key=b,
-                 headers=HEADERS)
+        r = post(
+            url,
+            "/v1/responses",
+            body={"model": "gpt-5", "input": history(other), "tools": TOOLS, "stream": stream},
+            key=b,
+            headers=HEADERS,
+        )
         assert r.status_code == 200
         assert continue_from(url, upstream, "resp_a_1", b, wait=5) == "resp_evil"
         assert continue_from(url, upstream, "resp_a_1", a) == "resp_a_2"
         # a sub-tenant of A is another namespace too
-        r = post(url, "/v1/responses", body={"model": "gpt-5", "previous_response_id": "resp_a_1", "input": "x"},
-                 key=a, headers={**HEADERS, "X-Offload-Tenant": "sub-1"})
+        r = post(
+            url,
+            "/v1/responses",
+            body={"model": "gpt-5", "previous_response_id": "resp_a_1", "input": "x"},
+            key=a,
+            headers={**HEADERS, "X-Offload-Tenant": "sub-1"},
+        )
         assert r.status_code == 200 and previous_sent(upstream) == "resp_a_1"
 
 
 def test_store_false_rounds_leave_no_alias(make_proxy, upstream):
     with make_proxy() as url:
         upstream.handler = reload_rounds("resp_s_1", "resp_s_2")
-        r = post(url, "/v1/responses", body={"model": "gpt-5", "input": history(), "tools": TOOLS, "store": False},
-                 key="sk-tenant-a-000000", headers=HEADERS)
+        r = post(
+            url,
+            "/v1/responses",
+            body={"model": "gpt-5", "input": history(), "tools": TOOLS, "store": False},
+            key="sk-tenant-a-000000",
+            headers=HEADERS,
+        )
         assert r.status_code == 200
         time.sleep(0.3)
         assert continue_from(url, upstream, "resp_s_1", "sk-tenant-a-000000") == "resp_s_1"
@@ -214,20 +271,33 @@ def shared_key_tenants(tmp_path):
 def test_shared_key_refuses_stored_response_endpoints_and_never_leaks_credentials(make_proxy, upstream, tmp_path):
     with make_proxy(upstream_api_key="sk-server", tenants_file=shared_key_tenants(tmp_path)) as url:
         h = {"authorization": f"Bearer {KEY_B}"}
-        for method, path in (("GET", "responses/resp_a_1"), ("DELETE", "responses/resp_a_1"),
-                             ("GET", "responses/resp_a_1/input_items"), ("POST", "responses/resp_a_1/cancel"),
-                             ("GET", "responses/resp_a_1/"), ("GET", "responses/resp_a_1?stream=true"),
-                             ("GET", "responses%2Fresp_a_1"), ("GET", "Responses/resp_a_1"),
-                             ("GET", "conversations/conv_1"), ("GET", "conversations/conv_1/items"),
-                             ("POST", "conversations"), ("GET", "responses")):
+        for method, path in (
+            ("GET", "responses/resp_a_1"),
+            ("DELETE", "responses/resp_a_1"),
+            ("GET", "responses/resp_a_1/input_items"),
+            ("POST", "responses/resp_a_1/cancel"),
+            ("GET", "responses/resp_a_1/"),
+            ("GET", "responses/resp_a_1?stream=true"),
+            ("GET", "responses%2Fresp_a_1"),
+            ("GET", "Responses/resp_a_1"),
+            ("GET", "conversations/conv_1"),
+            ("GET", "conversations/conv_1/items"),
+            ("POST", "conversations"),
+            ("GET", "responses"),
+        ):
             r = httpx2.request(method, f"{url}/v1/{path}", headers=h)
             assert r.status_code in (400, 403), (method, path, r.status_code)
             assert set(r.json()["error"]) == {"message", "type", "param", "code"}
         assert not upstream.requests
         # the managed route: the proxy key and X-Offload-* never go upstream, the server key does
         upstream.handler = reload_rounds("resp_k_1", "resp_k_2")
-        r = post(url, "/v1/responses", body={"model": "gpt-5", "input": history(), "tools": TOOLS}, key=KEY_A,
-                 headers={**HEADERS, "x-api-key": KEY_A, "api-key": KEY_A, "X-Offload-Session": "s1"})
+        r = post(
+            url,
+            "/v1/responses",
+            body={"model": "gpt-5", "input": history(), "tools": TOOLS},
+            key=KEY_A,
+            headers={**HEADERS, "x-api-key": KEY_A, "api-key": KEY_A, "X-Offload-Session": "s1"},
+        )
         assert r.status_code == 200, r.text
         assert len(upstream.responses_requests()) == 2
         # and the summariser's calls (on /responses, made for a Responses request) the same
@@ -240,8 +310,13 @@ def test_shared_key_refuses_stored_response_endpoints_and_never_leaks_credential
 
         upstream.handler = handler
         items = [i for i in agent_history(11, turns=10) if i.get("type") != "item_reference"]  # refused: shared key
-        r = post(url, "/v1/responses", body={"model": "gpt-5", "input": items}, key=KEY_A,
-                 headers={**HEADERS, "x-api-key": KEY_A, "X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "2000"})
+        r = post(
+            url,
+            "/v1/responses",
+            body={"model": "gpt-5", "input": items},
+            key=KEY_A,
+            headers={**HEADERS, "x-api-key": KEY_A, "X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "2000"},
+        )
         assert r.status_code == 200 and "compress" in r.headers["x-offload-action"]
         assert len(upstream.summary_requests()) == 1
         assert len([r for r in upstream.requests if is_responses_create(r) and not is_summary_call(r)]) == 3
@@ -268,10 +343,11 @@ def data(event: dict) -> bytes:
 def round_one_events(rec, *, ref: str | None = None) -> list[dict]:
     """The events of a round calling context_reload of the input's ref (ids fixed)."""
     ref = ref or refs_in_input(rec)[0]
-    return events(response(function_call("context_reload", {"ref": ref}, call_id="call_r1", id="fc_r1"),
-                           id="resp_ev_1", usage=usage()))
-
-
+    return events(
+        response(
+            function_call("context_reload", {"ref": ref}, call_id="call_r1", id="fc_r1"), id="resp_ev_1", usage=usage()
+        )
+    )
 
 
 RELOAD_ROUNDS = re.compile(r": x-offload-reload-rounds: \d+")
@@ -283,8 +359,9 @@ def assert_sane_stream(text: str, terminal: str | None = None) -> list[dict]:
     trace of the injected tools."""
     for block in text.split("\n\n"):
         for line in block.split("\n"):
-            assert line == "" or line.startswith(("event: ", "data: ")) or RELOAD_ROUNDS.fullmatch(line), \
-                repr(line[:200])  # the proxy's own comment (reload rounds run) the only other line
+            assert line == "" or line.startswith(("event: ", "data: ")) or RELOAD_ROUNDS.fullmatch(line), repr(
+                line[:200]
+            )  # the proxy's own comment (reload rounds run) the only other line
     got = parse_sse(text)
     kinds = [e.get("type") for e in got]
     terminals = [k for k in kinds if k in ("response.completed", "response.failed", "response.incomplete")]
@@ -299,14 +376,17 @@ def assert_sane_stream(text: str, terminal: str | None = None) -> list[dict]:
     return got
 
 
-@pytest.mark.parametrize("hostile", [
-    {"type": "response.output_text.delta\nevent: response.completed\ndata: {}", "delta": "x"},
-    {"type": "x\r\nevent: injected", "delta": "x"},
-    {"type": "x\u2028\u0085event: injected"},
-    {"type": 5, "sequence_number": "abc"},
-    {"type": None, "output_index": True},
-    {"no_type": True},
-])
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        {"type": "response.output_text.delta\nevent: response.completed\ndata: {}", "delta": "x"},
+        {"type": "x\r\nevent: injected", "delta": "x"},
+        {"type": "x\u2028\u0085event: injected"},
+        {"type": 5, "sequence_number": "abc"},
+        {"type": None, "output_index": True},
+        {"no_type": True},
+    ],
+)
 def test_event_types_cannot_inject_sse_lines(make_proxy, upstream, hostile):
     def first(rec):
         evs = round_one_events(rec)
@@ -314,8 +394,13 @@ def test_event_types_cannot_inject_sse_lines(make_proxy, upstream, hostile):
 
     upstream.handler = scripted(first, lambda rec: answer(rec, message("final"), id="resp_ev_2"))
     with make_proxy() as url:
-        r, text = streamed(url, "/v1/responses", body={"model": "gpt-5", "input": history(), "tools": TOOLS},
-                           key="sk-tenant-a-000000", headers=HEADERS)
+        r, text = streamed(
+            url,
+            "/v1/responses",
+            body={"model": "gpt-5", "input": history(), "tools": TOOLS},
+            key="sk-tenant-a-000000",
+            headers=HEADERS,
+        )
     assert r.status_code == 200
     got = assert_sane_stream(text, "response.completed")
     assert got[-1]["response"]["output"][0]["content"][0]["text"] == "final"
@@ -324,7 +409,7 @@ def test_event_types_cannot_inject_sse_lines(make_proxy, upstream, hostile):
             assert line[7:].startswith("response.") and line[7:].isprintable(), repr(line)
 
 
-@pytest.mark.parametrize("first_number", [2 ** 70, -5, 1e308, True, "7", None])
+@pytest.mark.parametrize("first_number", [2**70, -5, 1e308, True, "7", None])
 def test_sequence_numbers_stay_increasing_integers(make_proxy, upstream, first_number):
     def first(rec):
         evs = round_one_events(rec)
@@ -339,29 +424,49 @@ def test_sequence_numbers_stay_increasing_integers(make_proxy, upstream, first_n
 
     upstream.handler = scripted(first, second)
     with make_proxy() as url:
-        r, text = streamed(url, "/v1/responses", body={"model": "gpt-5", "input": history(), "tools": TOOLS},
-                           key="sk-tenant-a-000000", headers=HEADERS)
+        r, text = streamed(
+            url,
+            "/v1/responses",
+            body={"model": "gpt-5", "input": history(), "tools": TOOLS},
+            key="sk-tenant-a-000000",
+            headers=HEADERS,
+        )
     assert r.status_code == 200
     assert_sane_stream(text, "response.completed")
 
 
-@pytest.mark.parametrize("garbage", [b"data: not json\n\n", b"data: [1, 2]\n\n", b"data: \xff\xfe\n\n",
-                                     b"data: {\"type\": \"response.output_text.delta\"",  # cut mid-event
-                                     b"data: " + b"[" * 5000 + b"\n\n"])
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"data: not json\n\n",
+        b"data: [1, 2]\n\n",
+        b"data: \xff\xfe\n\n",
+        b'data: {"type": "response.output_text.delta"',  # cut mid-event
+        b"data: " + b"[" * 5000 + b"\n\n",
+    ],
+)
 @pytest.mark.parametrize("where", ["first", "second"])
 def test_garbage_midstream_ends_with_one_failed_event(make_proxy, upstream, garbage, where):
     def good_first(rec):
         return raw_stream(*map(data, round_one_events(rec)))(rec)
 
     def bad(rec):
-        evs = round_one_events(rec, ref="x" * 8) if where == "first" else \
-            events(response(message("final"), id="resp_ev_2"))
+        evs = (
+            round_one_events(rec, ref="x" * 8)
+            if where == "first"
+            else events(response(message("final"), id="resp_ev_2"))
+        )
         return raw_stream(*map(data, evs[:3]), garbage, *map(data, evs[3:]))(rec)
 
     upstream.handler = scripted(bad) if where == "first" else scripted(good_first, bad)
     with make_proxy() as url:
-        r, text = streamed(url, "/v1/responses", body={"model": "gpt-5", "input": history(), "tools": TOOLS},
-                           key="sk-tenant-a-000000", headers=HEADERS)
+        r, text = streamed(
+            url,
+            "/v1/responses",
+            body={"model": "gpt-5", "input": history(), "tools": TOOLS},
+            key="sk-tenant-a-000000",
+            headers=HEADERS,
+        )
     assert r.status_code == 200
     got = assert_sane_stream(text, "response.failed")
     assert got[-1]["response"]["id"] == ("resp_ev_1" if where == "second" else got[0]["response"]["id"])
@@ -371,6 +476,7 @@ def test_garbage_midstream_ends_with_one_failed_event(make_proxy, upstream, garb
 def test_a_round_that_never_completes(make_proxy, upstream, stream):
     """The first round ends (connection closed) after its call, without response.completed: the
     call is not run, the client gets one failed terminal event / a 502, never a hang."""
+
     def first(rec):
         if not rec.json().get("stream"):
             return Response(b'{"id": "resp_ev_1", "output": [', media_type="application/json")
@@ -379,13 +485,23 @@ def test_a_round_that_never_completes(make_proxy, upstream, stream):
     upstream.handler = scripted(first)
     with make_proxy() as url:
         if stream:
-            r, text = streamed(url, "/v1/responses", body={"model": "gpt-5", "input": history(), "tools": TOOLS},
-                               key="sk-tenant-a-000000", headers=HEADERS)
+            r, text = streamed(
+                url,
+                "/v1/responses",
+                body={"model": "gpt-5", "input": history(), "tools": TOOLS},
+                key="sk-tenant-a-000000",
+                headers=HEADERS,
+            )
             assert r.status_code == 200
             assert_sane_stream(text, "response.failed")
         else:
-            r = post(url, "/v1/responses", body={"model": "gpt-5", "input": history(), "tools": TOOLS},
-                     key="sk-tenant-a-000000", headers=HEADERS)
+            r = post(
+                url,
+                "/v1/responses",
+                body={"model": "gpt-5", "input": history(), "tools": TOOLS},
+                key="sk-tenant-a-000000",
+                headers=HEADERS,
+            )
             assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_error"
     assert len(upstream.responses_requests()) == 1
 
@@ -404,8 +520,13 @@ def test_a_stalled_upstream_stream_times_out_into_failed(make_proxy, upstream):
 
     upstream.handler = stalled
     with make_proxy(read_timeout=1.0) as url:  # the stream is silent for 30 s: its read timeout ends it
-        r, text = streamed(url, "/v1/responses", body={"model": "gpt-5", "input": history(), "tools": TOOLS},
-                           key="sk-tenant-a-000000", headers=HEADERS)
+        r, text = streamed(
+            url,
+            "/v1/responses",
+            body={"model": "gpt-5", "input": history(), "tools": TOOLS},
+            key="sk-tenant-a-000000",
+            headers=HEADERS,
+        )
     assert r.status_code == 200
     assert_sane_stream(text, "response.failed")
 
@@ -417,8 +538,12 @@ def test_a_model_asking_reload_forever_is_bounded(make_proxy, upstream, stream):
     def forever(rec):
         n["rounds"] += 1
         ref = (refs_in_input(rec) or ["nothing0"])[0]
-        return answer(rec, reasoning("again"), function_call("context_reload", {"ref": ref},
-                                                              call_id=f"call_{n['rounds']}"), id=f"resp_f_{n['rounds']}")
+        return answer(
+            rec,
+            reasoning("again"),
+            function_call("context_reload", {"ref": ref}, call_id=f"call_{n['rounds']}"),
+            id=f"resp_f_{n['rounds']}",
+        )
 
     upstream.handler = scripted(forever)
     with make_proxy() as url:
@@ -438,18 +563,36 @@ def test_a_model_asking_reload_forever_is_bounded(make_proxy, upstream, stream):
     assert all("context_reload" in json.dumps(rec.json()["tools"]) for rec in sent[:3])
 
 
-@pytest.mark.parametrize("arguments", ["{" * 100_000, json.dumps({"ref": "a" * 5_000_000}), "[" * 3000 + "]" * 3000,
-                                       json.dumps({"ref": None, "offset": 1e400}).replace("1e+400", "1e400"),
-                                       '{"ref": "\\ud800"}', "null", json.dumps({"pattern": "(a+)+$" * 40})])
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        "{" * 100_000,
+        json.dumps({"ref": "a" * 5_000_000}),
+        "[" * 3000 + "]" * 3000,
+        json.dumps({"ref": None, "offset": 1e400}).replace("1e+400", "1e400"),
+        '{"ref": "\\ud800"}',
+        "null",
+        json.dumps({"pattern": "(a+)+$" * 40}),
+    ],
+)
 def test_hostile_arguments_are_answered_to_the_model(make_proxy, upstream, arguments):
     def first(rec):
-        return answer(rec, function_call("context_reload", arguments, call_id="call_h1"),
-                      function_call("context_search", arguments, call_id="call_h2"), id="resp_h_1")
+        return answer(
+            rec,
+            function_call("context_reload", arguments, call_id="call_h1"),
+            function_call("context_search", arguments, call_id="call_h2"),
+            id="resp_h_1",
+        )
 
     upstream.handler = scripted(first, answering(message("final"), id="resp_h_2"))
     with make_proxy() as url:
-        r = post(url, "/v1/responses", body={"model": "gpt-5", "input": history(), "tools": TOOLS},
-                 key="sk-tenant-a-000000", headers=HEADERS)
+        r = post(
+            url,
+            "/v1/responses",
+            body={"model": "gpt-5", "input": history(), "tools": TOOLS},
+            key="sk-tenant-a-000000",
+            headers=HEADERS,
+        )
     assert r.status_code == 200 and r.json()["output"][0]["content"][0]["text"] == "final"
     results = outputs_sent(upstream.responses_requests()[1])[-2:]
     assert len(results) == 2 and all(0 < len(x) < 2000 for x in results), [x[:200] for x in results]
@@ -471,16 +614,26 @@ BAD_BODIES = [
     ('{"model": "gpt-5", "input": [{"role": "user", "content": 5}]}', "input[0].content"),
     ('{"model": "gpt-5", "input": [{"role": "user", "content": {"type": "input_text"}}]}', "input[0].content"),
     ('{"model": "gpt-5", "input": [{"role": "user", "content": ["hi"]}]}', "input[0].content[0]"),
-    ('{"model": "gpt-5", "input": [{"role": "user", "content": [{"type": "input_text", "text": 5}]}]}',
-     "input[0].content[0].text"),
-    ('{"model": "gpt-5", "input": [{"type": "function_call_output", "call_id": 5, "output": "x"}]}',
-     "input[0].call_id"),
-    ('{"model": "gpt-5", "input": [{"type": "function_call_output", "call_id": "c", "output": [1]}]}',
-     "input[0].output[0]"),
-    ('{"model": "gpt-5", "input": [{"type": ["function_call_output"], "call_id": "c", "output": "x"}]}',
-     "input[0].type"),
-    ('{"model": "gpt-5", "input": [{"type": "function_call", "name": "f", "call_id": "c", "arguments": {}}]}',
-     "input[0].arguments"),
+    (
+        '{"model": "gpt-5", "input": [{"role": "user", "content": [{"type": "input_text", "text": 5}]}]}',
+        "input[0].content[0].text",
+    ),
+    (
+        '{"model": "gpt-5", "input": [{"type": "function_call_output", "call_id": 5, "output": "x"}]}',
+        "input[0].call_id",
+    ),
+    (
+        '{"model": "gpt-5", "input": [{"type": "function_call_output", "call_id": "c", "output": [1]}]}',
+        "input[0].output[0]",
+    ),
+    (
+        '{"model": "gpt-5", "input": [{"type": ["function_call_output"], "call_id": "c", "output": "x"}]}',
+        "input[0].type",
+    ),
+    (
+        '{"model": "gpt-5", "input": [{"type": "function_call", "name": "f", "call_id": "c", "arguments": {}}]}',
+        "input[0].arguments",
+    ),
     ('{"model": "gpt-5", "input": "hi", "tools": {"type": "function"}}', "tools"),
     ('{"model": "gpt-5", "input": "hi", "tools": ["web_search"]}', "tools[0]"),
     ('{"model": "gpt-5", "input": "hi", "stream": "yes"}', "stream"),
@@ -491,9 +644,9 @@ BAD_BODIES = [
     ('{"model": "gpt-5", "input": "hi", "previous_response_id": 5}', "previous_response_id"),
     ('{"model": 5, "input": "hi"}', "model"),
     ('{"model": "gpt-5", "input": "hi", "include": "reasoning.encrypted_content"}', "include"),
-    ('{"model": "gpt-5", "input": ' + nested(200) + '}', None),
-    ('{"model": "gpt-5", "input": "hi", "metadata": ' + nested(5000) + '}', None),
-    ('{"model": "gpt-5", "input": [{"role": "user", "content": "hi", "x": ' + nested(300) + '}]}', None),
+    ('{"model": "gpt-5", "input": ' + nested(200) + "}", None),
+    ('{"model": "gpt-5", "input": "hi", "metadata": ' + nested(5000) + "}", None),
+    ('{"model": "gpt-5", "input": [{"role": "user", "content": "hi", "x": ' + nested(300) + "}]}", None),
     ('{"model": "gpt-5", "input": "hi", "temperature": 1e400}', None),
     ('{"model": "gpt-5", "input": "hi", "temperature": NaN}', None),
     ('{"model": "gpt-5", "input": "hi"', None),
@@ -522,12 +675,18 @@ def test_bad_bodies_get_a_400_in_openai_shape(proxy_url, upstream, raw, param, h
 VERBATIM = [
     # unknown item types, odd keys, key order, whitespace, escapes, big integers, a string input
     b'{"model":"gpt-5","input":"just a string \\u00e9\\ud83d\\ude00","tools":[],"stream":false}',
-    (b'{ "input" : [ {"type": "future_item_v9", "payload": {"deep": [1, 2.50, 1e2, 123456789012345678901234567890]}},'
-     b' {"role": "user", "content": "hi", "zzz": null} ], "model": "gpt-5", "x-unknown": {"a": [true]} }'),
-    (b'{"model":"gpt-5","input":[{"type":"item_reference","id":"msg_1"},{"id":"rs_1"},'
-     b'{"type":"function_call_output","call_id":"c","output":{"type":"screenshot"}}],"text":{"format":{"type":"text"}}}'),
-    (b'{"model":"gpt-5","input":[{"type":"message","role":"user","content":[{"type":"input_image","image_url":"data:,"}]},'
-     b'{"type":"mcp_approval_response","approval_request_id":"a","approve":true}],"instructions":"\\n\\t"}'),
+    (
+        b'{ "input" : [ {"type": "future_item_v9", "payload": {"deep": [1, 2.50, 1e2, 123456789012345678901234567890]}},'
+        b' {"role": "user", "content": "hi", "zzz": null} ], "model": "gpt-5", "x-unknown": {"a": [true]} }'
+    ),
+    (
+        b'{"model":"gpt-5","input":[{"type":"item_reference","id":"msg_1"},{"id":"rs_1"},'
+        b'{"type":"function_call_output","call_id":"c","output":{"type":"screenshot"}}],"text":{"format":{"type":"text"}}}'
+    ),
+    (
+        b'{"model":"gpt-5","input":[{"type":"message","role":"user","content":[{"type":"input_image","image_url":"data:,"}]},'
+        b'{"type":"mcp_approval_response","approval_request_id":"a","approve":true}],"instructions":"\\n\\t"}'
+    ),
     b'{"model":"gpt-5","conversation":{"id":"conv_1"},"input":"hi","previous_response_id":null,"tools":null}',
 ]
 
@@ -542,8 +701,11 @@ def test_what_is_not_offloaded_goes_up_byte_for_byte(proxy_url, upstream, raw):
 
 
 def test_unknown_items_are_kept_verbatim_and_a_string_input_stays_a_string_beside_an_offload(proxy_url, upstream):
-    odd = [{"type": "future_item_v9", "payload": {"n": 123456789012345678901234567890, "f": 2.5}},
-           {"id": "rs_ref_only"}, {"type": "message", "role": "critic", "content": [{"type": "weird_part", "x": 1}]}]
+    odd = [
+        {"type": "future_item_v9", "payload": {"n": 123456789012345678901234567890, "f": 2.5}},
+        {"id": "rs_ref_only"},
+        {"type": "message", "role": "critic", "content": [{"type": "weird_part", "x": 1}]},
+    ]
     body = {"model": "gpt-5", "tools": TOOLS, "input": [*odd[:2], *history(), odd[2]]}
     r = post(proxy_url, "/v1/responses", body=body, key="sk-tenant-a-000000", headers=HEADERS)
     assert r.status_code == 200
@@ -554,8 +716,9 @@ def test_unknown_items_are_kept_verbatim_and_a_string_input_stays_a_string_besid
     assert b"123456789012345678901234567890" in rec.body  # an integer past 64 bits, exact
     upstream.requests.clear()
     big = "word " * 40_000  # a huge string input alone: nothing to offload, still a string
-    r = post(proxy_url, "/v1/responses", body={"model": "gpt-5", "input": big}, key="sk-tenant-a-000000",
-             headers=HEADERS)
+    r = post(
+        proxy_url, "/v1/responses", body={"model": "gpt-5", "input": big}, key="sk-tenant-a-000000", headers=HEADERS
+    )
     assert r.status_code == 200
     assert upstream.responses_requests()[-1].json()["input"] == big
 
@@ -577,21 +740,30 @@ def test_compression_keeps_pairs_and_the_recent_tail_verbatim(proxy_url, upstrea
 
     upstream.handler = handler
     items = agent_history(7, turns=10)
-    r = post(proxy_url, "/v1/responses", body={"model": "gpt-5", "input": items, "tools": TOOLS},
-             key="sk-tenant-a-000000",
-             headers={**HEADERS, "X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "2000", "X-Offload-Keep-Recent": "5"})
+    r = post(
+        proxy_url,
+        "/v1/responses",
+        body={"model": "gpt-5", "input": items, "tools": TOOLS},
+        key="sk-tenant-a-000000",
+        headers={
+            **HEADERS,
+            "X-Offload-Mode": "compress",
+            "X-Offload-Max-Total-Tokens": "2000",
+            "X-Offload-Keep-Recent": "5",
+        },
+    )
     assert r.status_code == 200, r.text
     assert "compress" in r.headers["x-offload-action"]
     [rec] = [r for r in upstream.responses_requests() if not is_summary_call(r)]
     sent = input_items(rec)
     [at] = [i for i, item in enumerate(sent) if "earlier messages" in json.dumps(item)]
-    kept = sent[at + 1:]
+    kept = sent[at + 1 :]
     shape = lambda part: [(i.get("type"), i.get("id"), i.get("call_id")) for i in part]  # noqa: E731
     later_users = 0  # the user messages of the summarised part, kept verbatim right after the summary
-    while kept and shape(kept) != shape(items[len(items) - len(kept):]) and kept[0].get("role") == "user":
+    while kept and shape(kept) != shape(items[len(items) - len(kept) :]) and kept[0].get("role") == "user":
         kept, later_users = kept[1:], later_users + 1
     assert later_users >= 1  # the history has several user turns
-    tail = [i for i in items[len(items) - len(kept):]]
+    tail = [i for i in items[len(items) - len(kept) :]]
     assert shape(kept) == shape(tail)
     assert_cut_is_safe(items, len(items) - len(kept))
     made = set().union(*(links(i)[0] for i in kept))
@@ -603,8 +775,13 @@ def test_compression_keeps_pairs_and_the_recent_tail_verbatim(proxy_url, upstrea
 
 def mixed_round(rec):
     ref = refs_in_input(rec)[0]
-    return answer(rec, reasoning("both"), function_call("context_reload", {"ref": ref}, call_id="c_inj", id="fc_inj"),
-                  function_call("read_logs", {"path": "/b"}, call_id="c_client", id="fc_client"), id="resp_m_1")
+    return answer(
+        rec,
+        reasoning("both"),
+        function_call("context_reload", {"ref": ref}, call_id="c_inj", id="fc_inj"),
+        function_call("read_logs", {"path": "/b"}, call_id="c_client", id="fc_client"),
+        id="resp_m_1",
+    )
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -622,8 +799,10 @@ def test_a_round_mixing_calls_returns_the_clients_call_only(make_proxy, upstream
             text, final = r.text, r.json()
         assert r.status_code == 200
     assert len(upstream.responses_requests()) == 1  # the injected call was not run
-    assert [(o["type"], o.get("call_id")) for o in final["output"]] == [("reasoning", None),
-                                                                        ("function_call", "c_client")]
+    assert [(o["type"], o.get("call_id")) for o in final["output"]] == [
+        ("reasoning", None),
+        ("function_call", "c_client"),
+    ]
     assert final["tools"] == TOOLS
     assert "context_reload" not in text and "context_search" not in text and "c_inj" not in text
     assert refs_in_input(upstream.responses_requests()[0])[0] not in text
@@ -681,8 +860,13 @@ def test_a_failing_summariser_never_fails_a_responses_request(proxy_url, upstrea
 
     upstream.handler = handler
     items = agent_history(3, turns=10)
-    r = post(proxy_url, "/v1/responses", body={"model": "gpt-5", "input": items}, key="sk-tenant-a-000000",
-             headers={**HEADERS, "X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "2000"})
+    r = post(
+        proxy_url,
+        "/v1/responses",
+        body={"model": "gpt-5", "input": items},
+        key="sk-tenant-a-000000",
+        headers={**HEADERS, "X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "2000"},
+    )
     assert r.status_code == 200 and r.json()["output"][0]["content"][0]["text"] == "fine"
     assert upstream.summary_requests()  # the summariser was asked, and failed
     [rec] = [r for r in upstream.responses_requests() if not is_summary_call(r)]
@@ -694,9 +878,13 @@ def test_a_failing_summariser_never_fails_a_responses_request(proxy_url, upstrea
 
 def test_offload_headers_and_client_credentials_go_where_they_should(proxy_url, upstream):
     upstream.handler = reload_rounds("resp_h_1", "resp_h_2")
-    r = post(proxy_url, "/v1/responses", body={"model": "gpt-5", "input": history(), "tools": TOOLS},
-             key="sk-client-own-key",
-             headers={**HEADERS, "X-Offload-Session": "sess-1", "X-Offload-Anything": "x", "OpenAI-Project": "proj_1"})
+    r = post(
+        proxy_url,
+        "/v1/responses",
+        body={"model": "gpt-5", "input": history(), "tools": TOOLS},
+        key="sk-client-own-key",
+        headers={**HEADERS, "X-Offload-Session": "sess-1", "X-Offload-Anything": "x", "OpenAI-Project": "proj_1"},
+    )
     assert r.status_code == 200
     recs = upstream.responses_requests()
     assert len(recs) == 2
@@ -712,14 +900,23 @@ def test_events_and_the_offload_api_stay_per_credential(make_proxy, upstream):
     a, b = "sk-tenant-a-000000", "sk-tenant-b-111111"
     with make_proxy() as url:
         upstream.handler = reload_rounds("resp_e_1", "resp_e_2")
-        r = post(url, "/v1/responses", body={"model": "gpt-5", "input": history(), "tools": TOOLS}, key=a,
-                 headers={**HEADERS, "X-Offload-Session": "shared-name"})
+        r = post(
+            url,
+            "/v1/responses",
+            body={"model": "gpt-5", "input": history(), "tools": TOOLS},
+            key=a,
+            headers={**HEADERS, "X-Offload-Session": "shared-name"},
+        )
         assert r.status_code == 200
         [ref_a] = refs_in_input(upstream.responses_requests()[0])
 
         def listed(key: str) -> list[dict]:
-            got = httpx2.get(f"{url}/v1/offload/events", params={"session": "shared-name"},
-                             headers={"authorization": f"Bearer {key}"}, timeout=10)
+            got = httpx2.get(
+                f"{url}/v1/offload/events",
+                params={"session": "shared-name"},
+                headers={"authorization": f"Bearer {key}"},
+                timeout=10,
+            )
             assert got.status_code == 200
             return got.json()["data"]
 

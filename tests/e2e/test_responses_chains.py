@@ -30,8 +30,7 @@ def wait_for_chain(client: openai.OpenAI, upstream, first_id: str) -> str:
     deadline = time.monotonic() + 10
     while True:
         upstream.requests.clear()
-        client.responses.create(model="gpt-5", previous_response_id=first_id, input="and then?",
-                                extra_headers=HEADERS)
+        client.responses.create(model="gpt-5", previous_response_id=first_id, input="and then?", extra_headers=HEADERS)
         sent = upstream.responses_requests()[-1].json()["previous_response_id"]
         if sent != first_id or time.monotonic() > deadline:
             return sent
@@ -54,8 +53,7 @@ def test_continuing_from_the_id_of_a_reloaded_response(client, upstream, proxy_u
 def test_a_stored_false_exchange_is_not_remembered(upstream, proxy_url):
     client = openai.OpenAI(base_url=f"{proxy_url}/v1", api_key="sk-store-false-key", max_retries=0, timeout=20)
     upstream.handler = reload_then_answer()
-    result = client.responses.create(model="gpt-5", input=history(), tools=TOOLS, store=False,
-                                     extra_headers=HEADERS)
+    result = client.responses.create(model="gpt-5", input=history(), tools=TOOLS, store=False, extra_headers=HEADERS)
     assert result.id == "resp_round_1"
     upstream.handler = default_handler
     time.sleep(0.3)  # the chain would be remembered right after the answer
@@ -67,8 +65,9 @@ def test_a_stored_false_exchange_is_not_remembered(upstream, proxy_url):
 def test_rounds_of_a_chained_request_are_chained(client, upstream):
     upstream.handler = reload_then_answer()
     items = history()
-    result = client.responses.create(model="gpt-5", previous_response_id="resp_before", input=items, tools=TOOLS,
-                                     extra_headers=HEADERS)
+    result = client.responses.create(
+        model="gpt-5", previous_response_id="resp_before", input=items, tools=TOOLS, extra_headers=HEADERS
+    )
     assert result.output_text and result.id == "resp_round_1"
     first, second = upstream.responses_requests()
     assert first.json()["previous_response_id"] == "resp_before"
@@ -81,14 +80,17 @@ def test_rounds_of_a_chained_request_are_chained(client, upstream):
 def test_deleting_the_id_of_a_reloaded_response_deletes_the_exchange_too(proxy_url, upstream):
     client = openai.OpenAI(base_url=f"{proxy_url}/v1", api_key="sk-delete-key", max_retries=0, timeout=20)
     upstream.handler = reload_then_answer()
-    assert client.responses.create(model="gpt-5", input=history(), tools=TOOLS, extra_headers=HEADERS).id == \
-        "resp_round_1"
+    assert (
+        client.responses.create(model="gpt-5", input=history(), tools=TOOLS, extra_headers=HEADERS).id == "resp_round_1"
+    )
     upstream.handler = default_handler
     assert wait_for_chain(client, upstream, "resp_round_1") == "resp_round_2"
     upstream.requests.clear()
     client.responses.delete("resp_round_1")
     assert [(r.method, r.path) for r in upstream.requests] == [
-        ("DELETE", "/v1/responses/resp_round_1"), ("DELETE", "/v1/responses/resp_round_2")]
+        ("DELETE", "/v1/responses/resp_round_1"),
+        ("DELETE", "/v1/responses/resp_round_2"),
+    ]
     assert upstream.requests[1].headers["authorization"] == "Bearer sk-delete-key"
     upstream.requests.clear()
     client.responses.delete("resp_unrelated")
@@ -101,9 +103,11 @@ def mixed_round(response_id: str):
     from tests.harness.servers import scripted
 
     def first(rec):
-        return answering(function_call("read_logs", {"path": "/other.log"}, call_id="call_client_2", id="fc_c2"),
-                         function_call("context_reload", {"ref": refs_in_input(rec)[0]}, call_id="call_inj_2",
-                                       id="fc_i2"), id=response_id)(rec)
+        return answering(
+            function_call("read_logs", {"path": "/other.log"}, call_id="call_client_2", id="fc_c2"),
+            function_call("context_reload", {"ref": refs_in_input(rec)[0]}, call_id="call_inj_2", id="fc_i2"),
+            id=response_id,
+        )(rec)
 
     return scripted(first, answering(message("all done"), id=f"{response_id}_next"))
 
@@ -115,8 +119,13 @@ def test_an_injected_call_beside_the_clients_is_answered_in_the_clients_next_req
     assert result.id == "resp_mix_1"
     assert [(o.type, o.call_id) for o in result.output] == [("function_call", "call_client_2")]
     upstream.requests.clear()
-    client.responses.create(model="gpt-5", previous_response_id="resp_mix_1", tools=TOOLS, extra_headers=HEADERS,
-                            input=[function_call_output("call_client_2", "no such file")])
+    client.responses.create(
+        model="gpt-5",
+        previous_response_id="resp_mix_1",
+        tools=TOOLS,
+        extra_headers=HEADERS,
+        input=[function_call_output("call_client_2", "no such file")],
+    )
     [sent] = upstream.responses_requests()
     assert sent.json()["previous_response_id"] == "resp_mix_1"
     carried, own = input_items(sent)
@@ -128,14 +137,22 @@ def test_an_injected_call_beside_the_clients_is_answered_in_the_clients_next_req
 def test_in_a_conversation_the_answer_is_carried_once(proxy_url, upstream):
     client = openai.OpenAI(base_url=f"{proxy_url}/v1", api_key="sk-conversation-key", max_retries=0, timeout=20)
     upstream.handler = mixed_round("resp_conv_1")
-    events = list(client.responses.create(model="gpt-5", input=history(), tools=TOOLS, conversation="conv_9",
-                                          stream=True, extra_headers=HEADERS))
+    events = list(
+        client.responses.create(
+            model="gpt-5", input=history(), tools=TOOLS, conversation="conv_9", stream=True, extra_headers=HEADERS
+        )
+    )
     done = [e for e in events if e.type == "response.completed"]
     assert [o.call_id for o in done[0].response.output] == ["call_client_2"]
     for expected in (["call_inj_2", "call_client_2"], ["call_client_2"]):
         upstream.requests.clear()
-        client.responses.create(model="gpt-5", conversation="conv_9", tools=TOOLS, extra_headers=HEADERS,
-                                input=[function_call_output("call_client_2", "no such file")])
+        client.responses.create(
+            model="gpt-5",
+            conversation="conv_9",
+            tools=TOOLS,
+            extra_headers=HEADERS,
+            input=[function_call_output("call_client_2", "no such file")],
+        )
         [sent] = upstream.responses_requests()
         assert sent.json()["conversation"] == "conv_9" and "previous_response_id" not in sent.json()
         assert [i["call_id"] for i in input_items(sent)] == expected

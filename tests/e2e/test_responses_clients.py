@@ -14,31 +14,58 @@ import httpx2
 import openai
 import pytest
 
-from tests.harness.responses import (answering, events, function_call, function_call_output, input_items,
-                                     message, parse_sse, reasoning, refs_in_input, response, sse_stream,
-                                     tool_names, usage)
+from tests.harness.responses import (
+    answering,
+    events,
+    function_call,
+    function_call_output,
+    input_items,
+    message,
+    parse_sse,
+    reasoning,
+    refs_in_input,
+    response,
+    sse_stream,
+    tool_names,
+    usage,
+)
 from tests.harness.servers import scripted
 
-HEADERS = {"X-Offload-Max-Total-Tokens": "1000", "X-Offload-Max-Tool-Message-Tokens": "500",
-           "X-Offload-Max-Reload-Tokens": "50000"}
+HEADERS = {
+    "X-Offload-Max-Total-Tokens": "1000",
+    "X-Offload-Max-Tool-Message-Tokens": "500",
+    "X-Offload-Max-Reload-Tokens": "50000",
+}
 # An ordinary-looking line in the middle: no error word, no path, so no preview keeps it in view; only a reload finds it.
 NEEDLE = "2024-05-01T12:06:17Z NOTICE deploy-7 rollout paused at 512 MiB by the quota"
-LOG = "\n".join(NEEDLE if i == 377 else
-                f"2024-05-01T12:{i // 60:02d}:{i % 60:02d}Z INFO worker-{i % 7} GET /api/items/{i} 200 {i % 97} ms"
-                for i in range(480))
+LOG = "\n".join(
+    NEEDLE
+    if i == 377
+    else f"2024-05-01T12:{i // 60:02d}:{i % 60:02d}Z INFO worker-{i % 7} GET /api/items/{i} 200 {i % 97} ms"
+    for i in range(480)
+)
 CALL_ID = "call_read_logs_1"
-TOOLS = [{"type": "function", "name": "read_logs", "description": "Read a log file.", "strict": False,
-          "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}},
-         {"type": "web_search"}]
+TOOLS = [
+    {
+        "type": "function",
+        "name": "read_logs",
+        "description": "Read a log file.",
+        "strict": False,
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+    },
+    {"type": "web_search"},
+]
 ANSWER = "The deploy failed: disk quota exceeded on /var/lib/app."
 
 
 def history() -> list[dict]:
     """user, the model's call of the client's tool, its 30 KB output, a new user message."""
-    return [{"role": "user", "content": "Why did the deploy fail? Read the logs."},
-            function_call("read_logs", {"path": "/var/log/deploy.log"}, call_id=CALL_ID, id="fc_read_logs_1"),
-            function_call_output(CALL_ID, LOG),
-            {"role": "user", "content": "Summarise the failure in one sentence."}]
+    return [
+        {"role": "user", "content": "Why did the deploy fail? Read the logs."},
+        function_call("read_logs", {"path": "/var/log/deploy.log"}, call_id=CALL_ID, id="fc_read_logs_1"),
+        function_call_output(CALL_ID, LOG),
+        {"role": "user", "content": "Summarise the failure in one sentence."},
+    ]
 
 
 def the_output(items: list[dict]) -> str:
@@ -51,10 +78,11 @@ def assert_offloaded(rec) -> str:
     sent = history()
     got = input_items(rec)
     assert len(LOG) > 30_000
-    assert [(i.get("type"), i.get("role"), i.get("call_id")) for i in got[:len(sent)]] == \
-        [(i.get("type"), i.get("role"), i.get("call_id")) for i in sent]
+    assert [(i.get("type"), i.get("role"), i.get("call_id")) for i in got[: len(sent)]] == [
+        (i.get("type"), i.get("role"), i.get("call_id")) for i in sent
+    ]
     assert got[1] == sent[1] and got[0] == sent[0] and got[3] == sent[3]
-    marker = the_output(got[:len(sent)])
+    marker = the_output(got[: len(sent)])
     assert marker.startswith("[offloaded tool result: ") and len(marker) < 2_000, marker[:200]
     assert NEEDLE not in json.dumps(rec.json())
     [ref] = refs_in_input(rec)
@@ -75,8 +103,7 @@ def assert_tools(rec) -> None:
 
 
 def test_a_large_output_goes_upstream_as_a_marker(client, upstream):
-    raw = client.responses.with_raw_response.create(model="gpt-5", input=history(), tools=TOOLS,
-                                                    extra_headers=HEADERS)
+    raw = client.responses.with_raw_response.create(model="gpt-5", input=history(), tools=TOOLS, extra_headers=HEADERS)
     result = raw.parse()
     assert result.output_text == "Hello there"
     [rec] = upstream.responses_requests()
@@ -89,8 +116,9 @@ def test_a_large_output_goes_upstream_as_a_marker(client, upstream):
     # the response echoes the tools it was given: the client sees only its own
     assert [t.get("name") or t["type"] for t in raw.http_response.json()["tools"]] == ["read_logs", "web_search"]
 
-    again = client.responses.with_raw_response.create(model="gpt-5", input=history(), tools=TOOLS,
-                                                      extra_headers=HEADERS)
+    again = client.responses.with_raw_response.create(
+        model="gpt-5", input=history(), tools=TOOLS, extra_headers=HEADERS
+    )
     assert again.headers["x-offload-refs-created"] == "0"
     second = upstream.responses_requests()[1]
     assert second.body == rec.body  # same ref, same marker: the provider's prompt cache keeps hitting
@@ -98,10 +126,22 @@ def test_a_large_output_goes_upstream_as_a_marker(client, upstream):
 
 
 def test_a_small_request_is_relayed_byte_for_byte(proxy_url, upstream):
-    body = json.dumps({"model": "gpt-5", "input": [{"role": "user", "content": "hi"}], "tools": TOOLS,
-                       "previous_response_id": "resp_prev_1", "store": True}, indent=1).encode()
-    r = httpx2.post(f"{proxy_url}/v1/responses", content=body, timeout=20,
-                    headers={"authorization": "Bearer sk-test-key", "content-type": "application/json", **HEADERS})
+    body = json.dumps(
+        {
+            "model": "gpt-5",
+            "input": [{"role": "user", "content": "hi"}],
+            "tools": TOOLS,
+            "previous_response_id": "resp_prev_1",
+            "store": True,
+        },
+        indent=1,
+    ).encode()
+    r = httpx2.post(
+        f"{proxy_url}/v1/responses",
+        content=body,
+        timeout=20,
+        headers={"authorization": "Bearer sk-test-key", "content-type": "application/json", **HEADERS},
+    )
     assert r.status_code == 200 and r.json()["output"][0]["content"][0]["text"] == "Hello there"
     [rec] = upstream.responses_requests()
     assert rec.body == body
@@ -110,8 +150,13 @@ def test_a_small_request_is_relayed_byte_for_byte(proxy_url, upstream):
 
 def test_previous_response_id_with_a_new_output_is_relayed(client, upstream):
     """A client chaining on the server's state sends only the new items: they reach the upstream."""
-    result = client.responses.create(model="gpt-5", previous_response_id="resp_prev_2", tools=TOOLS,
-                                     input=[function_call_output(CALL_ID, "exit code 0")], extra_headers=HEADERS)
+    result = client.responses.create(
+        model="gpt-5",
+        previous_response_id="resp_prev_2",
+        tools=TOOLS,
+        input=[function_call_output(CALL_ID, "exit code 0")],
+        extra_headers=HEADERS,
+    )
     assert result.output_text == "Hello there" and result.previous_response_id == "resp_prev_2"
     [rec] = upstream.responses_requests()
     assert rec.json()["previous_response_id"] == "resp_prev_2"
@@ -128,26 +173,34 @@ def reload_then_answer():
     def first(rec):
         if not refs_in_input(rec):  # nothing offloaded: say so, the test's assertions show it
             return answering(message("no ref in the input"))(rec)
-        return answering(reasoning("**Need the full log**", encrypted_content="gAAAAB-round-1"),
-                         function_call("context_reload", {"ref": refs_in_input(rec)[0]}, call_id="call_reload_1",
-                                       id="fc_reload_1"),
-                         usage=usage(1_000, 20, cached=100, reasoning_tokens=10), id="resp_round_1")(rec)
+        return answering(
+            reasoning("**Need the full log**", encrypted_content="gAAAAB-round-1"),
+            function_call("context_reload", {"ref": refs_in_input(rec)[0]}, call_id="call_reload_1", id="fc_reload_1"),
+            usage=usage(1_000, 20, cached=100, reasoning_tokens=10),
+            id="resp_round_1",
+        )(rec)
 
-    return scripted(first, answering(message(ANSWER, id="msg_answer"), usage=usage(3_000, 30, cached=800,
-                                                                                    reasoning_tokens=5),
-                                     id="resp_round_2"))
+    return scripted(
+        first,
+        answering(
+            message(ANSWER, id="msg_answer"), usage=usage(3_000, 30, cached=800, reasoning_tokens=5), id="resp_round_2"
+        ),
+    )
 
 
 def assert_second_round(upstream) -> None:
     first, second = upstream.responses_requests()
     ref = assert_offloaded(first)
     sent, again = input_items(first), input_items(second)
-    assert again[:len(sent)] == sent  # the history as forwarded, byte-stable
-    added = again[len(sent):]
+    assert again[: len(sent)] == sent  # the history as forwarded, byte-stable
+    added = again[len(sent) :]
     assert [i.get("type") for i in added] == ["reasoning", "function_call", "function_call_output"]
     assert added[0]["id"] and added[0]["encrypted_content"] == "gAAAAB-round-1"
-    assert (added[1]["name"], added[1]["call_id"], json.loads(added[1]["arguments"])) == \
-        ("context_reload", "call_reload_1", {"ref": ref})
+    assert (added[1]["name"], added[1]["call_id"], json.loads(added[1]["arguments"])) == (
+        "context_reload",
+        "call_reload_1",
+        {"ref": ref},
+    )
     assert added[2]["call_id"] == "call_reload_1" and added[2]["output"] == LOG
     assert_tools(second)
 
@@ -167,8 +220,7 @@ def assert_one_response(result) -> None:
 
 def test_reload_round_is_invisible(client, upstream):
     upstream.handler = reload_then_answer()
-    raw = client.responses.with_raw_response.create(model="gpt-5", input=history(), tools=TOOLS,
-                                                    extra_headers=HEADERS)
+    raw = client.responses.with_raw_response.create(model="gpt-5", input=history(), tools=TOOLS, extra_headers=HEADERS)
     assert_one_response(raw.parse())
     assert_second_round(upstream)
     assert raw.headers["x-offload-refs"] == "1"
@@ -177,10 +229,10 @@ def test_reload_round_is_invisible(client, upstream):
 @pytest.mark.anyio
 async def test_reload_round_is_invisible_async(upstream, proxy_url):
     upstream.handler = reload_then_answer()
-    async with openai.AsyncOpenAI(base_url=f"{proxy_url}/v1", api_key="sk-test-key", max_retries=0,
-                                  timeout=20) as aclient:
-        result = await aclient.responses.create(model="gpt-5", input=history(), tools=TOOLS,
-                                                extra_headers=HEADERS)
+    async with openai.AsyncOpenAI(
+        base_url=f"{proxy_url}/v1", api_key="sk-test-key", max_retries=0, timeout=20
+    ) as aclient:
+        result = await aclient.responses.create(model="gpt-5", input=history(), tools=TOOLS, extra_headers=HEADERS)
     assert_one_response(result)
     assert_second_round(upstream)
 
@@ -208,8 +260,7 @@ def assert_one_stream(events_seen: list) -> None:
 
 def test_reload_round_is_invisible_in_a_stream(client, upstream):
     upstream.handler = reload_then_answer()
-    stream = client.responses.create(model="gpt-5", input=history(), tools=TOOLS, stream=True,
-                                     extra_headers=HEADERS)
+    stream = client.responses.create(model="gpt-5", input=history(), tools=TOOLS, stream=True, extra_headers=HEADERS)
     assert_one_stream(list(stream))
     assert_second_round(upstream)
 
@@ -227,9 +278,13 @@ def test_reload_round_is_invisible_to_the_stream_helper(client, upstream):
 def test_reload_round_in_a_raw_stream_keeps_the_sse_framing(proxy_url, upstream):
     """Each event as `event: <type>` + `data: <json>`, and no `[DONE]` (the API sends none)."""
     upstream.handler = reload_then_answer()
-    with httpx2.stream("POST", f"{proxy_url}/v1/responses", timeout=20,
-                       headers={"authorization": "Bearer sk-test-key", **HEADERS},
-                       json={"model": "gpt-5", "input": history(), "tools": TOOLS, "stream": True}) as r:
+    with httpx2.stream(
+        "POST",
+        f"{proxy_url}/v1/responses",
+        timeout=20,
+        headers={"authorization": "Bearer sk-test-key", **HEADERS},
+        json={"model": "gpt-5", "input": history(), "tools": TOOLS, "stream": True},
+    ) as r:
         text = r.read().decode()
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
     assert "[DONE]" not in text
@@ -242,8 +297,7 @@ def test_a_call_of_the_clients_tool_reaches_the_client(client, upstream):
     """The model calling the client's own tool ends the round: the client gets the call as sent."""
     call = function_call("read_logs", {"path": "/var/log/other.log"}, call_id="call_client_2", id="fc_client_2")
     upstream.handler = scripted(answering(call))
-    stream = client.responses.create(model="gpt-5", input=history(), tools=TOOLS, stream=True,
-                                     extra_headers=HEADERS)
+    stream = client.responses.create(model="gpt-5", input=history(), tools=TOOLS, stream=True, extra_headers=HEADERS)
     done = [e for e in stream if e.type == "response.completed"]
     [rec] = upstream.responses_requests()
     assert_offloaded(rec)
@@ -263,10 +317,12 @@ def test_retrieve_delete_input_items_and_cancel_are_relayed(client, upstream):
     cancelled = client.responses.cancel("resp_abc123")
     assert cancelled.status == "cancelled"
     seen = [(r.method, r.path, r.query) for r in upstream.requests]
-    assert seen == [("GET", "/v1/responses/resp_abc123", "include%5B%5D=reasoning.encrypted_content"),
-                    ("DELETE", "/v1/responses/resp_abc123", ""),
-                    ("GET", "/v1/responses/resp_abc123/input_items", "limit=5"),
-                    ("POST", "/v1/responses/resp_abc123/cancel", "")]
+    assert seen == [
+        ("GET", "/v1/responses/resp_abc123", "include%5B%5D=reasoning.encrypted_content"),
+        ("DELETE", "/v1/responses/resp_abc123", ""),
+        ("GET", "/v1/responses/resp_abc123/input_items", "limit=5"),
+        ("POST", "/v1/responses/resp_abc123/cancel", ""),
+    ]
     assert all(r.headers["authorization"] == "Bearer sk-test-key" for r in upstream.requests)
 
 
@@ -278,8 +334,13 @@ def test_the_fake_upstreams_events_are_what_the_sdk_parses():
     from openai.types.responses import Response, ResponseStreamEvent
     from pydantic import TypeAdapter
 
-    resp = response(reasoning(), function_call("f", {"a": 1}), message("hello world"),
-                    usage=usage(100, 20, cached=50, reasoning_tokens=7), request={"model": "gpt-5", "tools": TOOLS})
+    resp = response(
+        reasoning(),
+        function_call("f", {"a": 1}),
+        message("hello world"),
+        usage=usage(100, 20, cached=50, reasoning_tokens=7),
+        request={"model": "gpt-5", "tools": TOOLS},
+    )
     Response.model_validate(resp)
     adapter = TypeAdapter(ResponseStreamEvent)
     seen = [adapter.validate_python(e) for e in events(resp)]

@@ -20,12 +20,15 @@ from starlette.responses import Response
 from proxy.core.compaction_token import PREFIX
 from proxy.core.markers import refs_in
 from tests.harness import responses as fake
-from tests.harness.responses import user_message as user, assistant_message as assistant
+from tests.harness.responses import assistant_message as assistant
+from tests.harness.responses import user_message as user
 from tests.harness.servers import SNAPSHOT, RedisProcess, failing_summaries, scripted
 
 # the SDK's Pydantic serializer warnings are errors here: the README's example printed one
-pytestmark = [pytest.mark.usefixtures("fresh_summary_memory"),
-              pytest.mark.filterwarnings("error:Pydantic serializer warnings:UserWarning")]
+pytestmark = [
+    pytest.mark.usefixtures("fresh_summary_memory"),
+    pytest.mark.filterwarnings("error:Pydantic serializer warnings:UserWarning"),
+]
 
 MODEL = "gpt-5"
 RELOAD = {"X-Offload-Max-Reload-Tokens": "100000"}
@@ -50,8 +53,9 @@ def history_lines(items: list[dict]) -> str:
 
 
 def sdk(proxy_url: str, key: str, **headers) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{proxy_url}/v1", api_key=key, max_retries=0, timeout=30,
-                         default_headers={**RELOAD, **headers})
+    return openai.OpenAI(
+        base_url=f"{proxy_url}/v1", api_key=key, max_retries=0, timeout=30, default_headers={**RELOAD, **headers}
+    )
 
 
 def dumped(compacted) -> dict:
@@ -75,7 +79,10 @@ def test_the_sdk_compacts_and_the_answer_is_openais_shape(proxy_url, upstream, k
     assert isinstance(compacted.created_at, int)
     *users, item = compacted.output
     assert item.type == "compaction" and item.encrypted_content.startswith(PREFIX) and item.id.startswith("cmp_")
-    assert [u.model_dump(exclude_unset=True, warnings=False) for u in users] == [TASK, HISTORY[4]]  # the user messages, in order
+    assert [u.model_dump(exclude_unset=True, warnings=False) for u in users] == [
+        TASK,
+        HISTORY[4],
+    ]  # the user messages, in order
     assert (compacted.usage.input_tokens, compacted.usage.output_tokens, compacted.usage.total_tokens) == (300, 40, 340)
     [summary_call] = upstream.summary_requests()
     assert summary_call.json()["instructions"] == "Be brief." and summary_call.json()["model"] == MODEL
@@ -114,12 +121,19 @@ def test_a_later_turn_gets_the_summary_and_reloads_the_originals_byte_exact(prox
 def test_a_compaction_of_a_compacted_history_folds_the_summary(proxy_url, upstream, key):
     client = sdk(proxy_url, key)
     first = client.responses.compact(model=MODEL, input=HISTORY)
-    later = [*[o.model_dump(exclude_unset=True, warnings=False) for o in first.output], user("Now production."),
-             assistant("Deployed to production.")]
+    later = [
+        *[o.model_dump(exclude_unset=True, warnings=False) for o in first.output],
+        user("Now production."),
+        assistant("Deployed to production."),
+    ]
     second = client.responses.compact(model=MODEL, input=later)
     *users, item = second.output
     assert item.encrypted_content != first.output[-1].encrypted_content
-    assert [u.model_dump(exclude_unset=True, warnings=False) for u in users] == [TASK, HISTORY[4], user("Now production.")]
+    assert [u.model_dump(exclude_unset=True, warnings=False) for u in users] == [
+        TASK,
+        HISTORY[4],
+        user("Now production."),
+    ]
     summary_call = upstream.summary_requests()[-1]
     assert first.output[-1].encrypted_content.encode() not in summary_call.body  # the record, not the token
     assert SNAPSHOT.encode() in summary_call.body
@@ -130,25 +144,39 @@ def test_nothing_to_fold_still_answers_a_compaction_standing_for_the_input(proxy
     compacted = client.responses.compact(model=MODEL, input="just the task")
     *users, item = compacted.output
     assert [u.model_dump(exclude_unset=True, warnings=False) for u in users] == [
-        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "just the task"}]}]
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "just the task"}]}
+    ]
     assert compacted.usage.total_tokens == 0 and not upstream.summary_requests()
-    client.responses.create(model=MODEL, store=False, input=[item.model_dump(exclude_unset=True, warnings=False), user("next")])
-    assert fake.input_items(upstream.responses_requests()[-1]) == [{"role": "user", "content": "just the task"},
-                                                                  user("next")]
+    client.responses.create(
+        model=MODEL, store=False, input=[item.model_dump(exclude_unset=True, warnings=False), user("next")]
+    )
+    assert fake.input_items(upstream.responses_requests()[-1]) == [
+        {"role": "user", "content": "just the task"},
+        user("next"),
+    ]
 
 
 def test_a_failing_summary_fails_the_compaction(proxy_url, upstream, key):
     upstream.handler = failing_summaries
-    r = httpx2.post(f"{proxy_url}/v1/responses/compact", json={"model": MODEL, "input": HISTORY},
-                    headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    r = httpx2.post(
+        f"{proxy_url}/v1/responses/compact",
+        json={"model": MODEL, "input": HISTORY},
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=30,
+    )
     assert r.status_code == 502, r.text
     assert r.json()["error"]["code"] == "compaction_failed" and r.json()["error"]["type"] == "server_error"
     assert not upstream.responses_requests()
 
 
 def test_relayed_byte_for_byte_to_a_native_upstream(proxy_url, upstream, key):
-    native = {"id": "resp_native", "object": "response.compaction", "created_at": 1_700_000_000,
-              "output": [TASK, fake.NATIVE_COMPACTION], "usage": fake.usage(1000, 100)}
+    native = {
+        "id": "resp_native",
+        "object": "response.compaction",
+        "created_at": 1_700_000_000,
+        "output": [TASK, fake.NATIVE_COMPACTION],
+        "usage": fake.usage(1000, 100),
+    }
     answer = json.dumps(native, separators=(",", ":")).encode()
 
     async def handler(request, rec):
@@ -156,16 +184,25 @@ def test_relayed_byte_for_byte_to_a_native_upstream(proxy_url, upstream, key):
 
     upstream.handler = handler
     body = json.dumps({"model": MODEL, "input": HISTORY, "previous_response_id": None}).encode()
-    r = httpx2.post(f"{proxy_url}/v1/responses/compact", content=body, timeout=30,
-                    headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json",
-                             "X-Offload-Context-Management": "relay"})
+    r = httpx2.post(
+        f"{proxy_url}/v1/responses/compact",
+        content=body,
+        timeout=30,
+        headers={
+            "Authorization": f"Bearer {key}",
+            "Content-Type": "application/json",
+            "X-Offload-Context-Management": "relay",
+        },
+    )
     assert r.status_code == 200 and r.content == answer
     [rec] = upstream.requests
     assert rec.path == "/v1/responses/compact" and rec.body == body
     assert "x-offload-action" not in r.headers
     client = sdk(proxy_url, key, **{"X-Offload-Context-Management": "relay"})
-    assert client.responses.compact(model=MODEL, input=HISTORY).output[-1].encrypted_content == \
-        fake.NATIVE_COMPACTION["encrypted_content"]
+    assert (
+        client.responses.compact(model=MODEL, input=HISTORY).output[-1].encrypted_content
+        == fake.NATIVE_COMPACTION["encrypted_content"]
+    )
 
 
 def test_a_store_that_is_down_fails_the_compaction_with_a_503(make_proxy, upstream, key):
@@ -175,8 +212,12 @@ def test_a_store_that_is_down_fails_the_compaction_with_a_503(make_proxy, upstre
             assert sdk(url, key).responses.compact(model=MODEL, input=HISTORY).output[-1].type == "compaction"
             server.proc.kill()
             server.proc.wait()
-            r = httpx2.post(f"{url}/v1/responses/compact", json={"model": MODEL, "input": [*HISTORY, user("more")]},
-                            headers={"Authorization": f"Bearer {key}"}, timeout=30)
+            r = httpx2.post(
+                f"{url}/v1/responses/compact",
+                json={"model": MODEL, "input": [*HISTORY, user("more")]},
+                headers={"Authorization": f"Bearer {key}"},
+                timeout=30,
+            )
             assert r.status_code == 503, r.text
             assert r.json()["error"]["code"] == "store_unavailable" and "try again" in r.json()["error"]["message"]
     finally:
@@ -189,8 +230,11 @@ def test_the_compaction_is_recorded_as_a_managed_request(make_proxy, upstream, k
         admin = {"Authorization": "Bearer admin-secret-token-0123456789"}
         metrics = httpx2.get(f"{url}/metrics", headers=admin).text
         deadline = time.monotonic() + 10  # the recorder flushes about once a second
-        while (totals := httpx2.get(f"{url}/v1/offload/stats", params={"window": "1h"}, headers=admin,
-                                    timeout=10).json()["totals"])["requests"] < 1:
+        while (
+            totals := httpx2.get(f"{url}/v1/offload/stats", params={"window": "1h"}, headers=admin, timeout=10).json()[
+                "totals"
+            ]
+        )["requests"] < 1:
             assert time.monotonic() < deadline, totals
             time.sleep(0.2)
     assert 'route="responses_compact"' in metrics
@@ -241,8 +285,9 @@ def test_a_developer_item_reaches_the_upstream_once_after_a_compaction(proxy_url
 def test_a_developer_item_reaches_the_upstream_once_after_a_threshold_compaction(proxy_url, upstream, key):
     client = sdk(proxy_url, key)
     big = [DEVELOPER, *HISTORY, user("Summarise the build " + " ".join(f"w{i}" for i in range(600)))]
-    first = client.responses.create(model=MODEL, store=False, input=big,
-                                    context_management=[{"type": "compaction", "compact_threshold": 1000}])
+    first = client.responses.create(
+        model=MODEL, store=False, input=big, context_management=[{"type": "compaction", "compact_threshold": 1000}]
+    )
     item = first.output[0].model_dump(exclude_unset=True, warnings=False)
     assert item["type"] == "compaction"
     client.responses.create(model=MODEL, store=False, input=[DEVELOPER, item, user("next")])

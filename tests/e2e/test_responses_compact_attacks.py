@@ -13,18 +13,16 @@ import pytest
 
 from proxy.core.compaction_token import PREFIX
 from proxy.core.compression import USER_KEEP_CHARS
-from tests.harness.requests import post
 from tests.harness import responses as fake
-from tests.harness.servers import scripted
 from tests.harness.compaction import BUILD_HISTORY, BUILD_OUTPUT, continued
 from tests.harness.compaction import assert_refused as refused
+from tests.harness.requests import post
+from tests.harness.servers import scripted
 
 pytestmark = pytest.mark.usefixtures("fresh_summary_memory")
 
 MODEL = "gpt-5"
 BIG, HISTORY = BUILD_OUTPUT, BUILD_HISTORY
-
-
 
 
 def new_key() -> str:
@@ -57,15 +55,23 @@ def test_another_credentials_token_is_refused(proxy_url, upstream, path):
 
 
 def flipped(token: str, at: int) -> str:
-    body = token[len(PREFIX):]
+    body = token[len(PREFIX) :]
     raw = bytearray(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
     raw[at] ^= 0x01
     return PREFIX + base64.urlsafe_b64encode(bytes(raw)).decode().rstrip("=")
 
 
-@pytest.mark.parametrize("forge", [lambda t: flipped(t, 0), lambda t: flipped(t, 31), lambda t: t + "AAAA",
-                                   lambda t: PREFIX + "not base64 !!", lambda t: "offload-compaction-v9:abc",
-                                   lambda t: PREFIX + "A" * 10_000])
+@pytest.mark.parametrize(
+    "forge",
+    [
+        lambda t: flipped(t, 0),
+        lambda t: flipped(t, 31),
+        lambda t: t + "AAAA",
+        lambda t: PREFIX + "not base64 !!",
+        lambda t: "offload-compaction-v9:abc",
+        lambda t: PREFIX + "A" * 10_000,
+    ],
+)
 @pytest.mark.parametrize("path", ["responses", "responses/compact"])
 def test_a_forged_token_is_refused(proxy_url, upstream, forge, path):
     key = new_key()
@@ -84,13 +90,17 @@ def test_a_token_whose_record_expired_is_refused_clearly(make_proxy, upstream, t
             deleted = db.execute("DELETE FROM kv WHERE key LIKE '%:compaction:%'").rowcount
         assert deleted == 1
         for path in ("responses", "responses/compact"):
-            assert_refused(post(url, f"/v1/{path}", body=continued(token), key=key), "no longer holds what it stood for")
+            assert_refused(
+                post(url, f"/v1/{path}", body=continued(token), key=key), "no longer holds what it stood for"
+            )
     assert not upstream.responses_requests()
 
 
 def test_ten_thousand_items_compact_without_failing(proxy_url, upstream):
-    items = [{"type": "message", "role": "user" if i % 2 == 0 else "assistant",
-              "content": f"message {i}"} for i in range(10_000)]
+    items = [
+        {"type": "message", "role": "user" if i % 2 == 0 else "assistant", "content": f"message {i}"}
+        for i in range(10_000)
+    ]
     r = post(proxy_url, "/v1/responses/compact", body={"model": MODEL, "input": items}, key=new_key())
     assert r.status_code == 200, r.text
     output = r.json()["output"]
@@ -103,8 +113,12 @@ def test_ten_thousand_items_compact_without_failing(proxy_url, upstream):
 
 def test_more_items_than_the_limit_is_a_400(make_proxy, upstream):
     with make_proxy(max_messages=100) as url:
-        r = post(url, "/v1/responses/compact",
-                 body={"model": MODEL, "input": [{"role": "user", "content": "x"}] * 101}, key=new_key())
+        r = post(
+            url,
+            "/v1/responses/compact",
+            body={"model": MODEL, "input": [{"role": "user", "content": "x"}] * 101},
+            key=new_key(),
+        )
     assert r.status_code == 400 and r.json()["error"]["code"] == "too_many_messages"
 
 
@@ -129,16 +143,27 @@ def test_every_field_with_another_json_type_is_a_400(proxy_url, upstream, field,
     assert r.status_code in (200, 400), r.text
     if r.status_code == 400:
         assert r.json()["error"]["type"] == "invalid_request_error" and r.json()["error"]["param"], r.text
-    expected_ok = (value is None and field in ("instructions", "previous_response_id")) or (
-        isinstance(value, str) and field in ("model", "input", "instructions")) or (
-        field == "input" and value == [])
+    expected_ok = (
+        (value is None and field in ("instructions", "previous_response_id"))
+        or (isinstance(value, str) and field in ("model", "input", "instructions"))
+        or (field == "input" and value == [])
+    )
     assert (r.status_code == 200) == expected_ok, (field, value, r.text)
 
 
-@pytest.mark.parametrize("item", [1, "s", None, [], {"type": "message", "role": 1, "content": "x"},
-                                  {"type": "message", "role": "user", "content": 5},
-                                  {"type": "function_call_output", "call_id": "c", "output": [1]},
-                                  {"type": "compaction", "encrypted_content": 7}])
+@pytest.mark.parametrize(
+    "item",
+    [
+        1,
+        "s",
+        None,
+        [],
+        {"type": "message", "role": 1, "content": "x"},
+        {"type": "message", "role": "user", "content": 5},
+        {"type": "function_call_output", "call_id": "c", "output": [1]},
+        {"type": "compaction", "encrypted_content": 7},
+    ],
+)
 def test_input_items_of_other_types_are_a_400(proxy_url, upstream, item):
     r = post(proxy_url, "/v1/responses/compact", body={"model": MODEL, "input": [item]}, key=new_key())
     assert r.status_code == 400, r.text
@@ -153,8 +178,7 @@ def test_bodies_that_are_not_a_json_object_are_a_400(proxy_url, upstream, raw):
 
 
 def test_previous_response_id_is_a_clear_400_when_emulating(proxy_url, upstream):
-    r = post(proxy_url, "/v1/responses/compact", body={"model": MODEL, "previous_response_id": "resp_1"},
-             key=new_key())
+    r = post(proxy_url, "/v1/responses/compact", body={"model": MODEL, "previous_response_id": "resp_1"}, key=new_key())
     assert r.status_code == 400
     assert r.json()["error"]["param"] == "previous_response_id" and "input" in r.json()["error"]["message"]
     assert not upstream.requests

@@ -17,9 +17,13 @@ from tests.harness.responses import answering, function_call, input_items, messa
 from tests.harness.servers import scripted
 from tests.unit.formats.test_responses_compaction import OFFLOADED
 
-HEADERS = {"authorization": "Bearer sk-test-key", "X-Offload-Max-Total-Tokens": "1000",
-           "X-Offload-Max-Tool-Message-Tokens": "500", "X-Offload-Max-Reload-Tokens": "50000",
-           "X-Offload-Mode": "compact"}  # compaction only: no summary replaces the history
+HEADERS = {
+    "authorization": "Bearer sk-test-key",
+    "X-Offload-Max-Total-Tokens": "1000",
+    "X-Offload-Max-Tool-Message-Tokens": "500",
+    "X-Offload-Max-Reload-Tokens": "50000",
+    "X-Offload-Mode": "compact",
+}  # compaction only: no summary replaces the history
 
 
 def labelled(output: dict, label: str) -> tuple[dict, str]:
@@ -48,15 +52,23 @@ def history() -> tuple[list[dict], dict[int, str]]:
 
 
 def reload_every_ref(rec):
-    return answering(*[function_call("context_reload", {"ref": ref}, call_id=f"call_reload_{i}")
-                       for i, ref in enumerate(refs_in_input(rec))])(rec)
+    return answering(
+        *[
+            function_call("context_reload", {"ref": ref}, call_id=f"call_reload_{i}")
+            for i, ref in enumerate(refs_in_input(rec))
+        ]
+    )(rec)
 
 
 def test_every_listed_output_goes_upstream_as_a_marker_and_reloads(proxy_url, upstream):
     upstream.handler = scripted(reload_every_ref, answering(message("done")))
     items, texts = history()
-    r = httpx2.post(f"{proxy_url}/v1/responses", json={"model": "gpt-5", "input": items, "store": False},
-                    headers=HEADERS, timeout=30)
+    r = httpx2.post(
+        f"{proxy_url}/v1/responses",
+        json={"model": "gpt-5", "input": items, "store": False},
+        headers=HEADERS,
+        timeout=30,
+    )
     assert r.status_code == 200, r.text
     first, second = upstream.responses_requests()
     sent = input_items(first)
@@ -73,6 +85,6 @@ def test_every_listed_output_goes_upstream_as_a_marker_and_reloads(proxy_url, up
         assert "ref=" in shown and texts[position][-200:] not in shown, item["type"]
     # the reload round: each ref's exact text, and the history as first forwarded
     again = input_items(second)
-    assert again[:len(sent)] == sent
-    reloaded = [i["output"] for i in again[len(sent):] if i.get("type") == "function_call_output"]
+    assert again[: len(sent)] == sent
+    reloaded = [i["output"] for i in again[len(sent) :] if i.get("type") == "function_call_output"]
     assert reloaded == list(texts.values())

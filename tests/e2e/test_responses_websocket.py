@@ -16,8 +16,13 @@ from tests.harness.websocket import Socket, completed, texts
 
 LINES = 3000
 SEQ = "\n".join(str(i) for i in range(1, LINES + 1))
-SETTINGS = {"mode": "compact", "max_total_tokens": 2000, "max_tool_message_tokens": 500, "keep_recent": 0,
-            "max_reload_tokens": 50_000}
+SETTINGS = {
+    "mode": "compact",
+    "max_total_tokens": 2000,
+    "max_tool_message_tokens": 500,
+    "keep_recent": 0,
+    "max_reload_tokens": 50_000,
+}
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +65,16 @@ def test_previous_response_id_with_store_false_sends_the_whole_history(ws_proxy,
     *_, third, fork = [r.json() for r in upstream.responses_requests()]
     assert "previous_response_id" not in third and third["store"] is False
     assert "instructions" not in third  # as on OpenAI: a continuation does not carry the previous instructions
-    assert [(i.get("role"), i.get("content") if i.get("role") == "user" else i["content"][0]["text"])
-            for i in third["input"]] == [("user", "one"), ("assistant", "Hello there"), ("user", "two"),
-                                         ("assistant", "Hello there"), ("user", "three")]
+    assert [
+        (i.get("role"), i.get("content") if i.get("role") == "user" else i["content"][0]["text"])
+        for i in third["input"]
+    ] == [
+        ("user", "one"),
+        ("assistant", "Hello there"),
+        ("user", "two"),
+        ("assistant", "Hello there"),
+        ("user", "three"),
+    ]
     answers = [i for i in third["input"] if i["role"] == "assistant"]
     assert [i["id"] for i in answers] == [one["output"][0]["id"], two["output"][0]["id"]]  # as the responses gave them
     assert [i.get("role") for i in fork["input"]] == ["user", "assistant", "user"]
@@ -148,13 +160,14 @@ def test_a_large_tool_output_is_offloaded_and_reloaded_in_a_hidden_round(ws_prox
         second = completed(got)
         assert texts(second) == [f"RELOADED {LINES} lines"]
         assert "context_reload" not in json.dumps(got)  # the reload round stays hidden
-        third = completed(ws.create(input=[user("and now?")], tools=tools, store=False,
-                                    previous_response_id=second["id"]))
+        third = completed(
+            ws.create(input=[user("and now?")], tools=tools, store=False, previous_response_id=second["id"])
+        )
     one, two, reload_round, four = upstream.responses_requests()
     offloaded = input_items(two)[-1]["output"]
     assert offloaded.startswith("[offloaded tool result: ") and SEQ not in two.body.decode()
     [ref] = REF.findall(offloaded)
     assert SEQ in input_items(reload_round)[-1]["output"]
     # the next turn: the same history, offloaded the same way (the provider's cache prefix holds)
-    assert input_items(four)[:len(input_items(two))] == input_items(two)
+    assert input_items(four)[: len(input_items(two))] == input_items(two)
     assert texts(third) == [f"STILL {[ref]}"]

@@ -27,7 +27,9 @@ def test_a_type_of_another_json_type_is_an_error_event(proxy_url, upstream, kind
         assert texts(completed(ws.create(input="still here"))) == ["Hello there"]
 
 
-@pytest.mark.parametrize("frame", ["null", "7", '"response.create"', "[]", "true", "1e999", '{"type": "response.create"'])
+@pytest.mark.parametrize(
+    "frame", ["null", "7", '"response.create"', "[]", "true", "1e999", '{"type": "response.create"']
+)
 def test_a_frame_of_another_json_type_is_an_error_event(proxy_url, upstream, frame):
     with Socket(proxy_url) as ws:
         ws.send(frame)
@@ -36,10 +38,17 @@ def test_a_frame_of_another_json_type_is_an_error_event(proxy_url, upstream, fra
         assert texts(completed(ws.create(input="still here"))) == ["Hello there"]
 
 
-@pytest.mark.parametrize("previous, stores", [
-    (["resp_x"], (False, True)), ({"id": "resp_x"}, (False, True)), (7, (False, True)), (True, (False, True)),
-    ("", (False,)), ("x" * 100_000, (False,)),  # a string with store true goes on as over HTTP
-])
+@pytest.mark.parametrize(
+    "previous, stores",
+    [
+        (["resp_x"], (False, True)),
+        ({"id": "resp_x"}, (False, True)),
+        (7, (False, True)),
+        (True, (False, True)),
+        ("", (False,)),
+        ("x" * 100_000, (False,)),  # a string with store true goes on as over HTTP
+    ],
+)
 def test_a_previous_response_id_of_another_type_is_a_clear_error(proxy_url, upstream, previous, stores):
     with Socket(proxy_url) as ws:
         for store in stores:
@@ -55,8 +64,13 @@ def test_the_upgrade_headers_do_not_reach_the_upstream(proxy_url, upstream):
         completed(ws.create(input="hi"))
     [sent] = upstream.responses_requests()
     names = {name for name, _ in sent.header_list}
-    assert not names & {"upgrade", "sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions",
-                        "sec-websocket-protocol"}
+    assert not names & {
+        "upgrade",
+        "sec-websocket-key",
+        "sec-websocket-version",
+        "sec-websocket-extensions",
+        "sec-websocket-protocol",
+    }
     assert sent.headers.get("connection", "").lower() != "upgrade"
     assert sent.headers["x-custom"] == "kept"
     # the beta that names the client's transport to the proxy is not the HTTP request's
@@ -135,9 +149,11 @@ def test_a_large_frame_is_read_and_its_body_written_off_the_event_loop(proxy_url
 # ---------------------------------------------------------------- compaction_trigger over the WebSocket
 
 TRIGGER = {"type": "compaction_trigger"}
-WORK = [{"type": "message", "role": "user", "content": "Run the tests."},
-        {"type": "function_call", "call_id": "c1", "name": "exec_command", "arguments": "{}"},
-        {"type": "function_call_output", "call_id": "c1", "output": "\n".join(f"test {i} ok" for i in range(300))}]
+WORK = [
+    {"type": "message", "role": "user", "content": "Run the tests."},
+    {"type": "function_call", "call_id": "c1", "name": "exec_command", "arguments": "{}"},
+    {"type": "function_call_output", "call_id": "c1", "output": "\n".join(f"test {i} ok" for i in range(300))},
+]
 
 
 @pytest.fixture
@@ -165,13 +181,19 @@ def test_a_trigger_continuing_a_held_response_compacts_the_whole_history(proxy_u
     assert len(upstream.responses_requests()) == 1  # the first turn only
 
 
-@pytest.mark.parametrize("items", [
-    [*WORK, TRIGGER, TRIGGER], [TRIGGER, *WORK], [TRIGGER], [*WORK, {**TRIGGER, "id": "ct_1"}],
-    [*WORK, {"type": "message", "role": "user", "content": [TRIGGER]}],  # inside a message: no trigger
-    [*WORK, {"type": ["compaction_trigger"]}], [*WORK, {"type": None}],
-])
-def test_triggers_of_other_shapes_are_error_events_or_no_trigger_never_a_close(proxy_url, upstream, items,
-                                                                                summarising):
+@pytest.mark.parametrize(
+    "items",
+    [
+        [*WORK, TRIGGER, TRIGGER],
+        [TRIGGER, *WORK],
+        [TRIGGER],
+        [*WORK, {**TRIGGER, "id": "ct_1"}],
+        [*WORK, {"type": "message", "role": "user", "content": [TRIGGER]}],  # inside a message: no trigger
+        [*WORK, {"type": ["compaction_trigger"]}],
+        [*WORK, {"type": None}],
+    ],
+)
+def test_triggers_of_other_shapes_are_error_events_or_no_trigger_never_a_close(proxy_url, upstream, items, summarising):
     with Socket(proxy_url) as ws:
         got = ws.create(input=items, store=False)
         assert got[-1]["type"] in ("error", "response.completed")
@@ -188,10 +210,16 @@ def test_continuing_a_compaction_response_by_its_id_goes_on_from_its_compaction_
     (Codex's way); both answer alike (docs/websocket.md)."""
     with Socket(proxy_url) as ws:
         done = compaction_of(ws.create(input=[*WORK, TRIGGER], store=False))
-        by_id = completed(ws.create(input="go on", store=False, previous_response_id=completed(
-            ws.create(input=[*WORK, TRIGGER], store=False))["id"]))
-        by_item = completed(ws.create(input=[done, {"type": "message", "role": "user", "content": "go on"}],
-                                      store=False))
+        by_id = completed(
+            ws.create(
+                input="go on",
+                store=False,
+                previous_response_id=completed(ws.create(input=[*WORK, TRIGGER], store=False))["id"],
+            )
+        )
+        by_item = completed(
+            ws.create(input=[done, {"type": "message", "role": "user", "content": "go on"}], store=False)
+        )
         assert texts(by_id) == texts(by_item) == ["Hello there"]
 
 
@@ -208,8 +236,11 @@ def test_a_failing_summary_is_a_502_error_event_and_the_connection_goes_on(proxy
     upstream.handler = failing
     with Socket(proxy_url) as ws:
         # a history of its own: a summary of WORK made by another test may be remembered by the process
-        [error] = ws.create(input=[*WORK, {"type": "message", "role": "user", "content": "failing"}, TRIGGER],
-                            store=False, stream_id="s")
+        [error] = ws.create(
+            input=[*WORK, {"type": "message", "role": "user", "content": "failing"}, TRIGGER],
+            store=False,
+            stream_id="s",
+        )
         assert (error["status"], error["error"]["code"], error["stream_id"]) == (502, "compaction_failed", "s")
         assert texts(completed(ws.create(input="still here"))) == ["Hello there"]
 
@@ -257,6 +288,7 @@ def test_connections_dropped_mid_response_leave_no_task_no_count_and_nothing_hel
         def tasks() -> int:
             async def count() -> int:
                 return len(asyncio.all_tasks())
+
             return asyncio.run_coroutine_threadsafe(count(), loop).result(10)
 
         def settled(check) -> bool:
@@ -303,8 +335,11 @@ def test_a_stored_chain_is_continued_over_the_websocket_by_its_own_tenant_only(m
             final = completed(ws.create(input=history(), tools=TOOLS))
         assert final["id"] == "resp_ws_chain_1" and NEEDLE not in json.dumps(final)
         upstream.handler = default_handler
-        follow = {"tools": TOOLS, "input": [function_call_output("call_client", "no file")],
-                  "previous_response_id": "resp_ws_chain_1"}
+        follow = {
+            "tools": TOOLS,
+            "input": [function_call_output("call_client", "no file")],
+            "previous_response_id": "resp_ws_chain_1",
+        }
         for key, headers in ((B, HEADERS), (A, {**HEADERS, "X-Offload-Tenant": "sub-1"})):
             with Socket(url, key, headers=headers) as ws:
                 got = ws.create(**follow)
@@ -327,9 +362,11 @@ def test_a_client_pinging_without_reading_is_dropped_not_buffered(proxy_url, ups
     with sockets.create_connection(("127.0.0.1", port), timeout=10) as raw:
         raw.setsockopt(sockets.SOL_SOCKET, sockets.SO_RCVBUF, 4096)
         key = base64.b64encode(os.urandom(16)).decode()
-        raw.sendall(f"GET /v1/responses HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                    f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
-                    "Authorization: Bearer sk-pinging\r\n\r\n".encode())
+        raw.sendall(
+            f"GET /v1/responses HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+            "Authorization: Bearer sk-pinging\r\n\r\n".encode()
+        )
         assert raw.recv(4096).startswith(b"HTTP/1.1 101")
         pings = (bytes([0x89, 0x80 | 125]) + b"\x00" * 4 + b"p" * 125) * 8000  # 1 MB of masked pings
         sent = 0

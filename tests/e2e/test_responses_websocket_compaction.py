@@ -17,8 +17,16 @@ import httpx2
 import pytest
 
 from proxy.core.compaction_token import ANY_VERSION, PREFIX
-from tests.e2e.test_responses_compaction_trigger import (DEVELOPER, HISTORY, MODEL, RELOAD, TASK, TRIGGER,
-                                                         history_lines, model)  # noqa: F401 (the fake model)
+from tests.e2e.test_responses_compaction_trigger import (
+    DEVELOPER,
+    HISTORY,
+    MODEL,
+    RELOAD,
+    TASK,
+    TRIGGER,
+    history_lines,  # noqa: F401 (the fake model)
+    model,
+)
 from tests.harness import responses as fake
 from tests.harness.responses import user_message as user
 from tests.harness.servers import SNAPSHOT, failing_summaries, scripted
@@ -26,8 +34,13 @@ from tests.harness.websocket import Socket, completed, texts
 
 pytestmark = [pytest.mark.usefixtures("fresh_summary_memory")]
 
-SEQUENCE = ["response.created", "response.in_progress", "response.output_item.added", "response.output_item.done",
-            "response.completed"]
+SEQUENCE = [
+    "response.created",
+    "response.in_progress",
+    "response.output_item.added",
+    "response.output_item.done",
+    "response.completed",
+]
 
 
 def socket(proxy_url: str, key: str, **headers: str) -> Socket:
@@ -35,11 +48,19 @@ def socket(proxy_url: str, key: str, **headers: str) -> Socket:
 
 
 def sse_events(proxy_url: str, key: str, body: dict) -> list[dict]:
-    with httpx2.stream("POST", f"{proxy_url}/v1/responses", json={**body, "stream": True}, timeout=30,
-                       headers={"Authorization": f"Bearer {key}", **RELOAD}) as r:
+    with httpx2.stream(
+        "POST",
+        f"{proxy_url}/v1/responses",
+        json={**body, "stream": True},
+        timeout=30,
+        headers={"Authorization": f"Bearer {key}", **RELOAD},
+    ) as r:
         assert r.status_code == 200, r.read()
-        return [json.loads(line[len("data: "):]) for line in r.iter_lines()
-                if line.startswith("data: ") and line != "data: [DONE]"]
+        return [
+            json.loads(line[len("data: ") :])
+            for line in r.iter_lines()
+            if line.startswith("data: ") and line != "data: [DONE]"
+        ]
 
 
 def never_upstream(upstream) -> None:
@@ -73,12 +94,12 @@ def test_a_continuation_on_the_same_connection_goes_on_from_the_compaction_item(
     with socket(proxy_url, key) as ws:
         compacted = completed(ws.create(model=MODEL, input=[*HISTORY, TRIGGER], store=False))
         # the held response: its history without the trigger, then its compaction item
-        go_on = ws.create(model=MODEL, input=[user("reload please")], store=False,
-                          previous_response_id=compacted["id"])
+        go_on = ws.create(model=MODEL, input=[user("reload please")], store=False, previous_response_id=compacted["id"])
         assert texts(completed(go_on)) == ["reloaded"]
         assert "context_reload" not in json.dumps(go_on)  # the reload round stays hidden
-        later = completed(ws.create(model=MODEL, input=[user("and now?")], store=False,
-                                    previous_response_id=completed(go_on)["id"]))
+        later = completed(
+            ws.create(model=MODEL, input=[user("and now?")], store=False, previous_response_id=completed(go_on)["id"])
+        )
         assert texts(later) == ["an answer that is no compaction"]
     first, reload_round, third = upstream.responses_requests()
     never_upstream(upstream)
@@ -91,7 +112,7 @@ def test_a_continuation_on_the_same_connection_goes_on_from_the_compaction_item(
     assert sent[3:] == [HISTORY[5], user("reload please")]
     assert fake.input_items(reload_round)[-1]["output"] == history_lines(HISTORY[2:])  # every summarised byte
     # the next continuation: the same history, the reload round's answer, the new question
-    assert fake.input_items(third)[:len(sent)] == sent
+    assert fake.input_items(third)[: len(sent)] == sent
     assert fake.input_items(third)[-1] == user("and now?")
     assert len(upstream.summary_requests()) == 1
 
@@ -104,8 +125,7 @@ def test_a_compacted_chain_compacts_again_and_goes_on(proxy_url, upstream, key):
         again = completed(ws.create(model=MODEL, input=[TRIGGER], store=False, previous_response_id=two["id"]))
         [item] = again["output"]
         assert item["type"] == "compaction" and item["encrypted_content"] != one["output"][0]["encrypted_content"]
-        last = completed(ws.create(model=MODEL, input=[user("status?")], store=False,
-                                   previous_response_id=again["id"]))
+        last = completed(ws.create(model=MODEL, input=[user("status?")], store=False, previous_response_id=again["id"]))
         assert texts(last) == ["an answer that is no compaction"]
     first_summary, second_summary = upstream.summary_requests()
     assert one["output"][0]["encrypted_content"].encode() not in second_summary.body  # the record, never the token
@@ -121,9 +141,11 @@ def test_codex_style_full_input_after_the_compaction(proxy_url, upstream, key):
     """Codex after compacting: its developer and user messages, the item, the new turn, in full."""
     with socket(proxy_url, key) as ws:
         [item] = completed(ws.create(model=MODEL, input=[*HISTORY, TRIGGER], store=False))["output"]
-        assert texts(completed(ws.create(model=MODEL, store=False,
-                                         input=[DEVELOPER, TASK, HISTORY[5], item, user("reload please")]))) == [
-            "reloaded"]
+        assert texts(
+            completed(
+                ws.create(model=MODEL, store=False, input=[DEVELOPER, TASK, HISTORY[5], item, user("reload please")])
+            )
+        ) == ["reloaded"]
     never_upstream(upstream)
     first = fake.input_items(upstream.responses_requests()[0])
     assert first[:2] == [DEVELOPER, TASK] and SNAPSHOT in first[2]["content"][0]["text"]
@@ -142,8 +164,12 @@ BAD = [
 
 
 def http_error(proxy_url: str, key: str, body: dict) -> tuple[int, dict]:
-    r = httpx2.post(f"{proxy_url}/v1/responses", json={**body, "stream": True}, timeout=30,
-                    headers={"Authorization": f"Bearer {key}"})
+    r = httpx2.post(
+        f"{proxy_url}/v1/responses",
+        json={**body, "stream": True},
+        timeout=30,
+        headers={"Authorization": f"Bearer {key}"},
+    )
     return r.status_code, r.json()["error"]
 
 
@@ -165,13 +191,17 @@ def test_state_the_proxy_does_not_hold_is_refused_as_over_http(proxy_url, upstre
     with socket(proxy_url, key) as ws:
         [error] = ws.create(**body)
     status, expected = http_error(proxy_url, key, body)
-    assert (error["status"], error["error"]["code"], error["error"]["param"]) == (
-        status, expected["code"], expected["param"]) == (400, "unsupported_parameter", next(iter(extra)))
+    assert (
+        (error["status"], error["error"]["code"], error["error"]["param"])
+        == (status, expected["code"], expected["param"])
+        == (400, "unsupported_parameter", next(iter(extra)))
+    )
     assert not upstream.requests
 
 
 def test_a_trigger_continuing_a_response_the_connection_does_not_hold_is_previous_response_not_found(
-        proxy_url, upstream, key):
+    proxy_url, upstream, key
+):
     with socket(proxy_url, key) as ws:
         [error] = ws.create(model=MODEL, input=[TRIGGER], store=False, previous_response_id="resp_elsewhere")
     assert error["error"]["code"] == "previous_response_not_found"

@@ -81,16 +81,19 @@ def test_a_browsers_upgrade_is_refused(make_proxy, upstream, origin):
         assert not [r for r in upstream.requests if is_responses_create(r) and r.json().get("input") != "hi"]
 
 
-@pytest.mark.parametrize("frame, code", [
-    (b"\x00binary", "unsupported_frame"),
-    ("not json", "invalid_json"),
-    ("[1, 2]", "invalid_event"),
-    ('{"type": "session.update"}', "unknown_event_type"),
-    ('{"input": "no type"}', "unknown_event_type"),
-    ('{"type": "response.create", "input": "x", "background": true}', "unsupported_parameter"),
-    ('{"type": "response.create", "input": "x", "stream_id": 7}', "invalid_value"),
-    ('{"type": "response.create", "input": "x", "stream_id": ""}', "invalid_value"),
-])
+@pytest.mark.parametrize(
+    "frame, code",
+    [
+        (b"\x00binary", "unsupported_frame"),
+        ("not json", "invalid_json"),
+        ("[1, 2]", "invalid_event"),
+        ('{"type": "session.update"}', "unknown_event_type"),
+        ('{"input": "no type"}', "unknown_event_type"),
+        ('{"type": "response.create", "input": "x", "background": true}', "unsupported_parameter"),
+        ('{"type": "response.create", "input": "x", "stream_id": 7}', "invalid_value"),
+        ('{"type": "response.create", "input": "x", "stream_id": ""}', "invalid_value"),
+    ],
+)
 def test_a_bad_frame_gets_an_error_event_and_the_connection_goes_on(proxy_url, upstream, frame, code):
     with Socket(proxy_url) as ws:
         ws.send(frame)
@@ -125,6 +128,7 @@ def test_a_frame_over_the_body_limit(make_proxy, upstream):
 
 def gated_handler(gates: dict[str, asyncio.Event], order: list[str]):
     """Answers a request whose input names a gate only once that gate opens; records arrivals."""
+
     async def handler(request, rec):
         if not is_responses_create(rec):
             return await default_handler(request, rec)
@@ -136,6 +140,7 @@ def gated_handler(gates: dict[str, asyncio.Event], order: list[str]):
             if text == f"open {name}":
                 gate.set()
         return answer(rec, message(f"answer to {text}"))
+
     return handler
 
 
@@ -171,13 +176,19 @@ def test_lanes_run_side_by_side_and_their_events_name_them(proxy_url, upstream):
 
 def test_an_upstream_error_is_an_error_event_with_its_status(proxy_url, upstream):
     async def limited(request, rec):
-        return JSONResponse({"error": {"message": "slow down", "type": "requests", "code": "rate_limit_exceeded",
-                                       "param": None}}, status_code=429)
+        return JSONResponse(
+            {"error": {"message": "slow down", "type": "requests", "code": "rate_limit_exceeded", "param": None}},
+            status_code=429,
+        )
+
     upstream.handler = limited
     with Socket(proxy_url) as ws:
         [error] = ws.create(input="hi", stream_id="main")
         assert (error["status"], error["error"]["code"], error["error"]["message"]) == (
-            429, "rate_limit_exceeded", "slow down")
+            429,
+            "rate_limit_exceeded",
+            "slow down",
+        )
         assert error["stream_id"] == "main"
 
 

@@ -32,15 +32,20 @@ def responses_socket():
     return route.app
 
 
-def raw_upgrade(url: str, *, extensions: str = "permessage-deflate; client_max_window_bits"
-                ) -> tuple[socket.socket, str]:
+def raw_upgrade(
+    url: str, *, extensions: str = "permessage-deflate; client_max_window_bits"
+) -> tuple[socket.socket, str]:
     """A WebSocket opened by hand, offering `extensions`, and the head of its 101."""
     host, port = url.removeprefix("http://").split(":")
     sock = socket.create_connection((host, int(port)), timeout=20)
     key = base64.b64encode(os.urandom(16)).decode()
-    sock.sendall((f"GET /v1/responses HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                  f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Extensions: {extensions}"
-                  "\r\nAuthorization: Bearer sk-made-up\r\n\r\n").encode())
+    sock.sendall(
+        (
+            f"GET /v1/responses HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Extensions: {extensions}"
+            "\r\nAuthorization: Bearer sk-made-up\r\n\r\n"
+        ).encode()
+    )
     head = b""
     while b"\r\n\r\n" not in head:
         head += sock.recv(1)
@@ -53,8 +58,11 @@ def masked_frame(payload: bytes, *, rsv1: bool) -> bytes:
     mask = os.urandom(4)
     head = bytes([0x80 | (0x40 if rsv1 else 0) | 0x1])
     n = len(payload)
-    head += bytes([0x80 | n]) if n < 126 else (bytes([0x80 | 126]) + struct.pack("!H", n) if n < 65536
-                                              else bytes([0x80 | 127]) + struct.pack("!Q", n))
+    head += (
+        bytes([0x80 | n])
+        if n < 126
+        else (bytes([0x80 | 126]) + struct.pack("!H", n) if n < 65536 else bytes([0x80 | 127]) + struct.pack("!Q", n))
+    )
     return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
 
 
@@ -74,8 +82,8 @@ def close_code(sock: socket.socket) -> int:
             if len(data) < at + n:
                 break
             if data[0] & 0x0F == 0x8:
-                return struct.unpack("!H", data[at:at + 2])[0]
-            data = data[at + n:]
+                return struct.unpack("!H", data[at : at + 2])[0]
+            data = data[at + n :]
 
 
 def deflate_bomb(inflated: int) -> bytes:
@@ -109,15 +117,20 @@ def test_a_warm_up_is_checked_as_http_checks_the_body(make_proxy, upstream, clie
         assert (error["status"], error["error"]["code"], error["error"]["param"]) == (400, "too_many_messages", "input")
         bad = [{"role": "user", "content": 7}]
         [error] = ws.create(input=bad, generate=False, store=False)
-        over_http = httpx2.post(f"{url}/v1/responses", json={"model": "gpt-5", "input": bad},
-                                headers={"Authorization": "Bearer sk-test-key"}, timeout=20)
+        over_http = httpx2.post(
+            f"{url}/v1/responses",
+            json={"model": "gpt-5", "input": bad},
+            headers={"Authorization": "Bearer sk-test-key"},
+            timeout=20,
+        )
         assert (error["status"], error["error"]["param"]) == (over_http.status_code, over_http.json()["error"]["param"])
         assert error["error"]["code"] == over_http.json()["error"]["code"] == "invalid_type"
         assert responses_socket().held.used == 0  # nothing held for them
         # a continuation too: its whole input counted
         one = completed(ws.create(input=[{"role": "user", "content": "a"}] * 30, generate=False, store=False))
-        [error] = ws.create(input=[{"role": "user", "content": "b"}] * 30, generate=False, store=False,
-                            previous_response_id=one["id"])
+        [error] = ws.create(
+            input=[{"role": "user", "content": "b"}] * 30, generate=False, store=False, previous_response_id=one["id"]
+        )
         assert (error["status"], error["error"]["code"]) == (400, "too_many_messages")
         assert texts(completed(ws.create(input="still here"))) == ["Hello there"]
     assert not [r for r in upstream.responses_requests() if r.json()["input"] != "still here"]
@@ -161,13 +174,15 @@ def test_a_closed_connection_gives_its_held_bytes_back_and_the_worker_has_a_budg
             used = held.used
             assert 6000 < used < 20_000
             with Socket(url) as two:  # does not fit beside the first connection's: not held
-                other = completed(two.create(input=[{"role": "user", "content": "y" * 15_000}], generate=False,
-                                             store=False))
+                other = completed(
+                    two.create(input=[{"role": "user", "content": "y" * 15_000}], generate=False, store=False)
+                )
                 assert held.used == used
                 [error] = two.create(input="next", store=False, previous_response_id=other["id"])
                 assert error["error"]["code"] == "previous_response_not_found"
             assert texts(completed(one.create(input="go", store=False, previous_response_id=first["id"]))) == [
-                "Hello there"]
+                "Hello there"
+            ]
         deadline = time.monotonic() + 10
         while held.used and time.monotonic() < deadline:  # the server sees the close a moment later
             time.sleep(0.02)
@@ -197,6 +212,7 @@ def test_a_large_text_frame_reaches_the_proxy_as_its_utf8_bytes(proxy_url, upstr
 
 
 # ---------------------------------------------------------------- what the upgrades log
+
 
 @pytest.fixture
 def uvicorn_lines(caplog):

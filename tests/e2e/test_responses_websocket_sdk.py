@@ -34,14 +34,20 @@ def test_the_sdk_connection_runs_a_managed_session(sdk_proxy, upstream):
     client = openai.OpenAI(base_url=f"{sdk_proxy}/v1", api_key="sk-sdk-key", max_retries=0)
     tools = [{"type": "function", "name": "shell", "parameters": {"type": "object", "properties": {}}}]
     with client.responses.connect() as connection:
-        connection.response.create(model="gpt-5", store=False, tools=tools, input=[
-            {"type": "message", "role": "user", "content": "run it"}])
+        connection.response.create(
+            model="gpt-5", store=False, tools=tools, input=[{"type": "message", "role": "user", "content": "run it"}]
+        )
         kinds, done = until_done(connection)
         assert kinds[0] == "response.created" and done.type == "response.completed"
         [call] = done.response.output
         assert call.type == "function_call" and call.name == "shell"
-        connection.response.create(model="gpt-5", store=False, tools=tools, previous_response_id=done.response.id,
-                                   input=[{"type": "function_call_output", "call_id": call.call_id, "output": SEQ}])
+        connection.response.create(
+            model="gpt-5",
+            store=False,
+            tools=tools,
+            previous_response_id=done.response.id,
+            input=[{"type": "function_call_output", "call_id": call.call_id, "output": SEQ}],
+        )
         kinds, done = until_done(connection)
         assert done.type == "response.completed", done
         assert done.response.output_text == f"RELOADED {LINES} lines"
@@ -57,8 +63,9 @@ def test_the_async_sdk_connection(sdk_proxy, upstream):
         async with client.responses.connect() as connection:
             previous = None
             for text in ("one", "two"):
-                await connection.response.create(model="gpt-5", store=False, input=text,
-                                                 **({"previous_response_id": previous} if previous else {}))
+                await connection.response.create(
+                    model="gpt-5", store=False, input=text, **({"previous_response_id": previous} if previous else {})
+                )
                 async for event in connection:
                     if event.type == "response.completed":
                         previous = event.response.id

@@ -42,7 +42,11 @@ def test_the_access_log_names_the_websocket_transport(make_proxy, upstream, key,
     ws_one, ws_two, ws_bad, http = lines
     for line in (ws_one, ws_two, ws_bad):
         assert (line["route"], line["method"], line["path"], line["transport"]) == (
-            "responses", "POST", "/v1/responses", "websocket")
+            "responses",
+            "POST",
+            "/v1/responses",
+            "websocket",
+        )
     for line in (ws_one, ws_two):  # streaming is implied on the WebSocket, whatever the event says
         assert line["stream"] is True and line["tenant"] == http["tenant"]
     assert (ws_one["status"], ws_two["status"], ws_bad["status"]) == (200, 200, 400)
@@ -55,34 +59,44 @@ def test_websocket_turns_are_sessions_and_statistics_like_http_ones(proxy_url, u
     with Socket(proxy_url, key) as ws:
         previous = None
         for turn in range(3):
-            step = ws.create(input=[user("plan the migration" if turn == 0 else f"go on {turn}")], store=False,
-                             **({"previous_response_id": previous} if previous else {}))
+            step = ws.create(
+                input=[user("plan the migration" if turn == 0 else f"go on {turn}")],
+                store=False,
+                **({"previous_response_id": previous} if previous else {}),
+            )
             previous = completed(step)["id"]
         items = [user("review the diff")]
         for turn in range(3):
             answer = completed(ws.create(input=items, store=False, instructions="You are Codex."))
-            items += [{"role": "assistant", "content": [{"type": "output_text", "text": texts(answer)[0]}]},
-                      user(f"next {turn}")]
+            items += [
+                {"role": "assistant", "content": [{"type": "output_text", "text": texts(answer)[0]}]},
+                user(f"next {turn}"),
+            ]
     rows = sessions(proxy_url, key, 6)
     assert derived(rows) == [3, 3]
     assert totals(proxy_url, key)["requests"] == 6
-    detail = httpx2.get(f"{proxy_url}/v1/offload/sessions/{rows[0]['id']}",
-                        headers={"authorization": f"Bearer {key}"}, timeout=10).json()
+    detail = httpx2.get(
+        f"{proxy_url}/v1/offload/sessions/{rows[0]['id']}", headers={"authorization": f"Bearer {key}"}, timeout=10
+    ).json()
     assert [(t["route"], t["transport"], t["stream"], t["status"]) for t in detail["data"]] == [
-        ("responses", "websocket", True, 200)] * 3
+        ("responses", "websocket", True, 200)
+    ] * 3
 
     # a conversation begun over HTTP and continued over the WebSocket (as after a reconnect) is one session
     other = f"sk-{uuid.uuid4().hex}"
     items = [user("fix the flaky test")]
     answer = post(proxy_url, "/v1/responses", key=other, body={"model": "gpt-5", "input": items, "store": False}).json()
-    items += [{"role": "assistant", "content": [{"type": "output_text", "text": answer["output"][0]["content"][0]
-                                                 ["text"]}]}, user("and now?")]
+    items += [
+        {"role": "assistant", "content": [{"type": "output_text", "text": answer["output"][0]["content"][0]["text"]}]},
+        user("and now?"),
+    ]
     with Socket(proxy_url, other) as ws:
         completed(ws.create(input=items, store=False))
     [row] = sessions(proxy_url, other, 2)
     assert row["turns"] == 2
-    detail = httpx2.get(f"{proxy_url}/v1/offload/sessions/{row['id']}",
-                        headers={"authorization": f"Bearer {other}"}, timeout=10).json()
+    detail = httpx2.get(
+        f"{proxy_url}/v1/offload/sessions/{row['id']}", headers={"authorization": f"Bearer {other}"}, timeout=10
+    ).json()
     assert [t["transport"] for t in detail["data"]] == ["http", "websocket"]
 
 
@@ -94,13 +108,15 @@ def test_the_admin_sees_websocket_turns_in_the_tenants_statistics(make_proxy, up
         assert post(url, "/v1/responses", key=key, body={"model": "gpt-5", "input": [user("three")]}).is_success
         admin = {"Authorization": f"Bearer {ADMIN}"}
         deadline = time.monotonic() + 10
-        while (stats := httpx2.get(f"{url}/v1/offload/stats", params={"window": "1h"}, headers=admin,
-                                   timeout=10).json())["totals"]["requests"] < 3:
+        while (
+            stats := httpx2.get(f"{url}/v1/offload/stats", params={"window": "1h"}, headers=admin, timeout=10).json()
+        )["totals"]["requests"] < 3:
             assert time.monotonic() < deadline, stats["totals"]
             time.sleep(0.2)
         # the dashboard's tenants table and its sessions view read these: the WebSocket turns counted
         [tenant] = stats["tenants"]
         assert tenant["totals"]["requests"] == 3
-        listing = httpx2.get(f"{url}/v1/offload/sessions", params={"tenant": tenant["tenant"]}, headers=admin,
-                             timeout=10).json()
+        listing = httpx2.get(
+            f"{url}/v1/offload/sessions", params={"tenant": tenant["tenant"]}, headers=admin, timeout=10
+        ).json()
         assert sorted(row["turns"] for row in listing["data"]) == [1, 1, 1]

@@ -27,7 +27,9 @@ def test_per_request_upstream_only_from_the_allowlist(make_proxy, upstream):
     with make_proxy(upstream_allowlist=[f"localhost:{port}"]) as url:
         r = httpx2.post(f"{url}/v1/chat/completions", json=body, headers={"X-Offload-Upstream": alias, **AUTH})
         assert r.status_code == 200 and upstream.requests[-1].headers["host"] == f"localhost:{port}"
-        r = httpx2.post(f"{url}/v1/chat/completions", json=body, headers={"X-Offload-Upstream": "ftp://localhost/x", **AUTH})
+        r = httpx2.post(
+            f"{url}/v1/chat/completions", json=body, headers={"X-Offload-Upstream": "ftp://localhost/x", **AUTH}
+        )
         assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_upstream"
         assert "x-offload-upstream" not in upstream.requests[-1].headers
 
@@ -45,8 +47,11 @@ def test_tenant_upstream_from_the_tenants_file(make_proxy, upstream, tmp_path):
 
 
 def offload_history(url: str, history: list) -> str:
-    r = httpx2.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": history},
-                    headers={"authorization": f"Bearer {SECRET}", "X-Offload-Max-Total-Tokens": "1000"})
+    r = httpx2.post(
+        f"{url}/v1/chat/completions",
+        json={"model": "gpt-4o", "messages": history},
+        headers={"authorization": f"Bearer {SECRET}", "X-Offload-Max-Total-Tokens": "1000"},
+    )
     assert r.status_code == 200
     return r.headers["x-offload-refs"]
 
@@ -88,8 +93,11 @@ def test_a_per_request_upstream_that_is_an_endpoint_is_a_400_saying_what_to_give
     port = upstream.url.rsplit(":", 1)[1]
     body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
     with make_proxy(upstream_allowlist=[f"localhost:{port}"]) as url:
-        r = httpx2.post(f"{url}/v1/chat/completions", json=body,
-                        headers={"X-Offload-Upstream": f"http://localhost:{port}/v1/chat/completions", **AUTH})
+        r = httpx2.post(
+            f"{url}/v1/chat/completions",
+            json=body,
+            headers={"X-Offload-Upstream": f"http://localhost:{port}/v1/chat/completions", **AUTH},
+        )
         assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_upstream"
         assert f"drop '/chat/completions', i.e. give http://localhost:{port}/v1" in r.json()["error"]["message"]
         assert not upstream.requests

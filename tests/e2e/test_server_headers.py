@@ -22,8 +22,7 @@ def like_a_real_upstream(extra: dict[str, str] | None = None):
     async def handler(request, rec):
         headers = {"server": "fake-openai", **(extra or {})}
         if rec.path.endswith("/chat/completions") and rec.json().get("stream"):
-            return StreamingResponse(iter(stream_chunks("Hi there")), media_type="text/event-stream",
-                                     headers=headers)
+            return StreamingResponse(iter(stream_chunks("Hi there")), media_type="text/event-stream", headers=headers)
         if rec.path.endswith("/chat/completions"):
             from tests.harness.servers import completion
 
@@ -58,8 +57,9 @@ def test_chat_completions_have_one_date_and_at_most_one_server(proxy_url, upstre
     body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
     plain = httpx2.post(f"{proxy_url}/v1/chat/completions", json=body, headers=AUTH, timeout=10)
     assert plain.status_code == 200
-    with httpx2.stream("POST", f"{proxy_url}/v1/chat/completions", json={**body, "stream": True}, headers=AUTH,
-                       timeout=10) as streamed:
+    with httpx2.stream(
+        "POST", f"{proxy_url}/v1/chat/completions", json={**body, "stream": True}, headers=AUTH, timeout=10
+    ) as streamed:
         assert streamed.status_code == 200
         streamed.read()
     for response in (plain, streamed):
@@ -95,8 +95,13 @@ def _raw_post(url: str, path: str, headers: dict[str, str], body: bytes) -> tupl
     from urllib.parse import urlsplit
 
     where = urlsplit(url)
-    lines = [f"POST {path} HTTP/1.1", f"host: {where.netloc}", f"content-length: {len(body)}", "connection: close",
-             *(f"{name}:{value}" for name, value in headers.items())]
+    lines = [
+        f"POST {path} HTTP/1.1",
+        f"host: {where.netloc}",
+        f"content-length: {len(body)}",
+        "connection: close",
+        *(f"{name}:{value}" for name, value in headers.items()),
+    ]
     with socket.create_connection((where.hostname, where.port), timeout=20) as s:
         s.sendall("\r\n".join(lines).encode("latin-1") + b"\r\n\r\n" + body)
         data = b""
@@ -113,13 +118,18 @@ def test_whitespace_around_a_header_value_is_not_sent_upstream(proxy_url, upstre
     import gzip
 
     chat = b'{"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}'
-    for path, body, extra in [("/v1/chat/completions", chat, {}),
-                              ("/v1/embeddings", b'{"model": "e", "input": "x"}', {}),
-                              ("/v1/embeddings", gzip.compress(b'{"model": "e", "input": "x"}'),
-                               {"content-encoding": " gzip \t"})]:
+    for path, body, extra in [
+        ("/v1/chat/completions", chat, {}),
+        ("/v1/embeddings", b'{"model": "e", "input": "x"}', {}),
+        ("/v1/embeddings", gzip.compress(b'{"model": "e", "input": "x"}'), {"content-encoding": " gzip \t"}),
+    ]:
         upstream.requests.clear()
-        headers = {"authorization": " Bearer sk-test ", "content-type": "application/json ", "x-client-note": " padded\t",
-                   **extra}
+        headers = {
+            "authorization": " Bearer sk-test ",
+            "content-type": "application/json ",
+            "x-client-note": " padded\t",
+            **extra,
+        }
         status, answer = _raw_post(proxy_url, path, headers, body)
         assert status == 200, (path, status, answer[:200])
         [sent] = upstream.requests

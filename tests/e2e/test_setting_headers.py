@@ -8,7 +8,19 @@ from __future__ import annotations
 import httpx2
 import pytest
 
-BAD = ["null", "None", "", "0", "-5", "6000.5", "1e9", "[1]", "{}", "٣٠٠٠".encode(), "9" * 300]  # Arabic digits as raw UTF-8
+BAD = [
+    "null",
+    "None",
+    "",
+    "0",
+    "-5",
+    "6000.5",
+    "1e9",
+    "[1]",
+    "{}",
+    "٣٠٠٠".encode(),
+    "9" * 300,
+]  # Arabic digits as raw UTF-8
 ENDPOINTS = [
     ("/v1/chat/completions", {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}),
     ("/v1/responses", {"model": "gpt-5", "input": "hi"}),
@@ -19,9 +31,17 @@ ENDPOINTS = [
 @pytest.mark.parametrize("path,body", ENDPOINTS, ids=[p for p, _ in ENDPOINTS])
 def test_a_bad_tool_result_threshold_is_a_400_in_the_endpoints_shape(proxy_url, upstream, key, path, body):
     for value in BAD:
-        r = httpx2.post(f"{proxy_url}{path}", json=body, timeout=10,
-                        headers={"authorization": f"Bearer {key}", "x-api-key": key,
-                                 "anthropic-version": "2023-06-01", "X-Offload-Max-Tool-Message-Tokens": value})
+        r = httpx2.post(
+            f"{proxy_url}{path}",
+            json=body,
+            timeout=10,
+            headers={
+                "authorization": f"Bearer {key}",
+                "x-api-key": key,
+                "anthropic-version": "2023-06-01",
+                "X-Offload-Max-Tool-Message-Tokens": value,
+            },
+        )
         assert r.status_code == 400, (value, r.status_code, r.text)
         error = r.json()
         if path == "/v1/messages":
@@ -31,7 +51,15 @@ def test_a_bad_tool_result_threshold_is_a_400_in_the_endpoints_shape(proxy_url, 
         assert "X-Offload-Max-Tool-Message-Tokens" in error["error"]["message"], (value, error)
     assert not upstream.requests
     # a valid value goes through
-    r = httpx2.post(f"{proxy_url}{path}", json=body, timeout=10,
-                    headers={"authorization": f"Bearer {key}", "x-api-key": key, "anthropic-version": "2023-06-01",
-                             "X-Offload-Max-Tool-Message-Tokens": "4000"})
+    r = httpx2.post(
+        f"{proxy_url}{path}",
+        json=body,
+        timeout=10,
+        headers={
+            "authorization": f"Bearer {key}",
+            "x-api-key": key,
+            "anthropic-version": "2023-06-01",
+            "X-Offload-Max-Tool-Message-Tokens": "4000",
+        },
+    )
     assert r.status_code == 200, r.text

@@ -25,22 +25,36 @@ def serve(*args: str) -> list[str]:
 
 
 def test_a_replica_with_another_key_refuses_to_start_and_a_rotation_reads_what_was_stored(
-        upstream, private_redis_url, tmp_path):
+    upstream, private_redis_url, tmp_path
+):
     common = ("--redis-url", private_redis_url, "--upstream", f"{upstream.url}/v1", "--log-level", "warning")
     history = agent_history(steps=4)
     with ProxyProcess(*common, "--encryption-key", OLD, data_dir=tmp_path) as proxy:
-        r = httpx2.post(f"{proxy.url}/v1/chat/completions", json={"model": "gpt-4o", "messages": history},
-                        headers={**AUTH, "X-Offload-Max-Total-Tokens": "1000"}, timeout=60)
+        r = httpx2.post(
+            f"{proxy.url}/v1/chat/completions",
+            json={"model": "gpt-4o", "messages": history},
+            headers={**AUTH, "X-Offload-Max-Total-Tokens": "1000"},
+            timeout=60,
+        )
         assert r.status_code == 200 and r.headers["x-offload-refs"] == "3"
         ref = refs_sent(upstream.chat_requests()[-1])[0]
         upstream.handler = scripted(lambda rec: fake.answer(rec, fake.message("Hello there")))  # summaries: snapshots
-        r = httpx2.post(f"{proxy.url}/v1/responses/compact", json={"model": "gpt-5", "input": BUILD_HISTORY},
-                        headers=AUTH, timeout=60)
+        r = httpx2.post(
+            f"{proxy.url}/v1/responses/compact",
+            json={"model": "gpt-5", "input": BUILD_HISTORY},
+            headers=AUTH,
+            timeout=60,
+        )
         assert r.status_code == 200, r.text
         token = r.json()["output"][-1]["encrypted_content"]
 
-    done = subprocess.run(serve(*common, "--encryption-key", NEW, "--data-dir", str(tmp_path)), capture_output=True,
-                          text=True, timeout=60, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        serve(*common, "--encryption-key", NEW, "--data-dir", str(tmp_path)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode != 0
     [line] = done.stderr.strip().splitlines()
     assert "--encryption-key does not open the store's canary" in line and "same --encryption-key" in line
@@ -53,22 +67,39 @@ def test_a_replica_with_another_key_refuses_to_start_and_a_rotation_reads_what_w
         assert r.status_code == 200, r.text  # the token made under the old key still stands for its record
 
     # once the fleet runs the new key, a replica started with the old one alone is refused
-    done = subprocess.run(serve(*common, "--encryption-key", OLD, "--data-dir", str(tmp_path)), capture_output=True,
-                          text=True, timeout=60, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        serve(*common, "--encryption-key", OLD, "--data-dir", str(tmp_path)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode != 0 and "does not open the store's canary" in done.stderr
 
 
 def test_a_store_down_at_startup_does_not_hold_the_replica_back(upstream, tmp_path):
     dead = f"redis://127.0.0.1:{free_port()}/0"
-    proxy = ProxyProcess("--redis-url", dead, "--upstream", f"{upstream.url}/v1", "--encryption-key", OLD,
-                         "--log-format", "text", data_dir=tmp_path, capture=True, ready_path="/healthz")
+    proxy = ProxyProcess(
+        "--redis-url",
+        dead,
+        "--upstream",
+        f"{upstream.url}/v1",
+        "--encryption-key",
+        OLD,
+        "--log-format",
+        "text",
+        data_dir=tmp_path,
+        capture=True,
+        ready_path="/healthz",
+    )
     with proxy:
         assert httpx2.get(f"{proxy.url}/healthz").status_code == 200
     assert "offload-proxy: warning: the store's secrets canary was not checked" in proxy.stderr
 
 
 def test_a_replica_that_started_unchecked_stops_once_the_store_answers_with_another_key(
-        upstream, private_redis_url, tmp_path):
+    upstream, private_redis_url, tmp_path
+):
     """The fleet's canary is there, but the store's writes are paused while the replica starts
     (its startup check times out); once they resume, its workers check and stop it."""
     import asyncio
@@ -87,9 +118,22 @@ def test_a_replica_that_started_unchecked_stops_once_the_store_answers_with_anot
     asyncio.run(fleet())
     admin = redis.Redis.from_url(private_redis_url)
     admin.execute_command("CLIENT", "PAUSE", "120000", "WRITE")
-    proxy = ProxyProcess("--redis-url", private_redis_url, "--upstream", f"{upstream.url}/v1", "--workers", "2",
-                         "--encryption-key", NEW, "--log-format", "text", data_dir=tmp_path, capture=True,
-                         ready_path="/healthz", ready_within=60)
+    proxy = ProxyProcess(
+        "--redis-url",
+        private_redis_url,
+        "--upstream",
+        f"{upstream.url}/v1",
+        "--workers",
+        "2",
+        "--encryption-key",
+        NEW,
+        "--log-format",
+        "text",
+        data_dir=tmp_path,
+        capture=True,
+        ready_path="/healthz",
+        ready_within=60,
+    )
     try:
         with proxy:
             assert httpx2.get(f"{proxy.url}/healthz").status_code == 200  # it started
@@ -106,13 +150,21 @@ def test_a_replica_that_started_unchecked_stops_once_the_store_answers_with_anot
     assert last.startswith("offload-proxy: --encryption-key does not open the store's canary"), last
 
 
-
 def test_the_unchecked_warning_is_a_json_line_with_json_logs(upstream, tmp_path):
     import json
 
     dead = f"redis://127.0.0.1:{free_port()}/0"
-    proxy = ProxyProcess("--redis-url", dead, "--upstream", f"{upstream.url}/v1", "--log-format", "json",
-                         data_dir=tmp_path, capture=True, ready_path="/healthz")
+    proxy = ProxyProcess(
+        "--redis-url",
+        dead,
+        "--upstream",
+        f"{upstream.url}/v1",
+        "--log-format",
+        "json",
+        data_dir=tmp_path,
+        capture=True,
+        ready_path="/healthz",
+    )
     with proxy:
         pass
     records = [json.loads(line) for line in proxy.stderr.splitlines() if line.strip()]
@@ -141,16 +193,30 @@ def test_after_a_redis_restart_the_running_replicas_write_the_canary_again(upstr
             assert canary_of(server.url) is not None
             server.restart()  # no persistence: the store is empty
             wait_until(lambda: canary_of(server.url) is not None, timeout=60, what="the canary written again")
-            done = subprocess.run(serve("--redis-url", server.url, "--upstream", f"{upstream.url}/v1",
-                                        "--encryption-key", NEW, "--data-dir", str(tmp_path)),
-                                  capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+            done = subprocess.run(
+                serve(
+                    "--redis-url",
+                    server.url,
+                    "--upstream",
+                    f"{upstream.url}/v1",
+                    "--encryption-key",
+                    NEW,
+                    "--data-dir",
+                    str(tmp_path),
+                ),
+                capture_output=True,
+                text=True,
+                timeout=60,
+                stdin=subprocess.DEVNULL,
+            )
             assert done.returncode != 0 and "--encryption-key does not open the store's canary" in done.stderr
     finally:
         server.stop()
 
 
 def test_a_replica_that_wrote_the_canary_while_the_fleet_ran_stops_and_the_fleet_is_never_locked_out(
-        upstream, tmp_path):
+    upstream, tmp_path
+):
     """The fleet's replicas are frozen (SIGSTOP) while Redis restarts and a replica with another key
     starts on the empty store, writing its canary; once they run again, they write theirs again
     (the older lineage is the fleet's) and the other replica stops at its next check."""
@@ -168,8 +234,16 @@ def test_a_replica_that_wrote_the_canary_while_the_fleet_ran_stops_and_the_fleet
                 os.kill(proxy.proc.pid, signal.SIGSTOP)
             try:
                 server.restart()
-                wrong = ProxyProcess(*common, "--encryption-key", NEW, "--workers", "2", data_dir=tmp_path / "wrong",
-                                     capture=True, ready_within=90)
+                wrong = ProxyProcess(
+                    *common,
+                    "--encryption-key",
+                    NEW,
+                    "--workers",
+                    "2",
+                    data_dir=tmp_path / "wrong",
+                    capture=True,
+                    ready_within=90,
+                )
                 wrong.start()  # the store is empty: nothing to refuse it
             finally:
                 for proxy in fleet:
@@ -180,8 +254,13 @@ def test_a_replica_that_wrote_the_canary_while_the_fleet_ran_stops_and_the_fleet
             assert wrong.stderr.strip().splitlines()[-1].startswith("offload-proxy: --encryption-key does not open")
             with ProxyProcess(*common, "--encryption-key", OLD, data_dir=tmp_path / "later", ready_within=60) as later:
                 assert httpx2.get(f"{later.url}/readyz").json()["store"] == "ok"  # the fleet's key: let in
-            done = subprocess.run(serve(*common, "--encryption-key", NEW, "--data-dir", str(tmp_path / "again")),
-                                  capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+            done = subprocess.run(
+                serve(*common, "--encryption-key", NEW, "--data-dir", str(tmp_path / "again")),
+                capture_output=True,
+                text=True,
+                timeout=60,
+                stdin=subprocess.DEVNULL,
+            )
             assert done.returncode != 0 and "does not open the store's canary" in done.stderr
             assert all(httpx2.get(f"{proxy.url}/healthz").status_code == 200 for proxy in fleet)  # serving on
         from proxy.offload.canary import RESTORED

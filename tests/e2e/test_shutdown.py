@@ -31,8 +31,9 @@ def slow_stream(seconds: float):
 
 
 def start_proxy(upstream_url: str, tmp_path, grace: float):
-    proxy = ProxyProcess("--upstream", f"{upstream_url}/v1", "--shutdown-grace", str(grace), "--log-level", "warning",
-                         data_dir=tmp_path).start()
+    proxy = ProxyProcess(
+        "--upstream", f"{upstream_url}/v1", "--shutdown-grace", str(grace), "--log-level", "warning", data_dir=tmp_path
+    ).start()
     return proxy.proc, proxy.url
 
 
@@ -50,8 +51,13 @@ def test_sigterm_lets_streams_finish_within_grace(upstream, tmp_path, grace, str
 
     def consume():
         try:
-            with httpx2.stream("POST", f"{url}/v1/chat/completions", json=BODY, timeout=60,
-                               headers={"authorization": "Bearer sk-test-key"}) as r:
+            with httpx2.stream(
+                "POST",
+                f"{url}/v1/chat/completions",
+                json=BODY,
+                timeout=60,
+                headers={"authorization": "Bearer sk-test-key"},
+            ) as r:
                 for part in r.iter_raw():
                     received.append(part)
                     started.set()

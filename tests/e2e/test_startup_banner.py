@@ -26,7 +26,7 @@ def banner_of(stderr: str) -> dict[str, str]:
     lines = stderr.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("offload-proxy "))
     found = {"version": lines[start].split()[1]}
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if not line.startswith("  "):
             break
         name, _, rest = line.strip().partition(" ")
@@ -35,9 +35,20 @@ def banner_of(stderr: str) -> dict[str, str]:
 
 
 def test_banner_says_where_everything_is(tmp_path, upstream):
-    proxy = ProxyProcess("--log-format", "text", "--upstream", upstream.url, "--anthropic-upstream", f"{upstream.url}/v1/",
-                         "--max-total-tokens", "5000", "--admin-token", "admin-secret-0123456789",
-                         data_dir=tmp_path / "data", capture=True)
+    proxy = ProxyProcess(
+        "--log-format",
+        "text",
+        "--upstream",
+        upstream.url,
+        "--anthropic-upstream",
+        f"{upstream.url}/v1/",
+        "--max-total-tokens",
+        "5000",
+        "--admin-token",
+        "admin-secret-0123456789",
+        data_dir=tmp_path / "data",
+        capture=True,
+    )
     with proxy, Socket(proxy.url) as ws:  # `serve` serves the WebSocket mode it announces
         assert texts(completed(ws.create(input="hi"))) == ["Hello there"]
     stderr = proxy.stderr
@@ -55,8 +66,10 @@ def test_banner_says_where_everything_is(tmp_path, upstream):
     assert banner["dashboard"] == f"{proxy.url}/dashboard"
     assert banner["metrics"] == f"{proxy.url}/metrics (admin token required)"
     ws_url = proxy.url.replace("http://", "ws://")
-    assert banner["websocket"].startswith(f"{ws_url}/v1/responses served (Responses WebSocket mode; the upstream "
-                                          "reached over HTTP/SSE); 64 connection(s) per tenant, 1024 per worker, idle 900 s")
+    assert banner["websocket"].startswith(
+        f"{ws_url}/v1/responses served (Responses WebSocket mode; the upstream "
+        "reached over HTTP/SSE); 64 connection(s) per tenant, 1024 per worker, idle 900 s"
+    )
     assert "admin-secret" not in stderr
     assert stderr.count("offload-proxy 0") == 1
 
@@ -64,8 +77,18 @@ def test_banner_says_where_everything_is(tmp_path, upstream):
 def test_banner_never_shows_a_redis_password(tmp_path):
     port = closed_port()  # no Redis there: the proxy still starts, ready but degraded
     url = f"redis://:t0p-s3cret@127.0.0.1:{port}/0?password=0ther-s3cret"
-    proxy = ProxyProcess("--log-format", "text", "--redis-url", url, "--upstream-api-key", "sk-operator-key-123",
-                         data_dir=tmp_path / "data", capture=True, capture_stdout=True, ready_path="/healthz")
+    proxy = ProxyProcess(
+        "--log-format",
+        "text",
+        "--redis-url",
+        url,
+        "--upstream-api-key",
+        "sk-operator-key-123",
+        data_dir=tmp_path / "data",
+        capture=True,
+        capture_stdout=True,
+        ready_path="/healthz",
+    )
     with proxy:
         ready = httpx2.get(f"{proxy.url}/readyz")
         assert ready.status_code == 200 and ready.json()["degraded"] is True
@@ -89,8 +112,15 @@ def test_json_banner_is_json_lines(tmp_path, upstream):
 
 
 def test_text_logs_write_one_line_per_request(tmp_path, upstream):
-    proxy = ProxyProcess("--log-format", "text", "--upstream", f"{upstream.url}/v1", data_dir=tmp_path / "data",
-                         capture=True, capture_stdout=True)
+    proxy = ProxyProcess(
+        "--log-format",
+        "text",
+        "--upstream",
+        f"{upstream.url}/v1",
+        data_dir=tmp_path / "data",
+        capture=True,
+        capture_stdout=True,
+    )
     with proxy:
         assert httpx2.get(f"{proxy.url}/v1/models", headers=KEY).status_code == 200
         body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
@@ -98,8 +128,11 @@ def test_text_logs_write_one_line_per_request(tmp_path, upstream):
         assert httpx2.get(f"{proxy.url}/no-such-page").status_code == 404
     everything = (proxy.stderr + proxy.stdout).splitlines()
     for path, status in (("/v1/models", 200), ("/v1/chat/completions", 200), ("/no-such-page", 404)):
-        lines = [line for line in everything if path in line and "offload-proxy" not in line
-                 and "listening" not in line and "dashboard" not in line]
+        lines = [
+            line
+            for line in everything
+            if path in line and "offload-proxy" not in line and "listening" not in line and "dashboard" not in line
+        ]
         assert len(lines) == 1, lines
         assert f" {path} {status} " in lines[0]
     chat = next(line for line in everything if "/v1/chat/completions 200" in line)
@@ -107,12 +140,17 @@ def test_text_logs_write_one_line_per_request(tmp_path, upstream):
 
 
 def test_a_missing_tiktoken_encoding_is_one_line(tmp_path, upstream):
-    env = {**os.environ, "TIKTOKEN_CACHE_DIR": str(tmp_path / "empty-cache"),
-           # no network for the download, whatever the machine has
-           "HTTPS_PROXY": f"http://127.0.0.1:{closed_port()}", "https_proxy": f"http://127.0.0.1:{closed_port()}"}
+    env = {
+        **os.environ,
+        "TIKTOKEN_CACHE_DIR": str(tmp_path / "empty-cache"),
+        # no network for the download, whatever the machine has
+        "HTTPS_PROXY": f"http://127.0.0.1:{closed_port()}",
+        "https_proxy": f"http://127.0.0.1:{closed_port()}",
+    }
     (tmp_path / "empty-cache").mkdir()
-    proxy = ProxyProcess("--log-format", "text", "--upstream", f"{upstream.url}/v1", data_dir=tmp_path / "data",
-                         capture=True, env=env)
+    proxy = ProxyProcess(
+        "--log-format", "text", "--upstream", f"{upstream.url}/v1", data_dir=tmp_path / "data", capture=True, env=env
+    )
     with proxy:
         pass
     lines = [line for line in proxy.stderr.splitlines() if "o200k_base" in line]
@@ -134,7 +172,7 @@ def test_on_a_terminal_the_banner_is_an_aligned_block_and_the_logs_stay_json(tmp
     assert banner["listening"].startswith(proxy.url) and banner["store"].startswith("SQLite ")
     assert banner["workers"] == "1; logs json at info"
     start = next(i for i, line in enumerate(lines) if line.startswith("offload-proxy "))
-    block = lines[start + 1:start + len(banner)]
+    block = lines[start + 1 : start + len(banner)]
     assert all(line[:14].startswith("  ") and line[14] != " " for line in block), block  # one column of values
     assert not [line for line in lines if '"proxy.startup"' in line]  # no banner record as JSON
     requests = [json.loads(line) for line in lines if '"event":"request"' in line]
@@ -144,8 +182,9 @@ def test_on_a_terminal_the_banner_is_an_aligned_block_and_the_logs_stay_json(tmp
 def test_off_a_terminal_the_banner_is_json_whatever_stdout_is(tmp_path, upstream):
     """stdout at a terminal, stderr to a file or collector: the banner goes where the logs go,
     so it is JSON records like them."""
-    proxy = ProxyProcess("--upstream", f"{upstream.url}/v1", data_dir=tmp_path / "data", capture=True,
-                         terminal=("stdout",))
+    proxy = ProxyProcess(
+        "--upstream", f"{upstream.url}/v1", data_dir=tmp_path / "data", capture=True, terminal=("stdout",)
+    )
     with proxy:
         pass
     records = [json.loads(line) for line in proxy.stderr.splitlines() if line.strip()]  # every line JSON

@@ -35,8 +35,9 @@ def send(url: str, key: str, history: list, *, session: str | None = None, strea
     """One chat completion through the openai SDK; the response's headers."""
     client = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=30)
     headers = {**CHEAP, **({"X-Offload-Session": session} if session else {})}
-    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=history, stream=stream,
-                                                           extra_headers=headers)
+    raw = client.chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=history, stream=stream, extra_headers=headers
+    )
     parsed = raw.parse()
     if stream:
         list(parsed)
@@ -82,8 +83,13 @@ def test_numbers_equal_what_was_sent(make_proxy, upstream):
         assert {k: v for k, v in totals["actions"].items() if v} == dict(actions)
         # the bill as the fake upstream reported it: (10, 5) per answer; its stream reports none
         turn_bill = totals["bill"]["calls"]["turn"]
-        assert turn_bill["tokens"] == {"uncached": 10 * 5, "cache_read": 0, "cache_write_5m": 0, "cache_write_1h": 0,
-                                       "output": 5 * 5}
+        assert turn_bill["tokens"] == {
+            "uncached": 10 * 5,
+            "cache_read": 0,
+            "cache_write_5m": 0,
+            "cache_write_1h": 0,
+            "output": 5 * 5,
+        }
         assert turn_bill["answers"] == 5 and turn_bill["answers_without_usage"] == 1
         assert totals["bill"]["turns_without_usage"] == 1 and totals["counterfactual"]["turns"] == 5
         assert turn_bill["usd"]["total"] == round((50 * 2.5 + 25 * 10.0) / 1e6, 6)
@@ -136,11 +142,13 @@ def test_reload_rounds_and_searches_are_counted(make_proxy, upstream):
         if messages[-1].get("tool_call_id") == "search_1":
             return JSONResponse(completion("found it"))
         if messages[-1].get("tool_call_id") == "reload_1":
-            return JSONResponse(completion(None, tool_calls=[tool_call("context_search", {"query": "value=7"},
-                                                                       id="search_1")]))
+            return JSONResponse(
+                completion(None, tool_calls=[tool_call("context_search", {"query": "value=7"}, id="search_1")])
+            )
         if refs_sent(rec):
-            return JSONResponse(completion(None, tool_calls=[tool_call("context_reload", {"ref": refs_sent(rec)[0]},
-                                                                       id="reload_1")]))
+            return JSONResponse(
+                completion(None, tool_calls=[tool_call("context_reload", {"ref": refs_sent(rec)[0]}, id="reload_1")])
+            )
         return JSONResponse(completion("hi"))
 
     upstream.handler = handler
@@ -153,8 +161,9 @@ def test_reload_rounds_and_searches_are_counted(make_proxy, upstream):
 
 
 def test_tenants_see_themselves_and_the_admin_sees_all(make_proxy, upstream, tmp_path):
-    with make_proxy(upstream_api_key="sk-server-upstream", tenants_file=tenants_file(tmp_path),
-                    admin_token=ADMIN) as url:
+    with make_proxy(
+        upstream_api_key="sk-server-upstream", tenants_file=tenants_file(tmp_path), admin_token=ADMIN
+    ) as url:
         a = [send(url, KEY_A, agent_history(steps=4), session="a-run") for _ in range(2)]
         b = [send(url, KEY_B, agent_history(steps=3), session="b-run")]
         ns_a, ns_b = (namespace_for("tenant", [name], None) for name in ("team-a", "team-b"))
@@ -192,8 +201,9 @@ def test_tenants_see_themselves_and_the_admin_sees_all(make_proxy, upstream, tmp
         # the admin token is no client credential: never relayed, never a namespace
         count = len(upstream.requests)
         for headers in ({"authorization": f"Bearer {ADMIN}"}, {"x-api-key": ADMIN}):
-            r = httpx2.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": []},
-                            headers=headers, timeout=10)
+            r = httpx2.post(
+                f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": []}, headers=headers, timeout=10
+            )
             assert r.status_code == 403 and r.json()["error"]["code"] == "admin_token_not_a_credential"
         assert httpx2.get(f"{url}/v1/models", headers={"authorization": f"Bearer {ADMIN}"}).status_code == 403
         assert len(upstream.requests) == count
@@ -212,8 +222,12 @@ def test_without_an_admin_token_it_is_a_client_key_like_any(make_proxy, upstream
 
 def test_admin_token_is_not_relayed_in_client_key_mode(make_proxy, upstream):
     with make_proxy(admin_token=ADMIN) as url:
-        r = httpx2.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": [{"role": "user",
-                        "content": "hi"}]}, headers={"authorization": f"Bearer {ADMIN}"}, timeout=10)
+        r = httpx2.post(
+            f"{url}/v1/chat/completions",
+            json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]},
+            headers={"authorization": f"Bearer {ADMIN}"},
+            timeout=10,
+        )
         assert r.status_code == 403 and not upstream.requests
         assert api(url, "/v1/offload/stats", ADMIN).json()["tenant"] is None
 
@@ -229,11 +243,14 @@ def test_sessions_page_fast_with_ten_thousand(make_proxy, upstream, tmp_path):
 
         def op(db, _now):
             with db:
-                db.executemany("INSERT INTO ranked VALUES (?, ?, ?, ?)",
-                               [(sessions_key(ns), f"s{i:05}", now - 10_000 + i, now + 3600) for i in range(10_000)])
-                db.executemany("INSERT INTO hashes VALUES (?, ?, ?, ?)",
-                               [(session_keys(ns, f"s{i:05}")[1], "requests", i % 7 + 1, now + 3600)
-                                for i in range(10_000)])
+                db.executemany(
+                    "INSERT INTO ranked VALUES (?, ?, ?, ?)",
+                    [(sessions_key(ns), f"s{i:05}", now - 10_000 + i, now + 3600) for i in range(10_000)],
+                )
+                db.executemany(
+                    "INSERT INTO hashes VALUES (?, ?, ?, ?)",
+                    [(session_keys(ns, f"s{i:05}")[1], "requests", i % 7 + 1, now + 3600) for i in range(10_000)],
+                )
 
         await store._run(op)
         await store.close()
@@ -282,8 +299,9 @@ def test_a_key_without_a_tenants_file_name_may_name_itself_as_the_api_names_it(m
         me = stats_when(url, CLIENT_KEY, 1, window="1h")
         assert me["name"] == me["tenant"][:12]
         assert api(url, "/v1/offload/stats", CLIENT_KEY, tenant=me["name"]).json()["totals"]["requests"] == 1
-        assert [r["id"] for r in api(url, "/v1/offload/sessions", CLIENT_KEY, tenant=me["name"]).json()["data"]] \
-            == ["mine"]
+        assert [r["id"] for r in api(url, "/v1/offload/sessions", CLIENT_KEY, tenant=me["name"]).json()["data"]] == [
+            "mine"
+        ]
         other = namespace_for("credential", ["sk-someone-else-0001"], None)
         for name in (other[:12], other):
             assert api(url, "/v1/offload/sessions", CLIENT_KEY, tenant=name).status_code == 403
@@ -311,10 +329,16 @@ def test_client_keys_are_labelled_by_their_fingerprint_only(make_proxy, upstream
         assert api(url, "/v1/offload/sessions/p", proj).json()["label"] == "sk-proj…AbCd"
         one = api(url, "/v1/offload/stats", ADMIN, window="1h", tenant=mine["tenant"]).json()
         assert one["label"] == "sk-proj…AbCd"
-        answers = [api(url, path, key, **params).text for path, key, params in [
-            ("/v1/offload/stats", ADMIN, {"window": "1h"}), ("/v1/offload/stats", proj, {}),
-            ("/v1/offload/stats", ant, {"window": "7d"}), ("/v1/offload/sessions", ant, {}),
-            ("/v1/offload/sessions/a", ant, {})]]
+        answers = [
+            api(url, path, key, **params).text
+            for path, key, params in [
+                ("/v1/offload/stats", ADMIN, {"window": "1h"}),
+                ("/v1/offload/stats", proj, {}),
+                ("/v1/offload/stats", ant, {"window": "7d"}),
+                ("/v1/offload/sessions", ant, {}),
+                ("/v1/offload/sessions/a", ant, {}),
+            ]
+        ]
         for text in answers:
             for key in (proj, ant):
                 assert key[:9] not in text and key[-5:] not in text and key[12:-4] not in text
@@ -327,7 +351,8 @@ def test_a_key_fingerprint_is_sealed_at_rest_with_an_encryption_key(make_proxy, 
         send(url, key, agent_history(steps=2), session="s")
         stats_when(url, key, 1, window="1h")
         assert api(url, "/v1/offload/stats", key, window="1h").json()["label"] == "sk-proj…QrSt"
-        assert [r["label"] for r in api(url, "/v1/offload/stats", ADMIN, window="1h").json()["tenants"]] \
-            == ["sk-proj…QrSt"]
+        assert [r["label"] for r in api(url, "/v1/offload/stats", ADMIN, window="1h").json()["tenants"]] == [
+            "sk-proj…QrSt"
+        ]
     dump = b"".join(path.read_bytes() for path in tmp_path.glob("offload.sqlite3*"))
     assert b":stats:label" in dump and b"QrSt" not in dump

@@ -44,13 +44,18 @@ def admin_stats_when(url: str, requests: int) -> dict:
     return api(url, "/v1/offload/stats", ADMIN, window="1h").json()
 
 
-def test_a_session_id_extending_another_neither_collides_nor_takes_the_store_down(make_proxy, upstream,
-                                                                                    tmp_path, redis_url):
+def test_a_session_id_extending_another_neither_collides_nor_takes_the_store_down(
+    make_proxy, upstream, tmp_path, redis_url
+):
     """`x` and `x:turns` are two sessions: the totals of one were the turns list of the other, a
     Redis WRONGTYPE error that failed every flush holding it and marked the store unavailable
     for every tenant, again at each read of that session."""
-    with make_proxy(redis_url=redis_url, upstream_api_key="sk-server-upstream", admin_token=ADMIN,
-                    tenants_file=tenants_file(tmp_path)) as url:
+    with make_proxy(
+        redis_url=redis_url,
+        upstream_api_key="sk-server-upstream",
+        admin_token=ADMIN,
+        tenants_file=tenants_file(tmp_path),
+    ) as url:
         tag = f"collide-{time.time_ns()}"
         assert post(url, body=chat_body(), key=KEY_A, headers={"X-Offload-Session": tag}).status_code == 200
         admin_stats_when(url, 1)
@@ -71,8 +76,9 @@ def test_a_session_id_with_a_slash_opens(make_proxy, upstream, tmp_path):
     """X-Offload-Session admits `/`: such a session is listed, so its drill-down must answer it
     (it fell through to the relay: 403 for a proxy key, and 403 for the admin token, which the
     page took for a revoked token and signed out). A crafted `..%2F` id stays a session lookup."""
-    with make_proxy(upstream_api_key="sk-server-upstream", admin_token=ADMIN,
-                    tenants_file=tenants_file(tmp_path)) as url:
+    with make_proxy(
+        upstream_api_key="sk-server-upstream", admin_token=ADMIN, tenants_file=tenants_file(tmp_path)
+    ) as url:
         assert post(url, body=chat_body(), key=KEY_A, headers={"X-Offload-Session": "team/run-1"}).status_code == 200
         admin_stats_when(url, 1)
         assert [row["id"] for row in api(url, "/v1/offload/sessions", KEY_A).json()["data"]] == ["team/run-1"]
@@ -89,10 +95,15 @@ def test_a_session_id_with_a_slash_opens(make_proxy, upstream, tmp_path):
 def test_a_model_name_the_store_cannot_encode_loses_no_other_turn(make_proxy, upstream, tmp_path):
     """A lone surrogate in `model` (valid JSON) failed the whole flush: every tenant's turns of
     that second were counted dropped, and the turns waiting for a response id were lost."""
-    with make_proxy(upstream_api_key="sk-server-upstream", admin_token=ADMIN,
-                    tenants_file=tenants_file(tmp_path)) as url:
-        assert post(url, body=chat_body(raw_model="gpt\\ud800-x"), key=KEY_A,
-                    headers={"X-Offload-Session": "odd-model"}).status_code == 200
+    with make_proxy(
+        upstream_api_key="sk-server-upstream", admin_token=ADMIN, tenants_file=tenants_file(tmp_path)
+    ) as url:
+        assert (
+            post(
+                url, body=chat_body(raw_model="gpt\\ud800-x"), key=KEY_A, headers={"X-Offload-Session": "odd-model"}
+            ).status_code
+            == 200
+        )
         assert post(url, body=chat_body(), key=KEY_B, headers={"X-Offload-Session": "innocent"}).status_code == 200
         body = admin_stats_when(url, 2)
         assert body["recorder"]["flush_failures"] == 0 and body["recorder"]["dropped"] == 0, body["recorder"]
@@ -105,18 +116,30 @@ def test_a_credential_the_upstream_refuses_leaves_no_statistics(make_proxy, upst
     """Client-key mode: any string is a credential, and each is a namespace. Turns the upstream
     refused (401/403) were recorded, so anyone could add tenants by the thousand to the admin's
     tenants table (read whole on every refresh) and fill the store, without a valid key."""
+
     async def handler(request, rec):
         if rec.headers.get("authorization") != "Bearer sk-good-client-key":
-            return JSONResponse({"error": {"message": "Incorrect API key", "code": "invalid_api_key"}},
-                                status_code=401)
-        return JSONResponse({"id": "c1", "object": "chat.completion", "model": "gpt-4o", "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]})
+            return JSONResponse({"error": {"message": "Incorrect API key", "code": "invalid_api_key"}}, status_code=401)
+        return JSONResponse(
+            {
+                "id": "c1",
+                "object": "chat.completion",
+                "model": "gpt-4o",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+            }
+        )
 
     upstream.handler = handler
     with make_proxy(admin_token=ADMIN) as url:
         for i in range(5):
-            assert post(url, body=chat_body(), key=f"sk-made-up-{i}", headers={"X-Offload-Session": "spam"}).status_code == 401
-        assert post(url, body=chat_body(), key="sk-good-client-key", headers={"X-Offload-Session": "real"}).status_code == 200
+            assert (
+                post(url, body=chat_body(), key=f"sk-made-up-{i}", headers={"X-Offload-Session": "spam"}).status_code
+                == 401
+            )
+        assert (
+            post(url, body=chat_body(), key="sk-good-client-key", headers={"X-Offload-Session": "real"}).status_code
+            == 200
+        )
         body = admin_stats_when(url, 1)
         good = namespace_for("credential", ["sk-good-client-key"], None)
         assert [row["tenant"] for row in body["tenants"]] == [good] and body["totals"]["requests"] == 1
@@ -128,7 +151,9 @@ def test_anonymous_callers_list_no_statistics(make_proxy, upstream):
     """Anonymous clients share one namespace: as with events, listing its sessions (their ids,
     models and times are other clients') needs a credential."""
     with make_proxy(allow_anonymous=True, admin_token=ADMIN) as url:
-        assert post(url, body=chat_body(), key=None, headers={"X-Offload-Session": "someone-elses-run"}).status_code == 200
+        assert (
+            post(url, body=chat_body(), key=None, headers={"X-Offload-Session": "someone-elses-run"}).status_code == 200
+        )
         admin_stats_when(url, 1)
         for path in ("/v1/offload/stats", "/v1/offload/sessions", "/v1/offload/sessions/someone-elses-run"):
             r = api(url, path, None)
@@ -141,11 +166,22 @@ def test_a_session_lists_its_most_used_models_only(make_proxy, upstream):
     in every row of the sessions page (500 a page) and in one cell of the dashboard."""
     with make_proxy() as url:
         for i in range(14):
-            assert post(url, body=chat_body(model=f"model-{i:02d}"), key="sk-many-models",
-                        headers={"X-Offload-Session": "zoo"}).status_code == 200
+            assert (
+                post(
+                    url,
+                    body=chat_body(model=f"model-{i:02d}"),
+                    key="sk-many-models",
+                    headers={"X-Offload-Session": "zoo"},
+                ).status_code
+                == 200
+            )
         for _ in range(3):
-            assert post(url, body=chat_body(model="model-13"), key="sk-many-models",
-                        headers={"X-Offload-Session": "zoo"}).status_code == 200
+            assert (
+                post(
+                    url, body=chat_body(model="model-13"), key="sk-many-models", headers={"X-Offload-Session": "zoo"}
+                ).status_code
+                == 200
+            )
         deadline = time.monotonic() + 10
         while (row := api(url, "/v1/offload/sessions", "sk-many-models").json()["data"]) == [] or row[0]["turns"] < 17:
             assert time.monotonic() < deadline
@@ -162,12 +198,16 @@ def test_sub_tenants_by_the_thousand_leave_the_tenants_table_bounded(make_proxy,
     from proxy.stats import reader
 
     monkeypatch.setattr(reader, "MAX_TENANT_ROWS", 3)
-    with make_proxy(upstream_api_key="sk-server-upstream", admin_token=ADMIN,
-                    tenants_file=tenants_file(tmp_path)) as url:
+    with make_proxy(
+        upstream_api_key="sk-server-upstream", admin_token=ADMIN, tenants_file=tenants_file(tmp_path)
+    ) as url:
         for i in range(6):
-            r = httpx2.post(f"{url}/v1/chat/completions", headers={"authorization": f"Bearer {KEY_A}",
-                            "X-Offload-Tenant": f"sub-{i}"}, timeout=20,
-                            json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi " * (20 * (i + 1))}]})
+            r = httpx2.post(
+                f"{url}/v1/chat/completions",
+                headers={"authorization": f"Bearer {KEY_A}", "X-Offload-Tenant": f"sub-{i}"},
+                timeout=20,
+                json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi " * (20 * (i + 1))}]},
+            )
             assert r.status_code == 200
         body = admin_stats_when(url, 6)
         subs = [namespace_for("tenant", ["team-a"], f"sub-{i}") for i in (5, 4, 3)]

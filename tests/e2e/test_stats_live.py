@@ -15,7 +15,6 @@ import pytest
 from tests.e2e.test_background_summaries import BACKGROUND, gated_summaries, wait_for_event
 from tests.e2e.test_compression_e2e import chat_history
 
-
 pytestmark = pytest.mark.usefixtures("fresh_summary_memory")
 
 
@@ -55,8 +54,7 @@ def test_a_background_summary_counts_in_the_tenant_totals_once(client, upstream,
     assert after["summaries"] == {"made": 1, "reused": 0, "failed": 0, "pending": 1} and after["requests"] == 1
 
     history2 = history + [{"role": "assistant", "content": "Final answer"}, {"role": "user", "content": "More?"}]
-    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=history2,
-                                                           extra_headers=BACKGROUND)
+    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=history2, extra_headers=BACKGROUND)
     assert raw.headers["x-offload-action"] == "compress" and len(calls) == 1
     body = stats_when(proxy_url, key, lambda t: t["requests"] >= 2)
     assert body["totals"]["summaries"] == {"made": 1, "reused": 1, "failed": 0, "pending": 1}  # made once
@@ -69,8 +67,9 @@ def test_a_background_summary_counts_in_the_tenant_totals_once(client, upstream,
 
 def test_a_failed_background_summary_counts_as_failed(client, upstream, proxy_url, key):
     upstream.handler, calls = gated_summaries(fail=True)
-    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=chat_history(12),
-                                                           extra_headers=BACKGROUND)
+    raw = client.chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=chat_history(12), extra_headers=BACKGROUND
+    )
     assert raw.headers["x-offload-action"] == "compress-pending"
     wait_for_event(proxy_url, "summary_failed", key)
     totals = stats_when(proxy_url, key, lambda t: t["summaries"]["failed"] >= 1)["totals"]
@@ -100,5 +99,6 @@ def test_prefix_reuse_of_the_forwarded_bodies(client, upstream, proxy_url, key):
 
     other = f"sk-{uuid.uuid4().hex}"
     openai.OpenAI(base_url=f"{proxy_url}/v1", api_key=other, max_retries=0).chat.completions.create(
-        model="gpt-4o", messages=history)
+        model="gpt-4o", messages=history
+    )
     assert stats_when(proxy_url, other, lambda t: t["requests"] >= 1)["totals"]["prefix_tokens"] == 0

@@ -49,8 +49,11 @@ def test_chat_completions(proxy_url, upstream, key):
         history = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": task}]
         for turn in range(3):
             answer = client.chat.completions.create(model="gpt-4o", messages=history, stream=turn == 1)
-            text = "".join(c.choices[0].delta.content or "" for c in answer if c.choices) if turn == 1 else \
-                answer.choices[0].message.content
+            text = (
+                "".join(c.choices[0].delta.content or "" for c in answer if c.choices)
+                if turn == 1
+                else answer.choices[0].message.content
+            )
             history += [{"role": "assistant", "content": text}, {"role": "user", "content": f"and then {turn}?"}]
     rows = sessions(proxy_url, key, 6)
     assert derived(rows) == [3, 3]
@@ -59,7 +62,8 @@ def test_chat_completions(proxy_url, upstream, key):
     # the same conversation again under another credential: another tenant, another session
     other = f"sk-{uuid.uuid4().hex}"
     openai.OpenAI(base_url=f"{proxy_url}/v1", api_key=other, max_retries=0).chat.completions.create(
-        model="gpt-4o", messages=history[:2])
+        model="gpt-4o", messages=history[:2]
+    )
     [row] = sessions(proxy_url, other, 1)
     assert row["id"] not in {r["id"] for r in rows}
 
@@ -83,8 +87,10 @@ def test_responses_with_the_whole_history(proxy_url, upstream, key):
         items: list = [{"role": "user", "content": [{"type": "input_text", "text": task}]}]
         for turn in range(3):
             result = client.responses.create(model="gpt-5", instructions="You are Codex.", input=items, store=False)
-            items += [{"role": "assistant", "content": [{"type": "output_text", "text": result.output_text}]},
-                      {"role": "user", "content": [{"type": "input_text", "text": f"next {turn}"}]}]
+            items += [
+                {"role": "assistant", "content": [{"type": "output_text", "text": result.output_text}]},
+                {"role": "user", "content": [{"type": "input_text", "text": f"next {turn}"}]},
+            ]
     assert derived(sessions(proxy_url, key, 6)) == [3, 3]
 
 
@@ -107,8 +113,9 @@ def test_responses_continued_after_reload_rounds(proxy_url, upstream, key):
     """The client holds the first round's id: the turn continuing from it joins the session."""
     client = openai.OpenAI(base_url=f"{proxy_url}/v1", api_key=key, max_retries=0, timeout=20)
     upstream.handler = reload_then_answer()
-    first = client.responses.create(model="gpt-5", input=responses_history(), tools=TOOLS,
-                                    extra_headers=RESPONSES_HEADERS)
+    first = client.responses.create(
+        model="gpt-5", input=responses_history(), tools=TOOLS, extra_headers=RESPONSES_HEADERS
+    )
     assert first.id == "resp_round_1"
     upstream.handler = default_handler
     second = client.responses.create(model="gpt-5", input="thanks", previous_response_id=first.id)
@@ -128,15 +135,21 @@ def test_anthropic_messages(proxy_url, upstream, key):
             for message in messages:  # the marker moves to the newest block
                 for block in message["content"]:
                     block.pop("cache_control", None)
-            messages.append({"role": "user", "content": [
-                {"type": "text", "text": f"{task} ({turn})", "cache_control": {"type": "ephemeral"}}]})
+            messages.append(
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": f"{task} ({turn})", "cache_control": {"type": "ephemeral"}}],
+                }
+            )
             if turn == 1:
-                with client.messages.stream(model="claude-sonnet-4-5", max_tokens=100, system=system,
-                                            messages=messages) as stream:
+                with client.messages.stream(
+                    model="claude-sonnet-4-5", max_tokens=100, system=system, messages=messages
+                ) as stream:
                     reply = stream.get_final_message()
             else:
-                reply = client.messages.create(model="claude-sonnet-4-5", max_tokens=100, system=system,
-                                               messages=messages)
+                reply = client.messages.create(
+                    model="claude-sonnet-4-5", max_tokens=100, system=system, messages=messages
+                )
             messages.append({"role": "assistant", "content": [{"type": "text", "text": reply.content[0].text}]})
     rows = sessions(proxy_url, key, 6)
     assert derived(rows) == [3, 3] and rows[0]["models"] == {"claude-sonnet-4-5": 3}

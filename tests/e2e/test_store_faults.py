@@ -13,8 +13,8 @@ import pytest
 from starlette.responses import JSONResponse
 
 from tests.harness.history import agent_history, refs_sent
-from tests.harness.servers import RedisProcess, completion, tool_call
 from tests.harness.requests import post
+from tests.harness.servers import RedisProcess, completion, tool_call
 
 # Compaction only: these tests are about the store (the previews alone leave this history above the trigger).
 HEADERS = {"X-Offload-Max-Total-Tokens": "1000", "X-Offload-Mode": "compact", "authorization": "Bearer sk-faults"}
@@ -61,7 +61,11 @@ def test_redis_killed_under_load_then_back(make_proxy, upstream, redis_server):
             assert time.monotonic() < deadline, ready.json()
             time.sleep(0.1)
         # still serving: every replica would be down at once otherwise
-        assert ready.status_code == 200 and ready.json() == {"status": "ready", "store": "unavailable", "degraded": True}
+        assert ready.status_code == 200 and ready.json() == {
+            "status": "ready",
+            "store": "unavailable",
+            "degraded": True,
+        }
         down = post(url, body=chat(history), headers=HEADERS)
         assert down.status_code == 200 and "store unavailable" in down.headers["x-offload-warning"]
         assert refs_sent(upstream.chat_requests()[-1]) == []  # the original payload went through
@@ -92,14 +96,18 @@ def test_hung_redis_cannot_stall_requests_and_reload_says_unavailable(make_proxy
         if (last["role"] == "tool" and last["tool_call_id"] == "call_x") or not refs_sent(rec):
             return JSONResponse(completion("ok"))
         os.kill(redis_server.proc.pid, signal.SIGSTOP)  # Redis hangs after the refs were stored
-        return JSONResponse(completion(None, tool_calls=[
-            tool_call("context_reload", {"ref": refs_sent(rec)[0]}, id="call_x")]))
+        return JSONResponse(
+            completion(None, tool_calls=[tool_call("context_reload", {"ref": refs_sent(rec)[0]}, id="call_x")])
+        )
 
     upstream.handler = handler
     with make_proxy(redis_url=redis_server.url, store_timeout=2.0) as url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-faults", max_retries=0, timeout=60)
-        result = client.chat.completions.create(model="gpt-4o", messages=history,
-                                                extra_headers={"X-Offload-Max-Total-Tokens": "1000", "X-Offload-Mode": "compact"})
+        result = client.chat.completions.create(
+            model="gpt-4o",
+            messages=history,
+            extra_headers={"X-Offload-Max-Total-Tokens": "1000", "X-Offload-Mode": "compact"},
+        )
         assert result.choices[0].message.content == "ok"
         answer = upstream.chat_requests()[-1].json()["messages"][-1]["content"]
         assert "temporarily unavailable" in answer

@@ -18,31 +18,47 @@ from tests.harness.responses import answer, function_call, function_call_output,
 from tests.harness.servers import completion, is_summary_call, snapshot_answer, summary_shape
 
 # Compaction, then a summary made inline (the turn waits for it) once the compacted history passes 2000 tokens.
-HEADERS = {"X-Offload-Mode": "auto", "X-Offload-Max-Total-Tokens": "2000", "X-Offload-Hard-Max-Tokens": "1",
-           "X-Offload-Precompress-Ratio": "0"}
+HEADERS = {
+    "X-Offload-Mode": "auto",
+    "X-Offload-Max-Total-Tokens": "2000",
+    "X-Offload-Hard-Max-Tokens": "1",
+    "X-Offload-Precompress-Ratio": "0",
+}
 CHAT_TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {}}}}]
-RESPONSES_TOOLS = [{"type": "function", "name": "bash", "parameters": {"type": "object", "properties": {}},
-                    "strict": False}]
+RESPONSES_TOOLS = [
+    {"type": "function", "name": "bash", "parameters": {"type": "object", "properties": {}}, "strict": False}
+]
 INJECTED = [s["function"]["name"] for s in RELOAD_TOOL_SCHEMAS]
-PADDING = [m for i in range(10) for m in (
-    {"role": "assistant", "content": f"Step {i}: " + "I looked at the module and changed the parser. " * 12},
-    {"role": "user", "content": f"Go on with step {i + 1}."})]
+PADDING = [
+    m
+    for i in range(10)
+    for m in (
+        {"role": "assistant", "content": f"Step {i}: " + "I looked at the module and changed the parser. " * 12},
+        {"role": "user", "content": f"Go on with step {i + 1}."},
+    )
+]
 
 
 def chat_turns() -> tuple[list[dict], list[dict]]:
     """Turn 1: tool results to compact, under the trigger once compacted; turn 2: past it."""
-    first = agent_history(steps=4) + [{"role": "assistant", "content": "Read all four."},
-                                      {"role": "user", "content": "Go on."}]
+    first = agent_history(steps=4) + [
+        {"role": "assistant", "content": "Read all four."},
+        {"role": "user", "content": "Go on."},
+    ]
     return first, first + PADDING
 
 
 def responses_turns() -> tuple[list[dict], list[dict]]:
     items: list[dict] = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Fix it."}]}]
     for i in range(4):
-        items += [function_call("bash", {"cmd": f"cat f{i}"}, call_id=f"call_{i}", id=f"fc_{i}"),
-                  function_call_output(f"call_{i}", big_text(f"step{i}"))]
-    items += [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Read all four."}]},
-              {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Go on."}]}]
+        items += [
+            function_call("bash", {"cmd": f"cat f{i}"}, call_id=f"call_{i}", id=f"fc_{i}"),
+            function_call_output(f"call_{i}", big_text(f"step{i}")),
+        ]
+    items += [
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Read all four."}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Go on."}]},
+    ]
     padding = [{"role": m["role"], "content": m["content"]} for m in PADDING]
     return items, items + padding
 
@@ -57,21 +73,39 @@ async def handler(request, rec):
 
 def turn(url: str, fmt: str, history: list[dict], key: str, headers: dict | None = None) -> httpx2.Response:
     if fmt == "chat":
-        body = {"model": "gpt-4o", "messages": history, "tools": CHAT_TOOLS, "temperature": 0.3,
-                "prompt_cache_key": "conv-7"}
+        body = {
+            "model": "gpt-4o",
+            "messages": history,
+            "tools": CHAT_TOOLS,
+            "temperature": 0.3,
+            "prompt_cache_key": "conv-7",
+        }
     else:
-        body = {"model": "gpt-5", "instructions": "You are a coding agent.", "input": history,
-                "tools": RESPONSES_TOOLS, "reasoning": {"effort": "low"}, "prompt_cache_key": "conv-7"}
+        body = {
+            "model": "gpt-5",
+            "instructions": "You are a coding agent.",
+            "input": history,
+            "tools": RESPONSES_TOOLS,
+            "reasoning": {"effort": "low"},
+            "prompt_cache_key": "conv-7",
+        }
     path = "chat/completions" if fmt == "chat" else "responses"
-    r = httpx2.post(f"{url}/v1/{path}", json=body, timeout=30,
-                    headers={"authorization": f"Bearer {key}", **HEADERS, **(headers or {})})
+    r = httpx2.post(
+        f"{url}/v1/{path}",
+        json=body,
+        timeout=30,
+        headers={"authorization": f"Bearer {key}", **HEADERS, **(headers or {})},
+    )
     assert r.status_code == 200, r.text
     return r
 
 
 def model_requests(upstream) -> list:
-    return [r for r in upstream.requests if r.method == "POST" and not is_summary_call(r)
-            and r.path.endswith(("/chat/completions", "/responses"))]
+    return [
+        r
+        for r in upstream.requests
+        if r.method == "POST" and not is_summary_call(r) and r.path.endswith(("/chat/completions", "/responses"))
+    ]
 
 
 @pytest.mark.parametrize("fmt", ["chat", "responses"])
@@ -90,7 +124,7 @@ def test_the_summary_call_is_the_previous_turn_then_the_instruction(make_proxy, 
     assert call.path == ("/v1/chat/completions" if fmt == "chat" else "/v1/responses")
     sent, asked = previous.json(), call.json()
     # byte for byte what the previous turn forwarded, then the instruction
-    assert json.dumps(asked[history][:len(sent[history])]) == json.dumps(sent[history])
+    assert json.dumps(asked[history][: len(sent[history])]) == json.dumps(sent[history])
     assert "ref=" in json.dumps(sent[history])  # compacted results: the turn carried the reload tools
     assert json.dumps(asked["tools"]) == json.dumps(sent["tools"])
     names = [t["function"]["name"] if fmt == "chat" else t["name"] for t in asked["tools"]]
@@ -100,8 +134,11 @@ def test_the_summary_call_is_the_previous_turn_then_the_instruction(make_proxy, 
         assert asked[history][-1] == {"role": "user", "content": SUMMARY_INSTRUCTION}
         assert asked["temperature"] == 0.3 and asked["model"] == "gpt-4o"
     else:
-        assert asked[history][-1] == {"type": "message", "role": "user",
-                                      "content": [{"type": "input_text", "text": SUMMARY_INSTRUCTION}]}
+        assert asked[history][-1] == {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": SUMMARY_INSTRUCTION}],
+        }
         assert asked["store"] is False and asked["background"] is False
         assert asked["instructions"] == "You are a coding agent." and asked["reasoning"] == {"effort": "low"}
     # the turn that waited for it forwards the snapshot in place of what it covered
@@ -131,8 +168,10 @@ def test_the_summary_call_uses_the_callers_credential_and_upstream(make_proxy, u
     upstream.handler = handler
     port = upstream.url.rsplit(":", 1)[1]
     tenants = tmp_path / "tenants.toml"
-    tenants.write_text(f'[tenants.own]\napi_keys = ["pk-own-tenant-key-0001"]\n'
-                       f'upstream_api_key = "sk-own-upstream"\nupstream = "http://localhost:{port}/own/v1"\n')
+    tenants.write_text(
+        f'[tenants.own]\napi_keys = ["pk-own-tenant-key-0001"]\n'
+        f'upstream_api_key = "sk-own-upstream"\nupstream = "http://localhost:{port}/own/v1"\n'
+    )
     first, second = chat_turns() if fmt == "chat" else responses_turns()
     with make_proxy(upstream_api_key="sk-server", tenants_file=tenants) as url:
         turn(url, fmt, first, "pk-own-tenant-key-0001")

@@ -16,9 +16,9 @@ LONE = "\ud83d"  # the first half of 😀, cut off
 
 
 def test_dumps_escapes_lone_surrogates_only():
-    value = {"t": f"caf\u00e9 {LONE} x \U0001F600 \udc00", "n": 2**70}
+    value = {"t": f"caf\u00e9 {LONE} x \U0001f600 \udc00", "n": 2**70}
     out = jsonio.dumps(value)
-    assert out == '{"t":"caf\u00e9 \\ud83d x \U0001F600 \\udc00","n":1180591620717411303424}'.encode()
+    assert out == '{"t":"caf\u00e9 \\ud83d x \U0001f600 \\udc00","n":1180591620717411303424}'.encode()
     assert json.loads(out.decode("utf-8")) == value
     assert json.loads(jsonio.dumps(value, sort_keys=True).decode("utf-8")) == value
     assert jsonio.loads(jsonio.dumps(value)) == value
@@ -39,14 +39,23 @@ def test_rewritten_body_is_valid_utf8_and_reload_is_exact(proxy_url, upstream):
     assert "\\ud83d" in body
 
     def reload_first(rec):
-        return JSONResponse(completion(None, tool_calls=[tool_call("context_reload", {"ref": refs_sent(rec)[0]},
-                                                                   id="call_r")]))
+        return JSONResponse(
+            completion(None, tool_calls=[tool_call("context_reload", {"ref": refs_sent(rec)[0]}, id="call_r")])
+        )
 
     upstream.handler = scripted(reload_first, lambda rec: JSONResponse(completion("done")))
-    r = httpx2.post(f"{proxy_url}/v1/chat/completions", content=body.encode("ascii"), timeout=20, headers={
-        "authorization": "Bearer sk-surrogate", "content-type": "application/json",
-        "X-Offload-Max-Total-Tokens": "100", "X-Offload-Max-Tool-Message-Tokens": "200",
-        "X-Offload-Mode": "compact"})
+    r = httpx2.post(
+        f"{proxy_url}/v1/chat/completions",
+        content=body.encode("ascii"),
+        timeout=20,
+        headers={
+            "authorization": "Bearer sk-surrogate",
+            "content-type": "application/json",
+            "X-Offload-Max-Total-Tokens": "100",
+            "X-Offload-Max-Tool-Message-Tokens": "200",
+            "X-Offload-Mode": "compact",
+        },
+    )
     assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["message"]["content"] == "done"
     first, second = upstream.chat_requests()
@@ -66,8 +75,12 @@ def test_rewritten_body_is_valid_utf8_and_reload_is_exact(proxy_url, upstream):
 def test_direct_api_answers_with_lone_surrogates(proxy_url, upstream):
     messages = surrogate_history()
     body = json.dumps({"model": "gpt-4o", "messages": messages})
-    headers = {"authorization": "Bearer sk-surrogate-api", "X-Offload-Max-Total-Tokens": "100",
-               "X-Offload-Max-Tool-Message-Tokens": "200", "X-Offload-Mode": "compact"}
+    headers = {
+        "authorization": "Bearer sk-surrogate-api",
+        "X-Offload-Max-Total-Tokens": "100",
+        "X-Offload-Max-Tool-Message-Tokens": "200",
+        "X-Offload-Mode": "compact",
+    }
     r = httpx2.post(f"{proxy_url}/v1/offload", content=body, headers=headers, timeout=20)
     assert r.status_code == 200, r.text
     reduced = json.loads(r.content.decode("utf-8"))

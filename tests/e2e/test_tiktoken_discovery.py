@@ -43,10 +43,16 @@ def test_default_candidate_is_shared_next_to_the_repo():
 
 
 def small_conversation() -> dict:
-    return {"id": "tiny", "messages": [
-        {"role": "system", "content": "You are terse."}, {"role": "user", "content": "hi " * 50},
-        {"role": "assistant", "content": "hello"}, {"role": "user", "content": "again"},
-        {"role": "assistant", "content": "yes"}]}
+    return {
+        "id": "tiny",
+        "messages": [
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": "hi " * 50},
+            {"role": "assistant", "content": "hello"},
+            {"role": "user", "content": "again"},
+            {"role": "assistant", "content": "yes"},
+        ],
+    }
 
 
 def test_python_m_proxy_replay_finds_the_encodings_like_serve(tmp_path):
@@ -55,8 +61,14 @@ def test_python_m_proxy_replay_finds_the_encodings_like_serve(tmp_path):
     traces.write_text(json.dumps(small_conversation()) + "\n")
     env = {k: v for k, v in os.environ.items() if k not in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR")}
     env["PYTHONPATH"] = str(REPO)
-    done = subprocess.run([sys.executable, "-m", "proxy", "replay", str(traces), "--out", str(tmp_path / "out")],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "proxy", "replay", str(traces), "--out", str(tmp_path / "out")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     counting = json.loads((tmp_path / "out" / "report.json").read_text())["token_counting"]
     shared = REPO.parent / "shared" / "tiktoken"
@@ -106,10 +118,22 @@ def test_replay_by_estimate_says_it_once_and_its_charts_say_so(tmp_path):
     traces = tmp_path / "c.jsonl"
     traces.write_text(json.dumps(small_conversation()) + "\n")
     (tmp_path / "empty").mkdir()
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TIKTOKEN_CACHE_DIR": str(tmp_path / "empty"),
-           "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9", "NO_PROXY": ""}
-    done = subprocess.run([sys.executable, "-m", "proxy", "replay", str(traces), "--out", str(tmp_path / "out")],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "TIKTOKEN_CACHE_DIR": str(tmp_path / "empty"),
+        "HTTPS_PROXY": "http://127.0.0.1:9",
+        "HTTP_PROXY": "http://127.0.0.1:9",
+        "NO_PROXY": "",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "proxy", "replay", str(traces), "--out", str(tmp_path / "out")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     said = [line for line in done.stderr.splitlines() if "estimat" in line.lower()]
     assert len(said) == 1 and "ESTIMATES" in said[0] and "TIKTOKEN_CACHE_DIR" in said[0], said
@@ -118,5 +142,7 @@ def test_replay_by_estimate_says_it_once_and_its_charts_say_so(tmp_path):
     from proxy.replay.report import counted_as
 
     assert counted_as(report) == "estimated, ~4 bytes each"
-    assert counted_as({"token_counting": {"method": "tiktoken", "encodings": [{"encoding": "o200k_base"}]}}) == \
-        "o200k_base"
+    assert (
+        counted_as({"token_counting": {"method": "tiktoken", "encodings": [{"encoding": "o200k_base"}]}})
+        == "o200k_base"
+    )

@@ -19,19 +19,24 @@ from typing import Any
 
 import httpx2
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from proxy.core.compaction_token import PREFIX, is_ours
 from tests.e2e.test_emulation_attacks import COMPACT_EDIT, MESSAGES, THRESHOLD, block_of, token_of
-from tests.harness.requests import post
 from tests.harness import anthropic as afake
 from tests.harness import responses as fake
 from tests.harness.compaction import BUILD_HISTORY
+from tests.harness.requests import post
 from tests.harness.servers import scripted
 
 pytestmark = pytest.mark.usefixtures("fresh_summary_memory")
-EXAMPLES = settings(max_examples=10, deadline=None, derandomize=True,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+EXAMPLES = settings(
+    max_examples=10,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 MODEL, CLAUDE = "gpt-5", "claude-sonnet-4-5"
 FILLER = " ".join(f"w{k}" for k in range(700))  # enough to pass a 1,000-token threshold
 COUNTS: dict[str, int] = {}
@@ -49,10 +54,14 @@ def tenant(make_proxy, _fake_upstream_server):
     fake_upstream.handler = scripted(_answer)
     key = f"sk-{uuid.uuid4().hex}"
     with make_proxy() as url:
-        responses = [token_of(url, key),
-                     _compacted(url, key, [*BUILD_HISTORY, {"type": "message", "role": "user", "content": "more"}])]
-        messages = [block_of(url, key)["encrypted_content"],
-                    _paused(url, key, [*MESSAGES, {"role": "assistant", "content": "x"}, {"role": "user", "content": "y"}])]
+        responses = [
+            token_of(url, key),
+            _compacted(url, key, [*BUILD_HISTORY, {"type": "message", "role": "user", "content": "more"}]),
+        ]
+        messages = [
+            block_of(url, key)["encrypted_content"],
+            _paused(url, key, [*MESSAGES, {"role": "assistant", "content": "x"}, {"role": "user", "content": "y"}]),
+        ]
         assert len(set(responses)) == len(set(messages)) == 2
         yield {"url": url, "key": key, "responses": responses, "messages": messages}
     print(f"\n[token positions] examples per endpoint and outcome: {dict(sorted(COUNTS.items()))}")
@@ -65,22 +74,30 @@ def _answer(rec):
 
 
 def _compacted(url: str, key: str, history: list) -> str:
-    r = httpx2.post(f"{url}/v1/responses/compact", json={"model": MODEL, "input": history}, timeout=60,
-                    headers={"Authorization": f"Bearer {key}"})
+    r = httpx2.post(
+        f"{url}/v1/responses/compact",
+        json={"model": MODEL, "input": history},
+        timeout=60,
+        headers={"Authorization": f"Bearer {key}"},
+    )
     assert r.status_code == 200, r.text
     return r.json()["output"][-1]["encrypted_content"]
 
 
 def _paused(url: str, key: str, messages: list) -> str:
     edit = {"edits": [{**COMPACT_EDIT["edits"][0], "pause_after_compaction": True}]}
-    r = httpx2.post(f"{url}/v1/messages", json={"model": CLAUDE, "max_tokens": 64, "messages": messages,
-                                                "context_management": edit}, timeout=60,
-                    headers={"x-api-key": key, "anthropic-version": "2023-06-01"})
+    r = httpx2.post(
+        f"{url}/v1/messages",
+        json={"model": CLAUDE, "max_tokens": 64, "messages": messages, "context_management": edit},
+        timeout=60,
+        headers={"x-api-key": key, "anthropic-version": "2023-06-01"},
+    )
     assert r.status_code == 200, r.text
     return r.json()["content"][0]["encrypted_content"]
 
 
 # ---------------------------------------------------------------- what the upstream received
+
 
 def _received(rec) -> Any:
     body = rec.body
@@ -116,6 +133,7 @@ def _assert_nothing_leaked(upstream) -> None:
 
 # ---------------------------------------------------------------- histories
 
+
 def _spelled(token: str, how: int) -> str:
     """A spelling of `token` that is not canonical: padding, a character outside the alphabet,
     whitespace, case."""
@@ -129,25 +147,37 @@ def _elements(api: str, tokens: list[str]):
     if api == "responses":
         mine = st.builds(lambda t: ("ours", {"type": "compaction", "id": "cmp_1", "encrypted_content": t}), ours)
         return st.one_of(
-            mine, mine, mine,  # weighed: most histories hold valid tokens of ours
+            mine,
+            mine,
+            mine,  # weighed: most histories hold valid tokens of ours
             st.builds(lambda t: ("text", {"type": "message", "role": "user", "content": f"see {t}"}), text_token),
-            st.just(("text", {"type": "message", "role": "assistant", "content": [{"type": "output_text",
-                                                                                    "text": "ok"}]})),
+            st.just(
+                ("text", {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]})
+            ),
             st.just(("text", {"type": "message", "role": "developer", "content": "rules"})),
-            st.builds(lambda t, h: ("bad", {"type": "compaction", "encrypted_content": _spelled(t, h)}), ours,
-                      st.integers(0, 3)),
+            st.builds(
+                lambda t, h: ("bad", {"type": "compaction", "encrypted_content": _spelled(t, h)}),
+                ours,
+                st.integers(0, 3),
+            ),
             st.just(("provider", {"type": "compaction", "encrypted_content": "gAAAAABprovider=="})),
             st.just(("text", {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAAABr=="})),
-            st.builds(lambda t: ("stray", {"type": "reasoning", "id": "rs_2", "summary": [], "encrypted_content": t}),
-                      ours),
+            st.builds(
+                lambda t: ("stray", {"type": "reasoning", "id": "rs_2", "summary": [], "encrypted_content": t}), ours
+            ),
         )
     mine = st.builds(lambda t: ("ours", {"type": "compaction", "content": "summary", "encrypted_content": t}), ours)
     block = st.one_of(
-        mine, mine, mine,  # weighed: most histories hold valid tokens of ours
+        mine,
+        mine,
+        mine,  # weighed: most histories hold valid tokens of ours
         st.builds(lambda t: ("text", {"type": "text", "text": f"see {t}"}), text_token),
         st.builds(lambda t: ("ours", {"type": "compaction", "content": None, "encrypted_content": t}), ours),
-        st.builds(lambda t, h: ("bad", {"type": "compaction", "content": "s", "encrypted_content": _spelled(t, h)}),
-                  ours, st.integers(0, 3)),
+        st.builds(
+            lambda t, h: ("bad", {"type": "compaction", "content": "s", "encrypted_content": _spelled(t, h)}),
+            ours,
+            st.integers(0, 3),
+        ),
         st.just(("provider", {"type": "compaction", "content": "their summary", "encrypted_content": "EpYBnative"})),
         st.just(("provider", {"type": "compaction", "content": "their summary"})),
         st.just(("failed", {"type": "compaction", "content": None})),
@@ -213,8 +243,13 @@ def _check(r: httpx2.Response, expected: str, upstream, *, family: str, label: s
 
 # ---------------------------------------------------------------- the properties
 
-RESPONSES_PATHS = ["responses", "responses-stream", "responses-threshold", "responses/input_tokens",
-                   "responses/compact"]
+RESPONSES_PATHS = [
+    "responses",
+    "responses-stream",
+    "responses-threshold",
+    "responses/input_tokens",
+    "responses/compact",
+]
 
 
 @pytest.mark.parametrize("mode", ["relay", "emulate"])
@@ -226,19 +261,25 @@ def test_responses_tokens_anywhere_never_reach_the_upstream(tenant, upstream, pa
     elements = data.draw(st.lists(_elements("responses", tenant["responses"]), min_size=1, max_size=7))
     compressed = data.draw(st.booleans())
     items = [item for _, item in elements] + [{"type": "message", "role": "user", "content": f"next {FILLER}"}]
-    body = _variant({"model": MODEL, "input": items, **({} if path == "responses/compact" else {"store": False})},
-                    path, THRESHOLD)
+    body = _variant(
+        {"model": MODEL, "input": items, **({} if path == "responses/compact" else {"store": False})}, path, THRESHOLD
+    )
     endpoint = path.split("-")[0]
     emulating = mode == "emulate" and endpoint != "responses/input_tokens"  # input_tokens is always relayed
     expected = _responses_expectation([k for k, _ in elements], emulating=emulating)
     upstream.requests.clear()
-    r = post(tenant["url"], f"/v1/{endpoint}", body=encoded(body, compressed=compressed), key=tenant["key"],
-             headers=position_headers(mode, compressed=compressed))
+    r = post(
+        tenant["url"],
+        f"/v1/{endpoint}",
+        body=encoded(body, compressed=compressed),
+        key=tenant["key"],
+        headers=position_headers(mode, compressed=compressed),
+    )
     _check(r, expected, upstream, family="openai", label=f"{path}:{mode}")
     if expected == "200" and endpoint == "responses":
         sent = [rec for rec in upstream.responses_requests()][0].body.decode()
         newest = max((i for i, (k, _) in enumerate(elements) if k in ("ours", "bad", "provider")), default=-1)
-        for kind, item in elements[newest + 1:]:  # a token pasted as text after the compaction: content, as sent
+        for kind, item in elements[newest + 1 :]:  # a token pasted as text after the compaction: content, as sent
             if kind == "text" and PREFIX in json.dumps(item):
                 assert json.dumps(item["content"])[1:-1] in sent
 
@@ -259,20 +300,32 @@ def test_messages_tokens_anywhere_never_reach_the_upstream(tenant, upstream, pat
     body = _variant({"model": CLAUDE, "max_tokens": 64, "messages": messages}, path, COMPACT_EDIT)
     expected = _messages_expectation([b for _, blocks in messages_drawn for b in blocks])
     upstream.requests.clear()
-    r = post(tenant["url"], "/v1/" + path.split("-")[0], body=encoded(body, compressed=compressed),
-             key=tenant["key"], headers=position_headers(mode, compressed=compressed))
+    r = post(
+        tenant["url"],
+        "/v1/" + path.split("-")[0],
+        body=encoded(body, compressed=compressed),
+        key=tenant["key"],
+        headers=position_headers(mode, compressed=compressed),
+    )
     _check(r, expected, upstream, family="anthropic", label=f"{path}:{mode}")
 
 
-@settings(max_examples=15, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=15,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(data=st.data())
 def test_chat_a_token_pasted_as_text_is_content(tenant, upstream, data):
     """Chat has no compaction items: a token in a message's text is text, forwarded as sent."""
     upstream.handler = scripted(_answer)
     tokens = tenant["responses"] + tenant["messages"]
-    texts = data.draw(st.lists(st.one_of(st.sampled_from(tokens).map(lambda t: f"pasted: {t}"), st.just("hello")),
-                               min_size=1, max_size=5))
+    texts = data.draw(
+        st.lists(
+            st.one_of(st.sampled_from(tokens).map(lambda t: f"pasted: {t}"), st.just("hello")), min_size=1, max_size=5
+        )
+    )
     roles = ["user", "assistant"]
     messages = [{"role": roles[i % 2], "content": text} for i, text in enumerate(texts)]
     if messages[-1]["role"] != "user":
@@ -280,9 +333,13 @@ def test_chat_a_token_pasted_as_text_is_content(tenant, upstream, data):
     stream = data.draw(st.booleans())
     upstream.requests.clear()
     compressed = data.draw(st.booleans())
-    r = post(tenant["url"], "/v1/chat/completions",
-             body=encoded({"model": MODEL, "messages": messages, "stream": stream}, compressed=compressed),
-             key=tenant["key"], headers=position_headers("emulate", compressed=compressed))
+    r = post(
+        tenant["url"],
+        "/v1/chat/completions",
+        body=encoded({"model": MODEL, "messages": messages, "stream": stream}, compressed=compressed),
+        key=tenant["key"],
+        headers=position_headers("emulate", compressed=compressed),
+    )
     _count("chat:200")
     assert r.status_code == 200, r.text[:300]
     (sent,) = upstream.chat_requests()
@@ -292,11 +349,21 @@ def test_chat_a_token_pasted_as_text_is_content(tenant, upstream, data):
 
 # ---------------------------------------------------------------- relayed paths that carry items
 
-@pytest.mark.parametrize(("path", "family"), [("messages/batches", "anthropic"), ("messages//batches/", "anthropic"),
-                                              ("conversations", "openai"), ("conversations/conv_1/items", "openai"),
-                                              # spellings the upstream decodes to the same path
-                                              ("messages/batch%65s", "anthropic"), ("messages%2Fbatches", "anthropic"),
-                                              ("conversation%2573", "openai"), ("conversations/conv_1%2Fitem%73", "openai")])
+
+@pytest.mark.parametrize(
+    ("path", "family"),
+    [
+        ("messages/batches", "anthropic"),
+        ("messages//batches/", "anthropic"),
+        ("conversations", "openai"),
+        ("conversations/conv_1/items", "openai"),
+        # spellings the upstream decodes to the same path
+        ("messages/batch%65s", "anthropic"),
+        ("messages%2Fbatches", "anthropic"),
+        ("conversation%2573", "openai"),
+        ("conversations/conv_1%2Fitem%73", "openai"),
+    ],
+)
 def test_a_relayed_body_carrying_items_never_takes_a_token_upstream(tenant, upstream, path, family):
     """Endpoints the proxy does not manage but whose body holds a history (Anthropic message
     batches, items added to an OpenAI conversation): a token of ours in an `encrypted_content`
@@ -304,34 +371,71 @@ def test_a_relayed_body_carrying_items_never_takes_a_token_upstream(tenant, upst
     is relayed byte for byte."""
     token = tenant["messages" if family == "anthropic" else "responses"][0]
     if family == "anthropic":
+
         def body(block):
-            return {"requests": [{"custom_id": "a", "params": {"model": CLAUDE, "max_tokens": 5, "messages": [
-                {"role": "assistant", "content": [block]}, {"role": "user", "content": "next"}]}}]}
+            return {
+                "requests": [
+                    {
+                        "custom_id": "a",
+                        "params": {
+                            "model": CLAUDE,
+                            "max_tokens": 5,
+                            "messages": [
+                                {"role": "assistant", "content": [block]},
+                                {"role": "user", "content": "next"},
+                            ],
+                        },
+                    }
+                ]
+            }
+
         carried = body({"type": "compaction", "content": "s", "encrypted_content": token})
         pasted = body({"type": "text", "text": f"see {token}"})
     else:
+
         def body(item):
             return {"items": [item, {"type": "message", "role": "user", "content": "next"}]}
+
         carried = body({"type": "compaction", "encrypted_content": token.upper()})
         pasted = body({"type": "message", "role": "user", "content": f"see {token}"})
     for compressed in (False, True):
         upstream.requests.clear()
-        r = post(tenant["url"], f"/v1/{path}", body=encoded(carried, compressed=compressed), key=tenant["key"],
-                 headers=position_headers("relay", compressed=compressed))
+        r = post(
+            tenant["url"],
+            f"/v1/{path}",
+            body=encoded(carried, compressed=compressed),
+            key=tenant["key"],
+            headers=position_headers("relay", compressed=compressed),
+        )
         assert r.status_code == 400 and "compaction token" in r.text, r.text[:300]
         assert not upstream.requests
-        r = post(tenant["url"], f"/v1/{path}", body=encoded(pasted, compressed=compressed), key=tenant["key"],
-                 headers=position_headers("relay", compressed=compressed))
+        r = post(
+            tenant["url"],
+            f"/v1/{path}",
+            body=encoded(pasted, compressed=compressed),
+            key=tenant["key"],
+            headers=position_headers("relay", compressed=compressed),
+        )
         assert r.status_code == 200 and _received(upstream.requests[-1]) == pasted, r.text[:300]
-    plain = json.dumps(body({"type": "text", "text": "hi"} if family == "anthropic" else
-                            {"type": "message", "role": "user", "content": "hi"}), indent=1).encode()
-    headers = ({"x-api-key": tenant["key"], "anthropic-version": "2023-06-01"} if family == "anthropic"
-               else {"Authorization": f"Bearer {tenant['key']}"})
+    plain = json.dumps(
+        body(
+            {"type": "text", "text": "hi"}
+            if family == "anthropic"
+            else {"type": "message", "role": "user", "content": "hi"}
+        ),
+        indent=1,
+    ).encode()
+    headers = (
+        {"x-api-key": tenant["key"], "anthropic-version": "2023-06-01"}
+        if family == "anthropic"
+        else {"Authorization": f"Bearer {tenant['key']}"}
+    )
     r = httpx2.post(f"{tenant['url']}/v1/{path}", content=plain, headers=headers, timeout=30)
     assert r.status_code == 200 and upstream.requests[-1].body == plain
 
 
 # ---------------------------------------------------------------- an encrypted_content of another JSON type
+
 
 def _wrapped(token: str) -> list:
     return [[token], {"state": token}, [{"deep": [token]}]]
@@ -345,28 +449,47 @@ def test_a_token_inside_an_encrypted_content_of_another_type_is_refused(tenant, 
     token, block_token = tenant["responses"][0], tenant["messages"][0]
     user = {"type": "message", "role": "user", "content": "next"}
     for value in _wrapped(token):
-        for item in ({"type": "compaction", "encrypted_content": value},
-                     {"type": "reasoning", "summary": [], "encrypted_content": value}):
+        for item in (
+            {"type": "compaction", "encrypted_content": value},
+            {"type": "reasoning", "summary": [], "encrypted_content": value},
+        ):
             for path in ("responses", "responses/input_tokens", "responses/compact"):
                 upstream.requests.clear()
-                r = post(tenant["url"], f"/v1/{path}",
-                         body=encoded({"model": MODEL, "input": [user, item, user]}, compressed=False),
-                         key=tenant["key"], headers=position_headers(mode, compressed=False))
+                r = post(
+                    tenant["url"],
+                    f"/v1/{path}",
+                    body=encoded({"model": MODEL, "input": [user, item, user]}, compressed=False),
+                    key=tenant["key"],
+                    headers=position_headers(mode, compressed=False),
+                )
                 _check(r, "400", upstream, family="openai", label=f"{path}:wrapped")
                 assert r.json()["error"]["param"].startswith("input[1].encrypted_content"), r.text[:300]
-        r = post(tenant["url"], "/v1/chat/completions",
-                 body=encoded({"model": MODEL, "messages": [{"role": "user", "content": "hi", "encrypted_content": value}]}, compressed=False),
-                 key=tenant["key"], headers=position_headers(mode, compressed=False))
+        r = post(
+            tenant["url"],
+            "/v1/chat/completions",
+            body=encoded(
+                {"model": MODEL, "messages": [{"role": "user", "content": "hi", "encrypted_content": value}]},
+                compressed=False,
+            ),
+            key=tenant["key"],
+            headers=position_headers(mode, compressed=False),
+        )
         _check(r, "400", upstream, family="openai", label="chat:wrapped")
     for value in _wrapped(block_token):
         for path in ("messages", "messages/count_tokens"):
             upstream.requests.clear()
-            messages = [{"role": "user", "content": "the task"},
-                        {"role": "assistant", "content": [{"type": "compaction", "encrypted_content": value}]},
-                        {"role": "user", "content": "next"}]
-            r = post(tenant["url"], f"/v1/{path}",
-                     body=encoded({"model": CLAUDE, "max_tokens": 64, "messages": messages}, compressed=False),
-                     key=tenant["key"], headers=position_headers(mode, compressed=False))
+            messages = [
+                {"role": "user", "content": "the task"},
+                {"role": "assistant", "content": [{"type": "compaction", "encrypted_content": value}]},
+                {"role": "user", "content": "next"},
+            ]
+            r = post(
+                tenant["url"],
+                f"/v1/{path}",
+                body=encoded({"model": CLAUDE, "max_tokens": 64, "messages": messages}, compressed=False),
+                key=tenant["key"],
+                headers=position_headers(mode, compressed=False),
+            )
             _check(r, "400", upstream, family="anthropic", label=f"{path}:wrapped")
     _assert_nothing_leaked(upstream)
 
@@ -381,18 +504,37 @@ def test_a_key_spelling_a_compaction_position_is_no_compaction_position(tenant, 
     for key in ("input[0]", "input[²]"):
         for path in ("responses", "responses/input_tokens", "responses/compact"):
             upstream.requests.clear()
-            body = {"model": MODEL, "input": [{"type": "compaction", "encrypted_content": token}, user],
-                    key: {"encrypted_content": token}}
-            r = post(tenant["url"], f"/v1/{path}", body=encoded(body, compressed=False), key=tenant["key"],
-                     headers=position_headers(mode, compressed=False))
+            body = {
+                "model": MODEL,
+                "input": [{"type": "compaction", "encrypted_content": token}, user],
+                key: {"encrypted_content": token},
+            }
+            r = post(
+                tenant["url"],
+                f"/v1/{path}",
+                body=encoded(body, compressed=False),
+                key=tenant["key"],
+                headers=position_headers(mode, compressed=False),
+            )
             _check(r, "400", upstream, family="openai", label=f"{path}:key-path")
             assert r.json()["error"]["param"] == f'["{key}"].encrypted_content'.replace("²", "\\u00b2"), r.text[:300]
     for path in ("messages", "messages/count_tokens"):
         upstream.requests.clear()
-        messages = [{"role": "assistant", "content": [{"type": "compaction", "encrypted_content": block_token}]},
-                    {"role": "user", "content": "next"}]
-        body = {"model": CLAUDE, "max_tokens": 64, "messages": messages,
-                "messages[0].content[0]": {"encrypted_content": block_token}}
-        r = post(tenant["url"], f"/v1/{path}", body=encoded(body, compressed=False), key=tenant["key"],
-                 headers=position_headers(mode, compressed=False))
+        messages = [
+            {"role": "assistant", "content": [{"type": "compaction", "encrypted_content": block_token}]},
+            {"role": "user", "content": "next"},
+        ]
+        body = {
+            "model": CLAUDE,
+            "max_tokens": 64,
+            "messages": messages,
+            "messages[0].content[0]": {"encrypted_content": block_token},
+        }
+        r = post(
+            tenant["url"],
+            f"/v1/{path}",
+            body=encoded(body, compressed=False),
+            key=tenant["key"],
+            headers=position_headers(mode, compressed=False),
+        )
         _check(r, "400", upstream, family="anthropic", label=f"{path}:key-path")

@@ -22,35 +22,120 @@ import pytest
 import respx
 
 from tests.e2e.test_anthropic_compression import conversation
-from tests.harness.anthropic import text, thinking, tool_use
-from tests.harness.responses import function_call, function_call_output, reasoning
 from tests.harness import anthropic as fake_anthropic
 from tests.harness import responses as fake_responses
-from tests.harness.servers import (Recorded, completion, is_responses_create, is_summary_call, snapshot_answer,
-                                   stream_chunks)
+from tests.harness.anthropic import text, thinking, tool_use
+from tests.harness.responses import function_call, function_call_output, reasoning
+from tests.harness.servers import (
+    Recorded,
+    completion,
+    is_responses_create,
+    is_summary_call,
+    snapshot_answer,
+    stream_chunks,
+)
 
 pytestmark = pytest.mark.usefixtures("fresh_summary_memory")
 
 PER_FORMAT = 4200  # bodies sent per format
 SEED = 20
 # the values every field is replaced by: each JSON type, and containers holding the wrong types
-VALUES: list[Any] = [None, True, False, 0, -1, 1.5, 10 ** 20, "s", "", [], [1], ["s"], [None], [[1]], {}, {"x": [1]},
-                     {"type": [1]}, {"type": "text", "text": [1]}, [{"type": [1]}], [{"type": "text", "text": {}}],
-                     [{"type": "tool_result", "content": [{"type": [1]}]}]]
+VALUES: list[Any] = [
+    None,
+    True,
+    False,
+    0,
+    -1,
+    1.5,
+    10**20,
+    "s",
+    "",
+    [],
+    [1],
+    ["s"],
+    [None],
+    [[1]],
+    {},
+    {"x": [1]},
+    {"type": [1]},
+    {"type": "text", "text": [1]},
+    [{"type": [1]}],
+    [{"type": "text", "text": {}}],
+    [{"type": "tool_result", "content": [{"type": [1]}]}],
+]
 # fields some module of the proxy reads (`.get(` over the formats, the core, the token counter,
 # the reload tools, the summary requests): added where a base body lacks them
-READ_KEYS = ("type", "role", "content", "text", "name", "id", "call_id", "tool_call_id", "tool_use_id", "tool_calls",
-             "function", "custom", "arguments", "input", "output", "summary", "source", "namespace", "server_label",
-             "approval_request_id", "encrypted_content", "action", "error", "execution", "thinking", "title",
-             "is_error", "cache_control", "refusal", "filename", "file_id", "file_url", "tools", "data", "status")
-BODY_KEYS = ("model", "messages", "input", "tools", "functions", "tool_choice", "function_call", "stream", "store",
-             "background", "include", "conversation", "previous_response_id", "instructions", "system", "thinking",
-             "output_config", "text", "max_tokens", "metadata", "stream_options", "reasoning", "user")
+READ_KEYS = (
+    "type",
+    "role",
+    "content",
+    "text",
+    "name",
+    "id",
+    "call_id",
+    "tool_call_id",
+    "tool_use_id",
+    "tool_calls",
+    "function",
+    "custom",
+    "arguments",
+    "input",
+    "output",
+    "summary",
+    "source",
+    "namespace",
+    "server_label",
+    "approval_request_id",
+    "encrypted_content",
+    "action",
+    "error",
+    "execution",
+    "thinking",
+    "title",
+    "is_error",
+    "cache_control",
+    "refusal",
+    "filename",
+    "file_id",
+    "file_url",
+    "tools",
+    "data",
+    "status",
+)
+BODY_KEYS = (
+    "model",
+    "messages",
+    "input",
+    "tools",
+    "functions",
+    "tool_choice",
+    "function_call",
+    "stream",
+    "store",
+    "background",
+    "include",
+    "conversation",
+    "previous_response_id",
+    "instructions",
+    "system",
+    "thinking",
+    "output_config",
+    "text",
+    "max_tokens",
+    "metadata",
+    "stream_options",
+    "reasoning",
+    "user",
+)
 NOT_READ = ("parameters", "input_schema", "encrypted_content", "signature")  # opaque to the proxy: not descended into
 
 OFFLOAD = {"X-Offload-Max-Total-Tokens": "1000", "X-Offload-Max-Tool-Message-Tokens": "300"}
-INLINE = {"X-Offload-Mode": "compress", "X-Offload-Max-Total-Tokens": "1500", "X-Offload-Hard-Max-Tokens": "1",
-          "X-Offload-Precompress-Ratio": "0"}
+INLINE = {
+    "X-Offload-Mode": "compress",
+    "X-Offload-Max-Total-Tokens": "1500",
+    "X-Offload-Hard-Max-Tokens": "1",
+    "X-Offload-Precompress-Ratio": "0",
+}
 BACKGROUND = {**INLINE, "X-Offload-Hard-Max-Tokens": "100000"}
 LOG = "\n".join(f"2024-05-01T12:{i // 60:02d}:{i % 60:02d}Z INFO worker-{i % 7} GET /x/{i} 200" for i in range(60))
 
@@ -60,99 +145,206 @@ def output(step: int) -> str:
 
 
 def chat_bases() -> list[tuple[str, dict]]:
-    call = {"id": "call_1", "type": "function", "function": {"name": "read_logs", "arguments": "{\"path\": \"/x\"}"}}
+    call = {"id": "call_1", "type": "function", "function": {"name": "read_logs", "arguments": '{"path": "/x"}'}}
     custom = {"id": "call_2", "type": "custom", "custom": {"name": "patch", "input": "*** Begin Patch"}}
-    tools = [{"type": "function", "function": {"name": "read_logs", "parameters": {"type": "object"}}},
-             {"type": "custom", "custom": {"name": "patch"}}]
-    offload = {"model": "gpt-4o", "tools": tools, "stream": False, "messages": [
-        {"role": "system", "content": "You are terse."},
-        {"role": "user", "content": [{"type": "text", "text": "Why did it fail?"},
-                                     {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]},
-        {"role": "assistant", "content": "Reading.", "tool_calls": [call, custom]},
-        {"role": "tool", "tool_call_id": "call_1", "content": LOG},
-        {"role": "tool", "tool_call_id": "call_2", "content": [{"type": "text", "text": LOG + "\npatched"}]},
-        {"role": "user", "content": "Summarise.", "name": "dev"}]}
+    tools = [
+        {"type": "function", "function": {"name": "read_logs", "parameters": {"type": "object"}}},
+        {"type": "custom", "custom": {"name": "patch"}},
+    ]
+    offload = {
+        "model": "gpt-4o",
+        "tools": tools,
+        "stream": False,
+        "messages": [
+            {"role": "system", "content": "You are terse."},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "Why did it fail?"},
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                ],
+            },
+            {"role": "assistant", "content": "Reading.", "tool_calls": [call, custom]},
+            {"role": "tool", "tool_call_id": "call_1", "content": LOG},
+            {"role": "tool", "tool_call_id": "call_2", "content": [{"type": "text", "text": LOG + "\npatched"}]},
+            {"role": "user", "content": "Summarise.", "name": "dev"},
+        ],
+    }
     history: list[dict] = [{"role": "user", "content": "Fix the build."}]
     for i in range(5):
-        history += [{"role": "assistant", "content": None, "tool_calls": [
-                        {"id": f"c{i}", "type": "function", "function": {"name": "bash", "arguments": f"{{\"i\": {i}}}"}}]},
-                    {"role": "tool", "tool_call_id": f"c{i}", "content": output(i)}]
+        history += [
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": f"c{i}", "type": "function", "function": {"name": "bash", "arguments": f'{{"i": {i}}}'}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": f"c{i}", "content": output(i)},
+        ]
     history.append({"role": "user", "content": "Where are we?"})
     long = {"model": "gpt-4o", "messages": history, "tools": tools[:1]}
     return [("offload", offload), ("long", long)]
 
 
 def responses_bases() -> list[tuple[str, dict]]:
-    tools = [{"type": "function", "name": "read_logs", "parameters": {"type": "object"}},
-             {"type": "namespace", "name": "fs", "tools": [{"type": "function", "name": "read"}]},
-             {"type": "custom", "name": "patch"}, {"type": "web_search"}]
+    tools = [
+        {"type": "function", "name": "read_logs", "parameters": {"type": "object"}},
+        {"type": "namespace", "name": "fs", "tools": [{"type": "function", "name": "read"}]},
+        {"type": "custom", "name": "patch"},
+        {"type": "web_search"},
+    ]
     items = [
         {"role": "developer", "content": "Be brief."},
-        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Why did it fail?"},
-                                                        {"type": "input_image", "image_url": "data:,"},
-                                                        {"type": "input_file", "filename": "a.txt", "file_id": "f"}]},
+        {
+            "type": "message",
+            "role": "user",
+            "content": [
+                {"type": "input_text", "text": "Why did it fail?"},
+                {"type": "input_image", "image_url": "data:,"},
+                {"type": "input_file", "filename": "a.txt", "file_id": "f"},
+            ],
+        },
         reasoning("Looking at logs", id="rs_1"),
         function_call("read_logs", {"path": "/x"}, call_id="call_1", id="fc_1"),
         function_call_output("call_1", LOG),
         {"type": "custom_tool_call", "call_id": "call_2", "name": "patch", "input": "*** Begin Patch", "id": "ctc_2"},
         {"type": "custom_tool_call_output", "call_id": "call_2", "output": [{"type": "input_text", "text": LOG + "!"}]},
         {"type": "computer_call", "call_id": "call_3", "action": {"type": "screenshot"}, "id": "cu_3"},
-        {"type": "computer_call_output", "call_id": "call_3", "output": {"type": "computer_screenshot",
-                                                                         "image_url": "data:,"}},
+        {
+            "type": "computer_call_output",
+            "call_id": "call_3",
+            "output": {"type": "computer_screenshot", "image_url": "data:,"},
+        },
         {"type": "local_shell_call", "call_id": "call_4", "action": {"type": "exec", "command": ["ls"]}, "id": "ls_4"},
         {"type": "local_shell_call_output", "call_id": "call_4", "output": "a\nb"},
         {"type": "mcp_call", "server_label": "git", "name": "log", "arguments": "{}", "output": "ok", "id": "mcp_5"},
         {"type": "item_reference", "id": "msg_0"},
-        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Done."},
-                                                             {"type": "refusal", "refusal": "no"}]},
-        {"role": "user", "content": "Summarise."}]
-    offload = {"model": "gpt-5", "instructions": "Help.", "input": items, "tools": tools, "store": False,
-               "include": ["reasoning.encrypted_content"], "text": {"verbosity": "low"},
-               "tool_choice": {"type": "allowed_tools", "mode": "auto",
-                               "tools": [{"type": "function", "name": "read_logs"}]}}
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "Done."}, {"type": "refusal", "refusal": "no"}],
+        },
+        {"role": "user", "content": "Summarise."},
+    ]
+    offload = {
+        "model": "gpt-5",
+        "instructions": "Help.",
+        "input": items,
+        "tools": tools,
+        "store": False,
+        "include": ["reasoning.encrypted_content"],
+        "text": {"verbosity": "low"},
+        "tool_choice": {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "read_logs"}]},
+    }
     history: list[dict] = [{"role": "user", "content": "Fix the build."}]
     for i in range(5):
-        history += [function_call("bash", {"i": i}, call_id=f"c{i}", id=f"fc{i}"), function_call_output(f"c{i}", output(i))]
+        history += [
+            function_call("bash", {"i": i}, call_id=f"c{i}", id=f"fc{i}"),
+            function_call_output(f"c{i}", output(i)),
+        ]
     history.append({"role": "user", "content": "Where are we?"})
-    long = {"model": "gpt-5", "input": history, "tools": tools[:1], "tool_choice": "auto",
-            "previous_response_id": "resp_fuzz", "conversation": None}
+    long = {
+        "model": "gpt-5",
+        "input": history,
+        "tools": tools[:1],
+        "tool_choice": "auto",
+        "previous_response_id": "resp_fuzz",
+        "conversation": None,
+    }
     return [("offload", offload), ("long", long)]
 
 
 def messages_bases() -> list[tuple[str, dict]]:
-    tools = [{"name": "bash", "input_schema": {"type": "object"}}, {"type": "web_search_20250305", "name": "web_search"}]
+    tools = [
+        {"name": "bash", "input_schema": {"type": "object"}},
+        {"type": "web_search_20250305", "name": "web_search"},
+    ]
     document = {"type": "document", "source": {"type": "content", "content": [text("a page")]}, "title": "Doc"}
-    odd = [{"role": "system", "content": "Environment: linux"},
-           {"role": "user", "content": [text("hi"), {"type": "image", "source": {"type": "base64", "data": "AAAA"}},
-                                        document]},
-           {"role": "assistant", "content": [thinking("Plan."), tool_use("bash", {"cmd": "cat log"}, id="toolu_a"),
-                                             tool_use("bash", {"cmd": "ls"}, id="toolu_b")]},
-           {"role": "user", "content": [
-               {"type": "tool_result", "tool_use_id": "toolu_a", "content": LOG, "cache_control": {"type": "ephemeral"}},
-               {"type": "tool_result", "tool_use_id": "toolu_b", "content": [text(LOG + "B"), text("tail")],
-                "is_error": False}, text("<system-reminder>after</system-reminder>")]},
-           {"role": "assistant", "content": [text("ok"), {"type": "server_tool_use", "id": "srv_1", "name": "web_search",
-                                                          "input": {"query": "x"}}]},
-           {"role": "user", "content": "Summarise."}]
-    offload = {"model": "claude-sonnet-4-5", "max_tokens": 2048, "messages": odd, "tools": tools,
-               "system": [{"type": "text", "text": "You are a coding agent.", "cache_control": {"type": "ephemeral"}}],
-               "tool_choice": {"type": "auto"}, "thinking": {"type": "enabled", "budget_tokens": 1024}}
-    long = {"model": "claude-sonnet-4-5", "max_tokens": 2048, "messages": conversation(5), "tools": tools[:1],
-            "system": "Be brief.", "tool_choice": {"type": "any"}, "output_config": {"effort": "low"}}
+    odd = [
+        {"role": "system", "content": "Environment: linux"},
+        {
+            "role": "user",
+            "content": [text("hi"), {"type": "image", "source": {"type": "base64", "data": "AAAA"}}, document],
+        },
+        {
+            "role": "assistant",
+            "content": [
+                thinking("Plan."),
+                tool_use("bash", {"cmd": "cat log"}, id="toolu_a"),
+                tool_use("bash", {"cmd": "ls"}, id="toolu_b"),
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_a",
+                    "content": LOG,
+                    "cache_control": {"type": "ephemeral"},
+                },
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_b",
+                    "content": [text(LOG + "B"), text("tail")],
+                    "is_error": False,
+                },
+                text("<system-reminder>after</system-reminder>"),
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [
+                text("ok"),
+                {"type": "server_tool_use", "id": "srv_1", "name": "web_search", "input": {"query": "x"}},
+            ],
+        },
+        {"role": "user", "content": "Summarise."},
+    ]
+    offload = {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 2048,
+        "messages": odd,
+        "tools": tools,
+        "system": [{"type": "text", "text": "You are a coding agent.", "cache_control": {"type": "ephemeral"}}],
+        "tool_choice": {"type": "auto"},
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+    }
+    long = {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 2048,
+        "messages": conversation(5),
+        "tools": tools[:1],
+        "system": "Be brief.",
+        "tool_choice": {"type": "any"},
+        "output_config": {"effort": "low"},
+    }
     return [("offload", offload), ("long", long)]
 
 
-FORMATS = {"chat": ("/v1/chat/completions", chat_bases), "responses": ("/v1/responses", responses_bases),
-           "messages": ("/v1/messages", messages_bases)}
+FORMATS = {
+    "chat": ("/v1/chat/completions", chat_bases),
+    "responses": ("/v1/responses", responses_bases),
+    "messages": ("/v1/messages", messages_bases),
+}
 
 Path = tuple[Any, ...]
 
 
 HISTORY = ("messages", "input")
 # how each base body is sent, in turn: headers, stream
-MODES = {"offload": [(OFFLOAD, False), (OFFLOAD, True), (OFFLOAD, False)],
-         "long": [(INLINE, False), (BACKGROUND, True), (BACKGROUND, False), (INLINE, False), (INLINE, True),
-                  (BACKGROUND, False)]}
+MODES = {
+    "offload": [(OFFLOAD, False), (OFFLOAD, True), (OFFLOAD, False)],
+    "long": [
+        (INLINE, False),
+        (BACKGROUND, True),
+        (BACKGROUND, False),
+        (INLINE, False),
+        (INLINE, True),
+        (BACKGROUND, False),
+    ],
+}
 
 
 def field_paths(value: Any, path: Path = ()) -> Iterator[Path]:
@@ -164,7 +356,7 @@ def field_paths(value: Any, path: Path = ()) -> Iterator[Path]:
         for key, inner in value.items():
             if key not in NOT_READ:
                 yield from field_paths(inner, (*path, key))
-        for key in (READ_KEYS if path else BODY_KEYS):
+        for key in READ_KEYS if path else BODY_KEYS:
             if key not in value:
                 yield (*path, key)
     elif isinstance(value, list):
@@ -191,8 +383,10 @@ def cases(bases: list[tuple[str, dict]]) -> list[tuple[str, Path, Any]]:
     each = max(1, min(3, PER_FORMAT // len(paths)))
     chosen = {(name, path, (k + 7 * j) % len(VALUES)) for k, (name, path) in enumerate(paths) for j in range(each)}
     rng = random.Random(SEED)
-    rest = sorted({(name, path, k) for name, path in paths for k in range(len(VALUES))} - chosen,
-                  key=lambda c: (c[0], repr(c[1]), c[2]))
+    rest = sorted(
+        {(name, path, k) for name, path in paths for k in range(len(VALUES))} - chosen,
+        key=lambda c: (c[0], repr(c[1]), c[2]),
+    )
     chosen |= set(rng.sample(rest, max(0, PER_FORMAT - len(chosen))))
     picked = sorted(chosen, key=lambda c: (c[0], repr(c[1]), c[2]))
     rng.shuffle(picked)
@@ -262,10 +456,15 @@ def test_type_fuzz(fuzz_proxy, fmt):
     statuses: collections.Counter = collections.Counter()
     fives: list[str] = []
     started, cpu = time.monotonic(), time.process_time()
-    credential = ({"x-api-key": "sk-ant-fuzz-types", "anthropic-version": "2023-06-01"} if fmt == "messages"
-                  else {"authorization": "Bearer sk-fuzz-types"})
+    credential = (
+        {"x-api-key": "sk-ant-fuzz-types", "anthropic-version": "2023-06-01"}
+        if fmt == "messages"
+        else {"authorization": "Bearer sk-fuzz-types"}
+    )
     try:
-        with httpx2.Client(base_url=url, timeout=60, headers={**credential, "content-type": "application/json"}) as client:
+        with httpx2.Client(
+            base_url=url, timeout=60, headers={**credential, "content-type": "application/json"}
+        ) as client:
             for n, (name, field, value) in enumerate(cases(bases)):
                 headers, stream = MODES[name][n % len(MODES[name])]
                 body = replaced({**by_name[name], "stream": stream}, field, value)
@@ -288,10 +487,12 @@ def test_type_fuzz(fuzz_proxy, fmt):
             logger.removeHandler(records)
     total = sum(statuses.values())
     tracebacks = [r for r in records.bad if r.exc_info]
-    print(f"\n[type fuzz] {fmt}: {total} requests in {time.monotonic() - started:.1f} s "
-          f"({time.process_time() - cpu:.1f} s CPU); statuses "
-          f"{dict(sorted(statuses.items(), key=str))}; 5xx or dropped {len(fives)}; tracebacks {len(tracebacks)}; "
-          f"ERROR records {len(records.bad)}")
+    print(
+        f"\n[type fuzz] {fmt}: {total} requests in {time.monotonic() - started:.1f} s "
+        f"({time.process_time() - cpu:.1f} s CPU); statuses "
+        f"{dict(sorted(statuses.items(), key=str))}; 5xx or dropped {len(fives)}; tracebacks {len(tracebacks)}; "
+        f"ERROR records {len(records.bad)}"
+    )
     assert total >= 4000
     assert not fives, "\n".join(fives[:20])
     assert not records.bad, "\n".join(f"{r.name}: {r.getMessage()}" for r in records.bad[:10])

@@ -19,8 +19,12 @@ from tests.harness.servers import completion, free_port
 
 AUTH = {"Authorization": "Bearer sk-closing"}
 CHAT = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
-REQUESTS = [("GET", "/v1/models", None), ("POST", "/v1/chat/completions", CHAT),
-            ("POST", "/v1/files", {"purpose": "batch"}), ("DELETE", "/v1/files/file-1", None)]
+REQUESTS = [
+    ("GET", "/v1/models", None),
+    ("POST", "/v1/chat/completions", CHAT),
+    ("POST", "/v1/files", {"purpose": "batch"}),
+    ("DELETE", "/v1/files/file-1", None),
+]
 
 
 def read_request(conn: socket.socket, first: bytes = b"") -> bytes | None:
@@ -30,8 +34,9 @@ def read_request(conn: socket.socket, first: bytes = b"") -> bytes | None:
             return None
         data += chunk
     head, _, body = data.partition(b"\r\n\r\n")
-    length = next((int(line.split(b":", 1)[1]) for line in head.lower().split(b"\r\n")
-                   if line.startswith(b"content-length:")), 0)
+    length = next(
+        (int(line.split(b":", 1)[1]) for line in head.lower().split(b"\r\n") if line.startswith(b"content-length:")), 0
+    )
     while len(body) < length:
         if not (chunk := conn.recv(65536)):
             return None
@@ -77,8 +82,10 @@ class ClosesIdleUpstream:
                     if request is None:
                         return
                     body = json.dumps(completion("Hello")).encode()
-                    conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
-                                 % (len(body), body))
+                    conn.sendall(
+                        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+                        % (len(body), body)
+                    )
                     with self.lock:
                         self.answered.append(request)
                 if conn.recv(1):  # the next request: closed on, unanswered
@@ -98,7 +105,9 @@ def closing_upstream():
     server.close()
 
 
-def send(url: str, method: str, path: str, body: dict | None, *, client: httpx2.Client | None = None) -> httpx2.Response:
+def send(
+    url: str, method: str, path: str, body: dict | None, *, client: httpx2.Client | None = None
+) -> httpx2.Response:
     return request(url, path, method=method, body=body, headers=AUTH, client=client)
 
 
@@ -109,7 +118,11 @@ def test_a_request_on_a_connection_the_upstream_is_closing_goes_again(make_proxy
     # every other request met a closing pooled connection and went again on a new one
     assert closing_upstream.unanswered >= 5 and len(closing_upstream.answered) == 12
     assert sorted({r.split(b" ", 2)[1] for r in closing_upstream.answered}) == [
-        b"/v1/chat/completions", b"/v1/files", b"/v1/files/file-1", b"/v1/models"]
+        b"/v1/chat/completions",
+        b"/v1/files",
+        b"/v1/files/file-1",
+        b"/v1/models",
+    ]
 
 
 def test_an_upstream_that_really_fails_gets_one_502_per_request(make_proxy):
@@ -119,7 +132,9 @@ def test_an_upstream_that_really_fails_gets_one_502_per_request(make_proxy):
             for method, path, body in REQUESTS:
                 r = send(url, method, path, body)
                 assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_unreachable", r.text
-        assert server.connections == server.unanswered == len(REQUESTS)  # one attempt each: no new connection was pooled
+        assert (
+            server.connections == server.unanswered == len(REQUESTS)
+        )  # one attempt each: no new connection was pooled
     finally:
         server.close()
 
@@ -128,11 +143,15 @@ def test_uvicorn_closing_after_an_application_error_never_becomes_a_502(make_pro
     """The real thing: the fake upstream (uvicorn and Starlette) raising in its handler answers
     500 without `Connection: close` and closes the connection right after. Every answer the client
     gets is the upstream's 500, relayed; none is a 502 of the proxy's own."""
+
     async def raises(request: Request, rec) -> None:
         raise RuntimeError("the application failed")
 
     upstream.handler = raises
     with make_proxy() as url, httpx2.Client() as client:  # kept alive: the next request follows at once
-        statuses = [send(url, method, path, body, client=client).status_code
-                    for _ in range(25) for method, path, body in REQUESTS]
+        statuses = [
+            send(url, method, path, body, client=client).status_code
+            for _ in range(25)
+            for method, path, body in REQUESTS
+        ]
     assert statuses.count(502) == 0 and set(statuses) == {500}, statuses  # 15-30 in 100 were 502s before

@@ -39,10 +39,16 @@ def test_upstreams_with_or_without_v1(make_proxy, upstream, openai_base, anthrop
 
 def test_a_tenants_upstreams_with_or_without_v1(make_proxy, upstream, tmp_path):
     tenants = tmp_path / "tenants.toml"
-    tenants.write_text(f'[tenants.a]\napi_keys = ["pk-team-a-secret-0001"]\nupstream = "{upstream.url}"\n'
-                       f'anthropic_upstream = "{upstream.url}/v1/"\n')
-    with make_proxy(upstream="http://127.0.0.1:9/v1", anthropic_upstream="http://127.0.0.1:9",
-                    upstream_api_key="sk-server", tenants_file=tenants) as url:
+    tenants.write_text(
+        f'[tenants.a]\napi_keys = ["pk-team-a-secret-0001"]\nupstream = "{upstream.url}"\n'
+        f'anthropic_upstream = "{upstream.url}/v1/"\n'
+    )
+    with make_proxy(
+        upstream="http://127.0.0.1:9/v1",
+        anthropic_upstream="http://127.0.0.1:9",
+        upstream_api_key="sk-server",
+        tenants_file=tenants,
+    ) as url:
         key = {"authorization": "Bearer pk-team-a-secret-0001"}
         assert httpx2.post(f"{url}/v1/chat/completions", json=CHAT, headers=key).status_code == 200
         r = httpx2.post(f"{url}/v1/messages", json=MESSAGE, headers={**key, "anthropic-version": "2023-06-01"})
@@ -83,7 +89,10 @@ def test_proxy_404_and_405_are_json_in_the_familys_shape(make_proxy, upstream):
         assert r.json()["error"]["code"] == "not_found" and "/v1" in r.json()["error"]["message"]
         r = httpx2.get(f"{url}/nothing-here", headers=ANTHROPIC)
         assert r.status_code == 404
-        assert r.json() == {"type": "error", "error": {"type": "not_found_error", "message": r.json()["error"]["message"]}}
+        assert r.json() == {
+            "type": "error",
+            "error": {"type": "not_found_error", "message": r.json()["error"]["message"]},
+        }
         r = httpx2.post(f"{url}/healthz", headers=KEY)
         assert r.status_code == 405 and "GET" in r.headers["allow"]
         assert r.json()["error"]["code"] == "method_not_allowed"
@@ -96,10 +105,15 @@ def test_proxy_404_and_405_are_json_in_the_familys_shape(make_proxy, upstream):
 
 def test_unreachable_upstream_is_a_502_naming_its_host_only(make_proxy, upstream):
     port = closed_port()
-    with make_proxy(upstream=f"http://user:s3cret-pw@127.0.0.1:{port}/v1?key=s3cret-query",
-                    anthropic_upstream=f"http://127.0.0.1:{port}") as url:
-        for path, body, headers in (("/v1/chat/completions", CHAT, KEY), ("/v1/models", None, KEY),
-                                    ("/v1/messages", MESSAGE, ANTHROPIC)):
+    with make_proxy(
+        upstream=f"http://user:s3cret-pw@127.0.0.1:{port}/v1?key=s3cret-query",
+        anthropic_upstream=f"http://127.0.0.1:{port}",
+    ) as url:
+        for path, body, headers in (
+            ("/v1/chat/completions", CHAT, KEY),
+            ("/v1/models", None, KEY),
+            ("/v1/messages", MESSAGE, ANTHROPIC),
+        ):
             r = httpx2.request("POST" if body else "GET", f"{url}{path}", json=body, headers=headers)
             assert r.status_code == 502, r.text
             assert f"127.0.0.1:{port}" in r.text and "s3cret" not in r.text and "/v1" not in r.text
@@ -108,10 +122,12 @@ def test_unreachable_upstream_is_a_502_naming_its_host_only(make_proxy, upstream
 def test_upstream_timeouts_are_504_naming_its_host(make_proxy, upstream):
     async def slow(request, rec):
         if "stream" in rec.json():
+
             async def body():
                 for chunk in stream_chunks("one two")[:2]:
                     yield chunk
                 await asyncio.sleep(3)
+
             return StreamingResponse(body(), media_type="text/event-stream")
         await asyncio.sleep(3)
         return JSONResponse({})
@@ -135,13 +151,17 @@ def test_a_reload_round_whose_body_stalls_is_a_504_naming_the_host(make_proxy, u
             yield b'{"id": "chatcmpl-1", '
             await asyncio.sleep(3)
             yield b"}"
+
         return StreamingResponse(body(), media_type="application/json")
 
     upstream.handler = stalls
     host = upstream.url.removeprefix("http://")
     with make_proxy(read_timeout=0.3) as url:
-        r = httpx2.post(f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": agent_history(steps=2)},
-                        headers={**KEY, "X-Offload-Max-Total-Tokens": "1000",
-                                 "X-Offload-Max-Tool-Message-Tokens": "500"}, timeout=20)
+        r = httpx2.post(
+            f"{url}/v1/chat/completions",
+            json={"model": "gpt-4o", "messages": agent_history(steps=2)},
+            headers={**KEY, "X-Offload-Max-Total-Tokens": "1000", "X-Offload-Max-Tool-Message-Tokens": "500"},
+            timeout=20,
+        )
         assert r.status_code == 504, r.text
         assert r.json()["error"]["message"] == f"Upstream timed out at {host} (ReadTimeout)."

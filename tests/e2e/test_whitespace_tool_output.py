@@ -20,12 +20,21 @@ def test_a_megabyte_of_spaces_in_a_tool_output_is_not_a_500(make_proxy, upstream
     upstream.handler = handler
     messages = [
         {"role": "user", "content": "print the file"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": "{\"cmd\": \"cat f\"}"}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": '{"cmd": "cat f"}'}}
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_1", "content": "start" + " " * 1_000_000 + "end"},
         {"role": "user", "content": "what is in it?"},
     ]
     with make_proxy() as url:
-        r = httpx2.post(f"{url}/v1/chat/completions", timeout=60, headers={"authorization": "Bearer sk-spaces"},
-                        json={"model": "gpt-4o", "messages": messages})
+        r = httpx2.post(
+            f"{url}/v1/chat/completions",
+            timeout=60,
+            headers={"authorization": "Bearer sk-spaces"},
+            json={"model": "gpt-4o", "messages": messages},
+        )
         assert r.status_code == 200, r.text[:300]

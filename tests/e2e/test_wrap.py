@@ -46,10 +46,18 @@ with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, 
 """
 
 
-def run(agent: str, *options: str, agent_args: tuple[str, ...] = (), env: dict[str, str], timeout: float = 120,
-        **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([*wrap.argv(agent, *options), "--", *agent_args], env=env, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL, **kwargs)
+def run(
+    agent: str, *options: str, agent_args: tuple[str, ...] = (), env: dict[str, str], timeout: float = 120, **kwargs
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*wrap.argv(agent, *options), "--", *agent_args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        **kwargs,
+    )
 
 
 def reports(path: Path) -> list[dict]:
@@ -64,9 +72,21 @@ def agents(tmp_path):
     env = wrap.environment(folder)
     env["STANDIN_REPORT"] = str(report)
     env["TMPDIR"] = str(tmp_path)  # the run folders wrap leaves on purpose (--keep, a failed start, SIGKILL) go here
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy",
-                 "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL", "OPENAI_API_BASE", "ANTHROPIC_API_BASE",
-                 "OPENCODE_CONFIG_CONTENT", "NO_PROXY", "no_proxy"):
+    for name in (
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+        "ANTHROPIC_BASE_URL",
+        "OPENAI_BASE_URL",
+        "OPENAI_API_BASE",
+        "ANTHROPIC_API_BASE",
+        "OPENCODE_CONFIG_CONTENT",
+        "NO_PROXY",
+        "no_proxy",
+    ):
         env.pop(name, None)
     env = {k: v for k, v in env.items() if not k.startswith("OFFLOAD_")}
     return folder, report, env
@@ -79,6 +99,7 @@ def one_line(stderr: str) -> str:
 
 
 # ---------------------------------------------------------------- what each agent is given
+
 
 def test_each_agent_gets_its_own_settings_and_its_arguments_unchanged(agents):
     folder, report, env = agents
@@ -96,19 +117,34 @@ def test_each_agent_gets_its_own_settings_and_its_arguments_unchanged(agents):
     assert base.startswith("http://127.0.0.1:") and base.endswith("/v1")
     assert codex == {"argv": ["-c", 'model_provider="openai"', "-c", f'openai_base_url="{base}"', *args], "env": {}}
     opencode_base = json.loads(opencode["env"]["OPENCODE_CONFIG_CONTENT"])["provider"]["openai"]["options"]["baseURL"]
-    assert opencode == {"argv": list(args), "env": {"OPENCODE_CONFIG_CONTENT": json.dumps(
-        {"provider": {"openai": {"options": {"baseURL": opencode_base}},
-                      "anthropic": {"options": {"baseURL": opencode_base}}}})}}
+    assert opencode == {
+        "argv": list(args),
+        "env": {
+            "OPENCODE_CONFIG_CONTENT": json.dumps(
+                {
+                    "provider": {
+                        "openai": {"options": {"baseURL": opencode_base}},
+                        "anthropic": {"options": {"baseURL": opencode_base}},
+                    }
+                }
+            )
+        },
+    }
     assert opencode_base.endswith("/v1")
     aider_root = aider["env"]["ANTHROPIC_API_BASE"]
-    assert aider == {"argv": list(args), "env": {"OPENAI_API_BASE": f"{aider_root}/v1", "ANTHROPIC_API_BASE": aider_root}}
+    assert aider == {
+        "argv": list(args),
+        "env": {"OPENAI_API_BASE": f"{aider_root}/v1", "ANTHROPIC_API_BASE": aider_root},
+    }
 
 
 def test_a_users_settings_are_kept_and_their_destination_becomes_the_upstream(agents, upstream):
     folder, report, env = agents
     wrap.standin(folder, "opencode", RECORDER)
-    mine = {"model": "anthropic/claude-sonnet-4", "provider": {"anthropic": {"options": {
-        "baseURL": f"{upstream.url}/v1", "headers": {"X-Team": "a"}}}}}
+    mine = {
+        "model": "anthropic/claude-sonnet-4",
+        "provider": {"anthropic": {"options": {"baseURL": f"{upstream.url}/v1", "headers": {"X-Team": "a"}}}},
+    }
     env.update(OPENCODE_CONFIG_CONTENT=json.dumps(mine), HTTPS_PROXY="http://127.0.0.1:9", NO_PROXY="example.com")
     token = wrap.token()
     done = run("opencode", "--keep", "--admin-token", token, env=env)
@@ -117,9 +153,13 @@ def test_a_users_settings_are_kept_and_their_destination_becomes_the_upstream(ag
         [got] = reports(report)
         config = json.loads(got["env"]["OPENCODE_CONFIG_CONTENT"])
         root = wrap.parse(done.stderr)["url"]
-        assert config == {"model": "anthropic/claude-sonnet-4", "provider": {
-            "anthropic": {"options": {"baseURL": f"{root}/v1", "headers": {"X-Team": "a"}}},
-            "openai": {"options": {"baseURL": f"{root}/v1"}}}}
+        assert config == {
+            "model": "anthropic/claude-sonnet-4",
+            "provider": {
+                "anthropic": {"options": {"baseURL": f"{root}/v1", "headers": {"X-Team": "a"}}},
+                "openai": {"options": {"baseURL": f"{root}/v1"}},
+            },
+        }
         # the agent's loopback requests never go through the user's HTTP proxy
         assert (got["env"]["NO_PROXY"], got["env"]["no_proxy"]) == ("example.com,127.0.0.1", "127.0.0.1")
         # the kept proxy's Anthropic upstream is where opencode went before: the fake
@@ -139,31 +179,41 @@ def test_a_users_settings_are_kept_and_their_destination_becomes_the_upstream(ag
 def test_a_running_proxy_is_reused_and_each_run_counts_its_own_requests(agents, upstream, tmp_path):
     folder, report, env = agents
     wrap.standin(folder, "claude", ASKS)
-    with ProxyProcess("--anthropic-upstream", upstream.url, "--admin-token", "admin-reuse", data_dir=tmp_path / "s") as proxy:
+    with ProxyProcess(
+        "--anthropic-upstream", upstream.url, "--admin-token", "admin-reuse", data_dir=tmp_path / "s"
+    ) as proxy:
         for _ in range(2):
             done = run("claude", "--proxy-url", proxy.url, "--admin-token", "admin-reuse", env=env)
             assert done.returncode == 0, done.stderr
             assert wrap.parse(done.stderr)["requests"] == "1"
         without = run("claude", "--proxy-url", proxy.url, env=env)
         assert without.returncode == 0
-        assert one_line(without.stderr) == ("offload-proxy: statistics unavailable (the proxy's admin token is "
-                                            "needed: --admin-token)")
+        assert one_line(without.stderr) == (
+            "offload-proxy: statistics unavailable (the proxy's admin token is needed: --admin-token)"
+        )
         assert proxy.proc.poll() is None  # a reused proxy is left running
     assert len(reports(report)) == 3
 
 
 # ---------------------------------------------------------------- bad input
 
+
 def test_an_unknown_agent(agents):
     done = run("cursor", env=agents[2])
     assert done.returncode == 2
-    assert one_line(done.stderr) == "offload-proxy wrap: unknown agent 'cursor': choose claude, codex, opencode or aider"
+    assert (
+        one_line(done.stderr) == "offload-proxy wrap: unknown agent 'cursor': choose claude, codex, opencode or aider"
+    )
 
 
 def test_an_agent_not_installed_says_how_to_install_it(agents, tmp_path):
     env = {**agents[2], "PATH": str(tmp_path / "empty")}
-    expected = {"claude": "npm install -g @anthropic-ai/claude-code", "codex": "npm install -g @openai/codex",
-                "opencode": "npm install -g opencode-ai", "aider": "python -m pip install aider-install"}
+    expected = {
+        "claude": "npm install -g @anthropic-ai/claude-code",
+        "codex": "npm install -g @openai/codex",
+        "opencode": "npm install -g opencode-ai",
+        "aider": "python -m pip install aider-install",
+    }
     for name, install in expected.items():
         done = run(name, env=env)
         assert done.returncode == 127
@@ -187,8 +237,10 @@ def test_a_busy_port(agents):
         port = busy.getsockname()[1]
         done = run("claude", "--port", str(port), env=env)
     assert done.returncode == 1
-    assert one_line(done.stderr) == (f"offload-proxy wrap: port {port} is in use: choose another with --port, or run "
-                                     f"through the proxy serving there with --proxy-url http://127.0.0.1:{port}")
+    assert one_line(done.stderr) == (
+        f"offload-proxy wrap: port {port} is in use: choose another with --port, or run "
+        f"through the proxy serving there with --proxy-url http://127.0.0.1:{port}"
+    )
     assert reports(report) == []  # the agent never ran
 
 
@@ -207,7 +259,9 @@ def test_a_proxy_that_fails_to_start(agents, tmp_path):
     done = run("claude", "--tenants-file", str(tmp_path / "tenants.toml"), "--admin-token", token, env=env)
     assert done.returncode == 1
     line = one_line(done.stderr)
-    assert line.startswith(f"offload-proxy wrap: the proxy did not start: invalid --tenants-file {tmp_path}/tenants.toml")
+    assert line.startswith(
+        f"offload-proxy wrap: the proxy did not start: invalid --tenants-file {tmp_path}/tenants.toml"
+    )
     assert "(log: " in line
     assert reports(report) == [] and wrap.proxies_with(token) == []
 
@@ -231,11 +285,14 @@ def test_no_proxy_at_the_proxy_url(agents):
         port = closed.getsockname()[1]
     done = run("claude", "--proxy-url", f"http://127.0.0.1:{port}", env=agents[2])
     assert done.returncode == 1
-    assert one_line(done.stderr).startswith(f"offload-proxy wrap: no proxy answers at --proxy-url http://127.0.0.1:{port}")
+    assert one_line(done.stderr).startswith(
+        f"offload-proxy wrap: no proxy answers at --proxy-url http://127.0.0.1:{port}"
+    )
     mixed = run("claude", "--proxy-url", f"http://127.0.0.1:{port}", "--upstream", "http://x", env=agents[2])
     assert mixed.returncode == 2
-    assert one_line(mixed.stderr) == ("offload-proxy wrap: --upstream: not with --proxy-url (the proxy there runs "
-                                      "with its own settings)")
+    assert one_line(mixed.stderr) == (
+        "offload-proxy wrap: --upstream: not with --proxy-url (the proxy there runs with its own settings)"
+    )
 
 
 # ---------------------------------------------------------------- signals and the terminal
@@ -251,8 +308,13 @@ def test_the_wrapper_killed_takes_its_proxy_and_its_agent_along(agents):
     folder, report, env = agents
     wrap.standin(folder, "claude", WAITS)
     token = wrap.token()
-    wrapper = subprocess.Popen([*wrap.argv("claude", "--admin-token", token), "--"], env=env,
-                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wrapper = subprocess.Popen(
+        [*wrap.argv("claude", "--admin-token", token), "--"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         while not reports(report):
             assert wrapper.poll() is None, wrapper.stderr.read() if wrapper.stderr else ""
@@ -272,8 +334,14 @@ def test_sigterm_to_the_wrapper_is_passed_to_the_agent(agents):
     folder, report, env = agents
     wrap.standin(folder, "claude", WAITS)
     token = wrap.token()
-    wrapper = subprocess.Popen([*wrap.argv("claude", "--admin-token", token), "--"], env=env,
-                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wrapper = subprocess.Popen(
+        [*wrap.argv("claude", "--admin-token", token), "--"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     while not reports(report):
         threading.Event().wait(0.1)
     wrapper.send_signal(signal.SIGTERM)

@@ -63,16 +63,18 @@ def test_an_agent_killed_by_a_signal_ends_the_wrapper_with_it_and_no_core_file_o
                 previous = os.getcwd()
                 os.chdir(work)
                 try:
-                    pid = os.posix_spawn(argv[0], argv, {**env, "STANDIN_SIGNAL": str(int(signum))},
-                                         file_actions=actions)
+                    pid = os.posix_spawn(
+                        argv[0], argv, {**env, "STANDIN_SIGNAL": str(int(signum))}, file_actions=actions
+                    )
                 finally:
                     os.chdir(previous)
             _, status = os.waitpid(pid, 0)
             stderr = err.read_text()
             assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signum, (status, stderr)
             assert not os.WCOREDUMP(status), stderr
-            assert one_line(stderr) == (f"offload-proxy: Claude Code exited with status {128 + signum}; "
-                                        "no request went through the proxy")
+            assert one_line(stderr) == (
+                f"offload-proxy: Claude Code exited with status {128 + signum}; no request went through the proxy"
+            )
     finally:
         resource.setrlimit(resource.RLIMIT_CORE, (soft, hard))
     assert list(work.iterdir()) == []
@@ -84,8 +86,14 @@ def test_a_closed_stderr_keeps_the_agents_status(agents):
     read, write = os.pipe()
     os.close(read)  # `wrap … 2>&1 | head -1` after head is gone
     try:
-        done = subprocess.run([*wrap.argv("aider"), "--"], env={**env, "STANDIN_STATUS": "5"}, timeout=120,
-                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=write)
+        done = subprocess.run(
+            [*wrap.argv("aider"), "--"],
+            env={**env, "STANDIN_STATUS": "5"},
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=write,
+        )
     finally:
         os.close(write)
     assert done.returncode == 5
@@ -142,8 +150,14 @@ def slow_proxy(agents, tmp_path):
 @contextmanager
 def starting(report: Path, env: dict[str, str]) -> Iterator[tuple[subprocess.Popen, int]]:
     """The wrapper, and the pid of its proxy child, once that child is running and not yet ready."""
-    wrapper = subprocess.Popen([*wrap.argv("claude", "--admin-token", "slow-start-" + wrap.token()), "--"], env=env,
-                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wrapper = subprocess.Popen(
+        [*wrap.argv("claude", "--admin-token", "slow-start-" + wrap.token()), "--"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         while not reports(report):
             assert wrapper.poll() is None, wrapper.communicate()
@@ -179,6 +193,7 @@ def test_the_wrapper_sigkilled_while_the_proxy_starts_takes_the_proxy_along(slow
 
 # ---------------------------------------------------------------- --proxy-url that is not the proxy
 
+
 def http_answer(body: bytes, status: str = "200 OK", headers: str = "") -> bytes:
     return f"HTTP/1.1 {status}\r\nContent-Length: {len(body)}\r\n{headers}\r\n".encode() + body
 
@@ -211,14 +226,15 @@ def stats_of_other_types(sock: socket.socket, request: bytes) -> None:
 
 
 SERVERS: dict[str, Callable[..., None]] = {
-    "html": lambda sock: sock.sendall(http_answer(b"<html><body>It works!</body></html>",
-                                                  headers="Content-Type: text/html\r\n")),
+    "html": lambda sock: sock.sendall(
+        http_answer(b"<html><body>It works!</body></html>", headers="Content-Type: text/html\r\n")
+    ),
     "hangs": lambda sock: time.sleep(300),
     "drips headers": drip_headers,
     "drips a body": drip_body,
     "answers without end": endless_body,
     "garbage": lambda sock: sock.sendall(b"garbage\r\n\r\n"),
-    "half an answer": lambda sock: sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n{\"status\""),
+    "half an answer": lambda sock: sock.sendall(b'HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n{"status"'),
     "deep JSON": lambda sock: sock.sendall(http_answer(b"[" * 100_000 + b"]" * 100_000)),
 }
 
@@ -277,9 +293,18 @@ def test_statistics_of_other_types_leave_the_agents_status_and_one_line(agents):
     assert one_line(done.stderr).startswith("offload-proxy: Claude Code exited with status 3; statistics unavailable")
 
 
-@pytest.mark.parametrize("url", ["http://[::1", "http://127.0.0.1:abc", "http://127.0.0.1:99999", "http://exa mple.com",
-                                 "http://127.0.0.1:9/?x=1", "http://127.0.0.1:9/#top",
-                                 "http://me:s3cret@127.0.0.1:9"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://[::1",
+        "http://127.0.0.1:abc",
+        "http://127.0.0.1:99999",
+        "http://exa mple.com",
+        "http://127.0.0.1:9/?x=1",
+        "http://127.0.0.1:9/#top",
+        "http://me:s3cret@127.0.0.1:9",
+    ],
+)
 def test_a_malformed_proxy_url_is_one_line_and_never_shows_a_password(agents, url):
     wrap.standin(agents[0], "claude", RECORDER)
     done = run("claude", "--proxy-url", url, env=agents[2])
@@ -288,8 +313,9 @@ def test_a_malformed_proxy_url_is_one_line_and_never_shows_a_password(agents, ur
     assert "s3cret" not in done.stderr
 
 
-@pytest.mark.parametrize(("host", "says"), [("999.1.1.1", "cannot be resolved"),
-                                            ("192.0.2.1", "cannot listen on 192.0.2.1")])
+@pytest.mark.parametrize(
+    ("host", "says"), [("999.1.1.1", "cannot be resolved"), ("192.0.2.1", "cannot listen on 192.0.2.1")]
+)
 def test_a_host_it_cannot_listen_on_without_a_port(agents, host, says):
     folder, report, env = agents
     wrap.standin(folder, "claude", RECORDER)
@@ -300,6 +326,7 @@ def test_a_host_it_cannot_listen_on_without_a_port(agents, host, says):
 
 
 # ---------------------------------------------------------------- where the agent went before
+
 
 def test_an_agents_destination_that_is_not_a_url_is_named_as_the_user_set_it(agents):
     folder, report, env = agents
@@ -334,8 +361,11 @@ def wrap_free_port() -> int:
 
 # ---------------------------------------------------------------- secrets
 
-SECRETS = {"OFFLOAD_ADMIN_TOKEN": "admin-S3CR3T", "OFFLOAD_ENCRYPTION_KEY": "enc-S3CR3T-0123456789abcdef",
-           "OFFLOAD_NAMESPACE_KEY": "ns-S3CR3T-0123456789abcdef"}
+SECRETS = {
+    "OFFLOAD_ADMIN_TOKEN": "admin-S3CR3T",
+    "OFFLOAD_ENCRYPTION_KEY": "enc-S3CR3T-0123456789abcdef",
+    "OFFLOAD_NAMESPACE_KEY": "ns-S3CR3T-0123456789abcdef",
+}
 LISTS_ITS_ENVIRONMENT = """
 import glob, re
 port = re.search(r":(\\d+)/v1", " ".join(sys.argv)).group(1).encode()
@@ -376,9 +406,13 @@ def test_the_agent_never_gets_the_proxys_secrets_and_the_run_folder_is_private(a
 
 
 # the settings read OFFLOAD_* names lower-cased (pydantic-settings): each of these configures the proxy
-SPELT_SECRETS = {"offload_encryption_key": "enc-S3CR3T-0123456789abcdef", "Offload_Namespace_Key": "ns-S3CR3T-0123456789ab",
-                 "oFFLOAD_aDMIN_tOKEN": "admin-S3CR3T-spelt", "oFFLOAD_uPSTREAM_API_\u212aEY": "sk-S3CR3T-kelvin",
-                 "offload_Redis_Url": "redis://:S3CR3T@127.0.0.1:1/0"}
+SPELT_SECRETS = {
+    "offload_encryption_key": "enc-S3CR3T-0123456789abcdef",
+    "Offload_Namespace_Key": "ns-S3CR3T-0123456789ab",
+    "oFFLOAD_aDMIN_tOKEN": "admin-S3CR3T-spelt",
+    "oFFLOAD_uPSTREAM_API_\u212aEY": "sk-S3CR3T-kelvin",
+    "offload_Redis_Url": "redis://:S3CR3T@127.0.0.1:1/0",
+}
 LISTS_ITS_OFFLOAD_VARIABLES = """
 report(offload=sorted(k for k in os.environ if k.lower().startswith("offload_")),
        values=[v for v in os.environ.values() if "S3CR3T" in v])
@@ -425,8 +459,9 @@ def test_the_proxy_gone_during_the_run_the_line_says_so_and_the_status_stands(ag
     done = run("claude", "--admin-token", token, env={**env, "STANDIN_TOKEN": token})
     assert done.returncode == 7
     line = one_line(done.stderr)
-    assert line.startswith("offload-proxy: Claude Code exited with status 7; statistics unavailable (the proxy "
-                           "did not answer"), line
+    assert line.startswith(
+        "offload-proxy: Claude Code exited with status 7; statistics unavailable (the proxy did not answer"
+    ), line
     assert "admin token is needed" not in line
     assert wrap.proxies_with(token) == []
     no_traceback(done.stderr)

@@ -42,8 +42,11 @@ from tests.harness.prerequisites import require
 
 @pytest.fixture(scope="session")
 def claude_binary():
-    require(shutil.which("npm") is not None, "npm",
-            "not on PATH: Claude Code (npm @anthropic-ai/claude-code) cannot be installed")
+    require(
+        shutil.which("npm") is not None,
+        "npm",
+        "not on PATH: Claude Code (npm @anthropic-ai/claude-code) cannot be installed",
+    )
     return install()
 
 
@@ -102,7 +105,10 @@ def test_ctrl_c_in_a_terminal_reaches_claude_code(claude_binary, upstream, tmp_p
             output = bytearray()
             reader = threading.Thread(target=_drain, args=(terminal, output), daemon=True)
             reader.start()
-            assert asked.wait(120), (bytes(output).decode(errors="replace")[-3000:], [r.path for r in upstream.requests])
+            assert asked.wait(120), (
+                bytes(output).decode(errors="replace")[-3000:],
+                [r.path for r in upstream.requests],
+            )
             proxies = wrap.proxies_with(token)
             assert len(wrap.roots(proxies)) == 1
             os.write(terminal, b"\x03")  # Ctrl-C, as typed

@@ -28,24 +28,44 @@ from tests.harness.codex import WEBSOCKET_FALLBACK, Codex, install
 from tests.harness.prerequisites import require
 from tests.harness.servers import is_responses_create
 
-SETTINGS = ("--mode", "compact", "--max-total-tokens", "2000", "--max-tool-message-tokens", "500",
-            "--keep-recent", "0", "--max-reload-tokens", "50000")
+SETTINGS = (
+    "--mode",
+    "compact",
+    "--max-total-tokens",
+    "2000",
+    "--max-tool-message-tokens",
+    "500",
+    "--keep-recent",
+    "0",
+    "--max-reload-tokens",
+    "50000",
+)
 
 
 @pytest.fixture(scope="session")
 def codex_binary():
-    require(shutil.which("npm") is not None, "npm", "not on PATH: the Codex CLI (npm @openai/codex) cannot be installed")
+    require(
+        shutil.which("npm") is not None, "npm", "not on PATH: the Codex CLI (npm @openai/codex) cannot be installed"
+    )
     return install()
 
 
 def wrapped(codex_binary, tmp_path, *options: str) -> Codex:
     """Codex as `offload-proxy wrap codex OPTIONS -- exec …`, found on PATH."""
     env = wrap.environment(codex_binary.parent, base={})
-    return Codex(codex_binary, home=tmp_path / "codex-home", workdir=tmp_path / "work",
-                 base_url="http://127.0.0.1:9/v1",  # the harness's own provider: not used through wrap
-                 prefix=[*wrap.argv("codex", *options), "--"],
-                 env={"PATH": env["PATH"], "PYTHONPATH": env["PYTHONPATH"], "CODEX_API_KEY": "sk-codex-wrap-test",
-                      "TMPDIR": str(tmp_path)})
+    return Codex(
+        codex_binary,
+        home=tmp_path / "codex-home",
+        workdir=tmp_path / "work",
+        base_url="http://127.0.0.1:9/v1",  # the harness's own provider: not used through wrap
+        prefix=[*wrap.argv("codex", *options), "--"],
+        env={
+            "PATH": env["PATH"],
+            "PYTHONPATH": env["PYTHONPATH"],
+            "CODEX_API_KEY": "sk-codex-wrap-test",
+            "TMPDIR": str(tmp_path),
+        },
+    )
 
 
 def stats(url: str, token: str) -> dict:
@@ -57,8 +77,9 @@ def stats(url: str, token: str) -> dict:
 def test_codex_exec_through_wrap(codex_binary, upstream, tmp_path):
     upstream.handler = model_handler
     token = wrap.token()
-    codex = wrapped(codex_binary, tmp_path, "--upstream", f"{upstream.url}/v1", *SETTINGS, "--admin-token", token,
-                    "--keep")
+    codex = wrapped(
+        codex_binary, tmp_path, "--upstream", f"{upstream.url}/v1", *SETTINGS, "--admin-token", token, "--keep"
+    )
     try:
         run = codex.run(f"Run seq 1 {LINES} and tell me what you saw.", "-c", "tool_output_token_limit=200000")
         # Codex finished through the proxy, offline, over the Responses WebSocket (its built-in
@@ -93,8 +114,10 @@ def test_codex_exec_through_wrap(codex_binary, upstream, tmp_path):
 def test_codex_exit_status_passes_through_and_the_proxy_stops(codex_binary, upstream, tmp_path):
     async def refuse(request, rec):
         # a 400 (not retried: a 500 would be retried over the WebSocket, then again over HTTPS)
-        return JSONResponse({"error": {"message": "model not allowed", "type": "invalid_request_error",
-                                       "code": "model_not_found"}}, status_code=400)
+        return JSONResponse(
+            {"error": {"message": "model not allowed", "type": "invalid_request_error", "code": "model_not_found"}},
+            status_code=400,
+        )
 
     upstream.handler = refuse
     token = wrap.token()

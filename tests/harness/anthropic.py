@@ -44,19 +44,36 @@ def redacted_thinking(data: str = "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLV
 
 
 def usage(input_tokens: int = 10, output_tokens: int = 5, *, cache_read: int = 0, cache_creation: int = 0) -> dict:
-    return {"input_tokens": input_tokens, "cache_creation_input_tokens": cache_creation,
-            "cache_read_input_tokens": cache_read, "output_tokens": output_tokens}
+    return {
+        "input_tokens": input_tokens,
+        "cache_creation_input_tokens": cache_creation,
+        "cache_read_input_tokens": cache_read,
+        "output_tokens": output_tokens,
+    }
 
 
-def message(*content: dict, model: str = "claude-sonnet-4-5", id: str | None = None, stop_reason: str | None = None,
-            usage: dict | None = None, context_management: dict | None = None) -> dict:
+def message(
+    *content: dict,
+    model: str = "claude-sonnet-4-5",
+    id: str | None = None,
+    stop_reason: str | None = None,
+    usage: dict | None = None,
+    context_management: dict | None = None,
+) -> dict:
     """A Message; `stop_reason` defaults to tool_use when a client tool is called, else end_turn;
     `context_management` (the applied edits) when given."""
     if stop_reason is None:
         stop_reason = "tool_use" if any(block.get("type") == "tool_use" for block in content) else "end_turn"
-    out = {"id": id or _id("msg"), "type": "message", "role": "assistant", "model": model,
-           "content": list(content), "stop_reason": stop_reason, "stop_sequence": None,
-           "usage": usage if usage is not None else _default_usage()}
+    out = {
+        "id": id or _id("msg"),
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": list(content),
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": usage if usage is not None else _default_usage(),
+    }
     if context_management is not None:
         out["context_management"] = context_management
     return out
@@ -80,31 +97,46 @@ def _block_events(index: int, block: dict) -> list[bytes]:
         deltas = [{"type": "input_json_delta", "partial_json": part} for part in (arguments[:half], arguments[half:])]
     elif kind == "compaction":  # its summary comes whole in one compaction_delta
         start = {"type": "compaction", "content": None}
-        deltas = [{"type": "compaction_delta", "content": block.get("content"),
-                   "encrypted_content": block.get("encrypted_content")}]
+        deltas = [
+            {
+                "type": "compaction_delta",
+                "content": block.get("content"),
+                "encrypted_content": block.get("encrypted_content"),
+            }
+        ]
     elif kind == "thinking":
         start = {"type": "thinking", "thinking": "", "signature": ""}
-        deltas = [{"type": "thinking_delta", "thinking": block["thinking"]},
-                  {"type": "signature_delta", "signature": block["signature"]}]
+        deltas = [
+            {"type": "thinking_delta", "thinking": block["thinking"]},
+            {"type": "signature_delta", "signature": block["signature"]},
+        ]
     else:  # redacted_thinking, server tool blocks: whole in their start event
         start, deltas = block, []
-    return ([_event("content_block_start", {"index": index, "content_block": start})]
-            + [_event("content_block_delta", {"index": index, "delta": delta}) for delta in deltas]
-            + [_event("content_block_stop", {"index": index})])
+    return (
+        [_event("content_block_start", {"index": index, "content_block": start})]
+        + [_event("content_block_delta", {"index": index, "delta": delta}) for delta in deltas]
+        + [_event("content_block_stop", {"index": index})]
+    )
 
 
 def events(msg: dict) -> list[bytes]:
     """The SSE events streaming `msg`."""
     usage_ = msg.get("usage") or {}
     start_usage = {**usage_, "output_tokens": 1}
-    out = [_event("message_start", {"message": {**msg, "content": [], "stop_reason": None, "stop_sequence": None,
-                                                "usage": start_usage}})]
+    out = [
+        _event(
+            "message_start",
+            {"message": {**msg, "content": [], "stop_reason": None, "stop_sequence": None, "usage": start_usage}},
+        )
+    ]
     for index, block in enumerate(msg["content"]):
         out += _block_events(index, block)
         if index == 0:
             out.append(_event("ping", {}))
-    delta = {"delta": {"stop_reason": msg["stop_reason"], "stop_sequence": None},
-             "usage": {"output_tokens": usage_.get("output_tokens", 0)}}
+    delta = {
+        "delta": {"stop_reason": msg["stop_reason"], "stop_sequence": None},
+        "usage": {"output_tokens": usage_.get("output_tokens", 0)},
+    }
     if "context_management" in msg:
         delta["context_management"] = msg["context_management"]
     out.append(_event("message_delta", delta))
@@ -138,14 +170,17 @@ def parse_sse(raw: bytes) -> list[dict]:
     for block in raw.decode().split("\n\n"):
         for line in block.splitlines():
             if line.startswith("data: "):
-                out.append(json.loads(line[len("data: "):]))
+                out.append(json.loads(line[len("data: ") :]))
     return out
 
 
 # ---------------------------------------------------------------- Anthropic's own context management
 
-COMPACTION_BLOCK = {"type": "compaction", "content": "The user asked about the deploy; it paused at the quota.",
-                    "encrypted_content": "EpYBCkYIBxgCKkDnative+compaction/state=="}
+COMPACTION_BLOCK = {
+    "type": "compaction",
+    "content": "The user asked about the deploy; it paused at the quota.",
+    "encrypted_content": "EpYBCkYIBxgCKkDnative+compaction/state==",
+}
 APPLIED_CLEAR = {"type": "clear_tool_uses_20250919", "cleared_tool_uses": 2, "cleared_input_tokens": 51234}
 APPLIED_THINKING = {"type": "clear_thinking_20251015", "cleared_thinking_turns": 1, "cleared_input_tokens": 812}
 
@@ -161,14 +196,20 @@ def native_answer(rec: Any) -> Response | None:
     if not isinstance(edits, list):
         return None
     kinds = {e.get("type"): e for e in edits if isinstance(e, dict)}
-    applied = [edit for kind, edit in (("clear_tool_uses_20250919", APPLIED_CLEAR),
-                                       ("clear_thinking_20251015", APPLIED_THINKING)) if kind in kinds]
+    applied = [
+        edit
+        for kind, edit in (("clear_tool_uses_20250919", APPLIED_CLEAR), ("clear_thinking_20251015", APPLIED_THINKING))
+        if kind in kinds
+    ]
     compact = kinds.get("compact_20260112")
     if compact is None:
-        return answer(rec, message(text("Answered with cleared context."),
-                                   context_management={"applied_edits": applied}))
+        return answer(
+            rec, message(text("Answered with cleared context."), context_management={"applied_edits": applied})
+        )
     if compact.get("pause_after_compaction") is True:
-        return answer(rec, message(COMPACTION_BLOCK, stop_reason="compaction",
-                                   context_management={"applied_edits": applied}))
-    return answer(rec, message(COMPACTION_BLOCK, text("Compacted and answered."),
-                               context_management={"applied_edits": applied}))
+        return answer(
+            rec, message(COMPACTION_BLOCK, stop_reason="compaction", context_management={"applied_edits": applied})
+        )
+    return answer(
+        rec, message(COMPACTION_BLOCK, text("Compacted and answered."), context_management={"applied_edits": applied})
+    )

@@ -21,8 +21,14 @@ from starlette.responses import JSONResponse, Response
 from proxy.core.texts import RELOAD_TOOL_SCHEMAS
 from tests.harness import anthropic as fake_anthropic
 from tests.harness import responses as fake_responses
-from tests.harness.servers import (completion, default_handler, is_responses_create, is_summary_call,
-                                   snapshot_answer, tool_call)
+from tests.harness.servers import (
+    completion,
+    default_handler,
+    is_responses_create,
+    is_summary_call,
+    snapshot_answer,
+    tool_call,
+)
 
 IDENTIFIER = re.compile(r"\b[a-z]+_\d{3}\b")
 RELOAD_TOOLS = {t["function"]["name"] for t in RELOAD_TOOL_SCHEMAS}
@@ -33,22 +39,36 @@ def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(_text(p.get("text") if isinstance(p, dict) and "text" in p else
-                               p.get("content") if isinstance(p, dict) else p) for p in content)
+        return "\n".join(
+            _text(
+                p.get("text") if isinstance(p, dict) and "text" in p else p.get("content") if isinstance(p, dict) else p
+            )
+            for p in content
+        )
     return ""
 
 
 def tool_results(body: dict, kind: str) -> list[str]:
     """The texts of the request's tool results, in order."""
     if kind == "chat":
-        return [_text(m.get("content")) for m in body.get("messages") or [] if isinstance(m, dict)
-                and m.get("role") == "tool"]
+        return [
+            _text(m.get("content"))
+            for m in body.get("messages") or []
+            if isinstance(m, dict) and m.get("role") == "tool"
+        ]
     if kind == "responses":
-        return [_text(i.get("output")) for i in body.get("input") or [] if isinstance(i, dict)
-                and i.get("type") == "function_call_output"]
-    return [_text(b.get("content")) for m in body.get("messages") or [] if isinstance(m, dict)
-            and isinstance(m.get("content"), list) for b in m["content"] if isinstance(b, dict)
-            and b.get("type") == "tool_result"]
+        return [
+            _text(i.get("output"))
+            for i in body.get("input") or []
+            if isinstance(i, dict) and i.get("type") == "function_call_output"
+        ]
+    return [
+        _text(b.get("content"))
+        for m in body.get("messages") or []
+        if isinstance(m, dict) and isinstance(m.get("content"), list)
+        for b in m["content"]
+        if isinstance(b, dict) and b.get("type") == "tool_result"
+    ]
 
 
 def identifiers(texts: list[str]) -> list[str]:
@@ -74,7 +94,7 @@ def answer(rec: Any, kind: str) -> Response:
     usage = (len(rec.body) // 4, OUTPUT_TOKENS)
     model = body.get("model", "gpt-4o")
     arguments = {"count": len(names), "first": names[0], "last": names[-1]} if names else None
-    text = (f"I have seen {len(names)} names, from {names[0]} to {names[-1]}." if names else "Nothing seen yet.")
+    text = f"I have seen {len(names)} names, from {names[0]} to {names[-1]}." if names else "Nothing seen yet."
     tool = first_tool(body)
     if kind == "chat":
         calls = [tool_call(tool, arguments)] if arguments else None

@@ -31,8 +31,11 @@ def call_of(bill: billing.Bill) -> str:
     if is_summary_call(bill.rec):
         return "summary"
     body = bill.rec.json_object() or {}
-    if body.get("max_tokens") == 1 or body.get("max_completion_tokens") == 1 or (
-            body.get("max_output_tokens") == 16 and body.get("store") is False):
+    if (
+        body.get("max_tokens") == 1
+        or body.get("max_completion_tokens") == 1
+        or (body.get("max_output_tokens") == 16 and body.get("store") is False)
+    ):
         return "keepalive"
     return "turn"
 
@@ -94,8 +97,7 @@ def assert_turn_billed(row: dict, bills: list[billing.Bill], *, summaries: list[
         assert (got["answers"], got["unreported"]) == (len(expected), 0), field
 
 
-def assert_shown(url: str, key: str, session_name: str, bills: list[billing.Bill], *, model: str,
-                 turns: int) -> dict:
+def assert_shown(url: str, key: str, session_name: str, bills: list[billing.Bill], *, model: str, turns: int) -> dict:
     """The tenant's bill (all of it, and per call) and the session's are `bills`, every answer
     with its usage; the session as the API shows it (its turns' rows in `data`)."""
     shown = totals(url, key, answers(len(bills)))
@@ -115,6 +117,7 @@ def assert_shown(url: str, key: str, session_name: str, bills: list[billing.Bill
 
 def wait_for_event(url: str, key: str, session_name: str, kind: str) -> dict:
     """The session's last event of `kind` (`GET /v1/offload/events`), once there is one."""
+
     def found() -> list[dict]:
         events = _get(url, "/v1/offload/events", key, session=session_name)["data"]
         return [e for e in events if e["type"] == kind]

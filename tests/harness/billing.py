@@ -56,8 +56,13 @@ class Bill:
 
     def tokens(self) -> dict[str, int]:
         """As the proxy's statistics split a bill (`totals.bill.tokens`, without `input`)."""
-        return {"uncached": self.billed.uncached, "cache_read": self.billed.read, "cache_write_5m": self.billed.write_5m,
-                "cache_write_1h": self.billed.write_1h, "output": self.output or 0}
+        return {
+            "uncached": self.billed.uncached,
+            "cache_read": self.billed.read,
+            "cache_write_5m": self.billed.write_5m,
+            "cache_write_1h": self.billed.write_1h,
+            "output": self.output or 0,
+        }
 
 
 def tokens(bills: list[Bill]) -> dict[str, int]:
@@ -112,29 +117,42 @@ def _kind(rec: Any) -> str | None:
 
 
 def refused(error: pc.CacheRequestError) -> Response:
-    return JSONResponse({"type": "error", "error": {"type": "invalid_request_error", "message": str(error)}},
-                        status_code=400)
+    return JSONResponse(
+        {"type": "error", "error": {"type": "invalid_request_error", "message": str(error)}}, status_code=400
+    )
 
 
 # ------------------------------------------------------------------------------ the answer
 
+
 def messages_usage(usage: dict, billed: pc.Billed) -> dict:
-    return {**usage, "input_tokens": billed.uncached, "cache_read_input_tokens": billed.read,
-            "cache_creation_input_tokens": billed.written,
-            "cache_creation": {"ephemeral_5m_input_tokens": billed.write_5m,
-                               "ephemeral_1h_input_tokens": billed.write_1h}}
+    return {
+        **usage,
+        "input_tokens": billed.uncached,
+        "cache_read_input_tokens": billed.read,
+        "cache_creation_input_tokens": billed.written,
+        "cache_creation": {"ephemeral_5m_input_tokens": billed.write_5m, "ephemeral_1h_input_tokens": billed.write_1h},
+    }
 
 
 def chat_usage(usage: dict, billed: pc.Billed) -> dict:
     completion = usage.get("completion_tokens", 0)
-    return {**usage, "prompt_tokens": billed.total, "total_tokens": billed.total + completion,
-            "prompt_tokens_details": {**(usage.get("prompt_tokens_details") or {}), "cached_tokens": billed.read}}
+    return {
+        **usage,
+        "prompt_tokens": billed.total,
+        "total_tokens": billed.total + completion,
+        "prompt_tokens_details": {**(usage.get("prompt_tokens_details") or {}), "cached_tokens": billed.read},
+    }
 
 
 def responses_usage(usage: dict, billed: pc.Billed) -> dict:
     output = usage.get("output_tokens", 0)
-    return {**usage, "input_tokens": billed.total, "total_tokens": billed.total + output,
-            "input_tokens_details": {**(usage.get("input_tokens_details") or {}), "cached_tokens": billed.read}}
+    return {
+        **usage,
+        "input_tokens": billed.total,
+        "total_tokens": billed.total + output,
+        "input_tokens_details": {**(usage.get("input_tokens_details") or {}), "cached_tokens": billed.read},
+    }
 
 
 def _patched(obj: Any, kind: str, billed: pc.Billed) -> Any:
@@ -163,8 +181,11 @@ def _output(obj: Any, kind: str) -> int | None:
     if not isinstance(obj, dict):
         return None
     if kind == "messages":
-        usage = obj.get("usage") if obj.get("type") in ("message", "message_delta") else (
-            (obj.get("message") or {}).get("usage") if obj.get("type") == "message_start" else None)
+        usage = (
+            obj.get("usage")
+            if obj.get("type") in ("message", "message_delta")
+            else ((obj.get("message") or {}).get("usage") if obj.get("type") == "message_start" else None)
+        )
         return usage.get("output_tokens") if isinstance(usage, dict) else None
     if kind == "chat":
         return obj["usage"].get("completion_tokens") if isinstance(obj.get("usage"), dict) else None
@@ -196,8 +217,9 @@ async def billed_response(response: Response, rec: Any, bill: Bill) -> Response:
         return response
     if isinstance(response, StreamingResponse):
         chunks = [chunk if isinstance(chunk, bytes) else chunk.encode() async for chunk in response.body_iterator]
-        return StreamingResponse(iter([_event(c, kind, bill) for c in chunks]), status_code=200,
-                                 media_type=response.media_type)
+        return StreamingResponse(
+            iter([_event(c, kind, bill) for c in chunks]), status_code=200, media_type=response.media_type
+        )
     try:
         obj = json.loads(response.body)
     except ValueError:

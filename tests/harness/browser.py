@@ -33,8 +33,12 @@ def chromium_path() -> str | None:
 
 def require_chromium() -> str:
     path = chromium_path()
-    require(path is not None, "Chromium", "none found (set $CHROMIUM, or `apt-get install chromium`; scripts/test "
-                                          "installs it when it runs as root on Debian or Ubuntu)")
+    require(
+        path is not None,
+        "Chromium",
+        "none found (set $CHROMIUM, or `apt-get install chromium`; scripts/test "
+        "installs it when it runs as root on Debian or Ubuntu)",
+    )
     assert path is not None
     return path
 
@@ -57,8 +61,9 @@ def browser() -> Iterator[object]:
 
     executable = require_chromium()
     with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=executable, headless=True,
-                                              args=["--no-sandbox", "--disable-dev-shm-usage"])
+        launched = playwright.chromium.launch(
+            executable_path=executable, headless=True, args=["--no-sandbox", "--disable-dev-shm-usage"]
+        )
         try:
             yield launched
         finally:

@@ -132,8 +132,14 @@ def installed_version(binary: Path) -> str | None:
     if not binary.exists():
         return None
     try:
-        out = subprocess.run([str(binary), "--version"], check=False, capture_output=True, text=True,
-                             timeout=60, stdin=subprocess.DEVNULL)
+        out = subprocess.run(
+            [str(binary), "--version"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     words = out.stdout.split()
@@ -144,8 +150,10 @@ def _binaries(cache: Path) -> list[Path]:
     """The launcher, then the platform package's executable (if npm skipped the postinstall that
     copies it over the launcher's placeholder, the latter still runs)."""
     modules = cache / "node_modules"
-    return [modules / ".bin" / "claude",
-            *map(Path, sorted(glob.glob(str(modules / "@anthropic-ai" / "claude-code-*" / "claude"))))]
+    return [
+        modules / ".bin" / "claude",
+        *map(Path, sorted(glob.glob(str(modules / "@anthropic-ai" / "claude-code-*" / "claude")))),
+    ]
 
 
 def install(cache: Path = CACHE, version: str = CLAUDE_CODE_VERSION) -> Path:
@@ -163,11 +171,17 @@ def _install(cache: Path, version: str) -> Path:
     if npm is None:
         raise RuntimeError("npm is not on PATH")
     cache.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run([npm, "install", "--prefix", str(cache), "--no-audit", "--no-fund",
-                           f"{PACKAGE}@{version}"], check=False, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [npm, "install", "--prefix", str(cache), "--no-audit", "--no-fund", f"{PACKAGE}@{version}"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if done.returncode != 0:
-        raise RuntimeError(f"npm install {PACKAGE}@{version} failed ({done.returncode}):\n"
-                           f"{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+        raise RuntimeError(
+            f"npm install {PACKAGE}@{version} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+        )
     found = {str(b): installed_version(b) for b in _binaries(cache)}
     for binary, got in found.items():
         if got == version:
@@ -184,10 +198,13 @@ def _id(prefix: str) -> str:
     return f"{prefix}_fake{next(_ids):06d}"
 
 
-def usage(input_tokens: int = 100, output_tokens: int = 10, *, cache_read: int = 0,
-          cache_creation: int = 0) -> dict:
-    return {"input_tokens": input_tokens, "cache_creation_input_tokens": cache_creation,
-            "cache_read_input_tokens": cache_read, "output_tokens": output_tokens}
+def usage(input_tokens: int = 100, output_tokens: int = 10, *, cache_read: int = 0, cache_creation: int = 0) -> dict:
+    return {
+        "input_tokens": input_tokens,
+        "cache_creation_input_tokens": cache_creation,
+        "cache_read_input_tokens": cache_read,
+        "output_tokens": output_tokens,
+    }
 
 
 _usage = usage  # for the builders below, whose `usage` parameter hides the function
@@ -198,20 +215,38 @@ def sse(event: dict) -> bytes:
     return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
 
 
-def _stream(blocks: list[tuple[dict, list[dict]]], stop_reason: str, *, model: str, msg_id: str | None,
-            usage: dict | None) -> list[bytes]:
+def _stream(
+    blocks: list[tuple[dict, list[dict]]], stop_reason: str, *, model: str, msg_id: str | None, usage: dict | None
+) -> list[bytes]:
     use = usage or _usage()
     start_usage = {**use, "output_tokens": min(1, use["output_tokens"])}
-    events = [{"type": "message_start",
-               "message": {"id": msg_id or _id("msg"), "type": "message", "role": "assistant", "model": model,
-                           "content": [], "stop_reason": None, "stop_sequence": None, "usage": start_usage}}]
+    events = [
+        {
+            "type": "message_start",
+            "message": {
+                "id": msg_id or _id("msg"),
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": [],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": start_usage,
+            },
+        }
+    ]
     for index, (start, deltas) in enumerate(blocks):
         events.append({"type": "content_block_start", "index": index, "content_block": start})
         events += [{"type": "content_block_delta", "index": index, "delta": d} for d in deltas]
         events.append({"type": "content_block_stop", "index": index})
-    events += [{"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": None},
-                "usage": {"output_tokens": use["output_tokens"]}},
-               {"type": "message_stop"}]
+    events += [
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+            "usage": {"output_tokens": use["output_tokens"]},
+        },
+        {"type": "message_stop"},
+    ]
     return [sse(e) for e in events]
 
 
@@ -221,42 +256,63 @@ def _text_block(text: str) -> tuple[dict, list[dict]]:
 
 def _chunks(s: str, n: int) -> list[str]:
     size = max(1, -(-len(s) // max(1, n)))
-    return [s[i:i + size] for i in range(0, len(s), size)] or [""]
+    return [s[i : i + size] for i in range(0, len(s), size)] or [""]
 
 
-def text_stream(text: str, *, model: str = DEFAULT_MODEL, msg_id: str | None = None,
-                usage: dict | None = None) -> list[bytes]:
+def text_stream(
+    text: str, *, model: str = DEFAULT_MODEL, msg_id: str | None = None, usage: dict | None = None
+) -> list[bytes]:
     """The SSE events of a final answer: one text block, `stop_reason: end_turn`."""
     return _stream([_text_block(text)], "end_turn", model=model, msg_id=msg_id, usage=usage)
 
 
-def tool_use_stream(*calls: tuple[str, dict, str], text: str | None = None, model: str = DEFAULT_MODEL,
-                    msg_id: str | None = None, usage: dict | None = None, pieces: int = 3) -> list[bytes]:
+def tool_use_stream(
+    *calls: tuple[str, dict, str],
+    text: str | None = None,
+    model: str = DEFAULT_MODEL,
+    msg_id: str | None = None,
+    usage: dict | None = None,
+    pieces: int = 3,
+) -> list[bytes]:
     """The SSE events of a tool round: an optional text block, then one tool_use block per
     `(name, input, tool_use_id)` (its input JSON in `pieces` input_json_delta events),
     `stop_reason: tool_use`."""
     blocks = [_text_block(text)] if text else []
     for name, input, tool_id in calls:
-        blocks.append(({"type": "tool_use", "id": tool_id, "name": name, "input": {}},
-                       [{"type": "input_json_delta", "partial_json": p} for p in _chunks(json.dumps(input), pieces)]))
+        blocks.append(
+            (
+                {"type": "tool_use", "id": tool_id, "name": name, "input": {}},
+                [{"type": "input_json_delta", "partial_json": p} for p in _chunks(json.dumps(input), pieces)],
+            )
+        )
     return _stream(blocks, "tool_use", model=model, msg_id=msg_id, usage=usage)
 
 
-def bash_tool_use_stream(command: str, tool_id: str, *, description: str = "Run the command",
-                         text: str | None = None, **kwargs: Any) -> list[bytes]:
+def bash_tool_use_stream(
+    command: str, tool_id: str, *, description: str = "Run the command", text: str | None = None, **kwargs: Any
+) -> list[bytes]:
     """A tool round calling Claude Code's Bash tool once on `command`."""
     return tool_use_stream(("Bash", {"command": command, "description": description}, tool_id), text=text, **kwargs)
 
 
-def message_json(text: str, *, model: str = DEFAULT_MODEL, msg_id: str | None = None,
-                 usage: dict | None = None) -> dict:
+def message_json(
+    text: str, *, model: str = DEFAULT_MODEL, msg_id: str | None = None, usage: dict | None = None
+) -> dict:
     """A non-streamed answer (`stream` false or absent): for side requests."""
-    return {"id": msg_id or _id("msg"), "type": "message", "role": "assistant", "model": model,
-            "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
-            "usage": usage or _usage()}
+    return {
+        "id": msg_id or _id("msg"),
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": usage or _usage(),
+    }
 
 
 # ---------------------------------------------------------------- reading what Claude Code sent
+
 
 def is_main_request(body: dict) -> bool:
     """A request of the conversation itself (Claude Code's tools, Bash among them: streamed, or its
@@ -270,14 +326,24 @@ def is_quota_check(body: dict) -> bool:
 
 def tool_results(body: dict) -> list[dict]:
     """Every tool_result block in the request's messages, in order."""
-    return [b for m in body.get("messages", []) if m.get("role") == "user" and isinstance(m.get("content"), list)
-            for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_result"]
+    return [
+        b
+        for m in body.get("messages", [])
+        if m.get("role") == "user" and isinstance(m.get("content"), list)
+        for b in m["content"]
+        if isinstance(b, dict) and b.get("type") == "tool_result"
+    ]
 
 
 def tool_uses(body: dict) -> list[dict]:
     """Every tool_use block in the request's assistant messages, in order."""
-    return [b for m in body.get("messages", []) if m.get("role") == "assistant" and isinstance(m.get("content"), list)
-            for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_use"]
+    return [
+        b
+        for m in body.get("messages", [])
+        if m.get("role") == "assistant" and isinstance(m.get("content"), list)
+        for b in m["content"]
+        if isinstance(b, dict) and b.get("type") == "tool_use"
+    ]
 
 
 def result_text(block: dict) -> str:
@@ -298,6 +364,7 @@ def prompt_text(body: dict) -> str:
 
 
 # ---------------------------------------------------------------- running it
+
 
 @dataclass
 class Run:
@@ -321,9 +388,13 @@ class Run:
 
     def blocks(self, role: str, kind: str | None = None) -> list[dict]:
         """The content blocks of the `assistant` or `user` events, in order (of one kind if given)."""
-        return [b for e in self.events if e.get("type") == role
-                for b in (e["message"]["content"] if isinstance(e["message"]["content"], list) else [])
-                if kind is None or b.get("type") == kind]
+        return [
+            b
+            for e in self.events
+            if e.get("type") == role
+            for b in (e["message"]["content"] if isinstance(e["message"]["content"], list) else [])
+            if kind is None or b.get("type") == kind
+        ]
 
     def tool_uses(self, name: str | None = None) -> list[dict]:
         return [b for b in self.blocks("assistant", "tool_use") if name is None or b["name"] == name]
@@ -364,19 +435,30 @@ class ClaudeCode:
 
     def environment(self, trap_url: str) -> dict[str, str]:
         proxy_env = {name: trap_url for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY")}
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.home),
-               "CLAUDE_CONFIG_DIR": str(self.config_dir), "LANG": "C.UTF-8", "SHELL": shutil.which("bash") or "/bin/sh",
-               "ANTHROPIC_BASE_URL": self.base_url, "ANTHROPIC_API_KEY": self.api_key,
-               # off: metrics, event logging, feature flags (api.anthropic.com), Sentry, updates
-               "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
-               "DISABLE_ERROR_REPORTING": "1", "DISABLE_AUTOUPDATER": "1",
-               # a failed request fails the run at once instead of being retried with backoff, and a
-               # broken stream too instead of being asked again without streaming
-               "CLAUDE_CODE_MAX_RETRIES": "0", "CLAUDE_CODE_DISABLE_NONSTREAMING_FALLBACK": "1",
-               # bypassPermissions refuses to run as root unless told it is in a sandbox (it is: offline)
-               "IS_SANDBOX": "1",
-               "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
-               **proxy_env, **{k.lower(): v for k, v in proxy_env.items()}}
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(self.home),
+            "CLAUDE_CONFIG_DIR": str(self.config_dir),
+            "LANG": "C.UTF-8",
+            "SHELL": shutil.which("bash") or "/bin/sh",
+            "ANTHROPIC_BASE_URL": self.base_url,
+            "ANTHROPIC_API_KEY": self.api_key,
+            # off: metrics, event logging, feature flags (api.anthropic.com), Sentry, updates
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_TELEMETRY": "1",
+            "DISABLE_ERROR_REPORTING": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            # a failed request fails the run at once instead of being retried with backoff, and a
+            # broken stream too instead of being asked again without streaming
+            "CLAUDE_CODE_MAX_RETRIES": "0",
+            "CLAUDE_CODE_DISABLE_NONSTREAMING_FALLBACK": "1",
+            # bypassPermissions refuses to run as root unless told it is in a sandbox (it is: offline)
+            "IS_SANDBOX": "1",
+            "NO_PROXY": "127.0.0.1,localhost",
+            "no_proxy": "127.0.0.1,localhost",
+            **proxy_env,
+            **{k.lower(): v for k, v in proxy_env.items()},
+        }
         if self.headers:
             env["ANTHROPIC_CUSTOM_HEADERS"] = "\n".join(f"{k}: {v}" for k, v in self.headers.items())
         return {**env, **self.env}
@@ -386,16 +468,34 @@ class ClaudeCode:
         self.config_dir.mkdir(parents=True, exist_ok=True)
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.config_dir / "settings.json").write_text(json.dumps(self.settings))
-        return [*(self.prefix or [str(self.binary)]), "-p", "--output-format", "stream-json", "--verbose",
-                "--permission-mode", "bypassPermissions",
-                *(["--model", self.model] if self.model else []), *options, "--", prompt]
+        return [
+            *(self.prefix or [str(self.binary)]),
+            "-p",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--permission-mode",
+            "bypassPermissions",
+            *(["--model", self.model] if self.model else []),
+            *options,
+            "--",
+            prompt,
+        ]
 
     def _exec(self, options: list[str], prompt: str, timeout: float) -> Run:
         argv = self.argv(options, prompt)
         with Trap() as trap:
             with open(os.devnull, "rb") as stdin:
-                done = subprocess.run(argv, cwd=self.workdir, env=self.environment(trap.url), stdin=stdin,
-                                      check=False, capture_output=True, text=True, timeout=timeout)
+                done = subprocess.run(
+                    argv,
+                    cwd=self.workdir,
+                    env=self.environment(trap.url),
+                    stdin=stdin,
+                    check=False,
+                    capture_output=True,
+                    text=True,
+                    timeout=timeout,
+                )
             trapped = agent_connections(trap.seen)
         events = []
         for line in done.stdout.splitlines():

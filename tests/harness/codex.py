@@ -60,11 +60,17 @@ def _install(cache: Path, version: str) -> Path:
     if npm is None:
         raise RuntimeError("npm is not on PATH")
     cache.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run([npm, "install", "--prefix", str(cache), "--no-audit", "--no-fund",
-                           f"@openai/codex@{version}"], capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [npm, "install", "--prefix", str(cache), "--no-audit", "--no-fund", f"@openai/codex@{version}"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if done.returncode != 0:
-        raise RuntimeError(f"npm install @openai/codex@{version} failed ({done.returncode}):\n"
-                           f"{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+        raise RuntimeError(
+            f"npm install @openai/codex@{version} failed ({done.returncode}):\n"
+            f"{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+        )
     got = installed_version(binary)
     if got != version:
         raise RuntimeError(f"npm installed codex {got!r}, not {version}")
@@ -178,8 +184,11 @@ class Run:
 
     def items(self, kind: str | None = None) -> list[dict]:
         """The completed items (`agent_message`, `command_execution`, …), in order."""
-        return [e["item"] for e in self.events
-                if e.get("type") == "item.completed" and (kind is None or e["item"].get("type") == kind)]
+        return [
+            e["item"]
+            for e in self.events
+            if e.get("type") == "item.completed" and (kind is None or e["item"].get("type") == kind)
+        ]
 
     def usage(self) -> dict:
         [done] = [e for e in self.events if e.get("type") == "turn.completed"]
@@ -209,21 +218,40 @@ class Codex:
     def _exec(self, args: list[str], timeout: float) -> Run:
         self.home.mkdir(parents=True, exist_ok=True)
         self.workdir.mkdir(parents=True, exist_ok=True)
-        config = (builtin_config_toml(self.base_url) if self.builtin
-                  else config_toml(self.base_url, provider_name=self.provider_name))
+        config = (
+            builtin_config_toml(self.base_url)
+            if self.builtin
+            else config_toml(self.base_url, provider_name=self.provider_name)
+        )
         (self.home / "config.toml").write_text(config)
         with Trap() as trap:
             proxy_env = {name: trap.url for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY")}
-            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.home),
-                   "CODEX_HOME": str(self.home), API_KEY_ENV: "sk-codex-test", "LANG": "C.UTF-8",
-                   **({"CODEX_API_KEY": "sk-codex-test", "RUST_LOG": "codex_api=info"} if self.builtin else {}),
-                   "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
-                   **proxy_env, **{k.lower(): v for k, v in proxy_env.items()}, **self.env}
-            argv = [*(self.prefix or [str(self.binary)]), "exec", "--json", "--strict-config", "--skip-git-repo-check",
-                    "--dangerously-bypass-approvals-and-sandbox", *args]
+            env = {
+                "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                "HOME": str(self.home),
+                "CODEX_HOME": str(self.home),
+                API_KEY_ENV: "sk-codex-test",
+                "LANG": "C.UTF-8",
+                **({"CODEX_API_KEY": "sk-codex-test", "RUST_LOG": "codex_api=info"} if self.builtin else {}),
+                "NO_PROXY": "127.0.0.1,localhost",
+                "no_proxy": "127.0.0.1,localhost",
+                **proxy_env,
+                **{k.lower(): v for k, v in proxy_env.items()},
+                **self.env,
+            }
+            argv = [
+                *(self.prefix or [str(self.binary)]),
+                "exec",
+                "--json",
+                "--strict-config",
+                "--skip-git-repo-check",
+                "--dangerously-bypass-approvals-and-sandbox",
+                *args,
+            ]
             with open(os.devnull, "rb") as stdin:
-                done = subprocess.run(argv, cwd=self.workdir, env=env, stdin=stdin, capture_output=True,
-                                      text=True, timeout=timeout)
+                done = subprocess.run(
+                    argv, cwd=self.workdir, env=env, stdin=stdin, capture_output=True, text=True, timeout=timeout
+                )
             trapped = agent_connections(trap.seen)
         events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
         return Run(done.returncode, done.stdout, done.stderr, events, trapped)

@@ -16,9 +16,14 @@ BUILD_HISTORY = [
 
 def continued(token: str, *, model: str = "gpt-5") -> dict:
     """A Responses request sent from a compaction item carrying `token` on."""
-    return {"model": model, "store": False,
-            "input": [{"type": "compaction", "id": "cmp_x", "encrypted_content": token},
-                      {"type": "message", "role": "user", "content": "next"}]}
+    return {
+        "model": model,
+        "store": False,
+        "input": [
+            {"type": "compaction", "id": "cmp_x", "encrypted_content": token},
+            {"type": "message", "role": "user", "content": "next"},
+        ],
+    }
 
 
 def assert_refused(r: httpx2.Response, why: str, *, param: str | None = None) -> None:

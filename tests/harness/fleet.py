@@ -36,8 +36,11 @@ def replicas(count: int, *args: str, **options) -> Iterator[list[ProxyProcess]]:
 def background_jobs(url: str) -> int:
     """Background summaries queued or running in the replica at `url` (its /metrics)."""
     gauges = ("offload_summaries_in_flight", "offload_summaries_queued")
-    values = [float(line.split()[1]) for line in httpx2.get(f"{url}/metrics", timeout=10).text.splitlines()
-              if line.split(" ")[0] in gauges]
+    values = [
+        float(line.split()[1])
+        for line in httpx2.get(f"{url}/metrics", timeout=10).text.splitlines()
+        if line.split(" ")[0] in gauges
+    ]
     assert len(values) == len(gauges), f"{gauges} not exposed by {url}"
     return int(sum(values))
 

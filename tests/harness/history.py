@@ -31,8 +31,19 @@ def agent_history(steps: int = 6, lines: int = 300, system: str = "You are a cod
     messages: list[dict] = [{"role": "system", "content": system}, {"role": "user", "content": "Fix the bug."}]
     for i in range(steps):
         call_id = f"call_{i}"
-        messages.append({"role": "assistant", "content": None, "tool_calls": [
-            {"id": call_id, "type": "function", "function": {"name": "bash", "arguments": json.dumps({"cmd": f"cat f{i}"})}}]})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": "bash", "arguments": json.dumps({"cmd": f"cat f{i}"})},
+                    }
+                ],
+            }
+        )
         messages.append({"role": "tool", "tool_call_id": call_id, "content": big_text(f"step{i}", lines)})
     return messages
 
@@ -51,9 +62,14 @@ def tool_history(results: list[str]) -> list[dict]:
     """A chat history of one tool call and result per text of `results`, then a user turn."""
     messages: list[dict] = [{"role": "user", "content": "Run the checks."}]
     for i, text in enumerate(results):
-        messages += [{"role": "assistant", "content": None, "tool_calls": [
-                         {"id": f"call_{i}", "type": "function", "function": {"name": "sh", "arguments": "{}"}}]},
-                     {"role": "tool", "tool_call_id": f"call_{i}", "content": text}]
+        messages += [
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": f"call_{i}", "type": "function", "function": {"name": "sh", "arguments": "{}"}}],
+            },
+            {"role": "tool", "tool_call_id": f"call_{i}", "content": text},
+        ]
     return [*messages, {"role": "user", "content": "Go on."}]
 
 

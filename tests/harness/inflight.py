@@ -45,8 +45,9 @@ async def loop_turns_while(task: asyncio.Future) -> int:
     return turns
 
 
-def answered_while(in_flight: Callable[[], bool], probe: Callable[[], object], *, most: int = 10,
-                   pause: float = 0.01) -> int:
+def answered_while(
+    in_flight: Callable[[], bool], probe: Callable[[], object], *, most: int = 10, pause: float = 0.01
+) -> int:
     """Call `probe` (a request to the proxy: it raises or asserts when not answered right) while
     `in_flight()`, up to `most` times; the number answered with the work still in flight after."""
     answered = 0

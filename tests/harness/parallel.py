@@ -13,14 +13,14 @@ from __future__ import annotations
 from xdist.scheduler import LoadScopeScheduling
 
 # Test files whose tests are independent of each other and each long: one work unit per test.
-SPLIT = frozenset({
-    "tests/e2e/test_type_fuzz.py",
-})
+SPLIT = frozenset(
+    {
+        "tests/e2e/test_type_fuzz.py",
+    }
+)
 
 # The files that take longest (a serial run's durations, most first): started first.
-LONGEST: tuple[str, ...] = (
-    "tests/e2e/test_type_fuzz.py",
-)
+LONGEST: tuple[str, ...] = ("tests/e2e/test_type_fuzz.py",)
 
 
 def _file(nodeid: str) -> str:

@@ -50,12 +50,18 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     found = missing_prerequisites(terminalreporter.stats.get("skipped", []))
     if not found:
         return
-    count = sum(1 for r in terminalreporter.stats.get("skipped", [])
-                if isinstance(r.longrepr, tuple) and MISSING in str(r.longrepr[2]))
+    count = sum(
+        1
+        for r in terminalreporter.stats.get("skipped", [])
+        if isinstance(r.longrepr, tuple) and MISSING in str(r.longrepr[2])
+    )
     terminalreporter.section("MISSING PREREQUISITES", sep="!", red=True, bold=True)
-    terminalreporter.line(f"{count} tests that drive real clients or a browser did NOT run "
-                          "(README.md, Quick start, lists what the suite needs; CI=true fails them instead):",
-                          red=True, bold=True)
+    terminalreporter.line(
+        f"{count} tests that drive real clients or a browser did NOT run "
+        "(README.md, Quick start, lists what the suite needs; CI=true fails them instead):",
+        red=True,
+        bold=True,
+    )
     for reason, files in found.items():
         terminalreporter.line(f"- {reason}", red=True)
         terminalreporter.line(f"    skipped: {', '.join(files)}")

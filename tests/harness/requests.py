@@ -34,8 +34,9 @@ def credential(path: str, key: str | None) -> dict[str, str]:
     return {"authorization": f"Bearer {key}"}
 
 
-def _request(path: str, body: Any, key: str | None,
-             headers: Mapping[str, str | None] | None) -> tuple[bytes, dict[str, str]]:
+def _request(
+    path: str, body: Any, key: str | None, headers: Mapping[str, str | None] | None
+) -> tuple[bytes, dict[str, str]]:
     if not path.startswith("/"):
         raise ValueError(f"a path from the root, /v1/…: {path!r}")
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
@@ -46,27 +47,50 @@ def _request(path: str, body: Any, key: str | None,
     return data, {k: v for k, v in merged.items() if v is not None}
 
 
-def request(url: str, path: str, *, method: str = "POST", body: Any = None, key: str | None = None,
-            headers: Mapping[str, str | None] | None = None, client: httpx2.Client | None = None,
-            timeout: float = TIMEOUT) -> httpx2.Response:
+def request(
+    url: str,
+    path: str,
+    *,
+    method: str = "POST",
+    body: Any = None,
+    key: str | None = None,
+    headers: Mapping[str, str | None] | None = None,
+    client: httpx2.Client | None = None,
+    timeout: float = TIMEOUT,
+) -> httpx2.Response:
     """`method` `body` (JSON, or bytes as they are; None with a bodiless method: no body) to the
     proxy at `url` + `path`, as the tenant `key`, on `client`'s connections when given."""
     bodiless = body is None and method in BODILESS
     data, merged = _request(path, b"" if bodiless else body, key, headers)
     if bodiless:
         merged = {k: v for k, v in merged.items() if k.lower() != "content-type"}
-    return (client or httpx2).request(method, f"{url}{path}", content=None if bodiless else data, headers=merged,
-                                      timeout=timeout)
+    return (client or httpx2).request(
+        method, f"{url}{path}", content=None if bodiless else data, headers=merged, timeout=timeout
+    )
 
 
-def post(url: str, path: str = "/v1/chat/completions", *, body: Any = None, key: str | None = None,
-         headers: Mapping[str, str | None] | None = None, timeout: float = TIMEOUT) -> httpx2.Response:
+def post(
+    url: str,
+    path: str = "/v1/chat/completions",
+    *,
+    body: Any = None,
+    key: str | None = None,
+    headers: Mapping[str, str | None] | None = None,
+    timeout: float = TIMEOUT,
+) -> httpx2.Response:
     """POST `body` (JSON, or bytes as they are) to the proxy at `url` + `path`, as the tenant `key`."""
     return request(url, path, body=body, key=key, headers=headers, timeout=timeout)
 
 
-def streamed(url: str, path: str = "/v1/chat/completions", *, body: dict, key: str | None = None,
-             headers: Mapping[str, str | None] | None = None, timeout: float = TIMEOUT) -> tuple[httpx2.Response, str]:
+def streamed(
+    url: str,
+    path: str = "/v1/chat/completions",
+    *,
+    body: dict,
+    key: str | None = None,
+    headers: Mapping[str, str | None] | None = None,
+    timeout: float = TIMEOUT,
+) -> tuple[httpx2.Response, str]:
     """POST `body` with `"stream": true`; (the response, its whole text once the stream ended)."""
     data, merged = _request(path, {**body, "stream": True}, key, headers)
     with httpx2.stream("POST", f"{url}{path}", content=data, headers=merged, timeout=timeout) as r:

@@ -34,31 +34,50 @@ def _id(prefix: str) -> str:
 
 # ---------------------------------------------------------------- output items
 
+
 def message(text: str, *, id: str | None = None, phase: str | None = None) -> dict:
     """An assistant message output item with one `output_text` part."""
-    item = {"id": id or _id("msg"), "type": "message", "status": "completed", "role": "assistant",
-            "content": [{"type": "output_text", "annotations": [], "logprobs": [], "text": text}]}
+    item = {
+        "id": id or _id("msg"),
+        "type": "message",
+        "status": "completed",
+        "role": "assistant",
+        "content": [{"type": "output_text", "annotations": [], "logprobs": [], "text": text}],
+    }
     if phase:
         item["phase"] = phase
     return item
 
 
-def function_call(name: str, arguments: dict | str, *, call_id: str | None = None, id: str | None = None,
-                  namespace: str | None = None) -> dict:
+def function_call(
+    name: str, arguments: dict | str, *, call_id: str | None = None, id: str | None = None, namespace: str | None = None
+) -> dict:
     """The model calling a function tool (`arguments` a dict is JSON-encoded)."""
-    item = {"id": id or _id("fc"), "type": "function_call", "status": "completed",
-            "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
-            "call_id": call_id or _id("call"), "name": name}
+    item = {
+        "id": id or _id("fc"),
+        "type": "function_call",
+        "status": "completed",
+        "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+        "call_id": call_id or _id("call"),
+        "name": name,
+    }
     if namespace:
         item["namespace"] = namespace
     return item
 
 
-def reasoning(summary: str | None = "**Thinking**", *, encrypted_content: str | None = "gAAAAABfake-opaque==",
-              id: str | None = None) -> dict:
+def reasoning(
+    summary: str | None = "**Thinking**",
+    *,
+    encrypted_content: str | None = "gAAAAABfake-opaque==",
+    id: str | None = None,
+) -> dict:
     """A reasoning item: a summary (or none) and the opaque `encrypted_content` a client replays."""
-    item: dict[str, Any] = {"id": id or _id("rs"), "type": "reasoning",
-                            "summary": [{"type": "summary_text", "text": summary}] if summary else []}
+    item: dict[str, Any] = {
+        "id": id or _id("rs"),
+        "type": "reasoning",
+        "summary": [{"type": "summary_text", "text": summary}] if summary else [],
+    }
     if encrypted_content is not None:
         item["encrypted_content"] = encrypted_content
     return item
@@ -70,30 +89,74 @@ def function_call_output(call_id: str, output: str) -> dict:
 
 
 def usage(input_tokens: int = 10, output_tokens: int = 5, *, cached: int = 0, reasoning_tokens: int = 0) -> dict:
-    return {"input_tokens": input_tokens, "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
-            "output_tokens": output_tokens, "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
-            "total_tokens": input_tokens + output_tokens}
+    return {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
+        "total_tokens": input_tokens + output_tokens,
+    }
 
 
 _default_usage = usage
 
 # ---------------------------------------------------------------- the Response object
 
-_ECHOED = ("instructions", "max_output_tokens", "previous_response_id", "reasoning", "store", "temperature",
-           "text", "tool_choice", "tools", "top_p", "truncation", "parallel_tool_calls", "metadata", "user",
-           "prompt_cache_key", "service_tier")
+_ECHOED = (
+    "instructions",
+    "max_output_tokens",
+    "previous_response_id",
+    "reasoning",
+    "store",
+    "temperature",
+    "text",
+    "tool_choice",
+    "tools",
+    "top_p",
+    "truncation",
+    "parallel_tool_calls",
+    "metadata",
+    "user",
+    "prompt_cache_key",
+    "service_tier",
+)
 
 
-def response(*output: dict, model: str = "gpt-5", usage: dict | None = None, id: str | None = None,
-             status: str = "completed", request: dict | None = None, created_at: int = 1_700_000_000) -> dict:
+def response(
+    *output: dict,
+    model: str = "gpt-5",
+    usage: dict | None = None,
+    id: str | None = None,
+    status: str = "completed",
+    request: dict | None = None,
+    created_at: int = 1_700_000_000,
+) -> dict:
     """A Response object; with `request` (the request body) its settings are echoed as the API does."""
     body: dict[str, Any] = {
-        "id": id or _id("resp"), "object": "response", "created_at": created_at, "status": status,
-        "background": False, "error": None, "incomplete_details": None, "instructions": None,
-        "max_output_tokens": None, "model": model, "output": list(output), "parallel_tool_calls": True,
-        "previous_response_id": None, "reasoning": {"effort": None, "summary": None}, "store": True,
-        "temperature": 1.0, "text": {"format": {"type": "text"}, "verbosity": "medium"}, "tool_choice": "auto",
-        "tools": [], "top_p": 1.0, "truncation": "disabled", "usage": usage, "user": None, "metadata": {},
+        "id": id or _id("resp"),
+        "object": "response",
+        "created_at": created_at,
+        "status": status,
+        "background": False,
+        "error": None,
+        "incomplete_details": None,
+        "instructions": None,
+        "max_output_tokens": None,
+        "model": model,
+        "output": list(output),
+        "parallel_tool_calls": True,
+        "previous_response_id": None,
+        "reasoning": {"effort": None, "summary": None},
+        "store": True,
+        "temperature": 1.0,
+        "text": {"format": {"type": "text"}, "verbosity": "medium"},
+        "tool_choice": "auto",
+        "tools": [],
+        "top_p": 1.0,
+        "truncation": "disabled",
+        "usage": usage,
+        "user": None,
+        "metadata": {},
         "completed_at": created_at + 1 if status == "completed" else None,
     }
     for key in _ECHOED:
@@ -105,6 +168,7 @@ def response(*output: dict, model: str = "gpt-5", usage: dict | None = None, id:
 
 
 # ---------------------------------------------------------------- the same as SSE events
+
 
 def _halves(text: str) -> list[str]:
     if len(text) < 2:
@@ -123,10 +187,24 @@ def _item_events(item: dict, index: int) -> list[dict]:
             out.append({"type": "response.content_part.added", **where, "content_index": ci, "part": empty})
             if part.get("type") == "output_text":
                 for piece in _halves(part["text"]):
-                    out.append({"type": "response.output_text.delta", **where, "content_index": ci,
-                                "delta": piece, "logprobs": []})
-                out.append({"type": "response.output_text.done", **where, "content_index": ci,
-                            "text": part["text"], "logprobs": []})
+                    out.append(
+                        {
+                            "type": "response.output_text.delta",
+                            **where,
+                            "content_index": ci,
+                            "delta": piece,
+                            "logprobs": [],
+                        }
+                    )
+                out.append(
+                    {
+                        "type": "response.output_text.done",
+                        **where,
+                        "content_index": ci,
+                        "text": part["text"],
+                        "logprobs": [],
+                    }
+                )
             out.append({"type": "response.content_part.done", **where, "content_index": ci, "part": part})
     elif kind == "function_call":
         for piece in _halves(item["arguments"]):
@@ -134,15 +212,22 @@ def _item_events(item: dict, index: int) -> list[dict]:
         out.append({"type": "response.function_call_arguments.done", **where, "arguments": item["arguments"]})
     elif kind == "reasoning":
         for si, part in enumerate(item.get("summary") or []):
-            out.append({"type": "response.reasoning_summary_part.added", **where, "summary_index": si,
-                        "part": {"type": "summary_text", "text": ""}})
+            out.append(
+                {
+                    "type": "response.reasoning_summary_part.added",
+                    **where,
+                    "summary_index": si,
+                    "part": {"type": "summary_text", "text": ""},
+                }
+            )
             for piece in _halves(part["text"]):
-                out.append({"type": "response.reasoning_summary_text.delta", **where, "summary_index": si,
-                            "delta": piece})
-            out.append({"type": "response.reasoning_summary_text.done", **where, "summary_index": si,
-                        "text": part["text"]})
-            out.append({"type": "response.reasoning_summary_part.done", **where, "summary_index": si,
-                        "part": part})
+                out.append(
+                    {"type": "response.reasoning_summary_text.delta", **where, "summary_index": si, "delta": piece}
+                )
+            out.append(
+                {"type": "response.reasoning_summary_text.done", **where, "summary_index": si, "text": part["text"]}
+            )
+            out.append({"type": "response.reasoning_summary_part.done", **where, "summary_index": si, "part": part})
     return out
 
 
@@ -161,14 +246,19 @@ def _in_progress(item: dict) -> dict:
 def events(resp: dict) -> list[dict]:
     """The SSE events (as dicts, `sequence_number` 0, 1, …) OpenAI streams for the Response `resp`."""
     start = {**resp, "status": "in_progress", "output": [], "usage": None, "completed_at": None}
-    out: list[dict] = [{"type": "response.created", "response": start},
-                       {"type": "response.in_progress", "response": start}]
+    out: list[dict] = [
+        {"type": "response.created", "response": start},
+        {"type": "response.in_progress", "response": start},
+    ]
     for index, item in enumerate(resp["output"]):
         out.append({"type": "response.output_item.added", "output_index": index, "item": _in_progress(item)})
         out.extend(_item_events(item, index))
         out.append({"type": "response.output_item.done", "output_index": index, "item": item})
-    terminal = {"completed": "response.completed", "incomplete": "response.incomplete",
-                "failed": "response.failed"}.get(resp["status"], "response.completed")
+    terminal = {
+        "completed": "response.completed",
+        "incomplete": "response.incomplete",
+        "failed": "response.failed",
+    }.get(resp["status"], "response.completed")
     out.append({"type": terminal, "response": resp})
     return [{**event, "sequence_number": n} for n, event in enumerate(out)]
 
@@ -196,6 +286,7 @@ def answering(*output: dict, **kwargs):
 
 
 # ---------------------------------------------------------------- reading what went over the wire
+
 
 def parse_sse(text: str | bytes) -> list[dict]:
     """The event dicts of an SSE body (each `data:` line; an `event:` line must name the same type)."""
@@ -230,6 +321,7 @@ def refs_in_input(rec) -> list[str]:
 def reloading_model(final: str):
     """A fake model step: asked to ("reload please" in the last input item), it reloads the first
     ref it is shown (`call_reload`); given the reload's output it says "reloaded"; else `final`."""
+
     def step(rec) -> Response:
         items = input_items(rec)
         last = items[-1]
@@ -259,10 +351,14 @@ def tool_names(rec) -> list[str | None]:
 
 # ---------------------------------------------------------------- OpenAI's own context management
 
+
 def compaction(encrypted_content: str | None = None, *, id: str | None = None) -> dict:
     """A provider `compaction` item: opaque (`encrypted_content`), sent back by the client."""
-    return {"id": id or _id("cmp"), "type": "compaction",
-            "encrypted_content": encrypted_content or "gAAAAABpZ" + "Kx7/q+w=" * 40}
+    return {
+        "id": id or _id("cmp"),
+        "type": "compaction",
+        "encrypted_content": encrypted_content or "gAAAAABpZ" + "Kx7/q+w=" * 40,
+    }
 
 
 NATIVE_COMPACTION = compaction("gAAAAABnative-compaction/9+Zq==", id="cmp_native_1")
@@ -275,8 +371,7 @@ def native_answer(rec) -> Response | None:
     the compaction item."""
     body = rec.json() if rec.body else {}
     entries = body.get("context_management")
-    compacts = isinstance(entries, list) and any(isinstance(e, dict) and e.get("type") == "compaction"
-                                                 for e in entries)
+    compacts = isinstance(entries, list) and any(isinstance(e, dict) and e.get("type") == "compaction" for e in entries)
     items = body.get("input") if isinstance(body.get("input"), list) else []
     if items and isinstance(items[-1], dict) and items[-1].get("type") == "compaction_trigger":
         return answer(rec, NATIVE_COMPACTION)

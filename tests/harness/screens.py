@@ -23,6 +23,7 @@ def _photo() -> bytes:
 
 def png(width: int, height: int, rows: list[bytes]) -> bytes:
     """A truecolour PNG of `rows` (each width*3 bytes of RGB)."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
 
@@ -45,18 +46,18 @@ def screenshot(step: int, width: int = 1280, height: int = 800) -> bytes:
             continue
         row = bytearray(background)
         if 80 <= y < 720:  # a window with "text" lines whose pattern depends on the step
-            row[120 * 3:1160 * 3] = bytes((255, 255, 255)) * 1040
+            row[120 * 3 : 1160 * 3] = bytes((255, 255, 255)) * 1040
             if y % 18 < 10 and y // 18 <= 8 + step % 30:
                 seed = (y // 18 * 131 + step * (y // 18 == 8 + step % 30)) % 997
                 for x in range(140, 1100, 12):
                     if (x * 7 + seed) % 5:
-                        row[x * 3:(x + 8) * 3] = bytes((60, 60, 70)) * 8
+                        row[x * 3 : (x + 8) * 3] = bytes((60, 60, 70)) * 8
         if 400 <= y < 400 + PHOTO[1] and width >= 880 + PHOTO[0]:
-            row[880 * 3:(880 + PHOTO[0]) * 3] = _photo()[(y - 400) * PHOTO[0] * 3:(y - 399) * PHOTO[0] * 3]
+            row[880 * 3 : (880 + PHOTO[0]) * 3] = _photo()[(y - 400) * PHOTO[0] * 3 : (y - 399) * PHOTO[0] * 3]
         if 760 <= y < 770:
-            row[0:progress * 3] = bytes((70, 130, 220)) * progress
+            row[0 : progress * 3] = bytes((70, 130, 220)) * progress
         if cursor_y <= y < cursor_y + 24:
-            row[cursor_x * 3:(cursor_x + 16) * 3] = bytes((20, 20, 20)) * 16
+            row[cursor_x * 3 : (cursor_x + 16) * 3] = bytes((20, 20, 20)) * 16
         rows.append(bytes(row))
     return png(width, height, rows)
 

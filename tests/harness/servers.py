@@ -31,7 +31,6 @@ from tests.harness import anthropic as fake_anthropic
 from tests.harness import billing
 from tests.harness import responses as fake_responses
 
-
 # How long a server may take to come up (a hang guard, not a speed target): on a loaded shared
 # machine, a thread's uvicorn or a process importing the proxy took over 10 s.
 STARTUP = 90.0
@@ -117,8 +116,15 @@ class ServerThread:
 
 # ---------------------------------------------------------------- fake OpenAI upstream
 
-def completion(content: str | None = "Hello!", *, tool_calls: list | None = None, model: str = "gpt-4o",
-               usage: tuple[int, int] = (10, 5), id: str = "chatcmpl-fake") -> dict:
+
+def completion(
+    content: str | None = "Hello!",
+    *,
+    tool_calls: list | None = None,
+    model: str = "gpt-4o",
+    usage: tuple[int, int] = (10, 5),
+    id: str = "chatcmpl-fake",
+) -> dict:
     message: dict = {"role": "assistant", "content": content}
     if tool_calls:
         message["tool_calls"] = tool_calls
@@ -127,8 +133,9 @@ def completion(content: str | None = "Hello!", *, tool_calls: list | None = None
         "object": "chat.completion",
         "created": 1700000000,
         "model": model,
-        "choices": [{"index": 0, "message": message, "logprobs": None,
-                     "finish_reason": "tool_calls" if tool_calls else "stop"}],
+        "choices": [
+            {"index": 0, "message": message, "logprobs": None, "finish_reason": "tool_calls" if tool_calls else "stop"}
+        ],
         "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)},
     }
 
@@ -142,8 +149,14 @@ def sse(obj: dict | str) -> bytes:
     return f"data: {data}\n\n".encode()
 
 
-def stream_chunks(content: str | None = "Hello!", *, tool_calls: list | None = None, model: str = "gpt-4o",
-                  usage: tuple[int, int] | None = None, id: str = "chatcmpl-fake") -> list[bytes]:
+def stream_chunks(
+    content: str | None = "Hello!",
+    *,
+    tool_calls: list | None = None,
+    model: str = "gpt-4o",
+    usage: tuple[int, int] | None = None,
+    id: str = "chatcmpl-fake",
+) -> list[bytes]:
     """A completion as the SSE events OpenAI would send (content split into words)."""
     base = {"id": id, "object": "chat.completion.chunk", "created": 1700000000, "model": model}
 
@@ -154,16 +167,35 @@ def stream_chunks(content: str | None = "Hello!", *, tool_calls: list | None = N
     for word in (content or "").split(" ") if content else []:
         out.append(chunk({"content": word + " "}))
     for i, call in enumerate(tool_calls or []):
-        out.append(chunk({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
-                                           "function": {"name": call["function"]["name"], "arguments": ""}}]}))
+        out.append(
+            chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": i,
+                            "id": call["id"],
+                            "type": "function",
+                            "function": {"name": call["function"]["name"], "arguments": ""},
+                        }
+                    ]
+                }
+            )
+        )
         args = call["function"]["arguments"]
         half = len(args) // 2
         for part in (args[:half], args[half:]):
             out.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": part}}]}))
     out.append(chunk({}, "tool_calls" if tool_calls else "stop"))
     if usage:
-        out.append(sse({**base, "choices": [], "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1],
-                                                         "total_tokens": sum(usage)}}))
+        out.append(
+            sse(
+                {
+                    **base,
+                    "choices": [],
+                    "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)},
+                }
+            )
+        )
     out.append(sse("[DONE]"))
     return out
 
@@ -220,15 +252,22 @@ def responses_default(rec: Recorded) -> Response | None:
         return None
     id, rest = match["id"], match["rest"]
     if rec.method == "GET" and rest is None:
-        return JSONResponse(fake_responses.response(fake_responses.message("Hello there"), id=id,
-                                                    usage=fake_responses.usage()))
+        return JSONResponse(
+            fake_responses.response(fake_responses.message("Hello there"), id=id, usage=fake_responses.usage())
+        )
     if rec.method == "DELETE" and rest is None:
         return JSONResponse({"id": id, "object": "response.deleted", "deleted": True})
     if rec.method == "GET" and rest == "/input_items":
-        item = {"id": "msg_input_1", "type": "message", "role": "user", "status": "completed",
-                "content": [{"type": "input_text", "text": "hello"}]}
-        return JSONResponse({"object": "list", "data": [item], "first_id": item["id"], "last_id": item["id"],
-                             "has_more": False})
+        item = {
+            "id": "msg_input_1",
+            "type": "message",
+            "role": "user",
+            "status": "completed",
+            "content": [{"type": "input_text", "text": "hello"}],
+        }
+        return JSONResponse(
+            {"object": "list", "data": [item], "first_id": item["id"], "last_id": item["id"], "has_more": False}
+        )
     if rec.method == "POST" and rest == "/cancel":
         return JSONResponse(fake_responses.response(id=id, status="cancelled"))
     return None
@@ -258,13 +297,19 @@ def summary_shape(rec: Recorded, texts: tuple[str, ...] = SUMMARY_TEXTS) -> str 
         messages = body["messages"]
         if any(messages[-1] == {"role": "user", "content": text} for text in texts):
             return "prefix"
-        if (len(messages) == 2 and any(messages[0] == {"role": "system", "content": text} for text in texts)
-                and isinstance(messages[1], dict) and messages[1].get("role") == "user"):
+        if (
+            len(messages) == 2
+            and any(messages[0] == {"role": "system", "content": text} for text in texts)
+            and isinstance(messages[1], dict)
+            and messages[1].get("role") == "user"
+        ):
             return "transcript"
     elif is_responses_create(rec) and isinstance(body.get("input"), list) and body["input"]:
         last = body["input"][-1]
-        if any(last == {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
-               for text in texts):
+        if any(
+            last == {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+            for text in texts
+        ):
             return "prefix"
     elif fake_anthropic.is_messages_create(rec) and isinstance(body.get("messages"), list) and body["messages"]:
         last = body["messages"][-1]
@@ -289,11 +334,17 @@ def snapshot_answer(rec: Recorded, text: str = SNAPSHOT, usage: tuple[int, int] 
     """A summary call's answer in its endpoint's shape (chat completion, Responses response or
     Anthropic message)."""
     if fake_anthropic.is_messages_create(rec):
-        return JSONResponse(fake_anthropic.message(fake_anthropic.text(text), model=rec.json().get("model", "claude"),
-                                                   usage=fake_anthropic.usage(*usage)))
+        return JSONResponse(
+            fake_anthropic.message(
+                fake_anthropic.text(text), model=rec.json().get("model", "claude"), usage=fake_anthropic.usage(*usage)
+            )
+        )
     if is_responses_create(rec):
-        return JSONResponse(fake_responses.response(fake_responses.message(text), request=rec.json(),
-                                                    usage=fake_responses.usage(*usage)))
+        return JSONResponse(
+            fake_responses.response(
+                fake_responses.message(text), request=rec.json(), usage=fake_responses.usage(*usage)
+            )
+        )
     return JSONResponse(completion(text, usage=usage))
 
 
@@ -307,8 +358,11 @@ async def default_handler(request: Request, rec: Recorded) -> Response:
         return answer
     if fake_anthropic.is_messages_create(rec):
         native = fake_anthropic.native_answer(rec)
-        return native if native is not None else fake_anthropic.answer(
-            rec, fake_anthropic.message(fake_anthropic.text("Hello there")))
+        return (
+            native
+            if native is not None
+            else fake_anthropic.answer(rec, fake_anthropic.message(fake_anthropic.text("Hello there")))
+        )
     if rec.method == "POST" and rec.path.endswith("/v1/messages/count_tokens"):
         return fake_anthropic.count_answer(rec)
     return JSONResponse({"path": rec.path, "method": rec.method})
@@ -348,9 +402,14 @@ class FakeUpstream:
         return [r for r in self.requests if is_summary_call(r)]
 
     async def _endpoint(self, request: Request) -> Response:
-        rec = Recorded(request.method, request.url.path, request.url.query,
-                       {k.lower(): v for k, v in request.headers.items()}, await request.body(),
-                       [(k.lower(), v) for k, v in request.headers.items()])
+        rec = Recorded(
+            request.method,
+            request.url.path,
+            request.url.query,
+            {k.lower(): v for k, v in request.headers.items()},
+            await request.body(),
+            [(k.lower(), v) for k, v in request.headers.items()],
+        )
         self.requests.append(rec)
         caches = self.caches
         if caches is None:
@@ -414,6 +473,7 @@ async def wait_for(event: threading.Event, timeout: float = 10) -> bool:
 
 # ---------------------------------------------------------------- real redis-server
 
+
 def redis_server_binary() -> str | None:
     found = shutil.which("redis-server")
     if found:
@@ -441,8 +501,20 @@ class RedisProcess:
 
     @property
     def args(self) -> list[str]:
-        return [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                "--appendonly", "no", "--dir", self.dir, *self.extra_args]
+        return [
+            self.binary,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            self.dir,
+            *self.extra_args,
+        ]
 
     @property
     def url(self) -> str:
@@ -532,9 +604,13 @@ class RedisCluster:
     """Three redis-server masters in cluster mode on loopback, slots spread evenly."""
 
     def __init__(self, masters: int = 3) -> None:
-        self.nodes = [RedisProcess(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
-                                    "--cluster-config-file", "nodes.conf"], port=free_cluster_port())
-                      for _ in range(masters)]
+        self.nodes = [
+            RedisProcess(
+                ["--cluster-enabled", "yes", "--cluster-node-timeout", "2000", "--cluster-config-file", "nodes.conf"],
+                port=free_cluster_port(),
+            )
+            for _ in range(masters)
+        ]
 
     @property
     def url(self) -> str:
@@ -586,6 +662,7 @@ class RedisCluster:
 
 # ---------------------------------------------------------------- the proxy as a process
 
+
 class _Drain:
     """Reads a child's pipe (or a pseudo-terminal's master) in a thread of its own until it closes."""
 
@@ -614,13 +691,30 @@ class _Drain:
 class ProxyProcess:
     """`python -m proxy serve …` on a free loopback port, as a user runs it; ready when `/readyz` is."""
 
-    def __init__(self, *args: str, data_dir: Path | str, capture: bool = False, capture_stdout: bool = False,
-                 ready_within: float = 0, env: dict[str, str] | None = None, ready_path: str = "/readyz",
-                 terminal: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        *args: str,
+        data_dir: Path | str,
+        capture: bool = False,
+        capture_stdout: bool = False,
+        ready_within: float = 0,
+        env: dict[str, str] | None = None,
+        ready_path: str = "/readyz",
+        terminal: tuple[str, ...] = (),
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.argv = [sys.executable, "-m", "proxy", "serve", "--port", str(self.port), "--data-dir", str(data_dir),
-                     *args]
+        self.argv = [
+            sys.executable,
+            "-m",
+            "proxy",
+            "serve",
+            "--port",
+            str(self.port),
+            "--data-dir",
+            str(data_dir),
+            *args,
+        ]
         self.capture, self.capture_stdout = capture or "stderr" in terminal, capture_stdout or "stdout" in terminal
         self.ready_within = ready_within or STARTUP
         self.env, self.ready_path = env, ready_path  # env: the whole environment (None: this process's)
@@ -635,17 +729,23 @@ class ProxyProcess:
         import httpx2
 
         terminals = {name: os.openpty() for name in self.terminal}  # (master, the child's side)
-        streams = {name: terminals[name][1] if name in terminals else subprocess.PIPE if wanted else None
-                   for name, wanted in (("stdout", self.capture_stdout), ("stderr", self.capture))}
-        self.proc = subprocess.Popen(self.argv, stderr=streams["stderr"], stdout=streams["stdout"], text=True,
-                                     env=self.env)
+        streams = {
+            name: terminals[name][1] if name in terminals else subprocess.PIPE if wanted else None
+            for name, wanted in (("stdout", self.capture_stdout), ("stderr", self.capture))
+        }
+        self.proc = subprocess.Popen(
+            self.argv, stderr=streams["stderr"], stdout=streams["stdout"], text=True, env=self.env
+        )
         for _, child_side in terminals.values():
             os.close(child_side)
         masters = {name: open(master, encoding="utf-8", errors="replace") for name, (master, _) in terminals.items()}
         # a pipe nobody reads fills at ~64 KB and then blocks the proxy's writes (its logging, its
         # event loop): what it writes is read as it comes, and handed over once it stops
-        self._drains = [_Drain(stream) for stream in (masters.get("stdout", self.proc.stdout),
-                                                      masters.get("stderr", self.proc.stderr)) if stream is not None]
+        self._drains = [
+            _Drain(stream)
+            for stream in (masters.get("stdout", self.proc.stdout), masters.get("stderr", self.proc.stderr))
+            if stream is not None
+        ]
         deadline = time.monotonic() + self.ready_within
         while True:
             try:

@@ -21,14 +21,22 @@ def ws_url(proxy_url: str, path: str = "/v1/responses") -> str:
 
 
 class Socket:
-    def __init__(self, proxy_url: str, key: str | None = "sk-test-key", *, path: str = "/v1/responses",
-                 headers: dict[str, str] | None = None, timeout: float = 20) -> None:
+    def __init__(
+        self,
+        proxy_url: str,
+        key: str | None = "sk-test-key",
+        *,
+        path: str = "/v1/responses",
+        headers: dict[str, str] | None = None,
+        timeout: float = 20,
+    ) -> None:
         sent = dict(headers or {})
         if key is not None:
             sent["Authorization"] = f"Bearer {key}"
         self.timeout = timeout
-        self.ws: ClientConnection = connect(ws_url(proxy_url, path), additional_headers=sent, open_timeout=timeout,
-                                            max_size=None)
+        self.ws: ClientConnection = connect(
+            ws_url(proxy_url, path), additional_headers=sent, open_timeout=timeout, max_size=None
+        )
 
     def __enter__(self) -> "Socket":
         return self
@@ -64,5 +72,10 @@ def completed(events: list[dict]) -> dict:
 
 
 def texts(response: dict) -> list[str]:
-    return [part["text"] for item in response["output"] if item.get("type") == "message"
-            for part in item["content"] if part.get("type") == "output_text"]
+    return [
+        part["text"]
+        for item in response["output"]
+        if item.get("type") == "message"
+        for part in item["content"]
+        if part.get("type") == "output_text"
+    ]

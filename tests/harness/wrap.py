@@ -14,15 +14,17 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-LINE = re.compile(r"^offload-proxy: (?:no requests went through the proxy|(?P<requests>[\d,]+) requests?, "
-                  r"(?P<before>[\d,]+) → (?P<after>[\d,]+) tokens(?: \((?P<ratio>[\d.]+)\))?"
-                  r"(?:, billed \$(?P<billed>[\d.,]+) \(uncached \$(?P<uncached>[\d.,]+), reads \$(?P<reads>[\d.,]+), "
-                  r"writes \$(?P<writes>[\d.,]+), output \$(?P<output>[\d.,]+)\))?"
-                  r"(?:, ×(?P<cost>[\d.]+) of the raw history's \(est\.\))?, (?P<reloads>[\d,]+) reloads?"
-                  r"(?:, (?P<missing>[\d,]+) turns? without usage)?)"
-                  r"(?:; proxy still up at (?P<url>\S+): dashboard \S+(?: \(admin token \S+\))?, "
-                  r"stop it with kill (?P<pid>\d+)(?:; its log and store stay in (?P<scratch>\S+) until you remove it)?)?$",
-                  re.M)
+LINE = re.compile(
+    r"^offload-proxy: (?:no requests went through the proxy|(?P<requests>[\d,]+) requests?, "
+    r"(?P<before>[\d,]+) → (?P<after>[\d,]+) tokens(?: \((?P<ratio>[\d.]+)\))?"
+    r"(?:, billed \$(?P<billed>[\d.,]+) \(uncached \$(?P<uncached>[\d.,]+), reads \$(?P<reads>[\d.,]+), "
+    r"writes \$(?P<writes>[\d.,]+), output \$(?P<output>[\d.,]+)\))?"
+    r"(?:, ×(?P<cost>[\d.]+) of the raw history's \(est\.\))?, (?P<reloads>[\d,]+) reloads?"
+    r"(?:, (?P<missing>[\d,]+) turns? without usage)?)"
+    r"(?:; proxy still up at (?P<url>\S+): dashboard \S+(?: \(admin token \S+\))?, "
+    r"stop it with kill (?P<pid>\d+)(?:; its log and store stay in (?P<scratch>\S+) until you remove it)?)?$",
+    re.M,
+)
 
 
 def argv(agent: str, *options: str) -> list[str]:
@@ -54,11 +56,12 @@ def standin(folder: Path, name: str, body: str) -> Path:
     given `report(**fields)`, which appends one JSON line to $STANDIN_REPORT."""
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / name
-    script.write_text(f"#!{sys.executable}\nimport json, os, signal, sys, time\n"
-                      "def report(**fields):\n"
-                      "    with open(os.environ['STANDIN_REPORT'], 'a') as out:\n"
-                      "        out.write(json.dumps(fields) + '\\n')\n"
-                      + textwrap.dedent(body))
+    script.write_text(
+        f"#!{sys.executable}\nimport json, os, signal, sys, time\n"
+        "def report(**fields):\n"
+        "    with open(os.environ['STANDIN_REPORT'], 'a') as out:\n"
+        "        out.write(json.dumps(fields) + '\\n')\n" + textwrap.dedent(body)
+    )
     script.chmod(0o755)
     return script
 

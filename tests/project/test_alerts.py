@@ -8,8 +8,17 @@ from pathlib import Path
 
 import yaml
 
-from tests.project.test_grafana import (COUNTER_FUNCTIONS, DURATION, KINDS, LABELS, RANGE_FUNCTIONS, Parser,
-                                        Selector, calls, selectors)
+from tests.project.test_grafana import (
+    COUNTER_FUNCTIONS,
+    DURATION,
+    KINDS,
+    LABELS,
+    RANGE_FUNCTIONS,
+    Parser,
+    Selector,
+    calls,
+    selectors,
+)
 
 RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "alerts.yaml"
 

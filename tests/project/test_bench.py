@@ -14,8 +14,9 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 def run(script: str, *args: str) -> str:
-    done = subprocess.run([sys.executable, str(BENCH / script), *args], capture_output=True, text=True,
-                          timeout=120, cwd=BENCH.parent)
+    done = subprocess.run(
+        [sys.executable, str(BENCH / script), *args], capture_output=True, text=True, timeout=120, cwd=BENCH.parent
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
@@ -42,8 +43,21 @@ def test_big_history(tmp_path):
 def test_big_history_sweep_on_redis(tmp_path):
     traces = tmp_path / "traces.jsonl"
     traces.write_text("\n".join(json.dumps({"id": f"t{i}", "messages": agent_history(steps=4 + i)}) for i in range(2)))
-    out = run("big_history.py", "--sweep", "8000,60000", "--store", "redis", "--rounds", "1", "--repeats", "2",
-              "--format", "both", "--traces", str(traces))
+    out = run(
+        "big_history.py",
+        "--sweep",
+        "8000,60000",
+        "--store",
+        "redis",
+        "--rounds",
+        "1",
+        "--repeats",
+        "2",
+        "--format",
+        "both",
+        "--traces",
+        str(traces),
+    )
     assert "store: Redis at redis://127.0.0.1:" in out
     rows = [line.split() for line in out.splitlines() if line.startswith(("chat ", "responses "))]
     assert [r[0] for r in rows] == ["chat", "responses"] * 2
@@ -66,8 +80,21 @@ def test_body_decoding():
 
 
 def test_computer_use(tmp_path):
-    out = run("computer_use.py", "--steps", "5", "--sessions", "1", "--rounds", "1", "--batches", "1",
-              "--formats", "chat,anthropic", "--out", str(tmp_path))
+    out = run(
+        "computer_use.py",
+        "--steps",
+        "5",
+        "--sessions",
+        "1",
+        "--rounds",
+        "1",
+        "--batches",
+        "1",
+        "--formats",
+        "chat,anthropic",
+        "--out",
+        str(tmp_path),
+    )
     assert "1 sessions x 5 steps" in out and "/healthz meanwhile" in out
     for fmt in ("chat", "anthropic"):  # every turn sent to a real serve too
         assert f"/healthz while the sessions are served ({fmt})" in out
@@ -79,8 +106,25 @@ def test_computer_use(tmp_path):
 
 
 def test_large_bodies():
-    out = run("large_bodies.py", "--messages", "3", "--parts", "3", "--huge-mb", "1", "--values", "1000",
-              "--clients", "2", "--max-body-mb", "2", "--inflate-mb", "3", "--compact-mb", "0.05,0.2")
+    out = run(
+        "large_bodies.py",
+        "--messages",
+        "3",
+        "--parts",
+        "3",
+        "--huge-mb",
+        "1",
+        "--values",
+        "1000",
+        "--clients",
+        "2",
+        "--max-body-mb",
+        "2",
+        "--inflate-mb",
+        "3",
+        "--compact-mb",
+        "0.05,0.2",
+    )
     assert "/healthz while sending" in out and " -> 200 " in out
     for path in ("/offload", "/chat/completions", "/responses", "/messages"):
         for coding in ("br", "gzip", "zstd"):
@@ -93,8 +137,20 @@ def test_large_bodies():
 
 
 def test_fleet():
-    out = run("fleet.py", "--turns", "5", "--delays", "0", "--replicas", "1,2", "--gap", "0", "--synthetic",
-              "--max-total-tokens", "3000")
+    out = run(
+        "fleet.py",
+        "--turns",
+        "5",
+        "--delays",
+        "0",
+        "--replicas",
+        "1,2",
+        "--gap",
+        "0",
+        "--synthetic",
+        "--max-total-tokens",
+        "3000",
+    )
     rows = [line.split() for line in out.splitlines() if line.split()[:1] == ["0"]]
     assert "summary calls" in out and [row[1] for row in rows] == ["1", "2"]
 
@@ -105,7 +161,9 @@ def test_websocket():
 
 
 def test_websocket_attacks():
-    out = run("websocket_attacks.py", "--frames", "2", "--mb", "2", "--clients", "2", "--items", "30000", "--parts", "2")
+    out = run(
+        "websocket_attacks.py", "--frames", "2", "--mb", "2", "--clients", "2", "--items", "30000", "--parts", "2"
+    )
     assert all(f"/healthz during {campaign}" in out for campaign in ("bomb", "warmup", "items", "held", "http"))
     assert "no extension (uncompressed)" in out and "too_many_messages" in out and "proxy RSS" in out
 
@@ -119,8 +177,11 @@ def test_fold_stall():
 
 def test_cache_control(tmp_path):
     traces = tmp_path / "traces.jsonl"
-    traces.write_text("\n".join(json.dumps({"id": f"t{i}", "framework": f"f{i}", "messages": agent_history(steps=3 + i)})
-                                for i in range(2)))
+    traces.write_text(
+        "\n".join(
+            json.dumps({"id": f"t{i}", "framework": f"f{i}", "messages": agent_history(steps=3 + i)}) for i in range(2)
+        )
+    )
     out = run("cache_control.py", "--traces", str(traces), "--out", str(tmp_path / "out"), "--gaps", "mix:30s,0.5@10m")
     assert "OVERALL" in out and "targets (proxy <= 0.12" in out and "keep-alive and cold cuts" in out
     assert out.count("leave one framework out") == 2 and "keep-alive min tokens 4096" in out

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 import yaml
 
-from proxy.http.caller import Gatekeeper
 from proxy.config import ServerSettings
+from proxy.http.caller import Gatekeeper
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = {f"OFFLOAD_{name.upper()}" for name in ServerSettings.model_fields}
@@ -21,7 +21,11 @@ def offload_vars(text: str) -> set[str]:
 
 
 def test_every_offload_variable_in_deploy_files_is_a_setting():
-    for path in [ROOT / "docker-compose.yml", ROOT / "deploy" / "Dockerfile", *(ROOT / "deploy" / "k8s").glob("*.yaml")]:
+    for path in [
+        ROOT / "docker-compose.yml",
+        ROOT / "deploy" / "Dockerfile",
+        *(ROOT / "deploy" / "k8s").glob("*.yaml"),
+    ]:
         unknown = offload_vars(path.read_text()) - SETTINGS
         assert not unknown, f"{path.name}: {unknown}"
 
@@ -81,8 +85,11 @@ PROXY_MIB, SUPERVISOR_MIB = 150, 70  # measured, as docs/operations.md ("Memory"
 
 
 def manifests() -> dict[str, dict]:
-    return {doc["kind"]: doc for path in sorted((ROOT / "deploy" / "k8s").glob("*.yaml"))
-            for doc in yaml.safe_load_all(path.read_text())}
+    return {
+        doc["kind"]: doc
+        for path in sorted((ROOT / "deploy" / "k8s").glob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text())
+    }
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "deploy" / "k8s").glob("*.yaml")), ids=lambda p: p.name)
@@ -109,8 +116,10 @@ def test_the_deployment_survives_drains_and_spreads_over_nodes():
     pods = docs["Deployment"]["spec"]["template"]["metadata"]["labels"]
     budget = docs["PodDisruptionBudget"]["spec"]
     assert budget["selector"]["matchLabels"].items() <= pods.items()
-    assert budget.get("maxUnavailable") == 1 or budget["minAvailable"] < docs["HorizontalPodAutoscaler"]["spec"][
-        "minReplicas"]
+    assert (
+        budget.get("maxUnavailable") == 1
+        or budget["minAvailable"] < docs["HorizontalPodAutoscaler"]["spec"]["minReplicas"]
+    )
     spread = docs["Deployment"]["spec"]["template"]["spec"]["topologySpreadConstraints"]
     assert {c["topologyKey"] for c in spread} == {"kubernetes.io/hostname", "topology.kubernetes.io/zone"}
     assert all(c["labelSelector"]["matchLabels"].items() <= pods.items() and c["maxSkew"] == 1 for c in spread)

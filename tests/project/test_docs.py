@@ -44,8 +44,7 @@ def anchors(path: Path) -> set[str]:
 
 def relative_links(path: Path) -> list[str]:
     text = INLINE_CODE.sub("", prose(path.read_text()))
-    return [target for target in LINK.findall(text)
-            if not re.match(r"[a-z][a-z0-9+.-]*:", target, re.I)]
+    return [target for target in LINK.findall(text) if not re.match(r"[a-z][a-z0-9+.-]*:", target, re.I)]
 
 
 def test_the_readme_is_short():
@@ -81,8 +80,10 @@ def test_anchor_rule():
 
 
 def test_a_broken_link_is_found(tmp_path: Path):
-    (tmp_path / "a.md").write_text("# Title\n\n```bash\n# not a heading\n```\n\n[ok](#title) [bad](#not-a-heading)"
-                                   " [gone](b.md) `[code](c.md)` [web](https://example.com)\n")
+    (tmp_path / "a.md").write_text(
+        "# Title\n\n```bash\n# not a heading\n```\n\n[ok](#title) [bad](#not-a-heading)"
+        " [gone](b.md) `[code](c.md)` [web](https://example.com)\n"
+    )
     targets = relative_links(tmp_path / "a.md")
     assert targets == ["#title", "#not-a-heading", "b.md"]
     assert anchors(tmp_path / "a.md") == {"title"}
@@ -92,8 +93,12 @@ def test_the_fake_upstream_recipes_bill():
     """A recipe that starts the bundled fake upstream passes --bill, as `scripts/demo` does: without it
     each turn reports a fixed few tokens while the summary calls report their size, so the dashboard's
     bill has the proxy costing many times the raw history's estimate (a negative saving)."""
-    recipes = [(page.name, line) for page in PAGES for line in page.read_text().splitlines()
-               if re.search(r"proxy\.demo\.fake_upstream (\d+|PORT)", line)]
+    recipes = [
+        (page.name, line)
+        for page in PAGES
+        for line in page.read_text().splitlines()
+        if re.search(r"proxy\.demo\.fake_upstream (\d+|PORT)", line)
+    ]
     assert recipes
     for name, line in recipes:
         assert "--bill" in line, f"{name}: {line.strip()}"

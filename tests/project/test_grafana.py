@@ -25,11 +25,23 @@ GRAFANA_RANGES = {"$__rate_interval", "$__interval", "$__range"}
 
 # --- what the proxy exports ---------------------------------------------------------------------------------------
 
+
 def exported() -> tuple[dict[str, set[str]], dict[str, str]]:
     """Sample names the proxy exports -> their label names; and sample name -> the type of its family."""
     metrics = Metrics(tenant_label=True)
-    rec = RequestRecord("chat", "POST", metrics=metrics, tenant="0123456789ab", tokens_before=1000, tokens_after=400,
-                        refs_created=2, offloaded_bytes=5000, reload_rounds=1, upstream_status=200, status=200)
+    rec = RequestRecord(
+        "chat",
+        "POST",
+        metrics=metrics,
+        tenant="0123456789ab",
+        tokens_before=1000,
+        tokens_after=400,
+        refs_created=2,
+        offloaded_bytes=5000,
+        reload_rounds=1,
+        upstream_status=200,
+        status=200,
+    )
     rec.upstream_sent, rec.upstream_ttfb = rec.started + 0.01, 0.2
     rec.count_reload("context_reload")
     rec.count_summary(True, 1.5)
@@ -54,17 +66,27 @@ LABELS, KINDS = exported()
 
 
 def test_the_exported_metrics_are_the_ones_the_readme_lists():
-    assert {"offload_requests_total", "offload_tokens_before_total", "offload_tokens_after_total",
-            "offload_request_seconds_bucket", "offload_overhead_seconds_bucket", "offload_summaries_queued",
-            "offload_summaries_in_flight", "offload_summaries_oldest_seconds", "offload_summaries_dropped",
-            "offload_store_errors_total", "offload_reload_rounds_total"} <= set(LABELS)
+    assert {
+        "offload_requests_total",
+        "offload_tokens_before_total",
+        "offload_tokens_after_total",
+        "offload_request_seconds_bucket",
+        "offload_overhead_seconds_bucket",
+        "offload_summaries_queued",
+        "offload_summaries_in_flight",
+        "offload_summaries_oldest_seconds",
+        "offload_summaries_dropped",
+        "offload_store_errors_total",
+        "offload_reload_rounds_total",
+    } <= set(LABELS)
     assert LABELS["offload_requests_total"] == {"route", "status", "tenant"}
     assert "le" in LABELS["offload_store_seconds_bucket"] and "op" in LABELS["offload_store_seconds_bucket"]
 
 
 # --- a small PromQL parser ----------------------------------------------------------------------------------------
 
-TOKEN = re.compile(r"""
+TOKEN = re.compile(
+    r"""
     (?P<ws>\s+)
   | (?P<number>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)
   | (?P<string>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')
@@ -72,16 +94,63 @@ TOKEN = re.compile(r"""
   | (?P<var>\$\w+)
   | (?P<op>==|!=|>=|<=|=~|!~|[-+*/%^<>=])
   | (?P<punct>[(){}\[\],:])
-""", re.VERBOSE)
-AGGREGATIONS = {"sum", "min", "max", "avg", "count", "stddev", "stdvar", "group", "topk", "bottomk", "quantile",
-                "count_values"}
-RANGE_FUNCTIONS = {"rate", "increase", "irate", "delta", "idelta", "deriv", "changes", "resets", "avg_over_time",
-                   "min_over_time", "max_over_time", "sum_over_time", "count_over_time", "last_over_time",
-                   "quantile_over_time", "predict_linear"}
+""",
+    re.VERBOSE,
+)
+AGGREGATIONS = {
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "count",
+    "stddev",
+    "stdvar",
+    "group",
+    "topk",
+    "bottomk",
+    "quantile",
+    "count_values",
+}
+RANGE_FUNCTIONS = {
+    "rate",
+    "increase",
+    "irate",
+    "delta",
+    "idelta",
+    "deriv",
+    "changes",
+    "resets",
+    "avg_over_time",
+    "min_over_time",
+    "max_over_time",
+    "sum_over_time",
+    "count_over_time",
+    "last_over_time",
+    "quantile_over_time",
+    "predict_linear",
+}
 COUNTER_FUNCTIONS = {"rate", "increase", "irate", "resets"}  # meaningless on a gauge
-FUNCTIONS = RANGE_FUNCTIONS | {"histogram_quantile", "abs", "ceil", "floor", "round", "clamp", "clamp_min",
-                               "clamp_max", "scalar", "vector", "time", "timestamp", "absent", "sort", "sort_desc",
-                               "label_replace", "ln", "exp", "sqrt"}
+FUNCTIONS = RANGE_FUNCTIONS | {
+    "histogram_quantile",
+    "abs",
+    "ceil",
+    "floor",
+    "round",
+    "clamp",
+    "clamp_min",
+    "clamp_max",
+    "scalar",
+    "vector",
+    "time",
+    "timestamp",
+    "absent",
+    "sort",
+    "sort_desc",
+    "label_replace",
+    "ln",
+    "exp",
+    "sqrt",
+}
 BINARY = [{"or"}, {"and", "unless"}, {"==", "!=", ">", "<", ">=", "<="}, {"+", "-"}, {"*", "/", "%", "atan2"}, {"^"}]
 DURATION = re.compile(r"(?:\d+(?:ms|[smhdwy]))+")
 
@@ -120,7 +189,7 @@ class Parser:
         while pos < len(text):
             m = TOKEN.match(text, pos)
             if not m:
-                raise SyntaxError(f"unexpected {text[pos:pos + 10]!r} in {text!r}")
+                raise SyntaxError(f"unexpected {text[pos : pos + 10]!r} in {text!r}")
             if m.lastgroup != "ws":
                 self.tokens.append((m.lastgroup, m.group()))
             pos = m.end()
@@ -278,8 +347,16 @@ def test_the_parser_accepts_promql_and_refuses_mistakes():
     assert [s.name for s in selectors(ok)] == ["a_bucket"] and selectors(ok)[0].range == "$__rate_interval"
     assert Parser("sum(rate(a_total[5m])) by (x) / on(x) group_left sum(b) > bool 0 or vector(0)").parse()
     assert Parser("1 - a ^ 2 ^ 3 offset 1h30m").parse()
-    for bad in ("sum(rate(a_total[5m])", "rate(a_total[5q])", "a{x~\"y\"}", "nosuchfn(a)", "sum(a) b",
-                "(a)[5m]", "a{x=y}", "a[$tenant]"):
+    for bad in (
+        "sum(rate(a_total[5m])",
+        "rate(a_total[5q])",
+        'a{x~"y"}',
+        "nosuchfn(a)",
+        "sum(a) b",
+        "(a)[5m]",
+        "a{x=y}",
+        "a[$tenant]",
+    ):
         with pytest.raises(SyntaxError):
             Parser(bad).parse()
 
@@ -378,10 +455,19 @@ def test_every_expression_parses_and_uses_only_exported_metrics(title, expr):
 
 def test_the_dashboard_covers_savings_reloads_summaries_latency_and_store():
     used = {s.name for _, expr in EXPRS for s in selectors(Parser(expr).parse())}
-    assert {"offload_tokens_before_total", "offload_tokens_after_total", "offload_requests_total",
-            "offload_reload_rounds_total", "offload_summaries_total", "offload_summaries_queued",
-            "offload_summaries_in_flight", "offload_summaries_oldest_seconds", "offload_request_seconds_bucket",
-            "offload_overhead_seconds_bucket", "offload_store_errors_total"} <= used
+    assert {
+        "offload_tokens_before_total",
+        "offload_tokens_after_total",
+        "offload_requests_total",
+        "offload_reload_rounds_total",
+        "offload_summaries_total",
+        "offload_summaries_queued",
+        "offload_summaries_in_flight",
+        "offload_summaries_oldest_seconds",
+        "offload_request_seconds_bucket",
+        "offload_overhead_seconds_bucket",
+        "offload_store_errors_total",
+    } <= used
 
 
 def test_the_dashboard_is_documented():

@@ -9,14 +9,42 @@ import pytest
 from tests.project.test_import_cycles import PACKAGE, import_graph
 from tests.unit.core.test_purity import imported_modules
 
-BELOW_HTTP = ("proxy.store", "proxy.upstream", "proxy.offload", "proxy.reload", "proxy.core", "proxy.formats",
-              "proxy.emulation", "proxy.stats", "proxy.telemetry", "proxy.turn")
+BELOW_HTTP = (
+    "proxy.store",
+    "proxy.upstream",
+    "proxy.offload",
+    "proxy.reload",
+    "proxy.core",
+    "proxy.formats",
+    "proxy.emulation",
+    "proxy.stats",
+    "proxy.telemetry",
+    "proxy.turn",
+)
 ABOVE = ("proxy.http", "proxy.replay", "proxy.demo", "proxy.cli", "proxy.wrap")
 # the server's settings are read by the app and handed down as values (typed by a Protocol)
-NO_CONFIG = ("proxy.store", "proxy.upstream", "proxy.offload", "proxy.reload", "proxy.core", "proxy.formats",
-             "proxy.emulation", "proxy.telemetry", "proxy.turn")
-NO_WEB_FRAMEWORK = ("proxy.store", "proxy.upstream", "proxy.offload", "proxy.reload", "proxy.core",
-                    "proxy.formats", "proxy.emulation", "proxy.telemetry", "proxy.turn")
+NO_CONFIG = (
+    "proxy.store",
+    "proxy.upstream",
+    "proxy.offload",
+    "proxy.reload",
+    "proxy.core",
+    "proxy.formats",
+    "proxy.emulation",
+    "proxy.telemetry",
+    "proxy.turn",
+)
+NO_WEB_FRAMEWORK = (
+    "proxy.store",
+    "proxy.upstream",
+    "proxy.offload",
+    "proxy.reload",
+    "proxy.core",
+    "proxy.formats",
+    "proxy.emulation",
+    "proxy.telemetry",
+    "proxy.turn",
+)
 
 
 def _in(module: str, packages: tuple[str, ...]) -> bool:
@@ -52,8 +80,11 @@ def test_the_server_settings_are_handed_down_not_imported(graph):
 
 
 def test_the_layers_that_do_no_http_import_no_web_framework():
-    files = [p for p in PACKAGE.rglob("*.py")
-             if _in(".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts), NO_WEB_FRAMEWORK)]
+    files = [
+        p
+        for p in PACKAGE.rglob("*.py")
+        if _in(".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts), NO_WEB_FRAMEWORK)
+    ]
     assert len(files) > 80
     bad = {p.name: m for p in files for m in imported_modules(p) if m.split(".")[0] == "starlette"}
     assert bad == {}
@@ -71,8 +102,13 @@ def test_no_code_outside_the_formats_tests_which_format_it_holds():
 
     identity = re.compile(r"\bis (not )?(CHAT|RESPONSES|MESSAGES)\b|\.endpoint\s*[!=]=")
     formats = PACKAGE / "formats"
-    bad = [f"{p.relative_to(PACKAGE)}:{n}" for p in PACKAGE.rglob("*.py") if formats not in p.parents
-           for n, line in enumerate(p.read_text().splitlines(), 1) if identity.search(line)]
+    bad = [
+        f"{p.relative_to(PACKAGE)}:{n}"
+        for p in PACKAGE.rglob("*.py")
+        if formats not in p.parents
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if identity.search(line)
+    ]
     assert bad == []
 
 
@@ -81,6 +117,7 @@ LONG_FOR_A_REASON: dict[str, str] = {}
 
 
 def test_no_module_is_over_800_lines_without_a_reason():
-    long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
-            if (n := len(p.read_text().splitlines())) > 800}
+    long = {
+        str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > 800
+    }
     assert {name: n for name, n in long.items() if name not in LONG_FOR_A_REASON} == {}

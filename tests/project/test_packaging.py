@@ -19,8 +19,9 @@ def test_license_form_is_understood_by_every_admitted_setuptools():
     setuptools = next(r for r in requires if r.name == "setuptools")
     license = config["project"].get("license")
     if isinstance(license, str):  # PEP 639 expression: older setuptools reject the whole file
-        assert not setuptools.specifier.contains("76.3.0"), \
+        assert not setuptools.specifier.contains("76.3.0"), (
             f'license = "{license}" needs "setuptools>={SPDX_LICENSE_SINCE}" in build-system.requires'
+        )
         assert setuptools.specifier.contains(SPDX_LICENSE_SINCE)
     else:  # the classic table form, understood by every setuptools with pyproject support
         assert isinstance(license, dict) and set(license) <= {"text", "file"}
@@ -29,8 +30,7 @@ def test_license_form_is_understood_by_every_admitted_setuptools():
 
 def test_build_requirements_admit_a_current_setuptools():
     config = tomllib.loads(PYPROJECT.read_text())
-    setuptools = next(Requirement(r) for r in config["build-system"]["requires"]
-                      if Requirement(r).name == "setuptools")
+    setuptools = next(Requirement(r) for r in config["build-system"]["requires"] if Requirement(r).name == "setuptools")
     assert setuptools.specifier.contains("80.9.0") and setuptools.specifier.contains("84.0.0")
 
 
@@ -55,8 +55,12 @@ def _third_party_imports() -> dict[str, list[tuple[Path, bool]]]:
     found: dict[str, list[tuple[Path, bool]]] = {}
     for path in sorted((PYPROJECT.parent / "proxy").rglob("*.py")):
         tree = ast.parse(path.read_text())
-        lazy = {id(inner) for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-                for inner in ast.walk(node)}
+        lazy = {
+            id(inner)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for inner in ast.walk(node)
+        }
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]

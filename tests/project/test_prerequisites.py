@@ -24,20 +24,39 @@ SUITE = {
         "def test_one(cli):\n    pass\n\n"
         "def test_two(cli):\n    pass\n\n"
         "def test_plain_skip():\n    pytest.skip('nothing to do with prerequisites')\n\n"
-        "def test_runs():\n    require(True, 'npm', 'unused')\n"),
+        "def test_runs():\n    require(True, 'npm', 'unused')\n"
+    ),
 }
 
 
-def run_suite(tmp_path: Path, suite: dict[str, str] = SUITE, workers: int = 0, **env: str) -> subprocess.CompletedProcess:
+def run_suite(
+    tmp_path: Path, suite: dict[str, str] = SUITE, workers: int = 0, **env: str
+) -> subprocess.CompletedProcess:
     for name, text in suite.items():
         (tmp_path / name).write_text(text)
     environ = {k: v for k, v in os.environ.items() if k != "CI"}
     # no installed plugin is loaded (the small suite uses none; hypothesis's alone took 2 of its 3 s)
     environ.update(PYTHONPATH=str(ROOT), PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", **env)
     parallel = ["-p", "xdist.plugin", "-n", str(workers)] if workers else []
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *parallel,
-                           "--rootdir", str(tmp_path), str(tmp_path)],
-                          cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            *parallel,
+            "--rootdir",
+            str(tmp_path),
+            str(tmp_path),
+        ],
+        cwd=tmp_path,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 WORKERS = pytest.mark.parametrize("workers", [0, 2])
@@ -47,7 +66,7 @@ WORKERS = pytest.mark.parametrize("workers", [0, 2])
 def test_a_missing_prerequisite_is_named_at_the_end(tmp_path, workers):
     done = run_suite(tmp_path, workers=workers)
     assert done.returncode == 0, done.stdout + done.stderr
-    tail = done.stdout[done.stdout.index("MISSING PREREQUISITES"):]
+    tail = done.stdout[done.stdout.index("MISSING PREREQUISITES") :]
     assert "2 tests that drive real clients or a browser did NOT run" in tail
     assert "- npm: not on PATH: the Codex CLI cannot be installed" in tail
     assert "skipped: test_needs_npm.py" in tail

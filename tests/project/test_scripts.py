@@ -21,7 +21,9 @@ def make_copy(tmp_path: Path) -> tuple[Path, Path]:
     log = tmp_path / "python-calls.log"
     python = root / ".venv" / "bin" / "python"
     python.parent.mkdir(parents=True)
-    python.write_text(f'#!/bin/sh\necho "$*" >> "{log}"\ncase "$*" in *"pip install"*) echo "Collecting starlette";; esac\n')
+    python.write_text(
+        f'#!/bin/sh\necho "$*" >> "{log}"\ncase "$*" in *"pip install"*) echo "Collecting starlette";; esac\n'
+    )
     python.chmod(0o755)
     return root, log
 
@@ -35,8 +37,14 @@ def pip_calls(log: Path) -> list[str]:
 
 
 def run(root: Path, script: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(root / "scripts" / script), *args], check=True, capture_output=True,
-                          text=True, stdin=subprocess.DEVNULL, timeout=30)
+    return subprocess.run(
+        ["bash", str(root / "scripts" / script), *args],
+        check=True,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=30,
+    )
 
 
 def test_run_installs_the_server_only_and_shows_pip(tmp_path):
@@ -100,15 +108,17 @@ def test_pyproject_change_reinstalls_once(tmp_path):
 
 
 def pip_key(root: Path) -> str:
-    return subprocess.run(["cksum"], stdin=(root / "pyproject.toml").open("rb"), capture_output=True,
-                          text=True, check=True).stdout.split()[0]
+    return subprocess.run(
+        ["cksum"], stdin=(root / "pyproject.toml").open("rb"), capture_output=True, text=True, check=True
+    ).stdout.split()[0]
 
 
 def test_failed_install_leaves_no_stamp(tmp_path):
     root, log = make_copy(tmp_path)
     python = root / ".venv" / "bin" / "python"
     python.write_text(f'#!/bin/sh\necho "$*" >> "{log}"\necho "no network" >&2\nexit 1\n')
-    done = subprocess.run(["bash", str(root / "scripts" / "run")], capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=30)
+    done = subprocess.run(
+        ["bash", str(root / "scripts" / "run")], capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=30
+    )
     assert done.returncode != 0 and "no network" in done.stderr
     assert not list((root / ".venv").glob(".installed-*"))

@@ -21,6 +21,21 @@ def test_ruff_finds_nothing_in_proxy():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+# Every Python file of the project in one layout and one import order (ruff's formatter and its
+# isort rule, configured in pyproject.toml): a diff shows what changed, not how it was typed.
+CODE = ("proxy", "tests", "bench", "scripts")
+
+
+def test_the_code_is_formatted():
+    done = _run("ruff", "format", "--no-cache", "--check", *CODE)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_imports_are_sorted():
+    done = _run("ruff", "check", "--no-cache", "--select", "I", *CODE)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_mypy_finds_nothing_in_proxy():
     # incremental, its cache in the checkout's .mypy_cache (mypy's default, git-ignored): a module
     # is checked again when it, a module it depends on or mypy's options or version changed, so a
@@ -35,7 +50,7 @@ MAX_POSITIONAL = 3
 # Signatures another library calls positionally (its protocol fixes them), with the reason.
 FIXED_BY_ANOTHER_LIBRARY = {
     ("proxy/upstream/network.py", "connect_tcp"): "overrides httpcore2.AsyncNetworkBackend.connect_tcp, whose "
-                                                  "parameters are positional (an override keeps them)",
+    "parameters are positional (an override keeps them)",
 }
 
 

@@ -24,18 +24,23 @@ def test_an_endpoint_as_the_upstream_is_refused_naming_what_to_drop():
     assert refusal(upstream="http://127.0.0.1:9100/v1/chat/completions") == (
         "offload-proxy: invalid --upstream (env OFFLOAD_UPSTREAM): 'http://127.0.0.1:9100/v1/chat/completions' is an "
         "endpoint, not the API's base URL (as an OpenAI SDK's base_url is written): drop '/chat/completions', i.e. "
-        "give http://127.0.0.1:9100/v1")
+        "give http://127.0.0.1:9100/v1"
+    )
     assert refusal(anthropic_upstream="https://api.anthropic.com/v1/messages") == (
         "offload-proxy: invalid --anthropic-upstream (env OFFLOAD_ANTHROPIC_UPSTREAM): "
         "'https://api.anthropic.com/v1/messages' is an endpoint, not the API's base URL (as ANTHROPIC_BASE_URL is "
-        "written): drop '/v1/messages', i.e. give https://api.anthropic.com")
+        "written): drop '/v1/messages', i.e. give https://api.anthropic.com"
+    )
 
 
-@pytest.mark.parametrize(("field", "value", "given"), [
-    ("upstream", "api.openai.com/v1", "https://api.openai.com/v1"),
-    ("upstream", "localhost:8000/v1", "http://localhost:8000/v1"),
-    ("anthropic_upstream", "api.anthropic.com", "https://api.anthropic.com"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "given"),
+    [
+        ("upstream", "api.openai.com/v1", "https://api.openai.com/v1"),
+        ("upstream", "localhost:8000/v1", "http://localhost:8000/v1"),
+        ("anthropic_upstream", "api.anthropic.com", "https://api.anthropic.com"),
+    ],
+)
 def test_a_missing_scheme_names_the_expected_form_not_a_pattern(field, value, given):
     message = refusal(**{field: value})
     assert f"{value!r} has no scheme: give {given}" in message
@@ -48,16 +53,26 @@ def test_the_environment_is_checked_alike(monkeypatch):
 
 
 def test_base_urls_are_kept_as_written():
-    settings = ServerSettings(upstream="https://openrouter.ai/api/v1/", anthropic_upstream="https://api.anthropic.com/v1")
-    assert settings.upstream == "https://openrouter.ai/api/v1/" and settings.upstream_base == "https://openrouter.ai/api/v1"
+    settings = ServerSettings(
+        upstream="https://openrouter.ai/api/v1/", anthropic_upstream="https://api.anthropic.com/v1"
+    )
+    assert (
+        settings.upstream == "https://openrouter.ai/api/v1/"
+        and settings.upstream_base == "https://openrouter.ai/api/v1"
+    )
     assert settings.anthropic_base == "https://api.anthropic.com/v1"
 
 
 # ---------------------------------------------------------------- the variables read
 
 KELVIN = "\u212a"  # KELVIN SIGN: lower-cases to an ASCII "k"
-SPELLINGS = ["OFFLOAD_NAMESPACE_KEY", "offload_namespace_key", "Offload_Namespace_Key", "oFFLOAD_nAMESPACE_kEY",
-             f"OFFLOAD_NAMESPACE_{KELVIN}EY"]
+SPELLINGS = [
+    "OFFLOAD_NAMESPACE_KEY",
+    "offload_namespace_key",
+    "Offload_Namespace_Key",
+    "oFFLOAD_nAMESPACE_kEY",
+    f"OFFLOAD_NAMESPACE_{KELVIN}EY",
+]
 
 
 @pytest.mark.parametrize("variable", SPELLINGS)
@@ -69,8 +84,15 @@ def test_every_spelling_the_settings_read_is_found(monkeypatch, variable):
 
 
 def test_names_that_are_not_the_settings_are_left():
-    env = {"OFFLOAD_NAMESPACE_KEYS": "a", "XOFFLOAD_NAMESPACE_KEY": "b", "OFFLOAD-NAMESPACE-KEY": "c",
-           "OFFLOAD_NAMESPACEKEY": "d", "NAMESPACE_KEY": "e", "OFFLOAD_NAMESPACE_KEY ": "f", "OFFLOAD_LOG_FORMAT": "g"}
+    env = {
+        "OFFLOAD_NAMESPACE_KEYS": "a",
+        "XOFFLOAD_NAMESPACE_KEY": "b",
+        "OFFLOAD-NAMESPACE-KEY": "c",
+        "OFFLOAD_NAMESPACEKEY": "d",
+        "NAMESPACE_KEY": "e",
+        "OFFLOAD_NAMESPACE_KEY ": "f",
+        "OFFLOAD_LOG_FORMAT": "g",
+    }
     assert variables_for(env, ["namespace_key", "admin_token"]) == []
     assert from_environment(env, "namespace_key") is None
     assert variables_for(env, ["log_format"]) == ["OFFLOAD_LOG_FORMAT"]
@@ -88,8 +110,11 @@ def test_of_several_spellings_the_last_is_the_value_read(monkeypatch):
 
 def test_the_secret_settings_are_marked_in_the_model():
     """A setting added later that holds a key, a token or a password in a URL is marked SECRET."""
-    by_name = {name for name in ServerSettings.model_fields
-               if name.endswith(("_key", "_key_previous", "_token")) or name == "redis_url"}
+    by_name = {
+        name
+        for name in ServerSettings.model_fields
+        if name.endswith(("_key", "_key_previous", "_token")) or name == "redis_url"
+    }
     assert set(secret_settings()) == by_name
     assert "upstream" not in secret_settings() and "log_format" not in secret_settings()
 

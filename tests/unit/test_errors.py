@@ -9,14 +9,23 @@ from proxy.errors import ProxyError, anthropic_error_event, error_body
 
 def test_openai_shape():
     response = ProxyError(400, "Bad.", code="invalid_body", param="messages").response()
-    assert json.loads(response.body) == {"error": {"message": "Bad.", "type": "invalid_request_error",
-                                                   "param": "messages", "code": "invalid_body"}}
+    assert json.loads(response.body) == {
+        "error": {"message": "Bad.", "type": "invalid_request_error", "param": "messages", "code": "invalid_body"}
+    }
 
 
 def test_anthropic_shape_and_types_by_status():
-    for status, kind in ((400, "invalid_request_error"), (401, "authentication_error"), (403, "permission_error"),
-                         (404, "not_found_error"), (413, "request_too_large"), (429, "rate_limit_error"),
-                         (502, "api_error"), (504, "timeout_error"), (529, "overloaded_error")):
+    for status, kind in (
+        (400, "invalid_request_error"),
+        (401, "authentication_error"),
+        (403, "permission_error"),
+        (404, "not_found_error"),
+        (413, "request_too_large"),
+        (429, "rate_limit_error"),
+        (502, "api_error"),
+        (504, "timeout_error"),
+        (529, "overloaded_error"),
+    ):
         response = ProxyError(status, "Why.").response("anthropic")
         assert response.status_code == status
         assert json.loads(response.body) == {"type": "error", "error": {"type": kind, "message": "Why."}}

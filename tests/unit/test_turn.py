@@ -34,8 +34,16 @@ def tenant(tmp_path) -> TenantStore:
 
 def given(fmt, body: dict, tenant: TenantStore, **kwargs) -> TurnInput:
     raw = json.dumps(body).encode()
-    return TurnInput(fmt, raw, body, fmt.history(body), kwargs.pop("settings", SETTINGS), tenant,
-                     kwargs.pop("compressor", no_summariser), **kwargs)
+    return TurnInput(
+        fmt,
+        raw,
+        body,
+        fmt.history(body),
+        kwargs.pop("settings", SETTINGS),
+        tenant,
+        kwargs.pop("compressor", no_summariser),
+        **kwargs,
+    )
 
 
 async def test_a_small_request_goes_as_sent(tenant):
@@ -80,14 +88,21 @@ async def test_emulated_clearing_edits_are_applied_stored_and_shown(tenant):
     log = "\n".join(f"line {i}: all good here, nothing to see, value {i * 3}" for i in range(200))
     messages: list[dict] = [{"role": "user", "content": "go"}]
     for i in range(3):
-        messages.append({"role": "assistant", "content": [{"type": "tool_use", "id": f"t{i}", "name": "bash",
-                                                           "input": {}}]})
+        messages.append(
+            {"role": "assistant", "content": [{"type": "tool_use", "id": f"t{i}", "name": "bash", "input": {}}]}
+        )
         messages.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{i}", "content": log}]})
-    edits = {"edits": [{"type": "clear_tool_uses_20250919", "trigger": {"type": "tool_uses", "value": 1},
-                        "keep": {"type": "tool_uses", "value": 1}}]}
+    edits = {
+        "edits": [
+            {
+                "type": "clear_tool_uses_20250919",
+                "trigger": {"type": "tool_uses", "value": 1},
+                "keep": {"type": "tool_uses", "value": 1},
+            }
+        ]
+    }
     body = {"model": "claude-sonnet-4-5", "max_tokens": 100, "messages": messages, "context_management": edits}
-    turn = await run_turn(given(MESSAGES, body, tenant, emulating=True,
-                                settings=OffloadSettings(mode="off")))
+    turn = await run_turn(given(MESSAGES, body, tenant, emulating=True, settings=OffloadSettings(mode="off")))
     assert "context_management" not in turn.body and turn.changed
     assert [a["type"] for a in turn.edits.applied] == ["clear_tool_uses_20250919"]
     assert turn.rounds.context_management == {"applied_edits": turn.edits.applied}
@@ -117,13 +132,20 @@ class Summarising:
 
         self.folded.append(list(compacted))
         summary = RESPONSES.view.summary_item(history_marker("sumref12345678", len(compacted) - 1, 99) + "\nsummary")
-        return Compressed([compacted[0], summary], Offload("sumref12345678", "history", "the originals\n", 99),
-                          summary_at=1, usage_in=120, usage_out=30)
+        return Compressed(
+            [compacted[0], summary],
+            Offload("sumref12345678", "history", "the originals\n", 99),
+            summary_at=1,
+            usage_in=120,
+            usage_out=30,
+        )
 
 
-CODEX_HISTORY = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix the bug"}]},
-                 {"type": "function_call", "call_id": "c1", "name": "exec_command", "arguments": "{}"},
-                 {"type": "function_call_output", "call_id": "c1", "output": "log " * 300}]
+CODEX_HISTORY = [
+    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix the bug"}]},
+    {"type": "function_call", "call_id": "c1", "name": "exec_command", "arguments": "{}"},
+    {"type": "function_call_output", "call_id": "c1", "output": "log " * 300},
+]
 TRIGGER = {"type": "compaction_trigger"}
 
 
@@ -174,15 +196,20 @@ async def test_a_clients_own_compaction_gets_the_originals_that_fit_the_window(t
     assert turn.prepared.action == "none" and turn.items == body["messages"]  # the originals, not previews
     assert (b"x-offload-client-compaction", b"claude-code") in turn.extra_headers
     assert turn.settings.max_total_tokens == int(128_000 * 0.8)
-    plain = await run_turn(given(CHAT, {"model": "gpt-4o", "messages": [*history, {"role": "user", "content": "go on"}]},
-                                 tenant))
+    plain = await run_turn(
+        given(CHAT, {"model": "gpt-4o", "messages": [*history, {"role": "user", "content": "go on"}]}, tenant)
+    )
     assert plain.prepared.action == "compact"  # the same history otherwise
     assert not any(name == b"x-offload-client-compaction" for name, _ in plain.extra_headers)
 
 
 async def test_a_clients_own_compaction_past_the_window_is_reduced_to_fit(tenant):
     history = agent_history(steps=8, lines=2500)  # ~ 8 x 30,000 tokens: past gpt-4o's window
-    body = {"model": "gpt-4o", "max_tokens": 4000, "messages": [*history, {"role": "user", "content": CLIENT_COMPACTION}]}
+    body = {
+        "model": "gpt-4o",
+        "max_tokens": 4000,
+        "messages": [*history, {"role": "user", "content": CLIENT_COMPACTION}],
+    }
     turn = await run_turn(given(CHAT, body, tenant))
     budget = int(128_000 * 0.8)
     assert turn.prepared.plan.tokens_before > budget >= turn.prepared.plan.tokens_after

@@ -27,15 +27,33 @@ re-serialises bodies it changes, and its serialisers refuse much deeper nesting 
 
 from __future__ import annotations
 
-from proxy.formats.json_body import (BOOLEAN, MAX_DEPTH, STRING, TOOL, Shape, an_object, check_body,
-                                     item_fields, objects, parse_body, part_shape)
+from proxy.formats.json_body import (
+    BOOLEAN,
+    MAX_DEPTH,
+    STRING,
+    TOOL,
+    Shape,
+    an_object,
+    check_body,
+    item_fields,
+    objects,
+    parse_body,
+    part_shape,
+)
 
 __all__ = ["MAX_DEPTH", "parse_chat_body", "check_chat_body"]
 
 NAMED = Shape({"name": STRING})
 MESSAGE = Shape({**item_fields(part_shape()), "tool_call_id": STRING})
-BODY = Shape({"messages": objects(MESSAGE), "model": STRING, "stream": BOOLEAN,
-              "tools": objects(Shape({**TOOL.fields, "custom": an_object(NAMED)})), "functions": objects(NAMED)})
+BODY = Shape(
+    {
+        "messages": objects(MESSAGE),
+        "model": STRING,
+        "stream": BOOLEAN,
+        "tools": objects(Shape({**TOOL.fields, "custom": an_object(NAMED)})),
+        "functions": objects(NAMED),
+    }
+)
 
 
 def parse_chat_body(raw: bytes, *, max_messages: int | None = None) -> dict:

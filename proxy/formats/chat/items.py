@@ -10,10 +10,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from proxy.core.jsonio import object_or
 from proxy.core.images import split_data_url
-from proxy.core.view import MediaPart, Role
+from proxy.core.jsonio import object_or
 from proxy.core.markers import INJECTED_TOOLS
+from proxy.core.view import MediaPart, Role
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 
@@ -23,8 +23,11 @@ def text_of(content: Any) -> str | None:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        texts = [p["text"] for p in content if isinstance(p, dict) and p.get("type") == "text"
-                 and isinstance(p.get("text"), str)]
+        texts = [
+            p["text"]
+            for p in content
+            if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+        ]
         return "\n".join(texts) if texts else None
     return None
 
@@ -131,8 +134,11 @@ class ChatView:
         return isinstance(item, dict) and item.get("role") == "tool"
 
     def injected_calls(self, item: Any) -> tuple[str, ...]:
-        return tuple(c["id"] for c in _calls(item)
-                     if (c.get("function") or {}).get("name") in self.injected_names and isinstance(c.get("id"), str))
+        return tuple(
+            c["id"]
+            for c in _calls(item)
+            if (c.get("function") or {}).get("name") in self.injected_names and isinstance(c.get("id"), str)
+        )
 
     def is_provider_compaction(self, item: Any) -> bool:
         return False  # chat completions has no server-side compaction
@@ -166,8 +172,10 @@ class ChatView:
         content = item.get("content")
         if isinstance(content, list):
             content = "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
-        calls = [f"{(c.get('function') or {}).get('name')}({(c.get('function') or {}).get('arguments', '')})"
-                 for c in _calls(item)]
+        calls = [
+            f"{(c.get('function') or {}).get('name')}({(c.get('function') or {}).get('arguments', '')})"
+            for c in _calls(item)
+        ]
         header = f"[{item.get('role', '?')}]" + (f" calls {'; '.join(calls)}" if calls else "")
         return header, content if isinstance(content, str) else ""
 

@@ -18,15 +18,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.core.jsonio import array_or, object_or
 from proxy.core import texts
 from proxy.core.growing_text import GrowingText
-from proxy.core.media import Reloaded, ToolResult
+from proxy.core.jsonio import array_or, object_or
 from proxy.core.markers import INJECTED_TOOLS
+from proxy.core.media import Reloaded, ToolResult
 from proxy.core.rounds import ToolCall
 from proxy.core.usage import add_usage
-from proxy.formats.chat.usage import asked
 from proxy.formats.chat.items import reloaded_part
+from proxy.formats.chat.usage import asked
 from proxy.upstream import sse
 
 
@@ -53,8 +53,10 @@ def strip_injected(completion: dict) -> None:
 
 
 def _tool_calls(calls: Sequence[dict]) -> list[ToolCall]:
-    return [ToolCall((c.get("function") or {}).get("name", ""), (c.get("function") or {}).get("arguments", ""))
-            for c in calls]
+    return [
+        ToolCall((c.get("function") or {}).get("name", ""), (c.get("function") or {}).get("arguments", ""))
+        for c in calls
+    ]
 
 
 @dataclass
@@ -68,8 +70,10 @@ class _Choice:
 
     def injected_calls(self) -> list[dict]:
         """The injected calls, their arguments whole."""
-        return [{**call, "function": {**call["function"], "arguments": self.arguments[index].text()}}
-                for index, call in self.injected.items()]
+        return [
+            {**call, "function": {**call["function"], "arguments": self.arguments[index].text()}}
+            for index, call in self.injected.items()
+        ]
 
     def injected_only(self) -> bool:
         return bool(self.injected) and not self.client_index
@@ -111,8 +115,9 @@ class ChatRounds:
     unanswered: list[ToolCall] = []  # the client resends its history, without the hidden calls
     context_management: dict | None = None  # no clearing edits in chat completions
 
-    def __init__(self, body: dict, messages: list[Any], tools: Sequence[dict], *,
-                 extra_usage: dict | None = None) -> None:
+    def __init__(
+        self, body: dict, messages: list[Any], tools: Sequence[dict], *, extra_usage: dict | None = None
+    ) -> None:
         self.body, self.messages, self.tools = body, list(messages), list(tools)
         self.extra_usage = extra_usage
         self.asked = asked(body)  # for the stream's usage (else the proxy asked: `proxy.formats.chat.usage`)
@@ -143,14 +148,21 @@ class ChatRounds:
         message = self._pending or {}
         self.messages.append(message)
         calls = message.get("tool_calls") or []
-        self.messages.extend({"role": "tool", "tool_call_id": call.get("id"),
-                              "content": content if isinstance(content, str) else texts.media_follows(content.kind, content.ref)}
-                             for call, content in zip(calls, results))
+        self.messages.extend(
+            {
+                "role": "tool",
+                "tool_call_id": call.get("id"),
+                "content": content if isinstance(content, str) else texts.media_follows(content.kind, content.ref),
+            }
+            for call, content in zip(calls, results)
+        )
         shown: list[dict] = []
         for result in results:
             if isinstance(result, Reloaded):
-                shown += [{"type": "text", "text": texts.media_reloaded(result.kind, result.ref)},
-                          reloaded_part(result.kind, result.data_url, result.ref)]
+                shown += [
+                    {"type": "text", "text": texts.media_reloaded(result.kind, result.ref)},
+                    reloaded_part(result.kind, result.data_url, result.ref),
+                ]
         if shown:
             self.messages.append({"role": "user", "content": shown})
         self.round += 1

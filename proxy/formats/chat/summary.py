@@ -17,15 +17,32 @@ from proxy.core.jsonio import object_or
 # Left out of a summary request: streaming, several choices, a forced format or length, stop
 # sequences and biases, token probabilities, predicted outputs, audio, stored completions, and
 # the client's own choice of tools (replaced by "none").
-DROPPED = frozenset({
-    "stream", "stream_options", "n", "response_format", "max_tokens", "max_completion_tokens", "stop",
-    "logit_bias", "logprobs", "top_logprobs", "prediction", "audio", "modalities", "store", "metadata",
-    "tool_choice", "function_call",
-})
+DROPPED = frozenset(
+    {
+        "stream",
+        "stream_options",
+        "n",
+        "response_format",
+        "max_tokens",
+        "max_completion_tokens",
+        "stop",
+        "logit_bias",
+        "logprobs",
+        "top_logprobs",
+        "prediction",
+        "audio",
+        "modalities",
+        "store",
+        "metadata",
+        "tool_choice",
+        "function_call",
+    }
+)
 
 
-def summary_request(body: dict, prefix: list[Any], instruction: str, *, tools: Sequence[dict],
-                    model: str) -> tuple[str, dict]:
+def summary_request(
+    body: dict, prefix: list[Any], instruction: str, *, tools: Sequence[dict], model: str
+) -> tuple[str, dict]:
     out = {k: v for k, v in body.items() if k not in DROPPED}
     out["model"] = model
     out["messages"] = [*prefix, {"role": "user", "content": instruction}]

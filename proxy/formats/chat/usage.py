@@ -21,7 +21,9 @@ _SPACE = re.compile(r"[ \t\n\r]*")  # JSON's whitespace
 
 
 def bill_of(usage: object) -> Bill:
-    return of_openai_usage(usage, input_key="prompt_tokens", output_key="completion_tokens", details_key="prompt_tokens_details")
+    return of_openai_usage(
+        usage, input_key="prompt_tokens", output_key="completion_tokens", details_key="prompt_tokens_details"
+    )
 
 
 class ChatUsageStream:
@@ -113,24 +115,24 @@ def _members(text: str) -> list[tuple[str, int, int]] | None:
     value ends); None when the text is not one object. Each value is skipped by the decoder."""
     decoder = json.JSONDecoder()
     pos = _skip(text, 0)
-    if text[pos:pos + 1] != "{":
+    if text[pos : pos + 1] != "{":
         return None
     pos = _skip(text, pos + 1)
     members: list[tuple[str, int, int]] = []
-    if text[pos:pos + 1] == "}":
+    if text[pos : pos + 1] == "}":
         return members
     while True:
         start = pos
         name, pos = decoder.raw_decode(text, pos)
         pos = _skip(text, pos)
-        if not isinstance(name, str) or text[pos:pos + 1] != ":":
+        if not isinstance(name, str) or text[pos : pos + 1] != ":":
             return None
         _, pos = decoder.raw_decode(text, _skip(text, pos + 1))
         members.append((name, start, pos))
         pos = _skip(text, pos)
-        if text[pos:pos + 1] == "}":
+        if text[pos : pos + 1] == "}":
             return members
-        if text[pos:pos + 1] != ",":
+        if text[pos : pos + 1] != ",":
             return None
         pos = _skip(text, pos + 1)
 

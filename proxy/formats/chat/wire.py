@@ -5,15 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from proxy.core.wire import Compaction
 from proxy.core.bill import UsageReader
-from proxy.formats.chat.usage import USAGE
 from proxy.core.provider_context import NONE, ProviderContext
+from proxy.core.wire import Compaction
+from proxy.formats.chat import summary
 from proxy.formats.chat.body import parse_chat_body
 from proxy.formats.chat.items import VIEW
 from proxy.formats.chat.request import colliding_tool_names
 from proxy.formats.chat.rounds import ChatRounds
-from proxy.formats.chat import summary
+from proxy.formats.chat.usage import USAGE
 from proxy.formats.openai_cache import with_cache_key
 
 
@@ -45,21 +45,28 @@ class ChatFormat:
     def provider_context(self, body: dict) -> ProviderContext:
         return NONE  # chat completions has no server-side context management
 
-    def rounds(self, body: dict, items: list[Any], tools: Sequence[dict], *,
-               extra_usage: dict | None, lead: Sequence[dict] = ()) -> ChatRounds:
+    def rounds(
+        self,
+        body: dict,
+        items: list[Any],
+        tools: Sequence[dict],
+        *,
+        extra_usage: dict | None,
+        lead: Sequence[dict] = (),
+    ) -> ChatRounds:
         if lead:  # chat completions have no context management to emulate
             raise ValueError("chat completions carry no lead output")
         return ChatRounds(body, items, tools, extra_usage=extra_usage)
 
-    def paused_answer(self, lead: list[dict], *, body: dict, created_at: int, tokens_in: int,
-                      tokens_out: int) -> dict:
+    def paused_answer(self, lead: list[dict], *, body: dict, created_at: int, tokens_in: int, tokens_out: int) -> dict:
         raise ValueError("chat completions have no context management to emulate")
 
     def paused_events(self, answer: dict) -> list[dict]:
         raise ValueError("chat completions have no context management to emulate")
 
-    def summary_request(self, body: dict, prefix: list[Any], instruction: str, *, tools: Sequence[dict],
-                        model: str) -> tuple[str, dict]:
+    def summary_request(
+        self, body: dict, prefix: list[Any], instruction: str, *, tools: Sequence[dict], model: str
+    ) -> tuple[str, dict]:
         return summary.summary_request(body, prefix, instruction, tools=tools, model=model)
 
     def summary_answer(self, answer: Any) -> tuple[str, int, int]:

@@ -19,17 +19,49 @@ Pure functions and small classes over plain JSON values, no IO:
 """
 
 from proxy.formats.messages.items import PART, PRIVATE_KEYS, SUMMARY, MessagesView, is_injected, split_message
-from proxy.formats.messages.request import (anthropic_tool, colliding_tool_names, history, inject_tools, messages_of,
-                                            with_history)
-from proxy.formats.messages.rounds import (assistant_turn, calls_to_run, combine_rounds, injected_only, tool_calls,
-                                           tool_results, usage_from_chat)
-from proxy.formats.messages.stream import StreamRewriter
 from proxy.formats.messages.reload_rounds import MessagesRounds
+from proxy.formats.messages.request import (
+    anthropic_tool,
+    colliding_tool_names,
+    history,
+    inject_tools,
+    messages_of,
+    with_history,
+)
+from proxy.formats.messages.rounds import (
+    assistant_turn,
+    calls_to_run,
+    combine_rounds,
+    injected_only,
+    tool_calls,
+    tool_results,
+    usage_from_chat,
+)
+from proxy.formats.messages.stream import StreamRewriter
 from proxy.formats.messages.wire import MESSAGES, MessagesFormat
 
 __all__ = [
-    "PART", "SUMMARY", "PRIVATE_KEYS", "MessagesView", "is_injected", "split_message", "history", "with_history",
-    "messages_of", "inject_tools", "anthropic_tool", "colliding_tool_names", "injected_only", "calls_to_run",
-    "tool_calls", "assistant_turn", "tool_results", "combine_rounds", "usage_from_chat", "StreamRewriter",
-    "MessagesRounds", "MESSAGES", "MessagesFormat",
+    "PART",
+    "SUMMARY",
+    "PRIVATE_KEYS",
+    "MessagesView",
+    "is_injected",
+    "split_message",
+    "history",
+    "with_history",
+    "messages_of",
+    "inject_tools",
+    "anthropic_tool",
+    "colliding_tool_names",
+    "injected_only",
+    "calls_to_run",
+    "tool_calls",
+    "assistant_turn",
+    "tool_results",
+    "combine_rounds",
+    "usage_from_chat",
+    "StreamRewriter",
+    "MessagesRounds",
+    "MESSAGES",
+    "MessagesFormat",
 ]

@@ -26,8 +26,19 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.errors import ProxyError
-from proxy.formats.json_body import (BOOLEAN, STRING, TOOL, Shape, an_object, check_body,
-                                     item_fields, objects, parse_body, part_shape, text_or_objects)
+from proxy.formats.json_body import (
+    BOOLEAN,
+    STRING,
+    TOOL,
+    Shape,
+    an_object,
+    check_body,
+    item_fields,
+    objects,
+    parse_body,
+    part_shape,
+    text_or_objects,
+)
 from proxy.formats.messages.items import PRIVATE_KEYS
 
 BLOCK = part_shape(id=STRING, name=STRING, tool_use_id=STRING)
@@ -40,17 +51,30 @@ def _messages(messages: Any, level: int) -> None:
         for i, message in enumerate(messages):
             for key in PRIVATE_KEYS:
                 if type(message) is dict and key in message:
-                    raise ProxyError(400, f"Unexpected key '{key}' in 'messages[{i}]': the proxy reserves it.",
-                                     code="invalid_value", param=f"messages[{i}].{key}")
+                    raise ProxyError(
+                        400,
+                        f"Unexpected key '{key}' in 'messages[{i}]': the proxy reserves it.",
+                        code="invalid_value",
+                        param=f"messages[{i}].{key}",
+                    )
     _message_list(messages, level)
 
 
 _message_list = objects(MESSAGE)
 
 
-BODY = Shape({"messages": _messages, "system": text_or_objects(BLOCK), "tools": objects(TOOL),
-              "model": STRING, "stream": BOOLEAN, "tool_choice": an_object(Shape({"type": STRING, "name": STRING})),
-              "thinking": an_object(Shape({"type": STRING})), "output_config": an_object()})
+BODY = Shape(
+    {
+        "messages": _messages,
+        "system": text_or_objects(BLOCK),
+        "tools": objects(TOOL),
+        "model": STRING,
+        "stream": BOOLEAN,
+        "tool_choice": an_object(Shape({"type": STRING, "name": STRING})),
+        "thinking": an_object(Shape({"type": STRING})),
+        "output_config": an_object(),
+    }
+)
 
 
 def parse_messages_body(raw: bytes, *, max_items: int | None = None) -> dict:

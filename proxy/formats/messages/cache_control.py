@@ -79,8 +79,12 @@ def _messages_carry(messages: Any) -> bool:
 def has_cache_control(body: dict) -> bool:
     """Does the request ask for caching anywhere: at the top level, on a tool, a system block, a
     content block (nested ones too, e.g. in a tool_result)?"""
-    return ("cache_control" in body or _carries(body.get("tools")) or _carries(body.get("system"))
-            or _messages_carry(body.get("messages")))
+    return (
+        "cache_control" in body
+        or _carries(body.get("tools"))
+        or _carries(body.get("system"))
+        or _messages_carry(body.get("messages"))
+    )
 
 
 def with_caching(body: dict, strategy: Strategy = STRATEGY) -> dict:
@@ -122,12 +126,14 @@ def _mark(value: Any) -> str | None:
 
 def _canonical(value: Any) -> str:
     """The block as cached: its JSON without its `cache_control` (nested ones too)."""
+
     def plain(v: Any) -> Any:
         if isinstance(v, dict):
             return {k: plain(x) for k, x in v.items() if k != "cache_control"}
         if isinstance(v, list):
             return [plain(x) for x in v]
         return v
+
     return json.dumps(plain(value), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 

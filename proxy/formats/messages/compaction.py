@@ -11,25 +11,40 @@ from proxy.formats.messages.stream import block_events
 
 
 def _usage(tokens_in: int, tokens_out: int) -> dict:
-    counts = {"input_tokens": tokens_in, "output_tokens": tokens_out, "cache_creation_input_tokens": 0,
-              "cache_read_input_tokens": 0}
+    counts = {
+        "input_tokens": tokens_in,
+        "output_tokens": tokens_out,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+    }
     return {**counts, "iterations": [{"type": "compaction", **counts}]}
 
 
 def paused_message(block: dict, *, model: Any, tokens_in: int, tokens_out: int) -> dict:
     """The message: `block` alone, its id derived from the block (the same compaction, the same id)."""
     digest = hashlib.sha256(str(block.get("encrypted_content") or block.get("content")).encode()).hexdigest()
-    return {"id": f"msg_cmp{digest[:24]}", "type": "message", "role": "assistant",
-            "model": model if isinstance(model, str) else "unknown", "content": [block],
-            "stop_reason": "compaction", "stop_sequence": None, "usage": _usage(tokens_in, tokens_out)}
+    return {
+        "id": f"msg_cmp{digest[:24]}",
+        "type": "message",
+        "role": "assistant",
+        "model": model if isinstance(model, str) else "unknown",
+        "content": [block],
+        "stop_reason": "compaction",
+        "stop_sequence": None,
+        "usage": _usage(tokens_in, tokens_out),
+    }
 
 
 def paused_events(message: dict) -> list[dict]:
     """The same message streamed: message_start, the block's events, message_delta (with the
     message's `context_management`, if any), message_stop."""
     usage = message["usage"]
-    start = {**message, "content": [], "stop_reason": None,
-             "usage": {k: v for k, v in usage.items() if k != "iterations"} | {"output_tokens": 0}}
+    start = {
+        **message,
+        "content": [],
+        "stop_reason": None,
+        "usage": {k: v for k, v in usage.items() if k != "iterations"} | {"output_tokens": 0},
+    }
     out = [{"type": "message_start", "message": start}]
     for index, block in enumerate(message["content"]):
         out += block_events(index, block)

@@ -30,13 +30,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core import texts
-from proxy.core.jsonio import string_or
 from proxy.core.compaction import Offload
+from proxy.core.jsonio import string_or
 from proxy.core.markers import is_marker, make_ref, tool_result_marker
 from proxy.core.tokens import TokenCounter
 from proxy.formats.messages.edits_config import ClearThinking, ClearToolUses, Edit
-from proxy.formats.messages.items import (MessagesView, block_type, input_text, is_part, is_summary, is_tool_use,
-                                          tool_result_block)
+from proxy.formats.messages.items import (
+    MessagesView,
+    block_type,
+    input_text,
+    is_part,
+    is_summary,
+    is_tool_use,
+    tool_result_block,
+)
 
 THINKING_BLOCKS = ("thinking", "redacted_thinking")
 
@@ -54,8 +61,9 @@ def _opens_turn(item: Any, view: MessagesView) -> bool:
     return view.role(item) == "user" and not is_part(item) and not is_summary(item)
 
 
-def clear_thinking(items: list[Any], edit: ClearThinking, view: MessagesView,
-                   *, counter: TokenCounter) -> tuple[list[Any], dict | None]:
+def clear_thinking(
+    items: list[Any], edit: ClearThinking, view: MessagesView, *, counter: TokenCounter
+) -> tuple[list[Any], dict | None]:
     """(items, applied edit or None): see the module docstring."""
     if edit.keep is None:
         return items, None
@@ -70,7 +78,7 @@ def clear_thinking(items: list[Any], edit: ClearThinking, view: MessagesView,
                     turns.append([])
                     open_turn = True
                 turns[-1].append(i)
-    older = turns[:max(0, len(turns) - edit.keep)]
+    older = turns[: max(0, len(turns) - edit.keep)]
     out = list(items)
     cleared_turns = cleared_tokens = 0
     for turn in older:
@@ -115,14 +123,21 @@ def _triggered(edit: ClearToolUses, input_tokens: int, uses: int) -> bool:
     return measured > edit.trigger_value
 
 
-def clear_tool_uses(items: list[Any], edit: ClearToolUses, view: MessagesView, *, counter: TokenCounter,
-                    namespace: str, input_tokens: int) -> tuple[list[Any], dict | None, list[Offload]]:
+def clear_tool_uses(
+    items: list[Any],
+    edit: ClearToolUses,
+    view: MessagesView,
+    *,
+    counter: TokenCounter,
+    namespace: str,
+    input_tokens: int,
+) -> tuple[list[Any], dict | None, list[Offload]]:
     """(items, applied edit or None, what to store): see the module docstring. `input_tokens`:
     the request's, as the trigger measures them (system and tools included)."""
     uses = tool_uses(items, view)
     if not _triggered(edit, input_tokens, len(uses)):
         return items, None, []
-    candidates = [u for u in uses[:max(0, len(uses) - edit.keep)] if u.name not in edit.exclude_tools]
+    candidates = [u for u in uses[: max(0, len(uses) - edit.keep)] if u.name not in edit.exclude_tools]
     if not candidates:
         return items, None, []
     results: dict[str, int] = {}
@@ -145,8 +160,9 @@ def clear_tool_uses(items: list[Any], edit: ClearToolUses, view: MessagesView, *
     return out, {"type": edit.type, "cleared_tool_uses": len(cleared), "cleared_input_tokens": freed}, offloads
 
 
-def _clear_result(out: list[Any], at: int, view: MessagesView, *, counter: TokenCounter, namespace: str,
-                  offloads: list[Offload]) -> bool:
+def _clear_result(
+    out: list[Any], at: int, view: MessagesView, *, counter: TokenCounter, namespace: str, offloads: list[Offload]
+) -> bool:
     item = out[at]
     text = view.tool_text(item)
     if text is None or is_marker(text) or tool_result_block(item) is None:
@@ -161,8 +177,7 @@ def _clear_result(out: list[Any], at: int, view: MessagesView, *, counter: Token
     return True
 
 
-def _clear_input(out: list[Any], use: _Use, counter: TokenCounter, *, namespace: str,
-                 offloads: list[Offload]) -> bool:
+def _clear_input(out: list[Any], use: _Use, counter: TokenCounter, *, namespace: str, offloads: list[Offload]) -> bool:
     item = out[use.item]
     block = item["content"][use.block]
     value = block.get("input")
@@ -182,12 +197,24 @@ def _clear_input(out: list[Any], use: _Use, counter: TokenCounter, *, namespace:
 
 
 def _is_cleared_input(value: Any) -> bool:
-    return (type(value) is dict and len(value) == 1 and type(value.get(texts.CLEARED_INPUT_KEY)) is str
-            and value[texts.CLEARED_INPUT_KEY].startswith("[offloaded tool input: "))
+    return (
+        type(value) is dict
+        and len(value) == 1
+        and type(value.get(texts.CLEARED_INPUT_KEY)) is str
+        and value[texts.CLEARED_INPUT_KEY].startswith("[offloaded tool input: ")
+    )
 
 
-def apply_edits(items: list[Any], edits: Collection[Edit], view: MessagesView, *, counter: TokenCounter,
-                namespace: str, fixed_tokens: int, clear_tool_uses_: bool = True) -> Edited:
+def apply_edits(
+    items: list[Any],
+    edits: Collection[Edit],
+    view: MessagesView,
+    *,
+    counter: TokenCounter,
+    namespace: str,
+    fixed_tokens: int,
+    clear_tool_uses_: bool = True,
+) -> Edited:
     """Every clearing edit of `edits`, in order (others are not this module's). `fixed_tokens`:
     the request's tokens outside the history (system, tools), counted towards an input_tokens
     trigger. `clear_tool_uses_` False: that edit is skipped (nothing could be stored)."""
@@ -198,8 +225,9 @@ def apply_edits(items: list[Any], edits: Collection[Edit], view: MessagesView, *
             offloads: list[Offload] = []
         elif isinstance(edit, ClearToolUses) and clear_tool_uses_:
             tokens = fixed_tokens + counter.messages(result.items)
-            result.items, applied, offloads = clear_tool_uses(result.items, edit, view, counter=counter,
-                                                              namespace=namespace, input_tokens=tokens)
+            result.items, applied, offloads = clear_tool_uses(
+                result.items, edit, view, counter=counter, namespace=namespace, input_tokens=tokens
+            )
         else:
             continue
         if applied is not None:

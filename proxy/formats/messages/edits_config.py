@@ -67,8 +67,12 @@ Edit = ClearToolUses | ClearThinking | Other
 
 
 def _bad(param: str, why: str) -> ProxyError:
-    return ProxyError(400, f"context_management.{param}: {why}", code="invalid_context_management",
-                      param=f"context_management.{param}")
+    return ProxyError(
+        400,
+        f"context_management.{param}: {why}",
+        code="invalid_context_management",
+        param=f"context_management.{param}",
+    )
 
 
 def _object(value: Any, param: str, allowed: tuple[str, ...]) -> dict:
@@ -114,8 +118,9 @@ def _clear_tool_uses(edit: dict, at: str) -> ClearToolUses:
     _object(edit, at, ("type", "trigger", "keep", "clear_at_least", "exclude_tools", "clear_tool_inputs"))
     out: dict[str, Any] = {}
     if edit.get("trigger") is not None:
-        out["trigger_kind"], out["trigger_value"] = _measure(edit["trigger"], f"{at}.trigger",
-                                                             ("input_tokens", "tool_uses"), minimum=1)
+        out["trigger_kind"], out["trigger_value"] = _measure(
+            edit["trigger"], f"{at}.trigger", ("input_tokens", "tool_uses"), minimum=1
+        )
     if edit.get("keep") is not None:
         out["keep"] = _measure(edit["keep"], f"{at}.keep", ("tool_uses",))[1]
     if edit.get("clear_at_least") is not None:
@@ -143,8 +148,12 @@ def _clear_thinking(edit: dict, at: str) -> ClearThinking:
 def parse_context_management(config: Any) -> list[Edit]:
     """The edits asked for, checked (see the module docstring); ProxyError 400 otherwise."""
     if type(config) is not dict:
-        raise ProxyError(400, f"context_management: expected an object, got {type(config).__name__}",
-                         code="invalid_context_management", param="context_management")
+        raise ProxyError(
+            400,
+            f"context_management: expected an object, got {type(config).__name__}",
+            code="invalid_context_management",
+            param="context_management",
+        )
     for key in config:
         if key != "edits":
             raise _bad(key, "unknown field")

@@ -33,9 +33,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from proxy.formats.messages.items import PART, blocks_of, block_type, input_text, text_blocks_text
-from proxy.formats.messages.request import anthropic_tool, messages_of
 from proxy.core.jsonio import array_or, object_or, string_or
+from proxy.formats.messages.items import PART, block_type, blocks_of, input_text, text_blocks_text
+from proxy.formats.messages.request import anthropic_tool, messages_of
 
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 DEFAULT_MAX_TOKENS = 4096
@@ -93,11 +93,19 @@ def _tool_use(call: Any) -> Any:
         return call
     if call.get("type") == "custom" and isinstance(call.get("custom"), dict):
         custom = call["custom"]
-        return {"type": "tool_use", "id": call.get("id"), "name": custom.get("name"),
-                "input": {"input": custom.get("input", "")}}
+        return {
+            "type": "tool_use",
+            "id": call.get("id"),
+            "name": custom.get("name"),
+            "input": {"input": custom.get("input", "")},
+        }
     function = object_or(call.get("function"), {})
-    return {"type": "tool_use", "id": call.get("id"), "name": function.get("name"),
-            "input": _input(function.get("arguments"))}
+    return {
+        "type": "tool_use",
+        "id": call.get("id"),
+        "name": function.get("name"),
+        "input": _input(function.get("arguments")),
+    }
 
 
 def _assistant(message: dict) -> dict:
@@ -121,7 +129,7 @@ def _leading_system(messages: list[Any]) -> int:
 
 def system_from_chat(messages: list[Any]) -> str | None:
     """The `system` of the leading system / developer messages (None: there is none)."""
-    texts = [_text(m.get("content")) for m in messages[:_leading_system(messages)]]
+    texts = [_text(m.get("content")) for m in messages[: _leading_system(messages)]]
     return "\n\n".join(texts) if texts else None
 
 
@@ -137,10 +145,14 @@ def items_with_offsets(messages: list[Any]) -> tuple[list[Any], list[int]]:
         if index < lead:
             pass
         elif role == "tool":
-            result = {"type": "tool_result", "tool_use_id": message.get("tool_call_id"),
-                      "content": _content(message.get("content"))}
-            items.append({"role": "user", "content": [result], PART: run} if run else
-                         {"role": "user", "content": [result]})
+            result = {
+                "type": "tool_result",
+                "tool_use_id": message.get("tool_call_id"),
+                "content": _content(message.get("content")),
+            }
+            items.append(
+                {"role": "user", "content": [result], PART: run} if run else {"role": "user", "content": [result]}
+            )
         elif role == "assistant":
             items.append(_assistant(message))
         elif role == "user" or role in _SYSTEM_ROLES:
@@ -166,13 +178,18 @@ def tools_from_chat(tools: Any) -> Any:
     """Chat tool schemas (`{"type": "function", "function": {...}}`) as Anthropic client tools; others kept."""
     if not isinstance(tools, list):
         return tools
-    return [anthropic_tool(t) if isinstance(t, dict) and t.get("type") == "function"
-            and isinstance(t.get("function"), dict) and isinstance(t["function"].get("name"), str) else t
-            for t in tools]
+    return [
+        anthropic_tool(t)
+        if isinstance(t, dict)
+        and t.get("type") == "function"
+        and isinstance(t.get("function"), dict)
+        and isinstance(t["function"].get("name"), str)
+        else t
+        for t in tools
+    ]
 
 
-def body_from_chat(messages: list[Any], *, model: str, tools: Any = None,
-                   max_tokens: int = DEFAULT_MAX_TOKENS) -> dict:
+def body_from_chat(messages: list[Any], *, model: str, tools: Any = None, max_tokens: int = DEFAULT_MAX_TOKENS) -> dict:
     """The Messages request body a client would send for a chat history."""
     body: dict[str, Any] = {"model": model, "max_tokens": max_tokens}
     system = system_from_chat(messages)
@@ -194,8 +211,11 @@ def _chat_part(block: Any) -> Any:
         return {"type": "text", "text": string_or(block.get("text"), "")}
     if kind == "image" and isinstance(block.get("source"), dict):
         source = block["source"]
-        url = (f"data:{source.get('media_type')};base64,{source.get('data')}" if source.get("type") == "base64"
-               else source.get("url"))
+        url = (
+            f"data:{source.get('media_type')};base64,{source.get('data')}"
+            if source.get("type") == "base64"
+            else source.get("url")
+        )
         return {"type": "image_url", "image_url": {"url": url}}
     return {"type": "text", "text": json.dumps(block, ensure_ascii=False)}
 
@@ -218,16 +238,25 @@ def chat_from_message(message: Any) -> list[Any]:
     content = message.get("content")
     if role == "assistant":
         blocks = blocks_of(content)
-        calls = [{"id": b.get("id"), "type": "function",
-                  "function": {"name": b.get("name"), "arguments": input_text(b.get("input"))}}
-                 for b in blocks if block_type(b) == "tool_use"]
+        calls = [
+            {
+                "id": b.get("id"),
+                "type": "function",
+                "function": {"name": b.get("name"), "arguments": input_text(b.get("input"))},
+            }
+            for b in blocks
+            if block_type(b) == "tool_use"
+        ]
         out: dict[str, Any] = {"role": "assistant", "content": text_blocks_text(blocks)}
         if calls:
             out["tool_calls"] = calls
         return [out]
     if role == "user" and isinstance(content, list):
-        results = [{"role": "tool", "tool_call_id": b.get("tool_use_id"), "content": _chat_content(b.get("content"))}
-                   for b in content if block_type(b) == "tool_result"]
+        results = [
+            {"role": "tool", "tool_call_id": b.get("tool_use_id"), "content": _chat_content(b.get("content"))}
+            for b in content
+            if block_type(b) == "tool_result"
+        ]
         rest = [b for b in content if block_type(b) != "tool_result"]
         return [*results, *([{"role": "user", "content": _chat_content(rest)}] if rest or not results else [])]
     return [{"role": role, "content": _chat_content(content)}]
@@ -245,10 +274,22 @@ def chat_from_answer(answer: Any) -> dict:
     return chat_from_message({"role": "assistant", "content": answer.get("content") or []})[0]
 
 
-def message_answer(text: str, *, model: str, input_tokens: int = 0, output_tokens: int = 0,
-                   message_id: str = "msg_replay") -> dict:
+def message_answer(
+    text: str, *, model: str, input_tokens: int = 0, output_tokens: int = 0, message_id: str = "msg_replay"
+) -> dict:
     """The Messages API response answering `text` (what a fake upstream sends)."""
-    return {"id": message_id, "type": "message", "role": "assistant", "model": model,
-            "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
-            "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens,
-                      "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}
+    return {
+        "id": message_id,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+        },
+    }

@@ -32,8 +32,8 @@ import json
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from proxy.core.jsonio import string_or
 from proxy.core.images import split_data_url
+from proxy.core.jsonio import string_or
 from proxy.core.view import ItemView, MediaPart, Role
 
 PART = "x-offload-part"  # on a later part of a split user message: its place (1, 2, …) in the message
@@ -89,8 +89,10 @@ def split_message(message: Any) -> list[Any]:
             parts[-1].append(block)
     if len(parts) == 1:
         return [message]
-    return [{**message, "content": parts[0]},
-            *({"role": "user", "content": blocks, PART: k} for k, blocks in enumerate(parts[1:], 1))]
+    return [
+        {**message, "content": parts[0]},
+        *({"role": "user", "content": blocks, PART: k} for k, blocks in enumerate(parts[1:], 1)),
+    ]
 
 
 def text_blocks_text(blocks: Any) -> str | None:
@@ -128,8 +130,11 @@ def result_text(block: dict) -> str | None:
     content = block.get("content")
     if isinstance(content, str):
         return content
-    if (isinstance(content, list) and content
-            and all(block_type(b) == "text" and isinstance(b.get("text"), str) for b in content)):
+    if (
+        isinstance(content, list)
+        and content
+        and all(block_type(b) == "text" and isinstance(b.get("text"), str) for b in content)
+    ):
         return "\n".join(b["text"] for b in content)
     return None
 
@@ -157,16 +162,25 @@ def media_block(block: Any) -> MediaPart | None:
     if not isinstance(source, dict) or source.get("type") == "text" or source.get("type") == "content":
         return None  # a text document is text: counted as such
     data, media_type = source.get("data"), source.get("media_type")
-    inline = (f"data:{media_type};base64,{data}" if source.get("type") == "base64" and isinstance(data, str)
-              and isinstance(media_type, str) and "," not in media_type and ";" not in media_type else None)
+    inline = (
+        f"data:{media_type};base64,{data}"
+        if source.get("type") == "base64"
+        and isinstance(data, str)
+        and isinstance(media_type, str)
+        and "," not in media_type
+        and ";" not in media_type
+        else None
+    )
     return MediaPart(kind, inline, "anthropic")
 
 
 def reloaded_block(kind: str, data_url: str) -> dict:
     """The block showing reloaded media again (an image or a document, base64)."""
     media_type, data = split_data_url(data_url) or ("application/octet-stream", "")
-    return {"type": "image" if kind == "image" else "document",
-            "source": {"type": "base64", "media_type": media_type, "data": data}}
+    return {
+        "type": "image" if kind == "image" else "document",
+        "source": {"type": "base64", "media_type": media_type, "data": data},
+    }
 
 
 def _marker_block(block: dict, text: str) -> dict:
@@ -241,7 +255,7 @@ class MessagesView:
         self.injected_names = frozenset(injected_names)
 
     def role(self, item: Any) -> Role:
-        """"tool" for an item that is one tool_result, "user"/"assistant" for the rest of those
+        """ "tool" for an item that is one tool_result, "user"/"assistant" for the rest of those
         messages, "system" for a message of role `system` (Claude Code sends its environment so,
         per turn, beside the top-level `system`, which is not in the history): never summarised,
         kept verbatim; "other" for anything else."""
@@ -282,8 +296,7 @@ class MessagesView:
         return tuple(b["id"] for b in self._tool_uses(item) if isinstance(b.get("id"), str))
 
     def call_details(self, item: Any) -> tuple[tuple[str, str], ...]:
-        return tuple((string_or(b.get("name"), ""), input_text(b.get("input")))
-                     for b in self._tool_uses(item))
+        return tuple((string_or(b.get("name"), ""), input_text(b.get("input"))) for b in self._tool_uses(item))
 
     def answers(self, item: Any) -> str | None:
         block = tool_result_block(item)
@@ -298,8 +311,11 @@ class MessagesView:
         return self.answers(item) is not None and bool(self.calls(previous))
 
     def injected_calls(self, item: Any) -> tuple[str, ...]:
-        return tuple(b["id"] for b in self._tool_uses(item)
-                     if b.get("name") in self.injected_names and isinstance(b.get("id"), str))
+        return tuple(
+            b["id"]
+            for b in self._tool_uses(item)
+            if b.get("name") in self.injected_names and isinstance(b.get("id"), str)
+        )
 
     def is_provider_compaction(self, item: Any) -> bool:
         """A message holding a `compaction` block (`compact_20260112`): opaque as a whole."""

@@ -25,11 +25,18 @@ from proxy.core.media import ToolResult, as_text
 from proxy.core.rounds import ToolCall
 from proxy.errors import anthropic_error_event
 from proxy.formats.messages.request import inject_tools, with_history
-from proxy.formats.messages.rounds import (assistant_turn, calls_to_run, combine_rounds, content_of, injected_only,
-                                           tool_calls, tool_results, usage_from_chat)
+from proxy.formats.messages.rounds import (
+    assistant_turn,
+    calls_to_run,
+    combine_rounds,
+    content_of,
+    injected_only,
+    tool_calls,
+    tool_results,
+    usage_from_chat,
+)
 from proxy.formats.messages.stream import StreamRewriter
 from proxy.upstream import sse
-
 
 
 class MessagesRounds:
@@ -43,8 +50,16 @@ class MessagesRounds:
     # itself (`proxy.emulation.edits`): on the message, or on a stream's last `message_delta`
     context_management: dict | None = None
 
-    def __init__(self, body: dict, items: list[Any], tools: Sequence[dict], *, names: frozenset[str],
-                 extra_usage: dict | None = None, lead: Sequence[dict] = ()) -> None:
+    def __init__(
+        self,
+        body: dict,
+        items: list[Any],
+        tools: Sequence[dict],
+        *,
+        names: frozenset[str],
+        extra_usage: dict | None = None,
+        lead: Sequence[dict] = (),
+    ) -> None:
         """`lead`: the proxy's own blocks, first in the client's answer (an emulated compaction)."""
         self.body, self.items, self.tools, self.names = body, list(items), list(tools), names
         self.extra_usage = usage_from_chat(extra_usage)
@@ -120,5 +135,12 @@ class MessagesRounds:
         """The user message answering `unanswered` (nothing is stored upstream: unused by the proxy)."""
         if not self.unanswered:
             return []
-        return [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.call_id, "content": as_text(result)}
-                                             for call, result in zip(self.unanswered, results)]}]
+        return [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": call.call_id, "content": as_text(result)}
+                    for call, result in zip(self.unanswered, results)
+                ],
+            }
+        ]

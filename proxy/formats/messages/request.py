@@ -6,10 +6,9 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from proxy.core.provider_context import DEFAULT_KEEP_TOOL_USES, NONE, ProviderContext
-from proxy.formats.messages.items import (PRIVATE_KEYS, blocks_of, has_tool_result, is_part, is_summary,
-                                          split_message)
 from proxy.core.jsonio import object_or
+from proxy.core.provider_context import DEFAULT_KEEP_TOOL_USES, NONE, ProviderContext
+from proxy.formats.messages.items import PRIVATE_KEYS, blocks_of, has_tool_result, is_part, is_summary, split_message
 
 
 def history(body: dict) -> list[Any]:
@@ -93,7 +92,8 @@ def _mergeable(group: list[Any]) -> bool:
         return False
     content = head.get("content")
     return isinstance(content, (str, list)) and not any(
-        has_tool_result(item.get("content")) for item in group if isinstance(item, dict))
+        has_tool_result(item.get("content")) for item in group if isinstance(item, dict)
+    )
 
 
 def _merged(summary: dict, message: dict, *, after: bool = False) -> dict:

@@ -28,7 +28,8 @@ def injected_only(answer: Any, names: Collection[str]) -> bool:
         return False
     content = content_of(answer)
     return any(is_injected(b, names) for b in content) and not any(
-        is_tool_use(b) and not is_injected(b, names) for b in content)
+        is_tool_use(b) and not is_injected(b, names) for b in content
+    )
 
 
 def calls_to_run(answer: Any, names: Collection[str]) -> list[dict]:
@@ -51,8 +52,9 @@ def _arguments(value: Any) -> Any:
 
 def tool_calls(blocks: Sequence[dict]) -> list[ToolCall]:
     """The injected tool_use blocks as the loop runs them (see `_arguments`)."""
-    return [ToolCall(str(b.get("name") or ""), _arguments(b.get("input")),
-                     string_or(b.get("id"), None)) for b in blocks]
+    return [
+        ToolCall(str(b.get("name") or ""), _arguments(b.get("input")), string_or(b.get("id"), None)) for b in blocks
+    ]
 
 
 def _sendable(block: Any) -> Any:
@@ -67,8 +69,12 @@ def assistant_turn(content: list) -> dict:
     (thinking and redacted_thinking included, which the API requires back with the tool
     results), less empty text blocks (which the API refuses in a request), a tool input too
     deep to send back replaced by a note."""
-    return {"role": "assistant", "content": [
-        _sendable(block) for block in content if not (block_type(block) == "text" and block.get("text") == "")]}
+    return {
+        "role": "assistant",
+        "content": [
+            _sendable(block) for block in content if not (block_type(block) == "text" and block.get("text") == "")
+        ],
+    }
 
 
 def tool_results(calls: Sequence[dict], results: Sequence[ToolResult]) -> dict:
@@ -76,9 +82,13 @@ def tool_results(calls: Sequence[dict], results: Sequence[ToolResult]) -> dict:
     in order; reloaded media as an image or document block."""
     if len(calls) != len(results):
         raise ValueError(f"{len(calls)} calls but {len(results)} results")
-    return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.get("id"),
-                                         "content": _result_content(result)}
-                                        for call, result in zip(calls, results)]}
+    return {
+        "role": "user",
+        "content": [
+            {"type": "tool_result", "tool_use_id": call.get("id"), "content": _result_content(result)}
+            for call, result in zip(calls, results)
+        ],
+    }
 
 
 def _result_content(result: ToolResult) -> Any:
@@ -120,8 +130,9 @@ def sum_usage(usages: Sequence[Any], extra_usage: dict | None) -> dict | None:
     return total
 
 
-def combine_rounds(answers: Sequence[dict], names: Collection[str], *, extra_usage: dict | None = None,
-                   lead: Sequence[dict] = ()) -> dict:
+def combine_rounds(
+    answers: Sequence[dict], names: Collection[str], *, extra_usage: dict | None = None, lead: Sequence[dict] = ()
+) -> dict:
     """The one message the client gets from the rounds of a non-streamed reload loop.
 
     The last round's message (its `stop_reason`, `stop_sequence`, `model`, …) with the first

@@ -28,12 +28,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.core.growing_text import GrowingText
+from proxy.core.jsonio import object_or
+from proxy.core.usage import add_usage
 from proxy.errors import ANTHROPIC_ERROR_TYPES
 from proxy.formats.messages.items import block_type, is_injected, is_tool_use
-from proxy.core.growing_text import GrowingText
-from proxy.core.usage import add_usage
 from proxy.formats.messages.rounds import assistant_turn, client_stop_reason
-from proxy.core.jsonio import object_or
 
 _INPUT_BLOCKS = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})  # their input comes as JSON fragments
 ERROR_TYPES = ANTHROPIC_ERROR_TYPES  # the error types a client may be sent
@@ -116,13 +116,20 @@ def block_events(index: int, block: dict) -> list[dict]:
     A `compaction` block starts empty and comes in one `compaction_delta`; others start whole."""
     if block_type(block) == "compaction":
         start = {"type": "compaction", "content": None, "encrypted_content": None}
-        deltas = [{"type": "compaction_delta", "content": block.get("content"),
-                   "encrypted_content": block.get("encrypted_content")}]
+        deltas = [
+            {
+                "type": "compaction_delta",
+                "content": block.get("content"),
+                "encrypted_content": block.get("encrypted_content"),
+            }
+        ]
     else:
         start, deltas = block, []
-    return ([{"type": "content_block_start", "index": index, "content_block": start}]
-            + [{"type": "content_block_delta", "index": index, "delta": delta} for delta in deltas]
-            + [{"type": "content_block_stop", "index": index}])
+    return (
+        [{"type": "content_block_start", "index": index, "content_block": start}]
+        + [{"type": "content_block_delta", "index": index, "delta": delta} for delta in deltas]
+        + [{"type": "content_block_stop", "index": index}]
+    )
 
 
 class StreamRewriter:
@@ -132,8 +139,9 @@ class StreamRewriter:
     `round_message` and `calls_to_run` make the next request, and `next_round()` starts it);
     `finish()` gives the last events, `fail(...)` an error event instead."""
 
-    def __init__(self, injected_names: Iterable[str], *, extra_usage: dict | None = None,
-                 lead: Sequence[dict] = ()) -> None:
+    def __init__(
+        self, injected_names: Iterable[str], *, extra_usage: dict | None = None, lead: Sequence[dict] = ()
+    ) -> None:
         """`lead`: the proxy's own blocks (an emulated compaction block), at the first indexes,
         streamed whole right after `message_start`."""
         self.names = frozenset(injected_names)
@@ -175,8 +183,13 @@ class StreamRewriter:
     def injected_only(self) -> bool:
         """The round ended to use tools, at least one injected and none of the client's."""
         blocks = self._ordered()
-        return (self.ended and not self._errored and self._stop_reason() == "tool_use"
-                and any(b.hidden for b in blocks) and not any(is_tool_use(b.block) and not b.hidden for b in blocks))
+        return (
+            self.ended
+            and not self._errored
+            and self._stop_reason() == "tool_use"
+            and any(b.hidden for b in blocks)
+            and not any(is_tool_use(b.block) and not b.hidden for b in blocks)
+        )
 
     @property
     def calls_to_run(self) -> list[dict]:
@@ -250,8 +263,9 @@ class StreamRewriter:
         if kind == "content_block_start":  # the index it had (an event before its start) stays its index
             block = object_or(event.get("content_block"), {})
             shown = state.client_index if state is not None and not state.hidden else None
-            state = self._blocks[index] = _Block(copy.deepcopy(block), hidden=is_injected(block, self.names),
-                                                 client_index=shown)
+            state = self._blocks[index] = _Block(
+                copy.deepcopy(block), hidden=is_injected(block, self.names), client_index=shown
+            )
         elif state is None:  # an event of a block never announced: shown, not rebuilt
             state = self._blocks[index] = _Block({}, hidden=False)
         if kind == "content_block_delta" and isinstance(event.get("delta"), dict):

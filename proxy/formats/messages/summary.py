@@ -33,9 +33,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from proxy.core.jsonio import object_or
 from proxy.formats.messages.items import block_type, is_tool_use
 from proxy.formats.messages.request import inject_tools, messages_of
-from proxy.core.jsonio import object_or
 
 SUMMARY_MAX_TOKENS = 4096
 DROPPED = frozenset({"stream", "stop_sequences", "output_format", "max_tokens"})
@@ -73,15 +73,20 @@ def _unanswered(messages: list[Any]) -> list[str]:
     return [b["id"] for b in last["content"] if is_tool_use(b) and isinstance(b.get("id"), str)]
 
 
-def summary_request(body: dict, prefix: list[Any], instruction: str, *, tools: Sequence[dict],
-                    model: str) -> tuple[str, dict]:
+def summary_request(
+    body: dict, prefix: list[Any], instruction: str, *, tools: Sequence[dict], model: str
+) -> tuple[str, dict]:
     messages = messages_of(prefix)  # the prefix alone: the instruction is never merged into it
     ask = instruction_message(instruction)
     dangling = _unanswered(messages)
     if dangling:
-        ask = {"role": "user", "content": [
-            *({"type": "tool_result", "tool_use_id": call_id, "is_error": True} for call_id in dangling),
-            *ask["content"]]}
+        ask = {
+            "role": "user",
+            "content": [
+                *({"type": "tool_result", "tool_use_id": call_id, "is_error": True} for call_id in dangling),
+                *ask["content"],
+            ],
+        }
     out = {k: v for k, v in {**body, "messages": [*messages, ask]}.items() if k not in DROPPED}
     if tools:
         out = inject_tools(out, tools)

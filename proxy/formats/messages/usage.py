@@ -23,7 +23,10 @@ def bill_of(usage: object) -> Bill:
     split = usage.get("cache_creation")
     if split is not None and not isinstance(split, dict):
         return UNREPORTED
-    five, hour = optional((split or {}).get("ephemeral_5m_input_tokens")), optional((split or {}).get("ephemeral_1h_input_tokens"))
+    five, hour = (
+        optional((split or {}).get("ephemeral_5m_input_tokens")),
+        optional((split or {}).get("ephemeral_1h_input_tokens")),
+    )
     if None in (uncached, output, read, written, five, hour):
         return UNREPORTED
     assert written is not None and five is not None and hour is not None
@@ -31,8 +34,9 @@ def bill_of(usage: object) -> Bill:
         written = five + hour
     if five + hour > written:
         return UNREPORTED  # the split says more was written than the total: neither is to be trusted
-    return reported(uncached=uncached, cache_read=read, cache_write_5m=written - hour, cache_write_1h=hour,
-                    output=output)
+    return reported(
+        uncached=uncached, cache_read=read, cache_write_5m=written - hour, cache_write_1h=hour, output=output
+    )
 
 
 class MessagesUsageStream:

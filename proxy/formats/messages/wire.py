@@ -10,18 +10,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from proxy.core.wire import Compaction
 from proxy.core.bill import UsageReader
-from proxy.formats.messages.usage import USAGE
 from proxy.core.markers import INJECTED_TOOLS
 from proxy.core.provider_context import ProviderContext
+from proxy.core.wire import Compaction
 from proxy.formats.messages import summary
+from proxy.formats.messages.body import parse_messages_body
 from proxy.formats.messages.cache_control import with_caching
 from proxy.formats.messages.compaction import paused_events, paused_message
-from proxy.formats.messages.body import parse_messages_body
 from proxy.formats.messages.items import MessagesView
 from proxy.formats.messages.reload_rounds import MessagesRounds
 from proxy.formats.messages.request import colliding_tool_names, history, provider_context, with_history
+from proxy.formats.messages.usage import USAGE
 
 
 class MessagesFormat:
@@ -51,19 +51,26 @@ class MessagesFormat:
     def provider_context(self, body: dict) -> ProviderContext:
         return provider_context(body)
 
-    def rounds(self, body: dict, items: list[Any], tools: Sequence[dict], *,
-               extra_usage: dict | None, lead: Sequence[dict] = ()) -> MessagesRounds:
+    def rounds(
+        self,
+        body: dict,
+        items: list[Any],
+        tools: Sequence[dict],
+        *,
+        extra_usage: dict | None,
+        lead: Sequence[dict] = (),
+    ) -> MessagesRounds:
         return MessagesRounds(body, items, tools, names=INJECTED_TOOLS, extra_usage=extra_usage, lead=lead)
 
-    def paused_answer(self, lead: list[dict], *, body: dict, created_at: int, tokens_in: int,
-                      tokens_out: int) -> dict:
+    def paused_answer(self, lead: list[dict], *, body: dict, created_at: int, tokens_in: int, tokens_out: int) -> dict:
         return paused_message(lead[0], model=body.get("model"), tokens_in=tokens_in, tokens_out=tokens_out)
 
     def paused_events(self, answer: dict) -> list[dict]:
         return paused_events(answer)
 
-    def summary_request(self, body: dict, prefix: list[Any], instruction: str, *, tools: Sequence[dict],
-                        model: str) -> tuple[str, dict]:
+    def summary_request(
+        self, body: dict, prefix: list[Any], instruction: str, *, tools: Sequence[dict], model: str
+    ) -> tuple[str, dict]:
         return summary.summary_request(body, prefix, instruction, tools=tools, model=model)
 
     def summary_answer(self, answer: Any) -> tuple[str, int, int]:

@@ -24,21 +24,47 @@ reads, and so checks:
 
 from __future__ import annotations
 
-from proxy.formats.json_body import (ARRAY, BOOLEAN, STRING, TOOL, Shape, of, an_object, check_body, item_fields,
-                                     check_count, objects, parse_body, part_shape)
+from proxy.formats.json_body import (
+    ARRAY,
+    BOOLEAN,
+    STRING,
+    TOOL,
+    Shape,
+    an_object,
+    check_body,
+    check_count,
+    item_fields,
+    objects,
+    of,
+    parse_body,
+    part_shape,
+)
 
-ITEM = Shape({**item_fields(part_shape()), **{name: STRING for name in (
-    "id", "call_id", "namespace", "server_label", "approval_request_id")}})
+ITEM = Shape(
+    {
+        **item_fields(part_shape()),
+        **{name: STRING for name in ("id", "call_id", "namespace", "server_label", "approval_request_id")},
+    }
+)
 RESPONSES_TOOL = Shape(TOOL.fields)
 RESPONSES_TOOL.variant("namespace", tools=objects(RESPONSES_TOOL))
 CHOICE = Shape({"type": STRING, "name": STRING, "tools": objects(Shape({"type": STRING, "name": STRING}))})
-BODY = Shape({
-    "input": of("a string or an array of objects", text=True, objs=ITEM),
-    "tools": objects(RESPONSES_TOOL), "tool_choice": of("a string or an object", text=True, obj=CHOICE),
-    "model": STRING, "instructions": STRING, "previous_response_id": STRING,
-    "stream": BOOLEAN, "store": BOOLEAN, "background": BOOLEAN, "include": ARRAY,
-    "conversation": of("a string or an object", text=True, obj=Shape({"id": STRING})), "text": an_object(),
-})
+BODY = Shape(
+    {
+        "input": of("a string or an array of objects", text=True, objs=ITEM),
+        "tools": objects(RESPONSES_TOOL),
+        "tool_choice": of("a string or an object", text=True, obj=CHOICE),
+        "model": STRING,
+        "instructions": STRING,
+        "previous_response_id": STRING,
+        "stream": BOOLEAN,
+        "store": BOOLEAN,
+        "background": BOOLEAN,
+        "include": ARRAY,
+        "conversation": of("a string or an object", text=True, obj=Shape({"id": STRING})),
+        "text": an_object(),
+    }
+)
 
 
 def parse_responses_body(raw: bytes, *, max_items: int | None = None) -> dict:

@@ -26,10 +26,14 @@ from proxy.errors import ProxyError
 from proxy.formats.json_body import STRING, Shape, check_body, load_object, of
 from proxy.formats.responses.body import ITEM
 
-BODY = Shape({
-    "input": of("a string or an array of objects", text=True, objs=ITEM),
-    "model": STRING, "instructions": STRING, "previous_response_id": STRING,
-})
+BODY = Shape(
+    {
+        "input": of("a string or an array of objects", text=True, objs=ITEM),
+        "model": STRING,
+        "instructions": STRING,
+        "previous_response_id": STRING,
+    }
+)
 # What a summary call of the compaction may carry of the client's body (the rest of a compact
 # body, `image`, `prompt_cache_options`, is no parameter of `POST /v1/responses`).
 SUMMARY_FIELDS = ("model", "instructions", "prompt_cache_key", "prompt_cache_retention", "service_tier")
@@ -41,15 +45,19 @@ def parse_compact_body(raw: bytes, *, max_items: int | None = None) -> dict:
     body = load_object(raw)
     check_body(body, BODY)
     if not isinstance(body.get("model"), str):
-        raise ProxyError(400, "Missing required parameter: 'model'.", code="missing_required_parameter",
-                         param="model")
+        raise ProxyError(400, "Missing required parameter: 'model'.", code="missing_required_parameter", param="model")
     items = body.get("input")
     if items is None and not isinstance(body.get("previous_response_id"), str):
-        raise ProxyError(400, "Missing required parameter: 'input' (or 'previous_response_id').",
-                         code="missing_required_parameter", param="input")
+        raise ProxyError(
+            400,
+            "Missing required parameter: 'input' (or 'previous_response_id').",
+            code="missing_required_parameter",
+            param="input",
+        )
     if max_items is not None and isinstance(items, list) and len(items) > max_items:
-        raise ProxyError(400, f"Too many input items: {len(items)} > {max_items}.", code="too_many_messages",
-                         param="input")
+        raise ProxyError(
+            400, f"Too many input items: {len(items)} > {max_items}.", code="too_many_messages", param="input"
+        )
     return body
 
 
@@ -78,44 +86,86 @@ def compaction_item(token: str) -> dict:
 
 def usage(tokens_in: int, tokens_out: int) -> dict:
     """The Responses API's usage object for what the compaction's summary calls used."""
-    return {"input_tokens": tokens_in, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-            "output_tokens": tokens_out, "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": tokens_in + tokens_out}
+    return {
+        "input_tokens": tokens_in,
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "output_tokens": tokens_out,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": tokens_in + tokens_out,
+    }
 
 
-def compacted_response(token: str, kept_users: list[Any], *, created_at: int, tokens_in: int = 0,
-                       tokens_out: int = 0) -> dict:
+def compacted_response(
+    token: str, kept_users: list[Any], *, created_at: int, tokens_in: int = 0, tokens_out: int = 0
+) -> dict:
     """The `response.compaction` object: the kept user messages, then the compaction item. The
     same token gives the same ids (and output); `created_at` is the time it was answered."""
-    return {"id": f"resp_{_digest(token, 'response')}", "object": "response.compaction", "created_at": created_at,
-            "output": [*(output_message(m) for m in kept_users), compaction_item(token)],
-            "usage": usage(tokens_in, tokens_out)}
+    return {
+        "id": f"resp_{_digest(token, 'response')}",
+        "object": "response.compaction",
+        "created_at": created_at,
+        "output": [*(output_message(m) for m in kept_users), compaction_item(token)],
+        "usage": usage(tokens_in, tokens_out),
+    }
 
 
 # What a Response echoes of its request, as the API does (the rest take the API's defaults).
-_ECHOED = ("instructions", "max_output_tokens", "metadata", "parallel_tool_calls", "previous_response_id",
-           "prompt_cache_key", "reasoning", "service_tier", "store", "temperature", "text", "tool_choice", "tools",
-           "top_p", "truncation", "user")
+_ECHOED = (
+    "instructions",
+    "max_output_tokens",
+    "metadata",
+    "parallel_tool_calls",
+    "previous_response_id",
+    "prompt_cache_key",
+    "reasoning",
+    "service_tier",
+    "store",
+    "temperature",
+    "text",
+    "tool_choice",
+    "tools",
+    "top_p",
+    "truncation",
+    "user",
+)
 _DEFAULTS: dict[str, Any] = {
-    "instructions": None, "max_output_tokens": None, "metadata": {}, "parallel_tool_calls": True,
-    "previous_response_id": None, "reasoning": {"effort": None, "summary": None}, "store": True,
-    "temperature": 1.0, "text": {"format": {"type": "text"}}, "tool_choice": "auto", "tools": [], "top_p": 1.0,
-    "truncation": "disabled", "user": None,
+    "instructions": None,
+    "max_output_tokens": None,
+    "metadata": {},
+    "parallel_tool_calls": True,
+    "previous_response_id": None,
+    "reasoning": {"effort": None, "summary": None},
+    "store": True,
+    "temperature": 1.0,
+    "text": {"format": {"type": "text"}},
+    "tool_choice": "auto",
+    "tools": [],
+    "top_p": 1.0,
+    "truncation": "disabled",
+    "user": None,
 }
 
 
-def triggered_response(lead: list[dict], *, request: dict, created_at: int, tokens_in: int = 0,
-                       tokens_out: int = 0) -> dict:
+def triggered_response(
+    lead: list[dict], *, request: dict, created_at: int, tokens_in: int = 0, tokens_out: int = 0
+) -> dict:
     """The Response answering a `compaction_trigger` request: `lead` (the one compaction item)
     as its whole `output`, the compaction's `usage`, the request's settings echoed. Its id is
     derived from the compaction item's (the same compaction, the same ids)."""
     token = str(lead[0].get("encrypted_content")) if lead else ""
     model = request.get("model")
     body: dict[str, Any] = {
-        "id": f"resp_{_digest(token, 'response')}", "object": "response", "created_at": created_at,
-        "status": "completed", "background": False, "error": None, "incomplete_details": None,
-        "model": model if isinstance(model, str) else "unknown", "output": list(lead),
-        "usage": usage(tokens_in, tokens_out), "completed_at": created_at,
+        "id": f"resp_{_digest(token, 'response')}",
+        "object": "response",
+        "created_at": created_at,
+        "status": "completed",
+        "background": False,
+        "error": None,
+        "incomplete_details": None,
+        "model": model if isinstance(model, str) else "unknown",
+        "output": list(lead),
+        "usage": usage(tokens_in, tokens_out),
+        "completed_at": created_at,
     }
     for key in _ECHOED:
         body[key] = request[key] if request.get(key) is not None else _DEFAULTS.get(key)
@@ -128,10 +178,14 @@ def triggered_events(response: dict) -> list[dict]:
     and `.done` (a compaction item has no content events), `response.completed`;
     `sequence_number` 0, 1, 2, …"""
     start = {**response, "status": "in_progress", "output": [], "usage": None, "completed_at": None}
-    out: list[dict] = [{"type": "response.created", "response": start},
-                       {"type": "response.in_progress", "response": start}]
+    out: list[dict] = [
+        {"type": "response.created", "response": start},
+        {"type": "response.in_progress", "response": start},
+    ]
     for index, item in enumerate(response["output"]):
-        out += [{"type": "response.output_item.added", "output_index": index, "item": item},
-                {"type": "response.output_item.done", "output_index": index, "item": item}]
+        out += [
+            {"type": "response.output_item.added", "output_index": index, "item": item},
+            {"type": "response.output_item.done", "output_index": index, "item": item},
+        ]
     out.append({"type": "response.completed", "response": response})
     return [{**event, "sequence_number": n} for n, event in enumerate(out)]

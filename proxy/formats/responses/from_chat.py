@@ -24,6 +24,7 @@ Chat's `name` on a message has no Responses counterpart and is dropped.
 from __future__ import annotations
 
 from typing import Any
+
 from proxy.core.jsonio import array_or, object_or
 
 _INPUT_ROLES = frozenset({"system", "developer", "user"})
@@ -79,11 +80,19 @@ def _call(call: Any) -> Any:
         return call
     if call.get("type") == "custom" and isinstance(call.get("custom"), dict):
         custom = call["custom"]
-        return {"type": "custom_tool_call", "call_id": call.get("id"), "name": custom.get("name"),
-                "input": custom.get("input", "")}
+        return {
+            "type": "custom_tool_call",
+            "call_id": call.get("id"),
+            "name": custom.get("name"),
+            "input": custom.get("input", ""),
+        }
     function = object_or(call.get("function"), {})
-    return {"type": "function_call", "call_id": call.get("id"), "name": function.get("name"),
-            "arguments": function.get("arguments", "")}
+    return {
+        "type": "function_call",
+        "call_id": call.get("id"),
+        "name": function.get("name"),
+        "arguments": function.get("arguments", ""),
+    }
 
 
 def items_from_message(message: Any) -> list[Any]:
@@ -95,8 +104,13 @@ def items_from_message(message: Any) -> list[Any]:
     if role in _INPUT_ROLES:
         return [{"type": "message", "role": role, "content": _parts(message.get("content"), "input_text")}]
     if role == "tool":
-        return [{"type": "function_call_output", "call_id": message.get("tool_call_id"),
-                 "output": _output(message.get("content"))}]
+        return [
+            {
+                "type": "function_call_output",
+                "call_id": message.get("tool_call_id"),
+                "output": _output(message.get("content")),
+            }
+        ]
     if role == "assistant":
         parts = _parts(message.get("content"), "output_text")
         if isinstance(message.get("refusal"), str) and message["refusal"]:

@@ -26,43 +26,85 @@ import json
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
+from proxy.core.jsonio import object_or, string_or
 from proxy.core.tokens import NOTE_KEY
 from proxy.core.view import ItemView, MediaPart, Role
-from proxy.core.jsonio import object_or, string_or
-
 
 SYSTEM_ROLES = frozenset({"system", "developer"})
 
 # Items that make a call answered later by an item with the same `call_id`.
-CALL_TYPES = frozenset({
-    "function_call", "custom_tool_call", "local_shell_call", "shell_call", "apply_patch_call",
-    "computer_call", "tool_search_call", "program",
-})
+CALL_TYPES = frozenset(
+    {
+        "function_call",
+        "custom_tool_call",
+        "local_shell_call",
+        "shell_call",
+        "apply_patch_call",
+        "computer_call",
+        "tool_search_call",
+        "program",
+    }
+)
 # Everything else the model produces (hosted tools run by the server carry their own results).
-ASSISTANT_TYPES = CALL_TYPES | frozenset({
-    "reasoning", "web_search_call", "file_search_call", "code_interpreter_call", "image_generation_call",
-    "mcp_call", "mcp_list_tools", "mcp_approval_request", "item_reference",
-})
+ASSISTANT_TYPES = CALL_TYPES | frozenset(
+    {
+        "reasoning",
+        "web_search_call",
+        "file_search_call",
+        "code_interpreter_call",
+        "image_generation_call",
+        "mcp_call",
+        "mcp_list_tools",
+        "mcp_approval_request",
+        "item_reference",
+    }
+)
 # Results of a call; besides these, any type ending in "_output" is a tool result too.
-TOOL_RESULT_TYPES = frozenset({
-    "function_call_output", "custom_tool_call_output", "local_shell_call_output", "shell_call_output",
-    "apply_patch_call_output", "computer_call_output", "tool_search_output", "program_output",
-    "mcp_approval_response",
-})
+TOOL_RESULT_TYPES = frozenset(
+    {
+        "function_call_output",
+        "custom_tool_call_output",
+        "local_shell_call_output",
+        "shell_call_output",
+        "apply_patch_call_output",
+        "computer_call_output",
+        "tool_search_output",
+        "program_output",
+        "mcp_approval_response",
+    }
+)
 # Tool results whose offloadable text is their `output`: a string (or, for the first two, parts).
-_TEXT_OUTPUT_TYPES = frozenset({
-    "function_call_output", "custom_tool_call_output", "local_shell_call_output", "apply_patch_call_output",
-    "mcp_call",
-})
+_TEXT_OUTPUT_TYPES = frozenset(
+    {
+        "function_call_output",
+        "custom_tool_call_output",
+        "local_shell_call_output",
+        "apply_patch_call_output",
+        "mcp_call",
+    }
+)
 # Calls in a response's output that only the client can answer (the reload loop must stop).
-CLIENT_CALL_TYPES = frozenset({
-    "function_call", "custom_tool_call", "local_shell_call", "shell_call", "apply_patch_call",
-    "computer_call", "mcp_approval_request",
-})
+CLIENT_CALL_TYPES = frozenset(
+    {
+        "function_call",
+        "custom_tool_call",
+        "local_shell_call",
+        "shell_call",
+        "apply_patch_call",
+        "computer_call",
+        "mcp_approval_request",
+    }
+)
 # Calls the server runs itself (their results are in the same response).
-_SERVER_CALL_TYPES = frozenset({
-    "web_search_call", "file_search_call", "code_interpreter_call", "image_generation_call", "mcp_call",
-})
+_SERVER_CALL_TYPES = frozenset(
+    {
+        "web_search_call",
+        "file_search_call",
+        "code_interpreter_call",
+        "image_generation_call",
+        "mcp_call",
+    }
+)
 _TEXT_PARTS = frozenset({"input_text", "output_text"})
 
 
@@ -86,8 +128,11 @@ def _parts_text(parts: Any) -> str | None:
         return parts
     if not isinstance(parts, list):
         return None
-    texts = [p["text"] for p in parts
-             if isinstance(p, dict) and p.get("type") in _TEXT_PARTS and isinstance(p.get("text"), str)]
+    texts = [
+        p["text"]
+        for p in parts
+        if isinstance(p, dict) and p.get("type") in _TEXT_PARTS and isinstance(p.get("text"), str)
+    ]
     return "\n".join(texts) if texts else None
 
 
@@ -113,8 +158,9 @@ def _with_parts_text(parts: Any, text: str) -> Any:
 
 # What an offloaded screenshot becomes in a `computer_call_output` (whose output must be an image):
 # a 1×1 grey PNG; the marker follows the item as a user message (`request.with_history`).
-PLACEHOLDER_PNG = ("data:image/png;base64,"
-                   "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGNoaGgAAAMEAYFL09IQAAAAAElFTkSuQmCC")
+PLACEHOLDER_PNG = (
+    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGNoaGgAAAMEAYFL09IQAAAAAElFTkSuQmCC"
+)
 
 
 def _inline(url: Any) -> str | None:
@@ -173,8 +219,12 @@ def _part_label(part: Any) -> str:
 
 def is_injected(item: Any, names: Collection[str]) -> bool:
     """Is `item` a call to one of the proxy's injected tools (a plain function_call, no namespace)?"""
-    return (isinstance(item, dict) and item.get("type") == "function_call" and item.get("name") in names
-            and not item.get("namespace"))
+    return (
+        isinstance(item, dict)
+        and item.get("type") == "function_call"
+        and item.get("name") in names
+        and not item.get("namespace")
+    )
 
 
 def needs_client(item: Any, names: Collection[str]) -> bool:
@@ -290,8 +340,12 @@ class ResponsesView:
                 name = f"{prefix}.{name}"
             arguments = item.get("input" if kind == "custom_tool_call" else "arguments")
             return ((name, arguments if isinstance(arguments, str) else ""),)
-        field = {"local_shell_call": ("local_shell", "action"), "shell_call": ("shell", "action"),
-                 "apply_patch_call": ("apply_patch", "operation"), "computer_call": ("computer", "action")}.get(kind or "")
+        field = {
+            "local_shell_call": ("local_shell", "action"),
+            "shell_call": ("shell", "action"),
+            "apply_patch_call": ("apply_patch", "operation"),
+            "computer_call": ("computer", "action"),
+        }.get(kind or "")
         if field is None:
             return ()
         value = item.get(field[1])
@@ -359,7 +413,11 @@ class ResponsesView:
             return "other", json.dumps(item, ensure_ascii=False)
         if kind == "message":
             content = item.get("content")
-            text = "\n".join(filter(None, map(_part_label, content))) if isinstance(content, list) else string_or(content, "")
+            text = (
+                "\n".join(filter(None, map(_part_label, content)))
+                if isinstance(content, list)
+                else string_or(content, "")
+            )
             return str(item.get("role") or "message"), text
         if kind == "reasoning":  # the summary (and any plain reasoning text); encrypted content is opaque
             parts = [p for key in ("summary", "content") if isinstance(item.get(key), list) for p in item[key]]
@@ -380,8 +438,11 @@ class ResponsesView:
         if kind in ("local_shell_call", "shell_call"):
             action = object_or(item.get("action"), {})
             command = action.get("command") or action.get("commands") or []
-            shown = " ".join(command) if isinstance(command, list) and all(isinstance(c, str) for c in command) \
+            shown = (
+                " ".join(command)
+                if isinstance(command, list) and all(isinstance(c, str) for c in command)
                 else json.dumps(command, ensure_ascii=False)
+            )
             return f"assistant runs {shown}", ""
         if self.role(item) == "tool":
             if (result := self.tool_text(item)) is None:
@@ -389,8 +450,11 @@ class ResponsesView:
                 if kind in ("function_call_output", "custom_tool_call_output") and isinstance(output, list):
                     result = "\n".join(filter(None, map(_part_label, output)))  # an image as "[image]", not its base64
                 else:
-                    result = "[screenshot]" if kind == "computer_call_output" else (
-                        json.dumps(output, ensure_ascii=False) if output is not None else "")
+                    result = (
+                        "[screenshot]"
+                        if kind == "computer_call_output"
+                        else (json.dumps(output, ensure_ascii=False) if output is not None else "")
+                    )
             return f"tool result ({self.answers(item) or '?'})", result
         rest = {k: v for k, v in item.items() if k not in ("type", "id", "encrypted_content")}
         label = "assistant " + kind.replace("_", " ") if self.role(item) == "assistant" else kind
@@ -398,5 +462,3 @@ class ResponsesView:
 
 
 _VIEW_CHECK: ItemView = ResponsesView(())  # the protocol is satisfied (checked by type checkers)
-
-

@@ -25,15 +25,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from proxy.core.jsonio import object_or, string_or
 from proxy.core.media import ToolResult, as_text
 from proxy.core.rounds import ToolCall
 from proxy.formats.responses.items import _type
 from proxy.formats.responses.request import inject_tools, with_history
-from proxy.formats.responses.rounds import (calls_to_run, combine_rounds, injected_only, injected_results,
-                                            reasoning_replayable, round_items)
+from proxy.formats.responses.rounds import (
+    calls_to_run,
+    combine_rounds,
+    injected_only,
+    injected_results,
+    reasoning_replayable,
+    round_items,
+)
 from proxy.formats.responses.stream import StreamRewriter
 from proxy.upstream import sse
-from proxy.core.jsonio import object_or, string_or
 
 # `response.error.code` values the openai SDK accepts (a fixed set); anything else is sent as server_error.
 ERROR_CODES = frozenset({"server_error", "rate_limit_exceeded", "invalid_prompt"})
@@ -44,13 +50,18 @@ def usage_from_chat(usage: dict | None) -> dict | None:
     if not usage:
         return None
     prompt, completion = usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0
-    return {"input_tokens": prompt, "output_tokens": completion,
-            "total_tokens": usage.get("total_tokens") or prompt + completion}
+    return {
+        "input_tokens": prompt,
+        "output_tokens": completion,
+        "total_tokens": usage.get("total_tokens") or prompt + completion,
+    }
 
 
 def _tool_calls(calls: list[dict]) -> list[ToolCall]:
-    return [ToolCall(str(c.get("name") or ""), string_or(c.get("arguments"), ""),
-                     string_or(c.get("call_id"), None)) for c in calls]
+    return [
+        ToolCall(str(c.get("name") or ""), string_or(c.get("arguments"), ""), string_or(c.get("call_id"), None))
+        for c in calls
+    ]
 
 
 def _replayable_items(items: list[dict], replayable: bool) -> list[dict]:
@@ -66,8 +77,16 @@ class ResponsesRounds:
     closing = b""
     context_management: dict | None = None  # no clearing edits in the Responses API
 
-    def __init__(self, body: dict, items: list[Any], tools: Sequence[dict], *, names: frozenset[str],
-                 extra_usage: dict | None = None, lead: Sequence[dict] = ()) -> None:
+    def __init__(
+        self,
+        body: dict,
+        items: list[Any],
+        tools: Sequence[dict],
+        *,
+        names: frozenset[str],
+        extra_usage: dict | None = None,
+        lead: Sequence[dict] = (),
+    ) -> None:
         """`lead`: the proxy's own output items, first in the client's answer (an emulated compaction)."""
         self.body, self.items, self.tools, self.names = body, list(items), list(tools), names
         self.extra_usage = usage_from_chat(extra_usage)
@@ -158,8 +177,10 @@ class ResponsesRounds:
         return self._rewriter.fail(str(detail.get("message") or "The request failed."), code=code)
 
     def carried(self, results: list[ToolResult]) -> list[dict]:
-        return [{"type": "function_call_output", "call_id": call.call_id, "output": as_text(result)}
-                for call, result in zip(self.unanswered, results)]
+        return [
+            {"type": "function_call_output", "call_id": call.call_id, "output": as_text(result)}
+            for call, result in zip(self.unanswered, results)
+        ]
 
     def encode(self, event: Any) -> bytes:
         return sse.encode_typed(event)

@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from proxy.core.provider_context import NONE, ProviderContext
-from proxy.core.view import ItemView
-from proxy.core.tokens import NOTE_KEY
 from proxy.core.jsonio import object_or
-
+from proxy.core.provider_context import NONE, ProviderContext
+from proxy.core.tokens import NOTE_KEY
+from proxy.core.view import ItemView
 
 # ---------------------------------------------------------------------------------------------
 # Requests
@@ -100,8 +99,13 @@ def inject_tools(body: dict, schemas: Sequence[dict]) -> dict:
     choice = body.get("tool_choice")
     if isinstance(choice, dict) and choice.get("type") == "allowed_tools" and isinstance(choice.get("tools"), list):
         allowed = {t.get("name") for t in choice["tools"] if isinstance(t, dict) and t.get("type") == "function"}
-        out["tool_choice"] = {**choice, "tools": [*choice["tools"], *(
-            {"type": "function", "name": t["name"]} for t in added if t["name"] not in allowed)]}
+        out["tool_choice"] = {
+            **choice,
+            "tools": [
+                *choice["tools"],
+                *({"type": "function", "name": t["name"]} for t in added if t["name"] not in allowed),
+            ],
+        }
     return out
 
 
@@ -120,13 +124,21 @@ def _hide_tools(response: dict, names: Collection[str]) -> dict:
     """`response` with the injected tools removed from its echo of `tools` and `tool_choice`."""
     out = dict(response)
     if isinstance(out.get("tools"), list):
-        out["tools"] = [t for t in out["tools"]
-                        if not (isinstance(t, dict) and t.get("type") == "function" and t.get("name") in names)]
+        out["tools"] = [
+            t
+            for t in out["tools"]
+            if not (isinstance(t, dict) and t.get("type") == "function" and t.get("name") in names)
+        ]
     choice = out.get("tool_choice")
     if isinstance(choice, dict) and isinstance(choice.get("tools"), list):
-        out["tool_choice"] = {**choice, "tools": [
-            t for t in choice["tools"]
-            if not (isinstance(t, dict) and t.get("type") == "function" and t.get("name") in names)]}
+        out["tool_choice"] = {
+            **choice,
+            "tools": [
+                t
+                for t in choice["tools"]
+                if not (isinstance(t, dict) and t.get("type") == "function" and t.get("name") in names)
+            ],
+        }
     return out
 
 
@@ -139,8 +151,7 @@ def provider_context(body: dict, view: ItemView) -> ProviderContext:
     crosses `compact_threshold`, and a `compaction_trigger` input item compacts it now: either
     way the provider summarises this history (see `proxy.core.provider_context`)."""
     entries = body.get("context_management") if isinstance(body, dict) else None
-    compacts = isinstance(entries, list) and any(
-        isinstance(e, dict) and e.get("type") == "compaction" for e in entries)
+    compacts = isinstance(entries, list) and any(isinstance(e, dict) and e.get("type") == "compaction" for e in entries)
     items = body.get("input") if isinstance(body, dict) else None
     trigger = isinstance(items, list) and bool(items) and view.is_compaction_trigger(items[-1])
     if not (compacts or trigger):

@@ -69,8 +69,10 @@ def injected_results(calls: Sequence[dict], results: Sequence[ToolResult]) -> li
     reloaded media as an `input_image` / `input_file` output."""
     if len(calls) != len(results):
         raise ValueError(f"{len(calls)} calls but {len(results)} results")
-    return [{"type": "function_call_output", "call_id": call.get("call_id"), "output": _result_output(result)}
-            for call, result in zip(calls, results)]
+    return [
+        {"type": "function_call_output", "call_id": call.get("call_id"), "output": _result_output(result)}
+        for call, result in zip(calls, results)
+    ]
 
 
 def _result_output(result: ToolResult) -> Any:
@@ -91,16 +93,19 @@ def _hidden_flags(output: list, names: Collection[str]) -> list[bool]:
         end = i + 1
         while end < len(output) and _type(output[end]) != "reasoning":
             end += 1
-        hidden[i] = end > i + 1 and all(hidden[i + 1:end])
+        hidden[i] = end > i + 1 and all(hidden[i + 1 : end])
     return hidden
 
 
 def _output_text(output: list) -> str:
     """What the SDK's `Response.output_text` computes: every message's output_text parts, joined."""
-    return "".join(part["text"] for item in output if _type(item) == "message"
-                   for part in (array_or(item.get("content"), ()))
-                   if isinstance(part, dict) and part.get("type") == "output_text"
-                   and isinstance(part.get("text"), str))
+    return "".join(
+        part["text"]
+        for item in output
+        if _type(item) == "message"
+        for part in (array_or(item.get("content"), ()))
+        if isinstance(part, dict) and part.get("type") == "output_text" and isinstance(part.get("text"), str)
+    )
 
 
 def _with_output(response: dict, output: list) -> dict:
@@ -120,8 +125,9 @@ def hide_injected(response: dict, names: Collection[str]) -> dict:
     return _with_output(_hide_tools(response, names), visible)
 
 
-def combine_rounds(responses: Sequence[dict], names: Collection[str], *, extra_usage: dict | None = None,
-                   lead: Sequence[dict] = ()) -> dict:
+def combine_rounds(
+    responses: Sequence[dict], names: Collection[str], *, extra_usage: dict | None = None, lead: Sequence[dict] = ()
+) -> dict:
     """The one response the client gets from the rounds of a non-streamed reload loop.
 
     The last round's response (its status, model, …) with the first round's `id` and

@@ -6,10 +6,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.core.jsonio import object_or
 from proxy.formats.responses.items import _type, is_injected, needs_client
 from proxy.formats.responses.request import _hide_tools
 from proxy.formats.responses.rounds import _hidden_flags, _output, _with_output, add_usage
-from proxy.core.jsonio import object_or
 
 TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 _START_EVENTS = frozenset({"response.created", "response.in_progress", "response.queued"})
@@ -92,8 +92,9 @@ class StreamRewriter:
     The events given to `feed` are not changed; relayed events are shallow copies.
     """
 
-    def __init__(self, injected_names: Iterable[str], *, extra_usage: dict | None = None,
-                 lead: Sequence[dict] = ()) -> None:
+    def __init__(
+        self, injected_names: Iterable[str], *, extra_usage: dict | None = None, lead: Sequence[dict] = ()
+    ) -> None:
         """`lead`: the proxy's own output items (an emulated compaction item), first in the
         output: announced (`output_item.added` and `.done`) once the response has started."""
         self.names = frozenset(injected_names)
@@ -133,9 +134,13 @@ class StreamRewriter:
     def injected_only(self) -> bool:
         """The round completed (`response.completed`), asked for at least one injected call and
         for nothing that waits for the client: the loop may run the calls and go on."""
-        return (self._terminal is not None and self._terminal.get("type") == "response.completed"
-                and not self._errored and any(s.injected for s in self._items.values())
-                and not any(s.client for s in self._items.values()))
+        return (
+            self._terminal is not None
+            and self._terminal.get("type") == "response.completed"
+            and not self._errored
+            and any(s.injected for s in self._items.values())
+            and not any(s.client for s in self._items.values())
+        )
 
     @property
     def calls_to_run(self) -> list[dict]:
@@ -242,9 +247,11 @@ class StreamRewriter:
     def _announce_lead(self) -> list[dict]:
         """The lead items' events, before the first event of the upstream's own output."""
         lead, self._lead = self._lead, []
-        return [self._emit({"type": kind, "output_index": index, "item": item, "sequence_number": 0})
-                for index, item in enumerate(lead)
-                for kind in ("response.output_item.added", "response.output_item.done")]
+        return [
+            self._emit({"type": kind, "output_index": index, "item": item, "sequence_number": 0})
+            for index, item in enumerate(lead)
+            for kind in ("response.output_item.added", "response.output_item.done")
+        ]
 
     def _resolve(self, state: _Item, item: dict, out: list[dict]) -> _Item:
         """An item whose first events came before it was announced, now known: classified, and
@@ -282,12 +289,19 @@ class StreamRewriter:
             state = self._items.get(index)
             if state is None:
                 state = self._items[index] = _Item(
-                    index, "hidden" if hidden else "visible", injected=is_injected(item, self.names),
-                    client=needs_client(item, self.names), client_index=None if hidden else self._assign())
+                    index,
+                    "hidden" if hidden else "visible",
+                    injected=is_injected(item, self.names),
+                    client=needs_client(item, self.names),
+                    client_index=None if hidden else self._assign(),
+                )
             if state.done is None:
                 state.done = item
-                if state.state == "visible" and state.client_index is not None \
-                        and state.client_index not in self._visible:
+                if (
+                    state.state == "visible"
+                    and state.client_index is not None
+                    and state.client_index not in self._visible
+                ):
                     self._visible[state.client_index] = item
 
     def _classify(self, index: int, item: dict | None, out: list[dict]) -> _Item:
@@ -305,8 +319,9 @@ class StreamRewriter:
         else:
             if self._pending is not None:
                 self._release(self._pending, out)
-            state = _Item(index, "visible", client=needs_client(item, self.names), item_id=item_id,
-                          client_index=self._assign())
+            state = _Item(
+                index, "visible", client=needs_client(item, self.names), item_id=item_id, client_index=self._assign()
+            )
         self._items[index] = state
         return state
 

@@ -12,21 +12,31 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from proxy.formats.responses.request import inject_tools, with_history
 from proxy.core.jsonio import object_or
+from proxy.formats.responses.request import inject_tools, with_history
 
-DROPPED = frozenset({
-    "stream", "stream_options", "previous_response_id", "conversation", "max_output_tokens", "top_logprobs",
-    "background", "store", "tool_choice",
-})
+DROPPED = frozenset(
+    {
+        "stream",
+        "stream_options",
+        "previous_response_id",
+        "conversation",
+        "max_output_tokens",
+        "top_logprobs",
+        "background",
+        "store",
+        "tool_choice",
+    }
+)
 
 
 def instruction_item(text: str) -> dict:
     return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
 
 
-def summary_request(body: dict, prefix: list[Any], instruction: str, *, tools: Sequence[dict],
-                    model: str) -> tuple[str, dict]:
+def summary_request(
+    body: dict, prefix: list[Any], instruction: str, *, tools: Sequence[dict], model: str
+) -> tuple[str, dict]:
     out = with_history(body, [*prefix, instruction_item(instruction)])
     if tools:
         out = inject_tools(out, tools)
@@ -48,8 +58,11 @@ def summary_answer(answer: Any) -> tuple[str, int, int]:
     parts: list[str] = []
     for item in answer["output"]:
         if isinstance(item, dict) and item.get("type") == "message" and isinstance(item.get("content"), list):
-            parts += [p["text"] for p in item["content"]
-                      if isinstance(p, dict) and p.get("type") == "output_text" and isinstance(p.get("text"), str)]
+            parts += [
+                p["text"]
+                for p in item["content"]
+                if isinstance(p, dict) and p.get("type") == "output_text" and isinstance(p.get("text"), str)
+            ]
     usage = object_or(answer.get("usage"), {})
     return "".join(parts), _count(usage.get("input_tokens")), _count(usage.get("output_tokens"))
 

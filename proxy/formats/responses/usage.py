@@ -17,7 +17,9 @@ TERMINAL = frozenset({"response.completed", "response.incomplete", "response.fai
 
 
 def bill_of(usage: object) -> Bill:
-    return of_openai_usage(usage, input_key="input_tokens", output_key="output_tokens", details_key="input_tokens_details")
+    return of_openai_usage(
+        usage, input_key="input_tokens", output_key="output_tokens", details_key="input_tokens_details"
+    )
 
 
 class ResponsesUsageStream:

@@ -10,18 +10,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from proxy.core.wire import Compaction
 from proxy.core.bill import UsageReader
-from proxy.formats.responses.usage import USAGE
 from proxy.core.markers import INJECTED_TOOLS
 from proxy.core.provider_context import ProviderContext
+from proxy.core.wire import Compaction
+from proxy.formats.openai_cache import with_cache_key
+from proxy.formats.responses import summary
 from proxy.formats.responses.body import parse_responses_body
+from proxy.formats.responses.compact import triggered_events, triggered_response
 from proxy.formats.responses.items import ResponsesView
 from proxy.formats.responses.reload_rounds import ResponsesRounds
 from proxy.formats.responses.request import colliding_tool_names, history, provider_context, with_history
-from proxy.formats.responses import summary
-from proxy.formats.openai_cache import with_cache_key
-from proxy.formats.responses.compact import triggered_events, triggered_response
+from proxy.formats.responses.usage import USAGE
 
 
 class ResponsesFormat:
@@ -51,20 +51,26 @@ class ResponsesFormat:
     def provider_context(self, body: dict) -> ProviderContext:
         return provider_context(body, self.view)
 
-    def rounds(self, body: dict, items: list[Any], tools: Sequence[dict], *,
-               extra_usage: dict | None, lead: Sequence[dict] = ()) -> ResponsesRounds:
+    def rounds(
+        self,
+        body: dict,
+        items: list[Any],
+        tools: Sequence[dict],
+        *,
+        extra_usage: dict | None,
+        lead: Sequence[dict] = (),
+    ) -> ResponsesRounds:
         return ResponsesRounds(body, items, tools, names=INJECTED_TOOLS, extra_usage=extra_usage, lead=lead)
 
-    def paused_answer(self, lead: list[dict], *, body: dict, created_at: int, tokens_in: int,
-                      tokens_out: int) -> dict:
-        return triggered_response(lead, request=body, created_at=created_at, tokens_in=tokens_in,
-                                  tokens_out=tokens_out)
+    def paused_answer(self, lead: list[dict], *, body: dict, created_at: int, tokens_in: int, tokens_out: int) -> dict:
+        return triggered_response(lead, request=body, created_at=created_at, tokens_in=tokens_in, tokens_out=tokens_out)
 
     def paused_events(self, answer: dict) -> list[dict]:
         return triggered_events(answer)
 
-    def summary_request(self, body: dict, prefix: list[Any], instruction: str, *, tools: Sequence[dict],
-                        model: str) -> tuple[str, dict]:
+    def summary_request(
+        self, body: dict, prefix: list[Any], instruction: str, *, tools: Sequence[dict], model: str
+    ) -> tuple[str, dict]:
         return summary.summary_request(body, prefix, instruction, tools=tools, model=model)
 
     def summary_answer(self, answer: Any) -> tuple[str, int, int]:

@@ -122,11 +122,15 @@ class ConnectionChain:
         if held is None:
             if body.get("store") is False:
                 shown = previous[:200] if isinstance(previous, str) else type(previous).__name__
-                raise ProxyError(400, f"Previous response with id '{shown}' not found on this WebSocket connection "
-                                      "(with store: false only responses created on the same connection can be "
-                                      "continued, and it holds the last few only): send the full input without "
-                                      "previous_response_id.", code="previous_response_not_found",
-                                 param="previous_response_id")
+                raise ProxyError(
+                    400,
+                    f"Previous response with id '{shown}' not found on this WebSocket connection "
+                    "(with store: false only responses created on the same connection can be "
+                    "continued, and it holds the last few only): send the full input without "
+                    "previous_response_id.",
+                    code="previous_response_not_found",
+                    param="previous_response_id",
+                )
             return body
         self._held.move_to_end(previous)
         rest = {k: v for k, v in body.items() if k != "previous_response_id"}
@@ -146,8 +150,9 @@ class ConnectionChain:
             if not self._held:
                 return False
             self._forget(next(iter(self._held)))
-        self._held[response_id] = Held(history_of(input_items(body)), as_input(output), body.get("store") is not False,
-                                       size, chars)
+        self._held[response_id] = Held(
+            history_of(input_items(body)), as_input(output), body.get("store") is not False, size, chars
+        )
         self.bytes += size
         return True
 

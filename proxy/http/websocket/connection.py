@@ -66,7 +66,7 @@ class Limits:
     idle_timeout: float
     held_responses: int
     max_items: int | None = None  # --max-messages: input items of a create
-    held_bytes: int = 1024 ** 3  # --ws-held-bytes: what the worker's connections hold together
+    held_bytes: int = 1024**3  # --ws-held-bytes: what the worker's connections hold together
 
 
 def frame_size(frame: Message) -> int:
@@ -75,13 +75,23 @@ def frame_size(frame: Message) -> int:
 
 
 class Connection:
-    def __init__(self, app: ASGIApp, scope: Scope, *, receive: Receive, send: Send, limits: Limits,
-                 budget: Budget | None = None, check: Callable[[dict[str, Any]], None] | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        scope: Scope,
+        *,
+        receive: Receive,
+        send: Send,
+        limits: Limits,
+        budget: Budget | None = None,
+        check: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
         """`budget`: the worker's held bytes (`Limits.held_bytes`); `check`: the caller's checks of a
         body the connection answers itself (`proxy.http.caller.Caller.check_body`)."""
         self.app, self.scope, self._receive, self._send, self.limits = app, scope, receive, send, limits
-        self.chain = ConnectionChain(limits.held_responses, limits.max_frame_bytes,
-                                     budget if budget is not None else Budget(limits.held_bytes))
+        self.chain = ConnectionChain(
+            limits.held_responses, limits.max_frame_bytes, budget if budget is not None else Budget(limits.held_bytes)
+        )
         self.check = check
         self.gone = asyncio.Event()
         self.lanes: dict[str | None, Lane] = {}
@@ -187,17 +197,27 @@ class Connection:
         if text is None:
             text = frame.get(TEXT_BYTES)  # a large text frame's UTF-8 bytes (proxy.http.ws_protocol)
         if text is None:
-            await self.send_event(events.error_event(
-                400, "Binary frames are not supported: send each client event as a JSON text frame.",
-                code="unsupported_frame"))
+            await self.send_event(
+                events.error_event(
+                    400,
+                    "Binary frames are not supported: send each client event as a JSON text frame.",
+                    code="unsupported_frame",
+                )
+            )
             return
         if len(text) > self.limits.max_frame_bytes:  # characters: at least as many bytes
-            await self.send_event(events.error_event(
-                413, f"A frame exceeds {self.limits.max_frame_bytes} bytes (the proxy's --max-body-bytes).", code="request_too_large"))
+            await self.send_event(
+                events.error_event(
+                    413,
+                    f"A frame exceeds {self.limits.max_frame_bytes} bytes (the proxy's --max-body-bytes).",
+                    code="request_too_large",
+                )
+            )
             return
         try:
-            create = await CPU(len(text) > ON_LOOP_FRAME)(functools.partial(
-                events.parse, text, max_items=self.limits.max_items))
+            create = await CPU(len(text) > ON_LOOP_FRAME)(
+                functools.partial(events.parse, text, max_items=self.limits.max_items)
+            )
         except ProxyError as exc:
             await self.send_event(events.from_proxy_error(exc))
             return
@@ -207,16 +227,28 @@ class Connection:
     async def _enqueue(self, create: events.Create) -> None:
         lane = self.lanes.get(create.stream_id)
         if lane is None and len(self.lanes) >= MAX_LANES:
-            await self.send_event(events.error_event(
-                429, f"Too many lanes at once on this connection (at most {MAX_LANES} stream_id values with a "
-                     "response running or waiting).", code="too_many_requests", stream_id=create.stream_id))
+            await self.send_event(
+                events.error_event(
+                    429,
+                    f"Too many lanes at once on this connection (at most {MAX_LANES} stream_id values with a "
+                    "response running or waiting).",
+                    code="too_many_requests",
+                    stream_id=create.stream_id,
+                )
+            )
             return
-        if self.waiting >= MAX_WAITING or (self.pending and self.pending_bytes + create.memory
-                                           > self.limits.max_frame_bytes):
-            await self.send_event(events.error_event(
-                429, f"Too many response.create events waiting or running on this connection (at most "
-                     f"{MAX_WAITING} waiting, holding {self.limits.max_frame_bytes} bytes of memory together).",
-                code="too_many_requests", stream_id=create.stream_id))
+        if self.waiting >= MAX_WAITING or (
+            self.pending and self.pending_bytes + create.memory > self.limits.max_frame_bytes
+        ):
+            await self.send_event(
+                events.error_event(
+                    429,
+                    f"Too many response.create events waiting or running on this connection (at most "
+                    f"{MAX_WAITING} waiting, holding {self.limits.max_frame_bytes} bytes of memory together).",
+                    code="too_many_requests",
+                    stream_id=create.stream_id,
+                )
+            )
             return
         if lane is None:
             lane = self.lanes[create.stream_id] = Lane()
@@ -241,6 +273,7 @@ class Connection:
                         released = True
                         self.pending -= 1
                         self.pending_bytes -= memory
+
                 try:
                     await self.respond(create, release)
                 finally:
@@ -299,25 +332,40 @@ class Connection:
         if status != 200:
             await self.send_event(events.from_http_answer(status, error_body, stream_id))
         elif finished is not None and isinstance(finished.get("id"), str):
-            self.chain.hold(finished["id"], body, finished.get("output"), size=memory + finished_memory,
-                            chars=len(content) + finished_chars)
+            self.chain.hold(
+                finished["id"],
+                body,
+                finished.get("output"),
+                size=memory + finished_memory,
+                chars=len(content) + finished_chars,
+            )
         elif not ended:
-            await self.send_event(events.error_event(
-                502, "The response's stream ended before response.completed.", type_="server_error",
-                code="stream_ended", stream_id=stream_id))
+            await self.send_event(
+                events.error_event(
+                    502,
+                    "The response's stream ended before response.completed.",
+                    type_="server_error",
+                    code="stream_ended",
+                    stream_id=stream_id,
+                )
+            )
 
     def _check_warm_up(self, body: dict[str, Any], chars: int) -> None:
         """The checks the managed route applies to an HTTP body (ProxyError): its size, its fields'
         types, `--max-messages`, the caller's."""
         if chars > self.limits.max_frame_bytes:
-            raise ProxyError(413, f"Request body exceeds {self.limits.max_frame_bytes} bytes (the proxy's --max-body-bytes).",
-                             code="request_too_large")
+            raise ProxyError(
+                413,
+                f"Request body exceeds {self.limits.max_frame_bytes} bytes (the proxy's --max-body-bytes).",
+                code="request_too_large",
+            )
         check_responses_input(body, max_items=self.limits.max_items)
         if self.check is not None:
             self.check(body)
 
-    async def _warm_up(self, body: dict[str, Any], stream_id: str | None, *, chars: int, memory: int,
-                       release: Callable[[], None]) -> None:
+    async def _warm_up(
+        self, body: dict[str, Any], stream_id: str | None, *, chars: int, memory: int, release: Callable[[], None]
+    ) -> None:
         """`generate: false` (a client warming the connection up with its first request's input and
         tools, as Codex may): checked as HTTP checks a body, answered here with an empty response,
         held for the next create to continue, no upstream call."""
@@ -329,12 +377,24 @@ class Connection:
             return
         release()
         response_id = f"resp_{secrets.token_hex(24)}"
-        response: dict[str, Any] = {"id": response_id, "object": "response", "created_at": int(time.time()),
-                                    "status": "completed", "model": body.get("model"), "output": [], "usage": None,
-                                    "error": None, "incomplete_details": None}
+        response: dict[str, Any] = {
+            "id": response_id,
+            "object": "response",
+            "created_at": int(time.time()),
+            "status": "completed",
+            "model": body.get("model"),
+            "output": [],
+            "usage": None,
+            "error": None,
+            "incomplete_details": None,
+        }
         for number, kind in enumerate(("response.created", "response.completed")):
-            await self.send_text(events.with_stream_id(json.dumps(
-                {"type": kind, "sequence_number": number, "response": response}, separators=(",", ":")), stream_id))
+            await self.send_text(
+                events.with_stream_id(
+                    json.dumps({"type": kind, "sequence_number": number, "response": response}, separators=(",", ":")),
+                    stream_id,
+                )
+            )
         self.chain.hold(response_id, body, [], size=memory, chars=chars)
 
 

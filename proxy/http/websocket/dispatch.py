@@ -26,9 +26,21 @@ from proxy.upstream import sse
 log = logging.getLogger("proxy.http.websocket")
 
 # the upgrade's own headers, and those the body made here replaces
-_DROPPED = frozenset({b"connection", b"upgrade", b"content-length", b"content-type", b"content-encoding",
-                      b"transfer-encoding", b"sec-websocket-key", b"sec-websocket-version",
-                      b"sec-websocket-extensions", b"sec-websocket-protocol", b"sec-websocket-accept"})
+_DROPPED = frozenset(
+    {
+        b"connection",
+        b"upgrade",
+        b"content-length",
+        b"content-type",
+        b"content-encoding",
+        b"transfer-encoding",
+        b"sec-websocket-key",
+        b"sec-websocket-version",
+        b"sec-websocket-extensions",
+        b"sec-websocket-protocol",
+        b"sec-websocket-accept",
+    }
+)
 # OpenAI-Beta values that ask for the WebSocket mode itself (Codex's `responses_websockets=…`):
 # they name the client's transport to the proxy, not the HTTP request the upstream gets
 _TRANSPORT_BETA = b"responses_websockets"
@@ -44,8 +56,9 @@ def encoded(body: dict[str, Any], large: bool) -> bytes:
 
 
 def _without_transport_beta(value: bytes) -> bytes:
-    return b",".join(part for part in value.split(b",") if part.strip() and not part.strip().lower().startswith(
-        _TRANSPORT_BETA))
+    return b",".join(
+        part for part in value.split(b",") if part.strip() and not part.strip().lower().startswith(_TRANSPORT_BETA)
+    )
 
 
 def request_scope(upgrade: Scope, content_length: int) -> Scope:
@@ -62,12 +75,21 @@ def request_scope(upgrade: Scope, content_length: int) -> Scope:
             headers.append((key, value))
     headers += [(b"content-type", b"application/json"), (b"content-length", str(content_length).encode())]
     return {
-        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
-        "method": "POST", "scheme": "https" if upgrade.get("scheme") == "wss" else "http",
-        "path": "/v1/responses", "raw_path": b"/v1/responses", "root_path": upgrade.get("root_path", ""),
-        "query_string": upgrade.get("query_string", b""), "headers": headers,
-        "client": upgrade.get("client"), "server": upgrade.get("server"), "state": {},
-        "extensions": {}, "offload.transport": "websocket",
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "https" if upgrade.get("scheme") == "wss" else "http",
+        "path": "/v1/responses",
+        "raw_path": b"/v1/responses",
+        "root_path": upgrade.get("root_path", ""),
+        "query_string": upgrade.get("query_string", b""),
+        "headers": headers,
+        "client": upgrade.get("client"),
+        "server": upgrade.get("server"),
+        "state": {},
+        "extensions": {},
+        "offload.transport": "websocket",
     }
 
 
@@ -91,7 +113,7 @@ class Answer:
                 if body:
                     await self._chunks.put(body)
             elif len(self._error_body) < MAX_ERROR_BODY:
-                self._error_body += body[:MAX_ERROR_BODY - len(self._error_body)]
+                self._error_body += body[: MAX_ERROR_BODY - len(self._error_body)]
             if not message.get("more_body", False):
                 await self.finish()
 
@@ -113,8 +135,9 @@ class Answer:
         return sse.iter_data(self._bytes())
 
 
-async def dispatch(app: ASGIApp, upgrade: Scope, content: bytes, *, gone: asyncio.Event,
-                   on_event: Callable[[str], Awaitable[None]]) -> tuple[int, bytes]:
+async def dispatch(
+    app: ASGIApp, upgrade: Scope, content: bytes, *, gone: asyncio.Event, on_event: Callable[[str], Awaitable[None]]
+) -> tuple[int, bytes]:
     """Run the request whose body is `content` (`encoded`); each event of a 200 stream goes to
     `on_event` (its JSON text) as it comes. Returns the status and, when it is not 200, the
     answer's body. `gone`: set when the client has gone away (the request then sees

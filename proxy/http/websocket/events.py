@@ -25,10 +25,20 @@ MAX_STREAM_ID_CHARS = 256
 TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed", "error"})
 
 
-def error_event(status: int, message: str, *, type_: str = "invalid_request_error", code: str | None = None,
-                param: str | None = None, stream_id: str | None = None) -> dict[str, Any]:
-    event: dict[str, Any] = {"type": "error", "status": status,
-                             "error": {"type": type_, "code": code, "message": message, "param": param}}
+def error_event(
+    status: int,
+    message: str,
+    *,
+    type_: str = "invalid_request_error",
+    code: str | None = None,
+    param: str | None = None,
+    stream_id: str | None = None,
+) -> dict[str, Any]:
+    event: dict[str, Any] = {
+        "type": "error",
+        "status": status,
+        "error": {"type": type_, "code": code, "message": message, "param": param},
+    }
     if stream_id is not None:
         event["stream_id"] = stream_id
     return event
@@ -47,15 +57,23 @@ def from_http_answer(status: int, body: bytes, stream_id: str | None = None) -> 
         parsed = None
     detail = parsed.get("error") if isinstance(parsed, dict) else None
     if isinstance(detail, dict) and isinstance(detail.get("message"), str):
-        event = error_event(status, detail["message"], type_=str(detail.get("type") or "server_error"),
-                            code=detail.get("code") if isinstance(detail.get("code"), str) else None,
-                            param=detail.get("param") if isinstance(detail.get("param"), str) else None,
-                            stream_id=stream_id)
+        event = error_event(
+            status,
+            detail["message"],
+            type_=str(detail.get("type") or "server_error"),
+            code=detail.get("code") if isinstance(detail.get("code"), str) else None,
+            param=detail.get("param") if isinstance(detail.get("param"), str) else None,
+            stream_id=stream_id,
+        )
         return event
     text = body[:500].decode("utf-8", "replace").strip()
-    return error_event(status, f"The upstream answered {status}: {text}" if text else f"The upstream answered {status}.",
-                       type_="server_error" if status >= 500 else "invalid_request_error",
-                       code="upstream_error", stream_id=stream_id)
+    return error_event(
+        status,
+        f"The upstream answered {status}: {text}" if text else f"The upstream answered {status}.",
+        type_="server_error" if status >= 500 else "invalid_request_error",
+        code="upstream_error",
+        stream_id=stream_id,
+    )
 
 
 @dataclass(frozen=True)
@@ -79,8 +97,12 @@ def decode(text: str | bytes) -> Any:
     except jsonio.TooDeep:
         raise ProxyError(400, "A frame is nested too deep to read.", code="invalid_json") from None
     except (ValueError, UnicodeEncodeError):
-        raise ProxyError(400, "A frame is not JSON (or not UTF-8): every client event is a JSON object with a "
-                              "`type` (e.g. `response.create`).", code="invalid_json") from None
+        raise ProxyError(
+            400,
+            "A frame is not JSON (or not UTF-8): every client event is a JSON object with a "
+            "`type` (e.g. `response.create`).",
+            code="invalid_json",
+        ) from None
 
 
 def parse(text: str | bytes, *, max_items: int | None = None) -> Create | None:
@@ -103,16 +125,30 @@ def read(event: Any, *, size: int = 0) -> Create | None:
         return None
     if kind != CREATE:
         shown = kind[:80] if isinstance(kind, str) else type(kind).__name__
-        raise ProxyError(400, f"Unsupported client event type {shown!r}: this proxy serves `response.create` "
-                              "(and accepts `response.processed`).", code="unknown_event_type", param="type")
+        raise ProxyError(
+            400,
+            f"Unsupported client event type {shown!r}: this proxy serves `response.create` "
+            "(and accepts `response.processed`).",
+            code="unknown_event_type",
+            param="type",
+        )
     stream_id = event.get("stream_id")
-    if stream_id is not None and (not isinstance(stream_id, str) or not stream_id
-                                  or len(stream_id) > MAX_STREAM_ID_CHARS):
-        raise ProxyError(400, f"stream_id must be a non-empty string of at most {MAX_STREAM_ID_CHARS} characters.",
-                         code="invalid_value", param="stream_id")
+    if stream_id is not None and (
+        not isinstance(stream_id, str) or not stream_id or len(stream_id) > MAX_STREAM_ID_CHARS
+    ):
+        raise ProxyError(
+            400,
+            f"stream_id must be a non-empty string of at most {MAX_STREAM_ID_CHARS} characters.",
+            code="invalid_value",
+            param="stream_id",
+        )
     if event.get("background") is True:
-        raise ProxyError(400, "background is not supported over WebSocket; use POST /v1/responses.",
-                         code="unsupported_parameter", param="background")
+        raise ProxyError(
+            400,
+            "background is not supported over WebSocket; use POST /v1/responses.",
+            code="unsupported_parameter",
+            param="background",
+        )
     body = {k: v for k, v in event.items() if k not in ("type", "stream_id")}
     body["stream"] = True
     return Create(body, stream_id, size)

@@ -47,11 +47,15 @@ class OpenConnections:
     def take(self, scope: str) -> str | None:
         """Count one more for `scope`; or why it may not open one more (nothing counted)."""
         if self.total and self._count >= self.total:
-            return (f"This proxy worker already holds {self.total} WebSocket connections (--ws-connections): "
-                    "try again later, or use POST /v1/responses.")
+            return (
+                f"This proxy worker already holds {self.total} WebSocket connections (--ws-connections): "
+                "try again later, or use POST /v1/responses."
+            )
         if self.limit and self._open[scope] >= self.limit:
-            return (f"This tenant already holds {self.limit} WebSocket connections to this proxy worker "
-                    "(--ws-connections-per-tenant): close one, or use POST /v1/responses.")
+            return (
+                f"This tenant already holds {self.limit} WebSocket connections to this proxy worker "
+                "(--ws-connections-per-tenant): close one, or use POST /v1/responses."
+            )
         self._open[scope] += 1
         self._count += 1
         return None
@@ -70,8 +74,9 @@ class ResponsesSocket:
     """The ASGI endpoint of the WebSocket route; `app` is the whole application, through which
     every response.create goes."""
 
-    def __init__(self, gatekeeper: Gatekeeper, resolver: SettingsResolver, limits: Limits, *, per_tenant: int,
-                 total: int = 0) -> None:
+    def __init__(
+        self, gatekeeper: Gatekeeper, resolver: SettingsResolver, limits: Limits, *, per_tenant: int, total: int = 0
+    ) -> None:
         self.gatekeeper, self.resolver, self.limits = gatekeeper, resolver, limits
         self.open = OpenConnections(per_tenant, total)
         self.held = Budget(limits.held_bytes)  # what all connections of this worker hold
@@ -81,9 +86,13 @@ class ResponsesSocket:
         (401, 403, 400 `invalid_offload_header`), here once for the whole connection; a browser's
         upgrade (it carries `Origin`) refused first."""
         if "origin" in headers:
-            raise ProxyError(403, "WebSocket upgrades from a browser (an Origin header) are not served: use the "
-                             "Responses API over HTTP, or a client that sends no Origin.",
-                             code="origin_not_allowed", type_="permission_error")
+            raise ProxyError(
+                403,
+                "WebSocket upgrades from a browser (an Origin header) are not served: use the "
+                "Responses API over HTTP, or a client that sends no Origin.",
+                code="origin_not_allowed",
+                type_="permission_error",
+            )
         caller = self.gatekeeper.identify(headers, "openai")
         try:
             self.resolver.resolve(headers, tenant=caller.tenant)
@@ -109,8 +118,9 @@ class ResponsesSocket:
                 return
             found = unknown_in(scope["headers"])  # said in the 101; counted per response.create
             await send({"type": "websocket.accept", "headers": with_warning([], found.warning()) if found else []})
-            await Connection(app, scope, receive=receive, send=send, limits=self.limits, budget=self.held,
-                             check=caller.check_body).serve()
+            await Connection(
+                app, scope, receive=receive, send=send, limits=self.limits, budget=self.held, check=caller.check_body
+            ).serve()
         finally:
             self.open.give_back(caller.scope)
 

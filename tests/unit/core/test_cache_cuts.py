@@ -11,8 +11,17 @@ from proxy.core import provider_cache as pc
 from proxy.core.cache_cuts import COLD_MARGIN, MAX_REMAINING, CutContext, early, keep_previous, price
 from proxy.core.last_sent import LastSent, decode, digest
 
-SENT = LastSent(digest(b"body"), tokens=30_000, at=1000.0, model="claude-sonnet-4-5", endpoint="messages",
-                family="anthropic", credential="client", turns=6, summary="ab" * 32)
+SENT = LastSent(
+    digest(b"body"),
+    tokens=30_000,
+    at=1000.0,
+    model="claude-sonnet-4-5",
+    endpoint="messages",
+    family="anthropic",
+    credential="client",
+    turns=6,
+    summary="ab" * 32,
+)
 
 
 def ctx(idle: float, *, turns: int = 6, profile: pc.Profile = pc.ANTHROPIC) -> CutContext:
@@ -26,11 +35,21 @@ def test_the_record_round_trips_and_counts_turns_on():
     assert SENT.idle(900.0) == 0.0  # a clock that went back
 
 
-@pytest.mark.parametrize("raw", [b"", b"null", b"[]", b"{}", b'{"v": 2}', b"\xff",
-                                 SENT.encode().replace(b'"tokens":30000', b'"tokens":"30000"'),
-                                 SENT.encode().replace(b'"tokens":30000', b'"tokens":true'),
-                                 SENT.encode().replace(b'"at":1000.0', b'"at":NaN'),
-                                 SENT.encode().replace(b'"claude-sonnet-4-5"', b'"' + b"m" * 300 + b'"')])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"null",
+        b"[]",
+        b"{}",
+        b'{"v": 2}',
+        b"\xff",
+        SENT.encode().replace(b'"tokens":30000', b'"tokens":"30000"'),
+        SENT.encode().replace(b'"tokens":30000', b'"tokens":true'),
+        SENT.encode().replace(b'"at":1000.0', b'"at":NaN'),
+        SENT.encode().replace(b'"claude-sonnet-4-5"', b'"' + b"m" * 300 + b'"'),
+    ],
+)
 def test_a_stored_value_that_is_no_record_reads_as_none(raw):
     assert decode(raw) is None
 

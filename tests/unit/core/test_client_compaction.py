@@ -11,42 +11,74 @@ from proxy.formats.messages import MESSAGES
 from proxy.formats.messages.request import history as messages_history
 from proxy.formats.responses import RESPONSES
 
-CLAUDE = ("Your task is to create a detailed summary of the conversation so far, paying close attention to the "
-          "user's explicit requests and your previous actions.")
+CLAUDE = (
+    "Your task is to create a detailed summary of the conversation so far, paying close attention to the "
+    "user's explicit requests and your previous actions."
+)
 CODEX = "You are performing a CONTEXT CHECKPOINT COMPACTION. Create a handoff summary for another LLM."
 EARLIER = [{"role": "user", "content": "fix the bug"}, {"role": "assistant", "content": "done"}]
 
 
 def test_claude_code_in_the_messages_format_even_after_a_reminder():
-    body = {"messages": [*EARLIER, {"role": "user", "content": [
-        {"type": "text", "text": "<system-reminder>files changed</system-reminder>"},
-        {"type": "text", "text": CLAUDE.replace(" ", "\n  ", 3)}]}]}
+    body = {
+        "messages": [
+            *EARLIER,
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "<system-reminder>files changed</system-reminder>"},
+                    {"type": "text", "text": CLAUDE.replace(" ", "\n  ", 3)},
+                ],
+            },
+        ]
+    }
     assert cc.asked(messages_history(body), MESSAGES.view) == "claude-code"
 
 
 def test_codex_in_the_responses_format():
-    items = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix it"}]},
-             {"type": "function_call_output", "call_id": "c1", "output": "ok"},
-             {"type": "message", "role": "user", "content": [{"type": "input_text", "text": CODEX.lower()}]}]
+    items = [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix it"}]},
+        {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": CODEX.lower()}]},
+    ]
     assert cc.asked(items, RESPONSES.view) == "codex"
 
 
-@pytest.mark.parametrize("messages", [
-    [*EARLIER, {"role": "user", "content": "what is next?"}],
-    [{"role": "user", "content": CLAUDE}, {"role": "assistant", "content": "<summary>…</summary>"}],  # answered
-    [*EARLIER, {"role": "user", "content": CLAUDE + "x" * 50_000}],  # past what is read
-    [], [{"role": "user", "content": None}], [{"role": "user", "content": [{"type": "image_url"}]}],
-])
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [*EARLIER, {"role": "user", "content": "what is next?"}],
+        [{"role": "user", "content": CLAUDE}, {"role": "assistant", "content": "<summary>…</summary>"}],  # answered
+        [*EARLIER, {"role": "user", "content": CLAUDE + "x" * 50_000}],  # past what is read
+        [],
+        [{"role": "user", "content": None}],
+        [{"role": "user", "content": [{"type": "image_url"}]}],
+    ],
+)
 def test_anything_else_is_not_a_compaction(messages):
     assert cc.asked(messages, CHAT) is None
 
 
 def test_claude_code_after_a_tool_round_in_one_user_message():
     """What Claude Code 2.x sends for `/compact` after a Bash call (seen through the proxy)."""
-    body = {"messages": [*EARLIER, {"role": "assistant", "content": [
-        {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "cat notes.txt"}}]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "note\n" * 5000},
-                                     {"type": "text", "text": "CRITICAL: Respond with TEXT ONLY.\n\n" + CLAUDE}]}]}
+    body = {
+        "messages": [
+            *EARLIER,
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "cat notes.txt"}}
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "note\n" * 5000},
+                    {"type": "text", "text": "CRITICAL: Respond with TEXT ONLY.\n\n" + CLAUDE},
+                ],
+            },
+        ]
+    }
     assert cc.asked(messages_history(body), MESSAGES.view) == "claude-code"
 
 
@@ -64,8 +96,10 @@ def test_the_window_becomes_every_threshold():
     assert (got.max_total_tokens, got.hard_max_tokens) == (budget,) * 2
     assert got.precompress_ratio == 0 and got.mode == settings.mode
     # what a result must reach to be compacted once the history is past the trigger: unchanged
-    assert (got.tool_result_limit(), got.max_fresh_tool_message_tokens) == \
-        (settings.tool_result_limit(), settings.max_fresh_tool_message_tokens)
+    assert (got.tool_result_limit(), got.max_fresh_tool_message_tokens) == (
+        settings.tool_result_limit(),
+        settings.max_fresh_tool_message_tokens,
+    )
     unknown = cc.settings_for(settings, model="my-local-model", output=16_000)
     assert unknown.max_total_tokens == int(cc.DEFAULT_WINDOW * cc.FILL)
     tiny = cc.settings_for(settings, model="gpt-3.5-turbo", output=16_000)  # never below the proxy's own trigger
@@ -78,11 +112,19 @@ def test_a_mode_that_offloads_nothing_is_left_alone(mode):
     assert cc.settings_for(settings, model="gpt-4o", output=1000) is settings
 
 
-@pytest.mark.parametrize("body, output", [
-    ({"max_tokens": 20_000}, 20_000), ({"max_completion_tokens": 500}, 500), ({"max_output_tokens": 9}, 9),
-    ({}, cc.DEFAULT_OUTPUT), ({"max_tokens": "many"}, cc.DEFAULT_OUTPUT), ({"max_tokens": True}, cc.DEFAULT_OUTPUT),
-    ({"max_tokens": -5}, cc.DEFAULT_OUTPUT), ({"max_tokens": 10**12}, 10**12),
-])
+@pytest.mark.parametrize(
+    "body, output",
+    [
+        ({"max_tokens": 20_000}, 20_000),
+        ({"max_completion_tokens": 500}, 500),
+        ({"max_output_tokens": 9}, 9),
+        ({}, cc.DEFAULT_OUTPUT),
+        ({"max_tokens": "many"}, cc.DEFAULT_OUTPUT),
+        ({"max_tokens": True}, cc.DEFAULT_OUTPUT),
+        ({"max_tokens": -5}, cc.DEFAULT_OUTPUT),
+        ({"max_tokens": 10**12}, 10**12),
+    ],
+)
 def test_the_output_room(body, output):
     assert cc.max_output(body) == output
 

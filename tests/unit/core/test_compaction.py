@@ -5,14 +5,16 @@ from __future__ import annotations
 import copy
 import json
 
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
-from proxy.core.markers import is_marker, refs_in
-from proxy.core.texts import fold_ref
-from proxy.formats.chat import VIEW
-from proxy.core.settings import OffloadSettings
 from proxy.core.compaction import plan_compaction
+from proxy.core.markers import is_marker, refs_in
+from proxy.core.settings import OffloadSettings
+from proxy.core.texts import fold_ref
 from proxy.core.tokens import counter_for_model
+from proxy.formats.chat import VIEW
 from tests.harness.history import agent_history, big_text, big_text_over
 
 COUNTER = counter_for_model("gpt-4o")
@@ -26,7 +28,7 @@ def plan(messages, **overrides):
 def test_below_threshold_nothing_changes():
     messages = agent_history(steps=2, lines=50)
     result = plan(messages, max_total_tokens=1_000_000)
-    assert result.items == messages and not result.offloads 
+    assert result.items == messages and not result.offloads
     assert result.tokens_before == result.tokens_after
 
 
@@ -84,7 +86,9 @@ def test_deterministic_and_content_addressed():
     a = plan(agent_history(), max_total_tokens=1000)
     b = plan(agent_history(), max_total_tokens=1000)
     assert a.items == b.items and [o.ref for o in a.offloads] == [o.ref for o in b.offloads]
-    other_tenant = plan_compaction(agent_history(), VIEW, OffloadSettings(max_total_tokens=1000), counter=COUNTER, namespace="b" * 32)
+    other_tenant = plan_compaction(
+        agent_history(), VIEW, OffloadSettings(max_total_tokens=1000), counter=COUNTER, namespace="b" * 32
+    )
     assert {o.ref for o in other_tenant.offloads}.isdisjoint({o.ref for o in a.offloads})
 
 
@@ -132,8 +136,13 @@ def test_multipart_content_text_offloaded_other_parts_kept():
 def test_reload_results_never_offloaded():
     messages = agent_history(steps=2)
     messages += [
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "r1", "type": "function", "function": {"name": "context_reload", "arguments": '{"ref":"x"}'}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "r1", "type": "function", "function": {"name": "context_reload", "arguments": '{"ref":"x"}'}}
+            ],
+        },
         {"role": "tool", "tool_call_id": "r1", "content": big_text("reloaded")},
         {"role": "user", "content": "go on"},
     ]
@@ -142,38 +151,71 @@ def test_reload_results_never_offloaded():
 
 
 def test_odd_messages_do_not_break_the_planner():
-    messages = [None, "text", {"role": "tool"}, {"role": "tool", "content": 5}, {"no": "role"},
-                {"role": "tool", "tool_call_id": "x", "content": big_text("odd")}, {"role": "user", "content": "hi"}]
+    messages = [
+        None,
+        "text",
+        {"role": "tool"},
+        {"role": "tool", "content": 5},
+        {"no": "role"},
+        {"role": "tool", "tool_call_id": "x", "content": big_text("odd")},
+        {"role": "user", "content": "hi"},
+    ]
     result = plan(messages, max_total_tokens=10)
     assert len(result.items) == len(messages) and len(result.offloads) == 1
 
 
 message_strategy = st.one_of(
     st.builds(lambda t: {"role": "user", "content": t}, st.text(max_size=50)),
-    st.builds(lambda n: {"role": "tool", "tool_call_id": f"c{n}", "content": big_text(f"h{n}", n)},
-              st.integers(0, 300)),
-    st.builds(lambda n: {"role": "assistant", "content": None, "tool_calls": [
-        {"id": f"c{n}", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}, st.integers(0, 300)),
+    st.builds(
+        lambda n: {"role": "tool", "tool_call_id": f"c{n}", "content": big_text(f"h{n}", n)}, st.integers(0, 300)
+    ),
+    st.builds(
+        lambda n: {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": f"c{n}", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        },
+        st.integers(0, 300),
+    ),
     # look-alikes of the proxy's markers: compacted like any other content, idempotence still holds
-    st.builds(lambda n: {"role": "tool", "tool_call_id": f"s{n}",
-                         "content": "[offloaded tool result: 1 tokens, ref=spoofed1]\n" + big_text(f"s{n}", n)},
-              st.integers(0, 300)),
+    st.builds(
+        lambda n: {
+            "role": "tool",
+            "tool_call_id": f"s{n}",
+            "content": "[offloaded tool result: 1 tokens, ref=spoofed1]\n" + big_text(f"s{n}", n),
+        },
+        st.integers(0, 300),
+    ),
 )
 
 
 @hsettings(max_examples=60, deadline=None)
-@given(st.lists(message_strategy, max_size=12), st.integers(0, 5000), st.integers(1, 3000), st.integers(0, 4),
-       st.integers(1, 30_000))
+@given(
+    st.lists(message_strategy, max_size=12),
+    st.integers(0, 5000),
+    st.integers(1, 3000),
+    st.integers(0, 4),
+    st.integers(1, 30_000),
+)
 def test_invariants_hold_for_any_history(messages, max_total, max_tool, keep, max_fresh):
-    options = {"max_total_tokens": max_total, "max_tool_message_tokens": max_tool, "keep_recent": keep,
-               "max_fresh_tool_message_tokens": max_fresh}
+    options = {
+        "max_total_tokens": max_total,
+        "max_tool_message_tokens": max_tool,
+        "keep_recent": keep,
+        "max_fresh_tool_message_tokens": max_fresh,
+    }
     result = plan(messages, **options)
     assert len(result.items) == len(messages)
     for i, (before, after) in enumerate(zip(messages, result.items)):
         assert {k: v for k, v in before.items() if k != "content"} == {k: v for k, v in after.items() if k != "content"}
         if i >= len(messages) - keep:  # the tail as sent, but for a result folded as it arrives (`proxy.core.fold`)
-            assert before == after or fold_ref(after["content"]) is not None or (  # or one over the fresh cap
-                is_marker(after["content"]) and COUNTER.text(before["content"]) > max_fresh)
+            assert (
+                before == after
+                or fold_ref(after["content"]) is not None
+                or (  # or one over the fresh cap
+                    is_marker(after["content"]) and COUNTER.text(before["content"]) > max_fresh
+                )
+            )
     again = plan(result.items, **options)
     assert again.items == result.items and not again.offloads
     assert json.dumps(plan(messages, **options).items) == json.dumps(result.items)
@@ -183,9 +225,15 @@ def test_invariants_hold_for_any_history(messages, max_total, max_tool, keep, ma
 
 
 def with_result(messages: list[dict], text: str, call: str) -> list[dict]:
-    return [*messages, {"role": "assistant", "content": None, "tool_calls": [
-                {"id": call, "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
-            {"role": "tool", "tool_call_id": call, "content": text}]
+    return [
+        *messages,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": call, "type": "function", "function": {"name": "bash", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": call, "content": text},
+    ]
 
 
 def test_a_fresh_result_over_the_cap_is_compacted_on_arrival_and_one_under_it_goes_whole():
@@ -208,10 +256,12 @@ def test_a_result_compacted_fresh_keeps_its_bytes_on_every_later_turn():
         turns.append(with_result(turns[-1], big_text(f"later{k}", 30 * k + 5), f"call_later{k}"))
     sent = [[json.dumps(m, sort_keys=True) for m in plan(messages).items] for messages in turns]
     for before, after in zip(sent, sent[1:]):
-        assert after[:len(before)] == before  # the preview made on arrival, forwarded as it was
+        assert after[: len(before)] == before  # the preview made on arrival, forwarded as it was
     for cap in (1_000, 10_000):  # a cap under the tool-result threshold: compacted fresh, and as an older result
-        ones = [plan(messages, max_fresh_tool_message_tokens=cap, max_tool_message_tokens=20_000).items
-                for messages in turns]
+        ones = [
+            plan(messages, max_fresh_tool_message_tokens=cap, max_tool_message_tokens=20_000).items
+            for messages in turns
+        ]
         assert all(is_marker(items[len(turns[0]) - 1]["content"]) for items in ones)
         assert all(items[len(turns[0]) - 1] == ones[0][-1] for items in ones)
 
@@ -220,8 +270,9 @@ def test_under_the_trigger_or_without_compaction_a_fresh_result_goes_whole():
     huge = big_text_over(25_000, COUNTER, "huge")
     messages = with_result(agent_history(steps=1, lines=20), huge, "call_huge")
     assert plan(messages, max_total_tokens=1_000_000).items == messages  # the history fits the trigger
-    compress = plan_compaction(messages, VIEW, OffloadSettings(mode="compress"), counter=COUNTER, namespace=NS,
-                               compact=False)  # as the pipeline plans compression alone
+    compress = plan_compaction(
+        messages, VIEW, OffloadSettings(mode="compress"), counter=COUNTER, namespace=NS, compact=False
+    )  # as the pipeline plans compression alone
     assert compress.items == messages
     assert plan(messages, mode="off").items == messages
     assert plan(messages, max_fresh_tool_message_tokens=10_000_000).items == messages  # the cap lifted

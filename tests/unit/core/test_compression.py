@@ -5,16 +5,21 @@ from __future__ import annotations
 import json
 
 from proxy.core import compression as cp
-from proxy.formats.chat import VIEW
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model
+from proxy.formats.chat import VIEW
 
 COUNTER = counter_for_model("gpt-4o")
 
 
 def call(i, n=1):
-    return {"role": "assistant", "content": None, "tool_calls": [
-        {"id": f"c{i}_{k}", "type": "function", "function": {"name": "f", "arguments": "{}"}} for k in range(n)]}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": f"c{i}_{k}", "type": "function", "function": {"name": "f", "arguments": "{}"}} for k in range(n)
+        ],
+    }
 
 
 def result(i, k=0, text="x"):
@@ -22,8 +27,16 @@ def result(i, k=0, text="x"):
 
 
 def test_split_keeps_pairs_together():
-    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}, call(1), result(1),
-            call(2, 3), result(2, 0), result(2, 1), result(2, 2)]
+    msgs = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "u"},
+        call(1),
+        result(1),
+        call(2, 3),
+        result(2, 0),
+        result(2, 1),
+        result(2, 2),
+    ]
     head, tail = cp.split(msgs, VIEW, keep_recent=2)
     assert head == 2 and tail == 4  # the head holds the task; the tail starts at the assistant message of call 2
     assert cp.split(msgs, VIEW, keep_recent=1) == (2, 4)
@@ -48,7 +61,9 @@ def test_decide_triggers_only_above_threshold():
     settings = OffloadSettings(max_total_tokens=500)
     d = cp.decide(msgs, VIEW, settings, counter=COUNTER, prior=None)
     assert (d.action, d.head, d.cut, d.new_items) == ("summarize", 1, 9, (1, 9))
-    assert cp.decide(msgs, VIEW, OffloadSettings(max_total_tokens=100_000), counter=COUNTER, prior=None).action == "none"
+    assert (
+        cp.decide(msgs, VIEW, OffloadSettings(max_total_tokens=100_000), counter=COUNTER, prior=None).action == "none"
+    )
 
 
 def test_decide_reuses_prior_until_the_rest_grows_past_the_trigger():
@@ -63,9 +78,14 @@ def test_decide_reuses_prior_until_the_rest_grows_past_the_trigger():
 
 def test_system_messages_do_not_count_and_stay_verbatim():
     sys_mid = {"role": "system", "content": "mid " * 1000}
-    msgs = [{"role": "system", "content": "s"}, {"role": "assistant", "content": "u"}, sys_mid,
-            {"role": "assistant", "content": "v"}, {"role": "assistant", "content": "w"},
-            {"role": "assistant", "content": "z"}]
+    msgs = [
+        {"role": "system", "content": "s"},
+        {"role": "assistant", "content": "u"},
+        sys_mid,
+        {"role": "assistant", "content": "v"},
+        {"role": "assistant", "content": "w"},
+        {"role": "assistant", "content": "z"},
+    ]
     assert cp.decide(msgs, VIEW, OffloadSettings(max_total_tokens=50), counter=COUNTER, prior=None).action == "none"
     summary = cp.summary_item(VIEW, "S", "ref1", count=2, tokens=10)
     out = cp.assemble(msgs, VIEW, 1, cut=4, summary=summary)
@@ -74,15 +94,19 @@ def test_system_messages_do_not_count_and_stay_verbatim():
 
 def test_the_task_is_never_summarised_and_the_summary_follows_it():
     task = {"role": "user", "content": "Fix the bug in astropy/io/fits/card.py " + "detail " * 300}
-    msgs = [{"role": "system", "content": "s"}, task] + [m for i in range(6) for m in (call(i), result(i, 0, "r " * 200))]
+    msgs = [{"role": "system", "content": "s"}, task] + [
+        m for i in range(6) for m in (call(i), result(i, 0, "r " * 200))
+    ]
     d = cp.decide(msgs, VIEW, OffloadSettings(max_total_tokens=300), counter=COUNTER, prior=None)
     assert d.action == "summarize" and d.head == 2 and d.new_items[0] == 2  # the task is in the head
     summary = cp.summary_item(VIEW, "S", "ref1", count=3, tokens=10)
     out = cp.assemble(msgs, VIEW, d.head, cut=d.cut, summary=summary)
-    assert out[:3] == [msgs[0], task, summary] and out[3:] == msgs[d.cut:]
+    assert out[:3] == [msgs[0], task, summary] and out[3:] == msgs[d.cut :]
     # however long, the task alone is never summarised
     long_task = [{"role": "system", "content": "s"}, {"role": "user", "content": "word " * 5000}, call(1), result(1)]
-    assert cp.decide(long_task, VIEW, OffloadSettings(max_total_tokens=100), counter=COUNTER, prior=None).action == "none"
+    assert (
+        cp.decide(long_task, VIEW, OffloadSettings(max_total_tokens=100), counter=COUNTER, prior=None).action == "none"
+    )
     # a history that starts with no user message pins nothing
     assert cp.split([{"role": "system", "content": "s"}, call(1), result(1), call(2), result(2)], VIEW, 2) == (1, 3)
 
@@ -91,16 +115,23 @@ def test_the_task_counts_against_the_trigger_down_to_half_of_it():
     settings = OffloadSettings(max_total_tokens=1000)
     short = [{"role": "system", "content": "s " * 500}, {"role": "user", "content": "word " * 100}, call(1)]
     task_tokens = COUNTER.message(short[1])
-    assert cp.trigger(short, VIEW, 2, settings=settings, counter=COUNTER) == 1000 - task_tokens  # the system message does not count
+    assert (
+        cp.trigger(short, VIEW, 2, settings=settings, counter=COUNTER) == 1000 - task_tokens
+    )  # the system message does not count
     long = [{"role": "system", "content": "s"}, {"role": "user", "content": "word " * 5000}, call(1)]
     assert cp.trigger(long, VIEW, 2, settings=settings, counter=COUNTER) == 500
+
     # a window that fits the trigger alone but not beside the task is summarised: the results are
     # padded until it no longer fits beside the task by the counter in use (tiktoken or the estimate)
     def padded(words: int) -> list:
         return short + [result(1, 0, "r " * words), call(2), result(2, 0, "r " * words), call(3), result(3)]
 
     assert cp.split(padded(1), VIEW, cp.COMPRESS_KEEP_RECENT) == (2, 6)  # the window: call(1) to result(2)
-    msgs = next(m for m in map(padded, range(1, 2000)) if cp.tokens_between(m, VIEW, 2, end=6, counter=COUNTER) + task_tokens > 1000)
+    msgs = next(
+        m
+        for m in map(padded, range(1, 2000))
+        if cp.tokens_between(m, VIEW, 2, end=6, counter=COUNTER) + task_tokens > 1000
+    )
     window = cp.tokens_between(msgs, VIEW, 2, end=6, counter=COUNTER)
     assert window <= 1000 < window + task_tokens
     assert cp.decide(msgs, VIEW, settings, counter=COUNTER, prior=None).action == "summarize"
@@ -111,8 +142,22 @@ def test_later_user_messages_stay_verbatim_most_recent_first_up_to_the_budget():
         return {"role": "user", "content": f"u{n} " + "x" * size}
 
     big = cp.USER_KEEP_CHARS // 2
-    msgs = [{"role": "system", "content": "s"}, user(0), call(1), result(1), user(1, big), call(2), result(2),
-            user(2, big), call(3), result(3), user(3), call(4), result(4), user(4)]
+    msgs = [
+        {"role": "system", "content": "s"},
+        user(0),
+        call(1),
+        result(1),
+        user(1, big),
+        call(2),
+        result(2),
+        user(2, big),
+        call(3),
+        result(3),
+        user(3),
+        call(4),
+        result(4),
+        user(4),
+    ]
     summary = cp.summary_item(VIEW, "S", "ref1", count=9, tokens=10)
     assert cp.kept_users(msgs, VIEW, 2, cut=12) == {10, 7}  # user(3), then user(2); user(1) no longer fits
     out = cp.assemble(msgs, VIEW, 2, cut=12, summary=summary)
@@ -125,7 +170,9 @@ def test_later_user_messages_stay_verbatim_most_recent_first_up_to_the_budget():
 
 
 def test_an_earlier_summary_in_the_range_is_summarised_not_kept():
-    earlier = cp.summary_item(VIEW, "older summary", "refOld12", count=5, tokens=100)  # a user message, e.g. a token's record
+    earlier = cp.summary_item(
+        VIEW, "older summary", "refOld12", count=5, tokens=100
+    )  # a user message, e.g. a token's record
     later = {"role": "user", "content": "later"}
     msgs = [{"role": "user", "content": "task"}, earlier, later, call(1), result(1)]
     assert cp.kept_users(msgs, VIEW, 1, cut=5) == {2}
@@ -134,8 +181,13 @@ def test_an_earlier_summary_in_the_range_is_summarised_not_kept():
 
 
 def test_groups_respect_threshold_and_pairs():
-    msgs = [{"role": "user", "content": "word " * 50}, call(1, 2), result(1, 0, "r " * 50), result(1, 1, "r " * 50),
-            {"role": "user", "content": "word " * 50}]
+    msgs = [
+        {"role": "user", "content": "word " * 50},
+        call(1, 2),
+        result(1, 0, "r " * 50),
+        result(1, 1, "r " * 50),
+        {"role": "user", "content": "word " * 50},
+    ]
     spans = cp.groups(msgs, VIEW, 0, end=5, threshold=80, counter=COUNTER)
     assert spans[0] == (0, 1) and spans[-1][1] == 5
     for start, end in spans:
@@ -146,7 +198,9 @@ def test_groups_respect_threshold_and_pairs():
 
 def test_groups_never_make_more_summary_calls_than_the_cap():
     words = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"word{i}"} for i in range(2000)]
-    spans = cp.groups(words, VIEW, 0, end=2000, threshold=1, counter=COUNTER)  # a threshold of 1 token: one group per message asked
+    spans = cp.groups(
+        words, VIEW, 0, end=2000, threshold=1, counter=COUNTER
+    )  # a threshold of 1 token: one group per message asked
     assert len(spans) == 8, len(spans)  # compress_plan.MAX_GROUPS, not 2,000
     assert spans[0][0] == 0 and spans[-1][1] == 2000
     assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))  # contiguous, in order, nothing left out

@@ -21,8 +21,8 @@ from proxy.formats.chat import VIEW as CHAT
 from proxy.formats.messages import MESSAGES
 from proxy.formats.responses import RESPONSES
 from tests.harness.history import big_text, drawn_results, tool_history
-from tests.unit.core.test_line_diff import Counting
 from tests.unit.core.fold_fixtures import CASES, MSA_FIRST, MSA_RERUN, OH_VIEW, Case, history
+from tests.unit.core.test_line_diff import Counting
 
 COUNTER = counter_for_model("gpt-4o")
 NS = "n" * 32
@@ -81,7 +81,7 @@ def test_same_bytes_on_every_later_turn_and_nothing_before_rewritten(case: Case)
     turns = [plan(history(case.agent, steps[:n], tool=case.tool), case.agent) for n in range(2, len(steps) + 1)]
     encoded = [[json.dumps(m, sort_keys=True) for m in t.items] for t in turns]
     for before, after in zip(encoded, encoded[1:]):
-        assert after[:len(before)] == before
+        assert after[: len(before)] == before
     folded = results(turns[0].items, case.agent)[-1]
     assert all(t.items[folded] == turns[0].items[folded] for t in turns)
 
@@ -108,11 +108,14 @@ def test_compress_mode_folds_too():
     assert result.folded == 1
 
 
-@pytest.mark.parametrize("first, second", [
-    (MSA_FIRST, big_text("unrelated", 30)),  # another output altogether
-    (MSA_FIRST[:300], MSA_FIRST[:300]),  # too short to be worth a pointer
-    (big_text("a", 40), big_text("a", 40).replace("value=", "v=")),  # every line changed
-])
+@pytest.mark.parametrize(
+    "first, second",
+    [
+        (MSA_FIRST, big_text("unrelated", 30)),  # another output altogether
+        (MSA_FIRST[:300], MSA_FIRST[:300]),  # too short to be worth a pointer
+        (big_text("a", 40), big_text("a", 40).replace("value=", "v=")),  # every line changed
+    ],
+)
 def test_what_is_not_folded(first, second):
     items = history("chat", [first, second])
     assert plan(items).items == items
@@ -127,9 +130,20 @@ def test_a_fold_is_much_smaller_or_not_made():
 
 def test_reload_results_are_neither_folded_nor_bases():
     items = history("chat", [MSA_FIRST])
-    items += [{"role": "assistant", "content": None, "tool_calls": [
-        {"id": "proxy_1", "type": "function", "function": {"name": "context_reload", "arguments": '{"ref": "x"}'}}]},
-        {"role": "tool", "tool_call_id": "proxy_1", "content": MSA_FIRST}]
+    items += [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "proxy_1",
+                    "type": "function",
+                    "function": {"name": "context_reload", "arguments": '{"ref": "x"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "proxy_1", "content": MSA_FIRST},
+    ]
     assert plan(items).items[-1] == items[-1]
     items[-1] = {"role": "tool", "tool_call_id": "proxy_1", "content": OH_VIEW}
     items += history("chat", [OH_VIEW])[2:]  # a later view of what only the reload showed: no base to point to
@@ -185,13 +199,16 @@ def test_the_unfolded_form_is_compaction_s_marker_once_compaction_would_replace_
     assert result.items[base]["content"] != large  # the base is compacted now, the fold stays as it was
 
 
-@pytest.mark.parametrize("text", [
-    folded_identical("call_1", 900, ref="abcdefgh") + "\nmore",  # an identical fold has no body
-    folded_identical("call_1", 900, ref="abcdefgh").replace('ref="abcdefgh"', 'ref="zzzzzzzz"'),  # two refs
-    folded_diff("call_1", 900, "no hunk header", ref="abcdefgh"),
-    folded_diff("call_1", 900, "@@ -1 +1 @@\n" + "+x\n" * FOLD_MAX_CHARS, ref="abcdefgh"),  # too long to be ours
-    folded_identical("call 1]\n", 900, ref="abcdefgh"),  # a call id no fold names
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        folded_identical("call_1", 900, ref="abcdefgh") + "\nmore",  # an identical fold has no body
+        folded_identical("call_1", 900, ref="abcdefgh").replace('ref="abcdefgh"', 'ref="zzzzzzzz"'),  # two refs
+        folded_diff("call_1", 900, "no hunk header", ref="abcdefgh"),
+        folded_diff("call_1", 900, "@@ -1 +1 @@\n" + "+x\n" * FOLD_MAX_CHARS, ref="abcdefgh"),  # too long to be ours
+        folded_identical("call 1]\n", 900, ref="abcdefgh"),  # a call id no fold names
+    ],
+)
 def test_look_alikes_are_not_folds(text):
     assert fold_ref(text) is None
 
@@ -285,5 +302,5 @@ def test_the_budget_never_changes_what_a_later_turn_forwards(matcher):
         assert cold.items == warm.items
         turns.append(cold.items[:-1])  # without the closing user turn
     for before, after in zip(turns, turns[1:]):
-        assert after[:len(before)] == before
+        assert after[: len(before)] == before
     assert sum(fold_ref(m["content"] or "") is not None for m in turns[-1] if m["role"] == "tool") == 2

@@ -62,7 +62,7 @@ def kept_beyond_items(items) -> tuple[int, tuple[int, int]]:
     try:
         plan_folds(items, VIEWS["chat"], namespace=NS, counter=COUNTER)
         kept = tracemalloc.get_traced_memory()[0]
-        (_, state), = fold._RESUMED._entries.values()
+        ((_, state),) = fold._RESUMED._entries.values()
         figures = (state.cost(), state.held)
         fold._RESUMED._entries.clear()
         del state
@@ -117,7 +117,11 @@ def test_another_namespace_or_view_or_start_finds_nothing(fresh):
     items = history("chat", drawn(80, seed=9))
     plan_folds(items, VIEWS["chat"], namespace=NS, counter=COUNTER)
     key = (NS, type(VIEWS["chat"]), None, 0)
-    for other in [("o" * 32, type(VIEWS["chat"]), None, 0), (NS, type(VIEWS["codex"]), None, 0), (NS, type(VIEWS["chat"]), None, 3)]:
+    for other in [
+        ("o" * 32, type(VIEWS["chat"]), None, 0),
+        (NS, type(VIEWS["codex"]), None, 0),
+        (NS, type(VIEWS["chat"]), None, 3),
+    ]:
         assert fold._RESUMED.take(other, items, view=VIEWS["chat"], counter=COUNTER, skip_calls=()) is None
     assert fold._RESUMED.take(key, items, view=VIEWS["chat"], counter=COUNTER, skip_calls=()) is not None
     assert fold._RESUMED.take(key, items, view=VIEWS["chat"], counter=COUNTER, skip_calls=()) is None  # taken out
@@ -138,7 +142,7 @@ def test_bounded_in_states_and_in_bytes(monkeypatch):
     monkeypatch.setattr(fold, "_RESUMED", fold._Resumed(32, held - 1))
     plan_folds(items, VIEWS["chat"], namespace=NS, counter=COUNTER)
     assert not fold._RESUMED._entries  # one larger than the whole budget is not kept
-    plan_folds(items[:fold.RESUME_MIN_ITEMS - 1], VIEWS["chat"], namespace=NS, counter=COUNTER)
+    plan_folds(items[: fold.RESUME_MIN_ITEMS - 1], VIEWS["chat"], namespace=NS, counter=COUNTER)
     assert not fold._RESUMED._entries  # a short history is planned whole, never kept
 
 
@@ -147,7 +151,7 @@ def test_plans_at_once_never_share_a_state(fresh):
     texts = drawn(90, seed=13)
     base = history("chat", texts[:70])
     plan_folds(base, VIEWS["chat"], namespace=NS, counter=COUNTER)
-    turns = [base + history("chat", texts[70 + k:80 + k])[2:] for k in range(6)]
+    turns = [base + history("chat", texts[70 + k : 80 + k])[2:] for k in range(6)]
     got: dict[int, dict] = {}
 
     def run(k: int) -> None:

@@ -20,16 +20,19 @@ def allocated(raw: bytes) -> tuple[object, int]:
         tracemalloc.stop()
 
 
-@pytest.mark.parametrize("body", [
-    {"input": [{"role": "user", "content": ""}] * 20_000},  # 580 KB of JSON, ~5 MB of objects
-    {"input": [{"role": "user", "content": [{"type": "input_text", "text": ""}] * 20}] * 500},
-    {"input": [{"role": "user", "content": "a line of tool output " * 5000}] * 10},
-    {f"key{i}": i for i in range(50_000)},  # distinct keys: each one a string of its own
-    {"text": "x" * 100_000 + "\U0001F600"},  # one astral character: 4 bytes a character
-    # long keys in small objects: no reader shares them (orjson caches keys of up to 64 bytes)
-    {"input": [{"type": "message", "role": "user", "content": "hi", "K" * 400_000: 1}]},
-    {"input": [{"role": "user", f"{i:0200d}": 1} for i in range(2_000)]},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"input": [{"role": "user", "content": ""}] * 20_000},  # 580 KB of JSON, ~5 MB of objects
+        {"input": [{"role": "user", "content": [{"type": "input_text", "text": ""}] * 20}] * 500},
+        {"input": [{"role": "user", "content": "a line of tool output " * 5000}] * 10},
+        {f"key{i}": i for i in range(50_000)},  # distinct keys: each one a string of its own
+        {"text": "x" * 100_000 + "\U0001f600"},  # one astral character: 4 bytes a character
+        # long keys in small objects: no reader shares them (orjson caches keys of up to 64 bytes)
+        {"input": [{"type": "message", "role": "user", "content": "hi", "K" * 400_000: 1}]},
+        {"input": [{"role": "user", f"{i:0200d}": 1} for i in range(2_000)]},
+    ],
+)
 def test_footprint_is_what_the_parse_holds_within_a_small_factor(body):
     raw = orjson.dumps(body)
     value, held = allocated(raw)

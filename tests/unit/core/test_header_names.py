@@ -12,22 +12,30 @@ from proxy.core.settings import SETTING_FIELDS, SettingsResolver, header_name
 
 def test_the_issues_example_names_both_settings_it_may_mean():
     found = unknown_headers(["X-Offload-Max-Tokens"])
-    assert found is not None and set(found.named[0].closest) == {"X-Offload-Max-Total-Tokens", "X-Offload-Hard-Max-Tokens"}
-    assert found.warning() == ("unknown header X-Offload-Max-Tokens ignored (did you mean X-Offload-Hard-Max-Tokens "
-                               "or X-Offload-Max-Total-Tokens?)")
+    assert found is not None and set(found.named[0].closest) == {
+        "X-Offload-Max-Total-Tokens",
+        "X-Offload-Hard-Max-Tokens",
+    }
+    assert found.warning() == (
+        "unknown header X-Offload-Max-Tokens ignored (did you mean X-Offload-Hard-Max-Tokens "
+        "or X-Offload-Max-Total-Tokens?)"
+    )
     assert found.labels() == {"X-Offload-Hard-Max-Tokens": 1}  # one count, under the closest
 
 
-@pytest.mark.parametrize(("sent", "meant"), [
-    ("x-offload-max-total-token", "X-Offload-Max-Total-Tokens"),
-    ("X-Offload-MaxTotalTokens", "X-Offload-Max-Total-Tokens"),
-    ("X-Offload-Keep-Recnt", "X-Offload-Keep-Recent"),
-    ("X-Offload-Modes", "X-Offload-Mode"),
-    ("X-Offload-Upstreams", "X-Offload-Upstream"),
-    ("X-Offload-Sesion", "X-Offload-Session"),
-    ("X-Offload-Max-Reload-Round", "X-Offload-Max-Reload-Rounds"),
-    ("X-Offload-Context_Managment", "X-Offload-Context-Management"),
-])
+@pytest.mark.parametrize(
+    ("sent", "meant"),
+    [
+        ("x-offload-max-total-token", "X-Offload-Max-Total-Tokens"),
+        ("X-Offload-MaxTotalTokens", "X-Offload-Max-Total-Tokens"),
+        ("X-Offload-Keep-Recnt", "X-Offload-Keep-Recent"),
+        ("X-Offload-Modes", "X-Offload-Mode"),
+        ("X-Offload-Upstreams", "X-Offload-Upstream"),
+        ("X-Offload-Sesion", "X-Offload-Session"),
+        ("X-Offload-Max-Reload-Round", "X-Offload-Max-Reload-Rounds"),
+        ("X-Offload-Context_Managment", "X-Offload-Context-Management"),
+    ],
+)
 def test_a_misspelt_header_is_named_with_the_one_meant(sent, meant):
     found = unknown_headers([sent])
     assert found is not None and found.named[0].closest[0] == meant

@@ -35,8 +35,17 @@ def test_a_jpeg_frame_header_after_a_large_exif_block_is_found():
     assert read_header(b64(_jpeg(1024, 768, exif=60_000))) == ImageInfo("jpeg", 1024, 768)
 
 
-@pytest.mark.parametrize("payload", ["", "!!!!not base64", b64(b"\x89PNG\r\n\x1a\n"), b64(b"hello world, no image"),
-                                     b64(png(0, 0, [])), b64(b"\xff\xd8\xff\xe0")])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        "",
+        "!!!!not base64",
+        b64(b"\x89PNG\r\n\x1a\n"),
+        b64(b"hello world, no image"),
+        b64(png(0, 0, [])),
+        b64(b"\xff\xd8\xff\xe0"),
+    ],
+)
 def test_what_is_not_a_readable_image_has_no_header(payload):
     assert read_header(payload) is None
 

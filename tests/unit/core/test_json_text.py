@@ -11,8 +11,14 @@ from proxy.core import json_text
 
 BODY = '{"items": [{"type": "compaction", "encrypted_content": "offload-compaction-v1:x"}]}'
 CODECS = {  # what each spelling is read as: with its byte order mark, or told by its zero bytes
-    "utf-8": "utf-8", "utf-8-sig": "utf-8-sig", "utf-16": "utf-16", "utf-16-le": "utf-16-le",
-    "utf-16-be": "utf-16-be", "utf-32": "utf-32", "utf-32-le": "utf-32-le", "utf-32-be": "utf-32-be",
+    "utf-8": "utf-8",
+    "utf-8-sig": "utf-8-sig",
+    "utf-16": "utf-16",
+    "utf-16-le": "utf-16-le",
+    "utf-16-be": "utf-16-be",
+    "utf-32": "utf-32",
+    "utf-32-le": "utf-32-le",
+    "utf-32-be": "utf-32-be",
 }
 
 
@@ -42,6 +48,13 @@ def test_bytes_that_are_no_text_are_read_with_replacements_not_errors():
 
 def test_every_encoding_is_named():
     assert {json_text.described(codec) for codec in CODECS.values()} == {
-        "UTF-8", "UTF-8 with a byte order mark", "UTF-16 with a byte order mark", "UTF-16LE", "UTF-16BE",
-        "UTF-32 with a byte order mark", "UTF-32LE", "UTF-32BE"}
+        "UTF-8",
+        "UTF-8 with a byte order mark",
+        "UTF-16 with a byte order mark",
+        "UTF-16LE",
+        "UTF-16BE",
+        "UTF-32 with a byte order mark",
+        "UTF-32LE",
+        "UTF-32BE",
+    }
     assert json_text.UTF8 == {"utf-8", "utf-8-sig"}

@@ -39,7 +39,9 @@ def test_the_pings_never_cost_more_than_the_write_they_avoid():
             n += 1
             held = dataclasses.replace(held, pings=n)
         counts[profile.name] = n
-        assert n * ka.ping_cost(profile, HELD) <= ka.write_avoided(profile, HELD) < (n + 1) * ka.ping_cost(profile, HELD)
+        assert (
+            n * ka.ping_cost(profile, HELD) <= ka.write_avoided(profile, HELD) < (n + 1) * ka.ping_cost(profile, HELD)
+        )
     # Anthropic: a read at 0.1 against a write at 1.25 less the read (11); OpenAI: 0.9 of an uncached prefix
     assert counts == {"anthropic": 11, "openai": 8}
 
@@ -49,21 +51,44 @@ def test_a_held_prefix_expires_past_the_idle_limit_and_its_ttl():
     assert ka.expired(HELD, LIMITS, 1000.0 + 901 + 300)
 
 
-MESSAGES = {"model": "claude-sonnet-4-5", "max_tokens": 4096, "stream": True,
-            "system": [{"type": "text", "text": "sys", "cache_control": {"type": "ephemeral"}}],
-            "messages": [{"role": "user", "content": "hi"}]}
+MESSAGES = {
+    "model": "claude-sonnet-4-5",
+    "max_tokens": 4096,
+    "stream": True,
+    "system": [{"type": "text", "text": "sys", "cache_control": {"type": "ephemeral"}}],
+    "messages": [{"role": "user", "content": "hi"}],
+}
 
 
 def test_ping_bodies_keep_the_prompt_and_ask_for_the_least_output():
     body = ping("messages", MESSAGES)
     assert body == {**{k: v for k, v in MESSAGES.items() if k != "stream"}, "max_tokens": 1}
-    chat = ping("chat/completions", {"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}],
-                                     "max_tokens": 99, "stream": True, "stream_options": {"include_usage": True}})
-    assert chat == {"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 1,
-                    "n": 1, "store": False}
+    chat = ping(
+        "chat/completions",
+        {
+            "model": "gpt-4o",
+            "messages": [{"role": "user", "content": "x"}],
+            "max_tokens": 99,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+    )
+    assert chat == {
+        "model": "gpt-4o",
+        "messages": [{"role": "user", "content": "x"}],
+        "max_completion_tokens": 1,
+        "n": 1,
+        "store": False,
+    }
     responses = ping("responses", {"model": "gpt-5", "input": "x", "stream": True, "previous_response_id": "resp_1"})
-    assert responses == {"model": "gpt-5", "input": "x", "previous_response_id": "resp_1", "max_output_tokens": 16,
-                         "store": False, "background": False}
+    assert responses == {
+        "model": "gpt-5",
+        "input": "x",
+        "previous_response_id": "resp_1",
+        "max_output_tokens": 16,
+        "store": False,
+        "background": False,
+    }
 
 
 def test_no_ping_where_it_keeps_nothing_warm():

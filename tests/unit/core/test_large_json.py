@@ -2,6 +2,7 @@
 gives (values and errors) on each of its three readers, a document of many containers goes
 through the standard library with a hook per object, one of long plain arrays through the
 Python scanner; `dumps_yielding` writes `jsonio.dumps`'s bytes."""
+
 from __future__ import annotations
 
 import pytest
@@ -16,8 +17,15 @@ DOCS = [
     b'[[], {}, [[[]]], {"k": [{"k": [{}]}]}]',
     b' \n {"ws": 1} \n',
 ]
-BAD = [b'{"n": NaN}', b'{"n": Infinity}', b'{"n": 1e400}', b'{"a": 1', b'{"s": "hi \xed\xa0\xbd"}', b'{"a": 1} x',
-       b'{"s": "\xff"}']
+BAD = [
+    b'{"n": NaN}',
+    b'{"n": Infinity}',
+    b'{"n": 1e400}',
+    b'{"a": 1',
+    b'{"s": "hi \xed\xa0\xbd"}',
+    b'{"a": 1} x',
+    b'{"s": "\xff"}',
+]
 
 
 @pytest.fixture(params=["orjson path", "hooked C scanner", "Python scanner"])
@@ -27,7 +35,7 @@ def threshold(request, monkeypatch):
         monkeypatch.setattr(large_json, "MANY_VALUES", 10**9)
     if request.param == "Python scanner":
         monkeypatch.setattr(large_json, "MANY_CONTAINERS", -1)
-        monkeypatch.setattr(large_json, "MANY_VALUES", -10**9)
+        monkeypatch.setattr(large_json, "MANY_VALUES", -(10**9))
     return request.param
 
 
@@ -51,7 +59,9 @@ def test_too_deep_is_too_deep(threshold):
 def test_many_objects_take_the_hooked_parser(monkeypatch):
     seen = []
     monkeypatch.setattr(large_json, "_keep", lambda obj: seen.append(1) or obj)
-    raw = b'{"messages": [' + b",".join([b'{"role": "user", "content": [{"type": "text", "text": ""}]}'] * 30_000) + b"]}"
+    raw = (
+        b'{"messages": [' + b",".join([b'{"role": "user", "content": [{"type": "text", "text": ""}]}'] * 30_000) + b"]}"
+    )
     body = large_json.loads_yielding(raw)
     assert len(body["messages"]) == 30_000 and len(seen) == 60_001
     seen.clear()
@@ -61,6 +71,7 @@ def test_many_objects_take_the_hooked_parser(monkeypatch):
 
 def test_long_plain_arrays_take_the_python_scanner(monkeypatch):
     import json.scanner
+
     made = []
     real = json.scanner.py_make_scanner
     monkeypatch.setattr(json.scanner, "py_make_scanner", lambda ctx: made.append(1) or real(ctx))
@@ -72,13 +83,26 @@ def test_long_plain_arrays_take_the_python_scanner(monkeypatch):
     assert large_json.loads_yielding(csv)["messages"][0]["content"].startswith("a,b,c")
 
 
-@pytest.mark.parametrize("obj", [
-    {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "é\u2028\x00"}] * 1500}] * 3,
-     "big": 2**70, "f": 1.5, "none": None, "t": True, "s": "\ud83d lone"},
-    [[[[[list(range(600))]]]]],
-    {"a": {"b": {"c": {"d": {"e": [{"f": [1] * 700}]}}}}},
-    {}, [], "x", 3,
-])
+@pytest.mark.parametrize(
+    "obj",
+    [
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "é\u2028\x00"}] * 1500}] * 3,
+            "big": 2**70,
+            "f": 1.5,
+            "none": None,
+            "t": True,
+            "s": "\ud83d lone",
+        },
+        [[[[[list(range(600))]]]]],
+        {"a": {"b": {"c": {"d": {"e": [{"f": [1] * 700}]}}}}},
+        {},
+        [],
+        "x",
+        3,
+    ],
+)
 def test_dumps_yielding_writes_the_same_bytes(obj):
     assert large_json.dumps_yielding(obj) == jsonio.dumps(obj)
 
@@ -92,12 +116,13 @@ def test_dumps_yielding_writes_a_long_string_by_slices_byte_for_byte(monkeypatch
             assert jsonio.loads(large_json.dumps_yielding(value)) == value
 
 
-@pytest.mark.parametrize("at", [0, 1, large_json._SEARCH - 3, large_json._SEARCH - 1, large_json._SEARCH,
-                                2 * large_json._SEARCH + 5])
+@pytest.mark.parametrize(
+    "at", [0, 1, large_json._SEARCH - 3, large_json._SEARCH - 1, large_json._SEARCH, 2 * large_json._SEARCH + 5]
+)
 def test_contains_finds_a_needle_wherever_it_lies_across_the_slices(at):
     needle = b"encrypted_content"
     raw = bytearray(b"A" * (3 * large_json._SEARCH))
-    raw[at:at + len(needle)] = needle
+    raw[at : at + len(needle)] = needle
     assert large_json.contains(bytes(raw), needle)
     assert not large_json.contains(bytes(raw).replace(needle, b"encrypted_kontent"), needle)
     assert large_json.contains(b"\\u00e9", b"\\u") and not large_json.contains(b"", b"\\u")

@@ -33,20 +33,41 @@ def edited(*, drop=(), change=(), insert=()) -> str:
     return "\n".join(out + (["appended"] if len(LINES) in insert else []))
 
 
-@pytest.mark.parametrize("text", [
-    edited(change={20}),
-    edited(change={0}), edited(change={39}),  # at either edge: no context on that side
-    edited(insert={0}), edited(insert={40}), edited(drop={0}), edited(drop={39}),
-    edited(change={5, 30}),  # two hunks
-    edited(change={10, 12}),  # closer than twice the context: one hunk
-    edited(change={10, 13}),  # exactly twice the context apart: still one
-    edited(change={10, 14}),  # past it: two
-    edited(drop=set(range(10, 40))),  # everything after line 10 removed
-    edited(change={3}, drop={8}, insert={15, 16}),
-    edited(change=set(range(10, 15)), insert={12}),  # a block replaced by a longer one
-], ids=["middle", "first-line", "last-line", "insert-first", "insert-last", "drop-first", "drop-last",
-        "two-hunks", "close-one-hunk", "twice-context-one-hunk", "past-it-two-hunks", "tail-removed", "mixed",
-        "block-replaced"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        edited(change={20}),
+        edited(change={0}),
+        edited(change={39}),  # at either edge: no context on that side
+        edited(insert={0}),
+        edited(insert={40}),
+        edited(drop={0}),
+        edited(drop={39}),
+        edited(change={5, 30}),  # two hunks
+        edited(change={10, 12}),  # closer than twice the context: one hunk
+        edited(change={10, 13}),  # exactly twice the context apart: still one
+        edited(change={10, 14}),  # past it: two
+        edited(drop=set(range(10, 40))),  # everything after line 10 removed
+        edited(change={3}, drop={8}, insert={15, 16}),
+        edited(change=set(range(10, 15)), insert={12}),  # a block replaced by a longer one
+    ],
+    ids=[
+        "middle",
+        "first-line",
+        "last-line",
+        "insert-first",
+        "insert-last",
+        "drop-first",
+        "drop-last",
+        "two-hunks",
+        "close-one-hunk",
+        "twice-context-one-hunk",
+        "past-it-two-hunks",
+        "tail-removed",
+        "mixed",
+        "block-replaced",
+    ],
+)
 def test_ordinary_edits_give_difflib_s_hunks(text):
     base = "\n".join(LINES)
     assert diff(base, text) == by_difflib(base, text) is not None
@@ -144,7 +165,7 @@ def test_a_middle_over_max_cells_is_never_aligned(monkeypatch):
     """Two texts differing in their first and last lines: nothing to trim, their middle is whole."""
     counting = Counting()
     monkeypatch.setattr(line_diff, "Indel", counting)
-    side = int(MAX_CELLS ** 0.5)
+    side = int(MAX_CELLS**0.5)
     for lines, expect in ((side, True), (side + 1, False)):  # a middle of side × side lines, or one more
         body = [f"row {k}" for k in range(lines)]
         made = diff("\n".join(body), "\n".join(["first", *body[1:-1], "last"]), limit=4000)

@@ -27,8 +27,12 @@ SHOTS = [screenshot(step) for step in range(6)]
 def _chat(urls: list[str]) -> list[dict]:
     items: list[dict] = [{"role": "system", "content": "You drive a browser."}]
     for step, url in enumerate(urls):
-        items.append({"role": "user", "content": [{"type": "text", "text": f"step {step}"},
-                                                  {"type": "image_url", "image_url": {"url": url}}]})
+        items.append(
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": f"step {step}"}, {"type": "image_url", "image_url": {"url": url}}],
+            }
+        )
         items.append({"role": "assistant", "content": f"clicked {step}"})
     return items
 
@@ -63,8 +67,13 @@ def test_the_same_bytes_give_the_same_ref_and_marker_turn_after_turn():
 
 def test_what_cannot_be_read_or_lies_is_forwarded_as_it_came():
     png = b64(SHOTS[0])
-    odd = ["data:image/jpeg;base64," + png, "data:image/png;base64,!!!not-base64!!!", "data:image/png;base64,",
-           "https://example.com/shot.png", "data:image/png;base64," + b64(b"GIF89a")]
+    odd = [
+        "data:image/jpeg;base64," + png,
+        "data:image/png;base64,!!!not-base64!!!",
+        "data:image/png;base64,",
+        "https://example.com/shot.png",
+        "data:image/png;base64," + b64(b"GIF89a"),
+    ]
     items = _chat(odd + [data_url(s) for s in SHOTS[:3]])
     plan = plan_media(items, CHAT, SETTINGS, counter=COUNTER, namespace="ns")
     assert plan.items == items and not plan.offloads
@@ -73,7 +82,10 @@ def test_what_cannot_be_read_or_lies_is_forwarded_as_it_came():
 def test_keep_images_and_mode_off():
     items = _chat([data_url(s) for s in SHOTS])
     one = {"image_batch": 1}
-    assert len(plan_media(items, CHAT, OffloadSettings(keep_images=0, **one), counter=COUNTER, namespace="ns").offloads) == 6
+    assert (
+        len(plan_media(items, CHAT, OffloadSettings(keep_images=0, **one), counter=COUNTER, namespace="ns").offloads)
+        == 6
+    )
     assert not plan_media(items, CHAT, OffloadSettings(keep_images=6, **one), counter=COUNTER, namespace="ns").offloads
     assert not plan_media(items, CHAT, OffloadSettings(mode="off", **one), counter=COUNTER, namespace="ns").offloads
     compress = OffloadSettings(mode="compress", **one)
@@ -83,14 +95,23 @@ def test_keep_images_and_mode_off():
 def test_large_base64_documents_and_audio_are_offloaded_small_ones_stay():
     big = "data:application/pdf;base64," + "JVBERi0x" * 2_000
     small = "data:application/pdf;base64,JVBERi0x"
-    items = [{"role": "user", "content": [{"type": "file", "file": {"file_data": big, "filename": "a.pdf"}},
-                                          {"type": "file", "file": {"file_data": small, "filename": "b.pdf"}},
-                                          {"type": "input_audio", "input_audio": {"data": "UklG" * 3000, "format": "wav"}}]},
-             {"role": "assistant", "content": "read"}]
+    items = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "file", "file": {"file_data": big, "filename": "a.pdf"}},
+                {"type": "file", "file": {"file_data": small, "filename": "b.pdf"}},
+                {"type": "input_audio", "input_audio": {"data": "UklG" * 3000, "format": "wav"}},
+            ],
+        },
+        {"role": "assistant", "content": "read"},
+    ]
     plan = plan_media(items, CHAT, SETTINGS, counter=COUNTER, namespace="ns")
     kinds = [p["type"] for p in plan.items[0]["content"]]
     assert kinds == ["text", "file", "text"]
-    assert plan.items[0]["content"][0]["text"].startswith("[document offloaded: application/pdf, 12,000 bytes, ~4,000 tokens")
+    assert plan.items[0]["content"][0]["text"].startswith(
+        "[document offloaded: application/pdf, 12,000 bytes, ~4,000 tokens"
+    )
     assert [o.kind for o in plan.offloads] == ["document", "audio"]
     assert plan.offloads[1].text == "data:audio/wav;base64," + "UklG" * 3000
 
@@ -98,10 +119,23 @@ def test_large_base64_documents_and_audio_are_offloaded_small_ones_stay():
 def _computer_session() -> list[dict]:
     items: list[dict] = [{"role": "user", "content": "Book a flight."}]
     for step, shot in enumerate(SHOTS):
-        items.append({"type": "computer_call", "id": f"cu_{step}", "call_id": f"call_{step}",
-                      "action": {"type": "click", "x": step, "y": 1}, "pending_safety_checks": [], "status": "completed"})
-        items.append({"type": "computer_call_output", "call_id": f"call_{step}",
-                      "output": {"type": "computer_screenshot", "image_url": data_url(shot)}})
+        items.append(
+            {
+                "type": "computer_call",
+                "id": f"cu_{step}",
+                "call_id": f"call_{step}",
+                "action": {"type": "click", "x": step, "y": 1},
+                "pending_safety_checks": [],
+                "status": "completed",
+            }
+        )
+        items.append(
+            {
+                "type": "computer_call_output",
+                "call_id": f"call_{step}",
+                "output": {"type": "computer_screenshot", "image_url": data_url(shot)},
+            }
+        )
     return items
 
 
@@ -114,18 +148,35 @@ def test_responses_screenshots_become_a_placeholder_and_a_marker_message_upstrea
     assert len(plan.refs) == 3 and all(texts.media_ref(o[NOTE_KEY]) for o in outputs[:3])
     body = with_history({"model": "m", "input": items}, plan.items)
     assert len(body["input"]) == len(items) + 3 and NOTE_KEY not in json.dumps(body)
-    assert body["input"][3] == {"type": "message", "role": "user",
-                                "content": [{"type": "input_text", "text": outputs[0][NOTE_KEY]}]}
+    assert body["input"][3] == {
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": outputs[0][NOTE_KEY]}],
+    }
     assert plan_compaction(plan.items, RESPONSES, SETTINGS, counter=COUNTER, namespace="ns").items == plan.items
 
 
 def test_responses_input_image_and_input_file_parts():
-    items = [{"role": "user", "content": [{"type": "input_text", "text": f"look {i}"},
-                                          {"type": "input_image", "image_url": data_url(s), "detail": "high"}]}
-             for i, s in enumerate(SHOTS[:4])]
-    items.append({"type": "function_call_output", "call_id": "c",
-                  "output": [{"type": "input_file", "file_data": "data:application/pdf;base64," + "A" * 40_000,
-                              "filename": "x.pdf"}, {"type": "input_image", "file_id": "file-123"}]})
+    items = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "input_text", "text": f"look {i}"},
+                {"type": "input_image", "image_url": data_url(s), "detail": "high"},
+            ],
+        }
+        for i, s in enumerate(SHOTS[:4])
+    ]
+    items.append(
+        {
+            "type": "function_call_output",
+            "call_id": "c",
+            "output": [
+                {"type": "input_file", "file_data": "data:application/pdf;base64," + "A" * 40_000, "filename": "x.pdf"},
+                {"type": "input_image", "file_id": "file-123"},
+            ],
+        }
+    )
     plan = plan_media(items + [{"role": "user", "content": "go"}], RESPONSES, SETTINGS, counter=COUNTER, namespace="ns")
     assert plan.items[0]["content"][1]["type"] == "input_text"
     assert plan.items[4]["output"][0]["type"] == "input_text"
@@ -139,10 +190,27 @@ def test_anthropic_image_blocks_inside_tool_results():
 
     items: list[dict] = []
     for step, shot in enumerate(SHOTS[:5]):
-        items.append({"role": "assistant", "content": [{"type": "tool_use", "id": f"t{step}", "name": "computer",
-                                                        "input": {"action": "screenshot"}}]})
-        items.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{step}",
-                                                   "content": [block(shot)], "cache_control": {"type": "ephemeral"}}]})
+        items.append(
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": f"t{step}", "name": "computer", "input": {"action": "screenshot"}}
+                ],
+            }
+        )
+        items.append(
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": f"t{step}",
+                        "content": [block(shot)],
+                        "cache_control": {"type": "ephemeral"},
+                    }
+                ],
+            }
+        )
     plan = plan_compaction(items, MESSAGES, SETTINGS, counter=COUNTER, namespace="ns")
     first = plan.items[1]["content"][0]
     assert first["tool_use_id"] == "t0" and first["cache_control"] == {"type": "ephemeral"}
@@ -155,7 +223,9 @@ def test_anthropic_image_blocks_inside_tool_results():
 def test_images_are_offloaded_in_batches_so_the_prefix_changes_once_per_batch():
     urls = [data_url(s) for s in SHOTS]
     batch = OffloadSettings(image_batch=2)
-    offloaded = [len(plan_media(_chat(urls[:n]), CHAT, batch, counter=COUNTER, namespace="ns").offloads) for n in range(1, 7)]
+    offloaded = [
+        len(plan_media(_chat(urls[:n]), CHAT, batch, counter=COUNTER, namespace="ns").offloads) for n in range(1, 7)
+    ]
     assert offloaded == [0, 0, 0, 0, 2, 2]  # 4 images: one older than the last three, not a whole batch
 
 
@@ -164,20 +234,28 @@ def test_by_default_older_images_leave_in_chunks_of_the_default_batch():
     keep, batch = default.keep_images, default.image_batch
     assert (keep, batch) == (3, 6)  # the cheapest batch with a prompt cache: docs/performance.md
     urls = [data_url(screenshot(step)) for step in range(keep + 2 * batch + 1)]
-    offloaded = [len(plan_media(_chat(urls[:n]), CHAT, default, counter=COUNTER, namespace="ns").offloads)
-                 for n in range(1, len(urls) + 1)]
+    offloaded = [
+        len(plan_media(_chat(urls[:n]), CHAT, default, counter=COUNTER, namespace="ns").offloads)
+        for n in range(1, len(urls) + 1)
+    ]
     # nothing until `batch` images are older than the last `keep`, then a whole batch at a time
     assert offloaded == [(max(0, n - keep) // batch) * batch for n in range(1, len(urls) + 1)]
     assert set(offloaded) == {0, batch, 2 * batch}
 
 
 def test_anthropic_documents_offloaded_when_large_urls_never():
-    pdf = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0x" * 2_000},
-           "title": "report.pdf"}
+    pdf = {
+        "type": "document",
+        "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0x" * 2_000},
+        "title": "report.pdf",
+    }
     small = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0x"}}
     text = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "plain " * 5_000}}
     url = {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}
-    items = [{"role": "user", "content": [pdf, small, text, url, url, url, url]}, {"role": "assistant", "content": "ok"}]
+    items = [
+        {"role": "user", "content": [pdf, small, text, url, url, url, url]},
+        {"role": "assistant", "content": "ok"},
+    ]
     plan = plan_media(items, MESSAGES, SETTINGS, counter=COUNTER, namespace="ns")
     blocks = plan.items[0]["content"]
     assert blocks[0] == {"type": "text", "text": blocks[0]["text"]}

@@ -9,8 +9,10 @@ from proxy.core.tokens import counter_for_model
 def test_tools_and_a_system_prompt_outside_the_history_are_counted():
     counter = counter_for_model("gpt-4o")
     system = "You are a careful coding agent. " * 500
-    tools = [{"name": f"tool_{i}", "description": "does a thing " * 20, "input_schema": {"type": "object"}}
-             for i in range(10)]
+    tools = [
+        {"name": f"tool_{i}", "description": "does a thing " * 20, "input_schema": {"type": "object"}}
+        for i in range(10)
+    ]
     messages = {"system": system, "tools": tools, "messages": []}
     assert counter.outside_history(messages) == counter.text(system) + counter.tools(tools) > 3000
     assert counter.outside_history({"system": [{"type": "text", "text": system}]}) == counter.text(system)

@@ -33,7 +33,10 @@ def test_ahead_starts_at_the_ratio_of_the_trigger_and_cuts_at_this_turns_tail():
     assert (inline.head, inline.cut, inline.new_items) == (d.head, d.cut, d.new_items)
     below = OffloadSettings(max_total_tokens=int(tokens / 0.8) + 50, precompress_ratio=0.8)
     assert precompress.ahead(items, VIEW, below, counter=COUNTER, prior=None) is None
-    assert precompress.ahead(items, VIEW, at.model_copy(update={"precompress_ratio": 0}), counter=COUNTER, prior=None) is None
+    assert (
+        precompress.ahead(items, VIEW, at.model_copy(update={"precompress_ratio": 0}), counter=COUNTER, prior=None)
+        is None
+    )
 
 
 def test_ahead_folds_after_the_prior_summary_only_once_that_part_has_grown():
@@ -52,10 +55,16 @@ def test_ahead_folds_after_the_prior_summary_only_once_that_part_has_grown():
 
 
 def test_ahead_never_splits_a_call_from_its_result():
-    call = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}
-    items = history(6) + [call, {"role": "tool", "tool_call_id": "c1", "content": "word " * 100},
-                          {"role": "assistant", "content": "next"}]
+    call = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+    }
+    items = history(6) + [
+        call,
+        {"role": "tool", "tool_call_id": "c1", "content": "word " * 100},
+        {"role": "assistant", "content": "next"},
+    ]
     d = precompress.ahead(items, VIEW, OffloadSettings(max_total_tokens=100), counter=COUNTER, prior=None)
     assert d is not None and cp.can_cut(items, VIEW, d.cut) and items[d.cut] is call
 

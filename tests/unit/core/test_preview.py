@@ -6,52 +6,77 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from proxy.core.markers import make_ref, tool_result_marker, tool_result_ref
-from proxy.core.preview import (MAX_CHARS, MAX_LINES, SCAN_LINES, WIDTH, error_lines, json_shape, plain_text,
-                                preview)
+from proxy.core.preview import MAX_CHARS, MAX_LINES, SCAN_LINES, WIDTH, error_lines, json_shape, plain_text, preview
 
 REF = make_ref("a" * 32, "tool_result", "x")
 
 
 def pytest_run() -> str:
-    lines = ["============================= test session starts ==============================",
-             "platform linux -- Python 3.11.7, pytest-8.3.2, pluggy-1.5.0", "rootdir: /repo", "collected 212 items", ""]
+    lines = [
+        "============================= test session starts ==============================",
+        "platform linux -- Python 3.11.7, pytest-8.3.2, pluggy-1.5.0",
+        "rootdir: /repo",
+        "collected 212 items",
+        "",
+    ]
     lines += [f"tests/unit/test_mod{i}.py ........................................ [{i * 3:3d}%]" for i in range(30)]
-    lines += ["", "=================================== FAILURES ===================================",
-              "______________________________ test_parse_header _______________________________", "",
-              "    def test_parse_header():", "        data = load('fixtures/header.bin')"]
+    lines += [
+        "",
+        "=================================== FAILURES ===================================",
+        "______________________________ test_parse_header _______________________________",
+        "",
+        "    def test_parse_header():",
+        "        data = load('fixtures/header.bin')",
+    ]
     lines += [f"        step_{i} = compute({i})" for i in range(25)]
-    lines += [">       assert parse_header(data) == {'version': 2}",
-              "E       AssertionError: assert {'version': 1} == {'version': 2}",
-              "E         Differing items:", "E         {'version': 1} != {'version': 2}", "",
-              "tests/unit/test_header.py:42: AssertionError"]
+    lines += [
+        ">       assert parse_header(data) == {'version': 2}",
+        "E       AssertionError: assert {'version': 1} == {'version': 2}",
+        "E         Differing items:",
+        "E         {'version': 1} != {'version': 2}",
+        "",
+        "tests/unit/test_header.py:42: AssertionError",
+    ]
     lines += [f"------ captured log line {i} ------" for i in range(20)]
-    lines += ["=========================== short test summary info ============================",
-              "FAILED tests/unit/test_header.py::test_parse_header - AssertionError: assert {'version': 1} == "
-              "{'version': 2}",
-              "========================= 1 failed, 211 passed in 3.21s ========================="]
+    lines += [
+        "=========================== short test summary info ============================",
+        "FAILED tests/unit/test_header.py::test_parse_header - AssertionError: assert {'version': 1} == {'version': 2}",
+        "========================= 1 failed, 211 passed in 3.21s =========================",
+    ]
     return "\n".join(lines)
 
 
 def python_traceback() -> str:
     lines = [f"INFO loading shard {i} of 80 from /data/shards/part-{i:05d}.parquet" for i in range(80)]
-    lines += ["Traceback (most recent call last):",
-              '  File "/app/train.py", line 214, in <module>', "    main()",
-              '  File "/app/train.py", line 190, in main', "    trainer.fit(model)",
-              '  File "/usr/lib/python3.11/site-packages/lightning/trainer.py", line 532, in fit', "    self._run(model)",
-              '  File "/app/data/loader.py", line 88, in __getitem__', "    row = self.table[idx]",
-              "KeyError: 'label'"]
+    lines += [
+        "Traceback (most recent call last):",
+        '  File "/app/train.py", line 214, in <module>',
+        "    main()",
+        '  File "/app/train.py", line 190, in main',
+        "    trainer.fit(model)",
+        '  File "/usr/lib/python3.11/site-packages/lightning/trainer.py", line 532, in fit',
+        "    self._run(model)",
+        '  File "/app/data/loader.py", line 88, in __getitem__',
+        "    row = self.table[idx]",
+        "KeyError: 'label'",
+    ]
     lines += [f"DEBUG shutting down worker {i}" for i in range(30)]
     return "\n".join(lines)
 
 
 def gcc_log() -> str:
     lines = [f"gcc -O2 -Wall -c src/module{i}.c -o build/module{i}.o" for i in range(40)]
-    lines[12:12] = ["src/module12.c: In function 'parse_args':",
-                    "src/module12.c:57:13: error: 'argc_max' undeclared (first use in this function)",
-                    "   57 |     if (i > argc_max) {", "      |             ^~~~~~~~"]
+    lines[12:12] = [
+        "src/module12.c: In function 'parse_args':",
+        "src/module12.c:57:13: error: 'argc_max' undeclared (first use in this function)",
+        "   57 |     if (i > argc_max) {",
+        "      |             ^~~~~~~~",
+    ]
     lines[30:30] = ["src/module27.c:101:5: warning: unused variable 'tmp' [-Wunused-variable]"]
     lines += ["make: *** [Makefile:23: build/module12.o] Error 1", "make: *** Waiting for unfinished jobs...."]
     return "\n".join(lines)
@@ -59,10 +84,15 @@ def gcc_log() -> str:
 
 def rustc_log() -> str:
     lines = [f"   Compiling dep{i} v0.{i}.0" for i in range(60)]
-    lines += ["error[E0308]: mismatched types", " --> src/main.rs:14:22", "   |",
-              '14 |     let count: u32 = "three";', "   |                ---   ^^^^^^^ expected `u32`, found `&str`"]
+    lines += [
+        "error[E0308]: mismatched types",
+        " --> src/main.rs:14:22",
+        "   |",
+        '14 |     let count: u32 = "three";',
+        "   |                ---   ^^^^^^^ expected `u32`, found `&str`",
+    ]
     lines += [f"   Checking dep{i} v0.{i}.0" for i in range(60, 90)]
-    lines += ["error: could not compile `app` (bin \"app\") due to 1 previous error"]
+    lines += ['error: could not compile `app` (bin "app") due to 1 previous error']
     return "\n".join(lines)
 
 
@@ -84,14 +114,23 @@ def ls_recursive() -> str:
 
 
 def json_object() -> str:
-    return json.dumps({"id": "run_8812", "status": "failed", "exit_code": 2,
-                       "steps": [{"name": f"step{i}", "ok": i != 7, "duration_ms": i * 113} for i in range(200)],
-                       "env": {"PATH": "/usr/bin", "HOME": "/root", "LANG": "C.UTF-8"}, "log": "x" * 3000})
+    return json.dumps(
+        {
+            "id": "run_8812",
+            "status": "failed",
+            "exit_code": 2,
+            "steps": [{"name": f"step{i}", "ok": i != 7, "duration_ms": i * 113} for i in range(200)],
+            "env": {"PATH": "/usr/bin", "HOME": "/root", "LANG": "C.UTF-8"},
+            "log": "x" * 3000,
+        }
+    )
 
 
 def json_array() -> str:
-    return json.dumps([{"id": i, "name": f"user{i}", "email": f"user{i}@example.com", "roles": ["a", "b"]}
-                       for i in range(500)], indent=2)
+    return json.dumps(
+        [{"id": i, "name": f"user{i}", "email": f"user{i}@example.com", "roles": ["a", "b"]} for i in range(500)],
+        indent=2,
+    )
 
 
 def json_nested() -> str:
@@ -106,10 +145,30 @@ def wrapped_output() -> str:
     return json.dumps({"output": pytest_run(), "metadata": {"exit_code": 1, "duration_seconds": 3.4}})
 
 
-SAMPLES = {f.__name__: f() for f in (pytest_run, python_traceback, gcc_log, rustc_log, tsc_log, grep_output,
-                                      ls_recursive, json_object, json_array, json_nested, wrapped_output)}
-SAMPLES.update({"empty": "", "one huge line": "x" * 2_000_000, "blank lines": "\n \n\t\n" * 1000,
-                "surrogates": "\ud83d ok \udfff\n" * 3000})
+SAMPLES = {
+    f.__name__: f()
+    for f in (
+        pytest_run,
+        python_traceback,
+        gcc_log,
+        rustc_log,
+        tsc_log,
+        grep_output,
+        ls_recursive,
+        json_object,
+        json_array,
+        json_nested,
+        wrapped_output,
+    )
+}
+SAMPLES.update(
+    {
+        "empty": "",
+        "one huge line": "x" * 2_000_000,
+        "blank lines": "\n \n\t\n" * 1000,
+        "surrogates": "\ud83d ok \udfff\n" * 3000,
+    }
+)
 
 
 def shown(text: str) -> list[str]:
@@ -122,6 +181,7 @@ def assert_bounded(body: str) -> None:
 
 
 # ---- what is kept ---------------------------------------------------------------------------------
+
 
 def test_a_failing_test_run_keeps_the_assertion_and_the_summary():
     lines = shown(pytest_run())
@@ -144,7 +204,10 @@ def test_compiler_errors_keep_their_file_line_col():
     gcc = shown(gcc_log())
     assert "src/module12.c:57:13: error: 'argc_max' undeclared (first use in this function)" in gcc
     assert "src/module27.c:101:5: warning: unused variable 'tmp' [-Wunused-variable]" in gcc
-    assert gcc[-2:] == ["make: *** [Makefile:23: build/module12.o] Error 1", "make: *** Waiting for unfinished jobs...."]
+    assert gcc[-2:] == [
+        "make: *** [Makefile:23: build/module12.o] Error 1",
+        "make: *** Waiting for unfinished jobs....",
+    ]
     rust = shown(rustc_log())
     assert "error[E0308]: mismatched types" in rust and " --> src/main.rs:14:22" in rust
     assert rust[-1].startswith("error: could not compile `app`")
@@ -212,7 +275,8 @@ def test_signals_are_found_near_both_ends_of_a_long_text():
 def test_error_lines_for_the_index():
     assert error_lines(pytest_run()) == [
         "E AssertionError: assert {'version': 1} == {'version': 2}",
-        "FAILED tests/unit/test_header.py::test_parse_header - AssertionError: assert {'version': 1} == {'version': 2}"]
+        "FAILED tests/unit/test_header.py::test_parse_header - AssertionError: assert {'version': 1} == {'version': 2}",
+    ]
     assert error_lines(python_traceback()) == ["KeyError: 'label'"]
     assert error_lines("except ValueError:\n    raise KeyError(key)\nall good") == []  # code is not an error
     assert error_lines('TYPE_ERROR = "x"\n52 logging.ERROR: {"red"}\nif FAILED_ONCE:') == []  # nor are names
@@ -223,6 +287,7 @@ def test_error_lines_for_the_index():
 
 
 # ---- bounded, stable, recognised ------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", sorted(SAMPLES))
 def test_every_sample_is_bounded_stable_and_recognised(name):
@@ -239,8 +304,9 @@ def test_every_sample_is_bounded_stable_and_recognised(name):
         marker.replace(f'ref="{REF}"', 'ref="otherRef99"', 1),  # the trailer names another ref
         marker + "\n",  # something after the trailer
         marker[:-1],  # the trailer cut short
-        f"{head}\n{body}\nextra line\n{trailer}" if body.count("\n") == MAX_LINES - 1 else
-        f"{head}\n{body}{'y' * (MAX_CHARS + 1 - len(body))}\n{trailer}",  # a preview past the bounds
+        f"{head}\n{body}\nextra line\n{trailer}"
+        if body.count("\n") == MAX_LINES - 1
+        else f"{head}\n{body}{'y' * (MAX_CHARS + 1 - len(body))}\n{trailer}",  # a preview past the bounds
         marker.replace(" lines not shown", " more lines", 1),
     ]
     for text in altered:
@@ -249,9 +315,16 @@ def test_every_sample_is_bounded_stable_and_recognised(name):
 
 def pathological() -> list[str]:
     """Inputs whose preview a careless scan would make quadratic (bench/worst_cases.py times them)."""
-    return ["a" * 5_000_000, "e" * 400 + "\n", "\n".join(f"error: {i} at x.py:{i}" for i in range(200_000)),
-            "\n" * 500_000, "[" * 200_000 + "]" * 200_000, json.dumps({f"k{i}": [i] * 5 for i in range(50_000)}),
-            "\n".join("E" + " " * 399 for _ in range(20_000)), "\n".join("a/" * 200 for _ in range(20_000))]
+    return [
+        "a" * 5_000_000,
+        "e" * 400 + "\n",
+        "\n".join(f"error: {i} at x.py:{i}" for i in range(200_000)),
+        "\n" * 500_000,
+        "[" * 200_000 + "]" * 200_000,
+        json.dumps({f"k{i}": [i] * 5 for i in range(50_000)}),
+        "\n".join("E" + " " * 399 for _ in range(20_000)),
+        "\n".join("a/" * 200 for _ in range(20_000)),
+    ]
 
 
 def test_pathological_inputs_get_a_bounded_preview():
@@ -261,10 +334,35 @@ def test_pathological_inputs_get_a_bounded_preview():
 
 # ---- properties -----------------------------------------------------------------------------------
 
-FRAGMENTS = ["", " ", "x", "error: bad", "FAILED t.py::x", "Traceback (most recent call last):",
-             '  File "a.py", line 3, in f', "E   AssertionError: no", "KeyError: 'k'", "a/b/c.py:12:3: warning: w",
-             "warning: y", "/usr/lib/x.so", "{", "}", "[1, 2]", '"k": 1', "\t", "…", "… 3 lines …", "é" * 50,
-             "y" * 500, "\ud800", "\r", "\r\n", "\u2028", "\x0b", "[offloaded tool result: 1 tokens, ref=abcdefgh]"]
+FRAGMENTS = [
+    "",
+    " ",
+    "x",
+    "error: bad",
+    "FAILED t.py::x",
+    "Traceback (most recent call last):",
+    '  File "a.py", line 3, in f',
+    "E   AssertionError: no",
+    "KeyError: 'k'",
+    "a/b/c.py:12:3: warning: w",
+    "warning: y",
+    "/usr/lib/x.so",
+    "{",
+    "}",
+    "[1, 2]",
+    '"k": 1',
+    "\t",
+    "…",
+    "… 3 lines …",
+    "é" * 50,
+    "y" * 500,
+    "\ud800",
+    "\r",
+    "\r\n",
+    "\u2028",
+    "\x0b",
+    "[offloaded tool result: 1 tokens, ref=abcdefgh]",
+]
 texts = st.one_of(
     st.text(alphabet=st.characters(blacklist_categories=()), max_size=3000),
     st.lists(st.sampled_from(FRAGMENTS), max_size=400).map("\n".join),

@@ -22,6 +22,7 @@ def run(profile, *requests: Request) -> tuple[Billed, ...]:
 
 # ------------------------------------------------------------------------------ anthropic
 
+
 def test_anthropic_caches_nothing_without_a_breakpoint():
     first, second = run(ANTHROPIC, Request(0, blocks(2000, 500)), Request(10, blocks(2000, 500, 300)))
     assert first == Billed(uncached=2500) and second == Billed(uncached=2800)
@@ -29,8 +30,9 @@ def test_anthropic_caches_nothing_without_a_breakpoint():
 
 def test_anthropic_writes_up_to_the_breakpoint_and_reads_it_next_time():
     prefix = blocks(2000, 500, marks={1: "5m"})
-    first, second = run(ANTHROPIC, Request(0, prefix + blocks(100, tag="q")),
-                        Request(60, prefix + blocks(200, tag="r")))
+    first, second = run(
+        ANTHROPIC, Request(0, prefix + blocks(100, tag="q")), Request(60, prefix + blocks(200, tag="r"))
+    )
     assert first == Billed(uncached=100, write_5m=2500)
     assert second == Billed(uncached=200, read=2500)
     assert first.cost(ANTHROPIC) == 100 + 1.25 * 2500 and second.cost(ANTHROPIC) == pytest.approx(200 + 250)
@@ -106,8 +108,10 @@ def test_an_earlier_breakpoint_still_hits_when_the_later_prefix_changed():
 
 def test_a_breakpoint_read_each_turn_stays_alive_beyond_the_first_ttl():
     system = blocks(3000, marks={0: "5m"}, tag="s")
-    turns = [Request(t, system + blocks(*[100] * (k + 1), marks={k: "5m"}, tag="h")) for k, t in
-             enumerate(range(0, 1200, 200))]
+    turns = [
+        Request(t, system + blocks(*[100] * (k + 1), marks={k: "5m"}, tag="h"))
+        for k, t in enumerate(range(0, 1200, 200))
+    ]
     rewritten = Request(1250, system + blocks(50, marks={0: "5m"}, tag="new"))
     assert run(ANTHROPIC, *turns, rewritten)[-1].read == 3000
 
@@ -122,8 +126,10 @@ def test_too_many_breakpoints_or_a_long_ttl_after_a_short_one_are_refused():
     with pytest.raises(pc.CacheRequestError, match="ttl"):
         run(ANTHROPIC, Request(0, blocks(2000, marks={0: "10m"})))
     # the automatic breakpoint on a block already marked is the same one
-    assert run(ANTHROPIC, Request(0, blocks(1, 1, 1, 2000, marks={i: "5m" for i in range(4)}),
-                                  automatic="5m"))[0].write_5m == 2003
+    assert (
+        run(ANTHROPIC, Request(0, blocks(1, 1, 1, 2000, marks={i: "5m" for i in range(4)}), automatic="5m"))[0].write_5m
+        == 2003
+    )
 
 
 def test_empty_request():
@@ -132,6 +138,7 @@ def test_empty_request():
 
 
 # --------------------------------------------------------------------------------- openai
+
 
 def test_openai_caches_every_prefix_in_128_token_steps_without_a_write_premium():
     first, second = run(OPENAI, Request(0, blocks(1100, 200)), Request(10, blocks(1100, 200, 50)))
@@ -162,6 +169,7 @@ def test_openai_ignores_breakpoints():
 
 
 # ------------------------------------------------------------------------ state and queries
+
 
 def test_the_cache_is_an_immutable_value():
     empty = Cache(ANTHROPIC)

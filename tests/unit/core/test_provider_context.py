@@ -9,8 +9,14 @@ import copy
 from proxy.core import compression as cp
 from proxy.core.compaction import plan_compaction
 from proxy.core.markers import is_marker
-from proxy.core.provider_context import (CLIENT_SUMMARY_PREFIXES, ProviderContext, clearable_calls, client_summary_end,
-                                         live_start, trigger_index)
+from proxy.core.provider_context import (
+    CLIENT_SUMMARY_PREFIXES,
+    ProviderContext,
+    clearable_calls,
+    client_summary_end,
+    live_start,
+    trigger_index,
+)
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model
 from proxy.formats.chat import VIEW as CHAT_VIEW
@@ -61,8 +67,13 @@ def test_live_start_is_after_the_newest_compaction_item():
 
 
 def test_split_starts_after_the_newest_compaction_item():
-    items = [{"role": "developer", "content": "d"}, user("old " * 50), COMPACTION,
-             {"role": "developer", "content": "d2"}, *(user(f"new {k}") for k in range(6))]
+    items = [
+        {"role": "developer", "content": "d"},
+        user("old " * 50),
+        COMPACTION,
+        {"role": "developer", "content": "d2"},
+        *(user(f"new {k}") for k in range(6)),
+    ]
     head, tail = cp.split(items, RV, keep_recent=2)
     assert head == 4 and tail == len(items) - 2  # the compaction item and what precedes it are the kept head
 
@@ -83,21 +94,28 @@ def test_items_before_the_compaction_never_count_nor_go_into_a_summary():
     d = cp.decide(newer, RV, settings, counter=COUNTER, prior=None)
     assert d.action == "summarize" and d.head == len(old) + 1  # the summarised part starts after it
     assembled = cp.assemble(newer, RV, d.head, cut=d.cut, summary=RV.summary_item("S"))
-    assert assembled[:len(old) + 1] == [*old, COMPACTION]  # kept verbatim, in place
+    assert assembled[: len(old) + 1] == [*old, COMPACTION]  # kept verbatim, in place
 
 
 def test_compaction_ignores_what_precedes_the_compaction_item():
     old = [call(1), output(1, big()), user("u")]
     items = [*old, COMPACTION, user("new"), call(2), output(2, big()), user("last")]
     frozen = copy.deepcopy(items)
-    plan = plan_compaction(items, RV, OffloadSettings(max_total_tokens=1000, max_tool_message_tokens=100), counter=COUNTER, namespace=NS)
+    plan = plan_compaction(
+        items, RV, OffloadSettings(max_total_tokens=1000, max_tool_message_tokens=100), counter=COUNTER, namespace=NS
+    )
     assert plan.items[:4] == frozen[:4]  # the old output is not compacted: the provider ignores it
     assert is_marker(plan.items[6]["output"]) and len(plan.offloads) == 1
     assert plan.tokens_before == COUNTER.messages(frozen)  # the headers still count what is forwarded
     # the trigger counts only what follows the compaction item
     small_after = [*old, COMPACTION, user("new")]
-    quiet = plan_compaction(small_after, RV, OffloadSettings(max_total_tokens=1000, max_tool_message_tokens=100),
-                            counter=COUNTER, namespace=NS)
+    quiet = plan_compaction(
+        small_after,
+        RV,
+        OffloadSettings(max_total_tokens=1000, max_tool_message_tokens=100),
+        counter=COUNTER,
+        namespace=NS,
+    )
     assert quiet.items == small_after and not quiet.offloads
 
 
@@ -106,26 +124,47 @@ def test_clearable_calls_spare_the_recent_and_the_excluded():
     ctx = ProviderContext(clears_tool_results=True, keep_tool_uses=2, exclude_tools=frozenset({"read"}))
     assert clearable_calls(items, RV, ctx) == {"c1"}
     assert clearable_calls(items, RV, ProviderContext()) == set()
-    assert clearable_calls(items, RV, ProviderContext(clears_tool_results=True, keep_tool_uses=0)) == {"c1", "c2",
-                                                                                                      "c3", "c4"}
+    assert clearable_calls(items, RV, ProviderContext(clears_tool_results=True, keep_tool_uses=0)) == {
+        "c1",
+        "c2",
+        "c3",
+        "c4",
+    }
 
 
 def test_compaction_leaves_to_the_clear_edit_what_it_may_clear():
-    items = [user("go"), call(1), output(1, big()), call(2, "read"), output(2, big()), call(3), output(3, big()),
-             call(4), output(4, big()), user("last")]
+    items = [
+        user("go"),
+        call(1),
+        output(1, big()),
+        call(2, "read"),
+        output(2, big()),
+        call(3),
+        output(3, big()),
+        call(4),
+        output(4, big()),
+        user("last"),
+    ]
     settings = OffloadSettings(max_total_tokens=1000, max_tool_message_tokens=100)
     ctx = ProviderContext(clears_tool_results=True, keep_tool_uses=2, exclude_tools=frozenset({"read"}))
     plan = plan_compaction(items, RV, settings, counter=COUNTER, namespace=NS, provider=ctx)
-    compacted = {i for i, item in enumerate(plan.items) if item.get("type") == "function_call_output"
-                 and is_marker(item["output"])}
+    compacted = {
+        i
+        for i, item in enumerate(plan.items)
+        if item.get("type") == "function_call_output" and is_marker(item["output"])
+    }
     assert compacted == {4, 6, 8}  # c2 (excluded), c3 and c4 (the 2 kept); c1 is the provider's to clear
-    assert len(plan_compaction(items, RV, settings, counter=COUNTER, namespace=NS).offloads) == 4  # without the edit: all
+    assert (
+        len(plan_compaction(items, RV, settings, counter=COUNTER, namespace=NS).offloads) == 4
+    )  # without the edit: all
 
 
 # Codex CLI's local compaction: the summary user message it builds (codex-rs/core/templates/compact/summary_prefix.md)
-CODEX_SUMMARY = (CLIENT_SUMMARY_PREFIXES[0] + " You also have access to the state of the tools that were used by "
-                 "that language model. [...] use the information in this summary to assist with your own analysis:\n"
-                 "steps 1-3 done")
+CODEX_SUMMARY = (
+    CLIENT_SUMMARY_PREFIXES[0] + " You also have access to the state of the tools that were used by "
+    "that language model. [...] use the information in this summary to assist with your own analysis:\n"
+    "steps 1-3 done"
+)
 
 
 def codex_summary(view_kind="responses"):
@@ -151,8 +190,16 @@ def test_client_summary_end_is_after_the_newest_client_summary():
 
 
 def test_claude_codes_compaction_summary_is_a_boundary_too():
-    claude = {"role": "user", "content": [{"type": "text", "text": CLIENT_SUMMARY_PREFIXES[1] + " The summary below "
-                                           "covers the earlier portion of the conversation.\n\nSummary: ..."}]}
+    claude = {
+        "role": "user",
+        "content": [
+            {
+                "type": "text",
+                "text": CLIENT_SUMMARY_PREFIXES[1] + " The summary below "
+                "covers the earlier portion of the conversation.\n\nSummary: ...",
+            }
+        ],
+    }
     items = [{"role": "user", "content": "task"}, claude, {"role": "user", "content": "go on"}]
     assert client_summary_end(items, MV) == 2
 
@@ -160,8 +207,12 @@ def test_claude_codes_compaction_summary_is_a_boundary_too():
 def test_no_summary_folds_a_client_summary_with_what_follows_it():
     """After Codex compacted, its history is [instructions, context, recent user messages, the
     summary, new work]: the proxy summarises only the new work, the rest stays verbatim, in place."""
-    kept = [{"role": "developer", "content": "d"}, user("<environment_context/>"), user("Run six steps."),
-            codex_summary()]
+    kept = [
+        {"role": "developer", "content": "d"},
+        user("<environment_context/>"),
+        user("Run six steps."),
+        codex_summary(),
+    ]
     work = [x for k in range(4, 12) for x in (call(k), output(k, "word " * 120))]
     items = [*kept, *work]
     head, tail = cp.split(items, RV, keep_recent=2)
@@ -169,12 +220,15 @@ def test_no_summary_folds_a_client_summary_with_what_follows_it():
     d = cp.decide(items, RV, OffloadSettings(max_total_tokens=500), counter=COUNTER, prior=None)
     assert d.action == "summarize" and d.head == len(kept)
     assembled = cp.assemble(items, RV, d.head, cut=d.cut, summary=RV.summary_item("S"))
-    assert assembled[:len(kept)] == kept and assembled[len(kept)] == RV.summary_item("S")
+    assert assembled[: len(kept)] == kept and assembled[len(kept)] == RV.summary_item("S")
     # without the client summary the same history is summarised from after the task (its first user message)
     plain = [*kept[:3], *work]
     assert cp.decide(plain, RV, OffloadSettings(max_total_tokens=500), counter=COUNTER, prior=None).head == 2
     # and nothing is summarised while the work after the client summary stays small
-    assert cp.decide([*kept, *work[:2]], RV, OffloadSettings(max_total_tokens=500), counter=COUNTER, prior=None).action == "none"
+    assert (
+        cp.decide([*kept, *work[:2]], RV, OffloadSettings(max_total_tokens=500), counter=COUNTER, prior=None).action
+        == "none"
+    )
 
 
 def test_a_provider_compaction_item_after_a_client_summary_wins():

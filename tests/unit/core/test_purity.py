@@ -7,8 +7,22 @@ from pathlib import Path
 
 import proxy.core
 
-FORBIDDEN = ("starlette", "httpx", "httpx2", "uvicorn", "redis", "sqlite3", "proxy.store", "proxy.http",
-             "proxy.upstream", "proxy.offload", "proxy.reload", "proxy.replay", "proxy.errors", "proxy.config")
+FORBIDDEN = (
+    "starlette",
+    "httpx",
+    "httpx2",
+    "uvicorn",
+    "redis",
+    "sqlite3",
+    "proxy.store",
+    "proxy.http",
+    "proxy.upstream",
+    "proxy.offload",
+    "proxy.reload",
+    "proxy.replay",
+    "proxy.errors",
+    "proxy.config",
+)
 
 
 def imported_modules(path: Path) -> set[str]:

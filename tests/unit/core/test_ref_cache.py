@@ -44,7 +44,7 @@ def test_one_changed_character_is_another_ref():
     cache = RefCache(min_chars=10)
     shot = data_url(screenshot(5))
     middle = len(shot) // 2 + 1
-    changed = shot[:middle] + ("A" if shot[middle] != "A" else "B") + shot[middle + 1:]
+    changed = shot[:middle] + ("A" if shot[middle] != "A" else "B") + shot[middle + 1 :]
     cache.ref("ns", "image", shot)
     assert cache.ref("ns", "image", changed) == make_ref("ns", "image", changed) != make_ref("ns", "image", shot)
 

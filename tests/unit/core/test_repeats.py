@@ -11,14 +11,22 @@ from proxy.formats.messages import MESSAGES
 
 def chat_call(name: str, args: dict | str, i: int) -> dict:
     text = args if isinstance(args, str) else json.dumps(args)
-    return {"role": "assistant", "content": None,
-            "tool_calls": [{"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": text}}]}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": text}}],
+    }
 
 
 def test_the_same_call_again_counts_key_order_and_spacing_aside():
-    items = [chat_call("bash", {"cmd": "ls", "cwd": "/"}, 0), {"role": "tool", "tool_call_id": "c0", "content": "a"},
-             chat_call("bash", '{"cwd": "/",  "cmd": "ls"}', 1), chat_call("bash", {"cmd": "ls -la"}, 2),
-             chat_call("read", {"cmd": "ls", "cwd": "/"}, 3), chat_call("bash", {"cmd": "ls", "cwd": "/"}, 4)]
+    items = [
+        chat_call("bash", {"cmd": "ls", "cwd": "/"}, 0),
+        {"role": "tool", "tool_call_id": "c0", "content": "a"},
+        chat_call("bash", '{"cwd": "/",  "cmd": "ls"}', 1),
+        chat_call("bash", {"cmd": "ls -la"}, 2),
+        chat_call("read", {"cmd": "ls", "cwd": "/"}, 3),
+        chat_call("bash", {"cmd": "ls", "cwd": "/"}, 4),
+    ]
     assert repeated_calls(items, chat.VIEW) == 2
     assert repeated_calls([], chat.VIEW) == 0
 

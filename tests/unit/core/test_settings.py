@@ -9,8 +9,14 @@ from proxy.core.settings import SettingsError, SettingsResolver, header_name, lo
 
 def test_defaults_match_the_documented_values():
     s = SettingsResolver({}).resolve({})
-    assert (s.mode, s.max_total_tokens, s.tool_result_limit(), s.max_reload_tokens, s.max_reload_rounds,
-            s.reload_tools) == ("auto", 18000, 6000, 8000, 4, True)
+    assert (
+        s.mode,
+        s.max_total_tokens,
+        s.tool_result_limit(),
+        s.max_reload_tokens,
+        s.max_reload_rounds,
+        s.reload_tools,
+    ) == ("auto", 18000, 6000, 8000, 4, True)
     assert s.max_tool_message_tokens is None and s.max_fresh_tool_message_tokens == 25_000
     assert s.keep_recent_for(1) == 1
     assert (s.precompress_ratio, s.hard_max_tokens) == (0.8, None)
@@ -24,20 +30,26 @@ def test_headers_override_tenant_overrides_server_default(tmp_path):
     resolver = SettingsResolver({"max_total_tokens": 30000}, load_tenants_file(tenants))
     assert resolver.resolve({}).max_total_tokens == 30000
     assert resolver.resolve({}, tenant="acme").max_total_tokens == 5000
-    s = resolver.resolve({"X-Offload-Max-Total-Tokens": "7000", "X-Offload-Reload-Tools": "off",
-                          "X-Offload-Keep-Recent": "3"}, tenant="acme")
+    s = resolver.resolve(
+        {"X-Offload-Max-Total-Tokens": "7000", "X-Offload-Reload-Tools": "off", "X-Offload-Keep-Recent": "3"},
+        tenant="acme",
+    )
     assert (s.max_total_tokens, s.mode, s.reload_tools, s.keep_recent) == (7000, "compact", False, 3)
 
 
 def test_the_fresh_result_cap_from_the_server_a_tenant_or_a_header(tmp_path):
     tenants = tmp_path / "tenants.toml"
-    tenants.write_text('[tenants.acme]\nmax_fresh_tool_message_tokens = 40000\n')
+    tenants.write_text("[tenants.acme]\nmax_fresh_tool_message_tokens = 40000\n")
     resolver = SettingsResolver({"max_fresh_tool_message_tokens": 30000}, load_tenants_file(tenants))
     assert resolver.resolve({}).max_fresh_tool_message_tokens == 30000
     assert resolver.resolve({}, tenant="acme").max_fresh_tool_message_tokens == 40000
-    assert resolver.resolve({"X-Offload-Max-Fresh-Tool-Message-Tokens": "5000"},
-                            tenant="acme").max_fresh_tool_message_tokens == 5000
-    tenants.write_text('[tenants.acme]\nmax_fresh_tool_message_tokens = 0\n')
+    assert (
+        resolver.resolve(
+            {"X-Offload-Max-Fresh-Tool-Message-Tokens": "5000"}, tenant="acme"
+        ).max_fresh_tool_message_tokens
+        == 5000
+    )
+    tenants.write_text("[tenants.acme]\nmax_fresh_tool_message_tokens = 0\n")
     with pytest.raises(ValueError, match="max_fresh_tool_message_tokens"):
         load_tenants_file(tenants)
 
@@ -50,34 +62,37 @@ def test_yaml_tenants_file(tmp_path):
 
 def test_bad_tenants_file_fails_at_startup(tmp_path):
     tenants = tmp_path / "tenants.toml"
-    tenants.write_text('[tenants.acme]\nmax_total_tokens = -5\n')
+    tenants.write_text("[tenants.acme]\nmax_total_tokens = -5\n")
     with pytest.raises(Exception):
         load_tenants_file(tenants)
 
 
-@pytest.mark.parametrize("header,value,expect", [
-    ("X-Offload-Mode", "squash", "one of auto, compact, compress, off, observe"),
-    ("X-Offload-Max-Total-Tokens", "-1", "an integer from 0 to"),
-    ("X-Offload-Max-Reload-Rounds", "many", "an integer from 0 to 50"),
-    ("X-Offload-Reload-Tools", "maybe", "on or off"),
-    ("X-Offload-Tenant", "a b", "characters"),
-    ("X-Offload-Session", "x" * 200, "characters"),
-    ("X-Offload-Precompress-Ratio", "1.5", "a number from 0 to 1"),
-    ("X-Offload-Precompress-Ratio", "nan", "a number from 0 to 1"),
-    ("X-Offload-Hard-Max-Tokens", "0", "an integer from 1 to 10000000"),
-    ("X-Offload-Hard-Max-Tokens", "1e9", "an integer from 1 to 10000000"),
-    # optional now (unset: a default that follows the trigger), but never unset by a header
-    ("X-Offload-Max-Tool-Message-Tokens", "null", "an integer from 1 to 10000000"),
-    ("X-Offload-Max-Tool-Message-Tokens", "None", "an integer from 1 to 10000000"),
-    ("X-Offload-Max-Tool-Message-Tokens", "", "an integer from 1 to 10000000"),
-    ("X-Offload-Max-Tool-Message-Tokens", "0", "an integer from 1 to 10000000"),
-    ("X-Offload-Max-Tool-Message-Tokens", "6000.5", "an integer from 1 to 10000000"),
-    ("X-Offload-Max-Tool-Message-Tokens", "9" * 5000, "longer than 256 characters"),
-    ("X-Offload-Max-Fresh-Tool-Message-Tokens", "0", "an integer from 1 to 10000000"),
-    ("X-Offload-Max-Fresh-Tool-Message-Tokens", "off", "an integer from 1 to 10000000"),
-    ("X-Offload-Max-Fresh-Tool-Message-Tokens", "25000.5", "an integer from 1 to 10000000"),
-    ("X-Offload-Max-Fresh-Tool-Message-Tokens", "10000001", "an integer from 1 to 10000000"),
-])
+@pytest.mark.parametrize(
+    "header,value,expect",
+    [
+        ("X-Offload-Mode", "squash", "one of auto, compact, compress, off, observe"),
+        ("X-Offload-Max-Total-Tokens", "-1", "an integer from 0 to"),
+        ("X-Offload-Max-Reload-Rounds", "many", "an integer from 0 to 50"),
+        ("X-Offload-Reload-Tools", "maybe", "on or off"),
+        ("X-Offload-Tenant", "a b", "characters"),
+        ("X-Offload-Session", "x" * 200, "characters"),
+        ("X-Offload-Precompress-Ratio", "1.5", "a number from 0 to 1"),
+        ("X-Offload-Precompress-Ratio", "nan", "a number from 0 to 1"),
+        ("X-Offload-Hard-Max-Tokens", "0", "an integer from 1 to 10000000"),
+        ("X-Offload-Hard-Max-Tokens", "1e9", "an integer from 1 to 10000000"),
+        # optional now (unset: a default that follows the trigger), but never unset by a header
+        ("X-Offload-Max-Tool-Message-Tokens", "null", "an integer from 1 to 10000000"),
+        ("X-Offload-Max-Tool-Message-Tokens", "None", "an integer from 1 to 10000000"),
+        ("X-Offload-Max-Tool-Message-Tokens", "", "an integer from 1 to 10000000"),
+        ("X-Offload-Max-Tool-Message-Tokens", "0", "an integer from 1 to 10000000"),
+        ("X-Offload-Max-Tool-Message-Tokens", "6000.5", "an integer from 1 to 10000000"),
+        ("X-Offload-Max-Tool-Message-Tokens", "9" * 5000, "longer than 256 characters"),
+        ("X-Offload-Max-Fresh-Tool-Message-Tokens", "0", "an integer from 1 to 10000000"),
+        ("X-Offload-Max-Fresh-Tool-Message-Tokens", "off", "an integer from 1 to 10000000"),
+        ("X-Offload-Max-Fresh-Tool-Message-Tokens", "25000.5", "an integer from 1 to 10000000"),
+        ("X-Offload-Max-Fresh-Tool-Message-Tokens", "10000001", "an integer from 1 to 10000000"),
+    ],
+)
 def test_invalid_headers_name_the_header_and_the_range(header, value, expect):
     with pytest.raises(SettingsError) as info:  # the core's own error; the HTTP layer makes it a 400
         SettingsResolver({}).resolve({header: value})
@@ -101,23 +116,26 @@ def test_header_names():
     assert header_name("max_tool_message_tokens") == "X-Offload-Max-Tool-Message-Tokens"
 
 
-@pytest.mark.parametrize(("headers", "limit"), [
-    ({}, 6000),                                                    # the default, a third of 18000
-    ({"X-Offload-Max-Total-Tokens": "9000"}, 3000),                # unset: follows a smaller trigger
-    ({"X-Offload-Max-Total-Tokens": "3"}, 1),
-    ({"X-Offload-Max-Total-Tokens": "2"}, 1),                      # a third rounds to 0: the least, as 3 gives
-    ({"X-Offload-Max-Total-Tokens": "0"}, 1),
-    ({"X-Offload-Max-Total-Tokens": "100000"}, 6000),              # never above the default
-    ({"X-Offload-Max-Total-Tokens": "9000", "X-Offload-Max-Tool-Message-Tokens": "5000"}, 5000),  # set: as set
-    ({"X-Offload-Max-Tool-Message-Tokens": "20000"}, 20000),
-])
+@pytest.mark.parametrize(
+    ("headers", "limit"),
+    [
+        ({}, 6000),  # the default, a third of 18000
+        ({"X-Offload-Max-Total-Tokens": "9000"}, 3000),  # unset: follows a smaller trigger
+        ({"X-Offload-Max-Total-Tokens": "3"}, 1),
+        ({"X-Offload-Max-Total-Tokens": "2"}, 1),  # a third rounds to 0: the least, as 3 gives
+        ({"X-Offload-Max-Total-Tokens": "0"}, 1),
+        ({"X-Offload-Max-Total-Tokens": "100000"}, 6000),  # never above the default
+        ({"X-Offload-Max-Total-Tokens": "9000", "X-Offload-Max-Tool-Message-Tokens": "5000"}, 5000),  # set: as set
+        ({"X-Offload-Max-Tool-Message-Tokens": "20000"}, 20000),
+    ],
+)
 def test_tool_result_limit_follows_a_smaller_trigger_unless_set(headers, limit):
     assert SettingsResolver({}).resolve(headers).tool_result_limit() == limit
 
 
 def test_tool_result_limit_set_by_the_server_or_a_tenant(tmp_path):
     tenants = tmp_path / "tenants.toml"
-    tenants.write_text('[tenants.acme]\nmax_tool_message_tokens = 700\n')
+    tenants.write_text("[tenants.acme]\nmax_tool_message_tokens = 700\n")
     resolver = SettingsResolver({"max_tool_message_tokens": 1500}, load_tenants_file(tenants))
     assert resolver.resolve({}).tool_result_limit() == 1500
     assert resolver.resolve({}, tenant="acme").tool_result_limit() == 700

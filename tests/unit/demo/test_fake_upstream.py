@@ -16,9 +16,15 @@ def reloading(monkeypatch):
 
 
 def body(*texts: str, tools: bool = True, stream: bool = False) -> bytes:
-    return json.dumps({"model": "m", "stream": stream, "messages": [{"role": "tool", "content": t} for t in texts],
-                       "tools": [{"type": "function", "function": {"name": "context_reload"}}] if tools else []},
-                      separators=(",", ":")).encode()
+    return json.dumps(
+        {
+            "model": "m",
+            "stream": stream,
+            "messages": [{"role": "tool", "content": t} for t in texts],
+            "tools": [{"type": "function", "function": {"name": "context_reload"}}] if tools else [],
+        },
+        separators=(",", ":"),
+    ).encode()
 
 
 def test_the_newest_unseen_ref_once_per_endpoint(reloading):
@@ -40,11 +46,14 @@ def test_off_by_default():
     assert fake_upstream.RELOADED is None
 
 
-@pytest.mark.parametrize("path, find", [
-    ("/v1/chat/completions", lambda a: a["choices"][0]["message"]["tool_calls"][0]["function"]),
-    ("/v1/responses", lambda a: a["output"][0]),
-    ("/v1/messages", lambda a: {**a["content"][0], "arguments": json.dumps(a["content"][0]["input"])}),
-])
+@pytest.mark.parametrize(
+    "path, find",
+    [
+        ("/v1/chat/completions", lambda a: a["choices"][0]["message"]["tool_calls"][0]["function"]),
+        ("/v1/responses", lambda a: a["output"][0]),
+        ("/v1/messages", lambda a: {**a["content"][0], "arguments": json.dumps(a["content"][0]["input"])}),
+    ],
+)
 def test_the_call_in_each_format(path, find):
     call = find(json.loads(fake_upstream.reload_call(path, "refAAAAAA", 3)))
     assert call["name"] == "context_reload" and json.loads(call["arguments"]) == {"ref": "refAAAAAA"}
@@ -61,8 +70,12 @@ async def answer(path: str, body: dict, headers: dict[str, str] | None = None) -
     async def send(message):
         sent.append(message)
 
-    scope = {"type": "http", "method": "POST", "path": path,
-             "headers": [(k.encode(), v.encode()) for k, v in (headers or {}).items()]}
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": path,
+        "headers": [(k.encode(), v.encode()) for k, v in (headers or {}).items()],
+    }
     await fake_upstream.app(scope, receive, send)
     return sent[0], b"".join(m.get("body", b"") for m in sent[1:])
 
@@ -76,14 +89,25 @@ def events(stream: bytes) -> list[tuple[str, dict]]:
     return found
 
 
-MESSAGE_EVENTS = ["message_start", "content_block_start", "content_block_delta", "content_block_stop",
-                  "message_delta", "message_stop"]
+MESSAGE_EVENTS = [
+    "message_start",
+    "content_block_start",
+    "content_block_delta",
+    "content_block_stop",
+    "message_delta",
+    "message_stop",
+]
 
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("headers, text", [({}, "ok"), ({"x-bench-chunks": "2"}, "ok word0 word1")])
 async def test_a_streamed_messages_request_gets_messages_events(headers, text):
-    body = {"model": "claude-sonnet-4", "max_tokens": 10, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    body = {
+        "model": "claude-sonnet-4",
+        "max_tokens": 10,
+        "stream": True,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
     start, stream = await answer("/v1/messages", body, headers)
     assert start["status"] == 200 and (b"content-type", b"text/event-stream") in start["headers"]
     found = events(stream)
@@ -118,6 +142,7 @@ def test_a_streamed_responses_request_gets_responses_events_the_sdk_reads():
 
 # ------------------------------------------------------------------ --bill (the demo's)
 
+
 @pytest.fixture
 def billing(monkeypatch):
     monkeypatch.setattr(fake_upstream, "BILLING", True)
@@ -132,7 +157,10 @@ async def test_billed_chat_answers_read_the_prefix_the_last_request_wrote(billin
     request = {"model": "gpt-4o", "messages": HISTORY}
     first = json.loads((await answer("/v1/chat/completions", request, {"authorization": "Bearer a"}))[1])["usage"]
     assert first["prompt_tokens"] > 3000 and first["prompt_tokens_details"]["cached_tokens"] == 0
-    longer = {**request, "messages": [*HISTORY, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "more"}]}
+    longer = {
+        **request,
+        "messages": [*HISTORY, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "more"}],
+    }
     second = json.loads((await answer("/v1/chat/completions", longer, {"authorization": "Bearer a"}))[1])["usage"]
     assert 0 < second["prompt_tokens_details"]["cached_tokens"] <= first["prompt_tokens"] < second["prompt_tokens"]
     other = json.loads((await answer("/v1/chat/completions", longer, {"authorization": "Bearer b"}))[1])["usage"]
@@ -148,7 +176,10 @@ async def test_billed_messages_answers_cache_only_what_is_asked(billing):
     asked = {**plain, "cache_control": {"type": "ephemeral"}}
     wrote = json.loads((await answer("/v1/messages", asked, {"x-api-key": "k"}))[1])["usage"]
     read = json.loads((await answer("/v1/messages", asked, {"x-api-key": "k"}))[1])["usage"]
-    assert wrote["cache_creation_input_tokens"] > 0 and read["cache_read_input_tokens"] == wrote["cache_creation_input_tokens"]
+    assert (
+        wrote["cache_creation_input_tokens"] > 0
+        and read["cache_read_input_tokens"] == wrote["cache_creation_input_tokens"]
+    )
 
 
 @pytest.mark.anyio
@@ -162,7 +193,10 @@ async def test_unbilled_by_default_and_odd_bodies_keep_the_fixed_usage(monkeypat
 
 @pytest.mark.anyio
 async def test_a_compact_request_gets_a_compaction():
-    request = {"model": "gpt-5", "input": [{"role": "user", "content": "fix it"}, {"role": "assistant", "content": "ok"}]}
+    request = {
+        "model": "gpt-5",
+        "input": [{"role": "user", "content": "fix it"}, {"role": "assistant", "content": "ok"}],
+    }
     reply = json.loads((await answer("/v1/responses/compact", request))[1])
     assert reply["object"] == "response.compaction"
     assert reply["output"][0] == {"role": "user", "content": "fix it"} and reply["output"][-1]["type"] == "compaction"

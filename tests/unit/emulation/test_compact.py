@@ -53,8 +53,15 @@ def parts(tmp_path):
 async def run(parts, result, items=ITEMS):
     refs, records = parts
     folder = Folding(result)
-    done = await compact(items, view=VIEW, compressor=folder, refs=refs, records=records,
-                         settings=OffloadSettings(), counter=counter_for_model("gpt-5"))
+    done = await compact(
+        items,
+        view=VIEW,
+        compressor=folder,
+        refs=refs,
+        records=records,
+        settings=OffloadSettings(),
+        counter=counter_for_model("gpt-5"),
+    )
     assert folder.calls == [0]  # everything folded: nothing recent kept apart
     return done
 
@@ -62,8 +69,9 @@ async def run(parts, result, items=ITEMS):
 async def test_a_fold_stores_the_originals_and_the_record_and_keeps_the_user_messages(parts):
     record = [SYSTEM, user("task"), SUMMARY, user("later")]
     history = "".join(f"{m}\n" for m in ITEMS[2:])
-    done = await run(parts, Compressed(record, Offload(REF, "history", history, 30), summary_at=2, usage_in=300,
-                                       usage_out=40))
+    done = await run(
+        parts, Compressed(record, Offload(REF, "history", history, 30), summary_at=2, usage_in=300, usage_out=40)
+    )
     refs, records = parts
     assert done.token.startswith(PREFIX) and await records.load(done.token) == record
     assert (await refs.load(REF)).text == history and done.written == {REF}

@@ -32,9 +32,13 @@ def holds_ours(messages) -> bool:
 @pytest.mark.parametrize("emulating", [True, False])
 async def test_an_older_block_of_ours_before_a_failed_one_is_expanded(records, emulating):
     token = await records.save(SUMMARY)
-    messages = [{"role": "user", "content": "old"}, {"role": "assistant", "content": [block(token), {"type": "text", "text": "a"}]},
-                {"role": "user", "content": "q"}, {"role": "assistant", "content": [block(content=None)]},
-                {"role": "user", "content": "next"}]
+    messages = [
+        {"role": "user", "content": "old"},
+        {"role": "assistant", "content": [block(token), {"type": "text", "text": "a"}]},
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": [block(content=None)]},
+        {"role": "user", "content": "next"},
+    ]
     out = await replace_compaction_blocks(messages, records, emulating=emulating)
     assert not holds_ours(out) and out[:2] == SUMMARY
     assert out[2] == {"role": "assistant", "content": [{"type": "text", "text": "a"}]}
@@ -45,38 +49,58 @@ async def test_an_older_block_of_ours_before_a_failed_one_is_expanded(records, e
 @pytest.mark.parametrize("emulating", [True, False])
 async def test_two_blocks_of_ours_in_one_message_expand_the_newest(records, emulating):
     old, new = await records.save([{"role": "user", "content": "older"}]), await records.save(SUMMARY)
-    messages = [{"role": "assistant", "content": [block(old), block(new), {"type": "text", "text": "a"}]},
-                {"role": "user", "content": "next"}]
+    messages = [
+        {"role": "assistant", "content": [block(old), block(new), {"type": "text", "text": "a"}]},
+        {"role": "user", "content": "next"},
+    ]
     out = await replace_compaction_blocks(messages, records, emulating=emulating)
-    assert out == [*SUMMARY, {"role": "assistant", "content": [{"type": "text", "text": "a"}]},
-                   {"role": "user", "content": "next"}]
+    assert out == [
+        *SUMMARY,
+        {"role": "assistant", "content": [{"type": "text", "text": "a"}]},
+        {"role": "user", "content": "next"},
+    ]
 
 
 async def test_relayed_an_older_block_of_ours_before_the_providers_is_dropped(records):
     token = await records.save(SUMMARY)
     provider = block("EpYBnative==", "their summary")
-    messages = [{"role": "assistant", "content": [block(token)]}, {"role": "user", "content": "q"},
-                {"role": "assistant", "content": [block(token), {"type": "text", "text": "x"}]},
-                {"role": "assistant", "content": [provider]}, {"role": "user", "content": "next"}]
+    messages = [
+        {"role": "assistant", "content": [block(token)]},
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": [block(token), {"type": "text", "text": "x"}]},
+        {"role": "assistant", "content": [provider]},
+        {"role": "user", "content": "next"},
+    ]
     out = await replace_compaction_blocks(messages, records, emulating=False)
-    assert out == [{"role": "user", "content": "q"}, {"role": "assistant", "content": [{"type": "text", "text": "x"}]},
-                   {"role": "assistant", "content": [provider]}, {"role": "user", "content": "next"}]
+    assert out == [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": [{"type": "text", "text": "x"}]},
+        {"role": "assistant", "content": [provider]},
+        {"role": "user", "content": "next"},
+    ]
     emulated = await replace_compaction_blocks(messages, records, emulating=True)
-    assert emulated == [{"role": "user", "content": [{"type": "text", "text": "their summary"}]},
-                        {"role": "user", "content": "next"}]
+    assert emulated == [
+        {"role": "user", "content": [{"type": "text", "text": "their summary"}]},
+        {"role": "user", "content": "next"},
+    ]
 
 
 async def test_a_record_holding_a_block_of_ours_is_expanded_in_turn(records):
     inner = await records.save(SUMMARY)
     # written directly, as a record made before records were kept free of tokens
-    content = b'[{"role":"assistant","content":[{"type":"compaction","content":"s","encrypted_content":"%s"}]}]' % inner.encode()
+    content = (
+        b'[{"role":"assistant","content":[{"type":"compaction","content":"s","encrypted_content":"%s"}]}]'
+        % inner.encode()
+    )
     from proxy.core import compaction_token
+
     rid = compaction_token.record_id_for("ns", content)
     key = records._key(rid.hex())
     await records.store.put(key, records.sealer.seal(content, key), 3600)
     outer = compaction_token.make_token(rid, "ns", None, api="messages")
-    out = await replace_compaction_blocks([{"role": "assistant", "content": [block(outer)]},
-                                           {"role": "user", "content": "n"}], records, emulating=True)
+    out = await replace_compaction_blocks(
+        [{"role": "assistant", "content": [block(outer)]}, {"role": "user", "content": "n"}], records, emulating=True
+    )
     assert out == [*SUMMARY, {"role": "user", "content": "n"}]
 
 
@@ -105,8 +129,11 @@ async def test_the_records_developer_item_the_client_sends_again_goes_once(tmp_p
 
 
 async def test_a_failed_block_alone_is_dropped_when_emulating(records):
-    messages = [{"role": "user", "content": "a"}, {"role": "assistant", "content": [block(content=None)]},
-                {"role": "user", "content": "b"}]
+    messages = [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": [block(content=None)]},
+        {"role": "user", "content": "b"},
+    ]
     assert await replace_compaction_blocks(messages, records, emulating=False) is None
     assert await replace_compaction_blocks(messages, records, emulating=True) == [messages[0], messages[2]]
 

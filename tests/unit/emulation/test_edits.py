@@ -19,17 +19,31 @@ from proxy.store.sqlite import SQLiteStore
 
 pytestmark = pytest.mark.anyio
 COUNTER = counter_for_model("claude-sonnet-4-5")
-EDITS = {"edits": [{"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": 0}},
-                   {"type": "clear_tool_uses_20250919", "trigger": {"type": "tool_uses", "value": 1},
-                    "keep": {"type": "tool_uses", "value": 1}}]}
+EDITS = {
+    "edits": [
+        {"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": 0}},
+        {
+            "type": "clear_tool_uses_20250919",
+            "trigger": {"type": "tool_uses", "value": 1},
+            "keep": {"type": "tool_uses", "value": 1},
+        },
+    ]
+}
 LOG = "\n".join(f"line {i}: all good here, nothing to see, value {i * 3}" for i in range(200))
 
 
 def messages() -> list[dict]:
     out: list[dict] = [{"role": "user", "content": "go"}]
     for i in range(3):
-        out.append({"role": "assistant", "content": [{"type": "thinking", "thinking": "hm " * 50, "signature": "s"},
-                                                     {"type": "tool_use", "id": f"t{i}", "name": "bash", "input": {}}]})
+        out.append(
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "hm " * 50, "signature": "s"},
+                    {"type": "tool_use", "id": f"t{i}", "name": "bash", "input": {}},
+                ],
+            }
+        )
         out.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{i}", "content": LOG}]})
     return out
 
@@ -45,8 +59,9 @@ class DownStore(RefStore):
 async def run(refs, asked=EDITS, *, emulating=True, fmt=MESSAGES):
     body = {"messages": messages()}
     emulation = Emulation(emulating, body, history(body), asked=asked)
-    done = await apply(emulation, emulation.items, fmt=fmt, body=body, counter=COUNTER, refs=refs, namespace="ns",
-                       session=None)
+    done = await apply(
+        emulation, emulation.items, fmt=fmt, body=body, counter=COUNTER, refs=refs, namespace="ns", session=None
+    )
     return emulation, done
 
 
@@ -66,7 +81,8 @@ async def test_a_failing_store_clears_no_tool_result():
     emulation, done = await run(DownStore())
     assert [a["type"] for a in done.applied] == ["clear_thinking_20251015"]
     assert "store unavailable" in done.warnings[0] and not any(
-        tool_result_ref(MESSAGES.view.tool_text(i) or "") for i in done.items)
+        tool_result_ref(MESSAGES.view.tool_text(i) or "") for i in done.items
+    )
 
 
 async def test_nothing_unless_emulating_a_messages_request(tmp_path):

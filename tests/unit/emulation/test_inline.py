@@ -54,14 +54,24 @@ class DownRefs(RefStore):
 def responses_items() -> list[dict]:
     def message(role, text):
         return {"type": "message", "role": role, "content": text}
-    return [message("developer", "rules"), message("user", "task"), message("assistant", "a1 " * 800),
-            message("user", "later"), message("assistant", "a2 " * 800)]
+
+    return [
+        message("developer", "rules"),
+        message("user", "task"),
+        message("assistant", "a1 " * 800),
+        message("user", "later"),
+        message("assistant", "a2 " * 800),
+    ]
 
 
 def messages_items() -> list[dict]:
-    return [{"role": "user", "content": "task"}, {"role": "assistant", "content": "a1 " * 800},
-            {"role": "user", "content": "later"}, {"role": "assistant", "content": "a2 " * 800},
-            {"role": "user", "content": "go on"}]
+    return [
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": "a1 " * 800},
+        {"role": "user", "content": "later"},
+        {"role": "assistant", "content": "a2 " * 800},
+        {"role": "user", "content": "go on"},
+    ]
 
 
 @pytest.fixture
@@ -74,9 +84,18 @@ async def run(fmt, items, folded, store, *, threshold=Threshold(1000), refs=None
     emulation = Emulation(True, {}, items, threshold=threshold)
     records = CompactionRecords(store, "ns", 3600, sealer=Sealer(None), api=fmt.records_api)
     folder = Folding(folded)
-    lead = await compact(emulation, prepared, fmt=fmt, settings=OffloadSettings(), counter=COUNTER, history=items,
-                         refs=refs or RefStore(store, "ns", 3600, sealer=Sealer(None)), records=records,
-                         compressor=lambda: folder, new_summaries=new_summaries)
+    lead = await compact(
+        emulation,
+        prepared,
+        fmt=fmt,
+        settings=OffloadSettings(),
+        counter=COUNTER,
+        history=items,
+        refs=refs or RefStore(store, "ns", 3600, sealer=Sealer(None)),
+        records=records,
+        compressor=lambda: folder,
+        new_summaries=new_summaries,
+    )
     return lead, prepared, records
 
 
@@ -87,9 +106,19 @@ def summary(fmt):
 async def test_over_the_threshold_a_responses_turn_opens_with_a_compaction_item(store):
     items = responses_items()
     folded = [items[0], items[1], summary(RESPONSES), items[3]]
-    lead, prepared, records = await run(RESPONSES, items, Compressed(
-        folded, Offload(REF, "history", "the originals", 30), summary_at=2, usage_in=300, usage_out=40,
-        usage={"prompt_tokens": 300, "completion_tokens": 40}), store)
+    lead, prepared, records = await run(
+        RESPONSES,
+        items,
+        Compressed(
+            folded,
+            Offload(REF, "history", "the originals", 30),
+            summary_at=2,
+            usage_in=300,
+            usage_out=40,
+            usage={"prompt_tokens": 300, "completion_tokens": 40},
+        ),
+        store,
+    )
     [item] = lead.lead
     assert item["type"] == "compaction" and item["encrypted_content"].startswith(PREFIX) and not lead.paused
     assert await records.load(item["encrypted_content"]) == [m for m in folded if m["role"] != "developer"]
@@ -103,9 +132,18 @@ async def test_over_the_threshold_a_responses_turn_opens_with_a_compaction_item(
 async def test_a_messages_turn_opens_with_a_compaction_block_and_may_pause(store):
     items = messages_items()
     folded = [items[0], summary(MESSAGES), items[2], items[4]]
-    lead, prepared, _ = await run(MESSAGES, items, Compressed(
-        folded, Offload(REF, "history", "the originals", 30), summary_at=1,
-        usage={"prompt_tokens": 300, "completion_tokens": 40}), store, threshold=Threshold(1000, pause=True))
+    lead, prepared, _ = await run(
+        MESSAGES,
+        items,
+        Compressed(
+            folded,
+            Offload(REF, "history", "the originals", 30),
+            summary_at=1,
+            usage={"prompt_tokens": 300, "completion_tokens": 40},
+        ),
+        store,
+        threshold=Threshold(1000, pause=True),
+    )
     [block] = lead.lead
     assert block["type"] == "compaction" and "the summary" in block["content"] and lead.paused
     assert (lead.tokens_in, lead.tokens_out) == (300, 40)
@@ -114,8 +152,11 @@ async def test_a_messages_turn_opens_with_a_compaction_block_and_may_pause(store
 @pytest.mark.parametrize("case", ["below", "counting", "no threshold"])
 async def test_nothing_below_the_threshold_when_counting_or_unasked(store, case):
     items = responses_items()
-    kwargs = {"below": {"threshold": Threshold(10**6)}, "counting": {"new_summaries": False},
-              "no threshold": {"threshold": None}}[case]
+    kwargs = {
+        "below": {"threshold": Threshold(10**6)},
+        "counting": {"new_summaries": False},
+        "no threshold": {"threshold": None},
+    }[case]
     lead, prepared, _ = await run(RESPONSES, items, Compressed(items), store, **kwargs)
     assert lead.lead == [] and prepared.plan.items == items and prepared.warnings == []
 
@@ -123,7 +164,8 @@ async def test_nothing_below_the_threshold_when_counting_or_unasked(store, case)
 async def test_a_store_that_refuses_leaves_the_turn_as_planned_with_a_warning(store):
     items = responses_items()
     folded = [items[0], items[1], summary(RESPONSES), items[3]]
-    lead, prepared, _ = await run(RESPONSES, items, Compressed(folded, Offload(REF, "history", "x", 30), summary_at=2),
-                                  store, refs=DownRefs())
+    lead, prepared, _ = await run(
+        RESPONSES, items, Compressed(folded, Offload(REF, "history", "x", 30), summary_at=2), store, refs=DownRefs()
+    )
     assert lead.lead == [] and prepared.plan.items == items
     assert prepared.warnings == ["threshold compaction not made: the store refused it (connection refused)"]

@@ -3,10 +3,15 @@ Messages compaction blocks of a request (proxy.emulation.threshold, .compaction_
 
 import pytest
 
-from proxy.emulation.compaction_blocks import replace_compaction_blocks
-from proxy.emulation.threshold import (ANTHROPIC_DEFAULT_TRIGGER, MAX_ENTRIES, Threshold, messages_threshold,
-                                       responses_threshold)
 from proxy.emulation.betas import without_emulated_betas
+from proxy.emulation.compaction_blocks import replace_compaction_blocks
+from proxy.emulation.threshold import (
+    ANTHROPIC_DEFAULT_TRIGGER,
+    MAX_ENTRIES,
+    Threshold,
+    messages_threshold,
+    responses_threshold,
+)
 from proxy.errors import ProxyError
 from proxy.offload.compaction_records import CompactionRecords
 from proxy.store.sealing import Sealer
@@ -43,20 +48,27 @@ def test_messages_threshold_reads_the_compact_edit_and_its_defaults():
     assert messages_threshold(None) is None and messages_threshold({}) is None
     assert messages_threshold({"edits": [{"type": "clear_tool_uses_20250919"}]}) is None  # another emulation's
     assert messages_threshold({"edits": [{"type": "compact_20260112"}]}) == Threshold(ANTHROPIC_DEFAULT_TRIGGER)
-    edit = {"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 5000},
-            "pause_after_compaction": True, "instructions": "Only decisions."}
+    edit = {
+        "type": "compact_20260112",
+        "trigger": {"type": "input_tokens", "value": 5000},
+        "pause_after_compaction": True,
+        "instructions": "Only decisions.",
+    }
     assert messages_threshold({"edits": [edit]}) == Threshold(5000, True, "Only decisions.")
 
 
-@pytest.mark.parametrize("field, value, param", [
-    ("trigger", {"type": "input_tokens", "value": "5000"}, "trigger.value"),
-    ("trigger", {"type": "input_tokens"}, "trigger.value"),
-    ("trigger", {"type": "tool_uses", "value": 5000}, "trigger"),
-    ("trigger", 5000, "trigger"),
-    ("pause_after_compaction", 1, "pause_after_compaction"),
-    ("instructions", ["x"], "instructions"),
-    ("instructions", "  ", "instructions"),
-])
+@pytest.mark.parametrize(
+    "field, value, param",
+    [
+        ("trigger", {"type": "input_tokens", "value": "5000"}, "trigger.value"),
+        ("trigger", {"type": "input_tokens"}, "trigger.value"),
+        ("trigger", {"type": "tool_uses", "value": 5000}, "trigger"),
+        ("trigger", 5000, "trigger"),
+        ("pause_after_compaction", 1, "pause_after_compaction"),
+        ("instructions", ["x"], "instructions"),
+        ("instructions", "  ", "instructions"),
+    ],
+)
 def test_a_bad_compact_edit_is_a_400_naming_the_field(field, value, param):
     with pytest.raises(ProxyError) as caught:
         messages_threshold({"edits": [{"type": "compact_20260112", field: value}]})
@@ -64,13 +76,16 @@ def test_a_bad_compact_edit_is_a_400_naming_the_field(field, value, param):
 
 
 def test_only_the_emulated_betas_are_left_out():
-    headers = [(b"x-api-key", b"k"), (b"anthropic-beta", b"compact-2026-01-12, files-api-2025-04-14,"
-                                                         b"context-management-2025-06-27")]
+    headers = [
+        (b"x-api-key", b"k"),
+        (b"anthropic-beta", b"compact-2026-01-12, files-api-2025-04-14,context-management-2025-06-27"),
+    ]
     assert without_emulated_betas(headers) == [(b"x-api-key", b"k"), (b"anthropic-beta", b"files-api-2025-04-14")]
     assert without_emulated_betas([(b"Anthropic-Beta", b"compact-2026-01-12")]) == []
 
 
 # ---------------------------------------------------------------------------------------------- blocks
+
 
 @pytest.fixture
 def records(tmp_path):
@@ -90,28 +105,45 @@ BLOCK = {"type": "compaction", "content": "Earlier: fixed.", "cache_control": {"
 
 @pytest.mark.anyio
 async def test_a_block_becomes_text_and_the_messages_before_it_go(records):
-    messages = [user("old"), holder({"type": "text", "text": "pre"}, BLOCK, {"type": "text", "text": "Done."}),
-                user("next")]
+    messages = [
+        user("old"),
+        holder({"type": "text", "text": "pre"}, BLOCK, {"type": "text", "text": "Done."}),
+        user("next"),
+    ]
     assert await replace_compaction_blocks(messages, records, emulating=True) == [
-        {"role": "user", "content": [{"type": "text", "text": "Earlier: fixed.", "cache_control": {"type": "ephemeral"}}]},
-        holder({"type": "text", "text": "pre"}, {"type": "text", "text": "Done."}), user("next")]
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "Earlier: fixed.", "cache_control": {"type": "ephemeral"}}],
+        },
+        holder({"type": "text", "text": "pre"}, {"type": "text", "text": "Done."}),
+        user("next"),
+    ]
     in_user = [user("old"), holder({"type": "text", "text": "a"}, BLOCK, role="user")]
     assert await replace_compaction_blocks(in_user, records, emulating=True) == [
-        holder({"type": "text", "text": "a"}, {"type": "text", "text": "Earlier: fixed.",
-                                               "cache_control": {"type": "ephemeral"}}, role="user")]
+        holder(
+            {"type": "text", "text": "a"},
+            {"type": "text", "text": "Earlier: fixed.", "cache_control": {"type": "ephemeral"}},
+            role="user",
+        )
+    ]
     assert await replace_compaction_blocks(messages, records, emulating=False) is None  # the provider reads it
     assert await replace_compaction_blocks([user("no block")], records, emulating=True) is None
 
 
 @pytest.mark.anyio
 async def test_a_token_of_ours_is_replaced_whichever_way_the_request_goes(records):
-    kept = [{"role": "user", "content": [{"type": "text", "text": "task"}, {"type": "text", "text": "[summary] ref=x"}]}]
+    kept = [
+        {"role": "user", "content": [{"type": "text", "text": "task"}, {"type": "text", "text": "[summary] ref=x"}]}
+    ]
     token = await records.save(kept)
     block = {"type": "compaction", "content": "[summary] ref=x", "encrypted_content": token}
     messages = [user("old"), holder(block, {"type": "text", "text": "Done."}), user("next")]
     for emulating in (True, False):
         assert await replace_compaction_blocks(messages, records, emulating=emulating) == [
-            *kept, holder({"type": "text", "text": "Done."}), user("next")]
+            *kept,
+            holder({"type": "text", "text": "Done."}),
+            user("next"),
+        ]
 
 
 @pytest.mark.anyio

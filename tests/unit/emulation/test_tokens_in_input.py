@@ -74,8 +74,11 @@ async def test_our_older_token_before_a_provider_one_is_dropped_when_relaying(st
 @pytest.mark.parametrize("emulating", [True, False])
 async def test_another_namespaces_token_a_forged_one_and_an_expired_one_are_400(store, emulating):
     theirs = await records(store, "ns-b").save([SUMMARY])
-    for token, why in [(theirs, "not issued to this credential"), (PREFIX + "AAAA", "not a compaction token"),
-                       (PREFIX[:-1] + "7:x", "version")]:
+    for token, why in [
+        (theirs, "not issued to this credential"),
+        (PREFIX + "AAAA", "not a compaction token"),
+        (PREFIX[:-1] + "7:x", "version"),
+    ]:
         with pytest.raises(ProxyError, match=why):
             await replace_tokens([compaction(token)], VIEW, records(store), emulating=emulating)
     mine = records(store)
@@ -87,6 +90,7 @@ async def test_another_namespaces_token_a_forged_one_and_an_expired_one_are_400(
 
 def token_id(mine, token):
     from proxy.core.compaction_token import read_token
+
     return read_token(token, mine.namespace, mine.secret)
 
 
@@ -104,8 +108,11 @@ async def test_a_token_outside_a_compaction_item_is_a_400_and_in_text_is_content
     mine = records(store)
     token = await mine.save([SUMMARY])
     reasoning = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": token}
-    nested = {"type": "function_call_output", "call_id": "c", "output": [{"type": "compaction",
-                                                                           "encrypted_content": token}]}
+    nested = {
+        "type": "function_call_output",
+        "call_id": "c",
+        "output": [{"type": "compaction", "encrypted_content": token}],
+    }
     for item, param in [(reasoning, "input[1].encrypted_content"), (nested, "input[1].output[0].encrypted_content")]:
         body = {"model": "m", "input": [user("a"), item, user("b")]}
         with pytest.raises(ProxyError) as refused:
@@ -121,9 +128,12 @@ async def test_a_token_outside_a_compaction_item_is_a_400_and_in_text_is_content
 
 async def test_a_chat_message_carrying_a_token_is_a_400(store):
     from proxy.formats.chat import CHAT
+
     token = await records(store).save([SUMMARY])
-    body = {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "x",
-                                                                     "encrypted_content": token}]}]}
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "x", "encrypted_content": token}]}],
+    }
     with pytest.raises(ProxyError) as refused:
         await begin(body, CHAT.history(body), view=CHAT.view, emulating=False, tokens=False, records=records(store))
     assert refused.value.param == "messages[0].content[0].encrypted_content"
@@ -147,7 +157,10 @@ async def test_a_large_input_is_checked_after_its_token_is_replaced_off_the_loop
     monkeypatch.setattr(emulation_request, "_stray", spy)
     mine = records(store)
     token = await mine.save([SUMMARY])
-    body = {"model": "m", "input": [compaction(token), user("x" * (2 << 20)), {"type": "reasoning", "encrypted_content": "g"}]}
+    body = {
+        "model": "m",
+        "input": [compaction(token), user("x" * (2 << 20)), {"type": "reasoning", "encrypted_content": "g"}],
+    }
     raw = json.dumps(body).encode()
     begun = await begin(body, body["input"], view=VIEW, emulating=False, tokens=True, records=mine, raw=raw)
     assert begun.replaced and begun.items[0] == SUMMARY

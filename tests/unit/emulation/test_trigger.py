@@ -34,8 +34,13 @@ def assistant(text):
     return {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
 
 
-ITEMS = [{"type": "message", "role": "developer", "content": "rules"}, user("task"), assistant("a1 " * 500),
-         user("later"), assistant("a2 " * 500)]
+ITEMS = [
+    {"type": "message", "role": "developer", "content": "rules"},
+    user("task"),
+    assistant("a1 " * 500),
+    user("later"),
+    assistant("a2 " * 500),
+]
 SUMMARY = VIEW.summary_item(history_marker(REF, 3, 30) + "\nthe summary")
 
 
@@ -53,23 +58,38 @@ def refused(items, **body) -> ProxyError:
 def test_an_input_ending_in_a_trigger_asks_for_a_compaction_now():
     assert ask([*ITEMS, TRIGGER]) is True
     assert ask(ITEMS) is False and ask([]) is False
-    assert ask([{"type": "compaction", "encrypted_content": "x"}, user("go on")]) is False  # a compaction item is no trigger
+    assert (
+        ask([{"type": "compaction", "encrypted_content": "x"}, user("go on")]) is False
+    )  # a compaction item is no trigger
 
 
-@pytest.mark.parametrize("items, at", [
-    ([TRIGGER, *ITEMS], 0),
-    ([*ITEMS[:2], TRIGGER, *ITEMS[2:]], 2),
-    ([*ITEMS, TRIGGER, TRIGGER], 5),  # two triggers: the first is not last
-    ([TRIGGER, TRIGGER], 0),
-])
+@pytest.mark.parametrize(
+    "items, at",
+    [
+        ([TRIGGER, *ITEMS], 0),
+        ([*ITEMS[:2], TRIGGER, *ITEMS[2:]], 2),
+        ([*ITEMS, TRIGGER, TRIGGER], 5),  # two triggers: the first is not last
+        ([TRIGGER, TRIGGER], 0),
+    ],
+)
 def test_a_trigger_that_is_not_the_last_item_is_refused_naming_it(items, at):
     err = refused(items)
     assert err.param == f"input[{at}]" and err.code == "invalid_value"
     assert "must be the final input item" in err.message
 
 
-@pytest.mark.parametrize("extra", [{"id": "ct_1"}, {"id": 5}, {"x": None}, {"x": [1, 2]}, {"x": {"type": "a"}},
-                                   {"encrypted_content": "offload-compaction-v1:" + "A" * 43}, {"": True}])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"id": "ct_1"},
+        {"id": 5},
+        {"x": None},
+        {"x": [1, 2]},
+        {"x": {"type": "a"}},
+        {"encrypted_content": "offload-compaction-v1:" + "A" * 43},
+        {"": True},
+    ],
+)
 def test_a_trigger_with_any_field_besides_its_type_is_refused_naming_the_field(extra):
     err = refused([*ITEMS, {**TRIGGER, **extra}])
     [name] = extra
@@ -81,8 +101,15 @@ def test_a_field_name_is_clipped_in_the_error():
     assert len(err.param) < 100 and len(err.message) < 300
 
 
-@pytest.mark.parametrize("field, value", [("previous_response_id", "resp_1"), ("conversation", "conv_1"),
-                                          ("conversation", {"id": "conv_1"}), ("background", True)])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("previous_response_id", "resp_1"),
+        ("conversation", "conv_1"),
+        ("conversation", {"id": "conv_1"}),
+        ("background", True),
+    ],
+)
 def test_state_the_proxy_does_not_hold_is_refused_with_a_trigger(field, value):
     err = refused([*ITEMS, TRIGGER], **{field: value})
     assert err.param == field and err.code == "unsupported_parameter"
@@ -110,15 +137,24 @@ def parts(tmp_path):
 
 async def run(parts, folder, items):
     refs, records = parts
-    return await compact_now(items, view=VIEW, endpoint="responses", settings=OffloadSettings(),
-                             counter=counter_for_model("gpt-5"), refs=refs, records=records, compressor=lambda: folder)
+    return await compact_now(
+        items,
+        view=VIEW,
+        endpoint="responses",
+        settings=OffloadSettings(),
+        counter=counter_for_model("gpt-5"),
+        refs=refs,
+        records=records,
+        compressor=lambda: folder,
+    )
 
 
 async def test_the_history_before_the_trigger_is_compacted_and_answered_as_one_compaction_item(parts):
     refs, records = parts
     record = [ITEMS[0], user("task"), SUMMARY, user("later")]
-    folder = Folding(Compressed(record, Offload(REF, "history", "lines\n", 30), summary_at=2, usage_in=300,
-                                usage_out=40))
+    folder = Folding(
+        Compressed(record, Offload(REF, "history", "lines\n", 30), summary_at=2, usage_in=300, usage_out=40)
+    )
     prepared, answer = await run(parts, folder, [*ITEMS, TRIGGER])
     assert folder.seen == [(ITEMS, 0)]  # the trigger is not compacted; everything folded, nothing kept apart
     [item] = answer.lead
@@ -154,7 +190,15 @@ async def test_a_store_that_is_down_is_a_503_saying_the_compaction_failed(parts)
     refs, _ = parts
     folder = Folding(Compressed([user("task"), SUMMARY], summary_at=1))
     with pytest.raises(ProxyError) as err:
-        await compact_now([*ITEMS, TRIGGER], view=VIEW, endpoint="responses", settings=OffloadSettings(),
-                          counter=counter_for_model("gpt-5"), refs=refs, records=Down(), compressor=lambda: folder)
+        await compact_now(
+            [*ITEMS, TRIGGER],
+            view=VIEW,
+            endpoint="responses",
+            settings=OffloadSettings(),
+            counter=counter_for_model("gpt-5"),
+            refs=refs,
+            records=Down(),
+            compressor=lambda: folder,
+        )
     assert (err.value.status, err.value.code) == (503, "store_unavailable")
     assert err.value.message.startswith("The compaction failed")

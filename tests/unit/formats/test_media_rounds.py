@@ -18,10 +18,12 @@ def test_anthropic_tool_results_carry_image_and_document_blocks():
     calls = [{"id": "t1"}, {"id": "t2"}, {"id": "t3"}, {"id": "t4"}]
     message = tool_results(calls, [IMAGE, PDF, AUDIO, "text"])
     contents = [block["content"] for block in message["content"]]
-    assert contents[0] == [{"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                                        "data": "iVBORw0KGgoAAAA"}}]
-    assert contents[1] == [{"type": "document", "source": {"type": "base64", "media_type": "application/pdf",
-                                                           "data": "JVBERi0xLjcK"}}]
+    assert contents[0] == [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgoAAAA"}}
+    ]
+    assert contents[1] == [
+        {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0xLjcK"}}
+    ]
     assert contents[2] == texts.media_not_here("audio", "aud1234") and contents[3] == "text"
 
 
@@ -34,15 +36,26 @@ def test_responses_outputs_carry_input_image_and_input_file():
 
 def test_chat_answers_with_text_and_shows_the_media_in_a_user_message_after_the_tool_messages():
     rounds = ChatRounds({"model": "m", "messages": []}, [{"role": "user", "content": "hi"}], [])
-    rounds._pending = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "context_reload", "arguments": "{}"}},
-        {"id": "c2", "type": "function", "function": {"name": "context_reload", "arguments": "{}"}},
-        {"id": "c3", "type": "function", "function": {"name": "context_search", "arguments": "{}"}}]}
+    rounds._pending = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "context_reload", "arguments": "{}"}},
+            {"id": "c2", "type": "function", "function": {"name": "context_reload", "arguments": "{}"}},
+            {"id": "c3", "type": "function", "function": {"name": "context_search", "arguments": "{}"}},
+        ],
+    }
     rounds.answer([IMAGE, AUDIO, "found"])
     *_, tool1, tool2, tool3, shown = rounds.messages
     assert [tool1["content"], tool2["content"], tool3["content"]] == [
-        texts.media_follows("image", "img1234"), texts.media_follows("audio", "aud1234"), "found"]
-    assert shown["role"] == "user" and shown["content"][1] == {"type": "image_url", "image_url": {"url": IMAGE.data_url}}
+        texts.media_follows("image", "img1234"),
+        texts.media_follows("audio", "aud1234"),
+        "found",
+    ]
+    assert shown["role"] == "user" and shown["content"][1] == {
+        "type": "image_url",
+        "image_url": {"url": IMAGE.data_url},
+    }
     assert shown["content"][3] == {"type": "input_audio", "input_audio": {"data": "UklGRgAAAA", "format": "wav"}}
 
 

@@ -31,50 +31,108 @@ NS = "m" * 32
 BIG = "\n".join(f"{i:05d} collected test_module_{i}.py::test_case PASSED" for i in range(400))
 SIG = "EqQBCkgIBhABGAIiQJ7l0uJ4PbQ1Fh8ziYs0dCqEbuq8pnHrC8Yr6hS0Q6wz4N1dfake=="
 
-SYSTEM = [{"type": "text", "text": "You are Claude Code, Anthropic's official CLI for Claude."},
-          {"type": "text", "text": "Use the tools to help the user.", "cache_control": {"type": "ephemeral"}}]
+SYSTEM = [
+    {"type": "text", "text": "You are Claude Code, Anthropic's official CLI for Claude."},
+    {"type": "text", "text": "Use the tools to help the user.", "cache_control": {"type": "ephemeral"}},
+]
 TOOLS = [
-    {"name": "Bash", "description": "Run a shell command.",
-     "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}},
-    {"name": "Read", "description": "Read a file.",
-     "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"}}, "required": ["file_path"]},
-     "cache_control": {"type": "ephemeral"}},
+    {
+        "name": "Bash",
+        "description": "Run a shell command.",
+        "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+    },
+    {
+        "name": "Read",
+        "description": "Read a file.",
+        "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"}}, "required": ["file_path"]},
+        "cache_control": {"type": "ephemeral"},
+    },
     {"type": "web_search_20250305", "name": "web_search", "max_uses": 3},
 ]
 REMINDER = {"type": "text", "text": "<system-reminder>Keep going.</system-reminder>"}
 
 U0 = {"role": "user", "content": [REMINDER, {"type": "text", "text": "The tests fail. Fix them."}]}
-A1 = {"role": "assistant", "content": [
-    {"type": "thinking", "thinking": "I should run the tests first.", "signature": SIG},
-    {"type": "text", "text": "I'll run the tests."},
-    {"type": "tool_use", "id": "toolu_01A", "name": "Bash", "input": {"command": "pytest -q"}}]}
-U2 = {"role": "user", "content": [{"tool_use_id": "toolu_01A", "type": "tool_result", "content": BIG,
-                                   "is_error": False}]}
-A3 = {"role": "assistant", "content": [
-    {"type": "text", "text": "Let me read both files."},
-    {"type": "tool_use", "id": "toolu_01B", "name": "Read", "input": {"file_path": "/repo/a.py"}},
-    {"type": "tool_use", "id": "toolu_01C", "name": "Read", "input": {"file_path": "/repo/b.py"}}]}
-U4 = {"role": "user", "content": [
-    {"type": "tool_result", "tool_use_id": "toolu_01B", "content": [{"type": "text", "text": BIG},
-                                                                    {"type": "text", "text": "EOF"}]},
-    {"type": "tool_result", "tool_use_id": "toolu_01C", "content": BIG, "cache_control": {"type": "ephemeral"}},
-    REMINDER]}
-A5 = {"role": "assistant", "content": [
-    {"type": "server_tool_use", "id": "srvtoolu_01", "name": "web_search", "input": {"query": "pytest fixture scope"}},
-    {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_01", "content": [
-        {"type": "web_search_result", "url": "https://docs.pytest.org/en/stable/how-to/fixtures.html",
-         "title": "How to use fixtures", "encrypted_content": "EqgfCioIARgBIiQ3fake", "page_age": None}]},
-    {"type": "text", "text": "Found it."},
-    {"type": "tool_use", "id": "toolu_01D", "name": "Bash", "input": {"command": "sed -i s/x/y/ b.py"}}]}
-U6 = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_01D", "content": "",
-                                   "is_error": False}]}
-A7 = {"role": "assistant", "content": [{"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/fake"},
-                                       {"type": "text", "text": "Fixed: the fixture scope was wrong."}]}
+A1 = {
+    "role": "assistant",
+    "content": [
+        {"type": "thinking", "thinking": "I should run the tests first.", "signature": SIG},
+        {"type": "text", "text": "I'll run the tests."},
+        {"type": "tool_use", "id": "toolu_01A", "name": "Bash", "input": {"command": "pytest -q"}},
+    ],
+}
+U2 = {
+    "role": "user",
+    "content": [{"tool_use_id": "toolu_01A", "type": "tool_result", "content": BIG, "is_error": False}],
+}
+A3 = {
+    "role": "assistant",
+    "content": [
+        {"type": "text", "text": "Let me read both files."},
+        {"type": "tool_use", "id": "toolu_01B", "name": "Read", "input": {"file_path": "/repo/a.py"}},
+        {"type": "tool_use", "id": "toolu_01C", "name": "Read", "input": {"file_path": "/repo/b.py"}},
+    ],
+}
+U4 = {
+    "role": "user",
+    "content": [
+        {
+            "type": "tool_result",
+            "tool_use_id": "toolu_01B",
+            "content": [{"type": "text", "text": BIG}, {"type": "text", "text": "EOF"}],
+        },
+        {"type": "tool_result", "tool_use_id": "toolu_01C", "content": BIG, "cache_control": {"type": "ephemeral"}},
+        REMINDER,
+    ],
+}
+A5 = {
+    "role": "assistant",
+    "content": [
+        {
+            "type": "server_tool_use",
+            "id": "srvtoolu_01",
+            "name": "web_search",
+            "input": {"query": "pytest fixture scope"},
+        },
+        {
+            "type": "web_search_tool_result",
+            "tool_use_id": "srvtoolu_01",
+            "content": [
+                {
+                    "type": "web_search_result",
+                    "url": "https://docs.pytest.org/en/stable/how-to/fixtures.html",
+                    "title": "How to use fixtures",
+                    "encrypted_content": "EqgfCioIARgBIiQ3fake",
+                    "page_age": None,
+                }
+            ],
+        },
+        {"type": "text", "text": "Found it."},
+        {"type": "tool_use", "id": "toolu_01D", "name": "Bash", "input": {"command": "sed -i s/x/y/ b.py"}},
+    ],
+}
+U6 = {
+    "role": "user",
+    "content": [{"type": "tool_result", "tool_use_id": "toolu_01D", "content": "", "is_error": False}],
+}
+A7 = {
+    "role": "assistant",
+    "content": [
+        {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/fake"},
+        {"type": "text", "text": "Fixed: the fixture scope was wrong."},
+    ],
+}
 U8 = {"role": "user", "content": "Thanks. Now run the linter."}
 MESSAGES_ = [U0, A1, U2, A3, U4, A5, U6, A7, U8]
-BODY = {"model": "claude-sonnet-4-5", "max_tokens": 32000, "system": SYSTEM, "tools": TOOLS,
-        "thinking": {"type": "enabled", "budget_tokens": 10000}, "stream": True,
-        "metadata": {"user_id": "user_abc"}, "messages": MESSAGES_}
+BODY = {
+    "model": "claude-sonnet-4-5",
+    "max_tokens": 32000,
+    "system": SYSTEM,
+    "tools": TOOLS,
+    "thinking": {"type": "enabled", "budget_tokens": 10000},
+    "stream": True,
+    "metadata": {"user_id": "user_abc"},
+    "messages": MESSAGES_,
+}
 
 
 def dumps(value) -> bytes:
@@ -98,8 +156,18 @@ def test_one_item_per_message_and_a_part_per_tool_result():
     assert len(items) == len(MESSAGES_) + 1  # U4's two results are two items, the reminder with the last
     assert items[4] == {"role": "user", "content": [U4["content"][0]]}  # the first part: the message itself
     assert items[5] == {"role": "user", "content": [U4["content"][1], REMINDER], PART: 1}
-    assert [VIEW.role(i) for i in items] == ["user", "assistant", "tool", "assistant", "tool", "tool", "assistant",
-                                             "tool", "assistant", "user"]
+    assert [VIEW.role(i) for i in items] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "tool",
+        "assistant",
+        "tool",
+        "assistant",
+        "user",
+    ]
     assert items[0] is U0 and items[1] is A1  # unsplit messages are shared, not copied
     json.dumps(items)  # plain JSON values
 
@@ -107,8 +175,12 @@ def test_one_item_per_message_and_a_part_per_tool_result():
 def test_calls_answers_and_details():
     items = history(BODY)
     assert [c for i in items for c in VIEW.calls(i)] == ["toolu_01A", "toolu_01B", "toolu_01C", "toolu_01D"]
-    assert [VIEW.answers(i) for i in items if VIEW.role(i) == "tool"] == ["toolu_01A", "toolu_01B", "toolu_01C",
-                                                                          "toolu_01D"]
+    assert [VIEW.answers(i) for i in items if VIEW.role(i) == "tool"] == [
+        "toolu_01A",
+        "toolu_01B",
+        "toolu_01C",
+        "toolu_01D",
+    ]
     assert VIEW.call_details(A3) == (("Read", '{"file_path": "/repo/a.py"}'), ("Read", '{"file_path": "/repo/b.py"}'))
     assert VIEW.call_details(A5) == (("Bash", '{"command": "sed -i s/x/y/ b.py"}'),)  # not the server tool
     assert VIEW.calls(U2) == () and VIEW.answers(A1) is None and VIEW.answers(U8) is None
@@ -120,9 +192,19 @@ def test_tool_text_of_strings_and_text_blocks_only():
     assert VIEW.tool_text(items[4]) == BIG + "\nEOF"
     assert VIEW.tool_text(items[5]) == BIG and VIEW.text(items[5]) == BIG  # not the reminder after it
     assert VIEW.tool_text(items[7]) == ""
-    image = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [
-        {"type": "text", "text": "a screenshot"},
-        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}]}]}
+    image = {
+        "role": "user",
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": "t",
+                "content": [
+                    {"type": "text", "text": "a screenshot"},
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+                ],
+            }
+        ],
+    }
     assert VIEW.tool_text(image) is None and VIEW.role(image) == "tool"
     assert VIEW.tool_text({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t"}]}) is None
     assert VIEW.tool_text(U0) is None and VIEW.tool_text(A1) is None
@@ -133,15 +215,37 @@ def test_tool_text_of_strings_and_text_blocks_only():
 def test_with_tool_text_keeps_every_key_and_the_cache_breakpoint():
     items = history(BODY)
     replaced = VIEW.with_tool_text(items[5], "marker")
-    assert replaced == {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_01C",
-                                                     "content": "marker", "cache_control": {"type": "ephemeral"}},
-                                                    REMINDER], PART: 1}
+    assert replaced == {
+        "role": "user",
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": "toolu_01C",
+                "content": "marker",
+                "cache_control": {"type": "ephemeral"},
+            },
+            REMINDER,
+        ],
+        PART: 1,
+    }
     replaced = VIEW.with_tool_text(items[2], "marker")
     assert list(replaced["content"][0]) == ["tool_use_id", "type", "content", "is_error"]  # order kept
-    inner = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [
-        {"type": "text", "text": "a"}, {"type": "text", "text": "b", "cache_control": {"type": "ephemeral"}}]}]}
+    inner = {
+        "role": "user",
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": "t",
+                "content": [
+                    {"type": "text", "text": "a"},
+                    {"type": "text", "text": "b", "cache_control": {"type": "ephemeral"}},
+                ],
+            }
+        ],
+    }
     assert VIEW.with_tool_text(inner, "m")["content"][0]["content"] == [
-        {"type": "text", "text": "m", "cache_control": {"type": "ephemeral"}}]
+        {"type": "text", "text": "m", "cache_control": {"type": "ephemeral"}}
+    ]
     assert items[5]["content"][0]["content"] == BIG  # the original is not changed
 
 
@@ -151,13 +255,28 @@ def test_text_attached_injected_and_transcript():
     assert VIEW.text(U8) == "Thanks. Now run the linter." and VIEW.text(items[2]) == BIG
     assert VIEW.text(A1) == "I'll run the tests."  # not the thinking
     assert [VIEW.attached(a, b) for a, b in zip(items, items[1:])] == [
-        False, True, False, True, True, False, True, False, False]
-    reload = {"role": "assistant", "content": [
-        {"type": "tool_use", "id": "toolu_r", "name": "context_reload", "input": {"ref": "abc123"}},
-        {"type": "tool_use", "id": "toolu_x", "name": "Bash", "input": {}}]}
+        False,
+        True,
+        False,
+        True,
+        True,
+        False,
+        True,
+        False,
+        False,
+    ]
+    reload = {
+        "role": "assistant",
+        "content": [
+            {"type": "tool_use", "id": "toolu_r", "name": "context_reload", "input": {"ref": "abc123"}},
+            {"type": "tool_use", "id": "toolu_x", "name": "Bash", "input": {}},
+        ],
+    }
     assert VIEW.injected_calls(reload) == ("toolu_r",) and VIEW.injected_calls(A1) == ()
-    assert VIEW.transcript(A1) == ('[assistant] calls Bash({"command": "pytest -q"})',
-                                   "[thinking] I should run the tests first.\nI'll run the tests.")
+    assert VIEW.transcript(A1) == (
+        '[assistant] calls Bash({"command": "pytest -q"})',
+        "[thinking] I should run the tests first.\nI'll run the tests.",
+    )
     assert VIEW.transcript(items[2]) == ("[tool result (toolu_01A)]", BIG)
     assert VIEW.transcript(items[5]) == ("[tool result (toolu_01C)]", BIG + "\n" + REMINDER["text"])
     assert VIEW.transcript(U8) == ("[user]", "Thanks. Now run the linter.")
@@ -169,9 +288,20 @@ def test_text_attached_injected_and_transcript():
 def test_transcript_of_a_tool_result_with_an_image_names_it_without_its_base64():
     data = "iVBORw0KGgo" * 1000
     image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}
-    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [
-        {"type": "text", "text": "clicked"}, image,
-        {"type": "tool_result", "tool_use_id": "t0", "content": [image]}]}]}
+    result = {
+        "role": "user",
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": "t1",
+                "content": [
+                    {"type": "text", "text": "clicked"},
+                    image,
+                    {"type": "tool_result", "tool_use_id": "t0", "content": [image]},
+                ],
+            }
+        ],
+    }
     assert VIEW.transcript(result) == ("[tool result (t1)]", "clicked\n[image]")
     only = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t2", "content": [image]}]}
     assert VIEW.transcript(only) == ("[tool result (t2)]", "[image]")
@@ -183,8 +313,11 @@ def test_the_top_level_system_is_outside_the_history():
 
 
 def test_a_system_message_in_the_history_is_never_summarised():
-    env = {"role": "system", "content": "# Environment\nWorking directory: /repo",
-           "output_config": {"effort": "medium"}}  # Claude Code's per-turn environment message
+    env = {
+        "role": "system",
+        "content": "# Environment\nWorking directory: /repo",
+        "output_config": {"effort": "medium"},
+    }  # Claude Code's per-turn environment message
     body = {**BODY, "messages": [U0, env, *MESSAGES_[1:]]}
     items = history(body)
     assert VIEW.role(items[1]) == "system" and dumps(with_history(body, items)) == dumps(body)
@@ -192,8 +325,10 @@ def test_a_system_message_in_the_history_is_never_summarised():
     summary = VIEW.summary_item("snapshot")
     out = with_history(body, cp.assemble(items, VIEW, head, cut=tail, summary=summary))["messages"]
     # the task stays, the summary joins its message; the system message right after, verbatim
-    assert head == 1 and out[:2] == [{"role": "user", "content": [*U0["content"], {"type": "text", "text": "snapshot"}]},
-                                     env]
+    assert head == 1 and out[:2] == [
+        {"role": "user", "content": [*U0["content"], {"type": "text", "text": "snapshot"}]},
+        env,
+    ]
     assert "Environment" not in cp.history_lines(items[head:tail], VIEW)
 
 
@@ -206,16 +341,28 @@ def test_with_history_of_history_is_the_body_byte_for_byte():
 
 
 def test_odd_messages_survive_unchanged():
-    odd = [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "a", "content": "x"},
-                                        {"type": "future_block", "payload": {"k": [1, 2]}},
-                                        {"type": "tool_result", "tool_use_id": "b", "content": None}],
-            "x-extra": 1},
-           "not a message", {"role": "user"}, {"role": "assistant", "content": None},
-           {"role": "tool", "content": "misplaced"},
-           {"role": "user", "content": [{"type": "document", "source": {"type": "text", "data": "d",
-                                                                         "media_type": "text/plain"}},
-                                        {"type": "search_result", "source": "s", "title": "t",
-                                         "content": [{"type": "text", "text": "r"}]}]}]
+    odd = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "a", "content": "x"},
+                {"type": "future_block", "payload": {"k": [1, 2]}},
+                {"type": "tool_result", "tool_use_id": "b", "content": None},
+            ],
+            "x-extra": 1,
+        },
+        "not a message",
+        {"role": "user"},
+        {"role": "assistant", "content": None},
+        {"role": "tool", "content": "misplaced"},
+        {
+            "role": "user",
+            "content": [
+                {"type": "document", "source": {"type": "text", "data": "d", "media_type": "text/plain"}},
+                {"type": "search_result", "source": "s", "title": "t", "content": [{"type": "text", "text": "r"}]},
+            ],
+        },
+    ]
     body = {"messages": odd}
     items = history(body)
     assert len(items) == len(odd) + 1
@@ -234,7 +381,7 @@ def test_items_of_a_prefix_are_a_prefix_of_the_items():
     items = history(BODY)
     for k in range(len(MESSAGES_) + 1):
         prefix = history({"messages": MESSAGES_[:k]})
-        assert items[:len(prefix)] == prefix
+        assert items[: len(prefix)] == prefix
 
 
 def test_a_part_without_its_message_becomes_a_message_of_its_own():
@@ -243,20 +390,35 @@ def test_a_part_without_its_message_becomes_a_message_of_its_own():
 
 
 def test_blocks_before_the_first_result_are_a_part_of_their_own():
-    late = {"role": "user", "content": [REMINDER, {"type": "tool_result", "tool_use_id": "a", "content": "x"},
-                                        {"type": "tool_result", "tool_use_id": "b", "content": "y"}]}
+    late = {
+        "role": "user",
+        "content": [
+            REMINDER,
+            {"type": "tool_result", "tool_use_id": "a", "content": "x"},
+            {"type": "tool_result", "tool_use_id": "b", "content": "y"},
+        ],
+    }
     items = history({"messages": [late]})
     assert [VIEW.role(i) for i in items] == ["user", "tool", "tool"] and items[0] == {**late, "content": [REMINDER]}
     assert messages_of(items) == [late]
 
 
 def test_the_newest_result_is_the_last_item_and_stays():
-    calls = {"role": "assistant", "content": [
-        {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {}},
-        {"type": "tool_use", "id": "toolu_2", "name": "Bash", "input": {}}]}
-    results = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": BIG},
-                                           {"type": "tool_result", "tool_use_id": "toolu_2", "content": BIG + "!"},
-                                           REMINDER]}
+    calls = {
+        "role": "assistant",
+        "content": [
+            {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {}},
+            {"type": "tool_use", "id": "toolu_2", "name": "Bash", "input": {}},
+        ],
+    }
+    results = {
+        "role": "user",
+        "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": BIG},
+            {"type": "tool_result", "tool_use_id": "toolu_2", "content": BIG + "!"},
+            REMINDER,
+        ],
+    }
     plan = plan_compaction(history({"messages": [U0, calls, results]}), VIEW, settings(), counter=COUNTER, namespace=NS)
     assert [o.text for o in plan.offloads] == [BIG]  # like chat: the last tool result is the kept tail
 
@@ -303,12 +465,15 @@ def test_compaction_keeps_messages_ids_order_and_the_breakpoint():
     assert [m["role"] for m in out] == [m["role"] for m in MESSAGES_]
     for before, after in zip(MESSAGES_, out):
         if isinstance(before["content"], list):
-            assert [(b.get("type"), b.get("tool_use_id"), b.get("id")) for b in before["content"]] == \
-                   [(b.get("type"), b.get("tool_use_id"), b.get("id")) for b in after["content"]]
+            assert [(b.get("type"), b.get("tool_use_id"), b.get("id")) for b in before["content"]] == [
+                (b.get("type"), b.get("tool_use_id"), b.get("id")) for b in after["content"]
+            ]
     result_c = out[4]["content"][1]
     assert result_c["cache_control"] == {"type": "ephemeral"} and is_marker(result_c["content"])
     assert is_marker(out[2]["content"][0]["content"]) and out[2]["content"][0]["is_error"] is False
-    assert out[4]["content"][0]["content"][0]["type"] == "text" and is_marker(out[4]["content"][0]["content"][0]["text"])
+    assert out[4]["content"][0]["content"][0]["type"] == "text" and is_marker(
+        out[4]["content"][0]["content"][0]["text"]
+    )
     assert out[1] is A1 and out[5] is A5 and out[8] is U8  # untouched messages are the client's own
     found = [refs_in(VIEW.text(i))[0] for i in plan.items if VIEW.text(i) and refs_in(VIEW.text(i))]
     assert len(found) == 3 and plan.refs == list(dict.fromkeys(found))  # equal texts, one ref
@@ -318,8 +483,10 @@ def test_compaction_keeps_messages_ids_order_and_the_breakpoint():
 
 
 def test_compaction_never_offloads_results_of_injected_calls():
-    reload = {"role": "assistant", "content": [
-        {"type": "tool_use", "id": "toolu_r", "name": "context_reload", "input": {"ref": "abc123"}}]}
+    reload = {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": "toolu_r", "name": "context_reload", "input": {"ref": "abc123"}}],
+    }
     result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_r", "content": BIG}]}
     items = history({"messages": [U0, reload, result, A7, U8]})
     assert plan_compaction(items, VIEW, settings(), counter=COUNTER, namespace=NS).offloads == []
@@ -346,8 +513,12 @@ def test_compression_assembles_valid_alternating_messages(keep):
     assert all(a != b for a, b in zip(roles, roles[1:])) and roles[0] == "user"
     assert out[0]["content"][:2] == U0["content"]  # the task, then the summary in the same message
     assert history_ref(out[0]["content"][2]["text"]) == "REFabc123"
-    kept_ids = [b.get("id") or b.get("tool_use_id") for m in out[1:] for b in (m["content"] if isinstance(
-        m["content"], list) else []) if b.get("type") in ("tool_use", "tool_result")]
+    kept_ids = [
+        b.get("id") or b.get("tool_use_id")
+        for m in out[1:]
+        for b in (m["content"] if isinstance(m["content"], list) else [])
+        if b.get("type") in ("tool_use", "tool_result")
+    ]
     uses = [i for i in kept_ids if i in {"toolu_01A", "toolu_01B", "toolu_01C", "toolu_01D"}]
     assert sorted(set(uses)) == sorted(set(kept_ids)) and all(uses.count(i) == 2 for i in set(uses))  # paired
     assert SUMMARY not in json.dumps(out) and PART not in json.dumps(out)
@@ -366,16 +537,28 @@ def test_a_summary_cut_before_a_user_turn_merges_into_it():
     out = with_history(BODY, cp.assemble(items, VIEW, 0, cut=cut, summary=summary))["messages"]  # no task kept (head 0)
     # U0 and U8, plain user messages of the summarised part, stay after the summary, then `later`:
     # all in the one user message the summary opens, so roles still alternate
-    assert out[0] == {"role": "user", "content": [{"type": "text", "text": "snapshot"}, *U0["content"],
-                                                  {"type": "text", "text": U8["content"]},
-                                                  {"type": "text", "text": "And the docs?"}]}
+    assert out[0] == {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "snapshot"},
+            *U0["content"],
+            {"type": "text", "text": U8["content"]},
+            {"type": "text", "text": "And the docs?"},
+        ],
+    }
     assert out[1:] == [{"role": "assistant", "content": "Sure."}, {"role": "user", "content": "Go"}]
     # with the task kept (the head the split makes), the summary and the kept user messages join it
     head, _ = cp.split(items, VIEW, 2)
     out = with_history(BODY, cp.assemble(items, VIEW, head, cut=cut, summary=summary))["messages"]
-    assert out[0] == {"role": "user", "content": [*U0["content"], {"type": "text", "text": "snapshot"},
-                                                  {"type": "text", "text": U8["content"]},
-                                                  {"type": "text", "text": "And the docs?"}]}
+    assert out[0] == {
+        "role": "user",
+        "content": [
+            *U0["content"],
+            {"type": "text", "text": "snapshot"},
+            {"type": "text", "text": U8["content"]},
+            {"type": "text", "text": "And the docs?"},
+        ],
+    }
     assert len(out) == 3
 
 
@@ -420,27 +603,36 @@ def test_parse_accepts_real_bodies():
     assert MESSAGES.parse(json.dumps({"model": "m", "messages": [], "system": "s"}).encode(), max_items=0)
 
 
-@pytest.mark.parametrize("body, param", [
-    ({"messages": {"role": "user"}}, "messages"),
-    ({"messages": ["hi"]}, "messages[0]"),
-    ({"messages": [{"role": 1, "content": "x"}]}, "messages[0].role"),
-    ({"messages": [{"role": "user", "content": 3}]}, "messages[0].content"),
-    ({"messages": [{"role": "user", "content": ["x"]}]}, "messages[0].content[0]"),
-    ({"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]}, "messages[0].content[0].text"),
-    ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": 7}]}]},
-     "messages[0].content[0].tool_use_id"),
-    ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": 1}]}]},
-     "messages[0].content[0].content"),
-    ({"messages": [{"role": "user", "content": [{"type": "tool_result", "content": [{"text": 1}]}]}]},
-     "messages[0].content[0].content[0].text"),
-    ({"messages": [{"role": "user", "content": "x", PART: 1}]}, f"messages[0].{PART}"),
-    ({"messages": [{"role": "user", "content": "x", SUMMARY: True}]}, f"messages[0].{SUMMARY}"),
-    ({"system": 3}, "system"),
-    ({"system": [{"type": "text", "text": None}, {"text": 2}]}, "system[1].text"),
-    ({"tools": {}}, "tools"),
-    ({"stream": "yes"}, "stream"),
-    ({"model": 4}, "model"),
-])
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({"messages": {"role": "user"}}, "messages"),
+        ({"messages": ["hi"]}, "messages[0]"),
+        ({"messages": [{"role": 1, "content": "x"}]}, "messages[0].role"),
+        ({"messages": [{"role": "user", "content": 3}]}, "messages[0].content"),
+        ({"messages": [{"role": "user", "content": ["x"]}]}, "messages[0].content[0]"),
+        ({"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]}, "messages[0].content[0].text"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": 7}]}]},
+            "messages[0].content[0].tool_use_id",
+        ),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": 1}]}]},
+            "messages[0].content[0].content",
+        ),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "tool_result", "content": [{"text": 1}]}]}]},
+            "messages[0].content[0].content[0].text",
+        ),
+        ({"messages": [{"role": "user", "content": "x", PART: 1}]}, f"messages[0].{PART}"),
+        ({"messages": [{"role": "user", "content": "x", SUMMARY: True}]}, f"messages[0].{SUMMARY}"),
+        ({"system": 3}, "system"),
+        ({"system": [{"type": "text", "text": None}, {"text": 2}]}, "system[1].text"),
+        ({"tools": {}}, "tools"),
+        ({"stream": "yes"}, "stream"),
+        ({"model": 4}, "model"),
+    ],
+)
 def test_parse_refuses_what_the_proxy_cannot_read(body, param):
     with pytest.raises(ProxyError) as caught:
         MESSAGES.parse(json.dumps(body).encode(), max_items=None)

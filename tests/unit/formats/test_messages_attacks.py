@@ -24,12 +24,19 @@ def indices(out: list[dict]) -> list[tuple[str, int]]:
 
 
 def test_a_delta_before_its_start_keeps_one_index():
-    _, out = feed(START, {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "a"}},
-                  {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-                  {"type": "content_block_stop", "index": 0},
-                  {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}})
-    assert indices(out) == [("content_block_delta", 0), ("content_block_start", 0), ("content_block_stop", 0),
-                            ("content_block_start", 1)]
+    _, out = feed(
+        START,
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "a"}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}},
+    )
+    assert indices(out) == [
+        ("content_block_delta", 0),
+        ("content_block_start", 0),
+        ("content_block_stop", 0),
+        ("content_block_start", 1),
+    ]
 
 
 def test_a_repeated_start_keeps_its_index():
@@ -39,17 +46,33 @@ def test_a_repeated_start_keeps_its_index():
 
 
 def test_citations_that_are_not_a_list_are_not_spread():
-    rewriter, _ = feed(START, {"type": "content_block_start", "index": 0,
-                               "content_block": {"type": "text", "text": "", "citations": "bad"}},
-                       {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "y"}},
-                       {"type": "content_block_delta", "index": 0,
-                        "delta": {"type": "citations_delta", "citation": {"cited_text": "x"}}})
+    rewriter, _ = feed(
+        START,
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": "", "citations": "bad"}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "y"}},
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "citations_delta", "citation": {"cited_text": "x"}},
+        },
+    )
     assert rewriter.round_message()["content"][0]["citations"] == [{"cited_text": "x"}]
 
 
 @pytest.mark.parametrize("field", ["upstream", "anthropic_upstream"])
-@pytest.mark.parametrize("value", ["api.anthropic.com", "https://host/v1?key=x", "https://host/#x", 42, "",
-                                   "ftp://host", "https://ho st/v1", ["https://host"]])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "api.anthropic.com",
+        "https://host/v1?key=x",
+        "https://host/#x",
+        42,
+        "",
+        "ftp://host",
+        "https://ho st/v1",
+        ["https://host"],
+    ],
+)
 def test_a_tenant_upstream_must_be_a_plain_url(field, value):
     """Checked at startup: a query would swallow the paths the proxy appends, a bare host fails every request."""
     with pytest.raises(ValueError, match=field):
@@ -57,7 +80,9 @@ def test_a_tenant_upstream_must_be_a_plain_url(field, value):
 
 
 def test_tenant_upstreams_as_written():
-    tenant = tenants_from_config({"a": {"upstream": "https://gw.example/v1/", "anthropic_upstream": "http://h:8/"}})["a"]
+    tenant = tenants_from_config({"a": {"upstream": "https://gw.example/v1/", "anthropic_upstream": "http://h:8/"}})[
+        "a"
+    ]
     assert (tenant.base("openai"), tenant.base("anthropic")) == ("https://gw.example/v1", "http://h:8/v1")
 
 
@@ -69,8 +94,12 @@ def test_a_timeout_is_a_timeout_error_in_every_anthropic_stream():
     from proxy.formats.messages import MESSAGES
     from proxy.upstream.errors import stream_broke
 
-    for cause, kind in ((httpx2.ReadTimeout("slow"), "timeout_error"), (httpx2.RemoteProtocolError("cut"), "api_error")):
+    for cause, kind in (
+        (httpx2.ReadTimeout("slow"), "timeout_error"),
+        (httpx2.RemoteProtocolError("cut"), "api_error"),
+    ):
         broke = stream_broke(cause)
-        rounds = MESSAGES.rounds({"model": "m", "max_tokens": 10, "stream": True, "messages": []}, [], [],
-                                 extra_usage=None)
+        rounds = MESSAGES.rounds(
+            {"model": "m", "max_tokens": 10, "stream": True, "messages": []}, [], [], extra_usage=None
+        )
         assert anthropic_error_event(broke)["error"]["type"] == rounds.fail(broke)[0]["error"]["type"] == kind

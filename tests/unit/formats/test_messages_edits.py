@@ -15,8 +15,7 @@ from proxy.core.tokens import counter_for_model
 from proxy.errors import ProxyError
 from proxy.formats.messages import MESSAGES, history, with_history
 from proxy.formats.messages.edits import apply_edits, clear_thinking, clear_tool_uses
-from proxy.formats.messages.edits_config import (MAX_EDITS, ClearThinking, ClearToolUses, Other,
-                                                 parse_context_management)
+from proxy.formats.messages.edits_config import MAX_EDITS, ClearThinking, ClearToolUses, Other, parse_context_management
 
 COUNTER = counter_for_model("claude-sonnet-4-5")
 VIEW = MESSAGES.view
@@ -35,11 +34,14 @@ def tool_history(names: list[str], *, inputs: bool = False, think: bool = False)
     messages: list[dict] = [{"role": "user", "content": "Fix the build."}]
     for i, name in enumerate(names):
         blocks = [{"type": "thinking", "thinking": f"thought {i} " * 30, "signature": "sig"}] if think else []
-        blocks += [{"type": "text", "text": f"Step {i}."},
-                   {"type": "tool_use", "id": f"toolu_{i}", "name": name, "input": big_input(i) if inputs else {}}]
+        blocks += [
+            {"type": "text", "text": f"Step {i}."},
+            {"type": "tool_use", "id": f"toolu_{i}", "name": name, "input": big_input(i) if inputs else {}},
+        ]
         messages.append({"role": "assistant", "content": blocks})
-        messages.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{i}",
-                                                      "content": output(i)}]})
+        messages.append(
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": output(i)}]}
+        )
     return messages
 
 
@@ -48,28 +50,37 @@ def results(items: list) -> dict[str, str]:
 
 
 def inputs(items: list) -> dict[str, object]:
-    return {b["id"]: b["input"] for i in items if i.get("role") == "assistant" and isinstance(i["content"], list)
-            for b in i["content"] if b.get("type") == "tool_use"}
+    return {
+        b["id"]: b["input"]
+        for i in items
+        if i.get("role") == "assistant" and isinstance(i["content"], list)
+        for b in i["content"]
+        if b.get("type") == "tool_use"
+    }
 
 
 def run(messages: list[dict], edit: ClearToolUses, *, input_tokens: int = 10**9):
-    return clear_tool_uses(history({"messages": messages}), edit, VIEW, counter=COUNTER, namespace=NS,
-                           input_tokens=input_tokens)
+    return clear_tool_uses(
+        history({"messages": messages}), edit, VIEW, counter=COUNTER, namespace=NS, input_tokens=input_tokens
+    )
 
 
 FIVE = ["bash", "read_spec", "bash", "bash", "bash"]
 
 
-@pytest.mark.parametrize("edit, cleared", [
-    (ClearToolUses(), {0, 1}),  # keep 3 by default
-    (ClearToolUses(keep=2), {0, 1, 2}),
-    (ClearToolUses(keep=0), {0, 1, 2, 3, 4}),
-    (ClearToolUses(keep=5), set()),
-    (ClearToolUses(keep=9), set()),
-    (ClearToolUses(keep=2, exclude_tools=frozenset({"read_spec"})), {0, 2}),  # keep counts every tool use
-    (ClearToolUses(keep=0, exclude_tools=frozenset({"bash"})), {1}),
-    (ClearToolUses(keep=0, exclude_tools=frozenset({"bash", "read_spec"})), set()),
-])
+@pytest.mark.parametrize(
+    "edit, cleared",
+    [
+        (ClearToolUses(), {0, 1}),  # keep 3 by default
+        (ClearToolUses(keep=2), {0, 1, 2}),
+        (ClearToolUses(keep=0), {0, 1, 2, 3, 4}),
+        (ClearToolUses(keep=5), set()),
+        (ClearToolUses(keep=9), set()),
+        (ClearToolUses(keep=2, exclude_tools=frozenset({"read_spec"})), {0, 2}),  # keep counts every tool use
+        (ClearToolUses(keep=0, exclude_tools=frozenset({"bash"})), {1}),
+        (ClearToolUses(keep=0, exclude_tools=frozenset({"bash", "read_spec"})), set()),
+    ],
+)
 def test_which_results_are_cleared(edit, cleared):
     items, applied, offloads = run(tool_history(FIVE), edit)
     got = {int(call[-1]) for call, text in results(items).items() if is_marker(text)}
@@ -88,10 +99,15 @@ def test_which_results_are_cleared(edit, cleared):
             assert text == output(int(call[-1]))
 
 
-@pytest.mark.parametrize("kind, value, triggered", [
-    ("input_tokens", 5000, True), ("input_tokens", 10**6, False),
-    ("tool_uses", 4, True), ("tool_uses", 5, False),  # 5 tool uses: over 4, not over 5
-])
+@pytest.mark.parametrize(
+    "kind, value, triggered",
+    [
+        ("input_tokens", 5000, True),
+        ("input_tokens", 10**6, False),
+        ("tool_uses", 4, True),
+        ("tool_uses", 5, False),  # 5 tool uses: over 4, not over 5
+    ],
+)
 def test_the_trigger(kind, value, triggered):
     messages = tool_history(FIVE)
     tokens = COUNTER.messages(history({"messages": messages}))
@@ -100,8 +116,10 @@ def test_the_trigger(kind, value, triggered):
     assert (applied is not None) is triggered
 
 
-@pytest.mark.parametrize("clear_inputs, cleared_inputs", [
-    (False, set()), (True, {0, 1, 2, 3}), (frozenset({"read_spec"}), {1}), (frozenset({"nope"}), set())])
+@pytest.mark.parametrize(
+    "clear_inputs, cleared_inputs",
+    [(False, set()), (True, {0, 1, 2, 3}), (frozenset({"read_spec"}), {1}), (frozenset({"nope"}), set())],
+)
 def test_clear_tool_inputs(clear_inputs, cleared_inputs):
     items, applied, offloads = run(tool_history(FIVE, inputs=True), ClearToolUses(keep=1, clear_inputs=clear_inputs))
     got = inputs(items)
@@ -138,11 +156,21 @@ def test_byte_stable_turn_after_turn_and_markers_not_cleared_again():
     again, _, _ = run(tool_history(FIVE), ClearToolUses(keep=2))
     assert json.dumps(first) == json.dumps(again)
     longer, _, _ = run(tool_history(FIVE + ["bash"]), ClearToolUses(keep=2))
-    assert json.dumps(longer[:len(first) - 4]) == json.dumps(first[:len(first) - 4])  # the cleared prefix is unchanged
-    twice, applied, _ = clear_tool_uses(first, ClearToolUses(keep=2), VIEW, counter=COUNTER, namespace=NS, input_tokens=10**9)
+    assert json.dumps(longer[: len(first) - 4]) == json.dumps(
+        first[: len(first) - 4]
+    )  # the cleared prefix is unchanged
+    twice, applied, _ = clear_tool_uses(
+        first, ClearToolUses(keep=2), VIEW, counter=COUNTER, namespace=NS, input_tokens=10**9
+    )
     assert twice == first and applied is None  # markers are not cleared twice
-    other_ns, _, _ = clear_tool_uses(history({"messages": tool_history(FIVE)}), ClearToolUses(keep=2), VIEW, counter=COUNTER,
-                                     namespace="tenant-b", input_tokens=10**9)
+    other_ns, _, _ = clear_tool_uses(
+        history({"messages": tool_history(FIVE)}),
+        ClearToolUses(keep=2),
+        VIEW,
+        counter=COUNTER,
+        namespace="tenant-b",
+        input_tokens=10**9,
+    )
     assert results(other_ns)["toolu_0"] != results(first)["toolu_0"]  # refs are per tenant
 
 
@@ -158,8 +186,9 @@ def test_the_clients_history_is_never_mutated_and_regroups():
 
 def test_the_proxys_own_tools_and_non_text_results_are_left():
     messages = tool_history(["context_reload", "shot", "bash", "bash"])
-    messages[4]["content"][0]["content"] = [{"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                                                         "data": "iVBOR" * 500}}]
+    messages[4]["content"][0]["content"] = [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBOR" * 500}}
+    ]
     items, applied, _ = run(messages, ClearToolUses(keep=1))
     got = results(items)
     assert got["toolu_0"] == output(0) and got["toolu_1"] is None and is_marker(got["toolu_2"])
@@ -173,53 +202,77 @@ def thinking_history(turns: list[list[bool]]) -> list[dict]:
     for t, loop in enumerate(turns):
         messages.append({"role": "user", "content": f"question {t}"})
         for k, thinks in enumerate(loop):
-            blocks = ([{"type": "thinking", "thinking": f"deep thought {n} " * 20, "signature": f"s{n}"},
-                       {"type": "redacted_thinking", "data": f"r{n}" * 40}] if thinks else [])
+            blocks = (
+                [
+                    {"type": "thinking", "thinking": f"deep thought {n} " * 20, "signature": f"s{n}"},
+                    {"type": "redacted_thinking", "data": f"r{n}" * 40},
+                ]
+                if thinks
+                else []
+            )
             last = k == len(loop) - 1
-            blocks.append({"type": "text", "text": f"answer {n}"} if last else
-                          {"type": "tool_use", "id": f"t{n}", "name": "bash", "input": {}})
+            blocks.append(
+                {"type": "text", "text": f"answer {n}"}
+                if last
+                else {"type": "tool_use", "id": f"t{n}", "name": "bash", "input": {}}
+            )
             messages.append({"role": "assistant", "content": blocks})
             if not last:
-                messages.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{n}",
-                                                              "content": "done"}]})
+                messages.append(
+                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{n}", "content": "done"}]}
+                )
             n += 1
     return messages
 
 
 def thinking_left(items: list) -> list[int]:
     """Per assistant message, its thinking blocks."""
-    return [sum(b.get("type") in ("thinking", "redacted_thinking") for b in i["content"])
-            for i in items if i.get("role") == "assistant"]
+    return [
+        sum(b.get("type") in ("thinking", "redacted_thinking") for b in i["content"])
+        for i in items
+        if i.get("role") == "assistant"
+    ]
 
 
-@pytest.mark.parametrize("turns, keep, left, cleared_turns", [
-    ([[True], [True], [True]], 1, [0, 0, 2], 2),
-    ([[True], [True], [True]], 2, [0, 2, 2], 1),
-    ([[True], [True], [True]], 3, [2, 2, 2], 0),
-    ([[True], [True], [True]], 0, [0, 0, 0], 3),
-    ([[True], [True], [True]], None, [2, 2, 2], 0),  # "all"
-    ([[True, True, True], [True]], 1, [0, 0, 0, 2], 1),  # one tool loop is one turn
-    ([[True, True], [True, True]], 1, [0, 0, 2, 2], 1),
-    ([[True], [False], [False]], 1, [2, 0, 0], 0),  # turns with thinking are counted
-    ([[True], [True], [False]], 1, [0, 2, 0], 1),
-])
+@pytest.mark.parametrize(
+    "turns, keep, left, cleared_turns",
+    [
+        ([[True], [True], [True]], 1, [0, 0, 2], 2),
+        ([[True], [True], [True]], 2, [0, 2, 2], 1),
+        ([[True], [True], [True]], 3, [2, 2, 2], 0),
+        ([[True], [True], [True]], 0, [0, 0, 0], 3),
+        ([[True], [True], [True]], None, [2, 2, 2], 0),  # "all"
+        ([[True, True, True], [True]], 1, [0, 0, 0, 2], 1),  # one tool loop is one turn
+        ([[True, True], [True, True]], 1, [0, 0, 2, 2], 1),
+        ([[True], [False], [False]], 1, [2, 0, 0], 0),  # turns with thinking are counted
+        ([[True], [True], [False]], 1, [0, 2, 0], 1),
+    ],
+)
 def test_clear_thinking(turns, keep, left, cleared_turns):
     items = history({"messages": thinking_history(turns)})
     out, applied = clear_thinking(items, ClearThinking(keep=keep), VIEW, counter=COUNTER)
     assert thinking_left(out) == left
     if cleared_turns:
-        assert applied == {"type": "clear_thinking_20251015", "cleared_thinking_turns": cleared_turns,
-                           "cleared_input_tokens": COUNTER.messages(items) - COUNTER.messages(out)}
+        assert applied == {
+            "type": "clear_thinking_20251015",
+            "cleared_thinking_turns": cleared_turns,
+            "cleared_input_tokens": COUNTER.messages(items) - COUNTER.messages(out),
+        }
     else:
         assert applied is None and out is items
 
 
 def test_an_assistant_message_of_thinking_only_keeps_it():
-    items = history({"messages": [{"role": "user", "content": "q"},
-                                  {"role": "assistant", "content": [{"type": "thinking", "thinking": "x" * 50,
-                                                                     "signature": "s"}]},
-                                  {"role": "user", "content": "again"},
-                                  {"role": "assistant", "content": [{"type": "text", "text": "a"}]}]})
+    items = history(
+        {
+            "messages": [
+                {"role": "user", "content": "q"},
+                {"role": "assistant", "content": [{"type": "thinking", "thinking": "x" * 50, "signature": "s"}]},
+                {"role": "user", "content": "again"},
+                {"role": "assistant", "content": [{"type": "text", "text": "a"}]},
+            ]
+        }
+    )
     out, applied = clear_thinking(items, ClearThinking(keep=0), VIEW, counter=COUNTER)
     assert out is items and applied is None
 
@@ -227,11 +280,19 @@ def test_an_assistant_message_of_thinking_only_keeps_it():
 def test_apply_edits_in_order_thinking_then_tools():
     messages = tool_history(FIVE, think=True)
     items = history({"messages": messages})
-    edits = parse_context_management({"edits": [  # one tool loop: one turn, its thinking cleared with keep 0
-        {"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": 0}},
-        {"type": "clear_tool_uses_20250919", "trigger": {"type": "tool_uses", "value": 1},
-         "keep": {"type": "tool_uses", "value": 1}},
-        {"type": "compact_20260112"}]})
+    edits = parse_context_management(
+        {
+            "edits": [  # one tool loop: one turn, its thinking cleared with keep 0
+                {"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": 0}},
+                {
+                    "type": "clear_tool_uses_20250919",
+                    "trigger": {"type": "tool_uses", "value": 1},
+                    "keep": {"type": "tool_uses", "value": 1},
+                },
+                {"type": "compact_20260112"},
+            ]
+        }
+    )
     done = apply_edits(items, edits, VIEW, counter=COUNTER, namespace=NS, fixed_tokens=0)
     assert [a["type"] for a in done.applied] == ["clear_thinking_20251015", "clear_tool_uses_20250919"]
     assert done.cleared_tokens == COUNTER.messages(items) - COUNTER.messages(done.items)
@@ -241,16 +302,22 @@ def test_apply_edits_in_order_thinking_then_tools():
 
 # ------------------------------------------------------------------------------------- the config
 
+
 def test_defaults_and_values():
     assert parse_context_management({}) == [] and parse_context_management({"edits": []}) == []
     assert parse_context_management({"edits": [{"type": "clear_tool_uses_20250919"}]}) == [ClearToolUses()]
-    full = {"type": "clear_tool_uses_20250919", "trigger": {"type": "tool_uses", "value": 7},
-            "keep": {"type": "tool_uses", "value": 0}, "clear_at_least": {"type": "input_tokens", "value": 5000},
-            "exclude_tools": ["web_search"], "clear_tool_inputs": ["bash"]}
-    assert parse_context_management({"edits": [full]}) == [ClearToolUses(
-        "tool_uses", 7, 0, 5000, frozenset({"web_search"}), frozenset({"bash"}))]
-    for keep, value in (("all", None), ({"type": "all"}, None), ({"type": "thinking_turns", "value": 4}, 4),
-                        (None, 1)):
+    full = {
+        "type": "clear_tool_uses_20250919",
+        "trigger": {"type": "tool_uses", "value": 7},
+        "keep": {"type": "tool_uses", "value": 0},
+        "clear_at_least": {"type": "input_tokens", "value": 5000},
+        "exclude_tools": ["web_search"],
+        "clear_tool_inputs": ["bash"],
+    }
+    assert parse_context_management({"edits": [full]}) == [
+        ClearToolUses("tool_uses", 7, 0, 5000, frozenset({"web_search"}), frozenset({"bash"}))
+    ]
+    for keep, value in (("all", None), ({"type": "all"}, None), ({"type": "thinking_turns", "value": 4}, 4), (None, 1)):
         edit = {"type": "clear_thinking_20251015", **({} if keep is None else {"keep": keep})}
         assert parse_context_management({"edits": [edit]}) == [ClearThinking(value)]
     compact = {"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 150000}}
@@ -261,47 +328,72 @@ TU = "clear_tool_uses_20250919"
 TH = "clear_thinking_20251015"
 
 
-@pytest.mark.parametrize("config, param", [
-    ([], "context_management"),
-    ("clear", "context_management"),
-    ({"edits": {}}, "context_management.edits"),
-    ({"edits": [], "extra": 1}, "context_management.extra"),
-    ({"edits": [None]}, "context_management.edits[0]"),
-    ({"edits": [{"type": "clear_everything"}]}, "context_management.edits[0].type"),
-    ({"edits": [{"type": ["clear_tool_uses_20250919"]}]}, "context_management.edits[0].type"),
-    ({"edits": [{"type": TU}, {"type": TH}]}, "context_management.edits[1].type"),  # thinking must be first
-    ({"edits": [{"type": TU}, {"type": TU}]}, "context_management.edits[1].type"),
-    ({"edits": [{"type": TU, "bogus": 1}]}, "context_management.edits[0].bogus"),
-    ({"edits": [{"type": TU, "trigger": {"type": "input_tokens", "value": -1}}]},
-     "context_management.edits[0].trigger.value"),
-    ({"edits": [{"type": TU, "trigger": {"type": "input_tokens", "value": 0}}]},
-     "context_management.edits[0].trigger.value"),
-    ({"edits": [{"type": TU, "trigger": {"type": "input_tokens", "value": 2**63}}]},
-     "context_management.edits[0].trigger.value"),
-    ({"edits": [{"type": TU, "trigger": {"type": "input_tokens", "value": 1.5}}]},
-     "context_management.edits[0].trigger.value"),
-    ({"edits": [{"type": TU, "trigger": {"type": "input_tokens", "value": True}}]},
-     "context_management.edits[0].trigger.value"),
-    ({"edits": [{"type": TU, "trigger": {"type": "input_tokens"}}]}, "context_management.edits[0].trigger.value"),
-    ({"edits": [{"type": TU, "trigger": {"type": "messages", "value": 3}}]},
-     "context_management.edits[0].trigger.type"),
-    ({"edits": [{"type": TU, "trigger": 100000}]}, "context_management.edits[0].trigger"),
-    ({"edits": [{"type": TU, "keep": {"type": "input_tokens", "value": 3}}]}, "context_management.edits[0].keep.type"),
-    ({"edits": [{"type": TU, "keep": {"type": "tool_uses", "value": -3}}]}, "context_management.edits[0].keep.value"),
-    ({"edits": [{"type": TU, "clear_at_least": {"type": "tool_uses", "value": 3}}]},
-     "context_management.edits[0].clear_at_least.type"),
-    ({"edits": [{"type": TU, "exclude_tools": "bash"}]}, "context_management.edits[0].exclude_tools"),
-    ({"edits": [{"type": TU, "exclude_tools": ["bash", 3]}]}, "context_management.edits[0].exclude_tools[1]"),
-    ({"edits": [{"type": TU, "exclude_tools": ["t"] * 1001}]}, "context_management.edits[0].exclude_tools"),
-    ({"edits": [{"type": TU, "clear_tool_inputs": "yes"}]}, "context_management.edits[0].clear_tool_inputs"),
-    ({"edits": [{"type": TU, "clear_tool_inputs": [None]}]}, "context_management.edits[0].clear_tool_inputs[0]"),
-    ({"edits": [{"type": TH, "keep": "none"}]}, "context_management.edits[0].keep"),
-    ({"edits": [{"type": TH, "keep": 2}]}, "context_management.edits[0].keep"),
-    ({"edits": [{"type": TH, "keep": {"type": "thinking_turns", "value": -1}}]},
-     "context_management.edits[0].keep.value"),
-    ({"edits": [{"type": TH, "keep": {"type": "all", "value": 3}}]}, "context_management.edits[0].keep.type"),
-    ({"edits": [{"type": TU}] * (MAX_EDITS + 1)}, "context_management.edits"),
-])
+@pytest.mark.parametrize(
+    "config, param",
+    [
+        ([], "context_management"),
+        ("clear", "context_management"),
+        ({"edits": {}}, "context_management.edits"),
+        ({"edits": [], "extra": 1}, "context_management.extra"),
+        ({"edits": [None]}, "context_management.edits[0]"),
+        ({"edits": [{"type": "clear_everything"}]}, "context_management.edits[0].type"),
+        ({"edits": [{"type": ["clear_tool_uses_20250919"]}]}, "context_management.edits[0].type"),
+        ({"edits": [{"type": TU}, {"type": TH}]}, "context_management.edits[1].type"),  # thinking must be first
+        ({"edits": [{"type": TU}, {"type": TU}]}, "context_management.edits[1].type"),
+        ({"edits": [{"type": TU, "bogus": 1}]}, "context_management.edits[0].bogus"),
+        (
+            {"edits": [{"type": TU, "trigger": {"type": "input_tokens", "value": -1}}]},
+            "context_management.edits[0].trigger.value",
+        ),
+        (
+            {"edits": [{"type": TU, "trigger": {"type": "input_tokens", "value": 0}}]},
+            "context_management.edits[0].trigger.value",
+        ),
+        (
+            {"edits": [{"type": TU, "trigger": {"type": "input_tokens", "value": 2**63}}]},
+            "context_management.edits[0].trigger.value",
+        ),
+        (
+            {"edits": [{"type": TU, "trigger": {"type": "input_tokens", "value": 1.5}}]},
+            "context_management.edits[0].trigger.value",
+        ),
+        (
+            {"edits": [{"type": TU, "trigger": {"type": "input_tokens", "value": True}}]},
+            "context_management.edits[0].trigger.value",
+        ),
+        ({"edits": [{"type": TU, "trigger": {"type": "input_tokens"}}]}, "context_management.edits[0].trigger.value"),
+        (
+            {"edits": [{"type": TU, "trigger": {"type": "messages", "value": 3}}]},
+            "context_management.edits[0].trigger.type",
+        ),
+        ({"edits": [{"type": TU, "trigger": 100000}]}, "context_management.edits[0].trigger"),
+        (
+            {"edits": [{"type": TU, "keep": {"type": "input_tokens", "value": 3}}]},
+            "context_management.edits[0].keep.type",
+        ),
+        (
+            {"edits": [{"type": TU, "keep": {"type": "tool_uses", "value": -3}}]},
+            "context_management.edits[0].keep.value",
+        ),
+        (
+            {"edits": [{"type": TU, "clear_at_least": {"type": "tool_uses", "value": 3}}]},
+            "context_management.edits[0].clear_at_least.type",
+        ),
+        ({"edits": [{"type": TU, "exclude_tools": "bash"}]}, "context_management.edits[0].exclude_tools"),
+        ({"edits": [{"type": TU, "exclude_tools": ["bash", 3]}]}, "context_management.edits[0].exclude_tools[1]"),
+        ({"edits": [{"type": TU, "exclude_tools": ["t"] * 1001}]}, "context_management.edits[0].exclude_tools"),
+        ({"edits": [{"type": TU, "clear_tool_inputs": "yes"}]}, "context_management.edits[0].clear_tool_inputs"),
+        ({"edits": [{"type": TU, "clear_tool_inputs": [None]}]}, "context_management.edits[0].clear_tool_inputs[0]"),
+        ({"edits": [{"type": TH, "keep": "none"}]}, "context_management.edits[0].keep"),
+        ({"edits": [{"type": TH, "keep": 2}]}, "context_management.edits[0].keep"),
+        (
+            {"edits": [{"type": TH, "keep": {"type": "thinking_turns", "value": -1}}]},
+            "context_management.edits[0].keep.value",
+        ),
+        ({"edits": [{"type": TH, "keep": {"type": "all", "value": 3}}]}, "context_management.edits[0].keep.type"),
+        ({"edits": [{"type": TU}] * (MAX_EDITS + 1)}, "context_management.edits"),
+    ],
+)
 def test_bad_configs_are_400s_naming_the_field(config, param):
     with pytest.raises(ProxyError) as caught:
         parse_context_management(config)

@@ -27,10 +27,19 @@ from proxy.store.sqlite import SQLiteStore
 from proxy.upstream.errors import stream_broke
 
 SIG = "EqQBCkgIBhABGAIiQJ7l0uJ4PbQ1Fh8zfake=="
-BODY = {"model": "claude-sonnet-4-5", "max_tokens": 8000, "system": "You are a coding agent.",
-        "tools": [{"name": "Bash", "description": "Run a command.",
-                   "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}}}],
-        "messages": [{"role": "user", "content": "Why does the build fail? The log is ref=abc123."}]}
+BODY = {
+    "model": "claude-sonnet-4-5",
+    "max_tokens": 8000,
+    "system": "You are a coding agent.",
+    "tools": [
+        {
+            "name": "Bash",
+            "description": "Run a command.",
+            "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}},
+        }
+    ],
+    "messages": [{"role": "user", "content": "Why does the build fail? The log is ref=abc123."}],
+}
 THINK = {"type": "thinking", "thinking": "The log was offloaded; reload it.", "signature": SIG}
 SAY = {"type": "text", "text": "Let me reload the log."}
 RELOAD = {"type": "tool_use", "id": "toolu_r1", "name": "context_reload", "input": {"ref": "abc123"}}
@@ -41,35 +50,58 @@ ORIGINAL = copy.deepcopy(BODY)
 
 
 def usage(inp: int, out: int, read: int = 0, created: int = 0) -> dict:
-    return {"input_tokens": inp, "cache_creation_input_tokens": created, "cache_read_input_tokens": read,
-            "output_tokens": out, "service_tier": "standard"}
+    return {
+        "input_tokens": inp,
+        "cache_creation_input_tokens": created,
+        "cache_read_input_tokens": read,
+        "output_tokens": out,
+        "service_tier": "standard",
+    }
 
 
 def message(id_: str, *content: dict, stop: str, use: dict) -> dict:
-    return {"id": id_, "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-            "content": list(content), "stop_reason": stop, "stop_sequence": None, "usage": use}
+    return {
+        "id": id_,
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5",
+        "content": list(content),
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": use,
+    }
 
 
 def events(msg: dict, *, ping: bool = True, end: bool = True) -> list[dict]:
     """The events streaming `msg` (tool input in two fragments, thinking then its signature)."""
     use = msg["usage"]
-    out = [{"type": "message_start", "message": {**msg, "content": [], "stop_reason": None,
-                                                 "usage": {**use, "output_tokens": 1}}}]
+    out = [
+        {
+            "type": "message_start",
+            "message": {**msg, "content": [], "stop_reason": None, "usage": {**use, "output_tokens": 1}},
+        }
+    ]
     for index, block in enumerate(msg["content"]):
         kind = block["type"]
         if kind == "text":
-            start, deltas = {"type": "text", "text": ""}, [{"type": "text_delta", "text": block["text"][:5]},
-                                                          {"type": "text_delta", "text": block["text"][5:]}]
+            start, deltas = (
+                {"type": "text", "text": ""},
+                [{"type": "text_delta", "text": block["text"][:5]}, {"type": "text_delta", "text": block["text"][5:]}],
+            )
         elif kind == "tool_use":
             raw = json.dumps(block["input"])
             start = {**block, "input": {}}
-            deltas = [{"type": "input_json_delta", "partial_json": ""},
-                      {"type": "input_json_delta", "partial_json": raw[:4]},
-                      {"type": "input_json_delta", "partial_json": raw[4:]}]
+            deltas = [
+                {"type": "input_json_delta", "partial_json": ""},
+                {"type": "input_json_delta", "partial_json": raw[:4]},
+                {"type": "input_json_delta", "partial_json": raw[4:]},
+            ]
         elif kind == "thinking":
             start = {"type": "thinking", "thinking": "", "signature": ""}
-            deltas = [{"type": "thinking_delta", "thinking": block["thinking"]},
-                      {"type": "signature_delta", "signature": block["signature"]}]
+            deltas = [
+                {"type": "thinking_delta", "thinking": block["thinking"]},
+                {"type": "signature_delta", "signature": block["signature"]},
+            ]
         else:
             start, deltas = block, []
         out.append({"type": "content_block_start", "index": index, "content_block": start})
@@ -78,8 +110,13 @@ def events(msg: dict, *, ping: bool = True, end: bool = True) -> list[dict]:
         if ping and index == 0:
             out.append({"type": "ping"})
     if end:
-        out.append({"type": "message_delta", "delta": {"stop_reason": msg["stop_reason"], "stop_sequence": None},
-                    "usage": {"output_tokens": use["output_tokens"]}})
+        out.append(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": msg["stop_reason"], "stop_sequence": None},
+                "usage": {"output_tokens": use["output_tokens"]},
+            }
+        )
         out.append({"type": "message_stop"})
     return out
 
@@ -105,15 +142,24 @@ def test_injected_only_round_then_an_answer():
     second = rounds.request(True)
     assert second["messages"][1:] == [
         {"role": "assistant", "content": [THINK, SAY, RELOAD]},  # verbatim: thinking and its signature
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_r1",
-                                      "content": "[the log]\nerror: libfoo not found"}]}]
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_r1", "content": "[the log]\nerror: libfoo not found"}
+            ],
+        },
+    ]
     assert rounds.take(ROUND2) == [] and rounds.unanswered == []
     final = rounds.result()
     assert final["id"] == "msg_01" and final["stop_reason"] == "end_turn"
     assert final["content"] == [THINK, SAY, FINAL]
-    assert final["usage"] == {"input_tokens": 1200 + 300 + 500, "cache_creation_input_tokens": 50,
-                              "cache_read_input_tokens": 3250, "output_tokens": 80 + 40 + 60,
-                              "service_tier": "standard"}
+    assert final["usage"] == {
+        "input_tokens": 1200 + 300 + 500,
+        "cache_creation_input_tokens": 50,
+        "cache_read_input_tokens": 3250,
+        "output_tokens": 80 + 40 + 60,
+        "service_tier": "standard",
+    }
     assert (rounds.first_id, rounds.last_id, rounds.what, rounds.closing) == (None, None, "message", b"")
     assert BODY == ORIGINAL  # the client's body is never changed
 
@@ -126,8 +172,9 @@ def test_a_round_mixing_injected_and_client_calls_ends_the_loop():
     assert rounds.unanswered == [ToolCall("context_reload", '{"ref": "abc123"}', "toolu_r1")]
     final = rounds.result()
     assert final["content"] == [SAY, BASH] and final["stop_reason"] == "tool_use"
-    assert rounds.carried(["r"]) == [{"role": "user", "content": [
-        {"type": "tool_result", "tool_use_id": "toolu_r1", "content": "r"}]}]
+    assert rounds.carried(["r"]) == [
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_r1", "content": "r"}]}
+    ]
 
 
 def test_not_offered_the_injected_calls_are_hidden_and_the_turn_ends():
@@ -154,7 +201,8 @@ def test_parallel_injected_calls_get_one_user_message_of_results_in_order():
     rounds.answer(["one", "two"])
     assert rounds.request(True)["messages"][-1]["content"] == [
         {"type": "tool_result", "tool_use_id": "toolu_r1", "content": "one"},
-        {"type": "tool_result", "tool_use_id": "toolu_s1", "content": "two"}]
+        {"type": "tool_result", "tool_use_id": "toolu_s1", "content": "two"},
+    ]
     with pytest.raises(ValueError):
         rounds.answer(["late"])
 
@@ -203,13 +251,21 @@ def test_two_streamed_rounds_are_one_message_for_the_client():
     assert not any("context_reload" in json.dumps(e) for e in out)
     delta = out[-2]
     assert delta["delta"] == {"stop_reason": "end_turn", "stop_sequence": None}
-    assert delta["usage"] == {"input_tokens": 1200 + 300 + 7, "cache_creation_input_tokens": 50,
-                              "cache_read_input_tokens": 3250, "output_tokens": 80 + 40 + 3}
+    assert delta["usage"] == {
+        "input_tokens": 1200 + 300 + 7,
+        "cache_creation_input_tokens": 50,
+        "cache_read_input_tokens": 3250,
+        "output_tokens": 80 + 40 + 3,
+    }
     final = accumulate(out)
     assert [b.type for b in final.content] == ["thinking", "text", "text"]
     assert final.content[0].signature == SIG and final.content[2].text == FINAL["text"]
     assert final.stop_reason == "end_turn" and final.id == "msg_01"
-    assert (final.usage.input_tokens, final.usage.output_tokens, final.usage.cache_read_input_tokens) == (1507, 123, 3250)
+    assert (final.usage.input_tokens, final.usage.output_tokens, final.usage.cache_read_input_tokens) == (
+        1507,
+        123,
+        3250,
+    )
 
 
 def test_encoded_events_are_anthropic_sse():
@@ -253,8 +309,12 @@ def test_a_truncated_stream_ends_with_an_error_event():
     rounds, out, _ = stream_two_rounds(events(ROUND2, end=False))
     assert rounds.calls() == []
     end = rounds.finish()
-    assert end == [{"type": "error", "error": {"type": "api_error", "message":
-                                               "The upstream's stream ended before the message completed."}}]
+    assert end == [
+        {
+            "type": "error",
+            "error": {"type": "api_error", "message": "The upstream's stream ended before the message completed."},
+        }
+    ]
     assert rounds.finish() == []
 
 
@@ -270,14 +330,18 @@ def test_failures_midway_become_anthropic_error_events():
     rounds = rounds_for()
     rounds.request(True)
     [rounds.feed(e) for e in events(ROUND1)]
-    assert rounds.fail(stream_broke(httpx2.ReadTimeout("slow"))) == [{"type": "error", "error": {
-        "type": "timeout_error", "message": "The upstream stream broke off (ReadTimeout)."}}]
+    assert rounds.fail(stream_broke(httpx2.ReadTimeout("slow"))) == [
+        {"type": "error", "error": {"type": "timeout_error", "message": "The upstream stream broke off (ReadTimeout)."}}
+    ]
     assert rounds.finish() == [] and rounds.feed({"type": "ping"}) == []
+
     def error_type(error):  # what `fail` sends for an error body
         return anthropic_error_event(error)["error"]["type"]
 
-    assert error_type({"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}) == \
-        "rate_limit_error"
+    assert (
+        error_type({"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}})
+        == "rate_limit_error"
+    )
     assert error_type(error_body("m", "rate_limit_error", "rate_limit_exceeded")) == "rate_limit_error"
     assert error_type(error_body("m", "server_error", "proxy_error")) == "api_error"
     assert error_type("junk") == "api_error"  # type: ignore[arg-type]
@@ -287,46 +351,79 @@ def test_streamed_input_edge_cases():
     rounds = rounds_for()
     rounds.request(True)
     empty = {"type": "tool_use", "id": "toolu_e", "name": "context_search", "input": {}}
-    for event in [{"type": "message_start", "message": {**ROUND1, "content": [], "usage": usage(1, 1)}},
-                  {"type": "content_block_start", "index": 0, "content_block": empty},
-                  {"type": "content_block_stop", "index": 0},
-                  {"type": "content_block_start", "index": 1, "content_block": {**RELOAD, "input": {}}},
-                  {"type": "content_block_delta", "index": 1,
-                   "delta": {"type": "input_json_delta", "partial_json": '["not", "an object"]'}},
-                  {"type": "content_block_stop", "index": 1},
-                  {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 9}}]:
+    for event in [
+        {"type": "message_start", "message": {**ROUND1, "content": [], "usage": usage(1, 1)}},
+        {"type": "content_block_start", "index": 0, "content_block": empty},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "content_block_start", "index": 1, "content_block": {**RELOAD, "input": {}}},
+        {
+            "type": "content_block_delta",
+            "index": 1,
+            "delta": {"type": "input_json_delta", "partial_json": '["not", "an object"]'},
+        },
+        {"type": "content_block_stop", "index": 1},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 9}},
+    ]:
         rounds.feed(event)
     calls = rounds.calls()  # complete without message_stop: the message_delta carried the stop
     # the model's own text, not an object: run as it was written, the tools answer "must be a JSON object"
-    assert [(c.name, c.arguments) for c in calls] == [("context_search", "{}"),
-                                                      ("context_reload", '["not", "an object"]')]
+    assert [(c.name, c.arguments) for c in calls] == [
+        ("context_search", "{}"),
+        ("context_reload", '["not", "an object"]'),
+    ]
 
 
 def test_server_tools_citations_and_unknown_deltas_pass_through():
     search = {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}}
-    result = {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1",
-              "content": [{"type": "web_search_result", "url": "https://example.org", "title": "t",
-                           "encrypted_content": "Eq", "page_age": None}]}
-    citation = {"type": "web_search_result_location", "url": "https://example.org", "title": "t",
-                "encrypted_index": "Eo", "cited_text": "libfoo"}
-    seq = [{"type": "message_start", "message": {**ROUND1, "content": [], "usage": usage(5, 1)}},
-           {"type": "content_block_start", "index": 0, "content_block": search},
-           {"type": "content_block_delta", "index": 0,
-            "delta": {"type": "input_json_delta", "partial_json": '{"query": "libfoo"}'}},
-           {"type": "content_block_stop", "index": 0},
-           {"type": "content_block_start", "index": 1, "content_block": result},
-           {"type": "content_block_stop", "index": 1},
-           {"type": "content_block_start", "index": 2, "content_block": {"type": "text", "text": ""}},
-           {"type": "content_block_delta", "index": 2, "delta": {"type": "citations_delta", "citation": citation}},
-           {"type": "content_block_delta", "index": 2, "delta": {"type": "text_delta", "text": "See."}},
-           {"type": "content_block_stop", "index": 2},
-           {"type": "content_block_start", "index": 3, "content_block": {**SEARCH, "input": {}}},
-           {"type": "content_block_delta", "index": 3,
-            "delta": {"type": "input_json_delta", "partial_json": '{"pattern": "x"}'}},
-           {"type": "content_block_stop", "index": 3},
-           {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None},
-            "usage": {"output_tokens": 30, "server_tool_use": {"web_search_requests": 1}}},
-           {"type": "message_stop"}]
+    result = {
+        "type": "web_search_tool_result",
+        "tool_use_id": "srvtoolu_1",
+        "content": [
+            {
+                "type": "web_search_result",
+                "url": "https://example.org",
+                "title": "t",
+                "encrypted_content": "Eq",
+                "page_age": None,
+            }
+        ],
+    }
+    citation = {
+        "type": "web_search_result_location",
+        "url": "https://example.org",
+        "title": "t",
+        "encrypted_index": "Eo",
+        "cited_text": "libfoo",
+    }
+    seq = [
+        {"type": "message_start", "message": {**ROUND1, "content": [], "usage": usage(5, 1)}},
+        {"type": "content_block_start", "index": 0, "content_block": search},
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "input_json_delta", "partial_json": '{"query": "libfoo"}'},
+        },
+        {"type": "content_block_stop", "index": 0},
+        {"type": "content_block_start", "index": 1, "content_block": result},
+        {"type": "content_block_stop", "index": 1},
+        {"type": "content_block_start", "index": 2, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 2, "delta": {"type": "citations_delta", "citation": citation}},
+        {"type": "content_block_delta", "index": 2, "delta": {"type": "text_delta", "text": "See."}},
+        {"type": "content_block_stop", "index": 2},
+        {"type": "content_block_start", "index": 3, "content_block": {**SEARCH, "input": {}}},
+        {
+            "type": "content_block_delta",
+            "index": 3,
+            "delta": {"type": "input_json_delta", "partial_json": '{"pattern": "x"}'},
+        },
+        {"type": "content_block_stop", "index": 3},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+            "usage": {"output_tokens": 30, "server_tool_use": {"web_search_requests": 1}},
+        },
+        {"type": "message_stop"},
+    ]
     rounds = rounds_for()
     rounds.request(True)
     out = [e for event in seq for e in rounds.feed(event)]
@@ -359,8 +456,9 @@ async def tools(tmp_path):
     store = SQLiteStore(tmp_path)
     refs = RefStore(store, "n" * 32, ttl=60)
     await refs.save([Offload("abc123", "tool_result", "error: libfoo not found\n", 6)], [])
-    yield ReloadTools(refs, counter_for_model("claude-sonnet-4-5"), max_tokens=500, request_refs=["abc123"],
-                      session=None)
+    yield ReloadTools(
+        refs, counter_for_model("claude-sonnet-4-5"), max_tokens=500, request_refs=["abc123"], session=None
+    )
     await store.close()
 
 
@@ -401,6 +499,7 @@ def test_an_injected_input_too_deep_to_write_is_refused_and_not_sent_back():
     """A non-streamed answer may carry an input up to 1,000 levels deep (what orjson reads): the
     tools are given the object (they refuse it as too deep), the history a note in its place."""
     from proxy.formats.messages.rounds import assistant_turn, tool_calls
+
     deep = {"ref": json.loads("[" * 900 + "]" * 900)}
     block = {"type": "tool_use", "id": "toolu_d", "name": "context_reload", "input": deep}
     [call] = tool_calls([block])
@@ -414,13 +513,20 @@ def test_a_streamed_input_past_the_parsers_recursion_is_run_as_its_text():
     rounds = rounds_for()
     rounds.request(True)
     deep = '{"ref": ' + "[" * 200_000 + "]" * 200_000 + "}"
-    for event in [{"type": "message_start", "message": {**ROUND1, "content": [], "usage": usage(1, 1)}},
-                  {"type": "content_block_start", "index": 0, "content_block": {**RELOAD, "input": {}}},
-                  *({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta",
-                                                                           "partial_json": deep[i:i + 1000]}}
-                    for i in range(0, len(deep), 1000)),
-                  {"type": "content_block_stop", "index": 0},
-                  {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 9}}]:
+    for event in [
+        {"type": "message_start", "message": {**ROUND1, "content": [], "usage": usage(1, 1)}},
+        {"type": "content_block_start", "index": 0, "content_block": {**RELOAD, "input": {}}},
+        *(
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "input_json_delta", "partial_json": deep[i : i + 1000]},
+            }
+            for i in range(0, len(deep), 1000)
+        ),
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 9}},
+    ]:
         rounds.feed(event)
     [call] = rounds.calls()
     assert call.arguments == deep

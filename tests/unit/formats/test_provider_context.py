@@ -22,8 +22,12 @@ def test_responses_context_management_and_trigger():
     assert RESPONSES.provider_context(body) == ProviderContext(compacts=True)
     triggered = {"input": [{"role": "user", "content": "hi"}, {"type": "compaction_trigger"}]}
     assert RESPONSES.provider_context(triggered) == ProviderContext(compacts=True, trigger=True)
-    for odd in ({"context_management": "compaction"}, {"context_management": [{"type": "other"}]},
-                {"context_management": [None, 3]}, {"input": 5}):
+    for odd in (
+        {"context_management": "compaction"},
+        {"context_management": [{"type": "other"}]},
+        {"context_management": [None, 3]},
+        {"input": 5},
+    ):
         assert RESPONSES.provider_context(odd) is NONE
 
 
@@ -31,18 +35,33 @@ def test_messages_context_management_edits():
     assert MESSAGES.provider_context({"messages": []}) is NONE
     thinking = {"context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}}
     assert MESSAGES.provider_context(thinking) is NONE  # thinking blocks: the proxy never alters them
-    compact = {"context_management": {"edits": [{"type": "compact_20260112", "trigger": {"type": "input_tokens",
-                                                                                         "value": 150000}}]}}
+    compact = {
+        "context_management": {
+            "edits": [{"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 150000}}]
+        }
+    }
     assert MESSAGES.provider_context(compact) == ProviderContext(compacts=True)
-    clear = {"context_management": {"edits": [{"type": "clear_tool_uses_20250919",
-                                               "keep": {"type": "tool_uses", "value": 5},
-                                               "exclude_tools": ["web_search", 7]}]}}
-    assert MESSAGES.provider_context(clear) == ProviderContext(clears_tool_results=True, keep_tool_uses=5,
-                                                               exclude_tools=frozenset({"web_search"}))
+    clear = {
+        "context_management": {
+            "edits": [
+                {
+                    "type": "clear_tool_uses_20250919",
+                    "keep": {"type": "tool_uses", "value": 5},
+                    "exclude_tools": ["web_search", 7],
+                }
+            ]
+        }
+    }
+    assert MESSAGES.provider_context(clear) == ProviderContext(
+        clears_tool_results=True, keep_tool_uses=5, exclude_tools=frozenset({"web_search"})
+    )
     default = {"context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]}}
     assert MESSAGES.provider_context(default).keep_tool_uses == 3
-    for odd in ({"context_management": []}, {"context_management": {"edits": "x"}},
-                {"context_management": {"edits": [None]}}):
+    for odd in (
+        {"context_management": []},
+        {"context_management": {"edits": "x"}},
+        {"context_management": {"edits": [None]}},
+    ):
         assert MESSAGES.provider_context(odd) is NONE
 
 
@@ -56,10 +75,14 @@ def test_messages_compression_keeps_the_compaction_block_message_in_place():
     compaction = {"role": "assistant", "content": [block, {"type": "text", "text": "continuing"}]}
     new = []
     for k in range(6):
-        new += [{"role": "user", "content": f"question {k} " + "word " * 80},
-                {"role": "assistant", "content": f"answer {k} " + "word " * 80}]
-    body = {"model": "claude", "messages": [*old, {"role": "user", "content": "go"}, compaction, *new,
-                                            {"role": "user", "content": "last"}]}
+        new += [
+            {"role": "user", "content": f"question {k} " + "word " * 80},
+            {"role": "assistant", "content": f"answer {k} " + "word " * 80},
+        ]
+    body = {
+        "model": "claude",
+        "messages": [*old, {"role": "user", "content": "go"}, compaction, *new, {"role": "user", "content": "last"}],
+    }
     frozen = copy.deepcopy(body)
     items = MESSAGES.history(body)
     settings = OffloadSettings(max_total_tokens=300)
@@ -76,10 +99,15 @@ def test_messages_compression_keeps_the_compaction_block_message_in_place():
 
 def test_responses_compression_never_summarises_the_compaction_item():
     compaction = {"type": "compaction", "id": "cmp_9", "encrypted_content": "gAAAA" + "z" * 300}
-    items = [{"role": "user", "content": "word " * 400}, compaction,
-             *({"role": "user", "content": f"m{k} " + "word " * 100} for k in range(8)),
-             {"type": "compaction_trigger"}]
-    d = cp.decide(items, RESPONSES.view, OffloadSettings(max_total_tokens=300, keep_recent=0), counter=COUNTER, prior=None)
+    items = [
+        {"role": "user", "content": "word " * 400},
+        compaction,
+        *({"role": "user", "content": f"m{k} " + "word " * 100} for k in range(8)),
+        {"type": "compaction_trigger"},
+    ]
+    d = cp.decide(
+        items, RESPONSES.view, OffloadSettings(max_total_tokens=300, keep_recent=0), counter=COUNTER, prior=None
+    )
     assert d.action == "summarize" and d.head == 2 and d.cut == len(items) - 1
     reduced = cp.assemble(items, RESPONSES.view, d.head, cut=d.cut, summary=RESPONSES.view.summary_item("S"))
     assert reduced[:2] == items[:2] and reduced[-1] == {"type": "compaction_trigger"}

@@ -79,11 +79,16 @@ def agent_history(seed: int, turns: int = 8) -> list[dict]:
         items.append({"role": "user", "content": f"task {turn}"})
         for _ in range(rng.randint(1, 3)):  # model turns within one user turn
             if rng.random() < 0.7:
-                items.append({"type": "reasoning", "id": f"rs_{n}_{turn}", "summary": [],
-                              "encrypted_content": "gAAAA"})
+                items.append({"type": "reasoning", "id": f"rs_{n}_{turn}", "summary": [], "encrypted_content": "gAAAA"})
             if rng.random() < 0.3:
-                items.append({"type": "message", "role": "assistant", "id": f"msg_{n}",
-                              "content": [{"type": "output_text", "text": "let me look"}]})
+                items.append(
+                    {
+                        "type": "message",
+                        "role": "assistant",
+                        "id": f"msg_{n}",
+                        "content": [{"type": "output_text", "text": "let me look"}],
+                    }
+                )
             if rng.random() < 0.2:
                 items.append({"type": "web_search_call", "id": f"ws_{n}", "status": "completed"})
             calls, results = [], []
@@ -166,8 +171,11 @@ def test_compaction_keeps_every_item_in_place(seed):
         changed += 1
         assert VIEW.role(before) == "tool" and set(before) == set(after) and list(before) == list(after)
         assert {k: v for k, v in before.items() if k != "output"} == {k: v for k, v in after.items() if k != "output"}
-        assert not (before.get("type") == "function_call_output" and before["call_id"] in
-                    {i.get("call_id") for i in items if i.get("name") == "context_reload" and not i.get("namespace")})
+        assert not (
+            before.get("type") == "function_call_output"
+            and before["call_id"]
+            in {i.get("call_id") for i in items if i.get("name") == "context_reload" and not i.get("namespace")}
+        )
     assert changed == len(plan.offloads)
     if any(len(json.dumps(i)) > 30_000 and VIEW.tool_text(i) for i in items[:-4]):
         assert changed  # something large was there to offload
@@ -196,22 +204,32 @@ def _round(resp_id: str, *items: dict) -> list[dict]:
 def test_a_mixed_round_gives_the_client_its_call_and_hides_the_injected_one():
     from tests.harness.responses import function_call, reasoning
 
-    items = [reasoning("r1"), function_call("context_reload", {"ref": "abcdef12"}, call_id="c_inj"),
-             reasoning("r2"), function_call("read_logs", {"p": 1}, call_id="c_client"),
-             function_call("context_search", {"pattern": "x"}, call_id="c_inj2"),
-             function_call("context_reload", {"ref": "zz"}, call_id="c_ns", namespace="client_ns")]
+    items = [
+        reasoning("r1"),
+        function_call("context_reload", {"ref": "abcdef12"}, call_id="c_inj"),
+        reasoning("r2"),
+        function_call("read_logs", {"p": 1}, call_id="c_client"),
+        function_call("context_search", {"pattern": "x"}, call_id="c_inj2"),
+        function_call("context_reload", {"ref": "zz"}, call_id="c_ns", namespace="client_ns"),
+    ]
     out = _rewrite([_round("resp_1", *items)])
     final = out[-1]["response"]
-    assert [(i["type"], i.get("call_id")) for i in final["output"]] == \
-        [("reasoning", None), ("function_call", "c_client"), ("function_call", "c_ns")]
+    assert [(i["type"], i.get("call_id")) for i in final["output"]] == [
+        ("reasoning", None),
+        ("function_call", "c_client"),
+        ("function_call", "c_ns"),
+    ]
     text = json.dumps(out)
     assert "c_inj" not in text and "abcdef12" not in text and '"pattern"' not in text
     # non-streamed: the same
     from tests.harness.responses import response
 
     shown = hide_injected(response(*items), INJECTED_TOOLS)
-    assert [(i["type"], i.get("call_id")) for i in shown["output"]] == \
-        [("reasoning", None), ("function_call", "c_client"), ("function_call", "c_ns")]
+    assert [(i["type"], i.get("call_id")) for i in shown["output"]] == [
+        ("reasoning", None),
+        ("function_call", "c_client"),
+        ("function_call", "c_ns"),
+    ]
     both = combine_rounds([response(*items[:2], id="resp_1"), response(*items[2:], id="resp_2")], INJECTED_TOOLS)
     assert both["id"] == "resp_1" and "c_inj" not in json.dumps(both)
 
@@ -219,11 +237,16 @@ def test_a_mixed_round_gives_the_client_its_call_and_hides_the_injected_one():
 def test_the_injected_tools_are_hidden_from_every_echo():
     from tests.harness.responses import events, message, response
 
-    tools = [{"type": "function", "name": "read_logs"},
-             {"type": "function", "name": "context_reload", "parameters": {}},
-             {"type": "function", "name": "context_search", "parameters": {}}]
-    choice = {"type": "allowed_tools", "mode": "auto",
-              "tools": [{"type": "function", "name": "read_logs"}, {"type": "function", "name": "context_search"}]}
+    tools = [
+        {"type": "function", "name": "read_logs"},
+        {"type": "function", "name": "context_reload", "parameters": {}},
+        {"type": "function", "name": "context_search", "parameters": {}},
+    ]
+    choice = {
+        "type": "allowed_tools",
+        "mode": "auto",
+        "tools": [{"type": "function", "name": "read_logs"}, {"type": "function", "name": "context_search"}],
+    }
     resp = response(message("hi"), request={"tools": tools, "tool_choice": choice}, id="resp_1")
     out = _rewrite([events(resp)])
     assert [e["type"] for e in out][:2] == ["response.created", "response.in_progress"]
@@ -239,8 +262,12 @@ def test_only_done_events_or_only_a_terminal_event_still_hide_the_injected_call(
 
     items = [function_call("context_reload", {"ref": "abcdef12"}, call_id="c_inj"), message("visible")]
     evs = _round("resp_1", *items)
-    only_done = [e for e in evs if e["type"] not in ("response.output_item.added",)
-                 and not e["type"].startswith("response.function_call_arguments")]
+    only_done = [
+        e
+        for e in evs
+        if e["type"] not in ("response.output_item.added",)
+        and not e["type"].startswith("response.function_call_arguments")
+    ]
     only_terminal = [evs[0], evs[-1]]
     for variant in (only_done, only_terminal):
         out = _rewrite([variant])
@@ -251,11 +278,14 @@ def test_only_done_events_or_only_a_terminal_event_still_hide_the_injected_call(
 # ---------------------------------------------------------------- parsing
 
 
-@pytest.mark.parametrize("raw", [
-    b'{"input": [{"type": "function_call_output", "call_id": "c", "output": {"a": 1}}]}',
-    b'{"input": [{"type": "computer_call_output", "call_id": "c", "output": {"type": "computer_screenshot"}}]}',
-    b'{"input": [{"type": "weird", "content": "s", "payload": {"nested": [1]}, "output": 7}]}',
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"input": [{"type": "function_call_output", "call_id": "c", "output": {"a": 1}}]}',
+        b'{"input": [{"type": "computer_call_output", "call_id": "c", "output": {"type": "computer_screenshot"}}]}',
+        b'{"input": [{"type": "weird", "content": "s", "payload": {"nested": [1]}, "output": 7}]}',
+    ],
+)
 def test_odd_but_legal_items_parse_and_are_kept(raw):
     body = parse_responses_body(raw)
     assert RESPONSES.history(body) == body["input"]

@@ -6,12 +6,19 @@ import json
 import openai
 import pydantic
 import pytest
-
-from proxy.errors import ProxyError
-from proxy.formats.responses.compact import (compacted_response, compaction_item, output_message,
-                                             parse_compact_body, summary_body, triggered_events, triggered_response)
 from openai.types.responses import Response, ResponseStreamEvent
 from openai.types.responses.compacted_response import CompactedResponse
+
+from proxy.errors import ProxyError
+from proxy.formats.responses.compact import (
+    compacted_response,
+    compaction_item,
+    output_message,
+    parse_compact_body,
+    summary_body,
+    triggered_events,
+    triggered_response,
+)
 
 TOKEN = "offload-compaction-v1:" + "A" * 43
 
@@ -25,17 +32,20 @@ def test_a_body_with_model_and_input_parses():
     assert parse(body) == body
 
 
-@pytest.mark.parametrize("body, param", [
-    ({"input": "hi"}, "model"),
-    ({"model": None, "input": "hi"}, "model"),
-    ({"model": "gpt-5"}, "input"),
-    ({"model": 5, "input": "hi"}, "model"),
-    ({"model": "gpt-5", "input": 5}, "input"),
-    ({"model": "gpt-5", "input": [5]}, "input[0]"),
-    ({"model": "gpt-5", "input": "hi", "instructions": ["x"]}, "instructions"),
-    ({"model": "gpt-5", "input": "hi", "previous_response_id": {}}, "previous_response_id"),
-    ({"model": "gpt-5", "input": [{"role": "user", "content": {"x": 1}}]}, "input[0].content"),
-])
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({"input": "hi"}, "model"),
+        ({"model": None, "input": "hi"}, "model"),
+        ({"model": "gpt-5"}, "input"),
+        ({"model": 5, "input": "hi"}, "model"),
+        ({"model": "gpt-5", "input": 5}, "input"),
+        ({"model": "gpt-5", "input": [5]}, "input[0]"),
+        ({"model": "gpt-5", "input": "hi", "instructions": ["x"]}, "instructions"),
+        ({"model": "gpt-5", "input": "hi", "previous_response_id": {}}, "previous_response_id"),
+        ({"model": "gpt-5", "input": [{"role": "user", "content": {"x": 1}}]}, "input[0].content"),
+    ],
+)
 def test_a_wrong_or_missing_field_is_a_400_naming_it(body, param):
     with pytest.raises(ProxyError) as err:
         parse(body)
@@ -53,14 +63,23 @@ def test_previous_response_id_alone_parses_for_the_caller_to_decide():
 
 
 def test_the_summary_calls_take_only_what_responses_create_accepts():
-    body = {"model": "m", "input": [], "instructions": "i", "image": {"context_compression": "enabled"},
-            "prompt_cache_options": {}, "service_tier": "flex"}
+    body = {
+        "model": "m",
+        "input": [],
+        "instructions": "i",
+        "image": {"context_compression": "enabled"},
+        "prompt_cache_options": {},
+        "service_tier": "flex",
+    }
     assert summary_body(body) == {"model": "m", "instructions": "i", "service_tier": "flex", "input": []}
 
 
 def test_a_user_message_becomes_an_output_item_with_parts():
     assert output_message({"role": "user", "content": "hi"}) == {
-        "type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": "hi"}],
+    }
     item = {"type": "message", "role": "user", "content": [{"type": "input_image", "image_url": "u"}], "id": "m1"}
     assert output_message(item) == item
 
@@ -77,10 +96,18 @@ def test_the_answer_is_deterministic_in_its_token_and_parses_with_the_sdk():
 
 
 CODEX_REQUEST = {  # what Codex 0.171 sends with its compaction_trigger (trimmed)
-    "model": "gpt-5-codex", "instructions": "You are Codex.", "input": [], "stream": True, "store": False,
+    "model": "gpt-5-codex",
+    "instructions": "You are Codex.",
+    "input": [],
+    "stream": True,
+    "store": False,
     "tools": [{"type": "function", "name": "exec_command", "parameters": {"type": "object"}, "strict": False}],
-    "tool_choice": "auto", "parallel_tool_calls": False, "reasoning": {"effort": "medium", "summary": "auto"},
-    "include": ["reasoning.encrypted_content"], "prompt_cache_key": "01a2", "client_metadata": {"x": "y"},
+    "tool_choice": "auto",
+    "parallel_tool_calls": False,
+    "reasoning": {"effort": "medium", "summary": "auto"},
+    "include": ["reasoning.encrypted_content"],
+    "prompt_cache_key": "01a2",
+    "client_metadata": {"x": "y"},
 }
 
 
@@ -89,13 +116,19 @@ def test_a_trigger_is_answered_a_completed_response_whose_output_is_the_compacti
     answer = triggered_response(lead, request=CODEX_REQUEST, created_at=7, tokens_in=300, tokens_out=40)
     assert answer["output"] == lead and answer["status"] == "completed" and answer["object"] == "response"
     assert answer["model"] == "gpt-5-codex" and answer["created_at"] == 7
-    assert (answer["tools"], answer["store"], answer["instructions"]) == (CODEX_REQUEST["tools"], False,
-                                                                           "You are Codex.")
+    assert (answer["tools"], answer["store"], answer["instructions"]) == (
+        CODEX_REQUEST["tools"],
+        False,
+        "You are Codex.",
+    )
     assert answer["parallel_tool_calls"] is False and answer["reasoning"] == CODEX_REQUEST["reasoning"]
     assert "include" not in answer and "client_metadata" not in answer and "input" not in answer
     assert answer == triggered_response(lead, request=CODEX_REQUEST, created_at=7, tokens_in=300, tokens_out=40)
-    assert answer["id"].startswith("resp_") and answer["id"] != triggered_response(
-        [compaction_item(TOKEN + "B")], request=CODEX_REQUEST, created_at=7)["id"]
+    assert (
+        answer["id"].startswith("resp_")
+        and answer["id"]
+        != triggered_response([compaction_item(TOKEN + "B")], request=CODEX_REQUEST, created_at=7)["id"]
+    )
     parsed = Response.model_validate(answer)  # strictly valid for the openai SDK
     assert parsed.output[0].type == "compaction" and parsed.output[0].encrypted_content == TOKEN
     assert (parsed.usage.input_tokens, parsed.usage.output_tokens, parsed.usage.total_tokens) == (300, 40, 340)
@@ -109,11 +142,17 @@ def test_a_request_with_few_fields_gets_the_apis_defaults():
 
 
 def test_the_stream_is_the_event_sequence_openai_sends_for_it():
-    answer = triggered_response([compaction_item(TOKEN)], request=CODEX_REQUEST, created_at=7, tokens_in=3,
-                                tokens_out=2)
+    answer = triggered_response(
+        [compaction_item(TOKEN)], request=CODEX_REQUEST, created_at=7, tokens_in=3, tokens_out=2
+    )
     events = triggered_events(answer)
-    assert [e["type"] for e in events] == ["response.created", "response.in_progress", "response.output_item.added",
-                                           "response.output_item.done", "response.completed"]
+    assert [e["type"] for e in events] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.output_item.done",
+        "response.completed",
+    ]
     assert [e["sequence_number"] for e in events] == [0, 1, 2, 3, 4]
     assert events[0]["response"]["status"] == "in_progress" and events[0]["response"]["output"] == []
     assert events[0]["response"]["usage"] is None and events[0]["response"]["id"] == answer["id"]

@@ -29,51 +29,114 @@ USER = {"role": "user", "content": "Go on."}
 
 # (name, the call before the output or None, the output item, the text that is offloaded)
 OFFLOADED: list[tuple[str, dict | None, dict, str]] = [
-    ("function_call_output",
-     {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "read", "arguments": "{}"},
-     {"type": "function_call_output", "call_id": "c1", "output": BIG}, BIG),
-    ("function_call_output parts",
-     {"type": "function_call", "id": "fc_2", "call_id": "c2", "name": "read", "arguments": "{}"},
-     {"type": "function_call_output", "call_id": "c2", "output": [
-         {"type": "input_text", "text": BIG}, {"type": "input_image", "image_url": "data:,"}]}, BIG),
-    ("custom_tool_call_output",
-     {"type": "custom_tool_call", "id": "ctc_1", "call_id": "c3", "name": "apply_patch", "input": "*** Begin"},
-     {"type": "custom_tool_call_output", "call_id": "c3", "output": BIG}, BIG),
-    ("custom_tool_call_output parts",
-     {"type": "custom_tool_call", "id": "ctc_2", "call_id": "c4", "name": "apply_patch", "input": "*** Begin"},
-     {"type": "custom_tool_call_output", "call_id": "c4", "output": [{"type": "input_text", "text": BIG}]}, BIG),
-    ("local_shell_call_output",
-     {"type": "local_shell_call", "id": "lsh_1", "call_id": "c5", "status": "completed",
-      "action": {"type": "exec", "command": ["ls"], "env": {}}},
-     {"type": "local_shell_call_output", "id": "c5", "output": BIG}, BIG),
-    ("apply_patch_call_output",
-     {"type": "apply_patch_call", "id": "apc_1", "call_id": "c6", "status": "completed",
-      "operation": {"type": "update_file", "path": "a.py", "diff": "@@"}},
-     {"type": "apply_patch_call_output", "call_id": "c6", "status": "completed", "output": BIG}, BIG),
-    ("mcp_call", None,
-     {"type": "mcp_call", "id": "mcp_1", "server_label": "deepwiki", "name": "ask_question",
-      "arguments": "{\"q\": \"x\"}", "output": BIG, "error": None, "status": "completed"}, BIG),
+    (
+        "function_call_output",
+        {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "read", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": BIG},
+        BIG,
+    ),
+    (
+        "function_call_output parts",
+        {"type": "function_call", "id": "fc_2", "call_id": "c2", "name": "read", "arguments": "{}"},
+        {
+            "type": "function_call_output",
+            "call_id": "c2",
+            "output": [{"type": "input_text", "text": BIG}, {"type": "input_image", "image_url": "data:,"}],
+        },
+        BIG,
+    ),
+    (
+        "custom_tool_call_output",
+        {"type": "custom_tool_call", "id": "ctc_1", "call_id": "c3", "name": "apply_patch", "input": "*** Begin"},
+        {"type": "custom_tool_call_output", "call_id": "c3", "output": BIG},
+        BIG,
+    ),
+    (
+        "custom_tool_call_output parts",
+        {"type": "custom_tool_call", "id": "ctc_2", "call_id": "c4", "name": "apply_patch", "input": "*** Begin"},
+        {"type": "custom_tool_call_output", "call_id": "c4", "output": [{"type": "input_text", "text": BIG}]},
+        BIG,
+    ),
+    (
+        "local_shell_call_output",
+        {
+            "type": "local_shell_call",
+            "id": "lsh_1",
+            "call_id": "c5",
+            "status": "completed",
+            "action": {"type": "exec", "command": ["ls"], "env": {}},
+        },
+        {"type": "local_shell_call_output", "id": "c5", "output": BIG},
+        BIG,
+    ),
+    (
+        "apply_patch_call_output",
+        {
+            "type": "apply_patch_call",
+            "id": "apc_1",
+            "call_id": "c6",
+            "status": "completed",
+            "operation": {"type": "update_file", "path": "a.py", "diff": "@@"},
+        },
+        {"type": "apply_patch_call_output", "call_id": "c6", "status": "completed", "output": BIG},
+        BIG,
+    ),
+    (
+        "mcp_call",
+        None,
+        {
+            "type": "mcp_call",
+            "id": "mcp_1",
+            "server_label": "deepwiki",
+            "name": "ask_question",
+            "arguments": '{"q": "x"}',
+            "output": BIG,
+            "error": None,
+            "status": "completed",
+        },
+        BIG,
+    ),
 ]
 
 # Outputs without offloadable text (README: kept as they are).
 KEPT: list[tuple[str, dict, dict]] = [
-    ("computer_call_output",
-     {"type": "computer_call", "id": "cu_1", "call_id": "c7", "status": "completed", "action": {"type": "screenshot"},
-      "pending_safety_checks": []},
-     {"type": "computer_call_output", "call_id": "c7",
-      "output": {"type": "computer_screenshot", "image_url": "data:image/png;base64," + "A" * 20_000}}),
-    ("shell_call_output",
-     {"type": "shell_call", "id": "sh_1", "call_id": "c8", "status": "completed",
-      "action": {"commands": ["ls"]}},
-     {"type": "shell_call_output", "call_id": "c8",
-      "output": [{"stdout": BIG, "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}]}),
+    (
+        "computer_call_output",
+        {
+            "type": "computer_call",
+            "id": "cu_1",
+            "call_id": "c7",
+            "status": "completed",
+            "action": {"type": "screenshot"},
+            "pending_safety_checks": [],
+        },
+        {
+            "type": "computer_call_output",
+            "call_id": "c7",
+            "output": {"type": "computer_screenshot", "image_url": "data:image/png;base64," + "A" * 20_000},
+        },
+    ),
+    (
+        "shell_call_output",
+        {"type": "shell_call", "id": "sh_1", "call_id": "c8", "status": "completed", "action": {"commands": ["ls"]}},
+        {
+            "type": "shell_call_output",
+            "call_id": "c8",
+            "output": [{"stdout": BIG, "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}],
+        },
+    ),
 ]
 
 
 def turn(call: dict | None, output: dict, later: int = 0) -> list[Any]:
     """user, the call (if any), its output, a user message, then `later` more user messages."""
-    return [USER, *([call] if call else []), output, USER, *([{"role": "user", "content": f"and {i}"}
-                                                              for i in range(later)])]
+    return [
+        USER,
+        *([call] if call else []),
+        output,
+        USER,
+        *([{"role": "user", "content": f"and {i}"} for i in range(later)]),
+    ]
 
 
 def plan(items: list[Any]):
@@ -119,5 +182,6 @@ def test_an_mcp_call_beside_a_function_call_output_both_offloaded() -> None:
     result = plan(items)
     assert len(result.offloads) == 2
     assert is_marker(result.items[1]["output"]) and is_marker(result.items[3]["output"])
-    assert {k: v for k, v in result.items[1].items() if k != "output"} == \
-        {k: v for k, v in mcp_call.items() if k != "output"}
+    assert {k: v for k, v in result.items[1].items() if k != "output"} == {
+        k: v for k, v in mcp_call.items() if k != "output"
+    }

@@ -16,15 +16,32 @@ from proxy.formats.responses.reload_rounds import usage_from_chat
 USER = {"type": "message", "role": "user", "content": "Read the log."}
 OUT = {"type": "function_call_output", "call_id": "c0", "output": "marker ref=abc"}
 REASONING = {"id": "rs_1", "type": "reasoning", "summary": [], "encrypted_content": "gAAA"}
-RELOAD = {"type": "function_call", "id": "fc_r", "call_id": "call_r", "name": "context_reload",
-          "arguments": '{"ref": "abc"}', "status": "completed"}
-ANSWER = {"type": "message", "id": "msg_2", "role": "assistant", "status": "completed",
-          "content": [{"type": "output_text", "text": "done", "annotations": []}]}
+RELOAD = {
+    "type": "function_call",
+    "id": "fc_r",
+    "call_id": "call_r",
+    "name": "context_reload",
+    "arguments": '{"ref": "abc"}',
+    "status": "completed",
+}
+ANSWER = {
+    "type": "message",
+    "id": "msg_2",
+    "role": "assistant",
+    "status": "completed",
+    "content": [{"type": "output_text", "text": "done", "annotations": []}],
+}
 
 
 def response(id_: str, output: list, usage: tuple[int, int] = (10, 2)) -> dict:
-    return {"id": id_, "object": "response", "created_at": 1, "status": "completed", "output": output,
-            "usage": {"input_tokens": usage[0], "output_tokens": usage[1], "total_tokens": sum(usage)}}
+    return {
+        "id": id_,
+        "object": "response",
+        "created_at": 1,
+        "status": "completed",
+        "output": output,
+        "usage": {"input_tokens": usage[0], "output_tokens": usage[1], "total_tokens": sum(usage)},
+    }
 
 
 def rounds_for(body: dict, **kw) -> ResponsesRounds:
@@ -47,8 +64,13 @@ def test_full_history_rounds_append_the_round_and_the_results() -> None:
     rounds, sent = run_two_rounds(body)
     assert rounds.chaining == "full"
     assert [t["name"] for t in sent[0]["tools"]] == sorted(INJECTED_TOOLS)
-    assert sent[1]["input"] == [USER, OUT, REASONING, RELOAD,
-                                {"type": "function_call_output", "call_id": "call_r", "output": "the original"}]
+    assert sent[1]["input"] == [
+        USER,
+        OUT,
+        REASONING,
+        RELOAD,
+        {"type": "function_call_output", "call_id": "call_r", "output": "the original"},
+    ]
     final = rounds.result()
     assert final["id"] == "resp_1" and final["output"] == [ANSWER]
     assert final["usage"] == {"input_tokens": 20, "output_tokens": 4, "total_tokens": 24}
@@ -87,9 +109,16 @@ def test_no_round_without_the_tools_offered() -> None:
 
 def test_summary_usage_is_added_in_the_responses_shape() -> None:
     assert usage_from_chat({"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}) == {
-        "input_tokens": 5, "output_tokens": 1, "total_tokens": 6}
-    rounds = RESPONSES.rounds({"input": [USER]}, [USER], RELOAD_TOOL_SCHEMAS,
-                              extra_usage={"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6})
+        "input_tokens": 5,
+        "output_tokens": 1,
+        "total_tokens": 6,
+    }
+    rounds = RESPONSES.rounds(
+        {"input": [USER]},
+        [USER],
+        RELOAD_TOOL_SCHEMAS,
+        extra_usage={"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
+    )
     rounds.request(False)
     rounds.take(response("resp_1", [ANSWER]))
     assert rounds.result()["usage"] == {"input_tokens": 15, "output_tokens": 3, "total_tokens": 18}
@@ -98,8 +127,11 @@ def test_summary_usage_is_added_in_the_responses_shape() -> None:
 def test_stream_failure_is_a_response_failed_event_with_a_code_the_sdk_knows() -> None:
     rounds = rounds_for({"model": "m", "input": [USER], "stream": True})
     rounds.request(True)
-    created = {"type": "response.created", "sequence_number": 0,
-               "response": {"id": "resp_1", "object": "response", "status": "in_progress", "output": []}}
+    created = {
+        "type": "response.created",
+        "sequence_number": 0,
+        "response": {"id": "resp_1", "object": "response", "status": "in_progress", "output": []},
+    }
     assert [e["type"] for e in rounds.feed(created)] == ["response.created"]
     failed = rounds.fail({"error": {"message": "upstream said no", "type": "x", "code": "weird_code"}})
     assert failed[0]["type"] == "response.failed"
@@ -111,8 +143,13 @@ def test_stream_failure_is_a_response_failed_event_with_a_code_the_sdk_knows() -
 def test_a_stream_without_a_terminal_event_ends_failed() -> None:
     rounds = rounds_for({"model": "m", "input": [USER], "stream": True})
     rounds.request(True)
-    rounds.feed({"type": "response.created", "sequence_number": 0,
-                 "response": {"id": "resp_1", "object": "response", "status": "in_progress", "output": []}})
+    rounds.feed(
+        {
+            "type": "response.created",
+            "sequence_number": 0,
+            "response": {"id": "resp_1", "object": "response", "status": "in_progress", "output": []},
+        }
+    )
     assert rounds.calls() == []
     assert [e["type"] for e in rounds.finish()] == ["response.failed"]
 
@@ -125,19 +162,22 @@ def test_encode_writes_the_event_name_only_when_it_is_safe() -> None:
     assert json.loads(injected[6:]) == {"type": "a\ndata: {}"}
 
 
-@pytest.mark.parametrize(("body", "param"), [
-    ({"input": 5}, "input"),
-    ({"input": ["text"]}, "input[0]"),
-    ({"input": [{"type": "message", "role": 3}]}, "input[0].role"),
-    ({"input": [{"type": "message", "content": 7}]}, "input[0].content"),
-    ({"input": [{"type": "function_call_output", "call_id": "c", "output": [1]}]}, "input[0].output[0]"),
-    ({"input": [{"type": "function_call_output", "call_id": 1}]}, "input[0].call_id"),
-    ({"tools": {"a": 1}}, "tools"),
-    ({"stream": "yes"}, "stream"),
-    ({"store": 1}, "store"),
-    ({"instructions": ["x"]}, "instructions"),
-    ({"previous_response_id": 1}, "previous_response_id"),
-])
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"input": 5}, "input"),
+        ({"input": ["text"]}, "input[0]"),
+        ({"input": [{"type": "message", "role": 3}]}, "input[0].role"),
+        ({"input": [{"type": "message", "content": 7}]}, "input[0].content"),
+        ({"input": [{"type": "function_call_output", "call_id": "c", "output": [1]}]}, "input[0].output[0]"),
+        ({"input": [{"type": "function_call_output", "call_id": 1}]}, "input[0].call_id"),
+        ({"tools": {"a": 1}}, "tools"),
+        ({"stream": "yes"}, "stream"),
+        ({"store": 1}, "store"),
+        ({"instructions": ["x"]}, "instructions"),
+        ({"previous_response_id": 1}, "previous_response_id"),
+    ],
+)
 def test_bad_bodies_are_400_naming_the_field(body: dict, param: str) -> None:
     with pytest.raises(ProxyError) as caught:
         parse_responses_body(json.dumps(body).encode())
@@ -145,10 +185,23 @@ def test_bad_bodies_are_400_naming_the_field(body: dict, param: str) -> None:
 
 
 def test_good_bodies_parse_as_sent() -> None:
-    body = {"model": "m", "input": [USER, OUT, {"type": "computer_call_output", "call_id": "c",
-                                               "output": {"type": "computer_screenshot", "image_url": "data:"}},
-                                    {"type": "something_new", "payload": {"a": [1, 2]}}],
-            "instructions": "be brief", "stream": True, "store": False, "include": ["reasoning.encrypted_content"]}
+    body = {
+        "model": "m",
+        "input": [
+            USER,
+            OUT,
+            {
+                "type": "computer_call_output",
+                "call_id": "c",
+                "output": {"type": "computer_screenshot", "image_url": "data:"},
+            },
+            {"type": "something_new", "payload": {"a": [1, 2]}},
+        ],
+        "instructions": "be brief",
+        "stream": True,
+        "store": False,
+        "include": ["reasoning.encrypted_content"],
+    }
     assert parse_responses_body(json.dumps(body).encode()) == body
     assert parse_responses_body(b'{"input": "hi"}') == {"input": "hi"}
     with pytest.raises(ProxyError) as caught:
@@ -160,10 +213,19 @@ def test_events_before_an_item_is_announced_are_held_until_it_is() -> None:
     from proxy.formats.responses import StreamRewriter
 
     rewriter = StreamRewriter(INJECTED_TOOLS)
-    created = {"type": "response.created", "sequence_number": 0,
-               "response": {"id": "resp_1", "object": "response", "status": "in_progress", "output": []}}
-    delta = {"type": "response.output_text.delta", "sequence_number": 1, "output_index": 0, "item_id": "msg_2",
-             "content_index": 0, "delta": "done"}
+    created = {
+        "type": "response.created",
+        "sequence_number": 0,
+        "response": {"id": "resp_1", "object": "response", "status": "in_progress", "output": []},
+    }
+    delta = {
+        "type": "response.output_text.delta",
+        "sequence_number": 1,
+        "output_index": 0,
+        "item_id": "msg_2",
+        "content_index": 0,
+        "delta": "done",
+    }
     added = {"type": "response.output_item.added", "sequence_number": 2, "output_index": 0, "item": ANSWER}
     assert len(rewriter.feed(created)) == 1
     assert rewriter.feed(delta) == []  # nothing says yet whether it is the client's
@@ -173,11 +235,16 @@ def test_events_before_an_item_is_announced_are_held_until_it_is() -> None:
     # an injected call announced late: its early events are dropped
     late = StreamRewriter(INJECTED_TOOLS)
     late.feed(created)
-    args = {"type": "response.function_call_arguments.delta", "sequence_number": 1, "output_index": 0,
-            "item_id": "fc_r", "delta": '{"ref"'}
+    args = {
+        "type": "response.function_call_arguments.delta",
+        "sequence_number": 1,
+        "output_index": 0,
+        "item_id": "fc_r",
+        "delta": '{"ref"',
+    }
     assert late.feed(args) == []
-    assert late.feed({"type": "response.output_item.done", "sequence_number": 2, "output_index": 0,
-                      "item": RELOAD}) == []
-    completed = {"type": "response.completed", "sequence_number": 3,
-                 "response": response("resp_1", [RELOAD])}
+    assert (
+        late.feed({"type": "response.output_item.done", "sequence_number": 2, "output_index": 0, "item": RELOAD}) == []
+    )
+    completed = {"type": "response.completed", "sequence_number": 3, "response": response("resp_1", [RELOAD])}
     assert late.feed(completed) == [] and late.injected_only

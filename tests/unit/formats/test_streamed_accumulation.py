@@ -31,7 +31,7 @@ class Piece(str):
 
 
 def pieces(text: str, size: int = 3) -> list[Piece]:
-    return [Piece(text[i:i + size]) for i in range(0, len(text), size)]
+    return [Piece(text[i : i + size]) for i in range(0, len(text), size)]
 
 
 def test_piece_counts_what_a_quadratic_accumulation_does():
@@ -54,11 +54,33 @@ def test_chat_stream():
     rounds.feed({**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
     for piece in pieces(ANSWER):
         rounds.feed({**chunk, "choices": [{"index": 0, "delta": {"content": piece}}]})
-    rounds.feed({**chunk, "choices": [{"index": 0, "delta": {"tool_calls": [
-        {"index": 0, "id": "call_1", "type": "function", "function": {"name": "context_reload", "arguments": ""}}]}}]})
+    rounds.feed(
+        {
+            **chunk,
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": "call_1",
+                                "type": "function",
+                                "function": {"name": "context_reload", "arguments": ""},
+                            }
+                        ]
+                    },
+                }
+            ],
+        }
+    )
     for piece in pieces(ARGUMENTS):
-        rounds.feed({**chunk, "choices": [{"index": 0, "delta": {"tool_calls": [
-            {"index": 0, "function": {"arguments": piece}}]}}]})
+        rounds.feed(
+            {
+                **chunk,
+                "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}}],
+            }
+        )
     rounds.feed({**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
     [call] = rounds.calls()
     assert Piece.added == 0
@@ -72,22 +94,43 @@ def test_messages_stream():
     body = {"model": "claude-sonnet-4-5", "max_tokens": 10, "messages": [{"role": "user", "content": "q"}]}
     rounds = MESSAGES.rounds(body, MESSAGES.history(body), RELOAD_TOOL_SCHEMAS, extra_usage=None)
     rounds.request(True)
-    events = [{"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
-                                                    "content": [], "usage": {"input_tokens": 1}}},
-              {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}},
-              *({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": p}}
-                for p in pieces(ANSWER)),
-              {"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "s"}},
-              {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}},
-              *({"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": p}}
-                for p in pieces(ANSWER)),
-              *({"type": "content_block_delta", "index": 1, "delta": {"type": "citations_delta", "citation": {"n": i}}}
-                for i in range(N)),
-              {"type": "content_block_start", "index": 2,
-               "content_block": {"type": "tool_use", "id": "toolu_1", "name": "context_reload", "input": {}}},
-              *({"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": p}}
-                for p in pieces(ARGUMENTS)),
-              {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 1}}]
+    events = [
+        {
+            "type": "message_start",
+            "message": {
+                "id": "msg_1",
+                "type": "message",
+                "role": "assistant",
+                "content": [],
+                "usage": {"input_tokens": 1},
+            },
+        },
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}},
+        *(
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": p}}
+            for p in pieces(ANSWER)
+        ),
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "s"}},
+        {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}},
+        *(
+            {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": p}}
+            for p in pieces(ANSWER)
+        ),
+        *(
+            {"type": "content_block_delta", "index": 1, "delta": {"type": "citations_delta", "citation": {"n": i}}}
+            for i in range(N)
+        ),
+        {
+            "type": "content_block_start",
+            "index": 2,
+            "content_block": {"type": "tool_use", "id": "toolu_1", "name": "context_reload", "input": {}},
+        },
+        *(
+            {"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": p}}
+            for p in pieces(ARGUMENTS)
+        ),
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 1}},
+    ]
     for event in events:
         rounds.feed(event)
     [call] = rounds.calls()
@@ -103,21 +146,43 @@ def test_messages_stream():
 def test_responses_stream():
     Piece.added = 0
     rewriter = StreamRewriter(INJECTED_TOOLS)
-    call = {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "context_reload",
-            "arguments": ARGUMENTS, "status": "completed"}
-    message = {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
-               "content": [{"type": "output_text", "text": ANSWER, "annotations": []}]}
-    events = [{"type": "response.created", "response": {"id": "resp_1", "status": "in_progress", "output": []}},
-              {"type": "response.output_item.added", "output_index": 0, "item": {**message, "content": []}},
-              *({"type": "response.output_text.delta", "output_index": 0, "item_id": "msg_1", "content_index": 0,
-                 "delta": p} for p in pieces(ANSWER)),
-              {"type": "response.output_item.done", "output_index": 0, "item": message},
-              {"type": "response.output_item.added", "output_index": 1, "item": {**call, "arguments": ""}},
-              *({"type": "response.function_call_arguments.delta", "output_index": 1, "item_id": "fc_1", "delta": p}
-                for p in pieces(ARGUMENTS)),
-              {"type": "response.output_item.done", "output_index": 1, "item": call},
-              {"type": "response.completed", "response": {"id": "resp_1", "status": "completed",
-                                                          "output": [message, call]}}]
+    call = {
+        "type": "function_call",
+        "id": "fc_1",
+        "call_id": "call_1",
+        "name": "context_reload",
+        "arguments": ARGUMENTS,
+        "status": "completed",
+    }
+    message = {
+        "type": "message",
+        "id": "msg_1",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": ANSWER, "annotations": []}],
+    }
+    events = [
+        {"type": "response.created", "response": {"id": "resp_1", "status": "in_progress", "output": []}},
+        {"type": "response.output_item.added", "output_index": 0, "item": {**message, "content": []}},
+        *(
+            {
+                "type": "response.output_text.delta",
+                "output_index": 0,
+                "item_id": "msg_1",
+                "content_index": 0,
+                "delta": p,
+            }
+            for p in pieces(ANSWER)
+        ),
+        {"type": "response.output_item.done", "output_index": 0, "item": message},
+        {"type": "response.output_item.added", "output_index": 1, "item": {**call, "arguments": ""}},
+        *(
+            {"type": "response.function_call_arguments.delta", "output_index": 1, "item_id": "fc_1", "delta": p}
+            for p in pieces(ARGUMENTS)
+        ),
+        {"type": "response.output_item.done", "output_index": 1, "item": call},
+        {"type": "response.completed", "response": {"id": "resp_1", "status": "completed", "output": [message, call]}},
+    ]
     for event in events:
         rewriter.feed(event)
     assert Piece.added == 0

@@ -39,11 +39,14 @@ async def test_a_whole_answer():
 
 async def test_a_stream_split_anywhere_keeps_its_bytes_and_ends_with_its_last_reason():
     rec = RequestRecord(route="messages", method="POST")
-    events = sse({"type": "message_start", "message": {"stop_reason": None}},
-                 {"type": "content_block_delta", "delta": {"text": "hi"}},
-                 {"type": "message_delta", "delta": {"stop_reason": "end_turn"}}, {"type": "message_stop"})
+    events = sse(
+        {"type": "message_start", "message": {"stop_reason": None}},
+        {"type": "content_block_delta", "delta": {"text": "hi"}},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}},
+        {"type": "message_stop"},
+    )
     raw = b"".join(events)
-    pieces = [raw[i:i + 7] for i in range(0, len(raw), 7)]
+    pieces = [raw[i : i + 7] for i in range(0, len(raw), 7)]
     out = await answer_ending.tap(rec, StreamingResponse(gen(pieces), media_type="text/event-stream"))
     assert await drained(out) == raw
     assert (rec.finish, rec.answer_error, rec.context_error) == ("end_turn", False, False)
@@ -51,9 +54,10 @@ async def test_a_stream_split_anywhere_keeps_its_bytes_and_ends_with_its_last_re
 
 async def test_a_stream_ending_in_an_error_event_is_an_error():
     rec = RequestRecord(route="responses", method="POST")
-    chunks = sse({"type": "response.created", "response": {"status": "in_progress", "error": None}},
-                 {"type": "response.failed", "response": {"status": "failed",
-                                                          "error": {"code": "context_length_exceeded"}}})
+    chunks = sse(
+        {"type": "response.created", "response": {"status": "in_progress", "error": None}},
+        {"type": "response.failed", "response": {"status": "failed", "error": {"code": "context_length_exceeded"}}},
+    )
     out = await answer_ending.tap(rec, StreamingResponse(gen(chunks), media_type="text/event-stream"))
     await drained(out)
     assert (rec.finish, rec.answer_error, rec.context_error) == ("error", True, True)
@@ -62,17 +66,21 @@ async def test_a_stream_ending_in_an_error_event_is_an_error():
 async def test_an_encoded_answer_is_read_once_it_has_come():
     rec = RequestRecord(route="chat", method="POST")
     raw = gzip.compress(b"".join(sse({"choices": [{"finish_reason": "stop"}]}, "[DONE]")))
-    out = StreamingResponse(gen([raw[:10], raw[10:]]), media_type="text/event-stream",
-                            headers={"content-encoding": "gzip"})
+    out = StreamingResponse(
+        gen([raw[:10], raw[10:]]), media_type="text/event-stream", headers={"content-encoding": "gzip"}
+    )
     out = await answer_ending.tap(rec, out)
     assert await drained(out) == raw and rec.finish == "stop"
 
 
-@pytest.mark.parametrize("status, body, context", [
-    (400, {"error": {"code": "context_length_exceeded", "message": "too long"}}, True),
-    (429, {"error": {"message": "slow down"}}, False),
-    (500, "<html>bad gateway</html>", False),
-])
+@pytest.mark.parametrize(
+    "status, body, context",
+    [
+        (400, {"error": {"code": "context_length_exceeded", "message": "too long"}}, True),
+        (429, {"error": {"message": "slow down"}}, False),
+        (500, "<html>bad gateway</html>", False),
+    ],
+)
 async def test_an_error_answer_is_an_error_and_says_when_the_context_was_exceeded(status, body, context):
     rec = RequestRecord(route="chat", method="POST")
     content = body.encode() if isinstance(body, str) else json.dumps(body).encode()
@@ -92,8 +100,10 @@ async def test_a_gzip_bomb_or_an_endless_event_is_passed_on_and_read_as_nothing(
     gets every byte, the record no ending, the proxy no more than its bounds in memory."""
     monkeypatch.setattr(answer_ending, "KEPT_BYTES", 64 * 1024)
     bomb = gzip.compress(b'{"choices": [{"finish_reason": "stop", "pad": "' + b" " * (4 * 1024 * 1024) + b'"}]}')
-    for out in (Response(bomb, media_type="application/json", headers={"content-encoding": "gzip"}),
-                StreamingResponse(gen([bomb]), media_type="text/event-stream", headers={"content-encoding": "gzip"})):
+    for out in (
+        Response(bomb, media_type="application/json", headers={"content-encoding": "gzip"}),
+        StreamingResponse(gen([bomb]), media_type="text/event-stream", headers={"content-encoding": "gzip"}),
+    ):
         rec = RequestRecord(route="chat", method="POST")
         out = await answer_ending.tap(rec, out)
         assert await drained(out) == bomb and rec.finish is None

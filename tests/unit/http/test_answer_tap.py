@@ -29,6 +29,7 @@ def run(chunks: list, **options) -> tuple[list, list]:
         async def source():
             for chunk in chunks:
                 yield chunk
+
         return [c async for c in tapped(source(), reader, **options)]
 
     return asyncio.run(main()), reader.calls
@@ -47,7 +48,7 @@ def test_a_last_event_without_its_blank_line_is_read_at_the_end():
 
 
 def test_a_json_body_and_an_encoded_stream_are_read_whole_once_they_have_come():
-    _, calls = run([b'{"usage":', b' {}}'], codings=[], events=False)
+    _, calls = run([b'{"usage":', b" {}}"], codings=[], events=False)
     assert calls == [("whole", b'{"usage": {}}', []), ("ended", True)]
     packed = gzip.compress(b'data: {"a":1}\n\n')
     _, calls = run([packed[:5], packed[5:]], codings=["gzip"], events=True)

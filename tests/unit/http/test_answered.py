@@ -19,12 +19,22 @@ def request(headers: list[tuple[bytes, bytes]], path: str) -> Request:
     return Request({"type": "http", "method": "POST", "path": path, "headers": headers, "query_string": b""})
 
 
-@pytest.mark.parametrize("exc", [TypeError("unhashable type: 'list'"), AttributeError("'int' object has no attribute 'get'"),
-                                 KeyError("name"), IndexError("list index out of range")])
-@pytest.mark.parametrize("path,headers,shape", [
-    ("/v1/chat/completions", [], "openai"),
-    ("/v1/messages", [(b"anthropic-version", b"2023-06-01")], "anthropic"),
-])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        TypeError("unhashable type: 'list'"),
+        AttributeError("'int' object has no attribute 'get'"),
+        KeyError("name"),
+        IndexError("list index out of range"),
+    ],
+)
+@pytest.mark.parametrize(
+    "path,headers,shape",
+    [
+        ("/v1/chat/completions", [], "openai"),
+        ("/v1/messages", [(b"anthropic-version", b"2023-06-01")], "anthropic"),
+    ],
+)
 async def test_a_bug_is_a_logged_json_500(exc, path, headers, shape, caplog):
     async def run():
         raise exc

@@ -18,7 +18,9 @@ from proxy.errors import ProxyError
 from proxy.http import body_encoding
 from proxy.http.body_encoding import codings_of, decode, decoded
 
-BODY = b'{"model": "gpt-4o", "messages": [{"role": "user", "content": "' + os.urandom(3000).hex().encode() * 20 + b'"}]}'
+BODY = (
+    b'{"model": "gpt-4o", "messages": [{"role": "user", "content": "' + os.urandom(3000).hex().encode() * 20 + b'"}]}'
+)
 LIMIT = 1 << 20
 
 
@@ -100,8 +102,13 @@ def zeros_zstd(size: int) -> bytes:
 @pytest.fixture(scope="module")
 def bombs() -> dict[str, bytes]:
     zeros = bytes(64 << 20)
-    made = {"gzip": gzip.compress(zeros, 9), "deflate": zlib.compress(zeros, 9), "raw-deflate": raw_deflate(zeros),
-            "br": brotli.compress(zeros, quality=5), "zstd": zeros_zstd(1 << 30)}
+    made = {
+        "gzip": gzip.compress(zeros, 9),
+        "deflate": zlib.compress(zeros, 9),
+        "raw-deflate": raw_deflate(zeros),
+        "br": brotli.compress(zeros, quality=5),
+        "zstd": zeros_zstd(1 << 30),
+    }
     made["gzip-in-br"] = brotli.compress(made["gzip"])
     return made
 
@@ -149,13 +156,17 @@ def test_a_bomb_decoder_stops_just_past_the_limit(bombs, monkeypatch):
 @pytest.mark.parametrize("damage", ["truncated", "half", "garbage", "trailing", "plain-json"])
 def test_a_corrupt_stream_is_a_400(coding, damage):
     sent = ENCODE[coding](BODY)
-    sent = {"truncated": sent[:-1], "half": sent[: len(sent) // 2], "garbage": os.urandom(200),
-            "trailing": sent + b"garbage!", "plain-json": BODY}[damage]
+    sent = {
+        "truncated": sent[:-1],
+        "half": sent[: len(sent) // 2],
+        "garbage": os.urandom(200),
+        "trailing": sent + b"garbage!",
+        "plain-json": BODY,
+    }[damage]
     with pytest.raises(ProxyError) as err:
         decode(sent, [coding], limit=LIMIT)
     assert err.value.status == 400 and err.value.code == "invalid_body", err.value.message
     assert f"could not be decoded as {coding}" in err.value.message
-
 
 
 @pytest.fixture
@@ -163,10 +174,12 @@ def decoder_threads(monkeypatch) -> list[str]:
     """The threads each decoder call ran on, in order."""
     threads: list[str] = []
     for coding, real in list(body_encoding.DECODERS.items()):
+
         def spy(data, sink, real=real):
             for made in real(data, sink):
                 threads.append(threading.current_thread().name)
                 yield made
+
         monkeypatch.setitem(body_encoding.DECODERS, coding, spy)
     return threads
 
@@ -206,4 +219,6 @@ def test_zstd_makes_bounded_pieces_on_the_loop():
     where = body_encoding._Where()
     where.on_loop = True
     steps = body_encoding._steps(bomb, ["zstd"], 128 << 20, where=where)
-    assert max(next(steps) for _ in range(20)) <= body_encoding.ZSTD_ON_LOOP_INPUT * body_encoding.ZSTD_MAX_RATIO + (256 << 10)
+    assert max(next(steps) for _ in range(20)) <= body_encoding.ZSTD_ON_LOOP_INPUT * body_encoding.ZSTD_MAX_RATIO + (
+        256 << 10
+    )

@@ -13,8 +13,13 @@ KEY_A = "pk-team-a-secret-0001"
 KEY_B = "pk-team-b-secret-0002"
 TENANTS = {
     "team-a": {"api_keys": [KEY_A]},
-    "team-b": {"api_keys": [KEY_B], "upstream_api_key": "sk-b-openai", "anthropic_api_key": "sk-ant-b",
-               "upstream": "https://openai.example/v1", "anthropic_upstream": "https://claude.example"},
+    "team-b": {
+        "api_keys": [KEY_B],
+        "upstream_api_key": "sk-b-openai",
+        "anthropic_api_key": "sk-ant-b",
+        "upstream": "https://openai.example/v1",
+        "anthropic_upstream": "https://claude.example",
+    },
 }
 
 
@@ -37,8 +42,13 @@ def test_family_by_path_or_anthropic_version_header():
 
 
 def test_proxy_keys_get_the_tenants_anthropic_key_as_x_api_key():
-    gate = Gatekeeper(TENANTS, server_key="sk-server-openai", anthropic_key="sk-ant-server", allow_anonymous=False,
-                      upstream_allowlist=[])
+    gate = Gatekeeper(
+        TENANTS,
+        server_key="sk-server-openai",
+        anthropic_key="sk-ant-server",
+        allow_anonymous=False,
+        upstream_allowlist=[],
+    )
     a = gate.identify(headers(x_api_key=KEY_A), "anthropic")
     assert a.base == "https://api.anthropic.com/v1" and a.shared_key and a.family == "anthropic"
     sent = a.upstream_headers([(b"x-api-key", KEY_A.encode()), (b"anthropic-version", b"2023-06-01")])
@@ -54,8 +64,9 @@ def test_proxy_keys_get_the_tenants_anthropic_key_as_x_api_key():
 
 
 def test_an_anthropic_key_alone_puts_the_proxy_in_proxy_key_mode():
-    gate = Gatekeeper(TENANTS, server_key=None, anthropic_key="sk-ant-server", allow_anonymous=False,
-                      upstream_allowlist=[])
+    gate = Gatekeeper(
+        TENANTS, server_key=None, anthropic_key="sk-ant-server", allow_anonymous=False, upstream_allowlist=[]
+    )
     with pytest.raises(ProxyError) as refused:
         gate.identify(headers(x_api_key="sk-ant-someone-else"), "anthropic")
     assert refused.value.status == 401
@@ -64,14 +75,20 @@ def test_an_anthropic_key_alone_puts_the_proxy_in_proxy_key_mode():
 
 
 def test_client_credentials_are_relayed_and_are_the_namespace():
-    gate = Gatekeeper({}, server_key=None, allow_anonymous=False, upstream_allowlist=["claude.example"],
-                      anthropic_upstream="http://127.0.0.1:9/")
+    gate = Gatekeeper(
+        {},
+        server_key=None,
+        allow_anonymous=False,
+        upstream_allowlist=["claude.example"],
+        anthropic_upstream="http://127.0.0.1:9/",
+    )
     api_key = gate.identify(headers(x_api_key="sk-ant-api03-a"), "anthropic")
     oauth = gate.identify(headers(authorization="Bearer sk-ant-oat01-b"), "anthropic")
     assert api_key.base == oauth.base == "http://127.0.0.1:9/v1"
     assert api_key.namespace != oauth.namespace
     assert oauth.upstream_headers([(b"authorization", b"Bearer sk-ant-oat01-b")]) == [
-        (b"authorization", b"Bearer sk-ant-oat01-b")]
+        (b"authorization", b"Bearer sk-ant-oat01-b")
+    ]
     # an allowlisted X-Offload-Upstream is written like ANTHROPIC_BASE_URL: /v1 is added
     chosen = gate.identify(headers(x_api_key="k", x_offload_upstream="https://claude.example"), "anthropic")
     assert chosen.base == "https://claude.example/v1"
@@ -83,10 +100,15 @@ def test_client_credentials_are_relayed_and_are_the_namespace():
 
 def test_tenants_file_anthropic_keys_are_checked():
     with pytest.raises(ValueError, match="anthropic_api_key needs api_keys"):
-        Gatekeeper({"t": {"anthropic_api_key": "sk-ant-x"}}, server_key=None, allow_anonymous=False,
-                   upstream_allowlist=[])
+        Gatekeeper(
+            {"t": {"anthropic_api_key": "sk-ant-x"}}, server_key=None, allow_anonymous=False, upstream_allowlist=[]
+        )
     with pytest.raises(ValueError, match="example value"):
-        Gatekeeper({"t": {"api_keys": [KEY_A], "anthropic_api_key": "change-me"}}, server_key=None,
-                   allow_anonymous=False, upstream_allowlist=[])
+        Gatekeeper(
+            {"t": {"api_keys": [KEY_A], "anthropic_api_key": "change-me"}},
+            server_key=None,
+            allow_anonymous=False,
+            upstream_allowlist=[],
+        )
     with pytest.raises(ValueError, match="--anthropic-api-key"):
         Gatekeeper({}, server_key=None, anthropic_key="change-me", allow_anonymous=False, upstream_allowlist=[])

@@ -37,8 +37,16 @@ def test_everything_the_page_loads_is_served_from_here(client):
     assert "<script>" not in html and " style=" not in html  # nothing inline: the policy forbids it
 
 
-@pytest.mark.parametrize("path", ["/dashboard/index.html", "/dashboard/..%2fdashboard.py", "/dashboard/%2e%2e",
-                                  "/dashboard/dashboard.js.map", "/dashboard/DASHBOARD.JS"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/dashboard/index.html",
+        "/dashboard/..%2fdashboard.py",
+        "/dashboard/%2e%2e",
+        "/dashboard/dashboard.js.map",
+        "/dashboard/DASHBOARD.JS",
+    ],
+)
 def test_other_names_are_not_found(client, path):
     r = client.get(path)
     assert r.status_code == 404
@@ -49,6 +57,14 @@ def test_other_names_are_not_found(client, path):
 def test_the_scripts_never_write_html_or_evaluate_strings():
     for name in ("dashboard.js", "charts.js"):
         source = (STATIC / name).read_text()
-        for unsafe in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function",
-                       "setAttribute(\"style\"", "localStorage"):
+        for unsafe in (
+            "innerHTML",
+            "outerHTML",
+            "insertAdjacentHTML",
+            "document.write",
+            "eval(",
+            "new Function",
+            'setAttribute("style"',
+            "localStorage",
+        ):
             assert unsafe not in source, (name, unsafe)

@@ -17,16 +17,19 @@ from proxy.store import StoreUnavailable
 pytestmark = pytest.mark.anyio
 
 
-@pytest.mark.parametrize("exc,status,code", [
-    (StoreUnavailable("down"), 503, "store_unavailable"),
-    (QuotaExceeded(10, 10), 429, "storage_quota_exceeded"),
-    (CredentialRejected(), 401, "invalid_api_key"),
-    (CompactionFailed("no summary"), 502, "compaction_failed"),
-    (ClientDisconnected(), 499, None),
-    (UnicodeDecodeError("utf-8", b"\xff", 0, 1, "bad"), 502, "proxy_error"),
-    (RecursionError(), 502, "proxy_error"),
-    (KeyError("x"), 500, "proxy_error"),
-])
+@pytest.mark.parametrize(
+    "exc,status,code",
+    [
+        (StoreUnavailable("down"), 503, "store_unavailable"),
+        (QuotaExceeded(10, 10), 429, "storage_quota_exceeded"),
+        (CredentialRejected(), 401, "invalid_api_key"),
+        (CompactionFailed("no summary"), 502, "compaction_failed"),
+        (ClientDisconnected(), 499, None),
+        (UnicodeDecodeError("utf-8", b"\xff", 0, 1, "bad"), 502, "proxy_error"),
+        (RecursionError(), 502, "proxy_error"),
+        (KeyError("x"), 500, "proxy_error"),
+    ],
+)
 @pytest.mark.parametrize("shape", ["openai", "anthropic"])
 async def test_each_error_is_answered_in_the_clients_shape(exc, status, code, shape):
     async def run():

@@ -13,15 +13,18 @@ PROJ = "sk-proj-" + "Q7x9" * 30 + "AbCd"
 ANT = "sk-ant-api03-" + "m2Zk" * 20 + "WXYZ"
 
 
-@pytest.mark.parametrize("key, shown", [
-    (PROJ, "sk-proj…AbCd"),
-    (ANT, "sk-ant…WXYZ"),
-    ("sk-" + "a1B2" * 12 + "9876", "sk…9876"),
-    ("sk-svcacct-" + "z" * 40 + "5555", "sk…5555"),  # a longer product prefix is not shown
-    ("gsk_" + "r" * 40 + "tail", "gsk…tail"),
-    ("AIza" + "Sy" * 16 + "LAST", "…LAST"),  # no lowercase vendor prefix: the last 4 only
-    ("k" * 30 + "a\x01b\u00e9", "…a?b?"),  # an unprintable or non-ASCII tail is not echoed
-])
+@pytest.mark.parametrize(
+    "key, shown",
+    [
+        (PROJ, "sk-proj…AbCd"),
+        (ANT, "sk-ant…WXYZ"),
+        ("sk-" + "a1B2" * 12 + "9876", "sk…9876"),
+        ("sk-svcacct-" + "z" * 40 + "5555", "sk…5555"),  # a longer product prefix is not shown
+        ("gsk_" + "r" * 40 + "tail", "gsk…tail"),
+        ("AIza" + "Sy" * 16 + "LAST", "…LAST"),  # no lowercase vendor prefix: the last 4 only
+        ("k" * 30 + "a\x01b\u00e9", "…a?b?"),  # an unprintable or non-ASCII tail is not echoed
+    ],
+)
 def test_a_fingerprint_is_the_vendor_prefix_and_the_last_four(key, shown):
     assert key_fingerprint(key) == shown
 
@@ -56,10 +59,16 @@ def test_the_gatekeeper_labels_each_kind_of_caller():
     assert client.identify(Headers({"x-api-key": ANT, "x-offload-tenant": "ci"})).label == "sk-ant…WXYZ/ci"
     assert client.identify(Headers({"authorization": "Bearer short-key-01"})).label is None
     assert client.identify(Headers({})).label == "anonymous"
-    keyed = Gatekeeper({"acme": {"api_keys": ["pk-acme-000000001"]}}, server_key="sk-operator-key-0000000000",
-                       allow_anonymous=False, upstream_allowlist=[])
+    keyed = Gatekeeper(
+        {"acme": {"api_keys": ["pk-acme-000000001"]}},
+        server_key="sk-operator-key-0000000000",
+        allow_anonymous=False,
+        upstream_allowlist=[],
+    )
     assert keyed.identify(Headers({"authorization": "Bearer pk-acme-000000001"})).label == "acme"
-    assert keyed.identify(Headers({"authorization": "Bearer pk-acme-000000001", "x-offload-tenant": "bot"})).label \
+    assert (
+        keyed.identify(Headers({"authorization": "Bearer pk-acme-000000001", "x-offload-tenant": "bot"})).label
         == "acme/bot"
+    )
     caller = client.identify(Headers({"authorization": f"Bearer {PROJ}"}))
     assert PROJ not in repr(caller.label) and PROJ[8:-4] not in (caller.label or "")

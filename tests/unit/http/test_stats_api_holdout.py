@@ -14,12 +14,17 @@ from proxy.stats.arms import SessionOutcome
 
 def _request() -> SimpleNamespace:
     services = SimpleNamespace(settings_resolver=SettingsResolver({"holdout": 0.5}), store=None)
-    return SimpleNamespace(scope={"state": {"admin": True}}, app=SimpleNamespace(state=SimpleNamespace(services=services)))
+    return SimpleNamespace(
+        scope={"state": {"admin": True}}, app=SimpleNamespace(state=SimpleNamespace(services=services))
+    )
 
 
 def test_concurrent_reads_of_a_large_comparison_compute_it_once(monkeypatch) -> None:
     calls = 0
-    outcomes = [SessionOutcome(arm="control" if i % 2 else "managed", turns=1 + i % 3) for i in range(2 * stats_api.SMALL_COMPARISON)]
+    outcomes = [
+        SessionOutcome(arm="control" if i % 2 else "managed", turns=1 + i % 3)
+        for i in range(2 * stats_api.SMALL_COMPARISON)
+    ]
 
     async def fake_outcomes(store, namespace, **_):
         nonlocal calls
@@ -70,7 +75,9 @@ def test_the_fraction_shown_is_that_of_whoever_reads_it(monkeypatch):
         return outcomes, {"control": 1, "managed": 1}
 
     monkeypatch.setattr(holdout, "outcomes", fake_outcomes)
-    services = SimpleNamespace(settings_resolver=SettingsResolver({"holdout": 0.1}, {"team": {"holdout": 0.3}}), store=None)
+    services = SimpleNamespace(
+        settings_resolver=SettingsResolver({"holdout": 0.1}, {"team": {"holdout": 0.3}}), store=None
+    )
     app = SimpleNamespace(state=SimpleNamespace(services=services))
     admin = SimpleNamespace(scope={"state": {"admin": True}}, app=app)
     tenant = SimpleNamespace(scope={"state": {}}, app=app, state=SimpleNamespace(caller=SimpleNamespace(tenant="team")))

@@ -16,6 +16,7 @@ def blocked(log: list[str], name: str, gate: asyncio.Event):
         log.append(f"start {name}")
         await gate.wait()
         log.append(f"end {name}")
+
     return job
 
 
@@ -33,7 +34,8 @@ async def test_at_most_concurrency_run_the_rest_wait_in_order_and_a_key_runs_onc
     gate.set()
     await asyncio.wait_for(scheduler.idle(), 5)
     assert log[:2] == ["start a", "start b"] and sorted(log) == sorted(
-        f"{w} {n}" for n in "abcd" for w in ("start", "end"))
+        f"{w} {n}" for n in "abcd" for w in ("start", "end")
+    )
     assert not scheduler.busy("a") and scheduler.submit("a", blocked(log, "a3", gate))  # free again
     await asyncio.wait_for(scheduler.idle(), 5)
     assert states[-1].running == 0 and states[-1].oldest_seconds == 0

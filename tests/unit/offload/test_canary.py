@@ -8,8 +8,17 @@ import os
 import pytest
 
 from proxy.config import ServerSettings
-from proxy.offload.canary import (CANARY_KEY, LOST, MOVED_ON, RESTORED, CanaryMismatch, Checked, _parse, check,
-                                  startup_check)
+from proxy.offload.canary import (
+    CANARY_KEY,
+    LOST,
+    MOVED_ON,
+    RESTORED,
+    CanaryMismatch,
+    Checked,
+    _parse,
+    check,
+    startup_check,
+)
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore
 
@@ -24,8 +33,9 @@ async def store(request, tmp_path):
     if request.param == "sqlite":
         s = SQLiteStore(tmp_path)
     else:
-        s = RedisStore(request.getfixturevalue("private_redis_url" if request.param == "redis" else
-                                               "redis_cluster_url"))
+        s = RedisStore(
+            request.getfixturevalue("private_redis_url" if request.param == "redis" else "redis_cluster_url")
+        )
         await s.delete(CANARY_KEY)  # the cluster is shared by the session
     yield s
     await s.delete(CANARY_KEY)
@@ -39,11 +49,14 @@ async def test_the_first_replica_writes_it_and_the_same_secrets_pass(store):
     assert (await check(store, Sealer(OLD), OLD)).note is None
 
 
-@pytest.mark.parametrize("sealer, names, message", [
-    (Sealer(NEW), NEW, "--encryption-key does not open the store's canary"),
-    (Sealer(None), None, "this one has none"),
-    (Sealer(OLD, names="another names key"), "another names key", "--namespace-key"),
-])
+@pytest.mark.parametrize(
+    "sealer, names, message",
+    [
+        (Sealer(NEW), NEW, "--encryption-key does not open the store's canary"),
+        (Sealer(None), None, "this one has none"),
+        (Sealer(OLD, names="another names key"), "another names key", "--namespace-key"),
+    ],
+)
 async def test_other_secrets_are_refused_with_the_reason(store, sealer, names, message):
     assert (await check(store, Sealer(OLD), OLD)).note is None
     with pytest.raises(CanaryMismatch, match=message):
@@ -97,8 +110,9 @@ async def test_a_check_made_late_stops_the_server_on_a_mismatch(private_redis_ur
     store = RedisStore(private_redis_url, timeout=0.2)
     stopped = asyncio.Event()
     try:
-        task = asyncio.get_running_loop().create_task(keep(store, Sealer(NEW), NEW, lineage=None, stop=stopped.set,
-                                                           every=0.05))
+        task = asyncio.get_running_loop().create_task(
+            keep(store, Sealer(NEW), NEW, lineage=None, stop=stopped.set, every=0.05)
+        )
         await asyncio.sleep(0.5)
         assert not task.done() and not stopped.is_set()  # still trying
         admin.execute_command("CLIENT", "UNPAUSE")
@@ -118,8 +132,9 @@ async def test_a_check_made_late_that_passes_does_not_stop(private_redis_url):
 
     store = RedisStore(private_redis_url)
     stopped = asyncio.Event()
-    task = asyncio.get_running_loop().create_task(keep(store, Sealer(OLD), OLD, lineage=None, stop=stopped.set,
-                                                       every=0.05))
+    task = asyncio.get_running_loop().create_task(
+        keep(store, Sealer(OLD), OLD, lineage=None, stop=stopped.set, every=0.05)
+    )
     try:
         for _ in range(200):
             if await store.get(CANARY_KEY) is not None:
@@ -211,8 +226,9 @@ async def test_the_keeper_writes_it_again_as_soon_as_the_store_answers_again(sto
 
     fleet = await check(store, Sealer(OLD), OLD)
     woken, stopped = asyncio.Event(), asyncio.Event()
-    task = asyncio.get_running_loop().create_task(keep(store, Sealer(OLD), OLD, lineage=fleet.lineage,
-                                                       stop=stopped.set, every=3600, woken=woken))
+    task = asyncio.get_running_loop().create_task(
+        keep(store, Sealer(OLD), OLD, lineage=fleet.lineage, stop=stopped.set, every=3600, woken=woken)
+    )
     try:
         await asyncio.sleep(0.1)
         await store.delete(CANARY_KEY)

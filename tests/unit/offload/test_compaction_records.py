@@ -68,7 +68,9 @@ async def test_a_record_read_during_a_key_rotation_is_still_read_after_it(store)
     token = await CompactionRecords(store, ns, 600, sealer=Sealer(old_key), secret=SECRET).save(ITEMS)
     rotating = CompactionRecords(store, ns, 600, sealer=Sealer(new_key, previous=old_key), secret=SECRET)
     assert await rotating.load(token) == ITEMS
-    after = CompactionRecords(store, ns, 600, sealer=Sealer(new_key), secret=SECRET)  # --encryption-key-previous dropped
+    after = CompactionRecords(
+        store, ns, 600, sealer=Sealer(new_key), secret=SECRET
+    )  # --encryption-key-previous dropped
     assert await after.load(token) == ITEMS
     never_read = await CompactionRecords(store, ns, 600, sealer=Sealer(old_key), secret=SECRET).save([{"type": "x"}])
     assert await after.load(never_read) is None  # as the docs say of what the rotation never read

@@ -35,7 +35,7 @@ def sent(endpoint: str = "chat/completions") -> LastSent:
     return LastSent("d" * 32, tokens=50_000, at=time.time(), model="gpt-5", endpoint=endpoint)
 
 
-@pytest.mark.parametrize("junk", ["lots", [1], {"n": 1}, 1.5, -10**6, 10**12])
+@pytest.mark.parametrize("junk", ["lots", [1], {"n": 1}, 1.5, -(10**6), 10**12])
 async def test_a_clients_own_output_field_is_not_what_a_ping_generates(tenant, junk):
     """A chat body carrying `max_output_tokens` (a Responses field) of any value: the chat ping
     asks `max_completion_tokens` 1, and that is what it may cost (a negative count would have let
@@ -86,8 +86,9 @@ async def test_a_ping_hung_upstream_holds_up_no_other_sessions_ping(tenant):
     for session, credential, at in (("hung", b"Bearer hung", now[0]), ("later", b"Bearer later", now[0] + 60)):
         record = LastSent(digest(body), tokens=50_000, at=at, model="gpt-5", endpoint="chat/completions")
         await last_sent.write(tenant, session, record)
-        assert await alive.hold(tenant, session, sent=record, content=body, headers=[(b"authorization", credential)],
-                                base=None)
+        assert await alive.hold(
+            tenant, session, sent=record, content=body, headers=[(b"authorization", credential)], base=None
+        )
     alive.start()
     try:
         now[0] += LIMITS.ttl - LIMITS.lead + 1  # the first one's ping is due
@@ -112,8 +113,15 @@ async def test_a_ping_goes_where_its_turn_went_query_string_included(tenant):
     body = json.dumps({"model": "gpt-5", "messages": PROMPT}).encode()
     record = LastSent(digest(body), tokens=50_000, at=now[0], model="gpt-5", endpoint="chat/completions")
     await last_sent.write(tenant, "azure", record)
-    assert await alive.hold(tenant, "azure", sent=record, content=body, headers=[(b"authorization", b"Bearer k")],
-                            base=None, query=b"api-version=2024-10-21")
+    assert await alive.hold(
+        tenant,
+        "azure",
+        sent=record,
+        content=body,
+        headers=[(b"authorization", b"Bearer k")],
+        base=None,
+        query=b"api-version=2024-10-21",
+    )
     alive.start()
     try:
         now[0] += LIMITS.ttl - LIMITS.lead + 1

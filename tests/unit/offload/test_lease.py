@@ -86,14 +86,16 @@ async def test_a_refused_or_dropped_job_frees_its_lease(store):
         await gate.wait()
 
     assert full.submit("other", run)
-    assert not await lease.submit_leased(store, KEY, 60, run=run,
-                                         submit=lambda job, on_end: full.submit("conv", job, on_end=on_end))
+    assert not await lease.submit_leased(
+        store, KEY, 60, run=run, submit=lambda job, on_end: full.submit("conv", job, on_end=on_end)
+    )
     assert not await lease.held(store, KEY)  # refused: released at once
 
     queued = SummaryScheduler(concurrency=1, queue=4, per_tenant=10)
     assert queued.submit("other", run)
-    assert await lease.submit_leased(store, KEY, 60, run=run,
-                                     submit=lambda job, on_end: queued.submit("conv", job, on_end=on_end))
+    assert await lease.submit_leased(
+        store, KEY, 60, run=run, submit=lambda job, on_end: queued.submit("conv", job, on_end=on_end)
+    )
     await queued.shutdown(grace=0)  # the queued job is dropped unstarted
     for _ in range(100):
         if not await lease.held(store, KEY):
@@ -114,8 +116,9 @@ async def test_a_store_that_is_down_starts_no_job_and_fails_nothing(store):
     with pytest.raises(StoreUnavailable):
         await lease.held(guarded, KEY)
     submitted = []
-    assert not await lease.submit_leased(guarded, KEY, 60, run=asyncio.sleep,
-                                         submit=lambda job, on_end: submitted.append(job) or True)
+    assert not await lease.submit_leased(
+        guarded, KEY, 60, run=asyncio.sleep, submit=lambda job, on_end: submitted.append(job) or True
+    )
     assert submitted == []
 
 
@@ -137,6 +140,7 @@ def listing(name: str, cut: int = 4) -> lease.Listing:
 
 async def found(store, *prefixes: str) -> bool:
     """Does the index name a lease held on one of these prefixes (this history's)?"""
+
     async def covered(listed):
         assert listed == sorted(listed)  # by rising cut: the history hashed once
         return [name for _, name in listed if name.partition(":")[0] in prefixes]

@@ -28,13 +28,18 @@ async def test_a_record_reads_back_exactly(tmp_path, secret, size, monkeypatch):
     monkeypatch.setattr(Sealer, "seal", spy_seal)
     store = SQLiteStore(tmp_path)
     records = CompactionRecords(store, "n" * 32, 60, sealer=Sealer(secret), secret=secret)
-    items = [{"role": "user", "content": f"fix {LONE} " + "x" * size}, {"role": "assistant", "content": f"\udc00 é 😀 {LONE}"},
-             {"n": 2**70, "f": 1.5}]
+    items = [
+        {"role": "user", "content": f"fix {LONE} " + "x" * size},
+        {"role": "assistant", "content": f"\udc00 é 😀 {LONE}"},
+        {"n": 2**70, "f": 1.5},
+    ]
     token = await records.save(items)
     assert await records.save(items) == token  # the same items, the same token
     assert await records.load(token) == items
     here = threading.current_thread().name
-    assert threads == ({here} if size < LARGE_CHARS else {t for t in threads if t.startswith("offload-cpu")}) and threads
+    assert (
+        threads == ({here} if size < LARGE_CHARS else {t for t in threads if t.startswith("offload-cpu")}) and threads
+    )
     await store.close()
 
 
@@ -54,8 +59,9 @@ async def test_a_large_offloaded_item_is_opened_off_the_loop_and_reads_back_exac
     store = SQLiteStore(tmp_path)
     refs = RefStore(store, "n" * 32, 60, sealer=Sealer("k"))
     small, large = f"fix {LONE} é", "".join(f"{i} {LONE}\n" for i in range(200_000))  # hard to compress
-    await refs.save([Offload("rsmall", "tool_result", small, 3), Offload("rlarge", "tool_result", large, 9)],
-                    ["rsmall", "rlarge"])
+    await refs.save(
+        [Offload("rsmall", "tool_result", small, 3), Offload("rlarge", "tool_result", large, 9)], ["rsmall", "rlarge"]
+    )
     assert (await refs.load("rsmall")).text == small and (await refs.load("rlarge")).text == large
     assert threads[0] == threading.current_thread().name and threads[1].startswith("offload-cpu")
     await store.close()

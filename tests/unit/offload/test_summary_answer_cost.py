@@ -11,7 +11,8 @@ import re
 
 import httpx2
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from proxy.formats.chat.summary import summary_answer
 from proxy.offload.summarizer import SummaryFailed, snapshot_in, summarize_prefix
@@ -31,9 +32,12 @@ class Canned:
 
 async def test_an_answer_of_unclosed_snapshot_tags_is_refused():
     with pytest.raises(SummaryFailed):
-        await summarize_prefix(Canned("<state_snapshot>" * 16_000), [], ("chat/completions", {}), read=summary_answer, timeout=30)
-    made = await summarize_prefix(Canned("x <state_snapshot>a</state_snapshot> y"), [], ("chat/completions", {}),
-                                  read=summary_answer, timeout=30)
+        await summarize_prefix(
+            Canned("<state_snapshot>" * 16_000), [], ("chat/completions", {}), read=summary_answer, timeout=30
+        )
+    made = await summarize_prefix(
+        Canned("x <state_snapshot>a</state_snapshot> y"), [], ("chat/completions", {}), read=summary_answer, timeout=30
+    )
     assert made.text == "<state_snapshot>a</state_snapshot>"
 
 

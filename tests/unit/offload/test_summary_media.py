@@ -37,10 +37,31 @@ SHOTS = [screenshot(step) for step in range(8)]
 def body(extra: int = 0) -> dict:
     messages: list[dict] = [{"role": "user", "content": "Book the cheapest train to Lyon."}]
     for step, shot in enumerate(SHOTS):
-        messages.append({"role": "assistant", "content": [
-            {"type": "tool_use", "id": f"toolu_{step}", "name": "computer", "input": {"action": "left_click"}}]})
-        messages.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{step}", "content": [
-            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64(shot)}}]}]})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": f"toolu_{step}", "name": "computer", "input": {"action": "left_click"}}
+                ],
+            }
+        )
+        messages.append(
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": f"toolu_{step}",
+                        "content": [
+                            {
+                                "type": "image",
+                                "source": {"type": "base64", "media_type": "image/png", "data": b64(shot)},
+                            }
+                        ],
+                    }
+                ],
+            }
+        )
     for k in range(1 + extra):
         messages += [{"role": "assistant", "content": f"Checking {k}."}, {"role": "user", "content": "Go on."}]
     return {"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": messages}
@@ -48,12 +69,24 @@ def body(extra: int = 0) -> dict:
 
 async def turn(request: dict, tenant: TenantStore, upstream: Upstream) -> list:
     def compressor(sent: dict, settings: OffloadSettings, refs: RefStore, *, background: bool) -> Compressor:
-        return Compressor(tenant, SummaryContext(upstream=upstream, headers=[], model="claude-sonnet-4-5",
-                                                 prompt=DEFAULT_PROMPT, timeout=30.0, wait=5.0, view=MESSAGES.view,
-                                                 wire=MESSAGES, body=sent))
+        return Compressor(
+            tenant,
+            SummaryContext(
+                upstream=upstream,
+                headers=[],
+                model="claude-sonnet-4-5",
+                prompt=DEFAULT_PROMPT,
+                timeout=30.0,
+                wait=5.0,
+                view=MESSAGES.view,
+                wire=MESSAGES,
+                body=sent,
+            ),
+        )
 
-    done = await run_turn(TurnInput(MESSAGES, jsonio.dumps(request), request, MESSAGES.history(request), SETTINGS,
-                                    tenant, compressor))
+    done = await run_turn(
+        TurnInput(MESSAGES, jsonio.dumps(request), request, MESSAGES.history(request), SETTINGS, tenant, compressor)
+    )
     return done.prepared.plan.items
 
 

@@ -41,7 +41,7 @@ def test_a_tenants_keys_carry_its_namespace_in_their_hash_tag_and_spread_over_sl
 def test_a_name_a_client_chooses_cannot_move_the_hash_tag():
     ns = "a" * 32
     chosen = key(ns, "session", "{x}")
-    tag = chosen[len("off:{"):chosen.index("}")]  # Redis hashes the first {…}: the proxy's
+    tag = chosen[len("off:{") : chosen.index("}")]  # Redis hashes the first {…}: the proxy's
     assert tag.startswith(ns) and key_slot(chosen.encode()) == key_slot(tag.encode()) != key_slot(b"x")
 
 
@@ -50,8 +50,11 @@ def test_all_tenant_statistics_of_a_day_spread_over_slots(days):
     """Any day's (CRC-32 is linear: the spread of a day's keys depends on its date; on some days
     they fall in 164 of the 256 shards, none ever more than 25 of 1,488 keys in one slot)."""
     day = bucket_start(time.time(), "d") + 86400 * days
-    keys = [bucket_key(ALL, "m", day + 60 * i) for i in range(1440)] + \
-           [bucket_key(ALL, "h", day + 3600 * i) for i in range(24)] + [top_key("h", day + 3600 * i) for i in range(24)]
+    keys = (
+        [bucket_key(ALL, "m", day + 60 * i) for i in range(1440)]
+        + [bucket_key(ALL, "h", day + 3600 * i) for i in range(24)]
+        + [top_key("h", day + 3600 * i) for i in range(24)]
+    )
     slots = Counter(key_slot(k.encode()) for k in keys)
     assert len(slots) >= 128 and max(slots.values()) < 0.02 * len(keys)
 
@@ -80,12 +83,26 @@ async def test_a_large_tenant_spreads_over_every_master_of_a_real_cluster(redis_
             # a turn's save touches every ref of its history at once: one pipeline over many nodes
             assert len(await refs.save(offloads, [o.ref for o in offloads], session=f"session-{s}")) == 15
             assert await refs.save(offloads, [o.ref for o in offloads], session=f"session-{s}") == set()
-            await events.record(store, ns, f"session-{s}", events=[events.event("compaction")], ttl=600, sealer=Sealer(None))
+            await events.record(
+                store, ns, f"session-{s}", events=[events.event("compaction")], ttl=600, sealer=Sealer(None)
+            )
         recorder.start(store, Sealer(None))
         now = time.time()
         for s in range(20):
-            recorder.record(Turn(namespace=ns, session=f"session-{s}", time=now, route="chat", model="gpt-4o",
-                                 status=200, stream=False, tokens_before=1000, tokens_after=400, action="compact"))
+            recorder.record(
+                Turn(
+                    namespace=ns,
+                    session=f"session-{s}",
+                    time=now,
+                    route="chat",
+                    model="gpt-4o",
+                    status=200,
+                    stream=False,
+                    tokens_before=1000,
+                    tokens_after=400,
+                    action="compact",
+                )
+            )
         assert await recorder.flush() == 20
         assert (await refs.load("ref7-3")).text == "content 7 3"
         assert await refs.session_refs("session-4") == {f"ref4-{i}" for i in range(15)}

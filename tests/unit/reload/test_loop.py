@@ -7,14 +7,14 @@ import json
 import httpx2
 import pytest
 
-from proxy.core.texts import RELOAD_TOOL_SCHEMAS
-from proxy.formats.chat.rounds import ChatRounds
-from proxy.reload import loop as reload_loop
 from proxy.core.compaction import Offload
+from proxy.core.texts import RELOAD_TOOL_SCHEMAS
+from proxy.core.tokens import counter_for_model
+from proxy.formats.chat.rounds import ChatRounds
 from proxy.offload.refs import RefStore
+from proxy.reload import loop as reload_loop
 from proxy.reload.tools import ReloadTools
 from proxy.store.sqlite import SQLiteStore
-from proxy.core.tokens import counter_for_model
 
 pytestmark = pytest.mark.anyio
 BASE = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
@@ -25,8 +25,9 @@ def chunk(index: int, delta: dict, finish: str | None = None) -> dict:
 
 
 def call_delta(name: str, arguments: str, id: str) -> dict:
-    return {"tool_calls": [{"index": 0, "id": id, "type": "function",
-                            "function": {"name": name, "arguments": arguments}}]}
+    return {
+        "tool_calls": [{"index": 0, "id": id, "type": "function", "function": {"name": name, "arguments": arguments}}]
+    }
 
 
 def sse_response(*events: dict | str) -> httpx2.Response:
@@ -74,8 +75,12 @@ async def test_streamed_choices_all_hide_injected_calls(tools):
         chunk(1, {}, "tool_calls"),
         chunk(0, {}, "tool_calls"),
     )
-    second = sse_response(chunk(0, {"role": "assistant", "content": "A answers."}), chunk(1, {"content": "B again"}),
-                          chunk(1, {}, "stop"), chunk(0, {}, "stop"))
+    second = sse_response(
+        chunk(0, {"role": "assistant", "content": "A answers."}),
+        chunk(1, {"content": "B again"}),
+        chunk(1, {}, "stop"),
+        chunk(0, {}, "stop"),
+    )
     send, sent = scripted(second)
     chunks = await collect(first, send, tools)
     choices = [c for ch in chunks for c in ch["choices"]]
@@ -88,28 +93,42 @@ async def test_streamed_choices_all_hide_injected_calls(tools):
 
 
 async def test_a_choice_other_than_0_never_starts_a_round(tools):
-    first = sse_response(chunk(0, {"role": "assistant", "content": "done"}),
-                         chunk(1, call_delta("context_reload", '{"ref": "item01"}', "r1")),
-                         chunk(0, {}, "stop"), chunk(1, {}, "tool_calls"))
+    first = sse_response(
+        chunk(0, {"role": "assistant", "content": "done"}),
+        chunk(1, call_delta("context_reload", '{"ref": "item01"}', "r1")),
+        chunk(0, {}, "stop"),
+        chunk(1, {}, "tool_calls"),
+    )
     send, sent = scripted(first)
     chunks = await collect(first, send, tools)
     assert [(c["index"], c["finish_reason"]) for ch in chunks for c in ch["choices"] if c["finish_reason"]] == [
-        (0, "stop"), (1, "stop")]
+        (0, "stop"),
+        (1, "stop"),
+    ]
     assert len(sent) == 0
 
 
 async def test_non_streamed_choices_all_hide_injected_calls(tools):
     def completion(*messages: dict) -> httpx2.Response:
-        choices = [{"index": i, "message": m, "finish_reason": "tool_calls" if m.get("tool_calls") else "stop"}
-                   for i, m in enumerate(messages)]
+        choices = [
+            {"index": i, "message": m, "finish_reason": "tool_calls" if m.get("tool_calls") else "stop"}
+            for i, m in enumerate(messages)
+        ]
         return httpx2.Response(200, json={"id": "x", "object": "chat.completion", "choices": choices})
 
     def calls(name: str, id: str) -> dict:
-        return {"role": "assistant", "content": None, "tool_calls": [
-            {"id": id, "type": "function", "function": {"name": name, "arguments": '{"ref": "item01"}'}}]}
+        return {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": id, "type": "function", "function": {"name": name, "arguments": '{"ref": "item01"}'}}
+            ],
+        }
 
-    send, sent = scripted(completion(calls("context_reload", "r0"), calls("context_reload", "r1")),
-                          completion({"role": "assistant", "content": "final"}, calls("context_search", "s1")))
+    send, sent = scripted(
+        completion(calls("context_reload", "r0"), calls("context_reload", "r1")),
+        completion({"role": "assistant", "content": "final"}, calls("context_search", "s1")),
+    )
     rounds = ChatRounds({}, [{"role": "user", "content": "q"}], RELOAD_TOOL_SCHEMAS)
     result = await reload_loop.complete(rounds, send, tools=tools, budget=reload_loop.Budget(max_rounds=4, seconds=60))
     choices = json.loads(result.body)["choices"]
@@ -120,8 +139,11 @@ async def test_non_streamed_choices_all_hide_injected_calls(tools):
 
 @pytest.mark.parametrize("second", ["[1, 2]", "5", '{"choices": [7]}', '{"choices": [{"delta": 3}]}'])
 async def test_anything_failing_in_a_streamed_round_ends_with_error_then_done(tools, second):
-    first = sse_response(chunk(0, {"role": "assistant", "content": "Looking. "}),
-                         chunk(0, call_delta("context_reload", '{"ref": "item01"}', "r0")), chunk(0, {}, "tool_calls"))
+    first = sse_response(
+        chunk(0, {"role": "assistant", "content": "Looking. "}),
+        chunk(0, call_delta("context_reload", '{"ref": "item01"}', "r0")),
+        chunk(0, {}, "tool_calls"),
+    )
     send, _ = scripted(sse_response(second))
     chunks = await collect(first, send, tools)
     assert chunks[0]["choices"][0]["delta"]["content"] == "Looking. "

@@ -13,17 +13,16 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 import regex
 
-import pytest
-
-from proxy.reload import search, search_pool
 from proxy.core.compaction import Offload
-from proxy.offload.refs import RefStore
-from proxy.reload.tools import ReloadTools
-from proxy.reload.search import SearchLimits
-from proxy.store.sqlite import SQLiteStore
 from proxy.core.tokens import counter_for_model
+from proxy.offload.refs import RefStore
+from proxy.reload import search, search_pool
+from proxy.reload.search import SearchLimits
+from proxy.reload.tools import ReloadTools
+from proxy.store.sqlite import SQLiteStore
 from tests.harness.inflight import loop_turns_while, spy_threads
 
 pytestmark = pytest.mark.anyio
@@ -33,8 +32,12 @@ MB = 1 << 20
 # Each fools the expansion estimate (`[[]` is a complete class in regex's V0 syntax; a verbose
 # comment hides the repeats) or is slow without any counted repeat; the last one would take
 # every byte of memory there is if it were compiled in the proxy's own process.
-COMPILE_BOMBS = ["[[](?:a{1000}){3000}]", "(?x)#[\n(?:a{1000}){1000}\n#]", "((?1)|a)",
-                 "[[](?:(?:a{1000}){1000}){1000}]"]
+COMPILE_BOMBS = [
+    "[[](?:a{1000}){3000}]",
+    "(?x)#[\n(?:a{1000}){1000}\n#]",
+    "((?1)|a)",
+    "[[](?:(?:a{1000}){1000}){1000}]",
+]
 
 
 def search_workers(zombies: bool = True) -> list[int]:
@@ -90,16 +93,23 @@ async def refs(tmp_path):
     needles = "".join(f"needle {i}\n" for i in range(5))
     hard = "".join("a" * 40 + "!\n" for _ in range(2000))  # (a|a)+$ backtracks exponentially on each line
     rows = "".join(f"row {i} " + "a" * 30 + "\n" for i in range(2000))
-    await refs.save([Offload("needles", "tool_result", needles, 10), Offload("hard01", "tool_result", hard, 9000),
-                     Offload("rows01", "tool_result", rows, 9000),
-                     Offload("mixed1", "tool_result", needles + "".join(f"row {i} zzz\n" for i in range(2000)), 9000)],
-                    [])
+    await refs.save(
+        [
+            Offload("needles", "tool_result", needles, 10),
+            Offload("hard01", "tool_result", hard, 9000),
+            Offload("rows01", "tool_result", rows, 9000),
+            Offload("mixed1", "tool_result", needles + "".join(f"row {i} zzz\n" for i in range(2000)), 9000),
+        ],
+        [],
+    )
     yield refs
     await store.close()
 
 
 def tools_for(refs: RefStore, items: list[str], timeout: float) -> ReloadTools:
-    return ReloadTools(refs, COUNTER, max_tokens=500, request_refs=items, session=None, limits=SearchLimits(timeout=timeout))
+    return ReloadTools(
+        refs, COUNTER, max_tokens=500, request_refs=items, session=None, limits=SearchLimits(timeout=timeout)
+    )
 
 
 def compiled_here(monkeypatch) -> list[str]:
@@ -239,14 +249,15 @@ async def test_a_worker_killed_mid_search_is_replaced(refs):
 
 
 async def test_concurrent_searches_are_bounded_and_wait_within_their_deadline(refs):
-    hogs = [asyncio.ensure_future(tools_for(refs, ["hard01"], timeout=3.0).search("(a|a)+$"))
-            for _ in range(search_pool.WORKERS)]
+    hogs = [
+        asyncio.ensure_future(tools_for(refs, ["hard01"], timeout=3.0).search("(a|a)+$"))
+        for _ in range(search_pool.WORKERS)
+    ]
     for _ in range(1000):
         await asyncio.sleep(0.01)
         if len(search_pool.pool().workers) == search_pool.WORKERS and not search_pool.pool().idle:
             break
-    waiting = [asyncio.ensure_future(tools_for(refs, ["needles"], timeout=0.5).search("needle"))
-               for _ in range(4)]
+    waiting = [asyncio.ensure_future(tools_for(refs, ["needles"], timeout=0.5).search("needle")) for _ in range(4)]
     most = 0
     while not all(t.done() for t in waiting):
         most = max(most, len(own_workers(zombies=False)))
@@ -286,8 +297,9 @@ async def test_large_items_are_prepared_off_the_loop(tmp_path, monkeypatch):
     refs = RefStore(store, "n" * 32, ttl=60)
     text = "".join(f"line {i} path=/src/mod{i % 97}.py status=ok value={i * 7}\n" for i in range(750_000))
     await refs.save([Offload("huge01", "tool_result", text, 10_000_000)], [])
-    tools = ReloadTools(refs, COUNTER, max_tokens=500, request_refs=["huge01"], session=None,
-                        limits=SearchLimits(timeout=5.0))
+    tools = ReloadTools(
+        refs, COUNTER, max_tokens=500, request_refs=["huge01"], session=None, limits=SearchLimits(timeout=5.0)
+    )
     item = await refs.load("huge01")  # loading (decompressing) is the store's part; here: what follows
     refs.load = lambda ref: _async(item)  # type: ignore[method-assign]
     page = await tools.reload("huge01")
@@ -295,8 +307,9 @@ async def test_large_items_are_prepared_off_the_loop(tmp_path, monkeypatch):
     page = await tools.reload("huge01", 700_000, 2)
     assert page.startswith("line 700000 path=")
     answer = await tools.search(r"^line (1|500000|749999) ")  # 32 MiB: lines 0 to ~580000
-    assert answer.startswith("ref=huge01 line 1: line 1 path=/src/mod1.py status=ok value=7\n"
-                             "ref=huge01 line 500000: line 500000 path="), answer[:200]
+    assert answer.startswith(
+        "ref=huge01 line 1: line 1 path=/src/mod1.py status=ok value=7\nref=huge01 line 500000: line 500000 path="
+    ), answer[:200]
     assert "749999" not in answer and "scans at most 33554432 bytes" in answer, answer[-300:]
     loop = threading.current_thread().name
     assert len(pages) == 2 and chunks and loop not in pages + chunks, (pages, chunks)
@@ -341,8 +354,9 @@ async def test_a_line_cut_by_the_size_limit_is_not_searched(tmp_path):
     store = SQLiteStore(tmp_path)
     refs = RefStore(store, "n" * 32, ttl=60)
     await refs.save([Offload("long01", "tool_result", "x" * 5000 + "\nshort\n", 2000)], [])
-    tools = ReloadTools(refs, COUNTER, max_tokens=500, request_refs=["long01"], session=None,
-                        limits=SearchLimits(max_bytes=1024))
+    tools = ReloadTools(
+        refs, COUNTER, max_tokens=500, request_refs=["long01"], session=None, limits=SearchLimits(max_bytes=1024)
+    )
     for pattern in ("^$", "x", "short"):
         answer = await tools.search(pattern)
         assert answer.startswith(f"No match for {pattern!r} so far.") and "scans at most 1024 bytes" in answer

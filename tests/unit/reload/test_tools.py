@@ -9,13 +9,13 @@ import time
 import pytest
 
 from proxy.core.compaction import Offload
-from proxy.offload.refs import RefStore
+from proxy.core.tokens import counter_for_model
 from proxy.formats.chat.request import colliding_tool_names
-from proxy.reload.tools import BadArguments, ReloadTools, parse_arguments, segments
+from proxy.offload.refs import RefStore
 from proxy.reload import search_pool
 from proxy.reload.search import SearchLimits, expansion
+from proxy.reload.tools import BadArguments, ReloadTools, parse_arguments, segments
 from proxy.store.sqlite import SQLiteStore
-from proxy.core.tokens import counter_for_model
 from tests.harness.inflight import loop_turns_while
 
 pytestmark = pytest.mark.anyio
@@ -44,9 +44,11 @@ def test_segments_of_a_large_text_are_its_lines(monkeypatch):
 async def tools(tmp_path):
     store = SQLiteStore(tmp_path)
     refs = RefStore(store, "n" * 32, ttl=60)
-    items = [Offload("small1", "tool_result", "alpha\nBeta line\ngamma", 5),
-             Offload("large1", "tool_result", "".join(f"row {i} data\n" for i in range(3000)), 20000),
-             Offload("crlf01", "tool_result", "first\r\nsecond line\r\nthird", 5)]
+    items = [
+        Offload("small1", "tool_result", "alpha\nBeta line\ngamma", 5),
+        Offload("large1", "tool_result", "".join(f"row {i} data\n" for i in range(3000)), 20000),
+        Offload("crlf01", "tool_result", "first\r\nsecond line\r\nthird", 5),
+    ]
     await refs.save(items, [], session="s1")
     yield ReloadTools(refs, COUNTER, max_tokens=500, request_refs=["small1"], session="s1")
     await store.close()
@@ -92,8 +94,21 @@ async def test_run_parses_arguments(tools):
     assert "Invalid arguments" in await tools.run("context_reload", "{oops")
 
 
-BAD_NUMBERS = ["Infinity", "-Infinity", "NaN", "1e999", "-1e999", "1" + "0" * 30, "-1", '"5"', "true", "[1]",
-               "{}", "1.5", "1" + "0" * 5000]
+BAD_NUMBERS = [
+    "Infinity",
+    "-Infinity",
+    "NaN",
+    "1e999",
+    "-1e999",
+    "1" + "0" * 30,
+    "-1",
+    '"5"',
+    "true",
+    "[1]",
+    "{}",
+    "1.5",
+    "1" + "0" * 5000,
+]
 
 
 @pytest.mark.parametrize("field", ["offset", "limit"])
@@ -105,15 +120,28 @@ async def test_reload_with_bad_numbers_answers_the_model(tools, field, value):
 
 
 async def test_bad_search_arguments_answer_the_model(tools):
-    for arguments in ('{"pattern": 5}', '{"pattern": null}', '{"pattern": ["a"]}', '{}', '[]', '"x"', "5",
-                      '{"pattern": "a", "ref": 7}', '{"pattern": "a", "ref": {"x": 1}}', "[" * 100_000):
+    for arguments in (
+        '{"pattern": 5}',
+        '{"pattern": null}',
+        '{"pattern": ["a"]}',
+        "{}",
+        "[]",
+        '"x"',
+        "5",
+        '{"pattern": "a", "ref": 7}',
+        '{"pattern": "a", "ref": {"x": 1}}',
+        "[" * 100_000,
+    ):
         answer = await tools.run("context_search", arguments)
         assert answer.startswith("Invalid arguments for context_search:"), (arguments[:20], answer)
 
 
 def test_parse_arguments_accepts_what_the_schema_allows():
     assert parse_arguments("context_reload", '{"ref": "large1", "offset": 10, "limit": 2.0}') == {
-        "ref": "large1", "offset": 10, "limit": 2}
+        "ref": "large1",
+        "offset": 10,
+        "limit": 2,
+    }
     assert parse_arguments("context_reload", {"ref": "large1"}) == {"ref": "large1", "offset": None, "limit": None}
     assert parse_arguments("context_search", '{"pattern": "x", "ref": ""}') == {"pattern": "x", "ref": None}
     with pytest.raises(BadArguments):
@@ -132,15 +160,22 @@ async def test_search_stops_at_its_deadline_with_what_it_found(tmp_path):
     needles = "".join(f"needle {i}\n" for i in range(5))
     hard = "".join("a" * 40 + "!\n" for _ in range(2000))  # (a|a)+$ backtracks exponentially on each line
     await refs.save([Offload("needles", "tool_result", needles, 10), Offload("hard01", "tool_result", hard, 9000)], [])
-    tools = ReloadTools(refs, COUNTER, max_tokens=500, request_refs=["needles", "hard01"], session=None,
-                        limits=SearchLimits(timeout=0.5))
+    tools = ReloadTools(
+        refs,
+        COUNTER,
+        max_tokens=500,
+        request_refs=["needles", "hard01"],
+        session=None,
+        limits=SearchLimits(timeout=0.5),
+    )
     answer = await tools.run("context_search", '{"pattern": "needle|(a|a)+$"}')  # without the deadline: hours
     assert answer.startswith("ref=needles line 0: needle 0\n")
     assert "ref=needles line 4: needle 4" in answer
     assert "Search stopped early" in answer and "time limit of 0.5 s" in answer
     # the request's reload budget bounds a search too
-    tools = ReloadTools(refs, COUNTER, max_tokens=500, request_refs=["hard01"], session=None,
-                        limits=SearchLimits(timeout=30))
+    tools = ReloadTools(
+        refs, COUNTER, max_tokens=500, request_refs=["hard01"], session=None, limits=SearchLimits(timeout=30)
+    )
     answer = await tools.run("context_search", '{"pattern": "(a|a)+$"}', deadline=time.monotonic() + 0.3)
     assert answer.startswith("No match for '(a|a)+$' so far.") and "reload budget" in answer
     await store.close()
@@ -150,8 +185,9 @@ async def test_search_leaves_the_event_loop_free(tmp_path):
     store = SQLiteStore(tmp_path)
     refs = RefStore(store, "n" * 32, ttl=60)
     await refs.save([Offload("hard01", "tool_result", "".join("a" * 40 + "!\n" for _ in range(2000)), 9000)], [])
-    tools = ReloadTools(refs, COUNTER, max_tokens=500, request_refs=["hard01"], session=None,
-                        limits=SearchLimits(timeout=1.0))
+    tools = ReloadTools(
+        refs, COUNTER, max_tokens=500, request_refs=["hard01"], session=None, limits=SearchLimits(timeout=1.0)
+    )
     search = asyncio.ensure_future(tools.search("(a|a)+$"))
     # in-process, the match would hold the loop for the search's whole second: no turn meanwhile
     assert await loop_turns_while(search) >= 3
@@ -183,21 +219,35 @@ def test_colliding_tool_names():
 
     assert colliding_tool_names({"tools": [fn("bash"), fn("context_search")]}) == ["context_search"]
     assert colliding_tool_names({"functions": [{"name": "context_reload"}], "tools": [fn("context_search")]}) == [
-        "context_reload", "context_search"]
+        "context_reload",
+        "context_search",
+    ]
     assert colliding_tool_names({"tools": [{"type": "custom", "custom": {"name": "context_reload"}}]}) == [
-        "context_reload"]
+        "context_reload"
+    ]
     assert colliding_tool_names({"tools": [{"type": "function", "name": "context_reload"}]}) == ["context_reload"]
-    for body in ({}, {"tools": None}, {"tools": "context_search"}, {"tools": {"name": "context_search"}},
-                 {"tools": [None, 5, "context_search", {"function": "context_search"}, {"function": {"name": 5}}]},
-                 {"functions": [["context_reload"]]}, {"tools": [fn("bash")]}, [], None):
+    for body in (
+        {},
+        {"tools": None},
+        {"tools": "context_search"},
+        {"tools": {"name": "context_search"}},
+        {"tools": [None, 5, "context_search", {"function": "context_search"}, {"function": {"name": 5}}]},
+        {"functions": [["context_reload"]]},
+        {"tools": [fn("bash")]},
+        [],
+        None,
+    ):
         assert colliding_tool_names(body) == [], body
 
 
-@pytest.mark.parametrize("arguments", [
-    "[" * 200_000 + "]" * 200_000,  # past the parser's recursion: RecursionError, not a crash
-    '{"ref": ' + "[" * 40 + "]" * 40 + "}",  # parsed, but past MAX_ARGUMENT_DEPTH
-    {"ref": json.loads("[" * 900 + "]" * 900)},  # an object the upstream sent (never written out, never repr'd)
-])
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        "[" * 200_000 + "]" * 200_000,  # past the parser's recursion: RecursionError, not a crash
+        '{"ref": ' + "[" * 40 + "]" * 40 + "}",  # parsed, but past MAX_ARGUMENT_DEPTH
+        {"ref": json.loads("[" * 900 + "]" * 900)},  # an object the upstream sent (never written out, never repr'd)
+    ],
+)
 def test_arguments_nested_too_deep_are_refused_as_such(arguments):
     with pytest.raises(BadArguments, match="arguments nest deeper than 32 levels"):
         parse_arguments("context_reload", arguments)
@@ -217,8 +267,9 @@ async def test_an_image_ref_reloads_as_the_image_and_search_skips_it(tmp_path):
     store = SQLiteStore(tmp_path)
     refs = RefStore(store, "n" * 32, ttl=60)
     url = "data:image/png;base64," + "iVBORw0KGgo" + "A" * 200_001  # a base64 payload past any page size
-    await refs.save([Offload("image1", "image", url, 1105), Offload("text01", "tool_result", "row needle\n", 3)], [],
-                    session="s1")
+    await refs.save(
+        [Offload("image1", "image", url, 1105), Offload("text01", "tool_result", "row needle\n", 3)], [], session="s1"
+    )
     tools = ReloadTools(refs, COUNTER, max_tokens=500, request_refs=["image1", "text01"], session="s1")
     try:
         assert await tools.run("context_reload", '{"ref": "image1"}') == Reloaded("image1", "image", url)

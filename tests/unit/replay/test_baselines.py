@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from proxy.core.markers import INJECTED_TOOLS
 from proxy.core.texts import MASKED_TOOL_RESULT
 from proxy.core.tokens import counter_for_encoding
 from proxy.formats import chat
@@ -13,7 +14,6 @@ from proxy.formats.messages import MESSAGES
 from proxy.formats.messages.from_chat import items_with_offsets as anthropic_items
 from proxy.formats.responses.from_chat import items_with_offsets as responses_items
 from proxy.formats.responses.items import ResponsesView
-from proxy.core.markers import INJECTED_TOOLS
 from proxy.replay.baselines import middle_out, observation_masking, task_end
 
 VIEWS = {"chat": chat.VIEW, "responses": ResponsesView(INJECTED_TOOLS), "anthropic": MESSAGES.view}
@@ -22,9 +22,14 @@ VIEWS = {"chat": chat.VIEW, "responses": ResponsesView(INJECTED_TOOLS), "anthrop
 def agent(steps: int, size: int = 40) -> list[dict]:
     messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "task"}]
     for k in range(steps):
-        messages += [{"role": "assistant", "content": f"step {k}", "tool_calls": [
-                         {"id": f"c{k}", "type": "function", "function": {"name": "run", "arguments": "{}"}}]},
-                     {"role": "tool", "tool_call_id": f"c{k}", "content": f"output {k} " + "x " * size}]
+        messages += [
+            {
+                "role": "assistant",
+                "content": f"step {k}",
+                "tool_calls": [{"id": f"c{k}", "type": "function", "function": {"name": "run", "arguments": "{}"}}],
+            },
+            {"role": "tool", "tool_call_id": f"c{k}", "content": f"output {k} " + "x " * size},
+        ]
     return messages
 
 

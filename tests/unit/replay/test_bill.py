@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.core import keepalive as ka, provider_cache as pc
+from proxy.core import keepalive as ka
+from proxy.core import provider_cache as pc
 from proxy.replay import bill
 
 SYSTEM = "rules " * 2000
@@ -13,10 +14,16 @@ SYSTEM = "rules " * 2000
 def body(n: int, *, system: str = SYSTEM) -> dict:
     messages: list[dict] = []
     for i in range(n):
-        messages += [{"role": "user", "content": f"question {i} " + "word " * 300},
-                     {"role": "assistant", "content": [{"type": "text", "text": f"answer {i}"}]}]
-    return {"model": "claude-sonnet-4-5", "max_tokens": 10, "system": system,
-            "messages": [*messages, {"role": "user", "content": "next"}]}
+        messages += [
+            {"role": "user", "content": f"question {i} " + "word " * 300},
+            {"role": "assistant", "content": [{"type": "text", "text": f"answer {i}"}]},
+        ]
+    return {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 10,
+        "system": system,
+        "messages": [*messages, {"role": "user", "content": "next"}],
+    }
 
 
 def tokens(text: str) -> int:
@@ -28,9 +35,21 @@ def biller(profile: pc.Profile = pc.ANTHROPIC, format: str = "anthropic") -> bil
 
 
 def test_stripped_removes_every_cache_control():
-    marked = {"cache_control": {"type": "ephemeral"}, "system": [{"type": "text", "text": "x", "cache_control": {}}],
-              "messages": [{"role": "user", "content": [{"type": "tool_result", "content": [
-                  {"type": "text", "text": "y", "cache_control": {"type": "ephemeral"}}]}]}]}
+    marked = {
+        "cache_control": {"type": "ephemeral"},
+        "system": [{"type": "text", "text": "x", "cache_control": {}}],
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "content": [{"type": "text", "text": "y", "cache_control": {"type": "ephemeral"}}],
+                    }
+                ],
+            }
+        ],
+    }
     assert "cache_control" not in repr(bill.stripped(marked))
     assert bill.stripped({"a": [1, {"b": 2}]}) == {"a": [1, {"b": 2}]}
 
@@ -59,8 +78,10 @@ def test_idle_pauses_longer_than_the_ttl_cost_writes_again():
 
 def test_a_summary_call_shares_the_turns_cache():
     raw = [body(n) for n in range(1, 4)]
-    summary = {**raw[1], "messages": [*raw[1]["messages"], {"role": "user", "content": [
-        {"type": "text", "text": "summarise"}]}]}
+    summary = {
+        **raw[1],
+        "messages": [*raw[1]["messages"], {"role": "user", "content": [{"type": "text", "text": "summarise"}]}],
+    }
     alone = bill.replayed(biller(), times=[0, 30, 60], raw=raw, forwarded=raw, summaries=[])
     both = bill.replayed(biller(), times=[0, 30, 60], raw=raw, forwarded=raw, summaries=[(1, summary)])
     extra = both["proxy_cached"] - alone["proxy_cached"]
@@ -69,9 +90,16 @@ def test_a_summary_call_shares_the_turns_cache():
 
 
 def test_openai_caches_without_being_asked_and_summed_ratios():
-    chat = [{"model": "gpt-5", "messages": [{"role": "system", "content": SYSTEM},
-                                            *[{"role": "user", "content": f"q{i} " + "w " * 500} for i in range(n)]]}
-            for n in range(1, 4)]
+    chat = [
+        {
+            "model": "gpt-5",
+            "messages": [
+                {"role": "system", "content": SYSTEM},
+                *[{"role": "user", "content": f"q{i} " + "w " * 500} for i in range(n)],
+            ],
+        }
+        for n in range(1, 4)
+    ]
     got = bill.replayed(biller(pc.OPENAI, "chat"), times=[0, 10, 20], raw=chat, forwarded=chat, summaries=[])
     assert got["proxy_uncached"] == got["proxy_cached"] == got["raw_cached"] < got["raw_uncached"]
     summed = bill.summed([got, got])
@@ -81,9 +109,13 @@ def test_openai_caches_without_being_asked_and_summed_ratios():
 
 
 def test_explicit_marks_put_at_most_four_breakpoints():
-    summarised = {**body(3), "messages": [
-        {"role": "user", "content": [{"type": "text", "text": "[offloaded history: ref=abc] the plan"}]},
-        *body(3)["messages"][1:]]}
+    summarised = {
+        **body(3),
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "[offloaded history: ref=abc] the plan"}]},
+            *body(3)["messages"][1:],
+        ],
+    }
     request = biller().request(bill.Sent(0, summarised), caching=bill.explicit_marks)
     assert len(pc.breakpoints(pc.ANTHROPIC, request)) == 3 and request.automatic is None
 
@@ -96,12 +128,17 @@ def test_keepalive_pings_fall_in_idle_pauses_and_after_the_last_turn():
     got = bill.keepalive_pings(times=times, tokens=[5000] * 4, limits=LIMITS, profile=pc.ANTHROPIC)
     lead = LIMITS.lead
     assert [(p.at, p.turn) for p in got] == [
-        (30 + 300 - lead, 1), (30 + 2 * (300 - lead), 1),  # the pause: the second turn's prefix, twice
-        (660 + 300 - lead, 3), (660 + 2 * (300 - lead), 3), (660 + 3 * (300 - lead), 3)]  # the end: until the limits
+        (30 + 300 - lead, 1),
+        (30 + 2 * (300 - lead), 1),  # the pause: the second turn's prefix, twice
+        (660 + 300 - lead, 3),
+        (660 + 2 * (300 - lead), 3),
+        (660 + 3 * (300 - lead), 3),
+    ]  # the end: until the limits
     assert bill.keepalive_pings(times=times, tokens=[500] * 4, limits=LIMITS, profile=pc.ANTHROPIC) == []
     short = [0.0, 30.0, 60.0]
-    assert [p.turn for p in bill.keepalive_pings(times=short, tokens=[5000] * 3, limits=LIMITS,
-                                                 profile=pc.ANTHROPIC)] == [2, 2, 2]
+    assert [
+        p.turn for p in bill.keepalive_pings(times=short, tokens=[5000] * 3, limits=LIMITS, profile=pc.ANTHROPIC)
+    ] == [2, 2, 2]
 
 
 def test_pings_keep_the_cache_warm_over_a_pause_and_are_billed():

@@ -9,12 +9,12 @@ import pytest
 
 from proxy.core.markers import history_marker, tool_result_marker
 from proxy.core.settings import OffloadSettings
+from proxy.core.tokens import counter_for_encoding
 from proxy.formats import chat
 from proxy.replay import cost, metrics
 from proxy.replay.cli import add_format_argument
 from proxy.replay.metrics import ANTHROPIC, OPENAI, PRICINGS, SummaryCall
 from proxy.replay.report import breakdown_table, report_dict, table, write_outputs
-from proxy.core.tokens import counter_for_encoding
 from proxy.replay.runner import Replayer, message_tokens, upstream_for
 from proxy.store.sqlite import SQLiteStore
 from tests.harness.screens import data_url, screenshot
@@ -24,8 +24,11 @@ pytestmark = pytest.mark.anyio
 
 SYSTEM = {"role": "system", "content": "You fix bugs."}
 TASK = {"role": "user", "content": "Fix the rounding bug."}
-A1 = {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
-                                                          "function": {"name": "bash", "arguments": "{}"}}]}
+A1 = {
+    "role": "assistant",
+    "content": "",
+    "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}],
+}
 T1 = {"role": "tool", "tool_call_id": "c1", "content": "x" * 400}
 P1 = {"role": "tool", "tool_call_id": "c1", "content": tool_result_marker("x" * 400, "abcdefgh", 100)}
 A2 = {**A1, "tool_calls": [{**A1["tool_calls"][0], "id": "c2"}]}
@@ -33,18 +36,30 @@ T2 = {"role": "tool", "tool_call_id": "c2", "content": "y" * 200}
 A3 = {**A1, "tool_calls": [{**A1["tool_calls"][0], "id": "c3"}]}
 T3 = {"role": "tool", "tool_call_id": "c3", "content": "z" * 160}
 SUMMARY = {"role": "user", "content": history_marker("summaryref", 2, 108) + "\n<state_snapshot>…</state_snapshot>"}
-N = {id(SYSTEM): 10, id(TASK): 20, id(A1): 5, id(T1): 100, id(P1): 8, id(A2): 5, id(T2): 50, id(A3): 5, id(T3): 40,
-     id(SUMMARY): 30}
+N = {
+    id(SYSTEM): 10,
+    id(TASK): 20,
+    id(A1): 5,
+    id(T1): 100,
+    id(P1): 8,
+    id(A2): 5,
+    id(T2): 50,
+    id(A3): 5,
+    id(T3): 40,
+    id(SUMMARY): 30,
+}
 
 # The raw history grows by two items a turn; the proxy compacts T1 at turn 2 and summarises
 # [A1, P1] at turn 3.
-RAW = [[SYSTEM, TASK], [SYSTEM, TASK, A1, T1], [SYSTEM, TASK, A1, T1, A2, T2],
-       [SYSTEM, TASK, A1, T1, A2, T2, A3, T3]]
-FORWARDED = [[SYSTEM, TASK], [SYSTEM, TASK, A1, T1], [SYSTEM, TASK, A1, P1, A2, T2],
-             [SYSTEM, TASK, SUMMARY, A2, T2, A3, T3]]
+RAW = [[SYSTEM, TASK], [SYSTEM, TASK, A1, T1], [SYSTEM, TASK, A1, T1, A2, T2], [SYSTEM, TASK, A1, T1, A2, T2, A3, T3]]
+FORWARDED = [
+    [SYSTEM, TASK],
+    [SYSTEM, TASK, A1, T1],
+    [SYSTEM, TASK, A1, P1, A2, T2],
+    [SYSTEM, TASK, SUMMARY, A2, T2, A3, T3],
+]
 TOOLS = [[{"name": "bash"}]] * 4
-CALL = SummaryCall(3, [SYSTEM, TASK, A1, P1, {"role": "user", "content": "Summarise."}], TOOLS[0],
-                   [10, 20, 5, 8, 12])
+CALL = SummaryCall(3, [SYSTEM, TASK, A1, P1, {"role": "user", "content": "Summarise."}], TOOLS[0], [10, 20, 5, 8, 12])
 
 
 def tokens(turns):
@@ -57,8 +72,15 @@ def windows():
 
 def test_each_item_is_one_part():
     assert cost.item_parts(FORWARDED[2], chat.VIEW) == ["system", "task", "window", "previews", "window", "window"]
-    assert cost.item_parts(FORWARDED[3], chat.VIEW) == ["system", "task", "summary", "window", "window", "window",
-                                                        "window"]
+    assert cost.item_parts(FORWARDED[3], chat.VIEW) == [
+        "system",
+        "task",
+        "summary",
+        "window",
+        "window",
+        "window",
+        "window",
+    ]
     assert cost.item_parts([TASK, A1], chat.VIEW) == ["task", "window"]  # no system prompt
     assert cost.new_items([2, 4, 6, 8]) == [2, 2, 2, 2]
 
@@ -68,8 +90,9 @@ def test_a_summary_merged_into_the_task_message_is_split_by_length():
     merged = {"role": "user", "content": [task, summary, after]}
     sizes = [len(json.dumps(p, ensure_ascii=False)) for p in (task, summary, after)]
     shares = cost.merged_summary(merged, "task")
-    assert shares == pytest.approx({"task": sizes[0] / sum(sizes), "summary": sizes[1] / sum(sizes),
-                                    "window": sizes[2] / sum(sizes)})
+    assert shares == pytest.approx(
+        {"task": sizes[0] / sum(sizes), "summary": sizes[1] / sum(sizes), "window": sizes[2] / sum(sizes)}
+    )
     assert cost.merged_summary(TASK, "task") == {"task": 1.0}
     assert cost.merged_summary(SUMMARY, "summary") == {"summary": 1.0}
     window = cost.Window([merged], [100], chat.VIEW)
@@ -77,8 +100,9 @@ def test_a_summary_merged_into_the_task_message_is_split_by_length():
 
 
 def test_the_parts_by_hand_at_openai_pricing():
-    parts = cost.breakdown(windows(), cost.new_items([len(r) for r in RAW]), tools=TOOLS, summaries=[CALL],
-                           pricing=OPENAI)
+    parts = cost.breakdown(
+        windows(), cost.new_items([len(r) for r in RAW]), tools=TOOLS, summaries=[CALL], pricing=OPENAI
+    )
     # turn 0: 30 new; turn 1: reads system 10 + task 20, 105 new; turn 2: reads 10 + 20 + A1 5, P1 (8) re-sent,
     # A2 + T2 new (55); turn 3: reads 10 + 20, SUMMARY + A2 + T2 re-sent (85), A3 + T3 new (45).
     assert parts["new"] == pytest.approx(30 + 105 + 55 + 45)
@@ -92,11 +116,13 @@ def test_the_parts_by_hand_at_openai_pricing():
 
 @pytest.mark.parametrize("pricing", [OPENAI, ANTHROPIC])
 def test_the_parts_sum_to_the_cache_cost_and_the_raw_parts_to_the_raw_cost(pricing):
-    parts = cost.breakdown(windows(), cost.new_items([len(r) for r in RAW]), tools=TOOLS, summaries=[CALL],
-                           pricing=pricing)
+    parts = cost.breakdown(
+        windows(), cost.new_items([len(r) for r in RAW]), tools=TOOLS, summaries=[CALL], pricing=pricing
+    )
     assert set(parts) == set(cost.COST_PARTS)
-    assert sum(parts.values()) == pytest.approx(metrics.cache_cost(FORWARDED, tokens(FORWARDED), TOOLS, summaries=[CALL],
-                                                                   pricing=pricing))
+    assert sum(parts.values()) == pytest.approx(
+        metrics.cache_cost(FORWARDED, tokens(FORWARDED), TOOLS, summaries=[CALL], pricing=pricing)
+    )
     raw = cost.raw_breakdown(tokens(RAW), pricing)
     assert sum(raw.values()) == pytest.approx(metrics.cache_cost(RAW, tokens(RAW), pricing=pricing))
     # every raw item is new once, at the write price: 10 + 20 + 5 + 100 + 5 + 50 + 5 + 40
@@ -112,8 +138,9 @@ def test_anthropic_pricing_charges_writes_at_a_quarter_more():
 
 
 def test_summed_gives_shares_of_the_raw_cost_the_floor_and_the_forwarded_parts():
-    costs = cost.conversation_costs(windows(), cost.new_items([len(r) for r in RAW]), tokens(RAW), tools=TOOLS,
-                                    summaries=[CALL])
+    costs = cost.conversation_costs(
+        windows(), cost.new_items([len(r) for r in RAW]), tokens(RAW), tools=TOOLS, summaries=[CALL]
+    )
     overall = cost.summed([costs, costs], [cost.forwarded_by_part(windows())] * 2)
     for name in PRICINGS:
         o = overall[name]
@@ -129,8 +156,13 @@ def test_summed_gives_shares_of_the_raw_cost_the_floor_and_the_forwarded_parts()
 
 
 def test_images_are_a_part_of_their_own():
-    shot = {"role": "user", "content": [{"type": "text", "text": "Screenshot."},
-                                        {"type": "image_url", "image_url": {"url": data_url(screenshot(1))}}]}
+    shot = {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "Screenshot."},
+            {"type": "image_url", "image_url": {"url": data_url(screenshot(1))}},
+        ],
+    }
     counts = message_tokens([SYSTEM, TASK, shot], counter_for_encoding("o200k_base"))
     window = cost.Window([SYSTEM, TASK, shot], counts, chat.VIEW)
     parts = window.by_part()

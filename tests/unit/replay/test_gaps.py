@@ -32,19 +32,42 @@ def test_exponential_gaps_have_their_mean():
     assert 37 < times[-1] / 20000 < 43
 
 
-@pytest.mark.parametrize("spec", ["", "soon", "-5s", "30x", "mix:30s,0.1", "mix:30s,1.5@60s", "mix:30s,x@60s",
-                                  "mix:30s,0.6@60s,0.6@70s", "exp:", "8d", "mix:30s,0.1@forever"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "",
+        "soon",
+        "-5s",
+        "30x",
+        "mix:30s,0.1",
+        "mix:30s,1.5@60s",
+        "mix:30s,x@60s",
+        "mix:30s,0.6@60s,0.6@70s",
+        "exp:",
+        "8d",
+        "mix:30s,0.1@forever",
+    ],
+)
 def test_bad_specs_say_what_is_expected(spec):
     with pytest.raises(gaps.GapsError):
         gaps.parse(spec)
 
 
 def test_trace_timestamps_win_when_every_turn_has_one():
-    messages = [{"role": "system"}, {"role": "user", "timestamp": 1000}, {"role": "assistant"},
-                {"role": "tool", "timestamp": "1970-01-01T00:20:00Z"}, {"role": "assistant"}]
+    messages = [
+        {"role": "system"},
+        {"role": "user", "timestamp": 1000},
+        {"role": "assistant"},
+        {"role": "tool", "timestamp": "1970-01-01T00:20:00Z"},
+        {"role": "assistant"},
+    ]
     assert gaps.trace_times(messages, [2, 4]) == [0, 200]
     assert gaps.trace_times([{"role": "user"}, {"role": "assistant"}], [1]) is None
-    backwards = [{"role": "user", "timestamp": 50}, {"role": "assistant"}, {"role": "user", "timestamp": 10},
-                 {"role": "assistant"}]
+    backwards = [
+        {"role": "user", "timestamp": 50},
+        {"role": "assistant"},
+        {"role": "user", "timestamp": 10},
+        {"role": "assistant"},
+    ]
     assert gaps.trace_times(backwards, [1, 3]) is None
     assert gaps.trace_times([{"role": "user", "timestamp": True}, {"role": "assistant"}], [1]) is None

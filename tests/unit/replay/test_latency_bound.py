@@ -38,7 +38,10 @@ def test_the_bound_is_below_the_policy_and_grows_with_the_lag():
 
 def test_within_the_trigger_costs_more_than_within_a_hard_limit():
     turns = growing(40)
-    assert lower_bound(turns, lag=3, summary_tokens=30).cost >= lower_bound(turns, lag=3, summary_tokens=30, limit=2_000).cost
+    assert (
+        lower_bound(turns, lag=3, summary_tokens=30).cost
+        >= lower_bound(turns, lag=3, summary_tokens=30, limit=2_000).cost
+    )
 
 
 def test_every_window_stays_within_the_trigger_and_summaries_are_used_lag_turns_late():
@@ -47,7 +50,7 @@ def test_every_window_stays_within_the_trigger_and_summaries_are_used_lag_turns_
         schedule = lower_bound(turns, lag=lag, summary_tokens=30)
         for j, cut in enumerate(schedule.cuts):
             start = turns[j].head if cut == NONE else turns[cut].tail
-            assert sum(turns[j].tokens[start:turns[j].tail]) <= turns[j].trigger
+            assert sum(turns[j].tokens[start : turns[j].tail]) <= turns[j].trigger
             assert cut == NONE or j - cut >= lag
 
 
@@ -90,9 +93,17 @@ def test_summary_latency_says_what_is_wrong_with_its_input(tmp_path):
     one.write_text(json.dumps({"id": "one", "messages": [{"role": "user", "content": "hi"}]}) + "\n")
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
-    for args, said in ((["--traces", str(one)], "no turn to compare"), (["--traces", str(empty)], "no conversations"),
-                       (["--traces", str(one), "--longest", "0"], "--longest"),
-                       (["--traces", str(one), "--lags=-1"], "--lags")):
-        done = subprocess.run([sys.executable, str(root / "bench" / "summary_latency.py"), *args],
-                              capture_output=True, text=True, timeout=120, cwd=root)
+    for args, said in (
+        (["--traces", str(one)], "no turn to compare"),
+        (["--traces", str(empty)], "no conversations"),
+        (["--traces", str(one), "--longest", "0"], "--longest"),
+        (["--traces", str(one), "--lags=-1"], "--lags"),
+    ):
+        done = subprocess.run(
+            [sys.executable, str(root / "bench" / "summary_latency.py"), *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=root,
+        )
         assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)

@@ -13,17 +13,40 @@ import pytest
 
 from proxy.cli import build_parser
 from proxy.replay.cli import live_run, live_usage_error
-from proxy.replay.live import (Arm, estimate_text, LiveError, PlannedTrace, PlannedTurn, Sent, chosen, confirm, estimate, plan,
-                               post, raw_url, record_of, retry_delay, setting_headers)
+from proxy.replay.live import (
+    Arm,
+    LiveError,
+    PlannedTrace,
+    PlannedTurn,
+    Sent,
+    chosen,
+    confirm,
+    estimate,
+    estimate_text,
+    plan,
+    post,
+    raw_url,
+    record_of,
+    retry_delay,
+    setting_headers,
+)
 from proxy.replay.live_journal import Journal
 from proxy.replay.live_report import figures
 from proxy.stats.prices import PriceTable
 
-CONV = {"id": "c1", "model": "gpt-4o-mini",
-        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"},
-                     {"role": "assistant", "content": "hello"}, {"role": "user", "content": "more"},
-                     {"role": "assistant", "content": "more text"}, {"role": "user", "content": "bye"},
-                     {"role": "assistant", "content": "bye"}]}
+CONV = {
+    "id": "c1",
+    "model": "gpt-4o-mini",
+    "messages": [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+        {"role": "user", "content": "more"},
+        {"role": "assistant", "content": "more text"},
+        {"role": "user", "content": "bye"},
+        {"role": "assistant", "content": "bye"},
+    ],
+}
 
 
 def args(*extra: str) -> argparse.Namespace:
@@ -43,7 +66,9 @@ def test_the_plan_takes_the_traces_model_and_the_first_turns():
     assert trace.turns[1].body == {"model": "gpt-4o-mini", "messages": CONV["messages"][:4]}
     assert all(t.input_tokens > 0 and t.output_tokens > 0 for t in trace.turns)
     [forced] = plan([CONV], format="anthropic", model="claude-sonnet-4", sample=None, seed=0, max_turns=None)
-    assert forced.model == "claude-sonnet-4" and len(forced.turns) == 3 and forced.turns[0].body["system"] == "Be brief."
+    assert (
+        forced.model == "claude-sonnet-4" and len(forced.turns) == 3 and forced.turns[0].body["system"] == "Be brief."
+    )
     with pytest.raises(LiveError, match="names no model: pass --model"):
         plan([{**CONV, "model": None}], format="chat", model=None, sample=None, seed=0, max_turns=None)
 
@@ -54,8 +79,12 @@ def test_the_estimate_prices_the_raw_arm_and_skips_what_is_answered(tmp_path):
     e = estimate([trace], journal, PriceTable())
     assert (e.requests, e.input_tokens, e.output_tokens, e.skipped) == (4, 3000, 110, 0)
     assert e.usd_per_arm == pytest.approx((3000 * 2.5 + 110 * 10) / 1e6)
-    journal.append({"kind": "turn", "position": 0, "trace": "c1", "turn": 1, "arm": "raw", "config": "r", "status": 200})
-    journal.append({"kind": "turn", "position": 0, "trace": "c1", "turn": 2, "arm": "raw", "config": "r", "status": 503})
+    journal.append(
+        {"kind": "turn", "position": 0, "trace": "c1", "turn": 1, "arm": "raw", "config": "r", "status": 200}
+    )
+    journal.append(
+        {"kind": "turn", "position": 0, "trace": "c1", "turn": 2, "arm": "raw", "config": "r", "status": 503}
+    )
     e = estimate([trace], journal, PriceTable())
     assert (e.requests, e.input_tokens, e.skipped) == (3, 2000, 1)  # a failed turn is sent again
     assert (e.proxy_input_tokens, e.proxy_output_tokens) == (3000, 110)  # bounded by the raw history of its turns
@@ -65,7 +94,9 @@ def test_a_run_whose_raw_arm_is_answered_still_estimates_the_proxy_arm(tmp_path)
     """A rerun with new proxy settings reuses every raw answer: its cost is the proxy arm's, not $0."""
     trace = PlannedTrace(0, "c1", "gpt-4o", (PlannedTurn(1, {}, 1000, 100),))
     journal = Journal.open(tmp_path, {"raw": "r", "proxy": "p"})
-    journal.append({"kind": "turn", "position": 0, "trace": "c1", "turn": 1, "arm": "raw", "config": "r", "status": 200})
+    journal.append(
+        {"kind": "turn", "position": 0, "trace": "c1", "turn": 1, "arm": "raw", "config": "r", "status": 200}
+    )
     e = estimate([trace], journal, PriceTable())
     assert (e.requests, e.usd_per_arm) == (1, 0.0) and e.proxy_usd == pytest.approx((1000 * 2.5 + 100 * 10) / 1e6)
     text = estimate_text(e, traces=1, turns=1, upstream="u", proxy="p")
@@ -95,7 +126,11 @@ def test_retry_after_is_honoured_and_capped():
         return httpx2.Response(429, headers={"retry-after": value} if value is not None else {})
 
     assert retry_delay(response("2"), 0) == 2.0 and retry_delay(response("9999"), 0) == 60.0
-    assert retry_delay(response("soon"), 1) == 2.0 and retry_delay(None, 5) == 4.0 and retry_delay(response(None), 0) == 1.0
+    assert (
+        retry_delay(response("soon"), 1) == 2.0
+        and retry_delay(None, 5) == 4.0
+        and retry_delay(response(None), 0) == 1.0
+    )
 
 
 def test_post_retries_429_and_5xx_then_gives_the_last_answer():
@@ -127,46 +162,80 @@ def test_post_retries_429_and_5xx_then_gives_the_last_answer():
 def test_a_record_holds_the_action_the_bill_and_the_proxys_headers():
     trace = PlannedTrace(0, "c1", "gpt-4o", (PlannedTurn(1, {}, 10, 1),))
     arm = Arm("proxy", "http://p/v1/chat/completions", {}, "cfg")
-    answer = {"choices": [{"message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
-              "usage": {"prompt_tokens": 1000, "completion_tokens": 100,
-                        "prompt_tokens_details": {"cached_tokens": 400}}}
+    answer = {
+        "choices": [{"message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 1000, "completion_tokens": 100, "prompt_tokens_details": {"cached_tokens": 400}},
+    }
     response = httpx2.Response(200, json=answer, headers={"x-offload-action": "compact"})
-    record = record_of(Sent(response, 1), arm=arm, trace=trace, turn=trace.turns[0], format="chat",
-                       price=PriceTable().price("gpt-4o"))
+    record = record_of(
+        Sent(response, 1), arm=arm, trace=trace, turn=trace.turns[0], format="chat", price=PriceTable().price("gpt-4o")
+    )
     assert record["action"] == {"calls": [], "text": "hi", "finish": "stop"} and record["offload_action"] == "compact"
     assert record["bill"]["uncached"] == 600 and record["bill"]["cache_read"] == 400
     assert record["usd"] == pytest.approx((600 * 2.5 + 400 * 1.25 + 100 * 10) / 1e6)
-    bad = record_of(Sent(httpx2.Response(200, json={"choices": []}), 1), arm=arm, trace=trace, turn=trace.turns[0],
-                    format="chat", price=PriceTable().price("gpt-4o"))
+    bad = record_of(
+        Sent(httpx2.Response(200, json={"choices": []}), 1),
+        arm=arm,
+        trace=trace,
+        turn=trace.turns[0],
+        format="chat",
+        price=PriceTable().price("gpt-4o"),
+    )
     assert bad["status"] == -1 and "unreadable answer" in bad["error"]
-    refused = record_of(Sent(httpx2.Response(401, json={"error": {"message": "bad key"}}), 1), arm=arm, trace=trace,
-                        turn=trace.turns[0], format="chat", price=PriceTable().price("gpt-4o"))
+    refused = record_of(
+        Sent(httpx2.Response(401, json={"error": {"message": "bad key"}}), 1),
+        arm=arm,
+        trace=trace,
+        turn=trace.turns[0],
+        format="chat",
+        price=PriceTable().price("gpt-4o"),
+    )
     assert refused["status"] == 401 and refused["error"] == "HTTP 401: bad key"
 
 
 def test_an_error_quoting_the_key_where_the_message_is_cut_keeps_no_part_of_it():
     from proxy.replay.target import MAX_ERROR
+
     trace = PlannedTrace(0, "c1", "gpt-4o", (PlannedTurn(1, {}, 10, 1),))
     arm = Arm("raw", "http://u/v1/chat/completions", {}, "cfg")
     key = "sk-" + "S" * 60
     message = "x" * (MAX_ERROR - 40) + f" key: {key}"  # the cut falls inside the key
-    record = record_of(Sent(httpx2.Response(401, json={"error": {"message": message}}), 1), arm=arm, trace=trace,
-                       turn=trace.turns[0], format="chat", price=PriceTable().price("gpt-4o"), api_key=key)
+    record = record_of(
+        Sent(httpx2.Response(401, json={"error": {"message": message}}), 1),
+        arm=arm,
+        trace=trace,
+        turn=trace.turns[0],
+        format="chat",
+        price=PriceTable().price("gpt-4o"),
+        api_key=key,
+    )
     assert "sk-SSS" not in record["error"] and "SSSSS" not in record["error"]
 
 
 def rec(arm: str, *, status: int = 200, calls=(), text: str = "", finish: str = "stop", usd: float = 0.01) -> dict:
-    return {"arm": arm, "trace": "t", "turn": 1, "status": status, "usd": usd, "error": None if status == 200 else "x",
-            "bill": {"uncached": 100, "output": 10, "answers": 1},
-            "action": {"calls": [{"name": n, "arguments": a} for n, a in calls], "text": text, "finish": finish}
-            if status == 200 else None}
+    return {
+        "arm": arm,
+        "trace": "t",
+        "turn": 1,
+        "status": status,
+        "usd": usd,
+        "error": None if status == 200 else "x",
+        "bill": {"uncached": 100, "output": 10, "answers": 1},
+        "action": {"calls": [{"name": n, "arguments": a} for n, a in calls], "text": text, "finish": finish}
+        if status == 200
+        else None,
+    }
 
 
 def test_figures_count_failed_turns_and_compare_the_rest():
-    same = (rec("raw", calls=[("read", '{"p": 1}')], finish="tool_calls"),
-            rec("proxy", calls=[("read", '{"p": 1}')], finish="tool_calls", usd=0.005))
-    other = (rec("raw", calls=[("read", '{"p": 1}')], finish="tool_calls"),
-             rec("proxy", calls=[("read", '{"p": 2}')], finish="tool_calls", usd=0.005))
+    same = (
+        rec("raw", calls=[("read", '{"p": 1}')], finish="tool_calls"),
+        rec("proxy", calls=[("read", '{"p": 1}')], finish="tool_calls", usd=0.005),
+    )
+    other = (
+        rec("raw", calls=[("read", '{"p": 1}')], finish="tool_calls"),
+        rec("proxy", calls=[("read", '{"p": 2}')], finish="tool_calls", usd=0.005),
+    )
     failed = (rec("raw"), {**rec("proxy", status=500), "reload_rounds": "x"})
     same[1]["reload_rounds"] = "2"
     f = figures([same, other, failed, (None, None)], measured={"turn": 0.008, "summary": 0.002, "keepalive": 0.0})
@@ -187,9 +256,14 @@ def test_the_arguments(monkeypatch):
     assert live_usage_error(args("--max-turns", "2")) == "--max-turns apply to --live only"
     assert live_usage_error(args("--live")).startswith("--live needs --api-key")
     assert "--redis-url" in live_usage_error(args("--live", "--api-key", "k", "--redis-url", "redis://x"))
-    assert "--upstream" in live_usage_error(args("--live", "--api-key", "k", "--upstream", "http://x/v1/chat/completions"))
+    assert "--upstream" in live_usage_error(
+        args("--live", "--api-key", "k", "--upstream", "http://x/v1/chat/completions")
+    )
     assert "--prices" in live_usage_error(args("--live", "--api-key", "k", "--prices", "gpt-4o=x"))
-    assert live_usage_error(args("--live", "--api-key", "k", "--target", "http://127.0.0.1:1", "--max-total-tokens", "9")) is None
+    assert (
+        live_usage_error(args("--live", "--api-key", "k", "--target", "http://127.0.0.1:1", "--max-total-tokens", "9"))
+        is None
+    )
     with pytest.raises(SystemExit):
         args("--live", "--sample", "0")
     run = live_run(args("--live", "--api-key", "k", "--format", "anthropic", "--max-total-tokens", "3000"))
@@ -222,9 +296,21 @@ def test_an_output_that_is_a_file_is_refused_before_anything_is_sent(tmp_path):
     traces = tmp_path / "t.jsonl"
     traces.write_text(json.dumps(CONV) + "\n")
     (tmp_path / "out").write_text("not a folder")
-    run = LiveRun(file=traces, out=tmp_path / "out", format="chat", upstream="http://127.0.0.1:9/v1", target=None,
-                  api_key="k", model=None, settings={}, sample=None, seed=0, max_turns=None, yes=True,
-                  prices=PriceTable())
+    run = LiveRun(
+        file=traces,
+        out=tmp_path / "out",
+        format="chat",
+        upstream="http://127.0.0.1:9/v1",
+        target=None,
+        api_key="k",
+        model=None,
+        settings={},
+        sample=None,
+        seed=0,
+        max_turns=None,
+        yes=True,
+        prices=PriceTable(),
+    )
     with pytest.raises(LiveError, match="--out .*cannot use it"):
         asyncio.run(run_live(run, stdin=io.StringIO(), stdout=io.StringIO()))
 
@@ -274,6 +360,7 @@ async def _answer_of(raw: bytes) -> Sent:
 
 def test_a_trace_id_with_dot_segments_never_moves_the_session_bill_off_its_path():
     from proxy.replay.live import session_bill
+
     seen: list[str] = []
 
     def handler(request: httpx2.Request) -> httpx2.Response:
@@ -282,8 +369,13 @@ def test_a_trace_id_with_dot_segments_never_moves_the_session_bill_off_its_path(
 
     async def go() -> None:
         async with httpx2.AsyncClient(transport=httpx2.MockTransport(handler)) as client:
-            await session_bill(client, "http://proxy.test/prefix", session="live-x-0-/../../../../../admin",
-                               headers={"authorization": "Bearer sk-k"}, turns=1)
+            await session_bill(
+                client,
+                "http://proxy.test/prefix",
+                session="live-x-0-/../../../../../admin",
+                headers={"authorization": "Bearer sk-k"},
+                turns=1,
+            )
 
     asyncio.run(go())
     assert seen[0] == "/prefix/v1/offload/sessions/live-x-0-%2F..%2F..%2F..%2F..%2F..%2Fadmin"

@@ -8,15 +8,25 @@ import json
 
 import pytest
 
-from proxy.replay.live_compare import (Action, AnswerError, Call, action_of, arguments_similarity, compare, flattened,
-                                       text_similarity)
+from proxy.replay.live_compare import (
+    Action,
+    AnswerError,
+    Call,
+    action_of,
+    arguments_similarity,
+    compare,
+    flattened,
+    text_similarity,
+)
 
 
 def chat(content=None, *, calls=(), finish="stop"):
     message = {"role": "assistant", "content": content}
     if calls:
-        message["tool_calls"] = [{"id": f"c{i}", "type": "function", "function": {"name": n, "arguments": a}}
-                                 for i, (n, a) in enumerate(calls)]
+        message["tool_calls"] = [
+            {"id": f"c{i}", "type": "function", "function": {"name": n, "arguments": a}}
+            for i, (n, a) in enumerate(calls)
+        ]
     return {"choices": [{"index": 0, "message": message, "finish_reason": finish}]}
 
 
@@ -27,19 +37,27 @@ def test_a_chat_completion():
 
 
 def test_a_responses_response():
-    answer = {"status": "completed", "output": [
-        {"type": "reasoning", "summary": []},
-        {"type": "message", "content": [{"type": "output_text", "text": "Reading."}]},
-        {"type": "function_call", "name": "read", "arguments": '{"path": "a.py"}', "call_id": "x"}]}
+    answer = {
+        "status": "completed",
+        "output": [
+            {"type": "reasoning", "summary": []},
+            {"type": "message", "content": [{"type": "output_text", "text": "Reading."}]},
+            {"type": "function_call", "name": "read", "arguments": '{"path": "a.py"}', "call_id": "x"},
+        ],
+    }
     assert action_of(answer, "responses") == Action((Call("read", '{"path": "a.py"}'),), "Reading.", "function_call")
     cut = {"status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"}, "output": []}
     assert action_of(cut, "responses").finish == "max_output_tokens"
 
 
 def test_an_anthropic_message():
-    answer = {"content": [{"type": "text", "text": "On it."},
-                          {"type": "tool_use", "id": "t", "name": "bash", "input": {"b": 1, "a": "x"}}],
-              "stop_reason": "tool_use"}
+    answer = {
+        "content": [
+            {"type": "text", "text": "On it."},
+            {"type": "tool_use", "id": "t", "name": "bash", "input": {"b": 1, "a": "x"}},
+        ],
+        "stop_reason": "tool_use",
+    }
     action = action_of(answer, "anthropic")
     assert action.calls[0].name == "bash" and json.loads(action.calls[0].arguments) == {"a": "x", "b": 1}
     assert (action.text, action.finish) == ("On it.", "tool_use")
@@ -51,9 +69,17 @@ def test_tool_calls_of_the_wrong_type_are_no_calls(tool_calls):
     assert action_of(answer, "chat") == Action((), "x", "stop")
 
 
-@pytest.mark.parametrize("answer, format", [([], "chat"), ({"choices": []}, "chat"), ({"choices": [{}]}, "chat"),
-                                            ({"output": "x"}, "responses"), ({"content": None}, "anthropic"),
-                                            ("text", "anthropic")])
+@pytest.mark.parametrize(
+    "answer, format",
+    [
+        ([], "chat"),
+        ({"choices": []}, "chat"),
+        ({"choices": [{}]}, "chat"),
+        ({"output": "x"}, "responses"),
+        ({"content": None}, "anthropic"),
+        ("text", "anthropic"),
+    ],
+)
 def test_an_answer_without_a_next_action_is_an_error(answer, format):
     with pytest.raises(AnswerError):
         action_of(answer, format)
@@ -66,7 +92,12 @@ def test_an_action_survives_the_journal():
 
 def test_flattened_json_is_paths_and_normalised_values():
     assert flattened({"a": {"b": [1, "x  y\n"]}, "c": True, "d": [], "e": {}}) == {
-        ("$.a.b[0]", "1"), ("$.a.b[1]", "x y"), ("$.c", "true"), ("$.d", "[]"), ("$.e", "{}")}
+        ("$.a.b[0]", "1"),
+        ("$.a.b[1]", "x y"),
+        ("$.c", "true"),
+        ("$.d", "[]"),
+        ("$.e", "{}"),
+    }
 
 
 def test_argument_similarity():
@@ -75,7 +106,9 @@ def test_argument_similarity():
     assert arguments_similarity('{"a": 1}', '{"c": 2}') == 0.0
     assert arguments_similarity("{}", "{}") == 1.0
     # not JSON: compared as text
-    assert arguments_similarity("ls -la", "ls -l") == pytest.approx(difflib.SequenceMatcher(None, "ls -la", "ls -l").ratio())
+    assert arguments_similarity("ls -la", "ls -l") == pytest.approx(
+        difflib.SequenceMatcher(None, "ls -la", "ls -l").ratio()
+    )
 
 
 def test_text_similarity_is_difflibs_ratio_whitespace_collapsed():
@@ -100,5 +133,9 @@ def test_agreement_is_the_same_tools_arguments_and_finish_not_the_text():
     text_only = compare(Action((), "Done.", "stop"), Action((), "Finished.", "stop"))
     assert text_only.agree and text_only.argument_similarity is None and text_only.same_tools
     assert compare(Action((), "Done.", "stop"), a).as_dict() == {
-        "same_tools": False, "argument_similarity": 0.0, "text_similarity": round(text_similarity("Done.", "Reading a."), 4),
-        "same_finish": False, "agree": False}
+        "same_tools": False,
+        "argument_similarity": 0.0,
+        "text_similarity": round(text_similarity("Done.", "Reading a."), 4),
+        "same_finish": False,
+        "agree": False,
+    }

@@ -9,8 +9,16 @@ from proxy.replay.live_journal import FILE, Journal, arm_config
 
 
 def turn(arm: str, config: str, turn: int = 1, **extra) -> dict:
-    return {"kind": "turn", "position": 0, "trace": "t", "turn": turn, "arm": arm, "config": config, "status": 200,
-            **extra}
+    return {
+        "kind": "turn",
+        "position": 0,
+        "trace": "t",
+        "turn": turn,
+        "arm": arm,
+        "config": config,
+        "status": 200,
+        **extra,
+    }
 
 
 def test_the_configuration_hash_is_stable_and_sees_every_value():
@@ -41,30 +49,69 @@ def test_another_configurations_answers_are_kept_apart(tmp_path):
 
 def test_the_last_record_of_a_turn_wins_and_torn_lines_are_skipped(tmp_path):
     path = tmp_path / FILE
-    lines = [json.dumps(turn("raw", "r1", status=503)), json.dumps(turn("raw", "r1", status=200)), '{"kind": "tu',
-             json.dumps({"kind": "turn"}), json.dumps({"kind": "other", "arm": "raw", "config": "r1"}),
-             json.dumps(turn("raw", "r1", turn=2, action={"calls": 3})), "[1]",
-             json.dumps({"kind": "session", "position": 0, "trace": "t", "arm": "proxy", "config": "p1",
-                         "calls": {"turn": {"uncached": "many"}}})]
+    lines = [
+        json.dumps(turn("raw", "r1", status=503)),
+        json.dumps(turn("raw", "r1", status=200)),
+        '{"kind": "tu',
+        json.dumps({"kind": "turn"}),
+        json.dumps({"kind": "other", "arm": "raw", "config": "r1"}),
+        json.dumps(turn("raw", "r1", turn=2, action={"calls": 3})),
+        "[1]",
+        json.dumps(
+            {
+                "kind": "session",
+                "position": 0,
+                "trace": "t",
+                "arm": "proxy",
+                "config": "p1",
+                "calls": {"turn": {"uncached": "many"}},
+            }
+        ),
+    ]
     path.write_text("\n".join(lines) + "\n")
     journal = Journal.open(tmp_path, {"raw": "r1", "proxy": "p1"})
     assert journal.done(position=0, trace="t", turn=1, arm="raw")["status"] == 200
-    assert journal.unreadable == 6 and journal.sessions == {} and journal.done(position=0, trace="t", turn=2, arm="raw") is None
+    assert (
+        journal.unreadable == 6
+        and journal.sessions == {}
+        and journal.done(position=0, trace="t", turn=2, arm="raw") is None
+    )
 
 
 def test_a_turn_record_whose_figures_are_of_the_wrong_type_is_unreadable_not_a_failed_report(tmp_path):
     from proxy.replay.live_report import figures
 
-    good = {"action": {"calls": [], "text": "hi", "finish": "stop"}, "bill": {"uncached": 5, "output": 1, "answers": 1},
-            "usd": 0.25}
-    bad = [{"usd": "lots"}, {"usd": True}, {"bill": "x"}, {"bill": {"uncached": "many"}}, {"offload_action": ["a"]},
-           {"reload_rounds": {"n": 1}}, {"status": "200"}, {"error": {"no": 1}}, {"usd": float("nan")}]
+    good = {
+        "action": {"calls": [], "text": "hi", "finish": "stop"},
+        "bill": {"uncached": 5, "output": 1, "answers": 1},
+        "usd": 0.25,
+    }
+    bad = [
+        {"usd": "lots"},
+        {"usd": True},
+        {"bill": "x"},
+        {"bill": {"uncached": "many"}},
+        {"offload_action": ["a"]},
+        {"reload_rounds": {"n": 1}},
+        {"status": "200"},
+        {"error": {"no": 1}},
+        {"usd": float("nan")},
+    ]
     path = tmp_path / FILE
-    path.write_text("\n".join(json.dumps(turn("raw", "r1", turn=i + 1, **{**good, **b})) for i, b in enumerate(bad))
-                    + "\n" + json.dumps(turn("proxy", "p1", turn=1, **good)) + "\n")
+    path.write_text(
+        "\n".join(json.dumps(turn("raw", "r1", turn=i + 1, **{**good, **b})) for i, b in enumerate(bad))
+        + "\n"
+        + json.dumps(turn("proxy", "p1", turn=1, **good))
+        + "\n"
+    )
     journal = Journal.open(tmp_path, {"raw": "r1", "proxy": "p1"})
     assert journal.unreadable == len(bad)
-    pairs = [(journal.done(position=0, trace="t", turn=i + 1, arm="raw"),
-              journal.done(position=0, trace="t", turn=i + 1, arm="proxy")) for i in range(len(bad))]
+    pairs = [
+        (
+            journal.done(position=0, trace="t", turn=i + 1, arm="raw"),
+            journal.done(position=0, trace="t", turn=i + 1, arm="proxy"),
+        )
+        for i in range(len(bad))
+    ]
     result = figures(pairs)
     assert result["proxy"]["usd"] == 0.25 and result["failed_raw"] == len(bad)

@@ -18,8 +18,12 @@ class Conv:  # what `overall` needs of a replayed conversation, here: its figure
 def overall(convs):
     kept, found = sum(c.kept for c in convs), sum(c.found for c in convs)
     cost, raw = sum(c.cost for c in convs), sum(c.raw for c in convs)
-    return {"recall": found / kept if kept else 1.0, "cache_cost_ratio": cost / raw if raw else 1.0,
-            "prefix_reuse": 0.95, "forwarded_ratio": cost / raw if raw else 1.0}
+    return {
+        "recall": found / kept if kept else 1.0,
+        "cache_cost_ratio": cost / raw if raw else 1.0,
+        "prefix_reuse": 0.95,
+        "forwarded_ratio": cost / raw if raw else 1.0,
+    }
 
 
 def test_framework_of_reads_the_trace():
@@ -29,10 +33,12 @@ def test_framework_of_reads_the_trace():
 
 
 def test_choose_takes_the_knee_within_the_prefix_budget():
-    rows = [{"recall": 0.86, "cache_cost_ratio": 0.46, "prefix_reuse": 0.95},
-            {"recall": 0.92, "cache_cost_ratio": 0.68, "prefix_reuse": 0.975},  # +0.06 recall for +0.22 cost
-            {"recall": 0.84, "cache_cost_ratio": 0.30, "prefix_reuse": 0.90},  # best score, too little reuse
-            {"recall": 0.88, "cache_cost_ratio": 0.48, "prefix_reuse": 0.95}]  # +0.02 for +0.02: worth it
+    rows = [
+        {"recall": 0.86, "cache_cost_ratio": 0.46, "prefix_reuse": 0.95},
+        {"recall": 0.92, "cache_cost_ratio": 0.68, "prefix_reuse": 0.975},  # +0.06 recall for +0.22 cost
+        {"recall": 0.84, "cache_cost_ratio": 0.30, "prefix_reuse": 0.90},  # best score, too little reuse
+        {"recall": 0.88, "cache_cost_ratio": 0.48, "prefix_reuse": 0.95},
+    ]  # +0.02 for +0.02: worth it
     assert lofo.choose(rows) == 3
     assert lofo.choose(rows, cost_weight=0.0) == 1  # the highest recall
     assert lofo.choose(rows, prefix_budget=0.99) == 2  # none keeps it: all are candidates

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
+from proxy.core.markers import INJECTED_TOOLS
 from proxy.formats import chat
 from proxy.formats.responses.from_chat import items_from_chat
 from proxy.formats.responses.items import ResponsesView
-from proxy.core.markers import INJECTED_TOOLS
 from proxy.replay import metrics
 from proxy.replay.metrics import SummaryCall, cache_cost, identifiers, item_text, percentile
 from proxy.replay.runner import answers_of
@@ -21,17 +21,30 @@ def call(name: str, arguments: dict, id: str) -> dict:
 
 SYSTEM = {"role": "system", "content": "You are an agent. Use the tools."}
 USER = {"role": "user", "content": "Fix the bug in parse_config, see issue 4521."}
-A0 = {"role": "assistant", "content": "Let me look.", "tool_calls": [call("bash", {"cmd": "grep -rn parse_config src"}, "c1")]}
-T0 = {"role": "tool", "tool_call_id": "c1",
-      "content": "src/app/config.py:12: def parse_config(path):\nsrc/app/loader.py:40: value = read_yaml(path)"}
-A1 = {"role": "assistant", "content": "parse_config is in src/app/config.py; it calls read_yaml.",
-      "tool_calls": [call("bash", {"cmd": "cat src/app/loader.py"}, "c2")]}
+A0 = {
+    "role": "assistant",
+    "content": "Let me look.",
+    "tool_calls": [call("bash", {"cmd": "grep -rn parse_config src"}, "c1")],
+}
+T0 = {
+    "role": "tool",
+    "tool_call_id": "c1",
+    "content": "src/app/config.py:12: def parse_config(path):\nsrc/app/loader.py:40: value = read_yaml(path)",
+}
+A1 = {
+    "role": "assistant",
+    "content": "parse_config is in src/app/config.py; it calls read_yaml.",
+    "tool_calls": [call("bash", {"cmd": "cat src/app/loader.py"}, "c2")],
+}
 T1 = {"role": "tool", "tool_call_id": "c2", "content": "def read_yaml(path):\n    return load_file(path, 8080)"}
 A2 = {"role": "assistant", "content": "load_file gets port 8080 from src/app/config.py"}
 HISTORY = [SYSTEM, USER, A0, T0, A1, T1, A2]
 # What turn 2 forwards: T1 compacted to a preview that kept load_file but not 8080.
-T1_COMPACTED = {"role": "tool", "tool_call_id": "c2",
-                "content": "[offloaded tool result: 20 tokens, ref=abc]\ndef read_yaml(path):\n    return load_file(…"}
+T1_COMPACTED = {
+    "role": "tool",
+    "tool_call_id": "c2",
+    "content": "[offloaded tool result: 20 tokens, ref=abc]\ndef read_yaml(path):\n    return load_file(…",
+}
 FORWARDED = [HISTORY[:2], HISTORY[:4], [*HISTORY[:5], T1_COMPACTED]]
 # By hand, per turn (the request of turn k is everything before assistant message k):
 #  turn 0 (A0): writes {parse_config}; no tool result yet                        -> kept 0
@@ -100,8 +113,11 @@ def test_an_identifier_an_earlier_user_message_named_is_not_counted():
 
 def test_found_only_verbatim_in_the_forwarded_text():
     tool = {"role": "tool", "tool_call_id": "c1", "content": "error in module_a/io_helpers.py line 4410"}
-    answer = {"role": "assistant", "content": "", "tool_calls": [call("edit", {"path": "module_a/io_helpers.py",
-                                                                              "line": 4410}, "c2")]}
+    answer = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [call("edit", {"path": "module_a/io_helpers.py", "line": 4410}, "c2")],
+    }
     history = [USER, A0, tool, answer]
     summary = {"role": "user", "content": "<state_snapshot>edited module_a/io_helpers.py</state_snapshot>"}
     for forwarded, found in ((history[:3], 2), ([USER, summary], 1), ([USER], 0)):

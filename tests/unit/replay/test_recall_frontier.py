@@ -16,11 +16,28 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def test_recall_frontier_writes_its_chart_and_table(tmp_path):
     traces = tmp_path / "traces.jsonl"
-    traces.write_text("".join(json.dumps({**conversation(), "id": f"t{i}", "framework": framework}) + "\n"
-                              for i, framework in enumerate(["agent-a", "agent-b"])))
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "recall_frontier.py"), "--traces", str(traces),
-                           "--out", str(tmp_path / "out"), "--first", "3"], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT)
+    traces.write_text(
+        "".join(
+            json.dumps({**conversation(), "id": f"t{i}", "framework": framework}) + "\n"
+            for i, framework in enumerate(["agent-a", "agent-b"])
+        )
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "recall_frontier.py"),
+            "--traces",
+            str(traces),
+            "--out",
+            str(tmp_path / "out"),
+            "--first",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     written = json.loads((tmp_path / "out" / "recall_frontier.json").read_text())
     rows = written["settings"]

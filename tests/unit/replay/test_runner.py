@@ -52,7 +52,14 @@ async def test_a_responses_turn_is_compacted_and_compressed_in_the_responses_sha
     conv = conversation()
     store, upstream = SQLiteStore(tmp_path), upstream_for(None)
     try:
-        replayer = Replayer(store, OffloadSettings(max_total_tokens=1500, max_tool_message_tokens=300), upstream, headers=[], model="gpt-4o", format="responses")
+        replayer = Replayer(
+            store,
+            OffloadSettings(max_total_tokens=1500, max_tool_message_tokens=300),
+            upstream,
+            headers=[],
+            model="gpt-4o",
+            format="responses",
+        )
         request = requests_of(conv, "responses")[0][-1]
         counter = replayer.json_counter
         prepared = (await replayer._turn(request, replay_namespace(0, "c"))).prepared
@@ -64,8 +71,9 @@ async def test_a_responses_turn_is_compacted_and_compressed_in_the_responses_sha
     assert all(isinstance(item, dict) and item.get("type") for item in sent)  # no chat message slipped in
     summaries = [item for item in sent if history_ref(replayer.view.text(item) or "")]
     assert summaries == [replayer.view.summary_item(replayer.view.text(summaries[0]))]
-    assert counter.messages(sent) <= budget(sent, requests_of(conv, "responses")[1], replayer.settings, counter=counter,
-                                            view=replayer.view)
+    assert counter.messages(sent) <= budget(
+        sent, requests_of(conv, "responses")[1], replayer.settings, counter=counter, view=replayer.view
+    )
 
 
 @pytest.mark.parametrize("cuts", [True, False])
@@ -80,18 +88,27 @@ async def test_with_a_clock_each_turn_is_cut_knowing_when_the_session_last_sent(
     monkeypatch.setattr(Replayer, "_turn", turn)
     store, upstream = SQLiteStore(tmp_path), upstream_for(None)
     try:
-        replayer = Replayer(store, OffloadSettings(), upstream, headers=[], model="claude-sonnet-4-5",
-                            format="anthropic", pricing="anthropic", gaps=parse("400s"), cache_cuts=cuts)
+        replayer = Replayer(
+            store,
+            OffloadSettings(),
+            upstream,
+            headers=[],
+            model="claude-sonnet-4-5",
+            format="anthropic",
+            pricing="anthropic",
+            gaps=parse("400s"),
+            cache_cuts=cuts,
+        )
         out = await replayer.conversation(conversation(steps=4))
     finally:
         await upstream.aclose()
         await store.close()
-    cold = seen[:out.turns]  # the steady pass afterwards runs without a clock
+    cold = seen[: out.turns]  # the steady pass afterwards runs without a clock
     if not cuts:
         assert cold == [None] * out.turns
     else:
         assert cold[0].sent is None and not cold[0].cold  # the first turn: nothing sent yet
         assert [c.now for c in cold] == [400.0 * k for k in range(out.turns)]
         assert all(c.cold and c.sent.turns == k and c.sent.at == 400.0 * (k - 1) for k, c in enumerate(cold) if k)
-    assert seen[out.turns:] == [None] * out.turns
+    assert seen[out.turns :] == [None] * out.turns
     assert out.bill is not None and set(out.bill["keepalive_sweep"]) == {str(m) for m in bill.KEEPALIVE_SWEEP}

@@ -12,9 +12,9 @@ import pytest
 
 from proxy.config import ServerSettings
 from proxy.core.settings import OffloadSettings
+from proxy.offload.summarizer import DEFAULT_PROMPT
 from proxy.replay.cli import add_format_argument
 from proxy.replay.report import report_dict, table
-from proxy.offload.summarizer import DEFAULT_PROMPT
 from proxy.replay.runner import Replayer, replay_namespace, requests_of, upstream_for
 from proxy.replay.simulation import SummaryRecorder, fake_summarizer, recording, request_items
 from proxy.store.sqlite import SQLiteStore
@@ -24,8 +24,13 @@ from tests.unit.replay.test_runner import conversation
 pytestmark = pytest.mark.anyio
 
 URL = "http://fake-summariser.invalid/v1/chat/completions"
-BODY = {"model": "m", "messages": [{"role": "system", "content": "Summarise."},
-                                   {"role": "user", "content": "[user]\nfix it\n\n[tool]\nerror: boom"}]}
+BODY = {
+    "model": "m",
+    "messages": [
+        {"role": "system", "content": "Summarise."},
+        {"role": "user", "content": "[user]\nfix it\n\n[tool]\nerror: boom"},
+    ],
+}
 
 
 async def send(transport: httpx2.AsyncBaseTransport, body: dict, url: str = URL) -> httpx2.Response:
@@ -39,8 +44,9 @@ async def test_the_fake_summariser_answers_after_its_delay_and_builds_a_snapshot
     response = await answered
     content = json.loads(await response.aread())["choices"][0]["message"]["content"]
     assert content.startswith("<state_snapshot>") and "error: boom" in content
-    answer = json.loads(await (await send(fake_summarizer(), {"input": "x"}, URL.replace("chat/completions",
-                                                                                           "responses"))).aread())
+    answer = json.loads(
+        await (await send(fake_summarizer(), {"input": "x"}, URL.replace("chat/completions", "responses"))).aread()
+    )
     assert answer["output"][0]["content"][0]["text"].startswith("<state_snapshot>")
 
 
@@ -50,15 +56,17 @@ async def test_summary_requests_are_recorded_for_their_turn_even_from_another_co
     await send(recorder, BODY)
     tools = [{"type": "function", "function": {"name": "bash"}}]
     # a task started in a context of its own (a background scheduler's): the turn being replayed
-    await asyncio.get_running_loop().create_task(send(recorder, {**BODY, "tools": tools}),
-                                                 context=contextvars.Context())
+    await asyncio.get_running_loop().create_task(
+        send(recorder, {**BODY, "tools": tools}), context=contextvars.Context()
+    )
     recording(None)  # e.g. the steady pass: nothing recorded
     await send(recorder, BODY)
     assert [(turn, body.get("tools")) for turn, body, _ in sink] == [(3, None), (3, tools)]
     assert request_items(sink[1][1]) == (BODY["messages"], tools)
     assert request_items({"instructions": "be brief", "input": "hi"})[0] == [
         {"type": "message", "role": "system", "content": [{"type": "input_text", "text": "be brief"}]},
-        {"role": "user", "content": "hi"}]
+        {"role": "user", "content": "hi"},
+    ]
 
 
 def quoting_conversation() -> dict:
@@ -67,8 +75,9 @@ def quoting_conversation() -> dict:
     offloaded original)."""
     conv = conversation()
     for i in range(2, 8):
-        conv["messages"][2 + 2 * i]["content"] = (f"Looking at src/step{i - 2}/mod3.py and src/step{i - 2}/mod110.py. "
-                                                  + "thinking " * 40)
+        conv["messages"][2 + 2 * i]["content"] = (
+            f"Looking at src/step{i - 2}/mod3.py and src/step{i - 2}/mod110.py. " + "thinking " * 40
+        )
     return conv
 
 
@@ -89,8 +98,14 @@ async def test_summary_requests_are_recorded_as_sent_in_both_shapes(tmp_path):
     for shape in ("prefix", "transcript"):
         store, upstream = SQLiteStore(tmp_path / shape), upstream_for(None)
         try:
-            replayer = Replayer(store, OffloadSettings(max_total_tokens=1500, max_tool_message_tokens=300), upstream,
-                                headers=[], model="gpt-4o", summary_request=shape)
+            replayer = Replayer(
+                store,
+                OffloadSettings(max_total_tokens=1500, max_tool_message_tokens=300),
+                upstream,
+                headers=[],
+                model="gpt-4o",
+                summary_request=shape,
+            )
             sink: list = []
             recording(sink, 4)
             await replayer._turn(requests[-1], replay_namespace(0, "c"), tools)
@@ -167,8 +182,9 @@ async def test_background_summaries_keep_every_turn_from_waiting(tmp_path):
 
     try:
         settings = OffloadSettings(max_total_tokens=1500, max_tool_message_tokens=300, hard_max_tokens=1_000_000)
-        replayer = Replayer(store, settings, upstream, headers=[], model="gpt-4o", summary_delay_ms=80,
-                            turn_latency_ms=5)
+        replayer = Replayer(
+            store, settings, upstream, headers=[], model="gpt-4o", summary_delay_ms=80, turn_latency_ms=5
+        )
         background = await asyncio.wait_for(replayer.conversation(conv, tick), 120)
     finally:
         await upstream.aclose()
@@ -196,7 +212,8 @@ async def test_the_fake_summariser_summarises_the_prefix_before_the_instruction(
     prefix = [{"role": "user", "content": "fix it, error: boom"}]  # one item: not taken for a transcript
     for fmt in (CHAT, RESPONSES):
         endpoint, body = fmt.summary_request({"model": "m"}, prefix, SUMMARY_INSTRUCTION, tools=(), model="m")
-        answer = json.loads(await (await send(fake_summarizer(), body, URL.replace("chat/completions",
-                                                                                  endpoint))).aread())
+        answer = json.loads(
+            await (await send(fake_summarizer(), body, URL.replace("chat/completions", endpoint))).aread()
+        )
         text, _, _ = fmt.summary_answer(answer)
         assert "error: boom" in text and "Stop here" not in text, fmt.endpoint

@@ -26,14 +26,29 @@ from proxy.replay.target import (
 )
 from proxy.replay.turns import request_body, requests_of
 
-CONV = {"id": "c1", "tools": [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}],
-        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"},
-                     {"role": "assistant", "content": "hello"}, {"role": "user", "content": "bye"},
-                     {"role": "assistant", "content": "bye"}]}
+CONV = {
+    "id": "c1",
+    "tools": [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}],
+    "messages": [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+        {"role": "user", "content": "bye"},
+        {"role": "assistant", "content": "bye"},
+    ],
+}
 
 
-@pytest.mark.parametrize("target", ["http://127.0.0.1:8080", "http://127.0.0.1:8080/", "http://127.0.0.1:8080/v1",
-                                    "http://127.0.0.1:8080/v1/", " http://127.0.0.1:8080/v1// "])
+@pytest.mark.parametrize(
+    "target",
+    [
+        "http://127.0.0.1:8080",
+        "http://127.0.0.1:8080/",
+        "http://127.0.0.1:8080/v1",
+        "http://127.0.0.1:8080/v1/",
+        " http://127.0.0.1:8080/v1// ",
+    ],
+)
 def test_the_root_is_taken_with_or_without_v1(target):
     assert api_root(target) == "http://127.0.0.1:8080"
     assert endpoint(target, "chat") == "http://127.0.0.1:8080/v1/chat/completions"
@@ -48,8 +63,11 @@ def test_a_path_prefix_stays():
 def test_headers_by_format():
     assert turn_headers("chat", "sk-1", "s") == {"Authorization": "Bearer sk-1", "X-Offload-Session": "s"}
     assert turn_headers("responses", "sk-1", "s") == {"Authorization": "Bearer sk-1", "X-Offload-Session": "s"}
-    assert turn_headers("anthropic", "sk-1", "s") == {"x-api-key": "sk-1", "anthropic-version": "2023-06-01",
-                                                      "X-Offload-Session": "s"}
+    assert turn_headers("anthropic", "sk-1", "s") == {
+        "x-api-key": "sk-1",
+        "anthropic-version": "2023-06-01",
+        "X-Offload-Session": "s",
+    }
 
 
 def test_session_ids_fit_the_header_pattern():
@@ -82,14 +100,23 @@ def test_the_bodies_are_the_in_process_replays_requests():
 
 
 def test_reading_an_answer():
-    ok = turn_result(httpx2.Response(200, headers={"X-Offload-Tokens-Before": "120", "X-Offload-Tokens-After": "80",
-                                                   "X-Offload-Action": "compact"}, json={}))
+    ok = turn_result(
+        httpx2.Response(
+            200,
+            headers={"X-Offload-Tokens-Before": "120", "X-Offload-Tokens-After": "80", "X-Offload-Action": "compact"},
+            json={},
+        )
+    )
     assert (ok.status, ok.tokens_before, ok.tokens_after, ok.action, ok.error) == (200, 120, 80, "compact", None)
-    openai = turn_result(httpx2.Response(401, json={"error": {"message": "Incorrect API key\nprovided",
-                                                              "type": "invalid_request_error"}}))
+    openai = turn_result(
+        httpx2.Response(
+            401, json={"error": {"message": "Incorrect API key\nprovided", "type": "invalid_request_error"}}
+        )
+    )
     assert openai.error == "HTTP 401: Incorrect API key provided" and openai.tokens_before is None
-    anthropic = turn_result(httpx2.Response(529, json={"type": "error", "error": {"type": "overloaded_error",
-                                                                                  "message": "Overloaded"}}))
+    anthropic = turn_result(
+        httpx2.Response(529, json={"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+    )
     assert anthropic.error == "HTTP 529: Overloaded"
     text = turn_result(httpx2.Response(502, text="bad gateway " * 100))
     assert text.error.startswith("HTTP 502: bad gateway") and len(text.error) < 320
@@ -105,10 +132,16 @@ def _proxy(seen: list[httpx2.Request], fail_on: str | None = None):
         if fail_on and request.headers["x-offload-session"] == fail_on:
             return httpx2.Response(500, json={"error": {"message": "upstream broke"}})
         size = len(request.content)
-        return httpx2.Response(200, json={}, headers={"x-offload-tokens-before": str(size),
-                                                      "x-offload-tokens-after": str(size // 2),
-                                                      "x-offload-action": "compact" if size > 400 else "none",
-                                                      "x-offload-reload-rounds": "2"})
+        return httpx2.Response(
+            200,
+            json={},
+            headers={
+                "x-offload-tokens-before": str(size),
+                "x-offload-tokens-after": str(size // 2),
+                "x-offload-action": "compact" if size > 400 else "none",
+                "x-offload-reload-rounds": "2",
+            },
+        )
 
     return httpx2.MockTransport(handle)
 
@@ -118,10 +151,17 @@ def _proxy(seen: list[httpx2.Request], fail_on: str | None = None):
 async def test_every_turn_goes_to_the_endpoint_in_order(format):
     seen: list[httpx2.Request] = []
     convs = [CONV, {**CONV, "id": "second one"}]
-    sent = await send_all(convs, target="http://proxy.test/v1", format=format, model="m", api_key="sk-k",
-                          concurrency=2, transport=_proxy(seen))
+    sent = await send_all(
+        convs,
+        target="http://proxy.test/v1",
+        format=format,
+        model="m",
+        api_key="sk-k",
+        concurrency=2,
+        transport=_proxy(seen),
+    )
     assert [s.id for s in sent] == ["c1", "second one"] and sent[1].session == session_id("second one")
-    assert len(seen) == 4 and {r.url.path for r in seen} == {endpoint("http://x", format)[len("http://x"):]}
+    assert len(seen) == 4 and {r.url.path for r in seen} == {endpoint("http://x", format)[len("http://x") :]}
     for s in sent:
         mine = [r for r in seen if r.headers["x-offload-session"] == s.session]
         bodies = [json.loads(r.content) for r in mine]
@@ -150,11 +190,21 @@ async def test_turns_answered_without_offload_headers_are_counted_apart():
             return httpx2.Response(200, json={"status": "ok"})
         if request.headers["x-offload-session"] == "control":
             return httpx2.Response(200, json={})
-        return httpx2.Response(200, json={}, headers={"x-offload-tokens-before": "100", "x-offload-tokens-after": "40",
-                                                      "x-offload-action": "compact"})
+        return httpx2.Response(
+            200,
+            json={},
+            headers={"x-offload-tokens-before": "100", "x-offload-tokens-after": "40", "x-offload-action": "compact"},
+        )
 
-    sent = await send_all([CONV, {**CONV, "id": "control"}], target="http://proxy.test", format="chat", model="m",
-                          api_key="k", concurrency=1, transport=httpx2.MockTransport(handle))
+    sent = await send_all(
+        [CONV, {**CONV, "id": "control"}],
+        target="http://proxy.test",
+        format="chat",
+        model="m",
+        api_key="k",
+        concurrency=1,
+        transport=httpx2.MockTransport(handle),
+    )
     report = report_of(sent, target="http://proxy.test", format="chat", model="m", concurrency=1)
     o = report["overall"]
     assert (o["answered"], o["unmanaged"], o["raw_tokens"], o["forwarded_tokens"]) == (4, 2, 200, 80)
@@ -165,8 +215,15 @@ async def test_turns_answered_without_offload_headers_are_counted_apart():
 @pytest.mark.anyio
 async def test_a_failing_turn_is_counted_and_the_rest_go_on():
     seen: list[httpx2.Request] = []
-    sent = await send_all([CONV, {**CONV, "id": "bad"}], target="http://proxy.test", format="chat", model="m",
-                          api_key="k", concurrency=1, transport=_proxy(seen, fail_on="bad"))
+    sent = await send_all(
+        [CONV, {**CONV, "id": "bad"}],
+        target="http://proxy.test",
+        format="chat",
+        model="m",
+        api_key="k",
+        concurrency=1,
+        transport=_proxy(seen, fail_on="bad"),
+    )
     report = report_of(sent, target="http://proxy.test", format="chat", model="m", concurrency=1)
     o = report["overall"]
     assert (o["turns"], o["answered"], o["errors"], o["errors_by_status"]) == (4, 2, 2, {"500": 2})
@@ -184,31 +241,76 @@ async def test_an_unreachable_proxy_is_one_target_error():
         raise httpx2.ConnectError("All connection attempts failed\n(refused)", request=request)
 
     with pytest.raises(TargetError) as info:
-        await send_all([CONV], target="http://proxy.test/v1", format="chat", model="m", api_key="k", concurrency=1,
-                       transport=httpx2.MockTransport(refuse))
-    assert str(info.value) == ("cannot reach the proxy at http://proxy.test (All connection attempts failed "
-                               "(refused))")
+        await send_all(
+            [CONV],
+            target="http://proxy.test/v1",
+            format="chat",
+            model="m",
+            api_key="k",
+            concurrency=1,
+            transport=httpx2.MockTransport(refuse),
+        )
+    assert str(info.value) == ("cannot reach the proxy at http://proxy.test (All connection attempts failed (refused))")
 
 
 def _args(*extra: str):
     return build_parser().parse_args(["replay", "t.jsonl", *extra])
 
 
-@pytest.mark.parametrize("extra, expected", [
-    (["--target", "http://h:1", "--api-key", "k"], None),
-    (["--target", "http://h:1", "--api-key", "k", "--format", "anthropic", "--model", "claude", "--concurrency", "8",
-      "--out", "d"], None),
-    (["--target", "http://h:1", "--api-key", "k", "--redis-url", "redis://x", "--max-total-tokens", "3000"],
-     "--target cannot be combined with --redis-url, --max-total-tokens"),
-    (["--target", "http://h:1", "--api-key", "k", "--data-dir", "d", "--upstream", "http://u", "--summary-delay-ms",
-      "5", "--inline-summaries", "--turn-latency-ms", "1", "--summary-request", "transcript"],
-     "--target cannot be combined with --data-dir, --upstream, --summary-delay-ms, --turn-latency-ms, "
-     "--inline-summaries, --summary-request"),
-    (["--target", "http://h:1", "--api-key", "k", "--pricing", "anthropic"],
-     "--target cannot be combined with --pricing"),
-    (["--concurrency", "2"], "--concurrency applies to --target only"),
-    ([], None),
-])
+@pytest.mark.parametrize(
+    "extra, expected",
+    [
+        (["--target", "http://h:1", "--api-key", "k"], None),
+        (
+            [
+                "--target",
+                "http://h:1",
+                "--api-key",
+                "k",
+                "--format",
+                "anthropic",
+                "--model",
+                "claude",
+                "--concurrency",
+                "8",
+                "--out",
+                "d",
+            ],
+            None,
+        ),
+        (
+            ["--target", "http://h:1", "--api-key", "k", "--redis-url", "redis://x", "--max-total-tokens", "3000"],
+            "--target cannot be combined with --redis-url, --max-total-tokens",
+        ),
+        (
+            [
+                "--target",
+                "http://h:1",
+                "--api-key",
+                "k",
+                "--data-dir",
+                "d",
+                "--upstream",
+                "http://u",
+                "--summary-delay-ms",
+                "5",
+                "--inline-summaries",
+                "--turn-latency-ms",
+                "1",
+                "--summary-request",
+                "transcript",
+            ],
+            "--target cannot be combined with --data-dir, --upstream, --summary-delay-ms, --turn-latency-ms, "
+            "--inline-summaries, --summary-request",
+        ),
+        (
+            ["--target", "http://h:1", "--api-key", "k", "--pricing", "anthropic"],
+            "--target cannot be combined with --pricing",
+        ),
+        (["--concurrency", "2"], "--concurrency applies to --target only"),
+        ([], None),
+    ],
+)
 def test_argument_checks(extra, expected, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     problem = target_usage_error(_args(*extra))
@@ -224,8 +326,9 @@ def test_a_key_is_needed(monkeypatch):
     assert "$OPENAI_API_KEY" in target_usage_error(_args("--target", "http://h"))
 
 
-@pytest.mark.parametrize("bad", [["--target", "127.0.0.1:8080"], ["--target", "ftp://h"],
-                                 ["--target", "http://h", "--concurrency", "0"]])
+@pytest.mark.parametrize(
+    "bad", [["--target", "127.0.0.1:8080"], ["--target", "ftp://h"], ["--target", "http://h", "--concurrency", "0"]]
+)
 def test_bad_values_are_argparse_errors(bad, capsys):
     with pytest.raises(SystemExit) as info:
         _args(*bad)

@@ -9,8 +9,16 @@ from proxy.stats.arms import FIGURES, MIN_SESSIONS, SessionOutcome, compare
 
 def sessions(arm: str, n: int, *, cost: float, seed: int, repeats: float = 0.0) -> list[SessionOutcome]:
     rng = random.Random(seed)
-    return [SessionOutcome(arm, turns=rng.randint(5, 40), cost=max(0.0, rng.gauss(cost, cost / 3)),
-                           repeated_calls=int(rng.random() < repeats), finish="stop") for _ in range(n)]
+    return [
+        SessionOutcome(
+            arm,
+            turns=rng.randint(5, 40),
+            cost=max(0.0, rng.gauss(cost, cost / 3)),
+            repeated_calls=int(rng.random() < repeats),
+            finish="stop",
+        )
+        for _ in range(n)
+    ]
 
 
 def test_a_known_difference_is_found():
@@ -29,8 +37,10 @@ def test_no_difference_is_not_claimed():
 
 
 def test_repeated_calls_rising_in_the_managed_arm_are_found():
-    got = compare(sessions("control", 300, cost=1.0, seed=5, repeats=0.05)
-                  + sessions("managed", 300, cost=1.0, seed=6, repeats=0.4))
+    got = compare(
+        sessions("control", 300, cost=1.0, seed=5, repeats=0.05)
+        + sessions("managed", 300, cost=1.0, seed=6, repeats=0.4)
+    )
     assert got.of("repeated_calls").verdict == "managed higher"
 
 

@@ -21,8 +21,18 @@ A, B = "a" * 32, "b" * 32
 
 
 def turn(ns: str = A, *, session: str | None = None, t: float | None = None) -> Turn:
-    return Turn(namespace=ns, session=session, time=t if t is not None else time.time(), route="chat",
-                model="gpt-4o", status=200, stream=False, tokens_before=1000, tokens_after=400, action="compact")
+    return Turn(
+        namespace=ns,
+        session=session,
+        time=t if t is not None else time.time(),
+        route="chat",
+        model="gpt-4o",
+        status=200,
+        stream=False,
+        tokens_before=1000,
+        tokens_after=400,
+        action="compact",
+    )
 
 
 class Outage:

@@ -47,15 +47,23 @@ def test_ttls_follow_the_retention():
     assert ttl_of("m", DAY) == DAY
 
 
-@pytest.mark.parametrize("window, points, step, series, rows", [
-    ("15m", 15, MINUTE, "m", "m"), ("1h", 60, MINUTE, "m", "m"), ("24h", 96, 15 * MINUTE, "m", "h"), ("7d", 168, HOUR, "h", "d"),
-    ("30d", 120, 6 * HOUR, "h", "d"),
-])
+@pytest.mark.parametrize(
+    "window, points, step, series, rows",
+    [
+        ("15m", 15, MINUTE, "m", "m"),
+        ("1h", 60, MINUTE, "m", "m"),
+        ("24h", 96, 15 * MINUTE, "m", "h"),
+        ("7d", 168, HOUR, "h", "d"),
+        ("30d", 120, 6 * HOUR, "h", "d"),
+    ],
+)
 def test_windows_read_their_buckets(window, points, step, series, rows):
     span = span_of(window, NOW)
     assert span.window is WINDOWS[window] and span.window.step == step
     assert span.start < NOW < span.end
-    assert (span.end - span.start) == {"15m": 15 * MINUTE, "1h": HOUR, "24h": DAY, "7d": 7 * DAY, "30d": 30 * DAY}[window]
+    assert (span.end - span.start) == {"15m": 15 * MINUTE, "1h": HOUR, "24h": DAY, "7d": 7 * DAY, "30d": 30 * DAY}[
+        window
+    ]
     # the span ends with the bucket holding now: points and buckets stop there
     assert span.points()[-1] <= NOW < span.points()[-1] + step
     assert span.points()[0] == span.start and len(span.points()) <= points
@@ -96,11 +104,21 @@ def test_window_on_a_boundary():
 
 def test_rollup_sums_buckets_into_points():
     starts = [0, 60, 120, 900, 960, 1800]
-    buckets = [{"requests": 1}, {"requests": 2, "tokens_before": 5}, {}, {"requests": 4}, {"requests": 8},
-               {"requests": 16}]
+    buckets = [
+        {"requests": 1},
+        {"requests": 2, "tokens_before": 5},
+        {},
+        {"requests": 4},
+        {"requests": 8},
+        {"requests": 16},
+    ]
     series = rollup(starts, buckets, [0, 900, 1800, 2700], step=900)
-    assert series == [(0, {"requests": 3, "tokens_before": 5}), (900, {"requests": 12}), (1800, {"requests": 16}),
-                      (2700, {})]
+    assert series == [
+        (0, {"requests": 3, "tokens_before": 5}),
+        (900, {"requests": 12}),
+        (1800, {"requests": 16}),
+        (2700, {}),
+    ]
     assert rollup(starts, buckets, [], step=900) == []
     assert rollup([5000], [{"requests": 1}], [0, 900], step=900) == [(0, {}), (900, {})]  # outside: left out
 
@@ -110,10 +128,19 @@ def test_merged_adds_field_by_field():
     assert total == {"a": 3, "b": 3, "usd": 0.75}
 
 
-@pytest.mark.parametrize("value, seconds", [
-    ("14d", 14 * DAY), ("36h", 36 * HOUR), ("1440m", DAY), ("86400s", DAY), ("86400", DAY), (172800, 2 * DAY),
-    (" 2D ", 2 * DAY), ("1.5d", 36 * HOUR),
-])
+@pytest.mark.parametrize(
+    "value, seconds",
+    [
+        ("14d", 14 * DAY),
+        ("36h", 36 * HOUR),
+        ("1440m", DAY),
+        ("86400s", DAY),
+        ("86400", DAY),
+        (172800, 2 * DAY),
+        (" 2D ", 2 * DAY),
+        ("1.5d", 36 * HOUR),
+    ],
+)
 def test_retention_forms(value, seconds):
     assert parse_retention(value) == seconds
 

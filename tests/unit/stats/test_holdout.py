@@ -25,9 +25,20 @@ PRICES = PriceTable()
 
 
 def turn(session: str | None, arm: str | None, *, ns: str = A, t: float | None = None, **fields) -> Turn:
-    base = dict(namespace=ns, session=session, time=t if t is not None else time.time(), route="chat",
-                model="gpt-4o", status=200, stream=False, tokens_before=1000, tokens_after=400, action="compact",
-                arm=arm, finish="stop")
+    base = dict(
+        namespace=ns,
+        session=session,
+        time=t if t is not None else time.time(),
+        route="chat",
+        model="gpt-4o",
+        status=200,
+        stream=False,
+        tokens_before=1000,
+        tokens_after=400,
+        action="compact",
+        arm=arm,
+        finish="stop",
+    )
     return Turn(**{**base, **fields})
 
 
@@ -50,10 +61,34 @@ async def test_turns_add_up_per_session_and_arm(store):
     t0 = time.time() - 100
     bill = Bill(uncached=1000, output=100, answers=1)
     recorder.record(turn("s1", "control", t=t0, tokens_after=1000, bill=bill, repeated_calls=0))
-    recorder.record(turn("s1", "control", t=t0 + 30, tokens_after=1200, bill=bill, reload_rounds=0,
-                         status=502, answer_error=True, finish="error", repeated_calls=2))
-    recorder.record(turn("s1", "control", t=t0 + 60, tokens_after=1300, bill=bill, context_error=True,
-                         answer_error=True, status=400, finish="error", repeated_calls=3))
+    recorder.record(
+        turn(
+            "s1",
+            "control",
+            t=t0 + 30,
+            tokens_after=1200,
+            bill=bill,
+            reload_rounds=0,
+            status=502,
+            answer_error=True,
+            finish="error",
+            repeated_calls=2,
+        )
+    )
+    recorder.record(
+        turn(
+            "s1",
+            "control",
+            t=t0 + 60,
+            tokens_after=1300,
+            bill=bill,
+            context_error=True,
+            answer_error=True,
+            status=400,
+            finish="error",
+            repeated_calls=3,
+        )
+    )
     recorder.record(turn("s2", "managed", t=t0 + 5, reload_rounds=2, finish="length"))
     recorder.record(turn("s3", None))  # outside the holdout
     recorder.record(turn(None, "managed"))  # no session: nothing to add to
@@ -117,8 +152,14 @@ def synthetic(count: int, *, managed_cost: float, seed: int) -> list[Turn]:
         for i in range(count):
             for j in range(rng.randint(1, 5)):
                 dollars = max(0.01, rng.gauss(mean, 0.3))
-                turns.append(turn(f"{arm}-{i}", arm, t=now + i + j * 0.01,
-                                  bill=Bill(uncached=round(dollars / per_token), answers=1)))
+                turns.append(
+                    turn(
+                        f"{arm}-{i}",
+                        arm,
+                        t=now + i + j * 0.01,
+                        bill=Bill(uncached=round(dollars / per_token), answers=1),
+                    )
+                )
     return turns
 
 
@@ -149,12 +190,24 @@ def test_the_report_says_plainly_when_there_are_too_few_sessions():
     few = [holdout.outcome("control", {"turns": 3, "usd": 1.0})] * 5 + [holdout.outcome("managed", {"turns": 2})] * 40
     section = holdout_report.report(few, kept={"control": 5, "managed": 40}, fraction=0.1)
     assert not section["enough"] and section["min_sessions"] == MIN_SESSIONS
-    assert section["verdict"] == (f"Too few sessions to tell: 5 control and 40 managed; at least {MIN_SESSIONS} in "
-                                  "each arm are needed before any difference is claimed.")
+    assert section["verdict"] == (
+        f"Too few sessions to tell: 5 control and 40 managed; at least {MIN_SESSIONS} in "
+        "each arm are needed before any difference is claimed."
+    )
     assert {f["verdict"] for f in section["figures"]} == {"too few sessions"}
     assert [f["figure"] for f in section["figures"]] == list(holdout_report.FIGURES)
-    assert set(section["figures"][0]) == {"figure", "label", "worse_when", "control", "managed", "difference",
-                                          "relative", "low", "high", "verdict"}
+    assert set(section["figures"][0]) == {
+        "figure",
+        "label",
+        "worse_when",
+        "control",
+        "managed",
+        "difference",
+        "relative",
+        "low",
+        "high",
+        "verdict",
+    }
     empty = holdout_report.report([], kept={"control": 0, "managed": 0}, fraction=0.0)
     assert empty["arms"] == {"control": {"sessions": 0, "turns": 0}, "managed": {"sessions": 0, "turns": 0}}
     assert empty["verdict"].startswith("Too few sessions to tell: 0 control and 0 managed")

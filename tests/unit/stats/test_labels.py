@@ -9,7 +9,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from proxy.telemetry import RequestRecord
 from proxy.stats import reader
 from proxy.stats.buckets import span_of
 from proxy.stats.prices import PriceTable
@@ -17,14 +16,26 @@ from proxy.stats.recorder import Recorder, label_key, turn_of
 from proxy.stats.turns import Turn
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore
+from proxy.telemetry import RequestRecord
 
 pytestmark = pytest.mark.anyio
 A, B, C = "a" * 32, "b" * 32, "c" * 32
 
 
 def turn(ns: str, t: float, label: str | None = None) -> Turn:
-    return Turn(namespace=ns, session="s", time=t, route="chat", model="gpt-4o", status=200, stream=False,
-                tokens_before=1000, tokens_after=400, action="compact", label=label)
+    return Turn(
+        namespace=ns,
+        session="s",
+        time=t,
+        route="chat",
+        model="gpt-4o",
+        status=200,
+        stream=False,
+        tokens_before=1000,
+        tokens_after=400,
+        action="compact",
+        label=label,
+    )
 
 
 async def recorded(store, *turns: Turn, sealer: Sealer = Sealer(None)) -> Recorder:

@@ -29,11 +29,11 @@ def test_the_chain_covers_whole_blocks_and_depends_on_everything_before():
     data = body(3.5)
     digests = chain(A, data)
     assert len(digests) == 3 and all(len(d) == 16 for d in digests)
-    assert chain(A, data[:3 * BLOCK]) == digests  # the partial block adds no digest
+    assert chain(A, data[: 3 * BLOCK]) == digests  # the partial block adds no digest
     changed = bytes([data[0] ^ 1]) + data[1:]
     assert all(x != y for x, y in zip(chain(A, changed), digests))  # an early byte changes them all
     assert all(x != y for x, y in zip(chain(B, data), digests))  # seeded with the namespace
-    assert chain(A, data[:BLOCK - 1]) == []
+    assert chain(A, data[: BLOCK - 1]) == []
 
 
 def test_the_same_body_twice_is_reused_but_for_its_last_partial_block():
@@ -68,7 +68,7 @@ def test_a_changed_early_byte_reuses_nothing_after_it():
     data = body(8)
     cache.reuse(A, data)
     at = 2 * BLOCK + 10  # in the third block
-    changed = data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1:]
+    changed = data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1 :]
     assert cache.reuse(A, changed) == 2 / 8  # the two blocks before it only, though the rest is equal
     first = bytes([data[0] ^ 0xFF]) + data[1:]
     assert cache.reuse(A, first) == 0.0

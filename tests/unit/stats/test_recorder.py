@@ -9,17 +9,17 @@ from types import SimpleNamespace
 
 import pytest
 
-from proxy.telemetry import RequestRecord
+from proxy.core.bill import Bill
 from proxy.stats import reader
+from proxy.stats.backlog import WRITES_AT_ONCE
 from proxy.stats.buckets import ALL, bucket_key, bucket_start, span_of, top_key, ttl_of
 from proxy.stats.prices import PriceTable
-from proxy.stats.backlog import WRITES_AT_ONCE
 from proxy.stats.recorder import SESSION_TURNS, Recorder, session_keys, sessions_key, turn_of
-from proxy.core.bill import Bill
 from proxy.stats.turns import Turn, headline, turn_fields
 from proxy.store.base import StoreUnavailable
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore
+from proxy.telemetry import RequestRecord
 
 pytestmark = pytest.mark.anyio
 A, B = "a" * 32, "b" * 32
@@ -27,8 +27,18 @@ PRICES = PriceTable()
 
 
 def turn(ns: str = A, *, session: str | None = None, t: float | None = None, **fields) -> Turn:
-    base = dict(namespace=ns, session=session, time=t if t is not None else time.time(), route="chat",
-                model="gpt-4o", status=200, stream=False, tokens_before=1000, tokens_after=400, action="compact")
+    base = dict(
+        namespace=ns,
+        session=session,
+        time=t if t is not None else time.time(),
+        route="chat",
+        model="gpt-4o",
+        status=200,
+        stream=False,
+        tokens_before=1000,
+        tokens_after=400,
+        action="compact",
+    )
     return Turn(**{**base, **fields})
 
 
@@ -59,9 +69,21 @@ def test_headline_of_nothing_and_of_something():
     empty = headline({})
     assert empty["requests"] == 0 and empty["forwarded_ratio"] is None and empty["reload_rate"] is None
     assert empty["actions"]["none"] == 0 and empty["summaries"] == {"made": 0, "reused": 0, "failed": 0, "pending": 0}
-    h = headline({"requests": 4, "tokens_before": 1000, "tokens_after": 250, "cf_usd:uncached": 0.5,
-                  "cf_billed_usd": 0.1, "usd:turn:uncached": 0.1, "usd:summary:output": 0.025,
-                  "reload_rounds": 1, "summaries_pending": 2, "action:compact": 3, "action:none": 1})
+    h = headline(
+        {
+            "requests": 4,
+            "tokens_before": 1000,
+            "tokens_after": 250,
+            "cf_usd:uncached": 0.5,
+            "cf_billed_usd": 0.1,
+            "usd:turn:uncached": 0.1,
+            "usd:summary:output": 0.025,
+            "reload_rounds": 1,
+            "summaries_pending": 2,
+            "action:compact": 3,
+            "action:none": 1,
+        }
+    )
     assert h["tokens_saved"] == 750 and h["forwarded_ratio"] == 0.25 and h["reload_rate"] == 0.25
     assert h["cost_billed_usd"] == 0.125 and h["cost_without_proxy_usd"] == 0.5
     assert h["cost_saved_usd"] == 0.375 and h["stalls_avoided"] == 2 and h["summaries"]["pending"] == 2
@@ -71,8 +93,11 @@ def test_headline_of_nothing_and_of_something():
 def test_turn_of_a_request_record():
     rec = RequestRecord("chat", "POST")
     caller = SimpleNamespace(namespace=A)
-    scope = {"path": "/v1/chat/completions", "state": {"caller": caller},
-             "headers": [(b"x-offload-session", b"run-1"), (b"authorization", b"Bearer sk-secret")]}
+    scope = {
+        "path": "/v1/chat/completions",
+        "state": {"caller": caller},
+        "headers": [(b"x-offload-session", b"run-1"), (b"authorization", b"Bearer sk-secret")],
+    }
     assert turn_of(rec, scope) is None  # nothing planned: not a managed turn
     rec.tokens_before, rec.tokens_after, rec.action, rec.model, rec.status = 900, 300, "compact", "gpt-4o", 200
     rec.refs, rec.refs_created, rec.reload_rounds = 3, 2, 1
@@ -109,9 +134,13 @@ async def test_flush_writes_buckets_sessions_and_tenants(tmp_path):
     assert recorder.snapshot().queued == 5
     assert await recorder.flush() == 5
     assert recorder.snapshot().recorded == 5 and recorder.snapshot().queued == 0
-    [minute_a, hour_all, day_b] = await store.hashes([
-        bucket_key(A, "m", bucket_start(now, "m")), bucket_key(ALL, "h", bucket_start(now, "h")),
-        bucket_key(B, "d", bucket_start(now, "d"))])
+    [minute_a, hour_all, day_b] = await store.hashes(
+        [
+            bucket_key(A, "m", bucket_start(now, "m")),
+            bucket_key(ALL, "h", bucket_start(now, "h")),
+            bucket_key(B, "d", bucket_start(now, "d")),
+        ]
+    )
     assert minute_a["requests"] == 4 and minute_a["tokens_before"] == 4000 and minute_a["reload_rounds"] == 3
     assert hour_all["requests"] == 5 and hour_all["tokens_after"] == 4 * 400 + 1000
     assert day_b == {"requests": 1, "tokens_before": 1000, "tokens_after": 1000, "action:none": 1}
@@ -299,9 +328,17 @@ async def test_recorded_and_read_back_on_every_store(any_store):
     now = time.time()
     for i, ns in enumerate(tenants):
         for _ in range(i + 1):
-            recorder.record(turn(ns, session=f"s{i}", t=now, tokens_before=100 * (i + 1), action="compress",
-                                 model="claude-sonnet-4-5", bill=Bill(uncached=10, cache_read=90 * (i + 1),
-                                                                      cache_write_5m=5, output=7, answers=1)))
+            recorder.record(
+                turn(
+                    ns,
+                    session=f"s{i}",
+                    t=now,
+                    tokens_before=100 * (i + 1),
+                    action="compress",
+                    model="claude-sonnet-4-5",
+                    bill=Bill(uncached=10, cache_read=90 * (i + 1), cache_write_5m=5, output=7, answers=1),
+                )
+            )
     assert await recorder.flush() == 10
     span = span_of("24h", now)
     for i, ns in enumerate(tenants):
@@ -311,9 +348,12 @@ async def test_recorded_and_read_back_on_every_store(any_store):
         assert mine["totals"]["summaries"]["reused"] == i + 1
         price = PRICES.price("claude-sonnet-4-5")
         assert mine["totals"]["bill"]["tokens"]["cache_read"] == (i + 1) * 90 * (i + 1)
-        assert mine["totals"]["cost_billed_usd"] == pytest.approx((i + 1) * (
-            10 * price.input + 90 * (i + 1) * price.cached + 5 * price.cache_write_5m + 7 * price.output) / 1e6,
-            abs=1e-6)
+        assert mine["totals"]["cost_billed_usd"] == pytest.approx(
+            (i + 1)
+            * (10 * price.input + 90 * (i + 1) * price.cached + 5 * price.cache_write_5m + 7 * price.output)
+            / 1e6,
+            abs=1e-6,
+        )
         total, [row] = await reader.sessions_page(any_store, ns, 0, limit=5)
         assert total == 1 and row["id"] == f"s{i}" and row["turns"] == i + 1
         detail = await reader.session_detail(any_store, ns, f"s{i}", sealer=Sealer(None))

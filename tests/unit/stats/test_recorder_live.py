@@ -46,8 +46,18 @@ def scope(ns: str = A, *, session: bytes | None = None, path: str = "/v1/chat/co
 
 
 def turn(ns: str = A, **fields) -> Turn:
-    base = dict(namespace=ns, session=None, time=time.time(), route="responses", model="gpt-5", status=200,
-                stream=False, tokens_before=100, tokens_after=100, action="none")
+    base = dict(
+        namespace=ns,
+        session=None,
+        time=time.time(),
+        route="responses",
+        model="gpt-5",
+        status=200,
+        stream=False,
+        tokens_before=100,
+        tokens_after=100,
+        action="none",
+    )
     return Turn(**{**base, **fields})
 
 
@@ -80,7 +90,7 @@ async def test_prefix_tokens_of_a_resent_body_and_the_body_is_dropped(store):
     await recorder.flush()
     totals = (await reader.window_stats(store, span_of("1h", time.time()), A))["totals"]
     assert totals["prefix_tokens"] == 1500 and totals["prefix_reuse"] == round(1500 / 4000, 4)
-    everyone = (await reader.window_stats(store, span_of("1h", time.time()), None))
+    everyone = await reader.window_stats(store, span_of("1h", time.time()), None)
     assert everyone["totals"]["prefix_tokens"] == 1500 and everyone["series"][-1]["prefix_tokens"] == 1500
     await recorder.stop()
 
@@ -119,9 +129,13 @@ async def test_background_summaries_are_counted_in_the_tenant_buckets(store):
     recorder.count_summary(B, True)
     assert await recorder.flush() == 0  # no turn, the counts written all the same
     now = time.time()
-    [minute_a, day_a, hour_all] = await store.hashes([bucket_key(A, "m", bucket_start(now, "m")),
-                                                      bucket_key(A, "d", bucket_start(now, "d")),
-                                                      bucket_key(ALL, "h", bucket_start(now, "h"))])
+    [minute_a, day_a, hour_all] = await store.hashes(
+        [
+            bucket_key(A, "m", bucket_start(now, "m")),
+            bucket_key(A, "d", bucket_start(now, "d")),
+            bucket_key(ALL, "h", bucket_start(now, "h")),
+        ]
+    )
     assert minute_a == day_a == {"summaries_made": 2, "summaries_failed": 1}
     assert hour_all == {"summaries_made": 3, "summaries_failed": 1}
     totals = (await reader.window_stats(store, span_of("24h", now), A))["totals"]
@@ -157,8 +171,9 @@ async def test_a_background_summary_is_counted_in_its_sessions_totals_as_its_bil
 def test_a_summary_is_counted_once_in_the_request_or_in_the_background():
     metrics_calls, tallies = [], []
     metrics = SimpleNamespace(count_summary=lambda ok, s: metrics_calls.append(ok))
-    ctx = SummaryContext(upstream=None, headers=[], model="m", prompt="p", timeout=1, wait=1, metrics=metrics,
-                         tally=tallies.append)
+    ctx = SummaryContext(
+        upstream=None, headers=[], model="m", prompt="p", timeout=1, wait=1, metrics=metrics, tally=tallies.append
+    )
     rec = RequestRecord("chat", "POST")
     token = telemetry.current.set(rec)
     try:
@@ -224,7 +239,9 @@ async def test_a_continuing_turn_waits_for_the_turn_of_another_worker(store):
     await second.stop()  # the last flush waits for nothing
     assert second.snapshot().queued == 0
     assert {r["id"] for r in (await reader.sessions_page(store, A, 0, limit=10))[1]} == {
-        "auto-conv2", from_name(A, "response", "resp_unknown")}
+        "auto-conv2",
+        from_name(A, "response", "resp_unknown"),
+    }
     await first.stop()
 
 
@@ -267,8 +284,9 @@ async def test_on_finished_runs_after_the_whole_body_is_sent():
     assert order == ["http.response.start", "http.response.body:more", "http.response.body", "finished:True"]
 
 
-@pytest.mark.parametrize("path, held", [("/v1/chat/completions", 1), ("/v1/messages", 1),
-                                        ("/v1/offload/stats", 0), ("/v1/models", 0)])
+@pytest.mark.parametrize(
+    "path, held", [("/v1/chat/completions", 1), ("/v1/messages", 1), ("/v1/offload/stats", 0), ("/v1/models", 0)]
+)
 async def test_a_turn_is_held_from_its_request_until_it_is_queued(path, held):
     """The client has the whole answer before the turn is queued (`on_finished` runs after the
     last byte): a statistics reader between the two (wrap's closing line) must see it held."""
@@ -284,8 +302,9 @@ async def test_a_turn_is_held_from_its_request_until_it_is_queued(path, held):
         pass
 
     metrics = SimpleNamespace(observe=lambda rec, elapsed: None)
-    middleware = Observe(app, metrics, on_finished=lambda rec, scope: seen.append(recorder.snapshot().queued),
-                         on_started=recorder.opened)
+    middleware = Observe(
+        app, metrics, on_finished=lambda rec, scope: seen.append(recorder.snapshot().queued), on_started=recorder.opened
+    )
     await middleware({"type": "http", "path": path, "method": "POST", "headers": []}, None, send)
     assert seen == [held, held]
     assert recorder.snapshot().queued == 0  # released (nothing was queued: no caller)
@@ -300,8 +319,9 @@ async def test_a_turn_is_released_when_its_handler_or_the_accounting_raises():
     def finished(rec, scope):
         raise RuntimeError("accounting")
 
-    middleware = Observe(app, SimpleNamespace(observe=lambda rec, elapsed: None), on_finished=finished,
-                         on_started=recorder.opened)
+    middleware = Observe(
+        app, SimpleNamespace(observe=lambda rec, elapsed: None), on_finished=finished, on_started=recorder.opened
+    )
     with pytest.raises(RuntimeError, match="handler"):
         await middleware({"type": "http", "path": "/v1/responses", "method": "POST", "headers": []}, None, None)
     assert recorder.snapshot().queued == 0

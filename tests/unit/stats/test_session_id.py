@@ -34,10 +34,16 @@ def test_chat_turns_of_one_conversation_share_a_session():
 def test_responses_input_and_instructions():
     role = RESPONSES.view.role
     first = [{"role": "user", "content": [{"type": "input_text", "text": "hello"}]}]
-    later = first + [{"type": "function_call", "call_id": "c1", "name": "ls", "arguments": "{}"},
-                     {"type": "function_call_output", "call_id": "c1", "output": "a b"}]
-    assert from_history(A, first, role, system=(None, "be brief")) == from_history(A, later, role, system=(None, "be brief"))
-    assert from_history(A, first, role, system=(None, "be brief")) != from_history(A, first, role, system=(None, "be long"))
+    later = first + [
+        {"type": "function_call", "call_id": "c1", "name": "ls", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "a b"},
+    ]
+    assert from_history(A, first, role, system=(None, "be brief")) == from_history(
+        A, later, role, system=(None, "be brief")
+    )
+    assert from_history(A, first, role, system=(None, "be brief")) != from_history(
+        A, first, role, system=(None, "be long")
+    )
     # a developer message first, then the user's: both are the start
     dev = [{"type": "message", "role": "developer", "content": "rules"}, *first]
     assert from_history(A, dev, role) != from_history(A, first, role)
@@ -47,16 +53,33 @@ def test_responses_input_and_instructions():
 def test_anthropic_system_and_moving_cache_control():
     role = MESSAGES.view.role
     system = [{"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}]
-    user = {"role": "user", "content": [{"type": "text", "text": "<system-reminder>ctx</system-reminder>"},
-                                        {"type": "text", "text": "fix it", "cache_control": {"type": "ephemeral"}}]}
+    user = {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "<system-reminder>ctx</system-reminder>"},
+            {"type": "text", "text": "fix it", "cache_control": {"type": "ephemeral"}},
+        ],
+    }
     turn1 = [user]
-    plain_user = {"role": "user", "content": [{"type": "text", "text": "<system-reminder>ctx</system-reminder>"},
-                                              {"type": "text", "text": "fix it"}]}
-    turn2 = [plain_user, {"role": "assistant", "content": [{"type": "text", "text": "done"}]},
-             {"role": "user", "content": [{"type": "text", "text": "thanks", "cache_control": {"type": "ephemeral"}}]}]
+    plain_user = {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "<system-reminder>ctx</system-reminder>"},
+            {"type": "text", "text": "fix it"},
+        ],
+    }
+    turn2 = [
+        plain_user,
+        {"role": "assistant", "content": [{"type": "text", "text": "done"}]},
+        {"role": "user", "content": [{"type": "text", "text": "thanks", "cache_control": {"type": "ephemeral"}}]},
+    ]
     plain_system = [{"type": "text", "text": "You are Claude Code."}]
-    assert from_history(A, turn1, role, system=(system, None)) == from_history(A, turn2, role, system=(plain_system, None))
-    assert from_history(A, turn1, role, system=(system, None)) != from_history(A, turn1, role, system=("Another prompt", None))
+    assert from_history(A, turn1, role, system=(system, None)) == from_history(
+        A, turn2, role, system=(plain_system, None)
+    )
+    assert from_history(A, turn1, role, system=(system, None)) != from_history(
+        A, turn1, role, system=("Another prompt", None)
+    )
 
 
 def test_no_user_message_hashes_the_first_items():

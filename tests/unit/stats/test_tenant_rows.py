@@ -35,8 +35,18 @@ class Reads:
 
 
 def turn(ns: str, tokens: int, t: float) -> Turn:
-    return Turn(namespace=ns, session=None, time=t, route="chat", model="gpt-4o", status=200, stream=False,
-                tokens_before=tokens, tokens_after=tokens // 2, action="compact")
+    return Turn(
+        namespace=ns,
+        session=None,
+        time=t,
+        route="chat",
+        model="gpt-4o",
+        status=200,
+        stream=False,
+        tokens_before=tokens,
+        tokens_after=tokens // 2,
+        action="compact",
+    )
 
 
 async def test_the_table_lists_the_heaviest_tenants_and_reads_only_theirs(tmp_path):

@@ -13,9 +13,19 @@ PRICES = PriceTable()
 
 
 def turn(**kw) -> Turn:
-    base = dict(namespace="t", session="s", time=0.0, route="chat", model="gpt-4o", status=200, stream=False,
-                tokens_before=10_000, tokens_after=4_000, action="compact+compress",
-                bill=Bill(uncached=9_000, cache_read=1_000, output=50, answers=1))
+    base = dict(
+        namespace="t",
+        session="s",
+        time=0.0,
+        route="chat",
+        model="gpt-4o",
+        status=200,
+        stream=False,
+        tokens_before=10_000,
+        tokens_after=4_000,
+        action="compact+compress",
+        bill=Bill(uncached=9_000, cache_read=1_000, output=50, answers=1),
+    )
     return Turn(**{**base, **kw})
 
 
@@ -43,15 +53,31 @@ def test_an_observed_turns_counters_stay_apart():
 def record(**kw) -> SimpleNamespace:
     meter = Meter()
     meter.add(Bill(uncached=9_000, cache_read=1_000, output=50, answers=1))
-    base = dict(tokens_before=10_000, tokens_after=4_000, model="gpt-4o", status=200, stream=False, action="compact",
-                refs=0, refs_created=0, route="chat", reload_rounds=0, warnings=[], bill=meter, summary_bill=Bill(),
-                session="s")
+    base = dict(
+        tokens_before=10_000,
+        tokens_after=4_000,
+        model="gpt-4o",
+        status=200,
+        stream=False,
+        action="compact",
+        refs=0,
+        refs_created=0,
+        route="chat",
+        reload_rounds=0,
+        warnings=[],
+        bill=meter,
+        summary_bill=Bill(),
+        session="s",
+    )
     return SimpleNamespace(**{**base, **kw})
 
 
 def test_the_estimate_beside_an_observed_bill_is_what_would_have_been_billed():
-    scope = {"state": {"caller": SimpleNamespace(namespace="t", kind="client", label=None)}, "headers": [],
-             "path": "/v1/chat/completions"}
+    scope = {
+        "state": {"caller": SimpleNamespace(namespace="t", kind="client", label=None)},
+        "headers": [],
+        "path": "/v1/chat/completions",
+    }
     managed = turn_of(record(), scope)
     observed = turn_of(record(observed=True), scope)
     assert managed is not None and observed is not None and observed.observed and not managed.observed

@@ -13,10 +13,10 @@ import pytest
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError, TimeoutError
 
-from proxy.telemetry import Metrics
 from proxy.store.base import StoreUnavailable
 from proxy.store.guarded import GuardedStore
 from proxy.store.redis import ALWAYS, CLUSTER_RETRIES, HEALTH_CHECK_EVERY, RETRIES, RedisStore
+from proxy.telemetry import Metrics
 from tests.harness.servers import RedisCluster, RedisProcess
 
 pytestmark = pytest.mark.anyio
@@ -52,6 +52,7 @@ def test_cluster_retries_reconnect_but_not_timeouts_and_pings_before_what_counts
 
 async def every_kind_of_command(store: RedisStore, tag: str, n: int) -> list:
     """Idempotent and not: each once, `n` times at once (so that many pooled connections are used)."""
+
     async def one(i: int):
         k = key(tag)
         await store.put(k, b"v", 60)
@@ -111,8 +112,11 @@ async def test_a_hung_cluster_is_unavailable_not_an_unexpected_error(own_cluster
         await store.put(key("x"), b"v", 60)
         for node in own_cluster.nodes:
             os.kill(node.proc.pid, signal.SIGSTOP)
-        for call in (lambda: store.put(key("x"), b"v", 60), lambda: store.touch([key("x")], 60),
-                     lambda: store.incr(key("x"), 1, 60)):
+        for call in (
+            lambda: store.put(key("x"), b"v", 60),
+            lambda: store.touch([key("x")], 60),
+            lambda: store.incr(key("x"), 1, 60),
+        ):
             with pytest.raises(StoreUnavailable):
                 await call()
     finally:
@@ -187,6 +191,7 @@ async def test_a_store_that_never_answers_its_ping_is_skipped_not_waited_for():
 async def test_pings_at_the_same_time_share_one_probe():
     """A flood of /readyz (each asks `ping`) against a hung store: one probe in flight, whose
     answer every caller gets, not a connection and a timeout each."""
+
     class Hung(Switch):
         probes = 0
 

@@ -39,12 +39,15 @@ def test_the_settings_give_the_rotation_sealer_and_a_names_key_that_does_not_mov
     assert sealer_for(rotating).key_name("s", "ns") == sealer_for(plain).key_name("s", "ns")
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"encryption_key_previous": OLD}, "needs --encryption-key"),
-    ({"encryption_key": NEW, "encryption_key_previous": OLD}, "--namespace-key"),
-    ({"encryption_key": NEW, "encryption_key_previous": "change-me"}, "example value"),
-    ({"encryption_key": NEW, "encryption_key_previous": NEW, "namespace_key": OLD}, "is --encryption-key itself"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"encryption_key_previous": OLD}, "needs --encryption-key"),
+        ({"encryption_key": NEW, "encryption_key_previous": OLD}, "--namespace-key"),
+        ({"encryption_key": NEW, "encryption_key_previous": "change-me"}, "example value"),
+        ({"encryption_key": NEW, "encryption_key_previous": NEW, "namespace_key": OLD}, "is --encryption-key itself"),
+    ],
+)
 def test_a_rotation_without_what_it_needs_is_refused(tmp_path, options, message):
     with pytest.raises(ValueError, match=message):
         ServerSettings(data_dir=tmp_path, **options)

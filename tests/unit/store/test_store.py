@@ -11,7 +11,6 @@ from proxy.store.memory import MemoryStore
 from proxy.store.redis import RedisStore
 from proxy.store.sqlite import SQLiteStore
 
-
 pytestmark = pytest.mark.anyio
 
 
@@ -159,11 +158,11 @@ async def test_redis_unreachable_raises_store_unavailable():
     await s.close()
 
 
-
 async def test_hash_counters_add_atomically_keep_ints_and_expire(store):
     k, missing = key(), key()
-    await asyncio.gather(*(store.incr_fields(k, {"requests": 1, "tokens": 100, "usd": 0.25}, ttl=60)
-                           for _ in range(20)))
+    await asyncio.gather(
+        *(store.incr_fields(k, {"requests": 1, "tokens": 100, "usd": 0.25}, ttl=60) for _ in range(20))
+    )
     await store.incr_fields(k, {"requests": -5, "action:compact": 2}, ttl=60)
     await store.incr_fields(k, {}, ttl=60)  # nothing to add: nothing written
     [fields, empty] = await store.hashes([k, missing])
@@ -186,8 +185,9 @@ async def test_hash_fields_set_overwrite_or_keep_the_first_and_mix_with_counters
     await store.incr_fields(k, {"turns": 2}, ttl=60)
     await store.set_fields(k, {"last": 10.5, "finish": 3}, ttl=60)
     await store.set_fields(k, {"last": 12.25, "finish": 1}, ttl=60)  # overwritten
-    await asyncio.gather(*(store.set_fields(k, {"first": float(i), "turns": 99}, ttl=60, only_new=True)
-                           for i in range(5)))  # the first writer's stays; a field already held is kept
+    await asyncio.gather(
+        *(store.set_fields(k, {"first": float(i), "turns": 99}, ttl=60, only_new=True) for i in range(5))
+    )  # the first writer's stays; a field already held is kept
     await store.set_fields(k, {}, ttl=60)
     [fields] = await store.hashes([k])
     assert fields["last"] == pytest.approx(12.25) and fields["finish"] == 1 and fields["turns"] == 2

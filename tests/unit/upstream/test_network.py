@@ -23,8 +23,6 @@ Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]
 pytestmark = pytest.mark.anyio
 
 
-
-
 class Server:
     def __init__(self, handler: Handler, ssl_context: ssl.SSLContext | None = None) -> None:
         self.handler, self.ssl_context = handler, ssl_context
@@ -261,14 +259,15 @@ async def test_https_upstream_through_start_tls(authority: trustme.CA):
 
 async def _chunks(data: bytes) -> AsyncIterator[bytes]:
     for i in range(0, len(data), 1000):
-        yield data[i:i + 1000]
+        yield data[i : i + 1000]
 
 
 async def test_a_streamed_request_body_arrives_whole():
     async with Server(echo_head) as server:
         upstream = Upstream(ServerSettings(upstream=f"http://127.0.0.1:{server.port}/v1"))
         body = bytes(range(256)) * 400
-        response = await upstream.send("POST", "files", headers=[(b"content-length", str(len(body)).encode())],
-                                       content=_chunks(body))
+        response = await upstream.send(
+            "POST", "files", headers=[(b"content-length", str(len(body)).encode())], content=_chunks(body)
+        )
         assert (await response.aread()).endswith(body)
         await upstream.aclose()

@@ -32,6 +32,7 @@ async def test_a_connection_closed_by_the_server_while_idle_is_replaced():
     transport = pooled_transport(ServerSettings(upstream=url))
     assert isinstance(transport._pool._network_backend, AsyncioBackend)  # httpx2's internals as expected
     try:
+
         async def get() -> bytes:
             response = await transport.handle_async_request(httpx2.Request("GET", url))
             return await response.aread()

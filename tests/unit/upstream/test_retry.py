@@ -68,7 +68,7 @@ class ClosesIdle:
 
 async def chunks(data: bytes, size: int = 1000) -> AsyncIterator[bytes]:
     for i in range(0, len(data), size):
-        yield data[i:i + size]
+        yield data[i : i + size]
 
 
 def upstream_of(server: Server, **settings) -> Upstream:
@@ -117,8 +117,13 @@ async def test_a_streamed_body_goes_again_whole_after_the_first_attempt_took_par
     assert all(b"transfer-encoding: chunked" in request.lower() for request in handler.answered)
 
 
-async def second_fails(handler: Handler, *, second: Callable[[], Content] = lambda: BODY,
-                       between: Callable[[], None] = lambda: None, **settings: Any) -> ProxyError:
+async def second_fails(
+    handler: Handler,
+    *,
+    second: Callable[[], Content] = lambda: BODY,
+    between: Callable[[], None] = lambda: None,
+    **settings: Any,
+) -> ProxyError:
     """One request answered, then a second one (`between` them: a change of the server's mind),
     whose error is returned (it must fail)."""
     async with Server(handler) as server:
@@ -187,11 +192,19 @@ def test_only_connection_failures_before_an_answer_on_a_reused_connection_are_re
     import httpx2
 
     pooled, new, answered = Exchange(reused=True), Exchange(reused=False), Exchange(reused=True, received=1)
-    for error in (httpx2.ReadError("x"), httpx2.WriteError("x"),
-                  httpx2.RemoteProtocolError("Server disconnected without sending a response.")):
+    for error in (
+        httpx2.ReadError("x"),
+        httpx2.WriteError("x"),
+        httpx2.RemoteProtocolError("Server disconnected without sending a response."),
+    ):
         assert retry.may_retry(error, pooled)
         assert not retry.may_retry(error, new) and not retry.may_retry(error, answered)
         assert not retry.may_retry(error, Exchange())  # nothing was written
-    for error in (httpx2.ReadTimeout("x"), httpx2.WriteTimeout("x"), httpx2.PoolTimeout("x"),
-                  httpx2.ConnectError("x"), httpx2.ConnectTimeout("x")):
+    for error in (
+        httpx2.ReadTimeout("x"),
+        httpx2.WriteTimeout("x"),
+        httpx2.PoolTimeout("x"),
+        httpx2.ConnectError("x"),
+        httpx2.ConnectTimeout("x"),
+    ):
         assert not retry.may_retry(error, pooled)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from proxy.upstream import sse
 
@@ -46,7 +47,7 @@ async def _chunks(parts):
 @pytest.mark.parametrize("size", [1, 2, 3, 7, 100])
 async def test_events_parse_the_same_however_the_chunks_fall(size):
     body = b"data: a\n\ndata: b\r\ndata: c\r\n\r\n: comment\nevent: x\ndata:d\n\ndata: tail"
-    parts = [body[i:i + size] for i in range(0, len(body), size)]
+    parts = [body[i : i + size] for i in range(0, len(body), size)]
     assert [d async for d in sse.iter_data(_chunks(parts))] == ["a", "b\nc", "d", "tail"]
 
 

@@ -6,27 +6,42 @@ import pytest
 
 from proxy.wrap.summary import FIELDS, describe_kept, difference, line
 
-RUN = {"requests": 12, "tokens_before": 410_200, "tokens_after": 98_450, "reload_rounds": 3, "billed_usd": 0.082,
-       "uncached_usd": 0.01, "reads_usd": 0.05, "writes_usd": 0.012, "output_usd": 0.01, "turns_without_usage": 0,
-       "cf_usd": 0.2, "cf_billed_usd": 0.082}
+RUN = {
+    "requests": 12,
+    "tokens_before": 410_200,
+    "tokens_after": 98_450,
+    "reload_rounds": 3,
+    "billed_usd": 0.082,
+    "uncached_usd": 0.01,
+    "reads_usd": 0.05,
+    "writes_usd": 0.012,
+    "output_usd": 0.01,
+    "turns_without_usage": 0,
+    "cf_usd": 0.2,
+    "cf_billed_usd": 0.082,
+}
 
 
 def test_the_line():
     assert line(title="Codex CLI", status=0, run=RUN) == (
         "offload-proxy: 12 requests, 410,200 → 98,450 tokens (0.24), billed $0.0820 (uncached $0.0100, reads "
-        "$0.0500, writes $0.0120, output $0.0100), ×0.41 of the raw history's (est.), 3 reloads")
+        "$0.0500, writes $0.0120, output $0.0100), ×0.41 of the raw history's (est.), 3 reloads"
+    )
     one = {**RUN, "requests": 1, "reload_rounds": 1, "billed_usd": 0, "cf_usd": 0, "turns_without_usage": 1}
-    assert line(title="aider", status=1, run=one) == ("offload-proxy: 1 request, 410,200 → 98,450 tokens (0.24), "
-                                                      "1 reload, 1 turn without usage")
+    assert line(title="aider", status=1, run=one) == (
+        "offload-proxy: 1 request, 410,200 → 98,450 tokens (0.24), 1 reload, 1 turn without usage"
+    )
 
 
 def test_nothing_went_through():
     empty = dict.fromkeys(FIELDS, 0.0)
     assert line(title="aider", status=0, run=empty) == "offload-proxy: no requests went through the proxy"
-    assert line(title="aider", status=2, run=empty) == ("offload-proxy: aider exited with status 2; no request "
-                                                        "went through the proxy")
-    assert line(title="aider", status=0, run=None) == ("offload-proxy: statistics unavailable (the proxy's admin "
-                                                       "token is needed: --admin-token)")
+    assert line(title="aider", status=2, run=empty) == (
+        "offload-proxy: aider exited with status 2; no request went through the proxy"
+    )
+    assert line(title="aider", status=0, run=None) == (
+        "offload-proxy: statistics unavailable (the proxy's admin token is needed: --admin-token)"
+    )
 
 
 def test_the_run_is_the_difference_of_two_readings():
@@ -39,12 +54,15 @@ def test_the_run_is_the_difference_of_two_readings():
 def test_kept():
     url = "http://127.0.0.1:4100"
     assert describe_kept(url, 77, "tok", own_token=True) == (
-        f"proxy still up at {url}: dashboard {url}/dashboard (admin token tok), stop it with kill 77")
+        f"proxy still up at {url}: dashboard {url}/dashboard (admin token tok), stop it with kill 77"
+    )
     assert describe_kept(url, 77, "tok", own_token=False) == (
-        f"proxy still up at {url}: dashboard {url}/dashboard, stop it with kill 77")  # the user's own token: not shown
+        f"proxy still up at {url}: dashboard {url}/dashboard, stop it with kill 77"
+    )  # the user's own token: not shown
     assert describe_kept(url, 77, None, own_token=False, scratch="/tmp/offload-wrap-x") == (
         f"proxy still up at {url}: dashboard {url}/dashboard, stop it with kill 77; "
-        "its log and store stay in /tmp/offload-wrap-x until you remove it")
+        "its log and store stay in /tmp/offload-wrap-x until you remove it"
+    )
 
 
 def test_the_totals_of_the_first_answer_holding_nothing_count(monkeypatch):
@@ -60,15 +78,27 @@ def test_the_totals_of_the_first_answer_holding_nothing_count(monkeypatch):
 
 def test_the_line_says_why_there_are_no_statistics():
     assert line(title="Claude Code", status=7, run=None, unavailable="the proxy did not answer: refused") == (
-        "offload-proxy: Claude Code exited with status 7; statistics unavailable (the proxy did not answer: refused)")
+        "offload-proxy: Claude Code exited with status 7; statistics unavailable (the proxy did not answer: refused)"
+    )
     assert line(title="Claude Code", status=0, run=None, unavailable="x") == "offload-proxy: statistics unavailable (x)"
 
 
-@pytest.mark.parametrize("answer", [
-    [1], "ok", None, {"totals": [1]}, {"totals": {"requests": [1]}}, {"totals": {"requests": "3"}},
-    {"totals": {"requests": True}}, {"totals": {"requests": float("inf")}}, {"totals": {"requests": float("nan")}},
-    {"totals": {}, "recorder": {"queued": "x"}}, {"totals": {}, "recorder": [0]},
-])
+@pytest.mark.parametrize(
+    "answer",
+    [
+        [1],
+        "ok",
+        None,
+        {"totals": [1]},
+        {"totals": {"requests": [1]}},
+        {"totals": {"requests": "3"}},
+        {"totals": {"requests": True}},
+        {"totals": {"requests": float("inf")}},
+        {"totals": {"requests": float("nan")}},
+        {"totals": {}, "recorder": {"queued": "x"}},
+        {"totals": {}, "recorder": [0]},
+    ],
+)
 def test_an_answer_that_is_not_the_statistics_apis(monkeypatch, answer):
     """A --proxy-url whose server answers /v1/offload/stats with something else: no statistics, and
     no TypeError or OverflowError after the agent's run."""

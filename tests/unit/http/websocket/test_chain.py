@@ -14,8 +14,12 @@ def user(text: str) -> dict:
 
 
 def answer(text: str) -> dict:
-    return {"id": f"msg_{text}", "type": "message", "role": "assistant", "content": [{"type": "output_text",
-                                                                                       "text": text}]}
+    return {
+        "id": f"msg_{text}",
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text}],
+    }
 
 
 def test_a_continuation_is_the_whole_history_without_previous_response_id():
@@ -26,7 +30,12 @@ def test_a_continuation_is_the_whole_history_without_previous_response_id():
     chain.hold("r2", body, [answer("a2")], size=10)
     again = chain.expand({"input": "three", "previous_response_id": "r2", "store": False})
     assert [i.get("content") if i["role"] == "user" else i["id"] for i in again["input"]] == [
-        "one", "msg_a1", "two", "msg_a2", "three"]
+        "one",
+        "msg_a1",
+        "two",
+        "msg_a2",
+        "three",
+    ]
     assert again["input"][0] is body["input"][0]  # items are shared, not copied
 
 
@@ -44,7 +53,10 @@ def test_an_id_not_held_with_store_false_is_previous_response_not_found():
     with pytest.raises(ProxyError) as refused:
         ConnectionChain(2, 10_000).expand({"input": "x", "store": False, "previous_response_id": "resp_x"})
     assert (refused.value.status, refused.value.code, refused.value.param) == (
-        400, "previous_response_not_found", "previous_response_id")
+        400,
+        "previous_response_not_found",
+        "previous_response_id",
+    )
     assert "resp_x" in refused.value.message
 
 
@@ -70,8 +82,9 @@ def test_a_response_to_a_compaction_trigger_is_held_without_its_trigger():
     assert body["input"] == [user("one"), answer("a1"), ITEM, user("two")]  # the item then the new items
 
 
-@pytest.mark.parametrize("kept", [[TRIGGER, user("one")], [{"type": ["compaction_trigger"]}], [{"type": None}],
-                                  ["compaction_trigger"]])
+@pytest.mark.parametrize(
+    "kept", [[TRIGGER, user("one")], [{"type": ["compaction_trigger"]}], [{"type": None}], ["compaction_trigger"]]
+)
 def test_only_a_trailing_trigger_is_left_out(kept):
     chain = ConnectionChain(4, 10_000)
     chain.hold("r1", {"input": kept, "store": False}, [], size=100)
@@ -92,7 +105,9 @@ def test_a_response_larger_than_max_bytes_alone_is_not_held():
     chain = ConnectionChain(16, 1000)
     chain.hold("small", {"input": "s"}, [], size=10)
     assert chain.hold("huge", {"input": "h"}, [], size=1001) is False
-    assert "huge" not in chain and "small" in chain and chain.bytes == 10 and len(chain) == 1  # nothing forgotten for it
+    assert (
+        "huge" not in chain and "small" in chain and chain.bytes == 10 and len(chain) == 1
+    )  # nothing forgotten for it
 
 
 def test_the_workers_connections_hold_at_most_its_budget_together():

@@ -14,12 +14,25 @@ def upgrade(*headers: tuple[bytes, bytes]) -> dict:
 
 
 def test_the_upgrade_s_own_headers_are_not_the_request_s():
-    scope = request_scope(upgrade((b"host", b"p"), (b"connection", b"Upgrade"), (b"upgrade", b"websocket"),
-                                  (b"sec-websocket-key", b"k"), (b"sec-websocket-version", b"13"),
-                                  (b"sec-websocket-extensions", b"permessage-deflate"),
-                                  (b"Sec-WebSocket-Protocol", b"x"), (b"authorization", b"Bearer sk")), 12)
-    assert scope["headers"] == [(b"host", b"p"), (b"authorization", b"Bearer sk"),
-                                (b"content-type", b"application/json"), (b"content-length", b"12")]
+    scope = request_scope(
+        upgrade(
+            (b"host", b"p"),
+            (b"connection", b"Upgrade"),
+            (b"upgrade", b"websocket"),
+            (b"sec-websocket-key", b"k"),
+            (b"sec-websocket-version", b"13"),
+            (b"sec-websocket-extensions", b"permessage-deflate"),
+            (b"Sec-WebSocket-Protocol", b"x"),
+            (b"authorization", b"Bearer sk"),
+        ),
+        12,
+    )
+    assert scope["headers"] == [
+        (b"host", b"p"),
+        (b"authorization", b"Bearer sk"),
+        (b"content-type", b"application/json"),
+        (b"content-length", b"12"),
+    ]
 
 
 def test_the_beta_asking_for_the_websocket_mode_is_left_out_and_other_betas_kept():
@@ -34,14 +47,16 @@ def test_the_beta_asking_for_the_websocket_mode_is_left_out_and_other_betas_kept
 def _streaming_app(after: list[str], *, fail_after: bool = False):
     async def app(scope, receive, send):
         await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b'data: {"type":"response.completed"}\n\n',
-                    "more_body": True})
+        await send(
+            {"type": "http.response.body", "body": b'data: {"type":"response.completed"}\n\n', "more_body": True}
+        )
         await asyncio.sleep(0.01)  # the client reads the last event and leaves before the end
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         await asyncio.sleep(0)
         if fail_after:
             raise RuntimeError("what follows the answer failed")
         after.append("statistics recorded")
+
     return app
 
 
@@ -70,8 +85,13 @@ def test_a_client_gone_after_the_last_event_lets_the_route_finish_what_follows_i
 
 def test_a_route_failing_after_its_answer_is_logged_as_its_failure_not_as_an_unretrieved_task(caplog):
     async def main() -> None:
-        await dispatch(_streaming_app([], fail_after=True), upgrade(), b"{}", gone=asyncio.Event(),
-                       on_event=lambda data: asyncio.sleep(0))
+        await dispatch(
+            _streaming_app([], fail_after=True),
+            upgrade(),
+            b"{}",
+            gone=asyncio.Event(),
+            on_event=lambda data: asyncio.sleep(0),
+        )
         for _ in range(20):
             await asyncio.sleep(0.01)
         gc.collect()

@@ -11,23 +11,34 @@ from proxy.http.websocket import events
 
 
 def test_a_create_is_the_http_body_with_streaming_implied():
-    create = events.parse(json.dumps({"type": "response.create", "model": "m", "input": "hi", "stream_id": "a",
-                                      "stream": False}))
-    assert create is not None and (create.body, create.stream_id) == ({"model": "m", "input": "hi", "stream": True}, "a")
+    create = events.parse(
+        json.dumps({"type": "response.create", "model": "m", "input": "hi", "stream_id": "a", "stream": False})
+    )
+    assert create is not None and (create.body, create.stream_id) == (
+        {"model": "m", "input": "hi", "stream": True},
+        "a",
+    )
 
 
 def test_an_acknowledgement_is_nothing_to_do():
     assert events.parse('{"type": "response.processed", "response_id": "r"}') is None
 
 
-@pytest.mark.parametrize("text, code", [
-    ("{", "invalid_json"), ("[" * 100_000, "invalid_json"), ("3", "invalid_event"),
-    ('{"type": 5}', "unknown_event_type"), ('{"type": "response.steer"}', "unknown_event_type"),
-    ('{"type": ["response.processed"]}', "unknown_event_type"), ('{"type": {"a": 1}}', "unknown_event_type"),
-    ('{"type": "response.create", "stream_id": {}}', "invalid_value"),
-    ('{"type": "response.create", "stream_id": "' + "x" * 300 + '"}', "invalid_value"),
-    ('{"type": "response.create", "background": true}', "unsupported_parameter"),
-])
+@pytest.mark.parametrize(
+    "text, code",
+    [
+        ("{", "invalid_json"),
+        ("[" * 100_000, "invalid_json"),
+        ("3", "invalid_event"),
+        ('{"type": 5}', "unknown_event_type"),
+        ('{"type": "response.steer"}', "unknown_event_type"),
+        ('{"type": ["response.processed"]}', "unknown_event_type"),
+        ('{"type": {"a": 1}}', "unknown_event_type"),
+        ('{"type": "response.create", "stream_id": {}}', "invalid_value"),
+        ('{"type": "response.create", "stream_id": "' + "x" * 300 + '"}', "invalid_value"),
+        ('{"type": "response.create", "background": true}', "unsupported_parameter"),
+    ],
+)
 def test_bad_events_are_refused_with_a_code(text, code):
     with pytest.raises(ProxyError) as refused:
         events.parse(text)
@@ -37,8 +48,11 @@ def test_bad_events_are_refused_with_a_code(text, code):
 def test_an_http_error_answer_keeps_its_error_object_and_status():
     body = json.dumps({"error": {"message": "slow", "type": "requests", "code": "rate_limit_exceeded", "param": None}})
     assert events.from_http_answer(429, body.encode(), "lane") == {
-        "type": "error", "status": 429, "stream_id": "lane",
-        "error": {"type": "requests", "code": "rate_limit_exceeded", "message": "slow", "param": None}}
+        "type": "error",
+        "status": 429,
+        "stream_id": "lane",
+        "error": {"type": "requests", "code": "rate_limit_exceeded", "message": "slow", "param": None},
+    }
 
 
 def test_a_non_json_error_answer_is_said_briefly():
