@@ -16,8 +16,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from proxy.core.holdout import Arm
 from proxy.stats import holdout
 from proxy.stats.buckets import Fields, add
+from proxy.stats.holdout import HoldoutDue
 from proxy.store.base import Store
 
 WRITES_AT_ONCE = 16  # store writes of one flush in flight at once
@@ -60,7 +62,7 @@ class Backlog:
     def session(self, namespace: str, name: str, *, turns_key: str, totals_key: str, index_key: str) -> SessionDue:
         return self.sessions.setdefault((namespace, name), SessionDue(turns_key, totals_key, index_key, name))
 
-    def holdout(self, namespace: str, arm: holdout.Arm, name: str) -> holdout.HoldoutDue:
+    def holdout(self, namespace: str, arm: Arm, name: str) -> HoldoutDue:
         session_key = holdout.session_key(namespace, arm, name)
         return self.holdouts.setdefault(
             session_key, holdout.HoldoutDue(holdout.index_key(namespace, arm), session_key, name)
