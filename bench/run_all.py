@@ -8,7 +8,8 @@ answers through the reload path vs relayed (reload_stream.py), 500 concurrent st
 compressed request bodies decoded (body_decoding.py), /healthz while bodies of tens of MB are
 sent (large_bodies.py), /healthz while tool results alike but never foldable are planned
 (fold_stall.py), 60-step computer-use sessions of real screenshots (computer_use.py), the
-Responses WebSocket mode vs HTTP (websocket.py) and under attack (websocket_attacks.py). The savings on real traces come from
+Responses WebSocket mode vs HTTP (websocket.py) and under attack (websocket_attacks.py), the
+modules one managed turn runs code in (request_path.py). The savings on real traces come from
 `python -m proxy replay ../shared/traces/traces.jsonl`.
 """
 
@@ -33,6 +34,7 @@ if __name__ == "__main__":
         "computer_use.py",
         "websocket.py",
         "websocket_attacks.py",
+        "request_path.py",
     ):
         print(f"\n== {script}", flush=True)
         subprocess.run([sys.executable, str(HERE / script)], check=True, cwd=HERE.parent)

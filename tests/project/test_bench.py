@@ -40,6 +40,14 @@ def test_big_history(tmp_path):
     assert "[messages] conversation" in out and "messages/chat steady per-turn CPU" in out
 
 
+def test_request_path(tmp_path):
+    traces = tmp_path / "traces.jsonl"
+    traces.write_text("\n".join(json.dumps({"id": f"t{i}", "messages": agent_history(steps=4 + i)}) for i in range(2)))
+    out = run("request_path.py", "--tokens", "8000", "--format", "chat", "--traces", str(traces))
+    counts = re.search(r"chat: (\d+) proxy modules ran code, (\d+) distinct module-to-module calls", out)
+    assert counts and int(counts[1]) > 10 and int(counts[2]) > 10, out
+
+
 def test_big_history_sweep_on_redis(tmp_path):
     traces = tmp_path / "traces.jsonl"
     traces.write_text("\n".join(json.dumps({"id": f"t{i}", "messages": agent_history(steps=4 + i)}) for i in range(2)))
