@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any, Protocol
 
+from proxy.core.jsonio import JsonObject
+
 PARTS = ("uncached", "cache_read", "cache_write_5m", "cache_write_1h", "output")
 INPUT_PARTS = PARTS[:4]
 # What a bill is for: a client's turn (its rounds), the proxy's own summary calls, keep-alive pings.
@@ -115,7 +117,7 @@ def reported(**parts: object) -> Bill:
 class UsageStream(Protocol):
     """The usage of one streamed answer, read as its events pass."""
 
-    def feed(self, event: dict) -> None: ...
+    def feed(self, event: JsonObject) -> None: ...
 
     def bill(self) -> Bill:
         """The answer's bill once its stream has ended (UNREPORTED: it reported none)."""
@@ -129,7 +131,7 @@ class UsageReader(Protocol):
 
     def stream(self) -> UsageStream: ...
 
-    def asking(self, body: dict) -> dict | None:
+    def asking(self, body: JsonObject) -> JsonObject | None:
         """The body to send instead, asking the upstream for the usage of a streamed answer the
         client did not ask for (chat completions' `stream_options.include_usage`); None when
         the upstream reports it anyway, or the client asked itself."""

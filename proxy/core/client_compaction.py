@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from proxy.core.jsonio import JsonObject
 from proxy.core.precompress import context_window
 from proxy.core.settings import OffloadSettings
 from proxy.core.view import ItemView
@@ -49,7 +50,7 @@ def asked(items: list[Any], view: ItemView) -> str | None:
     return None
 
 
-def max_output(body: dict) -> int:
+def max_output(body: JsonObject) -> int:
     """The output the request keeps room for (`max_tokens`, `max_completion_tokens` or
     `max_output_tokens`, as its format names it), else DEFAULT_OUTPUT."""
     for name in ("max_tokens", "max_completion_tokens", "max_output_tokens"):

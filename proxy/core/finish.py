@@ -70,7 +70,7 @@ def _of_response(response: Any) -> Ending | None:
     return Ending(reason) if reason else None
 
 
-def _of_choices(choices: list) -> Ending | None:
+def _of_choices(choices: list[Any]) -> Ending | None:
     for choice in choices:
         if isinstance(choice, dict) and (reason := _reason(choice.get("finish_reason"))) is not None:
             return Ending(reason)

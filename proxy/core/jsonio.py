@@ -34,6 +34,10 @@ class NonFinite(ValueError):
 
 D = TypeVar("D")
 
+JsonObject = dict[str, Any]
+"""A JSON object as parsed (`loads`): keys are strings, values any JSON value. The type of the
+request bodies, items and events the proxy reads from clients and upstreams."""
+
 
 def object_or(value: Any, default: D) -> dict[str, Any] | D:
     """`value` when it is a JSON object (a dict), else `default`: a field read where the client

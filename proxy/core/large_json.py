@@ -24,6 +24,7 @@ import json.scanner
 from typing import Any
 
 from proxy.core import jsonio
+from proxy.core.jsonio import JsonObject
 
 MANY_CONTAINERS = 50_000
 MANY_VALUES = 200_000  # commas
@@ -52,7 +53,7 @@ def contains(raw: bytes, needle: bytes) -> bool:
     return any(raw.find(needle, start, start + _SEARCH + overlap) >= 0 for start in range(0, len(raw), _SEARCH))
 
 
-def _keep(obj: dict) -> dict:
+def _keep(obj: JsonObject) -> JsonObject:
     return obj
 
 

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import orjson
 
 from proxy.core.images import data_url_header, image_tokens, info_tokens
+from proxy.core.jsonio import JsonObject
 
 log = logging.getLogger("proxy.core.tokens")
 
@@ -58,7 +59,7 @@ def binary_tokens(data: Any) -> int:
     return (len(data) + 3) // 4 if type(data) is str else 0
 
 
-def part_image_tokens(part: dict) -> int:
+def part_image_tokens(part: JsonObject) -> int:
     """An image part as its provider bills it (`proxy.core.images`): a chat `image_url`, a
     Responses `input_image` or `computer_screenshot` (OpenAI), an Anthropic `image` block."""
     if part.get("type") == "image":
@@ -355,7 +356,7 @@ class TokenCounter:
                 total += 3 + self.text(str(function.get("name", ""))) + self.text(str(function.get("arguments", "")))
         return total
 
-    def _count_item(self, kind: Any, item: dict) -> int:
+    def _count_item(self, kind: Any, item: JsonObject) -> int:
         """A Responses input item other than a message, counted like the chat message that
         carries the same content: a call costs MESSAGE_OVERHEAD + name + arguments (as one of a
         chat message's `tool_calls`), a tool result MESSAGE_OVERHEAD + its output."""
@@ -397,7 +398,7 @@ class TokenCounter:
     def tools(self, tools: Any) -> int:
         return self.text(json.dumps(tools, ensure_ascii=False, sort_keys=True)) if tools else 0
 
-    def outside_history(self, body: dict) -> int:
+    def outside_history(self, body: JsonObject) -> int:
         """What a request sends beside its history, every turn: the tools, and the system prompt
         a format keeps outside the history (Messages' `system`, Responses' `instructions`)."""
         return self.tools(body.get("tools")) + self.content(body.get("system")) + self.content(body.get("instructions"))

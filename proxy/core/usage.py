@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import copy
 
+from proxy.core.jsonio import JsonObject
 
-def add_usage(total: dict | None, usage: dict | None) -> dict | None:
+
+def add_usage(total: JsonObject | None, usage: JsonObject | None) -> JsonObject | None:
     """Sum two usage objects: numbers are added, nested objects (`*_details`) summed the same way;
     other values are kept from the first that has them. Returns a new dict (None only when both
     are empty); neither argument is changed."""
