@@ -23,7 +23,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Mapping, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from proxy.store.base import Store, StoreUnavailable
 from proxy.telemetry import Metrics
@@ -48,11 +48,11 @@ class GuardedStore:
         # a call failing later than this was held up by the loop: the store's own timeouts
         # (one to connect, one to answer: `--store-timeout` each) end it sooner
         self.slow_failure = 2 * ping_timeout + 0.25
-        self._monitor: asyncio.Task | None = None
-        self._confirming: asyncio.Task | None = None
-        self._recheck: asyncio.Future | None = None
+        self._monitor: asyncio.Task[None] | None = None
+        self._confirming: asyncio.Task[bool] | None = None
+        self._recheck: asyncio.Future[bool] | None = None
         self._recheck_at = 0.0
-        self._pinging: asyncio.Future | None = None  # the ping in flight, shared (`ping`)
+        self._pinging: asyncio.Future[bool] | None = None  # the ping in flight, shared (`ping`)
         self.answering_again = asyncio.Event()  # set when the store answers after it was marked down
 
     def _show(self, available: bool) -> None:
@@ -251,7 +251,7 @@ class GuardedStore:
         return await self._call(self.inner.ranked(key, offset, limit))
 
 
-def _retrieve(task: asyncio.Task) -> None:
+def _retrieve(task: asyncio.Future[Any]) -> None:
     """A ping abandoned at its timeout: its outcome is not needed (and never logged as lost)."""
     if not task.cancelled():
         task.exception()

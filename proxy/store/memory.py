@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 
 @dataclass
@@ -56,7 +56,7 @@ class MemoryStore:
             return None
         if ttl is not None:
             entry.expires = time.monotonic() + ttl
-        return entry.value
+        return cast(bytes, entry.value)  # `_live(key, bytes)`: a bytes value
 
     async def touch(self, keys: Sequence[str], ttl: int, *, slack: int = 0) -> list[bool]:
         now, out = time.monotonic(), []

@@ -6,10 +6,11 @@ import asyncio
 import contextlib
 import types
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import redis.asyncio as redis
-from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.client import Pipeline
+from redis.asyncio.cluster import ClusterPipeline, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.exceptions import ClusterDownError, ConnectionError, RedisClusterException, RedisError, SlotNotCoveredError
@@ -83,7 +84,7 @@ class RedisStore:
                 self._initialized = True
 
     @contextlib.asynccontextmanager
-    async def _pipeline(self, *, once: bool = False) -> AsyncIterator:
+    async def _pipeline(self, *, once: bool = False) -> AsyncIterator[Pipeline | ClusterPipeline]:
         """A pipeline; `once`: of commands that must not be sent twice (see `connection_options`).
         A cluster pipeline reads the slot map again on entering after a failure: that failing is
         the store being unavailable too."""
@@ -225,7 +226,9 @@ class RedisStore:
                 for field, value in values.items():
                     pipe.hsetnx(key, field, value)
             else:
-                pipe.hset(key, mapping=dict(values))
+                # (redis-py types `mapping` with its own key union, and a Mapping's key is invariant:
+                # no dict[str, ...] matches it)
+                pipe.hset(key, mapping=dict(values))  # type: ignore[arg-type]
             pipe.expire(key, ttl)
             await self._call(pipe.execute())
 
@@ -288,7 +291,7 @@ class _Cluster(RedisCluster):
     ERRORS_ALLOW_RETRY = (ConnectionError, ClusterDownError, SlotNotCoveredError, AttributeError)  # type: ignore[assignment]
 
 
-def connection_options(timeout: float, *, retry: bool = True, cluster: bool = False) -> dict:
+def connection_options(timeout: float, *, retry: bool = True, cluster: bool = False) -> dict[str, Any]:
     """The client options: what survives a Redis restart, and what stays bounded in an outage.
 
     - Maintenance notifications off: with them on (redis-py 8's default on RESP3, "auto"), the

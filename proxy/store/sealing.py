@@ -17,11 +17,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 MAGIC = b"\x00E1"  # zlib output never starts with a NUL byte
 
 
-def _aead(secret: str):
+def _aead(secret: str) -> AESGCM:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
     return AESGCM(hashlib.sha256(b"offload-proxy/at-rest/v1\0" + secret.encode()).digest())
