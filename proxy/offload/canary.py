@@ -54,7 +54,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from proxy.offload.tenant import key
-from proxy.store import Store, StoreUnavailable, open_store, sealer_for
+from proxy.store import Store, StoreSettings, StoreUnavailable, open_store, sealer_for
 from proxy.store.sealing import Sealer
 
 log = logging.getLogger("proxy")
@@ -209,7 +209,7 @@ def check_timeout(store_timeout: float) -> float:
     return max(2.0, 4 * store_timeout)
 
 
-def startup_check(settings) -> str | None:
+def startup_check(settings: StoreSettings) -> str | None:
     """`offload-proxy serve`, before any worker starts: CanaryMismatch when this replica must not
     start; else a line to show (a warning, or that the store could not be asked), or None.
     The workers are told (in the environment) what it found. `settings`: the ServerSettings."""
@@ -227,7 +227,7 @@ def startup_check(settings) -> str | None:
     return checked.note
 
 
-def _checked_now(settings, *, lineage: str | None) -> Checked:
+def _checked_now(settings: StoreSettings, *, lineage: str | None) -> Checked:
     async def run() -> Checked:
         store = open_store(settings)
         try:
@@ -241,7 +241,7 @@ def _checked_now(settings, *, lineage: str | None) -> Checked:
     return asyncio.run(run())
 
 
-def after_serve(settings) -> None:
+def after_serve(settings: StoreSettings) -> None:
     """`offload-proxy serve` once its server has stopped: the canary is checked once more (with the
     lineage of the startup check, if it was made), so that a server its workers stopped for a
     mismatch exits with the reason and status 1 (several workers: the supervisor would otherwise
@@ -302,7 +302,7 @@ async def _rest(every: float, woken: asyncio.Event | None) -> None:
 
 def keep_if_served(
     store: Store, sealer: Sealer, names_key: str | None, *, workers: int, woken: asyncio.Event | None = None
-) -> asyncio.Task | None:
+) -> asyncio.Task[None] | None:
     """A worker's `keep`, when `serve` runs it (None in an app built otherwise: a test, a program)."""
     unchecked, lineage = os.environ.get(UNCHECKED_ENV) == "1", os.environ.get(LINEAGE_ENV)
     if not unchecked and not lineage:

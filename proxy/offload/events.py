@@ -10,6 +10,7 @@ import json
 import time
 from typing import Any
 
+from proxy.core.jsonio import JsonObject
 from proxy.offload.tenant import key
 from proxy.store import Store, StoreUnavailable, resealing
 from proxy.store.sealing import Sealer
@@ -27,7 +28,7 @@ def _list_key(namespace: str, session: str | None, sealer: Sealer) -> str:
 
 
 async def record(
-    store: Store, namespace: str, session: str | None, *, events: list[dict], ttl: int, sealer: Sealer
+    store: Store, namespace: str, session: str | None, *, events: list[JsonObject], ttl: int, sealer: Sealer
 ) -> None:
     """Append events; an unreachable store loses them (accounting never fails a request)."""
     list_key = _list_key(namespace, session, sealer)
@@ -41,7 +42,7 @@ async def record(
 
 async def recent(
     store: Store, namespace: str, session: str | None, *, limit: int = MAX_EVENTS, sealer: Sealer
-) -> list[dict]:
+) -> list[JsonObject]:
     """The newest `limit` events, oldest first; ones that do not open (sealed under another key) are left out."""
     list_key = _list_key(namespace, session, sealer)
     opened = await resealing.opened_items(store, list_key, (await store.items(list_key))[-limit:], sealer=sealer)

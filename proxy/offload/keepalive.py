@@ -112,8 +112,8 @@ class KeepAlive:
         self.on_answer, self.on_avoided = on_answer, on_avoided
         self._held: dict[tuple[str, str], Session] = {}
         self._bytes = 0
-        self._task: asyncio.Task | None = None
-        self._pinging: dict[tuple[str, str], asyncio.Task] = {}  # the ping under way of each session
+        self._task: asyncio.Task[None] | None = None
+        self._pinging: dict[tuple[str, str], asyncio.Task[None]] = {}  # the ping under way of each session
         self._wake = asyncio.Event()
 
     @property

@@ -151,7 +151,7 @@ class Lease:
         task.add_done_callback(_releasing.discard)
 
 
-_releasing: set[asyncio.Task] = set()  # releases under way: kept referenced until they end
+_releasing: set[asyncio.Task[None]] = set()  # releases under way: kept referenced until they end
 
 
 async def held(store: Store, key: str) -> bool:

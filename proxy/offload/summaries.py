@@ -25,6 +25,7 @@ from proxy.core import cache_cuts, precompress
 from proxy.core import compression as cp
 from proxy.core.bill import Bill
 from proxy.core.compaction import Offload, present_refs
+from proxy.core.jsonio import JsonObject
 from proxy.core.markers import make_ref
 from proxy.core.media import without_media
 from proxy.core.settings import OffloadSettings
@@ -90,7 +91,7 @@ class Compressor:
         def seen() -> list[bool]:  # prefixes this process verified already: recognised by equality
             return [_seen.equal(e["hash"], originals, e["cut"]) for e in entries]
 
-        def verified(pending: list[dict]) -> list[dict]:  # the others hashed, rising: one pass
+        def verified(pending: list[JsonObject]) -> list[JsonObject]:  # the others hashed, rising: one pass
             return [e for e in pending if chain.matches(e["cut"], e["hash"], _seen)]
 
         known = await cpu.light(seen) if entries else []
@@ -267,14 +268,34 @@ class Compressor:
             into.summary_tokens = sum(prior.usage)
             into.usage = summary_usage(*prior.usage)
 
-    async def _ahead(self, compacted, originals, settings, *, counter, chain, prior, cpu) -> None:
+    async def _ahead(
+        self,
+        compacted: list[Any],
+        originals: list[Any],
+        settings: OffloadSettings,
+        *,
+        counter: TokenCounter,
+        chain: cp.PrefixHashes,
+        prior: cp.PriorSummary | None,
+        cpu: CPU,
+    ) -> None:
         if self.ctx.background is None:  # inline only: a summary is made when a turn needs it
             return
         decision = await cpu.light(precompress.ahead, compacted, self.view, settings, counter=counter, prior=prior)
         if decision is not None:
             await self._start(compacted, originals, settings, counter=counter, chain=chain, decision=decision, cpu=cpu)
 
-    async def _start(self, compacted, originals, settings, *, counter, chain, decision, cpu) -> None:
+    async def _start(
+        self,
+        compacted: list[Any],
+        originals: list[Any],
+        settings: OffloadSettings,
+        *,
+        counter: TokenCounter,
+        chain: cp.PrefixHashes,
+        decision: cp.Decision,
+        cpu: CPU,
+    ) -> None:
         """Ready the summary for the scheduler, to be handed to it (`deferred`) once this turn's
         own upstream request has gone out and answered: the summary call must not hold the turn
         up nor race it. One per conversation at a time, in this process (the scheduler) and
@@ -306,7 +327,7 @@ class Compressor:
         weight = await cpu.light(counter.messages, originals)  # counted already: what the job holds
         tenant = self.ctx.tenant_scope or self.namespace  # the credential's: sub-tenants share its slots
 
-        def submit(run, on_end) -> bool:
+        def submit(run: Callable[[], Awaitable[None]], on_end: Callable[[], None]) -> bool:
             return scheduler.submit(conversation, run, tenant=tenant, weight=weight, on_end=on_end)
 
         ttl, lease_key = lease.lease_ttl(self.ctx.timeout), key(self.namespace, "lease", name)
@@ -314,10 +335,19 @@ class Compressor:
             lambda: lease.submit_leased(self.store, lease_key, ttl, run=job, submit=submit, listed=listed)
         )
 
-    async def _in_background(self, compacted, originals, settings, *, counter, chain, decision) -> None:
+    async def _in_background(
+        self,
+        compacted: list[Any],
+        originals: list[Any],
+        settings: OffloadSettings,
+        *,
+        counter: TokenCounter,
+        chain: cp.PrefixHashes,
+        decision: cp.Decision,
+    ) -> None:
         cpu = CPU.for_messages(originals)
         started = time.monotonic()
-        made: list[dict] = []
+        made: list[JsonObject] = []
         try:
             made_before, spans, lock = await self._claim(
                 compacted, originals, settings, counter=counter, chain=chain, decision=decision, cpu=cpu
@@ -366,11 +396,19 @@ class Compressor:
         except StoreUnavailable:
             pass  # the events are lost with the store; the summary itself was made or reported above
 
-    async def _record(self, new: list[dict], settings: OffloadSettings) -> None:
+    async def _record(self, new: list[JsonObject], settings: OffloadSettings) -> None:
         await self.tenant.record_events(self.ctx.session or settings.session, new)
 
     async def _claim(
-        self, compacted, originals, settings, *, counter, chain, decision, cpu
+        self,
+        compacted: list[Any],
+        originals: list[Any],
+        settings: OffloadSettings,
+        *,
+        counter: TokenCounter,
+        chain: cp.PrefixHashes,
+        decision: cp.Decision,
+        cpu: CPU,
     ) -> tuple[cp.PriorSummary | None, list[tuple[int, int]], str | None]:
         """(the summary of this cut if one is made already, the ranges to summarise, the store's
         lock on this cut if this request now holds it: None while another request makes it)."""
@@ -383,7 +421,17 @@ class Compressor:
         held = await self.store.put_if_absent(lock, b"1", int(self.ctx.timeout * len(spans)) + 5)
         return None, spans, lock if held else None
 
-    async def _summarize_once(self, compacted, originals, settings, *, counter, chain, decision, cpu) -> Compressed:
+    async def _summarize_once(
+        self,
+        compacted: list[Any],
+        originals: list[Any],
+        settings: OffloadSettings,
+        *,
+        counter: TokenCounter,
+        chain: cp.PrefixHashes,
+        decision: cp.Decision,
+        cpu: CPU,
+    ) -> Compressed:
         made, spans, lock = await self._claim(
             compacted, originals, settings, counter=counter, chain=chain, decision=decision, cpu=cpu
         )
@@ -404,7 +452,9 @@ class Compressor:
         finally:
             await self.store.delete(lock)
 
-    async def _spans(self, compacted, settings, counter, *, decision, cpu) -> list[tuple[int, int]]:
+    async def _spans(
+        self, compacted: list[Any], settings: OffloadSettings, counter: TokenCounter, *, decision: cp.Decision, cpu: CPU
+    ) -> list[tuple[int, int]]:
         """The ranges summarised by one call each: the whole new range in the prefix shape."""
         if self.prefix:
             return [decision.new_items]
@@ -415,7 +465,7 @@ class Compressor:
 
     def summary_request(
         self, compacted: list[Any], settings: OffloadSettings, decision: cp.Decision
-    ) -> tuple[str, dict]:
+    ) -> tuple[str, JsonObject]:
         """The prefix shape's request: what this turn forwards before items[cut] (the prior
         summary folded in as the turns forward it), then the instruction. It carries the reload
         tools when the turns carry them (as `proxy.turn` decides): the reload tools are
@@ -439,7 +489,16 @@ class Compressor:
             model=self.ctx.model,
         )
 
-    async def _calls(self, compacted, settings, decision, *, spans, cpu, made: list[Summary]) -> None:
+    async def _calls(
+        self,
+        compacted: list[Any],
+        settings: OffloadSettings,
+        decision: cp.Decision,
+        *,
+        spans: list[tuple[int, int]],
+        cpu: CPU,
+        made: list[Summary],
+    ) -> None:
         """The summarisation calls, into `made`: one in the prefix shape, one per span in the
         transcript shape (the first updating the prior summary). SummaryFailed at the first that
         fails (`made` then holds those before it)."""
@@ -481,15 +540,15 @@ class Compressor:
 
     async def _summarize(
         self,
-        compacted,
-        originals,
-        settings,
+        compacted: list[Any],
+        originals: list[Any],
+        settings: OffloadSettings,
         *,
-        counter,
-        chain,
-        decision,
-        spans,
-        cpu,
+        counter: TokenCounter,
+        chain: cp.PrefixHashes,
+        decision: cp.Decision,
+        spans: list[tuple[int, int]],
+        cpu: CPU,
         bill: bool = False,
         session: str | None = None,
     ) -> Compressed:

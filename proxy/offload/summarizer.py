@@ -23,6 +23,7 @@ import httpx2
 
 from proxy.core import jsonio, texts
 from proxy.core.bill import Bill, UsageReader
+from proxy.core.jsonio import JsonObject
 from proxy.errors import ProxyError
 from proxy.formats.chat.usage import USAGE as CHAT_USAGE
 from proxy.upstream.client import Headers, Upstream
@@ -109,7 +110,7 @@ async def summarize(
 async def summarize_prefix(
     upstream: Upstream,
     headers: Headers,
-    request: tuple[str, dict],
+    request: tuple[str, JsonObject],
     *,
     read: Callable[[Any], tuple[str, int, int]],
     timeout: float,
@@ -155,7 +156,7 @@ async def _call(
     headers: Headers,
     endpoint: str,
     *,
-    body: dict,
+    body: JsonObject,
     read: Callable[[Any], tuple[str, int, int]],
     timeout: float,
     base: str | None,

@@ -12,6 +12,7 @@ from proxy import telemetry
 from proxy.core.bill import NONE, Bill
 from proxy.core.cache_cuts import CutContext
 from proxy.core.compaction import Offload
+from proxy.core.jsonio import JsonObject
 from proxy.core.view import ItemView
 from proxy.core.wire import WireFormat
 from proxy.offload.background import SummaryScheduler
@@ -70,7 +71,7 @@ class SummaryContext:
     # The prefix shape (see the module docstring) needs the request's wire format and body; without
     # them, or with summary_request "transcript", summaries are transcripts sent to chat completions.
     wire: WireFormat | None = None
-    body: dict | None = None  # the client's request body (its tools, instructions, sampling, …)
+    body: JsonObject | None = None  # the client's request body (its tools, instructions, sampling, …)
     summary_request: str = "prefix"  # "prefix" | "transcript"
     instruction: str = DEFAULT_INSTRUCTION  # what the prefix shape appends
     cuts: CutContext | None = None  # the session's cache as the cut decisions see it (`proxy.core.cache_cuts`)
@@ -85,8 +86,8 @@ class Compressed:
     offload: Offload | None = None  # the summarised originals, when newly made
     summary_tokens: int = 0
     warning: str | None = None
-    events: list[dict] = field(default_factory=list)
-    usage: dict | None = None  # the summarisation calls' usage, chat-completions shaped
+    events: list[JsonObject] = field(default_factory=list)
+    usage: JsonObject | None = None  # the summarisation calls' usage, chat-completions shaped
     pending: bool = False  # the summary this turn needed is being made in the background
     usage_in: int = 0  # what the summary just made cost, however it is billed
     usage_out: int = 0
@@ -101,7 +102,7 @@ class Compressed:
         return [self.offload, *self.media] if self.offload is not None else []
 
 
-def summary_usage(tokens_in: int, tokens_out: int) -> dict | None:
+def summary_usage(tokens_in: int, tokens_out: int) -> JsonObject | None:
     if not tokens_in and not tokens_out:
         return None
     return {"prompt_tokens": tokens_in, "completion_tokens": tokens_out, "total_tokens": tokens_in + tokens_out}

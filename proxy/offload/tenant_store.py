@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from proxy.core.jsonio import JsonObject
 from proxy.offload import events, response_chains
 from proxy.offload.compaction_records import CompactionRecords
 from proxy.offload.quota import Quota
@@ -33,10 +34,10 @@ class TenantStore:
             self.store, self.namespace, self.ttl, sealer=self.sealer, secret=self.names_key, quota=self.quota, api=api
         )
 
-    async def record_events(self, session: str | None, recorded: list[dict]) -> None:
+    async def record_events(self, session: str | None, recorded: list[JsonObject]) -> None:
         await events.record(self.store, self.namespace, session, events=recorded, ttl=self.ttl, sealer=self.sealer)
 
-    async def recent_events(self, session: str | None) -> list[dict]:
+    async def recent_events(self, session: str | None) -> list[JsonObject]:
         """Raises StoreUnavailable (a read the caller asked for)."""
         return await events.recent(self.store, self.namespace, session, sealer=self.sealer)
 
