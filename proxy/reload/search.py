@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
+from proxy.core.jsonio import JsonObject
 from proxy.offload.cpu_pool import CPU
 from proxy.reload.search_pool import INTERRUPTED, KILL_GRACE, START_TIMEOUT, Pool, Worker, WorkerGone, pool
 from proxy.reload.search_worker import EXPENSIVE, HEAD, MATCHES, MAX_MATCHES, MEMORY_LIMIT, NICE, SIZE, TIME, Hits  # noqa: F401
@@ -255,7 +256,7 @@ class Search:
             hits.stopped = hits.stopped or (stopped if stopped in (TIME, SIZE, MATCHES) else None)
         return sum(map(len, chunks))
 
-    async def _ask(self, header: dict, body: list[bytes] | None = None) -> dict | None:
+    async def _ask(self, header: JsonObject, body: list[bytes] | None = None) -> JsonObject | None:
         """Send one request and take the answers up to its last; matching lines go to `hits`.
 
         None when the worker is lost (then `hits.stopped` says why) or the answer is unexpected.

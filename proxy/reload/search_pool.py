@@ -16,6 +16,7 @@ import sys
 import weakref
 from pathlib import Path
 
+from proxy.core.jsonio import JsonObject
 from proxy.offload.cpu_pool import executor
 from proxy.reload.search_worker import HEAD, MEMORY_LIMIT, NICE  # noqa: F401
 
@@ -85,7 +86,7 @@ class Worker:
         except (OSError, ValueError, IndexError):
             return None
 
-    async def send(self, header: dict, body: list[bytes] | None = None, *, until: float) -> None:
+    async def send(self, header: JsonObject, body: list[bytes] | None = None, *, until: float) -> None:
         """One frame: `header`, then the chunks of `body` (as one body)."""
         data = json.dumps(header).encode()
         body = body or []
@@ -98,7 +99,7 @@ class Worker:
         except OSError as exc:
             raise WorkerGone(f"{self._epitaph()} ({exc})") from exc
 
-    async def receive(self, *, until: float) -> dict:
+    async def receive(self, *, until: float) -> JsonObject:
         """The worker's next message; TimeoutError at `until` (monotonic), WorkerGone if it is gone."""
         while True:
             message = await self._next(until)
@@ -114,7 +115,7 @@ class Worker:
                 raise WorkerGone("an answer before it started")
             self.ready = True
 
-    async def _next(self, until: float) -> dict:
+    async def _next(self, until: float) -> JsonObject:
         loop = asyncio.get_running_loop()
         async with asyncio.timeout_at(until):
             while True:
@@ -196,8 +197,8 @@ class Pool:
         self.slots = asyncio.Semaphore(size)
         self.idle: list[Worker] = []
         self.workers: set[Worker] = set()
-        self.reaping: set[asyncio.Future] = set()
-        self.warming: asyncio.Future | None = None
+        self.reaping: set[asyncio.Future[None]] = set()
+        self.warming: asyncio.Future[list[Worker]] | None = None
         self.closed = False
 
     def warm(self) -> None:
@@ -209,7 +210,7 @@ class Pool:
         self.warming = asyncio.get_running_loop().run_in_executor(executor(), _spawn, missing)
         self.warming.add_done_callback(self._warmed)
 
-    def _warmed(self, spawning: asyncio.Future) -> None:
+    def _warmed(self, spawning: asyncio.Future[list[Worker]]) -> None:
         self.warming = None
         if spawning.cancelled():
             return  # the loop is closing: the exit handler ends them

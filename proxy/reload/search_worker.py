@@ -32,6 +32,8 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 import regex
 
@@ -97,7 +99,9 @@ def lines_text(text: str, more: bool) -> tuple[str | None, bool]:
     return text, cut
 
 
-def scan(compiled: regex.Pattern, ref: str, text: str, *, deadline: float, hits: Hits, found) -> None:
+def scan(
+    compiled: regex.Pattern[str], ref: str, text: str, *, deadline: float, hits: Hits, found: Callable[[str], None]
+) -> None:
     """Call `found(entry)` for each line of `text` (lines ended by \\n) that matches, in order.
 
     The text is searched as one string (one C call per match, not per line), so ^ and $ work per
@@ -137,7 +141,7 @@ class Channel:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
 
-    def read(self) -> tuple[dict, bytes] | None:
+    def read(self) -> tuple[dict[str, Any], bytes] | None:
         head = self._exactly(HEAD.size)
         if head is None:
             return None
@@ -158,7 +162,7 @@ class Channel:
             got += n
         return bytes(buf) if size < (1 << 20) else buf  # type: ignore[return-value]  # a large body stays one buffer
 
-    def send(self, header: dict) -> None:
+    def send(self, header: dict[str, Any]) -> None:
         data = json.dumps(header).encode()
         self.sock.sendall(HEAD.pack(len(data), 0) + data)
 

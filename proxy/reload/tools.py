@@ -23,24 +23,16 @@ from typing import Any
 
 from proxy import telemetry
 from proxy.core import jsonio, texts
+from proxy.core.jsonio import JsonObject
 from proxy.core.markers import INJECTED_TOOLS, RELOAD_TOOL
 from proxy.core.media import Reloaded, ToolResult
 from proxy.core.tokens import EstimateEncoder, TokenCounter
 from proxy.offload.cpu_pool import CPU
 from proxy.offload.events import event
 from proxy.offload.refs import RefStore
-from proxy.reload.search import (
-    EXPENSIVE,
-    INTERRUPTED,
-    LARGE_CHARS,
-    MAX_PATTERN_CHARS,
-    SIZE,
-    TIME,
-    Hits,
-    Search,
-    SearchLimits,
-    check_pattern,
-)
+from proxy.reload.search import LARGE_CHARS, MAX_PATTERN_CHARS, Search, SearchLimits, check_pattern
+from proxy.reload.search_pool import INTERRUPTED
+from proxy.reload.search_worker import EXPENSIVE, SIZE, TIME, Hits
 from proxy.store import StoreUnavailable
 
 log = logging.getLogger("proxy.reload.tools")
@@ -94,7 +86,7 @@ class BadArguments(ValueError):
     """Tool arguments the model must fix; the message is what it is told."""
 
 
-def _integer(args: dict, name: str, low: int) -> int | None:
+def _integer(args: JsonObject, name: str, low: int) -> int | None:
     value = args.get(name)
     if value is None:
         return None
@@ -106,7 +98,7 @@ def _integer(args: dict, name: str, low: int) -> int | None:
     return int(value)
 
 
-def _string(args: dict, name: str, limit: int, *, required: bool) -> str | None:
+def _string(args: JsonObject, name: str, limit: int, *, required: bool) -> str | None:
     value = args.get(name)
     if value is None or (value == "" and not required):
         if required:
@@ -174,7 +166,7 @@ class ReloadTools:
     ) -> None:
         self.refs, self.counter, self.max_tokens = refs, counter, max_tokens
         self.request_refs, self.session, self.limits = request_refs, session, limits
-        self.events: list[dict] = []  # one per call, recorded after the response
+        self.events: list[JsonObject] = []  # one per call, recorded after the response
 
     async def scope(self) -> list[str]:
         """What `context_search` looks at without a ref: the session's items, else the request's."""
