@@ -10,7 +10,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from email.utils import formatdate
-from typing import Any
+from typing import Any, TextIO, cast
 
 from proxy.config import ServerSettings
 from proxy.server_options import (
@@ -158,7 +158,7 @@ def show_banner(settings: ServerSettings) -> bool:
     return plain
 
 
-def _is_terminal(stream: Any) -> bool:
+def _is_terminal(stream: TextIO) -> bool:
     try:
         return stream.isatty()
     except (AttributeError, ValueError):  # replaced by an object without one, or closed
@@ -208,7 +208,7 @@ def http_date() -> bytes:
     now = int(time.time())
     if now != _date_cache[0]:
         _date_cache[:] = [now, formatdate(now, usegmt=True).encode()]
-    return _date_cache[1]
+    return cast(bytes, _date_cache[1])  # [second, its Date value]
 
 
 class DateHeader:
@@ -238,8 +238,8 @@ def replay(args: argparse.Namespace) -> None:
 
     from proxy.replay.cli import live_run, run_replay
     from proxy.replay.live import LiveError, run_live
-    from proxy.replay.runner import ReplayInputError
     from proxy.replay.target import TargetError, run_target
+    from proxy.replay.turns import ReplayInputError
 
     try:
         if args.live:
@@ -254,7 +254,9 @@ def replay(args: argparse.Namespace) -> None:
 
 def subcommand(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
     """The parser of the subcommand `name` (argparse keeps them in its subparsers action's choices)."""
-    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    action: argparse._SubParsersAction[argparse.ArgumentParser] = next(
+        a for a in parser._actions if isinstance(a, argparse._SubParsersAction)
+    )
     return action.choices[name]
 
 
