@@ -709,11 +709,12 @@ def test_a_lone_surrogate_survives_offload_and_reload(proxy_url, upstream, strea
 
 def offloaded_ref(proxy_url, upstream, headers: dict) -> str:
     upstream.handler = scripted(lambda rec: answer(rec, message(text(the_ref(rec)))))
-    r = httpx2.post(
-        f"{proxy_url}/v1/messages",
+    r = post(
+        proxy_url,
+        "/v1/messages",
         json=base(history_to_offload(), tools=BASH),
-        timeout=20,
         headers={**HEADERS, **headers},
+        timeout=20,
     )
     assert r.status_code == 200, r.text[:300]
     return r.json()["content"][0]["text"]

@@ -27,6 +27,7 @@ from tests.e2e.test_compression_e2e import chat_history, is_summary_call
 from tests.harness import bill_checks as checks
 from tests.harness import billing
 from tests.harness.fleet import replicas, wait_until
+from tests.harness.requests import post
 from tests.harness.servers import RedisProcess, completion, free_port
 
 pytestmark = pytest.mark.usefixtures("fresh_summary_memory")
@@ -50,13 +51,9 @@ def messages_body(text: str = BIG, *, turns: int = 1) -> dict:
     }
 
 
-def send(url: str, body: dict, key: str, **headers: str) -> httpx2.Response:
-    r = httpx2.post(
-        f"{url}/v1/messages",
-        json=body,
-        timeout=30,
-        headers={"x-api-key": key, "anthropic-version": "2023-06-01", **NO_COMPRESSION, **headers},
-    )
+def messages_turn(url: str, body: dict, key: str, **headers: str) -> httpx2.Response:
+    """One Messages turn, compression off (the keep-alive's own prefix), answered 200."""
+    r = post(url, "/v1/messages", json=body, key=key, headers={**NO_COMPRESSION, **headers}, timeout=30)
     assert r.status_code == 200, r.text
     return r
 
@@ -79,7 +76,7 @@ KEEPALIVE = {"cache_ttl": TTL, "cache_keepalive": "on", "cache_keepalive_min_tok
 
 def test_a_ping_goes_before_the_ttl_with_the_exact_prefix_and_the_sessions_credential(make_proxy, upstream, key):
     with make_proxy(**KEEPALIVE, cache_keepalive_max_pings=1) as url:
-        send(url, messages_body(), key)
+        messages_turn(url, messages_body(), key)
         wait_until(lambda: pings(upstream), timeout=30, what="a keep-alive ping")
         time.sleep(TTL)  # at most one (max pings 1)
         [turn], [ping] = turns(upstream), pings(upstream)
@@ -93,12 +90,12 @@ def test_a_ping_goes_before_the_ttl_with_the_exact_prefix_and_the_sessions_crede
 
 def test_no_ping_for_a_small_prefix_nor_when_off(make_proxy, upstream, key):
     with make_proxy(**KEEPALIVE) as url:
-        send(url, messages_body("a short question"), key)  # far below the minimum
-        send(url, messages_body(), key, **{"X-Offload-Cache-Keepalive": "off"})  # large, but off
+        messages_turn(url, messages_body("a short question"), key)  # far below the minimum
+        messages_turn(url, messages_body(), key, **{"X-Offload-Cache-Keepalive": "off"})  # large, but off
         time.sleep(2 * TTL)
         assert len(turns(upstream)) == 2 and pings(upstream) == []
     with make_proxy(cache_ttl=TTL, cache_keepalive_min_tokens=1000) as url:  # off by default
-        send(url, messages_body(), key)
+        messages_turn(url, messages_body(), key)
         time.sleep(2 * TTL)
         assert pings(upstream) == []
 
@@ -106,7 +103,7 @@ def test_no_ping_for_a_small_prefix_nor_when_off(make_proxy, upstream, key):
 def test_no_ping_past_the_idle_limit(make_proxy, upstream, key):
     ttl, idle = 2.0, 4.0  # pings due 1.6 s after each send: at 1.6 and 3.2 s, the next (4.8 s) past the limit
     with make_proxy(**{**KEEPALIVE, "cache_ttl": ttl}, cache_keepalive_idle=idle, cache_keepalive_max_pings=50) as url:
-        send(url, messages_body(), key)
+        messages_turn(url, messages_body(), key)
         wait_until(lambda: pings(upstream), timeout=30, what="a keep-alive ping")
         time.sleep(idle + 2 * ttl)
         seen = len(pings(upstream))
@@ -116,8 +113,8 @@ def test_no_ping_past_the_idle_limit(make_proxy, upstream, key):
 
 def test_a_later_turn_replaces_what_is_pinged(make_proxy, upstream, key):
     with make_proxy(**KEEPALIVE, cache_keepalive_max_pings=1) as url:
-        send(url, messages_body(turns=1), key)
-        send(url, messages_body(turns=2), key)
+        messages_turn(url, messages_body(turns=1), key)
+        messages_turn(url, messages_body(turns=2), key)
         wait_until(lambda: pings(upstream), timeout=30, what="a keep-alive ping")
         time.sleep(TTL)
         [ping] = pings(upstream)
@@ -148,11 +145,11 @@ def test_two_replicas_on_one_redis_send_one_ping_per_session(upstream, key):
     redis = RedisProcess().start()
     try:
         with replicas(2, *fleet_args(upstream, redis, TTL)) as (a, b):
-            send(a.url, messages_body(turns=1), key)  # turn 1 on A
-            send(b.url, messages_body(turns=2), key)  # turn 2 on B: A's prefix is stale now
-            send(a.url, messages_body(turns=2), key)  # turn 2 again on A: both hold the latest
+            messages_turn(a.url, messages_body(turns=1), key)  # turn 1 on A
+            messages_turn(b.url, messages_body(turns=2), key)  # turn 2 on B: A's prefix is stale now
+            messages_turn(a.url, messages_body(turns=2), key)  # turn 2 again on A: both hold the latest
             other = key + "-other"
-            send(b.url, messages_body("Another session's log. " * 900), other)
+            messages_turn(b.url, messages_body("Another session's log. " * 900), other)
             wait_until(lambda: len(pings(upstream)) >= 2, timeout=30, what="the pings")
             time.sleep(2 * TTL)
             by_key = {}
@@ -231,7 +228,7 @@ def test_a_ping_keeps_the_providers_cache_warm_and_is_billed_to_its_session(upst
 def test_a_failing_store_never_fails_a_request(make_proxy, upstream, key):
     with make_proxy(**KEEPALIVE, redis_url=f"redis://127.0.0.1:{free_port()}/0", store_timeout=0.3) as url:
         for turn in (1, 2):
-            send(url, messages_body(turns=turn), key)
+            messages_turn(url, messages_body(turns=turn), key)
         time.sleep(2 * TTL)
         assert len(turns(upstream)) == 2 and pings(upstream) == []  # no claim to be had: no ping
 
@@ -333,7 +330,7 @@ def test_a_large_body_is_given_caching_and_held_off_the_event_loop(make_proxy, u
     }
     assert len(json.dumps(body)) > 1024 * 1024
     with make_proxy(**KEEPALIVE) as url:
-        send(url, body, key)
+        messages_turn(url, body, key)
         wait_until(lambda: held, timeout=30, what="the prefix held for keep-alive")
     assert turns(upstream)[-1].json()["cache_control"] == {"type": "ephemeral"}  # the proxy's caching went
     assert caching and all(name.startswith("offload-cpu") for name in caching), caching
@@ -360,8 +357,8 @@ def test_a_ping_is_billed_as_the_upstream_bills_it(make_proxy, upstream, key):
 
     upstream.handler = handler
     with make_proxy(**KEEPALIVE, cache_keepalive_max_pings=1) as url:
-        send(url, messages_body(), key)
-        send(url, messages_body("Another session's log. " * 900), refused)
+        messages_turn(url, messages_body(), key)
+        messages_turn(url, messages_body("Another session's log. " * 900), refused)
         wait_until(lambda: len(pings(upstream)) == 2, timeout=30, what="both pings")
         time.sleep(1.0)  # their bills flushed
         billed, not_billed = (totals(url, k, 1)["bill"]["calls"]["keepalive"] for k in (key, refused))

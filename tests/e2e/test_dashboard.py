@@ -37,7 +37,7 @@ def tenants_file(tmp_path: Path, **keys: str) -> Path:
     return path
 
 
-def send(url: str, key: str, history: list, *, session: str, model: str = "gpt-4o") -> None:
+def sdk_turn(url: str, key: str, history: list, *, session: str, model: str = "gpt-4o") -> None:
     """One chat completion through the openai SDK, offloading above 1,000 tokens."""
     client = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=30)
     client.chat.completions.create(
@@ -122,8 +122,8 @@ def site(make_proxy, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("dashboard")
     with make_proxy(admin_token=ADMIN, tenants_file=tenants_file(tmp, **{"dash-a": KEY_A, "dash-b": KEY_B})) as url:
         for steps in (2, 4, 6):
-            send(url, KEY_A, agent_history(steps=steps), session="a-build")
-            send(
+            sdk_turn(url, KEY_A, agent_history(steps=steps), session="a-build")
+            sdk_turn(
                 url,
                 KEY_A,
                 agent_history(steps=steps, system="You review code."),
@@ -131,7 +131,7 @@ def site(make_proxy, tmp_path_factory):
                 model=XSS_MODEL if steps == 6 else "gpt-4o",
             )
         for steps in (3, 5):
-            send(url, KEY_B, agent_history(steps=steps), session="b-secret-run")
+            sdk_turn(url, KEY_B, agent_history(steps=steps), session="b-secret-run")
         stats_when(url, ADMIN, 8)
         yield url
 
@@ -270,7 +270,7 @@ def test_it_refreshes_itself_without_reloading(site, chromium):
     sign_in(page, KEY_B)
     assert card(page, "requests") == "2"
     page.evaluate("() => { window.__same_page = true; }")
-    send(site, KEY_B, agent_history(steps=4), session="b-secret-run")
+    sdk_turn(site, KEY_B, agent_history(steps=4), session="b-secret-run")
     page.wait_for_function(
         "() => document.querySelector('#headline .card[data-field=requests] .value').textContent === '3'",
         timeout=20_000,
@@ -336,9 +336,9 @@ def test_links_the_api_refuses_fall_back_to_a_view_that_loads(make_proxy, tmp_pa
     API's range left the page on an error with no way back but editing the address; a session id
     with `/` (X-Offload-Session admits it) opens, and the admin stays signed in."""
     with make_proxy(admin_token=ADMIN, tenants_file=tenants_file(tmp_path, **{"dash-a": KEY_A})) as url:
-        send(url, KEY_A, agent_history(steps=2), session="team/run-1")
+        sdk_turn(url, KEY_A, agent_history(steps=2), session="team/run-1")
         for i in range(10):
-            send(url, KEY_A, agent_history(steps=2), session="zoo", model=f"model-{i}")
+            sdk_turn(url, KEY_A, agent_history(steps=2), session="zoo", model=f"model-{i}")
         stats_when(url, ADMIN, 11)
         time.sleep(1.5)  # the sessions are written after the buckets
         page, console = open_page(chromium, f"{url}/dashboard#window=1h&tenant=nobody&session=x")
@@ -379,8 +379,8 @@ def test_a_truncated_tenants_table_says_so(make_proxy, tmp_path, chromium, monke
     with make_proxy(
         admin_token=ADMIN, tenants_file=tenants_file(tmp_path, **{"dash-a": KEY_A, "dash-b": KEY_B})
     ) as url:
-        send(url, KEY_A, agent_history(steps=4), session="a")
-        send(url, KEY_B, agent_history(steps=2), session="b")
+        sdk_turn(url, KEY_A, agent_history(steps=4), session="a")
+        sdk_turn(url, KEY_B, agent_history(steps=2), session="b")
         stats_when(url, ADMIN, 2)
         page, console = open_page(chromium, f"{url}/dashboard#window=1h")
         sign_in(page, ADMIN)

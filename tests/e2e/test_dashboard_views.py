@@ -23,7 +23,7 @@ from tests.e2e.test_dashboard import (
     api,
     column,
     scope_of,
-    send,
+    sdk_turn,
     sign_in,
     stats_when,
     tenants_file,
@@ -43,12 +43,12 @@ LONG_SESSIONS = [f"demo-fix-invoice-rounding-{f}" for f in ("chat", "responses",
 def keyed(make_proxy):
     """Client-key mode (no tenants file, no upstream key): three keys' traffic, fresh."""
     with make_proxy(admin_token=ADMIN) as url:
-        send(url, PROJ, agent_history(steps=2), session="proj-build")
-        send(url, PROJ, agent_history(steps=4), session="proj-review")
-        send(url, ANT, agent_history(steps=3), session="ant-run")
-        send(url, SHORT, agent_history(steps=2), session="short-run")
+        sdk_turn(url, PROJ, agent_history(steps=2), session="proj-build")
+        sdk_turn(url, PROJ, agent_history(steps=4), session="proj-review")
+        sdk_turn(url, ANT, agent_history(steps=3), session="ant-run")
+        sdk_turn(url, SHORT, agent_history(steps=2), session="short-run")
         for name in LONG_SESSIONS:
-            send(url, SHORT, agent_history(steps=1), session=name)
+            sdk_turn(url, SHORT, agent_history(steps=1), session=name)
         stats_when(url, ADMIN, 4 + len(LONG_SESSIONS))
         time.sleep(1.2)  # the sessions are written after the buckets
         yield url

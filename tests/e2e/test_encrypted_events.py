@@ -12,6 +12,7 @@ import redis
 from starlette.responses import JSONResponse
 
 from tests.harness.history import agent_history, refs_sent
+from tests.harness.requests import post
 from tests.harness.servers import completion, scripted, tool_call
 
 KEY = "events at rest are sealed too"
@@ -36,8 +37,8 @@ def events_of(url: str, headers: dict, session: str | None = SESSION) -> list[di
 
 def run_session(url: str, upstream) -> list[dict]:
     upstream.handler = scripted(search_then_answer, lambda rec: JSONResponse(completion("done")))
-    r = httpx2.post(
-        f"{url}/v1/chat/completions",
+    r = post(
+        url,
         json={"model": "gpt-4o", "messages": agent_history(steps=4)},
         headers={
             **AUTH,

@@ -26,6 +26,7 @@ from proxy.store.sqlite import SQLiteStore
 from tests.e2e.test_event_loop_stalls_compaction import probed
 from tests.harness.history import agent_history, drawn_results, tool_history
 from tests.harness.inflight import answered_while
+from tests.harness.requests import post
 
 pytestmark = pytest.mark.anyio
 
@@ -336,15 +337,10 @@ def test_a_request_whose_folds_may_diff_long_is_planned_off_the_loop(make_proxy,
     answers: dict[str, httpx2.Response] = {}
     with make_proxy() as url:
 
-        def send() -> None:
-            answers["large"] = httpx2.post(
-                f"{url}/v1/{path}",
-                content=raw,
-                timeout=120,
-                headers={"authorization": "Bearer sk-fold-stall", "content-type": "application/json"},
-            )
+        def large() -> None:
+            answers["large"] = post(url, f"/v1/{path}", body=raw, key="sk-fold-stall", timeout=120)
 
-        answered = probed(url, send)
+        answered = probed(url, large)
     assert answers["large"].status_code == 200, answers["large"].text[:300]
     assert answered  # /healthz answered (each a 200) while the request was planned
     assert {name.split("_")[0] for name in planned_on} == {"offload-cpu"}, planned_on

@@ -16,6 +16,7 @@ import httpx2
 from proxy.http import body_encoding
 from tests.harness import responses as fake
 from tests.harness.inflight import answered_while
+from tests.harness.requests import post
 from tests.harness.servers import scripted
 
 
@@ -45,18 +46,9 @@ def test_compressed_bodies_inflating_past_the_limit_are_inflated_off_the_loop(ma
     monkeypatch.setitem(body_encoding.DECODERS, "br", spy)
     codes: list[int] = []
 
-    def send() -> None:
+    def bombs() -> None:
         def one(path: str) -> None:
-            r = httpx2.post(
-                f"{url}/v1/{path}",
-                content=bomb,
-                timeout=120,
-                headers={
-                    "authorization": "Bearer sk-bomb",
-                    "content-type": "application/json",
-                    "content-encoding": "br",
-                },
-            )
+            r = post(url, f"/v1/{path}", body=bomb, key="sk-bomb", headers={"content-encoding": "br"}, timeout=120)
             codes.append(r.status_code)
 
         senders = [threading.Thread(target=one, args=(path,)) for path in ("offload", "chat/completions") * 3]
@@ -66,7 +58,7 @@ def test_compressed_bodies_inflating_past_the_limit_are_inflated_off_the_loop(ma
             s.join()
 
     with make_proxy(max_body_bytes=32 << 20) as url:
-        answered = probed(url, send)
+        answered = probed(url, bombs)
     assert codes == [413] * 6, codes
     on_loop = [name for name in calls if not name.startswith("offload-cpu")]
     # each body: its first pieces (under body_encoding.ON_LOOP_BYTES) on the loop, the other 32 MB in the pool

@@ -13,6 +13,7 @@ import httpx2
 
 from tests.e2e.test_holdout import ROUTES, SMALL, auth, body_of
 from tests.harness.fleet import replicas
+from tests.harness.requests import post
 
 SESSIONS = 16
 SALT = "fleet-salt"
@@ -22,9 +23,10 @@ def arm_seen(url: str, key: str, session: str, raw: bytes, upstream) -> str:
     """The arm a replica put `session` in: control when the request went up byte for byte and the
     answer carries none of the proxy's headers."""
     upstream.requests.clear()
-    r = httpx2.post(
-        url + ROUTES["chat"],
-        content=raw,
+    r = post(
+        url,
+        ROUTES["chat"],
+        body=raw,
         headers={**auth("chat", key), **SMALL, "X-Offload-Session": session},
         timeout=30,
     )

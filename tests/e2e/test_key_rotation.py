@@ -13,6 +13,7 @@ import pytest
 
 from tests.e2e.test_background_summaries import BACKGROUND, SNAPSHOT, gated_summaries
 from tests.e2e.test_compression_e2e import chat_history, forwarded
+from tests.harness.requests import post
 
 pytestmark = pytest.mark.usefixtures("fresh_summary_memory")
 
@@ -29,12 +30,7 @@ def store_options(request, tmp_path) -> dict:
 
 
 def turn(url: str, key: str, messages: list[dict], headers: dict) -> httpx2.Response:
-    reply = httpx2.post(
-        f"{url}/v1/chat/completions",
-        json={"model": "gpt-4o", "messages": messages},
-        headers={"authorization": f"Bearer {key}", **headers},
-        timeout=30,
-    )
+    reply = post(url, json={"model": "gpt-4o", "messages": messages}, key=key, headers=headers, timeout=30)
     assert reply.status_code == 200, reply.text
     return reply
 

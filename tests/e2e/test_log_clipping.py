@@ -12,6 +12,7 @@ import json
 import httpx2
 import pytest
 
+from tests.harness.requests import post, request
 from tests.harness.servers import ProxyProcess
 
 HUGE = 1_000_000
@@ -19,31 +20,34 @@ HEADER = 30_000  # characters per header value (the HTTP server's limits come fi
 LINE_LIMIT = 6_000  # characters: MAX_MESSAGE_CHARS and the JSON around it
 
 
-def requests(url: str) -> None:
-    auth = {"authorization": "Bearer sk-test-key"}
+def huge_strings_through(url: str) -> None:
+    """Each client-chosen string of a megabyte (a header's of 30,000 characters), one request each."""
+    key = "sk-test-key"
     chat = {"model": "M" * HUGE, "messages": [{"role": "user", "content": "hi"}]}
-    with httpx2.Client(timeout=30) as http:
-        r = http.post(
-            f"{url}/v1/chat/completions",
+    with httpx2.Client() as http:
+        r = post(
+            url,
             json=chat,
-            headers={**auth, "user-agent": "U" * HEADER, "X-Client-Note": "H" * HEADER},
+            key=key,
+            headers={"user-agent": "U" * HEADER, "X-Client-Note": "H" * HEADER},
+            client=http,
+            timeout=30,
         )
         assert r.status_code == 200, r.text[:300]
-        http.post(f"{url}/v1/chat/completions", json=chat, headers={**auth, "X-Offload-Session": "S" * HEADER})
-        http.post(f"{url}/v1/responses", json={"model": "R" * HUGE, "input": "hi"}, headers=auth)
-        http.post(
-            f"{url}/v1/messages",
+        post(url, json=chat, key=key, headers={"X-Offload-Session": "S" * HEADER}, client=http, timeout=30)
+        post(url, "/v1/responses", json={"model": "R" * HUGE, "input": "hi"}, key=key, client=http, timeout=30)
+        post(
+            url,
+            "/v1/messages",
             json={"model": "A" * HUGE, "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]},
-            headers={"x-api-key": "sk-ant-test", "anthropic-version": "2023-06-01"},
+            key="sk-ant-test",
+            client=http,
+            timeout=30,
         )
-        http.post(f"{url}/v1/chat/completions", json=chat, headers={**auth, "X-Offload-Tenant": "T" * HEADER})
-        http.get(f"{url}/v1/{'p' * HEADER}?q={'Q' * HEADER}", headers=auth)
-        http.get(f"{url}/{'x' * HEADER}", headers=auth)
-        http.post(
-            f"{url}/v1/chat/completions",
-            content=b'{"model": "' + b"B" * HUGE,
-            headers={**auth, "content-type": "application/json"},
-        )  # not JSON: refused
+        post(url, json=chat, key=key, headers={"X-Offload-Tenant": "T" * HEADER}, client=http, timeout=30)
+        request(url, f"/v1/{'p' * HEADER}?q={'Q' * HEADER}", method="GET", key=key, client=http, timeout=30)
+        request(url, f"/{'x' * HEADER}", method="GET", key=key, client=http, timeout=30)
+        post(url, body=b'{"model": "' + b"B" * HUGE, key=key, client=http, timeout=30)  # not JSON: refused
 
 
 @pytest.mark.parametrize("log_format", ["json", "text"])
@@ -59,7 +63,7 @@ def test_every_log_line_stays_a_few_kb(upstream, tmp_path, log_format):
     )  # uvicorn's access lines go to stdout
     proxy.start()
     try:
-        requests(proxy.url)
+        huge_strings_through(proxy.url)
     finally:
         err = proxy.stop() + proxy.stdout
     lines = err.splitlines()

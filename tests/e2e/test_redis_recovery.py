@@ -14,6 +14,7 @@ import httpx2
 import pytest
 
 from tests.harness.history import agent_history
+from tests.harness.requests import post
 from tests.harness.servers import ProxyProcess, RedisCluster, RedisProcess
 
 ADMIN = "admin-recovery"
@@ -54,9 +55,7 @@ def replicas(redis_server, upstream, tmp_path) -> Iterator[list[str]]:
 def turn(url: str, n: int) -> httpx2.Response:
     """Turn `n` of the conversation: one more large tool result each time."""
     messages = agent_history(steps=n + 2) + [{"role": "user", "content": f"turn {n}"}]
-    r = httpx2.post(
-        f"{url}/v1/chat/completions", json={"model": "gpt-4o", "messages": messages}, headers=HEADERS, timeout=20
-    )
+    r = post(url, json={"model": "gpt-4o", "messages": messages}, headers=HEADERS, timeout=20)
     assert r.status_code == 200, r.text
     return r
 

@@ -72,14 +72,6 @@ def credential(path: str) -> dict[str, str]:
     return ANTHROPIC if path.lower().startswith("messages") else OPENAI
 
 
-def post(
-    url: str, path: str, content: bytes, headers: dict[str, str | None] | None = None, *, method: str = "POST"
-) -> httpx2.Response:
-    """`content` to /v1/`path` with the path's credential (tests.harness.requests), as JSON unless
-    `headers` say otherwise (a header given None is left out)."""
-    return request(url, f"/v1/{path}", method=method, body=content, headers={**credential(path), **(headers or {})})
-
-
 def assert_refused(r: httpx2.Response, path: str, status: int, *words: str) -> None:
     assert r.status_code == status, (r.status_code, r.text[:400])
     body = r.json()
@@ -120,7 +112,7 @@ def test_a_body_in_utf16_or_utf32_is_refused_naming_its_encoding(proxy_url, upst
     """Python's json.loads (a vLLM or FastAPI upstream) reads these bodies, token and all: refused,
     as on the managed endpoints, the message naming the encoding (with or without its mark)."""
     for body in (json.dumps(carrying(path)), json.dumps(harmless(path)), " " * 300 + json.dumps(carrying(path))):
-        r = post(proxy_url, path, body.encode(encoding))
+        r = request(proxy_url, f"/v1/{path}", body=body.encode(encoding), headers=credential(path))
         assert_refused(r, path, 400, f"it is {ENCODINGS[encoding]}", "UTF-8")
     assert upstream.requests == []
 
@@ -128,18 +120,20 @@ def test_a_body_in_utf16_or_utf32_is_refused_naming_its_encoding(proxy_url, upst
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("lead", [" " * 300, "\n" * 300, "\r\n\t " * 100, " " * 70_000])
 def test_leading_whitespace_hides_nothing(proxy_url, upstream, path, lead):
-    r = post(proxy_url, path, (lead + json.dumps(carrying(path))).encode())
+    r = request(proxy_url, f"/v1/{path}", body=(lead + json.dumps(carrying(path))).encode(), headers=credential(path))
     assert_refused(r, path, 400, "compaction token")
     assert upstream.requests == []
     plain = (lead + json.dumps(harmless(path))).encode()
-    r = post(proxy_url, path, plain)
+    r = request(proxy_url, f"/v1/{path}", body=plain, headers=credential(path))
     assert r.status_code == 200, r.text[:300]
     assert [rec.body for rec in upstream.requests] == [plain]  # no token: byte for byte
 
 
 @pytest.mark.parametrize("path", PATHS)
 def test_a_utf8_byte_order_mark_is_read_through(proxy_url, upstream, path):
-    r = post(proxy_url, path, b"\xef\xbb\xbf" + json.dumps(carrying(path)).encode())
+    r = request(
+        proxy_url, f"/v1/{path}", body=b"\xef\xbb\xbf" + json.dumps(carrying(path)).encode(), headers=credential(path)
+    )
     assert_refused(r, path, 400, "compaction token")
     assert upstream.requests == []
 
@@ -160,11 +154,16 @@ CODINGS = {
 @pytest.mark.parametrize("coding", CODINGS)
 def test_every_coding_the_proxy_undoes_is_undone_before_the_body_is_judged(proxy_url, upstream, path, coding):
     encode = CODINGS[coding]
-    r = post(proxy_url, path, encode((" " * 300 + json.dumps(carrying(path))).encode()), {"Content-Encoding": coding})
+    r = request(
+        proxy_url,
+        f"/v1/{path}",
+        body=encode((" " * 300 + json.dumps(carrying(path))).encode()),
+        headers={**credential(path), "Content-Encoding": coding},
+    )
     assert_refused(r, path, 400, "compaction token")
     assert upstream.requests == []
     plain = json.dumps(harmless(path)).encode()
-    r = post(proxy_url, path, encode(plain), {"Content-Encoding": coding})
+    r = request(proxy_url, f"/v1/{path}", body=encode(plain), headers={**credential(path), "Content-Encoding": coding})
     assert r.status_code == 200, r.text[:300]
     [rec] = upstream.requests  # what was judged goes: the decoded bytes, no longer encoded
     assert rec.body == plain and "content-encoding" not in rec.headers
@@ -176,14 +175,19 @@ def test_a_coding_the_proxy_cannot_undo_is_refused_not_relayed(proxy_url, upstre
     """`compress` (LZW) or a made-up coding: the proxy cannot read the body, so it cannot tell it
     holds no token: a 415 naming the coding, as on the managed endpoints, never passed on."""
     for body in (json.dumps(carrying(path)).encode(), json.dumps(harmless(path)).encode()):
-        r = post(proxy_url, path, body, {"Content-Encoding": coding})
+        r = request(proxy_url, f"/v1/{path}", body=body, headers={**credential(path), "Content-Encoding": coding})
         assert_refused(r, path, 415, coding.rpartition(", ")[2], "not supported")
     assert upstream.requests == []
 
 
 @pytest.mark.parametrize("path", PATHS)
 def test_a_corrupt_stream_is_refused(proxy_url, upstream, path):
-    r = post(proxy_url, path, gzip.compress(json.dumps(carrying(path)).encode())[:-12], {"Content-Encoding": "gzip"})
+    r = request(
+        proxy_url,
+        f"/v1/{path}",
+        body=gzip.compress(json.dumps(carrying(path)).encode())[:-12],
+        headers={**credential(path), "Content-Encoding": "gzip"},
+    )
     assert_refused(r, path, 400, "gzip")
     assert upstream.requests == []
 
@@ -205,7 +209,12 @@ def test_a_corrupt_stream_is_refused(proxy_url, upstream, path):
     ],
 )
 def test_a_json_body_under_any_label_is_judged(proxy_url, upstream, path, content_type):
-    r = post(proxy_url, path, json.dumps(carrying(path)).encode(), {"Content-Type": content_type})
+    r = request(
+        proxy_url,
+        f"/v1/{path}",
+        body=json.dumps(carrying(path)).encode(),
+        headers={**credential(path), "Content-Type": content_type},
+    )
     assert_refused(r, path, 400, "compaction token")
     assert upstream.requests == []
 
@@ -220,7 +229,12 @@ def test_a_multipart_body_is_no_way_around(proxy_url, upstream, path):
             + json.dumps(body).encode()
             + b"\r\n--xyz--\r\n"
         )
-        r = post(proxy_url, path, form, {"Content-Type": "multipart/form-data; boundary=xyz"})
+        r = request(
+            proxy_url,
+            f"/v1/{path}",
+            body=form,
+            headers={**credential(path), "Content-Type": "multipart/form-data; boundary=xyz"},
+        )
         assert_refused(r, path, 400, "not valid JSON")
     assert upstream.requests == []
 
@@ -235,7 +249,12 @@ def test_a_charset_that_would_read_the_bytes_otherwise_is_refused(proxy_url, ups
     body = b'{"note": "' + utf7('", ' + hidden + ', "x": "') + b'"}'
     assert list(json.loads(body)) == ["note"]  # plain text to a UTF-8 reader
     assert list(sealed_fields(json.loads(body.decode("utf-7"))))  # a token in position to a UTF-7 reader
-    r = post(proxy_url, path, body, {"Content-Type": f"application/json; charset={charset}"})
+    r = request(
+        proxy_url,
+        f"/v1/{path}",
+        body=body,
+        headers={**credential(path), "Content-Type": f"application/json; charset={charset}"},
+    )
     assert_refused(r, path, 415, "charset", "UTF-8")
     assert upstream.requests == []
 
@@ -244,7 +263,12 @@ def test_a_charset_that_would_read_the_bytes_otherwise_is_refused(proxy_url, ups
 def test_an_ascii_compatible_charset_goes_on(proxy_url, upstream, path):
     plain = json.dumps(harmless(path)).encode()
     for charset in ("us-ascii", "ISO-8859-1", "utf8"):
-        r = post(proxy_url, path, plain, {"Content-Type": f"application/json; charset={charset}"})
+        r = request(
+            proxy_url,
+            f"/v1/{path}",
+            body=plain,
+            headers={**credential(path), "Content-Type": f"application/json; charset={charset}"},
+        )
         assert r.status_code == 200, r.text[:300]
     assert [rec.body for rec in upstream.requests] == [plain] * 3
 
@@ -268,10 +292,18 @@ def test_a_chunked_body_is_read_whole(proxy_url, upstream, path):
 @pytest.mark.parametrize("method", ["GET", "PUT", "PATCH", "DELETE"])
 def test_a_body_on_another_method_is_judged_too(proxy_url, upstream, path, method):
     """An upstream (or a gateway honouring X-HTTP-Method-Override) may read a body on any method."""
-    r = post(proxy_url, path, json.dumps(carrying(path)).encode(), {"X-HTTP-Method-Override": "POST"}, method=method)
+    r = request(
+        proxy_url,
+        f"/v1/{path}",
+        method=method,
+        body=json.dumps(carrying(path)).encode(),
+        headers={**credential(path), "X-HTTP-Method-Override": "POST"},
+    )
     assert_refused(r, path, 400, "compaction token")
     assert upstream.requests == []
-    r = post(proxy_url, path, b"", method=method)  # no body: relayed as it is
+    r = request(
+        proxy_url, f"/v1/{path}", method=method, body=b"", headers=credential(path)
+    )  # no body: relayed as it is
     assert r.status_code == 200 and len(upstream.requests) == 1
 
 
@@ -290,7 +322,7 @@ def test_a_body_on_another_method_is_judged_too(proxy_url, upstream, path, metho
 def test_a_path_spelt_otherwise_is_still_judged(proxy_url, upstream, spelt, path):
     """Upstreams that route paths case-insensitively, read a backslash as a slash or drop `;params`
     (servlet containers) would take these for the item paths."""
-    r = post(proxy_url, spelt, json.dumps(carrying(path)).encode())
+    r = request(proxy_url, f"/v1/{spelt}", body=json.dumps(carrying(path)).encode(), headers=credential(spelt))
     assert_refused(r, path, 400, "compaction token")
     assert upstream.requests == []
 
@@ -298,13 +330,13 @@ def test_a_path_spelt_otherwise_is_still_judged(proxy_url, upstream, spelt, path
 @pytest.mark.parametrize("path", PATHS)
 def test_an_escaped_key_and_a_duplicate_key_are_read_as_the_upstream_reads_them(proxy_url, upstream, path):
     escaped = json.dumps(carrying(path)).replace("encrypted_content", "encrypted\\u005fcontent").encode()
-    r = post(proxy_url, path, escaped)
+    r = request(proxy_url, f"/v1/{path}", body=escaped, headers=credential(path))
     assert_refused(r, path, 400, "compaction token")
     assert upstream.requests == []
     # a first-wins reader would see the token in the first `items`: the upstream gets the object checked
     first = json.dumps(carrying(path))[:-1]
     rest = json.dumps(harmless(path))[1:]
-    r = post(proxy_url, path, (first + ", " + rest).encode())
+    r = request(proxy_url, f"/v1/{path}", body=(first + ", " + rest).encode(), headers=credential(path))
     assert r.status_code == 200, r.text[:300]
     [rec] = upstream.requests
     assert TOKEN not in rec.body.decode() and json.loads(rec.body) == harmless(path)
@@ -324,17 +356,22 @@ def test_input_tokens_in_utf16_or_utf32_is_refused(proxy_url, upstream, encoding
             {"type": "message", "role": "user", "content": "next"},
         ],
     }
-    r = post(proxy_url, "responses/input_tokens", json.dumps(body).encode(encoding))
+    r = request(
+        proxy_url,
+        "/v1/responses/input_tokens",
+        body=json.dumps(body).encode(encoding),
+        headers=credential("responses/input_tokens"),
+    )
     assert r.status_code == 400 and "UTF-8" in r.json()["error"]["message"], r.text[:300]
     assert upstream.requests == []
 
 
 def test_input_tokens_under_a_utf7_charset_is_refused(proxy_url, upstream):
-    r = post(
+    r = request(
         proxy_url,
-        "responses/input_tokens",
-        json.dumps({"model": "gpt-5", "input": "hi"}).encode(),
-        {"Content-Type": "application/json; charset=utf-7"},
+        "/v1/responses/input_tokens",
+        body=json.dumps({"model": "gpt-5", "input": "hi"}).encode(),
+        headers={**credential("responses/input_tokens"), "Content-Type": "application/json; charset=utf-7"},
     )
     assert r.status_code == 415 and r.json()["error"]["code"] == "unsupported_charset", r.text[:300]
     assert upstream.requests == []

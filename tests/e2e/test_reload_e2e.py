@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from proxy.reload import search_pool
 from tests.harness.history import agent_history, refs_sent
 from tests.harness.inflight import answered_while
+from tests.harness.requests import post
 from tests.harness.servers import completion, sse, stream_chunks, tool_call
 from tests.unit.reload.test_search import COMPILE_BOMBS, MB, compiled_here, rss, search_workers
 
@@ -85,11 +86,8 @@ def search_through_the_proxy(url: str, upstream, history: list[dict], pattern: s
         result: dict = {}
         chat = threading.Thread(
             target=lambda: result.update(
-                r=httpx2.post(
-                    f"{url}/v1/chat/completions",
-                    json={"model": "gpt-4o", "messages": history},
-                    headers={"authorization": "Bearer sk-search", **HEADERS},
-                    timeout=120,
+                r=post(
+                    url, json={"model": "gpt-4o", "messages": history}, key="sk-search", headers=HEADERS, timeout=120
                 )
             )
         )

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 
-import httpx2
 import pytest
 
 from proxy.core.compaction_token import ANY_VERSION, PREFIX
@@ -28,6 +27,7 @@ from tests.e2e.test_responses_compaction_trigger import (
     model,
 )
 from tests.harness import responses as fake
+from tests.harness.requests import post, streamed
 from tests.harness.responses import user_message as user
 from tests.harness.servers import SNAPSHOT, failing_summaries, scripted
 from tests.harness.websocket import Socket, completed, texts
@@ -48,19 +48,15 @@ def socket(proxy_url: str, key: str, **headers: str) -> Socket:
 
 
 def sse_events(proxy_url: str, key: str, body: dict) -> list[dict]:
-    with httpx2.stream(
-        "POST",
-        f"{proxy_url}/v1/responses",
-        json={**body, "stream": True},
-        timeout=30,
-        headers={"Authorization": f"Bearer {key}", **RELOAD},
-    ) as r:
-        assert r.status_code == 200, r.read()
-        return [
-            json.loads(line[len("data: ") :])
-            for line in r.iter_lines()
-            if line.startswith("data: ") and line != "data: [DONE]"
-        ]
+    r, text = streamed(
+        proxy_url, "/v1/responses", json=body, headers={"Authorization": f"Bearer {key}", **RELOAD}, timeout=30
+    )
+    assert r.status_code == 200, text
+    return [
+        json.loads(line[len("data: ") :])
+        for line in text.replace("\r\n", "\n").split("\n")
+        if line.startswith("data: ") and line != "data: [DONE]"
+    ]
 
 
 def never_upstream(upstream) -> None:
@@ -164,11 +160,12 @@ BAD = [
 
 
 def http_error(proxy_url: str, key: str, body: dict) -> tuple[int, dict]:
-    r = httpx2.post(
-        f"{proxy_url}/v1/responses",
+    r = post(
+        proxy_url,
+        "/v1/responses",
         json={**body, "stream": True},
-        timeout=30,
         headers={"Authorization": f"Bearer {key}"},
+        timeout=30,
     )
     return r.status_code, r.json()["error"]
 

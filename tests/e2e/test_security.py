@@ -9,6 +9,7 @@ import openai
 import pytest
 
 from tests.harness.history import agent_history, refs_sent
+from tests.harness.requests import post
 
 SECRET = "sk-never-store-this-credential"
 AUTH = {"authorization": "Bearer sk-client"}
@@ -47,10 +48,12 @@ def test_tenant_upstream_from_the_tenants_file(make_proxy, upstream, tmp_path):
 
 
 def offload_history(url: str, history: list) -> str:
-    r = httpx2.post(
-        f"{url}/v1/chat/completions",
+    r = post(
+        url,
         json={"model": "gpt-4o", "messages": history},
-        headers={"authorization": f"Bearer {SECRET}", "X-Offload-Max-Total-Tokens": "1000"},
+        key=SECRET,
+        headers={"X-Offload-Max-Total-Tokens": "1000"},
+        timeout=5,  # httpx2's default, as this request had
     )
     assert r.status_code == 200
     return r.headers["x-offload-refs"]

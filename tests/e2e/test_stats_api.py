@@ -31,7 +31,7 @@ def tenants_file(tmp_path: Path) -> Path:
     return path
 
 
-def send(url: str, key: str, history: list, *, session: str | None = None, stream: bool = False) -> dict[str, str]:
+def sdk_turn(url: str, key: str, history: list, *, session: str | None = None, stream: bool = False) -> dict[str, str]:
     """One chat completion through the openai SDK; the response's headers."""
     client = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=30)
     headers = {**CHEAP, **({"X-Offload-Session": session} if session else {})}
@@ -63,9 +63,9 @@ def test_numbers_equal_what_was_sent(make_proxy, upstream):
     """Turns of one session and one without: totals, series, actions, the session's turns."""
     histories = [agent_history(steps=s) for s in (2, 4, 6)] + [[{"role": "user", "content": "hi"}]]
     with make_proxy() as url:
-        sent = [send(url, CLIENT_KEY, h, session="run-1") for h in histories]
-        sent.append(send(url, CLIENT_KEY, agent_history(steps=5), session="run-1", stream=True))
-        sent.append(send(url, CLIENT_KEY, agent_history(steps=3)))  # no header: a session derived from it
+        sent = [sdk_turn(url, CLIENT_KEY, h, session="run-1") for h in histories]
+        sent.append(sdk_turn(url, CLIENT_KEY, agent_history(steps=5), session="run-1", stream=True))
+        sent.append(sdk_turn(url, CLIENT_KEY, agent_history(steps=3)))  # no header: a session derived from it
         before = [int(h["x-offload-tokens-before"]) for h in sent]
         after = [int(h["x-offload-tokens-after"]) for h in sent]
         actions = Counter(h["x-offload-action"] for h in sent)
@@ -153,7 +153,7 @@ def test_reload_rounds_and_searches_are_counted(make_proxy, upstream):
 
     upstream.handler = handler
     with make_proxy() as url:
-        send(url, "sk-stats-reloader", agent_history(steps=4), session="reloads")
+        sdk_turn(url, "sk-stats-reloader", agent_history(steps=4), session="reloads")
         totals = stats_when(url, "sk-stats-reloader", 1, window="1h")["totals"]
         assert totals["reload_rounds"] == 2 and totals["searches"] == 1 and totals["reload_rate"] == 2.0
         [turn] = api(url, "/v1/offload/sessions/reloads", "sk-stats-reloader").json()["data"]
@@ -164,8 +164,8 @@ def test_tenants_see_themselves_and_the_admin_sees_all(make_proxy, upstream, tmp
     with make_proxy(
         upstream_api_key="sk-server-upstream", tenants_file=tenants_file(tmp_path), admin_token=ADMIN
     ) as url:
-        a = [send(url, KEY_A, agent_history(steps=4), session="a-run") for _ in range(2)]
-        b = [send(url, KEY_B, agent_history(steps=3), session="b-run")]
+        a = [sdk_turn(url, KEY_A, agent_history(steps=4), session="a-run") for _ in range(2)]
+        b = [sdk_turn(url, KEY_B, agent_history(steps=3), session="b-run")]
         ns_a, ns_b = (namespace_for("tenant", [name], None) for name in ("team-a", "team-b"))
 
         mine = stats_when(url, KEY_A, 2, window="1h")
@@ -257,7 +257,7 @@ def test_sessions_page_fast_with_ten_thousand(make_proxy, upstream, tmp_path):
 
     asyncio.run(fill())
     with make_proxy(data_dir=data_dir) as url:
-        send(url, key, agent_history(steps=2), session="s-live")
+        sdk_turn(url, key, agent_history(steps=2), session="s-live")
         deadline = time.monotonic() + 10
         while api(url, "/v1/offload/sessions", key).json()["total"] < 10_001 and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -282,20 +282,20 @@ def test_a_failing_store_never_fails_a_request(make_proxy, upstream):
     dead = f"redis://127.0.0.1:{free_port()}/0"
     with make_proxy(redis_url=dead, store_timeout=0.2, admin_token=ADMIN) as url:
         for _ in range(3):
-            headers = send(url, "sk-stats-no-store", agent_history(steps=3), session="lost")
+            headers = sdk_turn(url, "sk-stats-no-store", agent_history(steps=3), session="lost")
             assert "store unavailable" in headers["x-offload-warning"]
         time.sleep(1.5)  # a flush: refused by the store, dropped
         r = api(url, "/v1/offload/stats", "sk-stats-no-store")
         assert r.status_code == 503 and r.json()["error"]["code"] == "store_unavailable"
         assert api(url, "/v1/offload/sessions", "sk-stats-no-store").status_code == 503
-        assert send(url, "sk-stats-no-store", [{"role": "user", "content": "still fine"}])
+        assert sdk_turn(url, "sk-stats-no-store", [{"role": "user", "content": "still fine"}])
 
 
 def test_a_key_without_a_tenants_file_name_may_name_itself_as_the_api_names_it(make_proxy, upstream):
     """Its `name` is its namespace's first 12 digits: `tenant=<name>` reads itself; another's is refused."""
     with make_proxy() as url:
-        send(url, CLIENT_KEY, agent_history(steps=2), session="mine")
-        send(url, "sk-someone-else-0001", agent_history(steps=2), session="theirs")
+        sdk_turn(url, CLIENT_KEY, agent_history(steps=2), session="mine")
+        sdk_turn(url, "sk-someone-else-0001", agent_history(steps=2), session="theirs")
         me = stats_when(url, CLIENT_KEY, 1, window="1h")
         assert me["name"] == me["tenant"][:12]
         assert api(url, "/v1/offload/stats", CLIENT_KEY, tenant=me["name"]).json()["totals"]["requests"] == 1
@@ -313,9 +313,9 @@ def test_client_keys_are_labelled_by_their_fingerprint_only(make_proxy, upstream
     answer holds more of a key."""
     proj, ant = "sk-proj-" + "Zq4r" * 12 + "AbCd", "sk-ant-api03-" + "Lm7p" * 12 + "WXYZ"
     with make_proxy(admin_token=ADMIN) as url:
-        send(url, proj, agent_history(steps=2), session="p")
-        send(url, ant, agent_history(steps=2), session="a")
-        send(url, "sk-short-0001", agent_history(steps=2), session="s")
+        sdk_turn(url, proj, agent_history(steps=2), session="p")
+        sdk_turn(url, ant, agent_history(steps=2), session="a")
+        sdk_turn(url, "sk-short-0001", agent_history(steps=2), session="s")
         stats_when(url, ADMIN, 3, window="1h")
         time.sleep(1.2)  # the sessions are written after the buckets
         everything = api(url, "/v1/offload/stats", ADMIN, window="1h").json()
@@ -348,7 +348,7 @@ def test_client_keys_are_labelled_by_their_fingerprint_only(make_proxy, upstream
 def test_a_key_fingerprint_is_sealed_at_rest_with_an_encryption_key(make_proxy, upstream, tmp_path):
     key = "sk-proj-" + "Tn5c" * 12 + "QrSt"
     with make_proxy(data_dir=tmp_path, encryption_key="labels at rest are sealed too", admin_token=ADMIN) as url:
-        send(url, key, agent_history(steps=2), session="s")
+        sdk_turn(url, key, agent_history(steps=2), session="s")
         stats_when(url, key, 1, window="1h")
         assert api(url, "/v1/offload/stats", key, window="1h").json()["label"] == "sk-proj…QrSt"
         assert [r["label"] for r in api(url, "/v1/offload/stats", ADMIN, window="1h").json()["tenants"]] == [

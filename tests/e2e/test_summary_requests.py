@@ -14,6 +14,7 @@ from starlette.responses import JSONResponse
 
 from proxy.core.texts import RELOAD_TOOL_SCHEMAS, SUMMARY_INSTRUCTION
 from tests.harness.history import agent_history, big_text
+from tests.harness.requests import post
 from tests.harness.responses import answer, function_call, function_call_output, message
 from tests.harness.servers import completion, is_summary_call, snapshot_answer, summary_shape
 
@@ -90,12 +91,7 @@ def turn(url: str, fmt: str, history: list[dict], key: str, headers: dict | None
             "prompt_cache_key": "conv-7",
         }
     path = "chat/completions" if fmt == "chat" else "responses"
-    r = httpx2.post(
-        f"{url}/v1/{path}",
-        json=body,
-        timeout=30,
-        headers={"authorization": f"Bearer {key}", **HEADERS, **(headers or {})},
-    )
+    r = post(url, f"/v1/{path}", json=body, key=key, headers={**HEADERS, **(headers or {})}, timeout=30)
     assert r.status_code == 200, r.text
     return r
 

@@ -74,23 +74,19 @@ def _answer(rec):
 
 
 def _compacted(url: str, key: str, history: list) -> str:
-    r = httpx2.post(
-        f"{url}/v1/responses/compact",
-        json={"model": MODEL, "input": history},
-        timeout=60,
-        headers={"Authorization": f"Bearer {key}"},
-    )
+    r = post(url, "/v1/responses/compact", json={"model": MODEL, "input": history}, key=key, timeout=60)
     assert r.status_code == 200, r.text
     return r.json()["output"][-1]["encrypted_content"]
 
 
 def _paused(url: str, key: str, messages: list) -> str:
     edit = {"edits": [{**COMPACT_EDIT["edits"][0], "pause_after_compaction": True}]}
-    r = httpx2.post(
-        f"{url}/v1/messages",
+    r = post(
+        url,
+        "/v1/messages",
         json={"model": CLAUDE, "max_tokens": 64, "messages": messages, "context_management": edit},
+        key=key,
         timeout=60,
-        headers={"x-api-key": key, "anthropic-version": "2023-06-01"},
     )
     assert r.status_code == 200, r.text
     return r.json()["content"][0]["encrypted_content"]

@@ -105,15 +105,13 @@ def closing_upstream():
     server.close()
 
 
-def send(
-    url: str, method: str, path: str, body: dict | None, *, client: httpx2.Client | None = None
-) -> httpx2.Response:
-    return request(url, path, method=method, body=body, headers=AUTH, client=client)
-
-
 def test_a_request_on_a_connection_the_upstream_is_closing_goes_again(make_proxy, closing_upstream):
     with make_proxy(upstream=closing_upstream.url) as url:
-        statuses = [send(url, method, path, body).status_code for _ in range(3) for method, path, body in REQUESTS]
+        statuses = [
+            request(url, path, method=method, body=body, headers=AUTH).status_code
+            for _ in range(3)
+            for method, path, body in REQUESTS
+        ]
     assert statuses == [200] * 12
     # every other request met a closing pooled connection and went again on a new one
     assert closing_upstream.unanswered >= 5 and len(closing_upstream.answered) == 12
@@ -130,7 +128,7 @@ def test_an_upstream_that_really_fails_gets_one_502_per_request(make_proxy):
     try:
         with make_proxy(upstream=server.url) as url:
             for method, path, body in REQUESTS:
-                r = send(url, method, path, body)
+                r = request(url, path, method=method, body=body, headers=AUTH)
                 assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_unreachable", r.text
         assert (
             server.connections == server.unanswered == len(REQUESTS)
@@ -150,7 +148,7 @@ def test_uvicorn_closing_after_an_application_error_never_becomes_a_502(make_pro
     upstream.handler = raises
     with make_proxy() as url, httpx2.Client() as client:  # kept alive: the next request follows at once
         statuses = [
-            send(url, method, path, body, client=client).status_code
+            request(url, path, method=method, body=body, headers=AUTH, client=client).status_code
             for _ in range(25)
             for method, path, body in REQUESTS
         ]

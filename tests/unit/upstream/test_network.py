@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import pathlib
 import socket
 import ssl
 import struct
@@ -18,6 +19,7 @@ from proxy.errors import ProxyError
 from proxy.upstream import network
 from proxy.upstream.client import Upstream
 from proxy.upstream.network import AsyncioBackend
+from proxy.upstream.pool import pooled_transport
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 pytestmark = pytest.mark.anyio
@@ -232,26 +234,30 @@ def authority() -> trustme.CA:
     return trustme.CA()
 
 
-async def test_https_upstream_through_start_tls(authority: trustme.CA):
+async def test_https_upstream_through_start_tls(
+    authority: trustme.CA, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+):
     served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     authority.issue_cert("127.0.0.1").configure_cert(served)
-    trusted = ssl.create_default_context()
-    authority.configure_trust(trusted)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
     async with Server(echo_head, ssl_context=served) as server:
-        transport = httpx2.AsyncHTTPTransport(verify=trusted)
-        transport._pool._network_backend = AsyncioBackend()
+        settings = ServerSettings(upstream=f"https://127.0.0.1:{server.port}/v1")
+        authority.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+        monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))  # trusted as httpx2 trusts the environment's
+        transport = pooled_transport(settings)
         try:
             url = f"https://127.0.0.1:{server.port}/v1/models"
             for _ in range(2):
                 response = await transport.handle_async_request(httpx2.Request("GET", url))
                 assert response.status_code == 200 and b"GET /v1/models" in await response.aread()
-            [connection] = transport._pool.connections
-            assert connection._connection._network_stream.get_extra_info("ssl_object") is not None
+                stream = response.extensions["network_stream"]
+                assert isinstance(stream, network.AsyncioStream) and stream.get_extra_info("ssl_object") is not None
+            assert len(transport.pool.connections) == 1
         finally:
             await transport.aclose()
 
-        untrusted = httpx2.AsyncHTTPTransport()  # the system's CAs: the test CA is not among them
-        untrusted._pool._network_backend = AsyncioBackend()
+        monkeypatch.delenv("SSL_CERT_FILE")
+        untrusted = pooled_transport(settings)  # the system's CAs: the test CA is not among them
         with pytest.raises(httpx2.ConnectError):
             await untrusted.handle_async_request(httpx2.Request("GET", f"https://127.0.0.1:{server.port}/"))
         await untrusted.aclose()
