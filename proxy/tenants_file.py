@@ -15,13 +15,18 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from proxy.core.settings import SETTING_FIELDS, TENANT_KEYS, OffloadSettings
+from proxy.core.settings import SETTING_FIELDS, OffloadSettings
 from proxy.http.family import Family
 from proxy.upstream.base_url import anthropic_base, base_url_problem, openai_base
 
 DIGEST_PREFIX = "sha256:"
 PLACEHOLDER = "change-me"
 MIN_KEY_CHARS = 12
+# What a table may hold beside settings: its access (`Tenant`), and the summariser's prompt
+# (`summary_prompt`, read by `proxy.http.call_parts`).
+TENANT_KEYS = frozenset(
+    {"api_keys", "upstream", "upstream_api_key", "anthropic_upstream", "anthropic_api_key", "summary_prompt"}
+)
 _TENANT_URL = re.compile(r"https?://[^\s?#]+")
 
 

@@ -191,10 +191,7 @@ SERVER_DEFAULTS = tuple(name for name in SETTING_FIELDS if name not in REQUEST_O
 # Settings a header may not change (it may repeat the value in force): a client choosing its own
 # arm of the holdout would make the comparison one of clients, not of the proxy.
 OPERATOR_ONLY = frozenset({"holdout"})
-# What a tenants-file table may hold beside settings (read by `proxy.http.caller` and the summariser).
-TENANT_KEYS = frozenset(
-    {"api_keys", "upstream", "upstream_api_key", "anthropic_upstream", "anthropic_api_key", "summary_prompt"}
-)
+# The settings `--header-caps` may cap: what a header gives of them is a number.
 NUMERIC = frozenset(
     name for name, info in OffloadSettings.model_fields.items() if info.annotation in (int, float, int | None)
 )

@@ -182,3 +182,19 @@ def test_an_option_and_its_header_accept_and_refuse_alike(name, value):
     if name == "holdout" and header is None and server is not None:  # a header may only repeat the operator's
         header = SettingsResolver({name: value}).resolve({header_name(name): value})
     assert server == header
+
+
+def test_each_option_help_shows_the_default_its_setting_declares():
+    """The help of a per-request default names the built-in value in parentheses: the declared one."""
+    from proxy.core.settings import SERVER_DEFAULTS, OffloadSettings
+
+    for name in SERVER_DEFAULTS:
+        info = OffloadSettings.model_fields[name]
+        if info.default is None:
+            continue
+        default = info.default
+        if isinstance(default, bool):
+            shown = "on" if default else "off"
+        else:
+            shown = f"{default:g}" if isinstance(default, float) else str(default)
+        assert f"({shown}" in (info.description or ""), name
