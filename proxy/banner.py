@@ -13,7 +13,6 @@ from urllib.parse import urlsplit, urlunsplit
 
 from proxy import __version__
 from proxy.config import ServerSettings
-from proxy.core.settings import OffloadSettings
 
 
 def redacted_url(url: str) -> str:
@@ -42,7 +41,7 @@ def _store(settings: ServerSettings) -> str:
 
 
 def _offload(settings: ServerSettings, tenants: int) -> str:
-    defaults = OffloadSettings(**settings.offload_defaults())
+    defaults = settings.request_defaults()
     compacted = (
         f"its tool results over {defaults.tool_result_limit()} tokens compacted (the newest too over "
         f"{defaults.max_fresh_tool_message_tokens})"
@@ -102,7 +101,7 @@ def _context_management(settings: ServerSettings) -> str:
     """Who applies the providers' context management, for each of the server's upstreams."""
     from proxy.upstream.native import emulates
 
-    setting = settings.context_management or "auto"
+    setting = settings.request_defaults().context_management
     who = {
         base: "emulated by the proxy" if emulates(setting, base) else "relayed to the provider"
         for base in (settings.upstream_base, settings.anthropic_base)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, get_args
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, create_model, field_validator, model_validator
 from pydantic.config import JsonDict
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from proxy.core.settings import NUMERIC, SERVER_DEFAULTS, OffloadSettings
 from proxy.option_text import json_or_commas
 from proxy.upstream.base_url import anthropic_base, base_url_problem, openai_base
 
@@ -19,8 +20,8 @@ ENV_PREFIX = "OFFLOAD_"
 SECRET: JsonDict = {"secret": True}
 
 
-class ServerSettings(BaseSettings):
-    """Process-wide settings. Every field is settable as `OFFLOAD_<FIELD>` in the environment."""
+class _ServerSettings(BaseSettings):
+    """The process-wide settings of the server alone; `ServerSettings` adds the per-request defaults."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
 
@@ -103,67 +104,6 @@ class ServerSettings(BaseSettings):
         None, description="TOML or YAML file of tenants: proxy keys, upstreams, per-tenant setting overrides."
     )
 
-    # Server-wide defaults of the per-request offload settings (see proxy.core.settings);
-    # None = the built-in default. Each can be overridden per tenant and per request header.
-    mode: str | None = Field(None, description="Default X-Offload-Mode: auto|compact|compress|off|observe (auto).")
-    max_total_tokens: int | None = Field(None, description="Default X-Offload-Max-Total-Tokens (18000).")
-    max_tool_message_tokens: int | None = Field(
-        None,
-        description="Default X-Offload-Max-Tool-Message-Tokens (6000, at most a third of the trigger when not set).",
-    )
-    keep_recent: int | None = Field(None, description="Default X-Offload-Keep-Recent (1 compact, 2 compress).")
-    max_fresh_tool_message_tokens: int | None = Field(
-        None,
-        description="Default X-Offload-Max-Fresh-Tool-Message-Tokens (25000): a tool result above it is "
-        "compacted even among the recent messages, on the turn it arrives, once over max-total-tokens.",
-    )
-    keep_images: int | None = Field(None, description="Default X-Offload-Keep-Images (3): older images are offloaded.")
-    image_batch: int | None = Field(
-        None,
-        description="Default X-Offload-Image-Batch (6): images offloaded so many "
-        "at a time (the prefix changes once per batch).",
-    )
-    max_reload_tokens: int | None = Field(None, description="Default X-Offload-Max-Reload-Tokens (8000).")
-    max_reload_rounds: int | None = Field(None, description="Default X-Offload-Max-Reload-Rounds (4).")
-    reload_tools: str | None = Field(None, description="Default X-Offload-Reload-Tools: on|off (on).")
-    fold: str | None = Field(
-        None,
-        description="Default X-Offload-Fold: on|off (on): a tool result repeating an "
-        "earlier one goes as a pointer to it plus its diff, reloadable byte for byte.",
-    )
-    summary_model: str | None = Field(None, description="Default X-Offload-Summary-Model (else the request's).")
-    compaction_ratio: float | None = Field(None, description="Default X-Offload-Compaction-Ratio (0.75).")
-    precompress_ratio: float | None = Field(
-        None,
-        description="Default X-Offload-Precompress-Ratio (0.8): start a summary in the background once "
-        "what it would fold reaches this share of max-total-tokens (0: only when crossed).",
-    )
-    hard_max_tokens: int | None = Field(
-        None,
-        description="Default X-Offload-Hard-Max-Tokens (2 x max-total-tokens, capped by the model's "
-        "context window when known): above it a request waits for its summary instead of going out without.",
-    )
-    group_token_threshold: int | None = Field(
-        None, description="Default X-Offload-Group-Token-Threshold (0: one summary call)."
-    )
-    context_management: str | None = Field(
-        None,
-        description="Default X-Offload-Context-Management: relay|emulate|auto (auto). Who applies a request's "
-        "context_management and POST /v1/responses/compact: the upstream (relay), the proxy with its own summaries "
-        "and refs (emulate), or auto: relay to api.openai.com and api.anthropic.com, emulate for any other upstream.",
-    )
-    cache_control: str | None = Field(
-        None,
-        description="Default X-Offload-Cache-Control: auto|off (auto). auto: an Anthropic request carrying no "
-        "cache_control gets the proxy's prompt caching (request-level caching and a breakpoint after the tools and "
-        "system), and a request to api.openai.com without a prompt_cache_key its session's; off: as sent.",
-    )
-    cache_keepalive: str | None = Field(
-        None,
-        description="Default X-Offload-Cache-Keepalive: on|off (off). on: a session whose forwarded prefix is "
-        "large (--cache-keepalive-min-tokens) and was sent lately gets a 1-token request with that exact prefix, "
-        "with its own credential, shortly before the provider's cache would expire (docs/caching.md).",
-    )
     cache_keepalive_min_tokens: int = Field(
         4_096,
         ge=1,
@@ -185,12 +125,6 @@ class ServerSettings(BaseSettings):
         ge=0,
         description="Bytes of forwarded bodies one worker holds for keep-alive requests, at "
         "most (the sessions idle longest are dropped first).",
-    )
-    holdout: float | None = Field(
-        None,
-        description="Default holdout (0: none): the share of sessions, from 0 to below 1, forwarded unchanged "
-        "as a control while the others are managed, decided from the session id alike on every replica; per "
-        "tenant in the tenants file. GET /v1/offload/stats compares the arms (docs/safety.md).",
     )
     holdout_salt: str = Field(
         "",
@@ -391,16 +325,13 @@ class ServerSettings(BaseSettings):
         return value
 
     @model_validator(mode="after")
-    def _offload_defaults_are_valid(self) -> "ServerSettings":
+    def _offload_defaults_are_valid(self) -> Self:
         """The per-request defaults and header caps are checked now, not in the first request."""
-        from proxy.core.settings import OffloadSettings
-
         try:
-            OffloadSettings(**self.offload_defaults())
+            self.request_defaults()
         except ValidationError as exc:
             problem = exc.errors()[0]
             raise ValueError(f"--{'-'.join(map(str, problem['loc'])).replace('_', '-')}: {problem['msg']}") from None
-        numeric = {name for name, f in OffloadSettings.model_fields.items() if f.annotation in (int, float, int | None)}
         if self.redis_cluster and not self.redis_url:
             raise ValueError("--redis-cluster needs --redis-url (a node of the cluster)")
         if self.encryption_key_previous and self.encryption_key_previous == self.encryption_key:
@@ -414,22 +345,25 @@ class ServerSettings(BaseSettings):
                 "(the key namespaces were derived from: the old --encryption-key, unless every "
                 "tenant's stored content is to start afresh)"
             )
-        unknown = sorted(set(self.header_caps) - numeric)
+        unknown = sorted(set(self.header_caps) - NUMERIC)
         if unknown:
             raise ValueError(
                 f"--header-caps: {', '.join(unknown)} is not a numeric setting; caps apply to "
-                f"{', '.join(sorted(numeric))}"
+                f"{', '.join(sorted(NUMERIC))}"
             )
         return self
 
     def offload_defaults(self) -> dict[str, object]:
-        from proxy.core.settings import SETTING_FIELDS
-
+        """The per-request defaults given (option, variable or argument): the others are the built-in ones."""
         return {
             name: getattr(self, name)
-            for name in SETTING_FIELDS
+            for name in SERVER_DEFAULTS
             if name in type(self).model_fields and getattr(self, name) is not None
         }
+
+    def request_defaults(self) -> OffloadSettings:
+        """The per-request settings of a request that names none (no tenant, no header)."""
+        return OffloadSettings.model_validate(self.offload_defaults())
 
     @property
     def names_key(self) -> str | None:
@@ -446,6 +380,41 @@ class ServerSettings(BaseSettings):
     def anthropic_base(self) -> str:
         """The Anthropic upstream with its /v1: what managed and relayed paths are appended to."""
         return anthropic_base(self.anthropic_upstream)
+
+
+def _as_given(annotation: Any) -> Any:
+    """What the server holds of a per-request default: the value as the command line gives it (a
+    word for a choice or a switch, a number), or None for the built-in default; OffloadSettings
+    alone checks it (`_offload_defaults_are_valid`), so an option and its header accept alike."""
+    kinds = [kind for kind in get_args(annotation) if kind is not type(None)] or [annotation]
+    if len(kinds) == 1 and kinds[0] in (int, float):
+        return kinds[0] | None
+    return str | None  # a Literal's word, on|off, a name
+
+
+def _request_default_fields() -> dict[str, Any]:
+    """One server field per setting a server may default, from its one declaration in
+    OffloadSettings: its type as given, no default (None: the built-in one), its description."""
+    return {
+        name: (_as_given(info.annotation), Field(None, description=info.description))
+        for name, info in OffloadSettings.model_fields.items()
+        if name in SERVER_DEFAULTS
+    }
+
+
+if TYPE_CHECKING:
+
+    class ServerSettings(_ServerSettings):
+        """Process-wide settings. Every field is settable as `OFFLOAD_<FIELD>` in the environment."""
+
+else:
+    ServerSettings = create_model(
+        "ServerSettings",
+        __base__=_ServerSettings,
+        __module__=__name__,
+        __doc__="Process-wide settings. Every field is settable as `OFFLOAD_<FIELD>` in the environment.",
+        **_request_default_fields(),
+    )
 
 
 def secret_settings() -> tuple[str, ...]:

@@ -6,9 +6,7 @@ The server may cap what a header can ask for (`header_caps`).
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -46,46 +44,119 @@ FRESH_TOOL_RESULT_TOKENS = 25_000
 
 
 class OffloadSettings(BaseModel):
-    """Everything that decides what a request offloads. Field `foo_bar` ↔ header X-Offload-Foo-Bar."""
+    """Everything that decides what a request offloads. Field `foo_bar` ↔ header X-Offload-Foo-Bar,
+    tenants-file key `foo_bar`, and (but `tenant` and `session`, which only a request names) server
+    option --foo-bar / OFFLOAD_FOO_BAR: each declared here alone, its `description` the option's
+    help (`proxy.config` builds the server's fields from these)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    mode: Mode = "auto"
-    max_total_tokens: int = Field(18_000, ge=0, le=10_000_000)
+    mode: Mode = Field("auto", description="Default X-Offload-Mode: auto|compact|compress|off|observe (auto).")
+    max_total_tokens: int = Field(
+        18_000, ge=0, le=10_000_000, description="Default X-Offload-Max-Total-Tokens (18000)."
+    )
     # None: TOOL_RESULT_TOKENS, at most a third of max_total_tokens (`tool_result_limit`)
-    max_tool_message_tokens: int | None = Field(None, ge=1, le=10_000_000)
-    keep_recent: int | None = Field(None, ge=0, le=10_000)
+    max_tool_message_tokens: int | None = Field(
+        None,
+        ge=1,
+        le=10_000_000,
+        description="Default X-Offload-Max-Tool-Message-Tokens (6000, at most a third of the trigger when not set).",
+    )
+    keep_recent: int | None = Field(
+        None, ge=0, le=10_000, description="Default X-Offload-Keep-Recent (1 compact, 2 compress)."
+    )
     # A tool result above this many tokens is compacted even among the keep_recent last items.
-    max_fresh_tool_message_tokens: int = Field(FRESH_TOOL_RESULT_TOKENS, ge=1, le=10_000_000)
-    keep_images: int = Field(3, ge=0, le=100_000)  # the most recent images stay; older ones are offloaded
+    max_fresh_tool_message_tokens: int = Field(
+        FRESH_TOOL_RESULT_TOKENS,
+        ge=1,
+        le=10_000_000,
+        description="Default X-Offload-Max-Fresh-Tool-Message-Tokens (25000): a tool result above it is "
+        "compacted even among the recent messages, on the turn it arrives, once over max-total-tokens.",
+    )
+    # the most recent images stay; older ones are offloaded
+    keep_images: int = Field(
+        3, ge=0, le=100_000, description="Default X-Offload-Keep-Images (3): older images are offloaded."
+    )
     # Older images are offloaded this many at a time (between keep_images and keep_images +
     # image_batch - 1 stay): the forwarded prefix then changes once every image_batch images, as
     # the reference computer-use loops remove screenshots in chunks. 6: the cheapest with a prompt
     # cache counted (bench/computer_use.py, docs/performance.md), at both providers' prices.
-    image_batch: int = Field(6, ge=1, le=1_000)
-    max_reload_tokens: int = Field(8_000, ge=100, le=1_000_000)
-    max_reload_rounds: int = Field(4, ge=0, le=50)
-    reload_tools: bool = True
+    image_batch: int = Field(
+        6,
+        ge=1,
+        le=1_000,
+        description="Default X-Offload-Image-Batch (6): images offloaded so many "
+        "at a time (the prefix changes once per batch).",
+    )
+    max_reload_tokens: int = Field(
+        8_000, ge=100, le=1_000_000, description="Default X-Offload-Max-Reload-Tokens (8000)."
+    )
+    max_reload_rounds: int = Field(4, ge=0, le=50, description="Default X-Offload-Max-Reload-Rounds (4).")
+    reload_tools: bool = Field(True, description="Default X-Offload-Reload-Tools: on|off (on).")
     # A tool result that repeats an earlier one goes as a pointer to it, with its diff (`proxy.core.fold`).
-    fold: bool = True
+    fold: bool = Field(
+        True,
+        description="Default X-Offload-Fold: on|off (on): a tool result repeating an "
+        "earlier one goes as a pointer to it plus its diff, reloadable byte for byte.",
+    )
     tenant: str | None = Field(None, pattern=IDENT_PATTERN)
     session: str | None = Field(None, pattern=IDENT_PATTERN)
-    group_token_threshold: int = Field(0, ge=0, le=10_000_000)
-    compaction_ratio: float = Field(0.75, ge=0.0, le=1.0)
+    group_token_threshold: int = Field(
+        0, ge=0, le=10_000_000, description="Default X-Offload-Group-Token-Threshold (0: one summary call)."
+    )
+    compaction_ratio: float = Field(0.75, ge=0.0, le=1.0, description="Default X-Offload-Compaction-Ratio (0.75).")
     # A summary is started in the background once what it would fold reaches this share of the
     # trigger (0: never ahead of time); the turn that crosses the trigger then finds it ready.
-    precompress_ratio: float = Field(0.8, ge=0.0, le=1.0)
+    precompress_ratio: float = Field(
+        0.8,
+        ge=0.0,
+        le=1.0,
+        description="Default X-Offload-Precompress-Ratio (0.8): start a summary in the background once "
+        "what it would fold reaches this share of max-total-tokens (0: only when crossed).",
+    )
     # Above this many forwarded tokens a turn waits for its summary (None: 2 x max_total_tokens,
     # capped by the model's context window when known); below it, it goes out without.
-    hard_max_tokens: int | None = Field(None, ge=1, le=10_000_000)
-    summary_model: str | None = Field(None, pattern=r"^[A-Za-z0-9._:/-]{1,128}$")
-    context_management: ContextManagement = "auto"
-    cache_control: CacheControl = "auto"
+    hard_max_tokens: int | None = Field(
+        None,
+        ge=1,
+        le=10_000_000,
+        description="Default X-Offload-Hard-Max-Tokens (2 x max-total-tokens, capped by the model's "
+        "context window when known): above it a request waits for its summary instead of going out without.",
+    )
+    summary_model: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9._:/-]{1,128}$",
+        description="Default X-Offload-Summary-Model (else the request's).",
+    )
+    context_management: ContextManagement = Field(
+        "auto",
+        description="Default X-Offload-Context-Management: relay|emulate|auto (auto). Who applies a request's "
+        "context_management and POST /v1/responses/compact: the upstream (relay), the proxy with its own summaries "
+        "and refs (emulate), or auto: relay to api.openai.com and api.anthropic.com, emulate for any other upstream.",
+    )
+    cache_control: CacheControl = Field(
+        "auto",
+        description="Default X-Offload-Cache-Control: auto|off (auto). auto: an Anthropic request carrying no "
+        "cache_control gets the proxy's prompt caching (request-level caching and a breakpoint after the tools and "
+        "system), and a request to api.openai.com without a prompt_cache_key its session's; off: as sent.",
+    )
     # 1-token requests that keep a large, active session's prompt cache warm (`proxy.offload.keepalive`)
-    cache_keepalive: bool = False
+    cache_keepalive: bool = Field(
+        False,
+        description="Default X-Offload-Cache-Keepalive: on|off (off). on: a session whose forwarded prefix is "
+        "large (--cache-keepalive-min-tokens) and was sent lately gets a 1-token request with that exact prefix, "
+        "with its own credential, shortly before the provider's cache would expire (docs/caching.md).",
+    )
     # The share of sessions forwarded unchanged as a control (`proxy.core.holdout`, `proxy.http.holdout`):
     # the operator's (server or tenants file); a header may only repeat it (`OPERATOR_ONLY`)
-    holdout: float = Field(0.0, ge=0.0, lt=1.0)
+    holdout: float = Field(
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        description="Default holdout (0: none): the share of sessions, from 0 to below 1, forwarded unchanged "
+        "as a control while the others are managed, decided from the session id alike on every replica; per "
+        "tenant in the tenants file. GET /v1/offload/stats compares the arms (docs/safety.md).",
+    )
 
     @field_validator("reload_tools", "fold", "cache_keepalive", mode="before")
     @classmethod
@@ -114,12 +185,15 @@ class OffloadSettings(BaseModel):
 
 
 SETTING_FIELDS = tuple(OffloadSettings.model_fields)
+# Settings only a request names (who it is): the others have a server default (`proxy.config`).
+REQUEST_ONLY = frozenset({"tenant", "session"})
+SERVER_DEFAULTS = tuple(name for name in SETTING_FIELDS if name not in REQUEST_ONLY)
 # Settings a header may not change (it may repeat the value in force): a client choosing its own
 # arm of the holdout would make the comparison one of clients, not of the proxy.
 OPERATOR_ONLY = frozenset({"holdout"})
-# What a tenants-file table may hold beside settings (read by `proxy.http.caller` and the summariser).
-TENANT_KEYS = frozenset(
-    {"api_keys", "upstream", "upstream_api_key", "anthropic_upstream", "anthropic_api_key", "summary_prompt"}
+# The settings `--header-caps` may cap: what a header gives of them is a number.
+NUMERIC = frozenset(
+    name for name, info in OffloadSettings.model_fields.items() if info.annotation in (int, float, int | None)
 )
 
 
@@ -150,37 +224,68 @@ def _describe(field: str) -> str:
     return f"an integer from {low} to {high}" if "int" in annotation else annotation
 
 
-def load_tenants_file(path: Path | None) -> dict[str, dict[str, Any]]:
-    """`[tenants.<id>]` tables (TOML) or a `tenants:` mapping (YAML), each of setting overrides."""
-    if path is None:
-        return {}
-    text = path.read_text()
-    if path.suffix in (".yaml", ".yml"):
-        import yaml  # imported only for a YAML tenants file
+def header_settings(headers: Mapping[str, str]) -> dict[str, str]:
+    """The settings X-Offload-* headers give (field → value stripped), as yet unchecked; other
+    headers, and X-Offload-* ones naming no setting, are left out."""
+    given: dict[str, str] = {}
+    for name, value in headers.items():
+        lname = name.lower()
+        if not lname.startswith(HEADER_PREFIX):
+            continue
+        field = lname[len(HEADER_PREFIX) :].replace("-", "_")
+        if field in SETTING_FIELDS:
+            if len(value) > MAX_HEADER_VALUE:
+                raise SettingsError(
+                    f"Header {header_name(field)} is longer than {MAX_HEADER_VALUE} characters.",
+                    param=header_name(field),
+                )
+            given[field] = value.strip()
+    return given
 
-        data = yaml.safe_load(text) or {}
-    else:
-        data = tomllib.loads(text)
-    tenants = data.get("tenants", data) if isinstance(data, dict) else None
-    if not isinstance(tenants, dict) or not all(isinstance(v, dict) for v in tenants.values()):
-        raise ValueError("expected one table of settings per tenant, e.g. [tenants.team-a]")
-    for tenant, overrides in tenants.items():
-        unknown = sorted(set(overrides) - set(SETTING_FIELDS) - TENANT_KEYS - {"tenant", "session"})
-        if unknown:
-            raise ValueError(
-                f"tenant {tenant!r}: unknown key {', '.join(unknown)} (settings: "
-                f"{', '.join(SETTING_FIELDS)}; also {', '.join(sorted(TENANT_KEYS))})"
-            )
+
+def resolve_settings(
+    defaults: OffloadSettings,
+    headers: Mapping[str, str],
+    *,
+    tenant: Mapping[str, Any] | None = None,
+    caps: Mapping[str, int] | None = None,
+) -> OffloadSettings:
+    """The settings of one request: the server's `defaults` ← the `tenant`'s overrides (its
+    tenants-file table, checked at startup; keys other than settings ignored) ← X-Offload-*
+    `headers`, each checked here: a refused one is a SettingsError naming it and what it allows,
+    a value above the server's `caps`, or one changing an `OPERATOR_ONLY` setting."""
+    merged: dict[str, Any] = defaults.model_dump()
+    merged.update({k: v for k, v in (tenant or {}).items() if k in SETTING_FIELDS})
+    for field, value in header_settings(headers).items():
         try:
-            OffloadSettings(**{k: v for k, v in overrides.items() if k in SETTING_FIELDS})  # fail at startup
+            OffloadSettings.model_validate({field: value})
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-            raise ValueError(f"tenant {tenant!r}: {problems}") from None
-    return tenants
+            raise SettingsError(
+                f"Invalid header {header_name(field)}: {value!r}; it must be {_describe(field)}.",
+                param=header_name(field),
+            ) from exc
+        if field in OPERATOR_ONLY and OffloadSettings.model_validate({field: value}) != OffloadSettings.model_validate(
+            {field: merged[field]}
+        ):
+            raise SettingsError(
+                f"Header {header_name(field)} cannot change this server's value "
+                f"({merged[field]}): the holdout is the operator's, set with --{field} or the "
+                "tenants file (a client choosing its arm would bias the comparison; "
+                "X-Offload-Mode: off forwards a request unchanged, outside it).",
+                param=header_name(field),
+            )
+        cap = (caps or {}).get(field)
+        if cap is not None and float(value) > cap:
+            raise SettingsError(
+                f"Invalid header {header_name(field)}: {value!r}; this server allows at most {cap}.",
+                param=header_name(field),
+            )
+        merged[field] = value
+    return OffloadSettings.model_validate(merged)
 
 
 class SettingsResolver:
-    """Builds the OffloadSettings of one request."""
+    """The server's side of `resolve_settings`: its defaults, tenants and header caps, held."""
 
     def __init__(
         self,
@@ -188,58 +293,15 @@ class SettingsResolver:
         tenants: Mapping[str, Mapping[str, Any]] | None = None,
         header_caps: Mapping[str, int] | None = None,
     ) -> None:
-        self.defaults = OffloadSettings(**defaults)
+        self.defaults = OffloadSettings.model_validate(dict(defaults))
         self.tenants = tenants or {}
         self.header_caps = dict(header_caps or {})
-
-    def tenant_overrides(self, tenant: str | None) -> dict[str, Any]:
-        """Setting overrides for a tenant (non-setting keys such as a prompt are read elsewhere)."""
-        raw = self.tenants.get(tenant or "", {})
-        return {k: v for k, v in raw.items() if k in SETTING_FIELDS}
 
     def tenant_extra(self, tenant: str | None, key: str) -> Any:
         return self.tenants.get(tenant or "", {}).get(key)
 
     def resolve(self, headers: Mapping[str, str], *, tenant: str | None = None) -> OffloadSettings:
         """`tenant`: the tenants-file entry the caller belongs to (decided by its credential)."""
-        from_headers: dict[str, str] = {}
-        for name, value in headers.items():
-            lname = name.lower()
-            if not lname.startswith(HEADER_PREFIX):
-                continue
-            field = lname[len(HEADER_PREFIX) :].replace("-", "_")
-            if field in SETTING_FIELDS:
-                if len(value) > MAX_HEADER_VALUE:
-                    raise SettingsError(
-                        f"Header {header_name(field)} is longer than {MAX_HEADER_VALUE} characters.",
-                        param=header_name(field),
-                    )
-                from_headers[field] = value.strip()
-        merged = self.defaults.model_dump(exclude_unset=False)
-        merged.update(self.tenant_overrides(tenant))
-        for field, value in from_headers.items():
-            try:
-                OffloadSettings(**{field: value})
-            except ValidationError as exc:
-                raise SettingsError(
-                    f"Invalid header {header_name(field)}: {value!r}; it must be {_describe(field)}.",
-                    param=header_name(field),
-                ) from exc
-            if field in OPERATOR_ONLY and OffloadSettings(**{field: value}) != OffloadSettings(
-                **{field: merged[field]}
-            ):
-                raise SettingsError(
-                    f"Header {header_name(field)} cannot change this server's value "
-                    f"({merged[field]}): the holdout is the operator's, set with --{field} or the "
-                    "tenants file (a client choosing its arm would bias the comparison; "
-                    "X-Offload-Mode: off forwards a request unchanged, outside it).",
-                    param=header_name(field),
-                )
-            cap = self.header_caps.get(field)
-            if cap is not None and float(value) > cap:
-                raise SettingsError(
-                    f"Invalid header {header_name(field)}: {value!r}; this server allows at most {cap}.",
-                    param=header_name(field),
-                )
-            merged[field] = value
-        return OffloadSettings(**merged)
+        return resolve_settings(
+            self.defaults, headers, tenant=self.tenants.get(tenant or "", {}), caps=self.header_caps
+        )

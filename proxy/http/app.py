@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route, WebSocketRoute
 
 from proxy.config import ServerSettings
-from proxy.core.settings import SettingsResolver, load_tenants_file
+from proxy.core.settings import SettingsResolver
 from proxy.core.tokens import counter_for_encoding
 from proxy.http import log_clip
 from proxy.http.cache_session import keepalive_service
@@ -52,6 +52,7 @@ from proxy.stats.prices import PriceTable
 from proxy.stats.recorder import STOP_TIMEOUT, Recorder
 from proxy.store import open_store, sealer_for
 from proxy.store.guarded import GuardedStore
+from proxy.tenants_file import load_tenants_file
 from proxy.upstream.client import Upstream
 
 log = logging.getLogger("proxy")

@@ -24,7 +24,6 @@ client that did not prove it may.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 from collections.abc import Iterable, Mapping
@@ -40,7 +39,8 @@ from proxy.http.fingerprint import credential_label, with_sub
 from proxy.http.headers import request_headers_for_upstream
 from proxy.http.shared_state import stored_state
 from proxy.offload.tenant import bare_credential, namespace_for
-from proxy.upstream.base_url import anthropic_base, base_url_problem, openai_base
+from proxy.tenants_file import PLACEHOLDER, Tenant, is_placeholder, key_digest, tenants_from_config
+from proxy.upstream.base_url import anthropic_base, openai_base
 from proxy.upstream.choice import HEADER as UPSTREAM_HEADER
 from proxy.upstream.choice import requested_base
 
@@ -48,20 +48,8 @@ log = logging.getLogger("proxy.http.caller")
 
 CREDENTIAL_HEADERS = (b"authorization", b"x-api-key", b"api-key")
 TENANT_HEADER = "x-offload-tenant"
-DIGEST_PREFIX = "sha256:"
-PLACEHOLDER = "change-me"
-MIN_KEY_CHARS = 12
 
 Kind = Literal["proxy_key", "client", "anonymous"]
-
-
-def is_placeholder(secret: str | None) -> bool:
-    """The example value shipped in deploy/ files: never accepted as a real secret."""
-    return bool(secret) and PLACEHOLDER in (secret or "").lower()
-
-
-def key_digest(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
 
 
 def presented_credentials(headers: Headers) -> list[str]:
@@ -73,81 +61,6 @@ def presented_credentials(headers: Headers) -> list[str]:
             if value:
                 found.append(value)
     return found
-
-
-@dataclass(frozen=True)
-class Tenant:
-    name: str
-    key_digests: frozenset[str]
-    upstream: str | None
-    upstream_api_key: str | None
-    anthropic_upstream: str | None = None  # with its /v1
-    anthropic_api_key: str | None = None
-
-    def base(self, family: Family) -> str | None:
-        return self.anthropic_upstream if family == "anthropic" else self.upstream
-
-    def key(self, family: Family) -> str | None:
-        return self.anthropic_api_key if family == "anthropic" else self.upstream_api_key
-
-
-def tenants_from_config(config: Mapping[str, Mapping[str, Any]]) -> dict[str, Tenant]:
-    """The access part of the tenants file; raises ValueError for anything unsafe."""
-    tenants: dict[str, Tenant] = {}
-    owner: dict[str, str] = {}
-    for name, entry in config.items():
-        keys = entry.get("api_keys", [])
-        if not isinstance(keys, list) or not all(isinstance(k, str) and k.strip() for k in keys):
-            raise ValueError(f"tenant {name!r}: api_keys must be a list of non-empty strings")
-        digests = set()
-        for k in keys:
-            if is_placeholder(k):
-                raise ValueError(f"tenant {name!r}: an api_keys entry is the example value {PLACEHOLDER!r}")
-            if k.startswith(DIGEST_PREFIX):
-                digest = k[len(DIGEST_PREFIX) :].lower()
-                if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-                    raise ValueError(f"tenant {name!r}: {DIGEST_PREFIX} keys need 64 hex digits")
-            elif len(k) < MIN_KEY_CHARS:
-                raise ValueError(f"tenant {name!r}: a proxy key needs at least {MIN_KEY_CHARS} characters")
-            else:
-                digest = key_digest(k)
-            if owner.setdefault(digest, name) != name:
-                raise ValueError(f"tenants {owner[digest]!r} and {name!r} share a proxy key")
-            digests.add(digest)
-        held = {}
-        for field in ("upstream_api_key", "anthropic_api_key"):
-            upstream_key = held[field] = entry.get(field)
-            if upstream_key is not None and (not isinstance(upstream_key, str) or not digests):
-                raise ValueError(f"tenant {name!r}: {field} needs api_keys (else any client could use it)")
-            if is_placeholder(upstream_key):
-                raise ValueError(f"tenant {name!r}: {field} is the example value {PLACEHOLDER!r}")
-        upstream, anthropic = (_tenant_url(name, entry, field) for field in ("upstream", "anthropic_upstream"))
-        tenants[name] = Tenant(
-            name,
-            frozenset(digests),
-            openai_base(upstream) if upstream else None,
-            held["upstream_api_key"],
-            anthropic_base(anthropic) if anthropic else None,
-            held["anthropic_api_key"],
-        )
-    return tenants
-
-
-_TENANT_URL = re.compile(r"https?://[^\s?#]+")
-
-
-def _tenant_url(name: str, entry: Mapping[str, Any], field: str) -> str | None:
-    """A tenant's `upstream` / `anthropic_upstream`: an http(s) URL without query or fragment
-    (the proxy appends paths to it), or ValueError at startup rather than a failing request."""
-    value = entry.get(field)
-    if value is None:
-        return None
-    family = "anthropic" if field == "anthropic_upstream" else "openai"
-    if isinstance(value, str) and (problem := base_url_problem(value, family)) is not None:
-        raise ValueError(f"tenant {name!r}: {field} {problem}")
-    if not isinstance(value, str) or not _TENANT_URL.fullmatch(value):
-        raise ValueError(f"tenant {name!r}: {field} must be an http(s) URL without whitespace, query or fragment")
-    return value
 
 
 # What a caller on a shared upstream key (the operator's, used by every tenant) may relay:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from proxy.core.settings import HEADER_PREFIX
+
 # RFC 9110 §7.6.1 connection-specific headers, plus the ones httpx2/uvicorn recompute themselves.
 HOP_BY_HOP = frozenset(
     {
@@ -18,7 +20,8 @@ HOP_BY_HOP = frozenset(
         b"upgrade",
     }
 )
-OFFLOAD_PREFIX = b"x-offload-"
+# every X-Offload-* header is the proxy's (`proxy.core.settings` reads the settings among them)
+OFFLOAD_PREFIX = HEADER_PREFIX.encode()
 
 
 def request_headers_for_upstream(

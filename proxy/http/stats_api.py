@@ -170,7 +170,7 @@ class StatsApi:
         resolver = services_of(request).settings_resolver
         admin = bool(request.scope.get("state", {}).get("admin"))
         entry = self.names.get(namespace) if admin else request.state.caller.tenant  # whose settings apply
-        fraction = float(resolver.tenant_overrides(entry).get("holdout", resolver.defaults.holdout))
+        fraction = resolver.resolve({}, tenant=entry).holdout
         key = (namespace, fraction)
         memo = self._holdouts.get(key)
         if memo is not None and time.monotonic() - memo[0] < HOLDOUT_EVERY:

@@ -129,3 +129,72 @@ def test_the_holdout_and_its_salt_from_the_command_line_or_the_environment(monke
     assert settings.offload_defaults()["holdout"] == 0.2 and settings.holdout_salt == "fleet"
     with pytest.raises(ValueError, match="holdout"):
         ServerSettings(holdout=1.0)
+
+
+def test_every_per_request_setting_is_declared_once():
+    """The server's option for a per-request setting, its variable, its tenants-file key and its
+    header's parser all come from its one OffloadSettings field: proxy.config declares none."""
+    import inspect
+    import re
+
+    import proxy.config
+    from proxy.core.settings import REQUEST_ONLY, SERVER_DEFAULTS, SETTING_FIELDS, OffloadSettings
+
+    assert set(SERVER_DEFAULTS) == set(SETTING_FIELDS) - REQUEST_ONLY
+    source = inspect.getsource(proxy.config)
+    for name in SETTING_FIELDS:
+        assert not re.search(rf"^\s+{name}\s*:", source, re.M), name
+    for name in SERVER_DEFAULTS:
+        field, declared = ServerSettings.model_fields[name], OffloadSettings.model_fields[name]
+        assert field.default is None and field.description == declared.description and declared.description
+    assert not set(REQUEST_ONLY) & set(ServerSettings.model_fields)
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("mode", "fast"),
+        ("mode", "observe"),
+        ("max_total_tokens", "-5"),
+        ("max_total_tokens", "1200"),
+        ("reload_tools", "maybe"),
+        ("reload_tools", "off"),
+        ("fold", "no"),
+        ("compaction_ratio", "1.5"),
+        ("keep_recent", "10001"),
+        ("summary_model", "a b"),
+        ("context_management", "emulate"),
+        ("holdout", "0.3"),
+        ("holdout", "1"),
+    ],
+)
+def test_an_option_and_its_header_accept_and_refuse_alike(name, value):
+    from proxy.core.settings import SettingsError, SettingsResolver, header_name
+
+    try:
+        server = ServerSettings(**{name: value}).request_defaults()  # type: ignore[arg-type]
+    except ValidationError:
+        server = None
+    try:
+        header = SettingsResolver({}).resolve({header_name(name): value})
+    except SettingsError:
+        header = None
+    if name == "holdout" and header is None and server is not None:  # a header may only repeat the operator's
+        header = SettingsResolver({name: value}).resolve({header_name(name): value})
+    assert server == header
+
+
+def test_each_option_help_shows_the_default_its_setting_declares():
+    """The help of a per-request default names the built-in value in parentheses: the declared one."""
+    from proxy.core.settings import SERVER_DEFAULTS, OffloadSettings
+
+    for name in SERVER_DEFAULTS:
+        info = OffloadSettings.model_fields[name]
+        if info.default is None:
+            continue
+        default = info.default
+        if isinstance(default, bool):
+            shown = "on" if default else "off"
+        else:
+            shown = f"{default:g}" if isinstance(default, float) else str(default)
+        assert f"({shown}" in (info.description or ""), name

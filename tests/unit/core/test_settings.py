@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.core.settings import SettingsError, SettingsResolver, header_name, load_tenants_file
+from proxy.core.settings import SettingsError, SettingsResolver, header_name
+from proxy.tenants_file import load_tenants_file
 
 
 def test_defaults_match_the_documented_values():
@@ -165,3 +166,59 @@ def test_a_holdout_out_of_range_in_the_tenants_file_fails_at_startup(tmp_path, v
     tenants.write_text(f"[tenants.trial]\nholdout = {value}\n")
     with pytest.raises(ValueError, match="holdout"):
         load_tenants_file(tenants)
+
+
+# `resolve_settings`: the one function that makes a request's settings (server default ← tenant ← header)
+
+
+def test_resolve_settings_takes_the_header_over_the_tenant_over_the_default():
+    from proxy.core.settings import OffloadSettings, resolve_settings
+
+    defaults = OffloadSettings(max_total_tokens=30_000, keep_images=5)
+    tenant = {"max_total_tokens": 5000, "mode": "compact", "api_keys": ["sk-proxy-ignored-0123"]}
+    s = resolve_settings(defaults, {"x-offload-max-total-tokens": " 7000 "}, tenant=tenant)
+    assert (s.max_total_tokens, s.mode, s.keep_images) == (7000, "compact", 5)
+    assert resolve_settings(defaults, {}, tenant=tenant).max_total_tokens == 5000
+    assert resolve_settings(defaults, {}) == defaults
+
+
+def test_resolve_settings_reads_only_offload_headers_naming_a_setting():
+    from proxy.core.settings import OffloadSettings, header_settings, resolve_settings
+
+    headers = {"X-Offload-Mode": "off", "X-Offload-Upstream": "h", "Mode": "compact", "X-Offload-Nope": "1"}
+    assert header_settings(headers) == {"mode": "off"}
+    assert resolve_settings(OffloadSettings(), headers).mode == "off"
+
+
+@pytest.mark.parametrize(
+    ("headers", "message"),
+    [
+        ({"X-Offload-Keep-Images": "9" * 300}, "Header X-Offload-Keep-Images is longer than 256 characters."),
+        (
+            {"X-Offload-Keep-Images": "many"},
+            "Invalid header X-Offload-Keep-Images: 'many'; it must be an integer from 0 to 100000.",
+        ),
+        (
+            {"X-Offload-Max-Reload-Rounds": "9"},
+            "Invalid header X-Offload-Max-Reload-Rounds: '9'; this server allows at most 3.",
+        ),
+        ({"X-Offload-Holdout": "0.5"}, "Header X-Offload-Holdout cannot change this server's value (0.0)"),
+    ],
+)
+def test_resolve_settings_refuses_a_header_naming_it(headers, message):
+    from proxy.core.settings import OffloadSettings, resolve_settings
+
+    with pytest.raises(SettingsError) as info:
+        resolve_settings(OffloadSettings(), headers, caps={"max_reload_rounds": 3})
+    assert info.value.message.startswith(message) and info.value.param == next(iter(headers))
+
+
+def test_the_resolver_resolves_with_what_it_holds(tmp_path):
+    from proxy.core.settings import resolve_settings
+
+    resolver = SettingsResolver({"keep_recent": 4}, {"acme": {"mode": "compress"}}, {"max_reload_rounds": 2})
+    headers = {"X-Offload-Max-Reload-Rounds": "2"}
+    assert resolver.resolve(headers, tenant="acme") == resolve_settings(
+        resolver.defaults, headers, tenant={"mode": "compress"}, caps={"max_reload_rounds": 2}
+    )
+    assert resolver.resolve({}, tenant="unknown") == resolver.defaults
