@@ -51,6 +51,7 @@ from proxy.offload.summaries import Compressor
 from proxy.offload.tenant_store import TenantStore
 from proxy.reload.search import SearchLimits
 from proxy.reload.tools import ReloadTools, collision_warning
+from proxy.telemetry import NO_RECORD, TurnRecord
 
 log = logging.getLogger("proxy.turn")
 
@@ -84,6 +85,7 @@ class TurnInput:
     # cache_control auto); `cache_key`: an OpenAI upstream's prompt_cache_key for the session
     prompt_cache: bool = False
     cache_key: str | None = None
+    record: TurnRecord = NO_RECORD  # where the reload tools count their calls (the request's record)
 
 
 @dataclass(frozen=True)
@@ -219,6 +221,7 @@ async def _compaction_turn(
         request_refs=[],
         session=settings.session,
         limits=given.search_limits,
+        record=given.record,
     )
     return Turn(
         body=body,
@@ -349,6 +352,7 @@ async def run_turn(given: TurnInput, *, refs: RefStore | None = None, records: C
         request_refs=plan.refs,
         session=settings.session,
         limits=given.search_limits,
+        record=given.record,
     )
     items = [*chain.carried, *plan.items]
     rounds = fmt.rounds(body, items, RELOAD_TOOL_SCHEMAS, extra_usage=prepared.summary_usage, lead=lead.lead)
