@@ -89,6 +89,28 @@ class TurnInput:
 
 
 @dataclass(frozen=True)
+class TurnReport:
+    """What a turn tells the request's record, as plain values: the HTTP layer writes them on
+    its `RequestRecord` (`proxy.http.accounting.note`); nothing below it touches the record."""
+
+    model: str | None
+    stream: bool
+    tokens_before: int
+    tokens_after: int
+    action: str
+    refs: int  # references the forwarded payload carries
+    refs_created: int  # of which stored for the first time now
+    image_tokens_saved: int
+    offloaded_bytes: int  # UTF-8 bytes of the content stored for the first time now
+    warnings: list[str]
+    session: str | None  # as the client named it (X-Offload-Session), else None
+
+
+def _utf8_size(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))  # isascii: O(1)
+
+
+@dataclass(frozen=True)
 class Turn:
     """What a turn decided. `prepared` and `rounds` are the pipeline's and the reload loop's own
     objects (the loop and the background summaries go on with them)."""
@@ -117,6 +139,23 @@ class Turn:
     @property
     def events(self) -> list[dict]:
         return self.prepared.events + self.tools.events
+
+    def report(self) -> TurnReport:
+        """The turn's figures for the request's record (`TurnReport`)."""
+        prepared, plan = self.prepared, self.prepared.plan
+        return TurnReport(
+            model=_model(self.body),
+            stream=self.body.get("stream") is True,
+            tokens_before=plan.tokens_before,
+            tokens_after=plan.tokens_after,
+            action=prepared.action,
+            refs=len(plan.refs),
+            refs_created=len(prepared.written),
+            image_tokens_saved=plan.media_tokens_saved,
+            offloaded_bytes=sum(_utf8_size(o.text) for o in plan.offloads if o.ref in prepared.written),
+            warnings=prepared.warnings,
+            session=self.settings.session,
+        )
 
     @property
     def answers_as_is(self) -> bool:

@@ -9,6 +9,7 @@ quota, the turn, headers, events, metrics, the reload loop) is the same for all.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -234,9 +235,12 @@ class ManagedCall:
         )
         if turn.emulation.emulating:
             self.headers = without_emulated_betas(self.headers)
-        self.rec = await accounting.note(
-            self, derived=self.derived
-        )  # what the access log, the metrics and the statistics learn
+        self.rec = await accounting.note(  # what the access log, the metrics and the statistics learn
+            telemetry.current.get(),
+            turn.report(),
+            namespace=self.namespace,
+            derive=functools.partial(accounting.known_or_derived, self, self.derived),
+        )
         return turn
 
     async def _settle_chain(self) -> None:
