@@ -1,7 +1,8 @@
 """What a request's observability is made of, below the HTTP layer: the `RequestRecord` each
 request carries in a context variable (`current`), filled in by whoever knows a figure (the
-handlers, the upstream client, the summariser, the reload loop and tools), and the Prometheus
-`Metrics` it is turned into. The middleware that opens the record, and the log line it becomes,
+handlers, the upstream client, the summariser), and the Prometheus `Metrics` it is turned into.
+The reload loop and tools read no context variable: they report to the `TurnRecord` sink they
+are handed (the HTTP layer passes the request's record; `NO_RECORD` keeps nothing). The middleware that opens the record, and the log line it becomes,
 live in `proxy.http.telemetry`.
 """
 
@@ -12,7 +13,7 @@ import time
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 
@@ -85,6 +86,40 @@ class RequestRecord:
         self.summaries_failed += not ok
         if self.metrics:
             self.metrics.count_summary(ok, seconds)
+
+    def count_round(self) -> None:
+        self.reload_rounds += 1
+
+    def add_bill(self, bill: Bill) -> None:
+        """One upstream answer's bill (`proxy.core.bill.Meter`)."""
+        self.bill.add(bill)
+
+
+class TurnRecord(Protocol):
+    """The sink a turn's steps report their figures to (the reload loop and tools): passed in by
+    the HTTP layer (its `RequestRecord`), never found in a context variable."""
+
+    def count_reload(self, tool: str) -> None: ...
+
+    def count_round(self) -> None: ...
+
+    def add_bill(self, bill: Bill) -> None: ...
+
+
+class _NoRecord:
+    """A sink that keeps nothing (replay, tests, a request without a record)."""
+
+    def count_reload(self, tool: str) -> None:
+        pass
+
+    def count_round(self) -> None:
+        pass
+
+    def add_bill(self, bill: Bill) -> None:
+        pass
+
+
+NO_RECORD: TurnRecord = _NoRecord()
 
 
 current: ContextVar[RequestRecord | None] = ContextVar("offload_request_record", default=None)

@@ -51,6 +51,7 @@ from proxy.offload.summaries import Compressor
 from proxy.offload.tenant_store import TenantStore
 from proxy.reload.search import SearchLimits
 from proxy.reload.tools import ReloadTools, collision_warning
+from proxy.telemetry import NO_RECORD, TurnRecord
 
 log = logging.getLogger("proxy.turn")
 
@@ -84,6 +85,29 @@ class TurnInput:
     # cache_control auto); `cache_key`: an OpenAI upstream's prompt_cache_key for the session
     prompt_cache: bool = False
     cache_key: str | None = None
+    record: TurnRecord = NO_RECORD  # where the reload tools count their calls (the request's record)
+
+
+@dataclass(frozen=True)
+class TurnReport:
+    """What a turn tells the request's record, as plain values: the HTTP layer writes them on
+    its `RequestRecord` (`proxy.http.accounting.note`); nothing below it touches the record."""
+
+    model: str | None
+    stream: bool
+    tokens_before: int
+    tokens_after: int
+    action: str
+    refs: int  # references the forwarded payload carries
+    refs_created: int  # of which stored for the first time now
+    image_tokens_saved: int
+    offloaded_bytes: int  # UTF-8 bytes of the content stored for the first time now
+    warnings: list[str]
+    session: str | None  # as the client named it (X-Offload-Session), else None
+
+
+def _utf8_size(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))  # isascii: O(1)
 
 
 @dataclass(frozen=True)
@@ -115,6 +139,23 @@ class Turn:
     @property
     def events(self) -> list[dict]:
         return self.prepared.events + self.tools.events
+
+    def report(self) -> TurnReport:
+        """The turn's figures for the request's record (`TurnReport`)."""
+        prepared, plan = self.prepared, self.prepared.plan
+        return TurnReport(
+            model=_model(self.body),
+            stream=self.body.get("stream") is True,
+            tokens_before=plan.tokens_before,
+            tokens_after=plan.tokens_after,
+            action=prepared.action,
+            refs=len(plan.refs),
+            refs_created=len(prepared.written),
+            image_tokens_saved=plan.media_tokens_saved,
+            offloaded_bytes=sum(_utf8_size(o.text) for o in plan.offloads if o.ref in prepared.written),
+            warnings=prepared.warnings,
+            session=self.settings.session,
+        )
 
     @property
     def answers_as_is(self) -> bool:
@@ -219,6 +260,7 @@ async def _compaction_turn(
         request_refs=[],
         session=settings.session,
         limits=given.search_limits,
+        record=given.record,
     )
     return Turn(
         body=body,
@@ -349,6 +391,7 @@ async def run_turn(given: TurnInput, *, refs: RefStore | None = None, records: C
         request_refs=plan.refs,
         session=settings.session,
         limits=given.search_limits,
+        record=given.record,
     )
     items = [*chain.carried, *plan.items]
     rounds = fmt.rounds(body, items, RELOAD_TOOL_SCHEMAS, extra_usage=prepared.summary_usage, lead=lead.lead)

@@ -12,7 +12,7 @@ id is read from its first bytes as they pass.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterable, AsyncIterator, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
 from starlette.responses import Response, StreamingResponse
@@ -26,7 +26,7 @@ from proxy.http.services import Services
 from proxy.offload import response_chains
 from proxy.offload.cpu_pool import CPU
 from proxy.stats import session_id
-from proxy.turn import Turn
+from proxy.turn import Turn, TurnReport
 
 
 class ManagedCall(Protocol):
@@ -46,29 +46,32 @@ _RESPONSE_ID = re.compile(rb'"id"\s*:\s*"([A-Za-z0-9_-]{1,256})"')
 
 
 async def note(
-    call: ManagedCall, *, derived: tuple[str | None, str | None] | None = None
+    rec: telemetry.RequestRecord | None,
+    report: TurnReport,
+    *,
+    namespace: str,
+    derive: Callable[[], Awaitable[tuple[str | None, str | None]]],
 ) -> telemetry.RequestRecord | None:
-    """Fill in the request's record once the turn is planned (None: no record). `derived`: the
-    session `session_of` gives, when the caller already has it."""
-    rec = telemetry.current.get()
+    """Write what the turn reports (`Turn.report`) on the request's record once it is planned
+    (None: no record). `derive`: the session `session_of` gives (asked only when the client named
+    none: `known_or_derived`)."""
     if rec is None:
         return None
-    prepared, body = call.turn.prepared, call.turn.body
-    plan = prepared.plan
-    rec.tenant, rec.stream = call.namespace[:12], body.get("stream") is True
-    rec.model = body.get("model") if isinstance(body.get("model"), str) else None
-    rec.tokens_before, rec.tokens_after, rec.action = plan.tokens_before, plan.tokens_after, prepared.action
-    rec.refs, rec.refs_created = len(plan.refs), len(prepared.written)
-    rec.image_tokens_saved = plan.media_tokens_saved
-    rec.offloaded_bytes = sum(_utf8_size(o.text) for o in plan.offloads if o.ref in prepared.written)
-    rec.warnings = prepared.warnings
-    if not call.turn.settings.session and rec.route != "count_tokens":  # X-Offload-Session wins
-        rec.session, rec.continues = derived if derived is not None else await session_of(call)
+    rec.tenant, rec.stream, rec.model = namespace[:12], report.stream, report.model
+    rec.tokens_before, rec.tokens_after, rec.action = report.tokens_before, report.tokens_after, report.action
+    rec.refs, rec.refs_created = report.refs, report.refs_created
+    rec.image_tokens_saved, rec.offloaded_bytes = report.image_tokens_saved, report.offloaded_bytes
+    rec.warnings = report.warnings
+    if not report.session and rec.route != "count_tokens":  # X-Offload-Session wins
+        rec.session, rec.continues = await derive()
     return rec
 
 
-def _utf8_size(text: str) -> int:
-    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))  # isascii: O(1)
+async def known_or_derived(
+    call: ManagedCall, derived: tuple[str | None, str | None] | None
+) -> tuple[str | None, str | None]:
+    """`derived` when the caller already has it, else `session_of` the call's turn."""
+    return derived if derived is not None else await session_of(call)
 
 
 async def session_of(call: ManagedCall) -> tuple[str | None, str | None]:

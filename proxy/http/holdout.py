@@ -18,6 +18,7 @@ the request's history (`proxy.core.repeats`).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -92,7 +93,12 @@ async def forward_control(call: ManagedCall, derived: tuple[str | None, str | No
         new_summaries=False,
     )
     call.turn = await run_turn(given)
-    call.rec = await accounting.note(call, derived=derived)
+    call.rec = await accounting.note(
+        telemetry.current.get(),
+        call.turn.report(),
+        namespace=call.namespace,
+        derive=functools.partial(accounting.known_or_derived, call, derived),
+    )
     out = await observed.as_received(call, call.fmt.endpoint)
     billing.tap(call.rec, out, call.fmt.usage)
     accounting.tap_reply(call, out)

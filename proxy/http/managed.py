@@ -9,6 +9,7 @@ quota, the turn, headers, events, metrics, the reload loop) is the same for all.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -131,6 +132,8 @@ class ManagedCall:
         self.previous = body.get("previous_response_id")  # as the client sent it (the statistics' session)
         self.used_up: str | None = None  # a conversation's record, forgotten when the upstream accepts the request
         self.rec: telemetry.RequestRecord | None = None
+        # the sink the turn's reload loop and tools report to: the request's record (`telemetry`)
+        self.record: telemetry.TurnRecord = telemetry.current.get() or telemetry.NO_RECORD
         self.headers: list[tuple[bytes, bytes]] = []
         self.cache = cache_session.CacheSession()  # the session's prompt cache: its record, what went first
         self.derived: tuple[str | None, str | None] | None = None  # the statistics' session, once derived
@@ -197,6 +200,7 @@ class ManagedCall:
             new_summaries=new_summaries,
             prompt_cache=prompt_cache,
             cache_key=cache_key,
+            record=self.record,
         )
 
     async def cache_key(self) -> str | None:
@@ -231,9 +235,12 @@ class ManagedCall:
         )
         if turn.emulation.emulating:
             self.headers = without_emulated_betas(self.headers)
-        self.rec = await accounting.note(
-            self, derived=self.derived
-        )  # what the access log, the metrics and the statistics learn
+        self.rec = await accounting.note(  # what the access log, the metrics and the statistics learn
+            telemetry.current.get(),
+            turn.report(),
+            namespace=self.namespace,
+            derive=functools.partial(accounting.known_or_derived, self, self.derived),
+        )
         return turn
 
     async def _settle_chain(self) -> None:
@@ -333,7 +340,12 @@ class ManagedCall:
         budget = self.budget = self._budget()
         result = await self.watch.run(
             reload_loop.complete(
-                self.turn.rounds, self.send_round, tools=self.turn.tools, budget=budget, usage=self.fmt.usage
+                self.turn.rounds,
+                self.send_round,
+                tools=self.turn.tools,
+                budget=budget,
+                usage=self.fmt.usage,
+                record=self.record,
             )
         )
         if result.status == 200:
@@ -361,6 +373,7 @@ class ManagedCall:
             budget=budget,
             before_finish=self._settle_chain,
             usage=self.fmt.usage,
+            record=self.record,
         )
         out = StreamingResponse(close_after(first, events_), status_code=200, background=self.after())
         headers = response_headers_for_client(first.headers.raw, decoded=True)

@@ -14,6 +14,7 @@ never waits for it, and a plan that fails is logged and recorded as nothing.
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any, Protocol
 
@@ -135,7 +136,12 @@ async def plan(call: ManagedCall, rec: telemetry.RequestRecord | None) -> None:
             session = derived[0]
         store = sessions.store(call.namespace, session) if sessions is not None else MemoryStore()
         call.turn = await run_turn(observed_input(call, store))
-        await accounting.note(call, derived=derived)
+        await accounting.note(
+            rec,
+            call.turn.report(),
+            namespace=call.namespace,
+            derive=functools.partial(accounting.known_or_derived, call, derived),
+        )
     except Exception:  # noqa: BLE001 - the client has its answer: a plan that fails records nothing
         log.exception("planning an observed turn failed")
         rec.tokens_before = None

@@ -19,7 +19,7 @@ import httpx2
 
 from proxy import telemetry
 from proxy.core import jsonio, texts
-from proxy.core.bill import UNREPORTED, Bill, UsageReader
+from proxy.core.bill import UNREPORTED, UsageReader
 from proxy.core.media import ToolResult
 from proxy.core.rounds import Rounds, ToolCall
 from proxy.errors import ProxyError, error_body
@@ -51,17 +51,6 @@ class Budget:
         return self.started + self.seconds
 
 
-def _count_round() -> None:
-    if (rec := telemetry.current.get()) is not None:
-        rec.reload_rounds += 1
-
-
-def _bill(bill: Bill) -> None:
-    """One upstream answer's bill, on the turn's record (`proxy.core.bill.Meter`)."""
-    if (rec := telemetry.current.get()) is not None:
-        rec.bill.add(bill)
-
-
 MAX_CALLS_PER_ROUND = 16
 
 
@@ -82,10 +71,16 @@ class LoopResult:
 
 
 async def complete(
-    rounds: Rounds, send: SendRound, *, tools: ReloadTools, budget: Budget, usage: UsageReader | None = None
+    rounds: Rounds,
+    send: SendRound,
+    *,
+    tools: ReloadTools,
+    budget: Budget,
+    usage: UsageReader | None = None,
+    record: telemetry.TurnRecord = telemetry.NO_RECORD,
 ) -> LoopResult:
     """Non-streaming: loop while the model calls only injected tools, within the budget; each
-    200 answer's bill (`usage`) on the turn's record.
+    200 answer's bill (`usage`) and each round on the turn's `record`.
 
     A 200 answer that is not a JSON object raises ProxyError 502 (`upstream_error`).
     """
@@ -104,16 +99,16 @@ async def complete(
             answer = _answer(raw, response, rounds.what)
         except ProxyError:
             if usage is not None:
-                _bill(UNREPORTED)  # a 200 answer: billed, but nothing in it can be read
+                record.add_bill(UNREPORTED)  # a 200 answer: billed, but nothing in it can be read
             raise
         if usage is not None:
-            _bill(usage.of_answer(answer))
+            record.add_bill(usage.of_answer(answer))
         calls = rounds.take(answer)
         if not calls:
             return LoopResult(200, jsonio.dumps(rounds.result()), response, round_)
         rounds.answer(await run_calls(tools, calls, budget.deadline))
         round_ += 1
-        _count_round()
+        record.count_round()
 
 
 def not_a_completion(detail: str, *, what: str = "chat completion", stream: bool = False) -> ProxyError:
@@ -156,6 +151,7 @@ async def _events(
     done: list[int],
     before_finish: Callable[[], Awaitable[None]] | None,
     usage: UsageReader | None,
+    record: telemetry.TurnRecord,
 ) -> AsyncIterator[dict]:
     """The events for the client (not yet encoded); an error event ends them early. `done[0]`:
     the reload rounds run so far. Each round's bill (`usage`) on the turn's record once its
@@ -185,7 +181,7 @@ async def _events(
                     yield out
         finally:
             if reading is not None:
-                _bill(reading.bill())
+                record.add_bill(reading.bill())
         await response.aclose()
         if not seen:  # an HTML page, a JSON body, nothing at all: no event of an answer
             for out in rounds.fail(
@@ -199,7 +195,7 @@ async def _events(
         rounds.answer(await run_calls(tools, calls, budget.deadline))
         round_ += 1
         done[0] = round_
-        _count_round()
+        record.count_round()
         try:
             response = holder[0] = await send(rounds.request(budget.more(round_)))
         except ProxyError as exc:
@@ -226,6 +222,7 @@ async def stream(
     budget: Budget,
     before_finish: Callable[[], Awaitable[None]] | None = None,
     usage: UsageReader | None = None,
+    record: telemetry.TurnRecord = telemetry.NO_RECORD,
 ) -> AsyncIterator[bytes]:
     """Streaming: relay events as they come, hide injected calls, chain the rounds.
 
@@ -251,6 +248,7 @@ async def stream(
                 done=done,
                 before_finish=before_finish,
                 usage=usage,
+                record=record,
             ):
                 yield rounds.encode(event)
         except (httpx2.HTTPError, ValueError) as exc:

@@ -163,9 +163,12 @@ class ReloadTools:
         request_refs: list[str],
         session: str | None,
         limits: SearchLimits = SearchLimits(),
+        record: telemetry.TurnRecord = telemetry.NO_RECORD,
     ) -> None:
+        """`record`: where each call is counted (the request's record, passed in by the HTTP layer)."""
         self.refs, self.counter, self.max_tokens = refs, counter, max_tokens
         self.request_refs, self.session, self.limits = request_refs, session, limits
+        self.record = record
         self.events: list[JsonObject] = []  # one per call, recorded after the response
 
     async def scope(self) -> list[str]:
@@ -178,8 +181,7 @@ class ReloadTools:
         """The tool result for the model: a text, or reloaded media (`Reloaded`), which the
         format shows as itself. `deadline` (monotonic): the end of the request's reload budget."""
         result = await self._run(name, arguments, deadline)
-        if (rec := telemetry.current.get()) is not None:
-            rec.count_reload(name)
+        self.record.count_reload(name)
         size = len(result) if isinstance(result, str) else len(result.data_url)
         self.events.append(event("reload", tool=name, arguments=_preview(arguments), result_chars=size))
         return result

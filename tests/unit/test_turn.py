@@ -3,6 +3,7 @@ its flags, and what it leaves in the store."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -65,6 +66,20 @@ async def test_a_large_tool_result_is_stored_and_the_reload_tools_offered(tenant
     offered = turn.rounds.request(True)
     assert {t["function"]["name"] for t in offered["tools"]} >= set(INJECTED_TOOLS)
     assert not turn.answers_as_is
+
+
+async def test_the_turn_reports_its_figures_as_plain_values(tenant):
+    """What the HTTP layer writes on the request's record comes from the turn, not the record."""
+    body = {"model": "gpt-4o", "stream": True, "messages": agent_history(steps=4, lines=300)}
+    turn = await run_turn(given(CHAT, body, tenant))
+    report = turn.report()
+    plan = turn.prepared.plan
+    assert (report.model, report.stream, report.action) == ("gpt-4o", True, "compact")
+    assert (report.tokens_before, report.tokens_after) == (plan.tokens_before, plan.tokens_after)
+    assert report.refs == len(plan.refs) and report.refs_created == len(turn.prepared.written) > 0
+    assert report.offloaded_bytes > 0 and report.session is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        report.action = "none"  # type: ignore[misc]
 
 
 async def test_the_clients_own_reload_tool_turns_offloading_off(tenant):

@@ -7,14 +7,17 @@ import json
 import httpx2
 import pytest
 
+from proxy import telemetry
 from proxy.core.compaction import Offload
 from proxy.core.texts import RELOAD_TOOL_SCHEMAS
 from proxy.core.tokens import counter_for_model
+from proxy.formats.chat import CHAT
 from proxy.formats.chat.rounds import ChatRounds
 from proxy.offload.refs import RefStore
 from proxy.reload import loop as reload_loop
 from proxy.reload.tools import ReloadTools
 from proxy.store.sqlite import SQLiteStore
+from proxy.telemetry import RequestRecord
 
 pytestmark = pytest.mark.anyio
 BASE = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
@@ -160,3 +163,46 @@ async def test_a_failing_tool_ends_the_stream_properly(tools):
     send, _ = scripted(first)
     chunks = await collect(first, send, broken)
     assert chunks[-1]["error"]["code"] == "proxy_error"
+
+
+async def test_rounds_calls_and_bills_go_to_the_record_passed_in(tools):
+    """No context variable: the loop and the tools report to the sink they are handed."""
+    record = RequestRecord("chat", "POST")
+    tools.record = record
+    answer = {
+        "id": "x",
+        "object": "chat.completion",
+        "usage": {"prompt_tokens": 7, "completion_tokens": 2},
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "tool_calls",
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "r0",
+                            "type": "function",
+                            "function": {"name": "context_reload", "arguments": '{"ref": "item01"}'},
+                        }
+                    ],
+                },
+            }
+        ],
+    }
+    final = {
+        "id": "y",
+        "object": "chat.completion",
+        "usage": {"prompt_tokens": 9, "completion_tokens": 1},
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "done"}}],
+    }
+    send, sent = scripted(httpx2.Response(200, json=answer), httpx2.Response(200, json=final))
+    rounds = ChatRounds({}, [{"role": "user", "content": "q"}], RELOAD_TOOL_SCHEMAS)
+    result = await reload_loop.complete(
+        rounds, send, tools=tools, budget=reload_loop.Budget(max_rounds=4, seconds=60), usage=CHAT.usage, record=record
+    )
+    assert result.status == 200 and len(sent) == 2
+    assert record.reload_rounds == 1 and record.reload_calls == 1 and record.searches == 0
+    assert record.bill.total.answers == 2 and record.bill.first is not record.bill.last
+    assert telemetry.current.get() is None  # nothing was looked up, nor set, in the context
