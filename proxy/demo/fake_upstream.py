@@ -26,11 +26,13 @@ import asyncio
 import json
 import re
 import time
-from typing import Any
+from typing import Any, cast
 
 import uvicorn
+from starlette.types import Receive, Scope, Send
 
 from proxy.core import provider_cache as pc
+from proxy.core.jsonio import JsonObject
 from proxy.core.markers import RELOAD_TOOL
 from proxy.core.texts import SUMMARY_INSTRUCTION, SUMMARY_PROMPT
 from proxy.formats import openai_cache
@@ -66,7 +68,7 @@ COMPLETION = json.dumps(
 ).encode()
 
 
-def chunk(delta: dict, finish: str | None = None) -> bytes:
+def chunk(delta: JsonObject, finish: str | None = None) -> bytes:
     body = {
         "id": "chatcmpl-bench",
         "object": "chat.completion.chunk",
@@ -155,14 +157,14 @@ def anthropic_message(text: str, input_tokens: int = 10, output_tokens: int = 1)
     ).encode()
 
 
-def is_messages(scope) -> bool:
-    return scope["method"] == "POST" and scope["path"].rstrip("/").endswith("/messages")
+def is_messages(scope: Scope) -> bool:
+    return cast(bool, scope["method"] == "POST" and scope["path"].rstrip("/").endswith("/messages"))
 
 
 MESSAGE = anthropic_message("ok")
 
 
-def anthropic_event(kind: str, **data) -> bytes:
+def anthropic_event(kind: str, **data: Any) -> bytes:
     return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
 
 
@@ -204,7 +206,7 @@ def long_answer(messages: bool, deltas: int, chars: int) -> list[bytes]:
     return anthropic_stream([piece] * deltas)
 
 
-async def long_stream(send, messages: bool, deltas: int, *, chars: int) -> None:
+async def long_stream(send: Send, messages: bool, deltas: int, *, chars: int) -> None:
     """`long_answer`, written 512 events at a time (the proxy reads them one by one all the same)."""
     events = long_answer(messages, deltas, chars)
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
@@ -213,12 +215,12 @@ async def long_stream(send, messages: bool, deltas: int, *, chars: int) -> None:
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-async def read_body(receive) -> bytes:
+async def read_body(receive: Receive) -> bytes:
     """A request's whole body (ASGI)."""
     body = b""
     while True:
         message = await receive()
-        body += message.get("body", b"")
+        body += cast(bytes, message.get("body", b""))
         if not message.get("more_body"):
             return body
 
@@ -258,7 +260,7 @@ def _tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
 
-def billed(scope, body: bytes, answer: bytes) -> bytes:
+def billed(scope: Scope, body: bytes, answer: bytes) -> bytes:
     """`answer` (a JSON answer to `body`) with its usage as the provider would bill it (`--bill`)."""
     try:
         request, reply = json.loads(body), json.loads(answer)
@@ -301,7 +303,7 @@ def billed(scope, body: bytes, answer: bytes) -> bytes:
     return json.dumps(reply).encode()
 
 
-async def app(scope, receive, send):
+async def app(scope: Scope, receive: Receive, send: Send) -> None:
     if scope["type"] == "lifespan":
         while (await receive())["type"] != "lifespan.shutdown":
             await send({"type": "lifespan.startup.complete"})
@@ -429,7 +431,7 @@ def ref_to_reload(path: str, body: bytes) -> str | None:
     if reloaded is None or not offers_reload(body) or RELOAD_ID.encode() in body or is_streamed(body):
         return None
     for match in reversed(TOOL_MARKER.findall(body)):
-        key = (path.rstrip("/"), match.decode())
+        key: tuple[str, str] = (path.rstrip("/"), match.decode())
         if key not in reloaded:
             reloaded.add(key)
             return key[1]

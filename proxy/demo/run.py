@@ -30,9 +30,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
+from typing import cast
 
 import httpx2
 
+from proxy.core.jsonio import JsonObject
 from proxy.demo.table import FormatRun, steps, totals_table, turn_table
 from proxy.replay.runner import load_conversations
 from proxy.replay.target import PATHS, send_all
@@ -44,7 +46,7 @@ STARTUP_SECONDS = 60.0
 STATS_SECONDS = 15.0  # the recorder writes about once a second
 
 
-def wait_up(url: str, process: subprocess.Popen | None = None, *, timeout: float = STARTUP_SECONDS) -> bool:
+def wait_up(url: str, process: subprocess.Popen[bytes] | None = None, *, timeout: float = STARTUP_SECONDS) -> bool:
     """Does `url` answer within `timeout` seconds (False as soon as `process` exits)? Also the benchmarks'."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -82,7 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return cast(int, s.getsockname()[1])
 
 
 class Progress:
@@ -141,7 +143,7 @@ class Servers:
         self.root = f"http://127.0.0.1:{self.port}"
         self.log = self.folder / "servers.log"
         self.admin_token = admin_token
-        self.processes: list[subprocess.Popen] = []
+        self.processes: list[subprocess.Popen[bytes]] = []
 
     def start(self) -> None:
         out = self.log.open("ab")
@@ -185,7 +187,7 @@ class Servers:
         self._wait_up(f"{upstream}/", self.processes[0])
         self._wait_up(f"{self.root}/healthz", self.processes[1])
 
-    def _wait_up(self, url: str, process: subprocess.Popen) -> None:
+    def _wait_up(self, url: str, process: subprocess.Popen[bytes]) -> None:
         if not wait_up(url, process, timeout=STARTUP_SECONDS):
             state = (
                 "exited at startup" if process.poll() is not None else f"did not answer within {STARTUP_SECONDS:g} s"
@@ -198,7 +200,7 @@ class Servers:
         except OSError:
             return ""
 
-    def exited(self) -> subprocess.Popen | None:
+    def exited(self) -> subprocess.Popen[bytes] | None:
         return next((p for p in self.processes if p.poll() is not None), None)
 
     def stop(self) -> None:
@@ -214,7 +216,7 @@ class Servers:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-async def replay(root: str, key: str, conversation: dict) -> list[FormatRun]:
+async def replay(root: str, key: str, conversation: JsonObject) -> list[FormatRun]:
     """The conversation in each format, one after the other, one session each (named format
     first: a dashboard that shortens a long name still tells them apart)."""
     runs = []
@@ -236,7 +238,7 @@ async def replay(root: str, key: str, conversation: dict) -> list[FormatRun]:
     return runs
 
 
-async def read_statistics(root: str, key: str, runs: list[FormatRun]) -> dict | None:
+async def read_statistics(root: str, key: str, runs: list[FormatRun]) -> JsonObject | None:
     """Each run's reload rounds per turn, from the statistics API, once the recorder has written
     every turn (else they stay unknown, shown as "?"); the tenant's totals (None: not read)."""
     deadline = time.monotonic() + STATS_SECONDS

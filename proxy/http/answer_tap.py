@@ -6,10 +6,10 @@ is an `AnswerReader`; nothing it does changes a byte the client gets or fails a 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Protocol
 
-from starlette.responses import Response
+from starlette.responses import AsyncContentStream, Content, Response
 
 from proxy.http.body_encoding import codings_of, decode
 from proxy.upstream import sse
@@ -53,8 +53,13 @@ def events_in(raw: bytes, codings: list[str]) -> Iterator[str]:
 
 
 async def tapped(
-    chunks: AsyncIterable, reader: AnswerReader, *, codings: list[str] | None, events: bool, limit: int = KEPT_BYTES
-) -> AsyncIterator:
+    chunks: AsyncContentStream,
+    reader: AnswerReader,
+    *,
+    codings: list[str] | None,
+    events: bool,
+    limit: int = KEPT_BYTES,
+) -> AsyncIterator[Content]:
     """`chunks` as they come, read by `reader` meanwhile (`events`: the answer is an event
     stream; `codings`: `answer_codings`)."""
     parser = sse.DataParser()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Generator, Iterable
+from typing import cast
 
 import brotli
 import zstandard
@@ -200,7 +201,7 @@ def _finish(steps: Generator[int, None, bytes]) -> bytes:
         try:
             next(steps)
         except StopIteration as done:
-            return done.value
+            return cast(bytes, done.value)
 
 
 def decode(raw: bytes, codings: list[str], *, limit: int) -> bytes:
@@ -222,7 +223,7 @@ async def decoded_body(raw: bytes, codings: list[str], *, limit: int) -> bytes:
             while made <= ON_LOOP_BYTES:
                 made += next(steps)
         except StopIteration as done:
-            return done.value
+            return cast(bytes, done.value)
         where.on_loop = False
     return await cpu_pool.CPU(True)(_finish, steps)
 

@@ -20,6 +20,7 @@ from starlette.requests import Request
 from proxy.core import keepalive as ka
 from proxy.core import provider_cache as pc
 from proxy.core.cache_cuts import CutContext
+from proxy.core.jsonio import JsonObject
 from proxy.core.last_sent import LastSent, digest
 from proxy.core.settings import OffloadSettings
 from proxy.core.wire import WireFormat
@@ -53,7 +54,7 @@ class ManagedCall(accounting.ManagedCall, Protocol):
     caller: Caller
     fmt: WireFormat
     settings: OffloadSettings
-    body: dict
+    body: JsonObject
     history: list[Any]
     base: str | None
     headers: list[tuple[bytes, bytes]]

@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy import telemetry
+from proxy.core.jsonio import JsonObject
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model_async
 from proxy.emulation import COMPACTION_ACTION
@@ -64,7 +65,7 @@ async def responses_compact(request: Request) -> Response:
     )
 
 
-async def _read(request: Request, caller: Caller) -> dict:
+async def _read(request: Request, caller: Caller) -> JsonObject:
     return await read_body(request, caller, parse=lambda raw, limit: parse_compact_body(raw, max_items=limit))
 
 
@@ -129,7 +130,7 @@ async def _emulated(request: Request, caller: Caller, settings: OffloadSettings)
     return out
 
 
-def _note(body: dict, caller: Caller, *, done: Compaction, session: str | None, explicit: bool) -> None:
+def _note(body: JsonObject, caller: Caller, *, done: Compaction, session: str | None, explicit: bool) -> None:
     """The request's record, as a managed turn's (the access log, the metrics, the statistics)."""
     rec = telemetry.current.get()
     if rec is None:

@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy import telemetry
+from proxy.core.jsonio import JsonObject
 from proxy.core.settings import OffloadSettings
 from proxy.http import accounting, billing
 from proxy.http.caller import Caller
@@ -53,7 +54,7 @@ class ManagedCall(accounting.ManagedCall, Protocol):
     services: Services
     watch: ClientWatch
     settings: OffloadSettings
-    body: dict
+    body: JsonObject
     history: list[Any]
     raw: bytes
     decoded: bool
@@ -94,7 +95,7 @@ def observed_input(call: ManagedCall, store: MemoryStore) -> TurnInput:
     tenant = TenantStore(store, call.namespace, call.services.settings.store_ttl, Sealer(None))
     model = call.body.get("model") if isinstance(call.body.get("model"), str) else None
 
-    def compressor(body: dict, settings: OffloadSettings, refs: RefStore, *, background: bool) -> Compressor:
+    def compressor(body: JsonObject, settings: OffloadSettings, refs: RefStore, *, background: bool) -> Compressor:
         ctx = SummaryContext(
             upstream=call.services.upstream,
             headers=[],

@@ -12,6 +12,7 @@ from starlette.responses import Response, StreamingResponse
 
 from proxy.core import json_text, jsonio
 from proxy.core.compaction_token import may_spell_token, sealed_fields
+from proxy.core.jsonio import JsonObject
 from proxy.errors import ProxyError, Shape, anthropic_error_event
 from proxy.formats.json_body import LARGE_BODY, load_object
 from proxy.http.body_charset import refuse_other_charsets
@@ -42,7 +43,7 @@ def upstream_path(request: Request) -> str:
     Any dot-segment (`.` or `..`, also percent-encoded any number of times, behind an encoded
     slash or a backslash, or with `;params`) is a 400: the relay never leaves the upstream's /v1.
     """
-    raw = request.scope.get("raw_path") or request.scope["path"].encode()
+    raw: bytes = request.scope.get("raw_path") or request.scope["path"].encode()
     path = raw.decode("latin-1").split("?", 1)[0].removeprefix("/v1").lstrip("/")
     if has_dot_segment(path):
         raise ProxyError(400, "The path must not contain '.' or '..' segments.", code="invalid_path")
@@ -173,7 +174,7 @@ def looks_like_json(plain: bytes) -> bool:
     return json_text.first_character(plain) in ("{", "[")
 
 
-def refuse_tokens(body: dict) -> None:
+def refuse_tokens(body: JsonObject) -> None:
     """ProxyError 400 for a compaction token of the proxy's in an `encrypted_content` of a relayed
     body (a Messages batch, items added to a conversation, …): no upstream may get one, and only
     the managed paths know what it stands for."""

@@ -4,6 +4,7 @@ instead of loose attributes on `app.state`."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 from starlette.requests import Request
 
@@ -36,4 +37,4 @@ class Services:
 
 
 def services_of(request: Request) -> Services:
-    return request.app.state.services
+    return cast(Services, request.app.state.services)

@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from proxy.core.jsonio import JsonObject
+
 # Top-level fields that name stored state when set (not null, not empty, not false).
 _TOP = ("previous_response_id", "conversation")
 # A part's field (or its `file`/`source`/`image_url` object's) that names an uploaded file.
@@ -27,7 +29,7 @@ def _named(value: Any) -> bool:
     return value is not None and value is not False and value != "" and value != {} and value != []
 
 
-def _is_reference(item: dict) -> bool:
+def _is_reference(item: JsonObject) -> bool:
     """A Responses input item that points at a stored item: `type: item_reference`, or an item
     with no type (or a null one) that is no message (no role, or a null one: the API reads
     `{"id": …}` as a reference)."""
@@ -37,7 +39,7 @@ def _is_reference(item: dict) -> bool:
     return kind is None and item.get("role") is None and "id" in item
 
 
-def _file_of(part: dict) -> bool:
+def _file_of(part: JsonObject) -> bool:
     if _named(part.get("file_id")):
         return True
     source = part.get("source")
@@ -46,9 +48,9 @@ def _file_of(part: dict) -> bool:
     return any(type(part.get(h)) is dict and _named(part[h].get("file_id")) for h in _FILE_HOLDERS)
 
 
-def _parts(item: dict) -> list:
+def _parts(item: JsonObject) -> list[Any]:
     """The content parts of an item, and of the tool results it holds (one level down)."""
-    out: list = []
+    out: list[Any] = []
     for name in ("content", "output"):
         value = item.get(name)
         if type(value) is list:
@@ -61,7 +63,7 @@ def _parts(item: dict) -> list:
     return out
 
 
-def _tool_state(tool: dict) -> str | None:
+def _tool_state(tool: JsonObject) -> str | None:
     kind = tool.get("type")
     if kind == "file_search" or _named(tool.get("vector_store_ids")):
         return "vector_store_ids"

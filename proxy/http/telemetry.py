@@ -14,13 +14,14 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from proxy.core.jsonio import JsonObject
 from proxy.errors import error_response
 from proxy.http import log_clip
 from proxy.http.log_clip import clip_value
@@ -154,7 +155,7 @@ def log_request(rec: RequestRecord, elapsed: float) -> None:
     access_log.info(json.dumps(line, separators=(",", ":")))
 
 
-def json_line(value: dict) -> str:
+def json_line(value: JsonObject) -> str:
     """`value` as one line of JSON, non-ASCII text kept as is (written UTF-8, not `\\u2026`); the
     Unicode line and paragraph separators stay escaped so that no line reader splits the record."""
     text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
@@ -225,7 +226,7 @@ def configure_logging(level: str) -> None:
     _configure(level, JsonFormatter())
 
 
-def metrics_endpoint(admin_token: str | None, metrics: Metrics):
+def metrics_endpoint(admin_token: str | None, metrics: Metrics) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
         presented = request.headers.get("authorization", "").encode()
         if admin_token and not hmac.compare_digest(presented, f"Bearer {admin_token}".encode()):

@@ -18,6 +18,7 @@ from starlette.responses import Response
 
 from proxy.core import json_text, jsonio, large_json
 from proxy.core.compaction_token import may_spell_token
+from proxy.core.jsonio import JsonObject
 from proxy.emulation import request as emulation_request
 from proxy.formats.json_body import LARGE_BODY
 from proxy.formats.responses import RESPONSES
@@ -31,10 +32,10 @@ from proxy.http.relay import relay, stream_back
 from proxy.http.services import services_of
 from proxy.offload import cpu_pool
 
-Parse = Callable[[bytes, int], dict]
+Parse = Callable[[bytes, int], JsonObject]
 
 
-async def read_body(request: Request, caller: Caller, *, parse: Parse) -> dict:
+async def read_body(request: Request, caller: Caller, *, parse: Parse) -> JsonObject:
     """The body decoded (415 for an unknown coding), parsed by `parse(raw, max_items)` (400 for
     a bad one) and checked for the caller (`Caller.check_body`): off the loop when large."""
     limits = services_of(request).settings
@@ -45,7 +46,7 @@ async def read_body(request: Request, caller: Caller, *, parse: Parse) -> dict:
         raw, codings, limit=limits.max_body_bytes
     )  # on the loop only while it inflates to little
 
-    def parsed() -> dict:
+    def parsed() -> JsonObject:
         body = parse(plain, limits.max_messages)
         caller.check_body(body)
         return body

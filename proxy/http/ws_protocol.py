@@ -39,7 +39,7 @@ LARGE_TEXT = 1024 * 1024  # bytes: a text message above is handed over undecoded
 TEXT_BYTES = "offload.text_bytes"  # a websocket.receive's key holding a large text message's UTF-8 bytes
 
 
-class _PathOnlyLogger(logging.LoggerAdapter):
+class _PathOnlyLogger(logging.LoggerAdapter[logging.Logger]):
     """uvicorn's logger for one connection: its `"WebSocket %s"` lines without the query string."""
 
     @property
