@@ -1,52 +1,101 @@
-"""The proxy's own errors, in the shape of the API the client speaks.
+"""The proxy's one exception hierarchy: `ProxyError`, the root, carries a `Kind` (what went
+wrong), a message, and the field and code that name it. Below the HTTP layer a raise site says
+what happened, never an HTTP status: `proxy.http.error_map` alone decides each kind's status and
+the body a client gets, in the shape of the API it speaks.
 
-OpenAI (chat completions, Responses, every other OpenAI route): `{"error": {"message", "type",
-"param", "code"}}`. Anthropic (`/v1/messages…`, or any request carrying `anthropic-version`):
-`{"type": "error", "error": {"type", "message"}}`, its `type` chosen by status as Anthropic does.
+What the formats need to end a stream that has already answered 200 (no status left to decide)
+lives here, free of any web framework: the OpenAI-shaped error object (`error_body`) and
+Anthropic's stream `error` event (`anthropic_error_event`).
 """
 
 from __future__ import annotations
 
-import json
+import enum
 from typing import Any, Literal
-
-from starlette.responses import Response
 
 Shape = Literal["openai", "anthropic"]
 
-# Anthropic's error types by HTTP status (https://docs.anthropic.com/en/api/errors)
-ANTHROPIC_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    402: "billing_error",
-    403: "permission_error",
-    404: "not_found_error",
-    408: "timeout_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    499: "api_error",
-    504: "timeout_error",
-    529: "overloaded_error",
-}
+
+class Kind(enum.Enum):
+    """What went wrong, as a client is told it (`proxy.http.error_map.STATUSES`: its status)."""
+
+    BAD_REQUEST = "bad_request"  # a body, a field, a header the proxy refuses
+    UNAUTHORIZED = "unauthorized"  # no credential, or one the proxy does not know
+    CREDENTIAL_REJECTED = "credential_rejected"  # the upstream refuses the caller's credential
+    FORBIDDEN = "forbidden"  # what the tenants' shared account may not do
+    PERMISSION_DENIED = "permission_denied"  # what this credential may not read
+    NOT_FOUND = "not_found"
+    TOO_LARGE = "too_large"
+    UNSUPPORTED_MEDIA = "unsupported_media"  # a coding or charset the proxy cannot read
+    QUOTA_EXCEEDED = "quota_exceeded"  # the tenant's storage quota
+    CLIENT_GONE = "client_gone"  # the client closed the request
+    BUG = "bug"  # the proxy failed on a value it should have refused or handled
+    UNPROCESSABLE = "unprocessable"  # the proxy could not process this exchange
+    UPSTREAM_FAILED = "upstream_failed"  # unreachable, or an answer the proxy cannot read
+    COMPACTION_FAILED = "compaction_failed"  # no summary of a history could be made
+    STORE_UNAVAILABLE = "store_unavailable"
+    UPSTREAM_TIMEOUT = "upstream_timeout"
 
 
-def error_body(message: str, type_: str, code: str | None = None, *, param: str | None = None) -> dict:
+class ProxyError(Exception):
+    """The root of the proxy's exceptions: `kind` (what went wrong), `message` (what the client
+    is told; a subclass's may be a detail the map words, e.g. StoreUnavailable), `code` and
+    `param` (the field it is about). A subclass fixes its kind (and code) as class attributes."""
+
+    kind: Kind = Kind.BUG
+    code: str | None = None
+    param: str | None = None
+
+    def __init__(self, kind: Kind, message: str, *, code: str | None = None, param: str | None = None) -> None:
+        super().__init__(message)
+        self.kind, self.message = kind, message
+        if code is not None:
+            self.code = code
+        if param is not None:
+            self.param = param
+
+
+class Failure(ProxyError):
+    """A subclass whose kind (and code) is its class's, raised as a plain exception is
+    (`Failure(text)`): its text a detail, worded for the client by the map."""
+
+    def __init__(self, *args: object) -> None:
+        Exception.__init__(self, *args)
+        self.message = str(self)
+
+
+def error_body(message: str, type_: str, code: str | None = None, *, param: str | None = None) -> dict[str, Any]:
+    """The OpenAI-shaped error object (a response's body, a stream's error event)."""
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
-def anthropic_error_body(status: int, message: str) -> dict:
-    kind = ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
-    return {"type": "error", "error": {"type": kind, "message": message}}
+def stream_error(exc: ProxyError) -> dict[str, Any]:
+    """A failure met after the answer began (its 200 long sent), as the OpenAI-shaped error its
+    stream ends with: the upstream's or the proxy's fault, `server_error`."""
+    return error_body(exc.message, "server_error", exc.code, param=exc.param)
 
+
+# Anthropic's error types (https://docs.anthropic.com/en/api/errors); by status in proxy.http.error_map
+ANTHROPIC_ERROR_TYPES = frozenset(
+    {
+        "invalid_request_error",
+        "authentication_error",
+        "billing_error",
+        "permission_error",
+        "not_found_error",
+        "timeout_error",
+        "request_too_large",
+        "rate_limit_error",
+        "api_error",
+        "overloaded_error",
+    }
+)
 
 # The proxy's own error codes (OpenAI-shaped errors) as Anthropic error types; any other is api_error.
 ANTHROPIC_CODES = {"rate_limit_exceeded": "rate_limit_error", "upstream_timeout": "timeout_error"}
 
 
-ANTHROPIC_ERROR_TYPES = frozenset(ANTHROPIC_TYPES.values()) | {"api_error"}
-
-
-def anthropic_error_event(error: Any) -> dict:
+def anthropic_error_event(error: Any) -> dict[str, Any]:
     """An error body as Anthropic's stream `error` event: an Anthropic body (a relayed upstream
     error) keeps its own type; an OpenAI-shaped one (`error_body`, the proxy's own) gets the type
     of its code (`ANTHROPIC_CODES`), else api_error. A relayed stream that breaks off and a
@@ -59,41 +108,3 @@ def anthropic_error_event(error: Any) -> dict:
         code = detail.get("code")
         kind = ANTHROPIC_CODES.get(code, "api_error") if isinstance(code, str) else "api_error"
     return {"type": "error", "error": {"type": kind, "message": str(detail.get("message") or "The request failed.")}}
-
-
-def error_response(
-    status: int,
-    message: str,
-    *,
-    type_: str = "invalid_request_error",
-    code: str | None = None,
-    param: str | None = None,
-    shape: Shape = "openai",
-) -> Response:
-    if shape == "anthropic":
-        body = anthropic_error_body(status, message)
-    else:
-        body = error_body(message, type_, code, param=param)
-    return Response(json.dumps(body), status_code=status, media_type="application/json")
-
-
-class ProxyError(Exception):
-    """An error the proxy itself answers with (not one relayed from upstream)."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        type_: str = "invalid_request_error",
-        code: str | None = None,
-        param: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status, self.message, self.type, self.code, self.param = status, message, type_, code, param
-
-    def response(self, shape: Shape = "openai") -> Response:
-        return error_response(self.status, self.message, type_=self.type, code=self.code, param=self.param, shape=shape)
-
-    def body(self) -> dict:
-        return error_body(self.message, self.type, self.code, param=self.param)

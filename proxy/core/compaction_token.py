@@ -38,6 +38,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from proxy.core import large_json
+from proxy.errors import Failure, Kind
 
 PREFIX = "offload-compaction-v1:"
 ANY_VERSION = "offload-compaction-v"  # what a token of ours starts with, whatever its version
@@ -50,9 +51,11 @@ _SEALED_KEY = f'"{SEALED_FIELD}"'.encode()
 APIS = ("responses", "messages")  # whose items a record holds (Responses input items, Messages messages)
 
 
-class TokenError(ValueError):
+class TokenError(Failure, ValueError):
     """A token of ours that this namespace may not use: malformed, of another namespace, or of
     a version this proxy does not read."""
+
+    kind = Kind.UNPROCESSABLE
 
 
 def _tag_key(secret: str | None) -> bytes:

@@ -21,15 +21,21 @@ from typing import Any, TypeVar
 
 import orjson
 
+from proxy.errors import Failure, Kind
+
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-class TooDeep(ValueError):
+class TooDeep(Failure, ValueError):
     """JSON nested deeper than the parsers handle (orjson stops at 1024 levels)."""
 
+    kind = Kind.UNPROCESSABLE
 
-class NonFinite(ValueError):
+
+class NonFinite(Failure, ValueError):
     """A number JSON cannot carry: NaN, Infinity, or a literal too large for a double."""
+
+    kind = Kind.UNPROCESSABLE
 
 
 D = TypeVar("D")

@@ -35,13 +35,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
+from proxy.errors import Failure, Kind
+
 FIVE_MINUTES = "5m"
 ONE_HOUR = "1h"
 TTLS = (FIVE_MINUTES, ONE_HOUR)
 
 
-class CacheRequestError(ValueError):
+class CacheRequestError(Failure, ValueError):
     """A request the provider would refuse (a 400): too many breakpoints, a 1-hour one after a 5-minute one."""
+
+    kind = Kind.UNPROCESSABLE
 
 
 @dataclass(frozen=True)

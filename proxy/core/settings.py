@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from proxy.errors import Kind, ProxyError
+
 Mode = Literal["auto", "compact", "compress", "off", "observe"]
 # Who applies a request's `context_management` (and `/responses/compact`): the upstream
 # (relay), the proxy (emulate), or the upstream when it is OpenAI's or Anthropic's own API (auto).
@@ -23,12 +25,12 @@ MAX_HEADER_VALUE = 256
 IDENT_PATTERN = r"^[A-Za-z0-9._:@/-]{1,128}$"
 
 
-class SettingsError(ValueError):
-    """An X-Offload-* header the proxy refuses; the HTTP layer answers it with a 400 naming `param`."""
+class SettingsError(ProxyError, ValueError):
+    """An X-Offload-* header the proxy refuses (a bad request naming `param`)."""
 
     def __init__(self, message: str, *, param: str) -> None:
-        super().__init__(message)
-        self.message, self.param = message, param
+        super().__init__(Kind.BAD_REQUEST, message, code="invalid_offload_header", param=param)
+        self.param = param
 
 
 # Tool results above this many tokens are compacted by default. In auto mode a summary folds the

@@ -28,6 +28,7 @@ from proxy.core.compaction import present_refs
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import TokenCounter
 from proxy.core.view import ItemView
+from proxy.errors import Failure, Kind
 from proxy.offload.compaction_records import CompactionRecords
 from proxy.offload.cpu_pool import CPU
 from proxy.offload.events import event
@@ -37,8 +38,11 @@ from proxy.offload.summaries import Compressor
 ENDPOINT = "responses/compact"
 
 
-class CompactionFailed(Exception):
+class CompactionFailed(Failure):
     """No summary could be made of this history (the summariser's reason in the message)."""
+
+    kind = Kind.COMPACTION_FAILED
+    code = "compaction_failed"
 
 
 @dataclass

@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.core.compaction_token import TokenError, is_ours
-from proxy.errors import ProxyError
+from proxy.errors import Kind, ProxyError
 from proxy.offload.compaction_records import CompactionRecords
 
 MAX_NESTED = 8  # records expanded inside one another (records written now never nest)
@@ -45,7 +45,10 @@ def _is_compaction(block: Any) -> bool:
 
 def _refused(param: str, why: str) -> ProxyError:
     return ProxyError(
-        400, f"{param} is a compaction block this proxy cannot use: {why}.", code="invalid_compaction", param=param
+        Kind.BAD_REQUEST,
+        f"{param} is a compaction block this proxy cannot use: {why}.",
+        code="invalid_compaction",
+        param=param,
     )
 
 

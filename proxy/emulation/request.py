@@ -27,7 +27,7 @@ from proxy.core.view import ItemView
 from proxy.emulation.compaction_blocks import replace_compaction_blocks
 from proxy.emulation.threshold import Threshold, messages_threshold, responses_threshold
 from proxy.emulation.tokens_in_input import replace_tokens
-from proxy.errors import ProxyError
+from proxy.errors import Kind, ProxyError
 from proxy.formats.json_body import LARGE_BODY
 from proxy.formats.messages.request import history as messages_history
 from proxy.offload.compaction_records import CompactionRecords
@@ -58,7 +58,7 @@ def _stray(value: Any, *, where: str, settled: Any = None) -> None:
     for path in sealed_fields(value, where):
         if settled is None or not settled(path):
             raise ProxyError(
-                400,
+                Kind.BAD_REQUEST,
                 f"{path} holds a compaction token of this proxy's outside a compaction item: only a "
                 "`compaction` item (Responses) or block (Messages) may carry one.",
                 code="invalid_compaction",
@@ -140,10 +140,9 @@ async def begin(
         result.replaced = result.replaced or scan
     except StoreUnavailable as exc:
         raise ProxyError(
-            503,
+            Kind.STORE_UNAVAILABLE,
             "The proxy's store is unavailable, and this input holds a compaction item whose "
             f"content the store keeps; try again ({exc}).",
-            type_="server_error",
             code="store_unavailable",
         ) from exc
     return result

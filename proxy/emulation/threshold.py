@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.errors import ProxyError
+from proxy.errors import Kind, ProxyError
 from proxy.formats.messages.edits_config import MAX_EDITS, MAX_VALUE
 
 MIN_THRESHOLD = 1000
@@ -36,7 +36,7 @@ class Threshold:
 
 
 def _bad(message: str, param: str) -> ProxyError:
-    return ProxyError(400, message, code="invalid_context_management", param=param)
+    return ProxyError(Kind.BAD_REQUEST, message, code="invalid_context_management", param=param)
 
 
 def _integer(value: Any) -> bool:

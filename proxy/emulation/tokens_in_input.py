@@ -24,7 +24,7 @@ from typing import Any
 
 from proxy.core.compaction_token import TokenError, is_ours
 from proxy.core.view import ItemView
-from proxy.errors import ProxyError
+from proxy.errors import Kind, ProxyError
 from proxy.offload.compaction_records import CompactionRecords
 
 MAX_NESTED = 8  # records expanded inside one another (records written now never nest)
@@ -36,7 +36,7 @@ def _content(item: Any) -> Any:
 
 def _refused(param: str, why: str) -> ProxyError:
     return ProxyError(
-        400,
+        Kind.BAD_REQUEST,
         f"{param.removesuffix('.encrypted_content')} is a compaction item this proxy cannot use: {why}.",
         code="invalid_compaction",
         param=param,

@@ -32,7 +32,7 @@ from proxy.core.view import ItemView
 from proxy.emulation import COMPACTION_ACTION
 from proxy.emulation.compact import CompactionFailed, compact
 from proxy.emulation.inline import Inline
-from proxy.errors import ProxyError
+from proxy.errors import Kind, ProxyError
 from proxy.formats.responses.compact import compaction_item
 from proxy.offload.compaction_records import CompactionRecords
 from proxy.offload.pipeline import Prepared
@@ -55,7 +55,7 @@ def asked(body: dict, items: list[Any], view: ItemView) -> bool:
     for i in found:
         if i != last:
             raise ProxyError(
-                400,
+                Kind.BAD_REQUEST,
                 f"input[{i}]: The 'compaction_trigger' item must be the final input item.",
                 code="invalid_value",
                 param=f"input[{i}]",
@@ -64,7 +64,7 @@ def asked(body: dict, items: list[Any], view: ItemView) -> bool:
     if extra:
         name = str(extra[0])[:64]
         raise ProxyError(
-            400,
+            Kind.BAD_REQUEST,
             f"Unknown parameter: 'input[{last}].{name}'. A compaction_trigger item carries its type alone.",
             code="unknown_parameter",
             param=f"input[{last}].{name}",
@@ -72,7 +72,7 @@ def asked(body: dict, items: list[Any], view: ItemView) -> bool:
     for key in _ELSEWHERE:
         if body.get(key) is not None:
             raise ProxyError(
-                400,
+                Kind.BAD_REQUEST,
                 f"This proxy compacts the history it is sent: with an upstream that does not compact "
                 f"natively, a compaction_trigger cannot be used with {key}; send the history as "
                 "'input'.",
@@ -81,7 +81,7 @@ def asked(body: dict, items: list[Any], view: ItemView) -> bool:
             )
     if body.get("background") is True:
         raise ProxyError(
-            400,
+            Kind.BAD_REQUEST,
             "This proxy answers a compaction_trigger itself, at once: background is not supported "
             "with it (the upstream would hold no response to poll).",
             code="unsupported_parameter",
@@ -108,7 +108,7 @@ async def compact_now(
     history = items[:-1]
     if not history:
         raise ProxyError(
-            400,
+            Kind.BAD_REQUEST,
             "input holds nothing before its compaction_trigger: there is no history to compact.",
             code="invalid_value",
             param="input",
@@ -129,9 +129,8 @@ async def compact_now(
         )
     except StoreUnavailable as exc:
         raise ProxyError(
-            503,
+            Kind.STORE_UNAVAILABLE,
             f"The compaction failed: the proxy's store is unavailable ({exc}); try again.",
-            type_="server_error",
             code="store_unavailable",
         ) from exc
     plan = Plan(

@@ -18,7 +18,7 @@ from typing import Any, Union
 
 from proxy.core import json_text, jsonio, large_json
 from proxy.core.jsonio import nested_deeper_than
-from proxy.errors import ProxyError
+from proxy.errors import Kind, ProxyError
 
 MAX_DEPTH = 128  # well below orjson's serialisation limit (254 levels) and the stdlib's recursion limit
 # bytes: a body above is parsed and checked off the event loop, in `proxy.offload.cpu_pool`'s pool
@@ -37,13 +37,13 @@ _TYPE_NAMES = {
 
 
 def too_deep() -> ProxyError:
-    return ProxyError(400, f"Request body nests JSON deeper than {MAX_DEPTH} levels.", code="invalid_json")
+    return ProxyError(Kind.BAD_REQUEST, f"Request body nests JSON deeper than {MAX_DEPTH} levels.", code="invalid_json")
 
 
 def invalid(param: str, expected: str, value: Any) -> ProxyError:
     got = _TYPE_NAMES.get(type(value), type(value).__name__)
     return ProxyError(
-        400,
+        Kind.BAD_REQUEST,
         f"Invalid type for '{param}': expected {expected}, but got {got} instead.",
         code="invalid_type",
         param=param,
@@ -265,14 +265,14 @@ def load_object(raw: bytes) -> dict:
     except (ValueError, UnicodeDecodeError) as exc:
         if (codec := json_text.encoding(raw)) not in json_text.UTF8:
             raise ProxyError(
-                400,
+                Kind.BAD_REQUEST,
                 f"Request body is not valid JSON: it is {json_text.described(codec)}, and a JSON "
                 "body must be UTF-8 (RFC 8259).",
                 code="invalid_json",
             ) from exc
-        raise ProxyError(400, f"Request body is not valid JSON: {exc}", code="invalid_json") from exc
+        raise ProxyError(Kind.BAD_REQUEST, f"Request body is not valid JSON: {exc}", code="invalid_json") from exc
     if not isinstance(body, dict):
-        raise ProxyError(400, "Request body must be a JSON object.", code="invalid_json")
+        raise ProxyError(Kind.BAD_REQUEST, "Request body must be a JSON object.", code="invalid_json")
     return body
 
 
@@ -290,7 +290,7 @@ def check_count(body: dict, *, items: str, noun: str, limit: int | None) -> None
     listed = body.get(items)
     if limit is not None and isinstance(listed, list) and len(listed) > limit:
         raise ProxyError(
-            400,
+            Kind.BAD_REQUEST,
             f"Too many {noun}: {len(listed)} > {limit} (the proxy's --max-messages).",
             code="too_many_messages",
             param=items,

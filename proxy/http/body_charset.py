@@ -15,7 +15,7 @@ from __future__ import annotations
 import codecs
 from collections.abc import Iterable
 
-from proxy.errors import ProxyError
+from proxy.errors import Kind, ProxyError
 
 READ_AS_CHECKED = frozenset({"utf-8", "ascii", "iso8859-1"})  # codec names (`codecs.lookup(...).name`)
 
@@ -40,7 +40,7 @@ def refuse_other_charsets(content_types: Iterable[str]) -> None:
             codec = ""
         if codec not in READ_AS_CHECKED:
             raise ProxyError(
-                415,
+                Kind.UNSUPPORTED_MEDIA,
                 f"Content-Type declares charset={charset[:40]!r}: a JSON body is read as UTF-8 "
                 "(RFC 8259); send it in UTF-8, with charset=utf-8 or none.",
                 code="unsupported_charset",

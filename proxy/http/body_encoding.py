@@ -26,7 +26,7 @@ from typing import cast
 import brotli
 import zstandard
 
-from proxy.errors import ProxyError
+from proxy.errors import Kind, ProxyError
 from proxy.offload import cpu_pool
 
 PIECE = 1 << 20  # the most output one call of the zlib decoder makes (zstd and brotli: see below)
@@ -165,7 +165,7 @@ def codings_of(values: Iterable[str]) -> list[str]:
     for coding in codings:
         if coding not in DECODERS:
             raise ProxyError(
-                415,
+                Kind.UNSUPPORTED_MEDIA,
                 f"Content-Encoding '{coding[:40]}' is not supported; send the body as "
                 "gzip, deflate, br, zstd or identity.",
                 code="unsupported_content_encoding",
@@ -184,13 +184,13 @@ def _steps(raw: bytes, codings: list[str], limit: int, *, where: _Where) -> Gene
             yield from DECODERS[coding](data, sink)
         except TooLarge:
             raise ProxyError(
-                413,
+                Kind.TOO_LARGE,
                 f"Request body exceeds {limit} bytes once decoded ({coding}; the proxy's --max-body-bytes).",
                 code="request_too_large",
             ) from None
         except Corrupt as exc:
             raise ProxyError(
-                400, f"Request body could not be decoded as {coding}: {exc}.", code="invalid_body"
+                Kind.BAD_REQUEST, f"Request body could not be decoded as {coding}: {exc}.", code="invalid_body"
             ) from None
         data = bytes(sink.out)
     return data

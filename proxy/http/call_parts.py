@@ -9,7 +9,7 @@ from starlette.requests import Request
 
 from proxy.core.bill import Bill
 from proxy.core.cache_cuts import CutContext
-from proxy.core.settings import OffloadSettings, SettingsError
+from proxy.core.settings import OffloadSettings
 from proxy.core.wire import WireFormat
 from proxy.emulation.betas import without_emulated_betas
 from proxy.errors import ProxyError
@@ -101,11 +101,9 @@ def tenant_store(request: Request, caller: Caller, *, charged: bool = True) -> T
 
 
 def request_settings(request: Request, caller: Caller) -> OffloadSettings:
-    """Server defaults ← the caller's tenant ← X-Offload-* headers; a refused header is a 400."""
-    try:
-        return services_of(request).settings_resolver.resolve(request.headers, tenant=caller.tenant)
-    except SettingsError as exc:
-        raise ProxyError(400, exc.message, code="invalid_offload_header", param=exc.param) from exc
+    """Server defaults ← the caller's tenant ← X-Offload-* headers; a refused header is a
+    SettingsError (a bad request naming it)."""
+    return services_of(request).settings_resolver.resolve(request.headers, tenant=caller.tenant)
 
 
 # Headers the check of a client's key sends with it: an Anthropic OAuth token is accepted only

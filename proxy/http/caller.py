@@ -33,7 +33,9 @@ from typing import Any, Literal
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from proxy.errors import Kind as ErrorKind
 from proxy.errors import ProxyError
+from proxy.http.error_map import response_of
 from proxy.http.family import Family, family_of
 from proxy.http.fingerprint import credential_label, with_sub
 from proxy.http.headers import request_headers_for_upstream
@@ -117,7 +119,7 @@ class Caller:
             return
         own_key = "anthropic_api_key" if self.family == "anthropic" else "upstream_api_key"
         raise ProxyError(
-            403,
+            ErrorKind.FORBIDDEN,
             f"'{state}' names state kept in the upstream account, which this proxy's tenants "
             "share; send the whole history (store: false) and no stored files, or the operator "
             f"can give this tenant an {own_key} of its own.",
@@ -133,7 +135,7 @@ class Caller:
             return
         own_key = "anthropic_api_key" if self.family == "anthropic" else "upstream_api_key"
         raise ProxyError(
-            403,
+            ErrorKind.FORBIDDEN,
             f"{method} /v1/{path} keeps state in the upstream account, which this proxy's "
             f"tenants share; the operator can give this tenant an {own_key} of its own.",
             code="endpoint_not_shared",
@@ -141,7 +143,7 @@ class Caller:
 
 
 def unauthorized(message: str, code: str) -> ProxyError:
-    return ProxyError(401, message, code=code)
+    return ProxyError(ErrorKind.UNAUTHORIZED, message, code=code)
 
 
 class Gatekeeper:
@@ -261,7 +263,7 @@ class Gatekeeper:
         named = self.tenants.get(sub or "")
         if named is not None and named.key_digests:
             raise ProxyError(
-                403,
+                ErrorKind.FORBIDDEN,
                 "X-Offload-Tenant names a tenant that is reachable only with its own proxy key.",
                 code="tenant_requires_key",
                 param="X-Offload-Tenant",
@@ -284,7 +286,7 @@ class Gatekeeper:
         """A credential the proxy holds goes only where its configuration says."""
         if headers.get(UPSTREAM_HEADER):
             raise ProxyError(
-                400,
+                ErrorKind.BAD_REQUEST,
                 "X-Offload-Upstream is only for clients that send their own provider key; "
                 "with a proxy key the upstream comes from the tenants file.",
                 code="upstream_not_allowed",
@@ -308,7 +310,7 @@ class CallerGate:
             try:
                 caller = self.gatekeeper.identify(Headers(scope=scope), family)
             except ProxyError as exc:
-                await exc.response(family)(scope, receive, send)
+                await response_of(exc, family)(scope, receive, send)
                 return
             scope.setdefault("state", {})["caller"] = caller
         await self.app(scope, receive, send)

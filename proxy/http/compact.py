@@ -24,12 +24,13 @@ from proxy.core.tokens import counter_for_model_async
 from proxy.emulation import COMPACTION_ACTION
 from proxy.emulation import request as emulation_request
 from proxy.emulation.compact import Compaction, compact
-from proxy.errors import ProxyError
+from proxy.errors import Kind, ProxyError
 from proxy.formats.responses import RESPONSES
 from proxy.formats.responses.compact import compacted_response, parse_compact_body, summary_body
 from proxy.http import error_map
 from proxy.http.call_parts import compressor_for, request_settings, tenant_store
 from proxy.http.caller import Caller
+from proxy.http.error_map import response_of
 from proxy.http.json_response import json_answer
 from proxy.http.managed import answered
 from proxy.http.services import services_of
@@ -47,7 +48,7 @@ async def responses_compact(request: Request) -> Response:
     try:
         settings = request_settings(request, caller)
     except ProxyError as exc:
-        return exc.response(caller.family)
+        return response_of(exc, caller.family)
     if settings.mode == "observe" or not emulates(
         settings.context_management, caller.base or services.settings.upstream_base
     ):
@@ -73,7 +74,7 @@ async def _emulated(request: Request, caller: Caller, settings: OffloadSettings)
     body = await _read(request, caller)
     if isinstance(body.get("previous_response_id"), str):
         raise ProxyError(
-            400,
+            Kind.BAD_REQUEST,
             "This proxy compacts the history it is sent: with an upstream that does not compact "
             "natively, previous_response_id is not supported by /v1/responses/compact; send the "
             "history as 'input' (openai-agents: compaction_mode=\"input\").",

@@ -1,21 +1,30 @@
 """Every route's one exception map: the proxy's errors as a status and an API-shaped body.
 
-The idiom of `proxy.upstream.errors`: one table, the most specific row first. A route runs its
-work through `answered` and raises what it meets; the table decides what the client gets, in the
-shape of the API it speaks (`proxy.errors`). A `ProxyError` is already an answer and goes as it
-is; an exception that is in no row is left to the server (it is a bug of another kind).
+A raise site below the HTTP layer says what went wrong (a `proxy.errors.Kind`); this module alone
+decides what the client gets: `STATUSES`, each kind's status (and OpenAI error type), and the body
+in the shape of the API it speaks. OpenAI (chat completions, Responses, every other OpenAI route):
+`{"error": {"message", "type", "param", "code"}}`. Anthropic (`/v1/messages…`, or any request
+carrying `anthropic-version`): `{"type": "error", "error": {"type", "message"}}`, its `type`
+chosen by status as Anthropic does.
+
+A route runs its work through `answered` and raises what it meets. A `ProxyError` goes as it is
+(its message is meant for the client); a `Failure` (its text a detail) and the few builtin
+exceptions of `BUILTIN` are worded here (`WORDED`, `WORDED_KINDS`); an exception in no row is left to the server (it is a
+bug of another kind).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from starlette.responses import Response
 
 from proxy.emulation.compact import CompactionFailed
-from proxy.errors import ProxyError, Shape
+from proxy.errors import Failure, Kind, ProxyError, Shape, error_body
 from proxy.http.disconnect import ClientDisconnected
 from proxy.offload.quota import CredentialRejected, QuotaExceeded
 from proxy.store import StoreUnavailable
@@ -24,56 +33,137 @@ log = logging.getLogger("proxy.http.managed")  # the name operators' log filters
 
 
 @dataclass(frozen=True)
-class Row:
-    kinds: tuple[type[BaseException], ...]
+class Status:
     status: int
-    code: str | None
-    text: str  # `{exc}`: the exception's own text; `{name}`: its type's name
-    type_: str = "server_error"
-    bug: str | None = None  # logged with the traceback: what the proxy should have prevented
+    type_: str = "invalid_request_error"  # OpenAI's error type
+    code: str | None = None  # the code of an error that names none
 
 
-# The most specific first: the first row whose exception type matches decides.
-ERRORS: tuple[Row, ...] = (
-    Row((ClientDisconnected,), 499, None, "Client closed the request.", type_="invalid_request_error"),
-    Row((StoreUnavailable,), 503, "store_unavailable", "the proxy's store is unavailable ({exc}); try again."),
-    Row((QuotaExceeded,), 429, "storage_quota_exceeded", "{exc}.", type_="invalid_request_error"),
-    Row((CredentialRejected,), 401, "invalid_api_key", "{exc}.", type_="invalid_request_error"),
-    Row((CompactionFailed,), 502, "compaction_failed", "no summary of this history could be made ({exc})."),
+# Each kind's status: a kind added to proxy.errors.Kind gets its row here (a test fails without).
+STATUSES: dict[Kind, Status] = {
+    Kind.BAD_REQUEST: Status(400),
+    Kind.UNAUTHORIZED: Status(401),
+    Kind.CREDENTIAL_REJECTED: Status(401, code="invalid_api_key"),
+    Kind.FORBIDDEN: Status(403),
+    Kind.PERMISSION_DENIED: Status(403, "permission_error"),
+    Kind.NOT_FOUND: Status(404),
+    Kind.TOO_LARGE: Status(413, code="request_too_large"),
+    Kind.UNSUPPORTED_MEDIA: Status(415),
+    Kind.QUOTA_EXCEEDED: Status(429, code="storage_quota_exceeded"),
+    Kind.CLIENT_GONE: Status(499),
+    Kind.BUG: Status(500, "server_error", "proxy_error"),
+    Kind.UNPROCESSABLE: Status(502, "server_error", "proxy_error"),
+    Kind.UPSTREAM_FAILED: Status(502, "server_error", "upstream_error"),
+    Kind.COMPACTION_FAILED: Status(502, "server_error", "compaction_failed"),
+    Kind.STORE_UNAVAILABLE: Status(503, "server_error", "store_unavailable"),
+    Kind.UPSTREAM_TIMEOUT: Status(504, "server_error", "upstream_timeout"),
+}
+
+# Anthropic's error types by HTTP status (https://docs.anthropic.com/en/api/errors)
+ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    499: "api_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+
+# What a client is told of a Failure or a builtin exception (`{exc}`: its text; `{name}`: its
+# type's name): by its class, the most specific first, else by its kind, else its text.
+WORDED: tuple[tuple[type[BaseException], str], ...] = (
+    (ClientDisconnected, "Client closed the request."),
+    (StoreUnavailable, "the proxy's store is unavailable ({exc}); try again."),
+    (QuotaExceeded, "{exc}."),
+    (CredentialRejected, "{exc}."),
+    (CompactionFailed, "no summary of this history could be made ({exc})."),
+)
+WORDED_KINDS: dict[Kind, str] = {
     # e.g. an upstream answer nested too deep to re-encode
-    Row(
-        (RecursionError, ValueError, UnicodeError),
-        502,
-        "proxy_error",
-        "the proxy could not process this exchange ({name}).",
-    ),
+    Kind.UNPROCESSABLE: "the proxy could not process this exchange ({name}).",
     # A bug: the body checks (proxy.formats.*.body) let through a field the proxy reads with a type
     # it does not handle. Logged with its traceback; the client still gets its API's shape.
-    Row(
-        (TypeError, AttributeError, KeyError, IndexError),
-        500,
-        "proxy_error",
-        "the proxy failed on this request ({name}).",
-        bug="request failed on a value of an unexpected type",
-    ),
+    Kind.BUG: "the proxy failed on this request ({name}).",
+}
+BUGS = {Kind.BUG: "request failed on a value of an unexpected type"}  # logged with the traceback
+
+# Builtin exceptions a route may meet, as kinds: the first row whose type matches decides.
+BUILTIN: tuple[tuple[tuple[type[BaseException], ...], Kind], ...] = (
+    ((ClientDisconnected,), Kind.CLIENT_GONE),
+    ((RecursionError, ValueError, UnicodeError), Kind.UNPROCESSABLE),
+    ((TypeError, AttributeError, KeyError, IndexError), Kind.BUG),
 )
 
 
-def _row(exc: BaseException) -> Row | None:
-    return next((row for row in ERRORS if isinstance(exc, row.kinds)), None)
+def kind_of(exc: BaseException) -> Kind | None:
+    """What went wrong (None: an exception in no row)."""
+    if isinstance(exc, ProxyError):
+        return exc.kind
+    return next((kind for types, kind in BUILTIN if isinstance(exc, types)), None)
+
+
+def status_of(exc: ProxyError) -> int:
+    return STATUSES[exc.kind].status
+
+
+def _worded(exc: BaseException, kind: Kind) -> str | None:
+    text = next((text for types, text in WORDED if isinstance(exc, types)), None) or WORDED_KINDS.get(kind)
+    return None if text is None else text.format(exc=exc, name=type(exc).__name__)
 
 
 def proxy_error(exc: BaseException, *, doing: str | None = None) -> ProxyError | None:
     """The error the client gets for `exc` (None: in no row). `doing`: what failed, said first
-    ("The compaction failed"), else the row's text alone."""
-    if isinstance(exc, ProxyError):
-        return exc
-    row = _row(exc)
-    if row is None:
+    ("The compaction failed") of an error worded here, else the wording alone."""
+    kind = kind_of(exc)
+    if kind is None:
         return None
-    text = row.text.format(exc=exc, name=type(exc).__name__)
+    if isinstance(exc, ProxyError) and not isinstance(exc, Failure):
+        return exc  # its message is the answer
+    text = _worded(exc, kind) or str(exc)
     message = f"{doing}: {text}" if doing else text[:1].upper() + text[1:]
-    return ProxyError(row.status, message, type_=row.type_, code=row.code)
+    code = exc.code if isinstance(exc, ProxyError) and exc.code is not None else STATUSES[kind].code
+    param = exc.param if isinstance(exc, ProxyError) else None
+    return ProxyError(kind, message, code=code, param=param)
+
+
+def body_of(exc: ProxyError) -> dict[str, Any]:
+    """`exc` as the OpenAI-shaped error object."""
+    row = STATUSES[exc.kind]
+    return error_body(exc.message, row.type_, exc.code, param=exc.param)
+
+
+def anthropic_error_body(status: int, message: str) -> dict[str, Any]:
+    kind = ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def error_response(
+    status: int,
+    message: str,
+    *,
+    type_: str = "invalid_request_error",
+    code: str | None = None,
+    param: str | None = None,
+    shape: Shape = "openai",
+) -> Response:
+    """An error the HTTP layer answers with a status of its own (routing's 404/405, the body's
+    408, the admin token's 401, the connection limit's 429), in `shape`."""
+    if shape == "anthropic":
+        body = anthropic_error_body(status, message)
+    else:
+        body = error_body(message, type_, code, param=param)
+    return Response(json.dumps(body), status_code=status, media_type="application/json")
+
+
+def response_of(exc: ProxyError, shape: Shape = "openai") -> Response:
+    """`exc` as the response a client gets: its kind's status, the body in `shape`."""
+    row = STATUSES[exc.kind]
+    return error_response(row.status, exc.message, type_=row.type_, code=exc.code, param=exc.param, shape=shape)
 
 
 async def answered(
@@ -92,11 +182,10 @@ async def answered(
         error = proxy_error(exc, doing=doing)
         if error is None:
             raise
-        row = _row(exc)
-        if row is not None and row.bug:
-            log.exception("bug: %s", row.bug)
+        if error is not exc and error.kind in BUGS:
+            log.exception("bug: %s", BUGS[error.kind])
         elif isinstance(exc, StoreUnavailable) and store_failure_is_a_bug:
             log.exception("bug: the store's failure reached the request")
-        elif row is not None and row.status == 502 and row.code == "proxy_error":
+        elif error is not exc and error.kind is Kind.UNPROCESSABLE:
             log.warning("request failed: %s: %s", type(exc).__name__, exc)
-        return error.response(shape)
+        return response_of(error, shape)

@@ -10,7 +10,8 @@ import asyncio
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from proxy.errors import Shape, error_response
+from proxy.errors import Shape
+from proxy.http.error_map import error_response
 from proxy.http.family import family_of
 
 

@@ -13,7 +13,7 @@ from starlette.responses import Response
 
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model_async
-from proxy.errors import ProxyError
+from proxy.errors import Kind, ProxyError
 from proxy.formats import chat
 from proxy.formats.chat.body import parse_chat_body
 from proxy.formats.json_body import LARGE_BODY
@@ -51,7 +51,7 @@ async def _offload(request: Request) -> Response:
     refs = tenant.refs()
     messages = body.get("messages")
     if not isinstance(messages, list):
-        raise ProxyError(400, "'messages' must be a list.", param="messages")
+        raise ProxyError(Kind.BAD_REQUEST, "'messages' must be a list.", param="messages")
     model = model_of(body)
     namespace = caller.namespace
     # the caller asked for the reduced messages now: a summary they need is made before answering
@@ -91,7 +91,9 @@ async def _list_events(request: Request) -> Response:
     settings, caller, tenant = _scope(request)
     if caller.kind == "anonymous":
         raise ProxyError(
-            401, "Listing events needs a credential: anonymous clients share one namespace.", code="missing_api_key"
+            Kind.UNAUTHORIZED,
+            "Listing events needs a credential: anonymous clients share one namespace.",
+            code="missing_api_key",
         )
     session = request.query_params.get("session") or settings.session
     data = await tenant.recent_events(session)
@@ -107,7 +109,9 @@ async def _get_offloaded(request: Request) -> Response:
     _, _, tenant = _scope(request)
     item = await tenant.refs().load(ref)
     if item is None:
-        raise ProxyError(404, f"No offloaded content ref={ref} for this credential.", code="ref_not_found", param="ref")
+        raise ProxyError(
+            Kind.NOT_FOUND, f"No offloaded content ref={ref} for this credential.", code="ref_not_found", param="ref"
+        )
     return await json_answer(
         {"ref": item.ref, "kind": item.kind, "content": item.text}, cpu=CPU(len(item.text) > LARGE_BODY)
     )

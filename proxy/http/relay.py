@@ -13,12 +13,13 @@ from starlette.responses import Response, StreamingResponse
 from proxy.core import json_text, jsonio
 from proxy.core.compaction_token import may_spell_token, sealed_fields
 from proxy.core.jsonio import JsonObject
-from proxy.errors import ProxyError, Shape, anthropic_error_event
+from proxy.errors import Kind, ProxyError, Shape, anthropic_error_event
 from proxy.formats.json_body import LARGE_BODY, load_object
 from proxy.http.body_charset import refuse_other_charsets
 from proxy.http.body_encoding import codings_of, decoded_body
 from proxy.http.caller import Caller
 from proxy.http.disconnect import ClientDisconnected, ClientWatch
+from proxy.http.error_map import response_of
 from proxy.http.headers import response_headers_for_client
 from proxy.http.services import services_of
 from proxy.http.shared_state import takes_uploads
@@ -46,7 +47,7 @@ def upstream_path(request: Request) -> str:
     raw: bytes = request.scope.get("raw_path") or request.scope["path"].encode()
     path = raw.decode("latin-1").split("?", 1)[0].removeprefix("/v1").lstrip("/")
     if has_dot_segment(path):
-        raise ProxyError(400, "The path must not contain '.' or '..' segments.", code="invalid_path")
+        raise ProxyError(Kind.BAD_REQUEST, "The path must not contain '.' or '..' segments.", code="invalid_path")
     return path
 
 
@@ -87,7 +88,7 @@ async def stream_back(
         try:
             body = b"".join([chunk async for chunk in response.aiter_raw()])
         except httpx2.HTTPError as exc:
-            return upstream_error(exc, response_host(response)).response(shape)
+            return response_of(upstream_error(exc, response_host(response)), shape)
         finally:
             await response.aclose()
         out: Response = Response(body, status_code=response.status_code)
@@ -153,7 +154,7 @@ async def relay(request: Request) -> Response:
             )
         )
     except ProxyError as exc:
-        return exc.response(caller.family)
+        return response_of(exc, caller.family)
     except ClientDisconnected:
         return Response(status_code=499)
     if request.method == "DELETE" and response.status_code < 300:
@@ -180,7 +181,7 @@ def refuse_tokens(body: JsonObject) -> None:
     the managed paths know what it stands for."""
     for path in sealed_fields(body):
         raise ProxyError(
-            400,
+            Kind.BAD_REQUEST,
             f"{path} holds a compaction token of this proxy's, which no upstream can read; on "
             "this endpoint it is not replaced by what it stands for: send that history instead "
             "(or send the request through /v1/responses or /v1/messages).",
@@ -224,7 +225,7 @@ async def checked_body(request: Request, caller: Caller, *, path: str, shared: b
         if upload and not looks_like_json(plain):
             if not takes_uploads(path):
                 raise ProxyError(
-                    400,
+                    Kind.BAD_REQUEST,
                     f"/v1/{path} takes a JSON body (a multipart/form-data upload goes only to the "
                     "audio and image endpoints on this proxy's shared key).",
                     code="invalid_json",

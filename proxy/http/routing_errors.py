@@ -8,7 +8,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.errors import ProxyError
+from proxy.http.error_map import error_response
 from proxy.http.family import family_of
 
 NOT_FOUND = (
@@ -23,11 +23,11 @@ async def not_routed(request: Request, exc: Exception) -> Response:
     the shape of the API the client speaks (`proxy.errors`), with 405's Allow header."""
     status = exc.status_code if isinstance(exc, HTTPException) else 500
     if status == 404:
-        error = ProxyError(404, NOT_FOUND, code="not_found")
+        message, code = NOT_FOUND, "not_found"
     elif status == 405:
-        error = ProxyError(405, f"{request.method} is not allowed on this path.", code="method_not_allowed")
+        message, code = f"{request.method} is not allowed on this path.", "method_not_allowed"
     else:
-        error = ProxyError(status, str(getattr(exc, "detail", "")) or "The request failed.", code="http_error")
-    response = error.response(family_of(request.scope))
+        message, code = str(getattr(exc, "detail", "")) or "The request failed.", "http_error"
+    response = error_response(status, message, code=code, shape=family_of(request.scope))
     response.headers.update(getattr(exc, "headers", None) or {})
     return response

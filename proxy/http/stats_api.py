@@ -38,9 +38,10 @@ from starlette.responses import Response
 from starlette.routing import Route, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from proxy.errors import ProxyError
+from proxy.errors import Kind, ProxyError
 from proxy.http import error_map
 from proxy.http.caller import Caller, presented_credentials
+from proxy.http.error_map import response_of
 from proxy.http.json_response import JSONResponse
 from proxy.http.routing_errors import not_routed
 from proxy.http.services import services_of
@@ -81,7 +82,7 @@ class StatsApi:
             return self.by_name[value]
         if NAMESPACE.fullmatch(value):
             return value
-        raise ProxyError(404, f"No tenant {value!r}.", code="tenant_not_found", param="tenant")
+        raise ProxyError(Kind.NOT_FOUND, f"No tenant {value!r}.", code="tenant_not_found", param="tenant")
 
     def namespace(self, request: Request, *, required: bool) -> str | None:
         """Whose statistics the request may read: its own namespace; an admin's `tenant=`
@@ -90,7 +91,7 @@ class StatsApi:
         if request.scope.get("state", {}).get("admin"):
             if not wanted and required:
                 raise ProxyError(
-                    400,
+                    Kind.BAD_REQUEST,
                     "The admin token reads one tenant here: add ?tenant=<name or namespace>.",
                     code="tenant_required",
                     param="tenant",
@@ -99,14 +100,15 @@ class StatsApi:
         caller: Caller = request.state.caller
         if caller.kind == "anonymous":  # one namespace for every anonymous client: as with events
             raise ProxyError(
-                401, "Statistics need a credential: anonymous clients share one namespace.", code="missing_api_key"
+                Kind.UNAUTHORIZED,
+                "Statistics need a credential: anonymous clients share one namespace.",
+                code="missing_api_key",
             )
         own = {caller.namespace, reader.display_name(caller.namespace, self.names)}  # as `tenant`, as `name`
         if wanted and wanted not in own and self.by_name.get(wanted) != caller.namespace:
             raise ProxyError(
-                403,
+                Kind.PERMISSION_DENIED,
                 "This credential reads its own tenant's statistics only.",
-                type_="permission_error",
                 code="tenant_forbidden",
                 param="tenant",
             )
@@ -127,7 +129,7 @@ class StatsApi:
             window = request.query_params.get("window", "24h")
             if window not in WINDOWS:
                 raise ProxyError(
-                    400,
+                    Kind.BAD_REQUEST,
                     f"window must be one of {', '.join(WINDOWS)}; got {window!r}.",
                     code="invalid_window",
                     param="window",
@@ -224,7 +226,7 @@ class StatsApi:
                 services.store, namespace, request.path_params["session"], sealer=services.sealer
             )
             if found is None:
-                raise ProxyError(404, "No statistics for this session.", code="session_not_found")
+                raise ProxyError(Kind.NOT_FOUND, "No statistics for this session.", code="session_not_found")
             return {"object": "offload.session", **await self._tenant(request, namespace), **found}
 
         return await answer(run)
@@ -249,7 +251,10 @@ def _int(request: Request, name: str, *, default: int, low: int, high: int) -> i
         value = low - 1
     if not low <= value <= high:
         raise ProxyError(
-            400, f"{name} must be an integer from {low} to {high}; got {raw!r}.", code="invalid_parameter", param=name
+            Kind.BAD_REQUEST,
+            f"{name} must be an integer from {low} to {high}; got {raw!r}.",
+            code="invalid_parameter",
+            param=name,
         )
     return value
 
@@ -282,11 +287,10 @@ class AdminGate:
                 await self.router(scope, receive, send)
                 return
             error = ProxyError(
-                403,
+                Kind.PERMISSION_DENIED,
                 "The admin token is not a client credential: it reads /v1/offload/stats and /v1/offload/sessions only.",
-                type_="permission_error",
                 code="admin_token_not_a_credential",
             )
-            await error.response()(scope, receive, send)
+            await response_of(error)(scope, receive, send)
             return
         await self.app(scope, receive, send)

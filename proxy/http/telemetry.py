@@ -22,8 +22,8 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.core.jsonio import JsonObject
-from proxy.errors import error_response
 from proxy.http import log_clip
+from proxy.http.error_map import error_response
 from proxy.http.log_clip import clip_value
 
 # the record and the metrics live below the HTTP layer; named here too for the app and the tests

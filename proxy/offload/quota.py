@@ -17,22 +17,29 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 
+from proxy.errors import Failure, Kind
 from proxy.offload.tenant import key
 from proxy.store import Store, StoreUnavailable
 
 Verify = Callable[[], Awaitable[bool]]
 
 
-class QuotaExceeded(Exception):
+class QuotaExceeded(Failure):
     """Storing this would take the tenant past its quota; nothing was stored."""
+
+    kind = Kind.QUOTA_EXCEEDED
+    code = "storage_quota_exceeded"
 
     def __init__(self, used: int, limit: int) -> None:
         super().__init__(f"storage quota of this credential exhausted ({used} of {limit} bytes used)")
         self.used, self.limit = used, limit
 
 
-class CredentialRejected(Exception):
+class CredentialRejected(Failure):
     """The upstream does not accept the caller's credential: nothing is stored for it."""
+
+    kind = Kind.CREDENTIAL_REJECTED
+    code = "invalid_api_key"
 
     def __init__(self) -> None:
         super().__init__("the upstream did not accept this credential, so nothing is stored for it")

@@ -162,9 +162,10 @@ async def _call(
     base: str | None,
     usage: UsageReader,
 ) -> Summary:
+    payload = jsonio.dumps(body)
     try:
         async with asyncio.timeout(timeout):
-            response = await upstream.send("POST", endpoint, headers=headers, content=jsonio.dumps(body), base=base)
+            response = await upstream.send("POST", endpoint, headers=headers, content=payload, base=base)
             try:
                 raw = await _read_answer(response)
             finally:

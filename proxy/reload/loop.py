@@ -22,10 +22,10 @@ from proxy.core import jsonio, texts
 from proxy.core.bill import UNREPORTED, UsageReader
 from proxy.core.media import ToolResult
 from proxy.core.rounds import Rounds, ToolCall
-from proxy.errors import ProxyError, error_body
+from proxy.errors import Kind, error_body, stream_error
 from proxy.reload.tools import ReloadTools
 from proxy.upstream import sse
-from proxy.upstream.errors import response_host, stream_broke, upstream_error
+from proxy.upstream.errors import UpstreamError, response_host, stream_broke, upstream_error
 
 log = logging.getLogger("proxy.reload.loop")
 
@@ -82,7 +82,7 @@ async def complete(
     """Non-streaming: loop while the model calls only injected tools, within the budget; each
     200 answer's bill (`usage`) and each round on the turn's `record`.
 
-    A 200 answer that is not a JSON object raises ProxyError 502 (`upstream_error`).
+    A 200 answer that is not a JSON object raises UpstreamError (`upstream_error`).
     """
     round_ = 0
     while True:
@@ -97,7 +97,7 @@ async def complete(
             return LoopResult(response.status_code, raw, response, round_)
         try:
             answer = _answer(raw, response, rounds.what)
-        except ProxyError:
+        except UpstreamError:
             if usage is not None:
                 record.add_bill(UNREPORTED)  # a 200 answer: billed, but nothing in it can be read
             raise
@@ -111,14 +111,13 @@ async def complete(
         record.count_round()
 
 
-def not_a_completion(detail: str, *, what: str = "chat completion", stream: bool = False) -> ProxyError:
+def not_a_completion(detail: str, *, what: str = "chat completion", stream: bool = False) -> UpstreamError:
     """The 502 for a 200 answer the loop cannot read: an HTML page from a gateway, a JSON body
     where a stream was asked for, a truncated body…"""
     what = f"{what} stream" if stream else what
-    return ProxyError(
-        502,
+    return UpstreamError(
+        Kind.UPSTREAM_FAILED,
         f"The upstream answered 200 with a body that is not a {what} ({detail}).",
-        type_="server_error",
         code="upstream_error",
     )
 
@@ -130,7 +129,7 @@ def _describe(response: httpx2.Response, size: int | None = None) -> str:
 
 
 def _answer(raw: bytes, response: httpx2.Response, what: str) -> dict:
-    """A 200 answer read as a JSON object, else ProxyError 502."""
+    """A 200 answer read as a JSON object, else UpstreamError."""
     try:
         completion = jsonio.loads(raw)
     except ValueError:
@@ -171,7 +170,7 @@ async def _events(
                     event = None
                 if not isinstance(event, dict):
                     detail = f"{_describe(response)}: an event that is not a JSON object"
-                    for out in rounds.fail(not_a_completion(detail, what=rounds.what, stream=True).body()):
+                    for out in rounds.fail(stream_error(not_a_completion(detail, what=rounds.what, stream=True))):
                         yield out
                     return
                 seen += 1
@@ -185,7 +184,7 @@ async def _events(
         await response.aclose()
         if not seen:  # an HTML page, a JSON body, nothing at all: no event of an answer
             for out in rounds.fail(
-                not_a_completion(f"{_describe(response)}: no event", what=rounds.what, stream=True).body()
+                stream_error(not_a_completion(f"{_describe(response)}: no event", what=rounds.what, stream=True))
             ):
                 yield out
             return
@@ -198,8 +197,8 @@ async def _events(
         record.count_round()
         try:
             response = holder[0] = await send(rounds.request(budget.more(round_)))
-        except ProxyError as exc:
-            for out in rounds.fail(exc.body()):
+        except UpstreamError as exc:
+            for out in rounds.fail(stream_error(exc)):
                 yield out
             return
         if response.status_code != 200:

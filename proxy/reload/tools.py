@@ -27,6 +27,7 @@ from proxy.core.jsonio import JsonObject
 from proxy.core.markers import INJECTED_TOOLS, RELOAD_TOOL
 from proxy.core.media import Reloaded, ToolResult
 from proxy.core.tokens import EstimateEncoder, TokenCounter
+from proxy.errors import Failure, Kind
 from proxy.offload.cpu_pool import CPU
 from proxy.offload.events import event
 from proxy.offload.refs import RefStore
@@ -82,8 +83,10 @@ def _longest_token(encoder: Any) -> int | None:
         return None
 
 
-class BadArguments(ValueError):
+class BadArguments(Failure, ValueError):
     """Tool arguments the model must fix; the message is what it is told."""
+
+    kind = Kind.UNPROCESSABLE
 
 
 def _integer(args: JsonObject, name: str, low: int) -> int | None:

@@ -24,14 +24,18 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from proxy.errors import Failure, Kind
+
 DEFAULT = "30s"
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 MAX_SECONDS = 7 * 24 * 3600.0
 
 
-class GapsError(ValueError):
+class GapsError(Failure, ValueError):
     """A `--turn-gaps` spec that cannot be read; the message says what is expected."""
+
+    kind = Kind.BAD_REQUEST
 
 
 def duration(text: str) -> float:

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from proxy.errors import Failure, Kind
 from proxy.formats import messages as anthropic
 from proxy.formats.messages import from_chat as anthropic_from_chat
 from proxy.formats.responses import from_chat as _responses
@@ -71,8 +72,10 @@ def request_body(request: list[Any], *, format: str, model: str, tools: Any = No
     return body
 
 
-class ReplayInputError(ValueError):
+class ReplayInputError(Failure, ValueError):
     """The conversations file cannot be replayed; the message names the file and line."""
+
+    kind = Kind.BAD_REQUEST
 
 
 def _kind(value: Any) -> str:

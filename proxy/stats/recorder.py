@@ -28,10 +28,9 @@ import logging
 import re
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import dataclass, replace
-
-from starlette.types import Scope
+from typing import Any
 
 from proxy.core import jsonio
 from proxy.core.bill import KINDS, NONE, Bill
@@ -60,6 +59,8 @@ from proxy.stats.turns import Turn, bill_fields, counterfactual, turn_fields
 from proxy.store import resealing
 from proxy.store.base import Store, StoreUnavailable
 from proxy.store.sealing import Sealer
+
+Scope = MutableMapping[str, Any]  # an ASGI scope (starlette.types.Scope), read without the web framework
 
 log = logging.getLogger("proxy.stats")
 

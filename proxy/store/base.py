@@ -9,9 +9,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+from proxy.errors import Failure, Kind
 
-class StoreUnavailable(Exception):
+
+class StoreUnavailable(Failure):
     """The backing store cannot be reached (or timed out)."""
+
+    kind = Kind.STORE_UNAVAILABLE
+    code = "store_unavailable"
 
 
 class Store(Protocol):

@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlsplit
 import httpx2
 
 from proxy.core.header_names import UPSTREAM_HEADER
-from proxy.errors import ProxyError
+from proxy.errors import Kind, ProxyError
 from proxy.upstream.base_url import base_url_problem
 
 PARAM = UPSTREAM_HEADER
@@ -33,7 +33,7 @@ def has_dot_segment(path: str) -> bool:
 
 def _invalid(why: str) -> ProxyError:
     return ProxyError(
-        400,
+        Kind.BAD_REQUEST,
         f"X-Offload-Upstream must be an http(s) URL such as https://host/v1: {why}.",
         code="invalid_upstream",
         param=PARAM,
@@ -75,7 +75,7 @@ def requested_base(headers: Mapping[str, str], allowlist: list[str], family: str
     allowed = {entry.lower() for entry in allowlist}
     if hostport not in allowed:
         raise ProxyError(
-            400,
+            Kind.BAD_REQUEST,
             f"Upstream host {hostport!r} is not on this server's allowlist.",
             code="upstream_not_allowed",
             param=PARAM,

@@ -79,8 +79,8 @@ class Upstream:
         """Send and return as soon as the response headers arrive (body not read yet).
 
         `base` replaces the configured upstream base URL (a tenant's own, or an allowed one).
-        Raises ProxyError 502 when the upstream cannot be reached, 504 when it times out. A request
-        the server closed its pooled connection on before answering goes again once, on a new
+        Raises UpstreamError when the upstream cannot be reached or times out. A request the
+        server closed its pooled connection on before answering goes again once, on a new
         connection (`proxy.upstream.retry`).
         """
         url = self._parsed_url(path, query, base)

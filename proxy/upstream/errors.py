@@ -6,23 +6,30 @@ path, query or userinfo, where a credential could be."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx2
 
-from proxy.errors import ProxyError, error_body
+from proxy.errors import Kind, ProxyError, error_body
+
+
+class UpstreamError(ProxyError):
+    """The upstream failed the proxy: unreachable, timed out, or an answer it cannot read."""
+
 
 # The most specific first: the first row whose exception type matches decides.
-UPSTREAM_ERRORS: tuple[tuple[type[Exception], int, str, str], ...] = (
-    (httpx2.TimeoutException, 504, "upstream_timeout", "Upstream timed out"),
-    (httpx2.TransportError, 502, "upstream_unreachable", "Upstream unreachable"),
-    (httpx2.HTTPError, 502, "upstream_error", "Upstream failed"),
+UPSTREAM_ERRORS: tuple[tuple[type[Exception], Kind, str, str], ...] = (
+    (httpx2.TimeoutException, Kind.UPSTREAM_TIMEOUT, "upstream_timeout", "Upstream timed out"),
+    (httpx2.TransportError, Kind.UPSTREAM_FAILED, "upstream_unreachable", "Upstream unreachable"),
+    (httpx2.HTTPError, Kind.UPSTREAM_FAILED, "upstream_error", "Upstream failed"),
 )
 
 
-def _row(exc: Exception) -> tuple[int, str, str]:
-    for kind, status, code, text in UPSTREAM_ERRORS:
-        if isinstance(exc, kind):
-            return status, code, text
-    return 502, "upstream_error", "Upstream failed"
+def _row(exc: Exception) -> tuple[Kind, str, str]:
+    for type_, kind, code, text in UPSTREAM_ERRORS:
+        if isinstance(exc, type_):
+            return kind, code, text
+    return Kind.UPSTREAM_FAILED, "upstream_error", "Upstream failed"
 
 
 def host_of(url: httpx2.URL) -> str:
@@ -42,13 +49,13 @@ def _at(host: str | None) -> str:
     return f" at {host}" if host else ""
 
 
-def upstream_error(exc: Exception, host: str | None = None) -> ProxyError:
+def upstream_error(exc: Exception, host: str | None = None) -> UpstreamError:
     """The error a client gets for an upstream request that failed before its answer."""
-    status, code, text = _row(exc)
-    return ProxyError(status, f"{text}{_at(host)} ({type(exc).__name__}).", type_="server_error", code=code)
+    kind, code, text = _row(exc)
+    return UpstreamError(kind, f"{text}{_at(host)} ({type(exc).__name__}).", code=code)
 
 
-def stream_broke(exc: Exception, host: str | None = None) -> dict:
+def stream_broke(exc: Exception, host: str | None = None) -> dict[str, Any]:
     """The SSE error event sent when an upstream stream breaks off or times out midway."""
     _, code, _ = _row(exc)
     kind = "upstream_timeout" if code == "upstream_timeout" else "upstream_error"

@@ -11,6 +11,7 @@ import pytest
 
 from proxy.errors import ProxyError
 from proxy.formats.chat.body import MAX_DEPTH, parse_chat_body
+from proxy.http.error_map import body_of, status_of
 from tests.harness.history import agent_history
 
 HEADERS = {"authorization": "Bearer sk-body", "X-Offload-Max-Total-Tokens": "1000"}
@@ -71,7 +72,7 @@ def test_wrong_shapes_are_400_naming_the_field(change, param):
     raw = json.dumps(history_with(change)).encode()
     with pytest.raises(ProxyError) as info:
         parse_chat_body(raw)
-    assert (info.value.status, info.value.type, info.value.code, info.value.param) == (
+    assert (status_of(info.value), body_of(info.value)["error"]["type"], info.value.code, info.value.param) == (
         400,
         "invalid_request_error",
         "invalid_type",
@@ -94,7 +95,7 @@ def nested_body(levels: int, where: str) -> bytes:
 def test_deep_nesting_is_invalid_json(levels, where):
     with pytest.raises(ProxyError) as info:
         parse_chat_body(nested_body(levels, where))
-    assert (info.value.status, info.value.code) == (400, "invalid_json")
+    assert (status_of(info.value), info.value.code) == (400, "invalid_json")
 
 
 @pytest.mark.parametrize("where", ["metadata", "messages"])

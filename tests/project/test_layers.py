@@ -90,6 +90,40 @@ def test_the_layers_that_do_no_http_import_no_web_framework():
     assert bad == {}
 
 
+# The modules that run a server of their own (the HTTP layer's app, replay's and the demo's
+# in-process servers) may import the web framework; no other module does.
+SERVE_HTTP = ("proxy.http", "proxy.replay", "proxy.demo", "proxy.cli", "proxy.__main__")
+
+
+def test_only_the_http_layer_and_the_commands_running_servers_import_the_web_framework(graph):
+    files = {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts): p for p in PACKAGE.rglob("*.py")}
+    assert "proxy.errors" in files and len(files) > 150
+    bad = {
+        m: sorted(i for i in imported_modules(p) if i.split(".")[0] == "starlette")
+        for m, p in files.items()
+        if not _in(m, SERVE_HTTP)
+    }
+    assert {m: i for m, i in bad.items() if i} == {}
+    # nor through another module: importing an exception or a format loads no web framework
+    reach = {m: sorted(t for t in reachable(graph, m) if _in(t, ("proxy.http",))) for m in graph}
+    assert {m: t for m, t in reach.items() if t and not _in(m, SERVE_HTTP)} == {}
+
+
+def test_raise_sites_below_the_http_layer_name_a_kind_never_a_status():
+    """`ProxyError(Kind.…)`: `proxy.http.error_map` alone decides a status."""
+    import ast
+
+    bad = []
+    for p in PACKAGE.rglob("*.py"):
+        module = ".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts)
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("ProxyError", "UpstreamError"):
+                first = node.args[0] if node.args else None
+                if isinstance(first, ast.Constant) and isinstance(first.value, int):
+                    bad.append(f"{module}:{node.lineno}")
+    assert bad == []
+
+
 def test_the_check_sees_a_path_through_another_module():
     graph = {"proxy.store.a": {"proxy.errors"}, "proxy.errors": {"proxy.http.x"}, "proxy.http.x": set()}
     assert reachable(graph, "proxy.store.a") == {"proxy.errors", "proxy.http.x"}

@@ -13,6 +13,7 @@ from proxy.core.settings import OffloadSettings
 from proxy.formats.chat import CHAT
 from proxy.formats.messages import MESSAGES
 from proxy.formats.responses import RESPONSES
+from proxy.http.error_map import status_of
 from proxy.offload import response_chains
 from proxy.offload.tenant_store import TenantStore
 from proxy.store.sealing import Sealer
@@ -198,7 +199,7 @@ async def test_a_misplaced_emulated_trigger_is_refused_before_anything_is_stored
     body = {"model": "gpt-5-codex", "input": [*CODEX_HISTORY, TRIGGER, {"role": "user", "content": "x"}]}
     with pytest.raises(ProxyError) as err:
         await run_turn(given(RESPONSES, body, tenant, emulating=True))
-    assert (err.value.status, err.value.param) == (400, "input[3]")
+    assert (status_of(err.value), err.value.param) == (400, "input[3]")
 
 
 CLIENT_COMPACTION = "Your task is to create a detailed summary of the conversation so far, paying close attention to…"

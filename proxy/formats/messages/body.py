@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.errors import ProxyError
+from proxy.errors import Kind, ProxyError
 from proxy.formats.json_body import (
     BOOLEAN,
     STRING,
@@ -52,7 +52,7 @@ def _messages(messages: Any, level: int) -> None:
             for key in PRIVATE_KEYS:
                 if type(message) is dict and key in message:
                     raise ProxyError(
-                        400,
+                        Kind.BAD_REQUEST,
                         f"Unexpected key '{key}' in 'messages[{i}]': the proxy reserves it.",
                         code="invalid_value",
                         param=f"messages[{i}].{key}",

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.errors import ProxyError
+from proxy.errors import Kind, ProxyError
 
 CLEAR_TOOL_USES = "clear_tool_uses_20250919"
 CLEAR_THINKING = "clear_thinking_20251015"
@@ -68,7 +68,7 @@ Edit = ClearToolUses | ClearThinking | Other
 
 def _bad(param: str, why: str) -> ProxyError:
     return ProxyError(
-        400,
+        Kind.BAD_REQUEST,
         f"context_management.{param}: {why}",
         code="invalid_context_management",
         param=f"context_management.{param}",
@@ -149,7 +149,7 @@ def parse_context_management(config: Any) -> list[Edit]:
     """The edits asked for, checked (see the module docstring); ProxyError 400 otherwise."""
     if type(config) is not dict:
         raise ProxyError(
-            400,
+            Kind.BAD_REQUEST,
             f"context_management: expected an object, got {type(config).__name__}",
             code="invalid_context_management",
             param="context_management",

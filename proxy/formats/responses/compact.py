@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from proxy.errors import ProxyError
+from proxy.errors import Kind, ProxyError
 from proxy.formats.json_body import STRING, Shape, check_body, load_object, of
 from proxy.formats.responses.body import ITEM
 
@@ -45,18 +45,23 @@ def parse_compact_body(raw: bytes, *, max_items: int | None = None) -> dict:
     body = load_object(raw)
     check_body(body, BODY)
     if not isinstance(body.get("model"), str):
-        raise ProxyError(400, "Missing required parameter: 'model'.", code="missing_required_parameter", param="model")
+        raise ProxyError(
+            Kind.BAD_REQUEST, "Missing required parameter: 'model'.", code="missing_required_parameter", param="model"
+        )
     items = body.get("input")
     if items is None and not isinstance(body.get("previous_response_id"), str):
         raise ProxyError(
-            400,
+            Kind.BAD_REQUEST,
             "Missing required parameter: 'input' (or 'previous_response_id').",
             code="missing_required_parameter",
             param="input",
         )
     if max_items is not None and isinstance(items, list) and len(items) > max_items:
         raise ProxyError(
-            400, f"Too many input items: {len(items)} > {max_items}.", code="too_many_messages", param="input"
+            Kind.BAD_REQUEST,
+            f"Too many input items: {len(items)} > {max_items}.",
+            code="too_many_messages",
+            param="input",
         )
     return body
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.emulation.trigger import TYPE as TRIGGER
-from proxy.errors import ProxyError
+from proxy.errors import Kind, ProxyError
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ class ConnectionChain:
             if body.get("store") is False:
                 shown = previous[:200] if isinstance(previous, str) else type(previous).__name__
                 raise ProxyError(
-                    400,
+                    Kind.BAD_REQUEST,
                     f"Previous response with id '{shown}' not found on this WebSocket connection "
                     "(with store: false only responses created on the same connection can be "
                     "continued, and it holds the last few only): send the full input without "

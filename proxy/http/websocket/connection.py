@@ -34,7 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.core import jsonio
 from proxy.core.footprint import footprint
-from proxy.errors import ProxyError
+from proxy.errors import Kind, ProxyError
 from proxy.formats.json_body import LARGE_BODY
 from proxy.formats.responses.body import check_responses_input
 from proxy.http.websocket import events
@@ -355,7 +355,7 @@ class Connection:
         types, `--max-messages`, the caller's."""
         if chars > self.limits.max_frame_bytes:
             raise ProxyError(
-                413,
+                Kind.TOO_LARGE,
                 f"Request body exceeds {self.limits.max_frame_bytes} bytes (the proxy's --max-body-bytes).",
                 code="request_too_large",
             )

@@ -15,8 +15,9 @@ from typing import Any
 
 from proxy.core import jsonio, large_json
 from proxy.core.footprint import footprint
-from proxy.errors import ProxyError
+from proxy.errors import Kind, ProxyError
 from proxy.formats.json_body import LARGE_BODY, check_count
+from proxy.http.error_map import STATUSES
 
 CREATE = "response.create"
 # Codex sends this after handling a response (behind a feature flag): an acknowledgement, nothing to answer
@@ -45,7 +46,10 @@ def error_event(
 
 
 def from_proxy_error(exc: ProxyError, stream_id: str | None = None) -> dict[str, Any]:
-    return error_event(exc.status, exc.message, type_=exc.type, code=exc.code, param=exc.param, stream_id=stream_id)
+    status = STATUSES[exc.kind]  # the status and type the same failure gets over HTTP
+    return error_event(
+        status.status, exc.message, type_=status.type_, code=exc.code, param=exc.param, stream_id=stream_id
+    )
 
 
 def from_http_answer(status: int, body: bytes, stream_id: str | None = None) -> dict[str, Any]:
@@ -95,10 +99,10 @@ def decode(text: str | bytes) -> Any:
             return large_json.loads_yielding(text.encode() if isinstance(text, str) else text)
         return jsonio.loads(text)
     except jsonio.TooDeep:
-        raise ProxyError(400, "A frame is nested too deep to read.", code="invalid_json") from None
+        raise ProxyError(Kind.BAD_REQUEST, "A frame is nested too deep to read.", code="invalid_json") from None
     except (ValueError, UnicodeEncodeError):
         raise ProxyError(
-            400,
+            Kind.BAD_REQUEST,
             "A frame is not JSON (or not UTF-8): every client event is a JSON object with a "
             "`type` (e.g. `response.create`).",
             code="invalid_json",
@@ -119,14 +123,14 @@ def parse(text: str | bytes, *, max_items: int | None = None) -> Create | None:
 def read(event: Any, *, size: int = 0) -> Create | None:
     """A decoded client event (`parse`)."""
     if not isinstance(event, dict):
-        raise ProxyError(400, "A client event must be a JSON object.", code="invalid_event")
+        raise ProxyError(Kind.BAD_REQUEST, "A client event must be a JSON object.", code="invalid_event")
     kind = event.get("type")
     if isinstance(kind, str) and kind in ACKNOWLEDGEMENTS:  # a list or object `type` is unhashable
         return None
     if kind != CREATE:
         shown = kind[:80] if isinstance(kind, str) else type(kind).__name__
         raise ProxyError(
-            400,
+            Kind.BAD_REQUEST,
             f"Unsupported client event type {shown!r}: this proxy serves `response.create` "
             "(and accepts `response.processed`).",
             code="unknown_event_type",
@@ -137,14 +141,14 @@ def read(event: Any, *, size: int = 0) -> Create | None:
         not isinstance(stream_id, str) or not stream_id or len(stream_id) > MAX_STREAM_ID_CHARS
     ):
         raise ProxyError(
-            400,
+            Kind.BAD_REQUEST,
             f"stream_id must be a non-empty string of at most {MAX_STREAM_ID_CHARS} characters.",
             code="invalid_value",
             param="stream_id",
         )
     if event.get("background") is True:
         raise ProxyError(
-            400,
+            Kind.BAD_REQUEST,
             "background is not supported over WebSocket; use POST /v1/responses.",
             code="unsupported_parameter",
             param="background",

@@ -26,9 +26,10 @@ from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from proxy.core.settings import SettingsError, SettingsResolver
-from proxy.errors import ProxyError, error_response
+from proxy.core.settings import SettingsResolver
+from proxy.errors import Kind, ProxyError
 from proxy.http.caller import Caller, Gatekeeper
+from proxy.http.error_map import error_response, response_of
 from proxy.http.unknown_headers import unknown_in, with_warning
 from proxy.http.websocket.chain import Budget
 from proxy.http.websocket.connection import Connection, Limits
@@ -87,17 +88,13 @@ class ResponsesSocket:
         upgrade (it carries `Origin`) refused first."""
         if "origin" in headers:
             raise ProxyError(
-                403,
+                Kind.PERMISSION_DENIED,
                 "WebSocket upgrades from a browser (an Origin header) are not served: use the "
                 "Responses API over HTTP, or a client that sends no Origin.",
                 code="origin_not_allowed",
-                type_="permission_error",
             )
         caller = self.gatekeeper.identify(headers, "openai")
-        try:
-            self.resolver.resolve(headers, tenant=caller.tenant)
-        except SettingsError as exc:
-            raise ProxyError(400, exc.message, code="invalid_offload_header", param=exc.param) from exc
+        self.resolver.resolve(headers, tenant=caller.tenant)  # SettingsError: a refused header
         return caller
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -105,7 +102,7 @@ class ResponsesSocket:
         try:
             caller = self._caller(Headers(scope=scope))
         except ProxyError as exc:
-            await _refuse(scope, receive, send, response=exc.response(), code=1008, reason=exc.message)
+            await _refuse(scope, receive, send, response=response_of(exc), code=1008, reason=exc.message)
             return
         message = self.open.take(caller.scope)
         if message is not None:

@@ -13,6 +13,7 @@ from proxy.emulation.request import Emulation
 from proxy.errors import ProxyError
 from proxy.formats.messages import MESSAGES, history
 from proxy.formats.responses import RESPONSES
+from proxy.http.error_map import status_of
 from proxy.offload.refs import RefStore
 from proxy.store import StoreUnavailable
 from proxy.store.sqlite import SQLiteStore
@@ -95,4 +96,4 @@ async def test_nothing_unless_emulating_a_messages_request(tmp_path):
 async def test_a_bad_config_is_a_400(tmp_path):
     with pytest.raises(ProxyError) as caught:
         await run(RefStore(SQLiteStore(tmp_path), "ns", 3600), {"edits": [{"type": "clear_all"}]})
-    assert caught.value.status == 400
+    assert status_of(caught.value) == 400

@@ -13,6 +13,7 @@ from proxy.emulation.threshold import (
     responses_threshold,
 )
 from proxy.errors import ProxyError
+from proxy.http.error_map import status_of
 from proxy.offload.compaction_records import CompactionRecords
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore
@@ -32,7 +33,7 @@ def test_responses_threshold_reads_one_compaction_entry():
 def test_a_bad_compact_threshold_is_a_400_naming_it(value):
     with pytest.raises(ProxyError) as caught:
         responses_threshold([{"type": "compaction", "compact_threshold": value}])
-    assert caught.value.status == 400 and caught.value.param == "context_management[0].compact_threshold"
+    assert status_of(caught.value) == 400 and caught.value.param == "context_management[0].compact_threshold"
 
 
 def test_entries_are_bounded():
@@ -155,4 +156,4 @@ async def test_a_token_for_another_api_or_another_namespace_is_refused(records, 
     other = CompactionRecords(records.store, "ns-b", 3600, sealer=Sealer(None))
     with pytest.raises(ProxyError) as caught:
         await replace_compaction_blocks([holder(block)], other, emulating=True)
-    assert caught.value.status == 400 and caught.value.param == "messages[0].content[0]"
+    assert status_of(caught.value) == 400 and caught.value.param == "messages[0].content[0]"

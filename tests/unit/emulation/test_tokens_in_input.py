@@ -7,6 +7,7 @@ from proxy.emulation.request import begin
 from proxy.emulation.tokens_in_input import replace_tokens
 from proxy.errors import ProxyError
 from proxy.formats.responses import RESPONSES
+from proxy.http.error_map import status_of
 from proxy.offload.compaction_records import CompactionRecords
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore
@@ -61,7 +62,7 @@ async def test_a_provider_token_is_relayed_natively_and_refused_when_emulating(s
     assert await replace_tokens(items, VIEW, records(store), emulating=False) is None
     with pytest.raises(ProxyError) as refused:
         await replace_tokens(items, VIEW, records(store), emulating=True)
-    assert refused.value.status == 400 and refused.value.param == "input[1].encrypted_content"
+    assert status_of(refused.value) == 400 and refused.value.param == "input[1].encrypted_content"
 
 
 async def test_our_older_token_before_a_provider_one_is_dropped_when_relaying(store):
@@ -117,7 +118,7 @@ async def test_a_token_outside_a_compaction_item_is_a_400_and_in_text_is_content
         body = {"model": "m", "input": [user("a"), item, user("b")]}
         with pytest.raises(ProxyError) as refused:
             await begin(body, RESPONSES.history(body), view=VIEW, emulating=emulating, tokens=True, records=mine)
-        assert refused.value.status == 400 and refused.value.param == param
+        assert status_of(refused.value) == 400 and refused.value.param == param
     body = {"model": "m", "input": [user(f"pasted {token}"), compaction(token.upper())]}
     with pytest.raises(ProxyError, match="exact spelling"):  # a compaction item: read, and not canonical
         await begin(body, RESPONSES.history(body), view=VIEW, emulating=emulating, tokens=True, records=mine)

@@ -13,6 +13,7 @@ from proxy.emulation.compact import CompactionFailed
 from proxy.emulation.trigger import asked, compact_now
 from proxy.errors import ProxyError
 from proxy.formats.responses import RESPONSES
+from proxy.http.error_map import status_of
 from proxy.offload.compaction_records import CompactionRecords
 from proxy.offload.refs import RefStore
 from proxy.offload.summary_context import Compressed
@@ -51,7 +52,7 @@ def ask(items, **body):
 def refused(items, **body) -> ProxyError:
     with pytest.raises(ProxyError) as err:
         ask(items, **body)
-    assert err.value.status == 400
+    assert status_of(err.value) == 400
     return err.value
 
 
@@ -172,7 +173,7 @@ async def test_the_history_before_the_trigger_is_compacted_and_answered_as_one_c
 async def test_nothing_before_the_trigger_is_a_400(parts):
     with pytest.raises(ProxyError) as err:
         await run(parts, Folding(Compressed()), [TRIGGER])
-    assert (err.value.status, err.value.param) == (400, "input")
+    assert (status_of(err.value), err.value.param) == (400, "input")
 
 
 async def test_no_summariser_or_no_summary_fails_the_compaction(parts):
@@ -200,5 +201,5 @@ async def test_a_store_that_is_down_is_a_503_saying_the_compaction_failed(parts)
             records=Down(),
             compressor=lambda: folder,
         )
-    assert (err.value.status, err.value.code) == (503, "store_unavailable")
+    assert (status_of(err.value), err.value.code) == (503, "store_unavailable")
     assert err.value.message.startswith("The compaction failed")

@@ -24,6 +24,7 @@ from proxy.core.view import ItemView
 from proxy.errors import ProxyError
 from proxy.formats.messages import MESSAGES, PART, SUMMARY, MessagesView, history, with_history
 from proxy.formats.messages.request import anthropic_tool, colliding_tool_names, inject_tools, messages_of
+from proxy.http.error_map import status_of
 
 VIEW = MESSAGES.view
 COUNTER = counter_for_model("claude-sonnet-4-5")
@@ -636,7 +637,7 @@ def test_parse_accepts_real_bodies():
 def test_parse_refuses_what_the_proxy_cannot_read(body, param):
     with pytest.raises(ProxyError) as caught:
         MESSAGES.parse(json.dumps(body).encode(), max_items=None)
-    assert caught.value.status == 400 and caught.value.param == param
+    assert status_of(caught.value) == 400 and caught.value.param == param
 
 
 def test_parse_bounds_and_malformed_json():

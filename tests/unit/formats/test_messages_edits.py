@@ -16,6 +16,7 @@ from proxy.errors import ProxyError
 from proxy.formats.messages import MESSAGES, history, with_history
 from proxy.formats.messages.edits import apply_edits, clear_thinking, clear_tool_uses
 from proxy.formats.messages.edits_config import MAX_EDITS, ClearThinking, ClearToolUses, Other, parse_context_management
+from proxy.http.error_map import status_of
 
 COUNTER = counter_for_model("claude-sonnet-4-5")
 VIEW = MESSAGES.view
@@ -397,7 +398,7 @@ TH = "clear_thinking_20251015"
 def test_bad_configs_are_400s_naming_the_field(config, param):
     with pytest.raises(ProxyError) as caught:
         parse_context_management(config)
-    assert caught.value.status == 400 and caught.value.param == param, caught.value
+    assert status_of(caught.value) == 400 and caught.value.param == param, caught.value
 
 
 def test_a_ten_thousand_edit_list_is_refused_before_it_is_read():

@@ -19,6 +19,7 @@ from proxy.formats.responses.compact import (
     triggered_events,
     triggered_response,
 )
+from proxy.http.error_map import status_of
 
 TOKEN = "offload-compaction-v1:" + "A" * 43
 
@@ -49,7 +50,7 @@ def test_a_body_with_model_and_input_parses():
 def test_a_wrong_or_missing_field_is_a_400_naming_it(body, param):
     with pytest.raises(ProxyError) as err:
         parse(body)
-    assert err.value.status == 400 and err.value.param == param
+    assert status_of(err.value) == 400 and err.value.param == param
 
 
 def test_more_items_than_allowed_is_a_400():

@@ -12,6 +12,7 @@ from proxy.errors import ProxyError
 from proxy.formats.responses import RESPONSES, ResponsesRounds
 from proxy.formats.responses.body import parse_responses_body
 from proxy.formats.responses.reload_rounds import usage_from_chat
+from proxy.http.error_map import status_of
 
 USER = {"type": "message", "role": "user", "content": "Read the log."}
 OUT = {"type": "function_call_output", "call_id": "c0", "output": "marker ref=abc"}
@@ -181,7 +182,7 @@ def test_encode_writes_the_event_name_only_when_it_is_safe() -> None:
 def test_bad_bodies_are_400_naming_the_field(body: dict, param: str) -> None:
     with pytest.raises(ProxyError) as caught:
         parse_responses_body(json.dumps(body).encode())
-    assert caught.value.status == 400 and caught.value.param == param
+    assert status_of(caught.value) == 400 and caught.value.param == param
 
 
 def test_good_bodies_parse_as_sent() -> None:

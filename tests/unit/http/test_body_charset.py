@@ -7,6 +7,7 @@ import pytest
 
 from proxy.errors import ProxyError
 from proxy.http.body_charset import declared_charsets, refuse_other_charsets
+from proxy.http.error_map import status_of
 
 
 def test_the_charset_parameters_are_found_unquoted():
@@ -44,5 +45,5 @@ def test_charsets_reading_ascii_as_itself_go_on(content_type):
 def test_any_other_is_a_415(charset):
     with pytest.raises(ProxyError) as caught:
         refuse_other_charsets(["application/json", f"application/json; charset={charset}"])
-    assert caught.value.status == 415 and caught.value.code == "unsupported_charset"
+    assert status_of(caught.value) == 415 and caught.value.code == "unsupported_charset"
     assert "charset=" in caught.value.message and "UTF-8" in caught.value.message

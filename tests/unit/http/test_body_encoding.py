@@ -17,6 +17,7 @@ import zstandard
 from proxy.errors import ProxyError
 from proxy.http import body_encoding
 from proxy.http.body_encoding import codings_of, decode, decoded
+from proxy.http.error_map import status_of
 
 BODY = (
     b'{"model": "gpt-4o", "messages": [{"role": "user", "content": "' + os.urandom(3000).hex().encode() * 20 + b'"}]}'
@@ -79,7 +80,7 @@ def test_an_empty_body_stays_empty(coding):
 def test_an_unknown_coding_is_a_415(header):
     with pytest.raises(ProxyError) as err:
         codings_of([header])
-    assert err.value.status == 415 and err.value.code == "unsupported_content_encoding"
+    assert status_of(err.value) == 415 and err.value.code == "unsupported_content_encoding"
     assert len(err.value.message) < 200
 
 
@@ -89,7 +90,7 @@ def test_exactly_the_limit_decodes_one_byte_more_is_a_413(coding):
     assert decode(ENCODE[coding](data), [coding], limit=LIMIT) == data
     with pytest.raises(ProxyError) as err:
         decode(ENCODE[coding](data + b" "), [coding], limit=LIMIT)
-    assert err.value.status == 413 and err.value.code == "request_too_large"
+    assert status_of(err.value) == 413 and err.value.code == "request_too_large"
 
 
 def zeros_zstd(size: int) -> bytes:
@@ -127,7 +128,7 @@ def test_a_bomb_is_a_413_without_being_inflated(bombs, name):
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert err.value.status == 413 and err.value.code == "request_too_large"
+    assert status_of(err.value) == 413 and err.value.code == "request_too_large"
     assert f"exceeds {LIMIT} bytes" in err.value.message
     print(name, len(bomb), "bytes sent; peak memory", peak)
     assert peak < 4 * LIMIT + len(bomb), peak
@@ -165,7 +166,7 @@ def test_a_corrupt_stream_is_a_400(coding, damage):
     }[damage]
     with pytest.raises(ProxyError) as err:
         decode(sent, [coding], limit=LIMIT)
-    assert err.value.status == 400 and err.value.code == "invalid_body", err.value.message
+    assert status_of(err.value) == 400 and err.value.code == "invalid_body", err.value.message
     assert f"could not be decoded as {coding}" in err.value.message
 
 
@@ -203,7 +204,7 @@ async def test_where_a_body_is_decoded_depends_on_what_it_inflates_to(coding, de
     decoder_threads.clear()
     with pytest.raises(ProxyError) as err:
         await decoded(ENCODE[coding](plain), [coding], limit=4 << 20)
-    assert err.value.status == 413
+    assert status_of(err.value) == 413
     assert decoder_threads[-1].startswith("offload-cpu")
     # a compressed body large on the wire goes to the pool at once
     decoder_threads.clear()

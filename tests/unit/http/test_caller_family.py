@@ -7,6 +7,7 @@ from starlette.datastructures import Headers
 
 from proxy.errors import ProxyError
 from proxy.http.caller import Gatekeeper
+from proxy.http.error_map import status_of
 from proxy.http.family import family_of
 
 KEY_A = "pk-team-a-secret-0001"
@@ -69,7 +70,7 @@ def test_an_anthropic_key_alone_puts_the_proxy_in_proxy_key_mode():
     )
     with pytest.raises(ProxyError) as refused:
         gate.identify(headers(x_api_key="sk-ant-someone-else"), "anthropic")
-    assert refused.value.status == 401
+    assert status_of(refused.value) == 401
     a = gate.identify(headers(x_api_key=KEY_A), "openai")  # no OpenAI key held: nothing goes there as one
     assert a.upstream_headers([(b"x-api-key", KEY_A.encode())]) == []
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from proxy.emulation.compact import CompactionFailed
-from proxy.errors import ProxyError
+from proxy.errors import Kind, ProxyError
 from proxy.http.disconnect import ClientDisconnected
 from proxy.http.error_map import answered, proxy_error
 from proxy.offload.quota import CredentialRejected, QuotaExceeded
@@ -51,7 +51,7 @@ async def test_what_failed_is_said_first():
 
 
 async def test_a_proxy_error_goes_as_it_is_and_an_unknown_one_is_raised():
-    own = ProxyError(400, "bad", code="x", param="p")
+    own = ProxyError(Kind.BAD_REQUEST, "bad", code="x", param="p")
     assert proxy_error(own, doing="Nothing stored") is own
 
     async def unknown():
@@ -59,3 +59,45 @@ async def test_a_proxy_error_goes_as_it_is_and_an_unknown_one_is_raised():
 
     with pytest.raises(RuntimeError):
         await answered(unknown)
+
+
+def test_every_kind_has_a_status():
+    """A kind added to proxy.errors.Kind without a row in the map fails here."""
+    from proxy.http.error_map import STATUSES
+
+    assert set(STATUSES) == set(Kind)
+    assert all(400 <= row.status < 600 for row in STATUSES.values())
+    # a server's fault is said as one: OpenAI's server_error for every 5xx, never for a 4xx
+    assert all((row.type_ == "server_error") == (row.status >= 500) for row in STATUSES.values())
+
+
+@pytest.mark.parametrize("kind", list(Kind))
+@pytest.mark.parametrize("shape", ["openai", "anthropic"])
+def test_each_kind_is_answered_with_its_status(kind, shape):
+    from proxy.http.error_map import STATUSES, response_of, status_of
+
+    error = ProxyError(kind, "Why.", code="c", param="p")
+    response = response_of(error, shape)
+    assert response.status_code == status_of(error) == STATUSES[kind].status
+    body = json.loads(response.body)
+    if shape == "openai":
+        assert body == {"error": {"message": "Why.", "type": STATUSES[kind].type_, "param": "p", "code": "c"}}
+    else:
+        assert body["type"] == "error" and body["error"]["message"] == "Why."
+
+
+def test_anthropic_types_by_status_are_anthropics():
+    from proxy.errors import ANTHROPIC_ERROR_TYPES
+    from proxy.http.error_map import ANTHROPIC_TYPES
+
+    assert set(ANTHROPIC_TYPES.values()) | {"api_error"} == ANTHROPIC_ERROR_TYPES
+
+
+async def test_a_failure_of_the_core_is_worded_by_its_kind():
+    """A ProxyError whose text is a detail (a `Failure`, here the JSON reader's) is worded by the
+    map as the builtin it also is (a ValueError) was: a 502 the proxy could not process."""
+    from proxy.core.jsonio import TooDeep
+
+    error = proxy_error(TooDeep("JSON nested too deeply"), doing="The compaction failed")
+    assert (error.kind, error.code) == (Kind.UNPROCESSABLE, "proxy_error")
+    assert error.message == "The compaction failed: the proxy could not process this exchange (TooDeep)."

@@ -10,6 +10,7 @@ from starlette.testclient import TestClient
 from proxy.config import ServerSettings
 from proxy.errors import ProxyError
 from proxy.http.app import create_app
+from proxy.http.error_map import status_of
 from proxy.upstream.client import Upstream
 
 BASE = "http://upstream.test/v1"
@@ -37,7 +38,7 @@ async def test_transport_errors_map_to_openai_errors(error, status, code):
         respx.post(f"{BASE}/chat/completions").mock(side_effect=error)
         with pytest.raises(ProxyError) as info:
             await up.send("POST", "chat/completions", headers=[], content=b"{}")
-    assert (info.value.status, info.value.code) == (status, code)
+    assert (status_of(info.value), info.value.code) == (status, code)
     await up.aclose()
 
 

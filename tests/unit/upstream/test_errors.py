@@ -5,6 +5,7 @@ from __future__ import annotations
 import httpx2
 import pytest
 
+from proxy.http.error_map import body_of, status_of
 from proxy.upstream.errors import UPSTREAM_ERRORS, stream_broke, upstream_error
 
 
@@ -23,7 +24,7 @@ from proxy.upstream.errors import UPSTREAM_ERRORS, stream_broke, upstream_error
 )
 def test_each_failure_maps_to_one_status_and_code(exc, status, code):
     error = upstream_error(exc)
-    assert (error.status, error.code, error.type) == (status, code, "server_error")
+    assert (status_of(error), error.code, body_of(error)["error"]["type"]) == (status, code, "server_error")
     assert type(exc).__name__ in error.message
     event = stream_broke(exc)["error"]
     assert event["code"] == ("upstream_timeout" if code == "upstream_timeout" else "upstream_error")

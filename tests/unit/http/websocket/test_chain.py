@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.errors import ProxyError
+from proxy.http.error_map import status_of
 from proxy.http.websocket.chain import Budget, ConnectionChain
 
 
@@ -52,7 +53,7 @@ def test_the_oldest_is_forgotten_first():
 def test_an_id_not_held_with_store_false_is_previous_response_not_found():
     with pytest.raises(ProxyError) as refused:
         ConnectionChain(2, 10_000).expand({"input": "x", "store": False, "previous_response_id": "resp_x"})
-    assert (refused.value.status, refused.value.code, refused.value.param) == (
+    assert (status_of(refused.value), refused.value.code, refused.value.param) == (
         400,
         "previous_response_not_found",
         "previous_response_id",

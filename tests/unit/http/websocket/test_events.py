@@ -7,6 +7,7 @@ import json
 import pytest
 
 from proxy.errors import ProxyError
+from proxy.http.error_map import status_of
 from proxy.http.websocket import events
 
 
@@ -42,7 +43,7 @@ def test_an_acknowledgement_is_nothing_to_do():
 def test_bad_events_are_refused_with_a_code(text, code):
     with pytest.raises(ProxyError) as refused:
         events.parse(text)
-    assert (refused.value.status, refused.value.code) == (400, code)
+    assert (status_of(refused.value), refused.value.code) == (400, code)
 
 
 def test_an_http_error_answer_keeps_its_error_object_and_status():
