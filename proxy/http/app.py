@@ -39,6 +39,7 @@ from proxy.http.routing_errors import not_routed
 from proxy.http.services import Services, services_of
 from proxy.http.stats_api import AdminGate, StatsApi, tenant_names
 from proxy.http.telemetry import Metrics, Observe, configure_logging, configure_text_logging, metrics_endpoint
+from proxy.http.tenants_file import load_tenants_file
 from proxy.http.token_relay import responses_input_tokens
 from proxy.http.unknown_headers import UnknownHeaderWarning
 from proxy.http.websocket.connection import Limits as SocketLimits
@@ -52,7 +53,6 @@ from proxy.stats.prices import PriceTable
 from proxy.stats.recorder import STOP_TIMEOUT, Recorder
 from proxy.store import open_store, sealer_for
 from proxy.store.guarded import GuardedStore
-from proxy.tenants_file import load_tenants_file
 from proxy.upstream.client import Upstream
 
 log = logging.getLogger("proxy")

@@ -1,4 +1,4 @@
-"""The tenants file (proxy.tenants_file): read and checked in one place, its settings by the
+"""The tenants file (proxy.http.tenants_file): read and checked in one place, its settings by the
 per-request model, its access (proxy keys, upstreams) before any request."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.http.caller import Gatekeeper
-from proxy.tenants_file import check_tenants, load_tenants_file, tenants_from_config
+from proxy.http.tenants_file import check_tenants, load_tenants_file, tenants_from_config
 
 KEY = "sk-proxy-acme-0123456789"
 
