@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from starlette.responses import Response
 
-from proxy.emulation.compact import CompactionFailed
+from proxy.compact_now import CompactionFailed
 from proxy.errors import ProxyError, Shape
 from proxy.http.disconnect import ClientDisconnected
 from proxy.offload.quota import CredentialRejected, QuotaExceeded

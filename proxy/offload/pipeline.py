@@ -45,7 +45,7 @@ class Prepared:
     summary_prefix: str = ""  # the prefix hash of the summary forwarded ("" none): the session's record keeps it
 
     def add_action(self, part: str) -> None:
-        """`part` (an emulated step, `proxy.emulation`) added to the action: alone, or after a `+`."""
+        """`part` (an emulated step: `proxy.context_compaction`, `proxy.context_edits`) added to the action: alone, or after a `+`."""
         self.action = part if self.action == "none" else f"{self.action}+{part}"
 
     async def start_background(self) -> None:

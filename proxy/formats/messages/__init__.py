@@ -15,6 +15,9 @@ Pure functions and small classes over plain JSON values, no IO:
 - `reload_rounds`: the reload rounds of one request (`MessagesRounds`, a `proxy.core.rounds.Rounds`);
 - `summary`: a summary asked for the way the conversation is sent (`summary_request`, `summary_answer`);
 - `from_chat`: chat traces as Messages requests and back (`replay --format anthropic`);
+- `emulation`: Anthropic's context management done by the proxy (`MessagesCompaction`:
+  `compaction_blocks`, `threshold`, the paused answer `compaction`; `MessagesEdits`: `edits`,
+  `edits_config`), and `betas` (the emulated `anthropic-beta` values the upstream is not sent);
 - `wire`: all of it as a `proxy.core.wire.WireFormat` (`MESSAGES`).
 """
 

@@ -12,6 +12,8 @@ Pure functions and small classes over plain JSON values, no IO:
 - `body`: request bodies parsed and checked (`parse_responses_body`);
 - `reload_rounds`: the reload rounds of one request (`ResponsesRounds`, a `proxy.core.rounds.Rounds`);
 - `summary`: a summary asked for the way the conversation is sent (`summary_request`, `summary_answer`);
+- `emulation`: OpenAI's compaction done by the proxy (`ResponsesCompaction`: `compaction_items`,
+  `threshold`, `trigger`, the answers `compact`);
 - `wire`: all of it as a `proxy.core.wire.WireFormat` (`RESPONSES`).
 """
 
