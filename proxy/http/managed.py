@@ -24,8 +24,7 @@ from proxy.core.settings import OffloadSettings
 from proxy.core.wire import WireFormat
 from proxy.formats.chat import CHAT
 from proxy.formats.json_body import LARGE_BODY
-from proxy.formats.messages import MESSAGES
-from proxy.formats.messages.betas import without_emulated_betas
+from proxy.formats.messages import MESSAGES, without_emulated_betas
 from proxy.formats.openai_cache import session_cache_key
 from proxy.formats.responses import RESPONSES
 from proxy.http import accounting, billing, cache_session, emulated_answers, error_map, holdout, observed

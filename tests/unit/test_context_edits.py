@@ -11,7 +11,8 @@ from proxy.context_tokens import Emulation
 from proxy.core.markers import tool_result_ref
 from proxy.core.tokens import counter_for_model
 from proxy.errors import ProxyError
-from proxy.formats.messages import MESSAGES, history
+from proxy.formats.messages import MESSAGES
+from proxy.formats.messages.request import history
 from proxy.formats.responses import RESPONSES
 from proxy.offload.refs import RefStore
 from proxy.store import StoreUnavailable
