@@ -75,6 +75,10 @@ def provider_for(provider: ProviderContext, emulation: Emulation) -> ProviderCon
     return dataclasses.replace(provider, compacts=True)
 
 
+def _warned(prepared: Prepared, why: str) -> Prepared:
+    return dataclasses.replace(prepared, warnings=[*prepared.warnings, f"threshold compaction not made: {why}"])
+
+
 def _text(item: Any) -> str:
     content = item.get("content") if isinstance(item, dict) else None
     if isinstance(content, str):
@@ -94,26 +98,26 @@ async def compact(
     records: CompactionRecords | None,
     compressor: Callable[[], Compressor | None],
     new_summaries: bool = True,
-) -> Inline:
+) -> tuple[Prepared, Inline]:
     """The threshold compaction of a turn (`proxy.turn`) once its pipeline has run: `prepared`
-    is updated (the reduced plan, the summary's usage, events, action) and the lead returned.
+    as it goes on (a new value: the reduced plan, the summary's usage, events, action, or a
+    warning) and the lead.
     `history`: the turn's items as planned (after the clearing edits). Nothing without an asked
     threshold, below it, or when counting tokens (`new_summaries` False: no summary is made for
     a count)."""
     threshold, compaction = emulation.threshold, fmt.compaction_emulation
     if threshold is None or compaction is None or records is None or not new_summaries:
-        return Inline()
+        return prepared, Inline()
     view = fmt.view
     items = prepared.plan.items
     cpu = CPU.for_messages(items)
     tokens = await cpu.light(counter.messages, items)
     limit = threshold.tokens if threshold.tokens is not None else settings.max_total_tokens
     if tokens <= limit:
-        return Inline()
+        return prepared, Inline()
     folder = compressor()  # made inline (not in the background), with the request's summariser
     if folder is None:
-        prepared.warnings.append("threshold compaction not made: no summariser")
-        return Inline()
+        return _warned(prepared, "no summariser"), Inline()
     if threshold.instructions:
         folder.ctx.instruction = threshold.instructions
     try:
@@ -126,11 +130,9 @@ async def compact(
             cpu=cpu,
         )
     except WRITE_REFUSED as exc:
-        prepared.warnings.append(f"threshold compaction not made: {refusal_warning(exc)}")
-        return Inline()
+        return _warned(prepared, refusal_warning(exc)), Inline()
     if made.items is None or made.summary_at is None:
-        prepared.warnings.append(f"threshold compaction not made: {made.warning or 'nothing to summarise'}")
-        return Inline()
+        return _warned(prepared, made.warning or "nothing to summarise"), Inline()
     reduced = made.items
     record = compaction.record(reduced)
     present = await cpu(present_refs, reduced, view)  # reads every text: a large task's too
@@ -138,20 +140,14 @@ async def compact(
         written = await refs.save(made.stored, [*present, *made.kept], settings.session, cpu=cpu)
         token = await records.save(record)
     except (StoreUnavailable, QuotaExceeded, CredentialRejected, TokenError) as exc:  # WRITE_REFUSED, and a bad token
-        prepared.warnings.append(f"threshold compaction not made: the store refused it ({exc})")
-        return Inline()
+        return _warned(prepared, f"the store refused it ({exc})"), Inline()
     summary = _text(reduced[made.summary_at])
     lead = compaction.lead(summary, token)
     plan = prepared.plan
     after = await cpu(counter.messages, reduced)
-    prepared.plan = Plan(
-        reduced, [*plan.offloads, *made.stored], present, plan.tokens_before, after, plan.media_tokens_saved
-    )
-    prepared.written |= written
-    prepared.summary_tokens += made.summary_tokens
-    prepared.summary_usage = add_usage(prepared.summary_usage, made.usage)
     summary_refs = refs_in(summary)
-    prepared.events += [
+    events = [
+        *prepared.events,
         *made.events,
         event(
             "provider_compaction",
@@ -163,9 +159,16 @@ async def compact(
             ref=summary_refs[0] if summary_refs else None,
         ),
     ]
-    prepared.add_action(COMPACTION_ACTION)
+    compacted = dataclasses.replace(
+        prepared,
+        plan=Plan(reduced, [*plan.offloads, *made.stored], present, plan.tokens_before, after, plan.media_tokens_saved),
+        written=prepared.written | written,
+        summary_tokens=prepared.summary_tokens + made.summary_tokens,
+        summary_usage=add_usage(prepared.summary_usage, made.usage),
+        events=events,
+    ).with_action(COMPACTION_ACTION)
     usage = made.usage or {}
-    return Inline(
+    return compacted, Inline(
         [lead],
         paused=threshold.pause,  # only a Messages threshold pauses
         tokens_in=usage.get("prompt_tokens") or 0,

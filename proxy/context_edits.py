@@ -16,6 +16,7 @@ carries `context_management.applied_edits` (`MessagesRounds.context_management`)
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from dataclasses import dataclass, field
@@ -82,13 +83,18 @@ async def apply(
     return EditsDone(edited.items, edited.applied, edited.offloads, edited.cleared_tokens, warnings)
 
 
-def settle(done: EditsDone, prepared: Prepared, rounds: Rounds) -> None:
-    """After planning: the action, event and warnings of the edits, and the answer's field."""
+def settle(done: EditsDone, prepared: Prepared, rounds: Rounds) -> Prepared:
+    """After planning: `prepared` with the action, event and warnings of the edits (a new
+    value); the answer's field set on `rounds`."""
     if done.applied is None:
-        return
+        return prepared
     if done.applied:
-        prepared.add_action(EDITS_ACTION)
-        prepared.events.append(event("context_edit", emulated=True, edits=done.applied))
-        prepared.plan.tokens_before += done.cleared_tokens  # what the client sent
-    prepared.warnings += done.warnings
+        prepared = dataclasses.replace(
+            prepared,
+            events=[*prepared.events, event("context_edit", emulated=True, edits=done.applied)],
+            plan=dataclasses.replace(
+                prepared.plan, tokens_before=prepared.plan.tokens_before + done.cleared_tokens
+            ),  # what the client sent
+        ).with_action(EDITS_ACTION)
     rounds.context_management = {"applied_edits": done.applied}
+    return dataclasses.replace(prepared, warnings=[*prepared.warnings, *done.warnings])

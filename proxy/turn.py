@@ -329,7 +329,7 @@ async def run_turn(given: TurnInput, *, refs: RefStore | None = None, records: C
             new_summaries=given.new_summaries,
             provider=provider,
         )
-    lead = await context_compaction.compact(  # 5
+    prepared, lead = await context_compaction.compact(  # 5
         emulation,
         prepared,
         fmt=fmt,
@@ -366,7 +366,7 @@ async def run_turn(given: TurnInput, *, refs: RefStore | None = None, records: C
         )
     else:
         rounds = fmt.rounds(body, items, RELOAD_TOOL_SCHEMAS, extra_usage=prepared.summary_usage)
-    context_edits.settle(edits, prepared, rounds)
+    prepared = context_edits.settle(edits, prepared, rounds)
     return Turn(
         body=body,
         history=history,

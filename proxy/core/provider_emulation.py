@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from proxy.core.compaction import Offload
 
 # What X-Offload-Action gains when the proxy applied the provider's context management itself
-# (alone, or after a `+`: `Prepared.add_action`); the statistics count them apart.
+# (alone, or after a `+`: `Prepared.with_action`); the statistics count them apart.
 COMPACTION_ACTION = "emulated-compaction"
 EDITS_ACTION = "context-edits"
 

@@ -83,7 +83,7 @@ async def run(fmt, items, folded, store, *, threshold=Threshold(1000), refs=None
     emulation = Emulation(True, {}, items, threshold=threshold)
     records = CompactionRecords(store, "ns", 3600, sealer=Sealer(None), api=fmt.compaction_emulation.records_api)
     folder = Folding(folded)
-    lead = await compact(
+    prepared, lead = await compact(
         emulation,
         prepared,
         fmt=fmt,
