@@ -1,21 +1,24 @@
 """One managed turn, as typed values in and out: between the HTTP layer (which reads the request
-and sends what this decides) and the steps below it (`proxy.emulation`, `proxy.offload`).
+and sends what this decides) and the steps below it (the emulation steps `proxy.context_tokens`,
+`proxy.context_edits`, `proxy.context_compaction`, `proxy.compact_now`; `proxy.offload`).
 
 `run_turn(TurnInput)` takes the body, its history, the format, the settings, the tenant's store
 handle and a compressor factory, runs the steps in one order:
 
 1. continue the stored chain (`proxy.offload.response_chains`: the response that holds the
    whole exchange, the answers of the injected calls the client never saw put first);
-2. begin the emulation (`proxy.emulation.request`: the proxy's compaction tokens settled, the
+2. begin the emulation (`proxy.context_tokens`: the proxy's compaction tokens settled, the
    provider's `context_management` taken out when the proxy applies it); a `compaction_trigger`
-   the proxy emulates (`proxy.emulation.trigger`) is compacted here and answers alone: the
+   the proxy emulates (`ProviderCompaction.compacts_now`, `proxy.compact_now`) is compacted here
+   and answers alone: the
    steps below are for a turn that goes upstream, and get the prompt caching the client did
    not ask for (`WireFormat.with_prompt_cache`: the summaries it makes share it);
-3. the clearing edits (`proxy.emulation.edits`);
+3. the clearing edits (`proxy.context_edits`, the format's `WireFormat.clearing_edits`);
 4. plan, compress and store (`proxy.offload.pipeline`; skipped for a request too small to offload;
    a client asking for its own summary gets the model's window as its thresholds,
    `proxy.core.client_compaction`);
-5. the inline threshold compaction (`proxy.emulation.inline`);
+5. the inline threshold compaction (`proxy.context_compaction`, the format's
+   `WireFormat.compaction_emulation`);
 6. settle: the items that go upstream, the format's `Rounds`, the reload tools, the headers;
 
 and returns a frozen `Turn`. The server (`proxy.http.managed`), `count_tokens` and `replay` run
@@ -29,19 +32,17 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from proxy import compact_now, context_compaction, context_edits, context_tokens
+from proxy.context_compaction import Inline
+from proxy.context_edits import EditsDone
+from proxy.context_tokens import Emulation
 from proxy.core import client_compaction
 from proxy.core.compaction import Plan
 from proxy.core.rounds import Rounds
 from proxy.core.settings import OffloadSettings
 from proxy.core.texts import RELOAD_TOOL_SCHEMAS
 from proxy.core.tokens import TokenCounter, counter_for_model_async
-from proxy.core.wire import WireFormat
-from proxy.emulation import edits as emulation_edits
-from proxy.emulation import inline, trigger
-from proxy.emulation import request as emulation_request
-from proxy.emulation.edits import EditsDone
-from proxy.emulation.inline import Inline
-from proxy.emulation.request import Emulation
+from proxy.core.wire import ProviderCompaction, WireFormat
 from proxy.offload import response_chains
 from proxy.offload.compaction_records import CompactionRecords
 from proxy.offload.cpu_pool import CPU
@@ -237,14 +238,20 @@ def offload_headers(prepared: Prepared) -> Headers:
 
 
 async def _compaction_turn(
-    given: TurnInput, emulation: Emulation, *, refs: RefStore, records: CompactionRecords
+    given: TurnInput,
+    emulation: Emulation,
+    *,
+    compaction: ProviderCompaction,
+    refs: RefStore,
+    records: CompactionRecords,
 ) -> Turn:
     """A `compaction_trigger` the proxy emulates: the history before it compacted now
-    (`proxy.emulation.trigger`), the turn's answer that compaction alone (`Inline.paused`)."""
+    (`proxy.compact_now`), the turn's answer that compaction alone (`Inline.paused`)."""
     fmt, settings, body = given.fmt, given.settings, emulation.body
     counter = await counter_for_model_async(_model(body))
-    prepared, lead = await trigger.compact_now(
+    prepared, lead = await compact_now.compact_now(
         emulation.items,
+        compaction=compaction,
         view=fmt.view,
         endpoint=fmt.endpoint,
         settings=settings,
@@ -290,27 +297,29 @@ async def run_turn(given: TurnInput, *, refs: RefStore | None = None, records: C
     """The turn's steps in order (see the module docstring). `refs`, `records`: the tenant's,
     unless given (replay keeps what each turn stored)."""
     fmt, settings, tenant = given.fmt, given.settings, given.tenant
+    compaction = fmt.compaction_emulation  # None: the format has no compaction to emulate
     # a compaction asked now, and the proxy plays the provider (its bad input refused before anything)
     compacting = (
         given.emulating
         and given.new_summaries
-        and fmt.compaction == "items"
-        and trigger.asked(given.body, given.history, fmt.view)
+        and compaction is not None
+        and compaction.compacts_now(given.body, given.history)
     )
     chain = await _continue_chain(fmt, given.body, tenant)  # 1
-    records = records or tenant.records(fmt.records_api)
-    emulation = await emulation_request.begin(  # 2
+    if records is None and compaction is not None:
+        records = tenant.records(compaction.records_api)
+    emulation = await context_tokens.begin(  # 2
         chain.body,
         given.history,
-        view=fmt.view,
-        tokens=fmt.compaction == "items",
+        fmt=fmt,
         records=records,
         emulating=given.emulating,
-        blocks=fmt.compaction == "blocks",
         raw=given.raw,
     )
-    if compacting:
-        return await _compaction_turn(given, emulation, refs=refs or tenant.refs(), records=records)
+    if compacting and compaction is not None and records is not None:
+        return await _compaction_turn(
+            given, emulation, compaction=compaction, refs=refs or tenant.refs(), records=records
+        )
     body = emulation.body
     if given.prompt_cache and settings.cache_control == "auto":  # before the summaries: they share it
         # a walk of the whole body (for a client's own caching): off the loop for a large one
@@ -320,10 +329,10 @@ async def run_turn(given: TurnInput, *, refs: RefStore | None = None, records: C
     if collisions:  # the client's own context_reload/context_search: handled as X-Offload-Mode: off
         settings = settings.model_copy(update={"mode": "off", "reload_tools": False})
     # the provider's own context management (the emulation's when the proxy applies it)
-    provider = inline.provider_for(fmt.provider_context(body), emulation)
+    provider = context_compaction.provider_for(fmt.provider_context(body), emulation)
     counter = await counter_for_model_async(_model(body))
     refs = refs or tenant.refs()
-    edits = await emulation_edits.apply(
+    edits = await context_edits.apply(
         emulation,
         emulation.items,
         fmt=fmt,
@@ -362,7 +371,7 @@ async def run_turn(given: TurnInput, *, refs: RefStore | None = None, records: C
             new_summaries=given.new_summaries,
             provider=provider,
         )
-    lead = await inline.compact(  # 5
+    prepared, lead = await context_compaction.compact(  # 5
         emulation,
         prepared,
         fmt=fmt,
@@ -394,8 +403,13 @@ async def run_turn(given: TurnInput, *, refs: RefStore | None = None, records: C
         record=given.record,
     )
     items = [*chain.carried, *plan.items]
-    rounds = fmt.rounds(body, items, RELOAD_TOOL_SCHEMAS, extra_usage=prepared.summary_usage, lead=lead.lead)
-    emulation_edits.settle(edits, prepared, rounds)
+    if lead.made_by is not None:  # the format's compaction first in the answer
+        rounds = lead.made_by.rounds(
+            body, items, RELOAD_TOOL_SCHEMAS, extra_usage=prepared.summary_usage, lead=lead.lead
+        )
+    else:
+        rounds = fmt.rounds(body, items, RELOAD_TOOL_SCHEMAS, extra_usage=prepared.summary_usage)
+    prepared = context_edits.settle(edits, prepared, rounds)
     return Turn(
         body=body,
         history=history,

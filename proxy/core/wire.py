@@ -5,21 +5,95 @@ reduces and writes the reduced history back (byte-stable: every other key kept, 
 names the tools a client declares that collide with the injected ones, makes the
 `Rounds` (`proxy.core.rounds`) of one request for the reload loop, and asks for a summary the
 way the conversation itself is sent (`summary_request`, `summary_answer`).
+
+`WireFormat` asks only what every format can do. What only some can do is a capability of its
+own, a small Protocol a format hands out or not (`compaction_emulation`, `clearing_edits`:
+None when it has none): the type checker, not a runtime error, keeps the turn from asking a
+format for what it lacks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from proxy.core.bill import UsageReader
 from proxy.core.provider_context import ProviderContext
+from proxy.core.provider_emulation import Edited, Expanded, Records, Threshold
 from proxy.core.rounds import Rounds
+from proxy.core.tokens import TokenCounter
 from proxy.core.view import ItemView
 
-# Where a format's history carries a provider compaction (`proxy.emulation`): Responses
-# `compaction` items (their `encrypted_content` a token), Messages `compaction` blocks, or nowhere.
-Compaction = Literal["items", "blocks"] | None
+
+class ProviderCompaction(Protocol):
+    """What the proxy does in place of a provider's compaction (a Responses `compaction` item
+    and `compaction_trigger`, a Messages `compaction` block and `compact_20260112`), for a format
+    that has one (`WireFormat.compaction_emulation`). The turn does the format-neutral steps
+    (`proxy.context_tokens`, `proxy.context_compaction`): the stores and the summariser."""
+
+    records_api: str  # whose items its compaction records hold (`CompactionRecords.api`)
+
+    def threshold(self, asked: Any) -> Threshold | None:
+        """The threshold compaction a request's `context_management` asks for (None: none);
+        the HTTP layer's 400 error for a malformed one."""
+
+    def settles(self, body: dict[str, Any], path: str) -> bool:
+        """Does `path` (`proxy.core.compaction_token.sealed_fields`) name the `encrypted_content`
+        of a compaction position of `body`, one the format settles (`expand`)?"""
+
+    async def expand(
+        self, body: dict[str, Any], items: list[Any], records: Records, *, emulating: bool
+    ) -> Expanded | None:
+        """The request with the proxy's compaction tokens replaced by what they stand for, and
+        the provider's settled as the format's rule says; None when nothing changed."""
+
+    def record(self, reduced: list[Any]) -> list[Any]:
+        """What a compaction's token stands for, of the reduced history forwarded now."""
+
+    def lead(self, summary: str, token: str) -> dict[str, Any]:
+        """The compaction the answer opens with (`summary`: the proxy's, `token`: its record's)."""
+
+    def compacts_now(self, body: dict[str, Any], items: list[Any]) -> bool:
+        """Does the request ask for a compaction now, no turn (a Responses `compaction_trigger`)?
+        The 400 error for one the proxy cannot take."""
+
+    def rounds(
+        self,
+        body: dict[str, Any],
+        items: list[Any],
+        tools: Sequence[dict[str, Any]],
+        *,
+        extra_usage: dict[str, Any] | None,
+        lead: Sequence[dict[str, Any]],
+    ) -> Rounds:
+        """`WireFormat.rounds`, with `lead` (the proxy's compaction) first in the answer."""
+
+    def paused_answer(
+        self, lead: list[dict[str, Any]], *, body: dict[str, Any], created_at: int, tokens_in: int, tokens_out: int
+    ) -> dict[str, Any]:
+        """The answer the proxy gives alone, no upstream turn asked: `lead` as the whole output,
+        the compaction's usage (a Messages `pause_after_compaction`, a `compaction_trigger`)."""
+
+    def paused_events(self, answer: dict[str, Any]) -> list[dict[str, Any]]:
+        """`paused_answer`'s answer as the format streams it (its typed SSE events, in order)."""
+
+
+class ClearingEdits(Protocol):
+    """Anthropic's clearing edits applied by the proxy (`WireFormat.clearing_edits`; the
+    stores are the turn's, `proxy.context_edits`)."""
+
+    def apply(
+        self,
+        asked: Any,
+        items: list[Any],
+        *,
+        counter: TokenCounter,
+        namespace: str,
+        fixed_tokens: int,
+        tool_uses: bool = True,
+    ) -> Edited:
+        """`items` with the edits of `asked` (the request's `context_management`) applied; the
+        HTTP layer's 400 error for a malformed one. `tool_uses` False: thinking only."""
 
 
 class WireFormat(Protocol):
@@ -28,14 +102,19 @@ class WireFormat(Protocol):
 
     endpoint: str  # the upstream path under /v1, e.g. "chat/completions"
     stored: bool  # may a request continue state stored upstream (previous_response_id, conversation)?
-    compaction: Compaction  # the shape of a provider compaction in its history
-    records_api: str  # whose items its compaction records hold (`CompactionRecords.api`)
-    clearing_edits: bool  # does it have Anthropic's clearing edits (`proxy.emulation.edits`)?
     usage: UsageReader  # the bill of its answers, streamed and not (`proxy.core.bill`)
 
     @property
     def view(self) -> ItemView:
         """How the planners see its history (each format's own `ItemView`)."""
+
+    @property
+    def compaction_emulation(self) -> ProviderCompaction | None:
+        """What the proxy does in place of its provider's compaction; None: it has none."""
+
+    @property
+    def clearing_edits(self) -> ClearingEdits | None:
+        """Its provider's clearing edits, applied by the proxy; None: it has none."""
 
     def parse(self, raw: bytes, *, max_items: int | None) -> dict:
         """The body as a JSON object; raises the HTTP layer's 400 error for a malformed one."""
@@ -62,20 +141,8 @@ class WireFormat(Protocol):
         tools: Sequence[dict],
         *,
         extra_usage: dict | None,
-        lead: Sequence[dict] = (),
     ) -> Rounds:
-        """`tools`: the injected tools' chat-style schemas; `extra_usage`: chat-shaped; `lead`: the
-        proxy's own output (Responses items, Messages blocks) first in the answer (an emulated
-        compaction); chat completions have none."""
-
-    def paused_answer(self, lead: list[dict], *, body: dict, created_at: int, tokens_in: int, tokens_out: int) -> dict:
-        """The answer the proxy gives alone, no upstream turn asked: `lead` (its emulated
-        compaction) as the whole output, the compaction's usage (`Inline.paused`: a Messages
-        `pause_after_compaction`, a Responses `compaction_trigger`). ValueError for a format
-        without one (chat completions)."""
-
-    def paused_events(self, answer: dict) -> list[dict]:
-        """`paused_answer`'s answer as the format streams it (its typed SSE events, in order)."""
+        """`tools`: the injected tools' chat-style schemas; `extra_usage`: chat-shaped."""
 
     def summary_request(
         self, body: dict, prefix: list[Any], instruction: str, *, tools: Sequence[dict], model: str

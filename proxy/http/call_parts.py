@@ -11,8 +11,8 @@ from proxy.core.bill import Bill
 from proxy.core.cache_cuts import CutContext
 from proxy.core.settings import OffloadSettings
 from proxy.core.wire import WireFormat
-from proxy.emulation.betas import without_emulated_betas
 from proxy.errors import ProxyError
+from proxy.formats.messages import without_emulated_betas
 from proxy.http.caller import ACCOUNT_HEADERS, CREDENTIAL_HEADERS, Caller
 from proxy.http.services import services_of
 from proxy.offload.quota import Quota

@@ -1,5 +1,5 @@
 """`POST /v1/responses/compact`: relayed unchanged to an upstream that compacts natively (but
-for a compaction token of the proxy's in its input, replaced by what it stands for), emulated for one that does not (`proxy.upstream.native.emulates`; `proxy.emulation.compact`).
+for a compaction token of the proxy's in its input, replaced by what it stands for), emulated for one that does not (`proxy.upstream.native.emulates`; `proxy.compact_now`).
 
 Emulated, the request is read in OpenAI's shape (`proxy.formats.responses.compact`): a field of
 another JSON type, no `model` or no `input` is a 400; `previous_response_id` is a 400 too (the
@@ -17,13 +17,12 @@ import time
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy import telemetry
+from proxy import context_tokens, telemetry
+from proxy.compact_now import Compaction, compact
 from proxy.core.jsonio import JsonObject
+from proxy.core.provider_emulation import COMPACTION_ACTION
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model_async
-from proxy.emulation import COMPACTION_ACTION
-from proxy.emulation import request as emulation_request
-from proxy.emulation.compact import Compaction, compact
 from proxy.errors import Kind, ProxyError
 from proxy.formats.responses import RESPONSES
 from proxy.formats.responses.compact import compacted_response, parse_compact_body, summary_body
@@ -82,12 +81,10 @@ async def _emulated(request: Request, caller: Caller, settings: OffloadSettings)
             param="previous_response_id",
         )
     tenant = tenant_store(request, caller)
-    records = tenant.records(RESPONSES.records_api)
+    records = tenant.records(RESPONSES.compaction_emulation.records_api)
     items = RESPONSES.history(body)
     # a failing store, quota or summariser: "The compaction failed: …" (`proxy.http.error_map`)
-    begun = await emulation_request.begin(
-        body, items, view=RESPONSES.view, emulating=True, tokens=True, records=records
-    )
+    begun = await context_tokens.begin(body, items, fmt=RESPONSES, emulating=True, records=records)
     items = begun.items
     refs = tenant.refs()
     compressor = compressor_for(

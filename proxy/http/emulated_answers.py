@@ -1,7 +1,7 @@
 """The answers the proxy writes itself when it emulates the providers' context management: a
 turn whose compaction alone answers (no upstream call: a Messages turn paused after its
 compaction, a Responses `compaction_trigger`), and `count_tokens` with the clearing edits'
-`original_input_tokens` (`proxy.emulation`)."""
+`original_input_tokens` (`proxy.context_compaction`, `proxy.context_edits`)."""
 
 from __future__ import annotations
 
@@ -11,30 +11,32 @@ import httpx2
 from starlette.background import BackgroundTask
 from starlette.responses import Response, StreamingResponse
 
+from proxy.context_edits import EditsDone
 from proxy.core import jsonio
-from proxy.core.wire import WireFormat
-from proxy.emulation.edits import EditsDone
 from proxy.http.headers import response_headers_for_client
 from proxy.http.relay import stream_back
 from proxy.turn import Turn
 from proxy.upstream import sse
 
 
-def paused_response(turn: Turn, fmt: WireFormat, *, background: BackgroundTask) -> Response:
+def paused_response(turn: Turn, *, background: BackgroundTask) -> Response:
     """The answer of a turn whose compaction alone answers (`Inline.paused`: no upstream call),
-    in the format's shape (`WireFormat.paused_answer`), streamed when the request streams."""
+    in the format's shape (`ProviderCompaction.paused_answer`), streamed when the request streams."""
     inline = turn.inline
-    message = fmt.paused_answer(
+    compaction = inline.made_by
+    if compaction is None:  # a paused turn's lead is always its format's compaction
+        raise RuntimeError("a paused turn without its compaction")
+    message = compaction.paused_answer(
         inline.lead,
         body=turn.body,
         created_at=int(time.time()),
         tokens_in=inline.tokens_in,
         tokens_out=inline.tokens_out,
     )
-    if turn.rounds.context_management is not None:  # clearing edits applied too (`proxy.emulation.edits`)
+    if turn.rounds.context_management is not None:  # clearing edits applied too (`proxy.context_edits`)
         message["context_management"] = turn.rounds.context_management
     if turn.body.get("stream") is True:
-        events = fmt.paused_events(message)
+        events = compaction.paused_events(message)
         out: Response = StreamingResponse(
             iter([sse.encode_typed(e) for e in events]), media_type="text/event-stream; charset=utf-8"
         )

@@ -23,7 +23,7 @@ from typing import Any
 
 from starlette.responses import Response
 
-from proxy.emulation.compact import CompactionFailed
+from proxy.compact_now import CompactionFailed
 from proxy.errors import Failure, Kind, ProxyError, Shape, error_body
 from proxy.http.disconnect import ClientDisconnected
 from proxy.offload.quota import CredentialRejected, QuotaExceeded

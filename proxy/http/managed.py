@@ -23,10 +23,9 @@ from proxy import telemetry
 from proxy.core import jsonio, large_json
 from proxy.core.settings import OffloadSettings
 from proxy.core.wire import WireFormat
-from proxy.emulation.betas import without_emulated_betas
 from proxy.formats.chat import CHAT
 from proxy.formats.json_body import LARGE_BODY
-from proxy.formats.messages import MESSAGES
+from proxy.formats.messages import MESSAGES, without_emulated_betas
 from proxy.formats.openai_cache import session_cache_key
 from proxy.formats.responses import RESPONSES
 from proxy.http import accounting, billing, cache_session, emulated_answers, error_map, holdout, observed
@@ -89,7 +88,7 @@ async def managed(call: ManagedCall) -> Response:
     """The managed turn of an open call and its answer."""
     turn = await call.offload()
     if turn.inline.paused:  # the compaction alone answers: no turn (pause_after_compaction, compaction_trigger)
-        return emulated_answers.paused_response(turn, call.fmt, background=call.after())
+        return emulated_answers.paused_response(turn, background=call.after())
     if turn.answers_as_is:
         return await call.forward()  # the upstream's answer as it is
     if turn.body.get("stream") is True:

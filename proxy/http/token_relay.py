@@ -16,10 +16,10 @@ from collections.abc import Callable
 from starlette.requests import Request
 from starlette.responses import Response
 
+from proxy import context_tokens
 from proxy.core import json_text, jsonio, large_json
 from proxy.core.compaction_token import may_spell_token
 from proxy.core.jsonio import JsonObject
-from proxy.emulation import request as emulation_request
 from proxy.formats.json_body import LARGE_BODY
 from proxy.formats.responses import RESPONSES
 from proxy.http.body_charset import refuse_other_charsets
@@ -63,10 +63,8 @@ async def relay_tokens_expanded(request: Request, caller: Caller, path: str, *, 
         return await relay(request)  # plain UTF-8 without a token: as sent (UTF-16 would hide one from the test)
     services = services_of(request)
     body = await read_body(request, caller, parse=parse)
-    records = tenant_store(request, caller, charged=False).records(RESPONSES.records_api)
-    begun = await emulation_request.begin(
-        body, RESPONSES.history(body), view=RESPONSES.view, emulating=False, tokens=True, records=records
-    )
+    records = tenant_store(request, caller, charged=False).records(RESPONSES.compaction_emulation.records_api)
+    begun = await context_tokens.begin(body, RESPONSES.history(body), fmt=RESPONSES, emulating=False, records=records)
     if not begun.replaced:
         return await relay(request)
     caller.check_relay("POST", path)

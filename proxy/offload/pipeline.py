@@ -9,6 +9,7 @@ unless the diffs its folds may take are long (`proxy.core.fold.diff_cells`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,9 +45,10 @@ class Prepared:
     deferred: list[Callable[[], Awaitable[object]]] = field(default_factory=list)
     summary_prefix: str = ""  # the prefix hash of the summary forwarded ("" none): the session's record keeps it
 
-    def add_action(self, part: str) -> None:
-        """`part` (an emulated step, `proxy.emulation`) added to the action: alone, or after a `+`."""
-        self.action = part if self.action == "none" else f"{self.action}+{part}"
+    def with_action(self, part: str) -> Prepared:
+        """A copy with `part` (an emulated step: `proxy.context_compaction`, `proxy.context_edits`)
+        added to the action: alone, or after a `+`."""
+        return dataclasses.replace(self, action=part if self.action == "none" else f"{self.action}+{part}")
 
     async def start_background(self) -> None:
         """Hand the summaries this turn prepared to the scheduler (once; later calls do nothing),

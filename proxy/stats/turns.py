@@ -17,7 +17,7 @@ from typing import Any
 
 from proxy.core.bill import INPUT_PARTS, KINDS, NONE, PARTS, Bill, Meter, Price
 from proxy.core.holdout import Arm
-from proxy.emulation import COMPACTION_ACTION, EDITS_ACTION
+from proxy.core.provider_emulation import COMPACTION_ACTION, EDITS_ACTION
 from proxy.stats.buckets import Fields
 from proxy.stats.prices import PriceTable
 
@@ -41,7 +41,7 @@ COUNTERS = (
     "context_edits",
 )
 # What X-Offload-Action adds when the proxy applied the provider's context management itself
-# (`proxy.emulation`): counted apart, the offload action is what is left.
+# (`proxy.core.provider_emulation`): counted apart, the offload action is what is left.
 EMULATED = {COMPACTION_ACTION: "emulated_compactions", EDITS_ACTION: "context_edits"}
 MAX_MODELS = 8  # models a headline names with their bill, most money first
 

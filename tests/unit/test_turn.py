@@ -174,7 +174,9 @@ async def test_an_emulated_compaction_trigger_is_compacted_and_answers_alone(ten
     [item] = turn.inline.lead
     assert item["type"] == "compaction" and (turn.inline.tokens_in, turn.inline.tokens_out) == (120, 30)
     assert (b"x-offload-action", b"emulated-compaction") in turn.extra_headers
-    answer = RESPONSES.paused_answer(turn.inline.lead, body=turn.body, created_at=1, tokens_in=120, tokens_out=30)
+    answer = RESPONSES.compaction_emulation.paused_answer(
+        turn.inline.lead, body=turn.body, created_at=1, tokens_in=120, tokens_out=30
+    )
     assert answer["output"] == [item] and answer["usage"]["total_tokens"] == 150
 
     # the next request carries the item back after the user messages Codex keeps: it is expanded

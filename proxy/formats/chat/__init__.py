@@ -8,7 +8,8 @@
 - `wire`: all of it as a `proxy.core.wire.WireFormat` (`CHAT`).
 """
 
-from proxy.formats.chat.items import VIEW, ChatView, text_of, with_text
+from proxy.formats.chat.items import VIEW
 from proxy.formats.chat.wire import CHAT, ChatFormat
 
-__all__ = ["VIEW", "ChatView", "text_of", "with_text", "CHAT", "ChatFormat"]
+# the format, and what code outside the package reaches for (the default view of the planners)
+__all__ = ["CHAT", "ChatFormat", "VIEW"]

@@ -7,7 +7,6 @@ from typing import Any
 
 from proxy.core.bill import UsageReader
 from proxy.core.provider_context import NONE, ProviderContext
-from proxy.core.wire import Compaction
 from proxy.formats.chat import summary
 from proxy.formats.chat.body import parse_chat_body
 from proxy.formats.chat.items import VIEW
@@ -22,9 +21,8 @@ class ChatFormat:
     usage: UsageReader = USAGE
     view = VIEW
     stored = False
-    compaction: Compaction = None
-    records_api = "responses"
-    clearing_edits = False
+    compaction_emulation = None  # chat completions have no context management to emulate
+    clearing_edits = None
 
     def parse(self, raw: bytes, *, max_items: int | None) -> dict:
         return parse_chat_body(raw, max_messages=max_items)
@@ -52,17 +50,8 @@ class ChatFormat:
         tools: Sequence[dict],
         *,
         extra_usage: dict | None,
-        lead: Sequence[dict] = (),
     ) -> ChatRounds:
-        if lead:  # chat completions have no context management to emulate
-            raise ValueError("chat completions carry no lead output")
         return ChatRounds(body, items, tools, extra_usage=extra_usage)
-
-    def paused_answer(self, lead: list[dict], *, body: dict, created_at: int, tokens_in: int, tokens_out: int) -> dict:
-        raise ValueError("chat completions have no context management to emulate")
-
-    def paused_events(self, answer: dict) -> list[dict]:
-        raise ValueError("chat completions have no context management to emulate")
 
     def summary_request(
         self, body: dict, prefix: list[Any], instruction: str, *, tools: Sequence[dict], model: str

@@ -15,53 +15,16 @@ Pure functions and small classes over plain JSON values, no IO:
 - `reload_rounds`: the reload rounds of one request (`MessagesRounds`, a `proxy.core.rounds.Rounds`);
 - `summary`: a summary asked for the way the conversation is sent (`summary_request`, `summary_answer`);
 - `from_chat`: chat traces as Messages requests and back (`replay --format anthropic`);
+- `emulation`: Anthropic's context management done by the proxy (`MessagesCompaction`:
+  `compaction_blocks`, `threshold`, the paused answer `compaction`; `MessagesEdits`: `edits`,
+  `edits_config`), and `betas` (the emulated `anthropic-beta` values the upstream is not sent);
 - `wire`: all of it as a `proxy.core.wire.WireFormat` (`MESSAGES`).
 """
 
-from proxy.formats.messages.items import PART, PRIVATE_KEYS, SUMMARY, MessagesView, is_injected, split_message
-from proxy.formats.messages.reload_rounds import MessagesRounds
-from proxy.formats.messages.request import (
-    anthropic_tool,
-    colliding_tool_names,
-    history,
-    inject_tools,
-    messages_of,
-    with_history,
-)
-from proxy.formats.messages.rounds import (
-    assistant_turn,
-    calls_to_run,
-    combine_rounds,
-    injected_only,
-    tool_calls,
-    tool_results,
-    usage_from_chat,
-)
-from proxy.formats.messages.stream import StreamRewriter
+from proxy.formats.messages.betas import without_emulated_betas
+from proxy.formats.messages.request import history, inject_tools, messages_of
 from proxy.formats.messages.wire import MESSAGES, MessagesFormat
 
-__all__ = [
-    "PART",
-    "SUMMARY",
-    "PRIVATE_KEYS",
-    "MessagesView",
-    "is_injected",
-    "split_message",
-    "history",
-    "with_history",
-    "messages_of",
-    "inject_tools",
-    "anthropic_tool",
-    "colliding_tool_names",
-    "injected_only",
-    "calls_to_run",
-    "tool_calls",
-    "assistant_turn",
-    "tool_results",
-    "combine_rounds",
-    "usage_from_chat",
-    "StreamRewriter",
-    "MessagesRounds",
-    "MESSAGES",
-    "MessagesFormat",
-]
+# the format, and what code outside the package reaches for (the HTTP layer's headers, replay's
+# requests)
+__all__ = ["MESSAGES", "MessagesFormat", "without_emulated_betas", "history", "inject_tools", "messages_of"]

@@ -26,13 +26,14 @@ in the order given (thinking first); each reports what the provider would in
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from proxy.core import texts
 from proxy.core.compaction import Offload
 from proxy.core.jsonio import string_or
 from proxy.core.markers import is_marker, make_ref, tool_result_marker
+from proxy.core.provider_emulation import Edited
 from proxy.core.tokens import TokenCounter
 from proxy.formats.messages.edits_config import ClearThinking, ClearToolUses, Edit
 from proxy.formats.messages.items import (
@@ -46,14 +47,6 @@ from proxy.formats.messages.items import (
 )
 
 THINKING_BLOCKS = ("thinking", "redacted_thinking")
-
-
-@dataclass
-class Edited:
-    items: list[Any]
-    applied: list[dict] = field(default_factory=list)  # `applied_edits`, in the order applied
-    offloads: list[Offload] = field(default_factory=list)  # what the markers stand for: to store
-    cleared_tokens: int = 0  # input tokens all the edits freed
 
 
 def _opens_turn(item: Any, view: MessagesView) -> bool:

@@ -13,11 +13,10 @@ from typing import Any
 from proxy.core.bill import UsageReader
 from proxy.core.markers import INJECTED_TOOLS
 from proxy.core.provider_context import ProviderContext
-from proxy.core.wire import Compaction
 from proxy.formats.messages import summary
 from proxy.formats.messages.body import parse_messages_body
 from proxy.formats.messages.cache_control import with_caching
-from proxy.formats.messages.compaction import paused_events, paused_message
+from proxy.formats.messages.emulation import MessagesCompaction, MessagesEdits
 from proxy.formats.messages.items import MessagesView
 from proxy.formats.messages.reload_rounds import MessagesRounds
 from proxy.formats.messages.request import colliding_tool_names, history, provider_context, with_history
@@ -29,9 +28,8 @@ class MessagesFormat:
     usage: UsageReader = USAGE
     view = MessagesView(INJECTED_TOOLS)
     stored = False
-    compaction: Compaction = "blocks"
-    records_api = "messages"
-    clearing_edits = True
+    compaction_emulation = MessagesCompaction()
+    clearing_edits = MessagesEdits(view)
 
     def parse(self, raw: bytes, *, max_items: int | None) -> dict:
         return parse_messages_body(raw, max_items=max_items)
@@ -58,15 +56,8 @@ class MessagesFormat:
         tools: Sequence[dict],
         *,
         extra_usage: dict | None,
-        lead: Sequence[dict] = (),
     ) -> MessagesRounds:
-        return MessagesRounds(body, items, tools, names=INJECTED_TOOLS, extra_usage=extra_usage, lead=lead)
-
-    def paused_answer(self, lead: list[dict], *, body: dict, created_at: int, tokens_in: int, tokens_out: int) -> dict:
-        return paused_message(lead[0], model=body.get("model"), tokens_in=tokens_in, tokens_out=tokens_out)
-
-    def paused_events(self, answer: dict) -> list[dict]:
-        return paused_events(answer)
+        return MessagesRounds(body, items, tools, names=INJECTED_TOOLS, extra_usage=extra_usage)
 
     def summary_request(
         self, body: dict, prefix: list[Any], instruction: str, *, tools: Sequence[dict], model: str

@@ -13,11 +13,10 @@ from typing import Any
 from proxy.core.bill import UsageReader
 from proxy.core.markers import INJECTED_TOOLS
 from proxy.core.provider_context import ProviderContext
-from proxy.core.wire import Compaction
 from proxy.formats.openai_cache import with_cache_key
 from proxy.formats.responses import summary
 from proxy.formats.responses.body import parse_responses_body
-from proxy.formats.responses.compact import triggered_events, triggered_response
+from proxy.formats.responses.emulation import ResponsesCompaction
 from proxy.formats.responses.items import ResponsesView
 from proxy.formats.responses.reload_rounds import ResponsesRounds
 from proxy.formats.responses.request import colliding_tool_names, history, provider_context, with_history
@@ -29,9 +28,8 @@ class ResponsesFormat:
     usage: UsageReader = USAGE
     view = ResponsesView(INJECTED_TOOLS)
     stored = True
-    compaction: Compaction = "items"
-    records_api = "responses"
-    clearing_edits = False
+    compaction_emulation = ResponsesCompaction(view)
+    clearing_edits = None  # OpenAI has none
 
     def parse(self, raw: bytes, *, max_items: int | None) -> dict:
         return parse_responses_body(raw, max_items=max_items)
@@ -58,15 +56,8 @@ class ResponsesFormat:
         tools: Sequence[dict],
         *,
         extra_usage: dict | None,
-        lead: Sequence[dict] = (),
     ) -> ResponsesRounds:
-        return ResponsesRounds(body, items, tools, names=INJECTED_TOOLS, extra_usage=extra_usage, lead=lead)
-
-    def paused_answer(self, lead: list[dict], *, body: dict, created_at: int, tokens_in: int, tokens_out: int) -> dict:
-        return triggered_response(lead, request=body, created_at=created_at, tokens_in=tokens_in, tokens_out=tokens_out)
-
-    def paused_events(self, answer: dict) -> list[dict]:
-        return triggered_events(answer)
+        return ResponsesRounds(body, items, tools, names=INJECTED_TOOLS, extra_usage=extra_usage)
 
     def summary_request(
         self, body: dict, prefix: list[Any], instruction: str, *, tools: Sequence[dict], model: str

@@ -39,8 +39,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.emulation.trigger import TYPE as TRIGGER
 from proxy.errors import Kind, ProxyError
+from proxy.formats.responses.trigger import TYPE as TRIGGER
 
 
 @dataclass(frozen=True)

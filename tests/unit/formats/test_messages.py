@@ -22,8 +22,16 @@ from proxy.core.texts import RELOAD_TOOL_SCHEMAS
 from proxy.core.tokens import counter_for_model
 from proxy.core.view import ItemView
 from proxy.errors import ProxyError
-from proxy.formats.messages import MESSAGES, PART, SUMMARY, MessagesView, history, with_history
-from proxy.formats.messages.request import anthropic_tool, colliding_tool_names, inject_tools, messages_of
+from proxy.formats.messages import MESSAGES
+from proxy.formats.messages.items import PART, SUMMARY, MessagesView
+from proxy.formats.messages.request import (
+    anthropic_tool,
+    colliding_tool_names,
+    history,
+    inject_tools,
+    messages_of,
+    with_history,
+)
 from proxy.http.error_map import status_of
 
 VIEW = MESSAGES.view

@@ -13,9 +13,10 @@ from proxy.core import texts
 from proxy.core.markers import is_marker, tool_result_ref
 from proxy.core.tokens import counter_for_model
 from proxy.errors import ProxyError
-from proxy.formats.messages import MESSAGES, history, with_history
+from proxy.formats.messages import MESSAGES
 from proxy.formats.messages.edits import apply_edits, clear_thinking, clear_tool_uses
 from proxy.formats.messages.edits_config import MAX_EDITS, ClearThinking, ClearToolUses, Other, parse_context_management
+from proxy.formats.messages.request import history, with_history
 from proxy.http.error_map import status_of
 
 COUNTER = counter_for_model("claude-sonnet-4-5")

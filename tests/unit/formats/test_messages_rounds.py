@@ -19,7 +19,8 @@ from proxy.core.rounds import ToolCall
 from proxy.core.texts import RELOAD_TOOL_SCHEMAS
 from proxy.core.tokens import counter_for_model
 from proxy.errors import anthropic_error_event, error_body
-from proxy.formats.messages import MESSAGES, MessagesRounds
+from proxy.formats.messages import MESSAGES
+from proxy.formats.messages.reload_rounds import MessagesRounds
 from proxy.offload.refs import RefStore
 from proxy.reload import loop as reload_loop
 from proxy.reload.tools import ReloadTools

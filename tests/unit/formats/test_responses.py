@@ -13,26 +13,19 @@ from typing import Any
 import pytest
 
 from proxy.core.view import ItemView
-from proxy.formats.responses import (
-    TERMINAL_EVENTS,
-    ResponsesView,
-    StreamRewriter,
+from proxy.formats.responses.items import ResponsesView, is_injected, needs_client
+from proxy.formats.responses.request import colliding_tool_names, history, inject_tools, responses_tool, with_history
+from proxy.formats.responses.rounds import (
     add_usage,
     calls_to_run,
-    colliding_tool_names,
     combine_rounds,
     hide_injected,
-    history,
-    inject_tools,
     injected_only,
     injected_results,
-    is_injected,
-    needs_client,
     reasoning_replayable,
-    responses_tool,
     round_items,
-    with_history,
 )
+from proxy.formats.responses.stream import TERMINAL_EVENTS, StreamRewriter
 
 NAMES = frozenset({"context_reload", "context_search"})
 VIEW = ResponsesView(NAMES)

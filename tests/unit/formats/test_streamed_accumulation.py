@@ -11,7 +11,7 @@ from proxy.core.markers import INJECTED_TOOLS
 from proxy.core.texts import RELOAD_TOOL_SCHEMAS
 from proxy.formats.chat.rounds import ChatRounds
 from proxy.formats.messages import MESSAGES
-from proxy.formats.responses import StreamRewriter
+from proxy.formats.responses.stream import StreamRewriter
 
 N = 2_000
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from proxy.emulation.compact import CompactionFailed
+from proxy.compact_now import CompactionFailed
 from proxy.errors import Kind, ProxyError
 from proxy.http.disconnect import ClientDisconnected
 from proxy.http.error_map import answered, proxy_error

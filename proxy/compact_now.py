@@ -1,10 +1,10 @@
-"""`POST /v1/responses/compact` emulated: the history summarised now by the proxy's own
-summariser, and a token of the proxy's standing for what the client may drop. A `/v1/responses`
-request ending in a `compaction_trigger` is compacted by the same `compact`
-(`proxy.emulation.trigger`).
+"""A compaction asked now: `POST /v1/responses/compact` emulated, the history summarised now by
+the proxy's own summariser, and a token of the proxy's standing for what the client may drop.
+A `/v1/responses` request ending in a `compaction_trigger` (`proxy.formats.responses.trigger`)
+is compacted by the same `compact` (`compact_now`, for the turn).
 
 The history (the request's `input`, the proxy's own newest token in it already replaced by
-what it stands for: `proxy.emulation.request.begin`) is folded whole (`Compressor.fold`,
+what it stands for: `proxy.context_tokens.begin`) is folded whole (`Compressor.fold`,
 keep_recent 0): what stays is the head (system items, the task), the summary item, and the
 system items and later user messages `proxy.core.compression.assemble` keeps. All of that is
 the compaction's record (`CompactionRecords.save`), and the summarised originals are stored
@@ -21,19 +21,25 @@ says so rather than answer a token standing for nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.core.compaction import present_refs
+from proxy.context_compaction import Inline
+from proxy.core.compaction import Plan, present_refs
+from proxy.core.provider_emulation import COMPACTION_ACTION
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import TokenCounter
 from proxy.core.view import ItemView
-from proxy.errors import Failure, Kind
+from proxy.core.wire import ProviderCompaction
+from proxy.errors import Failure, Kind, ProxyError
 from proxy.offload.compaction_records import CompactionRecords
 from proxy.offload.cpu_pool import CPU
 from proxy.offload.events import event
+from proxy.offload.pipeline import Prepared
 from proxy.offload.refs import RefStore
 from proxy.offload.summaries import Compressor
+from proxy.store import StoreUnavailable
 
 ENDPOINT = "responses/compact"
 
@@ -56,7 +62,7 @@ class Compaction:
     tokens_out: int = 0
     ref: str | None = None  # the summary's, when there is one
     written: set[str] = field(default_factory=set)  # refs stored for the first time
-    events: list[dict] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
 
 
 async def compact(
@@ -73,7 +79,7 @@ async def compact(
     """Summarise `items` and store what the token stands for. CompactionFailed when the summary
     could not be made; the store's and the quota's exceptions as they come (StoreUnavailable,
     QuotaExceeded, CredentialRejected). `endpoint`: what asked for it, as the event says
-    (`responses/compact`, or `responses` for a `compaction_trigger`, `proxy.emulation.trigger`)."""
+    (`responses/compact`, or `responses` for a `compaction_trigger`, `compact_now`)."""
     cpu = CPU.for_messages(items)
     folded = await compressor.fold(items, items, settings, counter=counter, keep_recent=0, cpu=cpu)
     if folded.items is None and folded.warning:
@@ -115,4 +121,67 @@ async def compact(
         ref,
         written,
         [*folded.events, done],
+    )
+
+
+async def compact_now(
+    items: list[Any],
+    *,
+    compaction: ProviderCompaction,
+    view: ItemView,
+    endpoint: str,
+    settings: OffloadSettings,
+    counter: TokenCounter,
+    refs: RefStore,
+    records: CompactionRecords,
+    compressor: Callable[[], Compressor | None],
+) -> tuple[Prepared, Inline]:
+    """Compact the history `items` (the input as planned, its trigger last): the turn's figures
+    (`Prepared`: the action, the tokens before and after, the refs written, the events) and its
+    answer (`Inline`: the format's compaction, paused). CompactionFailed when no summary could be
+    made; ProxyError 503 when the store is unavailable; the quota's exceptions as they come."""
+    history = items[:-1]
+    if not history:
+        raise ProxyError(
+            Kind.BAD_REQUEST,
+            "input holds nothing before its compaction_trigger: there is no history to compact.",
+            code="invalid_value",
+            param="input",
+        )
+    folder = compressor()  # made inline, with the request's summariser
+    if folder is None:
+        raise CompactionFailed("no summariser")
+    try:
+        done = await compact(
+            history,
+            view=view,
+            compressor=folder,
+            refs=refs,
+            records=records,
+            settings=settings,
+            counter=counter,
+            endpoint=endpoint,
+        )
+    except StoreUnavailable as exc:
+        raise ProxyError(
+            Kind.STORE_UNAVAILABLE,
+            f"The compaction failed: the proxy's store is unavailable ({exc}); try again.",
+            code="store_unavailable",
+        ) from exc
+    plan = Plan(
+        done.record,
+        refs=[done.ref] if done.ref else [],
+        tokens_before=done.tokens_before,
+        tokens_after=done.tokens_after,
+    )
+    prepared = Prepared(
+        plan,
+        action=COMPACTION_ACTION,
+        summary_tokens=done.tokens_in + done.tokens_out,
+        events=done.events,
+        written=done.written,
+    )
+    lead = compaction.lead("", done.token)
+    return prepared, Inline(
+        [lead], paused=True, tokens_in=done.tokens_in, tokens_out=done.tokens_out, made_by=compaction
     )

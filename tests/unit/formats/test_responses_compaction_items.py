@@ -2,11 +2,11 @@
 
 import pytest
 
+from proxy.context_tokens import begin
 from proxy.core.compaction_token import PREFIX, TokenError
-from proxy.emulation.request import begin
-from proxy.emulation.tokens_in_input import replace_tokens
 from proxy.errors import ProxyError
 from proxy.formats.responses import RESPONSES
+from proxy.formats.responses.compaction_items import replace_tokens
 from proxy.http.error_map import status_of
 from proxy.offload.compaction_records import CompactionRecords
 from proxy.store.sealing import Sealer
@@ -97,9 +97,9 @@ def token_id(mine, token):
 
 async def test_begin_takes_context_management_out_only_when_emulating(store):
     body = {"model": "m", "input": [user("a")], "context_management": [{"type": "compaction"}]}
-    relayed = await begin(body, body["input"], view=VIEW, emulating=False, tokens=True, records=records(store))
+    relayed = await begin(body, body["input"], fmt=RESPONSES, emulating=False, records=records(store))
     assert relayed.body is body and relayed.asked is None and not relayed.changed
-    emulated = await begin(body, body["input"], view=VIEW, emulating=True, tokens=True, records=records(store))
+    emulated = await begin(body, body["input"], fmt=RESPONSES, emulating=True, records=records(store))
     assert "context_management" not in emulated.body and emulated.asked == [{"type": "compaction"}]
     assert emulated.changed
 
@@ -117,13 +117,13 @@ async def test_a_token_outside_a_compaction_item_is_a_400_and_in_text_is_content
     for item, param in [(reasoning, "input[1].encrypted_content"), (nested, "input[1].output[0].encrypted_content")]:
         body = {"model": "m", "input": [user("a"), item, user("b")]}
         with pytest.raises(ProxyError) as refused:
-            await begin(body, RESPONSES.history(body), view=VIEW, emulating=emulating, tokens=True, records=mine)
+            await begin(body, RESPONSES.history(body), fmt=RESPONSES, emulating=emulating, records=mine)
         assert status_of(refused.value) == 400 and refused.value.param == param
     body = {"model": "m", "input": [user(f"pasted {token}"), compaction(token.upper())]}
     with pytest.raises(ProxyError, match="exact spelling"):  # a compaction item: read, and not canonical
-        await begin(body, RESPONSES.history(body), view=VIEW, emulating=emulating, tokens=True, records=mine)
+        await begin(body, RESPONSES.history(body), fmt=RESPONSES, emulating=emulating, records=mine)
     body = {"model": "m", "input": [user(f"pasted {token}"), user("b")]}
-    begun = await begin(body, RESPONSES.history(body), view=VIEW, emulating=emulating, tokens=True, records=mine)
+    begun = await begin(body, RESPONSES.history(body), fmt=RESPONSES, emulating=emulating, records=mine)
     assert begun.items == body["input"]  # text: content, as sent
 
 
@@ -136,7 +136,7 @@ async def test_a_chat_message_carrying_a_token_is_a_400(store):
         "messages": [{"role": "user", "content": [{"type": "text", "text": "x", "encrypted_content": token}]}],
     }
     with pytest.raises(ProxyError) as refused:
-        await begin(body, CHAT.history(body), view=CHAT.view, emulating=False, tokens=False, records=records(store))
+        await begin(body, CHAT.history(body), fmt=CHAT, emulating=False, records=records(store))
     assert refused.value.param == "messages[0].content[0].encrypted_content"
 
 
@@ -146,7 +146,7 @@ async def test_a_large_input_is_checked_after_its_token_is_replaced_off_the_loop
     import json
     import threading
 
-    from proxy.emulation import request as emulation_request
+    from proxy import context_tokens as emulation_request
 
     threads: list[str] = []
     stray = emulation_request._stray
@@ -163,6 +163,6 @@ async def test_a_large_input_is_checked_after_its_token_is_replaced_off_the_loop
         "input": [compaction(token), user("x" * (2 << 20)), {"type": "reasoning", "encrypted_content": "g"}],
     }
     raw = json.dumps(body).encode()
-    begun = await begin(body, body["input"], view=VIEW, emulating=False, tokens=True, records=mine, raw=raw)
+    begun = await begin(body, body["input"], fmt=RESPONSES, emulating=False, records=mine, raw=raw)
     assert begun.replaced and begun.items[0] == SUMMARY
     assert len(threads) == 2 and all(name.startswith("offload-cpu") for name in threads), threads

@@ -1,18 +1,18 @@
-"""A `compaction_trigger` emulated (`proxy.emulation.trigger`): which requests ask for it, what
+"""A `compaction_trigger` emulated (`proxy.formats.responses.trigger`, `proxy.compact_now.compact_now`): which requests ask for it, what
 is refused, and the compaction made by the emulated `/responses/compact`'s own `compact`."""
 
 import pytest
 
+from proxy.compact_now import CompactionFailed, compact_now
 from proxy.core.compaction import Offload
 from proxy.core.compaction_token import PREFIX
 from proxy.core.markers import history_marker
+from proxy.core.provider_emulation import COMPACTION_ACTION
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model
-from proxy.emulation import COMPACTION_ACTION
-from proxy.emulation.compact import CompactionFailed
-from proxy.emulation.trigger import asked, compact_now
 from proxy.errors import ProxyError
 from proxy.formats.responses import RESPONSES
+from proxy.formats.responses.trigger import asked
 from proxy.http.error_map import status_of
 from proxy.offload.compaction_records import CompactionRecords
 from proxy.offload.refs import RefStore
@@ -140,6 +140,7 @@ async def run(parts, folder, items):
     refs, records = parts
     return await compact_now(
         items,
+        compaction=RESPONSES.compaction_emulation,
         view=VIEW,
         endpoint="responses",
         settings=OffloadSettings(),
@@ -193,6 +194,7 @@ async def test_a_store_that_is_down_is_a_503_saying_the_compaction_failed(parts)
     with pytest.raises(ProxyError) as err:
         await compact_now(
             [*ITEMS, TRIGGER],
+            compaction=RESPONSES.compaction_emulation,
             view=VIEW,
             endpoint="responses",
             settings=OffloadSettings(),

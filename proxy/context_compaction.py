@@ -10,12 +10,15 @@ instead of everything before it:
 - Responses: a `compaction` item whose `encrypted_content` is the proxy's token; its record
   (`CompactionRecords`) is everything the client may drop: the whole reduced input forwarded
   now, less the system/developer items (the summary with its `ref=`, the kept user messages,
-  the tail verbatim). `tokens_in_input` expands it on the next request.
+  the tail verbatim). `proxy.formats.responses.compaction_items` expands it on the next request.
 - Messages: a `compaction` block whose `content` is the proxy's summary (its marker line with
   `ref=`) and whose `encrypted_content` is the token of the messages forwarded now;
-  `compaction_blocks` expands it on the next request. With `pause_after_compaction` the answer
-  is that block alone (`stop_reason: "compaction"`, `proxy.http.emulated_answers`) and no turn
-  is asked of the upstream.
+  `proxy.formats.messages.compaction_blocks` expands it on the next request. With
+  `pause_after_compaction` the answer is that block alone (`stop_reason: "compaction"`,
+  `proxy.http.emulated_answers`) and no turn is asked of the upstream.
+
+Which record and which lead is the format's (`ProviderCompaction.record`, `.lead`); the fold,
+the stores and the plan are this step's, the same for every format.
 
 While a threshold compaction is asked, the proxy never compresses the history on its own (two
 summaries of one history would fight): the emulation plays the provider (`provider_for`).
@@ -30,19 +33,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.context_tokens import Emulation
 from proxy.core.compaction import Plan, present_refs
 from proxy.core.compaction_token import TokenError
 from proxy.core.compression import COMPRESS_KEEP_RECENT
 from proxy.core.markers import refs_in
 from proxy.core.provider_context import ProviderContext
+from proxy.core.provider_emulation import COMPACTION_ACTION
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import TokenCounter
 from proxy.core.usage import add_usage
-from proxy.core.wire import WireFormat
-from proxy.emulation import COMPACTION_ACTION
-from proxy.emulation.request import Emulation
-from proxy.formats.messages.request import messages_of
-from proxy.formats.responses.compact import compaction_item
+from proxy.core.wire import ProviderCompaction, WireFormat
 from proxy.offload.compaction_records import CompactionRecords
 from proxy.offload.cpu_pool import CPU
 from proxy.offload.events import event
@@ -52,18 +53,19 @@ from proxy.offload.refs import RefStore
 from proxy.offload.summaries import Compressor
 from proxy.store import StoreUnavailable
 
-log = logging.getLogger("proxy.emulation.inline")
+log = logging.getLogger("proxy.context_compaction")
 
 
 @dataclass
 class Inline:
     """What an emulated threshold compaction adds to the turn."""
 
-    lead: list[dict] = field(default_factory=list)  # first in the answer: the compaction item / block
+    lead: list[dict[str, Any]] = field(default_factory=list)  # first in the answer: the compaction item / block
     paused: bool = False  # the answer is the lead alone, no upstream turn (Messages pause_after_compaction,
-    # a Responses compaction_trigger: `proxy.emulation.trigger`)
+    # a Responses compaction_trigger: `proxy.compact_now`)
     tokens_in: int = 0  # the summary's own usage, for a paused answer
     tokens_out: int = 0
+    made_by: ProviderCompaction | None = None  # the format's compaction that made the lead (None: no lead)
 
 
 def provider_for(provider: ProviderContext, emulation: Emulation) -> ProviderContext:
@@ -71,6 +73,10 @@ def provider_for(provider: ProviderContext, emulation: Emulation) -> ProviderCon
     if emulation.threshold is None:
         return provider
     return dataclasses.replace(provider, compacts=True)
+
+
+def _warned(prepared: Prepared, why: str) -> Prepared:
+    return dataclasses.replace(prepared, warnings=[*prepared.warnings, f"threshold compaction not made: {why}"])
 
 
 def _text(item: Any) -> str:
@@ -89,29 +95,29 @@ async def compact(
     counter: TokenCounter,
     history: list[Any],
     refs: RefStore,
-    records: CompactionRecords,
+    records: CompactionRecords | None,
     compressor: Callable[[], Compressor | None],
     new_summaries: bool = True,
-) -> Inline:
+) -> tuple[Prepared, Inline]:
     """The threshold compaction of a turn (`proxy.turn`) once its pipeline has run: `prepared`
-    is updated (the reduced plan, the summary's usage, events, action) and the lead returned.
+    as it goes on (a new value: the reduced plan, the summary's usage, events, action, or a
+    warning) and the lead.
     `history`: the turn's items as planned (after the clearing edits). Nothing without an asked
     threshold, below it, or when counting tokens (`new_summaries` False: no summary is made for
     a count)."""
-    threshold = emulation.threshold
-    if threshold is None or not new_summaries:
-        return Inline()
+    threshold, compaction = emulation.threshold, fmt.compaction_emulation
+    if threshold is None or compaction is None or records is None or not new_summaries:
+        return prepared, Inline()
     view = fmt.view
     items = prepared.plan.items
     cpu = CPU.for_messages(items)
     tokens = await cpu.light(counter.messages, items)
     limit = threshold.tokens if threshold.tokens is not None else settings.max_total_tokens
     if tokens <= limit:
-        return Inline()
+        return prepared, Inline()
     folder = compressor()  # made inline (not in the background), with the request's summariser
     if folder is None:
-        prepared.warnings.append("threshold compaction not made: no summariser")
-        return Inline()
+        return _warned(prepared, "no summariser"), Inline()
     if threshold.instructions:
         folder.ctx.instruction = threshold.instructions
     try:
@@ -124,36 +130,24 @@ async def compact(
             cpu=cpu,
         )
     except WRITE_REFUSED as exc:
-        prepared.warnings.append(f"threshold compaction not made: {refusal_warning(exc)}")
-        return Inline()
+        return _warned(prepared, refusal_warning(exc)), Inline()
     if made.items is None or made.summary_at is None:
-        prepared.warnings.append(f"threshold compaction not made: {made.warning or 'nothing to summarise'}")
-        return Inline()
+        return _warned(prepared, made.warning or "nothing to summarise"), Inline()
     reduced = made.items
-    messages = fmt.compaction == "blocks"
-    record = messages_of(reduced) if messages else [m for m in reduced if view.role(m) != "system"]
+    record = compaction.record(reduced)
     present = await cpu(present_refs, reduced, view)  # reads every text: a large task's too
     try:
         written = await refs.save(made.stored, [*present, *made.kept], settings.session, cpu=cpu)
         token = await records.save(record)
     except (StoreUnavailable, QuotaExceeded, CredentialRejected, TokenError) as exc:  # WRITE_REFUSED, and a bad token
-        prepared.warnings.append(f"threshold compaction not made: the store refused it ({exc})")
-        return Inline()
+        return _warned(prepared, f"the store refused it ({exc})"), Inline()
     summary = _text(reduced[made.summary_at])
-    if messages:
-        lead = {"type": "compaction", "content": summary, "encrypted_content": token}
-    else:
-        lead = compaction_item(token)
+    lead = compaction.lead(summary, token)
     plan = prepared.plan
     after = await cpu(counter.messages, reduced)
-    prepared.plan = Plan(
-        reduced, [*plan.offloads, *made.stored], present, plan.tokens_before, after, plan.media_tokens_saved
-    )
-    prepared.written |= written
-    prepared.summary_tokens += made.summary_tokens
-    prepared.summary_usage = add_usage(prepared.summary_usage, made.usage)
     summary_refs = refs_in(summary)
-    prepared.events += [
+    events = [
+        *prepared.events,
         *made.events,
         event(
             "provider_compaction",
@@ -165,11 +159,19 @@ async def compact(
             ref=summary_refs[0] if summary_refs else None,
         ),
     ]
-    prepared.add_action(COMPACTION_ACTION)
+    compacted = dataclasses.replace(
+        prepared,
+        plan=Plan(reduced, [*plan.offloads, *made.stored], present, plan.tokens_before, after, plan.media_tokens_saved),
+        written=prepared.written | written,
+        summary_tokens=prepared.summary_tokens + made.summary_tokens,
+        summary_usage=add_usage(prepared.summary_usage, made.usage),
+        events=events,
+    ).with_action(COMPACTION_ACTION)
     usage = made.usage or {}
-    return Inline(
+    return compacted, Inline(
         [lead],
-        paused=messages and threshold.pause,
+        paused=threshold.pause,  # only a Messages threshold pauses
         tokens_in=usage.get("prompt_tokens") or 0,
         tokens_out=usage.get("completion_tokens") or 0,
+        made_by=compaction,
     )

@@ -1,6 +1,7 @@
 """Anthropic's clearing edits (`clear_tool_uses_20250919`, `clear_thinking_20251015`) applied by
-the proxy for an upstream that does not apply them (the IO side; the rules are
-`proxy.formats.messages.edits`, the config `proxy.formats.messages.edits_config`).
+the proxy for an upstream that does not apply them (a step of `proxy.turn`: the IO side; the
+rules are the format's, `WireFormat.clearing_edits`: `proxy.formats.messages.edits`, the
+config `proxy.formats.messages.edits_config`).
 
 `apply` checks the request's `context_management` (a 400 for a bad one), applies the edits to
 the history before the proxy's own planning, and stores what the cleared tool results and
@@ -15,33 +16,31 @@ carries `context_management.applied_edits` (`MessagesRounds.context_management`)
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
+from proxy.context_tokens import Emulation
 from proxy.core.compaction import Offload
+from proxy.core.provider_emulation import EDITS_ACTION
 from proxy.core.rounds import Rounds
 from proxy.core.tokens import TokenCounter
 from proxy.core.wire import WireFormat
-from proxy.emulation import EDITS_ACTION
-from proxy.emulation.request import Emulation
-from proxy.formats.messages.edits import apply_edits
-from proxy.formats.messages.edits_config import parse_context_management
-from proxy.formats.messages.items import MessagesView
 from proxy.offload import cpu_pool
 from proxy.offload.events import event
 from proxy.offload.pipeline import Prepared
 from proxy.offload.quota import WRITE_REFUSED, refusal_warning
 from proxy.offload.refs import RefStore
 
-log = logging.getLogger("proxy.emulation.edits")
+log = logging.getLogger("proxy.context_edits")
 
 
 @dataclass
 class EditsDone:
     items: list[Any]
-    applied: list[dict] | None = None  # None: no edits emulated in this request
+    applied: list[dict[str, Any]] | None = None  # None: no edits emulated in this request
     offloads: list[Offload] = field(default_factory=list)
     cleared_tokens: int = 0
     warnings: list[str] = field(default_factory=list)
@@ -52,20 +51,22 @@ async def apply(
     items: list[Any],
     *,
     fmt: WireFormat,
-    body: dict,
+    body: dict[str, Any],
     counter: TokenCounter,
     refs: RefStore,
     namespace: str,
     session: str | None,
 ) -> EditsDone:
-    """The history with the request's clearing edits applied (see the module docstring)."""
-    if not emulation.emulating or emulation.asked is None or not fmt.clearing_edits:
+    """The history with the request's clearing edits applied (see the module docstring); the
+    HTTP layer's 400 error for a malformed `context_management`."""
+    clearing = fmt.clearing_edits
+    if not emulation.emulating or emulation.asked is None or clearing is None:
         return EditsDone(items)
-    edits = parse_context_management(emulation.asked)
     counter = counter.for_request()
     fixed = counter.outside_history(body)
-    view = cast(MessagesView, fmt.view)  # a format with clearing edits is the Messages API's
-    run = functools.partial(apply_edits, items, edits, view, counter=counter, namespace=namespace, fixed_tokens=fixed)
+    run = functools.partial(
+        clearing.apply, emulation.asked, items, counter=counter, namespace=namespace, fixed_tokens=fixed
+    )
     cpu = cpu_pool.CPU.for_messages(items)
     edited = await cpu(run)
     warnings: list[str] = []
@@ -77,18 +78,23 @@ async def apply(
                 f"{refusal_warning(exc)}; clear_tool_uses_20250919 not applied (the cleared content could not be kept)"
             )
             log.warning("context edits: %s", warnings[-1])
-            edited = await cpu(functools.partial(run, clear_tool_uses_=False))
+            edited = await cpu(functools.partial(run, tool_uses=False))
     emulation.applied_edits = edited.applied
     return EditsDone(edited.items, edited.applied, edited.offloads, edited.cleared_tokens, warnings)
 
 
-def settle(done: EditsDone, prepared: Prepared, rounds: Rounds) -> None:
-    """After planning: the action, event and warnings of the edits, and the answer's field."""
+def settle(done: EditsDone, prepared: Prepared, rounds: Rounds) -> Prepared:
+    """After planning: `prepared` with the action, event and warnings of the edits (a new
+    value); the answer's field set on `rounds`."""
     if done.applied is None:
-        return
+        return prepared
     if done.applied:
-        prepared.add_action(EDITS_ACTION)
-        prepared.events.append(event("context_edit", emulated=True, edits=done.applied))
-        prepared.plan.tokens_before += done.cleared_tokens  # what the client sent
-    prepared.warnings += done.warnings
+        prepared = dataclasses.replace(
+            prepared,
+            events=[*prepared.events, event("context_edit", emulated=True, edits=done.applied)],
+            plan=dataclasses.replace(
+                prepared.plan, tokens_before=prepared.plan.tokens_before + done.cleared_tokens
+            ),  # what the client sent
+        ).with_action(EDITS_ACTION)
     rounds.context_management = {"applied_edits": done.applied}
+    return dataclasses.replace(prepared, warnings=[*prepared.warnings, *done.warnings])

@@ -1,4 +1,4 @@
-"""The store side of the emulated clearing edits (`proxy.emulation.edits.apply`): what is cleared
+"""The store side of the emulated clearing edits (`proxy.context_edits.apply`): what is cleared
 is stored first; a store that fails leaves the tool results as they are (a warning), thinking is
 still cleared; nothing happens unless the proxy emulates a Messages request's edits."""
 
@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import pytest
 
+from proxy.context_edits import apply
+from proxy.context_tokens import Emulation
 from proxy.core.markers import tool_result_ref
 from proxy.core.tokens import counter_for_model
-from proxy.emulation.edits import apply
-from proxy.emulation.request import Emulation
 from proxy.errors import ProxyError
-from proxy.formats.messages import MESSAGES, history
+from proxy.formats.messages import MESSAGES
+from proxy.formats.messages.request import history
 from proxy.formats.responses import RESPONSES
 from proxy.http.error_map import status_of
 from proxy.offload.refs import RefStore

@@ -2,12 +2,12 @@
 
 import pytest
 
+from proxy.compact_now import CompactionFailed, compact
 from proxy.core.compaction import Offload
 from proxy.core.compaction_token import PREFIX
 from proxy.core.markers import history_marker
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model
-from proxy.emulation.compact import CompactionFailed, compact
 from proxy.formats.responses import RESPONSES
 from proxy.offload.compaction_records import CompactionRecords
 from proxy.offload.refs import RefStore

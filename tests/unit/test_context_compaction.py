@@ -1,4 +1,4 @@
-"""The threshold compaction inside a turn (`proxy.emulation.inline.compact`), driven with typed
+"""The threshold compaction inside a turn (`proxy.context_compaction.compact`), driven with typed
 values: over the threshold the plan is replaced by the folded history and a lead (a Responses
 `compaction` item, a Messages `compaction` block) opens the answer; below it, when counting, or
 when the store refuses, nothing changes but a warning."""
@@ -9,15 +9,14 @@ from types import SimpleNamespace
 
 import pytest
 
+from proxy.context_compaction import compact
+from proxy.context_tokens import Emulation
 from proxy.core.compaction import Offload, Plan
 from proxy.core.compaction_token import PREFIX
 from proxy.core.markers import history_marker
+from proxy.core.provider_emulation import COMPACTION_ACTION, Threshold
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model
-from proxy.emulation import COMPACTION_ACTION
-from proxy.emulation.inline import compact
-from proxy.emulation.request import Emulation
-from proxy.emulation.threshold import Threshold
 from proxy.formats.messages import MESSAGES
 from proxy.formats.responses import RESPONSES
 from proxy.offload.compaction_records import CompactionRecords
@@ -82,9 +81,9 @@ def store(tmp_path):
 async def run(fmt, items, folded, store, *, threshold=Threshold(1000), refs=None, new_summaries=True):
     prepared = Prepared(Plan(items, tokens_before=COUNTER.messages(items), tokens_after=COUNTER.messages(items)))
     emulation = Emulation(True, {}, items, threshold=threshold)
-    records = CompactionRecords(store, "ns", 3600, sealer=Sealer(None), api=fmt.records_api)
+    records = CompactionRecords(store, "ns", 3600, sealer=Sealer(None), api=fmt.compaction_emulation.records_api)
     folder = Folding(folded)
-    lead = await compact(
+    prepared, lead = await compact(
         emulation,
         prepared,
         fmt=fmt,

@@ -1,4 +1,4 @@
-"""A Responses `compaction_trigger` ("compact now"), emulated.
+"""A Responses `compaction_trigger` ("compact now"), emulated: the request's checks. Pure.
 
 Codex's remote compaction ("compaction v2") is a normal streamed `POST /v1/responses` whose
 last input item is `{"type": "compaction_trigger"}`; it requires exactly one `compaction`
@@ -6,9 +6,9 @@ output item back, then sends that item in its next request's input, after the us
 it keeps. An upstream without context management ignores the trigger, so when the proxy
 emulates (`proxy.upstream.native.emulates`) the turn (`proxy.turn`) asks nothing of the
 upstream: the items before the trigger (the proxy's own token in them already expanded,
-`proxy.emulation.request.begin`) are compacted by the emulated `/responses/compact`'s
-`proxy.emulation.compact.compact`, and the answer is that compaction item alone
-(`Inline.paused`; `WireFormat.paused_answer`, streamed or not). Relaying, the request goes
+`proxy.context_tokens.begin`) are compacted by the emulated `/responses/compact`'s
+`proxy.compact_now.compact`, and the answer is that compaction item alone
+(`Inline.paused`; `ProviderCompaction.paused_answer`, streamed or not). Relaying, the request goes
 upstream unchanged: the provider compacts.
 
 What the emulation refuses (400, in OpenAI's shape, naming the item): a trigger that is not the
@@ -22,29 +22,16 @@ quota a 429: no token standing for nothing is answered.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from proxy.core.compaction import Plan
-from proxy.core.settings import OffloadSettings
-from proxy.core.tokens import TokenCounter
 from proxy.core.view import ItemView
-from proxy.emulation import COMPACTION_ACTION
-from proxy.emulation.compact import CompactionFailed, compact
-from proxy.emulation.inline import Inline
 from proxy.errors import Kind, ProxyError
-from proxy.formats.responses.compact import compaction_item
-from proxy.offload.compaction_records import CompactionRecords
-from proxy.offload.pipeline import Prepared
-from proxy.offload.refs import RefStore
-from proxy.offload.summaries import Compressor
-from proxy.store import StoreUnavailable
 
 TYPE = "compaction_trigger"
 _ELSEWHERE = ("previous_response_id", "conversation")  # state kept upstream, not in the proxy's hands
 
 
-def asked(body: dict, items: list[Any], view: ItemView) -> bool:
+def asked(body: dict[str, Any], items: list[Any], view: ItemView) -> bool:
     """Does the request ask for a compaction now (its input ends in a `compaction_trigger`)?
     ProxyError 400 for a trigger the emulation cannot take (the module docstring). `items`: the
     request's input as sent (`WireFormat.history`), read once, only for triggers."""
@@ -88,64 +75,3 @@ def asked(body: dict, items: list[Any], view: ItemView) -> bool:
             param="background",
         )
     return True
-
-
-async def compact_now(
-    items: list[Any],
-    *,
-    view: ItemView,
-    endpoint: str,
-    settings: OffloadSettings,
-    counter: TokenCounter,
-    refs: RefStore,
-    records: CompactionRecords,
-    compressor: Callable[[], Compressor | None],
-) -> tuple[Prepared, Inline]:
-    """Compact the history `items` (the input as planned, its trigger last): the turn's figures
-    (`Prepared`: the action, the tokens before and after, the refs written, the events) and its
-    answer (`Inline`: the compaction item, paused). CompactionFailed when no summary could be
-    made; ProxyError 503 when the store is unavailable; the quota's exceptions as they come."""
-    history = items[:-1]
-    if not history:
-        raise ProxyError(
-            Kind.BAD_REQUEST,
-            "input holds nothing before its compaction_trigger: there is no history to compact.",
-            code="invalid_value",
-            param="input",
-        )
-    folder = compressor()  # made inline, with the request's summariser
-    if folder is None:
-        raise CompactionFailed("no summariser")
-    try:
-        done = await compact(
-            history,
-            view=view,
-            compressor=folder,
-            refs=refs,
-            records=records,
-            settings=settings,
-            counter=counter,
-            endpoint=endpoint,
-        )
-    except StoreUnavailable as exc:
-        raise ProxyError(
-            Kind.STORE_UNAVAILABLE,
-            f"The compaction failed: the proxy's store is unavailable ({exc}); try again.",
-            code="store_unavailable",
-        ) from exc
-    plan = Plan(
-        done.record,
-        refs=[done.ref] if done.ref else [],
-        tokens_before=done.tokens_before,
-        tokens_after=done.tokens_after,
-    )
-    prepared = Prepared(
-        plan,
-        action=COMPACTION_ACTION,
-        summary_tokens=done.tokens_in + done.tokens_out,
-        events=done.events,
-        written=done.written,
-    )
-    return prepared, Inline(
-        [compaction_item(done.token)], paused=True, tokens_in=done.tokens_in, tokens_out=done.tokens_out
-    )

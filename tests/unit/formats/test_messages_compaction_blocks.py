@@ -4,10 +4,10 @@ relayed or emulated; a token of the proxy's is never forwarded."""
 import pytest
 
 from proxy.core.compaction_token import PREFIX
-from proxy.emulation.compaction_blocks import replace_compaction_blocks
-from proxy.emulation.tokens_in_input import replace_tokens
 from proxy.errors import ProxyError
+from proxy.formats.messages.compaction_blocks import replace_compaction_blocks
 from proxy.formats.responses import RESPONSES
+from proxy.formats.responses.compaction_items import replace_tokens
 from proxy.offload.compaction_records import CompactionRecords
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore

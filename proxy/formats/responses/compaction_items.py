@@ -23,9 +23,9 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.core.compaction_token import TokenError, is_ours
+from proxy.core.provider_emulation import Records
 from proxy.core.view import ItemView
 from proxy.errors import Kind, ProxyError
-from proxy.offload.compaction_records import CompactionRecords
 
 MAX_NESTED = 8  # records expanded inside one another (records written now never nest)
 
@@ -51,9 +51,7 @@ def _said_again(item: Any, view: ItemView) -> Any:
     return ("text", text) if text is not None else ("item", repr(item))
 
 
-async def replace_tokens(
-    items: list[Any], view: ItemView, records: CompactionRecords, *, emulating: bool
-) -> list[Any] | None:
+async def replace_tokens(items: list[Any], view: ItemView, records: Records, *, emulating: bool) -> list[Any] | None:
     """The input with the proxy's compaction items settled (see the module docstring), or None
     when it holds none of ours (nor a foreign one an emulating upstream must refuse).
     ProxyError 400 for a token that is another namespace's, malformed, or whose record the store

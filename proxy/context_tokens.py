@@ -1,4 +1,4 @@
-"""What one managed request needs of the emulation before it is planned.
+"""What one managed request needs of the emulation before it is planned (a step of `proxy.turn`).
 
 `begin` decides whether the proxy applies the request's context management itself
 (`proxy.upstream.native.emulates`), settles the proxy's own compaction tokens (whichever way),
@@ -10,27 +10,24 @@ It is the one place that keeps the rule: no compaction token of the proxy's reac
 upstream. Every managed request (chat, Responses, Messages, `count_tokens`) and the relayed
 Responses paths (`/responses/input_tokens`, `/responses/compact`, emulated or relayed) go
 through it. A token in a compaction position (a Responses `compaction` item, a Messages
-`compaction` block) is expanded or dropped by its format's rule (`tokens_in_input`,
-`compaction_blocks`); one in any other `encrypted_content` (a reasoning item, a block nested
+`compaction` block: `ProviderCompaction.settles`) is expanded or dropped by its format's rule
+(`ProviderCompaction.expand`); one in any other `encrypted_content` (a reasoning item, a block nested
 in a tool result, a chat message) is a 400 `invalid_compaction` naming the field. Text that
 merely spells a token is content and goes as it is.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from proxy.core import jsonio
 from proxy.core.compaction_token import escapes_ascii, may_hold_token, sealed_fields
-from proxy.core.view import ItemView
-from proxy.emulation.compaction_blocks import replace_compaction_blocks
-from proxy.emulation.threshold import Threshold, messages_threshold, responses_threshold
-from proxy.emulation.tokens_in_input import replace_tokens
+from proxy.core.provider_emulation import Records, Threshold
+from proxy.core.wire import WireFormat
 from proxy.errors import Kind, ProxyError
 from proxy.formats.json_body import LARGE_BODY
-from proxy.formats.messages.request import history as messages_history
-from proxy.offload.compaction_records import CompactionRecords
 from proxy.offload.cpu_pool import CPU
 from proxy.store import StoreUnavailable
 
@@ -38,21 +35,21 @@ from proxy.store import StoreUnavailable
 @dataclass
 class Emulation:
     emulating: bool  # the proxy applies context management for this request's upstream
-    body: dict  # the body as it goes on (without `context_management` when emulating)
+    body: dict[str, Any]  # the body as it goes on (without `context_management` when emulating)
     items: list[Any]  # the history as it goes on (the proxy's tokens replaced)
     asked: Any = None  # the `context_management` the client asked for, when the proxy applies it
     replaced: bool = False  # a token of ours was replaced (or may be spelled in it): the body is re-serialised
     threshold: Threshold | None = None  # the threshold compaction asked, when the proxy applies it
-    # what the answer's `context_management.applied_edits` says (Messages, `proxy.emulation.edits`);
+    # what the answer's `context_management.applied_edits` says (Messages, `proxy.context_edits`);
     # None: the answer is not rewritten for it
-    applied_edits: list[dict] | None = None
+    applied_edits: list[dict[str, Any]] | None = None
 
     @property
     def changed(self) -> bool:
         return self.replaced or self.asked is not None
 
 
-def _stray(value: Any, *, where: str, settled: Any = None) -> None:
+def _stray(value: Any, *, where: str, settled: Callable[[str], bool] | None = None) -> None:
     """ProxyError 400 for a token of ours in an `encrypted_content` of `value` that is not a
     compaction position (`settled(path)` says which ones its format settles)."""
     for path in sealed_fields(value, where):
@@ -66,30 +63,7 @@ def _stray(value: Any, *, where: str, settled: Any = None) -> None:
             )
 
 
-def _compaction_position(body: dict, *, tokens: bool, blocks: bool):
-    """Does a path name the `encrypted_content` of a top-level compaction item (block)?"""
-
-    def settled(path: str) -> bool:
-        try:
-            if tokens and path.startswith("input["):
-                index = path[len("input[") :].removesuffix("].encrypted_content")
-                return index.isdigit() and body["input"][int(index)].get("type") == "compaction"
-            if blocks and path.startswith("messages["):
-                i, _, rest = path[len("messages[") :].partition("].content[")
-                j = rest.removesuffix("].encrypted_content")
-                return (
-                    i.isdigit()
-                    and j.isdigit()
-                    and body["messages"][int(i)]["content"][int(j)].get("type") == "compaction"
-                )
-        except (KeyError, IndexError, TypeError, AttributeError, ValueError):
-            return False
-        return False
-
-    return settled
-
-
-def _may_hold(raw: bytes | None, body: dict) -> bool:
+def _may_hold(raw: bytes | None, body: dict[str, Any]) -> bool:
     """`may_hold_token` of the body's bytes, when they escape no printable ASCII character; else
     of the document written again (such an escape may spell the key)."""
     if raw is not None and not escapes_ascii(raw):
@@ -98,43 +72,37 @@ def _may_hold(raw: bytes | None, body: dict) -> bool:
 
 
 async def begin(
-    body: dict,
+    body: dict[str, Any],
     items: list[Any],
     *,
-    view: ItemView,
+    fmt: WireFormat,
     emulating: bool,
-    tokens: bool,
-    records: CompactionRecords,
-    blocks: bool = False,
+    records: Records | None,
     raw: bytes | None = None,
 ) -> Emulation:
-    """`tokens`: the format's items may carry the proxy's compaction tokens (Responses);
-    `blocks`: its messages may hold `compaction` blocks (Messages, `compaction_blocks`); `raw`:
-    the body's bytes, when at hand (a quick test that it holds no token at all)."""
+    """`fmt`: the request's format (its `compaction_emulation` settles its compaction positions;
+    `records` are its records, unused by a format without one); `raw`: the body's bytes, when
+    at hand (a quick test that it holds no token at all)."""
+    compaction = fmt.compaction_emulation
     cpu = CPU(raw is None or len(raw) > LARGE_BODY)  # a large body is searched and walked off the event loop
     scan = await cpu(_may_hold, raw, body)
     if scan:  # before anything else: no token in another position is expanded, nor sent
-        settled = _compaction_position(body, tokens=tokens, blocks=blocks)
+        settled = None if compaction is None else (lambda path: compaction.settles(body, path))
         await cpu(lambda: _stray(body, where="", settled=settled))
     result = Emulation(emulating, body, items)
     if emulating and "context_management" in body:  # checked first: a malformed one is a 400 whatever the input
         asked = body["context_management"]
-        result.threshold = responses_threshold(asked) if tokens else messages_threshold(asked) if blocks else None
+        result.threshold = None if compaction is None else compaction.threshold(asked)
         result.asked = asked
         result.body = body = {k: v for k, v in body.items() if k != "context_management"}
     try:
-        if tokens:
-            replaced = await replace_tokens(items, view, records, emulating=emulating)
-            if replaced is not None:
-                result.items, result.replaced = replaced, True
-        elif blocks and isinstance(body.get("messages"), list):
-            messages = await replace_compaction_blocks(body["messages"], records, emulating=emulating)
-            if messages is not None:
-                result.body = {**body, "messages": messages}
-                result.items, result.replaced = messages_history(result.body), True
-        if scan and result.replaced:  # what the records brought: none may hold a token any more
-            checked = result.items if tokens else result.body.get("messages")
-            await cpu(lambda: _stray(checked, where="input" if tokens else "messages"))  # a large one off the loop
+        expanded = None
+        if compaction is not None and records is not None:
+            expanded = await compaction.expand(body, items, records, emulating=emulating)
+        if expanded is not None:
+            result.body, result.items, result.replaced = expanded.body, expanded.items, True
+            if scan:  # what the records brought: none may hold a token any more
+                await cpu(lambda: _stray(expanded.checked, where=expanded.where))  # a large one off the loop
         # the upstream gets the object checked, re-serialised: a duplicate key in the bytes as sent
         # cannot show it a token the check never saw
         result.replaced = result.replaced or scan

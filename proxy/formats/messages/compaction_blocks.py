@@ -1,11 +1,11 @@
 """Messages `compaction` blocks in a request, as the proxy forwards them (the Messages
-counterpart of `tokens_in_input`).
+counterpart of `proxy.formats.responses.compaction_items`).
 
 Anthropic ignores everything before the newest `compaction` block and reads the block as the
 summary of it; a block whose `content` is null is a failed compaction, a no-op. Every block of
 every message is read (several in one message, blocks of ours next to the provider's or failed
 ones). A block carrying one of the proxy's tokens (a compaction the proxy made,
-`proxy.emulation.inline`) is never forwarded as it is, whichever way the request goes:
+`proxy.context_compaction`) is never forwarded as it is, whichever way the request goes:
 
 - the newest block that is not a no-op is ours: replaced by what its token stands for (the
   messages the proxy forwarded that turn: its summary with `ref=`, the messages it kept);
@@ -25,16 +25,17 @@ in turn, a bounded number of times.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from proxy.core.compaction_token import TokenError, is_ours
+from proxy.core.provider_emulation import Records
 from proxy.errors import Kind, ProxyError
-from proxy.offload.compaction_records import CompactionRecords
 
 MAX_NESTED = 8  # records expanded inside one another (records written now never nest)
 
 
-def _blocks(message: Any) -> list:
+def _blocks(message: Any) -> list[Any]:
     content = message.get("content") if isinstance(message, dict) else None
     return content if isinstance(content, list) else []
 
@@ -52,7 +53,7 @@ def _refused(param: str, why: str) -> ProxyError:
     )
 
 
-def _record_messages(items: Any, param: str) -> list[dict]:
+def _record_messages(items: Any, param: str) -> list[dict[str, Any]]:
     if not isinstance(items, list) or not all(
         isinstance(m, dict) and m.get("role") in ("user", "assistant") and "type" not in m for m in items
     ):  # a Responses item has a type
@@ -60,7 +61,7 @@ def _record_messages(items: Any, param: str) -> list[dict]:
     return items
 
 
-def _checked(block: dict, param: str) -> tuple[Any, Any]:
+def _checked(block: dict[str, Any], param: str) -> tuple[Any, Any]:
     content, sealed = block.get("content"), block.get("encrypted_content")
     if content is not None and not isinstance(content, str):
         raise _refused(param, f"its content is {type(content).__name__}, not a string or null")
@@ -82,7 +83,7 @@ def _newest(messages: list[Any], *, names: str | None) -> tuple[int, int, bool] 
     return found
 
 
-def _without(messages: list[Any], drop) -> list[Any]:
+def _without(messages: list[Any], drop: Callable[[Any], bool]) -> list[Any]:
     """`messages` less the compaction blocks `drop(block)` selects (a message left empty goes too)."""
     out: list[Any] = []
     for message in messages:
@@ -104,9 +105,7 @@ def _ours(block: Any) -> bool:
     return is_ours(block.get("encrypted_content"))
 
 
-async def replace_compaction_blocks(
-    messages: list[Any], records: CompactionRecords, *, emulating: bool
-) -> list[Any] | None:
+async def replace_compaction_blocks(messages: list[Any], records: Records, *, emulating: bool) -> list[Any] | None:
     """The messages as they go on (see the module docstring), or None when unchanged.
     ProxyError 400 for a block whose fields are of the wrong type, or whose token is another
     namespace's, malformed or expired."""
