@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     replay.add_argument("--redis-url", default=None, help="Replay against this Redis instead of an embedded store.")
     replay.add_argument("--data-dir", default=None, help="Embedded store location (default: a temporary one).")
-    from proxy.replay.cli import add_format_argument, add_live_arguments, add_target_arguments
+    from proxy.replay import add_format_argument, add_live_arguments, add_target_arguments
 
     add_format_argument(replay)
     add_target_arguments(replay)
@@ -236,10 +236,7 @@ class DateHeader:
 def replay(args: argparse.Namespace) -> None:
     import asyncio
 
-    from proxy.replay.cli import live_run, run_replay
-    from proxy.replay.live import LiveError, run_live
-    from proxy.replay.runner import ReplayInputError
-    from proxy.replay.target import TargetError, run_target
+    from proxy.replay import LiveError, ReplayInputError, TargetError, live_run, run_live, run_replay, run_target
 
     try:
         if args.live:
@@ -272,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     args = parser.parse_args(argv)
     if args.command == "replay":
-        from proxy.replay.cli import compare_usage_error, live_usage_error, target_usage_error
+        from proxy.replay import compare_usage_error, live_usage_error, target_usage_error
 
         problem = live_usage_error(args) or (
             None if args.live else target_usage_error(args) or compare_usage_error(args)

@@ -4,7 +4,7 @@ Starts the bundled fake upstream (`proxy.demo.fake_upstream --reload-once`: no m
 it answers "ok", and calls `context_reload` once for each offloaded tool result it sees) and a
 proxy on the embedded store in a temporary folder, both on free loopback ports, with an admin
 token made for this run. It then replays the bundled agent conversation (`conversation.jsonl`)
-into the proxy in each wire format, as `replay --target` sends turns (`proxy.replay.target`),
+into the proxy in each wire format, as `replay --target` sends turns (`proxy.replay._target`),
 one session per format; prints each turn's raw and forwarded tokens, the proxy's action and the
 reload rounds (read back from the statistics API), then the totals; and leaves the proxy and
 its dashboard running until Ctrl-C or SIGTERM (`--no-wait`: stops after the tables, and prints
@@ -34,9 +34,7 @@ from types import FrameType
 import httpx2
 
 from proxy.demo.table import FormatRun, steps, totals_table, turn_table
-from proxy.replay.runner import load_conversations
-from proxy.replay.target import PATHS, send_all
-from proxy.replay.turns import turns_of
+from proxy.replay import PATHS, load_conversations, send_all, turns_of
 
 CONVERSATION = Path(__file__).with_name("conversation.jsonl")
 MODELS = {"chat": "gpt-4o", "responses": "gpt-4o", "anthropic": "claude-sonnet-4"}

@@ -8,8 +8,7 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.replay.target import TurnResult
-from proxy.replay.turns import answer_positions
+from proxy.replay import TurnResult, answer_positions
 
 STEP_WIDTH = 34  # the "last step" column
 

@@ -17,7 +17,7 @@ import pytest
 
 from proxy.demo.run import CONVERSATION, free_port
 from proxy.demo.table import steps
-from proxy.replay.runner import load_conversations
+from proxy.replay._runner import load_conversations
 
 TURNS = len(steps(load_conversations(CONVERSATION)[0]["messages"]))
 FORMATS = ("chat", "responses", "anthropic")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from proxy.demo.table import FormatRun, steps, totals, totals_table, turn_table
-from proxy.replay.target import TurnResult
+from proxy.replay._target import TurnResult
 
 MESSAGES = [
     {"role": "system", "content": "s"},

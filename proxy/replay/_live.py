@@ -2,7 +2,7 @@
 actions compared.
 
 For each selected turn of each selected trace (`--sample N` traces chosen with `--seed`, the
-first `--max-turns` turns of each), the recorded request (`proxy.replay.turns`) is sent,
+first `--max-turns` turns of each), the recorded request (`proxy.replay._runner`) is sent,
 non-streamed, to the upstream with the caller's key (the raw arm), then the same body through
 the proxy (the proxy arm): an in-process proxy served by uvicorn on a loopback port in front of
 that upstream (its store in the output folder), or `--target URL` a running one. The offload
@@ -12,11 +12,23 @@ One request at a time, in order.
 Before anything is sent: the number of requests and an estimate of their cost (the requests'
 tokens at the input price, the recorded answers' tokens at the output price, the price table's
 entry for the model; no cache discount), and a question on a terminal (`--yes` skips it; without
-a terminal, `--yes` is needed). Each answer is appended to the journal (`proxy.replay.live_journal`)
+a terminal, `--yes` is needed). Each answer is appended to the journal (`proxy.replay._live`)
 as it comes; a rerun skips what it holds. 401 and 403 stop the run (one line); 429 and 5xx are
 retried RETRIES times (after Retry-After, else 1, 2, 4 s), then the turn is counted as failed.
 An answer larger than MAX_ANSWER_BYTES, or not whole within ANSWER_SECONDS, is a failed turn.
 The key is sent, never printed nor written.
+
+`replay --live`'s journal: one JSON line per turn and arm, appended as each answer comes.
+
+Each record is keyed by the trace (its position in the file and its id), the turn (1-based), the
+arm ("raw" or "proxy") and that arm's configuration (`arm_config`: a short hash of what decides
+its answers: format, upstream, model, and for the proxy arm its settings or target; never the
+key). A rerun with the same output folder skips the turns whose key is there; a record of
+another configuration is kept in the file, apart: not skipped, not counted, reported. A line that
+is not a record (a run killed mid-write) is skipped and counted.
+
+Beside the turns, a "session" record per trace holds the tokens the proxy's statistics billed
+in that trace's session, per call (`turn`, `summary`, `keepalive`; the last one read wins).
 """
 
 from __future__ import annotations
@@ -24,11 +36,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import json
+import math
 import random
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import quote
@@ -38,11 +52,17 @@ import httpx2
 from proxy.core.bill import KINDS, PARTS, Bill, Price
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model
-from proxy.replay.live_compare import AnswerError, action_of
-from proxy.replay.live_journal import Journal, arm_config
-from proxy.replay.live_report import TracePairs, report_of, table
-from proxy.replay.runner import WIRES, message_tokens
-from proxy.replay.target import (
+from proxy.replay._live_report import Action, AnswerError, TracePairs, action_of, report_of, table
+from proxy.replay._runner import (
+    WIRES,
+    answers_of,
+    load_conversations,
+    message_tokens,
+    request_body,
+    requests_of,
+    system_of,
+)
+from proxy.replay._target import (
     MAX_SESSION,
     PATHS,
     SESSION_HEADER,
@@ -52,7 +72,6 @@ from proxy.replay.target import (
     session_id,
     turn_headers,
 )
-from proxy.replay.turns import answers_of, load_conversations, request_body, requests_of, system_of
 from proxy.stats.prices import PriceTable
 from proxy.upstream.base_url import anthropic_base, base_url_problem, openai_base
 
@@ -134,7 +153,13 @@ def chosen(count: int, *, sample: int | None, seed: int) -> list[int]:
 
 
 def plan(
-    conversations: list[dict], *, format: str, model: str | None, sample: int | None, seed: int, max_turns: int | None
+    conversations: list[dict[str, Any]],
+    *,
+    format: str,
+    model: str | None,
+    sample: int | None,
+    seed: int,
+    max_turns: int | None,
 ) -> list[PlannedTrace]:
     """The traces and turns to send, each turn's body in `format` and its token counts."""
     traces = []
@@ -156,7 +181,7 @@ def plan(
         turns = []
         for k, (request, (start, end)) in enumerate(zip(requests[:last], answers), 1):
             body = request_body(request, format=format, model=trace_model, tools=tools, system=system)
-            # turn k's request is the history before its answer (`proxy.replay.turns.answers_of`)
+            # turn k's request is the history before its answer (`proxy.replay._runner.answers_of`)
             turns.append(PlannedTurn(k, body, before[start] + tool_tokens, max(1, before[end] - before[start])))
         traces.append(PlannedTrace(position, str(conv["id"]), trace_model, tuple(turns)))
     return traces
@@ -255,7 +280,9 @@ class AnswerTooLarge(Exception):
     """An answer past MAX_ANSWER_BYTES (decoded)."""
 
 
-async def _bounded(client: httpx2.AsyncClient, url: str, *, body: dict, headers: dict[str, str]) -> httpx2.Response:
+async def _bounded(
+    client: httpx2.AsyncClient, url: str, *, body: dict[str, Any], headers: dict[str, str]
+) -> httpx2.Response:
     """The answer to one POST, read whole (its content coding undone) up to MAX_ANSWER_BYTES."""
     async with client.stream("POST", url, json=body, headers=headers) as response:
         kept = bytearray()
@@ -273,7 +300,7 @@ async def post(
     client: httpx2.AsyncClient,
     url: str,
     *,
-    body: dict,
+    body: dict[str, Any],
     headers: dict[str, str],
     sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
 ) -> Sent:
@@ -615,7 +642,7 @@ async def run_live(run: LiveRun, *, stdin: TextIO = sys.stdin, stdout: TextIO = 
             stdin=stdin,
             stdout=stdout,
         )
-        from proxy.replay.report import progress_bar
+        from proxy.replay._report import progress_bar
 
         bar = progress_bar(turns)
         try:
@@ -661,3 +688,97 @@ async def run_live(run: LiveRun, *, stdin: TextIO = sys.stdin, stdout: TextIO = 
             f"no turn was answered by both arms ({o['failed']} of {o['turns']} failed); first: {o['first_error']}"
         )
     return report
+
+
+FILE = "live.jsonl"
+ARMS = ("raw", "proxy")
+
+
+def arm_config(values: dict[str, Any]) -> str:
+    """A short, stable hash of an arm's configuration (a JSON object of plain values)."""
+    return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def turn_key(record: dict[str, Any]) -> tuple[int, str, int, str, str]:
+    return (
+        int(record["position"]),
+        str(record["trace"]),
+        int(record["turn"]),
+        str(record["arm"]),
+        str(record["config"]),
+    )
+
+
+TEXTS = ("error", "offload_action", "tokens_before", "tokens_after", "reload_rounds")  # as `record_of` writes them
+
+
+def _number(value: Any) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)
+
+
+def _check_figures(record: dict[str, Any]) -> None:
+    """ValueError unless a turn record's figures are of the types the report reads."""
+    bill, usd = record.get("bill"), record.get("usd")
+    if type(record.get("status")) is not int or (usd is not None and not _number(usd)):
+        raise ValueError("not a status or a cost")
+    if bill is not None and not (isinstance(bill, dict) and all(type(n) is int for n in bill.values())):
+        raise ValueError("not token counts")
+    if not all(record.get(name) is None or isinstance(record[name], str) for name in TEXTS):
+        raise ValueError("not text")
+
+
+@dataclass
+class Journal:
+    """The records of one output folder: those of the configurations of this run, by key."""
+
+    path: Path
+    configs: dict[str, str]  # arm → its configuration hash in this run
+    turns: dict[tuple[int, str, int, str, str], dict[str, Any]] = field(default_factory=dict)
+    sessions: dict[tuple[int, str, str], dict[str, Any]] = field(default_factory=dict)
+    other_configs: int = 0  # answers (turn records) of another configuration, kept apart
+    unreadable: int = 0  # lines that are not a record
+
+    @classmethod
+    def open(cls, out: Path, configs: dict[str, str]) -> Journal:
+        journal = cls(out / FILE, configs)
+        if journal.path.exists():
+            for line in journal.path.read_text(encoding="utf-8", errors="replace").splitlines():
+                if line.strip():
+                    journal._read(line)
+        return journal
+
+    def _read(self, line: str) -> None:
+        try:
+            record = json.loads(line)
+            kind, arm, config = record["kind"], record["arm"], record["config"]
+            if self.configs.get(arm) != config:
+                self.other_configs += kind == "turn"
+            elif kind == "turn":
+                if record.get("action") is not None:
+                    Action.from_dict(record["action"])  # what the report reads back
+                _check_figures(record)
+                self.turns[turn_key(record)] = record
+            elif kind == "session":
+                calls = record["calls"]
+                if not all(isinstance(n, int) for c in calls.values() for n in c.values()):
+                    raise ValueError("not token counts")
+                self.sessions[(int(record["position"]), str(record["trace"]), str(config))] = record
+            else:
+                self.unreadable += 1
+        except (ValueError, KeyError, TypeError, AttributeError):
+            self.unreadable += 1
+
+    def done(self, *, position: int, trace: str, turn: int, arm: str) -> dict[str, Any] | None:
+        """The record of this turn and arm in this run's configuration, if any."""
+        return self.turns.get((position, trace, turn, arm, self.configs[arm]))
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Write one record (a line, flushed) and keep it."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+            f.flush()
+        if record["kind"] == "turn":
+            self.turns[turn_key(record)] = record
+        else:
+            self.sessions[(int(record["position"]), str(record["trace"]), str(record["config"]))] = record

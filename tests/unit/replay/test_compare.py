@@ -14,7 +14,7 @@ from proxy.formats.messages import MESSAGES
 from proxy.formats.messages.from_chat import items_with_offsets as anthropic_items
 from proxy.formats.responses.from_chat import items_with_offsets as responses_items
 from proxy.formats.responses.items import ResponsesView
-from proxy.replay.baselines import middle_out, observation_masking, task_end
+from proxy.replay._compare import middle_out, observation_masking, task_end
 
 VIEWS = {"chat": chat.VIEW, "responses": ResponsesView(INJECTED_TOOLS), "anthropic": MESSAGES.view}
 

@@ -10,7 +10,7 @@ API input items (or the Anthropic Messages request) a client would send for it
 (`proxy.formats.responses.from_chat`, `proxy.formats.messages.from_chat`) and replayed through
 that format's view; every figure is then computed the same way on its items instead of messages.
 
-Definitions (see `proxy.replay.metrics`): tokens are o200k_base tokens of each message's (or
+Definitions (see `proxy.replay._metrics`): tokens are o200k_base tokens of each message's (or
 item's) JSON. prefix_reuse = Σ over consecutive turns of the tokens of the longest common prefix
 of whole forwarded messages of turn k and k+1, divided by Σ tokens of forwarded turn k.
 reload_exact_fraction = share of references created during the replay whose context_reload
@@ -20,6 +20,14 @@ input cost with a prompt cache (cached prefix at 10 %) of the forwarded turns an
 calls they made, over that of the raw turns. With a summary delay (`summary_delay_ms`, the fake
 summariser's answer time; `turn_latency_ms`, the simulated upstream's per turn), `latency` gives
 the added latency of each turn (the wall time of its turn, `proxy.turn`) and the turns stalled by a summary.
+
+The requests a replay sends: a chat trace's turns, in the wire format replayed.
+
+Turn k is the request the agent sent before its k-th assistant message. With format
+"responses" (or "anthropic") the chat trace is first converted to the Responses API input items
+(or the Anthropic Messages history) a client would send for it. Shared by the in-process replay
+(`proxy.replay._runner`) and the one that sends the turns to a running proxy (`proxy.replay._target`);
+`load_conversations` reads them from a JSONL file.
 """
 
 from __future__ import annotations
@@ -28,7 +36,9 @@ import asyncio
 import json
 import re
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from proxy.config import ServerSettings
@@ -36,6 +46,7 @@ from proxy.core import compression as cp
 from proxy.core import jsonio, provider_cache
 from proxy.core import keepalive as ka
 from proxy.core.cache_cuts import CutContext
+from proxy.core.compaction import Offload
 from proxy.core.last_sent import LastSent, digest
 from proxy.core.markers import history_ref
 from proxy.core.media import Reloaded
@@ -54,8 +65,11 @@ from proxy.core.wire import WireFormat
 from proxy.formats import chat
 from proxy.formats import messages as anthropic
 from proxy.formats.chat import CHAT
+from proxy.formats.messages import from_chat as anthropic_from_chat
 from proxy.formats.responses import RESPONSES
+from proxy.formats.responses import from_chat as _responses
 from proxy.formats.responses.request import inject_tools
+from proxy.offload.cpu_pool import CPU, INLINE
 from proxy.offload.refs import RefStore
 from proxy.offload.summaries import Compressor
 from proxy.offload.summarizer import DEFAULT_PROMPT
@@ -63,21 +77,11 @@ from proxy.offload.summary_context import SummaryContext
 from proxy.offload.tenant import key, tenant_namespace
 from proxy.offload.tenant_store import TenantStore
 from proxy.reload.tools import ReloadTools
-from proxy.replay import bill, cost, gaps, metrics
-from proxy.replay.gaps import Gaps
-from proxy.replay.metrics import common_prefix, prefix_reuse  # noqa: F401  (imported from here too)
-from proxy.replay.simulation import SummaryRecorder, TurnScheduler, fake_summarizer, recording, request_items
-from proxy.replay.turns import (  # noqa: F401  (imported from here too)
-    FORMATS,
-    ReplayInputError,
-    answer_positions,
-    answers_of,
-    load_conversations,
-    request_body,
-    requests_of,
-    system_of,
-    turns_of,
-)
+from proxy.replay import _bill as bill
+from proxy.replay import _metrics as metrics
+from proxy.replay._bill import Gaps
+from proxy.replay._metrics import common_prefix, prefix_reuse  # noqa: F401  (imported from here too)
+from proxy.replay._simulation import Sink, SummaryRecorder, TurnScheduler, fake_summarizer, recording, request_items
 from proxy.store import Store
 from proxy.store.sealing import Sealer
 from proxy.turn import Turn, TurnInput, run_turn
@@ -156,7 +160,7 @@ class Conversation:
     cache_cost_ratio: float = 1.0
     cache_cost: float = 0.0  # forwarded turns + summary calls at the replay's pricing, in tokens
     raw_cache_cost: float = 0.0  # the raw turns, the same way
-    cost_breakdown: dict[str, Any] = field(default_factory=dict)  # per pricing: see proxy.replay.cost
+    cost_breakdown: dict[str, Any] = field(default_factory=dict)  # per pricing: see proxy.replay._metrics
     forwarded_by_part: dict[str, float] = field(default_factory=dict)  # forwarded tokens by part, Σ over turns
     summary_calls: int = 0  # requests the summariser received
     summary_input_tokens: int = 0  # their history's tokens
@@ -164,7 +168,7 @@ class Conversation:
     raw_per_turn: list[int] = field(default_factory=list)
     forwarded_per_turn: list[int] = field(default_factory=list)
     added_ms_per_turn: list[float] | None = None  # only with a summary delay
-    bill: dict[str, Any] | None = None  # only with turn gaps: see proxy.replay.bill
+    bill: dict[str, Any] | None = None  # only with turn gaps: see proxy.replay._bill
 
 
 def replay_namespace(index: int, conversation_id: str) -> str:
@@ -197,11 +201,13 @@ class CapturingRefs(RefStore):
         super().__init__(store, namespace, ttl)
         self.created = created
 
-    async def save(self, offloads, refs, session=None, **kwargs):
+    async def save(
+        self, offloads: Iterable[Offload], refs: Iterable[str], session: str | None = None, *, cpu: CPU = INLINE
+    ) -> set[str]:
         offloads = list(offloads)
         for o in offloads:
             self.created.setdefault(o.ref, o.text)
-        return await super().save(offloads, refs, session, **kwargs)
+        return await super().save(offloads, refs, session, cpu=cpu)
 
 
 class Replayer:
@@ -211,7 +217,7 @@ class Replayer:
         settings: OffloadSettings,
         upstream: Upstream,
         *,
-        headers: list,
+        headers: list[Any],
         model: str,
         ttl: int = 7 * 24 * 3600,
         format: str = "chat",
@@ -233,8 +239,8 @@ class Replayer:
         pipeline (the upstream answering). `summary_request`: the shape summaries are asked for in
         (the server's `--summary-request`: "prefix", the turn's own request, or "transcript").
         `pricing`: the `metrics.PRICINGS` the cache cost is given at (the breakdown has both).
-        `gaps`: the turns' clock (`proxy.replay.gaps`; a trace's own timestamps win): the bill
-        (`proxy.replay.bill`) at `pricing`'s provider profile; None: no bill. With a clock, the
+        `gaps`: the turns' clock (`proxy.replay._bill`; a trace's own timestamps win): the bill
+        (`proxy.replay._bill`) at `pricing`'s provider profile; None: no bill. With a clock, the
         turns are cut as the server cuts them with the session's cache in mind (`cache_cuts`,
         `proxy.core.cache_cuts`: the session's last sent prefix on the replay's clock), and the
         bill prices keep-alive pings at `keepalive`'s limits (None: the server's defaults)."""
@@ -273,7 +279,9 @@ class Replayer:
         capturing = CapturingRefs(self.store, namespace, self.ttl, created={} if created is None else created)
         tenant = TenantStore(self.store, namespace, self.ttl, Sealer(None))
 
-        def compressor(body: dict, settings: OffloadSettings, refs: RefStore, *, background: bool) -> Compressor:
+        def compressor(
+            body: dict[str, Any], settings: OffloadSettings, refs: RefStore, *, background: bool
+        ) -> Compressor:
             ctx = SummaryContext(
                 upstream=self.upstream,
                 headers=self.headers,
@@ -314,7 +322,9 @@ class Replayer:
         inject = anthropic.inject_tools if self.format == "anthropic" else inject_tools
         return inject({"tools": tools}, RELOAD_TOOL_SCHEMAS)["tools"]
 
-    async def conversation(self, conv: dict, tick=lambda: None, index: int = 0) -> Conversation:
+    async def conversation(
+        self, conv: dict[str, Any], tick: Callable[[], object] = lambda: None, index: int = 0
+    ) -> Conversation:
         out = Conversation(str(conv.get("id", "conversation")))
         # The same namespace on every run (refs are hashes of it, so their strings and token counts
         # are stable); the position keeps two conversations with the same id apart.
@@ -330,11 +340,11 @@ class Replayer:
         tokens: list[list[int]] = []
         sent_tools: list[Any] = []
         created: dict[str, str] = {}
-        sink: list = []  # the summary requests, by turn
+        sink: Sink = []  # the summary requests, by turn
         added: list[float] = []
         plan_tokens: list[int] = []  # each turn's forwarded tokens as the proxy counted them (keep-alive's)
         scheduler = None if self.inline_summaries else TurnScheduler()
-        bodies: list[dict] = []  # what each turn forwards (the bill's)
+        bodies: list[dict[str, Any]] = []  # what each turn forwards (the bill's)
         times = self._times(conv, index, len(requests)) if self.gaps is not None else None
         last: LastSent | None = None  # the session's last sent prefix, on the replay's clock
         for k, request in enumerate(requests):
@@ -420,15 +430,22 @@ class Replayer:
             out.latency = metrics.latency(added, self.summary_delay_ms, self.turn_latency_ms)
         return out
 
-    def _times(self, conv: dict, index: int, turns: int) -> list[float]:
+    def _times(self, conv: dict[str, Any], index: int, turns: int) -> list[float]:
         """When each turn is sent: the trace's own timestamps, else the replay's gaps."""
         assert self.gaps is not None
-        return gaps.trace_times(conv["messages"], answer_positions(conv["messages"])) or self.gaps.times(
+        return bill.trace_times(conv["messages"], answer_positions(conv["messages"])) or self.gaps.times(
             turns, seed=self.gap_seed, index=index
         )
 
     def _bill(
-        self, times: list[float], *, requests, tools, bodies: list[dict], sink, tokens: list[int]
+        self,
+        times: list[float],
+        *,
+        requests: list[list[Any]],
+        tools: Any,
+        bodies: list[dict[str, Any]],
+        sink: Sink,
+        tokens: list[int],
     ) -> dict[str, Any]:
         raw = [
             request_body(r, format=self.format, model=self.model, tools=tools, system=self._system) for r in requests
@@ -461,12 +478,22 @@ class Replayer:
             await self.upstream.transport.idle()
 
     def _figures(
-        self, out: Conversation, *, history, answers, requests, history_tokens, forwarded, tokens, sent_tools, sink
+        self,
+        out: Conversation,
+        *,
+        history: list[Any],
+        answers: list[tuple[int, int]],
+        requests: list[list[Any]],
+        history_tokens: list[int],
+        forwarded: list[list[Any]],
+        tokens: list[list[int]],
+        sent_tools: list[Any],
+        sink: Sink,
     ) -> None:
-        """recall and the cache cost (`proxy.replay.metrics`)."""
+        """recall and the cache cost (`proxy.replay._metrics`)."""
         recall = metrics.Recall()
-        for turn in metrics.recall(history, answers, forwarded, is_tool=lambda item: self.view.role(item) == "tool"):
-            recall.add(turn)
+        for figures in metrics.recall(history, answers, forwarded, is_tool=lambda item: self.view.role(item) == "tool"):
+            recall.add(figures)
         out.recall, out.recall_identifiers, out.recall_found = recall.value, recall.kept, recall.found
         calls = []
         for turn, body, path in sink:
@@ -478,11 +505,11 @@ class Replayer:
         out.cache_cost = metrics.cache_cost(forwarded, tokens, sent_tools, summaries=calls, pricing=self.pricing)
         out.raw_cache_cost = metrics.cache_cost(requests, raw_tokens, pricing=self.pricing)
         out.cache_cost_ratio = out.cache_cost / out.raw_cache_cost if out.raw_cache_cost else 1.0
-        windows = [cost.Window(items, counts, self.view) for items, counts in zip(forwarded, tokens)]
-        out.cost_breakdown = cost.conversation_costs(
-            windows, cost.new_items([len(r) for r in requests]), raw_tokens, tools=sent_tools, summaries=calls
+        windows = [metrics.Window(items, counts, self.view) for items, counts in zip(forwarded, tokens)]
+        out.cost_breakdown = metrics.conversation_costs(
+            windows, metrics.new_items([len(r) for r in requests]), raw_tokens, tools=sent_tools, summaries=calls
         )
-        out.forwarded_by_part = cost.forwarded_by_part(windows)
+        out.forwarded_by_part = metrics.forwarded_by_part(windows)
 
 
 async def reload_all(tools: ReloadTools, ref: str) -> str | None:
@@ -518,7 +545,7 @@ def default_keepalive() -> ka.Limits:
 
 def upstream_for(url: str | None, summary_delay_ms: float = 0) -> Upstream:
     """The summariser's upstream (the built-in fake unless `url`), recording the requests it gets
-    (`proxy.replay.simulation`); the fake answers after `summary_delay_ms`."""
+    (`proxy.replay._simulation`); the fake answers after `summary_delay_ms`."""
     if url:
         settings = ServerSettings(upstream=url, read_timeout=120)
         return Upstream(settings, transport=SummaryRecorder(pooled_transport(settings)))
@@ -526,3 +553,104 @@ def upstream_for(url: str | None, summary_delay_ms: float = 0) -> Upstream:
         ServerSettings(upstream="http://fake-summariser.invalid/v1"),
         transport=SummaryRecorder(fake_summarizer(summary_delay_ms)),
     )
+
+
+FORMATS = ("chat", "responses", "anthropic")  # the wire format conversations are replayed in
+ANTHROPIC_MAX_TOKENS = 4096  # `max_tokens` of a replayed Messages request (the API requires one)
+
+
+def answer_positions(messages: list[Any]) -> list[int]:
+    """Where the assistant messages the turns are replayed for stand (never the first message)."""
+    return [k for k, m in enumerate(messages) if k > 0 and isinstance(m, dict) and m.get("role") == "assistant"]
+
+
+def turns_of(messages: list[Any]) -> list[list[Any]]:
+    return [messages[:k] for k in answer_positions(messages)]
+
+
+def requests_of(conv: dict[str, Any], format: str) -> tuple[list[list[Any]], Any]:
+    """The requests replayed for a conversation, one per turn (`turns_of` its messages), and its
+    tools, both in the wire format. Responses turns are slices of one conversion of the whole
+    conversation, so consecutive turns share their items as chat turns share their messages."""
+    requests = turns_of(conv["messages"])
+    if format == "chat":
+        return requests, conv.get("tools")
+    convert = anthropic_from_chat if format == "anthropic" else None
+    items, offsets = (convert or _responses).items_with_offsets(conv["messages"])
+    tools = (convert or _responses).tools_from_chat(conv.get("tools"))
+    return [items[: offsets[len(request)]] for request in requests], tools
+
+
+def answers_of(conv: dict[str, Any], format: str) -> tuple[list[Any], list[tuple[int, int]]]:
+    """The whole conversation in the wire format, and where each turn's assistant answer stands in
+    it (start, end): the request of turn k is history[:start] (`requests_of`)."""
+    positions = answer_positions(conv["messages"])
+    if format == "chat":
+        return conv["messages"], [(k, k + 1) for k in positions]
+    items, offsets = (anthropic_from_chat if format == "anthropic" else _responses).items_with_offsets(conv["messages"])
+    return items, [(offsets[k], offsets[k + 1]) for k in positions]
+
+
+def system_of(conv: dict[str, Any], format: str) -> str | None:
+    """An Anthropic request's `system` (the conversation's leading system messages); None in
+    the other formats, whose system prompt is a history item."""
+    return anthropic_from_chat.system_from_chat(conv["messages"]) if format == "anthropic" else None
+
+
+def request_body(
+    request: list[Any], *, format: str, model: str, tools: Any = None, system: str | None = None
+) -> dict[str, Any]:
+    """The body a client sends for one turn (`requests_of`): chat `messages`, Responses `input`,
+    or an Anthropic Messages request with `system` and `max_tokens`; the tools when there are any."""
+    body: dict[str, Any] = {"model": model, ("input" if format == "responses" else "messages"): request}
+    if format == "anthropic":
+        head = {"system": system} if system else {}
+        body = anthropic.MESSAGES.with_history({**head, **body, "max_tokens": ANTHROPIC_MAX_TOKENS}, request)
+    if tools:
+        body["tools"] = tools
+    return body
+
+
+class ReplayInputError(ValueError):
+    """The conversations file cannot be replayed; the message names the file and line."""
+
+
+def _kind(value: Any) -> str:
+    return {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        type(None): "null",
+        int: "a number",
+        float: "a number",
+    }.get(type(value), type(value).__name__)
+
+
+def load_conversations(path: Path) -> list[dict[str, Any]]:
+    """One conversation per non-blank line: a JSON object with a "messages" list (optional "id", "tools")."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ReplayInputError(f"{path}: cannot read it ({exc})") from None
+    conversations = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path} line {number}"
+        try:
+            conv = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ReplayInputError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(conv, dict):
+            raise ReplayInputError(f'{where}: expected a JSON object with a "messages" list, got {_kind(conv)}')
+        if "messages" not in conv:
+            raise ReplayInputError(f'{where}: the object has no "messages" (expected a list of chat messages)')
+        if not isinstance(conv["messages"], list):
+            raise ReplayInputError(f'{where}: "messages" is {_kind(conv["messages"])}, expected a list')
+        if conv.get("tools") is not None and not isinstance(conv["tools"], list):
+            raise ReplayInputError(f'{where}: "tools" is {_kind(conv["tools"])}, expected a list')
+        conversations.append(conv if "id" in conv else {**conv, "id": f"line-{number}"})
+    if not conversations:
+        raise ReplayInputError(f"{path}: no conversations in it (expected one JSON object per line)")
+    return conversations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from proxy.replay import lofo
+from proxy.replay import _report as report
 
 
 @dataclass
@@ -27,9 +27,9 @@ def overall(convs):
 
 
 def test_framework_of_reads_the_trace():
-    assert lofo.framework_of({"framework": "openhands-sdk"}) == "openhands-sdk"
-    assert lofo.framework_of({"meta": {"framework": "aider"}}) == "aider"
-    assert lofo.framework_of({"messages": []}) == "unknown"
+    assert report.framework_of({"framework": "openhands-sdk"}) == "openhands-sdk"
+    assert report.framework_of({"meta": {"framework": "aider"}}) == "aider"
+    assert report.framework_of({"messages": []}) == "unknown"
 
 
 def test_choose_takes_the_knee_within_the_prefix_budget():
@@ -39,9 +39,9 @@ def test_choose_takes_the_knee_within_the_prefix_budget():
         {"recall": 0.84, "cache_cost_ratio": 0.30, "prefix_reuse": 0.90},  # best score, too little reuse
         {"recall": 0.88, "cache_cost_ratio": 0.48, "prefix_reuse": 0.95},
     ]  # +0.02 for +0.02: worth it
-    assert lofo.choose(rows) == 3
-    assert lofo.choose(rows, cost_weight=0.0) == 1  # the highest recall
-    assert lofo.choose(rows, prefix_budget=0.99) == 2  # none keeps it: all are candidates
+    assert report.choose(rows) == 3
+    assert report.choose(rows, cost_weight=0.0) == 1  # the highest recall
+    assert report.choose(rows, prefix_budget=0.99) == 2  # none keeps it: all are candidates
 
 
 def test_each_framework_is_measured_with_the_setting_chosen_on_the_others():
@@ -49,13 +49,13 @@ def test_each_framework_is_measured_with_the_setting_chosen_on_the_others():
     # setting 0 is cheap but loses recall on framework a; setting 1 keeps it at a price
     cheap = [Conv(10, 5, 30), Conv(10, 5, 30), Conv(10, 10, 30), Conv(10, 10, 30)]
     dear = [Conv(10, 10, 90), Conv(10, 10, 90), Conv(10, 10, 90), Conv(10, 10, 90)]
-    held = lofo.leave_one_out([cheap, dear], frameworks, overall)
+    held = report.leave_one_out([cheap, dear], frameworks, overall)
     # chosen on b and c, the cheap one looks free of loss; with a among the training traces, it does not
     assert [(h.framework, h.chosen) for h in held] == [("a", 0), ("b", 1), ("c", 1)]
     # framework a pays for what was chosen without it: recall 0.5
     assert held[0].figures["recall"] == 0.5 and held[1].figures["recall"] == 1.0
-    assert lofo.mean([h.figures for h in held])["recall"] == (0.5 + 1 + 1) / 3
-    assert lofo.pooled(held, overall)["recall"] == 30 / 40  # weighted by the conversations
-    assert lofo.leave_one_out([cheap], ["a"] * 4, overall) == []  # one framework: nothing to leave out
-    per = lofo.by_framework(cheap, frameworks, overall)
+    assert report.mean([h.figures for h in held])["recall"] == (0.5 + 1 + 1) / 3
+    assert report.pooled(held, overall)["recall"] == 30 / 40  # weighted by the conversations
+    assert report.leave_one_out([cheap], ["a"] * 4, overall) == []  # one framework: nothing to leave out
+    per = report.by_framework(cheap, frameworks, overall)
     assert list(per) == ["a", "b", "c"] and per["a"]["recall"] == 0.5

@@ -33,7 +33,9 @@ from proxy.formats.responses.items import ResponsesView
 from proxy.formats.responses.summary import instruction_item
 from proxy.offload.background import SummaryScheduler
 
-Sink = list  # of (turn, body, URL path): the summary requests of one replayed conversation
+Sink = list[
+    tuple[int, dict[str, Any], str]
+]  # (turn, body, URL path): the summary requests of one replayed conversation
 _UNSET: Any = object()
 _TURN: contextvars.ContextVar[tuple[Sink, int] | None] = contextvars.ContextVar("replay_turn", default=_UNSET)
 _current: list[tuple[Sink, int] | None] = [None]  # for a task started outside any turn's context
@@ -70,7 +72,7 @@ class TurnScheduler(SummaryScheduler):
         return super().submit(key, keep_turn(run), **kwargs)
 
 
-def request_items(body: dict, path: str = "") -> tuple[list[Any], Any]:
+def request_items(body: dict[str, Any], path: str = "") -> tuple[list[Any], Any]:
     """The history a summary request carries (chat `messages`, Anthropic `messages` as the
     Messages view's items when `path` is `…/messages`, or Responses `instructions` and `input`),
     and its tools."""
@@ -117,7 +119,7 @@ def is_anthropic(path: str) -> bool:
     return path.rstrip("/").endswith("/messages")
 
 
-def _transcript(body: dict, path: str = "") -> str:
+def _transcript(body: dict[str, Any], path: str = "") -> str:
     """What the fake summarises: in the prefix shape (its last message or item is the instruction,
     exactly), the items before the instruction, rendered as the transcript shape renders them; in
     the transcript shape, the transcript (its last message, after the system prompt)."""
@@ -129,7 +131,8 @@ def _transcript(body: dict, path: str = "") -> str:
     ):
         items = items[:-1]
     elif len(items) == 2 and isinstance(items[-1], dict) and isinstance(items[-1].get("content"), str):
-        return items[-1]["content"]
+        text: str = items[-1]["content"]
+        return text
     view = MESSAGES.view if is_anthropic(path) else chat.VIEW if "messages" in body else ResponsesView(INJECTED_TOOLS)
     lines = [view.transcript(item) for item in items if view.role(item) != "system"]
     return "\n\n".join(f"{header}\n{text}".rstrip() for header, text in lines)

@@ -9,20 +9,25 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from proxy.core.settings import OffloadSettings
-from proxy.replay import bill, compare
-from proxy.replay.baselines import MASK_KEEP
-from proxy.replay.gaps import Gaps, GapsError
-from proxy.replay.gaps import parse as parse_gaps
-from proxy.replay.metrics import DEFAULT_PRICING, PRICINGS
-from proxy.replay.report import estimate_warning, progress_bar, report_dict, table, write_outputs
-from proxy.replay.runner import FORMATS, Replayer, load_conversations, turns_of, upstream_for, view_for
-from proxy.replay.target import DEFAULT_CONCURRENCY, api_key_of, target_url
+from proxy.replay import _bill as bill
+from proxy.replay import _compare as compare
+from proxy.replay._bill import Gaps, GapsError
+from proxy.replay._bill import parse as parse_gaps
+from proxy.replay._compare import MASK_KEEP
+from proxy.replay._metrics import DEFAULT_PRICING, PRICINGS
+from proxy.replay._report import estimate_warning, progress_bar, report_dict, table, write_outputs
+from proxy.replay._runner import FORMATS, Replayer, load_conversations, turns_of, upstream_for, view_for
+from proxy.replay._target import DEFAULT_CONCURRENCY, api_key_of, target_url
 from proxy.store import Store
 
 DEFAULT_MODEL = "gpt-4o"  # `--model`'s default, but with --live
 DEFAULT_LIVE_OUT = "replay-live"  # `--live`'s output folder (its journal: what a rerun skips)
+
+if TYPE_CHECKING:
+    from proxy.replay._live import LiveRun
 
 
 def add_format_argument(replay: argparse.ArgumentParser) -> None:
@@ -118,7 +123,7 @@ def add_format_argument(replay: argparse.ArgumentParser) -> None:
 
 
 def add_live_arguments(replay: argparse.ArgumentParser) -> None:
-    """`--live` and its options (`proxy.replay.live`)."""
+    """`--live` and its options (`proxy.replay._live`)."""
     replay.add_argument(
         "--live",
         action="store_true",
@@ -152,7 +157,7 @@ def add_live_arguments(replay: argparse.ArgumentParser) -> None:
 
 
 def add_target_arguments(replay: argparse.ArgumentParser) -> None:
-    """`--target URL` and `--concurrency N`: send the turns to a running proxy (`proxy.replay.target`)."""
+    """`--target URL` and `--concurrency N`: send the turns to a running proxy (`proxy.replay._target`)."""
     replay.add_argument(
         "--target",
         type=target_url,
@@ -210,7 +215,7 @@ def live_usage_error(args: argparse.Namespace) -> str | None:
     if not api_key_of(args):
         env = "ANTHROPIC_API_KEY" if format == "anthropic" else "OPENAI_API_KEY"
         return f"--live needs --api-key KEY (or ${env}): the model is called with your credential"
-    from proxy.replay.live import upstream_of, upstream_problem
+    from proxy.replay._live import upstream_of, upstream_problem
 
     if problem := upstream_problem(upstream_of(args, format), format):
         return f"--upstream: {problem}"
@@ -224,9 +229,9 @@ def live_usage_error(args: argparse.Namespace) -> str | None:
     return None
 
 
-def live_run(args: argparse.Namespace):  # -> proxy.replay.live.LiveRun
+def live_run(args: argparse.Namespace) -> LiveRun:
     """The `replay --live` run the (checked) arguments describe."""
-    from proxy.replay.live import LiveRun, setting_headers, upstream_of
+    from proxy.replay._live import LiveRun, setting_headers, upstream_of
     from proxy.stats.prices import PriceTable, parse_prices
 
     format = getattr(args, "format", None) or "chat"
@@ -339,8 +344,13 @@ def _store(args: argparse.Namespace) -> Store:
 
 
 def compared(
-    args: argparse.Namespace, conversations: list[dict], settings: OffloadSettings, *, format: str, report: dict
-) -> dict:
+    args: argparse.Namespace,
+    conversations: list[dict[str, Any]],
+    settings: OffloadSettings,
+    *,
+    format: str,
+    report: dict[str, Any],
+) -> dict[str, Any]:
     """`--compare`: the baselines' figures on the same conversations, with the proxy's (the replay's)."""
     keep = MASK_KEEP if getattr(args, "mask_keep", None) is None else args.mask_keep
     rows = compare.compare(
@@ -360,7 +370,7 @@ def with_model(args: argparse.Namespace) -> argparse.Namespace:
     return argparse.Namespace(**{**vars(args), "model": getattr(args, "model", None) or DEFAULT_MODEL})
 
 
-async def run_replay(args: argparse.Namespace) -> dict:
+async def run_replay(args: argparse.Namespace) -> dict[str, Any]:
     args = with_model(args)
     # an encoding that cannot be loaded is said once, after the table (`estimate_warning`), not
     # also by the token counter's own log line

@@ -11,11 +11,11 @@ from proxy.core.markers import history_marker, tool_result_marker
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_encoding
 from proxy.formats import chat
-from proxy.replay import cost, metrics
-from proxy.replay.cli import add_format_argument
-from proxy.replay.metrics import ANTHROPIC, OPENAI, PRICINGS, SummaryCall
-from proxy.replay.report import breakdown_table, report_dict, table, write_outputs
-from proxy.replay.runner import Replayer, message_tokens, upstream_for
+from proxy.replay import _metrics as metrics
+from proxy.replay._cli import add_format_argument
+from proxy.replay._metrics import ANTHROPIC, OPENAI, PRICINGS, SummaryCall
+from proxy.replay._report import breakdown_table, report_dict, table, write_outputs
+from proxy.replay._runner import Replayer, message_tokens, upstream_for
 from proxy.store.sqlite import SQLiteStore
 from tests.harness.screens import data_url, screenshot
 from tests.unit.replay.test_simulation import quoting_conversation
@@ -67,12 +67,12 @@ def tokens(turns):
 
 
 def windows():
-    return [cost.Window(items, counts, chat.VIEW) for items, counts in zip(FORWARDED, tokens(FORWARDED))]
+    return [metrics.Window(items, counts, chat.VIEW) for items, counts in zip(FORWARDED, tokens(FORWARDED))]
 
 
 def test_each_item_is_one_part():
-    assert cost.item_parts(FORWARDED[2], chat.VIEW) == ["system", "task", "window", "previews", "window", "window"]
-    assert cost.item_parts(FORWARDED[3], chat.VIEW) == [
+    assert metrics.item_parts(FORWARDED[2], chat.VIEW) == ["system", "task", "window", "previews", "window", "window"]
+    assert metrics.item_parts(FORWARDED[3], chat.VIEW) == [
         "system",
         "task",
         "summary",
@@ -81,27 +81,27 @@ def test_each_item_is_one_part():
         "window",
         "window",
     ]
-    assert cost.item_parts([TASK, A1], chat.VIEW) == ["task", "window"]  # no system prompt
-    assert cost.new_items([2, 4, 6, 8]) == [2, 2, 2, 2]
+    assert metrics.item_parts([TASK, A1], chat.VIEW) == ["task", "window"]  # no system prompt
+    assert metrics.new_items([2, 4, 6, 8]) == [2, 2, 2, 2]
 
 
 def test_a_summary_merged_into_the_task_message_is_split_by_length():
     task, summary, after = ({"type": "text", "text": t} for t in ("Fix it.", SUMMARY["content"], "Go on."))
     merged = {"role": "user", "content": [task, summary, after]}
     sizes = [len(json.dumps(p, ensure_ascii=False)) for p in (task, summary, after)]
-    shares = cost.merged_summary(merged, "task")
+    shares = metrics.merged_summary(merged, "task")
     assert shares == pytest.approx(
         {"task": sizes[0] / sum(sizes), "summary": sizes[1] / sum(sizes), "window": sizes[2] / sum(sizes)}
     )
-    assert cost.merged_summary(TASK, "task") == {"task": 1.0}
-    assert cost.merged_summary(SUMMARY, "summary") == {"summary": 1.0}
-    window = cost.Window([merged], [100], chat.VIEW)
+    assert metrics.merged_summary(TASK, "task") == {"task": 1.0}
+    assert metrics.merged_summary(SUMMARY, "summary") == {"summary": 1.0}
+    window = metrics.Window([merged], [100], chat.VIEW)
     assert sum(window.by_part().values()) == pytest.approx(100) and window.by_part()["summary"] > 50
 
 
 def test_the_parts_by_hand_at_openai_pricing():
-    parts = cost.breakdown(
-        windows(), cost.new_items([len(r) for r in RAW]), tools=TOOLS, summaries=[CALL], pricing=OPENAI
+    parts = metrics.breakdown(
+        windows(), metrics.new_items([len(r) for r in RAW]), tools=TOOLS, summaries=[CALL], pricing=OPENAI
     )
     # turn 0: 30 new; turn 1: reads system 10 + task 20, 105 new; turn 2: reads 10 + 20 + A1 5, P1 (8) re-sent,
     # A2 + T2 new (55); turn 3: reads 10 + 20, SUMMARY + A2 + T2 re-sent (85), A3 + T3 new (45).
@@ -116,14 +116,14 @@ def test_the_parts_by_hand_at_openai_pricing():
 
 @pytest.mark.parametrize("pricing", [OPENAI, ANTHROPIC])
 def test_the_parts_sum_to_the_cache_cost_and_the_raw_parts_to_the_raw_cost(pricing):
-    parts = cost.breakdown(
-        windows(), cost.new_items([len(r) for r in RAW]), tools=TOOLS, summaries=[CALL], pricing=pricing
+    parts = metrics.breakdown(
+        windows(), metrics.new_items([len(r) for r in RAW]), tools=TOOLS, summaries=[CALL], pricing=pricing
     )
-    assert set(parts) == set(cost.COST_PARTS)
+    assert set(parts) == set(metrics.COST_PARTS)
     assert sum(parts.values()) == pytest.approx(
         metrics.cache_cost(FORWARDED, tokens(FORWARDED), TOOLS, summaries=[CALL], pricing=pricing)
     )
-    raw = cost.raw_breakdown(tokens(RAW), pricing)
+    raw = metrics.raw_breakdown(tokens(RAW), pricing)
     assert sum(raw.values()) == pytest.approx(metrics.cache_cost(RAW, tokens(RAW), pricing=pricing))
     # every raw item is new once, at the write price: 10 + 20 + 5 + 100 + 5 + 50 + 5 + 40
     assert raw["new"] == pytest.approx(pricing.write * 235)
@@ -138,10 +138,10 @@ def test_anthropic_pricing_charges_writes_at_a_quarter_more():
 
 
 def test_summed_gives_shares_of_the_raw_cost_the_floor_and_the_forwarded_parts():
-    costs = cost.conversation_costs(
-        windows(), cost.new_items([len(r) for r in RAW]), tokens(RAW), tools=TOOLS, summaries=[CALL]
+    costs = metrics.conversation_costs(
+        windows(), metrics.new_items([len(r) for r in RAW]), tokens(RAW), tools=TOOLS, summaries=[CALL]
     )
-    overall = cost.summed([costs, costs], [cost.forwarded_by_part(windows())] * 2)
+    overall = metrics.summed([costs, costs], [metrics.forwarded_by_part(windows())] * 2)
     for name in PRICINGS:
         o = overall[name]
         assert sum(o["ratios"].values()) == pytest.approx(o["cache_cost_ratio"])
@@ -164,9 +164,9 @@ def test_images_are_a_part_of_their_own():
         ],
     }
     counts = message_tokens([SYSTEM, TASK, shot], counter_for_encoding("o200k_base"))
-    window = cost.Window([SYSTEM, TASK, shot], counts, chat.VIEW)
+    window = metrics.Window([SYSTEM, TASK, shot], counts, chat.VIEW)
     parts = window.by_part()
-    assert parts["images"] == cost.image_tokens(shot) == 1105  # 1280×800: 85 + 170 × 6 tiles
+    assert parts["images"] == metrics.image_tokens(shot) == 1105  # 1280×800: 85 + 170 × 6 tiles
     assert parts["window"] == counts[2] - 1105 > 0 and sum(parts.values()) == sum(counts)
 
 
@@ -232,4 +232,4 @@ async def test_report_json_and_the_cost_chart(tmp_path):
     written = write_outputs(report, tmp_path / "out")
     assert tmp_path / "out" / "cost.png" in written and (tmp_path / "out" / "cost.png").stat().st_size > 1000
     saved = json.loads((tmp_path / "out" / "report.json").read_text())
-    assert saved["overall"]["cost_breakdown"]["openai"]["parts"].keys() == set(cost.COST_PARTS)
+    assert saved["overall"]["cost_breakdown"]["openai"]["parts"].keys() == set(metrics.COST_PARTS)

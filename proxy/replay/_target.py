@@ -1,6 +1,6 @@
 """`replay --target URL`: send every turn of the conversations to a running proxy over HTTP.
 
-The turns are the requests the in-process replay builds (`proxy.replay.turns`), POSTed
+The turns are the requests the in-process replay builds (`proxy.replay._runner`), POSTed
 non-streaming to the proxy's `/v1/chat/completions`, `/v1/responses` or `/v1/messages` with the
 caller's key and `X-Offload-Session: <conversation id>`, so the traffic lands on that proxy's
 statistics and dashboard, one session per conversation. The proxy's own upstream answers them.
@@ -21,6 +21,7 @@ import json
 import os
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,9 +29,8 @@ from typing import Any
 import httpx2
 
 from proxy.core.settings import IDENT_PATTERN
-from proxy.replay.report import NAME_WIDTH, progress_bar, unique_labels
-from proxy.replay.runner import load_conversations
-from proxy.replay.turns import request_body, requests_of, system_of, turns_of
+from proxy.replay._report import NAME_WIDTH, progress_bar, unique_labels
+from proxy.replay._runner import load_conversations, request_body, requests_of, system_of, turns_of
 
 PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "anthropic": "/v1/messages"}
 ANTHROPIC_VERSION = "2023-06-01"
@@ -179,13 +179,13 @@ class Sender:
         model: str,
         api_key: str,
         concurrency: int,
-        tick=lambda: None,
+        tick: Callable[[], object] = lambda: None,
     ) -> None:
         self.client, self.url, self.format, self.model = client, endpoint(target, format), format, model
         self.api_key, self.tick = api_key, tick
         self.slots = asyncio.Semaphore(concurrency)
 
-    async def conversation(self, conv: dict, session: str) -> Sent:
+    async def conversation(self, conv: dict[str, Any], session: str) -> Sent:
         """Its turns in order, one request each."""
         sent = Sent(str(conv["id"]), session)
         requests, tools = requests_of(conv, self.format)
@@ -198,7 +198,7 @@ class Sender:
                 self.tick()
         return sent
 
-    async def turn(self, body: dict, headers: dict[str, str]) -> TurnResult:
+    async def turn(self, body: dict[str, Any], headers: dict[str, str]) -> TurnResult:
         try:
             response = await self.client.post(self.url, json=body, headers=headers)
         except httpx2.TransportError as exc:
@@ -313,14 +313,14 @@ def table(report: dict[str, Any]) -> str:
 
 
 async def send_all(
-    conversations: list[dict],
+    conversations: list[dict[str, Any]],
     *,
     target: str,
     format: str,
     model: str,
     api_key: str,
     concurrency: int,
-    tick=lambda: None,
+    tick: Callable[[], object] = lambda: None,
     transport: httpx2.AsyncBaseTransport | None = None,
 ) -> list[Sent]:
     """Every conversation's turns to the proxy at `target`, `concurrency` conversations at a time,

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from proxy.replay.live_compare import (
+from proxy.replay._live_report import (
     Action,
     AnswerError,
     Call,

@@ -5,7 +5,7 @@ be used from turn i + `lag` on (lag 1: it is ready for the next turn, as in a re
 summary delay). A turn forwards the head (system items, task), then either nothing else
 summarised (the whole history) or one summary (`summary_tokens`) and every item after its cut.
 
-The cost model is the replay's (`proxy.replay.metrics`), simplified: a turn that keeps the cut
+The cost model is the replay's (`proxy.replay._metrics`), simplified: a turn that keeps the cut
 of the turn before reads that turn's forwarded tokens from the cache and writes the rest; a turn
 that changes its cut (a compression) reads the head and writes the summary and everything after
 its cut; each summary a schedule uses costs one call, its prefix read from the cache
@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import accumulate
 
-from proxy.replay.metrics import OPENAI, Pricing
+from proxy.replay._metrics import OPENAI, Pricing
 
 NONE = -1  # the state of a turn that forwards no summary
 

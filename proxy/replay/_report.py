@@ -1,5 +1,18 @@
 """The report of a replay: report.json's figures (overall and per conversation), the printed
-table and the PNG charts (matplotlib, when installed)."""
+table and the PNG charts (matplotlib, when installed).
+
+Leave-one-framework-out: figures of settings chosen on the other frameworks' traces.
+
+Settings tuned on the traces they are measured on flatter themselves. Given the replayed
+conversations of several settings, each tagged with the agent framework it came from, this
+picks a setting on all frameworks but one (`choose`: the knee of the recall/cost frontier, see
+there) and reports its figures on the framework left out. Two aggregates say how the choice
+generalises: the mean over the frameworks left out, and the pooled figures (every conversation
+replayed with the setting chosen without its framework, summed as `overall` sums). The mean
+weighs a framework whose traces never reach the trigger (cost 1.0, recall 1.0) as much as one
+whose traces are long; the pooled figures weigh each by its tokens.
+Pure: it works on `overall`-shaped dicts (see `proxy.replay._report.overall`).
+"""
 
 from __future__ import annotations
 
@@ -7,12 +20,13 @@ import json
 import logging
 import re
 import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from proxy.core.settings import OffloadSettings
-from proxy.replay import cost as costs
-from proxy.replay import metrics
+from proxy.replay import _metrics as metrics
 
 log = logging.getLogger("proxy.replay")
 
@@ -25,7 +39,7 @@ CHARTS_NEED_THE_EXTRA = (
 CHART_NAME_WIDTH = 28  # overall.png's bar labels
 
 
-def progress_bar(total: int):
+def progress_bar(total: int) -> Any:
     """A progress bar of `total` turns on stderr (tqdm, when installed and stderr is a terminal), else None."""
     try:
         from tqdm import tqdm
@@ -46,7 +60,7 @@ def overall(conversations: list[Any], pricing: str = metrics.DEFAULT_PRICING) ->
     timed = [c for c in conversations if c.latency is not None]
     measured = [c for c in conversations if getattr(c, "cost_breakdown", None)]
     breakdown = (
-        costs.summed([c.cost_breakdown for c in measured], [c.forwarded_by_part for c in measured])
+        metrics.summed([c.cost_breakdown for c in measured], [c.forwarded_by_part for c in measured])
         if measured
         else None
     )
@@ -223,7 +237,7 @@ def _figure(value: float | None) -> str:
 
 COST_LABELS = {
     "new": "new content (paid once)",
-    **{f"read_{p}": f"cache reads: {p}" for p in costs.PARTS},
+    **{f"read_{p}": f"cache reads: {p}" for p in metrics.PARTS},
     "resend": "re-sends after a compression",
     "summary_calls": "summary calls",
 }
@@ -243,7 +257,7 @@ def breakdown_table(breakdown: dict[str, Any]) -> str:
     )
     rows.append(f"  {'floor':{width - 2}}" + "".join(f" {breakdown[n]['floor']:>10.3f}" for n in names))
     shares = breakdown["forwarded_shares"]
-    rows.append("forwarded tokens by part: " + ", ".join(f"{p} {shares[p]:.1%}" for p in costs.PARTS))
+    rows.append("forwarded tokens by part: " + ", ".join(f"{p} {shares[p]:.1%}" for p in metrics.PARTS))
     return "\n".join(rows)
 
 
@@ -278,7 +292,7 @@ def counted_as(report: dict[str, Any]) -> str:
 
 
 def conversation_chart(
-    plt,
+    plt: Any,
     c: dict[str, Any],
     max_total_tokens: int | None,
     *,
@@ -360,7 +374,7 @@ def write_charts(report: dict[str, Any], out: Path) -> list[Path]:
     return [*written, path, *([cost_chart(plt, breakdown, out / "cost.png")] if breakdown else [])]
 
 
-def cost_chart(plt, breakdown: dict[str, Any], path: Path) -> Path:
+def cost_chart(plt: Any, breakdown: dict[str, Any], path: Path) -> Path:
     """cost.png: per pricing, the raw history's cost (new, reads) and the proxy's by part,
     stacked, as shares of the raw cost, with the floor."""
     fig, ax = plt.subplots(figsize=(9, 5))
@@ -383,7 +397,7 @@ def cost_chart(plt, breakdown: dict[str, Any], path: Path) -> Path:
             )
             bottom += share
         bottom = 0.0
-        for j, part in enumerate(costs.COST_PARTS):
+        for j, part in enumerate(metrics.COST_PARTS):
             share = b["ratios"][part]
             ax.bar(
                 2 * i + 0.9,
@@ -414,3 +428,85 @@ def cost_chart(plt, breakdown: dict[str, Any], path: Path) -> Path:
     fig.savefig(path, dpi=80)
     plt.close(fig)
     return path
+
+
+PREFIX_BUDGET = 0.94  # prefix reuse a chosen setting must keep on the frameworks it is chosen on
+COST_WEIGHT = 0.5  # the knee: a setting must buy at least this much recall per unit of cache_cost_ratio
+FIGURES = ("recall", "cache_cost_ratio", "prefix_reuse", "forwarded_ratio")
+
+Overall = Callable[[list[Any]], dict[str, Any]]
+
+
+def framework_of(conversation: dict[str, Any]) -> str:
+    """The framework a trace names (`framework`, else `meta.framework`), else "unknown"."""
+    meta = conversation.get("meta")
+    name = conversation.get("framework") or (meta.get("framework") if isinstance(meta, dict) else None)
+    return name if isinstance(name, str) and name else "unknown"
+
+
+def choose(
+    rows: Sequence[dict[str, Any]], *, cost_weight: float = COST_WEIGHT, prefix_budget: float = PREFIX_BUDGET
+) -> int:
+    """The index of the setting to pick from `rows` (figures measured on the training traces):
+    the knee of the recall/cost frontier, i.e. the highest recall − cost_weight ×
+    cache_cost_ratio (going further right must buy at least `cost_weight` of recall per unit of
+    cost), among those keeping prefix reuse ≥ `prefix_budget` (all of them when none does);
+    ties to the cheaper, then the earlier. `cost_weight` 0: the highest recall."""
+    within = [i for i, r in enumerate(rows) if r["prefix_reuse"] >= prefix_budget] or list(range(len(rows)))
+    return min(
+        within,
+        key=lambda i: (
+            -(rows[i]["recall"] - cost_weight * rows[i]["cache_cost_ratio"]),
+            rows[i]["cache_cost_ratio"],
+            i,
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    framework: str
+    chosen: int  # the index of the setting chosen on the other frameworks
+    figures: dict[str, Any]  # that setting's figures on this framework
+    conversations: tuple[Any, ...] = ()  # this framework's conversations replayed with that setting
+
+
+def by_framework(results: Sequence[Any], frameworks: Sequence[str], overall: Overall) -> dict[str, dict[str, Any]]:
+    """The figures of one setting's replayed conversations, per framework (sorted by name)."""
+    return {name: overall([r for r, f in zip(results, frameworks) if f == name]) for name in sorted(set(frameworks))}
+
+
+def leave_one_out(
+    per_setting: Sequence[Sequence[Any]],
+    frameworks: Sequence[str],
+    overall: Overall,
+    *,
+    candidates: Sequence[int] | None = None,
+    pick: Callable[[Sequence[dict[str, Any]]], int] = choose,
+) -> list[HeldOut]:
+    """For each framework: the setting `pick` chooses (among `candidates`, all by default) on the
+    conversations of the other frameworks, measured on this framework's. `per_setting[s][c]`
+    is conversation c replayed with setting s; `frameworks[c]` its framework. Empty with fewer
+    than two frameworks (nothing to leave out)."""
+    names = sorted(set(frameworks))
+    if len(names) < 2:
+        return []
+    indices = list(range(len(per_setting))) if candidates is None else list(candidates)
+    out = []
+    for name in names:
+        train = [[r for r, f in zip(per_setting[s], frameworks) if f != name] for s in indices]
+        chosen = indices[pick([overall(part) for part in train])]
+        test = [r for r, f in zip(per_setting[chosen], frameworks) if f == name]
+        out.append(HeldOut(name, chosen, overall(test), tuple(test)))
+    return out
+
+
+def pooled(held: Sequence[HeldOut], overall: Overall) -> dict[str, Any]:
+    """The figures of every held-out conversation together (each replayed with the setting chosen
+    without its framework), summed as `overall` sums."""
+    return overall([c for h in held for c in h.conversations]) if held else {}
+
+
+def mean(figures: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """The unweighted mean of each of FIGURES over `figures` (one per framework)."""
+    return {k: sum(f[k] for f in figures) / len(figures) for k in FIGURES} if figures else {}
