@@ -220,7 +220,7 @@ def live_usage_error(args: argparse.Namespace) -> str | None:
     if problem := upstream_problem(upstream_of(args, format), format):
         return f"--upstream: {problem}"
     if getattr(args, "prices", None) is not None:
-        from proxy.stats.prices import parse_prices
+        from proxy.stats import parse_prices
 
         try:
             parse_prices(args.prices)
@@ -232,7 +232,7 @@ def live_usage_error(args: argparse.Namespace) -> str | None:
 def live_run(args: argparse.Namespace) -> LiveRun:
     """The `replay --live` run the (checked) arguments describe."""
     from proxy.replay._live import LiveRun, setting_headers, upstream_of
-    from proxy.stats.prices import PriceTable, parse_prices
+    from proxy.stats import PriceTable, parse_prices
 
     format = getattr(args, "format", None) or "chat"
     return LiveRun(

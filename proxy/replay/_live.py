@@ -72,7 +72,7 @@ from proxy.replay._target import (
     session_id,
     turn_headers,
 )
-from proxy.stats.prices import PriceTable
+from proxy.stats import PriceTable
 from proxy.upstream.base_url import anthropic_base, base_url_problem, openai_base
 
 DEFAULT_UPSTREAMS = {

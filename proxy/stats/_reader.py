@@ -9,9 +9,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from proxy.core import jsonio
-from proxy.stats.buckets import ALL, Fields, Span, add, merged, rollup
-from proxy.stats.recorder import label_key, session_keys, sessions_key
-from proxy.stats.turns import OBSERVED, headline, point
+from proxy.stats._buckets import ALL, Fields, Span, add, merged, rollup
+from proxy.stats._recorder import label_key, session_keys, sessions_key
+from proxy.stats._turns import OBSERVED, headline, point
 from proxy.store import resealing
 from proxy.store.base import Store
 from proxy.store.sealing import Sealer
@@ -27,7 +27,7 @@ def display_name(namespace: str, names: Mapping[str, str]) -> str:
     return names.get(namespace) or namespace[:12]
 
 
-async def labels(
+async def tenant_labels(
     store: Store, namespaces: Sequence[str], names: Mapping[str, str], *, sealer: Sealer = PLAIN
 ) -> dict[str, str | None]:
     """namespace → what the recorder was told to call it (`Caller.label`: a sub-tenant's
@@ -88,7 +88,7 @@ async def tenant_rows(
         totals = headline(merged(found[i * per : (i + 1) * per]))
         if totals["requests"] or totals.get("observed"):  # a tenant in observe mode is one too
             rows.append({"tenant": ns, "name": display_name(ns, names), "totals": totals})
-    labelled = await labels(store, [r["tenant"] for r in rows], names, sealer=sealer)
+    labelled = await tenant_labels(store, [r["tenant"] for r in rows], names, sealer=sealer)
     for row in rows:
         row["label"] = labelled[row["tenant"]] or row["name"]
     rows.sort(key=lambda r: (-_raw_tokens(r["totals"]), r["tenant"]))

@@ -2,7 +2,7 @@
 background task adds them to the store about once a second, so every worker and replica
 contributes and a restart loses at most the last second.
 
-A flush the store refuses keeps its turns (`proxy.stats.backlog`) and writes them once it is
+A flush the store refuses keeps its turns (`Backlog`, below) and writes them once it is
 back, in the buckets of the minute they were served; past `max_queue` turns held (queued or
 unwritten), new turns are dropped and counted (`on_dropped` too: `offload_stats_dropped_total`).
 Nothing of it fails a request.
@@ -11,12 +11,37 @@ Bills that belong to no turn (`bill_call`: a summary made in the background, a k
 go to the tenant's buckets, and to the session's totals when the session is known, with the
 next flush.
 
-Besides turns: the prefix reuse of each turn's forwarded body (`proxy.stats.prefix`, measured
+Besides turns: the prefix reuse of each turn's forwarded body (`PrefixCache`, below, measured
 here once the response is complete, a large body off the event loop), the summaries made in
 the background (`count_summary`, added to the tenant's buckets when they finish, and to the
 session's totals as their bills are), and the sessions of turns without `X-Offload-Session`
-(derived by `proxy.stats.session_id`; a Responses turn continuing from a `previous_response_id`
-is given its session here, `proxy.stats.replies`).
+(derived by `proxy.stats._sessions`; a Responses turn continuing from a `previous_response_id`
+is given its session here, `proxy.stats._sessions`).
+
+Prefix reuse: how much of a forwarded request a provider's prompt cache could serve.
+
+A provider's prompt cache is keyed by prefix, not by conversation: a request is served from it
+up to the first byte that differs from a request seen shortly before. This estimates the same
+over the bytes the proxy forwards: the body is cut into fixed blocks (`BLOCK` bytes) and each
+block's digest chains all bytes before its end (blake2b, 16 bytes, seeded with the tenant's
+namespace, so tenants never share a prefix). A body reuses its leading blocks whose digests
+were seen in the last `MAX_AGE` seconds; its share is those blocks over all of its blocks.
+
+Only whole blocks are remembered (a cache holds whole increments too): the trailing partial
+block of a body is never reused, so the same body sent twice is reused but for its last
+partial block (wholly when its length is a multiple of `BLOCK`), and a body shorter than one
+block never is. One `PrefixCache` per worker, bounded by entries (least recently seen evicted
+first): with several workers each sees its own requests only, a lower bound.
+
+What the statistics still have to write: the recorder adds each flush's turns here (bucket
+increments, ranked tenants, session rows and totals) and writes what it can. A write the store
+refuses stays, merged with the next turns' (a bucket's increments add up), and is written once
+the store is back: turns served while it was down are counted in the buckets of the minute they
+were served, not lost.
+
+Every write that succeeded leaves the backlog, so a flush cut short by an outage writes the rest
+later and nothing twice. The one exception is a write that timed out on a hung Redis which
+then ran it after all: that one is written again (Redis cannot say whether it ran it).
 """
 
 from __future__ import annotations
@@ -26,20 +51,23 @@ import contextlib
 import json
 import logging
 import re
+import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field, replace
+from hashlib import blake2b
+from typing import Any, TypeVar
 
 from starlette.types import Scope
 
 from proxy.core import jsonio
-from proxy.core.bill import KINDS, NONE, Bill
+from proxy.core.bill import KINDS, NONE, Bill, Meter
 from proxy.core.holdout import ARMS, Arm
 from proxy.core.settings import IDENT_PATTERN
 from proxy.offload.tenant import key
-from proxy.stats.backlog import Backlog, SessionDue, write_each
-from proxy.stats.buckets import (
+from proxy.stats import _holdout as holdout
+from proxy.stats._buckets import (
     ALL,
     ALL_GRAINS,
     TENANT_GRAINS,
@@ -51,15 +79,171 @@ from proxy.stats.buckets import (
     top_key,
     ttl_of,
 )
-from proxy.stats.holdout import HoldoutTurn
-from proxy.stats.prefix import PrefixCache
-from proxy.stats.prices import PriceTable
-from proxy.stats.replies import Replies
-from proxy.stats.session_id import from_name
-from proxy.stats.turns import Turn, bill_fields, counterfactual, turn_fields
+from proxy.stats._holdout import HoldoutDue, HoldoutTurn
+from proxy.stats._prices import PriceTable
+from proxy.stats._sessions import Replies, session_from_name
+from proxy.stats._turns import Turn, bill_fields, counterfactual, turn_fields
 from proxy.store import resealing
 from proxy.store.base import Store, StoreUnavailable
 from proxy.store.sealing import Sealer
+
+BLOCK = 1024  # bytes
+MAX_ENTRIES = 100_000  # digests remembered (16 bytes each, about 150 bytes with their entry)
+MAX_AGE = 3600.0  # seconds a digest stays reusable after it was last seen
+DIGEST = 16
+
+
+def chain(namespace: str, body: bytes, block: int = BLOCK) -> list[bytes]:
+    """The digests of `body`'s whole blocks, each covering every byte up to its block's end."""
+    digest = blake2b(namespace.encode("utf-8", "surrogatepass"), digest_size=DIGEST, person=b"offload-prefix").digest()
+    view, out = memoryview(body), []
+    for start in range(0, len(body) - block + 1, block):
+        digest = blake2b(view[start : start + block], digest_size=DIGEST, key=digest).digest()
+        out.append(digest)
+    return out
+
+
+class PrefixCache:
+    """The digests seen lately, least recently seen first. Safe to share between threads (a
+    large body is hashed off the event loop)."""
+
+    def __init__(
+        self,
+        *,
+        max_entries: int = MAX_ENTRIES,
+        max_age: float = MAX_AGE,
+        block: int = BLOCK,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.max_entries, self.max_age, self.block, self.clock = max_entries, max_age, block, clock
+        self._seen: OrderedDict[bytes, float] = OrderedDict()  # digest -> when last seen, oldest first
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def reuse(self, namespace: str, body: bytes) -> float:
+        """The share of `body`'s blocks (the trailing partial one included) a cache could serve,
+        from 0.0 to 1.0; then its blocks are remembered as seen now."""
+        blocks = -(-len(body) // self.block)
+        if not blocks:
+            return 0.0
+        digests = chain(namespace, body, self.block)  # the costly part, outside the lock
+        with self._lock:
+            now = self.clock()
+            self._expire(now)
+            seen, reused = self._seen, 0
+            while reused < len(digests) and digests[reused] in seen:
+                reused += 1
+            for digest in digests:
+                seen[digest] = now
+                seen.move_to_end(digest)
+            while len(seen) > self.max_entries:
+                seen.popitem(last=False)
+        return reused / blocks
+
+    def _expire(self, now: float) -> None:
+        seen = self._seen
+        while seen:
+            oldest, when = next(iter(seen.items()))
+            if now - when <= self.max_age:
+                return
+            del seen[oldest]
+
+
+WRITES_AT_ONCE = 16  # store writes of one flush in flight at once
+
+
+@dataclass
+class SessionDue:
+    """A session's writes not made yet: its rows (sealed, oldest first), the increments of its
+    totals, and its place in the tenant's index (the time of its last turn)."""
+
+    turns_key: str
+    totals_key: str
+    index_key: str
+    name: str
+    rows: list[bytes] = field(default_factory=list)
+    totals: Fields = field(default_factory=dict)
+    last: float | None = None
+
+    def empty(self) -> bool:
+        return not self.rows and not self.totals and self.last is None
+
+
+@dataclass
+class Backlog:
+    buckets: dict[str, tuple[Fields, int]] = field(default_factory=dict)  # key -> (increments, ttl)
+    tops: dict[str, tuple[Fields, int]] = field(default_factory=dict)  # key -> (raw tokens by tenant, ttl)
+    sessions: dict[tuple[str, str], SessionDue] = field(default_factory=dict)
+    holdouts: dict[str, holdout.HoldoutDue] = field(default_factory=dict)  # a holdout session's key -> its writes
+    held: int = 0  # turns added since the backlog was last written in full
+
+    def __bool__(self) -> bool:
+        return bool(self.buckets or self.tops or self.sessions or self.holdouts)
+
+    def add_bucket(self, key: str, fields: Fields, ttl: int) -> None:
+        add(self.buckets.setdefault(key, ({}, ttl))[0], fields)
+
+    def add_top(self, key: str, amounts: Fields, ttl: int) -> None:
+        add(self.tops.setdefault(key, ({}, ttl))[0], amounts)
+
+    def session(self, namespace: str, name: str, *, turns_key: str, totals_key: str, index_key: str) -> SessionDue:
+        return self.sessions.setdefault((namespace, name), SessionDue(turns_key, totals_key, index_key, name))
+
+    def holdout(self, namespace: str, arm: Arm, name: str) -> HoldoutDue:
+        session_key = holdout.session_key(namespace, arm, name)
+        return self.holdouts.setdefault(
+            session_key, holdout.HoldoutDue(holdout.index_key(namespace, arm), session_key, name)
+        )
+
+    async def write(self, store: Store, *, retention: int, max_rows: int, now: float) -> int:
+        """Write what is due; the number of turns now written in full (0 unless nothing is left)."""
+        await write_each(self.buckets, lambda k, v: store.incr_fields(k, v[0], v[1]))
+        await write_each(self.tops, lambda k, v: store.rank_add(k, v[0], v[1]))
+        await write_each(
+            self.sessions, lambda k, due: _write_session(store, due, retention=retention, max_rows=max_rows, now=now)
+        )
+        await write_each(self.holdouts, lambda k, due: holdout.write(store, due, retention=retention, now=now))
+        if self:
+            return 0
+        held, self.held = self.held, 0
+        return held
+
+
+async def _write_session(store: Store, due: SessionDue, *, retention: int, max_rows: int, now: float) -> None:
+    """Each step leaves `due` once made, so a session cut short goes on where it stopped."""
+    while due.rows:
+        await store.push(due.turns_key, due.rows[0], max_len=max_rows, ttl=retention)
+        due.rows.pop(0)
+    if due.totals:
+        await store.incr_fields(due.totals_key, due.totals, retention)
+        due.totals = {}
+    if due.last is not None:
+        await store.rank(due.index_key, due.name, due.last, ttl=retention, drop_below=now - retention)
+        due.last = None
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+async def write_each(due: dict[K, V], write: Callable[[K, V], Awaitable[None]], limit: int = WRITES_AT_ONCE) -> None:
+    """Make each write of `due` (key -> value), `limit` at a time (a burst never takes more of the store's
+    connections: a Redis pool refuses past its size); those made leave `due`, the others stay."""
+    gate = asyncio.Semaphore(limit)
+    done: list[K] = []
+
+    async def one(key: K, value: V) -> None:
+        async with gate:
+            await write(key, value)
+            done.append(key)
+
+    await asyncio.gather(*(one(k, v) for k, v in list(due.items())), return_exceptions=True)
+    for written in done:
+        if written in due and (not isinstance(value := due[written], SessionDue | HoldoutDue) or value.empty()):
+            del due[written]
+
 
 log = logging.getLogger("proxy.stats")
 
@@ -78,7 +262,7 @@ _session_id = re.compile(IDENT_PATTERN)
 _surrogates = re.compile("[\ud800-\udfff]")  # valid in JSON, but no store can encode them
 
 
-def turn_of(rec, scope: Scope) -> Turn | None:
+def turn_of(rec: Any, scope: Scope) -> Turn | None:
     """The Turn of a finished request (`proxy.telemetry.RequestRecord`), or None when it
     was not a managed turn (nothing planned, or no caller)."""
     caller = scope.get("state", {}).get("caller")
@@ -91,7 +275,7 @@ def turn_of(rec, scope: Scope) -> Turn | None:
         if name.lower() == SESSION_HEADER:
             text = value.decode("latin-1").strip()
             session, header = (text if _session_id.match(text) else None), True
-    if not header:  # derived from the conversation (proxy.stats.session_id), or found at the flush
+    if not header:  # derived from the conversation (proxy.stats._sessions), or found at the flush
         session = getattr(rec, "session", None)
     continues = getattr(rec, "continues", None) if session is None and not header else None
     path = scope.get("path", "")
@@ -132,7 +316,7 @@ def turn_of(rec, scope: Scope) -> Turn | None:
     )
 
 
-def _estimate(rec, meter) -> Bill | None:
+def _estimate(rec: Any, meter: Meter) -> Bill | None:
     """The bill on the other side of the turn, estimated: the raw history's for a managed turn;
     for an observed one (the raw history went out) what the planned turn would have been billed."""
     after = rec.tokens_after if rec.tokens_after is not None else rec.tokens_before
@@ -193,13 +377,13 @@ class Recorder:
         self._waiting: list[Turn] = []  # continuing a response not known yet: they wait one flush
         # (namespace, minute, session) -> background summaries and bills of no turn (`bill_call`)
         self._tallies: dict[tuple[str, int, str | None], Fields] = {}
-        self._hashing: set[asyncio.Future] = set()  # large bodies being hashed off the loop
+        self._hashing: set[asyncio.Future[float]] = set()  # large bodies being hashed off the loop
         self._open = 0  # turns whose request came in and that `observe` has not queued yet
         self._labelled: dict[str, tuple[str, float]] = {}  # namespace -> (label, when it was written)
         self._store: Store | None = None
         self._sealer = Sealer(None)
-        self._task: asyncio.Task | None = None
-        self._flushing: asyncio.Future | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._flushing: asyncio.Future[int] | None = None
         self._in_flush = 0  # turns a flush took from the queue and has not yet handed to the backlog
         # (namespace, session) -> arm of the holdout sessions this worker recorded lately (their
         # background summaries' and pings' bills are theirs too)
@@ -230,7 +414,7 @@ class Recorder:
 
         return release
 
-    def observe(self, rec, scope: Scope) -> None:
+    def observe(self, rec: Any, scope: Scope) -> None:
         """`Observe`'s `on_finished` (the response has been sent): queue the turn of a finished
         managed request, with the prefix reuse of the body it forwarded (then dropped)."""
         forwarded = getattr(rec, "forwarded", None)
@@ -250,7 +434,7 @@ class Recorder:
         hashing = loop.run_in_executor(None, self.prefixes.reuse, turn.namespace, forwarded)
         self._hashing.add(hashing)
 
-        def hashed(done: asyncio.Future) -> None:
+        def hashed(done: asyncio.Future[float]) -> None:
             self._hashing.discard(done)
             failed = done.cancelled() or done.exception() is not None
             self.record(_reused(turn, 0.0 if failed else done.result()))
@@ -412,7 +596,7 @@ class Recorder:
                 if found is None and i >= waited and not final:
                     later.append(turn)
                     continue
-                turn = replace(turn, session=found or from_name(turn.namespace, "response", turn.continues))
+                turn = replace(turn, session=found or session_from_name(turn.namespace, "response", turn.continues))
             if turn.session is not None and turn.response_id is not None:
                 await self.replies.remember(
                     store,
@@ -455,7 +639,7 @@ class Recorder:
         self._backlog.held += len(turns)
 
     def _holdout_turn(self, turn: Turn) -> None:
-        """A turn of the holdout, added to its session's (`proxy.stats.holdout`): billed cost is
+        """A turn of the holdout, added to its session's (`proxy.stats._holdout`): billed cost is
         the turn's answers and the summary calls it waited for (and, as they are billed, its
         session's background summaries and pings: `_tallies`)."""
         arm, session = turn.arm, turn.session

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from proxy.stats.arms import FIGURES, MIN_SESSIONS, SessionOutcome, compare
+from proxy.stats._holdout import FIGURES, MIN_SESSIONS, SessionOutcome, compare
 
 
 def sessions(arm: str, n: int, *, cost: float, seed: int, repeats: float = 0.0) -> list[SessionOutcome]:

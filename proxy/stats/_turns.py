@@ -18,8 +18,8 @@ from typing import Any
 from proxy.core.bill import INPUT_PARTS, KINDS, NONE, PARTS, Bill, Meter, Price
 from proxy.core.holdout import Arm
 from proxy.emulation import COMPACTION_ACTION, EDITS_ACTION
-from proxy.stats.buckets import Fields
-from proxy.stats.prices import PriceTable
+from proxy.stats._buckets import Fields
+from proxy.stats._prices import PriceTable
 
 ACTIONS = ("none", "compact", "compress", "compact+compress", "compress-pending", "compact+compress-pending")
 COUNTERS = (
@@ -70,8 +70,8 @@ class Turn:
     warnings: int = 0
     store_warnings: int = 0
     image_tokens_saved: int = 0  # of tokens_before - tokens_after, by offloading images and documents
-    prefix_tokens: int = 0  # of tokens_after, the share a provider's prompt cache could serve (proxy.stats.prefix)
-    # Linking a Responses turn to its session (proxy.stats.replies), never listed: the response id
+    prefix_tokens: int = 0  # of tokens_after, the share a provider's prompt cache could serve (proxy.stats._recorder)
+    # Linking a Responses turn to its session (proxy.stats._sessions), never listed: the response id
     # it continues from (when its session is to be found from it), the id of its stored answer.
     continues: str | None = None
     response_id: str | None = None

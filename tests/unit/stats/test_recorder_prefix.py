@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from proxy.stats.prefix import BLOCK, PrefixCache, chain
+from proxy.stats._recorder import BLOCK, PrefixCache, chain
 
 A, B = "a" * 32, "b" * 32
 
