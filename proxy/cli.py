@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="Run a coding agent (claude, codex, opencode, aider) through a proxy of its own: "
         "offload-proxy wrap claude [proxy options] [-- claude's arguments].",
     )
-    from proxy.wrap.command import add_arguments as add_wrap_arguments
+    from proxy.wrap import add_arguments as add_wrap_arguments
 
     add_wrap_arguments(wrap)
     return parser
@@ -259,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["wrap"]:  # the agent's own arguments, after `--`, are not ours to parse
-        from proxy.wrap.command import run_wrap, split_agent_args, unknown_arguments
+        from proxy.wrap import run_wrap, split_agent_args, unknown_arguments
 
         ours, agent_args = split_agent_args(argv)
         args, unknown = parser.parse_known_args(ours)

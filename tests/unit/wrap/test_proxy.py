@@ -1,10 +1,10 @@
-"""The exit line (proxy.wrap.summary)."""
+"""The exit line (proxy.wrap._proxy)."""
 
 from __future__ import annotations
 
 import pytest
 
-from proxy.wrap.summary import FIELDS, describe_kept, difference, line
+from proxy.wrap._proxy import FIELDS, describe_kept, difference, line
 
 RUN = {
     "requests": 12,
@@ -68,7 +68,7 @@ def test_kept():
 def test_the_totals_of_the_first_answer_holding_nothing_count(monkeypatch):
     """An answer's `recorder` is taken before its totals (proxy.http.stats_api): the first answer
     that holds nothing unwritten counts every turn; earlier ones are waited past."""
-    from proxy.wrap import summary
+    from proxy.wrap import _proxy as summary
 
     answers = iter([({"requests": 1.0}, 2), ({"requests": 2.0}, 1), ({"requests": 3.0}, 0), ({"requests": 9.0}, 0)])
     monkeypatch.setattr(summary, "read", lambda url, token: next(answers))
@@ -102,7 +102,7 @@ def test_the_line_says_why_there_are_no_statistics():
 def test_an_answer_that_is_not_the_statistics_apis(monkeypatch, answer):
     """A --proxy-url whose server answers /v1/offload/stats with something else: no statistics, and
     no TypeError or OverflowError after the agent's run."""
-    from proxy.wrap import summary
+    from proxy.wrap import _proxy as summary
 
     monkeypatch.setattr(summary, "get_json", lambda url, token: answer)
     totals, why = summary.safe_read("http://proxy", "token")
@@ -112,7 +112,7 @@ def test_an_answer_that_is_not_the_statistics_apis(monkeypatch, answer):
 def test_the_reasons(monkeypatch):
     import urllib.error
 
-    from proxy.wrap import summary
+    from proxy.wrap import _proxy as summary
 
     assert summary.safe_read("http://proxy", None) == (None, summary.NO_TOKEN)
 

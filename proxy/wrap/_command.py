@@ -31,9 +31,9 @@ from urllib.parse import urlsplit
 
 from proxy.config import ServerSettings, from_environment, secret_settings, variables_for
 from proxy.server_options import add_settings_options, listen_problem, option, settings_error
-from proxy.wrap import summary
-from proxy.wrap.agents import AGENTS, Agent, Upstream, environment, names
-from proxy.wrap.child import ProxyChild, WrapError, check_reusable, die_with_parent, no_core_dump, redact
+from proxy.wrap import _proxy as proxy_child
+from proxy.wrap._agents import AGENTS, Agent, Upstream, environment, names
+from proxy.wrap._proxy import ProxyChild, WrapError, check_reusable, die_with_parent, no_core_dump, redact
 
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 USAGE = "%(prog)s [-h] AGENT [--proxy-url URL] [--keep] [--quiet] [proxy options] [-- AGENT ARGS]"
@@ -299,7 +299,7 @@ class Session:
             quiet = self.args.quiet
             before: tuple[dict[str, float] | None, str] = (None, "")
             if not (quiet or self.fresh):  # a store with earlier turns: the run is the difference
-                before = summary.safe_read(self.url, self.token)
+                before = proxy_child.safe_read(self.url, self.token)
             status = foreground([executable, *before_args, *self.agent_args], env, agent.title)
             if not quiet:
                 say(self.exit_line(agent, status, before))
@@ -308,15 +308,15 @@ class Session:
             self.close()
 
     def exit_line(self, agent: Agent, status: int, before: tuple[dict[str, float] | None, str]) -> str:
-        after, unavailable = summary.safe_read(self.url, self.token)
+        after, unavailable = proxy_child.safe_read(self.url, self.token)
         run = None
         if after is not None and (self.fresh or before[0] is not None):
-            run = summary.difference(before[0], after)
+            run = proxy_child.difference(before[0], after)
         elif after is not None:  # the totals before it unknown: a difference would count earlier runs too
             unavailable = f"the totals before the run could not be read: {before[1]}"
         kept = None
         if self.args.keep and self.child is not None:
-            kept = summary.describe_kept(
+            kept = proxy_child.describe_kept(
                 self.url,
                 self.child.process.pid,
                 self.token,
@@ -324,7 +324,7 @@ class Session:
                 scratch=str(self.scratch) if self.scratch is not None else None,
             )
         shown = status if status >= 0 else 128 - status
-        return summary.line(title=agent.title, status=shown, run=run, kept=kept, unavailable=unavailable)
+        return proxy_child.line(title=agent.title, status=shown, run=run, kept=kept, unavailable=unavailable)
 
     def close(self) -> None:
         if self.child is not None and not self.args.keep:
