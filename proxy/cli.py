@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="See it work with no key and no network: a bundled fake upstream, a bundled agent "
         "conversation replayed in each format, a table, and the dashboard until Ctrl-C.",
     )
-    from proxy.demo.run import add_arguments as add_demo_arguments
+    from proxy.demo import add_arguments as add_demo_arguments
 
     add_demo_arguments(demo)
     wrap = commands.add_parser(
@@ -282,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.command == "replay":
         replay(args)
     elif args.command == "demo":
-        from proxy.demo.run import run_demo
+        from proxy.demo import run_demo
 
         sys.exit(run_demo(args))
     elif args.command == "serve":

@@ -26,6 +26,7 @@ import asyncio
 import json
 import re
 import time
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import uvicorn
@@ -47,6 +48,11 @@ PREFIX_ENDS = (
 )
 TRANSCRIPT_START = b'"messages":[{"role":"system","content":' + json.dumps(SUMMARY_PROMPT).encode() + b"}"
 
+Scope = MutableMapping[str, Any]  # ASGI's
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
 
 def is_summary_call(body: bytes) -> bool:
     if any(end in body for end in PREFIX_ENDS):
@@ -66,7 +72,7 @@ COMPLETION = json.dumps(
 ).encode()
 
 
-def chunk(delta: dict, finish: str | None = None) -> bytes:
+def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
     body = {
         "id": "chatcmpl-bench",
         "object": "chat.completion.chunk",
@@ -155,14 +161,14 @@ def anthropic_message(text: str, input_tokens: int = 10, output_tokens: int = 1)
     ).encode()
 
 
-def is_messages(scope) -> bool:
-    return scope["method"] == "POST" and scope["path"].rstrip("/").endswith("/messages")
+def is_messages(scope: Scope) -> bool:
+    return bool(scope["method"] == "POST" and scope["path"].rstrip("/").endswith("/messages"))
 
 
 MESSAGE = anthropic_message("ok")
 
 
-def anthropic_event(kind: str, **data) -> bytes:
+def anthropic_event(kind: str, **data: Any) -> bytes:
     return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
 
 
@@ -204,7 +210,7 @@ def long_answer(messages: bool, deltas: int, chars: int) -> list[bytes]:
     return anthropic_stream([piece] * deltas)
 
 
-async def long_stream(send, messages: bool, deltas: int, *, chars: int) -> None:
+async def long_stream(send: Send, messages: bool, deltas: int, *, chars: int) -> None:
     """`long_answer`, written 512 events at a time (the proxy reads them one by one all the same)."""
     events = long_answer(messages, deltas, chars)
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
@@ -213,9 +219,9 @@ async def long_stream(send, messages: bool, deltas: int, *, chars: int) -> None:
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-async def read_body(receive) -> bytes:
+async def read_body(receive: Receive) -> bytes:
     """A request's whole body (ASGI)."""
-    body = b""
+    body: bytes = b""
     while True:
         message = await receive()
         body += message.get("body", b"")
@@ -258,7 +264,7 @@ def _tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
 
-def billed(scope, body: bytes, answer: bytes) -> bytes:
+def billed(scope: Scope, body: bytes, answer: bytes) -> bytes:
     """`answer` (a JSON answer to `body`) with its usage as the provider would bill it (`--bill`)."""
     try:
         request, reply = json.loads(body), json.loads(answer)
@@ -301,7 +307,7 @@ def billed(scope, body: bytes, answer: bytes) -> bytes:
     return json.dumps(reply).encode()
 
 
-async def app(scope, receive, send):
+async def app(scope: Scope, receive: Receive, send: Send) -> None:
     if scope["type"] == "lifespan":
         while (await receive())["type"] != "lifespan.shutdown":
             await send({"type": "lifespan.startup.complete"})
@@ -429,10 +435,11 @@ def ref_to_reload(path: str, body: bytes) -> str | None:
     if reloaded is None or not offers_reload(body) or RELOAD_ID.encode() in body or is_streamed(body):
         return None
     for match in reversed(TOOL_MARKER.findall(body)):
-        key = (path.rstrip("/"), match.decode())
+        ref: str = match.decode()
+        key = (path.rstrip("/"), ref)
         if key not in reloaded:
             reloaded.add(key)
-            return key[1]
+            return ref
     return None
 
 

@@ -1,11 +1,13 @@
 """A package's public surface, as its `test_exported_members.py` checks it: `__all__` names
 exactly what the rest of proxy imports from the package (never a private module of it), every
-name in it is importable, and nothing public is defined in `__init__` beside it."""
+name in it is importable, and nothing public is defined in `__init__` beside it (a submodule
+that is a program of its own, `python -m`, is no name of the surface)."""
 
 from __future__ import annotations
 
 import ast
 import importlib
+import types
 from pathlib import Path
 
 PROXY = Path(__file__).resolve().parents[2] / "proxy"
@@ -48,5 +50,5 @@ def check(package: str, expected: set[str]) -> None:
     assert private_imports(package) == [], "other packages import the package, not its private modules"
     for name in exported:
         assert getattr(module, name) is not None, name
-    public = {n for n in vars(module) if not n.startswith("_")} - {"annotations"}
+    public = {n for n, v in vars(module).items() if not n.startswith("_") and not isinstance(v, types.ModuleType)}
     assert public - set(exported) == set(), "public names of the package missing from __all__"

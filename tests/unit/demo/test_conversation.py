@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
+from proxy.demo._run import CONVERSATION
 from proxy.demo.conversation import conversation
-from proxy.demo.run import CONVERSATION
 from proxy.replay._runner import load_conversations, turns_of
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proxy.demo.table import FormatRun, steps, totals, totals_table, turn_table
+from proxy.demo._run import FormatRun, steps, totals, totals_table, turn_table
 from proxy.replay._target import TurnResult
 
 MESSAGES = [

@@ -11,6 +11,8 @@ its dashboard running until Ctrl-C or SIGTERM (`--no-wait`: stops after the tabl
 no dashboard URL nor token). Its servers run in sessions of their own (a terminal's Ctrl-C
 reaches the demo only, which stops them); on Linux they also get SIGTERM when the demo dies,
 even killed (PR_SET_PDEATHSIG).
+
+What `offload-proxy demo` prints: a turn-by-turn table per format and the totals.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ctypes
+import functools
+import json
 import os
 import secrets
 import shutil
@@ -26,15 +30,185 @@ import socket
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import httpx2
 
-from proxy.demo.table import FormatRun, steps, totals_table, turn_table
-from proxy.replay import PATHS, load_conversations, send_all, turns_of
+from proxy.replay import PATHS, TurnResult, answer_positions, load_conversations, send_all, turns_of
+
+STEP_WIDTH = 34  # the "last step" column
+
+
+@dataclass
+class FormatRun:
+    """One format's replay of the conversation: what each turn's answer said, and the statistics' rows."""
+
+    format: str
+    path: str
+    session: str
+    turns: list[TurnResult]
+    reloads: list[int | None] = field(default_factory=list)  # per turn, from the statistics (None: not read)
+
+
+def steps(messages: list[Any]) -> list[str]:
+    """Per turn, what the agent had just done: the tool call the turn's request ends with the result of."""
+    out = []
+    for k in answer_positions(messages):
+        last = messages[k - 1]
+        out.append(_step(messages, k - 1) if last.get("role") == "tool" else f"(the {last.get('role')}'s message)")
+    return out
+
+
+def _step(messages: list[Any], index: int) -> str:
+    call_id = messages[index].get("tool_call_id")
+    for message in reversed(messages[:index]):
+        for call in message.get("tool_calls") or ():
+            if call.get("id") == call_id:
+                arguments = json.loads(call["function"]["arguments"] or "{}")
+                shown = arguments.get("command") or arguments.get("path") or ""
+                return f"{call['function']['name']} {shown}"
+    return "tool"
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _ratio(after: int, before: int) -> str:
+    return f"{after / before:.3f}" if before else "-"
+
+
+def _action(turn: TurnResult) -> str:
+    return turn.action or (f"HTTP {turn.status}" if turn.status != 200 else "-")
+
+
+def _reloads(run: FormatRun, k: int) -> str:
+    return str(run.reloads[k]) if k < len(run.reloads) and run.reloads[k] is not None else "?"
+
+
+# What each part of an action (`X-Offload-Action`, split at `+`) means, for the legend under the table
+ACTION_MEANINGS = {
+    "none": "forwarded as received",
+    "compact": "large tool results stored, a preview with ref= forwarded in their place",
+    "compress-pending": "a summary of older turns being made in the background, the turn forwarded without it",
+    "compress": "older turns forwarded as their summary",
+    "emulated-compaction": "the provider's compaction applied by the proxy",
+    "context-edits": "the provider's clearing edits applied by the proxy",
+    "HTTP": "the proxy's answer was not a 200",
+    "-": "answered without an X-Offload-Action",
+}
+LEGEND_WIDTH = 110
+
+
+def legend(actions: list[str], formats: list[str]) -> list[str]:
+    """The lines under the turn table: its first format's columns, the actions shown (only
+    those), the reloads."""
+    parts = {part.split(" ")[0] for action in actions for one in action.split(" | ") for part in one.split("+")}
+    said = [f"{name} = {meaning}" for name, meaning in ACTION_MEANINGS.items() if name in parts]
+    if any("+" in action for action in actions):
+        said.append("a+b = both")
+    if any(" | " in action for action in actions):
+        said.append(
+            f"a | b = the formats' actions differ at that turn (in the order {', '.join(formats)}, each "
+            "once): a summary made in the background may land a turn apart in one of them"
+        )
+    wrap = functools.partial(textwrap.wrap, width=LEGEND_WIDTH, subsequent_indent="  ", break_on_hyphens=False)
+    return [
+        *wrap(
+            f"raw, {formats[0]}/raw: the {formats[0]} format's raw tokens and its forwarded / raw (each "
+            "format counts its own: TOTALS below)"
+        ),
+        *wrap("action: " + "; ".join(said)),
+        *wrap(f"reloads: the reload rounds the (fake) model ran, per format ({'/'.join(formats)})"),
+    ]
+
+
+def turn_table(runs: list[FormatRun], labels: list[str]) -> str:
+    """Turn by turn: the raw tokens (the first format's), the tokens forwarded in each format (the
+    proxy's X-Offload-Tokens-Before/-After), the first format's ratio, the action it took (one
+    when the formats agree) and the reload rounds the (fake) model ran in each format; then a
+    legend of the actions shown."""
+    names = [r.format for r in runs]
+    first = names[0]
+    ratio = f"{first[:9]}/raw"
+    header = (
+        f"{'turn':>4}  {'the agent had just run':{STEP_WIDTH}} {'raw':>6} "
+        + " ".join(f"{n[:9]:>9}" for n in names)
+        + f" {ratio:>{len(ratio)}}  {'action':24} reloads"
+    )
+    rows = [
+        "forwarded tokens per format (" + ", ".join(f"{r.format}: POST {r.path}" for r in runs) + ")",
+        header,
+        "-" * len(header),
+    ]
+    shown = []
+    for k in range(max(len(r.turns) for r in runs)):
+        turns = [r.turns[k] if k < len(r.turns) else TurnResult(0) for r in runs]
+        before = turns[0].tokens_before or 0
+        action = " | ".join(dict.fromkeys(_action(t) for t in turns))
+        shown.append(action)
+        label = labels[k] if k < len(labels) else ""
+        rows.append(
+            f"{k + 1:>4}  {_clip(label, STEP_WIDTH):{STEP_WIDTH}} {before:>6} "
+            + " ".join(f"{t.tokens_after or 0:>9}" for t in turns)
+            + f" {_ratio(turns[0].tokens_after or 0, before):>{len(ratio)}}  {action:24} "
+            + "/".join(_reloads(r, k) for r in runs)
+        )
+    return "\n".join([*rows, *legend(shown, names)])
+
+
+def totals(run: FormatRun) -> dict[str, Any]:
+    before = sum(t.tokens_before or 0 for t in run.turns)
+    after = sum(t.tokens_after or 0 for t in run.turns)
+    actions = [t.action or "" for t in run.turns]
+    known = [r for r in run.reloads if r is not None]
+    return {
+        "format": run.format,
+        "turns": len(run.turns),
+        "errors": sum(1 for t in run.turns if t.status != 200),
+        "raw": before,
+        "forwarded": after,
+        "ratio": _ratio(after, before),
+        "compacted": sum(1 for a in actions if "compact" in a),
+        "compressed": sum(1 for a in actions if "compress" in a and "pending" not in a),
+        "reloads": sum(known) if len(known) == len(run.turns) else "?",
+    }
+
+
+def totals_table(runs: list[FormatRun], tenant: dict[str, Any] | None = None) -> str:
+    """One row per format, then the sum: the figures the dashboard shows for these sessions; and
+    the tenant's totals from the statistics API (`tenant`: its `totals`), when read."""
+    header = (
+        f"{'TOTALS':10} {'turns':>5} {'errors':>6} {'raw':>9} {'forwarded':>9} {'ratio':>6} {'compacted':>9} "
+        f"{'compressed':>10} {'reloads':>7}"
+    )
+    rows = [header, "-" * len(header)]
+    for t in map(totals, runs):
+        rows.append(
+            f"{t['format']:10} {t['turns']:>5} {t['errors']:>6} {t['raw']:>9} {t['forwarded']:>9} "
+            f"{t['ratio']:>6} {t['compacted']:>9} {t['compressed']:>10} {t['reloads']:>7}"
+        )
+    raw, forwarded = sum(totals(r)["raw"] for r in runs), sum(totals(r)["forwarded"] for r in runs)
+    rows += [
+        "-" * len(header),
+        f"{'all':10} {sum(len(r.turns) for r in runs):>5} {sum(totals(r)['errors'] for r in runs):>6} "
+        f"{raw:>9} {forwarded:>9} {_ratio(forwarded, raw):>6}",
+    ]
+    if tenant:
+        summaries = tenant.get("summaries") or {}
+        rows.append(
+            f"the statistics API: {tenant.get('requests')} requests, {tenant.get('tokens_saved')} tokens "
+            f"saved, summaries made {summaries.get('made', 0)} (reused {summaries.get('reused', 0)}), "
+            f"reload rounds {tenant.get('reload_rounds')}, prefix reuse {tenant.get('prefix_reuse')}"
+        )
+    return "\n".join(rows)
+
 
 CONVERSATION = Path(__file__).with_name("conversation.jsonl")
 MODELS = {"chat": "gpt-4o", "responses": "gpt-4o", "anthropic": "claude-sonnet-4"}
@@ -42,7 +216,7 @@ STARTUP_SECONDS = 60.0
 STATS_SECONDS = 15.0  # the recorder writes about once a second
 
 
-def wait_up(url: str, process: subprocess.Popen | None = None, *, timeout: float = STARTUP_SECONDS) -> bool:
+def wait_up(url: str, process: subprocess.Popen[bytes] | None = None, *, timeout: float = STARTUP_SECONDS) -> bool:
     """Does `url` answer within `timeout` seconds (False as soon as `process` exits)? Also the benchmarks'."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -80,7 +254,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 class Progress:
@@ -139,7 +314,7 @@ class Servers:
         self.root = f"http://127.0.0.1:{self.port}"
         self.log = self.folder / "servers.log"
         self.admin_token = admin_token
-        self.processes: list[subprocess.Popen] = []
+        self.processes: list[subprocess.Popen[bytes]] = []
 
     def start(self) -> None:
         out = self.log.open("ab")
@@ -183,7 +358,7 @@ class Servers:
         self._wait_up(f"{upstream}/", self.processes[0])
         self._wait_up(f"{self.root}/healthz", self.processes[1])
 
-    def _wait_up(self, url: str, process: subprocess.Popen) -> None:
+    def _wait_up(self, url: str, process: subprocess.Popen[bytes]) -> None:
         if not wait_up(url, process, timeout=STARTUP_SECONDS):
             state = (
                 "exited at startup" if process.poll() is not None else f"did not answer within {STARTUP_SECONDS:g} s"
@@ -196,7 +371,7 @@ class Servers:
         except OSError:
             return ""
 
-    def exited(self) -> subprocess.Popen | None:
+    def exited(self) -> subprocess.Popen[bytes] | None:
         return next((p for p in self.processes if p.poll() is not None), None)
 
     def stop(self) -> None:
@@ -212,7 +387,7 @@ class Servers:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-async def replay(root: str, key: str, conversation: dict) -> list[FormatRun]:
+async def replay(root: str, key: str, conversation: dict[str, Any]) -> list[FormatRun]:
     """The conversation in each format, one after the other, one session each (named format
     first: a dashboard that shortens a long name still tells them apart)."""
     runs = []
@@ -234,7 +409,7 @@ async def replay(root: str, key: str, conversation: dict) -> list[FormatRun]:
     return runs
 
 
-async def read_statistics(root: str, key: str, runs: list[FormatRun]) -> dict | None:
+async def read_statistics(root: str, key: str, runs: list[FormatRun]) -> dict[str, Any] | None:
     """Each run's reload rounds per turn, from the statistics API, once the recorder has written
     every turn (else they stay unknown, shown as "?"); the tenant's totals (None: not read)."""
     deadline = time.monotonic() + STATS_SECONDS
