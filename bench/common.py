@@ -17,7 +17,7 @@ import httpx2
 # run as a script: this checkout's packages, not an editable install's of another checkout
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from proxy.demo.run import wait_up as demo_wait_up
+from proxy.demo._run import wait_up as demo_wait_up
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"

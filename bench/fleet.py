@@ -6,7 +6,7 @@ redis-server (`--cluster`: a 3-master Redis Cluster), with the fake upstream hol
 call `delay` seconds. Prints, per replica count and delay: the summary calls the upstream got,
 the summary tokens billed to clients (X-Offload-Summary-Tokens), the prefix switches (turns whose
 forwarded items do not extend the previous turn's: the provider's cached prefix is lost),
-forwarded / raw tokens, the cache-weighted cost (`proxy.replay.metrics.cache_cost`: cached
+forwarded / raw tokens, the cache-weighted cost (`proxy.replay._metrics.cache_cost`: cached
 input at 10 %, summary calls included) over the raw turns', and how many forwarded bodies differ
 from the first replica count's (refs aside: each run has a namespace of its own). The target:
 every column equal across replica counts, for every delay, and no body different.
@@ -32,10 +32,12 @@ from common import SHARED, machine  # noqa: E402
 
 from proxy.core.tokens import counter_for_encoding  # noqa: E402
 from proxy.demo import fake_upstream  # noqa: E402
-from proxy.replay import metrics  # noqa: E402
-from proxy.replay.runner import message_tokens  # noqa: E402
-from proxy.replay.simulation import request_items  # noqa: E402
-from proxy.replay.turns import turns_of  # noqa: E402
+from proxy.replay import _metrics as metrics  # noqa: E402
+from proxy.replay._runner import (
+    message_tokens,  # noqa: E402
+    turns_of,  # noqa: E402
+)
+from proxy.replay._simulation import request_items  # noqa: E402
 from tests.harness.fleet import idle, replicas, wait_until  # noqa: E402
 from tests.harness.history import agent_history  # noqa: E402
 from tests.harness.servers import RedisCluster, RedisProcess, ServerThread  # noqa: E402

@@ -40,8 +40,7 @@ from proxy.offload.summaries import Compressor
 from proxy.offload.summarizer import DEFAULT_PROMPT, ESTIMATED_SUMMARY_TOKENS
 from proxy.offload.summary_context import SummaryContext
 from proxy.offload.tenant_store import TenantStore
-from proxy.replay.runner import upstream_for
-from proxy.replay.turns import load_conversations, turns_of
+from proxy.replay._runner import load_conversations, turns_of, upstream_for
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore
 from proxy.turn import TurnInput, run_turn

@@ -8,11 +8,11 @@ pipeline, a fresh temporary store, the built-in deterministic summariser), print
 setting (forwarded/raw, prefix reuse, cache_cost_ratio, recall, summaries) and writes
 DIR/recall_frontier.png (recall against forwarded/raw, one point per setting, the default
 marked) and DIR/recall_frontier.json. The figures are those of replay's report.json
-(`overall`): see proxy/replay/metrics.py for their definitions. About 10 s per setting on the
+(`overall`): see proxy/replay/_metrics.py for their definitions. About 10 s per setting on the
 20 shared traces; `--first N` replays only the first N settings (the first two are the defaults).
 
 Then, when the traces name two frameworks or more (`framework`), the defaults' figures per
-framework and the leave-one-framework-out figures (`proxy.replay.lofo`): for each framework, the
+framework and the leave-one-framework-out figures (`proxy.replay._report`): for each framework, the
 setting chosen on the others' traces (auto: the knee, the highest recall − ½ × cache_cost_ratio
 with prefix reuse ≥ 0.94; compaction only: the compact setting of highest recall) measured on
 its own, the mean over the frameworks left out and the pooled figures (all conversations, each
@@ -31,9 +31,9 @@ from common import SHARED
 
 from proxy.core import summary_index
 from proxy.core.settings import OffloadSettings
-from proxy.replay import lofo
-from proxy.replay.report import overall
-from proxy.replay.runner import Replayer, load_conversations, upstream_for
+from proxy.replay import _report as lofo
+from proxy.replay._report import overall
+from proxy.replay._runner import Replayer, load_conversations, upstream_for
 from proxy.store.sqlite import SQLiteStore
 
 # Every row names its trigger (max_total_tokens), its tool-result threshold (max_tool_message_tokens) and its
@@ -109,7 +109,7 @@ def offload_settings(values: dict) -> OffloadSettings:
 
 
 async def replay(conversations: list[dict], values: dict, format: str) -> list:
-    """The replayed conversations (`proxy.replay.runner.Conversation`), in order. `values`: the
+    """The replayed conversations (`proxy.replay._runner.Conversation`), in order. `values`: the
     offload settings, and `index_chars`, the summary index's size (`summary_index.INDEX_CHARS`,
     a constant of the proxy swept here)."""
     default = summary_index.INDEX_CHARS

@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     replay.add_argument("--redis-url", default=None, help="Replay against this Redis instead of an embedded store.")
     replay.add_argument("--data-dir", default=None, help="Embedded store location (default: a temporary one).")
-    from proxy.replay.cli import add_format_argument, add_live_arguments, add_target_arguments
+    from proxy.replay import add_format_argument, add_live_arguments, add_target_arguments
 
     add_format_argument(replay)
     add_target_arguments(replay)
@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="See it work with no key and no network: a bundled fake upstream, a bundled agent "
         "conversation replayed in each format, a table, and the dashboard until Ctrl-C.",
     )
-    from proxy.demo.run import add_arguments as add_demo_arguments
+    from proxy.demo import add_arguments as add_demo_arguments
 
     add_demo_arguments(demo)
     wrap = commands.add_parser(
@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="Run a coding agent (claude, codex, opencode, aider) through a proxy of its own: "
         "offload-proxy wrap claude [proxy options] [-- claude's arguments].",
     )
-    from proxy.wrap.command import add_arguments as add_wrap_arguments
+    from proxy.wrap import add_arguments as add_wrap_arguments
 
     add_wrap_arguments(wrap)
     return parser
@@ -236,10 +236,7 @@ class DateHeader:
 def replay(args: argparse.Namespace) -> None:
     import asyncio
 
-    from proxy.replay.cli import live_run, run_replay
-    from proxy.replay.live import LiveError, run_live
-    from proxy.replay.target import TargetError, run_target
-    from proxy.replay.turns import ReplayInputError
+    from proxy.replay import LiveError, ReplayInputError, TargetError, live_run, run_live, run_replay, run_target
 
     try:
         if args.live:
@@ -264,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["wrap"]:  # the agent's own arguments, after `--`, are not ours to parse
-        from proxy.wrap.command import run_wrap, split_agent_args, unknown_arguments
+        from proxy.wrap import run_wrap, split_agent_args, unknown_arguments
 
         ours, agent_args = split_agent_args(argv)
         args, unknown = parser.parse_known_args(ours)
@@ -274,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     args = parser.parse_args(argv)
     if args.command == "replay":
-        from proxy.replay.cli import compare_usage_error, live_usage_error, target_usage_error
+        from proxy.replay import compare_usage_error, live_usage_error, target_usage_error
 
         problem = live_usage_error(args) or (
             None if args.live else target_usage_error(args) or compare_usage_error(args)
@@ -287,7 +284,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.command == "replay":
         replay(args)
     elif args.command == "demo":
-        from proxy.demo.run import run_demo
+        from proxy.demo import run_demo
 
         sys.exit(run_demo(args))
     elif args.command == "serve":

@@ -250,14 +250,14 @@ class _ServerSettings(BaseSettings):
     @field_validator("stats_retention", mode="before")
     @classmethod
     def _retention_forms(cls, value: object) -> int:
-        from proxy.stats.buckets import parse_retention
+        from proxy.stats import parse_retention
 
         return parse_retention(value)
 
     @field_validator("prices", mode="before")
     @classmethod
     def _price_forms(cls, value: object) -> dict[str, tuple[float, float, float, float, float]]:
-        from proxy.stats.prices import parse_prices
+        from proxy.stats import parse_prices
 
         return {
             name: (p.input, p.cached, p.cache_write_5m, p.cache_write_1h, p.output)

@@ -26,13 +26,12 @@ import asyncio
 import json
 import re
 import time
-from typing import Any, cast
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
 
 import uvicorn
-from starlette.types import Receive, Scope, Send
 
 from proxy.core import provider_cache as pc
-from proxy.core.jsonio import JsonObject
 from proxy.core.markers import RELOAD_TOOL
 from proxy.core.texts import SUMMARY_INSTRUCTION, SUMMARY_PROMPT
 from proxy.formats import openai_cache
@@ -48,6 +47,11 @@ PREFIX_ENDS = (
     b'{"type":"text","text":' + _INSTRUCTION + b"}]}]",
 )
 TRANSCRIPT_START = b'"messages":[{"role":"system","content":' + json.dumps(SUMMARY_PROMPT).encode() + b"}"
+
+Scope = MutableMapping[str, Any]  # ASGI's
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
 
 
 def is_summary_call(body: bytes) -> bool:
@@ -68,7 +72,7 @@ COMPLETION = json.dumps(
 ).encode()
 
 
-def chunk(delta: JsonObject, finish: str | None = None) -> bytes:
+def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
     body = {
         "id": "chatcmpl-bench",
         "object": "chat.completion.chunk",
@@ -158,7 +162,7 @@ def anthropic_message(text: str, input_tokens: int = 10, output_tokens: int = 1)
 
 
 def is_messages(scope: Scope) -> bool:
-    return cast(bool, scope["method"] == "POST" and scope["path"].rstrip("/").endswith("/messages"))
+    return bool(scope["method"] == "POST" and scope["path"].rstrip("/").endswith("/messages"))
 
 
 MESSAGE = anthropic_message("ok")
@@ -217,10 +221,10 @@ async def long_stream(send: Send, messages: bool, deltas: int, *, chars: int) ->
 
 async def read_body(receive: Receive) -> bytes:
     """A request's whole body (ASGI)."""
-    body = b""
+    body: bytes = b""
     while True:
         message = await receive()
-        body += cast(bytes, message.get("body", b""))
+        body += message.get("body", b"")
         if not message.get("more_body"):
             return body
 
@@ -431,10 +435,11 @@ def ref_to_reload(path: str, body: bytes) -> str | None:
     if reloaded is None or not offers_reload(body) or RELOAD_ID.encode() in body or is_streamed(body):
         return None
     for match in reversed(TOOL_MARKER.findall(body)):
-        key: tuple[str, str] = (path.rstrip("/"), match.decode())
+        ref: str = match.decode()
+        key = (path.rstrip("/"), ref)
         if key not in reloaded:
             reloaded.add(key)
-            return key[1]
+            return ref
     return None
 
 

@@ -1,8 +1,8 @@
 """What the access log, the metrics and the usage statistics learn of a managed turn, on its
 `RequestRecord` (`proxy.telemetry`): the plan's figures, the session of a client that sends
-no `X-Offload-Session` (`proxy.stats.session_id`), and for a Responses turn whose answer is
+no `X-Offload-Session` (`proxy.stats`), and for a Responses turn whose answer is
 stored upstream, that answer's id, so a later turn continuing from it is given the same
-session (`proxy.stats.replies`).
+session (`proxy.stats`).
 
 Only cheap work happens here, on the request path: the session digest covers the first items
 of the history only (in the CPU pool when they are large: a task of tens of MB), and an answer's
@@ -25,7 +25,7 @@ from proxy.http.body_encoding import decode
 from proxy.http.services import Services
 from proxy.offload import response_chains
 from proxy.offload.cpu_pool import CPU
-from proxy.stats import session_id
+from proxy.stats import MAX_SESSION_ITEMS, session_from_history, session_from_name
 from proxy.turn import Turn, TurnReport
 
 
@@ -85,12 +85,12 @@ async def derived_session(call: ManagedCall, body: dict, history: list) -> tuple
     namespace = call.namespace
     if call.fmt.stored:
         if (conversation := response_chains.conversation_key(body.get("conversation"))) is not None:
-            return session_id.from_name(namespace, "conversation", conversation), None
+            return session_from_name(namespace, "conversation", conversation), None
         if isinstance(call.previous, str) and call.previous:
             return None, call.previous
     system = (body.get("system"), body.get("instructions"))  # Anthropic's, Responses'; chat: in the messages
-    cpu = CPU.for_messages(history[: session_id.MAX_ITEMS])
-    return await cpu(session_id.from_history, namespace, history, call.fmt.view.role, system=system), None
+    cpu = CPU.for_messages(history[:MAX_SESSION_ITEMS])
+    return await cpu(session_from_history, namespace, history, call.fmt.view.role, system=system), None
 
 
 def _wants_reply(call: ManagedCall) -> telemetry.RequestRecord | None:

@@ -49,8 +49,7 @@ from proxy.offload.canary import check_timeout, keep_if_served
 from proxy.offload.observed_sessions import ObservedSessions
 from proxy.offload.quota import CredentialCheck
 from proxy.reload import search_pool
-from proxy.stats.prices import PriceTable
-from proxy.stats.recorder import STOP_TIMEOUT, Recorder
+from proxy.stats import STOP_TIMEOUT, PriceTable, Recorder
 from proxy.store import open_store, sealer_for
 from proxy.store.guarded import GuardedStore
 from proxy.upstream.client import Upstream

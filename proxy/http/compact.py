@@ -35,7 +35,7 @@ from proxy.http.managed import answered
 from proxy.http.services import services_of
 from proxy.http.token_relay import read_body, relay_tokens_expanded
 from proxy.offload.cpu_pool import CPU
-from proxy.stats import session_id
+from proxy.stats import session_from_history
 from proxy.upstream.native import emulates
 
 log = logging.getLogger("proxy.http.compact")
@@ -109,7 +109,7 @@ async def _emulated(request: Request, caller: Caller, settings: OffloadSettings)
     )
     cpu = CPU.for_messages(done.record)  # a large task is kept whole: in the record and in the answer
     session = settings.session or await cpu(
-        session_id.from_history, caller.namespace, items, RESPONSES.view.role, system=(None, body.get("instructions"))
+        session_from_history, caller.namespace, items, RESPONSES.view.role, system=(None, body.get("instructions"))
     )
     await tenant.record_events(session, done.events)
     _note(body, caller, done=done, session=session, explicit=bool(settings.session))

@@ -1,10 +1,10 @@
 """The holdout on the request path (`holdout` setting, `--holdout`): each session's arm
 (`proxy.core.holdout`, from the session the statistics give it), a control turn forwarded as
-received, and what the statistics learn of every turn of the holdout (`proxy.stats.holdout`).
+received, and what the statistics learn of every turn of the holdout (`proxy.stats`).
 
 The session is the statistics' (`proxy.http.accounting`): X-Offload-Session, else the one
 derived from the conversation; a Responses turn continuing a stored response has the session of
-that response (`proxy.stats.replies`: its answer's link is written as soon as the answer has
+that response (`proxy.stats`: its answer's link is written as soon as the answer has
 gone, not at the recorder's next flush, so that the next turn finds it). A request with no
 session is managed, outside the comparison; so is one in mode `off` or `observe`.
 
@@ -32,7 +32,7 @@ from proxy.http import accounting, answer_ending, billing, observed
 from proxy.http.disconnect import ClientDisconnected
 from proxy.http.observed import ManagedCall
 from proxy.offload.cpu_pool import CPU
-from proxy.stats import session_id
+from proxy.stats import session_from_name
 from proxy.store.base import StoreUnavailable
 from proxy.store.memory import MemoryStore
 from proxy.turn import run_turn
@@ -58,7 +58,7 @@ async def session_of(call: ManagedCall) -> tuple[str | None, tuple[str | None, s
             )
         except StoreUnavailable:
             found = None
-        session = found or session_id.from_name(call.namespace, "response", continues)
+        session = found or session_from_name(call.namespace, "response", continues)
         derived = (session, None)
     return session, derived
 

@@ -5,7 +5,7 @@ forwarded. Nothing of the plan is sent or kept: no reload tools, no caching adde
 call (a summary's size is estimated, `SummaryContext.estimate`), and what the turn stores goes
 to the session's store in this worker's memory (`proxy.offload.observed_sessions`: bounded, so
 the next turn plans as a managed one would, never in the shared store). Only statistics remain:
-the turn is recorded as an observed one (`proxy.stats.turns`), billed from the usage the
+the turn is recorded as an observed one (`proxy.stats`), billed from the usage the
 upstream reported, beside the bill it would have had (an estimate).
 
 The plan runs in the response's background task, after its last byte: the forwarded request

@@ -14,7 +14,7 @@ from proxy.offload.background import SummaryScheduler
 from proxy.offload.keepalive import KeepAlive
 from proxy.offload.observed_sessions import ObservedSessions
 from proxy.offload.quota import CredentialCheck
-from proxy.stats.recorder import Recorder
+from proxy.stats import Recorder
 from proxy.store.guarded import GuardedStore
 from proxy.store.sealing import Sealer
 from proxy.telemetry import Metrics

@@ -6,7 +6,7 @@ GET /v1/offload/sessions/{id}[?tenant=]                 one session's totals and
 
 The statistics of one tenant (a tenant's own, or the admin's with `tenant=`) carry a `holdout`
 section: the holdout's two arms compared over their most recent sessions, whatever the window
-(`proxy.stats.holdout_report`; over more than SMALL_COMPARISON sessions, computed at most once
+(`proxy.stats`; over more than SMALL_COMPARISON sessions, computed at most once
 every HOLDOUT_EVERY seconds per tenant and worker: a bootstrap over a thousand sessions per arm
 takes a few tenths of a second, off the event loop).
 
@@ -47,8 +47,18 @@ from proxy.http.routing_errors import not_routed
 from proxy.http.services import services_of
 from proxy.offload.cpu_pool import CPU
 from proxy.offload.tenant import namespace_for
-from proxy.stats import holdout, holdout_report, reader
-from proxy.stats.buckets import WINDOWS, span_of
+from proxy.stats import (
+    WINDOWS,
+    display_name,
+    holdout_outcomes,
+    holdout_report,
+    session_detail,
+    sessions_page,
+    span_of,
+    tenant_labels,
+    tenant_rows,
+    window_stats,
+)
 
 # a session id may hold `/` (X-Offload-Session admits it): the drill-down takes the rest of the path
 STATS_PATHS = re.compile(r"/v1/offload/(stats|sessions)/?|/v1/offload/sessions/.+")
@@ -104,7 +114,7 @@ class StatsApi:
                 "Statistics need a credential: anonymous clients share one namespace.",
                 code="missing_api_key",
             )
-        own = {caller.namespace, reader.display_name(caller.namespace, self.names)}  # as `tenant`, as `name`
+        own = {caller.namespace, display_name(caller.namespace, self.names)}  # as `tenant`, as `name`
         if wanted and wanted not in own and self.by_name.get(wanted) != caller.namespace:
             raise ProxyError(
                 Kind.PERMISSION_DENIED,
@@ -120,8 +130,8 @@ class StatsApi:
         if namespace is None:
             return {"tenant": None, "name": None, "label": None}
         services = services_of(request)
-        name = reader.display_name(namespace, self.names)
-        found = await reader.labels(services.store, [namespace], self.names, sealer=services.sealer)
+        name = display_name(namespace, self.names)
+        found = await tenant_labels(services.store, [namespace], self.names, sealer=services.sealer)
         return {"tenant": namespace, "name": name, "label": found[namespace] or name}
 
     async def stats(self, request: Request) -> Response:
@@ -151,14 +161,14 @@ class StatsApi:
                 "now": span.now,
                 "step": span.window.step,
             }
-            body.update(await reader.window_stats(services.store, span, namespace))
+            body.update(await window_stats(services.store, span, namespace))
             body["health"] = {"store": await services.store.ping()}
             if admin:  # this worker's background work, which no tenant's credential sees
                 body["health"]["scheduler"] = asdict(services.summaries.state())
             if namespace is not None:
                 body["holdout"] = await self.holdout(request, namespace)
             if namespace is None:  # the admin's view of all tenants
-                body["tenants"], body["tenants_truncated"] = await reader.tenant_rows(
+                body["tenants"], body["tenants_truncated"] = await tenant_rows(
                     services.store, span, self.names, sealer=services.sealer
                 )
                 body["recorder"] = recorder
@@ -188,10 +198,8 @@ class StatsApi:
     async def _compare(self, request: Request, key: tuple[str, float]) -> dict[str, Any]:
         now = time.monotonic()
         namespace, fraction = key
-        outcomes, kept = await holdout.outcomes(services_of(request).store, namespace)
-        section = await CPU(len(outcomes) > SMALL_COMPARISON)(
-            holdout_report.report, outcomes, kept=kept, fraction=fraction
-        )
+        outcomes, kept = await holdout_outcomes(services_of(request).store, namespace)
+        section = await CPU(len(outcomes) > SMALL_COMPARISON)(holdout_report, outcomes, kept=kept, fraction=fraction)
         if len(outcomes) > SMALL_COMPARISON:  # a small one is made again each time (its store reads cost more)
             if len(self._holdouts) >= MAX_MEMO:
                 self._holdouts.clear()
@@ -204,7 +212,7 @@ class StatsApi:
             assert namespace is not None
             limit = _int(request, "limit", default=DEFAULT_LIMIT, low=1, high=MAX_LIMIT)
             offset = _int(request, "offset", default=0, low=0, high=10**9)
-            total, rows = await reader.sessions_page(services_of(request).store, namespace, offset, limit=limit)
+            total, rows = await sessions_page(services_of(request).store, namespace, offset, limit=limit)
             return {
                 "object": "list",
                 **await self._tenant(request, namespace),
@@ -222,7 +230,7 @@ class StatsApi:
             namespace = self.namespace(request, required=True)
             assert namespace is not None
             services = services_of(request)
-            found = await reader.session_detail(
+            found = await session_detail(
                 services.store, namespace, request.path_params["session"], sealer=services.sealer
             )
             if found is None:

@@ -18,9 +18,9 @@ import pytest
 from playwright.sync_api import expect
 
 from proxy.offload.tenant import namespace_for
-from proxy.stats.prices import PriceTable
-from proxy.stats.recorder import Recorder
-from proxy.stats.turns import Turn
+from proxy.stats._prices import PriceTable
+from proxy.stats._recorder import Recorder
+from proxy.stats._turns import Turn
 from proxy.store.redis import RedisStore
 from proxy.store.sealing import Sealer
 from tests.harness.browser import open_page, screenshot
@@ -373,7 +373,7 @@ def test_a_key_with_nothing_recorded_is_told_so(site, chromium):
 
 
 def test_a_truncated_tenants_table_says_so(make_proxy, tmp_path, chromium, monkeypatch):
-    from proxy.stats import reader
+    from proxy.stats import _reader as reader
 
     monkeypatch.setattr(reader, "MAX_TENANT_ROWS", 1)
     with make_proxy(

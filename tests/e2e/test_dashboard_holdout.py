@@ -10,7 +10,7 @@ import uuid
 
 import httpx2
 
-from proxy.stats.holdout_report import FIGURES
+from proxy.stats._holdout import FIGURE_LABELS
 from tests.e2e.test_dashboard import column, fmt_usd, sign_in
 from tests.e2e.test_holdout import ROUTES, SMALL, auth, body_of, holdout_of, namespace_of, sessions_in
 from tests.harness.browser import open_page, screenshot
@@ -41,7 +41,7 @@ def test_the_holdout_panel_compares_the_arms_and_says_when_there_are_too_few(mak
         page, console = open_page(chromium, f"{url}/dashboard#window=1h")
         sign_in(page, key)
         page.wait_for_selector("#holdout:not([hidden])")
-        assert column(page, "holdout-table", 1) == [label for label, _ in FIGURES.values()]
+        assert column(page, "holdout-table", 1) == [label for label, _ in FIGURE_LABELS.values()]
         cost = next(f for f in section["figures"] if f["figure"] == "cost")
         assert column(page, "holdout-table", 2)[0] == fmt_usd(cost["control"])
         assert set(column(page, "holdout-table", 6)) == {"too few sessions"}

@@ -13,9 +13,9 @@ import pytest
 from playwright.sync_api import expect
 
 from proxy.offload.tenant import namespace_for
-from proxy.stats.prices import PriceTable
-from proxy.stats.recorder import Recorder
-from proxy.stats.turns import Turn
+from proxy.stats._prices import PriceTable
+from proxy.stats._recorder import Recorder
+from proxy.stats._turns import Turn
 from proxy.store.redis import RedisStore
 from proxy.store.sealing import Sealer
 from tests.e2e.test_dashboard import (

@@ -15,9 +15,8 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from proxy.demo.run import CONVERSATION, free_port
-from proxy.demo.table import steps
-from proxy.replay.runner import load_conversations
+from proxy.demo._run import CONVERSATION, free_port, steps
+from proxy.replay._runner import load_conversations
 
 TURNS = len(steps(load_conversations(CONVERSATION)[0]["messages"]))
 FORMATS = ("chat", "responses", "anthropic")
@@ -175,7 +174,7 @@ def test_demo_works_offline_without_tiktoken_encodings(tmp_path):
 def test_the_anthropic_sdk_streams_through_the_proxy_from_the_bundled_fake(tmp_path):
     import anthropic
 
-    from proxy.demo.run import free_port, wait_up
+    from proxy.demo._run import free_port, wait_up
     from tests.harness.servers import ProxyProcess
 
     port = free_port()
@@ -207,7 +206,7 @@ def test_the_anthropic_sdk_streams_through_the_proxy_from_the_bundled_fake(tmp_p
 def test_the_admin_token_goes_by_environment_whatever_it_starts_with():
     """secrets.token_urlsafe may start with "-": once given as `--admin-token <token>`, serve took
     it for an option and the demo failed (about one run in 64). It is not in argv at all now."""
-    from proxy.demo.run import Servers
+    from proxy.demo._run import Servers
 
     servers = Servers(0, "-dash-first-token")
     try:

@@ -15,7 +15,7 @@ import httpx2
 import pytest
 
 from proxy.core.holdout import arm
-from proxy.replay.turns import requests_of
+from proxy.replay._runner import requests_of
 from tests.harness.history import agent_history
 from tests.harness.websocket import Socket, completed
 

@@ -15,7 +15,7 @@ import httpx2
 import openai
 import pytest
 
-from proxy.replay.turns import requests_of
+from proxy.replay._runner import requests_of
 from tests.harness.history import agent_history
 
 OBSERVE = {"X-Offload-Mode": "observe", "X-Offload-Max-Total-Tokens": "1500"}

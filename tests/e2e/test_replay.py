@@ -9,7 +9,7 @@ import pytest
 
 from proxy.cli import main
 from proxy.core.summary_index import INDEX_CHARS
-from proxy.replay.runner import common_prefix, prefix_reuse, turns_of
+from proxy.replay._runner import common_prefix, prefix_reuse, turns_of
 from tests.harness.history import agent_history
 
 
@@ -194,7 +194,7 @@ SAME_HEAD = [
 
 
 def test_table_and_chart_labels_are_unique_when_ids_share_a_long_head():
-    from proxy.replay.report import CHART_NAME_WIDTH, NAME_WIDTH, chart_names, unique_labels
+    from proxy.replay._report import CHART_NAME_WIDTH, NAME_WIDTH, chart_names, unique_labels
 
     for width in (NAME_WIDTH, CHART_NAME_WIDTH, 18):
         labels = unique_labels(SAME_HEAD, width)
@@ -238,7 +238,7 @@ def test_replay_table_and_overall_chart_tell_conversations_apart(tmp_path, monke
     labels = [t.get_text() for t in overall.get_xticklabels()]
     assert len(labels) == 3 and len(set(labels)) == 3 and all(label for label in labels)
     assert len([name for name in saved if name not in ("overall.png", "cost.png")]) == 3
-    assert "cost.png" in saved  # where the cost goes: proxy/replay/cost.py
+    assert "cost.png" in saved  # where the cost goes: proxy/replay/_metrics.py
     assert all((tmp_path / "out" / name).stat().st_size > 1000 for name in saved)
 
 
@@ -303,7 +303,7 @@ async def replayed(
     conv: dict, format: str, tmp_path: Path, max_total_tokens: int = 5000, *, inline_summaries: bool = False
 ):
     from proxy.core.settings import OffloadSettings
-    from proxy.replay.runner import Replayer, upstream_for
+    from proxy.replay._runner import Replayer, upstream_for
     from proxy.store.sqlite import SQLiteStore
 
     store, upstream = SQLiteStore(tmp_path / f"{format}-{len(list(tmp_path.iterdir()))}"), upstream_for(None)
@@ -355,7 +355,7 @@ def test_replay_command_in_the_responses_format(tmp_path, capsys):
     import asyncio
 
     from proxy.cli import build_parser
-    from proxy.replay.cli import add_format_argument, run_replay
+    from proxy.replay._cli import add_format_argument, run_replay
 
     traces = tmp_path / "c.jsonl"
     traces.write_text(json.dumps(agent_trace(12)))
@@ -404,7 +404,7 @@ def test_replay_command_in_the_anthropic_format(tmp_path, capsys):
     import asyncio
 
     from proxy.cli import build_parser
-    from proxy.replay.cli import run_replay
+    from proxy.replay._cli import run_replay
 
     traces = tmp_path / "c.jsonl"
     traces.write_text(json.dumps(agent_trace(12)))

@@ -76,7 +76,7 @@ def model_requests(upstream, format: str = "chat") -> list:
 
 def arms(requests: list, report: dict) -> tuple[list, list]:
     """(the raw arm's requests, the proxy arm's), each turn's pair split: the raw arm goes first
-    on a trace's odd turns, the proxy arm on its even ones (`proxy.replay.live.send_all`)."""
+    on a trace's odd turns, the proxy arm on its even ones (`proxy.replay._live.send_all`)."""
     numbers = [row["turn"] for trace in report["traces"] for row in trace["per_turn"]]
     assert len(requests) == 2 * len(numbers)
     pairs = [requests[2 * i : 2 * i + 2] if k % 2 else requests[2 * i : 2 * i + 2][::-1] for i, k in enumerate(numbers)]

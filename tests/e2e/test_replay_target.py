@@ -17,7 +17,7 @@ import httpx2
 import pytest
 from starlette.responses import JSONResponse
 
-from proxy.replay.target import session_id
+from proxy.replay._target import session_id
 from tests.harness.servers import default_handler, free_port, is_summary_call, snapshot_answer
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ import httpx2
 import openai
 
 from proxy.offload.tenant import namespace_for
-from proxy.stats.recorder import session_keys, sessions_key
+from proxy.stats._recorder import session_keys, sessions_key
 from proxy.store.sqlite import SQLiteStore
 from tests.harness.history import agent_history
 from tests.harness.servers import free_port

@@ -195,7 +195,7 @@ def test_a_session_lists_its_most_used_models_only(make_proxy, upstream):
 def test_sub_tenants_by_the_thousand_leave_the_tenants_table_bounded(make_proxy, upstream, tmp_path, monkeypatch):
     """Each X-Offload-Tenant value is a namespace of its own: the admin's table lists the tenants
     with most raw tokens (`MAX_TENANT_ROWS`) and says there were more."""
-    from proxy.stats import reader
+    from proxy.stats import _reader as reader
 
     monkeypatch.setattr(reader, "MAX_TENANT_ROWS", 3)
     with make_proxy(

@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from proxy.offload.tenant import namespace_for
-from proxy.stats.session_id import PREFIX
+from proxy.stats._sessions import PREFIX
 from tests.e2e.test_responses_clients import HEADERS as RESPONSES_HEADERS
 from tests.e2e.test_responses_clients import TOOLS, reload_then_answer
 from tests.e2e.test_responses_clients import history as responses_history

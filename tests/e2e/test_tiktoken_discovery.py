@@ -139,7 +139,7 @@ def test_replay_by_estimate_says_it_once_and_its_charts_say_so(tmp_path):
     assert len(said) == 1 and "ESTIMATES" in said[0] and "TIKTOKEN_CACHE_DIR" in said[0], said
     assert "tokens: ESTIMATES" in done.stdout  # the table's own line
     report = json.loads((tmp_path / "out" / "report.json").read_text())
-    from proxy.replay.report import counted_as
+    from proxy.replay._report import counted_as
 
     assert counted_as(report) == "estimated, ~4 bytes each"
     assert (

@@ -162,7 +162,7 @@ def test_the_shutdown_budget_covers_the_secrets_check_made_after_the_server_stop
     from proxy.offload.background import CANCEL_WAIT
     from proxy.offload.canary import check_timeout
     from proxy.reload.search_pool import REAP_WAIT
-    from proxy.stats.recorder import STOP_TIMEOUT
+    from proxy.stats._recorder import STOP_TIMEOUT
 
     settings = ServerSettings(shutdown_grace=0, store_timeout=3.0)
     assert check_timeout(3.0) == 12.0

@@ -61,13 +61,13 @@ def test_every_exception_of_the_proxy_derives_from_the_root():
     import proxy
 
     apart = {
-        "proxy.wrap.child.WrapError",  # the `wrap` command's own exit
-        "proxy.wrap.command.Interrupted",  # a BaseException: the wrapped command was interrupted
-        "proxy.replay.target.TargetError",  # the replay command's: its target cannot be reached
-        "proxy.replay.live.LiveError",
-        "proxy.replay.live.AnswerTooLarge",
-        "proxy.replay.live_compare.AnswerError",
-        "proxy.demo.run.DemoError",
+        "proxy.wrap._proxy.WrapError",  # the `wrap` command's own exit
+        "proxy.wrap._command.Interrupted",  # a BaseException: the wrapped command was interrupted
+        "proxy.replay._target.TargetError",  # the replay command's: its target cannot be reached
+        "proxy.replay._live.LiveError",
+        "proxy.replay._live.AnswerTooLarge",
+        "proxy.replay._live_report.AnswerError",
+        "proxy.demo._run.DemoError",
         "proxy.http.disconnect.ClientDisconnected",  # the HTTP layer's own (proxy.http.error_map)
         "proxy.http.limits.BodyRefused",
         "proxy.http.body_encoding.TooLarge",

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import json
 
+from proxy.demo._run import CONVERSATION
 from proxy.demo.conversation import conversation
-from proxy.demo.run import CONVERSATION
-from proxy.replay.runner import load_conversations
-from proxy.replay.turns import turns_of
+from proxy.replay._runner import load_conversations, turns_of
 
 
 def test_the_shipped_file_is_the_generators_output():

@@ -7,13 +7,13 @@ import subprocess
 import sys
 import time
 
-from proxy.demo.run import die_with_parent
+from proxy.demo._run import die_with_parent
 
 # A parent that starts a long sleeper as the demo starts its servers (a session of its own), prints
 # its pid, then waits to be killed.
 PARENT = """
 import subprocess, sys, time
-from proxy.demo.run import die_with_parent
+from proxy.demo._run import die_with_parent
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True,
                          preexec_fn=die_with_parent())
 print(child.pid, flush=True)

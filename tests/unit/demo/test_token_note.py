@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proxy.demo import run
+from proxy.demo import _run as run
 
 
 def estimating(monkeypatch) -> None:

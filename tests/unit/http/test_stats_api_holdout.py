@@ -8,8 +8,7 @@ from types import SimpleNamespace
 
 from proxy.core.settings import SettingsResolver
 from proxy.http import stats_api
-from proxy.stats import holdout
-from proxy.stats.arms import SessionOutcome
+from proxy.stats._holdout import SessionOutcome
 
 
 def _request() -> SimpleNamespace:
@@ -32,7 +31,7 @@ def test_concurrent_reads_of_a_large_comparison_compute_it_once(monkeypatch) -> 
         await asyncio.sleep(0.05)
         return outcomes, {"control": len(outcomes) // 2, "managed": len(outcomes) // 2}
 
-    monkeypatch.setattr(holdout, "outcomes", fake_outcomes)
+    monkeypatch.setattr(stats_api, "holdout_outcomes", fake_outcomes)
     api = stats_api.StatsApi({})
 
     async def run() -> list[dict]:
@@ -52,7 +51,7 @@ def test_a_failed_comparison_is_not_kept(monkeypatch) -> None:
         calls += 1
         raise RuntimeError("store down")
 
-    monkeypatch.setattr(holdout, "outcomes", failing)
+    monkeypatch.setattr(stats_api, "holdout_outcomes", failing)
     api = stats_api.StatsApi({})
 
     async def run() -> None:
@@ -74,7 +73,7 @@ def test_the_fraction_shown_is_that_of_whoever_reads_it(monkeypatch):
     async def fake_outcomes(store, namespace, **_):
         return outcomes, {"control": 1, "managed": 1}
 
-    monkeypatch.setattr(holdout, "outcomes", fake_outcomes)
+    monkeypatch.setattr(stats_api, "holdout_outcomes", fake_outcomes)
     services = SimpleNamespace(
         settings_resolver=SettingsResolver({"holdout": 0.1}, {"team": {"holdout": 0.3}}), store=None
     )

@@ -22,7 +22,7 @@ from proxy.offload.summaries import Compressor
 from proxy.offload.summarizer import DEFAULT_PROMPT
 from proxy.offload.summary_context import SummaryContext
 from proxy.offload.tenant_store import TenantStore
-from proxy.replay.simulation import fake_summarizer
+from proxy.replay._simulation import fake_summarizer
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore
 from proxy.turn import TurnInput, run_turn

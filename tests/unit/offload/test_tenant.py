@@ -13,10 +13,10 @@ from proxy.core.compaction import Offload
 from proxy.offload import events
 from proxy.offload.refs import RefStore
 from proxy.offload.tenant import SHARDS, key, tenant_namespace
-from proxy.stats.buckets import ALL, DAY, bucket_key, bucket_start, top_key
-from proxy.stats.prices import PriceTable
-from proxy.stats.recorder import Recorder
-from proxy.stats.turns import Turn
+from proxy.stats._buckets import ALL, DAY, bucket_key, bucket_start, top_key
+from proxy.stats._prices import PriceTable
+from proxy.stats._recorder import Recorder
+from proxy.stats._turns import Turn
 from proxy.store.redis import RedisStore
 from proxy.store.sealing import Sealer
 

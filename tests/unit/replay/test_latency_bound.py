@@ -1,4 +1,4 @@
-"""The cheapest summary schedule for a summariser's latency (proxy.replay.latency_bound)."""
+"""The cheapest summary schedule for a summariser's latency (proxy.replay._latency_bound)."""
 
 import json
 import subprocess
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.replay.latency_bound import NONE, Turn, call_cost, current_policy, lower_bound
+from proxy.replay._latency_bound import NONE, Turn, call_cost, current_policy, lower_bound
 
 
 def growing(n: int, *, step: int = 100, trigger: int = 500) -> list[Turn]:

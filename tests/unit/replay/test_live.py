@@ -1,5 +1,9 @@
 """`replay --live` without a server: the traces and turns chosen, the estimate, the question,
-the retries, the records, the figures and the argument checks (a mock transport, no network)."""
+the retries, the records, the figures and the argument checks (a mock transport, no network).
+
+`replay --live`'s journal: records kept by trace, turn, arm and configuration; a rerun finds
+them, another configuration's are kept apart, a torn line is skipped.
+"""
 
 from __future__ import annotations
 
@@ -12,13 +16,16 @@ import httpx2
 import pytest
 
 from proxy.cli import build_parser
-from proxy.replay.cli import live_run, live_usage_error
-from proxy.replay.live import (
+from proxy.replay._cli import live_run, live_usage_error
+from proxy.replay._live import (
+    FILE,
     Arm,
+    Journal,
     LiveError,
     PlannedTrace,
     PlannedTurn,
     Sent,
+    arm_config,
     chosen,
     confirm,
     estimate,
@@ -30,9 +37,8 @@ from proxy.replay.live import (
     retry_delay,
     setting_headers,
 )
-from proxy.replay.live_journal import Journal
-from proxy.replay.live_report import figures
-from proxy.stats.prices import PriceTable
+from proxy.replay._live_report import figures
+from proxy.stats._prices import PriceTable
 
 CONV = {
     "id": "c1",
@@ -194,7 +200,7 @@ def test_a_record_holds_the_action_the_bill_and_the_proxys_headers():
 
 
 def test_an_error_quoting_the_key_where_the_message_is_cut_keeps_no_part_of_it():
-    from proxy.replay.target import MAX_ERROR
+    from proxy.replay._target import MAX_ERROR
 
     trace = PlannedTrace(0, "c1", "gpt-4o", (PlannedTurn(1, {}, 10, 1),))
     arm = Arm("raw", "http://u/v1/chat/completions", {}, "cfg")
@@ -291,7 +297,7 @@ def test_the_raw_arms_endpoints():
 
 
 def test_an_output_that_is_a_file_is_refused_before_anything_is_sent(tmp_path):
-    from proxy.replay.live import LiveRun, run_live
+    from proxy.replay._live import LiveRun, run_live
 
     traces = tmp_path / "t.jsonl"
     traces.write_text(json.dumps(CONV) + "\n")
@@ -316,7 +322,7 @@ def test_an_output_that_is_a_file_is_refused_before_anything_is_sent(tmp_path):
 
 
 def test_a_huge_or_endless_answer_is_a_failed_turn_not_a_run_out_of_memory_or_time(monkeypatch):
-    import proxy.replay.live as live_module
+    import proxy.replay._live as live_module
 
     monkeypatch.setattr(live_module, "MAX_ANSWER_BYTES", 1000)
     monkeypatch.setattr(live_module, "ANSWER_SECONDS", 0.5)
@@ -359,7 +365,7 @@ async def _answer_of(raw: bytes) -> Sent:
 
 
 def test_a_trace_id_with_dot_segments_never_moves_the_session_bill_off_its_path():
-    from proxy.replay.live import session_bill
+    from proxy.replay._live import session_bill
 
     seen: list[str] = []
 
@@ -379,3 +385,112 @@ def test_a_trace_id_with_dot_segments_never_moves_the_session_bill_off_its_path(
 
     asyncio.run(go())
     assert seen[0] == "/prefix/v1/offload/sessions/live-x-0-%2F..%2F..%2F..%2F..%2F..%2Fadmin"
+
+
+def turn(arm: str, config: str, turn: int = 1, **extra) -> dict:
+    return {
+        "kind": "turn",
+        "position": 0,
+        "trace": "t",
+        "turn": turn,
+        "arm": arm,
+        "config": config,
+        "status": 200,
+        **extra,
+    }
+
+
+def test_the_configuration_hash_is_stable_and_sees_every_value():
+    assert arm_config({"a": 1, "b": [2]}) == arm_config({"b": [2], "a": 1})
+    assert arm_config({"a": 1}) != arm_config({"a": 2}) and len(arm_config({})) == 16
+
+
+def test_a_rerun_finds_what_was_appended(tmp_path):
+    configs = {"raw": "r1", "proxy": "p1"}
+    journal = Journal.open(tmp_path, configs)
+    journal.append(turn("raw", "r1"))
+    journal.append(turn("proxy", "p1", usd=0.5))
+    calls = {"turn": {"uncached": 10, "output": 1}, "summary": {"uncached": 3}, "keepalive": {}}
+    journal.append({"kind": "session", "position": 0, "trace": "t", "arm": "proxy", "config": "p1", "calls": calls})
+    again = Journal.open(tmp_path, configs)
+    assert again.done(position=0, trace="t", turn=1, arm="proxy")["usd"] == 0.5
+    assert again.done(position=0, trace="t", turn=2, arm="raw") is None
+    assert again.done(position=1, trace="t", turn=1, arm="raw") is None  # another trace of the same id
+    assert again.sessions[(0, "t", "p1")]["calls"] == calls
+    assert (again.other_configs, again.unreadable) == (0, 0)
+
+
+def test_another_configurations_answers_are_kept_apart(tmp_path):
+    Journal.open(tmp_path, {"raw": "r1", "proxy": "p1"}).append(turn("proxy", "p1"))
+    other = Journal.open(tmp_path, {"raw": "r1", "proxy": "p2"})
+    assert other.done(position=0, trace="t", turn=1, arm="proxy") is None and other.other_configs == 1
+
+
+def test_the_last_record_of_a_turn_wins_and_torn_lines_are_skipped(tmp_path):
+    path = tmp_path / FILE
+    lines = [
+        json.dumps(turn("raw", "r1", status=503)),
+        json.dumps(turn("raw", "r1", status=200)),
+        '{"kind": "tu',
+        json.dumps({"kind": "turn"}),
+        json.dumps({"kind": "other", "arm": "raw", "config": "r1"}),
+        json.dumps(turn("raw", "r1", turn=2, action={"calls": 3})),
+        "[1]",
+        json.dumps(
+            {
+                "kind": "session",
+                "position": 0,
+                "trace": "t",
+                "arm": "proxy",
+                "config": "p1",
+                "calls": {"turn": {"uncached": "many"}},
+            }
+        ),
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    journal = Journal.open(tmp_path, {"raw": "r1", "proxy": "p1"})
+    assert journal.done(position=0, trace="t", turn=1, arm="raw")["status"] == 200
+    assert (
+        journal.unreadable == 6
+        and journal.sessions == {}
+        and journal.done(position=0, trace="t", turn=2, arm="raw") is None
+    )
+
+
+def test_a_turn_record_whose_figures_are_of_the_wrong_type_is_unreadable_not_a_failed_report(tmp_path):
+    from proxy.replay._live_report import figures
+
+    good = {
+        "action": {"calls": [], "text": "hi", "finish": "stop"},
+        "bill": {"uncached": 5, "output": 1, "answers": 1},
+        "usd": 0.25,
+    }
+    bad = [
+        {"usd": "lots"},
+        {"usd": True},
+        {"bill": "x"},
+        {"bill": {"uncached": "many"}},
+        {"offload_action": ["a"]},
+        {"reload_rounds": {"n": 1}},
+        {"status": "200"},
+        {"error": {"no": 1}},
+        {"usd": float("nan")},
+    ]
+    path = tmp_path / FILE
+    path.write_text(
+        "\n".join(json.dumps(turn("raw", "r1", turn=i + 1, **{**good, **b})) for i, b in enumerate(bad))
+        + "\n"
+        + json.dumps(turn("proxy", "p1", turn=1, **good))
+        + "\n"
+    )
+    journal = Journal.open(tmp_path, {"raw": "r1", "proxy": "p1"})
+    assert journal.unreadable == len(bad)
+    pairs = [
+        (
+            journal.done(position=0, trace="t", turn=i + 1, arm="raw"),
+            journal.done(position=0, trace="t", turn=i + 1, arm="proxy"),
+        )
+        for i in range(len(bad))
+    ]
+    result = figures(pairs)
+    assert result["proxy"]["usd"] == 0.25 and result["failed_raw"] == len(bad)

@@ -10,9 +10,9 @@ from proxy.core.markers import INJECTED_TOOLS
 from proxy.formats import chat
 from proxy.formats.responses.from_chat import items_from_chat
 from proxy.formats.responses.items import ResponsesView
-from proxy.replay import metrics
-from proxy.replay.metrics import SummaryCall, cache_cost, identifiers, item_text, percentile
-from proxy.replay.runner import answers_of
+from proxy.replay import _metrics as metrics
+from proxy.replay._metrics import SummaryCall, cache_cost, identifiers, item_text, percentile
+from proxy.replay._runner import answers_of
 
 
 def call(name: str, arguments: dict, id: str) -> dict:

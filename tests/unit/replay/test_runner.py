@@ -10,9 +10,9 @@ from proxy.formats import chat
 from proxy.formats.messages import MESSAGES
 from proxy.formats.responses.from_chat import items_from_chat
 from proxy.formats.responses.items import ResponsesView
-from proxy.replay import bill
-from proxy.replay.gaps import parse
-from proxy.replay.runner import Replayer, budget, replay_namespace, requests_of, turns_of, upstream_for, view_for
+from proxy.replay import _bill as bill
+from proxy.replay._bill import parse
+from proxy.replay._runner import Replayer, budget, replay_namespace, requests_of, turns_of, upstream_for, view_for
 from proxy.store.sqlite import SQLiteStore
 from tests.harness.history import agent_history
 

@@ -13,10 +13,10 @@ import pytest
 from proxy.config import ServerSettings
 from proxy.core.settings import OffloadSettings
 from proxy.offload.summarizer import DEFAULT_PROMPT
-from proxy.replay.cli import add_format_argument
-from proxy.replay.report import report_dict, table
-from proxy.replay.runner import Replayer, replay_namespace, requests_of, upstream_for
-from proxy.replay.simulation import SummaryRecorder, fake_summarizer, recording, request_items
+from proxy.replay._cli import add_format_argument
+from proxy.replay._report import report_dict, table
+from proxy.replay._runner import Replayer, replay_namespace, requests_of, upstream_for
+from proxy.replay._simulation import SummaryRecorder, fake_summarizer, recording, request_items
 from proxy.store.sqlite import SQLiteStore
 from proxy.upstream.client import Upstream
 from tests.unit.replay.test_runner import conversation

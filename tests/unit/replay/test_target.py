@@ -11,8 +11,9 @@ import pytest
 
 from proxy.cli import build_parser
 from proxy.core.settings import IDENT_PATTERN
-from proxy.replay.cli import target_usage_error
-from proxy.replay.target import (
+from proxy.replay._cli import target_usage_error
+from proxy.replay._runner import request_body, requests_of
+from proxy.replay._target import (
     TargetError,
     api_root,
     endpoint,
@@ -24,7 +25,6 @@ from proxy.replay.target import (
     turn_headers,
     turn_result,
 )
-from proxy.replay.turns import request_body, requests_of
 
 CONV = {
     "id": "c1",

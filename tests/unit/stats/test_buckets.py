@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from proxy.stats.buckets import (
+from proxy.stats._buckets import (
     DAY,
     HOUR,
     MINUTE,

@@ -10,11 +10,11 @@ import time
 import pytest
 
 from proxy.core.bill import Bill
-from proxy.stats import holdout, holdout_report
-from proxy.stats.arms import MIN_SESSIONS
-from proxy.stats.prices import PriceTable
-from proxy.stats.recorder import Recorder
-from proxy.stats.turns import Turn
+from proxy.stats import _holdout as holdout
+from proxy.stats._holdout import MIN_SESSIONS
+from proxy.stats._prices import PriceTable
+from proxy.stats._recorder import Recorder
+from proxy.stats._turns import Turn
 from proxy.store.memory import MemoryStore
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore
@@ -97,7 +97,7 @@ async def test_turns_add_up_per_session_and_arm(store):
     recorder.record(turn("s2", "managed", t=t0 + 50, finish="stop", summary_bill=bill))  # a later flush
     recorder.record(turn("s2", "managed", t=t0 + 1, finish="tool_calls"))  # served earlier, flushed later
     await recorder.flush()
-    outcomes, kept = await holdout.outcomes(store, A)
+    outcomes, kept = await holdout.holdout_outcomes(store, A)
     assert kept == {"control": 1, "managed": 1}
     by_arm = {o.arm: o for o in outcomes}
     control, managed = by_arm["control"], by_arm["managed"]
@@ -109,7 +109,7 @@ async def test_turns_add_up_per_session_and_arm(store):
     assert managed.turns == 3 and managed.reload_rounds == 2 and managed.cost == pytest.approx(usd)
     assert managed.finish == "stop" and managed.ended == 1.0  # the last turn's (t0 + 50), not the last flushed
     assert managed.duration == pytest.approx(45, abs=0.01)  # the first writer's first turn: t0 + 5
-    other, _ = await holdout.outcomes(store, B)
+    other, _ = await holdout.holdout_outcomes(store, B)
     assert [(o.arm, o.turns) for o in other] == [("managed", 1)]
 
 
@@ -122,7 +122,7 @@ async def test_background_bills_of_a_holdout_session_are_its_cost(store):
     recorder.bill_call(A, bill, call="summary", model="gpt-4o", session="s1")  # made in the background
     recorder.bill_call(A, bill, call="summary", model="gpt-4o", session="elsewhere")  # not a holdout session
     await recorder.flush()
-    [managed], _ = await holdout.outcomes(store, A)
+    [managed], _ = await holdout.holdout_outcomes(store, A)
     assert managed.cost == pytest.approx(bill.cost(PRICES.price("gpt-4o")).total)
 
 
@@ -134,7 +134,7 @@ async def test_sealed_session_names_and_a_bounded_read(store):
     for i in range(12):
         recorder.record(turn(f"secret-{i}", "control", t=now - 100 + i))
     await recorder.flush()
-    outcomes, kept = await holdout.outcomes(store, A, limit=5)
+    outcomes, kept = await holdout.holdout_outcomes(store, A, limit=5)
     assert kept == {"control": 12, "managed": 0} and len(outcomes) == 5
     _, page = await store.ranked(holdout.index_key(A, "control"), 0, 12)
     assert not any(name.startswith("secret-") for name, _ in page)  # as the session list keys them
@@ -170,8 +170,8 @@ async def test_a_known_difference_recorded_is_found_and_none_is_not_claimed(stor
     for t in synthetic(40, managed_cost=managed_cost, seed=7):
         recorder.record(t)
     await recorder.flush()
-    outcomes, kept = await holdout.outcomes(store, A)
-    section = holdout_report.report(outcomes, kept=kept, fraction=0.5)
+    outcomes, kept = await holdout.holdout_outcomes(store, A)
+    section = holdout.holdout_report(outcomes, kept=kept, fraction=0.5)
     assert section["arms"]["control"]["sessions"] == section["arms"]["managed"]["sessions"] == 40
     assert section["enough"]
     cost = next(f for f in section["figures"] if f["figure"] == "cost")
@@ -188,14 +188,14 @@ async def test_a_known_difference_recorded_is_found_and_none_is_not_claimed(stor
 
 def test_the_report_says_plainly_when_there_are_too_few_sessions():
     few = [holdout.outcome("control", {"turns": 3, "usd": 1.0})] * 5 + [holdout.outcome("managed", {"turns": 2})] * 40
-    section = holdout_report.report(few, kept={"control": 5, "managed": 40}, fraction=0.1)
+    section = holdout.holdout_report(few, kept={"control": 5, "managed": 40}, fraction=0.1)
     assert not section["enough"] and section["min_sessions"] == MIN_SESSIONS
     assert section["verdict"] == (
         f"Too few sessions to tell: 5 control and 40 managed; at least {MIN_SESSIONS} in "
         "each arm are needed before any difference is claimed."
     )
     assert {f["verdict"] for f in section["figures"]} == {"too few sessions"}
-    assert [f["figure"] for f in section["figures"]] == list(holdout_report.FIGURES)
+    assert [f["figure"] for f in section["figures"]] == list(holdout.FIGURE_LABELS)
     assert set(section["figures"][0]) == {
         "figure",
         "label",
@@ -208,6 +208,6 @@ def test_the_report_says_plainly_when_there_are_too_few_sessions():
         "high",
         "verdict",
     }
-    empty = holdout_report.report([], kept={"control": 0, "managed": 0}, fraction=0.0)
+    empty = holdout.holdout_report([], kept={"control": 0, "managed": 0}, fraction=0.0)
     assert empty["arms"] == {"control": {"sessions": 0, "turns": 0}, "managed": {"sessions": 0, "turns": 0}}
     assert empty["verdict"].startswith("Too few sessions to tell: 0 control and 0 managed")

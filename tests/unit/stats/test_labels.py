@@ -9,11 +9,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from proxy.stats import reader
-from proxy.stats.buckets import span_of
-from proxy.stats.prices import PriceTable
-from proxy.stats.recorder import Recorder, label_key, turn_of
-from proxy.stats.turns import Turn
+from proxy.stats import _reader as reader
+from proxy.stats._buckets import span_of
+from proxy.stats._prices import PriceTable
+from proxy.stats._recorder import Recorder, label_key, turn_of
+from proxy.stats._turns import Turn
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore
 from proxy.telemetry import RequestRecord
@@ -73,8 +73,8 @@ async def test_a_label_is_sealed_at_rest_with_an_encryption_key(tmp_path):
     await recorded(store, turn(A, time.time(), "sk-proj…AbCd"), sealer=sealer)
     raw = await store.get(label_key(A))
     assert raw is not None and b"AbCd" not in raw
-    assert await reader.labels(store, [A], {}, sealer=sealer) == {A: "sk-proj…AbCd"}
-    assert await reader.labels(store, [A], {}, sealer=Sealer("another-key")) == {A: None}  # never garbage
+    assert await reader.tenant_labels(store, [A], {}, sealer=sealer) == {A: "sk-proj…AbCd"}
+    assert await reader.tenant_labels(store, [A], {}, sealer=Sealer("another-key")) == {A: None}  # never garbage
     await store.close()
 
 
@@ -100,7 +100,7 @@ async def test_a_label_is_written_once_a_while_not_on_every_flush(tmp_path):
     await recorder.flush()
     await recorder.stop()
     assert store.puts == [label_key(A)] * 2
-    assert await reader.labels(store, [A], {}) == {A: "sk…2222"}
+    assert await reader.tenant_labels(store, [A], {}) == {A: "sk…2222"}
     await store.inner.close()
 
 

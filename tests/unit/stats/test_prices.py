@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from proxy.config import ServerSettings
 from proxy.core.bill import Bill, Price
-from proxy.stats.prices import DEFAULT_PRICES, FALLBACK, PriceTable, parse_prices
+from proxy.stats._prices import DEFAULT_PRICES, FALLBACK, PriceTable, parse_prices
 
 
 @pytest.mark.parametrize(

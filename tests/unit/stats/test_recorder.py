@@ -10,13 +10,11 @@ from types import SimpleNamespace
 import pytest
 
 from proxy.core.bill import Bill
-from proxy.stats import reader
-from proxy.stats.backlog import WRITES_AT_ONCE
-from proxy.stats.buckets import ALL, bucket_key, bucket_start, span_of, top_key, ttl_of
-from proxy.stats.prices import PriceTable
-from proxy.stats.recorder import SESSION_TURNS, Recorder, session_keys, sessions_key, turn_of
-from proxy.stats.turns import Turn, headline, turn_fields
-from proxy.store.base import StoreUnavailable
+from proxy.stats import _reader as reader
+from proxy.stats._buckets import ALL, bucket_key, bucket_start, span_of, top_key, ttl_of
+from proxy.stats._prices import PriceTable
+from proxy.stats._recorder import SESSION_TURNS, WRITES_AT_ONCE, Recorder, session_keys, sessions_key, turn_of
+from proxy.stats._turns import Turn, headline, turn_fields
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore
 from proxy.telemetry import RequestRecord

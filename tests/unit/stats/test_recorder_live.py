@@ -15,14 +15,12 @@ from proxy.core.bill import Bill
 from proxy.http import telemetry
 from proxy.http.telemetry import Observe, RequestRecord
 from proxy.offload.summary_context import SummaryContext, count_summary
-from proxy.stats import reader
-from proxy.stats.buckets import ALL, bucket_key, bucket_start, span_of, top_key
-from proxy.stats.prefix import BLOCK
-from proxy.stats.prices import PriceTable
-from proxy.stats.recorder import INLINE_BYTES, Recorder, turn_of
-from proxy.stats.replies import reply_key
-from proxy.stats.session_id import from_name
-from proxy.stats.turns import Turn, headline, point
+from proxy.stats import _reader as reader
+from proxy.stats._buckets import ALL, bucket_key, bucket_start, span_of, top_key
+from proxy.stats._prices import PriceTable
+from proxy.stats._recorder import BLOCK, INLINE_BYTES, Recorder, turn_of
+from proxy.stats._sessions import reply_key, session_from_name
+from proxy.stats._turns import Turn, headline, point
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore
 
@@ -219,7 +217,7 @@ async def test_continuing_turns_join_the_session_of_the_response_they_continue(s
     assert (await reader.sessions_page(store, A, 0, limit=10))[1][0]["turns"] == 4
     assert await other.flush() == 1  # then starts a session of its own
     total, [row_b] = await reader.sessions_page(store, B, 0, limit=10)
-    assert row_b["id"] == from_name(B, "response", "resp_3")
+    assert row_b["id"] == session_from_name(B, "response", "resp_3")
     await recorder.stop()
     await other.stop()
 
@@ -240,7 +238,7 @@ async def test_a_continuing_turn_waits_for_the_turn_of_another_worker(store):
     assert second.snapshot().queued == 0
     assert {r["id"] for r in (await reader.sessions_page(store, A, 0, limit=10))[1]} == {
         "auto-conv2",
-        from_name(A, "response", "resp_unknown"),
+        session_from_name(A, "response", "resp_unknown"),
     }
     await first.stop()
 

@@ -7,9 +7,9 @@ import uuid
 
 import pytest
 
-from proxy.stats import reader
-from proxy.stats.recorder import label_key
-from proxy.stats.replies import Replies
+from proxy.stats import _reader as reader
+from proxy.stats._recorder import label_key
+from proxy.stats._sessions import Replies
 from tests.unit.offload.test_rotation_reads import AFTER, BEFORE, ROTATING, store  # noqa: F401  (SQLite, Redis)
 
 pytestmark = pytest.mark.anyio
@@ -25,5 +25,5 @@ async def test_an_answers_session_read_during_the_rotation_reads_after_it(store)
 async def test_a_label_read_during_the_rotation_reads_after_it(store):  # noqa: F811
     ns = uuid.uuid4().hex
     await store.put(label_key(ns), BEFORE.seal(b"sk-proj...AbCd", label_key(ns)), 600)
-    assert await reader.labels(store, [ns], {}, sealer=ROTATING) == {ns: "sk-proj...AbCd"}
-    assert await reader.labels(store, [ns], {}, sealer=AFTER) == {ns: "sk-proj...AbCd"}
+    assert await reader.tenant_labels(store, [ns], {}, sealer=ROTATING) == {ns: "sk-proj...AbCd"}
+    assert await reader.tenant_labels(store, [ns], {}, sealer=AFTER) == {ns: "sk-proj...AbCd"}

@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from proxy.stats import reader
-from proxy.stats.buckets import span_of
-from proxy.stats.prices import PriceTable
-from proxy.stats.recorder import Recorder
-from proxy.stats.turns import Turn
+from proxy.stats import _reader as reader
+from proxy.stats._buckets import span_of
+from proxy.stats._prices import PriceTable
+from proxy.stats._recorder import Recorder
+from proxy.stats._turns import Turn
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore
 

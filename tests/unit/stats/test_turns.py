@@ -5,9 +5,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from proxy.core.bill import Bill, Meter
-from proxy.stats.prices import PriceTable
-from proxy.stats.recorder import turn_of
-from proxy.stats.turns import OBSERVED, Turn, headline, turn_fields
+from proxy.stats._prices import PriceTable
+from proxy.stats._recorder import turn_of
+from proxy.stats._turns import OBSERVED, Turn, headline, turn_fields
 
 PRICES = PriceTable()
 

@@ -1,13 +1,13 @@
 """How each agent is pointed at the proxy, and where the proxy's upstream is when the user's
-environment already sent the agent somewhere (proxy.wrap.agents)."""
+environment already sent the agent somewhere (proxy.wrap._agents)."""
 
 from __future__ import annotations
 
 import json
 
-from proxy.wrap import agents
-from proxy.wrap.agents import AGENTS, CHATGPT_BACKEND, codex_overrides, environment
-from proxy.wrap.command import bypass_proxies, connect_host, split_agent_args
+from proxy.wrap import _agents as agents
+from proxy.wrap._agents import AGENTS, CHATGPT_BACKEND, codex_overrides, environment
+from proxy.wrap._command import bypass_proxies, connect_host, split_agent_args
 
 ROOT = "http://127.0.0.1:41000"
 

@@ -1,4 +1,4 @@
-"""What `wrap` makes of its command line before it starts anything (proxy.wrap.command): the
+"""What `wrap` makes of its command line before it starts anything (proxy.wrap._command): the
 usage and the defaults its help shows, the arguments before `--` it does not know, --proxy-url,
 an upstream at the proxy's own address, the proxy's secrets kept from the agent."""
 
@@ -8,8 +8,8 @@ import pytest
 
 from proxy.cli import main
 from proxy.config import ServerSettings
-from proxy.wrap.child import WrapError
-from proxy.wrap.command import SECRET_SETTINGS, drop_secrets, proxy_root, same_address, unknown_arguments
+from proxy.wrap._command import SECRET_SETTINGS, drop_secrets, proxy_root, same_address, unknown_arguments
+from proxy.wrap._proxy import WrapError
 
 
 def wrap_help(capsys) -> str:
