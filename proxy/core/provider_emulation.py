@@ -1,7 +1,7 @@
 """The values between the turn and a format's emulation of its provider's context management
 (`proxy.core.wire.ProviderCompaction`, `ClearingEdits`). Pure.
 
-The turn (`proxy.context_tokens`, `proxy.context_compaction`, `proxy.context_edits`) does the
+The turn (`proxy.turn._context_tokens`, `proxy.turn._context_compaction`, `proxy.turn._context_edits`) does the
 format-neutral steps (the stores, the summariser, the plan); each format reads its own request
 into these values and writes its own answer from them.
 """

@@ -52,7 +52,7 @@ class Rounds(Protocol):
     # answers (`carried(results)`) must come first in the client's next input.
     unanswered: list[ToolCall]
     # What the answer's `context_management` says of the clearing edits the proxy applied
-    # (`proxy.context_edits`; Messages only, None elsewhere and when none were applied).
+    # (`proxy.turn._context_edits`; Messages only, None elsewhere and when none were applied).
     context_management: dict | None
 
     def request(self, offered: bool) -> dict: ...

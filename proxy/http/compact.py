@@ -1,5 +1,5 @@
 """`POST /v1/responses/compact`: relayed unchanged to an upstream that compacts natively (but
-for a compaction token of the proxy's in its input, replaced by what it stands for), emulated for one that does not (`proxy.upstream.native.emulates`; `proxy.compact_now`).
+for a compaction token of the proxy's in its input, replaced by what it stands for), emulated for one that does not (`proxy.upstream.native.emulates`; `proxy.turn._compact_now`).
 
 Emulated, the request is read in OpenAI's shape (`proxy.formats.responses.compact`): a field of
 another JSON type, no `model` or no `input` is a 400; `previous_response_id` is a 400 too (the
@@ -17,8 +17,7 @@ import time
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy import context_tokens, telemetry
-from proxy.compact_now import Compaction, compact
+from proxy import telemetry
 from proxy.core.jsonio import JsonObject
 from proxy.core.provider_emulation import COMPACTION_ACTION
 from proxy.core.settings import OffloadSettings
@@ -36,6 +35,7 @@ from proxy.http.services import services_of
 from proxy.http.token_relay import read_body, relay_tokens_expanded
 from proxy.offload.cpu_pool import CPU
 from proxy.stats import session_from_history
+from proxy.turn import Compaction, begin, compact
 from proxy.upstream.native import emulates
 
 log = logging.getLogger("proxy.http.compact")
@@ -84,7 +84,7 @@ async def _emulated(request: Request, caller: Caller, settings: OffloadSettings)
     records = tenant.records(RESPONSES.compaction_emulation.records_api)
     items = RESPONSES.history(body)
     # a failing store, quota or summariser: "The compaction failed: …" (`proxy.http.error_map`)
-    begun = await context_tokens.begin(body, items, fmt=RESPONSES, emulating=True, records=records)
+    begun = await begin(body, items, fmt=RESPONSES, emulating=True, records=records)
     items = begun.items
     refs = tenant.refs()
     compressor = compressor_for(

@@ -23,11 +23,11 @@ from typing import Any
 
 from starlette.responses import Response
 
-from proxy.compact_now import CompactionFailed
 from proxy.errors import Failure, Kind, ProxyError, Shape, error_body
 from proxy.http.disconnect import ClientDisconnected
 from proxy.offload.quota import CredentialRejected, QuotaExceeded
 from proxy.store import StoreUnavailable
+from proxy.turn import CompactionFailed
 
 log = logging.getLogger("proxy.http.managed")  # the name operators' log filters know
 

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy import context_tokens
 from proxy.core import json_text, jsonio, large_json
 from proxy.core.compaction_token import may_spell_token
 from proxy.core.jsonio import JsonObject
@@ -31,6 +30,7 @@ from proxy.http.managed import answered
 from proxy.http.relay import relay, stream_back
 from proxy.http.services import services_of
 from proxy.offload import cpu_pool
+from proxy.turn import begin
 
 Parse = Callable[[bytes, int], JsonObject]
 
@@ -64,7 +64,7 @@ async def relay_tokens_expanded(request: Request, caller: Caller, path: str, *, 
     services = services_of(request)
     body = await read_body(request, caller, parse=parse)
     records = tenant_store(request, caller, charged=False).records(RESPONSES.compaction_emulation.records_api)
-    begun = await context_tokens.begin(body, RESPONSES.history(body), fmt=RESPONSES, emulating=False, records=records)
+    begun = await begin(body, RESPONSES.history(body), fmt=RESPONSES, emulating=False, records=records)
     if not begun.replaced:
         return await relay(request)
     caller.check_relay("POST", path)

@@ -46,7 +46,7 @@ class Prepared:
     summary_prefix: str = ""  # the prefix hash of the summary forwarded ("" none): the session's record keeps it
 
     def with_action(self, part: str) -> Prepared:
-        """A copy with `part` (an emulated step: `proxy.context_compaction`, `proxy.context_edits`)
+        """A copy with `part` (an emulated step: `proxy.turn._context_compaction`, `proxy.turn._context_edits`)
         added to the action: alone, or after a `+`."""
         return dataclasses.replace(self, action=part if self.action == "none" else f"{self.action}+{part}")
 

@@ -233,7 +233,7 @@ class Compressor:
         cpu: CPU = INLINE,
     ) -> Compressed:
         """Summarise everything between the head and the `keep_recent` last items now, whatever
-        the trigger: an emulated provider compaction (`proxy.context_compaction`). A summary of this very
+        the trigger: an emulated provider compaction (`proxy.turn._context_compaction`). A summary of this very
         prefix made earlier (by a turn, in the background, by an earlier compaction) is used as
         it is, else folded into the new one; made once under the lock, like every summary.
         `items` is None when there is nothing to fold or no summary could be made (`warning`)."""

@@ -12,8 +12,8 @@ from collections.abc import Iterable
 
 EMULATED_BETAS = frozenset(
     {
-        "context-management-2025-06-27",  # the clearing edits (proxy.context_edits)
-        "compact-2026-01-12",  # threshold compaction (proxy.formats.messages.threshold, proxy.context_compaction)
+        "context-management-2025-06-27",  # the clearing edits (proxy.turn._context_edits)
+        "compact-2026-01-12",  # threshold compaction (proxy.formats.messages.threshold, proxy.turn._context_compaction)
     }
 )
 

@@ -5,7 +5,7 @@ Anthropic ignores everything before the newest `compaction` block and reads the 
 summary of it; a block whose `content` is null is a failed compaction, a no-op. Every block of
 every message is read (several in one message, blocks of ours next to the provider's or failed
 ones). A block carrying one of the proxy's tokens (a compaction the proxy made,
-`proxy.context_compaction`) is never forwarded as it is, whichever way the request goes:
+`proxy.turn._context_compaction`) is never forwarded as it is, whichever way the request goes:
 
 - the newest block that is not a no-op is ours: replaced by what its token stands for (the
   messages the proxy forwarded that turn: its summary with `ref=`, the messages it kept);

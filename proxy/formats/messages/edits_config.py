@@ -1,5 +1,5 @@
 """Anthropic's `context_management` config (beta `context-management-2025-06-27`), read and
-checked when the proxy applies its edits itself (`proxy.context_edits`). Pure.
+checked when the proxy applies its edits itself (`proxy.turn._context_edits`). Pure.
 
 `{"edits": [...]}`, each edit an object with a `type`:
 

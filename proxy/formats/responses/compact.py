@@ -1,6 +1,6 @@
 """`POST /v1/responses/compact` in OpenAI's shapes: its request body, checked where the proxy
 reads it, and the `response.compaction` object the proxy answers when it emulates the endpoint
-(`proxy.compact_now`). Pure.
+(`proxy.turn._compact_now`). Pure.
 
 The request (openai-python `types/responses/response_compact_params.py`): `model` (required, a
 string), `input` (a string or a list of input items), `instructions` (a string),

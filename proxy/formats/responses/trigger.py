@@ -6,8 +6,8 @@ output item back, then sends that item in its next request's input, after the us
 it keeps. An upstream without context management ignores the trigger, so when the proxy
 emulates (`proxy.upstream.native.emulates`) the turn (`proxy.turn`) asks nothing of the
 upstream: the items before the trigger (the proxy's own token in them already expanded,
-`proxy.context_tokens.begin`) are compacted by the emulated `/responses/compact`'s
-`proxy.compact_now.compact`, and the answer is that compaction item alone
+`proxy.turn._context_tokens.begin`) are compacted by the emulated `/responses/compact`'s
+`proxy.turn._compact_now.compact`, and the answer is that compaction item alone
 (`Inline.paused`; `ProviderCompaction.paused_answer`, streamed or not). Relaying, the request goes
 upstream unchanged: the provider compacts.
 

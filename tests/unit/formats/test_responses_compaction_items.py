@@ -2,7 +2,6 @@
 
 import pytest
 
-from proxy.context_tokens import begin
 from proxy.core.compaction_token import PREFIX, TokenError
 from proxy.errors import ProxyError
 from proxy.formats.responses import RESPONSES
@@ -11,6 +10,7 @@ from proxy.http.error_map import status_of
 from proxy.offload.compaction_records import CompactionRecords
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore
+from proxy.turn._context_tokens import begin
 
 pytestmark = pytest.mark.anyio
 VIEW = RESPONSES.view
@@ -146,7 +146,7 @@ async def test_a_large_input_is_checked_after_its_token_is_replaced_off_the_loop
     import json
     import threading
 
-    from proxy import context_tokens as emulation_request
+    from proxy.turn import _context_tokens as emulation_request
 
     threads: list[str] = []
     stray = emulation_request._stray

@@ -1,9 +1,8 @@
-"""A `compaction_trigger` emulated (`proxy.formats.responses.trigger`, `proxy.compact_now.compact_now`): which requests ask for it, what
+"""A `compaction_trigger` emulated (`proxy.formats.responses.trigger`, `proxy.turn._compact_now.compact_now`): which requests ask for it, what
 is refused, and the compaction made by the emulated `/responses/compact`'s own `compact`."""
 
 import pytest
 
-from proxy.compact_now import CompactionFailed, compact_now
 from proxy.core.compaction import Offload
 from proxy.core.compaction_token import PREFIX
 from proxy.core.markers import history_marker
@@ -20,6 +19,7 @@ from proxy.offload.summary_context import Compressed
 from proxy.store import StoreUnavailable
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore
+from proxy.turn._compact_now import CompactionFailed, compact_now
 
 pytestmark = pytest.mark.anyio
 VIEW = RESPONSES.view

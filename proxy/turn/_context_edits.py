@@ -22,7 +22,6 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.context_tokens import Emulation
 from proxy.core.compaction import Offload
 from proxy.core.provider_emulation import EDITS_ACTION
 from proxy.core.rounds import Rounds
@@ -33,8 +32,9 @@ from proxy.offload.events import event
 from proxy.offload.pipeline import Prepared
 from proxy.offload.quota import WRITE_REFUSED, refusal_warning
 from proxy.offload.refs import RefStore
+from proxy.turn._context_tokens import Emulation
 
-log = logging.getLogger("proxy.context_edits")
+log = logging.getLogger("proxy.turn._context_edits")
 
 
 @dataclass

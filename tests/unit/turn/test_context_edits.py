@@ -1,4 +1,4 @@
-"""The store side of the emulated clearing edits (`proxy.context_edits.apply`): what is cleared
+"""The store side of the emulated clearing edits (`proxy.turn._context_edits.apply`): what is cleared
 is stored first; a store that fails leaves the tool results as they are (a warning), thinking is
 still cleared; nothing happens unless the proxy emulates a Messages request's edits."""
 
@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.context_edits import apply
-from proxy.context_tokens import Emulation
 from proxy.core.markers import tool_result_ref
 from proxy.core.tokens import counter_for_model
 from proxy.errors import ProxyError
@@ -18,6 +16,8 @@ from proxy.http.error_map import status_of
 from proxy.offload.refs import RefStore
 from proxy.store import StoreUnavailable
 from proxy.store.sqlite import SQLiteStore
+from proxy.turn._context_edits import apply
+from proxy.turn._context_tokens import Emulation
 
 pytestmark = pytest.mark.anyio
 COUNTER = counter_for_model("claude-sonnet-4-5")

@@ -1,4 +1,4 @@
-"""The threshold compaction inside a turn (`proxy.context_compaction.compact`), driven with typed
+"""The threshold compaction inside a turn (`proxy.turn._context_compaction.compact`), driven with typed
 values: over the threshold the plan is replaced by the folded history and a lead (a Responses
 `compaction` item, a Messages `compaction` block) opens the answer; below it, when counting, or
 when the store refuses, nothing changes but a warning."""
@@ -9,8 +9,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from proxy.context_compaction import compact
-from proxy.context_tokens import Emulation
 from proxy.core.compaction import Offload, Plan
 from proxy.core.compaction_token import PREFIX
 from proxy.core.markers import history_marker
@@ -26,6 +24,8 @@ from proxy.offload.summary_context import Compressed
 from proxy.store import StoreUnavailable
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore
+from proxy.turn._context_compaction import compact
+from proxy.turn._context_tokens import Emulation
 
 pytestmark = pytest.mark.anyio
 COUNTER = counter_for_model("gpt-5")

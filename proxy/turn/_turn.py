@@ -1,23 +1,23 @@
 """One managed turn, as typed values in and out: between the HTTP layer (which reads the request
-and sends what this decides) and the steps below it (the emulation steps `proxy.context_tokens`,
-`proxy.context_edits`, `proxy.context_compaction`, `proxy.compact_now`; `proxy.offload`).
+and sends what this decides) and the steps below it (the emulation steps `proxy.turn._context_tokens`,
+`proxy.turn._context_edits`, `proxy.turn._context_compaction`, `proxy.turn._compact_now`; `proxy.offload`).
 
 `run_turn(TurnInput)` takes the body, its history, the format, the settings, the tenant's store
 handle and a compressor factory, runs the steps in one order:
 
 1. continue the stored chain (`proxy.offload.response_chains`: the response that holds the
    whole exchange, the answers of the injected calls the client never saw put first);
-2. begin the emulation (`proxy.context_tokens`: the proxy's compaction tokens settled, the
+2. begin the emulation (`proxy.turn._context_tokens`: the proxy's compaction tokens settled, the
    provider's `context_management` taken out when the proxy applies it); a `compaction_trigger`
-   the proxy emulates (`ProviderCompaction.compacts_now`, `proxy.compact_now`) is compacted here
+   the proxy emulates (`ProviderCompaction.compacts_now`, `proxy.turn._compact_now`) is compacted here
    and answers alone: the
    steps below are for a turn that goes upstream, and get the prompt caching the client did
    not ask for (`WireFormat.with_prompt_cache`: the summaries it makes share it);
-3. the clearing edits (`proxy.context_edits`, the format's `WireFormat.clearing_edits`);
+3. the clearing edits (`proxy.turn._context_edits`, the format's `WireFormat.clearing_edits`);
 4. plan, compress and store (`proxy.offload.pipeline`; skipped for a request too small to offload;
    a client asking for its own summary gets the model's window as its thresholds,
    `proxy.core.client_compaction`);
-5. the inline threshold compaction (`proxy.context_compaction`, the format's
+5. the inline threshold compaction (`proxy.turn._context_compaction`, the format's
    `WireFormat.compaction_emulation`);
 6. settle: the items that go upstream, the format's `Rounds`, the reload tools, the headers;
 
@@ -32,10 +32,6 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from proxy import compact_now, context_compaction, context_edits, context_tokens
-from proxy.context_compaction import Inline
-from proxy.context_edits import EditsDone
-from proxy.context_tokens import Emulation
 from proxy.core import client_compaction
 from proxy.core.compaction import Plan
 from proxy.core.rounds import Rounds
@@ -53,6 +49,13 @@ from proxy.offload.tenant_store import TenantStore
 from proxy.reload.search import SearchLimits
 from proxy.reload.tools import ReloadTools, collision_warning
 from proxy.telemetry import NO_RECORD, TurnRecord
+from proxy.turn import _compact_now as compact_now
+from proxy.turn import _context_compaction as context_compaction
+from proxy.turn import _context_edits as context_edits
+from proxy.turn import _context_tokens as context_tokens
+from proxy.turn._context_compaction import Inline
+from proxy.turn._context_edits import EditsDone
+from proxy.turn._context_tokens import Emulation
 
 log = logging.getLogger("proxy.turn")
 
@@ -246,7 +249,7 @@ async def _compaction_turn(
     records: CompactionRecords,
 ) -> Turn:
     """A `compaction_trigger` the proxy emulates: the history before it compacted now
-    (`proxy.compact_now`), the turn's answer that compaction alone (`Inline.paused`)."""
+    (`proxy.turn._compact_now`), the turn's answer that compaction alone (`Inline.paused`)."""
     fmt, settings, body = given.fmt, given.settings, emulation.body
     counter = await counter_for_model_async(_model(body))
     prepared, lead = await compact_now.compact_now(

@@ -2,7 +2,6 @@
 
 import pytest
 
-from proxy.compact_now import CompactionFailed, compact
 from proxy.core.compaction import Offload
 from proxy.core.compaction_token import PREFIX
 from proxy.core.markers import history_marker
@@ -14,6 +13,7 @@ from proxy.offload.refs import RefStore
 from proxy.offload.summary_context import Compressed
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore
+from proxy.turn._compact_now import CompactionFailed, compact
 
 pytestmark = pytest.mark.anyio
 VIEW = RESPONSES.view

@@ -33,7 +33,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.context_tokens import Emulation
 from proxy.core.compaction import Plan, present_refs
 from proxy.core.compaction_token import TokenError
 from proxy.core.compression import COMPRESS_KEEP_RECENT
@@ -52,8 +51,9 @@ from proxy.offload.quota import WRITE_REFUSED, CredentialRejected, QuotaExceeded
 from proxy.offload.refs import RefStore
 from proxy.offload.summaries import Compressor
 from proxy.store import StoreUnavailable
+from proxy.turn._context_tokens import Emulation
 
-log = logging.getLogger("proxy.context_compaction")
+log = logging.getLogger("proxy.turn._context_compaction")
 
 
 @dataclass
@@ -62,7 +62,7 @@ class Inline:
 
     lead: list[dict[str, Any]] = field(default_factory=list)  # first in the answer: the compaction item / block
     paused: bool = False  # the answer is the lead alone, no upstream turn (Messages pause_after_compaction,
-    # a Responses compaction_trigger: `proxy.compact_now`)
+    # a Responses compaction_trigger: `proxy.turn._compact_now`)
     tokens_in: int = 0  # the summary's own usage, for a paused answer
     tokens_out: int = 0
     made_by: ProviderCompaction | None = None  # the format's compaction that made the lead (None: no lead)

@@ -40,7 +40,7 @@ class Emulation:
     asked: Any = None  # the `context_management` the client asked for, when the proxy applies it
     replaced: bool = False  # a token of ours was replaced (or may be spelled in it): the body is re-serialised
     threshold: Threshold | None = None  # the threshold compaction asked, when the proxy applies it
-    # what the answer's `context_management.applied_edits` says (Messages, `proxy.context_edits`);
+    # what the answer's `context_management.applied_edits` says (Messages, `proxy.turn._context_edits`);
     # None: the answer is not rewritten for it
     applied_edits: list[dict[str, Any]] | None = None
 

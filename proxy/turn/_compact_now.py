@@ -4,7 +4,7 @@ A `/v1/responses` request ending in a `compaction_trigger` (`proxy.formats.respo
 is compacted by the same `compact` (`compact_now`, for the turn).
 
 The history (the request's `input`, the proxy's own newest token in it already replaced by
-what it stands for: `proxy.context_tokens.begin`) is folded whole (`Compressor.fold`,
+what it stands for: `proxy.turn._context_tokens.begin`) is folded whole (`Compressor.fold`,
 keep_recent 0): what stays is the head (system items, the task), the summary item, and the
 system items and later user messages `proxy.core.compression.assemble` keeps. All of that is
 the compaction's record (`CompactionRecords.save`), and the summarised originals are stored
@@ -25,7 +25,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.context_compaction import Inline
 from proxy.core.compaction import Plan, present_refs
 from proxy.core.provider_emulation import COMPACTION_ACTION
 from proxy.core.settings import OffloadSettings
@@ -40,6 +39,7 @@ from proxy.offload.pipeline import Prepared
 from proxy.offload.refs import RefStore
 from proxy.offload.summaries import Compressor
 from proxy.store import StoreUnavailable
+from proxy.turn._context_compaction import Inline
 
 ENDPOINT = "responses/compact"
 
