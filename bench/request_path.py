@@ -49,8 +49,10 @@ def start(*_):
     edges.clear(); modules.clear(); on[0] = True
 def stop(*_):
     on[0] = False
-    with open(os.environ["REQUEST_PATH_OUT"], "w") as f:
+    out = os.environ["REQUEST_PATH_OUT"]
+    with open(out + ".part", "w") as f:
         json.dump({"modules": sorted(modules), "edges": [[a, b, n] for (a, b), n in edges.items()]}, f)
+    os.replace(out + ".part", out)  # whole, or not there yet
 signal.signal(signal.SIGUSR1, start)
 signal.signal(signal.SIGUSR2, stop)
 threading.setprofile(profile)
