@@ -16,10 +16,6 @@ BELOW_HTTP = (
     "proxy.reload",
     "proxy.core",
     "proxy.formats",
-    "proxy.turn._context_tokens",
-    "proxy.turn._context_edits",
-    "proxy.turn._context_compaction",
-    "proxy.turn._compact_now",
     "proxy.stats",
     "proxy.telemetry",
     "proxy.turn",
@@ -33,27 +29,10 @@ NO_CONFIG = (
     "proxy.reload",
     "proxy.core",
     "proxy.formats",
-    "proxy.turn._context_tokens",
-    "proxy.turn._context_edits",
-    "proxy.turn._context_compaction",
-    "proxy.turn._compact_now",
     "proxy.telemetry",
     "proxy.turn",
 )
-NO_WEB_FRAMEWORK = (
-    "proxy.store",
-    "proxy.upstream",
-    "proxy.offload",
-    "proxy.reload",
-    "proxy.core",
-    "proxy.formats",
-    "proxy.turn._context_tokens",
-    "proxy.turn._context_edits",
-    "proxy.turn._context_compaction",
-    "proxy.turn._compact_now",
-    "proxy.telemetry",
-    "proxy.turn",
-)
+NO_WEB_FRAMEWORK = NO_CONFIG  # the same packages: those that do no HTTP
 
 
 def _in(module: str, packages: tuple[str, ...]) -> bool:
