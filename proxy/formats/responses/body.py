@@ -24,6 +24,7 @@ reads, and so checks:
 
 from __future__ import annotations
 
+from proxy.core.jsonio import JsonObject
 from proxy.formats.json_body import (
     ARRAY,
     BOOLEAN,
@@ -67,16 +68,16 @@ BODY = Shape(
 )
 
 
-def parse_responses_body(raw: bytes, *, max_items: int | None = None) -> dict:
+def parse_responses_body(raw: bytes, *, max_items: int | None = None) -> JsonObject:
     """The request body as a dict, or ProxyError 400 (see the module docstring)."""
     return parse_body(raw, check_responses_body, items="input", noun="input items", limit=max_items)
 
 
-def check_responses_body(body: dict) -> None:
+def check_responses_body(body: JsonObject) -> None:
     check_body(body, BODY)
 
 
-def check_responses_input(body: dict, *, max_items: int | None) -> None:
+def check_responses_input(body: JsonObject, *, max_items: int | None) -> None:
     """A parsed body checked as `parse_responses_body` checks one (ProxyError 400)."""
     check_responses_body(body)
     check_count(body, items="input", noun="input items", limit=max_items)

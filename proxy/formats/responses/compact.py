@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from proxy.core.jsonio import JsonObject
 from proxy.errors import Kind, ProxyError
 from proxy.formats.json_body import STRING, Shape, check_body, load_object, of
 from proxy.formats.responses.body import ITEM
@@ -39,7 +40,7 @@ BODY = Shape(
 SUMMARY_FIELDS = ("model", "instructions", "prompt_cache_key", "prompt_cache_retention", "service_tier")
 
 
-def parse_compact_body(raw: bytes, *, max_items: int | None = None) -> dict:
+def parse_compact_body(raw: bytes, *, max_items: int | None = None) -> JsonObject:
     """The body as a dict, or ProxyError 400 in OpenAI's shape: a field of another JSON type,
     no `model`, neither `input` nor `previous_response_id`, more than `max_items` input items."""
     body = load_object(raw)
@@ -66,12 +67,12 @@ def parse_compact_body(raw: bytes, *, max_items: int | None = None) -> dict:
     return body
 
 
-def summary_body(body: dict) -> dict:
+def summary_body(body: JsonObject) -> JsonObject:
     """What the summary calls take of the compact request (`SUMMARY_FIELDS`, and `input`)."""
     return {k: body[k] for k in (*SUMMARY_FIELDS, "input") if k in body}
 
 
-def output_message(item: dict) -> dict:
+def output_message(item: JsonObject) -> JsonObject:
     """A kept user message as an output item: `type` "message" and its content as parts (an
     input item may leave out `type` and give its content as a string)."""
     out = {"type": "message", **item}
@@ -84,12 +85,12 @@ def _digest(token: str, purpose: str) -> str:
     return hashlib.sha256(f"{purpose}\0{token}".encode()).hexdigest()[:48]
 
 
-def compaction_item(token: str) -> dict:
+def compaction_item(token: str) -> JsonObject:
     """The compaction output item carrying the proxy's token (its id derived from the token)."""
     return {"id": f"cmp_{_digest(token, 'item')}", "type": "compaction", "encrypted_content": token}
 
 
-def usage(tokens_in: int, tokens_out: int) -> dict:
+def usage(tokens_in: int, tokens_out: int) -> JsonObject:
     """The Responses API's usage object for what the compaction's summary calls used."""
     return {
         "input_tokens": tokens_in,
@@ -102,7 +103,7 @@ def usage(tokens_in: int, tokens_out: int) -> dict:
 
 def compacted_response(
     token: str, kept_users: list[Any], *, created_at: int, tokens_in: int = 0, tokens_out: int = 0
-) -> dict:
+) -> JsonObject:
     """The `response.compaction` object: the kept user messages, then the compaction item. The
     same token gives the same ids (and output); `created_at` is the time it was answered."""
     return {
@@ -152,8 +153,8 @@ _DEFAULTS: dict[str, Any] = {
 
 
 def triggered_response(
-    lead: list[dict], *, request: dict, created_at: int, tokens_in: int = 0, tokens_out: int = 0
-) -> dict:
+    lead: list[JsonObject], *, request: JsonObject, created_at: int, tokens_in: int = 0, tokens_out: int = 0
+) -> JsonObject:
     """The Response answering a `compaction_trigger` request: `lead` (the one compaction item)
     as its whole `output`, the compaction's `usage`, the request's settings echoed. Its id is
     derived from the compaction item's (the same compaction, the same ids)."""
@@ -177,13 +178,13 @@ def triggered_response(
     return body
 
 
-def triggered_events(response: dict) -> list[dict]:
+def triggered_events(response: JsonObject) -> list[JsonObject]:
     """The same Response streamed, as OpenAI streams one: `response.created` and
     `response.in_progress` (no output yet), each output item's `response.output_item.added`
     and `.done` (a compaction item has no content events), `response.completed`;
     `sequence_number` 0, 1, 2, …"""
     start = {**response, "status": "in_progress", "output": [], "usage": None, "completed_at": None}
-    out: list[dict] = [
+    out: list[JsonObject] = [
         {"type": "response.created", "response": start},
         {"type": "response.in_progress", "response": start},
     ]

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
-from proxy.core.jsonio import object_or, string_or
+from proxy.core.jsonio import JsonObject, object_or, string_or
 from proxy.core.tokens import NOTE_KEY
 from proxy.core.view import ItemView, MediaPart, Role
 
@@ -181,7 +181,7 @@ def media_part(part: Any) -> MediaPart | None:
     return None
 
 
-def reloaded_output(kind: str, data_url: str, ref: str) -> list[dict]:
+def reloaded_output(kind: str, data_url: str, ref: str) -> list[JsonObject]:
     """A `function_call_output`'s output showing reloaded media again."""
     if kind == "image":
         return [{"type": "input_image", "image_url": data_url}]
@@ -239,7 +239,8 @@ def needs_client(item: Any, names: Collection[str]) -> bool:
     if kind in CLIENT_CALL_TYPES:
         return True
     if kind == "tool_search_call":
-        return item.get("execution") == "client"
+        execution: object = item.get("execution")
+        return execution == "client"
     return kind.endswith("_call") and kind not in _SERVER_CALL_TYPES and kind not in ASSISTANT_TYPES
 
 
@@ -258,7 +259,7 @@ class ResponsesView:
             if role in SYSTEM_ROLES:
                 return "system"
             if role in ("user", "assistant"):
-                return role
+                return cast(Role, role)
             return "other"
         if kind == "additional_tools":
             return "system"  # tool definitions given by the developer: never summarised
@@ -295,7 +296,7 @@ class ResponsesView:
         if _type(item) == "message":
             return _parts_text(item.get("content"))
         if isinstance(item, dict) and isinstance(item.get(NOTE_KEY), str):
-            return item[NOTE_KEY]
+            return cast(str, item[NOTE_KEY])
         return self.tool_text(item)
 
     def media(self, item: Any) -> tuple[MediaPart, ...]:
@@ -398,7 +399,7 @@ class ResponsesView:
     def is_compaction_trigger(self, item: Any) -> bool:
         return _type(item) == "compaction_trigger"
 
-    def summary_item(self, text: str) -> dict:
+    def summary_item(self, text: str) -> JsonObject:
         """A user message carrying the summary."""
         return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
 

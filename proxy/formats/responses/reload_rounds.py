@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from proxy.core.jsonio import object_or, string_or
+from proxy.core.jsonio import JsonObject, object_or, string_or
 from proxy.core.media import ToolResult, as_text
 from proxy.core.rounds import ToolCall
 from proxy.formats.responses.items import _type
@@ -45,7 +45,7 @@ from proxy.upstream import sse
 ERROR_CODES = frozenset({"server_error", "rate_limit_exceeded", "invalid_prompt"})
 
 
-def usage_from_chat(usage: dict | None) -> dict | None:
+def usage_from_chat(usage: JsonObject | None) -> JsonObject | None:
     """A chat-shaped usage (the proxy's own summary calls) in the Responses shape."""
     if not usage:
         return None
@@ -57,14 +57,14 @@ def usage_from_chat(usage: dict | None) -> dict | None:
     }
 
 
-def _tool_calls(calls: list[dict]) -> list[ToolCall]:
+def _tool_calls(calls: list[JsonObject]) -> list[ToolCall]:
     return [
         ToolCall(str(c.get("name") or ""), string_or(c.get("arguments"), ""), string_or(c.get("call_id"), None))
         for c in calls
     ]
 
 
-def _replayable_items(items: list[dict], replayable: bool) -> list[dict]:
+def _replayable_items(items: list[JsonObject], replayable: bool) -> list[JsonObject]:
     if replayable:
         return items
     return [{k: v for k, v in item.items() if k != "id"} for item in items if _type(item) != "reasoning"]
@@ -75,17 +75,17 @@ class ResponsesRounds:
 
     what = "response"
     closing = b""
-    context_management: dict | None = None  # no clearing edits in the Responses API
+    context_management: JsonObject | None = None  # no clearing edits in the Responses API
 
     def __init__(
         self,
-        body: dict,
+        body: JsonObject,
         items: list[Any],
-        tools: Sequence[dict],
+        tools: Sequence[JsonObject],
         *,
         names: frozenset[str],
-        extra_usage: dict | None = None,
-        lead: Sequence[dict] = (),
+        extra_usage: JsonObject | None = None,
+        lead: Sequence[JsonObject] = (),
     ) -> None:
         """`lead`: the proxy's own output items, first in the client's answer (an emulated compaction)."""
         self.body, self.items, self.tools, self.names = body, list(items), list(tools), names
@@ -99,16 +99,16 @@ class ResponsesRounds:
         else:
             self.chaining = "full"
         self._replayable = reasoning_replayable(body)
-        self._pending: tuple[list[dict], list[dict]] = ([], [])  # the round's items, its injected calls
-        self._results: list[dict] = []  # what a chained round sends
-        self._answers: list[dict] = []
+        self._pending: tuple[list[JsonObject], list[JsonObject]] = ([], [])  # the round's items, its injected calls
+        self._results: list[JsonObject] = []  # what a chained round sends
+        self._answers: list[JsonObject] = []
         self.lead = list(lead)
         self._rewriter = StreamRewriter(names, extra_usage=self.extra_usage, lead=self.lead)
         self.first_id: str | None = None
         self.last_id: str | None = None
         self.unanswered: list[ToolCall] = []
 
-    def request(self, offered: bool) -> dict:
+    def request(self, offered: bool) -> JsonObject:
         self.offered = offered
         if self.round == 0 or self.chaining == "full":
             payload = with_history(self.body, self.items)
@@ -131,30 +131,30 @@ class ResponsesRounds:
             self.first_id = self.first_id or response_id
             self.last_id = response_id
 
-    def _calls(self, done: list[dict], calls: list[dict]) -> list[ToolCall]:
+    def _calls(self, done: list[JsonObject], calls: list[JsonObject]) -> list[ToolCall]:
         self._pending = (done, calls)
         return _tool_calls(calls)
 
-    def _stop(self, calls: list[dict]) -> list[ToolCall]:
+    def _stop(self, calls: list[JsonObject]) -> list[ToolCall]:
         """The loop ends: injected calls still in the round (beside the client's) stay unanswered."""
         self.unanswered = _tool_calls(calls)
         return []
 
     # -- non-streamed ------------------------------------------------------------------------
 
-    def take(self, answer: dict) -> list[ToolCall]:
+    def take(self, answer: JsonObject) -> list[ToolCall]:
         self._answers.append(answer)
         self._note(answer.get("id"))
         if self.offered and injected_only(answer, self.names):
             return self._calls(round_items(answer, self.names), calls_to_run(answer, self.names))
         return self._stop(calls_to_run(answer, self.names))
 
-    def result(self) -> dict:
+    def result(self) -> JsonObject:
         return combine_rounds(self._answers, self.names, extra_usage=self.extra_usage, lead=self.lead)
 
     # -- streamed ----------------------------------------------------------------------------
 
-    def feed(self, event: dict) -> list[dict]:
+    def feed(self, event: JsonObject) -> list[JsonObject]:
         out = self._rewriter.feed(event)
         self.first_id, self.last_id = self._rewriter.response_id, self._rewriter.last_response_id
         return out
@@ -165,18 +165,18 @@ class ResponsesRounds:
             return self._stop(rewriter.calls_to_run if rewriter.ended and not rewriter.errored else [])
         return self._calls(rewriter.round_items, rewriter.calls_to_run)
 
-    def finish(self) -> list[dict]:
+    def finish(self) -> list[JsonObject]:
         out = self._rewriter.finish()
         if not out and not self._rewriter.errored:
             return self._rewriter.fail("The upstream's stream ended before the response completed.")
         return out
 
-    def fail(self, error: dict) -> list[dict]:
+    def fail(self, error: JsonObject) -> list[JsonObject]:
         detail = object_or(error.get("error"), {})
         code = given if isinstance(given := detail.get("code"), str) and given in ERROR_CODES else "server_error"
         return self._rewriter.fail(str(detail.get("message") or "The request failed."), code=code)
 
-    def carried(self, results: list[ToolResult]) -> list[dict]:
+    def carried(self, results: list[ToolResult]) -> list[JsonObject]:
         return [
             {"type": "function_call_output", "call_id": call.call_id, "output": as_text(result)}
             for call, result in zip(self.unanswered, results)

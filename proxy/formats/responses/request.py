@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from proxy.core.jsonio import object_or
+from proxy.core.jsonio import JsonObject, object_or
 from proxy.core.provider_context import NONE, ProviderContext
 from proxy.core.tokens import NOTE_KEY
 from proxy.core.view import ItemView
@@ -14,7 +14,7 @@ from proxy.core.view import ItemView
 # Requests
 
 
-def history(body: dict) -> list:
+def history(body: JsonObject) -> list[Any]:
     """The request's `input` as a list of items (a new list; the items themselves are shared).
 
     A string input becomes one user message `{"role": "user", "content": s}`. `with_history`
@@ -30,7 +30,7 @@ def history(body: dict) -> list:
     return []
 
 
-def with_history(body: dict, items: list) -> dict:
+def with_history(body: JsonObject, items: list[Any]) -> JsonObject:
     """A new body whose `input` is `items`; every other key stays, in its order. A string input
     left as it was (the one user message `history` made of it) stays a string. An item whose
     screenshot was offloaded (its marker under NOTE_KEY) goes out without the key, followed by a
@@ -51,7 +51,7 @@ def _expanded(item: Any) -> tuple[Any, ...]:
     return rest, {"type": "message", "role": "user", "content": [{"type": "input_text", "text": note}]}
 
 
-def responses_tool(schema: dict) -> dict:
+def responses_tool(schema: JsonObject) -> JsonObject:
     """A Responses function tool from a chat-style schema (`{"type": "function", "function": {...}}`)."""
     function = object_or(schema.get("function"), schema)
     tool: dict[str, Any] = {"type": "function", "name": function["name"]}
@@ -77,7 +77,7 @@ def _tool_names(tools: Any) -> set[str]:
     return names
 
 
-def inject_tools(body: dict, schemas: Sequence[dict]) -> dict:
+def inject_tools(body: JsonObject, schemas: Sequence[JsonObject]) -> JsonObject:
     """A new body with the injected tools appended after the client's own tools.
 
     `schemas` are chat-style (`proxy.core.texts.RELOAD_TOOL_SCHEMAS`); each becomes
@@ -109,7 +109,7 @@ def inject_tools(body: dict, schemas: Sequence[dict]) -> dict:
     return out
 
 
-def colliding_tool_names(body: dict, names: Collection[str]) -> set[str]:
+def colliding_tool_names(body: JsonObject, names: Collection[str]) -> set[str]:
     """The injected names the client declares itself in `tools` (inside `namespace` tools too).
 
     The caller then neither offloads nor injects: two tools of one name must not go upstream,
@@ -120,7 +120,7 @@ def colliding_tool_names(body: dict, names: Collection[str]) -> set[str]:
     return _tool_names(body.get("tools")) & set(names)
 
 
-def _hide_tools(response: dict, names: Collection[str]) -> dict:
+def _hide_tools(response: JsonObject, names: Collection[str]) -> JsonObject:
     """`response` with the injected tools removed from its echo of `tools` and `tool_choice`."""
     out = dict(response)
     if isinstance(out.get("tools"), list):
@@ -146,7 +146,7 @@ def _hide_tools(response: dict, names: Collection[str]) -> dict:
 # The provider's own context management
 
 
-def provider_context(body: dict, view: ItemView) -> ProviderContext:
+def provider_context(body: JsonObject, view: ItemView) -> ProviderContext:
     """`context_management: [{"type": "compaction", ...}]` has OpenAI compact the input once it
     crosses `compact_threshold`, and a `compaction_trigger` input item compacts it now: either
     way the provider summarises this history (see `proxy.core.provider_context`)."""

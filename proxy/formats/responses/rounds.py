@@ -6,7 +6,7 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from proxy.core import texts
-from proxy.core.jsonio import array_or
+from proxy.core.jsonio import JsonObject, array_or
 from proxy.core.media import ToolResult
 from proxy.core.usage import add_usage
 from proxy.formats.responses.items import _type, is_injected, needs_client, reloaded_output
@@ -16,12 +16,12 @@ from proxy.formats.responses.request import _hide_tools
 # Non-streamed rounds
 
 
-def _output(response: Any) -> list:
+def _output(response: Any) -> list[Any]:
     output = response.get("output") if isinstance(response, dict) else None
     return output if isinstance(output, list) else []
 
 
-def injected_only(response: dict, names: Collection[str]) -> bool:
+def injected_only(response: JsonObject, names: Collection[str]) -> bool:
     """Does the loop run another round: the response completed (or carries no status) and its
     output holds at least one injected call and nothing waiting for the client? Messages,
     reasoning and hosted tool calls (web search, MCP, …) may come with the injected calls."""
@@ -31,12 +31,12 @@ def injected_only(response: dict, names: Collection[str]) -> bool:
     return any(is_injected(i, names) for i in output) and not any(needs_client(i, names) for i in output)
 
 
-def calls_to_run(response: dict, names: Collection[str]) -> list[dict]:
+def calls_to_run(response: JsonObject, names: Collection[str]) -> list[JsonObject]:
     """The injected function_call items of the response (each has `call_id`, `name`, `arguments`)."""
     return [item for item in _output(response) if is_injected(item, names)]
 
 
-def round_items(response: dict, names: Collection[str]) -> list[dict]:
+def round_items(response: JsonObject, names: Collection[str]) -> list[JsonObject]:
     """The output items to append to `input` for the next round, in order: the round's
     reasoning items, its messages and hosted calls, and the injected function_call items; the
     `injected_results` follow them.
@@ -56,7 +56,7 @@ def round_items(response: dict, names: Collection[str]) -> list[dict]:
     return [item for item in _output(response) if isinstance(item, dict) and not needs_client(item, names)]
 
 
-def reasoning_replayable(body: dict) -> bool:
+def reasoning_replayable(body: JsonObject) -> bool:
     """Can the request's reasoning items be sent back in a next round? Not when `store` is false
     and `include` lacks "reasoning.encrypted_content": the upstream then has no copy to refer to.
     (The caller may instead add that `include` entry to the forwarded body.)"""
@@ -64,7 +64,7 @@ def reasoning_replayable(body: dict) -> bool:
     return body.get("store") is not False or "reasoning.encrypted_content" in include
 
 
-def injected_results(calls: Sequence[dict], results: Sequence[ToolResult]) -> list[dict]:
+def injected_results(calls: Sequence[JsonObject], results: Sequence[ToolResult]) -> list[JsonObject]:
     """`function_call_output` items answering `calls` (from `calls_to_run`) with `results`, pairwise;
     reloaded media as an `input_image` / `input_file` output."""
     if len(calls) != len(results):
@@ -83,7 +83,7 @@ def _result_output(result: ToolResult) -> Any:
     return texts.media_not_here(result.kind, result.ref)
 
 
-def _hidden_flags(output: list, names: Collection[str]) -> list[bool]:
+def _hidden_flags(output: list[Any], names: Collection[str]) -> list[bool]:
     """Which output items the client must not see: the injected calls, and each reasoning item
     followed only by injected calls (up to the next reasoning item or the end, at least one)."""
     hidden = [is_injected(item, names) for item in output]
@@ -97,7 +97,7 @@ def _hidden_flags(output: list, names: Collection[str]) -> list[bool]:
     return hidden
 
 
-def _output_text(output: list) -> str:
+def _output_text(output: list[Any]) -> str:
     """What the SDK's `Response.output_text` computes: every message's output_text parts, joined."""
     return "".join(
         part["text"]
@@ -108,7 +108,7 @@ def _output_text(output: list) -> str:
     )
 
 
-def _with_output(response: dict, output: list) -> dict:
+def _with_output(response: JsonObject, output: list[Any]) -> JsonObject:
     """`response` with `output` replaced and its `output_text` field (when present) recomputed."""
     out = {**response, "output": output}
     if "output_text" in out:
@@ -116,7 +116,7 @@ def _with_output(response: dict, output: list) -> dict:
     return out
 
 
-def hide_injected(response: dict, names: Collection[str]) -> dict:
+def hide_injected(response: JsonObject, names: Collection[str]) -> JsonObject:
     """The response as the client gets it (a new dict): injected function_call items removed,
     and the reasoning items that led only to injected calls; the injected tools removed from
     the echoed `tools`; `output_text`, if present, kept consistent. Other keys keep their order."""
@@ -126,8 +126,12 @@ def hide_injected(response: dict, names: Collection[str]) -> dict:
 
 
 def combine_rounds(
-    responses: Sequence[dict], names: Collection[str], *, extra_usage: dict | None = None, lead: Sequence[dict] = ()
-) -> dict:
+    responses: Sequence[JsonObject],
+    names: Collection[str],
+    *,
+    extra_usage: JsonObject | None = None,
+    lead: Sequence[JsonObject] = (),
+) -> JsonObject:
     """The one response the client gets from the rounds of a non-streamed reload loop.
 
     The last round's response (its status, model, …) with the first round's `id` and

@@ -6,10 +6,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.core.jsonio import object_or
+from proxy.core.jsonio import JsonObject, object_or
+from proxy.core.usage import add_usage
 from proxy.formats.responses.items import _type, is_injected, needs_client
 from proxy.formats.responses.request import _hide_tools
-from proxy.formats.responses.rounds import _hidden_flags, _output, _with_output, add_usage
+from proxy.formats.responses.rounds import _hidden_flags, _output, _with_output
 
 TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 _START_EVENTS = frozenset({"response.created", "response.in_progress", "response.queued"})
@@ -29,8 +30,8 @@ class _Item:
     client: bool = False  # waits for the client
     client_index: int | None = None
     item_id: str | None = None
-    buffer: list[dict] = field(default_factory=list)  # a pending item's events, held back
-    done: dict | None = None  # the item of its `response.output_item.done`
+    buffer: list[JsonObject] = field(default_factory=list)  # a pending item's events, held back
+    done: JsonObject | None = None  # the item of its `response.output_item.done`
     followed_by_injected: bool = False  # pending reasoning: injected calls came after it
 
 
@@ -93,7 +94,7 @@ class StreamRewriter:
     """
 
     def __init__(
-        self, injected_names: Iterable[str], *, extra_usage: dict | None = None, lead: Sequence[dict] = ()
+        self, injected_names: Iterable[str], *, extra_usage: JsonObject | None = None, lead: Sequence[JsonObject] = ()
     ) -> None:
         """`lead`: the proxy's own output items (an emulated compaction item), first in the
         output: announced (`output_item.added` and `.done`) once the response has started."""
@@ -102,11 +103,11 @@ class StreamRewriter:
         self.last_response_id: str | None = None
         self.round = 0
         self._sequence: int | None = None
-        self._first: dict | None = None  # the first round's response object (created / in_progress)
-        self._visible: dict[int, dict] = dict(enumerate(lead))  # client output_index → finished item
+        self._first: JsonObject | None = None  # the first round's response object (created / in_progress)
+        self._visible: dict[int, JsonObject] = dict(enumerate(lead))  # client output_index → finished item
         self._next_index = len(lead)
         self._lead = list(lead)  # still to announce
-        self._usage: dict | None = add_usage(None, extra_usage)
+        self._usage: JsonObject | None = add_usage(None, extra_usage)
         self._usage_reported = False
         self._finished = False
         self._new_round()
@@ -115,7 +116,7 @@ class StreamRewriter:
         self._items: dict[int, _Item] = {}
         self._hidden_ids: set[str] = set()
         self._pending: _Item | None = None
-        self._terminal: dict | None = None
+        self._terminal: JsonObject | None = None
         self._errored = False
 
     # -- what the loop asks after a round ------------------------------------------------------
@@ -143,12 +144,12 @@ class StreamRewriter:
         )
 
     @property
-    def calls_to_run(self) -> list[dict]:
+    def calls_to_run(self) -> list[JsonObject]:
         """The round's injected function_call items (`call_id`, `name`, `arguments`), in order."""
         return [s.done for s in self._ordered() if s.injected and s.done is not None]
 
     @property
-    def round_items(self) -> list[dict]:
+    def round_items(self) -> list[JsonObject]:
         """The round's finished items to append to `input` (see the module's `round_items`):
         reasoning, messages, hosted calls and the injected calls, in upstream order."""
         return [s.done for s in self._ordered() if s.done is not None and not s.client]
@@ -158,7 +159,7 @@ class StreamRewriter:
         self.round += 1
         self._new_round()
 
-    def finish(self) -> list[dict]:
+    def finish(self) -> list[JsonObject]:
         """The last round's terminal event for the client: first id, visible output of every
         round, summed usage. [] if the round sent none (it broke off, or ended on an `error`)."""
         if self._terminal is None or self._finished:
@@ -166,7 +167,7 @@ class StreamRewriter:
         self._finished = True
         return [self._emit({**self._terminal, "response": self._final(self._terminal.get("response"))})]
 
-    def fail(self, message: str, *, code: str = "server_error") -> list[dict]:
+    def fail(self, message: str, *, code: str = "server_error") -> list[JsonObject]:
         """A `response.failed` event ending the stream when a round cannot go on (the next
         request failed, the upstream broke off): the visible output so far, summed usage.
         `code` should be one the API uses in `response.error` ("server_error",
@@ -180,7 +181,7 @@ class StreamRewriter:
 
     # -- events ----------------------------------------------------------------------------------
 
-    def feed(self, event: dict) -> list[dict]:
+    def feed(self, event: JsonObject) -> list[JsonObject]:
         """The events to send the client now for one upstream event (often none or one; the
         release of a held reasoning item gives several)."""
         if not isinstance(event, dict):
@@ -203,7 +204,7 @@ class StreamRewriter:
             if event.get("item_id") in self._hidden_ids:
                 return []
             return [self._emit(event)]  # not about one output item (audio, …): relayed
-        out: list[dict] = []
+        out: list[JsonObject] = []
         state = self._items.get(index)
         item = object_or(event.get("item"), None)
         if state is None and item is None:
@@ -226,14 +227,14 @@ class StreamRewriter:
         self._route(state, event, out)
         return out
 
-    def _route(self, state: _Item, event: dict, out: list[dict]) -> None:
+    def _route(self, state: _Item, event: JsonObject, out: list[JsonObject]) -> None:
         """One event of a classified item: sent (visible), held (pending) or dropped (hidden)."""
         if state.state == "visible":
             out.append(self._emit(event, state.client_index))
         elif state.state == "pending":
             state.buffer.append(event)
 
-    def _start(self, event: dict) -> list[dict]:
+    def _start(self, event: JsonObject) -> list[JsonObject]:
         response = object_or(event.get("response"), None)
         if response is not None:
             self._note(response)
@@ -244,7 +245,7 @@ class StreamRewriter:
             event = {**event, "response": _hide_tools(response, self.names)}
         return [self._emit(event)]
 
-    def _announce_lead(self) -> list[dict]:
+    def _announce_lead(self) -> list[JsonObject]:
         """The lead items' events, before the first event of the upstream's own output."""
         lead, self._lead = self._lead, []
         return [
@@ -253,7 +254,7 @@ class StreamRewriter:
             for kind in ("response.output_item.added", "response.output_item.done")
         ]
 
-    def _resolve(self, state: _Item, item: dict, out: list[dict]) -> _Item:
+    def _resolve(self, state: _Item, item: JsonObject, out: list[JsonObject]) -> _Item:
         """An item whose first events came before it was announced, now known: classified, and
         its held events sent (visible), kept (pending) or dropped (hidden)."""
         del self._items[state.index]
@@ -263,8 +264,8 @@ class StreamRewriter:
             self._route(state, event, out)
         return state
 
-    def _end(self, event: dict) -> list[dict]:
-        out: list[dict] = []
+    def _end(self, event: JsonObject) -> list[JsonObject]:
+        out: list[JsonObject] = []
         response = object_or(event.get("response"), {})
         output = _output(response)
         for state in [s for s in self._ordered() if s.state == "unknown"]:
@@ -279,7 +280,7 @@ class StreamRewriter:
         self._terminal = event
         return out
 
-    def _take_output(self, output: list) -> None:
+    def _take_output(self, output: list[Any]) -> None:
         """Complete the round's items from a terminal event's `output`: items no event announced
         (a stream of only `response.completed`), or announced without `output_item.done`."""
         hidden_flags = _hidden_flags(output, self.names)
@@ -304,7 +305,7 @@ class StreamRewriter:
                 ):
                     self._visible[state.client_index] = item
 
-    def _classify(self, index: int, item: dict | None, out: list[dict]) -> _Item:
+    def _classify(self, index: int, item: JsonObject | None, out: list[JsonObject]) -> _Item:
         """The state of a newly seen item; settles a held reasoning item into `out` as needed."""
         item_id = item.get("id") if item is not None and isinstance(item.get("id"), str) else None
         if item is not None and is_injected(item, self.names):
@@ -325,7 +326,7 @@ class StreamRewriter:
         self._items[index] = state
         return state
 
-    def _settle(self, out: list[dict]) -> None:
+    def _settle(self, out: list[JsonObject]) -> None:
         """Decide the held reasoning item: dropped if only injected calls followed it, else released."""
         pending, self._pending = self._pending, None
         if pending is None:
@@ -337,7 +338,7 @@ class StreamRewriter:
         else:
             self._release(pending, out)
 
-    def _release(self, state: _Item, out: list[dict]) -> None:
+    def _release(self, state: _Item, out: list[JsonObject]) -> None:
         """Send a held item's events (it becomes visible with the next client index)."""
         if self._pending is state:
             self._pending = None
@@ -356,14 +357,14 @@ class StreamRewriter:
     def _ordered(self) -> list[_Item]:
         return [self._items[i] for i in sorted(self._items)]
 
-    def _note(self, response: dict) -> None:
+    def _note(self, response: JsonObject) -> None:
         response_id = response.get("id")
         if isinstance(response_id, str):
             if self.response_id is None:
                 self.response_id = response_id
             self.last_response_id = response_id
 
-    def _emit(self, event: dict, output_index: int | None = None) -> dict:
+    def _emit(self, event: JsonObject, output_index: int | None = None) -> JsonObject:
         if self._sequence is None:
             self._sequence = 0
         out = {**event, "sequence_number": self._sequence}
@@ -372,7 +373,7 @@ class StreamRewriter:
             out["output_index"] = output_index
         return out
 
-    def _final(self, response: Any) -> dict:
+    def _final(self, response: Any) -> JsonObject:
         """A terminal response object for the client."""
         base = response if isinstance(response, dict) else {}
         final = _with_output(_hide_tools(base, self.names), [self._visible[i] for i in sorted(self._visible)])

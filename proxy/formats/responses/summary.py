@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from proxy.core.jsonio import object_or
+from proxy.core.jsonio import JsonObject, object_or
 from proxy.formats.responses.request import inject_tools, with_history
 
 DROPPED = frozenset(
@@ -30,13 +30,13 @@ DROPPED = frozenset(
 )
 
 
-def instruction_item(text: str) -> dict:
+def instruction_item(text: str) -> JsonObject:
     return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
 
 
 def summary_request(
-    body: dict, prefix: list[Any], instruction: str, *, tools: Sequence[dict], model: str
-) -> tuple[str, dict]:
+    body: JsonObject, prefix: list[Any], instruction: str, *, tools: Sequence[JsonObject], model: str
+) -> tuple[str, JsonObject]:
     out = with_history(body, [*prefix, instruction_item(instruction)])
     if tools:
         out = inject_tools(out, tools)

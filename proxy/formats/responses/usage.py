@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.core.bill import UNREPORTED, Bill, of_openai_usage
+from proxy.core.jsonio import JsonObject
 
 TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
@@ -26,7 +27,7 @@ class ResponsesUsageStream:
     def __init__(self) -> None:
         self._usage: object = None
 
-    def feed(self, event: dict) -> None:
+    def feed(self, event: JsonObject) -> None:
         response = event.get("response")
         if event.get("type") in TERMINAL and isinstance(response, dict):
             self._usage = response.get("usage")
@@ -42,7 +43,7 @@ class ResponsesUsage:
     def stream(self) -> ResponsesUsageStream:
         return ResponsesUsageStream()
 
-    def asking(self, body: dict) -> dict | None:
+    def asking(self, body: JsonObject) -> JsonObject | None:
         return None  # a stream reports its usage unasked
 
     def unasked(self, data: bytes) -> bytes | None:
