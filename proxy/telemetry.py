@@ -300,7 +300,7 @@ class Metrics:
             self.summaries_state(self._summaries_state())
         if self.multiprocess:
             registry = CollectorRegistry()
-            multiprocess.MultiProcessCollector(registry)
+            multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]  # prometheus_client leaves its __init__ unannotated
             return generate_latest(registry)
         return generate_latest(self.registry)
 

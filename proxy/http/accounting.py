@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from starlette.responses import Response, StreamingResponse
 
 from proxy import telemetry
+from proxy.core.jsonio import JsonObject
 from proxy.core.wire import WireFormat
 from proxy.errors import ProxyError
 from proxy.http.answer_tap import KEPT_BYTES, ON_LOOP_BYTES, answer_codings
@@ -80,7 +81,7 @@ async def session_of(call: ManagedCall) -> tuple[str | None, str | None]:
     return await derived_session(call, call.turn.body, call.turn.history)
 
 
-async def derived_session(call: ManagedCall, body: dict, history: list) -> tuple[str | None, str | None]:
+async def derived_session(call: ManagedCall, body: JsonObject, history: list[Any]) -> tuple[str | None, str | None]:
     """`session_of` a request whose body and history are these (before the turn or after it)."""
     namespace = call.namespace
     if call.fmt.stored:
@@ -149,8 +150,8 @@ def _encoded_id(raw: bytes, codings: list[str]) -> str | None:
 
 
 async def _peeking(
-    chunks: AsyncIterable, rec: telemetry.RequestRecord, codings: list[str], *, noted: Callable[[], None]
-) -> AsyncIterator:
+    chunks: AsyncIterable[Any], rec: telemetry.RequestRecord, codings: list[str], *, noted: Callable[[], None]
+) -> AsyncIterator[Any]:
     head = bytearray()
     try:
         async for chunk in chunks:

@@ -9,6 +9,7 @@ from starlette.requests import Request
 
 from proxy.core.bill import Bill
 from proxy.core.cache_cuts import CutContext
+from proxy.core.jsonio import JsonObject
 from proxy.core.settings import OffloadSettings
 from proxy.core.wire import WireFormat
 from proxy.errors import ProxyError
@@ -23,13 +24,13 @@ from proxy.offload.summary_context import SummaryContext
 from proxy.offload.tenant_store import TenantStore
 
 
-def model_of(body: dict) -> str | None:
+def model_of(body: JsonObject) -> str | None:
     return body.get("model") if isinstance(body.get("model"), str) else None
 
 
 def compressor_for(
     request: Request,
-    body: dict,
+    body: JsonObject,
     *,
     settings: OffloadSettings,
     caller: Caller,

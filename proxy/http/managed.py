@@ -21,6 +21,7 @@ from starlette.responses import Response, StreamingResponse
 
 from proxy import telemetry
 from proxy.core import jsonio, large_json
+from proxy.core.jsonio import JsonObject
 from proxy.core.settings import OffloadSettings
 from proxy.core.wire import WireFormat
 from proxy.formats.chat import CHAT
@@ -115,7 +116,7 @@ class ManagedCall:
         fmt: WireFormat,
         *,
         raw: bytes,
-        body: dict,
+        body: JsonObject,
         history: list[Any],
         settings: OffloadSettings,
         decoded: bool = False,
@@ -151,7 +152,7 @@ class ManagedCall:
         if codings:  # decided on what it inflates to (`body_encoding.decoded_body`)
             chunks = [await decoded_body(b"".join(chunks), codings, limit=services.settings.max_body_bytes)]
 
-        def parsed() -> tuple[bytes, dict, list[Any]]:
+        def parsed() -> tuple[bytes, JsonObject, list[Any]]:
             raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
             body = fmt.parse(raw, max_items=services.settings.max_messages)
             caller.check_body(body)
@@ -171,7 +172,7 @@ class ManagedCall:
         services, caller = self.services, self.caller
         tenant = tenant_store(self.request, caller)
 
-        def compressor(body: dict, settings: OffloadSettings, refs: RefStore, *, background: bool) -> Compressor:
+        def compressor(body: JsonObject, settings: OffloadSettings, refs: RefStore, *, background: bool) -> Compressor:
             return compressor_for(
                 self.request,
                 body,
@@ -288,13 +289,13 @@ class ManagedCall:
             await self.tenant.forget_chain(used_up)
         return response
 
-    async def serialised(self, payload: dict) -> bytes:
+    async def serialised(self, payload: JsonObject) -> bytes:
         """The payload as it goes upstream: a large one written off the loop, a piece at a time."""
         if len(self.raw) > LARGE_BODY:
             return await cpu_pool.CPU(True)(large_json.dumps_yielding, payload)
         return jsonio.dumps(payload)
 
-    async def send_round(self, payload: dict) -> httpx2.Response:
+    async def send_round(self, payload: JsonObject) -> httpx2.Response:
         """One round's request, asking for the usage of its stream where the client did not
         (`UsageReader.asking`: the format's rounds take out what that adds), sent again as it is
         when the upstream refuses the request asking (`REFUSED`)."""

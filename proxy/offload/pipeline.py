@@ -16,6 +16,7 @@ from typing import Any
 
 from proxy.core.compaction import Plan, plan_compaction, present_refs
 from proxy.core.fold import diff_cells
+from proxy.core.jsonio import JsonObject
 from proxy.core.line_diff import MAX_CELLS
 from proxy.core.provider_context import NONE, ProviderContext
 from proxy.core.settings import OffloadSettings
@@ -35,9 +36,9 @@ class Prepared:
     action: str = "none"  # none | compact | compress | compact+compress; "compress-pending" for compress when
     # the summary this turn needed was not ready and is being made in the background
     summary_tokens: int = 0
-    summary_usage: dict | None = None  # added to the usage the client is answered with
+    summary_usage: JsonObject | None = None  # added to the usage the client is answered with
     warnings: list[str] = field(default_factory=list)
-    events: list[dict] = field(default_factory=list)
+    events: list[JsonObject] = field(default_factory=list)
     store_failed: bool = False  # nothing could be stored: the original messages go through
     refused: Exception | None = None  # ...because the quota refused the writes (QuotaExceeded, CredentialRejected)
     written: set[str] = field(default_factory=set)  # refs stored for the first time by this request

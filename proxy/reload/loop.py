@@ -20,6 +20,7 @@ import httpx2
 from proxy import telemetry
 from proxy.core import jsonio, texts
 from proxy.core.bill import UNREPORTED, UsageReader
+from proxy.core.jsonio import JsonObject
 from proxy.core.media import ToolResult
 from proxy.core.rounds import Rounds, ToolCall
 from proxy.errors import Kind, error_body, stream_error
@@ -30,7 +31,7 @@ from proxy.upstream.errors import UpstreamError, response_host, stream_broke, up
 log = logging.getLogger("proxy.reload.loop")
 
 # send(body) → the upstream response (headers received, body unread)
-SendRound = Callable[[dict], Awaitable[httpx2.Response]]
+SendRound = Callable[[JsonObject], Awaitable[httpx2.Response]]
 
 
 @dataclass
@@ -128,7 +129,7 @@ def _describe(response: httpx2.Response, size: int | None = None) -> str:
     return kind if size is None else f"{kind}, {size} bytes"
 
 
-def _answer(raw: bytes, response: httpx2.Response, what: str) -> dict:
+def _answer(raw: bytes, response: httpx2.Response, what: str) -> JsonObject:
     """A 200 answer read as a JSON object, else UpstreamError."""
     try:
         completion = jsonio.loads(raw)
@@ -151,7 +152,7 @@ async def _events(
     before_finish: Callable[[], Awaitable[None]] | None,
     usage: UsageReader | None,
     record: telemetry.TurnRecord,
-) -> AsyncIterator[dict]:
+) -> AsyncIterator[JsonObject]:
     """The events for the client (not yet encoded); an error event ends them early. `done[0]`:
     the reload rounds run so far. Each round's bill (`usage`) on the turn's record once its
     stream has ended, however it ended."""
@@ -277,7 +278,7 @@ def reload_rounds_comment(count: int) -> bytes:
     return b": x-offload-reload-rounds: %d\n\n" % count
 
 
-def _error_payload(raw: bytes, status: int) -> dict:
+def _error_payload(raw: bytes, status: int) -> JsonObject:
     try:
         payload = jsonio.loads(raw)
         if isinstance(payload, dict) and "error" in payload:

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 from proxy.core import client_compaction
 from proxy.core.compaction import Plan
+from proxy.core.jsonio import JsonObject
 from proxy.core.rounds import Rounds
 from proxy.core.settings import OffloadSettings
 from proxy.core.texts import RELOAD_TOOL_SCHEMAS
@@ -68,7 +69,7 @@ class CompressorFactory(Protocol):
     summariser (compaction only)."""
 
     def __call__(
-        self, body: dict, settings: OffloadSettings, refs: RefStore, *, background: bool
+        self, body: JsonObject, settings: OffloadSettings, refs: RefStore, *, background: bool
     ) -> Compressor | None: ...
 
 
@@ -76,7 +77,7 @@ class CompressorFactory(Protocol):
 class TurnInput:
     fmt: WireFormat
     raw: bytes  # the body as sent (its Content-Encoding undone)
-    body: dict
+    body: JsonObject
     history: list[Any]  # `fmt.history(body)`
     settings: OffloadSettings
     tenant: TenantStore
@@ -119,7 +120,7 @@ class Turn:
     """What a turn decided. `prepared` and `rounds` are the pipeline's and the reload loop's own
     objects (the loop and the background summaries go on with them)."""
 
-    body: dict  # as it goes upstream (continued, without an emulated `context_management`)
+    body: JsonObject  # as it goes upstream (continued, without an emulated `context_management`)
     history: list[Any]  # the history as planned (tokens replaced, clearing edits applied)
     items: list[Any]  # what goes upstream: the carried answers, then the reduced history
     settings: OffloadSettings  # as applied (a client's own reload tool names: mode off)
@@ -141,7 +142,7 @@ class Turn:
         return self.prepared.warnings
 
     @property
-    def events(self) -> list[dict]:
+    def events(self) -> list[JsonObject]:
         return self.prepared.events + self.tools.events
 
     def report(self) -> TurnReport:
@@ -175,13 +176,13 @@ class Turn:
 
 @dataclass
 class _Chain:
-    body: dict
+    body: JsonObject
     carried: list[Any] = field(default_factory=list)  # answers to injected calls the client never saw
     continued: bool = False
     used_up: str | None = None
 
 
-async def _continue_chain(fmt: WireFormat, body: dict, tenant: TenantStore) -> _Chain:
+async def _continue_chain(fmt: WireFormat, body: JsonObject, tenant: TenantStore) -> _Chain:
     """Step 1: continue a stored exchange the way `proxy.offload.response_chains` remembers it."""
     chain = _Chain(body)
     if not fmt.stored:
@@ -292,7 +293,7 @@ async def _compaction_turn(
     )
 
 
-def _model(body: dict) -> str | None:
+def _model(body: JsonObject) -> str | None:
     return body.get("model") if isinstance(body.get("model"), str) else None
 
 
