@@ -66,9 +66,8 @@ class MessagesRounds:
         self.extra_usage = usage_from_chat(extra_usage)
         self.round = 0
         self.offered = False
-        self._pending: tuple[JsonObject, list[JsonObject]] | None = (
-            None  # the round's assistant message, its injected calls
-        )
+        # the round's assistant message, its injected calls
+        self._pending: tuple[JsonObject, list[JsonObject]] | None = None
         self._answers: list[JsonObject] = []
         self.lead = list(lead)
         self._rewriter = StreamRewriter(names, extra_usage=self.extra_usage, lead=self.lead)
