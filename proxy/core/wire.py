@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from proxy.core.bill import UsageReader
+from proxy.core.jsonio import JsonObject
 from proxy.core.provider_context import ProviderContext
 from proxy.core.provider_emulation import Edited, Expanded, Records, Threshold
 from proxy.core.rounds import Rounds
@@ -116,37 +117,37 @@ class WireFormat(Protocol):
     def clearing_edits(self) -> ClearingEdits | None:
         """Its provider's clearing edits, applied by the proxy; None: it has none."""
 
-    def parse(self, raw: bytes, *, max_items: int | None) -> dict:
+    def parse(self, raw: bytes, *, max_items: int | None) -> JsonObject:
         """The body as a JSON object; raises the HTTP layer's 400 error for a malformed one."""
 
-    def history(self, body: dict) -> list[Any]: ...
+    def history(self, body: JsonObject) -> list[Any]: ...
 
-    def with_history(self, body: dict, items: list[Any]) -> dict: ...
+    def with_history(self, body: JsonObject, items: list[Any]) -> JsonObject: ...
 
-    def colliding_tool_names(self, body: dict) -> set[str]: ...
+    def colliding_tool_names(self, body: JsonObject) -> set[str]: ...
 
-    def with_prompt_cache(self, body: dict, *, key: str | None) -> dict:
+    def with_prompt_cache(self, body: JsonObject, *, key: str | None) -> JsonObject:
         """`body` with the prompt caching the proxy adds for a client that asked for none
         (`--cache-control auto`): Anthropic's `cache_control`, or OpenAI's `prompt_cache_key`
         `key` (None: the upstream takes none). `body` itself when there is nothing to add."""
 
-    def provider_context(self, body: dict) -> ProviderContext:
+    def provider_context(self, body: JsonObject) -> ProviderContext:
         """What the request asks the provider to do with its context (`context_management`, a
         `compaction_trigger`): the planners step aside where the provider acts."""
 
     def rounds(
         self,
-        body: dict,
+        body: JsonObject,
         items: list[Any],
-        tools: Sequence[dict],
+        tools: Sequence[JsonObject],
         *,
-        extra_usage: dict | None,
+        extra_usage: JsonObject | None,
     ) -> Rounds:
         """`tools`: the injected tools' chat-style schemas; `extra_usage`: chat-shaped."""
 
     def summary_request(
-        self, body: dict, prefix: list[Any], instruction: str, *, tools: Sequence[dict], model: str
-    ) -> tuple[str, dict]:
+        self, body: JsonObject, prefix: list[Any], instruction: str, *, tools: Sequence[JsonObject], model: str
+    ) -> tuple[str, JsonObject]:
         """(endpoint under /v1, body) of the request asking for a summary of `prefix`.
 
         `body` is the client's request; `prefix` the items a turn forwarded first (sent byte for

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Union
 
 from proxy.core import json_text, jsonio, large_json
-from proxy.core.jsonio import nested_deeper_than
+from proxy.core.jsonio import JsonObject, nested_deeper_than
 from proxy.errors import Kind, ProxyError
 
 MAX_DEPTH = 128  # well below orjson's serialisation limit (254 levels) and the stdlib's recursion limit
@@ -98,7 +98,7 @@ def _strict(fields: dict[str, Check]) -> frozenset[str]:
     return frozenset(name for name, check in fields.items() if not getattr(check, "text", False))
 
 
-def check_object(obj: dict, shape: Shape, level: int) -> None:
+def check_object(obj: JsonObject, shape: Shape, level: int) -> None:
     """`obj` (at `level`) has the fields of `shape` right. Inlined on purpose: it runs over every
     item of every request; the path of a wrong field is only built when there is one."""
     fields, strict = shape.fields, shape.strict
@@ -247,7 +247,7 @@ def item_fields(part: Shape) -> dict[str, Field]:
     }
 
 
-def check_body(body: dict, shape: Shape) -> None:
+def check_body(body: JsonObject, shape: Shape) -> None:
     """The body's fields (level 1 is the body), or ProxyError 400 `invalid_type` naming the first
     wrong one."""
     try:
@@ -256,7 +256,7 @@ def check_body(body: dict, shape: Shape) -> None:
         raise exc.error() from None
 
 
-def load_object(raw: bytes) -> dict:
+def load_object(raw: bytes) -> JsonObject:
     """The body as a JSON object, or ProxyError 400 `invalid_json`."""
     try:
         body = large_json.loads_yielding(raw) if len(raw) > LARGE_BODY else jsonio.loads(raw)
@@ -276,7 +276,9 @@ def load_object(raw: bytes) -> dict:
     return body
 
 
-def parse_body(raw: bytes, check: Callable[[dict], None], *, items: str, noun: str, limit: int | None) -> dict:
+def parse_body(
+    raw: bytes, check: Callable[[JsonObject], None], *, items: str, noun: str, limit: int | None
+) -> JsonObject:
     """The body as a JSON object checked by `check` (its format's field shapes), or ProxyError
     400; more than `limit` entries in its list `items` is a 400 `too_many_messages` too."""
     body = load_object(raw)
@@ -285,7 +287,7 @@ def parse_body(raw: bytes, check: Callable[[dict], None], *, items: str, noun: s
     return body
 
 
-def check_count(body: dict, *, items: str, noun: str, limit: int | None) -> None:
+def check_count(body: JsonObject, *, items: str, noun: str, limit: int | None) -> None:
     """More than `limit` entries in the body's list `items` is a 400 `too_many_messages`."""
     listed = body.get(items)
     if limit is not None and isinstance(listed, list) and len(listed) > limit:

@@ -19,17 +19,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from proxy.core.jsonio import JsonObject
+
 DROP = ("stream", "stream_options")
 # the least output each API accepts, which a ping asks for: what one ping may generate
 LEAST_OUTPUT = {"chat/completions": 1, "responses": 16, "messages": 1}
 
 
-def _chat(body: dict) -> dict | None:
+def _chat(body: JsonObject) -> JsonObject | None:
     out = {k: v for k, v in body.items() if k not in (*DROP, "max_tokens")}
     return {**out, "max_completion_tokens": LEAST_OUTPUT["chat/completions"], "n": 1, "store": False}
 
 
-def _responses(body: dict) -> dict | None:
+def _responses(body: JsonObject) -> JsonObject | None:
     if body.get("conversation") is not None:
         return None
     out = {k: v for k, v in body.items() if k not in DROP}
@@ -47,7 +49,7 @@ def _asks_caching(value: Any, depth: int = 0) -> bool:
     return False
 
 
-def _messages(body: dict) -> dict | None:
+def _messages(body: JsonObject) -> JsonObject | None:
     thinking = body.get("thinking")
     if isinstance(thinking, dict) and thinking.get("type") not in (None, "disabled"):
         return None
@@ -57,7 +59,7 @@ def _messages(body: dict) -> dict | None:
     return {**out, "max_tokens": LEAST_OUTPUT["messages"]}
 
 
-PINGS: dict[str, Callable[[dict], dict | None]] = {
+PINGS: dict[str, Callable[[JsonObject], JsonObject | None]] = {
     "chat/completions": _chat,
     "responses": _responses,
     "messages": _messages,
@@ -66,7 +68,7 @@ PINGS: dict[str, Callable[[dict], dict | None]] = {
 PROFILES = {"chat/completions": "openai", "responses": "openai", "messages": "anthropic"}
 
 
-def ping(endpoint: str, body: Any) -> dict | None:
+def ping(endpoint: str, body: Any) -> JsonObject | None:
     make = PINGS.get(endpoint.strip("/"))
     if make is None or not isinstance(body, dict):
         return None

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from hashlib import blake2b
 from typing import Any
 
+from proxy.core.jsonio import JsonObject
 from proxy.core.provider_cache import Block, Request, content_key
 
 KEY_PREFIX = "offload-"
@@ -31,7 +32,7 @@ def session_cache_key(namespace: str, session: str) -> str:
     return KEY_PREFIX + digest.hexdigest()
 
 
-def with_cache_key(body: dict, key: str | None) -> dict:
+def with_cache_key(body: JsonObject, key: str | None) -> JsonObject:
     """`body` with `prompt_cache_key` = `key`, unless the client set one (any value: the upstream
     judges it) or there is no key."""
     if key is None or "prompt_cache_key" in body:
@@ -46,7 +47,7 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
-def cache_blocks(body: dict, tokens: Tokens) -> tuple[Block, ...]:
+def cache_blocks(body: JsonObject, tokens: Tokens) -> tuple[Block, ...]:
     """The request's prefix as OpenAI caches it: the tools, the Responses `instructions`, then
     each message (chat `messages`) or input item (Responses `input`, a string one item)."""
     out: list[Block] = []
@@ -67,5 +68,5 @@ def cache_blocks(body: dict, tokens: Tokens) -> tuple[Block, ...]:
     return tuple(out)
 
 
-def cached_request(body: dict, at: float, tokens: Tokens) -> Request:
+def cached_request(body: JsonObject, at: float, tokens: Tokens) -> Request:
     return Request(at, cache_blocks(body, tokens))

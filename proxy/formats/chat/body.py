@@ -27,6 +27,7 @@ re-serialises bodies it changes, and its serialisers refuse much deeper nesting 
 
 from __future__ import annotations
 
+from proxy.core.jsonio import JsonObject
 from proxy.formats.json_body import (
     BOOLEAN,
     MAX_DEPTH,
@@ -56,12 +57,12 @@ BODY = Shape(
 )
 
 
-def parse_chat_body(raw: bytes, *, max_messages: int | None = None) -> dict:
+def parse_chat_body(raw: bytes, *, max_messages: int | None = None) -> JsonObject:
     """The request body as a dict, or ProxyError 400 (see the module docstring for the rule)."""
     return parse_body(raw, check_chat_body, items="messages", noun="messages", limit=max_messages)
 
 
-def check_chat_body(body: dict) -> None:
+def check_chat_body(body: JsonObject) -> None:
     """Raise ProxyError 400 for the first field the proxy reads that has the wrong type, or for
     nesting deeper than MAX_DEPTH. One pass; a plain string value costs one type check."""
     check_body(body, BODY)

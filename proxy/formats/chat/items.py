@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from proxy.core.images import split_data_url
-from proxy.core.jsonio import object_or
+from proxy.core.jsonio import JsonObject, object_or
 from proxy.core.markers import INJECTED_TOOLS
 from proxy.core.view import MediaPart, Role
 
@@ -67,7 +67,7 @@ def media_part(part: Any) -> MediaPart | None:
     return None
 
 
-def reloaded_part(kind: str, data_url: str, ref: str) -> dict:
+def reloaded_part(kind: str, data_url: str, ref: str) -> JsonObject:
     """The content part showing reloaded media again (a chat user message's)."""
     if kind == "image":
         return {"type": "image_url", "image_url": {"url": data_url}}
@@ -77,7 +77,7 @@ def reloaded_part(kind: str, data_url: str, ref: str) -> dict:
     return {"type": "file", "file": {"file_data": data_url, "filename": ref}}
 
 
-def _calls(message: Any) -> list[dict]:
+def _calls(message: Any) -> list[JsonObject]:
     if not isinstance(message, dict) or message.get("role") != "assistant":
         return []
     calls = message.get("tool_calls")
@@ -163,7 +163,7 @@ class ChatView:
             out.append(part)
         return {**item, "content": out}
 
-    def summary_item(self, text: str) -> dict:
+    def summary_item(self, text: str) -> JsonObject:
         return {"role": "user", "content": text}
 
     def transcript(self, item: Any) -> tuple[str, str]:

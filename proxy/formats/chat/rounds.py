@@ -20,7 +20,7 @@ from typing import Any
 
 from proxy.core import texts
 from proxy.core.growing_text import GrowingText
-from proxy.core.jsonio import array_or, object_or
+from proxy.core.jsonio import JsonObject, array_or, object_or
 from proxy.core.markers import INJECTED_TOOLS
 from proxy.core.media import Reloaded, ToolResult
 from proxy.core.rounds import ToolCall
@@ -34,7 +34,7 @@ def is_injected(call: Any) -> bool:
     return isinstance(call, dict) and (call.get("function") or {}).get("name") in INJECTED_TOOLS
 
 
-def strip_injected(completion: dict) -> None:
+def strip_injected(completion: JsonObject) -> None:
     """Remove injected tool calls from every choice of a final (non-stream) completion."""
     for choice in completion.get("choices") or ():
         message = choice.get("message") if isinstance(choice, dict) else None
@@ -52,7 +52,7 @@ def strip_injected(completion: dict) -> None:
                 choice["finish_reason"] = "stop"
 
 
-def _tool_calls(calls: Sequence[dict]) -> list[ToolCall]:
+def _tool_calls(calls: Sequence[JsonObject]) -> list[ToolCall]:
     return [
         ToolCall((c.get("function") or {}).get("name", ""), (c.get("function") or {}).get("arguments", ""))
         for c in calls
@@ -63,12 +63,12 @@ def _tool_calls(calls: Sequence[dict]) -> list[ToolCall]:
 class _Choice:
     """What one choice announced in one streamed round."""
 
-    injected: dict[int, dict] = field(default_factory=dict)  # tool index → the call as announced
+    injected: dict[int, JsonObject] = field(default_factory=dict)  # tool index → the call as announced
     arguments: dict[int, GrowingText] = field(default_factory=dict)  # tool index → its arguments so far
     client_index: dict[int, int] = field(default_factory=dict)  # upstream index → client index
     content: GrowingText = field(default_factory=GrowingText)
 
-    def injected_calls(self) -> list[dict]:
+    def injected_calls(self) -> list[JsonObject]:
         """The injected calls, their arguments whole."""
         return [
             {**call, "function": {**call["function"], "arguments": self.arguments[index].text()}}
@@ -79,7 +79,7 @@ class _Choice:
         return bool(self.injected) and not self.client_index
 
 
-def _filter_tool_deltas(delta: dict, state: _Choice) -> None:
+def _filter_tool_deltas(delta: JsonObject, state: _Choice) -> None:
     kept = []
     for tc in delta.get("tool_calls") or ():
         if not isinstance(tc, dict):
@@ -113,29 +113,34 @@ class ChatRounds:
     first_id: str | None = None  # chat completions are not continued from a stored id
     last_id: str | None = None
     unanswered: list[ToolCall] = []  # the client resends its history, without the hidden calls
-    context_management: dict | None = None  # no clearing edits in chat completions
+    context_management: JsonObject | None = None  # no clearing edits in chat completions
 
     def __init__(
-        self, body: dict, messages: list[Any], tools: Sequence[dict], *, extra_usage: dict | None = None
+        self,
+        body: JsonObject,
+        messages: list[Any],
+        tools: Sequence[JsonObject],
+        *,
+        extra_usage: JsonObject | None = None,
     ) -> None:
         self.body, self.messages, self.tools = body, list(messages), list(tools)
         self.extra_usage = extra_usage
         self.asked = asked(body)  # for the stream's usage (else the proxy asked: `proxy.formats.chat.usage`)
         self.round = 0
         self.offered = False
-        self._pending: dict | None = None  # the assistant message whose injected calls are being run
+        self._pending: JsonObject | None = None  # the assistant message whose injected calls are being run
         # non-streamed
-        self._usage: dict | None = None
+        self._usage: JsonObject | None = None
         self._reported = False
         self._others: list[Any] | None = None  # choices 1…, kept from the first round
-        self._final: dict | None = None
+        self._final: JsonObject | None = None
         # streamed
         self._identity: dict[str, Any] = {}
-        self._stream_usage: dict | None = add_usage(None, extra_usage)  # sent only if the upstream reports usage
-        self._usage_template: dict | None = None
+        self._stream_usage: JsonObject | None = add_usage(None, extra_usage)  # sent only if the upstream reports usage
+        self._usage_template: JsonObject | None = None
         self._choices: dict[int, _Choice] = {}
 
-    def request(self, offered: bool) -> dict:
+    def request(self, offered: bool) -> JsonObject:
         self.offered = offered
         payload = {**self.body, "messages": self.messages}
         if offered:
@@ -156,7 +161,7 @@ class ChatRounds:
             }
             for call, content in zip(calls, results)
         )
-        shown: list[dict] = []
+        shown: list[JsonObject] = []
         for result in results:
             if isinstance(result, Reloaded):
                 shown += [
@@ -171,7 +176,7 @@ class ChatRounds:
 
     # -- non-streamed ------------------------------------------------------------------------
 
-    def take(self, answer: dict) -> list[ToolCall]:
+    def take(self, answer: JsonObject) -> list[ToolCall]:
         if isinstance(answer.get("usage"), dict):
             self._usage = add_usage(self._usage or add_usage(None, self.extra_usage), answer["usage"])
             self._reported = True
@@ -187,7 +192,7 @@ class ChatRounds:
         self._final = answer
         return []
 
-    def result(self) -> dict:
+    def result(self) -> JsonObject:
         completion = self._final or {}
         choices = array_or(completion.get("choices"), [])
         if self.round and choices:
@@ -199,7 +204,7 @@ class ChatRounds:
 
     # -- streamed ----------------------------------------------------------------------------
 
-    def feed(self, event: dict) -> list[dict]:
+    def feed(self, event: JsonObject) -> list[JsonObject]:
         if "error" in event and "choices" not in event:
             return [event]
         if not self.asked and "usage" in event:  # the proxy asked for it: the client gets none
@@ -212,7 +217,7 @@ class ChatRounds:
             return []
         return [event] if self._rewrite(event) else []
 
-    def _rewrite(self, chunk: dict) -> bool:
+    def _rewrite(self, chunk: JsonObject) -> bool:
         """Adapt one chunk for the client in place; False when nothing is left to send."""
         if not self._identity:
             self._identity = {k: chunk[k] for k in ("id", "created", "model") if k in chunk}
@@ -252,12 +257,12 @@ class ChatRounds:
         self._pending = {"role": "assistant", "content": zero.content.text() or None, "tool_calls": calls}
         return _tool_calls(calls)
 
-    def finish(self) -> list[dict]:
+    def finish(self) -> list[JsonObject]:
         if self._usage_template is None:
             return []
         return [{**self._usage_template, **self._identity, "usage": self._stream_usage}]
 
-    def fail(self, error: dict) -> list[dict]:
+    def fail(self, error: JsonObject) -> list[JsonObject]:
         return [error]
 
     def encode(self, event: Any) -> bytes:

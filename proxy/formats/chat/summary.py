@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from proxy.core.jsonio import object_or
+from proxy.core.jsonio import JsonObject, object_or
 
 # Left out of a summary request: streaming, several choices, a forced format or length, stop
 # sequences and biases, token probabilities, predicted outputs, audio, stored completions, and
@@ -41,8 +41,8 @@ DROPPED = frozenset(
 
 
 def summary_request(
-    body: dict, prefix: list[Any], instruction: str, *, tools: Sequence[dict], model: str
-) -> tuple[str, dict]:
+    body: JsonObject, prefix: list[Any], instruction: str, *, tools: Sequence[JsonObject], model: str
+) -> tuple[str, JsonObject]:
     out = {k: v for k, v in body.items() if k not in DROPPED}
     out["model"] = model
     out["messages"] = [*prefix, {"role": "user", "content": instruction}]

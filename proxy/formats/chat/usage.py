@@ -16,6 +16,7 @@ from typing import Any
 
 from proxy.core import jsonio
 from proxy.core.bill import UNREPORTED, Bill, of_openai_usage
+from proxy.core.jsonio import JsonObject
 
 _SPACE = re.compile(r"[ \t\n\r]*")  # JSON's whitespace
 
@@ -33,7 +34,7 @@ class ChatUsageStream:
     def __init__(self) -> None:
         self._usage: object = None
 
-    def feed(self, event: dict) -> None:
+    def feed(self, event: JsonObject) -> None:
         if isinstance(event.get("usage"), dict):
             self._usage = event["usage"]
 
@@ -41,7 +42,7 @@ class ChatUsageStream:
         return bill_of(self._usage)
 
 
-def asked(body: dict) -> bool:
+def asked(body: JsonObject) -> bool:
     """Did the client ask for a stream's usage itself?"""
     options = body.get("stream_options")
     return isinstance(options, dict) and options.get("include_usage") is True
@@ -54,7 +55,7 @@ class ChatUsage:
     def stream(self) -> ChatUsageStream:
         return ChatUsageStream()
 
-    def asking(self, body: dict) -> dict | None:
+    def asking(self, body: JsonObject) -> JsonObject | None:
         if body.get("stream") is not True or asked(body):
             return None
         options = body.get("stream_options")
@@ -74,7 +75,7 @@ class ChatUsage:
         return without_usage(data, event)
 
 
-def without_usage(data: bytes, event: dict) -> bytes:
+def without_usage(data: bytes, event: JsonObject) -> bytes:
     """`data` (the JSON text of `event`) without its top-level `usage` member, the rest byte for
     byte; re-written whole only when no cut of the text gives that object. The top-level members
     are found in one pass (`_members`): a `"usage"` key nested in the chunk is never tried (one

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from proxy.core.bill import UsageReader
+from proxy.core.jsonio import JsonObject
 from proxy.core.provider_context import NONE, ProviderContext
 from proxy.formats.chat import summary
 from proxy.formats.chat.body import parse_chat_body
@@ -24,38 +25,38 @@ class ChatFormat:
     compaction_emulation = None  # chat completions have no context management to emulate
     clearing_edits = None
 
-    def parse(self, raw: bytes, *, max_items: int | None) -> dict:
+    def parse(self, raw: bytes, *, max_items: int | None) -> JsonObject:
         return parse_chat_body(raw, max_messages=max_items)
 
-    def history(self, body: dict) -> list[Any]:
+    def history(self, body: JsonObject) -> list[Any]:
         messages = body.get("messages")
         return messages if isinstance(messages, list) else []  # else: the upstream validates
 
-    def with_history(self, body: dict, items: list[Any]) -> dict:
+    def with_history(self, body: JsonObject, items: list[Any]) -> JsonObject:
         return {**body, "messages": items}
 
-    def colliding_tool_names(self, body: dict) -> set[str]:
+    def colliding_tool_names(self, body: JsonObject) -> set[str]:
         return set(colliding_tool_names(body))
 
-    def with_prompt_cache(self, body: dict, *, key: str | None) -> dict:
+    def with_prompt_cache(self, body: JsonObject, *, key: str | None) -> JsonObject:
         return with_cache_key(body, key)
 
-    def provider_context(self, body: dict) -> ProviderContext:
+    def provider_context(self, body: JsonObject) -> ProviderContext:
         return NONE  # chat completions has no server-side context management
 
     def rounds(
         self,
-        body: dict,
+        body: JsonObject,
         items: list[Any],
-        tools: Sequence[dict],
+        tools: Sequence[JsonObject],
         *,
-        extra_usage: dict | None,
+        extra_usage: JsonObject | None,
     ) -> ChatRounds:
         return ChatRounds(body, items, tools, extra_usage=extra_usage)
 
     def summary_request(
-        self, body: dict, prefix: list[Any], instruction: str, *, tools: Sequence[dict], model: str
-    ) -> tuple[str, dict]:
+        self, body: JsonObject, prefix: list[Any], instruction: str, *, tools: Sequence[JsonObject], model: str
+    ) -> tuple[str, JsonObject]:
         return summary.summary_request(body, prefix, instruction, tools=tools, model=model)
 
     def summary_answer(self, answer: Any) -> tuple[str, int, int]:

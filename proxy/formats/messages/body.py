@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from proxy.core.jsonio import JsonObject
 from proxy.errors import Kind, ProxyError
 from proxy.formats.json_body import (
     BOOLEAN,
@@ -77,10 +78,10 @@ BODY = Shape(
 )
 
 
-def parse_messages_body(raw: bytes, *, max_items: int | None = None) -> dict:
+def parse_messages_body(raw: bytes, *, max_items: int | None = None) -> JsonObject:
     """The request body as a dict, or ProxyError 400 (see the module docstring)."""
     return parse_body(raw, check_messages_body, items="messages", noun="messages", limit=max_items)
 
 
-def check_messages_body(body: dict) -> None:
+def check_messages_body(body: JsonObject) -> None:
     check_body(body, BODY)

@@ -23,6 +23,7 @@ import json
 from collections.abc import Callable
 from typing import Any, Literal
 
+from proxy.core.jsonio import JsonObject
 from proxy.core.provider_cache import FIVE_MINUTES, Block, Request, content_key
 
 EPHEMERAL = {"type": "ephemeral"}
@@ -76,7 +77,7 @@ def _messages_carry(messages: Any) -> bool:
     return False
 
 
-def has_cache_control(body: dict) -> bool:
+def has_cache_control(body: JsonObject) -> bool:
     """Does the request ask for caching anywhere: at the top level, on a tool, a system block, a
     content block (nested ones too, e.g. in a tool_result)?"""
     return (
@@ -87,7 +88,7 @@ def has_cache_control(body: dict) -> bool:
     )
 
 
-def with_caching(body: dict, strategy: Strategy = STRATEGY) -> dict:
+def with_caching(body: JsonObject, strategy: Strategy = STRATEGY) -> JsonObject:
     """`body` with the proxy's caching (see the module docstring), or `body` itself when it
     carries `cache_control` already, has no messages list, or `strategy` is "none"."""
     if strategy == "none" or has_cache_control(body) or not isinstance(body.get("messages"), list):
@@ -98,7 +99,7 @@ def with_caching(body: dict, strategy: Strategy = STRATEGY) -> dict:
     return out
 
 
-def _mark_head(body: dict) -> dict:
+def _mark_head(body: JsonObject) -> JsonObject:
     """The last system block marked (a string system becomes one text block), else the last tool."""
     system = body.get("system")
     if isinstance(system, str) and system:
@@ -137,7 +138,7 @@ def _canonical(value: Any) -> str:
     return json.dumps(plain(value), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
-def cache_blocks(body: dict, tokens: Tokens) -> tuple[Block, ...]:
+def cache_blocks(body: JsonObject, tokens: Tokens) -> tuple[Block, ...]:
     """The request's prefix as Anthropic caches it: each tool, each system block (a string
     system one), then each message's content blocks (a string content one), with its role."""
     out: list[Block] = []
@@ -165,6 +166,6 @@ def cache_blocks(body: dict, tokens: Tokens) -> tuple[Block, ...]:
     return tuple(out)
 
 
-def cached_request(body: dict, at: float, tokens: Tokens) -> Request:
+def cached_request(body: JsonObject, at: float, tokens: Tokens) -> Request:
     """What Anthropic's cache sees of `body` sent at `at` (`proxy.core.provider_cache.Request`)."""
     return Request(at, cache_blocks(body, tokens), automatic=_mark(body))

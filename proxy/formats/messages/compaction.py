@@ -7,10 +7,11 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from proxy.core.jsonio import JsonObject
 from proxy.formats.messages.stream import block_events
 
 
-def _usage(tokens_in: int, tokens_out: int) -> dict:
+def _usage(tokens_in: int, tokens_out: int) -> JsonObject:
     counts = {
         "input_tokens": tokens_in,
         "output_tokens": tokens_out,
@@ -20,7 +21,7 @@ def _usage(tokens_in: int, tokens_out: int) -> dict:
     return {**counts, "iterations": [{"type": "compaction", **counts}]}
 
 
-def paused_message(block: dict, *, model: Any, tokens_in: int, tokens_out: int) -> dict:
+def paused_message(block: JsonObject, *, model: Any, tokens_in: int, tokens_out: int) -> JsonObject:
     """The message: `block` alone, its id derived from the block (the same compaction, the same id)."""
     digest = hashlib.sha256(str(block.get("encrypted_content") or block.get("content")).encode()).hexdigest()
     return {
@@ -35,7 +36,7 @@ def paused_message(block: dict, *, model: Any, tokens_in: int, tokens_out: int) 
     }
 
 
-def paused_events(message: dict) -> list[dict]:
+def paused_events(message: JsonObject) -> list[JsonObject]:
     """The same message streamed: message_start, the block's events, message_delta (with the
     message's `context_management`, if any), message_stop."""
     usage = message["usage"]

@@ -31,7 +31,7 @@ from typing import Any
 
 from proxy.core import texts
 from proxy.core.compaction import Offload
-from proxy.core.jsonio import string_or
+from proxy.core.jsonio import JsonObject, string_or
 from proxy.core.markers import is_marker, make_ref, tool_result_marker
 from proxy.core.provider_emulation import Edited
 from proxy.core.tokens import TokenCounter
@@ -56,7 +56,7 @@ def _opens_turn(item: Any, view: MessagesView) -> bool:
 
 def clear_thinking(
     items: list[Any], edit: ClearThinking, view: MessagesView, *, counter: TokenCounter
-) -> tuple[list[Any], dict | None]:
+) -> tuple[list[Any], JsonObject | None]:
     """(items, applied edit or None): see the module docstring."""
     if edit.keep is None:
         return items, None
@@ -124,7 +124,7 @@ def clear_tool_uses(
     counter: TokenCounter,
     namespace: str,
     input_tokens: int,
-) -> tuple[list[Any], dict | None, list[Offload]]:
+) -> tuple[list[Any], JsonObject | None, list[Offload]]:
     """(items, applied edit or None, what to store): see the module docstring. `input_tokens`:
     the request's, as the trigger measures them (system and tools included)."""
     uses = tool_uses(items, view)

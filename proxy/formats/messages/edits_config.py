@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.core.jsonio import JsonObject
 from proxy.errors import Kind, ProxyError
 
 CLEAR_TOOL_USES = "clear_tool_uses_20250919"
@@ -60,7 +61,7 @@ class Other:
     """An edit emulated elsewhere (`compact_20260112`): its config as sent."""
 
     type: str
-    config: dict
+    config: JsonObject
 
 
 Edit = ClearToolUses | ClearThinking | Other
@@ -75,7 +76,7 @@ def _bad(param: str, why: str) -> ProxyError:
     )
 
 
-def _object(value: Any, param: str, allowed: tuple[str, ...]) -> dict:
+def _object(value: Any, param: str, allowed: tuple[str, ...]) -> JsonObject:
     if type(value) is not dict:
         raise _bad(param, f"expected an object, got {type(value).__name__}")
     for key in value:
@@ -114,7 +115,7 @@ def _names(value: Any, param: str) -> frozenset[str]:
     return frozenset(value)
 
 
-def _clear_tool_uses(edit: dict, at: str) -> ClearToolUses:
+def _clear_tool_uses(edit: JsonObject, at: str) -> ClearToolUses:
     _object(edit, at, ("type", "trigger", "keep", "clear_at_least", "exclude_tools", "clear_tool_inputs"))
     out: dict[str, Any] = {}
     if edit.get("trigger") is not None:
@@ -135,7 +136,7 @@ def _clear_tool_uses(edit: dict, at: str) -> ClearToolUses:
     return ClearToolUses(**out)
 
 
-def _clear_thinking(edit: dict, at: str) -> ClearThinking:
+def _clear_thinking(edit: JsonObject, at: str) -> ClearThinking:
     _object(edit, at, ("type", "keep"))
     keep = edit.get("keep")
     if keep is None:

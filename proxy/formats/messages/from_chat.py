@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from proxy.core.jsonio import array_or, object_or, string_or
+from proxy.core.jsonio import JsonObject, array_or, object_or, string_or
 from proxy.formats.messages.items import PART, block_type, blocks_of, input_text, text_blocks_text
 from proxy.formats.messages.request import anthropic_tool, messages_of
 
@@ -76,7 +76,7 @@ def _content(content: Any) -> Any:
     return content if isinstance(content, str) else ""
 
 
-def _input(arguments: Any) -> dict:
+def _input(arguments: Any) -> JsonObject:
     if isinstance(arguments, dict):
         return arguments
     if not isinstance(arguments, str) or not arguments.strip():
@@ -108,7 +108,7 @@ def _tool_use(call: Any) -> Any:
     }
 
 
-def _assistant(message: dict) -> dict:
+def _assistant(message: JsonObject) -> JsonObject:
     blocks: list[Any] = []
     text = _text(message.get("content"))
     if text:
@@ -189,7 +189,9 @@ def tools_from_chat(tools: Any) -> Any:
     ]
 
 
-def body_from_chat(messages: list[Any], *, model: str, tools: Any = None, max_tokens: int = DEFAULT_MAX_TOKENS) -> dict:
+def body_from_chat(
+    messages: list[Any], *, model: str, tools: Any = None, max_tokens: int = DEFAULT_MAX_TOKENS
+) -> JsonObject:
     """The Messages request body a client would send for a chat history."""
     body: dict[str, Any] = {"model": model, "max_tokens": max_tokens}
     system = system_from_chat(messages)
@@ -267,16 +269,17 @@ def chat_from_items(items: list[Any]) -> list[Any]:
     return [m for message in messages_of(items) for m in chat_from_message(message)]
 
 
-def chat_from_answer(answer: Any) -> dict:
+def chat_from_answer(answer: Any) -> JsonObject:
     """An Anthropic answer (a Messages API response) as the chat assistant message it stands for."""
     if not isinstance(answer, dict):
         raise ValueError("not a message")
-    return chat_from_message({"role": "assistant", "content": answer.get("content") or []})[0]
+    message: JsonObject = chat_from_message({"role": "assistant", "content": answer.get("content") or []})[0]
+    return message
 
 
 def message_answer(
     text: str, *, model: str, input_tokens: int = 0, output_tokens: int = 0, message_id: str = "msg_replay"
-) -> dict:
+) -> JsonObject:
     """The Messages API response answering `text` (what a fake upstream sends)."""
     return {
         "id": message_id,

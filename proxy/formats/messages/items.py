@@ -33,7 +33,7 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from proxy.core.images import split_data_url
-from proxy.core.jsonio import string_or
+from proxy.core.jsonio import JsonObject, string_or
 from proxy.core.view import ItemView, MediaPart, Role
 
 PART = "x-offload-part"  # on a later part of a split user message: its place (1, 2, …) in the message
@@ -105,7 +105,7 @@ def text_blocks_text(blocks: Any) -> str | None:
     return "\n".join(texts) if texts else None
 
 
-def tool_result_block(item: Any) -> dict | None:
+def tool_result_block(item: Any) -> JsonObject | None:
     """The tool_result of an item that is one (a user message, or a part, opening with its only
     tool_result block), else None. (Asked several times of every item on every turn: no slice,
     no generator.)"""
@@ -124,7 +124,7 @@ def tool_result_block(item: Any) -> dict | None:
     return first
 
 
-def result_text(block: dict) -> str | None:
+def result_text(block: JsonObject) -> str | None:
     """A tool_result's offloadable text: its string content, or its content of text blocks only
     (joined by newlines). None when it holds anything else (an image, a document, …) or nothing."""
     content = block.get("content")
@@ -139,7 +139,7 @@ def result_text(block: dict) -> str | None:
     return None
 
 
-def with_result_text(block: dict, text: str) -> dict:
+def with_result_text(block: JsonObject, text: str) -> JsonObject:
     """`block` (a tool_result) whose content is `text`, every other key kept. A list of text
     blocks becomes one text block (the first one's keys, with the last `cache_control` any of
     them carried: a client's breakpoint inside the result stays on it)."""
@@ -174,7 +174,7 @@ def media_block(block: Any) -> MediaPart | None:
     return MediaPart(kind, inline, "anthropic")
 
 
-def reloaded_block(kind: str, data_url: str) -> dict:
+def reloaded_block(kind: str, data_url: str) -> JsonObject:
     """The block showing reloaded media again (an image or a document, base64)."""
     media_type, data = split_data_url(data_url) or ("application/octet-stream", "")
     return {
@@ -183,7 +183,7 @@ def reloaded_block(kind: str, data_url: str) -> dict:
     }
 
 
-def _marker_block(block: dict, text: str) -> dict:
+def _marker_block(block: JsonObject, text: str) -> JsonObject:
     out: dict[str, Any] = {"type": "text", "text": text}
     if "cache_control" in block:
         out["cache_control"] = block["cache_control"]  # a client's breakpoint stays where it was
@@ -285,7 +285,7 @@ class MessagesView:
             return result_text(block)
         return text_blocks_text(item.get("content")) if isinstance(item, dict) else None
 
-    def _tool_uses(self, item: Any) -> list[dict]:
+    def _tool_uses(self, item: Any) -> list[JsonObject]:
         if not isinstance(item, dict) or item.get("role") != "assistant" or not isinstance(item.get("content"), list):
             return []
         return [b for b in item["content"] if is_tool_use(b)]
@@ -340,7 +340,7 @@ class MessagesView:
     def with_media(self, item: Any, markers: Mapping[int, str]) -> Any:
         return {**item, "content": _replace_media(item["content"], markers, 0)[0]}
 
-    def summary_item(self, text: str) -> dict:
+    def summary_item(self, text: str) -> JsonObject:
         return {"role": "user", "content": [{"type": "text", "text": text}], SUMMARY: True}
 
     def transcript(self, item: Any) -> tuple[str, str]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from proxy.core.jsonio import JsonObject
 from proxy.core.media import ToolResult, as_text
 from proxy.core.rounds import ToolCall
 from proxy.errors import anthropic_error_event
@@ -48,30 +49,31 @@ class MessagesRounds:
     last_id: str | None = None
     # the `context_management` the client's message carries when the proxy applied the edits
     # itself (`proxy.turn._context_edits`): on the message, or on a stream's last `message_delta`
-    context_management: dict | None = None
+    context_management: JsonObject | None = None
 
     def __init__(
         self,
-        body: dict,
+        body: JsonObject,
         items: list[Any],
-        tools: Sequence[dict],
+        tools: Sequence[JsonObject],
         *,
         names: frozenset[str],
-        extra_usage: dict | None = None,
-        lead: Sequence[dict] = (),
+        extra_usage: JsonObject | None = None,
+        lead: Sequence[JsonObject] = (),
     ) -> None:
         """`lead`: the proxy's own blocks, first in the client's answer (an emulated compaction)."""
         self.body, self.items, self.tools, self.names = body, list(items), list(tools), names
         self.extra_usage = usage_from_chat(extra_usage)
         self.round = 0
         self.offered = False
-        self._pending: tuple[dict, list[dict]] | None = None  # the round's assistant message, its injected calls
-        self._answers: list[dict] = []
+        # the round's assistant message, its injected calls
+        self._pending: tuple[JsonObject, list[JsonObject]] | None = None
+        self._answers: list[JsonObject] = []
         self.lead = list(lead)
         self._rewriter = StreamRewriter(names, extra_usage=self.extra_usage, lead=self.lead)
         self.unanswered: list[ToolCall] = []
 
-    def request(self, offered: bool) -> dict:
+    def request(self, offered: bool) -> JsonObject:
         self.offered = offered
         payload = with_history(self.body, self.items)
         return inject_tools(payload, self.tools) if offered or self.round else payload
@@ -85,24 +87,24 @@ class MessagesRounds:
         self._pending = None
         self._rewriter.next_round()
 
-    def _calls(self, message: dict, calls: list[dict]) -> list[ToolCall]:
+    def _calls(self, message: JsonObject, calls: list[JsonObject]) -> list[ToolCall]:
         self._pending = (message, calls)
         return tool_calls(calls)
 
-    def _stop(self, calls: list[dict]) -> list[ToolCall]:
+    def _stop(self, calls: list[JsonObject]) -> list[ToolCall]:
         """The loop ends: injected calls still in the round (beside the client's) stay unanswered."""
         self.unanswered = tool_calls(calls)
         return []
 
     # -- non-streamed ------------------------------------------------------------------------
 
-    def take(self, answer: dict) -> list[ToolCall]:
+    def take(self, answer: JsonObject) -> list[ToolCall]:
         self._answers.append(answer)
         if self.offered and injected_only(answer, self.names):
             return self._calls(assistant_turn(content_of(answer)), calls_to_run(answer, self.names))
         return self._stop(calls_to_run(answer, self.names))
 
-    def result(self) -> dict:
+    def result(self) -> JsonObject:
         final = combine_rounds(self._answers, self.names, extra_usage=self.extra_usage, lead=self.lead)
         if self.context_management is not None:
             final["context_management"] = self.context_management
@@ -110,7 +112,7 @@ class MessagesRounds:
 
     # -- streamed ----------------------------------------------------------------------------
 
-    def feed(self, event: dict) -> list[dict]:
+    def feed(self, event: JsonObject) -> list[JsonObject]:
         return self._rewriter.feed(event)
 
     def calls(self) -> list[ToolCall]:
@@ -121,10 +123,10 @@ class MessagesRounds:
             return self._calls(rewriter.round_message(), rewriter.calls_to_run)
         return self._stop(rewriter.calls_to_run)
 
-    def finish(self) -> list[dict]:
+    def finish(self) -> list[JsonObject]:
         return self._rewriter.finish(context_management=self.context_management)
 
-    def fail(self, error: dict) -> list[dict]:
+    def fail(self, error: JsonObject) -> list[JsonObject]:
         detail = anthropic_error_event(error)["error"]
         return self._rewriter.fail(detail["message"], kind=detail["type"])
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from proxy.core.jsonio import object_or
+from proxy.core.jsonio import JsonObject, object_or
 from proxy.core.provider_context import DEFAULT_KEEP_TOOL_USES, NONE, ProviderContext
 from proxy.formats.messages.items import PRIVATE_KEYS, blocks_of, has_tool_result, is_part, is_summary, split_message
 
 
-def history(body: dict) -> list[Any]:
+def history(body: JsonObject) -> list[Any]:
     """The history items of the request's `messages` (a split user message gives several, see
     `proxy.formats.messages.items`); [] when `messages` is not a list (the upstream refuses it)."""
     messages = body.get("messages") if isinstance(body, dict) else None
@@ -56,7 +56,7 @@ def messages_of(items: list[Any]) -> list[Any]:
     return out
 
 
-def with_history(body: dict, items: list[Any]) -> dict:
+def with_history(body: JsonObject, items: list[Any]) -> JsonObject:
     """A new body whose `messages` are those `items` stand for (`messages_of`); every other key
     stays, in its order. `with_history(body, history(body))` is `body`, byte for byte.
 
@@ -96,7 +96,7 @@ def _mergeable(group: list[Any]) -> bool:
     )
 
 
-def _merged(summary: dict, message: dict, *, after: bool = False) -> dict:
+def _merged(summary: JsonObject, message: JsonObject, *, after: bool = False) -> JsonObject:
     """`summary`'s blocks first, then `message`'s, in `message`; `after`: the second's blocks
     appended to the first (private keys dropped)."""
     if after:
@@ -108,7 +108,7 @@ def _merged(summary: dict, message: dict, *, after: bool = False) -> dict:
 # Tools
 
 
-def anthropic_tool(schema: dict) -> dict:
+def anthropic_tool(schema: JsonObject) -> JsonObject:
     """An Anthropic client tool from a chat-style schema (`{"type": "function", "function": {...}}`)."""
     function = object_or(schema.get("function"), schema)
     tool: dict[str, Any] = {"name": function["name"]}
@@ -130,7 +130,7 @@ def _tool_names(tools: Any) -> set[str]:
     return names
 
 
-def inject_tools(body: dict, schemas: Sequence[dict]) -> dict:
+def inject_tools(body: JsonObject, schemas: Sequence[JsonObject]) -> JsonObject:
     """A new body with the injected tools (`schemas`, chat-style, e.g.
     `proxy.core.texts.RELOAD_TOOL_SCHEMAS`) appended after the client's own tools as
     `{"name", "description", "input_schema"}`: the same schemas always give the same bytes.

@@ -7,7 +7,7 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from proxy.core import texts
-from proxy.core.jsonio import nested_deeper_than, string_or
+from proxy.core.jsonio import JsonObject, nested_deeper_than, string_or
 from proxy.core.media import ToolResult
 from proxy.core.rounds import ToolCall
 from proxy.core.usage import add_usage
@@ -15,7 +15,7 @@ from proxy.formats.json_body import MAX_DEPTH
 from proxy.formats.messages.items import block_type, input_text, is_injected, is_tool_use, reloaded_block
 
 
-def content_of(message: Any) -> list:
+def content_of(message: Any) -> list[Any]:
     content = message.get("content") if isinstance(message, dict) else None
     return content if isinstance(content, list) else []
 
@@ -32,7 +32,7 @@ def injected_only(answer: Any, names: Collection[str]) -> bool:
     )
 
 
-def calls_to_run(answer: Any, names: Collection[str]) -> list[dict]:
+def calls_to_run(answer: Any, names: Collection[str]) -> list[JsonObject]:
     """The injected tool_use blocks of the answer, in order."""
     return [block for block in content_of(answer) if is_injected(block, names)]
 
@@ -50,7 +50,7 @@ def _arguments(value: Any) -> Any:
     return input_text(value)
 
 
-def tool_calls(blocks: Sequence[dict]) -> list[ToolCall]:
+def tool_calls(blocks: Sequence[JsonObject]) -> list[ToolCall]:
     """The injected tool_use blocks as the loop runs them (see `_arguments`)."""
     return [
         ToolCall(str(b.get("name") or ""), _arguments(b.get("input")), string_or(b.get("id"), None)) for b in blocks
@@ -64,7 +64,7 @@ def _sendable(block: Any) -> Any:
     return block
 
 
-def assistant_turn(content: list) -> dict:
+def assistant_turn(content: list[Any]) -> JsonObject:
     """The round's assistant message for the next round: every block as the upstream sent it
     (thinking and redacted_thinking included, which the API requires back with the tool
     results), less empty text blocks (which the API refuses in a request), a tool input too
@@ -77,7 +77,7 @@ def assistant_turn(content: list) -> dict:
     }
 
 
-def tool_results(calls: Sequence[dict], results: Sequence[ToolResult]) -> dict:
+def tool_results(calls: Sequence[JsonObject], results: Sequence[ToolResult]) -> JsonObject:
     """The user message answering `calls` (tool_use blocks) with `results`, one tool_result each,
     in order; reloaded media as an image or document block."""
     if len(calls) != len(results):
@@ -99,26 +99,26 @@ def _result_content(result: ToolResult) -> Any:
     return texts.media_not_here(result.kind, result.ref)
 
 
-def visible(content: list, names: Collection[str]) -> list:
+def visible(content: list[Any], names: Collection[str]) -> list[Any]:
     """The blocks the client sees: all but the calls to the injected tools."""
     return [block for block in content if not is_injected(block, names)]
 
 
-def client_stop_reason(stop_reason: Any, content: list) -> Any:
+def client_stop_reason(stop_reason: Any, content: list[Any]) -> Any:
     """`tool_use` with no tool_use left for the client (only injected ones were hidden) is `end_turn`."""
     if stop_reason == "tool_use" and not any(is_tool_use(b) for b in content):
         return "end_turn"
     return stop_reason
 
 
-def usage_from_chat(usage: dict | None) -> dict | None:
+def usage_from_chat(usage: JsonObject | None) -> JsonObject | None:
     """A chat-shaped usage (the proxy's own summary calls) in the Messages shape."""
     if not usage:
         return None
     return {"input_tokens": usage.get("prompt_tokens") or 0, "output_tokens": usage.get("completion_tokens") or 0}
 
 
-def sum_usage(usages: Sequence[Any], extra_usage: dict | None) -> dict | None:
+def sum_usage(usages: Sequence[Any], extra_usage: JsonObject | None) -> JsonObject | None:
     """Every numeric field summed over the rounds (`cache_*` and nested counts included), plus
     `extra_usage` (Messages-shaped); None when no round reported usage."""
     reported = [u for u in usages if isinstance(u, dict)]
@@ -131,8 +131,12 @@ def sum_usage(usages: Sequence[Any], extra_usage: dict | None) -> dict | None:
 
 
 def combine_rounds(
-    answers: Sequence[dict], names: Collection[str], *, extra_usage: dict | None = None, lead: Sequence[dict] = ()
-) -> dict:
+    answers: Sequence[JsonObject],
+    names: Collection[str],
+    *,
+    extra_usage: JsonObject | None = None,
+    lead: Sequence[JsonObject] = (),
+) -> JsonObject:
     """The one message the client gets from the rounds of a non-streamed reload loop.
 
     The last round's message (its `stop_reason`, `stop_sequence`, `model`, …) with the first

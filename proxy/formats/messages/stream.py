@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core.growing_text import GrowingText
-from proxy.core.jsonio import object_or
+from proxy.core.jsonio import JsonObject, object_or
 from proxy.core.usage import add_usage
 from proxy.errors import ANTHROPIC_ERROR_TYPES
 from proxy.formats.messages.items import block_type, is_injected, is_tool_use
@@ -51,14 +51,14 @@ class _Block:
     """One content block of the current round, by its upstream `index`. What its deltas add is
     collected apart (`grown`, `citations`, `fragments`) and put into the block by `finished`."""
 
-    block: dict
+    block: JsonObject
     hidden: bool  # a call to an injected tool
     client_index: int | None = None
     grown: dict[str, GrowingText] = field(default_factory=dict)  # "text" / "thinking" → the field so far
-    citations: list | None = None  # the block's citations so far, once a citations_delta came
+    citations: list[Any] | None = None  # the block's citations so far, once a citations_delta came
     fragments: GrowingText = field(default_factory=GrowingText)  # input_json_delta partial_json, in order
 
-    def _rebuilt(self) -> dict:
+    def _rebuilt(self) -> JsonObject:
         if not self.grown and self.citations is None:
             return self.block
         block = {**self.block, **{name: text.text() for name, text in self.grown.items()}}
@@ -66,7 +66,7 @@ class _Block:
             block["citations"] = list(self.citations)
         return block
 
-    def finished(self) -> dict:
+    def finished(self) -> JsonObject:
         """The block as sent back in a request: its text and thinking whole, a tool's input
         parsed from its fragments (`{}` for none; the raw text under `_raw` if it is not a JSON
         object)."""
@@ -83,7 +83,7 @@ class _Block:
         return {**block, "input": value if isinstance(value, dict) else {"_raw": text}}
 
 
-def _apply(delta: dict, state: _Block) -> None:
+def _apply(delta: JsonObject, state: _Block) -> None:
     """Grow the block by one delta (the anthropic SDK's rules), in time linear in what it adds."""
     kind = delta.get("type")
     name = _GROWING.get(kind) if isinstance(kind, str) else None
@@ -106,12 +106,12 @@ def _apply(delta: dict, state: _Block) -> None:
         state.block.update({k: delta.get(k) for k in ("content", "encrypted_content") if k in delta})
 
 
-def _counts(usage: dict) -> dict:
+def _counts(usage: JsonObject) -> JsonObject:
     """The counts of a usage object (numbers and nested counts), for a `message_delta`."""
     return {k: v for k, v in usage.items() if _int(v) is not None or isinstance(v, (float, dict))}
 
 
-def block_events(index: int, block: dict) -> list[dict]:
+def block_events(index: int, block: JsonObject) -> list[JsonObject]:
     """A whole block as Anthropic streams it: `content_block_start`, one delta, `content_block_stop`.
     A `compaction` block starts empty and comes in one `compaction_delta`; others start whole."""
     if block_type(block) == "compaction":
@@ -140,7 +140,7 @@ class StreamRewriter:
     `finish()` gives the last events, `fail(...)` an error event instead."""
 
     def __init__(
-        self, injected_names: Iterable[str], *, extra_usage: dict | None = None, lead: Sequence[dict] = ()
+        self, injected_names: Iterable[str], *, extra_usage: JsonObject | None = None, lead: Sequence[JsonObject] = ()
     ) -> None:
         """`lead`: the proxy's own blocks (an emulated compaction block), at the first indexes,
         streamed whole right after `message_start`."""
@@ -150,15 +150,15 @@ class StreamRewriter:
         self._started = False
         self._lead = list(lead)
         self._next_index = len(self._lead)
-        self._usage: dict | None = add_usage(None, extra_usage)  # the finished rounds' sum
+        self._usage: JsonObject | None = add_usage(None, extra_usage)  # the finished rounds' sum
         self._finished = False
         self._new_round()
 
     def _new_round(self) -> None:
         self._blocks: dict[int, _Block] = {}
-        self._round_usage: dict | None = None
-        self._delta: dict | None = None
-        self._stop: dict | None = None
+        self._round_usage: JsonObject | None = None
+        self._delta: JsonObject | None = None
+        self._stop: JsonObject | None = None
         self._errored = False
 
     # -- what the loop asks after a round ------------------------------------------------------
@@ -192,11 +192,11 @@ class StreamRewriter:
         )
 
     @property
-    def calls_to_run(self) -> list[dict]:
+    def calls_to_run(self) -> list[JsonObject]:
         """The round's injected tool_use blocks (input parsed), in order."""
         return [b.finished() for b in self._ordered() if b.hidden]
 
-    def round_message(self) -> dict:
+    def round_message(self) -> JsonObject:
         """The round's assistant message, every block rebuilt (see `rounds.assistant_turn`)."""
         return assistant_turn([b.finished() for b in self._ordered()])
 
@@ -208,7 +208,7 @@ class StreamRewriter:
 
     # -- the end ---------------------------------------------------------------------------------
 
-    def finish(self, *, context_management: dict | None = None) -> list[dict]:
+    def finish(self, *, context_management: JsonObject | None = None) -> list[JsonObject]:
         """The last events for the client: one `message_delta` (the last round's, summed usage,
         `context_management` when given, as Anthropic sends it there) and `message_stop`. An
         error event instead when the round never completed; nothing after an error event."""
@@ -228,7 +228,7 @@ class StreamRewriter:
             last["context_management"] = context_management
         return [last, self._stop or {"type": "message_stop"}]
 
-    def fail(self, message: str, *, kind: str = "api_error") -> list[dict]:
+    def fail(self, message: str, *, kind: str = "api_error") -> list[JsonObject]:
         """An `error` event ending the stream (once)."""
         if self._finished:
             return []
@@ -237,7 +237,7 @@ class StreamRewriter:
 
     # -- events ----------------------------------------------------------------------------------
 
-    def feed(self, event: dict) -> list[dict]:
+    def feed(self, event: JsonObject) -> list[JsonObject]:
         """The events to send the client now for one upstream event (none or one)."""
         if not isinstance(event, dict) or self._finished:
             return []
@@ -276,7 +276,7 @@ class StreamRewriter:
             state.client_index, self._next_index = self._next_index, self._next_index + 1
         return [{**event, "index": state.client_index}]
 
-    def _start(self, event: dict) -> list[dict]:
+    def _start(self, event: JsonObject) -> list[JsonObject]:
         message = object_or(event.get("message"), {})
         if isinstance(message.get("usage"), dict):
             self._round_usage = dict(message["usage"])

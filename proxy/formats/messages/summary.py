@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from proxy.core.jsonio import object_or
+from proxy.core.jsonio import JsonObject, object_or
 from proxy.formats.messages.items import block_type, is_tool_use
 from proxy.formats.messages.request import inject_tools, messages_of
 
@@ -42,12 +42,12 @@ DROPPED = frozenset({"stream", "stop_sequences", "output_format", "max_tokens"})
 _FORCING = frozenset({"any", "tool"})  # tool_choice types that make the model call a tool
 
 
-def instruction_message(text: str) -> dict:
+def instruction_message(text: str) -> JsonObject:
     """The user message a summary request ends with."""
     return {"role": "user", "content": [{"type": "text", "text": text}]}
 
 
-def _thinking_on(body: dict) -> bool:
+def _thinking_on(body: JsonObject) -> bool:
     thinking = body.get("thinking")
     return isinstance(thinking, dict) and thinking.get("type") not in (None, "disabled")
 
@@ -56,7 +56,7 @@ def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def summary_max_tokens(body: dict) -> int:
+def summary_max_tokens(body: JsonObject) -> int:
     """`max_tokens` of the summary request (see the module docstring)."""
     if not _thinking_on(body):
         return SUMMARY_MAX_TOKENS
@@ -74,8 +74,8 @@ def _unanswered(messages: list[Any]) -> list[str]:
 
 
 def summary_request(
-    body: dict, prefix: list[Any], instruction: str, *, tools: Sequence[dict], model: str
-) -> tuple[str, dict]:
+    body: JsonObject, prefix: list[Any], instruction: str, *, tools: Sequence[JsonObject], model: str
+) -> tuple[str, JsonObject]:
     messages = messages_of(prefix)  # the prefix alone: the instruction is never merged into it
     ask = instruction_message(instruction)
     dangling = _unanswered(messages)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.core.bill import UNREPORTED, Bill, count, optional, reported
+from proxy.core.jsonio import JsonObject
 
 
 def bill_of(usage: object) -> Bill:
@@ -41,9 +42,9 @@ def bill_of(usage: object) -> Bill:
 
 class MessagesUsageStream:
     def __init__(self) -> None:
-        self._usage: dict | None = None
+        self._usage: JsonObject | None = None
 
-    def feed(self, event: dict) -> None:
+    def feed(self, event: JsonObject) -> None:
         kind = event.get("type")
         if kind == "message_start" and isinstance(event.get("message"), dict):
             usage = event["message"].get("usage")
@@ -67,7 +68,7 @@ class MessagesUsage:
     def stream(self) -> MessagesUsageStream:
         return MessagesUsageStream()
 
-    def asking(self, body: dict) -> dict | None:
+    def asking(self, body: JsonObject) -> JsonObject | None:
         return None  # a stream reports its usage unasked
 
     def unasked(self, data: bytes) -> bytes | None:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from proxy.core.bill import UsageReader
+from proxy.core.jsonio import JsonObject
 from proxy.core.markers import INJECTED_TOOLS
 from proxy.core.provider_context import ProviderContext
 from proxy.formats.messages import summary
@@ -31,37 +32,37 @@ class MessagesFormat:
     compaction_emulation = MessagesCompaction()
     clearing_edits = MessagesEdits(view)
 
-    def parse(self, raw: bytes, *, max_items: int | None) -> dict:
+    def parse(self, raw: bytes, *, max_items: int | None) -> JsonObject:
         return parse_messages_body(raw, max_items=max_items)
 
-    def history(self, body: dict) -> list[Any]:
+    def history(self, body: JsonObject) -> list[Any]:
         return history(body)
 
-    def with_history(self, body: dict, items: list[Any]) -> dict:
+    def with_history(self, body: JsonObject, items: list[Any]) -> JsonObject:
         return with_history(body, items)
 
-    def colliding_tool_names(self, body: dict) -> set[str]:
+    def colliding_tool_names(self, body: JsonObject) -> set[str]:
         return colliding_tool_names(body, INJECTED_TOOLS)
 
-    def with_prompt_cache(self, body: dict, *, key: str | None) -> dict:
+    def with_prompt_cache(self, body: JsonObject, *, key: str | None) -> JsonObject:
         return with_caching(body)
 
-    def provider_context(self, body: dict) -> ProviderContext:
+    def provider_context(self, body: JsonObject) -> ProviderContext:
         return provider_context(body)
 
     def rounds(
         self,
-        body: dict,
+        body: JsonObject,
         items: list[Any],
-        tools: Sequence[dict],
+        tools: Sequence[JsonObject],
         *,
-        extra_usage: dict | None,
+        extra_usage: JsonObject | None,
     ) -> MessagesRounds:
         return MessagesRounds(body, items, tools, names=INJECTED_TOOLS, extra_usage=extra_usage)
 
     def summary_request(
-        self, body: dict, prefix: list[Any], instruction: str, *, tools: Sequence[dict], model: str
-    ) -> tuple[str, dict]:
+        self, body: JsonObject, prefix: list[Any], instruction: str, *, tools: Sequence[JsonObject], model: str
+    ) -> tuple[str, JsonObject]:
         return summary.summary_request(body, prefix, instruction, tools=tools, model=model)
 
     def summary_answer(self, answer: Any) -> tuple[str, int, int]:
