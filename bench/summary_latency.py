@@ -24,7 +24,7 @@ from pathlib import Path
 from common import SHARED
 
 from proxy.core import compression as cp
-from proxy.core import precompress
+from proxy.core import compression as precompress
 from proxy.core.compaction import plan_compaction
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_encoding, counter_for_model

@@ -64,7 +64,7 @@ PINGS: dict[str, Callable[[JsonObject], JsonObject | None]] = {
     "responses": _responses,
     "messages": _messages,
 }
-# whose cache a ping keeps warm: the provider profile of `proxy.core.provider_cache`
+# whose cache a ping keeps warm: the provider profile of `proxy.core.prompt_cache`
 PROFILES = {"chat/completions": "openai", "responses": "openai", "messages": "anthropic"}
 
 

@@ -17,7 +17,7 @@ from hashlib import blake2b
 from typing import Any
 
 from proxy.core.jsonio import JsonObject
-from proxy.core.provider_cache import Block, Request, content_key
+from proxy.core.prompt_cache import Block, Request, content_key
 
 KEY_PREFIX = "offload-"
 

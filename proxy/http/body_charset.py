@@ -1,6 +1,6 @@
 """The charset a request's Content-Type declares, where the proxy reads the body as JSON to check it.
 
-The proxy reads a JSON body as UTF-8 (`proxy.core.json_text`). An upstream that honours a declared
+The proxy reads a JSON body as UTF-8 (`proxy.core.jsonio`). An upstream that honours a declared
 charset reads other text from the same bytes: Express's body-parser takes any `utf-*` charset,
 UTF-7 among them, where `+ACI-` is a quote, so a string the proxy read as plain text could be, for
 that upstream, a field the proxy never saw (a compaction token's `encrypted_content`, a

@@ -7,7 +7,7 @@ from typing import Any
 from starlette.responses import JSONResponse as _StarletteJSONResponse
 from starlette.responses import Response
 
-from proxy.core import large_json
+from proxy.core import jsonio as large_json
 from proxy.core.jsonio import dumps
 from proxy.offload.cpu_pool import CPU
 

@@ -20,7 +20,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from proxy import telemetry
-from proxy.core import jsonio, large_json
+from proxy.core import jsonio
+from proxy.core import jsonio as large_json
 from proxy.core.jsonio import JsonObject
 from proxy.core.settings import OffloadSettings
 from proxy.core.wire import WireFormat

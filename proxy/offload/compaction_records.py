@@ -11,7 +11,7 @@ sends one upstream.
 A record is JSON as `proxy.core.jsonio` writes it (a lone surrogate escaped, valid UTF-8), so it
 reads back exactly as it came in. A large one (a task of tens of MB is kept whole) is written,
 hashed and sealed, and read back, in the CPU pool (`proxy.offload.cpu_pool`), a piece at a time
-(`proxy.core.large_json`).
+(`proxy.core.jsonio`).
 
 A record opened with the encryption key before a rotation (`--encryption-key-previous`) is
 sealed again with the current key as it is read: the client holds only the token, so nothing
@@ -23,8 +23,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.core import compaction_token, jsonio, large_json
-from proxy.core.compaction_token import TokenError
+from proxy.core import compaction as compaction_token
+from proxy.core import jsonio
+from proxy.core import jsonio as large_json
+from proxy.core.compaction import TokenError
 from proxy.offload.cpu_pool import CPU, LARGE_CHARS
 from proxy.offload.quota import Quota
 from proxy.offload.tenant import key, unsharded_key

@@ -2,7 +2,7 @@
 
 After a turn a worker forwarded (`hold`), it keeps in memory exactly what that turn sent: the
 body's bytes, the headers with the session's own credential (never written anywhere), where
-it went. Shortly before the provider's cache would expire (`proxy.core.keepalive.next_ping`) it
+it went. Shortly before the provider's cache would expire (`proxy.core.prompt_cache.next_ping`) it
 sends the session's 1-token ping (`proxy.formats.keepalive_pings`) with that prefix, on that
 credential, to that upstream. What is held (bodies and headers) is bounded by bytes per worker
 (`max_bytes`: the sessions idle longest go first) and dropped once the session gets no more pings.
@@ -29,9 +29,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy.core import jsonio
-from proxy.core import keepalive as ka
-from proxy.core import provider_cache as pc
-from proxy.core.last_sent import LastSent
+from proxy.core import prompt_cache as ka
+from proxy.core import prompt_cache as pc
+from proxy.core.prompt_cache import LastSent
 from proxy.formats.json_body import LARGE_BODY
 from proxy.formats.keepalive_pings import output_tokens, profile_name
 from proxy.formats.keepalive_pings import ping as ping_body
@@ -78,7 +78,7 @@ class PingDone:
     session: Session
     status: int  # the upstream's status (0: not answered)
     answer: Any  # its JSON body (None: none)
-    cost: float  # estimated, in input tokens (`proxy.core.keepalive.ping_cost`)
+    cost: float  # estimated, in input tokens (`proxy.core.prompt_cache.ping_cost`)
 
 
 def _ping_of(endpoint: str, content: bytes) -> bytes | None:

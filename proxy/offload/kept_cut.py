@@ -3,7 +3,7 @@
 `proxy.offload.summaries.Compressor.run` forwards the longest summary ready for a history. When
 a newer one is ready while the one the session's last turn forwarded still leaves what follows
 it under the trigger, taking the newer one now rewrites the cached rest of the prefix; with the
-cache warm that costs more than it saves unless the cut removes enough (`proxy.core.cache_cuts`).
+cache warm that costs more than it saves unless the cut removes enough (`proxy.core.prompt_cache`).
 And a cut forwarded below the trigger (made early on a cold cache, or the history's foldable part
 shrinking as results are compacted) is forwarded again by the next turns rather than undone: the
 history is never rewritten back and forth. The session's record (`proxy.offload.last_sent`) names
@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from proxy.core import compression as cp
-from proxy.core.cache_cuts import CutContext, keep_previous
+from proxy.core.prompt_cache import CutContext, keep_previous
 from proxy.core.tokens import TokenCounter
 from proxy.core.view import ItemView
 from proxy.offload.cpu_pool import CPU

@@ -1,4 +1,4 @@
-"""The sessions' last forwarded prefixes in the store (`proxy.core.last_sent.LastSent`): one key per
+"""The sessions' last forwarded prefixes in the store (`proxy.core.prompt_cache.LastSent`): one key per
 session under the tenant's namespace, the session's name keyed like the events' (`Sealer.key_name`),
 the value sealed like content, expiring `RECORD_TTL` seconds after the last write (at most the
 tenant's TTL). Every replica writes what it forwarded and reads what any replica did.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from proxy.core.last_sent import LastSent, decode
+from proxy.core.prompt_cache import LastSent, decode
 from proxy.offload.tenant import key
 from proxy.offload.tenant_store import TenantStore
 from proxy.store import StoreUnavailable, resealing

@@ -16,8 +16,8 @@ import httpx2
 import pytest
 from starlette.datastructures import Headers
 
-from proxy.core import compaction_token
-from proxy.core.compaction_token import PREFIX, is_ours
+from proxy.core import compaction as compaction_token
+from proxy.core.compaction import PREFIX, is_ours
 from proxy.http.caller import Gatekeeper
 from tests.harness import anthropic as afake
 from tests.harness import responses as fake

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.core.markers import INJECTED_TOOLS
+from proxy.core.texts import INJECTED_TOOLS
 
 
 def colliding_tool_names(body: Any) -> list[str]:

@@ -19,12 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core import texts
-from proxy.core.growing_text import GrowingText
+from proxy.core.answers import GrowingText, add_usage
 from proxy.core.jsonio import JsonObject, array_or, object_or
-from proxy.core.markers import INJECTED_TOOLS
 from proxy.core.media import Reloaded, ToolResult
 from proxy.core.rounds import ToolCall
-from proxy.core.usage import add_usage
+from proxy.core.texts import INJECTED_TOOLS
 from proxy.formats.chat.items import reloaded_part
 from proxy.formats.chat.usage import asked
 from proxy.upstream import sse

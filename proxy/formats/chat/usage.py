@@ -1,4 +1,4 @@
-"""Chat Completions' usage as a bill (`proxy.core.bill`), and asking for it on a stream.
+"""Chat Completions' usage as a bill (`proxy.core.answers`), and asking for it on a stream.
 
 `usage.prompt_tokens` is every input token, `prompt_tokens_details.cached_tokens` the share a
 prompt cache served (OpenAI reports no cache writes: they cost the input price),
@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from proxy.core import jsonio
-from proxy.core.bill import UNREPORTED, Bill, of_openai_usage
+from proxy.core.answers import UNREPORTED, Bill, of_openai_usage
 from proxy.core.jsonio import JsonObject
 
 _SPACE = re.compile(r"[ \t\n\r]*")  # JSON's whitespace

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from proxy.core.bill import UsageReader
+from proxy.core.answers import UsageReader
+from proxy.core.compaction import NONE, ProviderContext
 from proxy.core.jsonio import JsonObject
-from proxy.core.provider_context import NONE, ProviderContext
 from proxy.formats.chat import summary
 from proxy.formats.chat.body import parse_chat_body
 from proxy.formats.chat.items import VIEW

@@ -1,5 +1,5 @@
 """Anthropic's prompt cache on a Messages request: what the provider caches of it
-(`cached_request`, for `proxy.core.provider_cache`) and the caching the proxy adds for a client
+(`cached_request`, for `proxy.core.prompt_cache`) and the caching the proxy adds for a client
 that asked for none (`with_caching`, `--cache-control auto`).
 
 Anthropic caches only where a request asks: `cache_control` on a tool, a system block or a
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from proxy.core.jsonio import JsonObject
-from proxy.core.provider_cache import FIVE_MINUTES, Block, Request, content_key
+from proxy.core.prompt_cache import FIVE_MINUTES, Block, Request, content_key
 
 EPHEMERAL = {"type": "ephemeral"}
 Strategy = Literal["automatic", "system+automatic", "none"]
@@ -167,5 +167,5 @@ def cache_blocks(body: JsonObject, tokens: Tokens) -> tuple[Block, ...]:
 
 
 def cached_request(body: JsonObject, at: float, tokens: Tokens) -> Request:
-    """What Anthropic's cache sees of `body` sent at `at` (`proxy.core.provider_cache.Request`)."""
+    """What Anthropic's cache sees of `body` sent at `at` (`proxy.core.prompt_cache.Request`)."""
     return Request(at, cache_blocks(body, tokens), automatic=_mark(body))

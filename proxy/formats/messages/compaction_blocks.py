@@ -28,8 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from proxy.core.compaction_token import TokenError, is_ours
-from proxy.core.provider_emulation import Records
+from proxy.core.compaction import Records, TokenError, is_ours
 from proxy.errors import Kind, ProxyError
 
 MAX_NESTED = 8  # records expanded inside one another (records written now never nest)

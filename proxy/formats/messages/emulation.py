@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from proxy.core.markers import INJECTED_TOOLS
-from proxy.core.provider_emulation import Edited, Expanded, Records, Threshold
+from proxy.core.compaction import Edited, Expanded, Records, Threshold
+from proxy.core.texts import INJECTED_TOOLS
 from proxy.core.tokens import TokenCounter
 from proxy.formats.messages.compaction import paused_events, paused_message
 from proxy.formats.messages.compaction_blocks import replace_compaction_blocks

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from proxy.core.compaction import DEFAULT_KEEP_TOOL_USES, NONE, ProviderContext
 from proxy.core.jsonio import JsonObject, object_or
-from proxy.core.provider_context import DEFAULT_KEEP_TOOL_USES, NONE, ProviderContext
 from proxy.formats.messages.items import PRIVATE_KEYS, blocks_of, has_tool_result, is_part, is_summary, split_message
 
 
@@ -166,7 +166,7 @@ def provider_context(body: Any) -> ProviderContext:
     `compact_20260112` has Anthropic summarise the history itself; `clear_tool_uses_20250919`
     clears older tool results (all but the `keep` most recent tool uses, `exclude_tools`
     spared); `clear_thinking_20251015` touches only thinking blocks, which the proxy never
-    alters (see `proxy.core.provider_context`)."""
+    alters (see `proxy.core.compaction`)."""
     config = body.get("context_management") if isinstance(body, dict) else None
     edits = config.get("edits") if isinstance(config, dict) else None
     if not isinstance(edits, list):

@@ -7,10 +7,10 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from proxy.core import texts
+from proxy.core.answers import add_usage
 from proxy.core.jsonio import JsonObject, nested_deeper_than, string_or
 from proxy.core.media import ToolResult
 from proxy.core.rounds import ToolCall
-from proxy.core.usage import add_usage
 from proxy.formats.json_body import MAX_DEPTH
 from proxy.formats.messages.items import block_type, input_text, is_injected, is_tool_use, reloaded_block
 

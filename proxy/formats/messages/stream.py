@@ -28,9 +28,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.core.growing_text import GrowingText
+from proxy.core.answers import GrowingText, add_usage
 from proxy.core.jsonio import JsonObject, object_or
-from proxy.core.usage import add_usage
 from proxy.errors import ANTHROPIC_ERROR_TYPES
 from proxy.formats.messages.items import block_type, is_injected, is_tool_use
 from proxy.formats.messages.rounds import assistant_turn, client_stop_reason

@@ -1,4 +1,4 @@
-"""The Messages API's usage as a bill (`proxy.core.bill`).
+"""The Messages API's usage as a bill (`proxy.core.answers`).
 
 Anthropic splits the input itself: `input_tokens` are those after the last cache breakpoint
 (uncached), `cache_read_input_tokens` those read from the cache, `cache_creation_input_tokens`
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.core.bill import UNREPORTED, Bill, count, optional, reported
+from proxy.core.answers import UNREPORTED, Bill, count, optional, reported
 from proxy.core.jsonio import JsonObject
 
 

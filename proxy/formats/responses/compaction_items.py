@@ -1,7 +1,7 @@
 """Responses `compaction` items carrying the proxy's tokens, replaced by what they stand for.
 
 A `compaction` item whose `encrypted_content` is one of the proxy's tokens
-(`proxy.core.compaction_token`) means nothing to any upstream. Before planning, whichever way
+(`proxy.core.compaction`) means nothing to any upstream. Before planning, whichever way
 the request goes (relayed or emulated):
 
 - the newest compaction item is ours: it is replaced by its record (the summary with its
@@ -22,8 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.core.compaction_token import TokenError, is_ours
-from proxy.core.provider_emulation import Records
+from proxy.core.compaction import Records, TokenError, is_ours
 from proxy.core.view import ItemView
 from proxy.errors import Kind, ProxyError
 

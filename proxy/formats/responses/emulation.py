@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from proxy.core.markers import INJECTED_TOOLS
-from proxy.core.provider_emulation import Expanded, Records, Threshold
+from proxy.core.compaction import Expanded, Records, Threshold
+from proxy.core.texts import INJECTED_TOOLS
 from proxy.formats.responses import trigger
 from proxy.formats.responses.compact import compaction_item, triggered_events, triggered_response
 from proxy.formats.responses.compaction_items import replace_tokens

@@ -6,9 +6,9 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from proxy.core import texts
+from proxy.core.answers import add_usage
 from proxy.core.jsonio import JsonObject, array_or
 from proxy.core.media import ToolResult
-from proxy.core.usage import add_usage
 from proxy.formats.responses.items import _type, is_injected, needs_client, reloaded_output
 from proxy.formats.responses.request import _hide_tools
 

@@ -6,8 +6,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.core.answers import add_usage
 from proxy.core.jsonio import JsonObject, object_or
-from proxy.core.usage import add_usage
 from proxy.formats.responses.items import _type, is_injected, needs_client
 from proxy.formats.responses.request import _hide_tools
 from proxy.formats.responses.rounds import _hidden_flags, _output, _with_output

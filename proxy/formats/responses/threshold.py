@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.core.provider_emulation import Threshold
+from proxy.core.compaction import Threshold
 from proxy.formats.context_threshold import bad, entries, token_count
 
 

@@ -1,4 +1,4 @@
-"""The Responses API's usage as a bill (`proxy.core.bill`).
+"""The Responses API's usage as a bill (`proxy.core.answers`).
 
 `usage.input_tokens` is every input token, `input_tokens_details.cached_tokens` the share a
 prompt cache served (OpenAI reports no cache writes: they cost the input price),
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.core.bill import UNREPORTED, Bill, of_openai_usage
+from proxy.core.answers import UNREPORTED, Bill, of_openai_usage
 from proxy.core.jsonio import JsonObject
 
 TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})

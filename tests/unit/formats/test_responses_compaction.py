@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from proxy.core.compaction import plan_compaction, present_refs
-from proxy.core.markers import is_marker, refs_in
 from proxy.core.settings import OffloadSettings
+from proxy.core.texts import is_marker, refs_in
 from proxy.core.tokens import counter_for_model
 from proxy.formats.responses.items import ResponsesView
 from tests.harness.history import big_text_over

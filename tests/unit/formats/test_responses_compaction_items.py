@@ -2,7 +2,7 @@
 
 import pytest
 
-from proxy.core.compaction_token import PREFIX, TokenError
+from proxy.core.compaction import PREFIX, TokenError
 from proxy.errors import ProxyError
 from proxy.formats.responses import RESPONSES
 from proxy.formats.responses.compaction_items import replace_tokens
@@ -90,7 +90,7 @@ async def test_another_namespaces_token_a_forged_one_and_an_expired_one_are_400(
 
 
 def token_id(mine, token):
-    from proxy.core.compaction_token import read_token
+    from proxy.core.compaction import read_token
 
     return read_token(token, mine.namespace, mine.secret)
 

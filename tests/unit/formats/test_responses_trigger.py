@@ -3,11 +3,9 @@ is refused, and the compaction made by the emulated `/responses/compact`'s own `
 
 import pytest
 
-from proxy.core.compaction import Offload
-from proxy.core.compaction_token import PREFIX
-from proxy.core.markers import history_marker
-from proxy.core.provider_emulation import COMPACTION_ACTION
+from proxy.core.compaction import COMPACTION_ACTION, PREFIX, Offload
 from proxy.core.settings import OffloadSettings
+from proxy.core.texts import history_marker
 from proxy.core.tokens import counter_for_model
 from proxy.errors import ProxyError
 from proxy.formats.responses import RESPONSES

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from proxy.core import compaction_token
+from proxy.core import compaction as compaction_token
 from proxy.offload.compaction_records import CompactionRecords
 from proxy.offload.tenant import key, unsharded_key
 from proxy.store.sealing import Sealer

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from proxy.core.markers import INJECTED_TOOLS
+from proxy.core.texts import INJECTED_TOOLS
 from proxy.formats import chat
 from proxy.formats.responses.from_chat import items_from_chat
 from proxy.formats.responses.items import ResponsesView
