@@ -43,9 +43,8 @@ from typing import Any
 
 from proxy.config import ServerSettings
 from proxy.core import compression as cp
-from proxy.core import jsonio
+from proxy.core import jsonio, prompt_cache
 from proxy.core import prompt_cache as ka
-from proxy.core import prompt_cache as provider_cache
 from proxy.core.compaction import Offload
 from proxy.core.media import Reloaded
 from proxy.core.prompt_cache import CutContext, LastSent, digest
@@ -251,7 +250,7 @@ class Replayer:
         self.pricing = metrics.PRICINGS[pricing]
         self.gaps, self.gap_seed, self.cache_cuts = gaps, gap_seed, cache_cuts
         self.keepalive = keepalive or default_keepalive()
-        self.profile = provider_cache.profile_for(self.pricing.name, model)
+        self.profile = prompt_cache.profile_for(self.pricing.name, model)
         self.wire = WIRES[format]
         self.json_counter = counter_for_encoding("o200k_base")
         self._system: str | None = None  # an Anthropic conversation's `system` (its leading system messages)
