@@ -146,7 +146,7 @@ def show_banner(settings: ServerSettings) -> bool:
     import logging
 
     from proxy.banner import banner_lines
-    from proxy.http.tenants_file import load_tenants_file
+    from proxy.http.tenants import load_tenants_file
 
     lines = banner_lines(settings, load_tenants_file(settings.tenants_file))
     plain = settings.log_format == "text" or _is_terminal(sys.stderr)
@@ -317,7 +317,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 def check_tenants_file(settings: ServerSettings) -> None:
     """Read and check the tenants file before any worker starts (a worker would die on it)."""
     from proxy.http.caller import Gatekeeper
-    from proxy.http.tenants_file import load_tenants_file
+    from proxy.http.tenants import load_tenants_file
 
     Gatekeeper(
         load_tenants_file(settings.tenants_file),

@@ -28,8 +28,7 @@ from proxy.formats.responses.compact import compacted_response, parse_compact_bo
 from proxy.http import error_map
 from proxy.http.call_parts import compressor_for, request_settings, tenant_store
 from proxy.http.caller import Caller
-from proxy.http.error_map import response_of
-from proxy.http.json_response import json_answer
+from proxy.http.error_map import json_answer, response_of
 from proxy.http.managed import answered
 from proxy.http.services import services_of
 from proxy.http.token_relay import read_body, relay_tokens_expanded

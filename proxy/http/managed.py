@@ -30,14 +30,13 @@ from proxy.formats.messages import MESSAGES, without_emulated_betas
 from proxy.formats.openai_cache import session_cache_key
 from proxy.formats.responses import RESPONSES
 from proxy.http import accounting, billing, cache_session, emulated_answers, error_map, holdout, observed
-from proxy.http.body_charset import refuse_other_charsets
-from proxy.http.body_encoding import codings_of, decoded_body
+from proxy.http.body import codings_of, decoded_body, refuse_other_charsets
 from proxy.http.call_parts import compressor_for, request_settings, tenant_store
 from proxy.http.caller import Caller
 from proxy.http.disconnect import ClientWatch
-from proxy.http.family import family_of
 from proxy.http.headers import response_headers_for_client
 from proxy.http.relay import close_after, stream_back
+from proxy.http.routing import family_of
 from proxy.http.services import services_of
 from proxy.offload import cpu_pool, response_chains
 from proxy.offload.refs import RefStore

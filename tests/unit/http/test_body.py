@@ -1,6 +1,7 @@
-"""Request bodies with a Content-Encoding: each coding decoded, stacked codings undone last
-first, bombs stopped at the limit without being inflated, corrupt streams a 400, unknown
-codings a 415."""
+"""Bodies (proxy.http.body). With a Content-Encoding: each coding decoded, stacked codings undone
+last first, bombs stopped at the limit without being inflated, corrupt streams a 400, unknown
+codings a 415. The charset a relayed JSON body's Content-Type may declare: only one that reads the
+bytes the proxy checked as it read them. The fields that name state stored upstream."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ import pytest
 import zstandard
 
 from proxy.errors import ProxyError
-from proxy.http import body_encoding
-from proxy.http.body_encoding import codings_of, decode, decoded
+from proxy.http import body as body_encoding
+from proxy.http.body import codings_of, declared_charsets, decode, decoded, refuse_other_charsets, stored_state
 from proxy.http.error_map import status_of
 
 BODY = (
@@ -223,3 +224,106 @@ def test_zstd_makes_bounded_pieces_on_the_loop():
     assert max(next(steps) for _ in range(20)) <= body_encoding.ZSTD_ON_LOOP_INPUT * body_encoding.ZSTD_MAX_RATIO + (
         256 << 10
     )
+
+
+def test_the_charset_parameters_are_found_unquoted():
+    assert declared_charsets(
+        [
+            "application/json; charset=utf-8",
+            'text/plain;CHARSET="UTF-7"',
+            "application/json",
+            "a/b; x=1; charset = latin1 ",
+        ]
+    ) == ["utf-8", "UTF-7", "latin1"]
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        None,
+        "application/json",
+        "application/json; charset=utf-8",
+        'application/json; charset="UTF-8"',
+        "application/json; charset=utf8",
+        "text/plain; charset=us-ascii",
+        "application/json; charset=ISO-8859-1",
+        "application/json; charset=latin1",
+    ],
+)
+def test_charsets_reading_ascii_as_itself_go_on(content_type):
+    refuse_other_charsets([] if content_type is None else [content_type])
+
+
+@pytest.mark.parametrize(
+    "charset",
+    ["utf-7", "UTF-16", "utf-16le", "utf-32", "cp037", "x-made-up", "", "a\x00b", "u" * 100, "utf-8-sig", "hz"],
+)
+def test_any_other_is_a_415(charset):
+    with pytest.raises(ProxyError) as caught:
+        refuse_other_charsets(["application/json", f"application/json; charset={charset}"])
+    assert status_of(caught.value) == 415 and caught.value.code == "unsupported_charset"
+    assert "charset=" in caught.value.message and "UTF-8" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"previous_response_id": "resp_1"}, "previous_response_id"),
+        ({"conversation": "conv_1"}, "conversation"),
+        ({"prompt": {"id": "pmpt_1"}}, "prompt"),
+        ({"container": "container_1"}, "container"),
+        ({"input": [{"id": "msg_1"}]}, "input[0]"),
+        ({"input": [{"type": None, "id": "msg_1"}]}, "input[0]"),
+        ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0]"),
+        ({"input": [{"type": "input_file", "file_id": "file-1"}]}, "input[0]"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "file", "file": {"file_id": "f"}}]}]},
+            "messages[0].content",
+        ),
+        (
+            {
+                "messages": [
+                    {"role": "user", "content": [{"type": "image", "source": {"type": "file", "file_id": "f"}}]}
+                ]
+            },
+            "messages[0].content",
+        ),
+        ({"tools": [{"type": "file_search", "vector_store_ids": ["vs_1"]}]}, "tools[0].vector_store_ids"),
+        (
+            {"tools": [{"type": "code_interpreter", "container": {"type": "auto", "file_ids": ["f"]}}]},
+            "tools[0].container.file_ids",
+        ),
+        ({"images": [{"file_id": "file-1"}]}, "images[0]"),
+        ({"mask": {"file_id": "file-1"}}, "mask"),
+        ({"container": {"id": "container_1"}}, "container"),
+        ({"container": {"skills": [{"type": "custom", "skill_id": "skill_1"}]}}, "container.skills"),
+        ({"messages": [{"role": "assistant", "audio": {"id": "audio_1"}}]}, "messages[0].audio"),
+    ],
+)
+def test_named_state(body, param):
+    assert stored_state(body) == param
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"previous_response_id": None, "conversation": "", "input": "hi"},
+        {"prompt": "Say hi"},  # a legacy completion's prompt
+        {
+            "input": [
+                {"role": "user", "content": "hi"},
+                {"type": "message", "id": "msg_1", "role": "assistant", "content": []},
+            ]
+        },
+        {"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]},
+        {"tools": [{"type": "code_interpreter", "container": {"type": "auto"}}], "messages": "x"},
+        {"input": [1, "x", None, {"type": "input_image", "image_url": "data:image/png;base64,AA=="}]},
+        {"container": {"skills": [{"type": "anthropic", "skill_id": "pptx"}]}},
+        {"messages": [{"role": "assistant", "audio": None}]},
+        [],
+        "x",
+        None,
+    ],
+)
+def test_no_state(body):
+    assert stored_state(body) is None

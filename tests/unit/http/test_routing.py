@@ -1,6 +1,6 @@
 import pytest
 
-from proxy.http.canonical_path import canonical
+from proxy.http.routing import canonical
 
 
 @pytest.mark.parametrize(
