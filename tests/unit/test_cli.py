@@ -1,10 +1,10 @@
-"""The startup banner's offload line (`proxy.banner`) for the modes and a holdout."""
+"""The startup banner's offload line (`proxy.cli.banner_lines`) for the modes and a holdout."""
 
 from __future__ import annotations
 
 import pytest
 
-from proxy.banner import banner_lines
+from proxy.cli import banner_lines
 from proxy.config import ServerSettings
 
 
