@@ -126,7 +126,7 @@ def test_everything_the_page_loads_is_served_from_here(client):
     "path",
     [
         "/dashboard/index.html",
-        "/dashboard/..%2fdashboard.py",
+        "/dashboard/..%2fstats_api.py",
         "/dashboard/%2e%2e",
         "/dashboard/dashboard.js.map",
         "/dashboard/DASHBOARD.JS",
