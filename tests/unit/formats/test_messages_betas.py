@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.formats.messages.betas import without_emulated_betas
+from proxy.formats.messages._emulation import without_emulated_betas
 
 CM = b"context-management-2025-06-27"
 

@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.formats.messages.cache_control import EPHEMERAL, has_cache_control, with_caching
+from proxy.formats.messages._request import EPHEMERAL, has_cache_control, with_caching
 
 _OPAQUE = {"input_schema", "input"}
 

@@ -5,9 +5,9 @@ import pytest
 
 from proxy.core.compaction_token import PREFIX
 from proxy.errors import ProxyError
-from proxy.formats.messages.compaction_blocks import replace_compaction_blocks
+from proxy.formats.messages._emulation import replace_compaction_blocks
 from proxy.formats.responses import RESPONSES
-from proxy.formats.responses.compaction_items import replace_tokens
+from proxy.formats.responses._compaction import replace_tokens
 from proxy.offload.compaction_records import CompactionRecords
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore

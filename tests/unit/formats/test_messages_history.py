@@ -13,8 +13,8 @@ from proxy.core.compaction import plan_compaction
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model
 from proxy.formats.messages import MESSAGES
-from proxy.formats.messages.items import PRIVATE_KEYS, blocks_of
-from proxy.formats.messages.request import history, with_history
+from proxy.formats.messages._items import PRIVATE_KEYS, blocks_of
+from proxy.formats.messages._request import history, with_history
 
 VIEW = MESSAGES.view
 COUNTER = counter_for_model("claude-sonnet-4-5")

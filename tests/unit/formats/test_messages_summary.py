@@ -9,8 +9,8 @@ from proxy.core import compression as cp
 from proxy.core import jsonio
 from proxy.core.texts import RELOAD_TOOL_SCHEMAS, SUMMARY_INSTRUCTION
 from proxy.formats.messages import MESSAGES
-from proxy.formats.messages.from_chat import message_answer
-from proxy.formats.messages.summary import SUMMARY_MAX_TOKENS, instruction_message, summary_max_tokens
+from proxy.formats.messages._from_chat import message_answer
+from proxy.formats.messages._request import SUMMARY_MAX_TOKENS, instruction_message, summary_max_tokens
 from tests.unit.formats.test_messages import BODY, MESSAGES_, U0, U8
 
 VIEW = MESSAGES.view

@@ -10,7 +10,7 @@ from openai.types.responses import Response, ResponseStreamEvent
 from openai.types.responses.compacted_response import CompactedResponse
 
 from proxy.errors import ProxyError
-from proxy.formats.responses.compact import (
+from proxy.formats.responses._compaction import (
     compacted_response,
     compaction_item,
     output_message,

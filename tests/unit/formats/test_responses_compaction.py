@@ -17,7 +17,7 @@ from proxy.core.compaction import plan_compaction, present_refs
 from proxy.core.markers import is_marker, refs_in
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model
-from proxy.formats.responses.items import ResponsesView
+from proxy.formats.responses._items import ResponsesView
 from tests.harness.history import big_text_over
 
 VIEW = ResponsesView({"context_reload", "context_search"})

@@ -5,7 +5,7 @@ import pytest
 from proxy.core.compaction_token import PREFIX, TokenError
 from proxy.errors import ProxyError
 from proxy.formats.responses import RESPONSES
-from proxy.formats.responses.compaction_items import replace_tokens
+from proxy.formats.responses._compaction import replace_tokens
 from proxy.http.error_map import status_of
 from proxy.offload.compaction_records import CompactionRecords
 from proxy.store.sealing import Sealer

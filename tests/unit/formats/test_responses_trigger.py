@@ -1,4 +1,4 @@
-"""A `compaction_trigger` emulated (`proxy.formats.responses.trigger`, `proxy.turn._compact_now.compact_now`): which requests ask for it, what
+"""A `compaction_trigger` emulated (`proxy.formats.responses._compaction`, `proxy.turn._compact_now.compact_now`): which requests ask for it, what
 is refused, and the compaction made by the emulated `/responses/compact`'s own `compact`."""
 
 import pytest
@@ -11,7 +11,7 @@ from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model
 from proxy.errors import ProxyError
 from proxy.formats.responses import RESPONSES
-from proxy.formats.responses.trigger import asked
+from proxy.formats.responses._compaction import asked
 from proxy.http.error_map import status_of
 from proxy.offload.compaction_records import CompactionRecords
 from proxy.offload.refs import RefStore
