@@ -5,7 +5,8 @@ a `proxy.core.wire.WireFormat`, and what code outside the package reaches for.
 - `_request`: request bodies parsed and checked (`parse_chat_body`), the client's tools that
   collide with the injected ones, the summary request (`summary_request`, `summary_answer`);
 - `_rounds`: the reload rounds of one request (`ChatRounds`), streamed and not, and the usage
-  as a bill (`USAGE`).
+  as a bill (`USAGE`);
+- `_wire`: all of it as a `proxy.core.wire.WireFormat` (`CHAT`).
 """
 
 from proxy.formats.chat._items import VIEW

@@ -12,16 +12,16 @@ JSON values, no IO:
 - `_request`: the history a request carries (`history`, `with_history`, `messages_of`), the
   tools the proxy adds (`inject_tools`, `anthropic_tool`, `colliding_tool_names`), request
   bodies parsed and checked (`parse_messages_body`), the summary request (`summary_request`,
-  `summary_answer`);
+  `summary_answer`), Anthropic's prompt cache on them (`with_caching`, `cached_request`);
 - `_rounds`: the reload rounds of one request (`MessagesRounds`, a `proxy.core.rounds.Rounds`),
   non-streamed (`injected_only`, `calls_to_run`, `combine_rounds`, …) and streamed
   (`StreamRewriter`), and the usage as a bill (`USAGE`);
-- `_cache_control`: Anthropic's prompt cache (`with_caching`, `cached_request`);
 - `_emulation`: Anthropic's context management done by the proxy (`MessagesCompaction`:
   `compaction` blocks, thresholds, the paused answer; `MessagesEdits`), and the emulated
   `anthropic-beta` values the upstream is not sent (`without_emulated_betas`);
 - `_clearing_edits`: the clearing edits' config and their application;
-- `_from_chat`: chat traces as Messages requests and back (`replay --format anthropic`).
+- `_from_chat`: chat traces as Messages requests and back (`replay --format anthropic`);
+- `_wire`: all of it as a `proxy.core.wire.WireFormat` (`MESSAGES`).
 """
 
 from proxy.formats.messages._emulation import without_emulated_betas

@@ -15,7 +15,8 @@ Pure functions and small classes over plain JSON values, no IO:
   (`StreamRewriter`), and the usage as a bill (`USAGE`);
 - `_compaction`: OpenAI's compaction done by the proxy (`ResponsesCompaction`: `compaction`
   items, thresholds, `compaction_trigger`, the answers of `POST /v1/responses/compact`);
-- `_from_chat`: chat traces as Responses items (`replay`).
+- `_from_chat`: chat traces as Responses items (`replay`);
+- `_wire`: all of it as a `proxy.core.wire.WireFormat` (`RESPONSES`).
 """
 
 from proxy.formats.responses._compaction import (
