@@ -15,7 +15,7 @@ from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model_async
 from proxy.errors import Kind, ProxyError
 from proxy.formats import chat
-from proxy.formats.chat.body import parse_chat_body
+from proxy.formats.chat import parse_chat_body
 from proxy.formats.json_body import LARGE_BODY
 from proxy.http import error_map
 from proxy.http.body import decoded

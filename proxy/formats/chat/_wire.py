@@ -8,13 +8,10 @@ from typing import Any
 from proxy.core.bill import UsageReader
 from proxy.core.jsonio import JsonObject
 from proxy.core.provider_context import NONE, ProviderContext
-from proxy.formats.chat import summary
-from proxy.formats.chat.body import parse_chat_body
-from proxy.formats.chat.items import VIEW
-from proxy.formats.chat.request import colliding_tool_names
-from proxy.formats.chat.rounds import ChatRounds
-from proxy.formats.chat.usage import USAGE
-from proxy.formats.openai_cache import with_cache_key
+from proxy.formats.chat._items import VIEW
+from proxy.formats.chat._request import colliding_tool_names, parse_chat_body, summary_answer, summary_request
+from proxy.formats.chat._rounds import USAGE, ChatRounds
+from proxy.formats.prompt_cache import with_cache_key
 
 
 class ChatFormat:
@@ -57,10 +54,10 @@ class ChatFormat:
     def summary_request(
         self, body: JsonObject, prefix: list[Any], instruction: str, *, tools: Sequence[JsonObject], model: str
     ) -> tuple[str, JsonObject]:
-        return summary.summary_request(body, prefix, instruction, tools=tools, model=model)
+        return summary_request(body, prefix, instruction, tools=tools, model=model)
 
     def summary_answer(self, answer: Any) -> tuple[str, int, int]:
-        return summary.summary_answer(answer)
+        return summary_answer(answer)
 
 
 CHAT = ChatFormat()

@@ -14,14 +14,19 @@ from proxy.core.bill import UsageReader
 from proxy.core.jsonio import JsonObject
 from proxy.core.markers import INJECTED_TOOLS
 from proxy.core.provider_context import ProviderContext
-from proxy.formats.openai_cache import with_cache_key
-from proxy.formats.responses import summary
-from proxy.formats.responses.body import parse_responses_body
-from proxy.formats.responses.emulation import ResponsesCompaction
-from proxy.formats.responses.items import ResponsesView
-from proxy.formats.responses.reload_rounds import ResponsesRounds
-from proxy.formats.responses.request import colliding_tool_names, history, provider_context, with_history
-from proxy.formats.responses.usage import USAGE
+from proxy.formats.prompt_cache import with_cache_key
+from proxy.formats.responses._compaction import ResponsesCompaction
+from proxy.formats.responses._items import ResponsesView
+from proxy.formats.responses._request import (
+    colliding_tool_names,
+    history,
+    parse_responses_body,
+    provider_context,
+    summary_answer,
+    summary_request,
+    with_history,
+)
+from proxy.formats.responses._rounds import USAGE, ResponsesRounds
 
 
 class ResponsesFormat:
@@ -63,10 +68,10 @@ class ResponsesFormat:
     def summary_request(
         self, body: JsonObject, prefix: list[Any], instruction: str, *, tools: Sequence[JsonObject], model: str
     ) -> tuple[str, JsonObject]:
-        return summary.summary_request(body, prefix, instruction, tools=tools, model=model)
+        return summary_request(body, prefix, instruction, tools=tools, model=model)
 
     def summary_answer(self, answer: Any) -> tuple[str, int, int]:
-        return summary.summary_answer(answer)
+        return summary_answer(answer)
 
 
 RESPONSES = ResponsesFormat()

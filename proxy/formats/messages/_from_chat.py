@@ -18,7 +18,7 @@ Chat → Anthropic (`items_with_offsets`, `messages_from_chat`, `system_from_cha
   `{"input": text}`; with neither text nor calls, an empty string content;
 - tool → a `tool_result` block (`tool_use_id`, `content`: a string stays a string, parts become
   blocks); consecutive tool messages make one user message, as an Anthropic client sends the
-  results of parallel calls (split into parts in the items, see `proxy.formats.messages.items`);
+  results of parallel calls (split into parts in the items, see `proxy.formats.messages._items`);
 - anything else (a legacy `function` message, a non-object) → kept as it is;
 - tool schemas (`tools_from_chat`) → `{"name", "description", "input_schema"}`.
 
@@ -34,8 +34,8 @@ import json
 from typing import Any
 
 from proxy.core.jsonio import JsonObject, array_or, object_or, string_or
-from proxy.formats.messages.items import PART, block_type, blocks_of, input_text, text_blocks_text
-from proxy.formats.messages.request import anthropic_tool, messages_of
+from proxy.formats.messages._items import PART, block_type, blocks_of, input_text, text_blocks_text
+from proxy.formats.messages._request import anthropic_tool, messages_of
 
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 DEFAULT_MAX_TOKENS = 4096

@@ -1,4 +1,4 @@
-"""Anthropic's clearing edits as the proxy applies them (`proxy.formats.messages.edits`) and their
+"""Anthropic's clearing edits as the proxy applies them (`proxy.formats.messages._clearing_edits`) and their
 config (`edits_config`): table-driven over trigger kinds, keep, exclude_tools, clear_tool_inputs,
 clear_at_least and thinking keep; byte-stable; a bad config is a 400 naming the field."""
 
@@ -14,9 +14,17 @@ from proxy.core.markers import is_marker, tool_result_ref
 from proxy.core.tokens import counter_for_model
 from proxy.errors import ProxyError
 from proxy.formats.messages import MESSAGES
-from proxy.formats.messages.edits import apply_edits, clear_thinking, clear_tool_uses
-from proxy.formats.messages.edits_config import MAX_EDITS, ClearThinking, ClearToolUses, Other, parse_context_management
-from proxy.formats.messages.request import history, with_history
+from proxy.formats.messages._clearing_edits import (
+    MAX_EDITS,
+    ClearThinking,
+    ClearToolUses,
+    Other,
+    apply_edits,
+    clear_thinking,
+    clear_tool_uses,
+    parse_context_management,
+)
+from proxy.formats.messages._request import history, with_history
 from proxy.http.error_map import status_of
 
 COUNTER = counter_for_model("claude-sonnet-4-5")

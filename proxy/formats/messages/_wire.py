@@ -1,7 +1,7 @@
 """The Anthropic Messages API as a `proxy.core.wire.WireFormat`.
 
 The history the core reduces is `messages` (a user message holding several tool results split
-into parts, see `proxy.formats.messages.items`); `system` stays where it is,
+into parts, see `proxy.formats.messages._items`); `system` stays where it is,
 never summarised. Nothing is stored upstream (`stored` is False).
 """
 
@@ -14,14 +14,19 @@ from proxy.core.bill import UsageReader
 from proxy.core.jsonio import JsonObject
 from proxy.core.markers import INJECTED_TOOLS
 from proxy.core.provider_context import ProviderContext
-from proxy.formats.messages import summary
-from proxy.formats.messages.body import parse_messages_body
-from proxy.formats.messages.cache_control import with_caching
-from proxy.formats.messages.emulation import MessagesCompaction, MessagesEdits
-from proxy.formats.messages.items import MessagesView
-from proxy.formats.messages.reload_rounds import MessagesRounds
-from proxy.formats.messages.request import colliding_tool_names, history, provider_context, with_history
-from proxy.formats.messages.usage import USAGE
+from proxy.formats.messages._emulation import MessagesCompaction, MessagesEdits
+from proxy.formats.messages._items import MessagesView
+from proxy.formats.messages._request import (
+    colliding_tool_names,
+    history,
+    parse_messages_body,
+    provider_context,
+    summary_answer,
+    summary_request,
+    with_caching,
+    with_history,
+)
+from proxy.formats.messages._rounds import USAGE, MessagesRounds
 
 
 class MessagesFormat:
@@ -63,10 +68,10 @@ class MessagesFormat:
     def summary_request(
         self, body: JsonObject, prefix: list[Any], instruction: str, *, tools: Sequence[JsonObject], model: str
     ) -> tuple[str, JsonObject]:
-        return summary.summary_request(body, prefix, instruction, tools=tools, model=model)
+        return summary_request(body, prefix, instruction, tools=tools, model=model)
 
     def summary_answer(self, answer: Any) -> tuple[str, int, int]:
-        return summary.summary_answer(answer)
+        return summary_answer(answer)
 
 
 MESSAGES = MessagesFormat()

@@ -138,7 +138,7 @@ def _parts_text(parts: Any) -> str | None:
 
 def _with_parts_text(parts: Any, text: str) -> Any:
     """`parts` with its text replaced: the first text part gets `text`, other text parts are
-    dropped, non-text parts stay in place (like `proxy.formats.chat.with_text`). A string becomes `text`;
+    dropped, non-text parts stay in place (like `proxy.formats.chat._items.with_text`). A string becomes `text`;
     a list without a text part gets an `input_text` part in front."""
     if not isinstance(parts, list):
         return text

@@ -16,7 +16,7 @@ chat, and compaction's recent tail keeps it); blocks before
 the first tool_result are a part of their own. The first part is the message itself with only
 its first blocks (every other key kept); each later part is `{"role", "content": [...], PART: k}`
 (k ≥ 1, its place in the message). `attached` binds a part to what precedes it, so no cut falls
-inside a message, and `proxy.formats.messages.request.with_history` regroups the parts into
+inside a message, and `proxy.formats.messages._request.with_history` regroups the parts into
 exactly the original message and drops the private keys, which never reach the upstream. The
 first part carries no private key, so a message of one tool result and the first part of a
 longer one are the same item, and the items of a prefix of the messages are a prefix of their

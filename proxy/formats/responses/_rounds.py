@@ -1,16 +1,220 @@
-"""Streamed reload rounds of the Responses API: one response for the client."""
+"""The reload rounds of a Responses request: the non-streamed round helpers (`injected_only`,
+`calls_to_run`, `round_items`, `injected_results`, `hide_injected`, `combine_rounds`,
+`add_usage`), the streamed rounds (`StreamRewriter`), the rounds of one request
+(`ResponsesRounds`, a `proxy.core.rounds.Rounds`), and the Responses API's usage as a bill (`USAGE`).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.core.jsonio import JsonObject, object_or
+from proxy.core import texts
+from proxy.core.bill import UNREPORTED, Bill, of_openai_usage
+from proxy.core.jsonio import JsonObject, array_or, object_or, string_or
+from proxy.core.media import ToolResult, as_text
+from proxy.core.rounds import ToolCall
 from proxy.core.usage import add_usage
-from proxy.formats.responses.items import _type, is_injected, needs_client
-from proxy.formats.responses.request import _hide_tools
-from proxy.formats.responses.rounds import _hidden_flags, _output, _with_output
+from proxy.formats.responses._items import _type, is_injected, needs_client, reloaded_output
+from proxy.formats.responses._request import _hide_tools, inject_tools, with_history
+from proxy.upstream import sse
+
+# --- usage ---
+# The Responses API's usage as a bill (`proxy.core.bill`).
+#
+# `usage.input_tokens` is every input token, `input_tokens_details.cached_tokens` the share a
+# prompt cache served (OpenAI reports no cache writes: they cost the input price),
+# `output_tokens` the output (reasoning included). A stream always reports it, on its terminal
+# event's `response` (`response.completed`, `.incomplete`, `.failed`); over the WebSocket mode the
+# events are the same.
+
+TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+
+def bill_of(usage: object) -> Bill:
+    return of_openai_usage(
+        usage, input_key="input_tokens", output_key="output_tokens", details_key="input_tokens_details"
+    )
+
+
+class ResponsesUsageStream:
+    def __init__(self) -> None:
+        self._usage: object = None
+
+    def feed(self, event: JsonObject) -> None:
+        response = event.get("response")
+        if event.get("type") in TERMINAL and isinstance(response, dict):
+            self._usage = response.get("usage")
+
+    def bill(self) -> Bill:
+        return bill_of(self._usage)
+
+
+class ResponsesUsage:
+    def of_answer(self, answer: Any) -> Bill:
+        return bill_of(answer.get("usage")) if isinstance(answer, dict) else UNREPORTED
+
+    def stream(self) -> ResponsesUsageStream:
+        return ResponsesUsageStream()
+
+    def asking(self, body: JsonObject) -> JsonObject | None:
+        return None  # a stream reports its usage unasked
+
+    def unasked(self, data: bytes) -> bytes | None:
+        return data
+
+
+USAGE = ResponsesUsage()
+
+
+# --- rounds ---
+# Non-streamed reload rounds of the Responses API.
+
+
+def _output(response: Any) -> list[Any]:
+    output = response.get("output") if isinstance(response, dict) else None
+    return output if isinstance(output, list) else []
+
+
+def injected_only(response: JsonObject, names: Collection[str]) -> bool:
+    """Does the loop run another round: the response completed (or carries no status) and its
+    output holds at least one injected call and nothing waiting for the client? Messages,
+    reasoning and hosted tool calls (web search, MCP, …) may come with the injected calls."""
+    if not isinstance(response, dict) or response.get("status") not in (None, "completed"):
+        return False
+    output = _output(response)
+    return any(is_injected(i, names) for i in output) and not any(needs_client(i, names) for i in output)
+
+
+def calls_to_run(response: JsonObject, names: Collection[str]) -> list[JsonObject]:
+    """The injected function_call items of the response (each has `call_id`, `name`, `arguments`)."""
+    return [item for item in _output(response) if is_injected(item, names)]
+
+
+def round_items(response: JsonObject, names: Collection[str]) -> list[JsonObject]:
+    """The output items to append to `input` for the next round, in order: the round's
+    reasoning items, its messages and hosted calls, and the injected function_call items; the
+    `injected_results` follow them.
+
+    Only a round that `injected_only` accepts continues. A round mixing injected calls with
+    the client's calls ends the loop, as in the chat loop: the client's calls can only be
+    answered by the client and the API accepts no next round without their outputs. The
+    client then gets the response without the injected calls (`hide_injected`); those are
+    not run, and the model may ask again on the client's next turn. (Client calls are left
+    out here anyway.)
+
+    With `store: false`, a reasoning item can only be sent back with its `encrypted_content`
+    (`include: ["reasoning.encrypted_content"]`, which Codex asks for); when
+    `reasoning_replayable(body)` is false the caller should drop reasoning items from what it
+    appends.
+    """
+    return [item for item in _output(response) if isinstance(item, dict) and not needs_client(item, names)]
+
+
+def reasoning_replayable(body: JsonObject) -> bool:
+    """Can the request's reasoning items be sent back in a next round? Not when `store` is false
+    and `include` lacks "reasoning.encrypted_content": the upstream then has no copy to refer to.
+    (The caller may instead add that `include` entry to the forwarded body.)"""
+    include = array_or(body.get("include"), [])
+    return body.get("store") is not False or "reasoning.encrypted_content" in include
+
+
+def injected_results(calls: Sequence[JsonObject], results: Sequence[ToolResult]) -> list[JsonObject]:
+    """`function_call_output` items answering `calls` (from `calls_to_run`) with `results`, pairwise;
+    reloaded media as an `input_image` / `input_file` output."""
+    if len(calls) != len(results):
+        raise ValueError(f"{len(calls)} calls but {len(results)} results")
+    return [
+        {"type": "function_call_output", "call_id": call.get("call_id"), "output": _result_output(result)}
+        for call, result in zip(calls, results)
+    ]
+
+
+def _result_output(result: ToolResult) -> Any:
+    if isinstance(result, str):
+        return result
+    if result.kind in ("image", "document"):
+        return reloaded_output(result.kind, result.data_url, result.ref)
+    return texts.media_not_here(result.kind, result.ref)
+
+
+def _hidden_flags(output: list[Any], names: Collection[str]) -> list[bool]:
+    """Which output items the client must not see: the injected calls, and each reasoning item
+    followed only by injected calls (up to the next reasoning item or the end, at least one)."""
+    hidden = [is_injected(item, names) for item in output]
+    for i, item in enumerate(output):
+        if _type(item) != "reasoning":
+            continue
+        end = i + 1
+        while end < len(output) and _type(output[end]) != "reasoning":
+            end += 1
+        hidden[i] = end > i + 1 and all(hidden[i + 1 : end])
+    return hidden
+
+
+def _output_text(output: list[Any]) -> str:
+    """What the SDK's `Response.output_text` computes: every message's output_text parts, joined."""
+    return "".join(
+        part["text"]
+        for item in output
+        if _type(item) == "message"
+        for part in (array_or(item.get("content"), ()))
+        if isinstance(part, dict) and part.get("type") == "output_text" and isinstance(part.get("text"), str)
+    )
+
+
+def _with_output(response: JsonObject, output: list[Any]) -> JsonObject:
+    """`response` with `output` replaced and its `output_text` field (when present) recomputed."""
+    out = {**response, "output": output}
+    if "output_text" in out:
+        out["output_text"] = _output_text(output)
+    return out
+
+
+def hide_injected(response: JsonObject, names: Collection[str]) -> JsonObject:
+    """The response as the client gets it (a new dict): injected function_call items removed,
+    and the reasoning items that led only to injected calls; the injected tools removed from
+    the echoed `tools`; `output_text`, if present, kept consistent. Other keys keep their order."""
+    output = _output(response)
+    visible = [item for item, hidden in zip(output, _hidden_flags(output, names)) if not hidden]
+    return _with_output(_hide_tools(response, names), visible)
+
+
+def combine_rounds(
+    responses: Sequence[JsonObject],
+    names: Collection[str],
+    *,
+    extra_usage: JsonObject | None = None,
+    lead: Sequence[JsonObject] = (),
+) -> JsonObject:
+    """The one response the client gets from the rounds of a non-streamed reload loop.
+
+    The last round's response (its status, model, …) with the first round's `id` and
+    `created_at` (the same identity a stream announces, see `StreamRewriter`), the visible
+    output items of every round in order, and `usage` summed over the rounds plus
+    `extra_usage` (the proxy's own calls, in Responses shape) when any round reported usage.
+    `lead`: the proxy's own output items, first (an emulated compaction item).
+    """
+    if not responses:
+        raise ValueError("no rounds")
+    first, last = responses[0], responses[-1]
+    output = [*lead, *(item for response in responses for item in hide_injected(response, names)["output"])]
+    final = _with_output(_hide_tools(last, names), output)
+    for key in ("id", "created_at"):
+        if key in first:
+            final[key] = first[key]
+    usages = [r["usage"] for r in responses if isinstance(r.get("usage"), dict)]
+    if usages:
+        total = add_usage(None, extra_usage)
+        for usage in usages:
+            total = add_usage(total, usage)
+        final["usage"] = total
+    return final
+
+
+# --- stream ---
+# Streamed reload rounds of the Responses API: one response for the client.
 
 TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 _START_EVENTS = frozenset({"response.created", "response.in_progress", "response.queued"})
@@ -384,3 +588,170 @@ class StreamRewriter:
         if self._usage_reported:
             final["usage"] = self._usage
         return final
+
+
+# --- reload_rounds ---
+# Reload rounds of a Responses request (`proxy.core.rounds.Rounds` for `POST /v1/responses`).
+#
+# How a later round is asked for depends on where the conversation lives:
+#
+# - `conversation` given: the upstream adds each round's input and output to the conversation,
+#   so a later round sends only the results of the injected calls (the conversation then holds
+#   the injected calls and their results, paired).
+# - `previous_response_id` given (and `store` not false): the rounds are chained, each from the
+#   previous round's response id, sending only the results.
+# - otherwise (`store: false` with the whole history, the full-offloading case): the whole
+#   reduced input again, with the round's items and the results appended.
+#
+# The client gets the first round's response id (a stream announces it before anyone knows
+# whether more rounds follow); `last_id` is the response that holds the whole exchange, which
+# the HTTP layer remembers so that a later `previous_response_id` naming the first id continues
+# from it.
+#
+# With `store: false` and no `reasoning.encrypted_content` in `include`, a reasoning item cannot
+# be sent back (the upstream kept no copy): the round's reasoning items are dropped from what is
+# appended, and the other items lose their `id`, which would name items nobody stored.
+
+# `response.error.code` values the openai SDK accepts (a fixed set); anything else is sent as server_error.
+ERROR_CODES = frozenset({"server_error", "rate_limit_exceeded", "invalid_prompt"})
+
+
+def usage_from_chat(usage: JsonObject | None) -> JsonObject | None:
+    """A chat-shaped usage (the proxy's own summary calls) in the Responses shape."""
+    if not usage:
+        return None
+    prompt, completion = usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0
+    return {
+        "input_tokens": prompt,
+        "output_tokens": completion,
+        "total_tokens": usage.get("total_tokens") or prompt + completion,
+    }
+
+
+def _tool_calls(calls: list[JsonObject]) -> list[ToolCall]:
+    return [
+        ToolCall(str(c.get("name") or ""), string_or(c.get("arguments"), ""), string_or(c.get("call_id"), None))
+        for c in calls
+    ]
+
+
+def _replayable_items(items: list[JsonObject], replayable: bool) -> list[JsonObject]:
+    if replayable:
+        return items
+    return [{k: v for k, v in item.items() if k != "id"} for item in items if _type(item) != "reasoning"]
+
+
+class ResponsesRounds:
+    """The reload rounds of one Responses request (see the module docstring)."""
+
+    what = "response"
+    closing = b""
+    context_management: JsonObject | None = None  # no clearing edits in the Responses API
+
+    def __init__(
+        self,
+        body: JsonObject,
+        items: list[Any],
+        tools: Sequence[JsonObject],
+        *,
+        names: frozenset[str],
+        extra_usage: JsonObject | None = None,
+        lead: Sequence[JsonObject] = (),
+    ) -> None:
+        """`lead`: the proxy's own output items, first in the client's answer (an emulated compaction)."""
+        self.body, self.items, self.tools, self.names = body, list(items), list(tools), names
+        self.extra_usage = usage_from_chat(extra_usage)
+        self.round = 0
+        self.offered = False
+        if body.get("conversation"):
+            self.chaining = "conversation"
+        elif isinstance(body.get("previous_response_id"), str) and body.get("store") is not False:
+            self.chaining = "previous_response_id"
+        else:
+            self.chaining = "full"
+        self._replayable = reasoning_replayable(body)
+        self._pending: tuple[list[JsonObject], list[JsonObject]] = ([], [])  # the round's items, its injected calls
+        self._results: list[JsonObject] = []  # what a chained round sends
+        self._answers: list[JsonObject] = []
+        self.lead = list(lead)
+        self._rewriter = StreamRewriter(names, extra_usage=self.extra_usage, lead=self.lead)
+        self.first_id: str | None = None
+        self.last_id: str | None = None
+        self.unanswered: list[ToolCall] = []
+
+    def request(self, offered: bool) -> JsonObject:
+        self.offered = offered
+        if self.round == 0 or self.chaining == "full":
+            payload = with_history(self.body, self.items)
+        else:
+            payload = {**self.body, "input": self._results}
+            if self.chaining == "previous_response_id" and self.last_id:
+                payload["previous_response_id"] = self.last_id
+        return inject_tools(payload, self.tools) if offered else payload
+
+    def answer(self, results: list[ToolResult]) -> None:
+        done, calls = self._pending
+        self._results = injected_results(calls, results)
+        self.items += [*_replayable_items(done, self._replayable), *self._results]
+        self.round += 1
+        self._pending = ([], [])
+        self._rewriter.next_round()
+
+    def _note(self, response_id: Any) -> None:
+        if isinstance(response_id, str):
+            self.first_id = self.first_id or response_id
+            self.last_id = response_id
+
+    def _calls(self, done: list[JsonObject], calls: list[JsonObject]) -> list[ToolCall]:
+        self._pending = (done, calls)
+        return _tool_calls(calls)
+
+    def _stop(self, calls: list[JsonObject]) -> list[ToolCall]:
+        """The loop ends: injected calls still in the round (beside the client's) stay unanswered."""
+        self.unanswered = _tool_calls(calls)
+        return []
+
+    # -- non-streamed ------------------------------------------------------------------------
+
+    def take(self, answer: JsonObject) -> list[ToolCall]:
+        self._answers.append(answer)
+        self._note(answer.get("id"))
+        if self.offered and injected_only(answer, self.names):
+            return self._calls(round_items(answer, self.names), calls_to_run(answer, self.names))
+        return self._stop(calls_to_run(answer, self.names))
+
+    def result(self) -> JsonObject:
+        return combine_rounds(self._answers, self.names, extra_usage=self.extra_usage, lead=self.lead)
+
+    # -- streamed ----------------------------------------------------------------------------
+
+    def feed(self, event: JsonObject) -> list[JsonObject]:
+        out = self._rewriter.feed(event)
+        self.first_id, self.last_id = self._rewriter.response_id, self._rewriter.last_response_id
+        return out
+
+    def calls(self) -> list[ToolCall]:
+        rewriter = self._rewriter
+        if not (self.offered and rewriter.injected_only):
+            return self._stop(rewriter.calls_to_run if rewriter.ended and not rewriter.errored else [])
+        return self._calls(rewriter.round_items, rewriter.calls_to_run)
+
+    def finish(self) -> list[JsonObject]:
+        out = self._rewriter.finish()
+        if not out and not self._rewriter.errored:
+            return self._rewriter.fail("The upstream's stream ended before the response completed.")
+        return out
+
+    def fail(self, error: JsonObject) -> list[JsonObject]:
+        detail = object_or(error.get("error"), {})
+        code = given if isinstance(given := detail.get("code"), str) and given in ERROR_CODES else "server_error"
+        return self._rewriter.fail(str(detail.get("message") or "The request failed."), code=code)
+
+    def carried(self, results: list[ToolResult]) -> list[JsonObject]:
+        return [
+            {"type": "function_call_output", "call_id": call.call_id, "output": as_text(result)}
+            for call, result in zip(self.unanswered, results)
+        ]
+
+    def encode(self, event: Any) -> bytes:
+        return sse.encode_typed(event)
