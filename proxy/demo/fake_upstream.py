@@ -33,8 +33,8 @@ import uvicorn
 
 from proxy.core import prompt_cache as pc
 from proxy.core.texts import RELOAD_TOOL, SUMMARY_INSTRUCTION, SUMMARY_PROMPT
-from proxy.formats import openai_cache
-from proxy.formats.messages import cache_control as messages_cache
+from proxy.formats import messages as messages_cache
+from proxy.formats import prompt_cache as openai_cache
 
 # The proxy's summary calls, recognised exactly: the instruction as the last chat message, the
 # last Responses input item or the last block of the last Anthropic message (the prefix shape), or

@@ -26,8 +26,8 @@ from proxy.core.compaction import (
 from proxy.core.settings import OffloadSettings
 from proxy.core.texts import fold_ref, is_marker, refs_in
 from proxy.core.tokens import counter_for_model
-from proxy.formats.chat.items import VIEW
-from proxy.formats.chat.items import VIEW as CHAT_VIEW
+from proxy.formats.chat import VIEW
+from proxy.formats.chat import VIEW as CHAT_VIEW
 from proxy.formats.messages import MESSAGES
 from proxy.formats.responses import RESPONSES
 from tests.harness.history import agent_history, big_text, big_text_over

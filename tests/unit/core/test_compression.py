@@ -12,10 +12,10 @@ from proxy.core import compression as cc
 from proxy.core import compression as cp
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model
-from proxy.formats.chat.items import VIEW
-from proxy.formats.chat.items import VIEW as CHAT
+from proxy.formats.chat import VIEW
+from proxy.formats.chat import VIEW as CHAT
 from proxy.formats.messages import MESSAGES
-from proxy.formats.messages.request import history as messages_history
+from proxy.formats.messages import history as messages_history
 from proxy.formats.responses import RESPONSES
 
 # ==================== compression

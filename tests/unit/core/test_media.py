@@ -11,10 +11,11 @@ from proxy.core.media import RefCache, plan_media, without_media
 from proxy.core.settings import OffloadSettings
 from proxy.core.texts import make_ref
 from proxy.core.tokens import NOTE_KEY, ImageInfo, counter_for_model, data_url_header, read_header, split_data_url
-from proxy.formats.chat.items import VIEW as CHAT
-from proxy.formats.messages.items import MessagesView
-from proxy.formats.responses.items import PLACEHOLDER_PNG, ResponsesView
-from proxy.formats.responses.request import with_history
+from proxy.formats.chat import VIEW as CHAT
+from proxy.formats.messages._items import MessagesView
+from proxy.formats.responses import ResponsesView
+from proxy.formats.responses._items import PLACEHOLDER_PNG
+from proxy.formats.responses._request import with_history
 from tests.harness.screens import b64, data_url, screenshot
 
 # ==================== media

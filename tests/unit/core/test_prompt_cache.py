@@ -26,7 +26,7 @@ from proxy.core.prompt_cache import (
     keep_previous,
     price,
 )
-from proxy.formats.keepalive_pings import ping
+from proxy.formats.prompt_cache import ping
 
 # ==================== prompt cache
 # The provider-cache model: what each request of a sequence is billed, by provider profile.
@@ -325,7 +325,7 @@ def test_openai_prices_a_cut_without_a_write_premium():
 
 # ==================== keepalive
 # Keep-alive pings' schedule and bounds (proxy.core.prompt_cache) and their bodies
-# (proxy.formats.keepalive_pings).
+# (proxy.formats.prompt_cache).
 
 LIMITS = ka.Limits(min_tokens=20_000, max_pings=3, idle=900.0, ttl=300.0)
 HELD = ka.Held(tokens=50_000, turn_at=1000.0, sent_at=1000.0)

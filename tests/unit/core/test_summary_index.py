@@ -14,9 +14,8 @@ from proxy.core import compression as cp
 from proxy.core import summary_index as names
 from proxy.core.summary_index import INDEX_CHARS, LISTS_CHARS, summary_index
 from proxy.core.texts import history_ref, is_marker, make_ref
-from proxy.formats.chat.items import VIEW as CHAT
-from proxy.formats.responses.from_chat import items_from_chat
-from proxy.formats.responses.items import ResponsesView
+from proxy.formats.chat import VIEW as CHAT
+from proxy.formats.responses import ResponsesView, items_from_chat
 
 # ==================== summary index
 # The index of a summarised part: files, commands, errors and the names only the results showed,
