@@ -48,7 +48,7 @@ from proxy.offload.background import CANCEL_WAIT, SummaryScheduler
 from proxy.offload.canary import check_timeout, keep_if_served
 from proxy.offload.observed_sessions import ObservedSessions
 from proxy.offload.quota import CredentialCheck
-from proxy.reload import search_pool
+from proxy.reload import search as search_pool
 from proxy.stats import STOP_TIMEOUT, PriceTable, Recorder
 from proxy.store import open_store, sealer_for
 from proxy.store.guarded import GuardedStore

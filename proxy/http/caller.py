@@ -42,9 +42,8 @@ from proxy.http.headers import request_headers_for_upstream
 from proxy.http.shared_state import stored_state
 from proxy.http.tenants_file import PLACEHOLDER, Tenant, is_placeholder, key_digest, tenants_from_config
 from proxy.offload.tenant import bare_credential, namespace_for
-from proxy.upstream.base_url import anthropic_base, openai_base
-from proxy.upstream.choice import HEADER as UPSTREAM_HEADER
-from proxy.upstream.choice import requested_base
+from proxy.upstream.base_url import HEADER as UPSTREAM_HEADER
+from proxy.upstream.base_url import anthropic_base, openai_base, requested_base
 
 log = logging.getLogger("proxy.http.caller")
 

@@ -30,7 +30,7 @@ from proxy.http.caller import Caller
 from proxy.http.disconnect import ClientWatch
 from proxy.http.relay import stream_back
 from proxy.http.services import Services
-from proxy.offload.refs import RefStore
+from proxy.offload.records import RefStore
 from proxy.offload.summaries import Compressor
 from proxy.offload.summarizer import DEFAULT_PROMPT, ESTIMATED_SUMMARY_TOKENS
 from proxy.offload.summary_context import SummaryContext
@@ -38,7 +38,7 @@ from proxy.offload.tenant_store import TenantStore
 from proxy.store.memory import MemoryStore
 from proxy.store.sealing import Sealer
 from proxy.turn import TurnInput, run_turn
-from proxy.upstream.native import emulates
+from proxy.upstream.base_url import emulates
 
 log = logging.getLogger("proxy.http.observed")
 

@@ -20,7 +20,7 @@ class _Entry:
     expires: float
 
 
-@dataclass(eq=False)  # hashed by identity: memos are kept per store (`proxy.offload.summary_memo`)
+@dataclass(eq=False)  # hashed by identity: memos are kept per store (`proxy.offload.records`)
 class MemoryStore:
     _kv: dict[str, _Entry] = field(default_factory=dict)  # bytes, sets, lists and hashes, each under its key
     _ranked: dict[str, dict[str, _Entry]] = field(default_factory=dict)  # members carry their own expiry

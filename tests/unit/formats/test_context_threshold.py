@@ -11,7 +11,7 @@ from proxy.formats.messages.compaction_blocks import replace_compaction_blocks
 from proxy.formats.messages.threshold import ANTHROPIC_DEFAULT_TRIGGER, messages_threshold
 from proxy.formats.responses.threshold import responses_threshold
 from proxy.http.error_map import status_of
-from proxy.offload.compaction_records import CompactionRecords
+from proxy.offload.records import CompactionRecords
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore
 

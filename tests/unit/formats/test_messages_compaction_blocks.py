@@ -8,7 +8,7 @@ from proxy.errors import ProxyError
 from proxy.formats.messages.compaction_blocks import replace_compaction_blocks
 from proxy.formats.responses import RESPONSES
 from proxy.formats.responses.compaction_items import replace_tokens
-from proxy.offload.compaction_records import CompactionRecords
+from proxy.offload.records import CompactionRecords
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore
 

@@ -7,7 +7,7 @@ from proxy.errors import ProxyError
 from proxy.formats.responses import RESPONSES
 from proxy.formats.responses.compaction_items import replace_tokens
 from proxy.http.error_map import status_of
-from proxy.offload.compaction_records import CompactionRecords
+from proxy.offload.records import CompactionRecords
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore
 from proxy.turn._context_tokens import begin
