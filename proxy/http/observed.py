@@ -3,7 +3,7 @@ upstream exactly as received and its answer back as the upstream sent it; once t
 the whole answer, the proxy plans the same turn beside it and records what it would have
 forwarded. Nothing of the plan is sent or kept: no reload tools, no caching added, no summary
 call (a summary's size is estimated, `SummaryContext.estimate`), and what the turn stores goes
-to the session's store in this worker's memory (`proxy.offload.observed_sessions`: bounded, so
+to the session's store in this worker's memory (`proxy.store.memory`: bounded, so
 the next turn plans as a managed one would, never in the shared store). Only statistics remain:
 the turn is recorded as an observed one (`proxy.stats`), billed from the usage the
 upstream reported, beside the bill it would have had (an estimate).
