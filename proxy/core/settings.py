@@ -152,7 +152,7 @@ class OffloadSettings(BaseModel):
         "cache_control gets the proxy's prompt caching (request-level caching and a breakpoint after the tools and "
         "system), and a request to api.openai.com without a prompt_cache_key its session's; off: as sent.",
     )
-    # 1-token requests that keep a large, active session's prompt cache warm (`proxy.offload.keepalive`)
+    # 1-token requests that keep a large, active session's prompt cache warm (`proxy.offload.cache_keepalive`)
     cache_keepalive: bool = Field(
         False,
         description="Default X-Offload-Cache-Keepalive: on|off (off). on: a session whose forwarded prefix is "
@@ -329,7 +329,7 @@ class SettingsResolver:
 # clipped to MAX_NAME characters first, so a request of a thousand headers, or of one 50 KB name,
 # costs no more than one of eight short ones.
 
-UPSTREAM_HEADER = "X-Offload-Upstream"  # read by proxy.upstream.choice: a header, not a setting
+UPSTREAM_HEADER = "X-Offload-Upstream"  # read by proxy.upstream.base_url: a header, not a setting
 KNOWN = tuple(sorted({*(header_name(field) for field in SETTING_FIELDS), UPSTREAM_HEADER}))
 _SUFFIXES = {name.lower()[len(HEADER_PREFIX) :]: name for name in KNOWN}
 MAX_NAME = 64  # characters of an unknown header's name matched and shown

@@ -17,7 +17,7 @@ from proxy.formats.messages import without_emulated_betas
 from proxy.http.caller import ACCOUNT_HEADERS, CREDENTIAL_HEADERS, Caller
 from proxy.http.services import services_of
 from proxy.offload.quota import Quota
-from proxy.offload.refs import RefStore
+from proxy.offload.records import RefStore
 from proxy.offload.summaries import Compressor
 from proxy.offload.summarizer import DEFAULT_INSTRUCTION, DEFAULT_PROMPT
 from proxy.offload.summary_context import SummaryContext

@@ -39,14 +39,15 @@ from proxy.http.headers import response_headers_for_client
 from proxy.http.relay import close_after, stream_back
 from proxy.http.routing import family_of
 from proxy.http.services import services_of
-from proxy.offload import cpu_pool, response_chains
-from proxy.offload.refs import RefStore
+from proxy.offload import cpu_pool
+from proxy.offload import records as response_chains
+from proxy.offload.records import RefStore
 from proxy.offload.summaries import Compressor
 from proxy.reload import loop as reload_loop
-from proxy.reload import search_pool
+from proxy.reload import search as search_pool
 from proxy.reload.search import SearchLimits
 from proxy.turn import Turn, TurnInput, run_turn
-from proxy.upstream.native import accepts_cache_key, emulates
+from proxy.upstream.base_url import accepts_cache_key, emulates
 
 log = logging.getLogger("proxy.http.managed")
 # An upstream's answers to a request asking for a stream's usage that send it again as the client
