@@ -7,7 +7,7 @@ Replays every trace as Anthropic Messages requests exactly as `python -m proxy r
 anthropic --turn-gaps …` does (the real pipeline, the built-in summariser, a fresh store), twice:
 with the cuts priced at cache prices as the server makes them (`proxy.core.prompt_cache`, the
 session's last sent prefix on the replay's clock) and without; and bills each with the
-provider-cache model (`proxy.core.prompt_cache`, `proxy.replay._bill`): by default one turn in
+provider-cache model (`proxy.core.prompt_cache`, `proxy.replay._simulation`): by default one turn in
 ten follows an idle pause of 600 s (longer than the 5-minute TTL), the others 30 s. Printed, per
 trace, per framework and overall, as shares of the raw history billed uncached (what a client that
 sets no cache_control pays without the proxy):
@@ -44,10 +44,10 @@ from common import SHARED
 
 from proxy.core.settings import OffloadSettings
 from proxy.formats.messages import STRATEGY
-from proxy.replay import _bill as bill
 from proxy.replay import _report as lofo
-from proxy.replay._bill import parse
+from proxy.replay import _simulation as bill
 from proxy.replay._runner import Replayer, default_keepalive, load_conversations, upstream_for
+from proxy.replay._simulation import parse
 from proxy.store.sqlite import SQLiteStore
 
 MODEL = "claude-sonnet-4-5"

@@ -23,9 +23,11 @@ import httpx2
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
 from bench.common import machine, servers  # noqa: E402
 from proxy.offload.tenant import namespace_for  # noqa: E402
-from proxy.stats._prices import PriceTable  # noqa: E402
+from proxy.stats._counters import (
+    PriceTable,  # noqa: E402
+    Turn,  # noqa: E402
+)
 from proxy.stats._recorder import Recorder  # noqa: E402
-from proxy.stats._turns import Turn  # noqa: E402
 from proxy.store.sealing import Sealer  # noqa: E402
 from proxy.store.sqlite import SQLiteStore  # noqa: E402
 

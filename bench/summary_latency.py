@@ -4,7 +4,7 @@
                                               [--summary-tokens 2500] [--lags 1,2,3,4,5]
 
 For the `--longest` conversations (by tokens), each turn's history as the pipeline compacts it
-(`plan_compaction`, default settings) in the cost model of `proxy.replay._latency_bound`: per
+(`plan_compaction`, default settings) in the cost model of `proxy.replay._metrics`: per
 summary latency in turns (1: ready for the next turn, a replay without a summary delay; 4: a
 3 s summariser, 1 s turns, started once the turn has answered), the cache cost ratio of
 - the proxy's schedule (`current_policy`),
@@ -30,7 +30,7 @@ from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_encoding, counter_for_model
 from proxy.formats import chat
 from proxy.replay import _metrics as metrics
-from proxy.replay._latency_bound import Turn, current_policy, lower_bound
+from proxy.replay._metrics import Turn, current_policy, lower_bound
 from proxy.replay._runner import ReplayInputError, load_conversations, message_tokens, requests_of
 
 PENALTIES = tuple([0] + [1_000 * 2**k for k in range(12)])

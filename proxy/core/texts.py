@@ -429,7 +429,7 @@ def index_more(count: int) -> str:
     return f"+{count} more"
 
 
-# ------------------------------------------- `replay --compare`'s baselines (proxy.replay._compare)
+# ------------------------------------------- `replay --compare`'s baselines (proxy.replay._report)
 # Not the proxy's own behaviour: what the simple strategies it is compared with would send.
 
 MASKED_TOOL_RESULT = "[Old tool output omitted for brevity.]"  # observation masking's placeholder

@@ -2,13 +2,13 @@
 
 - `_runner`: the replayer, and the requests it sends (a chat trace's turns in the wire format
   replayed, read from a JSONL file);
-- `_simulation`: the simulated summariser and the record of its requests;
+- `_simulation`: the simulated summariser and the record of its requests, and what a replayed
+  conversation is billed, on the clock of its turns (`--turn-gaps`);
 - `_metrics`: the figures that are pure functions of the histories (prefix reuse, recall, cache
-  cost, latency) and where the cache-weighted cost goes (`cost_breakdown`);
-- `_bill`: what a replayed conversation is billed, on the clock of its turns (`--turn-gaps`);
-- `_compare`: `--compare`, the simple strategies (observation masking, middle-out) beside the proxy;
-- `_latency_bound`: the cheapest summary schedule a summariser's latency allows;
-- `_report`: report.json, the printed table, the charts, and leave-one-framework-out;
+  cost, latency), where the cache-weighted cost goes (`cost_breakdown`), and the cheapest
+  summary schedule a summariser's latency allows;
+- `_report`: report.json, the printed table, the charts, leave-one-framework-out, and
+  `--compare`, the simple strategies (observation masking, middle-out) beside the proxy;
 - `_target`: `--target URL`, the turns sent to a running proxy over HTTP;
 - `_live`: `--live`, the turns sent to a real model raw and through the proxy, with its journal;
   `_live_report`: the two arms' next actions compared, and the figures;

@@ -12,14 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from proxy.core.settings import OffloadSettings
-from proxy.replay import _bill as bill
-from proxy.replay import _compare as compare
-from proxy.replay._bill import Gaps, GapsError
-from proxy.replay._bill import parse as parse_gaps
-from proxy.replay._compare import MASK_KEEP
+from proxy.replay import _report as compare
+from proxy.replay import _simulation as bill
 from proxy.replay._metrics import DEFAULT_PRICING, PRICINGS
-from proxy.replay._report import estimate_warning, progress_bar, report_dict, table, write_outputs
+from proxy.replay._report import MASK_KEEP, estimate_warning, progress_bar, report_dict, table, write_outputs
 from proxy.replay._runner import FORMATS, Replayer, load_conversations, turns_of, upstream_for, view_for
+from proxy.replay._simulation import Gaps, GapsError
+from proxy.replay._simulation import parse as parse_gaps
 from proxy.replay._target import DEFAULT_CONCURRENCY, api_key_of, target_url
 from proxy.store import Store
 
@@ -443,7 +442,7 @@ async def run_replay(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "compare", False):
         report["compare"] = compared(args, conversations, settings, format=format, report=report)
         print()
-        print(compare.table(report["compare"]))
+        print(compare.compare_table(report["compare"]))
     written = write_outputs(report, Path(args.out or "replay-out"))  # once: a missing extra is said once
     print("wrote " + ", ".join(str(p) for p in written[:3]) + (" …" if len(written) > 3 else ""))
     if warning:  # once, after the table, where it cannot be missed

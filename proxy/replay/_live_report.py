@@ -5,7 +5,7 @@ failed in either arm is counted (`failed_raw`, `failed_proxy`, `failed`), never 
 out of the similarity figures. Over the compared turns (`proxy.replay._live_report`):
 `agreement` and `same_tools` and `same_finish` are shares of turns; `argument_similarity` is the
 mean over the turns where either arm called a tool, `text_similarity` over those where either
-wrote text. Costs are priced with the price table (`proxy.stats._prices`) at the request's model:
+wrote text. Costs are priced with the price table (`proxy.stats._counters`) at the request's model:
 the raw arm's, the usage each answer reported; the proxy arm's, what its statistics measured in
 the trace's session (the upstream's usage of each of its calls: the turns with their reload
 rounds, its summary calls, its keep-alive pings), else (`measured: false`) the usage it answered

@@ -75,11 +75,18 @@ from proxy.offload.summary_context import SummaryContext
 from proxy.offload.tenant import key, tenant_namespace
 from proxy.offload.tenant_store import TenantStore
 from proxy.reload.tools import ReloadTools
-from proxy.replay import _bill as bill
 from proxy.replay import _metrics as metrics
-from proxy.replay._bill import Gaps
+from proxy.replay import _simulation as bill
 from proxy.replay._metrics import common_prefix, prefix_reuse  # noqa: F401  (imported from here too)
-from proxy.replay._simulation import Sink, SummaryRecorder, TurnScheduler, fake_summarizer, recording, request_items
+from proxy.replay._simulation import (
+    Gaps,
+    Sink,
+    SummaryRecorder,
+    TurnScheduler,
+    fake_summarizer,
+    recording,
+    request_items,
+)
 from proxy.store import Store
 from proxy.store.sealing import Sealer
 from proxy.turn import Turn, TurnInput, run_turn
@@ -166,7 +173,7 @@ class Conversation:
     raw_per_turn: list[int] = field(default_factory=list)
     forwarded_per_turn: list[int] = field(default_factory=list)
     added_ms_per_turn: list[float] | None = None  # only with a summary delay
-    bill: dict[str, Any] | None = None  # only with turn gaps: see proxy.replay._bill
+    bill: dict[str, Any] | None = None  # only with turn gaps: see proxy.replay._simulation
 
 
 def replay_namespace(index: int, conversation_id: str) -> str:
@@ -237,8 +244,8 @@ class Replayer:
         pipeline (the upstream answering). `summary_request`: the shape summaries are asked for in
         (the server's `--summary-request`: "prefix", the turn's own request, or "transcript").
         `pricing`: the `metrics.PRICINGS` the cache cost is given at (the breakdown has both).
-        `gaps`: the turns' clock (`proxy.replay._bill`; a trace's own timestamps win): the bill
-        (`proxy.replay._bill`) at `pricing`'s provider profile; None: no bill. With a clock, the
+        `gaps`: the turns' clock (`proxy.replay._simulation`; a trace's own timestamps win): the bill
+        (`proxy.replay._simulation`) at `pricing`'s provider profile; None: no bill. With a clock, the
         turns are cut as the server cuts them with the session's cache in mind (`cache_cuts`,
         `proxy.core.prompt_cache`: the session's last sent prefix on the replay's clock), and the
         bill prices keep-alive pings at `keepalive`'s limits (None: the server's defaults)."""

@@ -63,23 +63,25 @@ from proxy.core import jsonio
 from proxy.core.answers import KINDS, NONE, Bill, Meter
 from proxy.core.settings import ARMS, IDENT_PATTERN, Arm
 from proxy.offload.tenant import key
-from proxy.stats import _holdout as holdout
-from proxy.stats._buckets import (
+from proxy.stats import _sessions as holdout
+from proxy.stats._counters import (
     ALL,
     ALL_GRAINS,
     TENANT_GRAINS,
     TOP_GRAINS,
     Fields,
+    PriceTable,
+    Turn,
     add,
+    bill_fields,
     bucket_key,
     bucket_start,
+    counterfactual,
     top_key,
     ttl_of,
+    turn_fields,
 )
-from proxy.stats._holdout import HoldoutDue, HoldoutTurn
-from proxy.stats._prices import PriceTable
-from proxy.stats._sessions import Replies, session_from_name
-from proxy.stats._turns import Turn, bill_fields, counterfactual, turn_fields
+from proxy.stats._sessions import HoldoutDue, HoldoutTurn, Replies, session_from_name
 from proxy.store import sealing as resealing
 from proxy.store.base import Store, StoreUnavailable
 from proxy.store.sealing import Sealer
@@ -637,7 +639,7 @@ class Recorder:
         self._backlog.held += len(turns)
 
     def _holdout_turn(self, turn: Turn) -> None:
-        """A turn of the holdout, added to its session's (`proxy.stats._holdout`): billed cost is
+        """A turn of the holdout, added to its session's (`proxy.stats._sessions`): billed cost is
         the turn's answers and the summary calls it waited for (and, as they are billed, its
         session's background summaries and pings: `_tallies`)."""
         arm, session = turn.arm, turn.session

@@ -16,7 +16,7 @@ import openai
 from starlette.responses import JSONResponse, StreamingResponse
 
 from proxy.core.texts import INJECTED_TOOLS
-from proxy.stats._prices import PriceTable
+from proxy.stats._counters import PriceTable
 from tests.harness import anthropic as fake_anthropic
 from tests.harness.history import agent_history
 from tests.harness.servers import completion, is_summary_call, snapshot_answer, sse, stream_chunks

@@ -18,9 +18,8 @@ import pytest
 from playwright.sync_api import expect
 
 from proxy.offload.tenant import namespace_for
-from proxy.stats._prices import PriceTable
+from proxy.stats._counters import PriceTable, Turn
 from proxy.stats._recorder import Recorder
-from proxy.stats._turns import Turn
 from proxy.store.redis import RedisStore
 from proxy.store.sealing import Sealer
 from tests.harness.browser import open_page, screenshot

@@ -10,7 +10,7 @@ import uuid
 
 import httpx2
 
-from proxy.stats._holdout import FIGURE_LABELS
+from proxy.stats._sessions import FIGURE_LABELS
 from tests.e2e.test_dashboard import column, fmt_usd, sign_in
 from tests.e2e.test_holdout import ROUTES, SMALL, auth, body_of, holdout_of, namespace_of, sessions_in
 from tests.harness.browser import open_page, screenshot

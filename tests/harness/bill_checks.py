@@ -16,7 +16,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from proxy.stats._prices import PriceTable
+from proxy.stats._counters import PriceTable
 from tests.harness import billing
 from tests.harness.servers import is_summary_call
 

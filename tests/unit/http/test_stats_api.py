@@ -16,7 +16,7 @@ from starlette.testclient import TestClient
 from proxy.core.settings import SettingsResolver
 from proxy.http import stats_api
 from proxy.http.stats_api import ASSETS, STATIC, Dashboard
-from proxy.stats._holdout import SessionOutcome
+from proxy.stats._sessions import SessionOutcome
 
 
 def _request() -> SimpleNamespace:

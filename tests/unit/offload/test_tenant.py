@@ -13,10 +13,8 @@ from proxy.core.compaction import Offload
 from proxy.offload import records as events
 from proxy.offload.records import RefStore
 from proxy.offload.tenant import SHARDS, key, tenant_namespace
-from proxy.stats._buckets import ALL, DAY, bucket_key, bucket_start, top_key
-from proxy.stats._prices import PriceTable
+from proxy.stats._counters import ALL, DAY, PriceTable, Turn, bucket_key, bucket_start, top_key
 from proxy.stats._recorder import Recorder
-from proxy.stats._turns import Turn
 from proxy.store.redis import RedisStore
 from proxy.store.sealing import Sealer
 

@@ -38,7 +38,7 @@ from proxy.replay._live import (
     setting_headers,
 )
 from proxy.replay._live_report import figures
-from proxy.stats._prices import PriceTable
+from proxy.stats._counters import PriceTable
 
 CONV = {
     "id": "c1",

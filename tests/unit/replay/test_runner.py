@@ -9,9 +9,9 @@ from proxy.core.texts import history_ref
 from proxy.formats import chat
 from proxy.formats.messages import MESSAGES
 from proxy.formats.responses import ResponsesView, items_from_chat
-from proxy.replay import _bill as bill
-from proxy.replay._bill import parse
+from proxy.replay import _simulation as bill
 from proxy.replay._runner import Replayer, budget, replay_namespace, requests_of, turns_of, upstream_for, view_for
+from proxy.replay._simulation import parse
 from proxy.store.sqlite import SQLiteStore
 from tests.harness.history import agent_history
 

@@ -10,10 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from proxy.stats import _reader as reader
-from proxy.stats._buckets import span_of
-from proxy.stats._prices import PriceTable
+from proxy.stats._counters import PriceTable, Turn, span_of
 from proxy.stats._recorder import Recorder, label_key, turn_of
-from proxy.stats._turns import Turn
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore
 from proxy.telemetry import RequestRecord

@@ -11,10 +11,19 @@ import pytest
 
 from proxy.core.answers import Bill
 from proxy.stats import _reader as reader
-from proxy.stats._buckets import ALL, bucket_key, bucket_start, span_of, top_key, ttl_of
-from proxy.stats._prices import PriceTable
+from proxy.stats._counters import (
+    ALL,
+    PriceTable,
+    Turn,
+    bucket_key,
+    bucket_start,
+    headline,
+    span_of,
+    top_key,
+    ttl_of,
+    turn_fields,
+)
 from proxy.stats._recorder import SESSION_TURNS, WRITES_AT_ONCE, Recorder, session_keys, sessions_key, turn_of
-from proxy.stats._turns import Turn, headline, turn_fields
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore
 from proxy.telemetry import RequestRecord

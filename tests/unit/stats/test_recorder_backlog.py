@@ -8,10 +8,8 @@ import time
 
 import pytest
 
-from proxy.stats._buckets import bucket_key, bucket_start, top_key
-from proxy.stats._prices import PriceTable
+from proxy.stats._counters import PriceTable, Turn, bucket_key, bucket_start, top_key
 from proxy.stats._recorder import Recorder, session_keys, sessions_key
-from proxy.stats._turns import Turn
 from proxy.store.base import StoreUnavailable
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore

@@ -16,11 +16,9 @@ from proxy.http import telemetry
 from proxy.http.telemetry import Observe, RequestRecord
 from proxy.offload.summary_context import SummaryContext, count_summary
 from proxy.stats import _reader as reader
-from proxy.stats._buckets import ALL, bucket_key, bucket_start, span_of, top_key
-from proxy.stats._prices import PriceTable
+from proxy.stats._counters import ALL, PriceTable, Turn, bucket_key, bucket_start, headline, point, span_of, top_key
 from proxy.stats._recorder import BLOCK, INLINE_BYTES, Recorder, turn_of
 from proxy.stats._sessions import reply_key, session_from_name
-from proxy.stats._turns import Turn, headline, point
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore
 
