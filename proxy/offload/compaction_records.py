@@ -71,6 +71,11 @@ class CompactionRecords:
             return None, None
         return items, again
 
+    async def admit(self) -> None:
+        """The step before `save`: the caller's admission settled (`proxy.offload.quota.Admission`)."""
+        if self.quota is not None:
+            await self.quota.admit()
+
     async def save(self, items: list[Any]) -> str:
         """Store `items` and answer the token that stands for them (the same items, the same token).
         Raises what the store and the quota raise; TokenError when `items` hold a token of ours

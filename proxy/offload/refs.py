@@ -69,6 +69,12 @@ class RefStore:
     def _key(self, ref: str) -> str:
         return key(self.namespace, "item", ref)
 
+    async def admit(self) -> None:
+        """The step before a write of new content: the caller's admission settled
+        (`proxy.offload.quota.Admission`); without it `save` refuses to store new content."""
+        if self.quota is not None:
+            await self.quota.admit()
+
     def _session_key(self, session: str) -> str:
         """With encryption at rest, the session id appears in the key only as a keyed hash."""
         return key(self.namespace, "session", self.sealer.key_name(session, self.namespace))
@@ -79,7 +85,8 @@ class RefStore:
         """Make every ref in `refs` resolvable: extend the live ones, store the missing ones.
 
         Returns the refs that were written now (not already stored). Raises what the quota
-        raises (QuotaExceeded, CredentialRejected), storing nothing, when it refuses the writes.
+        raises (QuotaExceeded; CredentialRejected for a caller not admitted: `admit` first),
+        storing nothing, when it refuses the writes.
         `cpu` runs the encoding (zlib, sealing) of the new items: off the event loop for a large request.
         """
         by_ref = {o.ref: o for o in offloads}

@@ -602,6 +602,7 @@ class Compressor:
         message = cp.summary_item(self.view, text, ref, count=covered, tokens=covered_tokens, index=index)
         offload = Offload(ref, "history", history, covered_tokens)
         if bill and self.ctx.refs is not None:
+            await self.ctx.refs.admit()
             await self.ctx.refs.save([offload, *media], [ref], session, cpu=cpu)
         record = {
             "cut": cut,
