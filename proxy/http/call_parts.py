@@ -16,6 +16,7 @@ from proxy.errors import ProxyError
 from proxy.formats.messages import without_emulated_betas
 from proxy.http.caller import ACCOUNT_HEADERS, CREDENTIAL_HEADERS, Caller
 from proxy.http.services import services_of
+from proxy.http.telemetry import current as current_record
 from proxy.offload.quota import ADMITTED, Admission, Quota
 from proxy.offload.refs import RefStore
 from proxy.offload.summaries import Compressor
@@ -83,6 +84,7 @@ def compressor_for(
         tally=functools.partial(services.recorder.count_summary, caller.namespace, session=settings.session),
         billed=billed,
         cuts=cuts,
+        record=current_record.get(),
     )
     return Compressor(tenant, ctx)
 
@@ -129,7 +131,9 @@ def admission_for(request: Request, caller: Caller) -> Admission:
             if k.lower() in CHECK_HEADERS
         ]
         try:
-            response = await services.upstream.send("GET", "models", headers=headers, base=caller.base)
+            response = await services.upstream.send(
+                "GET", "models", headers=headers, base=caller.base, record=current_record.get()
+            )
         except ProxyError:
             return None
         await response.aclose()

@@ -39,6 +39,7 @@ from proxy.http.family import family_of
 from proxy.http.headers import response_headers_for_client
 from proxy.http.relay import close_after, stream_back
 from proxy.http.services import services_of
+from proxy.http.telemetry import current as current_record
 from proxy.offload import cpu_pool, response_chains
 from proxy.offload.refs import RefStore
 from proxy.offload.summaries import Compressor
@@ -133,7 +134,7 @@ class ManagedCall:
         self.used_up: str | None = None  # a conversation's record, forgotten when the upstream accepts the request
         self.rec: telemetry.RequestRecord | None = None
         # the sink the turn's reload loop and tools report to: the request's record (`telemetry`)
-        self.record: telemetry.TurnRecord = telemetry.current.get() or telemetry.NO_RECORD
+        self.record: telemetry.TurnRecord = current_record.get() or telemetry.NO_RECORD
         self.headers: list[tuple[bytes, bytes]] = []
         self.cache = cache_session.CacheSession()  # the session's prompt cache: its record, what went first
         self.derived: tuple[str | None, str | None] | None = None  # the statistics' session, once derived
@@ -236,7 +237,7 @@ class ManagedCall:
         if turn.emulation.emulating:
             self.headers = without_emulated_betas(self.headers)
         self.rec = await accounting.note(  # what the access log, the metrics and the statistics learn
-            telemetry.current.get(),
+            current_record.get(),
             turn.report(),
             namespace=self.namespace,
             derive=functools.partial(accounting.known_or_derived, self, self.derived),
@@ -278,7 +279,13 @@ class ManagedCall:
         if self.rec is not None and self.rec.forwarded is None:  # the turn's first: its prefix reuse, measured later
             self.rec.forwarded = content
         response = await self.services.upstream.send(
-            "POST", self.fmt.endpoint, query=self.query, headers=self.headers, content=content, base=self.base
+            "POST",
+            self.fmt.endpoint,
+            query=self.query,
+            headers=self.headers,
+            content=content,
+            base=self.base,
+            record=current_record.get(),
         )
         cache_session.sent(self, content, response.status_code)
         if self.caller.kind == "client":  # what the upstream thinks of the client's own key

@@ -18,7 +18,8 @@ from collections.abc import Iterable
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.core.header_names import UnknownHeaders, unknown_headers
-from proxy.telemetry import Metrics, current
+from proxy.http.telemetry import current
+from proxy.telemetry import Metrics
 
 WARNING = b"x-offload-warning"
 Headers = list[tuple[bytes, bytes]]

@@ -21,6 +21,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from proxy import telemetry
 from proxy.core import cache_cuts, precompress
 from proxy.core import compression as cp
 from proxy.core.bill import Bill
@@ -498,6 +499,7 @@ class Compressor:
         spans: list[tuple[int, int]],
         cpu: CPU,
         made: list[Summary],
+        record: telemetry.UpstreamRecord | None,
     ) -> None:
         """The summarisation calls, into `made`: one in the prefix shape, one per span in the
         transcript shape (the first updating the prior summary). SummaryFailed at the first that
@@ -518,6 +520,7 @@ class Compressor:
                     timeout=ctx.timeout,
                     base=ctx.base,
                     usage=ctx.wire.usage,
+                    record=record,
                 )
             )
             return
@@ -534,6 +537,7 @@ class Compressor:
                     previous=previous,
                     timeout=ctx.timeout,
                     base=ctx.base,
+                    record=record,
                 )
             )
             previous = None  # only the first group updates the previous snapshot
@@ -559,12 +563,17 @@ class Compressor:
         start, end = decision.new_items
         started = time.monotonic()
         made: list[Summary] = []
+        sink = None if bill else self.ctx.record  # made in the background: no request's record
         try:
-            await self._calls(compacted, settings, decision, spans=spans, cpu=cpu, made=made)
+            await self._calls(compacted, settings, decision, spans=spans, cpu=cpu, made=made, record=sink)
         except SummaryFailed as exc:
             tokens_in, tokens_out = sum(s.tokens_in for s in made), sum(s.tokens_out for s in made)
-            count_summary(False, time.monotonic() - started, self.ctx)
-            bill_summary(sum((s.bill for s in made), exc.bill if isinstance(exc, BilledFailure) else Bill()), self.ctx)
+            count_summary(False, time.monotonic() - started, self.ctx, record=sink)
+            bill_summary(
+                sum((s.bill for s in made), exc.bill if isinstance(exc, BilledFailure) else Bill()),
+                self.ctx,
+                record=sink,
+            )
             failed = event(
                 "summary_failure",
                 reason=str(exc),
@@ -577,8 +586,8 @@ class Compressor:
                 events=[failed],
                 usage=summary_usage(tokens_in, tokens_out),
             )
-        count_summary(True, time.monotonic() - started, self.ctx)
-        bill_summary(sum((s.bill for s in made), Bill()), self.ctx)
+        count_summary(True, time.monotonic() - started, self.ctx, record=sink)
+        bill_summary(sum((s.bill for s in made), Bill()), self.ctx, record=sink)
         text = "\n".join(summary.text for summary in made)
         tokens_in, tokens_out = sum(s.tokens_in for s in made), sum(s.tokens_out for s in made)
 

@@ -21,15 +21,15 @@ from collections.abc import AsyncGenerator, AsyncIterable
 
 import httpx2
 
-from proxy.upstream.network import Exchange
+from proxy.upstream.network import Attempt
 
 RETRIED = (httpx2.ReadError, httpx2.WriteError, httpx2.RemoteProtocolError)  # no TimeoutException among them
 REPLAY_LIMIT = 1 << 20
 
 
-def may_retry(exc: Exception, exchange: Exchange) -> bool:
+def may_retry(exc: Exception, attempt: Attempt) -> bool:
     """Did `exc` end a request written into a reused connection before any answer came back?"""
-    return isinstance(exc, RETRIED) and exchange.reused is True and exchange.received == 0
+    return isinstance(exc, RETRIED) and attempt.reused is True and attempt.received == 0
 
 
 class Replayable:
