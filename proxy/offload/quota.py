@@ -78,6 +78,11 @@ class Admission:
         """The check knows the credential accepted lately: a write may go on."""
         return self.check is None or self.check.known(self.scope) is True
 
+    def learn(self, status: int) -> None:
+        """What the upstream answered a request made with the credential (the check remembers it)."""
+        if self.check is not None:
+            self.check.remember(self.scope, status)
+
     async def settle(self) -> bool:
         """The credential's verdict: known to the check, else asked (`ask`, remembered by the
         check: asked once); an unanswered ask admits nothing and remembers nothing."""
