@@ -33,8 +33,8 @@ import httpx2
 from common import SHARED, cpu_seconds, machine, servers
 
 from proxy.core.tokens import counter_for_model
-from proxy.formats.messages.from_chat import body_from_chat
-from proxy.formats.responses.from_chat import items_from_chat, tools_from_chat
+from proxy.formats.messages import body_from_chat
+from proxy.formats.responses import items_from_chat, tools_from_chat
 
 ENDPOINTS = {"chat": "chat/completions", "responses": "responses", "messages": "messages"}
 FORMATS = ("chat", "responses", "messages")

@@ -1,4 +1,4 @@
-"""Compressed request bodies: how fast each coding is decoded (proxy.http.body_encoding), and
+"""Compressed request bodies: how fast each coding is decoded (proxy.http.body), and
 how long the event loop waits meanwhile (the largest gap between 1 ms ticks).
 
     .venv/bin/python bench/body_decoding.py [--megabytes 48]
@@ -17,7 +17,7 @@ import zlib
 import brotli
 import zstandard
 
-from proxy.http.body_encoding import decoded
+from proxy.http.body import decoded
 
 
 def body(size: int) -> bytes:

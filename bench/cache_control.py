@@ -43,7 +43,7 @@ from pathlib import Path
 from common import SHARED
 
 from proxy.core.settings import OffloadSettings
-from proxy.formats.messages.cache_control import STRATEGY
+from proxy.formats.messages import STRATEGY
 from proxy.replay import _bill as bill
 from proxy.replay import _report as lofo
 from proxy.replay._bill import parse

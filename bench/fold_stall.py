@@ -36,8 +36,8 @@ from common import healthz_probe, machine, servers  # noqa: E402
 from proxy.core.compaction import plan_compaction  # noqa: E402
 from proxy.core.settings import OffloadSettings  # noqa: E402
 from proxy.core.tokens import counter_for_model  # noqa: E402
-from proxy.formats.chat.items import VIEW  # noqa: E402
-from proxy.formats.responses.from_chat import items_from_chat  # noqa: E402
+from proxy.formats.chat import VIEW  # noqa: E402
+from proxy.formats.responses import items_from_chat  # noqa: E402
 from tests.harness.history import big_text, drawn_results, tool_history  # noqa: E402
 
 RAISED = {"max_tool_message_tokens": 10_000_000}

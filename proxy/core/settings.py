@@ -17,8 +17,8 @@ Mode = Literal["auto", "compact", "compress", "off", "observe"]
 # Who applies a request's `context_management` (and `/responses/compact`): the upstream
 # (relay), the proxy (emulate), or the upstream when it is OpenAI's or Anthropic's own API (auto).
 ContextManagement = Literal["relay", "emulate", "auto"]
-# Does the proxy add prompt caching a client did not ask for (`proxy.formats.messages.cache_control`,
-# `proxy.formats.openai_cache`): auto adds it, off leaves every request's caching as sent.
+# Does the proxy add prompt caching a client did not ask for (`proxy.formats.messages`,
+# `proxy.formats.prompt_cache`): auto adds it, off leaves every request's caching as sent.
 CacheControl = Literal["auto", "off"]
 HEADER_PREFIX = "x-offload-"
 MAX_HEADER_VALUE = 256

@@ -324,7 +324,7 @@ MASKED_TOOL_RESULT = "[Old tool output omitted for brevity.]"  # observation mas
 
 
 # ------------------------------------------------- Anthropic's clear_tool_uses edit, emulated
-# (`proxy.formats.messages.edits`): a cleared tool_use `input` becomes {CLEARED_INPUT_KEY: text}.
+# (`proxy.formats.messages._clearing_edits`): a cleared tool_use `input` becomes {CLEARED_INPUT_KEY: text}.
 
 CLEARED_INPUT_KEY = "offloaded_input"
 

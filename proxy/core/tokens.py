@@ -49,7 +49,7 @@ MESSAGE_OVERHEAD = 3  # per message, as in OpenAI's accounting
 REPLY_PRIMING = 3
 IMAGE_PARTS = frozenset({"image_url", "input_image", "computer_screenshot", "image"})  # "image": Anthropic's
 # A Responses item whose screenshot was offloaded carries the marker under this private key
-# (`proxy.formats.responses.request.with_history` turns it into a message after the item).
+# (`proxy.formats.responses._request.with_history` turns it into a message after the item).
 NOTE_KEY = "x-offload-note"
 
 

@@ -34,8 +34,8 @@ import uvicorn
 from proxy.core import provider_cache as pc
 from proxy.core.markers import RELOAD_TOOL
 from proxy.core.texts import SUMMARY_INSTRUCTION, SUMMARY_PROMPT
-from proxy.formats import openai_cache
-from proxy.formats.messages import cache_control as messages_cache
+from proxy.formats import messages as messages_cache
+from proxy.formats import prompt_cache as openai_cache
 
 # The proxy's summary calls, recognised exactly: the instruction as the last chat message, the
 # last Responses input item or the last block of the last Anthropic message (the prefix shape), or

@@ -1,5 +1,5 @@
 """Threshold compaction asked of the provider, read when the proxy applies it itself: the checks
-the formats share (`proxy.formats.responses.threshold`, `proxy.formats.messages.threshold`).
+the formats share (`proxy.formats.responses._compaction`, `proxy.formats.messages._emulation`).
 
 Responses: `context_management: [{"type": "compaction", "compact_threshold": N}]`; Messages:
 `context_management: {"edits": [{"type": "compact_20260112", "trigger": {"type": "input_tokens",
@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.errors import Kind, ProxyError
-from proxy.formats.messages.edits_config import MAX_EDITS, MAX_VALUE
+from proxy.formats.messages._clearing_edits import MAX_EDITS, MAX_VALUE
 
 MIN_THRESHOLD = 1000
 MAX_ENTRIES = MAX_EDITS  # context_management entries / edits read per request (one limit for both checks)

@@ -22,7 +22,7 @@ from proxy.core.jsonio import JsonObject
 from proxy.core.wire import WireFormat
 from proxy.errors import ProxyError
 from proxy.http.answer_tap import KEPT_BYTES, ON_LOOP_BYTES, answer_codings
-from proxy.http.body_encoding import decode
+from proxy.http.body import decode
 from proxy.http.services import Services
 from proxy.offload import response_chains
 from proxy.offload.cpu_pool import CPU

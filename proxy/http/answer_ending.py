@@ -15,7 +15,7 @@ from proxy.core import jsonio
 from proxy.core.finish import ERROR, Ending, error_ending, may_end, of_value
 from proxy.errors import ProxyError
 from proxy.http.answer_tap import KEPT_BYTES, ON_LOOP_BYTES, answer_codings, events_in, is_event_stream, tapped
-from proxy.http.body_encoding import decode
+from proxy.http.body import decode
 from proxy.offload.cpu_pool import CPU
 
 ERROR_BYTES = 64 * 1024  # of an error answer, what is read for its message

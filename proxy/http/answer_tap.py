@@ -11,7 +11,7 @@ from typing import Protocol
 
 from starlette.responses import AsyncContentStream, Content, Response
 
-from proxy.http.body_encoding import codings_of, decode
+from proxy.http.body import codings_of, decode
 from proxy.upstream import sse
 
 KEPT_BYTES = 16 * 1024 * 1024  # of an encoded stream or a streamed JSON body, what is kept to read it

@@ -3,7 +3,7 @@
 Request path of the managed endpoints (chat completions, Responses, Anthropic Messages): app →
 http.managed (settings, the format's body) → offload (plan, store) → upstream → reload loop.
 Everything else under /v1 is relayed unchanged, to OpenAI's or Anthropic's upstream
-(`proxy.http.family`).
+(`proxy.http.routing`).
 """
 
 from __future__ import annotations
@@ -25,23 +25,21 @@ from proxy.config import ServerSettings
 from proxy.core.settings import SettingsResolver
 from proxy.core.tokens import counter_for_encoding
 from proxy.http import log_clip
+from proxy.http.body import BodyLimit
 from proxy.http.cache_session import keepalive_service
 from proxy.http.caller import CallerGate, Gatekeeper
-from proxy.http.canonical_path import CanonicalPath
 from proxy.http.compact import responses_compact
 from proxy.http.count_tokens import count_tokens
-from proxy.http.dashboard import Dashboard
-from proxy.http.limits import BodyLimit
+from proxy.http.headers import UnknownHeaderWarning
 from proxy.http.managed import chat_completions, messages, responses
 from proxy.http.offload_api import get_offloaded, list_events, offload
 from proxy.http.relay import relay
-from proxy.http.routing_errors import not_routed
+from proxy.http.routing import CanonicalPath, not_routed
 from proxy.http.services import Services, services_of
-from proxy.http.stats_api import AdminGate, StatsApi, tenant_names
+from proxy.http.stats_api import AdminGate, Dashboard, StatsApi, tenant_names
 from proxy.http.telemetry import Metrics, Observe, configure_logging, configure_text_logging, metrics_endpoint
-from proxy.http.tenants_file import load_tenants_file
+from proxy.http.tenants import load_tenants_file
 from proxy.http.token_relay import responses_input_tokens
-from proxy.http.unknown_headers import UnknownHeaderWarning
 from proxy.http.websocket.connection import Limits as SocketLimits
 from proxy.http.websocket.route import ResponsesSocket
 from proxy.offload.background import CANCEL_WAIT, SummaryScheduler

@@ -23,7 +23,7 @@ from proxy.core import jsonio
 from proxy.core.bill import UNREPORTED, Bill, UsageReader, UsageStream
 from proxy.errors import ProxyError, Shape
 from proxy.http.answer_tap import KEPT_BYTES, ON_LOOP_BYTES, answer_codings, events_in, is_event_stream, tapped
-from proxy.http.body_encoding import decode
+from proxy.http.body import decode
 from proxy.http.headers import response_headers_for_client
 from proxy.http.relay import close_after, stream_back, with_error_event
 from proxy.offload.cpu_pool import CPU

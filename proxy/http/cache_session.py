@@ -25,7 +25,7 @@ from proxy.core.last_sent import LastSent, digest
 from proxy.core.settings import OffloadSettings
 from proxy.core.wire import WireFormat
 from proxy.formats.json_body import LARGE_BODY
-from proxy.formats.keepalive_pings import profile_name
+from proxy.formats.prompt_cache import profile_name
 from proxy.http import accounting
 from proxy.http.call_parts import tenant_store
 from proxy.http.caller import Caller

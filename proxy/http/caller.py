@@ -13,7 +13,7 @@ Three kinds of caller, decided once per request by `Gatekeeper.identify`:
 - **anonymous** — no credential at all; served only with `--allow-anonymous`, and every
   anonymous client shares one namespace.
 
-Each request speaks one provider's API (`proxy.http.family`): OpenAI's upstream is
+Each request speaks one provider's API (`proxy.http.routing`): OpenAI's upstream is
 `--upstream` (or the tenant's `upstream`), Anthropic's `--anthropic-upstream` (or the tenant's
 `anthropic_upstream`).
 
@@ -35,12 +35,19 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from proxy.errors import Kind as ErrorKind
 from proxy.errors import ProxyError
+from proxy.http.body import stored_state
 from proxy.http.error_map import response_of
-from proxy.http.family import Family, family_of
-from proxy.http.fingerprint import credential_label, with_sub
 from proxy.http.headers import request_headers_for_upstream
-from proxy.http.shared_state import stored_state
-from proxy.http.tenants_file import PLACEHOLDER, Tenant, is_placeholder, key_digest, tenants_from_config
+from proxy.http.routing import Family, family_of
+from proxy.http.tenants import (
+    PLACEHOLDER,
+    Tenant,
+    credential_label,
+    is_placeholder,
+    key_digest,
+    tenants_from_config,
+    with_sub,
+)
 from proxy.offload.tenant import bare_credential, namespace_for
 from proxy.upstream.base_url import anthropic_base, openai_base
 from proxy.upstream.choice import HEADER as UPSTREAM_HEADER
@@ -95,7 +102,7 @@ class Caller:
     upstream_credential: str | None  # replaces the client's credential headers, when set
     shared_key: bool = False  # upstream_credential is the server's, shared by every tenant
     family: Family = "openai"  # the provider API the request speaks: how upstream_credential is sent
-    # what the statistics call the namespace (proxy.http.fingerprint): the tenant's name, or its
+    # what the statistics call the namespace (proxy.http.tenants): the tenant's name, or its
     # key's fingerprint, with the sub-tenant; None: its hash. Never the credential.
     label: str | None = None
 

@@ -1,7 +1,7 @@
 """`POST /v1/responses/compact`: relayed unchanged to an upstream that compacts natively (but
 for a compaction token of the proxy's in its input, replaced by what it stands for), emulated for one that does not (`proxy.upstream.native.emulates`; `proxy.turn._compact_now`).
 
-Emulated, the request is read in OpenAI's shape (`proxy.formats.responses.compact`): a field of
+Emulated, the request is read in OpenAI's shape (`proxy.formats.responses`): a field of
 another JSON type, no `model` or no `input` is a 400; `previous_response_id` is a 400 too (the
 proxy keeps no stored chain it could compact, and most upstreams that need the emulation keep
 none either: the client sends the history as `input`). The answer is a `response.compaction`.
@@ -22,13 +22,11 @@ from proxy.core.provider_emulation import COMPACTION_ACTION
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model_async
 from proxy.errors import Kind, ProxyError
-from proxy.formats.responses import RESPONSES
-from proxy.formats.responses.compact import compacted_response, parse_compact_body, summary_body
+from proxy.formats.responses import RESPONSES, compacted_response, parse_compact_body, summary_body
 from proxy.http import error_map
 from proxy.http.call_parts import compressor_for, request_settings, tenant_store
 from proxy.http.caller import Caller
-from proxy.http.error_map import response_of
-from proxy.http.json_response import json_answer
+from proxy.http.error_map import json_answer, response_of
 from proxy.http.managed import answered
 from proxy.http.services import services_of
 from proxy.http.telemetry import current as current_record

@@ -1,4 +1,5 @@
-"""Every route's one exception map: the proxy's errors as a status and an API-shaped body.
+"""Every route's one exception map: the proxy's errors as a status and an API-shaped body; and
+the JSON responses the proxy writes itself (`JSONResponse`, `json_answer`).
 
 A raise site below the HTTP layer says what went wrong (a `proxy.errors.Kind`); this module alone
 decides what the client gets: `STATUSES`, each kind's status (and OpenAI error type), and the body
@@ -9,9 +10,8 @@ chosen by status as Anthropic does.
 
 A route runs its work through `answered` and raises what it meets. A `ProxyError` goes as it is
 (its message is meant for the client); a `Failure` (its text a detail) and the few builtin
-exceptions of `BUILTIN` are worded here (`WORDED`, `WORDED_KINDS`); an exception in no row is left to the server (it is a
-bug of another kind).
-"""
+exceptions of `BUILTIN` are worded here (`WORDED`, `WORDED_KINDS`); an exception in no row is left
+to the server (it is a bug of another kind)."""
 
 from __future__ import annotations
 
@@ -21,10 +21,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from starlette.responses import JSONResponse as _StarletteJSONResponse
 from starlette.responses import Response
 
+from proxy.core import large_json
+from proxy.core.jsonio import dumps
 from proxy.errors import Failure, Kind, ProxyError, Shape, error_body
 from proxy.http.disconnect import ClientDisconnected
+from proxy.offload.cpu_pool import CPU
 from proxy.offload.quota import CredentialRejected, QuotaExceeded
 from proxy.store import StoreUnavailable
 from proxy.turn import CompactionFailed
@@ -189,3 +193,19 @@ async def answered(
         elif error is not exc and error.kind is Kind.UNPROCESSABLE:
             log.warning("request failed: %s: %s", type(exc).__name__, exc)
         return response_of(error, shape)
+
+
+class JSONResponse(_StarletteJSONResponse):
+    """Starlette's JSONResponse, encoded by `jsonio.dumps`: content with a lone surrogate
+    (Starlette's own encoder fails on it) goes out escaped, and large bodies are encoded faster."""
+
+    def render(self, content: Any) -> bytes:
+        return dumps(content)
+
+
+async def json_answer(content: Any, *, cpu: CPU) -> Response:
+    """A JSONResponse of `content`; written in the CPU pool, a piece at a time
+    (`large_json.dumps_yielding`), when `cpu` is large (tens of MB take a good part of a second)."""
+    if not cpu.large:
+        return JSONResponse(content)
+    return Response(await cpu(large_json.dumps_yielding, content), media_type="application/json")

@@ -27,17 +27,16 @@ from proxy.core.wire import WireFormat
 from proxy.formats.chat import CHAT
 from proxy.formats.json_body import LARGE_BODY
 from proxy.formats.messages import MESSAGES, without_emulated_betas
-from proxy.formats.openai_cache import session_cache_key
+from proxy.formats.prompt_cache import session_cache_key
 from proxy.formats.responses import RESPONSES
 from proxy.http import accounting, billing, cache_session, emulated_answers, error_map, holdout, observed
-from proxy.http.body_charset import refuse_other_charsets
-from proxy.http.body_encoding import codings_of, decoded_body
+from proxy.http.body import codings_of, decoded_body, refuse_other_charsets
 from proxy.http.call_parts import admission_for, compressor_for, request_settings, tenant_store
 from proxy.http.caller import Caller
 from proxy.http.disconnect import ClientWatch
-from proxy.http.family import family_of
 from proxy.http.headers import response_headers_for_client
 from proxy.http.relay import stream_back
+from proxy.http.routing import family_of
 from proxy.http.services import services_of
 from proxy.http.telemetry import current as current_record
 from proxy.offload import cpu_pool
@@ -205,7 +204,7 @@ class ManagedCall:
 
     async def cache_key(self) -> str | None:
         """The `prompt_cache_key` of this request's session, for OpenAI's own API and
-        `--cache-control auto` only (`proxy.formats.openai_cache`); None: none is added."""
+        `--cache-control auto` only (`proxy.formats.prompt_cache`); None: none is added."""
         if self.settings.cache_control != "auto" or not accepts_cache_key(
             self.base or self.services.settings.upstream_base
         ):

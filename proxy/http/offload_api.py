@@ -15,13 +15,13 @@ from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model_async
 from proxy.errors import Kind, ProxyError
 from proxy.formats import chat
-from proxy.formats.chat.body import parse_chat_body
+from proxy.formats.chat import parse_chat_body
 from proxy.formats.json_body import LARGE_BODY
 from proxy.http import error_map
-from proxy.http.body_encoding import decoded
+from proxy.http.body import decoded
 from proxy.http.call_parts import compressor_for, model_of, request_settings, tenant_store
 from proxy.http.caller import Caller
-from proxy.http.json_response import JSONResponse, json_answer
+from proxy.http.error_map import JSONResponse, json_answer
 from proxy.http.services import services_of
 from proxy.offload.cpu_pool import CPU
 from proxy.offload.pipeline import prepare

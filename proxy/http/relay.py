@@ -15,14 +15,12 @@ from proxy.core.compaction_token import may_spell_token, sealed_fields
 from proxy.core.jsonio import JsonObject
 from proxy.errors import Kind, ProxyError, Shape, anthropic_error_event
 from proxy.formats.json_body import LARGE_BODY, load_object
-from proxy.http.body_charset import refuse_other_charsets
-from proxy.http.body_encoding import codings_of, decoded_body
+from proxy.http.body import codings_of, decoded_body, refuse_other_charsets, takes_uploads
 from proxy.http.caller import Caller
 from proxy.http.disconnect import ClientDisconnected, ClientWatch
 from proxy.http.error_map import response_of
 from proxy.http.headers import response_headers_for_client
 from proxy.http.services import services_of
-from proxy.http.shared_state import takes_uploads
 from proxy.http.telemetry import current as current_record
 from proxy.offload import cpu_pool, response_chains
 from proxy.offload.tenant_store import TenantStore
@@ -202,7 +200,7 @@ async def checked_body(request: Request, caller: Caller, *, path: str, shared: b
     says (an upstream may read JSON behind any amount of whitespace, a byte order mark, in UTF-16
     or -32, with no Content-Type at all, or labelled multipart/form-data): else a 400 naming what
     it is, as the managed endpoints answer; a declared charset other than UTF-8, ASCII or
-    ISO-8859-1 is a 415 (`body_charset`). A compaction token of the proxy's in an `encrypted_content` is a 400
+    ISO-8859-1 is a 415 (`refuse_other_charsets`). A compaction token of the proxy's in an `encrypted_content` is a 400
     (`refuse_tokens`).
 
     `items`: a path carrying a history's items (`carries_items`), checked for tokens on any method.

@@ -18,6 +18,13 @@ table by default, one tenant with `tenant=` (a tenants-file name or a namespace)
 The admin token is recognised by `AdminGate`, in front of `CallerGate`: on these routes it is
 answered here and never identified as a client credential; on any other /v1 route it is
 refused (403), so it is never relayed upstream nor becomes a namespace.
+
+The dashboard (`Dashboard`, `GET /dashboard`): the statistics as a page a person reads, a static
+shell (HTML, its script, its styles and a small SVG chart module, all in `proxy/http/static/`,
+nothing from a CDN). It holds no data: it asks for a token (the admin token, or a tenant's
+credential) and draws what the JSON API above answers for that token, so it sees exactly what the
+API lets the token see. The token is kept in the tab's sessionStorage and sent as
+`Authorization: Bearer`, never in a cookie or a URL.
 """
 
 from __future__ import annotations
@@ -28,12 +35,14 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.middleware.exceptions import ExceptionMiddleware
 from starlette.requests import Request
+from starlette.responses import JSONResponse as StarletteJSONResponse
 from starlette.responses import Response
 from starlette.routing import Route, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -41,9 +50,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from proxy.errors import Kind, ProxyError
 from proxy.http import error_map
 from proxy.http.caller import Caller, presented_credentials
-from proxy.http.error_map import response_of
-from proxy.http.json_response import JSONResponse
-from proxy.http.routing_errors import not_routed
+from proxy.http.error_map import JSONResponse, response_of
+from proxy.http.routing import not_routed
 from proxy.http.services import services_of
 from proxy.offload.cpu_pool import CPU
 from proxy.offload.tenant import namespace_for
@@ -302,3 +310,55 @@ class AdminGate:
             await response_of(error)(scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+
+STATIC = Path(__file__).parent / "static"
+TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+}
+ASSETS = ("dashboard.js", "charts.js", "dashboard.css")
+# Everything the page loads comes from here; no inline script or style, no frames, no referrer.
+SECURITY_HEADERS = {
+    "content-security-policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+    "x-content-type-options": "nosniff",
+    "x-frame-options": "DENY",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-cache",
+}
+
+
+def _load(name: str) -> tuple[bytes, str]:
+    return (STATIC / name).read_bytes(), TYPES[Path(name).suffix]
+
+
+class Dashboard:
+    """The page and its assets, read once (a fixed set of names: no path reaches the disk)."""
+
+    def __init__(self) -> None:
+        self.files = {name: _load(name) for name in ("index.html", *ASSETS)}
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/dashboard", self.page, methods=["GET", "HEAD"]),
+            Route("/dashboard/{name}", self.asset, methods=["GET", "HEAD"]),
+        ]
+
+    def _send(self, name: str) -> Response:
+        content, media_type = self.files[name]
+        return Response(content, media_type=media_type, headers=SECURITY_HEADERS)
+
+    async def page(self, request: Request) -> Response:
+        return self._send("index.html")
+
+    async def asset(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in ASSETS:
+            return StarletteJSONResponse(
+                {"error": {"message": "Not found.", "type": "invalid_request_error", "code": "not_found"}},
+                status_code=404,
+                headers=SECURITY_HEADERS,
+            )
+        return self._send(name)

@@ -21,8 +21,7 @@ from proxy.core.compaction_token import may_spell_token
 from proxy.core.jsonio import JsonObject
 from proxy.formats.json_body import LARGE_BODY
 from proxy.formats.responses import RESPONSES
-from proxy.http.body_charset import refuse_other_charsets
-from proxy.http.body_encoding import codings_of, decoded_body
+from proxy.http.body import codings_of, decoded_body, refuse_other_charsets
 from proxy.http.call_parts import tenant_store
 from proxy.http.caller import Caller
 from proxy.http.disconnect import ClientWatch

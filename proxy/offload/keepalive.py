@@ -3,7 +3,7 @@
 After a turn a worker forwarded (`hold`), it keeps in memory exactly what that turn sent: the
 body's bytes, the headers with the session's own credential (never written anywhere), where
 it went. Shortly before the provider's cache would expire (`proxy.core.keepalive.next_ping`) it
-sends the session's 1-token ping (`proxy.formats.keepalive_pings`) with that prefix, on that
+sends the session's 1-token ping (`proxy.formats.prompt_cache`) with that prefix, on that
 credential, to that upstream. What is held (bodies and headers) is bounded by bytes per worker
 (`max_bytes`: the sessions idle longest go first) and dropped once the session gets no more pings.
 
@@ -33,8 +33,8 @@ from proxy.core import keepalive as ka
 from proxy.core import provider_cache as pc
 from proxy.core.last_sent import LastSent
 from proxy.formats.json_body import LARGE_BODY
-from proxy.formats.keepalive_pings import output_tokens, profile_name
-from proxy.formats.keepalive_pings import ping as ping_body
+from proxy.formats.prompt_cache import output_tokens, profile_name
+from proxy.formats.prompt_cache import ping as ping_body
 from proxy.offload import last_sent
 from proxy.offload.cpu_pool import CPU
 from proxy.offload.tenant import key
@@ -82,7 +82,7 @@ class PingDone:
 
 
 def _ping_of(endpoint: str, content: bytes) -> bytes | None:
-    """The ping's body made of a forwarded body (`proxy.formats.keepalive_pings`), None for none."""
+    """The ping's body made of a forwarded body (`proxy.formats.prompt_cache`), None for none."""
     try:
         body = ping_body(endpoint, jsonio.loads(content))
     except (ValueError, RecursionError):

@@ -25,7 +25,7 @@ from proxy.core import jsonio, texts
 from proxy.core.bill import Bill, UsageReader
 from proxy.core.jsonio import JsonObject
 from proxy.errors import ProxyError
-from proxy.formats.chat.usage import USAGE as CHAT_USAGE
+from proxy.formats.chat import USAGE as CHAT_USAGE
 from proxy.telemetry import UpstreamRecord
 from proxy.upstream.client import Headers, Upstream
 

@@ -3,7 +3,7 @@ tools and query upstream again, until the model answers with something for the c
 
 The format-specific part (building each request, reading an answer or a stream's events,
 hiding the injected calls, summing usage) is the format's `proxy.core.rounds.Rounds`
-(`proxy.formats.chat.rounds.ChatRounds`, `proxy.formats.responses.ResponsesRounds`). The loop
+(`proxy.formats.chat._rounds.ChatRounds`, `proxy.formats.responses.ResponsesRounds`). The loop
 does the IO: it sends each round, reads the answer or the SSE stream, runs the calls within the
 budget, and turns every failure midway into the format's error event.
 """

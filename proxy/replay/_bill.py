@@ -5,7 +5,7 @@ Six figures per conversation, each in input-token equivalents (an uncached input
 
 - `raw_uncached`: the raw history, every token at the input price (a client caching nothing);
 - `raw_cached`: the raw history with the client's own caching (Anthropic: the caching the proxy
-  would add, `proxy.formats.messages.cache_control`; OpenAI: its automatic cache);
+  would add, `proxy.formats.messages`; OpenAI: its automatic cache);
 - `proxy_uncached`: the forwarded turns and the proxy's summary calls, the proxy adding no cache
   control (`--cache-control off`, a client setting none: on Anthropic nothing is cached);
 - `proxy_cached`: the same with the proxy's cache control (`--cache-control auto`);
@@ -51,8 +51,8 @@ from typing import Any
 from proxy.core import keepalive as ka
 from proxy.core import provider_cache as pc
 from proxy.errors import Failure, Kind
-from proxy.formats import openai_cache
-from proxy.formats.messages import cache_control as messages_cache
+from proxy.formats import messages as messages_cache
+from proxy.formats import prompt_cache as openai_cache
 
 SUMMARY_DELAY = 1.0  # seconds after its turn a summary call is sent
 FIGURES = ("raw_uncached", "raw_cached", "proxy_uncached", "proxy_cached", "proxy_keepalive", "floor")

@@ -7,7 +7,7 @@ PNG charts, and prints a table.
 
 With format "responses" (or "anthropic"), each chat trace is first converted to the Responses
 API input items (or the Anthropic Messages request) a client would send for it
-(`proxy.formats.responses.from_chat`, `proxy.formats.messages.from_chat`) and replayed through
+(`proxy.formats.responses`, `proxy.formats.messages`) and replayed through
 that format's view; every figure is then computed the same way on its items instead of messages.
 
 Definitions (see `proxy.replay._metrics`): tokens are o200k_base tokens of each message's (or
@@ -65,11 +65,10 @@ from proxy.core.wire import WireFormat
 from proxy.errors import Failure, Kind
 from proxy.formats import chat
 from proxy.formats import messages as anthropic
+from proxy.formats import messages as anthropic_from_chat
+from proxy.formats import responses as _responses
 from proxy.formats.chat import CHAT
-from proxy.formats.messages import from_chat as anthropic_from_chat
-from proxy.formats.responses import RESPONSES
-from proxy.formats.responses import from_chat as _responses
-from proxy.formats.responses.request import inject_tools
+from proxy.formats.responses import RESPONSES, inject_tools
 from proxy.offload.cpu_pool import CPU, INLINE
 from proxy.offload.refs import RefStore
 from proxy.offload.summaries import Compressor

@@ -25,12 +25,8 @@ import httpx2
 from proxy.core.markers import INJECTED_TOOLS
 from proxy.core.texts import SUMMARY_INSTRUCTION
 from proxy.formats import chat
-from proxy.formats.messages import MESSAGES
-from proxy.formats.messages.from_chat import message_answer
-from proxy.formats.messages.summary import instruction_message
-from proxy.formats.responses.from_chat import items_from_message
-from proxy.formats.responses.items import ResponsesView
-from proxy.formats.responses.summary import instruction_item
+from proxy.formats.messages import MESSAGES, instruction_message, message_answer
+from proxy.formats.responses import ResponsesView, instruction_item, items_from_message
 from proxy.offload.background import SummaryScheduler
 
 Sink = list[

@@ -1,6 +1,6 @@
 """A compaction asked now: `POST /v1/responses/compact` emulated, the history summarised now by
 the proxy's own summariser, and a token of the proxy's standing for what the client may drop.
-A `/v1/responses` request ending in a `compaction_trigger` (`proxy.formats.responses.trigger`)
+A `/v1/responses` request ending in a `compaction_trigger` (`proxy.formats.responses`)
 is compacted by the same `compact` (`compact_now`, for the turn).
 
 The history (the request's `input`, the proxy's own newest token in it already replaced by

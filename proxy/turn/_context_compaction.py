@@ -10,10 +10,10 @@ instead of everything before it:
 - Responses: a `compaction` item whose `encrypted_content` is the proxy's token; its record
   (`CompactionRecords`) is everything the client may drop: the whole reduced input forwarded
   now, less the system/developer items (the summary with its `ref=`, the kept user messages,
-  the tail verbatim). `proxy.formats.responses.compaction_items` expands it on the next request.
+  the tail verbatim). `proxy.formats.responses._compaction` expands it on the next request.
 - Messages: a `compaction` block whose `content` is the proxy's summary (its marker line with
   `ref=`) and whose `encrypted_content` is the token of the messages forwarded now;
-  `proxy.formats.messages.compaction_blocks` expands it on the next request. With
+  `proxy.formats.messages._emulation` expands it on the next request. With
   `pause_after_compaction` the answer is that block alone (`stop_reason: "compaction"`,
   `proxy.http.emulated_answers`) and no turn is asked of the upstream.
 

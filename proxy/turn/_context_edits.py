@@ -1,7 +1,7 @@
 """Anthropic's clearing edits (`clear_tool_uses_20250919`, `clear_thinking_20251015`) applied by
 the proxy for an upstream that does not apply them (a step of `proxy.turn`: the IO side; the
-rules are the format's, `WireFormat.clearing_edits`: `proxy.formats.messages.edits`, the
-config `proxy.formats.messages.edits_config`).
+rules are the format's, `WireFormat.clearing_edits`: `proxy.formats.messages._clearing_edits`, the
+config `proxy.formats.messages._clearing_edits`).
 
 `apply` checks the request's `context_management` (a 400 for a bad one), applies the edits to
 the history before the proxy's own planning, and stores what the cleared tool results and

@@ -29,8 +29,16 @@ from types import FrameType
 from typing import Any
 from urllib.parse import urlsplit
 
-from proxy.config import ServerSettings, from_environment, secret_settings, variables_for
-from proxy.server_options import add_settings_options, listen_problem, option, settings_error
+from proxy.config import (
+    ServerSettings,
+    add_settings_options,
+    from_environment,
+    listen_problem,
+    option,
+    secret_settings,
+    settings_error,
+    variables_for,
+)
 from proxy.wrap import _proxy as proxy_child
 from proxy.wrap._agents import AGENTS, Agent, Upstream, environment, names
 from proxy.wrap._proxy import ProxyChild, WrapError, check_reusable, die_with_parent, no_core_dump, redact

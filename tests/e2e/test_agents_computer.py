@@ -21,7 +21,7 @@ from agents import Agent, AsyncComputer, ComputerTool, Runner, set_default_opena
 from agents.models import _openai_shared  # noqa: E402
 
 from proxy.core import texts  # noqa: E402
-from proxy.formats.responses.items import PLACEHOLDER_PNG  # noqa: E402
+from proxy.formats.responses._items import PLACEHOLDER_PNG  # noqa: E402
 from tests.harness.responses import answer, function_call, input_items, message, usage  # noqa: E402
 from tests.harness.screens import b64, screenshot  # noqa: E402
 from tests.harness.servers import default_handler, is_responses_create  # noqa: E402

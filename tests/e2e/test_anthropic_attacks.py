@@ -10,7 +10,7 @@ import uuid
 import httpx2
 import pytest
 
-from proxy.formats.messages.cache_control import with_caching
+from proxy.formats.messages import with_caching
 from tests.e2e.test_anthropic_compression import (
     INLINE,
     SNAPSHOT,

@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse
 from proxy.core import compression as cp
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model
-from proxy.formats.chat.items import VIEW
+from proxy.formats.chat import VIEW
 from proxy.offload import summaries, summary_memo
 from tests.e2e.test_compression_e2e import chat_history, forwarded, is_summary_call
 from tests.harness.history import agent_history

@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse
 
 from proxy.core import keepalive as ka
 from proxy.core import provider_cache as pc
-from proxy.formats.messages import cache_control as messages_cache
+from proxy.formats import messages as messages_cache
 from tests.e2e.test_compression_e2e import chat_history, is_summary_call
 from tests.harness import bill_checks as checks
 from tests.harness import billing
@@ -314,7 +314,7 @@ def test_a_large_body_is_given_caching_and_held_off_the_event_loop(make_proxy, u
     session's record of what was forwarded (a digest of its bytes) and the keep-alive ping made
     from it (parsed again, walked, written) take as long as the body is large: for a large body
     of many small blocks, off the event loop like the turn's plan."""
-    from proxy.formats.messages import wire
+    from proxy.formats.messages import _wire as wire
     from proxy.http import cache_session
     from proxy.offload import keepalive
     from tests.harness.inflight import spy_threads

@@ -1,5 +1,5 @@
 """Chat bodies are checked where the proxy reads them: 400 naming the field, never a 500 or a
-silently mangled body (see proxy/formats/chat/body.py for the rule)."""
+silently mangled body (see proxy/formats/chat.py for the rule)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import httpx2
 import pytest
 
 from proxy.errors import ProxyError
-from proxy.formats.chat.body import MAX_DEPTH, parse_chat_body
+from proxy.formats.chat import parse_chat_body
+from proxy.formats.json_body import MAX_DEPTH
 from proxy.http.error_map import body_of, status_of
 from tests.harness.history import agent_history
 

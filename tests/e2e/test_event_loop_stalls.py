@@ -16,8 +16,8 @@ import pytest
 
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model
-from proxy.formats.chat.items import VIEW
-from proxy.formats.responses.from_chat import items_from_chat
+from proxy.formats.chat import VIEW
+from proxy.formats.responses import items_from_chat
 from proxy.offload import cpu_pool, pipeline
 from proxy.offload.refs import RefStore
 from proxy.store.base import StoreUnavailable

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import brotli
 import httpx2
 
-from proxy.http import body_encoding
+from proxy.http import body as body_encoding
 from tests.harness import responses as fake
 from tests.harness.inflight import answered_while
 from tests.harness.requests import post

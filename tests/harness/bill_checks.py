@@ -26,7 +26,7 @@ WAIT = 20.0  # seconds a flush may take to show (a hang guard, not a speed targe
 
 def call_of(bill: billing.Bill) -> str:
     """What the proxy calls the request billed: "summary" (its summary calls), "keepalive" (a
-    cache ping: the least output the API accepts, `proxy.formats.keepalive_pings`), else "turn"
+    cache ping: the least output the API accepts, `proxy.formats.prompt_cache`), else "turn"
     (a client's answer or one of its reload rounds)."""
     if is_summary_call(bill.rec):
         return "summary"

@@ -24,8 +24,8 @@ from typing import Any
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from proxy.core import provider_cache as pc
-from proxy.formats import openai_cache
-from proxy.formats.messages import cache_control as messages_cache
+from proxy.formats import messages as messages_cache
+from proxy.formats import prompt_cache as openai_cache
 
 
 def estimate(text: str) -> int:

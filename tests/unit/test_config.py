@@ -10,8 +10,7 @@ import os
 import pytest
 from pydantic import ValidationError
 
-from proxy.config import ServerSettings, from_environment, secret_settings, variables_for
-from proxy.server_options import settings_error
+from proxy.config import ServerSettings, from_environment, secret_settings, settings_error, variables_for
 
 
 def refusal(**settings: str) -> str:

@@ -69,9 +69,9 @@ def test_every_exception_of_the_proxy_derives_from_the_root():
         "proxy.replay._live_report.AnswerError",
         "proxy.demo._run.DemoError",
         "proxy.http.disconnect.ClientDisconnected",  # the HTTP layer's own (proxy.http.error_map)
-        "proxy.http.limits.BodyRefused",
-        "proxy.http.body_encoding.TooLarge",
-        "proxy.http.body_encoding.Corrupt",
+        "proxy.http.body.BodyRefused",
+        "proxy.http.body.TooLarge",
+        "proxy.http.body.Corrupt",
         "proxy.formats.json_body.WrongType",  # unwinds to `json_body.invalid`, a ProxyError
         "proxy.offload.summarizer.SummaryFailed",  # raised inside the summariser's `except ProxyError`
         "proxy.offload.canary.CanaryMismatch",  # the `serve` command's refusal to start

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.errors import Kind, ProxyError
-from proxy.formats.responses.trigger import TYPE as TRIGGER
+from proxy.formats.responses import TYPE as TRIGGER
 
 
 @dataclass(frozen=True)

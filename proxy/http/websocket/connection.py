@@ -36,7 +36,7 @@ from proxy.core import jsonio
 from proxy.core.footprint import footprint
 from proxy.errors import Kind, ProxyError
 from proxy.formats.json_body import LARGE_BODY
-from proxy.formats.responses.body import check_responses_input
+from proxy.formats.responses import check_responses_input
 from proxy.http.websocket import events
 from proxy.http.websocket.chain import Budget, ConnectionChain
 from proxy.http.websocket.dispatch import dispatch, encoded

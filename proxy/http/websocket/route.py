@@ -14,7 +14,7 @@ browsers apply no cross-origin check to WebSockets, so a page could otherwise re
 (and the operator's key, with `--allow-anonymous`) from the user's machine; SDKs and agent CLIs
 send none. Each `response.create` then goes through the same caller gate again, with the same
 headers (`proxy.http.websocket.dispatch`). Unknown `X-Offload-*` headers are named in the 101's
-`X-Offload-Warning` (`proxy.http.unknown_headers`).
+`X-Offload-Warning` (`proxy.http.headers`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from proxy.core.settings import SettingsResolver
 from proxy.errors import Kind, ProxyError
 from proxy.http.caller import Caller, Gatekeeper
 from proxy.http.error_map import error_response, response_of
-from proxy.http.unknown_headers import unknown_in, with_warning
+from proxy.http.headers import unknown_in, with_warning
 from proxy.http.websocket.chain import Budget
 from proxy.http.websocket.connection import Connection, Limits
 

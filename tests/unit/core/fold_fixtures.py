@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.formats.messages.request import history as messages_history
+from proxy.formats.messages import history as messages_history
 
 
 def _pytest(failing: tuple[str, ...], *, seconds: str = "0.42") -> str:

@@ -6,9 +6,9 @@ import pytest
 
 from proxy.core import client_compaction as cc
 from proxy.core.settings import OffloadSettings
-from proxy.formats.chat.items import VIEW as CHAT
+from proxy.formats.chat import VIEW as CHAT
 from proxy.formats.messages import MESSAGES
-from proxy.formats.messages.request import history as messages_history
+from proxy.formats.messages import history as messages_history
 from proxy.formats.responses import RESPONSES
 
 CLAUDE = (

@@ -14,7 +14,7 @@ from proxy.core.markers import is_marker, refs_in
 from proxy.core.settings import OffloadSettings
 from proxy.core.texts import fold_ref
 from proxy.core.tokens import counter_for_model
-from proxy.formats.chat.items import VIEW
+from proxy.formats.chat import VIEW
 from tests.harness.history import agent_history, big_text, big_text_over
 
 COUNTER = counter_for_model("gpt-4o")

@@ -17,7 +17,7 @@ from proxy.core.markers import make_ref, refs_in
 from proxy.core.settings import OffloadSettings
 from proxy.core.texts import FOLD_MAX_CHARS, fold_ref, folded_diff, folded_identical
 from proxy.core.tokens import counter_for_model
-from proxy.formats.chat.items import VIEW as CHAT
+from proxy.formats.chat import VIEW as CHAT
 from proxy.formats.messages import MESSAGES
 from proxy.formats.responses import RESPONSES
 from tests.harness.history import big_text, drawn_results, tool_history

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from proxy.core import index_names as names
 from proxy.core.summary_index import summary_index
-from proxy.formats.chat.items import VIEW as CHAT
+from proxy.formats.chat import VIEW as CHAT
 
 
 def call(call_id: str, name: str, arguments: dict) -> dict:

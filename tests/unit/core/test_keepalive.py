@@ -1,5 +1,5 @@
 """Keep-alive pings' schedule and bounds (proxy.core.keepalive) and their bodies
-(proxy.formats.keepalive_pings)."""
+(proxy.formats.prompt_cache)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from proxy.core import keepalive as ka
 from proxy.core import provider_cache as pc
-from proxy.formats.keepalive_pings import ping
+from proxy.formats.prompt_cache import ping
 
 LIMITS = ka.Limits(min_tokens=20_000, max_pings=3, idle=900.0, ttl=300.0)
 HELD = ka.Held(tokens=50_000, turn_at=1000.0, sent_at=1000.0)

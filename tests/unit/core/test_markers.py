@@ -12,7 +12,7 @@ from proxy.core.markers import is_marker, make_ref, refs_in, tool_result_marker
 from proxy.core.preview import MAX_CHARS, MAX_LINES
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model
-from proxy.formats.chat.items import VIEW
+from proxy.formats.chat import VIEW
 from tests.harness.history import agent_history, big_text
 
 COUNTER = counter_for_model("gpt-4o")

@@ -9,10 +9,11 @@ from proxy.core.compaction import plan_compaction
 from proxy.core.media import plan_media, without_media
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import NOTE_KEY, counter_for_model
-from proxy.formats.chat.items import VIEW as CHAT
-from proxy.formats.messages.items import MessagesView
-from proxy.formats.responses.items import PLACEHOLDER_PNG, ResponsesView
-from proxy.formats.responses.request import with_history
+from proxy.formats.chat import VIEW as CHAT
+from proxy.formats.messages._items import MessagesView
+from proxy.formats.responses import ResponsesView
+from proxy.formats.responses._items import PLACEHOLDER_PNG
+from proxy.formats.responses._request import with_history
 from tests.harness.screens import b64, data_url, screenshot
 
 COUNTER = counter_for_model("gpt-4o")

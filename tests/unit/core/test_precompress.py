@@ -6,7 +6,7 @@ from proxy.core import compression as cp
 from proxy.core import precompress
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model
-from proxy.formats.chat.items import VIEW
+from proxy.formats.chat import VIEW
 
 COUNTER = counter_for_model("gpt-4o")
 SYSTEM = {"role": "system", "content": "s"}

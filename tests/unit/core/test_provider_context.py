@@ -19,7 +19,7 @@ from proxy.core.provider_context import (
 )
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model
-from proxy.formats.chat.items import VIEW as CHAT_VIEW
+from proxy.formats.chat import VIEW as CHAT_VIEW
 from proxy.formats.messages import MESSAGES
 from proxy.formats.responses import RESPONSES
 

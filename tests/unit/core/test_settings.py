@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.core.settings import SettingsError, SettingsResolver, header_name
-from proxy.http.tenants_file import load_tenants_file
+from proxy.http.tenants import load_tenants_file
 
 
 def test_defaults_match_the_documented_values():

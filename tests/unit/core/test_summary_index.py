@@ -13,9 +13,8 @@ from hypothesis import strategies as st
 from proxy.core import compression as cp
 from proxy.core.markers import history_ref, is_marker, make_ref
 from proxy.core.summary_index import INDEX_CHARS, LISTS_CHARS, summary_index
-from proxy.formats.chat.items import VIEW as CHAT
-from proxy.formats.responses.from_chat import items_from_chat
-from proxy.formats.responses.items import ResponsesView
+from proxy.formats.chat import VIEW as CHAT
+from proxy.formats.responses import ResponsesView, items_from_chat
 
 RESPONSES = ResponsesView(())
 

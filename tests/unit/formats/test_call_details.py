@@ -7,8 +7,8 @@ import json
 import pytest
 
 from proxy.core.view import ItemView
-from proxy.formats.chat.items import VIEW as CHAT
-from proxy.formats.responses.items import ResponsesView
+from proxy.formats.chat._items import VIEW as CHAT
+from proxy.formats.responses._items import ResponsesView
 
 RESPONSES = ResponsesView(("context_reload", "context_search"))
 

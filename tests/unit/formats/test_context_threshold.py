@@ -1,15 +1,18 @@
 """Threshold compaction fields read when emulating, the betas the upstream is not sent, and the
-Messages compaction blocks of a request (proxy.formats.*.threshold, proxy.formats.messages.compaction_blocks)."""
+Messages compaction blocks of a request (proxy.formats.*.threshold, proxy.formats.messages._emulation)."""
 
 import pytest
 
 from proxy.core.provider_emulation import Threshold
 from proxy.errors import ProxyError
 from proxy.formats.context_threshold import MAX_ENTRIES
-from proxy.formats.messages.betas import without_emulated_betas
-from proxy.formats.messages.compaction_blocks import replace_compaction_blocks
-from proxy.formats.messages.threshold import ANTHROPIC_DEFAULT_TRIGGER, messages_threshold
-from proxy.formats.responses.threshold import responses_threshold
+from proxy.formats.messages._emulation import (
+    ANTHROPIC_DEFAULT_TRIGGER,
+    messages_threshold,
+    replace_compaction_blocks,
+    without_emulated_betas,
+)
+from proxy.formats.responses._compaction import responses_threshold
 from proxy.http.error_map import status_of
 from proxy.offload.compaction_records import CompactionRecords
 from proxy.store.sealing import Sealer

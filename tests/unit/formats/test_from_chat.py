@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 
 from proxy.core.markers import INJECTED_TOOLS
-from proxy.formats.responses.from_chat import items_from_chat, items_with_offsets, tools_from_chat
-from proxy.formats.responses.items import ResponsesView
+from proxy.formats.responses._from_chat import items_from_chat, items_with_offsets, tools_from_chat
+from proxy.formats.responses._items import ResponsesView
 
 VIEW = ResponsesView(INJECTED_TOOLS)
 

@@ -2,9 +2,9 @@
 each format's rounds, non-streamed and streamed, indexes and sequence numbers consistent."""
 
 from proxy.core.markers import INJECTED_TOOLS
-from proxy.formats.messages import compaction as paused
-from proxy.formats.messages.reload_rounds import MessagesRounds
-from proxy.formats.responses.reload_rounds import ResponsesRounds
+from proxy.formats.messages import _emulation as paused
+from proxy.formats.messages._rounds import MessagesRounds
+from proxy.formats.responses._rounds import ResponsesRounds
 from tests.harness import anthropic as fake_anthropic
 from tests.harness import responses as fake_responses
 

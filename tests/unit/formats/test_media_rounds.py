@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from proxy.core import texts
 from proxy.core.media import Reloaded, as_text
-from proxy.formats.chat.rounds import ChatRounds
-from proxy.formats.messages.rounds import tool_results
-from proxy.formats.responses.rounds import injected_results
+from proxy.formats.chat._rounds import ChatRounds
+from proxy.formats.messages._rounds import tool_results
+from proxy.formats.responses._rounds import injected_results
 
 IMAGE = Reloaded("img1234", "image", "data:image/png;base64,iVBORw0KGgoAAAA")
 PDF = Reloaded("doc1234", "document", "data:application/pdf;base64,JVBERi0xLjcK")

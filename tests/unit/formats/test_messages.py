@@ -23,8 +23,8 @@ from proxy.core.tokens import counter_for_model
 from proxy.core.view import ItemView
 from proxy.errors import ProxyError
 from proxy.formats.messages import MESSAGES
-from proxy.formats.messages.items import PART, SUMMARY, MessagesView
-from proxy.formats.messages.request import (
+from proxy.formats.messages._items import PART, SUMMARY, MessagesView
+from proxy.formats.messages._request import (
     anthropic_tool,
     colliding_tool_names,
     history,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.core.markers import INJECTED_TOOLS
-from proxy.formats.messages.stream import StreamRewriter
+from proxy.formats.messages._rounds import StreamRewriter
 from proxy.http.caller import tenants_from_config
 
 START = {"type": "message_start", "message": {"id": "msg_1", "usage": {"input_tokens": 5, "output_tokens": 1}}}

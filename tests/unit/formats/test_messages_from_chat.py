@@ -7,9 +7,9 @@ import copy
 import json
 
 from proxy.core import jsonio
-from proxy.formats.chat.items import VIEW as CHAT_VIEW
+from proxy.formats.chat._items import VIEW as CHAT_VIEW
 from proxy.formats.messages import MESSAGES
-from proxy.formats.messages.from_chat import (
+from proxy.formats.messages._from_chat import (
     body_from_chat,
     chat_from_answer,
     chat_from_items,
@@ -21,8 +21,8 @@ from proxy.formats.messages.from_chat import (
     system_from_chat,
     tools_from_chat,
 )
-from proxy.formats.messages.items import PART
-from proxy.formats.messages.request import history, with_history
+from proxy.formats.messages._items import PART
+from proxy.formats.messages._request import history, with_history
 
 VIEW = MESSAGES.view
 

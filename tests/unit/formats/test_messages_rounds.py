@@ -20,7 +20,7 @@ from proxy.core.texts import RELOAD_TOOL_SCHEMAS
 from proxy.core.tokens import counter_for_model
 from proxy.errors import anthropic_error_event, error_body
 from proxy.formats.messages import MESSAGES
-from proxy.formats.messages.reload_rounds import MessagesRounds
+from proxy.formats.messages._rounds import MessagesRounds
 from proxy.offload.refs import RefStore
 from proxy.reload import loop as reload_loop
 from proxy.reload.tools import ReloadTools
@@ -499,7 +499,7 @@ async def test_the_reload_loop_answers_one_message(tools):
 def test_an_injected_input_too_deep_to_write_is_refused_and_not_sent_back():
     """A non-streamed answer may carry an input up to 1,000 levels deep (what orjson reads): the
     tools are given the object (they refuse it as too deep), the history a note in its place."""
-    from proxy.formats.messages.rounds import assistant_turn, tool_calls
+    from proxy.formats.messages._rounds import assistant_turn, tool_calls
 
     deep = {"ref": json.loads("[" * 900 + "]" * 900)}
     block = {"type": "tool_use", "id": "toolu_d", "name": "context_reload", "input": deep}

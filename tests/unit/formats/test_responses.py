@@ -13,9 +13,11 @@ from typing import Any
 import pytest
 
 from proxy.core.view import ItemView
-from proxy.formats.responses.items import ResponsesView, is_injected, needs_client
-from proxy.formats.responses.request import colliding_tool_names, history, inject_tools, responses_tool, with_history
-from proxy.formats.responses.rounds import (
+from proxy.formats.responses._items import ResponsesView, is_injected, needs_client
+from proxy.formats.responses._request import colliding_tool_names, history, inject_tools, responses_tool, with_history
+from proxy.formats.responses._rounds import (
+    TERMINAL_EVENTS,
+    StreamRewriter,
     add_usage,
     calls_to_run,
     combine_rounds,
@@ -25,7 +27,6 @@ from proxy.formats.responses.rounds import (
     reasoning_replayable,
     round_items,
 )
-from proxy.formats.responses.stream import TERMINAL_EVENTS, StreamRewriter
 
 NAMES = frozenset({"context_reload", "context_search"})
 VIEW = ResponsesView(NAMES)

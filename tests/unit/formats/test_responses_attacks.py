@@ -17,10 +17,9 @@ from proxy.core.markers import INJECTED_TOOLS
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_encoding
 from proxy.formats.responses import RESPONSES
-from proxy.formats.responses.body import parse_responses_body
-from proxy.formats.responses.items import ResponsesView
-from proxy.formats.responses.rounds import combine_rounds, hide_injected
-from proxy.formats.responses.stream import StreamRewriter
+from proxy.formats.responses._items import ResponsesView
+from proxy.formats.responses._request import parse_responses_body
+from proxy.formats.responses._rounds import StreamRewriter, combine_rounds, hide_injected
 
 VIEW = ResponsesView(INJECTED_TOOLS)
 COUNTER = counter_for_encoding("o200k_base")

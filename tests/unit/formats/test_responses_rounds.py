@@ -10,8 +10,8 @@ from proxy.core.markers import INJECTED_TOOLS
 from proxy.core.texts import RELOAD_TOOL_SCHEMAS
 from proxy.errors import ProxyError
 from proxy.formats.responses import RESPONSES
-from proxy.formats.responses.body import parse_responses_body
-from proxy.formats.responses.reload_rounds import ResponsesRounds, usage_from_chat
+from proxy.formats.responses._request import parse_responses_body
+from proxy.formats.responses._rounds import ResponsesRounds, usage_from_chat
 from proxy.http.error_map import status_of
 
 USER = {"type": "message", "role": "user", "content": "Read the log."}
@@ -211,7 +211,7 @@ def test_good_bodies_parse_as_sent() -> None:
 
 
 def test_events_before_an_item_is_announced_are_held_until_it_is() -> None:
-    from proxy.formats.responses.stream import StreamRewriter
+    from proxy.formats.responses._rounds import StreamRewriter
 
     rewriter = StreamRewriter(INJECTED_TOOLS)
     created = {

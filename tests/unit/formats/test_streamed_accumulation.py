@@ -9,9 +9,9 @@ import json
 
 from proxy.core.markers import INJECTED_TOOLS
 from proxy.core.texts import RELOAD_TOOL_SCHEMAS
-from proxy.formats.chat.rounds import ChatRounds
+from proxy.formats.chat._rounds import ChatRounds
 from proxy.formats.messages import MESSAGES
-from proxy.formats.responses.stream import StreamRewriter
+from proxy.formats.responses._rounds import StreamRewriter
 
 N = 2_000
 

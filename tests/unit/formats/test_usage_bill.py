@@ -8,10 +8,10 @@ import json
 import pytest
 
 from proxy.core.bill import MAX_TOKENS, UNREPORTED, Bill, Meter
-from proxy.formats.chat.usage import USAGE as CHAT
-from proxy.formats.chat.usage import without_usage
-from proxy.formats.messages.usage import USAGE as MESSAGES
-from proxy.formats.responses.usage import USAGE as RESPONSES
+from proxy.formats.chat._rounds import USAGE as CHAT
+from proxy.formats.chat._rounds import without_usage
+from proxy.formats.messages._rounds import USAGE as MESSAGES
+from proxy.formats.responses._rounds import USAGE as RESPONSES
 
 
 def test_chat_usage():
@@ -258,7 +258,7 @@ def test_a_usage_key_no_cut_can_remove_is_written_again():
 def test_nested_usage_keys_cost_a_bounded_number_of_parses(monkeypatch):
     """An upstream's chunk holding thousands of nested `"usage"` keys before the top-level one is
     rewritten in a few parses, not one per key (that was quadratic: 47 s of event loop for 224 KB)."""
-    from proxy.formats.chat import usage as chat_usage
+    from proxy.formats.chat import _rounds as chat_usage
 
     parses = []
     real, decode = chat_usage.jsonio.loads, json.JSONDecoder.raw_decode

@@ -8,7 +8,7 @@ from starlette.datastructures import Headers
 from proxy.errors import ProxyError
 from proxy.http.caller import Gatekeeper
 from proxy.http.error_map import status_of
-from proxy.http.family import family_of
+from proxy.http.routing import family_of
 
 KEY_A = "pk-team-a-secret-0001"
 KEY_B = "pk-team-b-secret-0002"

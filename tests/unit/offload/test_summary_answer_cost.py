@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.formats.chat.summary import summary_answer
+from proxy.formats.chat._request import summary_answer
 from proxy.offload.summarizer import SummaryFailed, snapshot_in, summarize_prefix
 
 pytestmark = pytest.mark.anyio

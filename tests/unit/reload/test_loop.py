@@ -11,7 +11,7 @@ from proxy.core.compaction import Offload
 from proxy.core.texts import RELOAD_TOOL_SCHEMAS
 from proxy.core.tokens import counter_for_model
 from proxy.formats.chat import CHAT
-from proxy.formats.chat.rounds import ChatRounds
+from proxy.formats.chat._rounds import ChatRounds
 from proxy.http import telemetry as http_telemetry
 from proxy.offload.refs import RefStore
 from proxy.reload import loop as reload_loop

@@ -10,7 +10,7 @@ import pytest
 
 from proxy.core.compaction import Offload
 from proxy.core.tokens import counter_for_model
-from proxy.formats.chat.request import colliding_tool_names
+from proxy.formats.chat._request import colliding_tool_names
 from proxy.offload.refs import RefStore
 from proxy.reload import search_pool
 from proxy.reload.search import SearchLimits, expansion

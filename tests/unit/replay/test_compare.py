@@ -11,9 +11,9 @@ from proxy.core.texts import MASKED_TOOL_RESULT
 from proxy.core.tokens import counter_for_encoding
 from proxy.formats import chat
 from proxy.formats.messages import MESSAGES
-from proxy.formats.messages.from_chat import items_with_offsets as anthropic_items
-from proxy.formats.responses.from_chat import items_with_offsets as responses_items
-from proxy.formats.responses.items import ResponsesView
+from proxy.formats.messages import items_with_offsets as anthropic_items
+from proxy.formats.responses import ResponsesView
+from proxy.formats.responses import items_with_offsets as responses_items
 from proxy.replay._compare import middle_out, observation_masking, task_end
 
 VIEWS = {"chat": chat.VIEW, "responses": ResponsesView(INJECTED_TOOLS), "anthropic": MESSAGES.view}

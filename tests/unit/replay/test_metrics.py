@@ -8,8 +8,7 @@ import pytest
 
 from proxy.core.markers import INJECTED_TOOLS
 from proxy.formats import chat
-from proxy.formats.responses.from_chat import items_from_chat
-from proxy.formats.responses.items import ResponsesView
+from proxy.formats.responses import ResponsesView, items_from_chat
 from proxy.replay import _metrics as metrics
 from proxy.replay._metrics import SummaryCall, cache_cost, identifiers, item_text, percentile
 from proxy.replay._runner import answers_of
@@ -93,8 +92,7 @@ def test_recall_is_the_same_on_responses_items():
 
 
 def test_recall_is_the_same_on_anthropic_items():
-    from proxy.formats.messages import MESSAGES
-    from proxy.formats.messages.from_chat import items_with_offsets
+    from proxy.formats.messages import MESSAGES, items_with_offsets
 
     items, answers = answers_of({"messages": HISTORY}, "anthropic")
     forwarded = [items_with_offsets(f)[0] for f in FORWARDED]

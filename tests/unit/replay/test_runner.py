@@ -8,8 +8,7 @@ from proxy.core.markers import history_ref
 from proxy.core.settings import OffloadSettings
 from proxy.formats import chat
 from proxy.formats.messages import MESSAGES
-from proxy.formats.responses.from_chat import items_from_chat
-from proxy.formats.responses.items import ResponsesView
+from proxy.formats.responses import ResponsesView, items_from_chat
 from proxy.replay import _bill as bill
 from proxy.replay._bill import parse
 from proxy.replay._runner import Replayer, budget, replay_namespace, requests_of, turns_of, upstream_for, view_for

@@ -9,8 +9,7 @@ import pytest
 from proxy.core.markers import tool_result_ref
 from proxy.core.tokens import counter_for_model
 from proxy.errors import ProxyError
-from proxy.formats.messages import MESSAGES
-from proxy.formats.messages.request import history
+from proxy.formats.messages import MESSAGES, history
 from proxy.formats.responses import RESPONSES
 from proxy.http.error_map import status_of
 from proxy.offload.refs import RefStore
