@@ -35,12 +35,12 @@ from common import SHARED, cpu_seconds, machine, servers
 from proxy.core import jsonio
 from proxy.core.settings import OffloadSettings
 from proxy.formats.chat import CHAT
-from proxy.offload.observed_sessions import ObservedSessions
 from proxy.offload.summaries import Compressor
 from proxy.offload.summarizer import DEFAULT_PROMPT, ESTIMATED_SUMMARY_TOKENS
 from proxy.offload.summary_context import SummaryContext
 from proxy.offload.tenant_store import TenantStore
 from proxy.replay._runner import load_conversations, turns_of, upstream_for
+from proxy.store.memory import ObservedSessions
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore
 from proxy.turn import TurnInput, run_turn

@@ -27,8 +27,8 @@ from bench.common import machine  # noqa: E402
 from proxy.core.compaction import Offload  # noqa: E402
 from proxy.core.preview import preview  # noqa: E402
 from proxy.core.tokens import counter_for_model  # noqa: E402
-from proxy.offload.refs import RefStore  # noqa: E402
-from proxy.reload import search_pool  # noqa: E402
+from proxy.offload.records import RefStore  # noqa: E402
+from proxy.reload import search as search_pool
 from proxy.reload.search import SearchLimits  # noqa: E402
 from proxy.reload.tools import ReloadTools  # noqa: E402
 from proxy.store.sqlite import SQLiteStore  # noqa: E402

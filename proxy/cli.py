@@ -419,7 +419,7 @@ def _auth(settings: ServerSettings, tenants: Mapping[str, Mapping[str, Any]]) ->
 
 def _context_management(settings: ServerSettings) -> str:
     """Who applies the providers' context management, for each of the server's upstreams."""
-    from proxy.upstream.native import emulates
+    from proxy.upstream.base_url import emulates
 
     setting = settings.request_defaults().context_management
     who = {

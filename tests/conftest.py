@@ -131,7 +131,8 @@ def fresh_summary_memory(monkeypatch):
     the next, as it never carries over from one deployment's store to another's. Modules whose
     tests count summaries use it: `pytestmark = pytest.mark.usefixtures("fresh_summary_memory")`."""
     from proxy.core import compression
-    from proxy.offload import summaries, summary_memo
+    from proxy.offload import records as summary_memo
+    from proxy.offload import summaries
 
     monkeypatch.setattr(summary_memo, "_records", {})
     monkeypatch.setattr(summaries, "_seen", compression.SeenPrefixes())

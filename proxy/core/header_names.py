@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from proxy.core.settings import HEADER_PREFIX, SETTING_FIELDS, header_name
 
-UPSTREAM_HEADER = "X-Offload-Upstream"  # read by proxy.upstream.choice: a header, not a setting
+UPSTREAM_HEADER = "X-Offload-Upstream"  # read by proxy.upstream.base_url: a header, not a setting
 KNOWN = tuple(sorted({*(header_name(field) for field in SETTING_FIELDS), UPSTREAM_HEADER}))
 _SUFFIXES = {name.lower()[len(HEADER_PREFIX) :]: name for name in KNOWN}
 MAX_NAME = 64  # characters of an unknown header's name matched and shown

@@ -29,7 +29,7 @@ class Threshold:
 
 
 class Records(Protocol):
-    """What a format reads of the compaction records (`proxy.offload.compaction_records`)."""
+    """What a format reads of the compaction records (`proxy.offload.records`)."""
 
     async def stands_for(self, token: str) -> list[Any]: ...
 

@@ -142,7 +142,7 @@ class OffloadSettings(BaseModel):
         "cache_control gets the proxy's prompt caching (request-level caching and a breakpoint after the tools and "
         "system), and a request to api.openai.com without a prompt_cache_key its session's; off: as sent.",
     )
-    # 1-token requests that keep a large, active session's prompt cache warm (`proxy.offload.keepalive`)
+    # 1-token requests that keep a large, active session's prompt cache warm (`proxy.offload.cache_keepalive`)
     cache_keepalive: bool = Field(
         False,
         description="Default X-Offload-Cache-Keepalive: on|off (off). on: a session whose forwarded prefix is "

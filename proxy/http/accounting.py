@@ -24,7 +24,7 @@ from proxy.errors import ProxyError
 from proxy.http.answer_tap import KEPT_BYTES, ON_LOOP_BYTES, answer_codings
 from proxy.http.body import decode
 from proxy.http.services import Services
-from proxy.offload import response_chains
+from proxy.offload import records as response_chains
 from proxy.offload.cpu_pool import CPU
 from proxy.stats import MAX_SESSION_ITEMS, session_from_history, session_from_name
 from proxy.turn import Turn, TurnReport

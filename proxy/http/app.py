@@ -44,12 +44,12 @@ from proxy.http.websocket.connection import Limits as SocketLimits
 from proxy.http.websocket.route import ResponsesSocket
 from proxy.offload.background import CANCEL_WAIT, SummaryScheduler
 from proxy.offload.canary import check_timeout, keep_if_served
-from proxy.offload.observed_sessions import ObservedSessions
 from proxy.offload.quota import CredentialCheck
-from proxy.reload import search_pool
+from proxy.reload import search as search_pool
 from proxy.stats import STOP_TIMEOUT, PriceTable, Recorder
 from proxy.store import open_store, sealer_for
 from proxy.store.guarded import GuardedStore
+from proxy.store.memory import ObservedSessions
 from proxy.upstream.client import Upstream
 
 log = logging.getLogger("proxy")

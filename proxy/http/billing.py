@@ -28,7 +28,7 @@ from proxy.http.headers import response_headers_for_client
 from proxy.http.relay import close_after, stream_back, with_error_event
 from proxy.offload.cpu_pool import CPU
 from proxy.upstream import sse
-from proxy.upstream.errors import response_host
+from proxy.upstream.transport import response_host
 
 _USAGE = b'"usage"'
 _BOUNDARY = re.compile(rb"\r\n\r\n|\n\n|\r\r")

@@ -1,7 +1,7 @@
 """A managed turn and its session's prompt cache: what the turn learns before it is planned (when
 the session's prefix was last sent: `proxy.core.cache_cuts` prices its cuts with it), and what
-it leaves after it was forwarded (the new record, `proxy.offload.last_sent`; the exact prefix
-held for keep-alive pings, `proxy.offload.keepalive`).
+it leaves after it was forwarded (the new record, `proxy.offload.cache_keepalive`; the exact prefix
+held for keep-alive pings, `proxy.offload.cache_keepalive`).
 
 The session is the statistics' (`X-Offload-Session`, else derived from the conversation's start,
 `proxy.http.accounting.derived_session`), decided before the turn so the record read and the
@@ -30,9 +30,9 @@ from proxy.http import accounting
 from proxy.http.call_parts import tenant_store
 from proxy.http.caller import Caller
 from proxy.http.services import services_of
-from proxy.offload import last_sent
+from proxy.offload import cache_keepalive as last_sent
+from proxy.offload.cache_keepalive import KeepAlive, PingDone
 from proxy.offload.cpu_pool import CPU
-from proxy.offload.keepalive import KeepAlive, PingDone
 from proxy.turn import Exchange
 
 log = logging.getLogger("proxy.http.cache_session")
@@ -121,7 +121,7 @@ async def after(call: ManagedCall) -> None:
 
 
 def keepalive_service(settings: Any, upstream: Any, metrics: Any, *, recorder: Any) -> KeepAlive:
-    """The worker's keep-alive pings (`proxy.offload.keepalive`), counted in `metrics`; each 200
+    """The worker's keep-alive pings (`proxy.offload.cache_keepalive`), counted in `metrics`; each 200
     answer's usage billed to its session as a call of its own ("keepalive"), as a turn's are
     (the Prometheus counters of the bill too)."""
     limits = ka.Limits(

@@ -18,7 +18,7 @@ from proxy.http.caller import ACCOUNT_HEADERS, CREDENTIAL_HEADERS, Caller
 from proxy.http.services import services_of
 from proxy.http.telemetry import current as current_record
 from proxy.offload.quota import ADMITTED, Admission, Quota
-from proxy.offload.refs import RefStore
+from proxy.offload.records import RefStore
 from proxy.offload.summaries import Compressor
 from proxy.offload.summarizer import DEFAULT_INSTRUCTION, DEFAULT_PROMPT
 from proxy.offload.summary_context import SummaryContext

@@ -49,9 +49,8 @@ from proxy.http.tenants import (
     with_sub,
 )
 from proxy.offload.tenant import bare_credential, namespace_for
-from proxy.upstream.base_url import anthropic_base, openai_base
-from proxy.upstream.choice import HEADER as UPSTREAM_HEADER
-from proxy.upstream.choice import requested_base
+from proxy.upstream.base_url import HEADER as UPSTREAM_HEADER
+from proxy.upstream.base_url import anthropic_base, openai_base, requested_base
 
 log = logging.getLogger("proxy.http.caller")
 

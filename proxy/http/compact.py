@@ -1,5 +1,5 @@
 """`POST /v1/responses/compact`: relayed unchanged to an upstream that compacts natively (but
-for a compaction token of the proxy's in its input, replaced by what it stands for), emulated for one that does not (`proxy.upstream.native.emulates`; `proxy.turn._compact_now`).
+for a compaction token of the proxy's in its input, replaced by what it stands for), emulated for one that does not (`proxy.upstream.base_url.emulates`; `proxy.turn._compact_now`).
 
 Emulated, the request is read in OpenAI's shape (`proxy.formats.responses`): a field of
 another JSON type, no `model` or no `input` is a 400; `previous_response_id` is a 400 too (the
@@ -34,7 +34,7 @@ from proxy.http.token_relay import read_body, relay_tokens_expanded
 from proxy.offload.cpu_pool import CPU
 from proxy.stats import session_from_history
 from proxy.turn import Compaction, begin, compact
-from proxy.upstream.native import emulates
+from proxy.upstream.base_url import emulates
 
 log = logging.getLogger("proxy.http.compact")
 

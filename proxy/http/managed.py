@@ -40,11 +40,11 @@ from proxy.http.routing import family_of
 from proxy.http.services import services_of
 from proxy.http.telemetry import current as current_record
 from proxy.offload import cpu_pool
-from proxy.offload.refs import RefStore
+from proxy.offload.records import RefStore
 from proxy.offload.summaries import Compressor
 from proxy.reload.search import SearchLimits
 from proxy.turn import Answer, Exchange, ExchangeContext, Turn
-from proxy.upstream.native import accepts_cache_key, emulates
+from proxy.upstream.base_url import accepts_cache_key, emulates
 
 log = logging.getLogger("proxy.http.managed")
 

@@ -3,7 +3,7 @@ upstream exactly as received and its answer back as the upstream sent it; once t
 the whole answer, the proxy plans the same turn beside it and records what it would have
 forwarded. Nothing of the plan is sent or kept: no reload tools, no caching added, no summary
 call (a summary's size is estimated, `SummaryContext.estimate`), and what the turn stores goes
-to the session's store in this worker's memory (`proxy.offload.observed_sessions`: bounded, so
+to the session's store in this worker's memory (`proxy.store.memory`: bounded, so
 the next turn plans as a managed one would, never in the shared store). Only statistics remain:
 the turn is recorded as an observed one (`proxy.stats`), billed from the usage the
 upstream reported, beside the bill it would have had (an estimate).
@@ -31,7 +31,7 @@ from proxy.http.disconnect import ClientWatch
 from proxy.http.relay import stream_back
 from proxy.http.services import Services
 from proxy.http.telemetry import current as current_record
-from proxy.offload.refs import RefStore
+from proxy.offload.records import RefStore
 from proxy.offload.summaries import Compressor
 from proxy.offload.summarizer import DEFAULT_PROMPT, ESTIMATED_SUMMARY_TOKENS
 from proxy.offload.summary_context import SummaryContext
@@ -39,7 +39,7 @@ from proxy.offload.tenant_store import TenantStore
 from proxy.store.memory import MemoryStore
 from proxy.store.sealing import Sealer
 from proxy.turn import TurnInput, run_turn
-from proxy.upstream.native import emulates
+from proxy.upstream.base_url import emulates
 
 log = logging.getLogger("proxy.http.observed")
 

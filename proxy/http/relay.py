@@ -22,12 +22,13 @@ from proxy.http.error_map import response_of
 from proxy.http.headers import response_headers_for_client
 from proxy.http.services import services_of
 from proxy.http.telemetry import current as current_record
-from proxy.offload import cpu_pool, response_chains
+from proxy.offload import cpu_pool
+from proxy.offload import records as response_chains
 from proxy.offload.tenant_store import TenantStore
 from proxy.upstream import sse
-from proxy.upstream.choice import has_dot_segment
+from proxy.upstream.base_url import has_dot_segment
 from proxy.upstream.client import Upstream
-from proxy.upstream.errors import response_host, stream_broke, upstream_error
+from proxy.upstream.transport import response_host, stream_broke, upstream_error
 
 BODYLESS = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})
 # Relayed paths whose JSON body carries a history's items (Anthropic message batches, items of
@@ -200,7 +201,7 @@ async def checked_body(request: Request, caller: Caller, *, path: str, shared: b
     says (an upstream may read JSON behind any amount of whitespace, a byte order mark, in UTF-16
     or -32, with no Content-Type at all, or labelled multipart/form-data): else a 400 naming what
     it is, as the managed endpoints answer; a declared charset other than UTF-8, ASCII or
-    ISO-8859-1 is a 415 (`refuse_other_charsets`). A compaction token of the proxy's in an `encrypted_content` is a 400
+    ISO-8859-1 is a 415 (`body_charset`). A compaction token of the proxy's in an `encrypted_content` is a 400
     (`refuse_tokens`).
 
     `items`: a path carrying a history's items (`carries_items`), checked for tokens on any method.
@@ -247,7 +248,7 @@ async def checked_body(request: Request, caller: Caller, *, path: str, shared: b
 
 async def delete_chained(request: Request, caller: Caller, path: str) -> None:
     """Deleting the response id a reload loop gave the client deletes the response holding the
-    whole exchange too (the last round's, `proxy.offload.response_chains`): it stores the reloaded content."""
+    whole exchange too (the last round's, `proxy.offload.records`): it stores the reloaded content."""
     name, _, response_id = path.partition("/")
     response_id = unquote(response_id)
     if name != "responses" or not response_chains.plain_id(response_id):

@@ -11,11 +11,11 @@ from starlette.requests import Request
 from proxy.config import ServerSettings
 from proxy.core.settings import SettingsResolver
 from proxy.offload.background import SummaryScheduler
-from proxy.offload.keepalive import KeepAlive
-from proxy.offload.observed_sessions import ObservedSessions
+from proxy.offload.cache_keepalive import KeepAlive
 from proxy.offload.quota import CredentialCheck
 from proxy.stats import Recorder
 from proxy.store.guarded import GuardedStore
+from proxy.store.memory import ObservedSessions
 from proxy.store.sealing import Sealer
 from proxy.telemetry import Metrics
 from proxy.upstream.client import Upstream

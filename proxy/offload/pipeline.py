@@ -23,9 +23,8 @@ from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import TokenCounter
 from proxy.core.view import ItemView
 from proxy.offload.cpu_pool import CPU
-from proxy.offload.events import event
 from proxy.offload.quota import WRITE_REFUSED, refusal_warning
-from proxy.offload.refs import RefStore
+from proxy.offload.records import RefStore, event
 from proxy.offload.summaries import Compressor
 from proxy.store import StoreUnavailable
 

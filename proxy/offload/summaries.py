@@ -35,10 +35,12 @@ from proxy.core.texts import RELOAD_TOOL_SCHEMAS
 from proxy.core.tokens import TokenCounter
 from proxy.core.view import ItemView
 from proxy.formats import chat
-from proxy.offload import kept_cut, lease, summary_memo
+from proxy.offload import background as lease
+from proxy.offload import cache_keepalive as kept_cut
+from proxy.offload import records as summary_memo
 from proxy.offload.cpu_pool import CPU, INLINE
-from proxy.offload.events import event
 from proxy.offload.quota import CredentialRejected, QuotaExceeded
+from proxy.offload.records import event
 from proxy.offload.summarizer import (
     BilledFailure,
     Summary,
@@ -51,7 +53,8 @@ from proxy.offload.summarizer import (
 from proxy.offload.summary_context import Compressed, SummaryContext, bill_summary, count_summary, summary_usage
 from proxy.offload.tenant import key
 from proxy.offload.tenant_store import TenantStore
-from proxy.store import StoreUnavailable, resealing
+from proxy.store import StoreUnavailable
+from proxy.store import sealing as resealing
 
 CONV_ENTRIES = 8  # summaries remembered per conversation start (forks share a start)
 POLL = 0.1
@@ -300,7 +303,7 @@ class Compressor:
         """Ready the summary for the scheduler, to be handed to it (`deferred`) once this turn's
         own upstream request has gone out and answered: the summary call must not hold the turn
         up nor race it. One per conversation at a time, in this process (the scheduler) and
-        across replicas (a lease in the store on the prefix it summarises, `proxy.offload.lease`):
+        across replicas (a lease in the store on the prefix it summarises, `proxy.offload.background`):
         a turn whose history holds a prefix being summarised starts none and finds it once stored;
         another conversation sharing only its opening is not held up by it."""
         scheduler = self.ctx.background

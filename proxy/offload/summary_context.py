@@ -16,7 +16,7 @@ from proxy.core.jsonio import JsonObject
 from proxy.core.view import ItemView
 from proxy.core.wire import WireFormat
 from proxy.offload.background import SummaryScheduler
-from proxy.offload.refs import RefStore
+from proxy.offload.records import RefStore
 from proxy.offload.summarizer import DEFAULT_INSTRUCTION
 from proxy.upstream.client import Headers, Upstream
 

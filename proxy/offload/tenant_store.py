@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from proxy.core.jsonio import JsonObject
-from proxy.offload import events, response_chains
-from proxy.offload.compaction_records import CompactionRecords
+from proxy.offload import records as events
+from proxy.offload import records as response_chains
 from proxy.offload.quota import Quota
-from proxy.offload.refs import RefStore
+from proxy.offload.records import CompactionRecords, RefStore
 from proxy.store import Store
 from proxy.store.sealing import Sealer
 

@@ -26,7 +26,7 @@ from proxy.core.rounds import Rounds, ToolCall
 from proxy.errors import Kind, error_body, stream_error
 from proxy.reload.tools import ReloadTools
 from proxy.upstream import sse
-from proxy.upstream.errors import UpstreamError, response_host, stream_broke, upstream_error
+from proxy.upstream.transport import UpstreamError, response_host, stream_broke, upstream_error
 
 log = logging.getLogger("proxy.reload.loop")
 

@@ -29,10 +29,8 @@ from proxy.core.media import Reloaded, ToolResult
 from proxy.core.tokens import EstimateEncoder, TokenCounter
 from proxy.errors import Failure, Kind
 from proxy.offload.cpu_pool import CPU
-from proxy.offload.events import event
-from proxy.offload.refs import RefStore
-from proxy.reload.search import LARGE_CHARS, MAX_PATTERN_CHARS, Search, SearchLimits, check_pattern
-from proxy.reload.search_pool import INTERRUPTED
+from proxy.offload.records import RefStore, event
+from proxy.reload.search import INTERRUPTED, LARGE_CHARS, MAX_PATTERN_CHARS, Search, SearchLimits, check_pattern
 from proxy.reload.search_worker import EXPENSIVE, SIZE, TIME, Hits
 from proxy.store import StoreUnavailable
 

@@ -70,7 +70,7 @@ from proxy.formats import responses as _responses
 from proxy.formats.chat import CHAT
 from proxy.formats.responses import RESPONSES, inject_tools
 from proxy.offload.cpu_pool import CPU, INLINE
-from proxy.offload.refs import RefStore
+from proxy.offload.records import RefStore
 from proxy.offload.summaries import Compressor
 from proxy.offload.summarizer import DEFAULT_PROMPT
 from proxy.offload.summary_context import SummaryContext
@@ -86,7 +86,7 @@ from proxy.store import Store
 from proxy.store.sealing import Sealer
 from proxy.turn import Turn, TurnInput, run_turn
 from proxy.upstream.client import Upstream
-from proxy.upstream.pool import pooled_transport
+from proxy.upstream.transport import pooled_transport
 
 NEXT_OFFSET = re.compile(r"offset=(\d+)\)\.\]$")
 WIRES: dict[str, WireFormat] = {"chat": CHAT, "responses": RESPONSES, "anthropic": anthropic.MESSAGES}
@@ -186,7 +186,7 @@ def view_for(format: str) -> ItemView:
 def forget_process_summaries(namespace: str) -> None:
     """Drop this process's memo of summary records of `namespace` (left by an earlier replay in the
     same process, e.g. on another store), so every replay counts the summaries it makes itself."""
-    from proxy.offload import summary_memo
+    from proxy.offload import records as summary_memo
 
     tags = ("{" + namespace + "}", "{" + namespace + ":")  # a key's hash tag: the namespace, then its shard
     for memo in list(summary_memo._records.values()):

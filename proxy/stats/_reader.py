@@ -12,7 +12,7 @@ from proxy.core import jsonio
 from proxy.stats._buckets import ALL, Fields, Span, add, merged, rollup
 from proxy.stats._recorder import label_key, session_keys, sessions_key
 from proxy.stats._turns import OBSERVED, headline, point
-from proxy.store import resealing
+from proxy.store import sealing as resealing
 from proxy.store.base import Store
 from proxy.store.sealing import Sealer
 

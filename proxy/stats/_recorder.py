@@ -81,7 +81,7 @@ from proxy.stats._holdout import HoldoutDue, HoldoutTurn
 from proxy.stats._prices import PriceTable
 from proxy.stats._sessions import Replies, session_from_name
 from proxy.stats._turns import Turn, bill_fields, counterfactual, turn_fields
-from proxy.store import resealing
+from proxy.store import sealing as resealing
 from proxy.store.base import Store, StoreUnavailable
 from proxy.store.sealing import Sealer
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from proxy.core import jsonio
 from proxy.offload.tenant import key
-from proxy.store import resealing
+from proxy.store import sealing as resealing
 from proxy.store.base import Store
 from proxy.store.sealing import Sealer
 

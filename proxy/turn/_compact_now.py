@@ -32,11 +32,9 @@ from proxy.core.tokens import TokenCounter
 from proxy.core.view import ItemView
 from proxy.core.wire import ProviderCompaction
 from proxy.errors import Failure, Kind, ProxyError
-from proxy.offload.compaction_records import CompactionRecords
 from proxy.offload.cpu_pool import CPU
-from proxy.offload.events import event
 from proxy.offload.pipeline import Prepared
-from proxy.offload.refs import RefStore
+from proxy.offload.records import CompactionRecords, RefStore, event
 from proxy.offload.summaries import Compressor
 from proxy.store import StoreUnavailable
 from proxy.turn._context_compaction import Inline

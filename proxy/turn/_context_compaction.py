@@ -43,12 +43,10 @@ from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import TokenCounter
 from proxy.core.usage import add_usage
 from proxy.core.wire import ProviderCompaction, WireFormat
-from proxy.offload.compaction_records import CompactionRecords
 from proxy.offload.cpu_pool import CPU
-from proxy.offload.events import event
 from proxy.offload.pipeline import Prepared
 from proxy.offload.quota import WRITE_REFUSED, CredentialRejected, QuotaExceeded, refusal_warning
-from proxy.offload.refs import RefStore
+from proxy.offload.records import CompactionRecords, RefStore, event
 from proxy.offload.summaries import Compressor
 from proxy.store import StoreUnavailable
 from proxy.turn._context_tokens import Emulation

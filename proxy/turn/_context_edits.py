@@ -28,10 +28,9 @@ from proxy.core.rounds import Rounds
 from proxy.core.tokens import TokenCounter
 from proxy.core.wire import WireFormat
 from proxy.offload import cpu_pool
-from proxy.offload.events import event
 from proxy.offload.pipeline import Prepared
 from proxy.offload.quota import WRITE_REFUSED, refusal_warning
-from proxy.offload.refs import RefStore
+from proxy.offload.records import RefStore, event
 from proxy.turn._context_tokens import Emulation
 
 log = logging.getLogger("proxy.turn._context_edits")

@@ -1,7 +1,7 @@
 """What one managed request needs of the emulation before it is planned (a step of `proxy.turn`).
 
 `begin` decides whether the proxy applies the request's context management itself
-(`proxy.upstream.native.emulates`), settles the proxy's own compaction tokens (whichever way),
+(`proxy.upstream.base_url.emulates`), settles the proxy's own compaction tokens (whichever way),
 and, when emulating, takes `context_management` out of the body that goes upstream (an
 upstream without it would refuse or ignore it) and keeps it in `asked` for the emulation to
 apply.

@@ -34,11 +34,12 @@ from proxy.core.jsonio import JsonObject
 from proxy.core.settings import OffloadSettings
 from proxy.core.wire import WireFormat
 from proxy.formats.json_body import LARGE_BODY
-from proxy.offload import cpu_pool, response_chains
+from proxy.offload import cpu_pool
+from proxy.offload import records as response_chains
 from proxy.offload.quota import Admission
 from proxy.offload.tenant_store import TenantStore
 from proxy.reload import loop as reload_loop
-from proxy.reload import search_pool
+from proxy.reload import search as search_pool
 from proxy.reload.search import SearchLimits
 from proxy.telemetry import NO_RECORD, RequestRecord, TurnRecord
 from proxy.turn._turn import CompressorFactory, Turn, TurnInput, run_turn

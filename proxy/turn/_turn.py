@@ -5,7 +5,7 @@ and sends what this decides) and the steps below it (the emulation steps `proxy.
 `run_turn(TurnInput)` takes the body, its history, the format, the settings, the tenant's store
 handle and a compressor factory, runs the steps in one order:
 
-1. continue the stored chain (`proxy.offload.response_chains`: the response that holds the
+1. continue the stored chain (`proxy.offload.records`: the response that holds the
    whole exchange, the answers of the injected calls the client never saw put first);
 2. begin the emulation (`proxy.turn._context_tokens`: the proxy's compaction tokens settled, the
    provider's `context_management` taken out when the proxy applies it); a `compaction_trigger`
@@ -40,11 +40,10 @@ from proxy.core.settings import OffloadSettings
 from proxy.core.texts import RELOAD_TOOL_SCHEMAS
 from proxy.core.tokens import TokenCounter, counter_for_model_async
 from proxy.core.wire import ProviderCompaction, WireFormat
-from proxy.offload import response_chains
-from proxy.offload.compaction_records import CompactionRecords
+from proxy.offload import records as response_chains
 from proxy.offload.cpu_pool import CPU
 from proxy.offload.pipeline import Prepared, prepare
-from proxy.offload.refs import RefStore
+from proxy.offload.records import CompactionRecords, RefStore
 from proxy.offload.summaries import Compressor
 from proxy.offload.tenant_store import TenantStore
 from proxy.reload.search import SearchLimits
@@ -183,7 +182,7 @@ class _Chain:
 
 
 async def _continue_chain(fmt: WireFormat, body: JsonObject, tenant: TenantStore) -> _Chain:
-    """Step 1: continue a stored exchange the way `proxy.offload.response_chains` remembers it."""
+    """Step 1: continue a stored exchange the way `proxy.offload.records` remembers it."""
     chain = _Chain(body)
     if not fmt.stored:
         return chain

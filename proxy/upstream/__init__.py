@@ -1,2 +1,2 @@
-"""The upstream provider: the pooled HTTP client and its error mapping (`client`), which upstream
-a request goes to (`choice`), server-sent events (`sse`)."""
+"""The upstream provider: the pooled HTTP client (`client`), its transport and error mapping
+(`transport`), which upstream a request goes to (`base_url`), server-sent events (`sse`)."""

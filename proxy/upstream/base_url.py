@@ -1,21 +1,38 @@
-"""An upstream base URL in the one form the proxy appends API paths to (`chat/completions`,
-`messages`, `models`…): with its `/v1`, however the operator wrote it.
+"""An upstream base URL: the one form the proxy appends API paths to, which one a request goes
+to, and whether it is one of the providers' own APIs (whose context management it applies).
 
-OpenAI's (`--upstream`, a tenant's `upstream`, `X-Offload-Upstream`): as an SDK's `base_url`
-is written, `https://api.openai.com/v1`; a bare host (`https://api.openai.com`) gets `/v1`.
-Any other path is the gateway's own and kept (`https://openrouter.ai/api/v1`,
-`…/v1beta/openai`). Anthropic's (`--anthropic-upstream`, a tenant's `anthropic_upstream`): as
-`ANTHROPIC_BASE_URL` is written (`https://api.anthropic.com`, the SDK appends `/v1/messages`),
-or with its `/v1`.
+The form: with its `/v1`, however the operator wrote it. OpenAI's (`--upstream`, a tenant's
+`upstream`, `X-Offload-Upstream`): as an SDK's `base_url` is written, `https://api.openai.com/v1`;
+a bare host (`https://api.openai.com`) gets `/v1`. Any other path is the gateway's own and kept
+(`https://openrouter.ai/api/v1`, `…/v1beta/openai`). Anthropic's (`--anthropic-upstream`, a
+tenant's `anthropic_upstream`): as `ANTHROPIC_BASE_URL` is written (`https://api.anthropic.com`,
+the SDK appends `/v1/messages`), or with its `/v1`. `base_url_problem` says, in one line, what is
+wrong with one given another way: without its scheme, or with an endpoint's path
+(`…/v1/chat/completions`, which would be sent `…/v1/chat/completions/chat/completions`).
 
-`base_url_problem` says, in one line, what is wrong with one given another way: without its
-scheme, or with an endpoint's path (`…/v1/chat/completions`, which would be sent
-`…/v1/chat/completions/chat/completions`).
+The choice: the server's upstream, a tenant's own (in the tenants file, `upstream =
+"https://…/v1"`), or one a request names in `X-Offload-Upstream` only when its host is on the
+server's allowlist (empty by default): anything else is a 400, so a client can never make the
+proxy send its credentials, or anyone's, to a host of its choosing.
+
+Native or emulated: `context_management` (Responses compaction, Anthropic's edits and
+compaction) and `POST /v1/responses/compact` exist on OpenAI's and Anthropic's own APIs only:
+vLLM, Ollama, llama.cpp and most OpenAI-compatible servers and gateways answer them with a 404 or
+ignore them. The setting (`--context-management`, a tenant's `context_management`, the
+`X-Offload-Context-Management` header) says who applies them: `relay` the upstream, `emulate`
+the proxy (its summaries and refs), `auto` the upstream when it is one of the providers' APIs.
 """
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+import re
+from collections.abc import Mapping
+from urllib.parse import unquote, urlsplit
+
+import httpx2
+
+from proxy.core.header_names import UPSTREAM_HEADER
+from proxy.errors import Kind, ProxyError
 
 
 def openai_base(url: str) -> str:
@@ -77,3 +94,91 @@ def base_url_problem(url: str, family: str) -> str | None:
     if (found := _endpoint(url, family)) is not None:
         return f"{url!r} is an endpoint, not the API's base URL ({form}): drop {found[0]!r}, i.e. give {found[1]}"
     return None
+
+
+PARAM = UPSTREAM_HEADER
+HEADER = PARAM.lower()
+
+
+def has_dot_segment(path: str) -> bool:
+    """A `.` or `..` segment, also percent-encoded any number of times, behind an encoded slash
+    or a backslash, or with `;params`: such a path could leave the prefix it is appended to."""
+    decoded = path
+    while "%" in decoded and (once := unquote(decoded)) != decoded:  # shrinks every round: ends
+        decoded = once
+    return any(segment.split(";", 1)[0] in (".", "..") for segment in re.split(r"[/\\]", decoded))
+
+
+def _invalid(why: str) -> ProxyError:
+    return ProxyError(
+        Kind.BAD_REQUEST,
+        f"X-Offload-Upstream must be an http(s) URL such as https://host/v1: {why}.",
+        code="invalid_upstream",
+        param=PARAM,
+    )
+
+
+def parse_upstream_url(value: str) -> httpx2.URL:
+    """A strict parse: any whitespace or control character, a bad port or a bad host is refused."""
+    if any(ord(c) <= 0x20 or ord(c) == 0x7F for c in value):
+        raise _invalid("it contains whitespace or a control character")
+    try:
+        url = httpx2.URL(value)
+        port = url.port
+    except (httpx2.InvalidURL, ValueError, TypeError) as exc:
+        raise _invalid(str(exc) or "it does not parse") from exc
+    if url.scheme not in ("http", "https") or not url.host:
+        raise _invalid("it needs an http or https scheme and a host")
+    if url.userinfo or url.query or url.fragment:
+        raise _invalid("it may not carry credentials, a query or a fragment")
+    if port is not None and not 0 < port < 65536:
+        raise _invalid("its port is out of range")
+    if has_dot_segment(urlsplit(value).path):  # as written: httpx2 would already have resolved them
+        raise _invalid("its path may not contain '.' or '..' segments")
+    return url
+
+
+def requested_base(headers: Mapping[str, str], allowlist: list[str], family: str = "openai") -> str | None:
+    """The base URL an `X-Offload-Upstream` header asks for (allowlisted hosts only), else None;
+    `family`: whose API it is the base of (an endpoint's URL is refused)."""
+    requested = (headers.get(HEADER) or "").strip()
+    if not requested:
+        return None
+    url = parse_upstream_url(requested)
+    if (problem := base_url_problem(requested, family)) is not None:
+        raise _invalid(problem)
+    host = url.host.lower()
+    # "host" allows the scheme's default port only; "host:port" exactly that port
+    hostport = f"{host}:{url.port}" if url.port else host
+    allowed = {entry.lower() for entry in allowlist}
+    if hostport not in allowed:
+        raise ProxyError(
+            Kind.BAD_REQUEST,
+            f"Upstream host {hostport!r} is not on this server's allowlist.",
+            code="upstream_not_allowed",
+            param=PARAM,
+        )
+    return requested.rstrip("/")
+
+
+NATIVE_HOSTS = frozenset({"api.openai.com", "api.anthropic.com"})
+CACHE_KEY_HOSTS = {"api.openai.com"}  # the upstreams given a prompt_cache_key (`accepts_cache_key`)
+
+
+def _host(base_url: str) -> str:
+    return (urlsplit(base_url).hostname or "").lower().rstrip(".")
+
+
+def emulates(setting: str, base_url: str) -> bool:
+    """True when the proxy applies context management itself for an upstream at `base_url`."""
+    if setting == "relay":
+        return False
+    if setting == "emulate":
+        return True
+    return _host(base_url) not in NATIVE_HOSTS
+
+
+def accepts_cache_key(base_url: str) -> bool:
+    """Is the upstream at `base_url` OpenAI's own API, which takes a `prompt_cache_key`? Other
+    OpenAI-compatible servers may refuse a field they do not know (`--cache-control`)."""
+    return _host(base_url) in CACHE_KEY_HOSTS

@@ -10,10 +10,8 @@ from typing import Protocol
 import httpx2
 
 from proxy.telemetry import UpstreamRecord
-from proxy.upstream.errors import host_of, upstream_error
 from proxy.upstream.network import Attempt, watching
-from proxy.upstream.pool import PoolSettings, pooled_transport
-from proxy.upstream.retry import Replayable, may_retry
+from proxy.upstream.transport import PoolSettings, Replayable, host_of, may_retry, pooled_transport, upstream_error
 
 Headers = list[tuple[bytes, bytes]]
 URL_CACHE = 1024
@@ -45,7 +43,7 @@ class Upstream:
         # The transport is used directly, without httpx2.Client: a proxy must not keep cookies
         # between clients, follow redirects or add default headers; it is also cheaper.
         self.transport = transport or pooled_transport(settings)
-        # where a request goes again after a pooled connection failed it (`proxy.upstream.retry`): a
+        # where a request goes again after a pooled connection failed it (`proxy.upstream.transport`): a
         # new connection, never another pooled one the server may be closing too
         self.fresh = transport or pooled_transport(settings, keep_alive=False)
         self._urls: dict[tuple[str, bytes, str | None], httpx2.URL] = {}
@@ -83,7 +81,7 @@ class Upstream:
         `record`: where the request's timings go (the request's record, passed by the HTTP layer).
         Raises UpstreamError when the upstream cannot be reached or times out. A request the
         server closed its pooled connection on before answering goes again once, on a new
-        connection (`proxy.upstream.retry`).
+        connection (`proxy.upstream.transport`).
         """
         url = self._parsed_url(path, query, base)
         replay = first = None

@@ -528,7 +528,8 @@ def test_thousands_of_tool_results_in_one_message(proxy_url, upstream):
 @pytest.fixture
 def _fresh_summaries(monkeypatch):
     from proxy.core import compression
-    from proxy.offload import summaries, summary_memo
+    from proxy.offload import records as summary_memo
+    from proxy.offload import summaries
 
     monkeypatch.setattr(summary_memo, "_records", {})
     monkeypatch.setattr(summaries, "_seen", compression.SeenPrefixes())

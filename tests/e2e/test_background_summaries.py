@@ -18,7 +18,8 @@ from proxy.core import compression as cp
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model
 from proxy.formats.chat import VIEW
-from proxy.offload import summaries, summary_memo
+from proxy.offload import records as summary_memo
+from proxy.offload import summaries
 from tests.e2e.test_compression_e2e import chat_history, forwarded, is_summary_call
 from tests.harness.history import agent_history
 from tests.harness.servers import ProxyProcess, completion

@@ -316,7 +316,7 @@ def test_a_large_body_is_given_caching_and_held_off_the_event_loop(make_proxy, u
     of many small blocks, off the event loop like the turn's plan."""
     from proxy.formats.messages import _wire as wire
     from proxy.http import cache_session
-    from proxy.offload import keepalive
+    from proxy.offload import cache_keepalive as keepalive
     from tests.harness.inflight import spy_threads
 
     caching = spy_threads(monkeypatch, wire, "with_caching")

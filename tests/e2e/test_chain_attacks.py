@@ -1,4 +1,4 @@
-"""Attacks on the response chains of `POST /v1/responses` (`proxy.offload.response_chains`): the record
+"""Attacks on the response chains of `POST /v1/responses` (`proxy.offload.records`): the record
 first id -> last id, the answers of injected calls the client never saw (carried into its next
 request), the chained DELETE, and the small-body fast path.
 

@@ -19,7 +19,7 @@ from proxy.core.tokens import counter_for_model
 from proxy.formats.chat import VIEW
 from proxy.formats.responses import items_from_chat
 from proxy.offload import cpu_pool, pipeline
-from proxy.offload.refs import RefStore
+from proxy.offload.records import RefStore
 from proxy.store.base import StoreUnavailable
 from proxy.store.guarded import GuardedStore
 from proxy.store.sqlite import SQLiteStore

@@ -19,7 +19,7 @@ import anthropic
 import openai
 import pytest
 
-from proxy.upstream import native
+from proxy.upstream import base_url as native
 from tests.harness.requests import post
 
 MODEL = "claude-sonnet-4-5"

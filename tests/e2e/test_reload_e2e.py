@@ -12,7 +12,7 @@ import httpx2
 import pytest
 from starlette.responses import JSONResponse, StreamingResponse
 
-from proxy.reload import search_pool
+from proxy.reload import search as search_pool
 from tests.harness.history import agent_history, refs_sent
 from tests.harness.inflight import answered_while
 from tests.harness.requests import post

@@ -324,7 +324,7 @@ def test_connections_dropped_mid_response_leave_no_task_no_count_and_nothing_hel
 
 def test_a_stored_chain_is_continued_over_the_websocket_by_its_own_tenant_only(make_proxy, upstream):
     """A's response (store true) left the answer of a hidden reload waiting for A's next request
-    (`proxy.offload.response_chains`): B, or a sub-tenant of A, naming its id on a connection of
+    (`proxy.offload.records`): B, or a sub-tenant of A, naming its id on a connection of
     their own get nothing of it; A, on a new connection, gets it."""
     from tests.e2e.test_chain_attacks import HEADERS, NEEDLE, TOOLS, A, B, carried, history, mixed
     from tests.harness.responses import function_call_output

@@ -142,7 +142,7 @@ def test_the_grace_period_covers_the_longest_shutdown():
 
 
 def test_the_memory_limit_covers_the_documented_worst_case():
-    from proxy.reload.search_pool import WORKERS
+    from proxy.reload.search import WORKERS
     from proxy.reload.search_worker import MEMORY_LIMIT
 
     docs = manifests()
@@ -161,7 +161,7 @@ def test_the_shutdown_budget_covers_the_secrets_check_made_after_the_server_stop
     from proxy.http.app import shutdown_budget
     from proxy.offload.background import CANCEL_WAIT
     from proxy.offload.canary import check_timeout
-    from proxy.reload.search_pool import REAP_WAIT
+    from proxy.reload.search import REAP_WAIT
     from proxy.stats._recorder import STOP_TIMEOUT
 
     settings = ServerSettings(shutdown_grace=0, store_timeout=3.0)

@@ -75,7 +75,7 @@ def test_every_exception_of_the_proxy_derives_from_the_root():
         "proxy.formats.json_body.WrongType",  # unwinds to `json_body.invalid`, a ProxyError
         "proxy.offload.summarizer.SummaryFailed",  # raised inside the summariser's `except ProxyError`
         "proxy.offload.canary.CanaryMismatch",  # the `serve` command's refusal to start
-        "proxy.reload.search_pool.WorkerGone",  # a worker process died: the pool restarts it
+        "proxy.reload.search.WorkerGone",  # a worker process died: the pool restarts it
     }
     found: dict[str, type] = {}
     for info in pkgutil.walk_packages(proxy.__path__, "proxy."):

@@ -53,7 +53,7 @@ def responses_threshold(asked: Any) -> Threshold | None:
 # last input item is `{"type": "compaction_trigger"}`; it requires exactly one `compaction`
 # output item back, then sends that item in its next request's input, after the user messages
 # it keeps. An upstream without context management ignores the trigger, so when the proxy
-# emulates (`proxy.upstream.native.emulates`) the turn (`proxy.turn`) asks nothing of the
+# emulates (`proxy.upstream.base_url.emulates`) the turn (`proxy.turn`) asks nothing of the
 # upstream: the items before the trigger (the proxy's own token in them already expanded,
 # `proxy.turn._context_tokens.begin`) are compacted by the emulated `/responses/compact`'s
 # `proxy.turn._compact_now.compact`, and the answer is that compaction item alone

@@ -14,7 +14,7 @@ from proxy.formats.messages._emulation import (
 )
 from proxy.formats.responses._compaction import responses_threshold
 from proxy.http.error_map import status_of
-from proxy.offload.compaction_records import CompactionRecords
+from proxy.offload.records import CompactionRecords
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore
 

@@ -92,7 +92,7 @@ def test_a_timeout_is_a_timeout_error_in_every_anthropic_stream():
 
     from proxy.errors import anthropic_error_event
     from proxy.formats.messages import MESSAGES
-    from proxy.upstream.errors import stream_broke
+    from proxy.upstream.transport import stream_broke
 
     for cause, kind in (
         (httpx2.ReadTimeout("slow"), "timeout_error"),

@@ -1,22 +1,16 @@
-"""Messages' emulated context management (`proxy.formats.messages._emulation`): `compaction` blocks
-expanded, and the emulated `anthropic-beta` values taken out of the upstream's headers."""
-
-from __future__ import annotations
+"""Messages `compaction` blocks settled before a request goes on: every block of every message,
+relayed or emulated; a token of the proxy's is never forwarded."""
 
 import pytest
 
 from proxy.core.compaction_token import PREFIX
 from proxy.errors import ProxyError
-from proxy.formats.messages._emulation import replace_compaction_blocks, without_emulated_betas
+from proxy.formats.messages._emulation import replace_compaction_blocks
 from proxy.formats.responses import RESPONSES
 from proxy.formats.responses._compaction import replace_tokens
-from proxy.offload.compaction_records import CompactionRecords
+from proxy.offload.records import CompactionRecords
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore
-
-# --- messages_compaction_blocks ---
-# Messages `compaction` blocks settled before a request goes on: every block of every message,
-# relayed or emulated; a token of the proxy's is never forwarded.
 
 pytestmark = pytest.mark.anyio
 SUMMARY = [{"role": "user", "content": "[summary] ref=abcdef12"}, {"role": "assistant", "content": "ok"}]
@@ -149,27 +143,3 @@ async def test_a_malformed_older_block_is_a_400(records):
     with pytest.raises(ProxyError) as refused:
         await replace_compaction_blocks(messages, records, emulating=False)
     assert refused.value.param == "messages[0].content[0]"
-
-
-# --- messages_betas ---
-# `without_emulated_betas`: only the emulated values leave `anthropic-beta`; the rest stays as sent.
-
-CM = b"context-management-2025-06-27"
-
-
-@pytest.mark.parametrize(
-    "headers, expected",
-    [
-        ([(b"anthropic-beta", CM)], []),
-        ([(b"Anthropic-Beta", b"a-1, " + CM + b" ,b-2")], [(b"Anthropic-Beta", b"a-1,b-2")]),
-        ([(b"anthropic-beta", b"a-1, b-2")], [(b"anthropic-beta", b"a-1, b-2")]),  # untouched: byte for byte
-        (
-            [(b"anthropic-beta", CM), (b"anthropic-beta", b"files-api-2025-04-14")],
-            [(b"anthropic-beta", b"files-api-2025-04-14")],
-        ),
-        ([(b"x-other", CM), (b"anthropic-beta", b",,")], [(b"x-other", CM)]),
-        ([(b"anthropic-beta", CM + b"x")], [(b"anthropic-beta", CM + b"x")]),  # a value, not a prefix
-    ],
-)
-def test_only_the_emulated_values_are_removed(headers, expected):
-    assert without_emulated_betas(headers) == expected

@@ -21,11 +21,11 @@ from proxy.core.tokens import counter_for_model
 from proxy.errors import anthropic_error_event, error_body
 from proxy.formats.messages import MESSAGES
 from proxy.formats.messages._rounds import MessagesRounds
-from proxy.offload.refs import RefStore
+from proxy.offload.records import RefStore
 from proxy.reload import loop as reload_loop
 from proxy.reload.tools import ReloadTools
 from proxy.store.sqlite import SQLiteStore
-from proxy.upstream.errors import stream_broke
+from proxy.upstream.transport import stream_broke
 
 SIG = "EqQBCkgIBhABGAIiQJ7l0uJ4PbQ1Fh8zfake=="
 BODY = {

@@ -33,8 +33,7 @@ from proxy.formats.responses._compaction import (
 )
 from proxy.formats.responses._items import ResponsesView
 from proxy.http.error_map import status_of
-from proxy.offload.compaction_records import CompactionRecords
-from proxy.offload.refs import RefStore
+from proxy.offload.records import CompactionRecords, RefStore
 from proxy.offload.summary_context import Compressed
 from proxy.store import StoreUnavailable
 from proxy.store.sealing import Sealer

@@ -10,7 +10,7 @@ import pytest
 
 from proxy.core.compaction import Offload
 from proxy.offload.quota import ADMITTED, Admission, CredentialCheck, CredentialRejected, Quota
-from proxy.offload.refs import RefStore
+from proxy.offload.records import RefStore
 from proxy.store.memory import MemoryStore
 
 

@@ -17,7 +17,7 @@ from proxy.core import jsonio, texts
 from proxy.core.markers import history_ref
 from proxy.core.settings import OffloadSettings
 from proxy.formats.messages import MESSAGES
-from proxy.offload.refs import RefStore
+from proxy.offload.records import RefStore
 from proxy.offload.summaries import Compressor
 from proxy.offload.summarizer import DEFAULT_PROMPT
 from proxy.offload.summary_context import SummaryContext

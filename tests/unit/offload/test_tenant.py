@@ -10,8 +10,8 @@ import pytest
 from redis.crc import key_slot
 
 from proxy.core.compaction import Offload
-from proxy.offload import events
-from proxy.offload.refs import RefStore
+from proxy.offload import records as events
+from proxy.offload.records import RefStore
 from proxy.offload.tenant import SHARDS, key, tenant_namespace
 from proxy.stats._buckets import ALL, DAY, bucket_key, bucket_start, top_key
 from proxy.stats._prices import PriceTable

@@ -13,7 +13,7 @@ from proxy.core.tokens import counter_for_model
 from proxy.formats.chat import CHAT
 from proxy.formats.chat._rounds import ChatRounds
 from proxy.http import telemetry as http_telemetry
-from proxy.offload.refs import RefStore
+from proxy.offload.records import RefStore
 from proxy.reload import loop as reload_loop
 from proxy.reload.tools import ReloadTools
 from proxy.store.sqlite import SQLiteStore

@@ -1,6 +1,7 @@
 """context_search in worker processes: patterns that are expensive to compile or to match cost
 the proxy neither event-loop time nor memory; a lost worker is replaced; workers are bounded
-and none outlives shutdown."""
+and none outlives shutdown. The search's limits: the server's settings handed down
+(proxy.reload never imports proxy.config)."""
 
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ from pathlib import Path
 import pytest
 import regex
 
+from proxy.config import ServerSettings
 from proxy.core.compaction import Offload
 from proxy.core.tokens import counter_for_model
-from proxy.offload.refs import RefStore
-from proxy.reload import search, search_pool
+from proxy.offload.records import RefStore
+from proxy.reload import search
+from proxy.reload import search as search_pool
 from proxy.reload.search import SearchLimits
 from proxy.reload.tools import ReloadTools
 from proxy.store.sqlite import SQLiteStore
@@ -361,3 +364,9 @@ async def test_a_line_cut_by_the_size_limit_is_not_searched(tmp_path):
         answer = await tools.search(pattern)
         assert answer.startswith(f"No match for {pattern!r} so far.") and "scans at most 1024 bytes" in answer
     await store.close()
+
+
+async def test_the_search_limits_default_to_the_server_settings_defaults():
+    fields = ServerSettings.model_fields
+    assert SearchLimits() == SearchLimits(fields["search_timeout"].default, fields["search_max_bytes"].default)
+    assert SearchLimits.of(ServerSettings(search_timeout=3.5)) == SearchLimits(3.5, fields["search_max_bytes"].default)

@@ -11,8 +11,8 @@ import pytest
 from proxy.core.compaction import Offload
 from proxy.core.tokens import counter_for_model
 from proxy.formats.chat._request import colliding_tool_names
-from proxy.offload.refs import RefStore
-from proxy.reload import search_pool
+from proxy.offload.records import RefStore
+from proxy.reload import search as search_pool
 from proxy.reload.search import SearchLimits, expansion
 from proxy.reload.tools import BadArguments, ReloadTools, parse_arguments, segments
 from proxy.store.sqlite import SQLiteStore

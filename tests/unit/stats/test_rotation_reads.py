@@ -1,5 +1,5 @@
 """During a key rotation the statistics the old key sealed are sealed again as they are read:
-a Responses answer's session, a tenant's label (`proxy.store.resealing`)."""
+a Responses answer's session, a tenant's label (`proxy.store.sealing`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from proxy.stats import _reader as reader
 from proxy.stats._recorder import label_key
 from proxy.stats._sessions import Replies
-from tests.unit.offload.test_rotation_reads import AFTER, BEFORE, ROTATING, store  # noqa: F401  (SQLite, Redis)
+from tests.unit.offload.test_records import AFTER, BEFORE, ROTATING, store  # noqa: F401  (SQLite, Redis)
 
 pytestmark = pytest.mark.anyio
 

@@ -8,8 +8,7 @@ from proxy.core.markers import history_marker
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model
 from proxy.formats.responses import RESPONSES
-from proxy.offload.compaction_records import CompactionRecords
-from proxy.offload.refs import RefStore
+from proxy.offload.records import CompactionRecords, RefStore
 from proxy.offload.summary_context import Compressed
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore

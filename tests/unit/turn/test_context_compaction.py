@@ -17,9 +17,8 @@ from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model
 from proxy.formats.messages import MESSAGES
 from proxy.formats.responses import RESPONSES
-from proxy.offload.compaction_records import CompactionRecords
 from proxy.offload.pipeline import Prepared
-from proxy.offload.refs import RefStore
+from proxy.offload.records import CompactionRecords, RefStore
 from proxy.offload.summary_context import Compressed
 from proxy.store import StoreUnavailable
 from proxy.store.sealing import Sealer

@@ -12,7 +12,7 @@ from proxy.errors import ProxyError
 from proxy.formats.messages import MESSAGES, history
 from proxy.formats.responses import RESPONSES
 from proxy.http.error_map import status_of
-from proxy.offload.refs import RefStore
+from proxy.offload.records import RefStore
 from proxy.store import StoreUnavailable
 from proxy.store.sqlite import SQLiteStore
 from proxy.turn._context_edits import apply

@@ -14,7 +14,7 @@ from proxy.formats.chat import CHAT
 from proxy.formats.messages import MESSAGES
 from proxy.formats.responses import RESPONSES
 from proxy.http.error_map import status_of
-from proxy.offload import response_chains
+from proxy.offload import records as response_chains
 from proxy.offload.tenant_store import TenantStore
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore

@@ -1,6 +1,11 @@
+"""An upstream base URL (proxy.upstream.base_url): its one form, the problems said of one given
+another way, and whether the proxy emulates the providers' context management for it."""
+
+from __future__ import annotations
+
 import pytest
 
-from proxy.upstream.base_url import FORMS, anthropic_base, base_url_problem, openai_base
+from proxy.upstream.base_url import FORMS, anthropic_base, base_url_problem, emulates, openai_base
 
 
 @pytest.mark.parametrize(
@@ -118,3 +123,20 @@ def test_base_urls_will_do(url):
     assert base_url_problem(url, "openai") is None
     assert base_url_problem("https://api.anthropic.com", "anthropic") is None
     assert base_url_problem("https://api.anthropic.com/v1", "anthropic") is None
+
+
+@pytest.mark.parametrize(
+    "setting, base, expected",
+    [
+        ("auto", "https://api.openai.com/v1", False),
+        ("auto", "https://api.anthropic.com/v1", False),
+        ("auto", "https://API.OpenAI.com./v1", False),
+        ("auto", "http://127.0.0.1:8000/v1", True),
+        ("auto", "https://api.openai.com.evil.example/v1", True),
+        ("auto", "https://openrouter.ai/api/v1", True),
+        ("relay", "http://127.0.0.1:8000/v1", False),
+        ("emulate", "https://api.openai.com/v1", True),
+    ],
+)
+def test_who_applies_context_management(setting, base, expected):
+    assert emulates(setting, base) is expected

@@ -20,7 +20,7 @@ from proxy.http.error_map import status_of
 from proxy.upstream import network
 from proxy.upstream.client import Upstream
 from proxy.upstream.network import AsyncioBackend
-from proxy.upstream.pool import pooled_transport
+from proxy.upstream.transport import pooled_transport
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 pytestmark = pytest.mark.anyio

@@ -1,11 +1,12 @@
-"""The observed sessions a worker holds: one store per session, bounded in bytes and idle time."""
+"""The stores in memory (proxy.store.memory; `MemoryStore` is tested with the others in test_store.py):
+the observed sessions a worker holds, one store per session, bounded in bytes and idle time."""
 
 from __future__ import annotations
 
 import pytest
 
-from proxy.offload import observed_sessions
-from proxy.offload.observed_sessions import ObservedSessions
+from proxy.store import memory as observed_sessions
+from proxy.store.memory import ObservedSessions
 
 pytestmark = pytest.mark.anyio
 

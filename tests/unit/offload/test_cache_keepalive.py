@@ -1,6 +1,6 @@
-"""One worker's keep-alive pings (`proxy.offload.keepalive.KeepAlive`): a client's odd body never
-breaks the turn's aftermath, what is held stays within its bytes, and one session's upstream
-never holds up the others' pings."""
+"""The cache keep-alive (proxy.offload.cache_keepalive): one worker's keep-alive pings
+(`KeepAlive`): a client's odd body never breaks the turn's aftermath, what is held stays within
+its bytes, and one session's upstream never holds up the others' pings."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 
 from proxy.core import keepalive as ka
 from proxy.core.last_sent import LastSent, digest
-from proxy.offload import last_sent
-from proxy.offload.keepalive import KeepAlive
+from proxy.offload import cache_keepalive as last_sent
+from proxy.offload.cache_keepalive import KeepAlive
 from proxy.offload.tenant_store import TenantStore
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore

@@ -1,21 +1,35 @@
-"""Keep-alive pings (`--cache-keepalive`, per tenant and request): one worker's sessions, kept warm.
+"""The cache keep-alive: a session's provider cache kept warm and kept valid, from the record of
+the prefix it last forwarded.
 
-After a turn a worker forwarded (`hold`), it keeps in memory exactly what that turn sent: the
-body's bytes, the headers with the session's own credential (never written anywhere), where
-it went. Shortly before the provider's cache would expire (`proxy.core.keepalive.next_ping`) it
-sends the session's 1-token ping (`proxy.formats.prompt_cache`) with that prefix, on that
-credential, to that upstream. What is held (bodies and headers) is bounded by bytes per worker
-(`max_bytes`: the sessions idle longest go first) and dropped once the session gets no more pings.
+The record (`read`, `write`): the sessions' last forwarded prefixes (`proxy.core.last_sent.LastSent`)
+in the store, one key per session under the tenant's namespace, the session's name keyed like the
+events' (`Sealer.key_name`), the value sealed like content, expiring `RECORD_TTL` seconds after
+the last write (at most the tenant's TTL). Every replica writes what it forwarded and reads what
+any replica did. Neither call ever raises: a store that fails reads as no record (the decisions
+then act as before the record existed) and loses the write (logged).
 
-In a fleet every replica holds what it forwarded, so only the one that sent the session's latest
-turn holds its latest prefix: before a ping, the session's record in the store
-(`proxy.offload.last_sent`) must name the prefix held (else a later turn went out elsewhere, and
-this one is dropped), and the ping is claimed in the store per (session, prefix, ping number)
-with `put_if_absent` (the lease's primitive), so of replicas holding the same prefix one pings.
-A store that fails sends no ping (the claim cannot be made): never a duplicate.
+The kept cut (`forwarded`, `previous`): the summary the session forwarded last stays, below the
+trigger and while a newer cut would not pay. `proxy.offload.summaries.Compressor.run` forwards
+the longest summary ready for a history; when a newer one is ready while the one the last turn
+forwarded still leaves what follows it under the trigger, taking the newer one rewrites the
+cached rest of the prefix, which with the cache warm costs more than it saves unless the cut
+removes enough (`proxy.core.cache_cuts`). A cut forwarded below the trigger is forwarded again by
+the next turns rather than undone: the history is never rewritten back and forth.
 
-What each ping's answer reports goes to `on_answer` (the app counts it: pings, their estimated
-cost, writes avoided, and records its usage with the kind "keepalive").
+Keep-alive pings (`KeepAlive`; `--cache-keepalive`, per tenant and request): after a turn a
+worker forwarded (`hold`), it keeps in memory exactly what that turn sent: the body's bytes, the
+headers with the session's own credential (never written anywhere), where it went. Shortly
+before the provider's cache would expire (`proxy.core.keepalive.next_ping`) it sends the
+session's 1-token ping (`proxy.formats.prompt_cache`) with that prefix, on that credential, to
+that upstream. What is held is bounded by bytes per worker (`max_bytes`: the sessions idle
+longest go first) and dropped once the session gets no more pings. In a fleet only the replica
+that sent the session's latest turn holds its latest prefix: before a ping, the session's record
+must name the prefix held (else a later turn went out elsewhere, and this one is dropped), and
+the ping is claimed in the store per (session, prefix, ping number) with `put_if_absent` (the
+lease's primitive), so of replicas holding the same prefix one pings. A store that fails sends
+no ping (the claim cannot be made): never a duplicate. What each ping's answer reports goes to
+`on_answer` (the app counts it: pings, their estimated cost, writes avoided, and records its
+usage with the kind "keepalive").
 """
 
 from __future__ import annotations
@@ -26,22 +40,136 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
+from proxy.core import compression as cp
 from proxy.core import jsonio
 from proxy.core import keepalive as ka
 from proxy.core import provider_cache as pc
-from proxy.core.last_sent import LastSent
+from proxy.core.cache_cuts import CutContext, keep_previous
+from proxy.core.last_sent import LastSent, decode
+from proxy.core.tokens import TokenCounter
+from proxy.core.view import ItemView
 from proxy.formats.json_body import LARGE_BODY
 from proxy.formats.prompt_cache import output_tokens, profile_name
 from proxy.formats.prompt_cache import ping as ping_body
-from proxy.offload import last_sent
 from proxy.offload.cpu_pool import CPU
+from proxy.offload.summary_context import Compressed
 from proxy.offload.tenant import key
 from proxy.offload.tenant_store import TenantStore
+from proxy.store import StoreUnavailable
+from proxy.store import sealing as resealing
 from proxy.upstream.client import Headers, Upstream
 
-log = logging.getLogger("proxy.offload.keepalive")
+log = logging.getLogger("proxy.offload.cache_keepalive")
+
+RECORD_TTL = 24 * 3600  # seconds a session's record outlives its last turn: longer than any cache TTL
+
+
+def record_key(tenant: TenantStore, session: str) -> str:
+    return key(tenant.namespace, "sent", tenant.sealer.key_name(session, tenant.namespace))
+
+
+async def read(tenant: TenantStore, session: str | None) -> LastSent | None:
+    """The session's record; None without a session, without a record, or with the store failing."""
+    if not session:
+        return None
+    store_key = record_key(tenant, session)
+    try:
+        raw = await tenant.store.get(store_key)
+        if raw is None:
+            return None
+        return decode(await resealing.opened(tenant.store, store_key, raw, sealer=tenant.sealer))
+    except StoreUnavailable:
+        return None  # counted by the store's guard (offload_store_errors_total)
+    except Exception:  # noqa: BLE001 - a decision input, never a request's failure
+        log.warning("reading the session's last sent prefix failed", exc_info=True)
+        return None
+
+
+async def write(
+    tenant: TenantStore, session: str | None, sent: LastSent, *, previous: LastSent | None = None
+) -> LastSent:
+    """Store `sent` as the session's record (its turns counted on from `previous`, the record
+    read before the turn, when given); returns what it stored, or would have."""
+    record = previous.then(sent) if previous is not None else sent
+    if not session:
+        return record
+    store_key = record_key(tenant, session)
+    try:
+        await tenant.store.put(store_key, tenant.sealer.seal(record.encode(), store_key), min(tenant.ttl, RECORD_TTL))
+    except StoreUnavailable:
+        pass  # counted by the store's guard
+    except Exception:  # noqa: BLE001 - after the answer: never a request's failure
+        log.warning("storing the session's last sent prefix failed", exc_info=True)
+    return record
+
+
+class Compressing(Protocol):
+    """What this reads of the compressor (`proxy.offload.summaries.Compressor`, which uses this
+    module: named by its shape so neither imports the other)."""
+
+    view: ItemView
+
+    @property
+    def cuts(self) -> CutContext | None: ...
+
+    async def _load(self, prefix_hash: str) -> cp.PriorSummary | None: ...
+
+    def _using(self, compacted: list[Any], head: int, prior: cp.PriorSummary, **more: Any) -> Compressed: ...
+
+
+async def forwarded(
+    compressor: Compressing, originals: list[Any], *, chain: cp.PrefixHashes, head: int, tail: int, cpu: CPU
+) -> cp.PriorSummary | None:
+    """The summary the session's last turn forwarded, when it is one of this very history
+    standing for items[head:cut] with cut <= `tail`; None otherwise (no record, none forwarded,
+    expired, a fork's)."""
+    ctx = compressor.cuts
+    if ctx is None or ctx.sent is None or not ctx.sent.summary:
+        return None
+    old = await compressor._load(ctx.sent.summary)
+    if old is None or not head <= old.cut <= tail:
+        return None
+    if not await cpu.for_part(originals[: old.cut])(chain.matches, old.cut, ctx.sent.summary):
+        return None  # a summary of another history (a fork of the session's start)
+    return old
+
+
+async def previous(
+    compressor: Compressing,
+    compacted: list[Any],
+    originals: list[Any],
+    *,
+    chain: cp.PrefixHashes,
+    head: int,
+    tail: int,
+    trigger: int,
+    newer: cp.PriorSummary,
+    counter: TokenCounter,
+    cpu: CPU,
+) -> tuple[cp.PriorSummary, Compressed] | None:
+    """The summary the session forwarded last and the items with it, to forward instead of
+    `newer`: when it is another one, of this very history, what follows it fits `trigger`, the
+    cache is warm and the newer cut would cost more than it saves. None: `newer` goes."""
+    ctx = compressor.cuts
+    if ctx is None or ctx.sent is None or ctx.cold or not ctx.sent.summary or ctx.sent.summary == newer.prefix:
+        return None
+    old = await forwarded(compressor, originals, chain=chain, head=head, tail=tail, cpu=cpu)
+    if old is None or not old.cut < newer.cut:
+        return None
+    view = compressor.view
+    if await cpu.light(cp.tokens_between, compacted, view, old.cut, end=tail, counter=counter) > trigger:
+        return None  # the trigger is crossed with the old one: the newer one goes
+    kept, cut = compressor._using(compacted, head, old), compressor._using(compacted, head, newer)
+    assert kept.items is not None and cut.items is not None
+    head_tokens = await cpu.light(counter.messages, compacted[:head])
+    kept_tokens = await cpu.light(counter.messages, kept.items)
+    cut_tokens = await cpu.light(counter.messages, cut.items)
+    if not keep_previous(ctx, after=cut_tokens - head_tokens, removed=kept_tokens - cut_tokens):
+        return None
+    return old, kept
+
 
 DROP_HEADERS = (b"content-length", b"content-encoding", b"transfer-encoding", b"idempotency-key")
 MAX_ANSWER = 1024 * 1024  # bytes of a ping's answer read, at most
@@ -238,7 +366,7 @@ class KeepAlive:
 
     async def _ping(self, entry: Session) -> None:
         name = (entry.tenant.namespace, entry.session)
-        record = await last_sent.read(entry.tenant, entry.session)
+        record = await read(entry.tenant, entry.session)
         if record is None or record.digest != entry.digest:
             self._drop(name)  # a later turn went out (here, on another replica), or the store forgot it
             return
