@@ -5,9 +5,9 @@
 
 Replays every trace as Anthropic Messages requests exactly as `python -m proxy replay --format
 anthropic --turn-gaps …` does (the real pipeline, the built-in summariser, a fresh store), twice:
-with the cuts priced at cache prices as the server makes them (`proxy.core.cache_cuts`, the
+with the cuts priced at cache prices as the server makes them (`proxy.core.prompt_cache`, the
 session's last sent prefix on the replay's clock) and without; and bills each with the
-provider-cache model (`proxy.core.provider_cache`, `proxy.replay._bill`): by default one turn in
+provider-cache model (`proxy.core.prompt_cache`, `proxy.replay._bill`): by default one turn in
 ten follows an idle pause of 600 s (longer than the 5-minute TTL), the others 30 s. Printed, per
 trace, per framework and overall, as shares of the raw history billed uncached (what a client that
 sets no cache_control pays without the proxy):

@@ -242,9 +242,9 @@ def last_turn_bodies(conversation: dict) -> list[tuple[str, str, bytes]]:
 
 def ref_cost(shot: str, rounds: int = 50) -> None:
     """What a screenshot's ref costs: hashed (a new screenshot, or a cache miss) and remembered
-    (`proxy.core.ref_cache`: the same bytes again, compared whole)."""
-    from proxy.core.markers import make_ref
-    from proxy.core.ref_cache import RefCache
+    (`proxy.core.media`: the same bytes again, compared whole)."""
+    from proxy.core.media import RefCache
+    from proxy.core.texts import make_ref
 
     start = time.perf_counter()
     for _ in range(rounds):

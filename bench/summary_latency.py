@@ -23,8 +23,8 @@ from pathlib import Path
 
 from common import SHARED
 
+from proxy.core import compression
 from proxy.core import compression as cp
-from proxy.core import precompress
 from proxy.core.compaction import plan_compaction
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_encoding, counter_for_model
@@ -90,7 +90,7 @@ def main() -> None:
     if not raw:
         parser.error(f"{args.traces}: no turn to compare (its longest conversations have no assistant turn)")
     s = args.summary_tokens
-    limit = precompress.hard_limit(settings, args.model)
+    limit = compression.hard_limit(settings, args.model)
     instant = [current_policy(t, lag=1, summary_tokens=s).compressions for t, _ in chosen]
     rows = []
     for lag in lags:

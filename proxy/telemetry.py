@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 
-from proxy.core.bill import NONE, PARTS, Bill, Meter
+from proxy.core.answers import NONE, PARTS, Bill, Meter
 
 MAX_TENANT_LABELS = 1000  # tenants with series of their own (clients make namespaces): the rest are "other"
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -62,14 +62,14 @@ class RequestRecord:
     continues: str | None = field(default=None, repr=False)
     response_id: str | None = field(default=None, repr=False)
     forwarded: bytes | None = field(default=None, repr=False)
-    # What the provider billed (`proxy.core.bill`): the turn's upstream answers (its reload rounds
+    # What the provider billed (`proxy.core.answers`): the turn's upstream answers (its reload rounds
     # included), and the proxy's summary calls made while it waited.
     bill: Meter = field(default_factory=Meter, repr=False)
     summary_bill: Bill = field(default=NONE, repr=False)
     observed: bool = False  # forwarded as received; tokens_after and action are what would have gone (observe mode)
     # A session of the holdout (`proxy.http.holdout`): its arm, how the answer the client got ended
-    # (`proxy.core.finish`: its finish reason, an error, a context-length error), and the tool
-    # calls of the request's history repeating an earlier identical one (`proxy.core.repeats`).
+    # (`proxy.core.answers`: its finish reason, an error, a context-length error), and the tool
+    # calls of the request's history repeating an earlier identical one (`proxy.core.answers`).
     arm: str | None = None
     finish: str | None = None
     answer_error: bool = False
@@ -92,7 +92,7 @@ class RequestRecord:
         self.reload_rounds += 1
 
     def add_bill(self, bill: Bill) -> None:
-        """One upstream answer's bill (`proxy.core.bill.Meter`)."""
+        """One upstream answer's bill (`proxy.core.answers.Meter`)."""
         self.bill.add(bill)
 
     def add_summary_bill(self, bill: Bill) -> None:
@@ -250,7 +250,7 @@ class Metrics:
             registry=r,
             multiprocess_mode="livemin",
         )
-        # the label: the known header closest to the unknown one (proxy.core.header_names), never the client's name
+        # the label: the known header closest to the unknown one (proxy.core.settings), never the client's name
         self.unknown_headers = Counter(
             "offload_unknown_headers_total",
             "X-Offload-* request headers the proxy "
@@ -311,7 +311,7 @@ class Metrics:
         self.summary_seconds.observe(seconds)
 
     def count_bill(self, bill: Bill, call: str) -> None:
-        """`call`: one of `proxy.core.bill.KINDS`."""
+        """`call`: one of `proxy.core.answers.KINDS`."""
         for part in PARTS:
             if tokens := getattr(bill, part):
                 self.billed_tokens.labels(part, call).inc(tokens)

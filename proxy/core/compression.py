@@ -1,32 +1,39 @@
-"""What to compress: pure functions over (items, settings, prior summary), no IO.
-
-The compressible part lies between the head and the recent tail. The head is the leading
-system items and the task: the first user message when it follows them, which is never
-summarised (with a summariser that keeps little, the task would otherwise survive only as
-lists of files and errors). Later user messages of a summarised part stay verbatim after the
-summary, the most recent ones up to USER_KEEP_CHARS, so the summary stands for the tool
-traffic and the assistant's turns. A cut never
-falls between a tool call and its result, nor between items the format binds together
-(`ItemView.attached`). A summary covers items[head:cut]; it is reused verbatim while the part
-after it stays under the trigger, and re-made (folding the old one) only when that part
-exceeds it again: large, rare steps, so the forwarded prefix stays byte-stable between them.
+"""Compression planning, pure: what to summarise between the head and the recent tail (`decide`,
+`assemble`), when a summary is started ahead of time and when a turn must wait for one, and a
+client's own compaction (the agent asking the model to summarise its conversation).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from proxy.core import jsonio
-from proxy.core.markers import history_marker, history_ref
-from proxy.core.provider_context import client_summary_end, live_start, trigger_index
+from proxy.core.compaction import client_summary_end, live_start, trigger_index
+from proxy.core.jsonio import JsonObject
 from proxy.core.settings import OffloadSettings
+from proxy.core.texts import history_marker, history_ref
 from proxy.core.tokens import TokenCounter
 from proxy.core.view import ItemView
+
+# ==================== what to summarise
+# What to compress: pure functions over (items, settings, prior summary), no IO.
+#
+# The compressible part lies between the head and the recent tail. The head is the leading
+# system items and the task: the first user message when it follows them, which is never
+# summarised (with a summariser that keeps little, the task would otherwise survive only as
+# lists of files and errors). Later user messages of a summarised part stay verbatim after the
+# summary, the most recent ones up to USER_KEEP_CHARS, so the summary stands for the tool
+# traffic and the assistant's turns. A cut never
+# falls between a tool call and its result, nor between items the format binds together
+# (`ItemView.attached`). A summary covers items[head:cut]; it is reused verbatim while the part
+# after it stays under the trigger, and re-made (folding the old one) only when that part
+# exceeds it again: large, rare steps, so the forwarded prefix stays byte-stable between them.
 
 COMPRESS_KEEP_RECENT = 2
 # Later user messages kept verbatim from a summarised part: the most recent, whole, while their
@@ -274,7 +281,7 @@ def _pack(parts: list[tuple[int, int]], threshold: int) -> list[int]:
 
 
 def summary_item(view: ItemView, text: str, ref: str, *, count: int, tokens: int, index: str = "") -> Any:
-    """The item standing for the summarised ones: the marker line (`markers.history_ref`
+    """The item standing for the summarised ones: the marker line (`texts.history_ref`
     recognises it exactly), the index of the summarised items (`proxy.core.summary_index`) if
     any, the summary."""
     marker = history_marker(ref, count, tokens)
@@ -332,3 +339,129 @@ def assemble(
 def history_lines(items: list[Any], view: ItemView) -> str:
     """The stored form of summarised items: one JSON object per line."""
     return "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in items if view.role(m) != "system")
+
+
+# ==================== precompress
+# When a summary is started ahead of time, and when a turn must wait for one. Pure.
+#
+# A summary costs seconds; the turn that crosses the trigger should not pay them. So once the
+# part a summary would fold reaches `precompress_ratio` of the trigger, the summary is made in
+# the background; it covers items[head:tail] of that turn and is stored under the hash of that
+# prefix, so a later turn finds it as its prior summary and forwards it exactly as it would a
+# summary made inline for the same cut. A turn that crosses the trigger with nothing ready goes
+# out without it, unless what it would forward is above the hard limit: then it waits.
+
+# Context windows (tokens) of well-known models, by name prefix; the longest prefix wins.
+CONTEXT_WINDOWS: dict[str, int] = {
+    "gpt-3.5-turbo": 16_385,
+    "gpt-4-turbo": 128_000,
+    "gpt-4o": 128_000,
+    "gpt-4.1": 1_047_576,
+    "gpt-5": 400_000,
+    "o1": 200_000,
+    "o3": 200_000,
+    "o4-mini": 200_000,
+    "claude-": 200_000,
+}
+
+
+def context_window(model: str | None) -> int | None:
+    """The model's context window when known (a dated or suffixed name matches its family)."""
+    if not model:
+        return None
+    name = model.rsplit("/", 1)[-1].lower()  # "openai/gpt-4o" → "gpt-4o"
+    best = max((prefix for prefix in CONTEXT_WINDOWS if name.startswith(prefix)), key=len, default=None)
+    return CONTEXT_WINDOWS[best] if best else None
+
+
+def hard_limit(settings: OffloadSettings, model: str | None) -> int:
+    """Forwarded tokens above which a turn waits for its summary."""
+    limit = settings.hard_max_tokens or 2 * settings.max_total_tokens
+    window = context_window(model)
+    return min(limit, window) if window else limit
+
+
+def ahead(
+    items: list[Any], view: ItemView, settings: OffloadSettings, *, counter: TokenCounter, prior: PriorSummary | None
+) -> Decision | None:
+    """The summary to start now, before the trigger is crossed, or None.
+
+    What it folds: the items after the prior summary (or after the leading system items) up to
+    the kept tail, once they reach `precompress_ratio` of the trigger. The cut is this turn's
+    tail, so the summary is the one an inline summary of this turn's history would be.
+    """
+    ratio = settings.precompress_ratio
+    if ratio <= 0:
+        return None
+    head, tail = split(items, view, settings.keep_recent_for(COMPRESS_KEEP_RECENT))
+    usable = prior if prior is not None and head <= prior.cut <= tail else None
+    start = usable.cut if usable is not None else head
+    limit = trigger(items, view, head, settings=settings, counter=counter)
+    if tail - start < 2 or tokens_between(items, view, start, end=tail, counter=counter) < ratio * limit:
+        return None
+    return Decision("summarize", head, tail, usable, (start, tail))
+
+
+# ==================== client compaction
+# A client's own compaction: the agent asks the model to summarise its conversation. Pure.
+#
+# Through the proxy an agent's raw history grows without bound (the usage it reads is the reduced
+# request's, so one that compacts by usage, as Claude Code does, rarely does). When it does ask for
+# a summary itself (Claude Code's `/compact`, Codex's local compaction), the model should summarise
+# the conversation, not the proxy's summary of it: that turn gets the originals wherever they fit
+# the model's window, and the proxy's summary and refs only for what does not (the turn's
+# thresholds become the window's, `settings_for`). Recognised by the instruction each agent sends
+# as its last user message (`SIGNATURES`).
+
+# (agent, how its compaction instruction begins), compared with whitespace collapsed and case folded
+SIGNATURES: tuple[tuple[str, str], ...] = (
+    ("claude-code", "Your task is to create a detailed summary of the conversation so far"),
+    ("codex", "You are performing a CONTEXT CHECKPOINT COMPACTION"),
+)
+DEFAULT_WINDOW = 128_000  # a model whose window is not known
+FILL = 0.8  # of the window: the most the history may take (less when the output asked for needs more)
+DEFAULT_OUTPUT = 16_000  # output kept free when the request names no limit
+MANAGED_MODES = ("auto", "compact", "compress")
+_SPACE = re.compile(r"\s+")
+_PREFIXES = tuple((agent, _SPACE.sub(" ", text).casefold()) for agent, text in SIGNATURES)
+LAST_ITEMS = 8  # items looked at from the end (a message split in parts, a system item between)
+_READ = 40_000  # characters at the end of an item's text looked through (the instructions are long)
+
+
+def asked(items: list[Any], view: ItemView) -> str | None:
+    """The agent whose compaction `items` ask for, or None: its instruction is in the last
+    user message, alone or beside reminders, or after the tool results it sends back (Claude
+    Code's `/compact` after a tool round: one user message of a `tool_result` and the text)."""
+    for item in items[: -LAST_ITEMS - 1 : -1]:
+        role = view.role(item)
+        if role not in ("user", "tool", "system"):
+            return None  # the instruction is the last thing sent
+        text = view.transcript(item)[1] if role != "system" else ""
+        found = _SPACE.sub(" ", text[-_READ:]).casefold()
+        agent = next((agent for agent, prefix in _PREFIXES if prefix in found), None)
+        if agent is not None:
+            return agent
+    return None
+
+
+def max_output(body: JsonObject) -> int:
+    """The output the request keeps room for (`max_tokens`, `max_completion_tokens` or
+    `max_output_tokens`, as its format names it), else DEFAULT_OUTPUT."""
+    for name in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
+        value = body.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return DEFAULT_OUTPUT
+
+
+def settings_for(settings: OffloadSettings, *, model: str | None, output: int) -> OffloadSettings:
+    """The turn's settings with the model's window as the trigger: nothing is compacted or
+    summarised while the history fits it (the tool-result thresholds apply only past the
+    trigger); past it, the turn is reduced as any other, and waits for its summary (none is
+    started ahead: the conversation restarts from the client's). Settings of a mode that
+    offloads nothing are left as they are."""
+    if settings.mode not in MANAGED_MODES:
+        return settings
+    window = context_window(model) or DEFAULT_WINDOW
+    budget = min(10_000_000, max(settings.max_total_tokens, min(int(window * FILL), window - output)))
+    return settings.model_copy(update={"max_total_tokens": budget, "hard_max_tokens": budget, "precompress_ratio": 0.0})

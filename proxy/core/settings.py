@@ -1,17 +1,27 @@
 """Per-request offload settings: server defaults ← tenants file ← X-Offload-* headers.
 
-Headers are validated with pydantic; a bad value is a 400 naming the header and what it allows.
-The server may cap what a header can ask for (`header_caps`).
+The settings (validated with pydantic, raising their own SettingsError), the X-Offload-* header
+names and what to say of one the proxy does not know, and the holdout arm a session is in (the
+share of sessions forwarded unchanged is a setting; the arm a pure function of the session).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from hashlib import blake2b
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from proxy.errors import Kind, ProxyError
+
+# ==================== settings
+# Per-request offload settings: server defaults ← tenants file ← X-Offload-* headers.
+#
+# Headers are validated with pydantic; a bad value is a 400 naming the header and what it allows.
+# The server may cap what a header can ask for (`header_caps`).
 
 Mode = Literal["auto", "compact", "compress", "off", "observe"]
 # Who applies a request's `context_management` (and `/responses/compact`): the upstream
@@ -39,7 +49,7 @@ class SettingsError(ProxyError, ValueError):
 # real agent traces (bench/recall_frontier.py, docs/fidelity.md#issue-32-the-tool-result-threshold).
 TOOL_RESULT_TOKENS = 6_000
 # A newer result above this many tokens is compacted on arrival, the recent tail included, once
-# the history is over max_total_tokens (`proxy.core.compaction_rule`): what agents cap their own
+# the history is over max_total_tokens (`proxy.core.preview`): what agents cap their own
 # reads at (Claude Code's Read: 25,000 tokens), so a result the agent did not cap itself (a
 # runaway log, a whole file) never overflows the model's window on the turn it arrives.
 FRESH_TOOL_RESULT_TOKENS = 25_000
@@ -149,7 +159,7 @@ class OffloadSettings(BaseModel):
         "large (--cache-keepalive-min-tokens) and was sent lately gets a 1-token request with that exact prefix, "
         "with its own credential, shortly before the provider's cache would expire (docs/caching.md).",
     )
-    # The share of sessions forwarded unchanged as a control (`proxy.core.holdout`, `proxy.http.holdout`):
+    # The share of sessions forwarded unchanged as a control (`arm` below, `proxy.http.holdout`):
     # the operator's (server or tenants file); a header may only repeat it (`OPERATOR_ONLY`)
     holdout: float = Field(
         0.0,
@@ -307,3 +317,133 @@ class SettingsResolver:
         return resolve_settings(
             self.defaults, headers, tenant=self.tenants.get(tenant or "", {}), caps=self.header_caps
         )
+
+
+# ==================== header names
+# The `X-Offload-*` request headers the proxy reads, and what to say of one it does not.
+#
+# A misspelt setting (`X-Offload-Max-Tokens: 5`) would otherwise be ignored without a word: the
+# request is served as it would be without it, and its answer names each unknown header with the
+# known ones closest to it (`difflib`, over the part after `X-Offload-`). A client chooses these
+# names, how many and how long: at most MAX_NAMED of one request are matched and named, each
+# clipped to MAX_NAME characters first, so a request of a thousand headers, or of one 50 KB name,
+# costs no more than one of eight short ones.
+
+UPSTREAM_HEADER = "X-Offload-Upstream"  # read by proxy.upstream.base_url: a header, not a setting
+KNOWN = tuple(sorted({*(header_name(field) for field in SETTING_FIELDS), UPSTREAM_HEADER}))
+_SUFFIXES = {name.lower()[len(HEADER_PREFIX) :]: name for name in KNOWN}
+MAX_NAME = 64  # characters of an unknown header's name matched and shown
+MAX_NAMED = 8  # unknown headers of one request matched and named; the rest are only counted
+CUTOFF = 0.6  # difflib's: below it, no known header is close enough to be named
+NO_MATCH = "none"  # the counter's label of a header that is close to none
+UNMATCHED = "unchecked"  # … of one past the first MAX_NAMED of its request
+
+
+def is_known(name: str) -> bool:
+    """Whether the proxy reads header `name` (lower-case): a setting as the resolver reads it
+    (`-` or `_` between words), or the upstream header."""
+    if len(name) > len(HEADER_PREFIX) + MAX_NAME:
+        return False
+    field = name[len(HEADER_PREFIX) :].replace("-", "_")
+    return field in SETTING_FIELDS or name == UPSTREAM_HEADER.lower()
+
+
+def _shown(name: str) -> str:
+    """`name` as a response header may carry it: printable ASCII, at most MAX_NAME characters,
+    its words capitalised as the documentation writes them (ASGI servers lower-case names)."""
+    clipped = "".join(c if " " < c < "\x7f" else "?" for c in name[:MAX_NAME])
+    shown = "-".join(part.capitalize() for part in clipped.split("-"))
+    return shown + "..." if len(name) > MAX_NAME else shown
+
+
+def closest(name: str) -> tuple[str, ...]:
+    """The known headers closest to `name` (lower-case, `X-Offload-…`), the closest first: two at
+    most (`X-Offload-Max-Tokens` is as close to `…-Max-Total-Tokens` as to `…-Hard-Max-Tokens`),
+    none when none is close."""
+    suffix = name[len(HEADER_PREFIX) : len(HEADER_PREFIX) + MAX_NAME].replace("_", "-")
+    return tuple(_SUFFIXES[match] for match in difflib.get_close_matches(suffix, _SUFFIXES, n=2, cutoff=CUTOFF))
+
+
+@dataclass(frozen=True)
+class UnknownHeader:
+    name: str  # as sent, clipped (`_shown`)
+    closest: tuple[str, ...]  # the known headers' names, the closest first
+
+    def text(self) -> str:
+        hint = f"did you mean {' or '.join(self.closest)}?" if self.closest else "not an X-Offload-* setting"
+        return f"unknown header {self.name} ignored ({hint})"
+
+
+@dataclass(frozen=True)
+class UnknownHeaders:
+    """The unknown `X-Offload-*` headers of one request: the first MAX_NAMED, and how many more."""
+
+    named: tuple[UnknownHeader, ...]
+    more: int = 0
+
+    def warning(self) -> str:
+        """The `X-Offload-Warning` text: ASCII, a few hundred characters at most."""
+        texts = [header.text() for header in self.named]
+        if self.more:
+            texts.append(f"{self.more} more unknown X-Offload-* headers ignored")
+        return "; ".join(texts)
+
+    def labels(self) -> dict[str, int]:
+        """How many to count under each label (a known header's name, NO_MATCH or UNMATCHED): a
+        set of values bounded by KNOWN, whatever the client sent."""
+        counts: dict[str, int] = {}
+        for header in self.named:
+            label = header.closest[0] if header.closest else NO_MATCH
+            counts[label] = counts.get(label, 0) + 1
+        if self.more:
+            counts[UNMATCHED] = self.more
+        return counts
+
+
+def unknown_headers(names: Iterable[str]) -> UnknownHeaders | None:
+    """The `X-Offload-*` names among `names` the proxy does not read (each once), or None."""
+    named: list[UnknownHeader] = []
+    seen: set[str] = set()
+    more = 0
+    for name in names:
+        lname = name.lower()
+        if not lname.startswith(HEADER_PREFIX) or is_known(lname):
+            continue
+        key = lname[: len(HEADER_PREFIX) + MAX_NAME + 1]
+        if key in seen:
+            continue
+        seen.add(key)
+        if len(named) < MAX_NAMED:
+            named.append(UnknownHeader(_shown(name), closest(lname)))
+        else:
+            more += 1
+    return UnknownHeaders(tuple(named), more) if named else None
+
+
+# ==================== holdout
+# Which arm of a holdout a session is in: a pure function of the session, so every replica of a
+# fleet, and the same replica after a restart, puts a session in the same arm with nothing stored.
+#
+# A holdout (`--holdout 0.1`) forwards a stable fraction of sessions unchanged (the control arm)
+# and manages the others. The arm comes from a keyed digest of the tenant's namespace and the
+# session id mapped to [0, 1): below the fraction is control. The namespace keeps two tenants'
+# sessions of the same name apart; the salt (`--holdout-salt`) lets an operator draw a new split.
+
+Arm = Literal["control", "managed"]
+ARMS: tuple[Arm, Arm] = ("control", "managed")
+
+
+def position(namespace: str, session: str, *, salt: str = "") -> float:
+    """Where the session falls in [0, 1): uniform over sessions, the same wherever computed."""
+    digest = blake2b(
+        f"{namespace}\x00{session}".encode(), digest_size=8, key=salt.encode()[:64], person=b"offload-arm"
+    ).digest()
+    return int.from_bytes(digest, "big") / 2**64
+
+
+def arm(namespace: str, session: str | None, fraction: float, *, salt: str = "") -> Arm | None:
+    """The session's arm, or None when there is no holdout (fraction 0) or no session to decide by
+    (a request the statistics give no session is managed, outside the comparison)."""
+    if fraction <= 0 or not session:
+        return None
+    return "control" if position(namespace, session, salt=salt) < fraction else "managed"

@@ -1,36 +1,5 @@
-"""A short, deterministic index of a summarised part of the history.
-
-A summary is the summariser's prose; what an agent most often needs back from the part it
-replaced is concrete: which files it read or edited, which commands it ran, which errors it
-saw. The index lists them, read straight from the items (tool-call arguments, tool results),
-so it is exact where the summary may paraphrase, and byte-stable: the same items always give
-the same index. Each of these lists keeps first-seen order without repeats, and the three stay
-under LISTS_CHARS (≈ 300 tokens); a list that does not fit ends with "+N more".
-
-Each file says where its content lives: `@N`, the line of the summary's ref (0-based, as
-`context_reload`'s offset counts) holding the last result that showed it, and `:a-b`, the lines
-of the file that result showed when known (an editor's view range, `sed -n a,bp`, numbered
-output), so a model can reload precisely.
-
-A last line names what only the results showed: the structured names (dotted names, paths,
-snake_case names) that the tool results carried and the agent's own messages, calls and task
-never wrote — the functions, modules and files it looked at and has not yet used, which it most
-often needs again. What crowds out the work's is left out (`proxy.core.index_names`, each filter
-measured alone, none losing recall): the interpreter's, installed packages' and test runners'
-own names (`NOISE`: a traceback's frames in `site-packages`, `<frozen …>`), a package manager's
-files (wheels, hash-named cache dirs), a diff header's `a/` and `b/` (`a/src/x.py` is
-`src/x.py`), the tags agent frameworks wrap results in (`<output_head>`, `{{…}}`), names under
-a random temporary directory the agent never wrote (`/tmp/tmpab12cd34/…`), and every spelling
-but one of a file (`./src/x.py`, `/repo/src/x.py` and `src/x.py`, the root evident from the
-agent's own paths; none if the agent wrote it in any spelling). The files line likewise lists
-a file once, in the agent's first spelling; the errors line lists an error once when others
-differ from it only in numbers (line numbers, addresses) or are contained in it. Ranked by
-relevance: a name a result of a file later edited showed, then one seen in more than one
-result, then the rest; within each the most results, then the most recent. A name inside one
-already listed is not repeated. It takes what the other lines leave of INDEX_CHARS (≈ 2,250
-tokens for the whole index: with the filters, 9,000 characters keep the recall 10,000 had
-without them, 843 of 906 identifiers on the shared traces, at a lower cost; 8,000 lose 3 —
-bench/recall_frontier.py); `context_search` finds the rest behind the ref.
+"""A short, deterministic index of a summarised part of the history (the files read or edited,
+the commands run, the errors seen), and what it leaves out so that its room holds signal.
 """
 
 from __future__ import annotations
@@ -38,12 +7,250 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Collection
 from typing import Any
 
-from proxy.core import index_names, texts
-from proxy.core.index_names import NOISE, without_noise
+from proxy.core import texts
 from proxy.core.preview import error_lines, plain_text
 from proxy.core.view import ItemView
+
+# ==================== index names
+# What the summary index (below) leaves out, so that its room holds signal.
+#
+# Every filter here was measured alone on the shared traces (`python -m proxy replay`; recall =
+# identifiers the model later took from earlier tool results and still forwarded) and kept only
+# if it lost no recall; together they keep 843 of 906 at an index of 9,000 characters, where the
+# index without them kept 841 (docs: issue 32).
+#
+# - Machinery (`NOISE`, `without_noise`): the lines of the interpreter's, installed packages' and
+#   test runners' own frames and paths; their names are never the work's.
+# - Diff headers (`plain_diff`): `git diff` shows a file as `a/src/x.py` and `b/src/x.py`; both
+#   are `src/x.py`, the spelling the agent writes (in results and in the agent's own patches).
+# - Template tags (`without_tags`): the tags agent frameworks wrap a result in (mini-swe-agent's
+#   `<output_head>`, `<elided_chars>`, `<returncode>`; `{{placeholder}}`s) are no name of the work.
+# - Package files: a wheel (`….whl`, `….whl.metadata`), an sdist, a cache directory named by a
+#   hash: pip's output, never the work's.
+# - Temporary names (`temporary`): a name under a randomly named temporary path (`/tmp/tmpab12cd34/…`,
+#   `/tmp/pylint_debug_72fvdfuz`, `tmp.Xy12AbCdEf`) is a scratch copy's or pip's, unless the agent
+#   itself wrote that random segment: OpenHands works in a checkout under `/tmp/tmpr59rsqbu/`.
+# - One spelling per file (`roots`, `spelling_key`): `./src/x.py`, `src/x.py` and `/repo/src/x.py`
+#   are one file when the agent's own paths show the root (it wrote both `/repo/a.py`-like and
+#   `a.py`-like spellings of one file). A file the agent wrote in any spelling is not a name only
+#   the results showed; of a file's other spellings the shortest is listed once. The files line
+#   keeps the agent's first spelling, located at the latest result showing any of them.
+# - Near-duplicate errors (`new_error`): an error differing from one listed only in its numbers
+#   (line numbers, addresses, counts), or contained in one listed (`Error: x` after
+#   `AttributeError: x`), is not listed again.
+
+# Lines of the interpreter's, an installed package's or a test runner's own machinery, whose
+# names are never the work's: frames and paths under site-packages, the standard library, frozen
+# modules, node_modules, cargo's registry.
+NOISE = re.compile(
+    r"site-packages|dist-packages|/lib/python\d|<frozen |/usr/lib/|/usr/local/lib/|node_modules/"
+    r"|\.cargo/registry/|/rustc/|/lib/jvm/|importlib\._bootstrap"
+)
+_FRAME = re.compile(r'\s{0,12}File "[^"]{1,400}", line \d')
+# `diff --git a/x b/x`, `--- a/x`, `+++ b/x` (at a line's start, or where a JSON string or an escaped `\n` of a
+# call's JSON arguments): the prefixes git puts on the two sides' paths.
+_DIFF_HEADER = re.compile(r"(?:^|(?<=\\n)|(?<=\"))(?:diff --git a/\S{1,400} b/|--- a/|\+\+\+ b/)", re.M)
+# A bare tag (`<output_head>`, `</returncode>`) or a template placeholder (`{{tool_output}}`); an
+# opening tag not right after a name (`Vec<my_type>` is a type).
+_TAG = re.compile(r"</[A-Za-z][\w-]{0,40}>|(?<![\w:.])<[A-Za-z][\w-]{0,40}>|\{\{\s{0,4}[\w.]{1,80}\s{0,4}\}\}")
+# A path segment named at random: tempfile's (`tmpab12cd34`, `prefix_ab12cd34`, `tmpab12cd34.py`),
+# mktemp's (`tmp.Xy12AbCdEf`); `random_segments` also asks for a digit.
+_RANDOM = re.compile(
+    r"(?:^|(?<=/))(?:tmp\.?[A-Za-z0-9_]{6,12}|[A-Za-z][A-Za-z0-9]{0,30}(?:_[A-Za-z]{1,30}){0,3}"
+    r"_[a-z0-9_]{8})(?=/|$|\.\w{1,8}$)"
+)
+_NUMBER = re.compile(r"(?<!\w)(?:0x[0-9a-fA-F]+|\d+)")  # not the digits of a name (`edge1`)
+# A package manager's file: a wheel, its metadata, an sdist, a cache directory named by a hash.
+_PACKAGE_FILE = re.compile(r"\.whl(?:\.metadata)?$|\.tar\.gz$|/[0-9a-f]{16,}(?:/|$)")
+ERRORS_COMPARED = 64  # the errors listed a new one is checked against for containment
+
+
+def without_noise(text: str) -> str:
+    """`text` without the lines of the interpreter's and installed packages' machinery (`NOISE`),
+    nor the source line a traceback prints under such a frame."""
+    if NOISE.search(text) is None:
+        return text
+    kept: list[str] = []
+    skip_next = False
+    for line in text.splitlines():
+        if skip_next and line.startswith(" ") and _FRAME.match(line) is None:
+            skip_next = False
+            continue
+        skip_next = False
+        if NOISE.search(line, 0, 400) is not None:
+            skip_next = _FRAME.match(line) is not None
+            continue
+        kept.append(line)
+    return "\n".join(kept)
+
+
+def plain_diff(text: str) -> str:
+    """`text` with the `a/` and `b/` of its diff headers' paths removed."""
+    if "a/" not in text and "b/" not in text:
+        return text
+    return _DIFF_HEADER.sub(_plain_header, text)
+
+
+def _plain_header(match: re.Match[str]) -> str:
+    header = match.group(0)
+    if header.startswith("diff"):
+        return "diff --git " + header[len("diff --git a/") : -len("b/")]
+    return header[:4]
+
+
+def without_tags(text: str) -> str:
+    """`text` with its bare tags and template placeholders replaced by a space."""
+    if "<" not in text and "{{" not in text:
+        return text
+    return _TAG.sub(" ", text)
+
+
+def clean(text: str) -> str:
+    """A result's text as its names are read: diff headers plain, tags removed."""
+    return without_tags(plain_diff(text))
+
+
+def random_segments(name: str) -> list[str]:
+    """The segments of `name` named at random (a temporary directory or file): with a digit, in
+    a path or starting with `tmp`."""
+    return [
+        segment
+        for segment in _RANDOM.findall(name)
+        if any(c.isdigit() for c in segment) and ("/" in name or segment.startswith("tmp"))
+    ]
+
+
+def temporary(name: str, segments: set[str]) -> bool:
+    """Whether `name` has a random segment not in `segments` (those the agent wrote)."""
+    return any(segment not in segments for segment in random_segments(name))
+
+
+def roots(paths: list[str]) -> list[str]:
+    """The roots evident in the agent's own paths: `/repo` when it wrote both `/repo/src/x.py`
+    and `src/x.py`. Longest first."""
+    relative = {path for path in paths if not path.startswith(("/", "~", "…")) and "/" in path}
+    found: set[str] = set()
+    for path in paths:
+        if path.startswith("/"):
+            parts = path.split("/")
+            for cut in range(2, len(parts) - 1):
+                if "/".join(parts[cut:]) in relative:
+                    found.add("/".join(parts[:cut]))
+                    break
+    return sorted(found, key=lambda root: (-len(root), root))
+
+
+def spelling_key(name: str, known_roots: Collection[str]) -> str:
+    """One key for a file's spellings: `./src/x.py`, `/repo/src/x.py` (`/repo` a root) and
+    `src/x.py` are all `src/x.py`. The longest root wins; `known_roots` is best a set: each of the
+    name's own prefixes is looked up in it (a name has few, the agent's paths may show many roots)."""
+    name = without_dot_slash(name)
+    cut = name.rfind("/") if known_roots else -1
+    while cut > 0:
+        if name[:cut] in known_roots:
+            return name[cut + 1 :]
+        cut = name.rfind("/", 0, cut)
+    return name
+
+
+def without_dot_slash(name: str) -> str:
+    """`name` without its leading `./`s (in linear time, however many)."""
+    start = 0
+    while name.startswith("./", start):
+        start += 2
+    return name[start:]
+
+
+def signal(shown: dict[str, list[int]], written: set[str], known_roots: list[str]) -> dict[str, list[int]]:
+    """`shown` (name → [results, last result, edited flag]) without the temporary names, the
+    package files, nor a file the agent wrote in another spelling; a file shown in several
+    spellings once, by its shortest (without `./`), with the most results, the latest and the
+    flag of them all."""
+    segments = {segment for name in written for segment in random_segments(name)}
+    lookup = frozenset(known_roots)
+    wrote = {spelling_key(name, lookup) for name in written}
+    groups: dict[str, list[str]] = {}
+    for name in shown:
+        key = spelling_key(name, lookup)
+        if key not in wrote and not temporary(name, segments) and _PACKAGE_FILE.search(name) is None:
+            groups.setdefault(key, []).append(name)
+    kept: dict[str, list[int]] = {}
+    for spellings in groups.values():
+        shortest = without_dot_slash(min(spellings, key=lambda name: (len(name), name)))
+        kept[shortest] = [max(shown[name][i] for name in spellings) for i in range(3)]
+    return kept
+
+
+def one_file_spelling(paths: list[str], where: dict[str, str], known_roots: list[str]) -> list[str]:
+    """The files line's entries: each file once, in the agent's first spelling, with the place
+    (`where`: "@line:a-b") of the latest result that showed it in any spelling."""
+    first: dict[str, str] = {}
+    place: dict[str, str] = {}
+    lookup = frozenset(known_roots)
+    for path in paths:
+        key = spelling_key(path, lookup)
+        first.setdefault(key, path)
+        if path in where and (key not in place or _line_number(where[path]) >= _line_number(place[key])):
+            place[key] = where[path]
+    return [path + place.get(key, "") for key, path in first.items()]
+
+
+def _line_number(located: str) -> int:
+    return int(located[1:].partition(":")[0])
+
+
+def error_key(error: str) -> str:
+    """`error` with its numbers (line numbers, addresses, counts) made one."""
+    return _NUMBER.sub("0", error)
+
+
+def new_error(error: str, keys: list[str]) -> bool:
+    """Whether `error` is no near-duplicate of an error whose key is in `keys` (the same but for
+    its numbers, or contained in one); if new, its key is added."""
+    key = error_key(error)
+    if any(key in listed for listed in keys[:ERRORS_COMPARED]):
+        return False
+    keys.append(key)
+    return True
+
+
+# ==================== summary index
+# A short, deterministic index of a summarised part of the history.
+#
+# A summary is the summariser's prose; what an agent most often needs back from the part it
+# replaced is concrete: which files it read or edited, which commands it ran, which errors it
+# saw. The index lists them, read straight from the items (tool-call arguments, tool results),
+# so it is exact where the summary may paraphrase, and byte-stable: the same items always give
+# the same index. Each of these lists keeps first-seen order without repeats, and the three stay
+# under LISTS_CHARS (≈ 300 tokens); a list that does not fit ends with "+N more".
+#
+# Each file says where its content lives: `@N`, the line of the summary's ref (0-based, as
+# `context_reload`'s offset counts) holding the last result that showed it, and `:a-b`, the lines
+# of the file that result showed when known (an editor's view range, `sed -n a,bp`, numbered
+# output), so a model can reload precisely.
+#
+# A last line names what only the results showed: the structured names (dotted names, paths,
+# snake_case names) that the tool results carried and the agent's own messages, calls and task
+# never wrote — the functions, modules and files it looked at and has not yet used, which it most
+# often needs again. What crowds out the work's is left out (the index names above, each filter
+# measured alone, none losing recall): the interpreter's, installed packages' and test runners'
+# own names (`NOISE`: a traceback's frames in `site-packages`, `<frozen …>`), a package manager's
+# files (wheels, hash-named cache dirs), a diff header's `a/` and `b/` (`a/src/x.py` is
+# `src/x.py`), the tags agent frameworks wrap results in (`<output_head>`, `{{…}}`), names under
+# a random temporary directory the agent never wrote (`/tmp/tmpab12cd34/…`), and every spelling
+# but one of a file (`./src/x.py`, `/repo/src/x.py` and `src/x.py`, the root evident from the
+# agent's own paths; none if the agent wrote it in any spelling). The files line likewise lists
+# a file once, in the agent's first spelling; the errors line lists an error once when others
+# differ from it only in numbers (line numbers, addresses) or are contained in it. Ranked by
+# relevance: a name a result of a file later edited showed, then one seen in more than one
+# result, then the rest; within each the most results, then the most recent. A name inside one
+# already listed is not repeated. It takes what the other lines leave of INDEX_CHARS (≈ 2,250
+# tokens for the whole index: with the filters, 9,000 characters keep the recall 10,000 had
+# without them, 843 of 906 identifiers on the shared traces, at a lower cost; 8,000 lose 3 —
+# bench/recall_frontier.py); `context_search` finds the rest behind the ref.
 
 INDEX_CHARS = 9_000  # the whole index, tags included (≈ 2,250 tokens): see the docstring, bench/recall_frontier.py
 LISTS_CHARS = 1200  # the files, commands and errors lines, tags included
@@ -140,7 +347,7 @@ def summary_index(items: list[Any], view: ItemView, *, task: str = "") -> str:
             from_files[position] = named
             if text:
                 for error in error_lines(text):
-                    if index_names.new_error(error, error_keys):
+                    if new_error(error, error_keys):
                         errors.add(_cut(error, ERROR_CHARS))
                 for found in _found(text):
                     seen = shown.setdefault(found, [0, 0, 0])
@@ -148,7 +355,7 @@ def summary_index(items: list[Any], view: ItemView, *, task: str = "") -> str:
                     seen[1] = position
         else:
             for text in (view.text(item) or "", *(arguments for _, arguments in details)):
-                written.update(_NAME.findall(index_names.plain_diff(text[:NAME_SCAN])))
+                written.update(_NAME.findall(plain_diff(text[:NAME_SCAN])))
         if role != "system":
             line += 1
     for position, named in from_files.items():  # a result that showed a file later edited
@@ -156,15 +363,15 @@ def summary_index(items: list[Any], view: ItemView, *, task: str = "") -> str:
             for found in _results_names(items[position], view):
                 if found in shown:
                     shown[found][2] = 1
-    roots = index_names.roots(list(files.entries))
-    located = index_names.one_file_spelling(list(files.entries), where, roots)
+    found_roots = roots(list(files.entries))
+    located = one_file_spelling(list(files.entries), where, found_roots)
     lists = [
         (texts.INDEX_FILES, ", ", located),
         (texts.INDEX_COMMANDS, "; ", list(commands.entries)),
         (texts.INDEX_ERRORS, "; ", list(errors.entries)),
     ]
     lists = [entry for entry in lists if entry[2]]
-    names = _names(index_names.signal(shown, written, roots), written)
+    names = _names(signal(shown, written, found_roots), written)
     if not lists and not names:
         return ""
     room = LISTS_CHARS - len(texts.INDEX_OPEN) - len(texts.INDEX_CLOSE) - 2 * len(lists)
@@ -186,7 +393,7 @@ def _results_names(item: Any, view: ItemView) -> set[str]:
 
 def _found(text: str) -> set[str]:
     """The names in a result's (plain) text, its noise, diff prefixes and tags left out."""
-    return set(_NAME.findall(index_names.clean(without_noise(text[:NAME_SCAN]))))
+    return set(_NAME.findall(clean(without_noise(text[:NAME_SCAN]))))
 
 
 def _relevance(seen: list[int]) -> int:
@@ -364,7 +571,7 @@ def _command_files(command: str) -> list[str]:
 
 
 def _path(path: str) -> str:
-    path = index_names.without_dot_slash(" ".join(path.split()))  # linear, however many `./` the model wrote
+    path = without_dot_slash(" ".join(path.split()))  # linear, however many `./` the model wrote
     return path if len(path) <= FILE_CHARS else "…" + path[-(FILE_CHARS - 1) :]
 
 

@@ -69,7 +69,7 @@ class ItemView(Protocol):
     def is_provider_compaction(self, item: Any) -> bool:
         """Is `item` a provider's compacted state (a Responses `compaction` item, a Messages
         message holding a `compaction` block)? Opaque: never summarised, compacted or moved, and
-        the provider ignores what precedes it (`proxy.core.provider_context`)."""
+        the provider ignores what precedes it (`proxy.core.compaction`)."""
         ...
 
     def is_compaction_trigger(self, item: Any) -> bool:

@@ -17,10 +17,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from proxy.core.bill import UsageReader
+from proxy.core.answers import UsageReader
+from proxy.core.compaction import Edited, Expanded, ProviderContext, Records, Threshold
 from proxy.core.jsonio import JsonObject
-from proxy.core.provider_context import ProviderContext
-from proxy.core.provider_emulation import Edited, Expanded, Records, Threshold
 from proxy.core.rounds import Rounds
 from proxy.core.tokens import TokenCounter
 from proxy.core.view import ItemView
@@ -39,7 +38,7 @@ class ProviderCompaction(Protocol):
         the HTTP layer's 400 error for a malformed one."""
 
     def settles(self, body: dict[str, Any], path: str) -> bool:
-        """Does `path` (`proxy.core.compaction_token.sealed_fields`) name the `encrypted_content`
+        """Does `path` (`proxy.core.compaction.sealed_fields`) name the `encrypted_content`
         of a compaction position of `body`, one the format settles (`expand`)?"""
 
     async def expand(
@@ -103,7 +102,7 @@ class WireFormat(Protocol):
 
     endpoint: str  # the upstream path under /v1, e.g. "chat/completions"
     stored: bool  # may a request continue state stored upstream (previous_response_id, conversation)?
-    usage: UsageReader  # the bill of its answers, streamed and not (`proxy.core.bill`)
+    usage: UsageReader  # the bill of its answers, streamed and not (`proxy.core.answers`)
 
     @property
     def view(self) -> ItemView:

@@ -9,7 +9,7 @@ proxy's summary calls included. A streamed request with `x-bench-deltas: N` (and
 
 With `--bill` (the demo's), a JSON answer's usage is what a provider would bill for its request:
 its size (a quarter of each block's JSON, in tokens) and what a prompt cache per credential
-(`proxy.core.provider_cache`, on the wall clock: Anthropic's for Messages, caching only what the
+(`proxy.core.prompt_cache`, on the wall clock: Anthropic's for Messages, caching only what the
 request asks for; OpenAI's automatic one for the others) holds of it; streamed answers keep
 their fixed usage. Without it every usage is fixed (the benchmarks': billing costs the fake CPU).
 
@@ -31,9 +31,8 @@ from typing import Any
 
 import uvicorn
 
-from proxy.core import provider_cache as pc
-from proxy.core.markers import RELOAD_TOOL
-from proxy.core.texts import SUMMARY_INSTRUCTION, SUMMARY_PROMPT
+from proxy.core import prompt_cache as pc
+from proxy.core.texts import RELOAD_TOOL, SUMMARY_INSTRUCTION, SUMMARY_PROMPT
 from proxy.formats import messages as messages_cache
 from proxy.formats import prompt_cache as openai_cache
 

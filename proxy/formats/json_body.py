@@ -16,7 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Union
 
-from proxy.core import json_text, jsonio, large_json
+from proxy.core import jsonio
+from proxy.core import jsonio as json_text
+from proxy.core import jsonio as large_json
 from proxy.core.jsonio import JsonObject, nested_deeper_than
 from proxy.errors import Kind, ProxyError
 

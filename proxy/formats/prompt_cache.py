@@ -12,7 +12,7 @@ from hashlib import blake2b
 from typing import Any
 
 from proxy.core.jsonio import JsonObject
-from proxy.core.provider_cache import Block, Request, content_key
+from proxy.core.prompt_cache import Block, Request, content_key
 
 # --- openai_cache ---
 # OpenAI's prompt cache on a chat completions or Responses request: what it caches
@@ -137,7 +137,7 @@ PINGS: dict[str, Callable[[JsonObject], JsonObject | None]] = {
     "responses": _responses,
     "messages": _messages,
 }
-# whose cache a ping keeps warm: the provider profile of `proxy.core.provider_cache`
+# whose cache a ping keeps warm: the provider profile of `proxy.core.prompt_cache`
 PROFILES = {"chat/completions": "openai", "responses": "openai", "messages": "anthropic"}
 
 

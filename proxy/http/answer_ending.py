@@ -1,4 +1,4 @@
-"""How the answer a client got ended (`proxy.core.finish`), read as it goes to the client, into
+"""How the answer a client got ended (`proxy.core.answers`), read as it goes to the client, into
 the request's record: a holdout turn's finish reason, and whether it was an error, one saying
 the model's context window was exceeded. Read beside the relay (`proxy.http.answer_tap`) as `proxy.http.billing` reads a
 bill: a JSON answer whole, a stream's events as they pass (only those that may say how it
@@ -12,7 +12,7 @@ from starlette.responses import Response, StreamingResponse
 
 from proxy import telemetry
 from proxy.core import jsonio
-from proxy.core.finish import ERROR, Ending, error_ending, may_end, of_value
+from proxy.core.answers import ERROR, Ending, error_ending, may_end, of_value
 from proxy.errors import ProxyError
 from proxy.http.answer_tap import KEPT_BYTES, ON_LOOP_BYTES, answer_codings, events_in, is_event_stream, tapped
 from proxy.http.body import decode

@@ -1,6 +1,6 @@
 """The bill of a managed turn's answer relayed as it came (`ManagedCall.forward`: no reload
 rounds), read beside the relay: the usage of a JSON answer, or of a stream's events as they pass
-(`proxy.core.bill`, through the format's `UsageReader`). What cannot be read (an encoding that
+(`proxy.core.answers`, through the format's `UsageReader`). What cannot be read (an encoding that
 cannot be undone, a body too large, no usage at all) is one answer without usage, never a
 failed request.
 
@@ -20,7 +20,7 @@ from starlette.responses import Response, StreamingResponse
 
 from proxy import telemetry
 from proxy.core import jsonio
-from proxy.core.bill import UNREPORTED, Bill, UsageReader, UsageStream
+from proxy.core.answers import UNREPORTED, Bill, UsageReader, UsageStream
 from proxy.errors import ProxyError, Shape
 from proxy.http.answer_tap import KEPT_BYTES, ON_LOOP_BYTES, answer_codings, events_in, is_event_stream, tapped
 from proxy.http.body import decode

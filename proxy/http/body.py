@@ -19,7 +19,7 @@ pool (`proxy.offload.cpu_pool`) once the output passes ON_LOOP_BYTES (a compress
 is sent there at once). zlib, zstd and brotli release the GIL while they work.
 
 The charset (`refuse_other_charsets`). The proxy reads a JSON body as UTF-8
-(`proxy.core.json_text`). An upstream that honours a declared charset reads other text from the
+(`proxy.core.jsonio`). An upstream that honours a declared charset reads other text from the
 same bytes: Express's body-parser takes any `utf-*` charset, UTF-7 among them, where `+ACI-` is a
 quote, so a string the proxy read as plain text could be, for that upstream, a field the proxy
 never saw (a compaction token's `encrypted_content`, a `previous_response_id` on the shared key).

@@ -1,5 +1,5 @@
 """A managed turn and its session's prompt cache: what the turn learns before it is planned (when
-the session's prefix was last sent: `proxy.core.cache_cuts` prices its cuts with it), and what
+the session's prefix was last sent: `proxy.core.prompt_cache` prices its cuts with it), and what
 it leaves after it was forwarded (the new record, `proxy.offload.cache_keepalive`; the exact prefix
 held for keep-alive pings, `proxy.offload.cache_keepalive`).
 
@@ -17,11 +17,10 @@ from typing import Any, Protocol
 
 from starlette.requests import Request
 
-from proxy.core import keepalive as ka
-from proxy.core import provider_cache as pc
-from proxy.core.cache_cuts import CutContext
+from proxy.core import prompt_cache as ka
+from proxy.core import prompt_cache as pc
 from proxy.core.jsonio import JsonObject
-from proxy.core.last_sent import LastSent, digest
+from proxy.core.prompt_cache import CutContext, LastSent, digest
 from proxy.core.settings import OffloadSettings
 from proxy.core.wire import WireFormat
 from proxy.formats.json_body import LARGE_BODY

@@ -7,9 +7,9 @@ import functools
 
 from starlette.requests import Request
 
-from proxy.core.bill import Bill
-from proxy.core.cache_cuts import CutContext
+from proxy.core.answers import Bill
 from proxy.core.jsonio import JsonObject
+from proxy.core.prompt_cache import CutContext
 from proxy.core.settings import OffloadSettings
 from proxy.core.wire import WireFormat
 from proxy.errors import ProxyError

@@ -17,8 +17,8 @@ import time
 from starlette.requests import Request
 from starlette.responses import Response
 
+from proxy.core.compaction import COMPACTION_ACTION
 from proxy.core.jsonio import JsonObject
-from proxy.core.provider_emulation import COMPACTION_ACTION
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model_async
 from proxy.errors import Kind, ProxyError

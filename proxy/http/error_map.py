@@ -24,7 +24,7 @@ from typing import Any
 from starlette.responses import JSONResponse as _StarletteJSONResponse
 from starlette.responses import Response
 
-from proxy.core import large_json
+from proxy.core import jsonio as large_json
 from proxy.core.jsonio import dumps
 from proxy.errors import Failure, Kind, ProxyError, Shape, error_body
 from proxy.http.disconnect import ClientDisconnected

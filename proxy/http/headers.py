@@ -4,7 +4,7 @@ An unknown `X-Offload-*` header: the request is served as without it, its answer
 (`UnknownHeaderWarning`). Every request under /v1 is looked at, managed or relayed (a client such
 as Claude Code sends its custom headers on every request, and none of them ever goes upstream:
 `request_headers_for_upstream`), the direct API's too. The answer carries `X-Offload-Warning`
-naming each unknown header and the known one closest to it (`proxy.core.header_names`), after any
+naming each unknown header and the known one closest to it (`proxy.core.settings`), after any
 warning of the turn's own; each is counted in `offload_unknown_headers_total` and listed in the
 request's log line. A request refused before it is routed (a missing credential) is not counted.
 A WebSocket's upgrade carries the warning in its 101 (`proxy.http.websocket.route`); each
@@ -16,8 +16,7 @@ from collections.abc import Iterable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from proxy.core.header_names import UnknownHeaders, unknown_headers
-from proxy.core.settings import HEADER_PREFIX
+from proxy.core.settings import HEADER_PREFIX, UnknownHeaders, unknown_headers
 from proxy.http.telemetry import current
 from proxy.telemetry import Metrics
 

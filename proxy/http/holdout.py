@@ -1,5 +1,5 @@
 """The holdout on the request path (`holdout` setting, `--holdout`): each session's arm
-(`proxy.core.holdout`, from the session the statistics give it), a control turn forwarded as
+(`proxy.core.settings`, from the session the statistics give it), a control turn forwarded as
 received, and what the statistics learn of every turn of the holdout (`proxy.stats`).
 
 The session is the statistics' (`proxy.http.accounting`): X-Offload-Session, else the one
@@ -13,7 +13,7 @@ as in observe mode (`proxy.http.observed.as_received`): no reload tools, no cach
 summary, no emulated context management. Its record is that of a turn whose mode is `off`
 (its tokens counted, nothing planned, nothing stored). Either arm's record gets the arm, how
 the client's answer ended (`proxy.http.answer_ending`) and the repeated identical tool calls of
-the request's history (`proxy.core.repeats`).
+the request's history (`proxy.core.answers`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response
 
 from proxy import telemetry
-from proxy.core import holdout, repeats
+from proxy.core import answers as repeats
+from proxy.core import settings as holdout
 from proxy.http import accounting, answer_ending, billing, observed
 from proxy.http.disconnect import ClientDisconnected
 from proxy.http.observed import ManagedCall

@@ -10,8 +10,9 @@ import httpx2
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from proxy.core import json_text, jsonio
-from proxy.core.compaction_token import may_spell_token, sealed_fields
+from proxy.core import jsonio
+from proxy.core import jsonio as json_text
+from proxy.core.compaction import may_spell_token, sealed_fields
 from proxy.core.jsonio import JsonObject
 from proxy.errors import Kind, ProxyError, Shape, anthropic_error_event
 from proxy.formats.json_body import LARGE_BODY, load_object

@@ -142,7 +142,7 @@ def log_request(rec: RequestRecord, elapsed: float) -> None:
     for internal in ("started", "metrics", "continues", "response_id", "forwarded", "bill", "summary_bill"):
         line.pop(internal, None)
     for name, bill in (("billed", rec.bill.total), ("summary_billed", rec.summary_bill)):
-        if bill.answers or bill.unreported:  # what the upstream reported it billed (`proxy.core.bill`)
+        if bill.answers or bill.unreported:  # what the upstream reported it billed (`proxy.core.answers`)
             line[name] = {
                 **{k: v for k, v in bill.tokens().items() if v},
                 "answers": bill.answers,

@@ -16,8 +16,10 @@ from collections.abc import Callable
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.core import json_text, jsonio, large_json
-from proxy.core.compaction_token import may_spell_token
+from proxy.core import jsonio
+from proxy.core import jsonio as json_text
+from proxy.core import jsonio as large_json
+from proxy.core.compaction import may_spell_token
 from proxy.core.jsonio import JsonObject
 from proxy.formats.json_body import LARGE_BODY
 from proxy.formats.responses import RESPONSES

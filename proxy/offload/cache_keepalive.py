@@ -1,7 +1,7 @@
 """The cache keep-alive: a session's provider cache kept warm and kept valid, from the record of
 the prefix it last forwarded.
 
-The record (`read`, `write`): the sessions' last forwarded prefixes (`proxy.core.last_sent.LastSent`)
+The record (`read`, `write`): the sessions' last forwarded prefixes (`proxy.core.prompt_cache.LastSent`)
 in the store, one key per session under the tenant's namespace, the session's name keyed like the
 events' (`Sealer.key_name`), the value sealed like content, expiring `RECORD_TTL` seconds after
 the last write (at most the tenant's TTL). Every replica writes what it forwarded and reads what
@@ -13,13 +13,13 @@ trigger and while a newer cut would not pay. `proxy.offload.summaries.Compressor
 the longest summary ready for a history; when a newer one is ready while the one the last turn
 forwarded still leaves what follows it under the trigger, taking the newer one rewrites the
 cached rest of the prefix, which with the cache warm costs more than it saves unless the cut
-removes enough (`proxy.core.cache_cuts`). A cut forwarded below the trigger is forwarded again by
+removes enough (`proxy.core.prompt_cache`). A cut forwarded below the trigger is forwarded again by
 the next turns rather than undone: the history is never rewritten back and forth.
 
 Keep-alive pings (`KeepAlive`; `--cache-keepalive`, per tenant and request): after a turn a
 worker forwarded (`hold`), it keeps in memory exactly what that turn sent: the body's bytes, the
 headers with the session's own credential (never written anywhere), where it went. Shortly
-before the provider's cache would expire (`proxy.core.keepalive.next_ping`) it sends the
+before the provider's cache would expire (`proxy.core.prompt_cache.next_ping`) it sends the
 session's 1-token ping (`proxy.formats.prompt_cache`) with that prefix, on that credential, to
 that upstream. What is held is bounded by bytes per worker (`max_bytes`: the sessions idle
 longest go first) and dropped once the session gets no more pings. In a fleet only the replica
@@ -44,10 +44,9 @@ from typing import Any, Protocol
 
 from proxy.core import compression as cp
 from proxy.core import jsonio
-from proxy.core import keepalive as ka
-from proxy.core import provider_cache as pc
-from proxy.core.cache_cuts import CutContext, keep_previous
-from proxy.core.last_sent import LastSent, decode
+from proxy.core import prompt_cache as ka
+from proxy.core import prompt_cache as pc
+from proxy.core.prompt_cache import CutContext, LastSent, decode, keep_previous
 from proxy.core.tokens import TokenCounter
 from proxy.core.view import ItemView
 from proxy.formats.json_body import LARGE_BODY
@@ -206,7 +205,7 @@ class PingDone:
     session: Session
     status: int  # the upstream's status (0: not answered)
     answer: Any  # its JSON body (None: none)
-    cost: float  # estimated, in input tokens (`proxy.core.keepalive.ping_cost`)
+    cost: float  # estimated, in input tokens (`proxy.core.prompt_cache.ping_cost`)
 
 
 def _ping_of(endpoint: str, content: bytes) -> bytes | None:

@@ -14,11 +14,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.core.compaction import Plan, plan_compaction, present_refs
-from proxy.core.fold import diff_cells
+from proxy.core.compaction import NONE, Plan, ProviderContext, plan_compaction, present_refs
+from proxy.core.fold import MAX_CELLS, diff_cells
 from proxy.core.jsonio import JsonObject
-from proxy.core.line_diff import MAX_CELLS
-from proxy.core.provider_context import NONE, ProviderContext
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import TokenCounter
 from proxy.core.view import ItemView

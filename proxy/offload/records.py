@@ -13,7 +13,7 @@ reloadable, and whatever else the compaction kept that the client may drop. Writ
 id is a hash of their content); a record never holds a token of ours in a compaction position
 (`save` refuses one). A record is JSON as `proxy.core.jsonio` writes it, so it reads back exactly
 as it came in; a large one is written, hashed, sealed and read back in the CPU pool
-(`proxy.offload.cpu_pool`), a piece at a time (`proxy.core.large_json`). One opened with the
+(`proxy.offload.cpu_pool`), a piece at a time (`proxy.core.jsonio`). One opened with the
 previous key during a rotation is sealed again as it is read: the client holds only the token,
 so nothing else would ever store it again.
 
@@ -47,9 +47,10 @@ from collections.abc import Awaitable, Iterable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from proxy.core import compaction_token, jsonio, large_json
-from proxy.core.compaction import Offload
-from proxy.core.compaction_token import TokenError
+from proxy.core import compaction as compaction_token
+from proxy.core import jsonio
+from proxy.core import jsonio as large_json
+from proxy.core.compaction import Offload, TokenError
 from proxy.core.compression import PriorSummary
 from proxy.core.jsonio import JsonObject
 from proxy.offload.cpu_pool import CPU, INLINE, LARGE_CHARS

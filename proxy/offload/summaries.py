@@ -2,7 +2,7 @@
 
 A summary is made ahead of time in the background when a scheduler is given (the server's):
 the turn that crosses the trigger then finds it ready, and a turn that finds nothing ready
-goes out without one unless it is above the hard limit (`proxy.core.precompress`). Summaries
+goes out without one unless it is above the hard limit (`proxy.core.compression`). Summaries
 are keyed by the hash of the client's own (uncompacted) history prefix they cover, so one made
 before compaction started is found after it.
 
@@ -22,16 +22,16 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from proxy import telemetry
-from proxy.core import cache_cuts, precompress
 from proxy.core import compression as cp
-from proxy.core.bill import Bill
+from proxy.core import compression as precompress
+from proxy.core import prompt_cache as cache_cuts
+from proxy.core.answers import Bill
 from proxy.core.compaction import Offload, present_refs
 from proxy.core.jsonio import JsonObject
-from proxy.core.markers import make_ref
 from proxy.core.media import without_media
 from proxy.core.settings import OffloadSettings
 from proxy.core.summary_index import summary_index
-from proxy.core.texts import RELOAD_TOOL_SCHEMAS
+from proxy.core.texts import RELOAD_TOOL_SCHEMAS, make_ref
 from proxy.core.tokens import TokenCounter
 from proxy.core.view import ItemView
 from proxy.formats import chat

@@ -22,7 +22,7 @@ from typing import Any
 import httpx2
 
 from proxy.core import jsonio, texts
-from proxy.core.bill import Bill, UsageReader
+from proxy.core.answers import Bill, UsageReader
 from proxy.core.jsonio import JsonObject
 from proxy.errors import ProxyError
 from proxy.formats.chat import USAGE as CHAT_USAGE
@@ -60,7 +60,7 @@ class Summary:
     text: str
     tokens_in: int
     tokens_out: int
-    bill: Bill = Bill()  # what the provider reports it charged for the call (`proxy.core.bill`)
+    bill: Bill = Bill()  # what the provider reports it charged for the call (`proxy.core.answers`)
 
 
 ESTIMATED_SUMMARY_TOKENS = 2048  # half the summary's output budget (4,096 tokens): what an observed turn assumes

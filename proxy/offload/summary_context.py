@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy import telemetry
-from proxy.core.bill import NONE, Bill
-from proxy.core.cache_cuts import CutContext
+from proxy.core.answers import NONE, Bill
 from proxy.core.compaction import Offload
 from proxy.core.jsonio import JsonObject
+from proxy.core.prompt_cache import CutContext
 from proxy.core.view import ItemView
 from proxy.core.wire import WireFormat
 from proxy.offload.background import SummaryScheduler
@@ -74,7 +74,7 @@ class SummaryContext:
     body: JsonObject | None = None  # the client's request body (its tools, instructions, sampling, …)
     summary_request: str = "prefix"  # "prefix" | "transcript"
     instruction: str = DEFAULT_INSTRUCTION  # what the prefix shape appends
-    cuts: CutContext | None = None  # the session's cache as the cut decisions see it (`proxy.core.cache_cuts`)
+    cuts: CutContext | None = None  # the session's cache as the cut decisions see it (`proxy.core.prompt_cache`)
     # An observed turn (`X-Offload-Mode: observe`): no summary is asked for; a text of this many
     # tokens stands for it (`proxy.offload.summarizer.estimated`), so the plan says what would go out.
     estimate: int | None = None

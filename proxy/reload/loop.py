@@ -19,7 +19,7 @@ import httpx2
 
 from proxy import telemetry
 from proxy.core import jsonio, texts
-from proxy.core.bill import UNREPORTED, UsageReader
+from proxy.core.answers import UNREPORTED, UsageReader
 from proxy.core.jsonio import JsonObject
 from proxy.core.media import ToolResult
 from proxy.core.rounds import Rounds, ToolCall

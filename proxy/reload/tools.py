@@ -24,8 +24,8 @@ from typing import Any
 from proxy import telemetry
 from proxy.core import jsonio, texts
 from proxy.core.jsonio import JsonObject
-from proxy.core.markers import INJECTED_TOOLS, RELOAD_TOOL
 from proxy.core.media import Reloaded, ToolResult
+from proxy.core.texts import INJECTED_TOOLS, RELOAD_TOOL
 from proxy.core.tokens import EstimateEncoder, TokenCounter
 from proxy.errors import Failure, Kind
 from proxy.offload.cpu_pool import CPU

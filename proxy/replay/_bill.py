@@ -1,5 +1,5 @@
 """What a replayed conversation is billed, on the clock of its turns (`proxy.replay._bill`), by
-the provider-cache model (`proxy.core.provider_cache`) at `--pricing`'s profile.
+the provider-cache model (`proxy.core.prompt_cache`) at `--pricing`'s profile.
 
 Six figures per conversation, each in input-token equivalents (an uncached input token = 1):
 
@@ -20,7 +20,7 @@ applies before the turn's summaries are made, so the summary calls' bodies get i
 which leaves every other replay figure as it was. A summary call is sent a second after the turn
 that started it. Requests of one conversation share one cache; conversations do not. Whether the
 forwarded turns were cut with the session's cache in mind (cold-cache cuts, a newer cut that
-would not pay for itself waiting: `proxy.core.cache_cuts`) is the replay's (`Replayer.cache_cuts`).
+would not pay for itself waiting: `proxy.core.prompt_cache`) is the replay's (`Replayer.cache_cuts`).
 
 When a replayed turn is sent: the trace's own timestamps, else `--turn-gaps`.
 
@@ -48,8 +48,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from proxy.core import keepalive as ka
-from proxy.core import provider_cache as pc
+from proxy.core import prompt_cache as ka
+from proxy.core import prompt_cache as pc
 from proxy.errors import Failure, Kind
 from proxy.formats import messages as messages_cache
 from proxy.formats import prompt_cache as openai_cache
@@ -79,7 +79,7 @@ class Ping:
 def keepalive_pings(
     *, times: Sequence[float], tokens: Sequence[int], limits: ka.Limits, profile: pc.Profile, output_tokens: int = 1
 ) -> list[Ping]:
-    """The pings the server's keep-alive (`proxy.core.keepalive.next_ping`) sends after each turn
+    """The pings the server's keep-alive (`proxy.core.prompt_cache.next_ping`) sends after each turn
     (sent at times[k], its forwarded prefix tokens[k] as the proxy counted them) until the next
     one, or after the last until the limits stop them: a session that ended is pinged too."""
     profile = replace(profile, ttl=limits.ttl)

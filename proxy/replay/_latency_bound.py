@@ -12,7 +12,7 @@ its cut; each summary a schedule uses costs one call, its prefix read from the c
 (`call_cost`). Every turn's verbatim window (after the cut, to the kept tail) must stay within
 the trigger, as `proxy.core.compression.decide` keeps it, or with a `limit`, every forwarded turn
 within it (the hard limit: while its summary is being made, the proxy lets a turn go out above
-the trigger, `proxy.core.precompress`). Summaries are never chained here
+the trigger, `proxy.core.compression`). Summaries are never chained here
 (each may cover any tail, whatever the one before): a relaxation, so `lower_bound` is a lower
 bound for every online schedule with that latency and limit, the proxy's included with the hard
 limit (`current_policy` replays the proxy's: `precompress.ahead` then `compression.decide`).

@@ -49,7 +49,7 @@ from urllib.parse import quote
 
 import httpx2
 
-from proxy.core.bill import KINDS, PARTS, Bill, Price
+from proxy.core.answers import KINDS, PARTS, Bill, Price
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model
 from proxy.replay._live_report import Action, AnswerError, TracePairs, action_of, report_of, table

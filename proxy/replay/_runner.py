@@ -43,15 +43,13 @@ from typing import Any
 
 from proxy.config import ServerSettings
 from proxy.core import compression as cp
-from proxy.core import jsonio, provider_cache
-from proxy.core import keepalive as ka
-from proxy.core.cache_cuts import CutContext
+from proxy.core import jsonio, prompt_cache
+from proxy.core import prompt_cache as ka
 from proxy.core.compaction import Offload
-from proxy.core.last_sent import LastSent, digest
-from proxy.core.markers import history_ref
 from proxy.core.media import Reloaded
+from proxy.core.prompt_cache import CutContext, LastSent, digest
 from proxy.core.settings import OffloadSettings
-from proxy.core.texts import RELOAD_TOOL_SCHEMAS
+from proxy.core.texts import RELOAD_TOOL_SCHEMAS, history_ref
 from proxy.core.tokens import (
     IMAGE_PARTS,
     TokenCounter,
@@ -242,7 +240,7 @@ class Replayer:
         `gaps`: the turns' clock (`proxy.replay._bill`; a trace's own timestamps win): the bill
         (`proxy.replay._bill`) at `pricing`'s provider profile; None: no bill. With a clock, the
         turns are cut as the server cuts them with the session's cache in mind (`cache_cuts`,
-        `proxy.core.cache_cuts`: the session's last sent prefix on the replay's clock), and the
+        `proxy.core.prompt_cache`: the session's last sent prefix on the replay's clock), and the
         bill prices keep-alive pings at `keepalive`'s limits (None: the server's defaults)."""
         self.store, self.settings, self.upstream, self.headers, self.model = store, settings, upstream, headers, model
         self.ttl, self.format, self.view = ttl, format, view_for(format)
@@ -251,7 +249,7 @@ class Replayer:
         self.pricing = metrics.PRICINGS[pricing]
         self.gaps, self.gap_seed, self.cache_cuts = gaps, gap_seed, cache_cuts
         self.keepalive = keepalive or default_keepalive()
-        self.profile = provider_cache.profile_for(self.pricing.name, model)
+        self.profile = prompt_cache.profile_for(self.pricing.name, model)
         self.wire = WIRES[format]
         self.json_counter = counter_for_encoding("o200k_base")
         self._system: str | None = None  # an Anthropic conversation's `system` (its leading system messages)

@@ -22,8 +22,7 @@ from typing import Any
 
 import httpx2
 
-from proxy.core.markers import INJECTED_TOOLS
-from proxy.core.texts import SUMMARY_INSTRUCTION
+from proxy.core.texts import INJECTED_TOOLS, SUMMARY_INSTRUCTION
 from proxy.formats import chat
 from proxy.formats.messages import MESSAGES, instruction_message, message_answer
 from proxy.formats.responses import ResponsesView, instruction_item, items_from_message

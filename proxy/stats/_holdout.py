@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.core.holdout import ARMS, Arm
+from proxy.core.settings import ARMS, Arm
 from proxy.offload.tenant import key
 from proxy.stats._buckets import Fields, add
 from proxy.store.base import Store
@@ -57,7 +57,7 @@ class SessionOutcome:
     reload_rounds: int = 0
     duration: float = 0.0  # seconds from its first turn to its last
     finish: str | None = None  # the last answer's finish (stop) reason
-    repeated_calls: int = 0  # tool calls repeating an earlier identical call (`proxy.core.repeats`)
+    repeated_calls: int = 0  # tool calls repeating an earlier identical call (`proxy.core.answers`)
 
     @property
     def ended(self) -> float:

@@ -1,6 +1,6 @@
-"""Prices per model, to value a measured bill (`proxy.core.bill`) in money.
+"""Prices per model, to value a measured bill (`proxy.core.answers`) in money.
 
-A price (`proxy.core.bill.Price`) is $ per million tokens of each part of a bill: uncached
+A price (`proxy.core.answers.Price`) is $ per million tokens of each part of a bill: uncached
 input, cache reads, cache writes of 5 minutes and of 1 hour, output. A model is priced by the
 longest table entry its name starts with (`gpt-4o-mini-2024-07-18` → `gpt-4o-mini`), after any
 `provider/` prefix; `*` is the fallback for every other model.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from proxy.core.bill import Price
+from proxy.core.answers import Price
 from proxy.option_text import json_or_commas
 
 FALLBACK = "*"

@@ -60,9 +60,8 @@ from hashlib import blake2b
 from typing import Any, TypeVar
 
 from proxy.core import jsonio
-from proxy.core.bill import KINDS, NONE, Bill, Meter
-from proxy.core.holdout import ARMS, Arm
-from proxy.core.settings import IDENT_PATTERN
+from proxy.core.answers import KINDS, NONE, Bill, Meter
+from proxy.core.settings import ARMS, IDENT_PATTERN, Arm
 from proxy.offload.tenant import key
 from proxy.stats import _holdout as holdout
 from proxy.stats._buckets import (

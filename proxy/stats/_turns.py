@@ -1,7 +1,7 @@
 """One managed request as the statistics see it (a `Turn`), the counters it adds to a bucket,
 and the headline figures read back from summed counters.
 
-Money is the bill the upstream reported (`proxy.core.bill`), valued at the price of the turn's
+Money is the bill the upstream reported (`proxy.core.answers`), valued at the price of the turn's
 model when it is recorded: per call (`turn`: the client's answer and its reload rounds;
 `summary`: the proxy's summary calls; `keepalive`: cache pings) and per part (uncached input,
 cache reads, 5-minute and 1-hour cache writes, output). Beside it the counterfactual, an
@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from proxy.core.bill import INPUT_PARTS, KINDS, NONE, PARTS, Bill, Meter, Price
-from proxy.core.holdout import Arm
-from proxy.core.provider_emulation import COMPACTION_ACTION, EDITS_ACTION
+from proxy.core.answers import INPUT_PARTS, KINDS, NONE, PARTS, Bill, Meter, Price
+from proxy.core.compaction import COMPACTION_ACTION, EDITS_ACTION
+from proxy.core.settings import Arm
 from proxy.stats._buckets import Fields
 from proxy.stats._prices import PriceTable
 
@@ -41,7 +41,7 @@ COUNTERS = (
     "context_edits",
 )
 # What X-Offload-Action adds when the proxy applied the provider's context management itself
-# (`proxy.core.provider_emulation`): counted apart, the offload action is what is left.
+# (`proxy.core.compaction`): counted apart, the offload action is what is left.
 EMULATED = {COMPACTION_ACTION: "emulated_compactions", EDITS_ACTION: "context_edits"}
 MAX_MODELS = 8  # models a headline names with their bill, most money first
 
@@ -83,8 +83,8 @@ class Turn:
     # `tokens_after`, `action` and `counterfactual` are what the proxy would have forwarded and billed
     observed: bool = False
     # a session of the holdout (`proxy.http.holdout`): its arm ("control": forwarded as received),
-    # how the client's answer ended (`proxy.core.finish`) and the repeated identical tool calls of
-    # the request's history (`proxy.core.repeats`)
+    # how the client's answer ended (`proxy.core.answers`) and the repeated identical tool calls of
+    # the request's history (`proxy.core.answers`)
     arm: Arm | None = None
     finish: str | None = None
     answer_error: bool = False

@@ -25,8 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.core.compaction import Plan, present_refs
-from proxy.core.provider_emulation import COMPACTION_ACTION
+from proxy.core.compaction import COMPACTION_ACTION, Plan, present_refs
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import TokenCounter
 from proxy.core.view import ItemView

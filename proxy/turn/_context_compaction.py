@@ -33,15 +33,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.core.compaction import Plan, present_refs
-from proxy.core.compaction_token import TokenError
+from proxy.core.answers import add_usage
+from proxy.core.compaction import COMPACTION_ACTION, Plan, ProviderContext, TokenError, present_refs
 from proxy.core.compression import COMPRESS_KEEP_RECENT
-from proxy.core.markers import refs_in
-from proxy.core.provider_context import ProviderContext
-from proxy.core.provider_emulation import COMPACTION_ACTION
 from proxy.core.settings import OffloadSettings
+from proxy.core.texts import refs_in
 from proxy.core.tokens import TokenCounter
-from proxy.core.usage import add_usage
 from proxy.core.wire import ProviderCompaction, WireFormat
 from proxy.offload.cpu_pool import CPU
 from proxy.offload.pipeline import Prepared

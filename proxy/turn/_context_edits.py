@@ -22,8 +22,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.core.compaction import Offload
-from proxy.core.provider_emulation import EDITS_ACTION
+from proxy.core.compaction import EDITS_ACTION, Offload
 from proxy.core.rounds import Rounds
 from proxy.core.tokens import TokenCounter
 from proxy.core.wire import WireFormat

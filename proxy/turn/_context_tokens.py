@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.core import jsonio
-from proxy.core.compaction_token import escapes_ascii, may_hold_token, sealed_fields
-from proxy.core.provider_emulation import Records, Threshold
+from proxy.core.compaction import Records, Threshold, escapes_ascii, may_hold_token, sealed_fields
 from proxy.core.wire import WireFormat
 from proxy.errors import Kind, ProxyError
 from proxy.formats.json_body import LARGE_BODY

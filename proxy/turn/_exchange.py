@@ -29,7 +29,8 @@ from typing import Any, Protocol, TypeVar
 
 import httpx2
 
-from proxy.core import jsonio, large_json
+from proxy.core import jsonio
+from proxy.core import jsonio as large_json
 from proxy.core.jsonio import JsonObject
 from proxy.core.settings import OffloadSettings
 from proxy.core.wire import WireFormat

@@ -16,7 +16,7 @@ handle and a compressor factory, runs the steps in one order:
 3. the clearing edits (`proxy.turn._context_edits`, the format's `WireFormat.clearing_edits`);
 4. plan, compress and store (`proxy.offload.pipeline`; skipped for a request too small to offload;
    a client asking for its own summary gets the model's window as its thresholds,
-   `proxy.core.client_compaction`);
+   `proxy.core.compression`);
 5. the inline threshold compaction (`proxy.turn._context_compaction`, the format's
    `WireFormat.compaction_emulation`);
 6. settle: the items that go upstream, the format's `Rounds`, the reload tools, the headers;
@@ -32,7 +32,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from proxy.core import client_compaction
+from proxy.core import compression as client_compaction
 from proxy.core.compaction import Plan
 from proxy.core.jsonio import JsonObject
 from proxy.core.rounds import Rounds

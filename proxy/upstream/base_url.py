@@ -31,7 +31,7 @@ from urllib.parse import unquote, urlsplit
 
 import httpx2
 
-from proxy.core.header_names import UPSTREAM_HEADER
+from proxy.core.settings import UPSTREAM_HEADER
 from proxy.errors import Kind, ProxyError
 
 

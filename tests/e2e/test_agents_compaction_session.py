@@ -22,7 +22,7 @@ from agents import (  # noqa: E402
 )
 from agents.models.openai_responses import OpenAIResponsesModel  # noqa: E402
 
-from proxy.core.compaction_token import PREFIX  # noqa: E402
+from proxy.core.compaction import PREFIX  # noqa: E402
 from tests.e2e.test_responses_clients import LOG  # noqa: E402
 from tests.harness.responses import answer, function_call, input_items, message, refs_in_input  # noqa: E402
 from tests.harness.servers import SNAPSHOT, default_handler, is_responses_create, is_summary_call, snapshot_answer  # noqa: E402

@@ -301,7 +301,7 @@ def test_an_oauth_token_is_checked_the_way_the_api_accepts_it(proxy_url, upstrea
 
 
 def the_ref(rec) -> str:
-    from proxy.core.markers import REF_RE
+    from proxy.core.texts import REF_RE
 
     return REF_RE.findall(json.dumps(rec.json()["messages"]))[0]
 

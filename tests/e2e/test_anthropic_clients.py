@@ -15,7 +15,7 @@ import anthropic
 import httpx2
 import pytest
 
-from proxy.core.markers import refs_in
+from proxy.core.texts import refs_in
 from tests.harness.anthropic import (
     answer,
     events,

@@ -16,8 +16,7 @@ import httpx2
 import pytest
 from starlette.responses import JSONResponse
 
-from proxy.core.markers import refs_in
-from proxy.core.texts import SUMMARY_INSTRUCTION
+from proxy.core.texts import SUMMARY_INSTRUCTION, refs_in
 from tests.harness.anthropic import answer, is_messages_create, message, text, thinking, tool_use
 from tests.harness.servers import default_handler, is_summary_call, snapshot_answer
 

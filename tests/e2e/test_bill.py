@@ -15,7 +15,7 @@ import httpx2
 import openai
 from starlette.responses import JSONResponse, StreamingResponse
 
-from proxy.core.markers import INJECTED_TOOLS
+from proxy.core.texts import INJECTED_TOOLS
 from proxy.stats._prices import PriceTable
 from tests.harness import anthropic as fake_anthropic
 from tests.harness.history import agent_history

@@ -20,8 +20,8 @@ import openai
 import pytest
 from starlette.responses import JSONResponse
 
-from proxy.core import keepalive as ka
-from proxy.core import provider_cache as pc
+from proxy.core import prompt_cache as ka
+from proxy.core import prompt_cache as pc
 from proxy.formats import messages as messages_cache
 from tests.e2e.test_compression_e2e import chat_history, is_summary_call
 from tests.harness import bill_checks as checks

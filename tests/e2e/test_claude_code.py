@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 from starlette.responses import StreamingResponse
 
-from proxy.core.markers import tool_result_ref
+from proxy.core.texts import tool_result_ref
 from tests.harness.claude_code import (
     API_KEY,
     ClaudeCode,

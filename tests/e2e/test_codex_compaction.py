@@ -13,10 +13,10 @@ here goes through the proxy's emulation of them.
 The fake model runs six shell steps (`seq`, 400 lines each: the proxy offloads every output),
 reports usage above Codex's limit after step 3 (Codex compacts once), answers Codex's
 summarisation turn (which the proxy forwards with the originals: it fits the model's window,
-`proxy.core.client_compaction`), finishes the steps (and a small `echo`), reloads the newest offloaded
+`proxy.core.compression`), finishes the steps (and a small `echo`), reloads the newest offloaded
 output through the proxy and answers. The proxy compresses too (a low trigger; summaries inline, so what it forwards is
 deterministic): after Codex's compaction its summaries fold only the work after Codex's
-summary message, which stays verbatim and in place (`proxy.core.provider_context.
+summary message, which stays verbatim and in place (`proxy.core.compaction.
 client_summary_end`).
 """
 
@@ -27,8 +27,8 @@ import re
 
 import httpx2
 
-from proxy.core.markers import history_ref
-from proxy.core.provider_context import CLIENT_SUMMARY_PREFIXES
+from proxy.core.compaction import CLIENT_SUMMARY_PREFIXES
+from proxy.core.texts import history_ref
 from tests.e2e.test_codex_cli import codex_binary  # noqa: F401  (the session fixture installing Codex)
 from tests.harness.codex import Codex
 from tests.harness.responses import answer, function_call, input_items, message, usage
@@ -199,7 +199,7 @@ def test_codex_compacts_and_the_proxy_never_summarises_across_it(
         assert len(compactions) == 1
         [at] = compactions
         assert done_steps(input_items(requests[at])) == COMPACT_AT
-        # ... and got the originals: the history fits the model's window (proxy.core.client_compaction)
+        # ... and got the originals: the history fits the model's window (proxy.core.compression)
         asked = input_items(requests[at])
         whole = {
             i["call_id"]

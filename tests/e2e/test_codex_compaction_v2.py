@@ -29,8 +29,8 @@ import re
 import httpx2
 import pytest
 
-from proxy.core.compaction_token import ANY_VERSION
-from proxy.core.markers import refs_in
+from proxy.core.compaction import ANY_VERSION
+from proxy.core.texts import refs_in
 from tests.e2e.test_codex_cli import codex_binary  # noqa: F401  (the session fixture installing Codex)
 from tests.e2e.test_codex_websocket import on_the_websocket
 from tests.harness.codex import OPENAI_NAME, WEBSOCKET_FALLBACK, Codex

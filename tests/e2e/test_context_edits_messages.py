@@ -17,7 +17,7 @@ import httpx2
 import pytest
 
 from proxy.core import texts
-from proxy.core.markers import is_marker, refs_in
+from proxy.core.texts import is_marker, refs_in
 from tests.harness import anthropic as fake
 from tests.harness.requests import post
 from tests.harness.servers import scripted

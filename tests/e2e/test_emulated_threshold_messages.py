@@ -15,8 +15,8 @@ import anthropic
 import httpx2
 import pytest
 
-from proxy.core.compaction_token import is_ours
-from proxy.core.markers import refs_in
+from proxy.core.compaction import is_ours
+from proxy.core.texts import refs_in
 from tests.harness import anthropic as fake
 from tests.harness.requests import post
 from tests.harness.servers import SUMMARY_TEXTS, is_summary_call, scripted, snapshot_answer

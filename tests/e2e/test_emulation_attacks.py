@@ -16,8 +16,8 @@ import httpx2
 import pytest
 from starlette.datastructures import Headers
 
-from proxy.core import compaction_token
-from proxy.core.compaction_token import PREFIX, is_ours
+from proxy.core import compaction
+from proxy.core.compaction import PREFIX, is_ours
 from proxy.http.caller import Gatekeeper
 from tests.harness import anthropic as afake
 from tests.harness import responses as fake
@@ -152,8 +152,8 @@ def test_clients_own_keys_and_a_guessed_record_id(make_proxy, upstream, store_op
         token = token_of(url, key_a)
         assert_refused(post(url, "/v1/responses", body=continued(token), key=key_b), "not issued")
         secret = store_options.get("encryption_key")
-        record_id = compaction_token.read_token(token, _namespace(key_a, secret), secret)
-        minted = compaction_token.make_token(bytes.fromhex(record_id), _namespace(key_b, secret), secret)
+        record_id = compaction.read_token(token, _namespace(key_a, secret), secret)
+        minted = compaction.make_token(bytes.fromhex(record_id), _namespace(key_b, secret), secret)
         r = post(url, "/v1/responses", body=continued(minted), key=key_b)
         assert_refused(r, "no longer holds what it stood for")
         assert not [r for r in upstream.requests if key_b in r.headers.get("authorization", "")]

@@ -398,19 +398,19 @@ def test_a_large_body_is_searched_for_compaction_tokens_off_the_loop(make_proxy,
     """Whether a body may hold a compaction token is a search of all its bytes: for a body of
     20 MB of screenshots, tens of ms on the loop each turn. Every search of a large body runs in
     the pool, in slices."""
-    from proxy.core import large_json
+    from proxy.core import jsonio
     from proxy.formats.json_body import LARGE_BODY
     from tests.harness.screens import data_url, screenshot
 
     threads: set[str] = set()
-    contains = large_json.contains
+    contains = jsonio.contains
 
     def spy(raw: bytes, needle: bytes) -> bool:
         if len(raw) > LARGE_BODY:
             threads.add(threading.current_thread().name)
         return contains(raw, needle)
 
-    monkeypatch.setattr(large_json, "contains", spy)
+    monkeypatch.setattr(jsonio, "contains", spy)
     shots = [
         {"role": "user", "content": [{"type": "image_url", "image_url": {"url": data_url(screenshot(step))}}]}
         for step in range(6)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.core.compaction_token import ANY_VERSION, PREFIX
+from proxy.core.compaction import ANY_VERSION, PREFIX
 from tests.e2e.test_responses_compaction_trigger import (
     DEVELOPER,
     HISTORY,

@@ -10,7 +10,7 @@ import json
 import anthropic
 from starlette.responses import JSONResponse
 
-from proxy.core.markers import is_marker, refs_in
+from proxy.core.texts import is_marker, refs_in
 from proxy.core.tokens import counter_for_model
 from tests.harness import anthropic as claude
 from tests.harness import responses as fake

@@ -14,7 +14,7 @@ import uuid
 import httpx2
 import pytest
 
-from proxy.core.holdout import arm
+from proxy.core.settings import arm
 from proxy.replay._runner import requests_of
 from tests.harness.history import agent_history
 from tests.harness.websocket import Socket, completed

@@ -18,7 +18,7 @@ import httpx2
 import pytest
 
 from proxy.core import texts
-from proxy.core.markers import history_ref
+from proxy.core.texts import history_ref
 from tests.harness import anthropic as fake
 from tests.harness.screens import b64, screenshot
 from tests.harness.servers import default_handler, is_summary_call, snapshot_answer

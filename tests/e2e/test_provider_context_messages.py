@@ -13,7 +13,7 @@ import uuid
 import anthropic
 import pytest
 
-from proxy.core.markers import refs_in
+from proxy.core.texts import refs_in
 from tests.harness import anthropic as fake
 from tests.harness.requests import post
 from tests.harness.servers import scripted

@@ -11,7 +11,7 @@ import json
 import openai
 import pytest
 
-from proxy.core.markers import refs_in
+from proxy.core.texts import refs_in
 from tests.harness import responses as fake
 from tests.harness.requests import post
 from tests.harness.responses import assistant_message as assistant

@@ -19,7 +19,7 @@ import httpx2
 import pytest
 import zstandard
 
-from proxy.core.compaction_token import make_token, sealed_fields
+from proxy.core.compaction import make_token, sealed_fields
 from tests.harness.requests import request
 
 TOKEN = make_token(b"\x01" * 16, "a-namespace")  # any token of ours is refused on these paths, whoever made it

@@ -17,8 +17,8 @@ import openai
 import pytest
 from starlette.responses import Response
 
-from proxy.core.compaction_token import PREFIX
-from proxy.core.markers import refs_in
+from proxy.core.compaction import PREFIX
+from proxy.core.texts import refs_in
 from tests.harness import responses as fake
 from tests.harness.responses import assistant_message as assistant
 from tests.harness.responses import user_message as user

@@ -11,7 +11,7 @@ import uuid
 import httpx2
 import pytest
 
-from proxy.core.compaction_token import PREFIX
+from proxy.core.compaction import PREFIX
 from proxy.core.compression import USER_KEEP_CHARS
 from tests.harness import responses as fake
 from tests.harness.compaction import BUILD_HISTORY, BUILD_OUTPUT, continued

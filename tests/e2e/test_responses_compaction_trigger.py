@@ -14,8 +14,8 @@ import httpx2
 import openai
 import pytest
 
-from proxy.core.compaction_token import PREFIX
-from proxy.core.markers import refs_in
+from proxy.core.compaction import PREFIX
+from proxy.core.texts import refs_in
 from tests.harness import responses as fake
 from tests.harness.requests import post
 from tests.harness.responses import assistant_message as assistant

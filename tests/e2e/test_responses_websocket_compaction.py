@@ -15,7 +15,7 @@ import json
 
 import pytest
 
-from proxy.core.compaction_token import ANY_VERSION, PREFIX
+from proxy.core.compaction import ANY_VERSION, PREFIX
 from tests.e2e.test_responses_compaction_trigger import (
     DEVELOPER,
     HISTORY,

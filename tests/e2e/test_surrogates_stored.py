@@ -12,7 +12,7 @@ import uuid
 import httpx2
 import pytest
 
-from proxy.core.compaction_token import PREFIX, is_ours
+from proxy.core.compaction import PREFIX, is_ours
 from tests.harness import anthropic as afake
 from tests.harness import responses as fake
 from tests.harness.requests import post

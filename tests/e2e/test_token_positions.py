@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.core.compaction_token import PREFIX, is_ours
+from proxy.core.compaction import PREFIX, is_ours
 from tests.e2e.test_emulation_attacks import COMPACT_EDIT, MESSAGES, THRESHOLD, block_of, token_of
 from tests.harness import anthropic as afake
 from tests.harness import responses as fake

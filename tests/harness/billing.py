@@ -2,7 +2,7 @@
 
 `FakeUpstream.caches = ProviderCaches()` turns it on (off by default: the fixed usage the other
 tests read stays). Every model request (chat completions, Responses, Anthropic Messages, the
-proxy's summary calls included) is then billed by `proxy.core.provider_cache` — Anthropic's
+proxy's summary calls included) is then billed by `proxy.core.prompt_cache` — Anthropic's
 profile for Messages (caching only where the request asks: `cache_control`), OpenAI's for the
 others (automatic) — with one cache per credential, and the answer's usage says so:
 `cache_read_input_tokens` / `cache_creation_input_tokens` (and `cache_creation`'s 5-minute /
@@ -23,7 +23,7 @@ from typing import Any
 
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from proxy.core import provider_cache as pc
+from proxy.core import prompt_cache as pc
 from proxy.formats import messages as messages_cache
 from proxy.formats import prompt_cache as openai_cache
 

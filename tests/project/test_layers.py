@@ -73,7 +73,7 @@ def test_the_layers_that_do_no_http_import_no_web_framework():
         for p in PACKAGE.rglob("*.py")
         if _in(".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts), NO_WEB_FRAMEWORK)
     ]
-    assert len(files) > 80
+    assert len(files) > 50  # the packages were found (they hold fewer, larger modules since issue 41)
     bad = {p.name: m for p in files for m in imported_modules(p) if m.split(".")[0] == "starlette"}
     assert bad == {}
 
@@ -85,7 +85,7 @@ SERVE_HTTP = ("proxy.http", "proxy.replay", "proxy.demo", "proxy.cli", "proxy.__
 
 def test_only_the_http_layer_and_the_commands_running_servers_import_the_web_framework(graph):
     files = {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts): p for p in PACKAGE.rglob("*.py")}
-    assert "proxy.errors" in files and len(files) > 150
+    assert "proxy.errors" in files and len(files) > 100
     bad = {
         m: sorted(i for i in imported_modules(p) if i.split(".")[0] == "starlette")
         for m, p in files.items()

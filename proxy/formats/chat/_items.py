@@ -10,9 +10,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from proxy.core.images import split_data_url
 from proxy.core.jsonio import JsonObject, object_or
-from proxy.core.markers import INJECTED_TOOLS
+from proxy.core.texts import INJECTED_TOOLS
+from proxy.core.tokens import split_data_url
 from proxy.core.view import MediaPart, Role
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})

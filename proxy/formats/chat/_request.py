@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from proxy.core.jsonio import JsonObject, object_or
-from proxy.core.markers import INJECTED_TOOLS
+from proxy.core.texts import INJECTED_TOOLS
 from proxy.formats.json_body import (
     BOOLEAN,
     STRING,

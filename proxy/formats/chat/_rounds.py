@@ -11,18 +11,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core import jsonio, texts
-from proxy.core.bill import UNREPORTED, Bill, of_openai_usage
-from proxy.core.growing_text import GrowingText
+from proxy.core.answers import UNREPORTED, Bill, GrowingText, add_usage, of_openai_usage
 from proxy.core.jsonio import JsonObject, array_or, object_or
-from proxy.core.markers import INJECTED_TOOLS
 from proxy.core.media import Reloaded, ToolResult
 from proxy.core.rounds import ToolCall
-from proxy.core.usage import add_usage
+from proxy.core.texts import INJECTED_TOOLS
 from proxy.formats.chat._items import reloaded_part
 from proxy.upstream import sse
 
 # --- usage ---
-# Chat Completions' usage as a bill (`proxy.core.bill`), and asking for it on a stream.
+# Chat Completions' usage as a bill (`proxy.core.answers`), and asking for it on a stream.
 #
 # `usage.prompt_tokens` is every input token, `prompt_tokens_details.cached_tokens` the share a
 # prompt cache served (OpenAI reports no cache writes: they cost the input price),

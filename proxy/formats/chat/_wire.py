@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from proxy.core.bill import UsageReader
+from proxy.core.answers import UsageReader
+from proxy.core.compaction import NONE, ProviderContext
 from proxy.core.jsonio import JsonObject
-from proxy.core.provider_context import NONE, ProviderContext
 from proxy.formats.chat._items import VIEW
 from proxy.formats.chat._request import colliding_tool_names, parse_chat_body, summary_answer, summary_request
 from proxy.formats.chat._rounds import USAGE, ChatRounds

@@ -9,10 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.core import texts
-from proxy.core.compaction import Offload
+from proxy.core.compaction import Edited, Offload
 from proxy.core.jsonio import JsonObject, string_or
-from proxy.core.markers import is_marker, make_ref, tool_result_marker
-from proxy.core.provider_emulation import Edited
+from proxy.core.texts import is_marker, make_ref, tool_result_marker
 from proxy.core.tokens import TokenCounter
 from proxy.errors import Kind, ProxyError
 from proxy.formats.messages._items import (
@@ -219,7 +218,7 @@ def parse_context_management(config: Any) -> list[Edit]:
 # `clear_tool_uses_20250919` applies once the request is over its `trigger` (more input tokens,
 # or more tool uses, than its value): the results of all but the `keep` most recent tool uses
 # (`exclude_tools` spared; `keep` counts every tool use, as the provider does) become the proxy's
-# tool-result markers (`proxy.core.markers`: a preview, and a `ref=` that `context_reload` returns
+# tool-result markers (`proxy.core.texts`: a preview, and a `ref=` that `context_reload` returns
 # byte for byte), and with `clear_tool_inputs` their `tool_use` inputs become
 # `{"offloaded_input": <a note with its ref>}` (the input's JSON text stored). A result or input
 # that its replacement would not make smaller, one that is no text (an image), a marker already,

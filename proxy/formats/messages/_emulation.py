@@ -11,10 +11,9 @@ import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from proxy.core.compaction_token import TokenError, is_ours
+from proxy.core.compaction import Edited, Expanded, Records, Threshold, TokenError, is_ours
 from proxy.core.jsonio import JsonObject
-from proxy.core.markers import INJECTED_TOOLS
-from proxy.core.provider_emulation import Edited, Expanded, Records, Threshold
+from proxy.core.texts import INJECTED_TOOLS
 from proxy.core.tokens import TokenCounter
 from proxy.errors import Kind, ProxyError
 from proxy.formats.context_threshold import bad, entries, token_count

@@ -32,8 +32,8 @@ import json
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from proxy.core.images import split_data_url
 from proxy.core.jsonio import JsonObject, string_or
+from proxy.core.tokens import split_data_url
 from proxy.core.view import ItemView, MediaPart, Role
 
 PART = "x-offload-part"  # on a later part of a split user message: its place (1, 2, …) in the message

@@ -11,9 +11,9 @@ import json
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, Literal
 
+from proxy.core.compaction import DEFAULT_KEEP_TOOL_USES, NONE, ProviderContext
 from proxy.core.jsonio import JsonObject, object_or
-from proxy.core.provider_cache import FIVE_MINUTES, Block, Request, content_key
-from proxy.core.provider_context import DEFAULT_KEEP_TOOL_USES, NONE, ProviderContext
+from proxy.core.prompt_cache import FIVE_MINUTES, Block, Request, content_key
 from proxy.errors import Kind, ProxyError
 from proxy.formats.json_body import (
     BOOLEAN,
@@ -199,7 +199,7 @@ def provider_context(body: Any) -> ProviderContext:
     `compact_20260112` has Anthropic summarise the history itself; `clear_tool_uses_20250919`
     clears older tool results (all but the `keep` most recent tool uses, `exclude_tools`
     spared); `clear_thinking_20251015` touches only thinking blocks, which the proxy never
-    alters (see `proxy.core.provider_context`)."""
+    alters (see `proxy.core.compaction`)."""
     config = body.get("context_management") if isinstance(body, dict) else None
     edits = config.get("edits") if isinstance(config, dict) else None
     if not isinstance(edits, list):
@@ -399,7 +399,7 @@ def summary_answer(answer: Any) -> tuple[str, int, int]:
 
 # --- cache_control ---
 # Anthropic's prompt cache on a Messages request: what the provider caches of it
-# (`cached_request`, for `proxy.core.provider_cache`) and the caching the proxy adds for a client
+# (`cached_request`, for `proxy.core.prompt_cache`) and the caching the proxy adds for a client
 # that asked for none (`with_caching`, `--cache-control auto`).
 #
 # Anthropic caches only where a request asks: `cache_control` on a tool, a system block or a
@@ -557,5 +557,5 @@ def cache_blocks(body: JsonObject, tokens: Tokens) -> tuple[Block, ...]:
 
 
 def cached_request(body: JsonObject, at: float, tokens: Tokens) -> Request:
-    """What Anthropic's cache sees of `body` sent at `at` (`proxy.core.provider_cache.Request`)."""
+    """What Anthropic's cache sees of `body` sent at `at` (`proxy.core.prompt_cache.Request`)."""
     return Request(at, cache_blocks(body, tokens), automatic=_mark(body))

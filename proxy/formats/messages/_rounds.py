@@ -13,12 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core import texts
-from proxy.core.bill import UNREPORTED, Bill, count, optional, reported
-from proxy.core.growing_text import GrowingText
+from proxy.core.answers import UNREPORTED, Bill, GrowingText, add_usage, count, optional, reported
 from proxy.core.jsonio import JsonObject, nested_deeper_than, object_or, string_or
 from proxy.core.media import ToolResult, as_text
 from proxy.core.rounds import ToolCall
-from proxy.core.usage import add_usage
 from proxy.errors import ANTHROPIC_ERROR_TYPES, anthropic_error_event
 from proxy.formats.json_body import MAX_DEPTH
 from proxy.formats.messages._items import block_type, input_text, is_injected, is_tool_use, reloaded_block
@@ -26,7 +24,7 @@ from proxy.formats.messages._request import inject_tools, with_history
 from proxy.upstream import sse
 
 # --- usage ---
-# The Messages API's usage as a bill (`proxy.core.bill`).
+# The Messages API's usage as a bill (`proxy.core.answers`).
 #
 # Anthropic splits the input itself: `input_tokens` are those after the last cache breakpoint
 # (uncached), `cache_read_input_tokens` those read from the cache, `cache_creation_input_tokens`

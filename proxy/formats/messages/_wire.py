@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from proxy.core.bill import UsageReader
+from proxy.core.answers import UsageReader
+from proxy.core.compaction import ProviderContext
 from proxy.core.jsonio import JsonObject
-from proxy.core.markers import INJECTED_TOOLS
-from proxy.core.provider_context import ProviderContext
+from proxy.core.texts import INJECTED_TOOLS
 from proxy.formats.messages._emulation import MessagesCompaction, MessagesEdits
 from proxy.formats.messages._items import MessagesView
 from proxy.formats.messages._request import (

@@ -11,10 +11,9 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-from proxy.core.compaction_token import TokenError, is_ours
+from proxy.core.compaction import Expanded, Records, Threshold, TokenError, is_ours
 from proxy.core.jsonio import JsonObject
-from proxy.core.markers import INJECTED_TOOLS
-from proxy.core.provider_emulation import Expanded, Records, Threshold
+from proxy.core.texts import INJECTED_TOOLS
 from proxy.core.view import ItemView
 from proxy.errors import Kind, ProxyError
 from proxy.formats.context_threshold import bad, entries, token_count
@@ -122,7 +121,7 @@ def asked(body: dict[str, Any], items: list[Any], view: ItemView) -> bool:
 # Responses `compaction` items carrying the proxy's tokens, replaced by what they stand for.
 #
 # A `compaction` item whose `encrypted_content` is one of the proxy's tokens
-# (`proxy.core.compaction_token`) means nothing to any upstream. Before planning, whichever way
+# (`proxy.core.compaction`) means nothing to any upstream. Before planning, whichever way
 # the request goes (relayed or emulated):
 #
 # - the newest compaction item is ours: it is replaced by its record (the summary with its

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from proxy.core.compaction import NONE, ProviderContext
 from proxy.core.jsonio import JsonObject, object_or
-from proxy.core.provider_context import NONE, ProviderContext
 from proxy.core.tokens import NOTE_KEY
 from proxy.core.view import ItemView
 from proxy.formats.json_body import (
@@ -168,7 +168,7 @@ def _hide_tools(response: JsonObject, names: Collection[str]) -> JsonObject:
 def provider_context(body: JsonObject, view: ItemView) -> ProviderContext:
     """`context_management: [{"type": "compaction", ...}]` has OpenAI compact the input once it
     crosses `compact_threshold`, and a `compaction_trigger` input item compacts it now: either
-    way the provider summarises this history (see `proxy.core.provider_context`)."""
+    way the provider summarises this history (see `proxy.core.compaction`)."""
     entries = body.get("context_management") if isinstance(body, dict) else None
     compacts = isinstance(entries, list) and any(isinstance(e, dict) and e.get("type") == "compaction" for e in entries)
     items = body.get("input") if isinstance(body, dict) else None

@@ -11,17 +11,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core import texts
-from proxy.core.bill import UNREPORTED, Bill, of_openai_usage
+from proxy.core.answers import UNREPORTED, Bill, add_usage, of_openai_usage
 from proxy.core.jsonio import JsonObject, array_or, object_or, string_or
 from proxy.core.media import ToolResult, as_text
 from proxy.core.rounds import ToolCall
-from proxy.core.usage import add_usage
 from proxy.formats.responses._items import _type, is_injected, needs_client, reloaded_output
 from proxy.formats.responses._request import _hide_tools, inject_tools, with_history
 from proxy.upstream import sse
 
 # --- usage ---
-# The Responses API's usage as a bill (`proxy.core.bill`).
+# The Responses API's usage as a bill (`proxy.core.answers`).
 #
 # `usage.input_tokens` is every input token, `input_tokens_details.cached_tokens` the share a
 # prompt cache served (OpenAI reports no cache writes: they cost the input price),

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from proxy.core.bill import UsageReader
+from proxy.core.answers import UsageReader
+from proxy.core.compaction import ProviderContext
 from proxy.core.jsonio import JsonObject
-from proxy.core.markers import INJECTED_TOOLS
-from proxy.core.provider_context import ProviderContext
+from proxy.core.texts import INJECTED_TOOLS
 from proxy.formats.prompt_cache import with_cache_key
 from proxy.formats.responses._compaction import ResponsesCompaction
 from proxy.formats.responses._items import ResponsesView

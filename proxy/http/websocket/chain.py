@@ -10,7 +10,7 @@ the response gave them (`input += response.output`, OpenAI's way of carrying a `
 conversation; Codex resends them with their ids too).
 
 At most `limit` responses are held, and at most `max_bytes` of memory for them together, each
-counted as what its whole input and output hold once parsed (`proxy.core.footprint`: 446,000
+counted as what its whole input and output hold once parsed (`proxy.core.jsonio`: 446,000
 small items are 13 MB of JSON and 110 MB of objects; characters would undercount them 8 x);
 the least recently used is forgotten first (a continuation of it is then
 `previous_response_not_found`, and the client sends its full input, as it must on OpenAI). A
@@ -48,7 +48,7 @@ class Held:
     input: list[Any]  # the whole input this response answered
     output: list[Any]  # its output items, as input items
     store: bool  # the request's `store` (OpenAI's default: true)
-    size: int  # bytes its input and output hold (proxy.core.footprint)
+    size: int  # bytes its input and output hold (proxy.core.jsonio)
     chars: int = 0  # characters of their JSON, about (what a continuation sends again)
 
 
@@ -139,7 +139,7 @@ class ConnectionChain:
 
     def hold(self, response_id: str, body: dict[str, Any], output: Any, *, size: int, chars: int = 0) -> bool:
         """Remember a finished response: `body` as expanded (its whole input), `output` its items,
-        `size` the bytes both hold (`proxy.core.footprint`), `chars` their JSON's length. False when it is not held (larger
+        `size` the bytes both hold (`proxy.core.jsonio`), `chars` their JSON's length. False when it is not held (larger
         than `max_bytes`, or no room left in the worker's budget)."""
         self._forget(response_id)
         if size > self.max_bytes:

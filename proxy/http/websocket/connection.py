@@ -33,7 +33,7 @@ from typing import Any, Callable
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.core import jsonio
-from proxy.core.footprint import footprint
+from proxy.core.jsonio import footprint
 from proxy.errors import Kind, ProxyError
 from proxy.formats.json_body import LARGE_BODY
 from proxy.formats.responses import check_responses_input

@@ -20,7 +20,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Scope
 
-from proxy.core import jsonio, large_json
+from proxy.core import jsonio
+from proxy.core import jsonio as large_json
 from proxy.upstream import sse
 
 log = logging.getLogger("proxy.http.websocket")

@@ -13,8 +13,9 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from proxy.core import jsonio, large_json
-from proxy.core.footprint import footprint
+from proxy.core import jsonio
+from proxy.core import jsonio as large_json
+from proxy.core.jsonio import footprint
 from proxy.errors import Kind, ProxyError
 from proxy.formats.json_body import LARGE_BODY, check_count
 from proxy.http.error_map import STATUSES
@@ -87,7 +88,7 @@ class Create:
     body: dict[str, Any]
     stream_id: str | None
     size: int = 0  # characters of its frame (what a continuation of it sends again)
-    memory: int = 0  # bytes its body holds once parsed (proxy.core.footprint): what waiting costs
+    memory: int = 0  # bytes its body holds once parsed (proxy.core.jsonio): what waiting costs
 
 
 def decode(text: str | bytes) -> Any:

@@ -1,21 +1,39 @@
-"""The pure compaction planner: thresholds, tail, determinism, idempotence, pairing, parts."""
+"""proxy.core.compaction: the compaction plan, the providers' own context management as the
+planners respect it, the proxy's compaction tokens."""
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 
+import pytest
 from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from proxy.core.compaction import plan_compaction
-from proxy.core.markers import is_marker, refs_in
+from proxy.core import compaction as ct
+from proxy.core import compression as cp
+from proxy.core.compaction import (
+    CLIENT_SUMMARY_PREFIXES,
+    ProviderContext,
+    clearable_calls,
+    client_summary_end,
+    live_start,
+    plan_compaction,
+    trigger_index,
+)
 from proxy.core.settings import OffloadSettings
-from proxy.core.texts import fold_ref
+from proxy.core.texts import fold_ref, is_marker, refs_in
 from proxy.core.tokens import counter_for_model
 from proxy.formats.chat import VIEW
+from proxy.formats.chat import VIEW as CHAT_VIEW
+from proxy.formats.messages import MESSAGES
+from proxy.formats.responses import RESPONSES
 from tests.harness.history import agent_history, big_text, big_text_over
+
+# ==================== compaction
+# The pure compaction planner: thresholds, tail, determinism, idempotence, pairing, parts.
 
 COUNTER = counter_for_model("gpt-4o")
 NS = "a" * 32
@@ -284,3 +302,395 @@ def test_no_fold_points_to_a_result_compacted_for_its_size():
     result = plan(messages)
     assert result.folded == 0 and is_marker(result.items[-1]["content"]) and is_marker(result.items[-3]["content"])
     assert result.items[-1]["content"] == result.items[-3]["content"]  # the same content: the same ref and preview
+
+
+# ==================== compaction token
+
+
+def test_a_token_reads_back_in_its_namespace_only():
+    rid = ct.record_id_for("ns-a", b"[1]")
+    token = ct.make_token(rid, "ns-a", "secret")
+    assert token.startswith(ct.PREFIX) and len(token) < 80
+    assert ct.read_token(token, "ns-a", "secret") == rid.hex()
+    with pytest.raises(ct.TokenError, match="not issued to this credential"):
+        ct.read_token(token, "ns-b", "secret")
+    with pytest.raises(ct.TokenError):
+        ct.read_token(token, "ns-a", "another secret")
+
+
+def test_the_same_content_gives_the_same_token_and_other_content_another():
+    assert ct.record_id_for("ns", b"x") == ct.record_id_for("ns", b"x")
+    assert ct.record_id_for("ns", b"x") != ct.record_id_for("ns", b"y")
+    assert ct.record_id_for("ns", b"x") != ct.record_id_for("other", b"x")
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        ct.PREFIX,
+        ct.PREFIX + "!!!!",
+        ct.PREFIX + "A" * 10,
+        ct.PREFIX + "A" * 5000,
+        ct.PREFIX + base64.urlsafe_b64encode(b"\0" * 40).decode(),
+        "offload-compaction-v9:abc",
+    ],
+)
+def test_malformed_and_unknown_versions_are_refused(token):
+    assert ct.is_ours(token)
+    with pytest.raises(ct.TokenError):
+        ct.read_token(token, "ns", None)
+
+
+def test_a_flipped_bit_is_refused():
+    token = ct.make_token(ct.record_id_for("ns", b"x"), "ns")
+    raw = bytearray(base64.urlsafe_b64decode(token[len(ct.PREFIX) :] + "=="))
+    raw[3] ^= 1
+    forged = ct.PREFIX + base64.urlsafe_b64encode(bytes(raw)).decode().rstrip("=")
+    with pytest.raises(ct.TokenError):
+        ct.read_token(forged, "ns")
+
+
+@pytest.mark.parametrize("value", [None, 1, [], {}, "gAAAAABfoo", ""])
+def test_other_values_are_not_ours(value):
+    assert not ct.is_ours(value)
+
+
+def test_a_token_is_read_by_the_api_it_was_made_for_only():
+    rid = ct.record_id_for("ns", b"[]")
+    responses, messages = ct.make_token(rid, "ns", "s"), ct.make_token(rid, "ns", "s", api="messages")
+    assert responses != messages
+    assert ct.read_token(responses, "ns", "s") == ct.read_token(messages, "ns", "s", api="messages") == rid.hex()
+    with pytest.raises(ct.TokenError, match="another API"):
+        ct.read_token(messages, "ns", "s")
+    with pytest.raises(ct.TokenError, match="another API"):
+        ct.read_token(responses, "ns", "s", api="messages")
+    with pytest.raises(ct.TokenError, match="not issued"):  # another namespace's, of either API
+        ct.read_token(messages, "ns-b", "s", api="messages")
+
+
+def _canonical() -> str:
+    return ct.make_token(ct.record_id_for("ns", b"[1]"), "ns", "s")
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        lambda t: t + "=",  # padding
+        lambda t: t + "==",
+        lambda t: t[:40] + "!!" + t[40:],  # characters outside the alphabet, skipped by a lenient decoder
+        lambda t: t[:40] + "\n" + t[40:],  # whitespace inside
+        lambda t: t + "\n",
+        lambda t: " " + t,
+        lambda t: t + " ",
+        lambda t: ct.PREFIX + t[len(ct.PREFIX) :][:-2] + "+/",  # the standard alphabet's characters
+        lambda t: t[:-1],  # a character short
+        lambda t: t + "A",  # a character more
+        lambda t: t.upper(),
+        lambda t: ct.PREFIX.upper() + t[len(ct.PREFIX) :],
+        lambda t: t[:-1] + chr(ord(t[-1]) ^ 1),  # the last character's unused bits set (same bytes, another spelling)
+    ],
+)
+def test_only_the_canonical_spelling_is_read(spelling):
+    token = _canonical()
+    assert ct.read_token(token, "ns", "s")  # the token itself reads back
+    other = spelling(token)
+    assert other != token and ct.is_ours(other)
+    with pytest.raises(ct.TokenError):
+        ct.read_token(other, "ns", "s")
+
+
+def test_the_unused_bits_of_the_last_character_are_checked():
+    token = _canonical()
+    body = token[len(ct.PREFIX) :]
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    last = alphabet.index(body[-1])
+    assert last % 4 == 0  # 32 bytes in 43 characters: two bits to spare, written as zeros
+    for spare in (1, 2, 3):
+        same_bytes = ct.PREFIX + body[:-1] + alphabet[last + spare]
+        assert base64.urlsafe_b64decode(same_bytes[len(ct.PREFIX) :] + "=") == base64.urlsafe_b64decode(body + "=")
+        with pytest.raises(ct.TokenError, match="exact spelling"):
+            ct.read_token(same_bytes, "ns", "s")
+
+
+@pytest.mark.parametrize(
+    "value", [" offload-compaction-v1:x", "OFFLOAD-COMPACTION-V1:x", "x" * 100 + "Offload-Compaction-v1"]
+)
+def test_any_spelling_claiming_to_be_ours_is_ours(value):
+    assert ct.is_ours(value)
+
+
+def test_sealed_fields_finds_a_token_in_any_encrypted_content_at_any_depth():
+    token = _canonical()
+    doc = {
+        "input": [
+            {"type": "message", "content": [{"type": "input_text", "text": token}]},
+            {"type": "reasoning", "encrypted_content": token},
+            {"type": "x", "deep": [[{"encrypted_content": " " + token}]]},
+            {"type": "compaction", "encrypted_content": "gAAAAAprovider"},
+        ]
+    }
+    assert list(ct.sealed_fields(doc)) == ["input[1].encrypted_content", "input[2].deep[0][0].encrypted_content"]
+    deep: dict = {"encrypted_content": token}
+    for _ in range(5000):  # no recursion limit
+        deep = {"a": [deep]}
+    assert len(list(ct.sealed_fields(deep))) == 1
+    assert ct.may_hold_token(b'{"encrypted_content":"x"}') and not ct.may_hold_token(b'{"a":"offload-compaction-v1:"}')
+
+
+def test_sealed_fields_finds_a_token_inside_an_encrypted_content_of_another_type():
+    """An array or an object as the `encrypted_content` (no API's shape) hides no token of ours:
+    each is named by its own path, which is no compaction position."""
+    token = _canonical()
+    doc = {
+        "input": [
+            {"type": "compaction", "encrypted_content": [token]},
+            {"type": "reasoning", "encrypted_content": {"a": [1, {"b": token}], "c": "x"}},
+            {"type": "compaction", "encrypted_content": [None, "gAAAA", 3, {"d": None}]},
+            {"type": "x", "other": [token]},
+        ]
+    }
+    assert list(ct.sealed_fields(doc)) == ["input[0].encrypted_content[0]", "input[1].encrypted_content.a[1].b"]
+
+
+def test_sealed_fields_quotes_a_key_that_is_no_plain_name():
+    """A key spelled like a path (`input[1]`, `a.b`) is named quoted: no path of one field is
+    another's."""
+    token = _canonical()
+    doc = {"input[1]": {"encrypted_content": token}, "input": [{"x-y": {"encrypted_content": token}}]}
+    assert sorted(ct.sealed_fields(doc)) == sorted(
+        ['["input[1]"].encrypted_content', 'input[0]["x-y"].encrypted_content']
+    )
+
+
+@pytest.mark.parametrize(
+    "raw, spells",
+    [
+        (b'{"input": "caf\\u00e9 \\u4e2d\\u6587"}', False),  # what ensure_ascii writes: no ASCII letter escaped
+        (b'{"input": [{"\\u0065ncrypted_content": "x"}]}', True),  # the key spelled with an escape
+        (b'{"input": "\\u0041"}', True),  # any printable ASCII escape is read (conservative)
+        (b'{"input": "\\u001b[0m"}', False),  # a control character cannot spell the key
+        (b'{"input": "plain"}', False),
+        (b'{"input": "' + b"\\u00e9" * 300_000 + b'\\u0065"}', True),  # past the first slice
+    ],
+)
+def test_which_escapes_may_spell_the_key(raw, spells):
+    assert ct.escapes_ascii(raw) is spells
+    assert ct.may_spell_token(raw) is spells
+
+
+# ==================== provider context
+# The providers' own context management in the pure planners: a provider compaction item is
+# opaque, what precedes it is neither counted nor summarised, cuts fall after it, a
+# compaction_trigger stays last, and compaction leaves to a clear edit what it may clear.
+
+RV = RESPONSES.view
+MV = MESSAGES.view
+COMPACTION = {"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAAB" + "Q" * 400}
+
+
+def user(text):
+    return {"role": "user", "content": text}
+
+
+def call(i, name="exec"):
+    return {"type": "function_call", "call_id": f"c{i}", "name": name, "arguments": "{}"}
+
+
+def output(i, text):
+    return {"type": "function_call_output", "call_id": f"c{i}", "output": text}
+
+
+def big(n=3000):
+    return "\n".join(f"line {k} of a long tool output" for k in range(n // 6))
+
+
+def test_views_mark_provider_compaction_items():
+    assert RV.is_provider_compaction(COMPACTION)
+    assert not RV.is_provider_compaction(user("x")) and not RV.is_provider_compaction(call(1))
+    assert RV.is_compaction_trigger({"type": "compaction_trigger"})
+    assert not RV.is_compaction_trigger(COMPACTION)
+    block = {"type": "compaction", "content": "summary", "encrypted_content": "opaque"}
+    assert MV.is_provider_compaction({"role": "assistant", "content": [block, {"type": "text", "text": "go on"}]})
+    assert not MV.is_provider_compaction({"role": "assistant", "content": "compaction"})
+    assert not MV.is_provider_compaction({"role": "user", "content": [{"type": "text", "text": "compaction"}]})
+    assert not CHAT_VIEW.is_provider_compaction({"role": "user", "content": "compaction"})
+
+
+def test_live_start_is_after_the_newest_compaction_item():
+    items = [user("a"), COMPACTION, user("b"), dict(COMPACTION, id="cmp_2"), user("c")]
+    assert live_start(items, RV) == 4
+    assert live_start([user("a")], RV) == 0
+    assert trigger_index([user("a"), {"type": "compaction_trigger"}], RV) == 1
+    assert trigger_index([user("a")], RV) is None
+
+
+def test_split_starts_after_the_newest_compaction_item():
+    items = [
+        {"role": "developer", "content": "d"},
+        user("old " * 50),
+        COMPACTION,
+        {"role": "developer", "content": "d2"},
+        *(user(f"new {k}") for k in range(6)),
+    ]
+    head, tail = cp.split(items, RV, keep_recent=2)
+    assert head == 4 and tail == len(items) - 2  # the compaction item and what precedes it are the kept head
+
+
+def test_compaction_trigger_stays_in_the_tail_even_with_no_kept_tail():
+    items = [*(user(f"m {k}") for k in range(5)), {"type": "compaction_trigger"}]
+    assert cp.split(items, RV, keep_recent=0) == (1, 5)  # the first user message is the task: never summarised
+
+
+def test_items_before_the_compaction_never_count_nor_go_into_a_summary():
+    old = [user("word " * 300) for _ in range(10)]  # far above the trigger, but ignored by the provider
+    new = [user(f"new {k}") for k in range(4)]
+    items = [*old, COMPACTION, *new]
+    settings = OffloadSettings(max_total_tokens=500)
+    assert cp.decide(items, RV, settings, counter=COUNTER, prior=None).action == "none"
+    assert cp.decide(old + new, RV, settings, counter=COUNTER, prior=None).action == "summarize"  # the same without it
+    newer = [*items, *(user("word " * 100) for _ in range(8))]
+    d = cp.decide(newer, RV, settings, counter=COUNTER, prior=None)
+    assert d.action == "summarize" and d.head == len(old) + 1  # the summarised part starts after it
+    assembled = cp.assemble(newer, RV, d.head, cut=d.cut, summary=RV.summary_item("S"))
+    assert assembled[: len(old) + 1] == [*old, COMPACTION]  # kept verbatim, in place
+
+
+def test_compaction_ignores_what_precedes_the_compaction_item():
+    old = [call(1), output(1, big()), user("u")]
+    items = [*old, COMPACTION, user("new"), call(2), output(2, big()), user("last")]
+    frozen = copy.deepcopy(items)
+    plan = plan_compaction(
+        items, RV, OffloadSettings(max_total_tokens=1000, max_tool_message_tokens=100), counter=COUNTER, namespace=NS
+    )
+    assert plan.items[:4] == frozen[:4]  # the old output is not compacted: the provider ignores it
+    assert is_marker(plan.items[6]["output"]) and len(plan.offloads) == 1
+    assert plan.tokens_before == COUNTER.messages(frozen)  # the headers still count what is forwarded
+    # the trigger counts only what follows the compaction item
+    small_after = [*old, COMPACTION, user("new")]
+    quiet = plan_compaction(
+        small_after,
+        RV,
+        OffloadSettings(max_total_tokens=1000, max_tool_message_tokens=100),
+        counter=COUNTER,
+        namespace=NS,
+    )
+    assert quiet.items == small_after and not quiet.offloads
+
+
+def test_clearable_calls_spare_the_recent_and_the_excluded():
+    items = [call(1), output(1, "a"), call(2, "read"), output(2, "b"), call(3), output(3, "c"), call(4), output(4, "d")]
+    ctx = ProviderContext(clears_tool_results=True, keep_tool_uses=2, exclude_tools=frozenset({"read"}))
+    assert clearable_calls(items, RV, ctx) == {"c1"}
+    assert clearable_calls(items, RV, ProviderContext()) == set()
+    assert clearable_calls(items, RV, ProviderContext(clears_tool_results=True, keep_tool_uses=0)) == {
+        "c1",
+        "c2",
+        "c3",
+        "c4",
+    }
+
+
+def test_compaction_leaves_to_the_clear_edit_what_it_may_clear():
+    items = [
+        user("go"),
+        call(1),
+        output(1, big()),
+        call(2, "read"),
+        output(2, big()),
+        call(3),
+        output(3, big()),
+        call(4),
+        output(4, big()),
+        user("last"),
+    ]
+    settings = OffloadSettings(max_total_tokens=1000, max_tool_message_tokens=100)
+    ctx = ProviderContext(clears_tool_results=True, keep_tool_uses=2, exclude_tools=frozenset({"read"}))
+    plan = plan_compaction(items, RV, settings, counter=COUNTER, namespace=NS, provider=ctx)
+    compacted = {
+        i
+        for i, item in enumerate(plan.items)
+        if item.get("type") == "function_call_output" and is_marker(item["output"])
+    }
+    assert compacted == {4, 6, 8}  # c2 (excluded), c3 and c4 (the 2 kept); c1 is the provider's to clear
+    assert (
+        len(plan_compaction(items, RV, settings, counter=COUNTER, namespace=NS).offloads) == 4
+    )  # without the edit: all
+
+
+# Codex CLI's local compaction: the summary user message it builds (codex-rs/core/templates/compact/summary_prefix.md)
+CODEX_SUMMARY = (
+    CLIENT_SUMMARY_PREFIXES[0] + " You also have access to the state of the tools that were used by "
+    "that language model. [...] use the information in this summary to assist with your own analysis:\n"
+    "steps 1-3 done"
+)
+
+
+def codex_summary(view_kind="responses"):
+    if view_kind == "chat":
+        return user(CODEX_SUMMARY)
+    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": CODEX_SUMMARY}]}
+
+
+def test_client_summary_end_is_after_the_newest_client_summary():
+    first, second = codex_summary(), codex_summary()
+    items = [user("task"), first, call(1), output(1, "x"), second, user("go on")]
+    assert client_summary_end(items, RV) == 5  # the newest one
+    assert client_summary_end(items[:4], RV) == 2
+    assert client_summary_end([user("task"), call(1)], RV) == 0
+    assert client_summary_end([user("task"), call(1)], RV, start=1) == 1
+    assert client_summary_end([user("a"), user(CODEX_SUMMARY)], CHAT_VIEW) == 2
+    assert client_summary_end([{"role": "user", "content": [{"type": "text", "text": CODEX_SUMMARY}]}], MV) == 1
+    # only a user message: the same text from the model, or inside a tool result, is no boundary
+    said = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": CODEX_SUMMARY}]}
+    assert client_summary_end([user("task"), said, call(1), output(1, CODEX_SUMMARY)], RV) == 0
+    # nor a user message that merely quotes it later on
+    assert client_summary_end([user("task"), user("see: " + CODEX_SUMMARY)], RV) == 0
+
+
+def test_claude_codes_compaction_summary_is_a_boundary_too():
+    claude = {
+        "role": "user",
+        "content": [
+            {
+                "type": "text",
+                "text": CLIENT_SUMMARY_PREFIXES[1] + " The summary below "
+                "covers the earlier portion of the conversation.\n\nSummary: ...",
+            }
+        ],
+    }
+    items = [{"role": "user", "content": "task"}, claude, {"role": "user", "content": "go on"}]
+    assert client_summary_end(items, MV) == 2
+
+
+def test_no_summary_folds_a_client_summary_with_what_follows_it():
+    """After Codex compacted, its history is [instructions, context, recent user messages, the
+    summary, new work]: the proxy summarises only the new work, the rest stays verbatim, in place."""
+    kept = [
+        {"role": "developer", "content": "d"},
+        user("<environment_context/>"),
+        user("Run six steps."),
+        codex_summary(),
+    ]
+    work = [x for k in range(4, 12) for x in (call(k), output(k, "word " * 120))]
+    items = [*kept, *work]
+    head, tail = cp.split(items, RV, keep_recent=2)
+    assert head == len(kept) and tail == len(items) - 2
+    d = cp.decide(items, RV, OffloadSettings(max_total_tokens=500), counter=COUNTER, prior=None)
+    assert d.action == "summarize" and d.head == len(kept)
+    assembled = cp.assemble(items, RV, d.head, cut=d.cut, summary=RV.summary_item("S"))
+    assert assembled[: len(kept)] == kept and assembled[len(kept)] == RV.summary_item("S")
+    # without the client summary the same history is summarised from after the task (its first user message)
+    plain = [*kept[:3], *work]
+    assert cp.decide(plain, RV, OffloadSettings(max_total_tokens=500), counter=COUNTER, prior=None).head == 2
+    # and nothing is summarised while the work after the client summary stays small
+    assert (
+        cp.decide([*kept, *work[:2]], RV, OffloadSettings(max_total_tokens=500), counter=COUNTER, prior=None).action
+        == "none"
+    )
+
+
+def test_a_provider_compaction_item_after_a_client_summary_wins():
+    items = [user("task"), codex_summary(), user("a"), COMPACTION, *(user(f"new {k}") for k in range(6))]
+    assert cp.split(items, RV, keep_recent=2) == (4, len(items) - 2)
+    items = [user("task"), COMPACTION, user("a"), codex_summary(), *(user(f"new {k}") for k in range(6))]
+    assert cp.split(items, RV, keep_recent=2) == (4, len(items) - 2)

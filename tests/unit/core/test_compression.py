@@ -1,13 +1,25 @@
-"""The pure compression planner: split, pairing, groups, decisions, assembly."""
+"""proxy.core.compression: what to summarise, summaries started ahead of time, a client's own
+compaction."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
+
+from proxy.core import compression
+from proxy.core import compression as cc
 from proxy.core import compression as cp
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model
 from proxy.formats.chat import VIEW
+from proxy.formats.chat import VIEW as CHAT
+from proxy.formats.messages import MESSAGES
+from proxy.formats.messages import history as messages_history
+from proxy.formats.responses import RESPONSES
+
+# ==================== compression
+# The pure compression planner: split, pairing, groups, decisions, assembly.
 
 COUNTER = counter_for_model("gpt-4o")
 
@@ -232,3 +244,204 @@ def test_history_lines_are_json_per_message():
     msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "a\nb"}, call(1)]
     lines = cp.history_lines(msgs, VIEW).splitlines()
     assert [json.loads(line) for line in lines] == msgs[1:]
+
+
+# ==================== client compaction
+# Recognising a client's own compaction request, and the thresholds its turn gets.
+
+CLAUDE = (
+    "Your task is to create a detailed summary of the conversation so far, paying close attention to the "
+    "user's explicit requests and your previous actions."
+)
+CODEX = "You are performing a CONTEXT CHECKPOINT COMPACTION. Create a handoff summary for another LLM."
+EARLIER = [{"role": "user", "content": "fix the bug"}, {"role": "assistant", "content": "done"}]
+
+
+def test_claude_code_in_the_messages_format_even_after_a_reminder():
+    body = {
+        "messages": [
+            *EARLIER,
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "<system-reminder>files changed</system-reminder>"},
+                    {"type": "text", "text": CLAUDE.replace(" ", "\n  ", 3)},
+                ],
+            },
+        ]
+    }
+    assert cc.asked(messages_history(body), MESSAGES.view) == "claude-code"
+
+
+def test_codex_in_the_responses_format():
+    items = [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix it"}]},
+        {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": CODEX.lower()}]},
+    ]
+    assert cc.asked(items, RESPONSES.view) == "codex"
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [*EARLIER, {"role": "user", "content": "what is next?"}],
+        [{"role": "user", "content": CLAUDE}, {"role": "assistant", "content": "<summary>…</summary>"}],  # answered
+        [*EARLIER, {"role": "user", "content": CLAUDE + "x" * 50_000}],  # past what is read
+        [],
+        [{"role": "user", "content": None}],
+        [{"role": "user", "content": [{"type": "image_url"}]}],
+    ],
+)
+def test_anything_else_is_not_a_compaction(messages):
+    assert cc.asked(messages, CHAT) is None
+
+
+def test_claude_code_after_a_tool_round_in_one_user_message():
+    """What Claude Code 2.x sends for `/compact` after a Bash call (seen through the proxy)."""
+    body = {
+        "messages": [
+            *EARLIER,
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "cat notes.txt"}}
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "note\n" * 5000},
+                    {"type": "text", "text": "CRITICAL: Respond with TEXT ONLY.\n\n" + CLAUDE},
+                ],
+            },
+        ]
+    }
+    assert cc.asked(messages_history(body), MESSAGES.view) == "claude-code"
+
+
+def test_only_the_last_items_are_looked_at():
+    many = [*EARLIER, {"role": "user", "content": CLAUDE}, *({"role": "user", "content": "more"} for _ in range(8))]
+    assert cc.asked(many, CHAT) is None
+    assert cc.asked(many[:-1], CHAT) == "claude-code"
+
+
+def test_the_window_becomes_every_threshold():
+    settings = OffloadSettings()
+    got = cc.settings_for(settings, model="claude-sonnet-4-5", output=32_000)
+    budget = int(200_000 * cc.FILL)  # the output fits in the rest
+    assert cc.settings_for(settings, model="claude-sonnet-4-5", output=128_000).max_total_tokens == 72_000
+    assert (got.max_total_tokens, got.hard_max_tokens) == (budget,) * 2
+    assert got.precompress_ratio == 0 and got.mode == settings.mode
+    # what a result must reach to be compacted once the history is past the trigger: unchanged
+    assert (got.tool_result_limit(), got.max_fresh_tool_message_tokens) == (
+        settings.tool_result_limit(),
+        settings.max_fresh_tool_message_tokens,
+    )
+    unknown = cc.settings_for(settings, model="my-local-model", output=16_000)
+    assert unknown.max_total_tokens == int(cc.DEFAULT_WINDOW * cc.FILL)
+    tiny = cc.settings_for(settings, model="gpt-3.5-turbo", output=16_000)  # never below the proxy's own trigger
+    assert tiny.max_total_tokens == settings.max_total_tokens
+
+
+@pytest.mark.parametrize("mode", ["off", "observe"])
+def test_a_mode_that_offloads_nothing_is_left_alone(mode):
+    settings = OffloadSettings(mode=mode)
+    assert cc.settings_for(settings, model="gpt-4o", output=1000) is settings
+
+
+@pytest.mark.parametrize(
+    "body, output",
+    [
+        ({"max_tokens": 20_000}, 20_000),
+        ({"max_completion_tokens": 500}, 500),
+        ({"max_output_tokens": 9}, 9),
+        ({}, cc.DEFAULT_OUTPUT),
+        ({"max_tokens": "many"}, cc.DEFAULT_OUTPUT),
+        ({"max_tokens": True}, cc.DEFAULT_OUTPUT),
+        ({"max_tokens": -5}, cc.DEFAULT_OUTPUT),
+        ({"max_tokens": 10**12}, 10**12),
+    ],
+)
+def test_the_output_room(body, output):
+    assert cc.max_output(body) == output
+
+
+def test_a_huge_output_limit_keeps_the_proxys_trigger():
+    assert cc.settings_for(OffloadSettings(), model="gpt-4o", output=10**12).max_total_tokens == 18_000
+
+
+# ==================== precompress
+# When a summary is started ahead of time, and the hard limit above which a turn waits.
+
+SYSTEM = {"role": "system", "content": "s"}
+
+
+def history(n: int) -> list[dict]:
+    """The system message and `n` assistant messages (no user message: no task pinned in the head)."""
+    return [SYSTEM] + [{"role": "assistant", "content": f"m{i} " + "word " * 99} for i in range(n)]
+
+
+def foldable(items: list[dict]) -> int:
+    head, tail = cp.split(items, VIEW, cp.COMPRESS_KEEP_RECENT)
+    return cp.tokens_between(items, VIEW, head, end=tail, counter=COUNTER)
+
+
+def test_ahead_starts_at_the_ratio_of_the_trigger_and_cuts_at_this_turns_tail():
+    items = history(10)  # 8 foldable messages of ~103 tokens
+    tokens = foldable(items)
+    at = OffloadSettings(max_total_tokens=int(tokens / 0.8), precompress_ratio=0.8)
+    d = compression.ahead(items, VIEW, at, counter=COUNTER, prior=None)
+    assert d is not None and (d.action, d.head, d.cut, d.new_items, d.prior) == ("summarize", 1, 9, (1, 9), None)
+    # the summary an inline one of this turn would be: the same head, cut and range as decide()
+    inline = cp.decide(items, VIEW, at.model_copy(update={"max_total_tokens": tokens - 1}), counter=COUNTER, prior=None)
+    assert (inline.head, inline.cut, inline.new_items) == (d.head, d.cut, d.new_items)
+    below = OffloadSettings(max_total_tokens=int(tokens / 0.8) + 50, precompress_ratio=0.8)
+    assert compression.ahead(items, VIEW, below, counter=COUNTER, prior=None) is None
+    assert (
+        compression.ahead(items, VIEW, at.model_copy(update={"precompress_ratio": 0}), counter=COUNTER, prior=None)
+        is None
+    )
+
+
+def test_ahead_folds_after_the_prior_summary_only_once_that_part_has_grown():
+    items = history(20)
+    prior = cp.PriorSummary(cut=9, text="<state_snapshot/>", ref="r", tokens=3, message={})
+    after_prior = cp.tokens_between(items, VIEW, 9, end=19, counter=COUNTER)
+    settings = OffloadSettings(max_total_tokens=int(after_prior / 0.8), precompress_ratio=0.8)
+    d = compression.ahead(items, VIEW, settings, counter=COUNTER, prior=prior)
+    assert d is not None and (d.cut, d.new_items, d.prior) == (19, (9, 19), prior)
+    short = history(12)  # 2 messages after the prior's cut: not yet
+    assert compression.ahead(short, VIEW, settings, counter=COUNTER, prior=prior) is None
+    # a prior that does not fit this history (cut past the tail) is not folded
+    far = cp.PriorSummary(cut=30, text="x", ref="r", tokens=1, message={})
+    d = compression.ahead(items, VIEW, OffloadSettings(max_total_tokens=100), counter=COUNTER, prior=far)
+    assert d is not None and d.prior is None and d.new_items == (1, 19)
+
+
+def test_ahead_never_splits_a_call_from_its_result():
+    call = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+    }
+    items = history(6) + [
+        call,
+        {"role": "tool", "tool_call_id": "c1", "content": "word " * 100},
+        {"role": "assistant", "content": "next"},
+    ]
+    d = compression.ahead(items, VIEW, OffloadSettings(max_total_tokens=100), counter=COUNTER, prior=None)
+    assert d is not None and cp.can_cut(items, VIEW, d.cut) and items[d.cut] is call
+
+
+def test_hard_limit_defaults_to_twice_the_trigger_capped_by_the_models_window():
+    settings = OffloadSettings(max_total_tokens=20_000)
+    assert compression.hard_limit(settings, None) == 40_000
+    assert compression.hard_limit(settings, "some-local-model") == 40_000
+    assert compression.hard_limit(settings.model_copy(update={"hard_max_tokens": 25_000}), "gpt-4o") == 25_000
+    big = OffloadSettings(max_total_tokens=100_000)
+    assert compression.hard_limit(big, "gpt-4o-2024-08-06") == 128_000  # a dated name: its family's window
+    assert compression.hard_limit(big, "openai/gpt-4o-mini") == 128_000
+    assert compression.hard_limit(big, "gpt-4.1-mini") == 200_000  # 2 x trigger, under gpt-4.1's 1M
+    assert compression.hard_limit(big, "gpt-3.5-turbo") == 16_385
+    assert compression.context_window("claude-sonnet-4-5") == 200_000 and compression.context_window("") is None

@@ -1,28 +1,217 @@
-"""Folding (`proxy.core.fold`): a tool result repeating an earlier one goes as a pointer to it,
-as it arrives and never later, in the shapes of seven agents (`fold_fixtures`)."""
+"""proxy.core.fold: folding repeated results, its bounded line diff, a plan resumed from the last."""
 
 from __future__ import annotations
 
 import difflib
+import gc
 import json
 import random
+import threading
+import tracemalloc
 
 import pytest
+from rapidfuzz.distance import Indel
 
 from proxy.core import compression as cp
-from proxy.core import fold, line_diff
+from proxy.core import fold
 from proxy.core.compaction import plan_compaction
-from proxy.core.fold import FOLD_RATIO, diff_hunks
-from proxy.core.markers import make_ref, refs_in
+from proxy.core.fold import FOLD_RATIO, MAX_CELLS, Lines, diff_hunks, floor, hunks, plan_folds
+from proxy.core.jsonio import footprint
+from proxy.core.preview import CompactionRule
 from proxy.core.settings import OffloadSettings
-from proxy.core.texts import FOLD_MAX_CHARS, fold_ref, folded_diff, folded_identical
+from proxy.core.texts import FOLD_MAX_CHARS, fold_ref, folded_diff, folded_identical, make_ref, refs_in
 from proxy.core.tokens import counter_for_model
 from proxy.formats.chat import VIEW as CHAT
 from proxy.formats.messages import MESSAGES
 from proxy.formats.responses import RESPONSES
 from tests.harness.history import big_text, drawn_results, tool_history
 from tests.unit.core.fold_fixtures import CASES, MSA_FIRST, MSA_RERUN, OH_VIEW, Case, history
-from tests.unit.core.test_line_diff import Counting
+
+# ==================== line diff
+# The line diff folding is made of (`proxy.core.fold`): difflib's unified format, a
+# longest common subsequence's alignment, and the work decided before the diff is made.
+
+LINES = [f"line {k}: value={k * 7} status=ok" for k in range(40)]
+
+
+def diff(base: str, text: str, *, limit: int = 10**9, names: dict[str, int] | None = None) -> str | None:
+    names = {} if names is None else names
+    return hunks(Lines(base, names), Lines(text, names), limit=limit, context=1)
+
+
+def by_difflib(base: str, text: str) -> str | None:
+    return "\n".join(list(difflib.unified_diff(base.splitlines(), text.splitlines(), lineterm="", n=1))[2:]) or None
+
+
+def edited(*, drop=(), change=(), insert=()) -> str:
+    out = []
+    for k, line in enumerate(LINES):
+        out += [f"inserted before {k}"] if k in insert else []
+        if k not in drop:
+            out.append(line + " CHANGED" if k in change else line)
+    return "\n".join(out + (["appended"] if len(LINES) in insert else []))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        edited(change={20}),
+        edited(change={0}),
+        edited(change={39}),  # at either edge: no context on that side
+        edited(insert={0}),
+        edited(insert={40}),
+        edited(drop={0}),
+        edited(drop={39}),
+        edited(change={5, 30}),  # two hunks
+        edited(change={10, 12}),  # closer than twice the context: one hunk
+        edited(change={10, 13}),  # exactly twice the context apart: still one
+        edited(change={10, 14}),  # past it: two
+        edited(drop=set(range(10, 40))),  # everything after line 10 removed
+        edited(change={3}, drop={8}, insert={15, 16}),
+        edited(change=set(range(10, 15)), insert={12}),  # a block replaced by a longer one
+    ],
+    ids=[
+        "middle",
+        "first-line",
+        "last-line",
+        "insert-first",
+        "insert-last",
+        "drop-first",
+        "drop-last",
+        "two-hunks",
+        "close-one-hunk",
+        "twice-context-one-hunk",
+        "past-it-two-hunks",
+        "tail-removed",
+        "mixed",
+        "block-replaced",
+    ],
+)
+def test_ordinary_edits_give_difflib_s_hunks(text):
+    base = "\n".join(LINES)
+    assert diff(base, text) == by_difflib(base, text) is not None
+
+
+def test_a_change_s_minus_lines_come_before_its_plus_lines():
+    assert diff("a\nb\nc\nd", "a\nx\ny\nd") == "@@ -1,4 +1,4 @@\n a\n-b\n-c\n+x\n+y\n d"
+    assert Indel.opcodes([1, 2], [3, 4]).as_list()[0][0] == "insert"  # what rapidfuzz gives first...
+    assert diff("1\n2", "3\n4") == "@@ -1,2 +1,2 @@\n-1\n-2\n+3\n+4"  # ...is one replacement here
+
+
+def apply(base: list[str], hunks_text: str) -> list[str]:
+    """`base` with the hunks applied, each context and removed line checked against it."""
+    out, at = [], 0
+    for line in hunks_text.split("\n"):
+        if line.startswith("@@ "):
+            old = line.split()[1][1:]
+            start, _, count = old.partition(",")
+            begin = int(start) - (1 if count != "0" else 0)
+            out += base[at:begin]
+            at = begin
+        elif line[0] in " -":
+            assert base[at] == line[1:]
+            out += [line[1:]] if line[0] == " " else []
+            at += 1
+        else:
+            out.append(line[1:])
+    return out + base[at:]
+
+
+def test_any_edit_gives_hunks_that_make_the_text_from_the_base_with_fewest_lines_changed():
+    rnd = random.Random(38)
+    for _ in range(400):
+        base = [f"l{rnd.randrange(12)}" for _ in range(rnd.randrange(1, 60))]
+        text = [line if rnd.random() > 0.15 else f"l{rnd.randrange(12)}" for line in base if rnd.random() > 0.1]
+        text += [f"l{rnd.randrange(12)}" for _ in range(rnd.randrange(3))]
+        made, old = diff("\n".join(base), "\n".join(text)), by_difflib("\n".join(base), "\n".join(text))
+        if made is None:
+            assert old is None
+            continue
+        assert apply(base, made) == text
+        changed = sum(line[0] in "-+" for line in made.split("\n") if not line.startswith("@@ "))
+        assert changed == Indel.distance(base, text)  # a longest common subsequence: the fewest lines changed
+        assert changed <= sum(line[0] in "-+" for line in old.split("\n") if not line.startswith("@@ "))
+
+
+def test_the_numbers_the_lines_get_change_nothing():
+    rnd = random.Random(7)
+    for _ in range(100):
+        base = "\n".join(f"l{rnd.randrange(30)}" for _ in range(50))
+        text = "\n".join(line if rnd.random() > 0.1 else "new" for line in base.split("\n"))
+        crowded = {f"l{k}": 1000 + 7 * k for k in range(30, -1, -1)} | {f"other {k}": k for k in range(300)}
+        assert diff(base, text) == diff(base, text, names=crowded)
+
+
+def test_no_line_differing_is_no_diff():
+    text = "\n".join(LINES)
+    assert diff(text, text) is None
+    assert diff(text, text + "\n") is None and diff(text, text.replace("\n", "\r\n")) is None  # the same lines
+
+
+def test_no_hunks_longer_than_the_limit():
+    base, text = "\n".join(LINES), edited(change={5, 30})
+    made = diff(base, text)
+    assert made is not None
+    assert diff(base, text, limit=len(made)) == made and diff(base, text, limit=len(made) - 1) is None
+
+
+def test_the_floor_is_never_above_the_hunks():
+    rnd = random.Random(11)
+    for _ in range(300):
+        base = "\n".join(f"{'x' * rnd.randrange(4)}{rnd.randrange(9)}" for _ in range(rnd.randrange(1, 30)))
+        text = "\n".join(rnd.sample(base.split("\n"), k=len(base.split("\n")) // 2) + ["new"] * rnd.randrange(3))
+        made, names = diff(base, text), {}
+        assert made is None or floor(Lines(base, names), Lines(text, names), stop=10**9) <= len(made)
+
+
+class Counting:
+    """rapidfuzz's Indel as `proxy.core.fold` calls it, counting each call's lines."""
+
+    def __init__(self) -> None:
+        self.distances: list[tuple[int, int]] = []
+        self.alignments: list[tuple[int, int]] = []
+
+    def distance(self, xs, ys, **kwargs):
+        self.distances.append((len(xs), len(ys)))
+        return Indel.distance(xs, ys, **kwargs)
+
+    def opcodes(self, xs, ys):
+        self.alignments.append((len(xs), len(ys)))
+        return Indel.opcodes(xs, ys)
+
+
+def test_a_middle_over_max_cells_is_never_aligned(monkeypatch):
+    """Two texts differing in their first and last lines: nothing to trim, their middle is whole."""
+    counting = Counting()
+    monkeypatch.setattr(fold, "Indel", counting)
+    side = int(MAX_CELLS**0.5)
+    for lines, expect in ((side, True), (side + 1, False)):  # a middle of side × side lines, or one more
+        body = [f"row {k}" for k in range(lines)]
+        made = diff("\n".join(body), "\n".join(["first", *body[1:-1], "last"]), limit=4000)
+        assert (made is not None) == expect
+    assert counting.alignments == [(side, side)]
+
+
+def test_a_diff_that_cannot_fit_is_never_aligned(monkeypatch):
+    counting = Counting()
+    monkeypatch.setattr(fold, "Indel", counting)
+    rnd = random.Random(3)
+    lines = [f"x{k:03d}" for k in range(120)]
+    base, text = ("\n".join(rnd.choice(lines) for _ in range(1950)) for _ in range(2))
+    assert diff(base, text, limit=4000) is None
+    assert counting.alignments == [] and len(counting.distances) == 1  # the counts fit; the banded distance did not
+    shuffled = base.split("\n")
+    rnd.shuffle(shuffled)
+    assert diff(base, "\n".join(shuffled), limit=4000) is None  # the same lines as often: only the order differs
+    assert counting.alignments == []
+    counting.distances.clear()
+    assert diff(base, "\n".join(f"{line} and more" for line in shuffled), limit=4000) is None
+    assert counting.distances == []  # every line unmatched: the counts alone decide
+
+
+# ==================== fold
+# Folding (`proxy.core.fold`): a tool result repeating an earlier one goes as a pointer to it,
+# as it arrives and never later, in the shapes of seven agents (`fold_fixtures`).
 
 COUNTER = counter_for_model("gpt-4o")
 NS = "n" * 32
@@ -227,7 +416,7 @@ def test_a_look_alike_is_compacted_like_any_content():
 def matcher(monkeypatch) -> Counting:
     """The matcher's calls counted, no diff remembered from before, and difflib's never used."""
     counting = Counting()
-    monkeypatch.setattr(line_diff, "Indel", counting)
+    monkeypatch.setattr(fold, "Indel", counting)
     monkeypatch.setattr(fold, "_MEMO", fold._Memo())
 
     def no_difflib(*args, **kwargs):
@@ -246,7 +435,7 @@ def test_issue_38s_results_drawn_from_the_same_short_lines_are_never_aligned(mat
     assert result.folded == 0 and result.items == items
     assert matcher.alignments == []
     assert 0 < len(matcher.distances) <= 24 * fold.BASE_WINDOW
-    assert all(n * m <= line_diff.MAX_CELLS for n, m in matcher.distances)
+    assert all(n * m <= fold.MAX_CELLS for n, m in matcher.distances)
     orders = [drawn_results(1)[0].split("\n")]  # the same lines as often, in other orders
     for seed in range(10):
         orders.append(random.Random(seed).sample(orders[0], k=len(orders[0])))
@@ -304,3 +493,203 @@ def test_the_budget_never_changes_what_a_later_turn_forwards(matcher):
     for before, after in zip(turns, turns[1:]):
         assert after[: len(before)] == before
     assert sum(fold_ref(m["content"] or "") is not None for m in turns[-1] if m["role"] == "tool") == 2
+
+
+# ==================== fold resume
+# A plan that goes on from an earlier turn's (`proxy.core.fold._Resumed`) folds exactly what a
+# plan of the whole history folds: turn by turn, in each agent's shape, with the compaction rule
+# acting, after an edit in the middle, with the reload calls changing, and within its bounds.
+
+RESUME_NS = "r" * 32
+
+
+def drawn(count: int, seed: int) -> list[str]:
+    """Results that repeat and nearly repeat earlier ones (a line changed, a line added), and new ones."""
+    rnd = random.Random(seed)
+    texts: list[str] = []
+    for k in range(count):
+        if texts and rnd.random() < 0.3:
+            texts.append(rnd.choice(texts))
+        elif texts and rnd.random() < 0.5:
+            lines = rnd.choice(texts).split("\n")
+            lines[rnd.randrange(len(lines))] = f"changed {k}"
+            texts.append("\n".join(lines))
+        else:
+            texts.append("\n".join(f"result {k} line {j}: {rnd.random():.6f}" for j in range(rnd.randint(20, 60))))
+    return texts
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    """A fresh store of states for the test (what other tests left is not found)."""
+    monkeypatch.setattr(fold, "_RESUMED", fold._Resumed(fold.RESUME_STATES, fold.RESUME_BYTES))
+
+
+def whole(items, view, **options):
+    """The plan made from the start (nothing to go on from)."""
+    saved, fold._RESUMED = fold._RESUMED, fold._Resumed(0, 0)
+    try:
+        return plan_folds(items, view, namespace=RESUME_NS, counter=COUNTER, **options)
+    finally:
+        fold._RESUMED = saved
+
+
+def kept_beyond_items(items) -> tuple[int, tuple[int, int]]:
+    """(the bytes the state kept of planning `items` holds, measured by letting it go; its own
+    (cost, held))."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        plan_folds(items, VIEWS["chat"], namespace=RESUME_NS, counter=COUNTER)
+        kept = tracemalloc.get_traced_memory()[0]
+        ((_, state),) = fold._RESUMED._entries.values()
+        figures = (state.cost(), state.held)
+        fold._RESUMED._entries.clear()
+        del state
+        gc.collect()
+        return kept - tracemalloc.get_traced_memory()[0], figures
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("agent", ["chat", "codex", "claude"])
+@pytest.mark.parametrize("rule", [None, CompactionRule(6_000, 400, 4, 2_000)], ids=["no-compaction", "compaction"])
+def test_turn_by_turn_the_same_folds_as_a_plan_of_the_whole_history(fresh, agent, rule):
+    items = history(agent, drawn(70, seed=7))
+    view = VIEWS[agent]
+    ends = list(range(fold.RESUME_MIN_ITEMS + 2, len(items) + 1, 2))
+    resumed = 0
+    for end in ends:
+        turn = [dict(item) if isinstance(item, dict) else item for item in items[:end]]  # parsed anew each turn
+        taken = bool(fold._RESUMED._entries)  # a state to go on from
+        got = plan_folds(turn, view, namespace=RESUME_NS, counter=COUNTER, compaction=rule)
+        assert got == whole(turn, view, compaction=rule), end
+        assert len(fold._RESUMED._entries) == 1  # taken out and kept again, not planned beside it
+        resumed += taken
+    assert resumed == len(ends) - 1  # every turn but the first went on from the one before
+    assert any(whole(items, view, compaction=rule).values())
+
+
+def test_a_history_changed_before_the_end_of_the_last_plan_is_planned_again(fresh):
+    texts = drawn(80, seed=3)
+    items = history("chat", texts)
+    plan_folds(items, VIEWS["chat"], namespace=RESUME_NS, counter=COUNTER)
+    edited = [dict(item) for item in items]
+    i = next(i for i, m in enumerate(edited) if m.get("role") == "tool" and i > 20)
+    edited[i]["content"] = texts[-1]  # the client rewrote an old result: what followed it may fold differently
+    edited += history("chat", [texts[-1]])[2:]
+    assert plan_folds(edited, VIEWS["chat"], namespace=RESUME_NS, counter=COUNTER) == whole(edited, VIEWS["chat"])
+
+
+def test_a_reload_call_of_the_history_not_skipped_before_is_planned_again(fresh):
+    texts = drawn(80, seed=5)
+    items = history("chat", texts)
+    plan_folds(items, VIEWS["chat"], namespace=RESUME_NS, counter=COUNTER)
+    calls = [m["tool_call_id"] for m in items if m.get("role") == "tool"]
+    skipped = set(calls[10:40])  # earlier results now said to be the proxy's reload calls
+    more = items + history("chat", [texts[5]])[2:]
+    got = plan_folds(more, VIEWS["chat"], namespace=RESUME_NS, counter=COUNTER, skip_calls=skipped)
+    assert got == whole(more, VIEWS["chat"], skip_calls=skipped)
+    assert got != whole(more, VIEWS["chat"])
+
+
+def test_another_namespace_or_view_or_start_finds_nothing(fresh):
+    items = history("chat", drawn(80, seed=9))
+    plan_folds(items, VIEWS["chat"], namespace=RESUME_NS, counter=COUNTER)
+    key = (RESUME_NS, type(VIEWS["chat"]), None, 0)
+    for other in [
+        ("o" * 32, type(VIEWS["chat"]), None, 0),
+        (RESUME_NS, type(VIEWS["codex"]), None, 0),
+        (RESUME_NS, type(VIEWS["chat"]), None, 3),
+    ]:
+        assert fold._RESUMED.take(other, items, view=VIEWS["chat"], counter=COUNTER, skip_calls=()) is None
+    assert fold._RESUMED.take(key, items, view=VIEWS["chat"], counter=COUNTER, skip_calls=()) is not None
+    assert fold._RESUMED.take(key, items, view=VIEWS["chat"], counter=COUNTER, skip_calls=()) is None  # taken out
+
+
+def test_bounded_in_states_and_in_bytes(monkeypatch):
+    items = history("chat", drawn(80, seed=11))
+    monkeypatch.setattr(fold, "_RESUMED", fold._Resumed(3, 10**9))
+    for k in range(5):
+        plan_folds(items, VIEWS["chat"], namespace=f"{k:032d}", counter=COUNTER)
+    assert [key[0][-1] for key, _ in fold._RESUMED._entries.values()] == ["2", "3", "4"]  # the least recent went
+    held = next(iter(fold._RESUMED._entries.values()))[1].held
+    assert held > 0
+    monkeypatch.setattr(fold, "_RESUMED", fold._Resumed(32, int(held * 2.5)))
+    for k in range(5):
+        plan_folds(items, VIEWS["chat"], namespace=f"{k:032d}", counter=COUNTER)
+    assert len(fold._RESUMED._entries) == 2
+    monkeypatch.setattr(fold, "_RESUMED", fold._Resumed(32, held - 1))
+    plan_folds(items, VIEWS["chat"], namespace=RESUME_NS, counter=COUNTER)
+    assert not fold._RESUMED._entries  # one larger than the whole budget is not kept
+    plan_folds(items[: fold.RESUME_MIN_ITEMS - 1], VIEWS["chat"], namespace=RESUME_NS, counter=COUNTER)
+    assert not fold._RESUMED._entries  # a short history is planned whole, never kept
+
+
+def test_plans_at_once_never_share_a_state(fresh):
+    """Two requests of one conversation planned by two threads: each folds what a whole plan folds."""
+    texts = drawn(90, seed=13)
+    base = history("chat", texts[:70])
+    plan_folds(base, VIEWS["chat"], namespace=RESUME_NS, counter=COUNTER)
+    turns = [base + history("chat", texts[70 + k : 80 + k])[2:] for k in range(6)]
+    got: dict[int, dict] = {}
+
+    def run(k: int) -> None:
+        got[k] = plan_folds(turns[k], VIEWS["chat"], namespace=RESUME_NS, counter=COUNTER)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == {k: whole(turns[k], VIEWS["chat"]) for k in range(6)}
+
+
+def test_what_a_caller_does_with_the_folds_leaves_the_state_alone(fresh):
+    items = history("chat", drawn(80, seed=17))
+    first = plan_folds(items, VIEWS["chat"], namespace=RESUME_NS, counter=COUNTER)
+    assert first
+    first.clear()
+    assert plan_folds(items, VIEWS["chat"], namespace=RESUME_NS, counter=COUNTER) == whole(items, VIEWS["chat"])
+
+
+def _short_lines(count: int, seed: int) -> list[str]:
+    """Results of many short distinct lines (numbers), of sizes diffed against each other."""
+    rnd = random.Random(seed)
+    return ["\n".join(str(rnd.randrange(10**6)) for _ in range(3000)) for _ in range(count)]
+
+
+def test_a_kept_state_holds_little_beyond_its_items(fresh):
+    """Past MAX_KEPT_NAMES, the lines numbered for its diffs and its bases' lines are let go
+    before a state is kept (they were 14 times its items: 32 states would hold gigabytes); a
+    resumed plan reads them again and folds what a whole plan folds."""
+    texts = _short_lines(40, seed=3)
+    texts[30] = texts[20].replace("\n1", "\n2", 3)  # one near-identical result: a diff to make
+    items = history("chat", texts)
+    beyond, _ = kept_beyond_items(items)
+    assert beyond < 0.5 * sum(footprint(item) for item in items), beyond
+    more = items + history("chat", _short_lines(4, seed=4) + [texts[21].replace("\n3", "\n4", 2)])[2:]
+    plan_folds(items, VIEWS["chat"], namespace=RESUME_NS, counter=COUNTER)
+    assert plan_folds(more, VIEWS["chat"], namespace=RESUME_NS, counter=COUNTER) == whole(more, VIEWS["chat"])
+
+
+def test_what_a_kept_state_costs_counts_the_lines_it_holds(fresh):
+    """Results of few distinct short lines keep their bases' lines (under MAX_KEPT_NAMES numbered
+    lines): many times their text. What the state is counted as holding covers what it holds."""
+    rnd = random.Random(8)
+    texts = ["\n".join(rnd.choice("abcdef") + rnd.choice("abcdef") for _ in range(12_000)) for _ in range(33)]
+    items = history("chat", texts)
+    beyond, (cost, held) = kept_beyond_items(items)
+    assert held == sum(footprint(item) for item in items) and beyond > 4 * held  # the lines: most of it
+    assert cost >= held + beyond, (cost, held, beyond)
+
+
+def test_line_numbers_let_go_within_a_plan_change_no_fold(monkeypatch):
+    """Past MAX_NAMES numbered lines, a plan lets them go and reads its bases' lines again:
+    the same folds."""
+    texts = drawn(70, seed=5)
+    items = history("chat", texts)
+    expected = whole(items, VIEWS["chat"])
+    assert expected
+    monkeypatch.setattr(fold, "MAX_NAMES", 50)
+    assert whole(items, VIEWS["chat"]) == expected

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from proxy.core.markers import tool_result_marker
+from proxy.core.texts import tool_result_marker
 from proxy.demo import fake_upstream
 
 

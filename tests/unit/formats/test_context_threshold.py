@@ -3,7 +3,7 @@ Messages compaction blocks of a request (proxy.formats.*.threshold, proxy.format
 
 import pytest
 
-from proxy.core.provider_emulation import Threshold
+from proxy.core.compaction import Threshold
 from proxy.errors import ProxyError
 from proxy.formats.context_threshold import MAX_ENTRIES
 from proxy.formats.messages._emulation import (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from proxy.core.markers import INJECTED_TOOLS
+from proxy.core.texts import INJECTED_TOOLS
 from proxy.formats.responses._from_chat import items_from_chat, items_with_offsets, tools_from_chat
 from proxy.formats.responses._items import ResponsesView
 

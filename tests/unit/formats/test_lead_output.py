@@ -1,7 +1,7 @@
 """The proxy's own output first in the client's answer (an emulated compaction): the `lead` of
 each format's rounds, non-streamed and streamed, indexes and sequence numbers consistent."""
 
-from proxy.core.markers import INJECTED_TOOLS
+from proxy.core.texts import INJECTED_TOOLS
 from proxy.formats.messages import _emulation as paused
 from proxy.formats.messages._rounds import MessagesRounds
 from proxy.formats.responses._rounds import ResponsesRounds

@@ -16,9 +16,8 @@ import pytest
 from proxy.core import compression as cp
 from proxy.core import jsonio
 from proxy.core.compaction import plan_compaction
-from proxy.core.markers import INJECTED_TOOLS, history_ref, is_marker, refs_in
 from proxy.core.settings import OffloadSettings
-from proxy.core.texts import RELOAD_TOOL_SCHEMAS
+from proxy.core.texts import INJECTED_TOOLS, RELOAD_TOOL_SCHEMAS, history_ref, is_marker, refs_in
 from proxy.core.tokens import counter_for_model
 from proxy.core.view import ItemView
 from proxy.errors import ProxyError

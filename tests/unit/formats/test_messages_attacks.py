@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.core.markers import INJECTED_TOOLS
+from proxy.core.texts import INJECTED_TOOLS
 from proxy.formats.messages._rounds import StreamRewriter
 from proxy.http.caller import tenants_from_config
 

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from proxy.core import texts
-from proxy.core.markers import is_marker, tool_result_ref
+from proxy.core.texts import is_marker, tool_result_ref
 from proxy.core.tokens import counter_for_model
 from proxy.errors import ProxyError
 from proxy.formats.messages import MESSAGES

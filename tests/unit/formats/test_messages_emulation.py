@@ -3,7 +3,7 @@ relayed or emulated; a token of the proxy's is never forwarded."""
 
 import pytest
 
-from proxy.core.compaction_token import PREFIX
+from proxy.core.compaction import PREFIX
 from proxy.errors import ProxyError
 from proxy.formats.messages._emulation import replace_compaction_blocks
 from proxy.formats.responses import RESPONSES
@@ -92,7 +92,7 @@ async def test_a_record_holding_a_block_of_ours_is_expanded_in_turn(records):
         b'[{"role":"assistant","content":[{"type":"compaction","content":"s","encrypted_content":"%s"}]}]'
         % inner.encode()
     )
-    from proxy.core import compaction_token
+    from proxy.core import compaction as compaction_token
 
     rid = compaction_token.record_id_for("ns", content)
     key = records._key(rid.hex())

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 
 from proxy.core import compression as cp
-from proxy.core.provider_context import NONE, ProviderContext
+from proxy.core.compaction import NONE, ProviderContext
 from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import counter_for_model
 from proxy.formats.chat import CHAT

@@ -13,8 +13,8 @@ import pytest
 
 from proxy.core.compaction import plan_compaction
 from proxy.core.compression import can_cut, groups, split, units
-from proxy.core.markers import INJECTED_TOOLS
 from proxy.core.settings import OffloadSettings
+from proxy.core.texts import INJECTED_TOOLS
 from proxy.core.tokens import counter_for_encoding
 from proxy.formats.responses import RESPONSES
 from proxy.formats.responses._items import ResponsesView

@@ -12,11 +12,9 @@ import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 from openai.types.responses.compacted_response import CompactedResponse
 
-from proxy.core.compaction import Offload, plan_compaction, present_refs
-from proxy.core.compaction_token import PREFIX, TokenError
-from proxy.core.markers import history_marker, is_marker, refs_in
-from proxy.core.provider_emulation import COMPACTION_ACTION
+from proxy.core.compaction import COMPACTION_ACTION, PREFIX, Offload, TokenError, plan_compaction, present_refs
 from proxy.core.settings import OffloadSettings
+from proxy.core.texts import history_marker, is_marker, refs_in
 from proxy.core.tokens import counter_for_model
 from proxy.errors import ProxyError
 from proxy.formats.responses import RESPONSES
@@ -302,7 +300,7 @@ async def test_another_namespaces_token_a_forged_one_and_an_expired_one_are_400(
 
 
 def token_id(mine, token):
-    from proxy.core.compaction_token import read_token
+    from proxy.core.compaction import read_token
 
     return read_token(token, mine.namespace, mine.secret)
 

@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from proxy.core.markers import INJECTED_TOOLS
-from proxy.core.texts import RELOAD_TOOL_SCHEMAS
+from proxy.core.texts import INJECTED_TOOLS, RELOAD_TOOL_SCHEMAS
 from proxy.errors import ProxyError
 from proxy.formats.responses import RESPONSES
 from proxy.formats.responses._request import parse_responses_body

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import json
 
-from proxy.core.markers import INJECTED_TOOLS
-from proxy.core.texts import RELOAD_TOOL_SCHEMAS
+from proxy.core.texts import INJECTED_TOOLS, RELOAD_TOOL_SCHEMAS
 from proxy.formats.chat._rounds import ChatRounds
 from proxy.formats.messages import MESSAGES
 from proxy.formats.responses._rounds import StreamRewriter

@@ -1,4 +1,4 @@
-"""Each format's usage as a bill (`proxy.formats.*.usage`, `proxy.core.bill`): the providers' fields,
+"""Each format's usage as a bill (`proxy.formats.*.usage`, `proxy.core.answers`): the providers' fields,
 streamed and not, and hostile values read as no usage (counted), never an exception."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from proxy.core.bill import MAX_TOKENS, UNREPORTED, Bill, Meter
+from proxy.core.answers import MAX_TOKENS, UNREPORTED, Bill, Meter
 from proxy.formats.chat._rounds import USAGE as CHAT
 from proxy.formats.chat._rounds import without_usage
 from proxy.formats.messages._rounds import USAGE as MESSAGES

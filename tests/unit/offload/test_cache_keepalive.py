@@ -11,8 +11,8 @@ import time
 import httpx2
 import pytest
 
-from proxy.core import keepalive as ka
-from proxy.core.last_sent import LastSent, digest
+from proxy.core import prompt_cache as ka
+from proxy.core.prompt_cache import LastSent, digest
 from proxy.offload import cache_keepalive as last_sent
 from proxy.offload.cache_keepalive import KeepAlive
 from proxy.offload.tenant_store import TenantStore

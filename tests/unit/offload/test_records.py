@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from proxy.core import compaction_token
+from proxy.core import compaction as compaction_token
 from proxy.core.compaction import Offload
 from proxy.offload import records as events
 from proxy.offload import records as response_chains

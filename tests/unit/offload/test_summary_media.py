@@ -14,8 +14,8 @@ import pytest
 
 from proxy.config import ServerSettings
 from proxy.core import jsonio, texts
-from proxy.core.markers import history_ref
 from proxy.core.settings import OffloadSettings
+from proxy.core.texts import history_ref
 from proxy.formats.messages import MESSAGES
 from proxy.offload.records import RefStore
 from proxy.offload.summaries import Compressor

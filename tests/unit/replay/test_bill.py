@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.core import keepalive as ka
-from proxy.core import provider_cache as pc
+from proxy.core import prompt_cache as ka
+from proxy.core import prompt_cache as pc
 from proxy.replay import _bill as bill
 
 SYSTEM = "rules " * 2000

@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from proxy.core.markers import INJECTED_TOOLS
-from proxy.core.texts import MASKED_TOOL_RESULT
+from proxy.core.texts import INJECTED_TOOLS, MASKED_TOOL_RESULT
 from proxy.core.tokens import counter_for_encoding
 from proxy.formats import chat
 from proxy.formats.messages import MESSAGES

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from proxy.core.markers import INJECTED_TOOLS
+from proxy.core.texts import INJECTED_TOOLS
 from proxy.formats import chat
 from proxy.formats.responses import ResponsesView, items_from_chat
 from proxy.replay import _metrics as metrics

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from proxy.core.markers import history_marker, tool_result_marker
 from proxy.core.settings import OffloadSettings
+from proxy.core.texts import history_marker, tool_result_marker
 from proxy.core.tokens import counter_for_encoding
 from proxy.formats import chat
 from proxy.replay import _metrics as metrics

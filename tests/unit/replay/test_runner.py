@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.core.markers import history_ref
 from proxy.core.settings import OffloadSettings
+from proxy.core.texts import history_ref
 from proxy.formats import chat
 from proxy.formats.messages import MESSAGES
 from proxy.formats.responses import ResponsesView, items_from_chat

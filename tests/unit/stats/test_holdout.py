@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from proxy.core.bill import Bill
+from proxy.core.answers import Bill
 from proxy.stats import _holdout as holdout
 from proxy.stats._holdout import MIN_SESSIONS
 from proxy.stats._prices import PriceTable

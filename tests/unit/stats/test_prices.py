@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from proxy.config import ServerSettings
-from proxy.core.bill import Bill, Price
+from proxy.core.answers import Bill, Price
 from proxy.stats._prices import DEFAULT_PRICES, FALLBACK, PriceTable, parse_prices
 
 

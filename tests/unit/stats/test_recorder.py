@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from proxy.core.bill import Bill
+from proxy.core.answers import Bill
 from proxy.stats import _reader as reader
 from proxy.stats._buckets import ALL, bucket_key, bucket_start, span_of, top_key, ttl_of
 from proxy.stats._prices import PriceTable

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from proxy.core.bill import Bill
+from proxy.core.answers import Bill
 from proxy.http import telemetry
 from proxy.http.telemetry import Observe, RequestRecord
 from proxy.offload.summary_context import SummaryContext, count_summary

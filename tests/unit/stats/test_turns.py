@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from proxy.core.bill import Bill, Meter
+from proxy.core.answers import Bill, Meter
 from proxy.stats._prices import PriceTable
 from proxy.stats._recorder import turn_of
 from proxy.stats._turns import OBSERVED, Turn, headline, turn_fields

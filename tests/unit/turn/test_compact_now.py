@@ -2,10 +2,9 @@
 
 import pytest
 
-from proxy.core.compaction import Offload
-from proxy.core.compaction_token import PREFIX
-from proxy.core.markers import history_marker
+from proxy.core.compaction import PREFIX, Offload
 from proxy.core.settings import OffloadSettings
+from proxy.core.texts import history_marker
 from proxy.core.tokens import counter_for_model
 from proxy.formats.responses import RESPONSES
 from proxy.offload.records import CompactionRecords, RefStore

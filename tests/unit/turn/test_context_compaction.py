@@ -9,11 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from proxy.core.compaction import Offload, Plan
-from proxy.core.compaction_token import PREFIX
-from proxy.core.markers import history_marker
-from proxy.core.provider_emulation import COMPACTION_ACTION, Threshold
+from proxy.core.compaction import COMPACTION_ACTION, PREFIX, Offload, Plan, Threshold
 from proxy.core.settings import OffloadSettings
+from proxy.core.texts import history_marker
 from proxy.core.tokens import counter_for_model
 from proxy.formats.messages import MESSAGES
 from proxy.formats.responses import RESPONSES

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.core.markers import tool_result_ref
+from proxy.core.texts import tool_result_ref
 from proxy.core.tokens import counter_for_model
 from proxy.errors import ProxyError
 from proxy.formats.messages import MESSAGES, history

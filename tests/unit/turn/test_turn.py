@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from proxy.core.markers import INJECTED_TOOLS
 from proxy.core.settings import OffloadSettings
+from proxy.core.texts import INJECTED_TOOLS
 from proxy.formats.chat import CHAT
 from proxy.formats.messages import MESSAGES
 from proxy.formats.responses import RESPONSES
@@ -143,7 +143,7 @@ class Summarising:
 
     async def fold(self, compacted, originals, settings, counter, *, keep_recent, cpu):
         from proxy.core.compaction import Offload
-        from proxy.core.markers import history_marker
+        from proxy.core.texts import history_marker
         from proxy.offload.summary_context import Compressed
 
         self.folded.append(list(compacted))

@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 
 from proxy.core import compression as cp
 from proxy.core.compaction import plan_compaction
-from proxy.core.markers import is_marker, make_ref, refs_in, tool_result_marker
 from proxy.core.preview import MAX_CHARS, MAX_LINES
 from proxy.core.settings import OffloadSettings
+from proxy.core.texts import is_marker, make_ref, refs_in, tool_result_marker
 from proxy.core.tokens import counter_for_model
 from proxy.formats.chat import VIEW
 from tests.harness.history import agent_history, big_text

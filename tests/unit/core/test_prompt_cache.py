@@ -1,4 +1,5 @@
-"""The provider-cache model: what each request of a sequence is billed, by provider profile."""
+"""proxy.core.prompt_cache: a provider's prompt cache billed, the cuts priced at its prices, the
+keep-alive pings."""
 
 from __future__ import annotations
 
@@ -6,8 +7,29 @@ import dataclasses
 
 import pytest
 
-from proxy.core import provider_cache as pc
-from proxy.core.provider_cache import ANTHROPIC, OPENAI, Billed, Block, Cache, Request
+from proxy.core import prompt_cache as ka
+from proxy.core import prompt_cache as pc
+from proxy.core.prompt_cache import (
+    ANTHROPIC,
+    COLD_MARGIN,
+    MAX_REMAINING,
+    OPENAI,
+    Billed,
+    Block,
+    Cache,
+    CutContext,
+    LastSent,
+    Request,
+    decode,
+    digest,
+    early,
+    keep_previous,
+    price,
+)
+from proxy.formats.prompt_cache import ping
+
+# ==================== prompt cache
+# The provider-cache model: what each request of a sequence is billed, by provider profile.
 
 
 def blocks(*sizes: int, marks: dict[int, str] | None = None, tag: str = "b") -> tuple[Block, ...]:
@@ -209,3 +231,193 @@ def test_chain_hashes_depend_on_everything_before():
     assert pc.chain([a, b])[1] != pc.chain([c, b])[1]
     assert pc.chain([a, b])[0] == pc.chain([a, c])[0]
     assert pc.chain([a, b]) == pc.chain([Block("a", 9, "5m"), Block("b", 7)])  # tokens and marks not hashed
+
+
+# ==================== cache cuts
+# Cuts priced at cache prices (proxy.core.prompt_cache) and the session record they read
+# (proxy.core.prompt_cache).
+
+SENT = LastSent(
+    digest(b"body"),
+    tokens=30_000,
+    at=1000.0,
+    model="claude-sonnet-4-5",
+    endpoint="messages",
+    family="anthropic",
+    credential="client",
+    turns=6,
+    summary="ab" * 32,
+)
+
+
+def ctx(idle: float, *, turns: int = 6, profile: pc.Profile = pc.ANTHROPIC) -> CutContext:
+    return CutContext(dataclasses.replace(SENT, turns=turns), SENT.at + idle, profile)
+
+
+def test_the_record_round_trips_and_counts_turns_on():
+    assert decode(SENT.encode()) == SENT
+    later = SENT.then(dataclasses.replace(SENT, digest=digest(b"next"), at=1200.0, turns=1))
+    assert (later.turns, later.at, later.digest) == (7, 1200.0, digest(b"next"))
+    assert SENT.idle(900.0) == 0.0  # a clock that went back
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"null",
+        b"[]",
+        b"{}",
+        b'{"v": 2}',
+        b"\xff",
+        SENT.encode().replace(b'"tokens":30000', b'"tokens":"30000"'),
+        SENT.encode().replace(b'"tokens":30000', b'"tokens":true'),
+        SENT.encode().replace(b'"at":1000.0', b'"at":NaN'),
+        SENT.encode().replace(b'"claude-sonnet-4-5"', b'"' + b"m" * 300 + b'"'),
+    ],
+)
+def test_a_stored_value_that_is_no_record_reads_as_none(raw):
+    assert decode(raw) is None
+
+
+def test_cold_is_idle_past_the_ttl_and_unknown_is_not_cold():
+    assert not ctx(299).cold and ctx(301).cold
+    assert not CutContext(None, 10_000.0, pc.ANTHROPIC).cold
+
+
+def test_a_cut_due_soon_is_made_early_only_on_a_cold_cache():
+    trigger = 10_000
+    due = int((1 - COLD_MARGIN) * trigger)
+    assert early(ctx(600), foldable=due, trigger=trigger)
+    assert not early(ctx(600), foldable=due - 1, trigger=trigger)  # not due soon
+    assert not early(ctx(60), foldable=trigger, trigger=trigger)  # warm
+    assert not early(None, foldable=trigger, trigger=trigger)
+
+
+def test_the_price_of_a_warm_cut_is_its_write_against_the_reads_it_saves():
+    # after 12k rewritten at 1.25 instead of 100k read at 0.1; 88k fewer read over 6 turns
+    cut = price(ctx(60), after=12_000, removed=88_000)
+    assert cut.extra == pytest.approx(12_000 * 1.25 - 100_000 * 0.1)
+    assert cut.saved == pytest.approx(88_000 * 0.1 * 6)
+    assert cut.worth and not keep_previous(ctx(60), after=12_000, removed=88_000)
+
+
+def test_a_warm_cut_that_saves_little_waits_and_a_cold_one_never_does():
+    # re-summarising: 30k rewritten to take 2.7k out of each later request
+    assert not price(ctx(60, turns=3), after=30_000, removed=2_700).worth
+    assert keep_previous(ctx(60, turns=3), after=30_000, removed=2_700)
+    assert price(ctx(600, turns=3), after=30_000, removed=2_700).worth  # cold: written either way
+    assert not keep_previous(ctx(600, turns=3), after=30_000, removed=2_700)
+    assert not keep_previous(None, after=30_000, removed=2_700)
+
+
+def test_the_expected_remaining_turns_are_the_turns_so_far_bounded():
+    assert ctx(60, turns=1).remaining == 1
+    assert ctx(60, turns=10_000).remaining == MAX_REMAINING
+    long = price(ctx(60, turns=10_000), after=30_000, removed=2_700)
+    assert long.saved == pytest.approx(2_700 * 0.1 * MAX_REMAINING)
+
+
+def test_openai_prices_a_cut_without_a_write_premium():
+    cut = price(ctx(60, profile=pc.OPENAI), after=12_000, removed=88_000)
+    assert cut.extra == pytest.approx(12_000 * 1.0 - 100_000 * 0.1)
+
+
+# ==================== keepalive
+# Keep-alive pings' schedule and bounds (proxy.core.prompt_cache) and their bodies
+# (proxy.formats.prompt_cache).
+
+LIMITS = ka.Limits(min_tokens=20_000, max_pings=3, idle=900.0, ttl=300.0)
+HELD = ka.Held(tokens=50_000, turn_at=1000.0, sent_at=1000.0)
+
+
+def test_a_ping_is_due_shortly_before_the_ttl_of_the_last_send():
+    at = ka.next_ping(HELD, LIMITS, pc.ANTHROPIC)
+    assert at == pytest.approx(1000.0 + 300 - LIMITS.lead)
+    assert HELD.sent_at < at < HELD.sent_at + LIMITS.ttl
+    after_one = dataclasses.replace(HELD, pings=1, sent_at=at)
+    assert ka.next_ping(after_one, LIMITS, pc.ANTHROPIC) == pytest.approx(at + 300 - LIMITS.lead)
+
+
+def test_no_ping_for_a_small_prefix_past_the_pings_or_past_the_idle_limit():
+    assert ka.next_ping(dataclasses.replace(HELD, tokens=19_999), LIMITS, pc.ANTHROPIC) is None
+    assert ka.next_ping(dataclasses.replace(HELD, pings=3), LIMITS, pc.ANTHROPIC) is None
+    late = dataclasses.replace(HELD, pings=2, sent_at=HELD.turn_at + 700)  # the next would be 970 s after the turn
+    assert ka.next_ping(late, LIMITS, pc.ANTHROPIC) is None
+
+
+def test_the_pings_never_cost_more_than_the_write_they_avoid():
+    many = dataclasses.replace(LIMITS, max_pings=100, idle=1e9)
+    counts = {}
+    for profile in (pc.ANTHROPIC, pc.OPENAI):
+        held, n = HELD, 0
+        while ka.next_ping(held, many, profile) is not None:
+            n += 1
+            held = dataclasses.replace(held, pings=n)
+        counts[profile.name] = n
+        assert (
+            n * ka.ping_cost(profile, HELD) <= ka.write_avoided(profile, HELD) < (n + 1) * ka.ping_cost(profile, HELD)
+        )
+    # Anthropic: a read at 0.1 against a write at 1.25 less the read (11); OpenAI: 0.9 of an uncached prefix
+    assert counts == {"anthropic": 11, "openai": 8}
+
+
+def test_a_held_prefix_expires_past_the_idle_limit_and_its_ttl():
+    assert not ka.expired(HELD, LIMITS, 1000.0 + 800)
+    assert ka.expired(HELD, LIMITS, 1000.0 + 901 + 300)
+
+
+MESSAGES = {
+    "model": "claude-sonnet-4-5",
+    "max_tokens": 4096,
+    "stream": True,
+    "system": [{"type": "text", "text": "sys", "cache_control": {"type": "ephemeral"}}],
+    "messages": [{"role": "user", "content": "hi"}],
+}
+
+
+def test_ping_bodies_keep_the_prompt_and_ask_for_the_least_output():
+    body = ping("messages", MESSAGES)
+    assert body == {**{k: v for k, v in MESSAGES.items() if k != "stream"}, "max_tokens": 1}
+    chat = ping(
+        "chat/completions",
+        {
+            "model": "gpt-4o",
+            "messages": [{"role": "user", "content": "x"}],
+            "max_tokens": 99,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+    )
+    assert chat == {
+        "model": "gpt-4o",
+        "messages": [{"role": "user", "content": "x"}],
+        "max_completion_tokens": 1,
+        "n": 1,
+        "store": False,
+    }
+    responses = ping("responses", {"model": "gpt-5", "input": "x", "stream": True, "previous_response_id": "resp_1"})
+    assert responses == {
+        "model": "gpt-5",
+        "input": "x",
+        "previous_response_id": "resp_1",
+        "max_output_tokens": 16,
+        "store": False,
+        "background": False,
+    }
+
+
+def test_no_ping_where_it_keeps_nothing_warm():
+    assert ping("messages", {**MESSAGES, "system": "sys"}) is None  # Anthropic caches only where asked
+    assert ping("messages", {**MESSAGES, "cache_control": {"type": "ephemeral"}}) is not None
+    assert ping("messages", {**MESSAGES, "thinking": {"type": "enabled", "budget_tokens": 2048}}) is None
+    assert ping("embeddings", {"input": "x"}) is None
+    assert ping("messages", ["not", "an", "object"]) is None
+
+
+def test_no_ping_adds_to_a_conversation_kept_upstream():
+    """The upstream adds each response's input and output to the `conversation` it names: a ping
+    would write the turn's input again, and its own 16-token answer, into the client's conversation."""
+    assert ping("responses", {"model": "gpt-5", "input": "x", "conversation": "conv_1"}) is None
+    assert ping("responses", {"model": "gpt-5", "input": "x", "conversation": {"id": "conv_1"}}) is None
+    assert ping("responses", {"model": "gpt-5", "input": "x", "conversation": None}) is not None
