@@ -102,3 +102,47 @@ def test_the_fake_upstream_recipes_bill():
     assert recipes
     for name, line in recipes:
         assert "--bill" in line, f"{name}: {line.strip()}"
+
+
+# A path of this repository's code named in the docs (`proxy/core/wire.py`, `tests/unit/…`), or a
+# module named dotted (`proxy.core.wire`, `proxy.core.wire.WireFormat`): after modules move, the
+# name must still lead somewhere. Paths under tests/ only below its own folders (the docs quote
+# an agent's `tests/test_api.py` in examples).
+REPO_PATH = re.compile(
+    r"(?<![\w/.-])((?:proxy|bench|scripts|deploy|tests/(?:unit|e2e|harness|project))/[\w/.-]*\w)(?![\w/-])"
+)
+DOTTED = re.compile(r"(?<![\w.-])(proxy(?:\.\w+)+)(?!\.?\w)")
+FILE_NAMES = {"json", "jsonl", "log", "yml", "yaml", "txt", "sqlite3", "toml"}  # `proxy.log`: a file
+
+
+def named_code(text: str) -> tuple[list[str], list[str]]:
+    return REPO_PATH.findall(text), DOTTED.findall(text)
+
+
+def _resolves(dotted: str) -> bool:
+    """`dotted` is a module of the repository, or a name its longest module prefix holds."""
+    parts = dotted.split(".")
+    if parts[-1] in FILE_NAMES:
+        return True
+    for k in range(len(parts), 0, -1):
+        stem = ROOT.joinpath(*parts[:k])
+        source = stem.with_suffix(".py") if stem.with_suffix(".py").exists() else stem / "__init__.py"
+        if source.exists():
+            return k == len(parts) or re.search(rf"\b{re.escape(parts[k])}\b", source.read_text()) is not None
+    return False
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_code_path_and_module_named_exists(page: Path):
+    paths, modules = named_code(page.read_text())
+    missing = [p for p in paths if not (ROOT / p).exists()]
+    missing += [m for m in modules if not _resolves(m)]
+    assert not missing, f"{page.name} names code that is not there: {sorted(set(missing))}"
+
+
+def test_a_stale_module_name_is_found():
+    text = "see `proxy/core/gone.py`, proxy.core.gone.X, proxy.core.wire.WireFormat, offload-proxy/scripts/x"
+    paths, modules = named_code(text + " and proxy.json")
+    assert paths == ["proxy/core/gone.py"]
+    assert [_resolves(m) for m in modules] == [False, True, True]
+    assert not (ROOT / paths[0]).exists()
