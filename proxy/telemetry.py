@@ -1,9 +1,11 @@
 """What a request's observability is made of, below the HTTP layer: the `RequestRecord` each
-request carries in a context variable (`current`), filled in by whoever knows a figure (the
-handlers, the upstream client, the summariser), and the Prometheus `Metrics` it is turned into.
-The reload loop and tools read no context variable: they report to the `TurnRecord` sink they
-are handed (the HTTP layer passes the request's record; `NO_RECORD` keeps nothing). The middleware that opens the record, and the log line it becomes,
-live in `proxy.http.telemetry`.
+request carries, filled in by whoever knows a figure (the handlers, the upstream client, the
+summariser), and the Prometheus `Metrics` it is turned into. Nothing below the HTTP layer reads
+or writes a context variable for it: each part reports to the sink it is handed (`TurnRecord`
+for the reload loop and tools, `UpstreamRecord` for the upstream client, `SummaryRecord` for
+the summariser; the HTTP layer passes the request's record, `NO_RECORD` or None keeps nothing).
+The middleware that opens the record (and the context variable the HTTP layer finds it in), and
+the log line it becomes, live in `proxy.http.telemetry`.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -94,6 +95,22 @@ class RequestRecord:
         """One upstream answer's bill (`proxy.core.answers.Meter`)."""
         self.bill.add(bill)
 
+    def add_summary_bill(self, bill: Bill) -> None:
+        """What the provider billed for the summaries this request made."""
+        self.summary_bill = self.summary_bill + bill
+
+    def upstream_left(self, at: float) -> None:
+        """An upstream request left (`time.perf_counter()`): the first one's time is kept."""
+        if self.upstream_sent is None:
+            self.upstream_sent = at
+
+    def upstream_answered(self, status: int, ttfb: float) -> None:
+        """The response headers of an upstream request arrived, `ttfb` seconds after it left:
+        the last one's status, the first one's time."""
+        self.upstream_status = status
+        if self.upstream_ttfb is None:
+            self.upstream_ttfb = ttfb
+
 
 class TurnRecord(Protocol):
     """The sink a turn's steps report their figures to (the reload loop and tools): passed in by
@@ -122,7 +139,21 @@ class _NoRecord:
 NO_RECORD: TurnRecord = _NoRecord()
 
 
-current: ContextVar[RequestRecord | None] = ContextVar("offload_request_record", default=None)
+class UpstreamRecord(Protocol):
+    """The sink the upstream client reports a request's timings to (`Upstream.send`'s `record`)."""
+
+    def upstream_left(self, at: float) -> None: ...
+
+    def upstream_answered(self, status: int, ttfb: float) -> None: ...
+
+
+class SummaryRecord(UpstreamRecord, Protocol):
+    """The sink a summary made for a request is counted in, its calls' timings too
+    (`SummaryContext.record`)."""
+
+    def count_summary(self, ok: bool, seconds: float) -> None: ...
+
+    def add_summary_bill(self, bill: Bill) -> None: ...
 
 
 class Metrics:

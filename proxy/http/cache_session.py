@@ -32,20 +32,19 @@ from proxy.http.services import services_of
 from proxy.offload import cache_keepalive as last_sent
 from proxy.offload.cache_keepalive import KeepAlive, PingDone
 from proxy.offload.cpu_pool import CPU
+from proxy.turn import Exchange
 
 log = logging.getLogger("proxy.http.cache_session")
 
 
 @dataclass
 class CacheSession:
-    """One turn's part: the session, the record read before it, what went out first."""
+    """One turn's part: the session, the record read before it (what went out first is the
+    exchange's: `Exchange.sent`)."""
 
     session: str | None = None
     before: LastSent | None = None
     cuts: CutContext | None = None
-    content: bytes | None = None  # the body of the turn's first upstream request
-    at: float = 0.0  # when it went
-    status: int = 0  # what the upstream answered it
 
 
 class ManagedCall(accounting.ManagedCall, Protocol):
@@ -59,6 +58,7 @@ class ManagedCall(accounting.ManagedCall, Protocol):
     headers: list[tuple[bytes, bytes]]
     query: bytes
     cache: CacheSession
+    exchange: Exchange
 
 
 def profile_for(fmt: WireFormat, model: str | None, ttl: float) -> pc.Profile:
@@ -82,28 +82,21 @@ async def before(call: ManagedCall) -> None:
     call.cache.cuts = CutContext(sent, time.time(), profile_for(call.fmt, model, services.settings.cache_ttl))
 
 
-def sent(call: ManagedCall, content: bytes, status: int) -> None:
-    """A request of the turn went upstream: the first one is the session's prefix (the first
-    answered 200: one refused for asking a stream's usage goes again, `ManagedCall.forward`)."""
-    if call.cache.content is None or call.cache.status != 200:
-        call.cache.content, call.cache.at, call.cache.status = content, time.time(), status
-
-
 async def after(call: ManagedCall) -> None:
     """Once answered: the session's new record, and its prefix held for pings when asked."""
-    cache = call.cache
-    if cache.session is None or cache.content is None or cache.status != 200:
+    cache, sent = call.cache, call.exchange.sent
+    if cache.session is None or sent is None or sent.status != 200:
         return
     turn = call.turn
     model = turn.body.get("model") if isinstance(turn.body.get("model"), str) else None
-    sent_digest = await CPU(len(cache.content) > LARGE_BODY)(digest, cache.content)
-    tokens = turn.prepared.plan.tokens_after + await CPU(len(cache.content) > LARGE_BODY)(
+    sent_digest = await CPU(len(sent.content) > LARGE_BODY)(digest, sent.content)
+    tokens = turn.prepared.plan.tokens_after + await CPU(len(sent.content) > LARGE_BODY)(
         turn.counter.outside_history, turn.body
     )  # the forwarded body's: its tools and system prompt too
     record = LastSent(
         sent_digest,
         tokens=tokens,
-        at=cache.at,
+        at=sent.at,
         model=model[:256] if model else None,
         endpoint=call.fmt.endpoint,
         family=call.caller.family,
@@ -118,7 +111,7 @@ async def after(call: ManagedCall) -> None:
             tenant,
             cache.session,
             sent=stored,
-            content=cache.content,
+            content=sent.content,
             headers=call.headers,
             base=call.base,
             fmt=call.fmt,

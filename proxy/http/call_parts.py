@@ -16,7 +16,8 @@ from proxy.errors import ProxyError
 from proxy.formats.messages import without_emulated_betas
 from proxy.http.caller import ACCOUNT_HEADERS, CREDENTIAL_HEADERS, Caller
 from proxy.http.services import services_of
-from proxy.offload.quota import Quota
+from proxy.http.telemetry import current as current_record
+from proxy.offload.quota import ADMITTED, Admission, Quota
 from proxy.offload.records import RefStore
 from proxy.offload.summaries import Compressor
 from proxy.offload.summarizer import DEFAULT_INSTRUCTION, DEFAULT_PROMPT
@@ -83,6 +84,7 @@ def compressor_for(
         tally=functools.partial(services.recorder.count_summary, caller.namespace, session=settings.session),
         billed=billed,
         cuts=cuts,
+        record=current_record.get(),
     )
     return Compressor(tenant, ctx)
 
@@ -112,33 +114,41 @@ def request_settings(request: Request, caller: Caller) -> OffloadSettings:
 CHECK_HEADERS = CREDENTIAL_HEADERS + ACCOUNT_HEADERS + (b"anthropic-version", b"anthropic-beta")
 
 
-def quota_for(request: Request, caller: Caller) -> Quota:
-    """The storage quota of the caller's tenant; a client's own key must also be one the
-    upstream accepts (asked once with `GET models`, remembered for a while)."""
+def admission_for(request: Request, caller: Caller) -> Admission:
+    """The caller gate's verdict on storing for this caller (`proxy.offload.quota.Admission`): a
+    proxy key or the server's own is admitted; a client's own key must be one the upstream
+    accepts (known to the server's `CredentialCheck`, else asked once with `GET models` by the
+    first step about to store, remembered for a while). Never asked for a request that stores
+    nothing."""
     services = services_of(request)
-    verify = None
-    if caller.kind == "client":
+    if caller.kind != "client":
+        return ADMITTED
 
-        async def ask() -> int | None:
-            headers = [
-                (k, v)
-                for k, v in without_emulated_betas(
-                    caller.upstream_headers(request.scope["headers"], body_replaced=True)
-                )
-                if k.lower() in CHECK_HEADERS
-            ]
-            try:
-                response = await services.upstream.send("GET", "models", headers=headers, base=caller.base)
-            except ProxyError:
-                return None
-            await response.aclose()
-            return response.status_code
+    async def ask() -> int | None:
+        headers = [
+            (k, v)
+            for k, v in without_emulated_betas(caller.upstream_headers(request.scope["headers"], body_replaced=True))
+            if k.lower() in CHECK_HEADERS
+        ]
+        try:
+            response = await services.upstream.send(
+                "GET", "models", headers=headers, base=caller.base, record=current_record.get()
+            )
+        except ProxyError:
+            return None
+        await response.aclose()
+        return response.status_code
 
-        verify = services.credential_check.verifier(caller.scope, ask)
+    return Admission(services.credential_check, caller.scope, ask)
+
+
+def quota_for(request: Request, caller: Caller) -> Quota:
+    """The storage quota of the caller's tenant, its writes admitted by `admission_for`."""
+    services = services_of(request)
     return Quota(
         services.store,
         caller.scope,
         limit=services.settings.max_stored_bytes_per_namespace,
         ttl=services.settings.store_ttl,
-        verify=verify,
+        admission=admission_for(request, caller),
     )

@@ -17,7 +17,6 @@ import time
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy import telemetry
 from proxy.core.compaction import COMPACTION_ACTION
 from proxy.core.jsonio import JsonObject
 from proxy.core.settings import OffloadSettings
@@ -30,6 +29,7 @@ from proxy.http.caller import Caller
 from proxy.http.error_map import json_answer, response_of
 from proxy.http.managed import answered
 from proxy.http.services import services_of
+from proxy.http.telemetry import current as current_record
 from proxy.http.token_relay import read_body, relay_tokens_expanded
 from proxy.offload.cpu_pool import CPU
 from proxy.stats import session_from_history
@@ -128,7 +128,7 @@ async def _emulated(request: Request, caller: Caller, settings: OffloadSettings)
 
 def _note(body: JsonObject, caller: Caller, *, done: Compaction, session: str | None, explicit: bool) -> None:
     """The request's record, as a managed turn's (the access log, the metrics, the statistics)."""
-    rec = telemetry.current.get()
+    rec = current_record.get()
     if rec is None:
         return
     rec.tenant, rec.stream, rec.model = caller.namespace[:12], False, body["model"]

@@ -9,6 +9,7 @@ from proxy.formats.messages import MESSAGES
 from proxy.http import emulated_answers, holdout, observed
 from proxy.http.managed import ManagedCall, answered
 from proxy.http.relay import stream_back
+from proxy.http.telemetry import current as current_record
 
 
 async def count_tokens(request: Request) -> Response:
@@ -31,7 +32,13 @@ async def count_tokens(request: Request) -> Response:
         content = await call.serialised(turn.rounds.request(offered)) if turn.changed or offered else call.raw
         response = await call.watch.run(
             call.services.upstream.send(
-                "POST", "messages/count_tokens", query=call.query, headers=call.headers, content=content, base=call.base
+                "POST",
+                "messages/count_tokens",
+                query=call.query,
+                headers=call.headers,
+                content=content,
+                base=call.base,
+                record=current_record.get(),
             )
         )
         if turn.emulation.applied_edits is not None:  # the edits the proxy applied: Anthropic's original count

@@ -17,7 +17,8 @@ from collections.abc import Iterable
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.core.settings import HEADER_PREFIX, UnknownHeaders, unknown_headers
-from proxy.telemetry import Metrics, current
+from proxy.http.telemetry import current
+from proxy.telemetry import Metrics
 
 # RFC 9110 §7.6.1 connection-specific headers, plus the ones httpx2/uvicorn recompute themselves.
 HOP_BY_HOP = frozenset(

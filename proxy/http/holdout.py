@@ -32,6 +32,7 @@ from proxy.core import settings as holdout
 from proxy.http import accounting, answer_ending, billing, observed
 from proxy.http.disconnect import ClientDisconnected
 from proxy.http.observed import ManagedCall
+from proxy.http.telemetry import current as current_record
 from proxy.offload.cpu_pool import CPU
 from proxy.stats import session_from_name
 from proxy.store.base import StoreUnavailable
@@ -76,7 +77,7 @@ async def arm_of(call: ManagedCall) -> tuple[holdout.Arm | None, tuple[str | Non
 
 async def mark(call: ManagedCall, arm: holdout.Arm) -> None:
     """The arm and the repeated tool calls of the request's history, on its record."""
-    rec = telemetry.current.get()
+    rec = current_record.get()
     if rec is None:
         return
     rec.arm = arm
@@ -95,7 +96,7 @@ async def forward_control(call: ManagedCall, derived: tuple[str | None, str | No
     )
     call.turn = await run_turn(given)
     call.rec = await accounting.note(
-        telemetry.current.get(),
+        current_record.get(),
         call.turn.report(),
         namespace=call.namespace,
         derive=functools.partial(accounting.known_or_derived, call, derived),
@@ -108,7 +109,7 @@ async def forward_control(call: ManagedCall, derived: tuple[str | None, str | No
 
 async def watched(call: ManagedCall, answer: Callable[[], Awaitable[Response]]) -> Response:
     """`answer()`, how it ended read into the record, its reply's session linked once it has gone."""
-    rec = telemetry.current.get()
+    rec = current_record.get()
     try:
         out = await answer()
     except ClientDisconnected:  # the client went away: no answer ended, nothing is said of it

@@ -1,7 +1,8 @@
 """The managed endpoints (`POST /v1/chat/completions`, `POST /v1/responses`, `POST /v1/messages`
-and `POST /v1/messages/count_tokens`): one request path for every wire format: read → the turn
-(`proxy.turn`: chain, emulation, edits, plan and store, inline compaction) → send → answer
-(the reload loop).
+and `POST /v1/messages/count_tokens`): one request path for every wire format: read the body,
+build the exchange's context (`ExchangeContext`: the caller's store handle and admission, the
+upstream, the summariser factory, the settings, the request's record), run the `Exchange`
+(`proxy.turn`: prepare the turn → send rounds → settle) and write its answer as the response.
 
 The format (`proxy.core.wire.WireFormat`) reads and writes the body; everything else (settings,
 quota, the turn, headers, events, metrics, the reload loop) is the same for all.
@@ -20,8 +21,6 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from proxy import telemetry
-from proxy.core import jsonio
-from proxy.core import jsonio as large_json
 from proxy.core.jsonio import JsonObject
 from proxy.core.settings import OffloadSettings
 from proxy.core.wire import WireFormat
@@ -32,28 +31,22 @@ from proxy.formats.prompt_cache import session_cache_key
 from proxy.formats.responses import RESPONSES
 from proxy.http import accounting, billing, cache_session, emulated_answers, error_map, holdout, observed
 from proxy.http.body import codings_of, decoded_body, refuse_other_charsets
-from proxy.http.call_parts import compressor_for, request_settings, tenant_store
+from proxy.http.call_parts import admission_for, compressor_for, request_settings, tenant_store
 from proxy.http.caller import Caller
 from proxy.http.disconnect import ClientWatch
 from proxy.http.headers import response_headers_for_client
-from proxy.http.relay import close_after, stream_back
+from proxy.http.relay import stream_back
 from proxy.http.routing import family_of
 from proxy.http.services import services_of
+from proxy.http.telemetry import current as current_record
 from proxy.offload import cpu_pool
-from proxy.offload import records as response_chains
 from proxy.offload.records import RefStore
 from proxy.offload.summaries import Compressor
-from proxy.reload import loop as reload_loop
-from proxy.reload import search as search_pool
 from proxy.reload.search import SearchLimits
-from proxy.turn import Turn, TurnInput, run_turn
+from proxy.turn import Answer, Exchange, ExchangeContext, Turn
 from proxy.upstream.base_url import accepts_cache_key, emulates
 
 log = logging.getLogger("proxy.http.managed")
-# An upstream's answers to a request asking for a stream's usage that send it again as the client
-# sent it: some refuse the field asking adds (Azure OpenAI's older API versions, strict gateways:
-# "Unknown parameter: 'stream_options'"), and any other fault is then the client's own, answered so.
-REFUSED = (400, 422)
 
 
 async def chat_completions(request: Request) -> Response:
@@ -106,8 +99,9 @@ async def answered(request: Request, run: Callable[[], Awaitable[Response]]) -> 
 
 
 class ManagedCall:
-    """One request to a managed endpoint on its way through the proxy: read (`open`), the turn
-    (`offload`, `proxy.turn`), then sent and answered."""
+    """One request to a managed endpoint on its way through the proxy: read (`open`), then its
+    `Exchange` (`proxy.turn`: prepare, send rounds, settle) built from the request's context,
+    and the exchange's answer written as a Starlette response."""
 
     turn: Turn
 
@@ -131,13 +125,14 @@ class ManagedCall:
         self.watch = ClientWatch(request, body_read=True)
         self.query = request.scope.get("query_string", b"")
         self.previous = body.get("previous_response_id")  # as the client sent it (the statistics' session)
-        self.used_up: str | None = None  # a conversation's record, forgotten when the upstream accepts the request
         self.rec: telemetry.RequestRecord | None = None
         # the sink the turn's reload loop and tools report to: the request's record (`telemetry`)
-        self.record: telemetry.TurnRecord = telemetry.current.get() or telemetry.NO_RECORD
+        self.record: telemetry.TurnRecord = current_record.get() or telemetry.NO_RECORD
         self.headers: list[tuple[bytes, bytes]] = []
         self.cache = cache_session.CacheSession()  # the session's prompt cache: its record, what went first
         self.derived: tuple[str | None, str | None] | None = None  # the statistics' session, once derived
+        self.tenant = tenant_store(request, self.caller)
+        self.exchange = Exchange(self.context(), raw=raw, body=body, history=history, decoded=decoded)
 
     @classmethod
     async def open(cls, request: Request, fmt: WireFormat) -> ManagedCall:
@@ -165,17 +160,15 @@ class ManagedCall:
             settings = settings.model_copy(update={"reload_tools": False})
         return cls(request, fmt, raw=raw, body=body, history=history, settings=settings, decoded=bool(codings))
 
-    def turn_input(
-        self, *, new_summaries: bool = True, prompt_cache: bool = True, cache_key: str | None = None
-    ) -> TurnInput:
-        """The turn of this request as plain values: the caller bound into the store handle and
-        the compressor factory."""
-        services, caller = self.services, self.caller
-        tenant = tenant_store(self.request, caller)
+    def context(self) -> ExchangeContext:
+        """The exchange's context from the request: the caller bound into the store handle, its
+        admission, the upstream headers and the compressor factory."""
+        services, caller, request, tenant = self.services, self.caller, self.request, self.tenant
+        client_headers = request.scope["headers"]
 
         def compressor(body: JsonObject, settings: OffloadSettings, refs: RefStore, *, background: bool) -> Compressor:
             return compressor_for(
-                self.request,
+                request,
                 body,
                 settings=settings,
                 caller=caller,
@@ -187,21 +180,26 @@ class ManagedCall:
                 session=self.cache.session,
             )
 
-        return TurnInput(
-            self.fmt,
-            self.raw,
-            self.body,
-            self.history,
-            self.settings,
-            tenant,
-            compressor,
+        def upstream_headers(*, body_replaced: bool, emulating: bool) -> list[tuple[bytes, bytes]]:
+            headers = caller.upstream_headers(client_headers, body_replaced=body_replaced)
+            return without_emulated_betas(headers) if emulating else headers
+
+        return ExchangeContext(
+            fmt=self.fmt,
+            tenant=tenant,
+            admission=admission_for(request, caller),
+            upstream=services.upstream,
+            upstream_headers=upstream_headers,
+            compressor=compressor,
+            settings=self.settings,
+            base=self.base,
+            query=self.query,
+            record=current_record.get(),
             emulating=emulates(self.settings.context_management, self.base or services.settings.upstream_base),
             shared_key=caller.shared_key,
             search_limits=SearchLimits.of(services.settings),
-            new_summaries=new_summaries,
-            prompt_cache=prompt_cache,
-            cache_key=cache_key,
-            record=self.record,
+            reload_seconds=services.settings.reload_budget,
+            watch=self.watch,
         )
 
     async def cache_key(self) -> str | None:
@@ -215,171 +213,79 @@ class ManagedCall:
         return session_cache_key(self.namespace, session) if session else None
 
     async def offload(self, *, new_summaries: bool = True, prompt_cache: bool = True) -> Turn:
-        """The turn (`proxy.turn`), then what goes upstream with it. `new_summaries`: False uses
-        the summaries ready in the store and never makes one (counting tokens); `prompt_cache`:
-        False leaves the client's caching as sent (a count is the same with the proxy's)."""
+        """The exchange's first step (`Exchange.prepare`: the turn), and what the request's record
+        learns of it. `new_summaries`: False uses the summaries ready in the store and never
+        makes one (counting tokens); `prompt_cache`: False leaves the client's caching as sent
+        (a count is the same with the proxy's)."""
         if new_summaries:  # a turn that goes upstream: its cuts priced with the session's cache
             await cache_session.before(self)
         key = await self.cache_key() if prompt_cache else None
-        given = self.turn_input(new_summaries=new_summaries, prompt_cache=prompt_cache, cache_key=key)
-        self.tenant = given.tenant
-        turn = self.turn = await run_turn(given)
-        if turn.inject_reload_tools:
-            search_pool.warm()  # the model may search: its workers start while the upstream answers
-        self.body, self.settings, self.used_up = turn.body, turn.settings, turn.used_up
-        self.headers = self.caller.upstream_headers(
-            self.request.scope["headers"],
-            body_replaced=turn.changed
-            or turn.inject_reload_tools
-            or self.decoded
-            or self.fmt.usage.asking(self.body) is not None,
+        turn = self.turn = await self.exchange.prepare(
+            new_summaries=new_summaries, prompt_cache=prompt_cache, cache_key=key
         )
-        if turn.emulation.emulating:
-            self.headers = without_emulated_betas(self.headers)
+        self.body, self.settings, self.headers = turn.body, turn.settings, self.exchange.headers
         self.rec = await accounting.note(  # what the access log, the metrics and the statistics learn
-            telemetry.current.get(),
+            current_record.get(),
             turn.report(),
             namespace=self.namespace,
             derive=functools.partial(accounting.known_or_derived, self, self.derived),
         )
         return turn
 
-    async def _settle_chain(self) -> None:
-        """After the last round, before the client's answer: what its next request needs."""
-        rounds = self.turn.rounds
-        if self.body.get("store") is False or not rounds.first_id:
-            return
-        outputs: list[Any] = []
-        try:
-            if rounds.unanswered:
-                results = await reload_loop.run_calls(self.turn.tools, rounds.unanswered, self.budget.deadline)
-                outputs = rounds.carried(results)
-            conversation = response_chains.conversation_key(self.body.get("conversation"))
-            if conversation and outputs:
-                await self.tenant.remember_chain(conversation, response_chains.Continuation(None, outputs))
-            elif not conversation and (rounds.last_id != rounds.first_id or outputs):
-                later = rounds.last_id if rounds.last_id != rounds.first_id else None
-                await self.tenant.remember_chain(rounds.first_id, response_chains.Continuation(later, outputs))
-        except Exception:  # noqa: BLE001 - the client's answer never waits on this failing
-            log.exception("remembering the response chain failed")
-
-    def after(self) -> BackgroundTask:
-        """Once the client has its answer: the events."""
+    def after(self, answer: Answer | None = None) -> BackgroundTask:
+        """Once the client has its answer: the exchange's last step (`Exchange.settle`), then what
+        the statistics and the session's prompt cache learn."""
 
         async def record() -> None:
-            turn = self.turn
-            await turn.prepared.start_background()  # if the upstream never answered
-            accounting.learn_reply(self, turn.rounds.first_id)
-            await self.tenant.record_events(turn.settings.session, turn.events)
+            await self.exchange.settle()
+            accounting.learn_reply(self, self.turn.rounds.first_id)
             await cache_session.after(self)  # the session's record, its prefix held for keep-alive
 
         return BackgroundTask(record)
 
-    async def _send(self, content: bytes) -> httpx2.Response:
-        if self.rec is not None and self.rec.forwarded is None:  # the turn's first: its prefix reuse, measured later
-            self.rec.forwarded = content
-        response = await self.services.upstream.send(
-            "POST", self.fmt.endpoint, query=self.query, headers=self.headers, content=content, base=self.base
-        )
-        cache_session.sent(self, content, response.status_code)
-        if self.caller.kind == "client":  # what the upstream thinks of the client's own key
-            self.services.credential_check.remember(self.caller.scope, response.status_code)
-        await self.turn.prepared.start_background()  # the turn is out and answering: now its summaries
-        if self.used_up and response.status_code == 200:
-            used_up, self.used_up = self.used_up, None
-            await self.tenant.forget_chain(used_up)
-        return response
-
     async def serialised(self, payload: JsonObject) -> bytes:
-        """The payload as it goes upstream: a large one written off the loop, a piece at a time."""
-        if len(self.raw) > LARGE_BODY:
-            return await cpu_pool.CPU(True)(large_json.dumps_yielding, payload)
-        return jsonio.dumps(payload)
+        return await self.exchange.serialised(payload)
 
     async def send_round(self, payload: JsonObject) -> httpx2.Response:
-        """One round's request, asking for the usage of its stream where the client did not
-        (`UsageReader.asking`: the format's rounds take out what that adds), sent again as it is
-        when the upstream refuses the request asking (`REFUSED`)."""
-        asking = self.fmt.usage.asking(payload)
-        response = await self._send(await self.serialised(asking or payload))
-        if asking is not None and response.status_code in REFUSED:
-            await response.aclose()
-            response = await self._send(await self.serialised(payload))
-        return response
+        return await self.exchange.send_round(payload)
 
     async def forward(self) -> Response:
-        """No reload tools: the (reduced) request goes up, the answer comes back untouched (but
-        for what asking for a stream's usage added: `proxy.http.billing`), its bill read as it
-        passes. A request asking that the upstream refuses goes again as the client sent it."""
-        payload = self.fmt.with_history(self.body, self.turn.items) if self.turn.changed else None
-        asking = self.fmt.usage.asking(payload or self.body)
-        sent = asking if asking is not None else payload
-        content = self.raw if sent is None else await self.serialised(sent)
-        response = await self.watch.run(self._send(content))
-        if asking is not None and response.status_code in REFUSED:  # it may not know the field asking adds
-            await response.aclose()
-            asking = None
-            content = self.raw if payload is None else await self.serialised(payload)
-            response = await self.watch.run(self._send(content))
-        if asking is not None:
-            out = await billing.unasked_stream(
-                response, self.turn.extra_headers, shape=self.caller.family, rec=self.rec, usage=self.fmt.usage
-            )
-        else:
-            out = await stream_back(response, self.turn.extra_headers, shape=self.caller.family)
-            billing.tap(self.rec, out, self.fmt.usage)
-        accounting.tap_reply(self, out)
-        out.background = self.after()
-        return out
-
-    def _budget(self) -> reload_loop.Budget:
-        """No reload rounds without injected tools (the loop then only adds the summary's usage)."""
-        rounds = self.turn.settings.max_reload_rounds if self.turn.inject_reload_tools else 0
-        return reload_loop.Budget(rounds, self.services.settings.reload_budget)
+        """No reload tools: the exchange's answer relayed as the upstream sent it."""
+        return await self.write(await self.exchange.forward())
 
     async def forward_with_reload(self) -> Response:
-        budget = self.budget = self._budget()
-        result = await self.watch.run(
-            reload_loop.complete(
-                self.turn.rounds,
-                self.send_round,
-                tools=self.turn.tools,
-                budget=budget,
-                usage=self.fmt.usage,
-                record=self.record,
-            )
-        )
-        if result.status == 200:
-            await self._settle_chain()
-        out = Response(result.body, status_code=result.status, background=self.after())
-        out.raw_headers = (
-            response_headers_for_client(result.response.headers.raw, decoded=True)
-            + [(b"content-length", str(len(result.body)).encode())]
-            + self.turn.extra_headers
-            + [(reload_loop.RELOAD_ROUNDS_HEADER, str(result.rounds).encode())]
-        )
-        return out
+        return await self.write(await self.exchange.complete())
 
     async def forward_streaming_with_reload(self) -> Response:
-        budget = self.budget = self._budget()
-        turn = self.turn
-        first = await self.watch.run(self.send_round(turn.rounds.request(budget.more(0))))
-        if first.status_code != 200:
-            return await stream_back(first, turn.extra_headers, shape=self.caller.family)
-        events_ = reload_loop.stream(
-            first,
-            turn.rounds,
-            self.send_round,
-            tools=turn.tools,
-            budget=budget,
-            before_finish=self._settle_chain,
-            usage=self.fmt.usage,
-            record=self.record,
-        )
-        out = StreamingResponse(close_after(first, events_), status_code=200, background=self.after())
-        headers = response_headers_for_client(first.headers.raw, decoded=True)
-        if not first.headers.get("content-type", "").startswith("text/event-stream"):  # e.g. an HTML page:
-            headers = [(k, v) for k, v in headers if k.lower() != b"content-type"]  # the events are the proxy's
-            headers.append((b"content-type", b"text/event-stream; charset=utf-8"))
-        out.raw_headers = headers + turn.extra_headers
+        return await self.write(await self.exchange.stream())
+
+    async def write(self, answer: Answer) -> Response:
+        """The exchange's answer as a Starlette response. Relayed: as the upstream sent it, its
+        bill read as it passes (what asking for a stream's usage added taken out:
+        `proxy.http.billing`), the answer's id for the statistics; an answer with nothing to
+        settle (a streamed turn's first round refused) goes back as it came, nothing more."""
+        upstream, family = answer.upstream, self.caller.family
+        if answer.relayed and answer.background is None:
+            return await stream_back(upstream, answer.headers, shape=family)
+        if answer.relayed:
+            if answer.asked_usage:
+                out = await billing.unasked_stream(
+                    upstream, answer.headers, shape=family, rec=self.rec, usage=self.fmt.usage
+                )
+            else:
+                out = await stream_back(upstream, answer.headers, shape=family)
+                billing.tap(self.rec, out, self.fmt.usage)
+            accounting.tap_reply(self, out)
+            out.background = self.after()
+            return out
+        headers = response_headers_for_client(upstream.headers.raw, decoded=True)
+        if answer.stream is not None:
+            streamed = StreamingResponse(answer.stream, status_code=answer.status, background=self.after())
+            if not upstream.headers.get("content-type", "").startswith("text/event-stream"):  # e.g. an HTML page:
+                headers = [(k, v) for k, v in headers if k.lower() != b"content-type"]  # the events are the proxy's
+                headers.append((b"content-type", b"text/event-stream; charset=utf-8"))
+            streamed.raw_headers = headers + answer.headers
+            return streamed
+        out = Response(answer.body, status_code=answer.status, background=self.after())
+        out.raw_headers = headers + answer.headers
         return out

@@ -30,6 +30,7 @@ from proxy.http.caller import Caller
 from proxy.http.disconnect import ClientWatch
 from proxy.http.relay import stream_back
 from proxy.http.services import Services
+from proxy.http.telemetry import current as current_record
 from proxy.offload.records import RefStore
 from proxy.offload.summaries import Compressor
 from proxy.offload.summarizer import DEFAULT_PROMPT, ESTIMATED_SUMMARY_TOKENS
@@ -71,7 +72,13 @@ async def as_received(call: ManagedCall, endpoint: str) -> Response:
     headers = call.caller.upstream_headers(call.request.scope["headers"], body_replaced=call.decoded)
     response = await call.watch.run(
         call.services.upstream.send(
-            "POST", endpoint, query=call.query, headers=headers, content=call.raw, base=call.base
+            "POST",
+            endpoint,
+            query=call.query,
+            headers=headers,
+            content=call.raw,
+            base=call.base,
+            record=current_record.get(),
         )
     )
     if call.caller.kind == "client":  # what the upstream thinks of the client's own key
@@ -82,7 +89,7 @@ async def as_received(call: ManagedCall, endpoint: str) -> Response:
 async def forward(call: ManagedCall) -> Response:
     """The request as received, the answer as sent; the plan once the client has it."""
     out = await as_received(call, call.fmt.endpoint)
-    rec = telemetry.current.get()
+    rec = current_record.get()
     billing.tap(rec, out, call.fmt.usage)
     out.background = BackgroundTask(plan, call, rec)
     return out
@@ -108,6 +115,7 @@ def observed_input(call: ManagedCall, store: MemoryStore) -> TurnInput:
             body=body,
             request_model=model,
             estimate=ESTIMATED_SUMMARY_TOKENS,
+            record=current_record.get(),
         )
         return Compressor(tenant, ctx)  # inline (no scheduler): the estimate is made at once
 

@@ -22,6 +22,7 @@ from proxy.http.disconnect import ClientDisconnected, ClientWatch
 from proxy.http.error_map import response_of
 from proxy.http.headers import response_headers_for_client
 from proxy.http.services import services_of
+from proxy.http.telemetry import current as current_record
 from proxy.offload import cpu_pool
 from proxy.offload import records as response_chains
 from proxy.offload.tenant_store import TenantStore
@@ -151,6 +152,7 @@ async def relay(request: Request) -> Response:
                 headers=caller.upstream_headers(request.scope["headers"], body_replaced=replaced),
                 content=content,
                 base=caller.base,
+                record=current_record.get(),
             )
         )
     except ProxyError as exc:
@@ -263,7 +265,11 @@ async def delete_chained(request: Request, caller: Caller, path: str) -> None:
         return
     try:  # `later` is a plain id (response_chains.plain_id): the path stays /v1/responses/{id}
         extra = await services.upstream.send(
-            "DELETE", f"responses/{later}", headers=caller.upstream_headers(request.scope["headers"]), base=caller.base
+            "DELETE",
+            f"responses/{later}",
+            headers=caller.upstream_headers(request.scope["headers"]),
+            base=caller.base,
+            record=current_record.get(),
         )
         await extra.aclose()
     except ProxyError:

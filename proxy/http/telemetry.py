@@ -1,7 +1,8 @@
 """Observability at the HTTP edge: the middleware, the `/metrics` endpoint and one structured
 JSON log line per request.
 
-A `RequestRecord` (`proxy.telemetry`) travels with each request in a context variable; the
+A `RequestRecord` (`proxy.telemetry`) travels with each request in a context variable
+(`current`, read by the HTTP layer alone, which hands the record down as a sink); the
 handlers fill in what they know (tenant hash, model, tokens, action, reload rounds, upstream
 timings) and the middleware turns it into metrics and the log line when the response has been
 sent, streams included. No credential and no message content ever reaches a label or a log line, and no
@@ -15,6 +16,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.requests import Request
@@ -27,7 +29,7 @@ from proxy.http.error_map import error_response
 from proxy.http.log_clip import clip_value
 
 # the record and the metrics live below the HTTP layer; named here too for the app and the tests
-from proxy.telemetry import MAX_TENANT_LABELS, Metrics, RequestRecord, current
+from proxy.telemetry import MAX_TENANT_LABELS, Metrics, RequestRecord
 
 __all__ = [
     "MAX_TENANT_LABELS",
@@ -45,6 +47,10 @@ __all__ = [
 ]
 
 access_log = logging.getLogger("proxy.access")
+
+# The request's record, set by the middleware (`Observe`) for the routes to find: read in the
+# HTTP layer only, which hands it down as a sink (nothing below it reads a context variable).
+current: ContextVar[RequestRecord | None] = ContextVar("offload_request_record", default=None)
 
 
 def route_of(path: str) -> str:

@@ -30,6 +30,7 @@ from proxy.http.disconnect import ClientWatch
 from proxy.http.managed import answered
 from proxy.http.relay import relay, stream_back
 from proxy.http.services import services_of
+from proxy.http.telemetry import current as current_record
 from proxy.offload import cpu_pool
 from proxy.turn import begin
 
@@ -80,6 +81,7 @@ async def relay_tokens_expanded(request: Request, caller: Caller, path: str, *, 
             headers=caller.upstream_headers(request.scope["headers"], body_replaced=True),
             content=content,
             base=caller.base,
+            record=current_record.get(),
         )
     )
     return await stream_back(response, shape=caller.family)

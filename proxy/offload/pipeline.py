@@ -153,6 +153,8 @@ async def prepare(
                 result.plan = plan
                 compressed_now = True
         result.action = _action(bool(compacted), compressed_now, pending)
+        if plan.offloads:  # new content may be stored: the caller admitted first
+            await refs.admit()
         written = result.written = await refs.save(plan.offloads, [*plan.refs, *kept], settings.session, cpu=cpu)
     except WRITE_REFUSED as exc:
         return Prepared(

@@ -1,15 +1,20 @@
 """Who may make the proxy store content, and how much.
 
-Two checks run before any new content is written (`Quota.charge`):
+Two checks admit new content before it is written:
 
-- **the storage quota** of the caller's tenant: bytes written, counted in the store (so every
+- **the storage quota** (`Quota.charge`, which only counts bytes) of the caller's tenant: bytes written, counted in the store (so every
   worker and replica shares the count) in one counter per tenant whose idle TTL is the
   content's: a safe upper bound of what the tenant holds, which starts again from 0 once the
   tenant has been idle for a whole TTL. Sub-tenants (`X-Offload-Tenant`) share their tenant's
   quota, so naming new ones buys nothing;
 - **the credential**, for callers whose key the proxy cannot vouch for (a client's own
   provider key): the upstream must have accepted it recently (`CredentialCheck`), so an
-  invented key cannot use the proxy as free storage.
+  invented key cannot use the proxy as free storage. The caller gate of the HTTP layer builds
+  the request's `Admission` (the status known, or how to ask: one `GET models`); a step that is
+  about to write new content settles it first (`RefStore.admit`, `CompactionRecords.admit`:
+  an explicit step, awaited once), and the store handle then refuses every write of a caller
+  not admitted (`CredentialRejected` from `Quota.charge`). A request that stores nothing asks
+  nothing; no store write makes an upstream call.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from proxy.errors import Failure, Kind
 from proxy.offload.tenant import key
 from proxy.store import Store, StoreUnavailable
 
-Verify = Callable[[], Awaitable[bool]]
+Ask = Callable[[], Awaitable[int | None]]
 
 
 class QuotaExceeded(Failure):
@@ -56,15 +61,61 @@ def refusal_warning(exc: Exception) -> str:
     return f"store unavailable ({exc})" if isinstance(exc, StoreUnavailable) else str(exc)
 
 
+class Admission:
+    """Whether one request's caller may make the proxy store content: built by the caller gate
+    (`proxy.http.call_parts.admission_for`), settled (`settle`) by each step about to write.
+
+    `check`, `scope`: the server's `CredentialCheck` and the credential's namespace; `ask`: the
+    upstream's status for a request made with the credential (None: no answer), asked only
+    when the check knows nothing recent. Without a check (a proxy key, the server's own key)
+    the caller is admitted from the start."""
+
+    def __init__(self, check: CredentialCheck | None = None, scope: str = "", ask: Ask | None = None) -> None:
+        self.check, self.scope, self.ask = check, scope, ask
+
+    @property
+    def admitted(self) -> bool:
+        """The check knows the credential accepted lately: a write may go on."""
+        return self.check is None or self.check.known(self.scope) is True
+
+    def learn(self, status: int) -> None:
+        """What the upstream answered a request made with the credential (the check remembers it)."""
+        if self.check is not None:
+            self.check.remember(self.scope, status)
+
+    async def settle(self) -> bool:
+        """The credential's verdict: known to the check, else asked (`ask`, remembered by the
+        check: asked once); an unanswered ask admits nothing and remembers nothing."""
+        if self.check is None:
+            return True
+        known = self.check.known(self.scope)
+        if known is None and self.ask is not None:
+            status = await self.ask()
+            if status is None:
+                return False  # cannot tell now: store nothing, remember nothing
+            self.check.remember(self.scope, status)
+            known = self.check.known(self.scope)
+        return bool(known)
+
+
+ADMITTED = Admission()  # a caller the proxy vouches for (or a store not charged)
+
+
 class Quota:
-    def __init__(self, store: Store, scope: str, *, limit: int, ttl: int, verify: Verify | None = None) -> None:
-        """`scope`: the namespace of the tenant as a whole (sub-tenants included)."""
-        self.store, self.limit, self.ttl, self.verify = store, limit, ttl, verify
+    def __init__(self, store: Store, scope: str, *, limit: int, ttl: int, admission: Admission = ADMITTED) -> None:
+        """`scope`: the namespace of the tenant as a whole (sub-tenants included); `admission`:
+        the request's (`Admission`), settled before a write (`admit`)."""
+        self.store, self.limit, self.ttl, self.admission = store, limit, ttl, admission
         self.key = key(scope, "usage", "bytes")
 
+    async def admit(self) -> None:
+        """The step before a write of new content: the admission settled (may ask once)."""
+        await self.admission.settle()
+
     async def charge(self, nbytes: int) -> None:
-        """Admit `nbytes` about to be written, or raise (and count nothing)."""
-        if self.verify is not None and not await self.verify():
+        """Count `nbytes` about to be written, or raise (and count nothing): CredentialRejected
+        for a caller not admitted (`admit` not awaited, or refused), QuotaExceeded past the limit."""
+        if not self.admission.admitted:
             raise CredentialRejected()
         if self.limit <= 0 or nbytes <= 0:
             return
@@ -96,18 +147,3 @@ class CredentialCheck:
         if len(self._known) >= self.size:
             self._known.clear()
         self._known[scope] = (time.monotonic(), status not in (401, 403))
-
-    def verifier(self, scope: str, ask: Callable[[], Awaitable[int | None]]) -> Verify:
-        """`ask` answers the upstream's status for a request with the credential (None: no answer)."""
-
-        async def verify() -> bool:
-            known = self.known(scope)
-            if known is None:
-                status = await ask()
-                if status is None:
-                    return False  # cannot tell now: store nothing, remember nothing
-                self.remember(scope, status)
-                known = self.known(scope)
-            return bool(known)
-
-        return verify

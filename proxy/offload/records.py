@@ -109,6 +109,12 @@ class RefStore:
     def _key(self, ref: str) -> str:
         return key(self.namespace, "item", ref)
 
+    async def admit(self) -> None:
+        """The step before a write of new content: the caller's admission settled
+        (`proxy.offload.quota.Admission`); without it `save` refuses to store new content."""
+        if self.quota is not None:
+            await self.quota.admit()
+
     def _session_key(self, session: str) -> str:
         """With encryption at rest, the session id appears in the key only as a keyed hash."""
         return key(self.namespace, "session", self.sealer.key_name(session, self.namespace))
@@ -119,7 +125,8 @@ class RefStore:
         """Make every ref in `refs` resolvable: extend the live ones, store the missing ones.
 
         Returns the refs that were written now (not already stored). Raises what the quota
-        raises (QuotaExceeded, CredentialRejected), storing nothing, when it refuses the writes.
+        raises (QuotaExceeded; CredentialRejected for a caller not admitted: `admit` first),
+        storing nothing, when it refuses the writes.
         `cpu` runs the encoding (zlib, sealing) of the new items: off the event loop for a large request.
         """
         by_ref = {o.ref: o for o in offloads}
@@ -223,6 +230,11 @@ class CompactionRecords:
         if not isinstance(items, list):
             return None, None
         return items, again
+
+    async def admit(self) -> None:
+        """The step before `save`: the caller's admission settled (`proxy.offload.quota.Admission`)."""
+        if self.quota is not None:
+            await self.quota.admit()
 
     async def save(self, items: list[Any]) -> str:
         """Store `items` and answer the token that stands for them (the same items, the same token).

@@ -21,6 +21,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from proxy import telemetry
 from proxy.core import compression as cp
 from proxy.core import compression as precompress
 from proxy.core import prompt_cache as cache_cuts
@@ -501,6 +502,7 @@ class Compressor:
         spans: list[tuple[int, int]],
         cpu: CPU,
         made: list[Summary],
+        record: telemetry.UpstreamRecord | None,
     ) -> None:
         """The summarisation calls, into `made`: one in the prefix shape, one per span in the
         transcript shape (the first updating the prior summary). SummaryFailed at the first that
@@ -521,6 +523,7 @@ class Compressor:
                     timeout=ctx.timeout,
                     base=ctx.base,
                     usage=ctx.wire.usage,
+                    record=record,
                 )
             )
             return
@@ -537,6 +540,7 @@ class Compressor:
                     previous=previous,
                     timeout=ctx.timeout,
                     base=ctx.base,
+                    record=record,
                 )
             )
             previous = None  # only the first group updates the previous snapshot
@@ -562,12 +566,17 @@ class Compressor:
         start, end = decision.new_items
         started = time.monotonic()
         made: list[Summary] = []
+        sink = None if bill else self.ctx.record  # made in the background: no request's record
         try:
-            await self._calls(compacted, settings, decision, spans=spans, cpu=cpu, made=made)
+            await self._calls(compacted, settings, decision, spans=spans, cpu=cpu, made=made, record=sink)
         except SummaryFailed as exc:
             tokens_in, tokens_out = sum(s.tokens_in for s in made), sum(s.tokens_out for s in made)
-            count_summary(False, time.monotonic() - started, self.ctx)
-            bill_summary(sum((s.bill for s in made), exc.bill if isinstance(exc, BilledFailure) else Bill()), self.ctx)
+            count_summary(False, time.monotonic() - started, self.ctx, record=sink)
+            bill_summary(
+                sum((s.bill for s in made), exc.bill if isinstance(exc, BilledFailure) else Bill()),
+                self.ctx,
+                record=sink,
+            )
             failed = event(
                 "summary_failure",
                 reason=str(exc),
@@ -580,8 +589,8 @@ class Compressor:
                 events=[failed],
                 usage=summary_usage(tokens_in, tokens_out),
             )
-        count_summary(True, time.monotonic() - started, self.ctx)
-        bill_summary(sum((s.bill for s in made), Bill()), self.ctx)
+        count_summary(True, time.monotonic() - started, self.ctx, record=sink)
+        bill_summary(sum((s.bill for s in made), Bill()), self.ctx, record=sink)
         text = "\n".join(summary.text for summary in made)
         tokens_in, tokens_out = sum(s.tokens_in for s in made), sum(s.tokens_out for s in made)
 
@@ -605,6 +614,7 @@ class Compressor:
         message = cp.summary_item(self.view, text, ref, count=covered, tokens=covered_tokens, index=index)
         offload = Offload(ref, "history", history, covered_tokens)
         if bill and self.ctx.refs is not None:
+            await self.ctx.refs.admit()
             await self.ctx.refs.save([offload, *media], [ref], session, cpu=cpu)
         record = {
             "cut": cut,

@@ -26,6 +26,7 @@ from proxy.core.answers import Bill, UsageReader
 from proxy.core.jsonio import JsonObject
 from proxy.errors import ProxyError
 from proxy.formats.chat import USAGE as CHAT_USAGE
+from proxy.telemetry import UpstreamRecord
 from proxy.upstream.client import Headers, Upstream
 
 DEFAULT_PROMPT = texts.SUMMARY_PROMPT  # the transcript shape's system prompt
@@ -89,6 +90,7 @@ async def summarize(
     previous: str | None,
     timeout: float,
     base: str | None = None,
+    record: UpstreamRecord | None = None,
 ) -> Summary:
     user = ""
     if previous:
@@ -104,6 +106,7 @@ async def summarize(
         timeout=timeout,
         base=base,
         usage=CHAT_USAGE,
+        record=record,
     )
 
 
@@ -116,11 +119,14 @@ async def summarize_prefix(
     timeout: float,
     base: str | None = None,
     usage: UsageReader = CHAT_USAGE,
+    record: UpstreamRecord | None = None,
 ) -> Summary:
     """`request`: (endpoint, body) from the wire format's `summary_request`; `read` its
     `summary_answer`, `usage` its `usage`."""
     endpoint, body = request
-    return await _call(upstream, headers, endpoint, body=body, read=read, timeout=timeout, base=base, usage=usage)
+    return await _call(
+        upstream, headers, endpoint, body=body, read=read, timeout=timeout, base=base, usage=usage, record=record
+    )
 
 
 def _chat_answer(data: Any) -> tuple[str, int, int]:
@@ -161,11 +167,12 @@ async def _call(
     timeout: float,
     base: str | None,
     usage: UsageReader,
+    record: UpstreamRecord | None,
 ) -> Summary:
     payload = jsonio.dumps(body)
     try:
         async with asyncio.timeout(timeout):
-            response = await upstream.send("POST", endpoint, headers=headers, content=payload, base=base)
+            response = await upstream.send("POST", endpoint, headers=headers, content=payload, base=base, record=record)
             try:
                 raw = await _read_answer(response)
             finally:

@@ -21,26 +21,26 @@ from proxy.offload.summarizer import DEFAULT_INSTRUCTION
 from proxy.upstream.client import Headers, Upstream
 
 
-def count_summary(ok: bool, seconds: float, ctx: SummaryContext) -> None:
-    """Into the request's record (its turn's statistics count it), or for a summary made in the
-    background (its job runs in a context of its own: no record) into the metrics and the
-    tenant's statistics (`tally`) straight away: once either way."""
-    if (rec := telemetry.current.get()) is not None:
-        return rec.count_summary(ok, seconds)
+def count_summary(ok: bool, seconds: float, ctx: SummaryContext, *, record: telemetry.SummaryRecord | None) -> None:
+    """Into the request's record (`record`, its turn's statistics count it), or for a summary
+    made in the background (no record: `SummaryContext.record` is not its) into the metrics and
+    the tenant's statistics (`tally`) straight away: once either way."""
+    if record is not None:
+        return record.count_summary(ok, seconds)
     if ctx.metrics is not None:
         ctx.metrics.count_summary(ok, seconds)
     if ctx.tally is not None:
         ctx.tally(ok)
 
 
-def bill_summary(bill: Bill, ctx: SummaryContext) -> None:
+def bill_summary(bill: Bill, ctx: SummaryContext, *, record: telemetry.SummaryRecord | None) -> None:
     """What the provider billed for a summary's calls, counted once as `count_summary` counts
     the summary: on the request's record (its turn's bill, kind "summary"), or for one made in
     the background into the tenant's statistics (`billed`) straight away."""
     if bill == NONE:
         return
-    if (rec := telemetry.current.get()) is not None:
-        rec.summary_bill = rec.summary_bill + bill
+    if record is not None:
+        record.add_summary_bill(bill)
         return
     if ctx.metrics is not None:
         ctx.metrics.count_bill(bill, "summary")
@@ -78,6 +78,9 @@ class SummaryContext:
     # An observed turn (`X-Offload-Mode: observe`): no summary is asked for; a text of this many
     # tokens stands for it (`proxy.offload.summarizer.estimated`), so the plan says what would go out.
     estimate: int | None = None
+    # The request's record (the HTTP layer's sink): a summary made inline is counted there, its
+    # calls' timings too; one made in the background never is (None: no request's).
+    record: telemetry.SummaryRecord | None = None
 
 
 @dataclass

@@ -85,6 +85,7 @@ async def compact(
     at = folded.summary_at if folded.items is not None else None
     written: set[str] = set()
     ref = None
+    await records.admit()  # a record is stored whatever the refs: the caller admitted first
     if at is not None:
         if folded.offload is not None:  # newly made: its originals behind the ref
             ref = folded.offload.ref

@@ -132,6 +132,7 @@ async def compact(
     record = compaction.record(reduced)
     present = await cpu(present_refs, reduced, view)  # reads every text: a large task's too
     try:
+        await records.admit()  # a record is stored whatever the refs: the caller admitted first
         written = await refs.save(made.stored, [*present, *made.kept], settings.session, cpu=cpu)
         token = await records.save(record)
     except (StoreUnavailable, QuotaExceeded, CredentialRejected, TokenError) as exc:  # WRITE_REFUSED, and a bad token

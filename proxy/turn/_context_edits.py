@@ -70,6 +70,7 @@ async def apply(
     warnings: list[str] = []
     if edited.offloads:
         try:
+            await refs.admit()
             await refs.save(edited.offloads, [o.ref for o in edited.offloads], session, cpu=cpu)
         except WRITE_REFUSED as exc:
             warnings.append(

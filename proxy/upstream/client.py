@@ -9,8 +9,8 @@ from typing import Protocol
 
 import httpx2
 
-from proxy import telemetry
-from proxy.upstream.network import EXCHANGE, Exchange
+from proxy.telemetry import UpstreamRecord
+from proxy.upstream.network import Attempt, watching
 from proxy.upstream.transport import PoolSettings, Replayable, host_of, may_retry, pooled_transport, upstream_error
 
 Headers = list[tuple[bytes, bytes]]
@@ -73,10 +73,12 @@ class Upstream:
         headers: Headers,
         content: bytes | AsyncIterable[bytes] | None = None,
         base: str | None = None,
+        record: UpstreamRecord | None = None,
     ) -> httpx2.Response:
         """Send and return as soon as the response headers arrive (body not read yet).
 
-        `base` replaces the configured upstream base URL (a tenant's own, or an allowed one).
+        `base` replaces the configured upstream base URL (a tenant's own, or an allowed one);
+        `record`: where the request's timings go (the request's record, passed by the HTTP layer).
         Raises UpstreamError when the upstream cannot be reached or times out. A request the
         server closed its pooled connection on before answering goes again once, on a new
         connection (`proxy.upstream.transport`).
@@ -89,42 +91,37 @@ class Upstream:
         request = httpx2.Request(
             method, url, headers=headers, content=first or content, extensions={"timeout": self.timeout}
         )
-        rec = telemetry.current.get()
         sent = time.perf_counter()
-        if rec is not None and rec.upstream_sent is None:
-            rec.upstream_sent = sent
-        exchange = Exchange()
-        watching = EXCHANGE.set(exchange)
+        if record is not None:
+            record.upstream_left(sent)
+        attempt = Attempt()
         try:
-            try:
-                response = await self.transport.handle_async_request(request)
-            except httpx2.TransportError as exc:
-                if not may_retry(exc, exchange) or (replay is not None and not replay.replayable):
-                    raise
-                log.info(
-                    "upstream %s closed a pooled connection before answering (%s): sent again on a new one",
-                    host_of(url),
-                    type(exc).__name__,
-                )
-                if first is not None:
-                    await first.aclose()  # where the first attempt left off; the client's body is not closed
-                again = replay.again() if replay is not None else content
-                request = httpx2.Request(
-                    method, url, headers=headers, content=again, extensions={"timeout": self.timeout}
-                )
-                response = await self.fresh.handle_async_request(request)
+            with watching(attempt):
+                try:
+                    response = await self.transport.handle_async_request(request)
+                except httpx2.TransportError as exc:
+                    if not may_retry(exc, attempt) or (replay is not None and not replay.replayable):
+                        raise
+                    log.info(
+                        "upstream %s closed a pooled connection before answering (%s): sent again on a new one",
+                        host_of(url),
+                        type(exc).__name__,
+                    )
+                    if first is not None:
+                        await first.aclose()  # where the first attempt left off; the client's body is not closed
+                    again = replay.again() if replay is not None else content
+                    request = httpx2.Request(
+                        method, url, headers=headers, content=again, extensions={"timeout": self.timeout}
+                    )
+                    response = await self.fresh.handle_async_request(request)
             if replay is not None:
                 replay.forget()
             response.request = request  # its host names the upstream in an error reading the body
-            if rec is not None:
-                rec.upstream_status = response.status_code
-                if rec.upstream_ttfb is None:
-                    rec.upstream_ttfb = time.perf_counter() - sent
+            if record is not None:
+                record.upstream_answered(response.status_code, time.perf_counter() - sent)
             return response
         except httpx2.TransportError as exc:
             raise upstream_error(exc, host_of(request.url)) from exc
-        finally:
-            EXCHANGE.reset(watching)
 
     async def aclose(self) -> None:
         await self.transport.aclose()

@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -33,17 +34,32 @@ WRITE_SLICE = 1024 * 1024  # a larger write is handed to the transport in pieces
 
 
 @dataclass
-class Exchange:
-    """What the sockets saw of one request `proxy.upstream.client.Upstream.send` makes, while it is
-    sent and its answer's head awaited: whether the connection had carried an answer before (a
-    pooled one), and how many bytes came back for this request. A connection the server closed
-    before reading the request fails with nothing received: that request can go again."""
+class Attempt:
+    """What the sockets saw of one attempt of a request `proxy.upstream.client.Upstream.send`
+    makes, while it is sent and its answer's head awaited: whether the connection had carried an
+    answer before (a pooled one), and how many bytes came back for this request. A connection the
+    server closed before reading the request fails with nothing received: that request can go again."""
 
     reused: bool | None = None  # None: nothing was written yet
     received: int = 0
 
 
-EXCHANGE: ContextVar[Exchange | None] = ContextVar("upstream_exchange", default=None)
+# The attempt the sockets report to. httpcore2 hands a network stream no handle on the request
+# it carries (its reads and writes get bytes and a timeout), so the one channel from a request
+# to the socket under it is the context; `watching` alone sets it, around one transport call
+# (`tests/project/test_context_vars.py` allows this one variable below the HTTP layer, and
+# nothing else).
+ATTEMPT: ContextVar[Attempt | None] = ContextVar("upstream_attempt", default=None)
+
+
+@contextmanager
+def watching(attempt: Attempt) -> Iterator[None]:
+    """The sockets report what they see to `attempt` while the block runs."""
+    token = ATTEMPT.set(attempt)
+    try:
+        yield
+    finally:
+        ATTEMPT.reset(token)
 
 
 class _Connection(asyncio.Protocol):
@@ -141,8 +157,8 @@ class AsyncioStream(httpcore2.AsyncNetworkStream):
             data = bytes(connection.buffer[:max_bytes])
             del connection.buffer[:max_bytes]
             self._answered = True
-            if (exchange := EXCHANGE.get()) is not None:
-                exchange.received += len(data)
+            if (attempt := ATTEMPT.get()) is not None:
+                attempt.received += len(data)
             if connection.reading_paused and len(connection.buffer) <= READ_HIGH_WATER // 4 and not connection.lost:
                 connection.reading_paused = False
                 self._transport.resume_reading()
@@ -159,8 +175,8 @@ class AsyncioStream(httpcore2.AsyncNetworkStream):
         still leaves piece by piece, as each one is written."""
         if not buffer:
             return
-        if (exchange := EXCHANGE.get()) is not None and exchange.reused is None:  # the request's first write
-            exchange.reused = self._answered
+        if (attempt := ATTEMPT.get()) is not None and attempt.reused is None:  # the request's first write
+            attempt.reused = self._answered
         connection = self._connection
         if connection.write_paused:  # the kernel's buffer is full: wait until it drains
             await self._drained(timeout)

@@ -41,7 +41,7 @@ import httpcore2
 import httpx2
 
 from proxy.errors import Kind, ProxyError, error_body
-from proxy.upstream.network import AsyncioBackend, Exchange
+from proxy.upstream.network import AsyncioBackend, Attempt
 
 # httpcore2's exceptions as httpx2 raises them (what `httpx2.AsyncHTTPTransport` maps); the most
 # specific class of an exception's MRO that is listed wins (a ReadTimeout is no bare TimeoutException).
@@ -147,9 +147,9 @@ RETRIED = (httpx2.ReadError, httpx2.WriteError, httpx2.RemoteProtocolError)  # n
 REPLAY_LIMIT = 1 << 20
 
 
-def may_retry(exc: Exception, exchange: Exchange) -> bool:
+def may_retry(exc: Exception, attempt: Attempt) -> bool:
     """Did `exc` end a request written into a reused connection before any answer came back?"""
-    return isinstance(exc, RETRIED) and exchange.reused is True and exchange.received == 0
+    return isinstance(exc, RETRIED) and attempt.reused is True and attempt.received == 0
 
 
 class Replayable:

@@ -66,7 +66,7 @@ class Upstream:
         self.sent: list[bytes] = []
         self.queries: list[bytes] = []
 
-    async def send(self, method, path, *, headers, content, base=None, query=b""):
+    async def send(self, method, path, *, headers, content, base=None, query=b"", record=None):
         credential = dict(headers)[b"authorization"]
         self.sent.append(credential)
         self.queries.append(query)

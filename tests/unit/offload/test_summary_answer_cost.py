@@ -25,7 +25,7 @@ class Canned:
     def __init__(self, content: str) -> None:
         self.content = content
 
-    async def send(self, method, path, *, headers, content=None, base=None, query=b""):
+    async def send(self, method, path, *, headers, content=None, base=None, query=b"", record=None):
         body = {"choices": [{"message": {"role": "assistant", "content": self.content}}], "usage": {}}
         return httpx2.Response(200, json=body)
 

@@ -7,12 +7,12 @@ import json
 import httpx2
 import pytest
 
-from proxy import telemetry
 from proxy.core.compaction import Offload
 from proxy.core.texts import RELOAD_TOOL_SCHEMAS
 from proxy.core.tokens import counter_for_model
 from proxy.formats.chat import CHAT
 from proxy.formats.chat._rounds import ChatRounds
+from proxy.http import telemetry as http_telemetry
 from proxy.offload.records import RefStore
 from proxy.reload import loop as reload_loop
 from proxy.reload.tools import ReloadTools
@@ -205,4 +205,4 @@ async def test_rounds_calls_and_bills_go_to_the_record_passed_in(tools):
     assert result.status == 200 and len(sent) == 2
     assert record.reload_rounds == 1 and record.reload_calls == 1 and record.searches == 0
     assert record.bill.total.answers == 2 and record.bill.first is not record.bill.last
-    assert telemetry.current.get() is None  # nothing was looked up, nor set, in the context
+    assert http_telemetry.current.get() is None  # nothing was looked up, nor set, in the context

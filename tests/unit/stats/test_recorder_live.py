@@ -4,7 +4,6 @@ summaries made in the background, and the sessions of turns that sent no X-Offlo
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import os
 import time
 from types import SimpleNamespace
@@ -171,13 +170,9 @@ def test_a_summary_is_counted_once_in_the_request_or_in_the_background():
         upstream=None, headers=[], model="m", prompt="p", timeout=1, wait=1, metrics=metrics, tally=tallies.append
     )
     rec = RequestRecord("chat", "POST")
-    token = telemetry.current.set(rec)
-    try:
-        count_summary(True, 0.1, ctx)  # inline: the request's record only (its turn counts it)
-    finally:
-        telemetry.current.reset(token)
+    count_summary(True, 0.1, ctx, record=rec)  # inline: the request's record only (its turn counts it)
     assert rec.summaries_made == 1 and tallies == [] and metrics_calls == []
-    contextvars.Context().run(count_summary, False, 0.1, ctx)  # a background job's own context
+    count_summary(False, 0.1, ctx, record=None)  # made in the background: no request's record
     assert tallies == [False] and metrics_calls == [False] and rec.summaries_failed == 0
 
 

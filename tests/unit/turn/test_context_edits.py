@@ -51,7 +51,7 @@ def messages() -> list[dict]:
 
 class DownStore(RefStore):
     def __init__(self) -> None:
-        pass
+        self.quota = None
 
     async def save(self, *args, **kwargs):
         raise StoreUnavailable("connection refused")

@@ -5,9 +5,12 @@ from __future__ import annotations
 from tests.harness.surface import check
 
 SURFACE = {
+    "Answer",
     "Compaction",
     "CompactionFailed",
     "EditsDone",
+    "Exchange",
+    "ExchangeContext",
     "Turn",
     "TurnInput",
     "TurnReport",

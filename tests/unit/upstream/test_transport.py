@@ -28,7 +28,7 @@ from proxy.http.error_map import body_of, status_of
 from proxy.upstream import transport as pool_module
 from proxy.upstream import transport as retry
 from proxy.upstream.client import Upstream
-from proxy.upstream.network import AsyncioStream, Exchange
+from proxy.upstream.network import AsyncioStream, Attempt
 from proxy.upstream.transport import UPSTREAM_ERRORS, Transport, pooled_transport, stream_broke, upstream_error
 from tests.unit.upstream.test_network import Server as NetworkServer
 
@@ -368,7 +368,7 @@ async def test_a_streamed_body_past_the_replay_limit_is_not_sent_again(monkeypat
 def test_only_connection_failures_before_an_answer_on_a_reused_connection_are_retried():
     import httpx2
 
-    pooled, new, answered = Exchange(reused=True), Exchange(reused=False), Exchange(reused=True, received=1)
+    pooled, new, answered = Attempt(reused=True), Attempt(reused=False), Attempt(reused=True, received=1)
     for error in (
         httpx2.ReadError("x"),
         httpx2.WriteError("x"),
@@ -376,7 +376,7 @@ def test_only_connection_failures_before_an_answer_on_a_reused_connection_are_re
     ):
         assert retry.may_retry(error, pooled)
         assert not retry.may_retry(error, new) and not retry.may_retry(error, answered)
-        assert not retry.may_retry(error, Exchange())  # nothing was written
+        assert not retry.may_retry(error, Attempt())  # nothing was written
     for error in (
         httpx2.ReadTimeout("x"),
         httpx2.WriteTimeout("x"),
