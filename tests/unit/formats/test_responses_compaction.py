@@ -542,6 +542,9 @@ async def test_no_summariser_or_no_summary_fails_the_compaction(parts):
 
 async def test_a_store_that_is_down_is_a_503_saying_the_compaction_failed(parts):
     class Down:
+        async def admit(self) -> None:  # the caller is admitted: the store itself is down
+            pass
+
         async def save(self, record):
             raise StoreUnavailable("connection refused")
 
