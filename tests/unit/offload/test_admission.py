@@ -9,8 +9,8 @@ import asyncio
 import pytest
 
 from proxy.core.compaction import Offload
-from proxy.offload.quota import ADMITTED, Admission, CredentialCheck, CredentialRejected, Quota
 from proxy.offload.records import RefStore
+from proxy.offload.tenant import ADMITTED, Admission, CredentialCheck, CredentialRejected, Quota
 from proxy.store.memory import MemoryStore
 
 

@@ -8,8 +8,8 @@ import asyncio
 
 import pytest
 
-from proxy.offload import background as lease
-from proxy.offload.background import SummaryScheduler
+from proxy.offload import summarizer as lease
+from proxy.offload.summarizer import SummaryScheduler
 from proxy.store import StoreUnavailable
 from proxy.store.guarded import GuardedStore
 from proxy.store.sqlite import SQLiteStore

@@ -8,10 +8,10 @@ from proxy.core.texts import history_marker
 from proxy.core.tokens import counter_for_model
 from proxy.formats.responses import RESPONSES
 from proxy.offload.records import CompactionRecords, RefStore
-from proxy.offload.summary_context import Compressed
+from proxy.offload.summarizer import Compressed
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore
-from proxy.turn._compact_now import CompactionFailed, compact
+from proxy.turn._context_management import CompactionFailed, compact
 
 pytestmark = pytest.mark.anyio
 VIEW = RESPONSES.view

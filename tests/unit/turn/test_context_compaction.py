@@ -1,4 +1,4 @@
-"""The threshold compaction inside a turn (`proxy.turn._context_compaction.compact`), driven with typed
+"""The threshold compaction inside a turn (`proxy.turn._context_management.compact_at_threshold`), driven with typed
 values: over the threshold the plan is replaced by the folded history and a lead (a Responses
 `compaction` item, a Messages `compaction` block) opens the answer; below it, when counting, or
 when the store refuses, nothing changes but a warning."""
@@ -17,12 +17,11 @@ from proxy.formats.messages import MESSAGES
 from proxy.formats.responses import RESPONSES
 from proxy.offload.pipeline import Prepared
 from proxy.offload.records import CompactionRecords, RefStore
-from proxy.offload.summary_context import Compressed
+from proxy.offload.summarizer import Compressed
 from proxy.store import StoreUnavailable
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore
-from proxy.turn._context_compaction import compact
-from proxy.turn._context_tokens import Emulation
+from proxy.turn._context_management import Emulation, compact_at_threshold
 
 pytestmark = pytest.mark.anyio
 COUNTER = counter_for_model("gpt-5")
@@ -80,7 +79,7 @@ async def run(fmt, items, folded, store, *, threshold=Threshold(1000), refs=None
     emulation = Emulation(True, {}, items, threshold=threshold)
     records = CompactionRecords(store, "ns", 3600, sealer=Sealer(None), api=fmt.compaction_emulation.records_api)
     folder = Folding(folded)
-    prepared, lead = await compact(
+    prepared, lead = await compact_at_threshold(
         emulation,
         prepared,
         fmt=fmt,

@@ -1,4 +1,4 @@
-"""The store side of the emulated clearing edits (`proxy.turn._context_edits.apply`): what is cleared
+"""The store side of the emulated clearing edits (`proxy.turn._context_management.apply`): what is cleared
 is stored first; a store that fails leaves the tool results as they are (a warning), thinking is
 still cleared; nothing happens unless the proxy emulates a Messages request's edits."""
 
@@ -15,8 +15,7 @@ from proxy.http.error_map import status_of
 from proxy.offload.records import RefStore
 from proxy.store import StoreUnavailable
 from proxy.store.sqlite import SQLiteStore
-from proxy.turn._context_edits import apply
-from proxy.turn._context_tokens import Emulation
+from proxy.turn._context_management import Emulation, apply
 
 pytestmark = pytest.mark.anyio
 COUNTER = counter_for_model("claude-sonnet-4-5")
