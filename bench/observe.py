@@ -35,10 +35,9 @@ from common import SHARED, cpu_seconds, machine, servers
 from proxy.core import jsonio
 from proxy.core.settings import OffloadSettings
 from proxy.formats.chat import CHAT
+from proxy.offload.records import TenantStore
 from proxy.offload.summaries import Compressor
-from proxy.offload.summarizer import DEFAULT_PROMPT, ESTIMATED_SUMMARY_TOKENS
-from proxy.offload.summary_context import SummaryContext
-from proxy.offload.tenant_store import TenantStore
+from proxy.offload.summarizer import DEFAULT_PROMPT, ESTIMATED_SUMMARY_TOKENS, SummaryContext
 from proxy.replay._runner import load_conversations, turns_of, upstream_for
 from proxy.store.memory import ObservedSessions
 from proxy.store.sealing import Sealer

@@ -300,7 +300,7 @@ class Metrics:
         )
 
     def summaries_state(self, state: Any) -> None:
-        """The background summaries' scheduler state (proxy.offload.background.SchedulerState)."""
+        """The background summaries' scheduler state (proxy.offload.summarizer.SchedulerState)."""
         self.summaries_queued.set(state.queued)
         self.summaries_running.set(state.running)
         self.summaries_oldest.set(round(state.oldest_seconds, 3))

@@ -463,7 +463,7 @@ def read_token(token: str, namespace: str, secret: str | None = None, *, api: st
 # The values between the turn and a format's emulation of its provider's context management
 # (`proxy.core.wire.ProviderCompaction`, `ClearingEdits`). Pure.
 #
-# The turn (`proxy.turn._context_tokens`, `proxy.turn._context_compaction`, `proxy.turn._context_edits`) does the
+# The turn (`proxy.turn._context_management`, `proxy.turn._context_management`, `proxy.turn._context_management`) does the
 # format-neutral steps (the stores, the summariser, the plan); each format reads its own request
 # into these values and writes its own answer from them.
 

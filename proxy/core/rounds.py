@@ -53,7 +53,7 @@ class Rounds(Protocol):
     # answers (`carried(results)`) must come first in the client's next input.
     unanswered: list[ToolCall]
     # What the answer's `context_management` says of the clearing edits the proxy applied
-    # (`proxy.turn._context_edits`; Messages only, None elsewhere and when none were applied).
+    # (`proxy.turn._context_management`; Messages only, None elsewhere and when none were applied).
     context_management: JsonObject | None
 
     def request(self, offered: bool) -> JsonObject: ...

@@ -29,7 +29,7 @@ class ProviderCompaction(Protocol):
     """What the proxy does in place of a provider's compaction (a Responses `compaction` item
     and `compaction_trigger`, a Messages `compaction` block and `compact_20260112`), for a format
     that has one (`WireFormat.compaction_emulation`). The turn does the format-neutral steps
-    (`proxy.turn._context_tokens`, `proxy.turn._context_compaction`): the stores and the summariser."""
+    (`proxy.turn._context_management`, `proxy.turn._context_management`): the stores and the summariser."""
 
     records_api: str  # whose items its compaction records hold (`CompactionRecords.api`)
 
@@ -80,7 +80,7 @@ class ProviderCompaction(Protocol):
 
 class ClearingEdits(Protocol):
     """Anthropic's clearing edits applied by the proxy (`WireFormat.clearing_edits`; the
-    stores are the turn's, `proxy.turn._context_edits`)."""
+    stores are the turn's, `proxy.turn._context_management`)."""
 
     def apply(
         self,

@@ -42,9 +42,9 @@ from proxy.http.tenants import load_tenants_file
 from proxy.http.token_relay import responses_input_tokens
 from proxy.http.websocket.connection import Limits as SocketLimits
 from proxy.http.websocket.route import ResponsesSocket
-from proxy.offload.background import CANCEL_WAIT, SummaryScheduler
 from proxy.offload.canary import check_timeout, keep_if_served
-from proxy.offload.quota import CredentialCheck
+from proxy.offload.summarizer import CANCEL_WAIT, SummaryScheduler
+from proxy.offload.tenant import CredentialCheck
 from proxy.reload import search as search_pool
 from proxy.stats import STOP_TIMEOUT, PriceTable, Recorder
 from proxy.store import open_store, sealer_for

@@ -17,12 +17,10 @@ from proxy.formats.messages import without_emulated_betas
 from proxy.http.caller import ACCOUNT_HEADERS, CREDENTIAL_HEADERS, Caller
 from proxy.http.services import services_of
 from proxy.http.telemetry import current as current_record
-from proxy.offload.quota import ADMITTED, Admission, Quota
-from proxy.offload.records import RefStore
+from proxy.offload.records import RefStore, TenantStore
 from proxy.offload.summaries import Compressor
-from proxy.offload.summarizer import DEFAULT_INSTRUCTION, DEFAULT_PROMPT
-from proxy.offload.summary_context import SummaryContext
-from proxy.offload.tenant_store import TenantStore
+from proxy.offload.summarizer import DEFAULT_INSTRUCTION, DEFAULT_PROMPT, SummaryContext
+from proxy.offload.tenant import ADMITTED, Admission, Quota
 
 
 def model_of(body: JsonObject) -> str | None:
@@ -115,7 +113,7 @@ CHECK_HEADERS = CREDENTIAL_HEADERS + ACCOUNT_HEADERS + (b"anthropic-version", b"
 
 
 def admission_for(request: Request, caller: Caller) -> Admission:
-    """The caller gate's verdict on storing for this caller (`proxy.offload.quota.Admission`): a
+    """The caller gate's verdict on storing for this caller (`proxy.offload.tenant.Admission`): a
     proxy key or the server's own is admitted; a client's own key must be one the upstream
     accepts (known to the server's `CredentialCheck`, else asked once with `GET models` by the
     first step about to store, remembered for a while). Never asked for a request that stores

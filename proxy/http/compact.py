@@ -1,5 +1,5 @@
 """`POST /v1/responses/compact`: relayed unchanged to an upstream that compacts natively (but
-for a compaction token of the proxy's in its input, replaced by what it stands for), emulated for one that does not (`proxy.upstream.base_url.emulates`; `proxy.turn._compact_now`).
+for a compaction token of the proxy's in its input, replaced by what it stands for), emulated for one that does not (`proxy.upstream.base_url.emulates`; `proxy.turn._context_management`).
 
 Emulated, the request is read in OpenAI's shape (`proxy.formats.responses`): a field of
 another JSON type, no `model` or no `input` is a 400; `previous_response_id` is a 400 too (the

@@ -1,7 +1,7 @@
 """The answers the proxy writes itself when it emulates the providers' context management: a
 turn whose compaction alone answers (no upstream call: a Messages turn paused after its
 compaction, a Responses `compaction_trigger`), and `count_tokens` with the clearing edits'
-`original_input_tokens` (`proxy.turn._context_compaction`, `proxy.turn._context_edits`)."""
+`original_input_tokens` (`proxy.turn._context_management`, `proxy.turn._context_management`)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def paused_response(turn: Turn, *, background: BackgroundTask) -> Response:
         tokens_in=inline.tokens_in,
         tokens_out=inline.tokens_out,
     )
-    if turn.rounds.context_management is not None:  # clearing edits applied too (`proxy.turn._context_edits`)
+    if turn.rounds.context_management is not None:  # clearing edits applied too (`proxy.turn._context_management`)
         message["context_management"] = turn.rounds.context_management
     if turn.body.get("stream") is True:
         events = compaction.paused_events(message)

@@ -29,7 +29,7 @@ from proxy.core.jsonio import dumps
 from proxy.errors import Failure, Kind, ProxyError, Shape, error_body
 from proxy.http.disconnect import ClientDisconnected
 from proxy.offload.cpu_pool import CPU
-from proxy.offload.quota import CredentialRejected, QuotaExceeded
+from proxy.offload.tenant import CredentialRejected, QuotaExceeded
 from proxy.store import StoreUnavailable
 from proxy.turn import CompactionFailed
 

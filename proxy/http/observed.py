@@ -31,11 +31,9 @@ from proxy.http.disconnect import ClientWatch
 from proxy.http.relay import stream_back
 from proxy.http.services import Services
 from proxy.http.telemetry import current as current_record
-from proxy.offload.records import RefStore
+from proxy.offload.records import RefStore, TenantStore
 from proxy.offload.summaries import Compressor
-from proxy.offload.summarizer import DEFAULT_PROMPT, ESTIMATED_SUMMARY_TOKENS
-from proxy.offload.summary_context import SummaryContext
-from proxy.offload.tenant_store import TenantStore
+from proxy.offload.summarizer import DEFAULT_PROMPT, ESTIMATED_SUMMARY_TOKENS, SummaryContext
 from proxy.store.memory import MemoryStore
 from proxy.store.sealing import Sealer
 from proxy.turn import TurnInput, run_turn

@@ -25,7 +25,7 @@ from proxy.http.error_map import JSONResponse, json_answer
 from proxy.http.services import services_of
 from proxy.offload.cpu_pool import CPU
 from proxy.offload.pipeline import prepare
-from proxy.offload.tenant_store import TenantStore
+from proxy.offload.records import TenantStore
 from proxy.store import StoreUnavailable
 
 

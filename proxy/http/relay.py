@@ -25,7 +25,7 @@ from proxy.http.services import services_of
 from proxy.http.telemetry import current as current_record
 from proxy.offload import cpu_pool
 from proxy.offload import records as response_chains
-from proxy.offload.tenant_store import TenantStore
+from proxy.offload.records import TenantStore
 from proxy.upstream import sse
 from proxy.upstream.base_url import has_dot_segment
 from proxy.upstream.client import Upstream

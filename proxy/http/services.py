@@ -10,9 +10,9 @@ from starlette.requests import Request
 
 from proxy.config import ServerSettings
 from proxy.core.settings import SettingsResolver
-from proxy.offload.background import SummaryScheduler
 from proxy.offload.cache_keepalive import KeepAlive
-from proxy.offload.quota import CredentialCheck
+from proxy.offload.summarizer import SummaryScheduler
+from proxy.offload.tenant import CredentialCheck
 from proxy.stats import Recorder
 from proxy.store.guarded import GuardedStore
 from proxy.store.memory import ObservedSessions

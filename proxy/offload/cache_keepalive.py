@@ -53,9 +53,9 @@ from proxy.formats.json_body import LARGE_BODY
 from proxy.formats.prompt_cache import output_tokens, profile_name
 from proxy.formats.prompt_cache import ping as ping_body
 from proxy.offload.cpu_pool import CPU
-from proxy.offload.summary_context import Compressed
+from proxy.offload.records import TenantStore
+from proxy.offload.summarizer import Compressed
 from proxy.offload.tenant import key
-from proxy.offload.tenant_store import TenantStore
 from proxy.store import StoreUnavailable
 from proxy.store import sealing as resealing
 from proxy.upstream.client import Headers, Upstream

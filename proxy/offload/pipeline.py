@@ -21,9 +21,9 @@ from proxy.core.settings import OffloadSettings
 from proxy.core.tokens import TokenCounter
 from proxy.core.view import ItemView
 from proxy.offload.cpu_pool import CPU
-from proxy.offload.quota import WRITE_REFUSED, refusal_warning
 from proxy.offload.records import RefStore, event
 from proxy.offload.summaries import Compressor
+from proxy.offload.tenant import WRITE_REFUSED, refusal_warning
 from proxy.store import StoreUnavailable
 
 
@@ -44,7 +44,7 @@ class Prepared:
     summary_prefix: str = ""  # the prefix hash of the summary forwarded ("" none): the session's record keeps it
 
     def with_action(self, part: str) -> Prepared:
-        """A copy with `part` (an emulated step: `proxy.turn._context_compaction`, `proxy.turn._context_edits`)
+        """A copy with `part` (an emulated step: `proxy.turn._context_management`, `proxy.turn._context_management`)
         added to the action: alone, or after a `+`."""
         return dataclasses.replace(self, action=part if self.action == "none" else f"{self.action}+{part}")
 

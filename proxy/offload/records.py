@@ -32,6 +32,10 @@ the session id is hashed in the list's key name.
 The summary memo: a summary record never changes once written (its key is the hash of what it
 summarises), so this process keeps the ones it read, per store (a replay or a test runs several
 stores in one process), and re-reads one a minute to extend its idle TTL (`REFRESH`).
+
+The tenant's store (`TenantStore`): the store, the tenant's namespace, the content's TTL and
+the sealer travel together (they were passed apart at every call), with the tenant's storage
+quota when its writes are charged. Everything the proxy keeps for a tenant is reached from there.
 """
 
 from __future__ import annotations
@@ -54,8 +58,7 @@ from proxy.core.compaction import Offload, TokenError
 from proxy.core.compression import PriorSummary
 from proxy.core.jsonio import JsonObject
 from proxy.offload.cpu_pool import CPU, INLINE, LARGE_CHARS
-from proxy.offload.quota import Quota
-from proxy.offload.tenant import key, unsharded_key
+from proxy.offload.tenant import Quota, key, unsharded_key
 from proxy.store import Store, StoreUnavailable
 from proxy.store import sealing as resealing
 from proxy.store.sealing import Sealer
@@ -111,7 +114,7 @@ class RefStore:
 
     async def admit(self) -> None:
         """The step before a write of new content: the caller's admission settled
-        (`proxy.offload.quota.Admission`); without it `save` refuses to store new content."""
+        (`proxy.offload.tenant.Admission`); without it `save` refuses to store new content."""
         if self.quota is not None:
             await self.quota.admit()
 
@@ -232,7 +235,7 @@ class CompactionRecords:
         return items, again
 
     async def admit(self) -> None:
-        """The step before `save`: the caller's admission settled (`proxy.offload.quota.Admission`)."""
+        """The step before `save`: the caller's admission settled (`proxy.offload.tenant.Admission`)."""
         if self.quota is not None:
             await self.quota.admit()
 
@@ -416,3 +419,45 @@ def keep(store: object, summary_key: str, record: PriorSummary) -> PriorSummary:
         remembered.clear()
     remembered[summary_key] = (time.monotonic(), record)
     return record
+
+
+@dataclass(frozen=True)
+class TenantStore:
+    store: Store
+    namespace: str
+    ttl: int  # of everything stored for the tenant (`--store-ttl`)
+    sealer: Sealer
+    names_key: str | None = None  # keys the compaction tokens' tags (`ServerSettings.names_key`)
+    quota: Quota | None = None  # admits (or refuses) every write of new content
+
+    def refs(self) -> RefStore:
+        """The offloaded content, by reference."""
+        return RefStore(self.store, self.namespace, self.ttl, sealer=self.sealer, quota=self.quota)
+
+    def records(self, api: str) -> CompactionRecords:
+        """The emulated compactions' records of one API ("responses" or "messages")."""
+        return CompactionRecords(
+            self.store, self.namespace, self.ttl, sealer=self.sealer, secret=self.names_key, quota=self.quota, api=api
+        )
+
+    async def record_events(self, session: str | None, recorded: list[JsonObject]) -> None:
+        await record(self.store, self.namespace, session, events=recorded, ttl=self.ttl, sealer=self.sealer)
+
+    async def recent_events(self, session: str | None) -> list[JsonObject]:
+        """Raises StoreUnavailable (a read the caller asked for)."""
+        return await recent(self.store, self.namespace, session, sealer=self.sealer)
+
+    async def resolve_chain(self, name: str) -> Continuation | None:
+        return await resolve(self.store, self.namespace, name, ttl=self.ttl, sealer=self.sealer)
+
+    async def remember_chain(self, name: str, continuation: Continuation) -> None:
+        await remember(self.store, self.namespace, name, continuation=continuation, ttl=self.ttl, sealer=self.sealer)
+
+    async def forget_chain(self, name: str) -> None:
+        await forget(self.store, self.namespace, name, sealer=self.sealer)
+
+    def with_quota(self, quota: Quota | None) -> TenantStore:
+        return TenantStore(self.store, self.namespace, self.ttl, self.sealer, self.names_key, quota)
+
+    def __repr__(self) -> str:  # never the sealer's keys
+        return f"TenantStore(namespace={self.namespace[:12]!r}, ttl={self.ttl})"

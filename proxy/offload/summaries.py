@@ -35,24 +35,26 @@ from proxy.core.texts import RELOAD_TOOL_SCHEMAS, make_ref
 from proxy.core.tokens import TokenCounter
 from proxy.core.view import ItemView
 from proxy.formats import chat
-from proxy.offload import background as lease
 from proxy.offload import cache_keepalive as kept_cut
 from proxy.offload import records as summary_memo
+from proxy.offload import summarizer as lease
 from proxy.offload.cpu_pool import CPU, INLINE
-from proxy.offload.quota import CredentialRejected, QuotaExceeded
-from proxy.offload.records import event
+from proxy.offload.records import TenantStore, event
 from proxy.offload.summarizer import (
     BilledFailure,
+    Compressed,
     Summary,
+    SummaryContext,
     SummaryFailed,
+    bill_summary,
+    count_summary,
     estimated,
     prompt_version,
     summarize,
     summarize_prefix,
+    summary_usage,
 )
-from proxy.offload.summary_context import Compressed, SummaryContext, bill_summary, count_summary, summary_usage
-from proxy.offload.tenant import key
-from proxy.offload.tenant_store import TenantStore
+from proxy.offload.tenant import CredentialRejected, QuotaExceeded, key
 from proxy.store import StoreUnavailable
 from proxy.store import sealing as resealing
 
@@ -237,7 +239,7 @@ class Compressor:
         cpu: CPU = INLINE,
     ) -> Compressed:
         """Summarise everything between the head and the `keep_recent` last items now, whatever
-        the trigger: an emulated provider compaction (`proxy.turn._context_compaction`). A summary of this very
+        the trigger: an emulated provider compaction (`proxy.turn._context_management`). A summary of this very
         prefix made earlier (by a turn, in the background, by an earlier compaction) is used as
         it is, else folded into the new one; made once under the lock, like every summary.
         `items` is None when there is nothing to fold or no summary could be made (`warning`)."""
@@ -303,7 +305,7 @@ class Compressor:
         """Ready the summary for the scheduler, to be handed to it (`deferred`) once this turn's
         own upstream request has gone out and answered: the summary call must not hold the turn
         up nor race it. One per conversation at a time, in this process (the scheduler) and
-        across replicas (a lease in the store on the prefix it summarises, `proxy.offload.background`):
+        across replicas (a lease in the store on the prefix it summarises, `proxy.offload.summarizer`):
         a turn whose history holds a prefix being summarised starts none and finds it once stored;
         another conversation sharing only its opening is not held up by it."""
         scheduler = self.ctx.background

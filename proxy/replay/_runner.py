@@ -68,12 +68,10 @@ from proxy.formats import responses as _responses
 from proxy.formats.chat import CHAT
 from proxy.formats.responses import RESPONSES, inject_tools
 from proxy.offload.cpu_pool import CPU, INLINE
-from proxy.offload.records import RefStore
+from proxy.offload.records import RefStore, TenantStore
 from proxy.offload.summaries import Compressor
-from proxy.offload.summarizer import DEFAULT_PROMPT
-from proxy.offload.summary_context import SummaryContext
+from proxy.offload.summarizer import DEFAULT_PROMPT, SummaryContext
 from proxy.offload.tenant import key, tenant_namespace
-from proxy.offload.tenant_store import TenantStore
 from proxy.reload.tools import ReloadTools
 from proxy.replay import _metrics as metrics
 from proxy.replay import _simulation as bill

@@ -77,7 +77,7 @@ from proxy.formats import messages as messages_cache
 from proxy.formats import prompt_cache as openai_cache
 from proxy.formats.messages import MESSAGES, instruction_message, message_answer
 from proxy.formats.responses import ResponsesView, instruction_item, items_from_message
-from proxy.offload.background import SummaryScheduler
+from proxy.offload.summarizer import SummaryScheduler
 
 Sink = list[
     tuple[int, dict[str, Any], str]

@@ -37,8 +37,8 @@ from proxy.core.wire import WireFormat
 from proxy.formats.json_body import LARGE_BODY
 from proxy.offload import cpu_pool
 from proxy.offload import records as response_chains
-from proxy.offload.quota import Admission
-from proxy.offload.tenant_store import TenantStore
+from proxy.offload.records import TenantStore
+from proxy.offload.tenant import Admission
 from proxy.reload import loop as reload_loop
 from proxy.reload import search as search_pool
 from proxy.reload.search import SearchLimits

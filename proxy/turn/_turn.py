@@ -1,23 +1,22 @@
 """One managed turn, as typed values in and out: between the HTTP layer (which reads the request
-and sends what this decides) and the steps below it (the emulation steps `proxy.turn._context_tokens`,
-`proxy.turn._context_edits`, `proxy.turn._context_compaction`, `proxy.turn._compact_now`; `proxy.offload`).
+and sends what this decides) and the steps below it (the emulation steps, `proxy.turn._context_management`; `proxy.offload`).
 
 `run_turn(TurnInput)` takes the body, its history, the format, the settings, the tenant's store
 handle and a compressor factory, runs the steps in one order:
 
 1. continue the stored chain (`proxy.offload.records`: the response that holds the
    whole exchange, the answers of the injected calls the client never saw put first);
-2. begin the emulation (`proxy.turn._context_tokens`: the proxy's compaction tokens settled, the
+2. begin the emulation (`proxy.turn._context_management`: the proxy's compaction tokens settled, the
    provider's `context_management` taken out when the proxy applies it); a `compaction_trigger`
-   the proxy emulates (`ProviderCompaction.compacts_now`, `proxy.turn._compact_now`) is compacted here
+   the proxy emulates (`ProviderCompaction.compacts_now`, `proxy.turn._context_management`) is compacted here
    and answers alone: the
    steps below are for a turn that goes upstream, and get the prompt caching the client did
    not ask for (`WireFormat.with_prompt_cache`: the summaries it makes share it);
-3. the clearing edits (`proxy.turn._context_edits`, the format's `WireFormat.clearing_edits`);
+3. the clearing edits (`proxy.turn._context_management`, the format's `WireFormat.clearing_edits`);
 4. plan, compress and store (`proxy.offload.pipeline`; skipped for a request too small to offload;
    a client asking for its own summary gets the model's window as its thresholds,
    `proxy.core.compression`);
-5. the inline threshold compaction (`proxy.turn._context_compaction`, the format's
+5. the inline threshold compaction (`proxy.turn._context_management`, the format's
    `WireFormat.compaction_emulation`);
 6. settle: the items that go upstream, the format's `Rounds`, the reload tools, the headers;
 
@@ -43,19 +42,13 @@ from proxy.core.wire import ProviderCompaction, WireFormat
 from proxy.offload import records as response_chains
 from proxy.offload.cpu_pool import CPU
 from proxy.offload.pipeline import Prepared, prepare
-from proxy.offload.records import CompactionRecords, RefStore
+from proxy.offload.records import CompactionRecords, RefStore, TenantStore
 from proxy.offload.summaries import Compressor
-from proxy.offload.tenant_store import TenantStore
 from proxy.reload.search import SearchLimits
 from proxy.reload.tools import ReloadTools, collision_warning
 from proxy.telemetry import NO_RECORD, TurnRecord
-from proxy.turn import _compact_now as compact_now
-from proxy.turn import _context_compaction as context_compaction
-from proxy.turn import _context_edits as context_edits
-from proxy.turn import _context_tokens as context_tokens
-from proxy.turn._context_compaction import Inline
-from proxy.turn._context_edits import EditsDone
-from proxy.turn._context_tokens import Emulation
+from proxy.turn import _context_management as context_management
+from proxy.turn._context_management import EditsDone, Emulation, Inline
 
 log = logging.getLogger("proxy.turn")
 
@@ -249,10 +242,10 @@ async def _compaction_turn(
     records: CompactionRecords,
 ) -> Turn:
     """A `compaction_trigger` the proxy emulates: the history before it compacted now
-    (`proxy.turn._compact_now`), the turn's answer that compaction alone (`Inline.paused`)."""
+    (`proxy.turn._context_management`), the turn's answer that compaction alone (`Inline.paused`)."""
     fmt, settings, body = given.fmt, given.settings, emulation.body
     counter = await counter_for_model_async(_model(body))
-    prepared, lead = await compact_now.compact_now(
+    prepared, lead = await context_management.compact_now(
         emulation.items,
         compaction=compaction,
         view=fmt.view,
@@ -311,7 +304,7 @@ async def run_turn(given: TurnInput, *, refs: RefStore | None = None, records: C
     chain = await _continue_chain(fmt, given.body, tenant)  # 1
     if records is None and compaction is not None:
         records = tenant.records(compaction.records_api)
-    emulation = await context_tokens.begin(  # 2
+    emulation = await context_management.begin(  # 2
         chain.body,
         given.history,
         fmt=fmt,
@@ -332,10 +325,10 @@ async def run_turn(given: TurnInput, *, refs: RefStore | None = None, records: C
     if collisions:  # the client's own context_reload/context_search: handled as X-Offload-Mode: off
         settings = settings.model_copy(update={"mode": "off", "reload_tools": False})
     # the provider's own context management (the emulation's when the proxy applies it)
-    provider = context_compaction.provider_for(fmt.provider_context(body), emulation)
+    provider = context_management.provider_for(fmt.provider_context(body), emulation)
     counter = await counter_for_model_async(_model(body))
     refs = refs or tenant.refs()
-    edits = await context_edits.apply(
+    edits = await context_management.apply(
         emulation,
         emulation.items,
         fmt=fmt,
@@ -374,7 +367,7 @@ async def run_turn(given: TurnInput, *, refs: RefStore | None = None, records: C
             new_summaries=given.new_summaries,
             provider=provider,
         )
-    prepared, lead = await context_compaction.compact(  # 5
+    prepared, lead = await context_management.compact_at_threshold(  # 5
         emulation,
         prepared,
         fmt=fmt,
@@ -412,7 +405,7 @@ async def run_turn(given: TurnInput, *, refs: RefStore | None = None, records: C
         )
     else:
         rounds = fmt.rounds(body, items, RELOAD_TOOL_SCHEMAS, extra_usage=prepared.summary_usage)
-    prepared = context_edits.settle(edits, prepared, rounds)
+    prepared = context_management.settle(edits, prepared, rounds)
     return Turn(
         body=body,
         history=history,

@@ -159,8 +159,8 @@ def test_the_shutdown_budget_covers_the_secrets_check_made_after_the_server_stop
     """`serve` checks the canary again once its server has stopped (proxy.offload.canary.after_serve):
     bounded by the check's timeout, in the budget."""
     from proxy.http.app import shutdown_budget
-    from proxy.offload.background import CANCEL_WAIT
     from proxy.offload.canary import check_timeout
+    from proxy.offload.summarizer import CANCEL_WAIT
     from proxy.reload.search import REAP_WAIT
     from proxy.stats._recorder import STOP_TIMEOUT
 

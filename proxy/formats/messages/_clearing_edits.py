@@ -26,7 +26,7 @@ from proxy.formats.messages._items import (
 
 # --- edits_config ---
 # Anthropic's `context_management` config (beta `context-management-2025-06-27`), read and
-# checked when the proxy applies its edits itself (`proxy.turn._context_edits`). Pure.
+# checked when the proxy applies its edits itself (`proxy.turn._context_management`). Pure.
 #
 # `{"edits": [...]}`, each edit an object with a `type`:
 #

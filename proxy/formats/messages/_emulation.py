@@ -72,8 +72,8 @@ def messages_threshold(asked: Any) -> Threshold | None:
 
 EMULATED_BETAS = frozenset(
     {
-        "context-management-2025-06-27",  # the clearing edits (proxy.turn._context_edits)
-        "compact-2026-01-12",  # threshold compaction (proxy.formats.messages._emulation, proxy.turn._context_compaction)
+        "context-management-2025-06-27",  # the clearing edits (proxy.turn._context_management)
+        "compact-2026-01-12",  # threshold compaction (proxy.formats.messages._emulation, proxy.turn._context_management)
     }
 )
 
@@ -101,7 +101,7 @@ def without_emulated_betas(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple
 # summary of it; a block whose `content` is null is a failed compaction, a no-op. Every block of
 # every message is read (several in one message, blocks of ours next to the provider's or failed
 # ones). A block carrying one of the proxy's tokens (a compaction the proxy made,
-# `proxy.turn._context_compaction`) is never forwarded as it is, whichever way the request goes:
+# `proxy.turn._context_management`) is never forwarded as it is, whichever way the request goes:
 #
 # - the newest block that is not a no-op is ours: replaced by what its token stands for (the
 #   messages the proxy forwarded that turn: its summary with `ref=`, the messages it kept);

@@ -550,7 +550,7 @@ class MessagesRounds:
     first_id: str | None = None
     last_id: str | None = None
     # the `context_management` the client's message carries when the proxy applied the edits
-    # itself (`proxy.turn._context_edits`): on the message, or on a stream's last `message_delta`
+    # itself (`proxy.turn._context_management`): on the message, or on a stream's last `message_delta`
     context_management: JsonObject | None = None
 
     def __init__(

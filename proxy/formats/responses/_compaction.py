@@ -54,8 +54,8 @@ def responses_threshold(asked: Any) -> Threshold | None:
 # it keeps. An upstream without context management ignores the trigger, so when the proxy
 # emulates (`proxy.upstream.base_url.emulates`) the turn (`proxy.turn`) asks nothing of the
 # upstream: the items before the trigger (the proxy's own token in them already expanded,
-# `proxy.turn._context_tokens.begin`) are compacted by the emulated `/responses/compact`'s
-# `proxy.turn._compact_now.compact`, and the answer is that compaction item alone
+# `proxy.turn._context_management.begin`) are compacted by the emulated `/responses/compact`'s
+# `proxy.turn._context_management.compact`, and the answer is that compaction item alone
 # (`Inline.paused`; `ProviderCompaction.paused_answer`, streamed or not). Relaying, the request goes
 # upstream unchanged: the provider compacts.
 #
@@ -198,7 +198,7 @@ async def replace_tokens(items: list[Any], view: ItemView, records: Records, *, 
 # --- compact ---
 # `POST /v1/responses/compact` in OpenAI's shapes: its request body, checked where the proxy
 # reads it, and the `response.compaction` object the proxy answers when it emulates the endpoint
-# (`proxy.turn._compact_now`). Pure.
+# (`proxy.turn._context_management`). Pure.
 #
 # The request (openai-python `types/responses/response_compact_params.py`): `model` (required, a
 # string), `input` (a string or a list of input items), `instructions` (a string),

@@ -32,12 +32,11 @@ from proxy.formats.responses._compaction import (
 from proxy.formats.responses._items import ResponsesView
 from proxy.http.error_map import status_of
 from proxy.offload.records import CompactionRecords, RefStore
-from proxy.offload.summary_context import Compressed
+from proxy.offload.summarizer import Compressed
 from proxy.store import StoreUnavailable
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore
-from proxy.turn._compact_now import CompactionFailed, compact_now
-from proxy.turn._context_tokens import begin
+from proxy.turn._context_management import CompactionFailed, begin, compact_now
 from tests.harness.history import big_text_over
 
 # --- responses_compaction ---
@@ -356,7 +355,7 @@ async def test_a_large_input_is_checked_after_its_token_is_replaced_off_the_loop
     import json
     import threading
 
-    from proxy.turn import _context_tokens as emulation_request
+    from proxy.turn import _context_management as emulation_request
 
     threads: list[str] = []
     stray = emulation_request._stray
@@ -379,7 +378,7 @@ async def test_a_large_input_is_checked_after_its_token_is_replaced_off_the_loop
 
 
 # --- responses_trigger ---
-# A `compaction_trigger` emulated (`proxy.formats.responses._compaction`, `proxy.turn._compact_now.compact_now`): which requests ask for it, what
+# A `compaction_trigger` emulated (`proxy.formats.responses._compaction`, `proxy.turn._context_management.compact_now`): which requests ask for it, what
 # is refused, and the compaction made by the emulated `/responses/compact`'s own `compact`.
 
 TRIGGER_VIEW = RESPONSES.view

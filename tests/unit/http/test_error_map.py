@@ -10,9 +10,9 @@ import pytest
 from proxy.errors import Kind, ProxyError
 from proxy.http.disconnect import ClientDisconnected
 from proxy.http.error_map import answered, proxy_error
-from proxy.offload.quota import CredentialRejected, QuotaExceeded
+from proxy.offload.tenant import CredentialRejected, QuotaExceeded
 from proxy.store import StoreUnavailable
-from proxy.turn._compact_now import CompactionFailed
+from proxy.turn._context_management import CompactionFailed
 
 pytestmark = pytest.mark.anyio
 

@@ -15,7 +15,7 @@ from proxy.core import prompt_cache as ka
 from proxy.core.prompt_cache import LastSent, digest
 from proxy.offload import cache_keepalive as last_sent
 from proxy.offload.cache_keepalive import KeepAlive
-from proxy.offload.tenant_store import TenantStore
+from proxy.offload.records import TenantStore
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore
 

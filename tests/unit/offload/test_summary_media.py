@@ -17,11 +17,9 @@ from proxy.core import jsonio, texts
 from proxy.core.settings import OffloadSettings
 from proxy.core.texts import history_ref
 from proxy.formats.messages import MESSAGES
-from proxy.offload.records import RefStore
+from proxy.offload.records import RefStore, TenantStore
 from proxy.offload.summaries import Compressor
-from proxy.offload.summarizer import DEFAULT_PROMPT
-from proxy.offload.summary_context import SummaryContext
-from proxy.offload.tenant_store import TenantStore
+from proxy.offload.summarizer import DEFAULT_PROMPT, SummaryContext
 from proxy.replay._simulation import fake_summarizer
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore

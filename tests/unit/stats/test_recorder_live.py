@@ -13,7 +13,7 @@ import pytest
 from proxy.core.answers import Bill
 from proxy.http import telemetry
 from proxy.http.telemetry import Observe, RequestRecord
-from proxy.offload.summary_context import SummaryContext, count_summary
+from proxy.offload.summarizer import SummaryContext, count_summary
 from proxy.stats import _reader as reader
 from proxy.stats._counters import ALL, PriceTable, Turn, bucket_key, bucket_start, headline, point, span_of, top_key
 from proxy.stats._recorder import BLOCK, INLINE_BYTES, Recorder, turn_of

@@ -11,8 +11,8 @@ import pytest
 
 from proxy.core.settings import OffloadSettings
 from proxy.formats.chat import CHAT
-from proxy.offload.quota import Admission, CredentialCheck, Quota
-from proxy.offload.tenant_store import TenantStore
+from proxy.offload.records import TenantStore
+from proxy.offload.tenant import Admission, CredentialCheck, Quota
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore
 from proxy.telemetry import RequestRecord

@@ -15,7 +15,7 @@ from proxy.formats.messages import MESSAGES
 from proxy.formats.responses import RESPONSES
 from proxy.http.error_map import status_of
 from proxy.offload import records as response_chains
-from proxy.offload.tenant_store import TenantStore
+from proxy.offload.records import TenantStore
 from proxy.store.sealing import Sealer
 from proxy.store.sqlite import SQLiteStore
 from proxy.turn import TurnInput, run_turn
@@ -144,7 +144,7 @@ class Summarising:
     async def fold(self, compacted, originals, settings, counter, *, keep_recent, cpu):
         from proxy.core.compaction import Offload
         from proxy.core.texts import history_marker
-        from proxy.offload.summary_context import Compressed
+        from proxy.offload.summarizer import Compressed
 
         self.folded.append(list(compacted))
         summary = RESPONSES.view.summary_item(history_marker("sumref12345678", len(compacted) - 1, 99) + "\nsummary")

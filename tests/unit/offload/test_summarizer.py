@@ -1,18 +1,27 @@
-"""The background summaries: the scheduler (bounded, one job per key, drained or cancelled at
-shutdown) and a conversation's lease on its background summary (owned, renewed, released, never
-another's)."""
+"""The summariser (`proxy.offload.summarizer`): the background summaries (the scheduler and a
+conversation's lease on its background summary), and reading a summary answer in linear time
+(each part's own account opens its section)."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 
+import httpx2
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from proxy.offload import background as lease
-from proxy.offload.background import SummaryScheduler
+from proxy.formats.chat._request import summary_answer
+from proxy.offload import summarizer as lease
+from proxy.offload.summarizer import SummaryFailed, SummaryScheduler, snapshot_in, summarize_prefix
 from proxy.store import StoreUnavailable
 from proxy.store.guarded import GuardedStore
 from proxy.store.sqlite import SQLiteStore
+
+# The background summaries: the scheduler (bounded, one job per key, drained or cancelled at
+# shutdown) and a conversation's lease on its background summary (owned, renewed, released, never
+# another's).
 
 pytestmark = pytest.mark.anyio
 
@@ -288,3 +297,42 @@ async def test_a_lease_that_cannot_be_listed_is_not_kept(store):
     with pytest.raises(StoreUnavailable):
         await lease.Lease.take(store, key("ns", "lease", "prefix:v1:layout"), 60, listed=listing("prefix"))
     assert not await lease.held(store, key("ns", "lease", "prefix:v1:layout"))
+
+
+# Reading a summary answer: the snapshot block is found in linear time (summarizer.snapshot_in).
+#
+# A lazy regex (`<state_snapshot>.*?</state_snapshot>`, re.S) is quadratic when the answer opens
+# the tag many times and never closes it: 16 s for 256 KB, on the event loop, for an answer the
+# model (steerable by the history it summarises) or an upstream the caller names writes. The
+# linear search must find exactly what the regex found.
+
+LAZY = re.compile(r"<state_snapshot>.*?</state_snapshot>", re.S)
+
+
+class Canned:
+    def __init__(self, content: str) -> None:
+        self.content = content
+
+    async def send(self, method, path, *, headers, content=None, base=None, query=b"", record=None):
+        body = {"choices": [{"message": {"role": "assistant", "content": self.content}}], "usage": {}}
+        return httpx2.Response(200, json=body)
+
+
+async def test_an_answer_of_unclosed_snapshot_tags_is_refused():
+    with pytest.raises(SummaryFailed):
+        await summarize_prefix(
+            Canned("<state_snapshot>" * 16_000), [], ("chat/completions", {}), read=summary_answer, timeout=30
+        )
+    made = await summarize_prefix(
+        Canned("x <state_snapshot>a</state_snapshot> y"), [], ("chat/completions", {}), read=summary_answer, timeout=30
+    )
+    assert made.text == "<state_snapshot>a</state_snapshot>"
+
+
+pieces = st.sampled_from(["<state_snapshot>", "</state_snapshot>", "<state_", "snapshot>", "a", "\n", "</"])
+
+
+@given(st.lists(pieces, max_size=12).map("".join))
+def test_the_linear_search_finds_what_the_regex_found(text):
+    match = LAZY.search(text)
+    assert snapshot_in(text) == (match.group(0) if match else None)
