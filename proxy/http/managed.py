@@ -1,5 +1,7 @@
 """The managed endpoints (`POST /v1/chat/completions`, `POST /v1/responses`, `POST /v1/messages`
-and `POST /v1/messages/count_tokens`): one request path for every wire format: read the body,
+and `POST /v1/messages/count_tokens`): one request path for every wire format and every
+transport (an HTTP request, `ManagedCall.open`; a WebSocket's `response.create`,
+`proxy.http.websocket.dispatch`, from the parts `ManagedCall.read` takes): read the body,
 build the exchange's context (`ExchangeContext`: the caller's store handle and admission, the
 upstream, the summariser factory, the settings, the request's record), run the `Exchange`
 (`proxy.turn`: prepare the turn → send rounds → settle) and write its answer as the response.
@@ -24,6 +26,7 @@ from proxy import telemetry
 from proxy.core.jsonio import JsonObject
 from proxy.core.settings import OffloadSettings
 from proxy.core.wire import WireFormat
+from proxy.errors import Shape
 from proxy.formats.chat import CHAT
 from proxy.formats.json_body import LARGE_BODY
 from proxy.formats.messages import MESSAGES, without_emulated_betas
@@ -63,7 +66,14 @@ async def messages(request: Request) -> Response:
 
 async def handle(request: Request, fmt: WireFormat) -> Response:
     """Read → turn → send → answer."""
-    return await answered(request, lambda: answer_of(lambda: ManagedCall.open(request, fmt)))
+    return await respond(lambda: ManagedCall.open(request, fmt), shape=family_of(request.scope))
+
+
+async def respond(opened: Callable[[], Awaitable[ManagedCall]], *, shape: Shape) -> Response:
+    """The answer to the call `opened()` reads, or the proxy's own error in `shape` (`answered`):
+    the managed route's, whatever carries the call (an HTTP request, a WebSocket's
+    `response.create`)."""
+    return await error_map.answered(lambda: answer_of(opened), shape=shape, store_failure_is_a_bug=True)
 
 
 async def answer_of(opened: Callable[[], Awaitable[ManagedCall]]) -> Response:

@@ -150,9 +150,7 @@ class Observe:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        with self.recording.recorded(
-            scope["method"], scope["path"], scope, transport=scope.get("offload.transport")
-        ) as rec:
+        with self.recording.recorded(scope["method"], scope["path"], scope) as rec:
 
             async def recording_send(message: Message) -> None:
                 if message["type"] == "http.response.start":
