@@ -37,7 +37,14 @@ from proxy.http.relay import relay
 from proxy.http.routing import CanonicalPath, not_routed
 from proxy.http.services import Services, services_of
 from proxy.http.stats_api import AdminGate, Dashboard, StatsApi, tenant_names
-from proxy.http.telemetry import Metrics, Observe, configure_logging, configure_text_logging, metrics_endpoint
+from proxy.http.telemetry import (
+    Metrics,
+    Observe,
+    Recording,
+    configure_logging,
+    configure_text_logging,
+    metrics_endpoint,
+)
 from proxy.http.tenants import load_tenants_file
 from proxy.http.token_relay import responses_input_tokens
 from proxy.http.websocket.connection import Limits as SocketLimits
@@ -123,6 +130,7 @@ def create_app(settings: ServerSettings | None = None) -> Starlette:
             max_items=settings.max_messages,
             held_bytes=settings.ws_held_bytes,
         ),
+        recording=Recording(metrics, recorder.observe, on_started=recorder.opened),  # as Observe records a request
         per_tenant=settings.ws_connections_per_tenant,
         total=settings.ws_connections,
     )

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
-
-from starlette.requests import Request
 
 from proxy.core import prompt_cache as ka
 from proxy.core import prompt_cache as pc
@@ -28,7 +27,7 @@ from proxy.formats.prompt_cache import profile_name
 from proxy.http import accounting
 from proxy.http.call_parts import tenant_store
 from proxy.http.caller import Caller
-from proxy.http.services import services_of
+from proxy.http.services import Services
 from proxy.offload import cache_keepalive as last_sent
 from proxy.offload.cache_keepalive import KeepAlive, PingDone
 from proxy.offload.cpu_pool import CPU
@@ -48,7 +47,8 @@ class CacheSession:
 
 
 class ManagedCall(accounting.ManagedCall, Protocol):
-    request: Request
+    services: Services
+    client_headers: Sequence[tuple[bytes, bytes]]
     caller: Caller
     fmt: WireFormat
     settings: OffloadSettings
@@ -75,8 +75,8 @@ async def before(call: ManagedCall) -> None:
         return
     if session is None:
         return
-    services = services_of(call.request)
-    sent = await last_sent.read(tenant_store(call.request, call.caller, charged=False), session)
+    services = call.services
+    sent = await last_sent.read(tenant_store(services, call.client_headers, call.caller, charged=False), session)
     model = call.body.get("model") if isinstance(call.body.get("model"), str) else None
     call.cache.session, call.cache.before = session, sent
     call.cache.cuts = CutContext(sent, time.time(), profile_for(call.fmt, model, services.settings.cache_ttl))
@@ -103,9 +103,9 @@ async def after(call: ManagedCall) -> None:
         credential="shared" if call.caller.shared_key else call.caller.kind,
         summary=turn.prepared.summary_prefix,
     )
-    tenant = tenant_store(call.request, call.caller, charged=False)
+    tenant = tenant_store(call.services, call.client_headers, call.caller, charged=False)
     stored = await last_sent.write(tenant, cache.session, record, previous=cache.before)
-    keepalive = services_of(call.request).keepalive
+    keepalive = call.services.keepalive
     if keepalive is not None and turn.settings.cache_keepalive:
         await keepalive.hold(
             tenant,

@@ -1,11 +1,14 @@
-"""The per-request parts of a managed call, from the server's services: its settings, its
-storage quota, its compressor (shared by the managed endpoints and `POST /v1/offload`)."""
+"""The per-request parts of a managed call, from the server's services, the caller and the
+client's headers (no transport: an HTTP request's, or a WebSocket upgrade's): its settings, its
+storage quota, its compressor (shared by the managed endpoints, the Responses WebSocket and
+`POST /v1/offload`)."""
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 
-from starlette.requests import Request
+from starlette.datastructures import Headers
 
 from proxy.core.answers import Bill
 from proxy.core.jsonio import JsonObject
@@ -15,7 +18,7 @@ from proxy.core.wire import WireFormat
 from proxy.errors import ProxyError
 from proxy.formats.messages import without_emulated_betas
 from proxy.http.caller import ACCOUNT_HEADERS, CREDENTIAL_HEADERS, Caller
-from proxy.http.services import services_of
+from proxy.http.services import Services
 from proxy.http.telemetry import current as current_record
 from proxy.offload.records import RefStore, TenantStore
 from proxy.offload.summaries import Compressor
@@ -27,8 +30,12 @@ def model_of(body: JsonObject) -> str | None:
     return body.get("model") if isinstance(body.get("model"), str) else None
 
 
+RawHeaders = Sequence[tuple[bytes, bytes]]  # the client's headers as received (an ASGI scope's)
+
+
 def compressor_for(
-    request: Request,
+    services: Services,
+    client_headers: RawHeaders,
     body: JsonObject,
     *,
     settings: OffloadSettings,
@@ -48,12 +55,11 @@ def compressor_for(
     (else inline). A tenant's `summary_prompt` replaces the transcript's system prompt and the
     prefix shape's instruction alike. `session`: the turn's in the statistics (derived when the
     client names none), whose bill a background summary's goes to."""
-    services = services_of(request)
     custom = services.settings_resolver.tenant_extra(caller.tenant, "summary_prompt")
     model = settings.summary_model or model_of(body) or "gpt-4o-mini"
     # a summary call carries no context_management: the betas the proxy emulates have no place on it
     # (an upstream that knows them not may refuse the call, and the compaction with it)
-    headers = without_emulated_betas(caller.upstream_headers(request.scope["headers"], body_replaced=True))
+    headers = without_emulated_betas(caller.upstream_headers(client_headers, body_replaced=True))
 
     def billed(bill: Bill, summary_model: str) -> None:  # a background summary's bill, for the statistics
         services.recorder.bill_call(
@@ -87,24 +93,25 @@ def compressor_for(
     return Compressor(tenant, ctx)
 
 
-def tenant_store(request: Request, caller: Caller, *, charged: bool = True) -> TenantStore:
+def tenant_store(
+    services: Services, client_headers: RawHeaders, caller: Caller, *, charged: bool = True
+) -> TenantStore:
     """The store as the caller's tenant sees it; `charged`: its writes go through the caller's
     storage quota and credential check (`quota_for`)."""
-    services = services_of(request)
     return TenantStore(
         services.store,
         caller.namespace,
         services.settings.store_ttl,
         services.sealer,
         names_key=services.settings.names_key,
-        quota=quota_for(request, caller) if charged else None,
+        quota=quota_for(services, client_headers, caller) if charged else None,
     )
 
 
-def request_settings(request: Request, caller: Caller) -> OffloadSettings:
+def request_settings(services: Services, client_headers: RawHeaders, caller: Caller) -> OffloadSettings:
     """Server defaults ← the caller's tenant ← X-Offload-* headers; a refused header is a
     SettingsError (a bad request naming it)."""
-    return services_of(request).settings_resolver.resolve(request.headers, tenant=caller.tenant)
+    return services.settings_resolver.resolve(Headers(raw=list(client_headers)), tenant=caller.tenant)
 
 
 # Headers the check of a client's key sends with it: an Anthropic OAuth token is accepted only
@@ -112,20 +119,19 @@ def request_settings(request: Request, caller: Caller) -> OffloadSettings:
 CHECK_HEADERS = CREDENTIAL_HEADERS + ACCOUNT_HEADERS + (b"anthropic-version", b"anthropic-beta")
 
 
-def admission_for(request: Request, caller: Caller) -> Admission:
+def admission_for(services: Services, client_headers: RawHeaders, caller: Caller) -> Admission:
     """The caller gate's verdict on storing for this caller (`proxy.offload.tenant.Admission`): a
     proxy key or the server's own is admitted; a client's own key must be one the upstream
     accepts (known to the server's `CredentialCheck`, else asked once with `GET models` by the
     first step about to store, remembered for a while). Never asked for a request that stores
     nothing."""
-    services = services_of(request)
     if caller.kind != "client":
         return ADMITTED
 
     async def ask() -> int | None:
         headers = [
             (k, v)
-            for k, v in without_emulated_betas(caller.upstream_headers(request.scope["headers"], body_replaced=True))
+            for k, v in without_emulated_betas(caller.upstream_headers(client_headers, body_replaced=True))
             if k.lower() in CHECK_HEADERS
         ]
         try:
@@ -140,13 +146,12 @@ def admission_for(request: Request, caller: Caller) -> Admission:
     return Admission(services.credential_check, caller.scope, ask)
 
 
-def quota_for(request: Request, caller: Caller) -> Quota:
+def quota_for(services: Services, client_headers: RawHeaders, caller: Caller) -> Quota:
     """The storage quota of the caller's tenant, its writes admitted by `admission_for`."""
-    services = services_of(request)
     return Quota(
         services.store,
         caller.scope,
         limit=services.settings.max_stored_bytes_per_namespace,
         ttl=services.settings.store_ttl,
-        admission=admission_for(request, caller),
+        admission=admission_for(services, client_headers, caller),
     )

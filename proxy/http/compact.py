@@ -43,7 +43,7 @@ async def responses_compact(request: Request) -> Response:
     caller: Caller = request.state.caller
     services = services_of(request)
     try:
-        settings = request_settings(request, caller)
+        settings = request_settings(services, request.scope["headers"], caller)
     except ProxyError as exc:
         return response_of(exc, caller.family)
     if settings.mode == "observe" or not emulates(
@@ -78,7 +78,7 @@ async def _emulated(request: Request, caller: Caller, settings: OffloadSettings)
             code="unsupported_parameter",
             param="previous_response_id",
         )
-    tenant = tenant_store(request, caller)
+    tenant = tenant_store(services_of(request), request.scope["headers"], caller)
     records = tenant.records(RESPONSES.compaction_emulation.records_api)
     items = RESPONSES.history(body)
     # a failing store, quota or summariser: "The compaction failed: …" (`proxy.http.error_map`)
@@ -86,7 +86,8 @@ async def _emulated(request: Request, caller: Caller, settings: OffloadSettings)
     items = begun.items
     refs = tenant.refs()
     compressor = compressor_for(
-        request,
+        services_of(request),
+        request.scope["headers"],
         summary_body(body),
         settings=settings,
         caller=caller,

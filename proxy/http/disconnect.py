@@ -20,26 +20,40 @@ class ClientDisconnected(Exception):
 
 
 class ClientWatch:
-    """Owns the request's receive channel: streams the body, then watches for disconnect."""
+    """Owns the request's receive channel: streams the body, then watches for disconnect. Or,
+    made with `until` (no HTTP request: a WebSocket's `response.create`), watches an event set
+    when the client has gone away."""
 
-    def __init__(self, request: Request, *, body_read: bool = False) -> None:
-        self._receive = request.receive
+    def __init__(self, request: Request | None, *, body_read: bool = False, gone: asyncio.Event | None = None) -> None:
         self._request = request
+        self._gone = gone
         self._body_done = asyncio.Event()
-        if body_read:
+        if body_read or request is None:
             self._body_done.set()
+
+    @classmethod
+    def until(cls, gone: asyncio.Event) -> ClientWatch:
+        """The watch of a client that has no HTTP request: gone once `gone` is set."""
+        return cls(None, gone=gone)
 
     async def body(self) -> AsyncIterator[bytes]:
         try:
-            async for chunk in self._request.stream():
-                if chunk:
-                    yield chunk
+            if self._request is not None:
+                async for chunk in self._request.stream():
+                    if chunk:
+                        yield chunk
         finally:
             self._body_done.set()
 
     async def _disconnected(self) -> None:
         await self._body_done.wait()
-        while (await self._receive())["type"] != "http.disconnect":
+        if self._request is None:
+            if self._gone is not None:
+                await self._gone.wait()
+            else:
+                await asyncio.Future()  # never gone
+            return
+        while (await self._request.receive())["type"] != "http.disconnect":
             pass
 
     async def run(self, work: Awaitable[T]) -> T:

@@ -1,5 +1,7 @@
 """The managed endpoints (`POST /v1/chat/completions`, `POST /v1/responses`, `POST /v1/messages`
-and `POST /v1/messages/count_tokens`): one request path for every wire format: read the body,
+and `POST /v1/messages/count_tokens`): one request path for every wire format and every
+transport (an HTTP request, `ManagedCall.open`; a WebSocket's `response.create`,
+`proxy.http.websocket.dispatch`, from the parts `ManagedCall.read` takes): read the body,
 build the exchange's context (`ExchangeContext`: the caller's store handle and admission, the
 upstream, the summariser factory, the settings, the request's record), run the `Exchange`
 (`proxy.turn`: prepare the turn → send rounds → settle) and write its answer as the response.
@@ -24,6 +26,7 @@ from proxy import telemetry
 from proxy.core.jsonio import JsonObject
 from proxy.core.settings import OffloadSettings
 from proxy.core.wire import WireFormat
+from proxy.errors import Shape
 from proxy.formats.chat import CHAT
 from proxy.formats.json_body import LARGE_BODY
 from proxy.formats.messages import MESSAGES, without_emulated_betas
@@ -31,13 +34,13 @@ from proxy.formats.prompt_cache import session_cache_key
 from proxy.formats.responses import RESPONSES
 from proxy.http import accounting, billing, cache_session, emulated_answers, error_map, holdout, observed
 from proxy.http.body import codings_of, decoded_body, refuse_other_charsets
-from proxy.http.call_parts import admission_for, compressor_for, request_settings, tenant_store
+from proxy.http.call_parts import RawHeaders, admission_for, compressor_for, request_settings, tenant_store
 from proxy.http.caller import Caller
 from proxy.http.disconnect import ClientWatch
 from proxy.http.headers import response_headers_for_client
 from proxy.http.relay import stream_back
 from proxy.http.routing import family_of
-from proxy.http.services import services_of
+from proxy.http.services import Services, services_of
 from proxy.http.telemetry import current as current_record
 from proxy.offload import cpu_pool
 from proxy.offload.records import RefStore
@@ -63,20 +66,29 @@ async def messages(request: Request) -> Response:
 
 async def handle(request: Request, fmt: WireFormat) -> Response:
     """Read → turn → send → answer."""
+    return await respond(lambda: ManagedCall.open(request, fmt), shape=family_of(request.scope))
 
-    async def run() -> Response:
-        call = await ManagedCall.open(request, fmt)
-        if observed.observing(call.settings):  # forwarded as received, the plan made beside it
-            return await observed.forward(call)
-        arm, call.derived = await holdout.arm_of(call)
-        if arm is None:
-            return await managed(call)
-        await holdout.mark(call, arm)
-        if arm == "control":  # forwarded as received, recorded as a turn of its session
-            return await holdout.watched(call, lambda: holdout.forward_control(call, call.derived))
-        return await holdout.watched(call, lambda: managed(call))
 
-    return await answered(request, run)
+async def respond(opened: Callable[[], Awaitable[ManagedCall]], *, shape: Shape) -> Response:
+    """The answer to the call `opened()` reads, or the proxy's own error in `shape` (`answered`):
+    the managed route's, whatever carries the call (an HTTP request, a WebSocket's
+    `response.create`)."""
+    return await error_map.answered(lambda: answer_of(opened), shape=shape, store_failure_is_a_bug=True)
+
+
+async def answer_of(opened: Callable[[], Awaitable[ManagedCall]]) -> Response:
+    """The answer to the call `opened()` reads: observed, in the holdout, or managed (whatever
+    carries it: an HTTP request, a WebSocket's `response.create`)."""
+    call = await opened()
+    if observed.observing(call.settings):  # forwarded as received, the plan made beside it
+        return await observed.forward(call)
+    arm, call.derived = await holdout.arm_of(call)
+    if arm is None:
+        return await managed(call)
+    await holdout.mark(call, arm)
+    if arm == "control":  # forwarded as received, recorded as a turn of its session
+        return await holdout.watched(call, lambda: holdout.forward_control(call, call.derived))
+    return await holdout.watched(call, lambda: managed(call))
 
 
 async def managed(call: ManagedCall) -> Response:
@@ -99,17 +111,23 @@ async def answered(request: Request, run: Callable[[], Awaitable[Response]]) -> 
 
 
 class ManagedCall:
-    """One request to a managed endpoint on its way through the proxy: read (`open`), then its
-    `Exchange` (`proxy.turn`: prepare, send rounds, settle) built from the request's context,
-    and the exchange's answer written as a Starlette response."""
+    """One request to a managed endpoint on its way through the proxy: read (`open` from an HTTP
+    request, `read` from the parts of any: the server's services, the caller, the client's
+    headers and query, its body), then its `Exchange` (`proxy.turn`: prepare, send rounds,
+    settle) built from the call's context, and the exchange's answer written as a Starlette
+    response."""
 
     turn: Turn
 
     def __init__(
         self,
-        request: Request,
+        services: Services,
+        caller: Caller,
         fmt: WireFormat,
         *,
+        client_headers: RawHeaders,
+        query: bytes,
+        watch: ClientWatch,
         raw: bytes,
         body: JsonObject,
         history: list[Any],
@@ -117,13 +135,11 @@ class ManagedCall:
         decoded: bool = False,
     ) -> None:
         # `raw`: the body as sent, its Content-Encoding undone (`decoded`: there was one)
-        self.request, self.fmt, self.raw, self.body, self.settings = request, fmt, raw, body, settings
+        self.fmt, self.raw, self.body, self.settings = fmt, raw, body, settings
         self.history, self.decoded = history, decoded
-        self.services = services_of(request)
-        self.caller: Caller = request.state.caller
+        self.services, self.caller, self.client_headers = services, caller, client_headers
         self.namespace, self.base = self.caller.namespace, self.caller.base
-        self.watch = ClientWatch(request, body_read=True)
-        self.query = request.scope.get("query_string", b"")
+        self.watch, self.query = watch, query
         self.previous = body.get("previous_response_id")  # as the client sent it (the statistics' session)
         self.rec: telemetry.RequestRecord | None = None
         # the sink the turn's reload loop and tools report to: the request's record (`telemetry`)
@@ -131,7 +147,7 @@ class ManagedCall:
         self.headers: list[tuple[bytes, bytes]] = []
         self.cache = cache_session.CacheSession()  # the session's prompt cache: its record, what went first
         self.derived: tuple[str | None, str | None] | None = None  # the statistics' session, once derived
-        self.tenant = tenant_store(request, self.caller)
+        self.tenant = tenant_store(services, client_headers, self.caller)
         self.exchange = Exchange(self.context(), raw=raw, body=body, history=history, decoded=decoded)
 
     @classmethod
@@ -139,12 +155,35 @@ class ManagedCall:
         """Read, parse and validate; raises ProxyError (400) for what the proxy itself refuses.
         A body over LARGE_BODY is joined, parsed, checked and split into its history off the
         event loop (tens of MB take seconds of CPU)."""
-        services = services_of(request)
         codings = codings_of(request.headers.getlist("content-encoding"))  # 415 for an unknown one
         refuse_other_charsets(request.headers.getlist("content-type"))  # read as the upstream reads it
         chunks = [chunk async for chunk in request.stream() if chunk]
-        caller: Caller = request.state.caller
+        return await cls.read(
+            services_of(request),
+            request.state.caller,
+            fmt,
+            chunks=chunks,
+            codings=codings,
+            client_headers=request.scope["headers"],
+            query=request.scope.get("query_string", b""),
+            watch=ClientWatch(request, body_read=True),
+        )
 
+    @classmethod
+    async def read(
+        cls,
+        services: Services,
+        caller: Caller,
+        fmt: WireFormat,
+        *,
+        chunks: list[bytes],
+        codings: list[str],
+        client_headers: RawHeaders,
+        query: bytes,
+        watch: ClientWatch,
+    ) -> ManagedCall:
+        """The call whose body is `chunks` (its Content-Encoding `codings`): parsed and validated
+        as `open` says."""
         if codings:  # decided on what it inflates to (`body_encoding.decoded_body`)
             chunks = [await decoded_body(b"".join(chunks), codings, limit=services.settings.max_body_bytes)]
 
@@ -155,20 +194,32 @@ class ManagedCall:
             return raw, body, fmt.history(body)
 
         raw, body, history = await cpu_pool.CPU(sum(map(len, chunks)) > LARGE_BODY)(parsed)
-        settings = request_settings(request, caller)
+        settings = request_settings(services, client_headers, caller)
         if body.get("background") is True:  # nobody would run the injected calls of a background response
             settings = settings.model_copy(update={"reload_tools": False})
-        return cls(request, fmt, raw=raw, body=body, history=history, settings=settings, decoded=bool(codings))
+        return cls(
+            services,
+            caller,
+            fmt,
+            client_headers=client_headers,
+            query=query,
+            watch=watch,
+            raw=raw,
+            body=body,
+            history=history,
+            settings=settings,
+            decoded=bool(codings),
+        )
 
     def context(self) -> ExchangeContext:
-        """The exchange's context from the request: the caller bound into the store handle, its
+        """The exchange's context from the call: the caller bound into the store handle, its
         admission, the upstream headers and the compressor factory."""
-        services, caller, request, tenant = self.services, self.caller, self.request, self.tenant
-        client_headers = request.scope["headers"]
+        services, caller, tenant, client_headers = self.services, self.caller, self.tenant, self.client_headers
 
         def compressor(body: JsonObject, settings: OffloadSettings, refs: RefStore, *, background: bool) -> Compressor:
             return compressor_for(
-                request,
+                services,
+                client_headers,
                 body,
                 settings=settings,
                 caller=caller,
@@ -187,7 +238,7 @@ class ManagedCall:
         return ExchangeContext(
             fmt=self.fmt,
             tenant=tenant,
-            admission=admission_for(request, caller),
+            admission=admission_for(services, client_headers, caller),
             upstream=services.upstream,
             upstream_headers=upstream_headers,
             compressor=compressor,

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from starlette.background import BackgroundTask
-from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy import telemetry
@@ -48,7 +48,7 @@ class ManagedCall(accounting.ManagedCall, Protocol):
     """What this module reads of a managed call (`proxy.http.managed.ManagedCall`, which uses
     this module: named by its shape so neither imports the other)."""
 
-    request: Request
+    client_headers: Sequence[tuple[bytes, bytes]]
     caller: Caller
     services: Services
     watch: ClientWatch
@@ -67,7 +67,7 @@ def observing(settings: OffloadSettings) -> bool:
 
 async def as_received(call: ManagedCall, endpoint: str) -> Response:
     """The request to `endpoint` as received, the answer as the upstream sent it."""
-    headers = call.caller.upstream_headers(call.request.scope["headers"], body_replaced=call.decoded)
+    headers = call.caller.upstream_headers(call.client_headers, body_replaced=call.decoded)
     response = await call.watch.run(
         call.services.upstream.send(
             "POST",

@@ -31,10 +31,11 @@ from proxy.store import StoreUnavailable
 
 def _scope(request: Request) -> tuple[OffloadSettings, Caller, TenantStore]:
     caller: Caller = request.state.caller
-    settings = request_settings(request, caller)
+    services, headers = services_of(request), request.scope["headers"]
+    settings = request_settings(services, headers, caller)
     if settings.mode == "observe":  # asked to offload: observe mode is about the forwarded turns
         settings = settings.model_copy(update={"mode": "auto"})
-    return settings, caller, tenant_store(request, caller)
+    return settings, caller, tenant_store(services, headers, caller)
 
 
 async def offload(request: Request) -> Response:
@@ -56,7 +57,15 @@ async def _offload(request: Request) -> Response:
     namespace = caller.namespace
     # the caller asked for the reduced messages now: a summary they need is made before answering
     compressor = compressor_for(
-        request, body, settings=settings, caller=caller, tenant=tenant, fmt=chat.CHAT, refs=refs, background=False
+        services_of(request),
+        request.scope["headers"],
+        body,
+        settings=settings,
+        caller=caller,
+        tenant=tenant,
+        fmt=chat.CHAT,
+        refs=refs,
+        background=False,
     )
     counter = await counter_for_model_async(model)
     prepared = await prepare(

@@ -280,6 +280,22 @@ def tenant_names(tenants: Mapping[str, object], secret: str | None) -> dict[str,
     return {namespace_for("tenant", [name], None, secret=secret): name for name in tenants}
 
 
+def presents_admin_token(token: bytes | None, headers: Headers) -> bool:
+    """Whether a request with these headers presents the admin token (in any credential header)."""
+    presented = presented_credentials(headers)
+    # every credential compared (constant time each), none skipped on the first match
+    return token is not None and bool(token) and sum(hmac.compare_digest(c.encode(), token) for c in presented) > 0
+
+
+def not_a_credential() -> ProxyError:
+    """The refusal of the admin token on any route but the statistics'."""
+    return ProxyError(
+        Kind.PERMISSION_DENIED,
+        "The admin token is not a client credential: it reads /v1/offload/stats and /v1/offload/sessions only.",
+        code="admin_token_not_a_credential",
+    )
+
+
 class AdminGate:
     """ASGI middleware before `CallerGate`: a /v1 request presenting the admin token (in any
     credential header) is answered by the statistics routes as the admin, or refused (403)
@@ -291,10 +307,7 @@ class AdminGate:
         self.router = ExceptionMiddleware(Router(routes=stats.routes()), handlers={HTTPException: not_routed})
 
     def _is_admin(self, scope: Scope) -> bool:
-        presented = presented_credentials(Headers(scope=scope))
-        # every credential compared (constant time each), none skipped on the first match
-        token = self.token
-        return token is not None and bool(token) and sum(hmac.compare_digest(c.encode(), token) for c in presented) > 0
+        return presents_admin_token(self.token, Headers(scope=scope))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].startswith("/v1/") and self._is_admin(scope):
@@ -302,12 +315,7 @@ class AdminGate:
                 scope.setdefault("state", {})["admin"] = True
                 await self.router(scope, receive, send)
                 return
-            error = ProxyError(
-                Kind.PERMISSION_DENIED,
-                "The admin token is not a client credential: it reads /v1/offload/stats and /v1/offload/sessions only.",
-                code="admin_token_not_a_credential",
-            )
-            await response_of(error)(scope, receive, send)
+            await response_of(not_a_credential())(scope, receive, send)
             return
         await self.app(scope, receive, send)
 

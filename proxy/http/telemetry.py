@@ -5,7 +5,8 @@ A `RequestRecord` (`proxy.telemetry`) travels with each request in a context var
 (`current`, read by the HTTP layer alone, which hands the record down as a sink); the
 handlers fill in what they know (tenant hash, model, tokens, action, reload rounds, upstream
 timings) and the middleware turns it into metrics and the log line when the response has been
-sent, streams included. No credential and no message content ever reaches a label or a log line, and no
+sent, streams included. The recording itself (`Recording`) is the middleware's and the Responses
+WebSocket's alike: each `response.create` is recorded as the `POST /v1/responses` it stands for. No credential and no message content ever reaches a label or a log line, and no
 client-chosen string longer than `log_clip.MAX_LOGGED_CHARS` does.
 """
 
@@ -15,7 +16,8 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -36,6 +38,7 @@ __all__ = [
     "Metrics",
     "RequestRecord",
     "current",
+    "Recording",
     "Observe",
     "route_of",
     "log_request",
@@ -80,46 +83,33 @@ def route_of(path: str) -> str:
 TURN_ROUTES = frozenset({"chat", "responses", "responses_compact", "messages"})
 
 
-class Observe:
-    """ASGI middleware: a RequestRecord per request, then metrics, the JSON log line and
-    `on_finished` (the usage statistics: it must not block). `on_started` is called as a turn's
-    request comes in and returns what to call once `on_finished` has seen it: its client may have
-    the answer before then, and whoever reads the statistics right after must know one is held."""
+class Recording:
+    """A RequestRecord per request, then metrics, the JSON log line and `on_finished` (the usage
+    statistics: it must not block). `on_started` is called as a turn's request comes in and
+    returns what to call once `on_finished` has seen it: its client may have the answer before
+    then, and whoever reads the statistics right after must know one is held. Whatever carries
+    the request (`Observe`, the Responses WebSocket) runs it inside `recorded`."""
 
     def __init__(
         self,
-        app: ASGIApp,
         metrics: Metrics,
         on_finished: Callable[[RequestRecord, Scope], None] | None = None,
         *,
         on_started: Callable[[], Callable[[], None]] | None = None,
     ) -> None:
-        self.app, self.metrics, self.on_finished, self.on_started = app, metrics, on_finished, on_started
+        self.metrics, self.on_finished, self.on_started = metrics, on_finished, on_started
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        rec = RequestRecord(
-            route_of(scope["path"]),
-            scope["method"],
-            scope["path"],
-            metrics=self.metrics,
-            transport=scope.get("offload.transport"),
-        )
+    @contextmanager
+    def recorded(
+        self, method: str, path: str, scope: Scope, *, transport: str | None = None
+    ) -> Iterator[RequestRecord]:
+        """The request's record, `current` while it runs, recorded when it ends. `scope`: what
+        `on_finished` reads of the request (its path, its headers, `state.caller`)."""
+        rec = RequestRecord(route_of(path), method, path, metrics=self.metrics, transport=transport)
         token = current.set(rec)
         release = self.on_started() if self.on_started is not None and rec.route in TURN_ROUTES else None
-
-        async def recording_send(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                rec.status = message["status"]
-                for name, value in message.get("headers", ()):
-                    if name.lower() == b"x-request-id":
-                        rec.request_id = value.decode("latin-1")
-            await send(message)
-
         try:
-            await self.app(scope, receive, recording_send)
+            yield rec
         finally:
             current.reset(token)
             elapsed = time.perf_counter() - rec.started
@@ -133,6 +123,41 @@ class Observe:
                     access_log.exception("could not record the request")
             if release is not None:
                 release()
+
+
+def noted(rec: RequestRecord, status: int, headers: Iterable[tuple[bytes, bytes]]) -> None:
+    """What the record learns of the response's start: its status, its `X-Request-Id`."""
+    rec.status = status
+    for name, value in headers:
+        if name.lower() == b"x-request-id":
+            rec.request_id = value.decode("latin-1")
+
+
+class Observe:
+    """ASGI middleware: each HTTP request recorded (`Recording`)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        metrics: Metrics,
+        on_finished: Callable[[RequestRecord, Scope], None] | None = None,
+        *,
+        on_started: Callable[[], Callable[[], None]] | None = None,
+    ) -> None:
+        self.app, self.recording = app, Recording(metrics, on_finished, on_started=on_started)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        with self.recording.recorded(scope["method"], scope["path"], scope) as rec:
+
+            async def recording_send(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    noted(rec, message["status"], message.get("headers", ()))
+                await send(message)
+
+            await self.app(scope, receive, recording_send)
 
 
 def log_request(rec: RequestRecord, elapsed: float) -> None:

@@ -65,7 +65,9 @@ async def relay_tokens_expanded(request: Request, caller: Caller, path: str, *, 
         return await relay(request)  # plain UTF-8 without a token: as sent (UTF-16 would hide one from the test)
     services = services_of(request)
     body = await read_body(request, caller, parse=parse)
-    records = tenant_store(request, caller, charged=False).records(RESPONSES.compaction_emulation.records_api)
+    records = tenant_store(services, request.scope["headers"], caller, charged=False).records(
+        RESPONSES.compaction_emulation.records_api
+    )
     begun = await begin(body, RESPONSES.history(body), fmt=RESPONSES, emulating=False, records=records)
     if not begun.replaced:
         return await relay(request)

@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Send
 
 from proxy.core import jsonio
 from proxy.core.jsonio import footprint
@@ -39,7 +39,7 @@ from proxy.formats.json_body import LARGE_BODY
 from proxy.formats.responses import check_responses_input
 from proxy.http.websocket import events
 from proxy.http.websocket.chain import Budget, ConnectionChain
-from proxy.http.websocket.dispatch import dispatch, encoded
+from proxy.http.websocket.dispatch import Upgrade, dispatch, encoded
 from proxy.http.ws_protocol import TEXT_BYTES
 from proxy.offload.cpu_pool import CPU
 
@@ -77,8 +77,7 @@ def frame_size(frame: Message) -> int:
 class Connection:
     def __init__(
         self,
-        app: ASGIApp,
-        scope: Scope,
+        upgrade: Upgrade,
         *,
         receive: Receive,
         send: Send,
@@ -86,9 +85,9 @@ class Connection:
         budget: Budget | None = None,
         check: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
-        """`budget`: the worker's held bytes (`Limits.held_bytes`); `check`: the caller's checks of a
+        """`upgrade`: what each create takes from the upgrade (`dispatch.Upgrade`); `budget`: the worker's held bytes (`Limits.held_bytes`); `check`: the caller's checks of a
         body the connection answers itself (`proxy.http.caller.Caller.check_body`)."""
-        self.app, self.scope, self._receive, self._send, self.limits = app, scope, receive, send, limits
+        self.upgrade, self._receive, self._send, self.limits = upgrade, receive, send, limits
         self.chain = ConnectionChain(
             limits.held_responses, limits.max_frame_bytes, budget if budget is not None else Budget(limits.held_bytes)
         )
@@ -187,7 +186,7 @@ class Connection:
     async def _stop_lanes(self) -> None:
         tasks = [lane.task for lane in self.lanes.values() if lane.task is not None and not lane.task.done()]
         if tasks:
-            await asyncio.wait(tasks, timeout=DRAIN_GRACE)  # each sees http.disconnect and stops
+            await asyncio.wait(tasks, timeout=DRAIN_GRACE)  # each sees its client gone and stops
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -327,7 +326,7 @@ class Connection:
 
         large = memory > LARGE_BODY
         content = await CPU(large)(encoded, body, large)
-        status, error_body = await dispatch(self.app, self.scope, content, gone=self.gone, on_event=on_event)
+        status, error_body = await dispatch(self.upgrade, content, gone=self.gone, on_event=on_event)
         release()
         if status != 200:
             await self.send_event(events.from_http_answer(status, error_body, stream_id))

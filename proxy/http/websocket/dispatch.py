@@ -1,14 +1,22 @@
-"""One `response.create` through the very route `POST /v1/responses` takes: a request made in
-process from the upgrade request's scope (its headers: credential, tenant, `X-Offload-*`) and the
-event's body, sent through the whole application (caller gate, body limit, telemetry, the
-managed turn, the reload loop), its answer read back: a 200 stream's events one by one, any other
-answer as one `error` event with its status.
+"""One `response.create` answered as `POST /v1/responses` answers its body, without HTTP: no
+request is made in process, nothing goes through the application. The steps the POST meets are
+called directly, in its order: its record (`proxy.http.telemetry.Recording`: the metrics, the
+access log, the statistics, as a request of transport `websocket`), the body limit (413), the
+admin token refused (403), the caller gate (`proxy.http.caller.Gatekeeper`: 401/403/400, the
+upgrade's credential checked again for each create), the unknown `X-Offload-*` headers counted,
+then the managed route itself (`proxy.http.managed.respond`: read and parse the body, the
+`X-Offload-*` settings, the observe / holdout / managed turn, the proxy's errors in the Responses
+shape). The client's headers are the upgrade's (`Upgrade`: without the upgrade's own, nor the
+beta that asked for the WebSocket mode), read once per connection; the body is the event's.
+Its answer goes back as events: a 200 stream's one by one, any other answer as one `error` event
+with its status.
 
-The client going away is the request's `http.disconnect`: the managed turn cancels the upstream
-call as it does for an HTTP client that hangs up, and nothing is held. Once the answer is whole
-(its last body part sent), the create is over for the socket: what the route does after it (an
-observed turn's plan, the statistics, background summaries) goes on without holding the
-connection's next create or being cancelled when the client closes, as after an HTTP answer.
+The client going away (`gone`) is what a hang-up is to an HTTP request: the managed turn cancels
+the upstream call (`proxy.http.disconnect.ClientWatch.until`), a stream stops, nothing is held.
+Once the answer is whole (its last part written), the create is over for the socket: what the
+route does after it (the response's background: an observed turn's plan, the statistics,
+background summaries) goes on without holding the connection's next create or being cancelled
+when the client closes, as after an HTTP answer.
 """
 
 from __future__ import annotations
@@ -16,16 +24,30 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
-from starlette.types import ASGIApp, Message, Scope
+from starlette.datastructures import Headers
+from starlette.responses import Response, StreamingResponse
+from starlette.types import Scope
 
 from proxy.core import jsonio
 from proxy.core import jsonio as large_json
+from proxy.errors import ProxyError
+from proxy.formats.responses import RESPONSES
+from proxy.http.caller import Gatekeeper
+from proxy.http.disconnect import ClientDisconnected, ClientWatch
+from proxy.http.error_map import error_response, response_of
+from proxy.http.headers import unknown_in
+from proxy.http.managed import ManagedCall, respond
+from proxy.http.services import Services
+from proxy.http.stats_api import not_a_credential, presents_admin_token
+from proxy.http.telemetry import Recording, RequestRecord, noted
 from proxy.upstream import sse
 
 log = logging.getLogger("proxy.http.websocket")
 
+PATH = "/v1/responses"  # what a create stands for: its record's route, its statistics' path
 # the upgrade's own headers, and those the body made here replaces
 _DROPPED = frozenset(
     {
@@ -62,11 +84,11 @@ def _without_transport_beta(value: bytes) -> bytes:
     )
 
 
-def request_scope(upgrade: Scope, content_length: int) -> Scope:
-    """The HTTP scope of `POST /v1/responses` made from the upgrade's: without the upgrade's own
-    headers, nor the beta that asked for the WebSocket mode."""
+def client_headers(upgrade: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The client's headers of every create: the upgrade's, without its own headers, nor the
+    beta that asked for the WebSocket mode."""
     headers = []
-    for key, value in upgrade["headers"]:
+    for key, value in upgrade:
         name = key.lower()
         if name == b"openai-beta":
             value = _without_transport_beta(value)
@@ -74,49 +96,96 @@ def request_scope(upgrade: Scope, content_length: int) -> Scope:
                 continue
         if name not in _DROPPED:
             headers.append((key, value))
-    headers += [(b"content-type", b"application/json"), (b"content-length", str(content_length).encode())]
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "https" if upgrade.get("scheme") == "wss" else "http",
-        "path": "/v1/responses",
-        "raw_path": b"/v1/responses",
-        "root_path": upgrade.get("root_path", ""),
-        "query_string": upgrade.get("query_string", b""),
-        "headers": headers,
-        "client": upgrade.get("client"),
-        "server": upgrade.get("server"),
-        "state": {},
-        "extensions": {},
-        "offload.transport": "websocket",
-    }
+    return headers
+
+
+def body_headers(headers: list[tuple[bytes, bytes]], content_length: int) -> list[tuple[bytes, bytes]]:
+    """`headers` with those of a create's body (JSON, its length), as the POST's."""
+    return [*headers, (b"content-type", b"application/json"), (b"content-length", str(content_length).encode())]
+
+
+@dataclass(frozen=True)
+class Upgrade:
+    """What every create of one connection takes from its upgrade, read once: the server's
+    services, the caller gate, the recording, the client's headers and query."""
+
+    services: Services
+    gatekeeper: Gatekeeper
+    recording: Recording
+    headers: list[tuple[bytes, bytes]]
+    query: bytes
+
+    @classmethod
+    def of(cls, scope: Scope, *, gatekeeper: Gatekeeper, recording: Recording) -> Upgrade:
+        return cls(
+            services=cast(Services, scope["app"].state.services),
+            gatekeeper=gatekeeper,
+            recording=recording,
+            headers=client_headers(scope["headers"]),
+            query=scope.get("query_string", b""),
+        )
+
+
+async def answer_to(
+    upgrade: Upgrade, content: bytes, *, gone: asyncio.Event, rec: RequestRecord, seen: dict[str, Any]
+) -> Response:
+    """The answer `POST /v1/responses` gives the body `content` (the steps of the module's
+    docstring, in the POST's order). `seen`: what the statistics read of the request, the caller
+    put in its `state` once known."""
+    services, headers = upgrade.services, seen["headers"]
+    limit = services.settings.max_body_bytes
+    if len(content) > limit:
+        message = f"Request body exceeds {limit} bytes (the proxy's --max-body-bytes)."
+        return error_response(413, message, code="request_too_large", shape="openai")
+    admin = services.settings.admin_token
+    if presents_admin_token(admin.encode() if admin else None, Headers(raw=headers)):
+        return response_of(not_a_credential())
+    try:
+        caller = upgrade.gatekeeper.identify(Headers(raw=headers), "openai")
+    except ProxyError as exc:
+        return response_of(exc, "openai")
+    seen["state"]["caller"] = caller
+    found = unknown_in(headers)
+    if found is not None:
+        upgrade.recording.metrics.count_unknown_headers(found.labels())
+        rec.unknown_headers = [header.name for header in found.named]
+
+    def opened() -> Awaitable[ManagedCall]:
+        return ManagedCall.read(
+            services,
+            caller,
+            RESPONSES,
+            chunks=[content],
+            codings=[],
+            client_headers=headers,
+            query=upgrade.query,
+            watch=ClientWatch.until(gone),
+        )
+
+    return await respond(opened, shape="openai")
 
 
 class Answer:
-    """The route's answer to one request: its status, then (200) its events' JSON texts."""
+    """The route's answer to one create, as it is written: its status, then (200) its events'
+    JSON texts."""
 
     def __init__(self) -> None:
         self.status: int | None = None
         self.started = asyncio.Event()
-        self.ended = asyncio.Event()  # its last body part was sent: what the route does after it is its own
+        self.ended = asyncio.Event()  # its last part was written: what the route does after it is its own
         self._chunks: asyncio.Queue[bytes | None] = asyncio.Queue(QUEUED_CHUNKS)
         self._error_body = bytearray()
 
-    async def send(self, message: Message) -> None:
-        if message["type"] == "http.response.start":
-            self.status = message["status"]
-            self.started.set()
-        elif message["type"] == "http.response.body":
-            body = message.get("body", b"")
-            if self.status == 200:
-                if body:
-                    await self._chunks.put(body)
-            elif len(self._error_body) < MAX_ERROR_BODY:
-                self._error_body += body[: MAX_ERROR_BODY - len(self._error_body)]
-            if not message.get("more_body", False):
-                await self.finish()
+    def start(self, status: int) -> None:
+        self.status = status
+        self.started.set()
+
+    async def put(self, body: bytes) -> None:
+        if self.status == 200:
+            if body:
+                await self._chunks.put(body)
+        elif len(self._error_body) < MAX_ERROR_BODY:
+            self._error_body += body[: MAX_ERROR_BODY - len(self._error_body)]
 
     async def finish(self) -> None:
         self.started.set()
@@ -136,36 +205,50 @@ class Answer:
         return sse.iter_data(self._bytes())
 
 
+async def write(response: Response, answer: Answer, *, gone: asyncio.Event) -> None:
+    """`response` into `answer` (a stream part by part; once the client has gone, nothing more is
+    written and the stream stops, as Starlette stops it on a disconnect), then its background."""
+    answer.start(response.status_code)
+    if isinstance(response, StreamingResponse):
+        chunks = response.body_iterator
+
+        async def drain() -> None:
+            async for chunk in chunks:
+                if not gone.is_set():
+                    await answer.put(chunk.encode(response.charset) if isinstance(chunk, str) else bytes(chunk))
+
+        try:
+            await ClientWatch.until(gone).run(drain())
+        except ClientDisconnected:
+            pass
+        finally:
+            close = getattr(chunks, "aclose", None)
+            if close is not None:
+                await close()
+    elif not gone.is_set():
+        await answer.put(bytes(response.body))
+    await answer.finish()
+    if response.background is not None:
+        await response.background()
+
+
 async def dispatch(
-    app: ASGIApp, upgrade: Scope, content: bytes, *, gone: asyncio.Event, on_event: Callable[[str], Awaitable[None]]
+    upgrade: Upgrade, content: bytes, *, gone: asyncio.Event, on_event: Callable[[str], Awaitable[None]]
 ) -> tuple[int, bytes]:
-    """Run the request whose body is `content` (`encoded`); each event of a 200 stream goes to
+    """Answer the create whose body is `content` (`encoded`); each event of a 200 stream goes to
     `on_event` (its JSON text) as it comes. Returns the status and, when it is not 200, the
-    answer's body. `gone`: set when the client has gone away (the request then sees
-    `http.disconnect`)."""
-    scope = request_scope(upgrade, len(content))
-    sent = False
-
-    async def receive() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": content, "more_body": False}
-        await gone.wait()
-        return {"type": "http.disconnect"}
-
+    answer's body. `gone`: set when the client has gone away."""
     answer = Answer()
-
-    async def send(message: Message) -> None:
-        if gone.is_set():  # as an HTTP server after a disconnect: dropped, the route is not failed
-            if message["type"] == "http.response.body" and not message.get("more_body", False):
-                await answer.finish()  # (the client read the last event and left before the end)
-            return
-        await answer.send(message)
+    headers = body_headers(upgrade.headers, len(content))
+    # what the statistics read of the request (`proxy.stats.Recorder.observe`)
+    seen: dict[str, Any] = {"path": PATH, "headers": headers, "state": {}}
 
     async def run() -> None:
         try:
-            await app(scope, receive, send)
+            with upgrade.recording.recorded("POST", PATH, seen, transport="websocket") as rec:
+                response = await answer_to(upgrade, content, gone=gone, rec=rec, seen=seen)
+                noted(rec, response.status_code, response.raw_headers)
+                await write(response, answer, gone=gone)
         finally:
             await answer.finish()
 
@@ -181,8 +264,8 @@ async def dispatch(
     finally:
         if task.done():
             _retrieved(task)
-        elif answer.ended.is_set():  # the answer is whole: what follows it in the route (an observed
-            _AFTER.add(task)  # turn's plan, the statistics, summaries) goes on, as after an HTTP answer
+        elif answer.ended.is_set():  # the answer is whole: what follows it (an observed turn's
+            _AFTER.add(task)  # plan, the statistics, summaries) goes on, as after an HTTP answer
             task.add_done_callback(_retrieved)
         else:  # the client went away mid-answer: the turn stops
             task.cancel()
@@ -190,12 +273,12 @@ async def dispatch(
     return answer.status or 500, answer.error_body
 
 
-_AFTER: set[asyncio.Task[None]] = set()  # routes whose answers are whole, running what follows them
+_AFTER: set[asyncio.Task[None]] = set()  # creates whose answers are whole, running what follows them
 
 
 def _retrieved(task: asyncio.Task[None]) -> None:
-    """A route that has returned: its failure logged as an HTTP server logs one (never asyncio's
-    "exception was never retrieved")."""
+    """A create's route that has returned: its failure logged as an HTTP server logs one (never
+    asyncio's "exception was never retrieved")."""
     _AFTER.discard(task)
     if not task.cancelled() and (error := task.exception()) is not None:
         log.error("a response.create's route failed", exc_info=error)

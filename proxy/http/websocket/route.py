@@ -24,15 +24,17 @@ from collections import Counter
 
 from starlette.datastructures import Headers
 from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from proxy.core.settings import SettingsResolver
 from proxy.errors import Kind, ProxyError
 from proxy.http.caller import Caller, Gatekeeper
 from proxy.http.error_map import error_response, response_of
 from proxy.http.headers import unknown_in, with_warning
+from proxy.http.telemetry import Recording
 from proxy.http.websocket.chain import Budget
 from proxy.http.websocket.connection import Connection, Limits
+from proxy.http.websocket.dispatch import Upgrade
 
 log = logging.getLogger("proxy.http.websocket")
 
@@ -72,13 +74,21 @@ class OpenConnections:
 
 
 class ResponsesSocket:
-    """The ASGI endpoint of the WebSocket route; `app` is the whole application, through which
-    every response.create goes."""
+    """The ASGI endpoint of the WebSocket route; every response.create is answered with the
+    caller gate and the request recording `POST /v1/responses` has (`recording`, the app's own
+    kind: `proxy.http.telemetry.Recording`), by its route called directly (`dispatch`)."""
 
     def __init__(
-        self, gatekeeper: Gatekeeper, resolver: SettingsResolver, limits: Limits, *, per_tenant: int, total: int = 0
+        self,
+        gatekeeper: Gatekeeper,
+        resolver: SettingsResolver,
+        limits: Limits,
+        *,
+        recording: Recording,
+        per_tenant: int,
+        total: int = 0,
     ) -> None:
-        self.gatekeeper, self.resolver, self.limits = gatekeeper, resolver, limits
+        self.gatekeeper, self.resolver, self.limits, self.recording = gatekeeper, resolver, limits, recording
         self.open = OpenConnections(per_tenant, total)
         self.held = Budget(limits.held_bytes)  # what all connections of this worker hold
 
@@ -98,7 +108,6 @@ class ResponsesSocket:
         return caller
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        app: ASGIApp = scope["app"]
         try:
             caller = self._caller(Headers(scope=scope))
         except ProxyError as exc:
@@ -115,8 +124,9 @@ class ResponsesSocket:
                 return
             found = unknown_in(scope["headers"])  # said in the 101; counted per response.create
             await send({"type": "websocket.accept", "headers": with_warning([], found.warning()) if found else []})
+            upgrade = Upgrade.of(scope, gatekeeper=self.gatekeeper, recording=self.recording)
             await Connection(
-                app, scope, receive=receive, send=send, limits=self.limits, budget=self.held, check=caller.check_body
+                upgrade, receive=receive, send=send, limits=self.limits, budget=self.held, check=caller.check_body
             ).serve()
         finally:
             self.open.give_back(caller.scope)
