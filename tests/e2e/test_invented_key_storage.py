@@ -113,3 +113,19 @@ def test_an_overloaded_models_endpoint_admits_no_invented_key(make_proxy, upstre
             )
             assert r.status_code != 200, (status, r.text[:200])
             assert lasting(log) == [], status
+
+
+def test_the_websocket_mode_with_a_refused_key_writes_nothing_lasting(make_proxy, upstream):
+    """The WebSocket mode of /v1/responses, an invented key, store=true and a session: an error
+    event, nothing of its namespace written."""
+    from tests.harness.websocket import Socket
+
+    upstream.handler = refusing()
+    with make_proxy() as url:
+        log = watch_writes(LIVE_APPS[-1])
+        with Socket(
+            url, "sk-invented-ws", headers={"X-Offload-Session": "w1", "X-Offload-Max-Total-Tokens": "1000"}
+        ) as socket:
+            events = socket.create(model="gpt-4o", input=responses_items(), store=True)
+        assert events[-1]["type"] in ("error", "response.failed"), events[-1]
+        assert lasting(log) == []
