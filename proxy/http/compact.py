@@ -32,6 +32,7 @@ from proxy.http.services import services_of
 from proxy.http.telemetry import current as current_record
 from proxy.http.token_relay import read_body, relay_tokens_expanded
 from proxy.offload.cpu_pool import CPU
+from proxy.offload.tenant import CredentialRejected
 from proxy.stats import session_from_history
 from proxy.turn import Compaction, begin, compact
 from proxy.upstream.base_url import emulates
@@ -79,6 +80,10 @@ async def _emulated(request: Request, caller: Caller, settings: OffloadSettings)
             param="previous_response_id",
         )
     tenant = tenant_store(services_of(request), request.scope["headers"], caller)
+    # a compaction always stores its record: a caller the upstream refuses is told so (401) before
+    # a summary call goes up with its credential
+    if tenant.quota is not None and not await tenant.quota.admission.settle():
+        raise CredentialRejected()
     records = tenant.records(RESPONSES.compaction_emulation.records_api)
     items = RESPONSES.history(body)
     # a failing store, quota or summariser: "The compaction failed: …" (`proxy.http.error_map`)

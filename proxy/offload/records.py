@@ -47,9 +47,9 @@ import re
 import time
 import weakref
 import zlib
-from collections.abc import Awaitable, Iterable, MutableMapping
+from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from proxy.core import compaction as compaction_token
 from proxy.core import jsonio
@@ -137,14 +137,7 @@ class RefStore:
         if not wanted:
             return set()
         slack = touch_slack(self.ttl)
-        checks: list[Awaitable[Any]] = [self.store.touch([self._key(r) for r in wanted], self.ttl, slack=slack)]
-        if session:
-            checks.append(self.store.add_members(self._session_key(session), wanted, self.ttl, slack=slack))
-        results = await asyncio.gather(*checks, return_exceptions=True)
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
-        touched = cast("list[bool]", results[0])  # the exceptions were raised above
+        touched = await self.store.touch([self._key(r) for r in wanted], self.ttl, slack=slack)
         missing = [by_ref[ref] for ref, exists in zip(wanted, touched) if not exists and ref in by_ref]
         # During a key rotation an item in use (its TTL extended by every request carrying it) would
         # stay sealed with the old key until the rotation's end made it unreadable: the content
@@ -166,6 +159,11 @@ class RefStore:
         for ref, value in resealed.items():
             await self.store.put(self._key(ref), value, self.ttl)
             resealing.done(self._key(ref))
+        # the session's refs: those stored (before, or now) only, once the quota admitted the new
+        # ones; a ref the request only names (a caller refused, a marker of nothing) is never listed
+        held = [ref for ref, exists in zip(wanted, touched) if exists or ref in new]
+        if session and held:
+            await self.store.add_members(self._session_key(session), held, self.ttl, slack=slack)
         return set(new)
 
     async def _reseal_stored(self, ref: str) -> None:

@@ -199,11 +199,16 @@ class Quota:
             raise QuotaExceeded(used - nbytes, self.limit)
 
 
+SILENT = (429,)  # with the 5xx: answers an upstream gives whatever the credential
+
+
 class CredentialCheck:
     """Remembers, per credential namespace, whether the upstream accepted it lately.
 
     A credential is accepted when the upstream answered a request made with it with anything
-    but 401/403; one `GET models` with the credential is asked when nothing recent is known.
+    but 401/403, refused on 401/403; an answer that tells nothing of the credential (429, a
+    5xx: the upstream overloaded or failing) is not remembered. One `GET models` with the
+    credential is asked when nothing recent is known.
     """
 
     def __init__(self, ttl: float = 600.0, size: int = 10_000) -> None:
@@ -217,7 +222,10 @@ class CredentialCheck:
         return entry[1]
 
     def remember(self, scope: str, status: int) -> None:
-        """Note what the upstream answered a request made with this credential."""
+        """Note what the upstream answered a request made with this credential (nothing, for
+        an answer that tells nothing of it: `SILENT`)."""
+        if status in SILENT or status >= 500:
+            return
         if len(self._known) >= self.size:
             self._known.clear()
         self._known[scope] = (time.monotonic(), status not in (401, 403))
