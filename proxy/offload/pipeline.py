@@ -23,12 +23,17 @@ from proxy.core.view import ItemView
 from proxy.offload.cpu_pool import CPU
 from proxy.offload.records import RefStore, event
 from proxy.offload.summaries import Compressor
+from proxy.offload.summarizer import Compressed
 from proxy.offload.tenant import WRITE_REFUSED, refusal_warning
 from proxy.store import StoreUnavailable
 
 
-@dataclass
+@dataclass(frozen=True)
 class Prepared:
+    """What the pipeline made of a turn's history: built once by `prepare`, never changed after
+    (a later step's action by `with_action`, a copy). `deferred` alone is drained, once, by
+    `start_background`."""
+
     plan: Plan
     action: str = "none"  # none | compact | compress | compact+compress; "compress-pending" for compress when
     # the summary this turn needed was not ready and is being made in the background
@@ -52,7 +57,8 @@ class Prepared:
         """Hand the summaries this turn prepared to the scheduler (once; later calls do nothing),
         each under its conversation's lease: taken before this returns, so a turn that follows
         this one's answer, on any replica, finds it."""
-        deferred, self.deferred = self.deferred, []
+        deferred = list(self.deferred)
+        self.deferred.clear()
         for start in deferred:
             await start()
 
@@ -109,10 +115,10 @@ async def prepare(
         provider=provider,
         compact=compact_mode,
     )
-    result = Prepared(plan)
     compacted = list(plan.offloads)  # compaction's own, not what a summary stores
     compressed_now = pending = False
     kept: tuple[str, ...] = ()  # the media a summary's stored originals name: kept alive with it
+    summary: Compressed | None = None
     try:
         if compress_mode and compressor is not None:
             before = max(plan.tokens_before, 1)
@@ -123,39 +129,27 @@ async def prepare(
                 or plan.tokens_after > settings.max_total_tokens
             )
             compressor.unfold = plan.unfold  # a fold whose base a summary hides goes without (`cp.assemble`)
-            compressed = await compressor.run(
+            summary = await compressor.run(
                 plan.items, messages, settings, counter=counter, allow_new=allow_new, cpu=cpu
             )
-            result.summary_tokens = compressed.summary_tokens
-            result.summary_usage = compressed.usage
-            result.events += compressed.events
-            result.deferred = compressor.deferred
-            pending = compressed.pending
-            kept = compressed.kept
-            result.summary_prefix = compressed.summary_prefix
-            if compressed.warning:
-                result.warnings.append(compressed.warning)
-            if compressed.items is not None:
-                offloads = plan.offloads + compressed.stored
+            pending = summary.pending
+            kept = summary.kept
+            if summary.items is not None:
                 # the reduced items: small but for a history that is large even once compressed
-                refs_after, tokens_after = await cpu.for_part(compressed.items)(
-                    _measure, compressed.items, view, counter
+                refs_after, tokens_after = await cpu.for_part(summary.items)(_measure, summary.items, view, counter)
+                # the folds' indices name the items before the summary: none holds after it
+                plan = dataclasses.replace(
+                    plan,
+                    items=summary.items,
+                    offloads=plan.offloads + summary.stored,
+                    refs=refs_after,
+                    tokens_after=tokens_after,
+                    unfold={},
                 )
-                plan = Plan(
-                    compressed.items,
-                    offloads,
-                    refs_after,
-                    plan.tokens_before,
-                    tokens_after,
-                    plan.media_tokens_saved,
-                    plan.folded,
-                )
-                result.plan = plan
                 compressed_now = True
-        result.action = _action(bool(compacted), compressed_now, pending)
         if plan.offloads:  # new content may be stored: the caller admitted first
             await refs.admit()
-        written = result.written = await refs.save(plan.offloads, [*plan.refs, *kept], settings.session, cpu=cpu)
+        written = await refs.save(plan.offloads, [*plan.refs, *kept], settings.session, cpu=cpu)
     except WRITE_REFUSED as exc:
         return Prepared(
             Plan(messages, tokens_before=plan.tokens_before, tokens_after=plan.tokens_before),
@@ -163,16 +157,28 @@ async def prepare(
             store_failed=True,
             refused=None if isinstance(exc, StoreUnavailable) else exc,
         )
+    events: list[JsonObject] = []
     new = [o for o in compacted if o.ref in written]
     if new:  # an item compacted on an earlier turn is not a new action
-        result.events.insert(
-            0,
+        events.append(
             event(
                 "compaction",
                 messages=len(new),
                 tokens_before=plan.tokens_before,
                 tokens_after=plan.tokens_after,
                 refs=[o.ref for o in new],
-            ),
+            )
         )
-    return result
+    if summary is None:
+        return Prepared(plan, action=_action(bool(compacted), compressed_now, pending), written=written, events=events)
+    return Prepared(
+        plan,
+        action=_action(bool(compacted), compressed_now, pending),
+        summary_tokens=summary.summary_tokens,
+        summary_usage=summary.usage,
+        warnings=[summary.warning] if summary.warning else [],
+        events=events + summary.events,
+        written=written,
+        deferred=compressor.deferred if compressor is not None else [],
+        summary_prefix=summary.summary_prefix,
+    )
