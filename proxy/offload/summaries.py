@@ -16,6 +16,7 @@ chat completions, in groups of `group_token_threshold` tokens, for upstreams wit
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -76,6 +77,11 @@ class Compressor:
         self.deferred: list[Callable[[], Awaitable[object]]] = []
         # the request's folds (`proxy.core.compaction.Plan.unfold`): undone after a summary hiding their base
         self.unfold: Mapping[int, tuple[int, Any]] = {}
+
+    def with_instruction(self, instruction: str) -> Compressor:
+        """A compressor of the same request whose summaries follow `instruction` (a threshold's
+        own `instructions`): its summaries versioned by it, so none is taken for another's."""
+        return Compressor(self.tenant, dataclasses.replace(self.ctx, instruction=instruction))
 
     def _name(self, prefix_hash: str) -> str:
         """What a summary of the prefix hashing to `prefix_hash` is stored, locked and leased as."""

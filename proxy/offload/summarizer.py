@@ -608,7 +608,7 @@ def bill_summary(bill: Bill, ctx: SummaryContext, *, record: telemetry.SummaryRe
         ctx.billed(bill, ctx.model)
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class SummaryContext:
     """What a summarisation call needs from the request."""
 

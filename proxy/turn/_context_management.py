@@ -325,7 +325,7 @@ async def compact_at_threshold(
     if folder is None:
         return _warned(prepared, "no summariser"), Inline()
     if threshold.instructions:
-        folder.ctx.instruction = threshold.instructions
+        folder = folder.with_instruction(threshold.instructions)
     try:
         made = await folder.fold(
             items,
