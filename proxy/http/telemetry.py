@@ -16,7 +16,7 @@ handlers fill in what they know (tenant hash, model, tokens, action, reload roun
 timings) and the middleware turns it into metrics and the log line when the response has been
 sent, streams included. The recording itself (`Recording`) is the middleware's and the Responses
 WebSocket's alike: each `response.create` is recorded as the `POST /v1/responses` it stands for. No credential and no message content ever reaches a label or a log line, and no
-client-chosen string longer than `log_clip.MAX_LOGGED_CHARS` does."""
+client-chosen string longer than `MAX_LOGGED_CHARS` does."""
 
 from __future__ import annotations
 
