@@ -114,7 +114,7 @@ def serve(settings: ServerSettings, *, notes: Sequence[str] = ()) -> None:
     for name, value in settings.model_dump(exclude_none=True).items():
         os.environ[f"OFFLOAD_{name.upper()}"] = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
     json_logs = settings.log_format == "json"
-    from proxy.http import log_clip
+    from proxy.http import telemetry as log_clip
 
     log_clip.install()  # the supervisor's lines too (the workers install it in create_app)
     if json_logs:  # uvicorn's own messages as JSON lines too
@@ -152,7 +152,7 @@ def show_banner(settings: ServerSettings) -> bool:
     line, as the log collector reads the rest. Whether it was plain."""
     import logging
 
-    from proxy.http.tenants import load_tenants_file
+    from proxy.http.caller import load_tenants_file
 
     lines = banner_lines(settings, load_tenants_file(settings.tenants_file))
     plain = settings.log_format == "text" or _is_terminal(sys.stderr)
@@ -188,9 +188,9 @@ def uvicorn_options(app: Any, **overrides: Any) -> dict[str, Any]:
         "http": "auto",  # httptools when installed
         "timeout_keep_alive": 75,
         # uvicorn's WebSocket protocol, bounding the pongs owed to a client that does not read
-        "ws": "proxy.http.ws_protocol:Protocol",
+        "ws": "proxy.http.websocket.wire:Protocol",
         # no permessage-deflate: uvicorn would inflate each frame on the event loop, 60 MiB from 62 KB
-        # on the wire (`proxy.http.ws_protocol`, docs/websocket.md)
+        # on the wire (`proxy.http.websocket.wire`, docs/websocket.md)
         "ws_per_message_deflate": False,
         # the largest WebSocket frame read (`proxy.http.app.frame_limit`); uvicorn pings every 20 s
         "ws_max_size": getattr(getattr(app, "state", None), "ws_max_size", 64 * 1024 * 1024 + 64 * 1024),
@@ -322,8 +322,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def check_tenants_file(settings: ServerSettings) -> None:
     """Read and check the tenants file before any worker starts (a worker would die on it)."""
-    from proxy.http.caller import Gatekeeper
-    from proxy.http.tenants import load_tenants_file
+    from proxy.http.caller import Gatekeeper, load_tenants_file
 
     Gatekeeper(
         load_tenants_file(settings.tenants_file),

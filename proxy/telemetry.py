@@ -67,7 +67,7 @@ class RequestRecord:
     bill: Meter = field(default_factory=Meter, repr=False)
     summary_bill: Bill = field(default=NONE, repr=False)
     observed: bool = False  # forwarded as received; tokens_after and action are what would have gone (observe mode)
-    # A session of the holdout (`proxy.http.holdout`): its arm, how the answer the client got ended
+    # A session of the holdout (`proxy.http.observed`): its arm, how the answer the client got ended
     # (`proxy.core.answers`: its finish reason, an error, a context-length error), and the tool
     # calls of the request's history repeating an earlier identical one (`proxy.core.answers`).
     arm: str | None = None

@@ -159,7 +159,7 @@ class OffloadSettings(BaseModel):
         "large (--cache-keepalive-min-tokens) and was sent lately gets a 1-token request with that exact prefix, "
         "with its own credential, shortly before the provider's cache would expire (docs/caching.md).",
     )
-    # The share of sessions forwarded unchanged as a control (`arm` below, `proxy.http.holdout`):
+    # The share of sessions forwarded unchanged as a control (`arm` below, `proxy.http.observed`):
     # the operator's (server or tenants file); a header may only repeat it (`OPERATOR_ONLY`)
     holdout: float = Field(
         0.0,

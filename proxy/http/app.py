@@ -24,18 +24,21 @@ from starlette.routing import Route, WebSocketRoute
 from proxy.config import ServerSettings
 from proxy.core.settings import SettingsResolver
 from proxy.core.tokens import counter_for_encoding
-from proxy.http import log_clip
 from proxy.http.body import BodyLimit
-from proxy.http.cache_session import keepalive_service
-from proxy.http.caller import CallerGate, Gatekeeper
-from proxy.http.compact import responses_compact
-from proxy.http.count_tokens import count_tokens
+from proxy.http.call_parts import Services, services_of
+from proxy.http.caller import CallerGate, Gatekeeper, load_tenants_file
 from proxy.http.headers import UnknownHeaderWarning
-from proxy.http.managed import chat_completions, messages, responses
-from proxy.http.offload_api import get_offloaded, list_events, offload
+from proxy.http.managed import chat_completions, keepalive_service, messages, responses
 from proxy.http.relay import relay
 from proxy.http.routing import CanonicalPath, not_routed
-from proxy.http.services import Services, services_of
+from proxy.http.side_routes import (
+    count_tokens,
+    get_offloaded,
+    list_events,
+    offload,
+    responses_compact,
+    responses_input_tokens,
+)
 from proxy.http.stats_api import AdminGate, Dashboard, StatsApi, tenant_names
 from proxy.http.telemetry import (
     Metrics,
@@ -43,12 +46,11 @@ from proxy.http.telemetry import (
     Recording,
     configure_logging,
     configure_text_logging,
+    install,
     metrics_endpoint,
 )
-from proxy.http.tenants import load_tenants_file
-from proxy.http.token_relay import responses_input_tokens
 from proxy.http.websocket.connection import Limits as SocketLimits
-from proxy.http.websocket.route import ResponsesSocket
+from proxy.http.websocket.connection import ResponsesSocket
 from proxy.offload.canary import check_timeout, keep_if_served
 from proxy.offload.summarizer import CANCEL_WAIT, SummaryScheduler
 from proxy.offload.tenant import CredentialCheck
@@ -105,7 +107,7 @@ def _freeze_startup_objects() -> None:
 
 def create_app(settings: ServerSettings | None = None) -> Starlette:
     settings = settings or ServerSettings()
-    log_clip.install()  # client text in log lines, clipped (json or text, ours or uvicorn's)
+    install()  # client text in log lines, clipped (json or text, ours or uvicorn's)
     tenants = load_tenants_file(settings.tenants_file)
     resolver = SettingsResolver(settings.offload_defaults(), tenants, settings.header_caps)
     gatekeeper = Gatekeeper(

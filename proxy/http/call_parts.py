@@ -1,4 +1,7 @@
-"""The per-request parts of a managed call, from the server's services, the caller and the
+"""The long-lived objects every route uses, made once by the app's lifespan: one typed object
+instead of loose attributes on `app.state`.
+
+The per-request parts of a managed call, from the server's services, the caller and the
 client's headers (no transport: an HTTP request's, or a WebSocket upgrade's): its settings, its
 storage quota, its compressor (shared by the managed endpoints, the Responses WebSocket and
 `POST /v1/offload`)."""
@@ -7,23 +10,52 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import cast
 
 from starlette.datastructures import Headers
+from starlette.requests import Request
 
+from proxy.config import ServerSettings
 from proxy.core.answers import Bill
 from proxy.core.jsonio import JsonObject
 from proxy.core.prompt_cache import CutContext
-from proxy.core.settings import OffloadSettings
+from proxy.core.settings import OffloadSettings, SettingsResolver
 from proxy.core.wire import WireFormat
 from proxy.errors import ProxyError
 from proxy.formats.messages import without_emulated_betas
 from proxy.http.caller import ACCOUNT_HEADERS, CREDENTIAL_HEADERS, Caller
-from proxy.http.services import Services
 from proxy.http.telemetry import current as current_record
+from proxy.offload.cache_keepalive import KeepAlive
 from proxy.offload.records import RefStore, TenantStore
 from proxy.offload.summaries import Compressor
-from proxy.offload.summarizer import DEFAULT_INSTRUCTION, DEFAULT_PROMPT, SummaryContext
-from proxy.offload.tenant import ADMITTED, Admission, Quota
+from proxy.offload.summarizer import DEFAULT_INSTRUCTION, DEFAULT_PROMPT, SummaryContext, SummaryScheduler
+from proxy.offload.tenant import ADMITTED, Admission, CredentialCheck, Quota
+from proxy.stats import Recorder
+from proxy.store.guarded import GuardedStore
+from proxy.store.memory import ObservedSessions
+from proxy.store.sealing import Sealer
+from proxy.telemetry import Metrics
+from proxy.upstream.client import Upstream
+
+
+@dataclass(frozen=True)
+class Services:
+    settings: ServerSettings
+    settings_resolver: SettingsResolver
+    metrics: Metrics
+    sealer: Sealer
+    credential_check: CredentialCheck
+    upstream: Upstream
+    store: GuardedStore
+    summaries: SummaryScheduler  # summaries made in the background
+    recorder: Recorder  # usage statistics, written in the background
+    keepalive: KeepAlive | None = None  # keep-alive pings of the sessions that ask for them
+    observed: ObservedSessions | None = None  # observe mode: each observed session's plan state, in memory
+
+
+def services_of(request: Request) -> Services:
+    return cast(Services, request.app.state.services)
 
 
 def model_of(body: JsonObject) -> str | None:

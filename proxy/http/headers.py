@@ -7,7 +7,7 @@ as Claude Code sends its custom headers on every request, and none of them ever 
 naming each unknown header and the known one closest to it (`proxy.core.settings`), after any
 warning of the turn's own; each is counted in `offload_unknown_headers_total` and listed in the
 request's log line. A request refused before it is routed (a missing credential) is not counted.
-A WebSocket's upgrade carries the warning in its 101 (`proxy.http.websocket.route`); each
+A WebSocket's upgrade carries the warning in its 101 (`proxy.http.websocket.connection`); each
 `response.create` on it is counted as the request it is."""
 
 from __future__ import annotations

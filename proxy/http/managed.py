@@ -8,14 +8,29 @@ upstream, the summariser factory, the settings, the request's record), run the `
 
 The format (`proxy.core.wire.WireFormat`) reads and writes the body; everything else (settings,
 quota, the turn, headers, events, metrics, the reload loop) is the same for all.
-"""
+
+A managed turn and its session's prompt cache: what the turn learns before it is planned (when
+the session's prefix was last sent: `proxy.core.prompt_cache` prices its cuts with it), and what
+it leaves after it was forwarded (the new record, `proxy.offload.cache_keepalive`; the exact prefix
+held for keep-alive pings, `proxy.offload.cache_keepalive`).
+
+The session is the statistics' (`X-Offload-Session`, else derived from the conversation's start,
+`proxy.http.accounting.derived_session`), decided before the turn so the record read and the
+record written are the same one. Neither step ever fails the request.
+
+The answers the proxy writes itself when it emulates the providers' context management: a
+turn whose compaction alone answers (no upstream call: a Messages turn paused after its
+compaction, a Responses `compaction_trigger`), and `count_tokens` with the clearing edits'
+`original_input_tokens` (`proxy.turn._context_management`, `proxy.turn._context_management`)."""
 
 from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 
 import httpx2
 from starlette.background import BackgroundTask
@@ -23,30 +38,45 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from proxy import telemetry
+from proxy.core import jsonio
+from proxy.core import prompt_cache as ka
+from proxy.core import prompt_cache as pc
 from proxy.core.jsonio import JsonObject
+from proxy.core.prompt_cache import CutContext, LastSent, digest
 from proxy.core.settings import OffloadSettings
 from proxy.core.wire import WireFormat
 from proxy.errors import Shape
 from proxy.formats.chat import CHAT
 from proxy.formats.json_body import LARGE_BODY
 from proxy.formats.messages import MESSAGES, without_emulated_betas
-from proxy.formats.prompt_cache import session_cache_key
+from proxy.formats.prompt_cache import profile_name, session_cache_key
 from proxy.formats.responses import RESPONSES
-from proxy.http import accounting, billing, cache_session, emulated_answers, error_map, holdout, observed
+from proxy.http import accounting, error_map, observed
 from proxy.http.body import codings_of, decoded_body, refuse_other_charsets
-from proxy.http.call_parts import RawHeaders, admission_for, compressor_for, request_settings, tenant_store
+from proxy.http.call_parts import (
+    RawHeaders,
+    Services,
+    admission_for,
+    compressor_for,
+    request_settings,
+    services_of,
+    tenant_store,
+)
 from proxy.http.caller import Caller
 from proxy.http.disconnect import ClientWatch
 from proxy.http.headers import response_headers_for_client
 from proxy.http.relay import stream_back
 from proxy.http.routing import family_of
-from proxy.http.services import Services, services_of
 from proxy.http.telemetry import current as current_record
+from proxy.offload import cache_keepalive as last_sent
 from proxy.offload import cpu_pool
+from proxy.offload.cache_keepalive import KeepAlive, PingDone
+from proxy.offload.cpu_pool import CPU
 from proxy.offload.records import RefStore
 from proxy.offload.summaries import Compressor
 from proxy.reload.search import SearchLimits
-from proxy.turn import Answer, Exchange, ExchangeContext, Turn
+from proxy.turn import Answer, EditsDone, Exchange, ExchangeContext, Turn
+from proxy.upstream import sse
 from proxy.upstream.base_url import accepts_cache_key, emulates
 
 log = logging.getLogger("proxy.http.managed")
@@ -82,20 +112,20 @@ async def answer_of(opened: Callable[[], Awaitable[ManagedCall]]) -> Response:
     call = await opened()
     if observed.observing(call.settings):  # forwarded as received, the plan made beside it
         return await observed.forward(call)
-    arm, call.derived = await holdout.arm_of(call)
+    arm, call.derived = await observed.arm_of(call)
     if arm is None:
         return await managed(call)
-    await holdout.mark(call, arm)
+    await observed.mark(call, arm)
     if arm == "control":  # forwarded as received, recorded as a turn of its session
-        return await holdout.watched(call, lambda: holdout.forward_control(call, call.derived))
-    return await holdout.watched(call, lambda: managed(call))
+        return await observed.watched(call, lambda: observed.forward_control(call, call.derived))
+    return await observed.watched(call, lambda: managed(call))
 
 
 async def managed(call: ManagedCall) -> Response:
     """The managed turn of an open call and its answer."""
     turn = await call.offload()
     if turn.inline.paused:  # the compaction alone answers: no turn (pause_after_compaction, compaction_trigger)
-        return emulated_answers.paused_response(turn, background=call.after())
+        return paused_response(turn, background=call.after())
     if turn.answers_as_is:
         return await call.forward()  # the upstream's answer as it is
     if turn.body.get("stream") is True:
@@ -145,7 +175,7 @@ class ManagedCall:
         # the sink the turn's reload loop and tools report to: the request's record (`telemetry`)
         self.record: telemetry.TurnRecord = current_record.get() or telemetry.NO_RECORD
         self.headers: list[tuple[bytes, bytes]] = []
-        self.cache = cache_session.CacheSession()  # the session's prompt cache: its record, what went first
+        self.cache = CacheSession()  # the session's prompt cache: its record, what went first
         self.derived: tuple[str | None, str | None] | None = None  # the statistics' session, once derived
         self.tenant = tenant_store(services, client_headers, self.caller)
         self.exchange = Exchange(self.context(), raw=raw, body=body, history=history, decoded=decoded)
@@ -269,7 +299,7 @@ class ManagedCall:
         makes one (counting tokens); `prompt_cache`: False leaves the client's caching as sent
         (a count is the same with the proxy's)."""
         if new_summaries:  # a turn that goes upstream: its cuts priced with the session's cache
-            await cache_session.before(self)
+            await before(self)
         key = await self.cache_key() if prompt_cache else None
         turn = self.turn = await self.exchange.prepare(
             new_summaries=new_summaries, prompt_cache=prompt_cache, cache_key=key
@@ -290,7 +320,7 @@ class ManagedCall:
         async def record() -> None:
             await self.exchange.settle()
             accounting.learn_reply(self, self.turn.rounds.first_id)
-            await cache_session.after(self)  # the session's record, its prefix held for keep-alive
+            await after(self)  # the session's record, its prefix held for keep-alive
 
         return BackgroundTask(record)
 
@@ -313,19 +343,19 @@ class ManagedCall:
     async def write(self, answer: Answer) -> Response:
         """The exchange's answer as a Starlette response. Relayed: as the upstream sent it, its
         bill read as it passes (what asking for a stream's usage added taken out:
-        `proxy.http.billing`), the answer's id for the statistics; an answer with nothing to
+        `proxy.http.accounting`), the answer's id for the statistics; an answer with nothing to
         settle (a streamed turn's first round refused) goes back as it came, nothing more."""
         upstream, family = answer.upstream, self.caller.family
         if answer.relayed and answer.background is None:
             return await stream_back(upstream, answer.headers, shape=family)
         if answer.relayed:
             if answer.asked_usage:
-                out = await billing.unasked_stream(
+                out = await accounting.unasked_stream(
                     upstream, answer.headers, shape=family, rec=self.rec, usage=self.fmt.usage
                 )
             else:
                 out = await stream_back(upstream, answer.headers, shape=family)
-                billing.tap(self.rec, out, self.fmt.usage)
+                accounting.tap(self.rec, out, self.fmt.usage)
             accounting.tap_reply(self, out)
             out.background = self.after()
             return out
@@ -340,3 +370,174 @@ class ManagedCall:
         out = Response(answer.body, status_code=answer.status, background=self.after())
         out.raw_headers = headers + answer.headers
         return out
+
+
+@dataclass
+class CacheSession:
+    """One turn's part: the session, the record read before it (what went out first is the
+    exchange's: `Exchange.sent`)."""
+
+    session: str | None = None
+    before: LastSent | None = None
+    cuts: CutContext | None = None
+
+
+class SessionCall(accounting.ManagedCall, Protocol):
+    services: Services
+    client_headers: Sequence[tuple[bytes, bytes]]
+    caller: Caller
+    fmt: WireFormat
+    settings: OffloadSettings
+    body: JsonObject
+    history: list[Any]
+    base: str | None
+    headers: list[tuple[bytes, bytes]]
+    query: bytes
+    cache: CacheSession
+    exchange: Exchange
+
+
+def profile_for(fmt: WireFormat, model: str | None, ttl: float) -> pc.Profile:
+    """The provider profile of the format's upstream, with the TTL the proxy assumes."""
+    return replace(pc.profile_for(profile_name(fmt.endpoint) or "openai", model), ttl=ttl)
+
+
+async def before(call: SessionCall) -> None:
+    """Before the turn: its session and the session's record (the cut decisions' input)."""
+    try:
+        session = call.settings.session or (await accounting.derived_session(call, call.body, call.history))[0]
+    except Exception:  # noqa: BLE001 - the session is an optimisation's input, never a failure
+        log.exception("deriving the session failed")
+        return
+    if session is None:
+        return
+    services = call.services
+    sent = await last_sent.read(tenant_store(services, call.client_headers, call.caller, charged=False), session)
+    model = call.body.get("model") if isinstance(call.body.get("model"), str) else None
+    call.cache.session, call.cache.before = session, sent
+    call.cache.cuts = CutContext(sent, time.time(), profile_for(call.fmt, model, services.settings.cache_ttl))
+
+
+async def after(call: SessionCall) -> None:
+    """Once answered: the session's new record, and its prefix held for pings when asked."""
+    cache, sent = call.cache, call.exchange.sent
+    if cache.session is None or sent is None or sent.status != 200:
+        return
+    turn = call.turn
+    model = turn.body.get("model") if isinstance(turn.body.get("model"), str) else None
+    sent_digest = await CPU(len(sent.content) > LARGE_BODY)(digest, sent.content)
+    tokens = turn.prepared.plan.tokens_after + await CPU(len(sent.content) > LARGE_BODY)(
+        turn.counter.outside_history, turn.body
+    )  # the forwarded body's: its tools and system prompt too
+    record = LastSent(
+        sent_digest,
+        tokens=tokens,
+        at=sent.at,
+        model=model[:256] if model else None,
+        endpoint=call.fmt.endpoint,
+        family=call.caller.family,
+        credential="shared" if call.caller.shared_key else call.caller.kind,
+        summary=turn.prepared.summary_prefix,
+    )
+    tenant = tenant_store(call.services, call.client_headers, call.caller, charged=False)
+    stored = await last_sent.write(tenant, cache.session, record, previous=cache.before)
+    keepalive = call.services.keepalive
+    if keepalive is not None and turn.settings.cache_keepalive:
+        await keepalive.hold(
+            tenant,
+            cache.session,
+            sent=stored,
+            content=sent.content,
+            headers=call.headers,
+            base=call.base,
+            fmt=call.fmt,
+            query=call.query,
+        )
+
+
+def keepalive_service(settings: Any, upstream: Any, metrics: Any, *, recorder: Any) -> KeepAlive:
+    """The worker's keep-alive pings (`proxy.offload.cache_keepalive`), counted in `metrics`; each 200
+    answer's usage billed to its session as a call of its own ("keepalive"), as a turn's are
+    (the Prometheus counters of the bill too)."""
+    limits = ka.Limits(
+        settings.cache_keepalive_min_tokens,
+        settings.cache_keepalive_max_pings,
+        settings.cache_keepalive_idle,
+        settings.cache_ttl,
+    )
+
+    def answered(done: PingDone) -> None:
+        metrics.keepalive_pings.labels("ok" if done.status == 200 else "failed").inc()
+        if done.status != 200:  # refused: not billed (an unreadable 200 is: counted without usage)
+            return
+        metrics.keepalive_cost.inc(done.cost)
+        entry = done.session
+        if entry.fmt is not None:
+            bill = entry.fmt.usage.of_answer(done.answer)
+            metrics.count_bill(bill, "keepalive")
+            recorder.bill_call(entry.tenant.namespace, bill, call="keepalive", model=entry.model, session=entry.session)
+
+    return KeepAlive(
+        upstream,
+        limits,
+        max_bytes=settings.cache_keepalive_bytes,
+        on_answer=answered,
+        on_avoided=metrics.keepalive_avoided.inc,
+        timeout=settings.summary_timeout,
+    )
+
+
+def paused_response(turn: Turn, *, background: BackgroundTask) -> Response:
+    """The answer of a turn whose compaction alone answers (`Inline.paused`: no upstream call),
+    in the format's shape (`ProviderCompaction.paused_answer`), streamed when the request streams."""
+    inline = turn.inline
+    compaction = inline.made_by
+    if compaction is None:  # a paused turn's lead is always its format's compaction
+        raise RuntimeError("a paused turn without its compaction")
+    message = compaction.paused_answer(
+        inline.lead,
+        body=turn.body,
+        created_at=int(time.time()),
+        tokens_in=inline.tokens_in,
+        tokens_out=inline.tokens_out,
+    )
+    if turn.rounds.context_management is not None:  # clearing edits applied too (`proxy.turn._context_management`)
+        message["context_management"] = turn.rounds.context_management
+    if turn.body.get("stream") is True:
+        events = compaction.paused_events(message)
+        out: Response = StreamingResponse(
+            iter([sse.encode_typed(e) for e in events]), media_type="text/event-stream; charset=utf-8"
+        )
+    else:
+        out = Response(jsonio.dumps(message), media_type="application/json")
+    out.raw_headers = [*out.raw_headers, *turn.extra_headers]
+    out.background = background
+    return out
+
+
+async def count_answer(
+    response: httpx2.Response, done: EditsDone, extra_headers: list[tuple[bytes, bytes]]
+) -> Response:
+    """`count_tokens`' answer: the upstream's count of the edited request, with
+    `context_management.original_input_tokens` (that count plus what the edits cleared, counted
+    by the proxy) as Anthropic answers; anything but a 200 count relayed as it is."""
+    if response.status_code != 200:
+        return await stream_back(response, extra_headers, shape="anthropic")
+    try:
+        raw = await response.aread()
+    finally:
+        await response.aclose()
+    try:
+        answer = jsonio.loads(raw)
+    except ValueError:
+        answer = None
+    if isinstance(answer, dict) and type(answer.get("input_tokens")) is int:
+        answer["context_management"] = {"original_input_tokens": answer["input_tokens"] + done.cleared_tokens}
+        raw = jsonio.dumps(answer)
+    out = Response(raw, status_code=200)
+    out.raw_headers = (
+        response_headers_for_client(response.headers.raw, decoded=True)
+        + [(b"content-length", str(len(raw)).encode())]
+        + list(extra_headers)
+    )
+    return out

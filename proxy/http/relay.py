@@ -17,11 +17,11 @@ from proxy.core.jsonio import JsonObject
 from proxy.errors import Kind, ProxyError, Shape, anthropic_error_event
 from proxy.formats.json_body import LARGE_BODY, load_object
 from proxy.http.body import codings_of, decoded_body, refuse_other_charsets, takes_uploads
+from proxy.http.call_parts import services_of
 from proxy.http.caller import Caller
 from proxy.http.disconnect import ClientDisconnected, ClientWatch
 from proxy.http.error_map import response_of
 from proxy.http.headers import response_headers_for_client
-from proxy.http.services import services_of
 from proxy.http.telemetry import current as current_record
 from proxy.offload import cpu_pool
 from proxy.offload import records as response_chains

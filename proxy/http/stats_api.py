@@ -49,10 +49,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from proxy.errors import Kind, ProxyError
 from proxy.http import error_map
+from proxy.http.call_parts import services_of
 from proxy.http.caller import Caller, presented_credentials
 from proxy.http.error_map import JSONResponse, response_of
 from proxy.http.routing import not_routed
-from proxy.http.services import services_of
 from proxy.offload.cpu_pool import CPU
 from proxy.offload.tenant import namespace_for
 from proxy.stats import (

@@ -1,4 +1,13 @@
-"""Observability at the HTTP edge: the middleware, the `/metrics` endpoint and one structured
+"""Client text in log lines, clipped: a client chooses the model name, session ids, paths,
+header values, tool names, …; any of them may be a megabyte, and a log line must not be.
+
+One mechanism for every log record of the process (the proxy's, uvicorn's access and error
+lines, whatever the format, json or text): `install()` makes each record clip its string
+arguments to MAX_LOGGED_CHARS, its whole message to MAX_MESSAGE_CHARS and each line of its
+traceback to MAX_MESSAGE_CHARS. The access line (`proxy.http.telemetry.log_request`) is built
+from values clipped with `clip` / `clip_value`.
+
+Observability at the HTTP edge: the middleware, the `/metrics` endpoint and one structured
 JSON log line per request.
 
 A `RequestRecord` (`proxy.telemetry`) travels with each request in a context variable
@@ -7,8 +16,7 @@ handlers fill in what they know (tenant hash, model, tokens, action, reload roun
 timings) and the middleware turns it into metrics and the log line when the response has been
 sent, streams included. The recording itself (`Recording`) is the middleware's and the Responses
 WebSocket's alike: each `response.create` is recorded as the `POST /v1/responses` it stands for. No credential and no message content ever reaches a label or a log line, and no
-client-chosen string longer than `log_clip.MAX_LOGGED_CHARS` does.
-"""
+client-chosen string longer than `MAX_LOGGED_CHARS` does."""
 
 from __future__ import annotations
 
@@ -16,9 +24,10 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.requests import Request
@@ -26,12 +35,71 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.core.jsonio import JsonObject
-from proxy.http import log_clip
 from proxy.http.error_map import error_response
-from proxy.http.log_clip import clip_value
+from proxy.telemetry import MAX_TENANT_LABELS, Metrics, RequestRecord
+
+MAX_LOGGED_CHARS = 300  # characters of one client-chosen value kept in a log line
+MAX_MESSAGE_CHARS = 4_000  # characters of one log message (and of one line of a traceback)
+MAX_LOGGED_ITEMS = 8  # entries of a list kept in the access line (its warnings)
+
+_FORMATTER = logging.Formatter()
+
+
+def clip(text: str, limit: int = MAX_LOGGED_CHARS) -> str:
+    """`text`, or its first `limit` characters and how long it was."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}…[{len(text)} chars]"
+
+
+def clip_value(value: Any) -> Any:
+    """A JSON value for a log line with its strings clipped and its lists shortened."""
+    if isinstance(value, str):
+        return clip(value)
+    if isinstance(value, list):
+        kept = [clip_value(v) for v in value[:MAX_LOGGED_ITEMS]]
+        return kept + [f"…[{len(value) - MAX_LOGGED_ITEMS} more]"] if len(value) > MAX_LOGGED_ITEMS else kept
+    return value
+
+
+def _argument(value: Any) -> Any:
+    if isinstance(value, str):
+        return clip(value)
+    if isinstance(value, (bytes, bytearray)) and len(value) > MAX_LOGGED_CHARS:
+        return bytes(value[:MAX_LOGGED_CHARS]) + b"..."
+    if isinstance(value, BaseException):
+        return clip(str(value))  # an error's message may quote what the client sent
+    return value
+
+
+def _traceback(exc_info: Any) -> str:
+    return "\n".join(clip(line, MAX_MESSAGE_CHARS) for line in _FORMATTER.formatException(exc_info).split("\n"))
+
+
+class ClippedRecord(logging.LogRecord):
+    """A LogRecord whose arguments, message and traceback are clipped."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if isinstance(self.args, tuple):
+            self.args = tuple(_argument(a) for a in self.args)
+        elif isinstance(self.args, Mapping):
+            self.args = {k: _argument(v) for k, v in self.args.items()}
+        if self.exc_info and self.exc_info[0] is not None:
+            self.exc_text = _traceback(self.exc_info)  # formatters use it as it is
+
+    def getMessage(self) -> str:
+        return clip(super().getMessage(), MAX_MESSAGE_CHARS)
+
+
+def install() -> None:
+    """Every log record made from now on is a ClippedRecord (idempotent; keeps a custom factory's
+    records as they are)."""
+    if logging.getLogRecordFactory() is logging.LogRecord:
+        logging.setLogRecordFactory(ClippedRecord)
+
 
 # the record and the metrics live below the HTTP layer; named here too for the app and the tests
-from proxy.telemetry import MAX_TENANT_LABELS, Metrics, RequestRecord
 
 __all__ = [
     "MAX_TENANT_LABELS",
@@ -203,7 +271,7 @@ class JsonFormatter(logging.Formatter):
             try:
                 return json_line({**base, "event": "request", **json.loads(message)})
             except ValueError:
-                pass  # clipped (proxy.http.log_clip): logged as a message
+                pass  # clipped (proxy.http.telemetry): logged as a message
         base["message"] = message
         if record.exc_info:
             base["exception"] = record.exc_text or self.formatException(record.exc_info)
@@ -225,7 +293,7 @@ class TextFormatter(logging.Formatter):
             try:
                 line = json.loads(message)
             except ValueError:
-                line = None  # clipped (proxy.http.log_clip): logged as it is
+                line = None  # clipped (proxy.http.telemetry): logged as it is
             if isinstance(line, dict):
                 lead = [
                     f"{line.get('method', '')} {line.get('path', '')} {line.get('status', '')}",
@@ -241,7 +309,7 @@ class TextFormatter(logging.Formatter):
 
 
 def _configure(level: str, formatter: logging.Formatter) -> None:
-    log_clip.install()
+    install()
     handler = logging.StreamHandler()
     handler.setFormatter(formatter)
     root = logging.getLogger()

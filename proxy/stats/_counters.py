@@ -389,7 +389,7 @@ class Turn:
     # observe mode (`proxy.http.observed`): the raw history went out (`tokens_before`, `bill`);
     # `tokens_after`, `action` and `counterfactual` are what the proxy would have forwarded and billed
     observed: bool = False
-    # a session of the holdout (`proxy.http.holdout`): its arm ("control": forwarded as received),
+    # a session of the holdout (`proxy.http.observed`): its arm ("control": forwarded as received),
     # how the client's answer ended (`proxy.core.answers`) and the repeated identical tool calls of
     # the request's history (`proxy.core.answers`)
     arm: Arm | None = None

@@ -166,7 +166,7 @@ async def begin(
 # gains `+context-edits`, a `context_edit` event is recorded, and the answer (streamed or not)
 # carries `context_management.applied_edits` (`MessagesRounds.context_management`).
 # `count_tokens` adds Anthropic's `context_management.original_input_tokens`
-# (`proxy.http.emulated_answers`).
+# (`proxy.http.managed`).
 
 log = logging.getLogger("proxy.turn._context_management")
 
@@ -252,7 +252,7 @@ def settle(done: EditsDone, prepared: Prepared, rounds: Rounds) -> Prepared:
 #   `ref=`) and whose `encrypted_content` is the token of the messages forwarded now;
 #   `proxy.formats.messages._emulation` expands it on the next request. With
 #   `pause_after_compaction` the answer is that block alone (`stop_reason: "compaction"`,
-#   `proxy.http.emulated_answers`) and no turn is asked of the upstream.
+#   `proxy.http.managed`) and no turn is asked of the upstream.
 #
 # Which record and which lead is the format's (`ProviderCompaction.record`, `.lead`); the fold,
 # the stores and the plan are this step's, the same for every format.

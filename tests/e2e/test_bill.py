@@ -331,7 +331,7 @@ def test_a_large_chunk_of_a_stream_not_asked_for_usage_is_rewritten_off_the_even
     is parsed and written again off the event loop, as the bill of a relayed stream is read."""
     import threading
 
-    from proxy.http import billing
+    from proxy.http import accounting as billing
 
     seen: list[tuple[int, str]] = []
     real = billing._without_asked

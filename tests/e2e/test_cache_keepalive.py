@@ -315,7 +315,7 @@ def test_a_large_body_is_given_caching_and_held_off_the_event_loop(make_proxy, u
     from it (parsed again, walked, written) take as long as the body is large: for a large body
     of many small blocks, off the event loop like the turn's plan."""
     from proxy.formats.messages import _wire as wire
-    from proxy.http import cache_session
+    from proxy.http import managed as cache_session
     from proxy.offload import cache_keepalive as keepalive
     from tests.harness.inflight import spy_threads
 

@@ -12,7 +12,7 @@ import httpx2
 import pytest
 from starlette.responses import Response
 
-from proxy.http.answer_tap import KEPT_BYTES
+from proxy.http.accounting import KEPT_BYTES
 from tests.e2e.test_holdout import sessions_in
 
 GOOD = gzip.compress(

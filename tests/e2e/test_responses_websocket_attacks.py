@@ -121,7 +121,8 @@ def test_creates_waiting_hold_at_most_max_body_bytes_together(make_proxy, upstre
 def test_a_large_frame_is_read_and_its_body_written_off_the_event_loop(proxy_url, upstream, monkeypatch):
     """As HTTP reads a large body: on the loop, 50 MB of small items took 2.7 s to read and write
     again, during which every other connection of the worker waited."""
-    from proxy.http.websocket import connection, events
+    from proxy.http.websocket import connection
+    from proxy.http.websocket import wire as events
 
     threads: dict[str, list[str]] = {"decode": [], "encode": []}
     decode, encode = events.decode, connection.encoded
@@ -205,7 +206,7 @@ def test_triggers_of_other_shapes_are_error_events_or_no_trigger_never_a_close(p
 
 
 def test_continuing_a_compaction_response_by_its_id_goes_on_from_its_compaction_item(proxy_url, upstream, summarising):
-    """Its input is held without the trigger (proxy/http/websocket/chain.py): continued by its id,
+    """Its input is held without the trigger (proxy/http/websocket/connection.py): continued by its id,
     the history goes on from the compaction item, as when the client sends the item itself
     (Codex's way); both answer alike (docs/websocket.md)."""
     with Socket(proxy_url) as ws:
@@ -353,7 +354,7 @@ def test_a_stored_chain_is_continued_over_the_websocket_by_its_own_tenant_only(m
 
 def test_a_client_pinging_without_reading_is_dropped_not_buffered(proxy_url, upstream):
     """uvicorn answers each ping past its flow control: 200 MB of pings from a client that never
-    read left 186 MB of pongs in the server's memory (`proxy.http.ws_protocol`)."""
+    read left 186 MB of pongs in the server's memory (`proxy.http.websocket.wire`)."""
     import base64
     import os
     import socket as sockets

@@ -27,7 +27,7 @@ from tests.harness.websocket import Socket, completed, texts
 
 
 def responses_socket():
-    """The WebSocket endpoint of the proxy make_proxy serves last (proxy.http.websocket.route)."""
+    """The WebSocket endpoint of the proxy make_proxy serves last (proxy.http.websocket.connection)."""
     [route] = [r for r in LIVE_APPS[-1].routes if isinstance(r, WebSocketRoute)][:1]
     return route.app
 
@@ -191,7 +191,7 @@ def test_a_closed_connection_gives_its_held_bytes_back_and_the_worker_has_a_budg
 
 def test_a_large_text_frame_reaches_the_proxy_as_its_utf8_bytes(proxy_url, upstream, monkeypatch):
     """uvicorn decoded every text message on the event loop (60 MiB: a quarter of a second)."""
-    from proxy.http.websocket import events
+    from proxy.http.websocket import wire as events
 
     kinds: list[type] = []
     decode = events.decode

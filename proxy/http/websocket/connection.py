@@ -1,4 +1,22 @@
-"""One accepted Responses WebSocket: its frames read, its `response.create` events run in their
+"""The upgrade: `GET /v1/responses` (or `/responses`) asking for a WebSocket.
+
+The upgrade request's headers decide who is calling with the rules of every HTTP request
+(`proxy.http.caller`: credential, proxy key, `X-Offload-Tenant`; the `X-Offload-*` settings
+headers, as `proxy.http.call_parts.request_settings` reads them); a caller HTTP would refuse is
+refused before the connection is accepted, with the HTTP status and error body HTTP would answer
+(a WebSocket client, Codex among them, reads it as the failed request it is). So is a tenant
+(its key or credential as a whole) that already holds `--ws-connections-per-tenant` connections
+in this worker: 429, `too_many_connections`; so is any upgrade once the worker holds
+`--ws-connections` in all (a made-up credential is only checked by the upstream at its first
+`response.create`, so a count per credential alone would not bound idle connections). An
+upgrade carrying `Origin` is refused (403 `origin_not_allowed`): only a browser sends one, and
+browsers apply no cross-origin check to WebSockets, so a page could otherwise reach the proxy
+(and the operator's key, with `--allow-anonymous`) from the user's machine; SDKs and agent CLIs
+send none. Each `response.create` then goes through the same caller gate again, with the same
+headers (`proxy.http.websocket.dispatch`). Unknown `X-Offload-*` headers are named in the 101's
+`X-Offload-Warning` (`proxy.http.headers`).
+
+One accepted Responses WebSocket: its frames read, its `response.create` events run in their
 lanes, their events written back, its held responses (`chain`), its idle timeout.
 
 Lanes (`stream_id`, OpenAI's multiplexing): the creates of one lane run one after the other in
@@ -17,7 +35,40 @@ being handled while they hold at most READ_AHEAD_BYTES (then uvicorn stops readi
 Close codes: 1000 after `--ws-idle-timeout` with nothing running, 1011 when the proxy fails (a
 bug; logged). A frame over the server's frame limit closes the connection with 1009 (uvicorn,
 before the proxy sees it).
-"""
+
+The responses one WebSocket connection holds, so that `previous_response_id` with
+`store: false` continues them, as OpenAI's WebSocket mode does with its connection-local state.
+
+A response is held once its `response.completed` (or `response.incomplete`) has been sent: its
+whole input as the proxy received it (the held history it continued, then the new input) and
+its output items. A `response.create` naming one is expanded into the whole history before the
+managed turn runs (`previous_response_id` taken out), so the proxy always manages the whole
+history, exactly as if the client had sent it over HTTP. The output items go back as input as
+the response gave them (`input += response.output`, OpenAI's way of carrying a `store: false`
+conversation; Codex resends them with their ids too).
+
+At most `limit` responses are held, and at most `max_bytes` of memory for them together, each
+counted as what its whole input and output hold once parsed (`proxy.core.jsonio`: 446,000
+small items are 13 MB of JSON and 110 MB of objects; characters would undercount them 8 x);
+the least recently used is forgotten first (a continuation of it is then
+`previous_response_not_found`, and the client sends its full input, as it must on OpenAI). A
+response larger than `max_bytes` on its own is not held. Continued histories share their items
+with the responses they continue, so a chain of held responses costs about one history in
+memory (the count is cautious: it counts each one whole).
+
+The worker's connections together hold at most `Budget.capacity` bytes (`--ws-held-bytes`):
+a response that does not fit forgets this connection's oldest first, and is not held when it
+still does not fit (its continuation is then `previous_response_not_found`). So 1,024
+connections of 64 MiB each cannot hold 64 GiB.
+
+A response answering a `compaction_trigger` (Codex's remote compaction: the input ends in
+`{"type": "compaction_trigger"}`, the output is one `compaction` item) is held without its
+trigger: the trigger asks for a compaction now, it is no part of the history, and it must be the
+last input item wherever it appears. Its continuation is then the history, the compaction item,
+the new items: the newest compaction item supersedes what precedes it (the client's system and
+developer messages kept), as it does in any input (docs/offloading.md), so the upstream sees the
+summary the item stands for, then the new items; relayed, the provider reads its own item the
+same way."""
 
 from __future__ import annotations
 
@@ -27,23 +78,135 @@ import json
 import logging
 import secrets
 import time
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from starlette.types import Message, Receive, Send
+from starlette.datastructures import Headers
+from starlette.responses import Response
+from starlette.types import Message, Receive, Scope, Send
 
 from proxy.core import jsonio
 from proxy.core.jsonio import footprint
+from proxy.core.settings import SettingsResolver
 from proxy.errors import Kind, ProxyError
 from proxy.formats.json_body import LARGE_BODY
+from proxy.formats.responses import TYPE as TRIGGER
 from proxy.formats.responses import check_responses_input
-from proxy.http.websocket import events
-from proxy.http.websocket.chain import Budget, ConnectionChain
+from proxy.http.caller import Caller, Gatekeeper
+from proxy.http.error_map import error_response, response_of
+from proxy.http.headers import unknown_in, with_warning
+from proxy.http.telemetry import Recording
+from proxy.http.websocket import wire as events
 from proxy.http.websocket.dispatch import Upgrade, dispatch, encoded
-from proxy.http.ws_protocol import TEXT_BYTES
+from proxy.http.websocket.wire import TEXT_BYTES
 from proxy.offload.cpu_pool import CPU
 
 log = logging.getLogger("proxy.http.websocket")
+
+
+class OpenConnections:
+    """How many WebSockets each tenant (a caller's `scope`) holds open in this worker."""
+
+    def __init__(self, limit: int, total: int = 0) -> None:
+        self.limit, self.total = limit, total  # 0: no limit
+        self._open: Counter[str] = Counter()
+        self._count = 0
+
+    def take(self, scope: str) -> str | None:
+        """Count one more for `scope`; or why it may not open one more (nothing counted)."""
+        if self.total and self._count >= self.total:
+            return (
+                f"This proxy worker already holds {self.total} WebSocket connections (--ws-connections): "
+                "try again later, or use POST /v1/responses."
+            )
+        if self.limit and self._open[scope] >= self.limit:
+            return (
+                f"This tenant already holds {self.limit} WebSocket connections to this proxy worker "
+                "(--ws-connections-per-tenant): close one, or use POST /v1/responses."
+            )
+        self._open[scope] += 1
+        self._count += 1
+        return None
+
+    def give_back(self, scope: str) -> None:
+        self._count -= 1
+        self._open[scope] -= 1
+        if self._open[scope] <= 0:
+            del self._open[scope]
+
+    def __len__(self) -> int:
+        return self._count
+
+
+class ResponsesSocket:
+    """The ASGI endpoint of the WebSocket route; every response.create is answered with the
+    caller gate and the request recording `POST /v1/responses` has (`recording`, the app's own
+    kind: `proxy.http.telemetry.Recording`), by its route called directly (`dispatch`)."""
+
+    def __init__(
+        self,
+        gatekeeper: Gatekeeper,
+        resolver: SettingsResolver,
+        limits: Limits,
+        *,
+        recording: Recording,
+        per_tenant: int,
+        total: int = 0,
+    ) -> None:
+        self.gatekeeper, self.resolver, self.limits, self.recording = gatekeeper, resolver, limits, recording
+        self.open = OpenConnections(per_tenant, total)
+        self.held = Budget(limits.held_bytes)  # what all connections of this worker hold
+
+    def _caller(self, headers: Headers) -> Caller:
+        """Who calls, its `X-Offload-*` headers checked: the refusals of every HTTP request
+        (401, 403, 400 `invalid_offload_header`), here once for the whole connection; a browser's
+        upgrade (it carries `Origin`) refused first."""
+        if "origin" in headers:
+            raise ProxyError(
+                Kind.PERMISSION_DENIED,
+                "WebSocket upgrades from a browser (an Origin header) are not served: use the "
+                "Responses API over HTTP, or a client that sends no Origin.",
+                code="origin_not_allowed",
+            )
+        caller = self.gatekeeper.identify(headers, "openai")
+        self.resolver.resolve(headers, tenant=caller.tenant)  # SettingsError: a refused header
+        return caller
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            caller = self._caller(Headers(scope=scope))
+        except ProxyError as exc:
+            await _refuse(scope, receive, send, response=response_of(exc), code=1008, reason=exc.message)
+            return
+        message = self.open.take(caller.scope)
+        if message is not None:
+            refusal = error_response(429, message, type_="rate_limit_error", code="too_many_connections")
+            await _refuse(scope, receive, send, response=refusal, code=1013, reason="too many connections")
+            return
+        try:
+            first = await receive()
+            if first["type"] != "websocket.connect":
+                return
+            found = unknown_in(scope["headers"])  # said in the 101; counted per response.create
+            await send({"type": "websocket.accept", "headers": with_warning([], found.warning()) if found else []})
+            upgrade = Upgrade.of(scope, gatekeeper=self.gatekeeper, recording=self.recording)
+            await Connection(
+                upgrade, receive=receive, send=send, limits=self.limits, budget=self.held, check=caller.check_body
+            ).serve()
+        finally:
+            self.open.give_back(caller.scope)
+
+
+async def _refuse(scope: Scope, receive: Receive, send: Send, *, response: Response, code: int, reason: str) -> None:
+    """Before accepting: the HTTP answer itself where the server can send one (uvicorn can), else
+    a close with `code` (1008 policy, 1013 try again later)."""
+    if "websocket.http.response" in scope.get("extensions", {}):
+        await response(scope, receive, send)  # starlette sends it as websocket.http.response.*
+        return
+    await receive()  # websocket.connect
+    await send({"type": "websocket.close", "code": code, "reason": reason[:120]})
+
 
 MAX_LANES = 16  # lanes running at once on one connection
 MAX_WAITING = 32  # creates waiting in all lanes of one connection
@@ -194,7 +357,7 @@ class Connection:
     async def _handle(self, frame: Message) -> None:
         text = frame.get("text")
         if text is None:
-            text = frame.get(TEXT_BYTES)  # a large text frame's UTF-8 bytes (proxy.http.ws_protocol)
+            text = frame.get(TEXT_BYTES)  # a large text frame's UTF-8 bytes (proxy.http.websocket.wire)
         if text is None:
             await self.send_event(
                 events.error_event(
@@ -402,3 +565,128 @@ def _terminal(data: str) -> tuple[Any, int]:
     event = jsonio.loads(data)
     response = event.get("response") if isinstance(event, dict) else None
     return event, footprint(response.get("output")) if isinstance(response, dict) else 0
+
+
+@dataclass(frozen=True)
+class Held:
+    input: list[Any]  # the whole input this response answered
+    output: list[Any]  # its output items, as input items
+    store: bool  # the request's `store` (OpenAI's default: true)
+    size: int  # bytes its input and output hold (proxy.core.jsonio)
+    chars: int = 0  # characters of their JSON, about (what a continuation sends again)
+
+
+def as_input(items: Any) -> list[Any]:
+    """A response's output items as they go back in an input."""
+    return list(items) if isinstance(items, list) else []
+
+
+def input_items(body: dict[str, Any]) -> list[Any]:
+    """A request's `input` as a list of items (a string is one user message)."""
+    given = body.get("input")
+    if isinstance(given, str):
+        return [{"type": "message", "role": "user", "content": given}]
+    return list(given) if isinstance(given, list) else []
+
+
+def history_of(items: list[Any]) -> list[Any]:
+    """A held response's input as the history its continuation goes on from: without a trailing
+    `compaction_trigger`."""
+    if items and isinstance(items[-1], dict) and items[-1].get("type") == TRIGGER:
+        return items[:-1]
+    return items
+
+
+class Budget:
+    """The bytes one worker's WebSocket connections hold in responses, together."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity, self.used = capacity, 0
+
+    def take(self, size: int) -> bool:
+        if self.used + size > self.capacity:
+            return False
+        self.used += size
+        return True
+
+    def give_back(self, size: int) -> None:
+        self.used -= size
+
+
+class ConnectionChain:
+    def __init__(self, limit: int, max_bytes: int, budget: Budget | None = None) -> None:
+        self.limit, self.max_bytes = limit, max_bytes
+        self.budget = budget if budget is not None else Budget(max_bytes)
+        self._held: OrderedDict[str, Held] = OrderedDict()
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def __contains__(self, response_id: object) -> bool:
+        return response_id in self._held
+
+    def get(self, response_id: object) -> Held | None:
+        return self._held.get(response_id) if isinstance(response_id, str) else None
+
+    def size_of(self, response_id: object) -> int:
+        """The bytes a held response holds (0 for one not held)."""
+        held = self.get(response_id)
+        return held.size if held is not None else 0
+
+    def expand(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The body with a held `previous_response_id` replaced by the whole history it stands for.
+        An id this connection does not hold: left to the managed turn when the chain is stored
+        upstream (`store` not false: the upstream, or the proxy's stored chain, knows it), else
+        ProxyError `previous_response_not_found`."""
+        previous = body.get("previous_response_id")
+        if previous is None:
+            return body
+        held = self._held.get(previous) if isinstance(previous, str) else None
+        if held is None:
+            if body.get("store") is False:
+                shown = previous[:200] if isinstance(previous, str) else type(previous).__name__
+                raise ProxyError(
+                    Kind.BAD_REQUEST,
+                    f"Previous response with id '{shown}' not found on this WebSocket connection "
+                    "(with store: false only responses created on the same connection can be "
+                    "continued, and it holds the last few only): send the full input without "
+                    "previous_response_id.",
+                    code="previous_response_not_found",
+                    param="previous_response_id",
+                )
+            return body
+        self._held.move_to_end(previous)
+        rest = {k: v for k, v in body.items() if k != "previous_response_id"}
+        rest["input"] = [*held.input, *held.output, *input_items(body)]
+        return rest
+
+    def hold(self, response_id: str, body: dict[str, Any], output: Any, *, size: int, chars: int = 0) -> bool:
+        """Remember a finished response: `body` as expanded (its whole input), `output` its items,
+        `size` the bytes both hold (`proxy.core.jsonio`), `chars` their JSON's length. False when it is not held (larger
+        than `max_bytes`, or no room left in the worker's budget)."""
+        self._forget(response_id)
+        if size > self.max_bytes:
+            return False
+        while self._held and (len(self._held) >= self.limit or self.bytes + size > self.max_bytes):
+            self._forget(next(iter(self._held)))
+        while not self.budget.take(size):
+            if not self._held:
+                return False
+            self._forget(next(iter(self._held)))
+        self._held[response_id] = Held(
+            history_of(input_items(body)), as_input(output), body.get("store") is not False, size, chars
+        )
+        self.bytes += size
+        return True
+
+    def clear(self) -> None:
+        """Forget every response (the connection has closed): their bytes back to the budget."""
+        while self._held:
+            self._forget(next(iter(self._held)))
+
+    def _forget(self, response_id: str) -> None:
+        held = self._held.pop(response_id, None)
+        if held is not None:
+            self.bytes -= held.size
+            self.budget.give_back(held.size)

@@ -35,12 +35,12 @@ from proxy.core import jsonio
 from proxy.core import jsonio as large_json
 from proxy.errors import ProxyError
 from proxy.formats.responses import RESPONSES
+from proxy.http.call_parts import Services
 from proxy.http.caller import Gatekeeper
 from proxy.http.disconnect import ClientDisconnected, ClientWatch
 from proxy.http.error_map import error_response, response_of
 from proxy.http.headers import unknown_in
 from proxy.http.managed import ManagedCall, respond
-from proxy.http.services import Services
 from proxy.http.stats_api import not_a_credential, presents_admin_token
 from proxy.http.telemetry import Recording, RequestRecord, noted
 from proxy.upstream import sse

@@ -20,7 +20,7 @@ from proxy.core.settings import (
     position,
     unknown_headers,
 )
-from proxy.http.tenants import load_tenants_file
+from proxy.http.caller import load_tenants_file
 
 # ==================== settings
 # Per-request settings: defaults, tenants file, headers, validation, caps.

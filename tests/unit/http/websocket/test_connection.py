@@ -7,7 +7,7 @@ import pytest
 
 from proxy.errors import ProxyError
 from proxy.http.error_map import status_of
-from proxy.http.websocket.chain import Budget, ConnectionChain
+from proxy.http.websocket.connection import Budget, ConnectionChain
 
 
 def user(text: str) -> dict:

@@ -1,12 +1,11 @@
-"""proxy.http.log_clip: a log record's arguments, message and traceback are clipped."""
+"""proxy.http.telemetry: a log record's arguments, message and traceback are clipped."""
 
 from __future__ import annotations
 
 import json
 import logging
 
-from proxy.http.log_clip import MAX_LOGGED_CHARS, MAX_MESSAGE_CHARS, ClippedRecord, clip, clip_value
-from proxy.http.telemetry import JsonFormatter
+from proxy.http.telemetry import MAX_LOGGED_CHARS, MAX_MESSAGE_CHARS, ClippedRecord, JsonFormatter, clip, clip_value
 
 
 def record(msg: object, args: object = (), exc_info: object = None) -> ClippedRecord:

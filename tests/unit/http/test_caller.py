@@ -1,4 +1,4 @@
-"""The tenants file (proxy.http.tenants): read and checked in one place, its settings by the
+"""The tenants file (proxy.http.caller): read and checked in one place, its settings by the
 per-request model, its access (proxy keys, upstreams) before any request. A tenant's label: its
 tenants-file name, or its key's fingerprint (the vendor prefix and the last 4 characters, never
 more of the key), made where the credential is seen."""
@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 from starlette.datastructures import Headers
 
-from proxy.http.caller import Gatekeeper
-from proxy.http.tenants import (
+from proxy.http.caller import (
     MAX_PREFIX,
     MIN_HIDDEN,
     TAIL,
+    Gatekeeper,
     check_tenants,
     credential_label,
     key_fingerprint,

@@ -8,7 +8,7 @@ import pytest
 
 from proxy.errors import ProxyError
 from proxy.http.error_map import status_of
-from proxy.http.websocket import events
+from proxy.http.websocket import wire as events
 
 
 def test_a_create_is_the_http_body_with_streaming_implied():
