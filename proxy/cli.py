@@ -114,9 +114,9 @@ def serve(settings: ServerSettings, *, notes: Sequence[str] = ()) -> None:
     for name, value in settings.model_dump(exclude_none=True).items():
         os.environ[f"OFFLOAD_{name.upper()}"] = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
     json_logs = settings.log_format == "json"
-    from proxy.http import telemetry as log_clip
+    from proxy.http import telemetry
 
-    log_clip.install()  # the supervisor's lines too (the workers install it in create_app)
+    telemetry.install()  # the supervisor's lines too (the workers install it in create_app)
     if json_logs:  # uvicorn's own messages as JSON lines too
         from proxy.http.telemetry import configure_logging
 

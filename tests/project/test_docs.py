@@ -146,3 +146,19 @@ def test_a_stale_module_name_is_found():
     assert paths == ["proxy/core/gone.py"]
     assert [_resolves(m) for m in modules] == [False, True, True]
     assert not (ROOT / paths[0]).exists()
+
+
+def test_the_architecture_layout_names_every_module():
+    """docs/architecture.md's layout (the code block drawing proxy/) names each module of
+    proxy/ (case aside, a private module without its underscore): a module merged, moved or
+    added shows in it."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    start = text.index("```\nproxy/")
+    drawing = text[start : text.index("```", start + 3)].lower()
+    missing = [
+        str(path.relative_to(ROOT))
+        for path in sorted((ROOT / "proxy").rglob("*.py"))
+        if path.stem not in ("__init__", "__main__")
+        and not re.search(rf"(?<![\w])_?{re.escape(path.stem.lstrip('_').lower())}(?![\w])", drawing)
+    ]
+    assert not missing, f"docs/architecture.md's layout does not name {missing}"
