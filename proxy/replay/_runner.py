@@ -71,7 +71,7 @@ from proxy.offload.cpu_pool import CPU, INLINE
 from proxy.offload.records import RefStore, TenantStore
 from proxy.offload.summaries import Compressor
 from proxy.offload.summarizer import DEFAULT_PROMPT, SummaryContext
-from proxy.offload.tenant import key, tenant_namespace
+from proxy.offload.tenant import ADMITTED, key, tenant_namespace
 from proxy.reload.tools import ReloadTools
 from proxy.replay import _metrics as metrics
 from proxy.replay import _simulation as bill
@@ -87,7 +87,7 @@ from proxy.replay._simulation import (
 )
 from proxy.store import Store
 from proxy.store.sealing import Sealer
-from proxy.turn import Turn, TurnInput, run_turn
+from proxy.turn import Exchange, ExchangeContext, Turn
 from proxy.upstream.client import Upstream
 from proxy.upstream.transport import pooled_transport
 
@@ -303,9 +303,20 @@ class Replayer:
             )
             return Compressor(tenant, ctx)
 
-        return await run_turn(
-            TurnInput(self.wire, jsonio.dumps(body), body, request, self.settings, tenant, compressor)
+        headers = self.headers
+        context = ExchangeContext(
+            fmt=self.wire,
+            tenant=tenant,
+            admission=ADMITTED,  # the replay's own store: nothing to verify
+            upstream=self.upstream,
+            upstream_headers=lambda *, body_replaced, emulating: headers,
+            compressor=compressor,
+            settings=self.settings,
+            searches=False,
         )
+        # the server's first step of an exchange; as sent without the proxy's prompt caching, as
+        # the replay prices the client's own
+        return await Exchange(context, raw=jsonio.dumps(body), body=body, history=request).prepare(prompt_cache=False)
 
     def on_the_wire(self, items: list[Any]) -> list[Any]:
         """The forwarded items as the upstream reads them: an Anthropic summary item merged into

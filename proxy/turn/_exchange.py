@@ -97,6 +97,7 @@ class ExchangeContext:
     search_limits: SearchLimits = SearchLimits()
     reload_seconds: float = 60.0  # the reload rounds' time budget (`--reload-budget`)
     watch: Watch = UNWATCHED
+    searches: bool = True  # the model may call context_search here (replay: no model, no search)
 
 
 @dataclass(frozen=True)
@@ -199,7 +200,7 @@ class Exchange:
         turn = self._turn = await run_turn(
             self.turn_input(new_summaries=new_summaries, prompt_cache=prompt_cache, cache_key=cache_key)
         )
-        if turn.inject_reload_tools:
+        if turn.inject_reload_tools and self.ctx.searches:
             search_pool.warm()  # the model may search: its workers start while the upstream answers
         self.body, self.settings, self._used_up = turn.body, turn.settings, turn.used_up
         self.headers = self.ctx.upstream_headers(
