@@ -20,8 +20,9 @@ handle and a compressor factory, runs the steps in one order:
    `WireFormat.compaction_emulation`);
 6. settle: the items that go upstream, the format's `Rounds`, the reload tools, the headers;
 
-and returns a frozen `Turn`. The server (`proxy.http.managed`), `count_tokens` and `replay` run
-this same turn, so replay covers the emulation steps too. Nothing here reads a request object.
+and returns a frozen `Turn`. The Exchange's prepare step runs it (`proxy.turn._exchange`), for the
+server (`proxy.http.managed`), `count_tokens` and `replay` alike, so replay covers the emulation
+steps too. Nothing here reads a request object.
 """
 
 from __future__ import annotations
