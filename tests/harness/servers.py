@@ -376,11 +376,15 @@ class FakeUpstream:
     requests: list[Recorded] = field(default_factory=list)
     # a provider's prompt cache billing the answers' usage (`tests.harness.billing`); None: fixed usage
     caches: billing.ProviderCaches | None = None
+    # a `GET …/models` the handler fails on answered with a list of models (`_handled`); False: the
+    # handler's failure as it is, for a test of how the proxy relays the upstream's own 500
+    lists_models_on_failure: bool = True
 
     def reset(self) -> None:
         self.handler = default_handler
         self.requests.clear()
         self.caches = None
+        self.lists_models_on_failure = True
 
     def chat_requests(self) -> list[Recorded]:
         """The chat completions the proxy forwarded, in order: its summary calls are not among
@@ -428,7 +432,7 @@ class FakeUpstream:
         try:
             return await self.handler(request, rec)
         except Exception:
-            if rec.method == "GET" and rec.path.endswith("/models"):
+            if self.lists_models_on_failure and rec.method == "GET" and rec.path.endswith("/models"):
                 return JSONResponse({"object": "list", "data": []})
             raise
 
