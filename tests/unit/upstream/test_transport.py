@@ -96,7 +96,12 @@ async def test_a_connection_closed_by_the_server_while_idle_is_replaced():
             assert (await get(transport, server.url)).content == b"ok"
             second = await get(transport, server.url)
             [connection] = transport.pool.connections
-            assert second.content == b"ok" and len(server.accepted) == 1 and connection.is_idle() and not connection.has_expired()
+            assert (
+                second.content == b"ok"
+                and len(server.accepted) == 1
+                and connection.is_idle()
+                and not connection.has_expired()
+            )
             stream = second.extensions["network_stream"]  # httpcore2's public extension: the connection's
             assert isinstance(stream, AsyncioStream) and not stream.get_extra_info("is_readable")
 
