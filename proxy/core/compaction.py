@@ -202,7 +202,9 @@ def plan_compaction(
     Only the items after the newest provider compaction item count and are replaced (the
     provider ignores those before it, which go as sent), and no tool result the provider's own
     clear edit may clear (`clearable_calls`)."""
+    counter.recall(items, key=namespace)  # what an earlier turn of the conversation counted
     before = counter.messages(items)
+    counter.remember(items, key=namespace)
     plan = Plan(items=items, tokens_before=before, tokens_after=before)
     start = live_start(items, view)
     media = plan_media(items[start:], view, settings, counter=counter, namespace=namespace)

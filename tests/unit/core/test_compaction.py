@@ -694,3 +694,38 @@ def test_a_provider_compaction_item_after_a_client_summary_wins():
     assert cp.split(items, RV, keep_recent=2) == (4, len(items) - 2)
     items = [user("task"), COMPACTION, user("a"), codex_summary(), *(user(f"new {k}") for k in range(6))]
     assert cp.split(items, RV, keep_recent=2) == (4, len(items) - 2)
+
+
+@pytest.mark.parametrize("fmt", ["chat", "responses", "messages"])
+def test_a_turn_planned_on_an_earlier_turns_counts_plans_what_a_plan_from_the_start_does(fmt, monkeypatch):
+    """The next turn of a conversation, parsed anew, takes the counts of the items its previous
+    turn counted (`TokenCounter.recall`): the same plan, byte for byte, as a worker that never
+    saw the conversation makes."""
+    from proxy.core import tokens
+    from proxy.formats.messages import body_from_chat
+    from proxy.formats.responses import items_from_chat
+
+    def items(n: int) -> tuple[list, object]:
+        chat = json.loads(json.dumps(agent_history(steps=40, lines=60)[:n]))
+        if fmt == "chat":
+            return chat, VIEW
+        if fmt == "responses":
+            return items_from_chat(chat), RESPONSES.view
+        return body_from_chat(chat, model="claude-sonnet-4-5")["messages"], MESSAGES.view
+
+    settings = OffloadSettings(max_total_tokens=3000)
+    monkeypatch.setattr(tokens, "_recent", tokens._RecentCounts(tokens.RECENT_HISTORIES, tokens.RECENT_BYTES))
+    first, view = items(70)
+    plan_compaction(first, view, settings, counter=COUNTER.for_request(), namespace=NS)
+    second, _ = items(76)
+    counter = COUNTER.for_request()
+    resumed = plan_compaction(second, view, settings, counter=counter, namespace=NS)
+    assert counter._found is not None  # it went on from the earlier turn's counts
+    monkeypatch.setattr(tokens, "_recent", tokens._RecentCounts(tokens.RECENT_HISTORIES, tokens.RECENT_BYTES))
+    whole = plan_compaction(items(76)[0], view, settings, counter=COUNTER.for_request(), namespace=NS)
+    assert json.dumps(resumed.items) == json.dumps(whole.items) and resumed.offloads == whole.offloads
+    assert (resumed.tokens_before, resumed.tokens_after, resumed.refs) == (
+        whole.tokens_before,
+        whole.tokens_after,
+        whole.refs,
+    )

@@ -372,3 +372,118 @@ def test_tools_and_a_system_prompt_outside_the_history_are_counted():
     assert counter.outside_history({"instructions": system, "input": "hi"}) == counter.text(system)
     chat = {"messages": [{"role": "system", "content": system}]}
     assert counter.outside_history(chat) == 0  # its system message is in the history, counted there
+
+
+# ---------------------------------------------------------------- an earlier turn's counts
+
+
+def _history(n: int, *, tag: str = "") -> list[dict]:
+    """A long history, parsed anew each call (new objects, equal content)."""
+    return json.loads(
+        json.dumps(
+            [
+                {"role": "user" if i % 2 == 0 else "tool", "content": f"{tag}message {i} " + "word " * (i % 7)}
+                for i in range(n)
+            ]
+        )
+    )
+
+
+@pytest.fixture
+def recent(monkeypatch):
+    """A memo of the earlier turns' counts of this test's own, and the messages counted anew."""
+    monkeypatch.setattr(tokens, "_recent", tokens._RecentCounts(tokens.RECENT_HISTORIES, tokens.RECENT_BYTES))
+    counted: list[object] = []
+    real = TokenCounter._count_message
+
+    def counting(self, message):
+        counted.append(message)
+        return real(self, message)
+
+    monkeypatch.setattr(TokenCounter, "_count_message", counting)
+    return counted
+
+
+def test_a_turn_takes_the_counts_of_the_prefix_an_earlier_turn_counted(recent):
+    base = counter_for_model("gpt-4o")
+    first = base.for_request()
+    turn1 = _history(100)
+    first.recall(turn1, key="tenant-a")
+    total1 = first.messages(turn1)
+    first.remember(turn1, key="tenant-a")
+    assert len(recent) == 100
+
+    recent.clear()
+    turn2 = _history(103)  # the same 100 messages, parsed again, and three new ones
+    second = base.for_request()
+    second.recall(turn2, key="tenant-a")
+    total2 = second.messages(turn2)
+    assert recent == turn2[100:]  # only the new ones were counted
+    recent.clear()
+    assert total2 == base.for_request().messages(turn2) and total2 > total1  # the same count as counted whole
+
+
+def test_an_earlier_turns_counts_are_its_tenants_and_its_encodings_alone(recent):
+    base = counter_for_model("gpt-4o")
+    first = base.for_request()
+    first.messages(turn1 := _history(100))
+    first.remember(turn1, key="tenant-a")
+    for key, counter in (("tenant-b", base), ("tenant-a", counter_for_model("gpt-4"))):  # another tenant; cl100k
+        recent.clear()
+        other = counter.for_request()
+        other.recall(turn2 := _history(101), key=key)
+        other.messages(turn2)
+        assert len(recent) == 101, key  # counted whole
+
+
+def test_a_history_changed_before_its_end_is_counted_whole(recent):
+    base = counter_for_model("gpt-4o")
+    first = base.for_request()
+    first.messages(turn1 := _history(100))
+    first.remember(turn1, key="t")
+    edited = _history(101)
+    edited[50]["content"] = "edited by the client"
+    recent.clear()
+    second = base.for_request()
+    second.recall(edited, key="t")
+    total = second.messages(edited)
+    assert len(recent) == 101  # counted whole
+    assert total == base.for_request().messages(edited)
+
+
+def test_short_histories_are_not_kept_and_the_kept_are_bounded(recent, monkeypatch):
+    base = counter_for_model("gpt-4o")
+    short = base.for_request()
+    short.messages(few := _history(tokens.RECENT_MIN_ITEMS - 1))
+    short.remember(few, key="t")
+    assert tokens._recent._entries == []
+    for k in range(tokens.RECENT_HISTORIES + 5):  # as many conversations, each of its own
+        counter = base.for_request()
+        counter.messages(turn := _history(70, tag=f"c{k} "))
+        counter.remember(turn, key="t")
+    assert len(tokens._recent._entries) == tokens.RECENT_HISTORIES
+    held = tokens._recent._entries[-1].held
+    monkeypatch.setattr(tokens._recent, "held", held * 5 // 2)  # room for two: the least recently kept go
+    counter = base.for_request()
+    counter.messages(turn := _history(70, tag="last "))
+    counter.remember(turn, key="t")
+    assert len(tokens._recent._entries) == 2 and tokens._recent._entries[-1].items == turn
+
+
+def test_the_next_turn_replaces_its_conversations_entry(recent):
+    base = counter_for_model("gpt-4o")
+    for n in (100, 101, 102):
+        counter = base.for_request()
+        counter.recall(turn := _history(n), key="t")
+        counter.messages(turn)
+        counter.remember(turn, key="t")
+    [entry] = tokens._recent._entries
+    assert len(entry.items) == 102 and len(entry.counts) == 102
+
+
+def test_a_history_not_wholly_counted_is_not_kept(recent):
+    counter = counter_for_model("gpt-4o").for_request()
+    turn = _history(100)
+    counter.messages(turn[:99])
+    counter.remember(turn, key="t")
+    assert tokens._recent._entries == []
