@@ -31,7 +31,10 @@ from proxy.config import (
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="offload-proxy",
-        description="OpenAI-compatible context-offload proxy. Point the OpenAI SDK's base_url at http://HOST:PORT/v1.",
+        description=(
+            "Context-offload proxy for the OpenAI (Chat Completions, Responses) and Anthropic (Messages) APIs. "
+            "Point the OpenAI SDK's base_url at http://HOST:PORT/v1, the Anthropic SDK's at http://HOST:PORT."
+        ),
     )
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="Run the proxy server.")

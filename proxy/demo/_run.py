@@ -137,27 +137,27 @@ def turn_table(runs: list[FormatRun], labels: list[str]) -> str:
     names = [r.format for r in runs]
     first = names[0]
     ratio = f"{first[:9]}/raw"
+    count = max(len(r.turns) for r in runs)
+    cells = [[r.turns[k] if k < len(r.turns) else TurnResult(0) for r in runs] for k in range(count)]
+    shown = [" | ".join(dict.fromkeys(_action(t) for t in turns)) for turns in cells]
+    width = max([24, *map(len, shown)])  # the formats' actions may differ: the column as wide as the widest
     header = (
         f"{'turn':>4}  {'the agent had just run':{STEP_WIDTH}} {'raw':>6} "
         + " ".join(f"{n[:9]:>9}" for n in names)
-        + f" {ratio:>{len(ratio)}}  {'action':24} reloads"
+        + f" {ratio:>{len(ratio)}}  {'action':{width}} reloads"
     )
     rows = [
         "forwarded tokens per format (" + ", ".join(f"{r.format}: POST {r.path}" for r in runs) + ")",
         header,
         "-" * len(header),
     ]
-    shown = []
-    for k in range(max(len(r.turns) for r in runs)):
-        turns = [r.turns[k] if k < len(r.turns) else TurnResult(0) for r in runs]
+    for k, (turns, action) in enumerate(zip(cells, shown)):
         before = turns[0].tokens_before or 0
-        action = " | ".join(dict.fromkeys(_action(t) for t in turns))
-        shown.append(action)
         label = labels[k] if k < len(labels) else ""
         rows.append(
             f"{k + 1:>4}  {_clip(label, STEP_WIDTH):{STEP_WIDTH}} {before:>6} "
             + " ".join(f"{t.tokens_after or 0:>9}" for t in turns)
-            + f" {_ratio(turns[0].tokens_after or 0, before):>{len(ratio)}}  {action:24} "
+            + f" {_ratio(turns[0].tokens_after or 0, before):>{len(ratio)}}  {action:{width}} "
             + "/".join(_reloads(r, k) for r in runs)
         )
     return "\n".join([*rows, *legend(shown, names)])

@@ -106,3 +106,18 @@ def test_the_legend_explains_the_actions_shown_and_only_those():
     for unseen in ("none =", "emulated-compaction", "context-edits", "HTTP ="):
         assert unseen not in legend
     assert max(map(len, lines[5:])) <= 112
+
+
+def test_the_reloads_column_stays_aligned_when_the_formats_actions_differ():
+    wide = [TurnResult(200, 100, 100, "none"), TurnResult(200, 1000, 400, "compact+compress-pending")]
+    other = [TurnResult(200, 100, 100, "none"), TurnResult(200, 1000, 400, "compress")]
+    table = turn_table(
+        [
+            FormatRun("chat", "/v1/chat/completions", "s-chat", wide, [0, 0]),
+            FormatRun("anthropic", "/v1/messages", "s-anthropic", other, [0, 0]),
+        ],
+        steps(MESSAGES),
+    ).splitlines()
+    header, first, second = table[1], table[3], table[4]
+    assert "compact+compress-pending | compress" in second
+    assert {row.rindex(" ") for row in (first, second)} == {header.rindex(" ")}  # reloads starts where its header does
