@@ -9,7 +9,7 @@ import hashlib
 import json
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,8 +111,9 @@ class PrefixHashes:
     order; an index already passed is recomputed from the start.
     """
 
-    def __init__(self, items: list[Any]) -> None:
+    def __init__(self, items: list[Any], *, same: Callable[[list[Any], list[Any]], bool] | None = None) -> None:
         self._items = items
+        self.same = same  # `SeenPrefixes.equal`'s: items known to begin with a prefix without comparing them
         self._running = hashlib.sha256(b"offload-prefix-v1")
         self._position = 0  # items hashed into _running
         self._known: dict[int, str] = {}
@@ -136,7 +137,7 @@ class PrefixHashes:
     def matches(self, index: int, expected: str, seen: "SeenPrefixes | None" = None) -> bool:
         """Does items[:index] hash to `expected`? A prefix this process already verified is
         recognised by deep equality (C speed), without hashing it again."""
-        if seen is not None and seen.equal(expected, self._items, index):
+        if seen is not None and seen.equal(expected, self._items, index, same=self.same):
             return True
         if index > len(self._items) or self[index] != expected:
             return False
@@ -156,9 +157,27 @@ class SeenPrefixes:
         self._prefixes: dict[str, list[Any]] = {}
         self._lock = threading.Lock()
 
-    def equal(self, prefix_hash: str, items: list[Any], index: int) -> bool:
+    def equal(
+        self,
+        prefix_hash: str,
+        items: list[Any],
+        index: int,
+        *,
+        same: Callable[[list[Any], list[Any]], bool] | None = None,
+    ) -> bool:
+        """Is items[:index] the prefix verified under `prefix_hash`? `same(prefix, items)`: True
+        when `items` is known to begin with `prefix` without comparing them
+        (`TokenCounter.earlier_prefix`); the prefix is then held as `items`' own objects, so that
+        the next turn, recalled from this one, knows it the same way."""
         known = self._prefixes.get(prefix_hash)
-        return known is not None and len(known) == index and known == items[:index]
+        if known is None or len(known) != index:
+            return False
+        if not (same is not None and same(known, items)) and known != items[:index]:
+            return False
+        with self._lock:
+            if self._prefixes.get(prefix_hash) is known:
+                self._prefixes[prefix_hash] = items[:index]
+        return True
 
     def add(self, prefix_hash: str, prefix: list[Any]) -> None:
         with self._lock:

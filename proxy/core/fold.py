@@ -410,7 +410,7 @@ class _Resumed:
                 and len(state.prefix) <= len(items)
             ]
         for serial, state in candidates:
-            if state.prefix != items[: len(state.prefix)]:
+            if not counter.earlier_prefix(state.prefix, items) and state.prefix != items[: len(state.prefix)]:
                 continue
             if state.skipped != state.calls.intersection(skip_calls):
                 continue

@@ -10,6 +10,7 @@ import itertools
 import json
 import logging
 import math
+import operator
 import os
 import re
 import struct
@@ -504,6 +505,17 @@ class TokenCounter:
             known = self._messages
             for item, count in zip(history, found.counts):
                 known[id(item)] = (item, count)
+
+    def earlier_prefix(self, prefix: list[Any], items: list[Any]) -> bool:
+        """Does `items` begin with `prefix`, known without comparing them? When `items` is the
+        history this request recalled an earlier turn's counts for (`recall`, which compared the
+        two once) and `prefix` holds that earlier turn's very objects, its first ones: what other
+        memos of the earlier turn (`proxy.core.fold`'s states, the verified prefixes of
+        `proxy.core.compression`) check instead of comparing the history again."""
+        found = self._found
+        if found is None or items is not self._seeded or len(prefix) > len(found.items):
+            return False
+        return all(map(operator.is_, prefix, found.items))
 
     def remember(self, history: list[Any], *, key: str = "") -> None:
         """Keep the counts of `history` (every item counted by this request's counter) for the

@@ -101,7 +101,7 @@ class Compressor:
         entries = [e for e in sorted(json.loads(raw) if raw else [], key=lambda e: e["cut"]) if e["cut"] <= tail]
 
         def seen() -> list[bool]:  # prefixes this process verified already: recognised by equality
-            return [_seen.equal(e["hash"], originals, e["cut"]) for e in entries]
+            return [_seen.equal(e["hash"], originals, e["cut"], same=chain.same) for e in entries]
 
         def verified(pending: list[JsonObject]) -> list[JsonObject]:  # the others hashed, rising: one pass
             return [e for e in pending if chain.matches(e["cut"], e["hash"], _seen)]
@@ -167,7 +167,7 @@ class Compressor:
         early = self.ctx.background is not None and settings.precompress_ratio > 0
         if foldable <= trigger and not (early and foldable >= settings.precompress_ratio * trigger):
             return Compressed()
-        chain = cp.PrefixHashes(originals)
+        chain = cp.PrefixHashes(originals, same=counter.earlier_prefix)
         prior = await self._prior(originals, chain, head, tail=tail, cpu=cpu)
         if foldable <= trigger:  # below the trigger: what is forwarded stays as it is; prepare the summary
             if (
@@ -252,7 +252,7 @@ class Compressor:
         head, tail = await cpu(cp.split, compacted, self.view, keep_recent)
         if tail - head < 1:
             return Compressed()
-        chain = cp.PrefixHashes(originals)
+        chain = cp.PrefixHashes(originals, same=counter.earlier_prefix)
         prior = await self._prior(originals, chain, head, tail=tail, cpu=cpu)
         if prior is not None and prior.cut == tail:
             done = self._using(compacted, head, prior, summary_at=head)

@@ -445,3 +445,16 @@ def test_hard_limit_defaults_to_twice_the_trigger_capped_by_the_models_window():
     assert compression.hard_limit(big, "gpt-4.1-mini") == 200_000  # 2 x trigger, under gpt-4.1's 1M
     assert compression.hard_limit(big, "gpt-3.5-turbo") == 16_385
     assert compression.context_window("claude-sonnet-4-5") == 200_000 and compression.context_window("") is None
+
+
+def test_a_verified_prefix_known_without_comparing_is_held_as_the_items_own_objects():
+    seen = cp.SeenPrefixes()
+    earlier = [{"role": "user", "content": f"m{i}"} for i in range(5)]
+    seen.add("h", earlier[:3])
+    now = json.loads(json.dumps(earlier))  # equal, parsed anew
+    assert seen.equal("h", now, 3, same=lambda prefix, items: all(a is b for a, b in zip(prefix, earlier)))
+    assert all(a is b for a, b in zip(seen._prefixes["h"], now))  # held as the current objects now
+    assert seen.equal("h", now, 3)  # compared: still equal
+    assert not seen.equal("h", now, 4) and not seen.equal("other", now, 3)
+    changed = [*now[:1], {"role": "user", "content": "edited"}, *now[2:]]
+    assert not seen.equal("h", changed, 3, same=lambda prefix, items: False)

@@ -693,3 +693,43 @@ def test_line_numbers_let_go_within_a_plan_change_no_fold(monkeypatch):
     assert expected
     monkeypatch.setattr(fold, "MAX_NAMES", 50)
     assert whole(items, VIEWS["chat"]) == expected
+
+
+class Compared(dict):
+    """A JSON object that counts the deep comparisons made of it."""
+
+    comparisons = 0
+
+    def __eq__(self, other: object) -> bool:
+        Compared.comparisons += 1
+        return dict.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def test_a_turn_recalled_from_the_one_before_compares_its_history_once(fresh, monkeypatch):
+    """The counter recalls the earlier turn's counts by comparing the history once
+    (`TokenCounter.recall`); the fold's state of that turn holds the very objects it compared,
+    so it is taken without comparing the history again (`TokenCounter.earlier_prefix`)."""
+    from proxy.core import tokens
+
+    monkeypatch.setattr(tokens, "_recent", tokens._RecentCounts(tokens.RECENT_HISTORIES, tokens.RECENT_BYTES))
+    items = history("chat", drawn(70, seed=7))
+    view = VIEWS["chat"]
+
+    def turn(end: int) -> tuple[list, dict]:
+        parsed = [Compared(item) for item in items[:end]]  # parsed anew each turn
+        counter = COUNTER.for_request()
+        counter.recall(parsed, key=RESUME_NS)
+        counter.messages(parsed)
+        counter.remember(parsed, key=RESUME_NS)
+        Compared.comparisons = 0
+        return parsed, plan_folds(parsed, view, namespace=RESUME_NS, counter=counter)
+
+    turn(len(items) - 4)
+    parsed, got = turn(len(items))
+    assert Compared.comparisons == 0  # the fold's state taken by identity
+    assert got == whole(parsed, view)

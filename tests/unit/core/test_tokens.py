@@ -487,3 +487,17 @@ def test_a_history_not_wholly_counted_is_not_kept(recent):
     counter.messages(turn[:99])
     counter.remember(turn, key="t")
     assert tokens._recent._entries == []
+
+
+def test_an_earlier_turns_objects_are_known_as_the_prefix_of_a_history_recalled_from_it(recent):
+    base = counter_for_model("gpt-4o")
+    first = base.for_request()
+    first.messages(turn1 := _history(100))
+    first.remember(turn1, key="t")
+    second = base.for_request()
+    second.recall(turn2 := _history(102), key="t")
+    assert second.earlier_prefix(turn1[:60], turn2) and second.earlier_prefix(turn1, turn2)
+    assert not second.earlier_prefix(_history(60), turn2)  # equal, but not the earlier turn's objects
+    assert not second.earlier_prefix(turn1, list(turn2))  # another list than the history recalled
+    assert not second.earlier_prefix(turn2[:10], turn2)  # this turn's own objects: not what was compared
+    assert not base.for_request().earlier_prefix(turn1, turn2)  # nothing recalled
