@@ -303,8 +303,8 @@ def first_character(raw: bytes) -> str:
 # loop cannot run even when the parse is in another thread. Which reader a document gets is
 # decided by counting bytes (cheap, a slice at a time, counting those inside strings too):
 #
-# - few containers and few commas (a few huge strings, or an ordinary history): orjson, fast and
-#   held briefly;
+# - few containers and commas in all (`MANY_HELD`: a few huge strings, or a history however
+#   long a session makes it): orjson, fast and held briefly;
 # - many containers: the standard library's C scanner with a Python hook per object and number,
 #   where the interpreter may switch threads;
 # - many more commas than containers (long arrays of bare strings, numbers or literals, which get
@@ -313,7 +313,12 @@ def first_character(raw: bytes) -> str:
 # Values and errors are `loads`'s in every case. `dumps_yielding` writes what
 # `dumps` writes, byte for byte, a piece at a time.
 
-MANY_CONTAINERS = 50_000
+# What orjson may read holding the GIL: this many containers and commas in all (about 0.1 µs
+# each, 0.26 µs in a dict of unique keys: 25-65 ms), at most MANY_VALUES of them commas. A long
+# conversation has one or a few containers per message (a 2M-token Messages history: 52,000
+# containers and 103,000 commas), so a bound on the sum reads it at orjson's speed where a bound
+# on containers alone (50,000) sent it to the hooked scanner, three times slower, past 1.9M tokens.
+MANY_HELD = 250_000
 MANY_VALUES = 200_000  # commas
 _SLICE = 4 * 1024 * 1024  # bytes counted at a time: other threads run between slices
 _PIECE = 512  # dumps_yielding: a list this long, or any dict at the top levels, is written by parts
@@ -360,9 +365,9 @@ def _python_scanner_decoder() -> json.JSONDecoder:
 
 def loads_yielding(raw: bytes) -> Any:
     """`jsonio.loads(raw)`, for a large body parsed off the event loop (see the module docstring)."""
-    containers = _count(raw, (b"{", b"["), MANY_CONTAINERS)
+    containers = _count(raw, (b"{", b"["), MANY_HELD)
     commas = _count(raw, (b",",), 4 * containers + MANY_VALUES)
-    if containers <= MANY_CONTAINERS and commas <= MANY_VALUES:
+    if containers + commas <= MANY_HELD and commas <= MANY_VALUES:
         return loads(raw)
     text = _utf8_text(raw)  # strict: invalid UTF-8 is a ValueError
     try:

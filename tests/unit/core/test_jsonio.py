@@ -173,10 +173,10 @@ BAD = [
 @pytest.fixture(params=["orjson path", "hooked C scanner", "Python scanner"])
 def threshold(request, monkeypatch):
     if request.param == "hooked C scanner":
-        monkeypatch.setattr(jsonio, "MANY_CONTAINERS", -1)
+        monkeypatch.setattr(jsonio, "MANY_HELD", -1)
         monkeypatch.setattr(jsonio, "MANY_VALUES", 10**9)
     if request.param == "Python scanner":
-        monkeypatch.setattr(jsonio, "MANY_CONTAINERS", -1)
+        monkeypatch.setattr(jsonio, "MANY_HELD", -1)
         monkeypatch.setattr(jsonio, "MANY_VALUES", -(10**9))
     return request.param
 
@@ -201,11 +201,10 @@ def test_too_deep_is_too_deep(threshold):
 def test_many_objects_take_the_hooked_parser(monkeypatch):
     seen = []
     monkeypatch.setattr(jsonio, "_keep", lambda obj: seen.append(1) or obj)
-    raw = (
-        b'{"messages": [' + b",".join([b'{"role": "user", "content": [{"type": "text", "text": ""}]}'] * 30_000) + b"]}"
-    )
+    # past MANY_HELD containers and commas in all, with few commas: hooked for its containers alone
+    raw = b'{"messages": [' + b",".join([b'{"content": [{}]}'] * 100_000) + b"]}"
     body = jsonio.loads_yielding(raw)
-    assert len(body["messages"]) == 30_000 and len(seen) == 60_001
+    assert len(body["messages"]) == 100_000 and len(seen) == 200_001
     seen.clear()
     few = b'{"messages": [{"role": "tool", "content": "' + b"x" * 5_000_000 + b'"}]}'
     assert len(jsonio.loads_yielding(few)["messages"][0]["content"]) == 5_000_000 and not seen
@@ -266,3 +265,18 @@ def test_contains_finds_a_needle_wherever_it_lies_across_the_slices(at):
     assert jsonio.contains(bytes(raw), needle)
     assert not jsonio.contains(bytes(raw).replace(needle, b"encrypted_kontent"), needle)
     assert jsonio.contains(b"\\u00e9", b"\\u") and not jsonio.contains(b"", b"\\u")
+
+
+def test_a_long_historys_many_containers_are_read_by_orjson_and_a_document_of_many_more_is_not(monkeypatch):
+    """What orjson reads holding the GIL is bounded by containers and commas together: a long
+    conversation (a container or two per message, past the 50,000 containers that once sent it to
+    the hooked scanner) is read at orjson's speed; a document of more is not."""
+    read_whole: list[int] = []
+    real = jsonio.loads
+    monkeypatch.setattr(jsonio, "loads", lambda raw: read_whole.append(len(raw)) or real(raw))
+    history = orjson.dumps({"messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}] * 40_000})
+    assert jsonio._count(history, (b"{", b"["), 10**9) > 100_000  # past the old bound on containers alone
+    assert jsonio.loads_yielding(history) == real(history) and read_whole == [len(history)]
+    read_whole.clear()
+    many = orjson.dumps([{"a": 1}] * (jsonio.MANY_HELD // 2 + 1))
+    assert jsonio.loads_yielding(many) == real(many) and read_whole == []
