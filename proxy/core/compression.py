@@ -226,9 +226,17 @@ def trigger(items: list[Any], view: ItemView, head: int, *, settings: OffloadSet
 
 
 def decide(
-    items: list[Any], view: ItemView, settings: OffloadSettings, *, counter: TokenCounter, prior: PriorSummary | None
+    items: list[Any],
+    view: ItemView,
+    settings: OffloadSettings,
+    *,
+    counter: TokenCounter,
+    prior: PriorSummary | None,
+    bounds: tuple[int, int] | None = None,
 ) -> Decision:
-    head, tail = split(items, view, settings.keep_recent_for(COMPRESS_KEEP_RECENT))
+    """`bounds`: `split`'s (head, tail) of these items, when the caller has it already (each
+    split reads every item's role and text)."""
+    head, tail = bounds or split(items, view, settings.keep_recent_for(COMPRESS_KEEP_RECENT))
     limit = trigger(items, view, head, settings=settings, counter=counter)
     if prior is not None and head <= prior.cut <= tail:
         if tokens_between(items, view, prior.cut, end=tail, counter=counter) <= limit:
@@ -401,18 +409,25 @@ def hard_limit(settings: OffloadSettings, model: str | None) -> int:
 
 
 def ahead(
-    items: list[Any], view: ItemView, settings: OffloadSettings, *, counter: TokenCounter, prior: PriorSummary | None
+    items: list[Any],
+    view: ItemView,
+    settings: OffloadSettings,
+    *,
+    counter: TokenCounter,
+    prior: PriorSummary | None,
+    bounds: tuple[int, int] | None = None,
 ) -> Decision | None:
     """The summary to start now, before the trigger is crossed, or None.
 
     What it folds: the items after the prior summary (or after the leading system items) up to
     the kept tail, once they reach `precompress_ratio` of the trigger. The cut is this turn's
     tail, so the summary is the one an inline summary of this turn's history would be.
+    `bounds`: as `decide`'s.
     """
     ratio = settings.precompress_ratio
     if ratio <= 0:
         return None
-    head, tail = split(items, view, settings.keep_recent_for(COMPRESS_KEEP_RECENT))
+    head, tail = bounds or split(items, view, settings.keep_recent_for(COMPRESS_KEEP_RECENT))
     usable = prior if prior is not None and head <= prior.cut <= tail else None
     start = usable.cut if usable is not None else head
     limit = trigger(items, view, head, settings=settings, counter=counter)

@@ -178,14 +178,18 @@ class Compressor:
                 reused = self._using(compacted, head, prior)  # the cache is cold anyway: the cut due soon, now
                 await self._bill(prior, reused)
                 return reused
-            await self._ahead(compacted, originals, settings, counter=counter, chain=chain, prior=prior, cpu=cpu)
+            await self._ahead(
+                compacted, originals, settings, counter=counter, chain=chain, prior=prior, cpu=cpu, bounds=(head, tail)
+            )
             kept = await kept_cut.forwarded(self, originals, chain=chain, head=head, tail=tail, cpu=cpu)
             if kept is not None:  # a cut the session forwards already stays (never undone below the trigger)
                 reused = self._using(compacted, head, kept)
                 await self._bill(kept, reused)
                 return reused
             return Compressed()
-        decision = await cpu.light(cp.decide, compacted, self.view, settings, counter=counter, prior=prior)
+        decision = await cpu.light(
+            cp.decide, compacted, self.view, settings, counter=counter, prior=prior, bounds=(head, tail)
+        )
         if decision.action == "reuse":
             assert prior is not None
             previous = await kept_cut.previous(
@@ -205,7 +209,9 @@ class Compressor:
                 return previous[1]
             reused = self._using(compacted, head, prior)
             await self._bill(prior, reused)
-            await self._ahead(compacted, originals, settings, counter=counter, chain=chain, prior=prior, cpu=cpu)
+            await self._ahead(
+                compacted, originals, settings, counter=counter, chain=chain, prior=prior, cpu=cpu, bounds=(head, tail)
+            )
             return reused
         if decision.action != "summarize" or not allow_new:
             return Compressed()
@@ -290,10 +296,13 @@ class Compressor:
         chain: cp.PrefixHashes,
         prior: cp.PriorSummary | None,
         cpu: CPU,
+        bounds: tuple[int, int],
     ) -> None:
         if self.ctx.background is None:  # inline only: a summary is made when a turn needs it
             return
-        decision = await cpu.light(precompress.ahead, compacted, self.view, settings, counter=counter, prior=prior)
+        decision = await cpu.light(
+            precompress.ahead, compacted, self.view, settings, counter=counter, prior=prior, bounds=bounds
+        )
         if decision is not None:
             await self._start(compacted, originals, settings, counter=counter, chain=chain, decision=decision, cpu=cpu)
 
