@@ -156,16 +156,25 @@ def _checked(block: dict[str, Any], param: str) -> tuple[Any, Any]:
     return content, sealed
 
 
-def _newest(messages: list[Any], *, names: str | None) -> tuple[int, int, bool] | None:
+def _compactions(messages: list[Any]) -> list[tuple[int, int]]:
+    """(message, block) of every compaction block, in order: the one walk of every block."""
+    found: list[tuple[int, int]] = []
+    for i, message in enumerate(messages):
+        for j, block in enumerate(_blocks(message)):
+            if isinstance(block, dict) and block.get("type") == "compaction":
+                found.append((i, j))
+    return found
+
+
+def _newest(
+    messages: list[Any], compactions: list[tuple[int, int]], *, names: str | None
+) -> tuple[int, int, bool] | None:
     """The newest block that is not a no-op: (message, block, ours?). Every block is checked."""
     found = None
-    for i in range(len(messages) - 1, -1, -1):
-        blocks = _blocks(messages[i])
-        for j in range(len(blocks) - 1, -1, -1):
-            if _is_compaction(blocks[j]):
-                content, sealed = _checked(blocks[j], names or f"messages[{i}].content[{j}]")
-                if found is None and (is_ours(sealed) or content is not None):
-                    found = (i, j, is_ours(sealed))
+    for i, j in reversed(compactions):
+        content, sealed = _checked(messages[i]["content"][j], names or f"messages[{i}].content[{j}]")
+        if found is None and (is_ours(sealed) or content is not None):
+            found = (i, j, is_ours(sealed))
     return found
 
 
@@ -197,9 +206,12 @@ async def replace_compaction_blocks(messages: list[Any], records: Records, *, em
     namespace's, malformed or expired."""
     out, changed, names = messages, False, None
     for _ in range(MAX_NESTED):
-        found = _newest(out, names=names)
+        compactions = _compactions(out)
+        if not compactions:
+            return out if changed else None
+        found = _newest(out, compactions, names=names)
         if found is None or (not found[2] and not emulating):
-            if any(_is_compaction(b) and (emulating or _ours(b)) for m in out for b in _blocks(m)):
+            if any(emulating or _ours(out[i]["content"][j]) for i, j in compactions):
                 # emulating: every block left is a failed one (a no-op); relaying: ours before the provider's
                 return _without(out, (lambda b: True) if emulating else _ours)
             return out if changed else None
