@@ -28,6 +28,13 @@ def runs() -> list[FormatRun]:
     ]
 
 
+def two_formats(*runs: tuple[str, str, list[TurnResult]]) -> str:
+    """The turn table of two turns in each format given (format, path, its turns), no reloads."""
+    return turn_table(
+        [FormatRun(name, path, f"s-{name}", turns, [0, 0]) for name, path, turns in runs], steps(MESSAGES)
+    )
+
+
 def test_steps_name_what_the_agent_had_just_run():
     assert steps(MESSAGES) == ["(the user's message)", "run pytest -v"]
 
@@ -84,13 +91,7 @@ def test_the_ratio_column_says_whose_it_is():
 def test_the_legend_explains_the_actions_shown_and_only_those():
     pending = [TurnResult(200, 100, 100, "compress-pending"), TurnResult(200, 1000, 300, "compact+compress")]
     landed = [TurnResult(200, 100, 40, "compress"), TurnResult(200, 1000, 300, "compact+compress")]
-    table = turn_table(
-        [
-            FormatRun("chat", "/v1/chat/completions", "s-chat", pending, [0, 0]),
-            FormatRun("responses", "/v1/responses", "s-responses", landed, [0, 0]),
-        ],
-        steps(MESSAGES),
-    )
+    table = two_formats(("chat", "/v1/chat/completions", pending), ("responses", "/v1/responses", landed))
     lines = table.splitlines()
     assert "compress-pending | compress" in lines[3]
     legend = " ".join(line.strip() for line in lines[5:])
@@ -111,13 +112,7 @@ def test_the_legend_explains_the_actions_shown_and_only_those():
 def test_the_reloads_column_stays_aligned_when_the_formats_actions_differ():
     wide = [TurnResult(200, 100, 100, "none"), TurnResult(200, 1000, 400, "compact+compress-pending")]
     other = [TurnResult(200, 100, 100, "none"), TurnResult(200, 1000, 400, "compress")]
-    table = turn_table(
-        [
-            FormatRun("chat", "/v1/chat/completions", "s-chat", wide, [0, 0]),
-            FormatRun("anthropic", "/v1/messages", "s-anthropic", other, [0, 0]),
-        ],
-        steps(MESSAGES),
-    ).splitlines()
+    table = two_formats(("chat", "/v1/chat/completions", wide), ("anthropic", "/v1/messages", other)).splitlines()
     header, first, second = table[1], table[3], table[4]
     assert "compact+compress-pending | compress" in second
     assert {row.rindex(" ") for row in (first, second)} == {header.rindex(" ")}  # reloads starts where its header does
