@@ -377,19 +377,7 @@ def may_spell_token(raw: bytes) -> bool:
     """`may_hold_token` on bytes as they came, escapes not undone: a body that escapes a
     printable ASCII character (`\\u0020` to `\\u007f`) may spell the key otherwise, so it is read
     too. Escapes of other characters (`\\u00e9`, `\\u4e2d`: what `ensure_ascii` writes) cannot."""
-    return may_hold_token(raw) or escapes_ascii(raw)
-
-
-_ASCII_ESCAPE = re.compile(rb"\\u00[2-7][0-9A-Fa-f]")
-
-
-def escapes_ascii(raw: bytes) -> bool:
-    """Does the JSON text `raw` escape a printable ASCII character (what could spell the key)?
-    Searched a slice at a time, as `jsonio.contains` searches."""
-    if not jsonio.contains(raw, b"\\u00"):
-        return False
-    step = jsonio.SEARCH_SLICE
-    return any(_ASCII_ESCAPE.search(raw, start, start + step + 5) for start in range(0, len(raw), step))
+    return may_hold_token(raw) or jsonio.escapes_ascii(raw)
 
 
 _FOUND = object()  # sealed_fields' mark of a token found in an array

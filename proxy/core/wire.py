@@ -14,7 +14,7 @@ format for what it lacks.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from proxy.core.answers import UsageReader
@@ -125,10 +125,14 @@ class WireFormat(Protocol):
 
     def colliding_tool_names(self, body: JsonObject) -> set[str]: ...
 
-    def with_prompt_cache(self, body: JsonObject, *, key: str | None) -> JsonObject:
+    def with_prompt_cache(
+        self, body: JsonObject, *, key: str | None, mentions: Callable[[bytes], bool] | None = None
+    ) -> JsonObject:
         """`body` with the prompt caching the proxy adds for a client that asked for none
         (`--cache-control auto`): Anthropic's `cache_control`, or OpenAI's `prompt_cache_key`
-        `key` (None: the upstream takes none). `body` itself when there is nothing to add."""
+        `key` (None: the upstream takes none). `body` itself when there is nothing to add.
+        `mentions(b'"name"')`: False when the body's bytes hold no such key (`RawJson.may_hold`),
+        a search of the bytes instead of a walk of the body; None: walk it."""
 
     def provider_context(self, body: JsonObject) -> ProviderContext:
         """What the request asks the provider to do with its context (`context_management`, a

@@ -29,7 +29,6 @@ from proxy.core.compaction import (
     Records,
     Threshold,
     TokenError,
-    escapes_ascii,
     may_hold_token,
     present_refs,
     sealed_fields,
@@ -100,11 +99,11 @@ def _stray(value: Any, *, where: str, settled: Callable[[str], bool] | None = No
             )
 
 
-def _may_hold(raw: bytes | None, body: dict[str, Any]) -> bool:
+def _may_hold(raw: jsonio.RawJson | None, body: dict[str, Any]) -> bool:
     """`may_hold_token` of the body's bytes, when they escape no printable ASCII character; else
     of the document written again (such an escape may spell the key)."""
-    if raw is not None and not escapes_ascii(raw):
-        return may_hold_token(raw)
+    if raw is not None and not raw.escapes:
+        return may_hold_token(raw.raw)
     return may_hold_token(jsonio.dumps(body))
 
 
@@ -115,13 +114,13 @@ async def begin(
     fmt: WireFormat,
     emulating: bool,
     records: Records | None,
-    raw: bytes | None = None,
+    raw: jsonio.RawJson | None = None,
 ) -> Emulation:
     """`fmt`: the request's format (its `compaction_emulation` settles its compaction positions;
     `records` are its records, unused by a format without one); `raw`: the body's bytes, when
     at hand (a quick test that it holds no token at all)."""
     compaction = fmt.compaction_emulation
-    cpu = CPU(raw is None or len(raw) > LARGE_BODY)  # a large body is searched and walked off the event loop
+    cpu = CPU(raw is None or len(raw.raw) > LARGE_BODY)  # a large body is searched and walked off the event loop
     scan = await cpu(_may_hold, raw, body)
     if scan:  # before anything else: no token in another position is expanded, nor sent
         settled = None if compaction is None else (lambda path: compaction.settles(body, path))

@@ -34,12 +34,13 @@ from typing import Any, Protocol
 
 from proxy.core import compression as client_compaction
 from proxy.core.compaction import Plan
-from proxy.core.jsonio import JsonObject
+from proxy.core.jsonio import JsonObject, RawJson
 from proxy.core.rounds import Rounds
 from proxy.core.settings import OffloadSettings
 from proxy.core.texts import RELOAD_TOOL_SCHEMAS
 from proxy.core.tokens import TokenCounter, counter_for_model_async
 from proxy.core.wire import ProviderCompaction, WireFormat
+from proxy.formats.json_body import LARGE_BODY
 from proxy.offload import records as response_chains
 from proxy.offload.cpu_pool import CPU
 from proxy.offload.pipeline import Prepared, prepare
@@ -305,13 +306,15 @@ async def run_turn(given: TurnInput, *, refs: RefStore | None = None, records: C
     chain = await _continue_chain(fmt, given.body, tenant)  # 1
     if records is None and compaction is not None:
         records = tenant.records(compaction.records_api)
+    # the body's bytes, asked once whether they escape ASCII: what may be looked for in them
+    raw = await CPU(len(given.raw) > LARGE_BODY)(RawJson.of, given.raw)
     emulation = await context_management.begin(  # 2
         chain.body,
         given.history,
         fmt=fmt,
         records=records,
         emulating=given.emulating,
-        raw=given.raw,
+        raw=raw,
     )
     if compacting and compaction is not None and records is not None:
         return await _compaction_turn(
@@ -320,7 +323,11 @@ async def run_turn(given: TurnInput, *, refs: RefStore | None = None, records: C
     body = emulation.body
     if given.prompt_cache and settings.cache_control == "auto":  # before the summaries: they share it
         # a walk of the whole body (for a client's own caching): off the loop for a large one
-        body = await CPU.for_messages(given.history)(fmt.with_prompt_cache, body, key=given.cache_key)
+        # the body's bytes stand for it while it is the client's (no record expanded, no chain carried)
+        mentions = raw.may_hold if chain.body is given.body and not emulation.replaced else None
+        body = await CPU.for_messages(given.history)(
+            fmt.with_prompt_cache, body, key=given.cache_key, mentions=mentions
+        )
     cached = body is not emulation.body
     collisions = fmt.colliding_tool_names(body)
     if collisions:  # the client's own context_reload/context_search: handled as X-Offload-Mode: off

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from proxy.core.answers import UsageReader
@@ -35,7 +35,9 @@ class ChatFormat:
     def colliding_tool_names(self, body: JsonObject) -> set[str]:
         return set(colliding_tool_names(body))
 
-    def with_prompt_cache(self, body: JsonObject, *, key: str | None) -> JsonObject:
+    def with_prompt_cache(
+        self, body: JsonObject, *, key: str | None, mentions: Callable[[bytes], bool] | None = None
+    ) -> JsonObject:
         return with_cache_key(body, key)
 
     def provider_context(self, body: JsonObject) -> ProviderContext:

@@ -478,10 +478,16 @@ def has_cache_control(body: JsonObject) -> bool:
     )
 
 
-def with_caching(body: JsonObject, strategy: Strategy = STRATEGY) -> JsonObject:
+def with_caching(
+    body: JsonObject, strategy: Strategy = STRATEGY, *, mentions: Callable[[bytes], bool] | None = None
+) -> JsonObject:
     """`body` with the proxy's caching (see the module docstring), or `body` itself when it
-    carries `cache_control` already, has no messages list, or `strategy` is "none"."""
-    if strategy == "none" or has_cache_control(body) or not isinstance(body.get("messages"), list):
+    carries `cache_control` already, has no messages list, or `strategy` is "none".
+    `mentions`: the body's bytes searched for the key (`RawJson.may_hold`): none there, no walk
+    of every block for it (a long history's tool inputs included)."""
+    if strategy == "none" or not isinstance(body.get("messages"), list):
+        return body
+    if (mentions is None or mentions(b'"cache_control"')) and has_cache_control(body):
         return body
     out = {**body, "cache_control": dict(EPHEMERAL)}
     if strategy == "system+automatic":

@@ -7,7 +7,7 @@ never summarised. Nothing is stored upstream (`stored` is False).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from proxy.core.answers import UsageReader
@@ -49,8 +49,10 @@ class MessagesFormat:
     def colliding_tool_names(self, body: JsonObject) -> set[str]:
         return colliding_tool_names(body, INJECTED_TOOLS)
 
-    def with_prompt_cache(self, body: JsonObject, *, key: str | None) -> JsonObject:
-        return with_caching(body)
+    def with_prompt_cache(
+        self, body: JsonObject, *, key: str | None, mentions: Callable[[bytes], bool] | None = None
+    ) -> JsonObject:
+        return with_caching(body, mentions=mentions)
 
     def provider_context(self, body: JsonObject) -> ProviderContext:
         return provider_context(body)

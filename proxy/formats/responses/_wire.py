@@ -7,7 +7,7 @@ stays where it is, never summarised. What lives upstream (`previous_response_id`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from proxy.core.answers import UsageReader
@@ -49,7 +49,9 @@ class ResponsesFormat:
     def colliding_tool_names(self, body: JsonObject) -> set[str]:
         return colliding_tool_names(body, INJECTED_TOOLS)
 
-    def with_prompt_cache(self, body: JsonObject, *, key: str | None) -> JsonObject:
+    def with_prompt_cache(
+        self, body: JsonObject, *, key: str | None, mentions: Callable[[bytes], bool] | None = None
+    ) -> JsonObject:
         return with_cache_key(body, key)
 
     def provider_context(self, body: JsonObject) -> ProviderContext:

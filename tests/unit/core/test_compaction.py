@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from proxy.core import compaction as ct
 from proxy.core import compression as cp
+from proxy.core import jsonio
 from proxy.core.compaction import (
     CLIENT_SUMMARY_PREFIXES,
     ProviderContext,
@@ -474,7 +475,7 @@ def test_sealed_fields_quotes_a_key_that_is_no_plain_name():
     ],
 )
 def test_which_escapes_may_spell_the_key(raw, spells):
-    assert ct.escapes_ascii(raw) is spells
+    assert jsonio.escapes_ascii(raw) is spells
     assert ct.may_spell_token(raw) is spells
 
 

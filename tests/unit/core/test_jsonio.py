@@ -280,3 +280,21 @@ def test_a_long_historys_many_containers_are_read_by_orjson_and_a_document_of_ma
     read_whole.clear()
     many = orjson.dumps([{"a": 1}] * (jsonio.MANY_HELD // 2 + 1))
     assert jsonio.loads_yielding(many) == real(many) and read_whole == []
+
+
+@pytest.mark.parametrize(
+    "raw, holds",
+    [
+        (b'{"messages": [{"content": [{"type": "text", "text": "x", "cache_control": {}}]}]}', True),
+        (b'{"messages": [{"content": "a \\"cache_control\\" in a text is no key"}]}', False),
+        (b'{"messages": [{"content": [{"cache\\u005fcontrol": {}}]}]}', True),  # spelled with an escape
+        (b'{"messages": [{"content": "caf\\u00e9"}]}', False),  # ensure_ascii's escapes spell no key
+        (b'{"messages": []}', False),
+    ],
+)
+def test_the_raw_bytes_say_whether_a_key_may_be_held(raw, holds):
+    """`RawJson.may_hold`: False only when no object of the document can hold the key."""
+    spelled = jsonio.RawJson.of(raw)
+    assert spelled.may_hold(b'"cache_control"') is holds
+    if not holds:
+        assert "cache_control" not in json.dumps(jsonio.loads(raw)).replace('\\"cache_control\\"', "")

@@ -428,3 +428,23 @@ def test_a_property_or_an_argument_named_cache_control_is_not_a_breakpoint():
         ],
     }
     assert not has_cache_control(body) and with_caching(body)["cache_control"] == EPHEMERAL
+
+
+def test_the_bodys_bytes_spare_the_walk_for_a_clients_own_caching(monkeypatch):
+    """`mentions` (the bytes searched for the key, `RawJson.may_hold`): bytes without it mean no
+    block holds it, so the blocks are not walked; bytes with it are walked as before."""
+    from proxy.formats.messages import _request
+
+    walked: list[int] = []
+    real = _request.has_cache_control
+    monkeypatch.setattr(_request, "has_cache_control", lambda body: walked.append(1) or real(body))
+    plain = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}
+    raw = jsonio.RawJson.of(jsonio.dumps(plain))
+    assert with_caching(plain, mentions=raw.may_hold)["cache_control"] == EPHEMERAL and walked == []
+    own = {
+        **plain,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": EPHEMERAL}]}],
+    }
+    raw = jsonio.RawJson.of(jsonio.dumps(own))
+    assert with_caching(own, mentions=raw.may_hold) is own and walked == [1]  # the client's own: left to it
+    assert with_caching(own) is own and walked == [1, 1]  # no bytes given: walked

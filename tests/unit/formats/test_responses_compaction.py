@@ -12,6 +12,7 @@ import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 from openai.types.responses.compacted_response import CompactedResponse
 
+from proxy.core import jsonio
 from proxy.core.compaction import COMPACTION_ACTION, PREFIX, Offload, TokenError, plan_compaction, present_refs
 from proxy.core.settings import OffloadSettings
 from proxy.core.texts import history_marker, is_marker, refs_in
@@ -372,7 +373,7 @@ async def test_a_large_input_is_checked_after_its_token_is_replaced_off_the_loop
         "input": [compaction(token), user("x" * (2 << 20)), {"type": "reasoning", "encrypted_content": "g"}],
     }
     raw = json.dumps(body).encode()
-    begun = await begin(body, body["input"], fmt=RESPONSES, emulating=False, records=mine, raw=raw)
+    begun = await begin(body, body["input"], fmt=RESPONSES, emulating=False, records=mine, raw=jsonio.RawJson.of(raw))
     assert begun.replaced and begun.items[0] == ITEMS_SUMMARY
     assert len(threads) == 2 and all(name.startswith("offload-cpu") for name in threads), threads
 
