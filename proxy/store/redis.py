@@ -39,6 +39,16 @@ end
 return replaced
 """
 
+# One command for many keys on a single Redis (never on a cluster: its keys span slots): a
+# single-key command on each key of KEYS, its answers in order (PTTL; EXPIRE: 1 set, 0 missing).
+# A pipeline of a command per key costs the client its packing and parsing per key: 2.3 ms of CPU
+# for the 237 refs a steady turn of a 1M-token history touches, 0.6 ms as one script (issue 42).
+EACH = {
+    command: f"local r = {{}} for i, k in ipairs(KEYS) do r[i] = redis.call('{command}', k, unpack(ARGV)) end return r"
+    for command in ("pttl", "expire")
+}
+EACH_KEYS = 1000  # keys per script call: one call holds the server for its keys' commands only
+
 CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
 RETRIES = 2  # a command failing with a connection error is sent again this many times at most
 CLUSTER_RETRIES = 1  # on a cluster (whose pipelines also retry timeouts, after 0.25 s: redis-py's rule)
@@ -131,10 +141,7 @@ class RedisStore:
             return await self._expire(keys, ttl)
         # Read-only first (PTTL: -2 missing, -1 no expiry); EXPIRE, which is written to the AOF
         # and the replicas, only for keys extended longer than `slack` seconds ago.
-        async with self._pipeline() as pipe:
-            for key in keys:
-                pipe.pttl(key)
-            remaining = await self._call(pipe.execute())
+        remaining = await self._each("pttl", keys)
         alive = [r != -2 for r in remaining]
         due = [i for i, r in enumerate(remaining) if r == -1 or 0 <= r < (ttl - slack) * 1000]
         if due:
@@ -143,10 +150,21 @@ class RedisStore:
         return alive
 
     async def _expire(self, keys: Sequence[str], ttl: int) -> list[bool]:
+        return [bool(r) for r in await self._each("expire", keys, ttl)]
+
+    async def _each(self, command: str, keys: Sequence[str], *args: int) -> list[int]:
+        """A single-key command of `EACH` on each key, its answers in order: on a single Redis one
+        script call per `EACH_KEYS` keys, on a cluster a command per key (each to its slot's node).
+        Safe to send again (a read, or an expiry set again)."""
         async with self._pipeline() as pipe:
-            for key in keys:
-                pipe.expire(key, ttl)
-            return [bool(r) for r in await self._call(pipe.execute())]
+            if isinstance(self.client, RedisCluster):
+                for key in keys:
+                    pipe.execute_command(command.upper(), key, *args)
+                return [int(r) for r in await self._call(pipe.execute())]
+            for start in range(0, len(keys), EACH_KEYS):
+                batch = keys[start : start + EACH_KEYS]
+                pipe.eval(EACH[command], len(batch), *batch, *args)
+            return [int(r) for answers in await self._call(pipe.execute()) for r in answers]
 
     async def delete(self, key: str) -> None:
         await self._call(self.client.delete(key))

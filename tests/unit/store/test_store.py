@@ -6,7 +6,9 @@ import asyncio
 import uuid
 
 import pytest
+import redis.asyncio as redis
 
+from proxy.store import redis as redis_store
 from proxy.store.memory import MemoryStore
 from proxy.store.redis import RedisStore
 from proxy.store.sqlite import SQLiteStore
@@ -113,6 +115,58 @@ async def test_touch_with_slack_asks_every_time_and_writes_expiries_rarely(store
     assert await store.get(fresh) is None  # its expiry was left alone
     assert await store.get(due) == b"v"
     assert await store.touch([fresh, due], ttl=3) == [False, True]  # no slack: always extended
+
+
+async def test_touch_of_many_keys_answers_each_in_order(store, monkeypatch):
+    """More keys than one batch (a script call on a single Redis): each key's answer in its place."""
+    monkeypatch.setattr(redis_store, "EACH_KEYS", 3)
+    keys = [key() for _ in range(10)]
+    stored = keys[::3] + keys[1::3]  # 0, 3, 6, 9, 1, 4, 7: every batch holds missing and live keys
+    for k in stored:
+        await store.put(k, b"v", ttl=1)
+    expected = [k in stored for k in keys]
+    assert await store.touch(keys, ttl=60, slack=30) == expected  # 1 s left < 60 - 30: extended
+    assert await store.touch(keys, ttl=60, slack=30) == expected  # read only
+    await asyncio.sleep(1.3)
+    assert [await store.get(k) for k in keys] == [b"v" if ok else None for ok in expected]
+    assert await store.touch(keys, ttl=60) == expected
+
+
+async def test_touch_of_many_keys_is_one_command_on_a_single_redis(redis_url):
+    """What Redis receives from the client for a touch of many keys: one script call (its PTTLs and
+    EXPIREs run inside it), not a command per key (issue 42: 2.3 ms of client CPU for 237 keys)."""
+    s = RedisStore(redis_url)
+    watcher = redis.from_url(redis_url)
+    mark = uuid.uuid4().hex  # in every key of this test: other clients' commands (a shared REDIS_URL) are not counted
+    keys = [f"off:{{{mark}:{i}}}:test" for i in range(50)]
+    try:
+        for k in keys[:40]:
+            await s.put(k, b"v", ttl=5)
+        async with watcher.monitor() as monitor:
+            seen: list[tuple[str, str]] = []
+
+            async def watch() -> None:
+                while True:
+                    info = await monitor.next_command()
+                    if mark in info["command"]:
+                        seen.append((info["client_type"], info["command"].split()[0].upper()))
+
+            watching = asyncio.ensure_future(watch())
+            await asyncio.sleep(0.2)
+            assert await s.touch(keys, ttl=60, slack=30) == [True] * 40 + [False] * 10  # read, then extend
+            assert await s.touch(keys, ttl=60, slack=30) == [True] * 40 + [False] * 10  # read only
+            await s.get(f"off:{{{mark}}}:end")  # the last command: all of the above were seen once it is
+            for _ in range(100):
+                if ("tcp", "GET") in seen:
+                    break
+                await asyncio.sleep(0.02)
+            watching.cancel()
+        sent = [command for client, command in seen if client != "lua"]
+        assert sent == ["EVAL", "EVAL", "EVAL", "GET"]
+        assert sorted({command for client, command in seen if client == "lua"}) == ["EXPIRE", "PTTL"]
+    finally:
+        await watcher.aclose()
+        await s.close()
 
 
 async def test_add_members_with_slack_adds_what_is_missing(store):
