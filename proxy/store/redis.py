@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import types
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -13,10 +14,19 @@ from redis.asyncio.client import Pipeline
 from redis.asyncio.cluster import ClusterPipeline, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff, NoBackoff
-from redis.exceptions import ClusterDownError, ConnectionError, RedisClusterException, RedisError, SlotNotCoveredError
+from redis.exceptions import (
+    ClusterDownError,
+    ConnectionError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+    SlotNotCoveredError,
+)
 from redis.maint_notifications import MaintNotificationsConfig
 
 from proxy.store.base import StoreUnavailable
+
+log = logging.getLogger("proxy.store.redis")
 
 T = TypeVar("T")
 
@@ -72,6 +82,7 @@ class RedisStore:
     def __init__(self, url: str, *, timeout: float = 2.0, cluster: bool = False) -> None:
         self._ready = asyncio.Lock()
         self._initialized = False
+        self._per_key = False  # the server refused the touch script: a command per key (`_each`)
         self.client: redis.Redis | RedisCluster
         self._once: redis.Redis | RedisCluster
         if cluster or is_cluster_url(url):
@@ -155,16 +166,25 @@ class RedisStore:
     async def _each(self, command: str, keys: Sequence[str], *args: int) -> list[int]:
         """A single-key command of `EACH` on each key, its answers in order: on a single Redis one
         script call per `EACH_KEYS` keys, on a cluster a command per key (each to its slot's node).
-        Safe to send again (a read, or an expiry set again)."""
+        A server that refuses the script (a sharding proxy in front of a `redis://` URL: CROSSSLOT;
+        a user without `@scripting`: NOPERM) gets a command per key, from then on. Safe to send
+        again (a read, or an expiry set again)."""
+        if not self._per_key and not isinstance(self.client, RedisCluster):
+            try:
+                async with self._pipeline() as pipe:
+                    for start in range(0, len(keys), EACH_KEYS):
+                        batch = keys[start : start + EACH_KEYS]
+                        pipe.eval(EACH[command], len(batch), *batch, *args)
+                    return [int(r) for answers in await self._call(pipe.execute()) for r in answers]
+            except StoreUnavailable as exc:
+                if not isinstance(exc.__cause__, ResponseError):
+                    raise
+                self._per_key = True
+                log.warning("redis refused a touch script (%s): a command per key from now on", exc.__cause__)
         async with self._pipeline() as pipe:
-            if isinstance(self.client, RedisCluster):
-                for key in keys:
-                    pipe.execute_command(command.upper(), key, *args)
-                return [int(r) for r in await self._call(pipe.execute())]
-            for start in range(0, len(keys), EACH_KEYS):
-                batch = keys[start : start + EACH_KEYS]
-                pipe.eval(EACH[command], len(batch), *batch, *args)
-            return [int(r) for answers in await self._call(pipe.execute()) for r in answers]
+            for key in keys:
+                pipe.execute_command(command.upper(), key, *args)
+            return [int(r) for r in await self._call(pipe.execute())]
 
     async def delete(self, key: str) -> None:
         await self._call(self.client.delete(key))

@@ -320,3 +320,26 @@ async def test_rank_add_sums_scores_and_expires(store):
     assert await store.ranked(short, 0, 10) == (0, [])
     await store.rank_add(short, {"x": 1}, ttl=60)  # expired: from 0 again
     assert await store.ranked(short, 0, 10) == (1, [("x", 1.0)])
+
+
+async def test_a_server_refusing_the_touch_script_gets_a_command_per_key(redis_url, monkeypatch, caplog):
+    """A sharding proxy in front of a `redis://` URL refuses a script over keys of several slots
+    (CROSSSLOT), a user without `@scripting` any script (NOPERM): the touch goes a command per key,
+    with the same answers, and asks no script again."""
+    refused = 'return redis.error_reply("CROSSSLOT Keys in request don\'t hash to the same slot")'
+    monkeypatch.setattr(redis_store, "EACH", {"pttl": refused, "expire": refused})
+    s = RedisStore(redis_url)
+    mark = uuid.uuid4().hex
+    keys = [f"off:{{{mark}:{i}}}:test" for i in range(5)]
+    try:
+        for k in keys[:3]:
+            await s.put(k, b"v", ttl=5)
+        with caplog.at_level("WARNING", logger="proxy.store.redis"):
+            assert await s.touch(keys, ttl=60, slack=30) == [True] * 3 + [False] * 2
+        assert "CROSSSLOT" in caplog.text and s._per_key
+        assert await s.touch(keys, ttl=60) == [True] * 3 + [False] * 2  # no script asked again
+        assert min([await s.client.ttl(k) for k in keys[:3]]) > 30  # extended
+    finally:
+        for k in keys:
+            await s.delete(k)
+        await s.close()
