@@ -522,16 +522,15 @@ class TokenCounter:
         conversation's next turn (`recall`)."""
         if self._messages is None or len(history) < RECENT_MIN_ITEMS:
             return
-        counts = []
-        for item in history:
+        found = self._found if self._seeded is history else None  # a prefix of `history`, then
+        start = len(found.items) if found is not None else 0  # its counts are the earlier turn's
+        counts = list(found.counts) if found is not None else []
+        for item in history[start:]:
             seen = self._messages.get(id(item))
             if seen is None or seen[0] is not item:
                 return  # not all counted: nothing kept
             counts.append(seen[1])
-        found = self._found if self._seeded is history else None  # a prefix of `history`, then
-        held = (found.held if found is not None else 0) + sum(
-            footprint(item) for item in history[len(found.items) if found is not None else 0 :]
-        )
+        held = (found.held if found is not None else 0) + sum(footprint(item) for item in history[start:])
         entry = _Counted((key, self.encoding_name), list(history), tuple(counts), self.encoder, held)
         _recent.keep(entry, replaces=found)
 
